@@ -1,0 +1,52 @@
+//===- ShardX.h - ShardX dialect, attributes and ops ------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_DIALECT_SHARDX_IR_SHARDX_H
+#define SHARDX_DIALECT_SHARDX_IR_SHARDX_H
+
+#include "shardx/Layout/Layout.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Mutex.h"
+
+#include "shardx/Dialect/ShardX/IR/ShardXDialect.h.inc"
+#include "shardx/Dialect/ShardX/IR/ShardXEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "shardx/Dialect/ShardX/IR/ShardXAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "shardx/Dialect/ShardX/IR/ShardXOps.h.inc"
+
+namespace mlir::shardx {
+
+/// Converts between the dialect's reduction enum and the layout library's.
+ReductionKind toReductionKind(::shardx::ReduceOp op);
+::shardx::ReduceOp toReduceOp(ReductionKind kind);
+
+/// Looks up the mesh `meshRef` from `from`, or emits an error at `from` and
+/// returns null.
+MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
+                  SymbolTableCollection *symbolTable = nullptr);
+
+/// Verifies `layout` against its mesh (looked up from `op`) and `type`.
+/// Emits `what`-prefixed errors at `op`.
+LogicalResult verifyLayoutAt(Operation *op, LayoutAttr layout, Type type,
+                             llvm::StringRef what,
+                             SymbolTableCollection *symbolTable = nullptr);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_DIALECT_SHARDX_IR_SHARDX_H

@@ -1,0 +1,363 @@
+//===- ShardXOps.td - ShardX operations --------------------*- tablegen -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_DIALECT_SHARDX_IR_SHARDXOPS_TD
+#define SHARDX_DIALECT_SHARDX_IR_SHARDXOPS_TD
+
+include "shardx/Dialect/ShardX/IR/ShardXAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+def ShardX_MeshOp : ShardX_Op<"mesh", [Symbol]> {
+  let summary = "a named mesh of devices";
+  let description = [{
+    Declares a mesh of devices: its shape (one size per axis), optional axis
+    names and optional per-axis cost hints for the cost model: `bandwidth` in
+    GB/s and `latency` in microseconds per collective step.
+
+    ```mlir
+    shardx.mesh @mesh(shape = 2x4, axes = ["dp", "tp"])
+    shardx.mesh @node(shape = 8, bandwidth = [400.0], latency = [5.0])
+    ```
+
+    Constraints: every axis size is positive; `axes`, `bandwidth` and
+    `latency`, when present, have one entry per axis; axis names are unique
+    and non-empty; cost hints are positive.
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    DenseI64ArrayAttr:$shape,
+    OptionalAttr<StrArrayAttr>:$axes,
+    OptionalAttr<DenseF64ArrayAttr>:$bandwidth,
+    OptionalAttr<DenseF64ArrayAttr>:$latency
+  );
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getRank() { return getShape().size(); }
+    /// The number of devices.
+    int64_t getNumDevices();
+    /// The name of `axis` ("dp"), or its index as a string when unnamed.
+    std::string getAxisName(int64_t axis);
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Layout constraints and reshards on global tensors
+//===----------------------------------------------------------------------===//
+
+def ShardX_AnnotateOp : ShardX_Op<"annotate", [
+    Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "constrains the layout of a global tensor";
+  let description = [{
+    A user constraint: the result is `%x` with layout `#layout`. Propagation
+    treats it as a hard constraint (like `sdy.sharding_constraint` or
+    `DTensor.redistribute` in eager code).
+
+    ```mlir
+    %y = shardx.annotate %x : tensor<8x4xf32> to #shardx.layout<@mesh, [S(0), R]>
+    ```
+
+    Constraints: the mesh exists, the layout has one placement per mesh axis
+    and is valid for the tensor's shape.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, ShardX_LayoutAttr:$layout);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input `:` type($result) `to` custom<Layout>($layout) attr-dict";
+}
+
+def ShardX_RedistributeOp : ShardX_Op<"redistribute", [
+    Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "an explicit reshard of a global tensor";
+  let description = [{
+    Moves the global tensor `%x` from layout `#a` to layout `#b`. The value
+    is unchanged; the reshard planner lowers it to collectives.
+
+    ```mlir
+    %y = shardx.redistribute %x : tensor<8xf32>
+        from #shardx.layout<@mesh, [P(sum)]> to #shardx.layout<@mesh, [R]>
+    ```
+
+    Constraints: both layouts name the same existing mesh and are valid for
+    the tensor's shape.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, ShardX_LayoutAttr:$source,
+                       ShardX_LayoutAttr:$target);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat =
+      "$input `:` type($result) `from` custom<Layout>($source) `to` "
+      "custom<Layout>($target) attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives on local tensors
+//===----------------------------------------------------------------------===//
+
+class ShardX_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : ShardX_Op<mnemonic, !listconcat(traits, [
+          DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  code commonDescription = [{
+    The group is the set of ranks that differ only in the coordinates of the
+    mesh axes `axes`; within the group, ranks are numbered by their
+    coordinates on `axes` linearized in the order given (major first).
+    Common constraints: the mesh exists; `axes` is non-empty, each axis in
+    range and listed once; operand and result element types are equal.
+  }];
+}
+
+def ShardX_AllGatherOp : ShardX_CollectiveOp<"all_gather"> {
+  let summary = "concatenates the group's local tensors along a dim";
+  let description = [{
+    Every rank receives the concatenation, in group order, of the group's
+    local tensors along `dim`. Uneven pieces name their sizes with `sizes`
+    (one per group member); the result's `dim` is then their sum.
+
+    ```mlir
+    %y = shardx.all_gather %x on @mesh axes = [0] dim = 0
+        : tensor<2x4xf32> -> tensor<8x4xf32>
+    %z = shardx.all_gather %u on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1]
+        : tensor<?x4xf32> -> tensor<7x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: `dim` is within the rank; the result equals the operand except on
+    `dim`, where it is the group size times the operand's (or the sum of
+    `sizes`, which has one non-negative entry per group member).
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim (`sizes` `=` $sizes^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def ShardX_ReduceScatterOp : ShardX_CollectiveOp<"reduce_scatter"> {
+  let summary = "reduces over the group and keeps this rank's piece";
+  let description = [{
+    Reduces the group's local tensors elementwise with `reduction` and gives
+    group member `i` the `i`-th piece of the result along `dim`.
+
+    ```mlir
+    %y = shardx.reduce_scatter %x on @mesh axes = [1] dim = 0 reduction = sum
+        : tensor<8x4xf32> -> tensor<2x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: `dim` is within the rank; the operand equals the result except on
+    `dim`, where it is the group size times the result's (or the sum of
+    `sizes`).
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       ShardX_ReductionKindAttr:$reduction,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim `reduction` `=` ``
+    $reduction (`sizes` `=` $sizes^)? attr-dict `:` type($input) `->`
+    type($result)
+  }];
+}
+
+def ShardX_AllReduceOp : ShardX_CollectiveOp<"all_reduce",
+    [SameOperandsAndResultType]> {
+  let summary = "reduces the group's local tensors elementwise";
+  let description = [{
+    ```mlir
+    %y = shardx.all_reduce %x on @mesh axes = [0, 1] reduction = max
+        : tensor<8x4xf32>
+    ```
+  }] # commonDescription;
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes,
+                       ShardX_ReductionKindAttr:$reduction);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `reduction` `=` `` $reduction attr-dict
+    `:` type($result)
+  }];
+}
+
+def ShardX_AllToAllOp : ShardX_CollectiveOp<"all_to_all"> {
+  let summary = "splits along one dim, exchanges, concatenates along another";
+  let description = [{
+    Group member `i` splits its tensor into group-size pieces along
+    `split_dim`, sends piece `j` to member `j`, and concatenates what it
+    receives, in group order, along `concat_dim`.
+
+    ```mlir
+    %y = shardx.all_to_all %x on @mesh axes = [0] split_dim = 1 concat_dim = 0
+        : tensor<2x8xf32> -> tensor<8x2xf32>
+    ```
+  }] # commonDescription # [{
+    Also: both dims within the rank; the result's `split_dim` is the
+    operand's divided by the group size (which must divide it) and its
+    `concat_dim` the operand's times the group size; other dims are equal.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$split_dim,
+                       I64Attr:$concat_dim);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `split_dim` `=` $split_dim
+    `concat_dim` `=` $concat_dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def ShardX_PermuteOp : ShardX_CollectiveOp<"permute",
+    [SameOperandsAndResultType]> {
+  let summary = "collective permute within the group";
+  let description = [{
+    Each pair `[s, t]` sends group member `s`'s tensor to member `t`. A
+    member that is no pair's target receives zeros.
+
+    ```mlir
+    %y = shardx.permute %x on @mesh axes = [0] pairs = [[0, 1], [1, 0]]
+        : tensor<4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: every index is within the group; no member is a source twice or a
+    target twice.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes,
+                       DenseI64ArrayAttr:$pairs);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `pairs` `=` custom<Pairs>($pairs)
+    attr-dict `:` type($result)
+  }];
+}
+
+def ShardX_BroadcastOp : ShardX_CollectiveOp<"broadcast",
+    [SameOperandsAndResultType]> {
+  let summary = "every group member receives the root's tensor";
+  let description = [{
+    ```mlir
+    %y = shardx.broadcast %x on @mesh axes = [1] root = 0 : tensor<4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: `root` is within the group.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$root);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `root` `=` $root attr-dict
+    `:` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Local steps
+//===----------------------------------------------------------------------===//
+
+def ShardX_ChunkOp : ShardX_CollectiveOp<"chunk", [Pure]> {
+  let summary = "keeps this rank's piece of a replicated tensor (R -> S)";
+  let description = [{
+    No communication: the dim is viewed as `(stride, n, rest)` blocks, `n`
+    the group size, and this rank keeps `[:, i, :]`, `i` its index in the
+    group. With `stride = 1` (the default) and a dim that does not divide,
+    the pieces follow `torch.chunk` (the result dim is then dynamic); with
+    `sizes`, member `i` keeps the `i`-th run of the given sizes.
+
+    ```mlir
+    %y = shardx.chunk %x on @mesh axes = [0] dim = 0
+        : tensor<8x4xf32> -> tensor<2x4xf32>
+    %z = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 2
+        : tensor<8x4xf32> -> tensor<2x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: `dim` within the rank; `stride` positive; a static result dim is
+    exactly the operand's divided by the group size (which must divide it,
+    times `stride`), or with `sizes` (one per member) dynamic or equal when
+    all sizes are; other dims equal.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       DefaultValuedAttr<I64Attr, "1">:$stride,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim
+    (`stride` `=` $stride^)? (`sizes` `=` $sizes^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def ShardX_PartitionValueOp : ShardX_CollectiveOp<"partition_value",
+    [Pure, SameOperandsAndResultType]> {
+  let summary = "turns a replicated tensor into a Partial one (R -> P)";
+  let description = [{
+    No communication: every group member keeps a term such that reducing the
+    terms with `reduction` gives back the value. For `sum`, member 0 keeps
+    the value and the others zero; for `prod`, the others one; for `max`,
+    `min` and `avg` every member keeps the value.
+
+    ```mlir
+    %y = shardx.partition_value %x on @mesh axes = [0] reduction = sum
+        : tensor<4xf32>
+    ```
+  }] # commonDescription;
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes,
+                       ShardX_ReductionKindAttr:$reduction);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `reduction` `=` `` $reduction attr-dict
+    `:` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Index queries
+//===----------------------------------------------------------------------===//
+
+def ShardX_AxisIndexOp : ShardX_CollectiveOp<"axis_index", [Pure]> {
+  let summary = "this rank's index within the group of `axes`";
+  let description = [{
+    ```mlir
+    %i = shardx.axis_index on @mesh axes = [0, 1] : index
+    ```
+  }] # commonDescription;
+  let arguments = (ins FlatSymbolRefAttr:$mesh, DenseI64ArrayAttr:$axes);
+  let results = (outs Index:$result);
+  let assemblyFormat = "`on` $mesh `axes` `=` $axes attr-dict `:` type($result)";
+}
+
+def ShardX_LocalSizeOp : ShardX_Op<"local_size", [
+    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the size of this rank's shard of one dim";
+  let description = [{
+    The number of elements of tensor dim `dim` that this rank holds for a
+    tensor of global shape `shape` with layout `#layout`.
+
+    ```mlir
+    %n = shardx.local_size #shardx.layout<@mesh, [S(0)]> shape = [7, 4] dim = 0
+        : index
+    ```
+
+    Constraints: the layout's mesh exists and the layout is valid for
+    `shape`; `dim` is within its rank.
+  }];
+  let arguments = (ins ShardX_LayoutAttr:$layout, DenseI64ArrayAttr:$shape,
+                       I64Attr:$dim);
+  let results = (outs Index:$result);
+  let assemblyFormat = [{
+    custom<Layout>($layout) `shape` `=` $shape `dim` `=` $dim attr-dict `:` type($result)
+  }];
+}
+
+#endif // SHARDX_DIALECT_SHARDX_IR_SHARDXOPS_TD

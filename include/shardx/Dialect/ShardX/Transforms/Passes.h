@@ -1,0 +1,23 @@
+//===- Passes.h - ShardX passes ---------------------------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H
+#define SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::shardx {
+
+#define GEN_PASS_DECL
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H

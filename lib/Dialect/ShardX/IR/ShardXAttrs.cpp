@@ -1,0 +1,319 @@
+//===- ShardXAttrs.cpp - ShardX attributes --------------------------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+#include "shardx/Dialect/ShardX/IR/ShardXEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "shardx/Dialect/ShardX/IR/ShardXAttrs.cpp.inc"
+
+void ShardXDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "shardx/Dialect/ShardX/IR/ShardXAttrs.cpp.inc"
+      >();
+}
+
+ReductionKind mlir::shardx::toReductionKind(::shardx::ReduceOp op) {
+  return static_cast<ReductionKind>(static_cast<uint32_t>(op));
+}
+
+::shardx::ReduceOp mlir::shardx::toReduceOp(ReductionKind kind) {
+  return static_cast<::shardx::ReduceOp>(static_cast<uint32_t>(kind));
+}
+
+//===----------------------------------------------------------------------===//
+// DimShardingAttr
+//===----------------------------------------------------------------------===//
+
+static ParseResult parseIntList(AsmParser &parser,
+                                SmallVectorImpl<int64_t> &values) {
+  return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+    return parser.parseInteger(values.emplace_back());
+  });
+}
+
+static void printIntList(AsmPrinter &printer, ArrayRef<int64_t> values) {
+  printer << "[";
+  llvm::interleaveComma(values, printer);
+  printer << "]";
+}
+
+// #shardx.dim_sharding<0, axes = [1, 0], strides = [1, 1], sizes = []>
+Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
+  int64_t dim;
+  SmallVector<int64_t> axes, strides, sizes;
+  if (parser.parseLess() || parser.parseInteger(dim) || parser.parseComma() ||
+      parser.parseKeyword("axes") || parser.parseEqual() ||
+      parseIntList(parser, axes) || parser.parseComma() ||
+      parser.parseKeyword("strides") || parser.parseEqual() ||
+      parseIntList(parser, strides) || parser.parseComma() ||
+      parser.parseKeyword("sizes") || parser.parseEqual() ||
+      parseIntList(parser, sizes) || parser.parseGreater())
+    return {};
+  return DimShardingAttr::get(parser.getContext(), dim, axes, strides, sizes);
+}
+
+void DimShardingAttr::print(AsmPrinter &printer) const {
+  printer << "<" << getDim() << ", axes = ";
+  printIntList(printer, getAxes());
+  printer << ", strides = ";
+  printIntList(printer, getStrides());
+  printer << ", sizes = ";
+  printIntList(printer, getSizes());
+  printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// LayoutAttr
+//===----------------------------------------------------------------------===//
+
+/// Builds the attribute parameters of a canonical layout.
+static void toParameters(MLIRContext *ctx, const ::shardx::Layout &layout,
+                         SmallVectorImpl<DimShardingAttr> &dims,
+                         SmallVectorImpl<int64_t> &partials) {
+  for (const ::shardx::DimSharding &ds : layout.getDims()) {
+    SmallVector<int64_t> axes, strides;
+    for (const ::shardx::Split &s : ds.splits) {
+      axes.push_back(s.axis);
+      strides.push_back(s.stride);
+    }
+    dims.push_back(DimShardingAttr::get(ctx, ds.dim, axes, strides, ds.sizes));
+  }
+  for (const auto &p : layout.getPartials())
+    partials.push_back(p ? static_cast<int64_t>(*p) : -1);
+}
+
+/// Rebuilds the plain layout from attribute parameters; `error` is set when
+/// a parameter is out of range.
+static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
+                                       ArrayRef<int64_t> partials,
+                                       std::string &error) {
+  ::shardx::Layout layout(partials.size());
+  for (auto [axis, p] : llvm::enumerate(partials)) {
+    if (p < -1 || p > static_cast<int64_t>(::shardx::ReduceOp::Prod)) {
+      error = "mesh axis " + std::to_string(axis) +
+              " has an unknown Partial kind " + std::to_string(p);
+      continue;
+    }
+    if (p >= 0)
+      layout.setPartial(axis, static_cast<::shardx::ReduceOp>(p));
+  }
+  for (DimShardingAttr ds : dims) {
+    if (!ds) {
+      error = "null dim sharding";
+      continue;
+    }
+    if (ds.getAxes().size() != ds.getStrides().size())
+      error = "dim " + std::to_string(ds.getDim()) +
+              " has a different number of axes and strides";
+    for (auto [i, axis] : llvm::enumerate(ds.getAxes()))
+      layout.addSplit(ds.getDim(),
+                      {axis, i < ds.getStrides().size() ? ds.getStrides()[i]
+                                                        : 1});
+    if (!ds.getSizes().empty())
+      layout.setSizes(ds.getDim(), std::vector<int64_t>(ds.getSizes().begin(), ds.getSizes().end()));
+  }
+  return layout;
+}
+
+LayoutAttr LayoutAttr::get(FlatSymbolRefAttr mesh,
+                           const ::shardx::Layout &layout) {
+  SmallVector<DimShardingAttr> dims;
+  SmallVector<int64_t> partials;
+  toParameters(mesh.getContext(), layout, dims, partials);
+  return LayoutAttr::get(mesh.getContext(), mesh, dims, partials);
+}
+
+::shardx::Layout LayoutAttr::getLayout() const {
+  std::string error;
+  return fromParameters(getDims(), getPartials(), error);
+}
+
+LogicalResult
+LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                   FlatSymbolRefAttr mesh, ArrayRef<DimShardingAttr> dims,
+                   ArrayRef<int64_t> partials) {
+  if (!mesh)
+    return emitError() << "layout needs a mesh";
+  std::string error;
+  ::shardx::Layout layout = fromParameters(dims, partials, error);
+  if (error.empty())
+    error = layout.verify();
+  if (!error.empty())
+    return emitError() << "invalid layout: " << error;
+  return success();
+}
+
+std::string LayoutAttr::verifyFor(ArrayRef<int64_t> meshShape,
+                                  Type type) const {
+  ::shardx::Layout layout = getLayout();
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  if (!type)
+    return layout.verifyForMesh(mesh);
+  auto tensorType = dyn_cast<RankedTensorType>(type);
+  if (!tensorType)
+    return "a layout needs a ranked tensor, got a value of another type";
+  std::vector<int64_t> shape;
+  for (int64_t size : tensorType.getShape())
+    shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
+  return layout.verifyForShape(mesh, shape);
+}
+
+/// Parses `{d = [v, ...], ...}` into `map`.
+static ParseResult parseDimMap(AsmParser &parser, StringRef clause,
+                               std::map<int64_t, std::vector<int64_t>> &map) {
+  return parser.parseCommaSeparatedList(AsmParser::Delimiter::Braces,
+                                        [&]() -> ParseResult {
+    SMLoc loc = parser.getCurrentLocation();
+    int64_t dim;
+    SmallVector<int64_t> values;
+    if (parser.parseInteger(dim) || parser.parseEqual() ||
+        parseIntList(parser, values))
+      return failure();
+    if (!map.emplace(dim, std::vector<int64_t>(values.begin(), values.end()))
+             .second)
+      return parser.emitError(loc) << "'" << clause << "' lists dim " << dim
+                                   << " twice";
+    return success();
+  });
+}
+
+// #shardx.layout<@mesh, [S(0), SS(1, 2), R, P(sum)], order = {...},
+//                strides = {...}, sizes = {...}>
+Attribute LayoutAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringAttr meshName;
+  if (parser.parseLess())
+    return {};
+  if (parser.parseSymbolName(meshName)) {
+    parser.emitError(parser.getCurrentLocation(),
+                     "expected a mesh symbol such as @mesh");
+    return {};
+  }
+  if (parser.parseComma())
+    return {};
+  ::shardx::LayoutSpelling spelling;
+  bool hasStrided = false;
+  auto parsePlacement = [&]() -> ParseResult {
+    SMLoc ploc = parser.getCurrentLocation();
+    StringRef kind;
+    if (failed(parser.parseOptionalKeyword(&kind)))
+      return parser.emitError(ploc, "expected a placement: S(d), SS(d, sf), "
+                                    "R or P(op)");
+    ::shardx::Placement p;
+    if (kind == "R") {
+      p = ::shardx::Placement::replicate();
+    } else if (kind == "S") {
+      int64_t dim;
+      if (parser.parseLParen() || parser.parseInteger(dim) ||
+          parser.parseRParen())
+        return failure();
+      p = ::shardx::Placement::shard(dim);
+    } else if (kind == "SS") {
+      int64_t dim, sf;
+      if (parser.parseLParen() || parser.parseInteger(dim) ||
+          parser.parseComma() || parser.parseInteger(sf) ||
+          parser.parseRParen())
+        return failure();
+      p = ::shardx::Placement::stridedShard(dim, sf);
+      hasStrided = true;
+    } else if (kind == "P") {
+      StringRef opName;
+      SMLoc oloc;
+      if (parser.parseLParen())
+        return failure();
+      oloc = parser.getCurrentLocation();
+      if (parser.parseKeyword(&opName))
+        return failure();
+      std::optional<::shardx::ReduceOp> op =
+          ::shardx::parseReduceOp(opName.str());
+      if (!op)
+        return parser.emitError(oloc, "unknown Partial reduction '")
+               << opName << "'; expected sum, avg, max, min or prod";
+      if (parser.parseRParen())
+        return failure();
+      p = ::shardx::Placement::partial(*op);
+    } else {
+      return parser.emitError(ploc, "unknown placement '")
+             << kind << "'; expected S(d), SS(d, sf), R or P(op)";
+    }
+    spelling.placements.push_back(p);
+    return success();
+  };
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
+                                     parsePlacement))
+    return {};
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc cloc = parser.getCurrentLocation();
+    StringRef clause;
+    if (parser.parseKeyword(&clause))
+      return {};
+    std::map<int64_t, std::vector<int64_t>> *map =
+        llvm::StringSwitch<std::map<int64_t, std::vector<int64_t>> *>(clause)
+            .Case("order", &spelling.order)
+            .Case("strides", &spelling.strides)
+            .Case("sizes", &spelling.sizes)
+            .Default(nullptr);
+    if (!map) {
+      parser.emitError(cloc, "unknown layout clause '")
+          << clause << "'; expected order, strides or sizes";
+      return {};
+    }
+    if (!map->empty()) {
+      parser.emitError(cloc, "layout clause '") << clause << "' given twice";
+      return {};
+    }
+    if (parser.parseEqual() || parseDimMap(parser, clause, *map))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+
+  std::vector<int64_t> meshShape;
+  if (hasStrided) {
+    auto *dialect = parser.getContext()->getLoadedDialect<ShardXDialect>();
+    std::optional<SmallVector<int64_t>> shape =
+        dialect->lookupMeshShape(meshName.getValue());
+    if (!shape) {
+      parser.emitError(loc, "cannot resolve SS placements: mesh @")
+          << meshName.getValue()
+          << " has not been declared before this layout (declare "
+             "`shardx.mesh` first, or spell the layout with `order` and "
+             "`strides`)";
+      return {};
+    }
+    meshShape.assign(shape->begin(), shape->end());
+  }
+  std::string error;
+  std::optional<::shardx::Layout> layout =
+      ::shardx::Layout::fromSpelling(spelling, meshShape, error);
+  if (!layout) {
+    parser.emitError(loc, "invalid layout: ") << error;
+    return {};
+  }
+  SmallVector<DimShardingAttr> dims;
+  SmallVector<int64_t> partials;
+  toParameters(parser.getContext(), *layout, dims, partials);
+  return LayoutAttr::getChecked([&] { return parser.emitError(loc); },
+                                parser.getContext(),
+                                FlatSymbolRefAttr::get(meshName), dims,
+                                partials);
+}
+
+void LayoutAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printer.printSymbolName(getMesh().getValue());
+  printer << ", " << getLayout().str() << ">";
+}

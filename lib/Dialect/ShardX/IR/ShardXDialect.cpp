@@ -1,0 +1,110 @@
+//===- ShardXDialect.cpp - ShardX dialect ---------------------------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+#include "shardx/Dialect/ShardX/IR/ShardXDialect.cpp.inc"
+
+void ShardXDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "shardx/Dialect/ShardX/IR/ShardXOps.cpp.inc"
+      >();
+  registerAttributes();
+}
+
+void ShardXDialect::recordMeshShape(StringRef name, ArrayRef<int64_t> shape) {
+  llvm::sys::SmartScopedLock<true> lock(meshShapesMutex);
+  meshShapes[name] = SmallVector<int64_t>(shape);
+}
+
+std::optional<SmallVector<int64_t>>
+ShardXDialect::lookupMeshShape(StringRef name) {
+  llvm::sys::SmartScopedLock<true> lock(meshShapesMutex);
+  auto it = meshShapes.find(name);
+  if (it == meshShapes.end())
+    return std::nullopt;
+  return it->second;
+}
+
+//===----------------------------------------------------------------------===//
+// Verification of layouts on function arguments, results and ops
+//===----------------------------------------------------------------------===//
+
+/// Verifies a `shardx.layout` attribute on argument or result `index` of a
+/// function-like `op`.
+static LogicalResult verifyFunctionLayout(Operation *op, unsigned index,
+                                          NamedAttribute attr, bool isResult) {
+  std::string what =
+      (isResult ? "result #" : "argument #") + std::to_string(index);
+  if (attr.getName() != ShardXDialect::getLayoutAttrName())
+    return op->emitError() << "unknown ShardX attribute '"
+                           << attr.getName().getValue() << "' on " << what;
+  auto layout = dyn_cast<LayoutAttr>(attr.getValue());
+  if (!layout)
+    return op->emitError() << "'" << attr.getName().getValue() << "' on "
+                           << what << " must be a #shardx.layout, got "
+                           << attr.getValue();
+  Type type;
+  if (auto fn = dyn_cast<FunctionOpInterface>(op)) {
+    ArrayRef<Type> types = isResult ? fn.getResultTypes() : fn.getArgumentTypes();
+    if (index < types.size())
+      type = types[index];
+  }
+  if (!type)
+    return op->emitError() << "layout on " << what
+                           << " of an op that is not a function";
+  return verifyLayoutAt(op, layout, type, what + " layout");
+}
+
+LogicalResult ShardXDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                      unsigned argIndex,
+                                                      NamedAttribute attr) {
+  return verifyFunctionLayout(op, argIndex, attr, /*isResult=*/false);
+}
+
+LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
+                                                         unsigned,
+                                                         unsigned resultIndex,
+                                                         NamedAttribute attr) {
+  return verifyFunctionLayout(op, resultIndex, attr, /*isResult=*/true);
+}
+
+LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
+                                                      NamedAttribute attr) {
+  if (attr.getName() != getLayoutsAttrName())
+    return op->emitError() << "unknown ShardX attribute '"
+                           << attr.getName().getValue() << "' on an op"
+                           << (attr.getName() == getLayoutAttrName()
+                                   ? " (ops carry 'shardx.layouts', one "
+                                     "layout per tensor result)"
+                                   : "");
+  auto layouts = dyn_cast<ArrayAttr>(attr.getValue());
+  SmallVector<Value> tensorResults;
+  for (Value v : op->getResults())
+    if (isa<TensorType>(v.getType()))
+      tensorResults.push_back(v);
+  if (!layouts || layouts.size() != tensorResults.size())
+    return op->emitError() << "'" << getLayoutsAttrName()
+                           << "' must be an array of one #shardx.layout per "
+                              "tensor result ("
+                           << tensorResults.size() << ")";
+  for (auto [i, entry] : llvm::enumerate(layouts)) {
+    auto layout = dyn_cast<LayoutAttr>(entry);
+    if (!layout)
+      return op->emitError() << "'" << getLayoutsAttrName() << "' entry #" << i
+                             << " is not a #shardx.layout: " << entry;
+    if (failed(verifyLayoutAt(op, layout, tensorResults[i].getType(),
+                              "result #" + std::to_string(i) + " layout")))
+      return failure();
+  }
+  return success();
+}

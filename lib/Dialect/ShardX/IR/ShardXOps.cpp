@@ -1,0 +1,509 @@
+//===- ShardXOps.cpp - ShardX operations ----------------------------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
+                                SymbolTableCollection *symbolTable) {
+  Operation *found =
+      symbolTable
+          ? symbolTable->lookupNearestSymbolFrom(from, meshRef.getAttr())
+          : SymbolTable::lookupNearestSymbolFrom(from, meshRef.getAttr());
+  auto mesh = dyn_cast_or_null<MeshOp>(found);
+  if (!mesh) {
+    from->emitError() << "unknown mesh " << meshRef;
+    return {};
+  }
+  return mesh;
+}
+
+LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
+                                           Type type, StringRef what,
+                                           SymbolTableCollection *symbolTable) {
+  Operation *found = symbolTable ? symbolTable->lookupNearestSymbolFrom(
+                                       op, layout.getMesh().getAttr())
+                                 : SymbolTable::lookupNearestSymbolFrom(
+                                       op, layout.getMesh().getAttr());
+  auto mesh = dyn_cast_or_null<MeshOp>(found);
+  if (!mesh)
+    return op->emitError() << what << " " << layout << " refers to unknown mesh "
+                           << layout.getMesh();
+  std::string error = layout.verifyFor(mesh.getShape(), type);
+  if (!error.empty())
+    return op->emitError() << what << " " << layout << " is invalid for "
+                           << type << " on mesh " << layout.getMesh() << ": "
+                           << error;
+  return success();
+}
+
+/// Checks that `axes` names a non-empty set of distinct axes of `mesh` and
+/// returns the group size.
+static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
+                                      ArrayRef<int64_t> axes,
+                                      SymbolTableCollection &symbolTable) {
+  MeshOp mesh = lookupMesh(op, meshRef, &symbolTable);
+  if (!mesh)
+    return failure();
+  if (axes.empty())
+    return op->emitError() << "needs at least one mesh axis";
+  int64_t groupSize = 1;
+  llvm::SmallSet<int64_t, 4> seen;
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= mesh.getRank())
+      return op->emitError() << "mesh axis " << axis
+                             << " is out of range for mesh " << meshRef
+                             << " of rank " << mesh.getRank();
+    if (!seen.insert(axis).second)
+      return op->emitError() << "mesh axis " << axis << " is listed twice";
+    groupSize *= mesh.getShape()[axis];
+  }
+  return groupSize;
+}
+
+static LogicalResult verifyDimInRange(Operation *op, StringRef name,
+                                      int64_t dim, int64_t rank) {
+  if (dim < 0 || dim >= rank)
+    return op->emitError() << name << " " << dim
+                           << " is out of range for a tensor of rank " << rank;
+  return success();
+}
+
+/// Checks equal element types and ranks of `input` and `result`.
+static LogicalResult verifySameElementsAndRank(Operation *op,
+                                               RankedTensorType input,
+                                               RankedTensorType result) {
+  if (input.getElementType() != result.getElementType())
+    return op->emitError() << "element type of the result ("
+                           << result.getElementType()
+                           << ") differs from the operand's ("
+                           << input.getElementType() << ")";
+  if (input.getRank() != result.getRank())
+    return op->emitError() << "result rank " << result.getRank()
+                           << " differs from the operand rank "
+                           << input.getRank();
+  return success();
+}
+
+/// Checks that `result` dims other than those in `except` equal `input`'s
+/// (dynamic sizes match anything).
+static LogicalResult verifyOtherDimsEqual(Operation *op,
+                                          RankedTensorType input,
+                                          RankedTensorType result,
+                                          ArrayRef<int64_t> except) {
+  for (int64_t d = 0; d < input.getRank(); ++d) {
+    if (llvm::is_contained(except, d))
+      continue;
+    int64_t a = input.getDimSize(d), b = result.getDimSize(d);
+    if (!ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b)
+      return op->emitError()
+             << "result dim " << d << " is " << b << " but the operand's is "
+             << a;
+  }
+  return success();
+}
+
+/// Checks an optional per-member `sizes` list and returns its sum.
+static FailureOr<int64_t> verifySizes(Operation *op,
+                                      std::optional<ArrayRef<int64_t>> sizes,
+                                      int64_t groupSize) {
+  if (static_cast<int64_t>(sizes->size()) != groupSize)
+    return op->emitError() << "'sizes' has " << sizes->size()
+                           << " entries but the group has " << groupSize
+                           << " members";
+  int64_t sum = 0;
+  for (int64_t s : *sizes) {
+    if (s < 0)
+      return op->emitError() << "'sizes' has a negative entry " << s;
+    sum += s;
+  }
+  return sum;
+}
+
+/// Verifies that `whole` (a static or dynamic dim) is `part` times the group
+/// size, or the sum of `sizes` when given. `wholeName` and `partName` say
+/// which of operand and result each is.
+static LogicalResult verifyScaledDim(Operation *op, int64_t dim, int64_t whole,
+                                     int64_t part, int64_t groupSize,
+                                     std::optional<ArrayRef<int64_t>> sizes,
+                                     StringRef wholeName, StringRef partName) {
+  if (sizes) {
+    FailureOr<int64_t> sum = verifySizes(op, sizes, groupSize);
+    if (failed(sum))
+      return failure();
+    if (!ShapedType::isDynamic(whole) && whole != *sum)
+      return op->emitError() << wholeName << " dim " << dim << " is " << whole
+                             << " but 'sizes' sums to " << *sum;
+    if (!ShapedType::isDynamic(part) &&
+        llvm::any_of(*sizes, [&](int64_t s) { return s != part; }))
+      return op->emitError() << partName << " dim " << dim
+                             << " is static but 'sizes' are not all " << part
+                             << "; make it dynamic";
+    return success();
+  }
+  if (ShapedType::isDynamic(whole) || ShapedType::isDynamic(part))
+    return success();
+  if (whole != part * groupSize)
+    return op->emitError() << wholeName << " dim " << dim << " is " << whole
+                           << " but must be " << partName << " dim " << part
+                           << " times the group size " << groupSize;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MeshOp
+//===----------------------------------------------------------------------===//
+
+// shardx.mesh @name(shape = 2x4, axes = ["dp", "tp"], bandwidth = [..],
+//                   latency = [..])
+ParseResult MeshOp::parse(OpAsmParser &parser, OperationState &result) {
+  StringAttr name;
+  SmallVector<int64_t> shape;
+  if (parser.parseSymbolName(name, getSymNameAttrName(result.name),
+                             result.attributes) ||
+      parser.parseLParen() || parser.parseKeyword("shape") ||
+      parser.parseEqual())
+    return failure();
+  SMLoc shapeLoc = parser.getCurrentLocation();
+  if (parser.parseDimensionList(shape, /*allowDynamic=*/false,
+                                /*withTrailingX=*/false))
+    return failure();
+  if (shape.empty())
+    return parser.emitError(shapeLoc, "mesh needs at least one axis");
+  Builder &b = parser.getBuilder();
+  result.addAttribute(getShapeAttrName(result.name),
+                      b.getDenseI64ArrayAttr(shape));
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc loc = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key) || parser.parseEqual())
+      return failure();
+    if (key == "axes") {
+      ArrayAttr axes;
+      if (parser.parseAttribute(axes))
+        return failure();
+      result.addAttribute(getAxesAttrName(result.name), axes);
+    } else if (key == "bandwidth" || key == "latency") {
+      SmallVector<double> values;
+      if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+            return parser.parseFloat(values.emplace_back());
+          }))
+        return failure();
+      result.addAttribute(key == "bandwidth"
+                              ? getBandwidthAttrName(result.name)
+                              : getLatencyAttrName(result.name),
+                          b.getDenseF64ArrayAttr(values));
+    } else {
+      return parser.emitError(loc, "unknown mesh field '")
+             << key << "'; expected axes, bandwidth or latency";
+    }
+  }
+  if (parser.parseRParen() ||
+      parser.parseOptionalAttrDict(result.attributes))
+    return failure();
+  // Layouts spelled with StridedShard need the mesh shape while parsing.
+  parser.getContext()->getOrLoadDialect<ShardXDialect>()->recordMeshShape(
+      name.getValue(), shape);
+  return success();
+}
+
+void MeshOp::print(OpAsmPrinter &p) {
+  p << " ";
+  p.printSymbolName(getSymName());
+  p << "(shape = ";
+  p.printDimensionList(getShape());
+  if (std::optional<ArrayAttr> axes = getAxes())
+    p << ", axes = " << *axes;
+  auto printFloats = [&](StringRef key, std::optional<ArrayRef<double>> v) {
+    if (!v)
+      return;
+    p << ", " << key << " = [";
+    llvm::interleaveComma(*v, p, [&](double d) { p.printFloat(APFloat(d)); });
+    p << "]";
+  };
+  printFloats("bandwidth", getBandwidth());
+  printFloats("latency", getLatency());
+  p << ")";
+  p.printOptionalAttrDict((*this)->getAttrs(),
+                          {getSymNameAttrName(), getShapeAttrName(),
+                           getAxesAttrName(), getBandwidthAttrName(),
+                           getLatencyAttrName()});
+}
+
+LogicalResult MeshOp::verify() {
+  ArrayRef<int64_t> shape = getShape();
+  if (shape.empty())
+    return emitOpError("needs at least one axis");
+  for (auto [i, size] : llvm::enumerate(shape))
+    if (size <= 0)
+      return emitOpError("axis ") << i << " has size " << size
+                                  << "; sizes must be positive";
+  if (std::optional<ArrayAttr> axes = getAxes()) {
+    if (axes->size() != shape.size())
+      return emitOpError("has ") << axes->size() << " axis names for "
+                                 << shape.size() << " axes";
+    llvm::SmallSet<StringRef, 4> seen;
+    for (Attribute a : *axes) {
+      StringRef axisName = cast<StringAttr>(a).getValue();
+      if (axisName.empty())
+        return emitOpError("axis names must not be empty");
+      if (!seen.insert(axisName).second)
+        return emitOpError("axis name '") << axisName << "' is used twice";
+    }
+  }
+  for (auto [name, hint] : {std::make_pair("bandwidth", getBandwidth()),
+                            std::make_pair("latency", getLatency())}) {
+    if (!hint)
+      continue;
+    if (hint->size() != shape.size())
+      return emitOpError("has ") << hint->size() << " " << name
+                                 << " hints for " << shape.size() << " axes";
+    for (double v : *hint)
+      if (!(v > 0))
+        return emitOpError() << name << " hints must be positive, got " << v;
+  }
+  return success();
+}
+
+int64_t MeshOp::getNumDevices() {
+  int64_t n = 1;
+  for (int64_t size : getShape())
+    n *= size;
+  return n;
+}
+
+std::string MeshOp::getAxisName(int64_t axis) {
+  if (std::optional<ArrayAttr> axes = getAxes())
+    return cast<StringAttr>((*axes)[axis]).getValue().str();
+  return std::to_string(axis);
+}
+
+//===----------------------------------------------------------------------===//
+// AnnotateOp, RedistributeOp, LocalSizeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyLayoutAt(*this, getLayout(), getType(), "layout", &symbolTable);
+}
+
+LogicalResult
+RedistributeOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (getSource().getMesh() != getTarget().getMesh())
+    return emitOpError("source and target layouts are on different meshes (")
+           << getSource().getMesh() << " and " << getTarget().getMesh() << ")";
+  if (failed(verifyLayoutAt(*this, getSource(), getType(), "source layout",
+                            &symbolTable)) ||
+      failed(verifyLayoutAt(*this, getTarget(), getType(), "target layout",
+                            &symbolTable)))
+    return failure();
+  return success();
+}
+
+LogicalResult
+LocalSizeOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  ArrayRef<int64_t> shape = getShape();
+  for (int64_t size : shape)
+    if (size < 0)
+      return emitOpError("global shape must be static and non-negative");
+  if (failed(verifyDimInRange(*this, "dim", getDim(), shape.size())))
+    return failure();
+  auto type = RankedTensorType::get(shape, Builder(getContext()).getF32Type());
+  return verifyLayoutAt(*this, getLayout(), type, "layout", &symbolTable);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  int64_t dim = getDim();
+  if (failed(verifySameElementsAndRank(*this, in, out)) ||
+      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+    return failure();
+  return verifyScaledDim(*this, dim, out.getDimSize(dim), in.getDimSize(dim),
+                         *n, getSizes(), "result", "operand");
+}
+
+LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  int64_t dim = getDim();
+  if (failed(verifySameElementsAndRank(*this, in, out)) ||
+      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+    return failure();
+  return verifyScaledDim(*this, dim, in.getDimSize(dim), out.getDimSize(dim),
+                         *n, getSizes(), "operand", "result");
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyGroup(*this, getMeshAttr(), getAxes(), st);
+}
+
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  int64_t splitDim = getSplitDim(), concatDim = getConcatDim();
+  if (failed(verifySameElementsAndRank(*this, in, out)) ||
+      failed(verifyDimInRange(*this, "split_dim", splitDim, in.getRank())) ||
+      failed(verifyDimInRange(*this, "concat_dim", concatDim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(*this, in, out, {splitDim, concatDim})))
+    return failure();
+  int64_t inSplit = in.getDimSize(splitDim);
+  if (!ShapedType::isDynamic(inSplit) && inSplit % *n != 0)
+    return emitOpError("split_dim ")
+           << splitDim << " of size " << inSplit
+           << " does not divide by the group size " << *n;
+  if (splitDim == concatDim)
+    return verifyOtherDimsEqual(*this, in, out, {});
+  if (failed(verifyScaledDim(*this, splitDim, inSplit,
+                             out.getDimSize(splitDim), *n, std::nullopt,
+                             "operand", "result")) ||
+      failed(verifyScaledDim(*this, concatDim, out.getDimSize(concatDim),
+                             in.getDimSize(concatDim), *n, std::nullopt,
+                             "result", "operand")))
+    return failure();
+  return success();
+}
+
+LogicalResult PermuteOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  ArrayRef<int64_t> pairs = getPairs();
+  if (pairs.size() % 2 != 0)
+    return emitOpError("pairs must hold [source, target] pairs");
+  llvm::SmallSet<int64_t, 8> sources, targets;
+  for (size_t i = 0; i < pairs.size(); i += 2) {
+    for (int64_t idx : {pairs[i], pairs[i + 1]})
+      if (idx < 0 || idx >= *n)
+        return emitOpError("pair index ")
+               << idx << " is out of range for a group of " << *n;
+    if (!sources.insert(pairs[i]).second)
+      return emitOpError("group member ") << pairs[i] << " is a source twice";
+    if (!targets.insert(pairs[i + 1]).second)
+      return emitOpError("group member ")
+             << pairs[i + 1] << " is a target twice";
+  }
+  return success();
+}
+
+LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  int64_t root = static_cast<int64_t>(getRoot());
+  if (root < 0 || root >= *n)
+    return emitOpError("root ") << root
+                                << " is out of range for a group of " << *n;
+  return success();
+}
+
+LogicalResult ChunkOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  int64_t dim = getDim();
+  if (failed(verifySameElementsAndRank(*this, in, out)) ||
+      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+    return failure();
+  int64_t stride = getStride();
+  if (stride < 1)
+    return emitOpError("stride must be positive, got ") << stride;
+  if (getSizes() && stride != 1)
+    return emitOpError("'sizes' and a stride cannot be combined");
+  int64_t whole = in.getDimSize(dim), part = out.getDimSize(dim);
+  if (getSizes())
+    return verifyScaledDim(*this, dim, whole, part, *n, getSizes(), "operand",
+                           "result");
+  if (ShapedType::isDynamic(whole) || ShapedType::isDynamic(part))
+    return success();
+  if (whole % (*n * stride) != 0)
+    return emitOpError("operand dim ")
+           << dim << " of size " << whole << " does not divide into "
+           << *n * stride << " blocks; the result dim must be dynamic"
+           << (stride != 1 ? " (and a strided chunk must divide)" : "");
+  return verifyScaledDim(*this, dim, whole, part, *n, std::nullopt, "operand",
+                         "result");
+}
+
+LogicalResult PartitionValueOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyGroup(*this, getMeshAttr(), getAxes(), st);
+}
+
+LogicalResult AxisIndexOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyGroup(*this, getMeshAttr(), getAxes(), st);
+}
+
+//===----------------------------------------------------------------------===//
+// Custom directives
+//===----------------------------------------------------------------------===//
+
+// #shardx.layout<...>, printed in full; a trailing `: type` belongs to the op.
+static ParseResult parseLayout(OpAsmParser &parser, LayoutAttr &layout) {
+  SMLoc loc = parser.getCurrentLocation();
+  Attribute attr;
+  if (parser.parseAttribute(attr, parser.getBuilder().getNoneType()))
+    return failure();
+  layout = dyn_cast<LayoutAttr>(attr);
+  if (!layout)
+    return parser.emitError(loc, "expected a #shardx.layout, got ") << attr;
+  return success();
+}
+
+static void printLayout(OpAsmPrinter &p, Operation *, LayoutAttr layout) {
+  p.printAttributeWithoutType(layout);
+}
+
+// [[0, 1], [1, 0]]
+static ParseResult parsePairs(OpAsmParser &parser, DenseI64ArrayAttr &pairs) {
+  SmallVector<int64_t> flat;
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        int64_t s, t;
+        if (parser.parseLSquare() || parser.parseInteger(s) ||
+            parser.parseComma() || parser.parseInteger(t) ||
+            parser.parseRSquare())
+          return failure();
+        flat.append({s, t});
+        return success();
+      }))
+    return failure();
+  pairs = parser.getBuilder().getDenseI64ArrayAttr(flat);
+  return success();
+}
+
+static void printPairs(OpAsmPrinter &p, Operation *, DenseI64ArrayAttr pairs) {
+  ArrayRef<int64_t> flat = pairs.asArrayRef();
+  p << "[";
+  for (size_t i = 0; i + 1 < flat.size(); i += 2)
+    p << (i ? ", " : "") << "[" << flat[i] << ", " << flat[i + 1] << "]";
+  p << "]";
+}
+
+#define GET_OP_CLASSES
+#include "shardx/Dialect/ShardX/IR/ShardXOps.cpp.inc"

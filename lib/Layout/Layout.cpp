@@ -1,0 +1,658 @@
+//===- Layout.cpp - Canonical layouts and local shard extents -------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Layout/Layout.h"
+
+#include <algorithm>
+#include <cassert>
+#include <numeric>
+#include <sstream>
+
+namespace shardx {
+
+const char *stringifyReduceOp(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+    return "sum";
+  case ReduceOp::Avg:
+    return "avg";
+  case ReduceOp::Max:
+    return "max";
+  case ReduceOp::Min:
+    return "min";
+  case ReduceOp::Prod:
+    return "prod";
+  }
+  return "?";
+}
+
+std::optional<ReduceOp> parseReduceOp(const std::string &name) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
+                      ReduceOp::Min, ReduceOp::Prod})
+    if (name == stringifyReduceOp(op))
+      return op;
+  return std::nullopt;
+}
+
+std::string Placement::str() const {
+  switch (kind) {
+  case Kind::Replicate:
+    return "R";
+  case Kind::Shard:
+    return "S(" + std::to_string(dim) + ")";
+  case Kind::StridedShard:
+    return "SS(" + std::to_string(dim) + ", " + std::to_string(splitFactor) +
+           ")";
+  case Kind::Partial:
+    return std::string("P(") + stringifyReduceOp(reduce) + ")";
+  }
+  return "?";
+}
+
+int64_t linearizeCoords(const std::vector<int64_t> &meshShape,
+                        const std::vector<int64_t> &axes,
+                        const std::vector<int64_t> &coords) {
+  int64_t linear = 0;
+  for (int64_t axis : axes)
+    linear = linear * meshShape[axis] + coords[axis];
+  return linear;
+}
+
+std::vector<std::vector<int64_t>>
+allMeshCoords(const std::vector<int64_t> &meshShape) {
+  std::vector<std::vector<int64_t>> result;
+  std::vector<int64_t> coords(meshShape.size(), 0);
+  int64_t total = 1;
+  for (int64_t n : meshShape)
+    total *= n;
+  for (int64_t i = 0; i < total; ++i) {
+    result.push_back(coords);
+    for (int64_t a = static_cast<int64_t>(meshShape.size()) - 1; a >= 0; --a) {
+      if (++coords[a] < meshShape[a])
+        break;
+      coords[a] = 0;
+    }
+  }
+  return result;
+}
+
+Interval chunkInterval(int64_t size, int64_t parts, int64_t index) {
+  int64_t chunk = (size + parts - 1) / parts;
+  int64_t begin = std::min(index * chunk, size);
+  int64_t end = std::min(begin + chunk, size);
+  return {begin, end - begin};
+}
+
+//===----------------------------------------------------------------------===//
+// Digits: the mixed-radix view of one dim used to canonicalize StridedShard.
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A digit of the mixed-radix view of a dim: a mesh axis, a run of unsplit
+/// blocks, or the trailing remainder whose size depends on the tensor.
+struct Digit {
+  enum class Kind { Axis, Free, Rest } kind;
+  int64_t value; // axis id (Axis) or size (Free)
+};
+
+/// Applies one DTensor split (axis `axis` of size `n`, split factor `sf`) to
+/// the digits of a dim: the local piece (the free digits) is viewed as
+/// (sf, n, rest) and the n part becomes the axis digit.
+bool applySplit(std::vector<Digit> &digits, int64_t axis, int64_t n, int64_t sf,
+                std::string &error) {
+  size_t idx = 0;
+  int64_t prefix = 1;
+  auto fail = [&] {
+    error = "split factor " + std::to_string(sf) + " on mesh axis " +
+            std::to_string(axis) +
+            " does not fall on a block boundary of the splits before it";
+    return false;
+  };
+  // Walk past free digits until their product is exactly sf.
+  while (prefix < sf) {
+    while (idx < digits.size() && digits[idx].kind == Digit::Kind::Axis)
+      ++idx;
+    assert(idx < digits.size() && "the rest digit is always last");
+    Digit &d = digits[idx];
+    if (sf % prefix != 0)
+      return fail();
+    int64_t need = sf / prefix;
+    if (d.kind == Digit::Kind::Rest) {
+      digits.insert(digits.begin() + idx, Digit{Digit::Kind::Free, need});
+      ++idx;
+      prefix = sf;
+      break;
+    }
+    if (d.value <= need) {
+      if (need % d.value != 0)
+        return fail();
+      prefix *= d.value;
+      ++idx;
+      continue;
+    }
+    if (d.value % need != 0)
+      return fail();
+    int64_t remaining = d.value / need;
+    d.value = need;
+    digits.insert(digits.begin() + idx + 1,
+                  Digit{Digit::Kind::Free, remaining});
+    ++idx;
+    prefix = sf;
+  }
+  if (prefix != sf)
+    return fail();
+  // The next free digit must start with n.
+  while (idx < digits.size() && digits[idx].kind == Digit::Kind::Axis)
+    ++idx;
+  assert(idx < digits.size());
+  Digit &d = digits[idx];
+  if (d.kind == Digit::Kind::Rest) {
+    digits.insert(digits.begin() + idx, Digit{Digit::Kind::Axis, axis});
+    return true;
+  }
+  if (d.value % n != 0) {
+    error = "mesh axis " + std::to_string(axis) + " (size " +
+            std::to_string(n) + ") cannot split a block of " +
+            std::to_string(d.value) + " left by the split factors before it";
+    return false;
+  }
+  int64_t remaining = d.value / n;
+  d = Digit{Digit::Kind::Axis, axis};
+  if (remaining != 1)
+    digits.insert(digits.begin() + idx + 1,
+                  Digit{Digit::Kind::Free, remaining});
+  return true;
+}
+
+std::vector<Split> digitsToSplits(const std::vector<Digit> &digits) {
+  std::vector<Split> splits;
+  int64_t free = 1;
+  for (const Digit &d : digits) {
+    if (d.kind == Digit::Kind::Free)
+      free *= d.value;
+    else if (d.kind == Digit::Kind::Axis)
+      splits.push_back({d.value, free});
+  }
+  return splits;
+}
+
+std::vector<Digit> splitsToDigits(const std::vector<Split> &splits) {
+  std::vector<Digit> digits;
+  int64_t prev = 1;
+  for (const Split &s : splits) {
+    if (s.stride / prev != 1)
+      digits.push_back({Digit::Kind::Free, s.stride / prev});
+    digits.push_back({Digit::Kind::Axis, s.axis});
+    prev = s.stride;
+  }
+  digits.push_back({Digit::Kind::Rest, 0});
+  return digits;
+}
+
+std::string listStr(const std::vector<int64_t> &v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+std::optional<Layout> Layout::fromPlacements(
+    const std::vector<Placement> &placements,
+    const std::vector<int64_t> &meshShape, std::string &error) {
+  LayoutSpelling spelling;
+  spelling.placements = placements;
+  return fromSpelling(spelling, meshShape, error);
+}
+
+std::optional<Layout>
+Layout::fromSpelling(const LayoutSpelling &spelling,
+                     const std::vector<int64_t> &meshShape,
+                     std::string &error) {
+  int64_t meshRank = static_cast<int64_t>(spelling.placements.size());
+  if (!meshShape.empty() && static_cast<int64_t>(meshShape.size()) != meshRank) {
+    error = "layout has " + std::to_string(meshRank) +
+            " placements but the mesh has " +
+            std::to_string(meshShape.size()) + " axes";
+    return std::nullopt;
+  }
+  Layout layout(meshRank);
+  // Per dim: the axes that shard it, in mesh order, with their split factor.
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> shardAxes;
+  for (int64_t axis = 0; axis < meshRank; ++axis) {
+    const Placement &p = spelling.placements[axis];
+    if (p.kind == Placement::Kind::Partial) {
+      layout.partials[axis] = p.reduce;
+      continue;
+    }
+    if (!p.isShard())
+      continue;
+    if (p.dim < 0) {
+      error = "placement " + p.str() + " on mesh axis " +
+              std::to_string(axis) + " shards a negative dim";
+      return std::nullopt;
+    }
+    if (p.splitFactor < 1) {
+      error = "placement " + p.str() + " on mesh axis " +
+              std::to_string(axis) + " has a split factor below 1";
+      return std::nullopt;
+    }
+    shardAxes[p.dim].push_back({axis, p.splitFactor});
+  }
+  auto checkKeys = [&](const std::map<int64_t, std::vector<int64_t>> &m,
+                       const char *what) {
+    for (const auto &entry : m)
+      if (!shardAxes.count(entry.first)) {
+        error = std::string(what) + " given for dim " +
+                std::to_string(entry.first) + ", which no mesh axis shards";
+        return false;
+      }
+    return true;
+  };
+  if (!checkKeys(spelling.order, "order") ||
+      !checkKeys(spelling.strides, "strides") ||
+      !checkKeys(spelling.sizes, "sizes"))
+    return std::nullopt;
+
+  for (const auto &[dim, axes] : shardAxes) {
+    DimSharding ds;
+    ds.dim = dim;
+    bool strided = std::any_of(axes.begin(), axes.end(),
+                               [](auto &a) { return a.second != 1; });
+    auto orderIt = spelling.order.find(dim);
+    auto stridesIt = spelling.strides.find(dim);
+    if (strided) {
+      if (orderIt != spelling.order.end() ||
+          stridesIt != spelling.strides.end()) {
+        error = "dim " + std::to_string(dim) +
+                " is spelled both with SS and with an explicit order or "
+                "strides; use one spelling";
+        return std::nullopt;
+      }
+      if (meshShape.empty()) {
+        error = "SS on dim " + std::to_string(dim) +
+                " needs the mesh shape to be resolved";
+        return std::nullopt;
+      }
+      std::vector<Digit> digits = {{Digit::Kind::Rest, 0}};
+      for (auto [axis, sf] : axes)
+        if (!applySplit(digits, axis, meshShape[axis], sf, error))
+          return std::nullopt;
+      ds.splits = digitsToSplits(digits);
+    } else {
+      std::vector<int64_t> order;
+      for (auto &a : axes)
+        order.push_back(a.first);
+      if (orderIt != spelling.order.end()) {
+        std::vector<int64_t> given = orderIt->second;
+        for (size_t i = 0; i < given.size(); ++i)
+          for (size_t j = 0; j < i; ++j)
+            if (given[i] == given[j]) {
+              error = "order for dim " + std::to_string(dim) +
+                      " lists mesh axis " + std::to_string(given[i]) +
+                      " twice";
+              return std::nullopt;
+            }
+        std::vector<int64_t> sortedGiven = given;
+        std::sort(sortedGiven.begin(), sortedGiven.end());
+        if (sortedGiven != order) {
+          error = "order for dim " + std::to_string(dim) + " is " +
+                  listStr(given) + " but the placements shard it over " +
+                  listStr(order);
+          return std::nullopt;
+        }
+        order = given;
+      }
+      std::vector<int64_t> strides(order.size(), 1);
+      if (stridesIt != spelling.strides.end()) {
+        if (stridesIt->second.size() != order.size()) {
+          error = "strides for dim " + std::to_string(dim) + " has " +
+                  std::to_string(stridesIt->second.size()) +
+                  " entries but the dim has " + std::to_string(order.size()) +
+                  " splits";
+          return std::nullopt;
+        }
+        strides = stridesIt->second;
+      }
+      for (size_t i = 0; i < order.size(); ++i)
+        ds.splits.push_back({order[i], strides[i]});
+    }
+    auto sizesIt = spelling.sizes.find(dim);
+    if (sizesIt != spelling.sizes.end())
+      ds.sizes = sizesIt->second;
+    layout.dims.push_back(std::move(ds));
+  }
+  error = layout.verify();
+  if (error.empty() && !meshShape.empty())
+    error = layout.verifyForMesh(meshShape);
+  if (!error.empty())
+    return std::nullopt;
+  return layout;
+}
+
+const DimSharding *Layout::getDim(int64_t dim) const {
+  for (const DimSharding &ds : dims)
+    if (ds.dim == dim)
+      return &ds;
+  return nullptr;
+}
+
+int64_t Layout::getShardedDim(int64_t axis) const {
+  for (const DimSharding &ds : dims)
+    for (const Split &s : ds.splits)
+      if (s.axis == axis)
+        return ds.dim;
+  return -1;
+}
+
+bool Layout::isReplicated() const { return dims.empty() && !hasPartial(); }
+
+bool Layout::hasPartial() const {
+  return std::any_of(partials.begin(), partials.end(),
+                     [](auto &p) { return p.has_value(); });
+}
+
+void Layout::addSplit(int64_t dim, Split split) {
+  auto it = std::lower_bound(
+      dims.begin(), dims.end(), dim,
+      [](const DimSharding &ds, int64_t d) { return ds.dim < d; });
+  if (it == dims.end() || it->dim != dim)
+    it = dims.insert(it, DimSharding{dim, {}, {}});
+  it->splits.push_back(split);
+}
+
+void Layout::setSizes(int64_t dim, std::vector<int64_t> sizes) {
+  for (DimSharding &ds : dims)
+    if (ds.dim == dim)
+      ds.sizes = std::move(sizes);
+}
+
+std::string Layout::verify() const {
+  int64_t meshRank = getMeshRank();
+  std::vector<int> uses(meshRank, 0);
+  int64_t prevDim = -1;
+  for (const DimSharding &ds : dims) {
+    std::string where = "dim " + std::to_string(ds.dim);
+    if (ds.dim < 0)
+      return "sharded dim " + std::to_string(ds.dim) + " is negative";
+    if (ds.dim <= prevDim)
+      return "dims are not sorted and unique at " + where;
+    prevDim = ds.dim;
+    if (ds.splits.empty())
+      return where + " has no split";
+    int64_t prevStride = 1;
+    for (const Split &s : ds.splits) {
+      if (s.axis < 0 || s.axis >= meshRank)
+        return where + " is split over mesh axis " + std::to_string(s.axis) +
+               ", out of range for a mesh of rank " + std::to_string(meshRank);
+      if (++uses[s.axis] > 1)
+        return "mesh axis " + std::to_string(s.axis) + " is used twice";
+      if (partials[s.axis])
+        return "mesh axis " + std::to_string(s.axis) +
+               " is both Partial and sharding " + where;
+      if (s.stride < 1)
+        return where + " has a stride below 1";
+      if (s.stride % prevStride != 0)
+        return where + " has stride " + std::to_string(s.stride) +
+               " that is not a multiple of the stride " +
+               std::to_string(prevStride) + " of the split before it";
+      prevStride = s.stride;
+    }
+    if (!ds.sizes.empty()) {
+      if (prevStride != 1)
+        return where + " has both strides and explicit sizes";
+      for (int64_t size : ds.sizes)
+        if (size < 0)
+          return where + " has a negative shard size";
+    }
+  }
+  return "";
+}
+
+std::string Layout::verifyForMesh(const std::vector<int64_t> &meshShape) const {
+  if (std::string e = verify(); !e.empty())
+    return e;
+  if (static_cast<int64_t>(meshShape.size()) != getMeshRank())
+    return "layout has " + std::to_string(getMeshRank()) +
+           " placements but the mesh has " + std::to_string(meshShape.size()) +
+           " axes";
+  for (const DimSharding &ds : dims) {
+    if (ds.sizes.empty())
+      continue;
+    int64_t shards = 1;
+    for (const Split &s : ds.splits)
+      shards *= meshShape[s.axis];
+    if (static_cast<int64_t>(ds.sizes.size()) != shards)
+      return "sizes for dim " + std::to_string(ds.dim) + " has " +
+             std::to_string(ds.sizes.size()) + " entries but the dim has " +
+             std::to_string(shards) + " shards";
+  }
+  return "";
+}
+
+std::string
+Layout::verifyForShape(const std::vector<int64_t> &meshShape,
+                       const std::vector<int64_t> &globalShape) const {
+  if (std::string e = verifyForMesh(meshShape); !e.empty())
+    return e;
+  int64_t rank = static_cast<int64_t>(globalShape.size());
+  for (const DimSharding &ds : dims) {
+    std::string where = "dim " + std::to_string(ds.dim);
+    if (ds.dim >= rank)
+      return "shard dim " + std::to_string(ds.dim) +
+             " is out of range for a tensor of rank " + std::to_string(rank);
+    int64_t size = globalShape[ds.dim];
+    if (size < 0)
+      continue; // dynamic: checked when the size is known
+    if (!ds.sizes.empty()) {
+      int64_t sum = std::accumulate(ds.sizes.begin(), ds.sizes.end(),
+                                    static_cast<int64_t>(0));
+      if (sum != size)
+        return "sizes for " + where + " sum to " + std::to_string(sum) +
+               " but the dim has size " + std::to_string(size);
+      continue;
+    }
+    int64_t lastStride = ds.splits.back().stride;
+    if (lastStride == 1)
+      continue;
+    int64_t blocks = lastStride;
+    for (const Split &s : ds.splits)
+      blocks *= meshShape[s.axis];
+    if (size % blocks != 0)
+      return where + " of size " + std::to_string(size) +
+             " is not a multiple of the " + std::to_string(blocks) +
+             " blocks its strided splits need";
+  }
+  return "";
+}
+
+std::optional<std::vector<Placement>>
+Layout::toPlacements(const std::vector<int64_t> &meshShape,
+                     std::string &error) const {
+  if ((error = verifyForMesh(meshShape)) != "")
+    return std::nullopt;
+  std::vector<Placement> placements(getMeshRank());
+  for (int64_t axis = 0; axis < getMeshRank(); ++axis)
+    if (partials[axis])
+      placements[axis] = Placement::partial(*partials[axis]);
+  for (const DimSharding &ds : dims) {
+    if (!ds.sizes.empty()) {
+      error = "dim " + std::to_string(ds.dim) +
+              " has explicit shard sizes, which DTensor placements cannot "
+              "express";
+      return std::nullopt;
+    }
+    std::vector<Digit> digits = splitsToDigits(ds.splits);
+    std::vector<int64_t> axes;
+    for (const Split &s : ds.splits)
+      axes.push_back(s.axis);
+    std::sort(axes.begin(), axes.end());
+    for (int64_t axis : axes) {
+      // DTensor applies placements in mesh order: the split factor is the
+      // size of everything major to this axis in the piece still local.
+      int64_t sf = 1;
+      size_t i = 0;
+      for (; digits[i].kind != Digit::Kind::Axis || digits[i].value != axis;
+           ++i)
+        sf *= digits[i].kind == Digit::Kind::Free ? digits[i].value
+                                                  : meshShape[digits[i].value];
+      digits.erase(digits.begin() + i);
+      placements[axis] = sf == 1 ? Placement::shard(ds.dim)
+                                 : Placement::stridedShard(ds.dim, sf);
+    }
+  }
+  return placements;
+}
+
+LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
+                                 const std::vector<int64_t> &globalShape,
+                                 const std::vector<int64_t> &coords) const {
+  assert(verifyForShape(meshShape, globalShape).empty());
+  LocalShard shard;
+  for (int64_t d = 0, e = static_cast<int64_t>(globalShape.size()); d < e;
+       ++d) {
+    int64_t size = globalShape[d];
+    const DimSharding *ds = getDim(d);
+    std::vector<Interval> runs;
+    if (!ds) {
+      runs.push_back({0, size});
+    } else if (!ds->sizes.empty()) {
+      std::vector<int64_t> axes;
+      for (const Split &s : ds->splits)
+        axes.push_back(s.axis);
+      int64_t index = linearizeCoords(meshShape, axes, coords);
+      int64_t offset = std::accumulate(ds->sizes.begin(),
+                                       ds->sizes.begin() + index,
+                                       static_cast<int64_t>(0));
+      runs.push_back({offset, ds->sizes[index]});
+    } else if (ds->splits.back().stride == 1) {
+      // Nested torch.chunk, major split first.
+      Interval piece{0, size};
+      for (const Split &s : ds->splits) {
+        Interval sub =
+            chunkInterval(piece.size, meshShape[s.axis], coords[s.axis]);
+        piece = {piece.offset + sub.offset, sub.size};
+      }
+      runs.push_back(piece);
+    } else {
+      // Mixed radix [F0, A1, F1, ..., Ak, rest]: enumerate the free digits
+      // major to the last axis; each combination is one run of `rest`.
+      std::vector<Digit> digits = splitsToDigits(ds->splits);
+      int64_t blocks = ds->splits.back().stride;
+      for (const Split &s : ds->splits)
+        blocks *= meshShape[s.axis];
+      int64_t rest = size / blocks;
+      std::vector<int64_t> place(digits.size());
+      int64_t p = rest;
+      for (int64_t i = static_cast<int64_t>(digits.size()) - 2; i >= 0; --i) {
+        place[i] = p;
+        p *= digits[i].kind == Digit::Kind::Free ? digits[i].value
+                                                 : meshShape[digits[i].value];
+      }
+      int64_t base = 0;
+      std::vector<size_t> freeIdx;
+      for (size_t i = 0; i + 1 < digits.size(); ++i) {
+        if (digits[i].kind == Digit::Kind::Axis)
+          base += coords[digits[i].value] * place[i];
+        else
+          freeIdx.push_back(i);
+      }
+      std::vector<int64_t> value(freeIdx.size(), 0);
+      while (true) {
+        int64_t offset = base;
+        for (size_t k = 0; k < freeIdx.size(); ++k)
+          offset += value[k] * place[freeIdx[k]];
+        if (!runs.empty() &&
+            runs.back().offset + runs.back().size == offset)
+          runs.back().size += rest;
+        else
+          runs.push_back({offset, rest});
+        int64_t k = static_cast<int64_t>(freeIdx.size()) - 1;
+        for (; k >= 0; --k) {
+          if (++value[k] < digits[freeIdx[k]].value)
+            break;
+          value[k] = 0;
+        }
+        if (k < 0)
+          break;
+      }
+    }
+    int64_t local = 0;
+    for (const Interval &r : runs)
+      local += r.size;
+    shard.runs.push_back(std::move(runs));
+    shard.shape.push_back(local);
+  }
+  return shard;
+}
+
+bool Layout::isEvenFor(const std::vector<int64_t> &meshShape,
+                       const std::vector<int64_t> &globalShape) const {
+  std::vector<int64_t> first;
+  for (const auto &coords : allMeshCoords(meshShape)) {
+    std::vector<int64_t> shape =
+        getLocalShard(meshShape, globalShape, coords).shape;
+    if (first.empty())
+      first = shape;
+    else if (shape != first)
+      return false;
+  }
+  return true;
+}
+
+LayoutSpelling Layout::getCanonicalSpelling() const {
+  LayoutSpelling spelling;
+  spelling.placements.resize(getMeshRank());
+  for (int64_t axis = 0; axis < getMeshRank(); ++axis)
+    if (partials[axis])
+      spelling.placements[axis] = Placement::partial(*partials[axis]);
+  for (const DimSharding &ds : dims) {
+    std::vector<int64_t> axes, strides;
+    for (const Split &s : ds.splits) {
+      spelling.placements[s.axis] = Placement::shard(ds.dim);
+      axes.push_back(s.axis);
+      strides.push_back(s.stride);
+    }
+    if (!std::is_sorted(axes.begin(), axes.end()))
+      spelling.order[ds.dim] = axes;
+    if (std::any_of(strides.begin(), strides.end(),
+                    [](int64_t s) { return s != 1; }))
+      spelling.strides[ds.dim] = strides;
+    if (!ds.sizes.empty())
+      spelling.sizes[ds.dim] = ds.sizes;
+  }
+  return spelling;
+}
+
+std::string Layout::str() const {
+  LayoutSpelling spelling = getCanonicalSpelling();
+  std::string s = "[";
+  for (size_t i = 0; i < spelling.placements.size(); ++i)
+    s += (i ? ", " : "") + spelling.placements[i].str();
+  s += "]";
+  auto printMap = [&](const char *name,
+                      const std::map<int64_t, std::vector<int64_t>> &m) {
+    if (m.empty())
+      return;
+    s += std::string(", ") + name + " = {";
+    bool first = true;
+    for (const auto &[dim, values] : m) {
+      s += (first ? "" : ", ") + std::to_string(dim) + " = " + listStr(values);
+      first = false;
+    }
+    s += "}";
+  };
+  printMap("order", spelling.order);
+  printMap("strides", spelling.strides);
+  printMap("sizes", spelling.sizes);
+  return s;
+}
+
+} // namespace shardx
