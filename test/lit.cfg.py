@@ -9,7 +9,7 @@ from lit.llvm.subst import ToolSubst
 
 config.name = "SHARDX"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.shardx_obj_root, "test")
 config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
@@ -18,10 +18,11 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%shardx_src_root", config.shardx_src_root))
+config.substitutions.append(("%shardx_obj_root", config.shardx_obj_root))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt", ToolSubst("%unit", os.path.join(config.shardx_tools_dir, "ShardXUnitTests"))]
+tools = ["shardx-opt"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -204,9 +204,10 @@ std::string listStr(const std::vector<int64_t> &v) {
 // Layout
 //===----------------------------------------------------------------------===//
 
-std::optional<Layout> Layout::fromPlacements(
-    const std::vector<Placement> &placements,
-    const std::vector<int64_t> &meshShape, std::string &error) {
+std::optional<Layout>
+Layout::fromPlacements(const std::vector<Placement> &placements,
+                       const std::vector<int64_t> &meshShape,
+                       std::string &error) {
   LayoutSpelling spelling;
   spelling.placements = placements;
   return fromSpelling(spelling, meshShape, error);
@@ -217,10 +218,11 @@ Layout::fromSpelling(const LayoutSpelling &spelling,
                      const std::vector<int64_t> &meshShape,
                      std::string &error) {
   int64_t meshRank = static_cast<int64_t>(spelling.placements.size());
-  if (!meshShape.empty() && static_cast<int64_t>(meshShape.size()) != meshRank) {
+  if (!meshShape.empty() &&
+      static_cast<int64_t>(meshShape.size()) != meshRank) {
     error = "layout has " + std::to_string(meshRank) +
-            " placements but the mesh has " +
-            std::to_string(meshShape.size()) + " axes";
+            " placements but the mesh has " + std::to_string(meshShape.size()) +
+            " axes";
     return std::nullopt;
   }
   Layout layout(meshRank);
@@ -235,13 +237,13 @@ Layout::fromSpelling(const LayoutSpelling &spelling,
     if (!p.isShard())
       continue;
     if (p.dim < 0) {
-      error = "placement " + p.str() + " on mesh axis " +
-              std::to_string(axis) + " shards a negative dim";
+      error = "placement " + p.str() + " on mesh axis " + std::to_string(axis) +
+              " shards a negative dim";
       return std::nullopt;
     }
     if (p.splitFactor < 1) {
-      error = "placement " + p.str() + " on mesh axis " +
-              std::to_string(axis) + " has a split factor below 1";
+      error = "placement " + p.str() + " on mesh axis " + std::to_string(axis) +
+              " has a split factor below 1";
       return std::nullopt;
     }
     shardAxes[p.dim].push_back({axis, p.splitFactor});
@@ -296,8 +298,7 @@ Layout::fromSpelling(const LayoutSpelling &spelling,
           for (size_t j = 0; j < i; ++j)
             if (given[i] == given[j]) {
               error = "order for dim " + std::to_string(dim) +
-                      " lists mesh axis " + std::to_string(given[i]) +
-                      " twice";
+                      " lists mesh axis " + std::to_string(given[i]) + " twice";
               return std::nullopt;
             }
         std::vector<int64_t> sortedGiven = given;
@@ -528,9 +529,9 @@ LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
       for (const Split &s : ds->splits)
         axes.push_back(s.axis);
       int64_t index = linearizeCoords(meshShape, axes, coords);
-      int64_t offset = std::accumulate(ds->sizes.begin(),
-                                       ds->sizes.begin() + index,
-                                       static_cast<int64_t>(0));
+      int64_t offset =
+          std::accumulate(ds->sizes.begin(), ds->sizes.begin() + index,
+                          static_cast<int64_t>(0));
       runs.push_back({offset, ds->sizes[index]});
     } else if (ds->splits.back().stride == 1) {
       // Nested torch.chunk, major split first.
@@ -569,8 +570,7 @@ LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
         int64_t offset = base;
         for (size_t k = 0; k < freeIdx.size(); ++k)
           offset += value[k] * place[freeIdx[k]];
-        if (!runs.empty() &&
-            runs.back().offset + runs.back().size == offset)
+        if (!runs.empty() && runs.back().offset + runs.back().size == offset)
           runs.back().size += rest;
         else
           runs.push_back({offset, rest});

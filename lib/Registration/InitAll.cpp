@@ -28,8 +28,8 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
   registerShardXDialect(registry);
   registry.insert<arith::ArithDialect, bufferization::BufferizationDialect,
                   func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
-                  memref::MemRefDialect, scf::SCFDialect,
-                  tensor::TensorDialect, tosa::TosaDialect>();
+                  memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect,
+                  tosa::TosaDialect>();
 }
 
 void mlir::shardx::registerShardXPasses() { registerShardXTransformsPasses(); }

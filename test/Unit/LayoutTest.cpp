@@ -64,8 +64,7 @@ std::vector<Indices> dtensorShard(const std::vector<Placement> &placements,
 /// Nested torch.chunk of each dim over an explicit axis order.
 std::vector<Indices>
 nestedShard(const std::map<int64_t, std::vector<int64_t>> &order,
-            const std::vector<int64_t> &mesh,
-            const std::vector<int64_t> &shape,
+            const std::vector<int64_t> &mesh, const std::vector<int64_t> &shape,
             const std::vector<int64_t> &coords) {
   std::vector<Indices> idx(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -152,8 +151,8 @@ TEST(Placement, Strings) {
 TEST(Layout, StridedShardIsAReorderOnFsdpOverTp) {
   // [SS(0, tp), S(0)] on (dp, tp): dim 0 split by tp first, then dp.
   std::vector<int64_t> mesh = {2, 2};
-  Layout ss = mustParse({Placement::stridedShard(0, 2), Placement::shard(0)},
-                        mesh);
+  Layout ss =
+      mustParse({Placement::stridedShard(0, 2), Placement::shard(0)}, mesh);
   LayoutSpelling spelling;
   spelling.placements = {Placement::shard(0), Placement::shard(0)};
   spelling.order[0] = {1, 0};
@@ -254,9 +253,9 @@ TEST(Layout, Errors) {
 
 /// Enumerates every assignment of placements from `choices` to the mesh
 /// axes and calls `fn` with it.
-static void
-forAllPlacements(const std::vector<Placement> &choices, size_t rank,
-                 const std::function<void(const std::vector<Placement> &)> &fn) {
+static void forAllPlacements(
+    const std::vector<Placement> &choices, size_t rank,
+    const std::function<void(const std::vector<Placement> &)> &fn) {
   std::vector<Placement> ps(rank);
   std::function<void(size_t)> rec = [&](size_t a) {
     if (a == rank)
@@ -275,8 +274,8 @@ TEST(Layout, MatchesDTensorOnEveryRank) {
   const std::vector<std::vector<int64_t>> shapes = {
       {8, 12}, {7, 5}, {1, 24}, {24, 7, 2}, {5, 4, 3}, {12, 12}};
   std::vector<Placement> choices = {
-      Placement::replicate(),     Placement::shard(0),
-      Placement::shard(1),        Placement::partial(ReduceOp::Sum),
+      Placement::replicate(),        Placement::shard(0),
+      Placement::shard(1),           Placement::partial(ReduceOp::Sum),
       Placement::stridedShard(0, 2), Placement::stridedShard(1, 3),
       Placement::stridedShard(0, 4), Placement::stridedShard(0, 6)};
   int64_t checked = 0, rejected = 0;
@@ -364,10 +363,10 @@ TEST(Layout, ExplicitOrderMatchesNestedChunks) {
 TEST(Layout, StridesMatchDigitDecoding) {
   // A dim with strides [s1, s2] over two axes is the mixed radix
   // [s1, A1, s2/s1, A2, rest]: decode every index digit by digit.
-  for (const auto &mesh : {std::vector<int64_t>{2, 3},
-                           std::vector<int64_t>{3, 2}}) {
-    for (auto strides : {std::vector<int64_t>{1, 2}, {2, 2}, {2, 4}, {3, 6},
-                         {1, 1}, {4, 4}}) {
+  for (const auto &mesh :
+       {std::vector<int64_t>{2, 3}, std::vector<int64_t>{3, 2}}) {
+    for (auto strides :
+         {std::vector<int64_t>{1, 2}, {2, 2}, {2, 4}, {3, 6}, {1, 1}, {4, 4}}) {
       for (std::vector<int64_t> order : {std::vector<int64_t>{0, 1}, {1, 0}}) {
         LayoutSpelling s;
         s.placements = {Placement::shard(0), Placement::shard(0)};

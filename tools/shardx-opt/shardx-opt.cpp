@@ -13,6 +13,6 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::shardx::registerAllShardXDialects(registry);
   mlir::shardx::registerShardXPasses();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "ShardX optimizer driver\n", registry));
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "ShardX optimizer driver\n", registry));
 }

@@ -133,9 +133,9 @@ public:
   /// Canonicalizes a spelling. `meshShape` may be empty when the spelling
   /// has no StridedShard (only SS needs axis sizes to be resolved). Returns
   /// nullopt and sets `error` when the spelling is malformed.
-  static std::optional<Layout> fromSpelling(const LayoutSpelling &spelling,
-                                            const std::vector<int64_t> &meshShape,
-                                            std::string &error);
+  static std::optional<Layout>
+  fromSpelling(const LayoutSpelling &spelling,
+               const std::vector<int64_t> &meshShape, std::string &error);
   /// Shorthand for fromSpelling with placements only.
   static std::optional<Layout>
   fromPlacements(const std::vector<Placement> &placements,
@@ -176,8 +176,7 @@ public:
   /// stride needs it). Fails when the layout has a split order DTensor
   /// placements cannot express.
   std::optional<std::vector<Placement>>
-  toPlacements(const std::vector<int64_t> &meshShape,
-               std::string &error) const;
+  toPlacements(const std::vector<int64_t> &meshShape, std::string &error) const;
 
   /// The shard rank `coords` holds. Requires verifyForShape() to pass.
   LocalShard getLocalShard(const std::vector<int64_t> &meshShape,

@@ -119,11 +119,12 @@ static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
       error = "dim " + std::to_string(ds.getDim()) +
               " has a different number of axes and strides";
     for (auto [i, axis] : llvm::enumerate(ds.getAxes()))
-      layout.addSplit(ds.getDim(),
-                      {axis, i < ds.getStrides().size() ? ds.getStrides()[i]
-                                                        : 1});
+      layout.addSplit(
+          ds.getDim(),
+          {axis, i < ds.getStrides().size() ? ds.getStrides()[i] : 1});
     if (!ds.getSizes().empty())
-      layout.setSizes(ds.getDim(), std::vector<int64_t>(ds.getSizes().begin(), ds.getSizes().end()));
+      layout.setSizes(ds.getDim(), std::vector<int64_t>(ds.getSizes().begin(),
+                                                        ds.getSizes().end()));
   }
   return layout;
 }
@@ -141,10 +142,10 @@ LayoutAttr LayoutAttr::get(FlatSymbolRefAttr mesh,
   return fromParameters(getDims(), getPartials(), error);
 }
 
-LogicalResult
-LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                   FlatSymbolRefAttr mesh, ArrayRef<DimShardingAttr> dims,
-                   ArrayRef<int64_t> partials) {
+LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 FlatSymbolRefAttr mesh,
+                                 ArrayRef<DimShardingAttr> dims,
+                                 ArrayRef<int64_t> partials) {
   if (!mesh)
     return emitError() << "layout needs a mesh";
   std::string error;
@@ -174,20 +175,21 @@ std::string LayoutAttr::verifyFor(ArrayRef<int64_t> meshShape,
 /// Parses `{d = [v, ...], ...}` into `map`.
 static ParseResult parseDimMap(AsmParser &parser, StringRef clause,
                                std::map<int64_t, std::vector<int64_t>> &map) {
-  return parser.parseCommaSeparatedList(AsmParser::Delimiter::Braces,
-                                        [&]() -> ParseResult {
-    SMLoc loc = parser.getCurrentLocation();
-    int64_t dim;
-    SmallVector<int64_t> values;
-    if (parser.parseInteger(dim) || parser.parseEqual() ||
-        parseIntList(parser, values))
-      return failure();
-    if (!map.emplace(dim, std::vector<int64_t>(values.begin(), values.end()))
-             .second)
-      return parser.emitError(loc) << "'" << clause << "' lists dim " << dim
-                                   << " twice";
-    return success();
-  });
+  return parser.parseCommaSeparatedList(
+      AsmParser::Delimiter::Braces, [&]() -> ParseResult {
+        SMLoc loc = parser.getCurrentLocation();
+        int64_t dim;
+        SmallVector<int64_t> values;
+        if (parser.parseInteger(dim) || parser.parseEqual() ||
+            parseIntList(parser, values))
+          return failure();
+        if (!map.emplace(dim,
+                         std::vector<int64_t>(values.begin(), values.end()))
+                 .second)
+          return parser.emitError(loc)
+                 << "'" << clause << "' lists dim " << dim << " twice";
+        return success();
+      });
 }
 
 // #shardx.layout<@mesh, [S(0), SS(1, 2), R, P(sum)], order = {...},
@@ -197,7 +199,7 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
   StringAttr meshName;
   if (parser.parseLess())
     return {};
-  if (parser.parseSymbolName(meshName)) {
+  if (failed(parser.parseOptionalSymbolName(meshName))) {
     parser.emitError(parser.getCurrentLocation(),
                      "expected a mesh symbol such as @mesh");
     return {};
@@ -306,10 +308,9 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
   SmallVector<DimShardingAttr> dims;
   SmallVector<int64_t> partials;
   toParameters(parser.getContext(), *layout, dims, partials);
-  return LayoutAttr::getChecked([&] { return parser.emitError(loc); },
-                                parser.getContext(),
-                                FlatSymbolRefAttr::get(meshName), dims,
-                                partials);
+  return LayoutAttr::getChecked(
+      [&] { return parser.emitError(loc); }, parser.getContext(),
+      FlatSymbolRefAttr::get(meshName), dims, partials);
 }
 
 void LayoutAttr::print(AsmPrinter &printer) const {

@@ -55,7 +55,8 @@ static LogicalResult verifyFunctionLayout(Operation *op, unsigned index,
                            << attr.getValue();
   Type type;
   if (auto fn = dyn_cast<FunctionOpInterface>(op)) {
-    ArrayRef<Type> types = isResult ? fn.getResultTypes() : fn.getArgumentTypes();
+    ArrayRef<Type> types =
+        isResult ? fn.getResultTypes() : fn.getArgumentTypes();
     if (index < types.size())
       type = types[index];
   }

@@ -35,14 +35,15 @@ MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
 LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
                                            Type type, StringRef what,
                                            SymbolTableCollection *symbolTable) {
-  Operation *found = symbolTable ? symbolTable->lookupNearestSymbolFrom(
-                                       op, layout.getMesh().getAttr())
-                                 : SymbolTable::lookupNearestSymbolFrom(
-                                       op, layout.getMesh().getAttr());
+  Operation *found =
+      symbolTable
+          ? symbolTable->lookupNearestSymbolFrom(op, layout.getMesh().getAttr())
+          : SymbolTable::lookupNearestSymbolFrom(op,
+                                                 layout.getMesh().getAttr());
   auto mesh = dyn_cast_or_null<MeshOp>(found);
   if (!mesh)
-    return op->emitError() << what << " " << layout << " refers to unknown mesh "
-                           << layout.getMesh();
+    return op->emitError() << what << " " << layout
+                           << " refers to unknown mesh " << layout.getMesh();
   std::string error = layout.verifyFor(mesh.getShape(), type);
   if (!error.empty())
     return op->emitError() << what << " " << layout << " is invalid for "
@@ -65,9 +66,9 @@ static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
   llvm::SmallSet<int64_t, 4> seen;
   for (int64_t axis : axes) {
     if (axis < 0 || axis >= mesh.getRank())
-      return op->emitError() << "mesh axis " << axis
-                             << " is out of range for mesh " << meshRef
-                             << " of rank " << mesh.getRank();
+      return op->emitError()
+             << "mesh axis " << axis << " is out of range for mesh " << meshRef
+             << " of rank " << mesh.getRank();
     if (!seen.insert(axis).second)
       return op->emitError() << "mesh axis " << axis << " is listed twice";
     groupSize *= mesh.getShape()[axis];
@@ -101,8 +102,7 @@ static LogicalResult verifySameElementsAndRank(Operation *op,
 
 /// Checks that `result` dims other than those in `except` equal `input`'s
 /// (dynamic sizes match anything).
-static LogicalResult verifyOtherDimsEqual(Operation *op,
-                                          RankedTensorType input,
+static LogicalResult verifyOtherDimsEqual(Operation *op, RankedTensorType input,
                                           RankedTensorType result,
                                           ArrayRef<int64_t> except) {
   for (int64_t d = 0; d < input.getRank(); ++d) {
@@ -110,9 +110,8 @@ static LogicalResult verifyOtherDimsEqual(Operation *op,
       continue;
     int64_t a = input.getDimSize(d), b = result.getDimSize(d);
     if (!ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b)
-      return op->emitError()
-             << "result dim " << d << " is " << b << " but the operand's is "
-             << a;
+      return op->emitError() << "result dim " << d << " is " << b
+                             << " but the operand's is " << a;
   }
   return success();
 }
@@ -203,17 +202,15 @@ ParseResult MeshOp::parse(OpAsmParser &parser, OperationState &result) {
             return parser.parseFloat(values.emplace_back());
           }))
         return failure();
-      result.addAttribute(key == "bandwidth"
-                              ? getBandwidthAttrName(result.name)
-                              : getLatencyAttrName(result.name),
+      result.addAttribute(key == "bandwidth" ? getBandwidthAttrName(result.name)
+                                             : getLatencyAttrName(result.name),
                           b.getDenseF64ArrayAttr(values));
     } else {
       return parser.emitError(loc, "unknown mesh field '")
              << key << "'; expected axes, bandwidth or latency";
     }
   }
-  if (parser.parseRParen() ||
-      parser.parseOptionalAttrDict(result.attributes))
+  if (parser.parseRParen() || parser.parseOptionalAttrDict(result.attributes))
     return failure();
   // Layouts spelled with StridedShard need the mesh shape while parsing.
   parser.getContext()->getOrLoadDialect<ShardXDialect>()->recordMeshShape(
@@ -250,12 +247,12 @@ LogicalResult MeshOp::verify() {
     return emitOpError("needs at least one axis");
   for (auto [i, size] : llvm::enumerate(shape))
     if (size <= 0)
-      return emitOpError("axis ") << i << " has size " << size
-                                  << "; sizes must be positive";
+      return emitOpError("axis ")
+             << i << " has size " << size << "; sizes must be positive";
   if (std::optional<ArrayAttr> axes = getAxes()) {
     if (axes->size() != shape.size())
-      return emitOpError("has ") << axes->size() << " axis names for "
-                                 << shape.size() << " axes";
+      return emitOpError("has ")
+             << axes->size() << " axis names for " << shape.size() << " axes";
     llvm::SmallSet<StringRef, 4> seen;
     for (Attribute a : *axes) {
       StringRef axisName = cast<StringAttr>(a).getValue();
@@ -270,8 +267,8 @@ LogicalResult MeshOp::verify() {
     if (!hint)
       continue;
     if (hint->size() != shape.size())
-      return emitOpError("has ") << hint->size() << " " << name
-                                 << " hints for " << shape.size() << " axes";
+      return emitOpError("has ") << hint->size() << " " << name << " hints for "
+                                 << shape.size() << " axes";
     for (double v : *hint)
       if (!(v > 0))
         return emitOpError() << name << " hints must be positive, got " << v;
@@ -379,9 +376,8 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
            << " does not divide by the group size " << *n;
   if (splitDim == concatDim)
     return verifyOtherDimsEqual(*this, in, out, {});
-  if (failed(verifyScaledDim(*this, splitDim, inSplit,
-                             out.getDimSize(splitDim), *n, std::nullopt,
-                             "operand", "result")) ||
+  if (failed(verifyScaledDim(*this, splitDim, inSplit, out.getDimSize(splitDim),
+                             *n, std::nullopt, "operand", "result")) ||
       failed(verifyScaledDim(*this, concatDim, out.getDimSize(concatDim),
                              in.getDimSize(concatDim), *n, std::nullopt,
                              "result", "operand")))
@@ -417,8 +413,8 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &st) {
     return failure();
   int64_t root = static_cast<int64_t>(getRoot());
   if (root < 0 || root >= *n)
-    return emitOpError("root ") << root
-                                << " is out of range for a group of " << *n;
+    return emitOpError("root ")
+           << root << " is out of range for a group of " << *n;
   return success();
 }
 

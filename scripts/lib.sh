@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Shared helpers for the ShardX scripts: install what is missing, configure,
+# build. Sourced, not run.
+set -euo pipefail
+
+SHARDX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SHARDX_BUILD="${SHARDX_BUILD:-$SHARDX_ROOT/build}"
+LLVM_PREFIX=/usr/lib/llvm-22
+JOBS="${JOBS:-2}"
+
+# Debian packages the build and the CPU test suite need.
+SHARDX_PACKAGES=(
+  cmake ninja-build ccache g++ git
+  libgtest-dev
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  python3
+)
+
+log() { printf '[shardx] %s\n' "$*" >&2; }
+
+# Installs the Debian packages in "$@" that are not installed yet.
+install_packages() {
+  local missing=()
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null |
+        grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    return 0
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || {
+      log "need root (or sudo) to install: ${missing[*]}"
+      exit 1
+    }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Configures (once) and builds the given targets (default: all).
+build_shardx() {
+  install_packages "${SHARDX_PACKAGES[@]}"
+  if [ ! -f "$SHARDX_BUILD/build.ninja" ]; then
+    log "configuring in $SHARDX_BUILD"
+    cmake -G Ninja -S "$SHARDX_ROOT" -B "$SHARDX_BUILD" \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DMLIR_DIR="$LLVM_PREFIX/lib/cmake/mlir" \
+      -DLLVM_EXTERNAL_LIT="$LLVM_PREFIX/bin/lit" >"$SHARDX_BUILD.configure.log" 2>&1 || {
+      cat "$SHARDX_BUILD.configure.log" >&2
+      exit 1
+    }
+  fi
+  log "building ${*:-all} (-j$JOBS)"
+  ninja -C "$SHARDX_BUILD" -j "$JOBS" "$@"
+}

@@ -1,0 +1,495 @@
+// RUN: shardx-opt %s --split-input-file --verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// shardx.mesh
+//===----------------------------------------------------------------------===//
+
+// Tests that mesh axis sizes must be positive.
+// expected-error @+1 {{'shardx.mesh' op axis 1 has size 0; sizes must be positive}}
+shardx.mesh @mesh(shape = 2x0)
+
+// -----
+
+// Tests that a mesh needs one name per axis.
+// expected-error @+1 {{'shardx.mesh' op has 1 axis names for 2 axes}}
+shardx.mesh @mesh(shape = 2x2, axes = ["dp"])
+
+// -----
+
+// Tests that mesh axis names are unique.
+// expected-error @+1 {{'shardx.mesh' op axis name 'dp' is used twice}}
+shardx.mesh @mesh(shape = 2x2, axes = ["dp", "dp"])
+
+// -----
+
+// Tests that mesh axis names are not empty.
+// expected-error @+1 {{'shardx.mesh' op axis names must not be empty}}
+shardx.mesh @mesh(shape = 2x2, axes = ["dp", ""])
+
+// -----
+
+// Tests that a mesh needs one cost hint per axis.
+// expected-error @+1 {{'shardx.mesh' op has 1 bandwidth hints for 2 axes}}
+shardx.mesh @mesh(shape = 2x2, bandwidth = [100.0])
+
+// -----
+
+// Tests that cost hints are positive.
+// expected-error @+1 {{'shardx.mesh' op latency hints must be positive, got 0}}
+shardx.mesh @mesh(shape = 2x2, latency = [1.0, 0.0])
+
+// -----
+
+// Tests that unknown mesh fields are rejected.
+// expected-error @+1 {{unknown mesh field 'speed'; expected axes, bandwidth or latency}}
+shardx.mesh @mesh(shape = 2x2, speed = [1.0, 1.0])
+
+// -----
+
+// Tests that a mesh with no axis is rejected.
+// expected-error @+1 {{'shardx.mesh' op needs at least one axis}}
+"shardx.mesh"() <{sym_name = "mesh", shape = array<i64>}> : () -> ()
+
+//===----------------------------------------------------------------------===//
+// shardx.annotate, shardx.redistribute, shardx.local_size
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that annotate checks its layout against the mesh and the tensor.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{layout #shardx.layout<@mesh, [S(1), R]> is invalid for 'tensor<8xf32>' on mesh @mesh: shard dim 1 is out of range for a tensor of rank 1}}
+  %0 = shardx.annotate %x : tensor<8xf32> to #shardx.layout<@mesh, [S(1), R]>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that annotate rejects an unknown mesh.
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{layout #shardx.layout<@mesh, [S(0)]> refers to unknown mesh @mesh}}
+  %0 = shardx.annotate %x : tensor<8xf32> to #shardx.layout<@mesh, [S(0)]>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that annotate needs a layout attribute.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{expected a #shardx.layout, got "S(0)"}}
+  %0 = shardx.annotate %x : tensor<8xf32> to "S(0)"
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that redistribute needs both layouts on one mesh.
+shardx.mesh @a(shape = 2)
+shardx.mesh @b(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'shardx.redistribute' op source and target layouts are on different meshes (@a and @b)}}
+  %0 = shardx.redistribute %x : tensor<8xf32> from #shardx.layout<@a, [S(0)]> to #shardx.layout<@b, [R]>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that redistribute checks its target layout against the tensor.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{target layout #shardx.layout<@mesh, [S(0)], sizes = {0 = [4, 3]}> is invalid for 'tensor<8xf32>' on mesh @mesh: sizes for dim 0 sum to 7 but the dim has size 8}}
+  %0 = shardx.redistribute %x : tensor<8xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [4, 3]}>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that redistribute checks its source layout against the mesh.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{source layout #shardx.layout<@mesh, [S(0), R]> is invalid for 'tensor<8xf32>' on mesh @mesh: layout has 2 placements but the mesh has 1 axes}}
+  %0 = shardx.redistribute %x : tensor<8xf32> from #shardx.layout<@mesh, [S(0), R]> to #shardx.layout<@mesh, [R]>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that annotate keeps the operand type.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'shardx.annotate' op requires the same type for all operands and results}}
+  %0 = "shardx.annotate"(%x) <{layout = #shardx.layout<@mesh, [S(0)]>}> : (tensor<8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that local_size needs its dim in range.
+shardx.mesh @mesh(shape = 2)
+func.func @f() -> index {
+  // expected-error @+1 {{dim 2 is out of range for a tensor of rank 2}}
+  %0 = shardx.local_size #shardx.layout<@mesh, [S(0)]> shape = [7, 4] dim = 2 : index
+  return %0 : index
+}
+
+// -----
+
+// Tests that local_size needs a static global shape.
+shardx.mesh @mesh(shape = 2)
+func.func @f() -> index {
+  // expected-error @+1 {{'shardx.local_size' op global shape must be static and non-negative}}
+  %0 = shardx.local_size #shardx.layout<@mesh, [S(0)]> shape = [-1, 4] dim = 0 : index
+  return %0 : index
+}
+
+// -----
+
+// Tests that local_size checks the layout against the shape.
+shardx.mesh @mesh(shape = 2)
+func.func @f() -> index {
+  // expected-error @+1 {{sizes for dim 0 sum to 6 but the dim has size 7}}
+  %0 = shardx.local_size #shardx.layout<@mesh, [S(0)], sizes = {0 = [3, 3]}> shape = [7, 4] dim = 0 : index
+  return %0 : index
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives: common constraints
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that a collective rejects an unknown mesh.
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{unknown mesh @mesh}}
+  %0 = shardx.all_reduce %x on @mesh axes = [0] reduction = sum : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a collective needs at least one axis.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{needs at least one mesh axis}}
+  %0 = shardx.all_reduce %x on @mesh axes = [] reduction = sum : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a collective's axes must be in range.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{mesh axis 2 is out of range for mesh @mesh of rank 2}}
+  %0 = shardx.broadcast %x on @mesh axes = [2] root = 0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a collective's axes are listed once.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{mesh axis 1 is listed twice}}
+  %0 = shardx.partition_value %x on @mesh axes = [1, 1] reduction = sum : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that axis_index checks its axes.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f() -> index {
+  // expected-error @+1 {{mesh axis -1 is out of range for mesh @mesh of rank 2}}
+  %0 = shardx.axis_index on @mesh axes = [-1] : index
+  return %0 : index
+}
+
+// -----
+
+// Tests that an unknown reduction is rejected.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+2 {{expected ::mlir::shardx::ReductionKind to be one of: sum, avg, max, min, prod}}
+  // expected-error @+1 {{failed to parse ShardX_ReductionKindAttr parameter 'value'}}
+  %0 = shardx.all_reduce %x on @mesh axes = [0] reduction = mean : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that all_reduce keeps the operand type.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "shardx.all_reduce"(%x) <{mesh = @mesh, axes = array<i64: 0>, reduction = #shardx<reduction sum>}> : (tensor<8xf32>) -> tensor<8xf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// shardx.all_gather
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that all_gather keeps the element type.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2xf32>) {
+  // expected-error @+1 {{element type of the result ('f16') differs from the operand's ('f32')}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 : tensor<2xf32> -> tensor<8xf16>
+  return
+}
+
+// -----
+
+// Tests that all_gather keeps the rank.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2xf32>) {
+  // expected-error @+1 {{result rank 2 differs from the operand rank 1}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 : tensor<2xf32> -> tensor<8x1xf32>
+  return
+}
+
+// -----
+
+// Tests that all_gather's dim must be in range.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2xf32>) {
+  // expected-error @+1 {{dim 1 is out of range for a tensor of rank 1}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 1 : tensor<2xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that all_gather's result is the group size times the operand.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2xf32>) {
+  // expected-error @+1 {{result dim 0 is 6 but must be operand dim 2 times the group size 4}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 : tensor<2xf32> -> tensor<6xf32>
+  return
+}
+
+// -----
+
+// Tests that all_gather keeps the other dims.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{result dim 1 is 4 but the operand's is 3}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 : tensor<2x3xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+// Tests that uneven all_gather needs one size per group member.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<?xf32>) {
+  // expected-error @+1 {{'sizes' has 2 entries but the group has 4 members}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 sizes = [4, 3] : tensor<?xf32> -> tensor<7xf32>
+  return
+}
+
+// -----
+
+// Tests that uneven all_gather's result is the sum of the sizes.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<?xf32>) {
+  // expected-error @+1 {{result dim 0 is 8 but 'sizes' sums to 7}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 sizes = [4, 3] : tensor<?xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that uneven sizes cannot be negative.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<?xf32>) {
+  // expected-error @+1 {{'sizes' has a negative entry -1}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 sizes = [8, -1] : tensor<?xf32> -> tensor<7xf32>
+  return
+}
+
+// -----
+
+// Tests that an uneven piece cannot have a static size.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{operand dim 0 is static but 'sizes' are not all 4; make it dynamic}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 sizes = [4, 3] : tensor<4xf32> -> tensor<7xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// shardx.reduce_scatter, shardx.all_to_all
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that reduce_scatter's operand is the group size times the result.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{operand dim 0 is 8 but must be result dim 2 times the group size 2}}
+  %0 = shardx.reduce_scatter %x on @mesh axes = [1] dim = 0 reduction = sum : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// Tests that uneven reduce_scatter's operand is the sum of the sizes.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{operand dim 0 is 8 but 'sizes' sums to 7}}
+  %0 = shardx.reduce_scatter %x on @mesh axes = [0] dim = 0 reduction = sum sizes = [4, 3] : tensor<8xf32> -> tensor<?xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's split dim must divide by the group size.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<6x4xf32>) {
+  // expected-error @+1 {{split_dim 0 of size 6 does not divide by the group size 4}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 : tensor<6x4xf32> -> tensor<1x16xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's concat dim grows by the group size.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{result dim 1 is 8 but must be operand dim 4 times the group size 4}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 : tensor<8x4xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's split dim shrinks by the group size.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{operand dim 0 is 8 but must be result dim 4 times the group size 4}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 : tensor<8x4xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's dims must be in range.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{concat_dim 2 is out of range for a tensor of rank 2}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 2 : tensor<8x4xf32> -> tensor<2x4xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// shardx.permute, shardx.broadcast
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that permute indices are within the group.
+shardx.mesh @mesh(shape = 2x3)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{pair index 3 is out of range for a group of 3}}
+  %0 = shardx.permute %x on @mesh axes = [1] pairs = [[0, 3]] : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a permute source is used once.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{group member 0 is a source twice}}
+  %0 = shardx.permute %x on @mesh axes = [0] pairs = [[0, 1], [0, 2]] : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a permute target is used once.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{group member 2 is a target twice}}
+  %0 = shardx.permute %x on @mesh axes = [0] pairs = [[0, 2], [1, 2]] : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that permute pairs come in twos (generic form).
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{pairs must hold [source, target] pairs}}
+  %0 = "shardx.permute"(%x) <{mesh = @mesh, axes = array<i64: 0>, pairs = array<i64: 0, 1, 2>}> : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the broadcast root is within the group.
+shardx.mesh @mesh(shape = 2x3)
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{root 6 is out of range for a group of 6}}
+  %0 = shardx.broadcast %x on @mesh axes = [0, 1] root = 6 : tensor<4xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// shardx.chunk
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that chunk's stride is positive.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{stride must be positive, got 0}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 0 : tensor<8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that chunk cannot combine sizes and a stride.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'sizes' and a stride cannot be combined}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 2 sizes = [4, 4] : tensor<8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that an uneven chunk needs a dynamic result.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<7xf32>) {
+  // expected-error @+1 {{operand dim 0 of size 7 does not divide into 4 blocks; the result dim must be dynamic}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 : tensor<7xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// Tests that a strided chunk must divide.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<6xf32>) {
+  // expected-error @+1 {{does not divide into 8 blocks; the result dim must be dynamic (and a strided chunk must divide)}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 4 : tensor<6xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// Tests that chunk's result is the operand divided by the group size.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{operand dim 0 is 8 but must be result dim 4 times the group size 4}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 : tensor<8xf32> -> tensor<4xf32>
+  return
+}
