@@ -98,11 +98,13 @@ struct Digit {
   int64_t value; // axis id (Axis) or size (Free)
 };
 
-/// Applies one DTensor split (axis `axis` of size `n`, split factor `sf`) to
-/// the digits of a dim: the local piece (the free digits) is viewed as
-/// (sf, n, rest) and the n part becomes the axis digit.
-bool applySplit(std::vector<Digit> &digits, int64_t axis, int64_t n, int64_t sf,
-                std::string &error) {
+/// Applies one DTensor split (the mesh axes `axes`, of total size `n`, acting
+/// as one axis, split factor `sf`) to the digits of a dim: the local piece
+/// (the free digits) is viewed as (sf, n, rest) and the n part becomes the
+/// axis digits, in order.
+bool applySplit(std::vector<Digit> &digits, const std::vector<int64_t> &axes,
+                int64_t n, int64_t sf, std::string &error) {
+  int64_t axis = axes.front();
   size_t idx = 0;
   int64_t prefix = 1;
   auto fail = [&] {
@@ -149,8 +151,11 @@ bool applySplit(std::vector<Digit> &digits, int64_t axis, int64_t n, int64_t sf,
     ++idx;
   assert(idx < digits.size());
   Digit &d = digits[idx];
+  std::vector<Digit> axisDigits;
+  for (int64_t a : axes)
+    axisDigits.push_back(Digit{Digit::Kind::Axis, a});
   if (d.kind == Digit::Kind::Rest) {
-    digits.insert(digits.begin() + idx, Digit{Digit::Kind::Axis, axis});
+    digits.insert(digits.begin() + idx, axisDigits.begin(), axisDigits.end());
     return true;
   }
   if (d.value % n != 0) {
@@ -160,10 +165,10 @@ bool applySplit(std::vector<Digit> &digits, int64_t axis, int64_t n, int64_t sf,
     return false;
   }
   int64_t remaining = d.value / n;
-  d = Digit{Digit::Kind::Axis, axis};
+  digits.erase(digits.begin() + idx);
   if (remaining != 1)
-    digits.insert(digits.begin() + idx + 1,
-                  Digit{Digit::Kind::Free, remaining});
+    digits.insert(digits.begin() + idx, Digit{Digit::Kind::Free, remaining});
+  digits.insert(digits.begin() + idx, axisDigits.begin(), axisDigits.end());
   return true;
 }
 
@@ -285,7 +290,7 @@ Layout::fromSpelling(const LayoutSpelling &spelling,
       }
       std::vector<Digit> digits = {{Digit::Kind::Rest, 0}};
       for (auto [axis, sf] : axes)
-        if (!applySplit(digits, axis, meshShape[axis], sf, error))
+        if (!applySplit(digits, {axis}, meshShape[axis], sf, error))
           return std::nullopt;
       ds.splits = digitsToSplits(digits);
     } else {
@@ -380,38 +385,38 @@ std::string Layout::verify() const {
   std::vector<int> uses(meshRank, 0);
   int64_t prevDim = -1;
   for (const DimSharding &ds : dims) {
-    std::string where = "dim " + std::to_string(ds.dim);
+    auto where = [&] { return "dim " + std::to_string(ds.dim); };
     if (ds.dim < 0)
       return "sharded dim " + std::to_string(ds.dim) + " is negative";
     if (ds.dim <= prevDim)
-      return "dims are not sorted and unique at " + where;
+      return "dims are not sorted and unique at " + where();
     prevDim = ds.dim;
     if (ds.splits.empty())
-      return where + " has no split";
+      return where() + " has no split";
     int64_t prevStride = 1;
     for (const Split &s : ds.splits) {
       if (s.axis < 0 || s.axis >= meshRank)
-        return where + " is split over mesh axis " + std::to_string(s.axis) +
+        return where() + " is split over mesh axis " + std::to_string(s.axis) +
                ", out of range for a mesh of rank " + std::to_string(meshRank);
       if (++uses[s.axis] > 1)
         return "mesh axis " + std::to_string(s.axis) + " is used twice";
       if (partials[s.axis])
         return "mesh axis " + std::to_string(s.axis) +
-               " is both Partial and sharding " + where;
+               " is both Partial and sharding " + where();
       if (s.stride < 1)
-        return where + " has a stride below 1";
+        return where() + " has a stride below 1";
       if (s.stride % prevStride != 0)
-        return where + " has stride " + std::to_string(s.stride) +
+        return where() + " has stride " + std::to_string(s.stride) +
                " that is not a multiple of the stride " +
                std::to_string(prevStride) + " of the split before it";
       prevStride = s.stride;
     }
     if (!ds.sizes.empty()) {
       if (prevStride != 1)
-        return where + " has both strides and explicit sizes";
+        return where() + " has both strides and explicit sizes";
       for (int64_t size : ds.sizes)
         if (size < 0)
-          return where + " has a negative shard size";
+          return where() + " has a negative shard size";
     }
   }
   return "";
@@ -445,7 +450,7 @@ Layout::verifyForShape(const std::vector<int64_t> &meshShape,
     return e;
   int64_t rank = static_cast<int64_t>(globalShape.size());
   for (const DimSharding &ds : dims) {
-    std::string where = "dim " + std::to_string(ds.dim);
+    auto where = [&] { return "dim " + std::to_string(ds.dim); };
     if (ds.dim >= rank)
       return "shard dim " + std::to_string(ds.dim) +
              " is out of range for a tensor of rank " + std::to_string(rank);
@@ -456,7 +461,7 @@ Layout::verifyForShape(const std::vector<int64_t> &meshShape,
       int64_t sum = std::accumulate(ds.sizes.begin(), ds.sizes.end(),
                                     static_cast<int64_t>(0));
       if (sum != size)
-        return "sizes for " + where + " sum to " + std::to_string(sum) +
+        return "sizes for " + where() + " sum to " + std::to_string(sum) +
                " but the dim has size " + std::to_string(size);
       continue;
     }
@@ -467,7 +472,7 @@ Layout::verifyForShape(const std::vector<int64_t> &meshShape,
     for (const Split &s : ds.splits)
       blocks *= meshShape[s.axis];
     if (size % blocks != 0)
-      return where + " of size " + std::to_string(size) +
+      return where() + " of size " + std::to_string(size) +
              " is not a multiple of the " + std::to_string(blocks) +
              " blocks its strided splits need";
   }
@@ -510,6 +515,62 @@ Layout::toPlacements(const std::vector<int64_t> &meshShape,
     }
   }
   return placements;
+}
+
+std::optional<Layout>
+Layout::withoutSplits(int64_t dim, size_t first, size_t count,
+                      const std::vector<int64_t> &meshShape) const {
+  Layout result = *this;
+  auto it = std::find_if(result.dims.begin(), result.dims.end(),
+                         [&](const DimSharding &ds) { return ds.dim == dim; });
+  if (it == result.dims.end() || count == 0 ||
+      first + count > it->splits.size())
+    return std::nullopt;
+  int64_t n = 1;
+  for (size_t i = first; i < first + count; ++i)
+    n *= meshShape[it->splits[i].axis];
+  if (!it->sizes.empty()) {
+    // Explicit sizes are linearized over the splits, major first: only the
+    // minor-most splits can go, and their shards merge.
+    if (first + count != it->splits.size())
+      return std::nullopt;
+    std::vector<int64_t> merged;
+    for (size_t i = 0; i < it->sizes.size(); i += n)
+      merged.push_back(std::accumulate(it->sizes.begin() + i,
+                                       it->sizes.begin() + i + n,
+                                       static_cast<int64_t>(0)));
+    it->sizes = first == 0 ? std::vector<int64_t>() : merged;
+  }
+  for (size_t i = first + count; i < it->splits.size(); ++i)
+    it->splits[i].stride *= n;
+  it->splits.erase(it->splits.begin() + first,
+                   it->splits.begin() + first + count);
+  if (it->splits.empty())
+    result.dims.erase(it);
+  return result;
+}
+
+std::optional<Layout>
+Layout::withCarvedSplits(int64_t dim, const std::vector<int64_t> &axes,
+                         int64_t stride,
+                         const std::vector<int64_t> &meshShape) const {
+  Layout result = *this;
+  auto it = std::lower_bound(
+      result.dims.begin(), result.dims.end(), dim,
+      [](const DimSharding &ds, int64_t d) { return ds.dim < d; });
+  if (it == result.dims.end() || it->dim != dim)
+    it = result.dims.insert(it, DimSharding{dim, {}, {}});
+  if (!it->sizes.empty() || axes.empty())
+    return std::nullopt;
+  int64_t n = 1;
+  for (int64_t a : axes)
+    n *= meshShape[a];
+  std::vector<Digit> digits = splitsToDigits(it->splits);
+  std::string error;
+  if (!applySplit(digits, axes, n, stride, error))
+    return std::nullopt;
+  it->splits = digitsToSplits(digits);
+  return result;
 }
 
 LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
