@@ -493,3 +493,68 @@ func.func @f(%x: tensor<8xf32>) {
   %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 : tensor<8xf32> -> tensor<4xf32>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Strides and sizes of all_gather, reduce_scatter and all_to_all
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Tests that all_gather's stride is positive.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<6xf32>) {
+  // expected-error @+1 {{stride must be positive, got 0}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 stride = 0 : tensor<6xf32> -> tensor<12xf32>
+  return
+}
+
+// -----
+
+// Tests that all_gather's stride divides the operand dim.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<6xf32>) {
+  // expected-error @+1 {{dim of size 6 does not divide into stride 4 blocks}}
+  %0 = shardx.all_gather %x on @mesh axes = [0] dim = 0 stride = 4 : tensor<6xf32> -> tensor<12xf32>
+  return
+}
+
+// -----
+
+// Tests that a stride and explicit sizes do not combine.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'sizes' and a stride cannot be combined}}
+  %0 = shardx.reduce_scatter %x on @mesh axes = [0] dim = 0 reduction = sum stride = 2 sizes = [4, 4] : tensor<8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's split dim divides by the group size times its
+// split stride.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<6x4xf32>) {
+  // expected-error @+1 {{split_dim 0 of size 6 does not divide by the group size 2 times the split stride}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 split_stride = 2 : tensor<6x4xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's sizes sum to the split dim.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<4x7xf32>) {
+  // expected-error @+1 {{split_dim 1 is 7 but 'sizes' sums to 6}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 1 concat_dim = 0 sizes = [5, 1] : tensor<4x7xf32> -> tensor<8x?xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's sizes need two different dims.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<7xf32>) {
+  // expected-error @+1 {{'sizes' needs split_dim and concat_dim to differ}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 0 sizes = [5, 2] : tensor<7xf32> -> tensor<?xf32>
+  return
+}

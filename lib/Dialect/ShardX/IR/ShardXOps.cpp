@@ -163,6 +163,23 @@ static LogicalResult verifyScaledDim(Operation *op, int64_t dim, int64_t whole,
   return success();
 }
 
+/// Checks a `stride` attribute: positive, dividing a static dim, and not
+/// combined with explicit sizes.
+static LogicalResult verifyStride(Operation *op, StringRef name,
+                                  uint64_t stride, int64_t dimSize,
+                                  bool hasSizes) {
+  int64_t s = static_cast<int64_t>(stride);
+  if (s < 1)
+    return op->emitError() << name << " must be positive, got " << s;
+  if (s != 1 && hasSizes)
+    return op->emitError() << "'sizes' and a " << name << " cannot be combined";
+  if (s != 1 && !ShapedType::isDynamic(dimSize) && dimSize % s != 0)
+    return op->emitError() << "dim of size " << dimSize
+                           << " does not divide into " << name << " " << s
+                           << " blocks";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // MeshOp
 //===----------------------------------------------------------------------===//
@@ -334,7 +351,9 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &st) {
   int64_t dim = getDim();
   if (failed(verifySameElementsAndRank(*this, in, out)) ||
       failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})) ||
+      failed(verifyStride(*this, "stride", getStride(), in.getDimSize(dim),
+                          getSizes().has_value())))
     return failure();
   return verifyScaledDim(*this, dim, out.getDimSize(dim), in.getDimSize(dim),
                          *n, getSizes(), "result", "operand");
@@ -348,7 +367,9 @@ LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &st) {
   int64_t dim = getDim();
   if (failed(verifySameElementsAndRank(*this, in, out)) ||
       failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})) ||
+      failed(verifyStride(*this, "stride", getStride(), in.getDimSize(dim),
+                          getSizes().has_value())))
     return failure();
   return verifyScaledDim(*this, dim, in.getDimSize(dim), out.getDimSize(dim),
                          *n, getSizes(), "operand", "result");
@@ -370,10 +391,36 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
       failed(verifyOtherDimsEqual(*this, in, out, {splitDim, concatDim})))
     return failure();
   int64_t inSplit = in.getDimSize(splitDim);
-  if (!ShapedType::isDynamic(inSplit) && inSplit % *n != 0)
+  if (failed(verifyStride(*this, "split_stride", getSplitStride(),
+                          ShapedType::kDynamic, getSizes().has_value())) ||
+      failed(verifyStride(*this, "concat_stride", getConcatStride(),
+                          in.getDimSize(concatDim), false)))
+    return failure();
+  if (getSizes()) {
+    if (splitDim == concatDim)
+      return emitOpError("'sizes' needs split_dim and concat_dim to differ");
+    FailureOr<int64_t> sum = verifySizes(*this, getSizes(), *n);
+    if (failed(sum))
+      return failure();
+    if (!ShapedType::isDynamic(inSplit) && inSplit != *sum)
+      return emitOpError("split_dim ") << splitDim << " is " << inSplit
+                                       << " but 'sizes' sums to " << *sum;
+    int64_t outSplit = out.getDimSize(splitDim);
+    if (!ShapedType::isDynamic(outSplit) &&
+        llvm::any_of(*getSizes(), [&](int64_t s) { return s != outSplit; }))
+      return emitOpError("result split_dim ")
+             << splitDim << " is static but 'sizes' are not all " << outSplit
+             << "; make it dynamic";
+    return verifyScaledDim(*this, concatDim, out.getDimSize(concatDim),
+                           in.getDimSize(concatDim), *n, std::nullopt, "result",
+                           "operand");
+  }
+  if (!ShapedType::isDynamic(inSplit) &&
+      inSplit % (*n * static_cast<int64_t>(getSplitStride())) != 0)
     return emitOpError("split_dim ")
            << splitDim << " of size " << inSplit
-           << " does not divide by the group size " << *n;
+           << " does not divide by the group size " << *n
+           << (getSplitStride() != 1 ? " times the split stride" : "");
   if (splitDim == concatDim)
     return verifyOtherDimsEqual(*this, in, out, {});
   if (failed(verifyScaledDim(*this, splitDim, inSplit, out.getDimSize(splitDim),

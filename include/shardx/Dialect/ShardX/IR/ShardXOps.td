@@ -120,8 +120,11 @@ def ShardX_AllGatherOp : ShardX_CollectiveOp<"all_gather"> {
   let summary = "concatenates the group's local tensors along a dim";
   let description = [{
     Every rank receives the concatenation, in group order, of the group's
-    local tensors along `dim`. Uneven pieces name their sizes with `sizes`
-    (one per group member); the result's `dim` is then their sum.
+    local tensors along `dim`. With `stride = s` (strided layouts) each
+    piece's `dim` is viewed as `s` blocks and the concatenation happens per
+    block: the result is `[b0 of every member, b1 of every member, ...]`.
+    Uneven pieces name their sizes with `sizes` (one per group member); the
+    result's `dim` is then their sum.
 
     ```mlir
     %y = shardx.all_gather %x on @mesh axes = [0] dim = 0
@@ -130,16 +133,19 @@ def ShardX_AllGatherOp : ShardX_CollectiveOp<"all_gather"> {
         : tensor<?x4xf32> -> tensor<7x4xf32>
     ```
   }] # commonDescription # [{
-    Also: `dim` is within the rank; the result equals the operand except on
-    `dim`, where it is the group size times the operand's (or the sum of
-    `sizes`, which has one non-negative entry per group member).
+    Also: `dim` is within the rank; `stride` positive and dividing a static
+    operand dim; the result equals the operand except on `dim`, where it is
+    the group size times the operand's (or the sum of `sizes`, which has one
+    non-negative entry per group member and excludes a stride).
   }];
   let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
                        DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       DefaultValuedAttr<I64Attr, "1">:$stride,
                        OptionalAttr<DenseI64ArrayAttr>:$sizes);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
-    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim (`sizes` `=` $sizes^)?
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim
+    (`stride` `=` $stride^)? (`sizes` `=` $sizes^)?
     attr-dict `:` type($input) `->` type($result)
   }];
 }
@@ -148,7 +154,8 @@ def ShardX_ReduceScatterOp : ShardX_CollectiveOp<"reduce_scatter"> {
   let summary = "reduces over the group and keeps this rank's piece";
   let description = [{
     Reduces the group's local tensors elementwise with `reduction` and gives
-    group member `i` the `i`-th piece of the result along `dim`.
+    group member `i` the `i`-th piece of the result along `dim` (of each of
+    the `stride` blocks of `dim`, like `shardx.chunk`).
 
     ```mlir
     %y = shardx.reduce_scatter %x on @mesh axes = [1] dim = 0 reduction = sum
@@ -162,12 +169,13 @@ def ShardX_ReduceScatterOp : ShardX_CollectiveOp<"reduce_scatter"> {
   let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
                        DenseI64ArrayAttr:$axes, I64Attr:$dim,
                        ShardX_ReductionKindAttr:$reduction,
+                       DefaultValuedAttr<I64Attr, "1">:$stride,
                        OptionalAttr<DenseI64ArrayAttr>:$sizes);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
     $input `on` $mesh `axes` `=` $axes `dim` `=` $dim `reduction` `=` ``
-    $reduction (`sizes` `=` $sizes^)? attr-dict `:` type($input) `->`
-    type($result)
+    $reduction (`stride` `=` $stride^)? (`sizes` `=` $sizes^)? attr-dict `:`
+    type($input) `->` type($result)
   }];
 }
 
@@ -195,24 +203,35 @@ def ShardX_AllToAllOp : ShardX_CollectiveOp<"all_to_all"> {
   let description = [{
     Group member `i` splits its tensor into group-size pieces along
     `split_dim`, sends piece `j` to member `j`, and concatenates what it
-    receives, in group order, along `concat_dim`.
+    receives, in group order, along `concat_dim`. The strides view each dim
+    as blocks, as in `shardx.chunk` (split) and `shardx.all_gather`
+    (concat); `split_dim` may equal `concat_dim` (moving a split within a
+    dim). With `sizes` (one per member, no split stride) the split follows
+    those sizes (explicit uneven target shards); the result's `split_dim`
+    is then dynamic unless all sizes are equal.
 
     ```mlir
     %y = shardx.all_to_all %x on @mesh axes = [0] split_dim = 1 concat_dim = 0
         : tensor<2x8xf32> -> tensor<8x2xf32>
     ```
   }] # commonDescription # [{
-    Also: both dims within the rank; the result's `split_dim` is the
-    operand's divided by the group size (which must divide it) and its
-    `concat_dim` the operand's times the group size; other dims are equal.
+    Also: both dims within the rank; strides positive; the result's
+    `split_dim` is the operand's divided by the group size (which must
+    divide it, times `split_stride`) and its `concat_dim` the operand's
+    times the group size; other dims are equal.
   }];
   let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
                        DenseI64ArrayAttr:$axes, I64Attr:$split_dim,
-                       I64Attr:$concat_dim);
+                       I64Attr:$concat_dim,
+                       DefaultValuedAttr<I64Attr, "1">:$split_stride,
+                       DefaultValuedAttr<I64Attr, "1">:$concat_stride,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
     $input `on` $mesh `axes` `=` $axes `split_dim` `=` $split_dim
-    `concat_dim` `=` $concat_dim attr-dict `:` type($input) `->` type($result)
+    `concat_dim` `=` $concat_dim (`split_stride` `=` $split_stride^)?
+    (`concat_stride` `=` $concat_stride^)? (`sizes` `=` $sizes^)? attr-dict
+    `:` type($input) `->` type($result)
   }];
 }
 

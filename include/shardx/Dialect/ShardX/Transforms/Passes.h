@@ -7,6 +7,9 @@
 #ifndef SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H
 #define SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

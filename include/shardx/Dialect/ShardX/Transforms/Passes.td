@@ -10,8 +10,63 @@
 include "mlir/Pass/PassBase.td"
 
 //===----------------------------------------------------------------------===//
+// Reshard lowering
+//===----------------------------------------------------------------------===//
+
+def LowerReshardsPass : Pass<"shardx-lower-reshards", "ModuleOp"> {
+  let summary = "replaces each shardx.redistribute with its cheapest plan";
+  let description = [{
+    Plans every `shardx.redistribute` with the reshard planner (A* over
+    canonical layouts, alpha-beta costs from the mesh's `bandwidth` and
+    `latency` hints) and replaces it with the plan's collectives and local
+    steps on per-rank local tensors. The local region is bracketed by
+    `builtin.unrealized_conversion_cast` from and to the global type, which
+    SPMD expansion (`shardx-localize`) removes. Local types are static where
+    every rank's shard has the same size and dynamic elsewhere.
+
+    ```mlir
+    shardx.mesh @mesh(shape = 4)
+    %y = shardx.redistribute %x : tensor<8x8xf32>
+        from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(1)]>
+    ```
+    becomes
+    ```mlir
+    %0 = builtin.unrealized_conversion_cast %x : tensor<8x8xf32> to tensor<2x8xf32>
+    %1 = shardx.all_to_all %0 on @mesh axes = [0] split_dim = 1 concat_dim = 0
+        : tensor<2x8xf32> -> tensor<8x2xf32>
+    %y = builtin.unrealized_conversion_cast %1 : tensor<8x2xf32> to tensor<8x8xf32>
+    ```
+
+    A redistribute the planner cannot serve fails with
+    `Cannot reshard: <src> -> <dst>: <reason>` at its location. A plan always
+    ends in exactly the requested layout: a pending Partial is never dropped
+    or silently turned into Replicate.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Test and debugging passes
 //===----------------------------------------------------------------------===//
+
+def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
+  let summary = "prints the reshard plan of every shardx.redistribute";
+  let description = [{
+    For each `shardx.redistribute`, emits a remark with the plan's steps,
+    the layout after each step, the bytes each rank receives and the
+    alpha-beta cost, e.g.
+
+    ```
+    remark: plan [S(0), S(0)] -> [S(0), R] for 16x8xf32: 1 step, 1 collective, 128 bytes/rank, 5.000 us
+      all_gather(axes = [1], dim = 0) -> [S(0), R]: 128 bytes/rank, 5.000 us
+    ```
+
+    Write a small module with a mesh and one redistribute to plan any
+    src/dst/shape/mesh. Fails like `shardx-lower-reshards` on bad input.
+  }];
+}
 
 def TestLocalShardsPass : Pass<"shardx-test-local-shards", "ModuleOp"> {
   let summary = "prints the DTensor placements and every rank's local shard";

@@ -1,0 +1,174 @@
+//===- LowerReshards.cpp - Replace reshards with their plans --------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReshardPlanning.h"
+
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <map>
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_LOWERRESHARDSPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+namespace {
+
+/// Per-member sizes along `dim` of the pieces an all_gather over `axes`
+/// concatenates, when every group has the same list and the pieces differ;
+/// empty otherwise (even pieces, or sizes that vary between groups, which
+/// stay dynamic).
+SmallVector<int64_t> gatherSizes(const ::shardx::Layout &before,
+                                 ArrayRef<int64_t> globalShape,
+                                 ArrayRef<int64_t> meshShape,
+                                 ArrayRef<int64_t> axes, int64_t dim) {
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  std::vector<int64_t> shape(globalShape.begin(), globalShape.end());
+  std::vector<int64_t> group(axes.begin(), axes.end());
+  std::map<std::vector<int64_t>, std::map<int64_t, int64_t>> byGroup;
+  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
+    std::vector<int64_t> rest = coords;
+    for (int64_t a : group)
+      rest[a] = -1;
+    byGroup[rest][::shardx::linearizeCoords(mesh, group, coords)] =
+        before.getLocalShard(mesh, shape, coords).shape[dim];
+  }
+  std::optional<std::map<int64_t, int64_t>> common;
+  for (auto &[rest, sizes] : byGroup) {
+    if (common && *common != sizes)
+      return {};
+    common = sizes;
+  }
+  SmallVector<int64_t> result;
+  for (auto &[index, size] : *common)
+    result.push_back(size);
+  if (llvm::all_equal(result))
+    return {};
+  return result;
+}
+
+/// Multiplies the local terms by `scale` (P(sum) <-> P(avg)).
+FailureOr<Value> rescale(OpBuilder &b, Location loc, Value value,
+                         double scale) {
+  auto type = cast<RankedTensorType>(value.getType());
+  auto floatType = dyn_cast<FloatType>(type.getElementType());
+  if (!floatType)
+    return failure();
+  SmallVector<Value> dynamicSizes;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.isDynamicDim(d))
+      dynamicSizes.push_back(b.create<tensor::DimOp>(loc, value, d));
+  Value empty = b.create<tensor::EmptyOp>(loc, type, dynamicSizes);
+  Value factor = b.create<arith::ConstantOp>(loc, floatType,
+                                             b.getFloatAttr(floatType, scale));
+  Value filled = b.create<linalg::FillOp>(loc, factor, empty).getResult(0);
+  return b.create<arith::MulFOp>(loc, value, filled).getResult();
+}
+
+/// Emits `plan` for `op` and replaces it.
+LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
+                    ArrayRef<int64_t> meshShape) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  RankedTensorType global = op.getType();
+  FlatSymbolRefAttr mesh = op.getSource().getMesh();
+  Value current =
+      b.create<UnrealizedConversionCastOp>(
+           loc, getLocalType(global, op.getSource().getLayout(), meshShape),
+           op.getInput())
+          .getResult(0);
+  auto optionalSizes = [&](ArrayRef<int64_t> sizes) -> DenseI64ArrayAttr {
+    return sizes.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(sizes);
+  };
+  for (const ::shardx::Step &step : plan.steps) {
+    RankedTensorType type = getLocalType(global, step.after, meshShape);
+    DenseI64ArrayAttr axes = b.getDenseI64ArrayAttr(step.axes);
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    auto reduction = [&] {
+      return ReductionKindAttr::get(b.getContext(),
+                                    toReductionKind(step.reduce));
+    };
+    switch (step.kind) {
+    case ::shardx::Step::Kind::AllGather:
+      current = b.create<AllGatherOp>(
+          loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
+          optionalSizes(gatherSizes(step.before, global.getShape(), meshShape,
+                                    step.axes, step.dim)));
+      break;
+    case ::shardx::Step::Kind::ReduceScatter:
+      current = b.create<ReduceScatterOp>(
+          loc, type, current, mesh, axes, i64(step.dim), reduction(),
+          i64(step.outer), optionalSizes(step.sizes));
+      break;
+    case ::shardx::Step::Kind::AllReduce:
+      current =
+          b.create<AllReduceOp>(loc, type, current, mesh, axes, reduction());
+      break;
+    case ::shardx::Step::Kind::AllToAll:
+      current = b.create<AllToAllOp>(
+          loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
+          i64(step.splitOuter), i64(step.outer), optionalSizes(step.sizes));
+      break;
+    case ::shardx::Step::Kind::Chunk:
+      current = b.create<ChunkOp>(loc, type, current, mesh, axes, i64(step.dim),
+                                  i64(step.outer), optionalSizes(step.sizes));
+      break;
+    case ::shardx::Step::Kind::PartitionValue:
+      current = b.create<PartitionValueOp>(loc, type, current, mesh, axes,
+                                           reduction());
+      break;
+    case ::shardx::Step::Kind::Rescale: {
+      FailureOr<Value> scaled = rescale(b, loc, current, step.scale);
+      if (failed(scaled))
+        return op.emitError("Cannot reshard: ")
+               << op.getSource() << " -> " << op.getTarget()
+               << ": turning P(sum) into P(avg) needs float elements";
+      current = *scaled;
+      break;
+    }
+    case ::shardx::Step::Kind::Permute: {
+      SmallVector<int64_t> pairs;
+      for (auto [source, target] : step.pairs)
+        pairs.append({source, target});
+      current = b.create<PermuteOp>(loc, type, current, mesh, axes,
+                                    b.getDenseI64ArrayAttr(pairs));
+      break;
+    }
+    }
+  }
+  Value result =
+      b.create<UnrealizedConversionCastOp>(loc, global, current).getResult(0);
+  op.replaceAllUsesWith(result);
+  op.erase();
+  return success();
+}
+
+struct LowerReshardsPass
+    : mlir::shardx::impl::LowerReshardsPassBase<LowerReshardsPass> {
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    ReshardPlanners planners;
+    SmallVector<RedistributeOp> ops;
+    getOperation()->walk([&](RedistributeOp op) { ops.push_back(op); });
+    for (RedistributeOp op : ops) {
+      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable);
+      MeshOp mesh = lookupMesh(op, op.getSource().getMesh(), &symbolTable);
+      if (!plan || !mesh || failed(lower(op, *plan, mesh.getShape())))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,80 @@
+//===- ReshardPlanning.cpp - Plans for shardx.redistribute ops ------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReshardPlanning.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+::shardx::MeshSpec mlir::shardx::getMeshSpec(MeshOp mesh) {
+  ::shardx::MeshSpec spec;
+  spec.shape.assign(mesh.getShape().begin(), mesh.getShape().end());
+  std::optional<ArrayRef<double>> bandwidth = mesh.getBandwidth();
+  std::optional<ArrayRef<double>> latency = mesh.getLatency();
+  if (bandwidth || latency) {
+    spec.costs.resize(spec.shape.size());
+    for (size_t a = 0; a < spec.shape.size(); ++a) {
+      if (bandwidth)
+        spec.costs[a].bandwidthGBps = (*bandwidth)[a];
+      if (latency)
+        spec.costs[a].latencyUs = (*latency)[a];
+    }
+  }
+  return spec;
+}
+
+RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
+                                            const ::shardx::Layout &layout,
+                                            ArrayRef<int64_t> meshShape) {
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  std::vector<int64_t> shape(global.getShape().begin(),
+                             global.getShape().end());
+  SmallVector<int64_t> local;
+  bool first = true;
+  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
+    std::vector<int64_t> s = layout.getLocalShard(mesh, shape, coords).shape;
+    if (first) {
+      local.assign(s.begin(), s.end());
+      first = false;
+      continue;
+    }
+    for (size_t d = 0; d < s.size(); ++d)
+      if (local[d] != s[d])
+        local[d] = ShapedType::kDynamic;
+  }
+  return RankedTensorType::get(local, global.getElementType());
+}
+
+const ::shardx::Plan *
+ReshardPlanners::getPlan(RedistributeOp op,
+                         SymbolTableCollection &symbolTable) {
+  MeshOp mesh = lookupMesh(op, op.getSource().getMesh(), &symbolTable);
+  if (!mesh)
+    return nullptr;
+  auto type = op.getType();
+  if (!type.hasStaticShape()) {
+    op.emitError("Cannot reshard a tensor of dynamic shape ")
+        << type << ": the planner needs the global shape";
+    return nullptr;
+  }
+  if (!type.getElementType().isIntOrFloat()) {
+    op.emitError("Cannot reshard a tensor of ")
+        << type.getElementType() << ": only integer and float elements";
+    return nullptr;
+  }
+  std::unique_ptr<::shardx::Planner> &planner = planners[mesh];
+  if (!planner)
+    planner = std::make_unique<::shardx::Planner>(getMeshSpec(mesh));
+  unsigned bits = type.getElementType().getIntOrFloatBitWidth();
+  std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+  std::string error;
+  const ::shardx::Plan *plan =
+      planner->plan(op.getSource().getLayout(), op.getTarget().getLayout(),
+                    shape, std::max<int64_t>(1, bits / 8), error);
+  if (!plan)
+    op.emitError(error);
+  return plan;
+}

@@ -1,0 +1,41 @@
+//===- ReshardPlanning.h - Plans for shardx.redistribute ops ----*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Planner/Planner.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <memory>
+
+namespace mlir::shardx {
+
+/// The planner's view of a mesh: its shape and cost hints.
+::shardx::MeshSpec getMeshSpec(MeshOp mesh);
+
+/// The local type of a global tensor under `layout`: static where every
+/// rank's shard has the same size, dynamic elsewhere.
+RankedTensorType getLocalType(RankedTensorType global,
+                              const ::shardx::Layout &layout,
+                              ArrayRef<int64_t> meshShape);
+
+/// One planner per mesh, shared by the ops of a pass run.
+class ReshardPlanners {
+public:
+  /// The plan of `op`, or null after emitting "Cannot reshard: ..." at it.
+  const ::shardx::Plan *getPlan(RedistributeOp op,
+                                SymbolTableCollection &symbolTable);
+
+private:
+  llvm::DenseMap<Operation *, std::unique_ptr<::shardx::Planner>> planners;
+};
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H

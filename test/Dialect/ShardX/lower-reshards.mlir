@@ -1,0 +1,158 @@
+// RUN: shardx-opt %s --split-input-file --shardx-lower-reshards | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-lower-reshards | shardx-opt --split-input-file > /dev/null
+
+// Tests that S(i) -> S(j) is one all_to_all.
+shardx.mesh @mesh(shape = 4)
+// CHECK-LABEL: func.func @shard_to_shard
+// CHECK-SAME: (%[[X:.*]]: tensor<8x8xf32>)
+func.func @shard_to_shard(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // CHECK: %[[L:.*]] = builtin.unrealized_conversion_cast %[[X]] : tensor<8x8xf32> to tensor<2x8xf32>
+  // CHECK-NEXT: %[[A:.*]] = shardx.all_to_all %[[L]] on @mesh axes = [0] split_dim = 1 concat_dim = 0 : tensor<2x8xf32> -> tensor<8x2xf32>
+  // CHECK-NEXT: %[[G:.*]] = builtin.unrealized_conversion_cast %[[A]] : tensor<8x2xf32> to tensor<8x8xf32>
+  // CHECK-NEXT: return %[[G]]
+  %0 = shardx.redistribute %x : tensor<8x8xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(1)]>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// Tests that P -> S is one reduce_scatter and P -> R one all_reduce, for
+// every reduction.
+shardx.mesh @mesh(shape = 2x4)
+// CHECK-LABEL: func.func @partials
+func.func @partials(%x: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) {
+  // CHECK: shardx.reduce_scatter %{{.*}} on @mesh axes = [1] dim = 0 reduction = sum : tensor<8x8xf32> -> tensor<2x8xf32>
+  %0 = shardx.redistribute %x : tensor<8x8xf32> from #shardx.layout<@mesh, [R, P(sum)]> to #shardx.layout<@mesh, [R, S(0)]>
+  // CHECK: shardx.all_reduce %{{.*}} on @mesh axes = [0] reduction = max : tensor<8x2xf32>
+  %1 = shardx.redistribute %x : tensor<8x8xf32> from #shardx.layout<@mesh, [P(max), S(1)]> to #shardx.layout<@mesh, [R, S(1)]>
+  // CHECK: shardx.all_reduce %{{.*}} on @mesh axes = [0, 1] reduction = prod : tensor<8x8xf32>
+  %2 = shardx.redistribute %x : tensor<8x8xf32> from #shardx.layout<@mesh, [P(prod), P(prod)]> to #shardx.layout<@mesh, [R, R]>
+  // CHECK: shardx.reduce_scatter %{{.*}} on @mesh axes = [0] dim = 1 reduction = min : tensor<8x8xf32> -> tensor<8x4xf32>
+  %3 = shardx.redistribute %x : tensor<8x8xf32> from #shardx.layout<@mesh, [P(min), R]> to #shardx.layout<@mesh, [S(1), R]>
+  return %0, %1, %2, %3 : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// Tests that S -> R is one all_gather (over both axes when a dim is split
+// twice) and R -> S a local chunk.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @gather_and_chunk
+func.func @gather_and_chunk(%x: tensor<8x6xf32>) -> (tensor<8x6xf32>, tensor<8x6xf32>) {
+  // CHECK: shardx.all_gather %{{.*}} on @mesh axes = [0, 1] dim = 0 : tensor<2x6xf32> -> tensor<8x6xf32>
+  %0 = shardx.redistribute %x : tensor<8x6xf32> from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, R]>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [1] dim = 1 : tensor<8x6xf32> -> tensor<8x3xf32>
+  // CHECK-NOT: shardx.all
+  %1 = shardx.redistribute %x : tensor<8x6xf32> from #shardx.layout<@mesh, [R, R]> to #shardx.layout<@mesh, [R, S(1)]>
+  return %0, %1 : tensor<8x6xf32>, tensor<8x6xf32>
+}
+
+// -----
+
+// Tests that R -> P is a local partition_value and P(sum) -> P(avg) a local
+// rescale by the axis size.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @to_partial
+func.func @to_partial(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  // CHECK: shardx.partition_value %{{.*}} on @mesh axes = [1] reduction = sum : tensor<4xf32>
+  %0 = shardx.redistribute %x : tensor<4xf32> from #shardx.layout<@mesh, [R, R]> to #shardx.layout<@mesh, [R, P(sum)]>
+  // CHECK: %[[C:.*]] = arith.constant 2.000000e+00 : f32
+  // CHECK: %[[F:.*]] = linalg.fill ins(%[[C]] : f32)
+  // CHECK: arith.mulf %{{.*}}, %[[F]] : tensor<4xf32>
+  // CHECK-NOT: shardx.all
+  %1 = shardx.redistribute %x : tensor<4xf32> from #shardx.layout<@mesh, [P(sum), R]> to #shardx.layout<@mesh, [P(avg), R]>
+  return %0, %1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that FSDP-over-TP StridedShard <-> nested Shard is one collective
+// permute of whole shards.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @reorder
+func.func @reorder(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  // CHECK: shardx.permute %{{.*}} on @mesh axes = [0, 1] pairs = {{\[\[}}2, 1], [1, 2]] : tensor<2x4xf32>
+  %0 = shardx.redistribute %x : tensor<8x4xf32> from #shardx.layout<@mesh, [SS(0, 2), S(0)]> to #shardx.layout<@mesh, [S(0), S(0)]>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+// Tests that uneven shards (7 rows on 4 ranks) gather with explicit sizes
+// from a dynamic local type, and chunk back into a dynamic type.
+shardx.mesh @mesh(shape = 4)
+// CHECK-LABEL: func.func @uneven
+func.func @uneven(%x: tensor<7x3xf32>) -> (tensor<7x3xf32>, tensor<7x3xf32>) {
+  // CHECK: builtin.unrealized_conversion_cast %{{.*}} : tensor<7x3xf32> to tensor<?x3xf32>
+  // CHECK-NEXT: shardx.all_gather %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<?x3xf32> -> tensor<7x3xf32>
+  %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 : tensor<7x3xf32> -> tensor<?x3xf32>
+  %1 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]>
+  return %0, %1 : tensor<7x3xf32>, tensor<7x3xf32>
+}
+
+// -----
+
+// Tests that explicit uneven sizes are chunked with those sizes.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @explicit_sizes
+func.func @explicit_sizes(%x: tensor<7x3xf32>) -> tensor<7x3xf32> {
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [5, 2] : tensor<7x3xf32> -> tensor<?x3xf32>
+  %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}>
+  return %0 : tensor<7x3xf32>
+}
+
+// -----
+
+// Tests that strided layouts (a flattened 6x4 tensor sharded on its columns)
+// chunk and gather per block.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @strided
+func.func @strided(%x: tensor<24xf32>) -> (tensor<24xf32>, tensor<24xf32>) {
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 stride = 6 : tensor<24xf32> -> tensor<12xf32>
+  %0 = shardx.redistribute %x : tensor<24xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [SS(0, 6)]>
+  // CHECK: shardx.all_gather %{{.*}} on @mesh axes = [0] dim = 0 stride = 6 : tensor<12xf32> -> tensor<24xf32>
+  %1 = shardx.redistribute %x : tensor<24xf32> from #shardx.layout<@mesh, [SS(0, 6)]> to #shardx.layout<@mesh, [R]>
+  return %0, %1 : tensor<24xf32>, tensor<24xf32>
+}
+
+// -----
+
+// Tests that on a large tensor [S(0), S(0)] -> [R, S(0)] gathers the major
+// axis into a strided layout and moves the minor split with one all_to_all
+// within the dim: two local shards per rank, where DTensor moves three.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @nested_to_minor
+func.func @nested_to_minor(%x: tensor<4096x1024xf32>) -> tensor<4096x1024xf32> {
+  // CHECK: %[[G:.*]] = shardx.all_gather %{{.*}} on @mesh axes = [0] dim = 0 : tensor<1024x1024xf32> -> tensor<2048x1024xf32>
+  // CHECK-NEXT: shardx.all_to_all %[[G]] on @mesh axes = [1] split_dim = 0 concat_dim = 0 : tensor<2048x1024xf32> -> tensor<2048x1024xf32>
+  %0 = shardx.redistribute %x : tensor<4096x1024xf32> from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, S(0)]>
+  return %0 : tensor<4096x1024xf32>
+}
+
+// -----
+
+// Tests that cost hints steer the plan: with a slow axis 0, a Partial over
+// both axes is reduced with one reduce_scatter on the fast axis before the
+// slow all_reduce moves a quarter of the data.
+shardx.mesh @mesh(shape = 2x4, bandwidth = [1.0, 1000.0], latency = [1.0, 1.0])
+// CHECK-LABEL: func.func @hints
+func.func @hints(%x: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+  // CHECK: shardx.reduce_scatter %{{.*}} axes = [1]
+  // CHECK: shardx.all_reduce %{{.*}} axes = [0]
+  // CHECK: shardx.all_gather %{{.*}} axes = [1]
+  %0 = shardx.redistribute %x : tensor<1024x1024xf32> from #shardx.layout<@mesh, [P(sum), P(sum)]> to #shardx.layout<@mesh, [R, R]>
+  return %0 : tensor<1024x1024xf32>
+}
+
+// -----
+
+// Tests that moving a split into a dim with explicit uneven sizes is one
+// all_to_all that splits by those sizes.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @all_to_all_sizes
+func.func @all_to_all_sizes(%x: tensor<8x7xf32>) -> tensor<8x7xf32> {
+  // CHECK: shardx.all_to_all %{{.*}} on @mesh axes = [0] split_dim = 1 concat_dim = 0 sizes = [5, 2] : tensor<4x7xf32> -> tensor<8x?xf32>
+  %0 = shardx.redistribute %x : tensor<8x7xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(1)], sizes = {1 = [5, 2]}>
+  return %0 : tensor<8x7xf32>
+}
