@@ -5,8 +5,9 @@
 // _StridedShard [SS(0, 2), S(0)].
 //
 // Run: bash scripts/run_example.sh
-// (prints the program with its layouts in canonical form, then every rank's
-// local shard of each annotated tensor).
+// (prints the program with its layouts in canonical form, every rank's local
+// shard of each annotated tensor, the plan of the reshard and the program
+// with the reshard lowered to collectives).
 
 shardx.mesh @mesh(shape = 2x2, axes = ["dp", "tp"])
 

@@ -69,12 +69,12 @@ FailureOr<Value> rescale(OpBuilder &b, Location loc, Value value,
   SmallVector<Value> dynamicSizes;
   for (int64_t d = 0; d < type.getRank(); ++d)
     if (type.isDynamicDim(d))
-      dynamicSizes.push_back(b.create<tensor::DimOp>(loc, value, d));
-  Value empty = b.create<tensor::EmptyOp>(loc, type, dynamicSizes);
-  Value factor = b.create<arith::ConstantOp>(loc, floatType,
-                                             b.getFloatAttr(floatType, scale));
-  Value filled = b.create<linalg::FillOp>(loc, factor, empty).getResult(0);
-  return b.create<arith::MulFOp>(loc, value, filled).getResult();
+      dynamicSizes.push_back(tensor::DimOp::create(b, loc, value, d));
+  Value empty = tensor::EmptyOp::create(b, loc, type, dynamicSizes);
+  Value factor = arith::ConstantOp::create(b, loc, floatType,
+                                           b.getFloatAttr(floatType, scale));
+  Value filled = linalg::FillOp::create(b, loc, factor, empty).getResult(0);
+  return arith::MulFOp::create(b, loc, value, filled).getResult();
 }
 
 /// Emits `plan` for `op` and replaces it.
@@ -85,9 +85,9 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
   RankedTensorType global = op.getType();
   FlatSymbolRefAttr mesh = op.getSource().getMesh();
   Value current =
-      b.create<UnrealizedConversionCastOp>(
-           loc, getLocalType(global, op.getSource().getLayout(), meshShape),
-           op.getInput())
+      UnrealizedConversionCastOp::create(
+          b, loc, getLocalType(global, op.getSource().getLayout(), meshShape),
+          op.getInput())
           .getResult(0);
   auto optionalSizes = [&](ArrayRef<int64_t> sizes) -> DenseI64ArrayAttr {
     return sizes.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(sizes);
@@ -102,32 +102,33 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
     };
     switch (step.kind) {
     case ::shardx::Step::Kind::AllGather:
-      current = b.create<AllGatherOp>(
-          loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
+      current = AllGatherOp::create(
+          b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
           optionalSizes(gatherSizes(step.before, global.getShape(), meshShape,
                                     step.axes, step.dim)));
       break;
     case ::shardx::Step::Kind::ReduceScatter:
-      current = b.create<ReduceScatterOp>(
-          loc, type, current, mesh, axes, i64(step.dim), reduction(),
+      current = ReduceScatterOp::create(
+          b, loc, type, current, mesh, axes, i64(step.dim), reduction(),
           i64(step.outer), optionalSizes(step.sizes));
       break;
     case ::shardx::Step::Kind::AllReduce:
       current =
-          b.create<AllReduceOp>(loc, type, current, mesh, axes, reduction());
+          AllReduceOp::create(b, loc, type, current, mesh, axes, reduction());
       break;
     case ::shardx::Step::Kind::AllToAll:
-      current = b.create<AllToAllOp>(
-          loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
+      current = AllToAllOp::create(
+          b, loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
           i64(step.splitOuter), i64(step.outer), optionalSizes(step.sizes));
       break;
     case ::shardx::Step::Kind::Chunk:
-      current = b.create<ChunkOp>(loc, type, current, mesh, axes, i64(step.dim),
-                                  i64(step.outer), optionalSizes(step.sizes));
+      current =
+          ChunkOp::create(b, loc, type, current, mesh, axes, i64(step.dim),
+                          i64(step.outer), optionalSizes(step.sizes));
       break;
     case ::shardx::Step::Kind::PartitionValue:
-      current = b.create<PartitionValueOp>(loc, type, current, mesh, axes,
-                                           reduction());
+      current = PartitionValueOp::create(b, loc, type, current, mesh, axes,
+                                         reduction());
       break;
     case ::shardx::Step::Kind::Rescale: {
       FailureOr<Value> scaled = rescale(b, loc, current, step.scale);
@@ -142,14 +143,14 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
       SmallVector<int64_t> pairs;
       for (auto [source, target] : step.pairs)
         pairs.append({source, target});
-      current = b.create<PermuteOp>(loc, type, current, mesh, axes,
-                                    b.getDenseI64ArrayAttr(pairs));
+      current = PermuteOp::create(b, loc, type, current, mesh, axes,
+                                  b.getDenseI64ArrayAttr(pairs));
       break;
     }
     }
   }
   Value result =
-      b.create<UnrealizedConversionCastOp>(loc, global, current).getResult(0);
+      UnrealizedConversionCastOp::create(b, loc, global, current).getResult(0);
   op.replaceAllUsesWith(result);
   op.erase();
   return success();
