@@ -573,6 +573,74 @@ Layout::withCarvedSplits(int64_t dim, const std::vector<int64_t> &axes,
   return result;
 }
 
+void Layout::appendLocalRuns(const std::vector<int64_t> &meshShape, int64_t dim,
+                             int64_t size, const std::vector<int64_t> &coords,
+                             std::vector<Interval> &runs) const {
+  const DimSharding *ds = getDim(dim);
+  if (!ds) {
+    runs.push_back({0, size});
+  } else if (!ds->sizes.empty()) {
+    int64_t index = 0;
+    for (const Split &s : ds->splits)
+      index = index * meshShape[s.axis] + coords[s.axis];
+    int64_t offset = std::accumulate(
+        ds->sizes.begin(), ds->sizes.begin() + index, static_cast<int64_t>(0));
+    runs.push_back({offset, ds->sizes[index]});
+  } else if (ds->splits.back().stride == 1) {
+    // Nested torch.chunk, major split first.
+    Interval piece{0, size};
+    for (const Split &s : ds->splits) {
+      Interval sub =
+          chunkInterval(piece.size, meshShape[s.axis], coords[s.axis]);
+      piece = {piece.offset + sub.offset, sub.size};
+    }
+    runs.push_back(piece);
+  } else {
+    // Mixed radix [F0, A1, F1, ..., Ak, rest]: enumerate the free digits
+    // major to the last axis; each combination is one run of `rest`.
+    std::vector<Digit> digits = splitsToDigits(ds->splits);
+    int64_t blocks = ds->splits.back().stride;
+    for (const Split &s : ds->splits)
+      blocks *= meshShape[s.axis];
+    int64_t rest = size / blocks;
+    std::vector<int64_t> place(digits.size());
+    int64_t p = rest;
+    for (int64_t i = static_cast<int64_t>(digits.size()) - 2; i >= 0; --i) {
+      place[i] = p;
+      p *= digits[i].kind == Digit::Kind::Free ? digits[i].value
+                                               : meshShape[digits[i].value];
+    }
+    int64_t base = 0;
+    std::vector<size_t> freeIdx;
+    for (size_t i = 0; i + 1 < digits.size(); ++i) {
+      if (digits[i].kind == Digit::Kind::Axis)
+        base += coords[digits[i].value] * place[i];
+      else
+        freeIdx.push_back(i);
+    }
+    size_t first = runs.size();
+    std::vector<int64_t> value(freeIdx.size(), 0);
+    while (true) {
+      int64_t offset = base;
+      for (size_t k = 0; k < freeIdx.size(); ++k)
+        offset += value[k] * place[freeIdx[k]];
+      if (runs.size() > first &&
+          runs.back().offset + runs.back().size == offset)
+        runs.back().size += rest;
+      else
+        runs.push_back({offset, rest});
+      int64_t k = static_cast<int64_t>(freeIdx.size()) - 1;
+      for (; k >= 0; --k) {
+        if (++value[k] < digits[freeIdx[k]].value)
+          break;
+        value[k] = 0;
+      }
+      if (k < 0)
+        break;
+    }
+  }
+}
+
 LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
                                  const std::vector<int64_t> &globalShape,
                                  const std::vector<int64_t> &coords) const {
@@ -580,71 +648,8 @@ LocalShard Layout::getLocalShard(const std::vector<int64_t> &meshShape,
   LocalShard shard;
   for (int64_t d = 0, e = static_cast<int64_t>(globalShape.size()); d < e;
        ++d) {
-    int64_t size = globalShape[d];
-    const DimSharding *ds = getDim(d);
     std::vector<Interval> runs;
-    if (!ds) {
-      runs.push_back({0, size});
-    } else if (!ds->sizes.empty()) {
-      std::vector<int64_t> axes;
-      for (const Split &s : ds->splits)
-        axes.push_back(s.axis);
-      int64_t index = linearizeCoords(meshShape, axes, coords);
-      int64_t offset =
-          std::accumulate(ds->sizes.begin(), ds->sizes.begin() + index,
-                          static_cast<int64_t>(0));
-      runs.push_back({offset, ds->sizes[index]});
-    } else if (ds->splits.back().stride == 1) {
-      // Nested torch.chunk, major split first.
-      Interval piece{0, size};
-      for (const Split &s : ds->splits) {
-        Interval sub =
-            chunkInterval(piece.size, meshShape[s.axis], coords[s.axis]);
-        piece = {piece.offset + sub.offset, sub.size};
-      }
-      runs.push_back(piece);
-    } else {
-      // Mixed radix [F0, A1, F1, ..., Ak, rest]: enumerate the free digits
-      // major to the last axis; each combination is one run of `rest`.
-      std::vector<Digit> digits = splitsToDigits(ds->splits);
-      int64_t blocks = ds->splits.back().stride;
-      for (const Split &s : ds->splits)
-        blocks *= meshShape[s.axis];
-      int64_t rest = size / blocks;
-      std::vector<int64_t> place(digits.size());
-      int64_t p = rest;
-      for (int64_t i = static_cast<int64_t>(digits.size()) - 2; i >= 0; --i) {
-        place[i] = p;
-        p *= digits[i].kind == Digit::Kind::Free ? digits[i].value
-                                                 : meshShape[digits[i].value];
-      }
-      int64_t base = 0;
-      std::vector<size_t> freeIdx;
-      for (size_t i = 0; i + 1 < digits.size(); ++i) {
-        if (digits[i].kind == Digit::Kind::Axis)
-          base += coords[digits[i].value] * place[i];
-        else
-          freeIdx.push_back(i);
-      }
-      std::vector<int64_t> value(freeIdx.size(), 0);
-      while (true) {
-        int64_t offset = base;
-        for (size_t k = 0; k < freeIdx.size(); ++k)
-          offset += value[k] * place[freeIdx[k]];
-        if (!runs.empty() && runs.back().offset + runs.back().size == offset)
-          runs.back().size += rest;
-        else
-          runs.push_back({offset, rest});
-        int64_t k = static_cast<int64_t>(freeIdx.size()) - 1;
-        for (; k >= 0; --k) {
-          if (++value[k] < digits[freeIdx[k]].value)
-            break;
-          value[k] = 0;
-        }
-        if (k < 0)
-          break;
-      }
-    }
+    appendLocalRuns(meshShape, d, globalShape[d], coords, runs);
     int64_t local = 0;
     for (const Interval &r : runs)
       local += r.size;

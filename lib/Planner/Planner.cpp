@@ -141,6 +141,7 @@ void appendKey(Key &key, const Layout &l) {
 
 Key layoutKey(const Layout &l) {
   Key key;
+  key.reserve(8 + 2 * l.getMeshRank() + 4 * l.getDims().size());
   appendKey(key, l);
   return key;
 }
@@ -820,13 +821,15 @@ double Search::remainingCostBound(const Layout &l) {
     for (const auto &c : coords)
       dstShards.push_back(dst.getLocalShard(meshShape, shape, c));
   double lack = 0;
+  std::vector<Interval> runs;
   for (size_t r = 0; r < coords.size(); ++r) {
-    LocalShard have = l.getLocalShard(meshShape, shape, coords[r]);
     double want = 1, common = 1;
     for (size_t d = 0; d < shape.size(); ++d) {
+      runs.clear();
+      l.appendLocalRuns(meshShape, static_cast<int64_t>(d), shape[d], coords[r],
+                        runs);
       want *= static_cast<double>(dstShards[r].shape[d]);
-      common *=
-          static_cast<double>(overlap(have.runs[d], dstShards[r].runs[d]));
+      common *= static_cast<double>(overlap(runs, dstShards[r].runs[d]));
     }
     lack = std::max(lack, want - common);
   }

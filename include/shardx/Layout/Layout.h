@@ -194,6 +194,11 @@ public:
   std::optional<std::vector<Placement>>
   toPlacements(const std::vector<int64_t> &meshShape, std::string &error) const;
 
+  /// Appends the runs of global indices of `dim` (of size `size`) that rank
+  /// `coords` holds, in local order. Requires verifyForShape() to pass.
+  void appendLocalRuns(const std::vector<int64_t> &meshShape, int64_t dim,
+                       int64_t size, const std::vector<int64_t> &coords,
+                       std::vector<Interval> &runs) const;
   /// The shard rank `coords` holds. Requires verifyForShape() to pass.
   LocalShard getLocalShard(const std::vector<int64_t> &meshShape,
                            const std::vector<int64_t> &globalShape,
