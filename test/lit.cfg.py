@@ -24,5 +24,5 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt"]
+tools = ["shardx-opt", "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

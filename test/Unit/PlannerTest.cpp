@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 using namespace shardx;
@@ -372,4 +373,83 @@ TEST(Planner, CostsObeyTheTriangleInequality) {
   std::printf("layouts: %zu, triples: %lld violations %lld\n", n,
               static_cast<long long>(triples), (long long)violations);
   EXPECT_EQ(violations, 0);
+}
+
+TEST(Planner, FourDimensionalMeshesExecuteExactly) {
+  // Every pair of R / S(0) / S(1) / P(sum) layouts on 4-D meshes, one with
+  // an axis of size 1.
+  int64_t pairs = 0;
+  for (const std::vector<int64_t> &mesh :
+       {std::vector<int64_t>{2, 1, 3, 2}, std::vector<int64_t>{2, 2, 2, 2}}) {
+    Planner planner({mesh, {}});
+    std::vector<Layout> layouts =
+        enumerateLayouts(mesh, 2, {ReduceOp::Sum}, /*variants=*/false);
+    for (const std::vector<int64_t> &shape :
+         {std::vector<int64_t>{24, 12}, std::vector<int64_t>{7, 5}}) {
+      for (const Layout &src : layouts)
+        for (const Layout &dst : layouts) {
+          if (!src.verifyForShape(mesh, shape).empty() ||
+              !dst.verifyForShape(mesh, shape).empty())
+            continue;
+          // Every 8th pair keeps the test fast; the sweep is deterministic.
+          if ((pairs++ & 7) != 0)
+            continue;
+          std::string error;
+          const Plan *plan = planner.plan(src, dst, shape, 4, error);
+          ASSERT_TRUE(plan) << error;
+          ASSERT_EQ(execute(mesh, src, dst, shape, *plan), "")
+              << src.str() << " -> " << dst.str() << ": " << planStr(*plan);
+        }
+    }
+  }
+  EXPECT_GT(pairs, 50000);
+  std::printf("4-D mesh pairs visited: %lld (every 8th executed)\n",
+              static_cast<long long>(pairs));
+}
+
+TEST(Planner, ExplicitSizesExecuteExactly) {
+  // Layouts with explicit uneven sizes, on one axis and nested over two,
+  // to and from every layout of the sweep.
+  std::vector<int64_t> mesh = {2, 2};
+  std::vector<int64_t> shape = {7, 5};
+  Planner planner({mesh, {}});
+  std::vector<Layout> explicitSizes;
+  for (auto [placements, sizes] :
+       std::vector<std::pair<std::vector<Placement>,
+                             std::map<int64_t, std::vector<int64_t>>>>{
+           {{Placement::shard(0), Placement::replicate()}, {{0, {5, 2}}}},
+           {{Placement::replicate(), Placement::shard(1)}, {{1, {0, 5}}}},
+           {{Placement::shard(0), Placement::shard(0)}, {{0, {1, 2, 3, 1}}}},
+           {{Placement::shard(0), Placement::shard(1)},
+            {{0, {4, 3}}, {1, {2, 3}}}},
+           {{Placement::partial(ReduceOp::Sum), Placement::shard(0)},
+            {{0, {6, 1}}}}}) {
+    LayoutSpelling s;
+    s.placements = placements;
+    s.sizes = sizes;
+    std::string error;
+    std::optional<Layout> l = Layout::fromSpelling(s, mesh, error);
+    ASSERT_TRUE(l) << error;
+    ASSERT_EQ(l->verifyForShape(mesh, shape), "");
+    explicitSizes.push_back(*l);
+  }
+  std::vector<Layout> others = enumerateLayouts(
+      mesh, 2, {ReduceOp::Sum, ReduceOp::Max}, /*variants=*/true);
+  int64_t pairs = 0;
+  for (const Layout &a : explicitSizes)
+    for (const Layout &b : others) {
+      if (!b.verifyForShape(mesh, shape).empty())
+        continue;
+      for (auto [src, dst] : {std::pair{a, b}, std::pair{b, a}}) {
+        std::string error;
+        const Plan *plan = planner.plan(src, dst, shape, 4, error);
+        ASSERT_TRUE(plan) << error;
+        ASSERT_EQ(execute(mesh, src, dst, shape, *plan), "")
+            << src.str() << " -> " << dst.str() << ": " << planStr(*plan);
+        ++pairs;
+      }
+    }
+  EXPECT_GT(pairs, 250);
+  std::printf("explicit-sizes pairs executed: %lld\n",
+              static_cast<long long>(pairs));
 }

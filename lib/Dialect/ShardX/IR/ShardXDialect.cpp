@@ -54,16 +54,20 @@ static LogicalResult verifyFunctionLayout(Operation *op, unsigned index,
                            << what << " must be a #shardx.layout, got "
                            << attr.getValue();
   Type type;
+  std::optional<Location> loc;
   if (auto fn = dyn_cast<FunctionOpInterface>(op)) {
     ArrayRef<Type> types =
         isResult ? fn.getResultTypes() : fn.getArgumentTypes();
     if (index < types.size())
       type = types[index];
+    // An argument of a function with a body has its own location.
+    if (!isResult && !fn.isExternal() && index < fn.getNumArguments())
+      loc = fn.getArgument(index).getLoc();
   }
   if (!type)
     return op->emitError() << "layout on " << what
                            << " of an op that is not a function";
-  return verifyLayoutAt(op, layout, type, what + " layout");
+  return verifyLayoutAt(op, layout, type, what + " layout", nullptr, loc);
 }
 
 LogicalResult ShardXDialect::verifyRegionArgAttribute(Operation *op, unsigned,

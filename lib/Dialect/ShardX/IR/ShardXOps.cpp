@@ -34,7 +34,9 @@ MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
 
 LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
                                            Type type, StringRef what,
-                                           SymbolTableCollection *symbolTable) {
+                                           SymbolTableCollection *symbolTable,
+                                           std::optional<Location> loc) {
+  Location at = loc.value_or(op->getLoc());
   Operation *found =
       symbolTable
           ? symbolTable->lookupNearestSymbolFrom(op, layout.getMesh().getAttr())
@@ -42,13 +44,12 @@ LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
                                                  layout.getMesh().getAttr());
   auto mesh = dyn_cast_or_null<MeshOp>(found);
   if (!mesh)
-    return op->emitError() << what << " " << layout
-                           << " refers to unknown mesh " << layout.getMesh();
+    return emitError(at) << what << " " << layout << " refers to unknown mesh "
+                         << layout.getMesh();
   std::string error = layout.verifyFor(mesh.getShape(), type);
   if (!error.empty())
-    return op->emitError() << what << " " << layout << " is invalid for "
-                           << type << " on mesh " << layout.getMesh() << ": "
-                           << error;
+    return emitError(at) << what << " " << layout << " is invalid for " << type
+                         << " on mesh " << layout.getMesh() << ": " << error;
   return success();
 }
 

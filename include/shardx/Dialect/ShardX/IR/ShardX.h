@@ -42,10 +42,11 @@ MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
                   SymbolTableCollection *symbolTable = nullptr);
 
 /// Verifies `layout` against its mesh (looked up from `op`) and `type`.
-/// Emits `what`-prefixed errors at `op`.
+/// Emits `what`-prefixed errors at `loc` (default: `op`'s location).
 LogicalResult verifyLayoutAt(Operation *op, LayoutAttr layout, Type type,
                              llvm::StringRef what,
-                             SymbolTableCollection *symbolTable = nullptr);
+                             SymbolTableCollection *symbolTable = nullptr,
+                             std::optional<Location> loc = std::nullopt);
 
 } // namespace mlir::shardx
 
