@@ -1,0 +1,139 @@
+//===- Communicator.h - Collectives over the ranks of a mesh ----*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The runtime's collective interface. A communicator is one rank of a mesh;
+// each collective runs over the group of ranks that differ only in the
+// coordinates of the given mesh axes, numbered by those coordinates
+// linearized in the order the axes are given (major first), as in the
+// shardx dialect.
+//
+// Backends implement what they support; the rest fails with "backend X does
+// not support Y". Every wait is bounded: a rank that fails or stops
+// answering makes every rank of its world fail with a message that names
+// the rank and the cause. No MLIR/LLVM dependency.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_RUNTIME_COMMUNICATOR_H
+#define SHARDX_RUNTIME_COMMUNICATOR_H
+
+#include "shardx/Layout/Layout.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardx::rt {
+
+/// Element types the collectives move and reduce.
+enum class DType : uint8_t { F32, F64, I32, I64 };
+
+size_t dtypeSize(DType type);
+const char *stringifyDType(DType type);
+
+/// The outcome of a runtime call: ok, or an error message.
+class Status {
+public:
+  static Status ok() { return Status(); }
+  static Status error(std::string message) {
+    Status s;
+    s.failed = true;
+    s.text = std::move(message);
+    return s;
+  }
+  bool isOk() const { return !failed; }
+  explicit operator bool() const { return !failed; }
+  const std::string &message() const { return text; }
+
+private:
+  bool failed = false;
+  std::string text;
+};
+
+/// One rank of a mesh.
+class Communicator {
+public:
+  Communicator(std::vector<int64_t> meshShape, int64_t rank);
+  virtual ~Communicator();
+
+  virtual const char *getBackendName() const = 0;
+
+  int64_t getRank() const { return rank; }
+  int64_t getSize() const { return size; }
+  const std::vector<int64_t> &getMeshShape() const { return meshShape; }
+  /// This rank's coordinates on the mesh (row-major rank order).
+  const std::vector<int64_t> &getCoords() const { return coords; }
+  /// The global ranks of this rank's group over `axes`, in group order.
+  std::vector<int64_t> getGroup(const std::vector<int64_t> &axes) const;
+  /// This rank's index in its group over `axes`.
+  int64_t getGroupIndex(const std::vector<int64_t> &axes) const;
+  /// Checks `axes` (in range, distinct); an error names the collective.
+  Status checkAxes(const std::vector<int64_t> &axes, const char *op) const;
+
+  /// Concatenates the members' `counts[i]` elements, in group order, into
+  /// `recv` (of sum(counts) elements). This rank sends `counts[index]`.
+  virtual Status allGather(const void *send, void *recv,
+                           const std::vector<size_t> &counts, DType type,
+                           const std::vector<int64_t> &axes);
+  /// Reduces the members' sum(counts) elements and keeps piece `index`
+  /// (`counts[index]` elements, at offset sum(counts[0..index))).
+  virtual Status reduceScatter(const void *send, void *recv,
+                               const std::vector<size_t> &counts, DType type,
+                               ReduceOp op, const std::vector<int64_t> &axes);
+  virtual Status allReduce(const void *send, void *recv, size_t count,
+                           DType type, ReduceOp op,
+                           const std::vector<int64_t> &axes);
+  /// Member i sends `sendCounts[j]` elements (consecutive in `send`) to
+  /// member j, and receives `recvCounts[j]` from member j into `recv` in
+  /// group order.
+  virtual Status allToAll(const void *send,
+                          const std::vector<size_t> &sendCounts, void *recv,
+                          const std::vector<size_t> &recvCounts, DType type,
+                          const std::vector<int64_t> &axes);
+  /// Each (source, target) pair of group indices moves source's `count`
+  /// elements to target; a member that is no target receives zeros.
+  virtual Status permute(const void *send, void *recv, size_t count, DType type,
+                         const std::vector<std::pair<int64_t, int64_t>> &pairs,
+                         const std::vector<int64_t> &axes);
+  /// Every member receives member `root`'s `count` elements in `buffer`.
+  virtual Status broadcast(void *buffer, size_t count, DType type, int64_t root,
+                           const std::vector<int64_t> &axes);
+  virtual Status barrier(const std::vector<int64_t> &axes);
+
+  /// Makes every rank of the world fail its current and next collectives
+  /// with `cause` (a rank that hits an error calls this before returning).
+  virtual void abort(const std::string &cause) = 0;
+
+protected:
+  Status unsupported(const char *op) const;
+
+  std::vector<int64_t> meshShape;
+  int64_t rank;
+  int64_t size;
+  std::vector<int64_t> coords;
+};
+
+/// Reduces `count` elements of `in` into `inout` with `op` (avg sums; the
+/// caller divides).
+void reduceInto(void *inout, const void *in, size_t count, DType type,
+                ReduceOp op);
+/// Divides `count` elements by `n` (the end of an avg).
+void divideBy(void *buffer, size_t count, DType type, int64_t n);
+
+/// Runs `body` on every rank of a mesh as threads of this process (the
+/// `threads` backend) and returns each rank's status. A collective that
+/// waits longer than `timeoutSeconds` fails on every rank.
+std::vector<Status>
+runThreads(const std::vector<int64_t> &meshShape,
+           const std::function<Status(Communicator &)> &body,
+           double timeoutSeconds = 60.0);
+
+} // namespace shardx::rt
+
+#endif // SHARDX_RUNTIME_COMMUNICATOR_H

@@ -1,0 +1,196 @@
+//===- Communicator.cpp - Collectives over the ranks of a mesh ------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Runtime/Communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shardx::rt {
+
+size_t dtypeSize(DType type) {
+  switch (type) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F64:
+  case DType::I64:
+    return 8;
+  }
+  return 0;
+}
+
+const char *stringifyDType(DType type) {
+  switch (type) {
+  case DType::F32:
+    return "f32";
+  case DType::F64:
+    return "f64";
+  case DType::I32:
+    return "i32";
+  case DType::I64:
+    return "i64";
+  }
+  return "?";
+}
+
+Communicator::Communicator(std::vector<int64_t> meshShape, int64_t rank)
+    : meshShape(std::move(meshShape)), rank(rank) {
+  size = 1;
+  for (int64_t n : this->meshShape)
+    size *= n;
+  coords.resize(this->meshShape.size());
+  int64_t r = rank;
+  for (int64_t a = static_cast<int64_t>(this->meshShape.size()) - 1; a >= 0;
+       --a) {
+    coords[a] = r % this->meshShape[a];
+    r /= this->meshShape[a];
+  }
+}
+
+Communicator::~Communicator() = default;
+
+std::vector<int64_t>
+Communicator::getGroup(const std::vector<int64_t> &axes) const {
+  int64_t n = 1;
+  for (int64_t a : axes)
+    n *= meshShape[a];
+  std::vector<int64_t> members;
+  members.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> c = coords;
+    int64_t rest = i;
+    for (int64_t k = static_cast<int64_t>(axes.size()) - 1; k >= 0; --k) {
+      c[axes[k]] = rest % meshShape[axes[k]];
+      rest /= meshShape[axes[k]];
+    }
+    int64_t global = 0;
+    for (size_t a = 0; a < c.size(); ++a)
+      global = global * meshShape[a] + c[a];
+    members.push_back(global);
+  }
+  return members;
+}
+
+int64_t Communicator::getGroupIndex(const std::vector<int64_t> &axes) const {
+  return linearizeCoords(meshShape, axes, coords);
+}
+
+Status Communicator::checkAxes(const std::vector<int64_t> &axes,
+                               const char *op) const {
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= static_cast<int64_t>(meshShape.size()))
+      return Status::error(std::string(op) + " on rank " +
+                           std::to_string(rank) + ": mesh axis " +
+                           std::to_string(axes[i]) + " is out of range");
+    for (size_t j = 0; j < i; ++j)
+      if (axes[i] == axes[j])
+        return Status::error(std::string(op) + " on rank " +
+                             std::to_string(rank) + ": mesh axis " +
+                             std::to_string(axes[i]) + " is listed twice");
+  }
+  return Status::ok();
+}
+
+Status Communicator::unsupported(const char *op) const {
+  return Status::error(std::string("backend ") + getBackendName() +
+                       " does not support " + op);
+}
+
+Status Communicator::allGather(const void *, void *,
+                               const std::vector<size_t> &, DType,
+                               const std::vector<int64_t> &) {
+  return unsupported("all_gather");
+}
+Status Communicator::reduceScatter(const void *, void *,
+                                   const std::vector<size_t> &, DType, ReduceOp,
+                                   const std::vector<int64_t> &) {
+  return unsupported("reduce_scatter");
+}
+Status Communicator::allReduce(const void *, void *, size_t, DType, ReduceOp,
+                               const std::vector<int64_t> &) {
+  return unsupported("all_reduce");
+}
+Status Communicator::allToAll(const void *, const std::vector<size_t> &, void *,
+                              const std::vector<size_t> &, DType,
+                              const std::vector<int64_t> &) {
+  return unsupported("all_to_all");
+}
+Status Communicator::permute(const void *, void *, size_t, DType,
+                             const std::vector<std::pair<int64_t, int64_t>> &,
+                             const std::vector<int64_t> &) {
+  return unsupported("permute");
+}
+Status Communicator::broadcast(void *, size_t, DType, int64_t,
+                               const std::vector<int64_t> &) {
+  return unsupported("broadcast");
+}
+Status Communicator::barrier(const std::vector<int64_t> &) {
+  return unsupported("barrier");
+}
+
+namespace {
+template <typename T>
+void reduceTyped(T *inout, const T *in, size_t count, ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    for (size_t i = 0; i < count; ++i)
+      inout[i] += in[i];
+    break;
+  case ReduceOp::Max:
+    for (size_t i = 0; i < count; ++i)
+      inout[i] = std::max(inout[i], in[i]);
+    break;
+  case ReduceOp::Min:
+    for (size_t i = 0; i < count; ++i)
+      inout[i] = std::min(inout[i], in[i]);
+    break;
+  case ReduceOp::Prod:
+    for (size_t i = 0; i < count; ++i)
+      inout[i] *= in[i];
+    break;
+  }
+}
+
+template <typename T> void divideTyped(T *buffer, size_t count, int64_t n) {
+  for (size_t i = 0; i < count; ++i)
+    buffer[i] /= static_cast<T>(n);
+}
+} // namespace
+
+void reduceInto(void *inout, const void *in, size_t count, DType type,
+                ReduceOp op) {
+  switch (type) {
+  case DType::F32:
+    return reduceTyped(static_cast<float *>(inout),
+                       static_cast<const float *>(in), count, op);
+  case DType::F64:
+    return reduceTyped(static_cast<double *>(inout),
+                       static_cast<const double *>(in), count, op);
+  case DType::I32:
+    return reduceTyped(static_cast<int32_t *>(inout),
+                       static_cast<const int32_t *>(in), count, op);
+  case DType::I64:
+    return reduceTyped(static_cast<int64_t *>(inout),
+                       static_cast<const int64_t *>(in), count, op);
+  }
+}
+
+void divideBy(void *buffer, size_t count, DType type, int64_t n) {
+  switch (type) {
+  case DType::F32:
+    return divideTyped(static_cast<float *>(buffer), count, n);
+  case DType::F64:
+    return divideTyped(static_cast<double *>(buffer), count, n);
+  case DType::I32:
+    return divideTyped(static_cast<int32_t *>(buffer), count, n);
+  case DType::I64:
+    return divideTyped(static_cast<int64_t *>(buffer), count, n);
+  }
+}
+
+} // namespace shardx::rt

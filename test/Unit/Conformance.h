@@ -1,0 +1,241 @@
+//===- Conformance.h - Collective checks every backend must pass -*- C++ -*-//
+//
+// Part of ShardX.
+//
+// Each check runs on every rank of a world and returns an error when this
+// rank's result differs from what the collective must produce. A backend's
+// test binary runs all checks on several meshes (threads: in-process; mpi:
+// under mpirun), each with its own list of skips and reasons.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_TEST_UNIT_CONFORMANCE_H
+#define SHARDX_TEST_UNIT_CONFORMANCE_H
+
+#include "shardx/Runtime/Communicator.h"
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace shardx::rt::conformance {
+
+/// The axis groups every check runs over: each single axis, all axes, and
+/// all axes in reverse order.
+inline std::vector<std::vector<int64_t>> axisGroups(const Communicator &c) {
+  int64_t rank = static_cast<int64_t>(c.getMeshShape().size());
+  std::vector<std::vector<int64_t>> groups;
+  for (int64_t a = 0; a < rank; ++a)
+    groups.push_back({a});
+  std::vector<int64_t> all(rank);
+  std::iota(all.begin(), all.end(), 0);
+  if (rank > 1) {
+    groups.push_back(all);
+    groups.push_back(std::vector<int64_t>(all.rbegin(), all.rend()));
+  }
+  return groups;
+}
+
+template <typename T> DType dtypeOf();
+template <> inline DType dtypeOf<float>() { return DType::F32; }
+template <> inline DType dtypeOf<double>() { return DType::F64; }
+template <> inline DType dtypeOf<int32_t>() { return DType::I32; }
+template <> inline DType dtypeOf<int64_t>() { return DType::I64; }
+
+/// The value rank `r` contributes at element `k` (small, so sums and
+/// products are exact).
+template <typename T> T value(int64_t r, size_t k, ReduceOp op) {
+  if (op == ReduceOp::Prod)
+    return static_cast<T>(1 + (r + static_cast<int64_t>(k)) % 3);
+  return static_cast<T>(r * 10 + static_cast<int64_t>(k % 7) - 20);
+}
+
+template <typename T>
+T reduceValues(const std::vector<int64_t> &members, size_t k, ReduceOp op) {
+  T acc = value<T>(members[0], k, op);
+  for (size_t i = 1; i < members.size(); ++i) {
+    T v = value<T>(members[i], k, op);
+    switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      acc += v;
+      break;
+    case ReduceOp::Max:
+      acc = std::max(acc, v);
+      break;
+    case ReduceOp::Min:
+      acc = std::min(acc, v);
+      break;
+    case ReduceOp::Prod:
+      acc *= v;
+      break;
+    }
+  }
+  if (op == ReduceOp::Avg)
+    acc /= static_cast<T>(members.size());
+  return acc;
+}
+
+inline Status fail(const Communicator &c, const std::string &what) {
+  return Status::error("rank " + std::to_string(c.getRank()) + ": " + what);
+}
+
+template <typename T>
+Status expectEqual(const Communicator &c, const std::string &what,
+                   const std::vector<T> &got, const std::vector<T> &want) {
+  if (got.size() != want.size())
+    return fail(c, what + ": wrong size");
+  for (size_t i = 0; i < got.size(); ++i) {
+    double a = static_cast<double>(got[i]), b = static_cast<double>(want[i]);
+    if (std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(b)))
+      return fail(c, what + ": element " + std::to_string(i) + " is " +
+                         std::to_string(a) + ", expected " + std::to_string(b));
+  }
+  return Status::ok();
+}
+
+/// all_gather with even and uneven pieces (member i sends i + 1 elements).
+template <typename T> Status checkAllGather(Communicator &c) {
+  for (const auto &axes : axisGroups(c)) {
+    std::vector<int64_t> members = c.getGroup(axes);
+    for (bool uneven : {false, true}) {
+      std::vector<size_t> counts;
+      for (size_t i = 0; i < members.size(); ++i)
+        counts.push_back(uneven ? i + 1 : 3);
+      size_t me = static_cast<size_t>(c.getGroupIndex(axes));
+      std::vector<T> send(counts[me]);
+      for (size_t k = 0; k < send.size(); ++k)
+        send[k] = value<T>(c.getRank(), k, ReduceOp::Sum);
+      std::vector<T> recv(std::accumulate(counts.begin(), counts.end(),
+                                          static_cast<size_t>(0)));
+      if (Status s =
+              c.allGather(send.data(), recv.data(), counts, dtypeOf<T>(), axes);
+          !s)
+        return s;
+      std::vector<T> want;
+      for (size_t i = 0; i < members.size(); ++i)
+        for (size_t k = 0; k < counts[i]; ++k)
+          want.push_back(value<T>(members[i], k, ReduceOp::Sum));
+      if (Status s = expectEqual(c, "all_gather", recv, want); !s)
+        return s;
+    }
+  }
+  return Status::ok();
+}
+
+/// all_reduce and reduce_scatter (even and uneven) with every reduction.
+template <typename T> Status checkReductions(Communicator &c) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
+                      ReduceOp::Min, ReduceOp::Prod}) {
+    // Integer averages truncate, so avg is checked on floats only.
+    for (const auto &axes : axisGroups(c)) {
+      std::vector<int64_t> members = c.getGroup(axes);
+      size_t n = members.size();
+      size_t total = 2 * n + 1;
+      std::vector<T> send(total);
+      for (size_t k = 0; k < total; ++k)
+        send[k] = value<T>(c.getRank(), k, op);
+      std::vector<T> want(total);
+      for (size_t k = 0; k < total; ++k)
+        want[k] = reduceValues<T>(members, k, op);
+      bool exact = op != ReduceOp::Avg || std::is_floating_point<T>::value;
+      std::vector<T> recv(total);
+      if (Status s = c.allReduce(send.data(), recv.data(), total, dtypeOf<T>(),
+                                 op, axes);
+          !s)
+        return s;
+      if (exact)
+        if (Status s = expectEqual(c, "all_reduce", recv, want); !s)
+          return s;
+      // Uneven pieces: member i keeps 2 elements, the last member 3.
+      std::vector<size_t> counts(n, 2);
+      counts.back() += 1;
+      size_t me = static_cast<size_t>(c.getGroupIndex(axes));
+      size_t offset = 2 * me;
+      std::vector<T> piece(counts[me]);
+      if (Status s = c.reduceScatter(send.data(), piece.data(), counts,
+                                     dtypeOf<T>(), op, axes);
+          !s)
+        return s;
+      if (exact)
+        if (Status s =
+                expectEqual(c, "reduce_scatter", piece,
+                            std::vector<T>(want.begin() + offset,
+                                           want.begin() + offset + counts[me]));
+            !s)
+          return s;
+    }
+  }
+  return Status::ok();
+}
+
+/// all_to_all with variable counts: member i sends i + j + 1 elements to j.
+template <typename T> Status checkAllToAll(Communicator &c) {
+  for (const auto &axes : axisGroups(c)) {
+    std::vector<int64_t> members = c.getGroup(axes);
+    size_t n = members.size();
+    size_t me = static_cast<size_t>(c.getGroupIndex(axes));
+    std::vector<size_t> sendCounts(n), recvCounts(n);
+    std::vector<T> send;
+    for (size_t j = 0; j < n; ++j) {
+      sendCounts[j] = me + j + 1;
+      recvCounts[j] = j + me + 1;
+      for (size_t k = 0; k < sendCounts[j]; ++k)
+        send.push_back(static_cast<T>(c.getRank() * 1000 + j * 10 + k));
+    }
+    std::vector<T> recv(std::accumulate(recvCounts.begin(), recvCounts.end(),
+                                        static_cast<size_t>(0)));
+    if (Status s = c.allToAll(send.data(), sendCounts, recv.data(), recvCounts,
+                              dtypeOf<T>(), axes);
+        !s)
+      return s;
+    std::vector<T> want;
+    for (size_t j = 0; j < n; ++j)
+      for (size_t k = 0; k < recvCounts[j]; ++k)
+        want.push_back(static_cast<T>(members[j] * 1000 + me * 10 + k));
+    if (Status s = expectEqual(c, "all_to_all", recv, want); !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+/// permute (a ring shift that leaves member 0 without a source) and
+/// broadcast from the last member; then a barrier.
+template <typename T> Status checkPermuteBroadcast(Communicator &c) {
+  for (const auto &axes : axisGroups(c)) {
+    std::vector<int64_t> members = c.getGroup(axes);
+    int64_t n = static_cast<int64_t>(members.size());
+    int64_t me = c.getGroupIndex(axes);
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    for (int64_t i = 0; i + 1 < n; ++i)
+      pairs.push_back({i, i + 1});
+    std::vector<T> send(4), recv(4);
+    for (size_t k = 0; k < 4; ++k)
+      send[k] = value<T>(c.getRank(), k, ReduceOp::Sum);
+    if (Status s =
+            c.permute(send.data(), recv.data(), 4, dtypeOf<T>(), pairs, axes);
+        !s)
+      return s;
+    std::vector<T> want(4, T(0));
+    if (me > 0)
+      for (size_t k = 0; k < 4; ++k)
+        want[k] = value<T>(members[me - 1], k, ReduceOp::Sum);
+    if (Status s = expectEqual(c, "permute", recv, want); !s)
+      return s;
+    std::vector<T> buffer = send;
+    if (Status s = c.broadcast(buffer.data(), 4, dtypeOf<T>(), n - 1, axes); !s)
+      return s;
+    for (size_t k = 0; k < 4; ++k)
+      want[k] = value<T>(members[n - 1], k, ReduceOp::Sum);
+    if (Status s = expectEqual(c, "broadcast", buffer, want); !s)
+      return s;
+    if (Status s = c.barrier(axes); !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+} // namespace shardx::rt::conformance
+
+#endif // SHARDX_TEST_UNIT_CONFORMANCE_H

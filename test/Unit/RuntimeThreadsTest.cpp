@@ -1,0 +1,142 @@
+//===- RuntimeThreadsTest.cpp - The threads backend -----------------------===//
+//
+// Part of ShardX.
+//
+// Runs the conformance checks on the threads backend (skip list: none) and
+// checks its failure behaviour: a failing or silent rank stops every rank
+// with a message naming it, within the timeout.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Conformance.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+using namespace shardx;
+using namespace shardx::rt;
+
+namespace {
+
+void expectAllOk(const std::vector<Status> &statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r)
+    EXPECT_TRUE(statuses[r]) << "rank " << r << ": " << statuses[r].message();
+}
+
+class ThreadsConformance
+    : public ::testing::TestWithParam<std::vector<int64_t>> {};
+
+} // namespace
+
+TEST_P(ThreadsConformance, AllGather) {
+  expectAllOk(runThreads(GetParam(), conformance::checkAllGather<float>));
+  expectAllOk(runThreads(GetParam(), conformance::checkAllGather<int64_t>));
+}
+
+TEST_P(ThreadsConformance, Reductions) {
+  expectAllOk(runThreads(GetParam(), conformance::checkReductions<float>));
+  expectAllOk(runThreads(GetParam(), conformance::checkReductions<double>));
+  expectAllOk(runThreads(GetParam(), conformance::checkReductions<int32_t>));
+  expectAllOk(runThreads(GetParam(), conformance::checkReductions<int64_t>));
+}
+
+TEST_P(ThreadsConformance, AllToAll) {
+  expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<float>));
+  expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<int32_t>));
+}
+
+TEST_P(ThreadsConformance, PermuteBroadcastBarrier) {
+  expectAllOk(
+      runThreads(GetParam(), conformance::checkPermuteBroadcast<double>));
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, ThreadsConformance,
+                         ::testing::Values(std::vector<int64_t>{1},
+                                           std::vector<int64_t>{4},
+                                           std::vector<int64_t>{2, 3},
+                                           std::vector<int64_t>{2, 2, 2}));
+
+TEST(Threads, ConformanceChecksCanFail) {
+  // A check must fail when the collective is wrong: a "communicator" that
+  // claims success without moving data.
+  auto statuses = runThreads({2}, [](Communicator &c) -> Status {
+    std::vector<size_t> counts = {3, 3};
+    std::vector<float> send(3, 1.0f), recv(6, 0.0f);
+    // Skip the collective: the recv buffer stays zero.
+    return conformance::expectEqual(c, "all_gather", recv,
+                                    std::vector<float>(6, 1.0f));
+  });
+  EXPECT_FALSE(statuses[0]);
+  EXPECT_FALSE(statuses[1]);
+}
+
+TEST(Threads, FailingRankStopsEveryRank) {
+  auto start = std::chrono::steady_clock::now();
+  auto statuses = runThreads(
+      {4},
+      [](Communicator &c) -> Status {
+        if (c.getRank() == 2)
+          return Status::error("bad input shape 3x5, expected 4x5");
+        std::vector<float> x(4, 1.0f), y(4);
+        return c.allReduce(x.data(), y.data(), 4, DType::F32, ReduceOp::Sum,
+                           {0});
+      },
+      /*timeoutSeconds=*/10.0);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_LT(seconds, 5.0) << "the failure must not wait for the timeout";
+  EXPECT_EQ(statuses[2].message(), "bad input shape 3x5, expected 4x5");
+  for (int r : {0, 1, 3}) {
+    ASSERT_FALSE(statuses[r]);
+    EXPECT_NE(statuses[r].message().find(
+                  "rank 2 failed: bad input shape 3x5, expected 4x5"),
+              std::string::npos)
+        << statuses[r].message();
+  }
+}
+
+TEST(Threads, SilentRankTimesOut) {
+  auto statuses = runThreads(
+      {2, 2},
+      [](Communicator &c) -> Status {
+        if (c.getRank() == 3)
+          return Status::ok(); // never joins the collective
+        std::vector<int32_t> x(2, 1), y(8);
+        return c.allGather(x.data(), y.data(), {2, 2, 2, 2}, DType::I32,
+                           {0, 1});
+      },
+      /*timeoutSeconds=*/0.3);
+  EXPECT_TRUE(statuses[3]);
+  for (int r : {0, 1, 2}) {
+    ASSERT_FALSE(statuses[r]);
+    EXPECT_NE(statuses[r].message().find("timed out after"), std::string::npos)
+        << statuses[r].message();
+  }
+}
+
+TEST(Threads, MismatchedSizesAreErrors) {
+  auto statuses = runThreads({2}, [](Communicator &c) -> Status {
+    std::vector<float> x(4, 1.0f), y(4);
+    size_t count = c.getRank() == 0 ? 4 : 3;
+    return c.allReduce(x.data(), y.data(), count, DType::F32, ReduceOp::Sum,
+                       {0});
+  });
+  for (const Status &s : statuses) {
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.message().find("passed different sizes"), std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(Threads, BadAxesAreErrors) {
+  auto statuses =
+      runThreads({2}, [](Communicator &c) -> Status { return c.barrier({1}); });
+  for (const Status &s : statuses) {
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.message().find("mesh axis 1 is out of range"),
+              std::string::npos)
+        << s.message();
+  }
+}
