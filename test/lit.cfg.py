@@ -23,6 +23,13 @@ config.substitutions.append(("%shardx_obj_root", config.shardx_obj_root))
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
+# Optional parts: tests that need them say `REQUIRES: mpi`.
+if config.shardx_enable_mpi:
+    config.available_features.add("mpi")
+    # Root in containers; more ranks than cores on small machines.
+    config.substitutions.append(
+        ("%mpirun", config.mpiexec + " --allow-run-as-root --oversubscribe"))
+
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt", "split-file"]
+tools = ["shardx-opt", "split-file", "not", "shardx-mpi-conformance"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

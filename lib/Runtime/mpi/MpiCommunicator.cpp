@@ -1,0 +1,367 @@
+//===- MpiCommunicator.cpp - Ranks as MPI processes -----------------------===//
+//
+// Part of ShardX.
+//
+// Each group over mesh axes is an MPI communicator split from
+// MPI_COMM_WORLD (color: the coordinates off the group's axes; key: the
+// index in the group), created on first use. Data moves as bytes; reductions
+// use MPI's typed ops, avg as a sum divided by the group size. A watchdog
+// thread ends the job when a collective outlives the timeout.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Runtime/Mpi.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace shardx::rt {
+
+Status initMpi(int *argc, char ***argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) !=
+      MPI_SUCCESS)
+    return Status::error("MPI_Init_thread failed");
+  return Status::ok();
+}
+
+void finalizeMpi() { MPI_Finalize(); }
+
+namespace {
+
+MPI_Datatype mpiType(DType type) {
+  switch (type) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::F64:
+    return MPI_DOUBLE;
+  case DType::I32:
+    return MPI_INT32_T;
+  case DType::I64:
+    return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpiOp(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    return MPI_SUM;
+  case ReduceOp::Max:
+    return MPI_MAX;
+  case ReduceOp::Min:
+    return MPI_MIN;
+  case ReduceOp::Prod:
+    return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+class MpiCommunicator : public Communicator {
+public:
+  MpiCommunicator(std::vector<int64_t> meshShape, int64_t rank,
+                  double timeoutSeconds)
+      : Communicator(std::move(meshShape), rank), timeout(timeoutSeconds),
+        watchdog([this] { watch(); }) {}
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    watchdog.join();
+    for (auto &[axes, comm] : groups)
+      MPI_Comm_free(&comm);
+  }
+
+  const char *getBackendName() const override { return "mpi"; }
+
+  void abort(const std::string &cause) override {
+    std::fprintf(stderr, "shardx: rank %lld failed: %s\n",
+                 static_cast<long long>(rank), cause.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+
+  Status allGather(const void *send, void *recv,
+                   const std::vector<size_t> &counts, DType type,
+                   const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "all_gather");
+    MPI_Comm comm;
+    std::vector<int> bytes, displs;
+    if (Status s =
+            prepare("all_gather", axes, counts, type, comm, bytes, displs);
+        !s)
+      return s;
+    int me = static_cast<int>(getGroupIndex(axes));
+    return check("all_gather",
+                 MPI_Allgatherv(send, bytes[me], MPI_BYTE, recv, bytes.data(),
+                                displs.data(), MPI_BYTE, comm));
+  }
+
+  Status reduceScatter(const void *send, void *recv,
+                       const std::vector<size_t> &counts, DType type,
+                       ReduceOp op, const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "reduce_scatter");
+    MPI_Comm comm;
+    std::vector<int> bytes, displs;
+    if (Status s =
+            prepare("reduce_scatter", axes, counts, type, comm, bytes, displs);
+        !s)
+      return s;
+    std::vector<int> elems(counts.begin(), counts.end());
+    Status s = check("reduce_scatter",
+                     MPI_Reduce_scatter(send, recv, elems.data(), mpiType(type),
+                                        mpiOp(op), comm));
+    if (s && op == ReduceOp::Avg)
+      divideBy(recv, counts[getGroupIndex(axes)], type,
+               static_cast<int64_t>(counts.size()));
+    return s;
+  }
+
+  Status allReduce(const void *send, void *recv, size_t count, DType type,
+                   ReduceOp op, const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "all_reduce");
+    MPI_Comm comm;
+    if (Status s = groupComm("all_reduce", axes, comm); !s)
+      return s;
+    if (count > INT_MAX)
+      return Status::error("all_reduce on rank " + std::to_string(rank) +
+                           ": too many elements for one MPI call");
+    Status s =
+        check("all_reduce", MPI_Allreduce(send == recv ? MPI_IN_PLACE : send,
+                                          recv, static_cast<int>(count),
+                                          mpiType(type), mpiOp(op), comm));
+    if (s && op == ReduceOp::Avg)
+      divideBy(recv, count, type, static_cast<int64_t>(getGroup(axes).size()));
+    return s;
+  }
+
+  Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
+                  void *recv, const std::vector<size_t> &recvCounts, DType type,
+                  const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "all_to_all");
+    MPI_Comm comm;
+    std::vector<int> sendBytes, sendDispls, recvBytes, recvDispls;
+    if (Status s = prepare("all_to_all", axes, sendCounts, type, comm,
+                           sendBytes, sendDispls);
+        !s)
+      return s;
+    if (Status s = prepare("all_to_all", axes, recvCounts, type, comm,
+                           recvBytes, recvDispls);
+        !s)
+      return s;
+    return check("all_to_all",
+                 MPI_Alltoallv(send, sendBytes.data(), sendDispls.data(),
+                               MPI_BYTE, recv, recvBytes.data(),
+                               recvDispls.data(), MPI_BYTE, comm));
+  }
+
+  Status permute(const void *send, void *recv, size_t count, DType type,
+                 const std::vector<std::pair<int64_t, int64_t>> &pairs,
+                 const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "permute");
+    MPI_Comm comm;
+    if (Status s = groupComm("permute", axes, comm); !s)
+      return s;
+    size_t bytes = count * dtypeSize(type);
+    int64_t me = getGroupIndex(axes);
+    int64_t n = static_cast<int64_t>(getGroup(axes).size());
+    std::vector<char> result(bytes, 0);
+    std::vector<MPI_Request> requests;
+    for (auto [source, target] : pairs) {
+      if (source < 0 || target < 0 || source >= n || target >= n)
+        return Status::error("permute on rank " + std::to_string(rank) +
+                             ": pair index out of range");
+      if (target == me && source == me) {
+        std::memcpy(result.data(), send, bytes);
+        continue;
+      }
+      if (target == me) {
+        requests.emplace_back();
+        MPI_Irecv(result.data(), static_cast<int>(bytes), MPI_BYTE,
+                  static_cast<int>(source), 7, comm, &requests.back());
+      }
+      if (source == me) {
+        requests.emplace_back();
+        MPI_Isend(send, static_cast<int>(bytes), MPI_BYTE,
+                  static_cast<int>(target), 7, comm, &requests.back());
+      }
+    }
+    Status s =
+        check("permute", MPI_Waitall(static_cast<int>(requests.size()),
+                                     requests.data(), MPI_STATUSES_IGNORE));
+    if (s)
+      std::memcpy(recv, result.data(), bytes);
+    return s;
+  }
+
+  Status broadcast(void *buffer, size_t count, DType type, int64_t root,
+                   const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "broadcast");
+    MPI_Comm comm;
+    if (Status s = groupComm("broadcast", axes, comm); !s)
+      return s;
+    if (root < 0 || root >= static_cast<int64_t>(getGroup(axes).size()))
+      return Status::error("broadcast on rank " + std::to_string(rank) +
+                           ": root " + std::to_string(root) +
+                           " is out of range");
+    return check("broadcast",
+                 MPI_Bcast(buffer, static_cast<int>(count * dtypeSize(type)),
+                           MPI_BYTE, static_cast<int>(root), comm));
+  }
+
+  Status barrier(const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "barrier");
+    MPI_Comm comm;
+    if (Status s = groupComm("barrier", axes, comm); !s)
+      return s;
+    return check("barrier", MPI_Barrier(comm));
+  }
+
+private:
+  /// Marks a collective in flight for the watchdog.
+  struct Guard {
+    Guard(MpiCommunicator &c, const char *op) : c(c) {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      c.current = op;
+      c.since = std::chrono::steady_clock::now();
+      c.busy = true;
+      c.wake.notify_all();
+    }
+    ~Guard() {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      c.busy = false;
+    }
+    MpiCommunicator &c;
+  };
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      if (!busy) {
+        wake.wait(lock);
+        continue;
+      }
+      auto deadline =
+          since +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(timeout));
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::fprintf(stderr,
+                     "shardx: rank %lld timed out after %g s waiting for its "
+                     "group in %s\n",
+                     static_cast<long long>(rank), timeout, current);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
+      }
+      wake.wait_until(lock, deadline);
+    }
+  }
+
+  Status check(const char *op, int code) const {
+    if (code == MPI_SUCCESS)
+      return Status::ok();
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    return Status::error(std::string(op) + " on rank " + std::to_string(rank) +
+                         ": " + std::string(text, length));
+  }
+
+  Status groupComm(const char *op, const std::vector<int64_t> &axes,
+                   MPI_Comm &comm) {
+    if (Status s = checkAxes(axes, op); !s)
+      return s;
+    auto it = groups.find(axes);
+    if (it != groups.end()) {
+      comm = it->second;
+      return Status::ok();
+    }
+    // Color: this rank's coordinates off the group's axes.
+    int color = 0;
+    for (size_t a = 0; a < meshShape.size(); ++a) {
+      bool inGroup = false;
+      for (int64_t g : axes)
+        inGroup |= g == static_cast<int64_t>(a);
+      color = color * static_cast<int>(meshShape[a]) +
+              (inGroup ? 0 : static_cast<int>(coords[a]));
+    }
+    if (Status s = check(
+            op, MPI_Comm_split(MPI_COMM_WORLD, color,
+                               static_cast<int>(getGroupIndex(axes)), &comm));
+        !s)
+      return s;
+    groups.emplace(axes, comm);
+    return Status::ok();
+  }
+
+  Status prepare(const char *op, const std::vector<int64_t> &axes,
+                 const std::vector<size_t> &counts, DType type, MPI_Comm &comm,
+                 std::vector<int> &bytes, std::vector<int> &displs) {
+    if (Status s = groupComm(op, axes, comm); !s)
+      return s;
+    if (counts.size() != getGroup(axes).size())
+      return Status::error(
+          std::string(op) + " on rank " + std::to_string(rank) + ": " +
+          std::to_string(counts.size()) + " counts for a group of " +
+          std::to_string(getGroup(axes).size()));
+    size_t offset = 0;
+    for (size_t c : counts) {
+      size_t b = c * dtypeSize(type);
+      if (offset + b > INT_MAX)
+        return Status::error(std::string(op) + " on rank " +
+                             std::to_string(rank) +
+                             ": too many bytes for one MPI call");
+      bytes.push_back(static_cast<int>(b));
+      displs.push_back(static_cast<int>(offset));
+      offset += b;
+    }
+    return Status::ok();
+  }
+
+  double timeout;
+  std::map<std::vector<int64_t>, MPI_Comm> groups;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false, busy = false;
+  const char *current = "";
+  std::chrono::steady_clock::time_point since;
+  std::thread watchdog;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator>
+createMpiCommunicator(const std::vector<int64_t> &meshShape,
+                      double timeoutSeconds, std::string &error) {
+  int size = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int64_t devices = 1;
+  for (int64_t n : meshShape)
+    devices *= n;
+  if (devices != size) {
+    error = "the mesh has " + std::to_string(devices) +
+            " devices but MPI_COMM_WORLD has " + std::to_string(size) +
+            " processes";
+    return nullptr;
+  }
+  return std::make_unique<MpiCommunicator>(meshShape, rank, timeoutSeconds);
+}
+
+} // namespace shardx::rt
