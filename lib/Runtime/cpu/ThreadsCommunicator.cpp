@@ -65,27 +65,31 @@ public:
                    const std::vector<size_t> &counts, DType type,
                    const std::vector<int64_t> &axes) override {
     size_t elem = dtypeSize(type);
-    std::vector<char> result;
+    size_t total = 0;
+    for (size_t c : counts)
+      total += c * elem;
+    char *result = scratchOf(total);
     return exchange(
         "all_gather", axes, {send, &counts}, counts.size(),
         [&](const std::vector<int64_t> &members) -> Status {
+          size_t offset = 0;
           for (size_t i = 0; i < members.size(); ++i) {
             const Slot &peer = world.slots[members[i]];
             if (*peer.counts != counts)
               return mismatch("all_gather", members[i]);
-            const char *p = static_cast<const char *>(peer.send);
-            result.insert(result.end(), p, p + counts[i] * elem);
+            std::memcpy(result + offset, peer.send, counts[i] * elem);
+            offset += counts[i] * elem;
           }
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result.data(), result.size()); });
+        [&] { std::memcpy(recv, result, total); });
   }
 
   Status reduceScatter(const void *send, void *recv,
                        const std::vector<size_t> &counts, DType type,
                        ReduceOp op, const std::vector<int64_t> &axes) override {
     size_t elem = dtypeSize(type);
-    std::vector<char> result;
+    std::vector<char> &result = scratch;
     return exchange(
         "reduce_scatter", axes, {send, &counts}, counts.size(),
         [&](const std::vector<int64_t> &members) -> Status {
@@ -117,7 +121,8 @@ public:
                    ReduceOp op, const std::vector<int64_t> &axes) override {
     std::vector<size_t> counts = {count};
     size_t elem = dtypeSize(type);
-    std::vector<char> result(count * elem);
+    std::vector<char> &result = scratch;
+    result.resize(count * elem);
     return exchange(
         "all_reduce", axes, {send, &counts}, 0,
         [&](const std::vector<int64_t> &members) -> Status {
@@ -142,7 +147,10 @@ public:
                   void *recv, const std::vector<size_t> &recvCounts, DType type,
                   const std::vector<int64_t> &axes) override {
     size_t elem = dtypeSize(type);
-    std::vector<char> result;
+    size_t total = 0;
+    for (size_t c : recvCounts)
+      total += c * elem;
+    char *result = scratchOf(total);
     if (sendCounts.size() != recvCounts.size())
       return Status::error("all_to_all on rank " + std::to_string(rank) +
                            ": send and receive counts differ in length");
@@ -150,6 +158,7 @@ public:
         "all_to_all", axes, {send, &sendCounts}, sendCounts.size(),
         [&](const std::vector<int64_t> &members) -> Status {
           size_t me = static_cast<size_t>(getGroupIndex(axes));
+          size_t written = 0;
           for (size_t j = 0; j < members.size(); ++j) {
             const Slot &peer = world.slots[members[j]];
             const std::vector<size_t> &theirs = *peer.counts;
@@ -164,11 +173,12 @@ public:
               offset += theirs[k];
             const char *p =
                 static_cast<const char *>(peer.send) + offset * elem;
-            result.insert(result.end(), p, p + theirs[me] * elem);
+            std::memcpy(result + written, p, theirs[me] * elem);
+            written += theirs[me] * elem;
           }
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result.data(), result.size()); });
+        [&] { std::memcpy(recv, result, total); });
   }
 
   Status permute(const void *send, void *recv, size_t count, DType type,
@@ -225,6 +235,13 @@ public:
   }
 
 private:
+  /// A private result buffer kept across calls (no page faults per call).
+  char *scratchOf(size_t bytes) {
+    if (scratch.size() < bytes)
+      scratch.resize(bytes);
+    return scratch.data();
+  }
+
   Status mismatch(const char *op, int64_t peer) const {
     return Status::error(std::string(op) + " on rank " + std::to_string(rank) +
                          ": rank " + std::to_string(peer) +
@@ -295,6 +312,7 @@ private:
   }
 
   World &world;
+  std::vector<char> scratch;
 };
 
 } // namespace
