@@ -344,36 +344,41 @@ LocalSizeOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
-LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+/// Verifies an op that scales one dim by the group size: all_gather (the
+/// result is the whole) or reduce_scatter (the operand is).
+static LogicalResult verifyScalingOp(Operation *op, FlatSymbolRefAttr mesh,
+                                     ArrayRef<int64_t> axes, Value input,
+                                     Value result, int64_t dim, uint64_t stride,
+                                     std::optional<ArrayRef<int64_t>> sizes,
+                                     bool gathers, SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(op, mesh, axes, st);
   if (failed(n))
     return failure();
-  auto in = getInput().getType(), out = getResult().getType();
-  int64_t dim = getDim();
-  if (failed(verifySameElementsAndRank(*this, in, out)) ||
-      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})) ||
-      failed(verifyStride(*this, "stride", getStride(), in.getDimSize(dim),
-                          getSizes().has_value())))
+  auto in = cast<RankedTensorType>(input.getType());
+  auto out = cast<RankedTensorType>(result.getType());
+  if (failed(verifySameElementsAndRank(op, in, out)) ||
+      failed(verifyDimInRange(op, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(op, in, out, {dim})) ||
+      failed(verifyStride(op, "stride", stride, in.getDimSize(dim),
+                          sizes.has_value())))
     return failure();
-  return verifyScaledDim(*this, dim, out.getDimSize(dim), in.getDimSize(dim),
-                         *n, getSizes(), "result", "operand");
+  if (gathers)
+    return verifyScaledDim(op, dim, out.getDimSize(dim), in.getDimSize(dim), *n,
+                           sizes, "result", "operand");
+  return verifyScaledDim(op, dim, in.getDimSize(dim), out.getDimSize(dim), *n,
+                         sizes, "operand", "result");
+}
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyScalingOp(*this, getMeshAttr(), getAxes(), getInput(),
+                         getResult(), getDim(), getStride(), getSizes(),
+                         /*gathers=*/true, st);
 }
 
 LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
-  if (failed(n))
-    return failure();
-  auto in = getInput().getType(), out = getResult().getType();
-  int64_t dim = getDim();
-  if (failed(verifySameElementsAndRank(*this, in, out)) ||
-      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})) ||
-      failed(verifyStride(*this, "stride", getStride(), in.getDimSize(dim),
-                          getSizes().has_value())))
-    return failure();
-  return verifyScaledDim(*this, dim, in.getDimSize(dim), out.getDimSize(dim),
-                         *n, getSizes(), "operand", "result");
+  return verifyScalingOp(*this, getMeshAttr(), getAxes(), getInput(),
+                         getResult(), getDim(), getStride(), getSizes(),
+                         /*gathers=*/false, st);
 }
 
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &st) {
