@@ -207,7 +207,6 @@ public:
 private:
   struct Node {
     Layout layout;
-    double cost;
     int64_t parent;
     Step via;
     std::vector<Step> fused;
@@ -805,9 +804,8 @@ double Search::remainingCostBound(const Layout &l) {
   bool needsCollective = false;
   for (size_t a = 0; a < partials.size(); ++a) {
     const auto &want = dst.getPartials()[a];
-    if (partials[a] &&
-        !(want && (*want == *partials[a] ||
-                   (commute(*want, *partials[a]) && *want != ReduceOp::Max))))
+    // The same op stays; sum <-> avg is a local rescale.
+    if (partials[a] && !(want && commute(*want, *partials[a])))
       needsCollective = true;
   }
   for (const DimSharding &ds : l.getDims())
@@ -852,7 +850,7 @@ std::optional<Plan> Search::run(const Layout &src, std::string &reason) {
   std::unordered_map<Key, int64_t, KeyHash> index;
   using Entry = std::pair<Priority, int64_t>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  nodes.push_back({src, 0.0, -1, Step(), {}});
+  nodes.push_back({src, -1, Step(), {}});
   best.push_back({0.0, 0});
   bound.push_back(remainingCostBound(src));
   index.emplace(layoutKey(src), 0);
@@ -904,12 +902,11 @@ std::optional<Plan> Search::run(const Layout &src, std::string &reason) {
       int64_t target = it->second;
       if (inserted) {
         bound.push_back(remainingCostBound(edge.after));
-        nodes.push_back({std::move(edge.after), next.first, id,
-                         std::move(edge.step), std::move(edge.fused)});
+        nodes.push_back({std::move(edge.after), id, std::move(edge.step),
+                         std::move(edge.fused)});
         best.push_back(next);
       } else if (next < best[target]) {
         best[target] = next;
-        nodes[target].cost = next.first;
         nodes[target].parent = id;
         nodes[target].via = std::move(edge.step);
         nodes[target].fused = std::move(edge.fused);
