@@ -74,6 +74,8 @@ int main(int argc, char **argv) {
       {"reductions f64", conformance::checkReductions<double>},
       {"reductions i32", conformance::checkReductions<int32_t>},
       {"reductions i64", conformance::checkReductions<int64_t>},
+      {"large all_reduce f32", conformance::checkLargeAllReduce<float>},
+      {"large all_reduce i64", conformance::checkLargeAllReduce<int64_t>},
       {"all_to_all f32", conformance::checkAllToAll<float>},
       {"all_to_all i32", conformance::checkAllToAll<int32_t>},
       {"permute broadcast barrier f64",

@@ -41,6 +41,12 @@ TEST_P(ThreadsConformance, Reductions) {
   expectAllOk(runThreads(GetParam(), conformance::checkReductions<int64_t>));
 }
 
+TEST_P(ThreadsConformance, LargeAllReduce) {
+  expectAllOk(runThreads(GetParam(), conformance::checkLargeAllReduce<float>));
+  expectAllOk(
+      runThreads(GetParam(), conformance::checkLargeAllReduce<int64_t>));
+}
+
 TEST_P(ThreadsConformance, AllToAll) {
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<float>));
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<int32_t>));
