@@ -597,45 +597,52 @@ void Layout::appendLocalRuns(const std::vector<int64_t> &meshShape, int64_t dim,
     runs.push_back(piece);
   } else {
     // Mixed radix [F0, A1, F1, ..., Ak, rest]: enumerate the free digits
-    // major to the last axis; each combination is one run of `rest`.
-    std::vector<Digit> digits = splitsToDigits(ds->splits);
+    // major to the last axis; each combination is one run of `rest`. Fixed
+    // arrays: this runs in the planner's inner loop.
+    constexpr size_t kMaxDigits = 64;
+    size_t k = ds->splits.size();
+    assert(2 * k <= kMaxDigits && "more splits than mesh axes");
+    int64_t freeSize[kMaxDigits], freePlace[kMaxDigits], value[kMaxDigits];
     int64_t blocks = ds->splits.back().stride;
     for (const Split &s : ds->splits)
       blocks *= meshShape[s.axis];
     int64_t rest = size / blocks;
-    std::vector<int64_t> place(digits.size());
-    int64_t p = rest;
-    for (int64_t i = static_cast<int64_t>(digits.size()) - 2; i >= 0; --i) {
-      place[i] = p;
-      p *= digits[i].kind == Digit::Kind::Free ? digits[i].value
-                                               : meshShape[digits[i].value];
+    // Place values from minor to major: rest, A_k, F_{k-1}, A_{k-1}, ...
+    int64_t place = rest, base = 0;
+    size_t numFree = 0;
+    for (size_t i = k; i-- > 0;) {
+      const Split &s = ds->splits[i];
+      base += coords[s.axis] * place;
+      place *= meshShape[s.axis];
+      int64_t free = i == 0 ? s.stride : s.stride / ds->splits[i - 1].stride;
+      if (free != 1) {
+        freeSize[numFree] = free;
+        freePlace[numFree] = place;
+        ++numFree;
+        place *= free;
+      }
     }
-    int64_t base = 0;
-    std::vector<size_t> freeIdx;
-    for (size_t i = 0; i + 1 < digits.size(); ++i) {
-      if (digits[i].kind == Digit::Kind::Axis)
-        base += coords[digits[i].value] * place[i];
-      else
-        freeIdx.push_back(i);
-    }
+    // freeSize/freePlace are minor first; enumerate major first.
+    std::reverse(freeSize, freeSize + numFree);
+    std::reverse(freePlace, freePlace + numFree);
+    std::fill(value, value + numFree, 0);
     size_t first = runs.size();
-    std::vector<int64_t> value(freeIdx.size(), 0);
     while (true) {
       int64_t offset = base;
-      for (size_t k = 0; k < freeIdx.size(); ++k)
-        offset += value[k] * place[freeIdx[k]];
+      for (size_t f = 0; f < numFree; ++f)
+        offset += value[f] * freePlace[f];
       if (runs.size() > first &&
           runs.back().offset + runs.back().size == offset)
         runs.back().size += rest;
       else
         runs.push_back({offset, rest});
-      int64_t k = static_cast<int64_t>(freeIdx.size()) - 1;
-      for (; k >= 0; --k) {
-        if (++value[k] < digits[freeIdx[k]].value)
+      size_t f = numFree;
+      for (; f-- > 0;) {
+        if (++value[f] < freeSize[f])
           break;
-        value[k] = 0;
+        value[f] = 0;
       }
-      if (k < 0)
+      if (f == static_cast<size_t>(-1))
         break;
     }
   }
