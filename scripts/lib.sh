@@ -12,7 +12,7 @@ JOBS="${JOBS:-2}"
 SHARDX_PACKAGES=(
   cmake ninja-build ccache g++ git
   libgtest-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   python3
 )

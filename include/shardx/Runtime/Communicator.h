@@ -110,6 +110,10 @@ public:
   /// with `cause` (a rank that hits an error calls this before returning).
   virtual void abort(const std::string &cause) = 0;
 
+  /// The message of the last failed call through the C ABI.
+  const std::string &getLastError() const { return lastError; }
+  void setLastError(std::string message) { lastError = std::move(message); }
+
 protected:
   Status unsupported(const char *op) const;
 
@@ -117,6 +121,7 @@ protected:
   int64_t rank;
   int64_t size;
   std::vector<int64_t> coords;
+  std::string lastError;
 };
 
 /// Reduces `count` elements of `in` into `inout` with `op` (avg sums; the
