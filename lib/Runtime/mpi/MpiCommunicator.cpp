@@ -233,43 +233,43 @@ public:
   }
 
 private:
-  /// Marks a collective in flight for the watchdog.
+  /// Marks a collective in flight for the watchdog (no wake-up: the
+  /// watchdog polls, so a collective costs two uncontended atomic stores).
   struct Guard {
     Guard(MpiCommunicator &c, const char *op) : c(c) {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      c.current = op;
-      c.since = std::chrono::steady_clock::now();
-      c.busy = true;
-      c.wake.notify_all();
+      c.current.store(op, std::memory_order_relaxed);
+      c.sinceNs.store(
+          std::chrono::steady_clock::now().time_since_epoch().count(),
+          std::memory_order_relaxed);
+      c.busy.store(true, std::memory_order_release);
     }
-    ~Guard() {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      c.busy = false;
-    }
+    ~Guard() { c.busy.store(false, std::memory_order_release); }
     MpiCommunicator &c;
   };
 
   void watch() {
+    auto poll = std::chrono::duration<double>(std::min(timeout / 4, 0.1));
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {
-      if (!busy) {
-        wake.wait(lock);
+      wake.wait_for(lock, poll);
+      if (stopping || !busy.load(std::memory_order_acquire))
         continue;
-      }
-      auto deadline =
-          since +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-              std::chrono::duration<double>(timeout));
-      if (std::chrono::steady_clock::now() >= deadline) {
+      auto since = std::chrono::steady_clock::time_point(
+          std::chrono::steady_clock::duration(
+              sinceNs.load(std::memory_order_relaxed)));
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - since)
+                          .count();
+      if (waited >= timeout && busy.load(std::memory_order_acquire)) {
         std::fprintf(stderr,
                      "shardx: rank %lld timed out after %g s waiting for its "
                      "group in %s\n",
-                     static_cast<long long>(rank), timeout, current);
+                     static_cast<long long>(rank), timeout,
+                     current.load(std::memory_order_relaxed));
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
         std::_Exit(1);
       }
-      wake.wait_until(lock, deadline);
     }
   }
 
@@ -338,9 +338,10 @@ private:
   std::map<std::vector<int64_t>, MPI_Comm> groups;
   std::mutex mutex;
   std::condition_variable wake;
-  bool stopping = false, busy = false;
-  const char *current = "";
-  std::chrono::steady_clock::time_point since;
+  bool stopping = false;
+  std::atomic<bool> busy{false};
+  std::atomic<const char *> current{""};
+  std::atomic<int64_t> sinceNs{0};
   std::thread watchdog;
 };
 
