@@ -17,7 +17,7 @@ namespace mlir::shardx {
 void registerShardXDialect(DialectRegistry &registry);
 /// Registers the ShardX dialect plus the upstream dialects a traced program
 /// and its lowering use (func, arith, math, tensor, linalg, tosa, scf,
-/// bufferization, memref).
+/// bufferization, memref), with the sharding rules of their ops.
 void registerAllShardXDialects(DialectRegistry &registry);
 /// Registers every ShardX pass with the global pass registry.
 void registerShardXPasses();

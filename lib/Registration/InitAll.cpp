@@ -8,6 +8,7 @@
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -30,6 +31,7 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
                   func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
                   memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect,
                   tosa::TosaDialect>();
+  registerShardingRuleExternalModels(registry);
 }
 
 void mlir::shardx::registerShardXPasses() { registerShardXTransformsPasses(); }

@@ -51,6 +51,18 @@ def LowerReshardsPass : Pass<"shardx-lower-reshards", "ModuleOp"> {
 // Test and debugging passes
 //===----------------------------------------------------------------------===//
 
+def TestPrintRulesPass : Pass<"shardx-test-print-rules", "ModuleOp"> {
+  let summary = "prints the sharding rule of every op";
+  let description = [{
+    A test-only pass: for every op with tensor operands or results, emits a
+    remark with its sharding rule in factors, or "no sharding rule".
+
+    ```
+    remark: ([i, k], [k, j], [i, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}
+    ```
+  }];
+}
+
 def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
   let summary = "prints the reshard plan of every shardx.redistribute";
   let description = [{

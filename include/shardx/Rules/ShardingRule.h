@@ -1,0 +1,55 @@
+//===- ShardingRule.h - Sharding rules of ops -------------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_RULES_SHARDINGRULE_H
+#define SHARDX_RULES_SHARDINGRULE_H
+
+#include "mlir/IR/OpDefinition.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace mlir {
+class DialectRegistry;
+} // namespace mlir
+
+namespace mlir::shardx {
+
+/// An op in factors: every operand and result dim maps to the factors it is
+/// made of (major to minor; none for a broadcast size-1 dim).
+struct ShardingRule {
+  enum class FactorKind { Parallel, Reduction, NeedReplication };
+
+  /// Adds a factor and returns its index.
+  int64_t addFactor(int64_t size, FactorKind kind) {
+    factorSizes.push_back(size);
+    factorKinds.push_back(kind);
+    return static_cast<int64_t>(factorSizes.size()) - 1;
+  }
+
+  SmallVector<int64_t> factorSizes; // ShapedType::kDynamic when unknown
+  SmallVector<FactorKind> factorKinds;
+  /// Per tensor operand, per dim, the factors.
+  SmallVector<SmallVector<SmallVector<int64_t>>> operands;
+  /// Per tensor result, per dim, the factors.
+  SmallVector<SmallVector<SmallVector<int64_t>>> results;
+
+  /// "([i, k], [k, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}".
+  std::string str() const;
+};
+
+/// Attaches the rules to the upstream ops that have one (linalg structured
+/// ops, elementwise arith and math ops).
+void registerShardingRuleExternalModels(DialectRegistry &registry);
+/// The rules of one family (one file each).
+void registerLinalgShardingRules(DialectRegistry &registry);
+void registerElementwiseShardingRules(DialectRegistry &registry);
+
+} // namespace mlir::shardx
+
+#include "shardx/Rules/ShardingRuleInterface.h.inc"
+
+#endif // SHARDX_RULES_SHARDINGRULE_H

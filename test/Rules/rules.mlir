@@ -1,0 +1,74 @@
+// RUN: shardx-opt %s --split-input-file --shardx-test-print-rules -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s
+
+// Tests that matmul's rule is (i, k) x (k, j) -> (i, j) with k a reduction,
+// the init operand mapping like the result.
+func.func @matmul(%a: tensor<8x32xf32>, %b: tensor<32x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // CHECK: remark: ([i, k], [k, j], [i, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}
+  %0 = linalg.matmul ins(%a, %b : tensor<8x32xf32>, tensor<32x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+
+// -----
+
+// Tests that batch_matmul adds a parallel batch factor.
+func.func @batch_matmul(%a: tensor<4x8x32xf32>, %b: tensor<4x32x16xf32>, %c: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {
+  // CHECK: remark: ([i, j, l], [i, l, k], [i, j, k]) -> ([i, j, k]) {i=4, j=8, k=16, l=32} reduction={l}
+  %0 = linalg.batch_matmul ins(%a, %b : tensor<4x8x32xf32>, tensor<4x32x16xf32>) outs(%c : tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Tests that a generic row reduction, a transpose, a broadcast and a fill
+// take their factors from the indexing maps (fill's scalar is no operand;
+// tensor ops get their rules with propagation).
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+func.func @maps(%x: tensor<8x16xf32>, %r: tensor<8xf32>, %t: tensor<16x8xf32>, %f: f32) -> (tensor<8xf32>, tensor<16x8xf32>, tensor<8x16xf32>, tensor<8x16xf32>) {
+  // CHECK: remark: ([i, j], [i]) -> ([i]) {i=8, j=16} reduction={j}
+  %0 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x16xf32>) outs(%r : tensor<8xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  // CHECK: remark: ([j, i], [i, j]) -> ([i, j]) {i=16, j=8}
+  %1 = linalg.transpose ins(%x : tensor<8x16xf32>) outs(%t : tensor<16x8xf32>) permutation = [1, 0]
+  // CHECK: remark: no sharding rule
+  // CHECK: remark: ([i], [i, j]) -> ([i, j]) {i=8, j=16}
+  %e = tensor.empty() : tensor<8x16xf32>
+  %2 = linalg.broadcast ins(%r : tensor<8xf32>) outs(%e : tensor<8x16xf32>) dimensions = [1]
+  // CHECK: remark: ([i, j]) -> ([i, j]) {i=8, j=16}
+  %3 = linalg.fill ins(%f : f32) outs(%e : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0, %1, %2, %3 : tensor<8xf32>, tensor<16x8xf32>, tensor<8x16xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// Tests that a convolution's window loops, which index through sums, need
+// replication (the input's spatial dims list the loops their sums use).
+func.func @conv(%x: tensor<1x8x8x3xf32>, %w: tensor<3x3x3x4xf32>, %o: tensor<1x6x6x4xf32>) -> tensor<1x6x6x4xf32> {
+  // CHECK: remark: ([i, j*m, k*n, o], [m, n, o, l], [i, j, k, l]) -> ([i, j, k, l]) {i=1, j=6, k=6, l=4, m=3, n=3, o=3} reduction={o} need_replication={j, k, m, n}
+  %0 = linalg.conv_2d_nhwc_hwcf ins(%x, %w : tensor<1x8x8x3xf32>, tensor<3x3x3x4xf32>) outs(%o : tensor<1x6x6x4xf32>) -> tensor<1x6x6x4xf32>
+  return %0 : tensor<1x6x6x4xf32>
+}
+
+// -----
+
+// Tests that elementwise arith and math ops on tensors map every dim to
+// itself, that dynamic sizes print as ?, and that ops without a rule say so.
+func.func @elementwise(%x: tensor<8x?xf32>, %y: tensor<8x?xf32>, %s: f32) -> tensor<8x?xf32> {
+  // CHECK: remark: ([i, j], [i, j]) -> ([i, j]) {i=8, j=?}
+  %0 = arith.addf %x, %y : tensor<8x?xf32>
+  // CHECK: remark: ([i, j]) -> ([i, j]) {i=8, j=?}
+  %1 = math.exp %0 : tensor<8x?xf32>
+  // CHECK: remark: no sharding rule
+  %c = arith.constant dense<1.0> : tensor<4xf32>
+  // CHECK: remark: no sharding rule
+  %p = tensor.pad %1 low[0, 0] high[1, 0] {
+  ^bb0(%i: index, %j: index):
+    tensor.yield %s : f32
+  } : tensor<8x?xf32> to tensor<9x?xf32>
+  return %1 : tensor<8x?xf32>
+}
