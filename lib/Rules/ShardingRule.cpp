@@ -63,4 +63,5 @@ void mlir::shardx::registerShardingRuleExternalModels(
     DialectRegistry &registry) {
   registerElementwiseShardingRules(registry);
   registerLinalgShardingRules(registry);
+  registerTensorShardingRules(registry);
 }

@@ -20,8 +20,7 @@ func.func @batch_matmul(%a: tensor<4x8x32xf32>, %b: tensor<4x32x16xf32>, %c: ten
 // -----
 
 // Tests that a generic row reduction, a transpose, a broadcast and a fill
-// take their factors from the indexing maps (fill's scalar is no operand;
-// tensor ops get their rules with propagation).
+// take their factors from the indexing maps (fill's scalar is no operand).
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 #tr = affine_map<(d0, d1) -> (d1, d0)>
@@ -35,7 +34,7 @@ func.func @maps(%x: tensor<8x16xf32>, %r: tensor<8xf32>, %t: tensor<16x8xf32>, %
   } -> tensor<8xf32>
   // CHECK: remark: ([j, i], [i, j]) -> ([i, j]) {i=16, j=8}
   %1 = linalg.transpose ins(%x : tensor<8x16xf32>) outs(%t : tensor<16x8xf32>) permutation = [1, 0]
-  // CHECK: remark: no sharding rule
+  // CHECK: remark: () -> ([i, j]) {i=8, j=16}
   // CHECK: remark: ([i], [i, j]) -> ([i, j]) {i=8, j=16}
   %e = tensor.empty() : tensor<8x16xf32>
   %2 = linalg.broadcast ins(%r : tensor<8xf32>) outs(%e : tensor<8x16xf32>) dimensions = [1]
@@ -71,4 +70,18 @@ func.func @elementwise(%x: tensor<8x?xf32>, %y: tensor<8x?xf32>, %s: f32) -> ten
     tensor.yield %s : f32
   } : tensor<8x?xf32> to tensor<9x?xf32>
   return %1 : tensor<8x?xf32>
+}
+
+// -----
+
+// Tests that reshapes split or merge factors: the merged dim is the product
+// of its group's factors, major to minor, and size-1 dims carry none.
+func.func @reshapes(%x: tensor<6x4xf32>, %y: tensor<24xf32>) -> (tensor<24xf32>, tensor<2x3x1x4xf32>, tensor<6x4xf32>) {
+  // CHECK: remark: ([i, j]) -> ([i*j]) {i=6, j=4}
+  %0 = tensor.collapse_shape %x [[0, 1]] : tensor<6x4xf32> into tensor<24xf32>
+  // CHECK: remark: ([i*j*l]) -> ([i, j, k, l]) {i=2, j=3, k=1, l=4}
+  %1 = tensor.expand_shape %y [[0, 1, 2, 3]] output_shape [2, 3, 1, 4] : tensor<24xf32> into tensor<2x3x1x4xf32>
+  // CHECK: remark: () -> ([i, j]) {i=6, j=4}
+  %2 = tensor.empty() : tensor<6x4xf32>
+  return %0, %1, %2 : tensor<24xf32>, tensor<2x3x1x4xf32>, tensor<6x4xf32>
 }

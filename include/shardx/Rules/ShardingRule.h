@@ -47,6 +47,7 @@ void registerShardingRuleExternalModels(DialectRegistry &registry);
 /// The rules of one family (one file each).
 void registerLinalgShardingRules(DialectRegistry &registry);
 void registerElementwiseShardingRules(DialectRegistry &registry);
+void registerTensorShardingRules(DialectRegistry &registry);
 
 } // namespace mlir::shardx
 
