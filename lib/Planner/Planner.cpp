@@ -200,7 +200,14 @@ public:
   Search(const MeshSpec &mesh, const Layout &dst,
          const std::vector<int64_t> &shape, int64_t elementBytes)
       : mesh(mesh), dst(dst), shape(shape), elementBytes(elementBytes),
-        meshShape(mesh.shape), coords(allMeshCoords(mesh.shape)) {}
+        meshShape(mesh.shape), coords(allMeshCoords(mesh.shape)) {
+    // The cheapest any collective can be, for the A* bound.
+    for (size_t a = 0; a < meshShape.size(); ++a) {
+      AxisCost c = mesh.getCost(a);
+      minLatency = a == 0 ? c.latencyUs : std::min(minLatency, c.latencyUs);
+      maxBandwidth = std::max(maxBandwidth, c.bandwidthGBps);
+    }
+  }
 
   std::optional<Plan> run(const Layout &src, std::string &reason);
 
@@ -261,6 +268,7 @@ private:
   /// the part of its target shard it lacks.
   double remainingCostBound(const Layout &l);
   std::vector<LocalShard> dstShards;
+  double minLatency = 0, maxBandwidth = 0;
   /// Strides at which a single axis may be carved into `dim`: 1 and the
   /// strides `l` and the target have on the dim.
   std::vector<int64_t> blockBoundaries(const Layout &l, int64_t dim) const;
@@ -792,12 +800,6 @@ static int64_t overlap(const std::vector<Interval> &a,
 double Search::remainingCostBound(const Layout &l) {
   if (l == dst)
     return 0;
-  double minLatency = 0, maxBandwidth = 0;
-  for (size_t a = 0; a < meshShape.size(); ++a) {
-    AxisCost c = mesh.getCost(a);
-    minLatency = a == 0 ? c.latencyUs : std::min(minLatency, c.latencyUs);
-    maxBandwidth = std::max(maxBandwidth, c.bandwidthGBps);
-  }
   // Only local steps remain when no pending reduction must happen and every
   // split of `l` is one the target keeps: then nothing is known to be owed.
   const auto &partials = l.getPartials();

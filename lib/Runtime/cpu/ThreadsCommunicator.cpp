@@ -216,10 +216,9 @@ public:
                                    ": pair index out of range");
             if (target != me)
               continue;
-            const Slot &peer = world.slots[members[source]];
-            if (*peer.counts != counts)
-              return mismatch("permute", members[source]);
-            std::memcpy(result.data(), peer.send, result.size());
+            if (Status s = readPeer("permute", members[source], counts, result);
+                !s)
+              return s;
           }
           return Status::ok();
         },
@@ -237,11 +236,7 @@ public:
             return Status::error("broadcast on rank " + std::to_string(rank) +
                                  ": root " + std::to_string(root) +
                                  " is out of range");
-          const Slot &peer = world.slots[members[root]];
-          if (*peer.counts != counts)
-            return mismatch("broadcast", members[root]);
-          std::memcpy(result.data(), peer.send, result.size());
-          return Status::ok();
+          return readPeer("broadcast", members[root], counts, result);
         },
         [&] { std::memcpy(buffer, result.data(), result.size()); });
   }
@@ -258,6 +253,18 @@ private:
     if (scratch.size() < bytes)
       scratch.resize(bytes);
     return scratch.data();
+  }
+
+  /// Copies all of `peer`'s published buffer into `result` after checking
+  /// that it published the same counts.
+  Status readPeer(const char *op, int64_t peer,
+                  const std::vector<size_t> &counts,
+                  std::vector<char> &result) const {
+    const Slot &slot = world.slots[peer];
+    if (*slot.counts != counts)
+      return mismatch(op, peer);
+    std::memcpy(result.data(), slot.send, result.size());
+    return Status::ok();
   }
 
   Status mismatch(const char *op, int64_t peer) const {

@@ -164,9 +164,9 @@ struct LowerReshardsPass
     SmallVector<RedistributeOp> ops;
     getOperation()->walk([&](RedistributeOp op) { ops.push_back(op); });
     for (RedistributeOp op : ops) {
-      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable);
-      MeshOp mesh = lookupMesh(op, op.getSource().getMesh(), &symbolTable);
-      if (!plan || !mesh || failed(lower(op, *plan, mesh.getShape())))
+      MeshOp mesh;
+      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
+      if (!plan || failed(lower(op, *plan, mesh.getShape())))
         return signalPassFailure();
     }
   }

@@ -49,11 +49,13 @@ RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
 }
 
 const ::shardx::Plan *
-ReshardPlanners::getPlan(RedistributeOp op,
-                         SymbolTableCollection &symbolTable) {
+ReshardPlanners::getPlan(RedistributeOp op, SymbolTableCollection &symbolTable,
+                         MeshOp *meshOut) {
   MeshOp mesh = lookupMesh(op, op.getSource().getMesh(), &symbolTable);
   if (!mesh)
     return nullptr;
+  if (meshOut)
+    *meshOut = mesh;
   auto type = op.getType();
   if (!type.hasStaticShape()) {
     op.emitError("Cannot reshard a tensor of dynamic shape ")

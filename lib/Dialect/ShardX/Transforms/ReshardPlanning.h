@@ -29,8 +29,10 @@ RankedTensorType getLocalType(RankedTensorType global,
 class ReshardPlanners {
 public:
   /// The plan of `op`, or null after emitting "Cannot reshard: ..." at it.
+  /// Sets `mesh` (when given) to the op's mesh.
   const ::shardx::Plan *getPlan(RedistributeOp op,
-                                SymbolTableCollection &symbolTable);
+                                SymbolTableCollection &symbolTable,
+                                MeshOp *mesh = nullptr);
 
 private:
   llvm::DenseMap<Operation *, std::unique_ptr<::shardx::Planner>> planners;
