@@ -1,0 +1,46 @@
+//===- Compiler.h - Compile local programs to CPU shared objects -*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// The CPU back end: a program on tensors (func/linalg/tensor/arith/math, the
+// output of SPMD expansion or an unsharded program) is bufferized, its
+// matmul-family ops become runtime (OpenBLAS) calls, the rest is lowered to
+// loops and LLVM, and the result is linked with the ShardX runtime into a
+// shared object (the artifact). See docs/Compiler.md for the calling
+// convention.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_COMPILER_COMPILER_H
+#define SHARDX_COMPILER_COMPILER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <string>
+
+namespace mlir::shardx {
+
+struct CompileOptions {
+  /// Where to write the result.
+  std::string outputPath;
+  /// What to write: "so" (artifact), "obj", "llvm" (LLVM IR) or "mlir"
+  /// (the module after lowering to the LLVM dialect).
+  std::string emit = "so";
+  /// Target CPU for code generation ("host" or an LLVM CPU name).
+  std::string cpu = "host";
+  /// Lower matmul-family ops to OpenBLAS calls (else to loops).
+  bool blas = true;
+};
+
+/// Returns the JSON program description embedded in artifacts (entry points,
+/// argument and result types, layouts, mesh) for `module` before lowering.
+std::string describeProgram(ModuleOp module);
+
+/// Lowers `module` (on tensors) and writes the requested output. Emits
+/// diagnostics and returns failure on any error.
+LogicalResult compileModule(ModuleOp module, const CompileOptions &options);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_COMPILER_COMPILER_H

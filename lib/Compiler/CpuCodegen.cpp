@@ -1,0 +1,395 @@
+//===- CpuCodegen.cpp - Lower tensor programs to CPU shared objects -------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <unistd.h>
+
+using namespace mlir;
+
+#ifndef SHARDX_RUNTIME_ARCHIVE
+#define SHARDX_RUNTIME_ARCHIVE ""
+#endif
+#ifndef SHARDX_LAYOUT_ARCHIVE
+#define SHARDX_LAYOUT_ARCHIVE ""
+#endif
+#ifndef SHARDX_OPENBLAS_LIBRARY
+#define SHARDX_OPENBLAS_LIBRARY "-lopenblas"
+#endif
+
+namespace {
+
+constexpr llvm::StringLiteral kInfoSymbol = "shardx_program_info";
+
+std::string typeString(Type type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  type.print(os);
+  return s;
+}
+
+llvm::json::Object describeValue(Type type, DictionaryAttr attrs) {
+  llvm::json::Object obj;
+  auto shaped = dyn_cast<ShapedType>(type);
+  llvm::json::Array shape;
+  if (shaped && shaped.hasRank())
+    for (int64_t d : shaped.getShape())
+      shape.push_back(ShapedType::isDynamic(d) ? int64_t(-1) : d);
+  obj["shape"] = std::move(shape);
+  obj["dtype"] = typeString(shaped ? shaped.getElementType() : type);
+  if (attrs)
+    if (Attribute layout = attrs.get("shardx.layout")) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      layout.print(os);
+      obj["layout"] = s;
+    }
+  return obj;
+}
+
+/// Replaces memref linalg.matmul / batch_matmul on f32/f64 with the default
+/// indexing maps by calls to the runtime's OpenBLAS kernels.
+LogicalResult matmulsToRuntimeCalls(ModuleOp module) {
+  OpBuilder builder(module.getContext());
+  SmallVector<linalg::LinalgOp> ops;
+  module.walk([&](linalg::LinalgOp op) {
+    if (!isa<linalg::MatmulOp, linalg::BatchMatmulOp>(op.getOperation()) ||
+        !op.hasPureBufferSemantics())
+      return;
+    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+    if (!elt.isF32() && !elt.isF64())
+      return;
+    for (Value v : op->getOperands())
+      if (getElementTypeOrSelf(v.getType()) != elt)
+        return;
+    SmallVector<AffineMap> defaults;
+    if (auto mm = dyn_cast<linalg::MatmulOp>(op.getOperation())) {
+      if (mm.getIndexingMapsArray() !=
+          linalg::MatmulOp::getDefaultIndexingMaps(module.getContext()))
+        return;
+    } else if (auto bmm = dyn_cast<linalg::BatchMatmulOp>(op.getOperation())) {
+      if (bmm.getIndexingMapsArray() !=
+          linalg::BatchMatmulOp::getDefaultIndexingMaps(module.getContext()))
+        return;
+    }
+    ops.push_back(op);
+  });
+  for (linalg::LinalgOp op : ops) {
+    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+    int64_t rank = cast<MemRefType>(op->getOperand(0).getType()).getRank();
+    std::string name = std::string(rank == 2 ? "shardx_rt_matmul_"
+                                             : "shardx_rt_batch_matmul_") +
+                       (elt.isF32() ? "f32" : "f64");
+    SmallVector<int64_t> dyn(rank, ShapedType::kDynamic);
+    auto layout = StridedLayoutAttr::get(module.getContext(),
+                                         ShapedType::kDynamic, dyn);
+    auto argType = MemRefType::get(dyn, elt, layout);
+    auto fnType = builder.getFunctionType({argType, argType, argType}, {});
+    auto callee = module.lookupSymbol<func::FuncOp>(name);
+    if (!callee) {
+      builder.setInsertionPointToStart(module.getBody());
+      callee = func::FuncOp::create(builder, module.getLoc(), name, fnType);
+      callee.setPrivate();
+      callee->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                      builder.getUnitAttr());
+    }
+    builder.setInsertionPoint(op);
+    SmallVector<Value> args;
+    for (Value v : op->getOperands())
+      args.push_back(
+          memref::CastOp::create(builder, op.getLoc(), argType, v));
+    func::CallOp::create(builder, op.getLoc(), callee, args);
+    op->erase();
+  }
+  return success();
+}
+
+/// Runs `pipeline` (passes on the module, without the builtin.module anchor).
+LogicalResult runPipeline(ModuleOp module, StringRef pipeline) {
+  PassManager pm(module.getContext());
+  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
+    return failure();
+  return pm.run(module);
+}
+
+/// Adds the program description as a NUL-terminated global.
+void addProgramInfo(ModuleOp module, StringRef json) {
+  OpBuilder builder(module.getContext());
+  builder.setInsertionPointToEnd(module.getBody());
+  std::string data = json.str();
+  data.push_back('\0');
+  auto type = LLVM::LLVMArrayType::get(
+      IntegerType::get(module.getContext(), 8), data.size());
+  LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
+                         LLVM::Linkage::External, kInfoSymbol,
+                         builder.getStringAttr(data));
+}
+
+FailureOr<std::unique_ptr<llvm::TargetMachine>>
+createTargetMachine(StringRef cpuOption) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string error;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target) {
+    llvm::errs() << "error: no LLVM target for " << triple.str() << ": "
+                 << error << "\n";
+    return failure();
+  }
+  std::string cpu = cpuOption == "host" ? llvm::sys::getHostCPUName().str()
+                                        : cpuOption.str();
+  std::string features;
+  if (cpuOption == "host") {
+    llvm::SubtargetFeatures f;
+    for (const auto &[name, on] : llvm::sys::getHostCPUFeatures())
+      f.AddFeature(name, on);
+    features = f.getString();
+  }
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, cpu, features, options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!tm) {
+    llvm::errs() << "error: cannot create a target machine for " << cpu
+                 << "\n";
+    return failure();
+  }
+  return tm;
+}
+
+LogicalResult linkSharedObject(StringRef object, StringRef output) {
+  auto cxx = llvm::sys::findProgramByName("c++");
+  if (!cxx)
+    cxx = llvm::sys::findProgramByName("g++");
+  if (!cxx) {
+    llvm::errs() << "error: no C++ linker (c++ or g++) on PATH\n";
+    return failure();
+  }
+  std::string runtime = SHARDX_RUNTIME_ARCHIVE, layoutLib = SHARDX_LAYOUT_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE"))
+    runtime = env;
+  SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str(),
+                                   object.str()};
+  if (!runtime.empty())
+    args.push_back(runtime);
+  if (!layoutLib.empty())
+    args.push_back(layoutLib);
+  args.push_back(SHARDX_OPENBLAS_LIBRARY);
+  args.push_back("-lpthread");
+  args.push_back("-lm");
+  SmallVector<StringRef> refs(args.begin(), args.end());
+  std::string error;
+  int rc = llvm::sys::ExecuteAndWait(*cxx, refs, std::nullopt, {}, 0, 0,
+                                     &error);
+  if (rc != 0) {
+    llvm::errs() << "error: linking " << output << " failed (" << rc
+                 << (error.empty() ? "" : ": " + error) << ")\n";
+    return failure();
+  }
+  return success();
+}
+
+} // namespace
+
+std::string mlir::shardx::describeProgram(ModuleOp module) {
+  llvm::json::Object root;
+  root["version"] = 1;
+  llvm::json::Array meshes;
+  module.walk([&](mlir::shardx::MeshOp mesh) {
+    llvm::json::Object m;
+    m["name"] = mesh.getSymName().str();
+    llvm::json::Array shape;
+    for (int64_t s : mesh.getShape())
+      shape.push_back(s);
+    m["shape"] = std::move(shape);
+    meshes.push_back(std::move(m));
+  });
+  root["meshes"] = std::move(meshes);
+  llvm::json::Array functions;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isPrivate() || fn.isExternal())
+      continue;
+    llvm::json::Object f;
+    f["name"] = fn.getSymName().str();
+    llvm::json::Array inputs, outputs;
+    FunctionType type = fn.getFunctionType();
+    for (auto [i, t] : llvm::enumerate(type.getInputs()))
+      inputs.push_back(describeValue(t, fn.getArgAttrDict(i)));
+    for (auto [i, t] : llvm::enumerate(type.getResults()))
+      outputs.push_back(describeValue(t, fn.getResultAttrDict(i)));
+    f["inputs"] = std::move(inputs);
+    f["outputs"] = std::move(outputs);
+    functions.push_back(std::move(f));
+  }
+  root["functions"] = std::move(functions);
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::json::Value(std::move(root));
+  return s;
+}
+
+LogicalResult mlir::shardx::compileModule(ModuleOp module,
+                                          const CompileOptions &options) {
+  std::string info = describeProgram(module);
+  // Entry points get C wrappers taking pointers to memref descriptors.
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.isPrivate() && !fn.isExternal())
+      fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                  UnitAttr::get(module.getContext()));
+  // Mesh declarations are compile-time information only.
+  for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
+    mesh.erase();
+
+  if (failed(runPipeline(module,
+                         "one-shot-bufferize{"
+                         "bufferize-function-boundaries "
+                         "function-boundary-type-conversion=identity-layout-"
+                         "map},canonicalize,cse")))
+    return failure();
+  if (options.blas && failed(matmulsToRuntimeCalls(module)))
+    return failure();
+  if (failed(runPipeline(
+          module,
+          "ownership-based-buffer-deallocation,canonicalize,"
+          "buffer-deallocation-simplification,bufferization-lower-"
+          "deallocations,cse,canonicalize,func.func(convert-linalg-to-loops),"
+          "convert-math-to-libm,lower-affine,convert-scf-to-cf,"
+          "expand-strided-metadata,finalize-memref-to-llvm,"
+          "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
+          "convert-func-to-llvm,convert-cf-to-llvm,"
+          "reconcile-unrealized-casts")))
+    return failure();
+  addProgramInfo(module, info);
+
+  std::error_code ec;
+  if (options.emit == "mlir") {
+    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
+                   << "\n";
+      return failure();
+    }
+    module.print(out.os());
+    out.keep();
+    return success();
+  }
+
+  DialectRegistry registry;
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  module.getContext()->appendDialectRegistry(registry);
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule) {
+    module.emitError("translation to LLVM IR failed");
+    return failure();
+  }
+  auto tm = createTargetMachine(options.cpu);
+  if (failed(tm))
+    return failure();
+  llvmModule->setTargetTriple((*tm)->getTargetTriple());
+  llvmModule->setDataLayout((*tm)->createDataLayout());
+  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                            tm->get());
+  if (llvm::Error err = optimize(llvmModule.get())) {
+    llvm::errs() << "error: LLVM optimization failed: "
+                 << llvm::toString(std::move(err)) << "\n";
+    return failure();
+  }
+  if (options.emit == "llvm") {
+    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
+                   << "\n";
+      return failure();
+    }
+    llvmModule->print(out.os(), nullptr);
+    out.keep();
+    return success();
+  }
+
+  SmallString<128> objectPath;
+  if (options.emit == "obj") {
+    objectPath = options.outputPath;
+  } else {
+    int fd;
+    if (auto err = llvm::sys::fs::createTemporaryFile("shardx", "o", fd,
+                                                      objectPath)) {
+      llvm::errs() << "error: cannot create a temporary file: "
+                   << err.message() << "\n";
+      return failure();
+    }
+    ::close(fd);
+  }
+  {
+    llvm::ToolOutputFile out(objectPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "error: " << objectPath << ": " << ec.message() << "\n";
+      return failure();
+    }
+    llvm::legacy::PassManager codegen;
+    if ((*tm)->addPassesToEmitFile(codegen, out.os(), nullptr,
+                                   llvm::CodeGenFileType::ObjectFile)) {
+      llvm::errs() << "error: the target cannot emit object files\n";
+      return failure();
+    }
+    codegen.run(*llvmModule);
+    out.keep();
+  }
+  if (options.emit == "obj")
+    return success();
+  if (options.emit != "so") {
+    llvm::errs() << "error: unknown --emit kind '" << options.emit << "'\n";
+    return failure();
+  }
+  // Write the artifact next to its final name and rename it into place, so a
+  // failed link never leaves a file that looks valid.
+  SmallString<128> partial(options.outputPath);
+  partial += ".partial";
+  LogicalResult linked = linkSharedObject(objectPath, partial);
+  llvm::sys::fs::remove(objectPath);
+  if (failed(linked)) {
+    llvm::sys::fs::remove(partial);
+    return failure();
+  }
+  if (auto err = llvm::sys::fs::rename(partial, options.outputPath)) {
+    llvm::errs() << "error: " << options.outputPath << ": " << err.message()
+                 << "\n";
+    return failure();
+  }
+  return success();
+}

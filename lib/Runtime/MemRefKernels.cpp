@@ -1,0 +1,125 @@
+//===- MemRefKernels.cpp - Kernels compiled programs call on memrefs -------===//
+//
+// Part of ShardX.
+//
+// Compiled CPU programs call these with MLIR's C interface: a pointer to each
+// memref's descriptor (allocated and aligned pointers, offset, sizes,
+// strides). Matmul-family ops go to OpenBLAS; any operand layout that BLAS
+// cannot take directly (no unit stride in either dim) is copied first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Runtime/CApi.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+template <typename T, int N>
+struct MemRef {
+  T *allocated;
+  T *aligned;
+  int64_t offset;
+  int64_t sizes[N];
+  int64_t strides[N];
+};
+
+/// A BLAS view of a 2-D operand (last two dims of `m`): base pointer,
+/// transpose flag and leading dimension; copies into `scratch` when neither
+/// dim has unit stride.
+template <typename T, int N>
+const T *blasView(const MemRef<T, N> *m, int64_t batchOffset, int32_t &trans,
+                  int64_t &ld, std::vector<T> &scratch) {
+  int64_t rows = m->sizes[N - 2], cols = m->sizes[N - 1];
+  int64_t sr = m->strides[N - 2], sc = m->strides[N - 1];
+  const T *base = m->aligned + m->offset + batchOffset;
+  if (sc == 1 && sr >= std::max<int64_t>(1, cols)) {
+    trans = 0;
+    ld = sr;
+    return base;
+  }
+  if (sr == 1 && sc >= std::max<int64_t>(1, rows)) {
+    trans = 1;
+    ld = sc;
+    return base;
+  }
+  scratch.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      scratch[i * cols + j] = base[i * sr + j * sc];
+  trans = 0;
+  ld = std::max<int64_t>(1, cols);
+  return scratch.data();
+}
+
+int gemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
+         const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+         int64_t ldc) {
+  return shardx_rt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+int gemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
+         const double *a, int64_t lda, const double *b, int64_t ldb, double *c,
+         int64_t ldc) {
+  return shardx_rt_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, ldc);
+}
+
+/// C += A * B over the batch dims (N = 2: none; N = 3: one).
+template <typename T, int N>
+void matmul(MemRef<T, N> *a, MemRef<T, N> *b, MemRef<T, N> *c) {
+  int64_t batch = N == 3 ? c->sizes[0] : 1;
+  int64_t m = c->sizes[N - 2], n = c->sizes[N - 1], k = a->sizes[N - 1];
+  if (m == 0 || n == 0 || k == 0)
+    return;
+  std::vector<T> sa, sb, sc;
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t offA = N == 3 ? i * a->strides[0] : 0;
+    int64_t offB = N == 3 ? i * b->strides[0] : 0;
+    int64_t offC = N == 3 ? i * c->strides[0] : 0;
+    int32_t ta, tb, tc;
+    int64_t lda, ldb, ldc;
+    const T *pa = blasView(a, offA, ta, lda, sa);
+    const T *pb = blasView(b, offB, tb, ldb, sb);
+    T *pc = c->aligned + c->offset + offC;
+    if (c->strides[N - 1] == 1 && c->strides[N - 2] >= n) {
+      gemm(ta, tb, m, n, k, pa, lda, pb, ldb, pc, c->strides[N - 2]);
+      continue;
+    }
+    // A strided output: accumulate into a packed copy.
+    const T *pcv = blasView(c, offC, tc, ldc, sc);
+    std::vector<T> packed(static_cast<size_t>(m * n));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t s = 0; s < n; ++s)
+        packed[r * n + s] = tc ? pcv[s * ldc + r] : pcv[r * ldc + s];
+    gemm(ta, tb, m, n, k, pa, lda, pb, ldb, packed.data(), n);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t s = 0; s < n; ++s)
+        pc[r * c->strides[N - 2] + s * c->strides[N - 1]] = packed[r * n + s];
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+void _mlir_ciface_shardx_rt_matmul_f32(MemRef<float, 2> *a, MemRef<float, 2> *b,
+                                       MemRef<float, 2> *c) {
+  matmul(a, b, c);
+}
+void _mlir_ciface_shardx_rt_matmul_f64(MemRef<double, 2> *a,
+                                       MemRef<double, 2> *b,
+                                       MemRef<double, 2> *c) {
+  matmul(a, b, c);
+}
+void _mlir_ciface_shardx_rt_batch_matmul_f32(MemRef<float, 3> *a,
+                                             MemRef<float, 3> *b,
+                                             MemRef<float, 3> *c) {
+  matmul(a, b, c);
+}
+void _mlir_ciface_shardx_rt_batch_matmul_f64(MemRef<double, 3> *a,
+                                             MemRef<double, 3> *b,
+                                             MemRef<double, 3> *c) {
+  matmul(a, b, c);
+}
+
+} // extern "C"

@@ -1,0 +1,88 @@
+"""Training steps as pure functions that ``shardx.trace`` can import.
+
+``TrainStep(module, loss_fn, optimizer, ...)`` makes
+``step(params, state, inputs, target) -> (loss, new_params, new_state)``:
+forward with ``torch.func.functional_call``, backward with
+``torch.autograd.grad`` and the optimizer update with PyTorch's own functional
+optimizers (``torch.optim.sgd.sgd``, ``adam.adam``, ``adamw.adamw``) in their
+for-loop or foreach form, so the traced program is exactly what PyTorch runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import unittest.mock
+from typing import Any, Callable, Dict, List, Sequence
+
+import torch
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+class TrainStep:
+    def __init__(self, module: torch.nn.Module, loss_fn: Callable, optimizer: str = "sgd",
+                 foreach: bool = False, lr: float = 0.1, momentum: float = 0.0,
+                 weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        self.module = module
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.foreach = foreach
+        self.hp = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, betas=betas, eps=eps)
+        self.param_names = [n for n, _ in module.named_parameters()]
+        self.__name__ = f"train_step_{optimizer}{'_foreach' if foreach else ''}"
+
+    def initial_state(self) -> Dict[str, List[torch.Tensor]]:
+        params = [p.detach() for p in self.module.parameters()]
+        if self.optimizer == "sgd":
+            return {"momentum_buffer": [torch.zeros_like(p) for p in params]} if self.hp["momentum"] else {}
+        return {"exp_avg": [torch.zeros_like(p) for p in params],
+                "exp_avg_sq": [torch.zeros_like(p) for p in params],
+                "step": [torch.zeros((), dtype=torch.float32) for _ in params]}
+
+    def example_args(self, inputs: Sequence[torch.Tensor], target: torch.Tensor):
+        params = [p.detach().clone() for p in self.module.parameters()]
+        return (params, self.initial_state(), tuple(inputs), target)
+
+    def __call__(self, params, state, inputs, target):
+        params = [p if p.requires_grad else p.detach().requires_grad_(True) for p in params]
+        out = torch.func.functional_call(self.module, dict(zip(self.param_names, params)), tuple(inputs))
+        if isinstance(out, tuple):
+            out = out[0]
+        loss = self.loss_fn(out, target)
+        grads = list(torch.autograd.grad(loss, params))
+        new_params = [p.detach().clone() for p in params]
+        state = {k: [t.clone() for t in v] for k, v in state.items()}
+        hp = self.hp
+        common = dict(foreach=self.foreach, maximize=False, grad_scale=None, found_inf=None)
+        if self.optimizer == "sgd":
+            from torch.optim.sgd import sgd
+            bufs = state.get("momentum_buffer", [None] * len(params))
+            sgd(new_params, grads, bufs, lr=hp["lr"], momentum=hp["momentum"], dampening=0.0,
+                weight_decay=hp["weight_decay"], nesterov=False, **common)
+            if hp["momentum"]:
+                state["momentum_buffer"] = bufs
+        else:
+            mod = __import__(f"torch.optim.{self.optimizer}", fromlist=[self.optimizer])
+            getattr(mod, self.optimizer)(
+                new_params, grads, state["exp_avg"], state["exp_avg_sq"], [], state["step"],
+                capturable=True, differentiable=False, fused=None, has_complex=False, amsgrad=False,
+                beta1=hp["betas"][0], beta2=hp["betas"][1], lr=hp["lr"],
+                weight_decay=hp["weight_decay"], eps=hp["eps"], **common)
+        return loss.detach(), new_params, state
+
+    def run_eager(self, *args):
+        """Runs the step in eager PyTorch (the numerical oracle)."""
+        with eager_context():
+            return self(*args)
+
+
+@contextlib.contextmanager
+def eager_context():
+    """The context the traced program sees: math attention and the
+    optimizers' capturable (tensor step) path on CPU."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH), \
+            unittest.mock.patch("torch.compiler.is_compiling", return_value=True):
+        yield

@@ -1,0 +1,136 @@
+//===- shardx-compile.cpp - Compile a ShardX program to an artifact -------===//
+//
+// Part of ShardX.
+//
+// shardx-compile in.mlir -o model.so [--emit=so|obj|llvm|mlir] [--unsharded]
+//
+// Reads a program on tensors, lowers it for the CPU and writes a shared
+// object that exports one C entry point per public function plus the
+// program description `shardx_program_info` (docs/Compiler.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/InitAll.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+
+using namespace mlir;
+
+static llvm::cl::opt<std::string> inputFile(llvm::cl::Positional,
+                                            llvm::cl::desc("<input.mlir>"),
+                                            llvm::cl::init("-"));
+static llvm::cl::opt<std::string>
+    outputFile("o", llvm::cl::desc("output file"), llvm::cl::value_desc("path"),
+               llvm::cl::Required);
+static llvm::cl::opt<std::string>
+    emit("emit", llvm::cl::desc("output kind: so (default), obj, llvm, mlir"),
+         llvm::cl::init("so"));
+static llvm::cl::opt<std::string>
+    cpu("cpu", llvm::cl::desc("target CPU (default: host)"),
+        llvm::cl::init("host"));
+static llvm::cl::opt<bool>
+    noBlas("no-blas",
+           llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
+           llvm::cl::init(false));
+static llvm::cl::opt<bool> unsharded(
+    "unsharded",
+    llvm::cl::desc("compile the global (unsharded) program: drop layouts, "
+                   "annotations and redistributions, which do not change "
+                   "global values"),
+    llvm::cl::init(false));
+
+/// Removes every ShardX construct that has no effect on global values.
+static LogicalResult stripToGlobalProgram(ModuleOp module) {
+  module.walk([](func::FuncOp fn) {
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      fn.removeArgAttr(i, "shardx.layout");
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+      fn.removeResultAttr(i, StringAttr::get(fn.getContext(), "shardx.layout"));
+  });
+  WalkResult result = module.walk([](Operation *op) {
+    op->removeAttr("shardx.layouts");
+    if (isa<mlir::shardx::AnnotateOp, mlir::shardx::RedistributeOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(op->getOperand(0));
+      op->erase();
+      return WalkResult::skip();
+    }
+    if (op->getDialect() &&
+        op->getDialect()->getNamespace() == "shardx" && !isa<mlir::shardx::MeshOp>(op)) {
+      op->emitError("the unsharded program cannot contain '")
+          << op->getName() << "' (a per-rank operation)";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+static bool hasLayouts(ModuleOp module) {
+  bool found = false;
+  module.walk([&](Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "shardx" &&
+        !isa<mlir::shardx::MeshOp>(op))
+      found = true;
+    if (auto fn = dyn_cast<func::FuncOp>(op)) {
+      for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+        found |= bool(fn.getArgAttr(i, "shardx.layout"));
+      for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+        found |= bool(fn.getResultAttr(i, "shardx.layout"));
+    }
+  });
+  return found;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  registerAllPasses();
+  llvm::cl::ParseCommandLineOptions(
+      argc, argv,
+      "ShardX compiler: a tensor program to a CPU shared object\n");
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  mlir::shardx::registerAllShardXDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  std::string error;
+  auto file = openInputFile(inputFile, &error);
+  if (!file) {
+    llvm::errs() << "error: " << error << "\n";
+    return 1;
+  }
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+  if (unsharded) {
+    if (failed(stripToGlobalProgram(*module)))
+      return 1;
+  } else if (hasLayouts(*module)) {
+    module->emitError(
+        "the program has layouts: SPMD expansion (shardx-localize) must run "
+        "first; pass --unsharded to compile the global program");
+    return 1;
+  }
+  mlir::shardx::CompileOptions options;
+  options.outputPath = outputFile;
+  options.emit = emit;
+  options.cpu = cpu;
+  options.blas = !noBlas;
+  return failed(mlir::shardx::compileModule(*module, options)) ? 1 : 0;
+}
