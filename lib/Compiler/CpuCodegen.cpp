@@ -286,7 +286,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "ownership-based-buffer-deallocation,canonicalize,"
           "buffer-deallocation-simplification,bufferization-lower-"
           "deallocations,cse,canonicalize,func.func(convert-linalg-to-loops),"
-          "convert-math-to-libm,lower-affine,convert-scf-to-cf,"
+          "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
           "expand-strided-metadata,finalize-memref-to-llvm,"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
           "convert-func-to-llvm,convert-cf-to-llvm,"

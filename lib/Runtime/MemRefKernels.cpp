@@ -12,6 +12,7 @@
 #include "shardx/Runtime/CApi.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -98,9 +99,49 @@ void matmul(MemRef<T, N> *a, MemRef<T, N> *b, MemRef<T, N> *c) {
   }
 }
 
+/// Copies a strided memref of any rank element by element (bytes).
+void copyStrided(int64_t elemSize, int64_t rank, const int64_t *sizes,
+                 const char *src, const int64_t *srcStrides, char *dst,
+                 const int64_t *dstStrides) {
+  if (rank == 0) {
+    std::memcpy(dst, src, static_cast<size_t>(elemSize));
+    return;
+  }
+  for (int64_t i = 0; i < sizes[0]; ++i)
+    copyStrided(elemSize, rank - 1, sizes + 1,
+                src + i * srcStrides[0] * elemSize, srcStrides + 1,
+                dst + i * dstStrides[0] * elemSize, dstStrides + 1);
+}
+
+struct UnrankedMemRef {
+  int64_t rank;
+  void *descriptor;
+};
+
 } // namespace
 
 extern "C" {
+
+/// memref.copy between layouts that are not both contiguous lowers to this
+/// call (the same contract as MLIR's C runner utilities, which artifacts do
+/// not depend on).
+void memrefCopy(int64_t elemSize, UnrankedMemRef *src, UnrankedMemRef *dst) {
+  // Ranked descriptor: allocated, aligned, offset, sizes[rank], strides[rank].
+  struct Header {
+    char *allocated;
+    char *aligned;
+    int64_t offset;
+  };
+  auto *s = static_cast<Header *>(src->descriptor);
+  auto *d = static_cast<Header *>(dst->descriptor);
+  const int64_t *sizes = reinterpret_cast<const int64_t *>(s + 1);
+  const int64_t *srcStrides = sizes + src->rank;
+  const int64_t *dstStrides =
+      reinterpret_cast<const int64_t *>(d + 1) + dst->rank;
+  copyStrided(elemSize, src->rank, sizes,
+              s->aligned + s->offset * elemSize, srcStrides,
+              d->aligned + d->offset * elemSize, dstStrides);
+}
 
 void _mlir_ciface_shardx_rt_matmul_f32(MemRef<float, 2> *a, MemRef<float, 2> *b,
                                        MemRef<float, 2> *c) {

@@ -55,7 +55,7 @@ class Function:
             dtype = _NP.get(spec["dtype"])
             if dtype is None:
                 raise ArtifactError(f"input {i}: dtype {spec['dtype']} has no numpy equivalent here")
-            a = np.ascontiguousarray(a, dtype=dtype)
+            a = np.require(np.asarray(a, dtype=dtype), requirements='C')
             shape = spec["shape"]
             if len(shape) != a.ndim or any(s not in (-1, d) for s, d in zip(shape, a.shape)):
                 raise ArtifactError(f"{self.name}: input {i} has shape {list(a.shape)}, expected {shape}")

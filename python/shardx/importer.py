@@ -136,6 +136,8 @@ class Body:
         return name
 
     def const(self, value, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return self.v(f"arith.constant {const_literal(value, dtype)}")
         return self.v(f"arith.constant {const_literal(value, dtype)} : {elem_type(dtype)}")
 
     def cast(self, x: str, src: torch.dtype, dst: torch.dtype) -> str:
@@ -249,6 +251,8 @@ class Emitter:
     # -- constants and factories ---------------------------------------------
 
     def scalar(self, value, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return self.emit(f"arith.constant {const_literal(value, dtype)}", "c")
         return self.emit(f"arith.constant {const_literal(value, dtype)} : {elem_type(dtype)}", "c")
 
     def empty(self, shape, dtype) -> Value:
@@ -1088,6 +1092,12 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
     def flat_fn(*xs):
         return pytree.tree_leaves(fn(*pytree.tree_unflatten(list(xs), treedef)))
 
+    # Source lines: FX keeps frames of forward() and of registered anchors.
+    register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if register is not None:
+        for anchor in (fn, getattr(fn, "loss_fn", None)):
+            if anchor is not None and hasattr(anchor, "__code__"):
+                register(anchor)
     # Pass 1 records autograd (backward is traced into the graph); the math
     # attention backend keeps attention in differentiable aten ops; optimizers
     # take their capturable (tensor step) path as under torch.compile.
@@ -1110,7 +1120,7 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
 def _user_line(node) -> str:
     trace = node.meta.get("stack_trace") or ""
     lines = [l.strip() for l in trace.strip().splitlines() if l.strip().startswith("File ")]
-    skip = ("/torch/", "/shardx/importer.py", "<eval_with_key>", "/unittest/", "/contextlib.py")
+    skip = ("/torch/", "/shardx/importer.py", "/shardx/train.py", "<eval_with_key>", "/unittest/", "/contextlib.py")
     for line in reversed(lines):
         if not any(s in line for s in skip):
             return line
@@ -1146,10 +1156,29 @@ class Importer:
             if node.op == "output":
                 outputs = pytree.tree_leaves(self._arg(node.args[0]))
                 break
+            if node.op == "get_attr":
+                self.env[node] = self._constant(getattr(self.gm, node.target))
+                continue
             if node.op != "call_function":
                 raise UnsupportedOpError(f"FX node kind {node.op} ({node.target})")
             self.env[node] = self._call(node)
         return outputs
+
+    def _constant(self, t: torch.Tensor) -> Value:
+        """A tensor constant of the traced program (closed-over tensors)."""
+        t = t.detach().contiguous()
+        shape = tuple(int(s) for s in t.shape)
+        ty = tensor_type(shape, t.dtype)
+        if t.dtype == torch.bool:
+            vals = ", ".join("true" if b else "false" for b in t.flatten().tolist())
+            lit = f"dense<[{vals}]>" if t.dim() else f"dense<{vals}>"
+            if t.dim() > 1 or t.numel() == 0:
+                return self.em.cast(self._constant(t.to(torch.int8)), torch.bool)
+        else:
+            raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            lit = f'dense<"0x{raw.hex().upper()}">'
+        name = self.em.emit(f"arith.constant {lit} : {ty}", "cst")
+        return Value(name, shape, t.dtype)
 
     def _arg(self, a):
         if isinstance(a, torch.fx.Node):
