@@ -14,8 +14,16 @@ SHARDX_PACKAGES=(
   libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  python3
+  python3 python3-venv
 )
+
+# The Python environment of the frontend and its tests: PyTorch (the source
+# of traced programs and the numerical oracle), numpy and pytest from PyPI in
+# a virtual environment of Debian's python3, kept outside the checkout so
+# clones share it.
+SHARDX_VENV="${SHARDX_VENV:-$HOME/.cache/shardx/venv}"
+SHARDX_TORCH_VERSION=2.15.0
+SHARDX_PYTHON="$SHARDX_VENV/bin/python"
 
 log() { printf '[shardx] %s\n' "$*" >&2; }
 
@@ -43,6 +51,23 @@ install_packages() {
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Creates the virtual environment and installs what it lacks.
+ensure_python_env() {
+  install_packages python3 python3-venv
+  if [ -x "$SHARDX_PYTHON" ] && "$SHARDX_PYTHON" - "$SHARDX_TORCH_VERSION" <<'PY' 2>/dev/null
+import sys, torch, numpy, pytest
+sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
+PY
+  then
+    return 0
+  fi
+  log "installing torch==$SHARDX_TORCH_VERSION, numpy and pytest into $SHARDX_VENV (PyPI)"
+  mkdir -p "$(dirname "$SHARDX_VENV")"
+  [ -x "$SHARDX_PYTHON" ] || /usr/bin/python3 -m venv "$SHARDX_VENV"
+  "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check \
+    "torch==$SHARDX_TORCH_VERSION" numpy pytest
 }
 
 # Configures (once) and builds the given targets (default: all).

@@ -5,6 +5,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 build_shardx all mlir-doc
+ensure_python_env
 LOG="$SHARDX_BUILD/test-results.log"
 log "running the lit suite"
 set +e
@@ -17,6 +18,24 @@ count() { # sums the "<label>: N" summary lines of lit
 }
 passed=$(( $(count Passed) + $(count "Expectedly Failed") ))
 failed=$(( $(count Failed) + $(count "Unexpectedly Passed") + $(count Unresolved) + $(count "Timed Out") ))
+
+# The Python frontend's tests (importer, placements, examples) with pytest.
+PYLOG="$SHARDX_BUILD/pytest-results.log"
+log "running the Python tests"
+set +e
+SHARDX_BUILD="$SHARDX_BUILD" "$SHARDX_PYTHON" -m pytest -q -p no:cacheprovider \
+  "$SHARDX_ROOT/python/tests" 2>&1 | tee "$PYLOG"
+pystatus=${PIPESTATUS[0]}
+set -e
+pycount() { # the N of "N <label>" in pytest's summary line
+  tail -n 1 "$PYLOG" | grep -oE "[0-9]+ $1" | awk '{ n += $1 } END { print n + 0 }'
+}
+passed=$(( passed + $(pycount passed) ))
+failed=$(( failed + $(pycount failed) + $(pycount error) ))
+if [ "$pystatus" -ne 0 ]; then
+  [ "$status" -ne 0 ] || status=$pystatus
+  [ "$(pycount failed)$(pycount error)" != "00" ] || failed=$(( failed + 1 ))
+fi
 if [ "$passed" -eq 0 ] && [ "$status" -eq 0 ]; then
   log "lit ran no test"
   status=1

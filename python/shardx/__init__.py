@@ -1,10 +1,29 @@
-"""ShardX Python frontend: DTensor-style placements and the PyTorch importer."""
+"""ShardX Python frontend: DTensor-style placements and the PyTorch importer.
+
+The importer and the training-step helpers load PyTorch; they are imported on
+first use so that ``python3 -m shardx.importer`` runs the module only once.
+"""
 
 from .placements import (Mesh, Partial, Placement, PlacementError, Replicate, Shard,
                          StridedShard, check_placements, layout_text)
-from .importer import ImportError_ as TraceError, TraceSpec, UnsupportedOpError, trace
-from .train import TrainStep, eager_context
+
+_LAZY = {
+    "trace": ("importer", "trace"),
+    "TraceSpec": ("importer", "TraceSpec"),
+    "TraceError": ("importer", "ImportError_"),
+    "UnsupportedOpError": ("importer", "UnsupportedOpError"),
+    "TrainStep": ("train", "TrainStep"),
+    "eager_context": ("train", "eager_context"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module 'shardx' has no attribute {name!r}")
+
 
 __all__ = ["Mesh", "Partial", "Placement", "PlacementError", "Replicate", "Shard", "StridedShard",
-           "check_placements", "layout_text", "TraceError", "TraceSpec", "UnsupportedOpError",
-           "trace", "TrainStep", "eager_context"]
+           "check_placements", "layout_text", *_LAZY]

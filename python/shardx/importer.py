@@ -1318,4 +1318,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's module, so that TraceSpec is the class users import.
+    from shardx.importer import main as _main
+    sys.exit(_main())

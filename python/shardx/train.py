@@ -72,6 +72,26 @@ class TrainStep:
                 weight_decay=hp["weight_decay"], eps=hp["eps"], **common)
         return loss.detach(), new_params, state
 
+    def placements(self, mesh, params: Dict[str, Sequence[Any]], inputs: Sequence[Any],
+                   target: Any):
+        """(in_placements, out_placements) for ``trace`` of this step, in the
+        order of the flattened arguments and results: parameters (by name;
+        Replicate where not given), optimizer state (as its parameter; step
+        counters Replicate), inputs and target; results are the loss
+        (Replicate), the new parameters and the new state."""
+        from .placements import Replicate
+        rep = [Replicate()] * mesh.ndim
+        unknown = set(params) - set(self.param_names)
+        if unknown:
+            raise ValueError(f"no parameters named {sorted(unknown)}; the module has {self.param_names}")
+        per_param = [list(params.get(n, rep)) for n in self.param_names]
+        state = []
+        for key, tensors in self.initial_state().items():
+            state += [rep if key == "step" else per_param[i] for i in range(len(tensors))]
+        ins = per_param + state + [p if p is None else list(p) for p in inputs] + [target]
+        outs = [rep] + per_param + state
+        return ins, outs
+
     def run_eager(self, *args):
         """Runs the step in eager PyTorch (the numerical oracle)."""
         with eager_context():

@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 import shardx
 from shardx.artifact import Artifact, compile_mlir, find_tool
 
-import models
+from shardx import models
 
 RTOL, ATOL = 1e-5, 1e-6
 
