@@ -85,7 +85,8 @@ LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
 
 LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
-  if (attr.getName() != getLayoutsAttrName())
+  bool operands = attr.getName() == getOperandLayoutsAttrName();
+  if (attr.getName() != getLayoutsAttrName() && !operands)
     return op->emitError() << "unknown ShardX attribute '"
                            << attr.getName().getValue() << "' on an op"
                            << (attr.getName() == getLayoutAttrName()
@@ -94,21 +95,24 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                                    : "");
   auto layouts = dyn_cast<ArrayAttr>(attr.getValue());
   SmallVector<Value> tensorResults;
-  for (Value v : op->getResults())
+  for (Value v : operands ? ValueRange(op->getOperands())
+                          : ValueRange(op->getResults()))
     if (isa<TensorType>(v.getType()))
       tensorResults.push_back(v);
+  StringRef kind = operands ? "operand" : "result";
   if (!layouts || layouts.size() != tensorResults.size())
-    return op->emitError() << "'" << getLayoutsAttrName()
+    return op->emitError() << "'" << attr.getName().getValue()
                            << "' must be an array of one #shardx.layout per "
-                              "tensor result ("
-                           << tensorResults.size() << ")";
+                              "tensor "
+                           << kind << " (" << tensorResults.size() << ")";
   for (auto [i, entry] : llvm::enumerate(layouts)) {
     auto layout = dyn_cast<LayoutAttr>(entry);
     if (!layout)
-      return op->emitError() << "'" << getLayoutsAttrName() << "' entry #" << i
-                             << " is not a #shardx.layout: " << entry;
+      return op->emitError() << "'" << attr.getName().getValue() << "' entry #"
+                             << i << " is not a #shardx.layout: " << entry;
     if (failed(verifyLayoutAt(op, layout, tensorResults[i].getType(),
-                              "result #" + std::to_string(i) + " layout")))
+                              kind.str() + " #" + std::to_string(i) +
+                                  " layout")))
       return failure();
   }
   return success();

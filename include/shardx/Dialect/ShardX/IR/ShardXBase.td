@@ -45,6 +45,12 @@ def ShardX_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLayoutsAttrName() {
       return ::llvm::StringLiteral("shardx.layouts");
     }
+    /// The name of the discardable attribute holding, per tensor operand, the
+    /// layout the op's sharding strategy needs it in (set by
+    /// shardx-propagate, consumed by shardx-insert-reshards).
+    static constexpr ::llvm::StringLiteral getOperandLayoutsAttrName() {
+      return ::llvm::StringLiteral("shardx.operand_layouts");
+    }
 
     /// Mesh shapes seen by the parser, by symbol name, so that layouts
     /// spelled with StridedShard (whose canonical form depends on axis sizes)

@@ -10,6 +10,72 @@
 include "mlir/Pass/PassBase.td"
 
 //===----------------------------------------------------------------------===//
+// Propagation and reshard insertion
+//===----------------------------------------------------------------------===//
+
+def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
+  let summary = "gives every tensor value a layout, choosing each op's "
+                "sharding strategy by communication cost";
+  let description = [{
+    Seeds: `shardx.layout` on function arguments and results and
+    `shardx.annotate` ops (hard constraints). Ops are visited in program
+    order (forward, backward and optimizer update together). For each op with
+    a sharding rule the candidate strategies are: every tensor operand's
+    layout seen through the rule's factors, merged with the compatible
+    shardings of the other operands, plus the replicated strategy. Each
+    candidate is priced as the sum of the reshard plans (alpha-beta model of
+    the mesh, `shardx-print-plan`) its operands would need; the cheapest
+    wins, ties going to the strategy that shards more (less local work).
+
+    Partial follows DTensor's algebra: a reduction over a sharded factor
+    gives Partial with the reduction's combiner (sum, max, min, prod) when its
+    init is that combiner's identity; an operand may stay Partial(sum|avg)
+    through an op that is linear in it (matmul, add of partials, scaling by
+    a replicated value, select against zero, data movement); anything else
+    reduces it first. A Partial is never dropped.
+
+    Ops without a rule get one warning per op kind and run replicated.
+    Results: `shardx.layouts` on every op with tensor results and
+    `shardx.operand_layouts` (the layouts the chosen strategy needs) on every
+    op with tensor operands; function results end in their declared layout,
+    or the propagated one with any pending Partial reduced.
+  }];
+  let options = [
+    Option<"userLayoutsOnly", "user-layouts-only", "bool", "false",
+           "Keep every value not constrained by the user replicated">,
+    Option<"bandwidthOverride", "bandwidth", "double", "0",
+           "Bytes per second of every mesh axis (0: the mesh's own hints)">,
+    Option<"latencyOverride", "latency", "double", "-1",
+           "Seconds per collective on every axis (negative: the mesh's own)">,
+  ];
+}
+
+def InsertReshardsPass : Pass<"shardx-insert-reshards", "ModuleOp"> {
+  let summary = "inserts shardx.redistribute where an operand's layout is "
+                "not the one its consumer needs";
+  let description = [{
+    Consumes `shardx.operand_layouts`: for each operand whose producer's
+    layout differs, inserts one `shardx.redistribute` (shared by all
+    consumers that need the same layout). Values that are only shapes or
+    splats (`tensor.empty`, `linalg.fill` of one, splat constants) are
+    rematerialized in the needed layout instead of moved. `shardx.annotate`
+    ops become redistributes (or disappear when already satisfied), and
+    function results get their final layouts.
+  }];
+}
+
+def VerifyLayoutsPass : Pass<"shardx-verify-layouts", "ModuleOp"> {
+  let summary = "checks that every op's operands have the layouts its "
+                "strategy needs";
+  let description = [{
+    After `shardx-insert-reshards`: every tensor operand's layout equals the
+    op's `shardx.operand_layouts` entry and every function result has its
+    declared layout. A mismatch is an error at the op, never a silently wrong
+    program.
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Reshard lowering
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,31 @@
+//===- LayoutUtils.h - Layouts of values in a propagated program -*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_LAYOUTUTILS_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_LAYOUTUTILS_H
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir::shardx {
+
+/// The layout recorded for `value`: a function argument's `shardx.layout`,
+/// an op result's `shardx.layouts` entry, an annotate's layout, a
+/// redistribute's target. Null when none is recorded (replicated).
+LayoutAttr getRecordedLayout(Value value);
+
+/// The mesh a function's layouts use, or null when it has none. Emits an
+/// error and fails when two meshes are used.
+FailureOr<MeshOp> getFunctionMesh(func::FuncOp fn,
+                                  SymbolTableCollection &symbolTable);
+
+/// Sets the `shardx.layouts` entry of `value` (an op result).
+void setResultLayout(OpResult value, LayoutAttr layout);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_LAYOUTUTILS_H

@@ -1,0 +1,1070 @@
+//===- Propagate.cpp - Layout propagation and reshard insertion -----------===//
+//
+// Part of ShardX.
+//
+// shardx-propagate chooses a sharding strategy for every op by cost (see
+// Passes.td); shardx-insert-reshards materializes the reshards the chosen
+// strategies need; shardx-verify-layouts checks the result.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayoutUtils.h"
+#include "ReshardPlanning.h"
+
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/ShardingRule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Matchers.h"
+
+#include "llvm/ADT/SmallBitVector.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <limits>
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_PROPAGATEPASS
+#define GEN_PASS_DEF_INSERTRESHARDSPASS
+#define GEN_PASS_DEF_VERIFYLAYOUTSPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::DimSharding;
+using ::shardx::Layout;
+using ::shardx::ReduceOp;
+using ::shardx::Split;
+
+//===----------------------------------------------------------------------===//
+// Layout bookkeeping
+//===----------------------------------------------------------------------===//
+
+LayoutAttr mlir::shardx::getRecordedLayout(Value value) {
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    if (!fn || arg.getOwner() != &fn.getBody().front())
+      return nullptr;
+    return fn.getArgAttrOfType<LayoutAttr>(arg.getArgNumber(),
+                                           ShardXDialect::getLayoutAttrName());
+  }
+  auto result = cast<OpResult>(value);
+  Operation *op = result.getOwner();
+  if (auto annotate = dyn_cast<AnnotateOp>(op))
+    return annotate.getLayout();
+  if (auto redistribute = dyn_cast<RedistributeOp>(op))
+    return redistribute.getTarget();
+  auto layouts =
+      op->getAttrOfType<ArrayAttr>(ShardXDialect::getLayoutsAttrName());
+  if (!layouts)
+    return nullptr;
+  unsigned index = 0;
+  for (OpResult r : op->getResults()) {
+    if (r == result)
+      return index < layouts.size() ? dyn_cast<LayoutAttr>(layouts[index])
+                                    : nullptr;
+    if (isa<TensorType>(r.getType()))
+      ++index;
+  }
+  return nullptr;
+}
+
+void mlir::shardx::setResultLayout(OpResult value, LayoutAttr layout) {
+  Operation *op = value.getOwner();
+  SmallVector<Attribute> entries;
+  auto old = op->getAttrOfType<ArrayAttr>(ShardXDialect::getLayoutsAttrName());
+  unsigned index = 0;
+  for (OpResult r : op->getResults()) {
+    if (!isa<TensorType>(r.getType()))
+      continue;
+    if (r == value)
+      entries.push_back(layout);
+    else if (old && index < old.size())
+      entries.push_back(old[index]);
+    else
+      entries.push_back(layout); // placeholder, overwritten by the caller
+    ++index;
+  }
+  op->setAttr(ShardXDialect::getLayoutsAttrName(),
+              ArrayAttr::get(op->getContext(), entries));
+}
+
+FailureOr<MeshOp>
+mlir::shardx::getFunctionMesh(func::FuncOp fn,
+                              SymbolTableCollection &symbolTable) {
+  FlatSymbolRefAttr mesh;
+  Operation *first = nullptr;
+  auto visit = [&](LayoutAttr layout, Operation *where) -> LogicalResult {
+    if (!layout)
+      return success();
+    if (!mesh) {
+      mesh = layout.getMesh();
+      first = where;
+      return success();
+    }
+    if (layout.getMesh() != mesh) {
+      InFlightDiagnostic diag = where->emitError()
+                                << "mesh mismatch: layout on @"
+                                << layout.getMesh().getValue()
+                                << " where the function uses @"
+                                << mesh.getValue();
+      diag.attachNote(first->getLoc()) << "first layout here";
+      return failure();
+    }
+    return success();
+  };
+  for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+    if (failed(visit(fn.getArgAttrOfType<LayoutAttr>(
+                         i, ShardXDialect::getLayoutAttrName()),
+                     fn)))
+      return failure();
+  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+    if (failed(visit(fn.getResultAttrOfType<LayoutAttr>(
+                         i, ShardXDialect::getLayoutAttrName()),
+                     fn)))
+      return failure();
+  WalkResult walk = fn.walk([&](Operation *op) {
+    LayoutAttr layout;
+    if (auto a = dyn_cast<AnnotateOp>(op))
+      layout = a.getLayout();
+    else if (auto r = dyn_cast<RedistributeOp>(op))
+      layout = r.getTarget();
+    return failed(visit(layout, op)) ? WalkResult::interrupt()
+                                     : WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  if (!mesh)
+    return MeshOp();
+  MeshOp meshOp = lookupMesh(fn, mesh, &symbolTable);
+  if (!meshOp) {
+    fn.emitError() << "unknown mesh @" << mesh.getValue();
+    return failure();
+  }
+  return meshOp;
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Strategies in factors
+//===----------------------------------------------------------------------===//
+
+/// The splits of one factor (strides relative to the factor), or none.
+using Assignment = SmallVector<std::optional<DimSharding>>;
+
+uint64_t axesOf(const DimSharding &d) {
+  uint64_t mask = 0;
+  for (const Split &s : d.splits)
+    mask |= uint64_t(1) << s.axis;
+  return mask;
+}
+
+int64_t splitCount(const DimSharding &d, ArrayRef<int64_t> meshShape) {
+  int64_t n = 1;
+  for (const Split &s : d.splits)
+    n *= meshShape[s.axis];
+  return n;
+}
+
+/// How one operand's layout looks in the rule's factors: per factor the
+/// splits of the dim it forms (dims made of several factors map to their
+/// major factor when the splits fall inside it, or to a minor factor when
+/// the splits stride over the major ones).
+Assignment viewThroughRule(const ShardingRule &rule,
+                           ArrayRef<SmallVector<int64_t>> dims,
+                           const Layout &layout, ArrayRef<int64_t> meshShape) {
+  Assignment view(rule.factorSizes.size());
+  for (const DimSharding &ds : layout.getDims()) {
+    if (ds.dim >= static_cast<int64_t>(dims.size()))
+      continue;
+    ArrayRef<int64_t> factors = dims[ds.dim];
+    if (factors.empty())
+      continue;
+    DimSharding f = ds;
+    if (factors.size() == 1) {
+      view[factors[0]] = f;
+      continue;
+    }
+    if (!ds.sizes.empty())
+      continue;
+    int64_t n = splitCount(ds, meshShape);
+    int64_t majorSize = rule.factorSizes[factors[0]];
+    bool unitStrides = llvm::all_of(
+        ds.splits, [](const Split &s) { return s.stride == 1; });
+    if (unitStrides && majorSize != ShapedType::kDynamic && majorSize % n == 0) {
+      view[factors[0]] = f;
+      continue;
+    }
+    // Splits striding over exactly the major factor shard the minor one.
+    if (factors.size() == 2 && majorSize != ShapedType::kDynamic &&
+        llvm::all_of(ds.splits, [&](const Split &s) {
+          return s.stride % majorSize == 0;
+        })) {
+      int64_t minorSize = rule.factorSizes[factors[1]];
+      if (minorSize != ShapedType::kDynamic && minorSize % n == 0) {
+        for (Split &s : f.splits)
+          s.stride /= majorSize;
+        view[factors[1]] = f;
+      }
+    }
+  }
+  return view;
+}
+
+/// The layout a tensor with factor `dims` has under `assignment`, or
+/// nullopt when some dim cannot express it.
+std::optional<Layout> project(const ShardingRule &rule,
+                              ArrayRef<SmallVector<int64_t>> dims,
+                              const Assignment &assignment,
+                              ArrayRef<int64_t> meshShape, int64_t meshRank) {
+  Layout layout(meshRank);
+  for (auto [d, factors] : llvm::enumerate(dims)) {
+    SmallVector<int64_t> sharded;
+    for (int64_t f : factors)
+      if (assignment[f])
+        sharded.push_back(f);
+    if (sharded.empty())
+      continue;
+    if (sharded.size() > 1)
+      return std::nullopt;
+    const DimSharding &fs = *assignment[sharded[0]];
+    if (factors.size() == 1) {
+      for (const Split &s : fs.splits)
+        layout.addSplit(d, s);
+      if (!fs.sizes.empty())
+        layout.setSizes(d, fs.sizes);
+      continue;
+    }
+    if (!fs.sizes.empty())
+      return std::nullopt;
+    int64_t n = splitCount(fs, meshShape);
+    int64_t major = 1;
+    for (int64_t f : factors) {
+      if (f == sharded[0])
+        break;
+      major *= rule.factorSizes[f];
+    }
+    int64_t size = rule.factorSizes[sharded[0]];
+    if (size == ShapedType::kDynamic || size % n != 0)
+      return std::nullopt;
+    for (Split s : fs.splits) {
+      s.stride *= major;
+      layout.addSplit(d, s);
+    }
+  }
+  return layout;
+}
+
+/// The combiner of a linalg op's reduction, when its yield is
+/// `combine(out, x)`.
+std::optional<ReduceOp> getCombiner(linalg::LinalgOp op) {
+  if (op->getNumResults() != 1 || op.getNumDpsInits() != 1)
+    return std::nullopt;
+  Block *body = op.getBlock();
+  auto yield = dyn_cast<linalg::YieldOp>(body->getTerminator());
+  if (!yield || yield.getNumOperands() != 1)
+    return std::nullopt;
+  Operation *def = yield.getOperand(0).getDefiningOp();
+  if (!def || def->getNumOperands() != 2)
+    return std::nullopt;
+  Value out = body->getArguments().back();
+  if (def->getOperand(0) != out && def->getOperand(1) != out)
+    return std::nullopt;
+  if (isa<arith::AddFOp, arith::AddIOp>(def))
+    return ReduceOp::Sum;
+  if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MaxSIOp>(def))
+    return ReduceOp::Max;
+  if (isa<arith::MinimumFOp, arith::MinNumFOp, arith::MinSIOp>(def))
+    return ReduceOp::Min;
+  if (isa<arith::MulFOp, arith::MulIOp>(def))
+    return ReduceOp::Prod;
+  return std::nullopt;
+}
+
+/// Whether `value` is a linalg.fill (of anything) with the identity of
+/// `combiner`.
+bool isIdentityFill(Value value, ReduceOp combiner) {
+  auto fill = value.getDefiningOp<linalg::FillOp>();
+  if (!fill)
+    return false;
+  Value scalar = fill.getInputs()[0];
+  FloatAttr f;
+  IntegerAttr i;
+  if (matchPattern(scalar, m_Constant(&f))) {
+    double v = f.getValueAsDouble();
+    switch (combiner) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return v == 0.0;
+    case ReduceOp::Prod:
+      return v == 1.0;
+    case ReduceOp::Max:
+      return std::isinf(v) && v < 0;
+    case ReduceOp::Min:
+      return std::isinf(v) && v > 0;
+    }
+  }
+  if (matchPattern(scalar, m_Constant(&i))) {
+    const APInt &v = i.getValue();
+    switch (combiner) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return v.isZero();
+    case ReduceOp::Prod:
+      return v.isOne();
+    case ReduceOp::Max:
+      return v.isMinSignedValue();
+    case ReduceOp::Min:
+      return v.isMaxSignedValue();
+    }
+  }
+  return false;
+}
+
+bool isZeroConstant(Value v) {
+  FloatAttr f;
+  IntegerAttr i;
+  if (matchPattern(v, m_Constant(&f)))
+    return f.getValueAsDouble() == 0.0;
+  if (matchPattern(v, m_Constant(&i)))
+    return i.getValue().isZero();
+  return false;
+}
+
+/// Linearity of scalar code in a set of "partial" values: Linear (a linear
+/// function of them), Constant (independent of them) or Other.
+enum class Lin { Constant, Linear, Other };
+
+Lin linearity(Value v, DenseMap<Value, Lin> &memo) {
+  auto it = memo.find(v);
+  if (it != memo.end())
+    return it->second;
+  Lin result = Lin::Constant;
+  Operation *def = v.getDefiningOp();
+  if (def) {
+    SmallVector<Lin> in;
+    for (Value o : def->getOperands())
+      in.push_back(linearity(o, memo));
+    auto all = [&](Lin l) { return llvm::all_of(in, [&](Lin x) { return x == l; }); };
+    bool anyOther = llvm::is_contained(in, Lin::Other);
+    bool anyLinear = llvm::is_contained(in, Lin::Linear);
+    if (anyOther)
+      result = Lin::Other;
+    else if (!anyLinear)
+      result = Lin::Constant;
+    else if (isa<arith::AddFOp, arith::SubFOp, arith::AddIOp, arith::SubIOp>(def))
+      result = all(Lin::Linear) ? Lin::Linear : Lin::Other;
+    else if (isa<arith::MulFOp, arith::MulIOp>(def))
+      result = (in[0] == Lin::Linear) != (in[1] == Lin::Linear) ? Lin::Linear
+                                                                 : Lin::Other;
+    else if (isa<arith::DivFOp>(def))
+      result = in[0] == Lin::Linear && in[1] == Lin::Constant ? Lin::Linear
+                                                               : Lin::Other;
+    else if (isa<arith::NegFOp, arith::ExtFOp, arith::TruncFOp>(def))
+      result = Lin::Linear;
+    else if (auto sel = dyn_cast<arith::SelectOp>(def)) {
+      Lin t = in[1], f = in[2];
+      bool tOk = t == Lin::Linear || isZeroConstant(sel.getTrueValue());
+      bool fOk = f == Lin::Linear || isZeroConstant(sel.getFalseValue());
+      result = in[0] == Lin::Constant && tOk && fOk ? Lin::Linear : Lin::Other;
+    } else
+      result = Lin::Other;
+  }
+  memo[v] = result;
+  return result;
+}
+
+/// Whether the op computes its results as a linear function of the tensor
+/// operands in `partial` (operand indices), treating its init as an
+/// accumulator.
+bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial) {
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp>(op))
+    return true;
+  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op)) {
+    DenseMap<Value, Lin> memo;
+    Block *body = linalgOp.getBlock();
+    for (OpOperand &operand : op->getOpOperands()) {
+      if (!isa<RankedTensorType>(operand.get().getType()))
+        continue;
+      BlockArgument arg = linalgOp.getMatchingBlockArgument(&operand);
+      bool isInit = linalgOp.isDpsInit(&operand);
+      memo[arg] = partial.test(operand.getOperandNumber()) || isInit
+                      ? Lin::Linear
+                      : Lin::Constant;
+    }
+    // Scalar inputs are constants.
+    for (BlockArgument arg : body->getArguments())
+      memo.try_emplace(arg, Lin::Constant);
+    auto yield = cast<linalg::YieldOp>(body->getTerminator());
+    for (Value v : yield.getOperands())
+      if (linearity(v, memo) != Lin::Linear)
+        return false;
+    return true;
+  }
+  if (op->getNumRegions() == 0 && op->getNumResults() == 1 &&
+      op->getDialect() && op->getDialect()->getNamespace() == "arith") {
+    DenseMap<Value, Lin> memo;
+    SmallVector<Lin> in;
+    for (OpOperand &operand : op->getOpOperands())
+      in.push_back(partial.test(operand.getOperandNumber()) ? Lin::Linear
+                                                            : Lin::Constant);
+    if (isa<arith::AddFOp, arith::SubFOp>(op))
+      return in[0] == Lin::Linear && in[1] == Lin::Linear;
+    if (isa<arith::MulFOp>(op))
+      return (in[0] == Lin::Linear) != (in[1] == Lin::Linear);
+    if (isa<arith::DivFOp>(op))
+      return in[0] == Lin::Linear && in[1] == Lin::Constant;
+    if (isa<arith::NegFOp>(op))
+      return true;
+  }
+  return false;
+}
+
+/// Values that are only a shape or a splat: rematerialized in any layout.
+bool isRematerializable(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return false;
+  if (isa<tensor::EmptyOp>(def))
+    return true;
+  if (auto fill = dyn_cast<linalg::FillOp>(def))
+    return fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() != nullptr;
+  if (auto cst = dyn_cast<arith::ConstantOp>(def))
+    if (auto dense = dyn_cast<DenseElementsAttr>(cst.getValue()))
+      return dense.isSplat();
+  return false;
+}
+
+struct Strategy {
+  bool valid = false;
+  SmallVector<Layout> operandLayouts; // per tensor operand
+  SmallVector<Layout> resultLayouts;  // per tensor result
+  double cost = 0;
+  int64_t shardedWork = 1; // ranks sharing the op's iteration space
+};
+
+class Propagator {
+public:
+  Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
+             bool userLayoutsOnly, llvm::StringSet<> &warned)
+      : fn(fn), mesh(mesh), planner(std::move(spec)),
+        meshShape(mesh.getShape().begin(), mesh.getShape().end()), meshRank(mesh.getShape().size()),
+        userLayoutsOnly(userLayoutsOnly), warned(warned) {
+    meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  }
+
+  LogicalResult run();
+
+private:
+  Layout layoutOf(Value v) {
+    if (LayoutAttr a = getRecordedLayout(v))
+      return a.getLayout();
+    return Layout(meshRank);
+  }
+  LayoutAttr attr(const Layout &l) { return LayoutAttr::get(meshRef, l); }
+  double reshardCost(Value v, const Layout &to);
+  Strategy evaluate(Operation *op, const ShardingRule &rule,
+                    ArrayRef<Value> operands, ArrayRef<Value> results,
+                    Assignment assignment);
+  LogicalResult visit(Operation *op);
+  void setReplicated(Operation *op);
+  void record(Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
+              const Strategy &s);
+
+  func::FuncOp fn;
+  MeshOp mesh;
+  ::shardx::Planner planner;
+  std::vector<int64_t> meshShape;
+  int64_t meshRank;
+  FlatSymbolRefAttr meshRef;
+  bool userLayoutsOnly;
+  llvm::StringSet<> &warned;
+};
+
+double Propagator::reshardCost(Value v, const Layout &to) {
+  Layout from = layoutOf(v);
+  if (from == to || isRematerializable(v))
+    return 0;
+  auto type = cast<RankedTensorType>(v.getType());
+  if (!type.hasStaticShape())
+    return std::numeric_limits<double>::infinity();
+  std::string error;
+  int64_t bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+  const ::shardx::Plan *plan =
+      planner.plan(from, to, std::vector<int64_t>(type.getShape().begin(),
+                                                  type.getShape().end()),
+                   bytes, error);
+  if (!plan)
+    return std::numeric_limits<double>::infinity();
+  return plan->cost;
+}
+
+Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
+                              ArrayRef<Value> operands, ArrayRef<Value> results,
+                              Assignment assignment) {
+  Strategy s;
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  // Factors that must stay whole.
+  for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
+    if (!assignment[f])
+      continue;
+    if (kind == ShardingRule::FactorKind::NeedReplication ||
+        rule.factorSizes[f] == ShapedType::kDynamic)
+      assignment[f].reset();
+  }
+  // Reduction factors: sharded only with a known combiner and identity init.
+  std::optional<ReduceOp> combiner;
+  bool reductionSharded = false;
+  for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
+    if (!assignment[f] || kind != ShardingRule::FactorKind::Reduction)
+      continue;
+    if (!combiner && linalgOp)
+      combiner = getCombiner(linalgOp);
+    bool ok = combiner && linalgOp &&
+              isIdentityFill(linalgOp.getDpsInits()[0], *combiner);
+    if (!ok)
+      assignment[f].reset();
+    else
+      reductionSharded = true;
+  }
+  // Partial operands that stay partial.
+  SmallVector<std::optional<ReduceOp>> resultPartials(meshRank);
+  if (reductionSharded)
+    for (auto [f, kind] : llvm::enumerate(rule.factorKinds))
+      if (assignment[f] && kind == ShardingRule::FactorKind::Reduction)
+        for (const Split &sp : assignment[f]->splits)
+          resultPartials[sp.axis] = *combiner;
+  uint64_t used = 0;
+  for (auto &a : assignment)
+    if (a)
+      used |= axesOf(*a);
+  llvm::SmallBitVector partialOperands(op->getNumOperands());
+  SmallVector<std::optional<ReduceOp>> keptPartials(meshRank);
+  {
+    // Operands with a Partial of sum/avg on axes the strategy leaves free.
+    SmallVector<unsigned> candidates;
+    for (OpOperand &operand : op->getOpOperands()) {
+      if (!isa<RankedTensorType>(operand.get().getType()))
+        continue;
+      Layout l = layoutOf(operand.get());
+      if (!l.hasPartial())
+        continue;
+      bool ok = true;
+      for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
+        if (!p)
+          continue;
+        if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
+            (used >> axis & 1) || (resultPartials[axis]) ||
+            (keptPartials[axis] && *keptPartials[axis] != *p))
+          ok = false;
+      }
+      if (ok)
+        candidates.push_back(operand.getOperandNumber());
+    }
+    if (!candidates.empty()) {
+      for (unsigned c : candidates)
+        partialOperands.set(c);
+      if (!isLinearIn(op, partialOperands)) {
+        partialOperands.reset();
+      } else {
+        // All partial operands must be partial on the same axes.
+        std::optional<SmallVector<std::optional<ReduceOp>>> common;
+        for (unsigned c : candidates) {
+          auto p = layoutOf(op->getOperand(c)).getPartials();
+          SmallVector<std::optional<ReduceOp>> v(p.begin(), p.end());
+          if (!common)
+            common = v;
+          else if (*common != v)
+            partialOperands.reset();
+        }
+        if (partialOperands.any())
+          keptPartials = *common;
+      }
+    }
+  }
+  for (auto [axis, p] : llvm::enumerate(keptPartials))
+    if (p)
+      resultPartials[axis] = p;
+  // Required operand layouts and result layouts.
+  unsigned tensorIndex = 0;
+  for (Value v : operands) {
+    std::optional<Layout> l = project(rule, rule.operands[tensorIndex],
+                                      assignment, meshShape, meshRank);
+    if (!l)
+      return s;
+    OpOperand *use = nullptr;
+    for (OpOperand &o : op->getOpOperands())
+      if (o.get() == v && isa<RankedTensorType>(v.getType())) {
+        unsigned n = 0;
+        for (OpOperand &p : op->getOpOperands()) {
+          if (&p == &o)
+            break;
+          if (isa<RankedTensorType>(p.get().getType()))
+            ++n;
+        }
+        if (n == tensorIndex)
+          use = &o;
+      }
+    if (use && partialOperands.test(use->getOperandNumber()))
+      for (auto [axis, p] : llvm::enumerate(keptPartials))
+        l->setPartial(axis, p);
+    auto type = cast<RankedTensorType>(v.getType());
+    if (!l->verifyForShape(meshShape, std::vector<int64_t>(type.getShape().begin(), type.getShape().end()))
+             .empty())
+      return s;
+    s.cost += reshardCost(v, *l);
+    s.operandLayouts.push_back(*l);
+    ++tensorIndex;
+  }
+  for (auto [i, v] : llvm::enumerate(results)) {
+    std::optional<Layout> l =
+        project(rule, rule.results[i], assignment, meshShape, meshRank);
+    if (!l)
+      return s;
+    for (auto [axis, p] : llvm::enumerate(resultPartials))
+      if (p)
+        l->setPartial(axis, p);
+    auto type = cast<RankedTensorType>(v.getType());
+    if (!l->verifyForShape(meshShape, std::vector<int64_t>(type.getShape().begin(), type.getShape().end()))
+             .empty())
+      return s;
+    s.resultLayouts.push_back(*l);
+  }
+  for (auto &a : assignment)
+    if (a)
+      s.shardedWork *= splitCount(*a, meshShape);
+  s.valid = true;
+  return s;
+}
+
+void Propagator::record(Operation *op, ArrayRef<Value> operands,
+                        ArrayRef<Value> results, const Strategy &s) {
+  SmallVector<Attribute> ins, outs;
+  for (const Layout &l : s.operandLayouts)
+    ins.push_back(attr(l));
+  for (const Layout &l : s.resultLayouts)
+    outs.push_back(attr(l));
+  if (!operands.empty())
+    op->setAttr(ShardXDialect::getOperandLayoutsAttrName(),
+                ArrayAttr::get(op->getContext(), ins));
+  if (!results.empty())
+    op->setAttr(ShardXDialect::getLayoutsAttrName(),
+                ArrayAttr::get(op->getContext(), outs));
+}
+
+void Propagator::setReplicated(Operation *op) {
+  Strategy s;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()))
+      s.operandLayouts.push_back(Layout(meshRank));
+  for (Value v : op->getResults())
+    if (isa<RankedTensorType>(v.getType()))
+      s.resultLayouts.push_back(Layout(meshRank));
+  SmallVector<Value> operands, results;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()))
+      operands.push_back(v);
+  for (Value v : op->getResults())
+    if (isa<RankedTensorType>(v.getType()))
+      results.push_back(v);
+  record(op, operands, results, s);
+}
+
+LogicalResult Propagator::visit(Operation *op) {
+  if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
+    return success();
+  SmallVector<Value> operands, results;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()))
+      operands.push_back(v);
+  for (Value v : op->getResults())
+    if (isa<RankedTensorType>(v.getType()))
+      results.push_back(v);
+  if (operands.empty() && results.empty())
+    return success();
+  for (Value v : op->getOperands())
+    if (isa<TensorType>(v.getType()) && !isa<RankedTensorType>(v.getType()))
+      return op->emitError("unranked tensors cannot be sharded");
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  FailureOr<ShardingRule> rule = failure();
+  if (ruleOp)
+    rule = ruleOp.getShardingRule();
+  // Ops whose regions read tensors from above run replicated: the captured
+  // tensors are whole on every rank.
+  bool capturesTensors = false;
+  op->walk([&](Operation *inner) {
+    if (inner == op)
+      return;
+    for (Value v : inner->getOperands())
+      if (isa<RankedTensorType>(v.getType()) &&
+          !op->isProperAncestor(v.getParentBlock()->getParentOp()) &&
+          v.getParentBlock()->getParentOp() != op)
+        capturesTensors = true;
+  });
+  if (failed(rule) || rule->operands.size() != operands.size() ||
+      rule->results.size() != results.size()) {
+    if (!isa<tensor::EmptyOp, arith::ConstantOp>(op) &&
+        warned.insert(op->getName().getStringRef()).second)
+      op->emitWarning() << "no sharding rule for '" << op->getName()
+                        << "': it runs replicated";
+    setReplicated(op);
+    return success();
+  }
+  if (capturesTensors || userLayoutsOnly) {
+    setReplicated(op);
+    // Captured tensors must be replicated too: they are operands in effect.
+    return success();
+  }
+  // Candidates: each operand as leader (largest first) merged with the
+  // others, and the replicated strategy.
+  SmallVector<unsigned> order(operands.size());
+  for (unsigned i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto bytes = [&](unsigned i) {
+    auto t = cast<RankedTensorType>(operands[i].getType());
+    return t.hasStaticShape() ? t.getNumElements() : 0;
+  };
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return bytes(a) > bytes(b);
+  });
+  SmallVector<Assignment> views;
+  for (auto [i, v] : llvm::enumerate(operands))
+    views.push_back(viewThroughRule(*rule, rule->operands[i], layoutOf(v),
+                                    meshShape));
+  Strategy best = evaluate(op, *rule, operands, results,
+                           Assignment(rule->factorSizes.size()));
+  for (unsigned leader : order) {
+    Assignment a = views[leader];
+    uint64_t used = 0;
+    for (auto &f : a)
+      if (f)
+        used |= axesOf(*f);
+    for (unsigned other : order) {
+      if (other == leader)
+        continue;
+      for (auto [f, sharding] : llvm::enumerate(views[other])) {
+        if (!sharding || a[f] || (axesOf(*sharding) & used))
+          continue;
+        a[f] = sharding;
+        used |= axesOf(*sharding);
+      }
+    }
+    Strategy s = evaluate(op, *rule, operands, results, a);
+    if (!s.valid)
+      continue;
+    constexpr double eps = 1e-12;
+    if (!best.valid || s.cost < best.cost - eps ||
+        (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
+      best = std::move(s);
+  }
+  if (!best.valid) {
+    setReplicated(op);
+    return success();
+  }
+  record(op, operands, results, best);
+  return success();
+}
+
+LogicalResult Propagator::run() {
+  // Arguments: declared layouts, replicated otherwise (recorded so that the
+  // calling convention is explicit).
+  for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+    if (isa<RankedTensorType>(fn.getArgument(i).getType()) &&
+        !fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()))
+      fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
+                    attr(Layout(meshRank)));
+  for (Operation &op : fn.getBody().front())
+    if (failed(visit(&op)))
+      return failure();
+  return success();
+}
+
+struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePass> {
+  using PropagatePassBase::PropagatePassBase;
+
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    llvm::StringSet<> warned;
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      if (!fn.getBody().hasOneBlock()) {
+        fn.emitError("functions with more than one block are not supported");
+        return signalPassFailure();
+      }
+      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
+      if (failed(mesh))
+        return signalPassFailure();
+      if (!*mesh)
+        continue; // no layouts: the function stays as it is (replicated)
+      ::shardx::MeshSpec spec = getMeshSpec(*mesh);
+      if (bandwidthOverride > 0 || latencyOverride >= 0) {
+        spec.costs.resize(spec.shape.size());
+        for (auto &c : spec.costs) {
+          if (bandwidthOverride > 0)
+            c.bandwidthGBps = bandwidthOverride / 1e9;
+          if (latencyOverride >= 0)
+            c.latencyUs = latencyOverride * 1e6;
+        }
+      }
+      Propagator p(fn, *mesh, std::move(spec), userLayoutsOnly, warned);
+      if (failed(p.run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Reshard insertion
+//===----------------------------------------------------------------------===//
+
+/// The layout a value needs as operand `index` (counting tensor operands) of
+/// `op`, from its `shardx.operand_layouts`.
+LayoutAttr requiredLayout(Operation *op, unsigned operandNumber) {
+  auto layouts =
+      op->getAttrOfType<ArrayAttr>(ShardXDialect::getOperandLayoutsAttrName());
+  if (!layouts)
+    return nullptr;
+  unsigned index = 0;
+  for (OpOperand &o : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(o.get().getType()))
+      continue;
+    if (o.getOperandNumber() == operandNumber)
+      return index < layouts.size() ? dyn_cast<LayoutAttr>(layouts[index])
+                                    : nullptr;
+    ++index;
+  }
+  return nullptr;
+}
+
+LayoutAttr layoutOrReplicated(Value v, FlatSymbolRefAttr mesh,
+                              int64_t meshRank) {
+  if (LayoutAttr a = getRecordedLayout(v))
+    return a;
+  return LayoutAttr::get(mesh, Layout(meshRank));
+}
+
+/// The layout a function result ends in: the declared one, else the
+/// propagated one with pending Partials reduced.
+LayoutAttr resultLayout(func::FuncOp fn, unsigned i, Value v,
+                        FlatSymbolRefAttr mesh, int64_t meshRank) {
+  if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
+          i, ShardXDialect::getLayoutAttrName()))
+    return declared;
+  Layout l = layoutOrReplicated(v, mesh, meshRank).getLayout();
+  for (int64_t axis = 0; axis < meshRank; ++axis)
+    l.setPartial(axis, std::nullopt);
+  return LayoutAttr::get(mesh, l);
+}
+
+struct InsertReshardsPass
+    : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
+      if (failed(mesh))
+        return signalPassFailure();
+      if (!*mesh)
+        continue;
+      if (failed(insert(fn, *mesh)))
+        return signalPassFailure();
+    }
+  }
+
+  LogicalResult insert(func::FuncOp fn, MeshOp mesh) {
+    auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    int64_t meshRank = mesh.getShape().size();
+    OpBuilder builder(fn.getContext());
+    DenseMap<std::pair<Value, Attribute>, Value> cache;
+
+    auto materialize = [&](Value v, LayoutAttr to, Operation *before) -> Value {
+      LayoutAttr from = layoutOrReplicated(v, meshRef, meshRank);
+      if (from == to)
+        return v;
+      auto key = std::make_pair(v, Attribute(to));
+      auto it = cache.find(key);
+      if (it != cache.end())
+        return it->second;
+      Value result;
+      if (isRematerializable(v)) {
+        // Clone the shape/splat chain with the needed layout.
+        Operation *def = v.getDefiningOp();
+        builder.setInsertionPoint(before);
+        if (auto fill = dyn_cast<linalg::FillOp>(def)) {
+          Layout whole = to.getLayout();
+          for (int64_t a = 0; a < meshRank; ++a)
+            whole.setPartial(a, std::nullopt);
+          LayoutAttr wholeAttr = LayoutAttr::get(meshRef, whole);
+          Operation *empty = builder.clone(*fill.getOutputs()[0].getDefiningOp());
+          setResultLayout(cast<OpResult>(empty->getResult(0)), wholeAttr);
+          IRMapping map;
+          map.map(fill.getOutputs()[0], empty->getResult(0));
+          Operation *clone = builder.clone(*fill, map);
+          clone->setAttr(ShardXDialect::getOperandLayoutsAttrName(),
+                         builder.getArrayAttr({wholeAttr}));
+          setResultLayout(cast<OpResult>(clone->getResult(0)), wholeAttr);
+          result = clone->getResult(0);
+        } else {
+          Operation *clone = builder.clone(*def);
+          setResultLayout(cast<OpResult>(clone->getResult(0)), to);
+          result = clone->getResult(0);
+        }
+        if (to.getLayout().hasPartial()) {
+          // A splat cannot be Partial: redistribute from the replicated one.
+          Layout rep = to.getLayout();
+          for (int64_t a = 0; a < meshRank; ++a)
+            rep.setPartial(a, std::nullopt);
+          setResultLayout(cast<OpResult>(result),
+                          LayoutAttr::get(meshRef, rep));
+          result = RedistributeOp::create(builder, v.getLoc(), result,
+                                          LayoutAttr::get(meshRef, rep), to);
+        }
+      } else {
+        if (auto arg = dyn_cast<BlockArgument>(v))
+          builder.setInsertionPointToStart(arg.getOwner());
+        else
+          builder.setInsertionPointAfter(v.getDefiningOp());
+        result = RedistributeOp::create(builder, v.getLoc(), v, from, to);
+      }
+      cache[key] = result;
+      return result;
+    };
+
+    for (Operation &op : llvm::make_early_inc_range(fn.getBody().front())) {
+      if (auto annotate = dyn_cast<AnnotateOp>(op)) {
+        Value v = materialize(annotate.getInput(), annotate.getLayout(), &op);
+        annotate.getResult().replaceAllUsesWith(v);
+        annotate.erase();
+        continue;
+      }
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        for (OpOperand &o : ret->getOpOperands()) {
+          if (!isa<RankedTensorType>(o.get().getType()))
+            continue;
+          LayoutAttr to = resultLayout(fn, o.getOperandNumber(), o.get(),
+                                       meshRef, meshRank);
+          o.set(materialize(o.get(), to, &op));
+          fn.setResultAttr(o.getOperandNumber(),
+                           ShardXDialect::getLayoutAttrName(), to);
+        }
+        continue;
+      }
+      if (!op.hasAttr(ShardXDialect::getOperandLayoutsAttrName()))
+        continue;
+      for (OpOperand &o : op.getOpOperands()) {
+        if (!isa<RankedTensorType>(o.get().getType()))
+          continue;
+        LayoutAttr to = requiredLayout(&op, o.getOperandNumber());
+        if (to)
+          o.set(materialize(o.get(), to, &op));
+      }
+    }
+    // Remove rematerialized originals left without uses.
+    for (Operation &op : llvm::make_early_inc_range(
+             llvm::reverse(fn.getBody().front())))
+      if (op.use_empty() && op.getNumResults() > 0 &&
+          isRematerializable(op.getResult(0)))
+        op.erase();
+    for (Operation &op : llvm::make_early_inc_range(
+             llvm::reverse(fn.getBody().front())))
+      if (isa<tensor::EmptyOp>(op) && op.use_empty())
+        op.erase();
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Verification
+//===----------------------------------------------------------------------===//
+
+struct VerifyLayoutsPass
+    : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    bool failedAny = false;
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
+      if (failed(mesh))
+        return signalPassFailure();
+      if (!*mesh)
+        continue;
+      auto meshRef = FlatSymbolRefAttr::get(mesh->getSymNameAttr());
+      int64_t meshRank = mesh->getShape().size();
+      fn.walk([&](Operation *op) {
+        if (isa<AnnotateOp>(op)) {
+          op->emitError("shardx.annotate left after reshard insertion");
+          failedAny = true;
+          return;
+        }
+        if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+          for (OpOperand &o : ret->getOpOperands()) {
+            if (!isa<RankedTensorType>(o.get().getType()))
+              continue;
+            auto declared = fn.getResultAttrOfType<LayoutAttr>(
+                o.getOperandNumber(), ShardXDialect::getLayoutAttrName());
+            LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
+            if (!declared || declared != have) {
+              op->emitError() << "result #" << o.getOperandNumber()
+                              << " has layout " << have << " but "
+                              << (declared ? "is declared " : "declares none")
+                              << (declared ? Attribute(declared) : Attribute());
+              failedAny = true;
+            }
+          }
+          return;
+        }
+        if (auto redistribute = dyn_cast<RedistributeOp>(op)) {
+          LayoutAttr have =
+              layoutOrReplicated(redistribute.getInput(), meshRef, meshRank);
+          if (have != redistribute.getSource()) {
+            op->emitError() << "redistributes from " << redistribute.getSource()
+                            << " but its operand has layout " << have;
+            failedAny = true;
+          }
+          return;
+        }
+        if (!op->hasAttr(ShardXDialect::getOperandLayoutsAttrName())) {
+          for (Value v : op->getOperands())
+            if (isa<RankedTensorType>(v.getType()) &&
+                !layoutOrReplicated(v, meshRef, meshRank)
+                     .getLayout()
+                     .isReplicated()) {
+              op->emitError("op without a sharding strategy has a sharded "
+                            "operand (run shardx-propagate)");
+              failedAny = true;
+              return;
+            }
+          return;
+        }
+        for (OpOperand &o : op->getOpOperands()) {
+          if (!isa<RankedTensorType>(o.get().getType()))
+            continue;
+          LayoutAttr need = requiredLayout(op, o.getOperandNumber());
+          LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
+          if (need && need != have) {
+            op->emitError() << "operand #" << o.getOperandNumber()
+                            << " has layout " << have << " but the op needs "
+                            << need;
+            failedAny = true;
+          }
+        }
+      });
+    }
+    if (failedAny)
+      signalPassFailure();
+  }
+};
+
+} // namespace
