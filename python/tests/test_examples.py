@@ -13,14 +13,18 @@ from shardx.artifact import find_tool
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.parametrize("name", sorted(examples.EXAMPLES))
-def test_example_up_to_date(name):
-    with open(os.path.join(ROOT, "examples", name)) as f:
+PROGRAMS = [("examples", n) for n in sorted(examples.EXAMPLES)] + \
+    [("test/Programs", n) for n in sorted(examples.TEST_PROGRAMS)]
+
+
+@pytest.mark.parametrize("where,name", PROGRAMS, ids=[n for _, n in PROGRAMS])
+def test_example_up_to_date(where, name):
+    path = os.path.join(ROOT, where, name)
+    with open(path) as f:
         checked_in = f.read()
     assert checked_in == examples.generate(name), \
-        f"examples/{name} is stale: run bash scripts/gen_examples.sh"
-    proc = subprocess.run([find_tool("shardx-opt"), os.path.join(ROOT, "examples", name)],
-                          capture_output=True, text=True)
+        f"{where}/{name} is stale: run bash scripts/gen_examples.sh"
+    proc = subprocess.run([find_tool("shardx-opt"), path], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -1,0 +1,113 @@
+// RUN: shardx-opt %s --split-input-file --shardx-propagate --shardx-insert-reshards --shardx-verify-layouts --verify-diagnostics | FileCheck %s
+
+// Tests that a column-parallel matmul keeps the column split and a
+// row-parallel one leaves a pending sum that the result reduces.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @megatron
+func.func @megatron(%x: tensor<4x8xf32>,
+                    %w1: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>},
+                    %w2: tensor<16x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> tensor<4x8xf32> {
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<4x16xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  // CHECK: linalg.matmul {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(1)]>]
+  %h = linalg.matmul ins(%x, %w1 : tensor<4x8xf32>, tensor<8x16xf32>) outs(%f1 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %e2 = tensor.empty() : tensor<4x8xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: linalg.matmul {{.*}}shardx.layouts = [#shardx.layout<@mesh, [P(sum)]>]
+  %y = linalg.matmul ins(%h, %w2 : tensor<4x16xf32>, tensor<16x8xf32>) outs(%f2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: shardx.redistribute {{.*}} from #shardx.layout<@mesh, [P(sum)]> to #shardx.layout<@mesh, [R]>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// Tests that a max-reduction over a sharded dim gives P(max), and that a
+// non-linear op reduces it first.
+shardx.mesh @mesh(shape = 4)
+// CHECK-LABEL: func.func @amax
+func.func @amax(%x: tensor<4x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}) -> tensor<4xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  // CHECK: linalg.reduce {{.*}}shardx.layouts = [#shardx.layout<@mesh, [P(max)]>]
+  %m = linalg.reduce ins(%x : tensor<4x8xf32>) outs(%f : tensor<4xf32>) dimensions = [1]
+    (%in: f32, %acc: f32) {
+      %r = arith.maximumf %in, %acc : f32
+      linalg.yield %r : f32
+    }
+  // CHECK: shardx.redistribute {{.*}} from #shardx.layout<@mesh, [P(max)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: linalg.exp
+  %o = linalg.exp ins(%m : tensor<4xf32>) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  return %o : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a sum whose init is not the identity is not sharded over its
+// reduced dim (the init would be counted once per rank).
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @init_not_identity
+func.func @init_not_identity(%x: tensor<4x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, %acc: tensor<4xf32>) -> tensor<4xf32> {
+  // CHECK: shardx.redistribute {{.*}} from #shardx.layout<@mesh, [S(1)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: linalg.reduce {{.*}}shardx.layouts = [#shardx.layout<@mesh, [R]>]
+  %m = linalg.reduce ins(%x : tensor<4x8xf32>) outs(%acc : tensor<4xf32>) dimensions = [1]
+    (%in: f32, %a: f32) {
+      %r = arith.addf %in, %a : f32
+      linalg.yield %r : f32
+    }
+  return %m : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a split dim merged by a reshape stays split when the split
+// falls on the major factor, and that an odd size that cannot stay split
+// gets a reshard instead of a wrong layout.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @reshape
+func.func @reshape(%x: tensor<4x3xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>},
+                   %y: tensor<3x4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> (tensor<12xf32>, tensor<12xf32>) {
+  // 3 rows on 2 ranks: 2 + 1 rows are 8 + 4 elements, not torch.chunk's 6 + 6.
+  // CHECK: %[[G:.*]] = shardx.redistribute %arg1 {{.*}} from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: tensor.collapse_shape %arg0 {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]
+  %a = tensor.collapse_shape %x [[0, 1]] : tensor<4x3xf32> into tensor<12xf32>
+  // CHECK: tensor.collapse_shape %[[G]] {{.*}}shardx.layouts = [#shardx.layout<@mesh, [R]>]
+  %b = tensor.collapse_shape %y [[0, 1]] : tensor<3x4xf32> into tensor<12xf32>
+  return %a, %b : tensor<12xf32>, tensor<12xf32>
+}
+
+// -----
+
+// Tests that a split of the minor factor of a merged dim becomes a strided
+// split (DTensor's _StridedShard) of the merged dim.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @strided
+func.func @strided(%x: tensor<3x4xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}) -> tensor<12xf32> {
+  // CHECK: tensor.collapse_shape {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0)], strides = {0 = [3]}>]
+  %a = tensor.collapse_shape %x [[0, 1]] : tensor<3x4xf32> into tensor<12xf32>
+  return %a : tensor<12xf32>
+}
+
+// -----
+
+// Tests that an op without a rule runs replicated, with one warning.
+shardx.mesh @mesh(shape = 2)
+func.func @norule(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> tensor<2xf32> {
+  // expected-warning @+1 {{no sharding rule for 'tensor.extract_slice': it runs replicated}}
+  %a = tensor.extract_slice %x[0] [2] [1] : tensor<4xf32> to tensor<2xf32>
+  %b = tensor.extract_slice %x[1] [2] [1] : tensor<4xf32> to tensor<2xf32>
+  %c = arith.addf %a, %b : tensor<2xf32>
+  return %c : tensor<2xf32>
+}
+
+// -----
+
+shardx.mesh @a(shape = 2)
+shardx.mesh @b(shape = 2)
+// expected-note @+1 {{first layout here}}
+func.func @mesh_mismatch(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@a, [S(0)]>}) -> tensor<4xf32> {
+  // expected-error @+1 {{mesh mismatch: layout on @b where the function uses @a}}
+  %y = shardx.annotate %x : tensor<4xf32> to #shardx.layout<@b, [S(0)]>
+  return %y : tensor<4xf32>
+}
