@@ -34,4 +34,7 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
   registerShardingRuleExternalModels(registry);
 }
 
-void mlir::shardx::registerShardXPasses() { registerShardXTransformsPasses(); }
+void mlir::shardx::registerShardXPasses() {
+  registerShardXTransformsPasses();
+  registerShardXPipelines();
+}

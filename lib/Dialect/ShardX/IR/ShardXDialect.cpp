@@ -85,6 +85,12 @@ LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
 
 LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
+  if (attr.getName() == getSignatureAttrName()) {
+    if (!isa<DictionaryAttr>(attr.getValue()))
+      return op->emitError() << "'" << getSignatureAttrName()
+                             << "' must be a dictionary";
+    return success();
+  }
   bool operands = attr.getName() == getOperandLayoutsAttrName();
   if (attr.getName() != getLayoutsAttrName() && !operands)
     return op->emitError() << "unknown ShardX attribute '"

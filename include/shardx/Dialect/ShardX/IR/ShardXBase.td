@@ -51,6 +51,11 @@ def ShardX_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getOperandLayoutsAttrName() {
       return ::llvm::StringLiteral("shardx.operand_layouts");
     }
+    /// The name of the function attribute that shardx-localize leaves: the
+    /// global types and layouts of the arguments and results.
+    static constexpr ::llvm::StringLiteral getSignatureAttrName() {
+      return ::llvm::StringLiteral("shardx.signature");
+    }
 
     /// Mesh shapes seen by the parser, by symbol name, so that layouts
     /// spelled with StridedShard (whose canonical form depends on axis sizes)

@@ -21,6 +21,14 @@ namespace mlir::shardx {
 #define GEN_PASS_REGISTRATION
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
+/// The SPMD pipeline: propagate -> insert reshards -> verify layouts ->
+/// lower reshards -> localize -> canonicalize, cse. The result is the
+/// program every rank runs.
+void buildSpmdPipeline(OpPassManager &pm);
+
+/// Registers the passes and the `shardx-spmd` pipeline.
+void registerShardXPipelines();
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_H

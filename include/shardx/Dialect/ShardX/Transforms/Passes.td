@@ -114,6 +114,34 @@ def LowerReshardsPass : Pass<"shardx-lower-reshards", "ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// SPMD expansion
+//===----------------------------------------------------------------------===//
+
+def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
+  let summary = "rewrites the global program into the program every rank runs";
+  let description = [{
+    After propagation, reshard insertion and reshard lowering: every tensor
+    value takes its local type (the shard each rank holds), function
+    signatures change accordingly, shape-carrying ops get local shapes
+    (`tensor.empty`, `tensor.expand_shape`), `linalg.index` of a sharded
+    loop gets the rank's offset (from `shardx.axis_index`), and the casts
+    that bracket lowered reshards disappear.
+
+    Calling convention: rank `(i, j, ...)` passes, for every argument, its
+    local shard of the global tensor under the argument's layout (row-major,
+    contiguous) and receives every result's local shard under the result's
+    layout (a Partial result: this rank's term). The global types and
+    layouts are kept in the function's `shardx.signature` attribute
+    (`arg_types`, `arg_layouts`, `result_types`, `result_layouts`); no
+    `shardx.layout`, `shardx.annotate` or `shardx.redistribute` remains.
+
+    Ranks must hold equal shards (uneven shards are diagnosed); a program
+    that cannot be expanded fails with an error naming the op.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Test and debugging passes
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,246 @@
+//===- Localize.cpp - SPMD expansion: global program -> local program -----===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayoutUtils.h"
+#include "ReshardPlanning.h"
+
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_LOCALIZEPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::Layout;
+
+namespace {
+
+struct Localizer {
+  func::FuncOp fn;
+  MeshOp mesh;
+  FlatSymbolRefAttr meshRef;
+  std::vector<int64_t> meshShape;
+  int64_t meshRank;
+
+  Layout layoutOf(Value v) {
+    if (LayoutAttr a = getRecordedLayout(v))
+      return a.getLayout();
+    return Layout(meshRank);
+  }
+
+  FailureOr<RankedTensorType> localType(Value v, Operation *where) {
+    auto global = cast<RankedTensorType>(v.getType());
+    Layout layout = layoutOf(v);
+    if (layout.isReplicated() && !layout.hasPartial())
+      return global;
+    if (!global.hasStaticShape()) {
+      where->emitError("cannot expand a sharded tensor of dynamic global "
+                       "shape ")
+          << global;
+      return failure();
+    }
+    RankedTensorType local = getLocalType(global, layout, meshShape);
+    if (!local.hasStaticShape()) {
+      where->emitError() << "uneven shards of " << global << " under "
+                         << LayoutAttr::get(meshRef, layout)
+                         << " are not supported by shardx-localize yet";
+      return failure();
+    }
+    return local;
+  }
+
+  /// Adds the rank's offset to `linalg.index` ops of sharded loops.
+  LogicalResult offsetIndices(linalg::GenericOp op) {
+    SmallVector<linalg::IndexOp> indices;
+    op.getRegion().walk([&](linalg::IndexOp i) { indices.push_back(i); });
+    if (indices.empty())
+      return success();
+    // Loop -> (layout dim sharding, global extent) from any operand / result.
+    auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
+    for (linalg::IndexOp index : indices) {
+      int64_t loop = index.getDim();
+      std::optional<::shardx::DimSharding> sharding;
+      int64_t extent = 0;
+      for (OpOperand &operand : op->getOpOperands()) {
+        if (!isa<RankedTensorType>(operand.get().getType()))
+          continue;
+        AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
+        Value global = operand.get();
+        Layout layout = layoutOf(global);
+        for (auto [k, expr] : llvm::enumerate(map.getResults())) {
+          auto d = dyn_cast<AffineDimExpr>(expr);
+          if (!d || d.getPosition() != loop)
+            continue;
+          if (const auto *ds = layout.getDim(k)) {
+            sharding = *ds;
+            extent = cast<RankedTensorType>(global.getType()).getDimSize(k);
+          }
+        }
+      }
+      if (!sharding)
+        continue;
+      if (!sharding->sizes.empty() ||
+          llvm::any_of(sharding->splits,
+                       [](const ::shardx::Split &s) { return s.stride != 1; }))
+        return op.emitError("linalg.index of a loop with a strided or uneven "
+                            "split cannot be expanded");
+      OpBuilder b(op);
+      SmallVector<int64_t> axes;
+      int64_t n = 1;
+      for (const ::shardx::Split &s : sharding->splits) {
+        axes.push_back(s.axis);
+        n *= meshShape[s.axis];
+      }
+      Location loc = index.getLoc();
+      Value coord = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
+                                        b.getDenseI64ArrayAttr(axes));
+      Value size = arith::ConstantIndexOp::create(b, loc, extent / n);
+      Value offset = arith::MulIOp::create(b, loc, coord, size);
+      b.setInsertionPointAfter(index);
+      auto add = arith::AddIOp::create(b, loc, index.getResult(), offset);
+      index.getResult().replaceAllUsesExcept(add.getResult(), add);
+    }
+    return success();
+  }
+
+  LogicalResult run() {
+    Block &body = fn.getBody().front();
+    Builder b(fn.getContext());
+    SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
+    // Arguments.
+    for (BlockArgument arg : body.getArguments()) {
+      argTypes.push_back(TypeAttr::get(arg.getType()));
+      if (!isa<RankedTensorType>(arg.getType())) {
+        argLayouts.push_back(b.getUnitAttr());
+        continue;
+      }
+      argLayouts.push_back(LayoutAttr::get(meshRef, layoutOf(arg)));
+      FailureOr<RankedTensorType> local = localType(arg, fn);
+      if (failed(local))
+        return failure();
+      arg.setType(*local);
+    }
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
+      resultTypes.push_back(TypeAttr::get(fn.getResultTypes()[i]));
+      auto l = fn.getResultAttrOfType<LayoutAttr>(
+          i, ShardXDialect::getLayoutAttrName());
+      resultLayouts.push_back(l ? Attribute(l)
+                                : Attribute(LayoutAttr::get(
+                                      meshRef, Layout(meshRank))));
+    }
+    // Ops, in order.
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      if (auto cast = dyn_cast<UnrealizedConversionCastOp>(op)) {
+        if (cast->getNumOperands() == 1 && cast->getNumResults() == 1) {
+          cast.getResult(0).replaceAllUsesWith(cast.getOperand(0));
+          cast.erase();
+          continue;
+        }
+      }
+      if (isa<AnnotateOp, RedistributeOp>(op))
+        return op.emitError("run shardx-insert-reshards and "
+                            "shardx-lower-reshards before shardx-localize");
+      if (isa<func::ReturnOp>(op))
+        continue;
+      // Collectives already work on local types.
+      if (op.getDialect() && op.getDialect()->getNamespace() == "shardx")
+        continue;
+      for (OpResult r : op.getResults()) {
+        if (!isa<RankedTensorType>(r.getType()))
+          continue;
+        FailureOr<RankedTensorType> local = localType(r, &op);
+        if (failed(local))
+          return failure();
+        r.setType(*local);
+      }
+      if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
+        expand.setStaticOutputShape(expand.getResultType().getShape());
+      } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+        auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
+        if (dense && dense.getType() != cst.getType()) {
+          if (!dense.isSplat())
+            return op.emitError("a sharded non-splat constant cannot be "
+                                "expanded");
+          cst.setValueAttr(
+              dense.resizeSplat(cast<ShapedType>(cst.getType())));
+        }
+      } else if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
+        if (failed(offsetIndices(generic)))
+          return failure();
+      } else if (op.getNumRegions() > 0 &&
+                 !isa<linalg::LinalgOp>(op) &&
+                 llvm::any_of(op.getOperandTypes(), [](Type t) {
+                   return isa<RankedTensorType>(t);
+                 })) {
+        // Ops with regions (scf) run replicated: their types do not change.
+      }
+      op.removeAttr(ShardXDialect::getLayoutsAttrName());
+      op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
+    }
+    // Results and the signature.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    fn.setFunctionType(FunctionType::get(fn.getContext(),
+                                         body.getArgumentTypes(),
+                                         ret.getOperandTypes()));
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      fn.removeArgAttr(i, ShardXDialect::getLayoutAttrName());
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+      fn.removeResultAttr(
+          i, StringAttr::get(fn.getContext(), ShardXDialect::getLayoutAttrName()));
+    NamedAttrList sig;
+    sig.append("mesh", meshRef);
+    sig.append("arg_types", b.getArrayAttr(argTypes));
+    sig.append("arg_layouts", b.getArrayAttr(argLayouts));
+    sig.append("result_types", b.getArrayAttr(resultTypes));
+    sig.append("result_layouts", b.getArrayAttr(resultLayouts));
+    fn->setAttr(ShardXDialect::getSignatureAttrName(),
+                sig.getDictionary(fn.getContext()));
+    // The local program must be type-consistent and free of global shapes.
+    WalkResult walk = fn.walk([&](Operation *op) {
+      if (isa<AnnotateOp, RedistributeOp>(op)) {
+        op->emitError("left after SPMD expansion");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    return failure(walk.wasInterrupted());
+  }
+};
+
+struct LocalizePass
+    : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
+      if (failed(mesh))
+        return signalPassFailure();
+      if (!*mesh) {
+        // A function with no layouts still needs a signature if other
+        // functions are sharded; nothing else changes.
+        continue;
+      }
+      Localizer l{fn, *mesh, FlatSymbolRefAttr::get(mesh->getSymNameAttr()),
+                  std::vector<int64_t>(mesh->getShape().begin(),
+                                       mesh->getShape().end()),
+                  static_cast<int64_t>(mesh->getShape().size())};
+      if (failed(l.run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
