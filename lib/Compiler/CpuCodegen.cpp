@@ -8,6 +8,7 @@
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "shardx/Layout/Layout.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -59,22 +60,53 @@ std::string typeString(Type type) {
   return s;
 }
 
-llvm::json::Object describeValue(Type type, DictionaryAttr attrs) {
-  llvm::json::Object obj;
-  auto shaped = dyn_cast<ShapedType>(type);
+llvm::json::Array shapeJson(Type type) {
   llvm::json::Array shape;
-  if (shaped && shaped.hasRank())
+  if (auto shaped = dyn_cast<ShapedType>(type); shaped && shaped.hasRank())
     for (int64_t d : shaped.getShape())
       shape.push_back(ShapedType::isDynamic(d) ? int64_t(-1) : d);
-  obj["shape"] = std::move(shape);
+  return shape;
+}
+
+/// A layout as data for the executor: per sharded dim its splits
+/// ([axis, stride] pairs) and explicit sizes, per mesh axis its Partial.
+llvm::json::Object layoutJson(mlir::shardx::LayoutAttr attr) {
+  ::shardx::Layout layout = attr.getLayout();
+  llvm::json::Object obj;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  Attribute(attr).print(os);
+  obj["text"] = text;
+  llvm::json::Array dims;
+  for (const ::shardx::DimSharding &d : layout.getDims()) {
+    llvm::json::Object dj;
+    dj["dim"] = d.dim;
+    llvm::json::Array splits, sizes;
+    for (const ::shardx::Split &sp : d.splits)
+      splits.push_back(llvm::json::Array{sp.axis, sp.stride});
+    for (int64_t sz : d.sizes)
+      sizes.push_back(sz);
+    dj["splits"] = std::move(splits);
+    dj["sizes"] = std::move(sizes);
+    dims.push_back(std::move(dj));
+  }
+  obj["dims"] = std::move(dims);
+  llvm::json::Array partials;
+  for (const auto &p : layout.getPartials())
+    partials.push_back(p ? llvm::json::Value(::shardx::stringifyReduceOp(*p))
+                         : llvm::json::Value(nullptr));
+  obj["partials"] = std::move(partials);
+  return obj;
+}
+
+llvm::json::Object describeValue(Type type, Type global, Attribute layout) {
+  llvm::json::Object obj;
+  auto shaped = dyn_cast<ShapedType>(type);
+  obj["shape"] = shapeJson(type);
+  obj["global_shape"] = shapeJson(global);
   obj["dtype"] = typeString(shaped ? shaped.getElementType() : type);
-  if (attrs)
-    if (Attribute layout = attrs.get("shardx.layout")) {
-      std::string s;
-      llvm::raw_string_ostream os(s);
-      layout.print(os);
-      obj["layout"] = s;
-    }
+  if (auto l = dyn_cast_or_null<mlir::shardx::LayoutAttr>(layout))
+    obj["layout"] = layoutJson(l);
   return obj;
 }
 
@@ -154,6 +186,37 @@ void addProgramInfo(ModuleOp module, StringRef json) {
   LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
                          LLVM::Linkage::External, kInfoSymbol,
                          builder.getStringAttr(data));
+}
+
+/// For each `_mlir_ciface_<f>(p0, ..., pk)` adds `shardx_entry_<f>(argv)`
+/// calling it with argv[0..k]: one signature for every entry point, so that
+/// launchers call any program through `shardx_rt_invoke`.
+void addEntryWrappers(ModuleOp module) {
+  OpBuilder b(module.getContext());
+  auto ptr = LLVM::LLVMPointerType::get(module.getContext());
+  SmallVector<LLVM::LLVMFuncOp> entries;
+  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
+    if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal())
+      entries.push_back(fn);
+  for (LLVM::LLVMFuncOp fn : entries) {
+    StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
+    b.setInsertionPointToEnd(module.getBody());
+    auto wrapper = LLVM::LLVMFuncOp::create(
+        b, fn.getLoc(), ("shardx_entry_" + name).str(),
+        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
+                                    {ptr}));
+    Block *block = wrapper.addEntryBlock(b);
+    b.setInsertionPointToStart(block);
+    SmallVector<Value> args;
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+      Value slot = LLVM::GEPOp::create(b, fn.getLoc(), ptr, ptr,
+                                       block->getArgument(0),
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      args.push_back(LLVM::LoadOp::create(b, fn.getLoc(), ptr, slot));
+    }
+    LLVM::CallOp::create(b, fn.getLoc(), fn, args);
+    LLVM::ReturnOp::create(b, fn.getLoc(), ValueRange{});
+  }
 }
 
 FailureOr<std::unique_ptr<llvm::TargetMachine>>
@@ -246,10 +309,28 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
     f["name"] = fn.getSymName().str();
     llvm::json::Array inputs, outputs;
     FunctionType type = fn.getFunctionType();
-    for (auto [i, t] : llvm::enumerate(type.getInputs()))
-      inputs.push_back(describeValue(t, fn.getArgAttrDict(i)));
-    for (auto [i, t] : llvm::enumerate(type.getResults()))
-      outputs.push_back(describeValue(t, fn.getResultAttrDict(i)));
+    // After SPMD expansion the global side of the calling convention is in
+    // the signature attribute; an unsharded program is its own global form.
+    auto sig = fn->getAttrOfType<DictionaryAttr>("shardx.signature");
+    auto entry = [&](StringRef key, unsigned i) -> Attribute {
+      if (!sig)
+        return nullptr;
+      auto arr = sig.getAs<ArrayAttr>(key);
+      return arr && i < arr.size() ? arr[i] : nullptr;
+    };
+    for (auto [i, t] : llvm::enumerate(type.getInputs())) {
+      auto g = dyn_cast_or_null<TypeAttr>(entry("arg_types", i));
+      inputs.push_back(
+          describeValue(t, g ? g.getValue() : t, entry("arg_layouts", i)));
+    }
+    for (auto [i, t] : llvm::enumerate(type.getResults())) {
+      auto g = dyn_cast_or_null<TypeAttr>(entry("result_types", i));
+      outputs.push_back(
+          describeValue(t, g ? g.getValue() : t, entry("result_layouts", i)));
+    }
+    if (sig)
+      if (auto mesh = sig.getAs<FlatSymbolRefAttr>("mesh"))
+        f["mesh"] = mesh.getValue().str();
     f["inputs"] = std::move(inputs);
     f["outputs"] = std::move(outputs);
     functions.push_back(std::move(f));
@@ -269,10 +350,12 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     if (!fn.isPrivate() && !fn.isExternal())
       fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                   UnitAttr::get(module.getContext()));
+
+  if (failed(lowerCollectivesToRuntimeCalls(module)))
+    return failure();
   // Mesh declarations are compile-time information only.
   for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
     mesh.erase();
-
   if (failed(runPipeline(module,
                          "one-shot-bufferize{"
                          "bufferize-function-boundaries "
@@ -293,6 +376,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "reconcile-unrealized-casts")))
     return failure();
   addProgramInfo(module, info);
+  addEntryWrappers(module);
 
   std::error_code ec;
   if (options.emit == "mlir") {

@@ -13,6 +13,8 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/InitAll.h"
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllDialects.h"
@@ -48,7 +50,8 @@ static llvm::cl::opt<bool> unsharded(
     "unsharded",
     llvm::cl::desc("compile the global (unsharded) program: drop layouts, "
                    "annotations and redistributions, which do not change "
-                   "global values"),
+                   "global values (default: run the shardx-spmd pipeline "
+                   "when the program has layouts)"),
     llvm::cl::init(false));
 
 /// Removes every ShardX construct that has no effect on global values.
@@ -122,10 +125,11 @@ int main(int argc, char **argv) {
     if (failed(stripToGlobalProgram(*module)))
       return 1;
   } else if (hasLayouts(*module)) {
-    module->emitError(
-        "the program has layouts: SPMD expansion (shardx-localize) must run "
-        "first; pass --unsharded to compile the global program");
-    return 1;
+    // The per-rank program: SPMD expansion first.
+    PassManager pm(&context);
+    mlir::shardx::buildSpmdPipeline(pm);
+    if (failed(pm.run(*module)))
+      return 1;
   }
   mlir::shardx::CompileOptions options;
   options.outputPath = outputFile;

@@ -33,6 +33,10 @@ struct CompileOptions {
   bool blas = true;
 };
 
+/// Replaces every ShardX collective on local tensors (after SPMD expansion)
+/// with reshapes/transposes around a flat runtime collective call.
+LogicalResult lowerCollectivesToRuntimeCalls(ModuleOp module);
+
 /// Returns the JSON program description embedded in artifacts (entry points,
 /// argument and result types, layouts, mesh) for `module` before lowering.
 std::string describeProgram(ModuleOp module);

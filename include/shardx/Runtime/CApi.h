@@ -84,6 +84,13 @@ int shardx_rt_dgemm_batched(int64_t batch, int32_t trans_a, int32_t trans_b,
                             double beta, double *c, int64_t ldc,
                             int64_t stride_c);
 
+/* Runs a compiled entry point `entry(args)` (see docs/Compiler.md) on
+ * communicator `comm` for the calling thread. Returns 0, or non-zero with
+ * "rank R: cause" in `error` when a collective of the program failed (the
+ * world is then aborted, so no rank waits for this one). */
+int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *comm,
+                     char *error, int64_t error_size);
+
 #ifdef __cplusplus
 } /* extern "C" */
 

@@ -1,0 +1,404 @@
+//===- LowerCollectives.cpp - ShardX collectives to runtime calls ---------===//
+//
+// Part of ShardX.
+//
+// Before bufferization, every ShardX collective on local tensors becomes
+// tensor reshapes and transposes around one call of a flat runtime
+// collective (`shardx_rt_cg_*`, lib/Runtime/CompiledCode.cpp): the runtime
+// only moves contiguous buffers; the dim, stride and group order of each op
+// are layout changes done here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+namespace {
+
+int64_t product(ArrayRef<int64_t> xs) {
+  int64_t n = 1;
+  for (int64_t x : xs)
+    n *= x;
+  return n;
+}
+
+int32_t reduceCode(ReductionKind kind) {
+  switch (kind) {
+  case ReductionKind::Sum:
+    return 0;
+  case ReductionKind::Avg:
+    return 1;
+  case ReductionKind::Max:
+    return 2;
+  case ReductionKind::Min:
+    return 3;
+  case ReductionKind::Prod:
+    return 4;
+  }
+  return 0;
+}
+
+class Lowering {
+public:
+  Lowering(ModuleOp module) : module(module), b(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  FailureOr<std::string> suffix(Operation *op, Type elt) {
+    if (elt.isF32())
+      return std::string("f32");
+    if (elt.isF64())
+      return std::string("f64");
+    if (elt.isInteger(32))
+      return std::string("i32");
+    if (elt.isInteger(64))
+      return std::string("i64");
+    op->emitError("collectives on ") << elt << " are not supported by the CPU "
+                                     << "runtime (f32, f64, i32, i64)";
+    return failure();
+  }
+
+  MemRefType dyn1D(Type elt) {
+    return MemRefType::get({ShapedType::kDynamic}, elt,
+                           StridedLayoutAttr::get(b.getContext(),
+                                                  ShapedType::kDynamic,
+                                                  {ShapedType::kDynamic}));
+  }
+
+  func::FuncOp declare(StringRef name, TypeRange args, TypeRange results) {
+    if (auto fn = module.lookupSymbol<func::FuncOp>(name))
+      return fn;
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(module.getBody());
+    auto fn = func::FuncOp::create(b, module.getLoc(), name,
+                                   b.getFunctionType(args, results));
+    fn.setPrivate();
+    return fn;
+  }
+
+  /// A contiguous 1-D memref holding `t` (a copy: the call reads raw memory).
+  Value contiguous(Location loc, Value t) {
+    auto type = cast<RankedTensorType>(t.getType());
+    SmallVector<int64_t> dynStrides(type.getRank(), ShapedType::kDynamic);
+    auto strided = MemRefType::get(
+        type.getShape(), type.getElementType(),
+        StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic,
+                               dynStrides));
+    Value buffer =
+        bufferization::ToBufferOp::create(b, loc, strided, t, /*readOnly=*/true);
+    Value copy = memref::AllocOp::create(
+        b, loc, MemRefType::get(type.getShape(), type.getElementType()));
+    memref::CopyOp::create(b, loc, buffer, copy);
+    return flat(loc, copy);
+  }
+
+  /// `m` (identity layout) as memref<?xT, strided<[?], offset: ?>>.
+  Value flat(Location loc, Value m) {
+    auto type = cast<MemRefType>(m.getType());
+    Value one;
+    if (type.getRank() == 0) {
+      one = memref::ExpandShapeOp::create(
+          b, loc, MemRefType::get({1}, type.getElementType()), m,
+          ArrayRef<ReassociationIndices>{});
+    } else {
+      ReassociationIndices all;
+      for (int64_t i = 0; i < type.getRank(); ++i)
+        all.push_back(i);
+      one = memref::CollapseShapeOp::create(b, loc, m,
+                                            ArrayRef<ReassociationIndices>{all});
+    }
+    return memref::CastOp::create(b, loc, dyn1D(type.getElementType()), one);
+  }
+
+  Value int64Array(Location loc, ArrayRef<int64_t> values) {
+    auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
+                                      b.getI64Type());
+    Value cst = arith::ConstantOp::create(
+        b, loc, DenseIntElementsAttr::get(type, values));
+    auto memType = MemRefType::get(type.getShape(), b.getI64Type());
+    Value buffer =
+        bufferization::ToBufferOp::create(b, loc, memType, cst, true);
+    return memref::CastOp::create(b, loc, dyn1D(b.getI64Type()), buffer);
+  }
+
+  /// Calls `shardx_rt_cg_<kind>_<suffix>(in, out, extra..., axes)` with a
+  /// fresh output of `outShape` and returns it as a tensor.
+  FailureOr<Value> flatCall(Operation *op, StringRef kind, Value in,
+                            ArrayRef<int64_t> outShape,
+                            ArrayRef<Value> extra, ArrayRef<int64_t> axes) {
+    Location loc = op->getLoc();
+    auto inType = cast<RankedTensorType>(in.getType());
+    Type elt = inType.getElementType();
+    FailureOr<std::string> sfx = suffix(op, elt);
+    if (failed(sfx))
+      return failure();
+    Value inFlat = contiguous(loc, in);
+    auto outMemType = MemRefType::get(outShape, elt);
+    Value out = memref::AllocOp::create(b, loc, outMemType);
+    Value outFlat = flat(loc, out);
+    SmallVector<Value> args = {inFlat, outFlat};
+    args.append(extra.begin(), extra.end());
+    args.push_back(int64Array(loc, axes));
+    SmallVector<Type> types;
+    for (Value a : args)
+      types.push_back(a.getType());
+    func::FuncOp fn =
+        declare(("shardx_rt_cg_" + kind + "_" + *sfx).str(), types, {});
+    func::CallOp::create(b, loc, fn, args);
+    return Value(bufferization::ToTensorOp::create(
+        b, loc, RankedTensorType::get(outShape, elt), out, /*restrict=*/true,
+        /*writable=*/true));
+  }
+
+  Value reshape(Location loc, Value t, ArrayRef<int64_t> shape) {
+    auto type = cast<RankedTensorType>(t.getType());
+    if (type.getShape() == shape)
+      return t;
+    auto oneD = RankedTensorType::get({type.getNumElements()},
+                                      type.getElementType());
+    Value flatT = t;
+    if (type.getRank() != 1) {
+      ReassociationIndices all;
+      for (int64_t i = 0; i < type.getRank(); ++i)
+        all.push_back(i);
+      flatT = tensor::CollapseShapeOp::create(
+          b, loc, oneD, t,
+          type.getRank() ? ArrayRef<ReassociationIndices>{all}
+                         : ArrayRef<ReassociationIndices>{});
+    }
+    auto target = RankedTensorType::get(shape, type.getElementType());
+    if (shape.size() == 1)
+      return flatT;
+    ReassociationIndices all;
+    for (size_t i = 0; i < shape.size(); ++i)
+      all.push_back(i);
+    return tensor::ExpandShapeOp::create(
+        b, loc, target, flatT,
+        shape.empty() ? ArrayRef<ReassociationIndices>{}
+                      : ArrayRef<ReassociationIndices>{all});
+  }
+
+  Value transpose(Location loc, Value t, ArrayRef<int64_t> perm) {
+    bool identity = true;
+    for (auto [i, p] : llvm::enumerate(perm))
+      identity &= static_cast<int64_t>(i) == p;
+    if (identity)
+      return t;
+    auto type = cast<RankedTensorType>(t.getType());
+    SmallVector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(type.getDimSize(p));
+    Value init = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
+    return linalg::TransposeOp::create(b, loc, t, init, perm)->getResult(0);
+  }
+
+  int64_t groupSize(Operation *op, ArrayRef<int64_t> axes) {
+    auto meshRef = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+    MeshOp mesh = lookupMesh(op, meshRef);
+    int64_t n = 1;
+    if (!mesh)
+      return -1;
+    for (int64_t a : axes)
+      n *= mesh.getShape()[a];
+    return n;
+  }
+
+  Value i32(Location loc, int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 32);
+  }
+  Value i64(Location loc, int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 64);
+  }
+
+  FailureOr<Value> lower(Operation *op);
+
+  ModuleOp module;
+  OpBuilder b;
+};
+
+FailureOr<Value> Lowering::lower(Operation *op) {
+  Location loc = op->getLoc();
+  b.setInsertionPoint(op);
+  if (op->hasAttr("sizes"))
+    return op->emitError("uneven collectives are not supported by the CPU "
+                         "back end yet"),
+           failure();
+  if (auto ai = dyn_cast<AxisIndexOp>(op)) {
+    Value axes = int64Array(loc, ai.getAxes());
+    func::FuncOp fn = declare("shardx_rt_cg_axis_index", {axes.getType()},
+                              {b.getI64Type()});
+    Value r = func::CallOp::create(b, loc, fn, ValueRange{axes}).getResult(0);
+    return Value(arith::IndexCastOp::create(b, loc, b.getIndexType(), r));
+  }
+  Value in = op->getOperand(0);
+  auto inType = cast<RankedTensorType>(in.getType());
+  auto outType = cast<RankedTensorType>(op->getResult(0).getType());
+  if (!inType.hasStaticShape() || !outType.hasStaticShape())
+    return op->emitError("dynamic shapes in collectives are not supported by "
+                         "the CPU back end yet"),
+           failure();
+  ArrayRef<int64_t> L = inType.getShape();
+  if (auto ar = dyn_cast<AllReduceOp>(op))
+    return flatCall(op, "all_reduce", in, L,
+                    {i32(loc, reduceCode(ar.getReduction()))}, ar.getAxes());
+  if (auto bc = dyn_cast<BroadcastOp>(op))
+    return flatCall(op, "broadcast", in, L, {i64(loc, bc.getRoot())},
+                    bc.getAxes());
+  if (auto pv = dyn_cast<PartitionValueOp>(op))
+    return flatCall(op, "partition_value", in, L,
+                    {i32(loc, reduceCode(pv.getReduction()))}, pv.getAxes());
+  if (auto pm = dyn_cast<PermuteOp>(op))
+    return flatCall(op, "permute", in, L, {int64Array(loc, pm.getPairs())},
+                    pm.getAxes());
+  if (auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("axes"))
+    if (groupSize(op, axesAttr.asArrayRef()) < 1)
+      return op->emitError("unknown mesh"), failure();
+  if (auto ag = dyn_cast<AllGatherOp>(op)) {
+    int64_t n = groupSize(op, ag.getAxes());
+    int64_t dim = ag.getDim(), s = ag.getStride();
+    SmallVector<int64_t> gathered = {n};
+    gathered.append(L.begin(), L.end());
+    FailureOr<Value> g = flatCall(op, "all_gather", in, gathered, {},
+                                  ag.getAxes());
+    if (failed(g))
+      return failure();
+    // [n, pre, s, b, post] -> [pre, s, n, b, post] -> result.
+    SmallVector<int64_t> view = {n};
+    view.append(L.begin(), L.begin() + dim);
+    view.push_back(s);
+    view.push_back(L[dim] / s);
+    view.append(L.begin() + dim + 1, L.end());
+    SmallVector<int64_t> perm;
+    for (int64_t i = 1; i <= dim + 1; ++i)
+      perm.push_back(i);
+    perm.push_back(0);
+    for (int64_t i = dim + 2; i < static_cast<int64_t>(view.size()); ++i)
+      perm.push_back(i);
+    Value t = transpose(loc, reshape(loc, *g, view), perm);
+    return reshape(loc, t, outType.getShape());
+  }
+  if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+    int64_t n = groupSize(op, rs.getAxes());
+    int64_t dim = rs.getDim(), s = rs.getStride();
+    // [pre, s, n, b, post] -> [n, pre, s, b, post].
+    SmallVector<int64_t> view(L.begin(), L.begin() + dim);
+    view.push_back(s);
+    view.push_back(n);
+    view.push_back(L[dim] / (s * n));
+    view.append(L.begin() + dim + 1, L.end());
+    SmallVector<int64_t> perm = {dim + 1};
+    for (int64_t i = 0; i < static_cast<int64_t>(view.size()); ++i)
+      if (i != dim + 1)
+        perm.push_back(i);
+    Value t = transpose(loc, reshape(loc, in, view), perm);
+    return flatCall(op, "reduce_scatter", t, outType.getShape(),
+                    {i32(loc, reduceCode(rs.getReduction()))}, rs.getAxes());
+  }
+  if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+    int64_t n = groupSize(op, a2a.getAxes());
+    int64_t sd = a2a.getSplitDim(), cd = a2a.getConcatDim();
+    int64_t ss = a2a.getSplitStride(), cs = a2a.getConcatStride();
+    // Send: [.., ss, n, bs, ..] -> [n, .., ss, bs, ..].
+    SmallVector<int64_t> view(L.begin(), L.begin() + sd);
+    view.push_back(ss);
+    view.push_back(n);
+    view.push_back(L[sd] / (ss * n));
+    view.append(L.begin() + sd + 1, L.end());
+    SmallVector<int64_t> perm = {sd + 1};
+    for (int64_t i = 0; i < static_cast<int64_t>(view.size()); ++i)
+      if (i != sd + 1)
+        perm.push_back(i);
+    Value send = transpose(loc, reshape(loc, in, view), perm);
+    SmallVector<int64_t> piece(L.begin(), L.end());
+    piece[sd] /= n;
+    SmallVector<int64_t> recvShape = {n};
+    recvShape.append(piece.begin(), piece.end());
+    FailureOr<Value> r =
+        flatCall(op, "all_to_all", send, recvShape, {}, a2a.getAxes());
+    if (failed(r))
+      return failure();
+    // Receive: [n, .., cs, bc, ..] -> [.., cs, n, bc, ..] -> result.
+    SmallVector<int64_t> rview = {n};
+    rview.append(piece.begin(), piece.begin() + cd);
+    rview.push_back(cs);
+    rview.push_back(piece[cd] / cs);
+    rview.append(piece.begin() + cd + 1, piece.end());
+    SmallVector<int64_t> rperm;
+    for (int64_t i = 1; i <= cd + 1; ++i)
+      rperm.push_back(i);
+    rperm.push_back(0);
+    for (int64_t i = cd + 2; i < static_cast<int64_t>(rview.size()); ++i)
+      rperm.push_back(i);
+    Value t = transpose(loc, reshape(loc, *r, rview), rperm);
+    return reshape(loc, t, outType.getShape());
+  }
+  if (auto chunk = dyn_cast<ChunkOp>(op)) {
+    int64_t n = groupSize(op, chunk.getAxes());
+    int64_t dim = chunk.getDim(), s = chunk.getStride();
+    SmallVector<int64_t> view(L.begin(), L.begin() + dim);
+    view.push_back(s);
+    view.push_back(n);
+    view.push_back(L[dim] / (s * n));
+    view.append(L.begin() + dim + 1, L.end());
+    Value t = reshape(loc, in, view);
+    Value axes = int64Array(loc, chunk.getAxes());
+    func::FuncOp fn = declare("shardx_rt_cg_axis_index", {axes.getType()},
+                              {b.getI64Type()});
+    Value j = func::CallOp::create(b, loc, fn, ValueRange{axes}).getResult(0);
+    Value ji = arith::IndexCastOp::create(b, loc, b.getIndexType(), j);
+    SmallVector<OpFoldResult> offsets(view.size(), b.getIndexAttr(0));
+    SmallVector<OpFoldResult> sizes, strides(view.size(), b.getIndexAttr(1));
+    for (int64_t v : view)
+      sizes.push_back(b.getIndexAttr(v));
+    offsets[dim + 1] = ji;
+    sizes[dim + 1] = b.getIndexAttr(1);
+    SmallVector<int64_t> sliceShape = view;
+    sliceShape[dim + 1] = 1;
+    Value slice = tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get(sliceShape, inType.getElementType()), t,
+        offsets, sizes, strides);
+    return reshape(loc, slice, outType.getShape());
+  }
+  return op->emitError("no CPU lowering for '") << op->getName() << "'",
+         failure();
+}
+
+LogicalResult Lowering::run() {
+  SmallVector<Operation *> ops;
+  module.walk([&](Operation *op) {
+    if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, PermuteOp,
+            BroadcastOp, ChunkOp, PartitionValueOp, AxisIndexOp>(op))
+      ops.push_back(op);
+    else if (op->getDialect() &&
+             op->getDialect()->getNamespace() == "shardx" &&
+             !isa<MeshOp>(op))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    FailureOr<Value> v = lower(op);
+    if (failed(v))
+      return failure();
+    op->getResult(0).replaceAllUsesWith(*v);
+    op->erase();
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult mlir::shardx::lowerCollectivesToRuntimeCalls(ModuleOp module) {
+  return Lowering(module).run();
+}

@@ -1,0 +1,220 @@
+//===- CompiledCode.cpp - Runtime entry points of compiled programs -------===//
+//
+// Part of ShardX.
+//
+// Compiled programs call `shardx_rt_cg_*` with 1-D memrefs (expanded to
+// allocated pointer, aligned pointer, offset, size, stride) and run on the
+// communicator that `shardx_rt_invoke` installed for the calling thread. A
+// failed collective aborts the world (so that no rank waits for this one)
+// and unwinds this rank's program back to `shardx_rt_invoke`, which returns
+// the error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Runtime/CApi.h"
+#include "shardx/Runtime/Communicator.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using shardx::ReduceOp;
+using shardx::rt::Communicator;
+using shardx::rt::DType;
+using shardx::rt::Status;
+
+namespace {
+
+struct Invocation {
+  Communicator *comm = nullptr;
+  std::jmp_buf *jump = nullptr;
+  std::string error;
+};
+
+thread_local Invocation *current = nullptr;
+
+[[noreturn]] void fail(const std::string &what) {
+  Invocation *inv = current;
+  std::string msg = "rank " + std::to_string(inv->comm->getRank()) + ": " + what;
+  inv->error = msg;
+  inv->comm->abort(msg);
+  std::longjmp(*inv->jump, 1);
+}
+
+Communicator &comm() {
+  if (!current || !current->comm) {
+    std::fprintf(stderr, "shardx: a compiled program ran a collective outside "
+                         "shardx_rt_invoke\n");
+    std::abort();
+  }
+  return *current->comm;
+}
+
+void check(const Status &s, const char *op) {
+  if (!s)
+    fail(std::string(op) + ": " + s.message());
+}
+
+std::vector<int64_t> toVector(const int64_t *data, int64_t n) {
+  return std::vector<int64_t>(data, data + n);
+}
+
+ReduceOp toReduce(int32_t r) {
+  switch (r) {
+  case SHARDX_RT_AVG:
+    return ReduceOp::Avg;
+  case SHARDX_RT_MAX:
+    return ReduceOp::Max;
+  case SHARDX_RT_MIN:
+    return ReduceOp::Min;
+  case SHARDX_RT_PROD:
+    return ReduceOp::Prod;
+  default:
+    return ReduceOp::Sum;
+  }
+}
+
+#define MEMREF1(T, name)                                                       \
+  T *name##_alloc, T *name, int64_t name##_off, int64_t name##_size,           \
+      int64_t name##_stride
+#define AXES MEMREF1(int64_t, axes)
+#define AXES_VEC toVector(axes + axes_off, axes_size)
+
+template <typename T> DType dtypeOf();
+template <> DType dtypeOf<float>() { return DType::F32; }
+template <> DType dtypeOf<double>() { return DType::F64; }
+template <> DType dtypeOf<int32_t>() { return DType::I32; }
+template <> DType dtypeOf<int64_t>() { return DType::I64; }
+
+template <typename T>
+void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
+               std::vector<int64_t> axes) {
+  check(comm().allReduce(in, out, count, dtypeOf<T>(), toReduce(reduce), axes),
+        "all_reduce");
+}
+
+template <typename T>
+void allGather(const T *in, int64_t count, T *out,
+               std::vector<int64_t> axes) {
+  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
+  check(comm().allGather(in, out, std::vector<size_t>(n, count), dtypeOf<T>(),
+                         axes),
+        "all_gather");
+}
+
+template <typename T>
+void reduceScatter(const T *in, T *out, int64_t recvCount, int32_t reduce,
+                   std::vector<int64_t> axes) {
+  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
+  check(comm().reduceScatter(in, out, std::vector<size_t>(n, recvCount),
+                             dtypeOf<T>(), toReduce(reduce), axes),
+        "reduce_scatter");
+}
+
+template <typename T>
+void allToAll(const T *in, int64_t count, T *out, std::vector<int64_t> axes) {
+  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
+  std::vector<size_t> counts(n, count / n);
+  check(comm().allToAll(in, counts, out, counts, dtypeOf<T>(), axes),
+        "all_to_all");
+}
+
+template <typename T>
+void permute(const T *in, int64_t count, T *out, const int64_t *pairs,
+             int64_t numPairs, std::vector<int64_t> axes) {
+  std::vector<std::pair<int64_t, int64_t>> p;
+  for (int64_t i = 0; i + 1 < numPairs; i += 2)
+    p.push_back({pairs[i], pairs[i + 1]});
+  // Members that receive nothing keep zeros.
+  std::memset(static_cast<void *>(out), 0, sizeof(T) * count);
+  check(comm().permute(in, out, count, dtypeOf<T>(), p, axes), "permute");
+}
+
+template <typename T>
+void broadcast(const T *in, int64_t count, T *out, int64_t root,
+               std::vector<int64_t> axes) {
+  std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+  check(comm().broadcast(out, count, dtypeOf<T>(), root, axes), "broadcast");
+}
+
+template <typename T>
+void partitionValue(const T *in, int64_t count, T *out, int32_t reduce,
+                    std::vector<int64_t> axes) {
+  if (comm().getGroupIndex(axes) == 0 || reduce == SHARDX_RT_AVG ||
+      reduce == SHARDX_RT_MAX || reduce == SHARDX_RT_MIN) {
+    std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+    return;
+  }
+  T identity = reduce == SHARDX_RT_PROD ? T(1) : T(0);
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = identity;
+}
+
+} // namespace
+
+extern "C" {
+
+int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
+                     char *error, int64_t errorSize) {
+  Invocation inv;
+  inv.comm = c ? reinterpret_cast<Communicator *>(c) : nullptr;
+  std::jmp_buf jump;
+  inv.jump = &jump;
+  Invocation *saved = current;
+  current = &inv;
+  if (setjmp(jump) == 0) {
+    entry(args);
+    current = saved;
+    return 0;
+  }
+  current = saved;
+  if (error && errorSize > 0) {
+    std::strncpy(error, inv.error.c_str(), errorSize - 1);
+    error[errorSize - 1] = '\0';
+  }
+  return 1;
+}
+
+int64_t shardx_rt_cg_axis_index(AXES) {
+  return comm().getGroupIndex(AXES_VEC);
+}
+
+#define DEFINE_CG(SUFFIX, T)                                                   \
+  void shardx_rt_cg_all_reduce_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
+                                        int32_t reduce, AXES) {                \
+    allReduce(in + in_off, out + out_off, in_size, reduce, AXES_VEC);         \
+  }                                                                            \
+  void shardx_rt_cg_all_gather_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
+                                        AXES) {                                \
+    allGather(in + in_off, in_size, out + out_off, AXES_VEC);                 \
+  }                                                                            \
+  void shardx_rt_cg_reduce_scatter_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),   \
+                                            int32_t reduce, AXES) {            \
+    reduceScatter(in + in_off, out + out_off, out_size, reduce, AXES_VEC);    \
+  }                                                                            \
+  void shardx_rt_cg_all_to_all_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
+                                        AXES) {                                \
+    allToAll(in + in_off, in_size, out + out_off, AXES_VEC);                  \
+  }                                                                            \
+  void shardx_rt_cg_permute_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),          \
+                                     MEMREF1(int64_t, pairs), AXES) {          \
+    permute(in + in_off, in_size, out + out_off, pairs + pairs_off,           \
+            pairs_size, AXES_VEC);                                             \
+  }                                                                            \
+  void shardx_rt_cg_broadcast_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),        \
+                                       int64_t root, AXES) {                   \
+    broadcast(in + in_off, in_size, out + out_off, root, AXES_VEC);           \
+  }                                                                            \
+  void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
+                                             int32_t reduce, AXES) {           \
+    partitionValue(in + in_off, in_size, out + out_off, reduce, AXES_VEC);    \
+  }
+
+DEFINE_CG(f32, float)
+DEFINE_CG(f64, double)
+DEFINE_CG(i32, int32_t)
+DEFINE_CG(i64, int64_t)
+
+} // extern "C"
