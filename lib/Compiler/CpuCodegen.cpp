@@ -266,6 +266,8 @@ LogicalResult linkSharedObject(StringRef object, StringRef output) {
     runtime = env;
   SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str(),
                                    object.str()};
+  // Every artifact exports the launcher entry point of the runtime.
+  args.push_back("-Wl,--undefined=shardx_rt_invoke");
   if (!runtime.empty())
     args.push_back(runtime);
   if (!layoutLib.empty())
@@ -477,3 +479,35 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   }
   return success();
 }
+
+/// Removes every ShardX construct that has no effect on global values.
+LogicalResult mlir::shardx::stripToGlobalProgram(ModuleOp module) {
+  module.walk([](func::FuncOp fn) {
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      fn.removeArgAttr(i, "shardx.layout");
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+      fn.removeResultAttr(i, StringAttr::get(fn.getContext(), "shardx.layout"));
+  });
+  WalkResult result = module.walk([](Operation *op) {
+    op->removeAttr("shardx.layouts");
+    op->removeAttr("shardx.operand_layouts");
+    if (isa<mlir::shardx::AnnotateOp, mlir::shardx::RedistributeOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(op->getOperand(0));
+      op->erase();
+      return WalkResult::skip();
+    }
+    if (isa<mlir::shardx::MeshOp>(op)) {
+      op->erase();
+      return WalkResult::skip();
+    }
+    if (op->getDialect() &&
+        op->getDialect()->getNamespace() == "shardx" && !isa<mlir::shardx::MeshOp>(op)) {
+      op->emitError("the unsharded program cannot contain '")
+          << op->getName() << "' (a per-rank operation)";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+

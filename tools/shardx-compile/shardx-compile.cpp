@@ -54,32 +54,6 @@ static llvm::cl::opt<bool> unsharded(
                    "when the program has layouts)"),
     llvm::cl::init(false));
 
-/// Removes every ShardX construct that has no effect on global values.
-static LogicalResult stripToGlobalProgram(ModuleOp module) {
-  module.walk([](func::FuncOp fn) {
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
-      fn.removeArgAttr(i, "shardx.layout");
-    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
-      fn.removeResultAttr(i, StringAttr::get(fn.getContext(), "shardx.layout"));
-  });
-  WalkResult result = module.walk([](Operation *op) {
-    op->removeAttr("shardx.layouts");
-    if (isa<mlir::shardx::AnnotateOp, mlir::shardx::RedistributeOp>(op)) {
-      op->getResult(0).replaceAllUsesWith(op->getOperand(0));
-      op->erase();
-      return WalkResult::skip();
-    }
-    if (op->getDialect() &&
-        op->getDialect()->getNamespace() == "shardx" && !isa<mlir::shardx::MeshOp>(op)) {
-      op->emitError("the unsharded program cannot contain '")
-          << op->getName() << "' (a per-rank operation)";
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return failure(result.wasInterrupted());
-}
-
 static bool hasLayouts(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -122,7 +96,7 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
   if (unsharded) {
-    if (failed(stripToGlobalProgram(*module)))
+    if (failed(mlir::shardx::stripToGlobalProgram(*module)))
       return 1;
   } else if (hasLayouts(*module)) {
     // The per-rank program: SPMD expansion first.

@@ -33,6 +33,11 @@ struct CompileOptions {
   bool blas = true;
 };
 
+/// Turns a program with layouts into its global (unsharded) form: layouts,
+/// annotations, redistributions and meshes go (none changes a global value);
+/// fails on per-rank ops.
+LogicalResult stripToGlobalProgram(ModuleOp module);
+
 /// Replaces every ShardX collective on local tensors (after SPMD expansion)
 /// with reshapes/transposes around a flat runtime collective call.
 LogicalResult lowerCollectivesToRuntimeCalls(ModuleOp module);

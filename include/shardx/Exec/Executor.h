@@ -1,0 +1,125 @@
+//===- Executor.h - Run ShardX artifacts on N ranks -------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// Loads an artifact (shardx-compile output), scatters global inputs to every
+// rank by the input layouts, runs the entry point on each rank (threads in
+// this process, or one MPI process per rank) and assembles the global
+// outputs by the output layouts (reducing pending Partials). Needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_EXEC_EXECUTOR_H
+#define SHARDX_EXEC_EXECUTOR_H
+
+#include "shardx/Layout/Layout.h"
+#include "shardx/Runtime/Communicator.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardx::exec {
+
+/// A dense row-major host tensor.
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::string dtype; // "f32", "f64", "i32", "i64", "i1", ...
+  std::vector<char> data;
+
+  int64_t numElements() const;
+  size_t elementSize() const;
+};
+
+/// Bytes per element of an MLIR element type name; 0 when unknown.
+size_t elementSize(const std::string &dtype);
+
+struct TensorSpec {
+  std::vector<int64_t> shape;       // local (per rank)
+  std::vector<int64_t> globalShape; // global
+  std::string dtype;
+  std::optional<Layout> layout; // none: replicated / unsharded
+  std::string layoutText;
+};
+
+struct EntryPoint {
+  std::string name;
+  std::vector<TensorSpec> inputs, outputs;
+};
+
+class Artifact {
+public:
+  /// Loads `path`; nullptr with `error` set when it is not an artifact.
+  static std::unique_ptr<Artifact> load(const std::string &path,
+                                        std::string &error);
+  ~Artifact();
+
+  const std::vector<EntryPoint> &getEntryPoints() const { return entries; }
+  const EntryPoint *lookup(const std::string &name) const;
+  /// The mesh shape of sharded programs ({1} for unsharded ones).
+  const std::vector<int64_t> &getMeshShape() const { return meshShape; }
+  const std::string &getPath() const { return path; }
+
+  /// Runs `entry` on this rank with its local inputs.
+  rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
+                 const std::vector<HostTensor> &localInputs,
+                 std::vector<HostTensor> &localOutputs) const;
+
+private:
+  Artifact() = default;
+  std::string path;
+  void *handle = nullptr;
+  std::vector<EntryPoint> entries;
+  std::vector<int64_t> meshShape{1};
+  int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;
+};
+
+/// The part of `global` rank `coords` holds under `spec` (a Partial input:
+/// the rank at coordinate 0 of each Partial axis holds the value, the others
+/// the reduction's identity).
+HostTensor scatter(const HostTensor &global, const TensorSpec &spec,
+                   const std::vector<int64_t> &meshShape,
+                   const std::vector<int64_t> &coords);
+
+/// The global tensor from every rank's local tensor (rank-major order).
+HostTensor assemble(const std::vector<HostTensor> &locals,
+                    const TensorSpec &spec,
+                    const std::vector<int64_t> &meshShape, std::string &error);
+
+/// Uniform floats in [-1, 1) / integers in [0, intRange) from `seed`.
+HostTensor randomTensor(const std::vector<int64_t> &shape,
+                        const std::string &dtype, uint64_t seed,
+                        int64_t intRange);
+
+/// .npy files (format 1.0, little-endian, C order).
+bool readNpy(const std::string &path, HostTensor &out, std::string &error);
+bool writeNpy(const std::string &path, const HostTensor &t,
+              std::string &error);
+
+/// Runs `entry` of `artifact` on every rank of its mesh as threads and
+/// returns the global outputs.
+rt::Status runThreaded(const Artifact &artifact, const EntryPoint &entry,
+                       const std::vector<HostTensor> &globalInputs,
+                       std::vector<HostTensor> &globalOutputs,
+                       double timeoutSeconds, double *seconds = nullptr);
+
+/// Runs this process's rank on `comm` (any backend) and gathers the global
+/// outputs on every rank.
+rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
+                             rt::Communicator &comm,
+                             const std::vector<HostTensor> &globalInputs,
+                             std::vector<HostTensor> &globalOutputs,
+                             double *seconds = nullptr);
+
+/// Max abs and rel differences of two tensors (rel: abs / max(|b|, atol)).
+struct Difference {
+  double maxAbs = 0, maxRel = 0;
+  bool withinTolerance = true;
+};
+Difference compare(const HostTensor &a, const HostTensor &b, double rtol,
+                   double atol);
+
+} // namespace shardx::exec
+
+#endif // SHARDX_EXEC_EXECUTOR_H

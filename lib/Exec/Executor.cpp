@@ -1,0 +1,734 @@
+//===- Executor.cpp - Run ShardX artifacts on N ranks ---------------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Exec/Executor.h"
+#include "shardx/Runtime/CApi.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+
+using namespace shardx;
+using namespace shardx::exec;
+using shardx::rt::Communicator;
+using shardx::rt::DType;
+using shardx::rt::Status;
+
+size_t shardx::exec::elementSize(const std::string &dtype) {
+  if (dtype == "f32" || dtype == "i32")
+    return 4;
+  if (dtype == "f64" || dtype == "i64" || dtype == "index")
+    return 8;
+  if (dtype == "f16" || dtype == "bf16" || dtype == "i16")
+    return 2;
+  if (dtype == "i8" || dtype == "i1")
+    return 1;
+  return 0;
+}
+
+int64_t HostTensor::numElements() const {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    n *= s;
+  return n;
+}
+size_t HostTensor::elementSize() const { return exec::elementSize(dtype); }
+
+namespace {
+
+double loadAsDouble(const char *p, const std::string &dtype) {
+  if (dtype == "f32") {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (dtype == "f64") {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  if (dtype == "i32") {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (dtype == "i64") {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return static_cast<double>(v);
+  }
+  if (dtype == "i8" || dtype == "i1")
+    return static_cast<double>(static_cast<int8_t>(*p));
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+void storeFromDouble(char *p, double v, const std::string &dtype) {
+  if (dtype == "f32") {
+    float f = static_cast<float>(v);
+    std::memcpy(p, &f, 4);
+  } else if (dtype == "f64") {
+    std::memcpy(p, &v, 8);
+  } else if (dtype == "i32") {
+    int32_t i = static_cast<int32_t>(v);
+    std::memcpy(p, &i, 4);
+  } else if (dtype == "i64") {
+    int64_t i = static_cast<int64_t>(v);
+    std::memcpy(p, &i, 8);
+  } else if (dtype == "i8" || dtype == "i1") {
+    *p = static_cast<char>(static_cast<int8_t>(v));
+  }
+}
+
+/// Per dim, the global indices a shard holds, in local order.
+std::vector<std::vector<int64_t>> globalIndices(const LocalShard &shard) {
+  std::vector<std::vector<int64_t>> idx(shard.runs.size());
+  for (size_t d = 0; d < shard.runs.size(); ++d)
+    for (const Interval &r : shard.runs[d])
+      for (int64_t i = 0; i < r.size; ++i)
+        idx[d].push_back(r.offset + i);
+  return idx;
+}
+
+/// Calls fn(localLinear, globalLinear) for every element of a shard.
+template <typename Fn>
+void forEachElement(const std::vector<std::vector<int64_t>> &idx,
+                    const std::vector<int64_t> &globalShape, Fn fn) {
+  size_t rank = globalShape.size();
+  std::vector<int64_t> strides(rank, 1);
+  for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * globalShape[d + 1];
+  for (const auto &v : idx)
+    if (v.empty())
+      return;
+  std::vector<size_t> i(rank, 0);
+  int64_t local = 0;
+  while (true) {
+    int64_t g = 0;
+    for (size_t d = 0; d < rank; ++d)
+      g += idx[d][i[d]] * strides[d];
+    fn(local++, g);
+    int64_t d = static_cast<int64_t>(rank) - 1;
+    for (; d >= 0; --d) {
+      if (++i[d] < idx[d].size())
+        break;
+      i[d] = 0;
+    }
+    if (d < 0)
+      return;
+  }
+}
+
+double identityOf(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    return 0;
+  case ReduceOp::Prod:
+    return 1;
+  case ReduceOp::Max:
+    return -std::numeric_limits<double>::infinity();
+  case ReduceOp::Min:
+    return std::numeric_limits<double>::infinity();
+  }
+  return 0;
+}
+
+std::optional<DType> toDType(const std::string &dtype) {
+  if (dtype == "f32")
+    return DType::F32;
+  if (dtype == "f64")
+    return DType::F64;
+  if (dtype == "i32")
+    return DType::I32;
+  if (dtype == "i64")
+    return DType::I64;
+  return std::nullopt;
+}
+
+bool parseSpec(const llvm::json::Object &obj, size_t meshRank,
+               TensorSpec &spec, std::string &error) {
+  auto ints = [](const llvm::json::Array *a) {
+    std::vector<int64_t> v;
+    if (a)
+      for (const auto &x : *a)
+        v.push_back(x.getAsInteger().value_or(-1));
+    return v;
+  };
+  spec.shape = ints(obj.getArray("shape"));
+  spec.globalShape = ints(obj.getArray("global_shape"));
+  if (spec.globalShape.empty() && !spec.shape.empty())
+    spec.globalShape = spec.shape;
+  spec.dtype = obj.getString("dtype").value_or("").str();
+  if (elementSize(spec.dtype) == 0) {
+    error = "unsupported element type '" + spec.dtype + "'";
+    return false;
+  }
+  if (const llvm::json::Object *l = obj.getObject("layout")) {
+    Layout layout(static_cast<int64_t>(meshRank));
+    spec.layoutText = l->getString("text").value_or("").str();
+    if (const auto *dims = l->getArray("dims"))
+      for (const auto &d : *dims) {
+        const auto *dobj = d.getAsObject();
+        int64_t dim = dobj->getInteger("dim").value_or(0);
+        if (const auto *splits = dobj->getArray("splits"))
+          for (const auto &s : *splits) {
+            const auto *pair = s.getAsArray();
+            layout.addSplit(dim, Split{(*pair)[0].getAsInteger().value_or(0),
+                                       (*pair)[1].getAsInteger().value_or(1)});
+          }
+        std::vector<int64_t> sizes = ints(dobj->getArray("sizes"));
+        if (!sizes.empty())
+          layout.setSizes(dim, sizes);
+      }
+    if (const auto *partials = l->getArray("partials"))
+      for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
+        if (auto s = (*partials)[a].getAsString())
+          layout.setPartial(a, parseReduceOp(s->str()));
+    spec.layout = layout;
+  }
+  return true;
+}
+
+} // namespace
+
+std::unique_ptr<Artifact> Artifact::load(const std::string &path,
+                                         std::string &error) {
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    error = std::string("cannot load ") + path + ": " + dlerror();
+    return nullptr;
+  }
+  auto *info = static_cast<const char *>(dlsym(handle, "shardx_program_info"));
+  auto *invoke = dlsym(handle, "shardx_rt_invoke");
+  if (!info || !invoke) {
+    error = path + " is not a ShardX artifact (no shardx_program_info)";
+    dlclose(handle);
+    return nullptr;
+  }
+  std::unique_ptr<Artifact> a(new Artifact());
+  a->path = path;
+  a->handle = handle;
+  a->invoke = reinterpret_cast<int (*)(void (*)(void **), void **, void *,
+                                       char *, int64_t)>(invoke);
+  auto parsed = llvm::json::parse(info);
+  if (!parsed) {
+    error = "bad program description in " + path + ": " +
+            llvm::toString(parsed.takeError());
+    return nullptr;
+  }
+  const llvm::json::Object *root = parsed->getAsObject();
+  size_t meshRank = 1;
+  if (const auto *meshes = root->getArray("meshes"))
+    if (!meshes->empty()) {
+      a->meshShape.clear();
+      for (const auto &s : *(*meshes)[0].getAsObject()->getArray("shape"))
+        a->meshShape.push_back(s.getAsInteger().value_or(1));
+      meshRank = a->meshShape.size();
+    }
+  for (const auto &f : *root->getArray("functions")) {
+    const auto *fobj = f.getAsObject();
+    EntryPoint e;
+    e.name = fobj->getString("name").value_or("").str();
+    for (const char *key : {"inputs", "outputs"}) {
+      for (const auto &v : *fobj->getArray(key)) {
+        TensorSpec spec;
+        if (!parseSpec(*v.getAsObject(), meshRank, spec, error)) {
+          error = e.name + ": " + error;
+          return nullptr;
+        }
+        (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
+      }
+    }
+    a->entries.push_back(std::move(e));
+  }
+  return a;
+}
+
+Artifact::~Artifact() {
+  // The library stays loaded: threads of the runtime may still be winding
+  // down and process exit unloads it anyway.
+}
+
+const EntryPoint *Artifact::lookup(const std::string &name) const {
+  for (const EntryPoint &e : entries)
+    if (e.name == name)
+      return &e;
+  return nullptr;
+}
+
+Status Artifact::run(const EntryPoint &entry, Communicator &comm,
+                     const std::vector<HostTensor> &localInputs,
+                     std::vector<HostTensor> &localOutputs) const {
+  if (localInputs.size() != entry.inputs.size())
+    return Status::error(entry.name + " takes " +
+                         std::to_string(entry.inputs.size()) + " inputs");
+  void *fn = dlsym(handle, ("shardx_entry_" + entry.name).c_str());
+  if (!fn)
+    return Status::error("artifact has no entry point " + entry.name);
+  // Inputs: private copies (the program may reuse their buffers).
+  std::vector<std::vector<char>> buffers;
+  std::vector<std::vector<int64_t>> descs;
+  for (size_t i = 0; i < localInputs.size(); ++i) {
+    const HostTensor &t = localInputs[i];
+    const TensorSpec &spec = entry.inputs[i];
+    if (t.shape != spec.shape)
+      return Status::error("input " + std::to_string(i) + " of " + entry.name +
+                           " has the wrong local shape");
+    buffers.push_back(t.data);
+    buffers.back().resize(std::max<size_t>(t.data.size(), 1));
+    std::vector<int64_t> d;
+    auto ptr = reinterpret_cast<int64_t>(buffers.back().data());
+    d.push_back(ptr);
+    d.push_back(ptr);
+    d.push_back(0);
+    for (int64_t s : t.shape)
+      d.push_back(s);
+    int64_t stride = 1;
+    std::vector<int64_t> strides(t.shape.size());
+    for (int64_t k = static_cast<int64_t>(t.shape.size()) - 1; k >= 0; --k) {
+      strides[k] = stride;
+      stride *= t.shape[k];
+    }
+    d.insert(d.end(), strides.begin(), strides.end());
+    descs.push_back(std::move(d));
+  }
+  size_t resultWords = 0;
+  for (const TensorSpec &o : entry.outputs)
+    resultWords += 3 + 2 * o.shape.size();
+  std::vector<int64_t> results(std::max<size_t>(resultWords, 1), 0);
+  std::vector<void *> argv;
+  if (!entry.outputs.empty())
+    argv.push_back(results.data());
+  for (auto &d : descs)
+    argv.push_back(d.data());
+  char error[1024] = {0};
+  int rc = invoke(reinterpret_cast<void (*)(void **)>(fn), argv.data(),
+                  static_cast<void *>(rt::getCHandle(comm)), error,
+                  sizeof(error));
+  if (rc != 0)
+    return Status::error(error);
+  localOutputs.clear();
+  std::set<int64_t> inputPtrs, freed;
+  for (auto &b : buffers)
+    inputPtrs.insert(reinterpret_cast<int64_t>(b.data()));
+  size_t w = 0;
+  for (const TensorSpec &o : entry.outputs) {
+    size_t r = o.shape.size();
+    int64_t allocated = results[w], aligned = results[w + 1],
+            offset = results[w + 2];
+    HostTensor t;
+    t.dtype = o.dtype;
+    std::vector<int64_t> strides(r);
+    for (size_t k = 0; k < r; ++k) {
+      t.shape.push_back(results[w + 3 + k]);
+      strides[k] = results[w + 3 + r + k];
+    }
+    size_t es = t.elementSize();
+    t.data.resize(t.numElements() * es);
+    const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
+    std::vector<int64_t> i(r, 0);
+    for (int64_t n = 0; n < t.numElements(); ++n) {
+      int64_t off = 0;
+      for (size_t k = 0; k < r; ++k)
+        off += i[k] * strides[k];
+      std::memcpy(t.data.data() + n * es, base + off * es, es);
+      for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+        if (++i[k] < t.shape[k])
+          break;
+        i[k] = 0;
+      }
+    }
+    if (allocated && !inputPtrs.count(allocated) &&
+        freed.insert(allocated).second)
+      std::free(reinterpret_cast<void *>(allocated));
+    localOutputs.push_back(std::move(t));
+    w += 3 + 2 * r;
+  }
+  return Status::ok();
+}
+
+HostTensor shardx::exec::scatter(const HostTensor &global,
+                                 const TensorSpec &spec,
+                                 const std::vector<int64_t> &meshShape,
+                                 const std::vector<int64_t> &coords) {
+  if (!spec.layout)
+    return global;
+  LocalShard shard =
+      spec.layout->getLocalShard(meshShape, global.shape, coords);
+  HostTensor local;
+  local.shape = shard.shape;
+  local.dtype = global.dtype;
+  size_t es = global.elementSize();
+  local.data.resize(local.numElements() * es);
+  forEachElement(globalIndices(shard), global.shape, [&](int64_t l, int64_t g) {
+    std::memcpy(local.data.data() + l * es, global.data.data() + g * es, es);
+  });
+  // Partial inputs: one term holds the value, the others the identity.
+  for (size_t a = 0; a < spec.layout->getPartials().size(); ++a) {
+    const auto &p = spec.layout->getPartials()[a];
+    if (!p || coords[a] == 0)
+      continue;
+    if (*p == ReduceOp::Sum || *p == ReduceOp::Prod)
+      for (int64_t n = 0; n < local.numElements(); ++n)
+        storeFromDouble(local.data.data() + n * es, identityOf(*p),
+                        local.dtype);
+  }
+  return local;
+}
+
+HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
+                                  const TensorSpec &spec,
+                                  const std::vector<int64_t> &meshShape,
+                                  std::string &error) {
+  HostTensor global;
+  global.shape = spec.globalShape;
+  global.dtype = spec.dtype;
+  size_t es = global.elementSize();
+  global.data.resize(global.numElements() * es);
+  if (!spec.layout) {
+    return locals.at(0);
+  }
+  const Layout &layout = *spec.layout;
+  std::optional<ReduceOp> op;
+  for (const auto &p : layout.getPartials()) {
+    if (!p)
+      continue;
+    if (op && *op != *p) {
+      error = "results with different Partial ops on several axes are not "
+              "supported";
+      return global;
+    }
+    op = p;
+  }
+  std::vector<double> acc;
+  if (op)
+    acc.assign(global.numElements(), identityOf(*op));
+  std::vector<std::vector<int64_t>> coords = allMeshCoords(meshShape);
+  int64_t partialCount = 1;
+  for (size_t a = 0; a < meshShape.size(); ++a)
+    if (layout.getPartials()[a])
+      partialCount *= meshShape[a];
+  for (size_t r = 0; r < coords.size(); ++r) {
+    // Replicated axes: take coordinate 0.
+    bool skip = false;
+    for (size_t a = 0; a < meshShape.size(); ++a)
+      if (!layout.getPartials()[a] && layout.getShardedDim(a) < 0 &&
+          coords[r][a] != 0)
+        skip = true;
+    if (skip)
+      continue;
+    LocalShard shard = layout.getLocalShard(meshShape, global.shape, coords[r]);
+    const HostTensor &local = locals.at(r);
+    forEachElement(globalIndices(shard), global.shape,
+                   [&](int64_t l, int64_t g) {
+                     if (!op) {
+                       std::memcpy(global.data.data() + g * es,
+                                   local.data.data() + l * es, es);
+                       return;
+                     }
+                     double v = loadAsDouble(local.data.data() + l * es,
+                                             local.dtype);
+                     double &x = acc[g];
+                     switch (*op) {
+                     case ReduceOp::Sum:
+                     case ReduceOp::Avg:
+                       x += v;
+                       break;
+                     case ReduceOp::Prod:
+                       x *= v;
+                       break;
+                     case ReduceOp::Max:
+                       x = std::max(x, v);
+                       break;
+                     case ReduceOp::Min:
+                       x = std::min(x, v);
+                       break;
+                     }
+                   });
+  }
+  if (op)
+    for (int64_t g = 0; g < global.numElements(); ++g)
+      storeFromDouble(global.data.data() + g * es,
+                      *op == ReduceOp::Avg ? acc[g] / partialCount : acc[g],
+                      global.dtype);
+  return global;
+}
+
+HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
+                                      const std::string &dtype, uint64_t seed,
+                                      int64_t intRange) {
+  HostTensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  size_t es = t.elementSize();
+  t.data.resize(t.numElements() * es);
+  std::mt19937_64 gen(seed);
+  bool isFloat = dtype[0] == 'f';
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(intRange, 1) - 1);
+  for (int64_t n = 0; n < t.numElements(); ++n)
+    storeFromDouble(t.data.data() + n * es,
+                    isFloat ? real(gen) : static_cast<double>(integer(gen)),
+                    dtype);
+  return t;
+}
+
+namespace {
+const char *npyDescr(const std::string &dtype) {
+  if (dtype == "f32")
+    return "<f4";
+  if (dtype == "f64")
+    return "<f8";
+  if (dtype == "i32")
+    return "<i4";
+  if (dtype == "i64")
+    return "<i8";
+  if (dtype == "i1")
+    return "|b1";
+  if (dtype == "i8")
+    return "|i1";
+  return nullptr;
+}
+} // namespace
+
+bool shardx::exec::readNpy(const std::string &path, HostTensor &out,
+                           std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot open " + path;
+    return false;
+  }
+  char magic[8];
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
+    error = path + " is not a .npy file";
+    return false;
+  }
+  uint32_t headerLen = 0;
+  if (magic[6] == 1) {
+    uint16_t h;
+    in.read(reinterpret_cast<char *>(&h), 2);
+    headerLen = h;
+  } else {
+    in.read(reinterpret_cast<char *>(&headerLen), 4);
+  }
+  std::string header(headerLen, ' ');
+  in.read(header.data(), headerLen);
+  auto field = [&](const std::string &key) {
+    size_t p = header.find("'" + key + "'");
+    return p == std::string::npos ? std::string() : header.substr(p);
+  };
+  std::string descr = field("descr");
+  for (const char *d : {"f32", "f64", "i32", "i64", "i1", "i8"})
+    if (descr.find(npyDescr(d)) != std::string::npos &&
+        descr.find(npyDescr(d)) < 20) {
+      out.dtype = d;
+      break;
+    }
+  if (out.dtype.empty()) {
+    error = path + ": unsupported dtype (" + descr.substr(0, 20) + ")";
+    return false;
+  }
+  if (field("fortran_order").find("True") < 24) {
+    error = path + ": Fortran order is not supported";
+    return false;
+  }
+  std::string shape = field("shape");
+  size_t open = shape.find('('), close = shape.find(')');
+  out.shape.clear();
+  std::stringstream ss(shape.substr(open + 1, close - open - 1));
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (item.find_first_not_of(" ") != std::string::npos)
+      out.shape.push_back(std::stoll(item));
+  out.data.resize(out.numElements() * out.elementSize());
+  in.read(out.data.data(), out.data.size());
+  if (!in) {
+    error = path + ": truncated data";
+    return false;
+  }
+  return true;
+}
+
+bool shardx::exec::writeNpy(const std::string &path, const HostTensor &t,
+                            std::string &error) {
+  const char *descr = npyDescr(t.dtype);
+  if (!descr) {
+    error = "cannot write " + t.dtype + " as .npy";
+    return false;
+  }
+  std::string header = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    header += std::to_string(t.shape[i]) + (t.shape.size() == 1 ? "," : (i + 1 < t.shape.size() ? ", " : ""));
+  header += "), }";
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  // Write to a temporary name and rename: no partial file looks valid.
+  std::string partial = path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary);
+    if (!out) {
+      error = "cannot write " + path;
+      return false;
+    }
+    out.write("\x93NUMPY\x01\x00", 8);
+    uint16_t len = static_cast<uint16_t>(header.size());
+    out.write(reinterpret_cast<const char *>(&len), 2);
+    out.write(header.data(), header.size());
+    out.write(t.data.data(), t.data.size());
+    if (!out) {
+      error = "cannot write " + path;
+      std::remove(partial.c_str());
+      return false;
+    }
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    error = "cannot rename " + partial;
+    return false;
+  }
+  return true;
+}
+
+Status shardx::exec::runThreaded(const Artifact &artifact,
+                                 const EntryPoint &entry,
+                                 const std::vector<HostTensor> &globalInputs,
+                                 std::vector<HostTensor> &globalOutputs,
+                                 double timeoutSeconds, double *seconds) {
+  const std::vector<int64_t> &mesh = artifact.getMeshShape();
+  std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
+  std::vector<std::vector<HostTensor>> outs(coords.size());
+  std::vector<double> times(coords.size(), 0);
+  std::vector<Status> statuses = rt::runThreads(
+      mesh,
+      [&](Communicator &comm) -> Status {
+        std::vector<HostTensor> local;
+        for (size_t i = 0; i < entry.inputs.size(); ++i)
+          local.push_back(
+              scatter(globalInputs[i], entry.inputs[i], mesh, comm.getCoords()));
+        auto start = std::chrono::steady_clock::now();
+        Status s = artifact.run(entry, comm, local, outs[comm.getRank()]);
+        times[comm.getRank()] = std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count();
+        return s;
+      },
+      timeoutSeconds);
+  std::string errors;
+  for (size_t r = 0; r < statuses.size(); ++r)
+    if (!statuses[r])
+      errors += (errors.empty() ? "" : "\n") + statuses[r].message();
+  if (!errors.empty())
+    return Status::error(errors);
+  if (seconds)
+    *seconds = *std::max_element(times.begin(), times.end());
+  globalOutputs.clear();
+  for (size_t o = 0; o < entry.outputs.size(); ++o) {
+    std::vector<HostTensor> locals;
+    for (auto &r : outs)
+      locals.push_back(r[o]);
+    std::string error;
+    globalOutputs.push_back(assemble(locals, entry.outputs[o], mesh, error));
+    if (!error.empty())
+      return Status::error(error);
+  }
+  return Status::ok();
+}
+
+Status shardx::exec::runOnCommunicator(
+    const Artifact &artifact, const EntryPoint &entry, Communicator &comm,
+    const std::vector<HostTensor> &globalInputs,
+    std::vector<HostTensor> &globalOutputs, double *seconds) {
+  const std::vector<int64_t> &mesh = artifact.getMeshShape();
+  std::vector<HostTensor> local, localOut;
+  for (size_t i = 0; i < entry.inputs.size(); ++i)
+    local.push_back(
+        scatter(globalInputs[i], entry.inputs[i], mesh, comm.getCoords()));
+  auto start = std::chrono::steady_clock::now();
+  Status s = artifact.run(entry, comm, local, localOut);
+  if (!s)
+    return s;
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             start)
+                   .count();
+  std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
+  std::vector<int64_t> allAxes;
+  for (size_t a = 0; a < mesh.size(); ++a)
+    allAxes.push_back(static_cast<int64_t>(a));
+  globalOutputs.clear();
+  for (size_t o = 0; o < entry.outputs.size(); ++o) {
+    const TensorSpec &spec = entry.outputs[o];
+    std::optional<DType> dt = toDType(spec.dtype);
+    if (!dt)
+      return Status::error("cannot gather " + spec.dtype + " results");
+    std::vector<size_t> counts;
+    std::vector<HostTensor> locals(coords.size());
+    for (size_t r = 0; r < coords.size(); ++r) {
+      locals[r].dtype = spec.dtype;
+      locals[r].shape = spec.layout ? spec.layout
+                                          ->getLocalShard(mesh, spec.globalShape,
+                                                          coords[r])
+                                          .shape
+                                    : spec.globalShape;
+      counts.push_back(locals[r].numElements());
+    }
+    size_t total = 0;
+    for (size_t c : counts)
+      total += c;
+    std::vector<char> all(total * elementSize(spec.dtype) + 1);
+    Status g = comm.allGather(localOut[o].data.data(), all.data(), counts, *dt,
+                              allAxes);
+    if (!g)
+      return g;
+    size_t off = 0;
+    for (size_t r = 0; r < coords.size(); ++r) {
+      size_t bytes = counts[r] * elementSize(spec.dtype);
+      locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
+      off += bytes;
+    }
+    std::string error;
+    globalOutputs.push_back(assemble(locals, spec, mesh, error));
+    if (!error.empty())
+      return Status::error(error);
+  }
+  return Status::ok();
+}
+
+Difference shardx::exec::compare(const HostTensor &a, const HostTensor &b,
+                                 double rtol, double atol) {
+  Difference d;
+  if (a.shape != b.shape) {
+    d.withinTolerance = false;
+    d.maxAbs = std::numeric_limits<double>::infinity();
+    return d;
+  }
+  size_t ea = a.elementSize(), eb = b.elementSize();
+  for (int64_t i = 0; i < a.numElements(); ++i) {
+    double x = loadAsDouble(a.data.data() + i * ea, a.dtype);
+    double y = loadAsDouble(b.data.data() + i * eb, b.dtype);
+    double abs = std::fabs(x - y);
+    if (std::isnan(x) != std::isnan(y))
+      abs = std::numeric_limits<double>::infinity();
+    if (std::isnan(x) && std::isnan(y))
+      abs = 0;
+    d.maxAbs = std::max(d.maxAbs, abs);
+    d.maxRel = std::max(d.maxRel, abs / std::max(std::fabs(y), atol));
+    if (abs > atol + rtol * std::fabs(y))
+      d.withinTolerance = false;
+  }
+  return d;
+}

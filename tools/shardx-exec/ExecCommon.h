@@ -1,0 +1,43 @@
+//===- ExecCommon.h - Shared driver code of shardx-exec and shardx-run ----===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_TOOLS_EXECCOMMON_H
+#define SHARDX_TOOLS_EXECCOMMON_H
+
+#include "shardx/Exec/Executor.h"
+
+#include <string>
+#include <vector>
+
+namespace shardx::tools {
+
+struct RunOptions {
+  std::string entry;
+  std::string backend = "threads";
+  int64_t ranks = 0; // 0: the mesh's size
+  std::vector<std::string> inputs;
+  uint64_t seed = 0;
+  int64_t intRange = 2;
+  double timeout = 60;
+};
+
+/// Global inputs of `entry`: from .npy files or random.
+bool makeInputs(const exec::EntryPoint &entry, const RunOptions &options,
+                std::vector<exec::HostTensor> &inputs, std::string &error);
+
+/// Runs `entry` on the chosen backend; on MPI every process returns the
+/// global outputs. `isRoot` is false on MPI ranks other than 0.
+rt::Status runArtifact(const exec::Artifact &artifact,
+                       const exec::EntryPoint &entry, const RunOptions &options,
+                       const std::vector<exec::HostTensor> &inputs,
+                       std::vector<exec::HostTensor> &outputs, double &seconds,
+                       bool &isRoot);
+
+int execMain(int argc, char **argv);
+
+} // namespace shardx::tools
+
+#endif // SHARDX_TOOLS_EXECCOMMON_H

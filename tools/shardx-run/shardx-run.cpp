@@ -1,0 +1,219 @@
+//===- shardx-run.cpp - Compile, run and check a ShardX program -----------===//
+//
+// Part of ShardX.
+//
+// shardx-run in.mlir [--ranks N] [--backend threads|mpi] [--check]
+//            [--seed S] [--rtol R] [--atol A] [--entry F]
+//
+// Compiles the program twice: unsharded (layouts dropped) and sharded (the
+// shardx-spmd pipeline), runs the unsharded one on one rank and the sharded
+// one on N ranks with the same global inputs (each rank gets its shard by the
+// input layouts), assembles the sharded outputs by the output layouts and,
+// with --check, prints per output the max abs/rel error and exits 1 when an
+// output differs beyond rtol/atol (numpy's allclose rule).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecCommon.h"
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/InitAll.h"
+
+#ifdef SHARDX_HAVE_MPI
+#include "shardx/Runtime/Mpi.h"
+#endif
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+using Artifact = ::shardx::exec::Artifact;
+using HostTensor = ::shardx::exec::HostTensor;
+
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<in.mlir>"),
+                                      cl::Required);
+static cl::opt<int64_t> ranks("ranks", cl::desc("number of ranks"),
+                              cl::init(0));
+static cl::opt<std::string> backend("backend",
+                                    cl::desc("threads (default) or mpi"),
+                                    cl::init("threads"));
+static cl::opt<bool> check("check",
+                           cl::desc("compare with the unsharded program"));
+static cl::opt<uint64_t> seed("seed", cl::desc("seed of the random inputs"),
+                              cl::init(0));
+static cl::opt<int64_t> intRange("int-range",
+                                 cl::desc("random integers are in [0, N)"),
+                                 cl::init(2));
+static cl::opt<double> rtolOpt("rtol", cl::desc("relative tolerance"), cl::init(1e-4));
+static cl::opt<double> atolOpt("atol", cl::desc("absolute tolerance"), cl::init(1e-5));
+static cl::opt<std::string> entryName("entry", cl::desc("entry point"));
+static cl::opt<double> timeout("timeout", cl::init(60));
+static cl::opt<std::string> keep("keep",
+                                 cl::desc("directory to keep the artifacts"));
+
+static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
+  OwningOpRef<ModuleOp> module(cast<ModuleOp>(source->clone()));
+  if (sharded) {
+    PassManager pm(module->getContext());
+    mlir::shardx::buildSpmdPipeline(pm);
+    if (failed(pm.run(*module)))
+      return false;
+  } else if (failed(mlir::shardx::stripToGlobalProgram(*module))) {
+    return false;
+  }
+  mlir::shardx::CompileOptions options;
+  options.outputPath = path;
+  return succeeded(mlir::shardx::compileModule(*module, options));
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+#ifdef SHARDX_HAVE_MPI
+  bool wantMpi = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--backend=mpi" ||
+        (std::string(argv[i]) == "--backend" && i + 1 < argc &&
+         std::string(argv[i + 1]) == "mpi"))
+      wantMpi = true;
+  if (wantMpi) {
+    auto s = ::shardx::rt::initMpi(&argc, &argv);
+    if (!s) {
+      std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
+      return 1;
+    }
+  }
+#endif
+  registerAllPasses();
+  cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  mlir::shardx::registerAllShardXDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  std::string error;
+  auto file = openInputFile(inputFile, &error);
+  if (!file) {
+    std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+    return 1;
+  }
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  SmallString<128> dir;
+  if (!keep.empty()) {
+    dir = keep;
+    llvm::sys::fs::create_directories(dir);
+  } else if (auto ec = llvm::sys::fs::createUniqueDirectory("shardx-run", dir)) {
+    std::fprintf(stderr, "shardx-run: error: %s\n", ec.message().c_str());
+    return 1;
+  }
+  std::string tag = std::to_string(getpid());
+  std::string shardedPath = (dir + "/sharded." + tag + ".so").str();
+  std::string globalPath = (dir + "/unsharded." + tag + ".so").str();
+  if (!compileTo(*module, /*sharded=*/true, shardedPath))
+    return 1;
+  if (check && !compileTo(*module, /*sharded=*/false, globalPath))
+    return 1;
+
+  std::unique_ptr<Artifact> sharded = Artifact::load(shardedPath, error);
+  if (!sharded) {
+    std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+    return 1;
+  }
+  const ::shardx::exec::EntryPoint *entry =
+      entryName.empty() ? &sharded->getEntryPoints().front()
+                        : sharded->lookup(entryName);
+  if (!entry) {
+    std::fprintf(stderr, "shardx-run: error: no entry point '%s'\n",
+                 entryName.c_str());
+    return 1;
+  }
+  ::shardx::tools::RunOptions options;
+  options.backend = backend;
+  options.ranks = ranks;
+  options.seed = seed;
+  options.intRange = intRange;
+  options.timeout = timeout;
+  std::vector<HostTensor> inputs, outputs, expected;
+  if (!::shardx::tools::makeInputs(*entry, options, inputs, error)) {
+    std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+    return 1;
+  }
+  double shardedSeconds = 0, globalSeconds = 0;
+  bool isRoot = true;
+  auto s = ::shardx::tools::runArtifact(*sharded, *entry, options, inputs,
+                                      outputs, shardedSeconds, isRoot);
+  if (!s) {
+    std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  int status = 0;
+  if (isRoot) {
+    int64_t n = 1;
+    for (int64_t m : sharded->getMeshShape())
+      n *= m;
+    std::printf("%s: %lld ranks (%s), %zu outputs, %.3f ms\n",
+                entry->name.c_str(), static_cast<long long>(n),
+                backend.c_str(), outputs.size(), shardedSeconds * 1e3);
+    if (check) {
+      std::unique_ptr<Artifact> global = Artifact::load(globalPath, error);
+      if (!global) {
+        std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+        return 1;
+      }
+      const ::shardx::exec::EntryPoint *gentry = global->lookup(entry->name);
+      ::shardx::tools::RunOptions one = options;
+      one.backend = "threads";
+      one.ranks = 0;
+      bool root = true;
+      auto gs = ::shardx::tools::runArtifact(*global, *gentry, one, inputs,
+                                           expected, globalSeconds, root);
+      if (!gs) {
+        std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
+                     gs.message().c_str());
+        return 1;
+      }
+      std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        auto d = ::shardx::exec::compare(outputs[i], expected[i], rtolOpt, atolOpt);
+        std::printf("output %zu %s: max abs err %.3g, max rel err %.3g %s\n",
+                    i, entry->outputs[i].layoutText.c_str(), d.maxAbs,
+                    d.maxRel, d.withinTolerance ? "ok" : "MISMATCH");
+        if (!d.withinTolerance)
+          status = 1;
+      }
+      std::printf("%s\n", status ? "check FAILED" : "check passed");
+    }
+  }
+  if (keep.empty()) {
+    llvm::sys::fs::remove(shardedPath);
+    llvm::sys::fs::remove(globalPath);
+    llvm::sys::fs::remove(dir);
+  }
+#ifdef SHARDX_HAVE_MPI
+  if (wantMpi)
+    ::shardx::rt::finalizeMpi();
+#endif
+  return status;
+}
