@@ -31,5 +31,5 @@ if config.shardx_enable_mpi:
         ("%mpirun", config.mpiexec + " --allow-run-as-root --oversubscribe"))
 
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt", "shardx-compile", "split-file", "not", "shardx-mpi-conformance"]
+tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-run", "split-file", "not", "shardx-mpi-conformance"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -370,7 +370,8 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           module,
           "ownership-based-buffer-deallocation,canonicalize,"
           "buffer-deallocation-simplification,bufferization-lower-"
-          "deallocations,cse,canonicalize,func.func(convert-linalg-to-loops),"
+          "deallocations,convert-bufferization-to-memref,cse,canonicalize,"
+          "func.func(convert-linalg-to-loops),"
           "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
           "expand-strided-metadata,finalize-memref-to-llvm,"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"

@@ -15,6 +15,7 @@
 #include "shardx/Runtime/Communicator.h"
 
 #include <csetjmp>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -165,6 +166,10 @@ int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
   Invocation *saved = current;
   current = &inv;
   if (setjmp(jump) == 0) {
+    // Fault injection for the failure tests: this rank fails before running.
+    if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_RANK"))
+      if (inv.comm && std::atoll(failRank) == inv.comm->getRank())
+        fail("injected failure (SHARDX_TEST_FAIL_RANK)");
     entry(args);
     current = saved;
     return 0;
