@@ -373,7 +373,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "deallocations,convert-bufferization-to-memref,cse,canonicalize,"
           "func.func(convert-linalg-to-loops),"
           "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
-          "expand-strided-metadata,finalize-memref-to-llvm,"
+          "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
           "convert-func-to-llvm,convert-cf-to-llvm,"
           "reconcile-unrealized-casts")))

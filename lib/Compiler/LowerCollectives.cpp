@@ -12,6 +12,7 @@
 
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Layout/Layout.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -100,9 +101,63 @@ private:
     Value buffer =
         bufferization::ToBufferOp::create(b, loc, strided, t, /*readOnly=*/true);
     Value copy = memref::AllocOp::create(
-        b, loc, MemRefType::get(type.getShape(), type.getElementType()));
+        b, loc, MemRefType::get(type.getShape(), type.getElementType()),
+        dynSizes(loc, t));
     memref::CopyOp::create(b, loc, buffer, copy);
     return flat(loc, copy);
+  }
+
+  /// The dynamic sizes of tensor `t` (tensor.dim of each dynamic dim).
+  SmallVector<Value> dynSizes(Location loc, Value t) {
+    auto type = cast<RankedTensorType>(t.getType());
+    SmallVector<Value> sizes;
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (type.isDynamicDim(d))
+        sizes.push_back(tensor::DimOp::create(b, loc, t, d));
+    return sizes;
+  }
+
+  Value cstIndex(Location loc, int64_t v) {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  }
+
+  /// This rank's index in the group over `axes`.
+  Value groupIndex(Location loc, ArrayRef<int64_t> axes) {
+    Value arr = int64Array(loc, axes);
+    func::FuncOp fn = declare("shardx_rt_cg_axis_index", {arr.getType()},
+                              {b.getI64Type()});
+    Value j = func::CallOp::create(b, loc, fn, ValueRange{arr}).getResult(0);
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), j);
+  }
+
+  /// `table[j]` for an index value j (a select chain; tables are small).
+  Value lookup(Location loc, Value j, ArrayRef<int64_t> table) {
+    Value r = cstIndex(loc, table[0]);
+    for (auto [i, v] : llvm::enumerate(table)) {
+      Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j,
+                                        cstIndex(loc, i));
+      r = arith::SelectOp::create(b, loc, hit, cstIndex(loc, v), r);
+    }
+    return r;
+  }
+
+  /// Moves dim `dim` of `t` to the front (or back with `inverse`).
+  Value moveDim(Location loc, Value t, int64_t dim, bool inverse) {
+    int64_t rank = cast<RankedTensorType>(t.getType()).getRank();
+    SmallVector<int64_t> perm;
+    if (!inverse) {
+      perm.push_back(dim);
+      for (int64_t i = 0; i < rank; ++i)
+        if (i != dim)
+          perm.push_back(i);
+    } else {
+      for (int64_t i = 1; i <= dim; ++i)
+        perm.push_back(i);
+      perm.push_back(0);
+      for (int64_t i = dim + 1; i < rank; ++i)
+        perm.push_back(i);
+    }
+    return transpose(loc, t, perm);
   }
 
   /// `m` (identity layout) as memref<?xT, strided<[?], offset: ?>>.
@@ -138,7 +193,8 @@ private:
   /// fresh output of `outShape` and returns it as a tensor.
   FailureOr<Value> flatCall(Operation *op, StringRef kind, Value in,
                             ArrayRef<int64_t> outShape,
-                            ArrayRef<Value> extra, ArrayRef<int64_t> axes) {
+                            ArrayRef<Value> extra, ArrayRef<int64_t> axes,
+                            ValueRange outDynSizes = {}) {
     Location loc = op->getLoc();
     auto inType = cast<RankedTensorType>(in.getType());
     Type elt = inType.getElementType();
@@ -147,7 +203,7 @@ private:
       return failure();
     Value inFlat = contiguous(loc, in);
     auto outMemType = MemRefType::get(outShape, elt);
-    Value out = memref::AllocOp::create(b, loc, outMemType);
+    Value out = memref::AllocOp::create(b, loc, outMemType, outDynSizes);
     Value outFlat = flat(loc, out);
     SmallVector<Value> args = {inFlat, outFlat};
     args.append(extra.begin(), extra.end());
@@ -199,9 +255,14 @@ private:
       return t;
     auto type = cast<RankedTensorType>(t.getType());
     SmallVector<int64_t> shape;
-    for (int64_t p : perm)
+    SmallVector<Value> dyn;
+    for (int64_t p : perm) {
       shape.push_back(type.getDimSize(p));
-    Value init = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
+      if (type.isDynamicDim(p))
+        dyn.push_back(tensor::DimOp::create(b, loc, t, p));
+    }
+    Value init =
+        tensor::EmptyOp::create(b, loc, shape, type.getElementType(), dyn);
     return linalg::TransposeOp::create(b, loc, t, init, perm)->getResult(0);
   }
 
@@ -224,6 +285,7 @@ private:
   }
 
   FailureOr<Value> lower(Operation *op);
+  FailureOr<Value> lowerUneven(Operation *op, ArrayRef<int64_t> sizes);
 
   ModuleOp module;
   OpBuilder b;
@@ -232,10 +294,8 @@ private:
 FailureOr<Value> Lowering::lower(Operation *op) {
   Location loc = op->getLoc();
   b.setInsertionPoint(op);
-  if (op->hasAttr("sizes"))
-    return op->emitError("uneven collectives are not supported by the CPU "
-                         "back end yet"),
-           failure();
+  if (auto sizesAttr = op->getAttrOfType<DenseI64ArrayAttr>("sizes"))
+    return lowerUneven(op, sizesAttr.asArrayRef());
   if (auto ai = dyn_cast<AxisIndexOp>(op)) {
     Value axes = int64Array(loc, ai.getAxes());
     func::FuncOp fn = declare("shardx_rt_cg_axis_index", {axes.getType()},
@@ -246,6 +306,34 @@ FailureOr<Value> Lowering::lower(Operation *op) {
   Value in = op->getOperand(0);
   auto inType = cast<RankedTensorType>(in.getType());
   auto outType = cast<RankedTensorType>(op->getResult(0).getType());
+  // Flat collectives keep the shape: dynamic (uneven) shapes are fine.
+  if (auto ar = dyn_cast<AllReduceOp>(op))
+    return flatCall(op, "all_reduce", in, inType.getShape(),
+                    {i32(loc, reduceCode(ar.getReduction()))}, ar.getAxes(),
+                    dynSizes(loc, in));
+  if (auto bc = dyn_cast<BroadcastOp>(op))
+    return flatCall(op, "broadcast", in, inType.getShape(),
+                    {i64(loc, bc.getRoot())}, bc.getAxes(), dynSizes(loc, in));
+  if (auto pv = dyn_cast<PartitionValueOp>(op))
+    return flatCall(op, "partition_value", in, inType.getShape(),
+                    {i32(loc, reduceCode(pv.getReduction()))}, pv.getAxes(),
+                    dynSizes(loc, in));
+  if (auto pm = dyn_cast<PermuteOp>(op))
+    return flatCall(op, "permute", in, inType.getShape(),
+                    {int64Array(loc, pm.getPairs())}, pm.getAxes(),
+                    dynSizes(loc, in));
+  if (auto a2a = dyn_cast<AllToAllOp>(op);
+      a2a && (!inType.hasStaticShape() || !outType.hasStaticShape()) &&
+      !inType.isDynamicDim(a2a.getSplitDim())) {
+    // Uneven on the concat side only: equal split pieces.
+    int64_t n = groupSize(op, a2a.getAxes());
+    SmallVector<int64_t> even;
+    for (int64_t i = 0; i < n; ++i)
+      even.push_back(
+          ::shardx::chunkInterval(inType.getDimSize(a2a.getSplitDim()), n, i)
+              .size);
+    return lowerUneven(op, even);
+  }
   if (!inType.hasStaticShape() || !outType.hasStaticShape())
     return op->emitError("dynamic shapes in collectives are not supported by "
                          "the CPU back end yet"),
@@ -373,6 +461,129 @@ FailureOr<Value> Lowering::lower(Operation *op) {
     return reshape(loc, slice, outType.getShape());
   }
   return op->emitError("no CPU lowering for '") << op->getName() << "'",
+         failure();
+}
+
+/// Collectives with explicit per-member sizes (uneven shards, stride 1):
+/// the dim moves to the front, the runtime's variable-count collective runs
+/// on whole rows, the dim moves back.
+FailureOr<Value> Lowering::lowerUneven(Operation *op, ArrayRef<int64_t> sizes) {
+  Location loc = op->getLoc();
+  if (op->getAttrOfType<IntegerAttr>("stride") &&
+      op->getAttrOfType<IntegerAttr>("stride").getInt() != 1)
+    return op->emitError("uneven strided collectives are not supported by "
+                         "the CPU back end"),
+           failure();
+  Value in = op->getOperand(0);
+  auto inType = cast<RankedTensorType>(in.getType());
+  auto outType = cast<RankedTensorType>(op->getResult(0).getType());
+  int64_t dim = op->getAttrOfType<IntegerAttr>("dim")
+                    ? op->getAttrOfType<IntegerAttr>("dim").getInt()
+                    : 0;
+  auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+  if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+    if (a2a.getSplitStride() != 1 || a2a.getConcatStride() != 1)
+      return op->emitError("uneven strided all_to_all is not supported by "
+                           "the CPU back end"),
+             failure();
+    int64_t sd = a2a.getSplitDim(), cd = a2a.getConcatDim();
+    int64_t n = groupSize(op, axes);
+    if (sd == cd || inType.isDynamicDim(sd) || outType.isDynamicDim(cd))
+      return op->emitError("this uneven all_to_all is not supported by the "
+                           "CPU back end"),
+             failure();
+    for (int64_t d = 0; d < inType.getRank(); ++d)
+      if (d != cd && inType.isDynamicDim(d))
+        return op->emitError("uneven all_to_all with several dynamic dims"),
+               failure();
+    SmallVector<int64_t> concatSizes;
+    for (int64_t i = 0; i < n; ++i)
+      concatSizes.push_back(
+          inType.isDynamicDim(cd)
+              ? ::shardx::chunkInterval(outType.getDimSize(cd), n, i).size
+              : inType.getDimSize(cd));
+    SmallVector<int64_t> inShape(inType.getShape());
+    for (int64_t &d : inShape)
+      if (ShapedType::isDynamic(d))
+        d = -1;
+    SmallVector<Value> outDyn;
+    if (outType.isDynamicDim(sd))
+      outDyn.push_back(lookup(loc, groupIndex(loc, axes), sizes));
+    FailureOr<Value> r = flatCall(
+        op, "all_to_all_v", in, outType.getShape(),
+        {int64Array(loc, inShape), int64Array(loc, sizes),
+         int64Array(loc, concatSizes), i64(loc, sd), i64(loc, cd)},
+        axes, outDyn);
+    return r;
+  }
+  // Elements per row of the moved dim.
+  int64_t row = 1;
+  for (int64_t d = 0; d < inType.getRank(); ++d)
+    if (d != dim) {
+      if (inType.isDynamicDim(d))
+        return op->emitError("uneven collective with another dynamic dim"),
+               failure();
+      row *= inType.getDimSize(d);
+    }
+  SmallVector<int64_t> counts;
+  for (int64_t s : sizes)
+    counts.push_back(s * row);
+  if (auto ag = dyn_cast<AllGatherOp>(op)) {
+    Value front = moveDim(loc, in, dim, false);
+    auto frontType = cast<RankedTensorType>(front.getType());
+    SmallVector<int64_t> shape(frontType.getShape());
+    shape[0] = outType.getDimSize(dim);
+    FailureOr<Value> g = flatCall(op, "all_gather_v", front, shape,
+                                  {int64Array(loc, counts)}, ag.getAxes());
+    if (failed(g))
+      return failure();
+    return moveDim(loc, *g, dim, true);
+  }
+  if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+    Value front = moveDim(loc, in, dim, false);
+    auto frontType = cast<RankedTensorType>(front.getType());
+    SmallVector<int64_t> shape(frontType.getShape());
+    shape[0] = ShapedType::kDynamic;
+    Value mine = lookup(loc, groupIndex(loc, axes), sizes);
+    FailureOr<Value> r = flatCall(
+        op, "reduce_scatter_v", front, shape,
+        {i32(loc, reduceCode(rs.getReduction())), int64Array(loc, counts)},
+        rs.getAxes(), ValueRange{mine});
+    if (failed(r))
+      return failure();
+    Value back = moveDim(loc, *r, dim, true);
+    if (back.getType() != outType)
+      back = tensor::CastOp::create(b, loc, outType, back);
+    return back;
+  }
+  if (auto chunk = dyn_cast<ChunkOp>(op)) {
+    SmallVector<int64_t> prefix;
+    int64_t acc = 0;
+    for (int64_t s : sizes) {
+      prefix.push_back(acc);
+      acc += s;
+    }
+    Value j = groupIndex(loc, axes);
+    Value offset = lookup(loc, j, prefix), length = lookup(loc, j, sizes);
+    SmallVector<OpFoldResult> offsets(inType.getRank(), b.getIndexAttr(0));
+    SmallVector<OpFoldResult> lengths, strides(inType.getRank(),
+                                               b.getIndexAttr(1));
+    for (int64_t d = 0; d < inType.getRank(); ++d)
+      lengths.push_back(d == dim ? OpFoldResult(length)
+                                 : OpFoldResult(b.getIndexAttr(
+                                       inType.getDimSize(d))));
+    offsets[dim] = offset;
+    SmallVector<int64_t> sliceShape(inType.getShape());
+    sliceShape[dim] = ShapedType::kDynamic;
+    Value slice = tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get(sliceShape, inType.getElementType()), in,
+        offsets, lengths, strides);
+    if (slice.getType() != outType)
+      slice = tensor::CastOp::create(b, loc, outType, slice);
+    return slice;
+  }
+  return op->emitError("uneven '") << op->getName()
+                                   << "' is not supported by the CPU back end",
          failure();
 }
 

@@ -283,7 +283,10 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
   for (size_t i = 0; i < localInputs.size(); ++i) {
     const HostTensor &t = localInputs[i];
     const TensorSpec &spec = entry.inputs[i];
-    if (t.shape != spec.shape)
+    bool shapeOk = t.shape.size() == spec.shape.size();
+    for (size_t d = 0; shapeOk && d < t.shape.size(); ++d)
+      shapeOk = spec.shape[d] < 0 || spec.shape[d] == t.shape[d];
+    if (!shapeOk)
       return Status::error("input " + std::to_string(i) + " of " + entry.name +
                            " has the wrong local shape");
     buffers.push_back(t.data);

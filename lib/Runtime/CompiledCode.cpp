@@ -106,6 +106,94 @@ void allGather(const T *in, int64_t count, T *out,
 }
 
 template <typename T>
+void allGatherV(const T *in, T *out, const int64_t *counts, int64_t n,
+                std::vector<int64_t> axes) {
+  check(comm().allGather(in, out, std::vector<size_t>(counts, counts + n),
+                         dtypeOf<T>(), axes),
+        "all_gather");
+}
+
+template <typename T>
+void reduceScatterV(const T *in, T *out, const int64_t *counts, int64_t n,
+                    int32_t reduce, std::vector<int64_t> axes) {
+  check(comm().reduceScatter(in, out, std::vector<size_t>(counts, counts + n),
+                             dtypeOf<T>(), toReduce(reduce), axes),
+        "reduce_scatter");
+}
+
+/// All-to-all with uneven pieces: splits the input along `splitDim` into
+/// `splitSizes` pieces (one per member), exchanges, and concatenates the
+/// received pieces along `concatDim` (member i's piece has `concatSizes[i]`
+/// there). `inShape` has -1 for the (dynamic) concat dim.
+template <typename T>
+void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
+               const int64_t *splitSizes, const int64_t *concatSizes,
+               int64_t n, int64_t splitDim, int64_t concatDim,
+               std::vector<int64_t> axes) {
+  int64_t me = comm().getGroupIndex(axes);
+  std::vector<int64_t> inShape(inShapeIn, inShapeIn + rank);
+  if (inShape[concatDim] < 0)
+    inShape[concatDim] = concatSizes[me];
+  auto prod = [](const std::vector<int64_t> &s, int64_t lo, int64_t hi) {
+    int64_t p = 1;
+    for (int64_t i = lo; i < hi; ++i)
+      p *= s[i];
+    return p;
+  };
+  // Pack: the pieces along splitDim, one after another.
+  int64_t outer = prod(inShape, 0, splitDim), mid = inShape[splitDim],
+          inner = prod(inShape, splitDim + 1, rank);
+  std::vector<T> send(static_cast<size_t>(outer * mid * inner));
+  std::vector<size_t> sendCounts, recvCounts;
+  size_t pos = 0;
+  int64_t off = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(send.data() + pos, in + (o * mid + off) * inner,
+                  sizeof(T) * splitSizes[j] * inner);
+      pos += splitSizes[j] * inner;
+    }
+    sendCounts.push_back(splitSizes[j] * outer * inner);
+    off += splitSizes[j];
+  }
+  // Receive: member i's piece has splitSizes[me] along splitDim and
+  // concatSizes[i] along concatDim.
+  std::vector<int64_t> piece = inShape;
+  piece[splitDim] = splitSizes[me];
+  int64_t pieceElems = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != concatDim)
+      pieceElems *= piece[i];
+  size_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    recvCounts.push_back(pieceElems * concatSizes[i]);
+    total += recvCounts.back();
+  }
+  std::vector<T> recv(total + 1);
+  check(comm().allToAll(send.data(), sendCounts, recv.data(), recvCounts,
+                        dtypeOf<T>(), axes),
+        "all_to_all");
+  // Unpack along concatDim.
+  std::vector<int64_t> outShape = piece;
+  int64_t concatTotal = 0;
+  for (int64_t i = 0; i < n; ++i)
+    concatTotal += concatSizes[i];
+  outShape[concatDim] = concatTotal;
+  int64_t cOuter = prod(outShape, 0, concatDim),
+          cInner = prod(outShape, concatDim + 1, rank);
+  size_t src = 0;
+  int64_t coff = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < cOuter; ++o) {
+      std::memcpy(out + (o * concatTotal + coff) * cInner, recv.data() + src,
+                  sizeof(T) * concatSizes[i] * cInner);
+      src += concatSizes[i] * cInner;
+    }
+    coff += concatSizes[i];
+  }
+}
+
+template <typename T>
 void reduceScatter(const T *in, T *out, int64_t recvCount, int32_t reduce,
                    std::vector<int64_t> axes) {
   int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
@@ -198,6 +286,25 @@ int64_t shardx_rt_cg_axis_index(AXES) {
   void shardx_rt_cg_reduce_scatter_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),   \
                                             int32_t reduce, AXES) {            \
     reduceScatter(in + in_off, out + out_off, out_size, reduce, AXES_VEC);    \
+  }                                                                            \
+  void shardx_rt_cg_all_gather_v_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),     \
+                                          MEMREF1(int64_t, counts), AXES) {    \
+    allGatherV(in + in_off, out + out_off, counts + counts_off, counts_size,  \
+               AXES_VEC);                                                      \
+  }                                                                            \
+  void shardx_rt_cg_reduce_scatter_v_##SUFFIX(                                 \
+      MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
+      MEMREF1(int64_t, counts), AXES) {                                        \
+    reduceScatterV(in + in_off, out + out_off, counts + counts_off,           \
+                   counts_size, reduce, AXES_VEC);                             \
+  }                                                                            \
+  void shardx_rt_cg_all_to_all_v_##SUFFIX(                                     \
+      MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, shape),                \
+      MEMREF1(int64_t, split), MEMREF1(int64_t, concat), int64_t splitDim,     \
+      int64_t concatDim, AXES) {                                               \
+    allToAllV(in + in_off, out + out_off, shape + shape_off, shape_size,      \
+              split + split_off, concat + concat_off, split_size, splitDim,    \
+              concatDim, AXES_VEC);                                            \
   }                                                                            \
   void shardx_rt_cg_all_to_all_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \

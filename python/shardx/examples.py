@@ -156,6 +156,64 @@ def dp_train() -> str:
     return trace(step, step.example_args([x], y), mesh, ins, outs, name="dp_train")
 
 
+def _dp_uneven(n: int) -> str:
+    torch.manual_seed(0)
+    mesh = Mesh((n,), ("dp",))
+    step = TrainStep(models.mlp(16, 32, 16, act=nn.Tanh), F.mse_loss, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {}, [[S(0)]], [S(0)])
+    return trace(step, step.example_args([torch.randn(7, 16)], torch.randn(7, 16)), mesh, ins, outs,
+                 name=f"dp_uneven_{n}")
+
+
+def dp_uneven_2() -> str:
+    """Data parallel MLP train step with 7 rows on 2 ranks (4 + 3)."""
+    return _dp_uneven(2)
+
+
+def dp_uneven_4() -> str:
+    """Data parallel MLP train step with 7 rows on 4 ranks (2 + 2 + 2 + 1)."""
+    return _dp_uneven(4)
+
+
+def fsdp_uneven() -> str:
+    """FSDP MLP train step (Adam) on dp=4 with 30 hidden units: parameters
+    split unevenly on dim 0 (8, 8, 8, 6), batch split evenly."""
+    torch.manual_seed(0)
+    mesh = Mesh((4,), ("dp",))
+    step = TrainStep(models.mlp(16, 30, 16), F.mse_loss, "adam", lr=1e-3)
+    ins, outs = step.placements(mesh, {"0.weight": [S(0)], "0.bias": [S(0)], "2.weight": [S(0)],
+                                       "2.bias": [S(0)]}, [[S(0)]], [S(0)])
+    return trace(step, step.example_args([torch.randn(8, 16)], torch.randn(8, 16)), mesh, ins, outs,
+                 name="fsdp_uneven")
+
+
+def megatron_uneven() -> str:
+    """Megatron MLP train step on tp=4 with 30 hidden units (8, 8, 8, 6 per
+    rank), the input's gradient a result."""
+    torch.manual_seed(0)
+    mesh = Mesh((4,), ("tp",))
+    module = models.mlp(16, 30, 16, act=nn.GELU)
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {"0.weight": [S(0)], "0.bias": [S(0)], "2.weight": [S(1)]},
+                                [[R()]], [R()])
+    return trace(step, step.example_args([torch.randn(8, 16)], torch.randn(8, 16)), mesh, ins, outs,
+                 name="megatron_uneven")
+
+
+def vocab_parallel_ce() -> str:
+    """Classifier train step (SGD) with the output layer column-parallel on
+    tp=4 (10 classes: 3, 3, 3, 1 per rank) and cross-entropy: a log-softmax
+    over a split dim and a one-hot backward that needs each rank's class
+    offset; batch 6."""
+    torch.manual_seed(0)
+    mesh = Mesh((4,), ("tp",))
+    module = nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 10))
+    step = TrainStep(module, F.cross_entropy, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {"2.weight": [S(0)], "2.bias": [S(0)]}, [[R()]], [R()])
+    x, y = torch.randn(6, 16), torch.randint(0, 10, (6,))
+    return trace(step, step.example_args([x], y), mesh, ins, outs, name="vocab_parallel_ce")
+
+
 def unannotated_train() -> str:
     """MLP train step (Adam) with no mesh and no layouts."""
     torch.manual_seed(0)
@@ -170,6 +228,11 @@ TEST_PROGRAMS = {
     "megatron_attention_train.mlir": megatron_attention_train,
     "dp_train.mlir": dp_train,
     "unannotated_train.mlir": unannotated_train,
+    "dp_uneven_2.mlir": dp_uneven_2,
+    "dp_uneven_4.mlir": dp_uneven_4,
+    "fsdp_uneven.mlir": fsdp_uneven,
+    "megatron_uneven.mlir": megatron_uneven,
+    "vocab_parallel_ce.mlir": vocab_parallel_ce,
 }
 
 EXAMPLES = {

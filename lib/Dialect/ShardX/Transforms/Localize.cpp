@@ -32,6 +32,8 @@ struct Localizer {
   FlatSymbolRefAttr meshRef;
   std::vector<int64_t> meshShape;
   int64_t meshRank;
+  /// Global types of values already given their local type.
+  DenseMap<Value, RankedTensorType> globalTypes;
 
   Layout layoutOf(Value v) {
     if (LayoutAttr a = getRecordedLayout(v))
@@ -51,13 +53,75 @@ struct Localizer {
       return failure();
     }
     RankedTensorType local = getLocalType(global, layout, meshShape);
-    if (!local.hasStaticShape()) {
-      where->emitError() << "uneven shards of " << global << " under "
-                         << LayoutAttr::get(meshRef, layout)
-                         << " are not supported by shardx-localize yet";
-      return failure();
-    }
+    for (int64_t d = 0; d < local.getRank(); ++d)
+      if (local.isDynamicDim(d))
+        if (const auto *ds = layout.getDim(d))
+          if (ds->sizes.empty() &&
+              llvm::any_of(ds->splits, [](const ::shardx::Split &s) {
+                return s.stride != 1;
+              })) {
+            where->emitError() << "uneven strided shards of " << global
+                               << " under " << LayoutAttr::get(meshRef, layout)
+                               << " cannot be expanded";
+            return failure();
+          }
     return local;
+  }
+
+  /// The offset and size (index values) of this rank's piece of a dim of
+  /// global size `size` split by `ds` (stride-1 splits or explicit sizes).
+  std::pair<Value, Value> emitPiece(OpBuilder &b, Location loc,
+                                    const ::shardx::DimSharding &ds,
+                                    int64_t size) {
+    auto cst = [&](int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    if (!ds.sizes.empty()) {
+      SmallVector<int64_t> axes;
+      for (const ::shardx::Split &s : ds.splits)
+        axes.push_back(s.axis);
+      Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
+                                    b.getDenseI64ArrayAttr(axes));
+      Value offset = cst(0), length = cst(ds.sizes[0]);
+      int64_t prefix = 0;
+      for (auto [i, sz] : llvm::enumerate(ds.sizes)) {
+        Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j,
+                                          cst(i));
+        offset = arith::SelectOp::create(b, loc, hit, cst(prefix), offset);
+        length = arith::SelectOp::create(b, loc, hit, cst(sz), length);
+        prefix += sz;
+      }
+      return {offset, length};
+    }
+    // Nested torch.chunk: ceil-sized chunks, major split first.
+    Value offset = cst(0), length = cst(size);
+    for (const ::shardx::Split &s : ds.splits) {
+      int64_t n = meshShape[s.axis];
+      Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
+                                    b.getDenseI64ArrayAttr({s.axis}));
+      Value chunk = arith::CeilDivUIOp::create(b, loc, length, cst(n));
+      Value lo = arith::MinUIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, j, chunk), length);
+      Value hi = arith::MinUIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, lo, chunk), length);
+      offset = arith::AddIOp::create(b, loc, offset, lo);
+      length = arith::SubIOp::create(b, loc, hi, lo);
+    }
+    return {offset, length};
+  }
+
+  /// The dynamic sizes of `local` (the local type of `global` under
+  /// `layout`), in dim order.
+  SmallVector<Value> dynamicSizes(OpBuilder &b, Location loc,
+                                  RankedTensorType global,
+                                  RankedTensorType local,
+                                  const Layout &layout) {
+    SmallVector<Value> sizes;
+    for (int64_t d = 0; d < local.getRank(); ++d)
+      if (local.isDynamicDim(d))
+        sizes.push_back(
+            emitPiece(b, loc, *layout.getDim(d), global.getDimSize(d)).second);
+    return sizes;
   }
 
   /// Adds the rank's offset to `linalg.index` ops of sharded loops.
@@ -84,29 +148,24 @@ struct Localizer {
             continue;
           if (const auto *ds = layout.getDim(k)) {
             sharding = *ds;
-            extent = cast<RankedTensorType>(global.getType()).getDimSize(k);
+            auto it = globalTypes.find(global);
+            extent = (it != globalTypes.end()
+                          ? it->second
+                          : cast<RankedTensorType>(global.getType()))
+                         .getDimSize(k);
           }
         }
       }
       if (!sharding)
         continue;
-      if (!sharding->sizes.empty() ||
+      if (sharding->sizes.empty() &&
           llvm::any_of(sharding->splits,
                        [](const ::shardx::Split &s) { return s.stride != 1; }))
-        return op.emitError("linalg.index of a loop with a strided or uneven "
-                            "split cannot be expanded");
+        return op.emitError("linalg.index of a loop with a strided split "
+                            "cannot be expanded");
       OpBuilder b(op);
-      SmallVector<int64_t> axes;
-      int64_t n = 1;
-      for (const ::shardx::Split &s : sharding->splits) {
-        axes.push_back(s.axis);
-        n *= meshShape[s.axis];
-      }
       Location loc = index.getLoc();
-      Value coord = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
-                                        b.getDenseI64ArrayAttr(axes));
-      Value size = arith::ConstantIndexOp::create(b, loc, extent / n);
-      Value offset = arith::MulIOp::create(b, loc, coord, size);
+      Value offset = emitPiece(b, loc, *sharding, extent).first;
       b.setInsertionPointAfter(index);
       auto add = arith::AddIOp::create(b, loc, index.getResult(), offset);
       index.getResult().replaceAllUsesExcept(add.getResult(), add);
@@ -129,6 +188,7 @@ struct Localizer {
       FailureOr<RankedTensorType> local = localType(arg, fn);
       if (failed(local))
         return failure();
+      globalTypes[arg] = cast<RankedTensorType>(arg.getType());
       arg.setType(*local);
     }
     for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
@@ -156,15 +216,56 @@ struct Localizer {
       // Collectives already work on local types.
       if (op.getDialect() && op.getDialect()->getNamespace() == "shardx")
         continue;
+      SmallVector<RankedTensorType> globals;
       for (OpResult r : op.getResults()) {
         if (!isa<RankedTensorType>(r.getType()))
           continue;
+        globals.push_back(cast<RankedTensorType>(r.getType()));
         FailureOr<RankedTensorType> local = localType(r, &op);
         if (failed(local))
           return failure();
+        globalTypes[r] = globals.back();
         r.setType(*local);
       }
+      if (auto empty = dyn_cast<tensor::EmptyOp>(op)) {
+        RankedTensorType local = empty.getType();
+        if (!local.hasStaticShape()) {
+          OpBuilder ob(&op);
+          Layout layout = layoutOf(empty.getResult());
+          SmallVector<Value> sizes =
+              dynamicSizes(ob, op.getLoc(), globals[0], local, layout);
+          auto fresh = tensor::EmptyOp::create(ob, op.getLoc(), local, sizes);
+          fresh->setAttrs(op.getAttrDictionary());
+          globalTypes[fresh.getResult()] = globals[0];
+          empty.getResult().replaceAllUsesWith(fresh.getResult());
+          op.erase();
+          continue;
+        }
+      }
       if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
+        RankedTensorType local = expand.getResultType();
+        if (!local.hasStaticShape()) {
+          OpBuilder ob(&op);
+          Layout layout = layoutOf(expand.getResult());
+          SmallVector<Value> sizes =
+              dynamicSizes(ob, op.getLoc(), globals[0], local, layout);
+          SmallVector<OpFoldResult> shape;
+          unsigned next = 0;
+          for (int64_t d = 0; d < local.getRank(); ++d)
+            shape.push_back(local.isDynamicDim(d)
+                                ? OpFoldResult(sizes[next++])
+                                : OpFoldResult(ob.getIndexAttr(
+                                      local.getDimSize(d))));
+          auto fresh = tensor::ExpandShapeOp::create(
+              ob, op.getLoc(), local, expand.getSrc(),
+              expand.getReassociationIndices(), shape);
+          fresh->setAttr(ShardXDialect::getLayoutsAttrName(),
+                         op.getAttr(ShardXDialect::getLayoutsAttrName()));
+          globalTypes[fresh.getResult()] = globals[0];
+          expand.getResult().replaceAllUsesWith(fresh.getResult());
+          op.erase();
+          continue;
+        }
         expand.setStaticOutputShape(expand.getResultType().getShape());
       } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
         auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
@@ -185,6 +286,10 @@ struct Localizer {
                  })) {
         // Ops with regions (scf) run replicated: their types do not change.
       }
+      op.removeAttr(ShardXDialect::getLayoutsAttrName());
+      op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
+    }
+    for (Operation &op : body) {
       op.removeAttr(ShardXDialect::getLayoutsAttrName());
       op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
     }

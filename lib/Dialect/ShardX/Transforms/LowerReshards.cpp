@@ -92,6 +92,25 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
   auto optionalSizes = [&](ArrayRef<int64_t> sizes) -> DenseI64ArrayAttr {
     return sizes.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(sizes);
   };
+  // torch.chunk pieces of `dim` of the current local tensor over the group
+  // of `axes` when they are not all equal (and the split is not strided).
+  auto chunkSizes = [&](const ::shardx::Step &step, int64_t dim,
+                        int64_t stride) -> SmallVector<int64_t> {
+    if (!step.sizes.empty())
+      return SmallVector<int64_t>(step.sizes.begin(), step.sizes.end());
+    auto type = cast<RankedTensorType>(current.getType());
+    int64_t size = type.getDimSize(dim), n = 1;
+    for (int64_t a : step.axes)
+      n *= meshShape[a];
+    if (stride != 1 || ShapedType::isDynamic(size) || size % n == 0)
+      return {};
+    SmallVector<int64_t> sizes;
+    for (int64_t j = 0; j < n; ++j) {
+      ::shardx::Interval piece = ::shardx::chunkInterval(size, n, j);
+      sizes.push_back(piece.size);
+    }
+    return sizes;
+  };
   for (const ::shardx::Step &step : plan.steps) {
     RankedTensorType type = getLocalType(global, step.after, meshShape);
     DenseI64ArrayAttr axes = b.getDenseI64ArrayAttr(step.axes);
@@ -110,7 +129,8 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
     case ::shardx::Step::Kind::ReduceScatter:
       current = ReduceScatterOp::create(
           b, loc, type, current, mesh, axes, i64(step.dim), reduction(),
-          i64(step.outer), optionalSizes(step.sizes));
+          i64(step.outer),
+          optionalSizes(chunkSizes(step, step.dim, step.outer)));
       break;
     case ::shardx::Step::Kind::AllReduce:
       current =
@@ -119,12 +139,13 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
     case ::shardx::Step::Kind::AllToAll:
       current = AllToAllOp::create(
           b, loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
-          i64(step.splitOuter), i64(step.outer), optionalSizes(step.sizes));
+          i64(step.splitOuter), i64(step.outer),
+          optionalSizes(chunkSizes(step, step.splitDim, step.splitOuter)));
       break;
     case ::shardx::Step::Kind::Chunk:
-      current =
-          ChunkOp::create(b, loc, type, current, mesh, axes, i64(step.dim),
-                          i64(step.outer), optionalSizes(step.sizes));
+      current = ChunkOp::create(
+          b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
+          optionalSizes(chunkSizes(step, step.dim, step.outer)));
       break;
     case ::shardx::Step::Kind::PartitionValue:
       current = PartitionValueOp::create(b, loc, type, current, mesh, axes,

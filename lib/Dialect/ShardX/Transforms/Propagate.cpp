@@ -959,6 +959,25 @@ struct InsertReshardsPass
         }
         continue;
       }
+      // Tensors read from inside regions (captured) must be whole.
+      if (op.getNumRegions() > 0) {
+        SmallVector<OpOperand *> captured;
+        op.walk([&](Operation *inner) {
+          if (inner == &op)
+            return;
+          for (OpOperand &use : inner->getOpOperands()) {
+            Value v = use.get();
+            if (isa<RankedTensorType>(v.getType()) &&
+                v.getParentRegion()->getParentOp() != &op &&
+                !op.isProperAncestor(v.getParentRegion()->getParentOp()))
+              captured.push_back(&use);
+          }
+        });
+        for (OpOperand *use : captured)
+          use->set(materialize(use->get(),
+                               LayoutAttr::get(meshRef, Layout(meshRank)),
+                               &op));
+      }
       if (!op.hasAttr(ShardXDialect::getOperandLayoutsAttrName()))
         continue;
       for (OpOperand &o : op.getOpOperands()) {
