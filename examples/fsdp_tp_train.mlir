@@ -153,608 +153,604 @@ func.func @fsdp_tp_train(
     %s118 = arith.addf %a116, %o117 : f32
     linalg.yield %s118 : f32
   } -> tensor<16xf32>
-  %v120 = tensor.expand_shape %v119 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v121 = tensor.collapse_shape %v120 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e122 = tensor.empty() : tensor<16x32xf32>
-  %v123 = linalg.transpose ins(%v112 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0]
-  %e124 = tensor.empty() : tensor<8x32xf32>
-  %v129 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e124 : tensor<8x32xf32>) {
-  ^bb0(%a125: f32, %o126: f32):
-    %s127 = arith.constant 0x3F3504F3 : f32
-    %s128 = arith.mulf %a125, %s127 : f32
-    linalg.yield %s128 : f32
+  %e121 = tensor.empty() : tensor<16x32xf32>
+  %v122 = linalg.transpose ins(%v112 : tensor<32x16xf32>) outs(%e121 : tensor<16x32xf32>) permutation = [1, 0]
+  %e123 = tensor.empty() : tensor<8x32xf32>
+  %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e123 : tensor<8x32xf32>) {
+  ^bb0(%a124: f32, %o125: f32):
+    %s126 = arith.constant 0x3F3504F3 : f32
+    %s127 = arith.mulf %a124, %s126 : f32
+    linalg.yield %s127 : f32
   } -> tensor<8x32xf32>
-  %e130 = tensor.empty() : tensor<8x32xf32>
-  %v134 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v129 : tensor<8x32xf32>) outs(%e130 : tensor<8x32xf32>) {
-  ^bb0(%a131: f32, %o132: f32):
-    %s133 = math.erf %a131 : f32
-    linalg.yield %s133 : f32
+  %e129 = tensor.empty() : tensor<8x32xf32>
+  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x32xf32>) outs(%e129 : tensor<8x32xf32>) {
+  ^bb0(%a130: f32, %o131: f32):
+    %s132 = math.erf %a130 : f32
+    linalg.yield %s132 : f32
   } -> tensor<8x32xf32>
-  %e135 = tensor.empty() : tensor<8x32xf32>
-  %v140 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v134 : tensor<8x32xf32>) outs(%e135 : tensor<8x32xf32>) {
-  ^bb0(%a136: f32, %o137: f32):
-    %s138 = arith.constant 0x3F800000 : f32
-    %s139 = arith.addf %a136, %s138 : f32
-    linalg.yield %s139 : f32
+  %e134 = tensor.empty() : tensor<8x32xf32>
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x32xf32>) outs(%e134 : tensor<8x32xf32>) {
+  ^bb0(%a135: f32, %o136: f32):
+    %s137 = arith.constant 0x3F800000 : f32
+    %s138 = arith.addf %a135, %s137 : f32
+    linalg.yield %s138 : f32
   } -> tensor<8x32xf32>
-  %e141 = tensor.empty() : tensor<8x32xf32>
-  %v146 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v140 : tensor<8x32xf32>) outs(%e141 : tensor<8x32xf32>) {
-  ^bb0(%a142: f32, %o143: f32):
-    %s144 = arith.constant 0x3F000000 : f32
-    %s145 = arith.mulf %a142, %s144 : f32
-    linalg.yield %s145 : f32
+  %e140 = tensor.empty() : tensor<8x32xf32>
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x32xf32>) outs(%e140 : tensor<8x32xf32>) {
+  ^bb0(%a141: f32, %o142: f32):
+    %s143 = arith.constant 0x3F000000 : f32
+    %s144 = arith.mulf %a141, %s143 : f32
+    linalg.yield %s144 : f32
   } -> tensor<8x32xf32>
-  %e147 = tensor.empty() : tensor<8x32xf32>
-  %v152 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e147 : tensor<8x32xf32>) {
-  ^bb0(%a148: f32, %a149: f32, %o150: f32):
-    %s151 = arith.mulf %a148, %a149 : f32
-    linalg.yield %s151 : f32
+  %e146 = tensor.empty() : tensor<8x32xf32>
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e146 : tensor<8x32xf32>) {
+  ^bb0(%a147: f32, %a148: f32, %o149: f32):
+    %s150 = arith.mulf %a147, %a148 : f32
+    linalg.yield %s150 : f32
   } -> tensor<8x32xf32>
-  %e153 = tensor.empty() : tensor<8x32xf32>
-  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v152 : tensor<8x32xf32>) outs(%e153 : tensor<8x32xf32>) {
-  ^bb0(%a154: f32, %o155: f32):
-    %s156 = arith.constant 0xBF000000 : f32
-    %s157 = arith.mulf %a154, %s156 : f32
-    linalg.yield %s157 : f32
+  %e152 = tensor.empty() : tensor<8x32xf32>
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x32xf32>) outs(%e152 : tensor<8x32xf32>) {
+  ^bb0(%a153: f32, %o154: f32):
+    %s155 = arith.constant 0xBF000000 : f32
+    %s156 = arith.mulf %a153, %s155 : f32
+    linalg.yield %s156 : f32
   } -> tensor<8x32xf32>
-  %e159 = tensor.empty() : tensor<8x32xf32>
-  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v158 : tensor<8x32xf32>) outs(%e159 : tensor<8x32xf32>) {
-  ^bb0(%a160: f32, %o161: f32):
-    %s162 = math.exp %a160 : f32
-    linalg.yield %s162 : f32
+  %e158 = tensor.empty() : tensor<8x32xf32>
+  %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x32xf32>) outs(%e158 : tensor<8x32xf32>) {
+  ^bb0(%a159: f32, %o160: f32):
+    %s161 = math.exp %a159 : f32
+    linalg.yield %s161 : f32
   } -> tensor<8x32xf32>
-  %e164 = tensor.empty() : tensor<8x32xf32>
-  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163 : tensor<8x32xf32>) outs(%e164 : tensor<8x32xf32>) {
-  ^bb0(%a165: f32, %o166: f32):
-    %s167 = arith.constant 0x3ECC422A : f32
-    %s168 = arith.mulf %a165, %s167 : f32
-    linalg.yield %s168 : f32
+  %e163 = tensor.empty() : tensor<8x32xf32>
+  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x32xf32>) outs(%e163 : tensor<8x32xf32>) {
+  ^bb0(%a164: f32, %o165: f32):
+    %s166 = arith.constant 0x3ECC422A : f32
+    %s167 = arith.mulf %a164, %s166 : f32
+    linalg.yield %s167 : f32
   } -> tensor<8x32xf32>
-  %e170 = tensor.empty() : tensor<8x32xf32>
-  %v175 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v169 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e170 : tensor<8x32xf32>) {
-  ^bb0(%a171: f32, %a172: f32, %o173: f32):
-    %s174 = arith.mulf %a171, %a172 : f32
-    linalg.yield %s174 : f32
+  %e169 = tensor.empty() : tensor<8x32xf32>
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e169 : tensor<8x32xf32>) {
+  ^bb0(%a170: f32, %a171: f32, %o172: f32):
+    %s173 = arith.mulf %a170, %a171 : f32
+    linalg.yield %s173 : f32
   } -> tensor<8x32xf32>
-  %e176 = tensor.empty() : tensor<8x32xf32>
-  %v181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v146, %v175 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e176 : tensor<8x32xf32>) {
-  ^bb0(%a177: f32, %a178: f32, %o179: f32):
-    %s180 = arith.addf %a177, %a178 : f32
-    linalg.yield %s180 : f32
+  %e175 = tensor.empty() : tensor<8x32xf32>
+  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e175 : tensor<8x32xf32>) {
+  ^bb0(%a176: f32, %a177: f32, %o178: f32):
+    %s179 = arith.addf %a176, %a177 : f32
+    linalg.yield %s179 : f32
   } -> tensor<8x32xf32>
-  %e182 = tensor.empty() : tensor<8x32xf32>
-  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v181 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e182 : tensor<8x32xf32>) {
-  ^bb0(%a183: f32, %a184: f32, %o185: f32):
-    %s186 = arith.mulf %a183, %a184 : f32
-    linalg.yield %s186 : f32
+  %e181 = tensor.empty() : tensor<8x32xf32>
+  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e181 : tensor<8x32xf32>) {
+  ^bb0(%a182: f32, %a183: f32, %o184: f32):
+    %s185 = arith.mulf %a182, %a183 : f32
+    linalg.yield %s185 : f32
   } -> tensor<8x32xf32>
-  %e188 = tensor.empty() : tensor<32x8xf32>
-  %v189 = linalg.transpose ins(%v187 : tensor<8x32xf32>) outs(%e188 : tensor<32x8xf32>) permutation = [1, 0]
-  %e190 = tensor.empty() : tensor<32x16xf32>
-  %c191 = arith.constant 0x00000000 : f32
-  %v192 = linalg.fill ins(%c191 : f32) outs(%e190 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v193 = linalg.matmul ins(%v189, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v192 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e194 = tensor.empty() : tensor<16x32xf32>
-  %v195 = linalg.transpose ins(%v193 : tensor<32x16xf32>) outs(%e194 : tensor<16x32xf32>) permutation = [1, 0]
-  %e196 = tensor.empty() : tensor<32xf32>
-  %c197 = arith.constant 0x00000000 : f32
-  %v198 = linalg.fill ins(%c197 : f32) outs(%e196 : tensor<32xf32>) -> tensor<32xf32>
-  %v202 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v187 : tensor<8x32xf32>) outs(%v198 : tensor<32xf32>) {
-  ^bb0(%a199: f32, %o200: f32):
-    %s201 = arith.addf %a199, %o200 : f32
-    linalg.yield %s201 : f32
+  %e187 = tensor.empty() : tensor<32x8xf32>
+  %v188 = linalg.transpose ins(%v186 : tensor<8x32xf32>) outs(%e187 : tensor<32x8xf32>) permutation = [1, 0]
+  %e189 = tensor.empty() : tensor<32x16xf32>
+  %c190 = arith.constant 0x00000000 : f32
+  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v192 = linalg.matmul ins(%v188, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e193 = tensor.empty() : tensor<16x32xf32>
+  %v194 = linalg.transpose ins(%v192 : tensor<32x16xf32>) outs(%e193 : tensor<16x32xf32>) permutation = [1, 0]
+  %e195 = tensor.empty() : tensor<32xf32>
+  %c196 = arith.constant 0x00000000 : f32
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<32xf32>) -> tensor<32xf32>
+  %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x32xf32>) outs(%v197 : tensor<32xf32>) {
+  ^bb0(%a198: f32, %o199: f32):
+    %s200 = arith.addf %a198, %o199 : f32
+    linalg.yield %s200 : f32
   } -> tensor<32xf32>
-  %v203 = tensor.expand_shape %v202 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
-  %e205 = tensor.empty() : tensor<32x16xf32>
-  %v206 = linalg.transpose ins(%v195 : tensor<16x32xf32>) outs(%e205 : tensor<32x16xf32>) permutation = [1, 0]
-  %e207 = tensor.empty() : tensor<f32>
-  %v212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e207 : tensor<f32>) {
-  ^bb0(%a208: f32, %o209: f32):
-    %s210 = arith.constant 0x3F800000 : f32
-    %s211 = arith.addf %a208, %s210 : f32
-    linalg.yield %s211 : f32
+  %e203 = tensor.empty() : tensor<32x16xf32>
+  %v204 = linalg.transpose ins(%v194 : tensor<16x32xf32>) outs(%e203 : tensor<32x16xf32>) permutation = [1, 0]
+  %e205 = tensor.empty() : tensor<f32>
+  %v210 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e205 : tensor<f32>) {
+  ^bb0(%a206: f32, %o207: f32):
+    %s208 = arith.constant 0x3F800000 : f32
+    %s209 = arith.addf %a206, %s208 : f32
+    linalg.yield %s209 : f32
   } -> tensor<f32>
-  %e213 = tensor.empty() : tensor<f32>
-  %v218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e213 : tensor<f32>) {
-  ^bb0(%a214: f32, %o215: f32):
-    %s216 = arith.constant 0x3F800000 : f32
-    %s217 = arith.addf %a214, %s216 : f32
-    linalg.yield %s217 : f32
+  %e211 = tensor.empty() : tensor<f32>
+  %v216 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e211 : tensor<f32>) {
+  ^bb0(%a212: f32, %o213: f32):
+    %s214 = arith.constant 0x3F800000 : f32
+    %s215 = arith.addf %a212, %s214 : f32
+    linalg.yield %s215 : f32
   } -> tensor<f32>
-  %e219 = tensor.empty() : tensor<f32>
-  %v224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e219 : tensor<f32>) {
-  ^bb0(%a220: f32, %o221: f32):
-    %s222 = arith.constant 0x3F800000 : f32
-    %s223 = arith.addf %a220, %s222 : f32
-    linalg.yield %s223 : f32
+  %e217 = tensor.empty() : tensor<f32>
+  %v222 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e217 : tensor<f32>) {
+  ^bb0(%a218: f32, %o219: f32):
+    %s220 = arith.constant 0x3F800000 : f32
+    %s221 = arith.addf %a218, %s220 : f32
+    linalg.yield %s221 : f32
   } -> tensor<f32>
-  %e225 = tensor.empty() : tensor<f32>
-  %v230 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e225 : tensor<f32>) {
-  ^bb0(%a226: f32, %o227: f32):
-    %s228 = arith.constant 0x3F800000 : f32
-    %s229 = arith.addf %a226, %s228 : f32
-    linalg.yield %s229 : f32
+  %e223 = tensor.empty() : tensor<f32>
+  %v228 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e223 : tensor<f32>) {
+  ^bb0(%a224: f32, %o225: f32):
+    %s226 = arith.constant 0x3F800000 : f32
+    %s227 = arith.addf %a224, %s226 : f32
+    linalg.yield %s227 : f32
   } -> tensor<f32>
-  %e231 = tensor.empty() : tensor<32x16xf32>
-  %v236 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<32x16xf32>) outs(%e231 : tensor<32x16xf32>) {
-  ^bb0(%a232: f32, %o233: f32):
-    %s234 = arith.constant 0x3F7FFF58 : f32
-    %s235 = arith.mulf %a232, %s234 : f32
-    linalg.yield %s235 : f32
+  %e229 = tensor.empty() : tensor<32x16xf32>
+  %v234 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<32x16xf32>) outs(%e229 : tensor<32x16xf32>) {
+  ^bb0(%a230: f32, %o231: f32):
+    %s232 = arith.constant 0x3F7FFF58 : f32
+    %s233 = arith.mulf %a230, %s232 : f32
+    linalg.yield %s233 : f32
   } -> tensor<32x16xf32>
-  %e237 = tensor.empty() : tensor<32xf32>
-  %v242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xf32>) outs(%e237 : tensor<32xf32>) {
-  ^bb0(%a238: f32, %o239: f32):
-    %s240 = arith.constant 0x3F7FFF58 : f32
-    %s241 = arith.mulf %a238, %s240 : f32
-    linalg.yield %s241 : f32
+  %e235 = tensor.empty() : tensor<32xf32>
+  %v240 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xf32>) outs(%e235 : tensor<32xf32>) {
+  ^bb0(%a236: f32, %o237: f32):
+    %s238 = arith.constant 0x3F7FFF58 : f32
+    %s239 = arith.mulf %a236, %s238 : f32
+    linalg.yield %s239 : f32
   } -> tensor<32xf32>
-  %e243 = tensor.empty() : tensor<16x32xf32>
-  %v248 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x32xf32>) outs(%e243 : tensor<16x32xf32>) {
-  ^bb0(%a244: f32, %o245: f32):
-    %s246 = arith.constant 0x3F7FFF58 : f32
-    %s247 = arith.mulf %a244, %s246 : f32
-    linalg.yield %s247 : f32
+  %e241 = tensor.empty() : tensor<16x32xf32>
+  %v246 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x32xf32>) outs(%e241 : tensor<16x32xf32>) {
+  ^bb0(%a242: f32, %o243: f32):
+    %s244 = arith.constant 0x3F7FFF58 : f32
+    %s245 = arith.mulf %a242, %s244 : f32
+    linalg.yield %s245 : f32
   } -> tensor<16x32xf32>
-  %e249 = tensor.empty() : tensor<16xf32>
-  %v254 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3 : tensor<16xf32>) outs(%e249 : tensor<16xf32>) {
-  ^bb0(%a250: f32, %o251: f32):
-    %s252 = arith.constant 0x3F7FFF58 : f32
-    %s253 = arith.mulf %a250, %s252 : f32
-    linalg.yield %s253 : f32
+  %e247 = tensor.empty() : tensor<16xf32>
+  %v252 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3 : tensor<16xf32>) outs(%e247 : tensor<16xf32>) {
+  ^bb0(%a248: f32, %o249: f32):
+    %s250 = arith.constant 0x3F7FFF58 : f32
+    %s251 = arith.mulf %a248, %s250 : f32
+    linalg.yield %s251 : f32
   } -> tensor<16xf32>
-  %e255 = tensor.empty() : tensor<32x16xf32>
-  %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v206 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e255 : tensor<32x16xf32>) {
-  ^bb0(%a256: f32, %a257: f32, %o258: f32):
-    %s259 = arith.constant 0x3DCCCCCD : f32
-    %s260 = arith.subf %a257, %a256 : f32
-    %s261 = arith.mulf %s259, %s260 : f32
-    %s262 = arith.addf %a256, %s261 : f32
-    linalg.yield %s262 : f32
+  %e253 = tensor.empty() : tensor<32x16xf32>
+  %v261 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v204 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e253 : tensor<32x16xf32>) {
+  ^bb0(%a254: f32, %a255: f32, %o256: f32):
+    %s257 = arith.constant 0x3DCCCCCD : f32
+    %s258 = arith.subf %a255, %a254 : f32
+    %s259 = arith.mulf %s257, %s258 : f32
+    %s260 = arith.addf %a254, %s259 : f32
+    linalg.yield %s260 : f32
   } -> tensor<32x16xf32>
-  %e264 = tensor.empty() : tensor<32xf32>
-  %v272 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v204 : tensor<32xf32>, tensor<32xf32>) outs(%e264 : tensor<32xf32>) {
-  ^bb0(%a265: f32, %a266: f32, %o267: f32):
-    %s268 = arith.constant 0x3DCCCCCD : f32
-    %s269 = arith.subf %a266, %a265 : f32
-    %s270 = arith.mulf %s268, %s269 : f32
-    %s271 = arith.addf %a265, %s270 : f32
-    linalg.yield %s271 : f32
+  %e262 = tensor.empty() : tensor<32xf32>
+  %v270 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v201 : tensor<32xf32>, tensor<32xf32>) outs(%e262 : tensor<32xf32>) {
+  ^bb0(%a263: f32, %a264: f32, %o265: f32):
+    %s266 = arith.constant 0x3DCCCCCD : f32
+    %s267 = arith.subf %a264, %a263 : f32
+    %s268 = arith.mulf %s266, %s267 : f32
+    %s269 = arith.addf %a263, %s268 : f32
+    linalg.yield %s269 : f32
   } -> tensor<32xf32>
-  %e273 = tensor.empty() : tensor<16x32xf32>
-  %v281 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v123 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e273 : tensor<16x32xf32>) {
-  ^bb0(%a274: f32, %a275: f32, %o276: f32):
-    %s277 = arith.constant 0x3DCCCCCD : f32
-    %s278 = arith.subf %a275, %a274 : f32
-    %s279 = arith.mulf %s277, %s278 : f32
-    %s280 = arith.addf %a274, %s279 : f32
-    linalg.yield %s280 : f32
+  %e271 = tensor.empty() : tensor<16x32xf32>
+  %v279 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v122 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e271 : tensor<16x32xf32>) {
+  ^bb0(%a272: f32, %a273: f32, %o274: f32):
+    %s275 = arith.constant 0x3DCCCCCD : f32
+    %s276 = arith.subf %a273, %a272 : f32
+    %s277 = arith.mulf %s275, %s276 : f32
+    %s278 = arith.addf %a272, %s277 : f32
+    linalg.yield %s278 : f32
   } -> tensor<16x32xf32>
-  %e282 = tensor.empty() : tensor<16xf32>
-  %v290 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v121 : tensor<16xf32>, tensor<16xf32>) outs(%e282 : tensor<16xf32>) {
-  ^bb0(%a283: f32, %a284: f32, %o285: f32):
-    %s286 = arith.constant 0x3DCCCCCD : f32
-    %s287 = arith.subf %a284, %a283 : f32
-    %s288 = arith.mulf %s286, %s287 : f32
-    %s289 = arith.addf %a283, %s288 : f32
-    linalg.yield %s289 : f32
+  %e280 = tensor.empty() : tensor<16xf32>
+  %v288 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e280 : tensor<16xf32>) {
+  ^bb0(%a281: f32, %a282: f32, %o283: f32):
+    %s284 = arith.constant 0x3DCCCCCD : f32
+    %s285 = arith.subf %a282, %a281 : f32
+    %s286 = arith.mulf %s284, %s285 : f32
+    %s287 = arith.addf %a281, %s286 : f32
+    linalg.yield %s287 : f32
   } -> tensor<16xf32>
-  %e291 = tensor.empty() : tensor<32x16xf32>
-  %v296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e291 : tensor<32x16xf32>) {
-  ^bb0(%a292: f32, %o293: f32):
-    %s294 = arith.constant 0x3F7FBE77 : f32
-    %s295 = arith.mulf %a292, %s294 : f32
-    linalg.yield %s295 : f32
+  %e289 = tensor.empty() : tensor<32x16xf32>
+  %v294 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e289 : tensor<32x16xf32>) {
+  ^bb0(%a290: f32, %o291: f32):
+    %s292 = arith.constant 0x3F7FBE77 : f32
+    %s293 = arith.mulf %a290, %s292 : f32
+    linalg.yield %s293 : f32
   } -> tensor<32x16xf32>
-  %e297 = tensor.empty() : tensor<32xf32>
-  %v302 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e297 : tensor<32xf32>) {
-  ^bb0(%a298: f32, %o299: f32):
-    %s300 = arith.constant 0x3F7FBE77 : f32
-    %s301 = arith.mulf %a298, %s300 : f32
-    linalg.yield %s301 : f32
+  %e295 = tensor.empty() : tensor<32xf32>
+  %v300 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e295 : tensor<32xf32>) {
+  ^bb0(%a296: f32, %o297: f32):
+    %s298 = arith.constant 0x3F7FBE77 : f32
+    %s299 = arith.mulf %a296, %s298 : f32
+    linalg.yield %s299 : f32
   } -> tensor<32xf32>
-  %e303 = tensor.empty() : tensor<16x32xf32>
-  %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e303 : tensor<16x32xf32>) {
-  ^bb0(%a304: f32, %o305: f32):
-    %s306 = arith.constant 0x3F7FBE77 : f32
-    %s307 = arith.mulf %a304, %s306 : f32
-    linalg.yield %s307 : f32
+  %e301 = tensor.empty() : tensor<16x32xf32>
+  %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e301 : tensor<16x32xf32>) {
+  ^bb0(%a302: f32, %o303: f32):
+    %s304 = arith.constant 0x3F7FBE77 : f32
+    %s305 = arith.mulf %a302, %s304 : f32
+    linalg.yield %s305 : f32
   } -> tensor<16x32xf32>
-  %e309 = tensor.empty() : tensor<16xf32>
-  %v314 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e309 : tensor<16xf32>) {
-  ^bb0(%a310: f32, %o311: f32):
-    %s312 = arith.constant 0x3F7FBE77 : f32
-    %s313 = arith.mulf %a310, %s312 : f32
-    linalg.yield %s313 : f32
+  %e307 = tensor.empty() : tensor<16xf32>
+  %v312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e307 : tensor<16xf32>) {
+  ^bb0(%a308: f32, %o309: f32):
+    %s310 = arith.constant 0x3F7FBE77 : f32
+    %s311 = arith.mulf %a308, %s310 : f32
+    linalg.yield %s311 : f32
   } -> tensor<16xf32>
-  %e315 = tensor.empty() : tensor<32x16xf32>
-  %v324 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v296, %v206, %v206 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e315 : tensor<32x16xf32>) {
-  ^bb0(%a316: f32, %a317: f32, %a318: f32, %o319: f32):
-    %s320 = arith.constant 0x3A83126F : f32
-    %s321 = arith.mulf %a317, %a318 : f32
-    %s322 = arith.mulf %s320, %s321 : f32
-    %s323 = arith.addf %a316, %s322 : f32
-    linalg.yield %s323 : f32
+  %e313 = tensor.empty() : tensor<32x16xf32>
+  %v322 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v294, %v204, %v204 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e313 : tensor<32x16xf32>) {
+  ^bb0(%a314: f32, %a315: f32, %a316: f32, %o317: f32):
+    %s318 = arith.constant 0x3A83126F : f32
+    %s319 = arith.mulf %a315, %a316 : f32
+    %s320 = arith.mulf %s318, %s319 : f32
+    %s321 = arith.addf %a314, %s320 : f32
+    linalg.yield %s321 : f32
   } -> tensor<32x16xf32>
-  %e325 = tensor.empty() : tensor<32xf32>
-  %v334 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v302, %v204, %v204 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e325 : tensor<32xf32>) {
-  ^bb0(%a326: f32, %a327: f32, %a328: f32, %o329: f32):
-    %s330 = arith.constant 0x3A83126F : f32
-    %s331 = arith.mulf %a327, %a328 : f32
-    %s332 = arith.mulf %s330, %s331 : f32
-    %s333 = arith.addf %a326, %s332 : f32
-    linalg.yield %s333 : f32
+  %e323 = tensor.empty() : tensor<32xf32>
+  %v332 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v300, %v201, %v201 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e323 : tensor<32xf32>) {
+  ^bb0(%a324: f32, %a325: f32, %a326: f32, %o327: f32):
+    %s328 = arith.constant 0x3A83126F : f32
+    %s329 = arith.mulf %a325, %a326 : f32
+    %s330 = arith.mulf %s328, %s329 : f32
+    %s331 = arith.addf %a324, %s330 : f32
+    linalg.yield %s331 : f32
   } -> tensor<32xf32>
-  %e335 = tensor.empty() : tensor<16x32xf32>
-  %v344 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v308, %v123, %v123 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e335 : tensor<16x32xf32>) {
-  ^bb0(%a336: f32, %a337: f32, %a338: f32, %o339: f32):
-    %s340 = arith.constant 0x3A83126F : f32
-    %s341 = arith.mulf %a337, %a338 : f32
-    %s342 = arith.mulf %s340, %s341 : f32
-    %s343 = arith.addf %a336, %s342 : f32
-    linalg.yield %s343 : f32
+  %e333 = tensor.empty() : tensor<16x32xf32>
+  %v342 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v306, %v122, %v122 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e333 : tensor<16x32xf32>) {
+  ^bb0(%a334: f32, %a335: f32, %a336: f32, %o337: f32):
+    %s338 = arith.constant 0x3A83126F : f32
+    %s339 = arith.mulf %a335, %a336 : f32
+    %s340 = arith.mulf %s338, %s339 : f32
+    %s341 = arith.addf %a334, %s340 : f32
+    linalg.yield %s341 : f32
   } -> tensor<16x32xf32>
-  %e345 = tensor.empty() : tensor<16xf32>
-  %v354 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v314, %v121, %v121 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e345 : tensor<16xf32>) {
-  ^bb0(%a346: f32, %a347: f32, %a348: f32, %o349: f32):
-    %s350 = arith.constant 0x3A83126F : f32
-    %s351 = arith.mulf %a347, %a348 : f32
-    %s352 = arith.mulf %s350, %s351 : f32
-    %s353 = arith.addf %a346, %s352 : f32
-    linalg.yield %s353 : f32
+  %e343 = tensor.empty() : tensor<16xf32>
+  %v352 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v312, %v119, %v119 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
+  ^bb0(%a344: f32, %a345: f32, %a346: f32, %o347: f32):
+    %s348 = arith.constant 0x3A83126F : f32
+    %s349 = arith.mulf %a345, %a346 : f32
+    %s350 = arith.mulf %s348, %s349 : f32
+    %s351 = arith.addf %a344, %s350 : f32
+    linalg.yield %s351 : f32
   } -> tensor<16xf32>
-  %e355 = tensor.empty() : tensor<f32>
-  %v360 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v212 : tensor<f32>) outs(%e355 : tensor<f32>) {
-  ^bb0(%a356: f32, %o357: f32):
-    %s358 = arith.constant 0x3F666666 : f32
-    %s359 = math.powf %s358, %a356 : f32
-    linalg.yield %s359 : f32
+  %e353 = tensor.empty() : tensor<f32>
+  %v358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e353 : tensor<f32>) {
+  ^bb0(%a354: f32, %o355: f32):
+    %s356 = arith.constant 0x3F666666 : f32
+    %s357 = math.powf %s356, %a354 : f32
+    linalg.yield %s357 : f32
   } -> tensor<f32>
-  %e361 = tensor.empty() : tensor<f32>
-  %v366 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v218 : tensor<f32>) outs(%e361 : tensor<f32>) {
-  ^bb0(%a362: f32, %o363: f32):
-    %s364 = arith.constant 0x3F666666 : f32
-    %s365 = math.powf %s364, %a362 : f32
-    linalg.yield %s365 : f32
+  %e359 = tensor.empty() : tensor<f32>
+  %v364 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e359 : tensor<f32>) {
+  ^bb0(%a360: f32, %o361: f32):
+    %s362 = arith.constant 0x3F666666 : f32
+    %s363 = math.powf %s362, %a360 : f32
+    linalg.yield %s363 : f32
   } -> tensor<f32>
-  %e367 = tensor.empty() : tensor<f32>
-  %v372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v224 : tensor<f32>) outs(%e367 : tensor<f32>) {
-  ^bb0(%a368: f32, %o369: f32):
-    %s370 = arith.constant 0x3F666666 : f32
-    %s371 = math.powf %s370, %a368 : f32
-    linalg.yield %s371 : f32
+  %e365 = tensor.empty() : tensor<f32>
+  %v370 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e365 : tensor<f32>) {
+  ^bb0(%a366: f32, %o367: f32):
+    %s368 = arith.constant 0x3F666666 : f32
+    %s369 = math.powf %s368, %a366 : f32
+    linalg.yield %s369 : f32
   } -> tensor<f32>
-  %e373 = tensor.empty() : tensor<f32>
-  %v378 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v230 : tensor<f32>) outs(%e373 : tensor<f32>) {
-  ^bb0(%a374: f32, %o375: f32):
-    %s376 = arith.constant 0x3F666666 : f32
-    %s377 = math.powf %s376, %a374 : f32
-    linalg.yield %s377 : f32
+  %e371 = tensor.empty() : tensor<f32>
+  %v376 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e371 : tensor<f32>) {
+  ^bb0(%a372: f32, %o373: f32):
+    %s374 = arith.constant 0x3F666666 : f32
+    %s375 = math.powf %s374, %a372 : f32
+    linalg.yield %s375 : f32
   } -> tensor<f32>
-  %e379 = tensor.empty() : tensor<f32>
-  %v384 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v212 : tensor<f32>) outs(%e379 : tensor<f32>) {
-  ^bb0(%a380: f32, %o381: f32):
-    %s382 = arith.constant 0x3F7FBE77 : f32
-    %s383 = math.powf %s382, %a380 : f32
-    linalg.yield %s383 : f32
+  %e377 = tensor.empty() : tensor<f32>
+  %v382 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e377 : tensor<f32>) {
+  ^bb0(%a378: f32, %o379: f32):
+    %s380 = arith.constant 0x3F7FBE77 : f32
+    %s381 = math.powf %s380, %a378 : f32
+    linalg.yield %s381 : f32
   } -> tensor<f32>
-  %e385 = tensor.empty() : tensor<f32>
-  %v390 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v218 : tensor<f32>) outs(%e385 : tensor<f32>) {
-  ^bb0(%a386: f32, %o387: f32):
-    %s388 = arith.constant 0x3F7FBE77 : f32
-    %s389 = math.powf %s388, %a386 : f32
-    linalg.yield %s389 : f32
+  %e383 = tensor.empty() : tensor<f32>
+  %v388 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e383 : tensor<f32>) {
+  ^bb0(%a384: f32, %o385: f32):
+    %s386 = arith.constant 0x3F7FBE77 : f32
+    %s387 = math.powf %s386, %a384 : f32
+    linalg.yield %s387 : f32
   } -> tensor<f32>
-  %e391 = tensor.empty() : tensor<f32>
-  %v396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v224 : tensor<f32>) outs(%e391 : tensor<f32>) {
-  ^bb0(%a392: f32, %o393: f32):
-    %s394 = arith.constant 0x3F7FBE77 : f32
-    %s395 = math.powf %s394, %a392 : f32
-    linalg.yield %s395 : f32
+  %e389 = tensor.empty() : tensor<f32>
+  %v394 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e389 : tensor<f32>) {
+  ^bb0(%a390: f32, %o391: f32):
+    %s392 = arith.constant 0x3F7FBE77 : f32
+    %s393 = math.powf %s392, %a390 : f32
+    linalg.yield %s393 : f32
   } -> tensor<f32>
-  %e397 = tensor.empty() : tensor<f32>
-  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v230 : tensor<f32>) outs(%e397 : tensor<f32>) {
-  ^bb0(%a398: f32, %o399: f32):
-    %s400 = arith.constant 0x3F7FBE77 : f32
-    %s401 = math.powf %s400, %a398 : f32
-    linalg.yield %s401 : f32
+  %e395 = tensor.empty() : tensor<f32>
+  %v400 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e395 : tensor<f32>) {
+  ^bb0(%a396: f32, %o397: f32):
+    %s398 = arith.constant 0x3F7FBE77 : f32
+    %s399 = math.powf %s398, %a396 : f32
+    linalg.yield %s399 : f32
   } -> tensor<f32>
-  %e403 = tensor.empty() : tensor<f32>
-  %v408 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v360 : tensor<f32>) outs(%e403 : tensor<f32>) {
-  ^bb0(%a404: f32, %o405: f32):
-    %s406 = arith.constant 0x3F800000 : f32
-    %s407 = arith.subf %a404, %s406 : f32
-    linalg.yield %s407 : f32
+  %e401 = tensor.empty() : tensor<f32>
+  %v406 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v358 : tensor<f32>) outs(%e401 : tensor<f32>) {
+  ^bb0(%a402: f32, %o403: f32):
+    %s404 = arith.constant 0x3F800000 : f32
+    %s405 = arith.subf %a402, %s404 : f32
+    linalg.yield %s405 : f32
   } -> tensor<f32>
-  %e409 = tensor.empty() : tensor<f32>
-  %v414 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v366 : tensor<f32>) outs(%e409 : tensor<f32>) {
-  ^bb0(%a410: f32, %o411: f32):
-    %s412 = arith.constant 0x3F800000 : f32
-    %s413 = arith.subf %a410, %s412 : f32
-    linalg.yield %s413 : f32
+  %e407 = tensor.empty() : tensor<f32>
+  %v412 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v364 : tensor<f32>) outs(%e407 : tensor<f32>) {
+  ^bb0(%a408: f32, %o409: f32):
+    %s410 = arith.constant 0x3F800000 : f32
+    %s411 = arith.subf %a408, %s410 : f32
+    linalg.yield %s411 : f32
   } -> tensor<f32>
-  %e415 = tensor.empty() : tensor<f32>
-  %v420 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v372 : tensor<f32>) outs(%e415 : tensor<f32>) {
-  ^bb0(%a416: f32, %o417: f32):
-    %s418 = arith.constant 0x3F800000 : f32
-    %s419 = arith.subf %a416, %s418 : f32
-    linalg.yield %s419 : f32
+  %e413 = tensor.empty() : tensor<f32>
+  %v418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v370 : tensor<f32>) outs(%e413 : tensor<f32>) {
+  ^bb0(%a414: f32, %o415: f32):
+    %s416 = arith.constant 0x3F800000 : f32
+    %s417 = arith.subf %a414, %s416 : f32
+    linalg.yield %s417 : f32
   } -> tensor<f32>
-  %e421 = tensor.empty() : tensor<f32>
-  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v378 : tensor<f32>) outs(%e421 : tensor<f32>) {
-  ^bb0(%a422: f32, %o423: f32):
-    %s424 = arith.constant 0x3F800000 : f32
-    %s425 = arith.subf %a422, %s424 : f32
-    linalg.yield %s425 : f32
+  %e419 = tensor.empty() : tensor<f32>
+  %v424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v376 : tensor<f32>) outs(%e419 : tensor<f32>) {
+  ^bb0(%a420: f32, %o421: f32):
+    %s422 = arith.constant 0x3F800000 : f32
+    %s423 = arith.subf %a420, %s422 : f32
+    linalg.yield %s423 : f32
   } -> tensor<f32>
-  %e427 = tensor.empty() : tensor<f32>
-  %v432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v384 : tensor<f32>) outs(%e427 : tensor<f32>) {
-  ^bb0(%a428: f32, %o429: f32):
-    %s430 = arith.constant 0x3F800000 : f32
-    %s431 = arith.subf %a428, %s430 : f32
-    linalg.yield %s431 : f32
+  %e425 = tensor.empty() : tensor<f32>
+  %v430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v382 : tensor<f32>) outs(%e425 : tensor<f32>) {
+  ^bb0(%a426: f32, %o427: f32):
+    %s428 = arith.constant 0x3F800000 : f32
+    %s429 = arith.subf %a426, %s428 : f32
+    linalg.yield %s429 : f32
   } -> tensor<f32>
-  %e433 = tensor.empty() : tensor<f32>
-  %v438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v390 : tensor<f32>) outs(%e433 : tensor<f32>) {
-  ^bb0(%a434: f32, %o435: f32):
-    %s436 = arith.constant 0x3F800000 : f32
-    %s437 = arith.subf %a434, %s436 : f32
-    linalg.yield %s437 : f32
+  %e431 = tensor.empty() : tensor<f32>
+  %v436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v388 : tensor<f32>) outs(%e431 : tensor<f32>) {
+  ^bb0(%a432: f32, %o433: f32):
+    %s434 = arith.constant 0x3F800000 : f32
+    %s435 = arith.subf %a432, %s434 : f32
+    linalg.yield %s435 : f32
   } -> tensor<f32>
-  %e439 = tensor.empty() : tensor<f32>
-  %v444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v396 : tensor<f32>) outs(%e439 : tensor<f32>) {
-  ^bb0(%a440: f32, %o441: f32):
-    %s442 = arith.constant 0x3F800000 : f32
-    %s443 = arith.subf %a440, %s442 : f32
-    linalg.yield %s443 : f32
+  %e437 = tensor.empty() : tensor<f32>
+  %v442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v394 : tensor<f32>) outs(%e437 : tensor<f32>) {
+  ^bb0(%a438: f32, %o439: f32):
+    %s440 = arith.constant 0x3F800000 : f32
+    %s441 = arith.subf %a438, %s440 : f32
+    linalg.yield %s441 : f32
   } -> tensor<f32>
-  %e445 = tensor.empty() : tensor<f32>
-  %v450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v402 : tensor<f32>) outs(%e445 : tensor<f32>) {
-  ^bb0(%a446: f32, %o447: f32):
-    %s448 = arith.constant 0x3F800000 : f32
-    %s449 = arith.subf %a446, %s448 : f32
-    linalg.yield %s449 : f32
+  %e443 = tensor.empty() : tensor<f32>
+  %v448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v400 : tensor<f32>) outs(%e443 : tensor<f32>) {
+  ^bb0(%a444: f32, %o445: f32):
+    %s446 = arith.constant 0x3F800000 : f32
+    %s447 = arith.subf %a444, %s446 : f32
+    linalg.yield %s447 : f32
   } -> tensor<f32>
-  %e451 = tensor.empty() : tensor<f32>
-  %v455 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v432 : tensor<f32>) outs(%e451 : tensor<f32>) {
-  ^bb0(%a452: f32, %o453: f32):
-    %s454 = arith.negf %a452 : f32
-    linalg.yield %s454 : f32
+  %e449 = tensor.empty() : tensor<f32>
+  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v430 : tensor<f32>) outs(%e449 : tensor<f32>) {
+  ^bb0(%a450: f32, %o451: f32):
+    %s452 = arith.negf %a450 : f32
+    linalg.yield %s452 : f32
   } -> tensor<f32>
-  %e456 = tensor.empty() : tensor<f32>
-  %v460 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v438 : tensor<f32>) outs(%e456 : tensor<f32>) {
-  ^bb0(%a457: f32, %o458: f32):
-    %s459 = arith.negf %a457 : f32
-    linalg.yield %s459 : f32
+  %e454 = tensor.empty() : tensor<f32>
+  %v458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v436 : tensor<f32>) outs(%e454 : tensor<f32>) {
+  ^bb0(%a455: f32, %o456: f32):
+    %s457 = arith.negf %a455 : f32
+    linalg.yield %s457 : f32
   } -> tensor<f32>
-  %e461 = tensor.empty() : tensor<f32>
-  %v465 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v444 : tensor<f32>) outs(%e461 : tensor<f32>) {
-  ^bb0(%a462: f32, %o463: f32):
-    %s464 = arith.negf %a462 : f32
-    linalg.yield %s464 : f32
+  %e459 = tensor.empty() : tensor<f32>
+  %v463 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v442 : tensor<f32>) outs(%e459 : tensor<f32>) {
+  ^bb0(%a460: f32, %o461: f32):
+    %s462 = arith.negf %a460 : f32
+    linalg.yield %s462 : f32
   } -> tensor<f32>
-  %e466 = tensor.empty() : tensor<f32>
-  %v470 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v450 : tensor<f32>) outs(%e466 : tensor<f32>) {
-  ^bb0(%a467: f32, %o468: f32):
-    %s469 = arith.negf %a467 : f32
-    linalg.yield %s469 : f32
+  %e464 = tensor.empty() : tensor<f32>
+  %v468 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v448 : tensor<f32>) outs(%e464 : tensor<f32>) {
+  ^bb0(%a465: f32, %o466: f32):
+    %s467 = arith.negf %a465 : f32
+    linalg.yield %s467 : f32
   } -> tensor<f32>
-  %e471 = tensor.empty() : tensor<f32>
-  %v476 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v408 : tensor<f32>) outs(%e471 : tensor<f32>) {
-  ^bb0(%a472: f32, %o473: f32):
-    %s474 = arith.constant 0x3A83126F : f32
-    %s475 = arith.divf %a472, %s474 : f32
-    linalg.yield %s475 : f32
+  %e469 = tensor.empty() : tensor<f32>
+  %v474 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v406 : tensor<f32>) outs(%e469 : tensor<f32>) {
+  ^bb0(%a470: f32, %o471: f32):
+    %s472 = arith.constant 0x3A83126F : f32
+    %s473 = arith.divf %a470, %s472 : f32
+    linalg.yield %s473 : f32
   } -> tensor<f32>
-  %e477 = tensor.empty() : tensor<f32>
-  %v482 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v414 : tensor<f32>) outs(%e477 : tensor<f32>) {
-  ^bb0(%a478: f32, %o479: f32):
-    %s480 = arith.constant 0x3A83126F : f32
-    %s481 = arith.divf %a478, %s480 : f32
-    linalg.yield %s481 : f32
+  %e475 = tensor.empty() : tensor<f32>
+  %v480 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v412 : tensor<f32>) outs(%e475 : tensor<f32>) {
+  ^bb0(%a476: f32, %o477: f32):
+    %s478 = arith.constant 0x3A83126F : f32
+    %s479 = arith.divf %a476, %s478 : f32
+    linalg.yield %s479 : f32
   } -> tensor<f32>
-  %e483 = tensor.empty() : tensor<f32>
-  %v488 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v420 : tensor<f32>) outs(%e483 : tensor<f32>) {
-  ^bb0(%a484: f32, %o485: f32):
-    %s486 = arith.constant 0x3A83126F : f32
-    %s487 = arith.divf %a484, %s486 : f32
-    linalg.yield %s487 : f32
+  %e481 = tensor.empty() : tensor<f32>
+  %v486 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v418 : tensor<f32>) outs(%e481 : tensor<f32>) {
+  ^bb0(%a482: f32, %o483: f32):
+    %s484 = arith.constant 0x3A83126F : f32
+    %s485 = arith.divf %a482, %s484 : f32
+    linalg.yield %s485 : f32
   } -> tensor<f32>
-  %e489 = tensor.empty() : tensor<f32>
-  %v494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e489 : tensor<f32>) {
-  ^bb0(%a490: f32, %o491: f32):
-    %s492 = arith.constant 0x3A83126F : f32
-    %s493 = arith.divf %a490, %s492 : f32
-    linalg.yield %s493 : f32
+  %e487 = tensor.empty() : tensor<f32>
+  %v492 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v424 : tensor<f32>) outs(%e487 : tensor<f32>) {
+  ^bb0(%a488: f32, %o489: f32):
+    %s490 = arith.constant 0x3A83126F : f32
+    %s491 = arith.divf %a488, %s490 : f32
+    linalg.yield %s491 : f32
   } -> tensor<f32>
-  %e495 = tensor.empty() : tensor<f32>
-  %v500 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v476 : tensor<f32>) outs(%e495 : tensor<f32>) {
-  ^bb0(%a496: f32, %o497: f32):
-    %s498 = arith.constant 0x3F800000 : f32
-    %s499 = arith.divf %s498, %a496 : f32
-    linalg.yield %s499 : f32
+  %e493 = tensor.empty() : tensor<f32>
+  %v498 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v474 : tensor<f32>) outs(%e493 : tensor<f32>) {
+  ^bb0(%a494: f32, %o495: f32):
+    %s496 = arith.constant 0x3F800000 : f32
+    %s497 = arith.divf %s496, %a494 : f32
+    linalg.yield %s497 : f32
   } -> tensor<f32>
-  %e501 = tensor.empty() : tensor<f32>
-  %v506 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v482 : tensor<f32>) outs(%e501 : tensor<f32>) {
-  ^bb0(%a502: f32, %o503: f32):
-    %s504 = arith.constant 0x3F800000 : f32
-    %s505 = arith.divf %s504, %a502 : f32
-    linalg.yield %s505 : f32
+  %e499 = tensor.empty() : tensor<f32>
+  %v504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v480 : tensor<f32>) outs(%e499 : tensor<f32>) {
+  ^bb0(%a500: f32, %o501: f32):
+    %s502 = arith.constant 0x3F800000 : f32
+    %s503 = arith.divf %s502, %a500 : f32
+    linalg.yield %s503 : f32
   } -> tensor<f32>
-  %e507 = tensor.empty() : tensor<f32>
-  %v512 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v488 : tensor<f32>) outs(%e507 : tensor<f32>) {
-  ^bb0(%a508: f32, %o509: f32):
-    %s510 = arith.constant 0x3F800000 : f32
-    %s511 = arith.divf %s510, %a508 : f32
-    linalg.yield %s511 : f32
+  %e505 = tensor.empty() : tensor<f32>
+  %v510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v486 : tensor<f32>) outs(%e505 : tensor<f32>) {
+  ^bb0(%a506: f32, %o507: f32):
+    %s508 = arith.constant 0x3F800000 : f32
+    %s509 = arith.divf %s508, %a506 : f32
+    linalg.yield %s509 : f32
   } -> tensor<f32>
-  %e513 = tensor.empty() : tensor<f32>
-  %v518 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v494 : tensor<f32>) outs(%e513 : tensor<f32>) {
-  ^bb0(%a514: f32, %o515: f32):
-    %s516 = arith.constant 0x3F800000 : f32
-    %s517 = arith.divf %s516, %a514 : f32
-    linalg.yield %s517 : f32
+  %e511 = tensor.empty() : tensor<f32>
+  %v516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v492 : tensor<f32>) outs(%e511 : tensor<f32>) {
+  ^bb0(%a512: f32, %o513: f32):
+    %s514 = arith.constant 0x3F800000 : f32
+    %s515 = arith.divf %s514, %a512 : f32
+    linalg.yield %s515 : f32
   } -> tensor<f32>
-  %e519 = tensor.empty() : tensor<f32>
-  %v523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v455 : tensor<f32>) outs(%e519 : tensor<f32>) {
-  ^bb0(%a520: f32, %o521: f32):
-    %s522 = math.sqrt %a520 : f32
-    linalg.yield %s522 : f32
+  %e517 = tensor.empty() : tensor<f32>
+  %v521 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v453 : tensor<f32>) outs(%e517 : tensor<f32>) {
+  ^bb0(%a518: f32, %o519: f32):
+    %s520 = math.sqrt %a518 : f32
+    linalg.yield %s520 : f32
   } -> tensor<f32>
-  %e524 = tensor.empty() : tensor<f32>
-  %v528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v460 : tensor<f32>) outs(%e524 : tensor<f32>) {
-  ^bb0(%a525: f32, %o526: f32):
-    %s527 = math.sqrt %a525 : f32
-    linalg.yield %s527 : f32
+  %e522 = tensor.empty() : tensor<f32>
+  %v526 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v458 : tensor<f32>) outs(%e522 : tensor<f32>) {
+  ^bb0(%a523: f32, %o524: f32):
+    %s525 = math.sqrt %a523 : f32
+    linalg.yield %s525 : f32
   } -> tensor<f32>
-  %e529 = tensor.empty() : tensor<f32>
-  %v533 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v465 : tensor<f32>) outs(%e529 : tensor<f32>) {
-  ^bb0(%a530: f32, %o531: f32):
-    %s532 = math.sqrt %a530 : f32
-    linalg.yield %s532 : f32
+  %e527 = tensor.empty() : tensor<f32>
+  %v531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v463 : tensor<f32>) outs(%e527 : tensor<f32>) {
+  ^bb0(%a528: f32, %o529: f32):
+    %s530 = math.sqrt %a528 : f32
+    linalg.yield %s530 : f32
   } -> tensor<f32>
-  %e534 = tensor.empty() : tensor<f32>
-  %v538 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v470 : tensor<f32>) outs(%e534 : tensor<f32>) {
-  ^bb0(%a535: f32, %o536: f32):
-    %s537 = math.sqrt %a535 : f32
-    linalg.yield %s537 : f32
+  %e532 = tensor.empty() : tensor<f32>
+  %v536 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e532 : tensor<f32>) {
+  ^bb0(%a533: f32, %o534: f32):
+    %s535 = math.sqrt %a533 : f32
+    linalg.yield %s535 : f32
   } -> tensor<f32>
-  %e539 = tensor.empty() : tensor<32x16xf32>
-  %v543 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v324 : tensor<32x16xf32>) outs(%e539 : tensor<32x16xf32>) {
-  ^bb0(%a540: f32, %o541: f32):
-    %s542 = math.sqrt %a540 : f32
-    linalg.yield %s542 : f32
+  %e537 = tensor.empty() : tensor<32x16xf32>
+  %v541 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v322 : tensor<32x16xf32>) outs(%e537 : tensor<32x16xf32>) {
+  ^bb0(%a538: f32, %o539: f32):
+    %s540 = math.sqrt %a538 : f32
+    linalg.yield %s540 : f32
   } -> tensor<32x16xf32>
-  %e544 = tensor.empty() : tensor<32xf32>
-  %v548 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v334 : tensor<32xf32>) outs(%e544 : tensor<32xf32>) {
-  ^bb0(%a545: f32, %o546: f32):
-    %s547 = math.sqrt %a545 : f32
-    linalg.yield %s547 : f32
+  %e542 = tensor.empty() : tensor<32xf32>
+  %v546 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v332 : tensor<32xf32>) outs(%e542 : tensor<32xf32>) {
+  ^bb0(%a543: f32, %o544: f32):
+    %s545 = math.sqrt %a543 : f32
+    linalg.yield %s545 : f32
   } -> tensor<32xf32>
-  %e549 = tensor.empty() : tensor<16x32xf32>
-  %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v344 : tensor<16x32xf32>) outs(%e549 : tensor<16x32xf32>) {
-  ^bb0(%a550: f32, %o551: f32):
-    %s552 = math.sqrt %a550 : f32
-    linalg.yield %s552 : f32
+  %e547 = tensor.empty() : tensor<16x32xf32>
+  %v551 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v342 : tensor<16x32xf32>) outs(%e547 : tensor<16x32xf32>) {
+  ^bb0(%a548: f32, %o549: f32):
+    %s550 = math.sqrt %a548 : f32
+    linalg.yield %s550 : f32
   } -> tensor<16x32xf32>
-  %e554 = tensor.empty() : tensor<16xf32>
-  %v558 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v354 : tensor<16xf32>) outs(%e554 : tensor<16xf32>) {
-  ^bb0(%a555: f32, %o556: f32):
-    %s557 = math.sqrt %a555 : f32
-    linalg.yield %s557 : f32
+  %e552 = tensor.empty() : tensor<16xf32>
+  %v556 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v352 : tensor<16xf32>) outs(%e552 : tensor<16xf32>) {
+  ^bb0(%a553: f32, %o554: f32):
+    %s555 = math.sqrt %a553 : f32
+    linalg.yield %s555 : f32
   } -> tensor<16xf32>
-  %e559 = tensor.empty() : tensor<32x16xf32>
-  %v564 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v543, %v523 : tensor<32x16xf32>, tensor<f32>) outs(%e559 : tensor<32x16xf32>) {
-  ^bb0(%a560: f32, %a561: f32, %o562: f32):
-    %s563 = arith.divf %a560, %a561 : f32
-    linalg.yield %s563 : f32
+  %e557 = tensor.empty() : tensor<32x16xf32>
+  %v562 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v541, %v521 : tensor<32x16xf32>, tensor<f32>) outs(%e557 : tensor<32x16xf32>) {
+  ^bb0(%a558: f32, %a559: f32, %o560: f32):
+    %s561 = arith.divf %a558, %a559 : f32
+    linalg.yield %s561 : f32
   } -> tensor<32x16xf32>
-  %e565 = tensor.empty() : tensor<32xf32>
-  %v570 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v548, %v528 : tensor<32xf32>, tensor<f32>) outs(%e565 : tensor<32xf32>) {
-  ^bb0(%a566: f32, %a567: f32, %o568: f32):
-    %s569 = arith.divf %a566, %a567 : f32
-    linalg.yield %s569 : f32
+  %e563 = tensor.empty() : tensor<32xf32>
+  %v568 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v546, %v526 : tensor<32xf32>, tensor<f32>) outs(%e563 : tensor<32xf32>) {
+  ^bb0(%a564: f32, %a565: f32, %o566: f32):
+    %s567 = arith.divf %a564, %a565 : f32
+    linalg.yield %s567 : f32
   } -> tensor<32xf32>
-  %e571 = tensor.empty() : tensor<16x32xf32>
-  %v576 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v553, %v533 : tensor<16x32xf32>, tensor<f32>) outs(%e571 : tensor<16x32xf32>) {
-  ^bb0(%a572: f32, %a573: f32, %o574: f32):
-    %s575 = arith.divf %a572, %a573 : f32
-    linalg.yield %s575 : f32
+  %e569 = tensor.empty() : tensor<16x32xf32>
+  %v574 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v551, %v531 : tensor<16x32xf32>, tensor<f32>) outs(%e569 : tensor<16x32xf32>) {
+  ^bb0(%a570: f32, %a571: f32, %o572: f32):
+    %s573 = arith.divf %a570, %a571 : f32
+    linalg.yield %s573 : f32
   } -> tensor<16x32xf32>
-  %e577 = tensor.empty() : tensor<16xf32>
-  %v582 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v558, %v538 : tensor<16xf32>, tensor<f32>) outs(%e577 : tensor<16xf32>) {
-  ^bb0(%a578: f32, %a579: f32, %o580: f32):
-    %s581 = arith.divf %a578, %a579 : f32
-    linalg.yield %s581 : f32
+  %e575 = tensor.empty() : tensor<16xf32>
+  %v580 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v556, %v536 : tensor<16xf32>, tensor<f32>) outs(%e575 : tensor<16xf32>) {
+  ^bb0(%a576: f32, %a577: f32, %o578: f32):
+    %s579 = arith.divf %a576, %a577 : f32
+    linalg.yield %s579 : f32
   } -> tensor<16xf32>
-  %e583 = tensor.empty() : tensor<32x16xf32>
-  %v588 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v564 : tensor<32x16xf32>) outs(%e583 : tensor<32x16xf32>) {
-  ^bb0(%a584: f32, %o585: f32):
-    %s586 = arith.constant 0x322BCC77 : f32
-    %s587 = arith.addf %a584, %s586 : f32
-    linalg.yield %s587 : f32
+  %e581 = tensor.empty() : tensor<32x16xf32>
+  %v586 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v562 : tensor<32x16xf32>) outs(%e581 : tensor<32x16xf32>) {
+  ^bb0(%a582: f32, %o583: f32):
+    %s584 = arith.constant 0x322BCC77 : f32
+    %s585 = arith.addf %a582, %s584 : f32
+    linalg.yield %s585 : f32
   } -> tensor<32x16xf32>
-  %e589 = tensor.empty() : tensor<32xf32>
-  %v594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v570 : tensor<32xf32>) outs(%e589 : tensor<32xf32>) {
-  ^bb0(%a590: f32, %o591: f32):
-    %s592 = arith.constant 0x322BCC77 : f32
-    %s593 = arith.addf %a590, %s592 : f32
-    linalg.yield %s593 : f32
+  %e587 = tensor.empty() : tensor<32xf32>
+  %v592 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v568 : tensor<32xf32>) outs(%e587 : tensor<32xf32>) {
+  ^bb0(%a588: f32, %o589: f32):
+    %s590 = arith.constant 0x322BCC77 : f32
+    %s591 = arith.addf %a588, %s590 : f32
+    linalg.yield %s591 : f32
   } -> tensor<32xf32>
-  %e595 = tensor.empty() : tensor<16x32xf32>
-  %v600 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v576 : tensor<16x32xf32>) outs(%e595 : tensor<16x32xf32>) {
-  ^bb0(%a596: f32, %o597: f32):
-    %s598 = arith.constant 0x322BCC77 : f32
-    %s599 = arith.addf %a596, %s598 : f32
-    linalg.yield %s599 : f32
+  %e593 = tensor.empty() : tensor<16x32xf32>
+  %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v574 : tensor<16x32xf32>) outs(%e593 : tensor<16x32xf32>) {
+  ^bb0(%a594: f32, %o595: f32):
+    %s596 = arith.constant 0x322BCC77 : f32
+    %s597 = arith.addf %a594, %s596 : f32
+    linalg.yield %s597 : f32
   } -> tensor<16x32xf32>
-  %e601 = tensor.empty() : tensor<16xf32>
-  %v606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v582 : tensor<16xf32>) outs(%e601 : tensor<16xf32>) {
-  ^bb0(%a602: f32, %o603: f32):
-    %s604 = arith.constant 0x322BCC77 : f32
-    %s605 = arith.addf %a602, %s604 : f32
-    linalg.yield %s605 : f32
+  %e599 = tensor.empty() : tensor<16xf32>
+  %v604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v580 : tensor<16xf32>) outs(%e599 : tensor<16xf32>) {
+  ^bb0(%a600: f32, %o601: f32):
+    %s602 = arith.constant 0x322BCC77 : f32
+    %s603 = arith.addf %a600, %s602 : f32
+    linalg.yield %s603 : f32
   } -> tensor<16xf32>
-  %e607 = tensor.empty() : tensor<32x16xf32>
-  %v612 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v588, %v500 : tensor<32x16xf32>, tensor<f32>) outs(%e607 : tensor<32x16xf32>) {
-  ^bb0(%a608: f32, %a609: f32, %o610: f32):
-    %s611 = arith.divf %a608, %a609 : f32
-    linalg.yield %s611 : f32
+  %e605 = tensor.empty() : tensor<32x16xf32>
+  %v610 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v586, %v498 : tensor<32x16xf32>, tensor<f32>) outs(%e605 : tensor<32x16xf32>) {
+  ^bb0(%a606: f32, %a607: f32, %o608: f32):
+    %s609 = arith.divf %a606, %a607 : f32
+    linalg.yield %s609 : f32
   } -> tensor<32x16xf32>
-  %e613 = tensor.empty() : tensor<32xf32>
-  %v618 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v594, %v506 : tensor<32xf32>, tensor<f32>) outs(%e613 : tensor<32xf32>) {
-  ^bb0(%a614: f32, %a615: f32, %o616: f32):
-    %s617 = arith.divf %a614, %a615 : f32
-    linalg.yield %s617 : f32
+  %e611 = tensor.empty() : tensor<32xf32>
+  %v616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v592, %v504 : tensor<32xf32>, tensor<f32>) outs(%e611 : tensor<32xf32>) {
+  ^bb0(%a612: f32, %a613: f32, %o614: f32):
+    %s615 = arith.divf %a612, %a613 : f32
+    linalg.yield %s615 : f32
   } -> tensor<32xf32>
-  %e619 = tensor.empty() : tensor<16x32xf32>
-  %v624 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v600, %v512 : tensor<16x32xf32>, tensor<f32>) outs(%e619 : tensor<16x32xf32>) {
-  ^bb0(%a620: f32, %a621: f32, %o622: f32):
-    %s623 = arith.divf %a620, %a621 : f32
-    linalg.yield %s623 : f32
+  %e617 = tensor.empty() : tensor<16x32xf32>
+  %v622 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v598, %v510 : tensor<16x32xf32>, tensor<f32>) outs(%e617 : tensor<16x32xf32>) {
+  ^bb0(%a618: f32, %a619: f32, %o620: f32):
+    %s621 = arith.divf %a618, %a619 : f32
+    linalg.yield %s621 : f32
   } -> tensor<16x32xf32>
-  %e625 = tensor.empty() : tensor<16xf32>
-  %v630 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v606, %v518 : tensor<16xf32>, tensor<f32>) outs(%e625 : tensor<16xf32>) {
-  ^bb0(%a626: f32, %a627: f32, %o628: f32):
-    %s629 = arith.divf %a626, %a627 : f32
-    linalg.yield %s629 : f32
+  %e623 = tensor.empty() : tensor<16xf32>
+  %v628 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604, %v516 : tensor<16xf32>, tensor<f32>) outs(%e623 : tensor<16xf32>) {
+  ^bb0(%a624: f32, %a625: f32, %o626: f32):
+    %s627 = arith.divf %a624, %a625 : f32
+    linalg.yield %s627 : f32
   } -> tensor<16xf32>
-  %e631 = tensor.empty() : tensor<32x16xf32>
-  %v640 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v236, %v263, %v612 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e631 : tensor<32x16xf32>) {
-  ^bb0(%a632: f32, %a633: f32, %a634: f32, %o635: f32):
-    %s636 = arith.constant 0x3F800000 : f32
-    %s637 = arith.divf %a633, %a634 : f32
-    %s638 = arith.mulf %s636, %s637 : f32
-    %s639 = arith.addf %a632, %s638 : f32
-    linalg.yield %s639 : f32
+  %e629 = tensor.empty() : tensor<32x16xf32>
+  %v638 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v261, %v610 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e629 : tensor<32x16xf32>) {
+  ^bb0(%a630: f32, %a631: f32, %a632: f32, %o633: f32):
+    %s634 = arith.constant 0x3F800000 : f32
+    %s635 = arith.divf %a631, %a632 : f32
+    %s636 = arith.mulf %s634, %s635 : f32
+    %s637 = arith.addf %a630, %s636 : f32
+    linalg.yield %s637 : f32
   } -> tensor<32x16xf32>
-  %e641 = tensor.empty() : tensor<32xf32>
-  %v650 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v242, %v272, %v618 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e641 : tensor<32xf32>) {
-  ^bb0(%a642: f32, %a643: f32, %a644: f32, %o645: f32):
-    %s646 = arith.constant 0x3F800000 : f32
-    %s647 = arith.divf %a643, %a644 : f32
-    %s648 = arith.mulf %s646, %s647 : f32
-    %s649 = arith.addf %a642, %s648 : f32
-    linalg.yield %s649 : f32
+  %e639 = tensor.empty() : tensor<32xf32>
+  %v648 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v240, %v270, %v616 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e639 : tensor<32xf32>) {
+  ^bb0(%a640: f32, %a641: f32, %a642: f32, %o643: f32):
+    %s644 = arith.constant 0x3F800000 : f32
+    %s645 = arith.divf %a641, %a642 : f32
+    %s646 = arith.mulf %s644, %s645 : f32
+    %s647 = arith.addf %a640, %s646 : f32
+    linalg.yield %s647 : f32
   } -> tensor<32xf32>
-  %e651 = tensor.empty() : tensor<16x32xf32>
-  %v660 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v248, %v281, %v624 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e651 : tensor<16x32xf32>) {
-  ^bb0(%a652: f32, %a653: f32, %a654: f32, %o655: f32):
-    %s656 = arith.constant 0x3F800000 : f32
-    %s657 = arith.divf %a653, %a654 : f32
-    %s658 = arith.mulf %s656, %s657 : f32
-    %s659 = arith.addf %a652, %s658 : f32
-    linalg.yield %s659 : f32
+  %e649 = tensor.empty() : tensor<16x32xf32>
+  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v246, %v279, %v622 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e649 : tensor<16x32xf32>) {
+  ^bb0(%a650: f32, %a651: f32, %a652: f32, %o653: f32):
+    %s654 = arith.constant 0x3F800000 : f32
+    %s655 = arith.divf %a651, %a652 : f32
+    %s656 = arith.mulf %s654, %s655 : f32
+    %s657 = arith.addf %a650, %s656 : f32
+    linalg.yield %s657 : f32
   } -> tensor<16x32xf32>
-  %e661 = tensor.empty() : tensor<16xf32>
-  %v670 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v254, %v290, %v630 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e661 : tensor<16xf32>) {
-  ^bb0(%a662: f32, %a663: f32, %a664: f32, %o665: f32):
-    %s666 = arith.constant 0x3F800000 : f32
-    %s667 = arith.divf %a663, %a664 : f32
-    %s668 = arith.mulf %s666, %s667 : f32
-    %s669 = arith.addf %a662, %s668 : f32
-    linalg.yield %s669 : f32
+  %e659 = tensor.empty() : tensor<16xf32>
+  %v668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v252, %v288, %v628 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e659 : tensor<16xf32>) {
+  ^bb0(%a660: f32, %a661: f32, %a662: f32, %o663: f32):
+    %s664 = arith.constant 0x3F800000 : f32
+    %s665 = arith.divf %a661, %a662 : f32
+    %s666 = arith.mulf %s664, %s665 : f32
+    %s667 = arith.addf %a660, %s666 : f32
+    linalg.yield %s667 : f32
   } -> tensor<16xf32>
-  return %v77, %v640, %v650, %v660, %v670, %v263, %v272, %v281, %v290, %v324, %v334, %v344, %v354, %v212, %v218, %v224, %v230 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v77, %v638, %v648, %v658, %v668, %v261, %v270, %v279, %v288, %v322, %v332, %v342, %v352, %v210, %v216, %v222, %v228 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }

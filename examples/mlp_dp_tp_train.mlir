@@ -118,129 +118,125 @@ func.func @mlp_dp_tp_train(
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
   } -> tensor<16xf32>
-  %v97 = tensor.expand_shape %v96 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v98 = tensor.collapse_shape %v97 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e99 = tensor.empty() : tensor<16x32xf32>
-  %v100 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x32xi1>
-  %v106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e101 : tensor<8x32xi1>) {
-  ^bb0(%a102: f32, %o103: i1):
-    %s104 = arith.constant 0x00000000 : f32
-    %s105 = arith.cmpf ole, %a102, %s104 : f32
-    linalg.yield %s105 : i1
+  %e98 = tensor.empty() : tensor<16x32xf32>
+  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
+  %e100 = tensor.empty() : tensor<8x32xi1>
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
+  ^bb0(%a101: f32, %o102: i1):
+    %s103 = arith.constant 0x00000000 : f32
+    %s104 = arith.cmpf ole, %a101, %s103 : f32
+    linalg.yield %s104 : i1
   } -> tensor<8x32xi1>
-  %e107 = tensor.empty() : tensor<f32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<f32>) -> tensor<f32>
-  %e110 = tensor.empty() : tensor<8x32xf32>
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v106, %v109, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e110 : tensor<8x32xf32>) {
-  ^bb0(%a111: i1, %a112: f32, %a113: f32, %o114: f32):
-    %s115 = arith.select %a111, %a112, %a113 : f32
-    linalg.yield %s115 : f32
+  %e106 = tensor.empty() : tensor<f32>
+  %c107 = arith.constant 0x00000000 : f32
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
+  %e109 = tensor.empty() : tensor<8x32xf32>
+  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
+  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
+    %s114 = arith.select %a110, %a111, %a112 : f32
+    linalg.yield %s114 : f32
   } -> tensor<8x32xf32>
-  %e117 = tensor.empty() : tensor<32x8xf32>
-  %v118 = linalg.transpose ins(%v116 : tensor<8x32xf32>) outs(%e117 : tensor<32x8xf32>) permutation = [1, 0]
-  %e119 = tensor.empty() : tensor<32x16xf32>
-  %c120 = arith.constant 0x00000000 : f32
-  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v122 = linalg.matmul ins(%v118, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v121 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e123 = tensor.empty() : tensor<16x32xf32>
-  %v124 = linalg.transpose ins(%v122 : tensor<32x16xf32>) outs(%e123 : tensor<16x32xf32>) permutation = [1, 0]
-  %e125 = tensor.empty() : tensor<32xf32>
-  %c126 = arith.constant 0x00000000 : f32
-  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32xf32>) -> tensor<32xf32>
-  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<8x32xf32>) outs(%v127 : tensor<32xf32>) {
-  ^bb0(%a128: f32, %o129: f32):
-    %s130 = arith.addf %a128, %o129 : f32
-    linalg.yield %s130 : f32
+  %e116 = tensor.empty() : tensor<32x8xf32>
+  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0]
+  %e118 = tensor.empty() : tensor<32x16xf32>
+  %c119 = arith.constant 0x00000000 : f32
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v121 = linalg.matmul ins(%v117, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e122 = tensor.empty() : tensor<16x32xf32>
+  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0]
+  %e124 = tensor.empty() : tensor<32xf32>
+  %c125 = arith.constant 0x00000000 : f32
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32>
+  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v126 : tensor<32xf32>) {
+  ^bb0(%a127: f32, %o128: f32):
+    %s129 = arith.addf %a127, %o128 : f32
+    linalg.yield %s129 : f32
   } -> tensor<32xf32>
-  %v132 = tensor.expand_shape %v131 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v133 = tensor.collapse_shape %v132 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
+  %e132 = tensor.empty() : tensor<32x16xf32>
+  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0]
   %e134 = tensor.empty() : tensor<32x16xf32>
-  %v135 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e134 : tensor<32x16xf32>) permutation = [1, 0]
-  %e136 = tensor.empty() : tensor<32x16xf32>
-  %v141 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4 : tensor<32x16xf32>) outs(%e136 : tensor<32x16xf32>) {
-  ^bb0(%a137: f32, %o138: f32):
-    %s139 = arith.constant 0x3F666666 : f32
-    %s140 = arith.mulf %a137, %s139 : f32
-    linalg.yield %s140 : f32
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4 : tensor<32x16xf32>) outs(%e134 : tensor<32x16xf32>) {
+  ^bb0(%a135: f32, %o136: f32):
+    %s137 = arith.constant 0x3F666666 : f32
+    %s138 = arith.mulf %a135, %s137 : f32
+    linalg.yield %s138 : f32
   } -> tensor<32x16xf32>
-  %e142 = tensor.empty() : tensor<32x16xf32>
-  %v147 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v141, %v135 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e142 : tensor<32x16xf32>) {
-  ^bb0(%a143: f32, %a144: f32, %o145: f32):
-    %s146 = arith.addf %a143, %a144 : f32
-    linalg.yield %s146 : f32
+  %e140 = tensor.empty() : tensor<32x16xf32>
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139, %v133 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
+  ^bb0(%a141: f32, %a142: f32, %o143: f32):
+    %s144 = arith.addf %a141, %a142 : f32
+    linalg.yield %s144 : f32
   } -> tensor<32x16xf32>
-  %e148 = tensor.empty() : tensor<32x16xf32>
-  %v155 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v147 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e148 : tensor<32x16xf32>) {
-  ^bb0(%a149: f32, %a150: f32, %o151: f32):
-    %s152 = arith.constant 0xBDCCCCCD : f32
-    %s153 = arith.mulf %a150, %s152 : f32
-    %s154 = arith.addf %a149, %s153 : f32
-    linalg.yield %s154 : f32
+  %e146 = tensor.empty() : tensor<32x16xf32>
+  %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e146 : tensor<32x16xf32>) {
+  ^bb0(%a147: f32, %a148: f32, %o149: f32):
+    %s150 = arith.constant 0xBDCCCCCD : f32
+    %s151 = arith.mulf %a148, %s150 : f32
+    %s152 = arith.addf %a147, %s151 : f32
+    linalg.yield %s152 : f32
   } -> tensor<32x16xf32>
-  %e156 = tensor.empty() : tensor<32xf32>
-  %v161 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<32xf32>) outs(%e156 : tensor<32xf32>) {
-  ^bb0(%a157: f32, %o158: f32):
-    %s159 = arith.constant 0x3F666666 : f32
-    %s160 = arith.mulf %a157, %s159 : f32
-    linalg.yield %s160 : f32
+  %e154 = tensor.empty() : tensor<32xf32>
+  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<32xf32>) outs(%e154 : tensor<32xf32>) {
+  ^bb0(%a155: f32, %o156: f32):
+    %s157 = arith.constant 0x3F666666 : f32
+    %s158 = arith.mulf %a155, %s157 : f32
+    linalg.yield %s158 : f32
   } -> tensor<32xf32>
-  %e162 = tensor.empty() : tensor<32xf32>
-  %v167 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v161, %v133 : tensor<32xf32>, tensor<32xf32>) outs(%e162 : tensor<32xf32>) {
-  ^bb0(%a163: f32, %a164: f32, %o165: f32):
-    %s166 = arith.addf %a163, %a164 : f32
-    linalg.yield %s166 : f32
+  %e160 = tensor.empty() : tensor<32xf32>
+  %v165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v159, %v130 : tensor<32xf32>, tensor<32xf32>) outs(%e160 : tensor<32xf32>) {
+  ^bb0(%a161: f32, %a162: f32, %o163: f32):
+    %s164 = arith.addf %a161, %a162 : f32
+    linalg.yield %s164 : f32
   } -> tensor<32xf32>
-  %e168 = tensor.empty() : tensor<32xf32>
-  %v175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v167 : tensor<32xf32>, tensor<32xf32>) outs(%e168 : tensor<32xf32>) {
-  ^bb0(%a169: f32, %a170: f32, %o171: f32):
-    %s172 = arith.constant 0xBDCCCCCD : f32
-    %s173 = arith.mulf %a170, %s172 : f32
-    %s174 = arith.addf %a169, %s173 : f32
-    linalg.yield %s174 : f32
+  %e166 = tensor.empty() : tensor<32xf32>
+  %v173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v165 : tensor<32xf32>, tensor<32xf32>) outs(%e166 : tensor<32xf32>) {
+  ^bb0(%a167: f32, %a168: f32, %o169: f32):
+    %s170 = arith.constant 0xBDCCCCCD : f32
+    %s171 = arith.mulf %a168, %s170 : f32
+    %s172 = arith.addf %a167, %s171 : f32
+    linalg.yield %s172 : f32
   } -> tensor<32xf32>
-  %e176 = tensor.empty() : tensor<16x32xf32>
-  %v181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x32xf32>) outs(%e176 : tensor<16x32xf32>) {
-  ^bb0(%a177: f32, %o178: f32):
-    %s179 = arith.constant 0x3F666666 : f32
-    %s180 = arith.mulf %a177, %s179 : f32
-    linalg.yield %s180 : f32
+  %e174 = tensor.empty() : tensor<16x32xf32>
+  %v179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x32xf32>) outs(%e174 : tensor<16x32xf32>) {
+  ^bb0(%a175: f32, %o176: f32):
+    %s177 = arith.constant 0x3F666666 : f32
+    %s178 = arith.mulf %a175, %s177 : f32
+    linalg.yield %s178 : f32
   } -> tensor<16x32xf32>
-  %e182 = tensor.empty() : tensor<16x32xf32>
-  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v181, %v100 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e182 : tensor<16x32xf32>) {
-  ^bb0(%a183: f32, %a184: f32, %o185: f32):
-    %s186 = arith.addf %a183, %a184 : f32
-    linalg.yield %s186 : f32
+  %e180 = tensor.empty() : tensor<16x32xf32>
+  %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v179, %v99 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e180 : tensor<16x32xf32>) {
+  ^bb0(%a181: f32, %a182: f32, %o183: f32):
+    %s184 = arith.addf %a181, %a182 : f32
+    linalg.yield %s184 : f32
   } -> tensor<16x32xf32>
-  %e188 = tensor.empty() : tensor<16x32xf32>
-  %v195 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v187 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e188 : tensor<16x32xf32>) {
-  ^bb0(%a189: f32, %a190: f32, %o191: f32):
-    %s192 = arith.constant 0xBDCCCCCD : f32
-    %s193 = arith.mulf %a190, %s192 : f32
-    %s194 = arith.addf %a189, %s193 : f32
-    linalg.yield %s194 : f32
+  %e186 = tensor.empty() : tensor<16x32xf32>
+  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v185 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e186 : tensor<16x32xf32>) {
+  ^bb0(%a187: f32, %a188: f32, %o189: f32):
+    %s190 = arith.constant 0xBDCCCCCD : f32
+    %s191 = arith.mulf %a188, %s190 : f32
+    %s192 = arith.addf %a187, %s191 : f32
+    linalg.yield %s192 : f32
   } -> tensor<16x32xf32>
-  %e196 = tensor.empty() : tensor<16xf32>
-  %v201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e196 : tensor<16xf32>) {
-  ^bb0(%a197: f32, %o198: f32):
-    %s199 = arith.constant 0x3F666666 : f32
-    %s200 = arith.mulf %a197, %s199 : f32
-    linalg.yield %s200 : f32
+  %e194 = tensor.empty() : tensor<16xf32>
+  %v199 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e194 : tensor<16xf32>) {
+  ^bb0(%a195: f32, %o196: f32):
+    %s197 = arith.constant 0x3F666666 : f32
+    %s198 = arith.mulf %a195, %s197 : f32
+    linalg.yield %s198 : f32
   } -> tensor<16xf32>
-  %e202 = tensor.empty() : tensor<16xf32>
-  %v207 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v201, %v98 : tensor<16xf32>, tensor<16xf32>) outs(%e202 : tensor<16xf32>) {
-  ^bb0(%a203: f32, %a204: f32, %o205: f32):
-    %s206 = arith.addf %a203, %a204 : f32
-    linalg.yield %s206 : f32
+  %e200 = tensor.empty() : tensor<16xf32>
+  %v205 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v199, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e200 : tensor<16xf32>) {
+  ^bb0(%a201: f32, %a202: f32, %o203: f32):
+    %s204 = arith.addf %a201, %a202 : f32
+    linalg.yield %s204 : f32
   } -> tensor<16xf32>
-  %e208 = tensor.empty() : tensor<16xf32>
-  %v215 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v207 : tensor<16xf32>, tensor<16xf32>) outs(%e208 : tensor<16xf32>) {
-  ^bb0(%a209: f32, %a210: f32, %o211: f32):
-    %s212 = arith.constant 0xBDCCCCCD : f32
-    %s213 = arith.mulf %a210, %s212 : f32
-    %s214 = arith.addf %a209, %s213 : f32
-    linalg.yield %s214 : f32
+  %e206 = tensor.empty() : tensor<16xf32>
+  %v213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v205 : tensor<16xf32>, tensor<16xf32>) outs(%e206 : tensor<16xf32>) {
+  ^bb0(%a207: f32, %a208: f32, %o209: f32):
+    %s210 = arith.constant 0xBDCCCCCD : f32
+    %s211 = arith.mulf %a208, %s210 : f32
+    %s212 = arith.addf %a207, %s211 : f32
+    linalg.yield %s212 : f32
   } -> tensor<16xf32>
-  return %v54, %v155, %v175, %v195, %v215, %v147, %v167, %v187, %v207 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
+  return %v54, %v153, %v173, %v193, %v213, %v145, %v165, %v185, %v205 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }

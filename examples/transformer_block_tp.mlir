@@ -227,3948 +227,3869 @@ func.func @transformer_block_tp(
     %s145 = arith.maximumf %a143, %o144 : f32
     linalg.yield %s145 : f32
   } -> tensor<2x4x4xf32>
-  %v147 = tensor.expand_shape %v146 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v148 = tensor.collapse_shape %v147 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e149 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v154 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v139, %v148 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e149 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a150: f32, %a151: f32, %o152: f32):
-    %s153 = arith.subf %a150, %a151 : f32
-    linalg.yield %s153 : f32
+  %e148 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v139, %v146 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e148 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a149: f32, %a150: f32, %o151: f32):
+    %s152 = arith.subf %a149, %a150 : f32
+    linalg.yield %s152 : f32
   } -> tensor<2x4x4x4xf32>
-  %e155 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v159 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v154 : tensor<2x4x4x4xf32>) outs(%e155 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a156: f32, %o157: f32):
-    %s158 = math.exp %a156 : f32
-    linalg.yield %s158 : f32
+  %e154 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v153 : tensor<2x4x4x4xf32>) outs(%e154 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a155: f32, %o156: f32):
+    %s157 = math.exp %a155 : f32
+    linalg.yield %s157 : f32
   } -> tensor<2x4x4x4xf32>
-  %e160 = tensor.empty() : tensor<2x4x4xf32>
-  %c161 = arith.constant 0x00000000 : f32
-  %v162 = linalg.fill ins(%c161 : f32) outs(%e160 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
-  %v166 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v159 : tensor<2x4x4x4xf32>) outs(%v162 : tensor<2x4x4xf32>) {
-  ^bb0(%a163: f32, %o164: f32):
-    %s165 = arith.addf %a163, %o164 : f32
-    linalg.yield %s165 : f32
+  %e159 = tensor.empty() : tensor<2x4x4xf32>
+  %c160 = arith.constant 0x00000000 : f32
+  %v161 = linalg.fill ins(%c160 : f32) outs(%e159 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %v165 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v158 : tensor<2x4x4x4xf32>) outs(%v161 : tensor<2x4x4xf32>) {
+  ^bb0(%a162: f32, %o163: f32):
+    %s164 = arith.addf %a162, %o163 : f32
+    linalg.yield %s164 : f32
   } -> tensor<2x4x4xf32>
-  %v167 = tensor.expand_shape %v166 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v168 = tensor.collapse_shape %v167 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e169 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v159, %v168 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e169 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a170: f32, %a171: f32, %o172: f32):
-    %s173 = arith.divf %a170, %a171 : f32
-    linalg.yield %s173 : f32
+  %e167 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v172 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v158, %v165 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e167 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a168: f32, %a169: f32, %o170: f32):
+    %s171 = arith.divf %a168, %a169 : f32
+    linalg.yield %s171 : f32
   } -> tensor<2x4x4x4xf32>
-  %v175 = tensor.collapse_shape %v174 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v176 = tensor.collapse_shape %v124 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e177 = tensor.empty() : tensor<8x4x4xf32>
-  %c178 = arith.constant 0x00000000 : f32
-  %v179 = linalg.fill ins(%c178 : f32) outs(%e177 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v180 = linalg.batch_matmul ins(%v175, %v176 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v179 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v181 = tensor.expand_shape %v180 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e182 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v183 = linalg.transpose ins(%v181 : tensor<2x4x4x4xf32>) outs(%e182 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v184 = tensor.collapse_shape %v183 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v185 = tensor.collapse_shape %v184 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e186 = tensor.empty() : tensor<16x16xf32>
-  %v187 = linalg.transpose ins(%arg8 : tensor<16x16xf32>) outs(%e186 : tensor<16x16xf32>) permutation = [1, 0]
-  %e188 = tensor.empty() : tensor<8x16xf32>
-  %c189 = arith.constant 0x00000000 : f32
-  %v190 = linalg.fill ins(%c189 : f32) outs(%e188 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v191 = linalg.matmul ins(%v185, %v187 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v190 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e192 = tensor.empty() : tensor<8x16xf32>
-  %v197 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v191, %arg9 : tensor<8x16xf32>, tensor<16xf32>) outs(%e192 : tensor<8x16xf32>) {
-  ^bb0(%a193: f32, %a194: f32, %o195: f32):
-    %s196 = arith.addf %a193, %a194 : f32
-    linalg.yield %s196 : f32
+  %v173 = tensor.collapse_shape %v172 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %v174 = tensor.collapse_shape %v124 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e175 = tensor.empty() : tensor<8x4x4xf32>
+  %c176 = arith.constant 0x00000000 : f32
+  %v177 = linalg.fill ins(%c176 : f32) outs(%e175 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v178 = linalg.batch_matmul ins(%v173, %v174 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v177 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v179 = tensor.expand_shape %v178 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e180 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v181 = linalg.transpose ins(%v179 : tensor<2x4x4x4xf32>) outs(%e180 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v182 = tensor.collapse_shape %v181 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v183 = tensor.collapse_shape %v182 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e184 = tensor.empty() : tensor<16x16xf32>
+  %v185 = linalg.transpose ins(%arg8 : tensor<16x16xf32>) outs(%e184 : tensor<16x16xf32>) permutation = [1, 0]
+  %e186 = tensor.empty() : tensor<8x16xf32>
+  %c187 = arith.constant 0x00000000 : f32
+  %v188 = linalg.fill ins(%c187 : f32) outs(%e186 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v189 = linalg.matmul ins(%v183, %v185 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v188 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e190 = tensor.empty() : tensor<8x16xf32>
+  %v195 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v189, %arg9 : tensor<8x16xf32>, tensor<16xf32>) outs(%e190 : tensor<8x16xf32>) {
+  ^bb0(%a191: f32, %a192: f32, %o193: f32):
+    %s194 = arith.addf %a191, %a192 : f32
+    linalg.yield %s194 : f32
   } -> tensor<8x16xf32>
-  %v198 = tensor.expand_shape %v197 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e199 = tensor.empty() : tensor<2x4x16xf32>
-  %v204 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v198 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e199 : tensor<2x4x16xf32>) {
-  ^bb0(%a200: f32, %a201: f32, %o202: f32):
-    %s203 = arith.addf %a200, %a201 : f32
-    linalg.yield %s203 : f32
+  %v196 = tensor.expand_shape %v195 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e197 = tensor.empty() : tensor<2x4x16xf32>
+  %v202 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v196 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e197 : tensor<2x4x16xf32>) {
+  ^bb0(%a198: f32, %a199: f32, %o200: f32):
+    %s201 = arith.addf %a198, %a199 : f32
+    linalg.yield %s201 : f32
   } -> tensor<2x4x16xf32>
-  %e205 = tensor.empty() : tensor<2x4xf32>
-  %c206 = arith.constant 0x00000000 : f32
-  %v207 = linalg.fill ins(%c206 : f32) outs(%e205 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v211 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v204 : tensor<2x4x16xf32>) outs(%v207 : tensor<2x4xf32>) {
-  ^bb0(%a208: f32, %o209: f32):
-    %s210 = arith.addf %a208, %o209 : f32
-    linalg.yield %s210 : f32
+  %e203 = tensor.empty() : tensor<2x4xf32>
+  %c204 = arith.constant 0x00000000 : f32
+  %v205 = linalg.fill ins(%c204 : f32) outs(%e203 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %v209 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v202 : tensor<2x4x16xf32>) outs(%v205 : tensor<2x4xf32>) {
+  ^bb0(%a206: f32, %o207: f32):
+    %s208 = arith.addf %a206, %o207 : f32
+    linalg.yield %s208 : f32
   } -> tensor<2x4xf32>
-  %v212 = tensor.expand_shape %v211 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e213 = tensor.empty() : tensor<2x4x1xf32>
-  %v218 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v212 : tensor<2x4x1xf32>) outs(%e213 : tensor<2x4x1xf32>) {
-  ^bb0(%a214: f32, %o215: f32):
-    %s216 = arith.constant 0x41800000 : f32
-    %s217 = arith.divf %a214, %s216 : f32
-    linalg.yield %s217 : f32
+  %v210 = tensor.expand_shape %v209 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
+  %e211 = tensor.empty() : tensor<2x4x1xf32>
+  %v216 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v210 : tensor<2x4x1xf32>) outs(%e211 : tensor<2x4x1xf32>) {
+  ^bb0(%a212: f32, %o213: f32):
+    %s214 = arith.constant 0x41800000 : f32
+    %s215 = arith.divf %a212, %s214 : f32
+    linalg.yield %s215 : f32
   } -> tensor<2x4x1xf32>
-  %v219 = tensor.collapse_shape %v218 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e220 = tensor.empty() : tensor<2x4x16xf32>
-  %v226 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v204, %v219 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e220 : tensor<2x4x16xf32>) {
-  ^bb0(%a221: f32, %a222: f32, %o223: f32):
-    %s224 = arith.subf %a221, %a222 : f32
-    %s225 = arith.mulf %s224, %s224 : f32
-    linalg.yield %s225 : f32
+  %v217 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e218 = tensor.empty() : tensor<2x4x16xf32>
+  %v224 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v217 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e218 : tensor<2x4x16xf32>) {
+  ^bb0(%a219: f32, %a220: f32, %o221: f32):
+    %s222 = arith.subf %a219, %a220 : f32
+    %s223 = arith.mulf %s222, %s222 : f32
+    linalg.yield %s223 : f32
   } -> tensor<2x4x16xf32>
-  %e227 = tensor.empty() : tensor<2x4xf32>
-  %c228 = arith.constant 0x00000000 : f32
-  %v229 = linalg.fill ins(%c228 : f32) outs(%e227 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v233 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v226 : tensor<2x4x16xf32>) outs(%v229 : tensor<2x4xf32>) {
-  ^bb0(%a230: f32, %o231: f32):
-    %s232 = arith.addf %a230, %o231 : f32
-    linalg.yield %s232 : f32
+  %e225 = tensor.empty() : tensor<2x4xf32>
+  %c226 = arith.constant 0x00000000 : f32
+  %v227 = linalg.fill ins(%c226 : f32) outs(%e225 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %v231 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v224 : tensor<2x4x16xf32>) outs(%v227 : tensor<2x4xf32>) {
+  ^bb0(%a228: f32, %o229: f32):
+    %s230 = arith.addf %a228, %o229 : f32
+    linalg.yield %s230 : f32
   } -> tensor<2x4xf32>
-  %v234 = tensor.expand_shape %v233 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e235 = tensor.empty() : tensor<2x4x1xf32>
-  %v240 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v234 : tensor<2x4x1xf32>) outs(%e235 : tensor<2x4x1xf32>) {
-  ^bb0(%a236: f32, %o237: f32):
-    %s238 = arith.constant 0x41800000 : f32
-    %s239 = arith.divf %a236, %s238 : f32
-    linalg.yield %s239 : f32
+  %v232 = tensor.expand_shape %v231 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
+  %e233 = tensor.empty() : tensor<2x4x1xf32>
+  %v238 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v232 : tensor<2x4x1xf32>) outs(%e233 : tensor<2x4x1xf32>) {
+  ^bb0(%a234: f32, %o235: f32):
+    %s236 = arith.constant 0x41800000 : f32
+    %s237 = arith.divf %a234, %s236 : f32
+    linalg.yield %s237 : f32
   } -> tensor<2x4x1xf32>
-  %e241 = tensor.empty() : tensor<2x4x1xf32>
-  %v246 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v240 : tensor<2x4x1xf32>) outs(%e241 : tensor<2x4x1xf32>) {
-  ^bb0(%a242: f32, %o243: f32):
-    %s244 = arith.constant 0x3727C5AC : f32
-    %s245 = arith.addf %a242, %s244 : f32
-    linalg.yield %s245 : f32
+  %e239 = tensor.empty() : tensor<2x4x1xf32>
+  %v244 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v238 : tensor<2x4x1xf32>) outs(%e239 : tensor<2x4x1xf32>) {
+  ^bb0(%a240: f32, %o241: f32):
+    %s242 = arith.constant 0x3727C5AC : f32
+    %s243 = arith.addf %a240, %s242 : f32
+    linalg.yield %s243 : f32
   } -> tensor<2x4x1xf32>
-  %e247 = tensor.empty() : tensor<2x4x1xf32>
-  %v251 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v246 : tensor<2x4x1xf32>) outs(%e247 : tensor<2x4x1xf32>) {
-  ^bb0(%a248: f32, %o249: f32):
-    %s250 = math.rsqrt %a248 : f32
-    linalg.yield %s250 : f32
+  %e245 = tensor.empty() : tensor<2x4x1xf32>
+  %v249 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v244 : tensor<2x4x1xf32>) outs(%e245 : tensor<2x4x1xf32>) {
+  ^bb0(%a246: f32, %o247: f32):
+    %s248 = math.rsqrt %a246 : f32
+    linalg.yield %s248 : f32
   } -> tensor<2x4x1xf32>
-  %v252 = tensor.collapse_shape %v218 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e253 = tensor.empty() : tensor<2x4x16xf32>
-  %v258 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v204, %v252 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e253 : tensor<2x4x16xf32>) {
-  ^bb0(%a254: f32, %a255: f32, %o256: f32):
-    %s257 = arith.subf %a254, %a255 : f32
-    linalg.yield %s257 : f32
+  %v250 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e251 = tensor.empty() : tensor<2x4x16xf32>
+  %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v250 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e251 : tensor<2x4x16xf32>) {
+  ^bb0(%a252: f32, %a253: f32, %o254: f32):
+    %s255 = arith.subf %a252, %a253 : f32
+    linalg.yield %s255 : f32
   } -> tensor<2x4x16xf32>
-  %v259 = tensor.collapse_shape %v251 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e260 = tensor.empty() : tensor<2x4x16xf32>
-  %v265 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v258, %v259 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e260 : tensor<2x4x16xf32>) {
-  ^bb0(%a261: f32, %a262: f32, %o263: f32):
-    %s264 = arith.mulf %a261, %a262 : f32
-    linalg.yield %s264 : f32
+  %v257 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e258 = tensor.empty() : tensor<2x4x16xf32>
+  %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v256, %v257 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e258 : tensor<2x4x16xf32>) {
+  ^bb0(%a259: f32, %a260: f32, %o261: f32):
+    %s262 = arith.mulf %a259, %a260 : f32
+    linalg.yield %s262 : f32
   } -> tensor<2x4x16xf32>
-  %e266 = tensor.empty() : tensor<2x4x16xf32>
-  %v271 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v265, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e266 : tensor<2x4x16xf32>) {
-  ^bb0(%a267: f32, %a268: f32, %o269: f32):
-    %s270 = arith.mulf %a267, %a268 : f32
-    linalg.yield %s270 : f32
+  %e264 = tensor.empty() : tensor<2x4x16xf32>
+  %v269 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v263, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e264 : tensor<2x4x16xf32>) {
+  ^bb0(%a265: f32, %a266: f32, %o267: f32):
+    %s268 = arith.mulf %a265, %a266 : f32
+    linalg.yield %s268 : f32
   } -> tensor<2x4x16xf32>
-  %e272 = tensor.empty() : tensor<2x4x16xf32>
-  %v277 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v271, %arg11 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e272 : tensor<2x4x16xf32>) {
-  ^bb0(%a273: f32, %a274: f32, %o275: f32):
-    %s276 = arith.addf %a273, %a274 : f32
-    linalg.yield %s276 : f32
+  %e270 = tensor.empty() : tensor<2x4x16xf32>
+  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v269, %arg11 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e270 : tensor<2x4x16xf32>) {
+  ^bb0(%a271: f32, %a272: f32, %o273: f32):
+    %s274 = arith.addf %a271, %a272 : f32
+    linalg.yield %s274 : f32
   } -> tensor<2x4x16xf32>
-  %v278 = tensor.collapse_shape %v277 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e279 = tensor.empty() : tensor<16x32xf32>
-  %v280 = linalg.transpose ins(%arg12 : tensor<32x16xf32>) outs(%e279 : tensor<16x32xf32>) permutation = [1, 0]
-  %e281 = tensor.empty() : tensor<8x32xf32>
-  %c282 = arith.constant 0x00000000 : f32
-  %v283 = linalg.fill ins(%c282 : f32) outs(%e281 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v284 = linalg.matmul ins(%v278, %v280 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v283 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e285 = tensor.empty() : tensor<8x32xf32>
-  %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v284, %arg13 : tensor<8x32xf32>, tensor<32xf32>) outs(%e285 : tensor<8x32xf32>) {
-  ^bb0(%a286: f32, %a287: f32, %o288: f32):
-    %s289 = arith.addf %a286, %a287 : f32
-    linalg.yield %s289 : f32
+  %v276 = tensor.collapse_shape %v275 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e277 = tensor.empty() : tensor<16x32xf32>
+  %v278 = linalg.transpose ins(%arg12 : tensor<32x16xf32>) outs(%e277 : tensor<16x32xf32>) permutation = [1, 0]
+  %e279 = tensor.empty() : tensor<8x32xf32>
+  %c280 = arith.constant 0x00000000 : f32
+  %v281 = linalg.fill ins(%c280 : f32) outs(%e279 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %v282 = linalg.matmul ins(%v276, %v278 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v281 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %e283 = tensor.empty() : tensor<8x32xf32>
+  %v288 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v282, %arg13 : tensor<8x32xf32>, tensor<32xf32>) outs(%e283 : tensor<8x32xf32>) {
+  ^bb0(%a284: f32, %a285: f32, %o286: f32):
+    %s287 = arith.addf %a284, %a285 : f32
+    linalg.yield %s287 : f32
   } -> tensor<8x32xf32>
-  %v291 = tensor.expand_shape %v290 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
-  %e292 = tensor.empty() : tensor<2x4x32xf32>
-  %v297 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v291 : tensor<2x4x32xf32>) outs(%e292 : tensor<2x4x32xf32>) {
-  ^bb0(%a293: f32, %o294: f32):
-    %s295 = arith.constant 0x3F000000 : f32
-    %s296 = arith.mulf %a293, %s295 : f32
-    linalg.yield %s296 : f32
+  %v289 = tensor.expand_shape %v288 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
+  %e290 = tensor.empty() : tensor<2x4x32xf32>
+  %v295 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e290 : tensor<2x4x32xf32>) {
+  ^bb0(%a291: f32, %o292: f32):
+    %s293 = arith.constant 0x3F000000 : f32
+    %s294 = arith.mulf %a291, %s293 : f32
+    linalg.yield %s294 : f32
   } -> tensor<2x4x32xf32>
-  %e298 = tensor.empty() : tensor<2x4x32xf32>
-  %v303 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v291 : tensor<2x4x32xf32>) outs(%e298 : tensor<2x4x32xf32>) {
-  ^bb0(%a299: f32, %o300: f32):
-    %s301 = arith.constant 0x3F3504F3 : f32
-    %s302 = arith.mulf %a299, %s301 : f32
-    linalg.yield %s302 : f32
+  %e296 = tensor.empty() : tensor<2x4x32xf32>
+  %v301 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e296 : tensor<2x4x32xf32>) {
+  ^bb0(%a297: f32, %o298: f32):
+    %s299 = arith.constant 0x3F3504F3 : f32
+    %s300 = arith.mulf %a297, %s299 : f32
+    linalg.yield %s300 : f32
   } -> tensor<2x4x32xf32>
-  %e304 = tensor.empty() : tensor<2x4x32xf32>
-  %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v303 : tensor<2x4x32xf32>) outs(%e304 : tensor<2x4x32xf32>) {
-  ^bb0(%a305: f32, %o306: f32):
-    %s307 = math.erf %a305 : f32
-    linalg.yield %s307 : f32
+  %e302 = tensor.empty() : tensor<2x4x32xf32>
+  %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v301 : tensor<2x4x32xf32>) outs(%e302 : tensor<2x4x32xf32>) {
+  ^bb0(%a303: f32, %o304: f32):
+    %s305 = math.erf %a303 : f32
+    linalg.yield %s305 : f32
   } -> tensor<2x4x32xf32>
-  %e309 = tensor.empty() : tensor<2x4x32xf32>
-  %v314 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v308 : tensor<2x4x32xf32>) outs(%e309 : tensor<2x4x32xf32>) {
-  ^bb0(%a310: f32, %o311: f32):
-    %s312 = arith.constant 0x3F800000 : f32
-    %s313 = arith.addf %a310, %s312 : f32
-    linalg.yield %s313 : f32
+  %e307 = tensor.empty() : tensor<2x4x32xf32>
+  %v312 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v306 : tensor<2x4x32xf32>) outs(%e307 : tensor<2x4x32xf32>) {
+  ^bb0(%a308: f32, %o309: f32):
+    %s310 = arith.constant 0x3F800000 : f32
+    %s311 = arith.addf %a308, %s310 : f32
+    linalg.yield %s311 : f32
   } -> tensor<2x4x32xf32>
-  %e315 = tensor.empty() : tensor<2x4x32xf32>
-  %v320 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v297, %v314 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e315 : tensor<2x4x32xf32>) {
-  ^bb0(%a316: f32, %a317: f32, %o318: f32):
-    %s319 = arith.mulf %a316, %a317 : f32
-    linalg.yield %s319 : f32
+  %e313 = tensor.empty() : tensor<2x4x32xf32>
+  %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v295, %v312 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e313 : tensor<2x4x32xf32>) {
+  ^bb0(%a314: f32, %a315: f32, %o316: f32):
+    %s317 = arith.mulf %a314, %a315 : f32
+    linalg.yield %s317 : f32
   } -> tensor<2x4x32xf32>
-  %v321 = tensor.collapse_shape %v320 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
-  %e322 = tensor.empty() : tensor<32x16xf32>
-  %v323 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e322 : tensor<32x16xf32>) permutation = [1, 0]
-  %e324 = tensor.empty() : tensor<8x16xf32>
-  %c325 = arith.constant 0x00000000 : f32
-  %v326 = linalg.fill ins(%c325 : f32) outs(%e324 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v327 = linalg.matmul ins(%v321, %v323 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v326 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e328 = tensor.empty() : tensor<8x16xf32>
-  %v333 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v327, %arg15 : tensor<8x16xf32>, tensor<16xf32>) outs(%e328 : tensor<8x16xf32>) {
-  ^bb0(%a329: f32, %a330: f32, %o331: f32):
-    %s332 = arith.addf %a329, %a330 : f32
-    linalg.yield %s332 : f32
+  %v319 = tensor.collapse_shape %v318 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
+  %e320 = tensor.empty() : tensor<32x16xf32>
+  %v321 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e320 : tensor<32x16xf32>) permutation = [1, 0]
+  %e322 = tensor.empty() : tensor<8x16xf32>
+  %c323 = arith.constant 0x00000000 : f32
+  %v324 = linalg.fill ins(%c323 : f32) outs(%e322 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v325 = linalg.matmul ins(%v319, %v321 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v324 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e326 = tensor.empty() : tensor<8x16xf32>
+  %v331 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v325, %arg15 : tensor<8x16xf32>, tensor<16xf32>) outs(%e326 : tensor<8x16xf32>) {
+  ^bb0(%a327: f32, %a328: f32, %o329: f32):
+    %s330 = arith.addf %a327, %a328 : f32
+    linalg.yield %s330 : f32
   } -> tensor<8x16xf32>
-  %v334 = tensor.expand_shape %v333 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e335 = tensor.empty() : tensor<2x4x16xf32>
-  %v340 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v204, %v334 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e335 : tensor<2x4x16xf32>) {
-  ^bb0(%a336: f32, %a337: f32, %o338: f32):
-    %s339 = arith.addf %a336, %a337 : f32
-    linalg.yield %s339 : f32
+  %v332 = tensor.expand_shape %v331 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e333 = tensor.empty() : tensor<2x4x16xf32>
+  %v338 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v332 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e333 : tensor<2x4x16xf32>) {
+  ^bb0(%a334: f32, %a335: f32, %o336: f32):
+    %s337 = arith.addf %a334, %a335 : f32
+    linalg.yield %s337 : f32
   } -> tensor<2x4x16xf32>
-  %e341 = tensor.empty() : tensor<2x4x16xf32>
-  %v346 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v340, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e341 : tensor<2x4x16xf32>) {
-  ^bb0(%a342: f32, %a343: f32, %o344: f32):
-    %s345 = arith.subf %a342, %a343 : f32
-    linalg.yield %s345 : f32
+  %e339 = tensor.empty() : tensor<2x4x16xf32>
+  %v344 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e339 : tensor<2x4x16xf32>) {
+  ^bb0(%a340: f32, %a341: f32, %o342: f32):
+    %s343 = arith.subf %a340, %a341 : f32
+    linalg.yield %s343 : f32
   } -> tensor<2x4x16xf32>
-  %e347 = tensor.empty() : tensor<2x4x16xf32>
-  %v351 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v346 : tensor<2x4x16xf32>) outs(%e347 : tensor<2x4x16xf32>) {
-  ^bb0(%a348: f32, %o349: f32):
-    %s350 = arith.mulf %a348, %a348 : f32
-    linalg.yield %s350 : f32
+  %e345 = tensor.empty() : tensor<2x4x16xf32>
+  %v349 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v344 : tensor<2x4x16xf32>) outs(%e345 : tensor<2x4x16xf32>) {
+  ^bb0(%a346: f32, %o347: f32):
+    %s348 = arith.mulf %a346, %a346 : f32
+    linalg.yield %s348 : f32
   } -> tensor<2x4x16xf32>
-  %e352 = tensor.empty() : tensor<f32>
-  %c353 = arith.constant 0x00000000 : f32
-  %v354 = linalg.fill ins(%c353 : f32) outs(%e352 : tensor<f32>) -> tensor<f32>
-  %v358 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v351 : tensor<2x4x16xf32>) outs(%v354 : tensor<f32>) {
-  ^bb0(%a355: f32, %o356: f32):
-    %s357 = arith.addf %a355, %o356 : f32
-    linalg.yield %s357 : f32
+  %e350 = tensor.empty() : tensor<f32>
+  %c351 = arith.constant 0x00000000 : f32
+  %v352 = linalg.fill ins(%c351 : f32) outs(%e350 : tensor<f32>) -> tensor<f32>
+  %v356 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v349 : tensor<2x4x16xf32>) outs(%v352 : tensor<f32>) {
+  ^bb0(%a353: f32, %o354: f32):
+    %s355 = arith.addf %a353, %o354 : f32
+    linalg.yield %s355 : f32
   } -> tensor<f32>
-  %e359 = tensor.empty() : tensor<f32>
-  %v364 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v358 : tensor<f32>) outs(%e359 : tensor<f32>) {
-  ^bb0(%a360: f32, %o361: f32):
-    %s362 = arith.constant 0x43000000 : f32
-    %s363 = arith.divf %a360, %s362 : f32
-    linalg.yield %s363 : f32
+  %e357 = tensor.empty() : tensor<f32>
+  %v362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v356 : tensor<f32>) outs(%e357 : tensor<f32>) {
+  ^bb0(%a358: f32, %o359: f32):
+    %s360 = arith.constant 0x43000000 : f32
+    %s361 = arith.divf %a358, %s360 : f32
+    linalg.yield %s361 : f32
   } -> tensor<f32>
-  %e365 = tensor.empty() : tensor<f32>
-  %c366 = arith.constant 0x3F800000 : f32
-  %v367 = linalg.fill ins(%c366 : f32) outs(%e365 : tensor<f32>) -> tensor<f32>
-  %e368 = tensor.empty() : tensor<2x4x16xf32>
-  %v373 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v340, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e368 : tensor<2x4x16xf32>) {
-  ^bb0(%a369: f32, %a370: f32, %o371: f32):
-    %s372 = arith.subf %a369, %a370 : f32
-    linalg.yield %s372 : f32
+  %e363 = tensor.empty() : tensor<f32>
+  %c364 = arith.constant 0x3F800000 : f32
+  %v365 = linalg.fill ins(%c364 : f32) outs(%e363 : tensor<f32>) -> tensor<f32>
+  %e366 = tensor.empty() : tensor<2x4x16xf32>
+  %v371 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e366 : tensor<2x4x16xf32>) {
+  ^bb0(%a367: f32, %a368: f32, %o369: f32):
+    %s370 = arith.subf %a367, %a368 : f32
+    linalg.yield %s370 : f32
   } -> tensor<2x4x16xf32>
-  %e374 = tensor.empty() : tensor<2x4x16xf32>
-  %v379 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v373 : tensor<2x4x16xf32>) outs(%e374 : tensor<2x4x16xf32>) {
-  ^bb0(%a375: f32, %o376: f32):
-    %s377 = arith.constant 0x3C800000 : f32
-    %s378 = arith.mulf %a375, %s377 : f32
-    linalg.yield %s378 : f32
+  %e372 = tensor.empty() : tensor<2x4x16xf32>
+  %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v371 : tensor<2x4x16xf32>) outs(%e372 : tensor<2x4x16xf32>) {
+  ^bb0(%a373: f32, %o374: f32):
+    %s375 = arith.constant 0x3C800000 : f32
+    %s376 = arith.mulf %a373, %s375 : f32
+    linalg.yield %s376 : f32
   } -> tensor<2x4x16xf32>
-  %e380 = tensor.empty() : tensor<2x4x16xf32>
-  %v385 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v379, %v367 : tensor<2x4x16xf32>, tensor<f32>) outs(%e380 : tensor<2x4x16xf32>) {
-  ^bb0(%a381: f32, %a382: f32, %o383: f32):
-    %s384 = arith.mulf %a381, %a382 : f32
-    linalg.yield %s384 : f32
+  %e378 = tensor.empty() : tensor<2x4x16xf32>
+  %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v377, %v365 : tensor<2x4x16xf32>, tensor<f32>) outs(%e378 : tensor<2x4x16xf32>) {
+  ^bb0(%a379: f32, %a380: f32, %o381: f32):
+    %s382 = arith.mulf %a379, %a380 : f32
+    linalg.yield %s382 : f32
   } -> tensor<2x4x16xf32>
-  %v386 = tensor.collapse_shape %v385 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e387 = tensor.empty() : tensor<16x32xf32>
-  %v388 = linalg.transpose ins(%v323 : tensor<32x16xf32>) outs(%e387 : tensor<16x32xf32>) permutation = [1, 0]
-  %e389 = tensor.empty() : tensor<8x32xf32>
-  %c390 = arith.constant 0x00000000 : f32
-  %v391 = linalg.fill ins(%c390 : f32) outs(%e389 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v392 = linalg.matmul ins(%v386, %v388 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v391 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e393 = tensor.empty() : tensor<16x8xf32>
-  %v394 = linalg.transpose ins(%v386 : tensor<8x16xf32>) outs(%e393 : tensor<16x8xf32>) permutation = [1, 0]
-  %e395 = tensor.empty() : tensor<16x32xf32>
-  %c396 = arith.constant 0x00000000 : f32
-  %v397 = linalg.fill ins(%c396 : f32) outs(%e395 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v398 = linalg.matmul ins(%v394, %v321 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v397 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e399 = tensor.empty() : tensor<32x16xf32>
-  %v400 = linalg.transpose ins(%v398 : tensor<16x32xf32>) outs(%e399 : tensor<32x16xf32>) permutation = [1, 0]
-  %e401 = tensor.empty() : tensor<16xf32>
-  %c402 = arith.constant 0x00000000 : f32
-  %v403 = linalg.fill ins(%c402 : f32) outs(%e401 : tensor<16xf32>) -> tensor<16xf32>
-  %v407 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v386 : tensor<8x16xf32>) outs(%v403 : tensor<16xf32>) {
-  ^bb0(%a404: f32, %o405: f32):
-    %s406 = arith.addf %a404, %o405 : f32
-    linalg.yield %s406 : f32
+  %v384 = tensor.collapse_shape %v383 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e385 = tensor.empty() : tensor<16x32xf32>
+  %v386 = linalg.transpose ins(%v321 : tensor<32x16xf32>) outs(%e385 : tensor<16x32xf32>) permutation = [1, 0]
+  %e387 = tensor.empty() : tensor<8x32xf32>
+  %c388 = arith.constant 0x00000000 : f32
+  %v389 = linalg.fill ins(%c388 : f32) outs(%e387 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %v390 = linalg.matmul ins(%v384, %v386 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v389 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %e391 = tensor.empty() : tensor<16x8xf32>
+  %v392 = linalg.transpose ins(%v384 : tensor<8x16xf32>) outs(%e391 : tensor<16x8xf32>) permutation = [1, 0]
+  %e393 = tensor.empty() : tensor<16x32xf32>
+  %c394 = arith.constant 0x00000000 : f32
+  %v395 = linalg.fill ins(%c394 : f32) outs(%e393 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %v396 = linalg.matmul ins(%v392, %v319 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v395 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %e397 = tensor.empty() : tensor<32x16xf32>
+  %v398 = linalg.transpose ins(%v396 : tensor<16x32xf32>) outs(%e397 : tensor<32x16xf32>) permutation = [1, 0]
+  %e399 = tensor.empty() : tensor<16xf32>
+  %c400 = arith.constant 0x00000000 : f32
+  %v401 = linalg.fill ins(%c400 : f32) outs(%e399 : tensor<16xf32>) -> tensor<16xf32>
+  %v405 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v384 : tensor<8x16xf32>) outs(%v401 : tensor<16xf32>) {
+  ^bb0(%a402: f32, %o403: f32):
+    %s404 = arith.addf %a402, %o403 : f32
+    linalg.yield %s404 : f32
   } -> tensor<16xf32>
-  %v408 = tensor.expand_shape %v407 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v409 = tensor.collapse_shape %v408 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e410 = tensor.empty() : tensor<16x32xf32>
-  %v411 = linalg.transpose ins(%v400 : tensor<32x16xf32>) outs(%e410 : tensor<16x32xf32>) permutation = [1, 0]
-  %v412 = tensor.expand_shape %v392 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
-  %e413 = tensor.empty() : tensor<2x4x32xf32>
-  %v418 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v291 : tensor<2x4x32xf32>) outs(%e413 : tensor<2x4x32xf32>) {
-  ^bb0(%a414: f32, %o415: f32):
-    %s416 = arith.constant 0x3F3504F3 : f32
-    %s417 = arith.mulf %a414, %s416 : f32
-    linalg.yield %s417 : f32
+  %e407 = tensor.empty() : tensor<16x32xf32>
+  %v408 = linalg.transpose ins(%v398 : tensor<32x16xf32>) outs(%e407 : tensor<16x32xf32>) permutation = [1, 0]
+  %v409 = tensor.expand_shape %v390 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
+  %e410 = tensor.empty() : tensor<2x4x32xf32>
+  %v415 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e410 : tensor<2x4x32xf32>) {
+  ^bb0(%a411: f32, %o412: f32):
+    %s413 = arith.constant 0x3F3504F3 : f32
+    %s414 = arith.mulf %a411, %s413 : f32
+    linalg.yield %s414 : f32
   } -> tensor<2x4x32xf32>
-  %e419 = tensor.empty() : tensor<2x4x32xf32>
-  %v423 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v418 : tensor<2x4x32xf32>) outs(%e419 : tensor<2x4x32xf32>) {
-  ^bb0(%a420: f32, %o421: f32):
-    %s422 = math.erf %a420 : f32
-    linalg.yield %s422 : f32
+  %e416 = tensor.empty() : tensor<2x4x32xf32>
+  %v420 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v415 : tensor<2x4x32xf32>) outs(%e416 : tensor<2x4x32xf32>) {
+  ^bb0(%a417: f32, %o418: f32):
+    %s419 = math.erf %a417 : f32
+    linalg.yield %s419 : f32
   } -> tensor<2x4x32xf32>
-  %e424 = tensor.empty() : tensor<2x4x32xf32>
-  %v429 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v423 : tensor<2x4x32xf32>) outs(%e424 : tensor<2x4x32xf32>) {
-  ^bb0(%a425: f32, %o426: f32):
-    %s427 = arith.constant 0x3F800000 : f32
-    %s428 = arith.addf %a425, %s427 : f32
-    linalg.yield %s428 : f32
+  %e421 = tensor.empty() : tensor<2x4x32xf32>
+  %v426 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v420 : tensor<2x4x32xf32>) outs(%e421 : tensor<2x4x32xf32>) {
+  ^bb0(%a422: f32, %o423: f32):
+    %s424 = arith.constant 0x3F800000 : f32
+    %s425 = arith.addf %a422, %s424 : f32
+    linalg.yield %s425 : f32
   } -> tensor<2x4x32xf32>
-  %e430 = tensor.empty() : tensor<2x4x32xf32>
-  %v435 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v429 : tensor<2x4x32xf32>) outs(%e430 : tensor<2x4x32xf32>) {
-  ^bb0(%a431: f32, %o432: f32):
-    %s433 = arith.constant 0x3F000000 : f32
-    %s434 = arith.mulf %a431, %s433 : f32
-    linalg.yield %s434 : f32
+  %e427 = tensor.empty() : tensor<2x4x32xf32>
+  %v432 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v426 : tensor<2x4x32xf32>) outs(%e427 : tensor<2x4x32xf32>) {
+  ^bb0(%a428: f32, %o429: f32):
+    %s430 = arith.constant 0x3F000000 : f32
+    %s431 = arith.mulf %a428, %s430 : f32
+    linalg.yield %s431 : f32
   } -> tensor<2x4x32xf32>
-  %e436 = tensor.empty() : tensor<2x4x32xf32>
-  %v441 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v291, %v291 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e436 : tensor<2x4x32xf32>) {
-  ^bb0(%a437: f32, %a438: f32, %o439: f32):
-    %s440 = arith.mulf %a437, %a438 : f32
-    linalg.yield %s440 : f32
+  %e433 = tensor.empty() : tensor<2x4x32xf32>
+  %v438 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v289 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e433 : tensor<2x4x32xf32>) {
+  ^bb0(%a434: f32, %a435: f32, %o436: f32):
+    %s437 = arith.mulf %a434, %a435 : f32
+    linalg.yield %s437 : f32
   } -> tensor<2x4x32xf32>
-  %e442 = tensor.empty() : tensor<2x4x32xf32>
-  %v447 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v441 : tensor<2x4x32xf32>) outs(%e442 : tensor<2x4x32xf32>) {
-  ^bb0(%a443: f32, %o444: f32):
-    %s445 = arith.constant 0xBF000000 : f32
-    %s446 = arith.mulf %a443, %s445 : f32
-    linalg.yield %s446 : f32
+  %e439 = tensor.empty() : tensor<2x4x32xf32>
+  %v444 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v438 : tensor<2x4x32xf32>) outs(%e439 : tensor<2x4x32xf32>) {
+  ^bb0(%a440: f32, %o441: f32):
+    %s442 = arith.constant 0xBF000000 : f32
+    %s443 = arith.mulf %a440, %s442 : f32
+    linalg.yield %s443 : f32
   } -> tensor<2x4x32xf32>
-  %e448 = tensor.empty() : tensor<2x4x32xf32>
-  %v452 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v447 : tensor<2x4x32xf32>) outs(%e448 : tensor<2x4x32xf32>) {
-  ^bb0(%a449: f32, %o450: f32):
-    %s451 = math.exp %a449 : f32
-    linalg.yield %s451 : f32
+  %e445 = tensor.empty() : tensor<2x4x32xf32>
+  %v449 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v444 : tensor<2x4x32xf32>) outs(%e445 : tensor<2x4x32xf32>) {
+  ^bb0(%a446: f32, %o447: f32):
+    %s448 = math.exp %a446 : f32
+    linalg.yield %s448 : f32
   } -> tensor<2x4x32xf32>
-  %e453 = tensor.empty() : tensor<2x4x32xf32>
-  %v458 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v452 : tensor<2x4x32xf32>) outs(%e453 : tensor<2x4x32xf32>) {
-  ^bb0(%a454: f32, %o455: f32):
-    %s456 = arith.constant 0x3ECC422A : f32
-    %s457 = arith.mulf %a454, %s456 : f32
-    linalg.yield %s457 : f32
+  %e450 = tensor.empty() : tensor<2x4x32xf32>
+  %v455 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v449 : tensor<2x4x32xf32>) outs(%e450 : tensor<2x4x32xf32>) {
+  ^bb0(%a451: f32, %o452: f32):
+    %s453 = arith.constant 0x3ECC422A : f32
+    %s454 = arith.mulf %a451, %s453 : f32
+    linalg.yield %s454 : f32
   } -> tensor<2x4x32xf32>
-  %e459 = tensor.empty() : tensor<2x4x32xf32>
-  %v464 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v291, %v458 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e459 : tensor<2x4x32xf32>) {
-  ^bb0(%a460: f32, %a461: f32, %o462: f32):
-    %s463 = arith.mulf %a460, %a461 : f32
-    linalg.yield %s463 : f32
+  %e456 = tensor.empty() : tensor<2x4x32xf32>
+  %v461 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v455 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e456 : tensor<2x4x32xf32>) {
+  ^bb0(%a457: f32, %a458: f32, %o459: f32):
+    %s460 = arith.mulf %a457, %a458 : f32
+    linalg.yield %s460 : f32
   } -> tensor<2x4x32xf32>
-  %e465 = tensor.empty() : tensor<2x4x32xf32>
-  %v470 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v435, %v464 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e465 : tensor<2x4x32xf32>) {
-  ^bb0(%a466: f32, %a467: f32, %o468: f32):
-    %s469 = arith.addf %a466, %a467 : f32
-    linalg.yield %s469 : f32
+  %e462 = tensor.empty() : tensor<2x4x32xf32>
+  %v467 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v432, %v461 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e462 : tensor<2x4x32xf32>) {
+  ^bb0(%a463: f32, %a464: f32, %o465: f32):
+    %s466 = arith.addf %a463, %a464 : f32
+    linalg.yield %s466 : f32
   } -> tensor<2x4x32xf32>
-  %e471 = tensor.empty() : tensor<2x4x32xf32>
-  %v476 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v412, %v470 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e471 : tensor<2x4x32xf32>) {
-  ^bb0(%a472: f32, %a473: f32, %o474: f32):
-    %s475 = arith.mulf %a472, %a473 : f32
-    linalg.yield %s475 : f32
+  %e468 = tensor.empty() : tensor<2x4x32xf32>
+  %v473 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v409, %v467 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e468 : tensor<2x4x32xf32>) {
+  ^bb0(%a469: f32, %a470: f32, %o471: f32):
+    %s472 = arith.mulf %a469, %a470 : f32
+    linalg.yield %s472 : f32
   } -> tensor<2x4x32xf32>
-  %v477 = tensor.collapse_shape %v476 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
-  %e478 = tensor.empty() : tensor<32x16xf32>
-  %v479 = linalg.transpose ins(%v280 : tensor<16x32xf32>) outs(%e478 : tensor<32x16xf32>) permutation = [1, 0]
-  %e480 = tensor.empty() : tensor<8x16xf32>
-  %c481 = arith.constant 0x00000000 : f32
-  %v482 = linalg.fill ins(%c481 : f32) outs(%e480 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v483 = linalg.matmul ins(%v477, %v479 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v482 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e484 = tensor.empty() : tensor<32x8xf32>
-  %v485 = linalg.transpose ins(%v477 : tensor<8x32xf32>) outs(%e484 : tensor<32x8xf32>) permutation = [1, 0]
-  %e486 = tensor.empty() : tensor<32x16xf32>
-  %c487 = arith.constant 0x00000000 : f32
-  %v488 = linalg.fill ins(%c487 : f32) outs(%e486 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v489 = linalg.matmul ins(%v485, %v278 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v488 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e490 = tensor.empty() : tensor<16x32xf32>
-  %v491 = linalg.transpose ins(%v489 : tensor<32x16xf32>) outs(%e490 : tensor<16x32xf32>) permutation = [1, 0]
-  %e492 = tensor.empty() : tensor<32xf32>
-  %c493 = arith.constant 0x00000000 : f32
-  %v494 = linalg.fill ins(%c493 : f32) outs(%e492 : tensor<32xf32>) -> tensor<32xf32>
-  %v498 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v477 : tensor<8x32xf32>) outs(%v494 : tensor<32xf32>) {
-  ^bb0(%a495: f32, %o496: f32):
-    %s497 = arith.addf %a495, %o496 : f32
-    linalg.yield %s497 : f32
+  %v474 = tensor.collapse_shape %v473 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
+  %e475 = tensor.empty() : tensor<32x16xf32>
+  %v476 = linalg.transpose ins(%v278 : tensor<16x32xf32>) outs(%e475 : tensor<32x16xf32>) permutation = [1, 0]
+  %e477 = tensor.empty() : tensor<8x16xf32>
+  %c478 = arith.constant 0x00000000 : f32
+  %v479 = linalg.fill ins(%c478 : f32) outs(%e477 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v480 = linalg.matmul ins(%v474, %v476 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v479 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e481 = tensor.empty() : tensor<32x8xf32>
+  %v482 = linalg.transpose ins(%v474 : tensor<8x32xf32>) outs(%e481 : tensor<32x8xf32>) permutation = [1, 0]
+  %e483 = tensor.empty() : tensor<32x16xf32>
+  %c484 = arith.constant 0x00000000 : f32
+  %v485 = linalg.fill ins(%c484 : f32) outs(%e483 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v486 = linalg.matmul ins(%v482, %v276 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v485 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e487 = tensor.empty() : tensor<16x32xf32>
+  %v488 = linalg.transpose ins(%v486 : tensor<32x16xf32>) outs(%e487 : tensor<16x32xf32>) permutation = [1, 0]
+  %e489 = tensor.empty() : tensor<32xf32>
+  %c490 = arith.constant 0x00000000 : f32
+  %v491 = linalg.fill ins(%c490 : f32) outs(%e489 : tensor<32xf32>) -> tensor<32xf32>
+  %v495 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v474 : tensor<8x32xf32>) outs(%v491 : tensor<32xf32>) {
+  ^bb0(%a492: f32, %o493: f32):
+    %s494 = arith.addf %a492, %o493 : f32
+    linalg.yield %s494 : f32
   } -> tensor<32xf32>
-  %v499 = tensor.expand_shape %v498 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v500 = tensor.collapse_shape %v499 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
-  %e501 = tensor.empty() : tensor<32x16xf32>
-  %v502 = linalg.transpose ins(%v491 : tensor<16x32xf32>) outs(%e501 : tensor<32x16xf32>) permutation = [1, 0]
-  %v503 = tensor.expand_shape %v483 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v504 = tensor.collapse_shape %v218 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e505 = tensor.empty() : tensor<2x4x16xf32>
-  %v510 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v204, %v504 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e505 : tensor<2x4x16xf32>) {
-  ^bb0(%a506: f32, %a507: f32, %o508: f32):
-    %s509 = arith.subf %a506, %a507 : f32
-    linalg.yield %s509 : f32
+  %e497 = tensor.empty() : tensor<32x16xf32>
+  %v498 = linalg.transpose ins(%v488 : tensor<16x32xf32>) outs(%e497 : tensor<32x16xf32>) permutation = [1, 0]
+  %v499 = tensor.expand_shape %v480 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %v500 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e501 = tensor.empty() : tensor<2x4x16xf32>
+  %v506 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v500 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e501 : tensor<2x4x16xf32>) {
+  ^bb0(%a502: f32, %a503: f32, %o504: f32):
+    %s505 = arith.subf %a502, %a503 : f32
+    linalg.yield %s505 : f32
   } -> tensor<2x4x16xf32>
-  %v511 = tensor.collapse_shape %v251 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e512 = tensor.empty() : tensor<2x4x16xf32>
-  %v517 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v510, %v511 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e512 : tensor<2x4x16xf32>) {
-  ^bb0(%a513: f32, %a514: f32, %o515: f32):
-    %s516 = arith.mulf %a513, %a514 : f32
-    linalg.yield %s516 : f32
+  %v507 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e508 = tensor.empty() : tensor<2x4x16xf32>
+  %v513 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v506, %v507 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e508 : tensor<2x4x16xf32>) {
+  ^bb0(%a509: f32, %a510: f32, %o511: f32):
+    %s512 = arith.mulf %a509, %a510 : f32
+    linalg.yield %s512 : f32
   } -> tensor<2x4x16xf32>
-  %e518 = tensor.empty() : tensor<2x4x16xf32>
-  %v523 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v503, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e518 : tensor<2x4x16xf32>) {
-  ^bb0(%a519: f32, %a520: f32, %o521: f32):
-    %s522 = arith.mulf %a519, %a520 : f32
-    linalg.yield %s522 : f32
+  %e514 = tensor.empty() : tensor<2x4x16xf32>
+  %v519 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e514 : tensor<2x4x16xf32>) {
+  ^bb0(%a515: f32, %a516: f32, %o517: f32):
+    %s518 = arith.mulf %a515, %a516 : f32
+    linalg.yield %s518 : f32
   } -> tensor<2x4x16xf32>
-  %e524 = tensor.empty() : tensor<2x4x16xf32>
-  %v529 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v523 : tensor<2x4x16xf32>) outs(%e524 : tensor<2x4x16xf32>) {
-  ^bb0(%a525: f32, %o526: f32):
-    %s527 = arith.constant 0x41800000 : f32
-    %s528 = arith.mulf %a525, %s527 : f32
-    linalg.yield %s528 : f32
+  %e520 = tensor.empty() : tensor<2x4x16xf32>
+  %v525 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519 : tensor<2x4x16xf32>) outs(%e520 : tensor<2x4x16xf32>) {
+  ^bb0(%a521: f32, %o522: f32):
+    %s523 = arith.constant 0x41800000 : f32
+    %s524 = arith.mulf %a521, %s523 : f32
+    linalg.yield %s524 : f32
   } -> tensor<2x4x16xf32>
-  %e530 = tensor.empty() : tensor<2x4xf32>
-  %c531 = arith.constant 0x00000000 : f32
-  %v532 = linalg.fill ins(%c531 : f32) outs(%e530 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v536 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v523 : tensor<2x4x16xf32>) outs(%v532 : tensor<2x4xf32>) {
-  ^bb0(%a533: f32, %o534: f32):
-    %s535 = arith.addf %a533, %o534 : f32
-    linalg.yield %s535 : f32
+  %e526 = tensor.empty() : tensor<2x4xf32>
+  %c527 = arith.constant 0x00000000 : f32
+  %v528 = linalg.fill ins(%c527 : f32) outs(%e526 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %v532 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v519 : tensor<2x4x16xf32>) outs(%v528 : tensor<2x4xf32>) {
+  ^bb0(%a529: f32, %o530: f32):
+    %s531 = arith.addf %a529, %o530 : f32
+    linalg.yield %s531 : f32
   } -> tensor<2x4xf32>
-  %v537 = tensor.expand_shape %v536 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e538 = tensor.empty() : tensor<2x4x16xf32>
-  %v543 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v523, %v517 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e538 : tensor<2x4x16xf32>) {
-  ^bb0(%a539: f32, %a540: f32, %o541: f32):
-    %s542 = arith.mulf %a539, %a540 : f32
-    linalg.yield %s542 : f32
+  %e534 = tensor.empty() : tensor<2x4x16xf32>
+  %v539 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e534 : tensor<2x4x16xf32>) {
+  ^bb0(%a535: f32, %a536: f32, %o537: f32):
+    %s538 = arith.mulf %a535, %a536 : f32
+    linalg.yield %s538 : f32
   } -> tensor<2x4x16xf32>
-  %e544 = tensor.empty() : tensor<2x4xf32>
-  %c545 = arith.constant 0x00000000 : f32
-  %v546 = linalg.fill ins(%c545 : f32) outs(%e544 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v550 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v543 : tensor<2x4x16xf32>) outs(%v546 : tensor<2x4xf32>) {
-  ^bb0(%a547: f32, %o548: f32):
-    %s549 = arith.addf %a547, %o548 : f32
-    linalg.yield %s549 : f32
+  %e540 = tensor.empty() : tensor<2x4xf32>
+  %c541 = arith.constant 0x00000000 : f32
+  %v542 = linalg.fill ins(%c541 : f32) outs(%e540 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %v546 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v539 : tensor<2x4x16xf32>) outs(%v542 : tensor<2x4xf32>) {
+  ^bb0(%a543: f32, %o544: f32):
+    %s545 = arith.addf %a543, %o544 : f32
+    linalg.yield %s545 : f32
   } -> tensor<2x4xf32>
-  %v551 = tensor.expand_shape %v550 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %v552 = tensor.collapse_shape %v551 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e553 = tensor.empty() : tensor<2x4x16xf32>
-  %v558 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v517, %v552 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e553 : tensor<2x4x16xf32>) {
-  ^bb0(%a554: f32, %a555: f32, %o556: f32):
-    %s557 = arith.mulf %a554, %a555 : f32
-    linalg.yield %s557 : f32
+  %e548 = tensor.empty() : tensor<2x4x16xf32>
+  %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v513, %v546 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e548 : tensor<2x4x16xf32>) {
+  ^bb0(%a549: f32, %a550: f32, %o551: f32):
+    %s552 = arith.mulf %a549, %a550 : f32
+    linalg.yield %s552 : f32
   } -> tensor<2x4x16xf32>
-  %v559 = tensor.collapse_shape %v537 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e554 = tensor.empty() : tensor<2x4x16xf32>
+  %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v525, %v532 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e554 : tensor<2x4x16xf32>) {
+  ^bb0(%a555: f32, %a556: f32, %o557: f32):
+    %s558 = arith.subf %a555, %a556 : f32
+    linalg.yield %s558 : f32
+  } -> tensor<2x4x16xf32>
   %e560 = tensor.empty() : tensor<2x4x16xf32>
-  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v529, %v559 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e560 : tensor<2x4x16xf32>) {
+  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v559, %v553 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e560 : tensor<2x4x16xf32>) {
   ^bb0(%a561: f32, %a562: f32, %o563: f32):
     %s564 = arith.subf %a561, %a562 : f32
     linalg.yield %s564 : f32
   } -> tensor<2x4x16xf32>
-  %e566 = tensor.empty() : tensor<2x4x16xf32>
-  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v565, %v558 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e566 : tensor<2x4x16xf32>) {
-  ^bb0(%a567: f32, %a568: f32, %o569: f32):
-    %s570 = arith.subf %a567, %a568 : f32
+  %e566 = tensor.empty() : tensor<2x4x1xf32>
+  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v249 : tensor<2x4x1xf32>) outs(%e566 : tensor<2x4x1xf32>) {
+  ^bb0(%a567: f32, %o568: f32):
+    %s569 = arith.constant 0x41800000 : f32
+    %s570 = arith.divf %a567, %s569 : f32
     linalg.yield %s570 : f32
-  } -> tensor<2x4x16xf32>
-  %e572 = tensor.empty() : tensor<2x4x1xf32>
-  %v577 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v251 : tensor<2x4x1xf32>) outs(%e572 : tensor<2x4x1xf32>) {
-  ^bb0(%a573: f32, %o574: f32):
-    %s575 = arith.constant 0x41800000 : f32
-    %s576 = arith.divf %a573, %s575 : f32
-    linalg.yield %s576 : f32
   } -> tensor<2x4x1xf32>
-  %v578 = tensor.collapse_shape %v577 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %v572 = tensor.collapse_shape %v571 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e573 = tensor.empty() : tensor<2x4x16xf32>
+  %v578 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v572, %v565 : tensor<2x4xf32>, tensor<2x4x16xf32>) outs(%e573 : tensor<2x4x16xf32>) {
+  ^bb0(%a574: f32, %a575: f32, %o576: f32):
+    %s577 = arith.mulf %a574, %a575 : f32
+    linalg.yield %s577 : f32
+  } -> tensor<2x4x16xf32>
   %e579 = tensor.empty() : tensor<2x4x16xf32>
-  %v584 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v578, %v571 : tensor<2x4xf32>, tensor<2x4x16xf32>) outs(%e579 : tensor<2x4x16xf32>) {
+  %v584 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e579 : tensor<2x4x16xf32>) {
   ^bb0(%a580: f32, %a581: f32, %o582: f32):
     %s583 = arith.mulf %a580, %a581 : f32
     linalg.yield %s583 : f32
   } -> tensor<2x4x16xf32>
-  %e585 = tensor.empty() : tensor<2x4x16xf32>
-  %v590 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v503, %v517 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e585 : tensor<2x4x16xf32>) {
-  ^bb0(%a586: f32, %a587: f32, %o588: f32):
-    %s589 = arith.mulf %a586, %a587 : f32
-    linalg.yield %s589 : f32
-  } -> tensor<2x4x16xf32>
-  %e591 = tensor.empty() : tensor<16xf32>
-  %c592 = arith.constant 0x00000000 : f32
-  %v593 = linalg.fill ins(%c592 : f32) outs(%e591 : tensor<16xf32>) -> tensor<16xf32>
-  %v597 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v590 : tensor<2x4x16xf32>) outs(%v593 : tensor<16xf32>) {
-  ^bb0(%a594: f32, %o595: f32):
-    %s596 = arith.addf %a594, %o595 : f32
-    linalg.yield %s596 : f32
+  %e585 = tensor.empty() : tensor<16xf32>
+  %c586 = arith.constant 0x00000000 : f32
+  %v587 = linalg.fill ins(%c586 : f32) outs(%e585 : tensor<16xf32>) -> tensor<16xf32>
+  %v591 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v584 : tensor<2x4x16xf32>) outs(%v587 : tensor<16xf32>) {
+  ^bb0(%a588: f32, %o589: f32):
+    %s590 = arith.addf %a588, %o589 : f32
+    linalg.yield %s590 : f32
   } -> tensor<16xf32>
-  %e598 = tensor.empty() : tensor<16xf32>
-  %c599 = arith.constant 0x00000000 : f32
-  %v600 = linalg.fill ins(%c599 : f32) outs(%e598 : tensor<16xf32>) -> tensor<16xf32>
-  %v604 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v503 : tensor<2x4x16xf32>) outs(%v600 : tensor<16xf32>) {
-  ^bb0(%a601: f32, %o602: f32):
-    %s603 = arith.addf %a601, %o602 : f32
+  %e592 = tensor.empty() : tensor<16xf32>
+  %c593 = arith.constant 0x00000000 : f32
+  %v594 = linalg.fill ins(%c593 : f32) outs(%e592 : tensor<16xf32>) -> tensor<16xf32>
+  %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v499 : tensor<2x4x16xf32>) outs(%v594 : tensor<16xf32>) {
+  ^bb0(%a595: f32, %o596: f32):
+    %s597 = arith.addf %a595, %o596 : f32
+    linalg.yield %s597 : f32
+  } -> tensor<16xf32>
+  %e599 = tensor.empty() : tensor<2x4x16xf32>
+  %v604 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v383, %v578 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e599 : tensor<2x4x16xf32>) {
+  ^bb0(%a600: f32, %a601: f32, %o602: f32):
+    %s603 = arith.addf %a600, %a601 : f32
     linalg.yield %s603 : f32
-  } -> tensor<16xf32>
-  %e605 = tensor.empty() : tensor<2x4x16xf32>
-  %v610 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v385, %v584 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e605 : tensor<2x4x16xf32>) {
-  ^bb0(%a606: f32, %a607: f32, %o608: f32):
-    %s609 = arith.addf %a606, %a607 : f32
-    linalg.yield %s609 : f32
   } -> tensor<2x4x16xf32>
-  %v611 = tensor.collapse_shape %v610 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e612 = tensor.empty() : tensor<16x16xf32>
-  %v613 = linalg.transpose ins(%v187 : tensor<16x16xf32>) outs(%e612 : tensor<16x16xf32>) permutation = [1, 0]
-  %e614 = tensor.empty() : tensor<8x16xf32>
+  %v605 = tensor.collapse_shape %v604 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e606 = tensor.empty() : tensor<16x16xf32>
+  %v607 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e606 : tensor<16x16xf32>) permutation = [1, 0]
+  %e608 = tensor.empty() : tensor<8x16xf32>
+  %c609 = arith.constant 0x00000000 : f32
+  %v610 = linalg.fill ins(%c609 : f32) outs(%e608 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v611 = linalg.matmul ins(%v605, %v607 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v610 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e612 = tensor.empty() : tensor<16x8xf32>
+  %v613 = linalg.transpose ins(%v605 : tensor<8x16xf32>) outs(%e612 : tensor<16x8xf32>) permutation = [1, 0]
+  %e614 = tensor.empty() : tensor<16x16xf32>
   %c615 = arith.constant 0x00000000 : f32
-  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v617 = linalg.matmul ins(%v611, %v613 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v616 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e618 = tensor.empty() : tensor<16x8xf32>
-  %v619 = linalg.transpose ins(%v611 : tensor<8x16xf32>) outs(%e618 : tensor<16x8xf32>) permutation = [1, 0]
-  %e620 = tensor.empty() : tensor<16x16xf32>
+  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v617 = linalg.matmul ins(%v613, %v183 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v616 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e618 = tensor.empty() : tensor<16x16xf32>
+  %v619 = linalg.transpose ins(%v617 : tensor<16x16xf32>) outs(%e618 : tensor<16x16xf32>) permutation = [1, 0]
+  %e620 = tensor.empty() : tensor<16xf32>
   %c621 = arith.constant 0x00000000 : f32
-  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v623 = linalg.matmul ins(%v619, %v185 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v622 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e624 = tensor.empty() : tensor<16x16xf32>
-  %v625 = linalg.transpose ins(%v623 : tensor<16x16xf32>) outs(%e624 : tensor<16x16xf32>) permutation = [1, 0]
-  %e626 = tensor.empty() : tensor<16xf32>
-  %c627 = arith.constant 0x00000000 : f32
-  %v628 = linalg.fill ins(%c627 : f32) outs(%e626 : tensor<16xf32>) -> tensor<16xf32>
-  %v632 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v611 : tensor<8x16xf32>) outs(%v628 : tensor<16xf32>) {
-  ^bb0(%a629: f32, %o630: f32):
-    %s631 = arith.addf %a629, %o630 : f32
-    linalg.yield %s631 : f32
+  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16xf32>) -> tensor<16xf32>
+  %v626 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v605 : tensor<8x16xf32>) outs(%v622 : tensor<16xf32>) {
+  ^bb0(%a623: f32, %o624: f32):
+    %s625 = arith.addf %a623, %o624 : f32
+    linalg.yield %s625 : f32
   } -> tensor<16xf32>
-  %v633 = tensor.expand_shape %v632 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v634 = tensor.collapse_shape %v633 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e635 = tensor.empty() : tensor<16x16xf32>
-  %v636 = linalg.transpose ins(%v625 : tensor<16x16xf32>) outs(%e635 : tensor<16x16xf32>) permutation = [1, 0]
-  %v637 = tensor.expand_shape %v617 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v638 = tensor.expand_shape %v637 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e639 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v640 = linalg.transpose ins(%v638 : tensor<2x4x4x4xf32>) outs(%e639 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v641 = tensor.collapse_shape %v640 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e642 = tensor.empty() : tensor<8x4x4xf32>
-  %v643 = linalg.transpose ins(%v175 : tensor<8x4x4xf32>) outs(%e642 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e644 = tensor.empty() : tensor<8x4x4xf32>
-  %c645 = arith.constant 0x00000000 : f32
-  %v646 = linalg.fill ins(%c645 : f32) outs(%e644 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v647 = linalg.batch_matmul ins(%v643, %v641 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v646 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e648 = tensor.empty() : tensor<8x4x4xf32>
-  %v649 = linalg.transpose ins(%v176 : tensor<8x4x4xf32>) outs(%e648 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e650 = tensor.empty() : tensor<8x4x4xf32>
-  %c651 = arith.constant 0x00000000 : f32
-  %v652 = linalg.fill ins(%c651 : f32) outs(%e650 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v653 = linalg.batch_matmul ins(%v641, %v649 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v652 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v654 = tensor.expand_shape %v647 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v655 = tensor.expand_shape %v653 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e656 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v661 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v655, %v174 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e656 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a657: f32, %a658: f32, %o659: f32):
-    %s660 = arith.mulf %a657, %a658 : f32
+  %e628 = tensor.empty() : tensor<16x16xf32>
+  %v629 = linalg.transpose ins(%v619 : tensor<16x16xf32>) outs(%e628 : tensor<16x16xf32>) permutation = [1, 0]
+  %v630 = tensor.expand_shape %v611 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %v631 = tensor.expand_shape %v630 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
+  %e632 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v633 = linalg.transpose ins(%v631 : tensor<2x4x4x4xf32>) outs(%e632 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v634 = tensor.collapse_shape %v633 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e635 = tensor.empty() : tensor<8x4x4xf32>
+  %v636 = linalg.transpose ins(%v173 : tensor<8x4x4xf32>) outs(%e635 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e637 = tensor.empty() : tensor<8x4x4xf32>
+  %c638 = arith.constant 0x00000000 : f32
+  %v639 = linalg.fill ins(%c638 : f32) outs(%e637 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v640 = linalg.batch_matmul ins(%v636, %v634 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v639 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %e641 = tensor.empty() : tensor<8x4x4xf32>
+  %v642 = linalg.transpose ins(%v174 : tensor<8x4x4xf32>) outs(%e641 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e643 = tensor.empty() : tensor<8x4x4xf32>
+  %c644 = arith.constant 0x00000000 : f32
+  %v645 = linalg.fill ins(%c644 : f32) outs(%e643 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v646 = linalg.batch_matmul ins(%v634, %v642 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v645 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v647 = tensor.expand_shape %v640 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %v648 = tensor.expand_shape %v646 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e649 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v654 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v648, %v172 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e649 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a650: f32, %a651: f32, %o652: f32):
+    %s653 = arith.mulf %a650, %a651 : f32
+    linalg.yield %s653 : f32
+  } -> tensor<2x4x4x4xf32>
+  %e655 = tensor.empty() : tensor<2x4x4xf32>
+  %c656 = arith.constant 0x00000000 : f32
+  %v657 = linalg.fill ins(%c656 : f32) outs(%e655 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %v661 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v654 : tensor<2x4x4x4xf32>) outs(%v657 : tensor<2x4x4xf32>) {
+  ^bb0(%a658: f32, %o659: f32):
+    %s660 = arith.addf %a658, %o659 : f32
     linalg.yield %s660 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e662 = tensor.empty() : tensor<2x4x4xf32>
-  %c663 = arith.constant 0x00000000 : f32
-  %v664 = linalg.fill ins(%c663 : f32) outs(%e662 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
-  %v668 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v661 : tensor<2x4x4x4xf32>) outs(%v664 : tensor<2x4x4xf32>) {
-  ^bb0(%a665: f32, %o666: f32):
-    %s667 = arith.addf %a665, %o666 : f32
-    linalg.yield %s667 : f32
   } -> tensor<2x4x4xf32>
-  %v669 = tensor.expand_shape %v668 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v670 = tensor.collapse_shape %v669 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e671 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v676 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v174, %v670 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e671 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a672: f32, %a673: f32, %o674: f32):
-    %s675 = arith.mulf %a672, %a673 : f32
-    linalg.yield %s675 : f32
+  %e663 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v668 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v172, %v661 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e663 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a664: f32, %a665: f32, %o666: f32):
+    %s667 = arith.mulf %a664, %a665 : f32
+    linalg.yield %s667 : f32
   } -> tensor<2x4x4x4xf32>
-  %e677 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v682 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v661, %v676 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e677 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a678: f32, %a679: f32, %o680: f32):
-    %s681 = arith.subf %a678, %a679 : f32
-    linalg.yield %s681 : f32
+  %e669 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v674 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v654, %v668 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e669 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a670: f32, %a671: f32, %o672: f32):
+    %s673 = arith.subf %a670, %a671 : f32
+    linalg.yield %s673 : f32
   } -> tensor<2x4x4x4xf32>
-  %e683 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v688 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v682 : tensor<2x4x4x4xf32>) outs(%e683 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a684: f32, %o685: f32):
-    %s686 = arith.constant 0x40000000 : f32
-    %s687 = arith.divf %a684, %s686 : f32
-    linalg.yield %s687 : f32
+  %e675 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v680 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v674 : tensor<2x4x4x4xf32>) outs(%e675 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a676: f32, %o677: f32):
+    %s678 = arith.constant 0x40000000 : f32
+    %s679 = arith.divf %a676, %s678 : f32
+    linalg.yield %s679 : f32
   } -> tensor<2x4x4x4xf32>
-  %v689 = tensor.collapse_shape %v688 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %v681 = tensor.collapse_shape %v680 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e682 = tensor.empty() : tensor<8x4x4xf32>
+  %v683 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e682 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e684 = tensor.empty() : tensor<8x4x4xf32>
+  %c685 = arith.constant 0x00000000 : f32
+  %v686 = linalg.fill ins(%c685 : f32) outs(%e684 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v687 = linalg.batch_matmul ins(%v683, %v681 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v686 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %e688 = tensor.empty() : tensor<8x4x4xf32>
+  %v689 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e688 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
   %e690 = tensor.empty() : tensor<8x4x4xf32>
-  %v691 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e690 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e692 = tensor.empty() : tensor<8x4x4xf32>
-  %c693 = arith.constant 0x00000000 : f32
-  %v694 = linalg.fill ins(%c693 : f32) outs(%e692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v695 = linalg.batch_matmul ins(%v691, %v689 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v694 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e696 = tensor.empty() : tensor<8x4x4xf32>
-  %v697 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e696 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e698 = tensor.empty() : tensor<8x4x4xf32>
-  %c699 = arith.constant 0x00000000 : f32
-  %v700 = linalg.fill ins(%c699 : f32) outs(%e698 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v701 = linalg.batch_matmul ins(%v689, %v697 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v700 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v702 = tensor.expand_shape %v695 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v703 = tensor.expand_shape %v701 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e704 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v705 = linalg.transpose ins(%v702 : tensor<2x4x4x4xf32>) outs(%e704 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %e706 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v707 = linalg.transpose ins(%v654 : tensor<2x4x4x4xf32>) outs(%e706 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v708 = tensor.collapse_shape %v707 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v709 = tensor.collapse_shape %v708 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %c691 = arith.constant 0x00000000 : f32
+  %v692 = linalg.fill ins(%c691 : f32) outs(%e690 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v693 = linalg.batch_matmul ins(%v681, %v689 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v694 = tensor.expand_shape %v687 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %v695 = tensor.expand_shape %v693 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e696 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v697 = linalg.transpose ins(%v694 : tensor<2x4x4x4xf32>) outs(%e696 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
+  %e698 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v699 = linalg.transpose ins(%v647 : tensor<2x4x4x4xf32>) outs(%e698 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v700 = tensor.collapse_shape %v699 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v701 = tensor.collapse_shape %v700 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e702 = tensor.empty() : tensor<16x16xf32>
+  %v703 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e702 : tensor<16x16xf32>) permutation = [1, 0]
+  %e704 = tensor.empty() : tensor<8x16xf32>
+  %c705 = arith.constant 0x00000000 : f32
+  %v706 = linalg.fill ins(%c705 : f32) outs(%e704 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v707 = linalg.matmul ins(%v701, %v703 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v706 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e708 = tensor.empty() : tensor<16x8xf32>
+  %v709 = linalg.transpose ins(%v701 : tensor<8x16xf32>) outs(%e708 : tensor<16x8xf32>) permutation = [1, 0]
   %e710 = tensor.empty() : tensor<16x16xf32>
-  %v711 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e710 : tensor<16x16xf32>) permutation = [1, 0]
-  %e712 = tensor.empty() : tensor<8x16xf32>
-  %c713 = arith.constant 0x00000000 : f32
-  %v714 = linalg.fill ins(%c713 : f32) outs(%e712 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v715 = linalg.matmul ins(%v709, %v711 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v714 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e716 = tensor.empty() : tensor<16x8xf32>
-  %v717 = linalg.transpose ins(%v709 : tensor<8x16xf32>) outs(%e716 : tensor<16x8xf32>) permutation = [1, 0]
-  %e718 = tensor.empty() : tensor<16x16xf32>
-  %c719 = arith.constant 0x00000000 : f32
-  %v720 = linalg.fill ins(%c719 : f32) outs(%e718 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v721 = linalg.matmul ins(%v717, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v720 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e722 = tensor.empty() : tensor<16x16xf32>
-  %v723 = linalg.transpose ins(%v721 : tensor<16x16xf32>) outs(%e722 : tensor<16x16xf32>) permutation = [1, 0]
-  %e724 = tensor.empty() : tensor<16xf32>
-  %c725 = arith.constant 0x00000000 : f32
-  %v726 = linalg.fill ins(%c725 : f32) outs(%e724 : tensor<16xf32>) -> tensor<16xf32>
-  %v730 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v709 : tensor<8x16xf32>) outs(%v726 : tensor<16xf32>) {
-  ^bb0(%a727: f32, %o728: f32):
-    %s729 = arith.addf %a727, %o728 : f32
-    linalg.yield %s729 : f32
+  %c711 = arith.constant 0x00000000 : f32
+  %v712 = linalg.fill ins(%c711 : f32) outs(%e710 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v713 = linalg.matmul ins(%v709, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v712 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e714 = tensor.empty() : tensor<16x16xf32>
+  %v715 = linalg.transpose ins(%v713 : tensor<16x16xf32>) outs(%e714 : tensor<16x16xf32>) permutation = [1, 0]
+  %e716 = tensor.empty() : tensor<16xf32>
+  %c717 = arith.constant 0x00000000 : f32
+  %v718 = linalg.fill ins(%c717 : f32) outs(%e716 : tensor<16xf32>) -> tensor<16xf32>
+  %v722 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v701 : tensor<8x16xf32>) outs(%v718 : tensor<16xf32>) {
+  ^bb0(%a719: f32, %o720: f32):
+    %s721 = arith.addf %a719, %o720 : f32
+    linalg.yield %s721 : f32
   } -> tensor<16xf32>
-  %v731 = tensor.expand_shape %v730 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v732 = tensor.collapse_shape %v731 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e733 = tensor.empty() : tensor<16x16xf32>
-  %v734 = linalg.transpose ins(%v723 : tensor<16x16xf32>) outs(%e733 : tensor<16x16xf32>) permutation = [1, 0]
-  %v735 = tensor.expand_shape %v715 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e736 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v737 = linalg.transpose ins(%v705 : tensor<2x4x4x4xf32>) outs(%e736 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v738 = tensor.collapse_shape %v737 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v739 = tensor.collapse_shape %v738 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e740 = tensor.empty() : tensor<16x16xf32>
-  %v741 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e740 : tensor<16x16xf32>) permutation = [1, 0]
-  %e742 = tensor.empty() : tensor<8x16xf32>
-  %c743 = arith.constant 0x00000000 : f32
-  %v744 = linalg.fill ins(%c743 : f32) outs(%e742 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v745 = linalg.matmul ins(%v739, %v741 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v744 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e746 = tensor.empty() : tensor<16x8xf32>
-  %v747 = linalg.transpose ins(%v739 : tensor<8x16xf32>) outs(%e746 : tensor<16x8xf32>) permutation = [1, 0]
-  %e748 = tensor.empty() : tensor<16x16xf32>
-  %c749 = arith.constant 0x00000000 : f32
-  %v750 = linalg.fill ins(%c749 : f32) outs(%e748 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v751 = linalg.matmul ins(%v747, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v750 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e752 = tensor.empty() : tensor<16x16xf32>
-  %v753 = linalg.transpose ins(%v751 : tensor<16x16xf32>) outs(%e752 : tensor<16x16xf32>) permutation = [1, 0]
-  %e754 = tensor.empty() : tensor<16xf32>
-  %c755 = arith.constant 0x00000000 : f32
-  %v756 = linalg.fill ins(%c755 : f32) outs(%e754 : tensor<16xf32>) -> tensor<16xf32>
-  %v760 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v739 : tensor<8x16xf32>) outs(%v756 : tensor<16xf32>) {
-  ^bb0(%a757: f32, %o758: f32):
-    %s759 = arith.addf %a757, %o758 : f32
-    linalg.yield %s759 : f32
+  %e724 = tensor.empty() : tensor<16x16xf32>
+  %v725 = linalg.transpose ins(%v715 : tensor<16x16xf32>) outs(%e724 : tensor<16x16xf32>) permutation = [1, 0]
+  %v726 = tensor.expand_shape %v707 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e727 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v728 = linalg.transpose ins(%v697 : tensor<2x4x4x4xf32>) outs(%e727 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v729 = tensor.collapse_shape %v728 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v730 = tensor.collapse_shape %v729 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e731 = tensor.empty() : tensor<16x16xf32>
+  %v732 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e731 : tensor<16x16xf32>) permutation = [1, 0]
+  %e733 = tensor.empty() : tensor<8x16xf32>
+  %c734 = arith.constant 0x00000000 : f32
+  %v735 = linalg.fill ins(%c734 : f32) outs(%e733 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v736 = linalg.matmul ins(%v730, %v732 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v735 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e737 = tensor.empty() : tensor<16x8xf32>
+  %v738 = linalg.transpose ins(%v730 : tensor<8x16xf32>) outs(%e737 : tensor<16x8xf32>) permutation = [1, 0]
+  %e739 = tensor.empty() : tensor<16x16xf32>
+  %c740 = arith.constant 0x00000000 : f32
+  %v741 = linalg.fill ins(%c740 : f32) outs(%e739 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v742 = linalg.matmul ins(%v738, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v741 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e743 = tensor.empty() : tensor<16x16xf32>
+  %v744 = linalg.transpose ins(%v742 : tensor<16x16xf32>) outs(%e743 : tensor<16x16xf32>) permutation = [1, 0]
+  %e745 = tensor.empty() : tensor<16xf32>
+  %c746 = arith.constant 0x00000000 : f32
+  %v747 = linalg.fill ins(%c746 : f32) outs(%e745 : tensor<16xf32>) -> tensor<16xf32>
+  %v751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v730 : tensor<8x16xf32>) outs(%v747 : tensor<16xf32>) {
+  ^bb0(%a748: f32, %o749: f32):
+    %s750 = arith.addf %a748, %o749 : f32
+    linalg.yield %s750 : f32
   } -> tensor<16xf32>
-  %v761 = tensor.expand_shape %v760 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v762 = tensor.collapse_shape %v761 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e763 = tensor.empty() : tensor<16x16xf32>
-  %v764 = linalg.transpose ins(%v753 : tensor<16x16xf32>) outs(%e763 : tensor<16x16xf32>) permutation = [1, 0]
-  %v765 = tensor.expand_shape %v745 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e766 = tensor.empty() : tensor<2x4x16xf32>
-  %v771 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v735, %v765 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e766 : tensor<2x4x16xf32>) {
-  ^bb0(%a767: f32, %a768: f32, %o769: f32):
-    %s770 = arith.addf %a767, %a768 : f32
-    linalg.yield %s770 : f32
+  %e753 = tensor.empty() : tensor<16x16xf32>
+  %v754 = linalg.transpose ins(%v744 : tensor<16x16xf32>) outs(%e753 : tensor<16x16xf32>) permutation = [1, 0]
+  %v755 = tensor.expand_shape %v736 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e756 = tensor.empty() : tensor<2x4x16xf32>
+  %v761 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v726, %v755 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e756 : tensor<2x4x16xf32>) {
+  ^bb0(%a757: f32, %a758: f32, %o759: f32):
+    %s760 = arith.addf %a757, %a758 : f32
+    linalg.yield %s760 : f32
   } -> tensor<2x4x16xf32>
-  %e772 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v773 = linalg.transpose ins(%v703 : tensor<2x4x4x4xf32>) outs(%e772 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v774 = tensor.collapse_shape %v773 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v775 = tensor.collapse_shape %v774 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e776 = tensor.empty() : tensor<16x16xf32>
-  %v777 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e776 : tensor<16x16xf32>) permutation = [1, 0]
-  %e778 = tensor.empty() : tensor<8x16xf32>
-  %c779 = arith.constant 0x00000000 : f32
-  %v780 = linalg.fill ins(%c779 : f32) outs(%e778 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v781 = linalg.matmul ins(%v775, %v777 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v780 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e782 = tensor.empty() : tensor<16x8xf32>
-  %v783 = linalg.transpose ins(%v775 : tensor<8x16xf32>) outs(%e782 : tensor<16x8xf32>) permutation = [1, 0]
-  %e784 = tensor.empty() : tensor<16x16xf32>
-  %c785 = arith.constant 0x00000000 : f32
-  %v786 = linalg.fill ins(%c785 : f32) outs(%e784 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v787 = linalg.matmul ins(%v783, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v786 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e762 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v763 = linalg.transpose ins(%v695 : tensor<2x4x4x4xf32>) outs(%e762 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v764 = tensor.collapse_shape %v763 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v765 = tensor.collapse_shape %v764 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e766 = tensor.empty() : tensor<16x16xf32>
+  %v767 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e766 : tensor<16x16xf32>) permutation = [1, 0]
+  %e768 = tensor.empty() : tensor<8x16xf32>
+  %c769 = arith.constant 0x00000000 : f32
+  %v770 = linalg.fill ins(%c769 : f32) outs(%e768 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v771 = linalg.matmul ins(%v765, %v767 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v770 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e772 = tensor.empty() : tensor<16x8xf32>
+  %v773 = linalg.transpose ins(%v765 : tensor<8x16xf32>) outs(%e772 : tensor<16x8xf32>) permutation = [1, 0]
+  %e774 = tensor.empty() : tensor<16x16xf32>
+  %c775 = arith.constant 0x00000000 : f32
+  %v776 = linalg.fill ins(%c775 : f32) outs(%e774 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v777 = linalg.matmul ins(%v773, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v776 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e778 = tensor.empty() : tensor<16x16xf32>
+  %v779 = linalg.transpose ins(%v777 : tensor<16x16xf32>) outs(%e778 : tensor<16x16xf32>) permutation = [1, 0]
+  %e780 = tensor.empty() : tensor<16xf32>
+  %c781 = arith.constant 0x00000000 : f32
+  %v782 = linalg.fill ins(%c781 : f32) outs(%e780 : tensor<16xf32>) -> tensor<16xf32>
+  %v786 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v765 : tensor<8x16xf32>) outs(%v782 : tensor<16xf32>) {
+  ^bb0(%a783: f32, %o784: f32):
+    %s785 = arith.addf %a783, %o784 : f32
+    linalg.yield %s785 : f32
+  } -> tensor<16xf32>
   %e788 = tensor.empty() : tensor<16x16xf32>
-  %v789 = linalg.transpose ins(%v787 : tensor<16x16xf32>) outs(%e788 : tensor<16x16xf32>) permutation = [1, 0]
-  %e790 = tensor.empty() : tensor<16xf32>
-  %c791 = arith.constant 0x00000000 : f32
-  %v792 = linalg.fill ins(%c791 : f32) outs(%e790 : tensor<16xf32>) -> tensor<16xf32>
-  %v796 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v775 : tensor<8x16xf32>) outs(%v792 : tensor<16xf32>) {
-  ^bb0(%a793: f32, %o794: f32):
-    %s795 = arith.addf %a793, %o794 : f32
+  %v789 = linalg.transpose ins(%v779 : tensor<16x16xf32>) outs(%e788 : tensor<16x16xf32>) permutation = [1, 0]
+  %v790 = tensor.expand_shape %v771 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e791 = tensor.empty() : tensor<2x4x16xf32>
+  %v796 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v761, %v790 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e791 : tensor<2x4x16xf32>) {
+  ^bb0(%a792: f32, %a793: f32, %o794: f32):
+    %s795 = arith.addf %a792, %a793 : f32
     linalg.yield %s795 : f32
-  } -> tensor<16xf32>
-  %v797 = tensor.expand_shape %v796 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v798 = tensor.collapse_shape %v797 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e799 = tensor.empty() : tensor<16x16xf32>
-  %v800 = linalg.transpose ins(%v789 : tensor<16x16xf32>) outs(%e799 : tensor<16x16xf32>) permutation = [1, 0]
-  %v801 = tensor.expand_shape %v781 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e802 = tensor.empty() : tensor<2x4x16xf32>
-  %v807 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v771, %v801 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e802 : tensor<2x4x16xf32>) {
-  ^bb0(%a803: f32, %a804: f32, %o805: f32):
-    %s806 = arith.addf %a803, %a804 : f32
-    linalg.yield %s806 : f32
   } -> tensor<2x4x16xf32>
-  %v808 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e809 = tensor.empty() : tensor<2x4x16xf32>
-  %v814 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v808 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e809 : tensor<2x4x16xf32>) {
-  ^bb0(%a810: f32, %a811: f32, %o812: f32):
-    %s813 = arith.subf %a810, %a811 : f32
-    linalg.yield %s813 : f32
+  %v797 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e798 = tensor.empty() : tensor<2x4x16xf32>
+  %v803 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v797 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e798 : tensor<2x4x16xf32>) {
+  ^bb0(%a799: f32, %a800: f32, %o801: f32):
+    %s802 = arith.subf %a799, %a800 : f32
+    linalg.yield %s802 : f32
   } -> tensor<2x4x16xf32>
-  %v815 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e816 = tensor.empty() : tensor<2x4x16xf32>
-  %v821 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v814, %v815 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e816 : tensor<2x4x16xf32>) {
-  ^bb0(%a817: f32, %a818: f32, %o819: f32):
-    %s820 = arith.mulf %a817, %a818 : f32
-    linalg.yield %s820 : f32
+  %v804 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
+  %e805 = tensor.empty() : tensor<2x4x16xf32>
+  %v810 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v803, %v804 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e805 : tensor<2x4x16xf32>) {
+  ^bb0(%a806: f32, %a807: f32, %o808: f32):
+    %s809 = arith.mulf %a806, %a807 : f32
+    linalg.yield %s809 : f32
   } -> tensor<2x4x16xf32>
-  %e822 = tensor.empty() : tensor<2x4x16xf32>
-  %v827 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v807, %arg0 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e822 : tensor<2x4x16xf32>) {
-  ^bb0(%a823: f32, %a824: f32, %o825: f32):
-    %s826 = arith.mulf %a823, %a824 : f32
-    linalg.yield %s826 : f32
+  %e863 = tensor.empty() : tensor<2x4x16xf32>
+  %v868 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v796, %v810 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e863 : tensor<2x4x16xf32>) {
+  ^bb0(%a864: f32, %a865: f32, %o866: f32):
+    %s867 = arith.mulf %a864, %a865 : f32
+    linalg.yield %s867 : f32
   } -> tensor<2x4x16xf32>
-  %e828 = tensor.empty() : tensor<2x4x16xf32>
-  %v833 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v827 : tensor<2x4x16xf32>) outs(%e828 : tensor<2x4x16xf32>) {
-  ^bb0(%a829: f32, %o830: f32):
-    %s831 = arith.constant 0x41800000 : f32
-    %s832 = arith.mulf %a829, %s831 : f32
-    linalg.yield %s832 : f32
-  } -> tensor<2x4x16xf32>
-  %e834 = tensor.empty() : tensor<2x4xf32>
-  %c835 = arith.constant 0x00000000 : f32
-  %v836 = linalg.fill ins(%c835 : f32) outs(%e834 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v840 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v827 : tensor<2x4x16xf32>) outs(%v836 : tensor<2x4xf32>) {
-  ^bb0(%a837: f32, %o838: f32):
-    %s839 = arith.addf %a837, %o838 : f32
-    linalg.yield %s839 : f32
-  } -> tensor<2x4xf32>
-  %v841 = tensor.expand_shape %v840 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e842 = tensor.empty() : tensor<2x4x16xf32>
-  %v847 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v827, %v821 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e842 : tensor<2x4x16xf32>) {
-  ^bb0(%a843: f32, %a844: f32, %o845: f32):
-    %s846 = arith.mulf %a843, %a844 : f32
-    linalg.yield %s846 : f32
-  } -> tensor<2x4x16xf32>
-  %e848 = tensor.empty() : tensor<2x4xf32>
-  %c849 = arith.constant 0x00000000 : f32
-  %v850 = linalg.fill ins(%c849 : f32) outs(%e848 : tensor<2x4xf32>) -> tensor<2x4xf32>
-  %v854 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v847 : tensor<2x4x16xf32>) outs(%v850 : tensor<2x4xf32>) {
-  ^bb0(%a851: f32, %o852: f32):
-    %s853 = arith.addf %a851, %o852 : f32
-    linalg.yield %s853 : f32
-  } -> tensor<2x4xf32>
-  %v855 = tensor.expand_shape %v854 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %v856 = tensor.collapse_shape %v855 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e857 = tensor.empty() : tensor<2x4x16xf32>
-  %v862 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v821, %v856 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e857 : tensor<2x4x16xf32>) {
-  ^bb0(%a858: f32, %a859: f32, %o860: f32):
-    %s861 = arith.mulf %a858, %a859 : f32
-    linalg.yield %s861 : f32
-  } -> tensor<2x4x16xf32>
-  %v863 = tensor.collapse_shape %v841 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e864 = tensor.empty() : tensor<2x4x16xf32>
-  %v869 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v833, %v863 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e864 : tensor<2x4x16xf32>) {
-  ^bb0(%a865: f32, %a866: f32, %o867: f32):
-    %s868 = arith.subf %a865, %a866 : f32
-    linalg.yield %s868 : f32
-  } -> tensor<2x4x16xf32>
-  %e870 = tensor.empty() : tensor<2x4x16xf32>
-  %v875 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v869, %v862 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e870 : tensor<2x4x16xf32>) {
-  ^bb0(%a871: f32, %a872: f32, %o873: f32):
-    %s874 = arith.subf %a871, %a872 : f32
+  %e869 = tensor.empty() : tensor<16xf32>
+  %c870 = arith.constant 0x00000000 : f32
+  %v871 = linalg.fill ins(%c870 : f32) outs(%e869 : tensor<16xf32>) -> tensor<16xf32>
+  %v875 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v868 : tensor<2x4x16xf32>) outs(%v871 : tensor<16xf32>) {
+  ^bb0(%a872: f32, %o873: f32):
+    %s874 = arith.addf %a872, %o873 : f32
     linalg.yield %s874 : f32
-  } -> tensor<2x4x16xf32>
-  %e876 = tensor.empty() : tensor<2x4x16xf32>
-  %v881 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v807, %v821 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e876 : tensor<2x4x16xf32>) {
-  ^bb0(%a877: f32, %a878: f32, %o879: f32):
-    %s880 = arith.mulf %a877, %a878 : f32
-    linalg.yield %s880 : f32
-  } -> tensor<2x4x16xf32>
-  %e882 = tensor.empty() : tensor<16xf32>
-  %c883 = arith.constant 0x00000000 : f32
-  %v884 = linalg.fill ins(%c883 : f32) outs(%e882 : tensor<16xf32>) -> tensor<16xf32>
-  %v888 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v881 : tensor<2x4x16xf32>) outs(%v884 : tensor<16xf32>) {
-  ^bb0(%a885: f32, %o886: f32):
-    %s887 = arith.addf %a885, %o886 : f32
+  } -> tensor<16xf32>
+  %e876 = tensor.empty() : tensor<16xf32>
+  %c877 = arith.constant 0x00000000 : f32
+  %v878 = linalg.fill ins(%c877 : f32) outs(%e876 : tensor<16xf32>) -> tensor<16xf32>
+  %v882 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v796 : tensor<2x4x16xf32>) outs(%v878 : tensor<16xf32>) {
+  ^bb0(%a879: f32, %o880: f32):
+    %s881 = arith.addf %a879, %o880 : f32
+    linalg.yield %s881 : f32
+  } -> tensor<16xf32>
+  %e883 = tensor.empty() : tensor<f32>
+  %v888 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg48 : tensor<f32>) outs(%e883 : tensor<f32>) {
+  ^bb0(%a884: f32, %o885: f32):
+    %s886 = arith.constant 0x3F800000 : f32
+    %s887 = arith.addf %a884, %s886 : f32
     linalg.yield %s887 : f32
-  } -> tensor<16xf32>
-  %e889 = tensor.empty() : tensor<16xf32>
-  %c890 = arith.constant 0x00000000 : f32
-  %v891 = linalg.fill ins(%c890 : f32) outs(%e889 : tensor<16xf32>) -> tensor<16xf32>
-  %v895 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v807 : tensor<2x4x16xf32>) outs(%v891 : tensor<16xf32>) {
-  ^bb0(%a892: f32, %o893: f32):
-    %s894 = arith.addf %a892, %o893 : f32
-    linalg.yield %s894 : f32
-  } -> tensor<16xf32>
-  %e896 = tensor.empty() : tensor<f32>
-  %v901 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg48 : tensor<f32>) outs(%e896 : tensor<f32>) {
-  ^bb0(%a897: f32, %o898: f32):
-    %s899 = arith.constant 0x3F800000 : f32
-    %s900 = arith.addf %a897, %s899 : f32
-    linalg.yield %s900 : f32
   } -> tensor<f32>
-  %e902 = tensor.empty() : tensor<f32>
-  %c903 = arith.constant 0x3DCCCCCD : f32
-  %v904 = linalg.fill ins(%c903 : f32) outs(%e902 : tensor<f32>) -> tensor<f32>
-  %e905 = tensor.empty() : tensor<f32>
-  %v909 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v904 : tensor<f32>) outs(%e905 : tensor<f32>) {
-  ^bb0(%a906: f32, %o907: f32):
-    %s908 = math.absf %a906 : f32
-    linalg.yield %s908 : f32
+  %e889 = tensor.empty() : tensor<f32>
+  %c890 = arith.constant 0x3DCCCCCD : f32
+  %v891 = linalg.fill ins(%c890 : f32) outs(%e889 : tensor<f32>) -> tensor<f32>
+  %e892 = tensor.empty() : tensor<f32>
+  %v896 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e892 : tensor<f32>) {
+  ^bb0(%a893: f32, %o894: f32):
+    %s895 = math.absf %a893 : f32
+    linalg.yield %s895 : f32
   } -> tensor<f32>
-  %e910 = tensor.empty() : tensor<i1>
-  %v915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v909 : tensor<f32>) outs(%e910 : tensor<i1>) {
-  ^bb0(%a911: f32, %o912: i1):
-    %s913 = arith.constant 0x3F000000 : f32
-    %s914 = arith.cmpf oge, %a911, %s913 : f32
-    linalg.yield %s914 : i1
+  %e897 = tensor.empty() : tensor<i1>
+  %v902 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v896 : tensor<f32>) outs(%e897 : tensor<i1>) {
+  ^bb0(%a898: f32, %o899: i1):
+    %s900 = arith.constant 0x3F000000 : f32
+    %s901 = arith.cmpf oge, %a898, %s900 : f32
+    linalg.yield %s901 : i1
   } -> tensor<i1>
-  %e916 = tensor.empty() : tensor<f32>
-  %v921 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v904 : tensor<f32>) outs(%e916 : tensor<f32>) {
-  ^bb0(%a917: f32, %o918: f32):
-    %s919 = arith.constant 0x3F800000 : f32
-    %s920 = arith.subf %a917, %s919 : f32
-    linalg.yield %s920 : f32
+  %e903 = tensor.empty() : tensor<f32>
+  %v908 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e903 : tensor<f32>) {
+  ^bb0(%a904: f32, %o905: f32):
+    %s906 = arith.constant 0x3F800000 : f32
+    %s907 = arith.subf %a904, %s906 : f32
+    linalg.yield %s907 : f32
   } -> tensor<f32>
-  %e922 = tensor.empty() : tensor<f32>
-  %v928 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v915, %v921, %v904 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e922 : tensor<f32>) {
-  ^bb0(%a923: i1, %a924: f32, %a925: f32, %o926: f32):
-    %s927 = arith.select %a923, %a924, %a925 : f32
+  %e909 = tensor.empty() : tensor<f32>
+  %v915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v902, %v908, %v891 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e909 : tensor<f32>) {
+  ^bb0(%a910: i1, %a911: f32, %a912: f32, %o913: f32):
+    %s914 = arith.select %a910, %a911, %a912 : f32
+    linalg.yield %s914 : f32
+  } -> tensor<f32>
+  %e916 = tensor.empty() : tensor<16xf32>
+  %v922 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v902, %v875, %arg16 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e916 : tensor<16xf32>) {
+  ^bb0(%a917: i1, %a918: f32, %a919: f32, %o920: f32):
+    %s921 = arith.select %a917, %a918, %a919 : f32
+    linalg.yield %s921 : f32
+  } -> tensor<16xf32>
+  %e923 = tensor.empty() : tensor<16xf32>
+  %v928 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875, %arg16 : tensor<16xf32>, tensor<16xf32>) outs(%e923 : tensor<16xf32>) {
+  ^bb0(%a924: f32, %a925: f32, %o926: f32):
+    %s927 = arith.subf %a924, %a925 : f32
     linalg.yield %s927 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e929 = tensor.empty() : tensor<16xf32>
-  %v935 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v915, %v888, %arg16 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e929 : tensor<16xf32>) {
-  ^bb0(%a930: i1, %a931: f32, %a932: f32, %o933: f32):
-    %s934 = arith.select %a930, %a931, %a932 : f32
-    linalg.yield %s934 : f32
+  %v934 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v915, %v928 : tensor<f32>, tensor<16xf32>) outs(%e929 : tensor<16xf32>) {
+  ^bb0(%a930: f32, %a931: f32, %o932: f32):
+    %s933 = arith.mulf %a930, %a931 : f32
+    linalg.yield %s933 : f32
   } -> tensor<16xf32>
-  %e936 = tensor.empty() : tensor<16xf32>
-  %v941 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v888, %arg16 : tensor<16xf32>, tensor<16xf32>) outs(%e936 : tensor<16xf32>) {
-  ^bb0(%a937: f32, %a938: f32, %o939: f32):
-    %s940 = arith.subf %a937, %a938 : f32
-    linalg.yield %s940 : f32
+  %e935 = tensor.empty() : tensor<16xf32>
+  %v940 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v934, %v922 : tensor<16xf32>, tensor<16xf32>) outs(%e935 : tensor<16xf32>) {
+  ^bb0(%a936: f32, %a937: f32, %o938: f32):
+    %s939 = arith.addf %a936, %a937 : f32
+    linalg.yield %s939 : f32
   } -> tensor<16xf32>
-  %e942 = tensor.empty() : tensor<16xf32>
-  %v947 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v928, %v941 : tensor<f32>, tensor<16xf32>) outs(%e942 : tensor<16xf32>) {
-  ^bb0(%a943: f32, %a944: f32, %o945: f32):
-    %s946 = arith.mulf %a943, %a944 : f32
-    linalg.yield %s946 : f32
+  %e941 = tensor.empty() : tensor<16xf32>
+  %v946 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e941 : tensor<16xf32>) {
+  ^bb0(%a942: f32, %o943: f32):
+    %s944 = arith.constant 0x3F7FBE77 : f32
+    %s945 = arith.mulf %a942, %s944 : f32
+    linalg.yield %s945 : f32
   } -> tensor<16xf32>
-  %e948 = tensor.empty() : tensor<16xf32>
-  %v953 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v947, %v935 : tensor<16xf32>, tensor<16xf32>) outs(%e948 : tensor<16xf32>) {
-  ^bb0(%a949: f32, %a950: f32, %o951: f32):
-    %s952 = arith.addf %a949, %a950 : f32
-    linalg.yield %s952 : f32
+  %e947 = tensor.empty() : tensor<16xf32>
+  %v952 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875 : tensor<16xf32>) outs(%e947 : tensor<16xf32>) {
+  ^bb0(%a948: f32, %o949: f32):
+    %s950 = arith.constant 0x3A83126F : f32
+    %s951 = arith.mulf %a948, %s950 : f32
+    linalg.yield %s951 : f32
   } -> tensor<16xf32>
-  %e954 = tensor.empty() : tensor<16xf32>
-  %v959 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e954 : tensor<16xf32>) {
-  ^bb0(%a955: f32, %o956: f32):
-    %s957 = arith.constant 0x3F7FBE77 : f32
-    %s958 = arith.mulf %a955, %s957 : f32
-    linalg.yield %s958 : f32
+  %e953 = tensor.empty() : tensor<16xf32>
+  %v958 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v952, %v875 : tensor<16xf32>, tensor<16xf32>) outs(%e953 : tensor<16xf32>) {
+  ^bb0(%a954: f32, %a955: f32, %o956: f32):
+    %s957 = arith.mulf %a954, %a955 : f32
+    linalg.yield %s957 : f32
   } -> tensor<16xf32>
-  %e960 = tensor.empty() : tensor<16xf32>
-  %v965 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v888 : tensor<16xf32>) outs(%e960 : tensor<16xf32>) {
-  ^bb0(%a961: f32, %o962: f32):
-    %s963 = arith.constant 0x3A83126F : f32
-    %s964 = arith.mulf %a961, %s963 : f32
-    linalg.yield %s964 : f32
+  %e959 = tensor.empty() : tensor<16xf32>
+  %v964 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v946, %v958 : tensor<16xf32>, tensor<16xf32>) outs(%e959 : tensor<16xf32>) {
+  ^bb0(%a960: f32, %a961: f32, %o962: f32):
+    %s963 = arith.addf %a960, %a961 : f32
+    linalg.yield %s963 : f32
   } -> tensor<16xf32>
-  %e966 = tensor.empty() : tensor<16xf32>
-  %v971 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v965, %v888 : tensor<16xf32>, tensor<16xf32>) outs(%e966 : tensor<16xf32>) {
-  ^bb0(%a967: f32, %a968: f32, %o969: f32):
-    %s970 = arith.mulf %a967, %a968 : f32
-    linalg.yield %s970 : f32
-  } -> tensor<16xf32>
-  %e972 = tensor.empty() : tensor<16xf32>
-  %v977 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v959, %v971 : tensor<16xf32>, tensor<16xf32>) outs(%e972 : tensor<16xf32>) {
-  ^bb0(%a973: f32, %a974: f32, %o975: f32):
-    %s976 = arith.addf %a973, %a974 : f32
-    linalg.yield %s976 : f32
-  } -> tensor<16xf32>
-  %e978 = tensor.empty() : tensor<f32>
-  %v983 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v901 : tensor<f32>) outs(%e978 : tensor<f32>) {
-  ^bb0(%a979: f32, %o980: f32):
-    %s981 = arith.constant 0x3F666666 : f32
-    %s982 = math.powf %s981, %a979 : f32
-    linalg.yield %s982 : f32
+  %e965 = tensor.empty() : tensor<f32>
+  %v970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e965 : tensor<f32>) {
+  ^bb0(%a966: f32, %o967: f32):
+    %s968 = arith.constant 0x3F666666 : f32
+    %s969 = math.powf %s968, %a966 : f32
+    linalg.yield %s969 : f32
   } -> tensor<f32>
-  %e984 = tensor.empty() : tensor<f32>
-  %v989 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v983 : tensor<f32>) outs(%e984 : tensor<f32>) {
-  ^bb0(%a985: f32, %o986: f32):
-    %s987 = arith.constant 0x3F800000 : f32
-    %s988 = arith.subf %s987, %a985 : f32
-    linalg.yield %s988 : f32
+  %e971 = tensor.empty() : tensor<f32>
+  %v976 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v970 : tensor<f32>) outs(%e971 : tensor<f32>) {
+  ^bb0(%a972: f32, %o973: f32):
+    %s974 = arith.constant 0x3F800000 : f32
+    %s975 = arith.subf %s974, %a972 : f32
+    linalg.yield %s975 : f32
   } -> tensor<f32>
-  %e990 = tensor.empty() : tensor<f32>
-  %v995 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v901 : tensor<f32>) outs(%e990 : tensor<f32>) {
-  ^bb0(%a991: f32, %o992: f32):
-    %s993 = arith.constant 0x3F7FBE77 : f32
-    %s994 = math.powf %s993, %a991 : f32
-    linalg.yield %s994 : f32
+  %e977 = tensor.empty() : tensor<f32>
+  %v982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e977 : tensor<f32>) {
+  ^bb0(%a978: f32, %o979: f32):
+    %s980 = arith.constant 0x3F7FBE77 : f32
+    %s981 = math.powf %s980, %a978 : f32
+    linalg.yield %s981 : f32
   } -> tensor<f32>
-  %e996 = tensor.empty() : tensor<f32>
-  %v1001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v995 : tensor<f32>) outs(%e996 : tensor<f32>) {
-  ^bb0(%a997: f32, %o998: f32):
-    %s999 = arith.constant 0x3F800000 : f32
-    %s1000 = arith.subf %s999, %a997 : f32
-    linalg.yield %s1000 : f32
+  %e983 = tensor.empty() : tensor<f32>
+  %v988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v982 : tensor<f32>) outs(%e983 : tensor<f32>) {
+  ^bb0(%a984: f32, %o985: f32):
+    %s986 = arith.constant 0x3F800000 : f32
+    %s987 = arith.subf %s986, %a984 : f32
+    linalg.yield %s987 : f32
   } -> tensor<f32>
-  %e1002 = tensor.empty() : tensor<f32>
-  %v1007 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v989 : tensor<f32>) outs(%e1002 : tensor<f32>) {
-  ^bb0(%a1003: f32, %o1004: f32):
-    %s1005 = arith.constant 0x3F800000 : f32
-    %s1006 = arith.divf %s1005, %a1003 : f32
-    linalg.yield %s1006 : f32
+  %e989 = tensor.empty() : tensor<f32>
+  %v994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v976 : tensor<f32>) outs(%e989 : tensor<f32>) {
+  ^bb0(%a990: f32, %o991: f32):
+    %s992 = arith.constant 0x3F800000 : f32
+    %s993 = arith.divf %s992, %a990 : f32
+    linalg.yield %s993 : f32
   } -> tensor<f32>
-  %e1008 = tensor.empty() : tensor<f32>
-  %v1013 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1007 : tensor<f32>) outs(%e1008 : tensor<f32>) {
-  ^bb0(%a1009: f32, %o1010: f32):
-    %s1011 = arith.constant 0x3A83126F : f32
-    %s1012 = arith.mulf %a1009, %s1011 : f32
-    linalg.yield %s1012 : f32
+  %e995 = tensor.empty() : tensor<f32>
+  %v1000 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v994 : tensor<f32>) outs(%e995 : tensor<f32>) {
+  ^bb0(%a996: f32, %o997: f32):
+    %s998 = arith.constant 0x3A83126F : f32
+    %s999 = arith.mulf %a996, %s998 : f32
+    linalg.yield %s999 : f32
   } -> tensor<f32>
-  %e1014 = tensor.empty() : tensor<f32>
-  %v1018 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1013 : tensor<f32>) outs(%e1014 : tensor<f32>) {
-  ^bb0(%a1015: f32, %o1016: f32):
-    %s1017 = arith.negf %a1015 : f32
-    linalg.yield %s1017 : f32
+  %e1001 = tensor.empty() : tensor<f32>
+  %v1005 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1000 : tensor<f32>) outs(%e1001 : tensor<f32>) {
+  ^bb0(%a1002: f32, %o1003: f32):
+    %s1004 = arith.negf %a1002 : f32
+    linalg.yield %s1004 : f32
   } -> tensor<f32>
-  %e1019 = tensor.empty() : tensor<f32>
-  %v1023 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1001 : tensor<f32>) outs(%e1019 : tensor<f32>) {
-  ^bb0(%a1020: f32, %o1021: f32):
-    %s1022 = math.sqrt %a1020 : f32
-    linalg.yield %s1022 : f32
+  %e1006 = tensor.empty() : tensor<f32>
+  %v1010 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v988 : tensor<f32>) outs(%e1006 : tensor<f32>) {
+  ^bb0(%a1007: f32, %o1008: f32):
+    %s1009 = math.sqrt %a1007 : f32
+    linalg.yield %s1009 : f32
   } -> tensor<f32>
-  %e1024 = tensor.empty() : tensor<16xf32>
-  %v1028 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v977 : tensor<16xf32>) outs(%e1024 : tensor<16xf32>) {
-  ^bb0(%a1025: f32, %o1026: f32):
-    %s1027 = math.sqrt %a1025 : f32
-    linalg.yield %s1027 : f32
+  %e1011 = tensor.empty() : tensor<16xf32>
+  %v1015 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v964 : tensor<16xf32>) outs(%e1011 : tensor<16xf32>) {
+  ^bb0(%a1012: f32, %o1013: f32):
+    %s1014 = math.sqrt %a1012 : f32
+    linalg.yield %s1014 : f32
   } -> tensor<16xf32>
-  %e1029 = tensor.empty() : tensor<f32>
-  %v1034 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1023, %v1018 : tensor<f32>, tensor<f32>) outs(%e1029 : tensor<f32>) {
-  ^bb0(%a1030: f32, %a1031: f32, %o1032: f32):
-    %s1033 = arith.mulf %a1030, %a1031 : f32
-    linalg.yield %s1033 : f32
+  %e1016 = tensor.empty() : tensor<f32>
+  %v1021 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1010, %v1005 : tensor<f32>, tensor<f32>) outs(%e1016 : tensor<f32>) {
+  ^bb0(%a1017: f32, %a1018: f32, %o1019: f32):
+    %s1020 = arith.mulf %a1017, %a1018 : f32
+    linalg.yield %s1020 : f32
   } -> tensor<f32>
-  %e1035 = tensor.empty() : tensor<16xf32>
-  %v1040 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1028, %v1034 : tensor<16xf32>, tensor<f32>) outs(%e1035 : tensor<16xf32>) {
-  ^bb0(%a1036: f32, %a1037: f32, %o1038: f32):
-    %s1039 = arith.divf %a1036, %a1037 : f32
-    linalg.yield %s1039 : f32
+  %e1022 = tensor.empty() : tensor<16xf32>
+  %v1027 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1015, %v1021 : tensor<16xf32>, tensor<f32>) outs(%e1022 : tensor<16xf32>) {
+  ^bb0(%a1023: f32, %a1024: f32, %o1025: f32):
+    %s1026 = arith.divf %a1023, %a1024 : f32
+    linalg.yield %s1026 : f32
   } -> tensor<16xf32>
-  %e1041 = tensor.empty() : tensor<f32>
-  %v1046 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1018 : tensor<f32>) outs(%e1041 : tensor<f32>) {
-  ^bb0(%a1042: f32, %o1043: f32):
-    %s1044 = arith.constant 0x3F800000 : f32
-    %s1045 = arith.divf %s1044, %a1042 : f32
-    linalg.yield %s1045 : f32
+  %e1028 = tensor.empty() : tensor<f32>
+  %v1033 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1005 : tensor<f32>) outs(%e1028 : tensor<f32>) {
+  ^bb0(%a1029: f32, %o1030: f32):
+    %s1031 = arith.constant 0x3F800000 : f32
+    %s1032 = arith.divf %s1031, %a1029 : f32
+    linalg.yield %s1032 : f32
   } -> tensor<f32>
-  %e1047 = tensor.empty() : tensor<f32>
-  %v1052 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1046 : tensor<f32>) outs(%e1047 : tensor<f32>) {
-  ^bb0(%a1048: f32, %o1049: f32):
-    %s1050 = arith.constant 0x322BCC77 : f32
-    %s1051 = arith.mulf %a1048, %s1050 : f32
-    linalg.yield %s1051 : f32
+  %e1034 = tensor.empty() : tensor<f32>
+  %v1039 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1033 : tensor<f32>) outs(%e1034 : tensor<f32>) {
+  ^bb0(%a1035: f32, %o1036: f32):
+    %s1037 = arith.constant 0x322BCC77 : f32
+    %s1038 = arith.mulf %a1035, %s1037 : f32
+    linalg.yield %s1038 : f32
   } -> tensor<f32>
-  %e1053 = tensor.empty() : tensor<16xf32>
-  %v1058 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1040, %v1052 : tensor<16xf32>, tensor<f32>) outs(%e1053 : tensor<16xf32>) {
-  ^bb0(%a1054: f32, %a1055: f32, %o1056: f32):
-    %s1057 = arith.addf %a1054, %a1055 : f32
-    linalg.yield %s1057 : f32
+  %e1040 = tensor.empty() : tensor<16xf32>
+  %v1045 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1027, %v1039 : tensor<16xf32>, tensor<f32>) outs(%e1040 : tensor<16xf32>) {
+  ^bb0(%a1041: f32, %a1042: f32, %o1043: f32):
+    %s1044 = arith.addf %a1041, %a1042 : f32
+    linalg.yield %s1044 : f32
   } -> tensor<16xf32>
-  %e1059 = tensor.empty() : tensor<16xf32>
-  %v1064 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v953 : tensor<16xf32>) outs(%e1059 : tensor<16xf32>) {
-  ^bb0(%a1060: f32, %o1061: f32):
-    %s1062 = arith.constant 0x3F800000 : f32
-    %s1063 = arith.mulf %a1060, %s1062 : f32
-    linalg.yield %s1063 : f32
+  %e1046 = tensor.empty() : tensor<16xf32>
+  %v1051 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v940 : tensor<16xf32>) outs(%e1046 : tensor<16xf32>) {
+  ^bb0(%a1047: f32, %o1048: f32):
+    %s1049 = arith.constant 0x3F800000 : f32
+    %s1050 = arith.mulf %a1047, %s1049 : f32
+    linalg.yield %s1050 : f32
   } -> tensor<16xf32>
-  %e1065 = tensor.empty() : tensor<16xf32>
-  %v1070 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1064, %v1058 : tensor<16xf32>, tensor<16xf32>) outs(%e1065 : tensor<16xf32>) {
-  ^bb0(%a1066: f32, %a1067: f32, %o1068: f32):
-    %s1069 = arith.divf %a1066, %a1067 : f32
-    linalg.yield %s1069 : f32
+  %e1052 = tensor.empty() : tensor<16xf32>
+  %v1057 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1051, %v1045 : tensor<16xf32>, tensor<16xf32>) outs(%e1052 : tensor<16xf32>) {
+  ^bb0(%a1053: f32, %a1054: f32, %o1055: f32):
+    %s1056 = arith.divf %a1053, %a1054 : f32
+    linalg.yield %s1056 : f32
   } -> tensor<16xf32>
-  %e1071 = tensor.empty() : tensor<16xf32>
-  %v1076 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v1070 : tensor<16xf32>, tensor<16xf32>) outs(%e1071 : tensor<16xf32>) {
-  ^bb0(%a1072: f32, %a1073: f32, %o1074: f32):
-    %s1075 = arith.addf %a1072, %a1073 : f32
-    linalg.yield %s1075 : f32
+  %e1058 = tensor.empty() : tensor<16xf32>
+  %v1063 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v1057 : tensor<16xf32>, tensor<16xf32>) outs(%e1058 : tensor<16xf32>) {
+  ^bb0(%a1059: f32, %a1060: f32, %o1061: f32):
+    %s1062 = arith.addf %a1059, %a1060 : f32
+    linalg.yield %s1062 : f32
   } -> tensor<16xf32>
-  %e1077 = tensor.empty() : tensor<f32>
-  %v1082 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1077 : tensor<f32>) {
-  ^bb0(%a1078: f32, %o1079: f32):
-    %s1080 = arith.constant 0x3F800000 : f32
-    %s1081 = arith.addf %a1078, %s1080 : f32
-    linalg.yield %s1081 : f32
+  %e1064 = tensor.empty() : tensor<f32>
+  %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1064 : tensor<f32>) {
+  ^bb0(%a1065: f32, %o1066: f32):
+    %s1067 = arith.constant 0x3F800000 : f32
+    %s1068 = arith.addf %a1065, %s1067 : f32
+    linalg.yield %s1068 : f32
   } -> tensor<f32>
-  %e1083 = tensor.empty() : tensor<f32>
-  %c1084 = arith.constant 0x3DCCCCCD : f32
-  %v1085 = linalg.fill ins(%c1084 : f32) outs(%e1083 : tensor<f32>) -> tensor<f32>
-  %e1086 = tensor.empty() : tensor<f32>
-  %v1090 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1085 : tensor<f32>) outs(%e1086 : tensor<f32>) {
-  ^bb0(%a1087: f32, %o1088: f32):
-    %s1089 = math.absf %a1087 : f32
-    linalg.yield %s1089 : f32
+  %e1070 = tensor.empty() : tensor<f32>
+  %c1071 = arith.constant 0x3DCCCCCD : f32
+  %v1072 = linalg.fill ins(%c1071 : f32) outs(%e1070 : tensor<f32>) -> tensor<f32>
+  %e1073 = tensor.empty() : tensor<f32>
+  %v1077 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1073 : tensor<f32>) {
+  ^bb0(%a1074: f32, %o1075: f32):
+    %s1076 = math.absf %a1074 : f32
+    linalg.yield %s1076 : f32
   } -> tensor<f32>
-  %e1091 = tensor.empty() : tensor<i1>
-  %v1096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1090 : tensor<f32>) outs(%e1091 : tensor<i1>) {
-  ^bb0(%a1092: f32, %o1093: i1):
-    %s1094 = arith.constant 0x3F000000 : f32
-    %s1095 = arith.cmpf oge, %a1092, %s1094 : f32
-    linalg.yield %s1095 : i1
+  %e1078 = tensor.empty() : tensor<i1>
+  %v1083 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1077 : tensor<f32>) outs(%e1078 : tensor<i1>) {
+  ^bb0(%a1079: f32, %o1080: i1):
+    %s1081 = arith.constant 0x3F000000 : f32
+    %s1082 = arith.cmpf oge, %a1079, %s1081 : f32
+    linalg.yield %s1082 : i1
   } -> tensor<i1>
-  %e1097 = tensor.empty() : tensor<f32>
-  %v1102 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1085 : tensor<f32>) outs(%e1097 : tensor<f32>) {
-  ^bb0(%a1098: f32, %o1099: f32):
-    %s1100 = arith.constant 0x3F800000 : f32
-    %s1101 = arith.subf %a1098, %s1100 : f32
-    linalg.yield %s1101 : f32
+  %e1084 = tensor.empty() : tensor<f32>
+  %v1089 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1084 : tensor<f32>) {
+  ^bb0(%a1085: f32, %o1086: f32):
+    %s1087 = arith.constant 0x3F800000 : f32
+    %s1088 = arith.subf %a1085, %s1087 : f32
+    linalg.yield %s1088 : f32
   } -> tensor<f32>
-  %e1103 = tensor.empty() : tensor<f32>
-  %v1109 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1096, %v1102, %v1085 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1103 : tensor<f32>) {
-  ^bb0(%a1104: i1, %a1105: f32, %a1106: f32, %o1107: f32):
-    %s1108 = arith.select %a1104, %a1105, %a1106 : f32
+  %e1090 = tensor.empty() : tensor<f32>
+  %v1096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1083, %v1089, %v1072 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1090 : tensor<f32>) {
+  ^bb0(%a1091: i1, %a1092: f32, %a1093: f32, %o1094: f32):
+    %s1095 = arith.select %a1091, %a1092, %a1093 : f32
+    linalg.yield %s1095 : f32
+  } -> tensor<f32>
+  %e1097 = tensor.empty() : tensor<16xf32>
+  %v1103 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1083, %v882, %arg17 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1097 : tensor<16xf32>) {
+  ^bb0(%a1098: i1, %a1099: f32, %a1100: f32, %o1101: f32):
+    %s1102 = arith.select %a1098, %a1099, %a1100 : f32
+    linalg.yield %s1102 : f32
+  } -> tensor<16xf32>
+  %e1104 = tensor.empty() : tensor<16xf32>
+  %v1109 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882, %arg17 : tensor<16xf32>, tensor<16xf32>) outs(%e1104 : tensor<16xf32>) {
+  ^bb0(%a1105: f32, %a1106: f32, %o1107: f32):
+    %s1108 = arith.subf %a1105, %a1106 : f32
     linalg.yield %s1108 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e1110 = tensor.empty() : tensor<16xf32>
-  %v1116 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v895, %arg17 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1110 : tensor<16xf32>) {
-  ^bb0(%a1111: i1, %a1112: f32, %a1113: f32, %o1114: f32):
-    %s1115 = arith.select %a1111, %a1112, %a1113 : f32
-    linalg.yield %s1115 : f32
+  %v1115 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v1109 : tensor<f32>, tensor<16xf32>) outs(%e1110 : tensor<16xf32>) {
+  ^bb0(%a1111: f32, %a1112: f32, %o1113: f32):
+    %s1114 = arith.mulf %a1111, %a1112 : f32
+    linalg.yield %s1114 : f32
   } -> tensor<16xf32>
-  %e1117 = tensor.empty() : tensor<16xf32>
-  %v1122 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v895, %arg17 : tensor<16xf32>, tensor<16xf32>) outs(%e1117 : tensor<16xf32>) {
-  ^bb0(%a1118: f32, %a1119: f32, %o1120: f32):
-    %s1121 = arith.subf %a1118, %a1119 : f32
-    linalg.yield %s1121 : f32
+  %e1116 = tensor.empty() : tensor<16xf32>
+  %v1121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1115, %v1103 : tensor<16xf32>, tensor<16xf32>) outs(%e1116 : tensor<16xf32>) {
+  ^bb0(%a1117: f32, %a1118: f32, %o1119: f32):
+    %s1120 = arith.addf %a1117, %a1118 : f32
+    linalg.yield %s1120 : f32
   } -> tensor<16xf32>
-  %e1123 = tensor.empty() : tensor<16xf32>
-  %v1128 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1109, %v1122 : tensor<f32>, tensor<16xf32>) outs(%e1123 : tensor<16xf32>) {
-  ^bb0(%a1124: f32, %a1125: f32, %o1126: f32):
-    %s1127 = arith.mulf %a1124, %a1125 : f32
-    linalg.yield %s1127 : f32
+  %e1122 = tensor.empty() : tensor<16xf32>
+  %v1127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1122 : tensor<16xf32>) {
+  ^bb0(%a1123: f32, %o1124: f32):
+    %s1125 = arith.constant 0x3F7FBE77 : f32
+    %s1126 = arith.mulf %a1123, %s1125 : f32
+    linalg.yield %s1126 : f32
   } -> tensor<16xf32>
-  %e1129 = tensor.empty() : tensor<16xf32>
-  %v1134 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1128, %v1116 : tensor<16xf32>, tensor<16xf32>) outs(%e1129 : tensor<16xf32>) {
-  ^bb0(%a1130: f32, %a1131: f32, %o1132: f32):
-    %s1133 = arith.addf %a1130, %a1131 : f32
-    linalg.yield %s1133 : f32
+  %e1128 = tensor.empty() : tensor<16xf32>
+  %v1133 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882 : tensor<16xf32>) outs(%e1128 : tensor<16xf32>) {
+  ^bb0(%a1129: f32, %o1130: f32):
+    %s1131 = arith.constant 0x3A83126F : f32
+    %s1132 = arith.mulf %a1129, %s1131 : f32
+    linalg.yield %s1132 : f32
   } -> tensor<16xf32>
-  %e1135 = tensor.empty() : tensor<16xf32>
-  %v1140 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1135 : tensor<16xf32>) {
-  ^bb0(%a1136: f32, %o1137: f32):
-    %s1138 = arith.constant 0x3F7FBE77 : f32
-    %s1139 = arith.mulf %a1136, %s1138 : f32
-    linalg.yield %s1139 : f32
+  %e1134 = tensor.empty() : tensor<16xf32>
+  %v1139 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1133, %v882 : tensor<16xf32>, tensor<16xf32>) outs(%e1134 : tensor<16xf32>) {
+  ^bb0(%a1135: f32, %a1136: f32, %o1137: f32):
+    %s1138 = arith.mulf %a1135, %a1136 : f32
+    linalg.yield %s1138 : f32
   } -> tensor<16xf32>
-  %e1141 = tensor.empty() : tensor<16xf32>
-  %v1146 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v895 : tensor<16xf32>) outs(%e1141 : tensor<16xf32>) {
-  ^bb0(%a1142: f32, %o1143: f32):
-    %s1144 = arith.constant 0x3A83126F : f32
-    %s1145 = arith.mulf %a1142, %s1144 : f32
-    linalg.yield %s1145 : f32
+  %e1140 = tensor.empty() : tensor<16xf32>
+  %v1145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1127, %v1139 : tensor<16xf32>, tensor<16xf32>) outs(%e1140 : tensor<16xf32>) {
+  ^bb0(%a1141: f32, %a1142: f32, %o1143: f32):
+    %s1144 = arith.addf %a1141, %a1142 : f32
+    linalg.yield %s1144 : f32
   } -> tensor<16xf32>
-  %e1147 = tensor.empty() : tensor<16xf32>
-  %v1152 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1146, %v895 : tensor<16xf32>, tensor<16xf32>) outs(%e1147 : tensor<16xf32>) {
-  ^bb0(%a1148: f32, %a1149: f32, %o1150: f32):
-    %s1151 = arith.mulf %a1148, %a1149 : f32
-    linalg.yield %s1151 : f32
-  } -> tensor<16xf32>
-  %e1153 = tensor.empty() : tensor<16xf32>
-  %v1158 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1140, %v1152 : tensor<16xf32>, tensor<16xf32>) outs(%e1153 : tensor<16xf32>) {
-  ^bb0(%a1154: f32, %a1155: f32, %o1156: f32):
-    %s1157 = arith.addf %a1154, %a1155 : f32
-    linalg.yield %s1157 : f32
-  } -> tensor<16xf32>
-  %e1159 = tensor.empty() : tensor<f32>
-  %v1164 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1082 : tensor<f32>) outs(%e1159 : tensor<f32>) {
-  ^bb0(%a1160: f32, %o1161: f32):
-    %s1162 = arith.constant 0x3F666666 : f32
-    %s1163 = math.powf %s1162, %a1160 : f32
-    linalg.yield %s1163 : f32
+  %e1146 = tensor.empty() : tensor<f32>
+  %v1151 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1146 : tensor<f32>) {
+  ^bb0(%a1147: f32, %o1148: f32):
+    %s1149 = arith.constant 0x3F666666 : f32
+    %s1150 = math.powf %s1149, %a1147 : f32
+    linalg.yield %s1150 : f32
   } -> tensor<f32>
-  %e1165 = tensor.empty() : tensor<f32>
-  %v1170 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1164 : tensor<f32>) outs(%e1165 : tensor<f32>) {
-  ^bb0(%a1166: f32, %o1167: f32):
-    %s1168 = arith.constant 0x3F800000 : f32
-    %s1169 = arith.subf %s1168, %a1166 : f32
-    linalg.yield %s1169 : f32
+  %e1152 = tensor.empty() : tensor<f32>
+  %v1157 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1151 : tensor<f32>) outs(%e1152 : tensor<f32>) {
+  ^bb0(%a1153: f32, %o1154: f32):
+    %s1155 = arith.constant 0x3F800000 : f32
+    %s1156 = arith.subf %s1155, %a1153 : f32
+    linalg.yield %s1156 : f32
   } -> tensor<f32>
-  %e1171 = tensor.empty() : tensor<f32>
-  %v1176 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1082 : tensor<f32>) outs(%e1171 : tensor<f32>) {
-  ^bb0(%a1172: f32, %o1173: f32):
-    %s1174 = arith.constant 0x3F7FBE77 : f32
-    %s1175 = math.powf %s1174, %a1172 : f32
-    linalg.yield %s1175 : f32
+  %e1158 = tensor.empty() : tensor<f32>
+  %v1163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1158 : tensor<f32>) {
+  ^bb0(%a1159: f32, %o1160: f32):
+    %s1161 = arith.constant 0x3F7FBE77 : f32
+    %s1162 = math.powf %s1161, %a1159 : f32
+    linalg.yield %s1162 : f32
   } -> tensor<f32>
-  %e1177 = tensor.empty() : tensor<f32>
-  %v1182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1176 : tensor<f32>) outs(%e1177 : tensor<f32>) {
-  ^bb0(%a1178: f32, %o1179: f32):
-    %s1180 = arith.constant 0x3F800000 : f32
-    %s1181 = arith.subf %s1180, %a1178 : f32
-    linalg.yield %s1181 : f32
+  %e1164 = tensor.empty() : tensor<f32>
+  %v1169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1163 : tensor<f32>) outs(%e1164 : tensor<f32>) {
+  ^bb0(%a1165: f32, %o1166: f32):
+    %s1167 = arith.constant 0x3F800000 : f32
+    %s1168 = arith.subf %s1167, %a1165 : f32
+    linalg.yield %s1168 : f32
   } -> tensor<f32>
-  %e1183 = tensor.empty() : tensor<f32>
-  %v1188 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1170 : tensor<f32>) outs(%e1183 : tensor<f32>) {
-  ^bb0(%a1184: f32, %o1185: f32):
-    %s1186 = arith.constant 0x3F800000 : f32
-    %s1187 = arith.divf %s1186, %a1184 : f32
-    linalg.yield %s1187 : f32
+  %e1170 = tensor.empty() : tensor<f32>
+  %v1175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1157 : tensor<f32>) outs(%e1170 : tensor<f32>) {
+  ^bb0(%a1171: f32, %o1172: f32):
+    %s1173 = arith.constant 0x3F800000 : f32
+    %s1174 = arith.divf %s1173, %a1171 : f32
+    linalg.yield %s1174 : f32
   } -> tensor<f32>
-  %e1189 = tensor.empty() : tensor<f32>
-  %v1194 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1188 : tensor<f32>) outs(%e1189 : tensor<f32>) {
-  ^bb0(%a1190: f32, %o1191: f32):
-    %s1192 = arith.constant 0x3A83126F : f32
-    %s1193 = arith.mulf %a1190, %s1192 : f32
-    linalg.yield %s1193 : f32
+  %e1176 = tensor.empty() : tensor<f32>
+  %v1181 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1175 : tensor<f32>) outs(%e1176 : tensor<f32>) {
+  ^bb0(%a1177: f32, %o1178: f32):
+    %s1179 = arith.constant 0x3A83126F : f32
+    %s1180 = arith.mulf %a1177, %s1179 : f32
+    linalg.yield %s1180 : f32
   } -> tensor<f32>
-  %e1195 = tensor.empty() : tensor<f32>
-  %v1199 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1194 : tensor<f32>) outs(%e1195 : tensor<f32>) {
-  ^bb0(%a1196: f32, %o1197: f32):
-    %s1198 = arith.negf %a1196 : f32
-    linalg.yield %s1198 : f32
+  %e1182 = tensor.empty() : tensor<f32>
+  %v1186 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1181 : tensor<f32>) outs(%e1182 : tensor<f32>) {
+  ^bb0(%a1183: f32, %o1184: f32):
+    %s1185 = arith.negf %a1183 : f32
+    linalg.yield %s1185 : f32
   } -> tensor<f32>
-  %e1200 = tensor.empty() : tensor<f32>
-  %v1204 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1182 : tensor<f32>) outs(%e1200 : tensor<f32>) {
-  ^bb0(%a1201: f32, %o1202: f32):
-    %s1203 = math.sqrt %a1201 : f32
-    linalg.yield %s1203 : f32
+  %e1187 = tensor.empty() : tensor<f32>
+  %v1191 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1169 : tensor<f32>) outs(%e1187 : tensor<f32>) {
+  ^bb0(%a1188: f32, %o1189: f32):
+    %s1190 = math.sqrt %a1188 : f32
+    linalg.yield %s1190 : f32
   } -> tensor<f32>
-  %e1205 = tensor.empty() : tensor<16xf32>
-  %v1209 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1158 : tensor<16xf32>) outs(%e1205 : tensor<16xf32>) {
-  ^bb0(%a1206: f32, %o1207: f32):
-    %s1208 = math.sqrt %a1206 : f32
-    linalg.yield %s1208 : f32
+  %e1192 = tensor.empty() : tensor<16xf32>
+  %v1196 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1145 : tensor<16xf32>) outs(%e1192 : tensor<16xf32>) {
+  ^bb0(%a1193: f32, %o1194: f32):
+    %s1195 = math.sqrt %a1193 : f32
+    linalg.yield %s1195 : f32
   } -> tensor<16xf32>
-  %e1210 = tensor.empty() : tensor<f32>
-  %v1215 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1204, %v1199 : tensor<f32>, tensor<f32>) outs(%e1210 : tensor<f32>) {
-  ^bb0(%a1211: f32, %a1212: f32, %o1213: f32):
-    %s1214 = arith.mulf %a1211, %a1212 : f32
-    linalg.yield %s1214 : f32
+  %e1197 = tensor.empty() : tensor<f32>
+  %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1191, %v1186 : tensor<f32>, tensor<f32>) outs(%e1197 : tensor<f32>) {
+  ^bb0(%a1198: f32, %a1199: f32, %o1200: f32):
+    %s1201 = arith.mulf %a1198, %a1199 : f32
+    linalg.yield %s1201 : f32
   } -> tensor<f32>
-  %e1216 = tensor.empty() : tensor<16xf32>
-  %v1221 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1209, %v1215 : tensor<16xf32>, tensor<f32>) outs(%e1216 : tensor<16xf32>) {
-  ^bb0(%a1217: f32, %a1218: f32, %o1219: f32):
-    %s1220 = arith.divf %a1217, %a1218 : f32
-    linalg.yield %s1220 : f32
+  %e1203 = tensor.empty() : tensor<16xf32>
+  %v1208 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1196, %v1202 : tensor<16xf32>, tensor<f32>) outs(%e1203 : tensor<16xf32>) {
+  ^bb0(%a1204: f32, %a1205: f32, %o1206: f32):
+    %s1207 = arith.divf %a1204, %a1205 : f32
+    linalg.yield %s1207 : f32
   } -> tensor<16xf32>
-  %e1222 = tensor.empty() : tensor<f32>
-  %v1227 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1199 : tensor<f32>) outs(%e1222 : tensor<f32>) {
-  ^bb0(%a1223: f32, %o1224: f32):
-    %s1225 = arith.constant 0x3F800000 : f32
-    %s1226 = arith.divf %s1225, %a1223 : f32
-    linalg.yield %s1226 : f32
+  %e1209 = tensor.empty() : tensor<f32>
+  %v1214 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1186 : tensor<f32>) outs(%e1209 : tensor<f32>) {
+  ^bb0(%a1210: f32, %o1211: f32):
+    %s1212 = arith.constant 0x3F800000 : f32
+    %s1213 = arith.divf %s1212, %a1210 : f32
+    linalg.yield %s1213 : f32
   } -> tensor<f32>
-  %e1228 = tensor.empty() : tensor<f32>
-  %v1233 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1227 : tensor<f32>) outs(%e1228 : tensor<f32>) {
-  ^bb0(%a1229: f32, %o1230: f32):
-    %s1231 = arith.constant 0x322BCC77 : f32
-    %s1232 = arith.mulf %a1229, %s1231 : f32
-    linalg.yield %s1232 : f32
+  %e1215 = tensor.empty() : tensor<f32>
+  %v1220 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1214 : tensor<f32>) outs(%e1215 : tensor<f32>) {
+  ^bb0(%a1216: f32, %o1217: f32):
+    %s1218 = arith.constant 0x322BCC77 : f32
+    %s1219 = arith.mulf %a1216, %s1218 : f32
+    linalg.yield %s1219 : f32
   } -> tensor<f32>
-  %e1234 = tensor.empty() : tensor<16xf32>
-  %v1239 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1221, %v1233 : tensor<16xf32>, tensor<f32>) outs(%e1234 : tensor<16xf32>) {
-  ^bb0(%a1235: f32, %a1236: f32, %o1237: f32):
-    %s1238 = arith.addf %a1235, %a1236 : f32
-    linalg.yield %s1238 : f32
+  %e1221 = tensor.empty() : tensor<16xf32>
+  %v1226 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1208, %v1220 : tensor<16xf32>, tensor<f32>) outs(%e1221 : tensor<16xf32>) {
+  ^bb0(%a1222: f32, %a1223: f32, %o1224: f32):
+    %s1225 = arith.addf %a1222, %a1223 : f32
+    linalg.yield %s1225 : f32
   } -> tensor<16xf32>
-  %e1240 = tensor.empty() : tensor<16xf32>
-  %v1245 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1134 : tensor<16xf32>) outs(%e1240 : tensor<16xf32>) {
-  ^bb0(%a1241: f32, %o1242: f32):
-    %s1243 = arith.constant 0x3F800000 : f32
-    %s1244 = arith.mulf %a1241, %s1243 : f32
-    linalg.yield %s1244 : f32
+  %e1227 = tensor.empty() : tensor<16xf32>
+  %v1232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1121 : tensor<16xf32>) outs(%e1227 : tensor<16xf32>) {
+  ^bb0(%a1228: f32, %o1229: f32):
+    %s1230 = arith.constant 0x3F800000 : f32
+    %s1231 = arith.mulf %a1228, %s1230 : f32
+    linalg.yield %s1231 : f32
   } -> tensor<16xf32>
-  %e1246 = tensor.empty() : tensor<16xf32>
-  %v1251 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1245, %v1239 : tensor<16xf32>, tensor<16xf32>) outs(%e1246 : tensor<16xf32>) {
-  ^bb0(%a1247: f32, %a1248: f32, %o1249: f32):
-    %s1250 = arith.divf %a1247, %a1248 : f32
-    linalg.yield %s1250 : f32
+  %e1233 = tensor.empty() : tensor<16xf32>
+  %v1238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1232, %v1226 : tensor<16xf32>, tensor<16xf32>) outs(%e1233 : tensor<16xf32>) {
+  ^bb0(%a1234: f32, %a1235: f32, %o1236: f32):
+    %s1237 = arith.divf %a1234, %a1235 : f32
+    linalg.yield %s1237 : f32
   } -> tensor<16xf32>
-  %e1252 = tensor.empty() : tensor<16xf32>
-  %v1257 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1251 : tensor<16xf32>, tensor<16xf32>) outs(%e1252 : tensor<16xf32>) {
-  ^bb0(%a1253: f32, %a1254: f32, %o1255: f32):
-    %s1256 = arith.addf %a1253, %a1254 : f32
-    linalg.yield %s1256 : f32
+  %e1239 = tensor.empty() : tensor<16xf32>
+  %v1244 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1238 : tensor<16xf32>, tensor<16xf32>) outs(%e1239 : tensor<16xf32>) {
+  ^bb0(%a1240: f32, %a1241: f32, %o1242: f32):
+    %s1243 = arith.addf %a1240, %a1241 : f32
+    linalg.yield %s1243 : f32
   } -> tensor<16xf32>
-  %e1258 = tensor.empty() : tensor<f32>
-  %v1263 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1258 : tensor<f32>) {
-  ^bb0(%a1259: f32, %o1260: f32):
-    %s1261 = arith.constant 0x3F800000 : f32
-    %s1262 = arith.addf %a1259, %s1261 : f32
-    linalg.yield %s1262 : f32
+  %e1245 = tensor.empty() : tensor<f32>
+  %v1250 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1245 : tensor<f32>) {
+  ^bb0(%a1246: f32, %o1247: f32):
+    %s1248 = arith.constant 0x3F800000 : f32
+    %s1249 = arith.addf %a1246, %s1248 : f32
+    linalg.yield %s1249 : f32
   } -> tensor<f32>
-  %e1264 = tensor.empty() : tensor<f32>
-  %c1265 = arith.constant 0x3DCCCCCD : f32
-  %v1266 = linalg.fill ins(%c1265 : f32) outs(%e1264 : tensor<f32>) -> tensor<f32>
-  %e1267 = tensor.empty() : tensor<f32>
-  %v1271 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1266 : tensor<f32>) outs(%e1267 : tensor<f32>) {
-  ^bb0(%a1268: f32, %o1269: f32):
-    %s1270 = math.absf %a1268 : f32
-    linalg.yield %s1270 : f32
+  %e1251 = tensor.empty() : tensor<f32>
+  %c1252 = arith.constant 0x3DCCCCCD : f32
+  %v1253 = linalg.fill ins(%c1252 : f32) outs(%e1251 : tensor<f32>) -> tensor<f32>
+  %e1254 = tensor.empty() : tensor<f32>
+  %v1258 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1254 : tensor<f32>) {
+  ^bb0(%a1255: f32, %o1256: f32):
+    %s1257 = math.absf %a1255 : f32
+    linalg.yield %s1257 : f32
   } -> tensor<f32>
-  %e1272 = tensor.empty() : tensor<i1>
-  %v1277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1271 : tensor<f32>) outs(%e1272 : tensor<i1>) {
-  ^bb0(%a1273: f32, %o1274: i1):
-    %s1275 = arith.constant 0x3F000000 : f32
-    %s1276 = arith.cmpf oge, %a1273, %s1275 : f32
-    linalg.yield %s1276 : i1
+  %e1259 = tensor.empty() : tensor<i1>
+  %v1264 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1258 : tensor<f32>) outs(%e1259 : tensor<i1>) {
+  ^bb0(%a1260: f32, %o1261: i1):
+    %s1262 = arith.constant 0x3F000000 : f32
+    %s1263 = arith.cmpf oge, %a1260, %s1262 : f32
+    linalg.yield %s1263 : i1
   } -> tensor<i1>
-  %e1278 = tensor.empty() : tensor<f32>
-  %v1283 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1266 : tensor<f32>) outs(%e1278 : tensor<f32>) {
-  ^bb0(%a1279: f32, %o1280: f32):
-    %s1281 = arith.constant 0x3F800000 : f32
-    %s1282 = arith.subf %a1279, %s1281 : f32
-    linalg.yield %s1282 : f32
+  %e1265 = tensor.empty() : tensor<f32>
+  %v1270 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1265 : tensor<f32>) {
+  ^bb0(%a1266: f32, %o1267: f32):
+    %s1268 = arith.constant 0x3F800000 : f32
+    %s1269 = arith.subf %a1266, %s1268 : f32
+    linalg.yield %s1269 : f32
   } -> tensor<f32>
-  %e1284 = tensor.empty() : tensor<f32>
-  %v1290 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1277, %v1283, %v1266 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1284 : tensor<f32>) {
-  ^bb0(%a1285: i1, %a1286: f32, %a1287: f32, %o1288: f32):
-    %s1289 = arith.select %a1285, %a1286, %a1287 : f32
+  %e1271 = tensor.empty() : tensor<f32>
+  %v1277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1264, %v1270, %v1253 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1271 : tensor<f32>) {
+  ^bb0(%a1272: i1, %a1273: f32, %a1274: f32, %o1275: f32):
+    %s1276 = arith.select %a1272, %a1273, %a1274 : f32
+    linalg.yield %s1276 : f32
+  } -> tensor<f32>
+  %e1278 = tensor.empty() : tensor<16x16xf32>
+  %v1284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1264, %v789, %arg18 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1278 : tensor<16x16xf32>) {
+  ^bb0(%a1279: i1, %a1280: f32, %a1281: f32, %o1282: f32):
+    %s1283 = arith.select %a1279, %a1280, %a1281 : f32
+    linalg.yield %s1283 : f32
+  } -> tensor<16x16xf32>
+  %e1285 = tensor.empty() : tensor<16x16xf32>
+  %v1290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789, %arg18 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1285 : tensor<16x16xf32>) {
+  ^bb0(%a1286: f32, %a1287: f32, %o1288: f32):
+    %s1289 = arith.subf %a1286, %a1287 : f32
     linalg.yield %s1289 : f32
-  } -> tensor<f32>
+  } -> tensor<16x16xf32>
   %e1291 = tensor.empty() : tensor<16x16xf32>
-  %v1297 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1277, %v800, %arg18 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1291 : tensor<16x16xf32>) {
-  ^bb0(%a1292: i1, %a1293: f32, %a1294: f32, %o1295: f32):
-    %s1296 = arith.select %a1292, %a1293, %a1294 : f32
-    linalg.yield %s1296 : f32
+  %v1296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1277, %v1290 : tensor<f32>, tensor<16x16xf32>) outs(%e1291 : tensor<16x16xf32>) {
+  ^bb0(%a1292: f32, %a1293: f32, %o1294: f32):
+    %s1295 = arith.mulf %a1292, %a1293 : f32
+    linalg.yield %s1295 : f32
   } -> tensor<16x16xf32>
-  %e1298 = tensor.empty() : tensor<16x16xf32>
-  %v1303 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v800, %arg18 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1298 : tensor<16x16xf32>) {
-  ^bb0(%a1299: f32, %a1300: f32, %o1301: f32):
-    %s1302 = arith.subf %a1299, %a1300 : f32
-    linalg.yield %s1302 : f32
+  %e1297 = tensor.empty() : tensor<16x16xf32>
+  %v1302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1296, %v1284 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1297 : tensor<16x16xf32>) {
+  ^bb0(%a1298: f32, %a1299: f32, %o1300: f32):
+    %s1301 = arith.addf %a1298, %a1299 : f32
+    linalg.yield %s1301 : f32
   } -> tensor<16x16xf32>
-  %e1304 = tensor.empty() : tensor<16x16xf32>
-  %v1309 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1290, %v1303 : tensor<f32>, tensor<16x16xf32>) outs(%e1304 : tensor<16x16xf32>) {
-  ^bb0(%a1305: f32, %a1306: f32, %o1307: f32):
-    %s1308 = arith.mulf %a1305, %a1306 : f32
-    linalg.yield %s1308 : f32
+  %e1303 = tensor.empty() : tensor<16x16xf32>
+  %v1308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1303 : tensor<16x16xf32>) {
+  ^bb0(%a1304: f32, %o1305: f32):
+    %s1306 = arith.constant 0x3F7FBE77 : f32
+    %s1307 = arith.mulf %a1304, %s1306 : f32
+    linalg.yield %s1307 : f32
   } -> tensor<16x16xf32>
-  %e1310 = tensor.empty() : tensor<16x16xf32>
-  %v1315 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1309, %v1297 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1310 : tensor<16x16xf32>) {
-  ^bb0(%a1311: f32, %a1312: f32, %o1313: f32):
-    %s1314 = arith.addf %a1311, %a1312 : f32
-    linalg.yield %s1314 : f32
+  %e1309 = tensor.empty() : tensor<16x16xf32>
+  %v1314 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789 : tensor<16x16xf32>) outs(%e1309 : tensor<16x16xf32>) {
+  ^bb0(%a1310: f32, %o1311: f32):
+    %s1312 = arith.constant 0x3A83126F : f32
+    %s1313 = arith.mulf %a1310, %s1312 : f32
+    linalg.yield %s1313 : f32
   } -> tensor<16x16xf32>
-  %e1316 = tensor.empty() : tensor<16x16xf32>
-  %v1321 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1316 : tensor<16x16xf32>) {
-  ^bb0(%a1317: f32, %o1318: f32):
-    %s1319 = arith.constant 0x3F7FBE77 : f32
-    %s1320 = arith.mulf %a1317, %s1319 : f32
-    linalg.yield %s1320 : f32
+  %e1315 = tensor.empty() : tensor<16x16xf32>
+  %v1320 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1314, %v789 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1315 : tensor<16x16xf32>) {
+  ^bb0(%a1316: f32, %a1317: f32, %o1318: f32):
+    %s1319 = arith.mulf %a1316, %a1317 : f32
+    linalg.yield %s1319 : f32
   } -> tensor<16x16xf32>
-  %e1322 = tensor.empty() : tensor<16x16xf32>
-  %v1327 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v800 : tensor<16x16xf32>) outs(%e1322 : tensor<16x16xf32>) {
-  ^bb0(%a1323: f32, %o1324: f32):
-    %s1325 = arith.constant 0x3A83126F : f32
-    %s1326 = arith.mulf %a1323, %s1325 : f32
-    linalg.yield %s1326 : f32
+  %e1321 = tensor.empty() : tensor<16x16xf32>
+  %v1326 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1308, %v1320 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1321 : tensor<16x16xf32>) {
+  ^bb0(%a1322: f32, %a1323: f32, %o1324: f32):
+    %s1325 = arith.addf %a1322, %a1323 : f32
+    linalg.yield %s1325 : f32
   } -> tensor<16x16xf32>
-  %e1328 = tensor.empty() : tensor<16x16xf32>
-  %v1333 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1327, %v800 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1328 : tensor<16x16xf32>) {
-  ^bb0(%a1329: f32, %a1330: f32, %o1331: f32):
-    %s1332 = arith.mulf %a1329, %a1330 : f32
-    linalg.yield %s1332 : f32
-  } -> tensor<16x16xf32>
-  %e1334 = tensor.empty() : tensor<16x16xf32>
-  %v1339 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1321, %v1333 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1334 : tensor<16x16xf32>) {
-  ^bb0(%a1335: f32, %a1336: f32, %o1337: f32):
-    %s1338 = arith.addf %a1335, %a1336 : f32
-    linalg.yield %s1338 : f32
-  } -> tensor<16x16xf32>
-  %e1340 = tensor.empty() : tensor<f32>
-  %v1345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1263 : tensor<f32>) outs(%e1340 : tensor<f32>) {
-  ^bb0(%a1341: f32, %o1342: f32):
-    %s1343 = arith.constant 0x3F666666 : f32
-    %s1344 = math.powf %s1343, %a1341 : f32
-    linalg.yield %s1344 : f32
+  %e1327 = tensor.empty() : tensor<f32>
+  %v1332 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1327 : tensor<f32>) {
+  ^bb0(%a1328: f32, %o1329: f32):
+    %s1330 = arith.constant 0x3F666666 : f32
+    %s1331 = math.powf %s1330, %a1328 : f32
+    linalg.yield %s1331 : f32
   } -> tensor<f32>
-  %e1346 = tensor.empty() : tensor<f32>
-  %v1351 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1345 : tensor<f32>) outs(%e1346 : tensor<f32>) {
-  ^bb0(%a1347: f32, %o1348: f32):
-    %s1349 = arith.constant 0x3F800000 : f32
-    %s1350 = arith.subf %s1349, %a1347 : f32
-    linalg.yield %s1350 : f32
+  %e1333 = tensor.empty() : tensor<f32>
+  %v1338 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1332 : tensor<f32>) outs(%e1333 : tensor<f32>) {
+  ^bb0(%a1334: f32, %o1335: f32):
+    %s1336 = arith.constant 0x3F800000 : f32
+    %s1337 = arith.subf %s1336, %a1334 : f32
+    linalg.yield %s1337 : f32
   } -> tensor<f32>
-  %e1352 = tensor.empty() : tensor<f32>
-  %v1357 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1263 : tensor<f32>) outs(%e1352 : tensor<f32>) {
-  ^bb0(%a1353: f32, %o1354: f32):
-    %s1355 = arith.constant 0x3F7FBE77 : f32
-    %s1356 = math.powf %s1355, %a1353 : f32
-    linalg.yield %s1356 : f32
+  %e1339 = tensor.empty() : tensor<f32>
+  %v1344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1339 : tensor<f32>) {
+  ^bb0(%a1340: f32, %o1341: f32):
+    %s1342 = arith.constant 0x3F7FBE77 : f32
+    %s1343 = math.powf %s1342, %a1340 : f32
+    linalg.yield %s1343 : f32
   } -> tensor<f32>
-  %e1358 = tensor.empty() : tensor<f32>
-  %v1363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1357 : tensor<f32>) outs(%e1358 : tensor<f32>) {
-  ^bb0(%a1359: f32, %o1360: f32):
-    %s1361 = arith.constant 0x3F800000 : f32
-    %s1362 = arith.subf %s1361, %a1359 : f32
-    linalg.yield %s1362 : f32
+  %e1345 = tensor.empty() : tensor<f32>
+  %v1350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1344 : tensor<f32>) outs(%e1345 : tensor<f32>) {
+  ^bb0(%a1346: f32, %o1347: f32):
+    %s1348 = arith.constant 0x3F800000 : f32
+    %s1349 = arith.subf %s1348, %a1346 : f32
+    linalg.yield %s1349 : f32
   } -> tensor<f32>
-  %e1364 = tensor.empty() : tensor<f32>
-  %v1369 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1351 : tensor<f32>) outs(%e1364 : tensor<f32>) {
-  ^bb0(%a1365: f32, %o1366: f32):
-    %s1367 = arith.constant 0x3F800000 : f32
-    %s1368 = arith.divf %s1367, %a1365 : f32
-    linalg.yield %s1368 : f32
+  %e1351 = tensor.empty() : tensor<f32>
+  %v1356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1338 : tensor<f32>) outs(%e1351 : tensor<f32>) {
+  ^bb0(%a1352: f32, %o1353: f32):
+    %s1354 = arith.constant 0x3F800000 : f32
+    %s1355 = arith.divf %s1354, %a1352 : f32
+    linalg.yield %s1355 : f32
   } -> tensor<f32>
-  %e1370 = tensor.empty() : tensor<f32>
-  %v1375 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1369 : tensor<f32>) outs(%e1370 : tensor<f32>) {
-  ^bb0(%a1371: f32, %o1372: f32):
-    %s1373 = arith.constant 0x3A83126F : f32
-    %s1374 = arith.mulf %a1371, %s1373 : f32
-    linalg.yield %s1374 : f32
+  %e1357 = tensor.empty() : tensor<f32>
+  %v1362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1356 : tensor<f32>) outs(%e1357 : tensor<f32>) {
+  ^bb0(%a1358: f32, %o1359: f32):
+    %s1360 = arith.constant 0x3A83126F : f32
+    %s1361 = arith.mulf %a1358, %s1360 : f32
+    linalg.yield %s1361 : f32
   } -> tensor<f32>
-  %e1376 = tensor.empty() : tensor<f32>
-  %v1380 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1375 : tensor<f32>) outs(%e1376 : tensor<f32>) {
-  ^bb0(%a1377: f32, %o1378: f32):
-    %s1379 = arith.negf %a1377 : f32
-    linalg.yield %s1379 : f32
+  %e1363 = tensor.empty() : tensor<f32>
+  %v1367 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1362 : tensor<f32>) outs(%e1363 : tensor<f32>) {
+  ^bb0(%a1364: f32, %o1365: f32):
+    %s1366 = arith.negf %a1364 : f32
+    linalg.yield %s1366 : f32
   } -> tensor<f32>
-  %e1381 = tensor.empty() : tensor<f32>
-  %v1385 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1363 : tensor<f32>) outs(%e1381 : tensor<f32>) {
-  ^bb0(%a1382: f32, %o1383: f32):
-    %s1384 = math.sqrt %a1382 : f32
-    linalg.yield %s1384 : f32
+  %e1368 = tensor.empty() : tensor<f32>
+  %v1372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1350 : tensor<f32>) outs(%e1368 : tensor<f32>) {
+  ^bb0(%a1369: f32, %o1370: f32):
+    %s1371 = math.sqrt %a1369 : f32
+    linalg.yield %s1371 : f32
   } -> tensor<f32>
-  %e1386 = tensor.empty() : tensor<16x16xf32>
-  %v1390 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1339 : tensor<16x16xf32>) outs(%e1386 : tensor<16x16xf32>) {
-  ^bb0(%a1387: f32, %o1388: f32):
-    %s1389 = math.sqrt %a1387 : f32
-    linalg.yield %s1389 : f32
+  %e1373 = tensor.empty() : tensor<16x16xf32>
+  %v1377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1326 : tensor<16x16xf32>) outs(%e1373 : tensor<16x16xf32>) {
+  ^bb0(%a1374: f32, %o1375: f32):
+    %s1376 = math.sqrt %a1374 : f32
+    linalg.yield %s1376 : f32
   } -> tensor<16x16xf32>
-  %e1391 = tensor.empty() : tensor<f32>
-  %v1396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1385, %v1380 : tensor<f32>, tensor<f32>) outs(%e1391 : tensor<f32>) {
-  ^bb0(%a1392: f32, %a1393: f32, %o1394: f32):
-    %s1395 = arith.mulf %a1392, %a1393 : f32
-    linalg.yield %s1395 : f32
+  %e1378 = tensor.empty() : tensor<f32>
+  %v1383 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1372, %v1367 : tensor<f32>, tensor<f32>) outs(%e1378 : tensor<f32>) {
+  ^bb0(%a1379: f32, %a1380: f32, %o1381: f32):
+    %s1382 = arith.mulf %a1379, %a1380 : f32
+    linalg.yield %s1382 : f32
   } -> tensor<f32>
-  %e1397 = tensor.empty() : tensor<16x16xf32>
-  %v1402 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1390, %v1396 : tensor<16x16xf32>, tensor<f32>) outs(%e1397 : tensor<16x16xf32>) {
-  ^bb0(%a1398: f32, %a1399: f32, %o1400: f32):
-    %s1401 = arith.divf %a1398, %a1399 : f32
-    linalg.yield %s1401 : f32
+  %e1384 = tensor.empty() : tensor<16x16xf32>
+  %v1389 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1377, %v1383 : tensor<16x16xf32>, tensor<f32>) outs(%e1384 : tensor<16x16xf32>) {
+  ^bb0(%a1385: f32, %a1386: f32, %o1387: f32):
+    %s1388 = arith.divf %a1385, %a1386 : f32
+    linalg.yield %s1388 : f32
   } -> tensor<16x16xf32>
-  %e1403 = tensor.empty() : tensor<f32>
-  %v1408 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1380 : tensor<f32>) outs(%e1403 : tensor<f32>) {
-  ^bb0(%a1404: f32, %o1405: f32):
-    %s1406 = arith.constant 0x3F800000 : f32
-    %s1407 = arith.divf %s1406, %a1404 : f32
-    linalg.yield %s1407 : f32
+  %e1390 = tensor.empty() : tensor<f32>
+  %v1395 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1367 : tensor<f32>) outs(%e1390 : tensor<f32>) {
+  ^bb0(%a1391: f32, %o1392: f32):
+    %s1393 = arith.constant 0x3F800000 : f32
+    %s1394 = arith.divf %s1393, %a1391 : f32
+    linalg.yield %s1394 : f32
   } -> tensor<f32>
-  %e1409 = tensor.empty() : tensor<f32>
-  %v1414 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1408 : tensor<f32>) outs(%e1409 : tensor<f32>) {
-  ^bb0(%a1410: f32, %o1411: f32):
-    %s1412 = arith.constant 0x322BCC77 : f32
-    %s1413 = arith.mulf %a1410, %s1412 : f32
-    linalg.yield %s1413 : f32
+  %e1396 = tensor.empty() : tensor<f32>
+  %v1401 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1395 : tensor<f32>) outs(%e1396 : tensor<f32>) {
+  ^bb0(%a1397: f32, %o1398: f32):
+    %s1399 = arith.constant 0x322BCC77 : f32
+    %s1400 = arith.mulf %a1397, %s1399 : f32
+    linalg.yield %s1400 : f32
   } -> tensor<f32>
-  %e1415 = tensor.empty() : tensor<16x16xf32>
-  %v1420 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1402, %v1414 : tensor<16x16xf32>, tensor<f32>) outs(%e1415 : tensor<16x16xf32>) {
-  ^bb0(%a1416: f32, %a1417: f32, %o1418: f32):
-    %s1419 = arith.addf %a1416, %a1417 : f32
-    linalg.yield %s1419 : f32
+  %e1402 = tensor.empty() : tensor<16x16xf32>
+  %v1407 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1389, %v1401 : tensor<16x16xf32>, tensor<f32>) outs(%e1402 : tensor<16x16xf32>) {
+  ^bb0(%a1403: f32, %a1404: f32, %o1405: f32):
+    %s1406 = arith.addf %a1403, %a1404 : f32
+    linalg.yield %s1406 : f32
   } -> tensor<16x16xf32>
-  %e1421 = tensor.empty() : tensor<16x16xf32>
-  %v1426 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1315 : tensor<16x16xf32>) outs(%e1421 : tensor<16x16xf32>) {
-  ^bb0(%a1422: f32, %o1423: f32):
-    %s1424 = arith.constant 0x3F800000 : f32
-    %s1425 = arith.mulf %a1422, %s1424 : f32
-    linalg.yield %s1425 : f32
+  %e1408 = tensor.empty() : tensor<16x16xf32>
+  %v1413 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1302 : tensor<16x16xf32>) outs(%e1408 : tensor<16x16xf32>) {
+  ^bb0(%a1409: f32, %o1410: f32):
+    %s1411 = arith.constant 0x3F800000 : f32
+    %s1412 = arith.mulf %a1409, %s1411 : f32
+    linalg.yield %s1412 : f32
   } -> tensor<16x16xf32>
-  %e1427 = tensor.empty() : tensor<16x16xf32>
-  %v1432 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1426, %v1420 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1427 : tensor<16x16xf32>) {
-  ^bb0(%a1428: f32, %a1429: f32, %o1430: f32):
-    %s1431 = arith.divf %a1428, %a1429 : f32
-    linalg.yield %s1431 : f32
+  %e1414 = tensor.empty() : tensor<16x16xf32>
+  %v1419 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1413, %v1407 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1414 : tensor<16x16xf32>) {
+  ^bb0(%a1415: f32, %a1416: f32, %o1417: f32):
+    %s1418 = arith.divf %a1415, %a1416 : f32
+    linalg.yield %s1418 : f32
   } -> tensor<16x16xf32>
-  %e1433 = tensor.empty() : tensor<16x16xf32>
-  %v1438 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1432 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1433 : tensor<16x16xf32>) {
-  ^bb0(%a1434: f32, %a1435: f32, %o1436: f32):
-    %s1437 = arith.addf %a1434, %a1435 : f32
-    linalg.yield %s1437 : f32
+  %e1420 = tensor.empty() : tensor<16x16xf32>
+  %v1425 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1419 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1420 : tensor<16x16xf32>) {
+  ^bb0(%a1421: f32, %a1422: f32, %o1423: f32):
+    %s1424 = arith.addf %a1421, %a1422 : f32
+    linalg.yield %s1424 : f32
   } -> tensor<16x16xf32>
-  %e1439 = tensor.empty() : tensor<f32>
-  %v1444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1439 : tensor<f32>) {
-  ^bb0(%a1440: f32, %o1441: f32):
-    %s1442 = arith.constant 0x3F800000 : f32
-    %s1443 = arith.addf %a1440, %s1442 : f32
-    linalg.yield %s1443 : f32
+  %e1426 = tensor.empty() : tensor<f32>
+  %v1431 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1426 : tensor<f32>) {
+  ^bb0(%a1427: f32, %o1428: f32):
+    %s1429 = arith.constant 0x3F800000 : f32
+    %s1430 = arith.addf %a1427, %s1429 : f32
+    linalg.yield %s1430 : f32
   } -> tensor<f32>
-  %e1445 = tensor.empty() : tensor<f32>
-  %c1446 = arith.constant 0x3DCCCCCD : f32
-  %v1447 = linalg.fill ins(%c1446 : f32) outs(%e1445 : tensor<f32>) -> tensor<f32>
-  %e1448 = tensor.empty() : tensor<f32>
-  %v1452 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1447 : tensor<f32>) outs(%e1448 : tensor<f32>) {
-  ^bb0(%a1449: f32, %o1450: f32):
-    %s1451 = math.absf %a1449 : f32
-    linalg.yield %s1451 : f32
+  %e1432 = tensor.empty() : tensor<f32>
+  %c1433 = arith.constant 0x3DCCCCCD : f32
+  %v1434 = linalg.fill ins(%c1433 : f32) outs(%e1432 : tensor<f32>) -> tensor<f32>
+  %e1435 = tensor.empty() : tensor<f32>
+  %v1439 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1435 : tensor<f32>) {
+  ^bb0(%a1436: f32, %o1437: f32):
+    %s1438 = math.absf %a1436 : f32
+    linalg.yield %s1438 : f32
   } -> tensor<f32>
-  %e1453 = tensor.empty() : tensor<i1>
-  %v1458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1452 : tensor<f32>) outs(%e1453 : tensor<i1>) {
-  ^bb0(%a1454: f32, %o1455: i1):
-    %s1456 = arith.constant 0x3F000000 : f32
-    %s1457 = arith.cmpf oge, %a1454, %s1456 : f32
-    linalg.yield %s1457 : i1
+  %e1440 = tensor.empty() : tensor<i1>
+  %v1445 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1439 : tensor<f32>) outs(%e1440 : tensor<i1>) {
+  ^bb0(%a1441: f32, %o1442: i1):
+    %s1443 = arith.constant 0x3F000000 : f32
+    %s1444 = arith.cmpf oge, %a1441, %s1443 : f32
+    linalg.yield %s1444 : i1
   } -> tensor<i1>
-  %e1459 = tensor.empty() : tensor<f32>
-  %v1464 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1447 : tensor<f32>) outs(%e1459 : tensor<f32>) {
-  ^bb0(%a1460: f32, %o1461: f32):
-    %s1462 = arith.constant 0x3F800000 : f32
-    %s1463 = arith.subf %a1460, %s1462 : f32
-    linalg.yield %s1463 : f32
+  %e1446 = tensor.empty() : tensor<f32>
+  %v1451 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1446 : tensor<f32>) {
+  ^bb0(%a1447: f32, %o1448: f32):
+    %s1449 = arith.constant 0x3F800000 : f32
+    %s1450 = arith.subf %a1447, %s1449 : f32
+    linalg.yield %s1450 : f32
   } -> tensor<f32>
-  %e1465 = tensor.empty() : tensor<f32>
-  %v1471 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1458, %v1464, %v1447 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1465 : tensor<f32>) {
-  ^bb0(%a1466: i1, %a1467: f32, %a1468: f32, %o1469: f32):
-    %s1470 = arith.select %a1466, %a1467, %a1468 : f32
+  %e1452 = tensor.empty() : tensor<f32>
+  %v1458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1445, %v1451, %v1434 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1452 : tensor<f32>) {
+  ^bb0(%a1453: i1, %a1454: f32, %a1455: f32, %o1456: f32):
+    %s1457 = arith.select %a1453, %a1454, %a1455 : f32
+    linalg.yield %s1457 : f32
+  } -> tensor<f32>
+  %e1459 = tensor.empty() : tensor<16xf32>
+  %v1465 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1445, %v786, %arg19 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1459 : tensor<16xf32>) {
+  ^bb0(%a1460: i1, %a1461: f32, %a1462: f32, %o1463: f32):
+    %s1464 = arith.select %a1460, %a1461, %a1462 : f32
+    linalg.yield %s1464 : f32
+  } -> tensor<16xf32>
+  %e1466 = tensor.empty() : tensor<16xf32>
+  %v1471 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786, %arg19 : tensor<16xf32>, tensor<16xf32>) outs(%e1466 : tensor<16xf32>) {
+  ^bb0(%a1467: f32, %a1468: f32, %o1469: f32):
+    %s1470 = arith.subf %a1467, %a1468 : f32
     linalg.yield %s1470 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e1472 = tensor.empty() : tensor<16xf32>
-  %v1478 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1458, %v798, %arg19 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1472 : tensor<16xf32>) {
-  ^bb0(%a1473: i1, %a1474: f32, %a1475: f32, %o1476: f32):
-    %s1477 = arith.select %a1473, %a1474, %a1475 : f32
-    linalg.yield %s1477 : f32
+  %v1477 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1458, %v1471 : tensor<f32>, tensor<16xf32>) outs(%e1472 : tensor<16xf32>) {
+  ^bb0(%a1473: f32, %a1474: f32, %o1475: f32):
+    %s1476 = arith.mulf %a1473, %a1474 : f32
+    linalg.yield %s1476 : f32
   } -> tensor<16xf32>
-  %e1479 = tensor.empty() : tensor<16xf32>
-  %v1484 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v798, %arg19 : tensor<16xf32>, tensor<16xf32>) outs(%e1479 : tensor<16xf32>) {
-  ^bb0(%a1480: f32, %a1481: f32, %o1482: f32):
-    %s1483 = arith.subf %a1480, %a1481 : f32
-    linalg.yield %s1483 : f32
+  %e1478 = tensor.empty() : tensor<16xf32>
+  %v1483 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1477, %v1465 : tensor<16xf32>, tensor<16xf32>) outs(%e1478 : tensor<16xf32>) {
+  ^bb0(%a1479: f32, %a1480: f32, %o1481: f32):
+    %s1482 = arith.addf %a1479, %a1480 : f32
+    linalg.yield %s1482 : f32
   } -> tensor<16xf32>
-  %e1485 = tensor.empty() : tensor<16xf32>
-  %v1490 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1471, %v1484 : tensor<f32>, tensor<16xf32>) outs(%e1485 : tensor<16xf32>) {
-  ^bb0(%a1486: f32, %a1487: f32, %o1488: f32):
-    %s1489 = arith.mulf %a1486, %a1487 : f32
-    linalg.yield %s1489 : f32
+  %e1484 = tensor.empty() : tensor<16xf32>
+  %v1489 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1484 : tensor<16xf32>) {
+  ^bb0(%a1485: f32, %o1486: f32):
+    %s1487 = arith.constant 0x3F7FBE77 : f32
+    %s1488 = arith.mulf %a1485, %s1487 : f32
+    linalg.yield %s1488 : f32
   } -> tensor<16xf32>
-  %e1491 = tensor.empty() : tensor<16xf32>
-  %v1496 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1490, %v1478 : tensor<16xf32>, tensor<16xf32>) outs(%e1491 : tensor<16xf32>) {
-  ^bb0(%a1492: f32, %a1493: f32, %o1494: f32):
-    %s1495 = arith.addf %a1492, %a1493 : f32
-    linalg.yield %s1495 : f32
+  %e1490 = tensor.empty() : tensor<16xf32>
+  %v1495 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786 : tensor<16xf32>) outs(%e1490 : tensor<16xf32>) {
+  ^bb0(%a1491: f32, %o1492: f32):
+    %s1493 = arith.constant 0x3A83126F : f32
+    %s1494 = arith.mulf %a1491, %s1493 : f32
+    linalg.yield %s1494 : f32
   } -> tensor<16xf32>
-  %e1497 = tensor.empty() : tensor<16xf32>
-  %v1502 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1497 : tensor<16xf32>) {
-  ^bb0(%a1498: f32, %o1499: f32):
-    %s1500 = arith.constant 0x3F7FBE77 : f32
-    %s1501 = arith.mulf %a1498, %s1500 : f32
-    linalg.yield %s1501 : f32
+  %e1496 = tensor.empty() : tensor<16xf32>
+  %v1501 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1495, %v786 : tensor<16xf32>, tensor<16xf32>) outs(%e1496 : tensor<16xf32>) {
+  ^bb0(%a1497: f32, %a1498: f32, %o1499: f32):
+    %s1500 = arith.mulf %a1497, %a1498 : f32
+    linalg.yield %s1500 : f32
   } -> tensor<16xf32>
-  %e1503 = tensor.empty() : tensor<16xf32>
-  %v1508 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v798 : tensor<16xf32>) outs(%e1503 : tensor<16xf32>) {
-  ^bb0(%a1504: f32, %o1505: f32):
-    %s1506 = arith.constant 0x3A83126F : f32
-    %s1507 = arith.mulf %a1504, %s1506 : f32
-    linalg.yield %s1507 : f32
+  %e1502 = tensor.empty() : tensor<16xf32>
+  %v1507 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1489, %v1501 : tensor<16xf32>, tensor<16xf32>) outs(%e1502 : tensor<16xf32>) {
+  ^bb0(%a1503: f32, %a1504: f32, %o1505: f32):
+    %s1506 = arith.addf %a1503, %a1504 : f32
+    linalg.yield %s1506 : f32
   } -> tensor<16xf32>
-  %e1509 = tensor.empty() : tensor<16xf32>
-  %v1514 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1508, %v798 : tensor<16xf32>, tensor<16xf32>) outs(%e1509 : tensor<16xf32>) {
-  ^bb0(%a1510: f32, %a1511: f32, %o1512: f32):
-    %s1513 = arith.mulf %a1510, %a1511 : f32
-    linalg.yield %s1513 : f32
-  } -> tensor<16xf32>
-  %e1515 = tensor.empty() : tensor<16xf32>
-  %v1520 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1502, %v1514 : tensor<16xf32>, tensor<16xf32>) outs(%e1515 : tensor<16xf32>) {
-  ^bb0(%a1516: f32, %a1517: f32, %o1518: f32):
-    %s1519 = arith.addf %a1516, %a1517 : f32
-    linalg.yield %s1519 : f32
-  } -> tensor<16xf32>
-  %e1521 = tensor.empty() : tensor<f32>
-  %v1526 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1444 : tensor<f32>) outs(%e1521 : tensor<f32>) {
-  ^bb0(%a1522: f32, %o1523: f32):
-    %s1524 = arith.constant 0x3F666666 : f32
-    %s1525 = math.powf %s1524, %a1522 : f32
-    linalg.yield %s1525 : f32
+  %e1508 = tensor.empty() : tensor<f32>
+  %v1513 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1508 : tensor<f32>) {
+  ^bb0(%a1509: f32, %o1510: f32):
+    %s1511 = arith.constant 0x3F666666 : f32
+    %s1512 = math.powf %s1511, %a1509 : f32
+    linalg.yield %s1512 : f32
   } -> tensor<f32>
-  %e1527 = tensor.empty() : tensor<f32>
-  %v1532 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1526 : tensor<f32>) outs(%e1527 : tensor<f32>) {
-  ^bb0(%a1528: f32, %o1529: f32):
-    %s1530 = arith.constant 0x3F800000 : f32
-    %s1531 = arith.subf %s1530, %a1528 : f32
-    linalg.yield %s1531 : f32
+  %e1514 = tensor.empty() : tensor<f32>
+  %v1519 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1513 : tensor<f32>) outs(%e1514 : tensor<f32>) {
+  ^bb0(%a1515: f32, %o1516: f32):
+    %s1517 = arith.constant 0x3F800000 : f32
+    %s1518 = arith.subf %s1517, %a1515 : f32
+    linalg.yield %s1518 : f32
   } -> tensor<f32>
-  %e1533 = tensor.empty() : tensor<f32>
-  %v1538 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1444 : tensor<f32>) outs(%e1533 : tensor<f32>) {
-  ^bb0(%a1534: f32, %o1535: f32):
-    %s1536 = arith.constant 0x3F7FBE77 : f32
-    %s1537 = math.powf %s1536, %a1534 : f32
-    linalg.yield %s1537 : f32
+  %e1520 = tensor.empty() : tensor<f32>
+  %v1525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1520 : tensor<f32>) {
+  ^bb0(%a1521: f32, %o1522: f32):
+    %s1523 = arith.constant 0x3F7FBE77 : f32
+    %s1524 = math.powf %s1523, %a1521 : f32
+    linalg.yield %s1524 : f32
   } -> tensor<f32>
-  %e1539 = tensor.empty() : tensor<f32>
-  %v1544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1538 : tensor<f32>) outs(%e1539 : tensor<f32>) {
-  ^bb0(%a1540: f32, %o1541: f32):
-    %s1542 = arith.constant 0x3F800000 : f32
-    %s1543 = arith.subf %s1542, %a1540 : f32
-    linalg.yield %s1543 : f32
+  %e1526 = tensor.empty() : tensor<f32>
+  %v1531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1525 : tensor<f32>) outs(%e1526 : tensor<f32>) {
+  ^bb0(%a1527: f32, %o1528: f32):
+    %s1529 = arith.constant 0x3F800000 : f32
+    %s1530 = arith.subf %s1529, %a1527 : f32
+    linalg.yield %s1530 : f32
   } -> tensor<f32>
-  %e1545 = tensor.empty() : tensor<f32>
-  %v1550 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1532 : tensor<f32>) outs(%e1545 : tensor<f32>) {
-  ^bb0(%a1546: f32, %o1547: f32):
-    %s1548 = arith.constant 0x3F800000 : f32
-    %s1549 = arith.divf %s1548, %a1546 : f32
-    linalg.yield %s1549 : f32
+  %e1532 = tensor.empty() : tensor<f32>
+  %v1537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1519 : tensor<f32>) outs(%e1532 : tensor<f32>) {
+  ^bb0(%a1533: f32, %o1534: f32):
+    %s1535 = arith.constant 0x3F800000 : f32
+    %s1536 = arith.divf %s1535, %a1533 : f32
+    linalg.yield %s1536 : f32
   } -> tensor<f32>
-  %e1551 = tensor.empty() : tensor<f32>
-  %v1556 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1550 : tensor<f32>) outs(%e1551 : tensor<f32>) {
-  ^bb0(%a1552: f32, %o1553: f32):
-    %s1554 = arith.constant 0x3A83126F : f32
-    %s1555 = arith.mulf %a1552, %s1554 : f32
-    linalg.yield %s1555 : f32
+  %e1538 = tensor.empty() : tensor<f32>
+  %v1543 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1537 : tensor<f32>) outs(%e1538 : tensor<f32>) {
+  ^bb0(%a1539: f32, %o1540: f32):
+    %s1541 = arith.constant 0x3A83126F : f32
+    %s1542 = arith.mulf %a1539, %s1541 : f32
+    linalg.yield %s1542 : f32
   } -> tensor<f32>
-  %e1557 = tensor.empty() : tensor<f32>
-  %v1561 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1556 : tensor<f32>) outs(%e1557 : tensor<f32>) {
-  ^bb0(%a1558: f32, %o1559: f32):
-    %s1560 = arith.negf %a1558 : f32
-    linalg.yield %s1560 : f32
+  %e1544 = tensor.empty() : tensor<f32>
+  %v1548 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1543 : tensor<f32>) outs(%e1544 : tensor<f32>) {
+  ^bb0(%a1545: f32, %o1546: f32):
+    %s1547 = arith.negf %a1545 : f32
+    linalg.yield %s1547 : f32
   } -> tensor<f32>
-  %e1562 = tensor.empty() : tensor<f32>
-  %v1566 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1544 : tensor<f32>) outs(%e1562 : tensor<f32>) {
-  ^bb0(%a1563: f32, %o1564: f32):
-    %s1565 = math.sqrt %a1563 : f32
-    linalg.yield %s1565 : f32
+  %e1549 = tensor.empty() : tensor<f32>
+  %v1553 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1531 : tensor<f32>) outs(%e1549 : tensor<f32>) {
+  ^bb0(%a1550: f32, %o1551: f32):
+    %s1552 = math.sqrt %a1550 : f32
+    linalg.yield %s1552 : f32
   } -> tensor<f32>
-  %e1567 = tensor.empty() : tensor<16xf32>
-  %v1571 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1520 : tensor<16xf32>) outs(%e1567 : tensor<16xf32>) {
-  ^bb0(%a1568: f32, %o1569: f32):
-    %s1570 = math.sqrt %a1568 : f32
-    linalg.yield %s1570 : f32
+  %e1554 = tensor.empty() : tensor<16xf32>
+  %v1558 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1507 : tensor<16xf32>) outs(%e1554 : tensor<16xf32>) {
+  ^bb0(%a1555: f32, %o1556: f32):
+    %s1557 = math.sqrt %a1555 : f32
+    linalg.yield %s1557 : f32
   } -> tensor<16xf32>
-  %e1572 = tensor.empty() : tensor<f32>
-  %v1577 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1566, %v1561 : tensor<f32>, tensor<f32>) outs(%e1572 : tensor<f32>) {
-  ^bb0(%a1573: f32, %a1574: f32, %o1575: f32):
-    %s1576 = arith.mulf %a1573, %a1574 : f32
-    linalg.yield %s1576 : f32
+  %e1559 = tensor.empty() : tensor<f32>
+  %v1564 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1553, %v1548 : tensor<f32>, tensor<f32>) outs(%e1559 : tensor<f32>) {
+  ^bb0(%a1560: f32, %a1561: f32, %o1562: f32):
+    %s1563 = arith.mulf %a1560, %a1561 : f32
+    linalg.yield %s1563 : f32
   } -> tensor<f32>
-  %e1578 = tensor.empty() : tensor<16xf32>
-  %v1583 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1571, %v1577 : tensor<16xf32>, tensor<f32>) outs(%e1578 : tensor<16xf32>) {
-  ^bb0(%a1579: f32, %a1580: f32, %o1581: f32):
-    %s1582 = arith.divf %a1579, %a1580 : f32
-    linalg.yield %s1582 : f32
+  %e1565 = tensor.empty() : tensor<16xf32>
+  %v1570 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1558, %v1564 : tensor<16xf32>, tensor<f32>) outs(%e1565 : tensor<16xf32>) {
+  ^bb0(%a1566: f32, %a1567: f32, %o1568: f32):
+    %s1569 = arith.divf %a1566, %a1567 : f32
+    linalg.yield %s1569 : f32
   } -> tensor<16xf32>
-  %e1584 = tensor.empty() : tensor<f32>
-  %v1589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1561 : tensor<f32>) outs(%e1584 : tensor<f32>) {
-  ^bb0(%a1585: f32, %o1586: f32):
-    %s1587 = arith.constant 0x3F800000 : f32
-    %s1588 = arith.divf %s1587, %a1585 : f32
-    linalg.yield %s1588 : f32
+  %e1571 = tensor.empty() : tensor<f32>
+  %v1576 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1548 : tensor<f32>) outs(%e1571 : tensor<f32>) {
+  ^bb0(%a1572: f32, %o1573: f32):
+    %s1574 = arith.constant 0x3F800000 : f32
+    %s1575 = arith.divf %s1574, %a1572 : f32
+    linalg.yield %s1575 : f32
   } -> tensor<f32>
-  %e1590 = tensor.empty() : tensor<f32>
-  %v1595 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1589 : tensor<f32>) outs(%e1590 : tensor<f32>) {
-  ^bb0(%a1591: f32, %o1592: f32):
-    %s1593 = arith.constant 0x322BCC77 : f32
-    %s1594 = arith.mulf %a1591, %s1593 : f32
-    linalg.yield %s1594 : f32
+  %e1577 = tensor.empty() : tensor<f32>
+  %v1582 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1576 : tensor<f32>) outs(%e1577 : tensor<f32>) {
+  ^bb0(%a1578: f32, %o1579: f32):
+    %s1580 = arith.constant 0x322BCC77 : f32
+    %s1581 = arith.mulf %a1578, %s1580 : f32
+    linalg.yield %s1581 : f32
   } -> tensor<f32>
-  %e1596 = tensor.empty() : tensor<16xf32>
-  %v1601 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1583, %v1595 : tensor<16xf32>, tensor<f32>) outs(%e1596 : tensor<16xf32>) {
-  ^bb0(%a1597: f32, %a1598: f32, %o1599: f32):
-    %s1600 = arith.addf %a1597, %a1598 : f32
-    linalg.yield %s1600 : f32
+  %e1583 = tensor.empty() : tensor<16xf32>
+  %v1588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1570, %v1582 : tensor<16xf32>, tensor<f32>) outs(%e1583 : tensor<16xf32>) {
+  ^bb0(%a1584: f32, %a1585: f32, %o1586: f32):
+    %s1587 = arith.addf %a1584, %a1585 : f32
+    linalg.yield %s1587 : f32
   } -> tensor<16xf32>
-  %e1602 = tensor.empty() : tensor<16xf32>
-  %v1607 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1496 : tensor<16xf32>) outs(%e1602 : tensor<16xf32>) {
-  ^bb0(%a1603: f32, %o1604: f32):
-    %s1605 = arith.constant 0x3F800000 : f32
-    %s1606 = arith.mulf %a1603, %s1605 : f32
-    linalg.yield %s1606 : f32
+  %e1589 = tensor.empty() : tensor<16xf32>
+  %v1594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1483 : tensor<16xf32>) outs(%e1589 : tensor<16xf32>) {
+  ^bb0(%a1590: f32, %o1591: f32):
+    %s1592 = arith.constant 0x3F800000 : f32
+    %s1593 = arith.mulf %a1590, %s1592 : f32
+    linalg.yield %s1593 : f32
   } -> tensor<16xf32>
-  %e1608 = tensor.empty() : tensor<16xf32>
-  %v1613 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1607, %v1601 : tensor<16xf32>, tensor<16xf32>) outs(%e1608 : tensor<16xf32>) {
-  ^bb0(%a1609: f32, %a1610: f32, %o1611: f32):
-    %s1612 = arith.divf %a1609, %a1610 : f32
-    linalg.yield %s1612 : f32
+  %e1595 = tensor.empty() : tensor<16xf32>
+  %v1600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1594, %v1588 : tensor<16xf32>, tensor<16xf32>) outs(%e1595 : tensor<16xf32>) {
+  ^bb0(%a1596: f32, %a1597: f32, %o1598: f32):
+    %s1599 = arith.divf %a1596, %a1597 : f32
+    linalg.yield %s1599 : f32
   } -> tensor<16xf32>
-  %e1614 = tensor.empty() : tensor<16xf32>
-  %v1619 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1613 : tensor<16xf32>, tensor<16xf32>) outs(%e1614 : tensor<16xf32>) {
-  ^bb0(%a1615: f32, %a1616: f32, %o1617: f32):
-    %s1618 = arith.addf %a1615, %a1616 : f32
-    linalg.yield %s1618 : f32
+  %e1601 = tensor.empty() : tensor<16xf32>
+  %v1606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1600 : tensor<16xf32>, tensor<16xf32>) outs(%e1601 : tensor<16xf32>) {
+  ^bb0(%a1602: f32, %a1603: f32, %o1604: f32):
+    %s1605 = arith.addf %a1602, %a1603 : f32
+    linalg.yield %s1605 : f32
   } -> tensor<16xf32>
-  %e1620 = tensor.empty() : tensor<f32>
-  %v1625 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1620 : tensor<f32>) {
-  ^bb0(%a1621: f32, %o1622: f32):
-    %s1623 = arith.constant 0x3F800000 : f32
-    %s1624 = arith.addf %a1621, %s1623 : f32
-    linalg.yield %s1624 : f32
+  %e1607 = tensor.empty() : tensor<f32>
+  %v1612 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1607 : tensor<f32>) {
+  ^bb0(%a1608: f32, %o1609: f32):
+    %s1610 = arith.constant 0x3F800000 : f32
+    %s1611 = arith.addf %a1608, %s1610 : f32
+    linalg.yield %s1611 : f32
   } -> tensor<f32>
-  %e1626 = tensor.empty() : tensor<f32>
-  %c1627 = arith.constant 0x3DCCCCCD : f32
-  %v1628 = linalg.fill ins(%c1627 : f32) outs(%e1626 : tensor<f32>) -> tensor<f32>
-  %e1629 = tensor.empty() : tensor<f32>
-  %v1633 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1628 : tensor<f32>) outs(%e1629 : tensor<f32>) {
-  ^bb0(%a1630: f32, %o1631: f32):
-    %s1632 = math.absf %a1630 : f32
-    linalg.yield %s1632 : f32
+  %e1613 = tensor.empty() : tensor<f32>
+  %c1614 = arith.constant 0x3DCCCCCD : f32
+  %v1615 = linalg.fill ins(%c1614 : f32) outs(%e1613 : tensor<f32>) -> tensor<f32>
+  %e1616 = tensor.empty() : tensor<f32>
+  %v1620 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1616 : tensor<f32>) {
+  ^bb0(%a1617: f32, %o1618: f32):
+    %s1619 = math.absf %a1617 : f32
+    linalg.yield %s1619 : f32
   } -> tensor<f32>
-  %e1634 = tensor.empty() : tensor<i1>
-  %v1639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1633 : tensor<f32>) outs(%e1634 : tensor<i1>) {
-  ^bb0(%a1635: f32, %o1636: i1):
-    %s1637 = arith.constant 0x3F000000 : f32
-    %s1638 = arith.cmpf oge, %a1635, %s1637 : f32
-    linalg.yield %s1638 : i1
+  %e1621 = tensor.empty() : tensor<i1>
+  %v1626 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1620 : tensor<f32>) outs(%e1621 : tensor<i1>) {
+  ^bb0(%a1622: f32, %o1623: i1):
+    %s1624 = arith.constant 0x3F000000 : f32
+    %s1625 = arith.cmpf oge, %a1622, %s1624 : f32
+    linalg.yield %s1625 : i1
   } -> tensor<i1>
-  %e1640 = tensor.empty() : tensor<f32>
-  %v1645 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1628 : tensor<f32>) outs(%e1640 : tensor<f32>) {
-  ^bb0(%a1641: f32, %o1642: f32):
-    %s1643 = arith.constant 0x3F800000 : f32
-    %s1644 = arith.subf %a1641, %s1643 : f32
-    linalg.yield %s1644 : f32
+  %e1627 = tensor.empty() : tensor<f32>
+  %v1632 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1627 : tensor<f32>) {
+  ^bb0(%a1628: f32, %o1629: f32):
+    %s1630 = arith.constant 0x3F800000 : f32
+    %s1631 = arith.subf %a1628, %s1630 : f32
+    linalg.yield %s1631 : f32
   } -> tensor<f32>
-  %e1646 = tensor.empty() : tensor<f32>
-  %v1652 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1639, %v1645, %v1628 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1646 : tensor<f32>) {
-  ^bb0(%a1647: i1, %a1648: f32, %a1649: f32, %o1650: f32):
-    %s1651 = arith.select %a1647, %a1648, %a1649 : f32
+  %e1633 = tensor.empty() : tensor<f32>
+  %v1639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1626, %v1632, %v1615 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1633 : tensor<f32>) {
+  ^bb0(%a1634: i1, %a1635: f32, %a1636: f32, %o1637: f32):
+    %s1638 = arith.select %a1634, %a1635, %a1636 : f32
+    linalg.yield %s1638 : f32
+  } -> tensor<f32>
+  %e1640 = tensor.empty() : tensor<16x16xf32>
+  %v1646 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1626, %v754, %arg20 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1640 : tensor<16x16xf32>) {
+  ^bb0(%a1641: i1, %a1642: f32, %a1643: f32, %o1644: f32):
+    %s1645 = arith.select %a1641, %a1642, %a1643 : f32
+    linalg.yield %s1645 : f32
+  } -> tensor<16x16xf32>
+  %e1647 = tensor.empty() : tensor<16x16xf32>
+  %v1652 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754, %arg20 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1647 : tensor<16x16xf32>) {
+  ^bb0(%a1648: f32, %a1649: f32, %o1650: f32):
+    %s1651 = arith.subf %a1648, %a1649 : f32
     linalg.yield %s1651 : f32
-  } -> tensor<f32>
+  } -> tensor<16x16xf32>
   %e1653 = tensor.empty() : tensor<16x16xf32>
-  %v1659 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1639, %v764, %arg20 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1653 : tensor<16x16xf32>) {
-  ^bb0(%a1654: i1, %a1655: f32, %a1656: f32, %o1657: f32):
-    %s1658 = arith.select %a1654, %a1655, %a1656 : f32
-    linalg.yield %s1658 : f32
+  %v1658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1639, %v1652 : tensor<f32>, tensor<16x16xf32>) outs(%e1653 : tensor<16x16xf32>) {
+  ^bb0(%a1654: f32, %a1655: f32, %o1656: f32):
+    %s1657 = arith.mulf %a1654, %a1655 : f32
+    linalg.yield %s1657 : f32
   } -> tensor<16x16xf32>
-  %e1660 = tensor.empty() : tensor<16x16xf32>
-  %v1665 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v764, %arg20 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1660 : tensor<16x16xf32>) {
-  ^bb0(%a1661: f32, %a1662: f32, %o1663: f32):
-    %s1664 = arith.subf %a1661, %a1662 : f32
-    linalg.yield %s1664 : f32
+  %e1659 = tensor.empty() : tensor<16x16xf32>
+  %v1664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1658, %v1646 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1659 : tensor<16x16xf32>) {
+  ^bb0(%a1660: f32, %a1661: f32, %o1662: f32):
+    %s1663 = arith.addf %a1660, %a1661 : f32
+    linalg.yield %s1663 : f32
   } -> tensor<16x16xf32>
-  %e1666 = tensor.empty() : tensor<16x16xf32>
-  %v1671 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1652, %v1665 : tensor<f32>, tensor<16x16xf32>) outs(%e1666 : tensor<16x16xf32>) {
-  ^bb0(%a1667: f32, %a1668: f32, %o1669: f32):
-    %s1670 = arith.mulf %a1667, %a1668 : f32
-    linalg.yield %s1670 : f32
+  %e1665 = tensor.empty() : tensor<16x16xf32>
+  %v1670 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1665 : tensor<16x16xf32>) {
+  ^bb0(%a1666: f32, %o1667: f32):
+    %s1668 = arith.constant 0x3F7FBE77 : f32
+    %s1669 = arith.mulf %a1666, %s1668 : f32
+    linalg.yield %s1669 : f32
   } -> tensor<16x16xf32>
-  %e1672 = tensor.empty() : tensor<16x16xf32>
-  %v1677 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1671, %v1659 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1672 : tensor<16x16xf32>) {
-  ^bb0(%a1673: f32, %a1674: f32, %o1675: f32):
-    %s1676 = arith.addf %a1673, %a1674 : f32
-    linalg.yield %s1676 : f32
+  %e1671 = tensor.empty() : tensor<16x16xf32>
+  %v1676 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754 : tensor<16x16xf32>) outs(%e1671 : tensor<16x16xf32>) {
+  ^bb0(%a1672: f32, %o1673: f32):
+    %s1674 = arith.constant 0x3A83126F : f32
+    %s1675 = arith.mulf %a1672, %s1674 : f32
+    linalg.yield %s1675 : f32
   } -> tensor<16x16xf32>
-  %e1678 = tensor.empty() : tensor<16x16xf32>
-  %v1683 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1678 : tensor<16x16xf32>) {
-  ^bb0(%a1679: f32, %o1680: f32):
-    %s1681 = arith.constant 0x3F7FBE77 : f32
-    %s1682 = arith.mulf %a1679, %s1681 : f32
-    linalg.yield %s1682 : f32
+  %e1677 = tensor.empty() : tensor<16x16xf32>
+  %v1682 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1676, %v754 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1677 : tensor<16x16xf32>) {
+  ^bb0(%a1678: f32, %a1679: f32, %o1680: f32):
+    %s1681 = arith.mulf %a1678, %a1679 : f32
+    linalg.yield %s1681 : f32
   } -> tensor<16x16xf32>
-  %e1684 = tensor.empty() : tensor<16x16xf32>
-  %v1689 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v764 : tensor<16x16xf32>) outs(%e1684 : tensor<16x16xf32>) {
-  ^bb0(%a1685: f32, %o1686: f32):
-    %s1687 = arith.constant 0x3A83126F : f32
-    %s1688 = arith.mulf %a1685, %s1687 : f32
-    linalg.yield %s1688 : f32
+  %e1683 = tensor.empty() : tensor<16x16xf32>
+  %v1688 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1670, %v1682 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1683 : tensor<16x16xf32>) {
+  ^bb0(%a1684: f32, %a1685: f32, %o1686: f32):
+    %s1687 = arith.addf %a1684, %a1685 : f32
+    linalg.yield %s1687 : f32
   } -> tensor<16x16xf32>
-  %e1690 = tensor.empty() : tensor<16x16xf32>
-  %v1695 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1689, %v764 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1690 : tensor<16x16xf32>) {
-  ^bb0(%a1691: f32, %a1692: f32, %o1693: f32):
-    %s1694 = arith.mulf %a1691, %a1692 : f32
-    linalg.yield %s1694 : f32
-  } -> tensor<16x16xf32>
-  %e1696 = tensor.empty() : tensor<16x16xf32>
-  %v1701 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1683, %v1695 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1696 : tensor<16x16xf32>) {
-  ^bb0(%a1697: f32, %a1698: f32, %o1699: f32):
-    %s1700 = arith.addf %a1697, %a1698 : f32
-    linalg.yield %s1700 : f32
-  } -> tensor<16x16xf32>
-  %e1702 = tensor.empty() : tensor<f32>
-  %v1707 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1625 : tensor<f32>) outs(%e1702 : tensor<f32>) {
-  ^bb0(%a1703: f32, %o1704: f32):
-    %s1705 = arith.constant 0x3F666666 : f32
-    %s1706 = math.powf %s1705, %a1703 : f32
-    linalg.yield %s1706 : f32
+  %e1689 = tensor.empty() : tensor<f32>
+  %v1694 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1689 : tensor<f32>) {
+  ^bb0(%a1690: f32, %o1691: f32):
+    %s1692 = arith.constant 0x3F666666 : f32
+    %s1693 = math.powf %s1692, %a1690 : f32
+    linalg.yield %s1693 : f32
   } -> tensor<f32>
-  %e1708 = tensor.empty() : tensor<f32>
-  %v1713 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1707 : tensor<f32>) outs(%e1708 : tensor<f32>) {
-  ^bb0(%a1709: f32, %o1710: f32):
-    %s1711 = arith.constant 0x3F800000 : f32
-    %s1712 = arith.subf %s1711, %a1709 : f32
-    linalg.yield %s1712 : f32
+  %e1695 = tensor.empty() : tensor<f32>
+  %v1700 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1694 : tensor<f32>) outs(%e1695 : tensor<f32>) {
+  ^bb0(%a1696: f32, %o1697: f32):
+    %s1698 = arith.constant 0x3F800000 : f32
+    %s1699 = arith.subf %s1698, %a1696 : f32
+    linalg.yield %s1699 : f32
   } -> tensor<f32>
-  %e1714 = tensor.empty() : tensor<f32>
-  %v1719 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1625 : tensor<f32>) outs(%e1714 : tensor<f32>) {
-  ^bb0(%a1715: f32, %o1716: f32):
-    %s1717 = arith.constant 0x3F7FBE77 : f32
-    %s1718 = math.powf %s1717, %a1715 : f32
-    linalg.yield %s1718 : f32
+  %e1701 = tensor.empty() : tensor<f32>
+  %v1706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1701 : tensor<f32>) {
+  ^bb0(%a1702: f32, %o1703: f32):
+    %s1704 = arith.constant 0x3F7FBE77 : f32
+    %s1705 = math.powf %s1704, %a1702 : f32
+    linalg.yield %s1705 : f32
   } -> tensor<f32>
-  %e1720 = tensor.empty() : tensor<f32>
-  %v1725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1719 : tensor<f32>) outs(%e1720 : tensor<f32>) {
-  ^bb0(%a1721: f32, %o1722: f32):
-    %s1723 = arith.constant 0x3F800000 : f32
-    %s1724 = arith.subf %s1723, %a1721 : f32
-    linalg.yield %s1724 : f32
+  %e1707 = tensor.empty() : tensor<f32>
+  %v1712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1706 : tensor<f32>) outs(%e1707 : tensor<f32>) {
+  ^bb0(%a1708: f32, %o1709: f32):
+    %s1710 = arith.constant 0x3F800000 : f32
+    %s1711 = arith.subf %s1710, %a1708 : f32
+    linalg.yield %s1711 : f32
   } -> tensor<f32>
-  %e1726 = tensor.empty() : tensor<f32>
-  %v1731 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1713 : tensor<f32>) outs(%e1726 : tensor<f32>) {
-  ^bb0(%a1727: f32, %o1728: f32):
-    %s1729 = arith.constant 0x3F800000 : f32
-    %s1730 = arith.divf %s1729, %a1727 : f32
-    linalg.yield %s1730 : f32
+  %e1713 = tensor.empty() : tensor<f32>
+  %v1718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1700 : tensor<f32>) outs(%e1713 : tensor<f32>) {
+  ^bb0(%a1714: f32, %o1715: f32):
+    %s1716 = arith.constant 0x3F800000 : f32
+    %s1717 = arith.divf %s1716, %a1714 : f32
+    linalg.yield %s1717 : f32
   } -> tensor<f32>
-  %e1732 = tensor.empty() : tensor<f32>
-  %v1737 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1731 : tensor<f32>) outs(%e1732 : tensor<f32>) {
-  ^bb0(%a1733: f32, %o1734: f32):
-    %s1735 = arith.constant 0x3A83126F : f32
-    %s1736 = arith.mulf %a1733, %s1735 : f32
-    linalg.yield %s1736 : f32
+  %e1719 = tensor.empty() : tensor<f32>
+  %v1724 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1718 : tensor<f32>) outs(%e1719 : tensor<f32>) {
+  ^bb0(%a1720: f32, %o1721: f32):
+    %s1722 = arith.constant 0x3A83126F : f32
+    %s1723 = arith.mulf %a1720, %s1722 : f32
+    linalg.yield %s1723 : f32
   } -> tensor<f32>
-  %e1738 = tensor.empty() : tensor<f32>
-  %v1742 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1737 : tensor<f32>) outs(%e1738 : tensor<f32>) {
-  ^bb0(%a1739: f32, %o1740: f32):
-    %s1741 = arith.negf %a1739 : f32
-    linalg.yield %s1741 : f32
+  %e1725 = tensor.empty() : tensor<f32>
+  %v1729 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1724 : tensor<f32>) outs(%e1725 : tensor<f32>) {
+  ^bb0(%a1726: f32, %o1727: f32):
+    %s1728 = arith.negf %a1726 : f32
+    linalg.yield %s1728 : f32
   } -> tensor<f32>
-  %e1743 = tensor.empty() : tensor<f32>
-  %v1747 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1725 : tensor<f32>) outs(%e1743 : tensor<f32>) {
-  ^bb0(%a1744: f32, %o1745: f32):
-    %s1746 = math.sqrt %a1744 : f32
-    linalg.yield %s1746 : f32
+  %e1730 = tensor.empty() : tensor<f32>
+  %v1734 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1712 : tensor<f32>) outs(%e1730 : tensor<f32>) {
+  ^bb0(%a1731: f32, %o1732: f32):
+    %s1733 = math.sqrt %a1731 : f32
+    linalg.yield %s1733 : f32
   } -> tensor<f32>
-  %e1748 = tensor.empty() : tensor<16x16xf32>
-  %v1752 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1701 : tensor<16x16xf32>) outs(%e1748 : tensor<16x16xf32>) {
-  ^bb0(%a1749: f32, %o1750: f32):
-    %s1751 = math.sqrt %a1749 : f32
-    linalg.yield %s1751 : f32
+  %e1735 = tensor.empty() : tensor<16x16xf32>
+  %v1739 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1688 : tensor<16x16xf32>) outs(%e1735 : tensor<16x16xf32>) {
+  ^bb0(%a1736: f32, %o1737: f32):
+    %s1738 = math.sqrt %a1736 : f32
+    linalg.yield %s1738 : f32
   } -> tensor<16x16xf32>
-  %e1753 = tensor.empty() : tensor<f32>
-  %v1758 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1747, %v1742 : tensor<f32>, tensor<f32>) outs(%e1753 : tensor<f32>) {
-  ^bb0(%a1754: f32, %a1755: f32, %o1756: f32):
-    %s1757 = arith.mulf %a1754, %a1755 : f32
-    linalg.yield %s1757 : f32
+  %e1740 = tensor.empty() : tensor<f32>
+  %v1745 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1734, %v1729 : tensor<f32>, tensor<f32>) outs(%e1740 : tensor<f32>) {
+  ^bb0(%a1741: f32, %a1742: f32, %o1743: f32):
+    %s1744 = arith.mulf %a1741, %a1742 : f32
+    linalg.yield %s1744 : f32
   } -> tensor<f32>
-  %e1759 = tensor.empty() : tensor<16x16xf32>
-  %v1764 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1752, %v1758 : tensor<16x16xf32>, tensor<f32>) outs(%e1759 : tensor<16x16xf32>) {
-  ^bb0(%a1760: f32, %a1761: f32, %o1762: f32):
-    %s1763 = arith.divf %a1760, %a1761 : f32
-    linalg.yield %s1763 : f32
+  %e1746 = tensor.empty() : tensor<16x16xf32>
+  %v1751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1739, %v1745 : tensor<16x16xf32>, tensor<f32>) outs(%e1746 : tensor<16x16xf32>) {
+  ^bb0(%a1747: f32, %a1748: f32, %o1749: f32):
+    %s1750 = arith.divf %a1747, %a1748 : f32
+    linalg.yield %s1750 : f32
   } -> tensor<16x16xf32>
-  %e1765 = tensor.empty() : tensor<f32>
-  %v1770 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1742 : tensor<f32>) outs(%e1765 : tensor<f32>) {
-  ^bb0(%a1766: f32, %o1767: f32):
-    %s1768 = arith.constant 0x3F800000 : f32
-    %s1769 = arith.divf %s1768, %a1766 : f32
-    linalg.yield %s1769 : f32
+  %e1752 = tensor.empty() : tensor<f32>
+  %v1757 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1729 : tensor<f32>) outs(%e1752 : tensor<f32>) {
+  ^bb0(%a1753: f32, %o1754: f32):
+    %s1755 = arith.constant 0x3F800000 : f32
+    %s1756 = arith.divf %s1755, %a1753 : f32
+    linalg.yield %s1756 : f32
   } -> tensor<f32>
-  %e1771 = tensor.empty() : tensor<f32>
-  %v1776 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1770 : tensor<f32>) outs(%e1771 : tensor<f32>) {
-  ^bb0(%a1772: f32, %o1773: f32):
-    %s1774 = arith.constant 0x322BCC77 : f32
-    %s1775 = arith.mulf %a1772, %s1774 : f32
-    linalg.yield %s1775 : f32
+  %e1758 = tensor.empty() : tensor<f32>
+  %v1763 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1757 : tensor<f32>) outs(%e1758 : tensor<f32>) {
+  ^bb0(%a1759: f32, %o1760: f32):
+    %s1761 = arith.constant 0x322BCC77 : f32
+    %s1762 = arith.mulf %a1759, %s1761 : f32
+    linalg.yield %s1762 : f32
   } -> tensor<f32>
-  %e1777 = tensor.empty() : tensor<16x16xf32>
-  %v1782 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1764, %v1776 : tensor<16x16xf32>, tensor<f32>) outs(%e1777 : tensor<16x16xf32>) {
-  ^bb0(%a1778: f32, %a1779: f32, %o1780: f32):
-    %s1781 = arith.addf %a1778, %a1779 : f32
-    linalg.yield %s1781 : f32
+  %e1764 = tensor.empty() : tensor<16x16xf32>
+  %v1769 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1751, %v1763 : tensor<16x16xf32>, tensor<f32>) outs(%e1764 : tensor<16x16xf32>) {
+  ^bb0(%a1765: f32, %a1766: f32, %o1767: f32):
+    %s1768 = arith.addf %a1765, %a1766 : f32
+    linalg.yield %s1768 : f32
   } -> tensor<16x16xf32>
-  %e1783 = tensor.empty() : tensor<16x16xf32>
-  %v1788 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1677 : tensor<16x16xf32>) outs(%e1783 : tensor<16x16xf32>) {
-  ^bb0(%a1784: f32, %o1785: f32):
-    %s1786 = arith.constant 0x3F800000 : f32
-    %s1787 = arith.mulf %a1784, %s1786 : f32
-    linalg.yield %s1787 : f32
+  %e1770 = tensor.empty() : tensor<16x16xf32>
+  %v1775 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1664 : tensor<16x16xf32>) outs(%e1770 : tensor<16x16xf32>) {
+  ^bb0(%a1771: f32, %o1772: f32):
+    %s1773 = arith.constant 0x3F800000 : f32
+    %s1774 = arith.mulf %a1771, %s1773 : f32
+    linalg.yield %s1774 : f32
   } -> tensor<16x16xf32>
-  %e1789 = tensor.empty() : tensor<16x16xf32>
-  %v1794 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1788, %v1782 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1789 : tensor<16x16xf32>) {
-  ^bb0(%a1790: f32, %a1791: f32, %o1792: f32):
-    %s1793 = arith.divf %a1790, %a1791 : f32
-    linalg.yield %s1793 : f32
+  %e1776 = tensor.empty() : tensor<16x16xf32>
+  %v1781 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1775, %v1769 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1776 : tensor<16x16xf32>) {
+  ^bb0(%a1777: f32, %a1778: f32, %o1779: f32):
+    %s1780 = arith.divf %a1777, %a1778 : f32
+    linalg.yield %s1780 : f32
   } -> tensor<16x16xf32>
-  %e1795 = tensor.empty() : tensor<16x16xf32>
-  %v1800 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1794 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1795 : tensor<16x16xf32>) {
-  ^bb0(%a1796: f32, %a1797: f32, %o1798: f32):
-    %s1799 = arith.addf %a1796, %a1797 : f32
-    linalg.yield %s1799 : f32
+  %e1782 = tensor.empty() : tensor<16x16xf32>
+  %v1787 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1781 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1782 : tensor<16x16xf32>) {
+  ^bb0(%a1783: f32, %a1784: f32, %o1785: f32):
+    %s1786 = arith.addf %a1783, %a1784 : f32
+    linalg.yield %s1786 : f32
   } -> tensor<16x16xf32>
-  %e1801 = tensor.empty() : tensor<f32>
-  %v1806 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1801 : tensor<f32>) {
-  ^bb0(%a1802: f32, %o1803: f32):
-    %s1804 = arith.constant 0x3F800000 : f32
-    %s1805 = arith.addf %a1802, %s1804 : f32
-    linalg.yield %s1805 : f32
+  %e1788 = tensor.empty() : tensor<f32>
+  %v1793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1788 : tensor<f32>) {
+  ^bb0(%a1789: f32, %o1790: f32):
+    %s1791 = arith.constant 0x3F800000 : f32
+    %s1792 = arith.addf %a1789, %s1791 : f32
+    linalg.yield %s1792 : f32
   } -> tensor<f32>
-  %e1807 = tensor.empty() : tensor<f32>
-  %c1808 = arith.constant 0x3DCCCCCD : f32
-  %v1809 = linalg.fill ins(%c1808 : f32) outs(%e1807 : tensor<f32>) -> tensor<f32>
-  %e1810 = tensor.empty() : tensor<f32>
-  %v1814 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1809 : tensor<f32>) outs(%e1810 : tensor<f32>) {
-  ^bb0(%a1811: f32, %o1812: f32):
-    %s1813 = math.absf %a1811 : f32
-    linalg.yield %s1813 : f32
+  %e1794 = tensor.empty() : tensor<f32>
+  %c1795 = arith.constant 0x3DCCCCCD : f32
+  %v1796 = linalg.fill ins(%c1795 : f32) outs(%e1794 : tensor<f32>) -> tensor<f32>
+  %e1797 = tensor.empty() : tensor<f32>
+  %v1801 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1797 : tensor<f32>) {
+  ^bb0(%a1798: f32, %o1799: f32):
+    %s1800 = math.absf %a1798 : f32
+    linalg.yield %s1800 : f32
   } -> tensor<f32>
-  %e1815 = tensor.empty() : tensor<i1>
-  %v1820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1814 : tensor<f32>) outs(%e1815 : tensor<i1>) {
-  ^bb0(%a1816: f32, %o1817: i1):
-    %s1818 = arith.constant 0x3F000000 : f32
-    %s1819 = arith.cmpf oge, %a1816, %s1818 : f32
-    linalg.yield %s1819 : i1
+  %e1802 = tensor.empty() : tensor<i1>
+  %v1807 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1801 : tensor<f32>) outs(%e1802 : tensor<i1>) {
+  ^bb0(%a1803: f32, %o1804: i1):
+    %s1805 = arith.constant 0x3F000000 : f32
+    %s1806 = arith.cmpf oge, %a1803, %s1805 : f32
+    linalg.yield %s1806 : i1
   } -> tensor<i1>
-  %e1821 = tensor.empty() : tensor<f32>
-  %v1826 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1809 : tensor<f32>) outs(%e1821 : tensor<f32>) {
-  ^bb0(%a1822: f32, %o1823: f32):
-    %s1824 = arith.constant 0x3F800000 : f32
-    %s1825 = arith.subf %a1822, %s1824 : f32
-    linalg.yield %s1825 : f32
+  %e1808 = tensor.empty() : tensor<f32>
+  %v1813 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1808 : tensor<f32>) {
+  ^bb0(%a1809: f32, %o1810: f32):
+    %s1811 = arith.constant 0x3F800000 : f32
+    %s1812 = arith.subf %a1809, %s1811 : f32
+    linalg.yield %s1812 : f32
   } -> tensor<f32>
-  %e1827 = tensor.empty() : tensor<f32>
-  %v1833 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1820, %v1826, %v1809 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1827 : tensor<f32>) {
-  ^bb0(%a1828: i1, %a1829: f32, %a1830: f32, %o1831: f32):
-    %s1832 = arith.select %a1828, %a1829, %a1830 : f32
+  %e1814 = tensor.empty() : tensor<f32>
+  %v1820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1807, %v1813, %v1796 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1814 : tensor<f32>) {
+  ^bb0(%a1815: i1, %a1816: f32, %a1817: f32, %o1818: f32):
+    %s1819 = arith.select %a1815, %a1816, %a1817 : f32
+    linalg.yield %s1819 : f32
+  } -> tensor<f32>
+  %e1821 = tensor.empty() : tensor<16xf32>
+  %v1827 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1807, %v751, %arg21 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1821 : tensor<16xf32>) {
+  ^bb0(%a1822: i1, %a1823: f32, %a1824: f32, %o1825: f32):
+    %s1826 = arith.select %a1822, %a1823, %a1824 : f32
+    linalg.yield %s1826 : f32
+  } -> tensor<16xf32>
+  %e1828 = tensor.empty() : tensor<16xf32>
+  %v1833 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751, %arg21 : tensor<16xf32>, tensor<16xf32>) outs(%e1828 : tensor<16xf32>) {
+  ^bb0(%a1829: f32, %a1830: f32, %o1831: f32):
+    %s1832 = arith.subf %a1829, %a1830 : f32
     linalg.yield %s1832 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e1834 = tensor.empty() : tensor<16xf32>
-  %v1840 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1820, %v762, %arg21 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1834 : tensor<16xf32>) {
-  ^bb0(%a1835: i1, %a1836: f32, %a1837: f32, %o1838: f32):
-    %s1839 = arith.select %a1835, %a1836, %a1837 : f32
-    linalg.yield %s1839 : f32
+  %v1839 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1820, %v1833 : tensor<f32>, tensor<16xf32>) outs(%e1834 : tensor<16xf32>) {
+  ^bb0(%a1835: f32, %a1836: f32, %o1837: f32):
+    %s1838 = arith.mulf %a1835, %a1836 : f32
+    linalg.yield %s1838 : f32
   } -> tensor<16xf32>
-  %e1841 = tensor.empty() : tensor<16xf32>
-  %v1846 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v762, %arg21 : tensor<16xf32>, tensor<16xf32>) outs(%e1841 : tensor<16xf32>) {
-  ^bb0(%a1842: f32, %a1843: f32, %o1844: f32):
-    %s1845 = arith.subf %a1842, %a1843 : f32
-    linalg.yield %s1845 : f32
+  %e1840 = tensor.empty() : tensor<16xf32>
+  %v1845 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1839, %v1827 : tensor<16xf32>, tensor<16xf32>) outs(%e1840 : tensor<16xf32>) {
+  ^bb0(%a1841: f32, %a1842: f32, %o1843: f32):
+    %s1844 = arith.addf %a1841, %a1842 : f32
+    linalg.yield %s1844 : f32
   } -> tensor<16xf32>
-  %e1847 = tensor.empty() : tensor<16xf32>
-  %v1852 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1833, %v1846 : tensor<f32>, tensor<16xf32>) outs(%e1847 : tensor<16xf32>) {
-  ^bb0(%a1848: f32, %a1849: f32, %o1850: f32):
-    %s1851 = arith.mulf %a1848, %a1849 : f32
-    linalg.yield %s1851 : f32
+  %e1846 = tensor.empty() : tensor<16xf32>
+  %v1851 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1846 : tensor<16xf32>) {
+  ^bb0(%a1847: f32, %o1848: f32):
+    %s1849 = arith.constant 0x3F7FBE77 : f32
+    %s1850 = arith.mulf %a1847, %s1849 : f32
+    linalg.yield %s1850 : f32
   } -> tensor<16xf32>
-  %e1853 = tensor.empty() : tensor<16xf32>
-  %v1858 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1852, %v1840 : tensor<16xf32>, tensor<16xf32>) outs(%e1853 : tensor<16xf32>) {
-  ^bb0(%a1854: f32, %a1855: f32, %o1856: f32):
-    %s1857 = arith.addf %a1854, %a1855 : f32
-    linalg.yield %s1857 : f32
+  %e1852 = tensor.empty() : tensor<16xf32>
+  %v1857 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751 : tensor<16xf32>) outs(%e1852 : tensor<16xf32>) {
+  ^bb0(%a1853: f32, %o1854: f32):
+    %s1855 = arith.constant 0x3A83126F : f32
+    %s1856 = arith.mulf %a1853, %s1855 : f32
+    linalg.yield %s1856 : f32
   } -> tensor<16xf32>
-  %e1859 = tensor.empty() : tensor<16xf32>
-  %v1864 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1859 : tensor<16xf32>) {
-  ^bb0(%a1860: f32, %o1861: f32):
-    %s1862 = arith.constant 0x3F7FBE77 : f32
-    %s1863 = arith.mulf %a1860, %s1862 : f32
-    linalg.yield %s1863 : f32
+  %e1858 = tensor.empty() : tensor<16xf32>
+  %v1863 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1857, %v751 : tensor<16xf32>, tensor<16xf32>) outs(%e1858 : tensor<16xf32>) {
+  ^bb0(%a1859: f32, %a1860: f32, %o1861: f32):
+    %s1862 = arith.mulf %a1859, %a1860 : f32
+    linalg.yield %s1862 : f32
   } -> tensor<16xf32>
-  %e1865 = tensor.empty() : tensor<16xf32>
-  %v1870 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v762 : tensor<16xf32>) outs(%e1865 : tensor<16xf32>) {
-  ^bb0(%a1866: f32, %o1867: f32):
-    %s1868 = arith.constant 0x3A83126F : f32
-    %s1869 = arith.mulf %a1866, %s1868 : f32
-    linalg.yield %s1869 : f32
+  %e1864 = tensor.empty() : tensor<16xf32>
+  %v1869 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1851, %v1863 : tensor<16xf32>, tensor<16xf32>) outs(%e1864 : tensor<16xf32>) {
+  ^bb0(%a1865: f32, %a1866: f32, %o1867: f32):
+    %s1868 = arith.addf %a1865, %a1866 : f32
+    linalg.yield %s1868 : f32
   } -> tensor<16xf32>
-  %e1871 = tensor.empty() : tensor<16xf32>
-  %v1876 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1870, %v762 : tensor<16xf32>, tensor<16xf32>) outs(%e1871 : tensor<16xf32>) {
-  ^bb0(%a1872: f32, %a1873: f32, %o1874: f32):
-    %s1875 = arith.mulf %a1872, %a1873 : f32
-    linalg.yield %s1875 : f32
-  } -> tensor<16xf32>
-  %e1877 = tensor.empty() : tensor<16xf32>
-  %v1882 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1864, %v1876 : tensor<16xf32>, tensor<16xf32>) outs(%e1877 : tensor<16xf32>) {
-  ^bb0(%a1878: f32, %a1879: f32, %o1880: f32):
-    %s1881 = arith.addf %a1878, %a1879 : f32
-    linalg.yield %s1881 : f32
-  } -> tensor<16xf32>
-  %e1883 = tensor.empty() : tensor<f32>
-  %v1888 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1806 : tensor<f32>) outs(%e1883 : tensor<f32>) {
-  ^bb0(%a1884: f32, %o1885: f32):
-    %s1886 = arith.constant 0x3F666666 : f32
-    %s1887 = math.powf %s1886, %a1884 : f32
-    linalg.yield %s1887 : f32
+  %e1870 = tensor.empty() : tensor<f32>
+  %v1875 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1870 : tensor<f32>) {
+  ^bb0(%a1871: f32, %o1872: f32):
+    %s1873 = arith.constant 0x3F666666 : f32
+    %s1874 = math.powf %s1873, %a1871 : f32
+    linalg.yield %s1874 : f32
   } -> tensor<f32>
-  %e1889 = tensor.empty() : tensor<f32>
-  %v1894 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1888 : tensor<f32>) outs(%e1889 : tensor<f32>) {
-  ^bb0(%a1890: f32, %o1891: f32):
-    %s1892 = arith.constant 0x3F800000 : f32
-    %s1893 = arith.subf %s1892, %a1890 : f32
-    linalg.yield %s1893 : f32
+  %e1876 = tensor.empty() : tensor<f32>
+  %v1881 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1875 : tensor<f32>) outs(%e1876 : tensor<f32>) {
+  ^bb0(%a1877: f32, %o1878: f32):
+    %s1879 = arith.constant 0x3F800000 : f32
+    %s1880 = arith.subf %s1879, %a1877 : f32
+    linalg.yield %s1880 : f32
   } -> tensor<f32>
-  %e1895 = tensor.empty() : tensor<f32>
-  %v1900 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1806 : tensor<f32>) outs(%e1895 : tensor<f32>) {
-  ^bb0(%a1896: f32, %o1897: f32):
-    %s1898 = arith.constant 0x3F7FBE77 : f32
-    %s1899 = math.powf %s1898, %a1896 : f32
-    linalg.yield %s1899 : f32
+  %e1882 = tensor.empty() : tensor<f32>
+  %v1887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1882 : tensor<f32>) {
+  ^bb0(%a1883: f32, %o1884: f32):
+    %s1885 = arith.constant 0x3F7FBE77 : f32
+    %s1886 = math.powf %s1885, %a1883 : f32
+    linalg.yield %s1886 : f32
   } -> tensor<f32>
-  %e1901 = tensor.empty() : tensor<f32>
-  %v1906 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1900 : tensor<f32>) outs(%e1901 : tensor<f32>) {
-  ^bb0(%a1902: f32, %o1903: f32):
-    %s1904 = arith.constant 0x3F800000 : f32
-    %s1905 = arith.subf %s1904, %a1902 : f32
-    linalg.yield %s1905 : f32
+  %e1888 = tensor.empty() : tensor<f32>
+  %v1893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1887 : tensor<f32>) outs(%e1888 : tensor<f32>) {
+  ^bb0(%a1889: f32, %o1890: f32):
+    %s1891 = arith.constant 0x3F800000 : f32
+    %s1892 = arith.subf %s1891, %a1889 : f32
+    linalg.yield %s1892 : f32
   } -> tensor<f32>
-  %e1907 = tensor.empty() : tensor<f32>
-  %v1912 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1894 : tensor<f32>) outs(%e1907 : tensor<f32>) {
-  ^bb0(%a1908: f32, %o1909: f32):
-    %s1910 = arith.constant 0x3F800000 : f32
-    %s1911 = arith.divf %s1910, %a1908 : f32
-    linalg.yield %s1911 : f32
+  %e1894 = tensor.empty() : tensor<f32>
+  %v1899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1881 : tensor<f32>) outs(%e1894 : tensor<f32>) {
+  ^bb0(%a1895: f32, %o1896: f32):
+    %s1897 = arith.constant 0x3F800000 : f32
+    %s1898 = arith.divf %s1897, %a1895 : f32
+    linalg.yield %s1898 : f32
   } -> tensor<f32>
-  %e1913 = tensor.empty() : tensor<f32>
-  %v1918 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1912 : tensor<f32>) outs(%e1913 : tensor<f32>) {
-  ^bb0(%a1914: f32, %o1915: f32):
-    %s1916 = arith.constant 0x3A83126F : f32
-    %s1917 = arith.mulf %a1914, %s1916 : f32
-    linalg.yield %s1917 : f32
+  %e1900 = tensor.empty() : tensor<f32>
+  %v1905 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1899 : tensor<f32>) outs(%e1900 : tensor<f32>) {
+  ^bb0(%a1901: f32, %o1902: f32):
+    %s1903 = arith.constant 0x3A83126F : f32
+    %s1904 = arith.mulf %a1901, %s1903 : f32
+    linalg.yield %s1904 : f32
   } -> tensor<f32>
-  %e1919 = tensor.empty() : tensor<f32>
-  %v1923 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1918 : tensor<f32>) outs(%e1919 : tensor<f32>) {
-  ^bb0(%a1920: f32, %o1921: f32):
-    %s1922 = arith.negf %a1920 : f32
-    linalg.yield %s1922 : f32
+  %e1906 = tensor.empty() : tensor<f32>
+  %v1910 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1905 : tensor<f32>) outs(%e1906 : tensor<f32>) {
+  ^bb0(%a1907: f32, %o1908: f32):
+    %s1909 = arith.negf %a1907 : f32
+    linalg.yield %s1909 : f32
   } -> tensor<f32>
-  %e1924 = tensor.empty() : tensor<f32>
-  %v1928 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1906 : tensor<f32>) outs(%e1924 : tensor<f32>) {
-  ^bb0(%a1925: f32, %o1926: f32):
-    %s1927 = math.sqrt %a1925 : f32
-    linalg.yield %s1927 : f32
+  %e1911 = tensor.empty() : tensor<f32>
+  %v1915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1893 : tensor<f32>) outs(%e1911 : tensor<f32>) {
+  ^bb0(%a1912: f32, %o1913: f32):
+    %s1914 = math.sqrt %a1912 : f32
+    linalg.yield %s1914 : f32
   } -> tensor<f32>
-  %e1929 = tensor.empty() : tensor<16xf32>
-  %v1933 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1882 : tensor<16xf32>) outs(%e1929 : tensor<16xf32>) {
-  ^bb0(%a1930: f32, %o1931: f32):
-    %s1932 = math.sqrt %a1930 : f32
-    linalg.yield %s1932 : f32
+  %e1916 = tensor.empty() : tensor<16xf32>
+  %v1920 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1869 : tensor<16xf32>) outs(%e1916 : tensor<16xf32>) {
+  ^bb0(%a1917: f32, %o1918: f32):
+    %s1919 = math.sqrt %a1917 : f32
+    linalg.yield %s1919 : f32
   } -> tensor<16xf32>
-  %e1934 = tensor.empty() : tensor<f32>
-  %v1939 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1928, %v1923 : tensor<f32>, tensor<f32>) outs(%e1934 : tensor<f32>) {
-  ^bb0(%a1935: f32, %a1936: f32, %o1937: f32):
-    %s1938 = arith.mulf %a1935, %a1936 : f32
-    linalg.yield %s1938 : f32
+  %e1921 = tensor.empty() : tensor<f32>
+  %v1926 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1915, %v1910 : tensor<f32>, tensor<f32>) outs(%e1921 : tensor<f32>) {
+  ^bb0(%a1922: f32, %a1923: f32, %o1924: f32):
+    %s1925 = arith.mulf %a1922, %a1923 : f32
+    linalg.yield %s1925 : f32
   } -> tensor<f32>
-  %e1940 = tensor.empty() : tensor<16xf32>
-  %v1945 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1933, %v1939 : tensor<16xf32>, tensor<f32>) outs(%e1940 : tensor<16xf32>) {
-  ^bb0(%a1941: f32, %a1942: f32, %o1943: f32):
-    %s1944 = arith.divf %a1941, %a1942 : f32
-    linalg.yield %s1944 : f32
+  %e1927 = tensor.empty() : tensor<16xf32>
+  %v1932 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1920, %v1926 : tensor<16xf32>, tensor<f32>) outs(%e1927 : tensor<16xf32>) {
+  ^bb0(%a1928: f32, %a1929: f32, %o1930: f32):
+    %s1931 = arith.divf %a1928, %a1929 : f32
+    linalg.yield %s1931 : f32
   } -> tensor<16xf32>
-  %e1946 = tensor.empty() : tensor<f32>
-  %v1951 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1923 : tensor<f32>) outs(%e1946 : tensor<f32>) {
-  ^bb0(%a1947: f32, %o1948: f32):
-    %s1949 = arith.constant 0x3F800000 : f32
-    %s1950 = arith.divf %s1949, %a1947 : f32
-    linalg.yield %s1950 : f32
+  %e1933 = tensor.empty() : tensor<f32>
+  %v1938 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1910 : tensor<f32>) outs(%e1933 : tensor<f32>) {
+  ^bb0(%a1934: f32, %o1935: f32):
+    %s1936 = arith.constant 0x3F800000 : f32
+    %s1937 = arith.divf %s1936, %a1934 : f32
+    linalg.yield %s1937 : f32
   } -> tensor<f32>
-  %e1952 = tensor.empty() : tensor<f32>
-  %v1957 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1951 : tensor<f32>) outs(%e1952 : tensor<f32>) {
-  ^bb0(%a1953: f32, %o1954: f32):
-    %s1955 = arith.constant 0x322BCC77 : f32
-    %s1956 = arith.mulf %a1953, %s1955 : f32
-    linalg.yield %s1956 : f32
+  %e1939 = tensor.empty() : tensor<f32>
+  %v1944 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1938 : tensor<f32>) outs(%e1939 : tensor<f32>) {
+  ^bb0(%a1940: f32, %o1941: f32):
+    %s1942 = arith.constant 0x322BCC77 : f32
+    %s1943 = arith.mulf %a1940, %s1942 : f32
+    linalg.yield %s1943 : f32
   } -> tensor<f32>
-  %e1958 = tensor.empty() : tensor<16xf32>
-  %v1963 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1945, %v1957 : tensor<16xf32>, tensor<f32>) outs(%e1958 : tensor<16xf32>) {
-  ^bb0(%a1959: f32, %a1960: f32, %o1961: f32):
-    %s1962 = arith.addf %a1959, %a1960 : f32
-    linalg.yield %s1962 : f32
+  %e1945 = tensor.empty() : tensor<16xf32>
+  %v1950 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1932, %v1944 : tensor<16xf32>, tensor<f32>) outs(%e1945 : tensor<16xf32>) {
+  ^bb0(%a1946: f32, %a1947: f32, %o1948: f32):
+    %s1949 = arith.addf %a1946, %a1947 : f32
+    linalg.yield %s1949 : f32
   } -> tensor<16xf32>
-  %e1964 = tensor.empty() : tensor<16xf32>
-  %v1969 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1858 : tensor<16xf32>) outs(%e1964 : tensor<16xf32>) {
-  ^bb0(%a1965: f32, %o1966: f32):
-    %s1967 = arith.constant 0x3F800000 : f32
-    %s1968 = arith.mulf %a1965, %s1967 : f32
-    linalg.yield %s1968 : f32
+  %e1951 = tensor.empty() : tensor<16xf32>
+  %v1956 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1845 : tensor<16xf32>) outs(%e1951 : tensor<16xf32>) {
+  ^bb0(%a1952: f32, %o1953: f32):
+    %s1954 = arith.constant 0x3F800000 : f32
+    %s1955 = arith.mulf %a1952, %s1954 : f32
+    linalg.yield %s1955 : f32
   } -> tensor<16xf32>
-  %e1970 = tensor.empty() : tensor<16xf32>
-  %v1975 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1969, %v1963 : tensor<16xf32>, tensor<16xf32>) outs(%e1970 : tensor<16xf32>) {
-  ^bb0(%a1971: f32, %a1972: f32, %o1973: f32):
-    %s1974 = arith.divf %a1971, %a1972 : f32
-    linalg.yield %s1974 : f32
+  %e1957 = tensor.empty() : tensor<16xf32>
+  %v1962 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1956, %v1950 : tensor<16xf32>, tensor<16xf32>) outs(%e1957 : tensor<16xf32>) {
+  ^bb0(%a1958: f32, %a1959: f32, %o1960: f32):
+    %s1961 = arith.divf %a1958, %a1959 : f32
+    linalg.yield %s1961 : f32
   } -> tensor<16xf32>
-  %e1976 = tensor.empty() : tensor<16xf32>
-  %v1981 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1975 : tensor<16xf32>, tensor<16xf32>) outs(%e1976 : tensor<16xf32>) {
-  ^bb0(%a1977: f32, %a1978: f32, %o1979: f32):
-    %s1980 = arith.addf %a1977, %a1978 : f32
-    linalg.yield %s1980 : f32
+  %e1963 = tensor.empty() : tensor<16xf32>
+  %v1968 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1962 : tensor<16xf32>, tensor<16xf32>) outs(%e1963 : tensor<16xf32>) {
+  ^bb0(%a1964: f32, %a1965: f32, %o1966: f32):
+    %s1967 = arith.addf %a1964, %a1965 : f32
+    linalg.yield %s1967 : f32
   } -> tensor<16xf32>
-  %e1982 = tensor.empty() : tensor<f32>
-  %v1987 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1982 : tensor<f32>) {
-  ^bb0(%a1983: f32, %o1984: f32):
-    %s1985 = arith.constant 0x3F800000 : f32
-    %s1986 = arith.addf %a1983, %s1985 : f32
-    linalg.yield %s1986 : f32
+  %e1969 = tensor.empty() : tensor<f32>
+  %v1974 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1969 : tensor<f32>) {
+  ^bb0(%a1970: f32, %o1971: f32):
+    %s1972 = arith.constant 0x3F800000 : f32
+    %s1973 = arith.addf %a1970, %s1972 : f32
+    linalg.yield %s1973 : f32
   } -> tensor<f32>
-  %e1988 = tensor.empty() : tensor<f32>
-  %c1989 = arith.constant 0x3DCCCCCD : f32
-  %v1990 = linalg.fill ins(%c1989 : f32) outs(%e1988 : tensor<f32>) -> tensor<f32>
-  %e1991 = tensor.empty() : tensor<f32>
-  %v1995 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1990 : tensor<f32>) outs(%e1991 : tensor<f32>) {
-  ^bb0(%a1992: f32, %o1993: f32):
-    %s1994 = math.absf %a1992 : f32
-    linalg.yield %s1994 : f32
+  %e1975 = tensor.empty() : tensor<f32>
+  %c1976 = arith.constant 0x3DCCCCCD : f32
+  %v1977 = linalg.fill ins(%c1976 : f32) outs(%e1975 : tensor<f32>) -> tensor<f32>
+  %e1978 = tensor.empty() : tensor<f32>
+  %v1982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1978 : tensor<f32>) {
+  ^bb0(%a1979: f32, %o1980: f32):
+    %s1981 = math.absf %a1979 : f32
+    linalg.yield %s1981 : f32
   } -> tensor<f32>
-  %e1996 = tensor.empty() : tensor<i1>
-  %v2001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1995 : tensor<f32>) outs(%e1996 : tensor<i1>) {
-  ^bb0(%a1997: f32, %o1998: i1):
-    %s1999 = arith.constant 0x3F000000 : f32
-    %s2000 = arith.cmpf oge, %a1997, %s1999 : f32
-    linalg.yield %s2000 : i1
+  %e1983 = tensor.empty() : tensor<i1>
+  %v1988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1982 : tensor<f32>) outs(%e1983 : tensor<i1>) {
+  ^bb0(%a1984: f32, %o1985: i1):
+    %s1986 = arith.constant 0x3F000000 : f32
+    %s1987 = arith.cmpf oge, %a1984, %s1986 : f32
+    linalg.yield %s1987 : i1
   } -> tensor<i1>
-  %e2002 = tensor.empty() : tensor<f32>
-  %v2007 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1990 : tensor<f32>) outs(%e2002 : tensor<f32>) {
-  ^bb0(%a2003: f32, %o2004: f32):
-    %s2005 = arith.constant 0x3F800000 : f32
-    %s2006 = arith.subf %a2003, %s2005 : f32
-    linalg.yield %s2006 : f32
+  %e1989 = tensor.empty() : tensor<f32>
+  %v1994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1989 : tensor<f32>) {
+  ^bb0(%a1990: f32, %o1991: f32):
+    %s1992 = arith.constant 0x3F800000 : f32
+    %s1993 = arith.subf %a1990, %s1992 : f32
+    linalg.yield %s1993 : f32
   } -> tensor<f32>
-  %e2008 = tensor.empty() : tensor<f32>
-  %v2014 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2001, %v2007, %v1990 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2008 : tensor<f32>) {
-  ^bb0(%a2009: i1, %a2010: f32, %a2011: f32, %o2012: f32):
-    %s2013 = arith.select %a2009, %a2010, %a2011 : f32
+  %e1995 = tensor.empty() : tensor<f32>
+  %v2001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1988, %v1994, %v1977 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1995 : tensor<f32>) {
+  ^bb0(%a1996: i1, %a1997: f32, %a1998: f32, %o1999: f32):
+    %s2000 = arith.select %a1996, %a1997, %a1998 : f32
+    linalg.yield %s2000 : f32
+  } -> tensor<f32>
+  %e2002 = tensor.empty() : tensor<16x16xf32>
+  %v2008 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1988, %v725, %arg22 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2002 : tensor<16x16xf32>) {
+  ^bb0(%a2003: i1, %a2004: f32, %a2005: f32, %o2006: f32):
+    %s2007 = arith.select %a2003, %a2004, %a2005 : f32
+    linalg.yield %s2007 : f32
+  } -> tensor<16x16xf32>
+  %e2009 = tensor.empty() : tensor<16x16xf32>
+  %v2014 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725, %arg22 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2009 : tensor<16x16xf32>) {
+  ^bb0(%a2010: f32, %a2011: f32, %o2012: f32):
+    %s2013 = arith.subf %a2010, %a2011 : f32
     linalg.yield %s2013 : f32
-  } -> tensor<f32>
+  } -> tensor<16x16xf32>
   %e2015 = tensor.empty() : tensor<16x16xf32>
-  %v2021 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2001, %v734, %arg22 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2015 : tensor<16x16xf32>) {
-  ^bb0(%a2016: i1, %a2017: f32, %a2018: f32, %o2019: f32):
-    %s2020 = arith.select %a2016, %a2017, %a2018 : f32
-    linalg.yield %s2020 : f32
+  %v2020 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2001, %v2014 : tensor<f32>, tensor<16x16xf32>) outs(%e2015 : tensor<16x16xf32>) {
+  ^bb0(%a2016: f32, %a2017: f32, %o2018: f32):
+    %s2019 = arith.mulf %a2016, %a2017 : f32
+    linalg.yield %s2019 : f32
   } -> tensor<16x16xf32>
-  %e2022 = tensor.empty() : tensor<16x16xf32>
-  %v2027 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v734, %arg22 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2022 : tensor<16x16xf32>) {
-  ^bb0(%a2023: f32, %a2024: f32, %o2025: f32):
-    %s2026 = arith.subf %a2023, %a2024 : f32
-    linalg.yield %s2026 : f32
+  %e2021 = tensor.empty() : tensor<16x16xf32>
+  %v2026 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2020, %v2008 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2021 : tensor<16x16xf32>) {
+  ^bb0(%a2022: f32, %a2023: f32, %o2024: f32):
+    %s2025 = arith.addf %a2022, %a2023 : f32
+    linalg.yield %s2025 : f32
   } -> tensor<16x16xf32>
-  %e2028 = tensor.empty() : tensor<16x16xf32>
-  %v2033 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2014, %v2027 : tensor<f32>, tensor<16x16xf32>) outs(%e2028 : tensor<16x16xf32>) {
-  ^bb0(%a2029: f32, %a2030: f32, %o2031: f32):
-    %s2032 = arith.mulf %a2029, %a2030 : f32
-    linalg.yield %s2032 : f32
+  %e2027 = tensor.empty() : tensor<16x16xf32>
+  %v2032 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e2027 : tensor<16x16xf32>) {
+  ^bb0(%a2028: f32, %o2029: f32):
+    %s2030 = arith.constant 0x3F7FBE77 : f32
+    %s2031 = arith.mulf %a2028, %s2030 : f32
+    linalg.yield %s2031 : f32
   } -> tensor<16x16xf32>
-  %e2034 = tensor.empty() : tensor<16x16xf32>
-  %v2039 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2033, %v2021 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2034 : tensor<16x16xf32>) {
-  ^bb0(%a2035: f32, %a2036: f32, %o2037: f32):
-    %s2038 = arith.addf %a2035, %a2036 : f32
-    linalg.yield %s2038 : f32
+  %e2033 = tensor.empty() : tensor<16x16xf32>
+  %v2038 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725 : tensor<16x16xf32>) outs(%e2033 : tensor<16x16xf32>) {
+  ^bb0(%a2034: f32, %o2035: f32):
+    %s2036 = arith.constant 0x3A83126F : f32
+    %s2037 = arith.mulf %a2034, %s2036 : f32
+    linalg.yield %s2037 : f32
   } -> tensor<16x16xf32>
-  %e2040 = tensor.empty() : tensor<16x16xf32>
-  %v2045 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e2040 : tensor<16x16xf32>) {
-  ^bb0(%a2041: f32, %o2042: f32):
-    %s2043 = arith.constant 0x3F7FBE77 : f32
-    %s2044 = arith.mulf %a2041, %s2043 : f32
-    linalg.yield %s2044 : f32
+  %e2039 = tensor.empty() : tensor<16x16xf32>
+  %v2044 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2038, %v725 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2039 : tensor<16x16xf32>) {
+  ^bb0(%a2040: f32, %a2041: f32, %o2042: f32):
+    %s2043 = arith.mulf %a2040, %a2041 : f32
+    linalg.yield %s2043 : f32
   } -> tensor<16x16xf32>
-  %e2046 = tensor.empty() : tensor<16x16xf32>
-  %v2051 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v734 : tensor<16x16xf32>) outs(%e2046 : tensor<16x16xf32>) {
-  ^bb0(%a2047: f32, %o2048: f32):
-    %s2049 = arith.constant 0x3A83126F : f32
-    %s2050 = arith.mulf %a2047, %s2049 : f32
-    linalg.yield %s2050 : f32
+  %e2045 = tensor.empty() : tensor<16x16xf32>
+  %v2050 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2032, %v2044 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2045 : tensor<16x16xf32>) {
+  ^bb0(%a2046: f32, %a2047: f32, %o2048: f32):
+    %s2049 = arith.addf %a2046, %a2047 : f32
+    linalg.yield %s2049 : f32
   } -> tensor<16x16xf32>
-  %e2052 = tensor.empty() : tensor<16x16xf32>
-  %v2057 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2051, %v734 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2052 : tensor<16x16xf32>) {
-  ^bb0(%a2053: f32, %a2054: f32, %o2055: f32):
-    %s2056 = arith.mulf %a2053, %a2054 : f32
-    linalg.yield %s2056 : f32
-  } -> tensor<16x16xf32>
-  %e2058 = tensor.empty() : tensor<16x16xf32>
-  %v2063 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2045, %v2057 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2058 : tensor<16x16xf32>) {
-  ^bb0(%a2059: f32, %a2060: f32, %o2061: f32):
-    %s2062 = arith.addf %a2059, %a2060 : f32
-    linalg.yield %s2062 : f32
-  } -> tensor<16x16xf32>
-  %e2064 = tensor.empty() : tensor<f32>
-  %v2069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1987 : tensor<f32>) outs(%e2064 : tensor<f32>) {
-  ^bb0(%a2065: f32, %o2066: f32):
-    %s2067 = arith.constant 0x3F666666 : f32
-    %s2068 = math.powf %s2067, %a2065 : f32
-    linalg.yield %s2068 : f32
+  %e2051 = tensor.empty() : tensor<f32>
+  %v2056 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2051 : tensor<f32>) {
+  ^bb0(%a2052: f32, %o2053: f32):
+    %s2054 = arith.constant 0x3F666666 : f32
+    %s2055 = math.powf %s2054, %a2052 : f32
+    linalg.yield %s2055 : f32
   } -> tensor<f32>
-  %e2070 = tensor.empty() : tensor<f32>
-  %v2075 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2069 : tensor<f32>) outs(%e2070 : tensor<f32>) {
-  ^bb0(%a2071: f32, %o2072: f32):
-    %s2073 = arith.constant 0x3F800000 : f32
-    %s2074 = arith.subf %s2073, %a2071 : f32
-    linalg.yield %s2074 : f32
+  %e2057 = tensor.empty() : tensor<f32>
+  %v2062 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2056 : tensor<f32>) outs(%e2057 : tensor<f32>) {
+  ^bb0(%a2058: f32, %o2059: f32):
+    %s2060 = arith.constant 0x3F800000 : f32
+    %s2061 = arith.subf %s2060, %a2058 : f32
+    linalg.yield %s2061 : f32
   } -> tensor<f32>
-  %e2076 = tensor.empty() : tensor<f32>
-  %v2081 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1987 : tensor<f32>) outs(%e2076 : tensor<f32>) {
-  ^bb0(%a2077: f32, %o2078: f32):
-    %s2079 = arith.constant 0x3F7FBE77 : f32
-    %s2080 = math.powf %s2079, %a2077 : f32
-    linalg.yield %s2080 : f32
+  %e2063 = tensor.empty() : tensor<f32>
+  %v2068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2063 : tensor<f32>) {
+  ^bb0(%a2064: f32, %o2065: f32):
+    %s2066 = arith.constant 0x3F7FBE77 : f32
+    %s2067 = math.powf %s2066, %a2064 : f32
+    linalg.yield %s2067 : f32
   } -> tensor<f32>
-  %e2082 = tensor.empty() : tensor<f32>
-  %v2087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2081 : tensor<f32>) outs(%e2082 : tensor<f32>) {
-  ^bb0(%a2083: f32, %o2084: f32):
-    %s2085 = arith.constant 0x3F800000 : f32
-    %s2086 = arith.subf %s2085, %a2083 : f32
-    linalg.yield %s2086 : f32
+  %e2069 = tensor.empty() : tensor<f32>
+  %v2074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2068 : tensor<f32>) outs(%e2069 : tensor<f32>) {
+  ^bb0(%a2070: f32, %o2071: f32):
+    %s2072 = arith.constant 0x3F800000 : f32
+    %s2073 = arith.subf %s2072, %a2070 : f32
+    linalg.yield %s2073 : f32
   } -> tensor<f32>
-  %e2088 = tensor.empty() : tensor<f32>
-  %v2093 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2075 : tensor<f32>) outs(%e2088 : tensor<f32>) {
-  ^bb0(%a2089: f32, %o2090: f32):
-    %s2091 = arith.constant 0x3F800000 : f32
-    %s2092 = arith.divf %s2091, %a2089 : f32
-    linalg.yield %s2092 : f32
+  %e2075 = tensor.empty() : tensor<f32>
+  %v2080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2062 : tensor<f32>) outs(%e2075 : tensor<f32>) {
+  ^bb0(%a2076: f32, %o2077: f32):
+    %s2078 = arith.constant 0x3F800000 : f32
+    %s2079 = arith.divf %s2078, %a2076 : f32
+    linalg.yield %s2079 : f32
   } -> tensor<f32>
-  %e2094 = tensor.empty() : tensor<f32>
-  %v2099 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2093 : tensor<f32>) outs(%e2094 : tensor<f32>) {
-  ^bb0(%a2095: f32, %o2096: f32):
-    %s2097 = arith.constant 0x3A83126F : f32
-    %s2098 = arith.mulf %a2095, %s2097 : f32
-    linalg.yield %s2098 : f32
+  %e2081 = tensor.empty() : tensor<f32>
+  %v2086 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2080 : tensor<f32>) outs(%e2081 : tensor<f32>) {
+  ^bb0(%a2082: f32, %o2083: f32):
+    %s2084 = arith.constant 0x3A83126F : f32
+    %s2085 = arith.mulf %a2082, %s2084 : f32
+    linalg.yield %s2085 : f32
   } -> tensor<f32>
-  %e2100 = tensor.empty() : tensor<f32>
-  %v2104 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2099 : tensor<f32>) outs(%e2100 : tensor<f32>) {
-  ^bb0(%a2101: f32, %o2102: f32):
-    %s2103 = arith.negf %a2101 : f32
-    linalg.yield %s2103 : f32
+  %e2087 = tensor.empty() : tensor<f32>
+  %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2086 : tensor<f32>) outs(%e2087 : tensor<f32>) {
+  ^bb0(%a2088: f32, %o2089: f32):
+    %s2090 = arith.negf %a2088 : f32
+    linalg.yield %s2090 : f32
   } -> tensor<f32>
-  %e2105 = tensor.empty() : tensor<f32>
-  %v2109 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2087 : tensor<f32>) outs(%e2105 : tensor<f32>) {
-  ^bb0(%a2106: f32, %o2107: f32):
-    %s2108 = math.sqrt %a2106 : f32
-    linalg.yield %s2108 : f32
+  %e2092 = tensor.empty() : tensor<f32>
+  %v2096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2074 : tensor<f32>) outs(%e2092 : tensor<f32>) {
+  ^bb0(%a2093: f32, %o2094: f32):
+    %s2095 = math.sqrt %a2093 : f32
+    linalg.yield %s2095 : f32
   } -> tensor<f32>
-  %e2110 = tensor.empty() : tensor<16x16xf32>
-  %v2114 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2063 : tensor<16x16xf32>) outs(%e2110 : tensor<16x16xf32>) {
-  ^bb0(%a2111: f32, %o2112: f32):
-    %s2113 = math.sqrt %a2111 : f32
-    linalg.yield %s2113 : f32
+  %e2097 = tensor.empty() : tensor<16x16xf32>
+  %v2101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2050 : tensor<16x16xf32>) outs(%e2097 : tensor<16x16xf32>) {
+  ^bb0(%a2098: f32, %o2099: f32):
+    %s2100 = math.sqrt %a2098 : f32
+    linalg.yield %s2100 : f32
   } -> tensor<16x16xf32>
-  %e2115 = tensor.empty() : tensor<f32>
-  %v2120 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2109, %v2104 : tensor<f32>, tensor<f32>) outs(%e2115 : tensor<f32>) {
-  ^bb0(%a2116: f32, %a2117: f32, %o2118: f32):
-    %s2119 = arith.mulf %a2116, %a2117 : f32
-    linalg.yield %s2119 : f32
+  %e2102 = tensor.empty() : tensor<f32>
+  %v2107 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2096, %v2091 : tensor<f32>, tensor<f32>) outs(%e2102 : tensor<f32>) {
+  ^bb0(%a2103: f32, %a2104: f32, %o2105: f32):
+    %s2106 = arith.mulf %a2103, %a2104 : f32
+    linalg.yield %s2106 : f32
   } -> tensor<f32>
-  %e2121 = tensor.empty() : tensor<16x16xf32>
-  %v2126 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2114, %v2120 : tensor<16x16xf32>, tensor<f32>) outs(%e2121 : tensor<16x16xf32>) {
-  ^bb0(%a2122: f32, %a2123: f32, %o2124: f32):
-    %s2125 = arith.divf %a2122, %a2123 : f32
-    linalg.yield %s2125 : f32
+  %e2108 = tensor.empty() : tensor<16x16xf32>
+  %v2113 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2101, %v2107 : tensor<16x16xf32>, tensor<f32>) outs(%e2108 : tensor<16x16xf32>) {
+  ^bb0(%a2109: f32, %a2110: f32, %o2111: f32):
+    %s2112 = arith.divf %a2109, %a2110 : f32
+    linalg.yield %s2112 : f32
   } -> tensor<16x16xf32>
-  %e2127 = tensor.empty() : tensor<f32>
-  %v2132 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2104 : tensor<f32>) outs(%e2127 : tensor<f32>) {
-  ^bb0(%a2128: f32, %o2129: f32):
-    %s2130 = arith.constant 0x3F800000 : f32
-    %s2131 = arith.divf %s2130, %a2128 : f32
-    linalg.yield %s2131 : f32
+  %e2114 = tensor.empty() : tensor<f32>
+  %v2119 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2114 : tensor<f32>) {
+  ^bb0(%a2115: f32, %o2116: f32):
+    %s2117 = arith.constant 0x3F800000 : f32
+    %s2118 = arith.divf %s2117, %a2115 : f32
+    linalg.yield %s2118 : f32
   } -> tensor<f32>
-  %e2133 = tensor.empty() : tensor<f32>
-  %v2138 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2132 : tensor<f32>) outs(%e2133 : tensor<f32>) {
-  ^bb0(%a2134: f32, %o2135: f32):
-    %s2136 = arith.constant 0x322BCC77 : f32
-    %s2137 = arith.mulf %a2134, %s2136 : f32
-    linalg.yield %s2137 : f32
+  %e2120 = tensor.empty() : tensor<f32>
+  %v2125 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2119 : tensor<f32>) outs(%e2120 : tensor<f32>) {
+  ^bb0(%a2121: f32, %o2122: f32):
+    %s2123 = arith.constant 0x322BCC77 : f32
+    %s2124 = arith.mulf %a2121, %s2123 : f32
+    linalg.yield %s2124 : f32
   } -> tensor<f32>
-  %e2139 = tensor.empty() : tensor<16x16xf32>
-  %v2144 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2126, %v2138 : tensor<16x16xf32>, tensor<f32>) outs(%e2139 : tensor<16x16xf32>) {
-  ^bb0(%a2140: f32, %a2141: f32, %o2142: f32):
-    %s2143 = arith.addf %a2140, %a2141 : f32
-    linalg.yield %s2143 : f32
+  %e2126 = tensor.empty() : tensor<16x16xf32>
+  %v2131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2113, %v2125 : tensor<16x16xf32>, tensor<f32>) outs(%e2126 : tensor<16x16xf32>) {
+  ^bb0(%a2127: f32, %a2128: f32, %o2129: f32):
+    %s2130 = arith.addf %a2127, %a2128 : f32
+    linalg.yield %s2130 : f32
   } -> tensor<16x16xf32>
-  %e2145 = tensor.empty() : tensor<16x16xf32>
-  %v2150 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2039 : tensor<16x16xf32>) outs(%e2145 : tensor<16x16xf32>) {
-  ^bb0(%a2146: f32, %o2147: f32):
-    %s2148 = arith.constant 0x3F800000 : f32
-    %s2149 = arith.mulf %a2146, %s2148 : f32
-    linalg.yield %s2149 : f32
+  %e2132 = tensor.empty() : tensor<16x16xf32>
+  %v2137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2026 : tensor<16x16xf32>) outs(%e2132 : tensor<16x16xf32>) {
+  ^bb0(%a2133: f32, %o2134: f32):
+    %s2135 = arith.constant 0x3F800000 : f32
+    %s2136 = arith.mulf %a2133, %s2135 : f32
+    linalg.yield %s2136 : f32
   } -> tensor<16x16xf32>
-  %e2151 = tensor.empty() : tensor<16x16xf32>
-  %v2156 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2150, %v2144 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2151 : tensor<16x16xf32>) {
-  ^bb0(%a2152: f32, %a2153: f32, %o2154: f32):
-    %s2155 = arith.divf %a2152, %a2153 : f32
-    linalg.yield %s2155 : f32
+  %e2138 = tensor.empty() : tensor<16x16xf32>
+  %v2143 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2137, %v2131 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2138 : tensor<16x16xf32>) {
+  ^bb0(%a2139: f32, %a2140: f32, %o2141: f32):
+    %s2142 = arith.divf %a2139, %a2140 : f32
+    linalg.yield %s2142 : f32
   } -> tensor<16x16xf32>
-  %e2157 = tensor.empty() : tensor<16x16xf32>
-  %v2162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v2156 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2157 : tensor<16x16xf32>) {
-  ^bb0(%a2158: f32, %a2159: f32, %o2160: f32):
-    %s2161 = arith.addf %a2158, %a2159 : f32
-    linalg.yield %s2161 : f32
+  %e2144 = tensor.empty() : tensor<16x16xf32>
+  %v2149 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v2143 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2144 : tensor<16x16xf32>) {
+  ^bb0(%a2145: f32, %a2146: f32, %o2147: f32):
+    %s2148 = arith.addf %a2145, %a2146 : f32
+    linalg.yield %s2148 : f32
   } -> tensor<16x16xf32>
-  %e2163 = tensor.empty() : tensor<f32>
-  %v2168 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e2163 : tensor<f32>) {
-  ^bb0(%a2164: f32, %o2165: f32):
-    %s2166 = arith.constant 0x3F800000 : f32
-    %s2167 = arith.addf %a2164, %s2166 : f32
-    linalg.yield %s2167 : f32
+  %e2150 = tensor.empty() : tensor<f32>
+  %v2155 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e2150 : tensor<f32>) {
+  ^bb0(%a2151: f32, %o2152: f32):
+    %s2153 = arith.constant 0x3F800000 : f32
+    %s2154 = arith.addf %a2151, %s2153 : f32
+    linalg.yield %s2154 : f32
   } -> tensor<f32>
-  %e2169 = tensor.empty() : tensor<f32>
-  %c2170 = arith.constant 0x3DCCCCCD : f32
-  %v2171 = linalg.fill ins(%c2170 : f32) outs(%e2169 : tensor<f32>) -> tensor<f32>
-  %e2172 = tensor.empty() : tensor<f32>
-  %v2176 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2171 : tensor<f32>) outs(%e2172 : tensor<f32>) {
-  ^bb0(%a2173: f32, %o2174: f32):
-    %s2175 = math.absf %a2173 : f32
-    linalg.yield %s2175 : f32
+  %e2156 = tensor.empty() : tensor<f32>
+  %c2157 = arith.constant 0x3DCCCCCD : f32
+  %v2158 = linalg.fill ins(%c2157 : f32) outs(%e2156 : tensor<f32>) -> tensor<f32>
+  %e2159 = tensor.empty() : tensor<f32>
+  %v2163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2159 : tensor<f32>) {
+  ^bb0(%a2160: f32, %o2161: f32):
+    %s2162 = math.absf %a2160 : f32
+    linalg.yield %s2162 : f32
   } -> tensor<f32>
-  %e2177 = tensor.empty() : tensor<i1>
-  %v2182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2176 : tensor<f32>) outs(%e2177 : tensor<i1>) {
-  ^bb0(%a2178: f32, %o2179: i1):
-    %s2180 = arith.constant 0x3F000000 : f32
-    %s2181 = arith.cmpf oge, %a2178, %s2180 : f32
-    linalg.yield %s2181 : i1
+  %e2164 = tensor.empty() : tensor<i1>
+  %v2169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2163 : tensor<f32>) outs(%e2164 : tensor<i1>) {
+  ^bb0(%a2165: f32, %o2166: i1):
+    %s2167 = arith.constant 0x3F000000 : f32
+    %s2168 = arith.cmpf oge, %a2165, %s2167 : f32
+    linalg.yield %s2168 : i1
   } -> tensor<i1>
-  %e2183 = tensor.empty() : tensor<f32>
-  %v2188 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2171 : tensor<f32>) outs(%e2183 : tensor<f32>) {
-  ^bb0(%a2184: f32, %o2185: f32):
-    %s2186 = arith.constant 0x3F800000 : f32
-    %s2187 = arith.subf %a2184, %s2186 : f32
-    linalg.yield %s2187 : f32
+  %e2170 = tensor.empty() : tensor<f32>
+  %v2175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2170 : tensor<f32>) {
+  ^bb0(%a2171: f32, %o2172: f32):
+    %s2173 = arith.constant 0x3F800000 : f32
+    %s2174 = arith.subf %a2171, %s2173 : f32
+    linalg.yield %s2174 : f32
   } -> tensor<f32>
-  %e2189 = tensor.empty() : tensor<f32>
-  %v2195 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2182, %v2188, %v2171 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2189 : tensor<f32>) {
-  ^bb0(%a2190: i1, %a2191: f32, %a2192: f32, %o2193: f32):
-    %s2194 = arith.select %a2190, %a2191, %a2192 : f32
+  %e2176 = tensor.empty() : tensor<f32>
+  %v2182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2169, %v2175, %v2158 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2176 : tensor<f32>) {
+  ^bb0(%a2177: i1, %a2178: f32, %a2179: f32, %o2180: f32):
+    %s2181 = arith.select %a2177, %a2178, %a2179 : f32
+    linalg.yield %s2181 : f32
+  } -> tensor<f32>
+  %e2183 = tensor.empty() : tensor<16xf32>
+  %v2189 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2169, %v722, %arg23 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2183 : tensor<16xf32>) {
+  ^bb0(%a2184: i1, %a2185: f32, %a2186: f32, %o2187: f32):
+    %s2188 = arith.select %a2184, %a2185, %a2186 : f32
+    linalg.yield %s2188 : f32
+  } -> tensor<16xf32>
+  %e2190 = tensor.empty() : tensor<16xf32>
+  %v2195 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722, %arg23 : tensor<16xf32>, tensor<16xf32>) outs(%e2190 : tensor<16xf32>) {
+  ^bb0(%a2191: f32, %a2192: f32, %o2193: f32):
+    %s2194 = arith.subf %a2191, %a2192 : f32
     linalg.yield %s2194 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e2196 = tensor.empty() : tensor<16xf32>
-  %v2202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2182, %v732, %arg23 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2196 : tensor<16xf32>) {
-  ^bb0(%a2197: i1, %a2198: f32, %a2199: f32, %o2200: f32):
-    %s2201 = arith.select %a2197, %a2198, %a2199 : f32
-    linalg.yield %s2201 : f32
+  %v2201 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2182, %v2195 : tensor<f32>, tensor<16xf32>) outs(%e2196 : tensor<16xf32>) {
+  ^bb0(%a2197: f32, %a2198: f32, %o2199: f32):
+    %s2200 = arith.mulf %a2197, %a2198 : f32
+    linalg.yield %s2200 : f32
   } -> tensor<16xf32>
-  %e2203 = tensor.empty() : tensor<16xf32>
-  %v2208 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v732, %arg23 : tensor<16xf32>, tensor<16xf32>) outs(%e2203 : tensor<16xf32>) {
-  ^bb0(%a2204: f32, %a2205: f32, %o2206: f32):
-    %s2207 = arith.subf %a2204, %a2205 : f32
-    linalg.yield %s2207 : f32
+  %e2202 = tensor.empty() : tensor<16xf32>
+  %v2207 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2201, %v2189 : tensor<16xf32>, tensor<16xf32>) outs(%e2202 : tensor<16xf32>) {
+  ^bb0(%a2203: f32, %a2204: f32, %o2205: f32):
+    %s2206 = arith.addf %a2203, %a2204 : f32
+    linalg.yield %s2206 : f32
   } -> tensor<16xf32>
-  %e2209 = tensor.empty() : tensor<16xf32>
-  %v2214 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2195, %v2208 : tensor<f32>, tensor<16xf32>) outs(%e2209 : tensor<16xf32>) {
-  ^bb0(%a2210: f32, %a2211: f32, %o2212: f32):
-    %s2213 = arith.mulf %a2210, %a2211 : f32
-    linalg.yield %s2213 : f32
+  %e2208 = tensor.empty() : tensor<16xf32>
+  %v2213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e2208 : tensor<16xf32>) {
+  ^bb0(%a2209: f32, %o2210: f32):
+    %s2211 = arith.constant 0x3F7FBE77 : f32
+    %s2212 = arith.mulf %a2209, %s2211 : f32
+    linalg.yield %s2212 : f32
   } -> tensor<16xf32>
-  %e2215 = tensor.empty() : tensor<16xf32>
-  %v2220 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2214, %v2202 : tensor<16xf32>, tensor<16xf32>) outs(%e2215 : tensor<16xf32>) {
-  ^bb0(%a2216: f32, %a2217: f32, %o2218: f32):
-    %s2219 = arith.addf %a2216, %a2217 : f32
-    linalg.yield %s2219 : f32
+  %e2214 = tensor.empty() : tensor<16xf32>
+  %v2219 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722 : tensor<16xf32>) outs(%e2214 : tensor<16xf32>) {
+  ^bb0(%a2215: f32, %o2216: f32):
+    %s2217 = arith.constant 0x3A83126F : f32
+    %s2218 = arith.mulf %a2215, %s2217 : f32
+    linalg.yield %s2218 : f32
   } -> tensor<16xf32>
-  %e2221 = tensor.empty() : tensor<16xf32>
-  %v2226 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e2221 : tensor<16xf32>) {
-  ^bb0(%a2222: f32, %o2223: f32):
-    %s2224 = arith.constant 0x3F7FBE77 : f32
-    %s2225 = arith.mulf %a2222, %s2224 : f32
-    linalg.yield %s2225 : f32
+  %e2220 = tensor.empty() : tensor<16xf32>
+  %v2225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2219, %v722 : tensor<16xf32>, tensor<16xf32>) outs(%e2220 : tensor<16xf32>) {
+  ^bb0(%a2221: f32, %a2222: f32, %o2223: f32):
+    %s2224 = arith.mulf %a2221, %a2222 : f32
+    linalg.yield %s2224 : f32
   } -> tensor<16xf32>
-  %e2227 = tensor.empty() : tensor<16xf32>
-  %v2232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v732 : tensor<16xf32>) outs(%e2227 : tensor<16xf32>) {
-  ^bb0(%a2228: f32, %o2229: f32):
-    %s2230 = arith.constant 0x3A83126F : f32
-    %s2231 = arith.mulf %a2228, %s2230 : f32
-    linalg.yield %s2231 : f32
+  %e2226 = tensor.empty() : tensor<16xf32>
+  %v2231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2213, %v2225 : tensor<16xf32>, tensor<16xf32>) outs(%e2226 : tensor<16xf32>) {
+  ^bb0(%a2227: f32, %a2228: f32, %o2229: f32):
+    %s2230 = arith.addf %a2227, %a2228 : f32
+    linalg.yield %s2230 : f32
   } -> tensor<16xf32>
-  %e2233 = tensor.empty() : tensor<16xf32>
-  %v2238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2232, %v732 : tensor<16xf32>, tensor<16xf32>) outs(%e2233 : tensor<16xf32>) {
-  ^bb0(%a2234: f32, %a2235: f32, %o2236: f32):
-    %s2237 = arith.mulf %a2234, %a2235 : f32
-    linalg.yield %s2237 : f32
-  } -> tensor<16xf32>
-  %e2239 = tensor.empty() : tensor<16xf32>
-  %v2244 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2226, %v2238 : tensor<16xf32>, tensor<16xf32>) outs(%e2239 : tensor<16xf32>) {
-  ^bb0(%a2240: f32, %a2241: f32, %o2242: f32):
-    %s2243 = arith.addf %a2240, %a2241 : f32
-    linalg.yield %s2243 : f32
-  } -> tensor<16xf32>
-  %e2245 = tensor.empty() : tensor<f32>
-  %v2250 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2168 : tensor<f32>) outs(%e2245 : tensor<f32>) {
-  ^bb0(%a2246: f32, %o2247: f32):
-    %s2248 = arith.constant 0x3F666666 : f32
-    %s2249 = math.powf %s2248, %a2246 : f32
-    linalg.yield %s2249 : f32
+  %e2232 = tensor.empty() : tensor<f32>
+  %v2237 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2232 : tensor<f32>) {
+  ^bb0(%a2233: f32, %o2234: f32):
+    %s2235 = arith.constant 0x3F666666 : f32
+    %s2236 = math.powf %s2235, %a2233 : f32
+    linalg.yield %s2236 : f32
   } -> tensor<f32>
-  %e2251 = tensor.empty() : tensor<f32>
-  %v2256 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2250 : tensor<f32>) outs(%e2251 : tensor<f32>) {
-  ^bb0(%a2252: f32, %o2253: f32):
-    %s2254 = arith.constant 0x3F800000 : f32
-    %s2255 = arith.subf %s2254, %a2252 : f32
-    linalg.yield %s2255 : f32
+  %e2238 = tensor.empty() : tensor<f32>
+  %v2243 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2237 : tensor<f32>) outs(%e2238 : tensor<f32>) {
+  ^bb0(%a2239: f32, %o2240: f32):
+    %s2241 = arith.constant 0x3F800000 : f32
+    %s2242 = arith.subf %s2241, %a2239 : f32
+    linalg.yield %s2242 : f32
   } -> tensor<f32>
-  %e2257 = tensor.empty() : tensor<f32>
-  %v2262 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2168 : tensor<f32>) outs(%e2257 : tensor<f32>) {
-  ^bb0(%a2258: f32, %o2259: f32):
-    %s2260 = arith.constant 0x3F7FBE77 : f32
-    %s2261 = math.powf %s2260, %a2258 : f32
-    linalg.yield %s2261 : f32
+  %e2244 = tensor.empty() : tensor<f32>
+  %v2249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2244 : tensor<f32>) {
+  ^bb0(%a2245: f32, %o2246: f32):
+    %s2247 = arith.constant 0x3F7FBE77 : f32
+    %s2248 = math.powf %s2247, %a2245 : f32
+    linalg.yield %s2248 : f32
   } -> tensor<f32>
-  %e2263 = tensor.empty() : tensor<f32>
-  %v2268 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2262 : tensor<f32>) outs(%e2263 : tensor<f32>) {
-  ^bb0(%a2264: f32, %o2265: f32):
-    %s2266 = arith.constant 0x3F800000 : f32
-    %s2267 = arith.subf %s2266, %a2264 : f32
-    linalg.yield %s2267 : f32
+  %e2250 = tensor.empty() : tensor<f32>
+  %v2255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2249 : tensor<f32>) outs(%e2250 : tensor<f32>) {
+  ^bb0(%a2251: f32, %o2252: f32):
+    %s2253 = arith.constant 0x3F800000 : f32
+    %s2254 = arith.subf %s2253, %a2251 : f32
+    linalg.yield %s2254 : f32
   } -> tensor<f32>
-  %e2269 = tensor.empty() : tensor<f32>
-  %v2274 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2256 : tensor<f32>) outs(%e2269 : tensor<f32>) {
-  ^bb0(%a2270: f32, %o2271: f32):
-    %s2272 = arith.constant 0x3F800000 : f32
-    %s2273 = arith.divf %s2272, %a2270 : f32
-    linalg.yield %s2273 : f32
+  %e2256 = tensor.empty() : tensor<f32>
+  %v2261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2243 : tensor<f32>) outs(%e2256 : tensor<f32>) {
+  ^bb0(%a2257: f32, %o2258: f32):
+    %s2259 = arith.constant 0x3F800000 : f32
+    %s2260 = arith.divf %s2259, %a2257 : f32
+    linalg.yield %s2260 : f32
   } -> tensor<f32>
-  %e2275 = tensor.empty() : tensor<f32>
-  %v2280 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2274 : tensor<f32>) outs(%e2275 : tensor<f32>) {
-  ^bb0(%a2276: f32, %o2277: f32):
-    %s2278 = arith.constant 0x3A83126F : f32
-    %s2279 = arith.mulf %a2276, %s2278 : f32
-    linalg.yield %s2279 : f32
+  %e2262 = tensor.empty() : tensor<f32>
+  %v2267 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2261 : tensor<f32>) outs(%e2262 : tensor<f32>) {
+  ^bb0(%a2263: f32, %o2264: f32):
+    %s2265 = arith.constant 0x3A83126F : f32
+    %s2266 = arith.mulf %a2263, %s2265 : f32
+    linalg.yield %s2266 : f32
   } -> tensor<f32>
-  %e2281 = tensor.empty() : tensor<f32>
-  %v2285 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2280 : tensor<f32>) outs(%e2281 : tensor<f32>) {
-  ^bb0(%a2282: f32, %o2283: f32):
-    %s2284 = arith.negf %a2282 : f32
-    linalg.yield %s2284 : f32
+  %e2268 = tensor.empty() : tensor<f32>
+  %v2272 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2267 : tensor<f32>) outs(%e2268 : tensor<f32>) {
+  ^bb0(%a2269: f32, %o2270: f32):
+    %s2271 = arith.negf %a2269 : f32
+    linalg.yield %s2271 : f32
   } -> tensor<f32>
-  %e2286 = tensor.empty() : tensor<f32>
-  %v2290 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2268 : tensor<f32>) outs(%e2286 : tensor<f32>) {
-  ^bb0(%a2287: f32, %o2288: f32):
-    %s2289 = math.sqrt %a2287 : f32
-    linalg.yield %s2289 : f32
+  %e2273 = tensor.empty() : tensor<f32>
+  %v2277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2255 : tensor<f32>) outs(%e2273 : tensor<f32>) {
+  ^bb0(%a2274: f32, %o2275: f32):
+    %s2276 = math.sqrt %a2274 : f32
+    linalg.yield %s2276 : f32
   } -> tensor<f32>
-  %e2291 = tensor.empty() : tensor<16xf32>
-  %v2295 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2244 : tensor<16xf32>) outs(%e2291 : tensor<16xf32>) {
-  ^bb0(%a2292: f32, %o2293: f32):
-    %s2294 = math.sqrt %a2292 : f32
-    linalg.yield %s2294 : f32
+  %e2278 = tensor.empty() : tensor<16xf32>
+  %v2282 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2231 : tensor<16xf32>) outs(%e2278 : tensor<16xf32>) {
+  ^bb0(%a2279: f32, %o2280: f32):
+    %s2281 = math.sqrt %a2279 : f32
+    linalg.yield %s2281 : f32
   } -> tensor<16xf32>
-  %e2296 = tensor.empty() : tensor<f32>
-  %v2301 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2290, %v2285 : tensor<f32>, tensor<f32>) outs(%e2296 : tensor<f32>) {
-  ^bb0(%a2297: f32, %a2298: f32, %o2299: f32):
-    %s2300 = arith.mulf %a2297, %a2298 : f32
-    linalg.yield %s2300 : f32
+  %e2283 = tensor.empty() : tensor<f32>
+  %v2288 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2277, %v2272 : tensor<f32>, tensor<f32>) outs(%e2283 : tensor<f32>) {
+  ^bb0(%a2284: f32, %a2285: f32, %o2286: f32):
+    %s2287 = arith.mulf %a2284, %a2285 : f32
+    linalg.yield %s2287 : f32
   } -> tensor<f32>
-  %e2302 = tensor.empty() : tensor<16xf32>
-  %v2307 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2295, %v2301 : tensor<16xf32>, tensor<f32>) outs(%e2302 : tensor<16xf32>) {
-  ^bb0(%a2303: f32, %a2304: f32, %o2305: f32):
-    %s2306 = arith.divf %a2303, %a2304 : f32
-    linalg.yield %s2306 : f32
+  %e2289 = tensor.empty() : tensor<16xf32>
+  %v2294 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2282, %v2288 : tensor<16xf32>, tensor<f32>) outs(%e2289 : tensor<16xf32>) {
+  ^bb0(%a2290: f32, %a2291: f32, %o2292: f32):
+    %s2293 = arith.divf %a2290, %a2291 : f32
+    linalg.yield %s2293 : f32
   } -> tensor<16xf32>
-  %e2308 = tensor.empty() : tensor<f32>
-  %v2313 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2285 : tensor<f32>) outs(%e2308 : tensor<f32>) {
-  ^bb0(%a2309: f32, %o2310: f32):
-    %s2311 = arith.constant 0x3F800000 : f32
-    %s2312 = arith.divf %s2311, %a2309 : f32
-    linalg.yield %s2312 : f32
+  %e2295 = tensor.empty() : tensor<f32>
+  %v2300 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2272 : tensor<f32>) outs(%e2295 : tensor<f32>) {
+  ^bb0(%a2296: f32, %o2297: f32):
+    %s2298 = arith.constant 0x3F800000 : f32
+    %s2299 = arith.divf %s2298, %a2296 : f32
+    linalg.yield %s2299 : f32
   } -> tensor<f32>
-  %e2314 = tensor.empty() : tensor<f32>
-  %v2319 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2313 : tensor<f32>) outs(%e2314 : tensor<f32>) {
-  ^bb0(%a2315: f32, %o2316: f32):
-    %s2317 = arith.constant 0x322BCC77 : f32
-    %s2318 = arith.mulf %a2315, %s2317 : f32
-    linalg.yield %s2318 : f32
+  %e2301 = tensor.empty() : tensor<f32>
+  %v2306 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2300 : tensor<f32>) outs(%e2301 : tensor<f32>) {
+  ^bb0(%a2302: f32, %o2303: f32):
+    %s2304 = arith.constant 0x322BCC77 : f32
+    %s2305 = arith.mulf %a2302, %s2304 : f32
+    linalg.yield %s2305 : f32
   } -> tensor<f32>
-  %e2320 = tensor.empty() : tensor<16xf32>
-  %v2325 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2307, %v2319 : tensor<16xf32>, tensor<f32>) outs(%e2320 : tensor<16xf32>) {
-  ^bb0(%a2321: f32, %a2322: f32, %o2323: f32):
-    %s2324 = arith.addf %a2321, %a2322 : f32
-    linalg.yield %s2324 : f32
+  %e2307 = tensor.empty() : tensor<16xf32>
+  %v2312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2294, %v2306 : tensor<16xf32>, tensor<f32>) outs(%e2307 : tensor<16xf32>) {
+  ^bb0(%a2308: f32, %a2309: f32, %o2310: f32):
+    %s2311 = arith.addf %a2308, %a2309 : f32
+    linalg.yield %s2311 : f32
   } -> tensor<16xf32>
-  %e2326 = tensor.empty() : tensor<16xf32>
-  %v2331 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2220 : tensor<16xf32>) outs(%e2326 : tensor<16xf32>) {
-  ^bb0(%a2327: f32, %o2328: f32):
-    %s2329 = arith.constant 0x3F800000 : f32
-    %s2330 = arith.mulf %a2327, %s2329 : f32
-    linalg.yield %s2330 : f32
+  %e2313 = tensor.empty() : tensor<16xf32>
+  %v2318 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2207 : tensor<16xf32>) outs(%e2313 : tensor<16xf32>) {
+  ^bb0(%a2314: f32, %o2315: f32):
+    %s2316 = arith.constant 0x3F800000 : f32
+    %s2317 = arith.mulf %a2314, %s2316 : f32
+    linalg.yield %s2317 : f32
   } -> tensor<16xf32>
-  %e2332 = tensor.empty() : tensor<16xf32>
-  %v2337 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2331, %v2325 : tensor<16xf32>, tensor<16xf32>) outs(%e2332 : tensor<16xf32>) {
-  ^bb0(%a2333: f32, %a2334: f32, %o2335: f32):
-    %s2336 = arith.divf %a2333, %a2334 : f32
-    linalg.yield %s2336 : f32
+  %e2319 = tensor.empty() : tensor<16xf32>
+  %v2324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2318, %v2312 : tensor<16xf32>, tensor<16xf32>) outs(%e2319 : tensor<16xf32>) {
+  ^bb0(%a2320: f32, %a2321: f32, %o2322: f32):
+    %s2323 = arith.divf %a2320, %a2321 : f32
+    linalg.yield %s2323 : f32
   } -> tensor<16xf32>
-  %e2338 = tensor.empty() : tensor<16xf32>
-  %v2343 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v2337 : tensor<16xf32>, tensor<16xf32>) outs(%e2338 : tensor<16xf32>) {
-  ^bb0(%a2339: f32, %a2340: f32, %o2341: f32):
-    %s2342 = arith.addf %a2339, %a2340 : f32
-    linalg.yield %s2342 : f32
+  %e2325 = tensor.empty() : tensor<16xf32>
+  %v2330 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v2324 : tensor<16xf32>, tensor<16xf32>) outs(%e2325 : tensor<16xf32>) {
+  ^bb0(%a2326: f32, %a2327: f32, %o2328: f32):
+    %s2329 = arith.addf %a2326, %a2327 : f32
+    linalg.yield %s2329 : f32
   } -> tensor<16xf32>
-  %e2344 = tensor.empty() : tensor<f32>
-  %v2349 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e2344 : tensor<f32>) {
-  ^bb0(%a2345: f32, %o2346: f32):
-    %s2347 = arith.constant 0x3F800000 : f32
-    %s2348 = arith.addf %a2345, %s2347 : f32
-    linalg.yield %s2348 : f32
+  %e2331 = tensor.empty() : tensor<f32>
+  %v2336 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e2331 : tensor<f32>) {
+  ^bb0(%a2332: f32, %o2333: f32):
+    %s2334 = arith.constant 0x3F800000 : f32
+    %s2335 = arith.addf %a2332, %s2334 : f32
+    linalg.yield %s2335 : f32
   } -> tensor<f32>
-  %e2350 = tensor.empty() : tensor<f32>
-  %c2351 = arith.constant 0x3DCCCCCD : f32
-  %v2352 = linalg.fill ins(%c2351 : f32) outs(%e2350 : tensor<f32>) -> tensor<f32>
-  %e2353 = tensor.empty() : tensor<f32>
-  %v2357 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2352 : tensor<f32>) outs(%e2353 : tensor<f32>) {
-  ^bb0(%a2354: f32, %o2355: f32):
-    %s2356 = math.absf %a2354 : f32
-    linalg.yield %s2356 : f32
+  %e2337 = tensor.empty() : tensor<f32>
+  %c2338 = arith.constant 0x3DCCCCCD : f32
+  %v2339 = linalg.fill ins(%c2338 : f32) outs(%e2337 : tensor<f32>) -> tensor<f32>
+  %e2340 = tensor.empty() : tensor<f32>
+  %v2344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2340 : tensor<f32>) {
+  ^bb0(%a2341: f32, %o2342: f32):
+    %s2343 = math.absf %a2341 : f32
+    linalg.yield %s2343 : f32
   } -> tensor<f32>
-  %e2358 = tensor.empty() : tensor<i1>
-  %v2363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2357 : tensor<f32>) outs(%e2358 : tensor<i1>) {
-  ^bb0(%a2359: f32, %o2360: i1):
-    %s2361 = arith.constant 0x3F000000 : f32
-    %s2362 = arith.cmpf oge, %a2359, %s2361 : f32
-    linalg.yield %s2362 : i1
+  %e2345 = tensor.empty() : tensor<i1>
+  %v2350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2344 : tensor<f32>) outs(%e2345 : tensor<i1>) {
+  ^bb0(%a2346: f32, %o2347: i1):
+    %s2348 = arith.constant 0x3F000000 : f32
+    %s2349 = arith.cmpf oge, %a2346, %s2348 : f32
+    linalg.yield %s2349 : i1
   } -> tensor<i1>
-  %e2364 = tensor.empty() : tensor<f32>
-  %v2369 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2352 : tensor<f32>) outs(%e2364 : tensor<f32>) {
-  ^bb0(%a2365: f32, %o2366: f32):
-    %s2367 = arith.constant 0x3F800000 : f32
-    %s2368 = arith.subf %a2365, %s2367 : f32
-    linalg.yield %s2368 : f32
+  %e2351 = tensor.empty() : tensor<f32>
+  %v2356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2351 : tensor<f32>) {
+  ^bb0(%a2352: f32, %o2353: f32):
+    %s2354 = arith.constant 0x3F800000 : f32
+    %s2355 = arith.subf %a2352, %s2354 : f32
+    linalg.yield %s2355 : f32
   } -> tensor<f32>
-  %e2370 = tensor.empty() : tensor<f32>
-  %v2376 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2363, %v2369, %v2352 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2370 : tensor<f32>) {
-  ^bb0(%a2371: i1, %a2372: f32, %a2373: f32, %o2374: f32):
-    %s2375 = arith.select %a2371, %a2372, %a2373 : f32
+  %e2357 = tensor.empty() : tensor<f32>
+  %v2363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2350, %v2356, %v2339 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2357 : tensor<f32>) {
+  ^bb0(%a2358: i1, %a2359: f32, %a2360: f32, %o2361: f32):
+    %s2362 = arith.select %a2358, %a2359, %a2360 : f32
+    linalg.yield %s2362 : f32
+  } -> tensor<f32>
+  %e2364 = tensor.empty() : tensor<16x16xf32>
+  %v2370 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2350, %v629, %arg24 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2364 : tensor<16x16xf32>) {
+  ^bb0(%a2365: i1, %a2366: f32, %a2367: f32, %o2368: f32):
+    %s2369 = arith.select %a2365, %a2366, %a2367 : f32
+    linalg.yield %s2369 : f32
+  } -> tensor<16x16xf32>
+  %e2371 = tensor.empty() : tensor<16x16xf32>
+  %v2376 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629, %arg24 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2371 : tensor<16x16xf32>) {
+  ^bb0(%a2372: f32, %a2373: f32, %o2374: f32):
+    %s2375 = arith.subf %a2372, %a2373 : f32
     linalg.yield %s2375 : f32
-  } -> tensor<f32>
+  } -> tensor<16x16xf32>
   %e2377 = tensor.empty() : tensor<16x16xf32>
-  %v2383 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2363, %v636, %arg24 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2377 : tensor<16x16xf32>) {
-  ^bb0(%a2378: i1, %a2379: f32, %a2380: f32, %o2381: f32):
-    %s2382 = arith.select %a2378, %a2379, %a2380 : f32
-    linalg.yield %s2382 : f32
+  %v2382 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2363, %v2376 : tensor<f32>, tensor<16x16xf32>) outs(%e2377 : tensor<16x16xf32>) {
+  ^bb0(%a2378: f32, %a2379: f32, %o2380: f32):
+    %s2381 = arith.mulf %a2378, %a2379 : f32
+    linalg.yield %s2381 : f32
   } -> tensor<16x16xf32>
-  %e2384 = tensor.empty() : tensor<16x16xf32>
-  %v2389 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v636, %arg24 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2384 : tensor<16x16xf32>) {
-  ^bb0(%a2385: f32, %a2386: f32, %o2387: f32):
-    %s2388 = arith.subf %a2385, %a2386 : f32
-    linalg.yield %s2388 : f32
+  %e2383 = tensor.empty() : tensor<16x16xf32>
+  %v2388 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2382, %v2370 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2383 : tensor<16x16xf32>) {
+  ^bb0(%a2384: f32, %a2385: f32, %o2386: f32):
+    %s2387 = arith.addf %a2384, %a2385 : f32
+    linalg.yield %s2387 : f32
   } -> tensor<16x16xf32>
-  %e2390 = tensor.empty() : tensor<16x16xf32>
-  %v2395 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2376, %v2389 : tensor<f32>, tensor<16x16xf32>) outs(%e2390 : tensor<16x16xf32>) {
-  ^bb0(%a2391: f32, %a2392: f32, %o2393: f32):
-    %s2394 = arith.mulf %a2391, %a2392 : f32
-    linalg.yield %s2394 : f32
+  %e2389 = tensor.empty() : tensor<16x16xf32>
+  %v2394 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e2389 : tensor<16x16xf32>) {
+  ^bb0(%a2390: f32, %o2391: f32):
+    %s2392 = arith.constant 0x3F7FBE77 : f32
+    %s2393 = arith.mulf %a2390, %s2392 : f32
+    linalg.yield %s2393 : f32
   } -> tensor<16x16xf32>
-  %e2396 = tensor.empty() : tensor<16x16xf32>
-  %v2401 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2395, %v2383 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2396 : tensor<16x16xf32>) {
-  ^bb0(%a2397: f32, %a2398: f32, %o2399: f32):
-    %s2400 = arith.addf %a2397, %a2398 : f32
-    linalg.yield %s2400 : f32
+  %e2395 = tensor.empty() : tensor<16x16xf32>
+  %v2400 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629 : tensor<16x16xf32>) outs(%e2395 : tensor<16x16xf32>) {
+  ^bb0(%a2396: f32, %o2397: f32):
+    %s2398 = arith.constant 0x3A83126F : f32
+    %s2399 = arith.mulf %a2396, %s2398 : f32
+    linalg.yield %s2399 : f32
   } -> tensor<16x16xf32>
-  %e2402 = tensor.empty() : tensor<16x16xf32>
-  %v2407 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e2402 : tensor<16x16xf32>) {
-  ^bb0(%a2403: f32, %o2404: f32):
-    %s2405 = arith.constant 0x3F7FBE77 : f32
-    %s2406 = arith.mulf %a2403, %s2405 : f32
-    linalg.yield %s2406 : f32
+  %e2401 = tensor.empty() : tensor<16x16xf32>
+  %v2406 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2400, %v629 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2401 : tensor<16x16xf32>) {
+  ^bb0(%a2402: f32, %a2403: f32, %o2404: f32):
+    %s2405 = arith.mulf %a2402, %a2403 : f32
+    linalg.yield %s2405 : f32
   } -> tensor<16x16xf32>
-  %e2408 = tensor.empty() : tensor<16x16xf32>
-  %v2413 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v636 : tensor<16x16xf32>) outs(%e2408 : tensor<16x16xf32>) {
-  ^bb0(%a2409: f32, %o2410: f32):
-    %s2411 = arith.constant 0x3A83126F : f32
-    %s2412 = arith.mulf %a2409, %s2411 : f32
-    linalg.yield %s2412 : f32
+  %e2407 = tensor.empty() : tensor<16x16xf32>
+  %v2412 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2394, %v2406 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2407 : tensor<16x16xf32>) {
+  ^bb0(%a2408: f32, %a2409: f32, %o2410: f32):
+    %s2411 = arith.addf %a2408, %a2409 : f32
+    linalg.yield %s2411 : f32
   } -> tensor<16x16xf32>
-  %e2414 = tensor.empty() : tensor<16x16xf32>
-  %v2419 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2413, %v636 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2414 : tensor<16x16xf32>) {
-  ^bb0(%a2415: f32, %a2416: f32, %o2417: f32):
-    %s2418 = arith.mulf %a2415, %a2416 : f32
-    linalg.yield %s2418 : f32
-  } -> tensor<16x16xf32>
-  %e2420 = tensor.empty() : tensor<16x16xf32>
-  %v2425 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2407, %v2419 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2420 : tensor<16x16xf32>) {
-  ^bb0(%a2421: f32, %a2422: f32, %o2423: f32):
-    %s2424 = arith.addf %a2421, %a2422 : f32
-    linalg.yield %s2424 : f32
-  } -> tensor<16x16xf32>
-  %e2426 = tensor.empty() : tensor<f32>
-  %v2431 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2349 : tensor<f32>) outs(%e2426 : tensor<f32>) {
-  ^bb0(%a2427: f32, %o2428: f32):
-    %s2429 = arith.constant 0x3F666666 : f32
-    %s2430 = math.powf %s2429, %a2427 : f32
-    linalg.yield %s2430 : f32
+  %e2413 = tensor.empty() : tensor<f32>
+  %v2418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2413 : tensor<f32>) {
+  ^bb0(%a2414: f32, %o2415: f32):
+    %s2416 = arith.constant 0x3F666666 : f32
+    %s2417 = math.powf %s2416, %a2414 : f32
+    linalg.yield %s2417 : f32
   } -> tensor<f32>
-  %e2432 = tensor.empty() : tensor<f32>
-  %v2437 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2431 : tensor<f32>) outs(%e2432 : tensor<f32>) {
-  ^bb0(%a2433: f32, %o2434: f32):
-    %s2435 = arith.constant 0x3F800000 : f32
-    %s2436 = arith.subf %s2435, %a2433 : f32
-    linalg.yield %s2436 : f32
+  %e2419 = tensor.empty() : tensor<f32>
+  %v2424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2418 : tensor<f32>) outs(%e2419 : tensor<f32>) {
+  ^bb0(%a2420: f32, %o2421: f32):
+    %s2422 = arith.constant 0x3F800000 : f32
+    %s2423 = arith.subf %s2422, %a2420 : f32
+    linalg.yield %s2423 : f32
   } -> tensor<f32>
-  %e2438 = tensor.empty() : tensor<f32>
-  %v2443 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2349 : tensor<f32>) outs(%e2438 : tensor<f32>) {
-  ^bb0(%a2439: f32, %o2440: f32):
-    %s2441 = arith.constant 0x3F7FBE77 : f32
-    %s2442 = math.powf %s2441, %a2439 : f32
-    linalg.yield %s2442 : f32
+  %e2425 = tensor.empty() : tensor<f32>
+  %v2430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2425 : tensor<f32>) {
+  ^bb0(%a2426: f32, %o2427: f32):
+    %s2428 = arith.constant 0x3F7FBE77 : f32
+    %s2429 = math.powf %s2428, %a2426 : f32
+    linalg.yield %s2429 : f32
   } -> tensor<f32>
-  %e2444 = tensor.empty() : tensor<f32>
-  %v2449 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2443 : tensor<f32>) outs(%e2444 : tensor<f32>) {
-  ^bb0(%a2445: f32, %o2446: f32):
-    %s2447 = arith.constant 0x3F800000 : f32
-    %s2448 = arith.subf %s2447, %a2445 : f32
-    linalg.yield %s2448 : f32
+  %e2431 = tensor.empty() : tensor<f32>
+  %v2436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2430 : tensor<f32>) outs(%e2431 : tensor<f32>) {
+  ^bb0(%a2432: f32, %o2433: f32):
+    %s2434 = arith.constant 0x3F800000 : f32
+    %s2435 = arith.subf %s2434, %a2432 : f32
+    linalg.yield %s2435 : f32
   } -> tensor<f32>
-  %e2450 = tensor.empty() : tensor<f32>
-  %v2455 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2437 : tensor<f32>) outs(%e2450 : tensor<f32>) {
-  ^bb0(%a2451: f32, %o2452: f32):
-    %s2453 = arith.constant 0x3F800000 : f32
-    %s2454 = arith.divf %s2453, %a2451 : f32
-    linalg.yield %s2454 : f32
+  %e2437 = tensor.empty() : tensor<f32>
+  %v2442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2424 : tensor<f32>) outs(%e2437 : tensor<f32>) {
+  ^bb0(%a2438: f32, %o2439: f32):
+    %s2440 = arith.constant 0x3F800000 : f32
+    %s2441 = arith.divf %s2440, %a2438 : f32
+    linalg.yield %s2441 : f32
   } -> tensor<f32>
-  %e2456 = tensor.empty() : tensor<f32>
-  %v2461 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2455 : tensor<f32>) outs(%e2456 : tensor<f32>) {
-  ^bb0(%a2457: f32, %o2458: f32):
-    %s2459 = arith.constant 0x3A83126F : f32
-    %s2460 = arith.mulf %a2457, %s2459 : f32
-    linalg.yield %s2460 : f32
+  %e2443 = tensor.empty() : tensor<f32>
+  %v2448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2442 : tensor<f32>) outs(%e2443 : tensor<f32>) {
+  ^bb0(%a2444: f32, %o2445: f32):
+    %s2446 = arith.constant 0x3A83126F : f32
+    %s2447 = arith.mulf %a2444, %s2446 : f32
+    linalg.yield %s2447 : f32
   } -> tensor<f32>
-  %e2462 = tensor.empty() : tensor<f32>
-  %v2466 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2461 : tensor<f32>) outs(%e2462 : tensor<f32>) {
-  ^bb0(%a2463: f32, %o2464: f32):
-    %s2465 = arith.negf %a2463 : f32
-    linalg.yield %s2465 : f32
+  %e2449 = tensor.empty() : tensor<f32>
+  %v2453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2448 : tensor<f32>) outs(%e2449 : tensor<f32>) {
+  ^bb0(%a2450: f32, %o2451: f32):
+    %s2452 = arith.negf %a2450 : f32
+    linalg.yield %s2452 : f32
   } -> tensor<f32>
-  %e2467 = tensor.empty() : tensor<f32>
-  %v2471 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2449 : tensor<f32>) outs(%e2467 : tensor<f32>) {
-  ^bb0(%a2468: f32, %o2469: f32):
-    %s2470 = math.sqrt %a2468 : f32
-    linalg.yield %s2470 : f32
+  %e2454 = tensor.empty() : tensor<f32>
+  %v2458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2436 : tensor<f32>) outs(%e2454 : tensor<f32>) {
+  ^bb0(%a2455: f32, %o2456: f32):
+    %s2457 = math.sqrt %a2455 : f32
+    linalg.yield %s2457 : f32
   } -> tensor<f32>
-  %e2472 = tensor.empty() : tensor<16x16xf32>
-  %v2476 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2425 : tensor<16x16xf32>) outs(%e2472 : tensor<16x16xf32>) {
-  ^bb0(%a2473: f32, %o2474: f32):
-    %s2475 = math.sqrt %a2473 : f32
-    linalg.yield %s2475 : f32
+  %e2459 = tensor.empty() : tensor<16x16xf32>
+  %v2463 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2412 : tensor<16x16xf32>) outs(%e2459 : tensor<16x16xf32>) {
+  ^bb0(%a2460: f32, %o2461: f32):
+    %s2462 = math.sqrt %a2460 : f32
+    linalg.yield %s2462 : f32
   } -> tensor<16x16xf32>
-  %e2477 = tensor.empty() : tensor<f32>
-  %v2482 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2471, %v2466 : tensor<f32>, tensor<f32>) outs(%e2477 : tensor<f32>) {
-  ^bb0(%a2478: f32, %a2479: f32, %o2480: f32):
-    %s2481 = arith.mulf %a2478, %a2479 : f32
-    linalg.yield %s2481 : f32
+  %e2464 = tensor.empty() : tensor<f32>
+  %v2469 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2458, %v2453 : tensor<f32>, tensor<f32>) outs(%e2464 : tensor<f32>) {
+  ^bb0(%a2465: f32, %a2466: f32, %o2467: f32):
+    %s2468 = arith.mulf %a2465, %a2466 : f32
+    linalg.yield %s2468 : f32
   } -> tensor<f32>
-  %e2483 = tensor.empty() : tensor<16x16xf32>
-  %v2488 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2476, %v2482 : tensor<16x16xf32>, tensor<f32>) outs(%e2483 : tensor<16x16xf32>) {
-  ^bb0(%a2484: f32, %a2485: f32, %o2486: f32):
-    %s2487 = arith.divf %a2484, %a2485 : f32
-    linalg.yield %s2487 : f32
+  %e2470 = tensor.empty() : tensor<16x16xf32>
+  %v2475 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2463, %v2469 : tensor<16x16xf32>, tensor<f32>) outs(%e2470 : tensor<16x16xf32>) {
+  ^bb0(%a2471: f32, %a2472: f32, %o2473: f32):
+    %s2474 = arith.divf %a2471, %a2472 : f32
+    linalg.yield %s2474 : f32
   } -> tensor<16x16xf32>
-  %e2489 = tensor.empty() : tensor<f32>
-  %v2494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2466 : tensor<f32>) outs(%e2489 : tensor<f32>) {
-  ^bb0(%a2490: f32, %o2491: f32):
-    %s2492 = arith.constant 0x3F800000 : f32
-    %s2493 = arith.divf %s2492, %a2490 : f32
-    linalg.yield %s2493 : f32
+  %e2476 = tensor.empty() : tensor<f32>
+  %v2481 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2453 : tensor<f32>) outs(%e2476 : tensor<f32>) {
+  ^bb0(%a2477: f32, %o2478: f32):
+    %s2479 = arith.constant 0x3F800000 : f32
+    %s2480 = arith.divf %s2479, %a2477 : f32
+    linalg.yield %s2480 : f32
   } -> tensor<f32>
-  %e2495 = tensor.empty() : tensor<f32>
-  %v2500 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2494 : tensor<f32>) outs(%e2495 : tensor<f32>) {
-  ^bb0(%a2496: f32, %o2497: f32):
-    %s2498 = arith.constant 0x322BCC77 : f32
-    %s2499 = arith.mulf %a2496, %s2498 : f32
-    linalg.yield %s2499 : f32
+  %e2482 = tensor.empty() : tensor<f32>
+  %v2487 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2481 : tensor<f32>) outs(%e2482 : tensor<f32>) {
+  ^bb0(%a2483: f32, %o2484: f32):
+    %s2485 = arith.constant 0x322BCC77 : f32
+    %s2486 = arith.mulf %a2483, %s2485 : f32
+    linalg.yield %s2486 : f32
   } -> tensor<f32>
-  %e2501 = tensor.empty() : tensor<16x16xf32>
-  %v2506 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2488, %v2500 : tensor<16x16xf32>, tensor<f32>) outs(%e2501 : tensor<16x16xf32>) {
-  ^bb0(%a2502: f32, %a2503: f32, %o2504: f32):
-    %s2505 = arith.addf %a2502, %a2503 : f32
-    linalg.yield %s2505 : f32
+  %e2488 = tensor.empty() : tensor<16x16xf32>
+  %v2493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2475, %v2487 : tensor<16x16xf32>, tensor<f32>) outs(%e2488 : tensor<16x16xf32>) {
+  ^bb0(%a2489: f32, %a2490: f32, %o2491: f32):
+    %s2492 = arith.addf %a2489, %a2490 : f32
+    linalg.yield %s2492 : f32
   } -> tensor<16x16xf32>
-  %e2507 = tensor.empty() : tensor<16x16xf32>
-  %v2512 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2401 : tensor<16x16xf32>) outs(%e2507 : tensor<16x16xf32>) {
-  ^bb0(%a2508: f32, %o2509: f32):
-    %s2510 = arith.constant 0x3F800000 : f32
-    %s2511 = arith.mulf %a2508, %s2510 : f32
-    linalg.yield %s2511 : f32
+  %e2494 = tensor.empty() : tensor<16x16xf32>
+  %v2499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2388 : tensor<16x16xf32>) outs(%e2494 : tensor<16x16xf32>) {
+  ^bb0(%a2495: f32, %o2496: f32):
+    %s2497 = arith.constant 0x3F800000 : f32
+    %s2498 = arith.mulf %a2495, %s2497 : f32
+    linalg.yield %s2498 : f32
   } -> tensor<16x16xf32>
-  %e2513 = tensor.empty() : tensor<16x16xf32>
-  %v2518 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2512, %v2506 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2513 : tensor<16x16xf32>) {
-  ^bb0(%a2514: f32, %a2515: f32, %o2516: f32):
-    %s2517 = arith.divf %a2514, %a2515 : f32
-    linalg.yield %s2517 : f32
+  %e2500 = tensor.empty() : tensor<16x16xf32>
+  %v2505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2499, %v2493 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2500 : tensor<16x16xf32>) {
+  ^bb0(%a2501: f32, %a2502: f32, %o2503: f32):
+    %s2504 = arith.divf %a2501, %a2502 : f32
+    linalg.yield %s2504 : f32
   } -> tensor<16x16xf32>
-  %e2519 = tensor.empty() : tensor<16x16xf32>
-  %v2524 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v2518 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2519 : tensor<16x16xf32>) {
-  ^bb0(%a2520: f32, %a2521: f32, %o2522: f32):
-    %s2523 = arith.addf %a2520, %a2521 : f32
-    linalg.yield %s2523 : f32
+  %e2506 = tensor.empty() : tensor<16x16xf32>
+  %v2511 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v2505 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2506 : tensor<16x16xf32>) {
+  ^bb0(%a2507: f32, %a2508: f32, %o2509: f32):
+    %s2510 = arith.addf %a2507, %a2508 : f32
+    linalg.yield %s2510 : f32
   } -> tensor<16x16xf32>
-  %e2525 = tensor.empty() : tensor<f32>
-  %v2530 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2525 : tensor<f32>) {
-  ^bb0(%a2526: f32, %o2527: f32):
-    %s2528 = arith.constant 0x3F800000 : f32
-    %s2529 = arith.addf %a2526, %s2528 : f32
-    linalg.yield %s2529 : f32
+  %e2512 = tensor.empty() : tensor<f32>
+  %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2512 : tensor<f32>) {
+  ^bb0(%a2513: f32, %o2514: f32):
+    %s2515 = arith.constant 0x3F800000 : f32
+    %s2516 = arith.addf %a2513, %s2515 : f32
+    linalg.yield %s2516 : f32
   } -> tensor<f32>
-  %e2531 = tensor.empty() : tensor<f32>
-  %c2532 = arith.constant 0x3DCCCCCD : f32
-  %v2533 = linalg.fill ins(%c2532 : f32) outs(%e2531 : tensor<f32>) -> tensor<f32>
-  %e2534 = tensor.empty() : tensor<f32>
-  %v2538 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2533 : tensor<f32>) outs(%e2534 : tensor<f32>) {
-  ^bb0(%a2535: f32, %o2536: f32):
-    %s2537 = math.absf %a2535 : f32
-    linalg.yield %s2537 : f32
+  %e2518 = tensor.empty() : tensor<f32>
+  %c2519 = arith.constant 0x3DCCCCCD : f32
+  %v2520 = linalg.fill ins(%c2519 : f32) outs(%e2518 : tensor<f32>) -> tensor<f32>
+  %e2521 = tensor.empty() : tensor<f32>
+  %v2525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2521 : tensor<f32>) {
+  ^bb0(%a2522: f32, %o2523: f32):
+    %s2524 = math.absf %a2522 : f32
+    linalg.yield %s2524 : f32
   } -> tensor<f32>
-  %e2539 = tensor.empty() : tensor<i1>
-  %v2544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2538 : tensor<f32>) outs(%e2539 : tensor<i1>) {
-  ^bb0(%a2540: f32, %o2541: i1):
-    %s2542 = arith.constant 0x3F000000 : f32
-    %s2543 = arith.cmpf oge, %a2540, %s2542 : f32
-    linalg.yield %s2543 : i1
+  %e2526 = tensor.empty() : tensor<i1>
+  %v2531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2525 : tensor<f32>) outs(%e2526 : tensor<i1>) {
+  ^bb0(%a2527: f32, %o2528: i1):
+    %s2529 = arith.constant 0x3F000000 : f32
+    %s2530 = arith.cmpf oge, %a2527, %s2529 : f32
+    linalg.yield %s2530 : i1
   } -> tensor<i1>
-  %e2545 = tensor.empty() : tensor<f32>
-  %v2550 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2533 : tensor<f32>) outs(%e2545 : tensor<f32>) {
-  ^bb0(%a2546: f32, %o2547: f32):
-    %s2548 = arith.constant 0x3F800000 : f32
-    %s2549 = arith.subf %a2546, %s2548 : f32
-    linalg.yield %s2549 : f32
+  %e2532 = tensor.empty() : tensor<f32>
+  %v2537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2532 : tensor<f32>) {
+  ^bb0(%a2533: f32, %o2534: f32):
+    %s2535 = arith.constant 0x3F800000 : f32
+    %s2536 = arith.subf %a2533, %s2535 : f32
+    linalg.yield %s2536 : f32
   } -> tensor<f32>
-  %e2551 = tensor.empty() : tensor<f32>
-  %v2557 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2544, %v2550, %v2533 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2551 : tensor<f32>) {
-  ^bb0(%a2552: i1, %a2553: f32, %a2554: f32, %o2555: f32):
-    %s2556 = arith.select %a2552, %a2553, %a2554 : f32
+  %e2538 = tensor.empty() : tensor<f32>
+  %v2544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2531, %v2537, %v2520 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2538 : tensor<f32>) {
+  ^bb0(%a2539: i1, %a2540: f32, %a2541: f32, %o2542: f32):
+    %s2543 = arith.select %a2539, %a2540, %a2541 : f32
+    linalg.yield %s2543 : f32
+  } -> tensor<f32>
+  %e2545 = tensor.empty() : tensor<16xf32>
+  %v2551 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2531, %v626, %arg25 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2545 : tensor<16xf32>) {
+  ^bb0(%a2546: i1, %a2547: f32, %a2548: f32, %o2549: f32):
+    %s2550 = arith.select %a2546, %a2547, %a2548 : f32
+    linalg.yield %s2550 : f32
+  } -> tensor<16xf32>
+  %e2552 = tensor.empty() : tensor<16xf32>
+  %v2557 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626, %arg25 : tensor<16xf32>, tensor<16xf32>) outs(%e2552 : tensor<16xf32>) {
+  ^bb0(%a2553: f32, %a2554: f32, %o2555: f32):
+    %s2556 = arith.subf %a2553, %a2554 : f32
     linalg.yield %s2556 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e2558 = tensor.empty() : tensor<16xf32>
-  %v2564 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2544, %v634, %arg25 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2558 : tensor<16xf32>) {
-  ^bb0(%a2559: i1, %a2560: f32, %a2561: f32, %o2562: f32):
-    %s2563 = arith.select %a2559, %a2560, %a2561 : f32
-    linalg.yield %s2563 : f32
+  %v2563 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2544, %v2557 : tensor<f32>, tensor<16xf32>) outs(%e2558 : tensor<16xf32>) {
+  ^bb0(%a2559: f32, %a2560: f32, %o2561: f32):
+    %s2562 = arith.mulf %a2559, %a2560 : f32
+    linalg.yield %s2562 : f32
   } -> tensor<16xf32>
-  %e2565 = tensor.empty() : tensor<16xf32>
-  %v2570 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v634, %arg25 : tensor<16xf32>, tensor<16xf32>) outs(%e2565 : tensor<16xf32>) {
-  ^bb0(%a2566: f32, %a2567: f32, %o2568: f32):
-    %s2569 = arith.subf %a2566, %a2567 : f32
-    linalg.yield %s2569 : f32
+  %e2564 = tensor.empty() : tensor<16xf32>
+  %v2569 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2563, %v2551 : tensor<16xf32>, tensor<16xf32>) outs(%e2564 : tensor<16xf32>) {
+  ^bb0(%a2565: f32, %a2566: f32, %o2567: f32):
+    %s2568 = arith.addf %a2565, %a2566 : f32
+    linalg.yield %s2568 : f32
   } -> tensor<16xf32>
-  %e2571 = tensor.empty() : tensor<16xf32>
-  %v2576 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2557, %v2570 : tensor<f32>, tensor<16xf32>) outs(%e2571 : tensor<16xf32>) {
-  ^bb0(%a2572: f32, %a2573: f32, %o2574: f32):
-    %s2575 = arith.mulf %a2572, %a2573 : f32
-    linalg.yield %s2575 : f32
+  %e2570 = tensor.empty() : tensor<16xf32>
+  %v2575 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2570 : tensor<16xf32>) {
+  ^bb0(%a2571: f32, %o2572: f32):
+    %s2573 = arith.constant 0x3F7FBE77 : f32
+    %s2574 = arith.mulf %a2571, %s2573 : f32
+    linalg.yield %s2574 : f32
   } -> tensor<16xf32>
-  %e2577 = tensor.empty() : tensor<16xf32>
-  %v2582 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2576, %v2564 : tensor<16xf32>, tensor<16xf32>) outs(%e2577 : tensor<16xf32>) {
-  ^bb0(%a2578: f32, %a2579: f32, %o2580: f32):
-    %s2581 = arith.addf %a2578, %a2579 : f32
-    linalg.yield %s2581 : f32
+  %e2576 = tensor.empty() : tensor<16xf32>
+  %v2581 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626 : tensor<16xf32>) outs(%e2576 : tensor<16xf32>) {
+  ^bb0(%a2577: f32, %o2578: f32):
+    %s2579 = arith.constant 0x3A83126F : f32
+    %s2580 = arith.mulf %a2577, %s2579 : f32
+    linalg.yield %s2580 : f32
   } -> tensor<16xf32>
-  %e2583 = tensor.empty() : tensor<16xf32>
-  %v2588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2583 : tensor<16xf32>) {
-  ^bb0(%a2584: f32, %o2585: f32):
-    %s2586 = arith.constant 0x3F7FBE77 : f32
-    %s2587 = arith.mulf %a2584, %s2586 : f32
-    linalg.yield %s2587 : f32
+  %e2582 = tensor.empty() : tensor<16xf32>
+  %v2587 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2581, %v626 : tensor<16xf32>, tensor<16xf32>) outs(%e2582 : tensor<16xf32>) {
+  ^bb0(%a2583: f32, %a2584: f32, %o2585: f32):
+    %s2586 = arith.mulf %a2583, %a2584 : f32
+    linalg.yield %s2586 : f32
   } -> tensor<16xf32>
-  %e2589 = tensor.empty() : tensor<16xf32>
-  %v2594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v634 : tensor<16xf32>) outs(%e2589 : tensor<16xf32>) {
-  ^bb0(%a2590: f32, %o2591: f32):
-    %s2592 = arith.constant 0x3A83126F : f32
-    %s2593 = arith.mulf %a2590, %s2592 : f32
-    linalg.yield %s2593 : f32
+  %e2588 = tensor.empty() : tensor<16xf32>
+  %v2593 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2575, %v2587 : tensor<16xf32>, tensor<16xf32>) outs(%e2588 : tensor<16xf32>) {
+  ^bb0(%a2589: f32, %a2590: f32, %o2591: f32):
+    %s2592 = arith.addf %a2589, %a2590 : f32
+    linalg.yield %s2592 : f32
   } -> tensor<16xf32>
-  %e2595 = tensor.empty() : tensor<16xf32>
-  %v2600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2594, %v634 : tensor<16xf32>, tensor<16xf32>) outs(%e2595 : tensor<16xf32>) {
-  ^bb0(%a2596: f32, %a2597: f32, %o2598: f32):
-    %s2599 = arith.mulf %a2596, %a2597 : f32
-    linalg.yield %s2599 : f32
-  } -> tensor<16xf32>
-  %e2601 = tensor.empty() : tensor<16xf32>
-  %v2606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2588, %v2600 : tensor<16xf32>, tensor<16xf32>) outs(%e2601 : tensor<16xf32>) {
-  ^bb0(%a2602: f32, %a2603: f32, %o2604: f32):
-    %s2605 = arith.addf %a2602, %a2603 : f32
-    linalg.yield %s2605 : f32
-  } -> tensor<16xf32>
-  %e2607 = tensor.empty() : tensor<f32>
-  %v2612 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2530 : tensor<f32>) outs(%e2607 : tensor<f32>) {
-  ^bb0(%a2608: f32, %o2609: f32):
-    %s2610 = arith.constant 0x3F666666 : f32
-    %s2611 = math.powf %s2610, %a2608 : f32
-    linalg.yield %s2611 : f32
+  %e2594 = tensor.empty() : tensor<f32>
+  %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2594 : tensor<f32>) {
+  ^bb0(%a2595: f32, %o2596: f32):
+    %s2597 = arith.constant 0x3F666666 : f32
+    %s2598 = math.powf %s2597, %a2595 : f32
+    linalg.yield %s2598 : f32
   } -> tensor<f32>
-  %e2613 = tensor.empty() : tensor<f32>
-  %v2618 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2612 : tensor<f32>) outs(%e2613 : tensor<f32>) {
-  ^bb0(%a2614: f32, %o2615: f32):
-    %s2616 = arith.constant 0x3F800000 : f32
-    %s2617 = arith.subf %s2616, %a2614 : f32
-    linalg.yield %s2617 : f32
+  %e2600 = tensor.empty() : tensor<f32>
+  %v2605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2599 : tensor<f32>) outs(%e2600 : tensor<f32>) {
+  ^bb0(%a2601: f32, %o2602: f32):
+    %s2603 = arith.constant 0x3F800000 : f32
+    %s2604 = arith.subf %s2603, %a2601 : f32
+    linalg.yield %s2604 : f32
   } -> tensor<f32>
-  %e2619 = tensor.empty() : tensor<f32>
-  %v2624 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2530 : tensor<f32>) outs(%e2619 : tensor<f32>) {
-  ^bb0(%a2620: f32, %o2621: f32):
-    %s2622 = arith.constant 0x3F7FBE77 : f32
-    %s2623 = math.powf %s2622, %a2620 : f32
-    linalg.yield %s2623 : f32
+  %e2606 = tensor.empty() : tensor<f32>
+  %v2611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2606 : tensor<f32>) {
+  ^bb0(%a2607: f32, %o2608: f32):
+    %s2609 = arith.constant 0x3F7FBE77 : f32
+    %s2610 = math.powf %s2609, %a2607 : f32
+    linalg.yield %s2610 : f32
   } -> tensor<f32>
-  %e2625 = tensor.empty() : tensor<f32>
-  %v2630 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2624 : tensor<f32>) outs(%e2625 : tensor<f32>) {
-  ^bb0(%a2626: f32, %o2627: f32):
-    %s2628 = arith.constant 0x3F800000 : f32
-    %s2629 = arith.subf %s2628, %a2626 : f32
-    linalg.yield %s2629 : f32
+  %e2612 = tensor.empty() : tensor<f32>
+  %v2617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2611 : tensor<f32>) outs(%e2612 : tensor<f32>) {
+  ^bb0(%a2613: f32, %o2614: f32):
+    %s2615 = arith.constant 0x3F800000 : f32
+    %s2616 = arith.subf %s2615, %a2613 : f32
+    linalg.yield %s2616 : f32
   } -> tensor<f32>
-  %e2631 = tensor.empty() : tensor<f32>
-  %v2636 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2618 : tensor<f32>) outs(%e2631 : tensor<f32>) {
-  ^bb0(%a2632: f32, %o2633: f32):
-    %s2634 = arith.constant 0x3F800000 : f32
-    %s2635 = arith.divf %s2634, %a2632 : f32
-    linalg.yield %s2635 : f32
+  %e2618 = tensor.empty() : tensor<f32>
+  %v2623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2618 : tensor<f32>) {
+  ^bb0(%a2619: f32, %o2620: f32):
+    %s2621 = arith.constant 0x3F800000 : f32
+    %s2622 = arith.divf %s2621, %a2619 : f32
+    linalg.yield %s2622 : f32
   } -> tensor<f32>
-  %e2637 = tensor.empty() : tensor<f32>
-  %v2642 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2636 : tensor<f32>) outs(%e2637 : tensor<f32>) {
-  ^bb0(%a2638: f32, %o2639: f32):
-    %s2640 = arith.constant 0x3A83126F : f32
-    %s2641 = arith.mulf %a2638, %s2640 : f32
-    linalg.yield %s2641 : f32
+  %e2624 = tensor.empty() : tensor<f32>
+  %v2629 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2623 : tensor<f32>) outs(%e2624 : tensor<f32>) {
+  ^bb0(%a2625: f32, %o2626: f32):
+    %s2627 = arith.constant 0x3A83126F : f32
+    %s2628 = arith.mulf %a2625, %s2627 : f32
+    linalg.yield %s2628 : f32
   } -> tensor<f32>
-  %e2643 = tensor.empty() : tensor<f32>
-  %v2647 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2642 : tensor<f32>) outs(%e2643 : tensor<f32>) {
-  ^bb0(%a2644: f32, %o2645: f32):
-    %s2646 = arith.negf %a2644 : f32
-    linalg.yield %s2646 : f32
+  %e2630 = tensor.empty() : tensor<f32>
+  %v2634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2629 : tensor<f32>) outs(%e2630 : tensor<f32>) {
+  ^bb0(%a2631: f32, %o2632: f32):
+    %s2633 = arith.negf %a2631 : f32
+    linalg.yield %s2633 : f32
   } -> tensor<f32>
-  %e2648 = tensor.empty() : tensor<f32>
-  %v2652 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2630 : tensor<f32>) outs(%e2648 : tensor<f32>) {
-  ^bb0(%a2649: f32, %o2650: f32):
-    %s2651 = math.sqrt %a2649 : f32
-    linalg.yield %s2651 : f32
+  %e2635 = tensor.empty() : tensor<f32>
+  %v2639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2617 : tensor<f32>) outs(%e2635 : tensor<f32>) {
+  ^bb0(%a2636: f32, %o2637: f32):
+    %s2638 = math.sqrt %a2636 : f32
+    linalg.yield %s2638 : f32
   } -> tensor<f32>
-  %e2653 = tensor.empty() : tensor<16xf32>
-  %v2657 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2606 : tensor<16xf32>) outs(%e2653 : tensor<16xf32>) {
-  ^bb0(%a2654: f32, %o2655: f32):
-    %s2656 = math.sqrt %a2654 : f32
-    linalg.yield %s2656 : f32
+  %e2640 = tensor.empty() : tensor<16xf32>
+  %v2644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2593 : tensor<16xf32>) outs(%e2640 : tensor<16xf32>) {
+  ^bb0(%a2641: f32, %o2642: f32):
+    %s2643 = math.sqrt %a2641 : f32
+    linalg.yield %s2643 : f32
   } -> tensor<16xf32>
-  %e2658 = tensor.empty() : tensor<f32>
-  %v2663 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2652, %v2647 : tensor<f32>, tensor<f32>) outs(%e2658 : tensor<f32>) {
-  ^bb0(%a2659: f32, %a2660: f32, %o2661: f32):
-    %s2662 = arith.mulf %a2659, %a2660 : f32
-    linalg.yield %s2662 : f32
+  %e2645 = tensor.empty() : tensor<f32>
+  %v2650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2639, %v2634 : tensor<f32>, tensor<f32>) outs(%e2645 : tensor<f32>) {
+  ^bb0(%a2646: f32, %a2647: f32, %o2648: f32):
+    %s2649 = arith.mulf %a2646, %a2647 : f32
+    linalg.yield %s2649 : f32
   } -> tensor<f32>
-  %e2664 = tensor.empty() : tensor<16xf32>
-  %v2669 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2657, %v2663 : tensor<16xf32>, tensor<f32>) outs(%e2664 : tensor<16xf32>) {
-  ^bb0(%a2665: f32, %a2666: f32, %o2667: f32):
-    %s2668 = arith.divf %a2665, %a2666 : f32
-    linalg.yield %s2668 : f32
+  %e2651 = tensor.empty() : tensor<16xf32>
+  %v2656 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2644, %v2650 : tensor<16xf32>, tensor<f32>) outs(%e2651 : tensor<16xf32>) {
+  ^bb0(%a2652: f32, %a2653: f32, %o2654: f32):
+    %s2655 = arith.divf %a2652, %a2653 : f32
+    linalg.yield %s2655 : f32
   } -> tensor<16xf32>
-  %e2670 = tensor.empty() : tensor<f32>
-  %v2675 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2647 : tensor<f32>) outs(%e2670 : tensor<f32>) {
-  ^bb0(%a2671: f32, %o2672: f32):
-    %s2673 = arith.constant 0x3F800000 : f32
-    %s2674 = arith.divf %s2673, %a2671 : f32
-    linalg.yield %s2674 : f32
+  %e2657 = tensor.empty() : tensor<f32>
+  %v2662 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2634 : tensor<f32>) outs(%e2657 : tensor<f32>) {
+  ^bb0(%a2658: f32, %o2659: f32):
+    %s2660 = arith.constant 0x3F800000 : f32
+    %s2661 = arith.divf %s2660, %a2658 : f32
+    linalg.yield %s2661 : f32
   } -> tensor<f32>
-  %e2676 = tensor.empty() : tensor<f32>
-  %v2681 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2675 : tensor<f32>) outs(%e2676 : tensor<f32>) {
-  ^bb0(%a2677: f32, %o2678: f32):
-    %s2679 = arith.constant 0x322BCC77 : f32
-    %s2680 = arith.mulf %a2677, %s2679 : f32
-    linalg.yield %s2680 : f32
+  %e2663 = tensor.empty() : tensor<f32>
+  %v2668 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2662 : tensor<f32>) outs(%e2663 : tensor<f32>) {
+  ^bb0(%a2664: f32, %o2665: f32):
+    %s2666 = arith.constant 0x322BCC77 : f32
+    %s2667 = arith.mulf %a2664, %s2666 : f32
+    linalg.yield %s2667 : f32
   } -> tensor<f32>
-  %e2682 = tensor.empty() : tensor<16xf32>
-  %v2687 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2669, %v2681 : tensor<16xf32>, tensor<f32>) outs(%e2682 : tensor<16xf32>) {
-  ^bb0(%a2683: f32, %a2684: f32, %o2685: f32):
-    %s2686 = arith.addf %a2683, %a2684 : f32
-    linalg.yield %s2686 : f32
+  %e2669 = tensor.empty() : tensor<16xf32>
+  %v2674 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2656, %v2668 : tensor<16xf32>, tensor<f32>) outs(%e2669 : tensor<16xf32>) {
+  ^bb0(%a2670: f32, %a2671: f32, %o2672: f32):
+    %s2673 = arith.addf %a2670, %a2671 : f32
+    linalg.yield %s2673 : f32
   } -> tensor<16xf32>
-  %e2688 = tensor.empty() : tensor<16xf32>
-  %v2693 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2582 : tensor<16xf32>) outs(%e2688 : tensor<16xf32>) {
-  ^bb0(%a2689: f32, %o2690: f32):
-    %s2691 = arith.constant 0x3F800000 : f32
-    %s2692 = arith.mulf %a2689, %s2691 : f32
-    linalg.yield %s2692 : f32
+  %e2675 = tensor.empty() : tensor<16xf32>
+  %v2680 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2569 : tensor<16xf32>) outs(%e2675 : tensor<16xf32>) {
+  ^bb0(%a2676: f32, %o2677: f32):
+    %s2678 = arith.constant 0x3F800000 : f32
+    %s2679 = arith.mulf %a2676, %s2678 : f32
+    linalg.yield %s2679 : f32
   } -> tensor<16xf32>
-  %e2694 = tensor.empty() : tensor<16xf32>
-  %v2699 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2693, %v2687 : tensor<16xf32>, tensor<16xf32>) outs(%e2694 : tensor<16xf32>) {
-  ^bb0(%a2695: f32, %a2696: f32, %o2697: f32):
-    %s2698 = arith.divf %a2695, %a2696 : f32
-    linalg.yield %s2698 : f32
+  %e2681 = tensor.empty() : tensor<16xf32>
+  %v2686 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2680, %v2674 : tensor<16xf32>, tensor<16xf32>) outs(%e2681 : tensor<16xf32>) {
+  ^bb0(%a2682: f32, %a2683: f32, %o2684: f32):
+    %s2685 = arith.divf %a2682, %a2683 : f32
+    linalg.yield %s2685 : f32
   } -> tensor<16xf32>
-  %e2700 = tensor.empty() : tensor<16xf32>
-  %v2705 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2699 : tensor<16xf32>, tensor<16xf32>) outs(%e2700 : tensor<16xf32>) {
-  ^bb0(%a2701: f32, %a2702: f32, %o2703: f32):
-    %s2704 = arith.addf %a2701, %a2702 : f32
-    linalg.yield %s2704 : f32
+  %e2687 = tensor.empty() : tensor<16xf32>
+  %v2692 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2686 : tensor<16xf32>, tensor<16xf32>) outs(%e2687 : tensor<16xf32>) {
+  ^bb0(%a2688: f32, %a2689: f32, %o2690: f32):
+    %s2691 = arith.addf %a2688, %a2689 : f32
+    linalg.yield %s2691 : f32
   } -> tensor<16xf32>
-  %e2706 = tensor.empty() : tensor<f32>
-  %v2711 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2706 : tensor<f32>) {
-  ^bb0(%a2707: f32, %o2708: f32):
-    %s2709 = arith.constant 0x3F800000 : f32
-    %s2710 = arith.addf %a2707, %s2709 : f32
-    linalg.yield %s2710 : f32
+  %e2693 = tensor.empty() : tensor<f32>
+  %v2698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2693 : tensor<f32>) {
+  ^bb0(%a2694: f32, %o2695: f32):
+    %s2696 = arith.constant 0x3F800000 : f32
+    %s2697 = arith.addf %a2694, %s2696 : f32
+    linalg.yield %s2697 : f32
   } -> tensor<f32>
-  %e2712 = tensor.empty() : tensor<f32>
-  %c2713 = arith.constant 0x3DCCCCCD : f32
-  %v2714 = linalg.fill ins(%c2713 : f32) outs(%e2712 : tensor<f32>) -> tensor<f32>
-  %e2715 = tensor.empty() : tensor<f32>
-  %v2719 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2714 : tensor<f32>) outs(%e2715 : tensor<f32>) {
-  ^bb0(%a2716: f32, %o2717: f32):
-    %s2718 = math.absf %a2716 : f32
-    linalg.yield %s2718 : f32
+  %e2699 = tensor.empty() : tensor<f32>
+  %c2700 = arith.constant 0x3DCCCCCD : f32
+  %v2701 = linalg.fill ins(%c2700 : f32) outs(%e2699 : tensor<f32>) -> tensor<f32>
+  %e2702 = tensor.empty() : tensor<f32>
+  %v2706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2702 : tensor<f32>) {
+  ^bb0(%a2703: f32, %o2704: f32):
+    %s2705 = math.absf %a2703 : f32
+    linalg.yield %s2705 : f32
   } -> tensor<f32>
-  %e2720 = tensor.empty() : tensor<i1>
-  %v2725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2719 : tensor<f32>) outs(%e2720 : tensor<i1>) {
-  ^bb0(%a2721: f32, %o2722: i1):
-    %s2723 = arith.constant 0x3F000000 : f32
-    %s2724 = arith.cmpf oge, %a2721, %s2723 : f32
-    linalg.yield %s2724 : i1
+  %e2707 = tensor.empty() : tensor<i1>
+  %v2712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2706 : tensor<f32>) outs(%e2707 : tensor<i1>) {
+  ^bb0(%a2708: f32, %o2709: i1):
+    %s2710 = arith.constant 0x3F000000 : f32
+    %s2711 = arith.cmpf oge, %a2708, %s2710 : f32
+    linalg.yield %s2711 : i1
   } -> tensor<i1>
-  %e2726 = tensor.empty() : tensor<f32>
-  %v2731 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2714 : tensor<f32>) outs(%e2726 : tensor<f32>) {
-  ^bb0(%a2727: f32, %o2728: f32):
-    %s2729 = arith.constant 0x3F800000 : f32
-    %s2730 = arith.subf %a2727, %s2729 : f32
-    linalg.yield %s2730 : f32
+  %e2713 = tensor.empty() : tensor<f32>
+  %v2718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2713 : tensor<f32>) {
+  ^bb0(%a2714: f32, %o2715: f32):
+    %s2716 = arith.constant 0x3F800000 : f32
+    %s2717 = arith.subf %a2714, %s2716 : f32
+    linalg.yield %s2717 : f32
   } -> tensor<f32>
-  %e2732 = tensor.empty() : tensor<f32>
-  %v2738 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2725, %v2731, %v2714 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2732 : tensor<f32>) {
-  ^bb0(%a2733: i1, %a2734: f32, %a2735: f32, %o2736: f32):
-    %s2737 = arith.select %a2733, %a2734, %a2735 : f32
+  %e2719 = tensor.empty() : tensor<f32>
+  %v2725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2712, %v2718, %v2701 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2719 : tensor<f32>) {
+  ^bb0(%a2720: i1, %a2721: f32, %a2722: f32, %o2723: f32):
+    %s2724 = arith.select %a2720, %a2721, %a2722 : f32
+    linalg.yield %s2724 : f32
+  } -> tensor<f32>
+  %e2726 = tensor.empty() : tensor<16xf32>
+  %v2732 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2712, %v591, %arg26 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2726 : tensor<16xf32>) {
+  ^bb0(%a2727: i1, %a2728: f32, %a2729: f32, %o2730: f32):
+    %s2731 = arith.select %a2727, %a2728, %a2729 : f32
+    linalg.yield %s2731 : f32
+  } -> tensor<16xf32>
+  %e2733 = tensor.empty() : tensor<16xf32>
+  %v2738 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591, %arg26 : tensor<16xf32>, tensor<16xf32>) outs(%e2733 : tensor<16xf32>) {
+  ^bb0(%a2734: f32, %a2735: f32, %o2736: f32):
+    %s2737 = arith.subf %a2734, %a2735 : f32
     linalg.yield %s2737 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e2739 = tensor.empty() : tensor<16xf32>
-  %v2745 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2725, %v597, %arg26 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2739 : tensor<16xf32>) {
-  ^bb0(%a2740: i1, %a2741: f32, %a2742: f32, %o2743: f32):
-    %s2744 = arith.select %a2740, %a2741, %a2742 : f32
-    linalg.yield %s2744 : f32
+  %v2744 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2725, %v2738 : tensor<f32>, tensor<16xf32>) outs(%e2739 : tensor<16xf32>) {
+  ^bb0(%a2740: f32, %a2741: f32, %o2742: f32):
+    %s2743 = arith.mulf %a2740, %a2741 : f32
+    linalg.yield %s2743 : f32
   } -> tensor<16xf32>
-  %e2746 = tensor.empty() : tensor<16xf32>
-  %v2751 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v597, %arg26 : tensor<16xf32>, tensor<16xf32>) outs(%e2746 : tensor<16xf32>) {
-  ^bb0(%a2747: f32, %a2748: f32, %o2749: f32):
-    %s2750 = arith.subf %a2747, %a2748 : f32
-    linalg.yield %s2750 : f32
+  %e2745 = tensor.empty() : tensor<16xf32>
+  %v2750 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2744, %v2732 : tensor<16xf32>, tensor<16xf32>) outs(%e2745 : tensor<16xf32>) {
+  ^bb0(%a2746: f32, %a2747: f32, %o2748: f32):
+    %s2749 = arith.addf %a2746, %a2747 : f32
+    linalg.yield %s2749 : f32
   } -> tensor<16xf32>
-  %e2752 = tensor.empty() : tensor<16xf32>
-  %v2757 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2738, %v2751 : tensor<f32>, tensor<16xf32>) outs(%e2752 : tensor<16xf32>) {
-  ^bb0(%a2753: f32, %a2754: f32, %o2755: f32):
-    %s2756 = arith.mulf %a2753, %a2754 : f32
-    linalg.yield %s2756 : f32
+  %e2751 = tensor.empty() : tensor<16xf32>
+  %v2756 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2751 : tensor<16xf32>) {
+  ^bb0(%a2752: f32, %o2753: f32):
+    %s2754 = arith.constant 0x3F7FBE77 : f32
+    %s2755 = arith.mulf %a2752, %s2754 : f32
+    linalg.yield %s2755 : f32
   } -> tensor<16xf32>
-  %e2758 = tensor.empty() : tensor<16xf32>
-  %v2763 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2757, %v2745 : tensor<16xf32>, tensor<16xf32>) outs(%e2758 : tensor<16xf32>) {
-  ^bb0(%a2759: f32, %a2760: f32, %o2761: f32):
-    %s2762 = arith.addf %a2759, %a2760 : f32
-    linalg.yield %s2762 : f32
+  %e2757 = tensor.empty() : tensor<16xf32>
+  %v2762 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591 : tensor<16xf32>) outs(%e2757 : tensor<16xf32>) {
+  ^bb0(%a2758: f32, %o2759: f32):
+    %s2760 = arith.constant 0x3A83126F : f32
+    %s2761 = arith.mulf %a2758, %s2760 : f32
+    linalg.yield %s2761 : f32
   } -> tensor<16xf32>
-  %e2764 = tensor.empty() : tensor<16xf32>
-  %v2769 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2764 : tensor<16xf32>) {
-  ^bb0(%a2765: f32, %o2766: f32):
-    %s2767 = arith.constant 0x3F7FBE77 : f32
-    %s2768 = arith.mulf %a2765, %s2767 : f32
-    linalg.yield %s2768 : f32
+  %e2763 = tensor.empty() : tensor<16xf32>
+  %v2768 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2762, %v591 : tensor<16xf32>, tensor<16xf32>) outs(%e2763 : tensor<16xf32>) {
+  ^bb0(%a2764: f32, %a2765: f32, %o2766: f32):
+    %s2767 = arith.mulf %a2764, %a2765 : f32
+    linalg.yield %s2767 : f32
   } -> tensor<16xf32>
-  %e2770 = tensor.empty() : tensor<16xf32>
-  %v2775 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v597 : tensor<16xf32>) outs(%e2770 : tensor<16xf32>) {
-  ^bb0(%a2771: f32, %o2772: f32):
-    %s2773 = arith.constant 0x3A83126F : f32
-    %s2774 = arith.mulf %a2771, %s2773 : f32
-    linalg.yield %s2774 : f32
+  %e2769 = tensor.empty() : tensor<16xf32>
+  %v2774 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2756, %v2768 : tensor<16xf32>, tensor<16xf32>) outs(%e2769 : tensor<16xf32>) {
+  ^bb0(%a2770: f32, %a2771: f32, %o2772: f32):
+    %s2773 = arith.addf %a2770, %a2771 : f32
+    linalg.yield %s2773 : f32
   } -> tensor<16xf32>
-  %e2776 = tensor.empty() : tensor<16xf32>
-  %v2781 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2775, %v597 : tensor<16xf32>, tensor<16xf32>) outs(%e2776 : tensor<16xf32>) {
-  ^bb0(%a2777: f32, %a2778: f32, %o2779: f32):
-    %s2780 = arith.mulf %a2777, %a2778 : f32
-    linalg.yield %s2780 : f32
-  } -> tensor<16xf32>
-  %e2782 = tensor.empty() : tensor<16xf32>
-  %v2787 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2769, %v2781 : tensor<16xf32>, tensor<16xf32>) outs(%e2782 : tensor<16xf32>) {
-  ^bb0(%a2783: f32, %a2784: f32, %o2785: f32):
-    %s2786 = arith.addf %a2783, %a2784 : f32
-    linalg.yield %s2786 : f32
-  } -> tensor<16xf32>
-  %e2788 = tensor.empty() : tensor<f32>
-  %v2793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2711 : tensor<f32>) outs(%e2788 : tensor<f32>) {
-  ^bb0(%a2789: f32, %o2790: f32):
-    %s2791 = arith.constant 0x3F666666 : f32
-    %s2792 = math.powf %s2791, %a2789 : f32
-    linalg.yield %s2792 : f32
+  %e2775 = tensor.empty() : tensor<f32>
+  %v2780 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2775 : tensor<f32>) {
+  ^bb0(%a2776: f32, %o2777: f32):
+    %s2778 = arith.constant 0x3F666666 : f32
+    %s2779 = math.powf %s2778, %a2776 : f32
+    linalg.yield %s2779 : f32
   } -> tensor<f32>
-  %e2794 = tensor.empty() : tensor<f32>
-  %v2799 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2793 : tensor<f32>) outs(%e2794 : tensor<f32>) {
-  ^bb0(%a2795: f32, %o2796: f32):
-    %s2797 = arith.constant 0x3F800000 : f32
-    %s2798 = arith.subf %s2797, %a2795 : f32
-    linalg.yield %s2798 : f32
+  %e2781 = tensor.empty() : tensor<f32>
+  %v2786 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2780 : tensor<f32>) outs(%e2781 : tensor<f32>) {
+  ^bb0(%a2782: f32, %o2783: f32):
+    %s2784 = arith.constant 0x3F800000 : f32
+    %s2785 = arith.subf %s2784, %a2782 : f32
+    linalg.yield %s2785 : f32
   } -> tensor<f32>
-  %e2800 = tensor.empty() : tensor<f32>
-  %v2805 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2711 : tensor<f32>) outs(%e2800 : tensor<f32>) {
-  ^bb0(%a2801: f32, %o2802: f32):
-    %s2803 = arith.constant 0x3F7FBE77 : f32
-    %s2804 = math.powf %s2803, %a2801 : f32
-    linalg.yield %s2804 : f32
+  %e2787 = tensor.empty() : tensor<f32>
+  %v2792 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2787 : tensor<f32>) {
+  ^bb0(%a2788: f32, %o2789: f32):
+    %s2790 = arith.constant 0x3F7FBE77 : f32
+    %s2791 = math.powf %s2790, %a2788 : f32
+    linalg.yield %s2791 : f32
   } -> tensor<f32>
-  %e2806 = tensor.empty() : tensor<f32>
-  %v2811 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2805 : tensor<f32>) outs(%e2806 : tensor<f32>) {
-  ^bb0(%a2807: f32, %o2808: f32):
-    %s2809 = arith.constant 0x3F800000 : f32
-    %s2810 = arith.subf %s2809, %a2807 : f32
-    linalg.yield %s2810 : f32
+  %e2793 = tensor.empty() : tensor<f32>
+  %v2798 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2792 : tensor<f32>) outs(%e2793 : tensor<f32>) {
+  ^bb0(%a2794: f32, %o2795: f32):
+    %s2796 = arith.constant 0x3F800000 : f32
+    %s2797 = arith.subf %s2796, %a2794 : f32
+    linalg.yield %s2797 : f32
   } -> tensor<f32>
-  %e2812 = tensor.empty() : tensor<f32>
-  %v2817 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2799 : tensor<f32>) outs(%e2812 : tensor<f32>) {
-  ^bb0(%a2813: f32, %o2814: f32):
-    %s2815 = arith.constant 0x3F800000 : f32
-    %s2816 = arith.divf %s2815, %a2813 : f32
-    linalg.yield %s2816 : f32
+  %e2799 = tensor.empty() : tensor<f32>
+  %v2804 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2786 : tensor<f32>) outs(%e2799 : tensor<f32>) {
+  ^bb0(%a2800: f32, %o2801: f32):
+    %s2802 = arith.constant 0x3F800000 : f32
+    %s2803 = arith.divf %s2802, %a2800 : f32
+    linalg.yield %s2803 : f32
   } -> tensor<f32>
-  %e2818 = tensor.empty() : tensor<f32>
-  %v2823 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2817 : tensor<f32>) outs(%e2818 : tensor<f32>) {
-  ^bb0(%a2819: f32, %o2820: f32):
-    %s2821 = arith.constant 0x3A83126F : f32
-    %s2822 = arith.mulf %a2819, %s2821 : f32
-    linalg.yield %s2822 : f32
+  %e2805 = tensor.empty() : tensor<f32>
+  %v2810 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2804 : tensor<f32>) outs(%e2805 : tensor<f32>) {
+  ^bb0(%a2806: f32, %o2807: f32):
+    %s2808 = arith.constant 0x3A83126F : f32
+    %s2809 = arith.mulf %a2806, %s2808 : f32
+    linalg.yield %s2809 : f32
   } -> tensor<f32>
-  %e2824 = tensor.empty() : tensor<f32>
-  %v2828 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2823 : tensor<f32>) outs(%e2824 : tensor<f32>) {
-  ^bb0(%a2825: f32, %o2826: f32):
-    %s2827 = arith.negf %a2825 : f32
-    linalg.yield %s2827 : f32
+  %e2811 = tensor.empty() : tensor<f32>
+  %v2815 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2810 : tensor<f32>) outs(%e2811 : tensor<f32>) {
+  ^bb0(%a2812: f32, %o2813: f32):
+    %s2814 = arith.negf %a2812 : f32
+    linalg.yield %s2814 : f32
   } -> tensor<f32>
-  %e2829 = tensor.empty() : tensor<f32>
-  %v2833 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2811 : tensor<f32>) outs(%e2829 : tensor<f32>) {
-  ^bb0(%a2830: f32, %o2831: f32):
-    %s2832 = math.sqrt %a2830 : f32
-    linalg.yield %s2832 : f32
+  %e2816 = tensor.empty() : tensor<f32>
+  %v2820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2798 : tensor<f32>) outs(%e2816 : tensor<f32>) {
+  ^bb0(%a2817: f32, %o2818: f32):
+    %s2819 = math.sqrt %a2817 : f32
+    linalg.yield %s2819 : f32
   } -> tensor<f32>
-  %e2834 = tensor.empty() : tensor<16xf32>
-  %v2838 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2787 : tensor<16xf32>) outs(%e2834 : tensor<16xf32>) {
-  ^bb0(%a2835: f32, %o2836: f32):
-    %s2837 = math.sqrt %a2835 : f32
-    linalg.yield %s2837 : f32
+  %e2821 = tensor.empty() : tensor<16xf32>
+  %v2825 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2774 : tensor<16xf32>) outs(%e2821 : tensor<16xf32>) {
+  ^bb0(%a2822: f32, %o2823: f32):
+    %s2824 = math.sqrt %a2822 : f32
+    linalg.yield %s2824 : f32
   } -> tensor<16xf32>
-  %e2839 = tensor.empty() : tensor<f32>
-  %v2844 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2833, %v2828 : tensor<f32>, tensor<f32>) outs(%e2839 : tensor<f32>) {
-  ^bb0(%a2840: f32, %a2841: f32, %o2842: f32):
-    %s2843 = arith.mulf %a2840, %a2841 : f32
-    linalg.yield %s2843 : f32
+  %e2826 = tensor.empty() : tensor<f32>
+  %v2831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2820, %v2815 : tensor<f32>, tensor<f32>) outs(%e2826 : tensor<f32>) {
+  ^bb0(%a2827: f32, %a2828: f32, %o2829: f32):
+    %s2830 = arith.mulf %a2827, %a2828 : f32
+    linalg.yield %s2830 : f32
   } -> tensor<f32>
-  %e2845 = tensor.empty() : tensor<16xf32>
-  %v2850 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2838, %v2844 : tensor<16xf32>, tensor<f32>) outs(%e2845 : tensor<16xf32>) {
-  ^bb0(%a2846: f32, %a2847: f32, %o2848: f32):
-    %s2849 = arith.divf %a2846, %a2847 : f32
-    linalg.yield %s2849 : f32
+  %e2832 = tensor.empty() : tensor<16xf32>
+  %v2837 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2825, %v2831 : tensor<16xf32>, tensor<f32>) outs(%e2832 : tensor<16xf32>) {
+  ^bb0(%a2833: f32, %a2834: f32, %o2835: f32):
+    %s2836 = arith.divf %a2833, %a2834 : f32
+    linalg.yield %s2836 : f32
   } -> tensor<16xf32>
-  %e2851 = tensor.empty() : tensor<f32>
-  %v2856 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2828 : tensor<f32>) outs(%e2851 : tensor<f32>) {
-  ^bb0(%a2852: f32, %o2853: f32):
-    %s2854 = arith.constant 0x3F800000 : f32
-    %s2855 = arith.divf %s2854, %a2852 : f32
-    linalg.yield %s2855 : f32
+  %e2838 = tensor.empty() : tensor<f32>
+  %v2843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2815 : tensor<f32>) outs(%e2838 : tensor<f32>) {
+  ^bb0(%a2839: f32, %o2840: f32):
+    %s2841 = arith.constant 0x3F800000 : f32
+    %s2842 = arith.divf %s2841, %a2839 : f32
+    linalg.yield %s2842 : f32
   } -> tensor<f32>
-  %e2857 = tensor.empty() : tensor<f32>
-  %v2862 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2856 : tensor<f32>) outs(%e2857 : tensor<f32>) {
-  ^bb0(%a2858: f32, %o2859: f32):
-    %s2860 = arith.constant 0x322BCC77 : f32
-    %s2861 = arith.mulf %a2858, %s2860 : f32
-    linalg.yield %s2861 : f32
+  %e2844 = tensor.empty() : tensor<f32>
+  %v2849 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2843 : tensor<f32>) outs(%e2844 : tensor<f32>) {
+  ^bb0(%a2845: f32, %o2846: f32):
+    %s2847 = arith.constant 0x322BCC77 : f32
+    %s2848 = arith.mulf %a2845, %s2847 : f32
+    linalg.yield %s2848 : f32
   } -> tensor<f32>
-  %e2863 = tensor.empty() : tensor<16xf32>
-  %v2868 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2850, %v2862 : tensor<16xf32>, tensor<f32>) outs(%e2863 : tensor<16xf32>) {
-  ^bb0(%a2864: f32, %a2865: f32, %o2866: f32):
-    %s2867 = arith.addf %a2864, %a2865 : f32
-    linalg.yield %s2867 : f32
+  %e2850 = tensor.empty() : tensor<16xf32>
+  %v2855 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2837, %v2849 : tensor<16xf32>, tensor<f32>) outs(%e2850 : tensor<16xf32>) {
+  ^bb0(%a2851: f32, %a2852: f32, %o2853: f32):
+    %s2854 = arith.addf %a2851, %a2852 : f32
+    linalg.yield %s2854 : f32
   } -> tensor<16xf32>
-  %e2869 = tensor.empty() : tensor<16xf32>
-  %v2874 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2763 : tensor<16xf32>) outs(%e2869 : tensor<16xf32>) {
-  ^bb0(%a2870: f32, %o2871: f32):
-    %s2872 = arith.constant 0x3F800000 : f32
-    %s2873 = arith.mulf %a2870, %s2872 : f32
-    linalg.yield %s2873 : f32
+  %e2856 = tensor.empty() : tensor<16xf32>
+  %v2861 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2750 : tensor<16xf32>) outs(%e2856 : tensor<16xf32>) {
+  ^bb0(%a2857: f32, %o2858: f32):
+    %s2859 = arith.constant 0x3F800000 : f32
+    %s2860 = arith.mulf %a2857, %s2859 : f32
+    linalg.yield %s2860 : f32
   } -> tensor<16xf32>
-  %e2875 = tensor.empty() : tensor<16xf32>
-  %v2880 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2874, %v2868 : tensor<16xf32>, tensor<16xf32>) outs(%e2875 : tensor<16xf32>) {
-  ^bb0(%a2876: f32, %a2877: f32, %o2878: f32):
-    %s2879 = arith.divf %a2876, %a2877 : f32
-    linalg.yield %s2879 : f32
+  %e2862 = tensor.empty() : tensor<16xf32>
+  %v2867 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2861, %v2855 : tensor<16xf32>, tensor<16xf32>) outs(%e2862 : tensor<16xf32>) {
+  ^bb0(%a2863: f32, %a2864: f32, %o2865: f32):
+    %s2866 = arith.divf %a2863, %a2864 : f32
+    linalg.yield %s2866 : f32
   } -> tensor<16xf32>
-  %e2881 = tensor.empty() : tensor<16xf32>
-  %v2886 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2880 : tensor<16xf32>, tensor<16xf32>) outs(%e2881 : tensor<16xf32>) {
-  ^bb0(%a2882: f32, %a2883: f32, %o2884: f32):
-    %s2885 = arith.addf %a2882, %a2883 : f32
-    linalg.yield %s2885 : f32
+  %e2868 = tensor.empty() : tensor<16xf32>
+  %v2873 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2867 : tensor<16xf32>, tensor<16xf32>) outs(%e2868 : tensor<16xf32>) {
+  ^bb0(%a2869: f32, %a2870: f32, %o2871: f32):
+    %s2872 = arith.addf %a2869, %a2870 : f32
+    linalg.yield %s2872 : f32
   } -> tensor<16xf32>
-  %e2887 = tensor.empty() : tensor<f32>
-  %v2892 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2887 : tensor<f32>) {
-  ^bb0(%a2888: f32, %o2889: f32):
-    %s2890 = arith.constant 0x3F800000 : f32
-    %s2891 = arith.addf %a2888, %s2890 : f32
-    linalg.yield %s2891 : f32
+  %e2874 = tensor.empty() : tensor<f32>
+  %v2879 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2874 : tensor<f32>) {
+  ^bb0(%a2875: f32, %o2876: f32):
+    %s2877 = arith.constant 0x3F800000 : f32
+    %s2878 = arith.addf %a2875, %s2877 : f32
+    linalg.yield %s2878 : f32
   } -> tensor<f32>
-  %e2893 = tensor.empty() : tensor<f32>
-  %c2894 = arith.constant 0x3DCCCCCD : f32
-  %v2895 = linalg.fill ins(%c2894 : f32) outs(%e2893 : tensor<f32>) -> tensor<f32>
-  %e2896 = tensor.empty() : tensor<f32>
-  %v2900 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2895 : tensor<f32>) outs(%e2896 : tensor<f32>) {
-  ^bb0(%a2897: f32, %o2898: f32):
-    %s2899 = math.absf %a2897 : f32
-    linalg.yield %s2899 : f32
+  %e2880 = tensor.empty() : tensor<f32>
+  %c2881 = arith.constant 0x3DCCCCCD : f32
+  %v2882 = linalg.fill ins(%c2881 : f32) outs(%e2880 : tensor<f32>) -> tensor<f32>
+  %e2883 = tensor.empty() : tensor<f32>
+  %v2887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2883 : tensor<f32>) {
+  ^bb0(%a2884: f32, %o2885: f32):
+    %s2886 = math.absf %a2884 : f32
+    linalg.yield %s2886 : f32
   } -> tensor<f32>
-  %e2901 = tensor.empty() : tensor<i1>
-  %v2906 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2900 : tensor<f32>) outs(%e2901 : tensor<i1>) {
-  ^bb0(%a2902: f32, %o2903: i1):
-    %s2904 = arith.constant 0x3F000000 : f32
-    %s2905 = arith.cmpf oge, %a2902, %s2904 : f32
-    linalg.yield %s2905 : i1
+  %e2888 = tensor.empty() : tensor<i1>
+  %v2893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2887 : tensor<f32>) outs(%e2888 : tensor<i1>) {
+  ^bb0(%a2889: f32, %o2890: i1):
+    %s2891 = arith.constant 0x3F000000 : f32
+    %s2892 = arith.cmpf oge, %a2889, %s2891 : f32
+    linalg.yield %s2892 : i1
   } -> tensor<i1>
-  %e2907 = tensor.empty() : tensor<f32>
-  %v2912 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2895 : tensor<f32>) outs(%e2907 : tensor<f32>) {
-  ^bb0(%a2908: f32, %o2909: f32):
-    %s2910 = arith.constant 0x3F800000 : f32
-    %s2911 = arith.subf %a2908, %s2910 : f32
-    linalg.yield %s2911 : f32
+  %e2894 = tensor.empty() : tensor<f32>
+  %v2899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2894 : tensor<f32>) {
+  ^bb0(%a2895: f32, %o2896: f32):
+    %s2897 = arith.constant 0x3F800000 : f32
+    %s2898 = arith.subf %a2895, %s2897 : f32
+    linalg.yield %s2898 : f32
   } -> tensor<f32>
-  %e2913 = tensor.empty() : tensor<f32>
-  %v2919 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2906, %v2912, %v2895 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2913 : tensor<f32>) {
-  ^bb0(%a2914: i1, %a2915: f32, %a2916: f32, %o2917: f32):
-    %s2918 = arith.select %a2914, %a2915, %a2916 : f32
+  %e2900 = tensor.empty() : tensor<f32>
+  %v2906 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2893, %v2899, %v2882 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2900 : tensor<f32>) {
+  ^bb0(%a2901: i1, %a2902: f32, %a2903: f32, %o2904: f32):
+    %s2905 = arith.select %a2901, %a2902, %a2903 : f32
+    linalg.yield %s2905 : f32
+  } -> tensor<f32>
+  %e2907 = tensor.empty() : tensor<16xf32>
+  %v2913 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2893, %v598, %arg27 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2907 : tensor<16xf32>) {
+  ^bb0(%a2908: i1, %a2909: f32, %a2910: f32, %o2911: f32):
+    %s2912 = arith.select %a2908, %a2909, %a2910 : f32
+    linalg.yield %s2912 : f32
+  } -> tensor<16xf32>
+  %e2914 = tensor.empty() : tensor<16xf32>
+  %v2919 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598, %arg27 : tensor<16xf32>, tensor<16xf32>) outs(%e2914 : tensor<16xf32>) {
+  ^bb0(%a2915: f32, %a2916: f32, %o2917: f32):
+    %s2918 = arith.subf %a2915, %a2916 : f32
     linalg.yield %s2918 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e2920 = tensor.empty() : tensor<16xf32>
-  %v2926 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2906, %v604, %arg27 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2920 : tensor<16xf32>) {
-  ^bb0(%a2921: i1, %a2922: f32, %a2923: f32, %o2924: f32):
-    %s2925 = arith.select %a2921, %a2922, %a2923 : f32
-    linalg.yield %s2925 : f32
+  %v2925 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2906, %v2919 : tensor<f32>, tensor<16xf32>) outs(%e2920 : tensor<16xf32>) {
+  ^bb0(%a2921: f32, %a2922: f32, %o2923: f32):
+    %s2924 = arith.mulf %a2921, %a2922 : f32
+    linalg.yield %s2924 : f32
   } -> tensor<16xf32>
-  %e2927 = tensor.empty() : tensor<16xf32>
-  %v2932 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604, %arg27 : tensor<16xf32>, tensor<16xf32>) outs(%e2927 : tensor<16xf32>) {
-  ^bb0(%a2928: f32, %a2929: f32, %o2930: f32):
-    %s2931 = arith.subf %a2928, %a2929 : f32
-    linalg.yield %s2931 : f32
+  %e2926 = tensor.empty() : tensor<16xf32>
+  %v2931 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2925, %v2913 : tensor<16xf32>, tensor<16xf32>) outs(%e2926 : tensor<16xf32>) {
+  ^bb0(%a2927: f32, %a2928: f32, %o2929: f32):
+    %s2930 = arith.addf %a2927, %a2928 : f32
+    linalg.yield %s2930 : f32
   } -> tensor<16xf32>
-  %e2933 = tensor.empty() : tensor<16xf32>
-  %v2938 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2919, %v2932 : tensor<f32>, tensor<16xf32>) outs(%e2933 : tensor<16xf32>) {
-  ^bb0(%a2934: f32, %a2935: f32, %o2936: f32):
-    %s2937 = arith.mulf %a2934, %a2935 : f32
-    linalg.yield %s2937 : f32
+  %e2932 = tensor.empty() : tensor<16xf32>
+  %v2937 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2932 : tensor<16xf32>) {
+  ^bb0(%a2933: f32, %o2934: f32):
+    %s2935 = arith.constant 0x3F7FBE77 : f32
+    %s2936 = arith.mulf %a2933, %s2935 : f32
+    linalg.yield %s2936 : f32
   } -> tensor<16xf32>
-  %e2939 = tensor.empty() : tensor<16xf32>
-  %v2944 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2938, %v2926 : tensor<16xf32>, tensor<16xf32>) outs(%e2939 : tensor<16xf32>) {
-  ^bb0(%a2940: f32, %a2941: f32, %o2942: f32):
-    %s2943 = arith.addf %a2940, %a2941 : f32
-    linalg.yield %s2943 : f32
+  %e2938 = tensor.empty() : tensor<16xf32>
+  %v2943 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598 : tensor<16xf32>) outs(%e2938 : tensor<16xf32>) {
+  ^bb0(%a2939: f32, %o2940: f32):
+    %s2941 = arith.constant 0x3A83126F : f32
+    %s2942 = arith.mulf %a2939, %s2941 : f32
+    linalg.yield %s2942 : f32
   } -> tensor<16xf32>
-  %e2945 = tensor.empty() : tensor<16xf32>
-  %v2950 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2945 : tensor<16xf32>) {
-  ^bb0(%a2946: f32, %o2947: f32):
-    %s2948 = arith.constant 0x3F7FBE77 : f32
-    %s2949 = arith.mulf %a2946, %s2948 : f32
-    linalg.yield %s2949 : f32
+  %e2944 = tensor.empty() : tensor<16xf32>
+  %v2949 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2943, %v598 : tensor<16xf32>, tensor<16xf32>) outs(%e2944 : tensor<16xf32>) {
+  ^bb0(%a2945: f32, %a2946: f32, %o2947: f32):
+    %s2948 = arith.mulf %a2945, %a2946 : f32
+    linalg.yield %s2948 : f32
   } -> tensor<16xf32>
-  %e2951 = tensor.empty() : tensor<16xf32>
-  %v2956 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604 : tensor<16xf32>) outs(%e2951 : tensor<16xf32>) {
-  ^bb0(%a2952: f32, %o2953: f32):
-    %s2954 = arith.constant 0x3A83126F : f32
-    %s2955 = arith.mulf %a2952, %s2954 : f32
-    linalg.yield %s2955 : f32
+  %e2950 = tensor.empty() : tensor<16xf32>
+  %v2955 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2937, %v2949 : tensor<16xf32>, tensor<16xf32>) outs(%e2950 : tensor<16xf32>) {
+  ^bb0(%a2951: f32, %a2952: f32, %o2953: f32):
+    %s2954 = arith.addf %a2951, %a2952 : f32
+    linalg.yield %s2954 : f32
   } -> tensor<16xf32>
-  %e2957 = tensor.empty() : tensor<16xf32>
-  %v2962 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2956, %v604 : tensor<16xf32>, tensor<16xf32>) outs(%e2957 : tensor<16xf32>) {
-  ^bb0(%a2958: f32, %a2959: f32, %o2960: f32):
-    %s2961 = arith.mulf %a2958, %a2959 : f32
-    linalg.yield %s2961 : f32
-  } -> tensor<16xf32>
-  %e2963 = tensor.empty() : tensor<16xf32>
-  %v2968 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2950, %v2962 : tensor<16xf32>, tensor<16xf32>) outs(%e2963 : tensor<16xf32>) {
-  ^bb0(%a2964: f32, %a2965: f32, %o2966: f32):
-    %s2967 = arith.addf %a2964, %a2965 : f32
-    linalg.yield %s2967 : f32
-  } -> tensor<16xf32>
-  %e2969 = tensor.empty() : tensor<f32>
-  %v2974 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2892 : tensor<f32>) outs(%e2969 : tensor<f32>) {
-  ^bb0(%a2970: f32, %o2971: f32):
-    %s2972 = arith.constant 0x3F666666 : f32
-    %s2973 = math.powf %s2972, %a2970 : f32
-    linalg.yield %s2973 : f32
+  %e2956 = tensor.empty() : tensor<f32>
+  %v2961 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2956 : tensor<f32>) {
+  ^bb0(%a2957: f32, %o2958: f32):
+    %s2959 = arith.constant 0x3F666666 : f32
+    %s2960 = math.powf %s2959, %a2957 : f32
+    linalg.yield %s2960 : f32
   } -> tensor<f32>
-  %e2975 = tensor.empty() : tensor<f32>
-  %v2980 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2974 : tensor<f32>) outs(%e2975 : tensor<f32>) {
-  ^bb0(%a2976: f32, %o2977: f32):
-    %s2978 = arith.constant 0x3F800000 : f32
-    %s2979 = arith.subf %s2978, %a2976 : f32
-    linalg.yield %s2979 : f32
+  %e2962 = tensor.empty() : tensor<f32>
+  %v2967 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2961 : tensor<f32>) outs(%e2962 : tensor<f32>) {
+  ^bb0(%a2963: f32, %o2964: f32):
+    %s2965 = arith.constant 0x3F800000 : f32
+    %s2966 = arith.subf %s2965, %a2963 : f32
+    linalg.yield %s2966 : f32
   } -> tensor<f32>
-  %e2981 = tensor.empty() : tensor<f32>
-  %v2986 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2892 : tensor<f32>) outs(%e2981 : tensor<f32>) {
-  ^bb0(%a2982: f32, %o2983: f32):
-    %s2984 = arith.constant 0x3F7FBE77 : f32
-    %s2985 = math.powf %s2984, %a2982 : f32
-    linalg.yield %s2985 : f32
+  %e2968 = tensor.empty() : tensor<f32>
+  %v2973 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2968 : tensor<f32>) {
+  ^bb0(%a2969: f32, %o2970: f32):
+    %s2971 = arith.constant 0x3F7FBE77 : f32
+    %s2972 = math.powf %s2971, %a2969 : f32
+    linalg.yield %s2972 : f32
   } -> tensor<f32>
-  %e2987 = tensor.empty() : tensor<f32>
-  %v2992 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2986 : tensor<f32>) outs(%e2987 : tensor<f32>) {
-  ^bb0(%a2988: f32, %o2989: f32):
-    %s2990 = arith.constant 0x3F800000 : f32
-    %s2991 = arith.subf %s2990, %a2988 : f32
-    linalg.yield %s2991 : f32
+  %e2974 = tensor.empty() : tensor<f32>
+  %v2979 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2973 : tensor<f32>) outs(%e2974 : tensor<f32>) {
+  ^bb0(%a2975: f32, %o2976: f32):
+    %s2977 = arith.constant 0x3F800000 : f32
+    %s2978 = arith.subf %s2977, %a2975 : f32
+    linalg.yield %s2978 : f32
   } -> tensor<f32>
-  %e2993 = tensor.empty() : tensor<f32>
-  %v2998 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2980 : tensor<f32>) outs(%e2993 : tensor<f32>) {
-  ^bb0(%a2994: f32, %o2995: f32):
-    %s2996 = arith.constant 0x3F800000 : f32
-    %s2997 = arith.divf %s2996, %a2994 : f32
-    linalg.yield %s2997 : f32
+  %e2980 = tensor.empty() : tensor<f32>
+  %v2985 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2967 : tensor<f32>) outs(%e2980 : tensor<f32>) {
+  ^bb0(%a2981: f32, %o2982: f32):
+    %s2983 = arith.constant 0x3F800000 : f32
+    %s2984 = arith.divf %s2983, %a2981 : f32
+    linalg.yield %s2984 : f32
   } -> tensor<f32>
-  %e2999 = tensor.empty() : tensor<f32>
-  %v3004 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2998 : tensor<f32>) outs(%e2999 : tensor<f32>) {
-  ^bb0(%a3000: f32, %o3001: f32):
-    %s3002 = arith.constant 0x3A83126F : f32
-    %s3003 = arith.mulf %a3000, %s3002 : f32
-    linalg.yield %s3003 : f32
+  %e2986 = tensor.empty() : tensor<f32>
+  %v2991 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2985 : tensor<f32>) outs(%e2986 : tensor<f32>) {
+  ^bb0(%a2987: f32, %o2988: f32):
+    %s2989 = arith.constant 0x3A83126F : f32
+    %s2990 = arith.mulf %a2987, %s2989 : f32
+    linalg.yield %s2990 : f32
   } -> tensor<f32>
-  %e3005 = tensor.empty() : tensor<f32>
-  %v3009 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3004 : tensor<f32>) outs(%e3005 : tensor<f32>) {
-  ^bb0(%a3006: f32, %o3007: f32):
-    %s3008 = arith.negf %a3006 : f32
-    linalg.yield %s3008 : f32
+  %e2992 = tensor.empty() : tensor<f32>
+  %v2996 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2991 : tensor<f32>) outs(%e2992 : tensor<f32>) {
+  ^bb0(%a2993: f32, %o2994: f32):
+    %s2995 = arith.negf %a2993 : f32
+    linalg.yield %s2995 : f32
   } -> tensor<f32>
-  %e3010 = tensor.empty() : tensor<f32>
-  %v3014 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2992 : tensor<f32>) outs(%e3010 : tensor<f32>) {
-  ^bb0(%a3011: f32, %o3012: f32):
-    %s3013 = math.sqrt %a3011 : f32
-    linalg.yield %s3013 : f32
+  %e2997 = tensor.empty() : tensor<f32>
+  %v3001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2979 : tensor<f32>) outs(%e2997 : tensor<f32>) {
+  ^bb0(%a2998: f32, %o2999: f32):
+    %s3000 = math.sqrt %a2998 : f32
+    linalg.yield %s3000 : f32
   } -> tensor<f32>
-  %e3015 = tensor.empty() : tensor<16xf32>
-  %v3019 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2968 : tensor<16xf32>) outs(%e3015 : tensor<16xf32>) {
-  ^bb0(%a3016: f32, %o3017: f32):
-    %s3018 = math.sqrt %a3016 : f32
-    linalg.yield %s3018 : f32
+  %e3002 = tensor.empty() : tensor<16xf32>
+  %v3006 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2955 : tensor<16xf32>) outs(%e3002 : tensor<16xf32>) {
+  ^bb0(%a3003: f32, %o3004: f32):
+    %s3005 = math.sqrt %a3003 : f32
+    linalg.yield %s3005 : f32
   } -> tensor<16xf32>
-  %e3020 = tensor.empty() : tensor<f32>
-  %v3025 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3014, %v3009 : tensor<f32>, tensor<f32>) outs(%e3020 : tensor<f32>) {
-  ^bb0(%a3021: f32, %a3022: f32, %o3023: f32):
-    %s3024 = arith.mulf %a3021, %a3022 : f32
-    linalg.yield %s3024 : f32
+  %e3007 = tensor.empty() : tensor<f32>
+  %v3012 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3001, %v2996 : tensor<f32>, tensor<f32>) outs(%e3007 : tensor<f32>) {
+  ^bb0(%a3008: f32, %a3009: f32, %o3010: f32):
+    %s3011 = arith.mulf %a3008, %a3009 : f32
+    linalg.yield %s3011 : f32
   } -> tensor<f32>
-  %e3026 = tensor.empty() : tensor<16xf32>
-  %v3031 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3019, %v3025 : tensor<16xf32>, tensor<f32>) outs(%e3026 : tensor<16xf32>) {
-  ^bb0(%a3027: f32, %a3028: f32, %o3029: f32):
-    %s3030 = arith.divf %a3027, %a3028 : f32
-    linalg.yield %s3030 : f32
+  %e3013 = tensor.empty() : tensor<16xf32>
+  %v3018 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3006, %v3012 : tensor<16xf32>, tensor<f32>) outs(%e3013 : tensor<16xf32>) {
+  ^bb0(%a3014: f32, %a3015: f32, %o3016: f32):
+    %s3017 = arith.divf %a3014, %a3015 : f32
+    linalg.yield %s3017 : f32
   } -> tensor<16xf32>
-  %e3032 = tensor.empty() : tensor<f32>
-  %v3037 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3009 : tensor<f32>) outs(%e3032 : tensor<f32>) {
-  ^bb0(%a3033: f32, %o3034: f32):
-    %s3035 = arith.constant 0x3F800000 : f32
-    %s3036 = arith.divf %s3035, %a3033 : f32
-    linalg.yield %s3036 : f32
+  %e3019 = tensor.empty() : tensor<f32>
+  %v3024 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2996 : tensor<f32>) outs(%e3019 : tensor<f32>) {
+  ^bb0(%a3020: f32, %o3021: f32):
+    %s3022 = arith.constant 0x3F800000 : f32
+    %s3023 = arith.divf %s3022, %a3020 : f32
+    linalg.yield %s3023 : f32
   } -> tensor<f32>
-  %e3038 = tensor.empty() : tensor<f32>
-  %v3043 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3037 : tensor<f32>) outs(%e3038 : tensor<f32>) {
-  ^bb0(%a3039: f32, %o3040: f32):
-    %s3041 = arith.constant 0x322BCC77 : f32
-    %s3042 = arith.mulf %a3039, %s3041 : f32
-    linalg.yield %s3042 : f32
+  %e3025 = tensor.empty() : tensor<f32>
+  %v3030 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3024 : tensor<f32>) outs(%e3025 : tensor<f32>) {
+  ^bb0(%a3026: f32, %o3027: f32):
+    %s3028 = arith.constant 0x322BCC77 : f32
+    %s3029 = arith.mulf %a3026, %s3028 : f32
+    linalg.yield %s3029 : f32
   } -> tensor<f32>
-  %e3044 = tensor.empty() : tensor<16xf32>
-  %v3049 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3031, %v3043 : tensor<16xf32>, tensor<f32>) outs(%e3044 : tensor<16xf32>) {
-  ^bb0(%a3045: f32, %a3046: f32, %o3047: f32):
-    %s3048 = arith.addf %a3045, %a3046 : f32
-    linalg.yield %s3048 : f32
+  %e3031 = tensor.empty() : tensor<16xf32>
+  %v3036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3018, %v3030 : tensor<16xf32>, tensor<f32>) outs(%e3031 : tensor<16xf32>) {
+  ^bb0(%a3032: f32, %a3033: f32, %o3034: f32):
+    %s3035 = arith.addf %a3032, %a3033 : f32
+    linalg.yield %s3035 : f32
   } -> tensor<16xf32>
-  %e3050 = tensor.empty() : tensor<16xf32>
-  %v3055 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2944 : tensor<16xf32>) outs(%e3050 : tensor<16xf32>) {
-  ^bb0(%a3051: f32, %o3052: f32):
-    %s3053 = arith.constant 0x3F800000 : f32
-    %s3054 = arith.mulf %a3051, %s3053 : f32
-    linalg.yield %s3054 : f32
+  %e3037 = tensor.empty() : tensor<16xf32>
+  %v3042 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2931 : tensor<16xf32>) outs(%e3037 : tensor<16xf32>) {
+  ^bb0(%a3038: f32, %o3039: f32):
+    %s3040 = arith.constant 0x3F800000 : f32
+    %s3041 = arith.mulf %a3038, %s3040 : f32
+    linalg.yield %s3041 : f32
   } -> tensor<16xf32>
-  %e3056 = tensor.empty() : tensor<16xf32>
-  %v3061 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3055, %v3049 : tensor<16xf32>, tensor<16xf32>) outs(%e3056 : tensor<16xf32>) {
-  ^bb0(%a3057: f32, %a3058: f32, %o3059: f32):
-    %s3060 = arith.divf %a3057, %a3058 : f32
-    linalg.yield %s3060 : f32
+  %e3043 = tensor.empty() : tensor<16xf32>
+  %v3048 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3042, %v3036 : tensor<16xf32>, tensor<16xf32>) outs(%e3043 : tensor<16xf32>) {
+  ^bb0(%a3044: f32, %a3045: f32, %o3046: f32):
+    %s3047 = arith.divf %a3044, %a3045 : f32
+    linalg.yield %s3047 : f32
   } -> tensor<16xf32>
-  %e3062 = tensor.empty() : tensor<16xf32>
-  %v3067 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v3061 : tensor<16xf32>, tensor<16xf32>) outs(%e3062 : tensor<16xf32>) {
-  ^bb0(%a3063: f32, %a3064: f32, %o3065: f32):
-    %s3066 = arith.addf %a3063, %a3064 : f32
-    linalg.yield %s3066 : f32
+  %e3049 = tensor.empty() : tensor<16xf32>
+  %v3054 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v3048 : tensor<16xf32>, tensor<16xf32>) outs(%e3049 : tensor<16xf32>) {
+  ^bb0(%a3050: f32, %a3051: f32, %o3052: f32):
+    %s3053 = arith.addf %a3050, %a3051 : f32
+    linalg.yield %s3053 : f32
   } -> tensor<16xf32>
-  %e3068 = tensor.empty() : tensor<f32>
-  %v3073 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e3068 : tensor<f32>) {
-  ^bb0(%a3069: f32, %o3070: f32):
-    %s3071 = arith.constant 0x3F800000 : f32
-    %s3072 = arith.addf %a3069, %s3071 : f32
-    linalg.yield %s3072 : f32
+  %e3055 = tensor.empty() : tensor<f32>
+  %v3060 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e3055 : tensor<f32>) {
+  ^bb0(%a3056: f32, %o3057: f32):
+    %s3058 = arith.constant 0x3F800000 : f32
+    %s3059 = arith.addf %a3056, %s3058 : f32
+    linalg.yield %s3059 : f32
   } -> tensor<f32>
-  %e3074 = tensor.empty() : tensor<f32>
-  %c3075 = arith.constant 0x3DCCCCCD : f32
-  %v3076 = linalg.fill ins(%c3075 : f32) outs(%e3074 : tensor<f32>) -> tensor<f32>
-  %e3077 = tensor.empty() : tensor<f32>
-  %v3081 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3076 : tensor<f32>) outs(%e3077 : tensor<f32>) {
-  ^bb0(%a3078: f32, %o3079: f32):
-    %s3080 = math.absf %a3078 : f32
-    linalg.yield %s3080 : f32
+  %e3061 = tensor.empty() : tensor<f32>
+  %c3062 = arith.constant 0x3DCCCCCD : f32
+  %v3063 = linalg.fill ins(%c3062 : f32) outs(%e3061 : tensor<f32>) -> tensor<f32>
+  %e3064 = tensor.empty() : tensor<f32>
+  %v3068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3064 : tensor<f32>) {
+  ^bb0(%a3065: f32, %o3066: f32):
+    %s3067 = math.absf %a3065 : f32
+    linalg.yield %s3067 : f32
   } -> tensor<f32>
-  %e3082 = tensor.empty() : tensor<i1>
-  %v3087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3081 : tensor<f32>) outs(%e3082 : tensor<i1>) {
-  ^bb0(%a3083: f32, %o3084: i1):
-    %s3085 = arith.constant 0x3F000000 : f32
-    %s3086 = arith.cmpf oge, %a3083, %s3085 : f32
-    linalg.yield %s3086 : i1
+  %e3069 = tensor.empty() : tensor<i1>
+  %v3074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3068 : tensor<f32>) outs(%e3069 : tensor<i1>) {
+  ^bb0(%a3070: f32, %o3071: i1):
+    %s3072 = arith.constant 0x3F000000 : f32
+    %s3073 = arith.cmpf oge, %a3070, %s3072 : f32
+    linalg.yield %s3073 : i1
   } -> tensor<i1>
-  %e3088 = tensor.empty() : tensor<f32>
-  %v3093 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3076 : tensor<f32>) outs(%e3088 : tensor<f32>) {
-  ^bb0(%a3089: f32, %o3090: f32):
-    %s3091 = arith.constant 0x3F800000 : f32
-    %s3092 = arith.subf %a3089, %s3091 : f32
-    linalg.yield %s3092 : f32
+  %e3075 = tensor.empty() : tensor<f32>
+  %v3080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3075 : tensor<f32>) {
+  ^bb0(%a3076: f32, %o3077: f32):
+    %s3078 = arith.constant 0x3F800000 : f32
+    %s3079 = arith.subf %a3076, %s3078 : f32
+    linalg.yield %s3079 : f32
   } -> tensor<f32>
-  %e3094 = tensor.empty() : tensor<f32>
-  %v3100 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3087, %v3093, %v3076 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3094 : tensor<f32>) {
-  ^bb0(%a3095: i1, %a3096: f32, %a3097: f32, %o3098: f32):
-    %s3099 = arith.select %a3095, %a3096, %a3097 : f32
+  %e3081 = tensor.empty() : tensor<f32>
+  %v3087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3074, %v3080, %v3063 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3081 : tensor<f32>) {
+  ^bb0(%a3082: i1, %a3083: f32, %a3084: f32, %o3085: f32):
+    %s3086 = arith.select %a3082, %a3083, %a3084 : f32
+    linalg.yield %s3086 : f32
+  } -> tensor<f32>
+  %e3088 = tensor.empty() : tensor<32x16xf32>
+  %v3094 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3074, %v498, %arg28 : tensor<i1>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3088 : tensor<32x16xf32>) {
+  ^bb0(%a3089: i1, %a3090: f32, %a3091: f32, %o3092: f32):
+    %s3093 = arith.select %a3089, %a3090, %a3091 : f32
+    linalg.yield %s3093 : f32
+  } -> tensor<32x16xf32>
+  %e3095 = tensor.empty() : tensor<32x16xf32>
+  %v3100 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498, %arg28 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3095 : tensor<32x16xf32>) {
+  ^bb0(%a3096: f32, %a3097: f32, %o3098: f32):
+    %s3099 = arith.subf %a3096, %a3097 : f32
     linalg.yield %s3099 : f32
-  } -> tensor<f32>
+  } -> tensor<32x16xf32>
   %e3101 = tensor.empty() : tensor<32x16xf32>
-  %v3107 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3087, %v502, %arg28 : tensor<i1>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3101 : tensor<32x16xf32>) {
-  ^bb0(%a3102: i1, %a3103: f32, %a3104: f32, %o3105: f32):
-    %s3106 = arith.select %a3102, %a3103, %a3104 : f32
-    linalg.yield %s3106 : f32
+  %v3106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3087, %v3100 : tensor<f32>, tensor<32x16xf32>) outs(%e3101 : tensor<32x16xf32>) {
+  ^bb0(%a3102: f32, %a3103: f32, %o3104: f32):
+    %s3105 = arith.mulf %a3102, %a3103 : f32
+    linalg.yield %s3105 : f32
   } -> tensor<32x16xf32>
-  %e3108 = tensor.empty() : tensor<32x16xf32>
-  %v3113 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v502, %arg28 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3108 : tensor<32x16xf32>) {
-  ^bb0(%a3109: f32, %a3110: f32, %o3111: f32):
-    %s3112 = arith.subf %a3109, %a3110 : f32
-    linalg.yield %s3112 : f32
+  %e3107 = tensor.empty() : tensor<32x16xf32>
+  %v3112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3106, %v3094 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3107 : tensor<32x16xf32>) {
+  ^bb0(%a3108: f32, %a3109: f32, %o3110: f32):
+    %s3111 = arith.addf %a3108, %a3109 : f32
+    linalg.yield %s3111 : f32
   } -> tensor<32x16xf32>
-  %e3114 = tensor.empty() : tensor<32x16xf32>
-  %v3119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3100, %v3113 : tensor<f32>, tensor<32x16xf32>) outs(%e3114 : tensor<32x16xf32>) {
-  ^bb0(%a3115: f32, %a3116: f32, %o3117: f32):
-    %s3118 = arith.mulf %a3115, %a3116 : f32
-    linalg.yield %s3118 : f32
+  %e3113 = tensor.empty() : tensor<32x16xf32>
+  %v3118 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e3113 : tensor<32x16xf32>) {
+  ^bb0(%a3114: f32, %o3115: f32):
+    %s3116 = arith.constant 0x3F7FBE77 : f32
+    %s3117 = arith.mulf %a3114, %s3116 : f32
+    linalg.yield %s3117 : f32
   } -> tensor<32x16xf32>
-  %e3120 = tensor.empty() : tensor<32x16xf32>
-  %v3125 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3119, %v3107 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3120 : tensor<32x16xf32>) {
-  ^bb0(%a3121: f32, %a3122: f32, %o3123: f32):
-    %s3124 = arith.addf %a3121, %a3122 : f32
-    linalg.yield %s3124 : f32
+  %e3119 = tensor.empty() : tensor<32x16xf32>
+  %v3124 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498 : tensor<32x16xf32>) outs(%e3119 : tensor<32x16xf32>) {
+  ^bb0(%a3120: f32, %o3121: f32):
+    %s3122 = arith.constant 0x3A83126F : f32
+    %s3123 = arith.mulf %a3120, %s3122 : f32
+    linalg.yield %s3123 : f32
   } -> tensor<32x16xf32>
-  %e3126 = tensor.empty() : tensor<32x16xf32>
-  %v3131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e3126 : tensor<32x16xf32>) {
-  ^bb0(%a3127: f32, %o3128: f32):
-    %s3129 = arith.constant 0x3F7FBE77 : f32
-    %s3130 = arith.mulf %a3127, %s3129 : f32
-    linalg.yield %s3130 : f32
+  %e3125 = tensor.empty() : tensor<32x16xf32>
+  %v3130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3124, %v498 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3125 : tensor<32x16xf32>) {
+  ^bb0(%a3126: f32, %a3127: f32, %o3128: f32):
+    %s3129 = arith.mulf %a3126, %a3127 : f32
+    linalg.yield %s3129 : f32
   } -> tensor<32x16xf32>
-  %e3132 = tensor.empty() : tensor<32x16xf32>
-  %v3137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v502 : tensor<32x16xf32>) outs(%e3132 : tensor<32x16xf32>) {
-  ^bb0(%a3133: f32, %o3134: f32):
-    %s3135 = arith.constant 0x3A83126F : f32
-    %s3136 = arith.mulf %a3133, %s3135 : f32
-    linalg.yield %s3136 : f32
+  %e3131 = tensor.empty() : tensor<32x16xf32>
+  %v3136 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3118, %v3130 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3131 : tensor<32x16xf32>) {
+  ^bb0(%a3132: f32, %a3133: f32, %o3134: f32):
+    %s3135 = arith.addf %a3132, %a3133 : f32
+    linalg.yield %s3135 : f32
   } -> tensor<32x16xf32>
-  %e3138 = tensor.empty() : tensor<32x16xf32>
-  %v3143 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3137, %v502 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3138 : tensor<32x16xf32>) {
-  ^bb0(%a3139: f32, %a3140: f32, %o3141: f32):
-    %s3142 = arith.mulf %a3139, %a3140 : f32
-    linalg.yield %s3142 : f32
-  } -> tensor<32x16xf32>
-  %e3144 = tensor.empty() : tensor<32x16xf32>
-  %v3149 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3131, %v3143 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3144 : tensor<32x16xf32>) {
-  ^bb0(%a3145: f32, %a3146: f32, %o3147: f32):
-    %s3148 = arith.addf %a3145, %a3146 : f32
-    linalg.yield %s3148 : f32
-  } -> tensor<32x16xf32>
-  %e3150 = tensor.empty() : tensor<f32>
-  %v3155 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3073 : tensor<f32>) outs(%e3150 : tensor<f32>) {
-  ^bb0(%a3151: f32, %o3152: f32):
-    %s3153 = arith.constant 0x3F666666 : f32
-    %s3154 = math.powf %s3153, %a3151 : f32
-    linalg.yield %s3154 : f32
+  %e3137 = tensor.empty() : tensor<f32>
+  %v3142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3137 : tensor<f32>) {
+  ^bb0(%a3138: f32, %o3139: f32):
+    %s3140 = arith.constant 0x3F666666 : f32
+    %s3141 = math.powf %s3140, %a3138 : f32
+    linalg.yield %s3141 : f32
   } -> tensor<f32>
-  %e3156 = tensor.empty() : tensor<f32>
-  %v3161 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3155 : tensor<f32>) outs(%e3156 : tensor<f32>) {
-  ^bb0(%a3157: f32, %o3158: f32):
-    %s3159 = arith.constant 0x3F800000 : f32
-    %s3160 = arith.subf %s3159, %a3157 : f32
-    linalg.yield %s3160 : f32
+  %e3143 = tensor.empty() : tensor<f32>
+  %v3148 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3142 : tensor<f32>) outs(%e3143 : tensor<f32>) {
+  ^bb0(%a3144: f32, %o3145: f32):
+    %s3146 = arith.constant 0x3F800000 : f32
+    %s3147 = arith.subf %s3146, %a3144 : f32
+    linalg.yield %s3147 : f32
   } -> tensor<f32>
-  %e3162 = tensor.empty() : tensor<f32>
-  %v3167 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3073 : tensor<f32>) outs(%e3162 : tensor<f32>) {
-  ^bb0(%a3163: f32, %o3164: f32):
-    %s3165 = arith.constant 0x3F7FBE77 : f32
-    %s3166 = math.powf %s3165, %a3163 : f32
-    linalg.yield %s3166 : f32
+  %e3149 = tensor.empty() : tensor<f32>
+  %v3154 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3149 : tensor<f32>) {
+  ^bb0(%a3150: f32, %o3151: f32):
+    %s3152 = arith.constant 0x3F7FBE77 : f32
+    %s3153 = math.powf %s3152, %a3150 : f32
+    linalg.yield %s3153 : f32
   } -> tensor<f32>
-  %e3168 = tensor.empty() : tensor<f32>
-  %v3173 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3167 : tensor<f32>) outs(%e3168 : tensor<f32>) {
-  ^bb0(%a3169: f32, %o3170: f32):
-    %s3171 = arith.constant 0x3F800000 : f32
-    %s3172 = arith.subf %s3171, %a3169 : f32
-    linalg.yield %s3172 : f32
+  %e3155 = tensor.empty() : tensor<f32>
+  %v3160 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3154 : tensor<f32>) outs(%e3155 : tensor<f32>) {
+  ^bb0(%a3156: f32, %o3157: f32):
+    %s3158 = arith.constant 0x3F800000 : f32
+    %s3159 = arith.subf %s3158, %a3156 : f32
+    linalg.yield %s3159 : f32
   } -> tensor<f32>
-  %e3174 = tensor.empty() : tensor<f32>
-  %v3179 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3161 : tensor<f32>) outs(%e3174 : tensor<f32>) {
-  ^bb0(%a3175: f32, %o3176: f32):
-    %s3177 = arith.constant 0x3F800000 : f32
-    %s3178 = arith.divf %s3177, %a3175 : f32
-    linalg.yield %s3178 : f32
+  %e3161 = tensor.empty() : tensor<f32>
+  %v3166 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3148 : tensor<f32>) outs(%e3161 : tensor<f32>) {
+  ^bb0(%a3162: f32, %o3163: f32):
+    %s3164 = arith.constant 0x3F800000 : f32
+    %s3165 = arith.divf %s3164, %a3162 : f32
+    linalg.yield %s3165 : f32
   } -> tensor<f32>
-  %e3180 = tensor.empty() : tensor<f32>
-  %v3185 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3179 : tensor<f32>) outs(%e3180 : tensor<f32>) {
-  ^bb0(%a3181: f32, %o3182: f32):
-    %s3183 = arith.constant 0x3A83126F : f32
-    %s3184 = arith.mulf %a3181, %s3183 : f32
-    linalg.yield %s3184 : f32
+  %e3167 = tensor.empty() : tensor<f32>
+  %v3172 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3166 : tensor<f32>) outs(%e3167 : tensor<f32>) {
+  ^bb0(%a3168: f32, %o3169: f32):
+    %s3170 = arith.constant 0x3A83126F : f32
+    %s3171 = arith.mulf %a3168, %s3170 : f32
+    linalg.yield %s3171 : f32
   } -> tensor<f32>
-  %e3186 = tensor.empty() : tensor<f32>
-  %v3190 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3185 : tensor<f32>) outs(%e3186 : tensor<f32>) {
-  ^bb0(%a3187: f32, %o3188: f32):
-    %s3189 = arith.negf %a3187 : f32
-    linalg.yield %s3189 : f32
+  %e3173 = tensor.empty() : tensor<f32>
+  %v3177 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3172 : tensor<f32>) outs(%e3173 : tensor<f32>) {
+  ^bb0(%a3174: f32, %o3175: f32):
+    %s3176 = arith.negf %a3174 : f32
+    linalg.yield %s3176 : f32
   } -> tensor<f32>
-  %e3191 = tensor.empty() : tensor<f32>
-  %v3195 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3173 : tensor<f32>) outs(%e3191 : tensor<f32>) {
-  ^bb0(%a3192: f32, %o3193: f32):
-    %s3194 = math.sqrt %a3192 : f32
-    linalg.yield %s3194 : f32
+  %e3178 = tensor.empty() : tensor<f32>
+  %v3182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3160 : tensor<f32>) outs(%e3178 : tensor<f32>) {
+  ^bb0(%a3179: f32, %o3180: f32):
+    %s3181 = math.sqrt %a3179 : f32
+    linalg.yield %s3181 : f32
   } -> tensor<f32>
-  %e3196 = tensor.empty() : tensor<32x16xf32>
-  %v3200 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3149 : tensor<32x16xf32>) outs(%e3196 : tensor<32x16xf32>) {
-  ^bb0(%a3197: f32, %o3198: f32):
-    %s3199 = math.sqrt %a3197 : f32
-    linalg.yield %s3199 : f32
+  %e3183 = tensor.empty() : tensor<32x16xf32>
+  %v3187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3136 : tensor<32x16xf32>) outs(%e3183 : tensor<32x16xf32>) {
+  ^bb0(%a3184: f32, %o3185: f32):
+    %s3186 = math.sqrt %a3184 : f32
+    linalg.yield %s3186 : f32
   } -> tensor<32x16xf32>
-  %e3201 = tensor.empty() : tensor<f32>
-  %v3206 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3195, %v3190 : tensor<f32>, tensor<f32>) outs(%e3201 : tensor<f32>) {
-  ^bb0(%a3202: f32, %a3203: f32, %o3204: f32):
-    %s3205 = arith.mulf %a3202, %a3203 : f32
-    linalg.yield %s3205 : f32
+  %e3188 = tensor.empty() : tensor<f32>
+  %v3193 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3182, %v3177 : tensor<f32>, tensor<f32>) outs(%e3188 : tensor<f32>) {
+  ^bb0(%a3189: f32, %a3190: f32, %o3191: f32):
+    %s3192 = arith.mulf %a3189, %a3190 : f32
+    linalg.yield %s3192 : f32
   } -> tensor<f32>
-  %e3207 = tensor.empty() : tensor<32x16xf32>
-  %v3212 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3200, %v3206 : tensor<32x16xf32>, tensor<f32>) outs(%e3207 : tensor<32x16xf32>) {
-  ^bb0(%a3208: f32, %a3209: f32, %o3210: f32):
-    %s3211 = arith.divf %a3208, %a3209 : f32
-    linalg.yield %s3211 : f32
+  %e3194 = tensor.empty() : tensor<32x16xf32>
+  %v3199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3187, %v3193 : tensor<32x16xf32>, tensor<f32>) outs(%e3194 : tensor<32x16xf32>) {
+  ^bb0(%a3195: f32, %a3196: f32, %o3197: f32):
+    %s3198 = arith.divf %a3195, %a3196 : f32
+    linalg.yield %s3198 : f32
   } -> tensor<32x16xf32>
-  %e3213 = tensor.empty() : tensor<f32>
-  %v3218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3190 : tensor<f32>) outs(%e3213 : tensor<f32>) {
-  ^bb0(%a3214: f32, %o3215: f32):
-    %s3216 = arith.constant 0x3F800000 : f32
-    %s3217 = arith.divf %s3216, %a3214 : f32
-    linalg.yield %s3217 : f32
+  %e3200 = tensor.empty() : tensor<f32>
+  %v3205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3177 : tensor<f32>) outs(%e3200 : tensor<f32>) {
+  ^bb0(%a3201: f32, %o3202: f32):
+    %s3203 = arith.constant 0x3F800000 : f32
+    %s3204 = arith.divf %s3203, %a3201 : f32
+    linalg.yield %s3204 : f32
   } -> tensor<f32>
-  %e3219 = tensor.empty() : tensor<f32>
-  %v3224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3218 : tensor<f32>) outs(%e3219 : tensor<f32>) {
-  ^bb0(%a3220: f32, %o3221: f32):
-    %s3222 = arith.constant 0x322BCC77 : f32
-    %s3223 = arith.mulf %a3220, %s3222 : f32
-    linalg.yield %s3223 : f32
+  %e3206 = tensor.empty() : tensor<f32>
+  %v3211 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3205 : tensor<f32>) outs(%e3206 : tensor<f32>) {
+  ^bb0(%a3207: f32, %o3208: f32):
+    %s3209 = arith.constant 0x322BCC77 : f32
+    %s3210 = arith.mulf %a3207, %s3209 : f32
+    linalg.yield %s3210 : f32
   } -> tensor<f32>
-  %e3225 = tensor.empty() : tensor<32x16xf32>
-  %v3230 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3212, %v3224 : tensor<32x16xf32>, tensor<f32>) outs(%e3225 : tensor<32x16xf32>) {
-  ^bb0(%a3226: f32, %a3227: f32, %o3228: f32):
-    %s3229 = arith.addf %a3226, %a3227 : f32
-    linalg.yield %s3229 : f32
+  %e3212 = tensor.empty() : tensor<32x16xf32>
+  %v3217 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3199, %v3211 : tensor<32x16xf32>, tensor<f32>) outs(%e3212 : tensor<32x16xf32>) {
+  ^bb0(%a3213: f32, %a3214: f32, %o3215: f32):
+    %s3216 = arith.addf %a3213, %a3214 : f32
+    linalg.yield %s3216 : f32
   } -> tensor<32x16xf32>
-  %e3231 = tensor.empty() : tensor<32x16xf32>
-  %v3236 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3125 : tensor<32x16xf32>) outs(%e3231 : tensor<32x16xf32>) {
-  ^bb0(%a3232: f32, %o3233: f32):
-    %s3234 = arith.constant 0x3F800000 : f32
-    %s3235 = arith.mulf %a3232, %s3234 : f32
-    linalg.yield %s3235 : f32
+  %e3218 = tensor.empty() : tensor<32x16xf32>
+  %v3223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3112 : tensor<32x16xf32>) outs(%e3218 : tensor<32x16xf32>) {
+  ^bb0(%a3219: f32, %o3220: f32):
+    %s3221 = arith.constant 0x3F800000 : f32
+    %s3222 = arith.mulf %a3219, %s3221 : f32
+    linalg.yield %s3222 : f32
   } -> tensor<32x16xf32>
-  %e3237 = tensor.empty() : tensor<32x16xf32>
-  %v3242 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3236, %v3230 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3237 : tensor<32x16xf32>) {
-  ^bb0(%a3238: f32, %a3239: f32, %o3240: f32):
-    %s3241 = arith.divf %a3238, %a3239 : f32
-    linalg.yield %s3241 : f32
+  %e3224 = tensor.empty() : tensor<32x16xf32>
+  %v3229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3223, %v3217 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3224 : tensor<32x16xf32>) {
+  ^bb0(%a3225: f32, %a3226: f32, %o3227: f32):
+    %s3228 = arith.divf %a3225, %a3226 : f32
+    linalg.yield %s3228 : f32
   } -> tensor<32x16xf32>
-  %e3243 = tensor.empty() : tensor<32x16xf32>
-  %v3248 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v3242 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3243 : tensor<32x16xf32>) {
-  ^bb0(%a3244: f32, %a3245: f32, %o3246: f32):
-    %s3247 = arith.addf %a3244, %a3245 : f32
-    linalg.yield %s3247 : f32
+  %e3230 = tensor.empty() : tensor<32x16xf32>
+  %v3235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v3229 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3230 : tensor<32x16xf32>) {
+  ^bb0(%a3231: f32, %a3232: f32, %o3233: f32):
+    %s3234 = arith.addf %a3231, %a3232 : f32
+    linalg.yield %s3234 : f32
   } -> tensor<32x16xf32>
-  %e3249 = tensor.empty() : tensor<f32>
-  %v3254 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e3249 : tensor<f32>) {
-  ^bb0(%a3250: f32, %o3251: f32):
-    %s3252 = arith.constant 0x3F800000 : f32
-    %s3253 = arith.addf %a3250, %s3252 : f32
-    linalg.yield %s3253 : f32
+  %e3236 = tensor.empty() : tensor<f32>
+  %v3241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e3236 : tensor<f32>) {
+  ^bb0(%a3237: f32, %o3238: f32):
+    %s3239 = arith.constant 0x3F800000 : f32
+    %s3240 = arith.addf %a3237, %s3239 : f32
+    linalg.yield %s3240 : f32
   } -> tensor<f32>
-  %e3255 = tensor.empty() : tensor<f32>
-  %c3256 = arith.constant 0x3DCCCCCD : f32
-  %v3257 = linalg.fill ins(%c3256 : f32) outs(%e3255 : tensor<f32>) -> tensor<f32>
-  %e3258 = tensor.empty() : tensor<f32>
-  %v3262 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3257 : tensor<f32>) outs(%e3258 : tensor<f32>) {
-  ^bb0(%a3259: f32, %o3260: f32):
-    %s3261 = math.absf %a3259 : f32
-    linalg.yield %s3261 : f32
+  %e3242 = tensor.empty() : tensor<f32>
+  %c3243 = arith.constant 0x3DCCCCCD : f32
+  %v3244 = linalg.fill ins(%c3243 : f32) outs(%e3242 : tensor<f32>) -> tensor<f32>
+  %e3245 = tensor.empty() : tensor<f32>
+  %v3249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3245 : tensor<f32>) {
+  ^bb0(%a3246: f32, %o3247: f32):
+    %s3248 = math.absf %a3246 : f32
+    linalg.yield %s3248 : f32
   } -> tensor<f32>
-  %e3263 = tensor.empty() : tensor<i1>
-  %v3268 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3262 : tensor<f32>) outs(%e3263 : tensor<i1>) {
-  ^bb0(%a3264: f32, %o3265: i1):
-    %s3266 = arith.constant 0x3F000000 : f32
-    %s3267 = arith.cmpf oge, %a3264, %s3266 : f32
-    linalg.yield %s3267 : i1
+  %e3250 = tensor.empty() : tensor<i1>
+  %v3255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3249 : tensor<f32>) outs(%e3250 : tensor<i1>) {
+  ^bb0(%a3251: f32, %o3252: i1):
+    %s3253 = arith.constant 0x3F000000 : f32
+    %s3254 = arith.cmpf oge, %a3251, %s3253 : f32
+    linalg.yield %s3254 : i1
   } -> tensor<i1>
-  %e3269 = tensor.empty() : tensor<f32>
-  %v3274 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3257 : tensor<f32>) outs(%e3269 : tensor<f32>) {
-  ^bb0(%a3270: f32, %o3271: f32):
-    %s3272 = arith.constant 0x3F800000 : f32
-    %s3273 = arith.subf %a3270, %s3272 : f32
-    linalg.yield %s3273 : f32
+  %e3256 = tensor.empty() : tensor<f32>
+  %v3261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3256 : tensor<f32>) {
+  ^bb0(%a3257: f32, %o3258: f32):
+    %s3259 = arith.constant 0x3F800000 : f32
+    %s3260 = arith.subf %a3257, %s3259 : f32
+    linalg.yield %s3260 : f32
   } -> tensor<f32>
-  %e3275 = tensor.empty() : tensor<f32>
-  %v3281 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3268, %v3274, %v3257 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3275 : tensor<f32>) {
-  ^bb0(%a3276: i1, %a3277: f32, %a3278: f32, %o3279: f32):
-    %s3280 = arith.select %a3276, %a3277, %a3278 : f32
+  %e3262 = tensor.empty() : tensor<f32>
+  %v3268 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3255, %v3261, %v3244 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3262 : tensor<f32>) {
+  ^bb0(%a3263: i1, %a3264: f32, %a3265: f32, %o3266: f32):
+    %s3267 = arith.select %a3263, %a3264, %a3265 : f32
+    linalg.yield %s3267 : f32
+  } -> tensor<f32>
+  %e3269 = tensor.empty() : tensor<32xf32>
+  %v3275 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3255, %v495, %arg29 : tensor<i1>, tensor<32xf32>, tensor<32xf32>) outs(%e3269 : tensor<32xf32>) {
+  ^bb0(%a3270: i1, %a3271: f32, %a3272: f32, %o3273: f32):
+    %s3274 = arith.select %a3270, %a3271, %a3272 : f32
+    linalg.yield %s3274 : f32
+  } -> tensor<32xf32>
+  %e3276 = tensor.empty() : tensor<32xf32>
+  %v3281 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495, %arg29 : tensor<32xf32>, tensor<32xf32>) outs(%e3276 : tensor<32xf32>) {
+  ^bb0(%a3277: f32, %a3278: f32, %o3279: f32):
+    %s3280 = arith.subf %a3277, %a3278 : f32
     linalg.yield %s3280 : f32
-  } -> tensor<f32>
+  } -> tensor<32xf32>
   %e3282 = tensor.empty() : tensor<32xf32>
-  %v3288 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3268, %v500, %arg29 : tensor<i1>, tensor<32xf32>, tensor<32xf32>) outs(%e3282 : tensor<32xf32>) {
-  ^bb0(%a3283: i1, %a3284: f32, %a3285: f32, %o3286: f32):
-    %s3287 = arith.select %a3283, %a3284, %a3285 : f32
-    linalg.yield %s3287 : f32
+  %v3287 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3268, %v3281 : tensor<f32>, tensor<32xf32>) outs(%e3282 : tensor<32xf32>) {
+  ^bb0(%a3283: f32, %a3284: f32, %o3285: f32):
+    %s3286 = arith.mulf %a3283, %a3284 : f32
+    linalg.yield %s3286 : f32
   } -> tensor<32xf32>
-  %e3289 = tensor.empty() : tensor<32xf32>
-  %v3294 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v500, %arg29 : tensor<32xf32>, tensor<32xf32>) outs(%e3289 : tensor<32xf32>) {
-  ^bb0(%a3290: f32, %a3291: f32, %o3292: f32):
-    %s3293 = arith.subf %a3290, %a3291 : f32
-    linalg.yield %s3293 : f32
+  %e3288 = tensor.empty() : tensor<32xf32>
+  %v3293 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3287, %v3275 : tensor<32xf32>, tensor<32xf32>) outs(%e3288 : tensor<32xf32>) {
+  ^bb0(%a3289: f32, %a3290: f32, %o3291: f32):
+    %s3292 = arith.addf %a3289, %a3290 : f32
+    linalg.yield %s3292 : f32
   } -> tensor<32xf32>
-  %e3295 = tensor.empty() : tensor<32xf32>
-  %v3300 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3281, %v3294 : tensor<f32>, tensor<32xf32>) outs(%e3295 : tensor<32xf32>) {
-  ^bb0(%a3296: f32, %a3297: f32, %o3298: f32):
-    %s3299 = arith.mulf %a3296, %a3297 : f32
-    linalg.yield %s3299 : f32
+  %e3294 = tensor.empty() : tensor<32xf32>
+  %v3299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e3294 : tensor<32xf32>) {
+  ^bb0(%a3295: f32, %o3296: f32):
+    %s3297 = arith.constant 0x3F7FBE77 : f32
+    %s3298 = arith.mulf %a3295, %s3297 : f32
+    linalg.yield %s3298 : f32
   } -> tensor<32xf32>
-  %e3301 = tensor.empty() : tensor<32xf32>
-  %v3306 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3300, %v3288 : tensor<32xf32>, tensor<32xf32>) outs(%e3301 : tensor<32xf32>) {
-  ^bb0(%a3302: f32, %a3303: f32, %o3304: f32):
-    %s3305 = arith.addf %a3302, %a3303 : f32
-    linalg.yield %s3305 : f32
+  %e3300 = tensor.empty() : tensor<32xf32>
+  %v3305 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495 : tensor<32xf32>) outs(%e3300 : tensor<32xf32>) {
+  ^bb0(%a3301: f32, %o3302: f32):
+    %s3303 = arith.constant 0x3A83126F : f32
+    %s3304 = arith.mulf %a3301, %s3303 : f32
+    linalg.yield %s3304 : f32
   } -> tensor<32xf32>
-  %e3307 = tensor.empty() : tensor<32xf32>
-  %v3312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e3307 : tensor<32xf32>) {
-  ^bb0(%a3308: f32, %o3309: f32):
-    %s3310 = arith.constant 0x3F7FBE77 : f32
-    %s3311 = arith.mulf %a3308, %s3310 : f32
-    linalg.yield %s3311 : f32
+  %e3306 = tensor.empty() : tensor<32xf32>
+  %v3311 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3305, %v495 : tensor<32xf32>, tensor<32xf32>) outs(%e3306 : tensor<32xf32>) {
+  ^bb0(%a3307: f32, %a3308: f32, %o3309: f32):
+    %s3310 = arith.mulf %a3307, %a3308 : f32
+    linalg.yield %s3310 : f32
   } -> tensor<32xf32>
-  %e3313 = tensor.empty() : tensor<32xf32>
-  %v3318 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v500 : tensor<32xf32>) outs(%e3313 : tensor<32xf32>) {
-  ^bb0(%a3314: f32, %o3315: f32):
-    %s3316 = arith.constant 0x3A83126F : f32
-    %s3317 = arith.mulf %a3314, %s3316 : f32
-    linalg.yield %s3317 : f32
+  %e3312 = tensor.empty() : tensor<32xf32>
+  %v3317 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3299, %v3311 : tensor<32xf32>, tensor<32xf32>) outs(%e3312 : tensor<32xf32>) {
+  ^bb0(%a3313: f32, %a3314: f32, %o3315: f32):
+    %s3316 = arith.addf %a3313, %a3314 : f32
+    linalg.yield %s3316 : f32
   } -> tensor<32xf32>
-  %e3319 = tensor.empty() : tensor<32xf32>
-  %v3324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3318, %v500 : tensor<32xf32>, tensor<32xf32>) outs(%e3319 : tensor<32xf32>) {
-  ^bb0(%a3320: f32, %a3321: f32, %o3322: f32):
-    %s3323 = arith.mulf %a3320, %a3321 : f32
-    linalg.yield %s3323 : f32
-  } -> tensor<32xf32>
-  %e3325 = tensor.empty() : tensor<32xf32>
-  %v3330 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3312, %v3324 : tensor<32xf32>, tensor<32xf32>) outs(%e3325 : tensor<32xf32>) {
-  ^bb0(%a3326: f32, %a3327: f32, %o3328: f32):
-    %s3329 = arith.addf %a3326, %a3327 : f32
-    linalg.yield %s3329 : f32
-  } -> tensor<32xf32>
-  %e3331 = tensor.empty() : tensor<f32>
-  %v3336 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3254 : tensor<f32>) outs(%e3331 : tensor<f32>) {
-  ^bb0(%a3332: f32, %o3333: f32):
-    %s3334 = arith.constant 0x3F666666 : f32
-    %s3335 = math.powf %s3334, %a3332 : f32
-    linalg.yield %s3335 : f32
+  %e3318 = tensor.empty() : tensor<f32>
+  %v3323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3318 : tensor<f32>) {
+  ^bb0(%a3319: f32, %o3320: f32):
+    %s3321 = arith.constant 0x3F666666 : f32
+    %s3322 = math.powf %s3321, %a3319 : f32
+    linalg.yield %s3322 : f32
   } -> tensor<f32>
-  %e3337 = tensor.empty() : tensor<f32>
-  %v3342 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3336 : tensor<f32>) outs(%e3337 : tensor<f32>) {
-  ^bb0(%a3338: f32, %o3339: f32):
-    %s3340 = arith.constant 0x3F800000 : f32
-    %s3341 = arith.subf %s3340, %a3338 : f32
-    linalg.yield %s3341 : f32
+  %e3324 = tensor.empty() : tensor<f32>
+  %v3329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3323 : tensor<f32>) outs(%e3324 : tensor<f32>) {
+  ^bb0(%a3325: f32, %o3326: f32):
+    %s3327 = arith.constant 0x3F800000 : f32
+    %s3328 = arith.subf %s3327, %a3325 : f32
+    linalg.yield %s3328 : f32
   } -> tensor<f32>
-  %e3343 = tensor.empty() : tensor<f32>
-  %v3348 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3254 : tensor<f32>) outs(%e3343 : tensor<f32>) {
-  ^bb0(%a3344: f32, %o3345: f32):
-    %s3346 = arith.constant 0x3F7FBE77 : f32
-    %s3347 = math.powf %s3346, %a3344 : f32
-    linalg.yield %s3347 : f32
+  %e3330 = tensor.empty() : tensor<f32>
+  %v3335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3330 : tensor<f32>) {
+  ^bb0(%a3331: f32, %o3332: f32):
+    %s3333 = arith.constant 0x3F7FBE77 : f32
+    %s3334 = math.powf %s3333, %a3331 : f32
+    linalg.yield %s3334 : f32
   } -> tensor<f32>
-  %e3349 = tensor.empty() : tensor<f32>
-  %v3354 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3348 : tensor<f32>) outs(%e3349 : tensor<f32>) {
-  ^bb0(%a3350: f32, %o3351: f32):
-    %s3352 = arith.constant 0x3F800000 : f32
-    %s3353 = arith.subf %s3352, %a3350 : f32
-    linalg.yield %s3353 : f32
+  %e3336 = tensor.empty() : tensor<f32>
+  %v3341 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3335 : tensor<f32>) outs(%e3336 : tensor<f32>) {
+  ^bb0(%a3337: f32, %o3338: f32):
+    %s3339 = arith.constant 0x3F800000 : f32
+    %s3340 = arith.subf %s3339, %a3337 : f32
+    linalg.yield %s3340 : f32
   } -> tensor<f32>
-  %e3355 = tensor.empty() : tensor<f32>
-  %v3360 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3342 : tensor<f32>) outs(%e3355 : tensor<f32>) {
-  ^bb0(%a3356: f32, %o3357: f32):
-    %s3358 = arith.constant 0x3F800000 : f32
-    %s3359 = arith.divf %s3358, %a3356 : f32
-    linalg.yield %s3359 : f32
+  %e3342 = tensor.empty() : tensor<f32>
+  %v3347 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3329 : tensor<f32>) outs(%e3342 : tensor<f32>) {
+  ^bb0(%a3343: f32, %o3344: f32):
+    %s3345 = arith.constant 0x3F800000 : f32
+    %s3346 = arith.divf %s3345, %a3343 : f32
+    linalg.yield %s3346 : f32
   } -> tensor<f32>
-  %e3361 = tensor.empty() : tensor<f32>
-  %v3366 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3360 : tensor<f32>) outs(%e3361 : tensor<f32>) {
-  ^bb0(%a3362: f32, %o3363: f32):
-    %s3364 = arith.constant 0x3A83126F : f32
-    %s3365 = arith.mulf %a3362, %s3364 : f32
-    linalg.yield %s3365 : f32
+  %e3348 = tensor.empty() : tensor<f32>
+  %v3353 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3347 : tensor<f32>) outs(%e3348 : tensor<f32>) {
+  ^bb0(%a3349: f32, %o3350: f32):
+    %s3351 = arith.constant 0x3A83126F : f32
+    %s3352 = arith.mulf %a3349, %s3351 : f32
+    linalg.yield %s3352 : f32
   } -> tensor<f32>
-  %e3367 = tensor.empty() : tensor<f32>
-  %v3371 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3366 : tensor<f32>) outs(%e3367 : tensor<f32>) {
-  ^bb0(%a3368: f32, %o3369: f32):
-    %s3370 = arith.negf %a3368 : f32
-    linalg.yield %s3370 : f32
+  %e3354 = tensor.empty() : tensor<f32>
+  %v3358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3353 : tensor<f32>) outs(%e3354 : tensor<f32>) {
+  ^bb0(%a3355: f32, %o3356: f32):
+    %s3357 = arith.negf %a3355 : f32
+    linalg.yield %s3357 : f32
   } -> tensor<f32>
-  %e3372 = tensor.empty() : tensor<f32>
-  %v3376 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3354 : tensor<f32>) outs(%e3372 : tensor<f32>) {
-  ^bb0(%a3373: f32, %o3374: f32):
-    %s3375 = math.sqrt %a3373 : f32
-    linalg.yield %s3375 : f32
+  %e3359 = tensor.empty() : tensor<f32>
+  %v3363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3341 : tensor<f32>) outs(%e3359 : tensor<f32>) {
+  ^bb0(%a3360: f32, %o3361: f32):
+    %s3362 = math.sqrt %a3360 : f32
+    linalg.yield %s3362 : f32
   } -> tensor<f32>
-  %e3377 = tensor.empty() : tensor<32xf32>
-  %v3381 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3330 : tensor<32xf32>) outs(%e3377 : tensor<32xf32>) {
-  ^bb0(%a3378: f32, %o3379: f32):
-    %s3380 = math.sqrt %a3378 : f32
-    linalg.yield %s3380 : f32
+  %e3364 = tensor.empty() : tensor<32xf32>
+  %v3368 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3317 : tensor<32xf32>) outs(%e3364 : tensor<32xf32>) {
+  ^bb0(%a3365: f32, %o3366: f32):
+    %s3367 = math.sqrt %a3365 : f32
+    linalg.yield %s3367 : f32
   } -> tensor<32xf32>
-  %e3382 = tensor.empty() : tensor<f32>
-  %v3387 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3376, %v3371 : tensor<f32>, tensor<f32>) outs(%e3382 : tensor<f32>) {
-  ^bb0(%a3383: f32, %a3384: f32, %o3385: f32):
-    %s3386 = arith.mulf %a3383, %a3384 : f32
-    linalg.yield %s3386 : f32
+  %e3369 = tensor.empty() : tensor<f32>
+  %v3374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3363, %v3358 : tensor<f32>, tensor<f32>) outs(%e3369 : tensor<f32>) {
+  ^bb0(%a3370: f32, %a3371: f32, %o3372: f32):
+    %s3373 = arith.mulf %a3370, %a3371 : f32
+    linalg.yield %s3373 : f32
   } -> tensor<f32>
-  %e3388 = tensor.empty() : tensor<32xf32>
-  %v3393 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3381, %v3387 : tensor<32xf32>, tensor<f32>) outs(%e3388 : tensor<32xf32>) {
-  ^bb0(%a3389: f32, %a3390: f32, %o3391: f32):
-    %s3392 = arith.divf %a3389, %a3390 : f32
-    linalg.yield %s3392 : f32
+  %e3375 = tensor.empty() : tensor<32xf32>
+  %v3380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3368, %v3374 : tensor<32xf32>, tensor<f32>) outs(%e3375 : tensor<32xf32>) {
+  ^bb0(%a3376: f32, %a3377: f32, %o3378: f32):
+    %s3379 = arith.divf %a3376, %a3377 : f32
+    linalg.yield %s3379 : f32
   } -> tensor<32xf32>
-  %e3394 = tensor.empty() : tensor<f32>
-  %v3399 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3371 : tensor<f32>) outs(%e3394 : tensor<f32>) {
-  ^bb0(%a3395: f32, %o3396: f32):
-    %s3397 = arith.constant 0x3F800000 : f32
-    %s3398 = arith.divf %s3397, %a3395 : f32
-    linalg.yield %s3398 : f32
+  %e3381 = tensor.empty() : tensor<f32>
+  %v3386 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3358 : tensor<f32>) outs(%e3381 : tensor<f32>) {
+  ^bb0(%a3382: f32, %o3383: f32):
+    %s3384 = arith.constant 0x3F800000 : f32
+    %s3385 = arith.divf %s3384, %a3382 : f32
+    linalg.yield %s3385 : f32
   } -> tensor<f32>
-  %e3400 = tensor.empty() : tensor<f32>
-  %v3405 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3399 : tensor<f32>) outs(%e3400 : tensor<f32>) {
-  ^bb0(%a3401: f32, %o3402: f32):
-    %s3403 = arith.constant 0x322BCC77 : f32
-    %s3404 = arith.mulf %a3401, %s3403 : f32
-    linalg.yield %s3404 : f32
+  %e3387 = tensor.empty() : tensor<f32>
+  %v3392 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3386 : tensor<f32>) outs(%e3387 : tensor<f32>) {
+  ^bb0(%a3388: f32, %o3389: f32):
+    %s3390 = arith.constant 0x322BCC77 : f32
+    %s3391 = arith.mulf %a3388, %s3390 : f32
+    linalg.yield %s3391 : f32
   } -> tensor<f32>
-  %e3406 = tensor.empty() : tensor<32xf32>
-  %v3411 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3393, %v3405 : tensor<32xf32>, tensor<f32>) outs(%e3406 : tensor<32xf32>) {
-  ^bb0(%a3407: f32, %a3408: f32, %o3409: f32):
-    %s3410 = arith.addf %a3407, %a3408 : f32
-    linalg.yield %s3410 : f32
+  %e3393 = tensor.empty() : tensor<32xf32>
+  %v3398 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3380, %v3392 : tensor<32xf32>, tensor<f32>) outs(%e3393 : tensor<32xf32>) {
+  ^bb0(%a3394: f32, %a3395: f32, %o3396: f32):
+    %s3397 = arith.addf %a3394, %a3395 : f32
+    linalg.yield %s3397 : f32
   } -> tensor<32xf32>
-  %e3412 = tensor.empty() : tensor<32xf32>
-  %v3417 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3306 : tensor<32xf32>) outs(%e3412 : tensor<32xf32>) {
-  ^bb0(%a3413: f32, %o3414: f32):
-    %s3415 = arith.constant 0x3F800000 : f32
-    %s3416 = arith.mulf %a3413, %s3415 : f32
-    linalg.yield %s3416 : f32
+  %e3399 = tensor.empty() : tensor<32xf32>
+  %v3404 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3293 : tensor<32xf32>) outs(%e3399 : tensor<32xf32>) {
+  ^bb0(%a3400: f32, %o3401: f32):
+    %s3402 = arith.constant 0x3F800000 : f32
+    %s3403 = arith.mulf %a3400, %s3402 : f32
+    linalg.yield %s3403 : f32
   } -> tensor<32xf32>
-  %e3418 = tensor.empty() : tensor<32xf32>
-  %v3423 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3417, %v3411 : tensor<32xf32>, tensor<32xf32>) outs(%e3418 : tensor<32xf32>) {
-  ^bb0(%a3419: f32, %a3420: f32, %o3421: f32):
-    %s3422 = arith.divf %a3419, %a3420 : f32
-    linalg.yield %s3422 : f32
+  %e3405 = tensor.empty() : tensor<32xf32>
+  %v3410 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3404, %v3398 : tensor<32xf32>, tensor<32xf32>) outs(%e3405 : tensor<32xf32>) {
+  ^bb0(%a3406: f32, %a3407: f32, %o3408: f32):
+    %s3409 = arith.divf %a3406, %a3407 : f32
+    linalg.yield %s3409 : f32
   } -> tensor<32xf32>
-  %e3424 = tensor.empty() : tensor<32xf32>
-  %v3429 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v3423 : tensor<32xf32>, tensor<32xf32>) outs(%e3424 : tensor<32xf32>) {
-  ^bb0(%a3425: f32, %a3426: f32, %o3427: f32):
-    %s3428 = arith.addf %a3425, %a3426 : f32
-    linalg.yield %s3428 : f32
+  %e3411 = tensor.empty() : tensor<32xf32>
+  %v3416 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v3410 : tensor<32xf32>, tensor<32xf32>) outs(%e3411 : tensor<32xf32>) {
+  ^bb0(%a3412: f32, %a3413: f32, %o3414: f32):
+    %s3415 = arith.addf %a3412, %a3413 : f32
+    linalg.yield %s3415 : f32
   } -> tensor<32xf32>
-  %e3430 = tensor.empty() : tensor<f32>
-  %v3435 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e3430 : tensor<f32>) {
-  ^bb0(%a3431: f32, %o3432: f32):
-    %s3433 = arith.constant 0x3F800000 : f32
-    %s3434 = arith.addf %a3431, %s3433 : f32
-    linalg.yield %s3434 : f32
+  %e3417 = tensor.empty() : tensor<f32>
+  %v3422 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e3417 : tensor<f32>) {
+  ^bb0(%a3418: f32, %o3419: f32):
+    %s3420 = arith.constant 0x3F800000 : f32
+    %s3421 = arith.addf %a3418, %s3420 : f32
+    linalg.yield %s3421 : f32
   } -> tensor<f32>
-  %e3436 = tensor.empty() : tensor<f32>
-  %c3437 = arith.constant 0x3DCCCCCD : f32
-  %v3438 = linalg.fill ins(%c3437 : f32) outs(%e3436 : tensor<f32>) -> tensor<f32>
-  %e3439 = tensor.empty() : tensor<f32>
-  %v3443 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3438 : tensor<f32>) outs(%e3439 : tensor<f32>) {
-  ^bb0(%a3440: f32, %o3441: f32):
-    %s3442 = math.absf %a3440 : f32
-    linalg.yield %s3442 : f32
+  %e3423 = tensor.empty() : tensor<f32>
+  %c3424 = arith.constant 0x3DCCCCCD : f32
+  %v3425 = linalg.fill ins(%c3424 : f32) outs(%e3423 : tensor<f32>) -> tensor<f32>
+  %e3426 = tensor.empty() : tensor<f32>
+  %v3430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3426 : tensor<f32>) {
+  ^bb0(%a3427: f32, %o3428: f32):
+    %s3429 = math.absf %a3427 : f32
+    linalg.yield %s3429 : f32
   } -> tensor<f32>
-  %e3444 = tensor.empty() : tensor<i1>
-  %v3449 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3443 : tensor<f32>) outs(%e3444 : tensor<i1>) {
-  ^bb0(%a3445: f32, %o3446: i1):
-    %s3447 = arith.constant 0x3F000000 : f32
-    %s3448 = arith.cmpf oge, %a3445, %s3447 : f32
-    linalg.yield %s3448 : i1
+  %e3431 = tensor.empty() : tensor<i1>
+  %v3436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3430 : tensor<f32>) outs(%e3431 : tensor<i1>) {
+  ^bb0(%a3432: f32, %o3433: i1):
+    %s3434 = arith.constant 0x3F000000 : f32
+    %s3435 = arith.cmpf oge, %a3432, %s3434 : f32
+    linalg.yield %s3435 : i1
   } -> tensor<i1>
-  %e3450 = tensor.empty() : tensor<f32>
-  %v3455 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3438 : tensor<f32>) outs(%e3450 : tensor<f32>) {
-  ^bb0(%a3451: f32, %o3452: f32):
-    %s3453 = arith.constant 0x3F800000 : f32
-    %s3454 = arith.subf %a3451, %s3453 : f32
-    linalg.yield %s3454 : f32
+  %e3437 = tensor.empty() : tensor<f32>
+  %v3442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3437 : tensor<f32>) {
+  ^bb0(%a3438: f32, %o3439: f32):
+    %s3440 = arith.constant 0x3F800000 : f32
+    %s3441 = arith.subf %a3438, %s3440 : f32
+    linalg.yield %s3441 : f32
   } -> tensor<f32>
-  %e3456 = tensor.empty() : tensor<f32>
-  %v3462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3449, %v3455, %v3438 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3456 : tensor<f32>) {
-  ^bb0(%a3457: i1, %a3458: f32, %a3459: f32, %o3460: f32):
-    %s3461 = arith.select %a3457, %a3458, %a3459 : f32
+  %e3443 = tensor.empty() : tensor<f32>
+  %v3449 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3436, %v3442, %v3425 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3443 : tensor<f32>) {
+  ^bb0(%a3444: i1, %a3445: f32, %a3446: f32, %o3447: f32):
+    %s3448 = arith.select %a3444, %a3445, %a3446 : f32
+    linalg.yield %s3448 : f32
+  } -> tensor<f32>
+  %e3450 = tensor.empty() : tensor<16x32xf32>
+  %v3456 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3436, %v408, %arg30 : tensor<i1>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3450 : tensor<16x32xf32>) {
+  ^bb0(%a3451: i1, %a3452: f32, %a3453: f32, %o3454: f32):
+    %s3455 = arith.select %a3451, %a3452, %a3453 : f32
+    linalg.yield %s3455 : f32
+  } -> tensor<16x32xf32>
+  %e3457 = tensor.empty() : tensor<16x32xf32>
+  %v3462 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408, %arg30 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3457 : tensor<16x32xf32>) {
+  ^bb0(%a3458: f32, %a3459: f32, %o3460: f32):
+    %s3461 = arith.subf %a3458, %a3459 : f32
     linalg.yield %s3461 : f32
-  } -> tensor<f32>
+  } -> tensor<16x32xf32>
   %e3463 = tensor.empty() : tensor<16x32xf32>
-  %v3469 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3449, %v411, %arg30 : tensor<i1>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3463 : tensor<16x32xf32>) {
-  ^bb0(%a3464: i1, %a3465: f32, %a3466: f32, %o3467: f32):
-    %s3468 = arith.select %a3464, %a3465, %a3466 : f32
-    linalg.yield %s3468 : f32
+  %v3468 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3449, %v3462 : tensor<f32>, tensor<16x32xf32>) outs(%e3463 : tensor<16x32xf32>) {
+  ^bb0(%a3464: f32, %a3465: f32, %o3466: f32):
+    %s3467 = arith.mulf %a3464, %a3465 : f32
+    linalg.yield %s3467 : f32
   } -> tensor<16x32xf32>
-  %e3470 = tensor.empty() : tensor<16x32xf32>
-  %v3475 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v411, %arg30 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3470 : tensor<16x32xf32>) {
-  ^bb0(%a3471: f32, %a3472: f32, %o3473: f32):
-    %s3474 = arith.subf %a3471, %a3472 : f32
-    linalg.yield %s3474 : f32
+  %e3469 = tensor.empty() : tensor<16x32xf32>
+  %v3474 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3468, %v3456 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3469 : tensor<16x32xf32>) {
+  ^bb0(%a3470: f32, %a3471: f32, %o3472: f32):
+    %s3473 = arith.addf %a3470, %a3471 : f32
+    linalg.yield %s3473 : f32
   } -> tensor<16x32xf32>
-  %e3476 = tensor.empty() : tensor<16x32xf32>
-  %v3481 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3462, %v3475 : tensor<f32>, tensor<16x32xf32>) outs(%e3476 : tensor<16x32xf32>) {
-  ^bb0(%a3477: f32, %a3478: f32, %o3479: f32):
-    %s3480 = arith.mulf %a3477, %a3478 : f32
-    linalg.yield %s3480 : f32
+  %e3475 = tensor.empty() : tensor<16x32xf32>
+  %v3480 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e3475 : tensor<16x32xf32>) {
+  ^bb0(%a3476: f32, %o3477: f32):
+    %s3478 = arith.constant 0x3F7FBE77 : f32
+    %s3479 = arith.mulf %a3476, %s3478 : f32
+    linalg.yield %s3479 : f32
   } -> tensor<16x32xf32>
-  %e3482 = tensor.empty() : tensor<16x32xf32>
-  %v3487 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3481, %v3469 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3482 : tensor<16x32xf32>) {
-  ^bb0(%a3483: f32, %a3484: f32, %o3485: f32):
-    %s3486 = arith.addf %a3483, %a3484 : f32
-    linalg.yield %s3486 : f32
+  %e3481 = tensor.empty() : tensor<16x32xf32>
+  %v3486 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408 : tensor<16x32xf32>) outs(%e3481 : tensor<16x32xf32>) {
+  ^bb0(%a3482: f32, %o3483: f32):
+    %s3484 = arith.constant 0x3A83126F : f32
+    %s3485 = arith.mulf %a3482, %s3484 : f32
+    linalg.yield %s3485 : f32
   } -> tensor<16x32xf32>
-  %e3488 = tensor.empty() : tensor<16x32xf32>
-  %v3493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e3488 : tensor<16x32xf32>) {
-  ^bb0(%a3489: f32, %o3490: f32):
-    %s3491 = arith.constant 0x3F7FBE77 : f32
-    %s3492 = arith.mulf %a3489, %s3491 : f32
-    linalg.yield %s3492 : f32
+  %e3487 = tensor.empty() : tensor<16x32xf32>
+  %v3492 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3486, %v408 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3487 : tensor<16x32xf32>) {
+  ^bb0(%a3488: f32, %a3489: f32, %o3490: f32):
+    %s3491 = arith.mulf %a3488, %a3489 : f32
+    linalg.yield %s3491 : f32
   } -> tensor<16x32xf32>
-  %e3494 = tensor.empty() : tensor<16x32xf32>
-  %v3499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v411 : tensor<16x32xf32>) outs(%e3494 : tensor<16x32xf32>) {
-  ^bb0(%a3495: f32, %o3496: f32):
-    %s3497 = arith.constant 0x3A83126F : f32
-    %s3498 = arith.mulf %a3495, %s3497 : f32
-    linalg.yield %s3498 : f32
+  %e3493 = tensor.empty() : tensor<16x32xf32>
+  %v3498 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3480, %v3492 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3493 : tensor<16x32xf32>) {
+  ^bb0(%a3494: f32, %a3495: f32, %o3496: f32):
+    %s3497 = arith.addf %a3494, %a3495 : f32
+    linalg.yield %s3497 : f32
   } -> tensor<16x32xf32>
-  %e3500 = tensor.empty() : tensor<16x32xf32>
-  %v3505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3499, %v411 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3500 : tensor<16x32xf32>) {
-  ^bb0(%a3501: f32, %a3502: f32, %o3503: f32):
-    %s3504 = arith.mulf %a3501, %a3502 : f32
-    linalg.yield %s3504 : f32
-  } -> tensor<16x32xf32>
-  %e3506 = tensor.empty() : tensor<16x32xf32>
-  %v3511 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3493, %v3505 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3506 : tensor<16x32xf32>) {
-  ^bb0(%a3507: f32, %a3508: f32, %o3509: f32):
-    %s3510 = arith.addf %a3507, %a3508 : f32
-    linalg.yield %s3510 : f32
-  } -> tensor<16x32xf32>
-  %e3512 = tensor.empty() : tensor<f32>
-  %v3517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3435 : tensor<f32>) outs(%e3512 : tensor<f32>) {
-  ^bb0(%a3513: f32, %o3514: f32):
-    %s3515 = arith.constant 0x3F666666 : f32
-    %s3516 = math.powf %s3515, %a3513 : f32
-    linalg.yield %s3516 : f32
+  %e3499 = tensor.empty() : tensor<f32>
+  %v3504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3499 : tensor<f32>) {
+  ^bb0(%a3500: f32, %o3501: f32):
+    %s3502 = arith.constant 0x3F666666 : f32
+    %s3503 = math.powf %s3502, %a3500 : f32
+    linalg.yield %s3503 : f32
   } -> tensor<f32>
-  %e3518 = tensor.empty() : tensor<f32>
-  %v3523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3517 : tensor<f32>) outs(%e3518 : tensor<f32>) {
-  ^bb0(%a3519: f32, %o3520: f32):
-    %s3521 = arith.constant 0x3F800000 : f32
-    %s3522 = arith.subf %s3521, %a3519 : f32
-    linalg.yield %s3522 : f32
+  %e3505 = tensor.empty() : tensor<f32>
+  %v3510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3504 : tensor<f32>) outs(%e3505 : tensor<f32>) {
+  ^bb0(%a3506: f32, %o3507: f32):
+    %s3508 = arith.constant 0x3F800000 : f32
+    %s3509 = arith.subf %s3508, %a3506 : f32
+    linalg.yield %s3509 : f32
   } -> tensor<f32>
-  %e3524 = tensor.empty() : tensor<f32>
-  %v3529 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3435 : tensor<f32>) outs(%e3524 : tensor<f32>) {
-  ^bb0(%a3525: f32, %o3526: f32):
-    %s3527 = arith.constant 0x3F7FBE77 : f32
-    %s3528 = math.powf %s3527, %a3525 : f32
-    linalg.yield %s3528 : f32
+  %e3511 = tensor.empty() : tensor<f32>
+  %v3516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3511 : tensor<f32>) {
+  ^bb0(%a3512: f32, %o3513: f32):
+    %s3514 = arith.constant 0x3F7FBE77 : f32
+    %s3515 = math.powf %s3514, %a3512 : f32
+    linalg.yield %s3515 : f32
   } -> tensor<f32>
-  %e3530 = tensor.empty() : tensor<f32>
-  %v3535 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3529 : tensor<f32>) outs(%e3530 : tensor<f32>) {
-  ^bb0(%a3531: f32, %o3532: f32):
-    %s3533 = arith.constant 0x3F800000 : f32
-    %s3534 = arith.subf %s3533, %a3531 : f32
-    linalg.yield %s3534 : f32
+  %e3517 = tensor.empty() : tensor<f32>
+  %v3522 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3516 : tensor<f32>) outs(%e3517 : tensor<f32>) {
+  ^bb0(%a3518: f32, %o3519: f32):
+    %s3520 = arith.constant 0x3F800000 : f32
+    %s3521 = arith.subf %s3520, %a3518 : f32
+    linalg.yield %s3521 : f32
   } -> tensor<f32>
-  %e3536 = tensor.empty() : tensor<f32>
-  %v3541 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3523 : tensor<f32>) outs(%e3536 : tensor<f32>) {
-  ^bb0(%a3537: f32, %o3538: f32):
-    %s3539 = arith.constant 0x3F800000 : f32
-    %s3540 = arith.divf %s3539, %a3537 : f32
-    linalg.yield %s3540 : f32
+  %e3523 = tensor.empty() : tensor<f32>
+  %v3528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3510 : tensor<f32>) outs(%e3523 : tensor<f32>) {
+  ^bb0(%a3524: f32, %o3525: f32):
+    %s3526 = arith.constant 0x3F800000 : f32
+    %s3527 = arith.divf %s3526, %a3524 : f32
+    linalg.yield %s3527 : f32
   } -> tensor<f32>
-  %e3542 = tensor.empty() : tensor<f32>
-  %v3547 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3541 : tensor<f32>) outs(%e3542 : tensor<f32>) {
-  ^bb0(%a3543: f32, %o3544: f32):
-    %s3545 = arith.constant 0x3A83126F : f32
-    %s3546 = arith.mulf %a3543, %s3545 : f32
-    linalg.yield %s3546 : f32
+  %e3529 = tensor.empty() : tensor<f32>
+  %v3534 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3528 : tensor<f32>) outs(%e3529 : tensor<f32>) {
+  ^bb0(%a3530: f32, %o3531: f32):
+    %s3532 = arith.constant 0x3A83126F : f32
+    %s3533 = arith.mulf %a3530, %s3532 : f32
+    linalg.yield %s3533 : f32
   } -> tensor<f32>
-  %e3548 = tensor.empty() : tensor<f32>
-  %v3552 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3547 : tensor<f32>) outs(%e3548 : tensor<f32>) {
-  ^bb0(%a3549: f32, %o3550: f32):
-    %s3551 = arith.negf %a3549 : f32
-    linalg.yield %s3551 : f32
+  %e3535 = tensor.empty() : tensor<f32>
+  %v3539 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3534 : tensor<f32>) outs(%e3535 : tensor<f32>) {
+  ^bb0(%a3536: f32, %o3537: f32):
+    %s3538 = arith.negf %a3536 : f32
+    linalg.yield %s3538 : f32
   } -> tensor<f32>
-  %e3553 = tensor.empty() : tensor<f32>
-  %v3557 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3535 : tensor<f32>) outs(%e3553 : tensor<f32>) {
-  ^bb0(%a3554: f32, %o3555: f32):
-    %s3556 = math.sqrt %a3554 : f32
-    linalg.yield %s3556 : f32
+  %e3540 = tensor.empty() : tensor<f32>
+  %v3544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3522 : tensor<f32>) outs(%e3540 : tensor<f32>) {
+  ^bb0(%a3541: f32, %o3542: f32):
+    %s3543 = math.sqrt %a3541 : f32
+    linalg.yield %s3543 : f32
   } -> tensor<f32>
-  %e3558 = tensor.empty() : tensor<16x32xf32>
-  %v3562 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3511 : tensor<16x32xf32>) outs(%e3558 : tensor<16x32xf32>) {
-  ^bb0(%a3559: f32, %o3560: f32):
-    %s3561 = math.sqrt %a3559 : f32
-    linalg.yield %s3561 : f32
+  %e3545 = tensor.empty() : tensor<16x32xf32>
+  %v3549 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3498 : tensor<16x32xf32>) outs(%e3545 : tensor<16x32xf32>) {
+  ^bb0(%a3546: f32, %o3547: f32):
+    %s3548 = math.sqrt %a3546 : f32
+    linalg.yield %s3548 : f32
   } -> tensor<16x32xf32>
-  %e3563 = tensor.empty() : tensor<f32>
-  %v3568 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3557, %v3552 : tensor<f32>, tensor<f32>) outs(%e3563 : tensor<f32>) {
-  ^bb0(%a3564: f32, %a3565: f32, %o3566: f32):
-    %s3567 = arith.mulf %a3564, %a3565 : f32
-    linalg.yield %s3567 : f32
+  %e3550 = tensor.empty() : tensor<f32>
+  %v3555 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3544, %v3539 : tensor<f32>, tensor<f32>) outs(%e3550 : tensor<f32>) {
+  ^bb0(%a3551: f32, %a3552: f32, %o3553: f32):
+    %s3554 = arith.mulf %a3551, %a3552 : f32
+    linalg.yield %s3554 : f32
   } -> tensor<f32>
-  %e3569 = tensor.empty() : tensor<16x32xf32>
-  %v3574 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3562, %v3568 : tensor<16x32xf32>, tensor<f32>) outs(%e3569 : tensor<16x32xf32>) {
-  ^bb0(%a3570: f32, %a3571: f32, %o3572: f32):
-    %s3573 = arith.divf %a3570, %a3571 : f32
-    linalg.yield %s3573 : f32
+  %e3556 = tensor.empty() : tensor<16x32xf32>
+  %v3561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3549, %v3555 : tensor<16x32xf32>, tensor<f32>) outs(%e3556 : tensor<16x32xf32>) {
+  ^bb0(%a3557: f32, %a3558: f32, %o3559: f32):
+    %s3560 = arith.divf %a3557, %a3558 : f32
+    linalg.yield %s3560 : f32
   } -> tensor<16x32xf32>
-  %e3575 = tensor.empty() : tensor<f32>
-  %v3580 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3552 : tensor<f32>) outs(%e3575 : tensor<f32>) {
-  ^bb0(%a3576: f32, %o3577: f32):
-    %s3578 = arith.constant 0x3F800000 : f32
-    %s3579 = arith.divf %s3578, %a3576 : f32
-    linalg.yield %s3579 : f32
+  %e3562 = tensor.empty() : tensor<f32>
+  %v3567 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3539 : tensor<f32>) outs(%e3562 : tensor<f32>) {
+  ^bb0(%a3563: f32, %o3564: f32):
+    %s3565 = arith.constant 0x3F800000 : f32
+    %s3566 = arith.divf %s3565, %a3563 : f32
+    linalg.yield %s3566 : f32
   } -> tensor<f32>
-  %e3581 = tensor.empty() : tensor<f32>
-  %v3586 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3580 : tensor<f32>) outs(%e3581 : tensor<f32>) {
-  ^bb0(%a3582: f32, %o3583: f32):
-    %s3584 = arith.constant 0x322BCC77 : f32
-    %s3585 = arith.mulf %a3582, %s3584 : f32
-    linalg.yield %s3585 : f32
+  %e3568 = tensor.empty() : tensor<f32>
+  %v3573 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3567 : tensor<f32>) outs(%e3568 : tensor<f32>) {
+  ^bb0(%a3569: f32, %o3570: f32):
+    %s3571 = arith.constant 0x322BCC77 : f32
+    %s3572 = arith.mulf %a3569, %s3571 : f32
+    linalg.yield %s3572 : f32
   } -> tensor<f32>
-  %e3587 = tensor.empty() : tensor<16x32xf32>
-  %v3592 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3574, %v3586 : tensor<16x32xf32>, tensor<f32>) outs(%e3587 : tensor<16x32xf32>) {
-  ^bb0(%a3588: f32, %a3589: f32, %o3590: f32):
-    %s3591 = arith.addf %a3588, %a3589 : f32
-    linalg.yield %s3591 : f32
+  %e3574 = tensor.empty() : tensor<16x32xf32>
+  %v3579 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3561, %v3573 : tensor<16x32xf32>, tensor<f32>) outs(%e3574 : tensor<16x32xf32>) {
+  ^bb0(%a3575: f32, %a3576: f32, %o3577: f32):
+    %s3578 = arith.addf %a3575, %a3576 : f32
+    linalg.yield %s3578 : f32
   } -> tensor<16x32xf32>
-  %e3593 = tensor.empty() : tensor<16x32xf32>
-  %v3598 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3487 : tensor<16x32xf32>) outs(%e3593 : tensor<16x32xf32>) {
-  ^bb0(%a3594: f32, %o3595: f32):
-    %s3596 = arith.constant 0x3F800000 : f32
-    %s3597 = arith.mulf %a3594, %s3596 : f32
-    linalg.yield %s3597 : f32
+  %e3580 = tensor.empty() : tensor<16x32xf32>
+  %v3585 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3474 : tensor<16x32xf32>) outs(%e3580 : tensor<16x32xf32>) {
+  ^bb0(%a3581: f32, %o3582: f32):
+    %s3583 = arith.constant 0x3F800000 : f32
+    %s3584 = arith.mulf %a3581, %s3583 : f32
+    linalg.yield %s3584 : f32
   } -> tensor<16x32xf32>
-  %e3599 = tensor.empty() : tensor<16x32xf32>
-  %v3604 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3598, %v3592 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3599 : tensor<16x32xf32>) {
-  ^bb0(%a3600: f32, %a3601: f32, %o3602: f32):
-    %s3603 = arith.divf %a3600, %a3601 : f32
-    linalg.yield %s3603 : f32
+  %e3586 = tensor.empty() : tensor<16x32xf32>
+  %v3591 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3585, %v3579 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3586 : tensor<16x32xf32>) {
+  ^bb0(%a3587: f32, %a3588: f32, %o3589: f32):
+    %s3590 = arith.divf %a3587, %a3588 : f32
+    linalg.yield %s3590 : f32
   } -> tensor<16x32xf32>
-  %e3605 = tensor.empty() : tensor<16x32xf32>
-  %v3610 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v3604 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3605 : tensor<16x32xf32>) {
-  ^bb0(%a3606: f32, %a3607: f32, %o3608: f32):
-    %s3609 = arith.addf %a3606, %a3607 : f32
-    linalg.yield %s3609 : f32
+  %e3592 = tensor.empty() : tensor<16x32xf32>
+  %v3597 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v3591 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3592 : tensor<16x32xf32>) {
+  ^bb0(%a3593: f32, %a3594: f32, %o3595: f32):
+    %s3596 = arith.addf %a3593, %a3594 : f32
+    linalg.yield %s3596 : f32
   } -> tensor<16x32xf32>
-  %e3611 = tensor.empty() : tensor<f32>
-  %v3616 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e3611 : tensor<f32>) {
-  ^bb0(%a3612: f32, %o3613: f32):
-    %s3614 = arith.constant 0x3F800000 : f32
-    %s3615 = arith.addf %a3612, %s3614 : f32
-    linalg.yield %s3615 : f32
+  %e3598 = tensor.empty() : tensor<f32>
+  %v3603 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e3598 : tensor<f32>) {
+  ^bb0(%a3599: f32, %o3600: f32):
+    %s3601 = arith.constant 0x3F800000 : f32
+    %s3602 = arith.addf %a3599, %s3601 : f32
+    linalg.yield %s3602 : f32
   } -> tensor<f32>
-  %e3617 = tensor.empty() : tensor<f32>
-  %c3618 = arith.constant 0x3DCCCCCD : f32
-  %v3619 = linalg.fill ins(%c3618 : f32) outs(%e3617 : tensor<f32>) -> tensor<f32>
-  %e3620 = tensor.empty() : tensor<f32>
-  %v3624 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3619 : tensor<f32>) outs(%e3620 : tensor<f32>) {
-  ^bb0(%a3621: f32, %o3622: f32):
-    %s3623 = math.absf %a3621 : f32
-    linalg.yield %s3623 : f32
+  %e3604 = tensor.empty() : tensor<f32>
+  %c3605 = arith.constant 0x3DCCCCCD : f32
+  %v3606 = linalg.fill ins(%c3605 : f32) outs(%e3604 : tensor<f32>) -> tensor<f32>
+  %e3607 = tensor.empty() : tensor<f32>
+  %v3611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3607 : tensor<f32>) {
+  ^bb0(%a3608: f32, %o3609: f32):
+    %s3610 = math.absf %a3608 : f32
+    linalg.yield %s3610 : f32
   } -> tensor<f32>
-  %e3625 = tensor.empty() : tensor<i1>
-  %v3630 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3624 : tensor<f32>) outs(%e3625 : tensor<i1>) {
-  ^bb0(%a3626: f32, %o3627: i1):
-    %s3628 = arith.constant 0x3F000000 : f32
-    %s3629 = arith.cmpf oge, %a3626, %s3628 : f32
-    linalg.yield %s3629 : i1
+  %e3612 = tensor.empty() : tensor<i1>
+  %v3617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3611 : tensor<f32>) outs(%e3612 : tensor<i1>) {
+  ^bb0(%a3613: f32, %o3614: i1):
+    %s3615 = arith.constant 0x3F000000 : f32
+    %s3616 = arith.cmpf oge, %a3613, %s3615 : f32
+    linalg.yield %s3616 : i1
   } -> tensor<i1>
-  %e3631 = tensor.empty() : tensor<f32>
-  %v3636 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3619 : tensor<f32>) outs(%e3631 : tensor<f32>) {
-  ^bb0(%a3632: f32, %o3633: f32):
-    %s3634 = arith.constant 0x3F800000 : f32
-    %s3635 = arith.subf %a3632, %s3634 : f32
-    linalg.yield %s3635 : f32
+  %e3618 = tensor.empty() : tensor<f32>
+  %v3623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3618 : tensor<f32>) {
+  ^bb0(%a3619: f32, %o3620: f32):
+    %s3621 = arith.constant 0x3F800000 : f32
+    %s3622 = arith.subf %a3619, %s3621 : f32
+    linalg.yield %s3622 : f32
   } -> tensor<f32>
-  %e3637 = tensor.empty() : tensor<f32>
-  %v3643 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3630, %v3636, %v3619 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3637 : tensor<f32>) {
-  ^bb0(%a3638: i1, %a3639: f32, %a3640: f32, %o3641: f32):
-    %s3642 = arith.select %a3638, %a3639, %a3640 : f32
+  %e3624 = tensor.empty() : tensor<f32>
+  %v3630 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3617, %v3623, %v3606 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3624 : tensor<f32>) {
+  ^bb0(%a3625: i1, %a3626: f32, %a3627: f32, %o3628: f32):
+    %s3629 = arith.select %a3625, %a3626, %a3627 : f32
+    linalg.yield %s3629 : f32
+  } -> tensor<f32>
+  %e3631 = tensor.empty() : tensor<16xf32>
+  %v3637 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3617, %v405, %arg31 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e3631 : tensor<16xf32>) {
+  ^bb0(%a3632: i1, %a3633: f32, %a3634: f32, %o3635: f32):
+    %s3636 = arith.select %a3632, %a3633, %a3634 : f32
+    linalg.yield %s3636 : f32
+  } -> tensor<16xf32>
+  %e3638 = tensor.empty() : tensor<16xf32>
+  %v3643 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405, %arg31 : tensor<16xf32>, tensor<16xf32>) outs(%e3638 : tensor<16xf32>) {
+  ^bb0(%a3639: f32, %a3640: f32, %o3641: f32):
+    %s3642 = arith.subf %a3639, %a3640 : f32
     linalg.yield %s3642 : f32
-  } -> tensor<f32>
+  } -> tensor<16xf32>
   %e3644 = tensor.empty() : tensor<16xf32>
-  %v3650 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3630, %v409, %arg31 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e3644 : tensor<16xf32>) {
-  ^bb0(%a3645: i1, %a3646: f32, %a3647: f32, %o3648: f32):
-    %s3649 = arith.select %a3645, %a3646, %a3647 : f32
-    linalg.yield %s3649 : f32
+  %v3649 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3630, %v3643 : tensor<f32>, tensor<16xf32>) outs(%e3644 : tensor<16xf32>) {
+  ^bb0(%a3645: f32, %a3646: f32, %o3647: f32):
+    %s3648 = arith.mulf %a3645, %a3646 : f32
+    linalg.yield %s3648 : f32
   } -> tensor<16xf32>
-  %e3651 = tensor.empty() : tensor<16xf32>
-  %v3656 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v409, %arg31 : tensor<16xf32>, tensor<16xf32>) outs(%e3651 : tensor<16xf32>) {
-  ^bb0(%a3652: f32, %a3653: f32, %o3654: f32):
-    %s3655 = arith.subf %a3652, %a3653 : f32
-    linalg.yield %s3655 : f32
+  %e3650 = tensor.empty() : tensor<16xf32>
+  %v3655 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3649, %v3637 : tensor<16xf32>, tensor<16xf32>) outs(%e3650 : tensor<16xf32>) {
+  ^bb0(%a3651: f32, %a3652: f32, %o3653: f32):
+    %s3654 = arith.addf %a3651, %a3652 : f32
+    linalg.yield %s3654 : f32
   } -> tensor<16xf32>
-  %e3657 = tensor.empty() : tensor<16xf32>
-  %v3662 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3643, %v3656 : tensor<f32>, tensor<16xf32>) outs(%e3657 : tensor<16xf32>) {
-  ^bb0(%a3658: f32, %a3659: f32, %o3660: f32):
-    %s3661 = arith.mulf %a3658, %a3659 : f32
-    linalg.yield %s3661 : f32
+  %e3656 = tensor.empty() : tensor<16xf32>
+  %v3661 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e3656 : tensor<16xf32>) {
+  ^bb0(%a3657: f32, %o3658: f32):
+    %s3659 = arith.constant 0x3F7FBE77 : f32
+    %s3660 = arith.mulf %a3657, %s3659 : f32
+    linalg.yield %s3660 : f32
   } -> tensor<16xf32>
-  %e3663 = tensor.empty() : tensor<16xf32>
-  %v3668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3662, %v3650 : tensor<16xf32>, tensor<16xf32>) outs(%e3663 : tensor<16xf32>) {
-  ^bb0(%a3664: f32, %a3665: f32, %o3666: f32):
-    %s3667 = arith.addf %a3664, %a3665 : f32
-    linalg.yield %s3667 : f32
+  %e3662 = tensor.empty() : tensor<16xf32>
+  %v3667 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405 : tensor<16xf32>) outs(%e3662 : tensor<16xf32>) {
+  ^bb0(%a3663: f32, %o3664: f32):
+    %s3665 = arith.constant 0x3A83126F : f32
+    %s3666 = arith.mulf %a3663, %s3665 : f32
+    linalg.yield %s3666 : f32
   } -> tensor<16xf32>
-  %e3669 = tensor.empty() : tensor<16xf32>
-  %v3674 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e3669 : tensor<16xf32>) {
-  ^bb0(%a3670: f32, %o3671: f32):
-    %s3672 = arith.constant 0x3F7FBE77 : f32
-    %s3673 = arith.mulf %a3670, %s3672 : f32
-    linalg.yield %s3673 : f32
+  %e3668 = tensor.empty() : tensor<16xf32>
+  %v3673 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3667, %v405 : tensor<16xf32>, tensor<16xf32>) outs(%e3668 : tensor<16xf32>) {
+  ^bb0(%a3669: f32, %a3670: f32, %o3671: f32):
+    %s3672 = arith.mulf %a3669, %a3670 : f32
+    linalg.yield %s3672 : f32
   } -> tensor<16xf32>
-  %e3675 = tensor.empty() : tensor<16xf32>
-  %v3680 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v409 : tensor<16xf32>) outs(%e3675 : tensor<16xf32>) {
-  ^bb0(%a3676: f32, %o3677: f32):
-    %s3678 = arith.constant 0x3A83126F : f32
-    %s3679 = arith.mulf %a3676, %s3678 : f32
-    linalg.yield %s3679 : f32
+  %e3674 = tensor.empty() : tensor<16xf32>
+  %v3679 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3661, %v3673 : tensor<16xf32>, tensor<16xf32>) outs(%e3674 : tensor<16xf32>) {
+  ^bb0(%a3675: f32, %a3676: f32, %o3677: f32):
+    %s3678 = arith.addf %a3675, %a3676 : f32
+    linalg.yield %s3678 : f32
   } -> tensor<16xf32>
-  %e3681 = tensor.empty() : tensor<16xf32>
-  %v3686 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3680, %v409 : tensor<16xf32>, tensor<16xf32>) outs(%e3681 : tensor<16xf32>) {
-  ^bb0(%a3682: f32, %a3683: f32, %o3684: f32):
-    %s3685 = arith.mulf %a3682, %a3683 : f32
-    linalg.yield %s3685 : f32
-  } -> tensor<16xf32>
-  %e3687 = tensor.empty() : tensor<16xf32>
-  %v3692 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3674, %v3686 : tensor<16xf32>, tensor<16xf32>) outs(%e3687 : tensor<16xf32>) {
-  ^bb0(%a3688: f32, %a3689: f32, %o3690: f32):
-    %s3691 = arith.addf %a3688, %a3689 : f32
-    linalg.yield %s3691 : f32
-  } -> tensor<16xf32>
-  %e3693 = tensor.empty() : tensor<f32>
-  %v3698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3616 : tensor<f32>) outs(%e3693 : tensor<f32>) {
-  ^bb0(%a3694: f32, %o3695: f32):
-    %s3696 = arith.constant 0x3F666666 : f32
-    %s3697 = math.powf %s3696, %a3694 : f32
-    linalg.yield %s3697 : f32
+  %e3680 = tensor.empty() : tensor<f32>
+  %v3685 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3680 : tensor<f32>) {
+  ^bb0(%a3681: f32, %o3682: f32):
+    %s3683 = arith.constant 0x3F666666 : f32
+    %s3684 = math.powf %s3683, %a3681 : f32
+    linalg.yield %s3684 : f32
   } -> tensor<f32>
-  %e3699 = tensor.empty() : tensor<f32>
-  %v3704 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3698 : tensor<f32>) outs(%e3699 : tensor<f32>) {
-  ^bb0(%a3700: f32, %o3701: f32):
-    %s3702 = arith.constant 0x3F800000 : f32
-    %s3703 = arith.subf %s3702, %a3700 : f32
-    linalg.yield %s3703 : f32
+  %e3686 = tensor.empty() : tensor<f32>
+  %v3691 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3685 : tensor<f32>) outs(%e3686 : tensor<f32>) {
+  ^bb0(%a3687: f32, %o3688: f32):
+    %s3689 = arith.constant 0x3F800000 : f32
+    %s3690 = arith.subf %s3689, %a3687 : f32
+    linalg.yield %s3690 : f32
   } -> tensor<f32>
-  %e3705 = tensor.empty() : tensor<f32>
-  %v3710 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3616 : tensor<f32>) outs(%e3705 : tensor<f32>) {
-  ^bb0(%a3706: f32, %o3707: f32):
-    %s3708 = arith.constant 0x3F7FBE77 : f32
-    %s3709 = math.powf %s3708, %a3706 : f32
-    linalg.yield %s3709 : f32
+  %e3692 = tensor.empty() : tensor<f32>
+  %v3697 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3692 : tensor<f32>) {
+  ^bb0(%a3693: f32, %o3694: f32):
+    %s3695 = arith.constant 0x3F7FBE77 : f32
+    %s3696 = math.powf %s3695, %a3693 : f32
+    linalg.yield %s3696 : f32
   } -> tensor<f32>
-  %e3711 = tensor.empty() : tensor<f32>
-  %v3716 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3710 : tensor<f32>) outs(%e3711 : tensor<f32>) {
-  ^bb0(%a3712: f32, %o3713: f32):
-    %s3714 = arith.constant 0x3F800000 : f32
-    %s3715 = arith.subf %s3714, %a3712 : f32
-    linalg.yield %s3715 : f32
+  %e3698 = tensor.empty() : tensor<f32>
+  %v3703 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3697 : tensor<f32>) outs(%e3698 : tensor<f32>) {
+  ^bb0(%a3699: f32, %o3700: f32):
+    %s3701 = arith.constant 0x3F800000 : f32
+    %s3702 = arith.subf %s3701, %a3699 : f32
+    linalg.yield %s3702 : f32
   } -> tensor<f32>
-  %e3717 = tensor.empty() : tensor<f32>
-  %v3722 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3704 : tensor<f32>) outs(%e3717 : tensor<f32>) {
-  ^bb0(%a3718: f32, %o3719: f32):
-    %s3720 = arith.constant 0x3F800000 : f32
-    %s3721 = arith.divf %s3720, %a3718 : f32
-    linalg.yield %s3721 : f32
+  %e3704 = tensor.empty() : tensor<f32>
+  %v3709 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3691 : tensor<f32>) outs(%e3704 : tensor<f32>) {
+  ^bb0(%a3705: f32, %o3706: f32):
+    %s3707 = arith.constant 0x3F800000 : f32
+    %s3708 = arith.divf %s3707, %a3705 : f32
+    linalg.yield %s3708 : f32
   } -> tensor<f32>
-  %e3723 = tensor.empty() : tensor<f32>
-  %v3728 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3722 : tensor<f32>) outs(%e3723 : tensor<f32>) {
-  ^bb0(%a3724: f32, %o3725: f32):
-    %s3726 = arith.constant 0x3A83126F : f32
-    %s3727 = arith.mulf %a3724, %s3726 : f32
-    linalg.yield %s3727 : f32
+  %e3710 = tensor.empty() : tensor<f32>
+  %v3715 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3709 : tensor<f32>) outs(%e3710 : tensor<f32>) {
+  ^bb0(%a3711: f32, %o3712: f32):
+    %s3713 = arith.constant 0x3A83126F : f32
+    %s3714 = arith.mulf %a3711, %s3713 : f32
+    linalg.yield %s3714 : f32
   } -> tensor<f32>
-  %e3729 = tensor.empty() : tensor<f32>
-  %v3733 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3728 : tensor<f32>) outs(%e3729 : tensor<f32>) {
-  ^bb0(%a3730: f32, %o3731: f32):
-    %s3732 = arith.negf %a3730 : f32
-    linalg.yield %s3732 : f32
+  %e3716 = tensor.empty() : tensor<f32>
+  %v3720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3715 : tensor<f32>) outs(%e3716 : tensor<f32>) {
+  ^bb0(%a3717: f32, %o3718: f32):
+    %s3719 = arith.negf %a3717 : f32
+    linalg.yield %s3719 : f32
   } -> tensor<f32>
-  %e3734 = tensor.empty() : tensor<f32>
-  %v3738 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3716 : tensor<f32>) outs(%e3734 : tensor<f32>) {
-  ^bb0(%a3735: f32, %o3736: f32):
-    %s3737 = math.sqrt %a3735 : f32
-    linalg.yield %s3737 : f32
+  %e3721 = tensor.empty() : tensor<f32>
+  %v3725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3703 : tensor<f32>) outs(%e3721 : tensor<f32>) {
+  ^bb0(%a3722: f32, %o3723: f32):
+    %s3724 = math.sqrt %a3722 : f32
+    linalg.yield %s3724 : f32
   } -> tensor<f32>
-  %e3739 = tensor.empty() : tensor<16xf32>
-  %v3743 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3692 : tensor<16xf32>) outs(%e3739 : tensor<16xf32>) {
-  ^bb0(%a3740: f32, %o3741: f32):
-    %s3742 = math.sqrt %a3740 : f32
-    linalg.yield %s3742 : f32
+  %e3726 = tensor.empty() : tensor<16xf32>
+  %v3730 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3679 : tensor<16xf32>) outs(%e3726 : tensor<16xf32>) {
+  ^bb0(%a3727: f32, %o3728: f32):
+    %s3729 = math.sqrt %a3727 : f32
+    linalg.yield %s3729 : f32
   } -> tensor<16xf32>
-  %e3744 = tensor.empty() : tensor<f32>
-  %v3749 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3738, %v3733 : tensor<f32>, tensor<f32>) outs(%e3744 : tensor<f32>) {
-  ^bb0(%a3745: f32, %a3746: f32, %o3747: f32):
-    %s3748 = arith.mulf %a3745, %a3746 : f32
-    linalg.yield %s3748 : f32
+  %e3731 = tensor.empty() : tensor<f32>
+  %v3736 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3725, %v3720 : tensor<f32>, tensor<f32>) outs(%e3731 : tensor<f32>) {
+  ^bb0(%a3732: f32, %a3733: f32, %o3734: f32):
+    %s3735 = arith.mulf %a3732, %a3733 : f32
+    linalg.yield %s3735 : f32
   } -> tensor<f32>
-  %e3750 = tensor.empty() : tensor<16xf32>
-  %v3755 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3743, %v3749 : tensor<16xf32>, tensor<f32>) outs(%e3750 : tensor<16xf32>) {
-  ^bb0(%a3751: f32, %a3752: f32, %o3753: f32):
-    %s3754 = arith.divf %a3751, %a3752 : f32
-    linalg.yield %s3754 : f32
+  %e3737 = tensor.empty() : tensor<16xf32>
+  %v3742 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3730, %v3736 : tensor<16xf32>, tensor<f32>) outs(%e3737 : tensor<16xf32>) {
+  ^bb0(%a3738: f32, %a3739: f32, %o3740: f32):
+    %s3741 = arith.divf %a3738, %a3739 : f32
+    linalg.yield %s3741 : f32
   } -> tensor<16xf32>
-  %e3756 = tensor.empty() : tensor<f32>
-  %v3761 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3733 : tensor<f32>) outs(%e3756 : tensor<f32>) {
-  ^bb0(%a3757: f32, %o3758: f32):
-    %s3759 = arith.constant 0x3F800000 : f32
-    %s3760 = arith.divf %s3759, %a3757 : f32
-    linalg.yield %s3760 : f32
+  %e3743 = tensor.empty() : tensor<f32>
+  %v3748 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3720 : tensor<f32>) outs(%e3743 : tensor<f32>) {
+  ^bb0(%a3744: f32, %o3745: f32):
+    %s3746 = arith.constant 0x3F800000 : f32
+    %s3747 = arith.divf %s3746, %a3744 : f32
+    linalg.yield %s3747 : f32
   } -> tensor<f32>
-  %e3762 = tensor.empty() : tensor<f32>
-  %v3767 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3761 : tensor<f32>) outs(%e3762 : tensor<f32>) {
-  ^bb0(%a3763: f32, %o3764: f32):
-    %s3765 = arith.constant 0x322BCC77 : f32
-    %s3766 = arith.mulf %a3763, %s3765 : f32
-    linalg.yield %s3766 : f32
+  %e3749 = tensor.empty() : tensor<f32>
+  %v3754 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3748 : tensor<f32>) outs(%e3749 : tensor<f32>) {
+  ^bb0(%a3750: f32, %o3751: f32):
+    %s3752 = arith.constant 0x322BCC77 : f32
+    %s3753 = arith.mulf %a3750, %s3752 : f32
+    linalg.yield %s3753 : f32
   } -> tensor<f32>
-  %e3768 = tensor.empty() : tensor<16xf32>
-  %v3773 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3755, %v3767 : tensor<16xf32>, tensor<f32>) outs(%e3768 : tensor<16xf32>) {
-  ^bb0(%a3769: f32, %a3770: f32, %o3771: f32):
-    %s3772 = arith.addf %a3769, %a3770 : f32
-    linalg.yield %s3772 : f32
+  %e3755 = tensor.empty() : tensor<16xf32>
+  %v3760 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3742, %v3754 : tensor<16xf32>, tensor<f32>) outs(%e3755 : tensor<16xf32>) {
+  ^bb0(%a3756: f32, %a3757: f32, %o3758: f32):
+    %s3759 = arith.addf %a3756, %a3757 : f32
+    linalg.yield %s3759 : f32
   } -> tensor<16xf32>
-  %e3774 = tensor.empty() : tensor<16xf32>
-  %v3779 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3668 : tensor<16xf32>) outs(%e3774 : tensor<16xf32>) {
-  ^bb0(%a3775: f32, %o3776: f32):
-    %s3777 = arith.constant 0x3F800000 : f32
-    %s3778 = arith.mulf %a3775, %s3777 : f32
-    linalg.yield %s3778 : f32
+  %e3761 = tensor.empty() : tensor<16xf32>
+  %v3766 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3655 : tensor<16xf32>) outs(%e3761 : tensor<16xf32>) {
+  ^bb0(%a3762: f32, %o3763: f32):
+    %s3764 = arith.constant 0x3F800000 : f32
+    %s3765 = arith.mulf %a3762, %s3764 : f32
+    linalg.yield %s3765 : f32
   } -> tensor<16xf32>
-  %e3780 = tensor.empty() : tensor<16xf32>
-  %v3785 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3779, %v3773 : tensor<16xf32>, tensor<16xf32>) outs(%e3780 : tensor<16xf32>) {
-  ^bb0(%a3781: f32, %a3782: f32, %o3783: f32):
-    %s3784 = arith.divf %a3781, %a3782 : f32
-    linalg.yield %s3784 : f32
+  %e3767 = tensor.empty() : tensor<16xf32>
+  %v3772 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3766, %v3760 : tensor<16xf32>, tensor<16xf32>) outs(%e3767 : tensor<16xf32>) {
+  ^bb0(%a3768: f32, %a3769: f32, %o3770: f32):
+    %s3771 = arith.divf %a3768, %a3769 : f32
+    linalg.yield %s3771 : f32
   } -> tensor<16xf32>
-  %e3786 = tensor.empty() : tensor<16xf32>
-  %v3791 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v3785 : tensor<16xf32>, tensor<16xf32>) outs(%e3786 : tensor<16xf32>) {
-  ^bb0(%a3787: f32, %a3788: f32, %o3789: f32):
-    %s3790 = arith.addf %a3787, %a3788 : f32
-    linalg.yield %s3790 : f32
+  %e3773 = tensor.empty() : tensor<16xf32>
+  %v3778 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v3772 : tensor<16xf32>, tensor<16xf32>) outs(%e3773 : tensor<16xf32>) {
+  ^bb0(%a3774: f32, %a3775: f32, %o3776: f32):
+    %s3777 = arith.addf %a3774, %a3775 : f32
+    linalg.yield %s3777 : f32
   } -> tensor<16xf32>
-  return %v364, %v1076, %v1257, %v1438, %v1619, %v1800, %v1981, %v2162, %v2343, %v2524, %v2705, %v2886, %v3067, %v3248, %v3429, %v3610, %v3791, %v953, %v1134, %v1315, %v1496, %v1677, %v1858, %v2039, %v2220, %v2401, %v2582, %v2763, %v2944, %v3125, %v3306, %v3487, %v3668, %v977, %v1158, %v1339, %v1520, %v1701, %v1882, %v2063, %v2244, %v2425, %v2606, %v2787, %v2968, %v3149, %v3330, %v3511, %v3692, %v901, %v1082, %v1263, %v1444, %v1625, %v1806, %v1987, %v2168, %v2349, %v2530, %v2711, %v2892, %v3073, %v3254, %v3435, %v3616 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v362, %v1063, %v1244, %v1425, %v1606, %v1787, %v1968, %v2149, %v2330, %v2511, %v2692, %v2873, %v3054, %v3235, %v3416, %v3597, %v3778, %v940, %v1121, %v1302, %v1483, %v1664, %v1845, %v2026, %v2207, %v2388, %v2569, %v2750, %v2931, %v3112, %v3293, %v3474, %v3655, %v964, %v1145, %v1326, %v1507, %v1688, %v1869, %v2050, %v2231, %v2412, %v2593, %v2774, %v2955, %v3136, %v3317, %v3498, %v3679, %v888, %v1069, %v1250, %v1431, %v1612, %v1793, %v1974, %v2155, %v2336, %v2517, %v2698, %v2879, %v3060, %v3241, %v3422, %v3603 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }

@@ -28,7 +28,7 @@ SHARDX_BUILD="$SHARDX_BUILD" "$SHARDX_PYTHON" -m pytest -q -p no:cacheprovider \
 pystatus=${PIPESTATUS[0]}
 set -e
 pycount() { # the N of "N <label>" in pytest's summary line
-  tail -n 1 "$PYLOG" | grep -oE "[0-9]+ $1" | awk '{ n += $1 } END { print n + 0 }'
+  tail -n 1 "$PYLOG" | { grep -oE "[0-9]+ $1" || true; } | awk '{ n += $1 } END { print n + 0 }'
 }
 passed=$(( passed + $(pycount passed) ))
 failed=$(( failed + $(pycount failed) + $(pycount error) ))

@@ -359,7 +359,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
     mesh.erase();
   if (failed(runPipeline(module,
-                         "one-shot-bufferize{"
+                         "canonicalize,cse,one-shot-bufferize{"
                          "bufferize-function-boundaries "
                          "function-boundary-type-conversion=identity-layout-"
                          "map},canonicalize,cse")))

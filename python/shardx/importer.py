@@ -96,6 +96,8 @@ class Value:
     name: str
     shape: Tuple[int, ...]
     dtype: torch.dtype
+    # The value this one is a reshape of (so reshaping back is free).
+    reshape_of: Optional["Value"] = field(default=None, repr=False, compare=False)
 
     @property
     def type(self) -> str:
@@ -275,6 +277,9 @@ class Emitter:
             raise UnsupportedOpError(f"reshape {x.shape} -> {shape}")
         if shape == x.shape:
             return x
+        if x.reshape_of is not None and x.reshape_of.shape == shape:
+            return x.reshape_of
+        source = x.reshape_of or x
         groups = _reshape_groups(x.shape, shape)
         mid_shape = tuple(_prod(x.shape[i] for i in gi) for gi, _ in groups)
         cur = x
@@ -289,6 +294,7 @@ class Emitter:
             sizes = ", ".join(map(str, shape))
             name = self.emit(f"tensor.expand_shape {cur.name} {_reassoc(reassoc)} output_shape [{sizes}] : {cur.type} into {t}")
             cur = Value(name, shape, x.dtype)
+        cur.reshape_of = source
         return cur
 
     def transpose(self, x: Value, perm: Sequence[int]) -> Value:
@@ -1228,6 +1234,7 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     for i, a in enumerate(flat_args):
         inputs.append(Value(f"%arg{i}", tuple(int(s) for s in a.shape), a.dtype))
     outputs = imp.run(inputs)
+    _remove_dead_code(imp.em.lines, [o.name for o in outputs if isinstance(o, Value)])
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"output {i} is not a tensor ({o!r})")
@@ -1253,6 +1260,25 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     lines.append(f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _remove_dead_code(lines: List[str], live: List[str]) -> None:
+    """Drops emitted ops (all pure) whose result nothing uses."""
+    import re
+    defined = re.compile(r"^(%[A-Za-z_][\w]*) = ")
+    while True:
+        uses: Dict[str, int] = {}
+        for line in lines:
+            m = defined.match(line)
+            body = line[m.end():] if m else line
+            for name in re.findall(r"%[A-Za-z_][\w]*", body):
+                uses[name] = uses.get(name, 0) + 1
+        for name in live:
+            uses[name] = uses.get(name, 0) + 1
+        kept = [l for l in lines if not (defined.match(l) and defined.match(l).group(1) not in uses)]
+        if len(kept) == len(lines):
+            return
+        lines[:] = kept
 
 
 def _layouts(mesh, placements, shapes, what) -> List[Optional[str]]:

@@ -112,80 +112,76 @@ func.func @dp_uneven_4(
     %s94 = arith.addf %a92, %o93 : f32
     linalg.yield %s94 : f32
   } -> tensor<16xf32>
-  %v96 = tensor.expand_shape %v95 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v97 = tensor.collapse_shape %v96 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e98 = tensor.empty() : tensor<16x32xf32>
-  %v99 = linalg.transpose ins(%v88 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
-  %e100 = tensor.empty() : tensor<7x32xf32>
-  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v17, %v17 : tensor<7x32xf32>, tensor<7x32xf32>) outs(%e100 : tensor<7x32xf32>) {
-  ^bb0(%a101: f32, %a102: f32, %o103: f32):
-    %s104 = arith.mulf %a101, %a102 : f32
-    linalg.yield %s104 : f32
+  %e97 = tensor.empty() : tensor<16x32xf32>
+  %v98 = linalg.transpose ins(%v88 : tensor<32x16xf32>) outs(%e97 : tensor<16x32xf32>) permutation = [1, 0]
+  %e99 = tensor.empty() : tensor<7x32xf32>
+  %v104 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v17, %v17 : tensor<7x32xf32>, tensor<7x32xf32>) outs(%e99 : tensor<7x32xf32>) {
+  ^bb0(%a100: f32, %a101: f32, %o102: f32):
+    %s103 = arith.mulf %a100, %a101 : f32
+    linalg.yield %s103 : f32
   } -> tensor<7x32xf32>
-  %e106 = tensor.empty() : tensor<7x32xf32>
-  %v111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105 : tensor<7x32xf32>) outs(%e106 : tensor<7x32xf32>) {
-  ^bb0(%a107: f32, %o108: f32):
-    %s109 = arith.constant 0x3F800000 : f32
-    %s110 = arith.subf %s109, %a107 : f32
-    linalg.yield %s110 : f32
+  %e105 = tensor.empty() : tensor<7x32xf32>
+  %v110 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104 : tensor<7x32xf32>) outs(%e105 : tensor<7x32xf32>) {
+  ^bb0(%a106: f32, %o107: f32):
+    %s108 = arith.constant 0x3F800000 : f32
+    %s109 = arith.subf %s108, %a106 : f32
+    linalg.yield %s109 : f32
   } -> tensor<7x32xf32>
-  %e112 = tensor.empty() : tensor<7x32xf32>
-  %v117 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v80, %v111 : tensor<7x32xf32>, tensor<7x32xf32>) outs(%e112 : tensor<7x32xf32>) {
-  ^bb0(%a113: f32, %a114: f32, %o115: f32):
-    %s116 = arith.mulf %a113, %a114 : f32
-    linalg.yield %s116 : f32
+  %e111 = tensor.empty() : tensor<7x32xf32>
+  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v80, %v110 : tensor<7x32xf32>, tensor<7x32xf32>) outs(%e111 : tensor<7x32xf32>) {
+  ^bb0(%a112: f32, %a113: f32, %o114: f32):
+    %s115 = arith.mulf %a112, %a113 : f32
+    linalg.yield %s115 : f32
   } -> tensor<7x32xf32>
-  %e118 = tensor.empty() : tensor<32x7xf32>
-  %v119 = linalg.transpose ins(%v117 : tensor<7x32xf32>) outs(%e118 : tensor<32x7xf32>) permutation = [1, 0]
-  %e120 = tensor.empty() : tensor<32x16xf32>
-  %c121 = arith.constant 0x00000000 : f32
-  %v122 = linalg.fill ins(%c121 : f32) outs(%e120 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v123 = linalg.matmul ins(%v119, %arg4 : tensor<32x7xf32>, tensor<7x16xf32>) outs(%v122 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e124 = tensor.empty() : tensor<16x32xf32>
-  %v125 = linalg.transpose ins(%v123 : tensor<32x16xf32>) outs(%e124 : tensor<16x32xf32>) permutation = [1, 0]
-  %e126 = tensor.empty() : tensor<32xf32>
-  %c127 = arith.constant 0x00000000 : f32
-  %v128 = linalg.fill ins(%c127 : f32) outs(%e126 : tensor<32xf32>) -> tensor<32xf32>
-  %v132 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v117 : tensor<7x32xf32>) outs(%v128 : tensor<32xf32>) {
-  ^bb0(%a129: f32, %o130: f32):
-    %s131 = arith.addf %a129, %o130 : f32
-    linalg.yield %s131 : f32
+  %e117 = tensor.empty() : tensor<32x7xf32>
+  %v118 = linalg.transpose ins(%v116 : tensor<7x32xf32>) outs(%e117 : tensor<32x7xf32>) permutation = [1, 0]
+  %e119 = tensor.empty() : tensor<32x16xf32>
+  %c120 = arith.constant 0x00000000 : f32
+  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v122 = linalg.matmul ins(%v118, %arg4 : tensor<32x7xf32>, tensor<7x16xf32>) outs(%v121 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e123 = tensor.empty() : tensor<16x32xf32>
+  %v124 = linalg.transpose ins(%v122 : tensor<32x16xf32>) outs(%e123 : tensor<16x32xf32>) permutation = [1, 0]
+  %e125 = tensor.empty() : tensor<32xf32>
+  %c126 = arith.constant 0x00000000 : f32
+  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32xf32>) -> tensor<32xf32>
+  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<7x32xf32>) outs(%v127 : tensor<32xf32>) {
+  ^bb0(%a128: f32, %o129: f32):
+    %s130 = arith.addf %a128, %o129 : f32
+    linalg.yield %s130 : f32
   } -> tensor<32xf32>
-  %v133 = tensor.expand_shape %v132 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v134 = tensor.collapse_shape %v133 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
+  %e133 = tensor.empty() : tensor<32x16xf32>
+  %v134 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e133 : tensor<32x16xf32>) permutation = [1, 0]
   %e135 = tensor.empty() : tensor<32x16xf32>
-  %v136 = linalg.transpose ins(%v125 : tensor<16x32xf32>) outs(%e135 : tensor<32x16xf32>) permutation = [1, 0]
-  %e137 = tensor.empty() : tensor<32x16xf32>
-  %v144 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v136 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e137 : tensor<32x16xf32>) {
-  ^bb0(%a138: f32, %a139: f32, %o140: f32):
-    %s141 = arith.constant 0xBDCCCCCD : f32
-    %s142 = arith.mulf %a139, %s141 : f32
-    %s143 = arith.addf %a138, %s142 : f32
-    linalg.yield %s143 : f32
+  %v142 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v134 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e135 : tensor<32x16xf32>) {
+  ^bb0(%a136: f32, %a137: f32, %o138: f32):
+    %s139 = arith.constant 0xBDCCCCCD : f32
+    %s140 = arith.mulf %a137, %s139 : f32
+    %s141 = arith.addf %a136, %s140 : f32
+    linalg.yield %s141 : f32
   } -> tensor<32x16xf32>
-  %e145 = tensor.empty() : tensor<32xf32>
-  %v152 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v134 : tensor<32xf32>, tensor<32xf32>) outs(%e145 : tensor<32xf32>) {
-  ^bb0(%a146: f32, %a147: f32, %o148: f32):
-    %s149 = arith.constant 0xBDCCCCCD : f32
-    %s150 = arith.mulf %a147, %s149 : f32
-    %s151 = arith.addf %a146, %s150 : f32
-    linalg.yield %s151 : f32
+  %e143 = tensor.empty() : tensor<32xf32>
+  %v150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v131 : tensor<32xf32>, tensor<32xf32>) outs(%e143 : tensor<32xf32>) {
+  ^bb0(%a144: f32, %a145: f32, %o146: f32):
+    %s147 = arith.constant 0xBDCCCCCD : f32
+    %s148 = arith.mulf %a145, %s147 : f32
+    %s149 = arith.addf %a144, %s148 : f32
+    linalg.yield %s149 : f32
   } -> tensor<32xf32>
-  %e153 = tensor.empty() : tensor<16x32xf32>
-  %v160 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v99 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e153 : tensor<16x32xf32>) {
-  ^bb0(%a154: f32, %a155: f32, %o156: f32):
-    %s157 = arith.constant 0xBDCCCCCD : f32
-    %s158 = arith.mulf %a155, %s157 : f32
-    %s159 = arith.addf %a154, %s158 : f32
-    linalg.yield %s159 : f32
+  %e151 = tensor.empty() : tensor<16x32xf32>
+  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v98 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e151 : tensor<16x32xf32>) {
+  ^bb0(%a152: f32, %a153: f32, %o154: f32):
+    %s155 = arith.constant 0xBDCCCCCD : f32
+    %s156 = arith.mulf %a153, %s155 : f32
+    %s157 = arith.addf %a152, %s156 : f32
+    linalg.yield %s157 : f32
   } -> tensor<16x32xf32>
-  %e161 = tensor.empty() : tensor<16xf32>
-  %v168 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v97 : tensor<16xf32>, tensor<16xf32>) outs(%e161 : tensor<16xf32>) {
-  ^bb0(%a162: f32, %a163: f32, %o164: f32):
-    %s165 = arith.constant 0xBDCCCCCD : f32
-    %s166 = arith.mulf %a163, %s165 : f32
-    %s167 = arith.addf %a162, %s166 : f32
-    linalg.yield %s167 : f32
+  %e159 = tensor.empty() : tensor<16xf32>
+  %v166 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v95 : tensor<16xf32>, tensor<16xf32>) outs(%e159 : tensor<16xf32>) {
+  ^bb0(%a160: f32, %a161: f32, %o162: f32):
+    %s163 = arith.constant 0xBDCCCCCD : f32
+    %s164 = arith.mulf %a161, %s163 : f32
+    %s165 = arith.addf %a160, %s164 : f32
+    linalg.yield %s165 : f32
   } -> tensor<16xf32>
-  return %v53, %v144, %v152, %v160, %v168 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
+  return %v53, %v142, %v150, %v158, %v166 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }

@@ -126,833 +126,829 @@ func.func @fsdp_uneven(
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
   } -> tensor<16xf32>
-  %v97 = tensor.expand_shape %v96 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v98 = tensor.collapse_shape %v97 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e99 = tensor.empty() : tensor<16x30xf32>
-  %v100 = linalg.transpose ins(%v89 : tensor<30x16xf32>) outs(%e99 : tensor<16x30xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x30xi1>
-  %v106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x30xf32>) outs(%e101 : tensor<8x30xi1>) {
-  ^bb0(%a102: f32, %o103: i1):
-    %s104 = arith.constant 0x00000000 : f32
-    %s105 = arith.cmpf ole, %a102, %s104 : f32
-    linalg.yield %s105 : i1
+  %e98 = tensor.empty() : tensor<16x30xf32>
+  %v99 = linalg.transpose ins(%v89 : tensor<30x16xf32>) outs(%e98 : tensor<16x30xf32>) permutation = [1, 0]
+  %e100 = tensor.empty() : tensor<8x30xi1>
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x30xf32>) outs(%e100 : tensor<8x30xi1>) {
+  ^bb0(%a101: f32, %o102: i1):
+    %s103 = arith.constant 0x00000000 : f32
+    %s104 = arith.cmpf ole, %a101, %s103 : f32
+    linalg.yield %s104 : i1
   } -> tensor<8x30xi1>
-  %e107 = tensor.empty() : tensor<f32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<f32>) -> tensor<f32>
-  %e110 = tensor.empty() : tensor<8x30xf32>
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v106, %v109, %v81 : tensor<8x30xi1>, tensor<f32>, tensor<8x30xf32>) outs(%e110 : tensor<8x30xf32>) {
-  ^bb0(%a111: i1, %a112: f32, %a113: f32, %o114: f32):
-    %s115 = arith.select %a111, %a112, %a113 : f32
-    linalg.yield %s115 : f32
+  %e106 = tensor.empty() : tensor<f32>
+  %c107 = arith.constant 0x00000000 : f32
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
+  %e109 = tensor.empty() : tensor<8x30xf32>
+  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x30xi1>, tensor<f32>, tensor<8x30xf32>) outs(%e109 : tensor<8x30xf32>) {
+  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
+    %s114 = arith.select %a110, %a111, %a112 : f32
+    linalg.yield %s114 : f32
   } -> tensor<8x30xf32>
-  %e117 = tensor.empty() : tensor<30x8xf32>
-  %v118 = linalg.transpose ins(%v116 : tensor<8x30xf32>) outs(%e117 : tensor<30x8xf32>) permutation = [1, 0]
-  %e119 = tensor.empty() : tensor<30x16xf32>
-  %c120 = arith.constant 0x00000000 : f32
-  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %v122 = linalg.matmul ins(%v118, %arg16 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v121 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %e123 = tensor.empty() : tensor<16x30xf32>
-  %v124 = linalg.transpose ins(%v122 : tensor<30x16xf32>) outs(%e123 : tensor<16x30xf32>) permutation = [1, 0]
-  %e125 = tensor.empty() : tensor<30xf32>
-  %c126 = arith.constant 0x00000000 : f32
-  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<30xf32>) -> tensor<30xf32>
-  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<8x30xf32>) outs(%v127 : tensor<30xf32>) {
-  ^bb0(%a128: f32, %o129: f32):
-    %s130 = arith.addf %a128, %o129 : f32
-    linalg.yield %s130 : f32
+  %e116 = tensor.empty() : tensor<30x8xf32>
+  %v117 = linalg.transpose ins(%v115 : tensor<8x30xf32>) outs(%e116 : tensor<30x8xf32>) permutation = [1, 0]
+  %e118 = tensor.empty() : tensor<30x16xf32>
+  %c119 = arith.constant 0x00000000 : f32
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<30x16xf32>) -> tensor<30x16xf32>
+  %v121 = linalg.matmul ins(%v117, %arg16 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<30x16xf32>) -> tensor<30x16xf32>
+  %e122 = tensor.empty() : tensor<16x30xf32>
+  %v123 = linalg.transpose ins(%v121 : tensor<30x16xf32>) outs(%e122 : tensor<16x30xf32>) permutation = [1, 0]
+  %e124 = tensor.empty() : tensor<30xf32>
+  %c125 = arith.constant 0x00000000 : f32
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<30xf32>) -> tensor<30xf32>
+  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x30xf32>) outs(%v126 : tensor<30xf32>) {
+  ^bb0(%a127: f32, %o128: f32):
+    %s129 = arith.addf %a127, %o128 : f32
+    linalg.yield %s129 : f32
   } -> tensor<30xf32>
-  %v132 = tensor.expand_shape %v131 [[0, 1]] output_shape [1, 30] : tensor<30xf32> into tensor<1x30xf32>
-  %v133 = tensor.collapse_shape %v132 [[0, 1]] : tensor<1x30xf32> into tensor<30xf32>
-  %e134 = tensor.empty() : tensor<30x16xf32>
-  %v135 = linalg.transpose ins(%v124 : tensor<16x30xf32>) outs(%e134 : tensor<30x16xf32>) permutation = [1, 0]
-  %e136 = tensor.empty() : tensor<f32>
-  %v141 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e136 : tensor<f32>) {
-  ^bb0(%a137: f32, %o138: f32):
-    %s139 = arith.constant 0x3F800000 : f32
-    %s140 = arith.addf %a137, %s139 : f32
-    linalg.yield %s140 : f32
+  %e132 = tensor.empty() : tensor<30x16xf32>
+  %v133 = linalg.transpose ins(%v123 : tensor<16x30xf32>) outs(%e132 : tensor<30x16xf32>) permutation = [1, 0]
+  %e134 = tensor.empty() : tensor<f32>
+  %v139 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e134 : tensor<f32>) {
+  ^bb0(%a135: f32, %o136: f32):
+    %s137 = arith.constant 0x3F800000 : f32
+    %s138 = arith.addf %a135, %s137 : f32
+    linalg.yield %s138 : f32
   } -> tensor<f32>
-  %e142 = tensor.empty() : tensor<f32>
-  %c143 = arith.constant 0x3DCCCCCD : f32
-  %v144 = linalg.fill ins(%c143 : f32) outs(%e142 : tensor<f32>) -> tensor<f32>
-  %e145 = tensor.empty() : tensor<f32>
-  %v149 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v144 : tensor<f32>) outs(%e145 : tensor<f32>) {
-  ^bb0(%a146: f32, %o147: f32):
-    %s148 = math.absf %a146 : f32
-    linalg.yield %s148 : f32
+  %e140 = tensor.empty() : tensor<f32>
+  %c141 = arith.constant 0x3DCCCCCD : f32
+  %v142 = linalg.fill ins(%c141 : f32) outs(%e140 : tensor<f32>) -> tensor<f32>
+  %e143 = tensor.empty() : tensor<f32>
+  %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e143 : tensor<f32>) {
+  ^bb0(%a144: f32, %o145: f32):
+    %s146 = math.absf %a144 : f32
+    linalg.yield %s146 : f32
   } -> tensor<f32>
-  %e150 = tensor.empty() : tensor<i1>
-  %v155 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v149 : tensor<f32>) outs(%e150 : tensor<i1>) {
-  ^bb0(%a151: f32, %o152: i1):
-    %s153 = arith.constant 0x3F000000 : f32
-    %s154 = arith.cmpf oge, %a151, %s153 : f32
-    linalg.yield %s154 : i1
+  %e148 = tensor.empty() : tensor<i1>
+  %v153 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v147 : tensor<f32>) outs(%e148 : tensor<i1>) {
+  ^bb0(%a149: f32, %o150: i1):
+    %s151 = arith.constant 0x3F000000 : f32
+    %s152 = arith.cmpf oge, %a149, %s151 : f32
+    linalg.yield %s152 : i1
   } -> tensor<i1>
-  %e156 = tensor.empty() : tensor<f32>
-  %v161 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v144 : tensor<f32>) outs(%e156 : tensor<f32>) {
-  ^bb0(%a157: f32, %o158: f32):
-    %s159 = arith.constant 0x3F800000 : f32
-    %s160 = arith.subf %a157, %s159 : f32
-    linalg.yield %s160 : f32
+  %e154 = tensor.empty() : tensor<f32>
+  %v159 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e154 : tensor<f32>) {
+  ^bb0(%a155: f32, %o156: f32):
+    %s157 = arith.constant 0x3F800000 : f32
+    %s158 = arith.subf %a155, %s157 : f32
+    linalg.yield %s158 : f32
   } -> tensor<f32>
-  %e162 = tensor.empty() : tensor<f32>
-  %v168 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v155, %v161, %v144 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e162 : tensor<f32>) {
-  ^bb0(%a163: i1, %a164: f32, %a165: f32, %o166: f32):
-    %s167 = arith.select %a163, %a164, %a165 : f32
-    linalg.yield %s167 : f32
+  %e160 = tensor.empty() : tensor<f32>
+  %v166 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v153, %v159, %v142 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e160 : tensor<f32>) {
+  ^bb0(%a161: i1, %a162: f32, %a163: f32, %o164: f32):
+    %s165 = arith.select %a161, %a162, %a163 : f32
+    linalg.yield %s165 : f32
   } -> tensor<f32>
-  %e169 = tensor.empty() : tensor<30x16xf32>
-  %v175 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v155, %v135, %arg4 : tensor<i1>, tensor<30x16xf32>, tensor<30x16xf32>) outs(%e169 : tensor<30x16xf32>) {
-  ^bb0(%a170: i1, %a171: f32, %a172: f32, %o173: f32):
-    %s174 = arith.select %a170, %a171, %a172 : f32
-    linalg.yield %s174 : f32
+  %e167 = tensor.empty() : tensor<30x16xf32>
+  %v173 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v153, %v133, %arg4 : tensor<i1>, tensor<30x16xf32>, tensor<30x16xf32>) outs(%e167 : tensor<30x16xf32>) {
+  ^bb0(%a168: i1, %a169: f32, %a170: f32, %o171: f32):
+    %s172 = arith.select %a168, %a169, %a170 : f32
+    linalg.yield %s172 : f32
   } -> tensor<30x16xf32>
-  %e176 = tensor.empty() : tensor<30x16xf32>
-  %v181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v135, %arg4 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e176 : tensor<30x16xf32>) {
-  ^bb0(%a177: f32, %a178: f32, %o179: f32):
-    %s180 = arith.subf %a177, %a178 : f32
-    linalg.yield %s180 : f32
+  %e174 = tensor.empty() : tensor<30x16xf32>
+  %v179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133, %arg4 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e174 : tensor<30x16xf32>) {
+  ^bb0(%a175: f32, %a176: f32, %o177: f32):
+    %s178 = arith.subf %a175, %a176 : f32
+    linalg.yield %s178 : f32
   } -> tensor<30x16xf32>
-  %e182 = tensor.empty() : tensor<30x16xf32>
-  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v168, %v181 : tensor<f32>, tensor<30x16xf32>) outs(%e182 : tensor<30x16xf32>) {
-  ^bb0(%a183: f32, %a184: f32, %o185: f32):
-    %s186 = arith.mulf %a183, %a184 : f32
-    linalg.yield %s186 : f32
+  %e180 = tensor.empty() : tensor<30x16xf32>
+  %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v166, %v179 : tensor<f32>, tensor<30x16xf32>) outs(%e180 : tensor<30x16xf32>) {
+  ^bb0(%a181: f32, %a182: f32, %o183: f32):
+    %s184 = arith.mulf %a181, %a182 : f32
+    linalg.yield %s184 : f32
   } -> tensor<30x16xf32>
-  %e188 = tensor.empty() : tensor<30x16xf32>
-  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187, %v175 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e188 : tensor<30x16xf32>) {
-  ^bb0(%a189: f32, %a190: f32, %o191: f32):
-    %s192 = arith.addf %a189, %a190 : f32
-    linalg.yield %s192 : f32
+  %e186 = tensor.empty() : tensor<30x16xf32>
+  %v191 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v185, %v173 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e186 : tensor<30x16xf32>) {
+  ^bb0(%a187: f32, %a188: f32, %o189: f32):
+    %s190 = arith.addf %a187, %a188 : f32
+    linalg.yield %s190 : f32
   } -> tensor<30x16xf32>
-  %e194 = tensor.empty() : tensor<30x16xf32>
-  %v199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<30x16xf32>) outs(%e194 : tensor<30x16xf32>) {
-  ^bb0(%a195: f32, %o196: f32):
-    %s197 = arith.constant 0x3F7FBE77 : f32
-    %s198 = arith.mulf %a195, %s197 : f32
-    linalg.yield %s198 : f32
+  %e192 = tensor.empty() : tensor<30x16xf32>
+  %v197 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<30x16xf32>) outs(%e192 : tensor<30x16xf32>) {
+  ^bb0(%a193: f32, %o194: f32):
+    %s195 = arith.constant 0x3F7FBE77 : f32
+    %s196 = arith.mulf %a193, %s195 : f32
+    linalg.yield %s196 : f32
   } -> tensor<30x16xf32>
-  %e200 = tensor.empty() : tensor<30x16xf32>
-  %v205 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v135 : tensor<30x16xf32>) outs(%e200 : tensor<30x16xf32>) {
-  ^bb0(%a201: f32, %o202: f32):
-    %s203 = arith.constant 0x3A83126F : f32
-    %s204 = arith.mulf %a201, %s203 : f32
-    linalg.yield %s204 : f32
+  %e198 = tensor.empty() : tensor<30x16xf32>
+  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<30x16xf32>) outs(%e198 : tensor<30x16xf32>) {
+  ^bb0(%a199: f32, %o200: f32):
+    %s201 = arith.constant 0x3A83126F : f32
+    %s202 = arith.mulf %a199, %s201 : f32
+    linalg.yield %s202 : f32
   } -> tensor<30x16xf32>
-  %e206 = tensor.empty() : tensor<30x16xf32>
-  %v211 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v205, %v135 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e206 : tensor<30x16xf32>) {
-  ^bb0(%a207: f32, %a208: f32, %o209: f32):
-    %s210 = arith.mulf %a207, %a208 : f32
-    linalg.yield %s210 : f32
+  %e204 = tensor.empty() : tensor<30x16xf32>
+  %v209 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203, %v133 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e204 : tensor<30x16xf32>) {
+  ^bb0(%a205: f32, %a206: f32, %o207: f32):
+    %s208 = arith.mulf %a205, %a206 : f32
+    linalg.yield %s208 : f32
   } -> tensor<30x16xf32>
-  %e212 = tensor.empty() : tensor<30x16xf32>
-  %v217 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v199, %v211 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e212 : tensor<30x16xf32>) {
-  ^bb0(%a213: f32, %a214: f32, %o215: f32):
-    %s216 = arith.addf %a213, %a214 : f32
-    linalg.yield %s216 : f32
+  %e210 = tensor.empty() : tensor<30x16xf32>
+  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v197, %v209 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e210 : tensor<30x16xf32>) {
+  ^bb0(%a211: f32, %a212: f32, %o213: f32):
+    %s214 = arith.addf %a211, %a212 : f32
+    linalg.yield %s214 : f32
   } -> tensor<30x16xf32>
-  %e218 = tensor.empty() : tensor<f32>
-  %v223 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141 : tensor<f32>) outs(%e218 : tensor<f32>) {
-  ^bb0(%a219: f32, %o220: f32):
-    %s221 = arith.constant 0x3F666666 : f32
-    %s222 = math.powf %s221, %a219 : f32
-    linalg.yield %s222 : f32
+  %e216 = tensor.empty() : tensor<f32>
+  %v221 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e216 : tensor<f32>) {
+  ^bb0(%a217: f32, %o218: f32):
+    %s219 = arith.constant 0x3F666666 : f32
+    %s220 = math.powf %s219, %a217 : f32
+    linalg.yield %s220 : f32
   } -> tensor<f32>
-  %e224 = tensor.empty() : tensor<f32>
-  %v229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v223 : tensor<f32>) outs(%e224 : tensor<f32>) {
-  ^bb0(%a225: f32, %o226: f32):
-    %s227 = arith.constant 0x3F800000 : f32
-    %s228 = arith.subf %s227, %a225 : f32
-    linalg.yield %s228 : f32
+  %e222 = tensor.empty() : tensor<f32>
+  %v227 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v221 : tensor<f32>) outs(%e222 : tensor<f32>) {
+  ^bb0(%a223: f32, %o224: f32):
+    %s225 = arith.constant 0x3F800000 : f32
+    %s226 = arith.subf %s225, %a223 : f32
+    linalg.yield %s226 : f32
   } -> tensor<f32>
-  %e230 = tensor.empty() : tensor<f32>
-  %v235 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141 : tensor<f32>) outs(%e230 : tensor<f32>) {
-  ^bb0(%a231: f32, %o232: f32):
-    %s233 = arith.constant 0x3F7FBE77 : f32
-    %s234 = math.powf %s233, %a231 : f32
-    linalg.yield %s234 : f32
+  %e228 = tensor.empty() : tensor<f32>
+  %v233 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e228 : tensor<f32>) {
+  ^bb0(%a229: f32, %o230: f32):
+    %s231 = arith.constant 0x3F7FBE77 : f32
+    %s232 = math.powf %s231, %a229 : f32
+    linalg.yield %s232 : f32
   } -> tensor<f32>
-  %e236 = tensor.empty() : tensor<f32>
-  %v241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v235 : tensor<f32>) outs(%e236 : tensor<f32>) {
-  ^bb0(%a237: f32, %o238: f32):
-    %s239 = arith.constant 0x3F800000 : f32
-    %s240 = arith.subf %s239, %a237 : f32
-    linalg.yield %s240 : f32
+  %e234 = tensor.empty() : tensor<f32>
+  %v239 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v233 : tensor<f32>) outs(%e234 : tensor<f32>) {
+  ^bb0(%a235: f32, %o236: f32):
+    %s237 = arith.constant 0x3F800000 : f32
+    %s238 = arith.subf %s237, %a235 : f32
+    linalg.yield %s238 : f32
   } -> tensor<f32>
-  %e242 = tensor.empty() : tensor<f32>
-  %v247 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v229 : tensor<f32>) outs(%e242 : tensor<f32>) {
-  ^bb0(%a243: f32, %o244: f32):
-    %s245 = arith.constant 0x3F800000 : f32
-    %s246 = arith.divf %s245, %a243 : f32
-    linalg.yield %s246 : f32
+  %e240 = tensor.empty() : tensor<f32>
+  %v245 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v227 : tensor<f32>) outs(%e240 : tensor<f32>) {
+  ^bb0(%a241: f32, %o242: f32):
+    %s243 = arith.constant 0x3F800000 : f32
+    %s244 = arith.divf %s243, %a241 : f32
+    linalg.yield %s244 : f32
   } -> tensor<f32>
-  %e248 = tensor.empty() : tensor<f32>
-  %v253 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v247 : tensor<f32>) outs(%e248 : tensor<f32>) {
-  ^bb0(%a249: f32, %o250: f32):
-    %s251 = arith.constant 0x3A83126F : f32
-    %s252 = arith.mulf %a249, %s251 : f32
-    linalg.yield %s252 : f32
+  %e246 = tensor.empty() : tensor<f32>
+  %v251 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v245 : tensor<f32>) outs(%e246 : tensor<f32>) {
+  ^bb0(%a247: f32, %o248: f32):
+    %s249 = arith.constant 0x3A83126F : f32
+    %s250 = arith.mulf %a247, %s249 : f32
+    linalg.yield %s250 : f32
   } -> tensor<f32>
-  %e254 = tensor.empty() : tensor<f32>
-  %v258 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v253 : tensor<f32>) outs(%e254 : tensor<f32>) {
-  ^bb0(%a255: f32, %o256: f32):
-    %s257 = arith.negf %a255 : f32
-    linalg.yield %s257 : f32
+  %e252 = tensor.empty() : tensor<f32>
+  %v256 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v251 : tensor<f32>) outs(%e252 : tensor<f32>) {
+  ^bb0(%a253: f32, %o254: f32):
+    %s255 = arith.negf %a253 : f32
+    linalg.yield %s255 : f32
   } -> tensor<f32>
-  %e259 = tensor.empty() : tensor<f32>
-  %v263 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v241 : tensor<f32>) outs(%e259 : tensor<f32>) {
-  ^bb0(%a260: f32, %o261: f32):
-    %s262 = math.sqrt %a260 : f32
-    linalg.yield %s262 : f32
+  %e257 = tensor.empty() : tensor<f32>
+  %v261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v239 : tensor<f32>) outs(%e257 : tensor<f32>) {
+  ^bb0(%a258: f32, %o259: f32):
+    %s260 = math.sqrt %a258 : f32
+    linalg.yield %s260 : f32
   } -> tensor<f32>
-  %e264 = tensor.empty() : tensor<30x16xf32>
-  %v268 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v217 : tensor<30x16xf32>) outs(%e264 : tensor<30x16xf32>) {
-  ^bb0(%a265: f32, %o266: f32):
-    %s267 = math.sqrt %a265 : f32
-    linalg.yield %s267 : f32
+  %e262 = tensor.empty() : tensor<30x16xf32>
+  %v266 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<30x16xf32>) outs(%e262 : tensor<30x16xf32>) {
+  ^bb0(%a263: f32, %o264: f32):
+    %s265 = math.sqrt %a263 : f32
+    linalg.yield %s265 : f32
   } -> tensor<30x16xf32>
-  %e269 = tensor.empty() : tensor<f32>
-  %v274 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v263, %v258 : tensor<f32>, tensor<f32>) outs(%e269 : tensor<f32>) {
-  ^bb0(%a270: f32, %a271: f32, %o272: f32):
-    %s273 = arith.mulf %a270, %a271 : f32
-    linalg.yield %s273 : f32
+  %e267 = tensor.empty() : tensor<f32>
+  %v272 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v261, %v256 : tensor<f32>, tensor<f32>) outs(%e267 : tensor<f32>) {
+  ^bb0(%a268: f32, %a269: f32, %o270: f32):
+    %s271 = arith.mulf %a268, %a269 : f32
+    linalg.yield %s271 : f32
   } -> tensor<f32>
-  %e275 = tensor.empty() : tensor<30x16xf32>
-  %v280 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v268, %v274 : tensor<30x16xf32>, tensor<f32>) outs(%e275 : tensor<30x16xf32>) {
-  ^bb0(%a276: f32, %a277: f32, %o278: f32):
-    %s279 = arith.divf %a276, %a277 : f32
-    linalg.yield %s279 : f32
+  %e273 = tensor.empty() : tensor<30x16xf32>
+  %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v266, %v272 : tensor<30x16xf32>, tensor<f32>) outs(%e273 : tensor<30x16xf32>) {
+  ^bb0(%a274: f32, %a275: f32, %o276: f32):
+    %s277 = arith.divf %a274, %a275 : f32
+    linalg.yield %s277 : f32
   } -> tensor<30x16xf32>
-  %e281 = tensor.empty() : tensor<f32>
-  %v286 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v258 : tensor<f32>) outs(%e281 : tensor<f32>) {
-  ^bb0(%a282: f32, %o283: f32):
-    %s284 = arith.constant 0x3F800000 : f32
-    %s285 = arith.divf %s284, %a282 : f32
-    linalg.yield %s285 : f32
+  %e279 = tensor.empty() : tensor<f32>
+  %v284 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v256 : tensor<f32>) outs(%e279 : tensor<f32>) {
+  ^bb0(%a280: f32, %o281: f32):
+    %s282 = arith.constant 0x3F800000 : f32
+    %s283 = arith.divf %s282, %a280 : f32
+    linalg.yield %s283 : f32
   } -> tensor<f32>
-  %e287 = tensor.empty() : tensor<f32>
-  %v292 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v286 : tensor<f32>) outs(%e287 : tensor<f32>) {
-  ^bb0(%a288: f32, %o289: f32):
-    %s290 = arith.constant 0x322BCC77 : f32
-    %s291 = arith.mulf %a288, %s290 : f32
-    linalg.yield %s291 : f32
+  %e285 = tensor.empty() : tensor<f32>
+  %v290 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v284 : tensor<f32>) outs(%e285 : tensor<f32>) {
+  ^bb0(%a286: f32, %o287: f32):
+    %s288 = arith.constant 0x322BCC77 : f32
+    %s289 = arith.mulf %a286, %s288 : f32
+    linalg.yield %s289 : f32
   } -> tensor<f32>
-  %e293 = tensor.empty() : tensor<30x16xf32>
-  %v298 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v280, %v292 : tensor<30x16xf32>, tensor<f32>) outs(%e293 : tensor<30x16xf32>) {
-  ^bb0(%a294: f32, %a295: f32, %o296: f32):
-    %s297 = arith.addf %a294, %a295 : f32
-    linalg.yield %s297 : f32
+  %e291 = tensor.empty() : tensor<30x16xf32>
+  %v296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v278, %v290 : tensor<30x16xf32>, tensor<f32>) outs(%e291 : tensor<30x16xf32>) {
+  ^bb0(%a292: f32, %a293: f32, %o294: f32):
+    %s295 = arith.addf %a292, %a293 : f32
+    linalg.yield %s295 : f32
   } -> tensor<30x16xf32>
-  %e299 = tensor.empty() : tensor<30x16xf32>
-  %v304 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193 : tensor<30x16xf32>) outs(%e299 : tensor<30x16xf32>) {
-  ^bb0(%a300: f32, %o301: f32):
-    %s302 = arith.constant 0x3F800000 : f32
-    %s303 = arith.mulf %a300, %s302 : f32
-    linalg.yield %s303 : f32
+  %e297 = tensor.empty() : tensor<30x16xf32>
+  %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v191 : tensor<30x16xf32>) outs(%e297 : tensor<30x16xf32>) {
+  ^bb0(%a298: f32, %o299: f32):
+    %s300 = arith.constant 0x3F800000 : f32
+    %s301 = arith.mulf %a298, %s300 : f32
+    linalg.yield %s301 : f32
   } -> tensor<30x16xf32>
-  %e305 = tensor.empty() : tensor<30x16xf32>
-  %v310 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v304, %v298 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e305 : tensor<30x16xf32>) {
-  ^bb0(%a306: f32, %a307: f32, %o308: f32):
-    %s309 = arith.divf %a306, %a307 : f32
-    linalg.yield %s309 : f32
+  %e303 = tensor.empty() : tensor<30x16xf32>
+  %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v302, %v296 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e303 : tensor<30x16xf32>) {
+  ^bb0(%a304: f32, %a305: f32, %o306: f32):
+    %s307 = arith.divf %a304, %a305 : f32
+    linalg.yield %s307 : f32
   } -> tensor<30x16xf32>
-  %e311 = tensor.empty() : tensor<30x16xf32>
-  %v316 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v310 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e311 : tensor<30x16xf32>) {
-  ^bb0(%a312: f32, %a313: f32, %o314: f32):
-    %s315 = arith.addf %a312, %a313 : f32
-    linalg.yield %s315 : f32
+  %e309 = tensor.empty() : tensor<30x16xf32>
+  %v314 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v308 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e309 : tensor<30x16xf32>) {
+  ^bb0(%a310: f32, %a311: f32, %o312: f32):
+    %s313 = arith.addf %a310, %a311 : f32
+    linalg.yield %s313 : f32
   } -> tensor<30x16xf32>
-  %e317 = tensor.empty() : tensor<f32>
-  %v322 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e317 : tensor<f32>) {
-  ^bb0(%a318: f32, %o319: f32):
-    %s320 = arith.constant 0x3F800000 : f32
-    %s321 = arith.addf %a318, %s320 : f32
-    linalg.yield %s321 : f32
+  %e315 = tensor.empty() : tensor<f32>
+  %v320 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e315 : tensor<f32>) {
+  ^bb0(%a316: f32, %o317: f32):
+    %s318 = arith.constant 0x3F800000 : f32
+    %s319 = arith.addf %a316, %s318 : f32
+    linalg.yield %s319 : f32
   } -> tensor<f32>
-  %e323 = tensor.empty() : tensor<f32>
-  %c324 = arith.constant 0x3DCCCCCD : f32
-  %v325 = linalg.fill ins(%c324 : f32) outs(%e323 : tensor<f32>) -> tensor<f32>
-  %e326 = tensor.empty() : tensor<f32>
-  %v330 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v325 : tensor<f32>) outs(%e326 : tensor<f32>) {
-  ^bb0(%a327: f32, %o328: f32):
-    %s329 = math.absf %a327 : f32
-    linalg.yield %s329 : f32
+  %e321 = tensor.empty() : tensor<f32>
+  %c322 = arith.constant 0x3DCCCCCD : f32
+  %v323 = linalg.fill ins(%c322 : f32) outs(%e321 : tensor<f32>) -> tensor<f32>
+  %e324 = tensor.empty() : tensor<f32>
+  %v328 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v323 : tensor<f32>) outs(%e324 : tensor<f32>) {
+  ^bb0(%a325: f32, %o326: f32):
+    %s327 = math.absf %a325 : f32
+    linalg.yield %s327 : f32
   } -> tensor<f32>
-  %e331 = tensor.empty() : tensor<i1>
-  %v336 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v330 : tensor<f32>) outs(%e331 : tensor<i1>) {
-  ^bb0(%a332: f32, %o333: i1):
-    %s334 = arith.constant 0x3F000000 : f32
-    %s335 = arith.cmpf oge, %a332, %s334 : f32
-    linalg.yield %s335 : i1
+  %e329 = tensor.empty() : tensor<i1>
+  %v334 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v328 : tensor<f32>) outs(%e329 : tensor<i1>) {
+  ^bb0(%a330: f32, %o331: i1):
+    %s332 = arith.constant 0x3F000000 : f32
+    %s333 = arith.cmpf oge, %a330, %s332 : f32
+    linalg.yield %s333 : i1
   } -> tensor<i1>
-  %e337 = tensor.empty() : tensor<f32>
-  %v342 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v325 : tensor<f32>) outs(%e337 : tensor<f32>) {
-  ^bb0(%a338: f32, %o339: f32):
-    %s340 = arith.constant 0x3F800000 : f32
-    %s341 = arith.subf %a338, %s340 : f32
-    linalg.yield %s341 : f32
+  %e335 = tensor.empty() : tensor<f32>
+  %v340 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v323 : tensor<f32>) outs(%e335 : tensor<f32>) {
+  ^bb0(%a336: f32, %o337: f32):
+    %s338 = arith.constant 0x3F800000 : f32
+    %s339 = arith.subf %a336, %s338 : f32
+    linalg.yield %s339 : f32
   } -> tensor<f32>
-  %e343 = tensor.empty() : tensor<f32>
-  %v349 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v336, %v342, %v325 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e343 : tensor<f32>) {
-  ^bb0(%a344: i1, %a345: f32, %a346: f32, %o347: f32):
-    %s348 = arith.select %a344, %a345, %a346 : f32
-    linalg.yield %s348 : f32
+  %e341 = tensor.empty() : tensor<f32>
+  %v347 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v334, %v340, %v323 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e341 : tensor<f32>) {
+  ^bb0(%a342: i1, %a343: f32, %a344: f32, %o345: f32):
+    %s346 = arith.select %a342, %a343, %a344 : f32
+    linalg.yield %s346 : f32
   } -> tensor<f32>
-  %e350 = tensor.empty() : tensor<30xf32>
-  %v356 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v336, %v133, %arg5 : tensor<i1>, tensor<30xf32>, tensor<30xf32>) outs(%e350 : tensor<30xf32>) {
-  ^bb0(%a351: i1, %a352: f32, %a353: f32, %o354: f32):
-    %s355 = arith.select %a351, %a352, %a353 : f32
-    linalg.yield %s355 : f32
+  %e348 = tensor.empty() : tensor<30xf32>
+  %v354 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v334, %v130, %arg5 : tensor<i1>, tensor<30xf32>, tensor<30xf32>) outs(%e348 : tensor<30xf32>) {
+  ^bb0(%a349: i1, %a350: f32, %a351: f32, %o352: f32):
+    %s353 = arith.select %a349, %a350, %a351 : f32
+    linalg.yield %s353 : f32
   } -> tensor<30xf32>
-  %e357 = tensor.empty() : tensor<30xf32>
-  %v362 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v133, %arg5 : tensor<30xf32>, tensor<30xf32>) outs(%e357 : tensor<30xf32>) {
-  ^bb0(%a358: f32, %a359: f32, %o360: f32):
-    %s361 = arith.subf %a358, %a359 : f32
-    linalg.yield %s361 : f32
+  %e355 = tensor.empty() : tensor<30xf32>
+  %v360 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130, %arg5 : tensor<30xf32>, tensor<30xf32>) outs(%e355 : tensor<30xf32>) {
+  ^bb0(%a356: f32, %a357: f32, %o358: f32):
+    %s359 = arith.subf %a356, %a357 : f32
+    linalg.yield %s359 : f32
   } -> tensor<30xf32>
-  %e363 = tensor.empty() : tensor<30xf32>
-  %v368 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v349, %v362 : tensor<f32>, tensor<30xf32>) outs(%e363 : tensor<30xf32>) {
-  ^bb0(%a364: f32, %a365: f32, %o366: f32):
-    %s367 = arith.mulf %a364, %a365 : f32
-    linalg.yield %s367 : f32
+  %e361 = tensor.empty() : tensor<30xf32>
+  %v366 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v347, %v360 : tensor<f32>, tensor<30xf32>) outs(%e361 : tensor<30xf32>) {
+  ^bb0(%a362: f32, %a363: f32, %o364: f32):
+    %s365 = arith.mulf %a362, %a363 : f32
+    linalg.yield %s365 : f32
   } -> tensor<30xf32>
-  %e369 = tensor.empty() : tensor<30xf32>
-  %v374 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v368, %v356 : tensor<30xf32>, tensor<30xf32>) outs(%e369 : tensor<30xf32>) {
-  ^bb0(%a370: f32, %a371: f32, %o372: f32):
-    %s373 = arith.addf %a370, %a371 : f32
-    linalg.yield %s373 : f32
+  %e367 = tensor.empty() : tensor<30xf32>
+  %v372 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v366, %v354 : tensor<30xf32>, tensor<30xf32>) outs(%e367 : tensor<30xf32>) {
+  ^bb0(%a368: f32, %a369: f32, %o370: f32):
+    %s371 = arith.addf %a368, %a369 : f32
+    linalg.yield %s371 : f32
   } -> tensor<30xf32>
-  %e375 = tensor.empty() : tensor<30xf32>
-  %v380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<30xf32>) outs(%e375 : tensor<30xf32>) {
-  ^bb0(%a376: f32, %o377: f32):
-    %s378 = arith.constant 0x3F7FBE77 : f32
-    %s379 = arith.mulf %a376, %s378 : f32
-    linalg.yield %s379 : f32
+  %e373 = tensor.empty() : tensor<30xf32>
+  %v378 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<30xf32>) outs(%e373 : tensor<30xf32>) {
+  ^bb0(%a374: f32, %o375: f32):
+    %s376 = arith.constant 0x3F7FBE77 : f32
+    %s377 = arith.mulf %a374, %s376 : f32
+    linalg.yield %s377 : f32
   } -> tensor<30xf32>
-  %e381 = tensor.empty() : tensor<30xf32>
-  %v386 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v133 : tensor<30xf32>) outs(%e381 : tensor<30xf32>) {
-  ^bb0(%a382: f32, %o383: f32):
-    %s384 = arith.constant 0x3A83126F : f32
-    %s385 = arith.mulf %a382, %s384 : f32
-    linalg.yield %s385 : f32
+  %e379 = tensor.empty() : tensor<30xf32>
+  %v384 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130 : tensor<30xf32>) outs(%e379 : tensor<30xf32>) {
+  ^bb0(%a380: f32, %o381: f32):
+    %s382 = arith.constant 0x3A83126F : f32
+    %s383 = arith.mulf %a380, %s382 : f32
+    linalg.yield %s383 : f32
   } -> tensor<30xf32>
-  %e387 = tensor.empty() : tensor<30xf32>
-  %v392 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v386, %v133 : tensor<30xf32>, tensor<30xf32>) outs(%e387 : tensor<30xf32>) {
-  ^bb0(%a388: f32, %a389: f32, %o390: f32):
-    %s391 = arith.mulf %a388, %a389 : f32
-    linalg.yield %s391 : f32
+  %e385 = tensor.empty() : tensor<30xf32>
+  %v390 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v384, %v130 : tensor<30xf32>, tensor<30xf32>) outs(%e385 : tensor<30xf32>) {
+  ^bb0(%a386: f32, %a387: f32, %o388: f32):
+    %s389 = arith.mulf %a386, %a387 : f32
+    linalg.yield %s389 : f32
   } -> tensor<30xf32>
-  %e393 = tensor.empty() : tensor<30xf32>
-  %v398 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v380, %v392 : tensor<30xf32>, tensor<30xf32>) outs(%e393 : tensor<30xf32>) {
-  ^bb0(%a394: f32, %a395: f32, %o396: f32):
-    %s397 = arith.addf %a394, %a395 : f32
-    linalg.yield %s397 : f32
+  %e391 = tensor.empty() : tensor<30xf32>
+  %v396 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v378, %v390 : tensor<30xf32>, tensor<30xf32>) outs(%e391 : tensor<30xf32>) {
+  ^bb0(%a392: f32, %a393: f32, %o394: f32):
+    %s395 = arith.addf %a392, %a393 : f32
+    linalg.yield %s395 : f32
   } -> tensor<30xf32>
-  %e399 = tensor.empty() : tensor<f32>
-  %v404 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v322 : tensor<f32>) outs(%e399 : tensor<f32>) {
-  ^bb0(%a400: f32, %o401: f32):
-    %s402 = arith.constant 0x3F666666 : f32
-    %s403 = math.powf %s402, %a400 : f32
-    linalg.yield %s403 : f32
+  %e397 = tensor.empty() : tensor<f32>
+  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e397 : tensor<f32>) {
+  ^bb0(%a398: f32, %o399: f32):
+    %s400 = arith.constant 0x3F666666 : f32
+    %s401 = math.powf %s400, %a398 : f32
+    linalg.yield %s401 : f32
   } -> tensor<f32>
-  %e405 = tensor.empty() : tensor<f32>
-  %v410 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v404 : tensor<f32>) outs(%e405 : tensor<f32>) {
-  ^bb0(%a406: f32, %o407: f32):
-    %s408 = arith.constant 0x3F800000 : f32
-    %s409 = arith.subf %s408, %a406 : f32
-    linalg.yield %s409 : f32
+  %e403 = tensor.empty() : tensor<f32>
+  %v408 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v402 : tensor<f32>) outs(%e403 : tensor<f32>) {
+  ^bb0(%a404: f32, %o405: f32):
+    %s406 = arith.constant 0x3F800000 : f32
+    %s407 = arith.subf %s406, %a404 : f32
+    linalg.yield %s407 : f32
   } -> tensor<f32>
-  %e411 = tensor.empty() : tensor<f32>
-  %v416 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v322 : tensor<f32>) outs(%e411 : tensor<f32>) {
-  ^bb0(%a412: f32, %o413: f32):
-    %s414 = arith.constant 0x3F7FBE77 : f32
-    %s415 = math.powf %s414, %a412 : f32
-    linalg.yield %s415 : f32
+  %e409 = tensor.empty() : tensor<f32>
+  %v414 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e409 : tensor<f32>) {
+  ^bb0(%a410: f32, %o411: f32):
+    %s412 = arith.constant 0x3F7FBE77 : f32
+    %s413 = math.powf %s412, %a410 : f32
+    linalg.yield %s413 : f32
   } -> tensor<f32>
-  %e417 = tensor.empty() : tensor<f32>
-  %v422 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v416 : tensor<f32>) outs(%e417 : tensor<f32>) {
-  ^bb0(%a418: f32, %o419: f32):
-    %s420 = arith.constant 0x3F800000 : f32
-    %s421 = arith.subf %s420, %a418 : f32
-    linalg.yield %s421 : f32
+  %e415 = tensor.empty() : tensor<f32>
+  %v420 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v414 : tensor<f32>) outs(%e415 : tensor<f32>) {
+  ^bb0(%a416: f32, %o417: f32):
+    %s418 = arith.constant 0x3F800000 : f32
+    %s419 = arith.subf %s418, %a416 : f32
+    linalg.yield %s419 : f32
   } -> tensor<f32>
-  %e423 = tensor.empty() : tensor<f32>
-  %v428 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v410 : tensor<f32>) outs(%e423 : tensor<f32>) {
-  ^bb0(%a424: f32, %o425: f32):
-    %s426 = arith.constant 0x3F800000 : f32
-    %s427 = arith.divf %s426, %a424 : f32
-    linalg.yield %s427 : f32
+  %e421 = tensor.empty() : tensor<f32>
+  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v408 : tensor<f32>) outs(%e421 : tensor<f32>) {
+  ^bb0(%a422: f32, %o423: f32):
+    %s424 = arith.constant 0x3F800000 : f32
+    %s425 = arith.divf %s424, %a422 : f32
+    linalg.yield %s425 : f32
   } -> tensor<f32>
-  %e429 = tensor.empty() : tensor<f32>
-  %v434 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v428 : tensor<f32>) outs(%e429 : tensor<f32>) {
-  ^bb0(%a430: f32, %o431: f32):
-    %s432 = arith.constant 0x3A83126F : f32
-    %s433 = arith.mulf %a430, %s432 : f32
-    linalg.yield %s433 : f32
+  %e427 = tensor.empty() : tensor<f32>
+  %v432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e427 : tensor<f32>) {
+  ^bb0(%a428: f32, %o429: f32):
+    %s430 = arith.constant 0x3A83126F : f32
+    %s431 = arith.mulf %a428, %s430 : f32
+    linalg.yield %s431 : f32
   } -> tensor<f32>
-  %e435 = tensor.empty() : tensor<f32>
-  %v439 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v434 : tensor<f32>) outs(%e435 : tensor<f32>) {
-  ^bb0(%a436: f32, %o437: f32):
-    %s438 = arith.negf %a436 : f32
-    linalg.yield %s438 : f32
+  %e433 = tensor.empty() : tensor<f32>
+  %v437 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v432 : tensor<f32>) outs(%e433 : tensor<f32>) {
+  ^bb0(%a434: f32, %o435: f32):
+    %s436 = arith.negf %a434 : f32
+    linalg.yield %s436 : f32
   } -> tensor<f32>
-  %e440 = tensor.empty() : tensor<f32>
-  %v444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v422 : tensor<f32>) outs(%e440 : tensor<f32>) {
-  ^bb0(%a441: f32, %o442: f32):
-    %s443 = math.sqrt %a441 : f32
-    linalg.yield %s443 : f32
+  %e438 = tensor.empty() : tensor<f32>
+  %v442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v420 : tensor<f32>) outs(%e438 : tensor<f32>) {
+  ^bb0(%a439: f32, %o440: f32):
+    %s441 = math.sqrt %a439 : f32
+    linalg.yield %s441 : f32
   } -> tensor<f32>
-  %e445 = tensor.empty() : tensor<30xf32>
-  %v449 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v398 : tensor<30xf32>) outs(%e445 : tensor<30xf32>) {
-  ^bb0(%a446: f32, %o447: f32):
-    %s448 = math.sqrt %a446 : f32
-    linalg.yield %s448 : f32
+  %e443 = tensor.empty() : tensor<30xf32>
+  %v447 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v396 : tensor<30xf32>) outs(%e443 : tensor<30xf32>) {
+  ^bb0(%a444: f32, %o445: f32):
+    %s446 = math.sqrt %a444 : f32
+    linalg.yield %s446 : f32
   } -> tensor<30xf32>
-  %e450 = tensor.empty() : tensor<f32>
-  %v455 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v444, %v439 : tensor<f32>, tensor<f32>) outs(%e450 : tensor<f32>) {
-  ^bb0(%a451: f32, %a452: f32, %o453: f32):
-    %s454 = arith.mulf %a451, %a452 : f32
-    linalg.yield %s454 : f32
+  %e448 = tensor.empty() : tensor<f32>
+  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v442, %v437 : tensor<f32>, tensor<f32>) outs(%e448 : tensor<f32>) {
+  ^bb0(%a449: f32, %a450: f32, %o451: f32):
+    %s452 = arith.mulf %a449, %a450 : f32
+    linalg.yield %s452 : f32
   } -> tensor<f32>
-  %e456 = tensor.empty() : tensor<30xf32>
-  %v461 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v449, %v455 : tensor<30xf32>, tensor<f32>) outs(%e456 : tensor<30xf32>) {
-  ^bb0(%a457: f32, %a458: f32, %o459: f32):
-    %s460 = arith.divf %a457, %a458 : f32
-    linalg.yield %s460 : f32
+  %e454 = tensor.empty() : tensor<30xf32>
+  %v459 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v447, %v453 : tensor<30xf32>, tensor<f32>) outs(%e454 : tensor<30xf32>) {
+  ^bb0(%a455: f32, %a456: f32, %o457: f32):
+    %s458 = arith.divf %a455, %a456 : f32
+    linalg.yield %s458 : f32
   } -> tensor<30xf32>
-  %e462 = tensor.empty() : tensor<f32>
-  %v467 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v439 : tensor<f32>) outs(%e462 : tensor<f32>) {
-  ^bb0(%a463: f32, %o464: f32):
-    %s465 = arith.constant 0x3F800000 : f32
-    %s466 = arith.divf %s465, %a463 : f32
-    linalg.yield %s466 : f32
+  %e460 = tensor.empty() : tensor<f32>
+  %v465 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v437 : tensor<f32>) outs(%e460 : tensor<f32>) {
+  ^bb0(%a461: f32, %o462: f32):
+    %s463 = arith.constant 0x3F800000 : f32
+    %s464 = arith.divf %s463, %a461 : f32
+    linalg.yield %s464 : f32
   } -> tensor<f32>
-  %e468 = tensor.empty() : tensor<f32>
-  %v473 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v467 : tensor<f32>) outs(%e468 : tensor<f32>) {
-  ^bb0(%a469: f32, %o470: f32):
-    %s471 = arith.constant 0x322BCC77 : f32
-    %s472 = arith.mulf %a469, %s471 : f32
-    linalg.yield %s472 : f32
+  %e466 = tensor.empty() : tensor<f32>
+  %v471 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v465 : tensor<f32>) outs(%e466 : tensor<f32>) {
+  ^bb0(%a467: f32, %o468: f32):
+    %s469 = arith.constant 0x322BCC77 : f32
+    %s470 = arith.mulf %a467, %s469 : f32
+    linalg.yield %s470 : f32
   } -> tensor<f32>
-  %e474 = tensor.empty() : tensor<30xf32>
-  %v479 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v461, %v473 : tensor<30xf32>, tensor<f32>) outs(%e474 : tensor<30xf32>) {
-  ^bb0(%a475: f32, %a476: f32, %o477: f32):
-    %s478 = arith.addf %a475, %a476 : f32
-    linalg.yield %s478 : f32
+  %e472 = tensor.empty() : tensor<30xf32>
+  %v477 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v459, %v471 : tensor<30xf32>, tensor<f32>) outs(%e472 : tensor<30xf32>) {
+  ^bb0(%a473: f32, %a474: f32, %o475: f32):
+    %s476 = arith.addf %a473, %a474 : f32
+    linalg.yield %s476 : f32
   } -> tensor<30xf32>
-  %e480 = tensor.empty() : tensor<30xf32>
-  %v485 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v374 : tensor<30xf32>) outs(%e480 : tensor<30xf32>) {
-  ^bb0(%a481: f32, %o482: f32):
-    %s483 = arith.constant 0x3F800000 : f32
-    %s484 = arith.mulf %a481, %s483 : f32
-    linalg.yield %s484 : f32
+  %e478 = tensor.empty() : tensor<30xf32>
+  %v483 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v372 : tensor<30xf32>) outs(%e478 : tensor<30xf32>) {
+  ^bb0(%a479: f32, %o480: f32):
+    %s481 = arith.constant 0x3F800000 : f32
+    %s482 = arith.mulf %a479, %s481 : f32
+    linalg.yield %s482 : f32
   } -> tensor<30xf32>
-  %e486 = tensor.empty() : tensor<30xf32>
-  %v491 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v485, %v479 : tensor<30xf32>, tensor<30xf32>) outs(%e486 : tensor<30xf32>) {
-  ^bb0(%a487: f32, %a488: f32, %o489: f32):
-    %s490 = arith.divf %a487, %a488 : f32
-    linalg.yield %s490 : f32
+  %e484 = tensor.empty() : tensor<30xf32>
+  %v489 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v483, %v477 : tensor<30xf32>, tensor<30xf32>) outs(%e484 : tensor<30xf32>) {
+  ^bb0(%a485: f32, %a486: f32, %o487: f32):
+    %s488 = arith.divf %a485, %a486 : f32
+    linalg.yield %s488 : f32
   } -> tensor<30xf32>
-  %e492 = tensor.empty() : tensor<30xf32>
-  %v497 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v491 : tensor<30xf32>, tensor<30xf32>) outs(%e492 : tensor<30xf32>) {
-  ^bb0(%a493: f32, %a494: f32, %o495: f32):
-    %s496 = arith.addf %a493, %a494 : f32
-    linalg.yield %s496 : f32
+  %e490 = tensor.empty() : tensor<30xf32>
+  %v495 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v489 : tensor<30xf32>, tensor<30xf32>) outs(%e490 : tensor<30xf32>) {
+  ^bb0(%a491: f32, %a492: f32, %o493: f32):
+    %s494 = arith.addf %a491, %a492 : f32
+    linalg.yield %s494 : f32
   } -> tensor<30xf32>
-  %e498 = tensor.empty() : tensor<f32>
-  %v503 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e498 : tensor<f32>) {
-  ^bb0(%a499: f32, %o500: f32):
-    %s501 = arith.constant 0x3F800000 : f32
-    %s502 = arith.addf %a499, %s501 : f32
-    linalg.yield %s502 : f32
+  %e496 = tensor.empty() : tensor<f32>
+  %v501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e496 : tensor<f32>) {
+  ^bb0(%a497: f32, %o498: f32):
+    %s499 = arith.constant 0x3F800000 : f32
+    %s500 = arith.addf %a497, %s499 : f32
+    linalg.yield %s500 : f32
   } -> tensor<f32>
-  %e504 = tensor.empty() : tensor<f32>
-  %c505 = arith.constant 0x3DCCCCCD : f32
-  %v506 = linalg.fill ins(%c505 : f32) outs(%e504 : tensor<f32>) -> tensor<f32>
-  %e507 = tensor.empty() : tensor<f32>
-  %v511 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v506 : tensor<f32>) outs(%e507 : tensor<f32>) {
-  ^bb0(%a508: f32, %o509: f32):
-    %s510 = math.absf %a508 : f32
-    linalg.yield %s510 : f32
+  %e502 = tensor.empty() : tensor<f32>
+  %c503 = arith.constant 0x3DCCCCCD : f32
+  %v504 = linalg.fill ins(%c503 : f32) outs(%e502 : tensor<f32>) -> tensor<f32>
+  %e505 = tensor.empty() : tensor<f32>
+  %v509 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v504 : tensor<f32>) outs(%e505 : tensor<f32>) {
+  ^bb0(%a506: f32, %o507: f32):
+    %s508 = math.absf %a506 : f32
+    linalg.yield %s508 : f32
   } -> tensor<f32>
-  %e512 = tensor.empty() : tensor<i1>
-  %v517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v511 : tensor<f32>) outs(%e512 : tensor<i1>) {
-  ^bb0(%a513: f32, %o514: i1):
-    %s515 = arith.constant 0x3F000000 : f32
-    %s516 = arith.cmpf oge, %a513, %s515 : f32
-    linalg.yield %s516 : i1
+  %e510 = tensor.empty() : tensor<i1>
+  %v515 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v509 : tensor<f32>) outs(%e510 : tensor<i1>) {
+  ^bb0(%a511: f32, %o512: i1):
+    %s513 = arith.constant 0x3F000000 : f32
+    %s514 = arith.cmpf oge, %a511, %s513 : f32
+    linalg.yield %s514 : i1
   } -> tensor<i1>
-  %e518 = tensor.empty() : tensor<f32>
-  %v523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v506 : tensor<f32>) outs(%e518 : tensor<f32>) {
-  ^bb0(%a519: f32, %o520: f32):
-    %s521 = arith.constant 0x3F800000 : f32
-    %s522 = arith.subf %a519, %s521 : f32
-    linalg.yield %s522 : f32
+  %e516 = tensor.empty() : tensor<f32>
+  %v521 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v504 : tensor<f32>) outs(%e516 : tensor<f32>) {
+  ^bb0(%a517: f32, %o518: f32):
+    %s519 = arith.constant 0x3F800000 : f32
+    %s520 = arith.subf %a517, %s519 : f32
+    linalg.yield %s520 : f32
   } -> tensor<f32>
-  %e524 = tensor.empty() : tensor<f32>
-  %v530 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v517, %v523, %v506 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e524 : tensor<f32>) {
-  ^bb0(%a525: i1, %a526: f32, %a527: f32, %o528: f32):
-    %s529 = arith.select %a525, %a526, %a527 : f32
-    linalg.yield %s529 : f32
+  %e522 = tensor.empty() : tensor<f32>
+  %v528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v515, %v521, %v504 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e522 : tensor<f32>) {
+  ^bb0(%a523: i1, %a524: f32, %a525: f32, %o526: f32):
+    %s527 = arith.select %a523, %a524, %a525 : f32
+    linalg.yield %s527 : f32
   } -> tensor<f32>
-  %e531 = tensor.empty() : tensor<16x30xf32>
-  %v537 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v517, %v100, %arg6 : tensor<i1>, tensor<16x30xf32>, tensor<16x30xf32>) outs(%e531 : tensor<16x30xf32>) {
-  ^bb0(%a532: i1, %a533: f32, %a534: f32, %o535: f32):
-    %s536 = arith.select %a532, %a533, %a534 : f32
-    linalg.yield %s536 : f32
+  %e529 = tensor.empty() : tensor<16x30xf32>
+  %v535 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v515, %v99, %arg6 : tensor<i1>, tensor<16x30xf32>, tensor<16x30xf32>) outs(%e529 : tensor<16x30xf32>) {
+  ^bb0(%a530: i1, %a531: f32, %a532: f32, %o533: f32):
+    %s534 = arith.select %a530, %a531, %a532 : f32
+    linalg.yield %s534 : f32
   } -> tensor<16x30xf32>
-  %e538 = tensor.empty() : tensor<16x30xf32>
-  %v543 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v100, %arg6 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e538 : tensor<16x30xf32>) {
-  ^bb0(%a539: f32, %a540: f32, %o541: f32):
-    %s542 = arith.subf %a539, %a540 : f32
-    linalg.yield %s542 : f32
+  %e536 = tensor.empty() : tensor<16x30xf32>
+  %v541 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99, %arg6 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e536 : tensor<16x30xf32>) {
+  ^bb0(%a537: f32, %a538: f32, %o539: f32):
+    %s540 = arith.subf %a537, %a538 : f32
+    linalg.yield %s540 : f32
   } -> tensor<16x30xf32>
-  %e544 = tensor.empty() : tensor<16x30xf32>
-  %v549 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v530, %v543 : tensor<f32>, tensor<16x30xf32>) outs(%e544 : tensor<16x30xf32>) {
-  ^bb0(%a545: f32, %a546: f32, %o547: f32):
-    %s548 = arith.mulf %a545, %a546 : f32
-    linalg.yield %s548 : f32
+  %e542 = tensor.empty() : tensor<16x30xf32>
+  %v547 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v528, %v541 : tensor<f32>, tensor<16x30xf32>) outs(%e542 : tensor<16x30xf32>) {
+  ^bb0(%a543: f32, %a544: f32, %o545: f32):
+    %s546 = arith.mulf %a543, %a544 : f32
+    linalg.yield %s546 : f32
   } -> tensor<16x30xf32>
-  %e550 = tensor.empty() : tensor<16x30xf32>
-  %v555 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v549, %v537 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e550 : tensor<16x30xf32>) {
-  ^bb0(%a551: f32, %a552: f32, %o553: f32):
-    %s554 = arith.addf %a551, %a552 : f32
-    linalg.yield %s554 : f32
+  %e548 = tensor.empty() : tensor<16x30xf32>
+  %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v547, %v535 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e548 : tensor<16x30xf32>) {
+  ^bb0(%a549: f32, %a550: f32, %o551: f32):
+    %s552 = arith.addf %a549, %a550 : f32
+    linalg.yield %s552 : f32
   } -> tensor<16x30xf32>
-  %e556 = tensor.empty() : tensor<16x30xf32>
-  %v561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x30xf32>) outs(%e556 : tensor<16x30xf32>) {
-  ^bb0(%a557: f32, %o558: f32):
-    %s559 = arith.constant 0x3F7FBE77 : f32
-    %s560 = arith.mulf %a557, %s559 : f32
-    linalg.yield %s560 : f32
+  %e554 = tensor.empty() : tensor<16x30xf32>
+  %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x30xf32>) outs(%e554 : tensor<16x30xf32>) {
+  ^bb0(%a555: f32, %o556: f32):
+    %s557 = arith.constant 0x3F7FBE77 : f32
+    %s558 = arith.mulf %a555, %s557 : f32
+    linalg.yield %s558 : f32
   } -> tensor<16x30xf32>
-  %e562 = tensor.empty() : tensor<16x30xf32>
-  %v567 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v100 : tensor<16x30xf32>) outs(%e562 : tensor<16x30xf32>) {
-  ^bb0(%a563: f32, %o564: f32):
-    %s565 = arith.constant 0x3A83126F : f32
-    %s566 = arith.mulf %a563, %s565 : f32
-    linalg.yield %s566 : f32
+  %e560 = tensor.empty() : tensor<16x30xf32>
+  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99 : tensor<16x30xf32>) outs(%e560 : tensor<16x30xf32>) {
+  ^bb0(%a561: f32, %o562: f32):
+    %s563 = arith.constant 0x3A83126F : f32
+    %s564 = arith.mulf %a561, %s563 : f32
+    linalg.yield %s564 : f32
   } -> tensor<16x30xf32>
-  %e568 = tensor.empty() : tensor<16x30xf32>
-  %v573 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v567, %v100 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e568 : tensor<16x30xf32>) {
-  ^bb0(%a569: f32, %a570: f32, %o571: f32):
-    %s572 = arith.mulf %a569, %a570 : f32
-    linalg.yield %s572 : f32
+  %e566 = tensor.empty() : tensor<16x30xf32>
+  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v565, %v99 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e566 : tensor<16x30xf32>) {
+  ^bb0(%a567: f32, %a568: f32, %o569: f32):
+    %s570 = arith.mulf %a567, %a568 : f32
+    linalg.yield %s570 : f32
   } -> tensor<16x30xf32>
-  %e574 = tensor.empty() : tensor<16x30xf32>
-  %v579 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v561, %v573 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e574 : tensor<16x30xf32>) {
-  ^bb0(%a575: f32, %a576: f32, %o577: f32):
-    %s578 = arith.addf %a575, %a576 : f32
-    linalg.yield %s578 : f32
+  %e572 = tensor.empty() : tensor<16x30xf32>
+  %v577 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v559, %v571 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e572 : tensor<16x30xf32>) {
+  ^bb0(%a573: f32, %a574: f32, %o575: f32):
+    %s576 = arith.addf %a573, %a574 : f32
+    linalg.yield %s576 : f32
   } -> tensor<16x30xf32>
-  %e580 = tensor.empty() : tensor<f32>
-  %v585 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v503 : tensor<f32>) outs(%e580 : tensor<f32>) {
-  ^bb0(%a581: f32, %o582: f32):
-    %s583 = arith.constant 0x3F666666 : f32
-    %s584 = math.powf %s583, %a581 : f32
-    linalg.yield %s584 : f32
+  %e578 = tensor.empty() : tensor<f32>
+  %v583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v501 : tensor<f32>) outs(%e578 : tensor<f32>) {
+  ^bb0(%a579: f32, %o580: f32):
+    %s581 = arith.constant 0x3F666666 : f32
+    %s582 = math.powf %s581, %a579 : f32
+    linalg.yield %s582 : f32
   } -> tensor<f32>
-  %e586 = tensor.empty() : tensor<f32>
-  %v591 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v585 : tensor<f32>) outs(%e586 : tensor<f32>) {
-  ^bb0(%a587: f32, %o588: f32):
-    %s589 = arith.constant 0x3F800000 : f32
-    %s590 = arith.subf %s589, %a587 : f32
-    linalg.yield %s590 : f32
+  %e584 = tensor.empty() : tensor<f32>
+  %v589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v583 : tensor<f32>) outs(%e584 : tensor<f32>) {
+  ^bb0(%a585: f32, %o586: f32):
+    %s587 = arith.constant 0x3F800000 : f32
+    %s588 = arith.subf %s587, %a585 : f32
+    linalg.yield %s588 : f32
   } -> tensor<f32>
-  %e592 = tensor.empty() : tensor<f32>
-  %v597 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v503 : tensor<f32>) outs(%e592 : tensor<f32>) {
-  ^bb0(%a593: f32, %o594: f32):
-    %s595 = arith.constant 0x3F7FBE77 : f32
-    %s596 = math.powf %s595, %a593 : f32
-    linalg.yield %s596 : f32
+  %e590 = tensor.empty() : tensor<f32>
+  %v595 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v501 : tensor<f32>) outs(%e590 : tensor<f32>) {
+  ^bb0(%a591: f32, %o592: f32):
+    %s593 = arith.constant 0x3F7FBE77 : f32
+    %s594 = math.powf %s593, %a591 : f32
+    linalg.yield %s594 : f32
   } -> tensor<f32>
-  %e598 = tensor.empty() : tensor<f32>
-  %v603 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v597 : tensor<f32>) outs(%e598 : tensor<f32>) {
-  ^bb0(%a599: f32, %o600: f32):
-    %s601 = arith.constant 0x3F800000 : f32
-    %s602 = arith.subf %s601, %a599 : f32
-    linalg.yield %s602 : f32
+  %e596 = tensor.empty() : tensor<f32>
+  %v601 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v595 : tensor<f32>) outs(%e596 : tensor<f32>) {
+  ^bb0(%a597: f32, %o598: f32):
+    %s599 = arith.constant 0x3F800000 : f32
+    %s600 = arith.subf %s599, %a597 : f32
+    linalg.yield %s600 : f32
   } -> tensor<f32>
-  %e604 = tensor.empty() : tensor<f32>
-  %v609 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v591 : tensor<f32>) outs(%e604 : tensor<f32>) {
-  ^bb0(%a605: f32, %o606: f32):
-    %s607 = arith.constant 0x3F800000 : f32
-    %s608 = arith.divf %s607, %a605 : f32
-    linalg.yield %s608 : f32
+  %e602 = tensor.empty() : tensor<f32>
+  %v607 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v589 : tensor<f32>) outs(%e602 : tensor<f32>) {
+  ^bb0(%a603: f32, %o604: f32):
+    %s605 = arith.constant 0x3F800000 : f32
+    %s606 = arith.divf %s605, %a603 : f32
+    linalg.yield %s606 : f32
   } -> tensor<f32>
-  %e610 = tensor.empty() : tensor<f32>
-  %v615 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v609 : tensor<f32>) outs(%e610 : tensor<f32>) {
-  ^bb0(%a611: f32, %o612: f32):
-    %s613 = arith.constant 0x3A83126F : f32
-    %s614 = arith.mulf %a611, %s613 : f32
-    linalg.yield %s614 : f32
+  %e608 = tensor.empty() : tensor<f32>
+  %v613 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v607 : tensor<f32>) outs(%e608 : tensor<f32>) {
+  ^bb0(%a609: f32, %o610: f32):
+    %s611 = arith.constant 0x3A83126F : f32
+    %s612 = arith.mulf %a609, %s611 : f32
+    linalg.yield %s612 : f32
   } -> tensor<f32>
-  %e616 = tensor.empty() : tensor<f32>
-  %v620 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v615 : tensor<f32>) outs(%e616 : tensor<f32>) {
-  ^bb0(%a617: f32, %o618: f32):
-    %s619 = arith.negf %a617 : f32
-    linalg.yield %s619 : f32
+  %e614 = tensor.empty() : tensor<f32>
+  %v618 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v613 : tensor<f32>) outs(%e614 : tensor<f32>) {
+  ^bb0(%a615: f32, %o616: f32):
+    %s617 = arith.negf %a615 : f32
+    linalg.yield %s617 : f32
   } -> tensor<f32>
-  %e621 = tensor.empty() : tensor<f32>
-  %v625 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v603 : tensor<f32>) outs(%e621 : tensor<f32>) {
-  ^bb0(%a622: f32, %o623: f32):
-    %s624 = math.sqrt %a622 : f32
-    linalg.yield %s624 : f32
+  %e619 = tensor.empty() : tensor<f32>
+  %v623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v601 : tensor<f32>) outs(%e619 : tensor<f32>) {
+  ^bb0(%a620: f32, %o621: f32):
+    %s622 = math.sqrt %a620 : f32
+    linalg.yield %s622 : f32
   } -> tensor<f32>
-  %e626 = tensor.empty() : tensor<16x30xf32>
-  %v630 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v579 : tensor<16x30xf32>) outs(%e626 : tensor<16x30xf32>) {
-  ^bb0(%a627: f32, %o628: f32):
-    %s629 = math.sqrt %a627 : f32
-    linalg.yield %s629 : f32
+  %e624 = tensor.empty() : tensor<16x30xf32>
+  %v628 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v577 : tensor<16x30xf32>) outs(%e624 : tensor<16x30xf32>) {
+  ^bb0(%a625: f32, %o626: f32):
+    %s627 = math.sqrt %a625 : f32
+    linalg.yield %s627 : f32
   } -> tensor<16x30xf32>
-  %e631 = tensor.empty() : tensor<f32>
-  %v636 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v625, %v620 : tensor<f32>, tensor<f32>) outs(%e631 : tensor<f32>) {
-  ^bb0(%a632: f32, %a633: f32, %o634: f32):
-    %s635 = arith.mulf %a632, %a633 : f32
-    linalg.yield %s635 : f32
+  %e629 = tensor.empty() : tensor<f32>
+  %v634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v623, %v618 : tensor<f32>, tensor<f32>) outs(%e629 : tensor<f32>) {
+  ^bb0(%a630: f32, %a631: f32, %o632: f32):
+    %s633 = arith.mulf %a630, %a631 : f32
+    linalg.yield %s633 : f32
   } -> tensor<f32>
-  %e637 = tensor.empty() : tensor<16x30xf32>
-  %v642 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v630, %v636 : tensor<16x30xf32>, tensor<f32>) outs(%e637 : tensor<16x30xf32>) {
-  ^bb0(%a638: f32, %a639: f32, %o640: f32):
-    %s641 = arith.divf %a638, %a639 : f32
-    linalg.yield %s641 : f32
+  %e635 = tensor.empty() : tensor<16x30xf32>
+  %v640 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v628, %v634 : tensor<16x30xf32>, tensor<f32>) outs(%e635 : tensor<16x30xf32>) {
+  ^bb0(%a636: f32, %a637: f32, %o638: f32):
+    %s639 = arith.divf %a636, %a637 : f32
+    linalg.yield %s639 : f32
   } -> tensor<16x30xf32>
-  %e643 = tensor.empty() : tensor<f32>
-  %v648 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v620 : tensor<f32>) outs(%e643 : tensor<f32>) {
-  ^bb0(%a644: f32, %o645: f32):
-    %s646 = arith.constant 0x3F800000 : f32
-    %s647 = arith.divf %s646, %a644 : f32
-    linalg.yield %s647 : f32
+  %e641 = tensor.empty() : tensor<f32>
+  %v646 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v618 : tensor<f32>) outs(%e641 : tensor<f32>) {
+  ^bb0(%a642: f32, %o643: f32):
+    %s644 = arith.constant 0x3F800000 : f32
+    %s645 = arith.divf %s644, %a642 : f32
+    linalg.yield %s645 : f32
   } -> tensor<f32>
-  %e649 = tensor.empty() : tensor<f32>
-  %v654 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v648 : tensor<f32>) outs(%e649 : tensor<f32>) {
-  ^bb0(%a650: f32, %o651: f32):
-    %s652 = arith.constant 0x322BCC77 : f32
-    %s653 = arith.mulf %a650, %s652 : f32
-    linalg.yield %s653 : f32
+  %e647 = tensor.empty() : tensor<f32>
+  %v652 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v646 : tensor<f32>) outs(%e647 : tensor<f32>) {
+  ^bb0(%a648: f32, %o649: f32):
+    %s650 = arith.constant 0x322BCC77 : f32
+    %s651 = arith.mulf %a648, %s650 : f32
+    linalg.yield %s651 : f32
   } -> tensor<f32>
-  %e655 = tensor.empty() : tensor<16x30xf32>
-  %v660 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v642, %v654 : tensor<16x30xf32>, tensor<f32>) outs(%e655 : tensor<16x30xf32>) {
-  ^bb0(%a656: f32, %a657: f32, %o658: f32):
-    %s659 = arith.addf %a656, %a657 : f32
-    linalg.yield %s659 : f32
+  %e653 = tensor.empty() : tensor<16x30xf32>
+  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v640, %v652 : tensor<16x30xf32>, tensor<f32>) outs(%e653 : tensor<16x30xf32>) {
+  ^bb0(%a654: f32, %a655: f32, %o656: f32):
+    %s657 = arith.addf %a654, %a655 : f32
+    linalg.yield %s657 : f32
   } -> tensor<16x30xf32>
-  %e661 = tensor.empty() : tensor<16x30xf32>
-  %v666 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v555 : tensor<16x30xf32>) outs(%e661 : tensor<16x30xf32>) {
-  ^bb0(%a662: f32, %o663: f32):
-    %s664 = arith.constant 0x3F800000 : f32
-    %s665 = arith.mulf %a662, %s664 : f32
-    linalg.yield %s665 : f32
+  %e659 = tensor.empty() : tensor<16x30xf32>
+  %v664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v553 : tensor<16x30xf32>) outs(%e659 : tensor<16x30xf32>) {
+  ^bb0(%a660: f32, %o661: f32):
+    %s662 = arith.constant 0x3F800000 : f32
+    %s663 = arith.mulf %a660, %s662 : f32
+    linalg.yield %s663 : f32
   } -> tensor<16x30xf32>
-  %e667 = tensor.empty() : tensor<16x30xf32>
-  %v672 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v666, %v660 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e667 : tensor<16x30xf32>) {
-  ^bb0(%a668: f32, %a669: f32, %o670: f32):
-    %s671 = arith.divf %a668, %a669 : f32
-    linalg.yield %s671 : f32
+  %e665 = tensor.empty() : tensor<16x30xf32>
+  %v670 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v664, %v658 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e665 : tensor<16x30xf32>) {
+  ^bb0(%a666: f32, %a667: f32, %o668: f32):
+    %s669 = arith.divf %a666, %a667 : f32
+    linalg.yield %s669 : f32
   } -> tensor<16x30xf32>
-  %e673 = tensor.empty() : tensor<16x30xf32>
-  %v678 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v672 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e673 : tensor<16x30xf32>) {
-  ^bb0(%a674: f32, %a675: f32, %o676: f32):
-    %s677 = arith.addf %a674, %a675 : f32
-    linalg.yield %s677 : f32
+  %e671 = tensor.empty() : tensor<16x30xf32>
+  %v676 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v670 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e671 : tensor<16x30xf32>) {
+  ^bb0(%a672: f32, %a673: f32, %o674: f32):
+    %s675 = arith.addf %a672, %a673 : f32
+    linalg.yield %s675 : f32
   } -> tensor<16x30xf32>
-  %e679 = tensor.empty() : tensor<f32>
-  %v684 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e679 : tensor<f32>) {
-  ^bb0(%a680: f32, %o681: f32):
-    %s682 = arith.constant 0x3F800000 : f32
-    %s683 = arith.addf %a680, %s682 : f32
-    linalg.yield %s683 : f32
+  %e677 = tensor.empty() : tensor<f32>
+  %v682 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e677 : tensor<f32>) {
+  ^bb0(%a678: f32, %o679: f32):
+    %s680 = arith.constant 0x3F800000 : f32
+    %s681 = arith.addf %a678, %s680 : f32
+    linalg.yield %s681 : f32
   } -> tensor<f32>
-  %e685 = tensor.empty() : tensor<f32>
-  %c686 = arith.constant 0x3DCCCCCD : f32
-  %v687 = linalg.fill ins(%c686 : f32) outs(%e685 : tensor<f32>) -> tensor<f32>
-  %e688 = tensor.empty() : tensor<f32>
-  %v692 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v687 : tensor<f32>) outs(%e688 : tensor<f32>) {
-  ^bb0(%a689: f32, %o690: f32):
-    %s691 = math.absf %a689 : f32
-    linalg.yield %s691 : f32
+  %e683 = tensor.empty() : tensor<f32>
+  %c684 = arith.constant 0x3DCCCCCD : f32
+  %v685 = linalg.fill ins(%c684 : f32) outs(%e683 : tensor<f32>) -> tensor<f32>
+  %e686 = tensor.empty() : tensor<f32>
+  %v690 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v685 : tensor<f32>) outs(%e686 : tensor<f32>) {
+  ^bb0(%a687: f32, %o688: f32):
+    %s689 = math.absf %a687 : f32
+    linalg.yield %s689 : f32
   } -> tensor<f32>
-  %e693 = tensor.empty() : tensor<i1>
-  %v698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v692 : tensor<f32>) outs(%e693 : tensor<i1>) {
-  ^bb0(%a694: f32, %o695: i1):
-    %s696 = arith.constant 0x3F000000 : f32
-    %s697 = arith.cmpf oge, %a694, %s696 : f32
-    linalg.yield %s697 : i1
+  %e691 = tensor.empty() : tensor<i1>
+  %v696 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v690 : tensor<f32>) outs(%e691 : tensor<i1>) {
+  ^bb0(%a692: f32, %o693: i1):
+    %s694 = arith.constant 0x3F000000 : f32
+    %s695 = arith.cmpf oge, %a692, %s694 : f32
+    linalg.yield %s695 : i1
   } -> tensor<i1>
-  %e699 = tensor.empty() : tensor<f32>
-  %v704 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v687 : tensor<f32>) outs(%e699 : tensor<f32>) {
-  ^bb0(%a700: f32, %o701: f32):
-    %s702 = arith.constant 0x3F800000 : f32
-    %s703 = arith.subf %a700, %s702 : f32
-    linalg.yield %s703 : f32
+  %e697 = tensor.empty() : tensor<f32>
+  %v702 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v685 : tensor<f32>) outs(%e697 : tensor<f32>) {
+  ^bb0(%a698: f32, %o699: f32):
+    %s700 = arith.constant 0x3F800000 : f32
+    %s701 = arith.subf %a698, %s700 : f32
+    linalg.yield %s701 : f32
   } -> tensor<f32>
-  %e705 = tensor.empty() : tensor<f32>
-  %v711 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v698, %v704, %v687 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e705 : tensor<f32>) {
-  ^bb0(%a706: i1, %a707: f32, %a708: f32, %o709: f32):
-    %s710 = arith.select %a706, %a707, %a708 : f32
-    linalg.yield %s710 : f32
+  %e703 = tensor.empty() : tensor<f32>
+  %v709 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v696, %v702, %v685 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e703 : tensor<f32>) {
+  ^bb0(%a704: i1, %a705: f32, %a706: f32, %o707: f32):
+    %s708 = arith.select %a704, %a705, %a706 : f32
+    linalg.yield %s708 : f32
   } -> tensor<f32>
-  %e712 = tensor.empty() : tensor<16xf32>
-  %v718 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v698, %v98, %arg7 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e712 : tensor<16xf32>) {
-  ^bb0(%a713: i1, %a714: f32, %a715: f32, %o716: f32):
-    %s717 = arith.select %a713, %a714, %a715 : f32
-    linalg.yield %s717 : f32
+  %e710 = tensor.empty() : tensor<16xf32>
+  %v716 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v696, %v96, %arg7 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e710 : tensor<16xf32>) {
+  ^bb0(%a711: i1, %a712: f32, %a713: f32, %o714: f32):
+    %s715 = arith.select %a711, %a712, %a713 : f32
+    linalg.yield %s715 : f32
   } -> tensor<16xf32>
-  %e719 = tensor.empty() : tensor<16xf32>
-  %v724 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v98, %arg7 : tensor<16xf32>, tensor<16xf32>) outs(%e719 : tensor<16xf32>) {
-  ^bb0(%a720: f32, %a721: f32, %o722: f32):
-    %s723 = arith.subf %a720, %a721 : f32
-    linalg.yield %s723 : f32
+  %e717 = tensor.empty() : tensor<16xf32>
+  %v722 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96, %arg7 : tensor<16xf32>, tensor<16xf32>) outs(%e717 : tensor<16xf32>) {
+  ^bb0(%a718: f32, %a719: f32, %o720: f32):
+    %s721 = arith.subf %a718, %a719 : f32
+    linalg.yield %s721 : f32
   } -> tensor<16xf32>
-  %e725 = tensor.empty() : tensor<16xf32>
-  %v730 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v711, %v724 : tensor<f32>, tensor<16xf32>) outs(%e725 : tensor<16xf32>) {
-  ^bb0(%a726: f32, %a727: f32, %o728: f32):
-    %s729 = arith.mulf %a726, %a727 : f32
-    linalg.yield %s729 : f32
+  %e723 = tensor.empty() : tensor<16xf32>
+  %v728 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v709, %v722 : tensor<f32>, tensor<16xf32>) outs(%e723 : tensor<16xf32>) {
+  ^bb0(%a724: f32, %a725: f32, %o726: f32):
+    %s727 = arith.mulf %a724, %a725 : f32
+    linalg.yield %s727 : f32
   } -> tensor<16xf32>
-  %e731 = tensor.empty() : tensor<16xf32>
-  %v736 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v730, %v718 : tensor<16xf32>, tensor<16xf32>) outs(%e731 : tensor<16xf32>) {
-  ^bb0(%a732: f32, %a733: f32, %o734: f32):
-    %s735 = arith.addf %a732, %a733 : f32
-    linalg.yield %s735 : f32
+  %e729 = tensor.empty() : tensor<16xf32>
+  %v734 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v728, %v716 : tensor<16xf32>, tensor<16xf32>) outs(%e729 : tensor<16xf32>) {
+  ^bb0(%a730: f32, %a731: f32, %o732: f32):
+    %s733 = arith.addf %a730, %a731 : f32
+    linalg.yield %s733 : f32
   } -> tensor<16xf32>
-  %e737 = tensor.empty() : tensor<16xf32>
-  %v742 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e737 : tensor<16xf32>) {
-  ^bb0(%a738: f32, %o739: f32):
-    %s740 = arith.constant 0x3F7FBE77 : f32
-    %s741 = arith.mulf %a738, %s740 : f32
-    linalg.yield %s741 : f32
+  %e735 = tensor.empty() : tensor<16xf32>
+  %v740 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e735 : tensor<16xf32>) {
+  ^bb0(%a736: f32, %o737: f32):
+    %s738 = arith.constant 0x3F7FBE77 : f32
+    %s739 = arith.mulf %a736, %s738 : f32
+    linalg.yield %s739 : f32
   } -> tensor<16xf32>
-  %e743 = tensor.empty() : tensor<16xf32>
-  %v748 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v98 : tensor<16xf32>) outs(%e743 : tensor<16xf32>) {
-  ^bb0(%a744: f32, %o745: f32):
-    %s746 = arith.constant 0x3A83126F : f32
-    %s747 = arith.mulf %a744, %s746 : f32
-    linalg.yield %s747 : f32
+  %e741 = tensor.empty() : tensor<16xf32>
+  %v746 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96 : tensor<16xf32>) outs(%e741 : tensor<16xf32>) {
+  ^bb0(%a742: f32, %o743: f32):
+    %s744 = arith.constant 0x3A83126F : f32
+    %s745 = arith.mulf %a742, %s744 : f32
+    linalg.yield %s745 : f32
   } -> tensor<16xf32>
-  %e749 = tensor.empty() : tensor<16xf32>
-  %v754 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v748, %v98 : tensor<16xf32>, tensor<16xf32>) outs(%e749 : tensor<16xf32>) {
-  ^bb0(%a750: f32, %a751: f32, %o752: f32):
-    %s753 = arith.mulf %a750, %a751 : f32
-    linalg.yield %s753 : f32
+  %e747 = tensor.empty() : tensor<16xf32>
+  %v752 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v746, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e747 : tensor<16xf32>) {
+  ^bb0(%a748: f32, %a749: f32, %o750: f32):
+    %s751 = arith.mulf %a748, %a749 : f32
+    linalg.yield %s751 : f32
   } -> tensor<16xf32>
-  %e755 = tensor.empty() : tensor<16xf32>
-  %v760 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v742, %v754 : tensor<16xf32>, tensor<16xf32>) outs(%e755 : tensor<16xf32>) {
-  ^bb0(%a756: f32, %a757: f32, %o758: f32):
-    %s759 = arith.addf %a756, %a757 : f32
-    linalg.yield %s759 : f32
+  %e753 = tensor.empty() : tensor<16xf32>
+  %v758 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v740, %v752 : tensor<16xf32>, tensor<16xf32>) outs(%e753 : tensor<16xf32>) {
+  ^bb0(%a754: f32, %a755: f32, %o756: f32):
+    %s757 = arith.addf %a754, %a755 : f32
+    linalg.yield %s757 : f32
   } -> tensor<16xf32>
-  %e761 = tensor.empty() : tensor<f32>
-  %v766 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v684 : tensor<f32>) outs(%e761 : tensor<f32>) {
-  ^bb0(%a762: f32, %o763: f32):
-    %s764 = arith.constant 0x3F666666 : f32
-    %s765 = math.powf %s764, %a762 : f32
-    linalg.yield %s765 : f32
+  %e759 = tensor.empty() : tensor<f32>
+  %v764 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v682 : tensor<f32>) outs(%e759 : tensor<f32>) {
+  ^bb0(%a760: f32, %o761: f32):
+    %s762 = arith.constant 0x3F666666 : f32
+    %s763 = math.powf %s762, %a760 : f32
+    linalg.yield %s763 : f32
   } -> tensor<f32>
-  %e767 = tensor.empty() : tensor<f32>
-  %v772 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v766 : tensor<f32>) outs(%e767 : tensor<f32>) {
-  ^bb0(%a768: f32, %o769: f32):
-    %s770 = arith.constant 0x3F800000 : f32
-    %s771 = arith.subf %s770, %a768 : f32
-    linalg.yield %s771 : f32
+  %e765 = tensor.empty() : tensor<f32>
+  %v770 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v764 : tensor<f32>) outs(%e765 : tensor<f32>) {
+  ^bb0(%a766: f32, %o767: f32):
+    %s768 = arith.constant 0x3F800000 : f32
+    %s769 = arith.subf %s768, %a766 : f32
+    linalg.yield %s769 : f32
   } -> tensor<f32>
-  %e773 = tensor.empty() : tensor<f32>
-  %v778 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v684 : tensor<f32>) outs(%e773 : tensor<f32>) {
-  ^bb0(%a774: f32, %o775: f32):
-    %s776 = arith.constant 0x3F7FBE77 : f32
-    %s777 = math.powf %s776, %a774 : f32
-    linalg.yield %s777 : f32
+  %e771 = tensor.empty() : tensor<f32>
+  %v776 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v682 : tensor<f32>) outs(%e771 : tensor<f32>) {
+  ^bb0(%a772: f32, %o773: f32):
+    %s774 = arith.constant 0x3F7FBE77 : f32
+    %s775 = math.powf %s774, %a772 : f32
+    linalg.yield %s775 : f32
   } -> tensor<f32>
-  %e779 = tensor.empty() : tensor<f32>
-  %v784 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v778 : tensor<f32>) outs(%e779 : tensor<f32>) {
-  ^bb0(%a780: f32, %o781: f32):
-    %s782 = arith.constant 0x3F800000 : f32
-    %s783 = arith.subf %s782, %a780 : f32
-    linalg.yield %s783 : f32
+  %e777 = tensor.empty() : tensor<f32>
+  %v782 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v776 : tensor<f32>) outs(%e777 : tensor<f32>) {
+  ^bb0(%a778: f32, %o779: f32):
+    %s780 = arith.constant 0x3F800000 : f32
+    %s781 = arith.subf %s780, %a778 : f32
+    linalg.yield %s781 : f32
   } -> tensor<f32>
-  %e785 = tensor.empty() : tensor<f32>
-  %v790 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v772 : tensor<f32>) outs(%e785 : tensor<f32>) {
-  ^bb0(%a786: f32, %o787: f32):
-    %s788 = arith.constant 0x3F800000 : f32
-    %s789 = arith.divf %s788, %a786 : f32
-    linalg.yield %s789 : f32
+  %e783 = tensor.empty() : tensor<f32>
+  %v788 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v770 : tensor<f32>) outs(%e783 : tensor<f32>) {
+  ^bb0(%a784: f32, %o785: f32):
+    %s786 = arith.constant 0x3F800000 : f32
+    %s787 = arith.divf %s786, %a784 : f32
+    linalg.yield %s787 : f32
   } -> tensor<f32>
-  %e791 = tensor.empty() : tensor<f32>
-  %v796 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v790 : tensor<f32>) outs(%e791 : tensor<f32>) {
-  ^bb0(%a792: f32, %o793: f32):
-    %s794 = arith.constant 0x3A83126F : f32
-    %s795 = arith.mulf %a792, %s794 : f32
-    linalg.yield %s795 : f32
+  %e789 = tensor.empty() : tensor<f32>
+  %v794 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v788 : tensor<f32>) outs(%e789 : tensor<f32>) {
+  ^bb0(%a790: f32, %o791: f32):
+    %s792 = arith.constant 0x3A83126F : f32
+    %s793 = arith.mulf %a790, %s792 : f32
+    linalg.yield %s793 : f32
   } -> tensor<f32>
-  %e797 = tensor.empty() : tensor<f32>
-  %v801 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v796 : tensor<f32>) outs(%e797 : tensor<f32>) {
-  ^bb0(%a798: f32, %o799: f32):
-    %s800 = arith.negf %a798 : f32
-    linalg.yield %s800 : f32
+  %e795 = tensor.empty() : tensor<f32>
+  %v799 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v794 : tensor<f32>) outs(%e795 : tensor<f32>) {
+  ^bb0(%a796: f32, %o797: f32):
+    %s798 = arith.negf %a796 : f32
+    linalg.yield %s798 : f32
   } -> tensor<f32>
-  %e802 = tensor.empty() : tensor<f32>
-  %v806 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v784 : tensor<f32>) outs(%e802 : tensor<f32>) {
-  ^bb0(%a803: f32, %o804: f32):
-    %s805 = math.sqrt %a803 : f32
-    linalg.yield %s805 : f32
+  %e800 = tensor.empty() : tensor<f32>
+  %v804 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v782 : tensor<f32>) outs(%e800 : tensor<f32>) {
+  ^bb0(%a801: f32, %o802: f32):
+    %s803 = math.sqrt %a801 : f32
+    linalg.yield %s803 : f32
   } -> tensor<f32>
-  %e807 = tensor.empty() : tensor<16xf32>
-  %v811 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v760 : tensor<16xf32>) outs(%e807 : tensor<16xf32>) {
-  ^bb0(%a808: f32, %o809: f32):
-    %s810 = math.sqrt %a808 : f32
-    linalg.yield %s810 : f32
+  %e805 = tensor.empty() : tensor<16xf32>
+  %v809 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v758 : tensor<16xf32>) outs(%e805 : tensor<16xf32>) {
+  ^bb0(%a806: f32, %o807: f32):
+    %s808 = math.sqrt %a806 : f32
+    linalg.yield %s808 : f32
   } -> tensor<16xf32>
-  %e812 = tensor.empty() : tensor<f32>
-  %v817 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v806, %v801 : tensor<f32>, tensor<f32>) outs(%e812 : tensor<f32>) {
-  ^bb0(%a813: f32, %a814: f32, %o815: f32):
-    %s816 = arith.mulf %a813, %a814 : f32
-    linalg.yield %s816 : f32
+  %e810 = tensor.empty() : tensor<f32>
+  %v815 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v804, %v799 : tensor<f32>, tensor<f32>) outs(%e810 : tensor<f32>) {
+  ^bb0(%a811: f32, %a812: f32, %o813: f32):
+    %s814 = arith.mulf %a811, %a812 : f32
+    linalg.yield %s814 : f32
   } -> tensor<f32>
-  %e818 = tensor.empty() : tensor<16xf32>
-  %v823 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v811, %v817 : tensor<16xf32>, tensor<f32>) outs(%e818 : tensor<16xf32>) {
-  ^bb0(%a819: f32, %a820: f32, %o821: f32):
-    %s822 = arith.divf %a819, %a820 : f32
-    linalg.yield %s822 : f32
+  %e816 = tensor.empty() : tensor<16xf32>
+  %v821 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v809, %v815 : tensor<16xf32>, tensor<f32>) outs(%e816 : tensor<16xf32>) {
+  ^bb0(%a817: f32, %a818: f32, %o819: f32):
+    %s820 = arith.divf %a817, %a818 : f32
+    linalg.yield %s820 : f32
   } -> tensor<16xf32>
-  %e824 = tensor.empty() : tensor<f32>
-  %v829 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v801 : tensor<f32>) outs(%e824 : tensor<f32>) {
-  ^bb0(%a825: f32, %o826: f32):
-    %s827 = arith.constant 0x3F800000 : f32
-    %s828 = arith.divf %s827, %a825 : f32
-    linalg.yield %s828 : f32
+  %e822 = tensor.empty() : tensor<f32>
+  %v827 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v799 : tensor<f32>) outs(%e822 : tensor<f32>) {
+  ^bb0(%a823: f32, %o824: f32):
+    %s825 = arith.constant 0x3F800000 : f32
+    %s826 = arith.divf %s825, %a823 : f32
+    linalg.yield %s826 : f32
   } -> tensor<f32>
-  %e830 = tensor.empty() : tensor<f32>
-  %v835 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v829 : tensor<f32>) outs(%e830 : tensor<f32>) {
-  ^bb0(%a831: f32, %o832: f32):
-    %s833 = arith.constant 0x322BCC77 : f32
-    %s834 = arith.mulf %a831, %s833 : f32
-    linalg.yield %s834 : f32
+  %e828 = tensor.empty() : tensor<f32>
+  %v833 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v827 : tensor<f32>) outs(%e828 : tensor<f32>) {
+  ^bb0(%a829: f32, %o830: f32):
+    %s831 = arith.constant 0x322BCC77 : f32
+    %s832 = arith.mulf %a829, %s831 : f32
+    linalg.yield %s832 : f32
   } -> tensor<f32>
-  %e836 = tensor.empty() : tensor<16xf32>
-  %v841 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v823, %v835 : tensor<16xf32>, tensor<f32>) outs(%e836 : tensor<16xf32>) {
-  ^bb0(%a837: f32, %a838: f32, %o839: f32):
-    %s840 = arith.addf %a837, %a838 : f32
-    linalg.yield %s840 : f32
+  %e834 = tensor.empty() : tensor<16xf32>
+  %v839 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v821, %v833 : tensor<16xf32>, tensor<f32>) outs(%e834 : tensor<16xf32>) {
+  ^bb0(%a835: f32, %a836: f32, %o837: f32):
+    %s838 = arith.addf %a835, %a836 : f32
+    linalg.yield %s838 : f32
   } -> tensor<16xf32>
-  %e842 = tensor.empty() : tensor<16xf32>
-  %v847 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v736 : tensor<16xf32>) outs(%e842 : tensor<16xf32>) {
-  ^bb0(%a843: f32, %o844: f32):
-    %s845 = arith.constant 0x3F800000 : f32
-    %s846 = arith.mulf %a843, %s845 : f32
-    linalg.yield %s846 : f32
+  %e840 = tensor.empty() : tensor<16xf32>
+  %v845 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v734 : tensor<16xf32>) outs(%e840 : tensor<16xf32>) {
+  ^bb0(%a841: f32, %o842: f32):
+    %s843 = arith.constant 0x3F800000 : f32
+    %s844 = arith.mulf %a841, %s843 : f32
+    linalg.yield %s844 : f32
   } -> tensor<16xf32>
-  %e848 = tensor.empty() : tensor<16xf32>
-  %v853 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v847, %v841 : tensor<16xf32>, tensor<16xf32>) outs(%e848 : tensor<16xf32>) {
-  ^bb0(%a849: f32, %a850: f32, %o851: f32):
-    %s852 = arith.divf %a849, %a850 : f32
-    linalg.yield %s852 : f32
+  %e846 = tensor.empty() : tensor<16xf32>
+  %v851 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v845, %v839 : tensor<16xf32>, tensor<16xf32>) outs(%e846 : tensor<16xf32>) {
+  ^bb0(%a847: f32, %a848: f32, %o849: f32):
+    %s850 = arith.divf %a847, %a848 : f32
+    linalg.yield %s850 : f32
   } -> tensor<16xf32>
-  %e854 = tensor.empty() : tensor<16xf32>
-  %v859 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v853 : tensor<16xf32>, tensor<16xf32>) outs(%e854 : tensor<16xf32>) {
-  ^bb0(%a855: f32, %a856: f32, %o857: f32):
-    %s858 = arith.addf %a855, %a856 : f32
-    linalg.yield %s858 : f32
+  %e852 = tensor.empty() : tensor<16xf32>
+  %v857 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v851 : tensor<16xf32>, tensor<16xf32>) outs(%e852 : tensor<16xf32>) {
+  ^bb0(%a853: f32, %a854: f32, %o855: f32):
+    %s856 = arith.addf %a853, %a854 : f32
+    linalg.yield %s856 : f32
   } -> tensor<16xf32>
-  return %v54, %v316, %v497, %v678, %v859, %v193, %v374, %v555, %v736, %v217, %v398, %v579, %v760, %v141, %v322, %v503, %v684 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v54, %v314, %v495, %v676, %v857, %v191, %v372, %v553, %v734, %v215, %v396, %v577, %v758, %v139, %v320, %v501, %v682 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }

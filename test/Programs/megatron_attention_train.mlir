@@ -91,342 +91,328 @@ func.func @megatron_attention_train(
     %s72 = arith.maximumf %a70, %o71 : f32
     linalg.yield %s72 : f32
   } -> tensor<2x4x4xf32>
-  %v74 = tensor.expand_shape %v73 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v75 = tensor.collapse_shape %v74 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e76 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v81 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v66, %v75 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e76 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a77: f32, %a78: f32, %o79: f32):
-    %s80 = arith.subf %a77, %a78 : f32
-    linalg.yield %s80 : f32
+  %e75 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v80 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v66, %v73 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e75 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a76: f32, %a77: f32, %o78: f32):
+    %s79 = arith.subf %a76, %a77 : f32
+    linalg.yield %s79 : f32
   } -> tensor<2x4x4x4xf32>
-  %e82 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v81 : tensor<2x4x4x4xf32>) outs(%e82 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a83: f32, %o84: f32):
-    %s85 = math.exp %a83 : f32
-    linalg.yield %s85 : f32
+  %e81 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v85 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v80 : tensor<2x4x4x4xf32>) outs(%e81 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a82: f32, %o83: f32):
+    %s84 = math.exp %a82 : f32
+    linalg.yield %s84 : f32
   } -> tensor<2x4x4x4xf32>
-  %e87 = tensor.empty() : tensor<2x4x4xf32>
-  %c88 = arith.constant 0x00000000 : f32
-  %v89 = linalg.fill ins(%c88 : f32) outs(%e87 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
-  %v93 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v86 : tensor<2x4x4x4xf32>) outs(%v89 : tensor<2x4x4xf32>) {
-  ^bb0(%a90: f32, %o91: f32):
-    %s92 = arith.addf %a90, %o91 : f32
-    linalg.yield %s92 : f32
+  %e86 = tensor.empty() : tensor<2x4x4xf32>
+  %c87 = arith.constant 0x00000000 : f32
+  %v88 = linalg.fill ins(%c87 : f32) outs(%e86 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v85 : tensor<2x4x4x4xf32>) outs(%v88 : tensor<2x4x4xf32>) {
+  ^bb0(%a89: f32, %o90: f32):
+    %s91 = arith.addf %a89, %o90 : f32
+    linalg.yield %s91 : f32
   } -> tensor<2x4x4xf32>
-  %v94 = tensor.expand_shape %v93 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v95 = tensor.collapse_shape %v94 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e96 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v101 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v86, %v95 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e96 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a97: f32, %a98: f32, %o99: f32):
-    %s100 = arith.divf %a97, %a98 : f32
-    linalg.yield %s100 : f32
+  %e94 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v99 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v85, %v92 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e94 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a95: f32, %a96: f32, %o97: f32):
+    %s98 = arith.divf %a95, %a96 : f32
+    linalg.yield %s98 : f32
   } -> tensor<2x4x4x4xf32>
-  %v102 = tensor.collapse_shape %v101 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v103 = tensor.collapse_shape %v51 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e104 = tensor.empty() : tensor<8x4x4xf32>
-  %c105 = arith.constant 0x00000000 : f32
-  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v107 = linalg.batch_matmul ins(%v102, %v103 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v106 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v108 = tensor.expand_shape %v107 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e109 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v110 = linalg.transpose ins(%v108 : tensor<2x4x4x4xf32>) outs(%e109 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v111 = tensor.collapse_shape %v110 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v112 = tensor.collapse_shape %v111 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e113 = tensor.empty() : tensor<16x16xf32>
-  %v114 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e113 : tensor<16x16xf32>) permutation = [1, 0]
-  %e115 = tensor.empty() : tensor<8x16xf32>
-  %c116 = arith.constant 0x00000000 : f32
-  %v117 = linalg.fill ins(%c116 : f32) outs(%e115 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v118 = linalg.matmul ins(%v112, %v114 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v117 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e119 = tensor.empty() : tensor<8x16xf32>
-  %v124 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v118, %arg7 : tensor<8x16xf32>, tensor<16xf32>) outs(%e119 : tensor<8x16xf32>) {
-  ^bb0(%a120: f32, %a121: f32, %o122: f32):
-    %s123 = arith.addf %a120, %a121 : f32
-    linalg.yield %s123 : f32
+  %v100 = tensor.collapse_shape %v99 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %v101 = tensor.collapse_shape %v51 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e102 = tensor.empty() : tensor<8x4x4xf32>
+  %c103 = arith.constant 0x00000000 : f32
+  %v104 = linalg.fill ins(%c103 : f32) outs(%e102 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v105 = linalg.batch_matmul ins(%v100, %v101 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v104 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v106 = tensor.expand_shape %v105 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e107 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v108 = linalg.transpose ins(%v106 : tensor<2x4x4x4xf32>) outs(%e107 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v109 = tensor.collapse_shape %v108 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v110 = tensor.collapse_shape %v109 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e111 = tensor.empty() : tensor<16x16xf32>
+  %v112 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e111 : tensor<16x16xf32>) permutation = [1, 0]
+  %e113 = tensor.empty() : tensor<8x16xf32>
+  %c114 = arith.constant 0x00000000 : f32
+  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v116 = linalg.matmul ins(%v110, %v112 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v115 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e117 = tensor.empty() : tensor<8x16xf32>
+  %v122 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v116, %arg7 : tensor<8x16xf32>, tensor<16xf32>) outs(%e117 : tensor<8x16xf32>) {
+  ^bb0(%a118: f32, %a119: f32, %o120: f32):
+    %s121 = arith.addf %a118, %a119 : f32
+    linalg.yield %s121 : f32
   } -> tensor<8x16xf32>
-  %v125 = tensor.expand_shape %v124 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e126 = tensor.empty() : tensor<2x4x16xf32>
-  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v125, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e126 : tensor<2x4x16xf32>) {
-  ^bb0(%a127: f32, %a128: f32, %o129: f32):
-    %s130 = arith.subf %a127, %a128 : f32
-    linalg.yield %s130 : f32
+  %v123 = tensor.expand_shape %v122 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e124 = tensor.empty() : tensor<2x4x16xf32>
+  %v129 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v123, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e124 : tensor<2x4x16xf32>) {
+  ^bb0(%a125: f32, %a126: f32, %o127: f32):
+    %s128 = arith.subf %a125, %a126 : f32
+    linalg.yield %s128 : f32
   } -> tensor<2x4x16xf32>
-  %e132 = tensor.empty() : tensor<2x4x16xf32>
-  %v136 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v131 : tensor<2x4x16xf32>) outs(%e132 : tensor<2x4x16xf32>) {
-  ^bb0(%a133: f32, %o134: f32):
-    %s135 = arith.mulf %a133, %a133 : f32
-    linalg.yield %s135 : f32
+  %e130 = tensor.empty() : tensor<2x4x16xf32>
+  %v134 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v129 : tensor<2x4x16xf32>) outs(%e130 : tensor<2x4x16xf32>) {
+  ^bb0(%a131: f32, %o132: f32):
+    %s133 = arith.mulf %a131, %a131 : f32
+    linalg.yield %s133 : f32
   } -> tensor<2x4x16xf32>
-  %e137 = tensor.empty() : tensor<f32>
-  %c138 = arith.constant 0x00000000 : f32
-  %v139 = linalg.fill ins(%c138 : f32) outs(%e137 : tensor<f32>) -> tensor<f32>
-  %v143 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v136 : tensor<2x4x16xf32>) outs(%v139 : tensor<f32>) {
-  ^bb0(%a140: f32, %o141: f32):
-    %s142 = arith.addf %a140, %o141 : f32
-    linalg.yield %s142 : f32
+  %e135 = tensor.empty() : tensor<f32>
+  %c136 = arith.constant 0x00000000 : f32
+  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32>
+  %v141 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v134 : tensor<2x4x16xf32>) outs(%v137 : tensor<f32>) {
+  ^bb0(%a138: f32, %o139: f32):
+    %s140 = arith.addf %a138, %o139 : f32
+    linalg.yield %s140 : f32
   } -> tensor<f32>
-  %e144 = tensor.empty() : tensor<f32>
-  %v149 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v143 : tensor<f32>) outs(%e144 : tensor<f32>) {
-  ^bb0(%a145: f32, %o146: f32):
-    %s147 = arith.constant 0x43000000 : f32
-    %s148 = arith.divf %a145, %s147 : f32
-    linalg.yield %s148 : f32
+  %e142 = tensor.empty() : tensor<f32>
+  %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141 : tensor<f32>) outs(%e142 : tensor<f32>) {
+  ^bb0(%a143: f32, %o144: f32):
+    %s145 = arith.constant 0x43000000 : f32
+    %s146 = arith.divf %a143, %s145 : f32
+    linalg.yield %s146 : f32
   } -> tensor<f32>
-  %e150 = tensor.empty() : tensor<f32>
-  %c151 = arith.constant 0x3F800000 : f32
-  %v152 = linalg.fill ins(%c151 : f32) outs(%e150 : tensor<f32>) -> tensor<f32>
-  %e153 = tensor.empty() : tensor<2x4x16xf32>
-  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v125, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e153 : tensor<2x4x16xf32>) {
-  ^bb0(%a154: f32, %a155: f32, %o156: f32):
-    %s157 = arith.subf %a154, %a155 : f32
-    linalg.yield %s157 : f32
+  %e148 = tensor.empty() : tensor<f32>
+  %c149 = arith.constant 0x3F800000 : f32
+  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32>
+  %e151 = tensor.empty() : tensor<2x4x16xf32>
+  %v156 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v123, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e151 : tensor<2x4x16xf32>) {
+  ^bb0(%a152: f32, %a153: f32, %o154: f32):
+    %s155 = arith.subf %a152, %a153 : f32
+    linalg.yield %s155 : f32
   } -> tensor<2x4x16xf32>
-  %e159 = tensor.empty() : tensor<2x4x16xf32>
-  %v164 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v158 : tensor<2x4x16xf32>) outs(%e159 : tensor<2x4x16xf32>) {
-  ^bb0(%a160: f32, %o161: f32):
-    %s162 = arith.constant 0x3C800000 : f32
-    %s163 = arith.mulf %a160, %s162 : f32
-    linalg.yield %s163 : f32
+  %e157 = tensor.empty() : tensor<2x4x16xf32>
+  %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v156 : tensor<2x4x16xf32>) outs(%e157 : tensor<2x4x16xf32>) {
+  ^bb0(%a158: f32, %o159: f32):
+    %s160 = arith.constant 0x3C800000 : f32
+    %s161 = arith.mulf %a158, %s160 : f32
+    linalg.yield %s161 : f32
   } -> tensor<2x4x16xf32>
-  %e165 = tensor.empty() : tensor<2x4x16xf32>
-  %v170 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v164, %v152 : tensor<2x4x16xf32>, tensor<f32>) outs(%e165 : tensor<2x4x16xf32>) {
-  ^bb0(%a166: f32, %a167: f32, %o168: f32):
-    %s169 = arith.mulf %a166, %a167 : f32
-    linalg.yield %s169 : f32
+  %e163 = tensor.empty() : tensor<2x4x16xf32>
+  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v162, %v150 : tensor<2x4x16xf32>, tensor<f32>) outs(%e163 : tensor<2x4x16xf32>) {
+  ^bb0(%a164: f32, %a165: f32, %o166: f32):
+    %s167 = arith.mulf %a164, %a165 : f32
+    linalg.yield %s167 : f32
   } -> tensor<2x4x16xf32>
-  %v171 = tensor.collapse_shape %v170 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e172 = tensor.empty() : tensor<16x16xf32>
-  %v173 = linalg.transpose ins(%v114 : tensor<16x16xf32>) outs(%e172 : tensor<16x16xf32>) permutation = [1, 0]
-  %e174 = tensor.empty() : tensor<8x16xf32>
-  %c175 = arith.constant 0x00000000 : f32
-  %v176 = linalg.fill ins(%c175 : f32) outs(%e174 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v177 = linalg.matmul ins(%v171, %v173 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v176 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e178 = tensor.empty() : tensor<16x8xf32>
-  %v179 = linalg.transpose ins(%v171 : tensor<8x16xf32>) outs(%e178 : tensor<16x8xf32>) permutation = [1, 0]
-  %e180 = tensor.empty() : tensor<16x16xf32>
-  %c181 = arith.constant 0x00000000 : f32
-  %v182 = linalg.fill ins(%c181 : f32) outs(%e180 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v183 = linalg.matmul ins(%v179, %v112 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v182 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e184 = tensor.empty() : tensor<16x16xf32>
-  %v185 = linalg.transpose ins(%v183 : tensor<16x16xf32>) outs(%e184 : tensor<16x16xf32>) permutation = [1, 0]
-  %e186 = tensor.empty() : tensor<16xf32>
-  %c187 = arith.constant 0x00000000 : f32
-  %v188 = linalg.fill ins(%c187 : f32) outs(%e186 : tensor<16xf32>) -> tensor<16xf32>
-  %v192 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v171 : tensor<8x16xf32>) outs(%v188 : tensor<16xf32>) {
-  ^bb0(%a189: f32, %o190: f32):
-    %s191 = arith.addf %a189, %o190 : f32
-    linalg.yield %s191 : f32
+  %v169 = tensor.collapse_shape %v168 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e170 = tensor.empty() : tensor<16x16xf32>
+  %v171 = linalg.transpose ins(%v112 : tensor<16x16xf32>) outs(%e170 : tensor<16x16xf32>) permutation = [1, 0]
+  %e172 = tensor.empty() : tensor<8x16xf32>
+  %c173 = arith.constant 0x00000000 : f32
+  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v175 = linalg.matmul ins(%v169, %v171 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v174 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e176 = tensor.empty() : tensor<16x8xf32>
+  %v177 = linalg.transpose ins(%v169 : tensor<8x16xf32>) outs(%e176 : tensor<16x8xf32>) permutation = [1, 0]
+  %e178 = tensor.empty() : tensor<16x16xf32>
+  %c179 = arith.constant 0x00000000 : f32
+  %v180 = linalg.fill ins(%c179 : f32) outs(%e178 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v181 = linalg.matmul ins(%v177, %v110 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v180 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e182 = tensor.empty() : tensor<16x16xf32>
+  %v183 = linalg.transpose ins(%v181 : tensor<16x16xf32>) outs(%e182 : tensor<16x16xf32>) permutation = [1, 0]
+  %e184 = tensor.empty() : tensor<16xf32>
+  %c185 = arith.constant 0x00000000 : f32
+  %v186 = linalg.fill ins(%c185 : f32) outs(%e184 : tensor<16xf32>) -> tensor<16xf32>
+  %v190 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v169 : tensor<8x16xf32>) outs(%v186 : tensor<16xf32>) {
+  ^bb0(%a187: f32, %o188: f32):
+    %s189 = arith.addf %a187, %o188 : f32
+    linalg.yield %s189 : f32
   } -> tensor<16xf32>
-  %v193 = tensor.expand_shape %v192 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v194 = tensor.collapse_shape %v193 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e195 = tensor.empty() : tensor<16x16xf32>
-  %v196 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e195 : tensor<16x16xf32>) permutation = [1, 0]
-  %v197 = tensor.expand_shape %v177 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v198 = tensor.expand_shape %v197 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e199 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v200 = linalg.transpose ins(%v198 : tensor<2x4x4x4xf32>) outs(%e199 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v201 = tensor.collapse_shape %v200 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e202 = tensor.empty() : tensor<8x4x4xf32>
-  %v203 = linalg.transpose ins(%v102 : tensor<8x4x4xf32>) outs(%e202 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e204 = tensor.empty() : tensor<8x4x4xf32>
-  %c205 = arith.constant 0x00000000 : f32
-  %v206 = linalg.fill ins(%c205 : f32) outs(%e204 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v207 = linalg.batch_matmul ins(%v203, %v201 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v206 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e208 = tensor.empty() : tensor<8x4x4xf32>
-  %v209 = linalg.transpose ins(%v103 : tensor<8x4x4xf32>) outs(%e208 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e210 = tensor.empty() : tensor<8x4x4xf32>
-  %c211 = arith.constant 0x00000000 : f32
-  %v212 = linalg.fill ins(%c211 : f32) outs(%e210 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v213 = linalg.batch_matmul ins(%v201, %v209 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v212 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v214 = tensor.expand_shape %v207 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v215 = tensor.expand_shape %v213 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e216 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v221 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v215, %v101 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e216 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a217: f32, %a218: f32, %o219: f32):
-    %s220 = arith.mulf %a217, %a218 : f32
-    linalg.yield %s220 : f32
+  %e192 = tensor.empty() : tensor<16x16xf32>
+  %v193 = linalg.transpose ins(%v183 : tensor<16x16xf32>) outs(%e192 : tensor<16x16xf32>) permutation = [1, 0]
+  %v194 = tensor.expand_shape %v175 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %v195 = tensor.expand_shape %v194 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
+  %e196 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v197 = linalg.transpose ins(%v195 : tensor<2x4x4x4xf32>) outs(%e196 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v198 = tensor.collapse_shape %v197 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e199 = tensor.empty() : tensor<8x4x4xf32>
+  %v200 = linalg.transpose ins(%v100 : tensor<8x4x4xf32>) outs(%e199 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e201 = tensor.empty() : tensor<8x4x4xf32>
+  %c202 = arith.constant 0x00000000 : f32
+  %v203 = linalg.fill ins(%c202 : f32) outs(%e201 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v204 = linalg.batch_matmul ins(%v200, %v198 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v203 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %e205 = tensor.empty() : tensor<8x4x4xf32>
+  %v206 = linalg.transpose ins(%v101 : tensor<8x4x4xf32>) outs(%e205 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e207 = tensor.empty() : tensor<8x4x4xf32>
+  %c208 = arith.constant 0x00000000 : f32
+  %v209 = linalg.fill ins(%c208 : f32) outs(%e207 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v210 = linalg.batch_matmul ins(%v198, %v206 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v209 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v211 = tensor.expand_shape %v204 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %v212 = tensor.expand_shape %v210 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e213 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v218 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v212, %v99 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e213 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a214: f32, %a215: f32, %o216: f32):
+    %s217 = arith.mulf %a214, %a215 : f32
+    linalg.yield %s217 : f32
   } -> tensor<2x4x4x4xf32>
-  %e222 = tensor.empty() : tensor<2x4x4xf32>
-  %c223 = arith.constant 0x00000000 : f32
-  %v224 = linalg.fill ins(%c223 : f32) outs(%e222 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
-  %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v221 : tensor<2x4x4x4xf32>) outs(%v224 : tensor<2x4x4xf32>) {
-  ^bb0(%a225: f32, %o226: f32):
-    %s227 = arith.addf %a225, %o226 : f32
-    linalg.yield %s227 : f32
+  %e219 = tensor.empty() : tensor<2x4x4xf32>
+  %c220 = arith.constant 0x00000000 : f32
+  %v221 = linalg.fill ins(%c220 : f32) outs(%e219 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %v225 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v218 : tensor<2x4x4x4xf32>) outs(%v221 : tensor<2x4x4xf32>) {
+  ^bb0(%a222: f32, %o223: f32):
+    %s224 = arith.addf %a222, %o223 : f32
+    linalg.yield %s224 : f32
   } -> tensor<2x4x4xf32>
-  %v229 = tensor.expand_shape %v228 [[0], [1], [2, 3]] output_shape [2, 4, 4, 1] : tensor<2x4x4xf32> into tensor<2x4x4x1xf32>
-  %v230 = tensor.collapse_shape %v229 [[0], [1], [2, 3]] : tensor<2x4x4x1xf32> into tensor<2x4x4xf32>
-  %e231 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v236 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v101, %v230 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e231 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a232: f32, %a233: f32, %o234: f32):
-    %s235 = arith.mulf %a232, %a233 : f32
-    linalg.yield %s235 : f32
+  %e227 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v232 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v99, %v225 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e227 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a228: f32, %a229: f32, %o230: f32):
+    %s231 = arith.mulf %a228, %a229 : f32
+    linalg.yield %s231 : f32
   } -> tensor<2x4x4x4xf32>
-  %e237 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v242 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v221, %v236 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e237 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a238: f32, %a239: f32, %o240: f32):
-    %s241 = arith.subf %a238, %a239 : f32
-    linalg.yield %s241 : f32
+  %e233 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v238 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v218, %v232 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e233 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a234: f32, %a235: f32, %o236: f32):
+    %s237 = arith.subf %a234, %a235 : f32
+    linalg.yield %s237 : f32
   } -> tensor<2x4x4x4xf32>
-  %e243 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v248 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v242 : tensor<2x4x4x4xf32>) outs(%e243 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a244: f32, %o245: f32):
-    %s246 = arith.constant 0x40000000 : f32
-    %s247 = arith.divf %a244, %s246 : f32
-    linalg.yield %s247 : f32
+  %e239 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v244 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v238 : tensor<2x4x4x4xf32>) outs(%e239 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a240: f32, %o241: f32):
+    %s242 = arith.constant 0x40000000 : f32
+    %s243 = arith.divf %a240, %s242 : f32
+    linalg.yield %s243 : f32
   } -> tensor<2x4x4x4xf32>
-  %v249 = tensor.collapse_shape %v248 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e250 = tensor.empty() : tensor<8x4x4xf32>
-  %v251 = linalg.transpose ins(%v54 : tensor<8x4x4xf32>) outs(%e250 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %v245 = tensor.collapse_shape %v244 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
+  %e246 = tensor.empty() : tensor<8x4x4xf32>
+  %v247 = linalg.transpose ins(%v54 : tensor<8x4x4xf32>) outs(%e246 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e248 = tensor.empty() : tensor<8x4x4xf32>
+  %c249 = arith.constant 0x00000000 : f32
+  %v250 = linalg.fill ins(%c249 : f32) outs(%e248 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v251 = linalg.batch_matmul ins(%v247, %v245 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v250 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
   %e252 = tensor.empty() : tensor<8x4x4xf32>
-  %c253 = arith.constant 0x00000000 : f32
-  %v254 = linalg.fill ins(%c253 : f32) outs(%e252 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v255 = linalg.batch_matmul ins(%v251, %v249 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v254 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e256 = tensor.empty() : tensor<8x4x4xf32>
-  %v257 = linalg.transpose ins(%v55 : tensor<8x4x4xf32>) outs(%e256 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e258 = tensor.empty() : tensor<8x4x4xf32>
-  %c259 = arith.constant 0x00000000 : f32
-  %v260 = linalg.fill ins(%c259 : f32) outs(%e258 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v261 = linalg.batch_matmul ins(%v249, %v257 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v260 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v262 = tensor.expand_shape %v255 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v263 = tensor.expand_shape %v261 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e264 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v265 = linalg.transpose ins(%v262 : tensor<2x4x4x4xf32>) outs(%e264 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %e266 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v267 = linalg.transpose ins(%v214 : tensor<2x4x4x4xf32>) outs(%e266 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v268 = tensor.collapse_shape %v267 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v269 = tensor.collapse_shape %v268 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e270 = tensor.empty() : tensor<16x8xf32>
-  %v271 = linalg.transpose ins(%v269 : tensor<8x16xf32>) outs(%e270 : tensor<16x8xf32>) permutation = [1, 0]
+  %v253 = linalg.transpose ins(%v55 : tensor<8x4x4xf32>) outs(%e252 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %e254 = tensor.empty() : tensor<8x4x4xf32>
+  %c255 = arith.constant 0x00000000 : f32
+  %v256 = linalg.fill ins(%c255 : f32) outs(%e254 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v257 = linalg.batch_matmul ins(%v245, %v253 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v256 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %v258 = tensor.expand_shape %v251 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %v259 = tensor.expand_shape %v257 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
+  %e260 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v261 = linalg.transpose ins(%v258 : tensor<2x4x4x4xf32>) outs(%e260 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
+  %e262 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v263 = linalg.transpose ins(%v211 : tensor<2x4x4x4xf32>) outs(%e262 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v264 = tensor.collapse_shape %v263 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v265 = tensor.collapse_shape %v264 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e266 = tensor.empty() : tensor<16x8xf32>
+  %v267 = linalg.transpose ins(%v265 : tensor<8x16xf32>) outs(%e266 : tensor<16x8xf32>) permutation = [1, 0]
+  %e268 = tensor.empty() : tensor<16x16xf32>
+  %c269 = arith.constant 0x00000000 : f32
+  %v270 = linalg.fill ins(%c269 : f32) outs(%e268 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v271 = linalg.matmul ins(%v267, %v35 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v270 : tensor<16x16xf32>) -> tensor<16x16xf32>
   %e272 = tensor.empty() : tensor<16x16xf32>
-  %c273 = arith.constant 0x00000000 : f32
-  %v274 = linalg.fill ins(%c273 : f32) outs(%e272 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v275 = linalg.matmul ins(%v271, %v35 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v274 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e276 = tensor.empty() : tensor<16x16xf32>
-  %v277 = linalg.transpose ins(%v275 : tensor<16x16xf32>) outs(%e276 : tensor<16x16xf32>) permutation = [1, 0]
-  %e278 = tensor.empty() : tensor<16xf32>
-  %c279 = arith.constant 0x00000000 : f32
-  %v280 = linalg.fill ins(%c279 : f32) outs(%e278 : tensor<16xf32>) -> tensor<16xf32>
-  %v284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v269 : tensor<8x16xf32>) outs(%v280 : tensor<16xf32>) {
-  ^bb0(%a281: f32, %o282: f32):
-    %s283 = arith.addf %a281, %o282 : f32
-    linalg.yield %s283 : f32
+  %v273 = linalg.transpose ins(%v271 : tensor<16x16xf32>) outs(%e272 : tensor<16x16xf32>) permutation = [1, 0]
+  %e274 = tensor.empty() : tensor<16xf32>
+  %c275 = arith.constant 0x00000000 : f32
+  %v276 = linalg.fill ins(%c275 : f32) outs(%e274 : tensor<16xf32>) -> tensor<16xf32>
+  %v280 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v265 : tensor<8x16xf32>) outs(%v276 : tensor<16xf32>) {
+  ^bb0(%a277: f32, %o278: f32):
+    %s279 = arith.addf %a277, %o278 : f32
+    linalg.yield %s279 : f32
   } -> tensor<16xf32>
-  %v285 = tensor.expand_shape %v284 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v286 = tensor.collapse_shape %v285 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e287 = tensor.empty() : tensor<16x16xf32>
-  %v288 = linalg.transpose ins(%v277 : tensor<16x16xf32>) outs(%e287 : tensor<16x16xf32>) permutation = [1, 0]
-  %e289 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v290 = linalg.transpose ins(%v265 : tensor<2x4x4x4xf32>) outs(%e289 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v291 = tensor.collapse_shape %v290 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v292 = tensor.collapse_shape %v291 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e293 = tensor.empty() : tensor<16x8xf32>
-  %v294 = linalg.transpose ins(%v292 : tensor<8x16xf32>) outs(%e293 : tensor<16x8xf32>) permutation = [1, 0]
-  %e295 = tensor.empty() : tensor<16x16xf32>
-  %c296 = arith.constant 0x00000000 : f32
-  %v297 = linalg.fill ins(%c296 : f32) outs(%e295 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v298 = linalg.matmul ins(%v294, %v18 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v297 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e299 = tensor.empty() : tensor<16x16xf32>
-  %v300 = linalg.transpose ins(%v298 : tensor<16x16xf32>) outs(%e299 : tensor<16x16xf32>) permutation = [1, 0]
-  %e301 = tensor.empty() : tensor<16xf32>
-  %c302 = arith.constant 0x00000000 : f32
-  %v303 = linalg.fill ins(%c302 : f32) outs(%e301 : tensor<16xf32>) -> tensor<16xf32>
-  %v307 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v292 : tensor<8x16xf32>) outs(%v303 : tensor<16xf32>) {
-  ^bb0(%a304: f32, %o305: f32):
-    %s306 = arith.addf %a304, %o305 : f32
-    linalg.yield %s306 : f32
+  %e282 = tensor.empty() : tensor<16x16xf32>
+  %v283 = linalg.transpose ins(%v273 : tensor<16x16xf32>) outs(%e282 : tensor<16x16xf32>) permutation = [1, 0]
+  %e284 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v285 = linalg.transpose ins(%v261 : tensor<2x4x4x4xf32>) outs(%e284 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v286 = tensor.collapse_shape %v285 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v287 = tensor.collapse_shape %v286 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e288 = tensor.empty() : tensor<16x8xf32>
+  %v289 = linalg.transpose ins(%v287 : tensor<8x16xf32>) outs(%e288 : tensor<16x8xf32>) permutation = [1, 0]
+  %e290 = tensor.empty() : tensor<16x16xf32>
+  %c291 = arith.constant 0x00000000 : f32
+  %v292 = linalg.fill ins(%c291 : f32) outs(%e290 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v293 = linalg.matmul ins(%v289, %v18 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v292 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e294 = tensor.empty() : tensor<16x16xf32>
+  %v295 = linalg.transpose ins(%v293 : tensor<16x16xf32>) outs(%e294 : tensor<16x16xf32>) permutation = [1, 0]
+  %e296 = tensor.empty() : tensor<16xf32>
+  %c297 = arith.constant 0x00000000 : f32
+  %v298 = linalg.fill ins(%c297 : f32) outs(%e296 : tensor<16xf32>) -> tensor<16xf32>
+  %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v287 : tensor<8x16xf32>) outs(%v298 : tensor<16xf32>) {
+  ^bb0(%a299: f32, %o300: f32):
+    %s301 = arith.addf %a299, %o300 : f32
+    linalg.yield %s301 : f32
   } -> tensor<16xf32>
-  %v308 = tensor.expand_shape %v307 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v309 = tensor.collapse_shape %v308 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e310 = tensor.empty() : tensor<16x16xf32>
-  %v311 = linalg.transpose ins(%v300 : tensor<16x16xf32>) outs(%e310 : tensor<16x16xf32>) permutation = [1, 0]
-  %e312 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v313 = linalg.transpose ins(%v263 : tensor<2x4x4x4xf32>) outs(%e312 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v314 = tensor.collapse_shape %v313 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v315 = tensor.collapse_shape %v314 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e316 = tensor.empty() : tensor<16x8xf32>
-  %v317 = linalg.transpose ins(%v315 : tensor<8x16xf32>) outs(%e316 : tensor<16x8xf32>) permutation = [1, 0]
-  %e318 = tensor.empty() : tensor<16x16xf32>
+  %e304 = tensor.empty() : tensor<16x16xf32>
+  %v305 = linalg.transpose ins(%v295 : tensor<16x16xf32>) outs(%e304 : tensor<16x16xf32>) permutation = [1, 0]
+  %e306 = tensor.empty() : tensor<2x4x4x4xf32>
+  %v307 = linalg.transpose ins(%v259 : tensor<2x4x4x4xf32>) outs(%e306 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
+  %v308 = tensor.collapse_shape %v307 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
+  %v309 = tensor.collapse_shape %v308 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e310 = tensor.empty() : tensor<16x8xf32>
+  %v311 = linalg.transpose ins(%v309 : tensor<8x16xf32>) outs(%e310 : tensor<16x8xf32>) permutation = [1, 0]
+  %e312 = tensor.empty() : tensor<16x16xf32>
+  %c313 = arith.constant 0x00000000 : f32
+  %v314 = linalg.fill ins(%c313 : f32) outs(%e312 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %v315 = linalg.matmul ins(%v311, %v1 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v314 : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %e316 = tensor.empty() : tensor<16x16xf32>
+  %v317 = linalg.transpose ins(%v315 : tensor<16x16xf32>) outs(%e316 : tensor<16x16xf32>) permutation = [1, 0]
+  %e318 = tensor.empty() : tensor<16xf32>
   %c319 = arith.constant 0x00000000 : f32
-  %v320 = linalg.fill ins(%c319 : f32) outs(%e318 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v321 = linalg.matmul ins(%v317, %v1 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v320 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e322 = tensor.empty() : tensor<16x16xf32>
-  %v323 = linalg.transpose ins(%v321 : tensor<16x16xf32>) outs(%e322 : tensor<16x16xf32>) permutation = [1, 0]
-  %e324 = tensor.empty() : tensor<16xf32>
-  %c325 = arith.constant 0x00000000 : f32
-  %v326 = linalg.fill ins(%c325 : f32) outs(%e324 : tensor<16xf32>) -> tensor<16xf32>
-  %v330 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v315 : tensor<8x16xf32>) outs(%v326 : tensor<16xf32>) {
-  ^bb0(%a327: f32, %o328: f32):
-    %s329 = arith.addf %a327, %o328 : f32
-    linalg.yield %s329 : f32
+  %v320 = linalg.fill ins(%c319 : f32) outs(%e318 : tensor<16xf32>) -> tensor<16xf32>
+  %v324 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v309 : tensor<8x16xf32>) outs(%v320 : tensor<16xf32>) {
+  ^bb0(%a321: f32, %o322: f32):
+    %s323 = arith.addf %a321, %o322 : f32
+    linalg.yield %s323 : f32
   } -> tensor<16xf32>
-  %v331 = tensor.expand_shape %v330 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v332 = tensor.collapse_shape %v331 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e333 = tensor.empty() : tensor<16x16xf32>
-  %v334 = linalg.transpose ins(%v323 : tensor<16x16xf32>) outs(%e333 : tensor<16x16xf32>) permutation = [1, 0]
-  %e335 = tensor.empty() : tensor<16x16xf32>
-  %v342 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v334 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e335 : tensor<16x16xf32>) {
-  ^bb0(%a336: f32, %a337: f32, %o338: f32):
-    %s339 = arith.constant 0xBDCCCCCD : f32
-    %s340 = arith.mulf %a337, %s339 : f32
-    %s341 = arith.addf %a336, %s340 : f32
-    linalg.yield %s341 : f32
+  %e326 = tensor.empty() : tensor<16x16xf32>
+  %v327 = linalg.transpose ins(%v317 : tensor<16x16xf32>) outs(%e326 : tensor<16x16xf32>) permutation = [1, 0]
+  %e328 = tensor.empty() : tensor<16x16xf32>
+  %v335 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v327 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e328 : tensor<16x16xf32>) {
+  ^bb0(%a329: f32, %a330: f32, %o331: f32):
+    %s332 = arith.constant 0xBDCCCCCD : f32
+    %s333 = arith.mulf %a330, %s332 : f32
+    %s334 = arith.addf %a329, %s333 : f32
+    linalg.yield %s334 : f32
   } -> tensor<16x16xf32>
-  %e343 = tensor.empty() : tensor<16xf32>
-  %v350 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v332 : tensor<16xf32>, tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
-  ^bb0(%a344: f32, %a345: f32, %o346: f32):
-    %s347 = arith.constant 0xBDCCCCCD : f32
-    %s348 = arith.mulf %a345, %s347 : f32
-    %s349 = arith.addf %a344, %s348 : f32
-    linalg.yield %s349 : f32
+  %e336 = tensor.empty() : tensor<16xf32>
+  %v343 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v324 : tensor<16xf32>, tensor<16xf32>) outs(%e336 : tensor<16xf32>) {
+  ^bb0(%a337: f32, %a338: f32, %o339: f32):
+    %s340 = arith.constant 0xBDCCCCCD : f32
+    %s341 = arith.mulf %a338, %s340 : f32
+    %s342 = arith.addf %a337, %s341 : f32
+    linalg.yield %s342 : f32
   } -> tensor<16xf32>
-  %e351 = tensor.empty() : tensor<16x16xf32>
-  %v358 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v311 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e351 : tensor<16x16xf32>) {
-  ^bb0(%a352: f32, %a353: f32, %o354: f32):
-    %s355 = arith.constant 0xBDCCCCCD : f32
-    %s356 = arith.mulf %a353, %s355 : f32
-    %s357 = arith.addf %a352, %s356 : f32
-    linalg.yield %s357 : f32
+  %e344 = tensor.empty() : tensor<16x16xf32>
+  %v351 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v305 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e344 : tensor<16x16xf32>) {
+  ^bb0(%a345: f32, %a346: f32, %o347: f32):
+    %s348 = arith.constant 0xBDCCCCCD : f32
+    %s349 = arith.mulf %a346, %s348 : f32
+    %s350 = arith.addf %a345, %s349 : f32
+    linalg.yield %s350 : f32
   } -> tensor<16x16xf32>
-  %e359 = tensor.empty() : tensor<16xf32>
-  %v366 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v309 : tensor<16xf32>, tensor<16xf32>) outs(%e359 : tensor<16xf32>) {
-  ^bb0(%a360: f32, %a361: f32, %o362: f32):
-    %s363 = arith.constant 0xBDCCCCCD : f32
-    %s364 = arith.mulf %a361, %s363 : f32
-    %s365 = arith.addf %a360, %s364 : f32
-    linalg.yield %s365 : f32
+  %e352 = tensor.empty() : tensor<16xf32>
+  %v359 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v302 : tensor<16xf32>, tensor<16xf32>) outs(%e352 : tensor<16xf32>) {
+  ^bb0(%a353: f32, %a354: f32, %o355: f32):
+    %s356 = arith.constant 0xBDCCCCCD : f32
+    %s357 = arith.mulf %a354, %s356 : f32
+    %s358 = arith.addf %a353, %s357 : f32
+    linalg.yield %s358 : f32
   } -> tensor<16xf32>
-  %e367 = tensor.empty() : tensor<16x16xf32>
-  %v374 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v288 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e367 : tensor<16x16xf32>) {
-  ^bb0(%a368: f32, %a369: f32, %o370: f32):
-    %s371 = arith.constant 0xBDCCCCCD : f32
-    %s372 = arith.mulf %a369, %s371 : f32
-    %s373 = arith.addf %a368, %s372 : f32
-    linalg.yield %s373 : f32
+  %e360 = tensor.empty() : tensor<16x16xf32>
+  %v367 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v283 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e360 : tensor<16x16xf32>) {
+  ^bb0(%a361: f32, %a362: f32, %o363: f32):
+    %s364 = arith.constant 0xBDCCCCCD : f32
+    %s365 = arith.mulf %a362, %s364 : f32
+    %s366 = arith.addf %a361, %s365 : f32
+    linalg.yield %s366 : f32
   } -> tensor<16x16xf32>
-  %e375 = tensor.empty() : tensor<16xf32>
-  %v382 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v286 : tensor<16xf32>, tensor<16xf32>) outs(%e375 : tensor<16xf32>) {
-  ^bb0(%a376: f32, %a377: f32, %o378: f32):
-    %s379 = arith.constant 0xBDCCCCCD : f32
-    %s380 = arith.mulf %a377, %s379 : f32
-    %s381 = arith.addf %a376, %s380 : f32
-    linalg.yield %s381 : f32
+  %e368 = tensor.empty() : tensor<16xf32>
+  %v375 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v280 : tensor<16xf32>, tensor<16xf32>) outs(%e368 : tensor<16xf32>) {
+  ^bb0(%a369: f32, %a370: f32, %o371: f32):
+    %s372 = arith.constant 0xBDCCCCCD : f32
+    %s373 = arith.mulf %a370, %s372 : f32
+    %s374 = arith.addf %a369, %s373 : f32
+    linalg.yield %s374 : f32
   } -> tensor<16xf32>
-  %e383 = tensor.empty() : tensor<16x16xf32>
-  %v390 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v196 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e383 : tensor<16x16xf32>) {
-  ^bb0(%a384: f32, %a385: f32, %o386: f32):
-    %s387 = arith.constant 0xBDCCCCCD : f32
-    %s388 = arith.mulf %a385, %s387 : f32
-    %s389 = arith.addf %a384, %s388 : f32
-    linalg.yield %s389 : f32
+  %e376 = tensor.empty() : tensor<16x16xf32>
+  %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v193 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e376 : tensor<16x16xf32>) {
+  ^bb0(%a377: f32, %a378: f32, %o379: f32):
+    %s380 = arith.constant 0xBDCCCCCD : f32
+    %s381 = arith.mulf %a378, %s380 : f32
+    %s382 = arith.addf %a377, %s381 : f32
+    linalg.yield %s382 : f32
   } -> tensor<16x16xf32>
-  %e391 = tensor.empty() : tensor<16xf32>
-  %v398 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v194 : tensor<16xf32>, tensor<16xf32>) outs(%e391 : tensor<16xf32>) {
-  ^bb0(%a392: f32, %a393: f32, %o394: f32):
-    %s395 = arith.constant 0xBDCCCCCD : f32
-    %s396 = arith.mulf %a393, %s395 : f32
-    %s397 = arith.addf %a392, %s396 : f32
-    linalg.yield %s397 : f32
+  %e384 = tensor.empty() : tensor<16xf32>
+  %v391 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v190 : tensor<16xf32>, tensor<16xf32>) outs(%e384 : tensor<16xf32>) {
+  ^bb0(%a385: f32, %a386: f32, %o387: f32):
+    %s388 = arith.constant 0xBDCCCCCD : f32
+    %s389 = arith.mulf %a386, %s388 : f32
+    %s390 = arith.addf %a385, %s389 : f32
+    linalg.yield %s390 : f32
   } -> tensor<16xf32>
-  return %v149, %v342, %v350, %v358, %v366, %v374, %v382, %v390, %v398 : tensor<f32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
+  return %v147, %v335, %v343, %v351, %v359, %v367, %v375, %v383, %v391 : tensor<f32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
 }

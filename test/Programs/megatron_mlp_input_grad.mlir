@@ -113,103 +113,99 @@ func.func @megatron_mlp_input_grad(
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
   } -> tensor<16xf32>
-  %v97 = tensor.expand_shape %v96 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v98 = tensor.collapse_shape %v97 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e99 = tensor.empty() : tensor<16x32xf32>
-  %v100 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x32xi1>
-  %v106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e101 : tensor<8x32xi1>) {
-  ^bb0(%a102: f32, %o103: i1):
-    %s104 = arith.constant 0x00000000 : f32
-    %s105 = arith.cmpf ole, %a102, %s104 : f32
-    linalg.yield %s105 : i1
+  %e98 = tensor.empty() : tensor<16x32xf32>
+  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
+  %e100 = tensor.empty() : tensor<8x32xi1>
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
+  ^bb0(%a101: f32, %o102: i1):
+    %s103 = arith.constant 0x00000000 : f32
+    %s104 = arith.cmpf ole, %a101, %s103 : f32
+    linalg.yield %s104 : i1
   } -> tensor<8x32xi1>
-  %e107 = tensor.empty() : tensor<f32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<f32>) -> tensor<f32>
-  %e110 = tensor.empty() : tensor<8x32xf32>
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v106, %v109, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e110 : tensor<8x32xf32>) {
-  ^bb0(%a111: i1, %a112: f32, %a113: f32, %o114: f32):
-    %s115 = arith.select %a111, %a112, %a113 : f32
-    linalg.yield %s115 : f32
+  %e106 = tensor.empty() : tensor<f32>
+  %c107 = arith.constant 0x00000000 : f32
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
+  %e109 = tensor.empty() : tensor<8x32xf32>
+  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
+  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
+    %s114 = arith.select %a110, %a111, %a112 : f32
+    linalg.yield %s114 : f32
   } -> tensor<8x32xf32>
-  %e117 = tensor.empty() : tensor<32x16xf32>
-  %v118 = linalg.transpose ins(%v2 : tensor<16x32xf32>) outs(%e117 : tensor<32x16xf32>) permutation = [1, 0]
-  %e119 = tensor.empty() : tensor<8x16xf32>
-  %c120 = arith.constant 0x00000000 : f32
-  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v122 = linalg.matmul ins(%v116, %v118 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v121 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e123 = tensor.empty() : tensor<32x8xf32>
-  %v124 = linalg.transpose ins(%v116 : tensor<8x32xf32>) outs(%e123 : tensor<32x8xf32>) permutation = [1, 0]
-  %e125 = tensor.empty() : tensor<32x16xf32>
-  %c126 = arith.constant 0x00000000 : f32
-  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v128 = linalg.matmul ins(%v124, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v127 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e129 = tensor.empty() : tensor<16x32xf32>
-  %v130 = linalg.transpose ins(%v128 : tensor<32x16xf32>) outs(%e129 : tensor<16x32xf32>) permutation = [1, 0]
-  %e131 = tensor.empty() : tensor<32xf32>
-  %c132 = arith.constant 0x00000000 : f32
-  %v133 = linalg.fill ins(%c132 : f32) outs(%e131 : tensor<32xf32>) -> tensor<32xf32>
-  %v137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<8x32xf32>) outs(%v133 : tensor<32xf32>) {
-  ^bb0(%a134: f32, %o135: f32):
-    %s136 = arith.addf %a134, %o135 : f32
-    linalg.yield %s136 : f32
+  %e116 = tensor.empty() : tensor<32x16xf32>
+  %v117 = linalg.transpose ins(%v2 : tensor<16x32xf32>) outs(%e116 : tensor<32x16xf32>) permutation = [1, 0]
+  %e118 = tensor.empty() : tensor<8x16xf32>
+  %c119 = arith.constant 0x00000000 : f32
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %v121 = linalg.matmul ins(%v115, %v117 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v120 : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e122 = tensor.empty() : tensor<32x8xf32>
+  %v123 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e122 : tensor<32x8xf32>) permutation = [1, 0]
+  %e124 = tensor.empty() : tensor<32x16xf32>
+  %c125 = arith.constant 0x00000000 : f32
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v127 = linalg.matmul ins(%v123, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v126 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e128 = tensor.empty() : tensor<16x32xf32>
+  %v129 = linalg.transpose ins(%v127 : tensor<32x16xf32>) outs(%e128 : tensor<16x32xf32>) permutation = [1, 0]
+  %e130 = tensor.empty() : tensor<32xf32>
+  %c131 = arith.constant 0x00000000 : f32
+  %v132 = linalg.fill ins(%c131 : f32) outs(%e130 : tensor<32xf32>) -> tensor<32xf32>
+  %v136 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v132 : tensor<32xf32>) {
+  ^bb0(%a133: f32, %o134: f32):
+    %s135 = arith.addf %a133, %o134 : f32
+    linalg.yield %s135 : f32
   } -> tensor<32xf32>
-  %v138 = tensor.expand_shape %v137 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v139 = tensor.collapse_shape %v138 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
+  %e138 = tensor.empty() : tensor<32x16xf32>
+  %v139 = linalg.transpose ins(%v129 : tensor<16x32xf32>) outs(%e138 : tensor<32x16xf32>) permutation = [1, 0]
   %e140 = tensor.empty() : tensor<32x16xf32>
-  %v141 = linalg.transpose ins(%v130 : tensor<16x32xf32>) outs(%e140 : tensor<32x16xf32>) permutation = [1, 0]
-  %e142 = tensor.empty() : tensor<32x16xf32>
-  %v147 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v141 : tensor<32x16xf32>) outs(%e142 : tensor<32x16xf32>) {
-  ^bb0(%a143: f32, %o144: f32):
-    %s145 = arith.constant 0x3DCCCCCD : f32
-    %s146 = arith.mulf %a143, %s145 : f32
-    linalg.yield %s146 : f32
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
+  ^bb0(%a141: f32, %o142: f32):
+    %s143 = arith.constant 0x3DCCCCCD : f32
+    %s144 = arith.mulf %a141, %s143 : f32
+    linalg.yield %s144 : f32
   } -> tensor<32x16xf32>
-  %e148 = tensor.empty() : tensor<32x16xf32>
-  %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v147 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e148 : tensor<32x16xf32>) {
-  ^bb0(%a149: f32, %a150: f32, %o151: f32):
-    %s152 = arith.subf %a149, %a150 : f32
-    linalg.yield %s152 : f32
+  %e146 = tensor.empty() : tensor<32x16xf32>
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e146 : tensor<32x16xf32>) {
+  ^bb0(%a147: f32, %a148: f32, %o149: f32):
+    %s150 = arith.subf %a147, %a148 : f32
+    linalg.yield %s150 : f32
   } -> tensor<32x16xf32>
-  %e154 = tensor.empty() : tensor<32xf32>
-  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v139 : tensor<32xf32>) outs(%e154 : tensor<32xf32>) {
-  ^bb0(%a155: f32, %o156: f32):
-    %s157 = arith.constant 0x3DCCCCCD : f32
-    %s158 = arith.mulf %a155, %s157 : f32
-    linalg.yield %s158 : f32
+  %e152 = tensor.empty() : tensor<32xf32>
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v136 : tensor<32xf32>) outs(%e152 : tensor<32xf32>) {
+  ^bb0(%a153: f32, %o154: f32):
+    %s155 = arith.constant 0x3DCCCCCD : f32
+    %s156 = arith.mulf %a153, %s155 : f32
+    linalg.yield %s156 : f32
   } -> tensor<32xf32>
-  %e160 = tensor.empty() : tensor<32xf32>
-  %v165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v159 : tensor<32xf32>, tensor<32xf32>) outs(%e160 : tensor<32xf32>) {
-  ^bb0(%a161: f32, %a162: f32, %o163: f32):
-    %s164 = arith.subf %a161, %a162 : f32
-    linalg.yield %s164 : f32
+  %e158 = tensor.empty() : tensor<32xf32>
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v157 : tensor<32xf32>, tensor<32xf32>) outs(%e158 : tensor<32xf32>) {
+  ^bb0(%a159: f32, %a160: f32, %o161: f32):
+    %s162 = arith.subf %a159, %a160 : f32
+    linalg.yield %s162 : f32
   } -> tensor<32xf32>
-  %e166 = tensor.empty() : tensor<16x32xf32>
-  %v171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v100 : tensor<16x32xf32>) outs(%e166 : tensor<16x32xf32>) {
-  ^bb0(%a167: f32, %o168: f32):
-    %s169 = arith.constant 0x3DCCCCCD : f32
-    %s170 = arith.mulf %a167, %s169 : f32
-    linalg.yield %s170 : f32
+  %e164 = tensor.empty() : tensor<16x32xf32>
+  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99 : tensor<16x32xf32>) outs(%e164 : tensor<16x32xf32>) {
+  ^bb0(%a165: f32, %o166: f32):
+    %s167 = arith.constant 0x3DCCCCCD : f32
+    %s168 = arith.mulf %a165, %s167 : f32
+    linalg.yield %s168 : f32
   } -> tensor<16x32xf32>
-  %e172 = tensor.empty() : tensor<16x32xf32>
-  %v177 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v171 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e172 : tensor<16x32xf32>) {
-  ^bb0(%a173: f32, %a174: f32, %o175: f32):
-    %s176 = arith.subf %a173, %a174 : f32
-    linalg.yield %s176 : f32
+  %e170 = tensor.empty() : tensor<16x32xf32>
+  %v175 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v169 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e170 : tensor<16x32xf32>) {
+  ^bb0(%a171: f32, %a172: f32, %o173: f32):
+    %s174 = arith.subf %a171, %a172 : f32
+    linalg.yield %s174 : f32
   } -> tensor<16x32xf32>
-  %e178 = tensor.empty() : tensor<16xf32>
-  %v183 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v98 : tensor<16xf32>) outs(%e178 : tensor<16xf32>) {
-  ^bb0(%a179: f32, %o180: f32):
-    %s181 = arith.constant 0x3DCCCCCD : f32
-    %s182 = arith.mulf %a179, %s181 : f32
-    linalg.yield %s182 : f32
+  %e176 = tensor.empty() : tensor<16xf32>
+  %v181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96 : tensor<16xf32>) outs(%e176 : tensor<16xf32>) {
+  ^bb0(%a177: f32, %o178: f32):
+    %s179 = arith.constant 0x3DCCCCCD : f32
+    %s180 = arith.mulf %a177, %s179 : f32
+    linalg.yield %s180 : f32
   } -> tensor<16xf32>
-  %e184 = tensor.empty() : tensor<16xf32>
-  %v189 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v183 : tensor<16xf32>, tensor<16xf32>) outs(%e184 : tensor<16xf32>) {
-  ^bb0(%a185: f32, %a186: f32, %o187: f32):
-    %s188 = arith.subf %a185, %a186 : f32
-    linalg.yield %s188 : f32
+  %e182 = tensor.empty() : tensor<16xf32>
+  %v187 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v181 : tensor<16xf32>, tensor<16xf32>) outs(%e182 : tensor<16xf32>) {
+  ^bb0(%a183: f32, %a184: f32, %o185: f32):
+    %s186 = arith.subf %a183, %a184 : f32
+    linalg.yield %s186 : f32
   } -> tensor<16xf32>
-  return %v54, %v153, %v165, %v177, %v189, %v122 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<8x16xf32>
+  return %v54, %v151, %v163, %v175, %v187, %v121 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<8x16xf32>
 }

@@ -114,97 +114,93 @@ func.func @megatron_mlp_train(
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
   } -> tensor<16xf32>
-  %v97 = tensor.expand_shape %v96 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v98 = tensor.collapse_shape %v97 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e99 = tensor.empty() : tensor<16x32xf32>
-  %v100 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x32xi1>
-  %v106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e101 : tensor<8x32xi1>) {
-  ^bb0(%a102: f32, %o103: i1):
-    %s104 = arith.constant 0x00000000 : f32
-    %s105 = arith.cmpf ole, %a102, %s104 : f32
-    linalg.yield %s105 : i1
+  %e98 = tensor.empty() : tensor<16x32xf32>
+  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
+  %e100 = tensor.empty() : tensor<8x32xi1>
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
+  ^bb0(%a101: f32, %o102: i1):
+    %s103 = arith.constant 0x00000000 : f32
+    %s104 = arith.cmpf ole, %a101, %s103 : f32
+    linalg.yield %s104 : i1
   } -> tensor<8x32xi1>
-  %e107 = tensor.empty() : tensor<f32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<f32>) -> tensor<f32>
-  %e110 = tensor.empty() : tensor<8x32xf32>
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v106, %v109, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e110 : tensor<8x32xf32>) {
-  ^bb0(%a111: i1, %a112: f32, %a113: f32, %o114: f32):
-    %s115 = arith.select %a111, %a112, %a113 : f32
-    linalg.yield %s115 : f32
+  %e106 = tensor.empty() : tensor<f32>
+  %c107 = arith.constant 0x00000000 : f32
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
+  %e109 = tensor.empty() : tensor<8x32xf32>
+  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
+  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
+    %s114 = arith.select %a110, %a111, %a112 : f32
+    linalg.yield %s114 : f32
   } -> tensor<8x32xf32>
-  %e117 = tensor.empty() : tensor<32x8xf32>
-  %v118 = linalg.transpose ins(%v116 : tensor<8x32xf32>) outs(%e117 : tensor<32x8xf32>) permutation = [1, 0]
-  %e119 = tensor.empty() : tensor<32x16xf32>
-  %c120 = arith.constant 0x00000000 : f32
-  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v122 = linalg.matmul ins(%v118, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v121 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e123 = tensor.empty() : tensor<16x32xf32>
-  %v124 = linalg.transpose ins(%v122 : tensor<32x16xf32>) outs(%e123 : tensor<16x32xf32>) permutation = [1, 0]
-  %e125 = tensor.empty() : tensor<32xf32>
-  %c126 = arith.constant 0x00000000 : f32
-  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32xf32>) -> tensor<32xf32>
-  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<8x32xf32>) outs(%v127 : tensor<32xf32>) {
-  ^bb0(%a128: f32, %o129: f32):
-    %s130 = arith.addf %a128, %o129 : f32
-    linalg.yield %s130 : f32
+  %e116 = tensor.empty() : tensor<32x8xf32>
+  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0]
+  %e118 = tensor.empty() : tensor<32x16xf32>
+  %c119 = arith.constant 0x00000000 : f32
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %v121 = linalg.matmul ins(%v117, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %e122 = tensor.empty() : tensor<16x32xf32>
+  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0]
+  %e124 = tensor.empty() : tensor<32xf32>
+  %c125 = arith.constant 0x00000000 : f32
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32>
+  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v126 : tensor<32xf32>) {
+  ^bb0(%a127: f32, %o128: f32):
+    %s129 = arith.addf %a127, %o128 : f32
+    linalg.yield %s129 : f32
   } -> tensor<32xf32>
-  %v132 = tensor.expand_shape %v131 [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
-  %v133 = tensor.collapse_shape %v132 [[0, 1]] : tensor<1x32xf32> into tensor<32xf32>
+  %e132 = tensor.empty() : tensor<32x16xf32>
+  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0]
   %e134 = tensor.empty() : tensor<32x16xf32>
-  %v135 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e134 : tensor<32x16xf32>) permutation = [1, 0]
-  %e136 = tensor.empty() : tensor<32x16xf32>
-  %v141 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v135 : tensor<32x16xf32>) outs(%e136 : tensor<32x16xf32>) {
-  ^bb0(%a137: f32, %o138: f32):
-    %s139 = arith.constant 0x3DCCCCCD : f32
-    %s140 = arith.mulf %a137, %s139 : f32
-    linalg.yield %s140 : f32
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<32x16xf32>) outs(%e134 : tensor<32x16xf32>) {
+  ^bb0(%a135: f32, %o136: f32):
+    %s137 = arith.constant 0x3DCCCCCD : f32
+    %s138 = arith.mulf %a135, %s137 : f32
+    linalg.yield %s138 : f32
   } -> tensor<32x16xf32>
-  %e142 = tensor.empty() : tensor<32x16xf32>
-  %v147 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v141 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e142 : tensor<32x16xf32>) {
-  ^bb0(%a143: f32, %a144: f32, %o145: f32):
-    %s146 = arith.subf %a143, %a144 : f32
-    linalg.yield %s146 : f32
+  %e140 = tensor.empty() : tensor<32x16xf32>
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v139 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
+  ^bb0(%a141: f32, %a142: f32, %o143: f32):
+    %s144 = arith.subf %a141, %a142 : f32
+    linalg.yield %s144 : f32
   } -> tensor<32x16xf32>
-  %e148 = tensor.empty() : tensor<32xf32>
-  %v153 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v133 : tensor<32xf32>) outs(%e148 : tensor<32xf32>) {
-  ^bb0(%a149: f32, %o150: f32):
-    %s151 = arith.constant 0x3DCCCCCD : f32
-    %s152 = arith.mulf %a149, %s151 : f32
-    linalg.yield %s152 : f32
+  %e146 = tensor.empty() : tensor<32xf32>
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130 : tensor<32xf32>) outs(%e146 : tensor<32xf32>) {
+  ^bb0(%a147: f32, %o148: f32):
+    %s149 = arith.constant 0x3DCCCCCD : f32
+    %s150 = arith.mulf %a147, %s149 : f32
+    linalg.yield %s150 : f32
   } -> tensor<32xf32>
-  %e154 = tensor.empty() : tensor<32xf32>
-  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v153 : tensor<32xf32>, tensor<32xf32>) outs(%e154 : tensor<32xf32>) {
-  ^bb0(%a155: f32, %a156: f32, %o157: f32):
-    %s158 = arith.subf %a155, %a156 : f32
-    linalg.yield %s158 : f32
+  %e152 = tensor.empty() : tensor<32xf32>
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v151 : tensor<32xf32>, tensor<32xf32>) outs(%e152 : tensor<32xf32>) {
+  ^bb0(%a153: f32, %a154: f32, %o155: f32):
+    %s156 = arith.subf %a153, %a154 : f32
+    linalg.yield %s156 : f32
   } -> tensor<32xf32>
-  %e160 = tensor.empty() : tensor<16x32xf32>
-  %v165 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v100 : tensor<16x32xf32>) outs(%e160 : tensor<16x32xf32>) {
-  ^bb0(%a161: f32, %o162: f32):
-    %s163 = arith.constant 0x3DCCCCCD : f32
-    %s164 = arith.mulf %a161, %s163 : f32
-    linalg.yield %s164 : f32
+  %e158 = tensor.empty() : tensor<16x32xf32>
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99 : tensor<16x32xf32>) outs(%e158 : tensor<16x32xf32>) {
+  ^bb0(%a159: f32, %o160: f32):
+    %s161 = arith.constant 0x3DCCCCCD : f32
+    %s162 = arith.mulf %a159, %s161 : f32
+    linalg.yield %s162 : f32
   } -> tensor<16x32xf32>
-  %e166 = tensor.empty() : tensor<16x32xf32>
-  %v171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v165 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e166 : tensor<16x32xf32>) {
-  ^bb0(%a167: f32, %a168: f32, %o169: f32):
-    %s170 = arith.subf %a167, %a168 : f32
-    linalg.yield %s170 : f32
+  %e164 = tensor.empty() : tensor<16x32xf32>
+  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v163 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e164 : tensor<16x32xf32>) {
+  ^bb0(%a165: f32, %a166: f32, %o167: f32):
+    %s168 = arith.subf %a165, %a166 : f32
+    linalg.yield %s168 : f32
   } -> tensor<16x32xf32>
-  %e172 = tensor.empty() : tensor<16xf32>
-  %v177 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v98 : tensor<16xf32>) outs(%e172 : tensor<16xf32>) {
-  ^bb0(%a173: f32, %o174: f32):
-    %s175 = arith.constant 0x3DCCCCCD : f32
-    %s176 = arith.mulf %a173, %s175 : f32
-    linalg.yield %s176 : f32
+  %e170 = tensor.empty() : tensor<16xf32>
+  %v175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96 : tensor<16xf32>) outs(%e170 : tensor<16xf32>) {
+  ^bb0(%a171: f32, %o172: f32):
+    %s173 = arith.constant 0x3DCCCCCD : f32
+    %s174 = arith.mulf %a171, %s173 : f32
+    linalg.yield %s174 : f32
   } -> tensor<16xf32>
-  %e178 = tensor.empty() : tensor<16xf32>
-  %v183 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v177 : tensor<16xf32>, tensor<16xf32>) outs(%e178 : tensor<16xf32>) {
-  ^bb0(%a179: f32, %a180: f32, %o181: f32):
-    %s182 = arith.subf %a179, %a180 : f32
-    linalg.yield %s182 : f32
+  %e176 = tensor.empty() : tensor<16xf32>
+  %v181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v175 : tensor<16xf32>, tensor<16xf32>) outs(%e176 : tensor<16xf32>) {
+  ^bb0(%a177: f32, %a178: f32, %o179: f32):
+    %s180 = arith.subf %a177, %a178 : f32
+    linalg.yield %s180 : f32
   } -> tensor<16xf32>
-  return %v54, %v147, %v159, %v171, %v183 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
+  return %v54, %v145, %v157, %v169, %v181 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }

@@ -140,132 +140,128 @@ func.func @megatron_uneven(
     %s118 = arith.addf %a116, %o117 : f32
     linalg.yield %s118 : f32
   } -> tensor<16xf32>
-  %v120 = tensor.expand_shape %v119 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
-  %v121 = tensor.collapse_shape %v120 [[0, 1]] : tensor<1x16xf32> into tensor<16xf32>
-  %e122 = tensor.empty() : tensor<16x30xf32>
-  %v123 = linalg.transpose ins(%v112 : tensor<30x16xf32>) outs(%e122 : tensor<16x30xf32>) permutation = [1, 0]
-  %e124 = tensor.empty() : tensor<8x30xf32>
-  %v129 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e124 : tensor<8x30xf32>) {
-  ^bb0(%a125: f32, %o126: f32):
-    %s127 = arith.constant 0x3F3504F3 : f32
-    %s128 = arith.mulf %a125, %s127 : f32
-    linalg.yield %s128 : f32
+  %e121 = tensor.empty() : tensor<16x30xf32>
+  %v122 = linalg.transpose ins(%v112 : tensor<30x16xf32>) outs(%e121 : tensor<16x30xf32>) permutation = [1, 0]
+  %e123 = tensor.empty() : tensor<8x30xf32>
+  %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e123 : tensor<8x30xf32>) {
+  ^bb0(%a124: f32, %o125: f32):
+    %s126 = arith.constant 0x3F3504F3 : f32
+    %s127 = arith.mulf %a124, %s126 : f32
+    linalg.yield %s127 : f32
   } -> tensor<8x30xf32>
-  %e130 = tensor.empty() : tensor<8x30xf32>
-  %v134 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v129 : tensor<8x30xf32>) outs(%e130 : tensor<8x30xf32>) {
-  ^bb0(%a131: f32, %o132: f32):
-    %s133 = math.erf %a131 : f32
-    linalg.yield %s133 : f32
+  %e129 = tensor.empty() : tensor<8x30xf32>
+  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x30xf32>) outs(%e129 : tensor<8x30xf32>) {
+  ^bb0(%a130: f32, %o131: f32):
+    %s132 = math.erf %a130 : f32
+    linalg.yield %s132 : f32
   } -> tensor<8x30xf32>
-  %e135 = tensor.empty() : tensor<8x30xf32>
-  %v140 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v134 : tensor<8x30xf32>) outs(%e135 : tensor<8x30xf32>) {
-  ^bb0(%a136: f32, %o137: f32):
-    %s138 = arith.constant 0x3F800000 : f32
-    %s139 = arith.addf %a136, %s138 : f32
-    linalg.yield %s139 : f32
+  %e134 = tensor.empty() : tensor<8x30xf32>
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x30xf32>) outs(%e134 : tensor<8x30xf32>) {
+  ^bb0(%a135: f32, %o136: f32):
+    %s137 = arith.constant 0x3F800000 : f32
+    %s138 = arith.addf %a135, %s137 : f32
+    linalg.yield %s138 : f32
   } -> tensor<8x30xf32>
-  %e141 = tensor.empty() : tensor<8x30xf32>
-  %v146 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v140 : tensor<8x30xf32>) outs(%e141 : tensor<8x30xf32>) {
-  ^bb0(%a142: f32, %o143: f32):
-    %s144 = arith.constant 0x3F000000 : f32
-    %s145 = arith.mulf %a142, %s144 : f32
-    linalg.yield %s145 : f32
+  %e140 = tensor.empty() : tensor<8x30xf32>
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x30xf32>) outs(%e140 : tensor<8x30xf32>) {
+  ^bb0(%a141: f32, %o142: f32):
+    %s143 = arith.constant 0x3F000000 : f32
+    %s144 = arith.mulf %a141, %s143 : f32
+    linalg.yield %s144 : f32
   } -> tensor<8x30xf32>
-  %e147 = tensor.empty() : tensor<8x30xf32>
-  %v152 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e147 : tensor<8x30xf32>) {
-  ^bb0(%a148: f32, %a149: f32, %o150: f32):
-    %s151 = arith.mulf %a148, %a149 : f32
-    linalg.yield %s151 : f32
+  %e146 = tensor.empty() : tensor<8x30xf32>
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e146 : tensor<8x30xf32>) {
+  ^bb0(%a147: f32, %a148: f32, %o149: f32):
+    %s150 = arith.mulf %a147, %a148 : f32
+    linalg.yield %s150 : f32
   } -> tensor<8x30xf32>
-  %e153 = tensor.empty() : tensor<8x30xf32>
-  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v152 : tensor<8x30xf32>) outs(%e153 : tensor<8x30xf32>) {
-  ^bb0(%a154: f32, %o155: f32):
-    %s156 = arith.constant 0xBF000000 : f32
-    %s157 = arith.mulf %a154, %s156 : f32
-    linalg.yield %s157 : f32
+  %e152 = tensor.empty() : tensor<8x30xf32>
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x30xf32>) outs(%e152 : tensor<8x30xf32>) {
+  ^bb0(%a153: f32, %o154: f32):
+    %s155 = arith.constant 0xBF000000 : f32
+    %s156 = arith.mulf %a153, %s155 : f32
+    linalg.yield %s156 : f32
   } -> tensor<8x30xf32>
-  %e159 = tensor.empty() : tensor<8x30xf32>
-  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v158 : tensor<8x30xf32>) outs(%e159 : tensor<8x30xf32>) {
-  ^bb0(%a160: f32, %o161: f32):
-    %s162 = math.exp %a160 : f32
-    linalg.yield %s162 : f32
+  %e158 = tensor.empty() : tensor<8x30xf32>
+  %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x30xf32>) outs(%e158 : tensor<8x30xf32>) {
+  ^bb0(%a159: f32, %o160: f32):
+    %s161 = math.exp %a159 : f32
+    linalg.yield %s161 : f32
   } -> tensor<8x30xf32>
-  %e164 = tensor.empty() : tensor<8x30xf32>
-  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163 : tensor<8x30xf32>) outs(%e164 : tensor<8x30xf32>) {
-  ^bb0(%a165: f32, %o166: f32):
-    %s167 = arith.constant 0x3ECC422A : f32
-    %s168 = arith.mulf %a165, %s167 : f32
-    linalg.yield %s168 : f32
+  %e163 = tensor.empty() : tensor<8x30xf32>
+  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x30xf32>) outs(%e163 : tensor<8x30xf32>) {
+  ^bb0(%a164: f32, %o165: f32):
+    %s166 = arith.constant 0x3ECC422A : f32
+    %s167 = arith.mulf %a164, %s166 : f32
+    linalg.yield %s167 : f32
   } -> tensor<8x30xf32>
-  %e170 = tensor.empty() : tensor<8x30xf32>
-  %v175 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v169 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e170 : tensor<8x30xf32>) {
-  ^bb0(%a171: f32, %a172: f32, %o173: f32):
-    %s174 = arith.mulf %a171, %a172 : f32
-    linalg.yield %s174 : f32
+  %e169 = tensor.empty() : tensor<8x30xf32>
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e169 : tensor<8x30xf32>) {
+  ^bb0(%a170: f32, %a171: f32, %o172: f32):
+    %s173 = arith.mulf %a170, %a171 : f32
+    linalg.yield %s173 : f32
   } -> tensor<8x30xf32>
-  %e176 = tensor.empty() : tensor<8x30xf32>
-  %v181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v146, %v175 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e176 : tensor<8x30xf32>) {
-  ^bb0(%a177: f32, %a178: f32, %o179: f32):
-    %s180 = arith.addf %a177, %a178 : f32
-    linalg.yield %s180 : f32
+  %e175 = tensor.empty() : tensor<8x30xf32>
+  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e175 : tensor<8x30xf32>) {
+  ^bb0(%a176: f32, %a177: f32, %o178: f32):
+    %s179 = arith.addf %a176, %a177 : f32
+    linalg.yield %s179 : f32
   } -> tensor<8x30xf32>
-  %e182 = tensor.empty() : tensor<8x30xf32>
-  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v181 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e182 : tensor<8x30xf32>) {
-  ^bb0(%a183: f32, %a184: f32, %o185: f32):
-    %s186 = arith.mulf %a183, %a184 : f32
-    linalg.yield %s186 : f32
+  %e181 = tensor.empty() : tensor<8x30xf32>
+  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e181 : tensor<8x30xf32>) {
+  ^bb0(%a182: f32, %a183: f32, %o184: f32):
+    %s185 = arith.mulf %a182, %a183 : f32
+    linalg.yield %s185 : f32
   } -> tensor<8x30xf32>
-  %e188 = tensor.empty() : tensor<30x8xf32>
-  %v189 = linalg.transpose ins(%v187 : tensor<8x30xf32>) outs(%e188 : tensor<30x8xf32>) permutation = [1, 0]
-  %e190 = tensor.empty() : tensor<30x16xf32>
-  %c191 = arith.constant 0x00000000 : f32
-  %v192 = linalg.fill ins(%c191 : f32) outs(%e190 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %v193 = linalg.matmul ins(%v189, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v192 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %e194 = tensor.empty() : tensor<16x30xf32>
-  %v195 = linalg.transpose ins(%v193 : tensor<30x16xf32>) outs(%e194 : tensor<16x30xf32>) permutation = [1, 0]
-  %e196 = tensor.empty() : tensor<30xf32>
-  %c197 = arith.constant 0x00000000 : f32
-  %v198 = linalg.fill ins(%c197 : f32) outs(%e196 : tensor<30xf32>) -> tensor<30xf32>
-  %v202 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v187 : tensor<8x30xf32>) outs(%v198 : tensor<30xf32>) {
-  ^bb0(%a199: f32, %o200: f32):
-    %s201 = arith.addf %a199, %o200 : f32
-    linalg.yield %s201 : f32
+  %e187 = tensor.empty() : tensor<30x8xf32>
+  %v188 = linalg.transpose ins(%v186 : tensor<8x30xf32>) outs(%e187 : tensor<30x8xf32>) permutation = [1, 0]
+  %e189 = tensor.empty() : tensor<30x16xf32>
+  %c190 = arith.constant 0x00000000 : f32
+  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<30x16xf32>) -> tensor<30x16xf32>
+  %v192 = linalg.matmul ins(%v188, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<30x16xf32>) -> tensor<30x16xf32>
+  %e193 = tensor.empty() : tensor<16x30xf32>
+  %v194 = linalg.transpose ins(%v192 : tensor<30x16xf32>) outs(%e193 : tensor<16x30xf32>) permutation = [1, 0]
+  %e195 = tensor.empty() : tensor<30xf32>
+  %c196 = arith.constant 0x00000000 : f32
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<30xf32>) -> tensor<30xf32>
+  %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x30xf32>) outs(%v197 : tensor<30xf32>) {
+  ^bb0(%a198: f32, %o199: f32):
+    %s200 = arith.addf %a198, %o199 : f32
+    linalg.yield %s200 : f32
   } -> tensor<30xf32>
-  %v203 = tensor.expand_shape %v202 [[0, 1]] output_shape [1, 30] : tensor<30xf32> into tensor<1x30xf32>
-  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<1x30xf32> into tensor<30xf32>
+  %e203 = tensor.empty() : tensor<30x16xf32>
+  %v204 = linalg.transpose ins(%v194 : tensor<16x30xf32>) outs(%e203 : tensor<30x16xf32>) permutation = [1, 0]
   %e205 = tensor.empty() : tensor<30x16xf32>
-  %v206 = linalg.transpose ins(%v195 : tensor<16x30xf32>) outs(%e205 : tensor<30x16xf32>) permutation = [1, 0]
-  %e207 = tensor.empty() : tensor<30x16xf32>
-  %v214 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v206 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e207 : tensor<30x16xf32>) {
-  ^bb0(%a208: f32, %a209: f32, %o210: f32):
-    %s211 = arith.constant 0xBDCCCCCD : f32
-    %s212 = arith.mulf %a209, %s211 : f32
-    %s213 = arith.addf %a208, %s212 : f32
-    linalg.yield %s213 : f32
+  %v212 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v204 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e205 : tensor<30x16xf32>) {
+  ^bb0(%a206: f32, %a207: f32, %o208: f32):
+    %s209 = arith.constant 0xBDCCCCCD : f32
+    %s210 = arith.mulf %a207, %s209 : f32
+    %s211 = arith.addf %a206, %s210 : f32
+    linalg.yield %s211 : f32
   } -> tensor<30x16xf32>
-  %e215 = tensor.empty() : tensor<30xf32>
-  %v222 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v204 : tensor<30xf32>, tensor<30xf32>) outs(%e215 : tensor<30xf32>) {
-  ^bb0(%a216: f32, %a217: f32, %o218: f32):
-    %s219 = arith.constant 0xBDCCCCCD : f32
-    %s220 = arith.mulf %a217, %s219 : f32
-    %s221 = arith.addf %a216, %s220 : f32
-    linalg.yield %s221 : f32
+  %e213 = tensor.empty() : tensor<30xf32>
+  %v220 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v201 : tensor<30xf32>, tensor<30xf32>) outs(%e213 : tensor<30xf32>) {
+  ^bb0(%a214: f32, %a215: f32, %o216: f32):
+    %s217 = arith.constant 0xBDCCCCCD : f32
+    %s218 = arith.mulf %a215, %s217 : f32
+    %s219 = arith.addf %a214, %s218 : f32
+    linalg.yield %s219 : f32
   } -> tensor<30xf32>
-  %e223 = tensor.empty() : tensor<16x30xf32>
-  %v230 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v123 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e223 : tensor<16x30xf32>) {
-  ^bb0(%a224: f32, %a225: f32, %o226: f32):
-    %s227 = arith.constant 0xBDCCCCCD : f32
-    %s228 = arith.mulf %a225, %s227 : f32
-    %s229 = arith.addf %a224, %s228 : f32
-    linalg.yield %s229 : f32
+  %e221 = tensor.empty() : tensor<16x30xf32>
+  %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v122 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e221 : tensor<16x30xf32>) {
+  ^bb0(%a222: f32, %a223: f32, %o224: f32):
+    %s225 = arith.constant 0xBDCCCCCD : f32
+    %s226 = arith.mulf %a223, %s225 : f32
+    %s227 = arith.addf %a222, %s226 : f32
+    linalg.yield %s227 : f32
   } -> tensor<16x30xf32>
-  %e231 = tensor.empty() : tensor<16xf32>
-  %v238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v121 : tensor<16xf32>, tensor<16xf32>) outs(%e231 : tensor<16xf32>) {
-  ^bb0(%a232: f32, %a233: f32, %o234: f32):
-    %s235 = arith.constant 0xBDCCCCCD : f32
-    %s236 = arith.mulf %a233, %s235 : f32
-    %s237 = arith.addf %a232, %s236 : f32
-    linalg.yield %s237 : f32
+  %e229 = tensor.empty() : tensor<16xf32>
+  %v236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e229 : tensor<16xf32>) {
+  ^bb0(%a230: f32, %a231: f32, %o232: f32):
+    %s233 = arith.constant 0xBDCCCCCD : f32
+    %s234 = arith.mulf %a231, %s233 : f32
+    %s235 = arith.addf %a230, %s234 : f32
+    linalg.yield %s235 : f32
   } -> tensor<16xf32>
-  return %v77, %v214, %v222, %v230, %v238 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
+  return %v77, %v212, %v220, %v228, %v236 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
 }

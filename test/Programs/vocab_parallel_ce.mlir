@@ -53,310 +53,302 @@ func.func @vocab_parallel_ce(
     %s36 = arith.maximumf %a34, %o35 : f32
     linalg.yield %s36 : f32
   } -> tensor<6xf32>
-  %v38 = tensor.expand_shape %v37 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32>
-  %v39 = tensor.collapse_shape %v38 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e40 = tensor.empty() : tensor<6x10xf32>
-  %v45 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %v39 : tensor<6x10xf32>, tensor<6xf32>) outs(%e40 : tensor<6x10xf32>) {
-  ^bb0(%a41: f32, %a42: f32, %o43: f32):
-    %s44 = arith.subf %a41, %a42 : f32
-    linalg.yield %s44 : f32
+  %e39 = tensor.empty() : tensor<6x10xf32>
+  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %v37 : tensor<6x10xf32>, tensor<6xf32>) outs(%e39 : tensor<6x10xf32>) {
+  ^bb0(%a40: f32, %a41: f32, %o42: f32):
+    %s43 = arith.subf %a40, %a41 : f32
+    linalg.yield %s43 : f32
   } -> tensor<6x10xf32>
-  %e46 = tensor.empty() : tensor<6x10xf32>
-  %v50 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v45 : tensor<6x10xf32>) outs(%e46 : tensor<6x10xf32>) {
-  ^bb0(%a47: f32, %o48: f32):
-    %s49 = math.exp %a47 : f32
-    linalg.yield %s49 : f32
+  %e45 = tensor.empty() : tensor<6x10xf32>
+  %v49 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44 : tensor<6x10xf32>) outs(%e45 : tensor<6x10xf32>) {
+  ^bb0(%a46: f32, %o47: f32):
+    %s48 = math.exp %a46 : f32
+    linalg.yield %s48 : f32
   } -> tensor<6x10xf32>
-  %e51 = tensor.empty() : tensor<6xf32>
-  %c52 = arith.constant 0x00000000 : f32
-  %v53 = linalg.fill ins(%c52 : f32) outs(%e51 : tensor<6xf32>) -> tensor<6xf32>
-  %v57 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v50 : tensor<6x10xf32>) outs(%v53 : tensor<6xf32>) {
-  ^bb0(%a54: f32, %o55: f32):
-    %s56 = arith.addf %a54, %o55 : f32
-    linalg.yield %s56 : f32
+  %e50 = tensor.empty() : tensor<6xf32>
+  %c51 = arith.constant 0x00000000 : f32
+  %v52 = linalg.fill ins(%c51 : f32) outs(%e50 : tensor<6xf32>) -> tensor<6xf32>
+  %v56 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v49 : tensor<6x10xf32>) outs(%v52 : tensor<6xf32>) {
+  ^bb0(%a53: f32, %o54: f32):
+    %s55 = arith.addf %a53, %o54 : f32
+    linalg.yield %s55 : f32
   } -> tensor<6xf32>
-  %v58 = tensor.expand_shape %v57 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32>
-  %e59 = tensor.empty() : tensor<6x1xf32>
-  %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v58 : tensor<6x1xf32>) outs(%e59 : tensor<6x1xf32>) {
-  ^bb0(%a60: f32, %o61: f32):
-    %s62 = math.log %a60 : f32
-    linalg.yield %s62 : f32
+  %v57 = tensor.expand_shape %v56 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32>
+  %e58 = tensor.empty() : tensor<6x1xf32>
+  %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v57 : tensor<6x1xf32>) outs(%e58 : tensor<6x1xf32>) {
+  ^bb0(%a59: f32, %o60: f32):
+    %s61 = math.log %a59 : f32
+    linalg.yield %s61 : f32
   } -> tensor<6x1xf32>
-  %v64 = tensor.collapse_shape %v63 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e65 = tensor.empty() : tensor<6x10xf32>
-  %v70 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v45, %v64 : tensor<6x10xf32>, tensor<6xf32>) outs(%e65 : tensor<6x10xf32>) {
-  ^bb0(%a66: f32, %a67: f32, %o68: f32):
-    %s69 = arith.subf %a66, %a67 : f32
-    linalg.yield %s69 : f32
+  %v63 = tensor.collapse_shape %v62 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
+  %e64 = tensor.empty() : tensor<6x10xf32>
+  %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44, %v63 : tensor<6x10xf32>, tensor<6xf32>) outs(%e64 : tensor<6x10xf32>) {
+  ^bb0(%a65: f32, %a66: f32, %o67: f32):
+    %s68 = arith.subf %a65, %a66 : f32
+    linalg.yield %s68 : f32
   } -> tensor<6x10xf32>
-  %e71 = tensor.empty() : tensor<6xi1>
-  %v76 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e71 : tensor<6xi1>) {
-  ^bb0(%a72: i64, %o73: i1):
-    %s74 = arith.constant -100 : i64
-    %s75 = arith.cmpi ne, %a72, %s74 : i64
-    linalg.yield %s75 : i1
+  %e70 = tensor.empty() : tensor<6xi1>
+  %v75 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e70 : tensor<6xi1>) {
+  ^bb0(%a71: i64, %o72: i1):
+    %s73 = arith.constant -100 : i64
+    %s74 = arith.cmpi ne, %a71, %s73 : i64
+    linalg.yield %s74 : i1
   } -> tensor<6xi1>
-  %e77 = tensor.empty() : tensor<i64>
-  %c78 = arith.constant 0 : i64
-  %v79 = linalg.fill ins(%c78 : i64) outs(%e77 : tensor<i64>) -> tensor<i64>
-  %e80 = tensor.empty() : tensor<6xi64>
-  %v86 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v76, %arg5, %v79 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e80 : tensor<6xi64>) {
-  ^bb0(%a81: i1, %a82: i64, %a83: i64, %o84: i64):
-    %s85 = arith.select %a81, %a82, %a83 : i64
-    linalg.yield %s85 : i64
+  %e76 = tensor.empty() : tensor<i64>
+  %c77 = arith.constant 0 : i64
+  %v78 = linalg.fill ins(%c77 : i64) outs(%e76 : tensor<i64>) -> tensor<i64>
+  %e79 = tensor.empty() : tensor<6xi64>
+  %v85 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v75, %arg5, %v78 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e79 : tensor<6xi64>) {
+  ^bb0(%a80: i1, %a81: i64, %a82: i64, %o83: i64):
+    %s84 = arith.select %a80, %a81, %a82 : i64
+    linalg.yield %s84 : i64
   } -> tensor<6xi64>
-  %v87 = tensor.expand_shape %v86 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e88 = tensor.empty() : tensor<6x1xf32>
-  %v94 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v87 : tensor<6x1xi64>) outs(%e88 : tensor<6x1xf32>) {
-  ^bb0(%a89: i64, %o90: f32):
-    %s91 = linalg.index 0 : index
-    %s92 = arith.index_cast %a89 : i64 to index
-    %s93 = tensor.extract %v70[%s91, %s92] : tensor<6x10xf32>
-    linalg.yield %s93 : f32
+  %v86 = tensor.expand_shape %v85 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
+  %e87 = tensor.empty() : tensor<6x1xf32>
+  %v93 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<6x1xi64>) outs(%e87 : tensor<6x1xf32>) {
+  ^bb0(%a88: i64, %o89: f32):
+    %s90 = linalg.index 0 : index
+    %s91 = arith.index_cast %a88 : i64 to index
+    %s92 = tensor.extract %v69[%s90, %s91] : tensor<6x10xf32>
+    linalg.yield %s92 : f32
   } -> tensor<6x1xf32>
-  %v95 = tensor.collapse_shape %v94 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e96 = tensor.empty() : tensor<6xf32>
-  %v100 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v95 : tensor<6xf32>) outs(%e96 : tensor<6xf32>) {
-  ^bb0(%a97: f32, %o98: f32):
-    %s99 = arith.negf %a97 : f32
-    linalg.yield %s99 : f32
+  %v94 = tensor.collapse_shape %v93 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
+  %e95 = tensor.empty() : tensor<6xf32>
+  %v99 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v94 : tensor<6xf32>) outs(%e95 : tensor<6xf32>) {
+  ^bb0(%a96: f32, %o97: f32):
+    %s98 = arith.negf %a96 : f32
+    linalg.yield %s98 : f32
   } -> tensor<6xf32>
-  %e101 = tensor.empty() : tensor<6xi1>
-  %v106 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e101 : tensor<6xi1>) {
-  ^bb0(%a102: i64, %o103: i1):
-    %s104 = arith.constant -100 : i64
-    %s105 = arith.cmpi ne, %a102, %s104 : i64
-    linalg.yield %s105 : i1
+  %e100 = tensor.empty() : tensor<6xi1>
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e100 : tensor<6xi1>) {
+  ^bb0(%a101: i64, %o102: i1):
+    %s103 = arith.constant -100 : i64
+    %s104 = arith.cmpi ne, %a101, %s103 : i64
+    linalg.yield %s104 : i1
   } -> tensor<6xi1>
-  %e107 = tensor.empty() : tensor<f32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<f32>) -> tensor<f32>
-  %e110 = tensor.empty() : tensor<6xf32>
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v106, %v100, %v109 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e110 : tensor<6xf32>) {
-  ^bb0(%a111: i1, %a112: f32, %a113: f32, %o114: f32):
-    %s115 = arith.select %a111, %a112, %a113 : f32
-    linalg.yield %s115 : f32
+  %e106 = tensor.empty() : tensor<f32>
+  %c107 = arith.constant 0x00000000 : f32
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
+  %e109 = tensor.empty() : tensor<6xf32>
+  %v115 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v105, %v99, %v108 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e109 : tensor<6xf32>) {
+  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
+    %s114 = arith.select %a110, %a111, %a112 : f32
+    linalg.yield %s114 : f32
   } -> tensor<6xf32>
-  %e117 = tensor.empty() : tensor<6xi1>
-  %v122 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e117 : tensor<6xi1>) {
-  ^bb0(%a118: i64, %o119: i1):
-    %s120 = arith.constant -100 : i64
-    %s121 = arith.cmpi ne, %a118, %s120 : i64
-    linalg.yield %s121 : i1
+  %e116 = tensor.empty() : tensor<6xi1>
+  %v121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e116 : tensor<6xi1>) {
+  ^bb0(%a117: i64, %o118: i1):
+    %s119 = arith.constant -100 : i64
+    %s120 = arith.cmpi ne, %a117, %s119 : i64
+    linalg.yield %s120 : i1
   } -> tensor<6xi1>
-  %e123 = tensor.empty() : tensor<i64>
-  %c124 = arith.constant 0 : i64
-  %v125 = linalg.fill ins(%c124 : i64) outs(%e123 : tensor<i64>) -> tensor<i64>
-  %v130 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v122 : tensor<6xi1>) outs(%v125 : tensor<i64>) {
-  ^bb0(%a126: i1, %o127: i64):
-    %s128 = arith.extui %a126 : i1 to i64
-    %s129 = arith.addi %s128, %o127 : i64
-    linalg.yield %s129 : i64
+  %e122 = tensor.empty() : tensor<i64>
+  %c123 = arith.constant 0 : i64
+  %v124 = linalg.fill ins(%c123 : i64) outs(%e122 : tensor<i64>) -> tensor<i64>
+  %v129 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v121 : tensor<6xi1>) outs(%v124 : tensor<i64>) {
+  ^bb0(%a125: i1, %o126: i64):
+    %s127 = arith.extui %a125 : i1 to i64
+    %s128 = arith.addi %s127, %o126 : i64
+    linalg.yield %s128 : i64
   } -> tensor<i64>
-  %e131 = tensor.empty() : tensor<f32>
-  %v135 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v130 : tensor<i64>) outs(%e131 : tensor<f32>) {
-  ^bb0(%a132: i64, %o133: f32):
-    %s134 = arith.sitofp %a132 : i64 to f32
-    linalg.yield %s134 : f32
+  %e130 = tensor.empty() : tensor<f32>
+  %v134 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v129 : tensor<i64>) outs(%e130 : tensor<f32>) {
+  ^bb0(%a131: i64, %o132: f32):
+    %s133 = arith.sitofp %a131 : i64 to f32
+    linalg.yield %s133 : f32
   } -> tensor<f32>
-  %e136 = tensor.empty() : tensor<f32>
-  %c137 = arith.constant 0x00000000 : f32
-  %v138 = linalg.fill ins(%c137 : f32) outs(%e136 : tensor<f32>) -> tensor<f32>
-  %v142 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v116 : tensor<6xf32>) outs(%v138 : tensor<f32>) {
-  ^bb0(%a139: f32, %o140: f32):
-    %s141 = arith.addf %a139, %o140 : f32
-    linalg.yield %s141 : f32
+  %e135 = tensor.empty() : tensor<f32>
+  %c136 = arith.constant 0x00000000 : f32
+  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32>
+  %v141 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v115 : tensor<6xf32>) outs(%v137 : tensor<f32>) {
+  ^bb0(%a138: f32, %o139: f32):
+    %s140 = arith.addf %a138, %o139 : f32
+    linalg.yield %s140 : f32
   } -> tensor<f32>
-  %e143 = tensor.empty() : tensor<f32>
-  %v148 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142, %v135 : tensor<f32>, tensor<f32>) outs(%e143 : tensor<f32>) {
-  ^bb0(%a144: f32, %a145: f32, %o146: f32):
-    %s147 = arith.divf %a144, %a145 : f32
-    linalg.yield %s147 : f32
+  %e142 = tensor.empty() : tensor<f32>
+  %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141, %v134 : tensor<f32>, tensor<f32>) outs(%e142 : tensor<f32>) {
+  ^bb0(%a143: f32, %a144: f32, %o145: f32):
+    %s146 = arith.divf %a143, %a144 : f32
+    linalg.yield %s146 : f32
   } -> tensor<f32>
-  %e149 = tensor.empty() : tensor<f32>
-  %c150 = arith.constant 0x3F800000 : f32
-  %v151 = linalg.fill ins(%c150 : f32) outs(%e149 : tensor<f32>) -> tensor<f32>
-  %e152 = tensor.empty() : tensor<f32>
-  %v157 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v151, %v135 : tensor<f32>, tensor<f32>) outs(%e152 : tensor<f32>) {
-  ^bb0(%a153: f32, %a154: f32, %o155: f32):
-    %s156 = arith.divf %a153, %a154 : f32
-    linalg.yield %s156 : f32
+  %e148 = tensor.empty() : tensor<f32>
+  %c149 = arith.constant 0x3F800000 : f32
+  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32>
+  %e151 = tensor.empty() : tensor<f32>
+  %v156 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v150, %v134 : tensor<f32>, tensor<f32>) outs(%e151 : tensor<f32>) {
+  ^bb0(%a152: f32, %a153: f32, %o154: f32):
+    %s155 = arith.divf %a152, %a153 : f32
+    linalg.yield %s155 : f32
   } -> tensor<f32>
-  %v158 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e159 = tensor.empty() : tensor<6x1xi1>
-  %v164 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v158 : tensor<6x1xi64>) outs(%e159 : tensor<6x1xi1>) {
-  ^bb0(%a160: i64, %o161: i1):
-    %s162 = arith.constant -100 : i64
-    %s163 = arith.cmpi ne, %a160, %s162 : i64
-    linalg.yield %s163 : i1
+  %v157 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
+  %e158 = tensor.empty() : tensor<6x1xi1>
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e158 : tensor<6x1xi1>) {
+  ^bb0(%a159: i64, %o160: i1):
+    %s161 = arith.constant -100 : i64
+    %s162 = arith.cmpi ne, %a159, %s161 : i64
+    linalg.yield %s162 : i1
   } -> tensor<6x1xi1>
-  %e165 = tensor.empty() : tensor<i64>
-  %c166 = arith.constant 0 : i64
-  %v167 = linalg.fill ins(%c166 : i64) outs(%e165 : tensor<i64>) -> tensor<i64>
-  %e168 = tensor.empty() : tensor<6x1xi64>
-  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v164, %v158, %v167 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e168 : tensor<6x1xi64>) {
-  ^bb0(%a169: i1, %a170: i64, %a171: i64, %o172: i64):
-    %s173 = arith.select %a169, %a170, %a171 : i64
-    linalg.yield %s173 : i64
+  %e164 = tensor.empty() : tensor<i64>
+  %c165 = arith.constant 0 : i64
+  %v166 = linalg.fill ins(%c165 : i64) outs(%e164 : tensor<i64>) -> tensor<i64>
+  %e167 = tensor.empty() : tensor<6x1xi64>
+  %v173 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163, %v157, %v166 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e167 : tensor<6x1xi64>) {
+  ^bb0(%a168: i1, %a169: i64, %a170: i64, %o171: i64):
+    %s172 = arith.select %a168, %a169, %a170 : i64
+    linalg.yield %s172 : i64
   } -> tensor<6x1xi64>
-  %e175 = tensor.empty() : tensor<6x10xf32>
-  %c176 = arith.constant 0x00000000 : f32
-  %v177 = linalg.fill ins(%c176 : f32) outs(%e175 : tensor<6x10xf32>) -> tensor<6x10xf32>
-  %v178 = tensor.collapse_shape %v174 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64>
-  %e179 = tensor.empty() : tensor<6x10xf32>
-  %v188 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v177, %v178 : tensor<6x10xf32>, tensor<6xi64>) outs(%e179 : tensor<6x10xf32>) {
-  ^bb0(%a180: f32, %a181: i64, %o182: f32):
-    %s183 = linalg.index 1 : index
-    %s184 = arith.index_cast %a181 : i64 to index
-    %s185 = arith.cmpi eq, %s183, %s184 : index
-    %s186 = arith.constant 0xBF800000 : f32
-    %s187 = arith.select %s185, %s186, %a180 : f32
-    linalg.yield %s187 : f32
+  %e174 = tensor.empty() : tensor<6x10xf32>
+  %c175 = arith.constant 0x00000000 : f32
+  %v176 = linalg.fill ins(%c175 : f32) outs(%e174 : tensor<6x10xf32>) -> tensor<6x10xf32>
+  %v177 = tensor.collapse_shape %v173 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64>
+  %e178 = tensor.empty() : tensor<6x10xf32>
+  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v176, %v177 : tensor<6x10xf32>, tensor<6xi64>) outs(%e178 : tensor<6x10xf32>) {
+  ^bb0(%a179: f32, %a180: i64, %o181: f32):
+    %s182 = linalg.index 1 : index
+    %s183 = arith.index_cast %a180 : i64 to index
+    %s184 = arith.cmpi eq, %s182, %s183 : index
+    %s185 = arith.constant 0xBF800000 : f32
+    %s186 = arith.select %s184, %s185, %a179 : f32
+    linalg.yield %s186 : f32
   } -> tensor<6x10xf32>
-  %e189 = tensor.empty() : tensor<6x1xi1>
-  %v194 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v158 : tensor<6x1xi64>) outs(%e189 : tensor<6x1xi1>) {
-  ^bb0(%a190: i64, %o191: i1):
-    %s192 = arith.constant -100 : i64
-    %s193 = arith.cmpi ne, %a190, %s192 : i64
-    linalg.yield %s193 : i1
+  %e188 = tensor.empty() : tensor<6x1xi1>
+  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e188 : tensor<6x1xi1>) {
+  ^bb0(%a189: i64, %o190: i1):
+    %s191 = arith.constant -100 : i64
+    %s192 = arith.cmpi ne, %a189, %s191 : i64
+    linalg.yield %s192 : i1
   } -> tensor<6x1xi1>
-  %e195 = tensor.empty() : tensor<f32>
-  %c196 = arith.constant 0x00000000 : f32
-  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<f32>) -> tensor<f32>
-  %e198 = tensor.empty() : tensor<6x1xf32>
-  %v204 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v194, %v157, %v197 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e198 : tensor<6x1xf32>) {
-  ^bb0(%a199: i1, %a200: f32, %a201: f32, %o202: f32):
-    %s203 = arith.select %a199, %a200, %a201 : f32
-    linalg.yield %s203 : f32
+  %e194 = tensor.empty() : tensor<f32>
+  %c195 = arith.constant 0x00000000 : f32
+  %v196 = linalg.fill ins(%c195 : f32) outs(%e194 : tensor<f32>) -> tensor<f32>
+  %e197 = tensor.empty() : tensor<6x1xf32>
+  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193, %v156, %v196 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e197 : tensor<6x1xf32>) {
+  ^bb0(%a198: i1, %a199: f32, %a200: f32, %o201: f32):
+    %s202 = arith.select %a198, %a199, %a200 : f32
+    linalg.yield %s202 : f32
   } -> tensor<6x1xf32>
-  %v205 = tensor.collapse_shape %v204 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e206 = tensor.empty() : tensor<6x10xf32>
-  %v211 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v188, %v205 : tensor<6x10xf32>, tensor<6xf32>) outs(%e206 : tensor<6x10xf32>) {
-  ^bb0(%a207: f32, %a208: f32, %o209: f32):
-    %s210 = arith.mulf %a207, %a208 : f32
-    linalg.yield %s210 : f32
+  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
+  %e205 = tensor.empty() : tensor<6x10xf32>
+  %v210 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187, %v204 : tensor<6x10xf32>, tensor<6xf32>) outs(%e205 : tensor<6x10xf32>) {
+  ^bb0(%a206: f32, %a207: f32, %o208: f32):
+    %s209 = arith.mulf %a206, %a207 : f32
+    linalg.yield %s209 : f32
   } -> tensor<6x10xf32>
-  %e212 = tensor.empty() : tensor<6x10xf32>
-  %v216 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v70 : tensor<6x10xf32>) outs(%e212 : tensor<6x10xf32>) {
-  ^bb0(%a213: f32, %o214: f32):
-    %s215 = math.exp %a213 : f32
-    linalg.yield %s215 : f32
+  %e211 = tensor.empty() : tensor<6x10xf32>
+  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69 : tensor<6x10xf32>) outs(%e211 : tensor<6x10xf32>) {
+  ^bb0(%a212: f32, %o213: f32):
+    %s214 = math.exp %a212 : f32
+    linalg.yield %s214 : f32
   } -> tensor<6x10xf32>
-  %e217 = tensor.empty() : tensor<6xf32>
-  %c218 = arith.constant 0x00000000 : f32
-  %v219 = linalg.fill ins(%c218 : f32) outs(%e217 : tensor<6xf32>) -> tensor<6xf32>
-  %v223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v211 : tensor<6x10xf32>) outs(%v219 : tensor<6xf32>) {
-  ^bb0(%a220: f32, %o221: f32):
-    %s222 = arith.addf %a220, %o221 : f32
-    linalg.yield %s222 : f32
+  %e216 = tensor.empty() : tensor<6xf32>
+  %c217 = arith.constant 0x00000000 : f32
+  %v218 = linalg.fill ins(%c217 : f32) outs(%e216 : tensor<6xf32>) -> tensor<6xf32>
+  %v222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v210 : tensor<6x10xf32>) outs(%v218 : tensor<6xf32>) {
+  ^bb0(%a219: f32, %o220: f32):
+    %s221 = arith.addf %a219, %o220 : f32
+    linalg.yield %s221 : f32
   } -> tensor<6xf32>
-  %v224 = tensor.expand_shape %v223 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32>
-  %v225 = tensor.collapse_shape %v224 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e226 = tensor.empty() : tensor<6x10xf32>
-  %v231 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v216, %v225 : tensor<6x10xf32>, tensor<6xf32>) outs(%e226 : tensor<6x10xf32>) {
-  ^bb0(%a227: f32, %a228: f32, %o229: f32):
-    %s230 = arith.mulf %a227, %a228 : f32
-    linalg.yield %s230 : f32
+  %e224 = tensor.empty() : tensor<6x10xf32>
+  %v229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215, %v222 : tensor<6x10xf32>, tensor<6xf32>) outs(%e224 : tensor<6x10xf32>) {
+  ^bb0(%a225: f32, %a226: f32, %o227: f32):
+    %s228 = arith.mulf %a225, %a226 : f32
+    linalg.yield %s228 : f32
   } -> tensor<6x10xf32>
-  %e232 = tensor.empty() : tensor<6x10xf32>
-  %v237 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v211, %v231 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e232 : tensor<6x10xf32>) {
-  ^bb0(%a233: f32, %a234: f32, %o235: f32):
-    %s236 = arith.subf %a233, %a234 : f32
-    linalg.yield %s236 : f32
+  %e230 = tensor.empty() : tensor<6x10xf32>
+  %v235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v210, %v229 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e230 : tensor<6x10xf32>) {
+  ^bb0(%a231: f32, %a232: f32, %o233: f32):
+    %s234 = arith.subf %a231, %a232 : f32
+    linalg.yield %s234 : f32
   } -> tensor<6x10xf32>
-  %e238 = tensor.empty() : tensor<10x24xf32>
-  %v239 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e238 : tensor<10x24xf32>) permutation = [1, 0]
-  %e240 = tensor.empty() : tensor<6x24xf32>
-  %c241 = arith.constant 0x00000000 : f32
-  %v242 = linalg.fill ins(%c241 : f32) outs(%e240 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %v243 = linalg.matmul ins(%v237, %v239 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v242 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %e244 = tensor.empty() : tensor<10x6xf32>
-  %v245 = linalg.transpose ins(%v237 : tensor<6x10xf32>) outs(%e244 : tensor<10x6xf32>) permutation = [1, 0]
-  %e246 = tensor.empty() : tensor<10x24xf32>
-  %c247 = arith.constant 0x00000000 : f32
-  %v248 = linalg.fill ins(%c247 : f32) outs(%e246 : tensor<10x24xf32>) -> tensor<10x24xf32>
-  %v249 = linalg.matmul ins(%v245, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v248 : tensor<10x24xf32>) -> tensor<10x24xf32>
-  %e250 = tensor.empty() : tensor<24x10xf32>
-  %v251 = linalg.transpose ins(%v249 : tensor<10x24xf32>) outs(%e250 : tensor<24x10xf32>) permutation = [1, 0]
-  %e252 = tensor.empty() : tensor<10xf32>
-  %c253 = arith.constant 0x00000000 : f32
-  %v254 = linalg.fill ins(%c253 : f32) outs(%e252 : tensor<10xf32>) -> tensor<10xf32>
-  %v258 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v237 : tensor<6x10xf32>) outs(%v254 : tensor<10xf32>) {
-  ^bb0(%a255: f32, %o256: f32):
-    %s257 = arith.addf %a255, %o256 : f32
-    linalg.yield %s257 : f32
+  %e236 = tensor.empty() : tensor<10x24xf32>
+  %v237 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e236 : tensor<10x24xf32>) permutation = [1, 0]
+  %e238 = tensor.empty() : tensor<6x24xf32>
+  %c239 = arith.constant 0x00000000 : f32
+  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x24xf32>) -> tensor<6x24xf32>
+  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v240 : tensor<6x24xf32>) -> tensor<6x24xf32>
+  %e242 = tensor.empty() : tensor<10x6xf32>
+  %v243 = linalg.transpose ins(%v235 : tensor<6x10xf32>) outs(%e242 : tensor<10x6xf32>) permutation = [1, 0]
+  %e244 = tensor.empty() : tensor<10x24xf32>
+  %c245 = arith.constant 0x00000000 : f32
+  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<10x24xf32>) -> tensor<10x24xf32>
+  %v247 = linalg.matmul ins(%v243, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v246 : tensor<10x24xf32>) -> tensor<10x24xf32>
+  %e248 = tensor.empty() : tensor<24x10xf32>
+  %v249 = linalg.transpose ins(%v247 : tensor<10x24xf32>) outs(%e248 : tensor<24x10xf32>) permutation = [1, 0]
+  %e250 = tensor.empty() : tensor<10xf32>
+  %c251 = arith.constant 0x00000000 : f32
+  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<10xf32>) -> tensor<10xf32>
+  %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v235 : tensor<6x10xf32>) outs(%v252 : tensor<10xf32>) {
+  ^bb0(%a253: f32, %o254: f32):
+    %s255 = arith.addf %a253, %o254 : f32
+    linalg.yield %s255 : f32
   } -> tensor<10xf32>
-  %v259 = tensor.expand_shape %v258 [[0, 1]] output_shape [1, 10] : tensor<10xf32> into tensor<1x10xf32>
-  %v260 = tensor.collapse_shape %v259 [[0, 1]] : tensor<1x10xf32> into tensor<10xf32>
-  %e261 = tensor.empty() : tensor<10x24xf32>
-  %v262 = linalg.transpose ins(%v251 : tensor<24x10xf32>) outs(%e261 : tensor<10x24xf32>) permutation = [1, 0]
-  %e263 = tensor.empty() : tensor<6x24xi1>
-  %v268 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e263 : tensor<6x24xi1>) {
-  ^bb0(%a264: f32, %o265: i1):
-    %s266 = arith.constant 0x00000000 : f32
-    %s267 = arith.cmpf ole, %a264, %s266 : f32
-    linalg.yield %s267 : i1
+  %e258 = tensor.empty() : tensor<10x24xf32>
+  %v259 = linalg.transpose ins(%v249 : tensor<24x10xf32>) outs(%e258 : tensor<10x24xf32>) permutation = [1, 0]
+  %e260 = tensor.empty() : tensor<6x24xi1>
+  %v265 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e260 : tensor<6x24xi1>) {
+  ^bb0(%a261: f32, %o262: i1):
+    %s263 = arith.constant 0x00000000 : f32
+    %s264 = arith.cmpf ole, %a261, %s263 : f32
+    linalg.yield %s264 : i1
   } -> tensor<6x24xi1>
-  %e269 = tensor.empty() : tensor<f32>
-  %c270 = arith.constant 0x00000000 : f32
-  %v271 = linalg.fill ins(%c270 : f32) outs(%e269 : tensor<f32>) -> tensor<f32>
-  %e272 = tensor.empty() : tensor<6x24xf32>
-  %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v268, %v271, %v243 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e272 : tensor<6x24xf32>) {
-  ^bb0(%a273: i1, %a274: f32, %a275: f32, %o276: f32):
-    %s277 = arith.select %a273, %a274, %a275 : f32
-    linalg.yield %s277 : f32
+  %e266 = tensor.empty() : tensor<f32>
+  %c267 = arith.constant 0x00000000 : f32
+  %v268 = linalg.fill ins(%c267 : f32) outs(%e266 : tensor<f32>) -> tensor<f32>
+  %e269 = tensor.empty() : tensor<6x24xf32>
+  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v265, %v268, %v241 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e269 : tensor<6x24xf32>) {
+  ^bb0(%a270: i1, %a271: f32, %a272: f32, %o273: f32):
+    %s274 = arith.select %a270, %a271, %a272 : f32
+    linalg.yield %s274 : f32
   } -> tensor<6x24xf32>
-  %e279 = tensor.empty() : tensor<24x6xf32>
-  %v280 = linalg.transpose ins(%v278 : tensor<6x24xf32>) outs(%e279 : tensor<24x6xf32>) permutation = [1, 0]
-  %e281 = tensor.empty() : tensor<24x16xf32>
-  %c282 = arith.constant 0x00000000 : f32
-  %v283 = linalg.fill ins(%c282 : f32) outs(%e281 : tensor<24x16xf32>) -> tensor<24x16xf32>
-  %v284 = linalg.matmul ins(%v280, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v283 : tensor<24x16xf32>) -> tensor<24x16xf32>
-  %e285 = tensor.empty() : tensor<16x24xf32>
-  %v286 = linalg.transpose ins(%v284 : tensor<24x16xf32>) outs(%e285 : tensor<16x24xf32>) permutation = [1, 0]
-  %e287 = tensor.empty() : tensor<24xf32>
-  %c288 = arith.constant 0x00000000 : f32
-  %v289 = linalg.fill ins(%c288 : f32) outs(%e287 : tensor<24xf32>) -> tensor<24xf32>
-  %v293 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v278 : tensor<6x24xf32>) outs(%v289 : tensor<24xf32>) {
-  ^bb0(%a290: f32, %o291: f32):
-    %s292 = arith.addf %a290, %o291 : f32
-    linalg.yield %s292 : f32
+  %e276 = tensor.empty() : tensor<24x6xf32>
+  %v277 = linalg.transpose ins(%v275 : tensor<6x24xf32>) outs(%e276 : tensor<24x6xf32>) permutation = [1, 0]
+  %e278 = tensor.empty() : tensor<24x16xf32>
+  %c279 = arith.constant 0x00000000 : f32
+  %v280 = linalg.fill ins(%c279 : f32) outs(%e278 : tensor<24x16xf32>) -> tensor<24x16xf32>
+  %v281 = linalg.matmul ins(%v277, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v280 : tensor<24x16xf32>) -> tensor<24x16xf32>
+  %e282 = tensor.empty() : tensor<16x24xf32>
+  %v283 = linalg.transpose ins(%v281 : tensor<24x16xf32>) outs(%e282 : tensor<16x24xf32>) permutation = [1, 0]
+  %e284 = tensor.empty() : tensor<24xf32>
+  %c285 = arith.constant 0x00000000 : f32
+  %v286 = linalg.fill ins(%c285 : f32) outs(%e284 : tensor<24xf32>) -> tensor<24xf32>
+  %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v275 : tensor<6x24xf32>) outs(%v286 : tensor<24xf32>) {
+  ^bb0(%a287: f32, %o288: f32):
+    %s289 = arith.addf %a287, %o288 : f32
+    linalg.yield %s289 : f32
   } -> tensor<24xf32>
-  %v294 = tensor.expand_shape %v293 [[0, 1]] output_shape [1, 24] : tensor<24xf32> into tensor<1x24xf32>
-  %v295 = tensor.collapse_shape %v294 [[0, 1]] : tensor<1x24xf32> into tensor<24xf32>
-  %e296 = tensor.empty() : tensor<24x16xf32>
-  %v297 = linalg.transpose ins(%v286 : tensor<16x24xf32>) outs(%e296 : tensor<24x16xf32>) permutation = [1, 0]
-  %e298 = tensor.empty() : tensor<24x16xf32>
-  %v305 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v297 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e298 : tensor<24x16xf32>) {
-  ^bb0(%a299: f32, %a300: f32, %o301: f32):
-    %s302 = arith.constant 0xBDCCCCCD : f32
-    %s303 = arith.mulf %a300, %s302 : f32
-    %s304 = arith.addf %a299, %s303 : f32
-    linalg.yield %s304 : f32
+  %e292 = tensor.empty() : tensor<24x16xf32>
+  %v293 = linalg.transpose ins(%v283 : tensor<16x24xf32>) outs(%e292 : tensor<24x16xf32>) permutation = [1, 0]
+  %e294 = tensor.empty() : tensor<24x16xf32>
+  %v301 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v293 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e294 : tensor<24x16xf32>) {
+  ^bb0(%a295: f32, %a296: f32, %o297: f32):
+    %s298 = arith.constant 0xBDCCCCCD : f32
+    %s299 = arith.mulf %a296, %s298 : f32
+    %s300 = arith.addf %a295, %s299 : f32
+    linalg.yield %s300 : f32
   } -> tensor<24x16xf32>
-  %e306 = tensor.empty() : tensor<24xf32>
-  %v313 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v295 : tensor<24xf32>, tensor<24xf32>) outs(%e306 : tensor<24xf32>) {
-  ^bb0(%a307: f32, %a308: f32, %o309: f32):
-    %s310 = arith.constant 0xBDCCCCCD : f32
-    %s311 = arith.mulf %a308, %s310 : f32
-    %s312 = arith.addf %a307, %s311 : f32
-    linalg.yield %s312 : f32
+  %e302 = tensor.empty() : tensor<24xf32>
+  %v309 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v290 : tensor<24xf32>, tensor<24xf32>) outs(%e302 : tensor<24xf32>) {
+  ^bb0(%a303: f32, %a304: f32, %o305: f32):
+    %s306 = arith.constant 0xBDCCCCCD : f32
+    %s307 = arith.mulf %a304, %s306 : f32
+    %s308 = arith.addf %a303, %s307 : f32
+    linalg.yield %s308 : f32
   } -> tensor<24xf32>
-  %e314 = tensor.empty() : tensor<10x24xf32>
-  %v321 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v262 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e314 : tensor<10x24xf32>) {
-  ^bb0(%a315: f32, %a316: f32, %o317: f32):
-    %s318 = arith.constant 0xBDCCCCCD : f32
-    %s319 = arith.mulf %a316, %s318 : f32
-    %s320 = arith.addf %a315, %s319 : f32
-    linalg.yield %s320 : f32
+  %e310 = tensor.empty() : tensor<10x24xf32>
+  %v317 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v259 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e310 : tensor<10x24xf32>) {
+  ^bb0(%a311: f32, %a312: f32, %o313: f32):
+    %s314 = arith.constant 0xBDCCCCCD : f32
+    %s315 = arith.mulf %a312, %s314 : f32
+    %s316 = arith.addf %a311, %s315 : f32
+    linalg.yield %s316 : f32
   } -> tensor<10x24xf32>
-  %e322 = tensor.empty() : tensor<10xf32>
-  %v329 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v260 : tensor<10xf32>, tensor<10xf32>) outs(%e322 : tensor<10xf32>) {
-  ^bb0(%a323: f32, %a324: f32, %o325: f32):
-    %s326 = arith.constant 0xBDCCCCCD : f32
-    %s327 = arith.mulf %a324, %s326 : f32
-    %s328 = arith.addf %a323, %s327 : f32
-    linalg.yield %s328 : f32
+  %e318 = tensor.empty() : tensor<10xf32>
+  %v325 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v256 : tensor<10xf32>, tensor<10xf32>) outs(%e318 : tensor<10xf32>) {
+  ^bb0(%a319: f32, %a320: f32, %o321: f32):
+    %s322 = arith.constant 0xBDCCCCCD : f32
+    %s323 = arith.mulf %a320, %s322 : f32
+    %s324 = arith.addf %a319, %s323 : f32
+    linalg.yield %s324 : f32
   } -> tensor<10xf32>
-  return %v148, %v305, %v313, %v321, %v329 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
+  return %v147, %v301, %v309, %v317, %v325 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
 }

@@ -38,6 +38,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unistd.h>
 
@@ -64,6 +65,10 @@ static cl::opt<double> rtolOpt("rtol", cl::desc("relative tolerance"), cl::init(
 static cl::opt<double> atolOpt("atol", cl::desc("absolute tolerance"), cl::init(1e-5));
 static cl::opt<std::string> entryName("entry", cl::desc("entry point"));
 static cl::opt<double> timeout("timeout", cl::init(60));
+static cl::opt<unsigned> repeat("repeat",
+                                cl::desc("runs of each program; the median "
+                                         "time is reported"),
+                                cl::init(1));
 static cl::opt<std::string> keep("keep",
                                  cl::desc("directory to keep the artifacts"));
 
@@ -162,12 +167,21 @@ int main(int argc, char **argv) {
   }
   double shardedSeconds = 0, globalSeconds = 0;
   bool isRoot = true;
-  auto s = ::shardx::tools::runArtifact(*sharded, *entry, options, inputs,
-                                      outputs, shardedSeconds, isRoot);
-  if (!s) {
-    std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
-    return 1;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> times;
+  for (unsigned r = 0; r < std::max(1u, unsigned(repeat)); ++r) {
+    auto s = ::shardx::tools::runArtifact(*sharded, *entry, options, inputs,
+                                          outputs, shardedSeconds, isRoot);
+    if (!s) {
+      std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
+      return 1;
+    }
+    times.push_back(shardedSeconds);
   }
+  shardedSeconds = median(times);
   int status = 0;
   if (isRoot) {
     int64_t n = 1;
@@ -187,13 +201,18 @@ int main(int argc, char **argv) {
       one.backend = "threads";
       one.ranks = 0;
       bool root = true;
-      auto gs = ::shardx::tools::runArtifact(*global, *gentry, one, inputs,
-                                           expected, globalSeconds, root);
-      if (!gs) {
-        std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
-                     gs.message().c_str());
-        return 1;
+      std::vector<double> gtimes;
+      for (unsigned r = 0; r < std::max(1u, unsigned(repeat)); ++r) {
+        auto gs = ::shardx::tools::runArtifact(*global, *gentry, one, inputs,
+                                               expected, globalSeconds, root);
+        if (!gs) {
+          std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
+                       gs.message().c_str());
+          return 1;
+        }
+        gtimes.push_back(globalSeconds);
       }
+      globalSeconds = median(gtimes);
       std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
       for (size_t i = 0; i < outputs.size(); ++i) {
         auto d = ::shardx::exec::compare(outputs[i], expected[i], rtolOpt, atolOpt);

@@ -79,14 +79,15 @@ func.func @reorder(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
 // -----
 
 // Tests that uneven shards (7 rows on 4 ranks) gather with explicit sizes
-// from a dynamic local type, and chunk back into a dynamic type.
+// from a dynamic local type, and chunk back into a dynamic type with the
+// torch.chunk sizes spelled out.
 shardx.mesh @mesh(shape = 4)
 // CHECK-LABEL: func.func @uneven
 func.func @uneven(%x: tensor<7x3xf32>) -> (tensor<7x3xf32>, tensor<7x3xf32>) {
   // CHECK: builtin.unrealized_conversion_cast %{{.*}} : tensor<7x3xf32> to tensor<?x3xf32>
   // CHECK-NEXT: shardx.all_gather %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<?x3xf32> -> tensor<7x3xf32>
   %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
-  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 : tensor<7x3xf32> -> tensor<?x3xf32>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<7x3xf32> -> tensor<?x3xf32>
   %1 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]>
   return %0, %1 : tensor<7x3xf32>, tensor<7x3xf32>
 }
