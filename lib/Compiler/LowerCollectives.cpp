@@ -296,13 +296,8 @@ FailureOr<Value> Lowering::lower(Operation *op) {
   b.setInsertionPoint(op);
   if (auto sizesAttr = op->getAttrOfType<DenseI64ArrayAttr>("sizes"))
     return lowerUneven(op, sizesAttr.asArrayRef());
-  if (auto ai = dyn_cast<AxisIndexOp>(op)) {
-    Value axes = int64Array(loc, ai.getAxes());
-    func::FuncOp fn = declare("shardx_rt_cg_axis_index", {axes.getType()},
-                              {b.getI64Type()});
-    Value r = func::CallOp::create(b, loc, fn, ValueRange{axes}).getResult(0);
-    return Value(arith::IndexCastOp::create(b, loc, b.getIndexType(), r));
-  }
+  if (auto ai = dyn_cast<AxisIndexOp>(op))
+    return groupIndex(loc, ai.getAxes());
   Value in = op->getOperand(0);
   auto inType = cast<RankedTensorType>(in.getType());
   auto outType = cast<RankedTensorType>(op->getResult(0).getType());
@@ -442,11 +437,7 @@ FailureOr<Value> Lowering::lower(Operation *op) {
     view.push_back(L[dim] / (s * n));
     view.append(L.begin() + dim + 1, L.end());
     Value t = reshape(loc, in, view);
-    Value axes = int64Array(loc, chunk.getAxes());
-    func::FuncOp fn = declare("shardx_rt_cg_axis_index", {axes.getType()},
-                              {b.getI64Type()});
-    Value j = func::CallOp::create(b, loc, fn, ValueRange{axes}).getResult(0);
-    Value ji = arith::IndexCastOp::create(b, loc, b.getIndexType(), j);
+    Value ji = groupIndex(loc, chunk.getAxes());
     SmallVector<OpFoldResult> offsets(view.size(), b.getIndexAttr(0));
     SmallVector<OpFoldResult> sizes, strides(view.size(), b.getIndexAttr(1));
     for (int64_t v : view)

@@ -87,6 +87,28 @@ namespace {
 namespace cl = llvm::cl;
 } // namespace
 
+bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
+                               bool &initialized) {
+  initialized = false;
+  bool want = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--backend=mpi" ||
+        (std::string(argv[i]) == "--backend" && i + 1 < argc &&
+         std::string(argv[i + 1]) == "mpi"))
+      want = true;
+  if (!want)
+    return true;
+#ifdef SHARDX_HAVE_MPI
+  Status s = rt::initMpi(&argc, &argv);
+  if (!s) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, s.message().c_str());
+    return false;
+  }
+  initialized = true;
+#endif
+  return true;
+}
+
 int tools::execMain(int argc, char **argv) {
   cl::opt<std::string> artifactPath(cl::Positional, cl::desc("<model.so>"),
                                     cl::Required);
@@ -104,21 +126,9 @@ int tools::execMain(int argc, char **argv) {
   cl::opt<std::string> outDir("outputs", cl::desc("directory for the outputs"));
   cl::opt<double> timeout("timeout", cl::desc("collective timeout (s)"),
                           cl::init(60));
-#ifdef SHARDX_HAVE_MPI
   bool wantMpi = false;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend=mpi" ||
-        (std::string(argv[i]) == "--backend" && i + 1 < argc &&
-         std::string(argv[i + 1]) == "mpi"))
-      wantMpi = true;
-  if (wantMpi) {
-    Status s = rt::initMpi(&argc, &argv);
-    if (!s) {
-      std::fprintf(stderr, "shardx-exec: error: %s\n", s.message().c_str());
-      return 1;
-    }
-  }
-#endif
+  if (!initMpiIfRequested(argc, argv, "shardx-exec", wantMpi))
+    return 1;
   cl::ParseCommandLineOptions(argc, argv, "ShardX executor\n");
   std::string error;
   std::unique_ptr<Artifact> artifact = Artifact::load(artifactPath, error);

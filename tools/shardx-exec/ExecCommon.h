@@ -38,6 +38,12 @@ rt::Status runArtifact(const exec::Artifact &artifact,
 
 int execMain(int argc, char **argv);
 
+/// Whether the command line asks for the mpi backend (read before MPI_Init,
+/// which may rewrite argv). Initializes MPI when it does; returns false and
+/// prints an error when that fails.
+bool initMpiIfRequested(int &argc, char **&argv, const char *tool,
+                        bool &initialized);
+
 } // namespace shardx::tools
 
 #endif // SHARDX_TOOLS_EXECCOMMON_H

@@ -89,21 +89,9 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
-#ifdef SHARDX_HAVE_MPI
   bool wantMpi = false;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend=mpi" ||
-        (std::string(argv[i]) == "--backend" && i + 1 < argc &&
-         std::string(argv[i + 1]) == "mpi"))
-      wantMpi = true;
-  if (wantMpi) {
-    auto s = ::shardx::rt::initMpi(&argc, &argv);
-    if (!s) {
-      std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
-      return 1;
-    }
-  }
-#endif
+  if (!::shardx::tools::initMpiIfRequested(argc, argv, "shardx-run", wantMpi))
+    return 1;
   registerAllPasses();
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
 

@@ -333,15 +333,13 @@ struct LocalizePass
       FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
       if (failed(mesh))
         return signalPassFailure();
-      if (!*mesh) {
-        // A function with no layouts still needs a signature if other
-        // functions are sharded; nothing else changes.
-        continue;
-      }
+      if (!*mesh)
+        continue; // no layouts: the function runs as it is on every rank
       Localizer l{fn, *mesh, FlatSymbolRefAttr::get(mesh->getSymNameAttr()),
                   std::vector<int64_t>(mesh->getShape().begin(),
                                        mesh->getShape().end()),
-                  static_cast<int64_t>(mesh->getShape().size())};
+                  static_cast<int64_t>(mesh->getShape().size()),
+                  DenseMap<Value, RankedTensorType>()};
       if (failed(l.run()))
         return signalPassFailure();
     }
