@@ -28,13 +28,6 @@ using namespace mlir::shardx;
 
 namespace {
 
-int64_t product(ArrayRef<int64_t> xs) {
-  int64_t n = 1;
-  for (int64_t x : xs)
-    n *= x;
-  return n;
-}
-
 int32_t reduceCode(ReductionKind kind) {
   switch (kind) {
   case ReductionKind::Sum:
