@@ -113,6 +113,30 @@ def megatron_mlp_input_grad() -> str:
     return _mlp_tp_step(True)
 
 
+def megatron_mlp_sequence_parallel() -> str:
+    """Megatron MLP train step (SGD) on tp=2 with sequence parallelism: the
+    input, target and output rows (the sequence) split over tp between
+    blocks, fc1 column- and fc2 row-parallel."""
+    torch.manual_seed(0)
+    mesh = Mesh((2,), ("tp",))
+    module = models.mlp(16, 32, 16)
+    names = [n for n, _ in module.named_parameters()]
+
+    def step(params, x, y):
+        params = [p.requires_grad_(True) for p in params]
+        out = torch.func.functional_call(module, dict(zip(names, params)), (x,))
+        loss = F.mse_loss(out, y)
+        grads = torch.autograd.grad(loss, params)
+        return loss.detach(), out.detach(), [p.detach() - 0.1 * g for p, g in zip(params, grads)]
+
+    params = [p.detach().clone() for p in module.parameters()]
+    pl = [[S(0)], [S(0)], [S(1)], [R()]]
+    ins = pl + [[S(0)], [S(0)]]
+    outs = [[R()], [S(0)]] + pl
+    return trace(step, (params, torch.randn(8, 16), torch.randn(8, 16)), mesh, ins, outs,
+                 name="megatron_mlp_sequence_parallel")
+
+
 def megatron_mlp_forward() -> str:
     """Megatron MLP forward on tp=2 (weights only annotated)."""
     torch.manual_seed(0)
@@ -225,6 +249,7 @@ TEST_PROGRAMS = {
     "megatron_mlp_forward.mlir": megatron_mlp_forward,
     "megatron_mlp_train.mlir": megatron_mlp_train,
     "megatron_mlp_input_grad.mlir": megatron_mlp_input_grad,
+    "megatron_mlp_sequence_parallel.mlir": megatron_mlp_sequence_parallel,
     "megatron_attention_train.mlir": megatron_attention_train,
     "dp_train.mlir": dp_train,
     "unannotated_train.mlir": unannotated_train,

@@ -450,6 +450,27 @@ struct Strategy {
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
 };
 
+/// Adds to `a` every factor sharding of `view` whose factor is free and
+/// whose axes are unused.
+void mergeInto(Assignment &a, const Assignment &view) {
+  uint64_t used = 0;
+  for (auto &f : a)
+    if (f)
+      used |= axesOf(*f);
+  for (auto [f, sharding] : llvm::enumerate(view)) {
+    if (!sharding || a[f] || (axesOf(*sharding) & used))
+      continue;
+    a[f] = sharding;
+    used |= axesOf(*sharding);
+  }
+}
+
+bool isUserLayout(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return getRecordedLayout(v) != nullptr;
+  return v.getDefiningOp<AnnotateOp>() != nullptr;
+}
+
 class Propagator {
 public:
   Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
@@ -478,6 +499,15 @@ private:
   void record(Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
               const Strategy &s);
 
+  /// Layouts the consumers of a value would like it in (from declared
+  /// result layouts and user layouts, propagated backward before the
+  /// forward pass); a candidate strategy of the value's producer.
+  void computeHints();
+  DenseMap<Value, Layout> hints;
+  /// Layouts values will be resharded to anyway (needed by an earlier op's
+  /// strategy): reusing them is free.
+  DenseMap<Value, SmallVector<Layout, 2>> available;
+
   func::FuncOp fn;
   MeshOp mesh;
   ::shardx::Planner planner;
@@ -491,6 +521,9 @@ private:
 double Propagator::reshardCost(Value v, const Layout &to) {
   Layout from = layoutOf(v);
   if (from == to || isRematerializable(v))
+    return 0;
+  if (auto it = available.find(v);
+      it != available.end() && llvm::is_contained(it->second, to))
     return 0;
   auto type = cast<RankedTensorType>(v.getType());
   if (!type.hasStaticShape())
@@ -740,6 +773,26 @@ LogicalResult Propagator::visit(Operation *op) {
                                     meshShape));
   Strategy best = evaluate(op, *rule, operands, results,
                            Assignment(rule->factorSizes.size()));
+  // The consumers' preference: the results' hints, merged with the
+  // operands; it wins ties (it saves reshards further on).
+  Strategy hinted;
+  {
+    Assignment a(rule->factorSizes.size());
+    bool any = false;
+    for (auto [i, r] : llvm::enumerate(results)) {
+      auto it = hints.find(r);
+      if (it == hints.end())
+        continue;
+      mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
+                                   meshShape));
+      any = true;
+    }
+    if (any) {
+      for (unsigned other : order)
+        mergeInto(a, views[other]);
+      hinted = evaluate(op, *rule, operands, results, a);
+    }
+  }
   for (unsigned leader : order) {
     Assignment a = views[leader];
     uint64_t used = 0;
@@ -764,12 +817,73 @@ LogicalResult Propagator::visit(Operation *op) {
         (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
       best = std::move(s);
   }
+  if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
+    best = std::move(hinted);
   if (!best.valid) {
     setReplicated(op);
     return success();
   }
+  for (auto [v, l] : llvm::zip(operands, best.operandLayouts))
+    if (l != layoutOf(v))
+      available[v].push_back(l);
   record(op, operands, results, best);
   return success();
+}
+
+void Propagator::computeHints() {
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (OpOperand &o : ret->getOpOperands())
+    if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
+            o.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
+      hints.try_emplace(o.get(), declared.getLayout());
+  for (Operation &op : llvm::reverse(body)) {
+    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
+    if (!ruleOp)
+      continue;
+    FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+    SmallVector<Value> operands, results;
+    for (Value v : op.getOperands())
+      if (isa<RankedTensorType>(v.getType()))
+        operands.push_back(v);
+    for (Value v : op.getResults())
+      if (isa<RankedTensorType>(v.getType()))
+        results.push_back(v);
+    if (failed(rule) || rule->operands.size() != operands.size() ||
+        rule->results.size() != results.size())
+      continue;
+    Assignment a(rule->factorSizes.size());
+    for (auto [i, r] : llvm::enumerate(results)) {
+      auto it = hints.find(r);
+      if (it != hints.end())
+        mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
+                                     meshShape));
+    }
+    for (auto [i, v] : llvm::enumerate(operands)) {
+      if (isUserLayout(v))
+        mergeInto(a, viewThroughRule(*rule, rule->operands[i], layoutOf(v),
+                                     meshShape));
+      else if (auto it = hints.find(v); it != hints.end())
+        mergeInto(a, viewThroughRule(*rule, rule->operands[i], it->second,
+                                     meshShape));
+    }
+    for (auto [f, kind] : llvm::enumerate(rule->factorKinds))
+      if (kind != ShardingRule::FactorKind::Parallel)
+        a[f].reset();
+    for (auto [i, v] : llvm::enumerate(operands)) {
+      if (isUserLayout(v) || hints.count(v))
+        continue;
+      if (std::optional<Layout> l =
+              project(*rule, rule->operands[i], a, meshShape, meshRank)) {
+        auto type = cast<RankedTensorType>(v.getType());
+        if (l->verifyForShape(meshShape,
+                              std::vector<int64_t>(type.getShape().begin(),
+                                                   type.getShape().end()))
+                .empty())
+          hints.try_emplace(v, *l);
+      }
+    }
+  }
 }
 
 LogicalResult Propagator::run() {
@@ -780,6 +894,8 @@ LogicalResult Propagator::run() {
         !fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()))
       fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
                     attr(Layout(meshRank)));
+  if (!userLayoutsOnly)
+    computeHints();
   for (Operation &op : fn.getBody().front())
     if (failed(visit(&op)))
       return failure();
