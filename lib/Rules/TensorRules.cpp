@@ -62,6 +62,135 @@ struct EmptyRule
   }
 };
 
+using FactorKind = ShardingRule::FactorKind;
+
+/// tensor.extract_slice (static, not rank-reducing): a dim taken whole is one
+/// parallel factor of source and result; a sliced dim needs replication.
+struct ExtractSliceRule
+    : public ShardingRuleOpInterface::ExternalModel<ExtractSliceRule,
+                                                    tensor::ExtractSliceOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto slice = cast<tensor::ExtractSliceOp>(op);
+    RankedTensorType src = slice.getSourceType(), res = slice.getResultType();
+    if (src.getRank() != res.getRank() || !slice.hasUnitStride() ||
+        ShapedType::isDynamicShape(slice.getStaticOffsets()) ||
+        ShapedType::isDynamicShape(slice.getStaticSizes()))
+      return failure();
+    ShardingRule rule;
+    SmallVector<SmallVector<int64_t>> srcDims, resDims;
+    for (int64_t d = 0; d < src.getRank(); ++d) {
+      bool whole = slice.getStaticOffsets()[d] == 0 &&
+                   slice.getStaticSizes()[d] == src.getDimSize(d);
+      if (whole) {
+        int64_t f = rule.addFactor(src.getDimSize(d), FactorKind::Parallel);
+        srcDims.push_back({f});
+        resDims.push_back({f});
+      } else {
+        srcDims.push_back({rule.addFactor(src.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+        resDims.push_back({rule.addFactor(res.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+      }
+    }
+    rule.operands.push_back(srcDims);
+    rule.results.push_back(resDims);
+    return rule;
+  }
+};
+
+/// tensor.insert_slice (static, not rank-reducing): a dim the source covers
+/// whole is one parallel factor of source, destination and result.
+struct InsertSliceRule
+    : public ShardingRuleOpInterface::ExternalModel<InsertSliceRule,
+                                                    tensor::InsertSliceOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto insert = cast<tensor::InsertSliceOp>(op);
+    RankedTensorType src = insert.getSourceType(), dst = insert.getDestType();
+    if (src.getRank() != dst.getRank() || !insert.hasUnitStride() ||
+        ShapedType::isDynamicShape(insert.getStaticOffsets()) ||
+        ShapedType::isDynamicShape(insert.getStaticSizes()))
+      return failure();
+    ShardingRule rule;
+    SmallVector<SmallVector<int64_t>> srcDims, dstDims;
+    for (int64_t d = 0; d < dst.getRank(); ++d) {
+      bool whole = insert.getStaticOffsets()[d] == 0 &&
+                   src.getDimSize(d) == dst.getDimSize(d);
+      if (whole) {
+        int64_t f = rule.addFactor(dst.getDimSize(d), FactorKind::Parallel);
+        srcDims.push_back({f});
+        dstDims.push_back({f});
+      } else {
+        srcDims.push_back({rule.addFactor(src.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+        dstDims.push_back({rule.addFactor(dst.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+      }
+    }
+    rule.operands.push_back(srcDims);
+    rule.operands.push_back(dstDims);
+    rule.results.push_back(dstDims);
+    return rule;
+  }
+};
+
+/// tensor.concat: every dim but the concatenated one is a shared parallel
+/// factor; the concatenated dim needs replication.
+struct ConcatRule
+    : public ShardingRuleOpInterface::ExternalModel<ConcatRule,
+                                                    tensor::ConcatOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto concat = cast<tensor::ConcatOp>(op);
+    RankedTensorType res = concat.getResultType();
+    int64_t dim = concat.getDim();
+    ShardingRule rule;
+    SmallVector<int64_t> shared(res.getRank(), -1);
+    for (int64_t d = 0; d < res.getRank(); ++d)
+      if (d != dim)
+        shared[d] = rule.addFactor(res.getDimSize(d), FactorKind::Parallel);
+    auto dimsOf = [&](RankedTensorType t) {
+      SmallVector<SmallVector<int64_t>> dims;
+      for (int64_t d = 0; d < t.getRank(); ++d)
+        dims.push_back({d == dim ? rule.addFactor(t.getDimSize(d),
+                                                  FactorKind::NeedReplication)
+                                 : shared[d]});
+      return dims;
+    };
+    for (Value input : concat.getInputs())
+      rule.operands.push_back(dimsOf(cast<RankedTensorType>(input.getType())));
+    rule.results.push_back(dimsOf(res));
+    return rule;
+  }
+};
+
+/// tensor.pad (static): unpadded dims are shared parallel factors.
+struct PadRule
+    : public ShardingRuleOpInterface::ExternalModel<PadRule, tensor::PadOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto pad = cast<tensor::PadOp>(op);
+    RankedTensorType src = pad.getSourceType(), res = pad.getResultType();
+    if (ShapedType::isDynamicShape(pad.getStaticLow()) ||
+        ShapedType::isDynamicShape(pad.getStaticHigh()))
+      return failure();
+    ShardingRule rule;
+    SmallVector<SmallVector<int64_t>> srcDims, resDims;
+    for (int64_t d = 0; d < src.getRank(); ++d) {
+      if (pad.getStaticLow()[d] == 0 && pad.getStaticHigh()[d] == 0) {
+        int64_t f = rule.addFactor(src.getDimSize(d), FactorKind::Parallel);
+        srcDims.push_back({f});
+        resDims.push_back({f});
+      } else {
+        srcDims.push_back({rule.addFactor(src.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+        resDims.push_back({rule.addFactor(res.getDimSize(d),
+                                          FactorKind::NeedReplication)});
+      }
+    }
+    rule.operands.push_back(srcDims);
+    rule.results.push_back(resDims);
+    return rule;
+  }
+};
+
 } // namespace
 
 void mlir::shardx::registerTensorShardingRules(DialectRegistry &registry) {
@@ -71,5 +200,9 @@ void mlir::shardx::registerTensorShardingRules(DialectRegistry &registry) {
     tensor::CollapseShapeOp::attachInterface<
         ReshapeRule<tensor::CollapseShapeOp>>(*ctx);
     tensor::EmptyOp::attachInterface<EmptyRule>(*ctx);
+    tensor::ExtractSliceOp::attachInterface<ExtractSliceRule>(*ctx);
+    tensor::InsertSliceOp::attachInterface<InsertSliceRule>(*ctx);
+    tensor::ConcatOp::attachInterface<ConcatRule>(*ctx);
+    tensor::PadOp::attachInterface<PadRule>(*ctx);
   });
 }

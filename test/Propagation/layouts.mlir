@@ -93,12 +93,36 @@ func.func @strided(%x: tensor<3x4xf32> {shardx.layout = #shardx.layout<@mesh, [S
 
 // Tests that an op without a rule runs replicated, with one warning.
 shardx.mesh @mesh(shape = 2)
-func.func @norule(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> tensor<2xf32> {
-  // expected-warning @+1 {{no sharding rule for 'tensor.extract_slice': it runs replicated}}
-  %a = tensor.extract_slice %x[0] [2] [1] : tensor<4xf32> to tensor<2xf32>
-  %b = tensor.extract_slice %x[1] [2] [1] : tensor<4xf32> to tensor<2xf32>
-  %c = arith.addf %a, %b : tensor<2xf32>
-  return %c : tensor<2xf32>
+func.func @norule(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %s: tensor<1xi64>) -> tensor<4xf32> {
+  // expected-warning @+1 {{no sharding rule for 'tensor.reshape': it runs replicated}}
+  %a = tensor.reshape %x(%s) : (tensor<4xf32>, tensor<1xi64>) -> tensor<4xf32>
+  %b = tensor.reshape %a(%s) : (tensor<4xf32>, tensor<1xi64>) -> tensor<4xf32>
+  return %b : tensor<4xf32>
+}
+
+// -----
+
+// Tests slicing, concatenation and padding: a dim taken whole keeps its
+// split, a sliced, concatenated or padded dim is whole first.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @slices
+func.func @slices(%x: tensor<8x6xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>},
+                  %y: tensor<8x6xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}) -> (tensor<8x6xf32>, tensor<4x6xf32>) {
+  // Rows 2..5 of a row-split tensor, columns 3..5 of a column-split one:
+  // both are whole first.
+  // CHECK: %[[XR:.*]] = shardx.redistribute %arg0 {{.*}} from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: %[[YR:.*]] = shardx.redistribute %arg1 {{.*}} from #shardx.layout<@mesh, [S(1)]> to #shardx.layout<@mesh, [R]>
+  // A whole dim keeps its split.
+  // CHECK: tensor.extract_slice %arg0{{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]
+  %a = tensor.extract_slice %x[0, 0] [8, 3] [1, 1] : tensor<8x6xf32> to tensor<8x3xf32>
+  // CHECK: %[[B:.*]] = tensor.extract_slice %[[YR]]{{.*}}shardx.layouts = [#shardx.layout<@mesh, [R]>]
+  %b = tensor.extract_slice %y[0, 3] [8, 3] [1, 1] : tensor<8x6xf32> to tensor<8x3xf32>
+  // CHECK: %[[BS:.*]] = shardx.redistribute %[[B]] {{.*}} from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]>
+  // CHECK: tensor.concat dim(1) %{{.*}}, %[[BS]] {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]
+  %c = tensor.concat dim(1) %a, %b : (tensor<8x3xf32>, tensor<8x3xf32>) -> tensor<8x6xf32>
+  // CHECK: tensor.extract_slice %[[XR]]{{.*}}shardx.layouts = [#shardx.layout<@mesh, [R]>]
+  %d = tensor.extract_slice %x[2, 0] [4, 6] [1, 1] : tensor<8x6xf32> to tensor<4x6xf32>
+  return %c, %d : tensor<8x6xf32>, tensor<4x6xf32>
 }
 
 // -----

@@ -276,6 +276,37 @@ struct Localizer {
           cst.setValueAttr(
               dense.resizeSplat(cast<ShapedType>(cst.getType())));
         }
+      } else if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+        // Whole dims that are split take the local source size.
+        OpBuilder ob(&op);
+        RankedTensorType local = slice.getResultType();
+        SmallVector<OpFoldResult> sizes = slice.getMixedSizes();
+        for (int64_t d = 0; d < local.getRank(); ++d)
+          sizes[d] = local.isDynamicDim(d)
+                         ? OpFoldResult(tensor::DimOp::create(
+                               ob, op.getLoc(), slice.getSource(), d))
+                         : OpFoldResult(ob.getIndexAttr(local.getDimSize(d)));
+        auto fresh = tensor::ExtractSliceOp::create(
+            ob, op.getLoc(), local, slice.getSource(), slice.getMixedOffsets(),
+            sizes, slice.getMixedStrides());
+        slice.getResult().replaceAllUsesWith(fresh.getResult());
+        op.erase();
+        continue;
+      } else if (auto insert = dyn_cast<tensor::InsertSliceOp>(op)) {
+        OpBuilder ob(&op);
+        auto src = cast<RankedTensorType>(insert.getSource().getType());
+        SmallVector<OpFoldResult> sizes;
+        for (int64_t d = 0; d < src.getRank(); ++d)
+          sizes.push_back(src.isDynamicDim(d)
+                              ? OpFoldResult(tensor::DimOp::create(
+                                    ob, op.getLoc(), insert.getSource(), d))
+                              : OpFoldResult(ob.getIndexAttr(src.getDimSize(d))));
+        auto fresh = tensor::InsertSliceOp::create(
+            ob, op.getLoc(), insert.getSource(), insert.getDest(),
+            insert.getMixedOffsets(), sizes, insert.getMixedStrides());
+        insert.getResult().replaceAllUsesWith(fresh.getResult());
+        op.erase();
+        continue;
       } else if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
         if (failed(offsetIndices(generic)))
           return failure();
