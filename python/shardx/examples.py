@@ -238,6 +238,19 @@ def vocab_parallel_ce() -> str:
     return trace(step, step.example_args([x], y), mesh, ins, outs, name="vocab_parallel_ce")
 
 
+def vocab_parallel_embedding() -> str:
+    """Embedding table split by rows (vocabulary) over tp=4 (11 rows: 3, 3,
+    3, 2), tanh, projection and log-softmax + NLL, SGD: the lookup is a
+    masked pending sum and the table's gradient stays row-split."""
+    torch.manual_seed(0)
+    mesh = Mesh((4,), ("tp",))
+    module = models.EmbeddingLM(11, 8)
+    step = TrainStep(module, models.nll, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {"emb.weight": [S(0)]}, [[R()]], [R()])
+    ids, target = torch.randint(0, 11, (2, 3)), torch.randint(0, 11, (2, 3))
+    return trace(step, step.example_args([ids], target), mesh, ins, outs, name="vocab_parallel_embedding")
+
+
 def unannotated_train() -> str:
     """MLP train step (Adam) with no mesh and no layouts."""
     torch.manual_seed(0)
@@ -258,6 +271,7 @@ TEST_PROGRAMS = {
     "fsdp_uneven.mlir": fsdp_uneven,
     "megatron_uneven.mlir": megatron_uneven,
     "vocab_parallel_ce.mlir": vocab_parallel_ce,
+    "vocab_parallel_embedding.mlir": vocab_parallel_embedding,
 }
 
 EXAMPLES = {

@@ -85,6 +85,11 @@ LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
 
 LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
+  if (attr.getName() == "shardx.table_layout") {
+    if (!isa<LayoutAttr>(attr.getValue()))
+      return op->emitError("'shardx.table_layout' must be a #shardx.layout");
+    return success();
+  }
   if (attr.getName() == getSignatureAttrName()) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << getSignatureAttrName()

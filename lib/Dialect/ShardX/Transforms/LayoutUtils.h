@@ -11,6 +11,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <optional>
+
 namespace mlir::shardx {
 
 /// The layout recorded for `value`: a function argument's `shardx.layout`,
@@ -22,6 +24,19 @@ LayoutAttr getRecordedLayout(Value value);
 /// error and fails when two meshes are used.
 FailureOr<MeshOp> getFunctionMesh(func::FuncOp fn,
                                   SymbolTableCollection &symbolTable);
+
+/// An embedding lookup as the importer writes it: a linalg.generic over the
+/// index tensor whose body yields `tensor.extract %table[index_cast(%idx),
+/// linalg.index(last)]` of a 2-D table captured from above.
+struct EmbeddingLookup {
+  Value table;
+  Operation *extract;
+};
+std::optional<EmbeddingLookup> matchEmbeddingLookup(Operation *op);
+
+/// The discardable attribute naming the layout an embedding lookup reads its
+/// (row-split) table in.
+constexpr llvm::StringLiteral kTableLayoutAttrName = "shardx.table_layout";
 
 /// Sets the `shardx.layouts` entry of `value` (an op result).
 void setResultLayout(OpResult value, LayoutAttr layout);

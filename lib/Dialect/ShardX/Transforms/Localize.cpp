@@ -124,6 +124,42 @@ struct Localizer {
     return sizes;
   }
 
+  /// An embedding lookup on a row-split table: rows outside this rank's
+  /// piece read row 0 of the local table and yield zero.
+  LogicalResult localizeLookup(linalg::GenericOp op, const Layout &table) {
+    std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
+    if (!lookup)
+      return op.emitError("embedding lookup changed shape during expansion");
+    auto it = globalTypes.find(lookup->table);
+    RankedTensorType global =
+        it != globalTypes.end()
+            ? it->second
+            : cast<RankedTensorType>(lookup->table.getType());
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto [lo, size] = emitPiece(b, loc, *table.getDim(0), global.getDimSize(0));
+    auto extract = cast<tensor::ExtractOp>(lookup->extract);
+    b.setInsertionPoint(extract);
+    Value row = extract.getIndices()[0];
+    Value rel = arith::SubIOp::create(b, loc, row, lo);
+    Value geLo = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, row,
+                                       lo);
+    Value ltHi = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rel,
+                                       size);
+    Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
+    Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
+    Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
+    extract.getIndicesMutable()[0].assign(safe);
+    b.setInsertionPointAfter(extract);
+    Type elt = extract.getType();
+    Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
+    Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
+    extract.getResult().replaceAllUsesExcept(masked,
+                                             masked.getDefiningOp());
+    op->removeAttr(kTableLayoutAttrName);
+    return success();
+  }
+
   /// Adds the rank's offset to `linalg.index` ops of sharded loops.
   LogicalResult offsetIndices(linalg::GenericOp op) {
     SmallVector<linalg::IndexOp> indices;
@@ -310,6 +346,9 @@ struct Localizer {
       } else if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
         if (failed(offsetIndices(generic)))
           return failure();
+        if (auto table = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
+          if (failed(localizeLookup(generic, table.getLayout())))
+            return failure();
       } else if (op.getNumRegions() > 0 &&
                  !isa<linalg::LinalgOp>(op) &&
                  llvm::any_of(op.getOperandTypes(), [](Type t) {
@@ -317,8 +356,8 @@ struct Localizer {
                  })) {
         // Ops with regions (scf) run replicated: their types do not change.
       }
-      op.removeAttr(ShardXDialect::getLayoutsAttrName());
-      op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
+      // Layout attributes stay until every op is rewritten: later ops read
+      // their operands' layouts (linalg.index offsets).
     }
     for (Operation &op : body) {
       op.removeAttr(ShardXDialect::getLayoutsAttrName());

@@ -150,6 +150,34 @@ mlir::shardx::getFunctionMesh(func::FuncOp fn,
   return meshOp;
 }
 
+std::optional<EmbeddingLookup>
+mlir::shardx::matchEmbeddingLookup(Operation *op) {
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic || generic.getNumDpsInputs() != 1 ||
+      generic.getNumDpsInits() != 1 || generic->getNumResults() != 1 ||
+      generic.getNumReductionLoops() != 0)
+    return std::nullopt;
+  Block *body = generic.getBlock();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  auto extract = yield.getOperand(0).getDefiningOp<tensor::ExtractOp>();
+  if (!extract || extract->getParentOp() != op ||
+      extract.getIndices().size() != 2)
+    return std::nullopt;
+  Value table = extract.getTensor();
+  if (op->isAncestor(table.getParentRegion()->getParentOp()))
+    return std::nullopt;
+  auto cast = extract.getIndices()[0].getDefiningOp<arith::IndexCastOp>();
+  auto col = extract.getIndices()[1].getDefiningOp<linalg::IndexOp>();
+  unsigned loops = generic.getNumLoops();
+  if (!cast || cast.getIn() != body->getArgument(0) || !col ||
+      col.getDim() != loops - 1)
+    return std::nullopt;
+  AffineMap outMap = generic.getIndexingMapsArray()[1];
+  if (!outMap.isIdentity())
+    return std::nullopt;
+  return EmbeddingLookup{table, extract};
+}
+
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -750,6 +778,41 @@ LogicalResult Propagator::visit(Operation *op) {
     setReplicated(op);
     return success();
   }
+  // Row-wise (vocab) split embedding tables: every rank looks up the rows
+  // it holds and yields zeros for the others: a pending sum.
+  if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
+      lookup && !userLayoutsOnly) {
+    Layout table = layoutOf(lookup->table);
+    const ::shardx::DimSharding *rows = table.getDim(0);
+    if (rows && !table.getDim(1) && !table.hasPartial() &&
+        llvm::all_of(rows->splits,
+                     [](const ::shardx::Split &s) { return s.stride == 1; })) {
+      uint64_t rowAxes = axesOf(*rows);
+      Layout idx = layoutOf(operands[0]);
+      bool disjoint = !idx.hasPartial();
+      for (const auto &d : idx.getDims())
+        disjoint &= !(axesOf(d) & rowAxes);
+      if (!disjoint)
+        idx = Layout(meshRank);
+      Layout result(meshRank);
+      for (const auto &d : idx.getDims()) {
+        for (const ::shardx::Split &s : d.splits)
+          result.addSplit(d.dim, s);
+        if (!d.sizes.empty())
+          result.setSizes(d.dim, d.sizes);
+      }
+      Layout init = result;
+      for (const ::shardx::Split &s : rows->splits)
+        result.setPartial(s.axis, ReduceOp::Sum);
+      Strategy s;
+      s.operandLayouts = {idx, init};
+      s.resultLayouts = {result};
+      s.valid = true;
+      record(op, operands, results, s);
+      op->setAttr(kTableLayoutAttrName, attr(table));
+      return success();
+    }
+  }
   if (capturesTensors || userLayoutsOnly) {
     setReplicated(op);
     // Captured tensors must be replicated too: they are operands in effect.
@@ -1089,9 +1152,12 @@ struct InsertReshardsPass
               captured.push_back(&use);
           }
         });
+        auto tableLayout = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName);
         for (OpOperand *use : captured)
           use->set(materialize(use->get(),
-                               LayoutAttr::get(meshRef, Layout(meshRank)),
+                               tableLayout ? tableLayout
+                                           : LayoutAttr::get(meshRef,
+                                                             Layout(meshRank)),
                                &op));
       }
       if (!op.hasAttr(ShardXDialect::getOperandLayoutsAttrName()))
@@ -1138,6 +1204,9 @@ struct VerifyLayoutsPass
       auto meshRef = FlatSymbolRefAttr::get(mesh->getSymNameAttr());
       int64_t meshRank = mesh->getShape().size();
       fn.walk([&](Operation *op) {
+        if (Operation *parent = op->getParentOp();
+            parent && parent->hasAttr(kTableLayoutAttrName))
+          return;
         if (isa<AnnotateOp>(op)) {
           op->emitError("shardx.annotate left after reshard insertion");
           failedAny = true;
