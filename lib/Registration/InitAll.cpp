@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/Extensions/InlinerExtension.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -32,6 +33,8 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
                   memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect,
                   tosa::TosaDialect>();
   registerShardingRuleExternalModels(registry);
+  // Calls are inlined before propagation (shardx-spmd).
+  func::registerInlinerExtension(registry);
 }
 
 void mlir::shardx::registerShardXPasses() {

@@ -13,6 +13,8 @@
 using namespace mlir;
 
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm) {
+  // Calls are inlined: propagation then sees one body per entry point.
+  pm.addPass(createInlinerPass());
   pm.addPass(createPropagatePass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());

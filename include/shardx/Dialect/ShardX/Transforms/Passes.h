@@ -21,7 +21,7 @@ namespace mlir::shardx {
 #define GEN_PASS_REGISTRATION
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
-/// The SPMD pipeline: propagate -> insert reshards -> verify layouts ->
+/// The SPMD pipeline: inline -> propagate -> insert reshards -> verify layouts ->
 /// lower reshards -> localize -> canonicalize, cse. The result is the
 /// program every rank runs.
 void buildSpmdPipeline(OpPassManager &pm);
