@@ -63,6 +63,22 @@ struct EmptyRule
 };
 
 using FactorKind = ShardingRule::FactorKind;
+using DimFactors = SmallVector<SmallVector<int64_t>>;
+
+/// Adds one dim of two tensors an op relates: a dim kept whole is one
+/// shared parallel factor; otherwise each side gets its own factor, which
+/// needs replication.
+void addDimPair(ShardingRule &rule, bool whole, int64_t aSize, int64_t bSize,
+                DimFactors &a, DimFactors &b) {
+  if (whole) {
+    int64_t f = rule.addFactor(aSize, FactorKind::Parallel);
+    a.push_back({f});
+    b.push_back({f});
+    return;
+  }
+  a.push_back({rule.addFactor(aSize, FactorKind::NeedReplication)});
+  b.push_back({rule.addFactor(bSize, FactorKind::NeedReplication)});
+}
 
 /// tensor.extract_slice (static, not rank-reducing): a dim taken whole is one
 /// parallel factor of source and result; a sliced dim needs replication.
@@ -77,21 +93,12 @@ struct ExtractSliceRule
         ShapedType::isDynamicShape(slice.getStaticSizes()))
       return failure();
     ShardingRule rule;
-    SmallVector<SmallVector<int64_t>> srcDims, resDims;
-    for (int64_t d = 0; d < src.getRank(); ++d) {
-      bool whole = slice.getStaticOffsets()[d] == 0 &&
-                   slice.getStaticSizes()[d] == src.getDimSize(d);
-      if (whole) {
-        int64_t f = rule.addFactor(src.getDimSize(d), FactorKind::Parallel);
-        srcDims.push_back({f});
-        resDims.push_back({f});
-      } else {
-        srcDims.push_back({rule.addFactor(src.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-        resDims.push_back({rule.addFactor(res.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-      }
-    }
+    DimFactors srcDims, resDims;
+    for (int64_t d = 0; d < src.getRank(); ++d)
+      addDimPair(rule,
+                 slice.getStaticOffsets()[d] == 0 &&
+                     slice.getStaticSizes()[d] == src.getDimSize(d),
+                 src.getDimSize(d), res.getDimSize(d), srcDims, resDims);
     rule.operands.push_back(srcDims);
     rule.results.push_back(resDims);
     return rule;
@@ -111,21 +118,12 @@ struct InsertSliceRule
         ShapedType::isDynamicShape(insert.getStaticSizes()))
       return failure();
     ShardingRule rule;
-    SmallVector<SmallVector<int64_t>> srcDims, dstDims;
-    for (int64_t d = 0; d < dst.getRank(); ++d) {
-      bool whole = insert.getStaticOffsets()[d] == 0 &&
-                   src.getDimSize(d) == dst.getDimSize(d);
-      if (whole) {
-        int64_t f = rule.addFactor(dst.getDimSize(d), FactorKind::Parallel);
-        srcDims.push_back({f});
-        dstDims.push_back({f});
-      } else {
-        srcDims.push_back({rule.addFactor(src.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-        dstDims.push_back({rule.addFactor(dst.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-      }
-    }
+    DimFactors srcDims, dstDims;
+    for (int64_t d = 0; d < dst.getRank(); ++d)
+      addDimPair(rule,
+                 insert.getStaticOffsets()[d] == 0 &&
+                     src.getDimSize(d) == dst.getDimSize(d),
+                 src.getDimSize(d), dst.getDimSize(d), srcDims, dstDims);
     rule.operands.push_back(srcDims);
     rule.operands.push_back(dstDims);
     rule.results.push_back(dstDims);
@@ -172,19 +170,11 @@ struct PadRule
         ShapedType::isDynamicShape(pad.getStaticHigh()))
       return failure();
     ShardingRule rule;
-    SmallVector<SmallVector<int64_t>> srcDims, resDims;
-    for (int64_t d = 0; d < src.getRank(); ++d) {
-      if (pad.getStaticLow()[d] == 0 && pad.getStaticHigh()[d] == 0) {
-        int64_t f = rule.addFactor(src.getDimSize(d), FactorKind::Parallel);
-        srcDims.push_back({f});
-        resDims.push_back({f});
-      } else {
-        srcDims.push_back({rule.addFactor(src.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-        resDims.push_back({rule.addFactor(res.getDimSize(d),
-                                          FactorKind::NeedReplication)});
-      }
-    }
+    DimFactors srcDims, resDims;
+    for (int64_t d = 0; d < src.getRank(); ++d)
+      addDimPair(rule,
+                 pad.getStaticLow()[d] == 0 && pad.getStaticHigh()[d] == 0,
+                 src.getDimSize(d), res.getDimSize(d), srcDims, resDims);
     rule.operands.push_back(srcDims);
     rule.results.push_back(resDims);
     return rule;

@@ -10,6 +10,7 @@
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 
 #include <optional>
 
@@ -37,6 +38,13 @@ std::optional<EmbeddingLookup> matchEmbeddingLookup(Operation *op);
 /// The discardable attribute naming the layout an embedding lookup reads its
 /// (row-split) table in.
 constexpr llvm::StringLiteral kTableLayoutAttrName = "shardx.table_layout";
+
+/// Calls `fn(function, mesh)` for every function of `module` with a body
+/// that has layouts (on its mesh); fails on the first failure, or when a
+/// function mixes meshes.
+LogicalResult
+forEachShardedFunction(ModuleOp module,
+                       function_ref<LogicalResult(func::FuncOp, MeshOp)> fn);
 
 /// Sets the `shardx.layouts` entry of `value` (an op result).
 void setResultLayout(OpResult value, LayoutAttr layout);

@@ -396,23 +396,17 @@ struct Localizer {
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
   void runOnOperation() override {
-    SymbolTableCollection symbolTable;
-    for (auto fn : getOperation().getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
-      if (failed(mesh))
-        return signalPassFailure();
-      if (!*mesh)
-        continue; // no layouts: the function runs as it is on every rank
-      Localizer l{fn, *mesh, FlatSymbolRefAttr::get(mesh->getSymNameAttr()),
-                  std::vector<int64_t>(mesh->getShape().begin(),
-                                       mesh->getShape().end()),
-                  static_cast<int64_t>(mesh->getShape().size()),
+    auto run = [](func::FuncOp fn, MeshOp mesh) {
+      Localizer l{fn, mesh, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                  std::vector<int64_t>(mesh.getShape().begin(),
+                                       mesh.getShape().end()),
+                  static_cast<int64_t>(mesh.getShape().size()),
                   DenseMap<Value, RankedTensorType>()};
-      if (failed(l.run()))
-        return signalPassFailure();
-    }
+      return l.run();
+    };
+    // Functions without layouts run as they are on every rank.
+    if (failed(forEachShardedFunction(getOperation(), run)))
+      signalPassFailure();
   }
 };
 

@@ -178,6 +178,21 @@ mlir::shardx::matchEmbeddingLookup(Operation *op) {
   return EmbeddingLookup{table, extract};
 }
 
+LogicalResult mlir::shardx::forEachShardedFunction(
+    ModuleOp module, function_ref<LogicalResult(func::FuncOp, MeshOp)> fn) {
+  SymbolTableCollection symbolTable;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (f.isExternal())
+      continue;
+    FailureOr<MeshOp> mesh = getFunctionMesh(f, symbolTable);
+    if (failed(mesh))
+      return failure();
+    if (*mesh && failed(fn(f, *mesh)))
+      return failure();
+  }
+  return success();
+}
+
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -969,21 +984,12 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
   using PropagatePassBase::PropagatePassBase;
 
   void runOnOperation() override {
-    SymbolTableCollection symbolTable;
     llvm::StringSet<> warned;
-    for (auto fn : getOperation().getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      if (!fn.getBody().hasOneBlock()) {
-        fn.emitError("functions with more than one block are not supported");
-        return signalPassFailure();
-      }
-      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
-      if (failed(mesh))
-        return signalPassFailure();
-      if (!*mesh)
-        continue; // no layouts: the function stays as it is (replicated)
-      ::shardx::MeshSpec spec = getMeshSpec(*mesh);
+    auto run = [&](func::FuncOp fn, MeshOp mesh) -> LogicalResult {
+      if (!fn.getBody().hasOneBlock())
+        return fn.emitError(
+            "functions with more than one block are not supported");
+      ::shardx::MeshSpec spec = getMeshSpec(mesh);
       if (bandwidthOverride > 0 || latencyOverride >= 0) {
         spec.costs.resize(spec.shape.size());
         for (auto &c : spec.costs) {
@@ -993,10 +999,12 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
             c.latencyUs = latencyOverride * 1e6;
         }
       }
-      Propagator p(fn, *mesh, std::move(spec), userLayoutsOnly, warned);
-      if (failed(p.run()))
-        return signalPassFailure();
-    }
+      Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, warned);
+      return p.run();
+    };
+    // Functions without layouts stay as they are (replicated).
+    if (failed(forEachShardedFunction(getOperation(), run)))
+      signalPassFailure();
   }
 };
 
@@ -1046,18 +1054,10 @@ LayoutAttr resultLayout(func::FuncOp fn, unsigned i, Value v,
 struct InsertReshardsPass
     : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
   void runOnOperation() override {
-    SymbolTableCollection symbolTable;
-    for (auto fn : getOperation().getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
-      if (failed(mesh))
-        return signalPassFailure();
-      if (!*mesh)
-        continue;
-      if (failed(insert(fn, *mesh)))
-        return signalPassFailure();
-    }
+    if (failed(forEachShardedFunction(
+            getOperation(),
+            [&](func::FuncOp fn, MeshOp mesh) { return insert(fn, mesh); })))
+      signalPassFailure();
   }
 
   LogicalResult insert(func::FuncOp fn, MeshOp mesh) {
@@ -1191,18 +1191,10 @@ struct InsertReshardsPass
 struct VerifyLayoutsPass
     : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
   void runOnOperation() override {
-    SymbolTableCollection symbolTable;
     bool failedAny = false;
-    for (auto fn : getOperation().getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      FailureOr<MeshOp> mesh = getFunctionMesh(fn, symbolTable);
-      if (failed(mesh))
-        return signalPassFailure();
-      if (!*mesh)
-        continue;
-      auto meshRef = FlatSymbolRefAttr::get(mesh->getSymNameAttr());
-      int64_t meshRank = mesh->getShape().size();
+    auto check = [&](func::FuncOp fn, MeshOp mesh) -> LogicalResult {
+      auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+      int64_t meshRank = mesh.getShape().size();
       fn.walk([&](Operation *op) {
         if (Operation *parent = op->getParentOp();
             parent && parent->hasAttr(kTableLayoutAttrName))
@@ -1265,8 +1257,9 @@ struct VerifyLayoutsPass
           }
         }
       });
-    }
-    if (failedAny)
+      return success();
+    };
+    if (failed(forEachShardedFunction(getOperation(), check)) || failedAny)
       signalPassFailure();
   }
 };
