@@ -6,6 +6,14 @@
 
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/InitAll.h"
+
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "shardx/Layout/Layout.h"
@@ -512,3 +520,28 @@ LogicalResult mlir::shardx::stripToGlobalProgram(ModuleOp module) {
   return failure(result.wasInterrupted());
 }
 
+
+std::unique_ptr<MLIRContext> mlir::shardx::createToolContext() {
+  registerAllPasses();
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registerAllShardXDialects(registry);
+  auto context = std::make_unique<MLIRContext>(registry);
+  context->loadAllAvailableDialects();
+  return context;
+}
+
+OwningOpRef<ModuleOp> mlir::shardx::loadProgram(StringRef path,
+                                                MLIRContext &context,
+                                                StringRef tool) {
+  std::string error;
+  auto file = openInputFile(path, &error);
+  if (!file) {
+    llvm::errs() << tool << ": error: " << error << "\n";
+    return nullptr;
+  }
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, &context);
+}

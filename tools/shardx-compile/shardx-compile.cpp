@@ -17,16 +17,10 @@
 #include "mlir/Pass/PassManager.h"
 
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
-#include "mlir/InitAllPasses.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/SourceMgr.h"
 
 using namespace mlir;
 
@@ -72,27 +66,12 @@ static bool hasLayouts(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
-  registerAllPasses();
+  std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "ShardX compiler: a tensor program to a CPU shared object\n");
-
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  registerAllExtensions(registry);
-  mlir::shardx::registerAllShardXDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-
-  std::string error;
-  auto file = openInputFile(inputFile, &error);
-  if (!file) {
-    llvm::errs() << "error: " << error << "\n";
-    return 1;
-  }
-  llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module =
+      mlir::shardx::loadProgram(inputFile, *context, "shardx-compile");
   if (!module)
     return 1;
   if (unsharded) {
@@ -100,7 +79,7 @@ int main(int argc, char **argv) {
       return 1;
   } else if (hasLayouts(*module)) {
     // The per-rank program: SPMD expansion first.
-    PassManager pm(&context);
+    PassManager pm(context.get());
     mlir::shardx::buildSpmdPipeline(pm);
     if (failed(pm.run(*module)))
       return 1;

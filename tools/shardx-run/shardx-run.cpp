@@ -25,18 +25,12 @@
 #endif
 
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
-#include "mlir/InitAllPasses.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SourceMgr.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -92,24 +86,10 @@ int main(int argc, char **argv) {
   bool wantMpi = false;
   if (!::shardx::tools::initMpiIfRequested(argc, argv, "shardx-run", wantMpi))
     return 1;
-  registerAllPasses();
+  std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
-
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  registerAllExtensions(registry);
-  mlir::shardx::registerAllShardXDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  std::string error;
-  auto file = openInputFile(inputFile, &error);
-  if (!file) {
-    std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-    return 1;
-  }
-  llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module =
+      mlir::shardx::loadProgram(inputFile, *context, "shardx-run");
   if (!module)
     return 1;
 
@@ -121,6 +101,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "shardx-run: error: %s\n", ec.message().c_str());
     return 1;
   }
+  std::string error;
   std::string tag = std::to_string(getpid());
   std::string shardedPath = (dir + "/sharded." + tag + ".so").str();
   std::string globalPath = (dir + "/unsharded." + tag + ".so").str();

@@ -15,6 +15,10 @@
 #define SHARDX_COMPILER_COMPILER_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
 #include "mlir/Support/LLVM.h"
 
 #include <string>
@@ -32,6 +36,15 @@ struct CompileOptions {
   /// Lower matmul-family ops to OpenBLAS calls (else to loops).
   bool blas = true;
 };
+
+/// A context with every dialect, extension and ShardX model the tools need
+/// (the passes are registered too).
+std::unique_ptr<MLIRContext> createToolContext();
+
+/// Parses the program in `path` ("-": stdin). Prints "<tool>: error: ..."
+/// and returns null when it cannot be read or parsed.
+OwningOpRef<ModuleOp> loadProgram(StringRef path, MLIRContext &context,
+                                  StringRef tool);
 
 /// Turns a program with layouts into its global (unsharded) form: layouts,
 /// annotations, redistributions and meshes go (none changes a global value);

@@ -485,6 +485,16 @@ bool isRematerializable(Value v) {
   return false;
 }
 
+/// The ranked-tensor values among `values` (an op's tensor operands or
+/// results, in the order rules count them).
+SmallVector<Value> tensorValues(ValueRange values) {
+  SmallVector<Value> tensors;
+  for (Value v : values)
+    if (isa<RankedTensorType>(v.getType()))
+      tensors.push_back(v);
+  return tensors;
+}
+
 struct Strategy {
   bool valid = false;
   SmallVector<Layout> operandLayouts; // per tensor operand
@@ -737,32 +747,18 @@ void Propagator::record(Operation *op, ArrayRef<Value> operands,
 
 void Propagator::setReplicated(Operation *op) {
   Strategy s;
-  for (Value v : op->getOperands())
-    if (isa<RankedTensorType>(v.getType()))
-      s.operandLayouts.push_back(Layout(meshRank));
-  for (Value v : op->getResults())
-    if (isa<RankedTensorType>(v.getType()))
-      s.resultLayouts.push_back(Layout(meshRank));
-  SmallVector<Value> operands, results;
-  for (Value v : op->getOperands())
-    if (isa<RankedTensorType>(v.getType()))
-      operands.push_back(v);
-  for (Value v : op->getResults())
-    if (isa<RankedTensorType>(v.getType()))
-      results.push_back(v);
+  SmallVector<Value> operands = tensorValues(op->getOperands());
+  SmallVector<Value> results = tensorValues(op->getResults());
+  s.operandLayouts.assign(operands.size(), Layout(meshRank));
+  s.resultLayouts.assign(results.size(), Layout(meshRank));
   record(op, operands, results, s);
 }
 
 LogicalResult Propagator::visit(Operation *op) {
   if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
     return success();
-  SmallVector<Value> operands, results;
-  for (Value v : op->getOperands())
-    if (isa<RankedTensorType>(v.getType()))
-      operands.push_back(v);
-  for (Value v : op->getResults())
-    if (isa<RankedTensorType>(v.getType()))
-      results.push_back(v);
+  SmallVector<Value> operands = tensorValues(op->getOperands());
+  SmallVector<Value> results = tensorValues(op->getResults());
   if (operands.empty() && results.empty())
     return success();
   for (Value v : op->getOperands())
@@ -920,13 +916,8 @@ void Propagator::computeHints() {
     if (!ruleOp)
       continue;
     FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
-    SmallVector<Value> operands, results;
-    for (Value v : op.getOperands())
-      if (isa<RankedTensorType>(v.getType()))
-        operands.push_back(v);
-    for (Value v : op.getResults())
-      if (isa<RankedTensorType>(v.getType()))
-        results.push_back(v);
+    SmallVector<Value> operands = tensorValues(op.getOperands());
+    SmallVector<Value> results = tensorValues(op.getResults());
     if (failed(rule) || rule->operands.size() != operands.size() ||
         rule->results.size() != results.size())
       continue;
