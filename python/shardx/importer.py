@@ -715,20 +715,18 @@ def _lerp(imp, node, args, kwargs):
         bd.binary("add", v[0], bd.binary("mul", v[2], bd.binary("sub", v[1], v[0], t), t), t), None))
 
 
-@handles(aten.addcmul.default)
-def _addcmul(imp, node, args, kwargs):
-    a, x, y = args[:3]
-    val = kwargs.get("value", args[3] if len(args) > 3 else 1)
-    return _ew(imp, node, [a, x, y, val], lambda bd, v, t: (
-        bd.binary("add", v[0], bd.binary("mul", v[3], bd.binary("mul", v[1], v[2], t), t), t), None))
+def _addc(op):
+    """addcmul / addcdiv: a + value * (x op y)."""
+    def h(imp, node, args, kwargs):
+        a, x, y = args[:3]
+        val = kwargs.get("value", args[3] if len(args) > 3 else 1)
+        return _ew(imp, node, [a, x, y, val], lambda bd, v, t: (
+            bd.binary("add", v[0], bd.binary("mul", v[3], bd.binary(op, v[1], v[2], t), t), t), None))
+    return h
 
 
-@handles(aten.addcdiv.default)
-def _addcdiv(imp, node, args, kwargs):
-    a, x, y = args[:3]
-    val = kwargs.get("value", args[3] if len(args) > 3 else 1)
-    return _ew(imp, node, [a, x, y, val], lambda bd, v, t: (
-        bd.binary("add", v[0], bd.binary("mul", v[3], bd.binary("div", v[1], v[2], t), t), t), None))
+HANDLERS[aten.addcmul.default] = _addc("mul")
+HANDLERS[aten.addcdiv.default] = _addc("div")
 
 
 _FOREACH = {
