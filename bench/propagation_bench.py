@@ -11,6 +11,11 @@ by the importer. Times are the passes' own wall times from `--mlir-timing`
 (median of --repeat runs): ShardX's shardx-propagate + shardx-insert-reshards
 (shardx-opt), upstream's sharding-propagation (mlir-opt) on the same ops
 with the same argument shardings as `shard.shard` annotations.
+
+The whole-graph refinement is measured against the pass in program order
+alone (`--shardx-propagate=refine=false`) in the same run: the time of
+both, and the total reshard cost each leaves (alpha-beta model, from
+`--shardx-propagate=print-cost`).
 """
 
 import argparse
@@ -133,8 +138,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
     args = ap.parse_args()
-    print(f"{'layers':>6} {'ops':>7} {'shardx ms':>10} {'us/op':>7} {'upstream ms':>12} "
-          f"{'upstream/shardx':>16}")
+    print(f"{'layers':>6} {'ops':>7} {'order ms':>9} {'shardx ms':>10} {'us/op':>7} "
+          f"{'cost order us':>14} {'cost shardx us':>15} {'upstream ms':>12} {'upstream/shardx':>16}")
     for n in args.layers:
         text = program(n, args.model)
         ops = sum(1 for l in text.split("\n") if re.match(r"  %\S+ = ", l))
@@ -145,9 +150,15 @@ def main() -> int:
                 f.write(text)
             with open(up, "w") as f:
                 f.write(to_upstream(text))
+            names = r"PropagatePass|InsertReshardsPass|shardx-propagate|shardx-insert-reshards"
+            t_order = pass_time([find_tool("shardx-opt"), ours, "--shardx-propagate=refine=false",
+                                 "--shardx-insert-reshards"], names, args.repeat)
             t_ours = pass_time([find_tool("shardx-opt"), ours, "--shardx-propagate", "--shardx-insert-reshards"],
-                               r"PropagatePass|InsertReshardsPass|shardx-propagate|shardx-insert-reshards",
-                               args.repeat)
+                               names, args.repeat)
+            proc = subprocess.run([find_tool("shardx-opt"), ours, "--shardx-propagate=print-cost", "-o", "/dev/null"],
+                                  capture_output=True, text=True, check=True)
+            m = re.search(r"reshard cost ([0-9.]+) us in program order, ([0-9.]+) us after", proc.stderr)
+            cost_order, cost_ours = (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
             try:
                 t_up = pass_time([MLIR_OPT, up, "--pass-pipeline=builtin.module(func.func(sharding-propagation))"],
                                  r"ShardingPropagation|sharding-propagation", args.repeat)
@@ -155,7 +166,8 @@ def main() -> int:
             except RuntimeError as e:
                 why = re.search(r"error: (.*)", str(e))
                 up_text, ratio = f"{'fails':>12}", f"  ({why.group(1) if why else 'error'})"
-        print(f"{n:>6} {ops:>7} {t_ours * 1e3:>10.1f} {t_ours * 1e6 / ops:>7.1f} {up_text} {ratio}")
+        print(f"{n:>6} {ops:>7} {t_order * 1e3:>9.1f} {t_ours * 1e3:>10.1f} {t_ours * 1e6 / ops:>7.1f} "
+              f"{cost_order:>14.1f} {cost_ours:>15.1f} {up_text} {ratio}")
     return 0
 
 

@@ -24,8 +24,11 @@
 
 #include "llvm/ADT/SmallBitVector.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <set>
+#include <tuple>
 #include <limits>
 
 namespace mlir::shardx {
@@ -501,6 +504,8 @@ struct Strategy {
   SmallVector<Layout> resultLayouts;  // per tensor result
   double cost = 0;
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
+  /// The same layouts as attributes (uniqued: compared by pointer).
+  SmallVector<LayoutAttr> operandAttrs, resultAttrs;
 };
 
 /// Adds to `a` every factor sharding of `view` whose factor is free and
@@ -518,6 +523,25 @@ void mergeInto(Assignment &a, const Assignment &view) {
   }
 }
 
+/// The layout a value needs as operand `index` (counting tensor operands) of
+/// `op`, from its `shardx.operand_layouts`.
+LayoutAttr requiredLayout(Operation *op, unsigned operandNumber) {
+  auto layouts =
+      op->getAttrOfType<ArrayAttr>(ShardXDialect::getOperandLayoutsAttrName());
+  if (!layouts)
+    return nullptr;
+  unsigned index = 0;
+  for (OpOperand &o : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(o.get().getType()))
+      continue;
+    if (o.getOperandNumber() == operandNumber)
+      return index < layouts.size() ? dyn_cast<LayoutAttr>(layouts[index])
+                                    : nullptr;
+    ++index;
+  }
+  return nullptr;
+}
+
 bool isUserLayout(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v))
     return getRecordedLayout(v) != nullptr;
@@ -527,11 +551,14 @@ bool isUserLayout(Value v) {
 class Propagator {
 public:
   Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
-             bool userLayoutsOnly, llvm::StringSet<> &warned)
+             bool userLayoutsOnly, bool refineGraph, bool printCost,
+             llvm::StringSet<> &warned)
       : fn(fn), mesh(mesh), planner(std::move(spec)),
         meshShape(mesh.getShape().begin(), mesh.getShape().end()), meshRank(mesh.getShape().size()),
-        userLayoutsOnly(userLayoutsOnly), warned(warned) {
+        userLayoutsOnly(userLayoutsOnly), refineGraph(refineGraph),
+        printCost(printCost), warned(warned) {
     meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    replicatedAttr = attr(Layout(meshRank));
   }
 
   LogicalResult run();
@@ -544,9 +571,11 @@ private:
   }
   LayoutAttr attr(const Layout &l) { return LayoutAttr::get(meshRef, l); }
   double reshardCost(Value v, const Layout &to);
+  double planCost(Value v, const Layout &from, const Layout &to);
   Strategy evaluate(Operation *op, const ShardingRule &rule,
                     ArrayRef<Value> operands, ArrayRef<Value> results,
-                    Assignment assignment);
+                    Assignment assignment, bool keepPartials = true,
+                    bool priced = true);
   LogicalResult visit(Operation *op);
   void setReplicated(Operation *op);
   void record(Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
@@ -561,6 +590,70 @@ private:
   /// strategy): reusing them is free.
   DenseMap<Value, SmallVector<Layout, 2>> available;
 
+  //===--- Whole-graph refinement -------------------------------------===//
+
+  /// A tentative change of one op's strategy.
+  struct Move {
+    Operation *op;
+    const Strategy *strategy;
+  };
+  /// Ops whose strategy the refinement may change (in program order), with
+  /// their rules and chosen strategies.
+  SmallVector<Operation *> movable;
+  DenseMap<Operation *, unsigned> position;
+  DenseMap<Operation *, ShardingRule> rules;
+  DenseMap<Operation *, Strategy> chosen;
+
+  /// Fills the attribute forms of a strategy's layouts.
+  void attach(Strategy &s);
+  LayoutAttr currentAttr(Value v) {
+    LayoutAttr a = getRecordedLayout(v);
+    return a ? a : replicatedAttr;
+  }
+  LayoutAttr attrWith(Value v, const Move *move);
+  LayoutAttr requiredWith(OpOperand &use, LayoutAttr from, const Move *move);
+  double planCost(Value v, LayoutAttr from, LayoutAttr to);
+  /// The reshards of `v` to every distinct layout its uses need (one
+  /// redistribute per layout, shared by its consumers).
+  double valueCost(Value v, const Move *move);
+  double totalCost();
+  double work(Operation *op, const Strategy &s);
+  /// Strategies for `op` given its operands' current layouts: replicated,
+  /// each operand's layout, each layout another consumer needs an operand
+  /// in, each layout the results' consumers need; alone and merged with the
+  /// operands' layouts, with pending Partial operands kept or reduced first.
+  SmallVector<Strategy, 4> candidates(Operation *op);
+  /// The values whose cost a change of `op` touches.
+  SmallVector<Value> affectedBy(Operation *op);
+
+  /// Changes made by a cascade, with the costs of every value they touch
+  /// as they were before it.
+  struct Trial {
+    SmallVector<std::pair<Operation *, Strategy>, 4> undo;
+    DenseMap<Value, double> before;
+    SmallVector<Value> touched;
+    double workDelta = 0;
+  };
+  void change(Operation *op, Strategy s, Trial &trial);
+  double costDelta(Trial &trial);
+  void revert(Trial &trial);
+  /// Applies `s` to `op`, then lets the neighbours it disturbs (consumers
+  /// of a result whose layout changed, other consumers of an operand now
+  /// needed in another layout) pick their locally best strategy, in program
+  /// order, up to `kCascadeLimit` ops. Kept when the total cost drops.
+  bool tryCascade(Operation *op, const Strategy &s, Trial &trial);
+  static constexpr unsigned kCascadeLimit = 256;
+  /// Marks the ops next to `op` (producers and consumers of its operands,
+  /// consumers of its results) for another look.
+  void markNeighbours(Operation *op);
+  DenseSet<Operation *> dirty;
+  /// Local search over the whole function; returns the number of changes.
+  int64_t refine();
+
+  LayoutAttr replicatedAttr;
+  DenseMap<Attribute, LayoutAttr> withoutPartials;
+  DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
+
   func::FuncOp fn;
   MeshOp mesh;
   ::shardx::Planner planner;
@@ -568,6 +661,8 @@ private:
   int64_t meshRank;
   FlatSymbolRefAttr meshRef;
   bool userLayoutsOnly;
+  bool refineGraph;
+  bool printCost;
   llvm::StringSet<> &warned;
 };
 
@@ -578,6 +673,10 @@ double Propagator::reshardCost(Value v, const Layout &to) {
   if (auto it = available.find(v);
       it != available.end() && llvm::is_contained(it->second, to))
     return 0;
+  return planCost(v, from, to);
+}
+
+double Propagator::planCost(Value v, const Layout &from, const Layout &to) {
   auto type = cast<RankedTensorType>(v.getType());
   if (!type.hasStaticShape())
     return std::numeric_limits<double>::infinity();
@@ -594,7 +693,8 @@ double Propagator::reshardCost(Value v, const Layout &to) {
 
 Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
                               ArrayRef<Value> operands, ArrayRef<Value> results,
-                              Assignment assignment) {
+                              Assignment assignment, bool keepPartials,
+                              bool priced) {
   Strategy s;
   auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
   // Factors that must stay whole.
@@ -633,7 +733,7 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
       used |= axesOf(*a);
   llvm::SmallBitVector partialOperands(op->getNumOperands());
   SmallVector<std::optional<ReduceOp>> keptPartials(meshRank);
-  {
+  if (keepPartials) {
     // Operands with a Partial of sum/avg on axes the strategy leaves free.
     SmallVector<unsigned> candidates;
     for (OpOperand &operand : op->getOpOperands()) {
@@ -705,7 +805,8 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
     if (!l->verifyForShape(meshShape, std::vector<int64_t>(type.getShape().begin(), type.getShape().end()))
              .empty())
       return s;
-    s.cost += reshardCost(v, *l);
+    if (priced)
+      s.cost += reshardCost(v, *l);
     s.operandLayouts.push_back(*l);
     ++tensorIndex;
   }
@@ -733,10 +834,16 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
 void Propagator::record(Operation *op, ArrayRef<Value> operands,
                         ArrayRef<Value> results, const Strategy &s) {
   SmallVector<Attribute> ins, outs;
-  for (const Layout &l : s.operandLayouts)
-    ins.push_back(attr(l));
-  for (const Layout &l : s.resultLayouts)
-    outs.push_back(attr(l));
+  if (s.operandAttrs.size() == s.operandLayouts.size() &&
+      s.resultAttrs.size() == s.resultLayouts.size()) {
+    ins.assign(s.operandAttrs.begin(), s.operandAttrs.end());
+    outs.assign(s.resultAttrs.begin(), s.resultAttrs.end());
+  } else {
+    for (const Layout &l : s.operandLayouts)
+      ins.push_back(attr(l));
+    for (const Layout &l : s.resultLayouts)
+      outs.push_back(attr(l));
+  }
   if (!operands.empty())
     op->setAttr(ShardXDialect::getOperandLayoutsAttrName(),
                 ArrayAttr::get(op->getContext(), ins));
@@ -893,15 +1000,425 @@ LogicalResult Propagator::visit(Operation *op) {
   }
   if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
     best = std::move(hinted);
+  movable.push_back(op);
+  rules.try_emplace(op, *rule);
   if (!best.valid) {
-    setReplicated(op);
-    return success();
+    best.operandLayouts.assign(operands.size(), Layout(meshRank));
+    best.resultLayouts.assign(results.size(), Layout(meshRank));
+    best.valid = true;
   }
   for (auto [v, l] : llvm::zip(operands, best.operandLayouts))
     if (l != layoutOf(v))
       available[v].push_back(l);
+  attach(best);
   record(op, operands, results, best);
+  position[op] = movable.size() - 1;
+  chosen[op] = std::move(best);
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Whole-graph refinement
+//===----------------------------------------------------------------------===//
+//
+// The pass in program order decides each op from its operands' layouts and
+// the hints. The refinement then treats the whole function at once: its cost
+// is the sum over values of the reshards to every distinct layout the
+// value's consumers need (one redistribute per layout, as
+// shardx-insert-reshards shares them). Sweeps, alternating backward and
+// forward over the ops, change an op's strategy when that lowers this total
+// (ties to less local work). Where no single change helps, cascades change
+// an op together with the neighbours it disturbs (a pending Partial reduced
+// once upstream instead of in every branch; a chain of ops moved to another
+// layout together) and are kept only when the total drops. Every kept change
+// lowers (cost, work) lexicographically, so the search ends; the visiting
+// order is the program's, so the result is deterministic.
+
+/// The position of `use` among its owner's tensor operands.
+static unsigned tensorOperandIndex(OpOperand &use) {
+  unsigned n = 0;
+  for (OpOperand &o : use.getOwner()->getOpOperands()) {
+    if (&o == &use)
+      break;
+    if (isa<RankedTensorType>(o.get().getType()))
+      ++n;
+  }
+  return n;
+}
+
+/// The position of `result` among its owner's tensor results.
+static unsigned tensorResultIndex(OpResult result) {
+  unsigned n = 0;
+  for (OpResult other : result.getOwner()->getResults()) {
+    if (other == result)
+      break;
+    if (isa<RankedTensorType>(other.getType()))
+      ++n;
+  }
+  return n;
+}
+
+void Propagator::attach(Strategy &s) {
+  s.operandAttrs.clear();
+  s.resultAttrs.clear();
+  for (const Layout &l : s.operandLayouts)
+    s.operandAttrs.push_back(attr(l));
+  for (const Layout &l : s.resultLayouts)
+    s.resultAttrs.push_back(attr(l));
+}
+
+LayoutAttr Propagator::attrWith(Value v, const Move *move) {
+  if (move)
+    if (auto r = dyn_cast<OpResult>(v); r && r.getOwner() == move->op)
+      return move->strategy->resultAttrs[tensorResultIndex(r)];
+  return currentAttr(v);
+}
+
+LayoutAttr Propagator::requiredWith(OpOperand &use, LayoutAttr from,
+                                    const Move *move) {
+  Operation *owner = use.getOwner();
+  Block &body = fn.getBody().front();
+  if (owner->getBlock() != &body) {
+    // Read inside a region: the enclosing op needs it whole (or in the
+    // layout of a row-split embedding table).
+    Operation *top = body.findAncestorOpInBlock(*owner);
+    if (!top)
+      return nullptr;
+    if (auto table = top->getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
+      return table;
+    return replicatedAttr;
+  }
+  if (move && owner == move->op)
+    return move->strategy->operandAttrs[tensorOperandIndex(use)];
+  if (auto annotate = dyn_cast<AnnotateOp>(owner))
+    return annotate.getLayout();
+  if (isa<func::ReturnOp>(owner)) {
+    if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
+            use.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
+      return declared;
+    // Undeclared results end with their pending Partials reduced.
+    auto [it, inserted] = withoutPartials.try_emplace(from, from);
+    if (inserted && from.getLayout().hasPartial()) {
+      Layout l = from.getLayout();
+      for (int64_t axis = 0; axis < meshRank; ++axis)
+        l.setPartial(axis, std::nullopt);
+      it->second = attr(l);
+    }
+    return it->second;
+  }
+  return requiredLayout(owner, use.getOperandNumber());
+}
+
+double Propagator::planCost(Value v, LayoutAttr from, LayoutAttr to) {
+  auto key = std::make_tuple(v.getType(), Attribute(from), Attribute(to));
+  auto it = planCosts.find(key);
+  if (it != planCosts.end())
+    return it->second;
+  double cost = planCost(v, from.getLayout(), to.getLayout());
+  planCosts[key] = cost;
+  return cost;
+}
+
+double Propagator::valueCost(Value v, const Move *move) {
+  if (isRematerializable(v))
+    return 0;
+  LayoutAttr from = attrWith(v, move);
+  SmallVector<LayoutAttr, 4> seen;
+  double cost = 0;
+  for (OpOperand &use : v.getUses()) {
+    LayoutAttr to = requiredWith(use, from, move);
+    if (!to || to == from || llvm::is_contained(seen, to))
+      continue;
+    seen.push_back(to);
+    cost += planCost(v, from, to);
+  }
+  return cost;
+}
+
+double Propagator::totalCost() {
+  double cost = 0;
+  Block &body = fn.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    if (isa<RankedTensorType>(arg.getType()))
+      cost += valueCost(arg, nullptr);
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      if (isa<RankedTensorType>(r.getType()))
+        cost += valueCost(r, nullptr);
+  return cost;
+}
+
+double Propagator::work(Operation *op, const Strategy &s) {
+  double iterations = 1;
+  for (int64_t size : rules.find(op)->second.factorSizes)
+    iterations *= size == ShapedType::kDynamic ? 1 : size;
+  return iterations / s.shardedWork;
+}
+
+SmallVector<Value> Propagator::affectedBy(Operation *op) {
+  SmallVector<Value> affected;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()) && !llvm::is_contained(affected, v))
+      affected.push_back(v);
+  for (Value r : op->getResults())
+    if (isa<RankedTensorType>(r.getType()))
+      affected.push_back(r);
+  return affected;
+}
+
+SmallVector<Strategy, 4> Propagator::candidates(Operation *op) {
+  const ShardingRule &rule = rules.find(op)->second;
+  SmallVector<Value> operands = tensorValues(op->getOperands());
+  SmallVector<Value> results = tensorValues(op->getResults());
+  SmallVector<Assignment> views;
+  bool anyPartial = false;
+  for (auto [i, v] : llvm::enumerate(operands)) {
+    Layout l = layoutOf(v);
+    anyPartial |= l.hasPartial();
+    views.push_back(viewThroughRule(rule, rule.operands[i], l, meshShape));
+  }
+  SmallVector<Assignment> seeds;
+  auto addSeed = [&](Assignment a) {
+    if (!llvm::is_contained(seeds, a))
+      seeds.push_back(std::move(a));
+  };
+  addSeed(Assignment(rule.factorSizes.size()));
+  for (const Assignment &view : views)
+    addSeed(view);
+  Block &body = fn.getBody().front();
+  auto addNeeds = [&](Value v, ArrayRef<SmallVector<int64_t>> dims) {
+    SmallVector<LayoutAttr, 4> seen;
+    LayoutAttr from = currentAttr(v);
+    for (OpOperand &use : v.getUses()) {
+      if (use.getOwner() == op || use.getOwner()->getBlock() != &body)
+        continue;
+      LayoutAttr need = requiredWith(use, from, nullptr);
+      if (!need || need == from || llvm::is_contained(seen, need))
+        continue;
+      seen.push_back(need);
+      addSeed(viewThroughRule(rule, dims, need.getLayout(), meshShape));
+    }
+  };
+  for (auto [i, v] : llvm::enumerate(operands))
+    addNeeds(v, rule.operands[i]);
+  for (auto [i, r] : llvm::enumerate(results))
+    addNeeds(r, rule.results[i]);
+  // Each seed alone and merged with the operands' layouts.
+  SmallVector<Assignment> assignments;
+  for (const Assignment &seed : seeds) {
+    Assignment merged = seed;
+    for (const Assignment &view : views)
+      mergeInto(merged, view);
+    for (Assignment *a : {const_cast<Assignment *>(&seed), &merged})
+      if (!llvm::is_contained(assignments, *a))
+        assignments.push_back(*a);
+  }
+  SmallVector<Strategy, 4> out;
+  for (const Assignment &a : assignments)
+    for (bool keep : {true, false}) {
+      if (!keep && !anyPartial)
+        break;
+      Strategy s = evaluate(op, rule, operands, results, a, keep,
+                            /*priced=*/false);
+      if (!s.valid)
+        continue;
+      attach(s);
+      if (llvm::none_of(out, [&](const Strategy &o) {
+            return o.operandAttrs == s.operandAttrs &&
+                   o.resultAttrs == s.resultAttrs;
+          }))
+        out.push_back(std::move(s));
+    }
+  return out;
+}
+
+void Propagator::change(Operation *op, Strategy s, Trial &trial) {
+  for (Value v : affectedBy(op))
+    if (trial.before.try_emplace(v, 0).second) {
+      trial.before[v] = valueCost(v, nullptr);
+      trial.touched.push_back(v);
+    }
+  Strategy &current = chosen[op];
+  trial.workDelta += work(op, s) - work(op, current);
+  record(op, tensorValues(op->getOperands()), tensorValues(op->getResults()),
+         s);
+  trial.undo.emplace_back(op, std::move(current));
+  current = std::move(s);
+}
+
+double Propagator::costDelta(Trial &trial) {
+  double delta = 0;
+  for (Value v : trial.touched)
+    delta += valueCost(v, nullptr) - trial.before[v];
+  return delta;
+}
+
+void Propagator::revert(Trial &trial) {
+  for (auto &[op, s] : llvm::reverse(trial.undo)) {
+    record(op, tensorValues(op->getOperands()),
+           tensorValues(op->getResults()), s);
+    chosen[op] = std::move(s);
+  }
+  trial.undo.clear();
+}
+
+bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
+  std::set<std::pair<unsigned, Operation *>> queue;
+  auto enqueueNeighbours = [&](Operation *changed, const Strategy &old) {
+    auto enqueueUsers = [&](Value v) {
+      for (Operation *user : v.getUsers())
+        if (auto it = position.find(user);
+            it != position.end() && user != changed)
+          queue.insert({it->second, user});
+    };
+    const Strategy &now = chosen[changed];
+    for (auto [r, was, is] : llvm::zip(tensorValues(changed->getResults()),
+                                       old.resultAttrs, now.resultAttrs))
+      if (was != is)
+        enqueueUsers(r);
+    for (auto [v, was, is] : llvm::zip(tensorValues(changed->getOperands()),
+                                       old.operandAttrs, now.operandAttrs))
+      if (was != is)
+        enqueueUsers(v);
+  };
+  Strategy old = chosen[op];
+  change(op, s, trial);
+  enqueueNeighbours(op, old);
+  unsigned visited = 0;
+  while (!queue.empty() && visited++ < kCascadeLimit) {
+    Operation *user = queue.begin()->second;
+    queue.erase(queue.begin());
+    SmallVector<Value> operands = tensorValues(user->getOperands());
+    SmallVector<Value> affected = affectedBy(user);
+    // Locally cheapest; ties to fewer pending Partial results (they need
+    // reductions further on), then to taking the operands as they are,
+    // then to less work.
+    auto key = [&](const Strategy &c, const Move *move) {
+      double cost = 0;
+      for (Value v : affected)
+        cost += valueCost(v, move);
+      int64_t partials = 0, mismatches = 0;
+      for (const Layout &l : c.resultLayouts)
+        partials += l.hasPartial();
+      for (auto [v, l] : llvm::zip(operands, c.operandAttrs))
+        mismatches += currentAttr(v) != l;
+      return std::make_tuple(cost, partials, mismatches, work(user, c));
+    };
+    const Strategy &current = chosen[user];
+    auto bestKey = key(current, nullptr);
+    std::optional<Strategy> best;
+    for (Strategy &c : candidates(user)) {
+      Move move{user, &c};
+      auto k = key(c, &move);
+      double eps = 1e-9 * std::max(1.0, std::abs(std::get<0>(bestKey)));
+      bool better =
+          std::get<0>(k) < std::get<0>(bestKey) - eps ||
+          (std::get<0>(k) <= std::get<0>(bestKey) + eps &&
+           std::make_tuple(std::get<1>(k), std::get<2>(k), std::get<3>(k)) <
+               std::make_tuple(std::get<1>(bestKey), std::get<2>(bestKey),
+                               std::get<3>(bestKey)));
+      if (better) {
+        bestKey = k;
+        best = std::move(c);
+      }
+    }
+    if (!best)
+      continue;
+    Strategy was = current;
+    change(user, std::move(*best), trial);
+    enqueueNeighbours(user, was);
+  }
+  double delta = costDelta(trial);
+  if (delta < -1e-9 || (delta <= 1e-9 && trial.workDelta < -0.5))
+    return true;
+  revert(trial);
+  return false;
+}
+
+void Propagator::markNeighbours(Operation *op) {
+  auto mark = [&](Operation *other) {
+    if (other && position.count(other))
+      dirty.insert(other);
+  };
+
+  for (Value v : op->getOperands()) {
+    mark(v.getDefiningOp());
+    for (Operation *user : v.getUsers())
+      mark(user);
+  }
+  for (Value r : op->getResults())
+    for (Operation *user : r.getUsers())
+      mark(user);
+}
+
+int64_t Propagator::refine() {
+  int64_t changes = 0;
+  dirty.insert(movable.begin(), movable.end());
+  auto visitOp = [&](Operation *op) -> bool {
+    if (!dirty.erase(op))
+      return false;
+    SmallVector<Value> affected = affectedBy(op);
+    Strategy &current = chosen[op];
+    double before = 0;
+    for (Value v : affected)
+      before += valueCost(v, nullptr);
+    SmallVector<Strategy, 4> options = candidates(op);
+    std::optional<unsigned> best;
+    double bestCost = before, bestWork = work(op, current);
+    for (auto [i, s] : llvm::enumerate(options)) {
+      if (s.operandAttrs == current.operandAttrs &&
+          s.resultAttrs == current.resultAttrs)
+        continue;
+      Move move{op, &s};
+      double after = 0;
+      for (Value v : affected)
+        after += valueCost(v, &move);
+      double w = work(op, s);
+      double eps = 1e-9 * std::max(1.0, std::abs(bestCost));
+      if (after < bestCost - eps ||
+          (after <= bestCost + eps && w < bestWork - 0.5)) {
+        bestCost = after;
+        bestWork = w;
+        best = i;
+      }
+    }
+    Trial trial;
+    if (best) {
+      change(op, std::move(options[*best]), trial);
+    } else {
+      // No single change helps: try the ones that move a layout together
+      // with the neighbours they disturb.
+      bool kept = false;
+      for (const Strategy &s : options) {
+        if (s.operandAttrs == current.operandAttrs &&
+            s.resultAttrs == current.resultAttrs)
+          continue;
+        Trial attempt;
+        if (tryCascade(op, s, attempt)) {
+          trial = std::move(attempt);
+          kept = true;
+          break;
+        }
+      }
+      if (!kept)
+        return false;
+    }
+    for (auto &[changed, old] : trial.undo)
+      markNeighbours(changed);
+    return true;
+  };
+  for (int sweep = 0; sweep < 32 && !dirty.empty(); ++sweep) {
+    int64_t changed = 0;
+    if (sweep % 2 == 0) {
+      for (Operation *op : llvm::reverse(movable))
+        changed += visitOp(op);
+    } else {
+      for (Operation *op : movable)
+        changed += visitOp(op);
+    }
+    changes += changed;
+  }
+  return changes;
 }
 
 void Propagator::computeHints() {
@@ -968,6 +1485,13 @@ LogicalResult Propagator::run() {
   for (Operation &op : fn.getBody().front())
     if (failed(visit(&op)))
       return failure();
+  double greedy = printCost ? totalCost() : 0;
+  int64_t changes = refineGraph && !userLayoutsOnly ? refine() : 0;
+  if (printCost)
+    fn.emitRemark() << llvm::formatv(
+        "reshard cost {0:F3} us in program order, {1:F3} us after {2} "
+        "whole-graph change(s)",
+        greedy, totalCost(), changes);
   return success();
 }
 
@@ -990,7 +1514,8 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
             c.latencyUs = latencyOverride * 1e6;
         }
       }
-      Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, warned);
+      Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, refineGraph,
+                   printCost, warned);
       return p.run();
     };
     // Functions without layouts stay as they are (replicated).
@@ -1002,25 +1527,6 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
 //===----------------------------------------------------------------------===//
 // Reshard insertion
 //===----------------------------------------------------------------------===//
-
-/// The layout a value needs as operand `index` (counting tensor operands) of
-/// `op`, from its `shardx.operand_layouts`.
-LayoutAttr requiredLayout(Operation *op, unsigned operandNumber) {
-  auto layouts =
-      op->getAttrOfType<ArrayAttr>(ShardXDialect::getOperandLayoutsAttrName());
-  if (!layouts)
-    return nullptr;
-  unsigned index = 0;
-  for (OpOperand &o : op->getOpOperands()) {
-    if (!isa<RankedTensorType>(o.get().getType()))
-      continue;
-    if (o.getOperandNumber() == operandNumber)
-      return index < layouts.size() ? dyn_cast<LayoutAttr>(layouts[index])
-                                    : nullptr;
-    ++index;
-  }
-  return nullptr;
-}
 
 LayoutAttr layoutOrReplicated(Value v, FlatSymbolRefAttr mesh,
                               int64_t meshRank) {

@@ -47,6 +47,12 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
            "Bytes per second of every mesh axis (0: the mesh's own hints)">,
     Option<"latencyOverride", "latency", "double", "-1",
            "Seconds per collective on every axis (negative: the mesh's own)">,
+    Option<"refineGraph", "refine", "bool", "true",
+           "After the pass in program order, change op strategies where "
+           "that lowers the whole function's reshard cost">,
+    Option<"printCost", "print-cost", "bool", "false",
+           "Emit a remark per function with the total reshard cost before "
+           "and after the whole-graph refinement">,
   ];
 }
 
