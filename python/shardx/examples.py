@@ -57,6 +57,15 @@ def transformer_block_tp() -> str:
     return trace(step, step.example_args([x], y), mesh, ins, outs, name="transformer_block_tp")
 
 
+# The placements PyTorch's FSDP2 (fully_shard over dp) gives a Megatron MLP
+# (ColwiseParallel fc1, RowwiseParallel fc2 over tp) on a dp x tp mesh;
+# python/tests/test_dtensor_layouts.py checks them against fully_shard.
+FSDP_TP_PLACEMENTS = {
+    "0.weight": [SS(0, 2), S(0)], "0.bias": [SS(0, 2), S(0)],
+    "2.weight": [S(0), S(1)], "2.bias": [S(0), R()],
+}
+
+
 def fsdp_tp_train() -> str:
     """FSDP x TP MLP train step (AdamW, foreach) on a 2x2 mesh: parameters
     sharded over dp on dim 0 on top of the tp split; where both split dim 0
@@ -66,15 +75,27 @@ def fsdp_tp_train() -> str:
     module = models.mlp(16, 32, 16, act=nn.GELU)
     step = TrainStep(module, F.mse_loss, "adamw", foreach=True, lr=1e-3, weight_decay=0.01)
     x, y = torch.randn(8, 16), torch.randn(8, 16)
-    ins, outs = step.placements(mesh, {
-        "0.weight": [SS(0, 2), S(0)], "0.bias": [SS(0, 2), S(0)],
-        "2.weight": [S(0), S(1)], "2.bias": [S(0), R()],
-    }, [[S(0), R()]], [S(0), R()])
+    ins, outs = step.placements(mesh, FSDP_TP_PLACEMENTS, [[S(0), R()]], [S(0), R()])
     return trace(step, step.example_args([x], y), mesh, ins, outs, name="fsdp_tp_train")
 
 
 # Programs the lit tests of propagation and SPMD expansion run on
 # (test/Programs/), traced like the examples.
+
+def fsdp_tp_large_batch() -> str:
+    """FSDP x TP MLP train step (AdamW, foreach) on a 2x2 mesh with FSDP2's
+    placements (fc1 _StridedShard(0, 2) over dp inside the tp split) and a
+    batch large enough (2048 x 128, hidden 512) that gathering the weights
+    over dp costs less than moving activations: DTensor's FSDP2 + TP
+    schedule."""
+    torch.manual_seed(0)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    module = models.mlp(128, 512, 128, act=nn.GELU)
+    step = TrainStep(module, F.mse_loss, "adamw", foreach=True, lr=1e-3, weight_decay=0.01)
+    x, y = torch.randn(2048, 128), torch.randn(2048, 128)
+    ins, outs = step.placements(mesh, FSDP_TP_PLACEMENTS, [[S(0), R()]], [S(0), R()])
+    return trace(step, step.example_args([x], y), mesh, ins, outs, name="fsdp_tp_large_batch")
+
 
 def _mlp_tp_step(input_grad: bool):
     torch.manual_seed(0)
@@ -269,6 +290,7 @@ TEST_PROGRAMS = {
     "dp_uneven_2.mlir": dp_uneven_2,
     "dp_uneven_4.mlir": dp_uneven_4,
     "fsdp_uneven.mlir": fsdp_uneven,
+    "fsdp_tp_large_batch.mlir": fsdp_tp_large_batch,
     "megatron_uneven.mlir": megatron_uneven,
     "vocab_parallel_ce.mlir": vocab_parallel_ce,
     "vocab_parallel_embedding.mlir": vocab_parallel_embedding,

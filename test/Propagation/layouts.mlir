@@ -91,6 +91,40 @@ func.func @strided(%x: tensor<3x4xf32> {shardx.layout = #shardx.layout<@mesh, [S
 
 // -----
 
+// Tests nested sharding of one dim through reshapes on a 2-D mesh: both
+// factors of a merged dim split (batch over dp, sequence over tp) give one
+// dim split twice, tp strided inside dp's blocks (DTensor: [Shard(0),
+// _StridedShard(0, 2)]; python/tests/test_dtensor_layouts.py compares every
+// rank's indices with DTensor's view rules); unmerging gives the two splits
+// back; a split that falls across two new factors is resharded.
+shardx.mesh @mesh(shape = 2x2, axes = ["dp", "tp"])
+// CHECK-LABEL: func.func @flatten
+// CHECK-SAME: -> (tensor<24x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)], strides = {0 = [1, 2]}>})
+func.func @flatten(%x: tensor<4x6x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>}) -> tensor<24x8xf32> {
+  // CHECK-NOT: shardx.redistribute
+  %0 = tensor.collapse_shape %x [[0, 1], [2]] : tensor<4x6x8xf32> into tensor<24x8xf32>
+  return %0 : tensor<24x8xf32>
+}
+// CHECK-LABEL: func.func @unflatten
+// CHECK-SAME: -> (tensor<4x6x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>})
+func.func @unflatten(%x: tensor<24x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), SS(0, 2)]>}) -> tensor<4x6x8xf32> {
+  // CHECK-NOT: shardx.redistribute
+  %0 = tensor.expand_shape %x [[0, 1], [2]] output_shape [4, 6, 8] : tensor<24x8xf32> into tensor<4x6x8xf32>
+  return %0 : tensor<4x6x8xf32>
+}
+// CHECK-LABEL: func.func @across
+func.func @across(%x: tensor<4x6x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>}) -> tensor<4x3x16xf32> {
+  // 48 in halves is 1.5 rows of 16 each: tp's split is made whole first.
+  // CHECK: tensor.collapse_shape {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0), S(1)]>]
+  // CHECK: shardx.redistribute {{.*}} from #shardx.layout<@mesh, [S(0), S(1)]> to #shardx.layout<@mesh, [S(0), R]>
+  // CHECK: tensor.expand_shape {{.*}}shardx.layouts = [#shardx.layout<@mesh, [S(0), R]>]
+  %0 = tensor.collapse_shape %x [[0], [1, 2]] : tensor<4x6x8xf32> into tensor<4x48xf32>
+  %1 = tensor.expand_shape %0 [[0], [1, 2]] output_shape [4, 3, 16] : tensor<4x48xf32> into tensor<4x3x16xf32>
+  return %1 : tensor<4x3x16xf32>
+}
+
+// -----
+
 // Tests that an op without a rule runs replicated, with one warning.
 shardx.mesh @mesh(shape = 2)
 func.func @norule(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %s: tensor<1xi64>) -> tensor<4xf32> {

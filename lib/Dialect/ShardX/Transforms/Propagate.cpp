@@ -219,10 +219,27 @@ int64_t splitCount(const DimSharding &d, ArrayRef<int64_t> meshShape) {
   return n;
 }
 
+/// The products of the sizes of `factors` before each of them (and of all of
+/// them, last), or nullopt when one is dynamic.
+static std::optional<SmallVector<int64_t>>
+factorPrefixes(const ShardingRule &rule, ArrayRef<int64_t> factors) {
+  SmallVector<int64_t> prefix = {1};
+  for (int64_t f : factors) {
+    if (rule.factorSizes[f] == ShapedType::kDynamic)
+      return std::nullopt;
+    prefix.push_back(prefix.back() * rule.factorSizes[f]);
+  }
+  return prefix;
+}
+
 /// How one operand's layout looks in the rule's factors: per factor the
-/// splits of the dim it forms (dims made of several factors map to their
-/// major factor when the splits fall inside it, or to a minor factor when
-/// the splits stride over the major ones).
+/// splits of the dim it forms. A dim made of several factors is read as
+/// mixed-radix digits (Layout.h): each split sits at a digit position (the
+/// blocks of the dim major to it) that falls inside exactly one factor,
+/// where it becomes a split of that factor with the stride it has there. A
+/// dim whose splits do not each fall inside one factor (an uneven split of
+/// a merged dim, a split straddling two factors) is not seen at all: the
+/// strategy then needs it resharded.
 Assignment viewThroughRule(const ShardingRule &rule,
                            ArrayRef<SmallVector<int64_t>> dims,
                            const Layout &layout, ArrayRef<int64_t> meshShape) {
@@ -233,76 +250,84 @@ Assignment viewThroughRule(const ShardingRule &rule,
     ArrayRef<int64_t> factors = dims[ds.dim];
     if (factors.empty())
       continue;
-    DimSharding f = ds;
     if (factors.size() == 1) {
-      view[factors[0]] = f;
+      view[factors[0]] = ds;
       continue;
     }
-    if (!ds.sizes.empty())
+    std::optional<SmallVector<int64_t>> prefix = factorPrefixes(rule, factors);
+    if (!ds.sizes.empty() || !prefix)
       continue;
-    int64_t n = splitCount(ds, meshShape);
-    int64_t majorSize = rule.factorSizes[factors[0]];
-    bool unitStrides = llvm::all_of(
-        ds.splits, [](const Split &s) { return s.stride == 1; });
-    if (unitStrides && majorSize != ShapedType::kDynamic && majorSize % n == 0) {
-      view[factors[0]] = f;
-      continue;
-    }
-    // Splits striding over exactly the major factor shard the minor one.
-    if (factors.size() == 2 && majorSize != ShapedType::kDynamic &&
-        llvm::all_of(ds.splits, [&](const Split &s) {
-          return s.stride % majorSize == 0;
-        })) {
-      int64_t minorSize = rule.factorSizes[factors[1]];
-      if (minorSize != ShapedType::kDynamic && minorSize % n == 0) {
-        for (Split &s : f.splits)
-          s.stride /= majorSize;
-        view[factors[1]] = f;
+    SmallVector<std::optional<DimSharding>> parts(factors.size());
+    SmallVector<int64_t> splitIn(factors.size(), 1);
+    int64_t before = 1; // axis sizes of the earlier splits
+    bool exact = true;
+    for (const Split &sp : ds.splits) {
+      int64_t n = meshShape[sp.axis];
+      int64_t blocks = sp.stride * before; // of the dim, major to the split
+      std::optional<size_t> at;
+      for (size_t j = 0; j < factors.size() && !at; ++j)
+        if (blocks % (*prefix)[j] == 0 && (*prefix)[j + 1] % (blocks * n) == 0)
+          at = j;
+      if (!at || (blocks / (*prefix)[*at]) % splitIn[*at] != 0) {
+        exact = false;
+        break;
       }
+      if (!parts[*at])
+        parts[*at] = DimSharding{ds.dim, {}, {}};
+      parts[*at]->splits.push_back(
+          Split{sp.axis, blocks / (*prefix)[*at] / splitIn[*at]});
+      splitIn[*at] *= n;
+      before *= n;
     }
+    if (!exact)
+      continue;
+    for (auto [j, part] : llvm::enumerate(parts))
+      if (part)
+        view[factors[j]] = *part;
   }
   return view;
 }
 
 /// The layout a tensor with factor `dims` has under `assignment`, or
-/// nullopt when some dim cannot express it.
+/// nullopt when some dim cannot express it (a merged dim whose sharded
+/// factors do not split evenly).
 std::optional<Layout> project(const ShardingRule &rule,
                               ArrayRef<SmallVector<int64_t>> dims,
                               const Assignment &assignment,
                               ArrayRef<int64_t> meshShape, int64_t meshRank) {
   Layout layout(meshRank);
   for (auto [d, factors] : llvm::enumerate(dims)) {
-    SmallVector<int64_t> sharded;
-    for (int64_t f : factors)
-      if (assignment[f])
-        sharded.push_back(f);
-    if (sharded.empty())
-      continue;
-    if (sharded.size() > 1)
-      return std::nullopt;
-    const DimSharding &fs = *assignment[sharded[0]];
     if (factors.size() == 1) {
-      for (const Split &s : fs.splits)
-        layout.addSplit(d, s);
-      if (!fs.sizes.empty())
-        layout.setSizes(d, fs.sizes);
+      if (const auto &fs = assignment[factors[0]]) {
+        for (const Split &s : fs->splits)
+          layout.addSplit(d, s);
+        if (!fs->sizes.empty())
+          layout.setSizes(d, fs->sizes);
+      }
       continue;
     }
-    if (!fs.sizes.empty())
+    if (llvm::none_of(factors, [&](int64_t f) { return assignment[f]; }))
+      continue;
+    std::optional<SmallVector<int64_t>> prefix = factorPrefixes(rule, factors);
+    if (!prefix)
       return std::nullopt;
-    int64_t n = splitCount(fs, meshShape);
-    int64_t major = 1;
-    for (int64_t f : factors) {
-      if (f == sharded[0])
-        break;
-      major *= rule.factorSizes[f];
-    }
-    int64_t size = rule.factorSizes[sharded[0]];
-    if (size == ShapedType::kDynamic || size % n != 0)
-      return std::nullopt;
-    for (Split s : fs.splits) {
-      s.stride *= major;
-      layout.addSplit(d, s);
+    int64_t before = 1; // axis sizes of the splits of earlier factors
+    for (auto [j, f] : llvm::enumerate(factors)) {
+      const auto &fs = assignment[f];
+      if (!fs)
+        continue;
+      if (!fs->sizes.empty() || (*prefix)[j] % before != 0)
+        return std::nullopt;
+      int64_t inFactor = 1;
+      for (const Split &s : fs->splits) {
+        int64_t n = meshShape[s.axis];
+        // The split's digit must lie inside the factor, evenly.
+        if (rule.factorSizes[f] % (s.stride * inFactor * n) != 0)
+          return std::nullopt;
+        layout.addSplit(d, Split{s.axis, (*prefix)[j] / before * s.stride});
+        inFactor *= n;
+      }
+      before *= inFactor;
     }
   }
   return layout;
@@ -552,13 +577,14 @@ class Propagator {
 public:
   Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
              bool userLayoutsOnly, bool refineGraph, bool printCost,
-             llvm::StringSet<> &warned)
+             double computeRate, llvm::StringSet<> &warned)
       : fn(fn), mesh(mesh), planner(std::move(spec)),
         meshShape(mesh.getShape().begin(), mesh.getShape().end()), meshRank(mesh.getShape().size()),
         userLayoutsOnly(userLayoutsOnly), refineGraph(refineGraph),
         printCost(printCost), warned(warned) {
     meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
     replicatedAttr = attr(Layout(meshRank));
+    usPerIteration = computeRate > 0 ? 1e6 / computeRate : 0;
   }
 
   LogicalResult run();
@@ -618,6 +644,13 @@ private:
   double valueCost(Value v, const Move *move);
   double totalCost();
   double work(Operation *op, const Strategy &s);
+  /// The time `op`'s local loop takes under `s` at the compute rate.
+  double computeUs(Operation *op, const Strategy &s) {
+    return usPerIteration * work(op, s);
+  }
+  double usPerIteration = 0;
+  /// Costs closer than this (microseconds) tie.
+  static constexpr double kTieUs = 1e-3;
   /// Strategies for `op` given its operands' current layouts: replicated,
   /// each operand's layout, each layout another consumer needs an operand
   /// in, each layout the results' consumers need; alone and merged with the
@@ -1297,6 +1330,7 @@ bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
       double cost = 0;
       for (Value v : affected)
         cost += valueCost(v, move);
+      cost += computeUs(user, c);
       int64_t partials = 0, mismatches = 0;
       for (const Layout &l : c.resultLayouts)
         partials += l.hasPartial();
@@ -1310,7 +1344,7 @@ bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
     for (Strategy &c : candidates(user)) {
       Move move{user, &c};
       auto k = key(c, &move);
-      double eps = 1e-9 * std::max(1.0, std::abs(std::get<0>(bestKey)));
+      constexpr double eps = kTieUs;
       bool better =
           std::get<0>(k) < std::get<0>(bestKey) - eps ||
           (std::get<0>(k) <= std::get<0>(bestKey) + eps &&
@@ -1328,8 +1362,8 @@ bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
     change(user, std::move(*best), trial);
     enqueueNeighbours(user, was);
   }
-  double delta = costDelta(trial);
-  if (delta < -1e-9 || (delta <= 1e-9 && trial.workDelta < -0.5))
+  double delta = costDelta(trial) + trial.workDelta * usPerIteration;
+  if (delta < -kTieUs || (delta <= kTieUs && trial.workDelta < -0.5))
     return true;
   revert(trial);
   return false;
@@ -1359,7 +1393,7 @@ int64_t Propagator::refine() {
       return false;
     SmallVector<Value> affected = affectedBy(op);
     Strategy &current = chosen[op];
-    double before = 0;
+    double before = computeUs(op, current);
     for (Value v : affected)
       before += valueCost(v, nullptr);
     SmallVector<Strategy, 4> options = candidates(op);
@@ -1370,11 +1404,11 @@ int64_t Propagator::refine() {
           s.resultAttrs == current.resultAttrs)
         continue;
       Move move{op, &s};
-      double after = 0;
+      double after = computeUs(op, s);
       for (Value v : affected)
         after += valueCost(v, &move);
       double w = work(op, s);
-      double eps = 1e-9 * std::max(1.0, std::abs(bestCost));
+      constexpr double eps = kTieUs;
       if (after < bestCost - eps ||
           (after <= bestCost + eps && w < bestWork - 0.5)) {
         bestCost = after;
@@ -1515,7 +1549,7 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
         }
       }
       Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, refineGraph,
-                   printCost, warned);
+                   printCost, computeRate, warned);
       return p.run();
     };
     // Functions without layouts stay as they are (replicated).

@@ -50,6 +50,10 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     Option<"refineGraph", "refine", "bool", "true",
            "After the pass in program order, change op strategies where "
            "that lowers the whole function's reshard cost">,
+    Option<"computeRate", "compute-rate", "double", "1e12",
+           "Loop iterations per second per rank: the refinement prices the "
+           "work a strategy leaves unsharded against communication (0: "
+           "communication only, less work breaking ties)">,
     Option<"printCost", "print-cost", "bool", "false",
            "Emit a remark per function with the total reshard cost before "
            "and after the whole-graph refinement">,
