@@ -272,6 +272,20 @@ def vocab_parallel_embedding() -> str:
     return trace(step, step.example_args([ids], target), mesh, ins, outs, name="vocab_parallel_embedding")
 
 
+def column_parallel_embedding() -> str:
+    """Embedding table split by columns over tp=2 (DTensor's ColwiseParallel
+    embedding: the lookup's last dim split), tanh, a row-parallel projection
+    and log-softmax + NLL, SGD: one all-reduce (the projection's pending
+    sum); the table's gradient stays column-split."""
+    torch.manual_seed(0)
+    mesh = Mesh((2,), ("tp",))
+    module = models.EmbeddingLM(11, 8)
+    step = TrainStep(module, models.nll, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {"emb.weight": [S(1)], "proj.weight": [S(1)]}, [[R()]], [R()])
+    ids, target = torch.randint(0, 11, (2, 3)), torch.randint(0, 11, (2, 3))
+    return trace(step, step.example_args([ids], target), mesh, ins, outs, name="column_parallel_embedding")
+
+
 def unannotated_train() -> str:
     """MLP train step (Adam) with no mesh and no layouts."""
     torch.manual_seed(0)
@@ -294,6 +308,7 @@ TEST_PROGRAMS = {
     "megatron_uneven.mlir": megatron_uneven,
     "vocab_parallel_ce.mlir": vocab_parallel_ce,
     "vocab_parallel_embedding.mlir": vocab_parallel_embedding,
+    "column_parallel_embedding.mlir": column_parallel_embedding,
 }
 
 EXAMPLES = {

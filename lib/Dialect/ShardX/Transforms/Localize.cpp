@@ -124,8 +124,10 @@ struct Localizer {
     return sizes;
   }
 
-  /// An embedding lookup on a row-split table: rows outside this rank's
-  /// piece read row 0 of the local table and yield zero.
+  /// An embedding lookup on a split table. Rows outside this rank's piece
+  /// read row 0 of the local table and yield zero; the column index (the
+  /// result's last loop, which offsetIndices then makes global) is made
+  /// local again.
   LogicalResult localizeLookup(linalg::GenericOp op, const Layout &table) {
     std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
     if (!lookup)
@@ -137,25 +139,35 @@ struct Localizer {
             : cast<RankedTensorType>(lookup->table.getType());
     OpBuilder b(op);
     Location loc = op.getLoc();
-    auto [lo, size] = emitPiece(b, loc, *table.getDim(0), global.getDimSize(0));
     auto extract = cast<tensor::ExtractOp>(lookup->extract);
-    b.setInsertionPoint(extract);
-    Value row = extract.getIndices()[0];
-    Value rel = arith::SubIOp::create(b, loc, row, lo);
-    Value geLo = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, row,
-                                       lo);
-    Value ltHi = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rel,
-                                       size);
-    Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
-    Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
-    Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
-    extract.getIndicesMutable()[0].assign(safe);
-    b.setInsertionPointAfter(extract);
-    Type elt = extract.getType();
-    Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
-    Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
-    extract.getResult().replaceAllUsesExcept(masked,
-                                             masked.getDefiningOp());
+    if (const ::shardx::DimSharding *cols = table.getDim(1)) {
+      auto [lo, size] = emitPiece(b, loc, *cols, global.getDimSize(1));
+      b.setInsertionPoint(extract);
+      Value col = extract.getIndices()[1];
+      extract.getIndicesMutable()[1].assign(
+          arith::SubIOp::create(b, loc, col, lo));
+      b.setInsertionPoint(op);
+    }
+    if (const ::shardx::DimSharding *rows = table.getDim(0)) {
+      auto [lo, size] = emitPiece(b, loc, *rows, global.getDimSize(0));
+      b.setInsertionPoint(extract);
+      Value row = extract.getIndices()[0];
+      Value rel = arith::SubIOp::create(b, loc, row, lo);
+      Value geLo = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                         row, lo);
+      Value ltHi = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                         rel, size);
+      Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
+      Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
+      Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
+      extract.getIndicesMutable()[0].assign(safe);
+      b.setInsertionPointAfter(extract);
+      Type elt = extract.getType();
+      Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
+      Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
+      extract.getResult().replaceAllUsesExcept(masked,
+                                               masked.getDefiningOp());
+    }
     op->removeAttr(kTableLayoutAttrName);
     return success();
   }
@@ -344,11 +356,13 @@ struct Localizer {
         op.erase();
         continue;
       } else if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
-        if (failed(offsetIndices(generic)))
-          return failure();
+        // The lookup first: it matches the column index as the plain
+        // linalg.index the offsets then rewrite.
         if (auto table = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
           if (failed(localizeLookup(generic, table.getLayout())))
             return failure();
+        if (failed(offsetIndices(generic)))
+          return failure();
       } else if (op.getNumRegions() > 0 &&
                  !isa<linalg::LinalgOp>(op) &&
                  llvm::any_of(op.getOperandTypes(), [](Type t) {

@@ -929,20 +929,27 @@ LogicalResult Propagator::visit(Operation *op) {
     setReplicated(op);
     return success();
   }
-  // Row-wise (vocab) split embedding tables: every rank looks up the rows
-  // it holds and yields zeros for the others: a pending sum.
+  // Embedding tables split by rows (vocabulary) and/or columns: every rank
+  // looks up the rows it holds and yields zeros for the others (a pending
+  // sum over the row axes), for the columns it holds (the result's last dim
+  // split like the table's columns).
   if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
       lookup && !userLayoutsOnly) {
     Layout table = layoutOf(lookup->table);
     const ::shardx::DimSharding *rows = table.getDim(0);
-    if (rows && !table.getDim(1) && !table.hasPartial() &&
-        llvm::all_of(rows->splits,
-                     [](const ::shardx::Split &s) { return s.stride == 1; })) {
-      uint64_t rowAxes = axesOf(*rows);
+    const ::shardx::DimSharding *cols = table.getDim(1);
+    auto unitStrides = [](const ::shardx::DimSharding *d) {
+      return !d || llvm::all_of(d->splits, [](const ::shardx::Split &s) {
+               return s.stride == 1;
+             });
+    };
+    if ((rows || cols) && !table.hasPartial() && unitStrides(rows) &&
+        unitStrides(cols)) {
+      uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
       Layout idx = layoutOf(operands[0]);
       bool disjoint = !idx.hasPartial();
       for (const auto &d : idx.getDims())
-        disjoint &= !(axesOf(d) & rowAxes);
+        disjoint &= !(axesOf(d) & tableAxes);
       if (!disjoint)
         idx = Layout(meshRank);
       Layout result(meshRank);
@@ -952,9 +959,17 @@ LogicalResult Propagator::visit(Operation *op) {
         if (!d.sizes.empty())
           result.setSizes(d.dim, d.sizes);
       }
+      int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
+      if (cols) {
+        for (const ::shardx::Split &s : cols->splits)
+          result.addSplit(last, s);
+        if (!cols->sizes.empty())
+          result.setSizes(last, cols->sizes);
+      }
       Layout init = result;
-      for (const ::shardx::Split &s : rows->splits)
-        result.setPartial(s.axis, ReduceOp::Sum);
+      if (rows)
+        for (const ::shardx::Split &s : rows->splits)
+          result.setPartial(s.axis, ReduceOp::Sum);
       Strategy s;
       s.operandLayouts = {idx, init};
       s.resultLayouts = {result};
