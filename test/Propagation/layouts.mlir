@@ -125,6 +125,24 @@ func.func @across(%x: tensor<4x6x8xf32> {shardx.layout = #shardx.layout<@mesh, [
 
 // -----
 
+// Tests that annotations are hard constraints at their program point: two
+// that disagree on one value are both honored (one reshard each, the
+// Partial one made by partition_value, never dropped), and the declared
+// result layout after them is a third.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @constraints
+func.func @constraints(%x: tensor<8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> (tensor<8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<8xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
+  // CHECK-DAG: %[[P:.*]] = shardx.redistribute %arg0 {{.*}} from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [P(sum)]>
+  // CHECK-DAG: %[[R:.*]] = shardx.redistribute %arg0 {{.*}} from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
+  // CHECK: %[[PS:.*]] = shardx.redistribute %[[P]] {{.*}} from #shardx.layout<@mesh, [P(sum)]> to #shardx.layout<@mesh, [S(0)]>
+  // CHECK: return %[[PS]], %[[R]]
+  %p = shardx.annotate %x : tensor<8xf32> to #shardx.layout<@mesh, [P(sum)]>
+  %r = shardx.annotate %x : tensor<8xf32> to #shardx.layout<@mesh, [R]>
+  return %p, %r : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
 // Tests that an op without a rule runs replicated, with one warning.
 shardx.mesh @mesh(shape = 2)
 func.func @norule(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %s: tensor<1xi64>) -> tensor<4xf32> {

@@ -126,6 +126,16 @@ func.func @f(%x: tensor<8xf32>) {
 
 // -----
 
+// Tests that an annotation on a non-tensor is rejected.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: f32) -> f32 {
+  // expected-error @+1 {{'shardx.annotate' op operand #0 must be ranked tensor of any type values, but got 'f32'}}
+  %0 = "shardx.annotate"(%x) <{layout = #shardx.layout<@mesh, [S(0)]>}> : (f32) -> f32
+  return %0 : f32
+}
+
+// -----
+
 // Tests that local_size needs its dim in range.
 shardx.mesh @mesh(shape = 2)
 func.func @f() -> index {
