@@ -18,14 +18,19 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
                 "sharding strategy by communication cost";
   let description = [{
     Seeds: `shardx.layout` on function arguments and results and
-    `shardx.annotate` ops (hard constraints). Ops are visited in program
-    order (forward, backward and optimizer update together). For each op with
-    a sharding rule the candidate strategies are: every tensor operand's
+    `shardx.annotate` ops (hard constraints). Forward, backward and
+    optimizer update are one program. First, in program order: for each op
+    with a sharding rule the candidate strategies are every tensor operand's
     layout seen through the rule's factors, merged with the compatible
-    shardings of the other operands, plus the replicated strategy. Each
-    candidate is priced as the sum of the reshard plans (alpha-beta model of
-    the mesh, `shardx-print-plan`) its operands would need; the cheapest
-    wins, ties going to the strategy that shards more (less local work).
+    shardings of the other operands, plus the replicated strategy, priced as
+    the sum of the reshard plans (alpha-beta model of the mesh,
+    `shardx-print-plan`) its operands would need; the cheapest wins, ties
+    going to the strategy that shards more. Then (`refine`) a whole-graph
+    local search: the function's cost is the sum of every value's reshards
+    to the distinct layouts its consumers need plus every op's local loop
+    time at `compute-rate`; sweeps change one op's strategy, or an op
+    together with the neighbours it disturbs (bounded cascades), whenever
+    that lowers the total. docs/Propagation.md has the details.
 
     Partial follows DTensor's algebra: a reduction over a sharded factor
     gives Partial with the reduction's combiner (sum, max, min, prod) when its
