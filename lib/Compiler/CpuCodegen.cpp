@@ -274,8 +274,11 @@ LogicalResult linkSharedObject(StringRef object, StringRef output) {
     runtime = env;
   SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str(),
                                    object.str()};
-  // Every artifact exports the launcher entry point of the runtime.
+  // Every artifact exports the launcher entry point of the runtime; calls
+  // inside the artifact bind to its own definitions (-Bsymbolic), not to a
+  // same-named symbol of the process that loads it.
   args.push_back("-Wl,--undefined=shardx_rt_invoke");
+  args.push_back("-Wl,-Bsymbolic");
   if (!runtime.empty())
     args.push_back(runtime);
   if (!layoutLib.empty())
@@ -413,6 +416,13 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     module.emitError("translation to LLVM IR failed");
     return failure();
   }
+  // Only the entry points leave the artifact: the program's own functions
+  // are internal, so a function named like a libc symbol (`step`, `send`,
+  // `index`) neither binds to libc's nor interposes it in the process.
+  for (llvm::Function &f : *llvmModule)
+    if (!f.isDeclaration() && !f.getName().starts_with("_mlir_ciface_") &&
+        !f.getName().starts_with("shardx_entry_"))
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
   auto tm = createTargetMachine(options.cpu);
   if (failed(tm))
     return failure();
