@@ -24,23 +24,24 @@
 
 using namespace mlir;
 
-static llvm::cl::opt<std::string> inputFile(llvm::cl::Positional,
+static llvm::cl::OptionCategory toolOptions("shardx-compile options");
+static llvm::cl::opt<std::string> inputFile(llvm::cl::cat(toolOptions), llvm::cl::Positional,
                                             llvm::cl::desc("<input.mlir>"),
                                             llvm::cl::init("-"));
 static llvm::cl::opt<std::string>
-    outputFile("o", llvm::cl::desc("output file"), llvm::cl::value_desc("path"),
+    outputFile(llvm::cl::cat(toolOptions), "o", llvm::cl::desc("output file"), llvm::cl::value_desc("path"),
                llvm::cl::Required);
 static llvm::cl::opt<std::string>
-    emit("emit", llvm::cl::desc("output kind: so (default), obj, llvm, mlir"),
+    emit(llvm::cl::cat(toolOptions), "emit", llvm::cl::desc("output kind: so (default), obj, llvm, mlir"),
          llvm::cl::init("so"));
 static llvm::cl::opt<std::string>
-    cpu("cpu", llvm::cl::desc("target CPU (default: host)"),
+    cpu(llvm::cl::cat(toolOptions), "cpu", llvm::cl::desc("target CPU (default: host)"),
         llvm::cl::init("host"));
 static llvm::cl::opt<bool>
-    noBlas("no-blas",
+    noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
            llvm::cl::init(false));
-static llvm::cl::opt<bool> unsharded(
+static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions), 
     "unsharded",
     llvm::cl::desc("compile the global (unsharded) program: drop layouts, "
                    "annotations and redistributions, which do not change "
@@ -67,6 +68,7 @@ static bool hasLayouts(ModuleOp module) {
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
+  llvm::cl::HideUnrelatedOptions(toolOptions);
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "ShardX compiler: a tensor program to a CPU shared object\n");

@@ -41,29 +41,32 @@ namespace cl = llvm::cl;
 using Artifact = ::shardx::exec::Artifact;
 using HostTensor = ::shardx::exec::HostTensor;
 
-static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<in.mlir>"),
+static cl::OptionCategory toolOptions("shardx-run options");
+static cl::opt<std::string> inputFile(cl::cat(toolOptions), cl::Positional, cl::desc("<in.mlir>"),
                                       cl::Required);
-static cl::opt<int64_t> ranks("ranks", cl::desc("number of ranks"),
+static cl::opt<int64_t> ranks(cl::cat(toolOptions), "ranks", cl::desc("number of ranks"),
                               cl::init(0));
-static cl::opt<std::string> backend("backend",
+static cl::opt<std::string> backend(cl::cat(toolOptions), "backend",
                                     cl::desc("threads (default) or mpi"),
                                     cl::init("threads"));
-static cl::opt<bool> check("check",
+static cl::opt<bool> check(cl::cat(toolOptions), "check",
                            cl::desc("compare with the unsharded program"));
-static cl::opt<uint64_t> seed("seed", cl::desc("seed of the random inputs"),
+static cl::opt<uint64_t> seed(cl::cat(toolOptions), "seed", cl::desc("seed of the random inputs"),
                               cl::init(0));
-static cl::opt<int64_t> intRange("int-range",
+static cl::opt<int64_t> intRange(cl::cat(toolOptions), "int-range",
                                  cl::desc("random integers are in [0, N)"),
                                  cl::init(2));
-static cl::opt<double> rtolOpt("rtol", cl::desc("relative tolerance"), cl::init(1e-4));
-static cl::opt<double> atolOpt("atol", cl::desc("absolute tolerance"), cl::init(1e-5));
-static cl::opt<std::string> entryName("entry", cl::desc("entry point"));
-static cl::opt<double> timeout("timeout", cl::init(60));
-static cl::opt<unsigned> repeat("repeat",
+static cl::opt<double> rtolOpt(cl::cat(toolOptions), "rtol", cl::desc("relative tolerance"), cl::init(1e-4));
+static cl::opt<double> atolOpt(cl::cat(toolOptions), "atol", cl::desc("absolute tolerance"), cl::init(1e-5));
+static cl::opt<std::string> entryName(cl::cat(toolOptions), "entry", cl::desc("entry point"));
+static cl::opt<double> timeout(cl::cat(toolOptions), "timeout",
+                               cl::desc("collective timeout (s)"),
+                               cl::init(60));
+static cl::opt<unsigned> repeat(cl::cat(toolOptions), "repeat",
                                 cl::desc("runs of each program; the median "
                                          "time is reported"),
                                 cl::init(1));
-static cl::opt<std::string> keep("keep",
+static cl::opt<std::string> keep(cl::cat(toolOptions), "keep",
                                  cl::desc("directory to keep the artifacts"));
 
 static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
@@ -87,6 +90,7 @@ int main(int argc, char **argv) {
   if (!::shardx::tools::initMpiIfRequested(argc, argv, "shardx-run", wantMpi))
     return 1;
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
+  cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
   OwningOpRef<ModuleOp> module =
       mlir::shardx::loadProgram(inputFile, *context, "shardx-run");
