@@ -80,6 +80,62 @@ void addDimPair(ShardingRule &rule, bool whole, int64_t aSize, int64_t bSize,
   b.push_back({rule.addFactor(bSize, FactorKind::NeedReplication)});
 }
 
+/// tensor.cast: a dim static and equal on both sides is one parallel
+/// factor; a dim that changes between static and dynamic needs replication
+/// (its local size could not be expressed).
+struct CastRule
+    : public ShardingRuleOpInterface::ExternalModel<CastRule, tensor::CastOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto castOp = cast<tensor::CastOp>(op);
+    auto src = dyn_cast<RankedTensorType>(castOp.getSource().getType());
+    auto res = dyn_cast<RankedTensorType>(castOp.getType());
+    if (!src || !res)
+      return failure();
+    ShardingRule rule;
+    DimFactors a, b;
+    for (int64_t d = 0; d < src.getRank(); ++d)
+      addDimPair(rule,
+                 !src.isDynamicDim(d) && src.getDimSize(d) == res.getDimSize(d),
+                 src.getDimSize(d), res.getDimSize(d), a, b);
+    rule.operands.push_back(a);
+    rule.results.push_back(b);
+    return rule;
+  }
+};
+
+/// One tensor whose every dim needs replication.
+DimFactors wholeDims(ShardingRule &rule, RankedTensorType type) {
+  DimFactors dims;
+  for (int64_t size : type.getShape())
+    dims.push_back({rule.addFactor(size, FactorKind::NeedReplication)});
+  return dims;
+}
+
+/// tensor.extract: every rank reads the element, so the tensor is whole
+/// (and a pending Partial is reduced first).
+struct ExtractRule
+    : public ShardingRuleOpInterface::ExternalModel<ExtractRule,
+                                                    tensor::ExtractOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto extract = cast<tensor::ExtractOp>(op);
+    ShardingRule rule;
+    rule.operands.push_back(wholeDims(rule, extract.getTensor().getType()));
+    return rule;
+  }
+};
+
+/// tensor.from_elements: built from scalars every rank has: whole.
+struct FromElementsRule
+    : public ShardingRuleOpInterface::ExternalModel<FromElementsRule,
+                                                    tensor::FromElementsOp> {
+  FailureOr<ShardingRule> getShardingRule(Operation *op) const {
+    auto from = cast<tensor::FromElementsOp>(op);
+    ShardingRule rule;
+    rule.results.push_back(wholeDims(rule, from.getType()));
+    return rule;
+  }
+};
+
 /// tensor.extract_slice (static, not rank-reducing): a dim taken whole is one
 /// parallel factor of source and result; a sliced dim needs replication.
 struct ExtractSliceRule
@@ -190,6 +246,9 @@ void mlir::shardx::registerTensorShardingRules(DialectRegistry &registry) {
     tensor::CollapseShapeOp::attachInterface<
         ReshapeRule<tensor::CollapseShapeOp>>(*ctx);
     tensor::EmptyOp::attachInterface<EmptyRule>(*ctx);
+    tensor::CastOp::attachInterface<CastRule>(*ctx);
+    tensor::ExtractOp::attachInterface<ExtractRule>(*ctx);
+    tensor::FromElementsOp::attachInterface<FromElementsRule>(*ctx);
     tensor::ExtractSliceOp::attachInterface<ExtractSliceRule>(*ctx);
     tensor::InsertSliceOp::attachInterface<InsertSliceRule>(*ctx);
     tensor::ConcatOp::attachInterface<ConcatRule>(*ctx);

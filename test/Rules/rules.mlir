@@ -85,3 +85,21 @@ func.func @reshapes(%x: tensor<6x4xf32>, %y: tensor<24xf32>) -> (tensor<24xf32>,
   %2 = tensor.empty() : tensor<6x4xf32>
   return %0, %1, %2 : tensor<24xf32>, tensor<2x3x1x4xf32>, tensor<6x4xf32>
 }
+
+// -----
+
+// Tests tensor.cast (a dim static and equal on both sides is shared, one
+// that turns dynamic needs replication), tensor.extract (the tensor is
+// whole: every rank reads the element) and tensor.from_elements (whole).
+func.func @scalars(%x: tensor<8x4xf32>, %s: f32) -> (tensor<8x4xf32>, tensor<?x4xf32>, tensor<2xf32>) {
+  // CHECK: remark: ([i, j]) -> ([i, j]) {i=8, j=4}
+  %c = tensor.cast %x : tensor<8x4xf32> to tensor<8x4xf32>
+  // CHECK: remark: ([i, k]) -> ([j, k]) {i=8, j=?, k=4} need_replication={i, j}
+  %d = tensor.cast %x : tensor<8x4xf32> to tensor<?x4xf32>
+  %i = arith.constant 1 : index
+  // CHECK: remark: ([i, j]) -> () {i=8, j=4} need_replication={i, j}
+  %e = tensor.extract %x[%i, %i] : tensor<8x4xf32>
+  // CHECK: remark: () -> ([i]) {i=2} need_replication={i}
+  %f = tensor.from_elements %s, %e : tensor<2xf32>
+  return %c, %d, %f : tensor<8x4xf32>, tensor<?x4xf32>, tensor<2xf32>
+}
