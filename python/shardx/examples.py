@@ -66,17 +66,23 @@ FSDP_TP_PLACEMENTS = {
 }
 
 
+def _fsdp_tp_step(dim: int, hidden: int, batch: int, name: str) -> str:
+    """A GELU MLP train step (AdamW, foreach) on a 2x2 (dp, tp) mesh with
+    FSDP2's placements, the batch split over dp."""
+    torch.manual_seed(0)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    module = models.mlp(dim, hidden, dim, act=nn.GELU)
+    step = TrainStep(module, F.mse_loss, "adamw", foreach=True, lr=1e-3, weight_decay=0.01)
+    x, y = torch.randn(batch, dim), torch.randn(batch, dim)
+    ins, outs = step.placements(mesh, FSDP_TP_PLACEMENTS, [[S(0), R()]], [S(0), R()])
+    return trace(step, step.example_args([x], y), mesh, ins, outs, name=name)
+
+
 def fsdp_tp_train() -> str:
     """FSDP x TP MLP train step (AdamW, foreach) on a 2x2 mesh: parameters
     sharded over dp on dim 0 on top of the tp split; where both split dim 0
     (fc1) FSDP shards inside the tp shard: DTensor's _StridedShard(0, 2)."""
-    torch.manual_seed(0)
-    mesh = Mesh((2, 2), ("dp", "tp"))
-    module = models.mlp(16, 32, 16, act=nn.GELU)
-    step = TrainStep(module, F.mse_loss, "adamw", foreach=True, lr=1e-3, weight_decay=0.01)
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    ins, outs = step.placements(mesh, FSDP_TP_PLACEMENTS, [[S(0), R()]], [S(0), R()])
-    return trace(step, step.example_args([x], y), mesh, ins, outs, name="fsdp_tp_train")
+    return _fsdp_tp_step(dim=16, hidden=32, batch=8, name="fsdp_tp_train")
 
 
 # Programs the lit tests of propagation and SPMD expansion run on
@@ -88,13 +94,7 @@ def fsdp_tp_large_batch() -> str:
     batch large enough (2048 x 128, hidden 512) that gathering the weights
     over dp costs less than moving activations: DTensor's FSDP2 + TP
     schedule."""
-    torch.manual_seed(0)
-    mesh = Mesh((2, 2), ("dp", "tp"))
-    module = models.mlp(128, 512, 128, act=nn.GELU)
-    step = TrainStep(module, F.mse_loss, "adamw", foreach=True, lr=1e-3, weight_decay=0.01)
-    x, y = torch.randn(2048, 128), torch.randn(2048, 128)
-    ins, outs = step.placements(mesh, FSDP_TP_PLACEMENTS, [[S(0), R()]], [S(0), R()])
-    return trace(step, step.example_args([x], y), mesh, ins, outs, name="fsdp_tp_large_batch")
+    return _fsdp_tp_step(dim=128, hidden=512, batch=2048, name="fsdp_tp_large_batch")
 
 
 def _mlp_tp_step(input_grad: bool):
