@@ -531,6 +531,10 @@ struct Strategy {
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
   /// The same layouts as attributes (uniqued: compared by pointer).
   SmallVector<LayoutAttr> operandAttrs, resultAttrs;
+
+  bool sameLayouts(const Strategy &o) const {
+    return operandAttrs == o.operandAttrs && resultAttrs == o.resultAttrs;
+  }
 };
 
 /// Adds to `a` every factor sharding of `view` whose factor is free and
@@ -548,23 +552,41 @@ void mergeInto(Assignment &a, const Assignment &view) {
   }
 }
 
-/// The layout a value needs as operand `index` (counting tensor operands) of
-/// `op`, from its `shardx.operand_layouts`.
-LayoutAttr requiredLayout(Operation *op, unsigned operandNumber) {
-  auto layouts =
-      op->getAttrOfType<ArrayAttr>(ShardXDialect::getOperandLayoutsAttrName());
-  if (!layouts)
-    return nullptr;
-  unsigned index = 0;
-  for (OpOperand &o : op->getOpOperands()) {
-    if (!isa<RankedTensorType>(o.get().getType()))
-      continue;
-    if (o.getOperandNumber() == operandNumber)
-      return index < layouts.size() ? dyn_cast<LayoutAttr>(layouts[index])
-                                    : nullptr;
-    ++index;
+/// The position of `use` among its owner's tensor operands.
+static unsigned tensorOperandIndex(OpOperand &use) {
+  unsigned n = 0;
+  for (OpOperand &o : use.getOwner()->getOpOperands()) {
+    if (&o == &use)
+      break;
+    if (isa<RankedTensorType>(o.get().getType()))
+      ++n;
   }
-  return nullptr;
+  return n;
+}
+
+/// The layout `use` needs, from its owner's `shardx.operand_layouts` (one
+/// per tensor operand).
+LayoutAttr requiredLayout(OpOperand &use) {
+  auto layouts = use.getOwner()->getAttrOfType<ArrayAttr>(
+      ShardXDialect::getOperandLayoutsAttrName());
+  unsigned index = tensorOperandIndex(use);
+  if (!layouts || index >= layouts.size())
+    return nullptr;
+  return dyn_cast<LayoutAttr>(layouts[index]);
+}
+
+/// The layout function result `i` ends in when its value is in `current`:
+/// the declared one, else `current` with pending Partials reduced.
+LayoutAttr resultLayout(func::FuncOp fn, unsigned i, LayoutAttr current) {
+  if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
+          i, ShardXDialect::getLayoutAttrName()))
+    return declared;
+  if (!current.getLayout().hasPartial())
+    return current;
+  Layout l = current.getLayout();
+  for (int64_t axis = 0, e = l.getPartials().size(); axis < e; ++axis)
+    l.setPartial(axis, std::nullopt);
+  return LayoutAttr::get(current.getMesh(), l);
 }
 
 bool isUserLayout(Value v) {
@@ -599,7 +621,7 @@ private:
   double reshardCost(Value v, const Layout &to);
   double planCost(Value v, const Layout &from, const Layout &to);
   Strategy evaluate(Operation *op, const ShardingRule &rule,
-                    ArrayRef<Value> operands, ArrayRef<Value> results,
+                    ArrayRef<Value> results,
                     Assignment assignment, bool keepPartials = true,
                     bool priced = true);
   LogicalResult visit(Operation *op);
@@ -654,7 +676,8 @@ private:
   /// Strategies for `op` given its operands' current layouts: replicated,
   /// each operand's layout, each layout another consumer needs an operand
   /// in, each layout the results' consumers need; alone and merged with the
-  /// operands' layouts, with pending Partial operands kept or reduced first.
+  /// operands' layouts, with pending Partial operands kept or reduced first;
+  /// distinct, and other than its current one.
   SmallVector<Strategy, 4> candidates(Operation *op);
   /// The values whose cost a change of `op` touches.
   SmallVector<Value> affectedBy(Operation *op);
@@ -684,7 +707,6 @@ private:
   int64_t refine();
 
   LayoutAttr replicatedAttr;
-  DenseMap<Attribute, LayoutAttr> withoutPartials;
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
 
   func::FuncOp fn;
@@ -725,7 +747,7 @@ double Propagator::planCost(Value v, const Layout &from, const Layout &to) {
 }
 
 Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
-                              ArrayRef<Value> operands, ArrayRef<Value> results,
+                              ArrayRef<Value> results,
                               Assignment assignment, bool keepPartials,
                               bool priced) {
   Strategy s;
@@ -813,25 +835,15 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
       resultPartials[axis] = p;
   // Required operand layouts and result layouts.
   unsigned tensorIndex = 0;
-  for (Value v : operands) {
+  for (OpOperand &use : op->getOpOperands()) {
+    Value v = use.get();
+    if (!isa<RankedTensorType>(v.getType()))
+      continue;
     std::optional<Layout> l = project(rule, rule.operands[tensorIndex],
                                       assignment, meshShape, meshRank);
     if (!l)
       return s;
-    OpOperand *use = nullptr;
-    for (OpOperand &o : op->getOpOperands())
-      if (o.get() == v && isa<RankedTensorType>(v.getType())) {
-        unsigned n = 0;
-        for (OpOperand &p : op->getOpOperands()) {
-          if (&p == &o)
-            break;
-          if (isa<RankedTensorType>(p.get().getType()))
-            ++n;
-        }
-        if (n == tensorIndex)
-          use = &o;
-      }
-    if (use && partialOperands.test(use->getOperandNumber()))
+    if (partialOperands.test(use.getOperandNumber()))
       for (auto [axis, p] : llvm::enumerate(keptPartials))
         l->setPartial(axis, p);
     auto type = cast<RankedTensorType>(v.getType());
@@ -1000,7 +1012,7 @@ LogicalResult Propagator::visit(Operation *op) {
   for (auto [i, v] : llvm::enumerate(operands))
     views.push_back(viewThroughRule(*rule, rule->operands[i], layoutOf(v),
                                     meshShape));
-  Strategy best = evaluate(op, *rule, operands, results,
+  Strategy best = evaluate(op, *rule, results,
                            Assignment(rule->factorSizes.size()));
   // The consumers' preference: the results' hints, merged with the
   // operands; it wins ties (it saves reshards further on).
@@ -1019,26 +1031,15 @@ LogicalResult Propagator::visit(Operation *op) {
     if (any) {
       for (unsigned other : order)
         mergeInto(a, views[other]);
-      hinted = evaluate(op, *rule, operands, results, a);
+      hinted = evaluate(op, *rule, results, a);
     }
   }
   for (unsigned leader : order) {
     Assignment a = views[leader];
-    uint64_t used = 0;
-    for (auto &f : a)
-      if (f)
-        used |= axesOf(*f);
-    for (unsigned other : order) {
-      if (other == leader)
-        continue;
-      for (auto [f, sharding] : llvm::enumerate(views[other])) {
-        if (!sharding || a[f] || (axesOf(*sharding) & used))
-          continue;
-        a[f] = sharding;
-        used |= axesOf(*sharding);
-      }
-    }
-    Strategy s = evaluate(op, *rule, operands, results, a);
+    for (unsigned other : order)
+      if (other != leader)
+        mergeInto(a, views[other]);
+    Strategy s = evaluate(op, *rule, results, a);
     if (!s.valid)
       continue;
     constexpr double eps = 1e-12;
@@ -1081,18 +1082,6 @@ LogicalResult Propagator::visit(Operation *op) {
 // layout together) and are kept only when the total drops. Every kept change
 // lowers (cost, work) lexicographically, so the search ends; the visiting
 // order is the program's, so the result is deterministic.
-
-/// The position of `use` among its owner's tensor operands.
-static unsigned tensorOperandIndex(OpOperand &use) {
-  unsigned n = 0;
-  for (OpOperand &o : use.getOwner()->getOpOperands()) {
-    if (&o == &use)
-      break;
-    if (isa<RankedTensorType>(o.get().getType()))
-      ++n;
-  }
-  return n;
-}
 
 /// The position of `result` among its owner's tensor results.
 static unsigned tensorResultIndex(OpResult result) {
@@ -1140,21 +1129,9 @@ LayoutAttr Propagator::requiredWith(OpOperand &use, LayoutAttr from,
     return move->strategy->operandAttrs[tensorOperandIndex(use)];
   if (auto annotate = dyn_cast<AnnotateOp>(owner))
     return annotate.getLayout();
-  if (isa<func::ReturnOp>(owner)) {
-    if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
-            use.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
-      return declared;
-    // Undeclared results end with their pending Partials reduced.
-    auto [it, inserted] = withoutPartials.try_emplace(from, from);
-    if (inserted && from.getLayout().hasPartial()) {
-      Layout l = from.getLayout();
-      for (int64_t axis = 0; axis < meshRank; ++axis)
-        l.setPartial(axis, std::nullopt);
-      it->second = attr(l);
-    }
-    return it->second;
-  }
-  return requiredLayout(owner, use.getOperandNumber());
+  if (isa<func::ReturnOp>(owner))
+    return resultLayout(fn, use.getOperandNumber(), from);
+  return requiredLayout(use);
 }
 
 double Propagator::planCost(Value v, LayoutAttr from, LayoutAttr to) {
@@ -1216,6 +1193,7 @@ SmallVector<Value> Propagator::affectedBy(Operation *op) {
 
 SmallVector<Strategy, 4> Propagator::candidates(Operation *op) {
   const ShardingRule &rule = rules.find(op)->second;
+  const Strategy &current = chosen[op];
   SmallVector<Value> operands = tensorValues(op->getOperands());
   SmallVector<Value> results = tensorValues(op->getResults());
   SmallVector<Assignment> views;
@@ -1266,14 +1244,14 @@ SmallVector<Strategy, 4> Propagator::candidates(Operation *op) {
     for (bool keep : {true, false}) {
       if (!keep && !anyPartial)
         break;
-      Strategy s = evaluate(op, rule, operands, results, a, keep,
+      Strategy s = evaluate(op, rule, results, a, keep,
                             /*priced=*/false);
       if (!s.valid)
         continue;
       attach(s);
-      if (llvm::none_of(out, [&](const Strategy &o) {
-            return o.operandAttrs == s.operandAttrs &&
-                   o.resultAttrs == s.resultAttrs;
+      if (!s.sameLayouts(current) &&
+          llvm::none_of(out, [&](const Strategy &o) {
+            return o.sameLayouts(s);
           }))
         out.push_back(std::move(s));
     }
@@ -1415,9 +1393,6 @@ int64_t Propagator::refine() {
     std::optional<unsigned> best;
     double bestCost = before, bestWork = work(op, current);
     for (auto [i, s] : llvm::enumerate(options)) {
-      if (s.operandAttrs == current.operandAttrs &&
-          s.resultAttrs == current.resultAttrs)
-        continue;
       Move move{op, &s};
       double after = computeUs(op, s);
       for (Value v : affected)
@@ -1439,9 +1414,6 @@ int64_t Propagator::refine() {
       // with the neighbours they disturb.
       bool kept = false;
       for (const Strategy &s : options) {
-        if (s.operandAttrs == current.operandAttrs &&
-            s.resultAttrs == current.resultAttrs)
-          continue;
         Trial attempt;
         if (tryCascade(op, s, attempt)) {
           trial = std::move(attempt);
@@ -1584,19 +1556,6 @@ LayoutAttr layoutOrReplicated(Value v, FlatSymbolRefAttr mesh,
   return LayoutAttr::get(mesh, Layout(meshRank));
 }
 
-/// The layout a function result ends in: the declared one, else the
-/// propagated one with pending Partials reduced.
-LayoutAttr resultLayout(func::FuncOp fn, unsigned i, Value v,
-                        FlatSymbolRefAttr mesh, int64_t meshRank) {
-  if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
-          i, ShardXDialect::getLayoutAttrName()))
-    return declared;
-  Layout l = layoutOrReplicated(v, mesh, meshRank).getLayout();
-  for (int64_t axis = 0; axis < meshRank; ++axis)
-    l.setPartial(axis, std::nullopt);
-  return LayoutAttr::get(mesh, l);
-}
-
 struct InsertReshardsPass
     : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
   void runOnOperation() override {
@@ -1676,8 +1635,9 @@ struct InsertReshardsPass
         for (OpOperand &o : ret->getOpOperands()) {
           if (!isa<RankedTensorType>(o.get().getType()))
             continue;
-          LayoutAttr to = resultLayout(fn, o.getOperandNumber(), o.get(),
-                                       meshRef, meshRank);
+          LayoutAttr to =
+              resultLayout(fn, o.getOperandNumber(),
+                           layoutOrReplicated(o.get(), meshRef, meshRank));
           o.set(materialize(o.get(), to, &op));
           fn.setResultAttr(o.getOperandNumber(),
                            ShardXDialect::getLayoutAttrName(), to);
@@ -1711,7 +1671,7 @@ struct InsertReshardsPass
       for (OpOperand &o : op.getOpOperands()) {
         if (!isa<RankedTensorType>(o.get().getType()))
           continue;
-        LayoutAttr to = requiredLayout(&op, o.getOperandNumber());
+        LayoutAttr to = requiredLayout(o);
         if (to)
           o.set(materialize(o.get(), to, &op));
       }
@@ -1793,7 +1753,7 @@ struct VerifyLayoutsPass
         for (OpOperand &o : op->getOpOperands()) {
           if (!isa<RankedTensorType>(o.get().getType()))
             continue;
-          LayoutAttr need = requiredLayout(op, o.getOperandNumber());
+          LayoutAttr need = requiredLayout(o);
           LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
           if (need && need != have) {
             op->emitError() << "operand #" << o.getOperandNumber()
