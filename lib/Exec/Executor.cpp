@@ -48,47 +48,44 @@ size_t HostTensor::elementSize() const { return exec::elementSize(dtype); }
 
 namespace {
 
+template <typename T>
+double load(const char *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return static_cast<double>(v);
+}
+
+template <typename T>
+void store(char *p, double v) {
+  T x = static_cast<T>(v);
+  std::memcpy(p, &x, sizeof(T));
+}
+
 double loadAsDouble(const char *p, const std::string &dtype) {
-  if (dtype == "f32") {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  if (dtype == "f64") {
-    double v;
-    std::memcpy(&v, p, 8);
-    return v;
-  }
-  if (dtype == "i32") {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  if (dtype == "i64") {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return static_cast<double>(v);
-  }
+  if (dtype == "f32")
+    return load<float>(p);
+  if (dtype == "f64")
+    return load<double>(p);
+  if (dtype == "i32")
+    return load<int32_t>(p);
+  if (dtype == "i64")
+    return load<int64_t>(p);
   if (dtype == "i8" || dtype == "i1")
-    return static_cast<double>(static_cast<int8_t>(*p));
+    return load<int8_t>(p);
   return std::numeric_limits<double>::quiet_NaN();
 }
 
 void storeFromDouble(char *p, double v, const std::string &dtype) {
-  if (dtype == "f32") {
-    float f = static_cast<float>(v);
-    std::memcpy(p, &f, 4);
-  } else if (dtype == "f64") {
-    std::memcpy(p, &v, 8);
-  } else if (dtype == "i32") {
-    int32_t i = static_cast<int32_t>(v);
-    std::memcpy(p, &i, 4);
-  } else if (dtype == "i64") {
-    int64_t i = static_cast<int64_t>(v);
-    std::memcpy(p, &i, 8);
-  } else if (dtype == "i8" || dtype == "i1") {
-    *p = static_cast<char>(static_cast<int8_t>(v));
-  }
+  if (dtype == "f32")
+    store<float>(p, v);
+  else if (dtype == "f64")
+    store<double>(p, v);
+  else if (dtype == "i32")
+    store<int32_t>(p, v);
+  else if (dtype == "i64")
+    store<int64_t>(p, v);
+  else if (dtype == "i8" || dtype == "i1")
+    store<int8_t>(p, v);
 }
 
 /// Per dim, the global indices a shard holds, in local order.
