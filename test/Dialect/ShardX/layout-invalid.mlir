@@ -57,6 +57,14 @@ shardx.mesh @later(shape = 2x2)
 
 // -----
 
+// Tests that StridedShard on a mesh with an axis of size 0 is rejected while
+// parsing, before the mesh verifier runs (found by fuzzing: SIGFPE).
+shardx.mesh @mesh(shape = 2x0)
+// expected-error @+1 {{cannot resolve SS placements: axis 1 of mesh @mesh has size 0; mesh axis sizes must be positive}}
+func.func @f(%a: tensor<8xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>})
+
+// -----
+
 // Tests that StridedShard with the wrong number of placements for its mesh
 // is rejected while parsing.
 shardx.mesh @mesh(shape = 2x2)

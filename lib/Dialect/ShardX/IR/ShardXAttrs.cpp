@@ -296,6 +296,15 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
              "`strides`)";
       return {};
     }
+    // The mesh is parsed but not verified yet: its sizes may be anything.
+    for (auto [axis, size] : llvm::enumerate(*shape)) {
+      if (size < 1) {
+        parser.emitError(loc, "cannot resolve SS placements: axis ")
+            << axis << " of mesh @" << meshName.getValue() << " has size "
+            << size << "; mesh axis sizes must be positive";
+        return {};
+      }
+    }
     meshShape.assign(shape->begin(), shape->end());
   }
   std::string error;
