@@ -6,13 +6,15 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import time
 import zlib
 from collections import Counter, defaultdict
 from typing import Dict, List, Sequence, Tuple
 
-from .layouts import MESH_SHAPES, Pair, mesh_pairs, mesh_text, parse_mesh
+from .layouts import (MESH_SHAPES, REDUCE_OPS, Pair, enumerate_layouts, explicit_size_layouts,
+                      mesh_pairs, mesh_text, parse_mesh)
 from .programs import random_programs, programs_module
 from .sweep import (FAILURES, OUTCOMES, PairSweep, ProgramSweep, Runner, normalize_message,
                     reproducer)
@@ -80,6 +82,8 @@ def classify(items) -> List[dict]:
         entry = {"outcome": outcome, "class": message, "count": len(xs),
                  "per_mesh": dict(sorted(per_mesh.items())),
                  "example": {"mesh": mesh_text(ex.mesh), "detail": ex.detail}}
+        if "output_tail" in ex.extra:
+            entry["example"]["output_tail"] = ex.extra["output_tail"]
         if isinstance(ex, Pair):
             entry["example"].update({
                 "shape": list(ex.shape), "dtype": ex.dtype, "family": ex.family,
@@ -103,6 +107,47 @@ def print_table(log, title: str, rows: Dict[str, Counter], totals: Counter) -> N
         executed = c["matched"] + c["mismatched"]
         vals = [c["generated"], executed] + [c[o] for o in OUTCOMES]
         log(f"  {name:<8}" + "".join(f"{v:>14}" for v in vals))
+
+
+def check_model(bin_dir: str, meshes, log) -> int:
+    """Compares the sweep's layout model with the dialect: every spelling
+    the sweep writes, parsed and printed by shardx-opt, must print as the
+    model's canonical text. Returns the number of disagreements."""
+    import subprocess
+    import tempfile
+    bad = total = 0
+    for mesh in meshes:
+        spellings = []
+        for rank, shape in ((1, (16,)), (2, (8, 6))):
+            # Every spelling that reaches a layout, not just the one the
+            # sweep picks: SS, order and strides each resolve the same way.
+            spellings += enumerate_layouts(mesh, rank, REDUCE_OPS, every_spelling=True)
+            spellings += explicit_size_layouts(mesh, shape, 6, 1)
+        lines = [f"shardx.mesh @mesh(shape = {mesh_text(mesh)})"]
+        for _, sp in spellings:
+            lines.append(f'"test.op"() {{l = #shardx.layout<@mesh, {sp.text()}>}} : () -> ()')
+        with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as f:
+            f.write("\n".join(lines) + "\n")
+        try:
+            out = subprocess.run([os.path.join(bin_dir, "shardx-opt"), "--allow-unregistered-dialect",
+                                  "--mlir-print-local-scope", f.name],
+                                 capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+        printed = re.findall(r"#shardx\.layout<@mesh, (.*)>\}", out.stdout)
+        if out.returncode != 0 or len(printed) != len(spellings):
+            log(f"mesh {mesh_text(mesh)}: shardx-opt failed: {out.stderr.strip()[:500]}")
+            bad += 1
+            continue
+        for (layout, sp), text in zip(spellings, printed):
+            total += 1
+            if text != layout.text():
+                bad += 1
+                if bad <= 10:
+                    log(f"mesh {mesh_text(mesh)}: {sp.text()} prints as {text}, "
+                        f"the model says {layout.text()}")
+    log(f"layout model: {total} spellings, {total - bad} agree with shardx-opt, {bad} disagree")
+    return bad
 
 
 def summary_line(log, what: str, totals: Counter) -> None:
@@ -141,6 +186,8 @@ def main(argv=None) -> int:
     ap.add_argument("--snapshot", metavar="DIR",
                     help="run copies of shardx-run and the runtime archive taken into DIR "
                          "(under the build lock): rebuilds do not disturb a long sweep")
+    ap.add_argument("--check-model", action="store_true",
+                    help="check the sweep's layout model against shardx-opt's printing and exit")
     ap.add_argument("--list", action="store_true", help="print the pair counts and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -153,6 +200,8 @@ def main(argv=None) -> int:
     if not os.path.exists(os.path.join(args.bin_dir, "shardx-run")):
         ap.error(f"no shardx-run in {args.bin_dir} (--bin-dir)")
     dtypes = args.dtypes.split(",")
+    if args.check_model:
+        return 1 if check_model(args.bin_dir, meshes, log) else 0
 
     if args.sample is None:
         by_mesh = {m: list(mesh_pairs(m)) for m in meshes}
@@ -227,14 +276,7 @@ def main(argv=None) -> int:
     report["shardx_run_calls"] = runner.runs
     all_classes = report.get("pairs", {}).get("classes", []) + \
         report.get("programs", {}).get("classes", [])
-    if all_classes:
-        log("\nclasses (outcome, count, message; smallest example):")
-        for c in all_classes:
-            ex = c["example"]
-            what = (f"mesh {ex['mesh']}, {ex.get('dtype', 'f32')} {'x'.join(map(str, ex['shape']))}: "
-                    f"{ex['src']} -> {ex['dst']}" if "src" in ex else
-                    f"mesh {ex['mesh']}, program {ex['program']}: {', '.join(ex['ops'])}")
-            log(f"  {c['outcome']:<13} {c['count']:>6}  {c['class']}\n{'':>22}e.g. {what}")
+    paths = {}
     if args.repro_dir:
         os.makedirs(args.repro_dir, exist_ok=True)
         for i, c in enumerate(all_classes):
@@ -243,6 +285,17 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(f"// {c['outcome']} ({c['count']}): {c['class']}\n"
                         f"// {c['example']['detail']}\n" + c["example"]["reproducer"])
+            paths[i] = path
+    if all_classes:
+        log("\nclasses (outcome, count, message; smallest example):")
+        for i, c in enumerate(all_classes):
+            ex = c["example"]
+            what = (f"mesh {ex['mesh']}, {ex.get('dtype', 'f32')} {'x'.join(map(str, ex['shape']))}: "
+                    f"{ex['src']} -> {ex['dst']}" if "src" in ex else
+                    f"mesh {ex['mesh']}, program {ex['program']}: {', '.join(ex['ops'])}")
+            log(f"  {c['outcome']:<13} {c['count']:>6}  {c['class']}\n{'':>22}e.g. {what}")
+            if i in paths:
+                log(f"{'':>22}reproducer: {paths[i]}")
     log(f"\n{runner.runs} shardx-run calls, {report['seconds']:.0f} s"
         + ("" if status == 0 else "; FAILURES (exit 1)"))
     if args.out:

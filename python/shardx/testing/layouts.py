@@ -258,9 +258,12 @@ class LayoutSet:
             self._spellings[layout].append(sp)
         return layout
 
-    def items(self) -> List[Tuple[Layout, Spelling]]:
+    def items(self, every_spelling: bool = False) -> List[Tuple[Layout, Spelling]]:
         out = []
         for layout, sps in self._spellings.items():
+            if every_spelling:
+                out += [(layout, sp) for sp in sps]
+                continue
             pick = zlib.crc32(layout.text().encode()) % len(sps)
             out.append((layout, sps[pick]))
         return out
@@ -281,7 +284,8 @@ def split_factors(mesh: Sequence[int]) -> List[int]:
 
 
 def enumerate_layouts(mesh: Sequence[int], rank: int, partial_ops: Sequence[str],
-                      variants: bool = True) -> List[Tuple[Layout, Spelling]]:
+                      variants: bool = True,
+                      every_spelling: bool = False) -> List[Tuple[Layout, Spelling]]:
     """Every assignment of R, S(d) and P(op) to the mesh axes; with
     ``variants``, every other order of a dim's splits, a stride-2 variant of
     single-split dims (as PlannerTest's ``enumerateLayouts``) and every
@@ -312,7 +316,7 @@ def enumerate_layouts(mesh: Sequence[int], rank: int, partial_ops: Sequence[str]
             for sf in split_factors(mesh):
                 sp = [("SS", p[1], sf) if p[0] == "S" else p for p in ps]
                 result.add(Spelling(tuple(sp)), mesh)
-    return result.items()
+    return result.items(every_spelling)
 
 
 def _composition(total: int, parts: int, rng: random.Random) -> Tuple[int, ...]:

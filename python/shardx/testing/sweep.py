@@ -382,6 +382,7 @@ class PairSweep:
         if unnamed:
             if len(pairs) == 1:
                 pairs[0].outcome, pairs[0].detail = classify_unnamed(res)
+                pairs[0].extra["output_tail"] = (res.stderr + res.stdout)[-2000:]
                 self._progress(1)
                 return
             mid = len(pairs) // 2
@@ -467,6 +468,7 @@ class ProgramSweep:
         if unnamed:
             if len(progs) == 1:
                 progs[0].outcome, progs[0].detail = classify_unnamed(res)
+                progs[0].extra["output_tail"] = (res.stderr + res.stdout)[-2000:]
                 return
             mid = len(progs) // 2
             self._run(progs[:mid])
