@@ -84,6 +84,7 @@ def classify(items) -> List[dict]:
                  "example": {"mesh": mesh_text(ex.mesh), "detail": ex.detail}}
         if "output_tail" in ex.extra:
             entry["example"]["output_tail"] = ex.extra["output_tail"]
+        entry["items"] = [x.key() for x in xs]
         if isinstance(ex, Pair):
             entry["example"].update({
                 "shape": list(ex.shape), "dtype": ex.dtype, "family": ex.family,
@@ -188,6 +189,11 @@ def main(argv=None) -> int:
                          "(under the build lock): rebuilds do not disturb a long sweep")
     ap.add_argument("--check-model", action="store_true",
                     help="check the sweep's layout model against shardx-opt's printing and exit")
+    ap.add_argument("--journal", metavar="FILE",
+                    help="append one JSON line per finished pair (to watch a long sweep)")
+    ap.add_argument("--only-failed", metavar="REPORT",
+                    help="run only the pairs that did not match in an earlier --out REPORT "
+                         "(same meshes and dtypes)")
     ap.add_argument("--list", action="store_true", help="print the pair counts and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -213,8 +219,14 @@ def main(argv=None) -> int:
         for m, ps in by_mesh.items():
             print(f"{mesh_text(m)}: {len(ps)} pairs {dict(Counter(p.family for p in ps))}")
         return 0
+    for ps in by_mesh.values():
+        set_dtypes(ps, dtypes)
+    if args.only_failed:
+        with open(args.only_failed) as f:
+            old = json.load(f)
+        keys = {k for c in old.get("pairs", {}).get("classes", []) for k in c.get("items", [])}
+        by_mesh = {m: [p for p in ps if p.key() in keys] for m, ps in by_mesh.items()}
     pairs = [p for ps in by_mesh.values() for p in ps]
-    set_dtypes(pairs, dtypes)
 
     runner = Runner(args.bin_dir, backend=args.backend, seed=args.seed, timeout=args.timeout,
                     collective_timeout=args.collective_timeout, mpirun=args.mpirun)
@@ -227,7 +239,9 @@ def main(argv=None) -> int:
     status = 0
     if pairs:
         log(f"{len(pairs)} pairs on {args.backend}, batches of {args.batch}")
-        PairSweep(runner, args.batch, args.form, args.jobs, log).run_pairs(pairs)
+        sweep = PairSweep(runner, args.batch, args.form, args.jobs, log)
+        sweep.journal = args.journal
+        sweep.run_pairs(pairs)
         rows: Dict[str, Counter] = {}
         totals = Counter()
         for m, ps in by_mesh.items():

@@ -361,6 +361,17 @@ class PairSweep:
             with ThreadPoolExecutor(self.jobs) as pool:
                 list(pool.map(self._run, batches))
 
+    journal: Optional[str] = None
+
+    def _write_journal(self, pairs: List[Pair]) -> None:
+        if not self.journal:
+            return
+        import json
+        with self._lock, open(self.journal, "a") as f:
+            for p in pairs:
+                f.write(json.dumps({"key": p.key(), "family": p.family, "outcome": p.outcome,
+                                    "detail": p.detail}) + "\n")
+
     def _progress(self, n: int) -> None:
         with self._lock:
             self.done += n
@@ -383,19 +394,22 @@ class PairSweep:
             if len(pairs) == 1:
                 pairs[0].outcome, pairs[0].detail = classify_unnamed(res)
                 pairs[0].extra["output_tail"] = (res.stderr + res.stdout)[-2000:]
+                self._write_journal(pairs)
                 self._progress(1)
                 return
             mid = len(pairs) // 2
             self._run(pairs[:mid])
             self._run(pairs[mid:])
             return
-        rest = []
+        rest, done = [], []
         for i, p in enumerate(pairs):
             if i in outcomes:
                 p.outcome, p.detail = outcomes[i]
+                done.append(p)
             else:
                 rest.append(p)
-        self._progress(len(pairs) - len(rest))
+        self._write_journal(done)
+        self._progress(len(done))
         # A compile error stopped the batch: the rest has not run. Halves
         # keep the recompiles few where errors are dense.
         if len(rest) > 8:
