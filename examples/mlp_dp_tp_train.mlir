@@ -9,10 +9,10 @@ func.func @mlp_dp_tp_train(
     %arg1: tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>},
     %arg2: tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>},
     %arg3: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>},
-    %arg4: tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>},
-    %arg5: tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>},
-    %arg6: tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>},
-    %arg7: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>},
+    %arg4: tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>, torch.state = "momentum_buffer"},
+    %arg5: tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>, torch.state = "momentum_buffer"},
+    %arg6: tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>, torch.state = "momentum_buffer"},
+    %arg7: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>, torch.state = "momentum_buffer"},
     %arg8: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>},
     %arg9: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}) {

@@ -1141,6 +1141,7 @@ class TraceSpec:
     in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None
     out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None
     name: Optional[str] = None
+    arg_attrs: Optional[Sequence[Optional[Dict[str, str]]]] = None
 
 
 class Importer:
@@ -1210,13 +1211,19 @@ class Importer:
 
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
-          in_placements=None, out_placements=None, name: Optional[str] = None) -> str:
+          in_placements=None, out_placements=None, name: Optional[str] = None,
+          arg_attrs=None) -> str:
     """Traces ``fn(*example_args)`` and returns the MLIR module text.
 
     ``in_placements`` / ``out_placements`` give one entry per flattened tensor
     input / output (pytree order): ``None`` for no layout, else one placement
-    per mesh axis. The result has one ``func.func`` named ``name`` (default:
-    the function's name) plus the ``shardx.mesh`` when a mesh is given.
+    per mesh axis. ``arg_attrs`` gives one entry per flattened input: ``None``
+    or a dict of further argument attributes, dialect-prefixed names (not
+    ``shardx.``) to string values, e.g. ``{"torch.state": "exp_avg_sq"}``;
+    by default ``fn.arg_attrs(example_args)`` where ``fn`` has that method
+    (``TrainStep`` names its optimizer state). The result has one
+    ``func.func`` named ``name`` (default: the function's name) plus the
+    ``shardx.mesh`` when a mesh is given.
     """
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
@@ -1226,6 +1233,9 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     if (in_placements or out_placements) and mesh is None:
         raise PlacementError("placements given without a mesh")
     in_layouts = _layouts(mesh, in_placements, [tuple(a.shape) for a in flat_args], "input")
+    if arg_attrs is None and callable(getattr(fn, "arg_attrs", None)):
+        arg_attrs = fn.arg_attrs(example_args)
+    extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     gm = _trace_graph(fn, flat_args, treedef)
     imp = Importer(gm)
     inputs = []
@@ -1246,7 +1256,8 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
         lines.append("")
     args_text = []
     for i, v in enumerate(inputs):
-        attr = f" {{shardx.layout = {in_layouts[i]}}}" if in_layouts[i] else ""
+        attrs = ([f"shardx.layout = {in_layouts[i]}"] if in_layouts[i] else []) + extra_attrs[i]
+        attr = f" {{{', '.join(attrs)}}}" if attrs else ""
         args_text.append(f"    {v.name}: {v.type}{attr}")
     res_text = []
     for i, o in enumerate(outputs):
@@ -1277,6 +1288,30 @@ def _remove_dead_code(lines: List[str], live: List[str]) -> None:
         if len(kept) == len(lines):
             return
         lines[:] = kept
+
+
+def _arg_attrs(arg_attrs, count: int) -> List[List[str]]:
+    """Per input, the ``name = "value"`` texts of its extra attributes."""
+    if arg_attrs is None:
+        return [[] for _ in range(count)]
+    arg_attrs = list(arg_attrs)
+    if len(arg_attrs) != count:
+        raise ImportError_(f"{len(arg_attrs)} argument attribute entries for {count} input tensors")
+    res = []
+    for i, attrs in enumerate(arg_attrs):
+        texts = []
+        for key, value in sorted((attrs or {}).items()):
+            if "." not in key or key.startswith("shardx.") or not all(
+                    part.isidentifier() for part in key.split(".")):
+                raise ImportError_(f"input {i}: attribute name {key!r} must be dialect-prefixed "
+                                   "(like torch.state) and not in the shardx dialect")
+            if not isinstance(value, str):
+                raise ImportError_(f"input {i}: attribute {key} must be a string, "
+                                   f"not a {type(value).__name__}")
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+            texts.append(f'{key} = "{escaped}"')
+        res.append(texts)
+    return res
 
 
 def _layouts(mesh, placements, shapes, what) -> List[Optional[str]]:
@@ -1325,7 +1360,7 @@ def main(argv=None) -> int:
     try:
         if isinstance(spec, TraceSpec):
             text = trace(spec.fn, spec.example_args, spec.mesh, spec.in_placements,
-                         spec.out_placements, spec.name)
+                         spec.out_placements, spec.name, spec.arg_attrs)
         elif isinstance(spec, dict):
             text = trace(**spec)
         else:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import unittest.mock
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -71,6 +72,15 @@ class TrainStep:
                 beta1=hp["betas"][0], beta2=hp["betas"][1], lr=hp["lr"],
                 weight_decay=hp["weight_decay"], eps=hp["eps"], **common)
         return loss.detach(), new_params, state
+
+    def arg_attrs(self, example_args) -> List[Optional[Dict[str, str]]]:
+        """Per flattened argument of ``trace``, its extra attributes: each
+        optimizer state tensor is ``torch.state = "<key>"`` with PyTorch's
+        state name (``exp_avg``, ``exp_avg_sq``, ``step``, ``momentum_buffer``),
+        so that tools can tell a second moment (never negative) or a step
+        counter from other tensors; the others have none."""
+        leaves, _ = pytree.tree_flatten_with_path(tuple(example_args))
+        return [{"torch.state": path[1].key} if path[0].idx == 1 else None for path, _ in leaves]
 
     def placements(self, mesh, params: Dict[str, Sequence[Any]], inputs: Sequence[Any],
                    target: Any):

@@ -135,3 +135,33 @@ def test_other_dtypes_import_and_verify(tmp_path, dtype):
     assert proc.returncode == 0, proc.stderr
     if dtype == torch.float64:
         check_program(tmp_path, step, args, rtol=1e-10, atol=1e-12)
+
+
+def test_optimizer_state_is_named(tmp_path):
+    """TrainStep marks each optimizer state argument with its PyTorch name
+    (torch.state), which shardx-run uses to draw meaningful random inputs;
+    the program still verifies and the marks survive shardx-opt."""
+    module, loss, inputs, target = seeded(MODULES["tanh"])
+    step = shardx.TrainStep(module, loss, "adam", lr=0.01)
+    text = shardx.trace(step, step.example_args(inputs, target))
+    n = len(step.param_names)
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        assert text.count(f'{{torch.state = "{key}"}}') == n
+    assert text.count("torch.state") == 3 * n
+    src = tmp_path / "p.mlir"
+    src.write_text(text)
+    proc = subprocess.run([find_tool("shardx-opt"), str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("torch.state") == 3 * n
+
+
+def test_arg_attrs():
+    x = torch.randn(3)
+    text = shardx.trace(lambda a, b: a * b, (x, x), arg_attrs=[None, {"torch.note": 'a "b"'}])
+    assert '%arg1: tensor<3xf32> {torch.note = "a \\"b\\""}' in text
+    with pytest.raises(ValueError, match="not in the shardx dialect"):
+        shardx.trace(lambda a: a, (x,), arg_attrs=[{"shardx.role": "x"}])
+    with pytest.raises(ValueError, match="dialect-prefixed"):
+        shardx.trace(lambda a: a, (x,), arg_attrs=[{"role": "x"}])
+    with pytest.raises(ValueError, match="2 argument attribute entries for 1"):
+        shardx.trace(lambda a: a, (x,), arg_attrs=[None, None])
