@@ -466,9 +466,22 @@ HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
   return global;
 }
 
+InputDomain shardx::exec::inputDomainOfTorchState(const std::string &state) {
+  // PyTorch's optimizer state names (torch/optim/*.py): Adam, AdamW, RAdam
+  // and Adagrad count steps; the others are running means or sums of
+  // squares (Adam, Adagrad, RMSprop, Adadelta) or of |grad| (Adamax).
+  if (state == "step")
+    return InputDomain::Count;
+  for (const char *name : {"acc_delta", "exp_avg_sq", "exp_inf",
+                           "max_exp_avg_sq", "square_avg", "sum"})
+    if (state == name)
+      return InputDomain::NonNegative;
+  return InputDomain::Any;
+}
+
 HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
                                       const std::string &dtype, uint64_t seed,
-                                      int64_t intRange) {
+                                      int64_t intRange, InputDomain domain) {
   HostTensor t;
   t.shape = shape;
   t.dtype = dtype;
@@ -476,12 +489,16 @@ HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
   t.data.resize(t.numElements() * es);
   std::mt19937_64 gen(seed);
   bool isFloat = dtype[0] == 'f';
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_real_distribution<double> real(
+      domain == InputDomain::NonNegative ? 0.0 : -1.0, 1.0);
   std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(intRange, 1) - 1);
-  for (int64_t n = 0; n < t.numElements(); ++n)
-    storeFromDouble(t.data.data() + n * es,
-                    isFloat ? real(gen) : static_cast<double>(integer(gen)),
-                    dtype);
+  std::uniform_int_distribution<int64_t> count(1, 100);
+  for (int64_t n = 0; n < t.numElements(); ++n) {
+    double v = domain == InputDomain::Count ? static_cast<double>(count(gen))
+               : isFloat                    ? real(gen)
+                                            : static_cast<double>(integer(gen));
+    storeFromDouble(t.data.data() + n * es, v, dtype);
+  }
   return t;
 }
 

@@ -12,6 +12,7 @@
 
 #include "llvm/Support/CommandLine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -31,9 +32,11 @@ bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     const TensorSpec &spec = entry.inputs[i];
     if (options.inputs.empty()) {
+      InputDomain domain =
+          i < options.domains.size() ? options.domains[i] : InputDomain::Any;
       inputs.push_back(randomTensor(spec.globalShape, spec.dtype,
                                     options.seed * 1000003 + i,
-                                    options.intRange));
+                                    options.intRange, domain));
       continue;
     }
     HostTensor t;
@@ -47,6 +50,43 @@ bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
     inputs.push_back(std::move(t));
   }
   return true;
+}
+
+std::string tools::describeInputs(const EntryPoint &entry,
+                                  const RunOptions &options) {
+  if (!options.inputs.empty())
+    return std::to_string(options.inputs.size()) + " .npy file" +
+           (options.inputs.size() == 1 ? "" : "s");
+  // Counts per range, in a fixed order.
+  int64_t any = 0, nonNegative = 0, counts = 0, integers = 0;
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    InputDomain domain =
+        i < options.domains.size() ? options.domains[i] : InputDomain::Any;
+    bool isFloat = entry.inputs[i].dtype[0] == 'f';
+    if (domain == InputDomain::Count)
+      ++counts;
+    else if (!isFloat)
+      ++integers;
+    else if (domain == InputDomain::NonNegative)
+      ++nonNegative;
+    else
+      ++any;
+  }
+  std::string text = "random from seed " + std::to_string(options.seed);
+  const char *sep = ": ";
+  auto add = [&](int64_t n, const std::string &what) {
+    if (!n)
+      return;
+    text += sep + std::to_string(n) + " " + what;
+    sep = ", ";
+  };
+  add(any, "in [-1, 1)");
+  add(nonNegative, "in [0, 1)");
+  add(counts, "whole in [1, 100]");
+  add(integers, "integer in [0, " +
+                    std::to_string(std::max<int64_t>(options.intRange, 1)) +
+                    ")");
+  return text;
 }
 
 Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,

@@ -19,6 +19,8 @@ struct RunOptions {
   std::string backend = "threads";
   int64_t ranks = 0; // 0: the mesh's size
   std::vector<std::string> inputs;
+  /// Per input, what random values it takes (empty: all InputDomain::Any).
+  std::vector<exec::InputDomain> domains;
   uint64_t seed = 0;
   int64_t intRange = 2;
   double timeout = 60;
@@ -27,6 +29,11 @@ struct RunOptions {
 /// Global inputs of `entry`: from .npy files or random.
 bool makeInputs(const exec::EntryPoint &entry, const RunOptions &options,
                 std::vector<exec::HostTensor> &inputs, std::string &error);
+
+/// Where the inputs of `entry` come from, in one line: the .npy files, or
+/// the seed and how many inputs are drawn from which range.
+std::string describeInputs(const exec::EntryPoint &entry,
+                           const RunOptions &options);
 
 /// Runs `entry` on the chosen backend; on MPI every process returns the
 /// global outputs. `isRoot` is false on MPI ranks other than 0.

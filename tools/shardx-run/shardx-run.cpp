@@ -3,7 +3,8 @@
 // Part of ShardX.
 //
 // shardx-run in.mlir [--ranks N] [--backend threads|mpi] [--check]
-//            [--seed S] [--rtol R] [--atol A] [--entry F]
+//            [--inputs a.npy,b.npy | --seed S] [--rtol R] [--atol A]
+//            [--entry F]
 //
 // Compiles the program twice: unsharded (layouts dropped) and sharded (the
 // shardx-spmd pipeline), runs the unsharded one on one rank and the sharded
@@ -11,6 +12,11 @@
 // input layouts), assembles the sharded outputs by the output layouts and,
 // with --check, prints per output the max abs/rel error and exits 1 when an
 // output differs beyond rtol/atol (numpy's allclose rule).
+//
+// Random inputs are uniform in [-1, 1) except where the entry function's
+// argument says otherwise: an optimizer state the importer marked
+// `torch.state = "exp_avg_sq"` (and the like) is drawn in [0, 1), a
+// `torch.state = "step"` counter is a whole number in [1, 100].
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +30,7 @@
 #include "shardx/Runtime/Mpi.h"
 #endif
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
@@ -51,6 +58,9 @@ static cl::opt<std::string> backend(cl::cat(toolOptions), "backend",
                                     cl::init("threads"));
 static cl::opt<bool> check(cl::cat(toolOptions), "check",
                            cl::desc("compare with the unsharded program"));
+static cl::list<std::string>
+    inputFiles(cl::cat(toolOptions), "inputs", cl::CommaSeparated,
+               cl::desc("global inputs as .npy files (default: random)"));
 static cl::opt<uint64_t> seed(cl::cat(toolOptions), "seed", cl::desc("seed of the random inputs"),
                               cl::init(0));
 static cl::opt<int64_t> intRange(cl::cat(toolOptions), "int-range",
@@ -68,6 +78,24 @@ static cl::opt<unsigned> repeat(cl::cat(toolOptions), "repeat",
                                 cl::init(1));
 static cl::opt<std::string> keep(cl::cat(toolOptions), "keep",
                                  cl::desc("directory to keep the artifacts"));
+
+/// Per argument of `entryName`, the values its random inputs take: from the
+/// importer's `torch.state` argument attributes (the optimizer state's
+/// PyTorch name).
+static std::vector<::shardx::exec::InputDomain>
+inputDomains(ModuleOp module, StringRef entryName) {
+  std::vector<::shardx::exec::InputDomain> domains;
+  auto fn = module.lookupSymbol<func::FuncOp>(entryName);
+  if (!fn)
+    return domains;
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+    auto state = fn.getArgAttrOfType<StringAttr>(i, "torch.state");
+    domains.push_back(
+        state ? ::shardx::exec::inputDomainOfTorchState(state.getValue().str())
+              : ::shardx::exec::InputDomain::Any);
+  }
+  return domains;
+}
 
 static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
   OwningOpRef<ModuleOp> module(cast<ModuleOp>(source->clone()));
@@ -130,6 +158,8 @@ int main(int argc, char **argv) {
   ::shardx::tools::RunOptions options;
   options.backend = backend;
   options.ranks = ranks;
+  options.inputs.assign(inputFiles.begin(), inputFiles.end());
+  options.domains = inputDomains(*module, entry->name);
   options.seed = seed;
   options.intRange = intRange;
   options.timeout = timeout;
@@ -163,6 +193,8 @@ int main(int argc, char **argv) {
     std::printf("%s: %lld ranks (%s), %zu outputs, %.3f ms\n",
                 entry->name.c_str(), static_cast<long long>(n),
                 backend.c_str(), outputs.size(), shardedSeconds * 1e3);
+    std::printf("inputs: %s\n",
+                ::shardx::tools::describeInputs(*entry, options).c_str());
     if (check) {
       std::unique_ptr<Artifact> global = Artifact::load(globalPath, error);
       if (!global) {

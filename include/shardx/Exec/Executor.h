@@ -87,10 +87,29 @@ HostTensor assemble(const std::vector<HostTensor> &locals,
                     const TensorSpec &spec,
                     const std::vector<int64_t> &meshShape, std::string &error);
 
-/// Uniform floats in [-1, 1) / integers in [0, intRange) from `seed`.
+/// The values a random input is drawn from.
+enum class InputDomain {
+  /// Floats uniform in [-1, 1), integers uniform in [0, intRange).
+  Any,
+  /// Floats uniform in [0, 1), integers as for Any: running means of
+  /// squares (Adam's second moment), whose square root the program takes.
+  NonNegative,
+  /// Whole numbers uniform in [1, 100], in the tensor's own type: step
+  /// counters.
+  Count,
+};
+
+/// The domain of an optimizer state argument by the name PyTorch gives the
+/// state (the importer's `torch.state` argument attribute): `step` is a
+/// count; `exp_avg_sq`, `max_exp_avg_sq`, `exp_inf`, `square_avg`, `sum`
+/// and `acc_delta` are non-negative; anything else is Any.
+InputDomain inputDomainOfTorchState(const std::string &state);
+
+/// A random tensor from `seed`, its elements drawn from `domain`.
 HostTensor randomTensor(const std::vector<int64_t> &shape,
                         const std::string &dtype, uint64_t seed,
-                        int64_t intRange);
+                        int64_t intRange,
+                        InputDomain domain = InputDomain::Any);
 
 /// .npy files (format 1.0, little-endian, C order).
 bool readNpy(const std::string &path, HostTensor &out, std::string &error);
