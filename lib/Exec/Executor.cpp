@@ -726,26 +726,39 @@ Status shardx::exec::runOnCommunicator(
 }
 
 Difference shardx::exec::compare(const HostTensor &a, const HostTensor &b,
-                                 double rtol, double atol) {
+                                 double rtol, double atol,
+                                 bool allowNonFinite) {
   Difference d;
+  d.elements = a.numElements();
   if (a.shape != b.shape) {
     d.withinTolerance = false;
-    d.maxAbs = std::numeric_limits<double>::infinity();
+    d.mismatches = d.elements;
+    d.maxAbs = d.maxRel = std::numeric_limits<double>::infinity();
     return d;
   }
+  constexpr double inf = std::numeric_limits<double>::infinity();
   size_t ea = a.elementSize(), eb = b.elementSize();
   for (int64_t i = 0; i < a.numElements(); ++i) {
     double x = loadAsDouble(a.data.data() + i * ea, a.dtype);
     double y = loadAsDouble(b.data.data() + i * eb, b.dtype);
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      // NaN == NaN and Inf == Inf (same sign) agree but show nothing.
+      bool same = (std::isnan(x) && std::isnan(y)) || x == y;
+      if (same) {
+        ++d.bothNonFinite;
+      } else {
+        ++d.mismatches;
+        d.maxAbs = d.maxRel = inf;
+      }
+      continue;
+    }
     double abs = std::fabs(x - y);
-    if (std::isnan(x) != std::isnan(y))
-      abs = std::numeric_limits<double>::infinity();
-    if (std::isnan(x) && std::isnan(y))
-      abs = 0;
     d.maxAbs = std::max(d.maxAbs, abs);
     d.maxRel = std::max(d.maxRel, abs / std::max(std::fabs(y), atol));
     if (abs > atol + rtol * std::fabs(y))
-      d.withinTolerance = false;
+      ++d.mismatches;
   }
+  d.withinTolerance =
+      d.mismatches == 0 && (allowNonFinite || d.bothNonFinite == 0);
   return d;
 }

@@ -4,14 +4,16 @@
 //
 // shardx-run in.mlir [--ranks N] [--backend threads|mpi] [--check]
 //            [--inputs a.npy,b.npy | --seed S] [--rtol R] [--atol A]
-//            [--entry F]
+//            [--allow-nan] [--entry F]
 //
 // Compiles the program twice: unsharded (layouts dropped) and sharded (the
 // shardx-spmd pipeline), runs the unsharded one on one rank and the sharded
 // one on N ranks with the same global inputs (each rank gets its shard by the
 // input layouts), assembles the sharded outputs by the output layouts and,
 // with --check, prints per output the max abs/rel error and exits 1 when an
-// output differs beyond rtol/atol (numpy's allclose rule).
+// output differs beyond rtol/atol (numpy's allclose rule), is NaN or Inf in
+// one run only, or is NaN (or the same Inf) in both runs (unless
+// --allow-nan).
 //
 // Random inputs are uniform in [-1, 1) except where the entry function's
 // argument says otherwise: an optimizer state the importer marked
@@ -58,6 +60,10 @@ static cl::opt<std::string> backend(cl::cat(toolOptions), "backend",
                                     cl::init("threads"));
 static cl::opt<bool> check(cl::cat(toolOptions), "check",
                            cl::desc("compare with the unsharded program"));
+static cl::opt<bool> allowNan(
+    cl::cat(toolOptions), "allow-nan",
+    cl::desc("with --check, accept outputs that are NaN (or the same Inf) "
+             "in both runs; they are still counted"));
 static cl::list<std::string>
     inputFiles(cl::cat(toolOptions), "inputs", cl::CommaSeparated,
                cl::desc("global inputs as .npy files (default: random)"));
@@ -219,15 +225,43 @@ int main(int argc, char **argv) {
       }
       globalSeconds = median(gtimes);
       std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
+      int64_t differ = 0, nonFinite = 0;
       for (size_t i = 0; i < outputs.size(); ++i) {
-        auto d = ::shardx::exec::compare(outputs[i], expected[i], rtolOpt, atolOpt);
-        std::printf("output %zu %s: max abs err %.3g, max rel err %.3g %s\n",
-                    i, entry->outputs[i].layoutText.c_str(), d.maxAbs,
-                    d.maxRel, d.withinTolerance ? "ok" : "MISMATCH");
+        auto d = ::shardx::exec::compare(outputs[i], expected[i], rtolOpt,
+                                         atolOpt, allowNan);
+        const std::string &layout = entry->outputs[i].layoutText;
+        std::printf("output %zu%s%s: max abs err %.3g, max rel err %.3g", i,
+                    layout.empty() ? "" : " ", layout.c_str(), d.maxAbs,
+                    d.maxRel);
+        if (d.mismatches)
+          std::printf(", %lld of %lld differ",
+                      static_cast<long long>(d.mismatches),
+                      static_cast<long long>(d.elements));
+        if (d.bothNonFinite)
+          std::printf(", %lld of %lld NaN/Inf in both runs",
+                      static_cast<long long>(d.bothNonFinite),
+                      static_cast<long long>(d.elements));
+        const char *verdict = d.mismatches         ? "MISMATCH"
+                              : !d.withinTolerance ? "NOT FINITE"
+                                                   : "ok";
+        std::printf(" %s\n", verdict);
+        differ += d.mismatches != 0;
+        nonFinite += d.bothNonFinite != 0;
         if (!d.withinTolerance)
           status = 1;
       }
-      std::printf("%s\n", status ? "check FAILED" : "check passed");
+      std::string summary;
+      if (differ)
+        summary = std::to_string(differ) + " of " +
+                  std::to_string(outputs.size()) + " outputs differ";
+      if (nonFinite)
+        summary += (summary.empty() ? "" : ", ") + std::to_string(nonFinite) +
+                   " of " + std::to_string(outputs.size()) +
+                   " outputs NaN/Inf in both runs" +
+                   (allowNan ? " (allowed by --allow-nan)"
+                             : " (--allow-nan accepts them)");
+      std::printf("%s%s%s\n", status ? "check FAILED" : "check passed",
+                  summary.empty() ? "" : ": ", summary.c_str());
     }
   }
   if (keep.empty()) {

@@ -131,13 +131,28 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
                              std::vector<HostTensor> &globalOutputs,
                              double *seconds = nullptr);
 
-/// Max abs and rel differences of two tensors (rel: abs / max(|b|, atol)).
+/// How `a` (the run under test) differs from `b` (the reference), element
+/// by element. Finite pairs follow numpy's allclose rule, |a - b| <= atol +
+/// rtol * |b|. A NaN or Inf on one side only, or Infs of opposite signs, is
+/// a mismatch. NaN on both sides, or the same Inf on both, compares equal
+/// but proves nothing: such elements are counted and fail the comparison
+/// unless `allowNonFinite`.
 struct Difference {
+  /// Max abs and rel differences (rel: abs / max(|b|, atol)); infinite
+  /// when an element is non-finite on one side only.
   double maxAbs = 0, maxRel = 0;
+  /// Elements beyond tolerance (one-sided NaN/Inf included); all of them
+  /// when the shapes differ.
+  int64_t mismatches = 0;
+  /// Elements NaN on both sides or the same Inf on both sides.
+  int64_t bothNonFinite = 0;
+  /// Elements compared (of `a`).
+  int64_t elements = 0;
+  /// Same shape, no mismatch and, unless allowed, no NaN/Inf on both sides.
   bool withinTolerance = true;
 };
 Difference compare(const HostTensor &a, const HostTensor &b, double rtol,
-                   double atol);
+                   double atol, bool allowNonFinite = false);
 
 } // namespace shardx::exec
 
