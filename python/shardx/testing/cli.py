@@ -194,11 +194,20 @@ def main(argv=None) -> int:
     ap.add_argument("--only-failed", metavar="REPORT",
                     help="run only the pairs that did not match in an earlier --out REPORT "
                          "(same meshes and dtypes)")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the classification of made-up shardx-run outputs and exit")
     ap.add_argument("--list", action="store_true", help="print the pair counts and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
 
     log = (lambda *a: None) if args.quiet else (lambda s: print(s, flush=True))
+    if args.self_test:
+        from .sweep import self_test
+        problems = self_test()
+        for p in problems:
+            print(f"self-test: {p}")
+        print(f"self-test: {'FAILED' if problems else 'passed'}")
+        return 1 if problems else 0
     meshes = [parse_mesh(m) for m in args.meshes.split(",") if m]
     for m in meshes:
         if m not in MESH_SHAPES:

@@ -495,3 +495,43 @@ class ProgramSweep:
             else:
                 rest.append(p)
         self._run(rest)
+
+
+def self_test() -> List[str]:
+    """Checks the classification on made-up shardx-run output (a mismatch, a
+    compile error on a pair's line, a rejection, a crash). Returns the
+    problems found."""
+    from .layouts import Spelling, from_spelling
+    mesh = (2,)
+    sp_s, sp_r = Spelling((("S", 0),)), Spelling((("R",),))
+    pairs = [Pair("all", mesh, (4,), "f32", from_spelling(a, mesh), from_spelling(b, mesh), a, b)
+             for a, b in ((sp_s, sp_r), (sp_r, sp_s), (sp_s, sp_s))]
+    _, line_of = batch_module(pairs, "return")
+    problems = []
+
+    def expect(what, res, want, unnamed=False):
+        got, got_unnamed = classify_batch(pairs, line_of, res)
+        got = {i: o for i, (o, _) in got.items()}
+        if got != want or got_unnamed != unnamed:
+            problems.append(f"{what}: got {got} (unnamed {got_unnamed}), want {want}")
+
+    out = "\n".join(f"output {i} {layout_attr(p.dst.text())}: max abs err {e}, max rel err {e} {v}"
+                    for i, (p, e, v) in enumerate(zip(pairs, ["0", "0.5", "0"],
+                                                      ["ok", "MISMATCH", "ok"])))
+    expect("mismatch", RunResult(1, "sweep: 2 ranks\n" + out + "\ncheck FAILED\n", "", 1.0),
+           {0: "matched", 1: "mismatched", 2: "matched"})
+    line = [l for l, i in line_of.items() if i == 2][0]
+    expect("compile error", RunResult(1, "", f'loc("x.mlir":{line}:5): error: no lowering\n', 1.0),
+           {2: "compile_error"})
+    line = [l for l, i in line_of.items() if i == 1][0]
+    expect("rejection", RunResult(1, "", f'loc("x.mlir":{line}:5): error: Cannot reshard: a -> b\n',
+                                  1.0), {1: "rejected"})
+    expect("crash", RunResult(-11, out, "Stack dump:\n", 1.0), {}, unnamed=True)
+    expect("no diagnostic", RunResult(3, "", "", 1.0), {}, unnamed=True)
+    outcome = classify_unnamed(RunResult(-11, "", "Stack dump:\n", 1.0))[0]
+    if outcome != "crashed":
+        problems.append(f"a signal classifies as {outcome}")
+    outcome = classify_unnamed(RunResult(1, "", "shardx-run: error: rank 1: boom\n", 1.0))[0]
+    if outcome != "run_error":
+        problems.append(f"a run error classifies as {outcome}")
+    return problems
