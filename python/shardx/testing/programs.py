@@ -16,6 +16,7 @@ results), like the pairs.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -357,12 +358,15 @@ def random_program(index: int, mesh: Tuple[int, ...], rng: random.Random,
         name = rng.choices(names, weights)[0]
         if OPS[name][0](b):
             done += 1
-    # Results: the last value and sometimes another one (never an argument
-    # twice), each with a random layout or none.
-    outs = [b.values[-1]]
-    others = [v for v in b.values[:-1] if not v.name.startswith(f"%{prog.prefix}a")]
-    if others and rng.random() < 0.5:
-        outs.append(rng.choice(others))
+    # Results: the values no later op reads (the last one first, at most
+    # three; arguments never), each with a random layout or none.
+    def used(v: Value) -> bool:
+        pattern = re.compile(re.escape(v.name) + r"(?![0-9])")
+        return any(pattern.search(line) and not line.lstrip().startswith(v.name + " =")
+                   for line in prog.body)
+    sinks = [v for v in b.values[:-1]
+             if not v.name.startswith(f"%{prog.prefix}a") and not used(v)]
+    outs = [b.values[-1]] + sinks[-2:]
     for v in outs:
         choices = cache.get(mesh, v.shape, True) if v.shape else []
         sp = rng.choice(choices) if choices and rng.random() < 0.8 else None
