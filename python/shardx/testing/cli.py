@@ -7,7 +7,8 @@ import json
 import os
 import random
 import re
-import sys
+import subprocess
+import tempfile
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -114,8 +115,6 @@ def check_model(bin_dir: str, meshes, log) -> int:
     """Compares the sweep's layout model with the dialect: every spelling
     the sweep writes, parsed and printed by shardx-opt, must print as the
     model's canonical text. Returns the number of disagreements."""
-    import subprocess
-    import tempfile
     bad = total = 0
     for mesh in meshes:
         spellings = []
