@@ -4,7 +4,8 @@ A program is a few ops on f32 tensors of small odd shapes, in the forms the
 importer emits and hand-written input uses: elementwise ``arith``/``math``
 ops on tensors and ``linalg.generic`` (unary, binary, broadcast),
 reductions (``linalg.reduce`` and reduction ``linalg.generic`` with sum, max
-and min: over a split dim they leave real per-rank Partial terms),
+and min: over a split dim they leave real per-rank Partial terms, which a
+reshard to a random layout then takes apart),
 ``linalg.matmul``, ``linalg.transpose``, ``tensor.collapse_shape`` /
 ``expand_shape``, ``tensor.extract_slice`` and ``shardx.annotate`` (a reshard
 in the middle). Arguments get random layouts (from the sweep's enumeration,
@@ -219,6 +220,33 @@ class _Builder:
         self.p.ops.append(f"{form}.{kind}(dim {dim})")
         return True
 
+    def op_partial_terms(self) -> bool:
+        """A reduction over dim 0 of a new argument whose dim 0 is split:
+        real per-rank Partial terms (sum, max or min), then a reshard to a
+        random layout."""
+        shape = self.random_shape(self.rng.choice([1, 2]))
+        full = (self.rng.choice([2, 3, 4, 6, 8]),) + shape
+        split = [sp for sp in self.layouts_of(full, False)
+                 if any(p[0] in ("S", "SS") and p[1] == 0 for p in sp.placements)]
+        if not split:
+            return False
+        a = Value(self.fresh("a"), full)
+        self.p.args.append((a, self.rng.choice(split)))
+        kind = self.rng.choice(sorted(self._REDUCTIONS))
+        combiner, init = self._REDUCTIONS[kind]
+        f = self.filled(shape, init)
+        r = self.fresh()
+        self.emit(f"{r} = linalg.reduce ins({a.name} : {_tt(full)}) "
+                  f"outs({f} : {_tt(shape)}) dimensions = [0]")
+        x, acc, t = self.fresh("x"), self.fresh("o"), self.fresh("s")
+        self.emit(f"  ({x}: f32, {acc}: f32) {{")
+        self.emit(f"  {t} = {combiner} {x}, {acc} : f32")
+        self.emit(f"  linalg.yield {t} : f32")
+        self.emit("  }")
+        self.add(shape, r)
+        self.p.ops.append(f"partial.{kind}")
+        return self.op_annotate() or True
+
     def op_matmul(self) -> bool:
         a = self.pick(lambda v: len(v.shape) == 2)
         if a is None:
@@ -321,6 +349,7 @@ OPS = {
     "expand": (_Builder.op_expand, 1),
     "slice": (_Builder.op_slice, 1),
     "annotate": (_Builder.op_annotate, 1),
+    "partial": (_Builder.op_partial_terms, 2),
 }
 
 

@@ -48,7 +48,9 @@ FAILURES = ("mismatched", "compile_error", "run_error", "crashed")
 
 _LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\): error: (.*)')
 _PLAIN_LOC = re.compile(r'\.mlir:(\d+):(\d+): error: (.*)')
-_OUTPUT = re.compile(r"^output (\d+) (.*): max abs err (\S+), max rel err (\S+) (ok|MISMATCH)$")
+# "output 3 #shardx.layout<...>: max abs err 0.5, max rel err 1[, 2 of 7 differ] MISMATCH"
+_OUTPUT = re.compile(r"^output (\d+) (.*?): max abs err (\S+), max rel err ([^,\s]+)(.*) "
+                     r"(ok|MISMATCH)$")
 _CRASH = re.compile(r"Stack dump:|PLEASE submit a bug report|exited on signal|"
                     r"Segmentation fault|Aborted|core dumped|terminate called")
 
@@ -236,6 +238,8 @@ def classify_unnamed(res: RunResult) -> Tuple[str, str]:
     single pair or program)."""
     if _is_crash(res):
         return "crashed", _crash_reason(res)
+    if "check FAILED" in res.stdout:
+        return "mismatched", first_error(res.stdout) or "check FAILED"
     message = first_error(res.stderr + "\n" + res.stdout)
     if "shardx-run: error:" in message:
         return "run_error", message.split("shardx-run: error:", 1)[1].strip()
@@ -278,10 +282,11 @@ def classify_batch(pairs: Sequence[Pair], line_of: Dict[int, int],
         want = layout_attr(p.extra.get("via", p.dst.text()))
         if m.group(2) != want:
             p.extra["layout_text"] = f"shardx-run prints {m.group(2)}; the sweep's model says {want}"
-        if m.group(5) == "ok":
+        if m.group(6) == "ok":
             outcomes[i] = ("matched", "")
         else:
-            outcomes[i] = ("mismatched", f"max abs err {m.group(3)}, max rel err {m.group(4)}")
+            outcomes[i] = ("mismatched",
+                           f"max abs err {m.group(3)}, max rel err {m.group(4)}{m.group(5)}")
     if len(outcomes) == len(pairs) and ("check passed" in res.stdout
                                         or "check FAILED" in res.stdout):
         return outcomes, False
@@ -461,9 +466,9 @@ class ProgramSweep:
                     continue
                 seen += 1
                 i = out_prog[int(m.group(1))]
-                if m.group(5) == "MISMATCH":
+                if m.group(6) == "MISMATCH":
                     outcomes[i] = ("mismatched", f"output {m.group(1)} {m.group(2)}: max abs err "
-                                                 f"{m.group(3)}, max rel err {m.group(4)}")
+                                                 f"{m.group(3)}, max rel err {m.group(4)}{m.group(5)}")
                 else:
                     outcomes.setdefault(i, ("matched", ""))
             if seen != len(out_prog) or not ("check passed" in res.stdout
@@ -515,9 +520,9 @@ def self_test() -> List[str]:
         if got != want or got_unnamed != unnamed:
             problems.append(f"{what}: got {got} (unnamed {got_unnamed}), want {want}")
 
-    out = "\n".join(f"output {i} {layout_attr(p.dst.text())}: max abs err {e}, max rel err {e} {v}"
+    out = "\n".join(f"output {i} {layout_attr(p.dst.text())}: max abs err {e}, max rel err {e}{v}"
                     for i, (p, e, v) in enumerate(zip(pairs, ["0", "0.5", "0"],
-                                                      ["ok", "MISMATCH", "ok"])))
+                                                      [" ok", ", 1 of 4 differ MISMATCH", " ok"])))
     expect("mismatch", RunResult(1, "sweep: 2 ranks\n" + out + "\ncheck FAILED\n", "", 1.0),
            {0: "matched", 1: "mismatched", 2: "matched"})
     line = [l for l, i in line_of.items() if i == 2][0]
