@@ -370,6 +370,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
     mesh.erase();
   if (failed(runPipeline(module,
+                         "func.func(convert-elementwise-to-linalg),"
                          "canonicalize,cse,one-shot-bufferize{"
                          "bufferize-function-boundaries "
                          "function-boundary-type-conversion=identity-layout-"

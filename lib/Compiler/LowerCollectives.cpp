@@ -13,6 +13,7 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Layout/Layout.h"
+#include "shardx/Runtime/Exchange.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -278,6 +279,7 @@ private:
   }
 
   FailureOr<Value> lower(Operation *op);
+  FailureOr<Value> lowerExchange(ExchangeOp op);
   FailureOr<Value> lowerUneven(Operation *op, ArrayRef<int64_t> sizes);
 
   ModuleOp module;
@@ -287,6 +289,8 @@ private:
 FailureOr<Value> Lowering::lower(Operation *op) {
   Location loc = op->getLoc();
   b.setInsertionPoint(op);
+  if (auto ex = dyn_cast<ExchangeOp>(op))
+    return lowerExchange(ex);
   if (auto sizesAttr = op->getAttrOfType<DenseI64ArrayAttr>("sizes"))
     return lowerUneven(op, sizesAttr.asArrayRef());
   if (auto ai = dyn_cast<AxisIndexOp>(op))
@@ -448,6 +452,33 @@ FailureOr<Value> Lowering::lower(Operation *op) {
          failure();
 }
 
+/// A step given by its layouts: the runtime computes who holds what, so
+/// every local size, uneven or strided, is exact. Dynamic result sizes are
+/// this rank's target shard, asked of the runtime.
+FailureOr<Value> Lowering::lowerExchange(ExchangeOp op) {
+  Location loc = op.getLoc();
+  std::vector<int64_t> shape(op.getShape().begin(), op.getShape().end());
+  std::vector<int64_t> desc = ::shardx::rt::encodeExchange(
+      shape, op.getSource().getLayout(), op.getTarget().getLayout());
+  Value descArray = int64Array(loc, desc);
+  auto outType = cast<RankedTensorType>(op.getType());
+  SmallVector<Value> outDyn;
+  for (int64_t d = 0; d < outType.getRank(); ++d) {
+    if (!outType.isDynamicDim(d))
+      continue;
+    func::FuncOp fn =
+        declare("shardx_rt_cg_exchange_dim",
+                {descArray.getType(), b.getI64Type()}, {b.getI64Type()});
+    Value size = func::CallOp::create(b, loc, fn,
+                                      ValueRange{descArray, i64(loc, d)})
+                     .getResult(0);
+    outDyn.push_back(
+        arith::IndexCastOp::create(b, loc, b.getIndexType(), size));
+  }
+  return flatCall(op, "exchange", op.getInput(), outType.getShape(),
+                  {descArray}, op.getAxes(), outDyn);
+}
+
 /// Collectives with explicit per-member sizes (uneven shards, stride 1):
 /// the dim moves to the front, the runtime's variable-count collective runs
 /// on whole rows, the dim moves back.
@@ -575,7 +606,8 @@ LogicalResult Lowering::run() {
   SmallVector<Operation *> ops;
   module.walk([&](Operation *op) {
     if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, PermuteOp,
-            BroadcastOp, ChunkOp, PartitionValueOp, AxisIndexOp>(op))
+            BroadcastOp, ChunkOp, PartitionValueOp, AxisIndexOp, ExchangeOp>(
+            op))
       ops.push_back(op);
     else if (op->getDialect() &&
              op->getDialect()->getNamespace() == "shardx" &&

@@ -728,4 +728,73 @@ std::string Layout::str() const {
   return s;
 }
 
+std::vector<int64_t> Layout::encode() const {
+  std::vector<int64_t> out = {getMeshRank(), static_cast<int64_t>(dims.size())};
+  for (const DimSharding &d : dims) {
+    out.push_back(d.dim);
+    out.push_back(static_cast<int64_t>(d.splits.size()));
+    for (const Split &s : d.splits) {
+      out.push_back(s.axis);
+      out.push_back(s.stride);
+    }
+    out.push_back(static_cast<int64_t>(d.sizes.size()));
+    out.insert(out.end(), d.sizes.begin(), d.sizes.end());
+  }
+  for (const std::optional<ReduceOp> &p : partials)
+    out.push_back(p ? static_cast<int64_t>(*p) : -1);
+  return out;
+}
+
+std::optional<Layout> Layout::decode(const int64_t *data, size_t size,
+                                     size_t &pos, std::string &error) {
+  auto next = [&](int64_t &v) {
+    if (pos >= size)
+      return false;
+    v = data[pos++];
+    return true;
+  };
+  auto fail = [&](const char *what) -> std::optional<Layout> {
+    error = std::string("malformed layout encoding: ") + what;
+    return std::nullopt;
+  };
+  int64_t meshRank, numDims;
+  if (!next(meshRank) || !next(numDims) || meshRank < 0 || numDims < 0 ||
+      meshRank > 64 || numDims > 64)
+    return fail("bad header");
+  Layout layout(meshRank);
+  for (int64_t i = 0; i < numDims; ++i) {
+    DimSharding d;
+    int64_t numSplits, numSizes;
+    if (!next(d.dim) || !next(numSplits) || numSplits < 0 ||
+        numSplits > meshRank)
+      return fail("bad dim");
+    for (int64_t j = 0; j < numSplits; ++j) {
+      Split s;
+      if (!next(s.axis) || !next(s.stride))
+        return fail("bad split");
+      d.splits.push_back(s);
+    }
+    if (!next(numSizes) || numSizes < 0 || numSizes > int64_t(size))
+      return fail("bad sizes");
+    for (int64_t j = 0; j < numSizes; ++j) {
+      int64_t v;
+      if (!next(v))
+        return fail("bad sizes");
+      d.sizes.push_back(v);
+    }
+    layout.dims.push_back(std::move(d));
+  }
+  for (int64_t a = 0; a < meshRank; ++a) {
+    int64_t p;
+    if (!next(p) || p < -1 || p > static_cast<int64_t>(ReduceOp::Prod))
+      return fail("bad partial");
+    if (p >= 0)
+      layout.partials[a] = static_cast<ReduceOp>(p);
+  }
+  error = layout.verify();
+  if (!error.empty())
+    return std::nullopt;
+  return layout;
+}
+
 } // namespace shardx

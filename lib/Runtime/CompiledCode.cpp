@@ -13,6 +13,7 @@
 
 #include "shardx/Runtime/CApi.h"
 #include "shardx/Runtime/Communicator.h"
+#include "shardx/Runtime/Exchange.h"
 
 #include <csetjmp>
 #include <cstdlib>
@@ -216,9 +217,35 @@ void permute(const T *in, int64_t count, T *out, const int64_t *pairs,
   std::vector<std::pair<int64_t, int64_t>> p;
   for (int64_t i = 0; i + 1 < numPairs; i += 2)
     p.push_back({pairs[i], pairs[i + 1]});
-  // Members that receive nothing keep zeros.
-  std::memset(static_cast<void *>(out), 0, sizeof(T) * count);
   check(comm().permute(in, out, count, dtypeOf<T>(), p, axes), "permute");
+  // shardx.permute: a member that is no pair's target keeps its tensor (the
+  // communicator gives it zeros).
+  int64_t me = comm().getGroupIndex(axes);
+  bool target = false;
+  for (auto [source, t] : p)
+    target |= t == me;
+  if (!target)
+    std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+}
+
+/// Decodes a `shardx.exchange` descriptor (see encodeExchange).
+void decodeStep(const int64_t *desc, int64_t size, std::vector<int64_t> &shape,
+                shardx::Layout &source, shardx::Layout &target) {
+  std::string error;
+  if (!shardx::rt::decodeExchange(desc, static_cast<size_t>(size), shape,
+                                  source, target, error))
+    fail("exchange: " + error);
+}
+
+template <typename T>
+void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
+                  std::vector<int64_t> axes) {
+  std::vector<int64_t> shape;
+  shardx::Layout source, target;
+  decodeStep(desc, size, shape, source, target);
+  check(shardx::rt::exchange(comm(), in, out, dtypeOf<T>(), shape, source,
+                             target, axes),
+        "exchange");
 }
 
 template <typename T>
@@ -274,6 +301,17 @@ int64_t shardx_rt_cg_axis_index(AXES) {
   return comm().getGroupIndex(AXES_VEC);
 }
 
+/// The size of dim `dim` of this rank's target shard of an exchange.
+int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
+  std::vector<int64_t> shape;
+  shardx::Layout source, target;
+  decodeStep(desc + desc_off, desc_size, shape, source, target);
+  if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
+    fail("exchange: dim out of range");
+  return target.getLocalShard(comm().getMeshShape(), shape, comm().getCoords())
+      .shape[dim];
+}
+
 #define DEFINE_CG(SUFFIX, T)                                                   \
   void shardx_rt_cg_all_reduce_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         int32_t reduce, AXES) {                \
@@ -318,6 +356,11 @@ int64_t shardx_rt_cg_axis_index(AXES) {
   void shardx_rt_cg_broadcast_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),        \
                                        int64_t root, AXES) {                   \
     broadcast(in + in_off, in_size, out + out_off, root, AXES_VEC);           \
+  }                                                                            \
+  void shardx_rt_cg_exchange_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),         \
+                                      MEMREF1(int64_t, desc), AXES) {          \
+    exchangeStep(in + in_off, out + out_off, desc + desc_off, desc_size,      \
+                 AXES_VEC);                                                    \
   }                                                                            \
   void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
                                              int32_t reduce, AXES) {           \

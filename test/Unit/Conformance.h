@@ -13,8 +13,10 @@
 #define SHARDX_TEST_UNIT_CONFORMANCE_H
 
 #include "shardx/Runtime/Communicator.h"
+#include "shardx/Runtime/Exchange.h"
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -258,6 +260,112 @@ template <typename T> Status checkPermuteBroadcast(Communicator &c) {
       return s;
     if (Status s = c.barrier(axes); !s)
       return s;
+  }
+  return Status::ok();
+}
+
+/// The layouts the exchange check pairs up on `meshShape` for a tensor of
+/// `rank` dims: per mesh axis R, S(d) for each dim, P(sum) and P(max), and
+/// the nested order of two axes on one dim.
+inline std::vector<Layout> exchangeLayouts(const std::vector<int64_t> &mesh,
+                                           int64_t rank) {
+  std::vector<Placement> choices = {Placement::replicate(),
+                                    Placement::partial(ReduceOp::Sum),
+                                    Placement::partial(ReduceOp::Max)};
+  for (int64_t d = 0; d < rank; ++d)
+    choices.push_back(Placement::shard(d));
+  std::vector<Layout> out;
+  std::vector<size_t> pick(mesh.size(), 0);
+  while (true) {
+    std::vector<Placement> ps;
+    for (size_t a = 0; a < mesh.size(); ++a)
+      ps.push_back(choices[pick[a]]);
+    std::string error;
+    // Mixed Partial ops on one layout are not reachable in one step.
+    bool sum = false, max = false;
+    for (const Placement &p : ps) {
+      sum |= p.kind == Placement::Kind::Partial && p.reduce == ReduceOp::Sum;
+      max |= p.kind == Placement::Kind::Partial && p.reduce == ReduceOp::Max;
+    }
+    if (!(sum && max))
+      if (auto l = Layout::fromPlacements(ps, mesh, error))
+        out.push_back(*l);
+    size_t a = 0;
+    while (a < mesh.size() && ++pick[a] == choices.size())
+      pick[a++] = 0;
+    if (a == mesh.size())
+      break;
+  }
+  return out;
+}
+
+/// shardx::rt::exchange over the whole mesh between every pair of
+/// exchangeLayouts (the target creates no Partial) on uneven shapes: each
+/// rank's result equals its target shard of the global tensor.
+template <typename T> Status checkExchange(Communicator &c) {
+  const std::vector<int64_t> &mesh = c.getMeshShape();
+  std::vector<int64_t> all(mesh.size());
+  std::iota(all.begin(), all.end(), 0);
+  for (const std::vector<int64_t> &shape :
+       {std::vector<int64_t>{7}, std::vector<int64_t>{5, 3}}) {
+    std::vector<Layout> layouts = exchangeLayouts(mesh, shape.size());
+    // The global tensor: element k is k - 20.
+    auto element = [&](const std::vector<int64_t> &index) {
+      int64_t k = 0;
+      for (size_t d = 0; d < shape.size(); ++d)
+        k = k * shape[d] + index[d];
+      return static_cast<T>(k - 20);
+    };
+    // This rank's shard of `l`, with Partial terms: P(sum) puts the value
+    // on coordinate 0 of its axis (zeros elsewhere), P(max) everywhere.
+    auto shard = [&](const Layout &l) {
+      LocalShard s = l.getLocalShard(mesh, shape, c.getCoords());
+      bool zero = false;
+      for (size_t a = 0; a < mesh.size(); ++a)
+        if (l.getPartials()[a] == ReduceOp::Sum && c.getCoords()[a] != 0)
+          zero = true;
+      std::vector<std::vector<int64_t>> idx;
+      for (const auto &runs : s.runs) {
+        idx.emplace_back();
+        for (const Interval &r : runs)
+          for (int64_t i = 0; i < r.size; ++i)
+            idx.back().push_back(r.offset + i);
+      }
+      std::vector<T> out;
+      std::vector<int64_t> index(shape.size());
+      std::function<void(size_t)> walk = [&](size_t d) {
+        if (d == shape.size()) {
+          out.push_back(zero ? T(0) : element(index));
+          return;
+        }
+        for (int64_t i : idx[d]) {
+          index[d] = i;
+          walk(d + 1);
+        }
+      };
+      walk(0);
+      return out;
+    };
+    for (const Layout &src : layouts) {
+      std::vector<T> in = shard(src);
+      for (const Layout &dst : layouts) {
+        if (dst.hasPartial() && dst.getPartials() != src.getPartials())
+          continue;
+        std::vector<T> want = shard(dst);
+        std::vector<T> got(want.size() + 1, T(-999));
+        if (Status s = exchange(c, in.data(), got.data(), dtypeOf<T>(), shape,
+                                src, dst, all);
+            !s)
+          return s;
+        got.pop_back();
+        if (Status s = expectEqual(c,
+                                   "exchange " + src.str() + " -> " +
+                                       dst.str(),
+                                   got, want);
+            !s)
+          return s;
+      }
+    }
   }
   return Status::ok();
 }

@@ -78,6 +78,7 @@ int main(int argc, char **argv) {
       {"large all_reduce i64", conformance::checkLargeAllReduce<int64_t>},
       {"all_to_all f32", conformance::checkAllToAll<float>},
       {"all_to_all i32", conformance::checkAllToAll<int32_t>},
+      {"exchange f32", conformance::checkExchange<float>},
       {"permute broadcast barrier f64",
        conformance::checkPermuteBroadcast<double>},
   };

@@ -52,6 +52,11 @@ TEST_P(ThreadsConformance, AllToAll) {
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<int32_t>));
 }
 
+TEST_P(ThreadsConformance, Exchange) {
+  expectAllOk(runThreads(GetParam(), conformance::checkExchange<float>));
+  expectAllOk(runThreads(GetParam(), conformance::checkExchange<int64_t>));
+}
+
 TEST_P(ThreadsConformance, PermuteBroadcastBarrier) {
   expectAllOk(
       runThreads(GetParam(), conformance::checkPermuteBroadcast<double>));

@@ -213,6 +213,17 @@ public:
   /// "[S(0), R], order = {0 = [1, 0]}" (the body of the MLIR attribute).
   std::string str() const;
 
+  /// The layout as a flat list of integers, for code and data that cannot
+  /// link MLIR (compiled programs, the runtime): the mesh rank, the number
+  /// of sharded dims, per sharded dim `dim, #splits, (axis, stride)...,
+  /// #sizes, sizes...`, then per mesh axis its Partial (-1 for none, else
+  /// the ReduceOp value).
+  std::vector<int64_t> encode() const;
+  /// Inverse of encode(), reading from `data[pos]` and advancing `pos`.
+  /// Returns nullopt (and sets `error`) for a malformed or invalid list.
+  static std::optional<Layout> decode(const int64_t *data, size_t size,
+                                      size_t &pos, std::string &error);
+
   bool operator==(const Layout &o) const {
     return dims == o.dims && partials == o.partials;
   }

@@ -568,3 +568,74 @@ func.func @f(%x: tensor<7xf32>) {
   %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 0 sizes = [5, 2] : tensor<7xf32> -> tensor<?xf32>
   return
 }
+
+// -----
+
+// Tests that an exchange's operand is the source's local type.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{operand type 'tensor<2x3xf32>' is not the local type 'tensor<?x3xf32>' of the source}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]> shape = [7, 3] : tensor<2x3xf32> -> tensor<7x3xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange's result is the target's local type.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<?x3xf32>) {
+  // expected-error @+1 {{result type 'tensor<8x3xf32>' is not the local type 'tensor<7x3xf32>' of the target}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]> shape = [7, 3] : tensor<?x3xf32> -> tensor<8x3xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange's global shape has the operand's rank.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<?x3xf32>) {
+  // expected-error @+1 {{shape has 1 dims, the operand 2}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]> shape = [7] : tensor<?x3xf32> -> tensor<7x3xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange's layouts are valid for the global shape.
+shardx.mesh @mesh(shape = 4)
+func.func @f(%x: tensor<?x3xf32>) {
+  // expected-error @+1 {{target layout #shardx.layout<@mesh, [S(2)]> is invalid for 'tensor<7x3xf32>'}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(2)]> shape = [7, 3] : tensor<?x3xf32> -> tensor<7x3xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange does not change a Partial outside its group.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{the Partial of mesh axis 1, outside the group, differs between the layouts}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [R, P(sum)]> to #shardx.layout<@mesh, [R, R]> shape = [8] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange cannot create a Partial.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{cannot create the Partial of mesh axis 0 (use shardx.partition_value)}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [P(sum)]> shape = [8] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that an exchange's layouts are on its mesh.
+shardx.mesh @mesh(shape = 2)
+shardx.mesh @other(shape = 2)
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{layout #shardx.layout<@other, [R]> is not on mesh @mesh}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@other, [R]> to #shardx.layout<@mesh, [R]> shape = [8] : tensor<8xf32> -> tensor<8xf32>
+  return
+}

@@ -57,8 +57,8 @@ func.func @to_partial(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
   // CHECK: shardx.partition_value %{{.*}} on @mesh axes = [1] reduction = sum : tensor<4xf32>
   %0 = shardx.redistribute %x : tensor<4xf32> from #shardx.layout<@mesh, [R, R]> to #shardx.layout<@mesh, [R, P(sum)]>
   // CHECK: %[[C:.*]] = arith.constant 2.000000e+00 : f32
-  // CHECK: %[[F:.*]] = linalg.fill ins(%[[C]] : f32)
-  // CHECK: arith.mulf %{{.*}}, %[[F]] : tensor<4xf32>
+  // CHECK: linalg.generic {{.*}} ins(%[[L:.*]] : tensor<4xf32>) outs(%[[L]] : tensor<4xf32>)
+  // CHECK: arith.mulf %{{.*}}, %[[C]] : f32
   // CHECK-NOT: shardx.all
   %1 = shardx.redistribute %x : tensor<4xf32> from #shardx.layout<@mesh, [P(sum), R]> to #shardx.layout<@mesh, [P(avg), R]>
   return %0, %1 : tensor<4xf32>, tensor<4xf32>
@@ -78,29 +78,57 @@ func.func @reorder(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
 
 // -----
 
-// Tests that uneven shards (7 rows on 4 ranks) gather with explicit sizes
-// from a dynamic local type, and chunk back into a dynamic type with the
-// torch.chunk sizes spelled out.
+// Tests that steps on uneven shards (7 rows on 4 ranks: 2, 2, 2, 1) become
+// exchanges that carry their layouts and the global shape, from and to the
+// dynamic local types.
 shardx.mesh @mesh(shape = 4)
 // CHECK-LABEL: func.func @uneven
 func.func @uneven(%x: tensor<7x3xf32>) -> (tensor<7x3xf32>, tensor<7x3xf32>) {
   // CHECK: builtin.unrealized_conversion_cast %{{.*}} : tensor<7x3xf32> to tensor<?x3xf32>
-  // CHECK-NEXT: shardx.all_gather %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<?x3xf32> -> tensor<7x3xf32>
+  // CHECK-NEXT: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]> shape = [7, 3] : tensor<?x3xf32> -> tensor<7x3xf32>
   %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
-  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<7x3xf32> -> tensor<?x3xf32>
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]> shape = [7, 3] : tensor<7x3xf32> -> tensor<?x3xf32>
   %1 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]>
   return %0, %1 : tensor<7x3xf32>, tensor<7x3xf32>
 }
 
 // -----
 
-// Tests that explicit uneven sizes are chunked with those sizes.
+// Tests that explicit uneven sizes travel in the exchange's target layout.
 shardx.mesh @mesh(shape = 2)
 // CHECK-LABEL: func.func @explicit_sizes
 func.func @explicit_sizes(%x: tensor<7x3xf32>) -> tensor<7x3xf32> {
-  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [5, 2] : tensor<7x3xf32> -> tensor<?x3xf32>
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}> shape = [7, 3] : tensor<7x3xf32> -> tensor<?x3xf32>
   %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}>
   return %0 : tensor<7x3xf32>
+}
+
+// -----
+
+// Tests that the permute of uneven nested shards on 2x2x2 ([S(0), R, S(0)]
+// -> [R, S(0), S(0)] of 7 elements: source and target shards differ in size)
+// is one exchange over the whole mesh.
+shardx.mesh @mesh(shape = 2x2x2)
+// CHECK-LABEL: func.func @uneven_permute
+func.func @uneven_permute(%x: tensor<7xf32>) -> tensor<7xf32> {
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0, 1, 2] from #shardx.layout<@mesh, [S(0), R, S(0)]> to #shardx.layout<@mesh, [R, S(0), S(0)]> shape = [7] : tensor<?xf32> -> tensor<?xf32>
+  %0 = shardx.redistribute %x : tensor<7xf32> from #shardx.layout<@mesh, [S(0), R, S(0)]> to #shardx.layout<@mesh, [R, S(0), S(0)]>
+  return %0 : tensor<7xf32>
+}
+
+// -----
+
+// Tests that P(sum) -> P(avg) rescales the local terms in place by the axis
+// size (the mean of n terms scaled by n is their sum) with one elementwise
+// generic (no op that needs the local sizes), also on uneven shards.
+shardx.mesh @mesh(shape = 2x2x2)
+// CHECK-LABEL: func.func @rescale
+func.func @rescale(%x: tensor<1x7xf32>) -> tensor<1x7xf32> {
+  // CHECK: %[[C:.*]] = arith.constant 2.000000e+00 : f32
+  // CHECK: linalg.generic {{.*}} ins(%[[L:.*]] : tensor<1x?xf32>) outs(%[[L]] : tensor<1x?xf32>)
+  // CHECK: arith.mulf %{{.*}}, %[[C]] : f32
+  %0 = shardx.redistribute %x : tensor<1x7xf32> from #shardx.layout<@mesh, [P(sum), S(1), R]> to #shardx.layout<@mesh, [P(avg), S(1), R]>
+  return %0 : tensor<1x7xf32>
 }
 
 // -----
@@ -149,11 +177,11 @@ func.func @hints(%x: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
 // -----
 
 // Tests that moving a split into a dim with explicit uneven sizes is one
-// all_to_all that splits by those sizes.
+// exchange over the group.
 shardx.mesh @mesh(shape = 2)
 // CHECK-LABEL: func.func @all_to_all_sizes
 func.func @all_to_all_sizes(%x: tensor<8x7xf32>) -> tensor<8x7xf32> {
-  // CHECK: shardx.all_to_all %{{.*}} on @mesh axes = [0] split_dim = 1 concat_dim = 0 sizes = [5, 2] : tensor<4x7xf32> -> tensor<8x?xf32>
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(1)], sizes = {1 = [5, 2]}> shape = [8, 7] : tensor<4x7xf32> -> tensor<8x?xf32>
   %0 = shardx.redistribute %x : tensor<8x7xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [S(1)], sizes = {1 = [5, 2]}>
   return %0 : tensor<8x7xf32>
 }

@@ -139,3 +139,14 @@ func.func @local_steps(%x: tensor<8x4xf32>, %y: tensor<7x4xf32>) -> (index, inde
   %7 = shardx.local_size #shardx.layout<@mesh, [SS(0, 4), S(0)]> shape = [7, 4] dim = 0 : index
   return %5, %6, %7 : index, index, index
 }
+
+// -----
+
+// Tests that an exchange round-trips with its layouts and global shape.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @exchange
+func.func @exchange(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, S(0)]> shape = [5, 3] : tensor<?x3xf32> -> tensor<?x3xf32>
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, S(0)]> shape = [5, 3] : tensor<?x3xf32> -> tensor<?x3xf32>
+  return %0 : tensor<?x3xf32>
+}

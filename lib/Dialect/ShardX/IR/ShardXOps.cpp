@@ -53,6 +53,28 @@ LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
   return success();
 }
 
+RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
+                                            const ::shardx::Layout &layout,
+                                            ArrayRef<int64_t> meshShape) {
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  std::vector<int64_t> shape(global.getShape().begin(),
+                             global.getShape().end());
+  SmallVector<int64_t> local;
+  bool first = true;
+  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
+    std::vector<int64_t> s = layout.getLocalShard(mesh, shape, coords).shape;
+    if (first) {
+      local.assign(s.begin(), s.end());
+      first = false;
+      continue;
+    }
+    for (size_t d = 0; d < s.size(); ++d)
+      if (local[d] != s[d])
+        local[d] = ShapedType::kDynamic;
+  }
+  return RankedTensorType::get(local, global.getElementType());
+}
+
 /// Checks that `axes` names a non-empty set of distinct axes of `mesh` and
 /// returns the group size.
 static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
@@ -435,6 +457,55 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
                              in.getDimSize(concatDim), *n, std::nullopt,
                              "result", "operand")))
     return failure();
+  return success();
+}
+
+LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (failed(verifySameElementsAndRank(*this, in, out)))
+    return failure();
+  ArrayRef<int64_t> shape = getShape();
+  if (static_cast<int64_t>(shape.size()) != in.getRank())
+    return emitOpError("shape has ")
+           << shape.size() << " dims, the operand " << in.getRank();
+  for (int64_t size : shape)
+    if (size < 0)
+      return emitOpError("global shape must be static and non-negative");
+  auto global = RankedTensorType::get(shape, in.getElementType());
+  for (LayoutAttr layout : {getSource(), getTarget()})
+    if (layout.getMesh() != getMeshAttr())
+      return emitOpError("layout ")
+             << layout << " is not on mesh " << getMeshAttr();
+  if (failed(verifyLayoutAt(*this, getSource(), global, "source layout",
+                            &st)) ||
+      failed(verifyLayoutAt(*this, getTarget(), global, "target layout", &st)))
+    return failure();
+  MeshOp mesh = lookupMesh(*this, getMeshAttr(), &st);
+  ArrayRef<int64_t> meshShape = mesh.getShape();
+  ::shardx::Layout source = getSource().getLayout(),
+                   target = getTarget().getLayout();
+  if (in != getLocalType(global, source, meshShape))
+    return emitOpError("operand type ")
+           << in << " is not the local type "
+           << getLocalType(global, source, meshShape) << " of the source";
+  if (out != getLocalType(global, target, meshShape))
+    return emitOpError("result type ")
+           << out << " is not the local type "
+           << getLocalType(global, target, meshShape) << " of the target";
+  llvm::SmallSet<int64_t, 4> group(getAxes().begin(), getAxes().end());
+  for (int64_t a = 0, e = meshShape.size(); a < e; ++a) {
+    const auto &ps = source.getPartials()[a], &pt = target.getPartials()[a];
+    if (!group.contains(a) && ps != pt)
+      return emitOpError("the Partial of mesh axis ")
+             << a << ", outside the group, differs between the layouts";
+    if (group.contains(a) && pt && ps != pt)
+      return emitOpError("cannot create the Partial of mesh axis ")
+             << a << " (use shardx.partition_value)";
+  }
   return success();
 }
 

@@ -14,7 +14,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
-#include <map>
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_LOWERRESHARDSPASS
@@ -26,55 +25,28 @@ using namespace mlir::shardx;
 
 namespace {
 
-/// Per-member sizes along `dim` of the pieces an all_gather over `axes`
-/// concatenates, when every group has the same list and the pieces differ;
-/// empty otherwise (even pieces, or sizes that vary between groups, which
-/// stay dynamic).
-SmallVector<int64_t> gatherSizes(const ::shardx::Layout &before,
-                                 ArrayRef<int64_t> globalShape,
-                                 ArrayRef<int64_t> meshShape,
-                                 ArrayRef<int64_t> axes, int64_t dim) {
-  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  std::vector<int64_t> shape(globalShape.begin(), globalShape.end());
-  std::vector<int64_t> group(axes.begin(), axes.end());
-  std::map<std::vector<int64_t>, std::map<int64_t, int64_t>> byGroup;
-  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
-    std::vector<int64_t> rest = coords;
-    for (int64_t a : group)
-      rest[a] = -1;
-    byGroup[rest][::shardx::linearizeCoords(mesh, group, coords)] =
-        before.getLocalShard(mesh, shape, coords).shape[dim];
-  }
-  std::optional<std::map<int64_t, int64_t>> common;
-  for (auto &[rest, sizes] : byGroup) {
-    if (common && *common != sizes)
-      return {};
-    common = sizes;
-  }
-  SmallVector<int64_t> result;
-  for (auto &[index, size] : *common)
-    result.push_back(size);
-  if (llvm::all_equal(result))
-    return {};
-  return result;
-}
-
-/// Multiplies the local terms by `scale` (P(sum) <-> P(avg)).
+/// Multiplies the local terms by `scale` (P(sum) <-> P(avg)): one
+/// elementwise linalg.generic in place on the local tensor, so no op needs
+/// the (possibly dynamic) local sizes.
 FailureOr<Value> rescale(OpBuilder &b, Location loc, Value value,
                          double scale) {
   auto type = cast<RankedTensorType>(value.getType());
   auto floatType = dyn_cast<FloatType>(type.getElementType());
   if (!floatType)
     return failure();
-  SmallVector<Value> dynamicSizes;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    if (type.isDynamicDim(d))
-      dynamicSizes.push_back(tensor::DimOp::create(b, loc, value, d));
-  Value empty = tensor::EmptyOp::create(b, loc, type, dynamicSizes);
   Value factor = arith::ConstantOp::create(b, loc, floatType,
                                            b.getFloatAttr(floatType, scale));
-  Value filled = linalg::FillOp::create(b, loc, factor, empty).getResult(0);
-  return arith::MulFOp::create(b, loc, value, filled).getResult();
+  AffineMap id = b.getMultiDimIdentityMap(type.getRank());
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::parallel);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{type}, ValueRange{value}, ValueRange{value},
+      ArrayRef<AffineMap>{id, id}, iterators,
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value scaled = arith::MulFOp::create(nb, nloc, args[0], factor);
+        linalg::YieldOp::create(nb, nloc, scaled);
+      });
+  return generic.getResult(0);
 }
 
 /// Emits `plan` for `op` and replaces it.
@@ -89,28 +61,6 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
           b, loc, getLocalType(global, op.getSource().getLayout(), meshShape),
           op.getInput())
           .getResult(0);
-  auto optionalSizes = [&](ArrayRef<int64_t> sizes) -> DenseI64ArrayAttr {
-    return sizes.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(sizes);
-  };
-  // torch.chunk pieces of `dim` of the current local tensor over the group
-  // of `axes` when they are not all equal (and the split is not strided).
-  auto chunkSizes = [&](const ::shardx::Step &step, int64_t dim,
-                        int64_t stride) -> SmallVector<int64_t> {
-    if (!step.sizes.empty())
-      return SmallVector<int64_t>(step.sizes.begin(), step.sizes.end());
-    auto type = cast<RankedTensorType>(current.getType());
-    int64_t size = type.getDimSize(dim), n = 1;
-    for (int64_t a : step.axes)
-      n *= meshShape[a];
-    if (stride != 1 || ShapedType::isDynamic(size) || size % n == 0)
-      return {};
-    SmallVector<int64_t> sizes;
-    for (int64_t j = 0; j < n; ++j) {
-      ::shardx::Interval piece = ::shardx::chunkInterval(size, n, j);
-      sizes.push_back(piece.size);
-    }
-    return sizes;
-  };
   for (const ::shardx::Step &step : plan.steps) {
     RankedTensorType type = getLocalType(global, step.after, meshShape);
     DenseI64ArrayAttr axes = b.getDenseI64ArrayAttr(step.axes);
@@ -119,18 +69,30 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
       return ReductionKindAttr::get(b.getContext(),
                                     toReductionKind(step.reduce));
     };
+    // Where ranks hold shards of different sizes before or after a step that
+    // moves data, the layouts say who holds what: one general exchange.
+    bool movesData = step.kind != ::shardx::Step::Kind::AllReduce &&
+                     step.kind != ::shardx::Step::Kind::PartitionValue &&
+                     step.kind != ::shardx::Step::Kind::Rescale;
+    if (movesData &&
+        (!type.hasStaticShape() ||
+         !cast<RankedTensorType>(current.getType()).hasStaticShape())) {
+      current = ExchangeOp::create(
+          b, loc, type, current, mesh, axes,
+          LayoutAttr::get(mesh, step.before), LayoutAttr::get(mesh, step.after),
+          b.getDenseI64ArrayAttr(global.getShape()));
+      continue;
+    }
     switch (step.kind) {
     case ::shardx::Step::Kind::AllGather:
       current = AllGatherOp::create(
           b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
-          optionalSizes(gatherSizes(step.before, global.getShape(), meshShape,
-                                    step.axes, step.dim)));
+          DenseI64ArrayAttr());
       break;
     case ::shardx::Step::Kind::ReduceScatter:
       current = ReduceScatterOp::create(
           b, loc, type, current, mesh, axes, i64(step.dim), reduction(),
-          i64(step.outer),
-          optionalSizes(chunkSizes(step, step.dim, step.outer)));
+          i64(step.outer), DenseI64ArrayAttr());
       break;
     case ::shardx::Step::Kind::AllReduce:
       current =
@@ -139,13 +101,12 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
     case ::shardx::Step::Kind::AllToAll:
       current = AllToAllOp::create(
           b, loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
-          i64(step.splitOuter), i64(step.outer),
-          optionalSizes(chunkSizes(step, step.splitDim, step.splitOuter)));
+          i64(step.splitOuter), i64(step.outer), DenseI64ArrayAttr());
       break;
     case ::shardx::Step::Kind::Chunk:
       current = ChunkOp::create(
           b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
-          optionalSizes(chunkSizes(step, step.dim, step.outer)));
+          DenseI64ArrayAttr());
       break;
     case ::shardx::Step::Kind::PartitionValue:
       current = PartitionValueOp::create(b, loc, type, current, mesh, axes,

@@ -26,28 +26,6 @@ using namespace mlir::shardx;
   return spec;
 }
 
-RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
-                                            const ::shardx::Layout &layout,
-                                            ArrayRef<int64_t> meshShape) {
-  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  std::vector<int64_t> shape(global.getShape().begin(),
-                             global.getShape().end());
-  SmallVector<int64_t> local;
-  bool first = true;
-  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
-    std::vector<int64_t> s = layout.getLocalShard(mesh, shape, coords).shape;
-    if (first) {
-      local.assign(s.begin(), s.end());
-      first = false;
-      continue;
-    }
-    for (size_t d = 0; d < s.size(); ++d)
-      if (local[d] != s[d])
-        local[d] = ShapedType::kDynamic;
-  }
-  return RankedTensorType::get(local, global.getElementType());
-}
-
 const ::shardx::Plan *
 ReshardPlanners::getPlan(RedistributeOp op, SymbolTableCollection &symbolTable,
                          MeshOp *meshOut) {

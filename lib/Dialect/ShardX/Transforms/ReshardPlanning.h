@@ -19,12 +19,6 @@ namespace mlir::shardx {
 /// The planner's view of a mesh: its shape and cost hints.
 ::shardx::MeshSpec getMeshSpec(MeshOp mesh);
 
-/// The local type of a global tensor under `layout`: static where every
-/// rank's shard has the same size, dynamic elsewhere.
-RankedTensorType getLocalType(RankedTensorType global,
-                              const ::shardx::Layout &layout,
-                              ArrayRef<int64_t> meshShape);
-
 /// One planner per mesh, shared by the ops of a pass run.
 class ReshardPlanners {
 public:

@@ -48,6 +48,12 @@ LogicalResult verifyLayoutAt(Operation *op, LayoutAttr layout, Type type,
                              SymbolTableCollection *symbolTable = nullptr,
                              std::optional<Location> loc = std::nullopt);
 
+/// The local type of a global tensor under `layout`: static where every
+/// rank's shard has the same size, dynamic elsewhere.
+RankedTensorType getLocalType(RankedTensorType global,
+                              const ::shardx::Layout &layout,
+                              ArrayRef<int64_t> meshShape);
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_DIALECT_SHARDX_IR_SHARDX_H

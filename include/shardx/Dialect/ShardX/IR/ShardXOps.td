@@ -240,7 +240,8 @@ def ShardX_PermuteOp : ShardX_CollectiveOp<"permute",
   let summary = "collective permute within the group";
   let description = [{
     Each pair `[s, t]` sends group member `s`'s tensor to member `t`. A
-    member that is no pair's target receives zeros.
+    member that is no pair's target keeps its own tensor (the planner
+    leaves out the members that stay in place).
 
     ```mlir
     %y = shardx.permute %x on @mesh axes = [0] pairs = [[0, 1], [1, 0]]
@@ -276,6 +277,43 @@ def ShardX_BroadcastOp : ShardX_CollectiveOp<"broadcast",
   let assemblyFormat = [{
     $input `on` $mesh `axes` `=` $axes `root` `=` $root attr-dict
     `:` type($result)
+  }];
+}
+
+def ShardX_ExchangeOp : ShardX_CollectiveOp<"exchange"> {
+  let summary = "one reshard step within the group, given by its layouts";
+  let description = [{
+    The general form of a data-moving reshard step (what `all_gather`,
+    `reduce_scatter`, `all_to_all`, `chunk` and `permute` do for even
+    shards): every rank receives its shard of the global tensor of shape
+    `shape` under `target`, taken from the group members that hold it under
+    `source`, and reduced with the source's Partial op over the group axes
+    on which `source` is Partial and `target` is not. Local shapes may
+    differ between ranks (uneven, nested or strided shards); each rank's
+    sizes follow from the layouts. `shardx-lower-reshards` emits it for the
+    steps whose local shapes are not the same on every rank.
+
+    ```mlir
+    %y = shardx.exchange %x on @mesh axes = [0]
+        from #shardx.layout<@mesh, [S(0), S(0)]>
+        to #shardx.layout<@mesh, [R, S(0)]> shape = [5, 3]
+        : tensor<?x3xf32> -> tensor<?x3xf32>
+    ```
+  }] # commonDescription # [{
+    Also: both layouts are on `mesh` and valid for `shape`; the operand is
+    the local type of `shape` under `source` and the result its local type
+    under `target` (a dim is dynamic exactly when ranks differ in it); the
+    layouts agree outside the group: the same Partials on the other axes,
+    and the group does not create a Partial.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, ShardX_LayoutAttr:$source,
+                       ShardX_LayoutAttr:$target, DenseI64ArrayAttr:$shape);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `from` custom<Layout>($source)
+    `to` custom<Layout>($target) `shape` `=` $shape attr-dict
+    `:` type($input) `->` type($result)
   }];
 }
 
