@@ -350,12 +350,15 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
         i[k] = 0;
       }
     }
-    if (allocated && !inputPtrs.count(allocated) &&
-        freed.insert(allocated).second)
-      std::free(reinterpret_cast<void *>(allocated));
+    // Freed once all outputs are copied: results may share a buffer (a
+    // value returned twice).
+    if (allocated && !inputPtrs.count(allocated))
+      freed.insert(allocated);
     localOutputs.push_back(std::move(t));
     w += 3 + 2 * r;
   }
+  for (int64_t allocated : freed)
+    std::free(reinterpret_cast<void *>(allocated));
   return Status::ok();
 }
 

@@ -28,15 +28,25 @@ struct ReshapeRule
         expands ? reshape.getResultType() : reshape.getSrcType();
     ShardingRule rule;
     SmallVector<SmallVector<int64_t>> expandedDims, collapsedDims;
-    for (int64_t d = 0; d < expanded.getRank(); ++d)
+    // A size-1 dim of a group has no counterpart on the collapsed side: its
+    // factor needs replication (split, it would leave ranks without data
+    // the other side has, or give them data it lacks).
+    for (int64_t d = 0; d < expanded.getRank(); ++d) {
+      int64_t size = expanded.getDimSize(d);
       expandedDims.push_back({rule.addFactor(
-          expanded.getDimSize(d), ShardingRule::FactorKind::Parallel)});
+          size, size == 1 ? ShardingRule::FactorKind::NeedReplication
+                          : ShardingRule::FactorKind::Parallel)});
+    }
     for (ReassociationIndices group : reshape.getReassociationIndices()) {
       SmallVector<int64_t> factors;
-      for (int64_t d : group)
-        // Size-1 dims of the group carry no data split.
+      for (int64_t d : group) {
+        // The upstream verifier reads the indices as 32-bit integers: an
+        // index of 2^32 passes it as 0 (found by fuzzing).
+        if (d < 0 || d >= expanded.getRank())
+          return failure();
         if (expanded.getDimSize(d) != 1)
           factors.push_back(expandedDims[d][0]);
+      }
       collapsedDims.push_back(factors);
     }
     rule.operands.push_back(expands ? collapsedDims : expandedDims);
