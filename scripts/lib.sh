@@ -17,6 +17,11 @@ SHARDX_PACKAGES=(
   python3 python3-venv
 )
 
+# The libFuzzer build (scripts/fuzz.sh): clang and its runtimes (libFuzzer,
+# the sanitizers). The regular build and the test suite do not need them.
+SHARDX_FUZZ_PACKAGES=(clang-22 libclang-rt-22-dev)
+SHARDX_FUZZ_BUILD="${SHARDX_FUZZ_BUILD:-$SHARDX_ROOT/build-fuzz}"
+
 # The Python environment of the frontend and its tests: PyTorch (the source
 # of traced programs and the numerical oracle), numpy and pytest from PyPI in
 # a virtual environment of Debian's python3, kept outside the checkout so
@@ -85,4 +90,30 @@ build_shardx() {
   fi
   log "building ${*:-all} (-j$JOBS)"
   ninja -C "$SHARDX_BUILD" -j "$JOBS" "$@"
+}
+
+# Configures (once) and builds the fuzz targets with libFuzzer in
+# $SHARDX_FUZZ_BUILD: clang-22, ShardX instrumented for coverage and
+# AddressSanitizer (SHARDX_FUZZ_SANITIZERS), assertions on (-O1 without
+# NDEBUG), MLIR and LLVM from the system, uninstrumented.
+build_shardx_fuzz() {
+  install_packages "${SHARDX_PACKAGES[@]}" "${SHARDX_FUZZ_PACKAGES[@]}"
+  if [ ! -f "$SHARDX_FUZZ_BUILD/build.ninja" ]; then
+    log "configuring the libFuzzer build in $SHARDX_FUZZ_BUILD"
+    cmake -G Ninja -S "$SHARDX_ROOT" -B "$SHARDX_FUZZ_BUILD" \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+      -DCMAKE_C_FLAGS_RELEASE=-O1 -DCMAKE_CXX_FLAGS_RELEASE=-O1 \
+      -DSHARDX_ENABLE_FUZZ=ON \
+      -DSHARDX_FUZZ_SANITIZERS="${SHARDX_FUZZ_SANITIZERS:-address}" \
+      -DSHARDX_ENABLE_MPI=OFF \
+      -DMLIR_DIR="$LLVM_PREFIX/lib/cmake/mlir" \
+      -DLLVM_EXTERNAL_LIT="$LLVM_PREFIX/bin/lit" \
+      >"$SHARDX_FUZZ_BUILD.configure.log" 2>&1 || {
+      cat "$SHARDX_FUZZ_BUILD.configure.log" >&2
+      exit 1
+    }
+  fi
+  log "building the fuzz targets in $SHARDX_FUZZ_BUILD (-j$JOBS)"
+  ninja -C "$SHARDX_FUZZ_BUILD" -j "$JOBS" shardx-fuzz-layout shardx-fuzz-spmd
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, configures, builds, runs
-# the lit suite (lit + FileCheck tests and the gtest unit tests) and ends
-# with a line "N passed, N failed". Exits non-zero when anything failed.
+# the lit suite (lit + FileCheck tests and the gtest unit tests), the
+# pytest suite and a bounded libFuzzer run (scripts/fuzz.sh), and ends with
+# a line "N passed, N failed". Exits non-zero when anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 build_shardx all mlir-doc
@@ -35,6 +36,23 @@ failed=$(( failed + $(pycount failed) + $(pycount error) ))
 if [ "$pystatus" -ne 0 ]; then
   [ "$status" -ne 0 ] || status=$pystatus
   [ "$(pycount failed)$(pycount error)" != "00" ] || failed=$(( failed + 1 ))
+fi
+# A bounded coverage-guided fuzzing run (libFuzzer, ASan; docs/Testing.md):
+# SHARDX_FUZZ_SECONDS (default 60) per target, no crash, hang or OOM.
+# SHARDX_FUZZ_SECONDS=0 leaves it out.
+fuzz_seconds="${SHARDX_FUZZ_SECONDS:-60}"
+if [ "$fuzz_seconds" -gt 0 ]; then
+  log "fuzzing each target for ${fuzz_seconds}s"
+  set +e
+  bash "$SHARDX_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
+  fuzzstatus=$?
+  set -e
+  if [ "$fuzzstatus" -eq 0 ]; then
+    passed=$(( passed + 1 ))
+  else
+    failed=$(( failed + 1 ))
+    [ "$status" -ne 0 ] || status=$fuzzstatus
+  fi
 fi
 if [ "$passed" -eq 0 ] && [ "$status" -eq 0 ]; then
   log "lit ran no test"

@@ -2,6 +2,7 @@
 # lit configuration for ShardX: the site config records paths only.
 
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -30,6 +31,13 @@ if config.shardx_enable_mpi:
     config.substitutions.append(
         ("%mpirun", config.mpiexec + " --allow-run-as-root --oversubscribe"))
 
+# The fuzz targets link libFuzzer in the SHARDX_ENABLE_FUZZ build (the
+# coverage-guided runs say `REQUIRES: fuzz`) and a plain driver otherwise.
+if config.shardx_enable_fuzz:
+    config.available_features.add("fuzz")
+config.substitutions.append(("%python", sys.executable))
+
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-run", "split-file", "not", "shardx-mpi-conformance"]
+tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-run", "split-file", "not", "shardx-mpi-conformance",
+         "shardx-fuzz-layout", "shardx-fuzz-spmd"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cassert>
 #include <functional>
+#include <map>
 #include <queue>
 #include <unordered_map>
 
@@ -163,6 +164,8 @@ bool commute(ReduceOp a, ReduceOp b) {
 
 struct Planner::Impl {
   std::unordered_map<Key, Plan, KeyHash> cache;
+  /// The error of every failed plan.
+  std::unordered_map<Key, std::string, KeyHash> failures;
 };
 
 Planner::Planner(MeshSpec mesh) : mesh(std::move(mesh)), impl(new Impl) {}
@@ -172,6 +175,7 @@ Planner &Planner::operator=(Planner &&) = default;
 
 void Planner::clearCache() {
   impl->cache.clear();
+  impl->failures.clear();
   cacheHits = cacheMisses = 0;
 }
 
@@ -212,6 +216,30 @@ public:
   std::optional<Plan> run(const Layout &src, std::string &reason);
 
 private:
+  /// Counts `units` of work (one unit: one run of one rank's shard of a
+  /// layout; a layout built and checked is kLayoutWork units) and says
+  /// whether the budget is spent.
+  bool charge(int64_t units) {
+    work += units;
+    return work > kMaxSearchWork;
+  }
+  bool exhausted() const { return work > kMaxSearchWork; }
+  /// The work of one rank's shard of `l`: one unit, plus its runs (one per
+  /// unsplit block major to the splits of a strided dim).
+  int64_t shardWork(const Layout &l) const {
+    int64_t units = 1;
+    for (const DimSharding &ds : l.getDims())
+      units += ds.splits.back().stride;
+    return units;
+  }
+  int64_t work = 0;
+  /// The work of building and checking one candidate layout, in units
+  /// (measured: about 1 us, the time of 32 shard runs).
+  static constexpr int64_t kLayoutWork = 32;
+  /// The most relabelings tried per layout: all of them on meshes of up to
+  /// 7 axes.
+  static constexpr size_t kMaxRelabelings = 5040;
+
   struct Node {
     Layout layout;
     int64_t parent;
@@ -311,6 +339,7 @@ const std::vector<double> &Search::rankBytes(const Layout &l) {
   if (even) {
     bytes.push_back(local);
   } else {
+    charge(static_cast<int64_t>(coords.size()) * shardWork(l));
     bytes.reserve(coords.size());
     for (const auto &c : coords) {
       double n = static_cast<double>(elementBytes);
@@ -367,6 +396,8 @@ void Search::carveAsTarget(const Layout &base,
   std::sort(strides.begin(), strides.end());
   strides.erase(std::unique(strides.begin(), strides.end()), strides.end());
   for (int64_t s : strides) {
+    if (charge(kLayoutWork))
+      return;
     std::optional<Layout> after =
         base.withCarvedSplits(dim, group, s, meshShape);
     if (!after)
@@ -412,12 +443,15 @@ subsets(const std::vector<int64_t> &items) {
 }
 
 void Search::expand(const Layout &l, std::vector<Edge> &out) {
+  if (exhausted())
+    return;
   int64_t meshRank = l.getMeshRank();
   const auto &partials = l.getPartials();
   double inBytes = maxBytes(l);
   bool inEven = isEven(l);
 
   auto push = [&](Step step, Layout after, double bytes) {
+    charge(kLayoutWork);
     step.bytesPerRank = bytes;
     // Local steps cost nothing; among equal costs the search prefers fewer
     // steps.
@@ -433,6 +467,8 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
       if (partials[a] == op && reducible(l, a))
         ready.push_back(a);
     for (const auto &subset : subsets(ready)) {
+      if (charge(kLayoutWork))
+        return;
       Layout cleared = l;
       for (int64_t a : subset)
         cleared.setPartial(a, std::nullopt);
@@ -447,6 +483,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
         if (subset.size() == 1 && dst.getShardedDim(subset[0]) == d)
           continue; // carveAsTarget covers it
         for (int64_t s : blockBoundaries(cleared, d)) {
+          charge(kLayoutWork);
           std::optional<Layout> after =
               cleared.withCarvedSplits(d, subset, s, meshShape);
           if (!after || !valid(*after) ||
@@ -503,7 +540,9 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
   for (int64_t a = 0; a < meshRank; ++a)
     if (!partials[a] && l.getShardedDim(a) < 0)
       replicated.push_back(a);
-  for (const auto &subset : subsets(replicated))
+  for (const auto &subset : subsets(replicated)) {
+    if (charge(kLayoutWork))
+      return;
     carveAsTarget(l, subset,
                   [&](Layout after, int64_t d,
                       const std::vector<int64_t> &group, int64_t s) {
@@ -515,6 +554,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
                     chunk.sizes = after.getDim(d)->sizes;
                     push(chunk, std::move(after), 0);
                   });
+  }
   // Chunking early shrinks what later collectives move, also into a dim
   // the target does not give the axis (a permute or all_to_all fixes it).
   for (int64_t a : replicated)
@@ -522,6 +562,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
       if (dst.getShardedDim(a) == d)
         continue; // carveAsTarget covers it
       for (int64_t s : blockBoundaries(l, d)) {
+        charge(kLayoutWork);
         std::optional<Layout> after = l.withCarvedSplits(d, {a}, s, meshShape);
         if (!after || !valid(*after))
           continue;
@@ -571,6 +612,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
           group.push_back(ds.splits[i].axis);
         int64_t n = groupSize(group);
         int64_t gatherOuter = ds.splits[first].stride;
+        charge(kLayoutWork);
         std::optional<Layout> gathered =
             l.withoutSplits(ds.dim, first, count, meshShape);
         if (!gathered || !valid(*gathered))
@@ -630,16 +672,65 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
   // Relabeling equal-sized axes (a permutation sigma: the split held by
   // axis a moves to axis sigma(a)) moves whole shards: one collective
   // permute, rank c receiving from the rank with coordinates c o sigma.
-  std::vector<int64_t> sigma(meshRank);
+  // Only non-Partial axes move, each to an axis of its size. The new layout
+  // depends only on where the sharding axes go: per such map, the
+  // lexicographically smallest sigma, in lexicographic order (the order in
+  // which a walk over all permutations meets them; such a walk is too long
+  // from 9 axes on). At most kMaxRelabelings maps, the first a depth-first
+  // walk meets.
+  std::vector<int64_t> sharding;
   for (int64_t a = 0; a < meshRank; ++a)
-    sigma[a] = a;
-  while (std::next_permutation(sigma.begin(), sigma.end())) {
-    bool ok = true;
-    for (int64_t a = 0; a < meshRank && ok; ++a)
-      ok = sigma[a] == a || (meshShape[sigma[a]] == meshShape[a] &&
-                             !partials[a] && !partials[sigma[a]]);
-    if (!ok)
-      continue;
+    if (l.getShardedDim(a) >= 0)
+      sharding.push_back(a);
+  auto movable = [&](int64_t from, int64_t to) {
+    return !partials[to] && meshShape[to] == meshShape[from];
+  };
+  std::vector<std::vector<int64_t>> sigmas;
+  std::vector<int64_t> image(meshRank, -1);
+  std::vector<bool> taken(meshRank, false);
+  std::function<void(size_t)> place = [&](size_t i) {
+    if (charge(1) || sigmas.size() >= kMaxRelabelings)
+      return;
+    if (i < sharding.size()) {
+      int64_t a = sharding[i];
+      for (int64_t t = 0; t < meshRank; ++t) {
+        if (taken[t] || !movable(a, t))
+          continue;
+        taken[t] = true;
+        image[a] = t;
+        place(i + 1);
+        taken[t] = false;
+        image[a] = -1;
+      }
+      return;
+    }
+    if (std::all_of(sharding.begin(), sharding.end(),
+                    [&](int64_t a) { return image[a] == a; }))
+      return; // the layout itself
+    // The other axes, in order, take the smallest free axis of their size.
+    charge(meshRank);
+    std::vector<int64_t> sigma = image;
+    std::vector<bool> used = taken;
+    for (int64_t a = 0; a < meshRank; ++a) {
+      if (sigma[a] >= 0)
+        continue;
+      if (partials[a]) {
+        sigma[a] = a;
+        continue;
+      }
+      for (int64_t t = 0; t < meshRank && sigma[a] < 0; ++t)
+        if (!used[t] && movable(a, t)) {
+          sigma[a] = t;
+          used[t] = true;
+        }
+    }
+    sigmas.push_back(std::move(sigma));
+  };
+  place(0);
+  std::sort(sigmas.begin(), sigmas.end());
+  for (const std::vector<int64_t> &sigma : sigmas) {
+    if (charge(kLayoutWork + static_cast<int64_t>(coords.size())))
+      return;
     Layout relabeled(meshRank);
     for (const DimSharding &ds : l.getDims()) {
       for (const Split &s : ds.splits)
@@ -649,8 +740,6 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
     }
     for (int64_t c = 0; c < meshRank; ++c)
       relabeled.setPartial(c, partials[c]);
-    if (relabeled == l)
-      continue;
     Step permute;
     permute.kind = Step::Kind::Permute;
     for (int64_t a = 0; a < meshRank; ++a)
@@ -681,6 +770,8 @@ void Search::preparePermuteTargets(const Layout &src) {
   }
   std::vector<Layout> targets = {stripped};
   for (const auto &drop : subsets(splitAxes)) {
+    if (charge(kLayoutWork))
+      return;
     std::optional<Layout> target = stripped;
     for (int64_t axis : drop) {
       int64_t dim = target->getShardedDim(axis);
@@ -700,9 +791,11 @@ void Search::preparePermuteTargets(const Layout &src) {
     if (stripped.getShardedDim(a) >= 0)
       continue;
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
-      for (int64_t s : blockBoundaries(src, d))
+      for (int64_t s : blockBoundaries(src, d)) {
+        charge(kLayoutWork);
         if (auto extra = stripped.withCarvedSplits(d, {a}, s, meshShape))
           targets.push_back(std::move(*extra));
+      }
   }
   for (Layout &t : targets) {
     if (!valid(t) || !isEven(t))
@@ -726,6 +819,19 @@ std::vector<int64_t> Search::blockBoundaries(const Layout &l,
   return strides;
 }
 
+/// The runs of a shard as one list of integers (a map key).
+static std::vector<int64_t> runsKey(const LocalShard &shard) {
+  std::vector<int64_t> key;
+  for (const std::vector<Interval> &runs : shard.runs) {
+    key.push_back(static_cast<int64_t>(runs.size()));
+    for (const Interval &run : runs) {
+      key.push_back(run.offset);
+      key.push_back(run.size);
+    }
+  }
+  return key;
+}
+
 /// Whether `have` (per rank) is a permutation of `want`; fills `pairs` with
 /// the (source, target) moves. Ranks that hold their target shard keep it;
 /// other targets take the first holder not yet sending.
@@ -737,13 +843,29 @@ static bool matchShards(const std::vector<LocalShard> &have,
   for (size_t r = 0; r < n; ++r)
     if (have[r].runs == want[r].runs)
       done[r] = sending[r] = true;
+  // On large meshes, the holders of each shard in rank order (a scan per
+  // target is quadratic in the ranks) and the first that may still send.
+  constexpr size_t kScanRanks = 256;
+  std::map<std::vector<int64_t>, std::pair<std::vector<size_t>, size_t>>
+      holders;
+  if (n > kScanRanks)
+    for (size_t q = 0; q < n; ++q)
+      holders[runsKey(have[q])].first.push_back(q);
   for (size_t r = 0; r < n; ++r) {
     if (done[r])
       continue;
     int64_t source = -1;
-    for (size_t q = 0; q < n && source < 0; ++q)
-      if (!sending[q] && have[q].runs == want[r].runs)
-        source = static_cast<int64_t>(q);
+    if (n <= kScanRanks) {
+      for (size_t q = 0; q < n && source < 0; ++q)
+        if (!sending[q] && have[q].runs == want[r].runs)
+          source = static_cast<int64_t>(q);
+    } else if (auto it = holders.find(runsKey(want[r])); it != holders.end()) {
+      auto &[ranks, next] = it->second;
+      while (next < ranks.size() && sending[ranks[next]])
+        ++next;
+      if (next < ranks.size())
+        source = static_cast<int64_t>(ranks[next]);
+    }
     if (source < 0)
       return false;
     sending[source] = true;
@@ -762,12 +884,19 @@ void Search::addPermute(const Layout &l, std::vector<Edge> &out) {
   for (PermuteTarget &t : permuteTargets) {
     if (t.bytes != bytes || t.layout == l)
       continue;
-    if (t.shards.empty())
+    int64_t ranks = static_cast<int64_t>(coords.size());
+    if (charge(ranks))
+      return;
+    if (t.shards.empty()) {
+      charge(ranks * shardWork(t.layout));
       for (const auto &c : coords)
         t.shards.push_back(t.layout.getLocalShard(meshShape, shape, c));
-    if (have.empty())
+    }
+    if (have.empty()) {
+      charge(ranks * shardWork(l));
       for (const auto &c : coords)
         have.push_back(l.getLocalShard(meshShape, shape, c));
+    }
     Step permute;
     permute.kind = Step::Kind::Permute;
     for (size_t a = 0; a < meshShape.size(); ++a)
@@ -817,9 +946,12 @@ double Search::remainingCostBound(const Layout &l) {
   if (l.hasPartial())
     return needsCollective ? minLatency : 0;
   // Bytes each rank lacks of its target shard.
-  if (dstShards.empty())
+  charge(static_cast<int64_t>(coords.size()) * shardWork(l));
+  if (dstShards.empty()) {
+    charge(static_cast<int64_t>(coords.size()) * shardWork(dst));
     for (const auto &c : coords)
       dstShards.push_back(dst.getLocalShard(meshShape, shape, c));
+  }
   double lack = 0;
   std::vector<Interval> runs;
   for (size_t r = 0; r < coords.size(); ++r) {
@@ -882,11 +1014,8 @@ std::optional<Plan> Search::run(const Layout &src, std::string &reason) {
       }
       return plan;
     }
-    if (nodes.size() > kMaxStates) {
-      reason =
-          "the search gave up after " + std::to_string(kMaxStates) + " layouts";
-      return std::nullopt;
-    }
+    if (nodes.size() > kMaxStates || exhausted())
+      break;
     edges.clear();
     Layout current = nodes[id].layout;
     Priority here = best[id];
@@ -918,11 +1047,41 @@ std::optional<Plan> Search::run(const Layout &src, std::string &reason) {
       queue.push({{next.first + bound[target], next.second}, target});
     }
   }
-  reason = "no sequence of collectives reaches it";
+  if (nodes.size() > kMaxStates || exhausted())
+    reason = "the search exceeded its limits (" + std::to_string(kMaxStates) +
+             " layouts, " + std::to_string(kMaxSearchWork) +
+             " units of work) after " + std::to_string(nodes.size()) +
+             " layouts";
+  else
+    reason = "no sequence of collectives reaches it";
   return std::nullopt;
 }
 
 } // namespace
+
+std::string Planner::checkMesh(const MeshSpec &mesh) {
+  if (mesh.shape.empty())
+    return "the mesh has no axis";
+  if (static_cast<int64_t>(mesh.shape.size()) > kMaxPlannerMeshRank)
+    return "the mesh has " + std::to_string(mesh.shape.size()) +
+           " axes; the planner handles at most " +
+           std::to_string(kMaxPlannerMeshRank);
+  if (!mesh.costs.empty() && mesh.costs.size() != mesh.shape.size())
+    return "the mesh has " + std::to_string(mesh.costs.size()) +
+           " axis costs for " + std::to_string(mesh.shape.size()) + " axes";
+  int64_t devices = 1;
+  for (size_t a = 0; a < mesh.shape.size(); ++a) {
+    int64_t n = mesh.shape[a];
+    if (n < 1)
+      return "mesh axis " + std::to_string(a) + " has size " +
+             std::to_string(n);
+    if (n > kMaxPlannerDevices / devices)
+      return "the mesh has more than " + std::to_string(kMaxPlannerDevices) +
+             " devices, the most the planner enumerates";
+    devices *= n;
+  }
+  return "";
+}
 
 const Plan *Planner::plan(const Layout &src, const Layout &dst,
                           const std::vector<int64_t> &shape,
@@ -938,21 +1097,44 @@ const Plan *Planner::plan(const Layout &src, const Layout &dst,
     ++cacheHits;
     return &it->second;
   }
+  // Failures are cached too: a search that exceeds its limits is the most
+  // expensive one, and propagation asks for the same reshards many times.
+  auto failed = impl->failures.find(key);
+  if (failed != impl->failures.end()) {
+    ++cacheHits;
+    error = failed->second;
+    return nullptr;
+  }
   ++cacheMisses;
   auto fail = [&](const std::string &reason) -> const Plan * {
     error = "Cannot reshard: " + src.str() + " -> " + dst.str() + ": " + reason;
+    impl->failures.emplace(std::move(key), error);
     return nullptr;
   };
+  if (std::string e = checkMesh(mesh); !e.empty())
+    return fail(e);
   if (src.getMeshRank() != dst.getMeshRank())
     return fail("the layouts are on meshes of different rank");
   if (static_cast<size_t>(src.getMeshRank()) != mesh.shape.size())
     return fail("the layouts have " + std::to_string(src.getMeshRank()) +
                 " placements but the mesh has " +
                 std::to_string(mesh.shape.size()) + " axes");
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] < 0)
+      return fail("dim " + std::to_string(d) + " of the tensor has no static "
+                  "size");
   if (std::string e = src.verifyForShape(mesh.shape, shape); !e.empty())
     return fail("the source layout is invalid: " + e);
   if (std::string e = dst.verifyForShape(mesh.shape, shape); !e.empty())
     return fail("the target layout is invalid: " + e);
+  // Every rank's shard of a strided dim is enumerated block by block.
+  for (const Layout *l : {&src, &dst})
+    for (const DimSharding &ds : l->getDims())
+      if (ds.splits.back().stride > kMaxSearchWork)
+        return fail("dim " + std::to_string(ds.dim) + " has stride " +
+                    std::to_string(ds.splits.back().stride) +
+                    "; the planner enumerates at most " +
+                    std::to_string(kMaxSearchWork) + " blocks");
   if (elementBytes <= 0)
     return fail("element size must be positive");
   Search search(mesh, dst, shape, elementBytes);

@@ -97,6 +97,19 @@ struct Plan {
   int64_t numCollectives() const;
 };
 
+/// The limits of planning. The search computes every rank's shard of the
+/// layouts it visits and enumerates subsets and relabelings of mesh axes:
+/// it plans on meshes of at most kMaxPlannerDevices devices and
+/// kMaxPlannerMeshRank axes, on strided dims of at most kMaxSearchWork
+/// blocks, and one search stops after kMaxSearchWork units of work (one
+/// unit: one run of one rank's shard of a layout, or one step or
+/// relabeling considered; about 30 ns, so about 2 s in all) or 100000
+/// layouts. Every plan between S/R/P layouts on a 16x16x16 mesh stays
+/// within them. Beyond them plan() fails with "Cannot reshard: ...".
+constexpr int64_t kMaxPlannerDevices = int64_t(1) << 16;
+constexpr int64_t kMaxPlannerMeshRank = 16;
+constexpr int64_t kMaxSearchWork = int64_t(1) << 26;
+
 /// Plans reshards on one mesh. Thread-compatible (not thread-safe): use one
 /// planner per thread.
 class Planner {
@@ -109,10 +122,15 @@ public:
   /// The cheapest plan from `src` to `dst` for a tensor of `shape` with
   /// elements of `elementBytes`, or null with `error` set to
   /// "Cannot reshard: <src> -> <dst>: <reason>". The plan lives in the
-  /// planner's cache until clearCache() or the planner's destruction.
+  /// planner's cache until clearCache() or the planner's destruction;
+  /// failures are cached as well.
   const Plan *plan(const Layout &src, const Layout &dst,
                    const std::vector<int64_t> &shape, int64_t elementBytes,
                    std::string &error);
+
+  /// Why the planner cannot plan on `mesh` (an axis of size below 1, more
+  /// axes or devices than it handles), or the empty string.
+  static std::string checkMesh(const MeshSpec &mesh);
 
   const MeshSpec &getMesh() const { return mesh; }
   int64_t getCacheHits() const { return cacheHits; }

@@ -9,6 +9,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
@@ -157,19 +158,49 @@ LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// Checks the counts the layout algebra multiplies (devices, the blocks a
+/// strided dim is cut into) against int64 overflow, and that a strided dim
+/// has elements: its local runs are enumerated block by block. `shape` is
+/// empty when there is no tensor.
+static std::string verifyCounts(const ::shardx::Layout &layout,
+                                ArrayRef<int64_t> meshShape,
+                                ArrayRef<int64_t> shape) {
+  int64_t devices = 1;
+  for (int64_t size : meshShape)
+    if (llvm::MulOverflow(devices, size, devices))
+      return "the mesh has more devices than a 64-bit integer counts";
+  for (const ::shardx::DimSharding &ds : layout.getDims()) {
+    int64_t stride = ds.splits.back().stride, blocks = stride;
+    for (const ::shardx::Split &s : ds.splits)
+      if (llvm::MulOverflow(blocks, meshShape[s.axis], blocks))
+        return "dim " + std::to_string(ds.dim) +
+               " is cut into more blocks than a 64-bit integer counts";
+    if (stride != 1 && ds.dim < static_cast<int64_t>(shape.size()) &&
+        shape[ds.dim] == 0)
+      return "dim " + std::to_string(ds.dim) +
+             " of size 0 cannot be strided";
+  }
+  return "";
+}
+
 std::string LayoutAttr::verifyFor(ArrayRef<int64_t> meshShape,
                                   Type type) const {
   ::shardx::Layout layout = getLayout();
   std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  if (!type)
-    return layout.verifyForMesh(mesh);
-  auto tensorType = dyn_cast<RankedTensorType>(type);
-  if (!tensorType)
-    return "a layout needs a ranked tensor, got a value of another type";
+  if (std::string error = layout.verifyForMesh(mesh); !error.empty())
+    return error;
   std::vector<int64_t> shape;
-  for (int64_t size : tensorType.getShape())
-    shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
-  return layout.verifyForShape(mesh, shape);
+  if (type) {
+    auto tensorType = dyn_cast<RankedTensorType>(type);
+    if (!tensorType)
+      return "a layout needs a ranked tensor, got a value of another type";
+    for (int64_t size : tensorType.getShape())
+      shape.push_back(ShapedType::isDynamic(size) ? -1 : size);
+  }
+  if (std::string error = verifyCounts(layout, meshShape, shape);
+      !error.empty())
+    return error;
+  return type ? layout.verifyForShape(mesh, shape) : "";
 }
 
 /// Parses `{d = [v, ...], ...}` into `map`.

@@ -906,6 +906,26 @@ void Propagator::setReplicated(Operation *op) {
   record(op, operands, results, s);
 }
 
+/// Checks the reassociation of a reshape: upstream's verifier reads its
+/// indices as 32-bit integers (an index of 2^32 passes as 0, found by
+/// fuzzing), and every later pass would index dims out of bounds.
+static LogicalResult verifyReassociation(Operation *op) {
+  auto check = [&](auto reshape, RankedTensorType expanded) -> LogicalResult {
+    for (ReassociationIndices group : reshape.getReassociationIndices())
+      for (int64_t d : group)
+        if (d < 0 || d >= expanded.getRank())
+          return op->emitOpError("reassociation index ")
+                 << d << " is out of range for a tensor of rank "
+                 << expanded.getRank();
+    return success();
+  };
+  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
+    return check(expand, expand.getResultType());
+  if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op))
+    return check(collapse, collapse.getSrcType());
+  return success();
+}
+
 LogicalResult Propagator::visit(Operation *op) {
   if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
     return success();
@@ -916,6 +936,8 @@ LogicalResult Propagator::visit(Operation *op) {
   for (Value v : op->getOperands())
     if (isa<TensorType>(v.getType()) && !isa<RankedTensorType>(v.getType()))
       return op->emitError("unranked tensors cannot be sharded");
+  if (failed(verifyReassociation(op)))
+    return failure();
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   FailureOr<ShardingRule> rule = failure();
   if (ruleOp)
@@ -1526,6 +1548,12 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
         return fn.emitError(
             "functions with more than one block are not supported");
       ::shardx::MeshSpec spec = getMeshSpec(mesh);
+      // Every choice is priced by the planner: a mesh it cannot plan on
+      // would leave every reshard at an infinite cost.
+      if (std::string reason = ::shardx::Planner::checkMesh(spec);
+          !reason.empty())
+        return mesh.emitError("cannot propagate layouts on this mesh: ")
+               << reason;
       if (bandwidthOverride > 0 || latencyOverride >= 0) {
         spec.costs.resize(spec.shape.size());
         for (auto &c : spec.costs) {
