@@ -15,6 +15,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
+#include <map>
 #include <limits>
 #include <random>
 #include <set>
@@ -391,6 +392,91 @@ HostTensor shardx::exec::scatter(const HostTensor &global,
   return local;
 }
 
+/// Combines `x` and `v` with `op` (avg sums; the caller divides).
+static void combine(ReduceOp op, double &x, double v) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    x += v;
+    break;
+  case ReduceOp::Prod:
+    x *= v;
+    break;
+  case ReduceOp::Max:
+    x = std::max(x, v);
+    break;
+  case ReduceOp::Min:
+    x = std::min(x, v);
+    break;
+  }
+}
+
+/// assemble() of a layout that is Partial with different ops on several
+/// axes: the terms nest in mesh order (axis 0 outermost), so the axes are
+/// reduced innermost first, each over the ranks that differ only in its
+/// coordinate (which hold the same shard).
+static HostTensor
+assembleNestedPartials(const std::vector<HostTensor> &locals,
+                       const TensorSpec &spec,
+                       const std::vector<int64_t> &meshShape) {
+  const Layout &layout = *spec.layout;
+  HostTensor global;
+  global.shape = spec.globalShape;
+  global.dtype = spec.dtype;
+  size_t es = global.elementSize();
+  global.data.resize(global.numElements() * es);
+  // Per kept rank (coordinate 0 on replicated axes): its values, in the
+  // order of its shard's global indices.
+  std::map<std::vector<int64_t>, std::vector<double>> terms;
+  std::map<std::vector<int64_t>, std::vector<int64_t>> indices;
+  std::vector<std::vector<int64_t>> coords = allMeshCoords(meshShape);
+  for (size_t r = 0; r < coords.size(); ++r) {
+    bool skip = false;
+    for (size_t a = 0; a < meshShape.size(); ++a)
+      if (!layout.getPartials()[a] && layout.getShardedDim(a) < 0 &&
+          coords[r][a] != 0)
+        skip = true;
+    if (skip)
+      continue;
+    LocalShard shard = layout.getLocalShard(meshShape, global.shape, coords[r]);
+    std::vector<double> &values = terms[coords[r]];
+    std::vector<int64_t> &where = indices[coords[r]];
+    const HostTensor &local = locals.at(r);
+    forEachElement(globalIndices(shard), global.shape,
+                   [&](int64_t l, int64_t g) {
+                     values.push_back(
+                         loadAsDouble(local.data.data() + l * es, local.dtype));
+                     where.push_back(g);
+                   });
+  }
+  for (int64_t a = static_cast<int64_t>(meshShape.size()) - 1; a >= 0; --a) {
+    const std::optional<ReduceOp> &op = layout.getPartials()[a];
+    if (!op)
+      continue;
+    std::map<std::vector<int64_t>, std::vector<double>> reduced;
+    for (auto &[key, values] : terms) {
+      std::vector<int64_t> outer = key;
+      outer[a] = 0;
+      auto [it, fresh] = reduced.try_emplace(outer, values);
+      if (!fresh)
+        for (size_t i = 0; i < values.size(); ++i)
+          combine(*op, it->second[i], values[i]);
+    }
+    if (*op == ReduceOp::Avg)
+      for (auto &[key, values] : reduced)
+        for (double &v : values)
+          v /= static_cast<double>(meshShape[a]);
+    terms = std::move(reduced);
+  }
+  for (const auto &[key, values] : terms) {
+    const std::vector<int64_t> &where = indices.at(key);
+    for (size_t i = 0; i < values.size(); ++i)
+      storeFromDouble(global.data.data() + where[i] * es, values[i],
+                      global.dtype);
+  }
+  return global;
+}
+
 HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
                                   const TensorSpec &spec,
                                   const std::vector<int64_t> &meshShape,
@@ -408,11 +494,8 @@ HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
   for (const auto &p : layout.getPartials()) {
     if (!p)
       continue;
-    if (op && *op != *p) {
-      error = "results with different Partial ops on several axes are not "
-              "supported";
-      return global;
-    }
+    if (op && *op != *p)
+      return assembleNestedPartials(locals, spec, meshShape);
     op = p;
   }
   std::vector<double> acc;
@@ -443,22 +526,7 @@ HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
                      }
                      double v = loadAsDouble(local.data.data() + l * es,
                                              local.dtype);
-                     double &x = acc[g];
-                     switch (*op) {
-                     case ReduceOp::Sum:
-                     case ReduceOp::Avg:
-                       x += v;
-                       break;
-                     case ReduceOp::Prod:
-                       x *= v;
-                       break;
-                     case ReduceOp::Max:
-                       x = std::max(x, v);
-                       break;
-                     case ReduceOp::Min:
-                       x = std::min(x, v);
-                       break;
-                     }
+                     combine(*op, acc[g], v);
                    });
   }
   if (op)

@@ -293,6 +293,22 @@ def column_parallel_embedding() -> TraceSpec:
     return TraceSpec(step, step.example_args([ids], target), mesh, ins, outs, name="column_parallel_embedding")
 
 
+def mlp_dp_tp_odd_hidden() -> TraceSpec:
+    """The DP x TP MLP train step with an odd hidden size (15: 8 + 7
+    columns over tp) at batch 2 (one row per dp rank): every reshard of
+    the hidden dim is uneven."""
+    torch.manual_seed(0)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    module = models.mlp(16, 15, 16)
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1, momentum=0.9)
+    x, y = torch.randn(2, 16), torch.randn(2, 16)
+    ins, outs = step.placements(mesh, {
+        "0.weight": [R(), S(0)], "0.bias": [R(), S(0)],
+        "2.weight": [R(), S(1)], "2.bias": [R(), R()],
+    }, [[S(0), R()]], [S(0), R()])
+    return TraceSpec(step, step.example_args([x], y), mesh, ins, outs, name="mlp_dp_tp_odd_hidden")
+
+
 def unannotated_train() -> TraceSpec:
     """MLP train step (Adam) with no mesh and no layouts."""
     torch.manual_seed(0)
@@ -313,6 +329,7 @@ TEST_PROGRAMS = {
     "fsdp_uneven.mlir": fsdp_uneven,
     "fsdp_tp_large_batch.mlir": fsdp_tp_large_batch,
     "megatron_uneven.mlir": megatron_uneven,
+    "mlp_dp_tp_odd_hidden.mlir": mlp_dp_tp_odd_hidden,
     "vocab_parallel_ce.mlir": vocab_parallel_ce,
     "vocab_parallel_embedding.mlir": vocab_parallel_embedding,
     "column_parallel_embedding.mlir": column_parallel_embedding,
