@@ -128,21 +128,6 @@ void forEachElement(const std::vector<std::vector<int64_t>> &idx,
   }
 }
 
-double identityOf(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Sum:
-  case ReduceOp::Avg:
-    return 0;
-  case ReduceOp::Prod:
-    return 1;
-  case ReduceOp::Max:
-    return -std::numeric_limits<double>::infinity();
-  case ReduceOp::Min:
-    return std::numeric_limits<double>::infinity();
-  }
-  return 0;
-}
-
 std::optional<DType> toDType(const std::string &dtype) {
   if (dtype == "f32")
     return DType::F32;
@@ -386,29 +371,20 @@ HostTensor shardx::exec::scatter(const HostTensor &global,
       continue;
     if (*p == ReduceOp::Sum || *p == ReduceOp::Prod)
       for (int64_t n = 0; n < local.numElements(); ++n)
-        storeFromDouble(local.data.data() + n * es, identityOf(*p),
+        storeFromDouble(local.data.data() + n * es, reduceIdentity<double>(*p),
                         local.dtype);
   }
   return local;
 }
 
-/// Combines `x` and `v` with `op` (avg sums; the caller divides).
-static void combine(ReduceOp op, double &x, double v) {
-  switch (op) {
-  case ReduceOp::Sum:
-  case ReduceOp::Avg:
-    x += v;
-    break;
-  case ReduceOp::Prod:
-    x *= v;
-    break;
-  case ReduceOp::Max:
-    x = std::max(x, v);
-    break;
-  case ReduceOp::Min:
-    x = std::min(x, v);
-    break;
-  }
+/// Whether assemble() reads rank `coords`'s shard: coordinate 0 on the
+/// replicated axes (the others hold copies).
+static bool readsRank(const Layout &layout, const std::vector<int64_t> &coords) {
+  for (size_t a = 0; a < coords.size(); ++a)
+    if (!layout.getPartials()[a] && layout.getShardedDim(a) < 0 &&
+        coords[a] != 0)
+      return false;
+  return true;
 }
 
 /// assemble() of a layout that is Partial with different ops on several
@@ -431,12 +407,7 @@ assembleNestedPartials(const std::vector<HostTensor> &locals,
   std::map<std::vector<int64_t>, std::vector<int64_t>> indices;
   std::vector<std::vector<int64_t>> coords = allMeshCoords(meshShape);
   for (size_t r = 0; r < coords.size(); ++r) {
-    bool skip = false;
-    for (size_t a = 0; a < meshShape.size(); ++a)
-      if (!layout.getPartials()[a] && layout.getShardedDim(a) < 0 &&
-          coords[r][a] != 0)
-        skip = true;
-    if (skip)
+    if (!readsRank(layout, coords[r]))
       continue;
     LocalShard shard = layout.getLocalShard(meshShape, global.shape, coords[r]);
     std::vector<double> &values = terms[coords[r]];
@@ -460,7 +431,7 @@ assembleNestedPartials(const std::vector<HostTensor> &locals,
       auto [it, fresh] = reduced.try_emplace(outer, values);
       if (!fresh)
         for (size_t i = 0; i < values.size(); ++i)
-          combine(*op, it->second[i], values[i]);
+          reduceInto(it->second[i], values[i], *op);
     }
     if (*op == ReduceOp::Avg)
       for (auto &[key, values] : reduced)
@@ -500,20 +471,14 @@ HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
   }
   std::vector<double> acc;
   if (op)
-    acc.assign(global.numElements(), identityOf(*op));
+    acc.assign(global.numElements(), reduceIdentity<double>(*op));
   std::vector<std::vector<int64_t>> coords = allMeshCoords(meshShape);
   int64_t partialCount = 1;
   for (size_t a = 0; a < meshShape.size(); ++a)
     if (layout.getPartials()[a])
       partialCount *= meshShape[a];
   for (size_t r = 0; r < coords.size(); ++r) {
-    // Replicated axes: take coordinate 0.
-    bool skip = false;
-    for (size_t a = 0; a < meshShape.size(); ++a)
-      if (!layout.getPartials()[a] && layout.getShardedDim(a) < 0 &&
-          coords[r][a] != 0)
-        skip = true;
-    if (skip)
+    if (!readsRank(layout, coords[r]))
       continue;
     LocalShard shard = layout.getLocalShard(meshShape, global.shape, coords[r]);
     const HostTensor &local = locals.at(r);
@@ -526,7 +491,7 @@ HostTensor shardx::exec::assemble(const std::vector<HostTensor> &locals,
                      }
                      double v = loadAsDouble(local.data.data() + l * es,
                                              local.dtype);
-                     combine(*op, acc[g], v);
+                     reduceInto(acc[g], v, *op);
                    });
   }
   if (op)

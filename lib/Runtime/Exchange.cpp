@@ -89,43 +89,6 @@ int64_t product(const std::vector<int64_t> &v) {
   return p;
 }
 
-template <typename T> T identity(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Prod:
-    return T(1);
-  case ReduceOp::Max:
-    return std::numeric_limits<T>::has_infinity
-               ? -std::numeric_limits<T>::infinity()
-               : std::numeric_limits<T>::lowest();
-  case ReduceOp::Min:
-    return std::numeric_limits<T>::has_infinity
-               ? std::numeric_limits<T>::infinity()
-               : std::numeric_limits<T>::max();
-  case ReduceOp::Sum:
-  case ReduceOp::Avg:
-    return T(0);
-  }
-  return T(0);
-}
-
-template <typename T> void combine(T &acc, T v, ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Sum:
-  case ReduceOp::Avg:
-    acc += v;
-    return;
-  case ReduceOp::Prod:
-    acc *= v;
-    return;
-  case ReduceOp::Max:
-    // NaN propagates, as in the collectives.
-    acc = (v > acc || v != v) ? v : acc;
-    return;
-  case ReduceOp::Min:
-    acc = (v < acc || v != v) ? v : acc;
-    return;
-  }
-}
 
 struct Member {
   int64_t index;               // in the group
@@ -257,7 +220,7 @@ Status exchangeTyped(Communicator &comm, const T *in, T *out, DType type,
     terms *= mesh[a];
   int64_t outCount = product(myTarget.shape);
   if (reduceOp)
-    std::fill(out, out + outCount, identity<T>(*reduceOp));
+    std::fill(out, out + outCount, reduceIdentity<T>(*reduceOp));
   size_t pos = 0;
   int64_t written = 0;
   for (const Member &m : members) {
@@ -265,7 +228,7 @@ Status exchangeTyped(Communicator &comm, const T *in, T *out, DType type,
       continue;
     forEachOffset(myTarget.shape, recvPos[m.index], [&](int64_t off) {
       if (reduceOp)
-        combine(out[off], recv[pos], *reduceOp);
+        reduceInto(out[off], recv[pos], *reduceOp);
       else
         out[off] = recv[pos];
       ++pos;

@@ -32,6 +32,7 @@
 #define SHARDX_LAYOUT_LAYOUT_H
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +42,46 @@ namespace shardx {
 
 /// The reduction a Partial placement is waiting for.
 enum class ReduceOp : uint8_t { Sum, Avg, Max, Min, Prod };
+
+/// The identity of `op` on elements of type T (avg sums, then divides).
+template <typename T> T reduceIdentity(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Prod:
+    return T(1);
+  case ReduceOp::Max:
+    return std::numeric_limits<T>::has_infinity
+               ? -std::numeric_limits<T>::infinity()
+               : std::numeric_limits<T>::lowest();
+  case ReduceOp::Min:
+    return std::numeric_limits<T>::has_infinity
+               ? std::numeric_limits<T>::infinity()
+               : std::numeric_limits<T>::max();
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    break;
+  }
+  return T(0);
+}
+
+/// `acc = acc op v` (avg sums; the caller divides). Max and min propagate
+/// NaN, as the collectives do.
+template <typename T> void reduceInto(T &acc, T v, ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    acc += v;
+    return;
+  case ReduceOp::Prod:
+    acc *= v;
+    return;
+  case ReduceOp::Max:
+    acc = (v > acc || v != v) ? v : acc;
+    return;
+  case ReduceOp::Min:
+    acc = (v < acc || v != v) ? v : acc;
+    return;
+  }
+}
 
 /// "sum", "avg", "max", "min", "prod".
 const char *stringifyReduceOp(ReduceOp op);
