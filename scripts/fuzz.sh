@@ -7,7 +7,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [layout|spmd]...
 #
-# Environment: FUZZ_FORKS (parallel fuzzing jobs per target, default 1),
+# Environment: FUZZ_SEED (libFuzzer's -seed; default 0: a random one),
+# FUZZ_FORKS (parallel fuzzing jobs per target, default 1),
 # FUZZ_TIMEOUT (seconds per input, default 10), SHARDX_FUZZ_BUILD,
 # SHARDX_FUZZ_SANITIZERS (address; address,undefined adds UBSan).
 # The corpus grows in build-fuzz/corpus/<target>; crash-, timeout- and oom-
@@ -21,6 +22,7 @@ targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=(layout spmd)
 forks="${FUZZ_FORKS:-1}"
 timeout="${FUZZ_TIMEOUT:-10}"
+seed="${FUZZ_SEED:-0}"
 
 build_shardx_fuzz
 export ASAN_SYMBOLIZER_PATH="$LLVM_PREFIX/bin/llvm-symbolizer"
@@ -42,7 +44,7 @@ for target in "${targets[@]}"; do
   log "fuzzing shardx-fuzz-$target for ${seconds}s ($forks job(s), log: $logfile)"
   set +e
   "$SHARDX_FUZZ_BUILD/bin/shardx-fuzz-$target" "$corpus" \
-    -fork="$forks" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+    -fork="$forks" -seed="$seed" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=4096 \
     -dict="$SHARDX_ROOT/fuzz/shardx.dict" \
     -artifact_prefix="$artifacts/" >"$logfile" 2>&1

@@ -38,13 +38,14 @@ if [ "$pystatus" -ne 0 ]; then
   [ "$(pycount failed)$(pycount error)" != "00" ] || failed=$(( failed + 1 ))
 fi
 # A bounded coverage-guided fuzzing run (libFuzzer, ASan; docs/Testing.md):
-# SHARDX_FUZZ_SECONDS (default 60) per target, no crash, hang or OOM.
+# SHARDX_FUZZ_SECONDS (default 60) per target from seed FUZZ_SEED (default
+# 1), no crash, hang or OOM.
 # SHARDX_FUZZ_SECONDS=0 leaves it out.
 fuzz_seconds="${SHARDX_FUZZ_SECONDS:-60}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   log "fuzzing each target for ${fuzz_seconds}s"
   set +e
-  bash "$SHARDX_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
+  FUZZ_SEED="${FUZZ_SEED:-1}" bash "$SHARDX_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
   fuzzstatus=$?
   set -e
   if [ "$fuzzstatus" -eq 0 ]; then

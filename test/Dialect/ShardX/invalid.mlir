@@ -639,3 +639,14 @@ func.func @f(%x: tensor<8xf32>) {
   %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@other, [R]> to #shardx.layout<@mesh, [R]> shape = [8] : tensor<8xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+// Tests that an exchange needs a mesh the planner plans on (its local types
+// come from every rank's shard; found by fuzzing, 1024x1024 took seconds).
+shardx.mesh @mesh(shape = 1024x1024)
+func.func @f(%x: tensor<?x3xf32>) {
+  // expected-error @+1 {{needs a mesh of at most 65536 devices, the most the planner enumerates}}
+  %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, S(0)]> shape = [5, 3] : tensor<?x3xf32> -> tensor<?x3xf32>
+  return
+}

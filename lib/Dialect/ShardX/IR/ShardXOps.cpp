@@ -5,11 +5,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Planner/Planner.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
@@ -57,20 +59,37 @@ RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
                                             const ::shardx::Layout &layout,
                                             ArrayRef<int64_t> meshShape) {
   std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  std::vector<int64_t> shape(global.getShape().begin(),
-                             global.getShape().end());
-  SmallVector<int64_t> local;
-  bool first = true;
-  for (const auto &coords : ::shardx::allMeshCoords(mesh)) {
-    std::vector<int64_t> s = layout.getLocalShard(mesh, shape, coords).shape;
-    if (first) {
-      local.assign(s.begin(), s.end());
-      first = false;
-      continue;
+  SmallVector<int64_t> local(global.getShape());
+  // A dim's local size depends only on the coordinates of the axes that
+  // split it: enumerate those (the others at 0), one dim at a time, and
+  // stop at the first size that differs.
+  std::vector<::shardx::Interval> runs;
+  for (const ::shardx::DimSharding &ds : layout.getDims()) {
+    std::vector<int64_t> coords(mesh.size(), 0);
+    std::optional<int64_t> size;
+    while (true) {
+      runs.clear();
+      layout.appendLocalRuns(mesh, ds.dim, global.getDimSize(ds.dim), coords,
+                             runs);
+      int64_t n = 0;
+      for (const ::shardx::Interval &run : runs)
+        n += run.size;
+      if (size && *size != n) {
+        local[ds.dim] = ShapedType::kDynamic;
+        break;
+      }
+      size = n;
+      local[ds.dim] = n;
+      // The next coordinates of the split axes, minor axis first.
+      size_t i = ds.splits.size();
+      while (i > 0 && ++coords[ds.splits[i - 1].axis] ==
+                          mesh[ds.splits[i - 1].axis]) {
+        coords[ds.splits[i - 1].axis] = 0;
+        --i;
+      }
+      if (i == 0)
+        break;
     }
-    for (size_t d = 0; d < s.size(); ++d)
-      if (local[d] != s[d])
-        local[d] = ShapedType::kDynamic;
   }
   return RankedTensorType::get(local, global.getElementType());
 }
@@ -486,6 +505,15 @@ LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &st) {
     return failure();
   MeshOp mesh = lookupMesh(*this, getMeshAttr(), &st);
   ArrayRef<int64_t> meshShape = mesh.getShape();
+  // The local types come from every rank's shard; an exchange exists only
+  // on meshes the planner plans on (a fuzzed 1024x1024 mesh took seconds).
+  int64_t devices = 1;
+  for (int64_t size : meshShape)
+    if (llvm::MulOverflow(devices, size, devices) ||
+        devices > ::shardx::kMaxPlannerDevices)
+      return emitOpError("needs a mesh of at most ")
+             << ::shardx::kMaxPlannerDevices
+             << " devices, the most the planner enumerates";
   ::shardx::Layout source = getSource().getLayout(),
                    target = getTarget().getLayout();
   if (in != getLocalType(global, source, meshShape))
