@@ -259,15 +259,10 @@ def main(argv=None) -> int:
             totals.update(c)
         print_table(log, f"pairs ({args.backend}):", rows, totals)
         summary_line(log, "pairs", totals)
-        via = sum(1 for p in pairs if "via" in p.extra)
-        if via:
-            log(f"({via} pairs whose target is Partial with different ops on several axes, which "
-                f"shardx-run cannot assemble, were checked as src -> dst -> R)")
         classes = classify(pairs)
         report["pairs"] = {
             "per_mesh": {k: {o: v[o] for o in ["generated", *OUTCOMES]} for k, v in rows.items()},
             "total": {o: totals[o] for o in ["generated", *OUTCOMES]},
-            "checked_through_replicated": via,
             "per_family": {f: dict(Counter(p.outcome for p in pairs if p.family == f))
                            for f in sorted({p.family for p in pairs})},
             "classes": classes}

@@ -78,15 +78,13 @@ def batch_module(pairs: Sequence[Pair], form: str = "mixed") -> Tuple[str, Dict[
     lines.append("  ) -> (")
     for i, p in enumerate(pairs):
         sep = "," if i + 1 < len(pairs) else ""
-        result = p.extra.get("via", p.dst_spelling.text())
         lines.append(f"    {tensor_text(p.shape, p.dtype)} "
-                     f"{{shardx.layout = {layout_attr(result)}}}{sep}")
+                     f"{{shardx.layout = {layout_attr(p.dst_spelling.text())}}}{sep}")
         line_of[len(lines)] = i
     lines.append("  ) {")
     names = []
     for i, p in enumerate(pairs):
-        if form == "redistribute" or (form == "mixed" and uses_redistribute(p)) \
-                or "via" in p.extra:
+        if form == "redistribute" or (form == "mixed" and uses_redistribute(p)):
             lines.append(f"  %r{i} = shardx.redistribute %a{i} : {tensor_text(p.shape, p.dtype)} "
                          f"from {layout_attr(p.src_spelling.text())} "
                          f"to {layout_attr(p.dst_spelling.text())}")
@@ -279,7 +277,7 @@ def classify_batch(pairs: Sequence[Pair], line_of: Dict[int, int],
             continue
         i = int(m.group(1))
         p = pairs[i]
-        want = layout_attr(p.extra.get("via", p.dst.text()))
+        want = layout_attr(p.dst.text())
         if m.group(2) != want:
             p.extra["layout_text"] = f"shardx-run prints {m.group(2)}; the sweep's model says {want}"
         if m.group(6) == "ok":
@@ -318,44 +316,15 @@ class PairSweep:
         self._lock = threading.Lock()
         self._last_log = 0.0
 
-    def oracle_assembles_mixed_partials(self, mesh: Tuple[int, ...]) -> bool:
-        """Probe: can shardx-run assemble a result that is Partial with
-        different ops on two axes? (On a 1-axis mesh there is none.)"""
-        if len(mesh) < 2:
-            return True
-        ps = "[P(sum), P(max)" + ", R" * (len(mesh) - 2) + "]"
-        text = (f"shardx.mesh @mesh(shape = {mesh_text(mesh)})\n"
-                f"func.func @probe(%a: tensor<4xf32> {{shardx.layout = {layout_attr(ps)}}})\n"
-                f"    -> (tensor<4xf32> {{shardx.layout = {layout_attr(ps)}}}) {{\n"
-                f"  return %a : tensor<4xf32>\n}}\n")
-        ranks = 1
-        for n in mesh:
-            ranks *= n
-        # The oracle is the same on every backend: ask on threads (cheaper).
-        backend = self.runner.backend
-        self.runner.backend = "threads"
-        try:
-            res = self.runner.run(text, ranks)
-        finally:
-            self.runner.backend = backend
-        return "different Partial ops" not in res.stderr
-
     def run_pairs(self, pairs: List[Pair]) -> None:
         """Sets ``outcome`` and ``detail`` of every pair."""
         groups: Dict[Tuple, List[Pair]] = {}
         for p in pairs:
             groups.setdefault((p.mesh, p.dtype), []).append(p)
         batches = []
-        for (mesh, _), group in groups.items():
-            mixed_ok = self.oracle_assembles_mixed_partials(mesh)
-            runnable = group
-            for p in group:
-                if not mixed_ok and len(p.dst.partial_ops()) > 1:
-                    # shardx-run cannot assemble such a result: check
-                    # src -> dst -> R (a second reshard to replicated).
-                    p.extra["via"] = "[" + ", ".join(["R"] * len(mesh)) + "]"
-            for start in range(0, len(runnable), self.batch):
-                batches.append(runnable[start:start + self.batch])
+        for group in groups.values():
+            for start in range(0, len(group), self.batch):
+                batches.append(group[start:start + self.batch])
         self.total = sum(len(b) for b in batches)
         self.done = 0
         self._last_log = time.monotonic()
