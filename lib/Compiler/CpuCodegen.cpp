@@ -15,6 +15,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "shardx/Layout/Layout.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -116,63 +117,6 @@ llvm::json::Object describeValue(Type type, Type global, Attribute layout) {
   if (auto l = dyn_cast_or_null<mlir::shardx::LayoutAttr>(layout))
     obj["layout"] = layoutJson(l);
   return obj;
-}
-
-/// Replaces memref linalg.matmul / batch_matmul on f32/f64 with the default
-/// indexing maps by calls to the runtime's OpenBLAS kernels.
-LogicalResult matmulsToRuntimeCalls(ModuleOp module) {
-  OpBuilder builder(module.getContext());
-  SmallVector<linalg::LinalgOp> ops;
-  module.walk([&](linalg::LinalgOp op) {
-    if (!isa<linalg::MatmulOp, linalg::BatchMatmulOp>(op.getOperation()) ||
-        !op.hasPureBufferSemantics())
-      return;
-    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
-    if (!elt.isF32() && !elt.isF64())
-      return;
-    for (Value v : op->getOperands())
-      if (getElementTypeOrSelf(v.getType()) != elt)
-        return;
-    SmallVector<AffineMap> defaults;
-    if (auto mm = dyn_cast<linalg::MatmulOp>(op.getOperation())) {
-      if (mm.getIndexingMapsArray() !=
-          linalg::MatmulOp::getDefaultIndexingMaps(module.getContext()))
-        return;
-    } else if (auto bmm = dyn_cast<linalg::BatchMatmulOp>(op.getOperation())) {
-      if (bmm.getIndexingMapsArray() !=
-          linalg::BatchMatmulOp::getDefaultIndexingMaps(module.getContext()))
-        return;
-    }
-    ops.push_back(op);
-  });
-  for (linalg::LinalgOp op : ops) {
-    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
-    int64_t rank = cast<MemRefType>(op->getOperand(0).getType()).getRank();
-    std::string name = std::string(rank == 2 ? "shardx_rt_matmul_"
-                                             : "shardx_rt_batch_matmul_") +
-                       (elt.isF32() ? "f32" : "f64");
-    SmallVector<int64_t> dyn(rank, ShapedType::kDynamic);
-    auto layout = StridedLayoutAttr::get(module.getContext(),
-                                         ShapedType::kDynamic, dyn);
-    auto argType = MemRefType::get(dyn, elt, layout);
-    auto fnType = builder.getFunctionType({argType, argType, argType}, {});
-    auto callee = module.lookupSymbol<func::FuncOp>(name);
-    if (!callee) {
-      builder.setInsertionPointToStart(module.getBody());
-      callee = func::FuncOp::create(builder, module.getLoc(), name, fnType);
-      callee.setPrivate();
-      callee->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
-                      builder.getUnitAttr());
-    }
-    builder.setInsertionPoint(op);
-    SmallVector<Value> args;
-    for (Value v : op->getOperands())
-      args.push_back(
-          memref::CastOp::create(builder, op.getLoc(), argType, v));
-    func::CallOp::create(builder, op.getLoc(), callee, args);
-    op->erase();
-  }
-  return success();
 }
 
 /// Runs `pipeline` (passes on the module, without the builtin.module anchor).
@@ -358,25 +302,36 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
 LogicalResult mlir::shardx::compileModule(ModuleOp module,
                                           const CompileOptions &options) {
   std::string info = describeProgram(module);
-  // Entry points get C wrappers taking pointers to memref descriptors.
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (!fn.isPrivate() && !fn.isExternal())
-      fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
-                  UnitAttr::get(module.getContext()));
+  // Entry points get C wrappers taking pointers to memref descriptors, and
+  // read-only arguments: launchers pass the caller's buffers in place, and
+  // bufferization copies an argument before the program writes to it.
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isPrivate() || fn.isExternal())
+      continue;
+    fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                UnitAttr::get(module.getContext()));
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      if (isa<TensorType>(fn.getArgument(i).getType()))
+        fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
+                      BoolAttr::get(module.getContext(), false));
+  }
 
   if (failed(lowerCollectivesToRuntimeCalls(module)))
     return failure();
   // Mesh declarations are compile-time information only.
   for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
     mesh.erase();
+  if (failed(runPipeline(module, "func.func(convert-elementwise-to-linalg),"
+                                 "canonicalize,cse")) ||
+      failed(fuseTensorOps(module)))
+    return failure();
   if (failed(runPipeline(module,
-                         "func.func(convert-elementwise-to-linalg),"
                          "canonicalize,cse,one-shot-bufferize{"
                          "bufferize-function-boundaries "
                          "function-boundary-type-conversion=identity-layout-"
                          "map},canonicalize,cse")))
     return failure();
-  if (options.blas && failed(matmulsToRuntimeCalls(module)))
+  if (options.blas && failed(contractionsToBlasCalls(module)))
     return failure();
   if (failed(runPipeline(
           module,

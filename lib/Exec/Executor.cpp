@@ -260,9 +260,11 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
   void *fn = dlsym(handle, ("shardx_entry_" + entry.name).c_str());
   if (!fn)
     return Status::error("artifact has no entry point " + entry.name);
-  // Inputs: private copies (the program may reuse their buffers).
-  std::vector<std::vector<char>> buffers;
+  // Inputs are passed in place: the compiler marks every entry argument
+  // read-only, so the program never writes them (it copies first if it must).
   std::vector<std::vector<int64_t>> descs;
+  std::set<int64_t> inputPtrs;
+  static char emptyBuffer[1];
   for (size_t i = 0; i < localInputs.size(); ++i) {
     const HostTensor &t = localInputs[i];
     const TensorSpec &spec = entry.inputs[i];
@@ -272,10 +274,10 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
     if (!shapeOk)
       return Status::error("input " + std::to_string(i) + " of " + entry.name +
                            " has the wrong local shape");
-    buffers.push_back(t.data);
-    buffers.back().resize(std::max<size_t>(t.data.size(), 1));
     std::vector<int64_t> d;
-    auto ptr = reinterpret_cast<int64_t>(buffers.back().data());
+    auto ptr = reinterpret_cast<int64_t>(
+        t.data.empty() ? emptyBuffer : const_cast<char *>(t.data.data()));
+    inputPtrs.insert(ptr);
     d.push_back(ptr);
     d.push_back(ptr);
     d.push_back(0);
@@ -306,9 +308,7 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
   if (rc != 0)
     return Status::error(error);
   localOutputs.clear();
-  std::set<int64_t> inputPtrs, freed;
-  for (auto &b : buffers)
-    inputPtrs.insert(reinterpret_cast<int64_t>(b.data()));
+  std::set<int64_t> freed;
   size_t w = 0;
   for (const TensorSpec &o : entry.outputs) {
     size_t r = o.shape.size();
@@ -324,16 +324,27 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
     size_t es = t.elementSize();
     t.data.resize(t.numElements() * es);
     const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
-    std::vector<int64_t> i(r, 0);
-    for (int64_t n = 0; n < t.numElements(); ++n) {
-      int64_t off = 0;
-      for (size_t k = 0; k < r; ++k)
-        off += i[k] * strides[k];
-      std::memcpy(t.data.data() + n * es, base + off * es, es);
-      for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
-        if (++i[k] < t.shape[k])
-          break;
-        i[k] = 0;
+    bool contiguous = true;
+    for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
+      if (t.shape[k] != 1 && strides[k] != expect)
+        contiguous = false;
+      expect *= t.shape[k];
+    }
+    if (contiguous) {
+      if (!t.data.empty())
+        std::memcpy(t.data.data(), base, t.data.size());
+    } else {
+      std::vector<int64_t> i(r, 0);
+      for (int64_t n = 0; n < t.numElements(); ++n) {
+        int64_t off = 0;
+        for (size_t k = 0; k < r; ++k)
+          off += i[k] * strides[k];
+        std::memcpy(t.data.data() + n * es, base + off * es, es);
+        for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+          if (++i[k] < t.shape[k])
+            break;
+          i[k] = 0;
+        }
       }
     }
     // Freed once all outputs are copied: results may share a buffer (a

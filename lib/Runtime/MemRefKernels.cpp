@@ -55,23 +55,37 @@ const T *blasView(const MemRef<T, N> *m, int64_t batchOffset, int32_t &trans,
 }
 
 int gemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
-         const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-         int64_t ldc) {
-  return shardx_rt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+         float *c, int64_t ldc) {
+  return shardx_rt_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 int gemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
-         const double *a, int64_t lda, const double *b, int64_t ldb, double *c,
-         int64_t ldc) {
-  return shardx_rt_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, ldc);
+         const double *a, int64_t lda, const double *b, int64_t ldb,
+         double beta, double *c, int64_t ldc) {
+  return shardx_rt_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-/// C += A * B over the batch dims (N = 2: none; N = 3: one).
+/// C = A * B (+ C when `accumulate`) over the batch dims (N = 2: none;
+/// N = 3: one). Without `accumulate` C is not read: the compiler folded a
+/// zero fill of C into this call.
 template <typename T, int N>
-void matmul(MemRef<T, N> *a, MemRef<T, N> *b, MemRef<T, N> *c) {
+void matmul(MemRef<T, N> *a, MemRef<T, N> *b, MemRef<T, N> *c,
+            int32_t accumulate) {
   int64_t batch = N == 3 ? c->sizes[0] : 1;
   int64_t m = c->sizes[N - 2], n = c->sizes[N - 1], k = a->sizes[N - 1];
-  if (m == 0 || n == 0 || k == 0)
+  if (m == 0 || n == 0)
     return;
+  T beta = accumulate ? T(1) : T(0);
+  if (k == 0) {
+    // No terms: C keeps its value or becomes zero.
+    if (!accumulate)
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t s = 0; s < n; ++s)
+            c->aligned[c->offset + (N == 3 ? i * c->strides[0] : 0) +
+                       r * c->strides[N - 2] + s * c->strides[N - 1]] = T(0);
+    return;
+  }
   std::vector<T> sa, sb, sc;
   for (int64_t i = 0; i < batch; ++i) {
     int64_t offA = N == 3 ? i * a->strides[0] : 0;
@@ -83,16 +97,23 @@ void matmul(MemRef<T, N> *a, MemRef<T, N> *b, MemRef<T, N> *c) {
     const T *pb = blasView(b, offB, tb, ldb, sb);
     T *pc = c->aligned + c->offset + offC;
     if (c->strides[N - 1] == 1 && c->strides[N - 2] >= n) {
-      gemm(ta, tb, m, n, k, pa, lda, pb, ldb, pc, c->strides[N - 2]);
+      gemm(ta, tb, m, n, k, pa, lda, pb, ldb, beta, pc, c->strides[N - 2]);
       continue;
     }
-    // A strided output: accumulate into a packed copy.
-    const T *pcv = blasView(c, offC, tc, ldc, sc);
-    std::vector<T> packed(static_cast<size_t>(m * n));
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t s = 0; s < n; ++s)
-        packed[r * n + s] = tc ? pcv[s * ldc + r] : pcv[r * ldc + s];
-    gemm(ta, tb, m, n, k, pa, lda, pb, ldb, packed.data(), n);
+    if (c->strides[N - 2] == 1 && c->strides[N - 1] >= m) {
+      // A column-major C: compute C^T = B^T A^T in place.
+      gemm(!tb, !ta, n, m, k, pb, ldb, pa, lda, beta, pc, c->strides[N - 1]);
+      continue;
+    }
+    // A strided output: compute into a packed copy.
+    std::vector<T> packed(static_cast<size_t>(m * n), T(0));
+    if (accumulate) {
+      const T *pcv = blasView(c, offC, tc, ldc, sc);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t s = 0; s < n; ++s)
+          packed[r * n + s] = tc ? pcv[s * ldc + r] : pcv[r * ldc + s];
+    }
+    gemm(ta, tb, m, n, k, pa, lda, pb, ldb, beta, packed.data(), n);
     for (int64_t r = 0; r < m; ++r)
       for (int64_t s = 0; s < n; ++s)
         pc[r * c->strides[N - 2] + s * c->strides[N - 1]] = packed[r * n + s];
@@ -138,29 +159,32 @@ void memrefCopy(int64_t elemSize, UnrankedMemRef *src, UnrankedMemRef *dst) {
   const int64_t *srcStrides = sizes + src->rank;
   const int64_t *dstStrides =
       reinterpret_cast<const int64_t *>(d + 1) + dst->rank;
-  copyStrided(elemSize, src->rank, sizes,
-              s->aligned + s->offset * elemSize, srcStrides,
-              d->aligned + d->offset * elemSize, dstStrides);
+  copyStrided(elemSize, src->rank, sizes, s->aligned + s->offset * elemSize,
+              srcStrides, d->aligned + d->offset * elemSize, dstStrides);
 }
 
 void _mlir_ciface_shardx_rt_matmul_f32(MemRef<float, 2> *a, MemRef<float, 2> *b,
-                                       MemRef<float, 2> *c) {
-  matmul(a, b, c);
+                                       MemRef<float, 2> *c,
+                                       int32_t accumulate) {
+  matmul(a, b, c, accumulate);
 }
 void _mlir_ciface_shardx_rt_matmul_f64(MemRef<double, 2> *a,
                                        MemRef<double, 2> *b,
-                                       MemRef<double, 2> *c) {
-  matmul(a, b, c);
+                                       MemRef<double, 2> *c,
+                                       int32_t accumulate) {
+  matmul(a, b, c, accumulate);
 }
 void _mlir_ciface_shardx_rt_batch_matmul_f32(MemRef<float, 3> *a,
                                              MemRef<float, 3> *b,
-                                             MemRef<float, 3> *c) {
-  matmul(a, b, c);
+                                             MemRef<float, 3> *c,
+                                             int32_t accumulate) {
+  matmul(a, b, c, accumulate);
 }
 void _mlir_ciface_shardx_rt_batch_matmul_f64(MemRef<double, 3> *a,
                                              MemRef<double, 3> *b,
-                                             MemRef<double, 3> *c) {
-  matmul(a, b, c);
+                                             MemRef<double, 3> *c,
+                                             int32_t accumulate) {
+  matmul(a, b, c, accumulate);
 }
 
 } // extern "C"

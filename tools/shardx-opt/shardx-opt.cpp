@@ -4,15 +4,25 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Compiler/Compiler.h"
 #include "shardx/InitAll.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/InitAllPasses.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::shardx::registerAllShardXDialects(registry);
+  // Bufferization and lowering models of upstream dialects (back-end tests).
+  mlir::registerAllDialects(registry);
+  mlir::registerAllExtensions(registry);
   mlir::shardx::registerShardXPasses();
+  mlir::shardx::registerCompilerPasses();
+  // Upstream passes too, so that back-end pipelines can be tested piecewise.
+  mlir::registerAllPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "ShardX optimizer driver\n", registry));
 }

@@ -55,6 +55,20 @@ LogicalResult stripToGlobalProgram(ModuleOp module);
 /// with reshapes/transposes around a flat runtime collective call.
 LogicalResult lowerCollectivesToRuntimeCalls(ModuleOp module);
 
+/// Before bufferization: folds transposes into the ops that read them (GEMM
+/// operands become transposed views) and into contractions' results, and
+/// fuses elementwise chains into one loop nest (`shardx-fuse-tensor-ops`).
+LogicalResult fuseTensorOps(ModuleOp module);
+
+/// After bufferization: replaces every (batched) GEMM contraction on f32/f64
+/// buffers, up to permutations of its operands and result, by a runtime
+/// OpenBLAS call; a zero fill of the result right before it becomes beta = 0
+/// (`shardx-contractions-to-blas`).
+LogicalResult contractionsToBlasCalls(ModuleOp module);
+
+/// Registers the CPU back end's passes with the pass registry.
+void registerCompilerPasses();
+
 /// Returns the JSON program description embedded in artifacts (entry points,
 /// argument and result types, layouts, mesh) for `module` before lowering.
 std::string describeProgram(ModuleOp module);

@@ -1,0 +1,357 @@
+//===- CpuOptimize.cpp - Fusion and BLAS contractions for the CPU target --===//
+//
+// Part of ShardX.
+//
+// Two rewrites around bufferization:
+//
+// - On tensors (`shardx-fuse-tensor-ops`): transposes and broadcasts become
+//   generics and are folded into the ops that read them (a GEMM operand
+//   becomes a transposed view, not a copy); a transpose of a contraction's
+//   result becomes the contraction writing the transposed result; chains of
+//   elementwise ops fuse into one loop nest.
+// - On buffers (`shardx-contractions-to-blas`): every contraction that
+//   is a (batched) GEMM up to operand and result permutations becomes one
+//   runtime call on OpenBLAS, with transposed operands passed as views (BLAS
+//   transpose flags) and a zero fill of the result folded into beta = 0.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "shardx-cpu-optimize"
+
+using namespace mlir;
+
+namespace {
+
+/// A generic that only moves elements: one input, one init, all loops
+/// parallel, the body yields the input element, the input map a projected
+/// permutation (a transpose, a broadcast or a copy) and the output map a
+/// permutation.
+bool isDataMovement(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
+      op.getNumReductionLoops() != 0)
+    return false;
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  if (yield.getNumOperands() != 1 ||
+      yield.getOperand(0) != op.getBody()->getArgument(0))
+    return false;
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  return maps[0].isProjectedPermutation() && maps[1].isPermutation();
+}
+
+/// A transpose: data movement whose input map is a permutation.
+bool isTranspose(linalg::GenericOp op) {
+  return isDataMovement(op) && op.getIndexingMapsArray()[0].isPermutation();
+}
+
+/// A (batched) GEMM up to permutations of its operands and result: a
+/// contraction with one batch, m, n and k dim at most, each operand map a
+/// permutation of the dims it uses, one element type.
+struct Gemm {
+  linalg::ContractionDimensions dims;
+};
+
+std::optional<Gemm> matchGemm(linalg::LinalgOp op) {
+  if (op->getNumResults() > 1 || op.getNumDpsInputs() != 2 ||
+      op.getNumDpsInits() != 1 || !linalg::isaContractionOpInterface(op))
+    return std::nullopt;
+  FailureOr<linalg::ContractionDimensions> dims =
+      linalg::inferContractionDims(op);
+  if (failed(dims) || dims->batch.size() > 1 || dims->m.size() != 1 ||
+      dims->n.size() != 1 || dims->k.size() != 1)
+    return std::nullopt;
+  Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+  for (Value v : op->getOperands())
+    if (getElementTypeOrSelf(v.getType()) != elt)
+      return std::nullopt;
+  // Every loop is one of the four kinds and each operand reads exactly its
+  // own dims (no diagonals, no broadcasts).
+  unsigned expected = dims->batch.size() + 3;
+  if (op.getNumLoops() != expected)
+    return std::nullopt;
+  for (AffineMap map : op.getIndexingMapsArray())
+    if (!map.isProjectedPermutation() ||
+        map.getNumResults() != dims->batch.size() + 2)
+      return std::nullopt;
+  return Gemm{*dims};
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-level rewrites
+//===----------------------------------------------------------------------===//
+
+/// transpose(contraction(a, b) into fill(c, 0)) -> contraction writing the
+/// transposed result: C^T is computed in place of C and a copy.
+///
+///   %c = linalg.generic {maps = [A, B, (m, n, k) -> (m, n)]} ... -> 64x32
+///   %t = linalg.generic {transpose (i, j) -> (j, i)} ins(%c) -> 32x64
+/// becomes
+///   %t = linalg.generic {maps = [A, B, (m, n, k) -> (n, m)]} ... -> 32x64
+struct FoldTransposeOfResult : OpRewritePattern<linalg::GenericOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(linalg::GenericOp transpose,
+                                PatternRewriter &rewriter) const override {
+    if (!isTranspose(transpose) || !transpose.hasPureTensorSemantics())
+      return failure();
+    auto producer =
+        transpose.getDpsInputs()[0].getDefiningOp<linalg::GenericOp>();
+    if (!producer || producer->getNumResults() != 1 ||
+        !producer->getResult(0).hasOneUse() || !matchGemm(producer))
+      return failure();
+    // Only a fresh zero-filled accumulator can be permuted for free.
+    auto fill = producer.getDpsInits()[0].getDefiningOp<linalg::FillOp>();
+    if (!fill || !fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
+      return failure();
+    SmallVector<AffineMap> tmaps = transpose.getIndexingMapsArray();
+    // out[j] = in[p(j)] with p = in-map o out-map^-1; the producer's result
+    // index r goes to j = p^-1(r).
+    AffineMap p = tmaps[0].compose(inversePermutation(tmaps[1]));
+    AffineMap pInv = inversePermutation(p);
+    SmallVector<AffineMap> maps = producer.getIndexingMapsArray();
+    maps.back() = pInv.compose(maps.back());
+    Location loc = producer.getLoc();
+    auto resultType = cast<RankedTensorType>(transpose.getResult(0).getType());
+    auto empty = tensor::EmptyOp::create(rewriter, loc, resultType.getShape(),
+                                         resultType.getElementType());
+    Value init = linalg::FillOp::create(rewriter, loc, fill.getInputs()[0],
+                                        empty.getResult())
+                     .getResult(0);
+    auto fused = linalg::GenericOp::create(
+        rewriter, loc, TypeRange{resultType}, producer.getDpsInputs(),
+        ValueRange{init}, maps, producer.getIteratorTypesArray());
+    rewriter.inlineRegionBefore(producer.getRegion(), fused.getRegion(),
+                                fused.getRegion().begin());
+    rewriter.replaceOp(transpose, fused.getResults());
+    rewriter.eraseOp(producer);
+    return success();
+  }
+};
+
+/// Named ops that read or move data through indexing maps become generics,
+/// so that fusion sees them: transposes, broadcasts and the matmul family.
+LogicalResult generalizeForFusion(ModuleOp module) {
+  IRRewriter rewriter(module.getContext());
+  SmallVector<linalg::LinalgOp> ops;
+  module.walk([&](linalg::LinalgOp op) {
+    if (isa<linalg::TransposeOp, linalg::BroadcastOp, linalg::MatmulOp,
+            linalg::BatchMatmulOp>(op.getOperation()) &&
+        op.hasPureTensorSemantics())
+      ops.push_back(op);
+  });
+  for (linalg::LinalgOp op : ops) {
+    rewriter.setInsertionPoint(op);
+    if (failed(linalg::generalizeNamedOp(rewriter, op)))
+      return op->emitError("cannot generalize for fusion");
+  }
+  return success();
+}
+
+/// Whether fusing the producer of `operand` into its consumer is worth it:
+/// a transpose always (it becomes an indexing map, a GEMM operand a view);
+/// other elementwise producers with one use, except into a GEMM (which must
+/// stay a pure multiply-add to become a BLAS call).
+bool shouldFuse(OpOperand *operand) {
+  auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
+  auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
+  if (!producer || !consumer)
+    return false;
+  bool gemm = matchGemm(consumer).has_value();
+  if (isTranspose(producer))
+    return true;
+  if (gemm)
+    return false;
+  if (isDataMovement(producer))
+    return true;
+  return producer->hasOneUse();
+}
+
+//===----------------------------------------------------------------------===//
+// Buffer-level rewrite
+//===----------------------------------------------------------------------===//
+
+/// The zero fill of `buffer` right before `op` (with no memory access in
+/// between), if any.
+linalg::FillOp zeroFillBefore(Operation *op, Value buffer) {
+  for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode()) {
+    if (auto fill = dyn_cast<linalg::FillOp>(prev)) {
+      if (fill.getOutputs()[0] != buffer)
+        return nullptr;
+      Attribute value;
+      if (!matchPattern(fill.getInputs()[0], m_Constant(&value)))
+        return nullptr;
+      if (auto f = dyn_cast<FloatAttr>(value);
+          f && f.getValue().isZero() && !f.getValue().isNegative())
+        return fill;
+      return nullptr;
+    }
+    if (!isMemoryEffectFree(prev))
+      return nullptr;
+  }
+  return nullptr;
+}
+
+/// A view of `buffer` (read through `map`) with its dims in `order` (loop
+/// dims), as memref.transpose.
+Value permutedView(OpBuilder &b, Location loc, Value buffer, AffineMap map,
+                   ArrayRef<unsigned> order) {
+  SmallVector<unsigned> perm;
+  for (unsigned loop : order)
+    for (unsigned i = 0; i < map.getNumResults(); ++i)
+      if (map.getDimPosition(i) == loop)
+        perm.push_back(i);
+  auto permMap = AffineMap::getPermutationMap(perm, b.getContext());
+  if (permMap.isIdentity())
+    return buffer;
+  return memref::TransposeOp::create(b, loc, buffer,
+                                     AffineMapAttr::get(permMap));
+}
+
+} // namespace
+
+LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
+  if (failed(generalizeForFusion(module)))
+    return failure();
+  MLIRContext *ctx = module.getContext();
+  // Transposed GEMM results first: fusion would otherwise fold the transpose
+  // into its consumer, which then reads the result with a stride.
+  RewritePatternSet transposes(ctx);
+  transposes.add<FoldTransposeOfResult>(ctx);
+  if (failed(applyPatternsGreedily(module, std::move(transposes))))
+    return module.emitError("folding transposes did not converge");
+  RewritePatternSet patterns(ctx);
+  linalg::populateElementwiseOpsFusionPatterns(patterns, shouldFuse);
+  linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+  linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
+  linalg::FillOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::EmptyOp::getCanonicalizationPatterns(patterns, ctx);
+  if (failed(applyPatternsGreedily(module, std::move(patterns))))
+    return module.emitError("tensor fusion did not converge");
+  return success();
+}
+
+LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  OpBuilder builder(ctx);
+  SmallVector<linalg::LinalgOp> ops;
+  module.walk([&](linalg::LinalgOp op) {
+    if (!op.hasPureBufferSemantics())
+      return;
+    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+    if ((elt.isF32() || elt.isF64()) && matchGemm(op))
+      ops.push_back(op);
+  });
+  for (linalg::LinalgOp op : ops) {
+    linalg::ContractionDimensions dims = matchGemm(op)->dims;
+    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+    bool batched = !dims.batch.empty();
+    int64_t rank = batched ? 3 : 2;
+    std::string name =
+        std::string(batched ? "shardx_rt_batch_matmul_" : "shardx_rt_matmul_") +
+        (elt.isF32() ? "f32" : "f64");
+    SmallVector<int64_t> dyn(rank, ShapedType::kDynamic);
+    auto layout = StridedLayoutAttr::get(ctx, ShapedType::kDynamic, dyn);
+    auto argType = MemRefType::get(dyn, elt, layout);
+    auto flagType = builder.getI32Type();
+    auto fnType =
+        builder.getFunctionType({argType, argType, argType, flagType}, {});
+    auto callee = module.lookupSymbol<func::FuncOp>(name);
+    if (!callee) {
+      builder.setInsertionPointToStart(module.getBody());
+      callee = func::FuncOp::create(builder, module.getLoc(), name, fnType);
+      callee.setPrivate();
+      callee->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                      builder.getUnitAttr());
+    }
+    Location loc = op.getLoc();
+    builder.setInsertionPoint(op);
+    SmallVector<unsigned> batch(dims.batch.begin(), dims.batch.end());
+    auto order = [&](unsigned r, unsigned c) {
+      SmallVector<unsigned> o = batch;
+      o.push_back(r);
+      o.push_back(c);
+      return o;
+    };
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    Value c = op.getDpsInits()[0];
+    SmallVector<Value> args = {
+        permutedView(builder, loc, op.getDpsInputs()[0], maps[0],
+                     order(dims.m[0], dims.k[0])),
+        permutedView(builder, loc, op.getDpsInputs()[1], maps[1],
+                     order(dims.k[0], dims.n[0])),
+        permutedView(builder, loc, c, maps[2], order(dims.m[0], dims.n[0]))};
+    for (Value &v : args)
+      v = memref::CastOp::create(builder, loc, argType, v);
+    linalg::FillOp fill = zeroFillBefore(op, c);
+    args.push_back(
+        arith::ConstantIntOp::create(builder, loc, flagType, fill ? 0 : 1));
+    func::CallOp::create(builder, loc, callee, args);
+    LLVM_DEBUG(llvm::dbgs() << "BLAS call for " << *op
+                            << (fill ? " (beta = 0)" : "") << "\n");
+    op->erase();
+    if (fill)
+      fill->erase();
+  }
+  return success();
+}
+
+namespace {
+
+struct FuseTensorOpsPass
+    : PassWrapper<FuseTensorOpsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseTensorOpsPass)
+  StringRef getArgument() const override { return "shardx-fuse-tensor-ops"; }
+  StringRef getDescription() const override {
+    return "Fold transposes into the ops that read them and into "
+           "contractions' results, and fuse elementwise chains (CPU target)";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<linalg::LinalgDialect, tensor::TensorDialect>();
+  }
+  void runOnOperation() override {
+    if (failed(shardx::fuseTensorOps(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct ContractionsToBlasPass
+    : PassWrapper<ContractionsToBlasPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ContractionsToBlasPass)
+  StringRef getArgument() const override {
+    return "shardx-contractions-to-blas";
+  }
+  StringRef getDescription() const override {
+    return "Replace (batched) GEMM contractions on buffers by runtime BLAS "
+           "calls taking transposed views and folding zero fills";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, func::FuncDialect,
+                    memref::MemRefDialect, LLVM::LLVMDialect>();
+  }
+  void runOnOperation() override {
+    if (failed(shardx::contractionsToBlasCalls(getOperation())))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::shardx::registerCompilerPasses() {
+  PassRegistration<FuseTensorOpsPass>();
+  PassRegistration<ContractionsToBlasPass>();
+}
