@@ -1,11 +1,15 @@
-"""Sharded MLP train step against the unsharded compiled program and against
+"""Sharded train step against the unsharded compiled program and against
 PyTorch eager, on CPU, all measured in one run.
 
     ~/.cache/shardx/venv/bin/python bench/train_step_bench.py [--hidden 4096]
-        [--batch 32] [--ranks 1 2] [--repeat 5]
+        [--batch 32] [--ranks 1 2] [--repeat 5] [--model mlp|block]
+        [--seq 128] [--heads 8]
 
-For each rank count the MLP train step (Linear-ReLU-Linear, MSE, SGD) is
-traced with Megatron placements over a 1-D tp mesh, compiled sharded and
+For each rank count the train step is traced with Megatron placements over a
+1-D tp mesh: `mlp` is Linear-ReLU-Linear (hidden x hidden weights) with MSE
+and SGD; `block` is a pre-norm transformer block (models.Block: attention
+written in ops + GELU MLP of 4 x hidden) on batch x seq tokens with MSE and
+Adam, q/k/v/fc1 column- and out/fc2 row-parallel. It is compiled sharded and
 unsharded by shardx-run, both run `--repeat` times on the same inputs (the
 sharded one on N threads ranks, checked against the unsharded one), and the
 median times are compared; PyTorch eager runs the same step. The ranks share
@@ -38,13 +42,29 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--model", choices=["mlp", "block"], default="mlp")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=8)
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     h = args.hidden
     torch.manual_seed(0)
-    module = models.mlp(h, h, h)
-    step = TrainStep(module, F.mse_loss, "sgd", lr=0.01)
-    x, y = torch.randn(args.batch, h), torch.randn(args.batch, h)
+    col, row = [S(0)], [S(1)]
+    if args.model == "mlp":
+        module = models.mlp(h, h, h)
+        step = TrainStep(module, F.mse_loss, "sgd", lr=0.01)
+        x, y = torch.randn(args.batch, h), torch.randn(args.batch, h)
+        placements = {"0.weight": col, "0.bias": col, "2.weight": row}
+        title = f"MLP train step: hidden {h}, batch {args.batch}, SGD"
+    else:
+        module = models.Block(h, args.heads, 4 * h)
+        step = TrainStep(module, F.mse_loss, "adam", lr=1e-3)
+        x, y = torch.randn(args.batch, args.seq, h), torch.randn(args.batch, args.seq, h)
+        placements = {f"attn.{n}.{p}": col for n in "qkv" for p in ("weight", "bias")}
+        placements.update({"attn.out.weight": row, "fc1.weight": col, "fc1.bias": col,
+                           "fc2.weight": row})
+        title = (f"Transformer block train step: dim {h}, {args.heads} heads, MLP {4 * h}, "
+                 f"batch {args.batch} x seq {args.seq}, Adam")
     example = step.example_args([x], y)
 
     # PyTorch eager on the same step.
@@ -56,15 +76,13 @@ def main() -> int:
         eager.append(time.perf_counter() - t)
     eager_s = statistics.median(eager[1:])
 
-    print(f"MLP train step: hidden {h}, batch {args.batch}, SGD; {cores} cores; "
-          f"median of {args.repeat} runs")
+    print(f"{title}; {cores} cores; median of {args.repeat} runs")
     rows = []
     baseline = None
     for n in args.ranks:
         mesh = Mesh((n,), ("tp",))
-        ins, outs = step.placements(mesh, {"0.weight": [S(0)], "0.bias": [S(0)], "2.weight": [S(1)]},
-                                    [[R()]], [R()])
-        text = trace(step, example, mesh, ins, outs, name="mlp_step")
+        ins, outs = step.placements(mesh, placements, [[R()]], [R()])
+        text = trace(step, example, mesh, ins, outs, name=f"{args.model}_step")
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "step.mlir")
             with open(src, "w") as f:
