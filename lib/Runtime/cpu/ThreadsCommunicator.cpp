@@ -2,17 +2,29 @@
 //
 // Part of ShardX.
 //
-// The `threads` backend: every rank is a thread; a collective publishes each
-// member's buffers, meets the group at a barrier, reads the peers' buffers
-// into a private result, meets again (so no buffer changes while a peer
-// reads it), then writes the result. Barriers wait at most the timeout;
-// a timeout or a failing rank aborts the whole world with a message naming
-// the rank and the cause.
+// The `threads` backend: every rank is a thread, so a rank can read its
+// peers' buffers directly. A collective publishes each member's buffers,
+// meets the group at a barrier, then every member moves its own part of the
+// data once, straight from the peers' send buffers into its own output
+// (all_gather: each member copies the pieces into its output; reduce_scatter:
+// each member reduces its piece across all send buffers; all_reduce: each
+// member reduces a 1/n slice into its output, meets, then copies the other
+// slices from the peers' outputs). A last meeting keeps every buffer alive
+// and unchanged until no peer reads it.
+//
+// A write goes straight to the caller's output only where it cannot clobber
+// a buffer some member still reads; the usual in-place forms (all_reduce
+// with send == recv, all_gather with send at this member's piece of recv,
+// reduce_scatter with recv at this member's piece of send) qualify. Any other
+// overlap stages the result in a private buffer copied out after the last
+// meeting. Barriers wait at most the timeout; a timeout or a failing rank
+// aborts the whole world with a message naming the rank and the cause.
 //
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/Communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -23,10 +35,20 @@
 namespace shardx::rt {
 namespace {
 
-/// What a rank shares with its group during one collective.
+/// What a rank shares with its group during one collective: the buffer its
+/// peers read, the buffer it writes (to check that the two never overlap
+/// across members), and its counts.
 struct Slot {
   const void *send = nullptr;
+  size_t sendBytes = 0;
+  const void *recv = nullptr;
+  size_t recvBytes = 0;
   const std::vector<size_t> *counts = nullptr;
+  /// broadcast: the root this member was given.
+  int64_t root = -1;
+  /// all_reduce: where this member's reduced slice lies (its output or its
+  /// scratch), set before the middle meeting.
+  const char *reduced = nullptr;
 };
 
 /// State shared by all ranks of one threads world.
@@ -45,9 +67,63 @@ struct World {
   std::map<std::vector<int64_t>, BarrierState> barriers;
 };
 
+/// This rank's group in one collective.
+struct Group {
+  std::vector<int64_t> members;
+  size_t me = 0;
+};
+
+bool overlaps(const void *a, size_t aBytes, const void *b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a);
+  auto y = reinterpret_cast<uintptr_t>(b);
+  return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
+}
+
+/// Byte offsets of the pieces `counts` in a buffer of their concatenation
+/// (one more entry than counts: the end).
+std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
+                                 size_t elem) {
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i)
+    offsets[i + 1] = offsets[i] + counts[i] * elem;
+  return offsets;
+}
+
+void copyBytes(void *to, const void *from, size_t bytes) {
+  // memcpy's pointers must be valid even for 0 bytes; empty pieces may be
+  // null.
+  if (bytes && to != from)
+    std::memcpy(to, from, bytes);
+}
+
+/// out = in[0] op in[1] op ... op in[n-1] over `count` elements, divided by
+/// n for avg. Reduces in member order, as before, so results do not change
+/// with the algorithm. Works a block at a time in a private buffer: the
+/// inputs stream from memory once, the partial result stays in L1, and `out`
+/// may be one of the inputs (in-place) since each block is read whole before
+/// it is written.
+void reduceAll(void *out, const std::vector<const char *> &in, size_t count,
+               DType type, ReduceOp op) {
+  constexpr size_t kBlockBytes = 16384;
+  alignas(64) char block[kBlockBytes];
+  size_t elem = dtypeSize(type);
+  size_t perBlock = kBlockBytes / elem;
+  for (size_t k = 0; k < count; k += perBlock) {
+    size_t len = std::min(perBlock, count - k);
+    size_t at = k * elem;
+    std::memcpy(block, in[0] + at, len * elem);
+    for (size_t i = 1; i < in.size(); ++i)
+      reduceInto(block, in[i] + at, len, type, op);
+    if (op == ReduceOp::Avg)
+      divideBy(block, len, type, static_cast<int64_t>(in.size()));
+    std::memcpy(static_cast<char *>(out) + at, block, len * elem);
+  }
+}
+
 class ThreadsCommunicator : public Communicator {
-  /// Per member, the all_reduce size above which it runs as reduce_scatter
-  /// plus all_gather.
+  /// Per member, the all_reduce size from which each member reduces only a
+  /// slice and then gathers the others' (one more meeting; below it every
+  /// member reduces everything).
   static constexpr size_t kSplitAllReduceElements = 16384;
 
 public:
@@ -68,177 +144,267 @@ public:
   Status allGather(const void *send, void *recv,
                    const std::vector<size_t> &counts, DType type,
                    const std::vector<int64_t> &axes) override {
+    Group g;
+    if (Status s = enter("all_gather", axes, counts.size(), g); !s)
+      return s;
     size_t elem = dtypeSize(type);
-    size_t total = 0;
-    for (size_t c : counts)
-      total += c * elem;
-    char *result = scratchOf(total);
+    std::vector<size_t> offsets = pieceOffsets(counts, elem);
+    size_t total = offsets.back();
+    char *staged = nullptr;
     return exchange(
-        "all_gather", axes, {send, &counts}, counts.size(),
-        [&](const std::vector<int64_t> &members) -> Status {
-          size_t offset = 0;
-          for (size_t i = 0; i < members.size(); ++i) {
-            const Slot &peer = world.slots[members[i]];
-            if (*peer.counts != counts)
-              return mismatch("all_gather", members[i]);
-            std::memcpy(result + offset, peer.send, counts[i] * elem);
-            offset += counts[i] * elem;
-          }
+        "all_gather", g, {send, counts[g.me] * elem, recv, total, &counts},
+        [&]() -> Status {
+          if (Status s = checkCounts("all_gather", g, counts); !s)
+            return s;
+          // In place: a member's piece already lies in its output.
+          auto inPlace = [&](size_t i) {
+            const Slot &s = slotOf(g, i);
+            return s.send == static_cast<const char *>(s.recv) + offsets[i];
+          };
+          char *out = static_cast<char *>(recv);
+          if (!writesAreSafe(g, inPlace))
+            out = staged = scratchOf(total);
+          for (size_t i = 0; i < g.members.size(); ++i)
+            if (staged || i != g.me || !inPlace(i))
+              copyBytes(out + offsets[i], slotOf(g, i).send,
+                        offsets[i + 1] - offsets[i]);
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result, total); });
+        [&] {
+          if (staged)
+            copyBytes(recv, staged, total);
+        });
   }
 
   Status reduceScatter(const void *send, void *recv,
                        const std::vector<size_t> &counts, DType type,
                        ReduceOp op, const std::vector<int64_t> &axes) override {
+    Group g;
+    if (Status s = enter("reduce_scatter", axes, counts.size(), g); !s)
+      return s;
     size_t elem = dtypeSize(type);
-    std::vector<char> &result = scratch;
+    std::vector<size_t> offsets = pieceOffsets(counts, elem);
+    size_t mine = offsets[g.me + 1] - offsets[g.me];
+    char *staged = nullptr;
     return exchange(
-        "reduce_scatter", axes, {send, &counts}, counts.size(),
-        [&](const std::vector<int64_t> &members) -> Status {
-          size_t me = static_cast<size_t>(getGroupIndex(axes));
-          size_t offset = 0;
-          for (size_t i = 0; i < me; ++i)
-            offset += counts[i];
-          result.resize(counts[me] * elem);
-          for (size_t i = 0; i < members.size(); ++i) {
-            const Slot &peer = world.slots[members[i]];
-            if (*peer.counts != counts)
-              return mismatch("reduce_scatter", members[i]);
-            const char *p =
-                static_cast<const char *>(peer.send) + offset * elem;
-            if (i == 0)
-              std::memcpy(result.data(), p, result.size());
-            else
-              reduceInto(result.data(), p, counts[me], type, op);
-          }
-          if (op == ReduceOp::Avg)
-            divideBy(result.data(), counts[me], type,
-                     static_cast<int64_t>(members.size()));
+        "reduce_scatter", g, {send, offsets.back(), recv, mine, &counts},
+        [&]() -> Status {
+          if (Status s = checkCounts("reduce_scatter", g, counts); !s)
+            return s;
+          // In place: a member's output is its own piece of its input, which
+          // only it reads.
+          auto inPlace = [&](size_t i) {
+            const Slot &s = slotOf(g, i);
+            return s.recv == static_cast<const char *>(s.send) + offsets[i];
+          };
+          void *out = recv;
+          if (!writesAreSafe(g, inPlace))
+            out = staged = scratchOf(mine);
+          std::vector<const char *> in;
+          for (size_t i = 0; i < g.members.size(); ++i)
+            in.push_back(static_cast<const char *>(slotOf(g, i).send) +
+                         offsets[g.me]);
+          reduceAll(out, in, counts[g.me], type, op);
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result.data(), result.size()); });
+        [&] {
+          if (staged)
+            copyBytes(recv, staged, mine);
+        });
   }
 
   Status allReduce(const void *send, void *recv, size_t count, DType type,
                    ReduceOp op, const std::vector<int64_t> &axes) override {
-    // Large messages: reduce_scatter then all_gather, so each rank reduces
-    // only its piece (n times less arithmetic than reducing everything).
-    if (Status s = checkAxes(axes, "all_reduce"); !s)
+    Group g;
+    if (Status s = enter("all_reduce", axes, 0, g); !s)
       return s;
-    size_t n = getGroup(axes).size();
-    if (n > 1 && count >= kSplitAllReduceElements * n) {
-      std::vector<size_t> counts(n, count / n);
-      counts.back() += count % n;
-      std::vector<char> piece(counts[getGroupIndex(axes)] * dtypeSize(type));
-      if (Status s = reduceScatter(send, piece.data(), counts, type, op, axes);
-          !s)
-        return s;
-      return allGather(piece.data(), recv, counts, type, axes);
-    }
-    std::vector<size_t> counts = {count};
+    size_t n = g.members.size();
     size_t elem = dtypeSize(type);
-    std::vector<char> &result = scratch;
-    result.resize(count * elem);
+    size_t bytes = count * elem;
+    std::vector<size_t> counts = {count};
+    char *staged = nullptr;
+    // Large messages: each member reduces one slice (n times less
+    // arithmetic and reading than reducing everything), then copies the
+    // others' slices.
+    bool split = n > 1 && count >= kSplitAllReduceElements * n;
     return exchange(
-        "all_reduce", axes, {send, &counts}, 0,
-        [&](const std::vector<int64_t> &members) -> Status {
-          for (size_t i = 0; i < members.size(); ++i) {
-            const Slot &peer = world.slots[members[i]];
-            if (*peer.counts != counts)
-              return mismatch("all_reduce", members[i]);
-            if (i == 0)
-              std::memcpy(result.data(), peer.send, result.size());
-            else
-              reduceInto(result.data(), peer.send, count, type, op);
+        "all_reduce", g, {send, bytes, recv, bytes, &counts},
+        [&]() -> Status {
+          if (Status s = checkCounts("all_reduce", g, counts); !s)
+            return s;
+          // In place, a split all_reduce writes a member's own slice while
+          // the others read other slices. Unsplit, every member reads all of
+          // every input, so no output may overlap any (a lone member reads
+          // only its own).
+          auto inPlace = [&](size_t i) {
+            const Slot &s = slotOf(g, i);
+            return (split || n == 1) && s.recv == s.send;
+          };
+          char *out = static_cast<char *>(recv);
+          if (!writesAreSafe(g, inPlace, /*outputsAreRead=*/split))
+            out = staged = scratchOf(bytes);
+          std::vector<const char *> in;
+          for (size_t i = 0; i < n; ++i)
+            in.push_back(static_cast<const char *>(slotOf(g, i).send));
+          if (!split) {
+            reduceAll(out, in, count, type, op);
+            return Status::ok();
           }
-          if (op == ReduceOp::Avg)
-            divideBy(result.data(), count, type,
-                     static_cast<int64_t>(members.size()));
+          // Slices start at multiples of 16 elements (whole cache lines).
+          auto start = [&](size_t i) {
+            return i == n ? count : count * i / n / 16 * 16;
+          };
+          size_t lo = start(g.me), hi = start(g.me + 1);
+          for (const char *&p : in)
+            p += lo * elem;
+          reduceAll(out + lo * elem, in, hi - lo, type, op);
+          // Peers read `reduced` after the meeting, which orders this write
+          // before their reads.
+          world.slots[rank].reduced = out;
+          if (Status s = meet(g.members, "all_reduce"); !s)
+            return s;
+          for (size_t i = 0; i < n; ++i)
+            if (i != g.me)
+              copyBytes(out + start(i) * elem,
+                        slotOf(g, i).reduced + start(i) * elem,
+                        (start(i + 1) - start(i)) * elem);
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result.data(), result.size()); });
+        [&] {
+          if (staged)
+            copyBytes(recv, staged, bytes);
+        });
   }
 
   Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
                   void *recv, const std::vector<size_t> &recvCounts, DType type,
                   const std::vector<int64_t> &axes) override {
-    size_t elem = dtypeSize(type);
-    size_t total = 0;
-    for (size_t c : recvCounts)
-      total += c * elem;
-    char *result = scratchOf(total);
     if (sendCounts.size() != recvCounts.size())
       return Status::error("all_to_all on rank " + std::to_string(rank) +
                            ": send and receive counts differ in length");
+    Group g;
+    if (Status s = enter("all_to_all", axes, sendCounts.size(), g); !s)
+      return s;
+    size_t elem = dtypeSize(type);
+    size_t sendBytes = pieceOffsets(sendCounts, elem).back();
+    size_t total = pieceOffsets(recvCounts, elem).back();
+    char *staged = nullptr;
     return exchange(
-        "all_to_all", axes, {send, &sendCounts}, sendCounts.size(),
-        [&](const std::vector<int64_t> &members) -> Status {
-          size_t me = static_cast<size_t>(getGroupIndex(axes));
-          size_t written = 0;
-          for (size_t j = 0; j < members.size(); ++j) {
-            const Slot &peer = world.slots[members[j]];
-            const std::vector<size_t> &theirs = *peer.counts;
-            if (theirs[me] != recvCounts[j])
+        "all_to_all", g, {send, sendBytes, recv, total, &sendCounts},
+        [&]() -> Status {
+          // Check every peer before reading any: a wrong count would read
+          // past its buffer.
+          for (size_t j = 0; j < g.members.size(); ++j) {
+            const std::vector<size_t> &theirs = *slotOf(g, j).counts;
+            if (theirs[g.me] != recvCounts[j])
               return Status::error(
                   "all_to_all on rank " + std::to_string(rank) + ": expects " +
                   std::to_string(recvCounts[j]) + " elements from rank " +
-                  std::to_string(members[j]) + ", which sends " +
-                  std::to_string(theirs[me]));
-            size_t offset = 0;
-            for (size_t k = 0; k < me; ++k)
-              offset += theirs[k];
-            const char *p =
-                static_cast<const char *>(peer.send) + offset * elem;
-            std::memcpy(result + written, p, theirs[me] * elem);
-            written += theirs[me] * elem;
+                  std::to_string(g.members[j]) + ", which sends " +
+                  std::to_string(theirs[g.me]));
+          }
+          char *out = static_cast<char *>(recv);
+          if (!writesAreSafe(g, [](size_t) { return false; }))
+            out = staged = scratchOf(total);
+          size_t written = 0;
+          for (size_t j = 0; j < g.members.size(); ++j) {
+            const Slot &peer = slotOf(g, j);
+            size_t offset = pieceOffsets(*peer.counts, elem)[g.me];
+            copyBytes(out + written,
+                      static_cast<const char *>(peer.send) + offset,
+                      recvCounts[j] * elem);
+            written += recvCounts[j] * elem;
           }
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result, total); });
+        [&] {
+          if (staged)
+            copyBytes(recv, staged, total);
+        });
   }
 
   Status permute(const void *send, void *recv, size_t count, DType type,
                  const std::vector<std::pair<int64_t, int64_t>> &pairs,
                  const std::vector<int64_t> &axes) override {
+    Group g;
+    if (Status s = enter("permute", axes, 0, g); !s)
+      return s;
+    size_t bytes = count * dtypeSize(type);
     std::vector<size_t> counts = {count};
-    std::vector<char> result(count * dtypeSize(type), 0);
+    char *staged = nullptr;
     return exchange(
-        "permute", axes, {send, &counts}, 0,
-        [&](const std::vector<int64_t> &members) -> Status {
-          int64_t me = getGroupIndex(axes);
-          for (auto [source, target] : pairs) {
-            if (source < 0 || target < 0 ||
-                source >= static_cast<int64_t>(members.size()) ||
-                target >= static_cast<int64_t>(members.size()))
+        "permute", g, {send, bytes, recv, bytes, &counts},
+        [&]() -> Status {
+          int64_t n = static_cast<int64_t>(g.members.size());
+          // The last pair that targets this member wins, as if each were
+          // received in turn.
+          const void *source = nullptr;
+          for (auto [from, to] : pairs) {
+            if (from < 0 || to < 0 || from >= n || to >= n)
               return Status::error("permute on rank " + std::to_string(rank) +
                                    ": pair index out of range");
-            if (target != me)
+            if (to != static_cast<int64_t>(g.me))
               continue;
-            if (Status s = readPeer("permute", members[source], counts, result);
-                !s)
-              return s;
+            const Slot &peer = slotOf(g, static_cast<size_t>(from));
+            if (*peer.counts != counts)
+              return mismatch("permute", g.members[from]);
+            source = peer.send;
           }
+          char *out = static_cast<char *>(recv);
+          if (!writesAreSafe(g, [](size_t) { return false; }))
+            out = staged = scratchOf(bytes);
+          if (source)
+            copyBytes(out, source, bytes);
+          else if (bytes)
+            std::memset(out, 0, bytes);
           return Status::ok();
         },
-        [&] { std::memcpy(recv, result.data(), result.size()); });
+        [&] {
+          if (staged)
+            copyBytes(recv, staged, bytes);
+        });
   }
 
   Status broadcast(void *buffer, size_t count, DType type, int64_t root,
                    const std::vector<int64_t> &axes) override {
+    Group g;
+    if (Status s = enter("broadcast", axes, 0, g); !s)
+      return s;
+    size_t bytes = count * dtypeSize(type);
     std::vector<size_t> counts = {count};
-    std::vector<char> result(count * dtypeSize(type));
+    bool isRoot = root == static_cast<int64_t>(g.me);
+    // The root writes nothing; the others write what only they read.
+    Slot mine{buffer, bytes, buffer, isRoot ? 0 : bytes, &counts, root};
+    char *staged = nullptr;
     return exchange(
-        "broadcast", axes, {buffer, &counts}, 0,
-        [&](const std::vector<int64_t> &members) -> Status {
-          if (root < 0 || root >= static_cast<int64_t>(members.size()))
+        "broadcast", g, mine,
+        [&]() -> Status {
+          if (root < 0 || root >= static_cast<int64_t>(g.members.size()))
             return Status::error("broadcast on rank " + std::to_string(rank) +
                                  ": root " + std::to_string(root) +
                                  " is out of range");
-          return readPeer("broadcast", members[root], counts, result);
+          const Slot &from = slotOf(g, static_cast<size_t>(root));
+          if (*from.counts != counts)
+            return mismatch("broadcast", g.members[root]);
+          if (isRoot)
+            return Status::ok();
+          // Safe in place only where every member names the same root, so
+          // that no one reads a buffer being written.
+          bool sameRoot = true;
+          for (size_t i = 0; i < g.members.size(); ++i)
+            sameRoot &= slotOf(g, i).root == root;
+          char *out = static_cast<char *>(buffer);
+          if (!sameRoot || !writesAreSafe(g, [&](size_t i) {
+                return i != static_cast<size_t>(root);
+              }))
+            out = staged = scratchOf(bytes);
+          copyBytes(out, from.send, bytes);
+          return Status::ok();
         },
-        [&] { std::memcpy(buffer, result.data(), result.size()); });
+        [&] {
+          if (staged)
+            copyBytes(buffer, staged, bytes);
+        });
   }
 
   Status barrier(const std::vector<int64_t> &axes) override {
@@ -255,15 +421,40 @@ private:
     return scratch.data();
   }
 
-  /// Copies all of `peer`'s published buffer into `result` after checking
-  /// that it published the same counts.
-  Status readPeer(const char *op, int64_t peer,
-                  const std::vector<size_t> &counts,
-                  std::vector<char> &result) const {
-    const Slot &slot = world.slots[peer];
-    if (*slot.counts != counts)
-      return mismatch(op, peer);
-    std::memcpy(result.data(), slot.send, result.size());
+  const Slot &slotOf(const Group &g, size_t i) const {
+    return world.slots[g.members[i]];
+  }
+
+  /// Whether every member may write its output while the others read: no
+  /// output overlaps another member's input, nor (where outputs are read
+  /// too) another member's output; a member's output overlaps its own input
+  /// only where `inPlace(member)` says the collective allows it. Every
+  /// member decides the same from the same slots.
+  template <typename InPlace>
+  bool writesAreSafe(const Group &g, InPlace inPlace,
+                     bool outputsAreRead = false) const {
+    for (size_t i = 0; i < g.members.size(); ++i) {
+      const Slot &w = slotOf(g, i);
+      for (size_t j = 0; j < g.members.size(); ++j) {
+        const Slot &r = slotOf(g, j);
+        if (overlaps(w.recv, w.recvBytes, r.send, r.sendBytes) &&
+            (i != j || !inPlace(i)))
+          return false;
+        if (outputsAreRead && i != j &&
+            overlaps(w.recv, w.recvBytes, r.recv, r.recvBytes))
+          return false;
+      }
+    }
+    return true;
+  }
+
+  /// Checks that every member published `counts` (before reading any: a
+  /// peer with other counts would be read past its end).
+  Status checkCounts(const char *op, const Group &g,
+                     const std::vector<size_t> &counts) const {
+    for (size_t i = 0; i < g.members.size(); ++i)
+      if (*slotOf(g, i).counts != counts)
+        return mismatch(op, g.members[i]);
     return Status::ok();
   }
 
@@ -306,33 +497,43 @@ private:
     return Status::ok();
   }
 
-  /// One collective: publish `mine`, meet, `read` the peers into a private
-  /// result, meet again, `write` the result.
-  template <typename Read, typename Write>
-  Status exchange(const char *op, const std::vector<int64_t> &axes, Slot mine,
-                  size_t expectedMembers, Read read, Write write) {
+  /// Checks `axes` and the number of counts, and finds this rank's group.
+  Status enter(const char *op, const std::vector<int64_t> &axes,
+               size_t expectedMembers, Group &g) const {
     if (Status s = checkAxes(axes, op); !s)
       return s;
-    std::vector<int64_t> members = getGroup(axes);
-    if (expectedMembers && expectedMembers != members.size())
+    g.members = getGroup(axes);
+    g.me = static_cast<size_t>(getGroupIndex(axes));
+    if (expectedMembers && expectedMembers != g.members.size())
       return Status::error(
           std::string(op) + " on rank " + std::to_string(rank) + ": " +
           std::to_string(expectedMembers) + " counts for a group of " +
-          std::to_string(members.size()));
+          std::to_string(g.members.size()));
+    return Status::ok();
+  }
+
+  /// One collective: publish `mine`, meet, `move` the data (reading the
+  /// peers' published buffers, writing this rank's output or a staged
+  /// copy), meet again so that no buffer changes while a peer reads it,
+  /// then `finish` (copy out a staged result). Every member must fail
+  /// `move` alike, or pass its meetings alike.
+  template <typename Move, typename Finish>
+  Status exchange(const char *op, const Group &g, Slot mine, Move move,
+                  Finish finish) {
     {
       std::lock_guard<std::mutex> lock(world.mutex);
       world.slots[rank] = mine;
     }
-    if (Status s = meet(members, op); !s)
+    if (Status s = meet(g.members, op); !s)
       return s;
-    Status readStatus = read(members);
-    if (Status s = meet(members, op); !s)
+    Status moved = move();
+    if (Status s = meet(g.members, op); !s)
       return s;
-    if (!readStatus) {
-      abort(readStatus.message());
-      return readStatus;
+    if (!moved) {
+      abort(moved.message());
+      return moved;
     }
-    write();
+    finish();
     return Status::ok();
   }
 
