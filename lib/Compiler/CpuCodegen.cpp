@@ -325,8 +325,11 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
                                  "canonicalize,cse")) ||
       failed(fuseTensorOps(module)))
     return failure();
+  if (failed(runPipeline(module, "canonicalize,cse")))
+    return failure();
+  splitSharedEmptyTensors(module);
   if (failed(runPipeline(module,
-                         "canonicalize,cse,one-shot-bufferize{"
+                         "one-shot-bufferize{"
                          "bufferize-function-boundaries "
                          "function-boundary-type-conversion=identity-layout-"
                          "map},canonicalize,cse")))

@@ -245,6 +245,36 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
   return success();
 }
 
+void mlir::shardx::splitSharedEmptyTensors(ModuleOp module) {
+  // Fills of fresh tensors first (each copy gets its own empty below).
+  SmallVector<linalg::FillOp> fills;
+  module.walk([&](linalg::FillOp op) {
+    if (op.hasPureTensorSemantics() && !op->getResult(0).hasOneUse() &&
+        !op->use_empty() && op.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
+      fills.push_back(op);
+  });
+  OpBuilder builder(module.getContext());
+  for (linalg::FillOp op : fills) {
+    for (OpOperand &use :
+         llvm::make_early_inc_range(llvm::drop_begin(op->getResult(0).getUses()))) {
+      builder.setInsertionPoint(use.getOwner());
+      use.set(builder.clone(*op)->getResult(0));
+    }
+  }
+  SmallVector<tensor::EmptyOp> empties;
+  module.walk([&](tensor::EmptyOp op) {
+    if (!op->hasOneUse() && !op->use_empty())
+      empties.push_back(op);
+  });
+  for (tensor::EmptyOp op : empties) {
+    for (OpOperand &use :
+         llvm::make_early_inc_range(llvm::drop_begin(op->getUses()))) {
+      builder.setInsertionPoint(use.getOwner());
+      use.set(builder.clone(*op)->getResult(0));
+    }
+  }
+}
+
 LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
   OpBuilder builder(ctx);

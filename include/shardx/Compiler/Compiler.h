@@ -60,6 +60,11 @@ LogicalResult lowerCollectivesToRuntimeCalls(ModuleOp module);
 /// fuses elementwise chains into one loop nest (`shardx-fuse-tensor-ops`).
 LogicalResult fuseTensorOps(ModuleOp module);
 
+/// Gives every use of a `tensor.empty`, and of a `linalg.fill` of one, its
+/// own op (CSE merges them): one buffer shared by several destinations makes
+/// bufferization copy it, and hides a GEMM's zero fill from the BLAS rewrite.
+void splitSharedEmptyTensors(ModuleOp module);
+
 /// After bufferization: replaces every (batched) GEMM contraction on f32/f64
 /// buffers, up to permutations of its operands and result, by a runtime
 /// OpenBLAS call; a zero fill of the result right before it becomes beta = 0
