@@ -612,11 +612,7 @@ public:
   LogicalResult run();
 
 private:
-  Layout layoutOf(Value v) {
-    if (LayoutAttr a = getRecordedLayout(v))
-      return a.getLayout();
-    return Layout(meshRank);
-  }
+  Layout layoutOf(Value v) { return currentAttr(v).getLayout(); }
   LayoutAttr attr(const Layout &l) { return LayoutAttr::get(meshRef, l); }
   double reshardCost(Value v, const Layout &to);
   double planCost(Value v, const Layout &from, const Layout &to);
@@ -654,16 +650,52 @@ private:
 
   /// Fills the attribute forms of a strategy's layouts.
   void attach(Strategy &s);
-  LayoutAttr currentAttr(Value v) {
-    LayoutAttr a = getRecordedLayout(v);
-    return a ? a : replicatedAttr;
-  }
+  /// The layout `v` has now: its producer's chosen strategy (the
+  /// refinement keeps strategies here and writes them to the IR once, at
+  /// the end), else its recorded layout, else replicated.
+  LayoutAttr currentAttr(Value v);
   LayoutAttr attrWith(Value v, const Move *move);
-  LayoutAttr requiredWith(OpOperand &use, LayoutAttr from, const Move *move);
+  /// The layout `use` needs when its owner does not change (the owner's
+  /// chosen strategy, an annotation, the enclosing op of a nested read);
+  /// null for a use that needs none. Not for uses by the return.
+  LayoutAttr fixedRequirement(OpOperand &use);
   double planCost(Value v, LayoutAttr from, LayoutAttr to);
   /// The reshards of `v` to every distinct layout its uses need (one
   /// redistribute per layout, shared by its consumers).
   double valueCost(Value v, const Move *move);
+
+  /// The uses of a value, indexed so that its cost and the layouts its
+  /// consumers need are found without a scan of all its uses: the distinct
+  /// layouts the uses need, each with the positions (in use-list order) of
+  /// the uses that need it. The cost sums each distinct layout once, in the
+  /// order of the first use that needs it, as a scan of the uses would.
+  struct Need {
+    LayoutAttr layout;
+    bool nested; // read inside a region of a top-level op
+    std::set<unsigned> ranks;
+  };
+  struct ValueUses {
+    SmallVector<OpOperand *> uses; // in use-list order
+    SmallVector<Need, 2> needs;
+    SmallVector<unsigned, 1> returns; // ranks of the uses by the return
+    SmallVector<unsigned> movableUsers; // positions of movable users, sorted
+  };
+  std::vector<ValueUses> valueUses;
+  DenseMap<Value, unsigned> valueIndex;
+  DenseMap<OpOperand *, unsigned> useRank;
+  /// Indexes the uses of the function's top-level values and arguments.
+  void indexUses();
+  ValueUses &usesOf(Value v) { return valueUses[valueIndex.find(v)->second]; }
+  void addNeed(OpOperand &use, LayoutAttr layout);
+  void removeNeed(OpOperand &use, LayoutAttr layout);
+  /// Updates the needs of `op`'s operands from strategy `from` to `to`.
+  void moveNeeds(Operation *op, const Strategy &from, const Strategy &to);
+  /// The (use rank, layout) pairs whose first occurrences in rank order are
+  /// the distinct layouts `v`'s uses need, with `move` applied; uses by
+  /// `skip` and nested uses (unless `withNested`) left out.
+  void neededLayouts(Value v, LayoutAttr from, const Move *move,
+                     Operation *skip, bool withNested,
+                     SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out);
   double totalCost();
   double work(Operation *op, const Strategy &s);
   /// The time `op`'s local loop takes under `s` at the compute rate.
@@ -699,10 +731,24 @@ private:
   /// order, up to `kCascadeLimit` ops. Kept when the total cost drops.
   bool tryCascade(Operation *op, const Strategy &s, Trial &trial);
   static constexpr unsigned kCascadeLimit = 256;
+  /// A cascade disturbs the other consumers of a value only when there are
+  /// at most this many: a value read by many ops (a weight shared by every
+  /// layer, a shape reused everywhere) is never moved by a cascade, which
+  /// could not move all its consumers within its limit anyway, and the
+  /// work per op then does not depend on the function's size.
+  static constexpr unsigned kFanOutLimit = 16;
   /// Marks the ops next to `op` (producers and consumers of its operands,
-  /// consumers of its results) for another look.
+  /// consumers of its results) for another look. The consumers of a value
+  /// are marked at once by stamping the value: an op is dirty when it is
+  /// in `dirty` or one of its operands was stamped after its last visit.
   void markNeighbours(Operation *op);
+  bool isDirty(Operation *op);
+  /// Clears `op`'s mark; returns whether it was dirty.
+  bool clearDirty(Operation *op);
   DenseSet<Operation *> dirty;
+  DenseMap<Value, uint64_t> stamped;
+  DenseMap<Operation *, uint64_t> cleared;
+  uint64_t clock = 0;
   /// Local search over the whole function; returns the number of changes.
   int64_t refine();
 
@@ -1079,7 +1125,7 @@ LogicalResult Propagator::visit(Operation *op) {
     best.valid = true;
   }
   for (auto [v, l] : llvm::zip(operands, best.operandLayouts))
-    if (l != layoutOf(v))
+    if (l != layoutOf(v) && !llvm::is_contained(available[v], l))
       available[v].push_back(l);
   attach(best);
   record(op, operands, results, best);
@@ -1126,6 +1172,14 @@ void Propagator::attach(Strategy &s) {
     s.resultAttrs.push_back(attr(l));
 }
 
+LayoutAttr Propagator::currentAttr(Value v) {
+  if (auto r = dyn_cast<OpResult>(v))
+    if (auto it = chosen.find(r.getOwner()); it != chosen.end())
+      return it->second.resultAttrs[tensorResultIndex(r)];
+  LayoutAttr a = getRecordedLayout(v);
+  return a ? a : replicatedAttr;
+}
+
 LayoutAttr Propagator::attrWith(Value v, const Move *move) {
   if (move)
     if (auto r = dyn_cast<OpResult>(v); r && r.getOwner() == move->op)
@@ -1133,8 +1187,7 @@ LayoutAttr Propagator::attrWith(Value v, const Move *move) {
   return currentAttr(v);
 }
 
-LayoutAttr Propagator::requiredWith(OpOperand &use, LayoutAttr from,
-                                    const Move *move) {
+LayoutAttr Propagator::fixedRequirement(OpOperand &use) {
   Operation *owner = use.getOwner();
   Block &body = fn.getBody().front();
   if (owner->getBlock() != &body) {
@@ -1147,13 +1200,124 @@ LayoutAttr Propagator::requiredWith(OpOperand &use, LayoutAttr from,
       return table;
     return replicatedAttr;
   }
-  if (move && owner == move->op)
-    return move->strategy->operandAttrs[tensorOperandIndex(use)];
+  if (auto it = chosen.find(owner); it != chosen.end())
+    return it->second.operandAttrs[tensorOperandIndex(use)];
   if (auto annotate = dyn_cast<AnnotateOp>(owner))
     return annotate.getLayout();
-  if (isa<func::ReturnOp>(owner))
-    return resultLayout(fn, use.getOperandNumber(), from);
   return requiredLayout(use);
+}
+
+void Propagator::indexUses() {
+  Block &body = fn.getBody().front();
+  auto index = [&](Value v) {
+    if (!isa<RankedTensorType>(v.getType()))
+      return;
+    valueIndex[v] = valueUses.size();
+    valueUses.emplace_back();
+    ValueUses &entry = valueUses.back();
+    for (OpOperand &use : v.getUses()) {
+      unsigned rank = entry.uses.size();
+      entry.uses.push_back(&use);
+      useRank[&use] = rank;
+      Operation *owner = use.getOwner();
+      if (owner->getBlock() == &body) {
+        if (isa<func::ReturnOp>(owner)) {
+          entry.returns.push_back(rank);
+          continue;
+        }
+        if (auto it = position.find(owner); it != position.end())
+          entry.movableUsers.push_back(it->second);
+      }
+      if (LayoutAttr need = fixedRequirement(use))
+        addNeed(use, need);
+    }
+    llvm::sort(entry.movableUsers);
+    entry.movableUsers.erase(llvm::unique(entry.movableUsers),
+                             entry.movableUsers.end());
+  };
+  for (BlockArgument arg : body.getArguments())
+    index(arg);
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      index(r);
+}
+
+void Propagator::addNeed(OpOperand &use, LayoutAttr layout) {
+  ValueUses &entry = usesOf(use.get());
+  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
+  unsigned rank = useRank.find(&use)->second;
+  for (Need &need : entry.needs)
+    if (need.layout == layout && need.nested == nested) {
+      need.ranks.insert(rank);
+      return;
+    }
+  entry.needs.push_back(Need{layout, nested, {rank}});
+}
+
+void Propagator::removeNeed(OpOperand &use, LayoutAttr layout) {
+  ValueUses &entry = usesOf(use.get());
+  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
+  unsigned rank = useRank.find(&use)->second;
+  for (auto it = entry.needs.begin(); it != entry.needs.end(); ++it)
+    if (it->layout == layout && it->nested == nested) {
+      it->ranks.erase(rank);
+      if (it->ranks.empty())
+        entry.needs.erase(it);
+      return;
+    }
+  assert(false && "removing a need that was not recorded");
+}
+
+void Propagator::moveNeeds(Operation *op, const Strategy &from,
+                           const Strategy &to) {
+  unsigned tensorIndex = 0;
+  for (OpOperand &use : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(use.get().getType()))
+      continue;
+    LayoutAttr was = from.operandAttrs[tensorIndex];
+    LayoutAttr is = to.operandAttrs[tensorIndex];
+    ++tensorIndex;
+    if (was == is)
+      continue;
+    removeNeed(use, was);
+    addNeed(use, is);
+  }
+}
+
+void Propagator::neededLayouts(
+    Value v, LayoutAttr from, const Move *move, Operation *skip,
+    bool withNested, SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out) {
+  ValueUses &entry = usesOf(v);
+  Operation *moved = move ? move->op : nullptr;
+  for (const Need &need : entry.needs) {
+    if (need.nested && !withNested)
+      continue;
+    // The first use that needs it, other than the uses by the moved op
+    // (which need what the move says) and by `skip`.
+    for (unsigned rank : need.ranks) {
+      Operation *owner = entry.uses[rank]->getOwner();
+      if (owner == moved || owner == skip)
+        continue;
+      out.emplace_back(rank, need.layout);
+      break;
+    }
+  }
+  if (moved) {
+    unsigned tensorIndex = 0;
+    for (OpOperand &use : moved->getOpOperands()) {
+      if (!isa<RankedTensorType>(use.get().getType()))
+        continue;
+      if (use.get() == v)
+        out.emplace_back(useRank.find(&use)->second,
+                         move->strategy->operandAttrs[tensorIndex]);
+      ++tensorIndex;
+    }
+  }
+  for (unsigned rank : entry.returns)
+    out.emplace_back(
+        rank, resultLayout(fn, entry.uses[rank]->getOperandNumber(), from));
+  llvm::sort(out,
+             [](const auto &a, const auto &b) { return a.first < b.first; });
 }
 
 double Propagator::planCost(Value v, LayoutAttr from, LayoutAttr to) {
@@ -1170,10 +1334,11 @@ double Propagator::valueCost(Value v, const Move *move) {
   if (isRematerializable(v))
     return 0;
   LayoutAttr from = attrWith(v, move);
+  SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+  neededLayouts(v, from, move, /*skip=*/nullptr, /*withNested=*/true, needed);
   SmallVector<LayoutAttr, 4> seen;
   double cost = 0;
-  for (OpOperand &use : v.getUses()) {
-    LayoutAttr to = requiredWith(use, from, move);
+  for (auto [rank, to] : needed) {
     if (!to || to == from || llvm::is_contained(seen, to))
       continue;
     seen.push_back(to);
@@ -1233,14 +1398,13 @@ SmallVector<Strategy, 4> Propagator::candidates(Operation *op) {
   addSeed(Assignment(rule.factorSizes.size()));
   for (const Assignment &view : views)
     addSeed(view);
-  Block &body = fn.getBody().front();
   auto addNeeds = [&](Value v, ArrayRef<SmallVector<int64_t>> dims) {
     SmallVector<LayoutAttr, 4> seen;
     LayoutAttr from = currentAttr(v);
-    for (OpOperand &use : v.getUses()) {
-      if (use.getOwner() == op || use.getOwner()->getBlock() != &body)
-        continue;
-      LayoutAttr need = requiredWith(use, from, nullptr);
+    SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+    neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
+                  /*withNested=*/false, needed);
+    for (auto [rank, need] : needed) {
       if (!need || need == from || llvm::is_contained(seen, need))
         continue;
       seen.push_back(need);
@@ -1288,8 +1452,7 @@ void Propagator::change(Operation *op, Strategy s, Trial &trial) {
     }
   Strategy &current = chosen[op];
   trial.workDelta += work(op, s) - work(op, current);
-  record(op, tensorValues(op->getOperands()), tensorValues(op->getResults()),
-         s);
+  moveNeeds(op, current, s);
   trial.undo.emplace_back(op, std::move(current));
   current = std::move(s);
 }
@@ -1303,21 +1466,69 @@ double Propagator::costDelta(Trial &trial) {
 
 void Propagator::revert(Trial &trial) {
   for (auto &[op, s] : llvm::reverse(trial.undo)) {
-    record(op, tensorValues(op->getOperands()),
-           tensorValues(op->getResults()), s);
-    chosen[op] = std::move(s);
+    Strategy &current = chosen[op];
+    moveNeeds(op, current, s);
+    current = std::move(s);
   }
   trial.undo.clear();
 }
 
+/// The ops a cascade visits next, in program order, each once while it
+/// waits. The users of a value are added as one sorted run that is read
+/// lazily, so adding them does not depend on how many there are.
+class CascadeQueue {
+public:
+  explicit CascadeQueue(ArrayRef<Operation *> movable) : movable(movable) {}
+
+  bool empty() const { return heads.empty(); }
+
+  /// Adds the ops at `positions` (sorted) but the one at `skip`.
+  void addRun(ArrayRef<unsigned> positions, unsigned skip) {
+    runs.push_back(Run{positions, 0, skip});
+    advance(runs.size() - 1);
+  }
+
+  /// Removes and returns the first op.
+  Operation *pop() {
+    unsigned first = heads.begin()->first;
+    // Every run waiting at this op moves on: the op leaves the queue.
+    while (!heads.empty() && heads.begin()->first == first) {
+      unsigned run = heads.begin()->second;
+      heads.erase(heads.begin());
+      ++runs[run].next;
+      advance(run);
+    }
+    return movable[first];
+  }
+
+private:
+  struct Run {
+    ArrayRef<unsigned> positions;
+    size_t next;
+    unsigned skip;
+  };
+  void advance(unsigned run) {
+    Run &r = runs[run];
+    if (r.next < r.positions.size() && r.positions[r.next] == r.skip)
+      ++r.next;
+    if (r.next < r.positions.size())
+      heads.insert({r.positions[r.next], run});
+  }
+
+  ArrayRef<Operation *> movable;
+  SmallVector<Run> runs;
+  /// Per run its next position.
+  std::set<std::pair<unsigned, unsigned>> heads;
+};
+
 bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
-  std::set<std::pair<unsigned, Operation *>> queue;
+  CascadeQueue queue(movable);
   auto enqueueNeighbours = [&](Operation *changed, const Strategy &old) {
     auto enqueueUsers = [&](Value v) {
-      for (Operation *user : v.getUsers())
-        if (auto it = position.find(user);
-            it != position.end() && user != changed)
-          queue.insert({it->second, user});
+      ArrayRef<unsigned> users = usesOf(v).movableUsers;
+      if (users.size() > kFanOutLimit + 1)
+        return;
+      queue.addRun(users, position.find(changed)->second);
     };
     const Strategy &now = chosen[changed];
     for (auto [r, was, is] : llvm::zip(tensorValues(changed->getResults()),
@@ -1334,8 +1545,7 @@ bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
   enqueueNeighbours(op, old);
   unsigned visited = 0;
   while (!queue.empty() && visited++ < kCascadeLimit) {
-    Operation *user = queue.begin()->second;
-    queue.erase(queue.begin());
+    Operation *user = queue.pop();
     SmallVector<Value> operands = tensorValues(user->getOperands());
     SmallVector<Value> affected = affectedBy(user);
     // Locally cheapest; ties to fewer pending Partial results (they need
@@ -1385,26 +1595,39 @@ bool Propagator::tryCascade(Operation *op, const Strategy &s, Trial &trial) {
 }
 
 void Propagator::markNeighbours(Operation *op) {
-  auto mark = [&](Operation *other) {
-    if (other && position.count(other))
-      dirty.insert(other);
-  };
-
   for (Value v : op->getOperands()) {
-    mark(v.getDefiningOp());
-    for (Operation *user : v.getUsers())
-      mark(user);
+    if (Operation *def = v.getDefiningOp(); def && position.count(def))
+      dirty.insert(def);
+    stamped[v] = ++clock;
   }
   for (Value r : op->getResults())
-    for (Operation *user : r.getUsers())
-      mark(user);
+    stamped[r] = ++clock;
+}
+
+bool Propagator::isDirty(Operation *op) {
+  if (dirty.contains(op))
+    return true;
+  auto it = cleared.find(op);
+  uint64_t since = it == cleared.end() ? 0 : it->second;
+  return llvm::any_of(op->getOperands(), [&](Value v) {
+    auto s = stamped.find(v);
+    return s != stamped.end() && s->second > since;
+  });
+}
+
+bool Propagator::clearDirty(Operation *op) {
+  if (!isDirty(op))
+    return false;
+  dirty.erase(op);
+  cleared[op] = clock;
+  return true;
 }
 
 int64_t Propagator::refine() {
   int64_t changes = 0;
   dirty.insert(movable.begin(), movable.end());
   auto visitOp = [&](Operation *op) -> bool {
-    if (!dirty.erase(op))
+    if (!clearDirty(op))
       return false;
     SmallVector<Value> affected = affectedBy(op);
     Strategy &current = chosen[op];
@@ -1450,7 +1673,10 @@ int64_t Propagator::refine() {
       markNeighbours(changed);
     return true;
   };
-  for (int sweep = 0; sweep < 32 && !dirty.empty(); ++sweep) {
+  auto anyDirty = [&] {
+    return llvm::any_of(movable, [&](Operation *op) { return isDirty(op); });
+  };
+  for (int sweep = 0; sweep < 32 && anyDirty(); ++sweep) {
     int64_t changed = 0;
     if (sweep % 2 == 0) {
       for (Operation *op : llvm::reverse(movable))
@@ -1461,6 +1687,10 @@ int64_t Propagator::refine() {
     }
     changes += changed;
   }
+  // The strategies lived in `chosen` during the search: write them once.
+  for (Operation *op : movable)
+    record(op, tensorValues(op->getOperands()), tensorValues(op->getResults()),
+           chosen[op]);
   return changes;
 }
 
@@ -1528,6 +1758,7 @@ LogicalResult Propagator::run() {
   for (Operation &op : fn.getBody().front())
     if (failed(visit(&op)))
       return failure();
+  indexUses();
   double greedy = printCost ? totalCost() : 0;
   int64_t changes = refineGraph && !userLayoutsOnly ? refine() : 0;
   if (printCost)
