@@ -141,13 +141,15 @@ void reduceTyped(T *inout, const T *in, size_t count, ReduceOp op) {
     for (size_t i = 0; i < count; ++i)
       inout[i] += in[i];
     break;
+  // Max and min propagate NaN whatever the order of the members (as
+  // arith.maximumf/minimumf do), unlike std::max/std::min.
   case ReduceOp::Max:
     for (size_t i = 0; i < count; ++i)
-      inout[i] = std::max(inout[i], in[i]);
+      inout[i] = (in[i] > inout[i] || in[i] != in[i]) ? in[i] : inout[i];
     break;
   case ReduceOp::Min:
     for (size_t i = 0; i < count; ++i)
-      inout[i] = std::min(inout[i], in[i]);
+      inout[i] = (in[i] < inout[i] || in[i] != in[i]) ? in[i] : inout[i];
     break;
   case ReduceOp::Prod:
     for (size_t i = 0; i < count; ++i)

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -167,6 +168,45 @@ template <typename T> Status checkReductions(Communicator &c) {
                                            want.begin() + offset + counts[me]));
             !s)
           return s;
+    }
+  }
+  return Status::ok();
+}
+
+/// Max and min propagate a NaN from any member, whatever its position in
+/// the group (small and large messages, all_reduce and reduce_scatter).
+template <typename T> Status checkNanMaxMin(Communicator &c) {
+  for (size_t count : {size_t(5), size_t(200003)}) {
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+      for (const auto &axes : axisGroups(c)) {
+        std::vector<int64_t> members = c.getGroup(axes);
+        size_t n = members.size(), me = c.getGroupIndex(axes);
+        // Element k is NaN on member k % n only.
+        std::vector<T> send(count, T(me));
+        for (size_t k = me; k < count; k += n)
+          send[k] = std::numeric_limits<T>::quiet_NaN();
+        std::vector<T> recv(count);
+        if (Status s = c.allReduce(send.data(), recv.data(), count,
+                                   dtypeOf<T>(), op, axes);
+            !s)
+          return s;
+        for (size_t k = 0; k < count; ++k)
+          if (recv[k] == recv[k])
+            return fail(c, std::string("all_reduce ") + stringifyReduceOp(op) +
+                               " dropped the NaN of element " +
+                               std::to_string(k));
+        std::vector<size_t> counts(n, count / n);
+        counts.back() += count % n;
+        std::vector<T> piece(counts[me]);
+        if (Status s = c.reduceScatter(send.data(), piece.data(), counts,
+                                       dtypeOf<T>(), op, axes);
+            !s)
+          return s;
+        for (size_t k = 0; k < piece.size(); ++k)
+          if (piece[k] == piece[k])
+            return fail(c, std::string("reduce_scatter ") +
+                               stringifyReduceOp(op) + " dropped a NaN");
+      }
     }
   }
   return Status::ok();

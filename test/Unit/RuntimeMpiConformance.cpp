@@ -76,6 +76,8 @@ int main(int argc, char **argv) {
       {"reductions i64", conformance::checkReductions<int64_t>},
       {"large all_reduce f32", conformance::checkLargeAllReduce<float>},
       {"large all_reduce i64", conformance::checkLargeAllReduce<int64_t>},
+      {"nan max/min f32", conformance::checkNanMaxMin<float>},
+      {"nan max/min f64", conformance::checkNanMaxMin<double>},
       {"all_to_all f32", conformance::checkAllToAll<float>},
       {"all_to_all i32", conformance::checkAllToAll<int32_t>},
       {"exchange f32", conformance::checkExchange<float>},

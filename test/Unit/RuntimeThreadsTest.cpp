@@ -47,6 +47,11 @@ TEST_P(ThreadsConformance, LargeAllReduce) {
       runThreads(GetParam(), conformance::checkLargeAllReduce<int64_t>));
 }
 
+TEST_P(ThreadsConformance, NanMaxMin) {
+  expectAllOk(runThreads(GetParam(), conformance::checkNanMaxMin<float>));
+  expectAllOk(runThreads(GetParam(), conformance::checkNanMaxMin<double>));
+}
+
 TEST_P(ThreadsConformance, AllToAll) {
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<float>));
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<int32_t>));
