@@ -13,8 +13,8 @@ Adam, q/k/v/fc1 column- and out/fc2 row-parallel. It is compiled sharded and
 unsharded by shardx-run, both run `--repeat` times on the same inputs (the
 sharded one on N threads ranks, checked against the unsharded one), and the
 median times are compared; PyTorch eager runs the same step. The ranks share
-the machine's cores: OpenBLAS gets cores/ranks threads per rank, the
-unsharded program and PyTorch get all cores.
+the machine's cores: the executor gives OpenBLAS cores/ranks threads per
+rank (its default), the unsharded program and PyTorch get all cores.
 """
 
 import argparse
@@ -87,7 +87,10 @@ def main() -> int:
             src = os.path.join(d, "step.mlir")
             with open(src, "w") as f:
                 f.write(text)
-            env = dict(os.environ, OPENBLAS_NUM_THREADS=str(max(1, cores // n)))
+            # The executor gives each rank cores / ranks BLAS threads
+            # (SHARDX_NUM_THREADS and OPENBLAS_NUM_THREADS would override it).
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "SHARDX_NUM_THREADS")}
             proc = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat", str(args.repeat),
                                    "--rtol", "1e-3", "--atol", "1e-4"],
                                   capture_output=True, text=True, env=env)
@@ -97,7 +100,7 @@ def main() -> int:
         sharded = float(re.search(r"outputs, ([0-9.]+) ms", proc.stdout).group(1))
         unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", proc.stdout).group(1))
         if n == 1 or baseline is None:
-            baseline = unsharded  # measured with every core given to OpenBLAS
+            baseline = unsharded  # every core given to OpenBLAS
         rows.append((n, sharded))
     e = eager_s * 1e3
     print(f"unsharded compiled program: {baseline:.1f} ms; PyTorch eager: {e:.1f} ms "

@@ -222,6 +222,7 @@ LogicalResult linkSharedObject(StringRef object, StringRef output) {
   // inside the artifact bind to its own definitions (-Bsymbolic), not to a
   // same-named symbol of the process that loads it.
   args.push_back("-Wl,--undefined=shardx_rt_invoke");
+  args.push_back("-Wl,--undefined=shardx_rt_set_compute_threads");
   args.push_back("-Wl,-Bsymbolic");
   if (!runtime.empty())
     args.push_back(runtime);

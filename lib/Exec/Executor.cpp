@@ -19,6 +19,8 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <cstdlib>
+#include <thread>
 #include <sstream>
 
 using namespace shardx;
@@ -205,6 +207,9 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   a->handle = handle;
   a->invoke = reinterpret_cast<int (*)(void (*)(void **), void **, void *,
                                        char *, int64_t)>(invoke);
+  // Absent from artifacts built before the call existed.
+  a->setThreads = reinterpret_cast<int (*)(int)>(
+      dlsym(handle, "shardx_rt_set_compute_threads"));
   auto parsed = llvm::json::parse(info);
   if (!parsed) {
     error = "bad program description in " + path + ": " +
@@ -249,6 +254,20 @@ const EntryPoint *Artifact::lookup(const std::string &name) const {
     if (e.name == name)
       return &e;
   return nullptr;
+}
+
+void Artifact::setComputeThreads(int threads) const {
+  if (threads > 0 && setThreads)
+    setThreads(threads);
+}
+
+int shardx::exec::computeThreadsPerRank(int64_t ranks) {
+  if (const char *env = std::getenv("SHARDX_NUM_THREADS"))
+    return std::max(1, std::atoi(env));
+  if (std::getenv("OPENBLAS_NUM_THREADS"))
+    return 0;
+  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks)));
 }
 
 Status Artifact::run(const EntryPoint &entry, Communicator &comm,
@@ -676,6 +695,8 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<std::vector<HostTensor>> outs(coords.size());
   std::vector<double> times(coords.size(), 0);
+  artifact.setComputeThreads(
+      computeThreadsPerRank(static_cast<int64_t>(coords.size())));
   std::vector<Status> statuses = rt::runThreads(
       mesh,
       [&](Communicator &comm) -> Status {
@@ -718,6 +739,15 @@ Status shardx::exec::runOnCommunicator(
     std::vector<HostTensor> &globalOutputs, double *seconds) {
   const std::vector<int64_t> &mesh = artifact.getMeshShape();
   std::vector<HostTensor> local, localOut;
+  // One process per rank: the ranks sharing this machine are the launcher's
+  // local size (Open MPI, MPICH/Hydra), else assumed to be one.
+  int64_t localRanks = 1;
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char *env = std::getenv(var)) {
+      localRanks = std::max(1, std::atoi(env));
+      break;
+    }
+  artifact.setComputeThreads(computeThreadsPerRank(localRanks));
   for (size_t i = 0; i < entry.inputs.size(); ++i)
     local.push_back(
         scatter(globalInputs[i], entry.inputs[i], mesh, comm.getCoords()));

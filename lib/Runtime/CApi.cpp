@@ -194,7 +194,17 @@ int gemmBatched(int64_t batch, int32_t transA, int32_t transB, int64_t m,
 
 } // namespace
 
+// OpenBLAS's own API (cblas.h may be another implementation's header).
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
+
 extern "C" {
+
+int shardx_rt_set_compute_threads(int threads) {
+  int previous = openblas_get_num_threads();
+  openblas_set_num_threads(threads < 1 ? 1 : threads);
+  return previous;
+}
 
 int shardx_rt_sgemm(int32_t trans_a, int32_t trans_b, int64_t m, int64_t n,
                     int64_t k, float alpha, const float *a, int64_t lda,

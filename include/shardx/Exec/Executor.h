@@ -61,6 +61,10 @@ public:
   const std::vector<int64_t> &getMeshShape() const { return meshShape; }
   const std::string &getPath() const { return path; }
 
+  /// Lets each BLAS call use `threads` threads (the artifact's OpenBLAS is
+  /// per process); 0 leaves the setting alone.
+  void setComputeThreads(int threads) const;
+
   /// Runs `entry` on this rank with its local inputs.
   rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
                  const std::vector<HostTensor> &localInputs,
@@ -73,7 +77,14 @@ private:
   std::vector<EntryPoint> entries;
   std::vector<int64_t> meshShape{1};
   int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;
+  int (*setThreads)(int) = nullptr;
 };
+
+/// The threads each BLAS call gets when `ranks` ranks share this machine:
+/// SHARDX_NUM_THREADS if set; 0 (leave OpenBLAS's own choice) if
+/// OPENBLAS_NUM_THREADS is set; else the machine's cores / `ranks`, at least
+/// one, so that ranks do not oversubscribe the cores.
+int computeThreadsPerRank(int64_t ranks);
 
 /// The part of `global` rank `coords` holds under `spec` (a Partial input:
 /// the rank at coordinate 0 of each Partial axis holds the value, the others

@@ -91,6 +91,11 @@ int shardx_rt_dgemm_batched(int64_t batch, int32_t trans_a, int32_t trans_b,
 int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *comm,
                      char *error, int64_t error_size);
 
+/* Sets how many threads each BLAS call of this process may use (OpenBLAS's
+ * setting is per process, shared by every rank it runs) and returns the
+ * previous count. Launchers call it with cores / ranks per machine. */
+int shardx_rt_set_compute_threads(int threads);
+
 #ifdef __cplusplus
 } /* extern "C" */
 
