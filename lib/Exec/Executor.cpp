@@ -341,7 +341,6 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
       strides[k] = results[w + 3 + r + k];
     }
     size_t es = t.elementSize();
-    t.data.resize(t.numElements() * es);
     const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
     bool contiguous = true;
     for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
@@ -350,9 +349,11 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
       expect *= t.shape[k];
     }
     if (contiguous) {
-      if (!t.data.empty())
-        std::memcpy(t.data.data(), base, t.data.size());
+      // One pass: no zero fill before the copy.
+      size_t bytes = static_cast<size_t>(t.numElements()) * es;
+      t.data.assign(base, base + bytes);
     } else {
+      t.data.resize(t.numElements() * es);
       std::vector<int64_t> i(r, 0);
       for (int64_t n = 0; n < t.numElements(); ++n) {
         int64_t off = 0;
