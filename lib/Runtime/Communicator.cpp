@@ -133,28 +133,27 @@ Status Communicator::barrier(const std::vector<int64_t> &) {
 }
 
 namespace {
+/// The element rule is the layout algebra's (max and min propagate NaN
+/// whatever the order of the members, as arith.maximumf/minimumf do); one
+/// loop per op, so that each inlines a constant op.
+template <ReduceOp Op, typename T>
+void reduceLoop(T *inout, const T *in, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    ::shardx::reduceInto(inout[i], in[i], Op);
+}
+
 template <typename T>
 void reduceTyped(T *inout, const T *in, size_t count, ReduceOp op) {
   switch (op) {
   case ReduceOp::Sum:
   case ReduceOp::Avg:
-    for (size_t i = 0; i < count; ++i)
-      inout[i] += in[i];
-    break;
-  // Max and min propagate NaN whatever the order of the members (as
-  // arith.maximumf/minimumf do), unlike std::max/std::min.
+    return reduceLoop<ReduceOp::Sum>(inout, in, count);
   case ReduceOp::Max:
-    for (size_t i = 0; i < count; ++i)
-      inout[i] = (in[i] > inout[i] || in[i] != in[i]) ? in[i] : inout[i];
-    break;
+    return reduceLoop<ReduceOp::Max>(inout, in, count);
   case ReduceOp::Min:
-    for (size_t i = 0; i < count; ++i)
-      inout[i] = (in[i] < inout[i] || in[i] != in[i]) ? in[i] : inout[i];
-    break;
+    return reduceLoop<ReduceOp::Min>(inout, in, count);
   case ReduceOp::Prod:
-    for (size_t i = 0; i < count; ++i)
-      inout[i] *= in[i];
-    break;
+    return reduceLoop<ReduceOp::Prod>(inout, in, count);
   }
 }
 

@@ -53,31 +53,15 @@ MPI_Datatype mpiType(DType type) {
   return MPI_BYTE;
 }
 
-/// `inout = in op inout` for max (`Greater`) or min, propagating NaN as the
-/// program's arith.maximumf/minimumf and the threads backend do (MPI_MAX
-/// and MPI_MIN keep or drop a NaN depending on the order of the ranks).
-template <bool Greater, typename T>
-void nanPropagating(const T *in, T *inout, int len) {
-  for (int i = 0; i < len; ++i) {
-    T v = in[i], acc = inout[i];
-    inout[i] = ((Greater ? v > acc : v < acc) || v != v) ? v : acc;
-  }
-}
-
-template <bool Greater>
-void nanPropagatingOp(void *in, void *inout, int *len, MPI_Datatype *type) {
-  if (*type == MPI_FLOAT)
-    nanPropagating<Greater>(static_cast<const float *>(in),
-                            static_cast<float *>(inout), *len);
-  else if (*type == MPI_DOUBLE)
-    nanPropagating<Greater>(static_cast<const double *>(in),
-                            static_cast<double *>(inout), *len);
-  else if (*type == MPI_INT32_T)
-    nanPropagating<Greater>(static_cast<const int32_t *>(in),
-                            static_cast<int32_t *>(inout), *len);
-  else if (*type == MPI_INT64_T)
-    nanPropagating<Greater>(static_cast<const int64_t *>(in),
-                            static_cast<int64_t *>(inout), *len);
+/// An MPI user op reducing with the runtime's own rule (reduceInto), so that
+/// max and min propagate NaN as arith.maximumf/minimumf and the threads
+/// backend do (MPI_MAX and MPI_MIN keep or drop a NaN depending on the
+/// order of the ranks).
+template <ReduceOp Op>
+void runtimeReduceOp(void *in, void *inout, int *len, MPI_Datatype *type) {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64})
+    if (*type == mpiType(t))
+      return reduceInto(inout, in, static_cast<size_t>(*len), t, Op);
 }
 
 MPI_Op mpiOp(ReduceOp op) {
@@ -89,11 +73,11 @@ MPI_Op mpiOp(ReduceOp op) {
     return MPI_SUM;
   case ReduceOp::Max:
     if (maxOp == MPI_OP_NULL)
-      MPI_Op_create(&nanPropagatingOp<true>, /*commute=*/1, &maxOp);
+      MPI_Op_create(&runtimeReduceOp<ReduceOp::Max>, /*commute=*/1, &maxOp);
     return maxOp;
   case ReduceOp::Min:
     if (minOp == MPI_OP_NULL)
-      MPI_Op_create(&nanPropagatingOp<false>, /*commute=*/1, &minOp);
+      MPI_Op_create(&runtimeReduceOp<ReduceOp::Min>, /*commute=*/1, &minOp);
     return minOp;
   case ReduceOp::Prod:
     return MPI_PROD;
