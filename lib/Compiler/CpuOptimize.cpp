@@ -61,12 +61,8 @@ bool isTranspose(linalg::GenericOp op) {
 
 /// A (batched) GEMM up to permutations of its operands and result: a
 /// contraction with one batch, m, n and k dim at most, each operand map a
-/// permutation of the dims it uses, one element type.
-struct Gemm {
-  linalg::ContractionDimensions dims;
-};
-
-std::optional<Gemm> matchGemm(linalg::LinalgOp op) {
+/// permutation of the dims it uses, one element type. Returns its dims.
+std::optional<linalg::ContractionDimensions> matchGemm(linalg::LinalgOp op) {
   if (op->getNumResults() > 1 || op.getNumDpsInputs() != 2 ||
       op.getNumDpsInits() != 1 || !linalg::isaContractionOpInterface(op))
     return std::nullopt;
@@ -88,7 +84,7 @@ std::optional<Gemm> matchGemm(linalg::LinalgOp op) {
     if (!map.isProjectedPermutation() ||
         map.getNumResults() != dims->batch.size() + 2)
       return std::nullopt;
-  return Gemm{*dims};
+  return *dims;
 }
 
 //===----------------------------------------------------------------------===//
@@ -171,10 +167,9 @@ bool shouldFuse(OpOperand *operand) {
   auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
   if (!producer || !consumer)
     return false;
-  bool gemm = matchGemm(consumer).has_value();
   if (isTranspose(producer))
     return true;
-  if (gemm)
+  if (matchGemm(consumer))
     return false;
   if (isDataMovement(producer))
     return true;
@@ -246,48 +241,46 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
 }
 
 void mlir::shardx::splitSharedEmptyTensors(ModuleOp module) {
-  // Fills of fresh tensors first (each copy gets its own empty below).
-  SmallVector<linalg::FillOp> fills;
+  // Each single-result op in `ops` keeps its first use; every other use
+  // gets a clone right before its user.
+  OpBuilder builder(module.getContext());
+  auto cloneForEachUse = [&](ArrayRef<Operation *> ops) {
+    for (Operation *op : ops)
+      for (OpOperand &use : llvm::make_early_inc_range(
+               llvm::drop_begin(op->getResult(0).getUses()))) {
+        builder.setInsertionPoint(use.getOwner());
+        use.set(builder.clone(*op)->getResult(0));
+      }
+  };
+  // Fills of fresh tensors first (each clone's empty is split below).
+  SmallVector<Operation *> fills, empties;
   module.walk([&](linalg::FillOp op) {
     if (op.hasPureTensorSemantics() && !op->getResult(0).hasOneUse() &&
         !op->use_empty() && op.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
       fills.push_back(op);
   });
-  OpBuilder builder(module.getContext());
-  for (linalg::FillOp op : fills) {
-    for (OpOperand &use :
-         llvm::make_early_inc_range(llvm::drop_begin(op->getResult(0).getUses()))) {
-      builder.setInsertionPoint(use.getOwner());
-      use.set(builder.clone(*op)->getResult(0));
-    }
-  }
-  SmallVector<tensor::EmptyOp> empties;
+  cloneForEachUse(fills);
   module.walk([&](tensor::EmptyOp op) {
     if (!op->hasOneUse() && !op->use_empty())
       empties.push_back(op);
   });
-  for (tensor::EmptyOp op : empties) {
-    for (OpOperand &use :
-         llvm::make_early_inc_range(llvm::drop_begin(op->getUses()))) {
-      builder.setInsertionPoint(use.getOwner());
-      use.set(builder.clone(*op)->getResult(0));
-    }
-  }
+  cloneForEachUse(empties);
 }
 
 LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
   OpBuilder builder(ctx);
-  SmallVector<linalg::LinalgOp> ops;
+  SmallVector<std::pair<linalg::LinalgOp, linalg::ContractionDimensions>> ops;
   module.walk([&](linalg::LinalgOp op) {
     if (!op.hasPureBufferSemantics())
       return;
     Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
-    if ((elt.isF32() || elt.isF64()) && matchGemm(op))
-      ops.push_back(op);
+    if (!elt.isF32() && !elt.isF64())
+      return;
+    if (std::optional<linalg::ContractionDimensions> dims = matchGemm(op))
+      ops.emplace_back(op, *dims);
   });
-  for (linalg::LinalgOp op : ops) {
-    linalg::ContractionDimensions dims = matchGemm(op)->dims;
+  for (auto &[op, dims] : ops) {
     Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
     bool batched = !dims.batch.empty();
     int64_t rank = batched ? 3 : 2;
