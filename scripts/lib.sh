@@ -62,7 +62,7 @@ install_packages() {
 ensure_python_env() {
   install_packages python3 python3-venv
   if [ -x "$SHARDX_PYTHON" ] && "$SHARDX_PYTHON" - "$SHARDX_TORCH_VERSION" <<'PY' 2>/dev/null
-import sys, torch, numpy, pytest
+import sys, torch, numpy, pytest, transformers, torchvision
 sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
 PY
   then
@@ -72,7 +72,9 @@ PY
   mkdir -p "$(dirname "$SHARDX_VENV")"
   [ -x "$SHARDX_PYTHON" ] || /usr/bin/python3 -m venv "$SHARDX_VENV"
   "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check \
-    "torch==$SHARDX_TORCH_VERSION" numpy pytest
+    "torch==$SHARDX_TORCH_VERSION" numpy pytest transformers==5.23.0 pillow
+  # The model zoo's torchvision models (pure Python; no wheel is built for this torch yet).
+  "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check --no-deps torchvision==0.29.2
 }
 
 # Configures (once) and builds the given targets (default: all).
