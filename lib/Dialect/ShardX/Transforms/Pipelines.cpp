@@ -6,15 +6,46 @@
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
+#include "mlir/Interfaces/CallInterfaces.h"
+#include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
+namespace {
+/// Inlines calls (propagation then sees one body per entry point), and
+/// costs nothing on a module without calls: the inliner would otherwise
+/// still build the call graph and run its simplification pipeline on every
+/// function.
+struct InlineCallsPass
+    : public PassWrapper<InlineCallsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(InlineCallsPass)
+
+  StringRef getArgument() const override { return "shardx-inline-calls"; }
+  StringRef getDescription() const override {
+    return "inline calls, if the module has any";
+  }
+
+  void runOnOperation() override {
+    bool hasCalls = getOperation()
+                        ->walk([](CallOpInterface) {
+                          return WalkResult::interrupt();
+                        })
+                        .wasInterrupted();
+    if (!hasCalls)
+      return markAllAnalysesPreserved();
+    OpPassManager inliner(ModuleOp::getOperationName());
+    inliner.addPass(createInlinerPass());
+    if (failed(runPipeline(inliner, getOperation())))
+      signalPassFailure();
+  }
+};
+} // namespace
+
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm) {
-  // Calls are inlined: propagation then sees one body per entry point.
-  pm.addPass(createInlinerPass());
+  pm.addPass(std::make_unique<InlineCallsPass>());
   pm.addPass(createPropagatePass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());
