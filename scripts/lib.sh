@@ -14,7 +14,7 @@ SHARDX_PACKAGES=(
   libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  python3 python3-venv
+  python3 python3-venv python3-dev
 )
 
 # The libFuzzer build (scripts/fuzz.sh): clang and its runtimes (libFuzzer,
@@ -62,7 +62,7 @@ install_packages() {
 ensure_python_env() {
   install_packages python3 python3-venv
   if [ -x "$SHARDX_PYTHON" ] && "$SHARDX_PYTHON" - "$SHARDX_TORCH_VERSION" <<'PY' 2>/dev/null
-import sys, torch, numpy, pytest, transformers, torchvision
+import sys, torch, numpy, pytest, transformers, torchvision, nanobind, tqdm, matplotlib
 sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
 PY
   then
@@ -72,7 +72,8 @@ PY
   mkdir -p "$(dirname "$SHARDX_VENV")"
   [ -x "$SHARDX_PYTHON" ] || /usr/bin/python3 -m venv "$SHARDX_VENV"
   "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check \
-    "torch==$SHARDX_TORCH_VERSION" numpy pytest transformers==5.23.0 pillow
+    "torch==$SHARDX_TORCH_VERSION" numpy pytest transformers==5.23.0 pillow \
+    nanobind tqdm matplotlib
   # The model zoo's torchvision models (pure Python; no wheel is built for this torch yet).
   "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check --no-deps torchvision==0.29.2
 }
@@ -89,6 +90,12 @@ build_shardx() {
       cat "$SHARDX_BUILD.configure.log" >&2
       exit 1
     }
+  fi
+  # The Python binding is configured only when the venv has nanobind
+  # (ensure_python_env): reconfigure a build made before it had.
+  if ! grep -q _shardx_rt "$SHARDX_BUILD/build.ninja" &&
+      "$SHARDX_PYTHON" -m nanobind --cmake_dir >/dev/null 2>&1; then
+    cmake "$SHARDX_BUILD" >>"$SHARDX_BUILD.configure.log" 2>&1
   fi
   log "building ${*:-all} (-j$JOBS)"
   ninja -C "$SHARDX_BUILD" -j "$JOBS" "$@"

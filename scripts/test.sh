@@ -5,8 +5,9 @@
 # a line "N passed, N failed". Exits non-zero when anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-build_shardx all mlir-doc
+# The venv first: CMake builds the Python binding with its nanobind.
 ensure_python_env
+build_shardx all mlir-doc
 LOG="$SHARDX_BUILD/test-results.log"
 log "running the lit suite"
 set +e

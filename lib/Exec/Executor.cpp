@@ -273,6 +273,15 @@ int shardx::exec::computeThreadsPerRank(int64_t ranks) {
 Status Artifact::run(const EntryPoint &entry, Communicator &comm,
                      const std::vector<HostTensor> &localInputs,
                      std::vector<HostTensor> &localOutputs) const {
+  std::vector<const HostTensor *> inputs;
+  for (const HostTensor &t : localInputs)
+    inputs.push_back(&t);
+  return run(entry, comm, inputs, localOutputs);
+}
+
+Status Artifact::run(const EntryPoint &entry, Communicator &comm,
+                     const std::vector<const HostTensor *> &localInputs,
+                     std::vector<HostTensor> &localOutputs) const {
   if (localInputs.size() != entry.inputs.size())
     return Status::error(entry.name + " takes " +
                          std::to_string(entry.inputs.size()) + " inputs");
@@ -285,7 +294,7 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
   std::set<int64_t> inputPtrs;
   static char emptyBuffer[1];
   for (size_t i = 0; i < localInputs.size(); ++i) {
-    const HostTensor &t = localInputs[i];
+    const HostTensor &t = *localInputs[i];
     const TensorSpec &spec = entry.inputs[i];
     bool shapeOk = t.shape.size() == spec.shape.size();
     for (size_t d = 0; shapeOk && d < t.shape.size(); ++d)

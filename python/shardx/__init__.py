@@ -14,6 +14,10 @@ _LAZY = {
     "UnsupportedOpError": ("importer", "UnsupportedOpError"),
     "TrainStep": ("train", "TrainStep"),
     "eager_context": ("train", "eager_context"),
+    "compile": ("jit", "compile"),
+    "cache_stats": ("jit", "cache_stats"),
+    "ShardedTensor": ("sharded_tensor", "ShardedTensor"),
+    "RankError": ("sharded_tensor", "RankError"),
 }
 
 

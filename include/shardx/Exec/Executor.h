@@ -69,6 +69,11 @@ public:
   rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
                  const std::vector<HostTensor> &localInputs,
                  std::vector<HostTensor> &localOutputs) const;
+  /// The same with the inputs by pointer (buffers several ranks share, or
+  /// that stay resident between runs, are not copied).
+  rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
+                 const std::vector<const HostTensor *> &localInputs,
+                 std::vector<HostTensor> &localOutputs) const;
 
 private:
   Artifact() = default;

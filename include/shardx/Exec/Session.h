@@ -1,0 +1,101 @@
+//===- Session.h - Resident shards and persistent rank threads --*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// What the Python binding (`shardx.compile`) runs on: a `Session` keeps one
+// thread per rank of a mesh alive between runs (a `threads` world), and a
+// `ShardSet` keeps a tensor's local shards in memory between runs, so that a
+// training loop passes parameters and optimizer state from one step to the
+// next without assembling or scattering them. Needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_EXEC_SESSION_H
+#define SHARDX_EXEC_SESSION_H
+
+#include "shardx/Exec/Executor.h"
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace shardx::exec {
+
+/// A global tensor as its local shards, one per rank of a mesh (rank-major
+/// order). Ranks that hold the same shard may share one buffer; buffers are
+/// never written after they are made, so sharing is safe.
+struct ShardSet {
+  std::vector<int64_t> meshShape;
+  std::vector<int64_t> globalShape;
+  std::string dtype;
+  /// None: every rank holds the whole tensor.
+  std::optional<Layout> layout;
+  std::vector<std::shared_ptr<const HostTensor>> locals;
+
+  /// The spec of the tensor as an artifact describes it (for assemble).
+  TensorSpec getSpec() const;
+  /// Whether `spec` (an entry point's input) accepts these shards: same
+  /// global shape, dtype and layout (no layout = fully replicated).
+  bool matches(const TensorSpec &spec, std::string &why) const;
+};
+
+/// Scatters `global` over `meshShape` by `layout` (none: replicated). A
+/// replicated tensor is one buffer all ranks share.
+ShardSet scatterShards(const HostTensor &global,
+                       const std::optional<Layout> &layout,
+                       const std::vector<int64_t> &meshShape);
+
+/// Assembles the global tensor (pending Partials reduced).
+HostTensor gatherShards(const ShardSet &shards, std::string &error);
+
+/// One rank per thread of this process, kept alive between runs. A run
+/// that fails on any rank ends the world (its collectives abort); the next
+/// run starts a fresh one.
+class Session {
+public:
+  explicit Session(std::vector<int64_t> meshShape,
+                   double timeoutSeconds = 60.0);
+  ~Session();
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  const std::vector<int64_t> &getMeshShape() const { return meshShape; }
+  int64_t getSize() const { return size; }
+  /// Worlds started so far (1 after the first run; +1 after each failure).
+  int64_t getWorldsStarted() const { return worldsStarted; }
+
+  /// Runs `body` on every rank and returns each rank's status.
+  std::vector<rt::Status>
+  runOnRanks(const std::function<rt::Status(rt::Communicator &)> &body);
+
+  /// Runs `entry` of `artifact` on resident inputs. On success `outputs`
+  /// holds one ShardSet per result; on failure nothing is written and the
+  /// error names the failing rank and its cause.
+  rt::Status run(const Artifact &artifact, const EntryPoint &entry,
+                 const std::vector<const ShardSet *> &inputs,
+                 std::vector<ShardSet> &outputs);
+
+private:
+  void startWorld();
+  void stopWorld();
+
+  std::vector<int64_t> meshShape;
+  int64_t size = 1;
+  double timeoutSeconds;
+  int64_t worldsStarted = 0;
+
+  std::mutex mutex;
+  std::condition_variable wakeRanks, wakeCaller;
+  std::thread driver;
+  bool running = false, stopping = false;
+  uint64_t generation = 0;
+  int64_t pending = 0;
+  const std::function<rt::Status(rt::Communicator &)> *job = nullptr;
+  std::vector<rt::Status> statuses;
+};
+
+} // namespace shardx::exec
+
+#endif // SHARDX_EXEC_SESSION_H

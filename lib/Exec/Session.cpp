@@ -1,0 +1,249 @@
+//===- Session.cpp - Resident shards and persistent rank threads ----------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Exec/Session.h"
+
+#include <algorithm>
+
+using namespace shardx;
+using namespace shardx::exec;
+using shardx::rt::Communicator;
+using shardx::rt::Status;
+
+TensorSpec ShardSet::getSpec() const {
+  TensorSpec spec;
+  spec.globalShape = globalShape;
+  spec.shape = globalShape;
+  spec.dtype = dtype;
+  spec.layout = layout;
+  if (layout)
+    spec.layoutText = layout->str();
+  return spec;
+}
+
+static bool sameLayout(const std::optional<Layout> &a,
+                       const std::optional<Layout> &b) {
+  bool aRep = !a || a->isReplicated(), bRep = !b || b->isReplicated();
+  if (aRep || bRep)
+    return aRep && bRep;
+  return *a == *b;
+}
+
+static std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool ShardSet::matches(const TensorSpec &spec, std::string &why) const {
+  if (spec.globalShape != globalShape) {
+    why = "global shape " + shapeText(globalShape) + ", expected " +
+          shapeText(spec.globalShape);
+    return false;
+  }
+  if (spec.dtype != dtype) {
+    why = "dtype " + dtype + ", expected " + spec.dtype;
+    return false;
+  }
+  if (!sameLayout(layout, spec.layout)) {
+    why = "layout [" + (layout ? layout->str() : std::string("R")) +
+          "], expected [" +
+          (spec.layout ? spec.layout->str() : std::string("R")) + "]";
+    return false;
+  }
+  return true;
+}
+
+ShardSet shardx::exec::scatterShards(const HostTensor &global,
+                                     const std::optional<Layout> &layout,
+                                     const std::vector<int64_t> &meshShape) {
+  ShardSet set;
+  set.meshShape = meshShape;
+  set.globalShape = global.shape;
+  set.dtype = global.dtype;
+  set.layout = layout;
+  std::vector<std::vector<int64_t>> coords = allMeshCoords(meshShape);
+  if (!layout || layout->isReplicated()) {
+    auto shared = std::make_shared<const HostTensor>(global);
+    set.locals.assign(coords.size(), shared);
+    return set;
+  }
+  TensorSpec spec = set.getSpec();
+  for (const std::vector<int64_t> &c : coords)
+    set.locals.push_back(std::make_shared<const HostTensor>(
+        scatter(global, spec, meshShape, c)));
+  return set;
+}
+
+HostTensor shardx::exec::gatherShards(const ShardSet &shards,
+                                      std::string &error) {
+  if (!shards.layout || shards.layout->isReplicated())
+    return *shards.locals.at(0);
+  std::vector<HostTensor> locals;
+  locals.reserve(shards.locals.size());
+  for (const auto &l : shards.locals)
+    locals.push_back(*l);
+  return assemble(locals, shards.getSpec(), shards.meshShape, error);
+}
+
+Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds)
+    : meshShape(std::move(meshShape)), timeoutSeconds(timeoutSeconds) {
+  for (int64_t n : this->meshShape)
+    size *= n;
+}
+
+Session::~Session() { stopWorld(); }
+
+void Session::startWorld() {
+  // Called with no world running.
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    running = true;
+    stopping = false;
+    ++worldsStarted;
+  }
+  uint64_t start = generation;
+  driver = std::thread([this, start] {
+    rt::runThreads(
+        meshShape,
+        [this, start](Communicator &comm) -> Status {
+          uint64_t seen = start;
+          while (true) {
+            const std::function<Status(Communicator &)> *fn;
+            {
+              std::unique_lock<std::mutex> lock(mutex);
+              wakeRanks.wait(lock,
+                             [&] { return stopping || generation != seen; });
+              if (stopping)
+                return Status::ok();
+              seen = generation;
+              fn = job;
+            }
+            Status s = (*fn)(comm);
+            bool failed = !s;
+            {
+              std::lock_guard<std::mutex> lock(mutex);
+              statuses[comm.getRank()] = s;
+              if (--pending == 0)
+                wakeCaller.notify_all();
+            }
+            // A failed rank leaves the world, which aborts it: every peer's
+            // collective fails instead of waiting.
+            if (failed)
+              return s;
+          }
+        },
+        timeoutSeconds);
+  });
+}
+
+void Session::stopWorld() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!running)
+      return;
+    stopping = true;
+  }
+  wakeRanks.notify_all();
+  driver.join();
+  std::lock_guard<std::mutex> lock(mutex);
+  running = false;
+}
+
+std::vector<Status>
+Session::runOnRanks(const std::function<Status(Communicator &)> &body) {
+  if (!running)
+    startWorld();
+  std::vector<Status> result;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    statuses.assign(size, Status::ok());
+    pending = size;
+    job = &body;
+    ++generation;
+    wakeRanks.notify_all();
+    wakeCaller.wait(lock, [&] { return pending == 0; });
+    job = nullptr;
+    result = statuses;
+  }
+  bool failed = std::any_of(result.begin(), result.end(),
+                            [](const Status &s) { return !s; });
+  if (failed)
+    stopWorld();
+  return result;
+}
+
+/// The rank whose own failure stopped the run: its message ("rank R:
+/// cause") names no other rank, while its peers' failed collectives quote
+/// it.
+static Status rootCause(const std::vector<Status> &statuses) {
+  const Status *first = nullptr;
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    const Status &s = statuses[r];
+    if (s)
+      continue;
+    if (!first)
+      first = &s;
+    const std::string &m = s.message();
+    std::string prefix = "rank " + std::to_string(r) + ": ";
+    std::string cause =
+        m.compare(0, prefix.size(), prefix) == 0 ? m.substr(prefix.size()) : m;
+    if (cause.find("rank ") == std::string::npos)
+      return Status::error("rank " + std::to_string(r) + " failed: " + cause);
+  }
+  return first ? Status::error(first->message()) : Status::ok();
+}
+
+Status Session::run(const Artifact &artifact, const EntryPoint &entry,
+                    const std::vector<const ShardSet *> &inputs,
+                    std::vector<ShardSet> &outputs) {
+  if (artifact.getMeshShape() != meshShape &&
+      !(size == 1 && artifact.getMeshShape() == std::vector<int64_t>{1}))
+    return Status::error("the artifact's mesh " +
+                         shapeText(artifact.getMeshShape()) +
+                         " is not the session's " + shapeText(meshShape));
+  if (inputs.size() != entry.inputs.size())
+    return Status::error(entry.name + " takes " +
+                         std::to_string(entry.inputs.size()) + " inputs, got " +
+                         std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string why;
+    if (inputs[i]->locals.size() != static_cast<size_t>(size))
+      return Status::error("input " + std::to_string(i) + " has " +
+                           std::to_string(inputs[i]->locals.size()) +
+                           " shards for " + std::to_string(size) + " ranks");
+    if (!inputs[i]->matches(entry.inputs[i], why))
+      return Status::error("input " + std::to_string(i) + " of " + entry.name +
+                           ": " + why);
+  }
+  artifact.setComputeThreads(computeThreadsPerRank(size));
+  std::vector<std::vector<HostTensor>> localOutputs(size);
+  std::vector<Status> statuses = runOnRanks([&](Communicator &comm) {
+    int64_t r = comm.getRank();
+    std::vector<const HostTensor *> locals;
+    locals.reserve(inputs.size());
+    for (const ShardSet *in : inputs)
+      locals.push_back(in->locals[r].get());
+    return artifact.run(entry, comm, locals, localOutputs[r]);
+  });
+  if (Status s = rootCause(statuses); !s)
+    return s;
+  outputs.clear();
+  for (size_t o = 0; o < entry.outputs.size(); ++o) {
+    const TensorSpec &spec = entry.outputs[o];
+    ShardSet set;
+    set.meshShape = meshShape;
+    set.globalShape = spec.globalShape;
+    set.dtype = spec.dtype;
+    set.layout = spec.layout;
+    for (int64_t r = 0; r < size; ++r)
+      set.locals.push_back(
+          std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));
+    outputs.push_back(std::move(set));
+  }
+  return Status::ok();
+}

@@ -1,0 +1,211 @@
+"""Tensors whose local shards live on the ranks between calls.
+
+A ``ShardedTensor`` is a handle to a global tensor held as one local shard
+per rank of a mesh, in the runtime's memory (the ``_shardx_rt`` binding,
+``python/bindings``). ``shardx.compile``'s callables take and return them,
+so parameters and optimizer state go from one step to the next without a
+gather or scatter; ``.full()`` / ``.numpy()`` / ``.to_torch()`` assemble the
+global tensor only when asked, ``.local(rank)`` is a read-only view of one
+rank's buffer (no copy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .placements import Mesh, Partial, Placement, PlacementError, Replicate, Shard, StridedShard
+from .placements import check_placements
+
+_RT = None
+
+
+def runtime():
+    """The ``_shardx_rt`` extension module, from $SHARDX_BUILD/python (else
+    the repository's build/python)."""
+    global _RT
+    if _RT is not None:
+        return _RT
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    build = os.environ.get("SHARDX_BUILD", os.path.join(root, "build"))
+    folder = os.path.join(build, "python")
+    found = [f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
+             if f.startswith("_shardx_rt.") and f.endswith(".so")]
+    if not found:
+        raise ImportError(f"the ShardX runtime binding (_shardx_rt) is not built in {folder}: "
+                          "run bash scripts/test.sh (or ninja -C build _shardx_rt)")
+    spec = importlib.util.spec_from_file_location("_shardx_rt", os.path.join(folder, found[0]))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules.setdefault("_shardx_rt", module)
+    _RT = module
+    return module
+
+
+class RankError(RuntimeError):
+    """A run failed on a rank: ``rank`` is the rank whose own failure stopped
+    the run (-1 when unknown) and ``cause`` what went wrong there."""
+
+    def __init__(self, message: str):
+        m = re.match(r"rank (\d+)(?: failed)?: (.*)", message, re.S)
+        self.rank = int(m.group(1)) if m else -1
+        self.cause = m.group(2) if m else message
+        super().__init__(message)
+
+
+_TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+                 "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
+_NUMPY_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
+                 np.dtype(np.float16): "f16", np.dtype(np.int64): "i64",
+                 np.dtype(np.int32): "i32", np.dtype(np.int16): "i16", np.dtype(np.int8): "i8",
+                 np.dtype(np.bool_): "i1"}
+
+
+def dtype_name(t) -> str:
+    """The MLIR element type name of a torch tensor's or numpy array's dtype."""
+    if isinstance(t, np.ndarray):
+        try:
+            return _NUMPY_DTYPES[t.dtype]
+        except KeyError:
+            raise TypeError(f"unsupported dtype {t.dtype}") from None
+    name = str(t.dtype).replace("torch.", "")
+    for k, v in _TORCH_DTYPES.items():
+        if v == name:
+            return k
+    raise TypeError(f"unsupported dtype {t.dtype}")
+
+
+def placement_tuples(placements: Sequence[Placement]):
+    out = []
+    for p in placements:
+        if isinstance(p, Shard):
+            out.append(("S", p.dim, 1, ""))
+        elif isinstance(p, StridedShard):
+            out.append(("SS", p.dim, p.split_factor, ""))
+        elif isinstance(p, Partial):
+            out.append(("P", -1, 1, p.op))
+        else:
+            out.append(("R", -1, 1, ""))
+    return out
+
+
+def _placements_of(tuples) -> Tuple[Placement, ...]:
+    out = []
+    for kind, dim, sf, op in tuples:
+        out.append({"S": lambda: Shard(dim), "SS": lambda: StridedShard(dim, sf),
+                    "P": lambda: Partial(op), "R": lambda: Replicate()}[kind]())
+    return tuple(out)
+
+
+def make_layout(mesh: Mesh, placements: Optional[Sequence[Placement]], shape: Sequence[int],
+                what: str = "tensor"):
+    """The runtime layout of ``placements`` for a tensor of ``shape`` (None:
+    replicated); raises PlacementError when they do not fit."""
+    if placements is None:
+        return None
+    placements = check_placements(mesh, placements, len(shape), what)
+    try:
+        return runtime().Layout.from_placements(placement_tuples(placements), list(mesh.shape),
+                                                [int(s) for s in shape])
+    except ValueError as e:
+        raise PlacementError(f"{what}: {e}") from None
+
+
+def layout_key(layout) -> str:
+    """One string per distribution: replicated layouts (or none) are "R"."""
+    return "R" if layout is None or layout.is_replicated else str(layout)
+
+
+_SESSIONS: Dict[Tuple[int, ...], object] = {}
+
+
+def session(mesh: Mesh):
+    """The process's rank session of ``mesh``'s shape (persistent threads)."""
+    s = _SESSIONS.get(mesh.shape)
+    if s is None:
+        s = runtime().Session(list(mesh.shape))
+        _SESSIONS[mesh.shape] = s
+    return s
+
+
+class ShardedTensor:
+    """A global tensor as resident local shards on the ranks of ``mesh``."""
+
+    __slots__ = ("_shards", "mesh", "_key", "__weakref__")
+
+    def __init__(self, shards, mesh: Mesh):
+        self._set(shards)
+        self.mesh = mesh
+
+    def _set(self, shards):
+        self._shards = shards
+        self._key = (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
+
+    @staticmethod
+    def from_torch(t, mesh: Mesh, placements: Optional[Sequence[Placement]] = None) -> "ShardedTensor":
+        """Scatters a CPU tensor (or numpy array) over ``mesh`` by
+        ``placements`` (default: replicated). A Partial placement puts the
+        value on coordinate 0 of the axis and the identity elsewhere."""
+        array = t if isinstance(t, np.ndarray) else t.detach()
+        shape = tuple(array.shape)
+        layout = make_layout(mesh, placements, shape)
+        if isinstance(array, np.ndarray):
+            array = np.ascontiguousarray(array)
+        else:
+            array = array.contiguous().cpu()
+        shards = runtime().ShardSet.scatter(array, dtype_name(array), layout, list(mesh.shape))
+        return ShardedTensor(shards, mesh)
+
+    from_numpy = from_torch
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self._shards.global_shape)
+
+    @property
+    def dtype(self):
+        import torch
+        return getattr(torch, _TORCH_DTYPES[self._shards.dtype])
+
+    @property
+    def layout_text(self) -> str:
+        """The canonical layout (``#shardx.layout`` body), "R" when replicated."""
+        return self._key[2]
+
+    @property
+    def placements(self) -> Optional[Tuple[Placement, ...]]:
+        """DTensor placements of the layout (None when they cannot express it)."""
+        layout = self._shards.layout
+        if layout is None:
+            return tuple(Replicate() for _ in self.mesh.shape)
+        tuples = layout.placements(list(self.mesh.shape))
+        return None if tuples is None else _placements_of(tuples)
+
+    def local(self, rank: int) -> np.ndarray:
+        """Rank ``rank``'s shard: a read-only view of its buffer (no copy)."""
+        return self._shards.local(rank)
+
+    def full(self) -> np.ndarray:
+        """The global tensor, gathered now (pending Partials reduced)."""
+        return self._shards.full()
+
+    numpy = full
+
+    def to_torch(self):
+        import torch
+        return torch.from_numpy(self.full())
+
+    def item(self):
+        return self.full().item()
+
+    def shares_buffer(self, other: "ShardedTensor", rank: int = 0) -> bool:
+        return self._shards.buffer_address(rank) == other._shards.buffer_address(rank)
+
+    def __repr__(self) -> str:
+        return (f"ShardedTensor(shape={list(self.shape)}, dtype={self._shards.dtype}, "
+                f"layout={self.layout_text}, mesh={self.mesh.shape})")

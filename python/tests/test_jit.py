@@ -1,0 +1,224 @@
+"""shardx.compile: compiled train steps against eager PyTorch over several
+steps with the state kept on the ranks, guards and recompilation, the disk
+cache (a second process hits it; a corrupt entry is rebuilt), rank failures
+and placement errors."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+
+import shardx
+from shardx import Mesh, PlacementError, Replicate, Shard, ShardedTensor
+from shardx import examples
+from shardx.train import TrainStep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch, build_dir):
+    monkeypatch.setenv("SHARDX_CACHE_DIR", str(tmp_path / "cache"))
+    shardx.cache_stats.reset()
+    return tmp_path / "cache"
+
+
+def assert_close(got, want, what, rtol=RTOL, atol=ATOL):
+    got = got.to_torch() if isinstance(got, ShardedTensor) else got
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=rtol, atol=atol,
+                               err_msg=what)
+
+
+# The importer's train steps (examples/ and test/Programs/): SGD with
+# momentum, Adam, AdamW (foreach); MLP, transformer block (LayerNorm,
+# attention, GELU), embeddings, cross-entropy and NLL; even, uneven and
+# strided shards.
+STEPS = ["mlp_dp_tp_train.mlir", "transformer_block_tp.mlir", "fsdp_tp_train.mlir",
+         "vocab_parallel_ce.mlir", "vocab_parallel_embedding.mlir", "megatron_uneven.mlir"]
+
+
+@pytest.mark.parametrize("name", STEPS)
+def test_compiled_steps_match_eager(name):
+    spec = examples.spec(name)
+    step = spec.fn
+    assert isinstance(step, TrainStep)
+    f = shardx.compile(step, spec.mesh, spec.in_placements, spec.out_placements, donate=(0, 1))
+    params, state, inputs, target = spec.example_args
+    eager = (params, state)
+    sharded = (params, state)
+    handles = None
+    for i in range(3):
+        loss, p, s = f(sharded[0], sharded[1], inputs, target)
+        el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
+        # Adam's first step from zero state moves a parameter by about lr
+        # wherever its gradient is rounding noise (docs/Compiler.md): the
+        # parameters and state get atol lr (the loss stays at 1e-5).
+        tol = dict(atol=step.hp["lr"]) if step.optimizer != "sgd" else {}
+        assert_close(loss, el, f"{name} step {i}: loss")
+        for j, (a, b) in enumerate(zip(p, ep)):
+            assert_close(a, b, f"{name} step {i}: parameter {j}", **tol)
+        for key in es:
+            for j, (a, b) in enumerate(zip(s[key], es[key])):
+                assert_close(a, b, f"{name} step {i}: {key} {j}", **tol)
+        if handles is None:
+            handles = [id(t) for t in pytree.tree_leaves((p, s))]
+        else:
+            # Donated: the same handles, updated in place.
+            assert [id(t) for t in pytree.tree_leaves((p, s))] == handles
+        sharded, eager = (p, s), (ep, es)
+    assert f.compiles == 1
+
+
+def _dp_fn():
+    def f(w, x):
+        return torch.tanh(x @ w).sum(0), w * 0.5
+    return f
+
+
+def test_shape_change_recompiles_and_logs(caplog):
+    mesh = Mesh((2,), ("dp",))
+    f = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")
+    w = torch.randn(16, 8)
+    for batch in (8, 4, 8):
+        x = torch.randn(batch, 16)
+        with caplog.at_level(logging.INFO, logger="shardx.jit"):
+            y, w2 = f(w, x)
+        want_y, want_w = _dp_fn()(w, x)
+        assert_close(y, want_y, f"batch {batch}")
+        assert_close(w2, want_w, f"batch {batch}")
+    assert f.compiles == 2
+    assert f.recompile_reasons == ["input 1: shape [8, 16] -> [4, 16]"]
+    assert any("recompiling dp_fn because input 1: shape [8, 16] -> [4, 16]" in r.message
+               for r in caplog.records)
+
+
+def test_placement_change_recompiles():
+    mesh = Mesh((2,), ("dp",))
+    f = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")
+    w, x = torch.randn(16, 8), torch.randn(8, 16)
+    f(w, x)
+    y, _ = f(ShardedTensor.from_torch(w, mesh, [Shard(1)]), x)
+    assert f.compiles == 2
+    assert f.recompile_reasons == ["input 0: layout R -> [S(1)]"]
+    assert_close(y, _dp_fn()(w, x)[0], "sharded w")
+
+
+def test_sharded_tensor_shards_and_gathers():
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    t = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+    st = ShardedTensor.from_torch(t, mesh, [Shard(0), Shard(1)])
+    for r in range(4):
+        i, j = divmod(r, 2)
+        want = torch.chunk(torch.chunk(t, 2, 0)[i], 2, 1)[j]
+        np.testing.assert_array_equal(st.local(r), want.numpy())
+    np.testing.assert_array_equal(st.full(), t.numpy())
+    assert st.placements == (Shard(0), Shard(1))
+    rep = ShardedTensor.from_torch(t, mesh)
+    assert rep.shares_buffer(rep, 0) and rep._shards.shares_buffer(0, 3)
+    # local() is a view of the rank's buffer, not a copy.
+    assert rep.local(2).ctypes.data == rep._shards.buffer_address(2)
+
+
+def _mlp_step():
+    torch.manual_seed(0)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    step = TrainStep(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)), F.mse_loss,
+                     "sgd", lr=0.1, momentum=0.9)
+    ins, outs = step.placements(mesh, {"0.weight": [Replicate(), Shard(0)],
+                                       "0.bias": [Replicate(), Shard(0)],
+                                       "2.weight": [Replicate(), Shard(1)]},
+                                [[Shard(0), Replicate()]], [Shard(0), Replicate()])
+    args = step.example_args([torch.randn(4, 8)], torch.randn(4, 8))
+    return step, mesh, ins, outs, args
+
+
+def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
+    step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
+    f = shardx.compile(step, mesh, ins, outs, donate=(0, 1))
+    _, p, s = f(params, state, inputs, target)
+    _, ep, es = step.run_eager(params, state, inputs, target)
+    before = [t.full().copy() for t in pytree.tree_leaves((p, s))]
+    addresses = [t._shards.buffer_address(1) for t in pytree.tree_leaves((p, s))]
+    monkeypatch.setenv("SHARDX_TEST_FAIL_RANK", "1")
+    with pytest.raises(shardx.RankError) as err:
+        f(p, s, inputs, target)
+    assert err.value.rank == 1
+    assert "injected failure" in err.value.cause
+    assert str(err.value).startswith("rank 1 failed: ")
+    # Nothing half-written: the donated handles keep their buffers.
+    after = pytree.tree_leaves((p, s))
+    assert [t._shards.buffer_address(1) for t in after] == addresses
+    for a, b in zip(after, before):
+        np.testing.assert_array_equal(a.full(), b)
+    # The next call runs on a fresh world and continues the training.
+    monkeypatch.delenv("SHARDX_TEST_FAIL_RANK")
+    loss, p, s = f(p, s, inputs, target)
+    el, ep, es = step.run_eager(ep, es, inputs, target)
+    assert_close(loss, el, "loss after a failed step")
+    for a, b in zip(p, ep):
+        assert_close(a, b, "parameter after a failed step")
+
+
+def test_bad_placements_raise_before_tracing():
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    with pytest.raises(PlacementError, match="expected 2 placements"):
+        shardx.compile(_dp_fn(), mesh, [[Shard(0)], None])
+    f = shardx.compile(_dp_fn(), mesh, [[Shard(2), Replicate()], None])
+    with pytest.raises(PlacementError, match="out of range for a tensor of rank 2"):
+        f(torch.randn(16, 8), torch.randn(8, 16))
+    assert f.compiles == 0 and shardx.cache_stats.misses == 0
+    f = shardx.compile(_dp_fn(), mesh, [None])
+    with pytest.raises(PlacementError, match="1 input placements for 2 input tensors"):
+        f(torch.randn(16, 8), torch.randn(8, 16))
+    assert f.compiles == 0
+
+
+def test_corrupt_cache_entry_is_rebuilt(cache):
+    mesh = Mesh((2,), ("dp",))
+    w, x = torch.randn(16, 8), torch.randn(8, 16)
+    shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    assert (shardx.cache_stats.misses, shardx.cache_stats.hits) == (1, 0)
+    [so] = [p for p in cache.iterdir() if p.suffix == ".so"]
+    # A truncated file put in place (never written in place: this process
+    # has the old one mapped, as the cache itself only ever renames).
+    (cache / "truncated").write_bytes(so.read_bytes()[:1000])
+    os.replace(cache / "truncated", so)
+    y, _ = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    assert shardx.cache_stats.rebuilds == 1 and shardx.cache_stats.misses == 2
+    assert_close(y, _dp_fn()(w, x)[0], "after the rebuild")
+    y, _ = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    assert shardx.cache_stats.hits == 1
+    assert not [p for p in cache.iterdir() if p.name.count(".") > 1]  # no temporaries left
+
+
+def test_second_process_hits_the_cache(cache):
+    script = textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, sys.argv[1])
+        import shardx
+        from shardx import Mesh, Replicate, Shard
+        def f(w, x):
+            return torch.tanh(x @ w).sum(0), w * 0.5
+        torch.manual_seed(0)
+        w, x = torch.randn(16, 8), torch.randn(8, 16)
+        g = shardx.compile(f, Mesh((2,), ("dp",)), [[Replicate()], [Shard(0)]])
+        y, _ = g(w, x)
+        assert torch.allclose(y.to_torch(), f(w, x)[0], rtol=1e-5, atol=1e-6)
+        print(shardx.cache_stats.hits, shardx.cache_stats.misses)
+    """)
+    env = dict(os.environ, SHARDX_CACHE_DIR=str(cache))
+    runs = [subprocess.run([sys.executable, "-c", script, os.path.join(ROOT, "python")],
+                           env=env, capture_output=True, text=True) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.split() == ["0", "1"]  # compiled
+    assert runs[1].stdout.split() == ["1", "0"]  # loaded, no compile
