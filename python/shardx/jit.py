@@ -138,6 +138,30 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
     return rt.Artifact(so), key, so
 
 
+def _flatten(x, leaves):
+    """A fast pytree flatten of tuples, lists and dicts (torch's order: dict
+    values in insertion order); the structure is a hashable spec."""
+    t = type(x)
+    if t is tuple or t is list:
+        return (t, tuple(_flatten(v, leaves) for v in x))
+    if t is dict:
+        return (dict, tuple(x), tuple(_flatten(v, leaves) for v in x.values()))
+    leaves.append(x)
+    return None
+
+
+def _unflatten(spec, it):
+    if spec is None:
+        return next(it)
+    if spec[0] is dict:
+        return {k: _unflatten(c, it) for k, c in zip(spec[1], spec[2])}
+    return spec[0](_unflatten(c, it) for c in spec[1])
+
+
+def _is_leaf(x) -> bool:
+    return isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach")
+
+
 class _Traced:
     """``fn`` as the importer sees it, recording the structure of its output."""
 
@@ -160,7 +184,8 @@ class _Executable:
     artifact: Any
     entry: str
     in_layouts: List[Any]
-    out_treedef: Any
+    out_spec: Any
+    out_keys: List[Tuple]
     donated: List[Tuple[int, int]]  # (flat input, flat output)
     key: str
     path: str
@@ -257,7 +282,11 @@ class CompiledFunction:
         donated = self._pair_donated(args, treedef, traced.out_treedef, layouts,
                                      artifact.outputs(entry))
         self.compiles += 1
-        return _Executable(artifact, entry, layouts, traced.out_treedef, donated, key, path)
+        n_out = traced.out_treedef.num_leaves
+        out_spec = _flatten(pytree.tree_unflatten(list(range(n_out)), traced.out_treedef), [])
+        out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
+                    for o in artifact.outputs(entry)]
+        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path)
 
     def _pair_donated(self, args, treedef, out_treedef, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -311,16 +340,20 @@ class CompiledFunction:
     # -- call -------------------------------------------------------------
 
     def __call__(self, *args):
-        import torch.utils._pytree as pytree
-        flat, treedef = pytree.tree_flatten(args)
-        key = self._guard_key(flat, treedef)
+        flat = []
+        spec = _flatten(args, flat)
+        if not all(_is_leaf(a) for a in flat):
+            raise TypeError("shardx.compile: arguments must be tensors, ShardedTensors or numpy "
+                            "arrays in tuples, lists and dicts")
+        key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
         if exe is None:
             if self._executables:
                 reason = self._reason(self._last_key, key)
                 self.recompile_reasons.append(reason)
                 log.info("shardx.compile: recompiling %s because %s", self.name, reason)
-            exe = self._compile(args, flat, treedef)
+            import torch.utils._pytree as pytree
+            exe = self._compile(args, flat, pytree.tree_structure(args))
             self._executables[key] = exe
         self._last_key = key
         rt = runtime()
@@ -336,14 +369,17 @@ class CompiledFunction:
             outs = self._session.run(exe.artifact, exe.entry, shards)
         except rt.RunError as e:
             raise RankError(str(e)) from None
-        results = [ShardedTensor(o, self.mesh) for o in outs]
+        results = list(outs)
         # Donated handles take their outputs: same objects, new buffers.
         for i, o in exe.donated:
             a = flat[i]
             if isinstance(a, ShardedTensor):
-                a._set(outs[o])
+                a._set(outs[o], exe.out_keys[o])
                 results[o] = a
-        return pytree.tree_unflatten(results, exe.out_treedef)
+        mesh = self.mesh
+        results = [r if type(r) is ShardedTensor else ShardedTensor(r, mesh, k)
+                   for r, k in zip(results, exe.out_keys)]
+        return _unflatten(exe.out_spec, iter(results))
 
 
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,

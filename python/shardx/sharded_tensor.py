@@ -138,13 +138,15 @@ class ShardedTensor:
 
     __slots__ = ("_shards", "mesh", "_key", "__weakref__")
 
-    def __init__(self, shards, mesh: Mesh):
-        self._set(shards)
+    def __init__(self, shards, mesh: Mesh, key=None):
+        self._set(shards, key)
         self.mesh = mesh
 
-    def _set(self, shards):
+    def _set(self, shards, key=None):
+        """Points the handle at ``shards``; ``key`` (global shape, dtype,
+        layout key) when the caller knows it, else read from the shards."""
         self._shards = shards
-        self._key = (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
+        self._key = key or (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
 
     @staticmethod
     def from_torch(t, mesh: Mesh, placements: Optional[Sequence[Placement]] = None) -> "ShardedTensor":

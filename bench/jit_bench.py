@@ -1,0 +1,129 @@
+"""shardx.compile's call path, measured against baselines in the same run.
+
+    ~/.cache/shardx/venv/bin/python bench/jit_bench.py [--steps 2000]
+        [--loop-steps 100] [--hidden 256] [--batch 64] [--repeat 3]
+
+1. Per-step overhead on a tiny program (nn.Linear(8, 8), MSE, SGD, batch
+   4 split over a 2-rank dp mesh): the compiled callable called from Python
+   with every input a resident ShardedTensor and the parameters donated,
+   against `shardx-jit-call-bench` running the same artifact from C++ on
+   the same Session code with the outputs fed back the same way. Both time
+   `--steps` steps after a warm-up; the ratio is Python / C++ (goal <= 1.2).
+2. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
+   with momentum, batch over dp and Megatron over tp on a 2x2 mesh): state
+   kept on the ranks (only the batch goes in, the loss comes out) against
+   the same loop gathering every output to torch and scattering it again
+   each step (what shardx-run / shardx-exec do per call).
+
+Each measurement is the best of `--repeat` rounds, alternated.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+
+import shardx  # noqa: E402
+from shardx import Mesh, Replicate as R, Shard as S, ShardedTensor, TrainStep  # noqa: E402
+from shardx.artifact import find_tool  # noqa: E402
+
+
+def tiny(steps: int, repeat: int):
+    torch.manual_seed(0)
+    mesh = Mesh((2,), ("dp",))
+    step = TrainStep(nn.Linear(8, 8), F.mse_loss, "sgd", lr=0.01)
+    ins, outs = step.placements(mesh, {}, [[S(0)]], [S(0)])
+    f = shardx.compile(step, mesh, ins, outs, donate=(0,))
+    params, state, inputs, target = step.example_args([torch.randn(4, 8)], torch.randn(4, 8))
+    params = [ShardedTensor.from_torch(p, mesh, [R()]) for p in params]
+    x = ShardedTensor.from_torch(inputs[0], mesh, [S(0)])
+    y = ShardedTensor.from_torch(target, mesh, [S(0)])
+    for _ in range(50):
+        f(params, state, (x,), y)
+    exe = next(iter(f._executables.values()))
+    # Outputs (loss, w, b) -> inputs (w, b, x, y): w and b fed back.
+    feed = ",".join(f"{o}:{i}" for i, o in exe.donated)
+    py, cpp = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(steps):
+            f(params, state, (x,), y)
+        py.append((time.perf_counter() - start) / steps * 1e6)
+        out = subprocess.run([find_tool("shardx-jit-call-bench"), exe.path, "--steps", str(steps),
+                              "--feed", feed], capture_output=True, text=True, check=True).stdout
+        cpp.append(float(re.search(r"per_step_us ([\d.]+)", out).group(1)))
+    return min(py), min(cpp)
+
+
+def loop(steps: int, hidden: int, batch: int, repeat: int):
+    torch.manual_seed(0)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    step = TrainStep(nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 64)),
+                     F.mse_loss, "sgd", lr=0.01, momentum=0.9)
+    ins, outs = step.placements(mesh, {"0.weight": [R(), S(0)], "0.bias": [R(), S(0)],
+                                       "2.weight": [R(), S(1)]}, [[S(0), R()]], [S(0), R()])
+    persistent = shardx.compile(step, mesh, ins, outs, donate=(0, 1))
+    roundtrip = shardx.compile(step, mesh, ins, outs)
+    params0, state0, _, _ = step.example_args([torch.randn(batch, 64)], torch.randn(batch, 64))
+    batches = [(torch.randn(batch, 64), torch.randn(batch, 64)) for _ in range(steps)]
+
+    def run_persistent():
+        p, s = params0, state0
+        for x, y in batches:
+            loss, p, s = persistent(p, s, (x,), y)
+            loss.item()
+        return loss.item()
+
+    def run_roundtrip():
+        p, s = params0, state0
+        for x, y in batches:
+            loss, p, s = roundtrip(p, s, (x,), y)
+            loss.item()
+            p, s = pytree.tree_map(lambda t: t.to_torch(), (p, s))
+        return loss.item()
+
+    a, b = run_persistent(), run_roundtrip()  # compile (cache) and warm up
+    assert abs(a - b) <= 1e-5 * abs(b), (a, b)
+    per, rt = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run_persistent()
+        per.append(steps / (time.perf_counter() - start))
+        start = time.perf_counter()
+        run_roundtrip()
+        rt.append(steps / (time.perf_counter() - start))
+    return max(per), max(rt)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--loop-steps", type=int, default=100)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    os.environ.setdefault("SHARDX_CACHE_DIR", tempfile.mkdtemp(prefix="shardx-jit-bench."))
+    py, cpp = tiny(args.steps, args.repeat)
+    print(f"tiny step (Linear 8x8, SGD, 2 ranks): python {py:.1f} us/step, "
+          f"C++ {cpp:.1f} us/step, python/C++ {py / cpp:.2f}x (goal <= 1.2x)")
+    per, rt = loop(args.loop_steps, args.hidden, args.batch, args.repeat)
+    print(f"{args.loop_steps}-step loop (MLP 64-{args.hidden}-64, batch {args.batch}, 2x2 mesh): "
+          f"state on the ranks {per:.1f} steps/s, gather+scatter every step {rt:.1f} steps/s, "
+          f"{per / rt:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
