@@ -920,10 +920,10 @@ def _split(imp, node, args, kwargs):
 
 @handles(aten.cat.default)
 def _cat(imp, node, args, kwargs):
-    xs = [x for x in args[0] if x.rank and _prod(x.shape) > 0 or x.rank]
     shape, dtype = _out(node)
     dim = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % len(shape)
-    xs = [imp.em.cast(x, dtype) for x in xs if x.shape[dim] > 0]
+    # torch.cat skips empty tensors, including legacy 1-d ones of shape (0,).
+    xs = [imp.em.cast(x, dtype) for x in args[0] if x.rank == len(shape) and x.shape[dim] > 0]
     if len(xs) == 1:
         return xs[0]
     t = tensor_type(shape, dtype)
@@ -1067,6 +1067,10 @@ def _index_put(imp, node, args, kwargs):
                           body, init=x)
 
 
+# The model zoo's ops (convolutions, padding, scatters, integer division, ...).
+from . import importer_nn  # noqa: E402,F401  (registers its handlers)
+
+
 # ----------------------------------------------------------------------------
 # Tracing
 # ----------------------------------------------------------------------------
@@ -1083,6 +1087,9 @@ def decompositions():
         aten._softmax_backward_data, aten.silu, aten.silu_backward, aten.embedding_dense_backward,
         aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
         aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
+        # The model zoo (shardx/zoo.py): batch norm, max pooling, unbind.
+        aten.native_batch_norm, aten.native_batch_norm_backward, aten.max_pool2d_with_indices,
+        aten.max_pool2d_with_indices_backward, aten.unbind_copy, aten.unbind,
     ]))
     return table
 
@@ -1108,6 +1115,8 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
     with contextlib.ExitStack() as stack:
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
+        # Recurrent layers as their aten cells, not oneDNN kernels.
+        stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
         g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
@@ -1180,7 +1189,7 @@ class Importer:
             if t.dim() > 1 or t.numel() == 0:
                 return self.em.cast(self._constant(t.to(torch.int8)), torch.bool)
         else:
-            raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
             lit = f'dense<"0x{raw.hex().upper()}">'
         name = self.em.emit(f"arith.constant {lit} : {ty}", "cst")
         return Value(name, shape, t.dtype)

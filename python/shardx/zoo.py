@@ -1,0 +1,409 @@
+"""The model zoo: models people train, built from small configs with random
+weights (nothing is downloaded), traced as whole AdamW train steps, compiled,
+run unsharded and sharded on CPU threads and checked against eager PyTorch.
+
+``python3 -m shardx.zoo [names...]`` prints the zoo table (docs/Importer.md);
+``python/tests/test_zoo.py`` asserts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+
+from .placements import Mesh, Replicate, Shard
+
+VOCAB = 64
+LR = 1e-2
+# f32, two AdamW steps. Adam's first step moves each element by about
+# lr * sign(grad), so elements whose gradient is at rounding level move either
+# way: parameters and state are compared with atol = 1% of lr.
+RTOL, ATOL = 1e-3, 1e-2 * LR
+LOSS_RTOL = 1e-4
+# Parameters whose gradient is zero in exact arithmetic (softmax is invariant
+# to a shift of all keys, so the key bias gets none): Adam turns the rounding
+# noise into steps of up to lr either way, so they are checked to 2 lr a step.
+ILL_CONDITIONED = {"gpt2": ["attn.c_attn.bias"], "bert": ["attention.self.key.bias"],
+                   "vit": ["self_attention.in_proj_bias"]}
+
+
+class CausalLM(nn.Module):
+    """A transformers model returning its logits (the loss is the user's)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.m = model
+
+    def forward(self, ids):
+        return self.m(input_ids=ids).logits
+
+
+def lm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+class Recurrent(nn.Module):
+    """``nn.LSTM`` / ``nn.GRU`` (2 layers) and a linear head."""
+
+    def __init__(self, cls, inp: int = 8, hidden: int = 16, out: int = 4):
+        super().__init__()
+        self.rnn = cls(inp, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, out)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def _tokens(b=2, s=8):
+    return [torch.randint(0, VOCAB, (b, s))], torch.randint(0, VOCAB, (b, s))
+
+
+def _gpt2():
+    import transformers as T
+    cfg = T.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                       bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return CausalLM(T.GPT2LMHeadModel(cfg).eval()), lm_loss, *_tokens()
+
+
+def _llama():
+    import transformers as T
+    cfg = T.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                        bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return CausalLM(T.LlamaForCausalLM(cfg).eval()), lm_loss, *_tokens()
+
+
+def _bert():
+    import transformers as T
+    cfg = T.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return CausalLM(T.BertForMaskedLM(cfg).eval()), lm_loss, *_tokens()
+
+
+def _resnet18():
+    import torchvision
+    return (torchvision.models.resnet18(num_classes=4), F.cross_entropy,
+            [torch.randn(4, 3, 16, 16)], torch.randint(0, 4, (4,)))
+
+
+def _vit():
+    import torchvision
+    m = torchvision.models.VisionTransformer(image_size=16, patch_size=8, num_layers=2, num_heads=2,
+                                             hidden_dim=32, mlp_dim=64, num_classes=4)
+    return m, F.cross_entropy, [torch.randn(2, 3, 16, 16)], torch.randint(0, 4, (2,))
+
+
+def _lstm():
+    return Recurrent(nn.LSTM), F.mse_loss, [torch.randn(2, 5, 8)], torch.randn(2, 5, 4)
+
+
+def _gru():
+    return Recurrent(nn.GRU), F.mse_loss, [torch.randn(2, 5, 8)], torch.randn(2, 5, 4)
+
+
+# name -> () -> (module, loss_fn, inputs, target); built under manual_seed(0).
+MODELS: Dict[str, Callable] = {
+    "gpt2": _gpt2, "llama": _llama, "bert": _bert, "resnet18": _resnet18, "vit": _vit,
+    "lstm": _lstm, "gru": _gru,
+}
+
+
+def build(name: str):
+    torch.manual_seed(0)
+    return MODELS[name]()
+
+
+# ----------------------------------------------------------------------------
+# Sharding plans (parameter name -> placements per mesh axis)
+# ----------------------------------------------------------------------------
+
+
+def _megatron(param_names: Sequence[str], col: Sequence[str], row: Sequence[str], tp_axis: int,
+              ndim: int, col_dim: int = 0, row_dim: int = 1) -> Dict[str, list]:
+    """Megatron TP as ``parallelize_module`` plans give it: column-parallel
+    weights (and biases) split on their output features, row-parallel
+    weights on their input features."""
+    plan = {}
+    for n in param_names:
+        place = [Replicate()] * ndim
+        leaf = n.rsplit(".", 2)
+        mod, kind = ".".join(leaf[:-1]), leaf[-1]
+        if any(mod.endswith(c) for c in col):
+            place[tp_axis] = Shard(col_dim if kind == "weight" else 0)
+        elif any(mod.endswith(r) for r in row) and kind == "weight":
+            place[tp_axis] = Shard(row_dim)
+        else:
+            continue
+        plan[n] = place
+    return plan
+
+
+@dataclass
+class Plan:
+    """A sharding of a zoo model's train step on a mesh."""
+
+    name: str
+    mesh: Mesh
+    params: Callable[[Sequence[str]], Dict[str, list]]
+    batch: list  # placements of the inputs and target (batch dim split or not)
+
+
+def plans(model: str) -> List[Plan]:
+    m1 = Mesh((2,), ("tp",))
+    m2 = Mesh((2, 2), ("dp", "tp"))
+    r1, r2 = [Replicate()], [Replicate(), Replicate()]
+    if model == "gpt2":
+        # GPT-2's Conv1D stores weights as (in, out): column-parallel is Shard(1).
+        col, row = ["attn.c_attn", "mlp.c_fc"], ["attn.c_proj", "mlp.c_proj"]
+        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1, 1, 0), r1),
+                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2, 1, 0), [Shard(0), Replicate()])]
+    if model == "llama":
+        col = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]
+        row = ["o_proj", "down_proj"]
+        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1),
+                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2), [Shard(0), Replicate()])]
+    if model == "bert":
+        col = ["attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"]
+        row = ["attention.output.dense", "output.dense"]
+        return [Plan("tp2", m1, lambda ns: _megatron([n for n in ns if "attention.output" in n or
+                                                       "layer." in n], col, row, 0, 1), r1)]
+    if model in ("resnet18", "vit"):
+        return [Plan("dp2", Mesh((2,), ("dp",)), lambda ns: {}, [Shard(0)])]
+    return []
+
+
+# ----------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    model: str
+    plan: str = "unsharded"
+    traced: bool = False
+    compiled: bool = False
+    ops: int = 0
+    compile_s: float = 0.0
+    matches_eager: Optional[bool] = None
+    matches_unsharded: Optional[bool] = None
+    collectives: Dict[str, int] = field(default_factory=dict)
+    bytes_per_rank: int = 0
+    error: str = ""
+
+
+def _tool(name):
+    from .artifact import find_tool
+    return find_tool(name)
+
+
+def count_ops(mlir: str) -> int:
+    body = mlir.split("func.func", 1)[1]
+    return len(re.findall(r"^\s*(?:%\S+ = )?[a-z_]+\.[a-z_.0-9]+", body, re.M)) - 1
+
+
+def compare(outs, ref, what: str, names: Sequence[str], loose: Sequence[str] = (),
+            step: int = 1) -> Optional[str]:
+    """None when equal within tolerance, else the first mismatching output
+    (by index and name). Output 0 is the loss; ``loose`` names outputs
+    checked only to 2 lr a step."""
+    if len(outs) != len(ref):
+        return f"{what}: {len(outs)} outputs, expected {len(ref)}"
+    for i, (o, r) in enumerate(zip(outs, ref)):
+        o, r = np.asarray(o), np.asarray(r)
+        name = names[i] if i < len(names) else f"output {i}"
+        if o.shape != r.shape:
+            return f"{what}: output {i} ({name}) has shape {o.shape}, expected {r.shape}"
+        rtol, atol = (LOSS_RTOL, 0.0) if i == 0 else (RTOL, ATOL)
+        if any(name.endswith(l) for l in loose):
+            rtol, atol = 0.0, 2 * LR * step
+        if not np.allclose(o, r, rtol=rtol, atol=atol):
+            err = np.abs(o.astype(np.float64) - r.astype(np.float64)).max()
+            return f"{what}: output {i} ({name}) differs (max abs err {err:.3g})"
+    return None
+
+
+class ZooRun:
+    """One zoo model's train step: traced, compiled, run for ``steps`` steps
+    and compared with eager PyTorch (and, for a plan, with the unsharded run)."""
+
+    def __init__(self, model: str, workdir: str, optimizer: str = "adamw"):
+        import shardx
+        self.model = model
+        self.workdir = workdir
+        self.module, self.loss, self.inputs, self.target = build(model)
+        self.step = shardx.TrainStep(self.module, self.loss, optimizer, lr=LR, weight_decay=0.01)
+        params = self.step.param_names
+        self.names = ["loss"] + params + [f"{k}[{params[i]}]" for k, v in
+                                          self.step.initial_state().items() for i in range(len(v))]
+        self.args = self.step.example_args(self.inputs, self.target)
+        torch.manual_seed(1)
+        extra = MODELS[model]()
+        # A second batch for step 2 (same shapes).
+        self.inputs2, self.target2 = extra[2], extra[3]
+
+    def trace(self, plan: Optional[Plan] = None) -> str:
+        import shardx
+        if plan is None:
+            return shardx.trace(self.step, self.args, name="train_step")
+        ins, outs = self.step.placements(plan.mesh, plan.params(self.step.param_names),
+                                         [plan.batch] * len(self.inputs), plan.batch)
+        return shardx.trace(self.step, self.args, plan.mesh, ins, outs, name="train_step")
+
+    def eager(self, steps: int) -> List[List[np.ndarray]]:
+        res = []
+        params, state = self.args[0], self.args[1]
+        for k in range(steps):
+            ins, tgt = (self.inputs, self.target) if k == 0 else (self.inputs2, self.target2)
+            out = self.step.run_eager([p.clone() for p in params], {key: [t.clone() for t in v]
+                                      for key, v in state.items()}, tuple(ins), tgt)
+            res.append([t.detach().numpy().copy() for t in pytree.tree_leaves(out)])
+            params, state = out[1], out[2]
+        return res
+
+    def _step_inputs(self, k: int, prev: Optional[List[np.ndarray]]) -> List[np.ndarray]:
+        ins, tgt = (self.inputs, self.target) if k == 0 else (self.inputs2, self.target2)
+        batch = [t.numpy() for t in pytree.tree_leaves((tuple(ins), tgt))]
+        if prev is None:
+            state = [t.detach().numpy() for t in pytree.tree_leaves((self.args[0], self.args[1]))]
+        else:
+            state = prev[1:]
+        return [np.array(a, order="C") for a in state + batch]
+
+    def compile(self, text: str, tag: str):
+        from .artifact import compile_mlir
+        so = os.path.join(self.workdir, f"{self.model}_{tag}.so")
+        t = time.time()
+        compile_mlir(text, so)
+        return so, time.time() - t
+
+    def run_unsharded(self, so: str, steps: int) -> List[List[np.ndarray]]:
+        from .artifact import Artifact
+        fn = Artifact(so)["train_step"]
+        res, prev = [], None
+        for k in range(steps):
+            prev = [np.array(o) for o in fn(*self._step_inputs(k, prev))]
+            res.append(prev)
+        return res
+
+    def run_sharded(self, so: str, ranks: int, steps: int) -> List[List[np.ndarray]]:
+        res, prev = [], None
+        for k in range(steps):
+            d = os.path.join(self.workdir, f"step{k}")
+            os.makedirs(os.path.join(d, "out"), exist_ok=True)
+            paths = []
+            for i, a in enumerate(self._step_inputs(k, prev)):
+                paths.append(os.path.join(d, f"in{i}.npy"))
+                np.save(paths[-1], a)
+            proc = subprocess.run([_tool("shardx-exec"), so, "--ranks", str(ranks), "--inputs",
+                                   ",".join(paths), "--outputs", os.path.join(d, "out")],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"shardx-exec failed:\n{proc.stdout}\n{proc.stderr}")
+            files = sorted(os.listdir(os.path.join(d, "out")),
+                           key=lambda f: int(re.findall(r"\d+", f)[-1]))
+            prev = [np.load(os.path.join(d, "out", f)) for f in files]
+            res.append(prev)
+        return res
+
+    def plan_collectives(self, text: str):
+        """Collectives by kind and the bytes each rank sends, from
+        ``--shardx-print-plan``."""
+        src = os.path.join(self.workdir, "plan.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        p1 = subprocess.run([_tool("shardx-opt"), src, "--shardx-propagate", "--shardx-insert-reshards"],
+                            capture_output=True, text=True, check=True)
+        p2 = subprocess.run([_tool("shardx-opt"), "--shardx-print-plan", "-o", os.devnull],
+                            input=p1.stdout, capture_output=True, text=True, check=True)
+        return parse_plan(p2.stdout + p2.stderr)
+
+
+def parse_plan(text: str):
+    kinds: Dict[str, int] = {}
+    total = 0
+    for m in re.finditer(r"^\s+(all_gather|reduce_scatter|all_reduce|all_to_all|permute|broadcast)\b"
+                         r"[^\n]*?: (\d+) bytes/rank", text, re.M):
+        kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
+        total += int(m.group(2))
+    return kinds, total
+
+
+def run_model(model: str, plan_name: Optional[str] = None, steps: int = 2,
+              workdir: Optional[str] = None) -> Result:
+    """Traces, compiles and runs ``model`` (unsharded, or sharded with the
+    named plan) and compares it with eager PyTorch; fills a ``Result``."""
+    workdir = workdir or tempfile.mkdtemp(prefix=f"zoo_{model}_")
+    run = ZooRun(model, workdir)
+    plan = None
+    if plan_name is not None:
+        plan = {p.name: p for p in plans(model)}[plan_name]
+    res = Result(model, plan_name or "unsharded")
+    loose = ILL_CONDITIONED.get(model, [])
+    text = run.trace(plan)
+    res.traced = True
+    res.ops = count_ops(text)
+    so, res.compile_s = run.compile(text, res.plan)
+    res.compiled = True
+    eager = run.eager(steps)
+    if plan is None:
+        got = run.run_unsharded(so, steps)
+    else:
+        res.collectives, res.bytes_per_rank = run.plan_collectives(text)
+        got = run.run_sharded(so, plan.mesh.size, steps)
+        base_so, _ = run.compile(run.trace(None), "unsharded")
+        base = run.run_unsharded(base_so, steps)
+        errs = [compare(g, b, f"{model} {res.plan} step {k + 1} vs unsharded", run.names, loose, k + 1)
+                for k, (g, b) in enumerate(zip(got, base))]
+        res.matches_unsharded = not any(errs)
+        res.error = next((e for e in errs if e), "")
+    errs = [compare(g, e, f"{model} {res.plan} step {k + 1} vs eager", run.names, loose, k + 1)
+            for k, (g, e) in enumerate(zip(got, eager))]
+    res.matches_eager = not any(errs)
+    res.error = res.error or next((e for e in errs if e), "")
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m shardx.zoo", description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="*", default=sorted(MODELS))
+    p.add_argument("--plans", action="store_true", help="also run every sharding plan")
+    args = p.parse_args(argv)
+    print("| model | plan | traced | compiled | == unsharded | == eager | ops | collectives | "
+          "bytes/rank | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m in args.models:
+        names = [None] + ([pl.name for pl in plans(m)] if args.plans else [])
+        for pn in names:
+            try:
+                r = run_model(m, pn)
+            except Exception as e:  # the table records where it stops
+                r = Result(m, pn or "unsharded", error=f"{type(e).__name__}: {str(e)[:200]}")
+            coll = ", ".join(f"{k} {v}" for k, v in sorted(r.collectives.items())) or "-"
+            yn = lambda b: "-" if b is None else ("yes" if b else "NO")
+            print(f"| {r.model} | {r.plan} | {yn(r.traced)} | {yn(r.compiled)} | "
+                  f"{yn(r.matches_unsharded)} | {yn(r.matches_eager)} | {r.ops} | {coll} | "
+                  f"{r.bytes_per_rank} | {r.compile_s:.1f} |" + (f" {r.error}" if r.error else ""),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
