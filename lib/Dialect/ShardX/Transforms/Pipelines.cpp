@@ -44,19 +44,22 @@ struct InlineCallsPass
 };
 } // namespace
 
-void mlir::shardx::buildSpmdPipeline(OpPassManager &pm) {
+void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
+                                     const SpmdPipelineOptions &options) {
   pm.addPass(std::make_unique<InlineCallsPass>());
   pm.addPass(createPropagatePass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());
   pm.addPass(createLowerReshardsPass());
   pm.addPass(createLocalizePass());
+  if (options.bucketCollectives)
+    pm.addPass(createBucketCollectivesPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
 
 void mlir::shardx::registerShardXPipelines() {
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<SpmdPipelineOptions>(
       "shardx-spmd",
       "propagate layouts, insert and lower reshards, and expand the global "
       "program into the per-rank program",

@@ -12,6 +12,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassOptions.h"
 
 namespace mlir::shardx {
 
@@ -21,10 +22,19 @@ namespace mlir::shardx {
 #define GEN_PASS_REGISTRATION
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
-/// The SPMD pipeline: inline -> propagate -> insert reshards -> verify layouts ->
-/// lower reshards -> localize -> canonicalize, cse. The result is the
-/// program every rank runs.
-void buildSpmdPipeline(OpPassManager &pm);
+/// The SPMD pipeline: inline (when there are calls) -> propagate -> insert
+/// reshards -> verify layouts -> lower reshards -> localize -> bucket
+/// collectives -> canonicalize, cse. The result is the program every rank
+/// runs.
+struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
+  PassOptions::Option<bool> bucketCollectives{
+      *this, "bucket-collectives",
+      llvm::cl::desc("merge small all-reduces into buckets "
+                     "(shardx-bucket-collectives)"),
+      llvm::cl::init(true)};
+};
+void buildSpmdPipeline(OpPassManager &pm,
+                       const SpmdPipelineOptions &options = {});
 
 /// Registers the passes and the `shardx-spmd` pipeline.
 void registerShardXPipelines();

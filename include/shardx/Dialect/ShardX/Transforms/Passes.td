@@ -156,6 +156,41 @@ def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
+  let summary = "merges small all-reduces into one over a packed buffer";
+  let description = [{
+    On the local program (after `shardx-localize`): all-reduces of the same
+    mesh, axes, reduction and element type whose results are first used
+    later are merged, like PyTorch DDP's gradient buckets, into one
+    all-reduce of a flat buffer they are packed into (`tensor.insert_slice`)
+    and unpacked from (`tensor.extract_slice`), placed right before the
+    first use of any member's result. The alpha-beta cost model decides: a
+    member joins a bucket when the latency it saves (the latency of the
+    mesh axes, from `shardx.mesh`'s `latency`, default 5 us) exceeds the
+    time of copying it in and out at `copy-bandwidth-gbps`; a bucket holds
+    at most `max-bucket-bytes`. Tensors of dynamic (uneven) local shape stay
+    alone. Each bucket formed is reported as a remark with
+    `print-buckets`.
+
+    ```mlir
+    %a = shardx.all_reduce %x on @mesh axes = [0] reduction = sum : tensor<16xf32>
+    %b = shardx.all_reduce %y on @mesh axes = [0] reduction = sum : tensor<16x32xf32>
+    // becomes one all_reduce of tensor<528xf32> before the first use of %a or %b
+    ```
+  }];
+  let options = [
+    Option<"maxBucketBytes", "max-bucket-bytes", "int64_t",
+           /*default=*/"25 * 1024 * 1024",
+           "the most bytes one bucket holds (DDP's default: 25 MiB)">,
+    Option<"copyBandwidthGBps", "copy-bandwidth-gbps", "double",
+           /*default=*/"10.0",
+           "local copy bandwidth of the cost model, GB/s">,
+    Option<"printBuckets", "print-buckets", "bool", /*default=*/"false",
+           "emit a remark per bucket formed">,
+  ];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Test and debugging passes
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,221 @@
+//===- BucketCollectives.cpp - Merge small all-reduces into buckets -------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// Gradient bucketing, as PyTorch DDP does it, decided by the alpha-beta cost
+// model: all-reduces that can wait for each other are packed into one flat
+// buffer and reduced by one collective. Each block is scanned in order; an
+// open bucket per (mesh, axes, reduction, element type) collects the
+// all-reduces seen so far and is emitted right before the first op that
+// reads a member's result (every member's operand is defined by then).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReshardPlanning.h"
+
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "llvm/ADT/MapVector.h"
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_BUCKETCOLLECTIVESPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+namespace {
+
+/// What all-reduces must share to be reduced together.
+using BucketKey = std::tuple<Attribute, Attribute, Attribute, Type>;
+
+struct Bucket {
+  SmallVector<AllReduceOp> members;
+  int64_t bytes = 0;
+};
+
+int64_t byteSize(RankedTensorType type) {
+  return type.getNumElements() *
+         std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+}
+
+/// `value` as a 1-D tensor (a view: collapse or expand of its shape).
+Value flatten(OpBuilder &b, Location loc, Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  auto flat =
+      RankedTensorType::get({type.getNumElements()}, type.getElementType());
+  if (type.getRank() == 1)
+    return value;
+  if (type.getRank() == 0)
+    return tensor::ExpandShapeOp::create(b, loc, flat, value,
+                                         ArrayRef<ReassociationIndices>{});
+  ReassociationIndices all;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    all.push_back(d);
+  return tensor::CollapseShapeOp::create(b, loc, flat, value,
+                                         ArrayRef<ReassociationIndices>{all});
+}
+
+/// The inverse of `flatten`: `flat` viewed as `type`.
+Value unflatten(OpBuilder &b, Location loc, Value flat, RankedTensorType type) {
+  if (type.getRank() == 1)
+    return flat;
+  if (type.getRank() == 0)
+    return tensor::CollapseShapeOp::create(b, loc, type, flat,
+                                           ArrayRef<ReassociationIndices>{});
+  ReassociationIndices all;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    all.push_back(d);
+  return tensor::ExpandShapeOp::create(b, loc, type, flat,
+                                       ArrayRef<ReassociationIndices>{all});
+}
+
+struct BucketCollectivesPass
+    : public mlir::shardx::impl::BucketCollectivesPassBase<
+          BucketCollectivesPass> {
+  using BucketCollectivesPassBase::BucketCollectivesPassBase;
+
+  void runOnOperation() override {
+    SymbolTableCollection symbolTable;
+    SmallVector<Block *> blocks;
+    getOperation()->walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks)
+      runOnBlock(*block, symbolTable);
+  }
+
+  /// The latency of one collective step over `axes` of the mesh, in
+  /// microseconds (the planner's alpha).
+  double latencyUs(AllReduceOp op, SymbolTableCollection &symbolTable) {
+    MeshOp mesh = lookupMesh(op, op.getMeshAttr(), &symbolTable);
+    if (!mesh)
+      return 0;
+    ::shardx::MeshSpec spec = getMeshSpec(mesh);
+    double latency = 0;
+    for (int64_t axis : op.getAxes())
+      if (axis >= 0 && axis < static_cast<int64_t>(spec.shape.size()))
+        latency = std::max(latency, spec.getCost(axis).latencyUs);
+    return latency;
+  }
+
+  /// Whether `op` may join a bucket: a static shape, and packing it (one
+  /// copy in, one out) costs less than the latency it saves.
+  bool worthBucketing(AllReduceOp op, SymbolTableCollection &symbolTable) {
+    auto type = dyn_cast<RankedTensorType>(op.getType());
+    if (!type || !type.hasStaticShape() ||
+        !type.getElementType().isIntOrFloat())
+      return false;
+    double copyUs = 2.0 * byteSize(type) / (copyBandwidthGBps * 1e3);
+    return byteSize(type) <= maxBucketBytes &&
+           copyUs < latencyUs(op, symbolTable);
+  }
+
+  void runOnBlock(Block &block, SymbolTableCollection &symbolTable) {
+    llvm::MapVector<BucketKey, Bucket> open;
+    DenseMap<Value, BucketKey> memberOf;
+    auto flush = [&](const BucketKey &key, Operation *before) {
+      Bucket bucket = std::move(open[key]);
+      open.erase(key);
+      for (AllReduceOp m : bucket.members)
+        memberOf.erase(m.getResult());
+      if (bucket.members.size() > 1)
+        emit(bucket, before);
+    };
+    for (Operation &op : llvm::make_early_inc_range(block)) {
+      // Buckets whose results `op` reads are emitted before it.
+      SmallVector<BucketKey> ready;
+      auto check = [&](Value v) {
+        auto it = memberOf.find(v);
+        if (it != memberOf.end() && !llvm::is_contained(ready, it->second))
+          ready.push_back(it->second);
+      };
+      op.walk([&](Operation *inner) {
+        for (Value v : inner->getOperands())
+          check(v);
+      });
+      for (const BucketKey &key : ready)
+        flush(key, &op);
+      auto allReduce = dyn_cast<AllReduceOp>(op);
+      if (!allReduce || !worthBucketing(allReduce, symbolTable))
+        continue;
+      auto type = cast<RankedTensorType>(allReduce.getType());
+      BucketKey key{allReduce.getMeshAttr(), allReduce.getAxesAttr(),
+                    allReduce.getReductionAttr(), type.getElementType()};
+      if (auto it = open.find(key);
+          it != open.end() &&
+          it->second.bytes + byteSize(type) > maxBucketBytes)
+        flush(key, &op);
+      Bucket &bucket = open[key];
+      bucket.members.push_back(allReduce);
+      bucket.bytes += byteSize(type);
+      memberOf[allReduce.getResult()] = key;
+    }
+    // Results that are never read (all uses erased): nothing forces the
+    // bucket, it is emitted at the end of the block.
+    SmallVector<BucketKey> keys;
+    for (auto &entry : open)
+      keys.push_back(entry.first);
+    for (const BucketKey &key : keys)
+      flush(key, block.mightHaveTerminator() ? block.getTerminator() : nullptr);
+  }
+
+  void emit(Bucket &bucket, Operation *before) {
+    AllReduceOp first = bucket.members.front();
+    Location firstLoc = first.getLoc();
+    SmallVector<Location> locs;
+    for (AllReduceOp m : bucket.members)
+      locs.push_back(m.getLoc());
+    Location loc = FusedLoc::get(&getContext(), locs);
+    OpBuilder b(&getContext());
+    if (before)
+      b.setInsertionPoint(before);
+    else
+      b.setInsertionPointToEnd(first->getBlock());
+    Type elementType = cast<RankedTensorType>(first.getType()).getElementType();
+    int64_t total = 0;
+    for (AllReduceOp m : bucket.members)
+      total += cast<RankedTensorType>(m.getType()).getNumElements();
+    auto packedType = RankedTensorType::get({total}, elementType);
+    Value packed =
+        tensor::EmptyOp::create(b, loc, packedType.getShape(), elementType);
+    int64_t offset = 0;
+    SmallVector<int64_t> offsets;
+    for (AllReduceOp m : bucket.members) {
+      Value flat = flatten(b, m.getLoc(), m.getInput());
+      int64_t size = cast<RankedTensorType>(m.getType()).getNumElements();
+      packed = tensor::InsertSliceOp::create(
+          b, m.getLoc(), flat, packed,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(size)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+      offsets.push_back(offset);
+      offset += size;
+    }
+    Value reduced =
+        AllReduceOp::create(b, loc, packedType, packed, first.getMeshAttr(),
+                            first.getAxesAttr(), first.getReductionAttr());
+    for (auto [m, off] : llvm::zip(bucket.members, offsets)) {
+      auto type = cast<RankedTensorType>(m.getType());
+      auto flatType =
+          RankedTensorType::get({type.getNumElements()}, elementType);
+      Value slice = tensor::ExtractSliceOp::create(
+          b, m.getLoc(), flatType, reduced,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(off)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(type.getNumElements())},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+      m.getResult().replaceAllUsesWith(unflatten(b, m.getLoc(), slice, type));
+      m.erase();
+    }
+    if (printBuckets)
+      emitRemark(firstLoc) << "bucket of " << bucket.members.size()
+                           << " all-reduces, " << bucket.bytes << " bytes";
+  }
+};
+
+} // namespace
