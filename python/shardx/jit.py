@@ -197,7 +197,8 @@ class CompiledFunction:
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str]):
         self.fn = fn
-        self.mesh = mesh
+        self._trace_mesh = mesh
+        self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
         self.in_placements = None if in_placements is None else list(in_placements)
         self.out_placements = None if out_placements is None else list(out_placements)
         self.backend = backend
@@ -212,7 +213,7 @@ class CompiledFunction:
         self.compiles = 0
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
-        self._session = session(mesh)
+        self._session = session(self.mesh)
 
     # -- guards -----------------------------------------------------------
 
@@ -274,7 +275,8 @@ class CompiledFunction:
         traced = _Traced(self.fn, self.name)
         example_args = pytree.tree_unflatten(examples, treedef)
         arg_attrs = self.fn.arg_attrs(example_args) if callable(getattr(self.fn, "arg_attrs", None)) else None
-        text = trace(traced, example_args, self.mesh, in_pl, self.out_placements, name=self.name,
+        text = trace(traced, example_args, self._trace_mesh, in_pl if self._trace_mesh else None,
+                     self.out_placements, name=self.name,
                      arg_attrs=arg_attrs)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
                                               f"cpu-{platform.machine()}-{self.backend}")
@@ -398,7 +400,11 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported by shardx.compile; "
                          f"supported: {', '.join(BACKENDS)}")
-    if not isinstance(mesh, Mesh):
+    if mesh is None:
+        # An unsharded program on one rank.
+        if any(p is not None for p in list(in_placements or []) + list(out_placements or [])):
+            raise PlacementError("placements given without a mesh")
+    elif not isinstance(mesh, Mesh):
         raise PlacementError(f"mesh must be a shardx.Mesh, got {mesh!r}")
     for what, pls in (("input", in_placements), ("output", out_placements)):
         for i, p in enumerate(pls or []):
