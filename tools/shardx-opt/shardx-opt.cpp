@@ -6,6 +6,7 @@
 
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/InitAll.h"
+#include "shardx/Report/Report.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -21,6 +22,7 @@ int main(int argc, char **argv) {
   mlir::registerAllExtensions(registry);
   mlir::shardx::registerShardXPasses();
   mlir::shardx::registerCompilerPasses();
+  mlir::shardx::registerReportPass();
   // Upstream passes too, so that back-end pipelines can be tested piecewise.
   mlir::registerAllPasses();
   return mlir::asMainReturnCode(

@@ -1,0 +1,92 @@
+//===- Report.h - The HTML sharding report ----------------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// `shardx-opt --shardx-report=out.html` and `shardx-run --report out.html`
+// (docs/Report.md): one self-contained HTML file with the mesh, every
+// argument's and result's layout drawn as device blocks (intermediates on
+// demand), a sortable table of every reshard with its plan, bytes and
+// modeled time, totals per collective kind and mesh axis, the propagation's
+// refinement choices and, after a run, measured collective times.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_REPORT_REPORT_H
+#define SHARDX_REPORT_REPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/LLVM.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlir::shardx {
+
+/// One op whose strategy the whole-graph refinement changed.
+struct PropagationChoice {
+  std::string op;                    // op name
+  std::string location;              // source location
+  std::string programOrder, refined; // result and operand layouts, as text
+};
+
+/// Measured time of the collectives of one kind over one group of mesh
+/// axes on one rank (shardx-run --report).
+struct MeasuredCollective {
+  std::string kind; // "all_gather", ...
+  std::string axes; // mesh axis names, "dp,tp"
+  int64_t rank = 0;
+  int64_t calls = 0;
+  double bytes = 0; // bytes this rank received (as the model counts them)
+  double seconds = 0;
+};
+
+/// What the report shows beyond the program itself.
+struct ReportExtras {
+  std::string title;
+  /// Filled when the report ran propagation itself: the ops the refinement
+  /// changed and the reshard cost (us) of each phase's result.
+  bool haveChoices = false;
+  double programOrderCost = 0, refinedCost = 0;
+  int64_t programOrderReshards = 0, refinedReshards = 0;
+  std::vector<PropagationChoice> choices;
+  /// Filled by shardx-run --report.
+  std::vector<MeasuredCollective> measured;
+  std::string runSummary;
+};
+
+/// Writes the report of `module`, a program after shardx-propagate and
+/// shardx-insert-reshards (its redistributes are planned here, as
+/// shardx-print-plan plans them). Fails with a diagnostic when a reshard
+/// cannot be planned.
+LogicalResult writeHtmlReport(ModuleOp module, const ReportExtras &extras,
+                              llvm::raw_ostream &os);
+
+/// Runs a pipeline that `build` fills on the module being prepared.
+using PipelineRunner =
+    function_ref<LogicalResult(function_ref<void(OpPassManager &)> build)>;
+
+/// Runs what the report needs on `module` in place: when nothing is
+/// propagated yet, inlining, shardx-propagate and shardx-insert-reshards,
+/// after the same without the whole-graph refinement, to fill
+/// `extras.choices` (the ops the refinement changed) and the two phases'
+/// costs. A module that already has layouts on its ops is left as it is.
+LogicalResult prepareForReport(ModuleOp module, ReportExtras &extras,
+                               PipelineRunner run);
+/// The same with a PassManager of the module's context.
+LogicalResult prepareForReport(ModuleOp module, ReportExtras &extras);
+
+/// The pass `shardx-report`: `--shardx-report=out.html` (or
+/// `--shardx-report="output=out.html"`).
+std::unique_ptr<Pass> createReportPass(std::string output = "");
+void registerReportPass();
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_REPORT_REPORT_H
