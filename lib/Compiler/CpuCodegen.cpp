@@ -205,7 +205,8 @@ createTargetMachine(StringRef cpuOption) {
   return tm;
 }
 
-LogicalResult linkSharedObject(StringRef object, StringRef output) {
+LogicalResult linkSharedObject(StringRef object, StringRef output,
+                               ArrayRef<std::string> libraries) {
   auto cxx = llvm::sys::findProgramByName("c++");
   if (!cxx)
     cxx = llvm::sys::findProgramByName("g++");
@@ -213,9 +214,6 @@ LogicalResult linkSharedObject(StringRef object, StringRef output) {
     llvm::errs() << "error: no C++ linker (c++ or g++) on PATH\n";
     return failure();
   }
-  std::string runtime = SHARDX_RUNTIME_ARCHIVE, layoutLib = SHARDX_LAYOUT_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE"))
-    runtime = env;
   SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str(),
                                    object.str()};
   // Every artifact exports the launcher entry point of the runtime; calls
@@ -224,11 +222,7 @@ LogicalResult linkSharedObject(StringRef object, StringRef output) {
   args.push_back("-Wl,--undefined=shardx_rt_invoke");
   args.push_back("-Wl,--undefined=shardx_rt_set_compute_threads");
   args.push_back("-Wl,-Bsymbolic");
-  if (!runtime.empty())
-    args.push_back(runtime);
-  if (!layoutLib.empty())
-    args.push_back(layoutLib);
-  args.push_back(SHARDX_OPENBLAS_LIBRARY);
+  args.append(libraries.begin(), libraries.end());
   args.push_back("-lpthread");
   args.push_back("-lm");
   SmallVector<StringRef> refs(args.begin(), args.end());
@@ -300,9 +294,7 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
   return s;
 }
 
-LogicalResult mlir::shardx::compileModule(ModuleOp module,
-                                          const CompileOptions &options) {
-  std::string info = describeProgram(module);
+void mlir::shardx::prepareEntryPoints(ModuleOp module) {
   // Entry points get C wrappers taking pointers to memref descriptors, and
   // read-only arguments: launchers pass the caller's buffers in place, and
   // bufferization copies an argument before the program writes to it.
@@ -316,6 +308,19 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
         fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
                       BoolAttr::get(module.getContext(), false));
   }
+}
+
+LogicalResult mlir::shardx::compileModule(ModuleOp module,
+                                          const CompileOptions &options) {
+  if (options.target == "cuda")
+    return compileModuleForCuda(module, options);
+  if (options.target != "cpu") {
+    llvm::errs() << "error: unknown --target '" << options.target
+                 << "' (cpu, cuda)\n";
+    return failure();
+  }
+  std::string info = describeProgram(module);
+  prepareEntryPoints(module);
 
   if (failed(lowerCollectivesToRuntimeCalls(module)))
     return failure();
@@ -349,6 +354,20 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "convert-func-to-llvm,convert-cf-to-llvm,"
           "reconcile-unrealized-casts")))
     return failure();
+  std::string runtime = SHARDX_RUNTIME_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE"))
+    runtime = env;
+  SmallVector<std::string> libraries;
+  for (StringRef lib : {StringRef(runtime), StringRef(SHARDX_LAYOUT_ARCHIVE),
+                        StringRef(SHARDX_OPENBLAS_LIBRARY)})
+    if (!lib.empty())
+      libraries.push_back(lib.str());
+  return emitArtifact(module, info, options, libraries);
+}
+
+LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
+                                         const CompileOptions &options,
+                                         ArrayRef<std::string> libraries) {
   addProgramInfo(module, info);
   addEntryWrappers(module);
 
@@ -445,7 +464,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   // failed link never leaves a file that looks valid.
   SmallString<128> partial(options.outputPath);
   partial += ".partial";
-  LogicalResult linked = linkSharedObject(objectPath, partial);
+  LogicalResult linked = linkSharedObject(objectPath, partial, libraries);
   llvm::sys::fs::remove(objectPath);
   if (failed(linked)) {
     llvm::sys::fs::remove(partial);

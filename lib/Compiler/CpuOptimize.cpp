@@ -268,14 +268,27 @@ void mlir::shardx::splitSharedEmptyTensors(ModuleOp module) {
 }
 
 LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
+  return contractionsToGemmCalls(
+      module, "shardx_rt_matmul_", "shardx_rt_batch_matmul_",
+      [](Type elt) -> std::optional<std::string> {
+        if (elt.isF32())
+          return std::string("f32");
+        if (elt.isF64())
+          return std::string("f64");
+        return std::nullopt;
+      });
+}
+
+LogicalResult mlir::shardx::contractionsToGemmCalls(
+    ModuleOp module, StringRef gemm, StringRef batchedGemm,
+    llvm::function_ref<std::optional<std::string>(Type)> suffix) {
   MLIRContext *ctx = module.getContext();
   OpBuilder builder(ctx);
   SmallVector<std::pair<linalg::LinalgOp, linalg::ContractionDimensions>> ops;
   module.walk([&](linalg::LinalgOp op) {
     if (!op.hasPureBufferSemantics())
       return;
-    Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
-    if (!elt.isF32() && !elt.isF64())
+    if (!suffix(getElementTypeOrSelf(op->getOperand(0).getType())))
       return;
     if (std::optional<linalg::ContractionDimensions> dims = matchGemm(op))
       ops.emplace_back(op, *dims);
@@ -284,9 +297,7 @@ LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
     Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
     bool batched = !dims.batch.empty();
     int64_t rank = batched ? 3 : 2;
-    std::string name =
-        std::string(batched ? "shardx_rt_batch_matmul_" : "shardx_rt_matmul_") +
-        (elt.isF32() ? "f32" : "f64");
+    std::string name = (batched ? batchedGemm : gemm).str() + *suffix(elt);
     SmallVector<int64_t> dyn(rank, ShapedType::kDynamic);
     auto layout = StridedLayoutAttr::get(ctx, ShapedType::kDynamic, dyn);
     auto argType = MemRefType::get(dyn, elt, layout);

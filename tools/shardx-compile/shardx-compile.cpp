@@ -32,11 +32,22 @@ static llvm::cl::opt<std::string>
     outputFile(llvm::cl::cat(toolOptions), "o", llvm::cl::desc("output file"), llvm::cl::value_desc("path"),
                llvm::cl::Required);
 static llvm::cl::opt<std::string>
-    emit(llvm::cl::cat(toolOptions), "emit", llvm::cl::desc("output kind: so (default), obj, llvm, mlir"),
+    emit(llvm::cl::cat(toolOptions), "emit", llvm::cl::desc("output kind: so (default), obj, llvm, mlir, ptx "
+                        "(--target=cuda)"),
          llvm::cl::init("so"));
 static llvm::cl::opt<std::string>
     cpu(llvm::cl::cat(toolOptions), "cpu", llvm::cl::desc("target CPU (default: host)"),
         llvm::cl::init("host"));
+static llvm::cl::opt<std::string>
+    target(llvm::cl::cat(toolOptions), "target",
+           llvm::cl::desc("cpu (default) or cuda (NVIDIA GPUs; --emit=ptx "
+                          "writes the device code)"),
+           llvm::cl::init("cpu"));
+static llvm::cl::opt<std::string>
+    gpuChip(llvm::cl::cat(toolOptions), "gpu-chip",
+            llvm::cl::desc("GPU architecture of --target=cuda (default: "
+                           "sm_90)"),
+            llvm::cl::init("sm_90"));
 static llvm::cl::opt<bool>
     noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
@@ -91,5 +102,7 @@ int main(int argc, char **argv) {
   options.emit = emit;
   options.cpu = cpu;
   options.blas = !noBlas;
+  options.target = target;
+  options.gpuChip = gpuChip;
   return failed(mlir::shardx::compileModule(*module, options)) ? 1 : 0;
 }

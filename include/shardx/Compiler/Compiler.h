@@ -21,6 +21,7 @@
 #include <memory>
 #include "mlir/Support/LLVM.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::shardx {
@@ -35,6 +36,14 @@ struct CompileOptions {
   std::string cpu = "host";
   /// Lower matmul-family ops to OpenBLAS calls (else to loops).
   bool blas = true;
+  /// "cpu" (the host) or "cuda" (NVIDIA GPUs: kernels through MLIR's GPU
+  /// path, GEMMs on cuBLAS, see docs/Compiler.md).
+  std::string target = "cpu";
+  /// The GPU architecture of the "cuda" target.
+  std::string gpuChip = "sm_90";
+  /// libdevice for the "cuda" target's math functions; empty: the toolkit
+  /// found at configure time (or $SHARDX_LIBDEVICE).
+  std::string libdevice;
 };
 
 /// A context with every dialect, extension and ShardX model the tools need
@@ -81,6 +90,30 @@ std::string describeProgram(ModuleOp module);
 /// Lowers `module` (on tensors) and writes the requested output. Emits
 /// diagnostics and returns failure on any error.
 LogicalResult compileModule(ModuleOp module, const CompileOptions &options);
+
+/// Marks the public functions as entry points: C wrappers and read-only
+/// tensor arguments (shared by the targets).
+void prepareEntryPoints(ModuleOp module);
+
+/// From a module in the LLVM dialect: adds the program description `info`
+/// and the entry wrappers, translates to LLVM IR, optimizes and writes what
+/// `options.emit` asks for; an artifact is linked with `libraries`.
+LogicalResult emitArtifact(ModuleOp module, StringRef info,
+                           const CompileOptions &options,
+                           ArrayRef<std::string> libraries);
+
+/// The "cuda" target of compileModule (lib/Compiler/GpuCodegen.cpp).
+LogicalResult compileModuleForCuda(ModuleOp module,
+                                   const CompileOptions &options);
+
+/// After bufferization: replaces every (batched) GEMM contraction on
+/// buffers whose element type `suffix` names (std::nullopt: left alone) by a
+/// call of `<gemm><suffix>` or `<batchedGemm><suffix>` taking (A, B, C,
+/// accumulate) as strided views; a zero fill of C right before it becomes
+/// accumulate = 0. contractionsToBlasCalls is this with the OpenBLAS names.
+LogicalResult contractionsToGemmCalls(
+    ModuleOp module, StringRef gemm, StringRef batchedGemm,
+    llvm::function_ref<std::optional<std::string>(Type)> suffix);
 
 } // namespace mlir::shardx
 

@@ -1,0 +1,56 @@
+//===- Cuda.h - The CUDA runtime of ShardX artifacts ------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// The entry points of lib/Runtime/cuda (library ShardXRuntimeCuda): what
+// launchers call, and what the host code of `--target=cuda` artifacts calls
+// (MLIR's `mgpu*` names, the cuBLAS GEMMs). No CUDA header or library is
+// needed to build or link it: the driver and cuBLAS are opened at run time.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_RUNTIME_CUDA_H
+#define SHARDX_RUNTIME_CUDA_H
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+/// Loads the CUDA driver (libcuda.so.1: $SHARDX_CUDA_DRIVER, the loader
+/// path, PyTorch's wheel folders) and opens device 0. Returns 0, or 1 with
+/// "no CUDA driver: ..." (or the device error) in `error`.
+int shardx_rt_cuda_init(char *error, int64_t errorSize);
+/// Device 0's name ("" without a driver).
+const char *shardx_rt_cuda_device_name();
+/// Bytes the caching allocator holds in free blocks.
+int64_t shardx_rt_cuda_cached_bytes();
+/// Device memory for launchers (the caching allocator) and copies between
+/// host and device (synchronous).
+void *shardx_rt_cuda_alloc(int64_t bytes);
+void shardx_rt_cuda_free(void *ptr);
+void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes);
+/// Waits for the calling thread's stream.
+void shardx_rt_cuda_synchronize();
+
+// MLIR's GPU runtime entry points, as the generated host code calls them.
+void *mgpuModuleLoad(void *data, size_t size);
+void *mgpuModuleLoadJIT(void *data, int optLevel);
+void mgpuModuleUnload(void *module);
+void *mgpuModuleGetFunction(void *module, const char *name);
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t smem, void *stream,
+                      void **params, void **extra, size_t paramsCount);
+void *mgpuStreamCreate();
+void mgpuStreamDestroy(void *stream);
+void mgpuStreamSynchronize(void *stream);
+void *mgpuMemAlloc(uint64_t bytes, void *stream, bool isHostShared);
+void mgpuMemFree(void *ptr, void *stream);
+void mgpuMemcpy(void *dst, void *src, size_t bytes, void *stream);
+void mgpuMemset32(void *dst, unsigned value, size_t count, void *stream);
+void mgpuMemset16(void *dst, unsigned short value, size_t count, void *stream);
+void mgpuSetDefaultDevice(int32_t device);
+}
+
+#endif // SHARDX_RUNTIME_CUDA_H

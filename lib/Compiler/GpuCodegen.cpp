@@ -1,0 +1,418 @@
+//===- GpuCodegen.cpp - Lower tensor programs to CUDA artifacts -----------===//
+//
+// Part of ShardX.
+//
+// The "cuda" target of shardx-compile. The program is fused and bufferized
+// as on the CPU; then
+//
+// - (batched) GEMM contractions become calls of `shardx_rt_cuda_gemm_*`
+//   (cuBLAS at run time), transposed operands as views;
+// - every buffer lives on the device: allocations become `gpu.alloc`
+//   (the runtime's caching allocator), copies become kernels, constants
+//   read by kernels are copied to the device once per use;
+// - every other linalg op becomes parallel loops, tiled (a block of up to
+//   256 threads over the innermost dims), mapped to blocks and threads and
+//   outlined into one `gpu.module`; ops without a parallel loop (0-d ops,
+//   full reductions) run as one thread of one block;
+// - no host function may then still load or store a buffer (a compile
+//   error, not a silent host fallback);
+// - kernels go through NVVM to PTX (math through libdevice; an unresolved
+//   `.extern` is a compile error), embedded in the artifact; the host code
+//   calls `mgpu*` entry points that the ShardX CUDA runtime implements
+//   (lib/Runtime/cuda), which loads the CUDA driver at run time.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+
+#ifndef SHARDX_CUDA_RUNTIME_ARCHIVE
+#define SHARDX_CUDA_RUNTIME_ARCHIVE ""
+#endif
+#ifndef SHARDX_LAYOUT_ARCHIVE
+#define SHARDX_LAYOUT_ARCHIVE ""
+#endif
+#ifndef SHARDX_CUDA_LIBDEVICE
+#define SHARDX_CUDA_LIBDEVICE "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
+#endif
+
+namespace {
+
+/// Threads per block of an elementwise kernel.
+constexpr int64_t kBlockThreads = 256;
+/// The one module that holds every kernel of the program.
+constexpr llvm::StringLiteral kKernelModule = "shardx_kernels";
+
+LogicalResult runPipeline(ModuleOp module, StringRef pipeline) {
+  PassManager pm(module.getContext());
+  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
+    return failure();
+  return pm.run(module);
+}
+
+/// Whether every use of `value` (through casts) is an argument of a call:
+/// the runtime reads it on the host (axes, exchange descriptors).
+bool onlyPassedToCalls(Value value) {
+  for (Operation *user : value.getUsers()) {
+    if (isa<func::CallOp>(user))
+      continue;
+    if (auto cast = dyn_cast<memref::CastOp>(user))
+      if (onlyPassedToCalls(cast.getResult()))
+        continue;
+    return false;
+  }
+  return true;
+}
+
+/// Puts every buffer on the device: allocations stay memref.alloc (the
+/// memref-to-LLVM lowering calls `_mlir_memref_to_llvm_alloc/free`, which
+/// the CUDA runtime implements with its caching allocator), allocas become
+/// allocs, copies become linalg.copy (a kernel), and a constant that the
+/// program reads is copied from its host global into a device buffer.
+LogicalResult placeBuffersOnDevice(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  OpBuilder b(ctx);
+  SmallVector<Operation *> ops;
+  module.walk([&](Operation *op) {
+    if (isa<memref::AllocaOp, memref::CopyOp, memref::GetGlobalOp>(op))
+      ops.push_back(op);
+  });
+  auto index = b.getIndexType();
+  func::FuncOp memcpy;
+  for (Operation *op : ops) {
+    b.setInsertionPoint(op);
+    Location loc = op->getLoc();
+    if (auto copy = dyn_cast<memref::CopyOp>(op)) {
+      linalg::CopyOp::create(b, loc, copy.getSource(), copy.getTarget());
+      copy.erase();
+      continue;
+    }
+    if (auto alloca = dyn_cast<memref::AllocaOp>(op)) {
+      auto alloc = memref::AllocOp::create(
+          b, loc, alloca.getType(), alloca.getDynamicSizes(),
+          alloca.getSymbolOperands(), alloca.getAlignmentAttr());
+      alloca.getResult().replaceAllUsesWith(alloc.getResult());
+      // An alloca's scope ends with its block.
+      b.setInsertionPoint(alloca->getBlock()->getTerminator());
+      memref::DeallocOp::create(b, loc, alloc.getResult());
+      alloca.erase();
+      continue;
+    }
+    auto global = cast<memref::GetGlobalOp>(op);
+    if (onlyPassedToCalls(global.getResult()))
+      continue;
+    auto type = cast<MemRefType>(global.getType());
+    if (!type.hasStaticShape() || !type.getLayout().isIdentity())
+      return global.emitError("the cuda target needs constants of static "
+                              "shape and identity layout");
+    if (!memcpy) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      memcpy =
+          func::FuncOp::create(b, module.getLoc(), "shardx_rt_cuda_memcpy",
+                               b.getFunctionType({index, index, index}, {}));
+      memcpy.setPrivate();
+    }
+    b.setInsertionPointAfter(global);
+    auto alloc = memref::AllocOp::create(b, loc, type);
+    global.getResult().replaceAllUsesWith(alloc.getResult());
+    int64_t bytes =
+        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    Value dst = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, alloc);
+    Value src = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, global);
+    func::CallOp::create(
+        b, loc, memcpy,
+        ValueRange{dst, src, arith::ConstantIndexOp::create(b, loc, bytes)});
+    b.setInsertionPoint(global->getBlock()->getTerminator());
+    memref::DeallocOp::create(b, loc, alloc.getResult());
+  }
+  return success();
+}
+
+/// A linalg op without parallel loops (a 0-d op, a full reduction) runs in
+/// a one-iteration parallel loop: one device thread, not the host.
+void wrapSerialOps(ModuleOp module) {
+  SmallVector<linalg::LinalgOp> ops;
+  module.walk([&](linalg::LinalgOp op) {
+    if (op.getNumParallelLoops() == 0 &&
+        !op->getParentOfType<scf::ParallelOp>())
+      ops.push_back(op);
+  });
+  OpBuilder b(module.getContext());
+  for (linalg::LinalgOp op : ops) {
+    b.setInsertionPoint(op);
+    Location loc = op.getLoc();
+    Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+    Value one = arith::ConstantIndexOp::create(b, loc, 1);
+    auto loop = scf::ParallelOp::create(b, loc, ValueRange{zero},
+                                        ValueRange{one}, ValueRange{one});
+    op->moveBefore(loop.getBody()->getTerminator());
+  }
+}
+
+/// Tiles every outermost parallel loop: the inner loop (threads) covers up
+/// to kBlockThreads iterations of the innermost dims, the outer one
+/// (blocks) the rest.
+void tileParallelLoops(ModuleOp module) {
+  SmallVector<scf::ParallelOp> loops;
+  module.walk([&](scf::ParallelOp loop) {
+    if (!loop->getParentOfType<scf::ParallelOp>())
+      loops.push_back(loop);
+  });
+  for (scf::ParallelOp loop : loops) {
+    unsigned rank = loop.getNumLoops();
+    SmallVector<int64_t> sizes(rank, 1);
+    sizes[rank - 1] = kBlockThreads;
+    std::optional<int64_t> lb =
+        getConstantIntValue(loop.getLowerBound()[rank - 1]);
+    std::optional<int64_t> ub =
+        getConstantIntValue(loop.getUpperBound()[rank - 1]);
+    std::optional<int64_t> step = getConstantIntValue(loop.getStep()[rank - 1]);
+    if (lb && ub && step == 1 && *ub - *lb < kBlockThreads) {
+      // A short innermost dim: 16 x 16 over the two innermost dims, or the
+      // whole dim in one block.
+      if (rank >= 2) {
+        sizes[rank - 1] = 16;
+        sizes[rank - 2] = kBlockThreads / 16;
+      } else {
+        sizes[rank - 1] = std::max<int64_t>(1, *ub - *lb);
+      }
+    }
+    scf::tileParallelLoop(loop, sizes, /*noMinMaxBounds=*/true);
+  }
+}
+
+/// Moves every outlined kernel into one gpu.module (one PTX, loaded once),
+/// each kernel named after the module it came from.
+LogicalResult mergeKernelModules(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  SmallVector<gpu::GPUModuleOp> modules(module.getOps<gpu::GPUModuleOp>());
+  if (modules.empty())
+    return success();
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  auto merged = gpu::GPUModuleOp::create(b, module.getLoc(), kKernelModule);
+  for (gpu::GPUModuleOp m : modules) {
+    for (Operation &op : llvm::make_early_inc_range(*m.getBody())) {
+      auto fn = dyn_cast<gpu::GPUFuncOp>(op);
+      if (!fn)
+        return op.emitError("unexpected op in an outlined kernel module");
+      fn->moveBefore(merged.getBody(), merged.getBody()->end());
+      fn.setName(m.getName());
+    }
+  }
+  module.walk([&](gpu::LaunchFuncOp launch) {
+    launch.setKernelAttr(SymbolRefAttr::get(
+        ctx, kKernelModule,
+        {FlatSymbolRefAttr::get(ctx, launch.getKernelModuleName())}));
+  });
+  for (gpu::GPUModuleOp m : modules)
+    m.erase();
+  return success();
+}
+
+/// Fails when a host function still reads or writes a buffer: every buffer
+/// is device memory.
+LogicalResult checkNoHostAccess(ModuleOp module) {
+  WalkResult result = module.walk<WalkOrder::PreOrder>([](Operation *op) {
+    if (isa<gpu::GPUModuleOp, gpu::LaunchOp>(op))
+      return WalkResult::skip();
+    if (isa<memref::LoadOp, memref::StoreOp, linalg::LinalgOp>(op)) {
+      op->emitError("the cuda target left '")
+          << op->getName()
+          << "' on the host, where every buffer is device memory";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+/// The PTX of the kernel module (after gpu-module-to-binary, format=isa).
+FailureOr<std::string> kernelPtx(ModuleOp module) {
+  auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModule);
+  if (!binary)
+    return std::string();
+  auto objects = binary.getObjects();
+  if (objects.size() != 1)
+    return binary.emitError("expected one object in the kernel binary"),
+           failure();
+  auto object = cast<gpu::ObjectAttr>(objects[0]);
+  return object.getObject().getValue().str();
+}
+
+/// A PTX that calls a function it does not define (a math function missing
+/// from libdevice) loads on no driver: a compile error.
+LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
+  SmallVector<StringRef> lines, unresolved;
+  ptx.split(lines, '\n');
+  for (StringRef line : lines) {
+    line = line.trim();
+    if (!line.starts_with(".extern"))
+      continue;
+    // `.extern .func (.param ...) name(...)`: the name precedes the last
+    // parameter list.
+    StringRef head = line.rsplit('(').first.rtrim();
+    unresolved.push_back(head.rsplit(' ').second.empty()
+                             ? line
+                             : head.substr(head.find_last_of(" )") + 1));
+  }
+  if (unresolved.empty())
+    return success();
+  auto diag = module.emitError("the device code calls functions it does not "
+                               "define (not in libdevice?):");
+  for (StringRef name : unresolved)
+    diag << " " << name;
+  return failure();
+}
+
+LogicalResult writeFile(StringRef path, StringRef text) {
+  std::error_code ec;
+  llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
+  if (ec) {
+    llvm::errs() << "error: " << path << ": " << ec.message() << "\n";
+    return failure();
+  }
+  out.os() << text;
+  out.keep();
+  return success();
+}
+
+} // namespace
+
+LogicalResult
+mlir::shardx::compileModuleForCuda(ModuleOp module,
+                                   const CompileOptions &options) {
+  // Kernels are serialized through LLVM IR (NVVM) and the host code embeds
+  // them (the GPU dialect's offloading translation).
+  DialectRegistry registry;
+  registerAllToLLVMIRTranslations(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  module.getContext()->appendDialectRegistry(registry);
+
+  std::string info = describeProgram(module);
+  prepareEntryPoints(module);
+  if (failed(lowerCollectivesToRuntimeCalls(module)))
+    return failure();
+  for (auto mesh :
+       llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
+    mesh.erase();
+  if (failed(runPipeline(module, "func.func(convert-elementwise-to-linalg),"
+                                 "canonicalize,cse")) ||
+      failed(fuseTensorOps(module)) ||
+      failed(runPipeline(module, "canonicalize,cse")))
+    return failure();
+  splitSharedEmptyTensors(module);
+  if (failed(runPipeline(module,
+                         "one-shot-bufferize{"
+                         "bufferize-function-boundaries "
+                         "function-boundary-type-conversion=identity-layout-"
+                         "map},canonicalize,cse")))
+    return failure();
+  if (failed(contractionsToGemmCalls(
+          module, "shardx_rt_cuda_gemm_", "shardx_rt_cuda_gemm_batched_",
+          [](Type elt) -> std::optional<std::string> {
+            if (elt.isF32())
+              return std::string("f32");
+            if (elt.isF16())
+              return std::string("f16");
+            if (elt.isBF16())
+              return std::string("bf16");
+            return std::nullopt;
+          })))
+    return failure();
+  if (failed(runPipeline(
+          module, "ownership-based-buffer-deallocation,canonicalize,"
+                  "buffer-deallocation-simplification,bufferization-lower-"
+                  "deallocations,convert-bufferization-to-memref,cse,"
+                  "canonicalize")) ||
+      failed(placeBuffersOnDevice(module)))
+    return failure();
+  wrapSerialOps(module);
+  // No canonicalization before tiling: it would drop the one-iteration
+  // loops of wrapSerialOps.
+  if (failed(
+          runPipeline(module, "func.func(convert-linalg-to-parallel-loops)")))
+    return failure();
+  tileParallelLoops(module);
+  if (failed(runPipeline(module, "func.func(gpu-map-parallel-loops,"
+                                 "convert-parallel-loops-to-gpu)")))
+    return failure();
+  if (failed(checkNoHostAccess(module)) ||
+      failed(runPipeline(module, "gpu-kernel-outlining,canonicalize,cse")) ||
+      failed(mergeKernelModules(module)))
+    return failure();
+
+  std::string libdevice = options.libdevice;
+  if (libdevice.empty()) {
+    const char *env = std::getenv("SHARDX_LIBDEVICE");
+    libdevice = env ? env : SHARDX_CUDA_LIBDEVICE;
+  }
+  if (!llvm::sys::fs::exists(libdevice)) {
+    llvm::errs() << "error: libdevice not found at '" << libdevice
+                 << "' (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc; "
+                    "set SHARDX_LIBDEVICE)\n";
+    return failure();
+  }
+  std::string device =
+      "lower-affine,convert-scf-to-cf,expand-strided-metadata,lower-affine,"
+      "canonicalize,nvvm-attach-target{chip=" +
+      options.gpuChip + " features=+ptx80 O=3 l=" + libdevice +
+      "},gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
+      "reconcile-unrealized-casts)";
+  if (failed(runPipeline(module, device)))
+    return failure();
+  if (failed(runPipeline(module,
+                         "finalize-memref-to-llvm{use-generic-functions},"
+                         "convert-arith-to-llvm,"
+                         "convert-index-to-llvm,convert-func-to-llvm,"
+                         "convert-cf-to-llvm,gpu-to-llvm,"
+                         "reconcile-unrealized-casts,"
+                         "gpu-module-to-binary{format=isa}")))
+    return failure();
+  FailureOr<std::string> ptx = kernelPtx(module);
+  if (failed(ptx) || failed(checkPtx(module, *ptx)))
+    return failure();
+  if (options.emit == "ptx")
+    return writeFile(options.outputPath, *ptx);
+
+  bool collectives = false;
+  module.walk([&](LLVM::LLVMFuncOp fn) {
+    collectives |= fn.getName().starts_with("shardx_rt_cg_");
+  });
+  if (collectives && options.emit == "so") {
+    module.emitError("collectives on the cuda target need the GPU "
+                     "communicators of lib/Runtime/cuda (not implemented "
+                     "yet); --emit=mlir|ptx|llvm|obj work");
+    return failure();
+  }
+  SmallVector<std::string> libraries;
+  std::string runtime = SHARDX_CUDA_RUNTIME_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE"))
+    runtime = env;
+  for (StringRef lib : {StringRef(runtime), StringRef(SHARDX_LAYOUT_ARCHIVE)})
+    if (!lib.empty())
+      libraries.push_back(lib.str());
+  libraries.push_back("-ldl");
+  return emitArtifact(module, info, options, libraries);
+}
