@@ -49,6 +49,25 @@ forEachShardedFunction(ModuleOp module,
 /// Sets the `shardx.layouts` entry of `value` (an op result).
 void setResultLayout(OpResult value, LayoutAttr layout);
 
+/// The ranked-tensor values among `values` (an op's tensor operands or
+/// results, in the order sharding rules count them).
+SmallVector<Value> tensorValues(ValueRange values);
+
+/// The position of `use` among its owner's tensor operands.
+unsigned tensorOperandIndex(OpOperand &use);
+
+/// The layout `use` needs, from its owner's `shardx.operand_layouts` (one
+/// per tensor operand); null when it has none.
+LayoutAttr requiredLayout(OpOperand &use);
+
+/// The layout function result `i` ends in when its value is in `current`:
+/// the declared one, else `current` with pending Partials reduced.
+LayoutAttr resultLayout(func::FuncOp fn, unsigned i, LayoutAttr current);
+
+/// The recorded layout of `v`, or replicated on `mesh`.
+LayoutAttr layoutOrReplicated(Value v, FlatSymbolRefAttr mesh,
+                              int64_t meshRank);
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_LAYOUTUTILS_H

@@ -1,0 +1,163 @@
+//===- FactorProjection.cpp - Layouts seen through sharding rules ---------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FactorProjection.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::DimSharding;
+using ::shardx::Layout;
+using ::shardx::ReduceOp;
+using ::shardx::Split;
+
+//===----------------------------------------------------------------------===//
+// Strategies in factors
+//===----------------------------------------------------------------------===//
+
+
+uint64_t mlir::shardx::axesOf(const DimSharding &d) {
+  uint64_t mask = 0;
+  for (const Split &s : d.splits)
+    mask |= uint64_t(1) << s.axis;
+  return mask;
+}
+
+int64_t mlir::shardx::splitCount(const DimSharding &d,
+                                 ArrayRef<int64_t> meshShape) {
+  int64_t n = 1;
+  for (const Split &s : d.splits)
+    n *= meshShape[s.axis];
+  return n;
+}
+
+/// The products of the sizes of `factors` before each of them (and of all of
+/// them, last), or nullopt when one is dynamic.
+static std::optional<SmallVector<int64_t>>
+factorPrefixes(const ShardingRule &rule, ArrayRef<int64_t> factors) {
+  SmallVector<int64_t> prefix = {1};
+  for (int64_t f : factors) {
+    if (rule.factorSizes[f] == ShapedType::kDynamic)
+      return std::nullopt;
+    prefix.push_back(prefix.back() * rule.factorSizes[f]);
+  }
+  return prefix;
+}
+
+/// How one operand's layout looks in the rule's factors: per factor the
+/// splits of the dim it forms. A dim made of several factors is read as
+/// mixed-radix digits (Layout.h): each split sits at a digit position (the
+/// blocks of the dim major to it) that falls inside exactly one factor,
+/// where it becomes a split of that factor with the stride it has there. A
+/// dim whose splits do not each fall inside one factor (an uneven split of
+/// a merged dim, a split straddling two factors) is not seen at all: the
+/// strategy then needs it resharded.
+Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
+                           ArrayRef<SmallVector<int64_t>> dims,
+                           const Layout &layout, ArrayRef<int64_t> meshShape) {
+  Assignment view(rule.factorSizes.size());
+  for (const DimSharding &ds : layout.getDims()) {
+    if (ds.dim >= static_cast<int64_t>(dims.size()))
+      continue;
+    ArrayRef<int64_t> factors = dims[ds.dim];
+    if (factors.empty())
+      continue;
+    if (factors.size() == 1) {
+      view[factors[0]] = ds;
+      continue;
+    }
+    std::optional<SmallVector<int64_t>> prefix = factorPrefixes(rule, factors);
+    if (!ds.sizes.empty() || !prefix)
+      continue;
+    SmallVector<std::optional<DimSharding>> parts(factors.size());
+    SmallVector<int64_t> splitIn(factors.size(), 1);
+    int64_t before = 1; // axis sizes of the earlier splits
+    bool exact = true;
+    for (const Split &sp : ds.splits) {
+      int64_t n = meshShape[sp.axis];
+      int64_t blocks = sp.stride * before; // of the dim, major to the split
+      std::optional<size_t> at;
+      for (size_t j = 0; j < factors.size() && !at; ++j)
+        if (blocks % (*prefix)[j] == 0 && (*prefix)[j + 1] % (blocks * n) == 0)
+          at = j;
+      if (!at || (blocks / (*prefix)[*at]) % splitIn[*at] != 0) {
+        exact = false;
+        break;
+      }
+      if (!parts[*at])
+        parts[*at] = DimSharding{ds.dim, {}, {}};
+      parts[*at]->splits.push_back(
+          Split{sp.axis, blocks / (*prefix)[*at] / splitIn[*at]});
+      splitIn[*at] *= n;
+      before *= n;
+    }
+    if (!exact)
+      continue;
+    for (auto [j, part] : llvm::enumerate(parts))
+      if (part)
+        view[factors[j]] = *part;
+  }
+  return view;
+}
+
+/// The layout a tensor with factor `dims` has under `assignment`, or
+/// nullopt when some dim cannot express it (a merged dim whose sharded
+/// factors do not split evenly).
+std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
+                              ArrayRef<SmallVector<int64_t>> dims,
+                              const Assignment &assignment,
+                              ArrayRef<int64_t> meshShape, int64_t meshRank) {
+  Layout layout(meshRank);
+  for (auto [d, factors] : llvm::enumerate(dims)) {
+    if (factors.size() == 1) {
+      if (const auto &fs = assignment[factors[0]]) {
+        for (const Split &s : fs->splits)
+          layout.addSplit(d, s);
+        if (!fs->sizes.empty())
+          layout.setSizes(d, fs->sizes);
+      }
+      continue;
+    }
+    if (llvm::none_of(factors, [&](int64_t f) { return assignment[f]; }))
+      continue;
+    std::optional<SmallVector<int64_t>> prefix = factorPrefixes(rule, factors);
+    if (!prefix)
+      return std::nullopt;
+    int64_t before = 1; // axis sizes of the splits of earlier factors
+    for (auto [j, f] : llvm::enumerate(factors)) {
+      const auto &fs = assignment[f];
+      if (!fs)
+        continue;
+      if (!fs->sizes.empty() || (*prefix)[j] % before != 0)
+        return std::nullopt;
+      int64_t inFactor = 1;
+      for (const Split &s : fs->splits) {
+        int64_t n = meshShape[s.axis];
+        // The split's digit must lie inside the factor, evenly.
+        if (rule.factorSizes[f] % (s.stride * inFactor * n) != 0)
+          return std::nullopt;
+        layout.addSplit(d, Split{s.axis, (*prefix)[j] / before * s.stride});
+        inFactor *= n;
+      }
+      before *= inFactor;
+    }
+  }
+  return layout;
+}
+
+/// Adds to `a` every factor sharding of `view` whose factor is free and
+/// whose axes are unused.
+void mlir::shardx::mergeInto(Assignment &a, const Assignment &view) {
+  uint64_t used = 0;
+  for (auto &f : a)
+    if (f)
+      used |= axesOf(*f);
+  for (auto [f, sharding] : llvm::enumerate(view)) {
+    if (!sharding || a[f] || (axesOf(*sharding) & used))
+      continue;
+    a[f] = sharding;
+    used |= axesOf(*sharding);
+  }
+}
