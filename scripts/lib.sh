@@ -15,6 +15,7 @@ SHARDX_PACKAGES=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   python3 python3-venv python3-dev
+  chromium  # headless, for the HTML report's test (python/tests/test_report.py)
 )
 
 # The libFuzzer build (scripts/fuzz.sh): clang and its runtimes (libFuzzer,

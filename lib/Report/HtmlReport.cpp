@@ -531,7 +531,8 @@ code{font:12px ui-monospace,monospace}
 .note{color:#666;font-size:12px;margin:2px 0}
 .meshgrid{display:inline-grid;gap:3px}
 .rank{padding:4px 8px;border-radius:3px;text-align:center;font-size:12px}
-.values{display:flex;flex-wrap:wrap;gap:10px}
+.values{display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start}
+svg{display:block}
 .value{border:1px solid #ddd;border-radius:4px;padding:6px;max-width:300px}
 .vhead{font-size:12px;margin-bottom:4px}
 .tag{background:#eef;border-radius:3px;padding:0 3px;font-size:11px}

@@ -14,6 +14,7 @@ _LAZY = {
     "UnsupportedOpError": ("importer", "UnsupportedOpError"),
     "TrainStep": ("train", "TrainStep"),
     "eager_context": ("train", "eager_context"),
+    "report": ("html_report", "report"),
     "compile": ("jit", "compile"),
     "cache_stats": ("jit", "cache_stats"),
     "ShardedTensor": ("sharded_tensor", "ShardedTensor"),
