@@ -152,6 +152,9 @@ void addEntryWrappers(ModuleOp module) {
       entries.push_back(fn);
   for (LLVM::LLVMFuncOp fn : entries) {
     StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
+    // A target may have made its own (the cuda one stages buffers).
+    if (module.lookupSymbol(("shardx_entry_" + name).str()))
+      continue;
     b.setInsertionPointToEnd(module.getBody());
     auto wrapper = LLVM::LLVMFuncOp::create(
         b, fn.getLoc(), ("shardx_entry_" + name).str(),

@@ -286,6 +286,90 @@ LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
   return failure();
 }
 
+/// Per public function, the buffers of its calling convention for the
+/// runtime's staging: outputs then inputs, each "O|I<rank>:<element bytes>".
+llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
+  llvm::StringMap<std::string> signatures;
+  auto describe = [](char kind, Type type) {
+    auto shaped = cast<ShapedType>(type);
+    unsigned bits = shaped.getElementTypeBitWidth();
+    return std::string(1, kind) + std::to_string(shaped.getRank()) + ":" +
+           std::to_string((bits + 7) / 8) + " ";
+  };
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isPrivate() || fn.isExternal())
+      continue;
+    std::string sig;
+    for (Type t : fn.getFunctionType().getResults())
+      if (isa<ShapedType>(t))
+        sig += describe('O', t);
+    for (Type t : fn.getFunctionType().getInputs())
+      if (isa<ShapedType>(t))
+        sig += describe('I', t);
+    signatures[fn.getSymName()] = sig;
+  }
+  return signatures;
+}
+
+/// For each `_mlir_ciface_<f>(p0, ..., pk)` with a signature, adds
+/// `shardx_entry_<f>(argv)`: the launcher's host buffers go to the device
+/// (`shardx_rt_cuda_stage_in` returns argv with device descriptors), the
+/// program runs on them, and its results come back as host buffers in the
+/// launcher's result descriptors (`shardx_rt_cuda_stage_out`).
+void addStagingEntryWrappers(ModuleOp module,
+                             const llvm::StringMap<std::string> &signatures) {
+  MLIRContext *ctx = module.getContext();
+  OpBuilder b(ctx);
+  auto ptr = LLVM::LLVMPointerType::get(ctx);
+  auto voidType = LLVM::LLVMVoidType::get(ctx);
+  auto declare = [&](StringRef name, Type result, ArrayRef<Type> args) {
+    if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
+      return fn;
+    b.setInsertionPointToStart(module.getBody());
+    return LLVM::LLVMFuncOp::create(b, module.getLoc(), name,
+                                    LLVM::LLVMFunctionType::get(result, args));
+  };
+  LLVM::LLVMFuncOp stageIn =
+      declare("shardx_rt_cuda_stage_in", ptr, {ptr, ptr});
+  LLVM::LLVMFuncOp stageOut =
+      declare("shardx_rt_cuda_stage_out", voidType, {ptr, ptr, ptr});
+  SmallVector<LLVM::LLVMFuncOp> entries;
+  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
+    if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal() &&
+        signatures.count(fn.getName().drop_front(strlen("_mlir_ciface_"))))
+      entries.push_back(fn);
+  for (LLVM::LLVMFuncOp fn : entries) {
+    StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
+    Location loc = fn.getLoc();
+    std::string sig = signatures.lookup(name);
+    sig.push_back('\0');
+    b.setInsertionPointToEnd(module.getBody());
+    auto global = LLVM::GlobalOp::create(
+        b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), sig.size()),
+        /*isConstant=*/true, LLVM::Linkage::Internal,
+        ("shardx_signature_" + name).str(), b.getStringAttr(sig));
+    auto wrapper =
+        LLVM::LLVMFuncOp::create(b, loc, ("shardx_entry_" + name).str(),
+                                 LLVM::LLVMFunctionType::get(voidType, {ptr}));
+    Block *block = wrapper.addEntryBlock(b);
+    b.setInsertionPointToStart(block);
+    Value argv = block->getArgument(0);
+    Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
+    Value device =
+        LLVM::CallOp::create(b, loc, stageIn, ValueRange{argv, sigPtr})
+            .getResult();
+    SmallVector<Value> args;
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, device,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
+    }
+    LLVM::CallOp::create(b, loc, fn, args);
+    LLVM::CallOp::create(b, loc, stageOut, ValueRange{argv, device, sigPtr});
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+  }
+}
+
 LogicalResult writeFile(StringRef path, StringRef text) {
   std::error_code ec;
   llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
@@ -312,6 +396,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
 
   std::string info = describeProgram(module);
   prepareEntryPoints(module);
+  llvm::StringMap<std::string> signatures = entrySignatures(module);
   if (failed(lowerCollectivesToRuntimeCalls(module)))
     return failure();
   for (auto mesh :
@@ -406,6 +491,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
                      "yet); --emit=mlir|ptx|llvm|obj work");
     return failure();
   }
+  addStagingEntryWrappers(module, signatures);
   SmallVector<std::string> libraries;
   std::string runtime = SHARDX_CUDA_RUNTIME_ARCHIVE;
   if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE"))

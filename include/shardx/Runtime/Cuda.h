@@ -33,6 +33,15 @@ void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes);
 /// Waits for the calling thread's stream.
 void shardx_rt_cuda_synchronize();
 
+/// What an artifact's `shardx_entry_<f>(argv)` does around the program:
+/// `stage_in` copies the launcher's input buffers (host memref descriptors
+/// in argv, as for CPU artifacts) to the device and returns the argv of
+/// device descriptors; `stage_out` copies the results into malloc'ed host
+/// buffers described in the launcher's result slot (argv[0]) and frees the
+/// device buffers. `signature`: per output then input "O|I<rank>:<bytes>".
+void *shardx_rt_cuda_stage_in(void **argv, const char *signature);
+void shardx_rt_cuda_stage_out(void **argv, void *staged, const char *signature);
+
 // MLIR's GPU runtime entry points, as the generated host code calls them.
 void *mgpuModuleLoad(void *data, size_t size);
 void *mgpuModuleLoadJIT(void *data, int optLevel);

@@ -19,6 +19,7 @@
 
 #include "shardx/Runtime/Cuda.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -444,6 +445,79 @@ void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
     fatal("cublasGemmStridedBatchedEx failed (status %d)", r);
 }
 
+//===----------------------------------------------------------------------===//
+// Staging
+//===----------------------------------------------------------------------===//
+
+/// One buffer of an entry point's calling convention.
+struct Buffer {
+  int64_t rank;
+  int64_t bytes;
+};
+
+/// "O<rank>:<bytes> ... I<rank>:<bytes> ..." (see GpuCodegen.cpp).
+void parseSignature(const char *sig, std::vector<Buffer> &outputs,
+                    std::vector<Buffer> &inputs) {
+  const char *p = sig;
+  while (*p) {
+    char kind = *p++;
+    char *end;
+    long long rank = std::strtoll(p, &end, 10);
+    long long bytes = *end == ':' ? std::strtoll(end + 1, &end, 10) : 0;
+    (kind == 'O' ? outputs : inputs).push_back({rank, bytes});
+    p = end;
+    while (*p == ' ')
+      ++p;
+  }
+}
+
+/// Elements from the aligned pointer to one past the last element of a
+/// memref descriptor {allocated, aligned, offset, sizes, strides}.
+int64_t extentOf(const int64_t *desc, int64_t rank) {
+  int64_t last = desc[2];
+  for (int64_t d = 0; d < rank; ++d) {
+    if (desc[3 + d] == 0)
+      return 0;
+    last += (desc[3 + d] - 1) * desc[3 + rank + d];
+  }
+  return last + 1;
+}
+
+/// The device-side arguments of one call, between stage_in and stage_out.
+struct StagedCall {
+  std::vector<void *> argv;
+  std::vector<int64_t> results;
+  std::vector<std::vector<int64_t>> descs;
+  std::vector<void *> staged;
+
+  /// Records the call under its argv (what the wrapper passes back).
+  void *enroll() {
+    std::lock_guard<std::mutex> lock(mutex());
+    calls()[argv.data()] = this;
+    return argv.data();
+  }
+  static std::mutex &mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_map<void *, StagedCall *> &calls() {
+    static auto *c = new std::unordered_map<void *, StagedCall *>;
+    return *c;
+  }
+  static StagedCall *lookup(void *key) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto it = calls().find(key);
+    if (it == calls().end())
+      fatal("shardx_rt_cuda_stage_out without stage_in");
+    return it->second;
+  }
+  static void release(StagedCall *call) {
+    std::lock_guard<std::mutex> lock(mutex());
+    calls().erase(call->argv.data());
+    delete call;
+  }
+};
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -493,15 +567,9 @@ int shardx_rt_invoke(void (*entry)(void **), void **args, void *comm,
                      char *error, int64_t errorSize) {
   if (shardx_rt_cuda_init(error, errorSize))
     return 1;
-  if (comm) {
-    // Collectives on GPUs come with the cuda-local and nccl communicators.
-    const char *msg = "the cuda runtime has no communicator yet";
-    if (error && errorSize > 0) {
-      std::strncpy(error, msg, errorSize - 1);
-      error[errorSize - 1] = '\0';
-    }
-    return 1;
-  }
+  // The communicator is unused: the compiler rejects collectives on this
+  // target until the GPU communicators exist.
+  (void)comm;
   entry(args);
   shardx_rt_cuda_synchronize();
   return 0;
@@ -659,6 +727,73 @@ void _mlir_memref_to_llvm_free(void *ptr) { mgpuMemFree(ptr, nullptr); }
 void shardx_rt_cuda_memcpy(intptr_t dst, intptr_t src, intptr_t bytes) {
   mgpuMemcpy(reinterpret_cast<void *>(dst), reinterpret_cast<void *>(src),
              static_cast<size_t>(bytes), nullptr);
+}
+
+//===----------------------------------------------------------------------===//
+// Staging of the launcher's host buffers (shardx_entry_<f> of the artifact)
+//===----------------------------------------------------------------------===//
+
+void *shardx_rt_cuda_stage_in(void **argv, const char *signature) {
+  std::vector<Buffer> outputs, inputs;
+  parseSignature(signature, outputs, inputs);
+  auto *call = new StagedCall;
+  call->argv.reserve(1 + inputs.size());
+  size_t resultWords = 0;
+  for (const Buffer &o : outputs)
+    resultWords += 3 + 2 * o.rank;
+  call->results.assign(std::max<size_t>(resultWords, 1), 0);
+  if (!outputs.empty())
+    call->argv.push_back(call->results.data());
+  size_t first = outputs.empty() ? 0 : 1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t *host = static_cast<const int64_t *>(argv[first + i]);
+    int64_t rank = inputs[i].rank, bytes = inputs[i].bytes;
+    std::vector<int64_t> desc(host, host + 3 + 2 * rank);
+    int64_t extent = extentOf(desc.data(), rank);
+    void *dev = mgpuMemAlloc(uint64_t(std::max<int64_t>(1, extent * bytes)),
+                             nullptr, false);
+    if (extent > 0)
+      mgpuMemcpy(dev, reinterpret_cast<void *>(desc[1]), size_t(extent * bytes),
+                 nullptr);
+    call->staged.push_back(dev);
+    desc[0] = desc[1] = reinterpret_cast<int64_t>(dev);
+    call->descs.push_back(std::move(desc));
+  }
+  for (auto &d : call->descs)
+    call->argv.push_back(d.data());
+  return call->enroll();
+}
+
+void shardx_rt_cuda_stage_out(void **argv, void *staged,
+                              const char *signature) {
+  StagedCall *call = StagedCall::lookup(staged);
+  std::vector<Buffer> outputs, inputs;
+  parseSignature(signature, outputs, inputs);
+  shardx_rt_cuda_synchronize();
+  std::vector<void *> deviceResults;
+  auto *hostResults = static_cast<int64_t *>(argv[0]);
+  size_t w = 0;
+  for (const Buffer &o : outputs) {
+    int64_t *desc = call->results.data() + w;
+    int64_t extent = extentOf(desc, o.rank);
+    void *host = std::malloc(size_t(std::max<int64_t>(1, extent * o.bytes)));
+    if (extent > 0)
+      shardx_rt_cuda_copy(host, reinterpret_cast<void *>(desc[1]),
+                          extent * o.bytes);
+    deviceResults.push_back(reinterpret_cast<void *>(desc[0]));
+    std::memcpy(hostResults + w, desc, sizeof(int64_t) * (3 + 2 * o.rank));
+    hostResults[w] = hostResults[w + 1] = reinterpret_cast<int64_t>(host);
+    w += 3 + 2 * o.rank;
+  }
+  // Every device buffer once (a result may be returned twice, or be a
+  // staged input).
+  std::vector<void *> all = call->staged;
+  all.insert(all.end(), deviceResults.begin(), deviceResults.end());
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  for (void *p : all)
+    mgpuMemFree(p, nullptr);
+  StagedCall::release(call);
 }
 
 //===----------------------------------------------------------------------===//
