@@ -299,3 +299,126 @@ def _index(imp, node, args, kwargs):
                 j += 1
         return _extract(b, x, coords)
     return imp.em.generic(shape, dtype, inputs, ["parallel"] * r, [f"d{i}" for i in range(r)], body)
+
+
+@handles(aten.topk.default, aten.sort.default, aten.sort.stable)
+def _topk(imp, node, args, kwargs):
+    """topk / sort along the last dim by ranks: rank(i) = the number of
+    elements before i in the order (ties by position, as a stable sort);
+    slot r gathers the element of rank r. Quadratic in the dim's size
+    (router logits over a few experts)."""
+    x = args[0]
+    if node.target == aten.topk.default:
+        k = args[1]
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+        largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
+    else:
+        k = x.shape[-1] if x.rank else 1
+        dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
+        largest = kwargs.get("descending", args[2] if len(args) > 2 and isinstance(args[2], bool) else False)
+        if node.target == aten.sort.stable:
+            dim = kwargs.get("dim", -1)
+            largest = kwargs.get("descending", False)
+    if x.rank == 0 or dim % x.rank != x.rank - 1:
+        raise UnsupportedOpError("topk/sort along a dim other than the last")
+    r = x.rank
+    lead = [f"d{i}" for i in range(r - 1)]
+    n = x.shape[-1]
+    dt = x.dtype
+
+    def rank_body(b: Body, a, out):
+        xi, xj = a[0], a[1]
+        i = b.v(f"linalg.index {r - 1} : index")
+        j = b.v(f"linalg.index {r} : index")
+        before = b.compare("gt" if largest else "lt", xj, xi, dt)
+        tie = b.v(f"arith.andi {b.compare('eq', xj, xi, dt)}, {b.v(f'arith.cmpi ult, {j}, {i} : index')} : i1")
+        hit = b.v(f"arith.ori {before}, {tie} : i1")
+        one = b.cast(hit, torch.bool, torch.int64)
+        return b.binary("add", out, one, torch.int64)
+    ranks = imp.em.generic(x.shape, torch.int64, [(x, lead + [f"d{r - 1}"]), (x, lead + [f"d{r}"])],
+                           ["parallel"] * r + ["reduction"], lead + [f"d{r - 1}"], rank_body,
+                           init=imp.em.full(x.shape, 0, torch.int64))
+    out_shape = tuple(x.shape[:-1]) + (k,)
+
+    def pick(values: bool):
+        t = dt if values else torch.int64
+
+        def body(b: Body, a, out):
+            slot = b.v(f"arith.index_cast {b.v(f'linalg.index {r - 1} : index')} : index to i64")
+            hit = b.compare("eq", a[0], slot, torch.int64)
+            if values:
+                v = a[1]
+            else:
+                v = b.v(f"arith.index_cast {b.v(f'linalg.index {r} : index')} : index to i64")
+            return b.binary("add", out, b.select(hit, v, b.const(0, t), t), t)
+        ins = [(ranks, lead + [f"d{r}"])] + ([(x, lead + [f"d{r}"])] if values else [])
+        return imp.em.generic(out_shape, t, ins, ["parallel"] * r + ["reduction"], lead + [f"d{r - 1}"],
+                              body, init=imp.em.full(out_shape, 0, t))
+    if n == 0:
+        raise UnsupportedOpError("topk of an empty dim")
+    return [pick(True), pick(False)]
+
+
+_scatter_one = HANDLERS[aten.scatter.src]
+
+
+@handles(aten.scatter.src, aten.scatter.value)
+def _scatter(imp, node, args, kwargs):
+    """scatter with several indices per row along dim (topk's backward): a
+    masked pass over the index's dim (the last matching index wins; PyTorch
+    leaves duplicates unspecified). One index per row: the importer's own."""
+    x, dim, idx, val = args[0], args[1] % args[0].rank, args[2], args[3]
+    if kwargs.get("reduce") is not None or idx.shape[dim] == 1:
+        return _scatter_one(imp, node, args, kwargs)
+    r = x.rank
+    if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
+        raise UnsupportedOpError("scatter whose index differs from self outside dim")
+    exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+    inputs = [(idx, exprs)]
+    if isinstance(val, Value):
+        if tuple(val.shape) != tuple(idx.shape):
+            val = imp.em.extract_slice(val, [0] * r, list(idx.shape), [1] * r)
+        inputs.append((val, exprs))
+
+    def body(b: Body, a, out):
+        pos = b.v(f"linalg.index {dim} : index")
+        hit = b.v(f"arith.cmpi eq, {pos}, {_as_index(b, a[0], idx.dtype)} : index")
+        v = b.cast(a[1], val.dtype, x.dtype) if isinstance(val, Value) else b.const(val, x.dtype)
+        return b.select(hit, v, out, x.dtype)
+    return imp.em.generic(x.shape, x.dtype, inputs, ["parallel"] * r + ["reduction"],
+                          [f"d{i}" for i in range(r)], body, init=x)
+
+
+@handles(aten.cumsum.default)
+def _cumsum(imp, node, args, kwargs):
+    """out[.., i, ..] = the sum of x[.., j, ..] for j <= i: a masked
+    reduction over j (quadratic in the dim; position ids and masks)."""
+    x = args[0]
+    shape, dtype = _out(node)
+    if x.rank == 0:
+        return imp.em.cast(x, dtype)
+    dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.rank
+    r = x.rank
+    exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {dim} : index")
+        j = b.v(f"linalg.index {r} : index")
+        keep = b.v(f"arith.cmpi ule, {j}, {i} : index")
+        v = b.cast(a[0], x.dtype, dtype)
+        return b.binary("add", out, b.select(keep, v, b.const(0, dtype), dtype), dtype)
+    return imp.em.generic(shape, dtype, [(x, exprs)], ["parallel"] * r + ["reduction"],
+                          [f"d{i}" for i in range(r)], body, init=imp.em.full(shape, 0, dtype))
+
+
+@handles(aten.index_select.default)
+def _index_select(imp, node, args, kwargs):
+    x, dim, idx = args[0], args[1] % args[0].rank, args[2]
+    return _index(imp, node, (x, [None] * dim + [imp.em.reshape(idx, [_prod1(idx.shape)])]), {})
+
+
+def _prod1(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -97,10 +97,34 @@ def _bert():
     return CausalLM(T.BertForMaskedLM(cfg).eval()), lm_loss, *_tokens()
 
 
+def _mixtral():
+    """A Mixture-of-Experts LM: top-2 routing over 4 SiLU-gated experts, run
+    by transformers' static-shape ``batched_mm`` experts (the default
+    ``grouped_mm`` and the eager loop have data-dependent shapes)."""
+    import transformers as T
+    cfg = T.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                          num_experts_per_tok=2, max_position_embeddings=16, bos_token_id=0,
+                          eos_token_id=0, attn_implementation="eager", experts_implementation="batched_mm")
+    return CausalLM(T.MixtralForCausalLM(cfg).eval()), lm_loss, *_tokens()
+
+
 def _resnet18():
     import torchvision
     return (torchvision.models.resnet18(num_classes=4), F.cross_entropy,
             [torch.randn(4, 3, 16, 16)], torch.randint(0, 4, (4,)))
+
+
+def _resnet_tiny():
+    """ResNet-18's parts at a width that compiles in seconds: torchvision's
+    stem (conv 3x3 here, BatchNorm, ReLU, max pool), two ``BasicBlock``s
+    (the second strided, with the 1x1 downsample), average pool and head."""
+    from torchvision.models.resnet import BasicBlock
+    down = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), nn.BatchNorm2d(16))
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, stride=1, padding=1, bias=False), nn.BatchNorm2d(8),
+                      nn.ReLU(), nn.MaxPool2d(3, 2, 1), BasicBlock(8, 8), BasicBlock(8, 16, 2, down),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    return m, F.cross_entropy, [torch.randn(4, 3, 16, 16)], torch.randint(0, 4, (4,))
 
 
 def _vit():
@@ -120,7 +144,8 @@ def _gru():
 
 # name -> () -> (module, loss_fn, inputs, target); built under manual_seed(0).
 MODELS: Dict[str, Callable] = {
-    "gpt2": _gpt2, "llama": _llama, "bert": _bert, "resnet18": _resnet18, "vit": _vit,
+    "gpt2": _gpt2, "llama": _llama, "bert": _bert, "mixtral": _mixtral, "resnet18": _resnet18,
+    "resnet_tiny": _resnet_tiny, "vit": _vit,
     "lstm": _lstm, "gru": _gru,
 }
 
@@ -184,7 +209,7 @@ def plans(model: str) -> List[Plan]:
         row = ["attention.output.dense", "output.dense"]
         return [Plan("tp2", m1, lambda ns: _megatron([n for n in ns if "attention.output" in n or
                                                        "layer." in n], col, row, 0, 1), r1)]
-    if model in ("resnet18", "vit"):
+    if model in ("resnet18", "resnet_tiny", "vit"):
         return [Plan("dp2", Mesh((2,), ("dp",)), lambda ns: {}, [Shard(0)])]
     return []
 
@@ -346,6 +371,11 @@ def parse_plan(text: str):
     return kinds, total
 
 
+# (model, steps) -> the outputs of each step of the unsharded run, so that
+# the sharded runs of one process compile the unsharded program once.
+_UNSHARDED: Dict[tuple, List[List[np.ndarray]]] = {}
+
+
 def run_model(model: str, plan_name: Optional[str] = None, steps: int = 2,
               workdir: Optional[str] = None) -> Result:
     """Traces, compiles and runs ``model`` (unsharded, or sharded with the
@@ -365,11 +395,14 @@ def run_model(model: str, plan_name: Optional[str] = None, steps: int = 2,
     eager = run.eager(steps)
     if plan is None:
         got = run.run_unsharded(so, steps)
+        _UNSHARDED[(model, steps)] = got
     else:
         res.collectives, res.bytes_per_rank = run.plan_collectives(text)
         got = run.run_sharded(so, plan.mesh.size, steps)
-        base_so, _ = run.compile(run.trace(None), "unsharded")
-        base = run.run_unsharded(base_so, steps)
+        base = _UNSHARDED.get((model, steps))
+        if base is None:
+            base_so, _ = run.compile(run.trace(None), "unsharded")
+            base = run.run_unsharded(base_so, steps)
         errs = [compare(g, b, f"{model} {res.plan} step {k + 1} vs unsharded", run.names, loose, k + 1)
                 for k, (g, b) in enumerate(zip(got, base))]
         res.matches_unsharded = not any(errs)
