@@ -626,10 +626,10 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
   os << "</div><div><h3>per mesh axis group</h3>";
   writeAggregates(os, "by-axes", "axes", byAxes);
   os << "</div></div>";
+  if (!extras.runSummary.empty())
+    os << "<p class=\"run\">" << escape(extras.runSummary) << "</p>";
   if (!extras.measured.empty()) {
     os << "<h3>measured collectives (shardx-run)</h3>";
-    if (!extras.runSummary.empty())
-      os << "<p class=\"note\">" << escape(extras.runSummary) << "</p>";
     os << "<table class=\"sortable\" id=\"measured\"><thead><tr><th>kind</th>"
           "<th>axes</th><th>rank</th><th>calls</th><th>bytes received</th>"
           "<th>measured us</th><th>modeled us</th></tr></thead><tbody>";

@@ -15,6 +15,8 @@
 #include "shardx/InitAll.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+#include "shardx/Report/Progress.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -60,6 +62,13 @@ static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions),
                    "when the program has layouts)"),
     llvm::cl::init(false));
 
+static llvm::cl::opt<bool> timing(
+    llvm::cl::cat(toolOptions), "timing",
+    llvm::cl::desc("print where the time went (each pass of the SPMD "
+                   "pipeline: propagation, reshard planning, localization; "
+                   "code generation), like --mlir-timing"),
+    llvm::cl::init(false));
+
 static bool hasLayouts(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -83,8 +92,16 @@ int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "ShardX compiler: a tensor program to a CPU shared object\n");
-  OwningOpRef<ModuleOp> module =
-      mlir::shardx::loadProgram(inputFile, *context, "shardx-compile");
+  DefaultTimingManager timingManager;
+  timingManager.setEnabled(timing);
+  TimingScope rootTiming = timingManager.getRootScope();
+  ::shardx::Progress progress("shardx-compile");
+  progress.step("parsing");
+  OwningOpRef<ModuleOp> module;
+  {
+    TimingScope parseTiming = rootTiming.nest("parse");
+    module = mlir::shardx::loadProgram(inputFile, *context, "shardx-compile");
+  }
   if (!module)
     return 1;
   if (unsharded) {
@@ -92,11 +109,15 @@ int main(int argc, char **argv) {
       return 1;
   } else if (hasLayouts(*module)) {
     // The per-rank program: SPMD expansion first.
+    progress.step("propagating layouts, planning reshards");
+    TimingScope spmdTiming = rootTiming.nest("spmd pipeline");
     PassManager pm(context.get());
     mlir::shardx::buildSpmdPipeline(pm);
+    pm.enableTiming(spmdTiming);
     if (failed(pm.run(*module)))
       return 1;
   }
+  progress.step("generating code");
   mlir::shardx::CompileOptions options;
   options.outputPath = outputFile;
   options.emit = emit;
@@ -104,5 +125,11 @@ int main(int argc, char **argv) {
   options.blas = !noBlas;
   options.target = target;
   options.gpuChip = gpuChip;
-  return failed(mlir::shardx::compileModule(*module, options)) ? 1 : 0;
+  LogicalResult compiled = success();
+  {
+    TimingScope codegenTiming = rootTiming.nest("codegen");
+    compiled = mlir::shardx::compileModule(*module, options);
+  }
+  progress.clear();
+  return failed(compiled) ? 1 : 0;
 }

@@ -27,6 +27,8 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
+#include "shardx/Report/Progress.h"
+#include "shardx/Report/Report.h"
 
 #ifdef SHARDX_HAVE_MPI
 #include "shardx/Runtime/Mpi.h"
@@ -35,11 +37,15 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/ToolOutputFile.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -84,6 +90,14 @@ static cl::opt<unsigned> repeat(cl::cat(toolOptions), "repeat",
                                 cl::init(1));
 static cl::opt<std::string> keep(cl::cat(toolOptions), "keep",
                                  cl::desc("directory to keep the artifacts"));
+static cl::opt<bool> timing(cl::cat(toolOptions), "timing",
+                            cl::desc("print where the time went (compiling, "
+                                     "each run), like --mlir-timing"));
+static cl::opt<std::string>
+    reportFile(cl::cat(toolOptions), "report",
+               cl::desc("write the HTML sharding report (docs/Report.md) "
+                        "with this run's times to this file"),
+               cl::value_desc("out.html"));
 
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
@@ -126,6 +140,10 @@ int main(int argc, char **argv) {
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
+  DefaultTimingManager timingManager;
+  timingManager.setEnabled(timing);
+  TimingScope rootTiming = timingManager.getRootScope();
+  ::shardx::Progress progress("shardx-run");
   OwningOpRef<ModuleOp> module =
       mlir::shardx::loadProgram(inputFile, *context, "shardx-run");
   if (!module)
@@ -143,10 +161,18 @@ int main(int argc, char **argv) {
   std::string tag = std::to_string(getpid());
   std::string shardedPath = (dir + "/sharded." + tag + ".so").str();
   std::string globalPath = (dir + "/unsharded." + tag + ".so").str();
-  if (!compileTo(*module, /*sharded=*/true, shardedPath))
-    return 1;
-  if (check && !compileTo(*module, /*sharded=*/false, globalPath))
-    return 1;
+  {
+    progress.step("compiling the sharded program");
+    TimingScope t = rootTiming.nest("compile sharded (spmd + codegen)");
+    if (!compileTo(*module, /*sharded=*/true, shardedPath))
+      return 1;
+  }
+  if (check) {
+    progress.step("compiling the unsharded program");
+    TimingScope t = rootTiming.nest("compile unsharded");
+    if (!compileTo(*module, /*sharded=*/false, globalPath))
+      return 1;
+  }
 
   std::unique_ptr<Artifact> sharded = Artifact::load(shardedPath, error);
   if (!sharded) {
@@ -181,7 +207,13 @@ int main(int argc, char **argv) {
     return v[v.size() / 2];
   };
   std::vector<double> times;
-  for (unsigned r = 0; r < std::max(1u, unsigned(repeat)); ++r) {
+  unsigned runs = std::max(1u, unsigned(repeat));
+  TimingScope runTiming = rootTiming.nest("run sharded");
+  for (unsigned r = 0; r < runs; ++r) {
+    progress.step("running the sharded program" +
+                  (runs > 1 ? " " + std::to_string(r + 1) + "/" +
+                                  std::to_string(runs)
+                            : std::string()));
     auto s = ::shardx::tools::runArtifact(*sharded, *entry, options, inputs,
                                           outputs, shardedSeconds, isRoot);
     if (!s) {
@@ -191,6 +223,8 @@ int main(int argc, char **argv) {
     times.push_back(shardedSeconds);
   }
   shardedSeconds = median(times);
+  runTiming.stop();
+  progress.clear();
   int status = 0;
   if (isRoot) {
     int64_t n = 1;
@@ -213,7 +247,9 @@ int main(int argc, char **argv) {
       one.ranks = 0;
       bool root = true;
       std::vector<double> gtimes;
-      for (unsigned r = 0; r < std::max(1u, unsigned(repeat)); ++r) {
+      TimingScope globalTiming = rootTiming.nest("run unsharded");
+      for (unsigned r = 0; r < runs; ++r) {
+        progress.step("running the unsharded program");
         auto gs = ::shardx::tools::runArtifact(*global, *gentry, one, inputs,
                                                expected, globalSeconds, root);
         if (!gs) {
@@ -224,6 +260,8 @@ int main(int argc, char **argv) {
         gtimes.push_back(globalSeconds);
       }
       globalSeconds = median(gtimes);
+      globalTiming.stop();
+      progress.clear();
       std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
       int64_t differ = 0, nonFinite = 0;
       for (size_t i = 0; i < outputs.size(); ++i) {
@@ -263,6 +301,34 @@ int main(int argc, char **argv) {
       std::printf("%s%s%s\n", status ? "check FAILED" : "check passed",
                   summary.empty() ? "" : ": ", summary.c_str());
     }
+  }
+  if (isRoot && !reportFile.empty()) {
+    progress.step("writing the report");
+    TimingScope t = rootTiming.nest("report");
+    OwningOpRef<ModuleOp> copy(cast<ModuleOp>(module->clone()));
+    mlir::shardx::ReportExtras extras;
+    extras.title = "ShardX sharding report: " + entry->name;
+    int64_t n = 1;
+    for (int64_t m : sharded->getMeshShape())
+      n *= m;
+    extras.runSummary = llvm::formatv(
+        "shardx-run: {0} ranks ({1}), sharded {2:F3} ms{3} (median of {4})",
+        n, backend, shardedSeconds * 1e3,
+        check ? llvm::formatv(", unsharded {0:F3} ms", globalSeconds * 1e3).str()
+              : std::string(),
+        runs);
+    std::string fileError;
+    std::unique_ptr<llvm::ToolOutputFile> file =
+        openOutputFile(reportFile, &fileError);
+    if (!file || failed(mlir::shardx::prepareForReport(*copy, extras)) ||
+        failed(mlir::shardx::writeHtmlReport(*copy, extras, file->os()))) {
+      progress.clear();
+      std::fprintf(stderr, "shardx-run: error: cannot write the report %s%s\n",
+                   reportFile.c_str(), fileError.empty() ? "" : (": " + fileError).c_str());
+      return 1;
+    }
+    file->keep();
+    progress.clear();
   }
   if (keep.empty()) {
     llvm::sys::fs::remove(shardedPath);
