@@ -126,6 +126,11 @@ def test_sharded_tensor_shards_and_gathers():
         np.testing.assert_array_equal(st.local(r), want.numpy())
     np.testing.assert_array_equal(st.full(), t.numpy())
     assert st.placements == (Shard(0), Shard(1))
+    # Partial: coordinate 0 of the axis holds the value, the others the
+    # identity; full() reduces.
+    part = ShardedTensor.from_torch(t, mesh, [shardx.Partial("sum"), Shard(0)])
+    np.testing.assert_array_equal(part.local(2), np.zeros((3, 6), np.float32))
+    np.testing.assert_array_equal(part.full(), t.numpy())
     rep = ShardedTensor.from_torch(t, mesh)
     assert rep.shares_buffer(rep, 0) and rep._shards.shares_buffer(0, 3)
     # local() is a view of the rank's buffer, not a copy.
