@@ -26,6 +26,7 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -34,6 +35,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
@@ -237,7 +239,10 @@ LogicalResult checkNoHostAccess(ModuleOp module) {
   WalkResult result = module.walk<WalkOrder::PreOrder>([](Operation *op) {
     if (isa<gpu::GPUModuleOp, gpu::LaunchOp>(op))
       return WalkResult::skip();
-    if (isa<memref::LoadOp, memref::StoreOp, linalg::LinalgOp>(op)) {
+    if (isa<memref::LoadOp, memref::StoreOp, memref::CopyOp,
+            affine::AffineLoadOp, affine::AffineStoreOp, vector::LoadOp,
+            vector::StoreOp, vector::TransferReadOp, vector::TransferWriteOp,
+            linalg::LinalgOp>(op)) {
       op->emitError("the cuda target left '")
           << op->getName()
           << "' on the host, where every buffer is device memory";
