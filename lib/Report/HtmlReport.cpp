@@ -341,40 +341,6 @@ LogicalResult FunctionReport::write(Aggregate &total,
   else
     writeMesh(os, *mesh);
 
-  // Arguments and results.
-  os << "<h3>arguments</h3><div class=\"values\">";
-  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
-    std::string extra;
-    for (NamedAttribute attr :
-         mlir::function_interface_impl::getArgAttrs(fn, i)) {
-      if (attr.getName().getValue().starts_with("shardx."))
-        continue;
-      std::string value;
-      if (auto str = dyn_cast<StringAttr>(attr.getValue()))
-        value = str.getValue().str();
-      else
-        llvm::raw_string_ostream(value) << attr.getValue();
-      extra += " <span class=\"tag\">" + escape(attr.getName().getValue()) +
-               " = " + escape(value) + "</span>";
-    }
-    writeValue("arg", i, name(fn.getArgument(i)), fn.getArgument(i).getType(),
-               getRecordedLayout(fn.getArgument(i)), extra);
-  }
-  os << "</div><h3>results</h3><div class=\"values\">";
-  Operation *ret = fn.getBody().front().getTerminator();
-  for (unsigned i = 0; i < fn.getNumResults(); ++i) {
-    auto layout = fn.getResultAttrOfType<LayoutAttr>(
-        i, ShardXDialect::getLayoutAttrName());
-    if (!layout && ret && i < ret->getNumOperands())
-      layout = getRecordedLayout(ret->getOperand(i));
-    writeValue("result", i, "result " + std::to_string(i),
-               fn.getResultTypes()[i], layout,
-               ret ? " <span class=\"tag\">returns " +
-                         escape(name(ret->getOperand(i))) + "</span>"
-                   : "");
-  }
-  os << "</div>";
-
   // Reshards.
   Aggregate fnTotal;
   std::string rows;
@@ -462,6 +428,40 @@ LogicalResult FunctionReport::write(Aggregate &total,
         "<th>source &rarr; target layout</th><th>plan steps</th><th>bytes/rank"
         "</th><th>modeled us</th><th>phase</th></tr></thead><tbody>"
      << rows << "</tbody></table>";
+
+  // Arguments and results.
+  os << "<h3>arguments</h3><div class=\"values\">";
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+    std::string extra;
+    for (NamedAttribute attr :
+         mlir::function_interface_impl::getArgAttrs(fn, i)) {
+      if (attr.getName().getValue().starts_with("shardx."))
+        continue;
+      std::string value;
+      if (auto str = dyn_cast<StringAttr>(attr.getValue()))
+        value = str.getValue().str();
+      else
+        llvm::raw_string_ostream(value) << attr.getValue();
+      extra += " <span class=\"tag\">" + escape(attr.getName().getValue()) +
+               " = " + escape(value) + "</span>";
+    }
+    writeValue("arg", i, name(fn.getArgument(i)), fn.getArgument(i).getType(),
+               getRecordedLayout(fn.getArgument(i)), extra);
+  }
+  os << "</div><h3>results</h3><div class=\"values\">";
+  Operation *ret = fn.getBody().front().getTerminator();
+  for (unsigned i = 0; i < fn.getNumResults(); ++i) {
+    auto layout = fn.getResultAttrOfType<LayoutAttr>(
+        i, ShardXDialect::getLayoutAttrName());
+    if (!layout && ret && i < ret->getNumOperands())
+      layout = getRecordedLayout(ret->getOperand(i));
+    writeValue("result", i, "result " + std::to_string(i),
+               fn.getResultTypes()[i], layout,
+               ret ? " <span class=\"tag\">returns " +
+                         escape(name(ret->getOperand(i))) + "</span>"
+                   : "");
+  }
+  os << "</div>";
 
   // Intermediates, on demand.
   std::string values;

@@ -44,6 +44,13 @@ func.func @mlp(
 // CHECK: data-key="dp,tp" data-count="1" data-bytes="768"
 // CHECK: <h3>propagation choices</h3>
 // CHECK: mesh @mesh: 2 x 2 (dp = 2, tp = 2), 4 ranks
+// CHECK: <h3>reshards (3,
+// CHECK: <tr class="reshard" {{.*}}shardx-report.mlir:{{[0-9]+}}:5{{.*}}[S(0), R]</code> &rarr; <code>[S(1), R]
+// CHECK-SAME: all_to_all(axes = [0], split_dim = 1, concat_dim = 0)
+// CHECK: <tr class="reshard" {{.*}}reduce_scatter(axes = [0], dim = 1, sum)
+// CHECK: <tr class="reshard" {{.*}}all_reduce(axes = [0, 1], sum)
+// CHECK-SAME: <li class="local">chunk(axes = [0], dim = 0)
+// CHECK-NOT: <tr class="reshard"
 // %x: rows split over dp, replicated over tp.
 // CHECK: data-kind="arg" data-index="0" data-layout="[S(0), R]"
 // CHECK-SAME: data-shards="2"
@@ -59,13 +66,6 @@ func.func @mlp(
 // CHECK: data-ranks="2" {{.*}} data-cells="8,0,8,16"
 // CHECK: data-ranks="3" {{.*}} data-cells="24,0,8,16"
 // CHECK: data-kind="result" data-index="0" data-layout="[S(0), R]"
-// CHECK: <h3>reshards (3,
-// CHECK: <tr class="reshard" {{.*}}shardx-report.mlir:{{[0-9]+}}:5{{.*}}[S(0), R]</code> &rarr; <code>[S(1), R]
-// CHECK-SAME: all_to_all(axes = [0], split_dim = 1, concat_dim = 0)
-// CHECK: <tr class="reshard" {{.*}}reduce_scatter(axes = [0], dim = 1, sum)
-// CHECK: <tr class="reshard" {{.*}}all_reduce(axes = [0, 1], sum)
-// CHECK-SAME: <li class="local">chunk(axes = [0], dim = 0)
-// CHECK-NOT: <tr class="reshard"
 // CHECK: intermediate values (
 // CHECK: <template id="pic-mlp-0">
 
