@@ -143,9 +143,9 @@ def _flatten(x, leaves):
     values in insertion order); the structure is a hashable spec."""
     t = type(x)
     if t is tuple or t is list:
-        return (t, tuple(_flatten(v, leaves) for v in x))
+        return (t, tuple([_flatten(v, leaves) for v in x]))
     if t is dict:
-        return (dict, tuple(x), tuple(_flatten(v, leaves) for v in x.values()))
+        return (dict, tuple(x), tuple([_flatten(v, leaves) for v in x.values()]))
     leaves.append(x)
     return None
 
@@ -155,7 +155,7 @@ def _unflatten(spec, it):
         return next(it)
     if spec[0] is dict:
         return {k: _unflatten(c, it) for k, c in zip(spec[1], spec[2])}
-    return spec[0](_unflatten(c, it) for c in spec[1])
+    return spec[0]([_unflatten(c, it) for c in spec[1]])
 
 
 def _is_leaf(x) -> bool:
@@ -223,8 +223,8 @@ class CompiledFunction:
                                  f"{len(flat)} input tensors")
         keys = []
         for i, a in enumerate(flat):
-            if isinstance(a, ShardedTensor):
-                if a.mesh.shape != self.mesh.shape:
+            if type(a) is ShardedTensor or isinstance(a, ShardedTensor):
+                if a.mesh is not self.mesh and a.mesh.shape != self.mesh.shape:
                     raise PlacementError(f"input {i} lives on mesh {a.mesh.shape}, "
                                          f"not {self.mesh.shape}")
                 keys.append(a._key)
@@ -344,7 +344,7 @@ class CompiledFunction:
     def __call__(self, *args):
         flat = []
         spec = _flatten(args, flat)
-        if not all(_is_leaf(a) for a in flat):
+        if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
             raise TypeError("shardx.compile: arguments must be tensors, ShardedTensors or numpy "
                             "arrays in tuples, lists and dicts")
         key = self._guard_key(flat, spec)
