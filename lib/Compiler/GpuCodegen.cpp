@@ -10,8 +10,9 @@
 // - every buffer lives on the device: allocations become `gpu.alloc`
 //   (the runtime's caching allocator), copies become kernels, constants
 //   read by kernels are copied to the device once per use;
-// - every other linalg op becomes parallel loops, tiled (a block of up to
-//   256 threads over the innermost dims), mapped to blocks and threads and
+// - every other linalg op becomes parallel loops, collapsed to one dim and
+//   tiled (blocks of up to 256 consecutive iterations), mapped to blocks and
+//   threads and
 //   outlined into one `gpu.module`; ops without a parallel loop (0-d ops,
 //   full reductions) run as one thread of one block;
 // - no host function may then still load or store a buffer (a compile
@@ -35,6 +36,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -172,35 +174,38 @@ void wrapSerialOps(ModuleOp module) {
   }
 }
 
-/// Tiles every outermost parallel loop: the inner loop (threads) covers up
-/// to kBlockThreads iterations of the innermost dims, the outer one
-/// (blocks) the rest.
+/// Collapses every outermost parallel loop into one dim and tiles it: a
+/// block of up to kBlockThreads consecutive iterations, so that a warp
+/// reads consecutive elements of row-major buffers and no dim beyond the
+/// three hardware ones runs sequentially in a thread.
 void tileParallelLoops(ModuleOp module) {
-  SmallVector<scf::ParallelOp> loops;
-  module.walk([&](scf::ParallelOp loop) {
-    if (!loop->getParentOfType<scf::ParallelOp>())
-      loops.push_back(loop);
-  });
-  for (scf::ParallelOp loop : loops) {
-    unsigned rank = loop.getNumLoops();
-    SmallVector<int64_t> sizes(rank, 1);
-    sizes[rank - 1] = kBlockThreads;
-    std::optional<int64_t> lb =
-        getConstantIntValue(loop.getLowerBound()[rank - 1]);
-    std::optional<int64_t> ub =
-        getConstantIntValue(loop.getUpperBound()[rank - 1]);
-    std::optional<int64_t> step = getConstantIntValue(loop.getStep()[rank - 1]);
-    if (lb && ub && step == 1 && *ub - *lb < kBlockThreads) {
-      // A short innermost dim: 16 x 16 over the two innermost dims, or the
-      // whole dim in one block.
-      if (rank >= 2) {
-        sizes[rank - 1] = 16;
-        sizes[rank - 2] = kBlockThreads / 16;
-      } else {
-        sizes[rank - 1] = std::max<int64_t>(1, *ub - *lb);
-      }
-    }
-    scf::tileParallelLoop(loop, sizes, /*noMinMaxBounds=*/true);
+  auto outermost = [&] {
+    SmallVector<scf::ParallelOp> loops;
+    module.walk([&](scf::ParallelOp loop) {
+      if (!loop->getParentOfType<scf::ParallelOp>())
+        loops.push_back(loop);
+    });
+    return loops;
+  };
+  // collapseParallelLoops replaces the loop: collapse all, then find them.
+  IRRewriter rewriter(module.getContext());
+  for (scf::ParallelOp loop : outermost()) {
+    if (loop.getNumLoops() < 2)
+      continue;
+    std::vector<unsigned> all;
+    for (unsigned i = 0, e = loop.getNumLoops(); i < e; ++i)
+      all.push_back(i);
+    rewriter.setInsertionPoint(loop);
+    collapseParallelLoops(rewriter, loop, {all});
+  }
+  for (scf::ParallelOp loop : outermost()) {
+    int64_t size = kBlockThreads;
+    std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound()[0]);
+    std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound()[0]);
+    std::optional<int64_t> step = getConstantIntValue(loop.getStep()[0]);
+    if (lb && ub && step == 1 && *ub - *lb < kBlockThreads)
+      size = std::max<int64_t>(1, *ub - *lb);
+    scf::tileParallelLoop(loop, {size}, /*noMinMaxBounds=*/true);
   }
 }
 
