@@ -274,7 +274,8 @@ public:
 
   LogicalResult write(Aggregate &total,
                       std::map<std::string, Aggregate> &byKind,
-                      std::map<std::string, Aggregate> &byAxes);
+                      std::map<std::string, Aggregate> &byAxes,
+                      std::map<std::string, Aggregate> &byKindAxes);
 
 private:
   std::string name(Value v) {
@@ -331,9 +332,11 @@ std::string FunctionReport::pictureId(RankedTensorType type,
          std::to_string(std::distance(templates.begin(), it));
 }
 
-LogicalResult FunctionReport::write(Aggregate &total,
-                                    std::map<std::string, Aggregate> &byKind,
-                                    std::map<std::string, Aggregate> &byAxes) {
+LogicalResult
+FunctionReport::write(Aggregate &total,
+                      std::map<std::string, Aggregate> &byKind,
+                      std::map<std::string, Aggregate> &byAxes,
+                      std::map<std::string, Aggregate> &byKindAxes) {
   os << "<section class=\"function\" id=\"fn-" << escape(fn.getName())
      << "\"><h2>func @" << escape(fn.getName()) << "</h2>";
   if (!mesh)
@@ -379,8 +382,9 @@ LogicalResult FunctionReport::write(Aggregate &total,
       if (!step.isCollective())
         continue;
       std::string kind = ::shardx::stringifyStepKind(step.kind);
+      std::string group = mesh->groupName(step.axes);
       for (Aggregate *a :
-           {&byKind[kind], &byAxes[mesh->groupName(step.axes)]}) {
+           {&byKind[kind], &byAxes[group], &byKindAxes[kind + "|" + group]}) {
         ++a->count;
         a->bytes += step.bytesPerRank;
         a->us += step.cost;
@@ -588,7 +592,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
   std::string body;
   llvm::raw_string_ostream bodyOs(body);
   Aggregate total;
-  std::map<std::string, Aggregate> byKind, byAxes;
+  std::map<std::string, Aggregate> byKind, byAxes, byKindAxes;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())
       continue;
@@ -599,7 +603,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
     if (*mesh)
       info.emplace(*mesh);
     FunctionReport report(fn, info, planners, symbols, bodyOs);
-    if (failed(report.write(total, byKind, byAxes)))
+    if (failed(report.write(total, byKind, byAxes, byKindAxes)))
       return failure();
   }
 
@@ -630,26 +634,33 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
     os << "<p class=\"run\">" << escape(extras.runSummary) << "</p>";
   if (!extras.measured.empty()) {
     os << "<h3>measured collectives (shardx-run)</h3>";
+    os << "<p class=\"note\">one more run of the sharded program with every "
+          "collective call timed on every rank (threads backend); bucketed "
+          "collectives are one call for several modeled ones</p>";
     os << "<table class=\"sortable\" id=\"measured\"><thead><tr><th>kind</th>"
-          "<th>axes</th><th>rank</th><th>calls</th><th>bytes received</th>"
-          "<th>measured us</th><th>modeled us</th></tr></thead><tbody>";
+          "<th>axes</th><th>rank</th><th>calls</th><th>modeled collectives"
+          "</th><th>bytes received</th><th>modeled bytes</th><th>measured us"
+          "</th><th>modeled us</th></tr></thead><tbody>";
     for (const MeasuredCollective &m : extras.measured) {
-      double modeled = 0;
-      auto it = byKind.find(m.kind);
-      (void)it;
-      for (const auto &[kind, a] : byKind)
-        if (kind == m.kind)
-          modeled = a.us;
+      Aggregate model;
+      auto it = byKindAxes.find(m.kind + "|" + m.axes);
+      if (it != byKindAxes.end())
+        model = it->second;
       os << "<tr class=\"measured\" data-kind=\"" << escape(m.kind)
-         << "\" data-rank=\"" << m.rank << "\" data-calls=\"" << m.calls
-         << "\"><td>" << escape(m.kind) << "</td><td>" << escape(m.axes)
-         << "</td><td class=\"num\">" << m.rank << "</td><td class=\"num\">"
-         << m.calls << "</td><td class=\"num\" data-v=\""
+         << "\" data-axes=\"" << escape(m.axes) << "\" data-rank=\"" << m.rank
+         << "\" data-calls=\"" << m.calls << "\" data-bytes=\""
+         << llvm::formatv("{0:F0}", m.bytes) << "\" data-model-count=\""
+         << model.count << "\" data-model-bytes=\""
+         << llvm::formatv("{0:F0}", model.bytes) << "\"><td>" << escape(m.kind)
+         << "</td><td>" << escape(m.axes) << "</td><td class=\"num\">" << m.rank
+         << "</td><td class=\"num\">" << m.calls << "</td><td class=\"num\">"
+         << model.count << "</td><td class=\"num\" data-v=\""
          << llvm::formatv("{0:F0}", m.bytes) << "\">"
-         << llvm::formatv("{0:F0}", m.bytes) << "</td><td class=\"num\" "
+         << llvm::formatv("{0:F0}", m.bytes) << "</td><td class=\"num\">"
+         << llvm::formatv("{0:F0}", model.bytes) << "</td><td class=\"num\" "
          << "data-v=\"" << llvm::formatv("{0:F3}", m.seconds * 1e6) << "\">"
          << llvm::formatv("{0:F3}", m.seconds * 1e6)
-         << "</td><td class=\"num\">" << llvm::formatv("{0:F3}", modeled)
+         << "</td><td class=\"num\">" << llvm::formatv("{0:F3}", model.us)
          << "</td></tr>\n";
     }
     os << "</tbody></table>";

@@ -22,9 +22,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CollectiveTiming.h"
 #include "ExecCommon.h"
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
 #include "shardx/Report/Progress.h"
@@ -98,11 +100,6 @@ static cl::opt<std::string>
                cl::desc("write the HTML sharding report (docs/Report.md) "
                         "with this run's times to this file"),
                cl::value_desc("out.html"));
-static cl::opt<bool> bucketCollectives(
-    cl::cat(toolOptions), "bucket-collectives",
-    cl::desc("merge small all-reduces into buckets (shardx-spmd's "
-             "bucket-collectives; default on)"),
-    cl::init(true));
 
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
@@ -126,9 +123,7 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
   OwningOpRef<ModuleOp> module(cast<ModuleOp>(source->clone()));
   if (sharded) {
     PassManager pm(module->getContext());
-    mlir::shardx::SpmdPipelineOptions spmdOptions;
-    spmdOptions.bucketCollectives = bucketCollectives;
-    mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
+    mlir::shardx::buildSpmdPipeline(pm);
     if (failed(pm.run(*module)))
       return false;
   } else if (failed(mlir::shardx::stripToGlobalProgram(*module))) {
@@ -324,6 +319,25 @@ int main(int argc, char **argv) {
         check ? llvm::formatv(", unsharded {0:F3} ms", globalSeconds * 1e3).str()
               : std::string(),
         runs);
+    if (backend == "threads") {
+      // Once more with every collective timed, per rank.
+      std::vector<std::string> axisNames;
+      for (auto mesh : module->getOps<mlir::shardx::MeshOp>()) {
+        if (std::optional<ArrayAttr> axes = mesh.getAxes())
+          for (Attribute a : *axes)
+            axisNames.push_back(cast<StringAttr>(a).getValue().str());
+        break;
+      }
+      progress.step("timing the collectives");
+      auto s = ::shardx::tools::measureCollectives(
+          *sharded, *entry, inputs, axisNames, timeout, extras.measured);
+      if (!s) {
+        progress.clear();
+        std::fprintf(stderr, "shardx-run: error: timed run: %s\n",
+                     s.message().c_str());
+        return 1;
+      }
+    }
     std::string fileError;
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(reportFile, &fileError);
