@@ -100,6 +100,11 @@ static cl::opt<std::string>
                cl::desc("write the HTML sharding report (docs/Report.md) "
                         "with this run's times to this file"),
                cl::value_desc("out.html"));
+static cl::opt<bool> bucketCollectives(
+    cl::cat(toolOptions), "bucket-collectives",
+    cl::desc("merge small all-reduces into buckets (shardx-spmd's "
+             "bucket-collectives; default on)"),
+    cl::init(true));
 
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
@@ -123,7 +128,9 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
   OwningOpRef<ModuleOp> module(cast<ModuleOp>(source->clone()));
   if (sharded) {
     PassManager pm(module->getContext());
-    mlir::shardx::buildSpmdPipeline(pm);
+    mlir::shardx::SpmdPipelineOptions spmdOptions;
+    spmdOptions.bucketCollectives = bucketCollectives;
+    mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     if (failed(pm.run(*module)))
       return false;
   } else if (failed(mlir::shardx::stripToGlobalProgram(*module))) {
