@@ -46,35 +46,29 @@ int64_t byteSize(RankedTensorType type) {
          std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
 }
 
-/// `value` as a 1-D tensor (a view: collapse or expand of its shape).
-Value flatten(OpBuilder &b, Location loc, Value value) {
-  auto type = cast<RankedTensorType>(value.getType());
-  auto flat =
-      RankedTensorType::get({type.getNumElements()}, type.getElementType());
-  if (type.getRank() == 1)
+/// `value` viewed as `type`, where one of the two is 1-D and both have the
+/// same number of elements: an expand or collapse of all dims (none for a
+/// 0-d tensor).
+Value reshapeFlat(OpBuilder &b, Location loc, Value value,
+                  RankedTensorType type) {
+  auto from = cast<RankedTensorType>(value.getType());
+  if (from == type)
     return value;
-  if (type.getRank() == 0)
-    return tensor::ExpandShapeOp::create(b, loc, flat, value,
-                                         ArrayRef<ReassociationIndices>{});
-  ReassociationIndices all;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    all.push_back(d);
-  return tensor::CollapseShapeOp::create(b, loc, flat, value,
-                                         ArrayRef<ReassociationIndices>{all});
+  int64_t high = std::max(from.getRank(), type.getRank());
+  SmallVector<ReassociationIndices> reassociation;
+  if (std::min(from.getRank(), type.getRank()) == 1)
+    reassociation.push_back(llvm::to_vector(llvm::seq<int64_t>(0, high)));
+  if (type.getRank() > from.getRank())
+    return tensor::ExpandShapeOp::create(b, loc, type, value, reassociation);
+  return tensor::CollapseShapeOp::create(b, loc, type, value, reassociation);
 }
 
-/// The inverse of `flatten`: `flat` viewed as `type`.
-Value unflatten(OpBuilder &b, Location loc, Value flat, RankedTensorType type) {
-  if (type.getRank() == 1)
-    return flat;
-  if (type.getRank() == 0)
-    return tensor::CollapseShapeOp::create(b, loc, type, flat,
-                                           ArrayRef<ReassociationIndices>{});
-  ReassociationIndices all;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    all.push_back(d);
-  return tensor::ExpandShapeOp::create(b, loc, type, flat,
-                                       ArrayRef<ReassociationIndices>{all});
+/// `value` as a 1-D tensor.
+Value flatten(OpBuilder &b, Location loc, Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return reshapeFlat(
+      b, loc, value,
+      RankedTensorType::get({type.getNumElements()}, type.getElementType()));
 }
 
 struct BucketCollectivesPass
@@ -209,7 +203,7 @@ struct BucketCollectivesPass
           ArrayRef<OpFoldResult>{b.getIndexAttr(off)},
           ArrayRef<OpFoldResult>{b.getIndexAttr(type.getNumElements())},
           ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
-      m.getResult().replaceAllUsesWith(unflatten(b, m.getLoc(), slice, type));
+      m.getResult().replaceAllUsesWith(reshapeFlat(b, m.getLoc(), slice, type));
       m.erase();
     }
     if (printBuckets)
