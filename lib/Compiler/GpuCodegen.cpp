@@ -74,14 +74,16 @@ LogicalResult runPipeline(ModuleOp module, StringRef pipeline) {
   return pm.run(module);
 }
 
-/// Whether every use of `value` (through casts) is an argument of a call:
-/// the runtime reads it on the host (axes, exchange descriptors).
-bool onlyPassedToCalls(Value value) {
+/// Whether every use of `value` (through casts) is an argument of a
+/// collective's runtime call, which reads it on the host (axes, exchange
+/// descriptors). A GEMM call reads its operands on the device.
+bool onlyReadByCollectiveCalls(Value value) {
   for (Operation *user : value.getUsers()) {
-    if (isa<func::CallOp>(user))
+    if (auto call = dyn_cast<func::CallOp>(user);
+        call && call.getCallee().starts_with("shardx_rt_cg_"))
       continue;
     if (auto cast = dyn_cast<memref::CastOp>(user))
-      if (onlyPassedToCalls(cast.getResult()))
+      if (onlyReadByCollectiveCalls(cast.getResult()))
         continue;
     return false;
   }
@@ -123,7 +125,7 @@ LogicalResult placeBuffersOnDevice(ModuleOp module) {
       continue;
     }
     auto global = cast<memref::GetGlobalOp>(op);
-    if (onlyPassedToCalls(global.getResult()))
+    if (onlyReadByCollectiveCalls(global.getResult()))
       continue;
     auto type = cast<MemRefType>(global.getType());
     if (!type.hasStaticShape() || !type.getLayout().isIdentity())

@@ -84,6 +84,22 @@ func.func @full_reduction(%x: tensor<64x32xf32>) -> tensor<f32> {
   return %m : tensor<f32>
 }
 
+// A constant GEMM operand is copied from its host global to the device
+// before cuBLAS reads it.
+// CHECK-LABEL: llvm.func @constant_weight(
+// CHECK: llvm.mlir.addressof @__constant_
+// CHECK: llvm.call @shardx_rt_cuda_memcpy(
+// CHECK: llvm.call @shardx_rt_cuda_gemm_f32(
+// CHECK: llvm.return
+func.func @constant_weight(%x: tensor<4x2xf32>) -> tensor<4x3xf32> {
+  %w = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]> : tensor<2x3xf32>
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x3xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x3xf32>) -> tensor<4x3xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<4x2xf32>, tensor<2x3xf32>) outs(%z : tensor<4x3xf32>) -> tensor<4x3xf32>
+  return %y : tensor<4x3xf32>
+}
+
 // The kernels are in one module with the PTX of sm_90; tanh comes from
 // libdevice (no unresolved .extern).
 // CHECK: gpu.binary @shardx_kernels
