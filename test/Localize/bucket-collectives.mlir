@@ -19,11 +19,13 @@ func.func @three(%a: tensor<f32>, %b: tensor<16xf32>, %c: tensor<4x8xf32>,
   // CHECK: %[[C1:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0, 1]] : tensor<4x8xf32> into tensor<32xf32>
   // CHECK: %[[P2:.*]] = tensor.insert_slice %[[C1]] into %[[P1]][17] [32] [1]
   // CHECK: %[[R:.*]] = shardx.all_reduce %[[P2]] on @mesh axes = [0] reduction = sum : tensor<49xf32>
-  // CHECK-DAG: tensor.extract_slice %[[R]][0] [1] [1]
-  // CHECK-DAG: tensor.extract_slice %[[R]][1] [16] [1]
-  // CHECK-DAG: tensor.extract_slice %[[R]][17] [32] [1]
+  // CHECK: %[[SA:.*]] = tensor.extract_slice %[[R]][0] [1] [1]
+  // CHECK: %[[RA:.*]] = tensor.collapse_shape %[[SA]] [] : tensor<1xf32> into tensor<f32>
+  // CHECK: %[[RB:.*]] = tensor.extract_slice %[[R]][1] [16] [1]
+  // CHECK: %[[SC:.*]] = tensor.extract_slice %[[R]][17] [32] [1]
+  // CHECK: %[[RC:.*]] = tensor.expand_shape %[[SC]] {{\[}}[0, 1]] output_shape [4, 8] : tensor<32xf32> into tensor<4x8xf32>
   // CHECK-NOT: shardx.all_reduce
-  // CHECK: return
+  // CHECK: return %[[RA]], %[[RB]], %[[RC]], %[[M]]
   // expected-remark @below {{bucket of 3 all-reduces, 196 bytes}}
   %ra = shardx.all_reduce %a on @mesh axes = [0] reduction = sum : tensor<f32>
   %rb = shardx.all_reduce %b on @mesh axes = [0] reduction = sum : tensor<16xf32>
@@ -98,18 +100,80 @@ func.func @latency_from_mesh(%a: tensor<32xf32>, %b: tensor<32xf32>,
   return %ra, %rb, %rc, %rd : tensor<32xf32>, tensor<32xf32>, tensor<2048xf32>, tensor<2048xf32>
 }
 
-// The traced data-parallel train step (test/Programs/dp_train.mlir): its four
-// per-parameter gradient all-reduces (two weights, two biases; 4288 bytes)
-// become one bucketed all-reduce in the shardx-spmd pipeline, placed before
-// the optimizer step reads the first gradient.
-// RUN: shardx-opt %shardx_src_root/test/Programs/dp_train.mlir --shardx-spmd \
+// -----
+
+shardx.mesh @mesh(shape = 2, axes = ["dp"])
+
+// All-reduces in a loop body bucket within the body; a result read only
+// inside a later op's region forces the bucket before that op.
+// CHECK-LABEL: func.func @nested
+func.func @nested(%a: tensor<16xf32>, %b: tensor<16xf32>, %n: index)
+    -> tensor<16xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // CHECK: scf.for
+  // CHECK: %[[R:.*]] = shardx.all_reduce %{{.*}} : tensor<32xf32>
+  // CHECK: %[[X:.*]] = tensor.extract_slice %[[R]][0] [16] [1]
+  // CHECK: %[[Y:.*]] = tensor.extract_slice %[[R]][16] [16] [1]
+  // CHECK: arith.addf %[[X]], %[[Y]]
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %a) -> tensor<16xf32> {
+    // expected-remark @below {{bucket of 2 all-reduces, 128 bytes}}
+    %x = shardx.all_reduce %acc on @mesh axes = [0] reduction = sum : tensor<16xf32>
+    %y = shardx.all_reduce %b on @mesh axes = [0] reduction = sum : tensor<16xf32>
+    %s = arith.addf %x, %y : tensor<16xf32>
+    scf.yield %s : tensor<16xf32>
+  }
+  // CHECK: %[[P:.*]] = shardx.all_reduce %{{.*}} : tensor<32xf32>
+  // CHECK: scf.for
+  // expected-remark @below {{bucket of 2 all-reduces, 128 bytes}}
+  %p = shardx.all_reduce %a on @mesh axes = [0] reduction = sum : tensor<16xf32>
+  %q = shardx.all_reduce %b on @mesh axes = [0] reduction = sum : tensor<16xf32>
+  %t = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %r) -> tensor<16xf32> {
+    %u = arith.addf %acc, %p : tensor<16xf32>
+    scf.yield %u : tensor<16xf32>
+  }
+  %v = arith.addf %t, %q : tensor<16xf32>
+  return %v : tensor<16xf32>
+}
+
+// -----
+
+// A bucket must pay as a whole: two sum members whose copies in and out take
+// 0.8 us each (each below the 1 us latency alone) save one latency of 1 us,
+// less than their 1.6 us of copies, so they stay apart; three max members at
+// 0.4 us each pay (1.2 us of copies, 2 us saved).
+shardx.mesh @slow(shape = 2, latency = [1.0])
+
+// CHECK-LABEL: func.func @whole_bucket
+func.func @whole_bucket(%a: tensor<1000xf32>, %b: tensor<1000xf32>,
+                        %c: tensor<500xf32>, %d: tensor<500xf32>,
+                        %e: tensor<500xf32>)
+    -> (tensor<1000xf32>, tensor<1000xf32>, tensor<500xf32>, tensor<500xf32>, tensor<500xf32>) {
+  // CHECK: shardx.all_reduce %arg0 on @slow axes = [0] reduction = sum : tensor<1000xf32>
+  // CHECK: shardx.all_reduce %arg1 on @slow axes = [0] reduction = sum : tensor<1000xf32>
+  // CHECK: shardx.all_reduce %{{.*}} on @slow axes = [0] reduction = max : tensor<1500xf32>
+  // expected-remark @below {{bucket of 3 all-reduces, 6000 bytes}}
+  %rc = shardx.all_reduce %c on @slow axes = [0] reduction = max : tensor<500xf32>
+  %ra = shardx.all_reduce %a on @slow axes = [0] reduction = sum : tensor<1000xf32>
+  %rb = shardx.all_reduce %b on @slow axes = [0] reduction = sum : tensor<1000xf32>
+  %rd = shardx.all_reduce %d on @slow axes = [0] reduction = max : tensor<500xf32>
+  %re = shardx.all_reduce %e on @slow axes = [0] reduction = max : tensor<500xf32>
+  return %ra, %rb, %rc, %rd, %re : tensor<1000xf32>, tensor<1000xf32>, tensor<500xf32>, tensor<500xf32>, tensor<500xf32>
+}
+
+
+// The traced DP x TP MLP train step (examples/mlp_dp_tp_train.mlir): its five
+// all-reduces over dp (the gradients of two weights and two biases, 16x16 and
+// 16 each, and the loss; 2180 bytes) become one bucketed all-reduce in the
+// shardx-spmd pipeline; the tensor-parallel all-reduce over tp stays.
+// RUN: shardx-opt %shardx_src_root/examples/mlp_dp_tp_train.mlir --shardx-spmd \
 // RUN:   | FileCheck %s --check-prefix=DP
-// DP-NOT: shardx.all_reduce
-// DP: shardx.all_reduce %{{.*}} on @mesh axes = [0] reduction = sum : tensor<1072xf32>
+// DP-DAG: shardx.all_reduce %{{.*}} on @mesh axes = [1] reduction = sum : tensor<4x16xf32>
+// DP-DAG: shardx.all_reduce %{{.*}} on @mesh axes = [0] reduction = sum : tensor<545xf32>
 // DP-NOT: shardx.all_reduce
 
-// The pipeline option turns bucketing off: the four all-reduces stay.
-// RUN: shardx-opt %shardx_src_root/test/Programs/dp_train.mlir \
+// The pipeline option turns bucketing off: the six all-reduces stay.
+// RUN: shardx-opt %shardx_src_root/examples/mlp_dp_tp_train.mlir \
 // RUN:   --shardx-spmd="bucket-collectives=false" | FileCheck %s --check-prefix=OFF
-// OFF-COUNT-4: shardx.all_reduce %{{.*}} reduction = sum
+// OFF-COUNT-6: shardx.all_reduce %{{.*}} reduction = sum
 // OFF-NOT: shardx.all_reduce

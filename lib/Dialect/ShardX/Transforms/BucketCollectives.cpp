@@ -39,8 +39,12 @@ using BucketKey = std::tuple<Attribute, Attribute, Attribute, Type>;
 struct Bucket {
   SmallVector<AllReduceOp> members;
   int64_t bytes = 0;
+  /// The latency of one collective over the bucket's axes (microseconds).
+  double latencyUs = 0;
 };
 
+/// The bytes of a tensor as the runtime stores it (sub-byte types, i1 and
+/// i4, take one byte per element there).
 int64_t byteSize(RankedTensorType type) {
   return type.getNumElements() *
          std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
@@ -102,12 +106,37 @@ struct BucketCollectivesPass
   /// copy in, one out) costs less than the latency it saves.
   bool worthBucketing(AllReduceOp op, SymbolTableCollection &symbolTable) {
     auto type = dyn_cast<RankedTensorType>(op.getType());
-    if (!type || !type.hasStaticShape() ||
+    if (!type || !type.hasStaticShape() || type.getEncoding() ||
         !type.getElementType().isIntOrFloat())
       return false;
-    double copyUs = 2.0 * byteSize(type) / (copyBandwidthGBps * 1e3);
     return byteSize(type) <= maxBucketBytes &&
-           copyUs < latencyUs(op, symbolTable);
+           copyUs(type) < latencyUs(op, symbolTable);
+  }
+
+  /// The time of copying a member into the packed buffer and out again.
+  double copyUs(RankedTensorType type) {
+    return 2.0 * byteSize(type) / (copyBandwidthGBps * 1e3);
+  }
+
+  /// Drops the largest members until the bucket pays for itself: k members
+  /// save k - 1 latencies and cost k copies in and out.
+  void prune(Bucket &bucket) {
+    auto copyOf = [&](AllReduceOp m) {
+      return copyUs(cast<RankedTensorType>(m.getType()));
+    };
+    double copies = 0;
+    for (AllReduceOp m : bucket.members)
+      copies += copyOf(m);
+    while (bucket.members.size() > 1 &&
+           copies >= (bucket.members.size() - 1) * bucket.latencyUs) {
+      auto largest =
+          llvm::max_element(bucket.members, [&](AllReduceOp a, AllReduceOp b) {
+            return copyOf(a) < copyOf(b);
+          });
+      copies -= copyOf(*largest);
+      bucket.bytes -= byteSize(cast<RankedTensorType>(largest->getType()));
+      bucket.members.erase(largest);
+    }
   }
 
   void runOnBlock(Block &block, SymbolTableCollection &symbolTable) {
@@ -118,6 +147,7 @@ struct BucketCollectivesPass
       open.erase(key);
       for (AllReduceOp m : bucket.members)
         memberOf.erase(m.getResult());
+      prune(bucket);
       if (bucket.members.size() > 1)
         emit(bucket, before);
     };
@@ -146,6 +176,8 @@ struct BucketCollectivesPass
           it->second.bytes + byteSize(type) > maxBucketBytes)
         flush(key, &op);
       Bucket &bucket = open[key];
+      if (bucket.members.empty())
+        bucket.latencyUs = latencyUs(allReduce, symbolTable);
       bucket.members.push_back(allReduce);
       bucket.bytes += byteSize(type);
       memberOf[allReduce.getResult()] = key;

@@ -17,8 +17,8 @@ using namespace mlir;
 namespace {
 /// Inlines calls (propagation then sees one body per entry point), and
 /// costs nothing on a module without calls: the inliner would otherwise
-/// still build the call graph and run its simplification pipeline on every
-/// function.
+/// still build the call graph and run its simplification pipeline (the
+/// canonicalizer, which the pipeline runs next anyway) on every function.
 struct InlineCallsPass
     : public PassWrapper<InlineCallsPass, OperationPass<ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(InlineCallsPass)
@@ -47,6 +47,9 @@ struct InlineCallsPass
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
   pm.addPass(std::make_unique<InlineCallsPass>());
+  // Propagation sees canonical IR (folded constants, one splat per value):
+  // its choices depend on it.
+  pm.addPass(createCanonicalizerPass());
   pm.addPass(createPropagatePass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());

@@ -22,10 +22,10 @@ namespace mlir::shardx {
 #define GEN_PASS_REGISTRATION
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
-/// The SPMD pipeline: inline (when there are calls) -> propagate -> insert
-/// reshards -> verify layouts -> lower reshards -> localize -> bucket
-/// collectives -> canonicalize, cse. The result is the program every rank
-/// runs.
+/// The SPMD pipeline: inline (when there are calls) -> canonicalize ->
+/// propagate -> insert reshards -> verify layouts -> lower reshards ->
+/// localize -> bucket collectives -> canonicalize, cse. The result is the
+/// program every rank runs.
 struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
   PassOptions::Option<bool> bucketCollectives{
       *this, "bucket-collectives",

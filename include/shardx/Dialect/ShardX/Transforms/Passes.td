@@ -165,12 +165,13 @@ def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
     all-reduce of a flat buffer they are packed into (`tensor.insert_slice`)
     and unpacked from (`tensor.extract_slice`), placed right before the
     first use of any member's result. The alpha-beta cost model decides: a
-    member joins a bucket when the latency it saves (the latency of the
-    mesh axes, from `shardx.mesh`'s `latency`, default 5 us) exceeds the
-    time of copying it in and out at `copy-bandwidth-gbps`; a bucket holds
-    at most `max-bucket-bytes`. Tensors of dynamic (uneven) local shape stay
-    alone. Each bucket formed is reported as a remark with
-    `print-buckets`.
+    member joins a bucket when the latency of the mesh axes (`shardx.mesh`'s
+    `latency`, default 5 us) exceeds the time of copying it in and out at
+    `copy-bandwidth-gbps`, and a bucket is emitted only when it pays as a
+    whole (k members save k - 1 latencies; the largest leave until it
+    does); a bucket holds at most `max-bucket-bytes`. Tensors of dynamic
+    (uneven) local shape or with an encoding stay alone. Each bucket formed
+    is reported as a remark with `print-buckets`.
 
     ```mlir
     %a = shardx.all_reduce %x on @mesh axes = [0] reduction = sum : tensor<16xf32>
