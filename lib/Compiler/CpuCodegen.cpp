@@ -119,14 +119,6 @@ llvm::json::Object describeValue(Type type, Type global, Attribute layout) {
   return obj;
 }
 
-/// Runs `pipeline` (passes on the module, without the builtin.module anchor).
-LogicalResult runPipeline(ModuleOp module, StringRef pipeline) {
-  PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return failure();
-  return pm.run(module);
-}
-
 /// Adds the program description as a NUL-terminated global.
 void addProgramInfo(ModuleOp module, StringRef json) {
   OpBuilder builder(module.getContext());
@@ -313,6 +305,34 @@ void mlir::shardx::prepareEntryPoints(ModuleOp module) {
   }
 }
 
+LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
+                                            StringRef pipeline) {
+  PassManager pm(module.getContext());
+  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
+    return failure();
+  return pm.run(module);
+}
+
+LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module) {
+  if (failed(lowerCollectivesToRuntimeCalls(module)))
+    return failure();
+  // Mesh declarations are compile-time information only.
+  for (auto mesh :
+       llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
+    mesh.erase();
+  if (failed(runPassPipeline(module,
+                             "func.func(convert-elementwise-to-linalg),"
+                             "canonicalize,cse")) ||
+      failed(fuseTensorOps(module)) ||
+      failed(runPassPipeline(module, "canonicalize,cse")))
+    return failure();
+  splitSharedEmptyTensors(module);
+  return runPassPipeline(module, "one-shot-bufferize{"
+                                 "bufferize-function-boundaries "
+                                 "function-boundary-type-conversion=identity-"
+                                 "layout-map},canonicalize,cse");
+}
+
 LogicalResult mlir::shardx::compileModule(ModuleOp module,
                                           const CompileOptions &options) {
   if (options.target == "cuda")
@@ -324,28 +344,11 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   }
   std::string info = describeProgram(module);
   prepareEntryPoints(module);
-
-  if (failed(lowerCollectivesToRuntimeCalls(module)))
-    return failure();
-  // Mesh declarations are compile-time information only.
-  for (auto mesh : llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
-    mesh.erase();
-  if (failed(runPipeline(module, "func.func(convert-elementwise-to-linalg),"
-                                 "canonicalize,cse")) ||
-      failed(fuseTensorOps(module)))
-    return failure();
-  if (failed(runPipeline(module, "canonicalize,cse")))
-    return failure();
-  splitSharedEmptyTensors(module);
-  if (failed(runPipeline(module,
-                         "one-shot-bufferize{"
-                         "bufferize-function-boundaries "
-                         "function-boundary-type-conversion=identity-layout-"
-                         "map},canonicalize,cse")))
+  if (failed(bufferizeProgram(module)))
     return failure();
   if (options.blas && failed(contractionsToBlasCalls(module)))
     return failure();
-  if (failed(runPipeline(
+  if (failed(runPassPipeline(
           module,
           "ownership-based-buffer-deallocation,canonicalize,"
           "buffer-deallocation-simplification,bufferization-lower-"

@@ -67,13 +67,6 @@ constexpr int64_t kBlockThreads = 256;
 /// The one module that holds every kernel of the program.
 constexpr llvm::StringLiteral kKernelModule = "shardx_kernels";
 
-LogicalResult runPipeline(ModuleOp module, StringRef pipeline) {
-  PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return failure();
-  return pm.run(module);
-}
-
 /// Whether every use of `value` (through casts) is an argument of a
 /// collective's runtime call, which reads it on the host (axes, exchange
 /// descriptors). A GEMM call reads its operands on the device.
@@ -409,22 +402,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
   std::string info = describeProgram(module);
   prepareEntryPoints(module);
   llvm::StringMap<std::string> signatures = entrySignatures(module);
-  if (failed(lowerCollectivesToRuntimeCalls(module)))
-    return failure();
-  for (auto mesh :
-       llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
-    mesh.erase();
-  if (failed(runPipeline(module, "func.func(convert-elementwise-to-linalg),"
-                                 "canonicalize,cse")) ||
-      failed(fuseTensorOps(module)) ||
-      failed(runPipeline(module, "canonicalize,cse")))
-    return failure();
-  splitSharedEmptyTensors(module);
-  if (failed(runPipeline(module,
-                         "one-shot-bufferize{"
-                         "bufferize-function-boundaries "
-                         "function-boundary-type-conversion=identity-layout-"
-                         "map},canonicalize,cse")))
+  if (failed(bufferizeProgram(module)))
     return failure();
   if (failed(contractionsToGemmCalls(
           module, "shardx_rt_cuda_gemm_", "shardx_rt_cuda_gemm_batched_",
@@ -438,7 +416,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
             return std::nullopt;
           })))
     return failure();
-  if (failed(runPipeline(
+  if (failed(runPassPipeline(
           module, "ownership-based-buffer-deallocation,canonicalize,"
                   "buffer-deallocation-simplification,bufferization-lower-"
                   "deallocations,convert-bufferization-to-memref,cse,"
@@ -448,15 +426,16 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
   wrapSerialOps(module);
   // No canonicalization before tiling: it would drop the one-iteration
   // loops of wrapSerialOps.
-  if (failed(
-          runPipeline(module, "func.func(convert-linalg-to-parallel-loops)")))
+  if (failed(runPassPipeline(module,
+                             "func.func(convert-linalg-to-parallel-loops)")))
     return failure();
   tileParallelLoops(module);
-  if (failed(runPipeline(module, "func.func(gpu-map-parallel-loops,"
-                                 "convert-parallel-loops-to-gpu)")))
+  if (failed(runPassPipeline(module, "func.func(gpu-map-parallel-loops,"
+                                     "convert-parallel-loops-to-gpu)")))
     return failure();
   if (failed(checkNoHostAccess(module)) ||
-      failed(runPipeline(module, "gpu-kernel-outlining,canonicalize,cse")) ||
+      failed(runPassPipeline(module,
+                             "gpu-kernel-outlining,canonicalize,cse")) ||
       failed(mergeKernelModules(module)))
     return failure();
 
@@ -477,15 +456,15 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
       options.gpuChip + " features=+ptx80 O=3 l=" + libdevice +
       "},gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
       "reconcile-unrealized-casts)";
-  if (failed(runPipeline(module, device)))
+  if (failed(runPassPipeline(module, device)))
     return failure();
-  if (failed(runPipeline(module,
-                         "finalize-memref-to-llvm{use-generic-functions},"
-                         "convert-arith-to-llvm,"
-                         "convert-index-to-llvm,convert-func-to-llvm,"
-                         "convert-cf-to-llvm,gpu-to-llvm,"
-                         "reconcile-unrealized-casts,"
-                         "gpu-module-to-binary{format=isa}")))
+  if (failed(runPassPipeline(module,
+                             "finalize-memref-to-llvm{use-generic-functions},"
+                             "convert-arith-to-llvm,"
+                             "convert-index-to-llvm,convert-func-to-llvm,"
+                             "convert-cf-to-llvm,gpu-to-llvm,"
+                             "reconcile-unrealized-casts,"
+                             "gpu-module-to-binary{format=isa}")))
     return failure();
   FailureOr<std::string> ptx = kernelPtx(module);
   if (failed(ptx) || failed(checkPtx(module, *ptx)))

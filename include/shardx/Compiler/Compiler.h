@@ -95,6 +95,15 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options);
 /// tensor arguments (shared by the targets).
 void prepareEntryPoints(ModuleOp module);
 
+/// Runs `pipeline` (passes on the module, without the builtin.module
+/// anchor), e.g. "canonicalize,cse".
+LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline);
+
+/// The targets' common start: lowers the collectives to runtime calls,
+/// drops the mesh declarations, fuses on tensors (fuseTensorOps,
+/// splitSharedEmptyTensors) and bufferizes.
+LogicalResult bufferizeProgram(ModuleOp module);
+
 /// From a module in the LLVM dialect: adds the program description `info`
 /// and the entry wrappers, translates to LLVM IR, optimizes and writes what
 /// `options.emit` asks for; an artifact is linked with `libraries`.
