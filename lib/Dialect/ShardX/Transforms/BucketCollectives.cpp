@@ -86,7 +86,12 @@ struct BucketCollectivesPass
     getOperation()->walk([&](Block *block) { blocks.push_back(block); });
     for (Block *block : blocks)
       runOnBlock(*block, symbolTable);
+    // Without a bucket the IR is unchanged: no verifier run after the pass.
+    if (!formedBucket)
+      markAllAnalysesPreserved();
   }
+
+  bool formedBucket = false;
 
   /// The latency of one collective step over `axes` of the mesh, in
   /// microseconds (the planner's alpha).
@@ -103,14 +108,14 @@ struct BucketCollectivesPass
   }
 
   /// Whether `op` may join a bucket: a static shape, and packing it (one
-  /// copy in, one out) costs less than the latency it saves.
-  bool worthBucketing(AllReduceOp op, SymbolTableCollection &symbolTable) {
+  /// copy in, one out) costs less than `latency`, the latency of one
+  /// collective over its axes.
+  bool worthBucketing(AllReduceOp op, double latency) {
     auto type = dyn_cast<RankedTensorType>(op.getType());
     if (!type || !type.hasStaticShape() || type.getEncoding() ||
         !type.getElementType().isIntOrFloat())
       return false;
-    return byteSize(type) <= maxBucketBytes &&
-           copyUs(type) < latencyUs(op, symbolTable);
+    return byteSize(type) <= maxBucketBytes && copyUs(type) < latency;
   }
 
   /// The time of copying a member into the packed buffer and out again.
@@ -166,7 +171,10 @@ struct BucketCollectivesPass
       for (const BucketKey &key : ready)
         flush(key, &op);
       auto allReduce = dyn_cast<AllReduceOp>(op);
-      if (!allReduce || !worthBucketing(allReduce, symbolTable))
+      if (!allReduce)
+        continue;
+      double latency = latencyUs(allReduce, symbolTable);
+      if (!worthBucketing(allReduce, latency))
         continue;
       auto type = cast<RankedTensorType>(allReduce.getType());
       BucketKey key{allReduce.getMeshAttr(), allReduce.getAxesAttr(),
@@ -176,8 +184,7 @@ struct BucketCollectivesPass
           it->second.bytes + byteSize(type) > maxBucketBytes)
         flush(key, &op);
       Bucket &bucket = open[key];
-      if (bucket.members.empty())
-        bucket.latencyUs = latencyUs(allReduce, symbolTable);
+      bucket.latencyUs = latency; // the same for every member (same key)
       bucket.members.push_back(allReduce);
       bucket.bytes += byteSize(type);
       memberOf[allReduce.getResult()] = key;
@@ -192,6 +199,7 @@ struct BucketCollectivesPass
   }
 
   void emit(Bucket &bucket, Operation *before) {
+    formedBucket = true;
     AllReduceOp first = bucket.members.front();
     Location firstLoc = first.getLoc();
     SmallVector<Location> locs;
