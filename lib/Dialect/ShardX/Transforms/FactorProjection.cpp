@@ -10,13 +10,11 @@ using namespace mlir;
 using namespace mlir::shardx;
 using ::shardx::DimSharding;
 using ::shardx::Layout;
-using ::shardx::ReduceOp;
 using ::shardx::Split;
 
 //===----------------------------------------------------------------------===//
 // Strategies in factors
 //===----------------------------------------------------------------------===//
-
 
 uint64_t mlir::shardx::axesOf(const DimSharding &d) {
   uint64_t mask = 0;
@@ -55,8 +53,9 @@ factorPrefixes(const ShardingRule &rule, ArrayRef<int64_t> factors) {
 /// a merged dim, a split straddling two factors) is not seen at all: the
 /// strategy then needs it resharded.
 Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
-                           ArrayRef<SmallVector<int64_t>> dims,
-                           const Layout &layout, ArrayRef<int64_t> meshShape) {
+                                         ArrayRef<SmallVector<int64_t>> dims,
+                                         const Layout &layout,
+                                         ArrayRef<int64_t> meshShape) {
   Assignment view(rule.factorSizes.size());
   for (const DimSharding &ds : layout.getDims()) {
     if (ds.dim >= static_cast<int64_t>(dims.size()))
@@ -106,9 +105,10 @@ Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
 /// nullopt when some dim cannot express it (a merged dim whose sharded
 /// factors do not split evenly).
 std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
-                              ArrayRef<SmallVector<int64_t>> dims,
-                              const Assignment &assignment,
-                              ArrayRef<int64_t> meshShape, int64_t meshRank) {
+                                            ArrayRef<SmallVector<int64_t>> dims,
+                                            const Assignment &assignment,
+                                            ArrayRef<int64_t> meshShape,
+                                            int64_t meshRank) {
   Layout layout(meshRank);
   for (auto [d, factors] : llvm::enumerate(dims)) {
     if (factors.size() == 1) {

@@ -26,10 +26,7 @@ namespace mlir::shardx {
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::DimSharding;
 using ::shardx::Layout;
-using ::shardx::ReduceOp;
-using ::shardx::Split;
 
 namespace {
 
@@ -70,7 +67,8 @@ struct InsertReshardsPass
           for (int64_t a = 0; a < meshRank; ++a)
             whole.setPartial(a, std::nullopt);
           LayoutAttr wholeAttr = LayoutAttr::get(meshRef, whole);
-          Operation *empty = builder.clone(*fill.getOutputs()[0].getDefiningOp());
+          Operation *empty =
+              builder.clone(*fill.getOutputs()[0].getDefiningOp());
           setResultLayout(cast<OpResult>(empty->getResult(0)), wholeAttr);
           IRMapping map;
           map.map(fill.getOutputs()[0], empty->getResult(0));
@@ -142,9 +140,9 @@ struct InsertReshardsPass
         auto tableLayout = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName);
         for (OpOperand *use : captured)
           use->set(materialize(use->get(),
-                               tableLayout ? tableLayout
-                                           : LayoutAttr::get(meshRef,
-                                                             Layout(meshRank)),
+                               tableLayout
+                                   ? tableLayout
+                                   : LayoutAttr::get(meshRef, Layout(meshRank)),
                                &op));
       }
       if (!op.hasAttr(ShardXDialect::getOperandLayoutsAttrName()))
@@ -158,13 +156,13 @@ struct InsertReshardsPass
       }
     }
     // Remove rematerialized originals left without uses.
-    for (Operation &op : llvm::make_early_inc_range(
-             llvm::reverse(fn.getBody().front())))
+    for (Operation &op :
+         llvm::make_early_inc_range(llvm::reverse(fn.getBody().front())))
       if (op.use_empty() && op.getNumResults() > 0 &&
           isRematerializable(op.getResult(0)))
         op.erase();
-    for (Operation &op : llvm::make_early_inc_range(
-             llvm::reverse(fn.getBody().front())))
+    for (Operation &op :
+         llvm::make_early_inc_range(llvm::reverse(fn.getBody().front())))
       if (isa<tensor::EmptyOp>(op) && op.use_empty())
         op.erase();
     return success();
@@ -237,9 +235,9 @@ struct VerifyLayoutsPass
           LayoutAttr need = requiredLayout(o);
           LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
           if (need && need != have) {
-            op->emitError() << "operand #" << o.getOperandNumber()
-                            << " has layout " << have << " but the op needs "
-                            << need;
+            op->emitError()
+                << "operand #" << o.getOperandNumber() << " has layout " << have
+                << " but the op needs " << need;
             failedAny = true;
           }
         }

@@ -12,10 +12,7 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::DimSharding;
 using ::shardx::Layout;
-using ::shardx::ReduceOp;
-using ::shardx::Split;
 
 //===----------------------------------------------------------------------===//
 // Layout bookkeeping
@@ -84,11 +81,10 @@ mlir::shardx::getFunctionMesh(func::FuncOp fn,
       return success();
     }
     if (layout.getMesh() != mesh) {
-      InFlightDiagnostic diag = where->emitError()
-                                << "mesh mismatch: layout on @"
-                                << layout.getMesh().getValue()
-                                << " where the function uses @"
-                                << mesh.getValue();
+      InFlightDiagnostic diag =
+          where->emitError()
+          << "mesh mismatch: layout on @" << layout.getMesh().getValue()
+          << " where the function uses @" << mesh.getValue();
       diag.attachNote(first->getLoc()) << "first layout here";
       return failure();
     }
@@ -204,7 +200,7 @@ LayoutAttr mlir::shardx::requiredLayout(OpOperand &use) {
 /// The layout function result `i` ends in when its value is in `current`:
 /// the declared one, else `current` with pending Partials reduced.
 LayoutAttr mlir::shardx::resultLayout(func::FuncOp fn, unsigned i,
-                                       LayoutAttr current) {
+                                      LayoutAttr current) {
   if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
           i, ShardXDialect::getLayoutAttrName()))
     return declared;
