@@ -81,6 +81,7 @@ struct BucketCollectivesPass
   using BucketCollectivesPassBase::BucketCollectivesPassBase;
 
   void runOnOperation() override {
+    formedBucket = false; // a pass instance may run more than once
     SymbolTableCollection symbolTable;
     SmallVector<Block *> blocks;
     getOperation()->walk([&](Block *block) { blocks.push_back(block); });
