@@ -167,7 +167,7 @@ void addEntryWrappers(ModuleOp module) {
 }
 
 FailureOr<std::unique_ptr<llvm::TargetMachine>>
-createTargetMachine(StringRef cpuOption) {
+createTargetMachine(StringRef cpuOption, unsigned optLevel) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
@@ -191,7 +191,7 @@ createTargetMachine(StringRef cpuOption) {
   llvm::TargetOptions options;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       triple, cpu, features, options, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::Aggressive));
+      *llvm::CodeGenOpt::getLevel(optLevel)));
   if (!tm) {
     llvm::errs() << "error: cannot create a target machine for " << cpu
                  << "\n";
@@ -408,12 +408,17 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
     if (!f.isDeclaration() && !f.getName().starts_with("_mlir_ciface_") &&
         !f.getName().starts_with("shardx_entry_"))
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
-  auto tm = createTargetMachine(options.cpu);
+  if (options.optLevel > 3) {
+    llvm::errs() << "error: optimization level " << options.optLevel
+                 << " is not one of 0, 1, 2, 3\n";
+    return failure();
+  }
+  auto tm = createTargetMachine(options.cpu, options.optLevel);
   if (failed(tm))
     return failure();
   llvmModule->setTargetTriple((*tm)->getTargetTriple());
   llvmModule->setDataLayout((*tm)->createDataLayout());
-  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+  auto optimize = makeOptimizingTransformer(options.optLevel, /*sizeLevel=*/0,
                                             tm->get());
   if (llvm::Error err = optimize(llvmModule.get())) {
     llvm::errs() << "error: LLVM optimization failed: "

@@ -54,6 +54,12 @@ static llvm::cl::opt<bool>
     noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
            llvm::cl::init(false));
+static llvm::cl::opt<unsigned>
+    optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
+             llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
+                            "to -O3 (default: -O3; -O0 compiles a large "
+                            "program many times faster, same rounding)"),
+             llvm::cl::init(3));
 static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions), 
     "unsharded",
     llvm::cl::desc("compile the global (unsharded) program: drop layouts, "
@@ -123,6 +129,7 @@ int main(int argc, char **argv) {
   options.emit = emit;
   options.cpu = cpu;
   options.blas = !noBlas;
+  options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
   LogicalResult compiled = success();

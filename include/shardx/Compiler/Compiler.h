@@ -36,6 +36,11 @@ struct CompileOptions {
   std::string cpu = "host";
   /// Lower matmul-family ops to OpenBLAS calls (else to loops).
   bool blas = true;
+  /// LLVM optimization and code generation level of the CPU target, 0-3
+  /// (like clang's -O). Level 3 costs most of the compile time of a large
+  /// program; the rounding of the result is the same at every level (no
+  /// fast-math flags are set).
+  unsigned optLevel = 3;
   /// "cpu" (the host) or "cuda" (NVIDIA GPUs: kernels through MLIR's GPU
   /// path, GEMMs on cuBLAS, see docs/Compiler.md).
   std::string target = "cpu";
