@@ -32,15 +32,28 @@ class TrainStep:
         self.foreach = foreach
         self.hp = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, betas=betas, eps=eps)
         self.param_names = [n for n, _ in module.named_parameters()]
+        # Normalization layers' running statistics (batch norm in training
+        # mode updates them): state in and out of the step, as in eager.
+        self.buffer_names = [f"{m}.{b}" if m else b for m, mod in module.named_modules()
+                             if isinstance(mod, torch.nn.modules.batchnorm._NormBase)
+                             for b, t in mod.named_buffers(recurse=False) if t is not None]
         self.__name__ = f"train_step_{optimizer}{'_foreach' if foreach else ''}"
 
     def initial_state(self) -> Dict[str, List[torch.Tensor]]:
+        """The optimizer's state per parameter, then (under ``buffers``, if
+        the module has normalization layers with running statistics) those
+        statistics in ``buffer_names`` order."""
         params = [p.detach() for p in self.module.parameters()]
         if self.optimizer == "sgd":
-            return {"momentum_buffer": [torch.zeros_like(p) for p in params]} if self.hp["momentum"] else {}
-        return {"exp_avg": [torch.zeros_like(p) for p in params],
-                "exp_avg_sq": [torch.zeros_like(p) for p in params],
-                "step": [torch.zeros((), dtype=torch.float32) for _ in params]}
+            state = {"momentum_buffer": [torch.zeros_like(p) for p in params]} if self.hp["momentum"] else {}
+        else:
+            state = {"exp_avg": [torch.zeros_like(p) for p in params],
+                     "exp_avg_sq": [torch.zeros_like(p) for p in params],
+                     "step": [torch.zeros((), dtype=torch.float32) for _ in params]}
+        if self.buffer_names:
+            own = dict(self.module.named_buffers())
+            state["buffers"] = [own[n].detach().clone() for n in self.buffer_names]
+        return state
 
     def example_args(self, inputs: Sequence[torch.Tensor], target: torch.Tensor):
         params = [p.detach().clone() for p in self.module.parameters()]
@@ -48,13 +61,18 @@ class TrainStep:
 
     def __call__(self, params, state, inputs, target):
         params = [p if p.requires_grad else p.detach().requires_grad_(True) for p in params]
-        out = torch.func.functional_call(self.module, dict(zip(self.param_names, params)), tuple(inputs))
+        # The forward updates the running statistics in place: on copies.
+        buffers = [b.clone() for b in state.get("buffers", [])]
+        out = torch.func.functional_call(self.module, {**dict(zip(self.param_names, params)),
+                                                      **dict(zip(self.buffer_names, buffers))}, tuple(inputs))
         if isinstance(out, tuple):
             out = out[0]
         loss = self.loss_fn(out, target)
         grads = list(torch.autograd.grad(loss, params))
         new_params = [p.detach().clone() for p in params]
         state = {k: [t.clone() for t in v] for k, v in state.items()}
+        if buffers:
+            state["buffers"] = [b.detach() for b in buffers]
         hp = self.hp
         common = dict(foreach=self.foreach, maximize=False, grad_scale=None, found_inf=None)
         if self.optimizer == "sgd":
@@ -76,19 +94,23 @@ class TrainStep:
     def arg_attrs(self, example_args) -> List[Optional[Dict[str, str]]]:
         """Per flattened argument of ``trace``, its extra attributes: each
         optimizer state tensor is ``torch.state = "<key>"`` with PyTorch's
-        state name (``exp_avg``, ``exp_avg_sq``, ``step``, ``momentum_buffer``),
-        so that tools can tell a second moment (never negative) or a step
-        counter from other tensors; the others have none."""
+        state name (``exp_avg``, ``exp_avg_sq``, ``step``, ``momentum_buffer``;
+        running statistics by their buffer's name: ``running_mean``,
+        ``running_var``, ``num_batches_tracked``), so that tools can tell a
+        second moment (never negative) or a step counter from other tensors;
+        the others have none."""
         leaves, _ = pytree.tree_flatten_with_path(tuple(example_args))
-        return [{"torch.state": path[1].key} if path[0].idx == 1 else None for path, _ in leaves]
+        return [None if path[0].idx != 1 else {"torch.state": self.buffer_names[path[2].idx].rsplit(".", 1)[-1]
+                if path[1].key == "buffers" else path[1].key} for path, _ in leaves]
 
     def placements(self, mesh, params: Dict[str, Sequence[Any]], inputs: Sequence[Any],
                    target: Any):
         """(in_placements, out_placements) for ``trace`` of this step, in the
         order of the flattened arguments and results: parameters (by name;
         Replicate where not given), optimizer state (as its parameter; step
-        counters Replicate), inputs and target; results are the loss
-        (Replicate), the new parameters and the new state."""
+        counters and running statistics Replicate), inputs and target;
+        results are the loss (Replicate), the new parameters and the new
+        state."""
         from .placements import Replicate
         rep = [Replicate()] * mesh.ndim
         unknown = set(params) - set(self.param_names)
@@ -97,7 +119,7 @@ class TrainStep:
         per_param = [list(params.get(n, rep)) for n in self.param_names]
         state = []
         for key, tensors in self.initial_state().items():
-            state += [rep if key == "step" else per_param[i] for i in range(len(tensors))]
+            state += [rep if key in ("step", "buffers") else per_param[i] for i in range(len(tensors))]
         ins = per_param + state + [p if p is None else list(p) for p in inputs] + [target]
         outs = [rep] + per_param + state
         return ins, outs

@@ -40,6 +40,10 @@ LR = 1e-2
 # everything with rtol 1e-3, the loss 1e-4.
 RTOL, PARAM_ATOL, STATE_ATOL = 1e-3, 5e-2 * LR, {1: 1e-4, 2: 1e-2}
 LOSS_RTOL = 1e-4
+# f64 (``--dtype f64``): the same near-zero gradients are resolved, so every
+# output is checked tightly (the decomposed ResNet-18 graph run in PyTorch
+# f64 differs from eager by at most 3e-9 after 2 steps).
+TOL64 = dict(rtol=1e-7, param_atol=1e-5 * LR, state_atol={1: 1e-7, 2: 1e-7}, loss_rtol=1e-10)
 # Parameters whose gradient is zero in exact arithmetic (softmax is invariant
 # to a shift of all keys, so the key bias gets none): Adam turns the rounding
 # noise into steps of up to lr either way, so they are checked to 2 lr a step.
@@ -155,9 +159,15 @@ MODELS: Dict[str, Callable] = {
 }
 
 
-def build(name: str):
-    torch.manual_seed(0)
-    return MODELS[name]()
+def build(name: str, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """(module, loss_fn, inputs, target) of a zoo model, its parameters and
+    floating-point inputs in ``dtype``."""
+    torch.manual_seed(seed)
+    m, loss, ins, tgt = MODELS[name]()
+    if dtype != torch.float32:
+        cast = lambda t: t.to(dtype) if t.is_floating_point() else t
+        m, ins, tgt = m.to(dtype), [cast(t) for t in ins], cast(tgt)
+    return m, loss, ins, tgt
 
 
 # ----------------------------------------------------------------------------
@@ -253,7 +263,8 @@ def compare(outs, ref, what: str, names: Sequence[str], loose: Sequence[str] = (
             step: int = 1) -> Optional[str]:
     """None when equal within tolerance, else the first mismatching output
     (by index and name). Output 0 is the loss; ``loose`` names outputs
-    checked only to 2 lr a step (their optimizer state to 1e-6)."""
+    checked only to 2 lr a step (their optimizer state to 1e-6). f64
+    outputs are checked to ``TOL64``."""
     if len(outs) != len(ref):
         return f"{what}: {len(outs)} outputs, expected {len(ref)}"
     for i, (o, r) in enumerate(zip(outs, ref)):
@@ -261,15 +272,19 @@ def compare(outs, ref, what: str, names: Sequence[str], loose: Sequence[str] = (
         name = names[i] if i < len(names) else f"output {i}"
         if o.shape != r.shape:
             return f"{what}: output {i} ({name}) has shape {o.shape}, expected {r.shape}"
+        t64 = r.dtype == np.float64
+        rtol_, param_atol, state_atol, loss_rtol = ((TOL64["rtol"], TOL64["param_atol"], TOL64["state_atol"],
+                                                    TOL64["loss_rtol"]) if t64 else
+                                                   (RTOL, PARAM_ATOL, STATE_ATOL, LOSS_RTOL))
         if i == 0:
-            rtol, atol = LOSS_RTOL, 0.0
+            rtol, atol = loss_rtol, 0.0
         elif "[" in name:  # optimizer state
-            rtol, atol = RTOL, STATE_ATOL[min(step, 2)] * float(np.abs(r).max(initial=0.0))
+            rtol, atol = rtol_, state_atol[min(step, 2)] * float(np.abs(r).max(initial=0.0))
         else:
-            rtol, atol = RTOL, PARAM_ATOL
-        if any(name.endswith(l) for l in loose):
+            rtol, atol = rtol_, param_atol
+        if not t64 and any(name.endswith(l) for l in loose):
             rtol, atol = 0.0, 2 * LR * step
-        elif any(name.endswith(l + "]") for l in loose):  # their moments: rounding noise
+        elif not t64 and any(name.endswith(l + "]") for l in loose):  # their moments: rounding noise
             rtol, atol = 0.0, 1e-6
         if not np.allclose(o, r, rtol=rtol, atol=atol):
             err = np.abs(o.astype(np.float64) - r.astype(np.float64)).max()
@@ -281,20 +296,20 @@ class ZooRun:
     """One zoo model's train step: traced, compiled, run for ``steps`` steps
     and compared with eager PyTorch (and, for a plan, with the unsharded run)."""
 
-    def __init__(self, model: str, workdir: str, optimizer: str = "adamw"):
+    def __init__(self, model: str, workdir: str, optimizer: str = "adamw",
+                 dtype: torch.dtype = torch.float32, opt_level: int = 3):
         import shardx
         self.model = model
         self.workdir = workdir
-        self.module, self.loss, self.inputs, self.target = build(model)
+        self.opt_level = opt_level
+        self.module, self.loss, self.inputs, self.target = build(model, dtype)
         self.step = shardx.TrainStep(self.module, self.loss, optimizer, lr=LR, weight_decay=0.01)
         params = self.step.param_names
-        self.names = ["loss"] + params + [f"{k}[{params[i]}]" for k, v in
-                                          self.step.initial_state().items() for i in range(len(v))]
+        self.names = ["loss"] + params + [f"{k}[{(self.step.buffer_names if k == 'buffers' else params)[i]}]"
+                                          for k, v in self.step.initial_state().items() for i in range(len(v))]
         self.args = self.step.example_args(self.inputs, self.target)
-        torch.manual_seed(1)
-        extra = MODELS[model]()
-        # A second batch for step 2 (same shapes).
-        self.inputs2, self.target2 = extra[2], extra[3]
+        # A second batch for step 2 (same shapes), from another seed.
+        _, _, self.inputs2, self.target2 = build(model, dtype, seed=1)
 
     def trace(self, plan: Optional[Plan] = None) -> str:
         import shardx
@@ -324,11 +339,11 @@ class ZooRun:
             state = prev[1:]
         return [np.array(a, order="C") for a in state + batch]
 
-    def compile(self, text: str, tag: str):
+    def compile(self, text: str, tag: str, extra: Sequence[str] = ()):
         from .artifact import compile_mlir
         so = os.path.join(self.workdir, f"{self.model}_{tag}.so")
         t = time.time()
-        compile_mlir(text, so)
+        compile_mlir(text, so, [f"-O{self.opt_level}", *extra])
         return so, time.time() - t
 
     def run_unsharded(self, so: str, steps: int) -> List[List[np.ndarray]]:
@@ -383,67 +398,84 @@ def parse_plan(text: str):
     return kinds, total
 
 
-# (model, steps) -> the outputs of each step of the unsharded run, so that
-# the sharded runs of one process compile the unsharded program once.
-_UNSHARDED: Dict[tuple, List[List[np.ndarray]]] = {}
-
-
-def run_model(model: str, plan_name: Optional[str] = None, steps: int = 2,
-              workdir: Optional[str] = None) -> Result:
-    """Traces, compiles and runs ``model`` (unsharded, or sharded with the
-    named plan) and compares it with eager PyTorch; fills a ``Result``."""
+def run_model(model: str, plan_names: Sequence[str] = (), steps: int = 2,
+              workdir: Optional[str] = None, dtype: torch.dtype = torch.float32,
+              opt_level: int = 3) -> List[Result]:
+    """Traces, compiles and runs ``model`` unsharded and with each named
+    plan, in ``dtype``, compiled at LLVM ``-O<opt_level>``; compares every run
+    with eager PyTorch and each sharded run with the unsharded one. The model
+    is built and run eagerly once, and the unsharded program is the first
+    plan's trace compiled ``--unsharded`` (layouts dropped), so a model with
+    one plan is traced once. Returns one ``Result`` per run, unsharded first;
+    a run that raises stops there with the error recorded."""
     workdir = workdir or tempfile.mkdtemp(prefix=f"zoo_{model}_")
-    run = ZooRun(model, workdir)
-    plan = None
-    if plan_name is not None:
-        plan = {p.name: p for p in plans(model)}[plan_name]
-    res = Result(model, plan_name or "unsharded")
+    run = ZooRun(model, workdir, dtype=dtype, opt_level=opt_level)
+    by_name = {p.name: p for p in plans(model)}
+    unknown = [n for n in plan_names if n not in by_name]
+    if unknown:
+        raise ValueError(f"{model} has no plan {unknown[0]!r} (plans: {sorted(by_name)})")
     loose = ILL_CONDITIONED.get(model, [])
-    text = run.trace(plan)
-    res.traced = True
-    res.ops = count_ops(text)
-    so, res.compile_s = run.compile(text, res.plan)
-    res.compiled = True
     eager = run.eager(steps)
-    if plan is None:
-        got = run.run_unsharded(so, steps)
-        _UNSHARDED[(model, steps)] = got
-    else:
-        res.collectives, res.bytes_per_rank = run.plan_collectives(text)
-        got = run.run_sharded(so, plan.mesh.size, steps)
-        base = _UNSHARDED.get((model, steps))
-        if base is None:
-            base_so, _ = run.compile(run.trace(None), "unsharded")
-            base = run.run_unsharded(base_so, steps)
-        errs = [compare(g, b, f"{model} {res.plan} step {k + 1} vs unsharded", run.names, loose, k + 1)
-                for k, (g, b) in enumerate(zip(got, base))]
-        res.matches_unsharded = not any(errs)
-        res.error = next((e for e in errs if e), "")
-    errs = [compare(g, e, f"{model} {res.plan} step {k + 1} vs eager", run.names, loose, k + 1)
-            for k, (g, e) in enumerate(zip(got, eager))]
-    res.matches_eager = not any(errs)
-    res.error = res.error or next((e for e in errs if e), "")
-    return res
+    results: List[Result] = []
+    base = None
+    texts: Dict[Optional[str], str] = {}
+    for pn in [None, *plan_names]:
+        res = Result(model, pn or "unsharded")
+        results.append(res)
+        try:
+            plan = by_name[pn] if pn else None
+            if pn is None and plan_names:
+                texts[None] = texts[plan_names[0]] = run.trace(by_name[plan_names[0]])
+            elif pn not in texts:
+                texts[pn] = run.trace(plan)
+            text = texts[pn]
+            res.traced = True
+            res.ops = count_ops(text)
+            so, res.compile_s = run.compile(text, res.plan, ["--unsharded"] if plan is None else [])
+            res.compiled = True
+            if plan is None:
+                got = base = run.run_unsharded(so, steps)
+            else:
+                res.collectives, res.bytes_per_rank = run.plan_collectives(text)
+                got = run.run_sharded(so, plan.mesh.size, steps)
+                errs = [compare(g, b, f"{model} {res.plan} step {k + 1} vs unsharded", run.names, loose, k + 1)
+                        for k, (g, b) in enumerate(zip(got, base))]
+                res.matches_unsharded = not any(errs)
+                res.error = next((e for e in errs if e), "")
+            errs = [compare(g, e, f"{model} {res.plan} step {k + 1} vs eager", run.names, loose, k + 1)
+                    for k, (g, e) in enumerate(zip(got, eager))]
+            res.matches_eager = not any(errs)
+            res.error = res.error or next((e for e in errs if e), "")
+        except Exception as e:  # the table records where it stops
+            res.error = f"{model} {res.plan}: {type(e).__name__}: {str(e)[:300]}"
+            if plan is None:
+                break
+    return results
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m shardx.zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="*", default=sorted(MODELS))
     p.add_argument("--plans", action="store_true", help="also run every sharding plan")
+    p.add_argument("--dtype", choices=["f32", "f64"], default="f32",
+                   help="parameters and inputs in f32 (default) or f64")
+    p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=3,
+                   help="LLVM optimization level of shardx-compile (default 3)")
     args = p.parse_args(argv)
+    dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
     print("| model | plan | traced | compiled | == unsharded | == eager | ops | collectives | "
           "bytes/rank | compile s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for m in args.models:
-        names = [None] + ([pl.name for pl in plans(m)] if args.plans else [])
-        for pn in names:
-            try:
-                r = run_model(m, pn)
-            except Exception as e:  # the table records where it stops
-                r = Result(m, pn or "unsharded", error=f"{type(e).__name__}: {str(e)[:200]}")
+        names = [pl.name for pl in plans(m)] if args.plans else []
+        try:
+            rs = run_model(m, names, dtype=dtype, opt_level=args.opt_level)
+        except Exception as e:  # building or the eager run failed
+            rs = [Result(m, error=f"{type(e).__name__}: {str(e)[:200]}")]
+        for r in rs:
             coll = ", ".join(f"{k} {v}" for k, v in sorted(r.collectives.items())) or "-"
             yn = lambda b: "-" if b is None else ("yes" if b else "NO")
-            print(f"| {r.model} | {r.plan} | {yn(r.traced)} | {yn(r.compiled)} | "
+            print(f"| {r.model}{'' if args.dtype == 'f32' else ' (' + args.dtype + ')'} | {r.plan} | {yn(r.traced)} | {yn(r.compiled)} | "
                   f"{yn(r.matches_unsharded)} | {yn(r.matches_eager)} | {r.ops} | {coll} | "
                   f"{r.bytes_per_rank} | {r.compile_s:.1f} |" + (f" {r.error}" if r.error else ""),
                   flush=True)
