@@ -62,7 +62,8 @@ private:
     if (elt.isInteger(64))
       return std::string("i64");
     op->emitError("collectives on ") << elt << " are not supported by the CPU "
-                                     << "runtime (f32, f64, i32, i64)";
+                                     << "runtime (f32, f64, i32, i64; i1 "
+                                     << "except in reductions)";
     return failure();
   }
 
@@ -192,6 +193,17 @@ private:
     Location loc = op->getLoc();
     auto inType = cast<RankedTensorType>(in.getType());
     Type elt = inType.getElementType();
+    // Booleans (masks) move as i32; a reduction of booleans stays an error.
+    bool reduces = kind == "all_reduce" || kind == "reduce_scatter" ||
+                   kind == "partition_value";
+    if (elt.isInteger(1) && !reduces) {
+      FailureOr<Value> wide =
+          flatCall(op, kind, castElements(loc, in, b.getI32Type()), outShape,
+                   extra, axes, outDynSizes);
+      if (failed(wide))
+        return failure();
+      return castElements(loc, *wide, elt);
+    }
     FailureOr<std::string> sfx = suffix(op, elt);
     if (failed(sfx))
       return failure();
@@ -211,6 +223,29 @@ private:
     return Value(bufferization::ToTensorOp::create(
         b, loc, RankedTensorType::get(outShape, elt), out, /*restrict=*/true,
         /*writable=*/true));
+  }
+
+  /// `t` with its integer elements zero-extended or truncated to `elt`.
+  Value castElements(Location loc, Value t, Type elt) {
+    auto type = cast<RankedTensorType>(t.getType());
+    SmallVector<Value> dyn;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      if (type.isDynamicDim(i))
+        dyn.push_back(tensor::DimOp::create(b, loc, t, i));
+    Value init = tensor::EmptyOp::create(b, loc, type.getShape(), elt, dyn);
+    bool extend = elt.getIntOrFloatBitWidth() >
+                  type.getElementType().getIntOrFloatBitWidth();
+    return linalg::MapOp::create(
+               b, loc, ValueRange{t}, init,
+               [&](OpBuilder &nb, Location nl, ValueRange args) {
+                 Value v = extend
+                               ? arith::ExtUIOp::create(nb, nl, elt, args[0])
+                                     .getResult()
+                               : arith::TruncIOp::create(nb, nl, elt, args[0])
+                                     .getResult();
+                 linalg::YieldOp::create(nb, nl, v);
+               })
+        ->getResult(0);
   }
 
   Value reshape(Location loc, Value t, ArrayRef<int64_t> shape) {
