@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
-from .placements import Mesh, Replicate, Shard
+from .placements import Mesh, Replicate, Shard, StridedShard
 
 VOCAB = 64
 LR = 1e-2
@@ -195,6 +195,21 @@ def _megatron(param_names: Sequence[str], col: Sequence[str], row: Sequence[str]
     return plan
 
 
+def _fsdp_tp(param_names: Sequence[str], col: Sequence[str], row: Sequence[str]) -> Dict[str, list]:
+    """FSDP x TP on a (dp, tp) mesh as ``fully_shard`` after
+    ``parallelize_module`` lays parameters out: every parameter split on
+    dim 0 over dp, after Megatron TP's split over tp; a column-parallel
+    weight, already split on dim 0 by tp, is split over dp within each tp
+    block (``_StridedShard(0, split_factor=2)``)."""
+    plan = {}
+    tp = _megatron(param_names, col, row, 1, 2)
+    for n in param_names:
+        place = tp.get(n, [Replicate(), Replicate()])
+        place[0] = StridedShard(0, 2) if place[1] == Shard(0) else Shard(0)
+        plan[n] = place
+    return plan
+
+
 @dataclass
 class Plan:
     """A sharding of a zoo model's train step on a mesh."""
@@ -203,6 +218,10 @@ class Plan:
     mesh: Mesh
     params: Callable[[Sequence[str]], Dict[str, list]]
     batch: list  # placements of the inputs and target (batch dim split or not)
+    # Megatron TP's column- and row-parallel modules (name suffixes), for
+    # the same plan in DTensor (``shardx.zoo_dtensor``).
+    col: Sequence[str] = ()
+    row: Sequence[str] = ()
 
 
 def plans(model: str) -> List[Plan]:
@@ -212,18 +231,20 @@ def plans(model: str) -> List[Plan]:
     if model == "gpt2":
         # GPT-2's Conv1D stores weights as (in, out): column-parallel is Shard(1).
         col, row = ["attn.c_attn", "mlp.c_fc"], ["attn.c_proj", "mlp.c_proj"]
-        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1, 1, 0), r1),
-                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2, 1, 0), [Shard(0), Replicate()])]
+        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1, 1, 0), r1, col, row),
+                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2, 1, 0), [Shard(0), Replicate()],
+                     col, row)]
     if model == "llama":
         col = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]
         row = ["o_proj", "down_proj"]
-        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1),
-                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2), [Shard(0), Replicate()])]
+        return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1, col, row),
+                Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2), [Shard(0), Replicate()], col, row),
+                Plan("fsdp2xtp2", m2, lambda ns: _fsdp_tp(ns, col, row), [Shard(0), Replicate()], col, row)]
     if model == "bert":
         col = ["attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"]
         row = ["attention.output.dense", "output.dense"]
         return [Plan("tp2", m1, lambda ns: _megatron([n for n in ns if "attention.output" in n or
-                                                       "layer." in n], col, row, 0, 1), r1)]
+                                                       "layer." in n], col, row, 0, 1), r1, col, row)]
     if model in ("resnet18", "resnet_tiny", "vit"):
         return [Plan("dp2", Mesh((2,), ("dp",)), lambda ns: {}, [Shard(0)])]
     return []
@@ -464,8 +485,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
     print("| model | plan | traced | compiled | == unsharded | == eager | ops | collectives | "
-          "bytes/rank | compile s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "bytes/rank | DTensor collectives | DTensor bytes/rank | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in args.models:
         names = [pl.name for pl in plans(m)] if args.plans else []
         try:
@@ -473,12 +494,23 @@ def main(argv=None) -> int:
         except Exception as e:  # building or the eager run failed
             rs = [Result(m, error=f"{type(e).__name__}: {str(e)[:200]}")]
         for r in rs:
-            coll = ", ".join(f"{k} {v}" for k, v in sorted(r.collectives.items())) or "-"
+            fmt = lambda kinds: ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "-"
             yn = lambda b: "-" if b is None else ("yes" if b else "NO")
-            print(f"| {r.model}{'' if args.dtype == 'f32' else ' (' + args.dtype + ')'} | {r.plan} | {yn(r.traced)} | {yn(r.compiled)} | "
-                  f"{yn(r.matches_unsharded)} | {yn(r.matches_eager)} | {r.ops} | {coll} | "
-                  f"{r.bytes_per_rank} | {r.compile_s:.1f} |" + (f" {r.error}" if r.error else ""),
-                  flush=True)
+            dt_coll, dt_bytes = "-", "-"
+            if r.plan != "unsharded":
+                try:
+                    from .zoo_dtensor import dtensor_collectives
+                    kinds, total = dtensor_collectives(m, r.plan)
+                    dt_coll, dt_bytes = fmt(kinds), str(total)
+                except NotImplementedError:
+                    dt_coll = "not run"
+                except Exception as e:
+                    dt_coll = f"fails: {type(e).__name__}: {str(e)[:80]}"
+            dt = "" if args.dtype == "f32" else f" ({args.dtype})"
+            print(f"| {r.model}{dt} | {r.plan} | {yn(r.traced)} | {yn(r.compiled)} | "
+                  f"{yn(r.matches_unsharded)} | {yn(r.matches_eager)} | {r.ops} | {fmt(r.collectives)} | "
+                  f"{r.bytes_per_rank if r.plan != 'unsharded' else '-'} | {dt_coll} | {dt_bytes} | "
+                  f"{r.compile_s:.1f} |" + (f" {r.error}" if r.error else ""), flush=True)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The model zoo (shardx/zoo.py): models people train, built from small
 configs with random weights, each a whole AdamW train step traced, compiled,
-run unsharded for 2 steps and compared with eager PyTorch; the sharding plans
-(Megatron TP, DP, DP x TP on a 2x2 mesh) run on CPU threads and are compared
-with the unsharded run and with eager. A failure names the model, the plan,
+run unsharded for 2 steps and compared with eager PyTorch (batch norm's
+running statistics included); the sharding plans (Megatron TP, DP, DP x TP
+and FSDP x TP with StridedShard on a 2x2 mesh) run on CPU threads and are
+compared with the unsharded run and with eager. A failure names the model, the plan,
 the step and the first mismatching output.
 
 Programs are compiled at -O0: LLVM's -O3 is most of the compile time of these
@@ -20,8 +21,8 @@ from shardx import zoo
 # after one AdamW step (batch norm over 4 values; docs/Importer.md).
 CASES = [
     ("gpt2", ("tp2",), torch.float32),
-    ("llama", ("dp2xtp2",), torch.float32),
-    ("bert", (), torch.float32),
+    ("llama", ("dp2xtp2", "fsdp2xtp2"), torch.float32),
+    ("bert", ("tp2",), torch.float32),
     ("mixtral", (), torch.float32),
     ("resnet_tiny", ("dp2",), torch.float32),
     ("resnet18", (), torch.float64),
