@@ -502,8 +502,8 @@ def main(argv=None) -> int:
                     from .zoo_dtensor import dtensor_collectives
                     kinds, total = dtensor_collectives(m, r.plan)
                     dt_coll, dt_bytes = fmt(kinds), str(total)
-                except NotImplementedError:
-                    dt_coll = "not run"
+                except NotImplementedError as e:  # no such plan in DTensor
+                    dt_coll = f"not run: {str(e)[:70]}"
                 except Exception as e:
                     dt_coll = f"fails: {type(e).__name__}: {str(e)[:80]}"
             dt = "" if args.dtype == "f32" else f" ({args.dtype})"
