@@ -43,3 +43,25 @@ def test_zoo_matches_eager_and_unsharded(tmp_path, build_dir, model, plans, dtyp
         if r.plan != "unsharded":
             assert r.matches_unsharded, r.error
             assert sum(r.collectives.values()) > 0, "a sharded train step needs collectives"
+
+
+def test_train_step_running_stats_are_eager_modules_buffers():
+    """TrainStep's batch norm statistics (state["buffers"]) are what the
+    module's own training-mode forward leaves in its buffers."""
+    import copy
+
+    import shardx
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                            torch.nn.LazyLinear(2))
+    x, y = torch.randn(2, 3, 6, 6), torch.randn(2, 2)
+    m(x)  # materializes the lazy layer
+    ref = copy.deepcopy(m)
+    step = shardx.TrainStep(m, torch.nn.functional.mse_loss, "adamw", lr=0.01)
+    assert step.buffer_names == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    _, _, state = step.run_eager(*step.example_args([x], y))
+    ref(x)
+    for name, got in zip(step.buffer_names, state["buffers"]):
+        want = dict(ref.named_buffers())[name]
+        assert torch.equal(got, want), name
+    assert int(state["buffers"][2]) == int(dict(m.named_buffers())["1.num_batches_tracked"]) + 1
