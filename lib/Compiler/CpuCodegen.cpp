@@ -418,8 +418,8 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
     return failure();
   llvmModule->setTargetTriple((*tm)->getTargetTriple());
   llvmModule->setDataLayout((*tm)->createDataLayout());
-  auto optimize = makeOptimizingTransformer(options.optLevel, /*sizeLevel=*/0,
-                                            tm->get());
+  auto optimize =
+      makeOptimizingTransformer(options.optLevel, /*sizeLevel=*/0, tm->get());
   if (llvm::Error err = optimize(llvmModule.get())) {
     llvm::errs() << "error: LLVM optimization failed: "
                  << llvm::toString(std::move(err)) << "\n";
