@@ -74,11 +74,13 @@ class Propagator {
 public:
   Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
              bool userLayoutsOnly, bool refineGraph, bool printCost,
-             double computeRate, llvm::StringSet<> &warned)
+             bool recordAlternatives, double computeRate,
+             llvm::StringSet<> &warned)
       : fn(fn), mesh(mesh), planner(std::move(spec)),
         meshShape(mesh.getShape().begin(), mesh.getShape().end()), meshRank(mesh.getShape().size()),
         userLayoutsOnly(userLayoutsOnly), refineGraph(refineGraph),
-        printCost(printCost), warned(warned) {
+        printCost(printCost), recordAlternatives(recordAlternatives),
+        warned(warned) {
     meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
     replicatedAttr = attr(Layout(meshRank));
     usPerIteration = computeRate > 0 ? 1e6 / computeRate : 0;
@@ -226,6 +228,11 @@ private:
   uint64_t clock = 0;
   /// Local search over the whole function; returns the number of changes.
   int64_t refine();
+  /// Attaches `shardx.alternatives` to every movable op: its other
+  /// candidates, each priced as the change of the function's cost (reshards
+  /// and local work) if only that op took it.
+  void recordAlternativeCosts();
+  static constexpr unsigned kMaxAlternatives = 8;
 
   LayoutAttr replicatedAttr;
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
@@ -239,6 +246,7 @@ private:
   bool userLayoutsOnly;
   bool refineGraph;
   bool printCost;
+  bool recordAlternatives;
   llvm::StringSet<> &warned;
 };
 
@@ -1169,6 +1177,45 @@ int64_t Propagator::refine() {
   return changes;
 }
 
+void Propagator::recordAlternativeCosts() {
+  MLIRContext *ctx = fn.getContext();
+  auto layouts = [&](ArrayRef<LayoutAttr> attrs) {
+    return ArrayAttr::get(ctx, SmallVector<Attribute>(attrs.begin(),
+                                                      attrs.end()));
+  };
+  for (Operation *op : movable) {
+    SmallVector<Value> affected = affectedBy(op);
+    const Strategy &current = chosen[op];
+    double now = computeUs(op, current);
+    for (Value v : affected)
+      now += valueCost(v, nullptr);
+    SmallVector<std::pair<double, Attribute>> priced;
+    for (Strategy &s : candidates(op)) {
+      Move move{op, &s};
+      double after = computeUs(op, s);
+      for (Value v : affected)
+        after += valueCost(v, &move);
+      NamedAttribute fields[] = {
+          NamedAttribute(StringAttr::get(ctx, "cost"),
+                         FloatAttr::get(Float64Type::get(ctx), after - now)),
+          NamedAttribute(StringAttr::get(ctx, "operands"),
+                         layouts(s.operandAttrs)),
+          NamedAttribute(StringAttr::get(ctx, "results"),
+                         layouts(s.resultAttrs))};
+      priced.emplace_back(after - now, DictionaryAttr::get(ctx, fields));
+    }
+    llvm::stable_sort(priced, [](const auto &a, const auto &b) {
+      return a.first < b.first;
+    });
+    if (priced.size() > kMaxAlternatives)
+      priced.resize(kMaxAlternatives);
+    SmallVector<Attribute> alternatives;
+    for (auto &[cost, attr] : priced)
+      alternatives.push_back(attr);
+    op->setAttr("shardx.alternatives", ArrayAttr::get(ctx, alternatives));
+  }
+}
+
 void Propagator::computeHints() {
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -1236,6 +1283,8 @@ LogicalResult Propagator::run() {
   indexUses();
   double greedy = printCost ? totalCost() : 0;
   int64_t changes = refineGraph && !userLayoutsOnly ? refine() : 0;
+  if (recordAlternatives && !userLayoutsOnly)
+    recordAlternativeCosts();
   if (printCost)
     fn.emitRemark() << llvm::formatv(
         "reshard cost {0:F3} us in program order, {1:F3} us after {2} "
@@ -1270,7 +1319,7 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
         }
       }
       Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, refineGraph,
-                   printCost, computeRate, warned);
+                   printCost, recordAlternatives, computeRate, warned);
       return p.run();
     };
     // Functions without layouts stay as they are (replicated).
