@@ -147,6 +147,9 @@ struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
     if (failed(writeHtmlReport(module, extras, file->os())))
       return signalPassFailure();
     file->keep();
+    // The alternatives the report asked propagation for are the report's.
+    if (extras.haveChoices)
+      module.walk([](Operation *op) { op->removeAttr("shardx.alternatives"); });
   }
 
   Option<std::string> output{*this, "output",
@@ -188,7 +191,9 @@ LogicalResult mlir::shardx::prepareForReport(ModuleOp module,
   module.getBodyRegion().takeBody(input->getBodyRegion());
   if (failed(run([](OpPassManager &pm) {
         pm.addPass(createInlinerPass());
-        pm.addPass(createPropagatePass());
+        PropagatePassOptions record;
+        record.recordAlternatives = true;
+        pm.addPass(createPropagatePass(record));
       })))
     return failure();
   std::vector<std::string> refined = snapshot(module);
