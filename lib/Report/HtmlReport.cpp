@@ -72,8 +72,9 @@ std::string escape(StringRef s) {
   return out;
 }
 
-/// "file:line:col", a name, or the printed location.
-std::string locationText(Location loc) {
+} // namespace
+
+std::string mlir::shardx::locationText(Location loc) {
   if (auto file = dyn_cast<FileLineColLoc>(loc))
     return (file.getFilename().getValue() + ":" + Twine(file.getLine()) +
             (file.getColumn() ? ":" + Twine(file.getColumn()) : Twine()))
@@ -100,6 +101,8 @@ std::string locationText(Location loc) {
   loc.print(os);
   return out;
 }
+
+namespace {
 
 /// The train-step phase ("forward", "backward", "optimizer") the importer
 /// fused into `loc` (`loc(fused<"backward">[...])`), or "".

@@ -80,17 +80,6 @@ LogicalResult reshardCost(ModuleOp module, double &cost, int64_t &count) {
   return failure(r.wasInterrupted());
 }
 
-std::string locText(Location loc) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (auto file = dyn_cast<FileLineColLoc>(loc))
-    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-       << file.getColumn();
-  else if (!isa<UnknownLoc>(loc))
-    loc.print(os);
-  return out;
-}
-
 struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReportPass)
 
@@ -205,7 +194,7 @@ LogicalResult mlir::shardx::prepareForReport(ModuleOp module,
       if (refined[i] != programOrder[i] &&
           !isa<tensor::EmptyOp, linalg::FillOp>(op))
         extras.choices.push_back({op->getName().getStringRef().str(),
-                                  locText(op->getLoc()), programOrder[i],
+                                  locationText(op->getLoc()), programOrder[i],
                                   refined[i]});
       ++i;
     });
