@@ -23,6 +23,15 @@ static const Communicator &unwrap(const shardx_rt_comm *comm) {
   return *reinterpret_cast<const Communicator *>(comm);
 }
 
+
+// The C ABI's reduction codes are the layout algebra's ReduceOp (and so the
+// dialect's ReductionKind, checked in ShardXAttrs.cpp).
+static_assert(SHARDX_RT_SUM == static_cast<int>(shardx::ReduceOp::Sum) &&
+                  SHARDX_RT_AVG == static_cast<int>(shardx::ReduceOp::Avg) &&
+                  SHARDX_RT_MAX == static_cast<int>(shardx::ReduceOp::Max) &&
+                  SHARDX_RT_MIN == static_cast<int>(shardx::ReduceOp::Min) &&
+                  SHARDX_RT_PROD == static_cast<int>(shardx::ReduceOp::Prod),
+              "SHARDX_RT_* reduction codes must match shardx::ReduceOp");
 namespace {
 
 /// Validates the C enums and arrays, then runs `call`; records failures.
