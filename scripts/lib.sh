@@ -7,6 +7,9 @@ SHARDX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHARDX_BUILD="${SHARDX_BUILD:-$SHARDX_ROOT/build}"
 LLVM_PREFIX=/usr/lib/llvm-22
 JOBS="${JOBS:-2}"
+# ccache (when installed) hashes paths inside the checkout relative to the
+# build directory, so every clone of the project shares its cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$SHARDX_ROOT}"
 
 # Debian packages the build and the CPU test suite need.
 SHARDX_PACKAGES=(
