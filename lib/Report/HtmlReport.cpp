@@ -316,6 +316,13 @@ public:
   LogicalResult write(Totals &totals);
 
 private:
+  /// The table of the function's reshards, added to `totals`.
+  LogicalResult writeReshards(Totals &totals);
+  /// The arguments' and results' layouts as pictures.
+  void writeSignature();
+  /// Every intermediate value, each picture drawn on demand.
+  void writeIntermediates();
+
   std::string name(Value v) {
     std::string out;
     llvm::raw_string_ostream s(out);
@@ -378,7 +385,15 @@ LogicalResult FunctionReport::write(Totals &totals) {
   else
     writeMesh(os, *mesh);
 
-  // Reshards.
+  if (failed(writeReshards(totals)))
+    return failure();
+  writeSignature();
+  writeIntermediates();
+  os << "</section>";
+  return success();
+}
+
+LogicalResult FunctionReport::writeReshards(Totals &totals) {
   Aggregate fnTotal;
   std::string rows;
   llvm::raw_string_ostream rowsOs(rows);
@@ -466,8 +481,10 @@ LogicalResult FunctionReport::write(Totals &totals) {
         "<th>source &rarr; target layout</th><th>plan steps</th><th>bytes/rank"
         "</th><th>modeled us</th><th>phase</th></tr></thead><tbody>"
      << rows << "</tbody></table>";
+  return success();
+}
 
-  // Arguments and results.
+void FunctionReport::writeSignature() {
   os << "<h3>arguments</h3><div class=\"values\">";
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
     std::string extra;
@@ -500,8 +517,9 @@ LogicalResult FunctionReport::write(Totals &totals) {
                    : "");
   }
   os << "</div>";
+}
 
-  // Intermediates, on demand.
+void FunctionReport::writeIntermediates() {
   std::string values;
   llvm::raw_string_ostream valuesOs(values);
   int64_t numValues = 0;
@@ -540,8 +558,6 @@ LogicalResult FunctionReport::write(Totals &totals) {
     writePicture(os, *mesh, layoutOf(entry.second), entry.first.getShape());
     os << "</template>";
   }
-  os << "</section>";
-  return success();
 }
 
 void writeAggregates(llvm::raw_ostream &os, StringRef id, StringRef what,
