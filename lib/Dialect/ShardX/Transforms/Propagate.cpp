@@ -98,6 +98,12 @@ private:
                     Assignment assignment, bool keepPartials = true,
                     bool priced = true);
   LogicalResult visit(Operation *op);
+  std::optional<std::pair<Strategy, Layout>>
+  embeddingStrategy(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
+                    ArrayRef<Value> results);
+  Strategy chooseInProgramOrder(Operation *op, const ShardingRule &rule,
+                                ArrayRef<Value> operands,
+                                ArrayRef<Value> results);
   void setReplicated(Operation *op);
   void record(Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
               const Strategy &s);
@@ -455,6 +461,121 @@ static LogicalResult verifyReassociation(Operation *op) {
   return success();
 }
 
+/// Embedding tables split by rows (vocabulary) and/or columns: every rank
+/// looks up the rows it holds and yields zeros for the others (a pending sum
+/// over the row axes), for the columns it holds (the result's last dim split
+/// like the table's columns). The strategy and the table's layout, or none
+/// when the table's layout is not one of those.
+std::optional<std::pair<Strategy, Layout>>
+Propagator::embeddingStrategy(const EmbeddingLookup &lookup,
+                              ArrayRef<Value> operands,
+                              ArrayRef<Value> results) {
+  Layout table = layoutOf(lookup.table);
+  const ::shardx::DimSharding *rows = table.getDim(0);
+  const ::shardx::DimSharding *cols = table.getDim(1);
+  auto unitStrides = [](const ::shardx::DimSharding *d) {
+    return !d || llvm::all_of(d->splits, [](const ::shardx::Split &s) {
+             return s.stride == 1;
+           });
+  };
+  if ((rows || cols) && !table.hasPartial() && unitStrides(rows) &&
+      unitStrides(cols)) {
+    uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
+    Layout idx = layoutOf(operands[0]);
+    bool disjoint = !idx.hasPartial();
+    for (const auto &d : idx.getDims())
+      disjoint &= !(axesOf(d) & tableAxes);
+    if (!disjoint)
+      idx = Layout(meshRank);
+    Layout result(meshRank);
+    for (const auto &d : idx.getDims()) {
+      for (const ::shardx::Split &s : d.splits)
+        result.addSplit(d.dim, s);
+      if (!d.sizes.empty())
+        result.setSizes(d.dim, d.sizes);
+    }
+    int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
+    if (cols) {
+      for (const ::shardx::Split &s : cols->splits)
+        result.addSplit(last, s);
+      if (!cols->sizes.empty())
+        result.setSizes(last, cols->sizes);
+    }
+    Layout init = result;
+    if (rows)
+      for (const ::shardx::Split &s : rows->splits)
+        result.setPartial(s.axis, ReduceOp::Sum);
+    Strategy s;
+    s.operandLayouts = {idx, init};
+    s.resultLayouts = {result};
+    s.valid = true;
+    return std::make_pair(std::move(s), table);
+  }
+  return std::nullopt;
+}
+
+/// The program-order choice for `op`: each operand's layout as leader
+/// (largest first) merged with the others', and the replicated strategy,
+/// priced by the reshards they need; the results' hints merged with the
+/// operands win ties (they save reshards further on). Invalid when none is.
+Strategy Propagator::chooseInProgramOrder(Operation *op,
+                                          const ShardingRule &rule,
+                                          ArrayRef<Value> operands,
+                                          ArrayRef<Value> results) {
+  SmallVector<unsigned> order(operands.size());
+  for (unsigned i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto bytes = [&](unsigned i) {
+    auto t = cast<RankedTensorType>(operands[i].getType());
+    return t.hasStaticShape() ? t.getNumElements() : 0;
+  };
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return bytes(a) > bytes(b);
+  });
+  SmallVector<Assignment> views;
+  for (auto [i, v] : llvm::enumerate(operands))
+    views.push_back(viewThroughRule(rule, rule.operands[i], layoutOf(v),
+                                    meshShape));
+  Strategy best = evaluate(op, rule, results,
+                           Assignment(rule.factorSizes.size()));
+  // The consumers' preference: the results' hints, merged with the
+  // operands; it wins ties (it saves reshards further on).
+  Strategy hinted;
+  {
+    Assignment a(rule.factorSizes.size());
+    bool any = false;
+    for (auto [i, r] : llvm::enumerate(results)) {
+      auto it = hints.find(r);
+      if (it == hints.end())
+        continue;
+      mergeInto(a, viewThroughRule(rule, rule.results[i], it->second,
+                                   meshShape));
+      any = true;
+    }
+    if (any) {
+      for (unsigned other : order)
+        mergeInto(a, views[other]);
+      hinted = evaluate(op, rule, results, a);
+    }
+  }
+  for (unsigned leader : order) {
+    Assignment a = views[leader];
+    for (unsigned other : order)
+      if (other != leader)
+        mergeInto(a, views[other]);
+    Strategy s = evaluate(op, rule, results, a);
+    if (!s.valid)
+      continue;
+    constexpr double eps = 1e-12;
+    if (!best.valid || s.cost < best.cost - eps ||
+        (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
+      best = std::move(s);
+  }
+  if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
+    best = std::move(hinted);
+  return best;
+}
+
 LogicalResult Propagator::visit(Operation *op) {
   if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
     return success();
@@ -492,53 +613,11 @@ LogicalResult Propagator::visit(Operation *op) {
     setReplicated(op);
     return success();
   }
-  // Embedding tables split by rows (vocabulary) and/or columns: every rank
-  // looks up the rows it holds and yields zeros for the others (a pending
-  // sum over the row axes), for the columns it holds (the result's last dim
-  // split like the table's columns).
   if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
       lookup && !userLayoutsOnly) {
-    Layout table = layoutOf(lookup->table);
-    const ::shardx::DimSharding *rows = table.getDim(0);
-    const ::shardx::DimSharding *cols = table.getDim(1);
-    auto unitStrides = [](const ::shardx::DimSharding *d) {
-      return !d || llvm::all_of(d->splits, [](const ::shardx::Split &s) {
-               return s.stride == 1;
-             });
-    };
-    if ((rows || cols) && !table.hasPartial() && unitStrides(rows) &&
-        unitStrides(cols)) {
-      uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
-      Layout idx = layoutOf(operands[0]);
-      bool disjoint = !idx.hasPartial();
-      for (const auto &d : idx.getDims())
-        disjoint &= !(axesOf(d) & tableAxes);
-      if (!disjoint)
-        idx = Layout(meshRank);
-      Layout result(meshRank);
-      for (const auto &d : idx.getDims()) {
-        for (const ::shardx::Split &s : d.splits)
-          result.addSplit(d.dim, s);
-        if (!d.sizes.empty())
-          result.setSizes(d.dim, d.sizes);
-      }
-      int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
-      if (cols) {
-        for (const ::shardx::Split &s : cols->splits)
-          result.addSplit(last, s);
-        if (!cols->sizes.empty())
-          result.setSizes(last, cols->sizes);
-      }
-      Layout init = result;
-      if (rows)
-        for (const ::shardx::Split &s : rows->splits)
-          result.setPartial(s.axis, ReduceOp::Sum);
-      Strategy s;
-      s.operandLayouts = {idx, init};
-      s.resultLayouts = {result};
-      s.valid = true;
-      record(op, operands, results, s);
-      op->setAttr(kTableLayoutAttrName, attr(table));
+    if (auto chosen = embeddingStrategy(*lookup, operands, results)) {
+      record(op, operands, results, chosen->first);
+      op->setAttr(kTableLayoutAttrName, attr(chosen->second));
       return success();
     }
   }
@@ -547,59 +626,7 @@ LogicalResult Propagator::visit(Operation *op) {
     // Captured tensors must be replicated too: they are operands in effect.
     return success();
   }
-  // Candidates: each operand as leader (largest first) merged with the
-  // others, and the replicated strategy.
-  SmallVector<unsigned> order(operands.size());
-  for (unsigned i = 0; i < order.size(); ++i)
-    order[i] = i;
-  auto bytes = [&](unsigned i) {
-    auto t = cast<RankedTensorType>(operands[i].getType());
-    return t.hasStaticShape() ? t.getNumElements() : 0;
-  };
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return bytes(a) > bytes(b);
-  });
-  SmallVector<Assignment> views;
-  for (auto [i, v] : llvm::enumerate(operands))
-    views.push_back(viewThroughRule(*rule, rule->operands[i], layoutOf(v),
-                                    meshShape));
-  Strategy best = evaluate(op, *rule, results,
-                           Assignment(rule->factorSizes.size()));
-  // The consumers' preference: the results' hints, merged with the
-  // operands; it wins ties (it saves reshards further on).
-  Strategy hinted;
-  {
-    Assignment a(rule->factorSizes.size());
-    bool any = false;
-    for (auto [i, r] : llvm::enumerate(results)) {
-      auto it = hints.find(r);
-      if (it == hints.end())
-        continue;
-      mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
-                                   meshShape));
-      any = true;
-    }
-    if (any) {
-      for (unsigned other : order)
-        mergeInto(a, views[other]);
-      hinted = evaluate(op, *rule, results, a);
-    }
-  }
-  for (unsigned leader : order) {
-    Assignment a = views[leader];
-    for (unsigned other : order)
-      if (other != leader)
-        mergeInto(a, views[other]);
-    Strategy s = evaluate(op, *rule, results, a);
-    if (!s.valid)
-      continue;
-    constexpr double eps = 1e-12;
-    if (!best.valid || s.cost < best.cost - eps ||
-        (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
-      best = std::move(s);
-  }
-  if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
-    best = std::move(hinted);
+  Strategy best = chooseInProgramOrder(op, *rule, operands, results);
   movable.push_back(op);
   rules.try_emplace(op, *rule);
   if (!best.valid) {
