@@ -97,6 +97,10 @@ private:
                     ArrayRef<Value> results,
                     Assignment assignment, bool keepPartials = true,
                     bool priced = true);
+  SmallVector<std::optional<ReduceOp>>
+  keptPartials(Operation *op, uint64_t used,
+               ArrayRef<std::optional<ReduceOp>> resultPartials,
+               llvm::SmallBitVector &partialOperands);
   LogicalResult visit(Operation *op);
   std::optional<std::pair<Strategy, Layout>>
   embeddingStrategy(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
@@ -281,6 +285,57 @@ double Propagator::planCost(Value v, const Layout &from, const Layout &to) {
   return plan->cost;
 }
 
+/// The operands of `op` that stay Partial(sum|avg) through it (marked in
+/// `partialOperands`) and their common Partial op per mesh axis: Partial only
+/// on axes the strategy leaves free (`used`) and the results do not reduce
+/// over, all on the same axes, with `op` linear in them; none otherwise.
+SmallVector<std::optional<ReduceOp>> Propagator::keptPartials(
+    Operation *op, uint64_t used,
+    ArrayRef<std::optional<ReduceOp>> resultPartials,
+    llvm::SmallBitVector &partialOperands) {
+  SmallVector<std::optional<ReduceOp>> kept(meshRank);
+  // Operands with a Partial of sum/avg on axes the strategy leaves free.
+  SmallVector<unsigned> candidates;
+  for (OpOperand &operand : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(operand.get().getType()))
+      continue;
+    Layout l = layoutOf(operand.get());
+    if (!l.hasPartial())
+      continue;
+    bool ok = true;
+    for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
+      if (!p)
+        continue;
+      if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
+          (used >> axis & 1) || resultPartials[axis])
+        ok = false;
+    }
+    if (ok)
+      candidates.push_back(operand.getOperandNumber());
+  }
+  if (!candidates.empty()) {
+    for (unsigned c : candidates)
+      partialOperands.set(c);
+    if (!isLinearIn(op, partialOperands)) {
+      partialOperands.reset();
+    } else {
+      // All partial operands must be partial on the same axes.
+      std::optional<SmallVector<std::optional<ReduceOp>>> common;
+      for (unsigned c : candidates) {
+        auto p = layoutOf(op->getOperand(c)).getPartials();
+        SmallVector<std::optional<ReduceOp>> v(p.begin(), p.end());
+        if (!common)
+          common = v;
+        else if (*common != v)
+          partialOperands.reset();
+      }
+      if (partialOperands.any())
+        kept = *common;
+    }
+  }
+  return kept;
+}
+
 Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
                               ArrayRef<Value> results,
                               Assignment assignment, bool keepPartials,
@@ -323,48 +378,9 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
       used |= axesOf(*a);
   llvm::SmallBitVector partialOperands(op->getNumOperands());
   SmallVector<std::optional<ReduceOp>> keptPartials(meshRank);
-  if (keepPartials) {
-    // Operands with a Partial of sum/avg on axes the strategy leaves free.
-    SmallVector<unsigned> candidates;
-    for (OpOperand &operand : op->getOpOperands()) {
-      if (!isa<RankedTensorType>(operand.get().getType()))
-        continue;
-      Layout l = layoutOf(operand.get());
-      if (!l.hasPartial())
-        continue;
-      bool ok = true;
-      for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
-        if (!p)
-          continue;
-        if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
-            (used >> axis & 1) || (resultPartials[axis]) ||
-            (keptPartials[axis] && *keptPartials[axis] != *p))
-          ok = false;
-      }
-      if (ok)
-        candidates.push_back(operand.getOperandNumber());
-    }
-    if (!candidates.empty()) {
-      for (unsigned c : candidates)
-        partialOperands.set(c);
-      if (!isLinearIn(op, partialOperands)) {
-        partialOperands.reset();
-      } else {
-        // All partial operands must be partial on the same axes.
-        std::optional<SmallVector<std::optional<ReduceOp>>> common;
-        for (unsigned c : candidates) {
-          auto p = layoutOf(op->getOperand(c)).getPartials();
-          SmallVector<std::optional<ReduceOp>> v(p.begin(), p.end());
-          if (!common)
-            common = v;
-          else if (*common != v)
-            partialOperands.reset();
-        }
-        if (partialOperands.any())
-          keptPartials = *common;
-      }
-    }
-  }
+  if (keepPartials)
+    keptPartials =
+        this->keptPartials(op, used, resultPartials, partialOperands);
   for (auto [axis, p] : llvm::enumerate(keptPartials))
     if (p)
       resultPartials[axis] = p;
