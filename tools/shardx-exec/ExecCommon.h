@@ -43,6 +43,20 @@ rt::Status runArtifact(const exec::Artifact &artifact,
                        std::vector<exec::HostTensor> &outputs, double &seconds,
                        bool &isRoot);
 
+/// A command line of shardx-exec / shardx-gpu-exec.
+struct ExecArgs {
+  std::string artifactPath;
+  std::string outDir;
+  RunOptions options;
+};
+
+/// Loads the artifact, makes or reads the inputs, runs on the chosen
+/// backend and writes the outputs as DIR/<entry>.out<i>.npy; prints errors
+/// as "<tool>: error: ..." and returns the exit code. Ends MPI when
+/// `finalizeMpi`.
+int runExecutor(const ExecArgs &args, const char *tool, bool finalizeMpi);
+
+/// shardx-exec's command line (LLVM's option parser; ExecMain.cpp).
 int execMain(int argc, char **argv);
 
 /// Whether the command line asks for the mpi backend (read before MPI_Init,
