@@ -65,6 +65,14 @@ Communicator &comm() {
                          "shardx_rt_invoke\n");
     std::abort();
   }
+#ifdef SHARDX_CG_DEVICE
+  // Device buffers: a host backend would read them as host memory.
+  const char *backend = current->comm->getBackendName();
+  if (std::strcmp(backend, "cuda-local") != 0)
+    fail(std::string("a CUDA artifact's collectives take device buffers: run "
+                     "it on the cuda-local backend (shardx-gpu-exec), not ") +
+         backend);
+#endif
   return *current->comm;
 }
 

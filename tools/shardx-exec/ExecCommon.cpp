@@ -161,6 +161,19 @@ bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
   return true;
 }
 
+void tools::defaultTolerance(const std::string &dtype, double &rtol,
+                             double &atol) {
+  if (dtype == "f32") {
+    rtol = 1e-4;
+    atol = 1e-5;
+  } else if (dtype == "f64") {
+    rtol = 1e-10;
+    atol = 1e-12;
+  } else {
+    rtol = atol = 0;
+  }
+}
+
 int tools::runExecutor(const ExecArgs &args, const char *tool,
                        bool finalizeMpi) {
   auto fail = [&](const std::string &message) {
@@ -195,6 +208,45 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
         if (!writeNpy(path, outputs[i], error))
           return fail(error);
       }
+    if (!args.expected.empty()) {
+      if (args.expected.size() != outputs.size())
+        return fail(std::to_string(args.expected.size()) +
+                    " expected outputs given for " +
+                    std::to_string(outputs.size()) + " outputs");
+      bool passed = true;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        HostTensor want;
+        if (!readNpy(args.expected[i], want, error))
+          return fail(error);
+        double rtol, atol;
+        defaultTolerance(outputs[i].dtype, rtol, atol);
+        if (outputs[i].dtype[0] == 'f') {
+          rtol = args.rtol >= 0 ? args.rtol : rtol;
+          atol = args.atol >= 0 ? args.atol : atol;
+        }
+        Difference d = compare(outputs[i], want, rtol, atol);
+        if (want.dtype != outputs[i].dtype) {
+          d.withinTolerance = false;
+          d.mismatches = d.elements;
+        }
+        std::printf("output %zu: max abs err %.3g, max rel err %.3g "
+                    "(rtol %g, atol %g)",
+                    i, d.maxAbs, d.maxRel, rtol, atol);
+        if (d.mismatches)
+          std::printf(", %lld of %lld differ",
+                      static_cast<long long>(d.mismatches),
+                      static_cast<long long>(d.elements));
+        if (d.bothNonFinite)
+          std::printf(", %lld of %lld NaN/Inf in both",
+                      static_cast<long long>(d.bothNonFinite),
+                      static_cast<long long>(d.elements));
+        std::printf(" %s\n", d.withinTolerance ? "ok" : "MISMATCH");
+        passed &= d.withinTolerance;
+      }
+      std::printf("check %s\n", passed ? "passed" : "FAILED");
+      if (!passed)
+        return 1;
+    }
   }
 #ifdef SHARDX_HAVE_MPI
   if (finalizeMpi)

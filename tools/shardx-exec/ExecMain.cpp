@@ -32,6 +32,18 @@ int tools::execMain(int argc, char **argv) {
   cl::opt<std::string> outDir(cl::cat(toolOptions), "outputs", cl::desc("directory for the outputs"));
   cl::opt<double> timeout(cl::cat(toolOptions), "timeout", cl::desc("collective timeout (s)"),
                           cl::init(60));
+  cl::list<std::string> expected(
+      cl::cat(toolOptions), "expect", cl::CommaSeparated,
+      cl::desc("reference outputs as .npy files: compare and fail on a "
+               "mismatch"));
+  cl::opt<double> rtol(cl::cat(toolOptions), "rtol",
+                       cl::desc("relative tolerance of --expect on float "
+                                "outputs (default: f32 1e-4, f64 1e-10)"),
+                       cl::init(-1));
+  cl::opt<double> atol(cl::cat(toolOptions), "atol",
+                       cl::desc("absolute tolerance of --expect on float "
+                                "outputs (default: f32 1e-5, f64 1e-12)"),
+                       cl::init(-1));
   bool wantMpi = false;
   if (!initMpiIfRequested(argc, argv, "shardx-exec", wantMpi))
     return 1;
@@ -47,5 +59,8 @@ int tools::execMain(int argc, char **argv) {
   args.options.seed = seed;
   args.options.intRange = intRange;
   args.options.timeout = timeout;
+  args.expected.assign(expected.begin(), expected.end());
+  args.rtol = rtol;
+  args.atol = atol;
   return runExecutor(args, "shardx-exec", wantMpi);
 }

@@ -5,6 +5,7 @@
 // shardx-gpu-exec model.so [--entry F] [--backend cuda-local|threads]
 //                 [--ranks N] [--inputs a.npy,b.npy | --seed S]
 //                 [--int-range N] [--outputs DIR] [--timeout S]
+//                 [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]
 //
 // shardx-exec's inputs, outputs and checks (tools/shardx-exec/ExecCommon),
 // with the cuda-local backend (every rank a thread on CUDA device 0; the
@@ -31,7 +32,8 @@ const char *const kUsage =
     "usage: shardx-gpu-exec model.so [--entry F] [--backend "
     "cuda-local|threads]\n"
     "         [--ranks N] [--inputs a.npy,b.npy | --seed S] [--int-range N]\n"
-    "         [--outputs DIR] [--timeout SECONDS]\n";
+    "         [--outputs DIR] [--timeout SECONDS]\n"
+    "         [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]\n";
 
 int usageError(const std::string &message) {
   std::fprintf(stderr, "shardx-gpu-exec: error: %s\n%s", message.c_str(),
@@ -81,11 +83,13 @@ int main(int argc, char **argv) {
       args.options.entry = value;
     } else if (name == "backend") {
       args.options.backend = value;
-    } else if (name == "inputs") {
+    } else if (name == "inputs" || name == "expect") {
+      std::vector<std::string> &files =
+          name == "inputs" ? args.options.inputs : args.expected;
       for (size_t pos = 0; pos <= value.size();) {
         size_t comma = std::min(value.find(',', pos), value.size());
         if (comma > pos)
-          args.options.inputs.push_back(value.substr(pos, comma - pos));
+          files.push_back(value.substr(pos, comma - pos));
         pos = comma + 1;
       }
     } else if (name == "outputs") {
@@ -100,11 +104,15 @@ int main(int argc, char **argv) {
         args.options.seed = static_cast<uint64_t>(number);
       else
         args.options.intRange = number;
-    } else if (name == "timeout") {
+    } else if (name == "timeout" || name == "rtol" || name == "atol") {
       char *end = nullptr;
-      args.options.timeout = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || args.options.timeout <= 0)
-        return usageError("--timeout takes seconds, not '" + value + "'");
+      double x = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || x < 0 || (name == "timeout" && x == 0))
+        return usageError("--" + name + " takes a positive number, not '" +
+                          value + "'");
+      (name == "timeout" ? args.options.timeout
+       : name == "rtol"  ? args.rtol
+                         : args.atol) = x;
     } else {
       return usageError("unknown option --" + name);
     }
