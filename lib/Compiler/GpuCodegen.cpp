@@ -45,8 +45,8 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 
-#include "llvm/Support/Path.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
@@ -489,9 +489,9 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
   std::string code = SHARDX_CUDA_CODE_ARCHIVE;
   if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE")) {
     runtime = env;
-    code = (llvm::sys::path::parent_path(runtime) +
-            "/libShardXRuntimeCudaCode.a")
-               .str();
+    code =
+        (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeCudaCode.a")
+            .str();
   }
   for (StringRef lib :
        {StringRef(code), StringRef(runtime), StringRef(SHARDX_RUNTIME_ARCHIVE),

@@ -155,8 +155,7 @@ std::vector<int64_t> ints(const Json &obj, const char *key) {
 
 std::string stringOr(const Json &obj, const char *key, std::string fallback) {
   auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>()
-                                            : fallback;
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
 bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
@@ -180,8 +179,8 @@ bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
       int64_t dim = d.value("dim", int64_t(0));
       if (auto splits = d.find("splits"); splits != d.end())
         for (const Json &pair : *splits)
-          layout.addSplit(dim, Split{pair.at(0).get<int64_t>(),
-                                     pair.at(1).get<int64_t>()});
+          layout.addSplit(
+              dim, Split{pair.at(0).get<int64_t>(), pair.at(1).get<int64_t>()});
       std::vector<int64_t> sizes = ints(d, "sizes");
       if (!sizes.empty())
         layout.setSizes(dim, sizes);
@@ -222,8 +221,7 @@ bool parseProgramInfo(const char *info, std::vector<int64_t> &meshShape,
             error = e.name + ": " + error;
             return false;
           }
-          (std::string(key) == "inputs" ? e.inputs : e.outputs)
-              .push_back(spec);
+          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
         }
       entries.push_back(std::move(e));
     }

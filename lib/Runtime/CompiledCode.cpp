@@ -29,8 +29,8 @@
 #endif
 
 #include <csetjmp>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -65,13 +65,18 @@ Communicator &comm() {
                          "shardx_rt_invoke\n");
     std::abort();
   }
-#ifdef SHARDX_CG_DEVICE
-  // Device buffers: a host backend would read them as host memory.
+  // A host backend would read device buffers as host memory, and the
+  // device backend run kernels on host buffers.
   const char *backend = current->comm->getBackendName();
+#ifdef SHARDX_CG_DEVICE
   if (std::strcmp(backend, "cuda-local") != 0)
     fail(std::string("a CUDA artifact's collectives take device buffers: run "
                      "it on the cuda-local backend (shardx-gpu-exec), not ") +
          backend);
+#else
+  if (std::strcmp(backend, "cuda-local") == 0)
+    fail("a CPU artifact's collectives take host buffers: run it on the "
+         "threads or mpi backend, not cuda-local");
 #endif
   return *current->comm;
 }

@@ -96,7 +96,8 @@ TEST_P(CudaLocalConformance, Exchange) {
 
 TEST_P(CudaLocalConformance, PermuteBroadcastBarrier) {
   SKIP_WITHOUT_GPU();
-  expectAllOk(runStaged(GetParam(), conformance::checkPermuteBroadcast<double>));
+  expectAllOk(
+      runStaged(GetParam(), conformance::checkPermuteBroadcast<double>));
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, CudaLocalConformance,

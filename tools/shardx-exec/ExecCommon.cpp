@@ -161,6 +161,20 @@ bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
   return true;
 }
 
+void tools::printVerdict(const Difference &d) {
+  if (d.mismatches)
+    std::printf(", %lld of %lld differ", static_cast<long long>(d.mismatches),
+                static_cast<long long>(d.elements));
+  if (d.bothNonFinite)
+    std::printf(", %lld of %lld NaN/Inf in both runs",
+                static_cast<long long>(d.bothNonFinite),
+                static_cast<long long>(d.elements));
+  const char *verdict = d.mismatches         ? "MISMATCH"
+                        : !d.withinTolerance ? "NOT FINITE"
+                                             : "ok";
+  std::printf(" %s\n", verdict);
+}
+
 void tools::defaultTolerance(const std::string &dtype, double &rtol,
                              double &atol) {
   if (dtype == "f32") {
@@ -232,15 +246,7 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
         std::printf("output %zu: max abs err %.3g, max rel err %.3g "
                     "(rtol %g, atol %g)",
                     i, d.maxAbs, d.maxRel, rtol, atol);
-        if (d.mismatches)
-          std::printf(", %lld of %lld differ",
-                      static_cast<long long>(d.mismatches),
-                      static_cast<long long>(d.elements));
-        if (d.bothNonFinite)
-          std::printf(", %lld of %lld NaN/Inf in both",
-                      static_cast<long long>(d.bothNonFinite),
-                      static_cast<long long>(d.elements));
-        std::printf(" %s\n", d.withinTolerance ? "ok" : "MISMATCH");
+        printVerdict(d);
         passed &= d.withinTolerance;
       }
       std::printf("check %s\n", passed ? "passed" : "FAILED");

@@ -55,6 +55,10 @@ struct ExecArgs {
   double rtol = -1, atol = -1;
 };
 
+/// The end of a line about one compared output: how many elements differ
+/// or are NaN/Inf in both runs, and the verdict (ok, MISMATCH, NOT FINITE).
+void printVerdict(const exec::Difference &d);
+
 /// The comparison's tolerances for outputs of `dtype`: f32 rtol 1e-4, atol
 /// 1e-5 (shardx-run's defaults); f64 1e-10 and 1e-12; integers and
 /// booleans exact.

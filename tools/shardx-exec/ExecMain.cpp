@@ -16,22 +16,28 @@ namespace cl = llvm::cl;
 
 int tools::execMain(int argc, char **argv) {
   cl::OptionCategory toolOptions("shardx-exec options");
-  cl::opt<std::string> artifactPath(cl::cat(toolOptions), cl::Positional, cl::desc("<model.so>"),
-                                    cl::Required);
-  cl::opt<std::string> entryName(cl::cat(toolOptions), "entry", cl::desc("entry point (default: the first)"));
-  cl::opt<std::string> backend(cl::cat(toolOptions), "backend", cl::desc("threads (default) or mpi"),
+  cl::opt<std::string> artifactPath(cl::cat(toolOptions), cl::Positional,
+                                    cl::desc("<model.so>"), cl::Required);
+  cl::opt<std::string> entryName(cl::cat(toolOptions), "entry",
+                                 cl::desc("entry point (default: the first)"));
+  cl::opt<std::string> backend(cl::cat(toolOptions), "backend",
+                               cl::desc("threads (default) or mpi"),
                                cl::init("threads"));
-  cl::opt<int64_t> ranks(cl::cat(toolOptions), "ranks", cl::desc("number of ranks (the mesh size)"),
+  cl::opt<int64_t> ranks(cl::cat(toolOptions), "ranks",
+                         cl::desc("number of ranks (the mesh size)"),
                          cl::init(0));
-  cl::list<std::string> inputFiles(cl::cat(toolOptions), "inputs", cl::CommaSeparated,
+  cl::list<std::string> inputFiles(cl::cat(toolOptions), "inputs",
+                                   cl::CommaSeparated,
                                    cl::desc("global inputs as .npy files"));
-  cl::opt<uint64_t> seed(cl::cat(toolOptions), "seed", cl::desc("seed of random inputs"), cl::init(0));
+  cl::opt<uint64_t> seed(cl::cat(toolOptions), "seed",
+                         cl::desc("seed of random inputs"), cl::init(0));
   cl::opt<int64_t> intRange(cl::cat(toolOptions), "int-range",
                             cl::desc("random integers are in [0, N)"),
                             cl::init(2));
-  cl::opt<std::string> outDir(cl::cat(toolOptions), "outputs", cl::desc("directory for the outputs"));
-  cl::opt<double> timeout(cl::cat(toolOptions), "timeout", cl::desc("collective timeout (s)"),
-                          cl::init(60));
+  cl::opt<std::string> outDir(cl::cat(toolOptions), "outputs",
+                              cl::desc("directory for the outputs"));
+  cl::opt<double> timeout(cl::cat(toolOptions), "timeout",
+                          cl::desc("collective timeout (s)"), cl::init(60));
   cl::list<std::string> expected(
       cl::cat(toolOptions), "expect", cl::CommaSeparated,
       cl::desc("reference outputs as .npy files: compare and fail on a "

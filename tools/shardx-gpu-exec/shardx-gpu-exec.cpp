@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
       args.outDir = value;
     } else if (name == "ranks" || name == "seed" || name == "int-range") {
       if (!parseInt(value, number) || number < 0)
-        return usageError("--" + name + " takes a whole number, not '" +
-                          value + "'");
+        return usageError("--" + name + " takes a whole number, not '" + value +
+                          "'");
       if (name == "ranks")
         args.options.ranks = number;
       else if (name == "seed")

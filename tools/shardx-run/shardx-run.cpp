@@ -217,8 +217,8 @@ int main(int argc, char **argv) {
   if (!saveIo.empty()) {
     llvm::sys::fs::create_directories(saveIo);
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (!::shardx::exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy", inputs[i],
-                    error)) {
+      if (!::shardx::exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy",
+                                    inputs[i], error)) {
         std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
         return 1;
       }
@@ -285,8 +285,9 @@ int main(int argc, char **argv) {
       globalSeconds = median(gtimes);
       globalTiming.stop();
       for (size_t i = 0; !saveIo.empty() && i < expected.size(); ++i)
-        if (!::shardx::exec::writeNpy(saveIo + "/ref" + std::to_string(i) + ".npy",
-                      expected[i], error)) {
+        if (!::shardx::exec::writeNpy(saveIo + "/ref" + std::to_string(i) +
+                                          ".npy",
+                                      expected[i], error)) {
           std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
           return 1;
         }
@@ -300,18 +301,7 @@ int main(int argc, char **argv) {
         std::printf("output %zu%s%s: max abs err %.3g, max rel err %.3g", i,
                     layout.empty() ? "" : " ", layout.c_str(), d.maxAbs,
                     d.maxRel);
-        if (d.mismatches)
-          std::printf(", %lld of %lld differ",
-                      static_cast<long long>(d.mismatches),
-                      static_cast<long long>(d.elements));
-        if (d.bothNonFinite)
-          std::printf(", %lld of %lld NaN/Inf in both runs",
-                      static_cast<long long>(d.bothNonFinite),
-                      static_cast<long long>(d.elements));
-        const char *verdict = d.mismatches         ? "MISMATCH"
-                              : !d.withinTolerance ? "NOT FINITE"
-                                                   : "ok";
-        std::printf(" %s\n", verdict);
+        ::shardx::tools::printVerdict(d);
         differ += d.mismatches != 0;
         nonFinite += d.bothNonFinite != 0;
         if (!d.withinTolerance)

@@ -94,7 +94,6 @@ std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
   return offsets;
 }
 
-
 /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, divided by
 /// n for avg. Reduces in member order, as before, so results do not change
 /// with the algorithm. Works a block at a time in a private buffer: the

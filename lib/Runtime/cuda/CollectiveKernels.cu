@@ -48,7 +48,7 @@ __device__ void reduce(T *out, const Inputs &in, int n, int64_t count) {
 
 #define SHARDX_REDUCE(T, TNAME, OP, OPNAME)                                    \
   extern "C" __global__ void shardx_reduce_##TNAME##_##OPNAME(                 \
-      T *out, const __grid_constant__ Inputs in, int n, int64_t count) {     \
+      T *out, const __grid_constant__ Inputs in, int n, int64_t count) {       \
     reduce<T, OP>(out, in, n, count);                                          \
   }
 #define SHARDX_REDUCE_ALL(T, TNAME)                                            \

@@ -14,8 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Runtime/CudaLocal.h"
 #include "shardx/Runtime/Cuda.h"
+#include "shardx/Runtime/CudaLocal.h"
 
 #include <algorithm>
 #include <map>
@@ -92,8 +92,8 @@ public:
     constexpr int64_t kThreads = 256, kMaxBlocks = 4096;
     int64_t blocks =
         std::min<int64_t>((elements + kThreads - 1) / kThreads, kMaxBlocks);
-    mgpuLaunchKernel(reductionKernel(type, op), blocks, 1, 1, kThreads, 1, 1,
-                     0, mgpuStreamCreate(), params, nullptr, 4);
+    mgpuLaunchKernel(reductionKernel(type, op), blocks, 1, 1, kThreads, 1, 1, 0,
+                     mgpuStreamCreate(), params, nullptr, 4);
     return Status::ok();
   }
 

@@ -11,8 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Runtime/CudaLocal.h"
 #include "shardx/Runtime/Cuda.h"
+#include "shardx/Runtime/CudaLocal.h"
 
 #include <algorithm>
 #include <memory>
@@ -24,7 +24,8 @@ namespace {
 class DeviceCopy {
 public:
   DeviceCopy(const void *host, size_t bytes) : bytes(bytes) {
-    device = shardx_rt_cuda_alloc(static_cast<int64_t>(std::max<size_t>(bytes, 1)));
+    device =
+        shardx_rt_cuda_alloc(static_cast<int64_t>(std::max<size_t>(bytes, 1)));
     if (host && bytes)
       shardx_rt_cuda_copy(device, host, static_cast<int64_t>(bytes));
   }
@@ -47,9 +48,7 @@ public:
   explicit HostStaging(Communicator &inner)
       : Communicator(inner.getMeshShape(), inner.getRank()), inner(inner) {}
 
-  const char *getBackendName() const override {
-    return inner.getBackendName();
-  }
+  const char *getBackendName() const override { return inner.getBackendName(); }
   void abort(const std::string &cause) override { inner.abort(cause); }
 
   Status allGather(const void *send, void *recv,
@@ -94,13 +93,13 @@ public:
   }
 
   Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
-                  void *recv, const std::vector<size_t> &recvCounts,
-                  DType type, const std::vector<int64_t> &axes) override {
+                  void *recv, const std::vector<size_t> &recvCounts, DType type,
+                  const std::vector<int64_t> &axes) override {
     size_t es = dtypeSize(type);
     DeviceCopy in(send, total(sendCounts) * es);
     DeviceCopy out(nullptr, total(recvCounts) * es);
-    Status s = inner.allToAll(in.get(), sendCounts, out.get(), recvCounts,
-                              type, axes);
+    Status s =
+        inner.allToAll(in.get(), sendCounts, out.get(), recvCounts, type, axes);
     out.back(recv);
     return s;
   }
