@@ -7,7 +7,7 @@
 #include "shardx/Exec/Executor.h"
 #include "shardx/Runtime/CApi.h"
 
-#include "llvm/Support/JSON.h"
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -142,46 +142,92 @@ std::optional<DType> toDType(const std::string &dtype) {
   return std::nullopt;
 }
 
-bool parseSpec(const llvm::json::Object &obj, size_t meshRank,
-               TensorSpec &spec, std::string &error) {
-  auto ints = [](const llvm::json::Array *a) {
-    std::vector<int64_t> v;
-    if (a)
-      for (const auto &x : *a)
-        v.push_back(x.getAsInteger().value_or(-1));
-    return v;
-  };
-  spec.shape = ints(obj.getArray("shape"));
-  spec.globalShape = ints(obj.getArray("global_shape"));
+using Json = nlohmann::json;
+
+/// The integers of `obj[key]` (empty when absent).
+std::vector<int64_t> ints(const Json &obj, const char *key) {
+  std::vector<int64_t> v;
+  if (auto it = obj.find(key); it != obj.end() && it->is_array())
+    for (const Json &x : *it)
+      v.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
+  return v;
+}
+
+std::string stringOr(const Json &obj, const char *key, std::string fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
+               std::string &error) {
+  spec.shape = ints(obj, "shape");
+  spec.globalShape = ints(obj, "global_shape");
   if (spec.globalShape.empty() && !spec.shape.empty())
     spec.globalShape = spec.shape;
-  spec.dtype = obj.getString("dtype").value_or("").str();
+  spec.dtype = stringOr(obj, "dtype", "");
   if (elementSize(spec.dtype) == 0) {
     error = "unsupported element type '" + spec.dtype + "'";
     return false;
   }
-  if (const llvm::json::Object *l = obj.getObject("layout")) {
-    Layout layout(static_cast<int64_t>(meshRank));
-    spec.layoutText = l->getString("text").value_or("").str();
-    if (const auto *dims = l->getArray("dims"))
-      for (const auto &d : *dims) {
-        const auto *dobj = d.getAsObject();
-        int64_t dim = dobj->getInteger("dim").value_or(0);
-        if (const auto *splits = dobj->getArray("splits"))
-          for (const auto &s : *splits) {
-            const auto *pair = s.getAsArray();
-            layout.addSplit(dim, Split{(*pair)[0].getAsInteger().value_or(0),
-                                       (*pair)[1].getAsInteger().value_or(1)});
+  auto l = obj.find("layout");
+  if (l == obj.end() || !l->is_object())
+    return true;
+  Layout layout(static_cast<int64_t>(meshRank));
+  spec.layoutText = stringOr(*l, "text", "");
+  if (auto dims = l->find("dims"); dims != l->end())
+    for (const Json &d : *dims) {
+      int64_t dim = d.value("dim", int64_t(0));
+      if (auto splits = d.find("splits"); splits != d.end())
+        for (const Json &pair : *splits)
+          layout.addSplit(
+              dim, Split{pair.at(0).get<int64_t>(), pair.at(1).get<int64_t>()});
+      std::vector<int64_t> sizes = ints(d, "sizes");
+      if (!sizes.empty())
+        layout.setSizes(dim, sizes);
+    }
+  if (auto partials = l->find("partials"); partials != l->end())
+    for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
+      if ((*partials)[a].is_string())
+        layout.setPartial(a, parseReduceOp((*partials)[a].get<std::string>()));
+  spec.layout = layout;
+  return true;
+}
+
+/// Reads the program description into `a`; false with `error` set when it
+/// is malformed.
+bool parseProgramInfo(const char *info, std::vector<int64_t> &meshShape,
+                      std::vector<EntryPoint> &entries, std::string &error) {
+  Json root = Json::parse(info, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    error = "not valid JSON";
+    return false;
+  }
+  try {
+    size_t meshRank = 1;
+    if (auto meshes = root.find("meshes");
+        meshes != root.end() && meshes->is_array() && !meshes->empty()) {
+      meshShape.clear();
+      for (const Json &s : meshes->at(0).at("shape"))
+        meshShape.push_back(s.get<int64_t>());
+      meshRank = meshShape.size();
+    }
+    for (const Json &f : root.at("functions")) {
+      EntryPoint e;
+      e.name = stringOr(f, "name", "");
+      for (const char *key : {"inputs", "outputs"})
+        for (const Json &v : f.at(key)) {
+          TensorSpec spec;
+          if (!parseSpec(v, meshRank, spec, error)) {
+            error = e.name + ": " + error;
+            return false;
           }
-        std::vector<int64_t> sizes = ints(dobj->getArray("sizes"));
-        if (!sizes.empty())
-          layout.setSizes(dim, sizes);
-      }
-    if (const auto *partials = l->getArray("partials"))
-      for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
-        if (auto s = (*partials)[a].getAsString())
-          layout.setPartial(a, parseReduceOp(s->str()));
-    spec.layout = layout;
+          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
+        }
+      entries.push_back(std::move(e));
+    }
+  } catch (const Json::exception &e) {
+    error = e.what();
+    return false;
   }
   return true;
 }
@@ -210,36 +256,9 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   // Absent from artifacts built before the call existed.
   a->setThreads = reinterpret_cast<int (*)(int)>(
       dlsym(handle, "shardx_rt_set_compute_threads"));
-  auto parsed = llvm::json::parse(info);
-  if (!parsed) {
-    error = "bad program description in " + path + ": " +
-            llvm::toString(parsed.takeError());
+  if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
+    error = "bad program description in " + path + ": " + error;
     return nullptr;
-  }
-  const llvm::json::Object *root = parsed->getAsObject();
-  size_t meshRank = 1;
-  if (const auto *meshes = root->getArray("meshes"))
-    if (!meshes->empty()) {
-      a->meshShape.clear();
-      for (const auto &s : *(*meshes)[0].getAsObject()->getArray("shape"))
-        a->meshShape.push_back(s.getAsInteger().value_or(1));
-      meshRank = a->meshShape.size();
-    }
-  for (const auto &f : *root->getArray("functions")) {
-    const auto *fobj = f.getAsObject();
-    EntryPoint e;
-    e.name = fobj->getString("name").value_or("").str();
-    for (const char *key : {"inputs", "outputs"}) {
-      for (const auto &v : *fobj->getArray(key)) {
-        TensorSpec spec;
-        if (!parseSpec(*v.getAsObject(), meshRank, spec, error)) {
-          error = e.name + ": " + error;
-          return nullptr;
-        }
-        (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
-      }
-    }
-    a->entries.push_back(std::move(e));
   }
   return a;
 }
@@ -700,14 +719,15 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
                                  const EntryPoint &entry,
                                  const std::vector<HostTensor> &globalInputs,
                                  std::vector<HostTensor> &globalOutputs,
-                                 double timeoutSeconds, double *seconds) {
+                                 double timeoutSeconds, double *seconds,
+                                 const RankWorld &world) {
   const std::vector<int64_t> &mesh = artifact.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<std::vector<HostTensor>> outs(coords.size());
   std::vector<double> times(coords.size(), 0);
   artifact.setComputeThreads(
       computeThreadsPerRank(static_cast<int64_t>(coords.size())));
-  std::vector<Status> statuses = rt::runThreads(
+  std::vector<Status> statuses = world(
       mesh,
       [&](Communicator &comm) -> Status {
         std::vector<HostTensor> local;
@@ -722,9 +742,12 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
         return s;
       },
       timeoutSeconds);
+  // Every rank's error, each distinct message once (a world that cannot
+  // start fails every rank alike).
   std::string errors;
+  std::set<std::string> seen;
   for (size_t r = 0; r < statuses.size(); ++r)
-    if (!statuses[r])
+    if (!statuses[r] && seen.insert(statuses[r].message()).second)
       errors += (errors.empty() ? "" : "\n") + statuses[r].message();
   if (!errors.empty())
     return Status::error(errors);

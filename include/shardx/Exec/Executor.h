@@ -15,6 +15,7 @@
 #include "shardx/Layout/Layout.h"
 #include "shardx/Runtime/Communicator.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -132,12 +133,19 @@ bool readNpy(const std::string &path, HostTensor &out, std::string &error);
 bool writeNpy(const std::string &path, const HostTensor &t,
               std::string &error);
 
-/// Runs `entry` of `artifact` on every rank of its mesh as threads and
-/// returns the global outputs.
+/// How a world of ranks in this process is run: rt::runThreads (the
+/// `threads` backend) or rt::runCudaLocal (`cuda-local`).
+using RankWorld = std::function<std::vector<rt::Status>(
+    const std::vector<int64_t> &,
+    const std::function<rt::Status(rt::Communicator &)> &, double)>;
+
+/// Runs `entry` of `artifact` on every rank of its mesh as threads of
+/// `world` and returns the global outputs.
 rt::Status runThreaded(const Artifact &artifact, const EntryPoint &entry,
                        const std::vector<HostTensor> &globalInputs,
                        std::vector<HostTensor> &globalOutputs,
-                       double timeoutSeconds, double *seconds = nullptr);
+                       double timeoutSeconds, double *seconds = nullptr,
+                       const RankWorld &world = rt::runThreads);
 
 /// Runs this process's rank on `comm` (any backend) and gathers the global
 /// outputs on every rank.
