@@ -53,7 +53,7 @@ def tiny(steps: int, repeat: int):
     x = ShardedTensor.from_torch(inputs[0], mesh, [S(0)])
     y = ShardedTensor.from_torch(target, mesh, [S(0)])
     for _ in range(50):
-        f(params, state, (x,), y)
+        _, params, state = f(params, state, (x,), y)
     exe = next(iter(f._executables.values()))
     # Outputs (loss, w, b) -> inputs (w, b, x, y): w and b fed back.
     feed = ",".join(f"{o}:{i}" for i, o in exe.donated)
@@ -61,7 +61,7 @@ def tiny(steps: int, repeat: int):
     for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(steps):
-            f(params, state, (x,), y)
+            _, params, state = f(params, state, (x,), y)
         py.append((time.perf_counter() - start) / steps * 1e6)
         out = subprocess.run([find_tool("shardx-jit-call-bench"), exe.path, "--steps", str(steps),
                               "--feed", feed], capture_output=True, text=True, check=True).stdout

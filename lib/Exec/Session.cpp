@@ -201,6 +201,18 @@ static Status rootCause(const std::vector<Status> &statuses) {
 Status Session::run(const Artifact &artifact, const EntryPoint &entry,
                     const std::vector<const ShardSet *> &inputs,
                     std::vector<ShardSet> &outputs) {
+  // Nothing is donated, so nothing is written.
+  std::vector<ShardSet *> mutableInputs;
+  mutableInputs.reserve(inputs.size());
+  for (const ShardSet *in : inputs)
+    mutableInputs.push_back(const_cast<ShardSet *>(in));
+  return run(artifact, entry, mutableInputs, outputs, {});
+}
+
+Status Session::run(const Artifact &artifact, const EntryPoint &entry,
+                    const std::vector<ShardSet *> &inputs,
+                    std::vector<ShardSet> &outputs,
+                    const std::vector<int64_t> &donatedInputOf) {
   if (artifact.getMeshShape() != meshShape &&
       !(size == 1 && artifact.getMeshShape() == std::vector<int64_t>{1}))
     return Status::error("the artifact's mesh " +
@@ -212,6 +224,10 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
                          std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string why;
+    if (inputs[i]->donated)
+      return Status::error("input " + std::to_string(i) +
+                           " was donated to an earlier run: its buffers "
+                           "belong to that run's output");
     if (inputs[i]->locals.size() != static_cast<size_t>(size))
       return Status::error("input " + std::to_string(i) + " has " +
                            std::to_string(inputs[i]->locals.size()) +
@@ -220,30 +236,72 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
       return Status::error("input " + std::to_string(i) + " of " + entry.name +
                            ": " + why);
   }
+  size_t numOutputs = entry.outputs.size();
+  std::vector<ShardSet *> donors(numOutputs);
+  for (size_t o = 0; o < numOutputs; ++o) {
+    std::string why;
+    if (o < donatedInputOf.size() && donatedInputOf[o] >= 0 &&
+        donatedInputOf[o] < static_cast<int64_t>(inputs.size()) &&
+        inputs[donatedInputOf[o]]->matches(entry.outputs[o], why))
+      donors[o] = inputs[donatedInputOf[o]];
+  }
   artifact.setComputeThreads(computeThreadsPerRank(size));
+  std::vector<RawOutputs> raws(size);
   std::vector<std::vector<HostTensor>> localOutputs(size);
+  // A donated result stays in the program's buffer until every rank has
+  // succeeded, so a failure leaves the donated inputs as they were.
+  auto deferred = [&](int64_t r, size_t o) {
+    return donors[o] && !raws[r].aliasesInput(o);
+  };
   std::vector<Status> statuses = runOnRanks([&](Communicator &comm) {
     int64_t r = comm.getRank();
     std::vector<const HostTensor *> locals;
     locals.reserve(inputs.size());
     for (const ShardSet *in : inputs)
       locals.push_back(in->locals[r].get());
-    return artifact.run(entry, comm, locals, localOutputs[r]);
+    if (Status s = artifact.call(entry, comm, locals, raws[r]); !s)
+      return s;
+    localOutputs[r].resize(numOutputs);
+    for (size_t o = 0; o < numOutputs; ++o)
+      if (!deferred(r, o))
+        raws[r].copyOut(o, localOutputs[r][o]);
+    return Status::ok();
   });
   if (Status s = rootCause(statuses); !s)
     return s;
   outputs.clear();
-  for (size_t o = 0; o < entry.outputs.size(); ++o) {
+  outputs.reserve(numOutputs);
+  for (size_t o = 0; o < numOutputs; ++o) {
     const TensorSpec &spec = entry.outputs[o];
     ShardSet set;
     set.meshShape = meshShape;
     set.globalShape = spec.globalShape;
     set.dtype = spec.dtype;
     set.layout = spec.layout;
-    for (int64_t r = 0; r < size; ++r)
-      set.locals.push_back(
-          std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));
+    set.locals.reserve(size);
+    for (int64_t r = 0; r < size; ++r) {
+      if (!deferred(r, o)) {
+        set.locals.push_back(
+            std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));
+        continue;
+      }
+      std::shared_ptr<const HostTensor> &buffer = donors[o]->locals[r];
+      if (buffer && buffer.use_count() == 1) {
+        // Only this ShardSet holds it: the result goes in place.
+        raws[r].copyOut(o, const_cast<HostTensor &>(*buffer));
+        set.locals.push_back(std::move(buffer));
+      } else {
+        HostTensor t;
+        raws[r].copyOut(o, t);
+        set.locals.push_back(std::make_shared<const HostTensor>(std::move(t)));
+      }
+    }
     outputs.push_back(std::move(set));
   }
+  for (ShardSet *donor : donors)
+    if (donor) {
+      donor->locals.clear();
+      donor->donated = true;
+    }
   return Status::ok();
 }

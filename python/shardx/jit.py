@@ -189,6 +189,7 @@ class _Executable:
     donated: List[Tuple[int, int]]  # (flat input, flat output)
     key: str
     path: str
+    plan: Any  # _shardx_rt.CallPlan: guards, call and outputs in C++
 
 
 class CompiledFunction:
@@ -214,6 +215,8 @@ class CompiledFunction:
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
         self._session = session(self.mesh)
+        self._plan = None
+        self._run_error = runtime().RunError
 
     # -- guards -----------------------------------------------------------
 
@@ -288,7 +291,12 @@ class CompiledFunction:
         out_spec = _flatten(pytree.tree_unflatten(list(range(n_out)), traced.out_treedef), [])
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
                     for o in artifact.outputs(entry)]
-        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path)
+        donated_input_of = [-1] * n_out
+        for i, o in donated:
+            donated_input_of[o] = i
+        plan = runtime().CallPlan(self._session, artifact, entry, _flatten(args, []), out_spec,
+                                  out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
+        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan)
 
     def _pair_donated(self, args, treedef, out_treedef, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -320,14 +328,18 @@ class CompiledFunction:
             n = sub.num_leaves
             first = offsets[argnum]
 
+            leaves = pytree.tree_leaves(args[argnum])
+
             def fits(k):
                 if pytree.tree_structure(outs[k]) != sub:
                     return False
                 for j in range(n):
                     spec = out_specs[out_offsets[k] + j]
-                    leaf = first + j
-                    lay = in_layouts[leaf]
-                    if layout_key(spec["layout"]) != layout_key(lay):
+                    a = leaves[j]
+                    if (tuple(spec["global_shape"]) != tuple(a.shape)
+                            or spec["dtype"] != (a._key[1] if isinstance(a, ShardedTensor)
+                                                 else dtype_name(a))
+                            or layout_key(spec["layout"]) != layout_key(in_layouts[first + j])):
                         return False
                 return True
             candidates = [want] if want is not None else [k for k in range(len(outs)) if k not in used]
@@ -342,6 +354,23 @@ class CompiledFunction:
     # -- call -------------------------------------------------------------
 
     def __call__(self, *args):
+        # The fast path: the last entry's C++ call plan checks every guard
+        # (structure, shapes, dtypes, layouts, mesh) and runs; NotImplemented
+        # when a guard fails.
+        plan = self._plan
+        if plan is not None:
+            try:
+                out = plan(args)
+            except self._run_error as e:
+                raise RankError(str(e)) from None
+            if out is not NotImplemented:
+                return out
+        return self._call_guarded(args)
+
+    def _call_guarded(self, args):
+        """Finds (or compiles, logging why) the entry whose guards the
+        arguments pass, makes every leaf a ShardedTensor in the entry's
+        layout, and runs it."""
         flat = []
         spec = _flatten(args, flat)
         if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
@@ -358,30 +387,25 @@ class CompiledFunction:
             exe = self._compile(args, flat, pytree.tree_structure(args))
             self._executables[key] = exe
         self._last_key = key
+        self._plan = exe.plan
+        # Arrays the plan does not take as they are (not contiguous, on
+        # another device, needing grad) are scattered here.
         rt = runtime()
-        shards = []
-        mesh = list(self.mesh.shape)
-        for a, layout in zip(flat, exe.in_layouts):
-            if isinstance(a, ShardedTensor):
-                shards.append(a._shards)
-            else:
+        leaves = []
+        for a, layout, k in zip(flat, exe.in_layouts, key[1]):
+            if not isinstance(a, ShardedTensor):
                 array = a.detach().contiguous().cpu() if hasattr(a, "detach") else np.ascontiguousarray(a)
-                shards.append(rt.ShardSet.scatter(array, dtype_name(array), layout, mesh))
+                a = ShardedTensor(rt.ShardSet.scatter(array, dtype_name(array), layout,
+                                                      list(self.mesh.shape)), self.mesh, k)
+            leaves.append(a)
         try:
-            outs = self._session.run(exe.artifact, exe.entry, shards)
-        except rt.RunError as e:
+            out = exe.plan(_unflatten(spec, iter(leaves)))
+        except self._run_error as e:
             raise RankError(str(e)) from None
-        results = list(outs)
-        # Donated handles take their outputs: same objects, new buffers.
-        for i, o in exe.donated:
-            a = flat[i]
-            if isinstance(a, ShardedTensor):
-                a._set(outs[o], exe.out_keys[o])
-                results[o] = a
-        mesh = self.mesh
-        results = [r if type(r) is ShardedTensor else ShardedTensor(r, mesh, k)
-                   for r, k in zip(results, exe.out_keys)]
-        return _unflatten(exe.out_spec, iter(results))
+        if out is NotImplemented:
+            raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
+                               "its guards accepted (a ShardX bug)")
+        return out
 
 
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,

@@ -43,6 +43,7 @@ def runtime():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules.setdefault("_shardx_rt", module)
+    module.set_donated_error(DonatedError)
     _RT = module
     return module
 
@@ -56,6 +57,11 @@ class RankError(RuntimeError):
         self.rank = int(m.group(1)) if m else -1
         self.cause = m.group(2) if m else message
         super().__init__(message)
+
+
+class DonatedError(RuntimeError):
+    """A ShardedTensor donated to a ``shardx.compile`` call was used again:
+    its buffers now hold that call's output."""
 
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",

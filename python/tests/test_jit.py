@@ -56,8 +56,10 @@ def test_compiled_steps_match_eager(name):
     params, state, inputs, target = spec.example_args
     eager = (params, state)
     sharded = (params, state)
-    handles = None
+    mesh_size = int(np.prod(spec.mesh.shape)) if spec.mesh else 1
     for i in range(3):
+        donated = [t for t in pytree.tree_leaves(sharded) if isinstance(t, ShardedTensor)]
+        addresses = [[t._shards.buffer_address(r) for r in range(mesh_size)] for t in donated]
         loss, p, s = f(sharded[0], sharded[1], inputs, target)
         el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
         # Adam moves a parameter by about lr wherever its gradient is
@@ -73,11 +75,14 @@ def test_compiled_steps_match_eager(name):
         for key in es:
             for j, (a, b) in enumerate(zip(s[key], es[key])):
                 assert_close(a, b, f"{name} step {i}: {key} {j}", **tol)
-        if handles is None:
-            handles = [id(t) for t in pytree.tree_leaves((p, s))]
-        else:
-            # Donated: the same handles, updated in place.
-            assert [id(t) for t in pytree.tree_leaves((p, s))] == handles
+        # Donated (from step 1 on, the previous step's outputs): the new
+        # parameters and state are in the old buffers on every rank, and the
+        # old handles are invalidated.
+        assert len(donated) == (0 if i == 0 else len(pytree.tree_leaves((p, s))))
+        for t, before, after in zip(donated, addresses, pytree.tree_leaves((p, s))):
+            assert [after._shards.buffer_address(r) for r in range(mesh_size)] == before
+            with pytest.raises(shardx.DonatedError, match="donated to a call"):
+                t.full()
         sharded, eager = (p, s), (ep, es)
     assert f.compiles == 1
 

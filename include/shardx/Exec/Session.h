@@ -24,8 +24,9 @@
 namespace shardx::exec {
 
 /// A global tensor as its local shards, one per rank of a mesh (rank-major
-/// order). Ranks that hold the same shard may share one buffer; buffers are
-/// never written after they are made, so sharing is safe.
+/// order). Ranks that hold the same shard may share one buffer. A buffer is
+/// written after it is made only when its ShardSet is donated to a run and
+/// nothing else holds it (see Session::run), so sharing is safe.
 struct ShardSet {
   std::vector<int64_t> meshShape;
   std::vector<int64_t> globalShape;
@@ -33,6 +34,8 @@ struct ShardSet {
   /// None: every rank holds the whole tensor.
   std::optional<Layout> layout;
   std::vector<std::shared_ptr<const HostTensor>> locals;
+  /// Donated to a run: `locals` is empty, the run's output has the buffers.
+  bool donated = false;
 
   /// The spec of the tensor as an artifact describes it (for assemble).
   TensorSpec getSpec() const;
@@ -76,6 +79,17 @@ public:
   rt::Status run(const Artifact &artifact, const EntryPoint &entry,
                  const std::vector<const ShardSet *> &inputs,
                  std::vector<ShardSet> &outputs);
+  /// The same with donation: `donatedInputOf[o]` is the input whose buffers
+  /// output `o` reuses (same global shape, dtype and layout), or -1. Once
+  /// every rank has succeeded, each rank's result is copied into the
+  /// donated input's buffer on that rank when nothing else holds it (not
+  /// shared with another rank or a view, and not itself the result's
+  /// source); else into a new buffer. A donated input is then invalidated
+  /// (`donated`, no locals). On failure no input is touched.
+  rt::Status run(const Artifact &artifact, const EntryPoint &entry,
+                 const std::vector<ShardSet *> &inputs,
+                 std::vector<ShardSet> &outputs,
+                 const std::vector<int64_t> &donatedInputOf);
 
 private:
   void startWorld();
