@@ -158,6 +158,9 @@ nb::dict specDict(const TensorSpec &s) {
 /// (A strong reference, never released: the module lives as long as the
 /// interpreter.)
 PyObject *donatedErrorType = nullptr;
+/// The exception a failed run raises in a compiled call (shardx sets it to
+/// `shardx.RankError`; RunError until then). Never released either.
+PyObject *rankErrorType = nullptr;
 
 [[noreturn]] void raiseDonated(const std::string &message) {
   PyErr_SetString(donatedErrorType ? donatedErrorType : PyExc_RuntimeError,
@@ -361,8 +364,12 @@ struct CallPlan {
       nb::gil_scoped_release release;
       status = session->run(*artifact, *entry, inputs, outputs, donatedInputOf);
     }
-    if (!status)
-      throw RunError(status.message());
+    if (!status) {
+      if (!rankErrorType)
+        throw RunError(status.message());
+      PyErr_SetString(rankErrorType, status.message().c_str());
+      throw nb::python_error();
+    }
     std::vector<nb::object> results;
     results.reserve(outputs.size());
     for (size_t o = 0; o < outputs.size(); ++o) {
@@ -381,6 +388,15 @@ struct CallPlan {
   }
 };
 
+/// The base of `shardx.jit.CompiledFunction`: its call goes to the plan of
+/// the entry the last call used, and to the Python method `_call_guarded`
+/// (guards with reasons, compiles) when there is none or a guard fails, so
+/// a call that passes the guards runs no Python code.
+struct CompiledCall {
+  nb::object planObject = nb::none();
+  CallPlan *plan = nullptr;
+};
+
 /// A loaded artifact; the entry points are looked up by name.
 struct PyArtifact {
   std::shared_ptr<Artifact> artifact;
@@ -397,6 +413,9 @@ struct PyArtifact {
 
 NB_MODULE(_shardx_rt, m) {
   m.doc() = "ShardX runtime: artifacts, resident shards, rank sessions";
+  // Sessions and call plans held by module globals (shardx's per-mesh
+  // sessions, compiled functions) are alive at interpreter exit by design.
+  nb::set_leak_warnings(false);
   nb::exception<RunError>(m, "RunError", PyExc_RuntimeError);
   nb::exception<LoadError>(m, "LoadError", PyExc_RuntimeError);
 
@@ -636,16 +655,45 @@ NB_MODULE(_shardx_rt, m) {
            "Runs the entry point on `args` (a tuple) when they pass the "
            "guards, else returns NotImplemented.");
 
+  nb::class_<CompiledCall>(m, "CompiledCall")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "_plan", [](const CompiledCall &c) { return c.planObject; },
+          [](CompiledCall &c, nb::object plan) {
+            c.plan = plan.is_none() ? nullptr : nb::cast<CallPlan *>(plan);
+            c.planObject = std::move(plan);
+          },
+          nb::arg("plan").none())
+      .def(
+          "__call__",
+          [](nb::handle self, nb::args args) -> nb::object {
+            CompiledCall &c = nb::cast<CompiledCall &>(self);
+            if (c.plan) {
+              // Kept alive through the call (a recompile may replace it).
+              nb::object keep = c.planObject;
+              nb::object out = c.plan->call(args);
+              if (out.ptr() != Py_NotImplemented)
+                return out;
+            }
+            return self.attr("_call_guarded")(args);
+          });
+
+  auto exceptionType = [](nb::object type) {
+    if (!PyType_Check(type.ptr()) ||
+        !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type.ptr()),
+                          reinterpret_cast<PyTypeObject *>(PyExc_Exception)))
+      throw std::invalid_argument("not an exception type");
+    return type.release().ptr();
+  };
   m.def(
-      "set_donated_error",
-      [](nb::object type) {
-        if (!PyType_Check(type.ptr()) ||
-            !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type.ptr()),
-                              reinterpret_cast<PyTypeObject *>(PyExc_Exception)))
-          throw std::invalid_argument("not an exception type");
+      "set_error_types",
+      [exceptionType](nb::object donated, nb::object rank) {
         Py_XDECREF(donatedErrorType);
-        donatedErrorType = type.release().ptr();
+        donatedErrorType = exceptionType(std::move(donated));
+        Py_XDECREF(rankErrorType);
+        rankErrorType = exceptionType(std::move(rank));
       },
-      nb::arg("type"),
-      "The exception a use of a donated tensor raises.");
+      nb::arg("donated"), nb::arg("rank"),
+      "The exceptions a use of a donated tensor and a failed run in a "
+      "compiled call raise (constructed from the message).");
 }

@@ -192,11 +192,17 @@ class _Executable:
     plan: Any  # _shardx_rt.CallPlan: guards, call and outputs in C++
 
 
-class CompiledFunction:
-    """What ``shardx.compile`` returns; call it like ``fn``."""
+class CompiledFunction(runtime().CompiledCall):
+    """What ``shardx.compile`` returns; call it like ``fn``.
+
+    A call goes (in C++, ``CompiledCall``) to the call plan of the entry the
+    last call used, which checks every guard (structure, shapes, dtypes,
+    layouts, mesh) and runs; ``_call_guarded`` (Python) takes the calls
+    that fail a guard: it finds or compiles the right entry, logging why."""
 
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str]):
+        super().__init__()
         self.fn = fn
         self._trace_mesh = mesh
         self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
@@ -216,7 +222,6 @@ class CompiledFunction:
         self.recompile_reasons: List[str] = []
         self._session = session(self.mesh)
         self._plan = None
-        self._run_error = runtime().RunError
 
     # -- guards -----------------------------------------------------------
 
@@ -353,20 +358,6 @@ class CompiledFunction:
 
     # -- call -------------------------------------------------------------
 
-    def __call__(self, *args):
-        # The fast path: the last entry's C++ call plan checks every guard
-        # (structure, shapes, dtypes, layouts, mesh) and runs; NotImplemented
-        # when a guard fails.
-        plan = self._plan
-        if plan is not None:
-            try:
-                out = plan(args)
-            except self._run_error as e:
-                raise RankError(str(e)) from None
-            if out is not NotImplemented:
-                return out
-        return self._call_guarded(args)
-
     def _call_guarded(self, args):
         """Finds (or compiles, logging why) the entry whose guards the
         arguments pass, makes every leaf a ShardedTensor in the entry's
@@ -398,10 +389,7 @@ class CompiledFunction:
                 a = ShardedTensor(rt.ShardSet.scatter(array, dtype_name(array), layout,
                                                       list(self.mesh.shape)), self.mesh, k)
             leaves.append(a)
-        try:
-            out = exe.plan(_unflatten(spec, iter(leaves)))
-        except self._run_error as e:
-            raise RankError(str(e)) from None
+        out = exe.plan(_unflatten(spec, iter(leaves)))
         if out is NotImplemented:
             raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
                                "its guards accepted (a ShardX bug)")

@@ -43,7 +43,7 @@ def runtime():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules.setdefault("_shardx_rt", module)
-    module.set_donated_error(DonatedError)
+    module.set_error_types(DonatedError, RankError)
     _RT = module
     return module
 

@@ -182,6 +182,41 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
         assert_close(a, b, "parameter after a failed step")
 
 
+def test_donation_reuses_buffers_and_invalidates_inputs():
+    step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
+    f = shardx.compile(step, mesh, ins, outs, donate=(0, 1), name="mlp")
+    _, p, s = f(params, state, inputs, target)
+    _, ep, es = step.run_eager(params, state, inputs, target)
+    old = pytree.tree_leaves((p, s))
+    addresses = [[t._shards.buffer_address(r) for r in range(4)] for t in old]
+    # A view the caller holds keeps its buffer: that one output gets a new
+    # buffer, the view still shows the old values.
+    view = old[0].local(1)
+    kept = view.copy()
+    loss, p2, s2 = f(p, s, inputs, target)
+    el, ep, es = step.run_eager(ep, es, inputs, target)
+    assert_close(loss, el, "loss")
+    for a, b in zip(pytree.tree_leaves((p2, s2)), pytree.tree_leaves((ep, es))):
+        assert_close(a, b, "parameter or state")
+    new = pytree.tree_leaves((p2, s2))
+    np.testing.assert_array_equal(view, kept)
+    assert new[0]._shards.buffer_address(1) != addresses[0][1]
+    assert [new[0]._shards.buffer_address(r) for r in (0, 2, 3)] == [addresses[0][r] for r in (0, 2, 3)]
+    for t, before in zip(new[1:], addresses[1:]):
+        assert [t._shards.buffer_address(r) for r in range(4)] == before
+    # The donated handles are invalidated, with a clear error.
+    for t in old:
+        with pytest.raises(shardx.DonatedError, match="donated to a call"):
+            t.full()
+    with pytest.raises(shardx.DonatedError, match="input 0 of mlp was donated to an earlier call"):
+        f(p, s, inputs, target)
+    # Not donated: the inputs stay valid and the outputs get new buffers.
+    g = shardx.compile(step, mesh, ins, outs, name="mlp")
+    _, p3, _ = g(p2, s2, inputs, target)
+    assert p2[0].full().shape == p3[0].full().shape
+    assert p3[0]._shards.buffer_address(0) != p2[0]._shards.buffer_address(0)
+
+
 def test_bad_placements_raise_before_tracing():
     mesh = Mesh((2, 2), ("dp", "tp"))
     with pytest.raises(PlacementError, match="expected 2 placements"):
