@@ -17,7 +17,9 @@ Artifacts are cached on disk (``$SHARDX_CACHE_DIR``, default
 ``~/.cache/shardx/jit``) under a hash of the program text, the layouts, the
 target and the ShardX version; entries are written under a temporary name
 and renamed, and an entry that fails its checksum or does not load is
-rebuilt. ``cache_stats`` counts hits, misses and rebuilds.
+rebuilt. The cache stays under ``$SHARDX_CACHE_MAX_MB`` (default 1024):
+after each compile the least recently used entries are removed.
+``cache_stats`` counts hits, misses, rebuilds and evictions.
 """
 
 from __future__ import annotations
@@ -49,14 +51,16 @@ BACKENDS = ("threads",)
 class CacheStats:
     """Disk cache counters of this process: ``hits`` (artifact loaded, no
     compile), ``misses`` (compiled), ``rebuilds`` (a corrupt entry compiled
-    again; also counted in misses)."""
+    again; also counted in misses), ``evictions`` (entries removed to stay
+    under the size cap)."""
 
     hits: int = 0
     misses: int = 0
     rebuilds: int = 0
+    evictions: int = 0
 
     def reset(self):
-        self.hits = self.misses = self.rebuilds = 0
+        self.hits = self.misses = self.rebuilds = self.evictions = 0
 
 
 cache_stats = CacheStats()
@@ -66,6 +70,67 @@ _LOCK = threading.Lock()
 def cache_dir() -> str:
     return os.environ.get("SHARDX_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "shardx", "jit")
+
+
+DEFAULT_CACHE_MAX_MB = 1024.0
+_ENTRY_SUFFIXES = (".json", ".so", ".mlir")
+
+
+def cache_max_bytes() -> int:
+    """The size cap of the disk cache: ``$SHARDX_CACHE_MAX_MB`` (MiB, may
+    be fractional; default 1024)."""
+    text = os.environ.get("SHARDX_CACHE_MAX_MB")
+    try:
+        mb = DEFAULT_CACHE_MAX_MB if not text else float(text)
+    except ValueError:
+        raise ValueError(f"SHARDX_CACHE_MAX_MB={text!r} is not a number of MiB") from None
+    if mb <= 0:
+        raise ValueError(f"SHARDX_CACHE_MAX_MB={text!r} must be positive")
+    return int(mb * (1 << 20))
+
+
+def evict(folder: str, keep: str = "") -> List[str]:
+    """Removes least recently used entries (by their ``.json``'s mtime,
+    which a hit refreshes) until the cache is under ``cache_max_bytes()``;
+    never ``keep``. Entries being written (temporary names) are not
+    counted. Processes take turns (an flock on ``.lock``); an entry's
+    ``.json`` goes first, so no reader sees it complete once removal has
+    begun, and a process that has the ``.so`` loaded keeps its mapping.
+    Returns the removed keys."""
+    import fcntl
+    cap = cache_max_bytes()
+    with open(os.path.join(folder, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries, total = [], 0
+        for name in os.listdir(folder):
+            key, dot, suffix = name.partition(".")
+            if suffix != "json" or not dot:
+                continue
+            try:
+                used = os.stat(os.path.join(folder, name)).st_mtime_ns
+                size = sum(os.stat(os.path.join(folder, key + s)).st_size
+                           for s in _ENTRY_SUFFIXES if os.path.exists(os.path.join(folder, key + s)))
+            except FileNotFoundError:
+                continue
+            entries.append((used, key, size))
+            total += size
+        removed = []
+        for used, key, size in sorted(entries):
+            if total <= cap:
+                break
+            if key == keep:
+                continue
+            for s in _ENTRY_SUFFIXES:
+                try:
+                    os.unlink(os.path.join(folder, key + s))
+                except FileNotFoundError:
+                    pass
+            total -= size
+            removed.append(key)
+    if removed:
+        log.info("shardx.compile: cache over %.1f MiB: evicted %d entries", cap / (1 << 20),
+                 len(removed))
+    return removed
 
 
 def _compiler_identity() -> Tuple[str, str]:
@@ -87,6 +152,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path)."""
     rt = runtime()
+    cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
     tool, version = _compiler_identity()
     material = json.dumps({"program": mlir_text, "layouts": list(layouts), "target": target,
                            "version": version}, sort_keys=True)
@@ -105,7 +171,13 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
             with _LOCK:
                 cache_stats.hits += 1
             log.debug("cache hit %s", so)
+            try:
+                os.utime(meta)  # last use, for the LRU eviction
+            except FileNotFoundError:
+                pass
             return artifact, key, so
+        except FileNotFoundError:
+            pass  # evicted by another process meanwhile: compiled again
         except (OSError, ValueError, RuntimeError) as e:
             corrupt = True
             log.warning("shardx.compile: cache entry %s is corrupt (%s); rebuilding", key, e)
@@ -135,7 +207,11 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
         for p in (src, tmp_so):
             if os.path.exists(p):
                 os.unlink(p)
-    return rt.Artifact(so), key, so
+    artifact = rt.Artifact(so)
+    removed = evict(folder, keep=key)
+    with _LOCK:
+        cache_stats.evictions += len(removed)
+    return artifact, key, so
 
 
 def _flatten(x, leaves):

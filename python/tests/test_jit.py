@@ -279,7 +279,41 @@ def test_concurrent_compiles_then_a_hit(cache):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1", "0"]
-    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".mlir", ".so"]
+    assert sorted(p.suffix for p in cache.iterdir() if p.name != ".lock") == [
+        ".json", ".mlir", ".so"]
+
+
+def test_cache_evicts_least_recently_used(cache, monkeypatch):
+    mesh = Mesh((2,), ("dp",))
+    w = torch.randn(16, 8)
+
+    def run(batch):
+        x = torch.randn(batch, 16)
+        y, _ = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+        assert_close(y, _dp_fn()(w, x)[0], f"batch {batch}")
+
+    def entries():
+        return {p.stem for p in cache.iterdir() if p.suffix == ".json"}
+
+    run(8)
+    [a] = entries()
+    size = sum((cache / (a + s)).stat().st_size for s in (".json", ".so", ".mlir"))
+    # Room for two entries of this size, not three.
+    monkeypatch.setenv("SHARDX_CACHE_MAX_MB", str(2.5 * size / (1 << 20)))
+    run(4)
+    [b] = entries() - {a}
+    run(8)  # a hit: a is now the most recently used
+    assert (shardx.cache_stats.hits, shardx.cache_stats.misses) == (1, 2)
+    run(2)
+    [c] = entries() - {a, b}
+    assert entries() == {a, c} and shardx.cache_stats.evictions == 1
+    assert not list(cache.glob(b + ".*"))
+    # The evicted program compiles again.
+    run(4)
+    assert shardx.cache_stats.misses == 4 and len(entries()) == 2
+    monkeypatch.setenv("SHARDX_CACHE_MAX_MB", "lots")
+    with pytest.raises(ValueError, match="SHARDX_CACHE_MAX_MB='lots' is not a number"):
+        run(6)
 
 
 def _module(kind):
