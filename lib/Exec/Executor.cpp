@@ -816,46 +816,54 @@ Status shardx::exec::runOnCommunicator(
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
                    .count();
+  globalOutputs.assign(entry.outputs.size(), HostTensor());
+  for (size_t o = 0; o < entry.outputs.size(); ++o)
+    if (Status g = gatherOnCommunicator(localOut[o], entry.outputs[o], comm,
+                                        globalOutputs[o]);
+        !g)
+      return g;
+  return Status::ok();
+}
+
+Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
+                                          const TensorSpec &spec,
+                                          Communicator &comm,
+                                          HostTensor &global) {
+  const std::vector<int64_t> &mesh = comm.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<int64_t> allAxes;
   for (size_t a = 0; a < mesh.size(); ++a)
     allAxes.push_back(static_cast<int64_t>(a));
-  globalOutputs.clear();
-  for (size_t o = 0; o < entry.outputs.size(); ++o) {
-    const TensorSpec &spec = entry.outputs[o];
-    std::optional<DType> dt = toDType(spec.dtype);
-    if (!dt)
-      return Status::error("cannot gather " + spec.dtype + " results");
-    std::vector<size_t> counts;
-    std::vector<HostTensor> locals(coords.size());
-    for (size_t r = 0; r < coords.size(); ++r) {
-      locals[r].dtype = spec.dtype;
-      locals[r].shape = spec.layout ? spec.layout
-                                          ->getLocalShard(mesh, spec.globalShape,
-                                                          coords[r])
-                                          .shape
-                                    : spec.globalShape;
-      counts.push_back(locals[r].numElements());
-    }
-    size_t total = 0;
-    for (size_t c : counts)
-      total += c;
-    std::vector<char> all(total * elementSize(spec.dtype) + 1);
-    Status g = comm.allGather(localOut[o].data.data(), all.data(), counts, *dt,
-                              allAxes);
-    if (!g)
-      return g;
-    size_t off = 0;
-    for (size_t r = 0; r < coords.size(); ++r) {
-      size_t bytes = counts[r] * elementSize(spec.dtype);
-      locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
-      off += bytes;
-    }
-    std::string error;
-    globalOutputs.push_back(assemble(locals, spec, mesh, error));
-    if (!error.empty())
-      return Status::error(error);
+  std::optional<DType> dt = toDType(spec.dtype);
+  if (!dt)
+    return Status::error("cannot gather " + spec.dtype + " results");
+  std::vector<size_t> counts;
+  std::vector<HostTensor> locals(coords.size());
+  for (size_t r = 0; r < coords.size(); ++r) {
+    locals[r].dtype = spec.dtype;
+    locals[r].shape =
+        spec.layout
+            ? spec.layout->getLocalShard(mesh, spec.globalShape, coords[r]).shape
+            : spec.globalShape;
+    counts.push_back(locals[r].numElements());
   }
+  size_t total = 0;
+  for (size_t c : counts)
+    total += c;
+  std::vector<char> all(total * elementSize(spec.dtype) + 1);
+  Status g = comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
+  if (!g)
+    return g;
+  size_t off = 0;
+  for (size_t r = 0; r < coords.size(); ++r) {
+    size_t bytes = counts[r] * elementSize(spec.dtype);
+    locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
+    off += bytes;
+  }
+  std::string error;
+  global = assemble(locals, spec, mesh, error);
+  if (!error.empty())
+    return Status::error(error);
   return Status::ok();
 }
 

@@ -7,6 +7,7 @@
 #include "shardx/Exec/Session.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 using namespace shardx;
 using namespace shardx::exec;
@@ -96,7 +97,62 @@ Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds)
     size *= n;
 }
 
+Session::Session(std::unique_ptr<rt::Communicator> communicator)
+    : meshShape(communicator->getMeshShape()), timeoutSeconds(0),
+      comm(std::move(communicator)), processMode(true) {
+  for (int64_t n : meshShape)
+    size *= n;
+}
+
 Session::~Session() { stopWorld(); }
+
+int64_t Session::getProcessRank() const {
+  return processMode && comm ? comm->getRank() : -1;
+}
+
+ShardSet Session::scatter(const HostTensor &global,
+                          const std::optional<Layout> &layout) const {
+  if (!processMode)
+    return scatterShards(global, layout, meshShape);
+  ShardSet set;
+  set.meshShape = meshShape;
+  set.globalShape = global.shape;
+  set.dtype = global.dtype;
+  set.layout = layout;
+  set.locals.assign(size, nullptr);
+  int64_t rank = getProcessRank();
+  if (rank < 0)
+    return set;
+  if (!layout || layout->isReplicated())
+    set.locals[rank] = std::make_shared<const HostTensor>(global);
+  else
+    set.locals[rank] = std::make_shared<const HostTensor>(exec::scatter(
+        global, set.getSpec(), meshShape, allMeshCoords(meshShape)[rank]));
+  return set;
+}
+
+Status Session::gather(const ShardSet &shards, HostTensor &global) {
+  if (!processMode) {
+    std::string error;
+    global = gatherShards(shards, error);
+    return error.empty() ? Status::ok() : Status::error(error);
+  }
+  int64_t rank = getProcessRank();
+  if (rank < 0 || shards.locals.size() != static_cast<size_t>(size) ||
+      !shards.locals[rank])
+    return Status::error("this process holds no shard of the tensor");
+  if (!shards.layout || shards.layout->isReplicated()) {
+    global = *shards.locals[rank];
+    return Status::ok();
+  }
+  return gatherOnCommunicator(*shards.locals[rank], shards.getSpec(), *comm,
+                              global);
+}
+
+void Session::close() {
+  stopWorld();
+  comm.reset();
+}
 
 void Session::startWorld() {
   // Called with no world running.
@@ -156,6 +212,17 @@ void Session::stopWorld() {
 
 std::vector<Status>
 Session::runOnRanks(const std::function<Status(Communicator &)> &body) {
+  if (processMode) {
+    // This process's rank, on the calling thread; a failed collective ends
+    // the whole job with a message naming the rank (the mpi backend).
+    std::vector<Status> result(size, Status::ok());
+    if (!comm) {
+      result[0] = Status::error("the session was closed");
+      return result;
+    }
+    result[comm->getRank()] = body(*comm);
+    return result;
+  }
   if (!running)
     startWorld();
   std::vector<Status> result;
@@ -232,6 +299,11 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
       return Status::error("input " + std::to_string(i) + " has " +
                            std::to_string(inputs[i]->locals.size()) +
                            " shards for " + std::to_string(size) + " ranks");
+    for (int64_t r = 0; r < size; ++r)
+      if (holds(r) && !inputs[i]->locals[r])
+        return Status::error("input " + std::to_string(i) +
+                             " has no shard for rank " + std::to_string(r) +
+                             " in this process");
     if (!inputs[i]->matches(entry.inputs[i], why))
       return Status::error("input " + std::to_string(i) + " of " + entry.name +
                            ": " + why);
@@ -245,7 +317,18 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
         inputs[donatedInputOf[o]]->matches(entry.outputs[o], why))
       donors[o] = inputs[donatedInputOf[o]];
   }
-  artifact.setComputeThreads(computeThreadsPerRank(size));
+  int64_t ranksHere = size;
+  if (processMode) {
+    // The ranks sharing this machine: the launcher's local size (Open MPI,
+    // MPICH/Hydra), else assumed to be one.
+    ranksHere = 1;
+    for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char *env = std::getenv(var)) {
+        ranksHere = std::max(1, std::atoi(env));
+        break;
+      }
+  }
+  artifact.setComputeThreads(computeThreadsPerRank(ranksHere));
   std::vector<RawOutputs> raws(size);
   std::vector<std::vector<HostTensor>> localOutputs(size);
   // A donated result stays in the program's buffer until every rank has
@@ -280,6 +363,10 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
     set.layout = spec.layout;
     set.locals.reserve(size);
     for (int64_t r = 0; r < size; ++r) {
+      if (!holds(r)) {
+        set.locals.push_back(nullptr);
+        continue;
+      }
       if (!deferred(r, o)) {
         set.locals.push_back(
             std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));

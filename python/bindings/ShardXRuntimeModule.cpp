@@ -12,6 +12,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Exec/Session.h"
+#ifdef SHARDX_HAVE_MPI
+#include "shardx/Runtime/Mpi.h"
+#endif
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -174,6 +177,16 @@ const ShardSet &live(const ShardSet &s) {
     raiseDonated("this ShardedTensor was donated to a call: its buffers now "
                  "hold the call's output; use that output instead");
   return s;
+}
+
+/// Rank `rank`'s buffer of `s`, which this process must hold.
+const HostTensor &localOf(const ShardSet &s, int64_t rank) {
+  if (rank < 0 || rank >= static_cast<int64_t>(live(s).locals.size()))
+    throw nb::index_error("rank out of range");
+  if (!s.locals[rank])
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                "'s shard lives in another process");
+  return *s.locals[rank];
 }
 
 /// The structure of a pytree of tuples, lists and dicts, as
@@ -354,8 +367,7 @@ struct CallPlan {
         if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
           return notImplemented;
       HostTensor global = hostTensorOf(array, spec.dtype);
-      scattered.push_back(
-          scatterShards(global, spec.layout, session->getMeshShape()));
+      scattered.push_back(session->scatter(global, spec.layout));
       inputs[i] = &scattered.back();
     }
     std::vector<ShardSet> outputs;
@@ -557,11 +569,18 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("layout", [](const ShardSet &s) { return s.layout; })
       .def_prop_ro("ranks", [](const ShardSet &s) { return s.locals.size(); })
       .def_prop_ro("donated", [](const ShardSet &s) { return s.donated; })
+      .def_prop_ro("distributed",
+                   [](const ShardSet &s) {
+                     for (const auto &l : s.locals)
+                       if (!l)
+                         return true;
+                     return false;
+                   },
+                   "Whether some ranks' shards live in other processes.")
       .def(
           "local",
           [](const ShardSet &s, int64_t rank) {
-            if (rank < 0 || rank >= static_cast<int64_t>(live(s).locals.size()))
-              throw nb::index_error("rank out of range");
+            localOf(s, rank);
             return viewOf(s.locals[rank]);
           },
           nb::arg("rank"),
@@ -569,20 +588,24 @@ NB_MODULE(_shardx_rt, m) {
       .def(
           "shares_buffer",
           [](const ShardSet &s, int64_t a, int64_t b) {
-            return live(s).locals.at(a).get() == s.locals.at(b).get();
+            return &localOf(s, a) == &localOf(s, b);
           },
           nb::arg("a"), nb::arg("b"))
       .def(
           "buffer_address",
           [](const ShardSet &s, int64_t rank) {
-            return reinterpret_cast<uintptr_t>(
-                live(s).locals.at(rank)->data.data());
+            return reinterpret_cast<uintptr_t>(localOf(s, rank).data.data());
           },
           nb::arg("rank"))
       .def(
           "full",
           [](const ShardSet &s) {
             live(s);
+            for (const auto &l : s.locals)
+              if (!l)
+                throw std::invalid_argument(
+                    "the tensor's shards live in several processes: gather "
+                    "it through its session (ShardedTensor.full())");
             std::string error;
             std::shared_ptr<const HostTensor> t;
             {
@@ -602,6 +625,71 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("mesh_shape", &Session::getMeshShape)
       .def_prop_ro("size", &Session::getSize)
       .def_prop_ro("worlds_started", &Session::getWorldsStarted)
+      .def_prop_ro("process_rank", &Session::getProcessRank,
+                   "The rank this process runs (-1: every rank, as threads).")
+      .def_static(
+          "mpi",
+          [](const std::vector<int64_t> &meshShape, double timeout) {
+#ifdef SHARDX_HAVE_MPI
+            static bool initialized = false;
+            if (!initialized) {
+              if (rt::Status s = rt::initMpi(nullptr, nullptr); !s)
+                throw RunError(s.message());
+              initialized = true;
+            }
+            std::string error;
+            std::unique_ptr<rt::Communicator> comm =
+                rt::createMpiCommunicator(meshShape, timeout, error);
+            if (!comm)
+              throw RunError(error);
+            return new Session(std::move(comm));
+#else
+            (void)meshShape;
+            (void)timeout;
+            throw std::invalid_argument(
+                "this ShardX build has no mpi backend (CMake found no MPI)");
+            return static_cast<Session *>(nullptr);
+#endif
+          },
+          nb::arg("mesh_shape"), nb::arg("timeout") = 60.0,
+          nb::rv_policy::take_ownership,
+          "This process's rank of a mesh spread over MPI_COMM_WORLD (run "
+          "under mpirun with one process per rank).")
+      .def("close", &Session::close,
+           "Ends the session's communicator (before finalize_mpi).")
+      .def(
+          "scatter",
+          [](const Session &session, const AnyArray &array,
+             const std::string &dtype, const std::optional<Layout> &layout) {
+            HostTensor global = hostTensorOf(array, dtype);
+            if (layout) {
+              std::string error =
+                  layout->verifyForShape(session.getMeshShape(), global.shape);
+              if (!error.empty())
+                throw std::invalid_argument(error);
+            }
+            nb::gil_scoped_release release;
+            return session.scatter(global, layout);
+          },
+          nb::arg("array"), nb::arg("dtype"), nb::arg("layout").none(),
+          "Scatters an array to the ranks this process holds.")
+      .def(
+          "gather",
+          [](Session &session, const ShardSet &shards) {
+            live(shards);
+            auto t = std::make_shared<HostTensor>();
+            rt::Status s;
+            {
+              nb::gil_scoped_release release;
+              s = session.gather(shards, *t);
+            }
+            if (!s)
+              throw RunError(s.message());
+            return viewOf<nb::ndarray<nb::numpy>>(
+                std::shared_ptr<const HostTensor>(std::move(t)));
+          },
+          nb::arg("shards"),
+          "The global tensor (a collective when the ranks are processes).")
       .def(
           "run",
           [](Session &session, const PyArtifact &a, const std::string &name,
@@ -654,6 +742,18 @@ NB_MODULE(_shardx_rt, m) {
       .def("__call__", &CallPlan::call, nb::arg("args"),
            "Runs the entry point on `args` (a tuple) when they pass the "
            "guards, else returns NotImplemented.");
+
+  m.def("finalize_mpi", [] {
+#ifdef SHARDX_HAVE_MPI
+    rt::finalizeMpi();
+#endif
+  });
+  m.attr("has_mpi") =
+#ifdef SHARDX_HAVE_MPI
+      true;
+#else
+      false;
+#endif
 
   nb::class_<CompiledCall>(m, "CompiledCall")
       .def(nb::init<>())

@@ -44,7 +44,10 @@ from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, m
 log = logging.getLogger("shardx.jit")
 
 VERSION = "0.1.0"
-BACKENDS = ("threads",)
+BACKENDS = ("threads", "mpi")
+#: Backends the GPU runtime will serve; refused with a clear error until it
+#: is there.
+GPU_BACKENDS = ("cuda-local", "nccl")
 
 
 @dataclass
@@ -296,7 +299,7 @@ class CompiledFunction(runtime().CompiledCall):
         self.compiles = 0
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
-        self._session = session(self.mesh)
+        self._session = session(self.mesh, backend)
         self._plan = None
 
     # -- guards -----------------------------------------------------------
@@ -457,13 +460,12 @@ class CompiledFunction(runtime().CompiledCall):
         self._plan = exe.plan
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
-        rt = runtime()
         leaves = []
         for a, layout, k in zip(flat, exe.in_layouts, key[1]):
             if not isinstance(a, ShardedTensor):
                 array = a.detach().contiguous().cpu() if hasattr(a, "detach") else np.ascontiguousarray(a)
-                a = ShardedTensor(rt.ShardSet.scatter(array, dtype_name(array), layout,
-                                                      list(self.mesh.shape)), self.mesh, k)
+                a = ShardedTensor(self._session.scatter(array, dtype_name(array), layout),
+                                  self.mesh, k)
             leaves.append(a)
         out = exe.plan(_unflatten(spec, iter(leaves)))
         if out is NotImplemented:
@@ -485,6 +487,9 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     output index. Bad placements raise ``PlacementError`` here or, where
     they need the input shapes, on the first call before tracing.
     """
+    if backend in GPU_BACKENDS:
+        raise ValueError(f"backend {backend!r} needs the ShardX GPU runtime, which this build "
+                         "does not have; use 'threads' or 'mpi'")
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported by shardx.compile; "
                          f"supported: {', '.join(BACKENDS)}")

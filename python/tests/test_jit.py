@@ -5,6 +5,7 @@ and placement errors."""
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -354,3 +355,34 @@ def test_data_parallel_steps_match_eager(kind, optimizer, foreach):
         for j, (a, b) in enumerate(zip(p, ep)):
             assert_close(a, b, f"{kind} step {i}: parameter {j}", **tol)
     assert f.compiles == 1
+
+
+def test_mpi_backend_train_step(cache):
+    # Each process of `mpirun -np 2` is one rank: the compiled step runs on
+    # MPI_COMM_WORLD in-process and matches eager in both processes.
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not shardx.sharded_tensor.runtime().has_mpi:
+        pytest.skip("needs OpenMPI and a build with the mpi backend")
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+           os.path.join(ROOT, "python", "tests", "mpi_train_step.py"), os.path.join(ROOT, "python")]
+    env = dict(os.environ, SHARDX_CACHE_DIR=str(cache))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = sorted(line for line in r.stdout.splitlines() if " ok " in line)
+    assert [line.split(" ok ")[0] for line in lines] == ["rank 0", "rank 1"], r.stdout
+    assert lines[0].split(" ok ")[1] == lines[1].split(" ok ")[1]  # the same losses
+    # A failure on a rank ends the job, naming the rank and the cause.
+    r = subprocess.run(cmd, env=dict(env, SHARDX_TEST_FAIL_RANK="1"), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0
+    assert "rank 1 failed: rank 1: injected failure (SHARDX_TEST_FAIL_RANK)" in r.stderr
+
+
+def test_backends_without_a_runtime_raise():
+    mesh = Mesh((2,), ("dp",))
+    for backend in ("cuda-local", "nccl"):
+        with pytest.raises(ValueError, match=f"backend '{backend}' needs the ShardX GPU runtime"):
+            shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], backend=backend)
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ and "PMI_SIZE" not in os.environ:
+        with pytest.raises(ValueError, match="runs under mpirun with one process per rank"):
+            shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], backend="mpi")

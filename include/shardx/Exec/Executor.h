@@ -184,6 +184,11 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
                              std::vector<HostTensor> &globalOutputs,
                              double *seconds = nullptr);
 
+/// The global tensor of `spec` from this rank's local tensor and every
+/// other rank's of `comm` (a collective: every rank calls it).
+rt::Status gatherOnCommunicator(const HostTensor &local, const TensorSpec &spec,
+                                rt::Communicator &comm, HostTensor &global);
+
 /// How `a` (the run under test) differs from `b` (the reference), element
 /// by element. Finite pairs follow numpy's allclose rule, |a - b| <= atol +
 /// rtol * |b|. A NaN or Inf on one side only, or Infs of opposite signs, is

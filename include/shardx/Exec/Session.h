@@ -56,10 +56,17 @@ HostTensor gatherShards(const ShardSet &shards, std::string &error);
 /// One rank per thread of this process, kept alive between runs. A run
 /// that fails on any rank ends the world (its collectives abort); the next
 /// run starts a fresh one.
+///
+/// Or one rank of a world of processes (MPI): this process runs its rank on
+/// the calling thread, and its ShardSets hold that rank's shard only (the
+/// other ranks' entries are null); gather() is then a collective.
 class Session {
 public:
   explicit Session(std::vector<int64_t> meshShape,
                    double timeoutSeconds = 60.0);
+  /// This process's rank on `comm` (every rank of the mesh in its own
+  /// process).
+  explicit Session(std::unique_ptr<rt::Communicator> comm);
   ~Session();
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
@@ -68,6 +75,22 @@ public:
   int64_t getSize() const { return size; }
   /// Worlds started so far (1 after the first run; +1 after each failure).
   int64_t getWorldsStarted() const { return worldsStarted; }
+  /// The rank this process runs (-1: all of them, as threads).
+  int64_t getProcessRank() const;
+  /// Whether this process holds rank `rank`'s shards.
+  bool holds(int64_t rank) const {
+    return !processMode || rank == getProcessRank();
+  }
+  /// `global` scattered by `layout` (none: replicated) to the ranks this
+  /// process holds.
+  ShardSet scatter(const HostTensor &global,
+                   const std::optional<Layout> &layout) const;
+  /// The global tensor of `shards` (pending Partials reduced); a
+  /// collective when the ranks are processes.
+  rt::Status gather(const ShardSet &shards, HostTensor &global);
+  /// Ends the process world's communicator (before MPI_Finalize); the
+  /// session runs nothing after.
+  void close();
 
   /// Runs `body` on every rank and returns each rank's status.
   std::vector<rt::Status>
@@ -97,6 +120,8 @@ private:
 
   std::vector<int64_t> meshShape;
   int64_t size = 1;
+  std::unique_ptr<rt::Communicator> comm;
+  bool processMode = false;
   double timeoutSeconds;
   int64_t worldsStarted = 0;
 
