@@ -5,7 +5,8 @@
 // The C++ baseline of bench/jit_bench.py: runs an entry point of an artifact
 // for N steps on a Session (persistent rank threads) with resident inputs,
 // feeding outputs back as inputs, donated (`--feed OUT:IN,...`, what
-// shardx.compile's donation does), and prints the time per step. The inputs are random
+// shardx.compile's donation does), and prints the time per step. The inputs are
+// random
 // (--seed) and stay on the ranks; nothing is gathered.
 //
 // Usage: shardx-jit-call-bench model.so [--steps N] [--warmup N]

@@ -359,7 +359,9 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   return Status::ok();
 }
 
-RawOutputs::RawOutputs(RawOutputs &&other) noexcept { *this = std::move(other); }
+RawOutputs::RawOutputs(RawOutputs &&other) noexcept {
+  *this = std::move(other);
+}
 
 RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
   if (this != &other) {
@@ -381,7 +383,8 @@ void RawOutputs::release() {
   // input's buffer (never freed here).
   std::set<int64_t> freed;
   for (size_t w : offsets)
-    if (int64_t allocated = results[w]; allocated && !inputPtrs.count(allocated))
+    if (int64_t allocated = results[w];
+        allocated && !inputPtrs.count(allocated))
       freed.insert(allocated);
   for (int64_t allocated : freed)
     std::free(reinterpret_cast<void *>(allocated));
@@ -843,7 +846,8 @@ Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
     locals[r].dtype = spec.dtype;
     locals[r].shape =
         spec.layout
-            ? spec.layout->getLocalShard(mesh, spec.globalShape, coords[r]).shape
+            ? spec.layout->getLocalShard(mesh, spec.globalShape, coords[r])
+                  .shape
             : spec.globalShape;
     counts.push_back(locals[r].numElements());
   }
@@ -851,7 +855,8 @@ Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
   for (size_t c : counts)
     total += c;
   std::vector<char> all(total * elementSize(spec.dtype) + 1);
-  Status g = comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
+  Status g =
+      comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
   if (!g)
     return g;
   size_t off = 0;

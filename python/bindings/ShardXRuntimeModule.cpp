@@ -235,7 +235,8 @@ struct TreeSpec {
       leaves.push_back(o);
       return true;
     case Kind::Tuple:
-      if (!PyTuple_CheckExact(o) || static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
+      if (!PyTuple_CheckExact(o) ||
+          static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
         return false;
       for (size_t i = 0; i < n; ++i)
         if (!children[i].flatten(PyTuple_GET_ITEM(o, i), leaves))
@@ -279,13 +280,15 @@ struct TreeSpec {
     case Kind::Tuple: {
       nb::object t = nb::steal(PyTuple_New(n));
       for (size_t i = 0; i < n; ++i)
-        PyTuple_SET_ITEM(t.ptr(), i, children[i].build(leaves, at).release().ptr());
+        PyTuple_SET_ITEM(t.ptr(), i,
+                         children[i].build(leaves, at).release().ptr());
       return t;
     }
     case Kind::List: {
       nb::object l = nb::steal(PyList_New(n));
       for (size_t i = 0; i < n; ++i)
-        PyList_SET_ITEM(l.ptr(), i, children[i].build(leaves, at).release().ptr());
+        PyList_SET_ITEM(l.ptr(), i,
+                        children[i].build(leaves, at).release().ptr());
       return l;
     }
     case Kind::Dict: {
@@ -322,7 +325,8 @@ struct CallPlan {
     nb::object notImplemented = nb::borrow(Py_NotImplemented);
     std::vector<PyObject *> leaves;
     leaves.reserve(in.numLeaves);
-    if (!in.flatten(args.ptr(), leaves) || leaves.size() != entry->inputs.size())
+    if (!in.flatten(args.ptr(), leaves) ||
+        leaves.size() != entry->inputs.size())
       return notImplemented;
     std::vector<ShardSet *> inputs(leaves.size());
     std::vector<nb::object> keep;
@@ -569,14 +573,15 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("layout", [](const ShardSet &s) { return s.layout; })
       .def_prop_ro("ranks", [](const ShardSet &s) { return s.locals.size(); })
       .def_prop_ro("donated", [](const ShardSet &s) { return s.donated; })
-      .def_prop_ro("distributed",
-                   [](const ShardSet &s) {
-                     for (const auto &l : s.locals)
-                       if (!l)
-                         return true;
-                     return false;
-                   },
-                   "Whether some ranks' shards live in other processes.")
+      .def_prop_ro(
+          "distributed",
+          [](const ShardSet &s) {
+            for (const auto &l : s.locals)
+              if (!l)
+                return true;
+            return false;
+          },
+          "Whether some ranks' shards live in other processes.")
       .def(
           "local",
           [](const ShardSet &s, int64_t rank) {
@@ -719,7 +724,8 @@ NB_MODULE(_shardx_rt, m) {
              std::vector<int64_t> donatedInputOf, nb::object tensorType,
              nb::object mesh, const std::string &name) {
             const EntryPoint &e = a.entry(entry);
-            TreeSpec in = TreeSpec::parse(inSpec), out = TreeSpec::parse(outSpec);
+            TreeSpec in = TreeSpec::parse(inSpec),
+                     out = TreeSpec::parse(outSpec);
             if (in.numLeaves != e.inputs.size() ||
                 out.numLeaves != e.outputs.size() ||
                 outKeys.size() != e.outputs.size())
@@ -730,10 +736,17 @@ NB_MODULE(_shardx_rt, m) {
             if (!PyType_Check(tensorType.ptr()))
               throw std::invalid_argument("tensor_type must be a type");
             Session *s = nb::cast<Session *>(session);
-            new (self) CallPlan{std::move(session), s, a.artifact, &e, name,
-                                std::move(in), std::move(out),
-                                std::move(outKeys), std::move(donatedInputOf),
-                                std::move(tensorType), std::move(mesh)};
+            new (self) CallPlan{std::move(session),
+                                s,
+                                a.artifact,
+                                &e,
+                                name,
+                                std::move(in),
+                                std::move(out),
+                                std::move(outKeys),
+                                std::move(donatedInputOf),
+                                std::move(tensorType),
+                                std::move(mesh)};
           },
           nb::arg("session"), nb::arg("artifact"), nb::arg("entry"),
           nb::arg("in_spec"), nb::arg("out_spec"), nb::arg("out_keys"),
@@ -764,19 +777,17 @@ NB_MODULE(_shardx_rt, m) {
             c.planObject = std::move(plan);
           },
           nb::arg("plan").none())
-      .def(
-          "__call__",
-          [](nb::handle self, nb::args args) -> nb::object {
-            CompiledCall &c = nb::cast<CompiledCall &>(self);
-            if (c.plan) {
-              // Kept alive through the call (a recompile may replace it).
-              nb::object keep = c.planObject;
-              nb::object out = c.plan->call(args);
-              if (out.ptr() != Py_NotImplemented)
-                return out;
-            }
-            return self.attr("_call_guarded")(args);
-          });
+      .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
+        CompiledCall &c = nb::cast<CompiledCall &>(self);
+        if (c.plan) {
+          // Kept alive through the call (a recompile may replace it).
+          nb::object keep = c.planObject;
+          nb::object out = c.plan->call(args);
+          if (out.ptr() != Py_NotImplemented)
+            return out;
+        }
+        return self.attr("_call_guarded")(args);
+      });
 
   auto exceptionType = [](nb::object type) {
     if (!PyType_Check(type.ptr()) ||

@@ -9,9 +9,11 @@ and layouts reuse it, and any change recompiles, logging the reason on the
 tensors (scattered by ``in_placements``) or ``ShardedTensor``s (used where
 they are, by their own layout); outputs are ``ShardedTensor``s, so a
 training loop passes parameters and optimizer state from step to step
-without leaving the ranks. A donated argument's handles take the outputs
-paired with it (same structure, shapes, dtypes and layouts): the old
-buffers are released and the caller's handles stay the same objects.
+without leaving the ranks. The outputs paired with a donated argument
+(same structure, shapes, dtypes and layouts) are written into its buffers
+once every rank has succeeded, and its handles are invalidated
+(``DonatedError`` on use), as JAX's ``donate_argnums``. ``backend="mpi"``
+runs each rank as one process of ``mpirun``.
 
 Artifacts are cached on disk (``$SHARDX_CACHE_DIR``, default
 ``~/.cache/shardx/jit``) under a hash of the program text, the layouts, the
