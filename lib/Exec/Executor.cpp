@@ -266,7 +266,9 @@ int shardx::exec::computeThreadsPerRank(int64_t ranks) {
     return std::max(1, std::atoi(env));
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return 0;
-  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Read once: glibc reads /sys on every call, which a run per training
+  // step (shardx.compile) would pay each time.
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks)));
 }
 
