@@ -1,8 +1,11 @@
 """Run by test_jit.py under ``mpirun -np 2``: a train step compiled with
 ``backend="mpi"`` (each process one rank of a dp mesh), three steps against
-eager PyTorch in every process, then a ShardedTensor's local shard. Prints
-``rank R ok`` and the losses."""
+eager PyTorch in every process, then a ShardedTensor's local shard. Writes
+``rank R ok`` and the losses to ``<argv[2]>/rank<R>`` (a file: the job's
+forwarded stdout may lose lines when it is aborted); then a fourth step with
+a failure injected on rank 1, which ends the job naming the rank."""
 
+import os
 import sys
 sys.path.insert(0, sys.argv[1])
 import torch
@@ -37,4 +40,9 @@ try:
     raise AssertionError("another rank's shard was readable")
 except ValueError as e:
     assert "lives in another process" in str(e), e
-print(f"rank {rank} ok", " ".join(f"{l:.6f}" for l in losses), flush=True)
+with open(os.path.join(sys.argv[2], f"rank{rank}"), "w") as out:
+    out.write(f"rank {rank} ok " + " ".join(f"{l:.6f}" for l in losses))
+x.full()  # a collective: both files are written before the failure
+os.environ["SHARDX_TEST_FAIL_RANK"] = "1"
+f(p, s, inputs, target)
+print(f"rank {rank} survived the injected failure", flush=True)
