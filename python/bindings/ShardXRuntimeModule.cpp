@@ -16,6 +16,8 @@
 #include "shardx/Runtime/Mpi.h"
 #endif
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -228,7 +230,7 @@ struct TreeSpec {
 
   /// Appends the leaves of `o` (borrowed); false when `o` has another
   /// structure.
-  bool flatten(PyObject *o, std::vector<PyObject *> &leaves) const {
+  bool flatten(PyObject *o, llvm::SmallVectorImpl<PyObject *> &leaves) const {
     size_t n = children.size();
     switch (kind) {
     case Kind::Leaf:
@@ -272,7 +274,8 @@ struct TreeSpec {
   }
 
   /// The tree of this structure over `leaves` (from `at` on).
-  nb::object build(std::vector<nb::object> &leaves, size_t &at) const {
+  nb::object build(llvm::SmallVectorImpl<nb::object> &leaves,
+                   size_t &at) const {
     size_t n = children.size();
     switch (kind) {
     case Kind::Leaf:
@@ -323,16 +326,13 @@ struct CallPlan {
 
   nb::object call(nb::handle args) {
     nb::object notImplemented = nb::borrow(Py_NotImplemented);
-    std::vector<PyObject *> leaves;
-    leaves.reserve(in.numLeaves);
+    llvm::SmallVector<PyObject *, 16> leaves;
     if (!in.flatten(args.ptr(), leaves) ||
         leaves.size() != entry->inputs.size())
       return notImplemented;
     std::vector<ShardSet *> inputs(leaves.size());
-    std::vector<nb::object> keep;
-    keep.reserve(leaves.size());
-    std::vector<ShardSet> scattered;
-    scattered.reserve(leaves.size());
+    llvm::SmallVector<nb::object, 16> keep;
+    std::vector<std::unique_ptr<ShardSet>> scattered;
     auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
     for (size_t i = 0; i < leaves.size(); ++i) {
       PyObject *leaf = leaves[i];
@@ -371,14 +371,16 @@ struct CallPlan {
         if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
           return notImplemented;
       HostTensor global = hostTensorOf(array, spec.dtype);
-      scattered.push_back(session->scatter(global, spec.layout));
-      inputs[i] = &scattered.back();
+      scattered.push_back(
+          std::make_unique<ShardSet>(session->scatter(global, spec.layout)));
+      inputs[i] = scattered.back().get();
     }
     std::vector<ShardSet> outputs;
     rt::Status status;
     {
       nb::gil_scoped_release release;
-      status = session->run(*artifact, *entry, inputs, outputs, donatedInputOf);
+      status = session->run(*artifact, *entry, inputs, outputs, donatedInputOf,
+                            /*inputsChecked=*/true);
     }
     if (!status) {
       if (!rankErrorType)
@@ -386,8 +388,7 @@ struct CallPlan {
       PyErr_SetString(rankErrorType, status.message().c_str());
       throw nb::python_error();
     }
-    std::vector<nb::object> results;
-    results.reserve(outputs.size());
+    llvm::SmallVector<nb::object, 8> results;
     for (size_t o = 0; o < outputs.size(); ++o) {
       nb::object tensor = nb::steal(type->tp_alloc(type, 0));
       if (!tensor.is_valid())

@@ -109,10 +109,13 @@ public:
   /// shared with another rank or a view, and not itself the result's
   /// source); else into a new buffer. A donated input is then invalidated
   /// (`donated`, no locals). On failure no input is touched.
+  /// `inputsChecked`: the caller has checked each input's global shape,
+  /// dtype and layout against the entry (the Python call path's guards).
   rt::Status run(const Artifact &artifact, const EntryPoint &entry,
                  const std::vector<ShardSet *> &inputs,
                  std::vector<ShardSet> &outputs,
-                 const std::vector<int64_t> &donatedInputOf);
+                 const std::vector<int64_t> &donatedInputOf,
+                 bool inputsChecked = false);
 
 private:
   void startWorld();
