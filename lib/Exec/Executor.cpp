@@ -285,7 +285,9 @@ int shardx::exec::computeThreadsPerRank(int64_t ranks) {
     return std::max(1, std::atoi(env));
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return 0;
-  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Read once: glibc reads /sys on every call, which a run per training
+  // step (shardx.compile) would pay each time.
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks)));
 }
 
@@ -301,6 +303,20 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
 Status Artifact::run(const EntryPoint &entry, Communicator &comm,
                      const std::vector<const HostTensor *> &localInputs,
                      std::vector<HostTensor> &localOutputs) const {
+  RawOutputs raw;
+  if (Status s = call(entry, comm, localInputs, raw); !s)
+    return s;
+  localOutputs.clear();
+  localOutputs.resize(raw.size());
+  for (size_t o = 0; o < raw.size(); ++o)
+    raw.copyOut(o, localOutputs[o]);
+  return Status::ok();
+}
+
+Status Artifact::call(const EntryPoint &entry, Communicator &comm,
+                      const std::vector<const HostTensor *> &localInputs,
+                      RawOutputs &raw) const {
+  raw.release();
   if (localInputs.size() != entry.inputs.size())
     return Status::error(entry.name + " takes " +
                          std::to_string(entry.inputs.size()) + " inputs");
@@ -340,8 +356,11 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
     descs.push_back(std::move(d));
   }
   size_t resultWords = 0;
-  for (const TensorSpec &o : entry.outputs)
+  std::vector<size_t> offsets;
+  for (const TensorSpec &o : entry.outputs) {
+    offsets.push_back(resultWords);
     resultWords += 3 + 2 * o.shape.size();
+  }
   std::vector<int64_t> results(std::max<size_t>(resultWords, 1), 0);
   std::vector<void *> argv;
   if (!entry.outputs.empty())
@@ -354,57 +373,90 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
                   sizeof(error));
   if (rc != 0)
     return Status::error(error);
-  localOutputs.clear();
-  std::set<int64_t> freed;
-  size_t w = 0;
-  for (const TensorSpec &o : entry.outputs) {
-    size_t r = o.shape.size();
-    int64_t allocated = results[w], aligned = results[w + 1],
-            offset = results[w + 2];
-    HostTensor t;
-    t.dtype = o.dtype;
-    std::vector<int64_t> strides(r);
-    for (size_t k = 0; k < r; ++k) {
-      t.shape.push_back(results[w + 3 + k]);
-      strides[k] = results[w + 3 + r + k];
-    }
-    size_t es = t.elementSize();
-    const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
-    bool contiguous = true;
-    for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
-      if (t.shape[k] != 1 && strides[k] != expect)
-        contiguous = false;
-      expect *= t.shape[k];
-    }
-    if (contiguous) {
-      // One pass: no zero fill before the copy.
-      size_t bytes = static_cast<size_t>(t.numElements()) * es;
-      t.data.assign(base, base + bytes);
-    } else {
-      t.data.resize(t.numElements() * es);
-      std::vector<int64_t> i(r, 0);
-      for (int64_t n = 0; n < t.numElements(); ++n) {
-        int64_t off = 0;
-        for (size_t k = 0; k < r; ++k)
-          off += i[k] * strides[k];
-        std::memcpy(t.data.data() + n * es, base + off * es, es);
-        for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
-          if (++i[k] < t.shape[k])
-            break;
-          i[k] = 0;
-        }
-      }
-    }
-    // Freed once all outputs are copied: results may share a buffer (a
-    // value returned twice).
-    if (allocated && !inputPtrs.count(allocated))
-      freed.insert(allocated);
-    localOutputs.push_back(std::move(t));
-    w += 3 + 2 * r;
+  raw.entry = &entry;
+  raw.results = std::move(results);
+  raw.offsets = std::move(offsets);
+  raw.inputPtrs = std::move(inputPtrs);
+  return Status::ok();
+}
+
+RawOutputs::RawOutputs(RawOutputs &&other) noexcept {
+  *this = std::move(other);
+}
+
+RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
+  if (this != &other) {
+    release();
+    entry = other.entry;
+    results = std::move(other.results);
+    offsets = std::move(other.offsets);
+    inputPtrs = std::move(other.inputPtrs);
+    other.entry = nullptr;
+    other.offsets.clear();
   }
+  return *this;
+}
+
+RawOutputs::~RawOutputs() { release(); }
+
+void RawOutputs::release() {
+  // Results may share a buffer (a value returned twice) and may be an
+  // input's buffer (never freed here).
+  std::set<int64_t> freed;
+  for (size_t w : offsets)
+    if (int64_t allocated = results[w];
+        allocated && !inputPtrs.count(allocated))
+      freed.insert(allocated);
   for (int64_t allocated : freed)
     std::free(reinterpret_cast<void *>(allocated));
-  return Status::ok();
+  entry = nullptr;
+  offsets.clear();
+  results.clear();
+  inputPtrs.clear();
+}
+
+bool RawOutputs::aliasesInput(size_t o) const {
+  return inputPtrs.count(results[offsets.at(o)]) != 0;
+}
+
+void RawOutputs::copyOut(size_t o, HostTensor &t) const {
+  const TensorSpec &spec = entry->outputs.at(o);
+  size_t w = offsets.at(o), r = spec.shape.size();
+  int64_t aligned = results[w + 1], offset = results[w + 2];
+  t.dtype = spec.dtype;
+  t.shape.assign(results.begin() + w + 3, results.begin() + w + 3 + r);
+  std::vector<int64_t> strides(results.begin() + w + 3 + r,
+                               results.begin() + w + 3 + 2 * r);
+  size_t es = t.elementSize();
+  const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
+  bool contiguous = true;
+  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
+    if (t.shape[k] != 1 && strides[k] != expect)
+      contiguous = false;
+    expect *= t.shape[k];
+  }
+  size_t bytes = static_cast<size_t>(t.numElements()) * es;
+  if (contiguous) {
+    // One pass, no zero fill; a buffer of the right size is reused.
+    if (t.data.size() != bytes)
+      t.data.assign(base, base + bytes);
+    else if (bytes && t.data.data() != base)
+      std::memmove(t.data.data(), base, bytes);
+    return;
+  }
+  t.data.resize(bytes);
+  std::vector<int64_t> i(r, 0);
+  for (int64_t n = 0; n < t.numElements(); ++n) {
+    int64_t off = 0;
+    for (size_t k = 0; k < r; ++k)
+      off += i[k] * strides[k];
+    std::memcpy(t.data.data() + n * es, base + off * es, es);
+    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+      if (++i[k] < t.shape[k])
+        break;
+      i[k] = 0;
+    }
+  }
 }
 
 HostTensor shardx::exec::scatter(const HostTensor &global,
@@ -792,46 +844,56 @@ Status shardx::exec::runOnCommunicator(
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
                    .count();
+  globalOutputs.assign(entry.outputs.size(), HostTensor());
+  for (size_t o = 0; o < entry.outputs.size(); ++o)
+    if (Status g = gatherOnCommunicator(localOut[o], entry.outputs[o], comm,
+                                        globalOutputs[o]);
+        !g)
+      return g;
+  return Status::ok();
+}
+
+Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
+                                          const TensorSpec &spec,
+                                          Communicator &comm,
+                                          HostTensor &global) {
+  const std::vector<int64_t> &mesh = comm.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<int64_t> allAxes;
   for (size_t a = 0; a < mesh.size(); ++a)
     allAxes.push_back(static_cast<int64_t>(a));
-  globalOutputs.clear();
-  for (size_t o = 0; o < entry.outputs.size(); ++o) {
-    const TensorSpec &spec = entry.outputs[o];
-    std::optional<DType> dt = toDType(spec.dtype);
-    if (!dt)
-      return Status::error("cannot gather " + spec.dtype + " results");
-    std::vector<size_t> counts;
-    std::vector<HostTensor> locals(coords.size());
-    for (size_t r = 0; r < coords.size(); ++r) {
-      locals[r].dtype = spec.dtype;
-      locals[r].shape = spec.layout ? spec.layout
-                                          ->getLocalShard(mesh, spec.globalShape,
-                                                          coords[r])
-                                          .shape
-                                    : spec.globalShape;
-      counts.push_back(locals[r].numElements());
-    }
-    size_t total = 0;
-    for (size_t c : counts)
-      total += c;
-    std::vector<char> all(total * elementSize(spec.dtype) + 1);
-    Status g = comm.allGather(localOut[o].data.data(), all.data(), counts, *dt,
-                              allAxes);
-    if (!g)
-      return g;
-    size_t off = 0;
-    for (size_t r = 0; r < coords.size(); ++r) {
-      size_t bytes = counts[r] * elementSize(spec.dtype);
-      locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
-      off += bytes;
-    }
-    std::string error;
-    globalOutputs.push_back(assemble(locals, spec, mesh, error));
-    if (!error.empty())
-      return Status::error(error);
+  std::optional<DType> dt = toDType(spec.dtype);
+  if (!dt)
+    return Status::error("cannot gather " + spec.dtype + " results");
+  std::vector<size_t> counts;
+  std::vector<HostTensor> locals(coords.size());
+  for (size_t r = 0; r < coords.size(); ++r) {
+    locals[r].dtype = spec.dtype;
+    locals[r].shape =
+        spec.layout
+            ? spec.layout->getLocalShard(mesh, spec.globalShape, coords[r])
+                  .shape
+            : spec.globalShape;
+    counts.push_back(locals[r].numElements());
   }
+  size_t total = 0;
+  for (size_t c : counts)
+    total += c;
+  std::vector<char> all(total * elementSize(spec.dtype) + 1);
+  Status g =
+      comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
+  if (!g)
+    return g;
+  size_t off = 0;
+  for (size_t r = 0; r < coords.size(); ++r) {
+    size_t bytes = counts[r] * elementSize(spec.dtype);
+    locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
+    off += bytes;
+  }
+  std::string error;
+  global = assemble(locals, spec, mesh, error);
+  if (!error.empty())
+    return Status::error(error);
   return Status::ok();
 }
 
