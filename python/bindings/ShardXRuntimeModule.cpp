@@ -16,7 +16,7 @@
 #include "shardx/Runtime/Mpi.h"
 #endif
 
-#include "llvm/ADT/SmallVector.h"
+#include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -230,7 +230,7 @@ struct TreeSpec {
 
   /// Appends the leaves of `o` (borrowed); false when `o` has another
   /// structure.
-  bool flatten(PyObject *o, llvm::SmallVectorImpl<PyObject *> &leaves) const {
+  bool flatten(PyObject *o, std::vector<PyObject *> &leaves) const {
     size_t n = children.size();
     switch (kind) {
     case Kind::Leaf:
@@ -274,7 +274,7 @@ struct TreeSpec {
   }
 
   /// The tree of this structure over `leaves` (from `at` on).
-  nb::object build(llvm::SmallVectorImpl<nb::object> &leaves,
+  nb::object build(std::vector<nb::object> &leaves,
                    size_t &at) const {
     size_t n = children.size();
     switch (kind) {
@@ -326,12 +326,14 @@ struct CallPlan {
 
   nb::object call(nb::handle args) {
     nb::object notImplemented = nb::borrow(Py_NotImplemented);
-    llvm::SmallVector<PyObject *, 16> leaves;
+    std::vector<PyObject *> leaves;
+    leaves.reserve(16);
     if (!in.flatten(args.ptr(), leaves) ||
         leaves.size() != entry->inputs.size())
       return notImplemented;
     std::vector<ShardSet *> inputs(leaves.size());
-    llvm::SmallVector<nb::object, 16> keep;
+    std::vector<nb::object> keep;
+    keep.reserve(16);
     std::vector<std::unique_ptr<ShardSet>> scattered;
     auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -388,7 +390,8 @@ struct CallPlan {
       PyErr_SetString(rankErrorType, status.message().c_str());
       throw nb::python_error();
     }
-    llvm::SmallVector<nb::object, 8> results;
+    std::vector<nb::object> results;
+    results.reserve(8);
     for (size_t o = 0; o < outputs.size(); ++o) {
       nb::object tensor = nb::steal(type->tp_alloc(type, 0));
       if (!tensor.is_valid())
