@@ -25,282 +25,282 @@ func.func @fsdp_tp_train(
     %arg16: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>},
     %arg17: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2), S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}) {
-  %e1 = tensor.empty() : tensor<16x32xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x32xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v6 = linalg.matmul ins(%arg16, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e7 = tensor.empty() : tensor<8x32xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg16, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e7 : tensor<8x32xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x32xf32>
-  %e13 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x3F000000 : f32
     %s17 = arith.mulf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<8x32xf32>
-  %e19 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e19 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e19 : tensor<8x32xf32>) {
   ^bb0(%a20: f32, %o21: f32):
     %s22 = arith.constant 0x3F3504F3 : f32
     %s23 = arith.mulf %a20, %s22 : f32
     linalg.yield %s23 : f32
-  } -> tensor<8x32xf32>
-  %e25 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e25 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x32xf32>) outs(%e25 : tensor<8x32xf32>) {
   ^bb0(%a26: f32, %o27: f32):
     %s28 = math.erf %a26 : f32
     linalg.yield %s28 : f32
-  } -> tensor<8x32xf32>
-  %e30 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e30 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29 : tensor<8x32xf32>) outs(%e30 : tensor<8x32xf32>) {
   ^bb0(%a31: f32, %o32: f32):
     %s33 = arith.constant 0x3F800000 : f32
     %s34 = arith.addf %a31, %s33 : f32
     linalg.yield %s34 : f32
-  } -> tensor<8x32xf32>
-  %e36 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e36 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v35 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e36 : tensor<8x32xf32>) {
   ^bb0(%a37: f32, %a38: f32, %o39: f32):
     %s40 = arith.mulf %a37, %a38 : f32
     linalg.yield %s40 : f32
-  } -> tensor<8x32xf32>
-  %e42 = tensor.empty() : tensor<32x16xf32>
-  %v43 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e42 : tensor<32x16xf32>) permutation = [1, 0]
-  %e44 = tensor.empty() : tensor<8x16xf32>
-  %c45 = arith.constant 0x00000000 : f32
-  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e48 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e42 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v43 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e42 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e44 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c45 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e48 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e48 : tensor<8x16xf32>) {
   ^bb0(%a49: f32, %a50: f32, %o51: f32):
     %s52 = arith.addf %a49, %a50 : f32
     linalg.yield %s52 : f32
-  } -> tensor<8x16xf32>
-  %e54 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %e54 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e54 : tensor<8x16xf32>) {
   ^bb0(%a55: f32, %a56: f32, %o57: f32):
     %s58 = arith.subf %a55, %a56 : f32
     linalg.yield %s58 : f32
-  } -> tensor<8x16xf32>
-  %e60 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e60 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v64 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v59 : tensor<8x16xf32>) outs(%e60 : tensor<8x16xf32>) {
   ^bb0(%a61: f32, %o62: f32):
     %s63 = arith.mulf %a61, %a61 : f32
     linalg.yield %s63 : f32
-  } -> tensor<8x16xf32>
-  %e65 = tensor.empty() : tensor<f32>
-  %c66 = arith.constant 0x00000000 : f32
-  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e65 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c66 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32> loc(#loc2)
   %v71 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v64 : tensor<8x16xf32>) outs(%v67 : tensor<f32>) {
   ^bb0(%a68: f32, %o69: f32):
     %s70 = arith.addf %a68, %o69 : f32
     linalg.yield %s70 : f32
-  } -> tensor<f32>
-  %e72 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e72 = tensor.empty() : tensor<f32> loc(#loc2)
   %v77 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v71 : tensor<f32>) outs(%e72 : tensor<f32>) {
   ^bb0(%a73: f32, %o74: f32):
     %s75 = arith.constant 0x43000000 : f32
     %s76 = arith.divf %a73, %s75 : f32
     linalg.yield %s76 : f32
-  } -> tensor<f32>
-  %e78 = tensor.empty() : tensor<f32>
-  %c79 = arith.constant 0x3F800000 : f32
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32>
-  %e81 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<f32> loc(#loc2)
+  %e78 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c79 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e81 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e81 : tensor<8x16xf32>) {
   ^bb0(%a82: f32, %a83: f32, %o84: f32):
     %s85 = arith.subf %a82, %a83 : f32
     linalg.yield %s85 : f32
-  } -> tensor<8x16xf32>
-  %e87 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e87 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<8x16xf32>) outs(%e87 : tensor<8x16xf32>) {
   ^bb0(%a88: f32, %o89: f32):
     %s90 = arith.constant 0x3C800000 : f32
     %s91 = arith.mulf %a88, %s90 : f32
     linalg.yield %s91 : f32
-  } -> tensor<8x16xf32>
-  %e93 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e93 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v98 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v92, %v80 : tensor<8x16xf32>, tensor<f32>) outs(%e93 : tensor<8x16xf32>) {
   ^bb0(%a94: f32, %a95: f32, %o96: f32):
     %s97 = arith.mulf %a94, %a95 : f32
     linalg.yield %s97 : f32
-  } -> tensor<8x16xf32>
-  %e99 = tensor.empty() : tensor<16x32xf32>
-  %v100 = linalg.transpose ins(%v43 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x32xf32>
-  %c102 = arith.constant 0x00000000 : f32
-  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v103 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e105 = tensor.empty() : tensor<16x8xf32>
-  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0]
-  %e107 = tensor.empty() : tensor<16x32xf32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v109 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e111 = tensor.empty() : tensor<32x16xf32>
-  %v112 = linalg.transpose ins(%v110 : tensor<16x32xf32>) outs(%e111 : tensor<32x16xf32>) permutation = [1, 0]
-  %e113 = tensor.empty() : tensor<16xf32>
-  %c114 = arith.constant 0x00000000 : f32
-  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e99 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v100 = linalg.transpose ins(%v43 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e101 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
+  %c102 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v103 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %e105 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e107 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %c108 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v109 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %e111 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v112 = linalg.transpose ins(%v110 : tensor<16x32xf32>) outs(%e111 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e113 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c114 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
   %v119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v98 : tensor<8x16xf32>) outs(%v115 : tensor<16xf32>) {
   ^bb0(%a116: f32, %o117: f32):
     %s118 = arith.addf %a116, %o117 : f32
     linalg.yield %s118 : f32
-  } -> tensor<16xf32>
-  %e121 = tensor.empty() : tensor<16x32xf32>
-  %v122 = linalg.transpose ins(%v112 : tensor<32x16xf32>) outs(%e121 : tensor<16x32xf32>) permutation = [1, 0]
-  %e123 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<16xf32> loc(#loc4)
+  %e121 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v122 = linalg.transpose ins(%v112 : tensor<32x16xf32>) outs(%e121 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e123 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e123 : tensor<8x32xf32>) {
   ^bb0(%a124: f32, %o125: f32):
     %s126 = arith.constant 0x3F3504F3 : f32
     %s127 = arith.mulf %a124, %s126 : f32
     linalg.yield %s127 : f32
-  } -> tensor<8x32xf32>
-  %e129 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e129 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x32xf32>) outs(%e129 : tensor<8x32xf32>) {
   ^bb0(%a130: f32, %o131: f32):
     %s132 = math.erf %a130 : f32
     linalg.yield %s132 : f32
-  } -> tensor<8x32xf32>
-  %e134 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e134 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x32xf32>) outs(%e134 : tensor<8x32xf32>) {
   ^bb0(%a135: f32, %o136: f32):
     %s137 = arith.constant 0x3F800000 : f32
     %s138 = arith.addf %a135, %s137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<8x32xf32>
-  %e140 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e140 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x32xf32>) outs(%e140 : tensor<8x32xf32>) {
   ^bb0(%a141: f32, %o142: f32):
     %s143 = arith.constant 0x3F000000 : f32
     %s144 = arith.mulf %a141, %s143 : f32
     linalg.yield %s144 : f32
-  } -> tensor<8x32xf32>
-  %e146 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e146 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e146 : tensor<8x32xf32>) {
   ^bb0(%a147: f32, %a148: f32, %o149: f32):
     %s150 = arith.mulf %a147, %a148 : f32
     linalg.yield %s150 : f32
-  } -> tensor<8x32xf32>
-  %e152 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e152 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x32xf32>) outs(%e152 : tensor<8x32xf32>) {
   ^bb0(%a153: f32, %o154: f32):
     %s155 = arith.constant 0xBF000000 : f32
     %s156 = arith.mulf %a153, %s155 : f32
     linalg.yield %s156 : f32
-  } -> tensor<8x32xf32>
-  %e158 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e158 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x32xf32>) outs(%e158 : tensor<8x32xf32>) {
   ^bb0(%a159: f32, %o160: f32):
     %s161 = math.exp %a159 : f32
     linalg.yield %s161 : f32
-  } -> tensor<8x32xf32>
-  %e163 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e163 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x32xf32>) outs(%e163 : tensor<8x32xf32>) {
   ^bb0(%a164: f32, %o165: f32):
     %s166 = arith.constant 0x3ECC422A : f32
     %s167 = arith.mulf %a164, %s166 : f32
     linalg.yield %s167 : f32
-  } -> tensor<8x32xf32>
-  %e169 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e169 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e169 : tensor<8x32xf32>) {
   ^bb0(%a170: f32, %a171: f32, %o172: f32):
     %s173 = arith.mulf %a170, %a171 : f32
     linalg.yield %s173 : f32
-  } -> tensor<8x32xf32>
-  %e175 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e175 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e175 : tensor<8x32xf32>) {
   ^bb0(%a176: f32, %a177: f32, %o178: f32):
     %s179 = arith.addf %a176, %a177 : f32
     linalg.yield %s179 : f32
-  } -> tensor<8x32xf32>
-  %e181 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e181 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e181 : tensor<8x32xf32>) {
   ^bb0(%a182: f32, %a183: f32, %o184: f32):
     %s185 = arith.mulf %a182, %a183 : f32
     linalg.yield %s185 : f32
-  } -> tensor<8x32xf32>
-  %e187 = tensor.empty() : tensor<32x8xf32>
-  %v188 = linalg.transpose ins(%v186 : tensor<8x32xf32>) outs(%e187 : tensor<32x8xf32>) permutation = [1, 0]
-  %e189 = tensor.empty() : tensor<32x16xf32>
-  %c190 = arith.constant 0x00000000 : f32
-  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v192 = linalg.matmul ins(%v188, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e193 = tensor.empty() : tensor<16x32xf32>
-  %v194 = linalg.transpose ins(%v192 : tensor<32x16xf32>) outs(%e193 : tensor<16x32xf32>) permutation = [1, 0]
-  %e195 = tensor.empty() : tensor<32xf32>
-  %c196 = arith.constant 0x00000000 : f32
-  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<32xf32>) -> tensor<32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e187 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
+  %v188 = linalg.transpose ins(%v186 : tensor<8x32xf32>) outs(%e187 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e189 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %c190 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %v192 = linalg.matmul ins(%v188, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %e193 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v194 = linalg.transpose ins(%v192 : tensor<32x16xf32>) outs(%e193 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e195 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %c196 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
   %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x32xf32>) outs(%v197 : tensor<32xf32>) {
   ^bb0(%a198: f32, %o199: f32):
     %s200 = arith.addf %a198, %o199 : f32
     linalg.yield %s200 : f32
-  } -> tensor<32xf32>
-  %e203 = tensor.empty() : tensor<32x16xf32>
-  %v204 = linalg.transpose ins(%v194 : tensor<16x32xf32>) outs(%e203 : tensor<32x16xf32>) permutation = [1, 0]
-  %e205 = tensor.empty() : tensor<f32>
+  } -> tensor<32xf32> loc(#loc4)
+  %e203 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v204 = linalg.transpose ins(%v194 : tensor<16x32xf32>) outs(%e203 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e205 = tensor.empty() : tensor<f32> loc(#loc6)
   %v210 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e205 : tensor<f32>) {
   ^bb0(%a206: f32, %o207: f32):
     %s208 = arith.constant 0x3F800000 : f32
     %s209 = arith.addf %a206, %s208 : f32
     linalg.yield %s209 : f32
-  } -> tensor<f32>
-  %e211 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e211 = tensor.empty() : tensor<f32> loc(#loc6)
   %v216 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e211 : tensor<f32>) {
   ^bb0(%a212: f32, %o213: f32):
     %s214 = arith.constant 0x3F800000 : f32
     %s215 = arith.addf %a212, %s214 : f32
     linalg.yield %s215 : f32
-  } -> tensor<f32>
-  %e217 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e217 = tensor.empty() : tensor<f32> loc(#loc6)
   %v222 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e217 : tensor<f32>) {
   ^bb0(%a218: f32, %o219: f32):
     %s220 = arith.constant 0x3F800000 : f32
     %s221 = arith.addf %a218, %s220 : f32
     linalg.yield %s221 : f32
-  } -> tensor<f32>
-  %e223 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e223 = tensor.empty() : tensor<f32> loc(#loc6)
   %v228 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e223 : tensor<f32>) {
   ^bb0(%a224: f32, %o225: f32):
     %s226 = arith.constant 0x3F800000 : f32
     %s227 = arith.addf %a224, %s226 : f32
     linalg.yield %s227 : f32
-  } -> tensor<f32>
-  %e229 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc6)
+  %e229 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v234 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<32x16xf32>) outs(%e229 : tensor<32x16xf32>) {
   ^bb0(%a230: f32, %o231: f32):
     %s232 = arith.constant 0x3F7FFF58 : f32
     %s233 = arith.mulf %a230, %s232 : f32
     linalg.yield %s233 : f32
-  } -> tensor<32x16xf32>
-  %e235 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e235 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v240 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xf32>) outs(%e235 : tensor<32xf32>) {
   ^bb0(%a236: f32, %o237: f32):
     %s238 = arith.constant 0x3F7FFF58 : f32
     %s239 = arith.mulf %a236, %s238 : f32
     linalg.yield %s239 : f32
-  } -> tensor<32xf32>
-  %e241 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e241 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v246 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x32xf32>) outs(%e241 : tensor<16x32xf32>) {
   ^bb0(%a242: f32, %o243: f32):
     %s244 = arith.constant 0x3F7FFF58 : f32
     %s245 = arith.mulf %a242, %s244 : f32
     linalg.yield %s245 : f32
-  } -> tensor<16x32xf32>
-  %e247 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e247 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v252 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3 : tensor<16xf32>) outs(%e247 : tensor<16xf32>) {
   ^bb0(%a248: f32, %o249: f32):
     %s250 = arith.constant 0x3F7FFF58 : f32
     %s251 = arith.mulf %a248, %s250 : f32
     linalg.yield %s251 : f32
-  } -> tensor<16xf32>
-  %e253 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e253 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v261 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v204 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e253 : tensor<32x16xf32>) {
   ^bb0(%a254: f32, %a255: f32, %o256: f32):
     %s257 = arith.constant 0x3DCCCCCD : f32
@@ -308,8 +308,8 @@ func.func @fsdp_tp_train(
     %s259 = arith.mulf %s257, %s258 : f32
     %s260 = arith.addf %a254, %s259 : f32
     linalg.yield %s260 : f32
-  } -> tensor<32x16xf32>
-  %e262 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e262 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v270 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v201 : tensor<32xf32>, tensor<32xf32>) outs(%e262 : tensor<32xf32>) {
   ^bb0(%a263: f32, %a264: f32, %o265: f32):
     %s266 = arith.constant 0x3DCCCCCD : f32
@@ -317,8 +317,8 @@ func.func @fsdp_tp_train(
     %s268 = arith.mulf %s266, %s267 : f32
     %s269 = arith.addf %a263, %s268 : f32
     linalg.yield %s269 : f32
-  } -> tensor<32xf32>
-  %e271 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e271 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v279 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v122 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e271 : tensor<16x32xf32>) {
   ^bb0(%a272: f32, %a273: f32, %o274: f32):
     %s275 = arith.constant 0x3DCCCCCD : f32
@@ -326,8 +326,8 @@ func.func @fsdp_tp_train(
     %s277 = arith.mulf %s275, %s276 : f32
     %s278 = arith.addf %a272, %s277 : f32
     linalg.yield %s278 : f32
-  } -> tensor<16x32xf32>
-  %e280 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e280 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v288 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e280 : tensor<16xf32>) {
   ^bb0(%a281: f32, %a282: f32, %o283: f32):
     %s284 = arith.constant 0x3DCCCCCD : f32
@@ -335,36 +335,36 @@ func.func @fsdp_tp_train(
     %s286 = arith.mulf %s284, %s285 : f32
     %s287 = arith.addf %a281, %s286 : f32
     linalg.yield %s287 : f32
-  } -> tensor<16xf32>
-  %e289 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e289 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v294 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e289 : tensor<32x16xf32>) {
   ^bb0(%a290: f32, %o291: f32):
     %s292 = arith.constant 0x3F7FBE77 : f32
     %s293 = arith.mulf %a290, %s292 : f32
     linalg.yield %s293 : f32
-  } -> tensor<32x16xf32>
-  %e295 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e295 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v300 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e295 : tensor<32xf32>) {
   ^bb0(%a296: f32, %o297: f32):
     %s298 = arith.constant 0x3F7FBE77 : f32
     %s299 = arith.mulf %a296, %s298 : f32
     linalg.yield %s299 : f32
-  } -> tensor<32xf32>
-  %e301 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e301 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e301 : tensor<16x32xf32>) {
   ^bb0(%a302: f32, %o303: f32):
     %s304 = arith.constant 0x3F7FBE77 : f32
     %s305 = arith.mulf %a302, %s304 : f32
     linalg.yield %s305 : f32
-  } -> tensor<16x32xf32>
-  %e307 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e307 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e307 : tensor<16xf32>) {
   ^bb0(%a308: f32, %o309: f32):
     %s310 = arith.constant 0x3F7FBE77 : f32
     %s311 = arith.mulf %a308, %s310 : f32
     linalg.yield %s311 : f32
-  } -> tensor<16xf32>
-  %e313 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e313 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v322 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v294, %v204, %v204 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e313 : tensor<32x16xf32>) {
   ^bb0(%a314: f32, %a315: f32, %a316: f32, %o317: f32):
     %s318 = arith.constant 0x3A83126F : f32
@@ -372,8 +372,8 @@ func.func @fsdp_tp_train(
     %s320 = arith.mulf %s318, %s319 : f32
     %s321 = arith.addf %a314, %s320 : f32
     linalg.yield %s321 : f32
-  } -> tensor<32x16xf32>
-  %e323 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e323 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v332 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v300, %v201, %v201 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e323 : tensor<32xf32>) {
   ^bb0(%a324: f32, %a325: f32, %a326: f32, %o327: f32):
     %s328 = arith.constant 0x3A83126F : f32
@@ -381,8 +381,8 @@ func.func @fsdp_tp_train(
     %s330 = arith.mulf %s328, %s329 : f32
     %s331 = arith.addf %a324, %s330 : f32
     linalg.yield %s331 : f32
-  } -> tensor<32xf32>
-  %e333 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e333 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v342 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v306, %v122, %v122 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e333 : tensor<16x32xf32>) {
   ^bb0(%a334: f32, %a335: f32, %a336: f32, %o337: f32):
     %s338 = arith.constant 0x3A83126F : f32
@@ -390,8 +390,8 @@ func.func @fsdp_tp_train(
     %s340 = arith.mulf %s338, %s339 : f32
     %s341 = arith.addf %a334, %s340 : f32
     linalg.yield %s341 : f32
-  } -> tensor<16x32xf32>
-  %e343 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e343 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v352 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v312, %v119, %v119 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
   ^bb0(%a344: f32, %a345: f32, %a346: f32, %o347: f32):
     %s348 = arith.constant 0x3A83126F : f32
@@ -399,324 +399,324 @@ func.func @fsdp_tp_train(
     %s350 = arith.mulf %s348, %s349 : f32
     %s351 = arith.addf %a344, %s350 : f32
     linalg.yield %s351 : f32
-  } -> tensor<16xf32>
-  %e353 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e353 = tensor.empty() : tensor<f32> loc(#loc6)
   %v358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e353 : tensor<f32>) {
   ^bb0(%a354: f32, %o355: f32):
     %s356 = arith.constant 0x3F666666 : f32
     %s357 = math.powf %s356, %a354 : f32
     linalg.yield %s357 : f32
-  } -> tensor<f32>
-  %e359 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e359 = tensor.empty() : tensor<f32> loc(#loc6)
   %v364 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e359 : tensor<f32>) {
   ^bb0(%a360: f32, %o361: f32):
     %s362 = arith.constant 0x3F666666 : f32
     %s363 = math.powf %s362, %a360 : f32
     linalg.yield %s363 : f32
-  } -> tensor<f32>
-  %e365 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e365 = tensor.empty() : tensor<f32> loc(#loc6)
   %v370 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e365 : tensor<f32>) {
   ^bb0(%a366: f32, %o367: f32):
     %s368 = arith.constant 0x3F666666 : f32
     %s369 = math.powf %s368, %a366 : f32
     linalg.yield %s369 : f32
-  } -> tensor<f32>
-  %e371 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e371 = tensor.empty() : tensor<f32> loc(#loc6)
   %v376 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e371 : tensor<f32>) {
   ^bb0(%a372: f32, %o373: f32):
     %s374 = arith.constant 0x3F666666 : f32
     %s375 = math.powf %s374, %a372 : f32
     linalg.yield %s375 : f32
-  } -> tensor<f32>
-  %e377 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e377 = tensor.empty() : tensor<f32> loc(#loc6)
   %v382 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e377 : tensor<f32>) {
   ^bb0(%a378: f32, %o379: f32):
     %s380 = arith.constant 0x3F7FBE77 : f32
     %s381 = math.powf %s380, %a378 : f32
     linalg.yield %s381 : f32
-  } -> tensor<f32>
-  %e383 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e383 = tensor.empty() : tensor<f32> loc(#loc6)
   %v388 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e383 : tensor<f32>) {
   ^bb0(%a384: f32, %o385: f32):
     %s386 = arith.constant 0x3F7FBE77 : f32
     %s387 = math.powf %s386, %a384 : f32
     linalg.yield %s387 : f32
-  } -> tensor<f32>
-  %e389 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e389 = tensor.empty() : tensor<f32> loc(#loc6)
   %v394 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e389 : tensor<f32>) {
   ^bb0(%a390: f32, %o391: f32):
     %s392 = arith.constant 0x3F7FBE77 : f32
     %s393 = math.powf %s392, %a390 : f32
     linalg.yield %s393 : f32
-  } -> tensor<f32>
-  %e395 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e395 = tensor.empty() : tensor<f32> loc(#loc6)
   %v400 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e395 : tensor<f32>) {
   ^bb0(%a396: f32, %o397: f32):
     %s398 = arith.constant 0x3F7FBE77 : f32
     %s399 = math.powf %s398, %a396 : f32
     linalg.yield %s399 : f32
-  } -> tensor<f32>
-  %e401 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e401 = tensor.empty() : tensor<f32> loc(#loc6)
   %v406 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v358 : tensor<f32>) outs(%e401 : tensor<f32>) {
   ^bb0(%a402: f32, %o403: f32):
     %s404 = arith.constant 0x3F800000 : f32
     %s405 = arith.subf %a402, %s404 : f32
     linalg.yield %s405 : f32
-  } -> tensor<f32>
-  %e407 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e407 = tensor.empty() : tensor<f32> loc(#loc6)
   %v412 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v364 : tensor<f32>) outs(%e407 : tensor<f32>) {
   ^bb0(%a408: f32, %o409: f32):
     %s410 = arith.constant 0x3F800000 : f32
     %s411 = arith.subf %a408, %s410 : f32
     linalg.yield %s411 : f32
-  } -> tensor<f32>
-  %e413 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e413 = tensor.empty() : tensor<f32> loc(#loc6)
   %v418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v370 : tensor<f32>) outs(%e413 : tensor<f32>) {
   ^bb0(%a414: f32, %o415: f32):
     %s416 = arith.constant 0x3F800000 : f32
     %s417 = arith.subf %a414, %s416 : f32
     linalg.yield %s417 : f32
-  } -> tensor<f32>
-  %e419 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e419 = tensor.empty() : tensor<f32> loc(#loc6)
   %v424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v376 : tensor<f32>) outs(%e419 : tensor<f32>) {
   ^bb0(%a420: f32, %o421: f32):
     %s422 = arith.constant 0x3F800000 : f32
     %s423 = arith.subf %a420, %s422 : f32
     linalg.yield %s423 : f32
-  } -> tensor<f32>
-  %e425 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e425 = tensor.empty() : tensor<f32> loc(#loc6)
   %v430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v382 : tensor<f32>) outs(%e425 : tensor<f32>) {
   ^bb0(%a426: f32, %o427: f32):
     %s428 = arith.constant 0x3F800000 : f32
     %s429 = arith.subf %a426, %s428 : f32
     linalg.yield %s429 : f32
-  } -> tensor<f32>
-  %e431 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e431 = tensor.empty() : tensor<f32> loc(#loc6)
   %v436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v388 : tensor<f32>) outs(%e431 : tensor<f32>) {
   ^bb0(%a432: f32, %o433: f32):
     %s434 = arith.constant 0x3F800000 : f32
     %s435 = arith.subf %a432, %s434 : f32
     linalg.yield %s435 : f32
-  } -> tensor<f32>
-  %e437 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e437 = tensor.empty() : tensor<f32> loc(#loc6)
   %v442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v394 : tensor<f32>) outs(%e437 : tensor<f32>) {
   ^bb0(%a438: f32, %o439: f32):
     %s440 = arith.constant 0x3F800000 : f32
     %s441 = arith.subf %a438, %s440 : f32
     linalg.yield %s441 : f32
-  } -> tensor<f32>
-  %e443 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e443 = tensor.empty() : tensor<f32> loc(#loc6)
   %v448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v400 : tensor<f32>) outs(%e443 : tensor<f32>) {
   ^bb0(%a444: f32, %o445: f32):
     %s446 = arith.constant 0x3F800000 : f32
     %s447 = arith.subf %a444, %s446 : f32
     linalg.yield %s447 : f32
-  } -> tensor<f32>
-  %e449 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e449 = tensor.empty() : tensor<f32> loc(#loc6)
   %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v430 : tensor<f32>) outs(%e449 : tensor<f32>) {
   ^bb0(%a450: f32, %o451: f32):
     %s452 = arith.negf %a450 : f32
     linalg.yield %s452 : f32
-  } -> tensor<f32>
-  %e454 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e454 = tensor.empty() : tensor<f32> loc(#loc6)
   %v458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v436 : tensor<f32>) outs(%e454 : tensor<f32>) {
   ^bb0(%a455: f32, %o456: f32):
     %s457 = arith.negf %a455 : f32
     linalg.yield %s457 : f32
-  } -> tensor<f32>
-  %e459 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e459 = tensor.empty() : tensor<f32> loc(#loc6)
   %v463 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v442 : tensor<f32>) outs(%e459 : tensor<f32>) {
   ^bb0(%a460: f32, %o461: f32):
     %s462 = arith.negf %a460 : f32
     linalg.yield %s462 : f32
-  } -> tensor<f32>
-  %e464 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e464 = tensor.empty() : tensor<f32> loc(#loc6)
   %v468 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v448 : tensor<f32>) outs(%e464 : tensor<f32>) {
   ^bb0(%a465: f32, %o466: f32):
     %s467 = arith.negf %a465 : f32
     linalg.yield %s467 : f32
-  } -> tensor<f32>
-  %e469 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e469 = tensor.empty() : tensor<f32> loc(#loc6)
   %v474 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v406 : tensor<f32>) outs(%e469 : tensor<f32>) {
   ^bb0(%a470: f32, %o471: f32):
     %s472 = arith.constant 0x3A83126F : f32
     %s473 = arith.divf %a470, %s472 : f32
     linalg.yield %s473 : f32
-  } -> tensor<f32>
-  %e475 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e475 = tensor.empty() : tensor<f32> loc(#loc6)
   %v480 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v412 : tensor<f32>) outs(%e475 : tensor<f32>) {
   ^bb0(%a476: f32, %o477: f32):
     %s478 = arith.constant 0x3A83126F : f32
     %s479 = arith.divf %a476, %s478 : f32
     linalg.yield %s479 : f32
-  } -> tensor<f32>
-  %e481 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e481 = tensor.empty() : tensor<f32> loc(#loc6)
   %v486 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v418 : tensor<f32>) outs(%e481 : tensor<f32>) {
   ^bb0(%a482: f32, %o483: f32):
     %s484 = arith.constant 0x3A83126F : f32
     %s485 = arith.divf %a482, %s484 : f32
     linalg.yield %s485 : f32
-  } -> tensor<f32>
-  %e487 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e487 = tensor.empty() : tensor<f32> loc(#loc6)
   %v492 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v424 : tensor<f32>) outs(%e487 : tensor<f32>) {
   ^bb0(%a488: f32, %o489: f32):
     %s490 = arith.constant 0x3A83126F : f32
     %s491 = arith.divf %a488, %s490 : f32
     linalg.yield %s491 : f32
-  } -> tensor<f32>
-  %e493 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e493 = tensor.empty() : tensor<f32> loc(#loc6)
   %v498 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v474 : tensor<f32>) outs(%e493 : tensor<f32>) {
   ^bb0(%a494: f32, %o495: f32):
     %s496 = arith.constant 0x3F800000 : f32
     %s497 = arith.divf %s496, %a494 : f32
     linalg.yield %s497 : f32
-  } -> tensor<f32>
-  %e499 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e499 = tensor.empty() : tensor<f32> loc(#loc6)
   %v504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v480 : tensor<f32>) outs(%e499 : tensor<f32>) {
   ^bb0(%a500: f32, %o501: f32):
     %s502 = arith.constant 0x3F800000 : f32
     %s503 = arith.divf %s502, %a500 : f32
     linalg.yield %s503 : f32
-  } -> tensor<f32>
-  %e505 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e505 = tensor.empty() : tensor<f32> loc(#loc6)
   %v510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v486 : tensor<f32>) outs(%e505 : tensor<f32>) {
   ^bb0(%a506: f32, %o507: f32):
     %s508 = arith.constant 0x3F800000 : f32
     %s509 = arith.divf %s508, %a506 : f32
     linalg.yield %s509 : f32
-  } -> tensor<f32>
-  %e511 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e511 = tensor.empty() : tensor<f32> loc(#loc6)
   %v516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v492 : tensor<f32>) outs(%e511 : tensor<f32>) {
   ^bb0(%a512: f32, %o513: f32):
     %s514 = arith.constant 0x3F800000 : f32
     %s515 = arith.divf %s514, %a512 : f32
     linalg.yield %s515 : f32
-  } -> tensor<f32>
-  %e517 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e517 = tensor.empty() : tensor<f32> loc(#loc6)
   %v521 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v453 : tensor<f32>) outs(%e517 : tensor<f32>) {
   ^bb0(%a518: f32, %o519: f32):
     %s520 = math.sqrt %a518 : f32
     linalg.yield %s520 : f32
-  } -> tensor<f32>
-  %e522 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e522 = tensor.empty() : tensor<f32> loc(#loc6)
   %v526 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v458 : tensor<f32>) outs(%e522 : tensor<f32>) {
   ^bb0(%a523: f32, %o524: f32):
     %s525 = math.sqrt %a523 : f32
     linalg.yield %s525 : f32
-  } -> tensor<f32>
-  %e527 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e527 = tensor.empty() : tensor<f32> loc(#loc6)
   %v531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v463 : tensor<f32>) outs(%e527 : tensor<f32>) {
   ^bb0(%a528: f32, %o529: f32):
     %s530 = math.sqrt %a528 : f32
     linalg.yield %s530 : f32
-  } -> tensor<f32>
-  %e532 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e532 = tensor.empty() : tensor<f32> loc(#loc6)
   %v536 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e532 : tensor<f32>) {
   ^bb0(%a533: f32, %o534: f32):
     %s535 = math.sqrt %a533 : f32
     linalg.yield %s535 : f32
-  } -> tensor<f32>
-  %e537 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc6)
+  %e537 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v541 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v322 : tensor<32x16xf32>) outs(%e537 : tensor<32x16xf32>) {
   ^bb0(%a538: f32, %o539: f32):
     %s540 = math.sqrt %a538 : f32
     linalg.yield %s540 : f32
-  } -> tensor<32x16xf32>
-  %e542 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e542 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v546 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v332 : tensor<32xf32>) outs(%e542 : tensor<32xf32>) {
   ^bb0(%a543: f32, %o544: f32):
     %s545 = math.sqrt %a543 : f32
     linalg.yield %s545 : f32
-  } -> tensor<32xf32>
-  %e547 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e547 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v551 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v342 : tensor<16x32xf32>) outs(%e547 : tensor<16x32xf32>) {
   ^bb0(%a548: f32, %o549: f32):
     %s550 = math.sqrt %a548 : f32
     linalg.yield %s550 : f32
-  } -> tensor<16x32xf32>
-  %e552 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e552 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v556 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v352 : tensor<16xf32>) outs(%e552 : tensor<16xf32>) {
   ^bb0(%a553: f32, %o554: f32):
     %s555 = math.sqrt %a553 : f32
     linalg.yield %s555 : f32
-  } -> tensor<16xf32>
-  %e557 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e557 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v562 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v541, %v521 : tensor<32x16xf32>, tensor<f32>) outs(%e557 : tensor<32x16xf32>) {
   ^bb0(%a558: f32, %a559: f32, %o560: f32):
     %s561 = arith.divf %a558, %a559 : f32
     linalg.yield %s561 : f32
-  } -> tensor<32x16xf32>
-  %e563 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e563 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v568 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v546, %v526 : tensor<32xf32>, tensor<f32>) outs(%e563 : tensor<32xf32>) {
   ^bb0(%a564: f32, %a565: f32, %o566: f32):
     %s567 = arith.divf %a564, %a565 : f32
     linalg.yield %s567 : f32
-  } -> tensor<32xf32>
-  %e569 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e569 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v574 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v551, %v531 : tensor<16x32xf32>, tensor<f32>) outs(%e569 : tensor<16x32xf32>) {
   ^bb0(%a570: f32, %a571: f32, %o572: f32):
     %s573 = arith.divf %a570, %a571 : f32
     linalg.yield %s573 : f32
-  } -> tensor<16x32xf32>
-  %e575 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e575 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v580 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v556, %v536 : tensor<16xf32>, tensor<f32>) outs(%e575 : tensor<16xf32>) {
   ^bb0(%a576: f32, %a577: f32, %o578: f32):
     %s579 = arith.divf %a576, %a577 : f32
     linalg.yield %s579 : f32
-  } -> tensor<16xf32>
-  %e581 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e581 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v586 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v562 : tensor<32x16xf32>) outs(%e581 : tensor<32x16xf32>) {
   ^bb0(%a582: f32, %o583: f32):
     %s584 = arith.constant 0x322BCC77 : f32
     %s585 = arith.addf %a582, %s584 : f32
     linalg.yield %s585 : f32
-  } -> tensor<32x16xf32>
-  %e587 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e587 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v592 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v568 : tensor<32xf32>) outs(%e587 : tensor<32xf32>) {
   ^bb0(%a588: f32, %o589: f32):
     %s590 = arith.constant 0x322BCC77 : f32
     %s591 = arith.addf %a588, %s590 : f32
     linalg.yield %s591 : f32
-  } -> tensor<32xf32>
-  %e593 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e593 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v574 : tensor<16x32xf32>) outs(%e593 : tensor<16x32xf32>) {
   ^bb0(%a594: f32, %o595: f32):
     %s596 = arith.constant 0x322BCC77 : f32
     %s597 = arith.addf %a594, %s596 : f32
     linalg.yield %s597 : f32
-  } -> tensor<16x32xf32>
-  %e599 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e599 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v580 : tensor<16xf32>) outs(%e599 : tensor<16xf32>) {
   ^bb0(%a600: f32, %o601: f32):
     %s602 = arith.constant 0x322BCC77 : f32
     %s603 = arith.addf %a600, %s602 : f32
     linalg.yield %s603 : f32
-  } -> tensor<16xf32>
-  %e605 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e605 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v610 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v586, %v498 : tensor<32x16xf32>, tensor<f32>) outs(%e605 : tensor<32x16xf32>) {
   ^bb0(%a606: f32, %a607: f32, %o608: f32):
     %s609 = arith.divf %a606, %a607 : f32
     linalg.yield %s609 : f32
-  } -> tensor<32x16xf32>
-  %e611 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e611 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v592, %v504 : tensor<32xf32>, tensor<f32>) outs(%e611 : tensor<32xf32>) {
   ^bb0(%a612: f32, %a613: f32, %o614: f32):
     %s615 = arith.divf %a612, %a613 : f32
     linalg.yield %s615 : f32
-  } -> tensor<32xf32>
-  %e617 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e617 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v622 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v598, %v510 : tensor<16x32xf32>, tensor<f32>) outs(%e617 : tensor<16x32xf32>) {
   ^bb0(%a618: f32, %a619: f32, %o620: f32):
     %s621 = arith.divf %a618, %a619 : f32
     linalg.yield %s621 : f32
-  } -> tensor<16x32xf32>
-  %e623 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e623 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v628 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604, %v516 : tensor<16xf32>, tensor<f32>) outs(%e623 : tensor<16xf32>) {
   ^bb0(%a624: f32, %a625: f32, %o626: f32):
     %s627 = arith.divf %a624, %a625 : f32
     linalg.yield %s627 : f32
-  } -> tensor<16xf32>
-  %e629 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e629 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v638 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v261, %v610 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e629 : tensor<32x16xf32>) {
   ^bb0(%a630: f32, %a631: f32, %a632: f32, %o633: f32):
     %s634 = arith.constant 0x3F800000 : f32
@@ -724,8 +724,8 @@ func.func @fsdp_tp_train(
     %s636 = arith.mulf %s634, %s635 : f32
     %s637 = arith.addf %a630, %s636 : f32
     linalg.yield %s637 : f32
-  } -> tensor<32x16xf32>
-  %e639 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e639 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v648 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v240, %v270, %v616 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e639 : tensor<32xf32>) {
   ^bb0(%a640: f32, %a641: f32, %a642: f32, %o643: f32):
     %s644 = arith.constant 0x3F800000 : f32
@@ -733,8 +733,8 @@ func.func @fsdp_tp_train(
     %s646 = arith.mulf %s644, %s645 : f32
     %s647 = arith.addf %a640, %s646 : f32
     linalg.yield %s647 : f32
-  } -> tensor<32xf32>
-  %e649 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e649 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v246, %v279, %v622 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e649 : tensor<16x32xf32>) {
   ^bb0(%a650: f32, %a651: f32, %a652: f32, %o653: f32):
     %s654 = arith.constant 0x3F800000 : f32
@@ -742,8 +742,8 @@ func.func @fsdp_tp_train(
     %s656 = arith.mulf %s654, %s655 : f32
     %s657 = arith.addf %a650, %s656 : f32
     linalg.yield %s657 : f32
-  } -> tensor<16x32xf32>
-  %e659 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e659 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v252, %v288, %v628 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e659 : tensor<16xf32>) {
   ^bb0(%a660: f32, %a661: f32, %a662: f32, %o663: f32):
     %s664 = arith.constant 0x3F800000 : f32
@@ -751,6 +751,13 @@ func.func @fsdp_tp_train(
     %s666 = arith.mulf %s664, %s665 : f32
     %s667 = arith.addf %a660, %s666 : f32
     linalg.yield %s667 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
   return %v77, %v638, %v648, %v658, %v668, %v261, %v270, %v279, %v288, %v322, %v332, %v342, %v352, %v210, %v216, %v222, %v228 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
+#loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
+#loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])
+#loc2 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc3 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc4 = loc(fused<"backward">["torch/nn/modules/linear.py":134:0])
+#loc5 = loc(fused<"backward">["torch/nn/modules/activation.py":817:0])
+#loc6 = loc(fused<"optimizer">[unknown])

@@ -16,227 +16,234 @@ func.func @mlp_dp_tp_train(
     %arg8: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>},
     %arg9: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R, R]>}) {
-  %e1 = tensor.empty() : tensor<16x32xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x32xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v6 = linalg.matmul ins(%arg8, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e7 = tensor.empty() : tensor<8x32xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg8, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e7 : tensor<8x32xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x32xf32>
-  %e13 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
     %s17 = arith.maximumf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<8x32xf32>
-  %e19 = tensor.empty() : tensor<32x16xf32>
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0]
-  %e21 = tensor.empty() : tensor<8x16xf32>
-  %c22 = arith.constant 0x00000000 : f32
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e25 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e19 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
   ^bb0(%a26: f32, %a27: f32, %o28: f32):
     %s29 = arith.addf %a26, %a27 : f32
     linalg.yield %s29 : f32
-  } -> tensor<8x16xf32>
-  %e31 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %e31 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v36 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e31 : tensor<8x16xf32>) {
   ^bb0(%a32: f32, %a33: f32, %o34: f32):
     %s35 = arith.subf %a32, %a33 : f32
     linalg.yield %s35 : f32
-  } -> tensor<8x16xf32>
-  %e37 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e37 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v36 : tensor<8x16xf32>) outs(%e37 : tensor<8x16xf32>) {
   ^bb0(%a38: f32, %o39: f32):
     %s40 = arith.mulf %a38, %a38 : f32
     linalg.yield %s40 : f32
-  } -> tensor<8x16xf32>
-  %e42 = tensor.empty() : tensor<f32>
-  %c43 = arith.constant 0x00000000 : f32
-  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e42 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c43 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32> loc(#loc2)
   %v48 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v41 : tensor<8x16xf32>) outs(%v44 : tensor<f32>) {
   ^bb0(%a45: f32, %o46: f32):
     %s47 = arith.addf %a45, %o46 : f32
     linalg.yield %s47 : f32
-  } -> tensor<f32>
-  %e49 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e49 = tensor.empty() : tensor<f32> loc(#loc2)
   %v54 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v48 : tensor<f32>) outs(%e49 : tensor<f32>) {
   ^bb0(%a50: f32, %o51: f32):
     %s52 = arith.constant 0x43000000 : f32
     %s53 = arith.divf %a50, %s52 : f32
     linalg.yield %s53 : f32
-  } -> tensor<f32>
-  %e55 = tensor.empty() : tensor<f32>
-  %c56 = arith.constant 0x3F800000 : f32
-  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32>
-  %e58 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<f32> loc(#loc2)
+  %e55 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c56 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e58 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e58 : tensor<8x16xf32>) {
   ^bb0(%a59: f32, %a60: f32, %o61: f32):
     %s62 = arith.subf %a59, %a60 : f32
     linalg.yield %s62 : f32
-  } -> tensor<8x16xf32>
-  %e64 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e64 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v63 : tensor<8x16xf32>) outs(%e64 : tensor<8x16xf32>) {
   ^bb0(%a65: f32, %o66: f32):
     %s67 = arith.constant 0x3C800000 : f32
     %s68 = arith.mulf %a65, %s67 : f32
     linalg.yield %s68 : f32
-  } -> tensor<8x16xf32>
-  %e70 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e70 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69, %v57 : tensor<8x16xf32>, tensor<f32>) outs(%e70 : tensor<8x16xf32>) {
   ^bb0(%a71: f32, %a72: f32, %o73: f32):
     %s74 = arith.mulf %a71, %a72 : f32
     linalg.yield %s74 : f32
-  } -> tensor<8x16xf32>
-  %e76 = tensor.empty() : tensor<16x32xf32>
-  %v77 = linalg.transpose ins(%v20 : tensor<32x16xf32>) outs(%e76 : tensor<16x32xf32>) permutation = [1, 0]
-  %e78 = tensor.empty() : tensor<8x32xf32>
-  %c79 = arith.constant 0x00000000 : f32
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v81 = linalg.matmul ins(%v75, %v77 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v80 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e82 = tensor.empty() : tensor<16x8xf32>
-  %v83 = linalg.transpose ins(%v75 : tensor<8x16xf32>) outs(%e82 : tensor<16x8xf32>) permutation = [1, 0]
-  %e84 = tensor.empty() : tensor<16x32xf32>
-  %c85 = arith.constant 0x00000000 : f32
-  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v87 = linalg.matmul ins(%v83, %v18 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v86 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e88 = tensor.empty() : tensor<32x16xf32>
-  %v89 = linalg.transpose ins(%v87 : tensor<16x32xf32>) outs(%e88 : tensor<32x16xf32>) permutation = [1, 0]
-  %e90 = tensor.empty() : tensor<16xf32>
-  %c91 = arith.constant 0x00000000 : f32
-  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e76 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v77 = linalg.transpose ins(%v20 : tensor<32x16xf32>) outs(%e76 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e78 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
+  %c79 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %v81 = linalg.matmul ins(%v75, %v77 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v80 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %e82 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v83 = linalg.transpose ins(%v75 : tensor<8x16xf32>) outs(%e82 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e84 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %c85 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %v87 = linalg.matmul ins(%v83, %v18 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v86 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %e88 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v89 = linalg.transpose ins(%v87 : tensor<16x32xf32>) outs(%e88 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e90 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c91 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
   %v96 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v75 : tensor<8x16xf32>) outs(%v92 : tensor<16xf32>) {
   ^bb0(%a93: f32, %o94: f32):
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
-  } -> tensor<16xf32>
-  %e98 = tensor.empty() : tensor<16x32xf32>
-  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
-  %e100 = tensor.empty() : tensor<8x32xi1>
+  } -> tensor<16xf32> loc(#loc4)
+  %e98 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e100 = tensor.empty() : tensor<8x32xi1> loc(#loc5)
   %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
   ^bb0(%a101: f32, %o102: i1):
     %s103 = arith.constant 0x00000000 : f32
     %s104 = arith.cmpf ole, %a101, %s103 : f32
     linalg.yield %s104 : i1
-  } -> tensor<8x32xi1>
-  %e106 = tensor.empty() : tensor<f32>
-  %c107 = arith.constant 0x00000000 : f32
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
-  %e109 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xi1> loc(#loc5)
+  %e106 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c107 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e109 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
   ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
     %s114 = arith.select %a110, %a111, %a112 : f32
     linalg.yield %s114 : f32
-  } -> tensor<8x32xf32>
-  %e116 = tensor.empty() : tensor<32x8xf32>
-  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0]
-  %e118 = tensor.empty() : tensor<32x16xf32>
-  %c119 = arith.constant 0x00000000 : f32
-  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v121 = linalg.matmul ins(%v117, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e122 = tensor.empty() : tensor<16x32xf32>
-  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0]
-  %e124 = tensor.empty() : tensor<32xf32>
-  %c125 = arith.constant 0x00000000 : f32
-  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e116 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
+  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e118 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %c119 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %v121 = linalg.matmul ins(%v117, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %e122 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e124 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %c125 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
   %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v126 : tensor<32xf32>) {
   ^bb0(%a127: f32, %o128: f32):
     %s129 = arith.addf %a127, %o128 : f32
     linalg.yield %s129 : f32
-  } -> tensor<32xf32>
-  %e132 = tensor.empty() : tensor<32x16xf32>
-  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0]
-  %e134 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32xf32> loc(#loc4)
+  %e132 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e134 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4 : tensor<32x16xf32>) outs(%e134 : tensor<32x16xf32>) {
   ^bb0(%a135: f32, %o136: f32):
     %s137 = arith.constant 0x3F666666 : f32
     %s138 = arith.mulf %a135, %s137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<32x16xf32>
-  %e140 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e140 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139, %v133 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
   ^bb0(%a141: f32, %a142: f32, %o143: f32):
     %s144 = arith.addf %a141, %a142 : f32
     linalg.yield %s144 : f32
-  } -> tensor<32x16xf32>
-  %e146 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e146 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e146 : tensor<32x16xf32>) {
   ^bb0(%a147: f32, %a148: f32, %o149: f32):
     %s150 = arith.constant 0xBDCCCCCD : f32
     %s151 = arith.mulf %a148, %s150 : f32
     %s152 = arith.addf %a147, %s151 : f32
     linalg.yield %s152 : f32
-  } -> tensor<32x16xf32>
-  %e154 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e154 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<32xf32>) outs(%e154 : tensor<32xf32>) {
   ^bb0(%a155: f32, %o156: f32):
     %s157 = arith.constant 0x3F666666 : f32
     %s158 = arith.mulf %a155, %s157 : f32
     linalg.yield %s158 : f32
-  } -> tensor<32xf32>
-  %e160 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e160 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v159, %v130 : tensor<32xf32>, tensor<32xf32>) outs(%e160 : tensor<32xf32>) {
   ^bb0(%a161: f32, %a162: f32, %o163: f32):
     %s164 = arith.addf %a161, %a162 : f32
     linalg.yield %s164 : f32
-  } -> tensor<32xf32>
-  %e166 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e166 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v165 : tensor<32xf32>, tensor<32xf32>) outs(%e166 : tensor<32xf32>) {
   ^bb0(%a167: f32, %a168: f32, %o169: f32):
     %s170 = arith.constant 0xBDCCCCCD : f32
     %s171 = arith.mulf %a168, %s170 : f32
     %s172 = arith.addf %a167, %s171 : f32
     linalg.yield %s172 : f32
-  } -> tensor<32xf32>
-  %e174 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e174 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x32xf32>) outs(%e174 : tensor<16x32xf32>) {
   ^bb0(%a175: f32, %o176: f32):
     %s177 = arith.constant 0x3F666666 : f32
     %s178 = arith.mulf %a175, %s177 : f32
     linalg.yield %s178 : f32
-  } -> tensor<16x32xf32>
-  %e180 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e180 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v179, %v99 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e180 : tensor<16x32xf32>) {
   ^bb0(%a181: f32, %a182: f32, %o183: f32):
     %s184 = arith.addf %a181, %a182 : f32
     linalg.yield %s184 : f32
-  } -> tensor<16x32xf32>
-  %e186 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e186 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v185 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e186 : tensor<16x32xf32>) {
   ^bb0(%a187: f32, %a188: f32, %o189: f32):
     %s190 = arith.constant 0xBDCCCCCD : f32
     %s191 = arith.mulf %a188, %s190 : f32
     %s192 = arith.addf %a187, %s191 : f32
     linalg.yield %s192 : f32
-  } -> tensor<16x32xf32>
-  %e194 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e194 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v199 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e194 : tensor<16xf32>) {
   ^bb0(%a195: f32, %o196: f32):
     %s197 = arith.constant 0x3F666666 : f32
     %s198 = arith.mulf %a195, %s197 : f32
     linalg.yield %s198 : f32
-  } -> tensor<16xf32>
-  %e200 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e200 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v205 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v199, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e200 : tensor<16xf32>) {
   ^bb0(%a201: f32, %a202: f32, %o203: f32):
     %s204 = arith.addf %a201, %a202 : f32
     linalg.yield %s204 : f32
-  } -> tensor<16xf32>
-  %e206 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e206 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v205 : tensor<16xf32>, tensor<16xf32>) outs(%e206 : tensor<16xf32>) {
   ^bb0(%a207: f32, %a208: f32, %o209: f32):
     %s210 = arith.constant 0xBDCCCCCD : f32
     %s211 = arith.mulf %a208, %s210 : f32
     %s212 = arith.addf %a207, %s211 : f32
     linalg.yield %s212 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
   return %v54, %v153, %v173, %v193, %v213, %v145, %v165, %v185, %v205 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
+#loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
+#loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])
+#loc2 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc3 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc4 = loc(fused<"backward">["torch/nn/modules/linear.py":134:0])
+#loc5 = loc(fused<"backward">["torch/nn/modules/activation.py":143:0])
+#loc6 = loc(fused<"optimizer">[unknown])

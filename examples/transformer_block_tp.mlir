@@ -73,4023 +73,4038 @@ func.func @transformer_block_tp(
     %arg64: tensor<2x4x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg65: tensor<2x4x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<2x4xf32>
-  %c2 = arith.constant 0x00000000 : f32
-  %v3 = linalg.fill ins(%c2 : f32) outs(%e1 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %e1 = tensor.empty() : tensor<2x4xf32> loc(#loc0)
+  %c2 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v3 = linalg.fill ins(%c2 : f32) outs(%e1 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc0)
   %v7 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%arg64 : tensor<2x4x16xf32>) outs(%v3 : tensor<2x4xf32>) {
   ^bb0(%a4: f32, %o5: f32):
     %s6 = arith.addf %a4, %o5 : f32
     linalg.yield %s6 : f32
-  } -> tensor<2x4xf32>
-  %v8 = tensor.expand_shape %v7 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e9 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4xf32> loc(#loc0)
+  %v8 = tensor.expand_shape %v7 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc(#loc0)
+  %e9 = tensor.empty() : tensor<2x4x1xf32> loc(#loc0)
   %v14 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v8 : tensor<2x4x1xf32>) outs(%e9 : tensor<2x4x1xf32>) {
   ^bb0(%a10: f32, %o11: f32):
     %s12 = arith.constant 0x41800000 : f32
     %s13 = arith.divf %a10, %s12 : f32
     linalg.yield %s13 : f32
-  } -> tensor<2x4x1xf32>
-  %v15 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e16 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x1xf32> loc(#loc0)
+  %v15 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc0)
+  %e16 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v22 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v15 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e16 : tensor<2x4x16xf32>) {
   ^bb0(%a17: f32, %a18: f32, %o19: f32):
     %s20 = arith.subf %a17, %a18 : f32
     %s21 = arith.mulf %s20, %s20 : f32
     linalg.yield %s21 : f32
-  } -> tensor<2x4x16xf32>
-  %e23 = tensor.empty() : tensor<2x4xf32>
-  %c24 = arith.constant 0x00000000 : f32
-  %v25 = linalg.fill ins(%c24 : f32) outs(%e23 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %e23 = tensor.empty() : tensor<2x4xf32> loc(#loc0)
+  %c24 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v25 = linalg.fill ins(%c24 : f32) outs(%e23 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc0)
   %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v22 : tensor<2x4x16xf32>) outs(%v25 : tensor<2x4xf32>) {
   ^bb0(%a26: f32, %o27: f32):
     %s28 = arith.addf %a26, %o27 : f32
     linalg.yield %s28 : f32
-  } -> tensor<2x4xf32>
-  %v30 = tensor.expand_shape %v29 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e31 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4xf32> loc(#loc0)
+  %v30 = tensor.expand_shape %v29 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc(#loc0)
+  %e31 = tensor.empty() : tensor<2x4x1xf32> loc(#loc0)
   %v36 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v30 : tensor<2x4x1xf32>) outs(%e31 : tensor<2x4x1xf32>) {
   ^bb0(%a32: f32, %o33: f32):
     %s34 = arith.constant 0x41800000 : f32
     %s35 = arith.divf %a32, %s34 : f32
     linalg.yield %s35 : f32
-  } -> tensor<2x4x1xf32>
-  %e37 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4x1xf32> loc(#loc0)
+  %e37 = tensor.empty() : tensor<2x4x1xf32> loc(#loc0)
   %v42 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v36 : tensor<2x4x1xf32>) outs(%e37 : tensor<2x4x1xf32>) {
   ^bb0(%a38: f32, %o39: f32):
     %s40 = arith.constant 0x3727C5AC : f32
     %s41 = arith.addf %a38, %s40 : f32
     linalg.yield %s41 : f32
-  } -> tensor<2x4x1xf32>
-  %e43 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4x1xf32> loc(#loc0)
+  %e43 = tensor.empty() : tensor<2x4x1xf32> loc(#loc0)
   %v47 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v42 : tensor<2x4x1xf32>) outs(%e43 : tensor<2x4x1xf32>) {
   ^bb0(%a44: f32, %o45: f32):
     %s46 = math.rsqrt %a44 : f32
     linalg.yield %s46 : f32
-  } -> tensor<2x4x1xf32>
-  %v48 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e49 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x1xf32> loc(#loc0)
+  %v48 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc0)
+  %e49 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v54 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v48 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e49 : tensor<2x4x16xf32>) {
   ^bb0(%a50: f32, %a51: f32, %o52: f32):
     %s53 = arith.subf %a50, %a51 : f32
     linalg.yield %s53 : f32
-  } -> tensor<2x4x16xf32>
-  %v55 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e56 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %v55 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc0)
+  %e56 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v61 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v54, %v55 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e56 : tensor<2x4x16xf32>) {
   ^bb0(%a57: f32, %a58: f32, %o59: f32):
     %s60 = arith.mulf %a57, %a58 : f32
     linalg.yield %s60 : f32
-  } -> tensor<2x4x16xf32>
-  %e62 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %e62 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v67 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v61, %arg0 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e62 : tensor<2x4x16xf32>) {
   ^bb0(%a63: f32, %a64: f32, %o65: f32):
     %s66 = arith.mulf %a63, %a64 : f32
     linalg.yield %s66 : f32
-  } -> tensor<2x4x16xf32>
-  %e68 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %e68 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v73 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v67, %arg1 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e68 : tensor<2x4x16xf32>) {
   ^bb0(%a69: f32, %a70: f32, %o71: f32):
     %s72 = arith.addf %a69, %a70 : f32
     linalg.yield %s72 : f32
-  } -> tensor<2x4x16xf32>
-  %v74 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e75 = tensor.empty() : tensor<16x16xf32>
-  %v76 = linalg.transpose ins(%arg2 : tensor<16x16xf32>) outs(%e75 : tensor<16x16xf32>) permutation = [1, 0]
-  %e77 = tensor.empty() : tensor<8x16xf32>
-  %c78 = arith.constant 0x00000000 : f32
-  %v79 = linalg.fill ins(%c78 : f32) outs(%e77 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v80 = linalg.matmul ins(%v74, %v76 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v79 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e81 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %v74 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc1)
+  %e75 = tensor.empty() : tensor<16x16xf32> loc(#loc1)
+  %v76 = linalg.transpose ins(%arg2 : tensor<16x16xf32>) outs(%e75 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc1)
+  %e77 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
+  %c78 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v79 = linalg.fill ins(%c78 : f32) outs(%e77 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %v80 = linalg.matmul ins(%v74, %v76 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v79 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %e81 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
   %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v80, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e81 : tensor<8x16xf32>) {
   ^bb0(%a82: f32, %a83: f32, %o84: f32):
     %s85 = arith.addf %a82, %a83 : f32
     linalg.yield %s85 : f32
-  } -> tensor<8x16xf32>
-  %v87 = tensor.expand_shape %v86 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v88 = tensor.expand_shape %v87 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e89 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v90 = linalg.transpose ins(%v88 : tensor<2x4x4x4xf32>) outs(%e89 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v91 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e92 = tensor.empty() : tensor<16x16xf32>
-  %v93 = linalg.transpose ins(%arg4 : tensor<16x16xf32>) outs(%e92 : tensor<16x16xf32>) permutation = [1, 0]
-  %e94 = tensor.empty() : tensor<8x16xf32>
-  %c95 = arith.constant 0x00000000 : f32
-  %v96 = linalg.fill ins(%c95 : f32) outs(%e94 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v97 = linalg.matmul ins(%v91, %v93 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v96 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e98 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc1)
+  %v87 = tensor.expand_shape %v86 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc1)
+  %v88 = tensor.expand_shape %v87 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc1)
+  %e89 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc1)
+  %v90 = linalg.transpose ins(%v88 : tensor<2x4x4x4xf32>) outs(%e89 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc1)
+  %v91 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc1)
+  %e92 = tensor.empty() : tensor<16x16xf32> loc(#loc1)
+  %v93 = linalg.transpose ins(%arg4 : tensor<16x16xf32>) outs(%e92 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc1)
+  %e94 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
+  %c95 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v96 = linalg.fill ins(%c95 : f32) outs(%e94 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %v97 = linalg.matmul ins(%v91, %v93 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v96 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %e98 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
   %v103 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v97, %arg5 : tensor<8x16xf32>, tensor<16xf32>) outs(%e98 : tensor<8x16xf32>) {
   ^bb0(%a99: f32, %a100: f32, %o101: f32):
     %s102 = arith.addf %a99, %a100 : f32
     linalg.yield %s102 : f32
-  } -> tensor<8x16xf32>
-  %v104 = tensor.expand_shape %v103 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v105 = tensor.expand_shape %v104 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e106 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v107 = linalg.transpose ins(%v105 : tensor<2x4x4x4xf32>) outs(%e106 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v108 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e109 = tensor.empty() : tensor<16x16xf32>
-  %v110 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e109 : tensor<16x16xf32>) permutation = [1, 0]
-  %e111 = tensor.empty() : tensor<8x16xf32>
-  %c112 = arith.constant 0x00000000 : f32
-  %v113 = linalg.fill ins(%c112 : f32) outs(%e111 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v114 = linalg.matmul ins(%v108, %v110 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v113 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e115 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc1)
+  %v104 = tensor.expand_shape %v103 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc1)
+  %v105 = tensor.expand_shape %v104 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc1)
+  %e106 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc1)
+  %v107 = linalg.transpose ins(%v105 : tensor<2x4x4x4xf32>) outs(%e106 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc1)
+  %v108 = tensor.collapse_shape %v73 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc1)
+  %e109 = tensor.empty() : tensor<16x16xf32> loc(#loc1)
+  %v110 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e109 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc1)
+  %e111 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
+  %c112 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v113 = linalg.fill ins(%c112 : f32) outs(%e111 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %v114 = linalg.matmul ins(%v108, %v110 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v113 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc1)
+  %e115 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
   %v120 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v114, %arg7 : tensor<8x16xf32>, tensor<16xf32>) outs(%e115 : tensor<8x16xf32>) {
   ^bb0(%a116: f32, %a117: f32, %o118: f32):
     %s119 = arith.addf %a116, %a117 : f32
     linalg.yield %s119 : f32
-  } -> tensor<8x16xf32>
-  %v121 = tensor.expand_shape %v120 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v122 = tensor.expand_shape %v121 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e123 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v124 = linalg.transpose ins(%v122 : tensor<2x4x4x4xf32>) outs(%e123 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %e125 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v126 = linalg.transpose ins(%v107 : tensor<2x4x4x4xf32>) outs(%e125 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %v127 = tensor.collapse_shape %v90 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v128 = tensor.collapse_shape %v126 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e129 = tensor.empty() : tensor<8x4x4xf32>
-  %c130 = arith.constant 0x00000000 : f32
-  %v131 = linalg.fill ins(%c130 : f32) outs(%e129 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v132 = linalg.batch_matmul ins(%v127, %v128 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v131 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v133 = tensor.expand_shape %v132 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e134 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<8x16xf32> loc(#loc1)
+  %v121 = tensor.expand_shape %v120 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc1)
+  %v122 = tensor.expand_shape %v121 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc1)
+  %e123 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc1)
+  %v124 = linalg.transpose ins(%v122 : tensor<2x4x4x4xf32>) outs(%e123 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc1)
+  %e125 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc2)
+  %v126 = linalg.transpose ins(%v107 : tensor<2x4x4x4xf32>) outs(%e125 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc2)
+  %v127 = tensor.collapse_shape %v90 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc2)
+  %v128 = tensor.collapse_shape %v126 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc2)
+  %e129 = tensor.empty() : tensor<8x4x4xf32> loc(#loc2)
+  %c130 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v131 = linalg.fill ins(%c130 : f32) outs(%e129 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc2)
+  %v132 = linalg.batch_matmul ins(%v127, %v128 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v131 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc2)
+  %v133 = tensor.expand_shape %v132 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc2)
+  %e134 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc2)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v133 : tensor<2x4x4x4xf32>) outs(%e134 : tensor<2x4x4x4xf32>) {
   ^bb0(%a135: f32, %o136: f32):
     %s137 = arith.constant 0x40000000 : f32
     %s138 = arith.divf %a135, %s137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e140 = tensor.empty() : tensor<2x4x4xf32>
-  %c141 = arith.constant 0xFF800000 : f32
-  %v142 = linalg.fill ins(%c141 : f32) outs(%e140 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc2)
+  %e140 = tensor.empty() : tensor<2x4x4xf32> loc(#loc3)
+  %c141 = arith.constant 0xFF800000 : f32 loc(#loc3)
+  %v142 = linalg.fill ins(%c141 : f32) outs(%e140 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc3)
   %v146 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v139 : tensor<2x4x4x4xf32>) outs(%v142 : tensor<2x4x4xf32>) {
   ^bb0(%a143: f32, %o144: f32):
     %s145 = arith.maximumf %a143, %o144 : f32
     linalg.yield %s145 : f32
-  } -> tensor<2x4x4xf32>
-  %e148 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc3)
+  %e148 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc3)
   %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v139, %v146 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e148 : tensor<2x4x4x4xf32>) {
   ^bb0(%a149: f32, %a150: f32, %o151: f32):
     %s152 = arith.subf %a149, %a150 : f32
     linalg.yield %s152 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e154 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc3)
+  %e154 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc3)
   %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v153 : tensor<2x4x4x4xf32>) outs(%e154 : tensor<2x4x4x4xf32>) {
   ^bb0(%a155: f32, %o156: f32):
     %s157 = math.exp %a155 : f32
     linalg.yield %s157 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e159 = tensor.empty() : tensor<2x4x4xf32>
-  %c160 = arith.constant 0x00000000 : f32
-  %v161 = linalg.fill ins(%c160 : f32) outs(%e159 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc3)
+  %e159 = tensor.empty() : tensor<2x4x4xf32> loc(#loc3)
+  %c160 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v161 = linalg.fill ins(%c160 : f32) outs(%e159 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc3)
   %v165 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v158 : tensor<2x4x4x4xf32>) outs(%v161 : tensor<2x4x4xf32>) {
   ^bb0(%a162: f32, %o163: f32):
     %s164 = arith.addf %a162, %o163 : f32
     linalg.yield %s164 : f32
-  } -> tensor<2x4x4xf32>
-  %e167 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc3)
+  %e167 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc3)
   %v172 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v158, %v165 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e167 : tensor<2x4x4x4xf32>) {
   ^bb0(%a168: f32, %a169: f32, %o170: f32):
     %s171 = arith.divf %a168, %a169 : f32
     linalg.yield %s171 : f32
-  } -> tensor<2x4x4x4xf32>
-  %v173 = tensor.collapse_shape %v172 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v174 = tensor.collapse_shape %v124 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e175 = tensor.empty() : tensor<8x4x4xf32>
-  %c176 = arith.constant 0x00000000 : f32
-  %v177 = linalg.fill ins(%c176 : f32) outs(%e175 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v178 = linalg.batch_matmul ins(%v173, %v174 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v177 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v179 = tensor.expand_shape %v178 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e180 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v181 = linalg.transpose ins(%v179 : tensor<2x4x4x4xf32>) outs(%e180 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v182 = tensor.collapse_shape %v181 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v183 = tensor.collapse_shape %v182 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e184 = tensor.empty() : tensor<16x16xf32>
-  %v185 = linalg.transpose ins(%arg8 : tensor<16x16xf32>) outs(%e184 : tensor<16x16xf32>) permutation = [1, 0]
-  %e186 = tensor.empty() : tensor<8x16xf32>
-  %c187 = arith.constant 0x00000000 : f32
-  %v188 = linalg.fill ins(%c187 : f32) outs(%e186 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v189 = linalg.matmul ins(%v183, %v185 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v188 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e190 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc3)
+  %v173 = tensor.collapse_shape %v172 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc3)
+  %v174 = tensor.collapse_shape %v124 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc3)
+  %e175 = tensor.empty() : tensor<8x4x4xf32> loc(#loc3)
+  %c176 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v177 = linalg.fill ins(%c176 : f32) outs(%e175 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc3)
+  %v178 = linalg.batch_matmul ins(%v173, %v174 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v177 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc3)
+  %v179 = tensor.expand_shape %v178 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc3)
+  %e180 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc4)
+  %v181 = linalg.transpose ins(%v179 : tensor<2x4x4x4xf32>) outs(%e180 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc4)
+  %v182 = tensor.collapse_shape %v181 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc4)
+  %v183 = tensor.collapse_shape %v182 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc4)
+  %e184 = tensor.empty() : tensor<16x16xf32> loc(#loc4)
+  %v185 = linalg.transpose ins(%arg8 : tensor<16x16xf32>) outs(%e184 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e186 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
+  %c187 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v188 = linalg.fill ins(%c187 : f32) outs(%e186 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
+  %v189 = linalg.matmul ins(%v183, %v185 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v188 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
+  %e190 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
   %v195 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v189, %arg9 : tensor<8x16xf32>, tensor<16xf32>) outs(%e190 : tensor<8x16xf32>) {
   ^bb0(%a191: f32, %a192: f32, %o193: f32):
     %s194 = arith.addf %a191, %a192 : f32
     linalg.yield %s194 : f32
-  } -> tensor<8x16xf32>
-  %v196 = tensor.expand_shape %v195 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e197 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<8x16xf32> loc(#loc4)
+  %v196 = tensor.expand_shape %v195 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc4)
+  %e197 = tensor.empty() : tensor<2x4x16xf32> loc(#loc0)
   %v202 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v196 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e197 : tensor<2x4x16xf32>) {
   ^bb0(%a198: f32, %a199: f32, %o200: f32):
     %s201 = arith.addf %a198, %a199 : f32
     linalg.yield %s201 : f32
-  } -> tensor<2x4x16xf32>
-  %e203 = tensor.empty() : tensor<2x4xf32>
-  %c204 = arith.constant 0x00000000 : f32
-  %v205 = linalg.fill ins(%c204 : f32) outs(%e203 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  } -> tensor<2x4x16xf32> loc(#loc0)
+  %e203 = tensor.empty() : tensor<2x4xf32> loc(#loc5)
+  %c204 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v205 = linalg.fill ins(%c204 : f32) outs(%e203 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc5)
   %v209 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v202 : tensor<2x4x16xf32>) outs(%v205 : tensor<2x4xf32>) {
   ^bb0(%a206: f32, %o207: f32):
     %s208 = arith.addf %a206, %o207 : f32
     linalg.yield %s208 : f32
-  } -> tensor<2x4xf32>
-  %v210 = tensor.expand_shape %v209 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e211 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4xf32> loc(#loc5)
+  %v210 = tensor.expand_shape %v209 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc(#loc5)
+  %e211 = tensor.empty() : tensor<2x4x1xf32> loc(#loc5)
   %v216 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v210 : tensor<2x4x1xf32>) outs(%e211 : tensor<2x4x1xf32>) {
   ^bb0(%a212: f32, %o213: f32):
     %s214 = arith.constant 0x41800000 : f32
     %s215 = arith.divf %a212, %s214 : f32
     linalg.yield %s215 : f32
-  } -> tensor<2x4x1xf32>
-  %v217 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e218 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x1xf32> loc(#loc5)
+  %v217 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc5)
+  %e218 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v224 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v217 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e218 : tensor<2x4x16xf32>) {
   ^bb0(%a219: f32, %a220: f32, %o221: f32):
     %s222 = arith.subf %a219, %a220 : f32
     %s223 = arith.mulf %s222, %s222 : f32
     linalg.yield %s223 : f32
-  } -> tensor<2x4x16xf32>
-  %e225 = tensor.empty() : tensor<2x4xf32>
-  %c226 = arith.constant 0x00000000 : f32
-  %v227 = linalg.fill ins(%c226 : f32) outs(%e225 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e225 = tensor.empty() : tensor<2x4xf32> loc(#loc5)
+  %c226 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v227 = linalg.fill ins(%c226 : f32) outs(%e225 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc5)
   %v231 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v224 : tensor<2x4x16xf32>) outs(%v227 : tensor<2x4xf32>) {
   ^bb0(%a228: f32, %o229: f32):
     %s230 = arith.addf %a228, %o229 : f32
     linalg.yield %s230 : f32
-  } -> tensor<2x4xf32>
-  %v232 = tensor.expand_shape %v231 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
-  %e233 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4xf32> loc(#loc5)
+  %v232 = tensor.expand_shape %v231 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc(#loc5)
+  %e233 = tensor.empty() : tensor<2x4x1xf32> loc(#loc5)
   %v238 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v232 : tensor<2x4x1xf32>) outs(%e233 : tensor<2x4x1xf32>) {
   ^bb0(%a234: f32, %o235: f32):
     %s236 = arith.constant 0x41800000 : f32
     %s237 = arith.divf %a234, %s236 : f32
     linalg.yield %s237 : f32
-  } -> tensor<2x4x1xf32>
-  %e239 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4x1xf32> loc(#loc5)
+  %e239 = tensor.empty() : tensor<2x4x1xf32> loc(#loc5)
   %v244 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v238 : tensor<2x4x1xf32>) outs(%e239 : tensor<2x4x1xf32>) {
   ^bb0(%a240: f32, %o241: f32):
     %s242 = arith.constant 0x3727C5AC : f32
     %s243 = arith.addf %a240, %s242 : f32
     linalg.yield %s243 : f32
-  } -> tensor<2x4x1xf32>
-  %e245 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4x1xf32> loc(#loc5)
+  %e245 = tensor.empty() : tensor<2x4x1xf32> loc(#loc5)
   %v249 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v244 : tensor<2x4x1xf32>) outs(%e245 : tensor<2x4x1xf32>) {
   ^bb0(%a246: f32, %o247: f32):
     %s248 = math.rsqrt %a246 : f32
     linalg.yield %s248 : f32
-  } -> tensor<2x4x1xf32>
-  %v250 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e251 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x1xf32> loc(#loc5)
+  %v250 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc5)
+  %e251 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v250 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e251 : tensor<2x4x16xf32>) {
   ^bb0(%a252: f32, %a253: f32, %o254: f32):
     %s255 = arith.subf %a252, %a253 : f32
     linalg.yield %s255 : f32
-  } -> tensor<2x4x16xf32>
-  %v257 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e258 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %v257 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc5)
+  %e258 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v256, %v257 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e258 : tensor<2x4x16xf32>) {
   ^bb0(%a259: f32, %a260: f32, %o261: f32):
     %s262 = arith.mulf %a259, %a260 : f32
     linalg.yield %s262 : f32
-  } -> tensor<2x4x16xf32>
-  %e264 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e264 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v269 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v263, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e264 : tensor<2x4x16xf32>) {
   ^bb0(%a265: f32, %a266: f32, %o267: f32):
     %s268 = arith.mulf %a265, %a266 : f32
     linalg.yield %s268 : f32
-  } -> tensor<2x4x16xf32>
-  %e270 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e270 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v269, %arg11 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e270 : tensor<2x4x16xf32>) {
   ^bb0(%a271: f32, %a272: f32, %o273: f32):
     %s274 = arith.addf %a271, %a272 : f32
     linalg.yield %s274 : f32
-  } -> tensor<2x4x16xf32>
-  %v276 = tensor.collapse_shape %v275 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e277 = tensor.empty() : tensor<16x32xf32>
-  %v278 = linalg.transpose ins(%arg12 : tensor<32x16xf32>) outs(%e277 : tensor<16x32xf32>) permutation = [1, 0]
-  %e279 = tensor.empty() : tensor<8x32xf32>
-  %c280 = arith.constant 0x00000000 : f32
-  %v281 = linalg.fill ins(%c280 : f32) outs(%e279 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v282 = linalg.matmul ins(%v276, %v278 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v281 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e283 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %v276 = tensor.collapse_shape %v275 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc5)
+  %e277 = tensor.empty() : tensor<16x32xf32> loc(#loc5)
+  %v278 = linalg.transpose ins(%arg12 : tensor<32x16xf32>) outs(%e277 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc5)
+  %e279 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %c280 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v281 = linalg.fill ins(%c280 : f32) outs(%e279 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc5)
+  %v282 = linalg.matmul ins(%v276, %v278 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v281 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc5)
+  %e283 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v288 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v282, %arg13 : tensor<8x32xf32>, tensor<32xf32>) outs(%e283 : tensor<8x32xf32>) {
   ^bb0(%a284: f32, %a285: f32, %o286: f32):
     %s287 = arith.addf %a284, %a285 : f32
     linalg.yield %s287 : f32
-  } -> tensor<8x32xf32>
-  %v289 = tensor.expand_shape %v288 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
-  %e290 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %v289 = tensor.expand_shape %v288 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32> loc(#loc5)
+  %e290 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
   %v295 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e290 : tensor<2x4x32xf32>) {
   ^bb0(%a291: f32, %o292: f32):
     %s293 = arith.constant 0x3F000000 : f32
     %s294 = arith.mulf %a291, %s293 : f32
     linalg.yield %s294 : f32
-  } -> tensor<2x4x32xf32>
-  %e296 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc5)
+  %e296 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
   %v301 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e296 : tensor<2x4x32xf32>) {
   ^bb0(%a297: f32, %o298: f32):
     %s299 = arith.constant 0x3F3504F3 : f32
     %s300 = arith.mulf %a297, %s299 : f32
     linalg.yield %s300 : f32
-  } -> tensor<2x4x32xf32>
-  %e302 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc5)
+  %e302 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
   %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v301 : tensor<2x4x32xf32>) outs(%e302 : tensor<2x4x32xf32>) {
   ^bb0(%a303: f32, %o304: f32):
     %s305 = math.erf %a303 : f32
     linalg.yield %s305 : f32
-  } -> tensor<2x4x32xf32>
-  %e307 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc5)
+  %e307 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
   %v312 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v306 : tensor<2x4x32xf32>) outs(%e307 : tensor<2x4x32xf32>) {
   ^bb0(%a308: f32, %o309: f32):
     %s310 = arith.constant 0x3F800000 : f32
     %s311 = arith.addf %a308, %s310 : f32
     linalg.yield %s311 : f32
-  } -> tensor<2x4x32xf32>
-  %e313 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc5)
+  %e313 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
   %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v295, %v312 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e313 : tensor<2x4x32xf32>) {
   ^bb0(%a314: f32, %a315: f32, %o316: f32):
     %s317 = arith.mulf %a314, %a315 : f32
     linalg.yield %s317 : f32
-  } -> tensor<2x4x32xf32>
-  %v319 = tensor.collapse_shape %v318 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
-  %e320 = tensor.empty() : tensor<32x16xf32>
-  %v321 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e320 : tensor<32x16xf32>) permutation = [1, 0]
-  %e322 = tensor.empty() : tensor<8x16xf32>
-  %c323 = arith.constant 0x00000000 : f32
-  %v324 = linalg.fill ins(%c323 : f32) outs(%e322 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v325 = linalg.matmul ins(%v319, %v321 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v324 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e326 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<2x4x32xf32> loc(#loc5)
+  %v319 = tensor.collapse_shape %v318 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc5)
+  %e320 = tensor.empty() : tensor<32x16xf32> loc(#loc5)
+  %v321 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e320 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc5)
+  %e322 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
+  %c323 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v324 = linalg.fill ins(%c323 : f32) outs(%e322 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
+  %v325 = linalg.matmul ins(%v319, %v321 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v324 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
+  %e326 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
   %v331 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v325, %arg15 : tensor<8x16xf32>, tensor<16xf32>) outs(%e326 : tensor<8x16xf32>) {
   ^bb0(%a327: f32, %a328: f32, %o329: f32):
     %s330 = arith.addf %a327, %a328 : f32
     linalg.yield %s330 : f32
-  } -> tensor<8x16xf32>
-  %v332 = tensor.expand_shape %v331 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e333 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<8x16xf32> loc(#loc5)
+  %v332 = tensor.expand_shape %v331 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc5)
+  %e333 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v338 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v332 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e333 : tensor<2x4x16xf32>) {
   ^bb0(%a334: f32, %a335: f32, %o336: f32):
     %s337 = arith.addf %a334, %a335 : f32
     linalg.yield %s337 : f32
-  } -> tensor<2x4x16xf32>
-  %e339 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e339 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
   %v344 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e339 : tensor<2x4x16xf32>) {
   ^bb0(%a340: f32, %a341: f32, %o342: f32):
     %s343 = arith.subf %a340, %a341 : f32
     linalg.yield %s343 : f32
-  } -> tensor<2x4x16xf32>
-  %e345 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc6)
+  %e345 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
   %v349 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v344 : tensor<2x4x16xf32>) outs(%e345 : tensor<2x4x16xf32>) {
   ^bb0(%a346: f32, %o347: f32):
     %s348 = arith.mulf %a346, %a346 : f32
     linalg.yield %s348 : f32
-  } -> tensor<2x4x16xf32>
-  %e350 = tensor.empty() : tensor<f32>
-  %c351 = arith.constant 0x00000000 : f32
-  %v352 = linalg.fill ins(%c351 : f32) outs(%e350 : tensor<f32>) -> tensor<f32>
+  } -> tensor<2x4x16xf32> loc(#loc6)
+  %e350 = tensor.empty() : tensor<f32> loc(#loc6)
+  %c351 = arith.constant 0x00000000 : f32 loc(#loc6)
+  %v352 = linalg.fill ins(%c351 : f32) outs(%e350 : tensor<f32>) -> tensor<f32> loc(#loc6)
   %v356 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v349 : tensor<2x4x16xf32>) outs(%v352 : tensor<f32>) {
   ^bb0(%a353: f32, %o354: f32):
     %s355 = arith.addf %a353, %o354 : f32
     linalg.yield %s355 : f32
-  } -> tensor<f32>
-  %e357 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc6)
+  %e357 = tensor.empty() : tensor<f32> loc(#loc6)
   %v362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v356 : tensor<f32>) outs(%e357 : tensor<f32>) {
   ^bb0(%a358: f32, %o359: f32):
     %s360 = arith.constant 0x43000000 : f32
     %s361 = arith.divf %a358, %s360 : f32
     linalg.yield %s361 : f32
-  } -> tensor<f32>
-  %e363 = tensor.empty() : tensor<f32>
-  %c364 = arith.constant 0x3F800000 : f32
-  %v365 = linalg.fill ins(%c364 : f32) outs(%e363 : tensor<f32>) -> tensor<f32>
-  %e366 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<f32> loc(#loc6)
+  %e363 = tensor.empty() : tensor<f32> loc(#loc7)
+  %c364 = arith.constant 0x3F800000 : f32 loc(#loc7)
+  %v365 = linalg.fill ins(%c364 : f32) outs(%e363 : tensor<f32>) -> tensor<f32> loc(#loc7)
+  %e366 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v371 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e366 : tensor<2x4x16xf32>) {
   ^bb0(%a367: f32, %a368: f32, %o369: f32):
     %s370 = arith.subf %a367, %a368 : f32
     linalg.yield %s370 : f32
-  } -> tensor<2x4x16xf32>
-  %e372 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %e372 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v371 : tensor<2x4x16xf32>) outs(%e372 : tensor<2x4x16xf32>) {
   ^bb0(%a373: f32, %o374: f32):
     %s375 = arith.constant 0x3C800000 : f32
     %s376 = arith.mulf %a373, %s375 : f32
     linalg.yield %s376 : f32
-  } -> tensor<2x4x16xf32>
-  %e378 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %e378 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v377, %v365 : tensor<2x4x16xf32>, tensor<f32>) outs(%e378 : tensor<2x4x16xf32>) {
   ^bb0(%a379: f32, %a380: f32, %o381: f32):
     %s382 = arith.mulf %a379, %a380 : f32
     linalg.yield %s382 : f32
-  } -> tensor<2x4x16xf32>
-  %v384 = tensor.collapse_shape %v383 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e385 = tensor.empty() : tensor<16x32xf32>
-  %v386 = linalg.transpose ins(%v321 : tensor<32x16xf32>) outs(%e385 : tensor<16x32xf32>) permutation = [1, 0]
-  %e387 = tensor.empty() : tensor<8x32xf32>
-  %c388 = arith.constant 0x00000000 : f32
-  %v389 = linalg.fill ins(%c388 : f32) outs(%e387 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v390 = linalg.matmul ins(%v384, %v386 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v389 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e391 = tensor.empty() : tensor<16x8xf32>
-  %v392 = linalg.transpose ins(%v384 : tensor<8x16xf32>) outs(%e391 : tensor<16x8xf32>) permutation = [1, 0]
-  %e393 = tensor.empty() : tensor<16x32xf32>
-  %c394 = arith.constant 0x00000000 : f32
-  %v395 = linalg.fill ins(%c394 : f32) outs(%e393 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v396 = linalg.matmul ins(%v392, %v319 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v395 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e397 = tensor.empty() : tensor<32x16xf32>
-  %v398 = linalg.transpose ins(%v396 : tensor<16x32xf32>) outs(%e397 : tensor<32x16xf32>) permutation = [1, 0]
-  %e399 = tensor.empty() : tensor<16xf32>
-  %c400 = arith.constant 0x00000000 : f32
-  %v401 = linalg.fill ins(%c400 : f32) outs(%e399 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %v384 = tensor.collapse_shape %v383 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc8)
+  %e385 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v386 = linalg.transpose ins(%v321 : tensor<32x16xf32>) outs(%e385 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %e387 = tensor.empty() : tensor<8x32xf32> loc(#loc8)
+  %c388 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v389 = linalg.fill ins(%c388 : f32) outs(%e387 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
+  %v390 = linalg.matmul ins(%v384, %v386 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v389 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
+  %e391 = tensor.empty() : tensor<16x8xf32> loc(#loc8)
+  %v392 = linalg.transpose ins(%v384 : tensor<8x16xf32>) outs(%e391 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc8)
+  %e393 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %c394 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v395 = linalg.fill ins(%c394 : f32) outs(%e393 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
+  %v396 = linalg.matmul ins(%v392, %v319 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v395 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
+  %e397 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v398 = linalg.transpose ins(%v396 : tensor<16x32xf32>) outs(%e397 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %e399 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c400 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v401 = linalg.fill ins(%c400 : f32) outs(%e399 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
   %v405 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v384 : tensor<8x16xf32>) outs(%v401 : tensor<16xf32>) {
   ^bb0(%a402: f32, %o403: f32):
     %s404 = arith.addf %a402, %o403 : f32
     linalg.yield %s404 : f32
-  } -> tensor<16xf32>
-  %e407 = tensor.empty() : tensor<16x32xf32>
-  %v408 = linalg.transpose ins(%v398 : tensor<32x16xf32>) outs(%e407 : tensor<16x32xf32>) permutation = [1, 0]
-  %v409 = tensor.expand_shape %v390 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32>
-  %e410 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<16xf32> loc(#loc8)
+  %e407 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v408 = linalg.transpose ins(%v398 : tensor<32x16xf32>) outs(%e407 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %v409 = tensor.expand_shape %v390 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32> loc(#loc8)
+  %e410 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v415 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e410 : tensor<2x4x32xf32>) {
   ^bb0(%a411: f32, %o412: f32):
     %s413 = arith.constant 0x3F3504F3 : f32
     %s414 = arith.mulf %a411, %s413 : f32
     linalg.yield %s414 : f32
-  } -> tensor<2x4x32xf32>
-  %e416 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e416 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v420 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v415 : tensor<2x4x32xf32>) outs(%e416 : tensor<2x4x32xf32>) {
   ^bb0(%a417: f32, %o418: f32):
     %s419 = math.erf %a417 : f32
     linalg.yield %s419 : f32
-  } -> tensor<2x4x32xf32>
-  %e421 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e421 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v426 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v420 : tensor<2x4x32xf32>) outs(%e421 : tensor<2x4x32xf32>) {
   ^bb0(%a422: f32, %o423: f32):
     %s424 = arith.constant 0x3F800000 : f32
     %s425 = arith.addf %a422, %s424 : f32
     linalg.yield %s425 : f32
-  } -> tensor<2x4x32xf32>
-  %e427 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e427 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v432 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v426 : tensor<2x4x32xf32>) outs(%e427 : tensor<2x4x32xf32>) {
   ^bb0(%a428: f32, %o429: f32):
     %s430 = arith.constant 0x3F000000 : f32
     %s431 = arith.mulf %a428, %s430 : f32
     linalg.yield %s431 : f32
-  } -> tensor<2x4x32xf32>
-  %e433 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e433 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v438 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v289 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e433 : tensor<2x4x32xf32>) {
   ^bb0(%a434: f32, %a435: f32, %o436: f32):
     %s437 = arith.mulf %a434, %a435 : f32
     linalg.yield %s437 : f32
-  } -> tensor<2x4x32xf32>
-  %e439 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e439 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v444 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v438 : tensor<2x4x32xf32>) outs(%e439 : tensor<2x4x32xf32>) {
   ^bb0(%a440: f32, %o441: f32):
     %s442 = arith.constant 0xBF000000 : f32
     %s443 = arith.mulf %a440, %s442 : f32
     linalg.yield %s443 : f32
-  } -> tensor<2x4x32xf32>
-  %e445 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e445 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v449 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v444 : tensor<2x4x32xf32>) outs(%e445 : tensor<2x4x32xf32>) {
   ^bb0(%a446: f32, %o447: f32):
     %s448 = math.exp %a446 : f32
     linalg.yield %s448 : f32
-  } -> tensor<2x4x32xf32>
-  %e450 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e450 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v455 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v449 : tensor<2x4x32xf32>) outs(%e450 : tensor<2x4x32xf32>) {
   ^bb0(%a451: f32, %o452: f32):
     %s453 = arith.constant 0x3ECC422A : f32
     %s454 = arith.mulf %a451, %s453 : f32
     linalg.yield %s454 : f32
-  } -> tensor<2x4x32xf32>
-  %e456 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e456 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v461 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v455 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e456 : tensor<2x4x32xf32>) {
   ^bb0(%a457: f32, %a458: f32, %o459: f32):
     %s460 = arith.mulf %a457, %a458 : f32
     linalg.yield %s460 : f32
-  } -> tensor<2x4x32xf32>
-  %e462 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e462 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v467 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v432, %v461 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e462 : tensor<2x4x32xf32>) {
   ^bb0(%a463: f32, %a464: f32, %o465: f32):
     %s466 = arith.addf %a463, %a464 : f32
     linalg.yield %s466 : f32
-  } -> tensor<2x4x32xf32>
-  %e468 = tensor.empty() : tensor<2x4x32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %e468 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v473 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v409, %v467 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e468 : tensor<2x4x32xf32>) {
   ^bb0(%a469: f32, %a470: f32, %o471: f32):
     %s472 = arith.mulf %a469, %a470 : f32
     linalg.yield %s472 : f32
-  } -> tensor<2x4x32xf32>
-  %v474 = tensor.collapse_shape %v473 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32>
-  %e475 = tensor.empty() : tensor<32x16xf32>
-  %v476 = linalg.transpose ins(%v278 : tensor<16x32xf32>) outs(%e475 : tensor<32x16xf32>) permutation = [1, 0]
-  %e477 = tensor.empty() : tensor<8x16xf32>
-  %c478 = arith.constant 0x00000000 : f32
-  %v479 = linalg.fill ins(%c478 : f32) outs(%e477 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v480 = linalg.matmul ins(%v474, %v476 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v479 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e481 = tensor.empty() : tensor<32x8xf32>
-  %v482 = linalg.transpose ins(%v474 : tensor<8x32xf32>) outs(%e481 : tensor<32x8xf32>) permutation = [1, 0]
-  %e483 = tensor.empty() : tensor<32x16xf32>
-  %c484 = arith.constant 0x00000000 : f32
-  %v485 = linalg.fill ins(%c484 : f32) outs(%e483 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v486 = linalg.matmul ins(%v482, %v276 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v485 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e487 = tensor.empty() : tensor<16x32xf32>
-  %v488 = linalg.transpose ins(%v486 : tensor<32x16xf32>) outs(%e487 : tensor<16x32xf32>) permutation = [1, 0]
-  %e489 = tensor.empty() : tensor<32xf32>
-  %c490 = arith.constant 0x00000000 : f32
-  %v491 = linalg.fill ins(%c490 : f32) outs(%e489 : tensor<32xf32>) -> tensor<32xf32>
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %v474 = tensor.collapse_shape %v473 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc8)
+  %e475 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v476 = linalg.transpose ins(%v278 : tensor<16x32xf32>) outs(%e475 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %e477 = tensor.empty() : tensor<8x16xf32> loc(#loc8)
+  %c478 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v479 = linalg.fill ins(%c478 : f32) outs(%e477 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
+  %v480 = linalg.matmul ins(%v474, %v476 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v479 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
+  %e481 = tensor.empty() : tensor<32x8xf32> loc(#loc8)
+  %v482 = linalg.transpose ins(%v474 : tensor<8x32xf32>) outs(%e481 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc8)
+  %e483 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %c484 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v485 = linalg.fill ins(%c484 : f32) outs(%e483 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
+  %v486 = linalg.matmul ins(%v482, %v276 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v485 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
+  %e487 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v488 = linalg.transpose ins(%v486 : tensor<32x16xf32>) outs(%e487 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %e489 = tensor.empty() : tensor<32xf32> loc(#loc8)
+  %c490 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v491 = linalg.fill ins(%c490 : f32) outs(%e489 : tensor<32xf32>) -> tensor<32xf32> loc(#loc8)
   %v495 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v474 : tensor<8x32xf32>) outs(%v491 : tensor<32xf32>) {
   ^bb0(%a492: f32, %o493: f32):
     %s494 = arith.addf %a492, %o493 : f32
     linalg.yield %s494 : f32
-  } -> tensor<32xf32>
-  %e497 = tensor.empty() : tensor<32x16xf32>
-  %v498 = linalg.transpose ins(%v488 : tensor<16x32xf32>) outs(%e497 : tensor<32x16xf32>) permutation = [1, 0]
-  %v499 = tensor.expand_shape %v480 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v500 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e501 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<32xf32> loc(#loc8)
+  %e497 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v498 = linalg.transpose ins(%v488 : tensor<16x32xf32>) outs(%e497 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %v499 = tensor.expand_shape %v480 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc8)
+  %v500 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
+  %e501 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v506 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v500 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e501 : tensor<2x4x16xf32>) {
   ^bb0(%a502: f32, %a503: f32, %o504: f32):
     %s505 = arith.subf %a502, %a503 : f32
     linalg.yield %s505 : f32
-  } -> tensor<2x4x16xf32>
-  %v507 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e508 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %v507 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
+  %e508 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v513 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v506, %v507 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e508 : tensor<2x4x16xf32>) {
   ^bb0(%a509: f32, %a510: f32, %o511: f32):
     %s512 = arith.mulf %a509, %a510 : f32
     linalg.yield %s512 : f32
-  } -> tensor<2x4x16xf32>
-  %e514 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e514 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v519 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e514 : tensor<2x4x16xf32>) {
   ^bb0(%a515: f32, %a516: f32, %o517: f32):
     %s518 = arith.mulf %a515, %a516 : f32
     linalg.yield %s518 : f32
-  } -> tensor<2x4x16xf32>
-  %e520 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e520 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v525 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519 : tensor<2x4x16xf32>) outs(%e520 : tensor<2x4x16xf32>) {
   ^bb0(%a521: f32, %o522: f32):
     %s523 = arith.constant 0x41800000 : f32
     %s524 = arith.mulf %a521, %s523 : f32
     linalg.yield %s524 : f32
-  } -> tensor<2x4x16xf32>
-  %e526 = tensor.empty() : tensor<2x4xf32>
-  %c527 = arith.constant 0x00000000 : f32
-  %v528 = linalg.fill ins(%c527 : f32) outs(%e526 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e526 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
+  %c527 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v528 = linalg.fill ins(%c527 : f32) outs(%e526 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
   %v532 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v519 : tensor<2x4x16xf32>) outs(%v528 : tensor<2x4xf32>) {
   ^bb0(%a529: f32, %o530: f32):
     %s531 = arith.addf %a529, %o530 : f32
     linalg.yield %s531 : f32
-  } -> tensor<2x4xf32>
-  %e534 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4xf32> loc(#loc8)
+  %e534 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v539 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e534 : tensor<2x4x16xf32>) {
   ^bb0(%a535: f32, %a536: f32, %o537: f32):
     %s538 = arith.mulf %a535, %a536 : f32
     linalg.yield %s538 : f32
-  } -> tensor<2x4x16xf32>
-  %e540 = tensor.empty() : tensor<2x4xf32>
-  %c541 = arith.constant 0x00000000 : f32
-  %v542 = linalg.fill ins(%c541 : f32) outs(%e540 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e540 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
+  %c541 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v542 = linalg.fill ins(%c541 : f32) outs(%e540 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
   %v546 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v539 : tensor<2x4x16xf32>) outs(%v542 : tensor<2x4xf32>) {
   ^bb0(%a543: f32, %o544: f32):
     %s545 = arith.addf %a543, %o544 : f32
     linalg.yield %s545 : f32
-  } -> tensor<2x4xf32>
-  %e548 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4xf32> loc(#loc8)
+  %e548 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v513, %v546 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e548 : tensor<2x4x16xf32>) {
   ^bb0(%a549: f32, %a550: f32, %o551: f32):
     %s552 = arith.mulf %a549, %a550 : f32
     linalg.yield %s552 : f32
-  } -> tensor<2x4x16xf32>
-  %e554 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e554 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v525, %v532 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e554 : tensor<2x4x16xf32>) {
   ^bb0(%a555: f32, %a556: f32, %o557: f32):
     %s558 = arith.subf %a555, %a556 : f32
     linalg.yield %s558 : f32
-  } -> tensor<2x4x16xf32>
-  %e560 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e560 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v559, %v553 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e560 : tensor<2x4x16xf32>) {
   ^bb0(%a561: f32, %a562: f32, %o563: f32):
     %s564 = arith.subf %a561, %a562 : f32
     linalg.yield %s564 : f32
-  } -> tensor<2x4x16xf32>
-  %e566 = tensor.empty() : tensor<2x4x1xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e566 = tensor.empty() : tensor<2x4x1xf32> loc(#loc8)
   %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v249 : tensor<2x4x1xf32>) outs(%e566 : tensor<2x4x1xf32>) {
   ^bb0(%a567: f32, %o568: f32):
     %s569 = arith.constant 0x41800000 : f32
     %s570 = arith.divf %a567, %s569 : f32
     linalg.yield %s570 : f32
-  } -> tensor<2x4x1xf32>
-  %v572 = tensor.collapse_shape %v571 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e573 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x1xf32> loc(#loc8)
+  %v572 = tensor.collapse_shape %v571 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
+  %e573 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v578 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v572, %v565 : tensor<2x4xf32>, tensor<2x4x16xf32>) outs(%e573 : tensor<2x4x16xf32>) {
   ^bb0(%a574: f32, %a575: f32, %o576: f32):
     %s577 = arith.mulf %a574, %a575 : f32
     linalg.yield %s577 : f32
-  } -> tensor<2x4x16xf32>
-  %e579 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e579 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
   %v584 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e579 : tensor<2x4x16xf32>) {
   ^bb0(%a580: f32, %a581: f32, %o582: f32):
     %s583 = arith.mulf %a580, %a581 : f32
     linalg.yield %s583 : f32
-  } -> tensor<2x4x16xf32>
-  %e585 = tensor.empty() : tensor<16xf32>
-  %c586 = arith.constant 0x00000000 : f32
-  %v587 = linalg.fill ins(%c586 : f32) outs(%e585 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e585 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c586 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v587 = linalg.fill ins(%c586 : f32) outs(%e585 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
   %v591 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v584 : tensor<2x4x16xf32>) outs(%v587 : tensor<16xf32>) {
   ^bb0(%a588: f32, %o589: f32):
     %s590 = arith.addf %a588, %o589 : f32
     linalg.yield %s590 : f32
-  } -> tensor<16xf32>
-  %e592 = tensor.empty() : tensor<16xf32>
-  %c593 = arith.constant 0x00000000 : f32
-  %v594 = linalg.fill ins(%c593 : f32) outs(%e592 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc8)
+  %e592 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c593 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v594 = linalg.fill ins(%c593 : f32) outs(%e592 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
   %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v499 : tensor<2x4x16xf32>) outs(%v594 : tensor<16xf32>) {
   ^bb0(%a595: f32, %o596: f32):
     %s597 = arith.addf %a595, %o596 : f32
     linalg.yield %s597 : f32
-  } -> tensor<16xf32>
-  %e599 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<16xf32> loc(#loc8)
+  %e599 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v604 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v383, %v578 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e599 : tensor<2x4x16xf32>) {
   ^bb0(%a600: f32, %a601: f32, %o602: f32):
     %s603 = arith.addf %a600, %a601 : f32
     linalg.yield %s603 : f32
-  } -> tensor<2x4x16xf32>
-  %v605 = tensor.collapse_shape %v604 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e606 = tensor.empty() : tensor<16x16xf32>
-  %v607 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e606 : tensor<16x16xf32>) permutation = [1, 0]
-  %e608 = tensor.empty() : tensor<8x16xf32>
-  %c609 = arith.constant 0x00000000 : f32
-  %v610 = linalg.fill ins(%c609 : f32) outs(%e608 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v611 = linalg.matmul ins(%v605, %v607 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v610 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e612 = tensor.empty() : tensor<16x8xf32>
-  %v613 = linalg.transpose ins(%v605 : tensor<8x16xf32>) outs(%e612 : tensor<16x8xf32>) permutation = [1, 0]
-  %e614 = tensor.empty() : tensor<16x16xf32>
-  %c615 = arith.constant 0x00000000 : f32
-  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v617 = linalg.matmul ins(%v613, %v183 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v616 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e618 = tensor.empty() : tensor<16x16xf32>
-  %v619 = linalg.transpose ins(%v617 : tensor<16x16xf32>) outs(%e618 : tensor<16x16xf32>) permutation = [1, 0]
-  %e620 = tensor.empty() : tensor<16xf32>
-  %c621 = arith.constant 0x00000000 : f32
-  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %v605 = tensor.collapse_shape %v604 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
+  %e606 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v607 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e606 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e608 = tensor.empty() : tensor<8x16xf32> loc(#loc9)
+  %c609 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v610 = linalg.fill ins(%c609 : f32) outs(%e608 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
+  %v611 = linalg.matmul ins(%v605, %v607 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v610 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
+  %e612 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
+  %v613 = linalg.transpose ins(%v605 : tensor<8x16xf32>) outs(%e612 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
+  %e614 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %c615 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %v617 = linalg.matmul ins(%v613, %v183 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v616 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %e618 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v619 = linalg.transpose ins(%v617 : tensor<16x16xf32>) outs(%e618 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e620 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %c621 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
   %v626 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v605 : tensor<8x16xf32>) outs(%v622 : tensor<16xf32>) {
   ^bb0(%a623: f32, %o624: f32):
     %s625 = arith.addf %a623, %o624 : f32
     linalg.yield %s625 : f32
-  } -> tensor<16xf32>
-  %e628 = tensor.empty() : tensor<16x16xf32>
-  %v629 = linalg.transpose ins(%v619 : tensor<16x16xf32>) outs(%e628 : tensor<16x16xf32>) permutation = [1, 0]
-  %v630 = tensor.expand_shape %v611 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v631 = tensor.expand_shape %v630 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e632 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v633 = linalg.transpose ins(%v631 : tensor<2x4x4x4xf32>) outs(%e632 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v634 = tensor.collapse_shape %v633 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e635 = tensor.empty() : tensor<8x4x4xf32>
-  %v636 = linalg.transpose ins(%v173 : tensor<8x4x4xf32>) outs(%e635 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e637 = tensor.empty() : tensor<8x4x4xf32>
-  %c638 = arith.constant 0x00000000 : f32
-  %v639 = linalg.fill ins(%c638 : f32) outs(%e637 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v640 = linalg.batch_matmul ins(%v636, %v634 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v639 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e641 = tensor.empty() : tensor<8x4x4xf32>
-  %v642 = linalg.transpose ins(%v174 : tensor<8x4x4xf32>) outs(%e641 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e643 = tensor.empty() : tensor<8x4x4xf32>
-  %c644 = arith.constant 0x00000000 : f32
-  %v645 = linalg.fill ins(%c644 : f32) outs(%e643 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v646 = linalg.batch_matmul ins(%v634, %v642 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v645 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v647 = tensor.expand_shape %v640 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v648 = tensor.expand_shape %v646 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e649 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<16xf32> loc(#loc9)
+  %e628 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v629 = linalg.transpose ins(%v619 : tensor<16x16xf32>) outs(%e628 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %v630 = tensor.expand_shape %v611 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc9)
+  %v631 = tensor.expand_shape %v630 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc9)
+  %e632 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
+  %v633 = linalg.transpose ins(%v631 : tensor<2x4x4x4xf32>) outs(%e632 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
+  %v634 = tensor.collapse_shape %v633 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc10)
+  %e635 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %v636 = linalg.transpose ins(%v173 : tensor<8x4x4xf32>) outs(%e635 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
+  %e637 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %c638 = arith.constant 0x00000000 : f32 loc(#loc10)
+  %v639 = linalg.fill ins(%c638 : f32) outs(%e637 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %v640 = linalg.batch_matmul ins(%v636, %v634 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v639 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %e641 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %v642 = linalg.transpose ins(%v174 : tensor<8x4x4xf32>) outs(%e641 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
+  %e643 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %c644 = arith.constant 0x00000000 : f32 loc(#loc10)
+  %v645 = linalg.fill ins(%c644 : f32) outs(%e643 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %v646 = linalg.batch_matmul ins(%v634, %v642 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v645 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %v647 = tensor.expand_shape %v640 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
+  %v648 = tensor.expand_shape %v646 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
+  %e649 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
   %v654 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v648, %v172 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e649 : tensor<2x4x4x4xf32>) {
   ^bb0(%a650: f32, %a651: f32, %o652: f32):
     %s653 = arith.mulf %a650, %a651 : f32
     linalg.yield %s653 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e655 = tensor.empty() : tensor<2x4x4xf32>
-  %c656 = arith.constant 0x00000000 : f32
-  %v657 = linalg.fill ins(%c656 : f32) outs(%e655 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc10)
+  %e655 = tensor.empty() : tensor<2x4x4xf32> loc(#loc10)
+  %c656 = arith.constant 0x00000000 : f32 loc(#loc10)
+  %v657 = linalg.fill ins(%c656 : f32) outs(%e655 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc10)
   %v661 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v654 : tensor<2x4x4x4xf32>) outs(%v657 : tensor<2x4x4xf32>) {
   ^bb0(%a658: f32, %o659: f32):
     %s660 = arith.addf %a658, %o659 : f32
     linalg.yield %s660 : f32
-  } -> tensor<2x4x4xf32>
-  %e663 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc10)
+  %e663 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
   %v668 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v172, %v661 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e663 : tensor<2x4x4x4xf32>) {
   ^bb0(%a664: f32, %a665: f32, %o666: f32):
     %s667 = arith.mulf %a664, %a665 : f32
     linalg.yield %s667 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e669 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc10)
+  %e669 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
   %v674 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v654, %v668 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e669 : tensor<2x4x4x4xf32>) {
   ^bb0(%a670: f32, %a671: f32, %o672: f32):
     %s673 = arith.subf %a670, %a671 : f32
     linalg.yield %s673 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e675 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc10)
+  %e675 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
   %v680 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v674 : tensor<2x4x4x4xf32>) outs(%e675 : tensor<2x4x4x4xf32>) {
   ^bb0(%a676: f32, %o677: f32):
     %s678 = arith.constant 0x40000000 : f32
     %s679 = arith.divf %a676, %s678 : f32
     linalg.yield %s679 : f32
-  } -> tensor<2x4x4x4xf32>
-  %v681 = tensor.collapse_shape %v680 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e682 = tensor.empty() : tensor<8x4x4xf32>
-  %v683 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e682 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e684 = tensor.empty() : tensor<8x4x4xf32>
-  %c685 = arith.constant 0x00000000 : f32
-  %v686 = linalg.fill ins(%c685 : f32) outs(%e684 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v687 = linalg.batch_matmul ins(%v683, %v681 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v686 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e688 = tensor.empty() : tensor<8x4x4xf32>
-  %v689 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e688 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e690 = tensor.empty() : tensor<8x4x4xf32>
-  %c691 = arith.constant 0x00000000 : f32
-  %v692 = linalg.fill ins(%c691 : f32) outs(%e690 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v693 = linalg.batch_matmul ins(%v681, %v689 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v694 = tensor.expand_shape %v687 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v695 = tensor.expand_shape %v693 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e696 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v697 = linalg.transpose ins(%v694 : tensor<2x4x4x4xf32>) outs(%e696 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %e698 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v699 = linalg.transpose ins(%v647 : tensor<2x4x4x4xf32>) outs(%e698 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v700 = tensor.collapse_shape %v699 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v701 = tensor.collapse_shape %v700 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e702 = tensor.empty() : tensor<16x16xf32>
-  %v703 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e702 : tensor<16x16xf32>) permutation = [1, 0]
-  %e704 = tensor.empty() : tensor<8x16xf32>
-  %c705 = arith.constant 0x00000000 : f32
-  %v706 = linalg.fill ins(%c705 : f32) outs(%e704 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v707 = linalg.matmul ins(%v701, %v703 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v706 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e708 = tensor.empty() : tensor<16x8xf32>
-  %v709 = linalg.transpose ins(%v701 : tensor<8x16xf32>) outs(%e708 : tensor<16x8xf32>) permutation = [1, 0]
-  %e710 = tensor.empty() : tensor<16x16xf32>
-  %c711 = arith.constant 0x00000000 : f32
-  %v712 = linalg.fill ins(%c711 : f32) outs(%e710 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v713 = linalg.matmul ins(%v709, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v712 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e714 = tensor.empty() : tensor<16x16xf32>
-  %v715 = linalg.transpose ins(%v713 : tensor<16x16xf32>) outs(%e714 : tensor<16x16xf32>) permutation = [1, 0]
-  %e716 = tensor.empty() : tensor<16xf32>
-  %c717 = arith.constant 0x00000000 : f32
-  %v718 = linalg.fill ins(%c717 : f32) outs(%e716 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc11)
+  %v681 = tensor.collapse_shape %v680 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc11)
+  %e682 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %v683 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e682 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
+  %e684 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %c685 = arith.constant 0x00000000 : f32 loc(#loc11)
+  %v686 = linalg.fill ins(%c685 : f32) outs(%e684 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v687 = linalg.batch_matmul ins(%v683, %v681 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v686 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %e688 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %v689 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e688 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
+  %e690 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %c691 = arith.constant 0x00000000 : f32 loc(#loc11)
+  %v692 = linalg.fill ins(%c691 : f32) outs(%e690 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v693 = linalg.batch_matmul ins(%v681, %v689 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v694 = tensor.expand_shape %v687 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
+  %v695 = tensor.expand_shape %v693 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
+  %e696 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
+  %v697 = linalg.transpose ins(%v694 : tensor<2x4x4x4xf32>) outs(%e696 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc11)
+  %e698 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v699 = linalg.transpose ins(%v647 : tensor<2x4x4x4xf32>) outs(%e698 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v700 = tensor.collapse_shape %v699 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v701 = tensor.collapse_shape %v700 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e702 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v703 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e702 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e704 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
+  %c705 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v706 = linalg.fill ins(%c705 : f32) outs(%e704 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v707 = linalg.matmul ins(%v701, %v703 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v706 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e708 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v709 = linalg.transpose ins(%v701 : tensor<8x16xf32>) outs(%e708 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e710 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %c711 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v712 = linalg.fill ins(%c711 : f32) outs(%e710 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v713 = linalg.matmul ins(%v709, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v712 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e714 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v715 = linalg.transpose ins(%v713 : tensor<16x16xf32>) outs(%e714 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e716 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c717 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v718 = linalg.fill ins(%c717 : f32) outs(%e716 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
   %v722 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v701 : tensor<8x16xf32>) outs(%v718 : tensor<16xf32>) {
   ^bb0(%a719: f32, %o720: f32):
     %s721 = arith.addf %a719, %o720 : f32
     linalg.yield %s721 : f32
-  } -> tensor<16xf32>
-  %e724 = tensor.empty() : tensor<16x16xf32>
-  %v725 = linalg.transpose ins(%v715 : tensor<16x16xf32>) outs(%e724 : tensor<16x16xf32>) permutation = [1, 0]
-  %v726 = tensor.expand_shape %v707 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e727 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v728 = linalg.transpose ins(%v697 : tensor<2x4x4x4xf32>) outs(%e727 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v729 = tensor.collapse_shape %v728 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v730 = tensor.collapse_shape %v729 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e731 = tensor.empty() : tensor<16x16xf32>
-  %v732 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e731 : tensor<16x16xf32>) permutation = [1, 0]
-  %e733 = tensor.empty() : tensor<8x16xf32>
-  %c734 = arith.constant 0x00000000 : f32
-  %v735 = linalg.fill ins(%c734 : f32) outs(%e733 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v736 = linalg.matmul ins(%v730, %v732 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v735 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e737 = tensor.empty() : tensor<16x8xf32>
-  %v738 = linalg.transpose ins(%v730 : tensor<8x16xf32>) outs(%e737 : tensor<16x8xf32>) permutation = [1, 0]
-  %e739 = tensor.empty() : tensor<16x16xf32>
-  %c740 = arith.constant 0x00000000 : f32
-  %v741 = linalg.fill ins(%c740 : f32) outs(%e739 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v742 = linalg.matmul ins(%v738, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v741 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e743 = tensor.empty() : tensor<16x16xf32>
-  %v744 = linalg.transpose ins(%v742 : tensor<16x16xf32>) outs(%e743 : tensor<16x16xf32>) permutation = [1, 0]
-  %e745 = tensor.empty() : tensor<16xf32>
-  %c746 = arith.constant 0x00000000 : f32
-  %v747 = linalg.fill ins(%c746 : f32) outs(%e745 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc12)
+  %e724 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v725 = linalg.transpose ins(%v715 : tensor<16x16xf32>) outs(%e724 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v726 = tensor.expand_shape %v707 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e727 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v728 = linalg.transpose ins(%v697 : tensor<2x4x4x4xf32>) outs(%e727 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v729 = tensor.collapse_shape %v728 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v730 = tensor.collapse_shape %v729 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e731 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v732 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e731 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e733 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
+  %c734 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v735 = linalg.fill ins(%c734 : f32) outs(%e733 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v736 = linalg.matmul ins(%v730, %v732 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v735 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e737 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v738 = linalg.transpose ins(%v730 : tensor<8x16xf32>) outs(%e737 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e739 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %c740 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v741 = linalg.fill ins(%c740 : f32) outs(%e739 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v742 = linalg.matmul ins(%v738, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v741 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e743 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v744 = linalg.transpose ins(%v742 : tensor<16x16xf32>) outs(%e743 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e745 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c746 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v747 = linalg.fill ins(%c746 : f32) outs(%e745 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
   %v751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v730 : tensor<8x16xf32>) outs(%v747 : tensor<16xf32>) {
   ^bb0(%a748: f32, %o749: f32):
     %s750 = arith.addf %a748, %o749 : f32
     linalg.yield %s750 : f32
-  } -> tensor<16xf32>
-  %e753 = tensor.empty() : tensor<16x16xf32>
-  %v754 = linalg.transpose ins(%v744 : tensor<16x16xf32>) outs(%e753 : tensor<16x16xf32>) permutation = [1, 0]
-  %v755 = tensor.expand_shape %v736 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e756 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<16xf32> loc(#loc12)
+  %e753 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v754 = linalg.transpose ins(%v744 : tensor<16x16xf32>) outs(%e753 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v755 = tensor.expand_shape %v736 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e756 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v761 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v726, %v755 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e756 : tensor<2x4x16xf32>) {
   ^bb0(%a757: f32, %a758: f32, %o759: f32):
     %s760 = arith.addf %a757, %a758 : f32
     linalg.yield %s760 : f32
-  } -> tensor<2x4x16xf32>
-  %e762 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v763 = linalg.transpose ins(%v695 : tensor<2x4x4x4xf32>) outs(%e762 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v764 = tensor.collapse_shape %v763 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v765 = tensor.collapse_shape %v764 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e766 = tensor.empty() : tensor<16x16xf32>
-  %v767 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e766 : tensor<16x16xf32>) permutation = [1, 0]
-  %e768 = tensor.empty() : tensor<8x16xf32>
-  %c769 = arith.constant 0x00000000 : f32
-  %v770 = linalg.fill ins(%c769 : f32) outs(%e768 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v771 = linalg.matmul ins(%v765, %v767 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v770 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e772 = tensor.empty() : tensor<16x8xf32>
-  %v773 = linalg.transpose ins(%v765 : tensor<8x16xf32>) outs(%e772 : tensor<16x8xf32>) permutation = [1, 0]
-  %e774 = tensor.empty() : tensor<16x16xf32>
-  %c775 = arith.constant 0x00000000 : f32
-  %v776 = linalg.fill ins(%c775 : f32) outs(%e774 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v777 = linalg.matmul ins(%v773, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v776 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e778 = tensor.empty() : tensor<16x16xf32>
-  %v779 = linalg.transpose ins(%v777 : tensor<16x16xf32>) outs(%e778 : tensor<16x16xf32>) permutation = [1, 0]
-  %e780 = tensor.empty() : tensor<16xf32>
-  %c781 = arith.constant 0x00000000 : f32
-  %v782 = linalg.fill ins(%c781 : f32) outs(%e780 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %e762 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v763 = linalg.transpose ins(%v695 : tensor<2x4x4x4xf32>) outs(%e762 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v764 = tensor.collapse_shape %v763 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v765 = tensor.collapse_shape %v764 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e766 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v767 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e766 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e768 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
+  %c769 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v770 = linalg.fill ins(%c769 : f32) outs(%e768 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v771 = linalg.matmul ins(%v765, %v767 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v770 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e772 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v773 = linalg.transpose ins(%v765 : tensor<8x16xf32>) outs(%e772 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e774 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %c775 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v776 = linalg.fill ins(%c775 : f32) outs(%e774 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v777 = linalg.matmul ins(%v773, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v776 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e778 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v779 = linalg.transpose ins(%v777 : tensor<16x16xf32>) outs(%e778 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e780 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c781 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v782 = linalg.fill ins(%c781 : f32) outs(%e780 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
   %v786 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v765 : tensor<8x16xf32>) outs(%v782 : tensor<16xf32>) {
   ^bb0(%a783: f32, %o784: f32):
     %s785 = arith.addf %a783, %o784 : f32
     linalg.yield %s785 : f32
-  } -> tensor<16xf32>
-  %e788 = tensor.empty() : tensor<16x16xf32>
-  %v789 = linalg.transpose ins(%v779 : tensor<16x16xf32>) outs(%e788 : tensor<16x16xf32>) permutation = [1, 0]
-  %v790 = tensor.expand_shape %v771 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e791 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<16xf32> loc(#loc12)
+  %e788 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v789 = linalg.transpose ins(%v779 : tensor<16x16xf32>) outs(%e788 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v790 = tensor.expand_shape %v771 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e791 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
   %v796 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v761, %v790 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e791 : tensor<2x4x16xf32>) {
   ^bb0(%a792: f32, %a793: f32, %o794: f32):
     %s795 = arith.addf %a792, %a793 : f32
     linalg.yield %s795 : f32
-  } -> tensor<2x4x16xf32>
-  %v797 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e798 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc7)
+  %v797 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
+  %e798 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
   %v803 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v797 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e798 : tensor<2x4x16xf32>) {
   ^bb0(%a799: f32, %a800: f32, %o801: f32):
     %s802 = arith.subf %a799, %a800 : f32
     linalg.yield %s802 : f32
-  } -> tensor<2x4x16xf32>
-  %v804 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32>
-  %e805 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc13)
+  %v804 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
+  %e805 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
   %v810 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v803, %v804 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e805 : tensor<2x4x16xf32>) {
   ^bb0(%a806: f32, %a807: f32, %o808: f32):
     %s809 = arith.mulf %a806, %a807 : f32
     linalg.yield %s809 : f32
-  } -> tensor<2x4x16xf32>
-  %e863 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc13)
+  %e863 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
   %v868 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v796, %v810 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e863 : tensor<2x4x16xf32>) {
   ^bb0(%a864: f32, %a865: f32, %o866: f32):
     %s867 = arith.mulf %a864, %a865 : f32
     linalg.yield %s867 : f32
-  } -> tensor<2x4x16xf32>
-  %e869 = tensor.empty() : tensor<16xf32>
-  %c870 = arith.constant 0x00000000 : f32
-  %v871 = linalg.fill ins(%c870 : f32) outs(%e869 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc13)
+  %e869 = tensor.empty() : tensor<16xf32> loc(#loc13)
+  %c870 = arith.constant 0x00000000 : f32 loc(#loc13)
+  %v871 = linalg.fill ins(%c870 : f32) outs(%e869 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
   %v875 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v868 : tensor<2x4x16xf32>) outs(%v871 : tensor<16xf32>) {
   ^bb0(%a872: f32, %o873: f32):
     %s874 = arith.addf %a872, %o873 : f32
     linalg.yield %s874 : f32
-  } -> tensor<16xf32>
-  %e876 = tensor.empty() : tensor<16xf32>
-  %c877 = arith.constant 0x00000000 : f32
-  %v878 = linalg.fill ins(%c877 : f32) outs(%e876 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc13)
+  %e876 = tensor.empty() : tensor<16xf32> loc(#loc13)
+  %c877 = arith.constant 0x00000000 : f32 loc(#loc13)
+  %v878 = linalg.fill ins(%c877 : f32) outs(%e876 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
   %v882 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v796 : tensor<2x4x16xf32>) outs(%v878 : tensor<16xf32>) {
   ^bb0(%a879: f32, %o880: f32):
     %s881 = arith.addf %a879, %o880 : f32
     linalg.yield %s881 : f32
-  } -> tensor<16xf32>
-  %e883 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc13)
+  %e883 = tensor.empty() : tensor<f32> loc(#loc14)
   %v888 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg48 : tensor<f32>) outs(%e883 : tensor<f32>) {
   ^bb0(%a884: f32, %o885: f32):
     %s886 = arith.constant 0x3F800000 : f32
     %s887 = arith.addf %a884, %s886 : f32
     linalg.yield %s887 : f32
-  } -> tensor<f32>
-  %e889 = tensor.empty() : tensor<f32>
-  %c890 = arith.constant 0x3DCCCCCD : f32
-  %v891 = linalg.fill ins(%c890 : f32) outs(%e889 : tensor<f32>) -> tensor<f32>
-  %e892 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e889 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c890 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v891 = linalg.fill ins(%c890 : f32) outs(%e889 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e892 = tensor.empty() : tensor<f32> loc(#loc14)
   %v896 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e892 : tensor<f32>) {
   ^bb0(%a893: f32, %o894: f32):
     %s895 = math.absf %a893 : f32
     linalg.yield %s895 : f32
-  } -> tensor<f32>
-  %e897 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e897 = tensor.empty() : tensor<i1> loc(#loc14)
   %v902 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v896 : tensor<f32>) outs(%e897 : tensor<i1>) {
   ^bb0(%a898: f32, %o899: i1):
     %s900 = arith.constant 0x3F000000 : f32
     %s901 = arith.cmpf oge, %a898, %s900 : f32
     linalg.yield %s901 : i1
-  } -> tensor<i1>
-  %e903 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e903 = tensor.empty() : tensor<f32> loc(#loc14)
   %v908 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e903 : tensor<f32>) {
   ^bb0(%a904: f32, %o905: f32):
     %s906 = arith.constant 0x3F800000 : f32
     %s907 = arith.subf %a904, %s906 : f32
     linalg.yield %s907 : f32
-  } -> tensor<f32>
-  %e909 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e909 = tensor.empty() : tensor<f32> loc(#loc14)
   %v915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v902, %v908, %v891 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e909 : tensor<f32>) {
   ^bb0(%a910: i1, %a911: f32, %a912: f32, %o913: f32):
     %s914 = arith.select %a910, %a911, %a912 : f32
     linalg.yield %s914 : f32
-  } -> tensor<f32>
-  %e916 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e916 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v922 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v902, %v875, %arg16 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e916 : tensor<16xf32>) {
   ^bb0(%a917: i1, %a918: f32, %a919: f32, %o920: f32):
     %s921 = arith.select %a917, %a918, %a919 : f32
     linalg.yield %s921 : f32
-  } -> tensor<16xf32>
-  %e923 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e923 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v928 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875, %arg16 : tensor<16xf32>, tensor<16xf32>) outs(%e923 : tensor<16xf32>) {
   ^bb0(%a924: f32, %a925: f32, %o926: f32):
     %s927 = arith.subf %a924, %a925 : f32
     linalg.yield %s927 : f32
-  } -> tensor<16xf32>
-  %e929 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e929 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v934 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v915, %v928 : tensor<f32>, tensor<16xf32>) outs(%e929 : tensor<16xf32>) {
   ^bb0(%a930: f32, %a931: f32, %o932: f32):
     %s933 = arith.mulf %a930, %a931 : f32
     linalg.yield %s933 : f32
-  } -> tensor<16xf32>
-  %e935 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e935 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v940 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v934, %v922 : tensor<16xf32>, tensor<16xf32>) outs(%e935 : tensor<16xf32>) {
   ^bb0(%a936: f32, %a937: f32, %o938: f32):
     %s939 = arith.addf %a936, %a937 : f32
     linalg.yield %s939 : f32
-  } -> tensor<16xf32>
-  %e941 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e941 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v946 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e941 : tensor<16xf32>) {
   ^bb0(%a942: f32, %o943: f32):
     %s944 = arith.constant 0x3F7FBE77 : f32
     %s945 = arith.mulf %a942, %s944 : f32
     linalg.yield %s945 : f32
-  } -> tensor<16xf32>
-  %e947 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e947 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v952 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875 : tensor<16xf32>) outs(%e947 : tensor<16xf32>) {
   ^bb0(%a948: f32, %o949: f32):
     %s950 = arith.constant 0x3A83126F : f32
     %s951 = arith.mulf %a948, %s950 : f32
     linalg.yield %s951 : f32
-  } -> tensor<16xf32>
-  %e953 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e953 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v958 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v952, %v875 : tensor<16xf32>, tensor<16xf32>) outs(%e953 : tensor<16xf32>) {
   ^bb0(%a954: f32, %a955: f32, %o956: f32):
     %s957 = arith.mulf %a954, %a955 : f32
     linalg.yield %s957 : f32
-  } -> tensor<16xf32>
-  %e959 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e959 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v964 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v946, %v958 : tensor<16xf32>, tensor<16xf32>) outs(%e959 : tensor<16xf32>) {
   ^bb0(%a960: f32, %a961: f32, %o962: f32):
     %s963 = arith.addf %a960, %a961 : f32
     linalg.yield %s963 : f32
-  } -> tensor<16xf32>
-  %e965 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e965 = tensor.empty() : tensor<f32> loc(#loc14)
   %v970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e965 : tensor<f32>) {
   ^bb0(%a966: f32, %o967: f32):
     %s968 = arith.constant 0x3F666666 : f32
     %s969 = math.powf %s968, %a966 : f32
     linalg.yield %s969 : f32
-  } -> tensor<f32>
-  %e971 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e971 = tensor.empty() : tensor<f32> loc(#loc14)
   %v976 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v970 : tensor<f32>) outs(%e971 : tensor<f32>) {
   ^bb0(%a972: f32, %o973: f32):
     %s974 = arith.constant 0x3F800000 : f32
     %s975 = arith.subf %s974, %a972 : f32
     linalg.yield %s975 : f32
-  } -> tensor<f32>
-  %e977 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e977 = tensor.empty() : tensor<f32> loc(#loc14)
   %v982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e977 : tensor<f32>) {
   ^bb0(%a978: f32, %o979: f32):
     %s980 = arith.constant 0x3F7FBE77 : f32
     %s981 = math.powf %s980, %a978 : f32
     linalg.yield %s981 : f32
-  } -> tensor<f32>
-  %e983 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e983 = tensor.empty() : tensor<f32> loc(#loc14)
   %v988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v982 : tensor<f32>) outs(%e983 : tensor<f32>) {
   ^bb0(%a984: f32, %o985: f32):
     %s986 = arith.constant 0x3F800000 : f32
     %s987 = arith.subf %s986, %a984 : f32
     linalg.yield %s987 : f32
-  } -> tensor<f32>
-  %e989 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e989 = tensor.empty() : tensor<f32> loc(#loc14)
   %v994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v976 : tensor<f32>) outs(%e989 : tensor<f32>) {
   ^bb0(%a990: f32, %o991: f32):
     %s992 = arith.constant 0x3F800000 : f32
     %s993 = arith.divf %s992, %a990 : f32
     linalg.yield %s993 : f32
-  } -> tensor<f32>
-  %e995 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e995 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1000 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v994 : tensor<f32>) outs(%e995 : tensor<f32>) {
   ^bb0(%a996: f32, %o997: f32):
     %s998 = arith.constant 0x3A83126F : f32
     %s999 = arith.mulf %a996, %s998 : f32
     linalg.yield %s999 : f32
-  } -> tensor<f32>
-  %e1001 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1001 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1005 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1000 : tensor<f32>) outs(%e1001 : tensor<f32>) {
   ^bb0(%a1002: f32, %o1003: f32):
     %s1004 = arith.negf %a1002 : f32
     linalg.yield %s1004 : f32
-  } -> tensor<f32>
-  %e1006 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1006 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1010 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v988 : tensor<f32>) outs(%e1006 : tensor<f32>) {
   ^bb0(%a1007: f32, %o1008: f32):
     %s1009 = math.sqrt %a1007 : f32
     linalg.yield %s1009 : f32
-  } -> tensor<f32>
-  %e1011 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1011 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1015 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v964 : tensor<16xf32>) outs(%e1011 : tensor<16xf32>) {
   ^bb0(%a1012: f32, %o1013: f32):
     %s1014 = math.sqrt %a1012 : f32
     linalg.yield %s1014 : f32
-  } -> tensor<16xf32>
-  %e1016 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1016 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1021 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1010, %v1005 : tensor<f32>, tensor<f32>) outs(%e1016 : tensor<f32>) {
   ^bb0(%a1017: f32, %a1018: f32, %o1019: f32):
     %s1020 = arith.mulf %a1017, %a1018 : f32
     linalg.yield %s1020 : f32
-  } -> tensor<f32>
-  %e1022 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1022 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1027 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1015, %v1021 : tensor<16xf32>, tensor<f32>) outs(%e1022 : tensor<16xf32>) {
   ^bb0(%a1023: f32, %a1024: f32, %o1025: f32):
     %s1026 = arith.divf %a1023, %a1024 : f32
     linalg.yield %s1026 : f32
-  } -> tensor<16xf32>
-  %e1028 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1028 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1033 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1005 : tensor<f32>) outs(%e1028 : tensor<f32>) {
   ^bb0(%a1029: f32, %o1030: f32):
     %s1031 = arith.constant 0x3F800000 : f32
     %s1032 = arith.divf %s1031, %a1029 : f32
     linalg.yield %s1032 : f32
-  } -> tensor<f32>
-  %e1034 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1034 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1039 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1033 : tensor<f32>) outs(%e1034 : tensor<f32>) {
   ^bb0(%a1035: f32, %o1036: f32):
     %s1037 = arith.constant 0x322BCC77 : f32
     %s1038 = arith.mulf %a1035, %s1037 : f32
     linalg.yield %s1038 : f32
-  } -> tensor<f32>
-  %e1040 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1040 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1045 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1027, %v1039 : tensor<16xf32>, tensor<f32>) outs(%e1040 : tensor<16xf32>) {
   ^bb0(%a1041: f32, %a1042: f32, %o1043: f32):
     %s1044 = arith.addf %a1041, %a1042 : f32
     linalg.yield %s1044 : f32
-  } -> tensor<16xf32>
-  %e1046 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1046 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1051 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v940 : tensor<16xf32>) outs(%e1046 : tensor<16xf32>) {
   ^bb0(%a1047: f32, %o1048: f32):
     %s1049 = arith.constant 0x3F800000 : f32
     %s1050 = arith.mulf %a1047, %s1049 : f32
     linalg.yield %s1050 : f32
-  } -> tensor<16xf32>
-  %e1052 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1052 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1057 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1051, %v1045 : tensor<16xf32>, tensor<16xf32>) outs(%e1052 : tensor<16xf32>) {
   ^bb0(%a1053: f32, %a1054: f32, %o1055: f32):
     %s1056 = arith.divf %a1053, %a1054 : f32
     linalg.yield %s1056 : f32
-  } -> tensor<16xf32>
-  %e1058 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1058 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1063 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v1057 : tensor<16xf32>, tensor<16xf32>) outs(%e1058 : tensor<16xf32>) {
   ^bb0(%a1059: f32, %a1060: f32, %o1061: f32):
     %s1062 = arith.addf %a1059, %a1060 : f32
     linalg.yield %s1062 : f32
-  } -> tensor<16xf32>
-  %e1064 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1064 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1064 : tensor<f32>) {
   ^bb0(%a1065: f32, %o1066: f32):
     %s1067 = arith.constant 0x3F800000 : f32
     %s1068 = arith.addf %a1065, %s1067 : f32
     linalg.yield %s1068 : f32
-  } -> tensor<f32>
-  %e1070 = tensor.empty() : tensor<f32>
-  %c1071 = arith.constant 0x3DCCCCCD : f32
-  %v1072 = linalg.fill ins(%c1071 : f32) outs(%e1070 : tensor<f32>) -> tensor<f32>
-  %e1073 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1070 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1071 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1072 = linalg.fill ins(%c1071 : f32) outs(%e1070 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1073 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1077 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1073 : tensor<f32>) {
   ^bb0(%a1074: f32, %o1075: f32):
     %s1076 = math.absf %a1074 : f32
     linalg.yield %s1076 : f32
-  } -> tensor<f32>
-  %e1078 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1078 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1083 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1077 : tensor<f32>) outs(%e1078 : tensor<i1>) {
   ^bb0(%a1079: f32, %o1080: i1):
     %s1081 = arith.constant 0x3F000000 : f32
     %s1082 = arith.cmpf oge, %a1079, %s1081 : f32
     linalg.yield %s1082 : i1
-  } -> tensor<i1>
-  %e1084 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1084 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1089 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1084 : tensor<f32>) {
   ^bb0(%a1085: f32, %o1086: f32):
     %s1087 = arith.constant 0x3F800000 : f32
     %s1088 = arith.subf %a1085, %s1087 : f32
     linalg.yield %s1088 : f32
-  } -> tensor<f32>
-  %e1090 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1090 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1083, %v1089, %v1072 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1090 : tensor<f32>) {
   ^bb0(%a1091: i1, %a1092: f32, %a1093: f32, %o1094: f32):
     %s1095 = arith.select %a1091, %a1092, %a1093 : f32
     linalg.yield %s1095 : f32
-  } -> tensor<f32>
-  %e1097 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1097 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1103 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1083, %v882, %arg17 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1097 : tensor<16xf32>) {
   ^bb0(%a1098: i1, %a1099: f32, %a1100: f32, %o1101: f32):
     %s1102 = arith.select %a1098, %a1099, %a1100 : f32
     linalg.yield %s1102 : f32
-  } -> tensor<16xf32>
-  %e1104 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1104 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1109 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882, %arg17 : tensor<16xf32>, tensor<16xf32>) outs(%e1104 : tensor<16xf32>) {
   ^bb0(%a1105: f32, %a1106: f32, %o1107: f32):
     %s1108 = arith.subf %a1105, %a1106 : f32
     linalg.yield %s1108 : f32
-  } -> tensor<16xf32>
-  %e1110 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1110 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1115 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v1109 : tensor<f32>, tensor<16xf32>) outs(%e1110 : tensor<16xf32>) {
   ^bb0(%a1111: f32, %a1112: f32, %o1113: f32):
     %s1114 = arith.mulf %a1111, %a1112 : f32
     linalg.yield %s1114 : f32
-  } -> tensor<16xf32>
-  %e1116 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1116 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1115, %v1103 : tensor<16xf32>, tensor<16xf32>) outs(%e1116 : tensor<16xf32>) {
   ^bb0(%a1117: f32, %a1118: f32, %o1119: f32):
     %s1120 = arith.addf %a1117, %a1118 : f32
     linalg.yield %s1120 : f32
-  } -> tensor<16xf32>
-  %e1122 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1122 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1122 : tensor<16xf32>) {
   ^bb0(%a1123: f32, %o1124: f32):
     %s1125 = arith.constant 0x3F7FBE77 : f32
     %s1126 = arith.mulf %a1123, %s1125 : f32
     linalg.yield %s1126 : f32
-  } -> tensor<16xf32>
-  %e1128 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1128 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1133 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882 : tensor<16xf32>) outs(%e1128 : tensor<16xf32>) {
   ^bb0(%a1129: f32, %o1130: f32):
     %s1131 = arith.constant 0x3A83126F : f32
     %s1132 = arith.mulf %a1129, %s1131 : f32
     linalg.yield %s1132 : f32
-  } -> tensor<16xf32>
-  %e1134 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1134 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1139 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1133, %v882 : tensor<16xf32>, tensor<16xf32>) outs(%e1134 : tensor<16xf32>) {
   ^bb0(%a1135: f32, %a1136: f32, %o1137: f32):
     %s1138 = arith.mulf %a1135, %a1136 : f32
     linalg.yield %s1138 : f32
-  } -> tensor<16xf32>
-  %e1140 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1140 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1127, %v1139 : tensor<16xf32>, tensor<16xf32>) outs(%e1140 : tensor<16xf32>) {
   ^bb0(%a1141: f32, %a1142: f32, %o1143: f32):
     %s1144 = arith.addf %a1141, %a1142 : f32
     linalg.yield %s1144 : f32
-  } -> tensor<16xf32>
-  %e1146 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1146 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1151 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1146 : tensor<f32>) {
   ^bb0(%a1147: f32, %o1148: f32):
     %s1149 = arith.constant 0x3F666666 : f32
     %s1150 = math.powf %s1149, %a1147 : f32
     linalg.yield %s1150 : f32
-  } -> tensor<f32>
-  %e1152 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1152 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1157 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1151 : tensor<f32>) outs(%e1152 : tensor<f32>) {
   ^bb0(%a1153: f32, %o1154: f32):
     %s1155 = arith.constant 0x3F800000 : f32
     %s1156 = arith.subf %s1155, %a1153 : f32
     linalg.yield %s1156 : f32
-  } -> tensor<f32>
-  %e1158 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1158 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1158 : tensor<f32>) {
   ^bb0(%a1159: f32, %o1160: f32):
     %s1161 = arith.constant 0x3F7FBE77 : f32
     %s1162 = math.powf %s1161, %a1159 : f32
     linalg.yield %s1162 : f32
-  } -> tensor<f32>
-  %e1164 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1164 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1163 : tensor<f32>) outs(%e1164 : tensor<f32>) {
   ^bb0(%a1165: f32, %o1166: f32):
     %s1167 = arith.constant 0x3F800000 : f32
     %s1168 = arith.subf %s1167, %a1165 : f32
     linalg.yield %s1168 : f32
-  } -> tensor<f32>
-  %e1170 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1170 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1157 : tensor<f32>) outs(%e1170 : tensor<f32>) {
   ^bb0(%a1171: f32, %o1172: f32):
     %s1173 = arith.constant 0x3F800000 : f32
     %s1174 = arith.divf %s1173, %a1171 : f32
     linalg.yield %s1174 : f32
-  } -> tensor<f32>
-  %e1176 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1176 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1181 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1175 : tensor<f32>) outs(%e1176 : tensor<f32>) {
   ^bb0(%a1177: f32, %o1178: f32):
     %s1179 = arith.constant 0x3A83126F : f32
     %s1180 = arith.mulf %a1177, %s1179 : f32
     linalg.yield %s1180 : f32
-  } -> tensor<f32>
-  %e1182 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1182 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1186 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1181 : tensor<f32>) outs(%e1182 : tensor<f32>) {
   ^bb0(%a1183: f32, %o1184: f32):
     %s1185 = arith.negf %a1183 : f32
     linalg.yield %s1185 : f32
-  } -> tensor<f32>
-  %e1187 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1187 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1191 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1169 : tensor<f32>) outs(%e1187 : tensor<f32>) {
   ^bb0(%a1188: f32, %o1189: f32):
     %s1190 = math.sqrt %a1188 : f32
     linalg.yield %s1190 : f32
-  } -> tensor<f32>
-  %e1192 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1192 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1196 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1145 : tensor<16xf32>) outs(%e1192 : tensor<16xf32>) {
   ^bb0(%a1193: f32, %o1194: f32):
     %s1195 = math.sqrt %a1193 : f32
     linalg.yield %s1195 : f32
-  } -> tensor<16xf32>
-  %e1197 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1197 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1191, %v1186 : tensor<f32>, tensor<f32>) outs(%e1197 : tensor<f32>) {
   ^bb0(%a1198: f32, %a1199: f32, %o1200: f32):
     %s1201 = arith.mulf %a1198, %a1199 : f32
     linalg.yield %s1201 : f32
-  } -> tensor<f32>
-  %e1203 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1203 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1208 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1196, %v1202 : tensor<16xf32>, tensor<f32>) outs(%e1203 : tensor<16xf32>) {
   ^bb0(%a1204: f32, %a1205: f32, %o1206: f32):
     %s1207 = arith.divf %a1204, %a1205 : f32
     linalg.yield %s1207 : f32
-  } -> tensor<16xf32>
-  %e1209 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1209 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1214 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1186 : tensor<f32>) outs(%e1209 : tensor<f32>) {
   ^bb0(%a1210: f32, %o1211: f32):
     %s1212 = arith.constant 0x3F800000 : f32
     %s1213 = arith.divf %s1212, %a1210 : f32
     linalg.yield %s1213 : f32
-  } -> tensor<f32>
-  %e1215 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1215 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1220 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1214 : tensor<f32>) outs(%e1215 : tensor<f32>) {
   ^bb0(%a1216: f32, %o1217: f32):
     %s1218 = arith.constant 0x322BCC77 : f32
     %s1219 = arith.mulf %a1216, %s1218 : f32
     linalg.yield %s1219 : f32
-  } -> tensor<f32>
-  %e1221 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1221 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1226 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1208, %v1220 : tensor<16xf32>, tensor<f32>) outs(%e1221 : tensor<16xf32>) {
   ^bb0(%a1222: f32, %a1223: f32, %o1224: f32):
     %s1225 = arith.addf %a1222, %a1223 : f32
     linalg.yield %s1225 : f32
-  } -> tensor<16xf32>
-  %e1227 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1227 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1121 : tensor<16xf32>) outs(%e1227 : tensor<16xf32>) {
   ^bb0(%a1228: f32, %o1229: f32):
     %s1230 = arith.constant 0x3F800000 : f32
     %s1231 = arith.mulf %a1228, %s1230 : f32
     linalg.yield %s1231 : f32
-  } -> tensor<16xf32>
-  %e1233 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1233 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1232, %v1226 : tensor<16xf32>, tensor<16xf32>) outs(%e1233 : tensor<16xf32>) {
   ^bb0(%a1234: f32, %a1235: f32, %o1236: f32):
     %s1237 = arith.divf %a1234, %a1235 : f32
     linalg.yield %s1237 : f32
-  } -> tensor<16xf32>
-  %e1239 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1239 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1244 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1238 : tensor<16xf32>, tensor<16xf32>) outs(%e1239 : tensor<16xf32>) {
   ^bb0(%a1240: f32, %a1241: f32, %o1242: f32):
     %s1243 = arith.addf %a1240, %a1241 : f32
     linalg.yield %s1243 : f32
-  } -> tensor<16xf32>
-  %e1245 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1245 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1250 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1245 : tensor<f32>) {
   ^bb0(%a1246: f32, %o1247: f32):
     %s1248 = arith.constant 0x3F800000 : f32
     %s1249 = arith.addf %a1246, %s1248 : f32
     linalg.yield %s1249 : f32
-  } -> tensor<f32>
-  %e1251 = tensor.empty() : tensor<f32>
-  %c1252 = arith.constant 0x3DCCCCCD : f32
-  %v1253 = linalg.fill ins(%c1252 : f32) outs(%e1251 : tensor<f32>) -> tensor<f32>
-  %e1254 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1251 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1252 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1253 = linalg.fill ins(%c1252 : f32) outs(%e1251 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1254 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1258 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1254 : tensor<f32>) {
   ^bb0(%a1255: f32, %o1256: f32):
     %s1257 = math.absf %a1255 : f32
     linalg.yield %s1257 : f32
-  } -> tensor<f32>
-  %e1259 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1259 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1264 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1258 : tensor<f32>) outs(%e1259 : tensor<i1>) {
   ^bb0(%a1260: f32, %o1261: i1):
     %s1262 = arith.constant 0x3F000000 : f32
     %s1263 = arith.cmpf oge, %a1260, %s1262 : f32
     linalg.yield %s1263 : i1
-  } -> tensor<i1>
-  %e1265 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1265 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1270 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1265 : tensor<f32>) {
   ^bb0(%a1266: f32, %o1267: f32):
     %s1268 = arith.constant 0x3F800000 : f32
     %s1269 = arith.subf %a1266, %s1268 : f32
     linalg.yield %s1269 : f32
-  } -> tensor<f32>
-  %e1271 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1271 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1264, %v1270, %v1253 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1271 : tensor<f32>) {
   ^bb0(%a1272: i1, %a1273: f32, %a1274: f32, %o1275: f32):
     %s1276 = arith.select %a1272, %a1273, %a1274 : f32
     linalg.yield %s1276 : f32
-  } -> tensor<f32>
-  %e1278 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1278 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1264, %v789, %arg18 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1278 : tensor<16x16xf32>) {
   ^bb0(%a1279: i1, %a1280: f32, %a1281: f32, %o1282: f32):
     %s1283 = arith.select %a1279, %a1280, %a1281 : f32
     linalg.yield %s1283 : f32
-  } -> tensor<16x16xf32>
-  %e1285 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1285 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789, %arg18 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1285 : tensor<16x16xf32>) {
   ^bb0(%a1286: f32, %a1287: f32, %o1288: f32):
     %s1289 = arith.subf %a1286, %a1287 : f32
     linalg.yield %s1289 : f32
-  } -> tensor<16x16xf32>
-  %e1291 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1291 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1277, %v1290 : tensor<f32>, tensor<16x16xf32>) outs(%e1291 : tensor<16x16xf32>) {
   ^bb0(%a1292: f32, %a1293: f32, %o1294: f32):
     %s1295 = arith.mulf %a1292, %a1293 : f32
     linalg.yield %s1295 : f32
-  } -> tensor<16x16xf32>
-  %e1297 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1297 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1296, %v1284 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1297 : tensor<16x16xf32>) {
   ^bb0(%a1298: f32, %a1299: f32, %o1300: f32):
     %s1301 = arith.addf %a1298, %a1299 : f32
     linalg.yield %s1301 : f32
-  } -> tensor<16x16xf32>
-  %e1303 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1303 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1303 : tensor<16x16xf32>) {
   ^bb0(%a1304: f32, %o1305: f32):
     %s1306 = arith.constant 0x3F7FBE77 : f32
     %s1307 = arith.mulf %a1304, %s1306 : f32
     linalg.yield %s1307 : f32
-  } -> tensor<16x16xf32>
-  %e1309 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1309 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1314 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789 : tensor<16x16xf32>) outs(%e1309 : tensor<16x16xf32>) {
   ^bb0(%a1310: f32, %o1311: f32):
     %s1312 = arith.constant 0x3A83126F : f32
     %s1313 = arith.mulf %a1310, %s1312 : f32
     linalg.yield %s1313 : f32
-  } -> tensor<16x16xf32>
-  %e1315 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1315 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1320 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1314, %v789 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1315 : tensor<16x16xf32>) {
   ^bb0(%a1316: f32, %a1317: f32, %o1318: f32):
     %s1319 = arith.mulf %a1316, %a1317 : f32
     linalg.yield %s1319 : f32
-  } -> tensor<16x16xf32>
-  %e1321 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1321 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1326 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1308, %v1320 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1321 : tensor<16x16xf32>) {
   ^bb0(%a1322: f32, %a1323: f32, %o1324: f32):
     %s1325 = arith.addf %a1322, %a1323 : f32
     linalg.yield %s1325 : f32
-  } -> tensor<16x16xf32>
-  %e1327 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1327 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1332 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1327 : tensor<f32>) {
   ^bb0(%a1328: f32, %o1329: f32):
     %s1330 = arith.constant 0x3F666666 : f32
     %s1331 = math.powf %s1330, %a1328 : f32
     linalg.yield %s1331 : f32
-  } -> tensor<f32>
-  %e1333 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1333 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1338 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1332 : tensor<f32>) outs(%e1333 : tensor<f32>) {
   ^bb0(%a1334: f32, %o1335: f32):
     %s1336 = arith.constant 0x3F800000 : f32
     %s1337 = arith.subf %s1336, %a1334 : f32
     linalg.yield %s1337 : f32
-  } -> tensor<f32>
-  %e1339 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1339 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1339 : tensor<f32>) {
   ^bb0(%a1340: f32, %o1341: f32):
     %s1342 = arith.constant 0x3F7FBE77 : f32
     %s1343 = math.powf %s1342, %a1340 : f32
     linalg.yield %s1343 : f32
-  } -> tensor<f32>
-  %e1345 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1345 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1344 : tensor<f32>) outs(%e1345 : tensor<f32>) {
   ^bb0(%a1346: f32, %o1347: f32):
     %s1348 = arith.constant 0x3F800000 : f32
     %s1349 = arith.subf %s1348, %a1346 : f32
     linalg.yield %s1349 : f32
-  } -> tensor<f32>
-  %e1351 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1351 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1338 : tensor<f32>) outs(%e1351 : tensor<f32>) {
   ^bb0(%a1352: f32, %o1353: f32):
     %s1354 = arith.constant 0x3F800000 : f32
     %s1355 = arith.divf %s1354, %a1352 : f32
     linalg.yield %s1355 : f32
-  } -> tensor<f32>
-  %e1357 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1357 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1356 : tensor<f32>) outs(%e1357 : tensor<f32>) {
   ^bb0(%a1358: f32, %o1359: f32):
     %s1360 = arith.constant 0x3A83126F : f32
     %s1361 = arith.mulf %a1358, %s1360 : f32
     linalg.yield %s1361 : f32
-  } -> tensor<f32>
-  %e1363 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1363 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1367 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1362 : tensor<f32>) outs(%e1363 : tensor<f32>) {
   ^bb0(%a1364: f32, %o1365: f32):
     %s1366 = arith.negf %a1364 : f32
     linalg.yield %s1366 : f32
-  } -> tensor<f32>
-  %e1368 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1368 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1350 : tensor<f32>) outs(%e1368 : tensor<f32>) {
   ^bb0(%a1369: f32, %o1370: f32):
     %s1371 = math.sqrt %a1369 : f32
     linalg.yield %s1371 : f32
-  } -> tensor<f32>
-  %e1373 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1373 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1326 : tensor<16x16xf32>) outs(%e1373 : tensor<16x16xf32>) {
   ^bb0(%a1374: f32, %o1375: f32):
     %s1376 = math.sqrt %a1374 : f32
     linalg.yield %s1376 : f32
-  } -> tensor<16x16xf32>
-  %e1378 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1378 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1383 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1372, %v1367 : tensor<f32>, tensor<f32>) outs(%e1378 : tensor<f32>) {
   ^bb0(%a1379: f32, %a1380: f32, %o1381: f32):
     %s1382 = arith.mulf %a1379, %a1380 : f32
     linalg.yield %s1382 : f32
-  } -> tensor<f32>
-  %e1384 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1384 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1389 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1377, %v1383 : tensor<16x16xf32>, tensor<f32>) outs(%e1384 : tensor<16x16xf32>) {
   ^bb0(%a1385: f32, %a1386: f32, %o1387: f32):
     %s1388 = arith.divf %a1385, %a1386 : f32
     linalg.yield %s1388 : f32
-  } -> tensor<16x16xf32>
-  %e1390 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1390 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1395 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1367 : tensor<f32>) outs(%e1390 : tensor<f32>) {
   ^bb0(%a1391: f32, %o1392: f32):
     %s1393 = arith.constant 0x3F800000 : f32
     %s1394 = arith.divf %s1393, %a1391 : f32
     linalg.yield %s1394 : f32
-  } -> tensor<f32>
-  %e1396 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1396 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1401 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1395 : tensor<f32>) outs(%e1396 : tensor<f32>) {
   ^bb0(%a1397: f32, %o1398: f32):
     %s1399 = arith.constant 0x322BCC77 : f32
     %s1400 = arith.mulf %a1397, %s1399 : f32
     linalg.yield %s1400 : f32
-  } -> tensor<f32>
-  %e1402 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1402 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1407 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1389, %v1401 : tensor<16x16xf32>, tensor<f32>) outs(%e1402 : tensor<16x16xf32>) {
   ^bb0(%a1403: f32, %a1404: f32, %o1405: f32):
     %s1406 = arith.addf %a1403, %a1404 : f32
     linalg.yield %s1406 : f32
-  } -> tensor<16x16xf32>
-  %e1408 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1408 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1413 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1302 : tensor<16x16xf32>) outs(%e1408 : tensor<16x16xf32>) {
   ^bb0(%a1409: f32, %o1410: f32):
     %s1411 = arith.constant 0x3F800000 : f32
     %s1412 = arith.mulf %a1409, %s1411 : f32
     linalg.yield %s1412 : f32
-  } -> tensor<16x16xf32>
-  %e1414 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1414 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1419 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1413, %v1407 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1414 : tensor<16x16xf32>) {
   ^bb0(%a1415: f32, %a1416: f32, %o1417: f32):
     %s1418 = arith.divf %a1415, %a1416 : f32
     linalg.yield %s1418 : f32
-  } -> tensor<16x16xf32>
-  %e1420 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1420 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1425 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1419 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1420 : tensor<16x16xf32>) {
   ^bb0(%a1421: f32, %a1422: f32, %o1423: f32):
     %s1424 = arith.addf %a1421, %a1422 : f32
     linalg.yield %s1424 : f32
-  } -> tensor<16x16xf32>
-  %e1426 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1426 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1431 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1426 : tensor<f32>) {
   ^bb0(%a1427: f32, %o1428: f32):
     %s1429 = arith.constant 0x3F800000 : f32
     %s1430 = arith.addf %a1427, %s1429 : f32
     linalg.yield %s1430 : f32
-  } -> tensor<f32>
-  %e1432 = tensor.empty() : tensor<f32>
-  %c1433 = arith.constant 0x3DCCCCCD : f32
-  %v1434 = linalg.fill ins(%c1433 : f32) outs(%e1432 : tensor<f32>) -> tensor<f32>
-  %e1435 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1432 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1433 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1434 = linalg.fill ins(%c1433 : f32) outs(%e1432 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1435 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1439 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1435 : tensor<f32>) {
   ^bb0(%a1436: f32, %o1437: f32):
     %s1438 = math.absf %a1436 : f32
     linalg.yield %s1438 : f32
-  } -> tensor<f32>
-  %e1440 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1440 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1445 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1439 : tensor<f32>) outs(%e1440 : tensor<i1>) {
   ^bb0(%a1441: f32, %o1442: i1):
     %s1443 = arith.constant 0x3F000000 : f32
     %s1444 = arith.cmpf oge, %a1441, %s1443 : f32
     linalg.yield %s1444 : i1
-  } -> tensor<i1>
-  %e1446 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1446 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1451 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1446 : tensor<f32>) {
   ^bb0(%a1447: f32, %o1448: f32):
     %s1449 = arith.constant 0x3F800000 : f32
     %s1450 = arith.subf %a1447, %s1449 : f32
     linalg.yield %s1450 : f32
-  } -> tensor<f32>
-  %e1452 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1452 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1445, %v1451, %v1434 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1452 : tensor<f32>) {
   ^bb0(%a1453: i1, %a1454: f32, %a1455: f32, %o1456: f32):
     %s1457 = arith.select %a1453, %a1454, %a1455 : f32
     linalg.yield %s1457 : f32
-  } -> tensor<f32>
-  %e1459 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1459 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1465 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1445, %v786, %arg19 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1459 : tensor<16xf32>) {
   ^bb0(%a1460: i1, %a1461: f32, %a1462: f32, %o1463: f32):
     %s1464 = arith.select %a1460, %a1461, %a1462 : f32
     linalg.yield %s1464 : f32
-  } -> tensor<16xf32>
-  %e1466 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1466 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1471 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786, %arg19 : tensor<16xf32>, tensor<16xf32>) outs(%e1466 : tensor<16xf32>) {
   ^bb0(%a1467: f32, %a1468: f32, %o1469: f32):
     %s1470 = arith.subf %a1467, %a1468 : f32
     linalg.yield %s1470 : f32
-  } -> tensor<16xf32>
-  %e1472 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1472 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1477 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1458, %v1471 : tensor<f32>, tensor<16xf32>) outs(%e1472 : tensor<16xf32>) {
   ^bb0(%a1473: f32, %a1474: f32, %o1475: f32):
     %s1476 = arith.mulf %a1473, %a1474 : f32
     linalg.yield %s1476 : f32
-  } -> tensor<16xf32>
-  %e1478 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1478 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1483 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1477, %v1465 : tensor<16xf32>, tensor<16xf32>) outs(%e1478 : tensor<16xf32>) {
   ^bb0(%a1479: f32, %a1480: f32, %o1481: f32):
     %s1482 = arith.addf %a1479, %a1480 : f32
     linalg.yield %s1482 : f32
-  } -> tensor<16xf32>
-  %e1484 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1484 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1489 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1484 : tensor<16xf32>) {
   ^bb0(%a1485: f32, %o1486: f32):
     %s1487 = arith.constant 0x3F7FBE77 : f32
     %s1488 = arith.mulf %a1485, %s1487 : f32
     linalg.yield %s1488 : f32
-  } -> tensor<16xf32>
-  %e1490 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1490 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1495 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786 : tensor<16xf32>) outs(%e1490 : tensor<16xf32>) {
   ^bb0(%a1491: f32, %o1492: f32):
     %s1493 = arith.constant 0x3A83126F : f32
     %s1494 = arith.mulf %a1491, %s1493 : f32
     linalg.yield %s1494 : f32
-  } -> tensor<16xf32>
-  %e1496 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1496 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1501 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1495, %v786 : tensor<16xf32>, tensor<16xf32>) outs(%e1496 : tensor<16xf32>) {
   ^bb0(%a1497: f32, %a1498: f32, %o1499: f32):
     %s1500 = arith.mulf %a1497, %a1498 : f32
     linalg.yield %s1500 : f32
-  } -> tensor<16xf32>
-  %e1502 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1502 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1507 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1489, %v1501 : tensor<16xf32>, tensor<16xf32>) outs(%e1502 : tensor<16xf32>) {
   ^bb0(%a1503: f32, %a1504: f32, %o1505: f32):
     %s1506 = arith.addf %a1503, %a1504 : f32
     linalg.yield %s1506 : f32
-  } -> tensor<16xf32>
-  %e1508 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1508 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1513 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1508 : tensor<f32>) {
   ^bb0(%a1509: f32, %o1510: f32):
     %s1511 = arith.constant 0x3F666666 : f32
     %s1512 = math.powf %s1511, %a1509 : f32
     linalg.yield %s1512 : f32
-  } -> tensor<f32>
-  %e1514 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1514 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1519 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1513 : tensor<f32>) outs(%e1514 : tensor<f32>) {
   ^bb0(%a1515: f32, %o1516: f32):
     %s1517 = arith.constant 0x3F800000 : f32
     %s1518 = arith.subf %s1517, %a1515 : f32
     linalg.yield %s1518 : f32
-  } -> tensor<f32>
-  %e1520 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1520 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1520 : tensor<f32>) {
   ^bb0(%a1521: f32, %o1522: f32):
     %s1523 = arith.constant 0x3F7FBE77 : f32
     %s1524 = math.powf %s1523, %a1521 : f32
     linalg.yield %s1524 : f32
-  } -> tensor<f32>
-  %e1526 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1526 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1525 : tensor<f32>) outs(%e1526 : tensor<f32>) {
   ^bb0(%a1527: f32, %o1528: f32):
     %s1529 = arith.constant 0x3F800000 : f32
     %s1530 = arith.subf %s1529, %a1527 : f32
     linalg.yield %s1530 : f32
-  } -> tensor<f32>
-  %e1532 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1532 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1519 : tensor<f32>) outs(%e1532 : tensor<f32>) {
   ^bb0(%a1533: f32, %o1534: f32):
     %s1535 = arith.constant 0x3F800000 : f32
     %s1536 = arith.divf %s1535, %a1533 : f32
     linalg.yield %s1536 : f32
-  } -> tensor<f32>
-  %e1538 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1538 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1543 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1537 : tensor<f32>) outs(%e1538 : tensor<f32>) {
   ^bb0(%a1539: f32, %o1540: f32):
     %s1541 = arith.constant 0x3A83126F : f32
     %s1542 = arith.mulf %a1539, %s1541 : f32
     linalg.yield %s1542 : f32
-  } -> tensor<f32>
-  %e1544 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1544 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1548 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1543 : tensor<f32>) outs(%e1544 : tensor<f32>) {
   ^bb0(%a1545: f32, %o1546: f32):
     %s1547 = arith.negf %a1545 : f32
     linalg.yield %s1547 : f32
-  } -> tensor<f32>
-  %e1549 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1549 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1553 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1531 : tensor<f32>) outs(%e1549 : tensor<f32>) {
   ^bb0(%a1550: f32, %o1551: f32):
     %s1552 = math.sqrt %a1550 : f32
     linalg.yield %s1552 : f32
-  } -> tensor<f32>
-  %e1554 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1554 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1558 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1507 : tensor<16xf32>) outs(%e1554 : tensor<16xf32>) {
   ^bb0(%a1555: f32, %o1556: f32):
     %s1557 = math.sqrt %a1555 : f32
     linalg.yield %s1557 : f32
-  } -> tensor<16xf32>
-  %e1559 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1559 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1564 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1553, %v1548 : tensor<f32>, tensor<f32>) outs(%e1559 : tensor<f32>) {
   ^bb0(%a1560: f32, %a1561: f32, %o1562: f32):
     %s1563 = arith.mulf %a1560, %a1561 : f32
     linalg.yield %s1563 : f32
-  } -> tensor<f32>
-  %e1565 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1565 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1570 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1558, %v1564 : tensor<16xf32>, tensor<f32>) outs(%e1565 : tensor<16xf32>) {
   ^bb0(%a1566: f32, %a1567: f32, %o1568: f32):
     %s1569 = arith.divf %a1566, %a1567 : f32
     linalg.yield %s1569 : f32
-  } -> tensor<16xf32>
-  %e1571 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1571 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1576 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1548 : tensor<f32>) outs(%e1571 : tensor<f32>) {
   ^bb0(%a1572: f32, %o1573: f32):
     %s1574 = arith.constant 0x3F800000 : f32
     %s1575 = arith.divf %s1574, %a1572 : f32
     linalg.yield %s1575 : f32
-  } -> tensor<f32>
-  %e1577 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1577 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1582 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1576 : tensor<f32>) outs(%e1577 : tensor<f32>) {
   ^bb0(%a1578: f32, %o1579: f32):
     %s1580 = arith.constant 0x322BCC77 : f32
     %s1581 = arith.mulf %a1578, %s1580 : f32
     linalg.yield %s1581 : f32
-  } -> tensor<f32>
-  %e1583 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1583 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1570, %v1582 : tensor<16xf32>, tensor<f32>) outs(%e1583 : tensor<16xf32>) {
   ^bb0(%a1584: f32, %a1585: f32, %o1586: f32):
     %s1587 = arith.addf %a1584, %a1585 : f32
     linalg.yield %s1587 : f32
-  } -> tensor<16xf32>
-  %e1589 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1589 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1483 : tensor<16xf32>) outs(%e1589 : tensor<16xf32>) {
   ^bb0(%a1590: f32, %o1591: f32):
     %s1592 = arith.constant 0x3F800000 : f32
     %s1593 = arith.mulf %a1590, %s1592 : f32
     linalg.yield %s1593 : f32
-  } -> tensor<16xf32>
-  %e1595 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1595 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1594, %v1588 : tensor<16xf32>, tensor<16xf32>) outs(%e1595 : tensor<16xf32>) {
   ^bb0(%a1596: f32, %a1597: f32, %o1598: f32):
     %s1599 = arith.divf %a1596, %a1597 : f32
     linalg.yield %s1599 : f32
-  } -> tensor<16xf32>
-  %e1601 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1601 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1600 : tensor<16xf32>, tensor<16xf32>) outs(%e1601 : tensor<16xf32>) {
   ^bb0(%a1602: f32, %a1603: f32, %o1604: f32):
     %s1605 = arith.addf %a1602, %a1603 : f32
     linalg.yield %s1605 : f32
-  } -> tensor<16xf32>
-  %e1607 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1607 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1612 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1607 : tensor<f32>) {
   ^bb0(%a1608: f32, %o1609: f32):
     %s1610 = arith.constant 0x3F800000 : f32
     %s1611 = arith.addf %a1608, %s1610 : f32
     linalg.yield %s1611 : f32
-  } -> tensor<f32>
-  %e1613 = tensor.empty() : tensor<f32>
-  %c1614 = arith.constant 0x3DCCCCCD : f32
-  %v1615 = linalg.fill ins(%c1614 : f32) outs(%e1613 : tensor<f32>) -> tensor<f32>
-  %e1616 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1613 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1614 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1615 = linalg.fill ins(%c1614 : f32) outs(%e1613 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1616 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1620 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1616 : tensor<f32>) {
   ^bb0(%a1617: f32, %o1618: f32):
     %s1619 = math.absf %a1617 : f32
     linalg.yield %s1619 : f32
-  } -> tensor<f32>
-  %e1621 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1621 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1626 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1620 : tensor<f32>) outs(%e1621 : tensor<i1>) {
   ^bb0(%a1622: f32, %o1623: i1):
     %s1624 = arith.constant 0x3F000000 : f32
     %s1625 = arith.cmpf oge, %a1622, %s1624 : f32
     linalg.yield %s1625 : i1
-  } -> tensor<i1>
-  %e1627 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1627 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1632 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1627 : tensor<f32>) {
   ^bb0(%a1628: f32, %o1629: f32):
     %s1630 = arith.constant 0x3F800000 : f32
     %s1631 = arith.subf %a1628, %s1630 : f32
     linalg.yield %s1631 : f32
-  } -> tensor<f32>
-  %e1633 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1633 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1626, %v1632, %v1615 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1633 : tensor<f32>) {
   ^bb0(%a1634: i1, %a1635: f32, %a1636: f32, %o1637: f32):
     %s1638 = arith.select %a1634, %a1635, %a1636 : f32
     linalg.yield %s1638 : f32
-  } -> tensor<f32>
-  %e1640 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1640 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1646 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1626, %v754, %arg20 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1640 : tensor<16x16xf32>) {
   ^bb0(%a1641: i1, %a1642: f32, %a1643: f32, %o1644: f32):
     %s1645 = arith.select %a1641, %a1642, %a1643 : f32
     linalg.yield %s1645 : f32
-  } -> tensor<16x16xf32>
-  %e1647 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1647 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1652 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754, %arg20 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1647 : tensor<16x16xf32>) {
   ^bb0(%a1648: f32, %a1649: f32, %o1650: f32):
     %s1651 = arith.subf %a1648, %a1649 : f32
     linalg.yield %s1651 : f32
-  } -> tensor<16x16xf32>
-  %e1653 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1653 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1639, %v1652 : tensor<f32>, tensor<16x16xf32>) outs(%e1653 : tensor<16x16xf32>) {
   ^bb0(%a1654: f32, %a1655: f32, %o1656: f32):
     %s1657 = arith.mulf %a1654, %a1655 : f32
     linalg.yield %s1657 : f32
-  } -> tensor<16x16xf32>
-  %e1659 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1659 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1658, %v1646 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1659 : tensor<16x16xf32>) {
   ^bb0(%a1660: f32, %a1661: f32, %o1662: f32):
     %s1663 = arith.addf %a1660, %a1661 : f32
     linalg.yield %s1663 : f32
-  } -> tensor<16x16xf32>
-  %e1665 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1665 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1670 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1665 : tensor<16x16xf32>) {
   ^bb0(%a1666: f32, %o1667: f32):
     %s1668 = arith.constant 0x3F7FBE77 : f32
     %s1669 = arith.mulf %a1666, %s1668 : f32
     linalg.yield %s1669 : f32
-  } -> tensor<16x16xf32>
-  %e1671 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1671 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1676 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754 : tensor<16x16xf32>) outs(%e1671 : tensor<16x16xf32>) {
   ^bb0(%a1672: f32, %o1673: f32):
     %s1674 = arith.constant 0x3A83126F : f32
     %s1675 = arith.mulf %a1672, %s1674 : f32
     linalg.yield %s1675 : f32
-  } -> tensor<16x16xf32>
-  %e1677 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1677 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1682 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1676, %v754 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1677 : tensor<16x16xf32>) {
   ^bb0(%a1678: f32, %a1679: f32, %o1680: f32):
     %s1681 = arith.mulf %a1678, %a1679 : f32
     linalg.yield %s1681 : f32
-  } -> tensor<16x16xf32>
-  %e1683 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1683 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1688 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1670, %v1682 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1683 : tensor<16x16xf32>) {
   ^bb0(%a1684: f32, %a1685: f32, %o1686: f32):
     %s1687 = arith.addf %a1684, %a1685 : f32
     linalg.yield %s1687 : f32
-  } -> tensor<16x16xf32>
-  %e1689 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1689 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1694 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1689 : tensor<f32>) {
   ^bb0(%a1690: f32, %o1691: f32):
     %s1692 = arith.constant 0x3F666666 : f32
     %s1693 = math.powf %s1692, %a1690 : f32
     linalg.yield %s1693 : f32
-  } -> tensor<f32>
-  %e1695 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1695 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1700 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1694 : tensor<f32>) outs(%e1695 : tensor<f32>) {
   ^bb0(%a1696: f32, %o1697: f32):
     %s1698 = arith.constant 0x3F800000 : f32
     %s1699 = arith.subf %s1698, %a1696 : f32
     linalg.yield %s1699 : f32
-  } -> tensor<f32>
-  %e1701 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1701 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1701 : tensor<f32>) {
   ^bb0(%a1702: f32, %o1703: f32):
     %s1704 = arith.constant 0x3F7FBE77 : f32
     %s1705 = math.powf %s1704, %a1702 : f32
     linalg.yield %s1705 : f32
-  } -> tensor<f32>
-  %e1707 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1707 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1706 : tensor<f32>) outs(%e1707 : tensor<f32>) {
   ^bb0(%a1708: f32, %o1709: f32):
     %s1710 = arith.constant 0x3F800000 : f32
     %s1711 = arith.subf %s1710, %a1708 : f32
     linalg.yield %s1711 : f32
-  } -> tensor<f32>
-  %e1713 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1713 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1700 : tensor<f32>) outs(%e1713 : tensor<f32>) {
   ^bb0(%a1714: f32, %o1715: f32):
     %s1716 = arith.constant 0x3F800000 : f32
     %s1717 = arith.divf %s1716, %a1714 : f32
     linalg.yield %s1717 : f32
-  } -> tensor<f32>
-  %e1719 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1719 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1724 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1718 : tensor<f32>) outs(%e1719 : tensor<f32>) {
   ^bb0(%a1720: f32, %o1721: f32):
     %s1722 = arith.constant 0x3A83126F : f32
     %s1723 = arith.mulf %a1720, %s1722 : f32
     linalg.yield %s1723 : f32
-  } -> tensor<f32>
-  %e1725 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1725 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1729 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1724 : tensor<f32>) outs(%e1725 : tensor<f32>) {
   ^bb0(%a1726: f32, %o1727: f32):
     %s1728 = arith.negf %a1726 : f32
     linalg.yield %s1728 : f32
-  } -> tensor<f32>
-  %e1730 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1730 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1734 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1712 : tensor<f32>) outs(%e1730 : tensor<f32>) {
   ^bb0(%a1731: f32, %o1732: f32):
     %s1733 = math.sqrt %a1731 : f32
     linalg.yield %s1733 : f32
-  } -> tensor<f32>
-  %e1735 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1735 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1739 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1688 : tensor<16x16xf32>) outs(%e1735 : tensor<16x16xf32>) {
   ^bb0(%a1736: f32, %o1737: f32):
     %s1738 = math.sqrt %a1736 : f32
     linalg.yield %s1738 : f32
-  } -> tensor<16x16xf32>
-  %e1740 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1740 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1745 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1734, %v1729 : tensor<f32>, tensor<f32>) outs(%e1740 : tensor<f32>) {
   ^bb0(%a1741: f32, %a1742: f32, %o1743: f32):
     %s1744 = arith.mulf %a1741, %a1742 : f32
     linalg.yield %s1744 : f32
-  } -> tensor<f32>
-  %e1746 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1746 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1739, %v1745 : tensor<16x16xf32>, tensor<f32>) outs(%e1746 : tensor<16x16xf32>) {
   ^bb0(%a1747: f32, %a1748: f32, %o1749: f32):
     %s1750 = arith.divf %a1747, %a1748 : f32
     linalg.yield %s1750 : f32
-  } -> tensor<16x16xf32>
-  %e1752 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1752 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1757 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1729 : tensor<f32>) outs(%e1752 : tensor<f32>) {
   ^bb0(%a1753: f32, %o1754: f32):
     %s1755 = arith.constant 0x3F800000 : f32
     %s1756 = arith.divf %s1755, %a1753 : f32
     linalg.yield %s1756 : f32
-  } -> tensor<f32>
-  %e1758 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1758 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1763 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1757 : tensor<f32>) outs(%e1758 : tensor<f32>) {
   ^bb0(%a1759: f32, %o1760: f32):
     %s1761 = arith.constant 0x322BCC77 : f32
     %s1762 = arith.mulf %a1759, %s1761 : f32
     linalg.yield %s1762 : f32
-  } -> tensor<f32>
-  %e1764 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1764 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1769 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1751, %v1763 : tensor<16x16xf32>, tensor<f32>) outs(%e1764 : tensor<16x16xf32>) {
   ^bb0(%a1765: f32, %a1766: f32, %o1767: f32):
     %s1768 = arith.addf %a1765, %a1766 : f32
     linalg.yield %s1768 : f32
-  } -> tensor<16x16xf32>
-  %e1770 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1770 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1775 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1664 : tensor<16x16xf32>) outs(%e1770 : tensor<16x16xf32>) {
   ^bb0(%a1771: f32, %o1772: f32):
     %s1773 = arith.constant 0x3F800000 : f32
     %s1774 = arith.mulf %a1771, %s1773 : f32
     linalg.yield %s1774 : f32
-  } -> tensor<16x16xf32>
-  %e1776 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1776 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1781 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1775, %v1769 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1776 : tensor<16x16xf32>) {
   ^bb0(%a1777: f32, %a1778: f32, %o1779: f32):
     %s1780 = arith.divf %a1777, %a1778 : f32
     linalg.yield %s1780 : f32
-  } -> tensor<16x16xf32>
-  %e1782 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1782 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v1787 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1781 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1782 : tensor<16x16xf32>) {
   ^bb0(%a1783: f32, %a1784: f32, %o1785: f32):
     %s1786 = arith.addf %a1783, %a1784 : f32
     linalg.yield %s1786 : f32
-  } -> tensor<16x16xf32>
-  %e1788 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1788 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1788 : tensor<f32>) {
   ^bb0(%a1789: f32, %o1790: f32):
     %s1791 = arith.constant 0x3F800000 : f32
     %s1792 = arith.addf %a1789, %s1791 : f32
     linalg.yield %s1792 : f32
-  } -> tensor<f32>
-  %e1794 = tensor.empty() : tensor<f32>
-  %c1795 = arith.constant 0x3DCCCCCD : f32
-  %v1796 = linalg.fill ins(%c1795 : f32) outs(%e1794 : tensor<f32>) -> tensor<f32>
-  %e1797 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1794 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1795 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1796 = linalg.fill ins(%c1795 : f32) outs(%e1794 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1797 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1801 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1797 : tensor<f32>) {
   ^bb0(%a1798: f32, %o1799: f32):
     %s1800 = math.absf %a1798 : f32
     linalg.yield %s1800 : f32
-  } -> tensor<f32>
-  %e1802 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1802 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1807 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1801 : tensor<f32>) outs(%e1802 : tensor<i1>) {
   ^bb0(%a1803: f32, %o1804: i1):
     %s1805 = arith.constant 0x3F000000 : f32
     %s1806 = arith.cmpf oge, %a1803, %s1805 : f32
     linalg.yield %s1806 : i1
-  } -> tensor<i1>
-  %e1808 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1808 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1813 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1808 : tensor<f32>) {
   ^bb0(%a1809: f32, %o1810: f32):
     %s1811 = arith.constant 0x3F800000 : f32
     %s1812 = arith.subf %a1809, %s1811 : f32
     linalg.yield %s1812 : f32
-  } -> tensor<f32>
-  %e1814 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1814 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1807, %v1813, %v1796 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1814 : tensor<f32>) {
   ^bb0(%a1815: i1, %a1816: f32, %a1817: f32, %o1818: f32):
     %s1819 = arith.select %a1815, %a1816, %a1817 : f32
     linalg.yield %s1819 : f32
-  } -> tensor<f32>
-  %e1821 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1821 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1827 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1807, %v751, %arg21 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1821 : tensor<16xf32>) {
   ^bb0(%a1822: i1, %a1823: f32, %a1824: f32, %o1825: f32):
     %s1826 = arith.select %a1822, %a1823, %a1824 : f32
     linalg.yield %s1826 : f32
-  } -> tensor<16xf32>
-  %e1828 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1828 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1833 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751, %arg21 : tensor<16xf32>, tensor<16xf32>) outs(%e1828 : tensor<16xf32>) {
   ^bb0(%a1829: f32, %a1830: f32, %o1831: f32):
     %s1832 = arith.subf %a1829, %a1830 : f32
     linalg.yield %s1832 : f32
-  } -> tensor<16xf32>
-  %e1834 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1834 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1839 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1820, %v1833 : tensor<f32>, tensor<16xf32>) outs(%e1834 : tensor<16xf32>) {
   ^bb0(%a1835: f32, %a1836: f32, %o1837: f32):
     %s1838 = arith.mulf %a1835, %a1836 : f32
     linalg.yield %s1838 : f32
-  } -> tensor<16xf32>
-  %e1840 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1840 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1845 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1839, %v1827 : tensor<16xf32>, tensor<16xf32>) outs(%e1840 : tensor<16xf32>) {
   ^bb0(%a1841: f32, %a1842: f32, %o1843: f32):
     %s1844 = arith.addf %a1841, %a1842 : f32
     linalg.yield %s1844 : f32
-  } -> tensor<16xf32>
-  %e1846 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1846 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1851 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1846 : tensor<16xf32>) {
   ^bb0(%a1847: f32, %o1848: f32):
     %s1849 = arith.constant 0x3F7FBE77 : f32
     %s1850 = arith.mulf %a1847, %s1849 : f32
     linalg.yield %s1850 : f32
-  } -> tensor<16xf32>
-  %e1852 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1852 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1857 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751 : tensor<16xf32>) outs(%e1852 : tensor<16xf32>) {
   ^bb0(%a1853: f32, %o1854: f32):
     %s1855 = arith.constant 0x3A83126F : f32
     %s1856 = arith.mulf %a1853, %s1855 : f32
     linalg.yield %s1856 : f32
-  } -> tensor<16xf32>
-  %e1858 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1858 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1863 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1857, %v751 : tensor<16xf32>, tensor<16xf32>) outs(%e1858 : tensor<16xf32>) {
   ^bb0(%a1859: f32, %a1860: f32, %o1861: f32):
     %s1862 = arith.mulf %a1859, %a1860 : f32
     linalg.yield %s1862 : f32
-  } -> tensor<16xf32>
-  %e1864 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1864 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1869 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1851, %v1863 : tensor<16xf32>, tensor<16xf32>) outs(%e1864 : tensor<16xf32>) {
   ^bb0(%a1865: f32, %a1866: f32, %o1867: f32):
     %s1868 = arith.addf %a1865, %a1866 : f32
     linalg.yield %s1868 : f32
-  } -> tensor<16xf32>
-  %e1870 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1870 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1875 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1870 : tensor<f32>) {
   ^bb0(%a1871: f32, %o1872: f32):
     %s1873 = arith.constant 0x3F666666 : f32
     %s1874 = math.powf %s1873, %a1871 : f32
     linalg.yield %s1874 : f32
-  } -> tensor<f32>
-  %e1876 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1876 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1881 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1875 : tensor<f32>) outs(%e1876 : tensor<f32>) {
   ^bb0(%a1877: f32, %o1878: f32):
     %s1879 = arith.constant 0x3F800000 : f32
     %s1880 = arith.subf %s1879, %a1877 : f32
     linalg.yield %s1880 : f32
-  } -> tensor<f32>
-  %e1882 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1882 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1882 : tensor<f32>) {
   ^bb0(%a1883: f32, %o1884: f32):
     %s1885 = arith.constant 0x3F7FBE77 : f32
     %s1886 = math.powf %s1885, %a1883 : f32
     linalg.yield %s1886 : f32
-  } -> tensor<f32>
-  %e1888 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1888 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1887 : tensor<f32>) outs(%e1888 : tensor<f32>) {
   ^bb0(%a1889: f32, %o1890: f32):
     %s1891 = arith.constant 0x3F800000 : f32
     %s1892 = arith.subf %s1891, %a1889 : f32
     linalg.yield %s1892 : f32
-  } -> tensor<f32>
-  %e1894 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1894 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1881 : tensor<f32>) outs(%e1894 : tensor<f32>) {
   ^bb0(%a1895: f32, %o1896: f32):
     %s1897 = arith.constant 0x3F800000 : f32
     %s1898 = arith.divf %s1897, %a1895 : f32
     linalg.yield %s1898 : f32
-  } -> tensor<f32>
-  %e1900 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1900 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1905 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1899 : tensor<f32>) outs(%e1900 : tensor<f32>) {
   ^bb0(%a1901: f32, %o1902: f32):
     %s1903 = arith.constant 0x3A83126F : f32
     %s1904 = arith.mulf %a1901, %s1903 : f32
     linalg.yield %s1904 : f32
-  } -> tensor<f32>
-  %e1906 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1906 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1910 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1905 : tensor<f32>) outs(%e1906 : tensor<f32>) {
   ^bb0(%a1907: f32, %o1908: f32):
     %s1909 = arith.negf %a1907 : f32
     linalg.yield %s1909 : f32
-  } -> tensor<f32>
-  %e1911 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1911 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1893 : tensor<f32>) outs(%e1911 : tensor<f32>) {
   ^bb0(%a1912: f32, %o1913: f32):
     %s1914 = math.sqrt %a1912 : f32
     linalg.yield %s1914 : f32
-  } -> tensor<f32>
-  %e1916 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1916 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1920 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1869 : tensor<16xf32>) outs(%e1916 : tensor<16xf32>) {
   ^bb0(%a1917: f32, %o1918: f32):
     %s1919 = math.sqrt %a1917 : f32
     linalg.yield %s1919 : f32
-  } -> tensor<16xf32>
-  %e1921 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1921 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1926 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1915, %v1910 : tensor<f32>, tensor<f32>) outs(%e1921 : tensor<f32>) {
   ^bb0(%a1922: f32, %a1923: f32, %o1924: f32):
     %s1925 = arith.mulf %a1922, %a1923 : f32
     linalg.yield %s1925 : f32
-  } -> tensor<f32>
-  %e1927 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1927 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1932 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1920, %v1926 : tensor<16xf32>, tensor<f32>) outs(%e1927 : tensor<16xf32>) {
   ^bb0(%a1928: f32, %a1929: f32, %o1930: f32):
     %s1931 = arith.divf %a1928, %a1929 : f32
     linalg.yield %s1931 : f32
-  } -> tensor<16xf32>
-  %e1933 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1933 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1938 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1910 : tensor<f32>) outs(%e1933 : tensor<f32>) {
   ^bb0(%a1934: f32, %o1935: f32):
     %s1936 = arith.constant 0x3F800000 : f32
     %s1937 = arith.divf %s1936, %a1934 : f32
     linalg.yield %s1937 : f32
-  } -> tensor<f32>
-  %e1939 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1939 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1944 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1938 : tensor<f32>) outs(%e1939 : tensor<f32>) {
   ^bb0(%a1940: f32, %o1941: f32):
     %s1942 = arith.constant 0x322BCC77 : f32
     %s1943 = arith.mulf %a1940, %s1942 : f32
     linalg.yield %s1943 : f32
-  } -> tensor<f32>
-  %e1945 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e1945 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1950 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1932, %v1944 : tensor<16xf32>, tensor<f32>) outs(%e1945 : tensor<16xf32>) {
   ^bb0(%a1946: f32, %a1947: f32, %o1948: f32):
     %s1949 = arith.addf %a1946, %a1947 : f32
     linalg.yield %s1949 : f32
-  } -> tensor<16xf32>
-  %e1951 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1951 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1956 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1845 : tensor<16xf32>) outs(%e1951 : tensor<16xf32>) {
   ^bb0(%a1952: f32, %o1953: f32):
     %s1954 = arith.constant 0x3F800000 : f32
     %s1955 = arith.mulf %a1952, %s1954 : f32
     linalg.yield %s1955 : f32
-  } -> tensor<16xf32>
-  %e1957 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1957 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1962 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1956, %v1950 : tensor<16xf32>, tensor<16xf32>) outs(%e1957 : tensor<16xf32>) {
   ^bb0(%a1958: f32, %a1959: f32, %o1960: f32):
     %s1961 = arith.divf %a1958, %a1959 : f32
     linalg.yield %s1961 : f32
-  } -> tensor<16xf32>
-  %e1963 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1963 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v1968 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1962 : tensor<16xf32>, tensor<16xf32>) outs(%e1963 : tensor<16xf32>) {
   ^bb0(%a1964: f32, %a1965: f32, %o1966: f32):
     %s1967 = arith.addf %a1964, %a1965 : f32
     linalg.yield %s1967 : f32
-  } -> tensor<16xf32>
-  %e1969 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e1969 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1974 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1969 : tensor<f32>) {
   ^bb0(%a1970: f32, %o1971: f32):
     %s1972 = arith.constant 0x3F800000 : f32
     %s1973 = arith.addf %a1970, %s1972 : f32
     linalg.yield %s1973 : f32
-  } -> tensor<f32>
-  %e1975 = tensor.empty() : tensor<f32>
-  %c1976 = arith.constant 0x3DCCCCCD : f32
-  %v1977 = linalg.fill ins(%c1976 : f32) outs(%e1975 : tensor<f32>) -> tensor<f32>
-  %e1978 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1975 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c1976 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v1977 = linalg.fill ins(%c1976 : f32) outs(%e1975 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e1978 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1978 : tensor<f32>) {
   ^bb0(%a1979: f32, %o1980: f32):
     %s1981 = math.absf %a1979 : f32
     linalg.yield %s1981 : f32
-  } -> tensor<f32>
-  %e1983 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e1983 = tensor.empty() : tensor<i1> loc(#loc14)
   %v1988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1982 : tensor<f32>) outs(%e1983 : tensor<i1>) {
   ^bb0(%a1984: f32, %o1985: i1):
     %s1986 = arith.constant 0x3F000000 : f32
     %s1987 = arith.cmpf oge, %a1984, %s1986 : f32
     linalg.yield %s1987 : i1
-  } -> tensor<i1>
-  %e1989 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e1989 = tensor.empty() : tensor<f32> loc(#loc14)
   %v1994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1989 : tensor<f32>) {
   ^bb0(%a1990: f32, %o1991: f32):
     %s1992 = arith.constant 0x3F800000 : f32
     %s1993 = arith.subf %a1990, %s1992 : f32
     linalg.yield %s1993 : f32
-  } -> tensor<f32>
-  %e1995 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e1995 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1988, %v1994, %v1977 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1995 : tensor<f32>) {
   ^bb0(%a1996: i1, %a1997: f32, %a1998: f32, %o1999: f32):
     %s2000 = arith.select %a1996, %a1997, %a1998 : f32
     linalg.yield %s2000 : f32
-  } -> tensor<f32>
-  %e2002 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2002 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2008 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1988, %v725, %arg22 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2002 : tensor<16x16xf32>) {
   ^bb0(%a2003: i1, %a2004: f32, %a2005: f32, %o2006: f32):
     %s2007 = arith.select %a2003, %a2004, %a2005 : f32
     linalg.yield %s2007 : f32
-  } -> tensor<16x16xf32>
-  %e2009 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2009 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2014 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725, %arg22 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2009 : tensor<16x16xf32>) {
   ^bb0(%a2010: f32, %a2011: f32, %o2012: f32):
     %s2013 = arith.subf %a2010, %a2011 : f32
     linalg.yield %s2013 : f32
-  } -> tensor<16x16xf32>
-  %e2015 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2015 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2020 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2001, %v2014 : tensor<f32>, tensor<16x16xf32>) outs(%e2015 : tensor<16x16xf32>) {
   ^bb0(%a2016: f32, %a2017: f32, %o2018: f32):
     %s2019 = arith.mulf %a2016, %a2017 : f32
     linalg.yield %s2019 : f32
-  } -> tensor<16x16xf32>
-  %e2021 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2021 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2026 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2020, %v2008 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2021 : tensor<16x16xf32>) {
   ^bb0(%a2022: f32, %a2023: f32, %o2024: f32):
     %s2025 = arith.addf %a2022, %a2023 : f32
     linalg.yield %s2025 : f32
-  } -> tensor<16x16xf32>
-  %e2027 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2027 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2032 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e2027 : tensor<16x16xf32>) {
   ^bb0(%a2028: f32, %o2029: f32):
     %s2030 = arith.constant 0x3F7FBE77 : f32
     %s2031 = arith.mulf %a2028, %s2030 : f32
     linalg.yield %s2031 : f32
-  } -> tensor<16x16xf32>
-  %e2033 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2033 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2038 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725 : tensor<16x16xf32>) outs(%e2033 : tensor<16x16xf32>) {
   ^bb0(%a2034: f32, %o2035: f32):
     %s2036 = arith.constant 0x3A83126F : f32
     %s2037 = arith.mulf %a2034, %s2036 : f32
     linalg.yield %s2037 : f32
-  } -> tensor<16x16xf32>
-  %e2039 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2039 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2044 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2038, %v725 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2039 : tensor<16x16xf32>) {
   ^bb0(%a2040: f32, %a2041: f32, %o2042: f32):
     %s2043 = arith.mulf %a2040, %a2041 : f32
     linalg.yield %s2043 : f32
-  } -> tensor<16x16xf32>
-  %e2045 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2045 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2050 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2032, %v2044 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2045 : tensor<16x16xf32>) {
   ^bb0(%a2046: f32, %a2047: f32, %o2048: f32):
     %s2049 = arith.addf %a2046, %a2047 : f32
     linalg.yield %s2049 : f32
-  } -> tensor<16x16xf32>
-  %e2051 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2051 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2056 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2051 : tensor<f32>) {
   ^bb0(%a2052: f32, %o2053: f32):
     %s2054 = arith.constant 0x3F666666 : f32
     %s2055 = math.powf %s2054, %a2052 : f32
     linalg.yield %s2055 : f32
-  } -> tensor<f32>
-  %e2057 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2057 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2062 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2056 : tensor<f32>) outs(%e2057 : tensor<f32>) {
   ^bb0(%a2058: f32, %o2059: f32):
     %s2060 = arith.constant 0x3F800000 : f32
     %s2061 = arith.subf %s2060, %a2058 : f32
     linalg.yield %s2061 : f32
-  } -> tensor<f32>
-  %e2063 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2063 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2063 : tensor<f32>) {
   ^bb0(%a2064: f32, %o2065: f32):
     %s2066 = arith.constant 0x3F7FBE77 : f32
     %s2067 = math.powf %s2066, %a2064 : f32
     linalg.yield %s2067 : f32
-  } -> tensor<f32>
-  %e2069 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2069 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2068 : tensor<f32>) outs(%e2069 : tensor<f32>) {
   ^bb0(%a2070: f32, %o2071: f32):
     %s2072 = arith.constant 0x3F800000 : f32
     %s2073 = arith.subf %s2072, %a2070 : f32
     linalg.yield %s2073 : f32
-  } -> tensor<f32>
-  %e2075 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2075 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2062 : tensor<f32>) outs(%e2075 : tensor<f32>) {
   ^bb0(%a2076: f32, %o2077: f32):
     %s2078 = arith.constant 0x3F800000 : f32
     %s2079 = arith.divf %s2078, %a2076 : f32
     linalg.yield %s2079 : f32
-  } -> tensor<f32>
-  %e2081 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2081 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2086 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2080 : tensor<f32>) outs(%e2081 : tensor<f32>) {
   ^bb0(%a2082: f32, %o2083: f32):
     %s2084 = arith.constant 0x3A83126F : f32
     %s2085 = arith.mulf %a2082, %s2084 : f32
     linalg.yield %s2085 : f32
-  } -> tensor<f32>
-  %e2087 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2087 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2086 : tensor<f32>) outs(%e2087 : tensor<f32>) {
   ^bb0(%a2088: f32, %o2089: f32):
     %s2090 = arith.negf %a2088 : f32
     linalg.yield %s2090 : f32
-  } -> tensor<f32>
-  %e2092 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2092 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2074 : tensor<f32>) outs(%e2092 : tensor<f32>) {
   ^bb0(%a2093: f32, %o2094: f32):
     %s2095 = math.sqrt %a2093 : f32
     linalg.yield %s2095 : f32
-  } -> tensor<f32>
-  %e2097 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2097 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2050 : tensor<16x16xf32>) outs(%e2097 : tensor<16x16xf32>) {
   ^bb0(%a2098: f32, %o2099: f32):
     %s2100 = math.sqrt %a2098 : f32
     linalg.yield %s2100 : f32
-  } -> tensor<16x16xf32>
-  %e2102 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2102 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2107 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2096, %v2091 : tensor<f32>, tensor<f32>) outs(%e2102 : tensor<f32>) {
   ^bb0(%a2103: f32, %a2104: f32, %o2105: f32):
     %s2106 = arith.mulf %a2103, %a2104 : f32
     linalg.yield %s2106 : f32
-  } -> tensor<f32>
-  %e2108 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2108 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2113 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2101, %v2107 : tensor<16x16xf32>, tensor<f32>) outs(%e2108 : tensor<16x16xf32>) {
   ^bb0(%a2109: f32, %a2110: f32, %o2111: f32):
     %s2112 = arith.divf %a2109, %a2110 : f32
     linalg.yield %s2112 : f32
-  } -> tensor<16x16xf32>
-  %e2114 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2114 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2119 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2114 : tensor<f32>) {
   ^bb0(%a2115: f32, %o2116: f32):
     %s2117 = arith.constant 0x3F800000 : f32
     %s2118 = arith.divf %s2117, %a2115 : f32
     linalg.yield %s2118 : f32
-  } -> tensor<f32>
-  %e2120 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2120 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2125 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2119 : tensor<f32>) outs(%e2120 : tensor<f32>) {
   ^bb0(%a2121: f32, %o2122: f32):
     %s2123 = arith.constant 0x322BCC77 : f32
     %s2124 = arith.mulf %a2121, %s2123 : f32
     linalg.yield %s2124 : f32
-  } -> tensor<f32>
-  %e2126 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2126 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2113, %v2125 : tensor<16x16xf32>, tensor<f32>) outs(%e2126 : tensor<16x16xf32>) {
   ^bb0(%a2127: f32, %a2128: f32, %o2129: f32):
     %s2130 = arith.addf %a2127, %a2128 : f32
     linalg.yield %s2130 : f32
-  } -> tensor<16x16xf32>
-  %e2132 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2132 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2026 : tensor<16x16xf32>) outs(%e2132 : tensor<16x16xf32>) {
   ^bb0(%a2133: f32, %o2134: f32):
     %s2135 = arith.constant 0x3F800000 : f32
     %s2136 = arith.mulf %a2133, %s2135 : f32
     linalg.yield %s2136 : f32
-  } -> tensor<16x16xf32>
-  %e2138 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2138 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2143 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2137, %v2131 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2138 : tensor<16x16xf32>) {
   ^bb0(%a2139: f32, %a2140: f32, %o2141: f32):
     %s2142 = arith.divf %a2139, %a2140 : f32
     linalg.yield %s2142 : f32
-  } -> tensor<16x16xf32>
-  %e2144 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2144 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2149 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v2143 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2144 : tensor<16x16xf32>) {
   ^bb0(%a2145: f32, %a2146: f32, %o2147: f32):
     %s2148 = arith.addf %a2145, %a2146 : f32
     linalg.yield %s2148 : f32
-  } -> tensor<16x16xf32>
-  %e2150 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2150 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2155 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e2150 : tensor<f32>) {
   ^bb0(%a2151: f32, %o2152: f32):
     %s2153 = arith.constant 0x3F800000 : f32
     %s2154 = arith.addf %a2151, %s2153 : f32
     linalg.yield %s2154 : f32
-  } -> tensor<f32>
-  %e2156 = tensor.empty() : tensor<f32>
-  %c2157 = arith.constant 0x3DCCCCCD : f32
-  %v2158 = linalg.fill ins(%c2157 : f32) outs(%e2156 : tensor<f32>) -> tensor<f32>
-  %e2159 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2156 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c2157 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v2158 = linalg.fill ins(%c2157 : f32) outs(%e2156 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2159 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2159 : tensor<f32>) {
   ^bb0(%a2160: f32, %o2161: f32):
     %s2162 = math.absf %a2160 : f32
     linalg.yield %s2162 : f32
-  } -> tensor<f32>
-  %e2164 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e2164 = tensor.empty() : tensor<i1> loc(#loc14)
   %v2169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2163 : tensor<f32>) outs(%e2164 : tensor<i1>) {
   ^bb0(%a2165: f32, %o2166: i1):
     %s2167 = arith.constant 0x3F000000 : f32
     %s2168 = arith.cmpf oge, %a2165, %s2167 : f32
     linalg.yield %s2168 : i1
-  } -> tensor<i1>
-  %e2170 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e2170 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2170 : tensor<f32>) {
   ^bb0(%a2171: f32, %o2172: f32):
     %s2173 = arith.constant 0x3F800000 : f32
     %s2174 = arith.subf %a2171, %s2173 : f32
     linalg.yield %s2174 : f32
-  } -> tensor<f32>
-  %e2176 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2176 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2169, %v2175, %v2158 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2176 : tensor<f32>) {
   ^bb0(%a2177: i1, %a2178: f32, %a2179: f32, %o2180: f32):
     %s2181 = arith.select %a2177, %a2178, %a2179 : f32
     linalg.yield %s2181 : f32
-  } -> tensor<f32>
-  %e2183 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2183 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2189 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2169, %v722, %arg23 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2183 : tensor<16xf32>) {
   ^bb0(%a2184: i1, %a2185: f32, %a2186: f32, %o2187: f32):
     %s2188 = arith.select %a2184, %a2185, %a2186 : f32
     linalg.yield %s2188 : f32
-  } -> tensor<16xf32>
-  %e2190 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2190 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2195 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722, %arg23 : tensor<16xf32>, tensor<16xf32>) outs(%e2190 : tensor<16xf32>) {
   ^bb0(%a2191: f32, %a2192: f32, %o2193: f32):
     %s2194 = arith.subf %a2191, %a2192 : f32
     linalg.yield %s2194 : f32
-  } -> tensor<16xf32>
-  %e2196 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2196 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2201 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2182, %v2195 : tensor<f32>, tensor<16xf32>) outs(%e2196 : tensor<16xf32>) {
   ^bb0(%a2197: f32, %a2198: f32, %o2199: f32):
     %s2200 = arith.mulf %a2197, %a2198 : f32
     linalg.yield %s2200 : f32
-  } -> tensor<16xf32>
-  %e2202 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2202 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2207 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2201, %v2189 : tensor<16xf32>, tensor<16xf32>) outs(%e2202 : tensor<16xf32>) {
   ^bb0(%a2203: f32, %a2204: f32, %o2205: f32):
     %s2206 = arith.addf %a2203, %a2204 : f32
     linalg.yield %s2206 : f32
-  } -> tensor<16xf32>
-  %e2208 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2208 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e2208 : tensor<16xf32>) {
   ^bb0(%a2209: f32, %o2210: f32):
     %s2211 = arith.constant 0x3F7FBE77 : f32
     %s2212 = arith.mulf %a2209, %s2211 : f32
     linalg.yield %s2212 : f32
-  } -> tensor<16xf32>
-  %e2214 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2214 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2219 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722 : tensor<16xf32>) outs(%e2214 : tensor<16xf32>) {
   ^bb0(%a2215: f32, %o2216: f32):
     %s2217 = arith.constant 0x3A83126F : f32
     %s2218 = arith.mulf %a2215, %s2217 : f32
     linalg.yield %s2218 : f32
-  } -> tensor<16xf32>
-  %e2220 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2220 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2219, %v722 : tensor<16xf32>, tensor<16xf32>) outs(%e2220 : tensor<16xf32>) {
   ^bb0(%a2221: f32, %a2222: f32, %o2223: f32):
     %s2224 = arith.mulf %a2221, %a2222 : f32
     linalg.yield %s2224 : f32
-  } -> tensor<16xf32>
-  %e2226 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2226 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2213, %v2225 : tensor<16xf32>, tensor<16xf32>) outs(%e2226 : tensor<16xf32>) {
   ^bb0(%a2227: f32, %a2228: f32, %o2229: f32):
     %s2230 = arith.addf %a2227, %a2228 : f32
     linalg.yield %s2230 : f32
-  } -> tensor<16xf32>
-  %e2232 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2232 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2237 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2232 : tensor<f32>) {
   ^bb0(%a2233: f32, %o2234: f32):
     %s2235 = arith.constant 0x3F666666 : f32
     %s2236 = math.powf %s2235, %a2233 : f32
     linalg.yield %s2236 : f32
-  } -> tensor<f32>
-  %e2238 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2238 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2243 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2237 : tensor<f32>) outs(%e2238 : tensor<f32>) {
   ^bb0(%a2239: f32, %o2240: f32):
     %s2241 = arith.constant 0x3F800000 : f32
     %s2242 = arith.subf %s2241, %a2239 : f32
     linalg.yield %s2242 : f32
-  } -> tensor<f32>
-  %e2244 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2244 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2244 : tensor<f32>) {
   ^bb0(%a2245: f32, %o2246: f32):
     %s2247 = arith.constant 0x3F7FBE77 : f32
     %s2248 = math.powf %s2247, %a2245 : f32
     linalg.yield %s2248 : f32
-  } -> tensor<f32>
-  %e2250 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2250 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2249 : tensor<f32>) outs(%e2250 : tensor<f32>) {
   ^bb0(%a2251: f32, %o2252: f32):
     %s2253 = arith.constant 0x3F800000 : f32
     %s2254 = arith.subf %s2253, %a2251 : f32
     linalg.yield %s2254 : f32
-  } -> tensor<f32>
-  %e2256 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2256 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2243 : tensor<f32>) outs(%e2256 : tensor<f32>) {
   ^bb0(%a2257: f32, %o2258: f32):
     %s2259 = arith.constant 0x3F800000 : f32
     %s2260 = arith.divf %s2259, %a2257 : f32
     linalg.yield %s2260 : f32
-  } -> tensor<f32>
-  %e2262 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2262 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2267 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2261 : tensor<f32>) outs(%e2262 : tensor<f32>) {
   ^bb0(%a2263: f32, %o2264: f32):
     %s2265 = arith.constant 0x3A83126F : f32
     %s2266 = arith.mulf %a2263, %s2265 : f32
     linalg.yield %s2266 : f32
-  } -> tensor<f32>
-  %e2268 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2268 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2272 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2267 : tensor<f32>) outs(%e2268 : tensor<f32>) {
   ^bb0(%a2269: f32, %o2270: f32):
     %s2271 = arith.negf %a2269 : f32
     linalg.yield %s2271 : f32
-  } -> tensor<f32>
-  %e2273 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2273 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2255 : tensor<f32>) outs(%e2273 : tensor<f32>) {
   ^bb0(%a2274: f32, %o2275: f32):
     %s2276 = math.sqrt %a2274 : f32
     linalg.yield %s2276 : f32
-  } -> tensor<f32>
-  %e2278 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2278 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2282 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2231 : tensor<16xf32>) outs(%e2278 : tensor<16xf32>) {
   ^bb0(%a2279: f32, %o2280: f32):
     %s2281 = math.sqrt %a2279 : f32
     linalg.yield %s2281 : f32
-  } -> tensor<16xf32>
-  %e2283 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2283 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2288 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2277, %v2272 : tensor<f32>, tensor<f32>) outs(%e2283 : tensor<f32>) {
   ^bb0(%a2284: f32, %a2285: f32, %o2286: f32):
     %s2287 = arith.mulf %a2284, %a2285 : f32
     linalg.yield %s2287 : f32
-  } -> tensor<f32>
-  %e2289 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2289 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2294 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2282, %v2288 : tensor<16xf32>, tensor<f32>) outs(%e2289 : tensor<16xf32>) {
   ^bb0(%a2290: f32, %a2291: f32, %o2292: f32):
     %s2293 = arith.divf %a2290, %a2291 : f32
     linalg.yield %s2293 : f32
-  } -> tensor<16xf32>
-  %e2295 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2295 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2300 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2272 : tensor<f32>) outs(%e2295 : tensor<f32>) {
   ^bb0(%a2296: f32, %o2297: f32):
     %s2298 = arith.constant 0x3F800000 : f32
     %s2299 = arith.divf %s2298, %a2296 : f32
     linalg.yield %s2299 : f32
-  } -> tensor<f32>
-  %e2301 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2301 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2306 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2300 : tensor<f32>) outs(%e2301 : tensor<f32>) {
   ^bb0(%a2302: f32, %o2303: f32):
     %s2304 = arith.constant 0x322BCC77 : f32
     %s2305 = arith.mulf %a2302, %s2304 : f32
     linalg.yield %s2305 : f32
-  } -> tensor<f32>
-  %e2307 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2307 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2294, %v2306 : tensor<16xf32>, tensor<f32>) outs(%e2307 : tensor<16xf32>) {
   ^bb0(%a2308: f32, %a2309: f32, %o2310: f32):
     %s2311 = arith.addf %a2308, %a2309 : f32
     linalg.yield %s2311 : f32
-  } -> tensor<16xf32>
-  %e2313 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2313 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2318 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2207 : tensor<16xf32>) outs(%e2313 : tensor<16xf32>) {
   ^bb0(%a2314: f32, %o2315: f32):
     %s2316 = arith.constant 0x3F800000 : f32
     %s2317 = arith.mulf %a2314, %s2316 : f32
     linalg.yield %s2317 : f32
-  } -> tensor<16xf32>
-  %e2319 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2319 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2318, %v2312 : tensor<16xf32>, tensor<16xf32>) outs(%e2319 : tensor<16xf32>) {
   ^bb0(%a2320: f32, %a2321: f32, %o2322: f32):
     %s2323 = arith.divf %a2320, %a2321 : f32
     linalg.yield %s2323 : f32
-  } -> tensor<16xf32>
-  %e2325 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2325 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2330 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v2324 : tensor<16xf32>, tensor<16xf32>) outs(%e2325 : tensor<16xf32>) {
   ^bb0(%a2326: f32, %a2327: f32, %o2328: f32):
     %s2329 = arith.addf %a2326, %a2327 : f32
     linalg.yield %s2329 : f32
-  } -> tensor<16xf32>
-  %e2331 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2331 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2336 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e2331 : tensor<f32>) {
   ^bb0(%a2332: f32, %o2333: f32):
     %s2334 = arith.constant 0x3F800000 : f32
     %s2335 = arith.addf %a2332, %s2334 : f32
     linalg.yield %s2335 : f32
-  } -> tensor<f32>
-  %e2337 = tensor.empty() : tensor<f32>
-  %c2338 = arith.constant 0x3DCCCCCD : f32
-  %v2339 = linalg.fill ins(%c2338 : f32) outs(%e2337 : tensor<f32>) -> tensor<f32>
-  %e2340 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2337 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c2338 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v2339 = linalg.fill ins(%c2338 : f32) outs(%e2337 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2340 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2340 : tensor<f32>) {
   ^bb0(%a2341: f32, %o2342: f32):
     %s2343 = math.absf %a2341 : f32
     linalg.yield %s2343 : f32
-  } -> tensor<f32>
-  %e2345 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e2345 = tensor.empty() : tensor<i1> loc(#loc14)
   %v2350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2344 : tensor<f32>) outs(%e2345 : tensor<i1>) {
   ^bb0(%a2346: f32, %o2347: i1):
     %s2348 = arith.constant 0x3F000000 : f32
     %s2349 = arith.cmpf oge, %a2346, %s2348 : f32
     linalg.yield %s2349 : i1
-  } -> tensor<i1>
-  %e2351 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e2351 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2351 : tensor<f32>) {
   ^bb0(%a2352: f32, %o2353: f32):
     %s2354 = arith.constant 0x3F800000 : f32
     %s2355 = arith.subf %a2352, %s2354 : f32
     linalg.yield %s2355 : f32
-  } -> tensor<f32>
-  %e2357 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2357 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2350, %v2356, %v2339 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2357 : tensor<f32>) {
   ^bb0(%a2358: i1, %a2359: f32, %a2360: f32, %o2361: f32):
     %s2362 = arith.select %a2358, %a2359, %a2360 : f32
     linalg.yield %s2362 : f32
-  } -> tensor<f32>
-  %e2364 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2364 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2370 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2350, %v629, %arg24 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2364 : tensor<16x16xf32>) {
   ^bb0(%a2365: i1, %a2366: f32, %a2367: f32, %o2368: f32):
     %s2369 = arith.select %a2365, %a2366, %a2367 : f32
     linalg.yield %s2369 : f32
-  } -> tensor<16x16xf32>
-  %e2371 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2371 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2376 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629, %arg24 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2371 : tensor<16x16xf32>) {
   ^bb0(%a2372: f32, %a2373: f32, %o2374: f32):
     %s2375 = arith.subf %a2372, %a2373 : f32
     linalg.yield %s2375 : f32
-  } -> tensor<16x16xf32>
-  %e2377 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2377 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2382 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2363, %v2376 : tensor<f32>, tensor<16x16xf32>) outs(%e2377 : tensor<16x16xf32>) {
   ^bb0(%a2378: f32, %a2379: f32, %o2380: f32):
     %s2381 = arith.mulf %a2378, %a2379 : f32
     linalg.yield %s2381 : f32
-  } -> tensor<16x16xf32>
-  %e2383 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2383 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2388 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2382, %v2370 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2383 : tensor<16x16xf32>) {
   ^bb0(%a2384: f32, %a2385: f32, %o2386: f32):
     %s2387 = arith.addf %a2384, %a2385 : f32
     linalg.yield %s2387 : f32
-  } -> tensor<16x16xf32>
-  %e2389 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2389 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2394 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e2389 : tensor<16x16xf32>) {
   ^bb0(%a2390: f32, %o2391: f32):
     %s2392 = arith.constant 0x3F7FBE77 : f32
     %s2393 = arith.mulf %a2390, %s2392 : f32
     linalg.yield %s2393 : f32
-  } -> tensor<16x16xf32>
-  %e2395 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2395 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2400 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629 : tensor<16x16xf32>) outs(%e2395 : tensor<16x16xf32>) {
   ^bb0(%a2396: f32, %o2397: f32):
     %s2398 = arith.constant 0x3A83126F : f32
     %s2399 = arith.mulf %a2396, %s2398 : f32
     linalg.yield %s2399 : f32
-  } -> tensor<16x16xf32>
-  %e2401 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2401 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2406 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2400, %v629 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2401 : tensor<16x16xf32>) {
   ^bb0(%a2402: f32, %a2403: f32, %o2404: f32):
     %s2405 = arith.mulf %a2402, %a2403 : f32
     linalg.yield %s2405 : f32
-  } -> tensor<16x16xf32>
-  %e2407 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2407 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2412 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2394, %v2406 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2407 : tensor<16x16xf32>) {
   ^bb0(%a2408: f32, %a2409: f32, %o2410: f32):
     %s2411 = arith.addf %a2408, %a2409 : f32
     linalg.yield %s2411 : f32
-  } -> tensor<16x16xf32>
-  %e2413 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2413 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2413 : tensor<f32>) {
   ^bb0(%a2414: f32, %o2415: f32):
     %s2416 = arith.constant 0x3F666666 : f32
     %s2417 = math.powf %s2416, %a2414 : f32
     linalg.yield %s2417 : f32
-  } -> tensor<f32>
-  %e2419 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2419 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2418 : tensor<f32>) outs(%e2419 : tensor<f32>) {
   ^bb0(%a2420: f32, %o2421: f32):
     %s2422 = arith.constant 0x3F800000 : f32
     %s2423 = arith.subf %s2422, %a2420 : f32
     linalg.yield %s2423 : f32
-  } -> tensor<f32>
-  %e2425 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2425 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2425 : tensor<f32>) {
   ^bb0(%a2426: f32, %o2427: f32):
     %s2428 = arith.constant 0x3F7FBE77 : f32
     %s2429 = math.powf %s2428, %a2426 : f32
     linalg.yield %s2429 : f32
-  } -> tensor<f32>
-  %e2431 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2431 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2430 : tensor<f32>) outs(%e2431 : tensor<f32>) {
   ^bb0(%a2432: f32, %o2433: f32):
     %s2434 = arith.constant 0x3F800000 : f32
     %s2435 = arith.subf %s2434, %a2432 : f32
     linalg.yield %s2435 : f32
-  } -> tensor<f32>
-  %e2437 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2437 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2424 : tensor<f32>) outs(%e2437 : tensor<f32>) {
   ^bb0(%a2438: f32, %o2439: f32):
     %s2440 = arith.constant 0x3F800000 : f32
     %s2441 = arith.divf %s2440, %a2438 : f32
     linalg.yield %s2441 : f32
-  } -> tensor<f32>
-  %e2443 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2443 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2442 : tensor<f32>) outs(%e2443 : tensor<f32>) {
   ^bb0(%a2444: f32, %o2445: f32):
     %s2446 = arith.constant 0x3A83126F : f32
     %s2447 = arith.mulf %a2444, %s2446 : f32
     linalg.yield %s2447 : f32
-  } -> tensor<f32>
-  %e2449 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2449 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2448 : tensor<f32>) outs(%e2449 : tensor<f32>) {
   ^bb0(%a2450: f32, %o2451: f32):
     %s2452 = arith.negf %a2450 : f32
     linalg.yield %s2452 : f32
-  } -> tensor<f32>
-  %e2454 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2454 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2436 : tensor<f32>) outs(%e2454 : tensor<f32>) {
   ^bb0(%a2455: f32, %o2456: f32):
     %s2457 = math.sqrt %a2455 : f32
     linalg.yield %s2457 : f32
-  } -> tensor<f32>
-  %e2459 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2459 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2463 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2412 : tensor<16x16xf32>) outs(%e2459 : tensor<16x16xf32>) {
   ^bb0(%a2460: f32, %o2461: f32):
     %s2462 = math.sqrt %a2460 : f32
     linalg.yield %s2462 : f32
-  } -> tensor<16x16xf32>
-  %e2464 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2464 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2469 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2458, %v2453 : tensor<f32>, tensor<f32>) outs(%e2464 : tensor<f32>) {
   ^bb0(%a2465: f32, %a2466: f32, %o2467: f32):
     %s2468 = arith.mulf %a2465, %a2466 : f32
     linalg.yield %s2468 : f32
-  } -> tensor<f32>
-  %e2470 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2470 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2475 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2463, %v2469 : tensor<16x16xf32>, tensor<f32>) outs(%e2470 : tensor<16x16xf32>) {
   ^bb0(%a2471: f32, %a2472: f32, %o2473: f32):
     %s2474 = arith.divf %a2471, %a2472 : f32
     linalg.yield %s2474 : f32
-  } -> tensor<16x16xf32>
-  %e2476 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2476 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2481 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2453 : tensor<f32>) outs(%e2476 : tensor<f32>) {
   ^bb0(%a2477: f32, %o2478: f32):
     %s2479 = arith.constant 0x3F800000 : f32
     %s2480 = arith.divf %s2479, %a2477 : f32
     linalg.yield %s2480 : f32
-  } -> tensor<f32>
-  %e2482 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2482 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2487 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2481 : tensor<f32>) outs(%e2482 : tensor<f32>) {
   ^bb0(%a2483: f32, %o2484: f32):
     %s2485 = arith.constant 0x322BCC77 : f32
     %s2486 = arith.mulf %a2483, %s2485 : f32
     linalg.yield %s2486 : f32
-  } -> tensor<f32>
-  %e2488 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2488 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2475, %v2487 : tensor<16x16xf32>, tensor<f32>) outs(%e2488 : tensor<16x16xf32>) {
   ^bb0(%a2489: f32, %a2490: f32, %o2491: f32):
     %s2492 = arith.addf %a2489, %a2490 : f32
     linalg.yield %s2492 : f32
-  } -> tensor<16x16xf32>
-  %e2494 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2494 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2388 : tensor<16x16xf32>) outs(%e2494 : tensor<16x16xf32>) {
   ^bb0(%a2495: f32, %o2496: f32):
     %s2497 = arith.constant 0x3F800000 : f32
     %s2498 = arith.mulf %a2495, %s2497 : f32
     linalg.yield %s2498 : f32
-  } -> tensor<16x16xf32>
-  %e2500 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2500 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2499, %v2493 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2500 : tensor<16x16xf32>) {
   ^bb0(%a2501: f32, %a2502: f32, %o2503: f32):
     %s2504 = arith.divf %a2501, %a2502 : f32
     linalg.yield %s2504 : f32
-  } -> tensor<16x16xf32>
-  %e2506 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2506 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
   %v2511 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v2505 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2506 : tensor<16x16xf32>) {
   ^bb0(%a2507: f32, %a2508: f32, %o2509: f32):
     %s2510 = arith.addf %a2507, %a2508 : f32
     linalg.yield %s2510 : f32
-  } -> tensor<16x16xf32>
-  %e2512 = tensor.empty() : tensor<f32>
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2512 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2512 : tensor<f32>) {
   ^bb0(%a2513: f32, %o2514: f32):
     %s2515 = arith.constant 0x3F800000 : f32
     %s2516 = arith.addf %a2513, %s2515 : f32
     linalg.yield %s2516 : f32
-  } -> tensor<f32>
-  %e2518 = tensor.empty() : tensor<f32>
-  %c2519 = arith.constant 0x3DCCCCCD : f32
-  %v2520 = linalg.fill ins(%c2519 : f32) outs(%e2518 : tensor<f32>) -> tensor<f32>
-  %e2521 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2518 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c2519 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v2520 = linalg.fill ins(%c2519 : f32) outs(%e2518 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2521 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2521 : tensor<f32>) {
   ^bb0(%a2522: f32, %o2523: f32):
     %s2524 = math.absf %a2522 : f32
     linalg.yield %s2524 : f32
-  } -> tensor<f32>
-  %e2526 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e2526 = tensor.empty() : tensor<i1> loc(#loc14)
   %v2531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2525 : tensor<f32>) outs(%e2526 : tensor<i1>) {
   ^bb0(%a2527: f32, %o2528: i1):
     %s2529 = arith.constant 0x3F000000 : f32
     %s2530 = arith.cmpf oge, %a2527, %s2529 : f32
     linalg.yield %s2530 : i1
-  } -> tensor<i1>
-  %e2532 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e2532 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2532 : tensor<f32>) {
   ^bb0(%a2533: f32, %o2534: f32):
     %s2535 = arith.constant 0x3F800000 : f32
     %s2536 = arith.subf %a2533, %s2535 : f32
     linalg.yield %s2536 : f32
-  } -> tensor<f32>
-  %e2538 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2538 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2531, %v2537, %v2520 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2538 : tensor<f32>) {
   ^bb0(%a2539: i1, %a2540: f32, %a2541: f32, %o2542: f32):
     %s2543 = arith.select %a2539, %a2540, %a2541 : f32
     linalg.yield %s2543 : f32
-  } -> tensor<f32>
-  %e2545 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2545 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2551 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2531, %v626, %arg25 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2545 : tensor<16xf32>) {
   ^bb0(%a2546: i1, %a2547: f32, %a2548: f32, %o2549: f32):
     %s2550 = arith.select %a2546, %a2547, %a2548 : f32
     linalg.yield %s2550 : f32
-  } -> tensor<16xf32>
-  %e2552 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2552 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2557 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626, %arg25 : tensor<16xf32>, tensor<16xf32>) outs(%e2552 : tensor<16xf32>) {
   ^bb0(%a2553: f32, %a2554: f32, %o2555: f32):
     %s2556 = arith.subf %a2553, %a2554 : f32
     linalg.yield %s2556 : f32
-  } -> tensor<16xf32>
-  %e2558 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2558 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2563 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2544, %v2557 : tensor<f32>, tensor<16xf32>) outs(%e2558 : tensor<16xf32>) {
   ^bb0(%a2559: f32, %a2560: f32, %o2561: f32):
     %s2562 = arith.mulf %a2559, %a2560 : f32
     linalg.yield %s2562 : f32
-  } -> tensor<16xf32>
-  %e2564 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2564 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2569 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2563, %v2551 : tensor<16xf32>, tensor<16xf32>) outs(%e2564 : tensor<16xf32>) {
   ^bb0(%a2565: f32, %a2566: f32, %o2567: f32):
     %s2568 = arith.addf %a2565, %a2566 : f32
     linalg.yield %s2568 : f32
-  } -> tensor<16xf32>
-  %e2570 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2570 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2575 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2570 : tensor<16xf32>) {
   ^bb0(%a2571: f32, %o2572: f32):
     %s2573 = arith.constant 0x3F7FBE77 : f32
     %s2574 = arith.mulf %a2571, %s2573 : f32
     linalg.yield %s2574 : f32
-  } -> tensor<16xf32>
-  %e2576 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2576 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2581 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626 : tensor<16xf32>) outs(%e2576 : tensor<16xf32>) {
   ^bb0(%a2577: f32, %o2578: f32):
     %s2579 = arith.constant 0x3A83126F : f32
     %s2580 = arith.mulf %a2577, %s2579 : f32
     linalg.yield %s2580 : f32
-  } -> tensor<16xf32>
-  %e2582 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2582 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2587 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2581, %v626 : tensor<16xf32>, tensor<16xf32>) outs(%e2582 : tensor<16xf32>) {
   ^bb0(%a2583: f32, %a2584: f32, %o2585: f32):
     %s2586 = arith.mulf %a2583, %a2584 : f32
     linalg.yield %s2586 : f32
-  } -> tensor<16xf32>
-  %e2588 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2588 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2593 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2575, %v2587 : tensor<16xf32>, tensor<16xf32>) outs(%e2588 : tensor<16xf32>) {
   ^bb0(%a2589: f32, %a2590: f32, %o2591: f32):
     %s2592 = arith.addf %a2589, %a2590 : f32
     linalg.yield %s2592 : f32
-  } -> tensor<16xf32>
-  %e2594 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2594 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2594 : tensor<f32>) {
   ^bb0(%a2595: f32, %o2596: f32):
     %s2597 = arith.constant 0x3F666666 : f32
     %s2598 = math.powf %s2597, %a2595 : f32
     linalg.yield %s2598 : f32
-  } -> tensor<f32>
-  %e2600 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2600 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2599 : tensor<f32>) outs(%e2600 : tensor<f32>) {
   ^bb0(%a2601: f32, %o2602: f32):
     %s2603 = arith.constant 0x3F800000 : f32
     %s2604 = arith.subf %s2603, %a2601 : f32
     linalg.yield %s2604 : f32
-  } -> tensor<f32>
-  %e2606 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2606 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2606 : tensor<f32>) {
   ^bb0(%a2607: f32, %o2608: f32):
     %s2609 = arith.constant 0x3F7FBE77 : f32
     %s2610 = math.powf %s2609, %a2607 : f32
     linalg.yield %s2610 : f32
-  } -> tensor<f32>
-  %e2612 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2612 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2611 : tensor<f32>) outs(%e2612 : tensor<f32>) {
   ^bb0(%a2613: f32, %o2614: f32):
     %s2615 = arith.constant 0x3F800000 : f32
     %s2616 = arith.subf %s2615, %a2613 : f32
     linalg.yield %s2616 : f32
-  } -> tensor<f32>
-  %e2618 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2618 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2618 : tensor<f32>) {
   ^bb0(%a2619: f32, %o2620: f32):
     %s2621 = arith.constant 0x3F800000 : f32
     %s2622 = arith.divf %s2621, %a2619 : f32
     linalg.yield %s2622 : f32
-  } -> tensor<f32>
-  %e2624 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2624 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2629 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2623 : tensor<f32>) outs(%e2624 : tensor<f32>) {
   ^bb0(%a2625: f32, %o2626: f32):
     %s2627 = arith.constant 0x3A83126F : f32
     %s2628 = arith.mulf %a2625, %s2627 : f32
     linalg.yield %s2628 : f32
-  } -> tensor<f32>
-  %e2630 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2630 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2629 : tensor<f32>) outs(%e2630 : tensor<f32>) {
   ^bb0(%a2631: f32, %o2632: f32):
     %s2633 = arith.negf %a2631 : f32
     linalg.yield %s2633 : f32
-  } -> tensor<f32>
-  %e2635 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2635 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2617 : tensor<f32>) outs(%e2635 : tensor<f32>) {
   ^bb0(%a2636: f32, %o2637: f32):
     %s2638 = math.sqrt %a2636 : f32
     linalg.yield %s2638 : f32
-  } -> tensor<f32>
-  %e2640 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2640 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2593 : tensor<16xf32>) outs(%e2640 : tensor<16xf32>) {
   ^bb0(%a2641: f32, %o2642: f32):
     %s2643 = math.sqrt %a2641 : f32
     linalg.yield %s2643 : f32
-  } -> tensor<16xf32>
-  %e2645 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2645 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2639, %v2634 : tensor<f32>, tensor<f32>) outs(%e2645 : tensor<f32>) {
   ^bb0(%a2646: f32, %a2647: f32, %o2648: f32):
     %s2649 = arith.mulf %a2646, %a2647 : f32
     linalg.yield %s2649 : f32
-  } -> tensor<f32>
-  %e2651 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2651 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2656 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2644, %v2650 : tensor<16xf32>, tensor<f32>) outs(%e2651 : tensor<16xf32>) {
   ^bb0(%a2652: f32, %a2653: f32, %o2654: f32):
     %s2655 = arith.divf %a2652, %a2653 : f32
     linalg.yield %s2655 : f32
-  } -> tensor<16xf32>
-  %e2657 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2657 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2662 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2634 : tensor<f32>) outs(%e2657 : tensor<f32>) {
   ^bb0(%a2658: f32, %o2659: f32):
     %s2660 = arith.constant 0x3F800000 : f32
     %s2661 = arith.divf %s2660, %a2658 : f32
     linalg.yield %s2661 : f32
-  } -> tensor<f32>
-  %e2663 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2663 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2668 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2662 : tensor<f32>) outs(%e2663 : tensor<f32>) {
   ^bb0(%a2664: f32, %o2665: f32):
     %s2666 = arith.constant 0x322BCC77 : f32
     %s2667 = arith.mulf %a2664, %s2666 : f32
     linalg.yield %s2667 : f32
-  } -> tensor<f32>
-  %e2669 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2669 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2674 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2656, %v2668 : tensor<16xf32>, tensor<f32>) outs(%e2669 : tensor<16xf32>) {
   ^bb0(%a2670: f32, %a2671: f32, %o2672: f32):
     %s2673 = arith.addf %a2670, %a2671 : f32
     linalg.yield %s2673 : f32
-  } -> tensor<16xf32>
-  %e2675 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2675 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2680 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2569 : tensor<16xf32>) outs(%e2675 : tensor<16xf32>) {
   ^bb0(%a2676: f32, %o2677: f32):
     %s2678 = arith.constant 0x3F800000 : f32
     %s2679 = arith.mulf %a2676, %s2678 : f32
     linalg.yield %s2679 : f32
-  } -> tensor<16xf32>
-  %e2681 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2681 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2686 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2680, %v2674 : tensor<16xf32>, tensor<16xf32>) outs(%e2681 : tensor<16xf32>) {
   ^bb0(%a2682: f32, %a2683: f32, %o2684: f32):
     %s2685 = arith.divf %a2682, %a2683 : f32
     linalg.yield %s2685 : f32
-  } -> tensor<16xf32>
-  %e2687 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2687 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2692 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2686 : tensor<16xf32>, tensor<16xf32>) outs(%e2687 : tensor<16xf32>) {
   ^bb0(%a2688: f32, %a2689: f32, %o2690: f32):
     %s2691 = arith.addf %a2688, %a2689 : f32
     linalg.yield %s2691 : f32
-  } -> tensor<16xf32>
-  %e2693 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2693 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2693 : tensor<f32>) {
   ^bb0(%a2694: f32, %o2695: f32):
     %s2696 = arith.constant 0x3F800000 : f32
     %s2697 = arith.addf %a2694, %s2696 : f32
     linalg.yield %s2697 : f32
-  } -> tensor<f32>
-  %e2699 = tensor.empty() : tensor<f32>
-  %c2700 = arith.constant 0x3DCCCCCD : f32
-  %v2701 = linalg.fill ins(%c2700 : f32) outs(%e2699 : tensor<f32>) -> tensor<f32>
-  %e2702 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2699 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c2700 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v2701 = linalg.fill ins(%c2700 : f32) outs(%e2699 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2702 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2702 : tensor<f32>) {
   ^bb0(%a2703: f32, %o2704: f32):
     %s2705 = math.absf %a2703 : f32
     linalg.yield %s2705 : f32
-  } -> tensor<f32>
-  %e2707 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e2707 = tensor.empty() : tensor<i1> loc(#loc14)
   %v2712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2706 : tensor<f32>) outs(%e2707 : tensor<i1>) {
   ^bb0(%a2708: f32, %o2709: i1):
     %s2710 = arith.constant 0x3F000000 : f32
     %s2711 = arith.cmpf oge, %a2708, %s2710 : f32
     linalg.yield %s2711 : i1
-  } -> tensor<i1>
-  %e2713 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e2713 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2713 : tensor<f32>) {
   ^bb0(%a2714: f32, %o2715: f32):
     %s2716 = arith.constant 0x3F800000 : f32
     %s2717 = arith.subf %a2714, %s2716 : f32
     linalg.yield %s2717 : f32
-  } -> tensor<f32>
-  %e2719 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2719 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2712, %v2718, %v2701 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2719 : tensor<f32>) {
   ^bb0(%a2720: i1, %a2721: f32, %a2722: f32, %o2723: f32):
     %s2724 = arith.select %a2720, %a2721, %a2722 : f32
     linalg.yield %s2724 : f32
-  } -> tensor<f32>
-  %e2726 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2726 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2732 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2712, %v591, %arg26 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2726 : tensor<16xf32>) {
   ^bb0(%a2727: i1, %a2728: f32, %a2729: f32, %o2730: f32):
     %s2731 = arith.select %a2727, %a2728, %a2729 : f32
     linalg.yield %s2731 : f32
-  } -> tensor<16xf32>
-  %e2733 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2733 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2738 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591, %arg26 : tensor<16xf32>, tensor<16xf32>) outs(%e2733 : tensor<16xf32>) {
   ^bb0(%a2734: f32, %a2735: f32, %o2736: f32):
     %s2737 = arith.subf %a2734, %a2735 : f32
     linalg.yield %s2737 : f32
-  } -> tensor<16xf32>
-  %e2739 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2739 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2744 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2725, %v2738 : tensor<f32>, tensor<16xf32>) outs(%e2739 : tensor<16xf32>) {
   ^bb0(%a2740: f32, %a2741: f32, %o2742: f32):
     %s2743 = arith.mulf %a2740, %a2741 : f32
     linalg.yield %s2743 : f32
-  } -> tensor<16xf32>
-  %e2745 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2745 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2750 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2744, %v2732 : tensor<16xf32>, tensor<16xf32>) outs(%e2745 : tensor<16xf32>) {
   ^bb0(%a2746: f32, %a2747: f32, %o2748: f32):
     %s2749 = arith.addf %a2746, %a2747 : f32
     linalg.yield %s2749 : f32
-  } -> tensor<16xf32>
-  %e2751 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2751 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2756 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2751 : tensor<16xf32>) {
   ^bb0(%a2752: f32, %o2753: f32):
     %s2754 = arith.constant 0x3F7FBE77 : f32
     %s2755 = arith.mulf %a2752, %s2754 : f32
     linalg.yield %s2755 : f32
-  } -> tensor<16xf32>
-  %e2757 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2757 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2762 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591 : tensor<16xf32>) outs(%e2757 : tensor<16xf32>) {
   ^bb0(%a2758: f32, %o2759: f32):
     %s2760 = arith.constant 0x3A83126F : f32
     %s2761 = arith.mulf %a2758, %s2760 : f32
     linalg.yield %s2761 : f32
-  } -> tensor<16xf32>
-  %e2763 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2763 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2768 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2762, %v591 : tensor<16xf32>, tensor<16xf32>) outs(%e2763 : tensor<16xf32>) {
   ^bb0(%a2764: f32, %a2765: f32, %o2766: f32):
     %s2767 = arith.mulf %a2764, %a2765 : f32
     linalg.yield %s2767 : f32
-  } -> tensor<16xf32>
-  %e2769 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2769 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2774 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2756, %v2768 : tensor<16xf32>, tensor<16xf32>) outs(%e2769 : tensor<16xf32>) {
   ^bb0(%a2770: f32, %a2771: f32, %o2772: f32):
     %s2773 = arith.addf %a2770, %a2771 : f32
     linalg.yield %s2773 : f32
-  } -> tensor<16xf32>
-  %e2775 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2775 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2780 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2775 : tensor<f32>) {
   ^bb0(%a2776: f32, %o2777: f32):
     %s2778 = arith.constant 0x3F666666 : f32
     %s2779 = math.powf %s2778, %a2776 : f32
     linalg.yield %s2779 : f32
-  } -> tensor<f32>
-  %e2781 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2781 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2786 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2780 : tensor<f32>) outs(%e2781 : tensor<f32>) {
   ^bb0(%a2782: f32, %o2783: f32):
     %s2784 = arith.constant 0x3F800000 : f32
     %s2785 = arith.subf %s2784, %a2782 : f32
     linalg.yield %s2785 : f32
-  } -> tensor<f32>
-  %e2787 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2787 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2792 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2787 : tensor<f32>) {
   ^bb0(%a2788: f32, %o2789: f32):
     %s2790 = arith.constant 0x3F7FBE77 : f32
     %s2791 = math.powf %s2790, %a2788 : f32
     linalg.yield %s2791 : f32
-  } -> tensor<f32>
-  %e2793 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2793 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2798 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2792 : tensor<f32>) outs(%e2793 : tensor<f32>) {
   ^bb0(%a2794: f32, %o2795: f32):
     %s2796 = arith.constant 0x3F800000 : f32
     %s2797 = arith.subf %s2796, %a2794 : f32
     linalg.yield %s2797 : f32
-  } -> tensor<f32>
-  %e2799 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2799 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2804 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2786 : tensor<f32>) outs(%e2799 : tensor<f32>) {
   ^bb0(%a2800: f32, %o2801: f32):
     %s2802 = arith.constant 0x3F800000 : f32
     %s2803 = arith.divf %s2802, %a2800 : f32
     linalg.yield %s2803 : f32
-  } -> tensor<f32>
-  %e2805 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2805 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2810 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2804 : tensor<f32>) outs(%e2805 : tensor<f32>) {
   ^bb0(%a2806: f32, %o2807: f32):
     %s2808 = arith.constant 0x3A83126F : f32
     %s2809 = arith.mulf %a2806, %s2808 : f32
     linalg.yield %s2809 : f32
-  } -> tensor<f32>
-  %e2811 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2811 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2815 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2810 : tensor<f32>) outs(%e2811 : tensor<f32>) {
   ^bb0(%a2812: f32, %o2813: f32):
     %s2814 = arith.negf %a2812 : f32
     linalg.yield %s2814 : f32
-  } -> tensor<f32>
-  %e2816 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2816 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2798 : tensor<f32>) outs(%e2816 : tensor<f32>) {
   ^bb0(%a2817: f32, %o2818: f32):
     %s2819 = math.sqrt %a2817 : f32
     linalg.yield %s2819 : f32
-  } -> tensor<f32>
-  %e2821 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2821 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2825 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2774 : tensor<16xf32>) outs(%e2821 : tensor<16xf32>) {
   ^bb0(%a2822: f32, %o2823: f32):
     %s2824 = math.sqrt %a2822 : f32
     linalg.yield %s2824 : f32
-  } -> tensor<16xf32>
-  %e2826 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2826 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2820, %v2815 : tensor<f32>, tensor<f32>) outs(%e2826 : tensor<f32>) {
   ^bb0(%a2827: f32, %a2828: f32, %o2829: f32):
     %s2830 = arith.mulf %a2827, %a2828 : f32
     linalg.yield %s2830 : f32
-  } -> tensor<f32>
-  %e2832 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2832 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2837 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2825, %v2831 : tensor<16xf32>, tensor<f32>) outs(%e2832 : tensor<16xf32>) {
   ^bb0(%a2833: f32, %a2834: f32, %o2835: f32):
     %s2836 = arith.divf %a2833, %a2834 : f32
     linalg.yield %s2836 : f32
-  } -> tensor<16xf32>
-  %e2838 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2838 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2815 : tensor<f32>) outs(%e2838 : tensor<f32>) {
   ^bb0(%a2839: f32, %o2840: f32):
     %s2841 = arith.constant 0x3F800000 : f32
     %s2842 = arith.divf %s2841, %a2839 : f32
     linalg.yield %s2842 : f32
-  } -> tensor<f32>
-  %e2844 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2844 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2849 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2843 : tensor<f32>) outs(%e2844 : tensor<f32>) {
   ^bb0(%a2845: f32, %o2846: f32):
     %s2847 = arith.constant 0x322BCC77 : f32
     %s2848 = arith.mulf %a2845, %s2847 : f32
     linalg.yield %s2848 : f32
-  } -> tensor<f32>
-  %e2850 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2850 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2855 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2837, %v2849 : tensor<16xf32>, tensor<f32>) outs(%e2850 : tensor<16xf32>) {
   ^bb0(%a2851: f32, %a2852: f32, %o2853: f32):
     %s2854 = arith.addf %a2851, %a2852 : f32
     linalg.yield %s2854 : f32
-  } -> tensor<16xf32>
-  %e2856 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2856 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2861 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2750 : tensor<16xf32>) outs(%e2856 : tensor<16xf32>) {
   ^bb0(%a2857: f32, %o2858: f32):
     %s2859 = arith.constant 0x3F800000 : f32
     %s2860 = arith.mulf %a2857, %s2859 : f32
     linalg.yield %s2860 : f32
-  } -> tensor<16xf32>
-  %e2862 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2862 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2867 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2861, %v2855 : tensor<16xf32>, tensor<16xf32>) outs(%e2862 : tensor<16xf32>) {
   ^bb0(%a2863: f32, %a2864: f32, %o2865: f32):
     %s2866 = arith.divf %a2863, %a2864 : f32
     linalg.yield %s2866 : f32
-  } -> tensor<16xf32>
-  %e2868 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2868 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2873 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2867 : tensor<16xf32>, tensor<16xf32>) outs(%e2868 : tensor<16xf32>) {
   ^bb0(%a2869: f32, %a2870: f32, %o2871: f32):
     %s2872 = arith.addf %a2869, %a2870 : f32
     linalg.yield %s2872 : f32
-  } -> tensor<16xf32>
-  %e2874 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2874 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2879 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2874 : tensor<f32>) {
   ^bb0(%a2875: f32, %o2876: f32):
     %s2877 = arith.constant 0x3F800000 : f32
     %s2878 = arith.addf %a2875, %s2877 : f32
     linalg.yield %s2878 : f32
-  } -> tensor<f32>
-  %e2880 = tensor.empty() : tensor<f32>
-  %c2881 = arith.constant 0x3DCCCCCD : f32
-  %v2882 = linalg.fill ins(%c2881 : f32) outs(%e2880 : tensor<f32>) -> tensor<f32>
-  %e2883 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2880 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c2881 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v2882 = linalg.fill ins(%c2881 : f32) outs(%e2880 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2883 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2883 : tensor<f32>) {
   ^bb0(%a2884: f32, %o2885: f32):
     %s2886 = math.absf %a2884 : f32
     linalg.yield %s2886 : f32
-  } -> tensor<f32>
-  %e2888 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e2888 = tensor.empty() : tensor<i1> loc(#loc14)
   %v2893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2887 : tensor<f32>) outs(%e2888 : tensor<i1>) {
   ^bb0(%a2889: f32, %o2890: i1):
     %s2891 = arith.constant 0x3F000000 : f32
     %s2892 = arith.cmpf oge, %a2889, %s2891 : f32
     linalg.yield %s2892 : i1
-  } -> tensor<i1>
-  %e2894 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e2894 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2894 : tensor<f32>) {
   ^bb0(%a2895: f32, %o2896: f32):
     %s2897 = arith.constant 0x3F800000 : f32
     %s2898 = arith.subf %a2895, %s2897 : f32
     linalg.yield %s2898 : f32
-  } -> tensor<f32>
-  %e2900 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2900 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2906 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2893, %v2899, %v2882 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2900 : tensor<f32>) {
   ^bb0(%a2901: i1, %a2902: f32, %a2903: f32, %o2904: f32):
     %s2905 = arith.select %a2901, %a2902, %a2903 : f32
     linalg.yield %s2905 : f32
-  } -> tensor<f32>
-  %e2907 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e2907 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2913 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2893, %v598, %arg27 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2907 : tensor<16xf32>) {
   ^bb0(%a2908: i1, %a2909: f32, %a2910: f32, %o2911: f32):
     %s2912 = arith.select %a2908, %a2909, %a2910 : f32
     linalg.yield %s2912 : f32
-  } -> tensor<16xf32>
-  %e2914 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2914 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2919 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598, %arg27 : tensor<16xf32>, tensor<16xf32>) outs(%e2914 : tensor<16xf32>) {
   ^bb0(%a2915: f32, %a2916: f32, %o2917: f32):
     %s2918 = arith.subf %a2915, %a2916 : f32
     linalg.yield %s2918 : f32
-  } -> tensor<16xf32>
-  %e2920 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2920 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2925 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2906, %v2919 : tensor<f32>, tensor<16xf32>) outs(%e2920 : tensor<16xf32>) {
   ^bb0(%a2921: f32, %a2922: f32, %o2923: f32):
     %s2924 = arith.mulf %a2921, %a2922 : f32
     linalg.yield %s2924 : f32
-  } -> tensor<16xf32>
-  %e2926 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2926 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2931 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2925, %v2913 : tensor<16xf32>, tensor<16xf32>) outs(%e2926 : tensor<16xf32>) {
   ^bb0(%a2927: f32, %a2928: f32, %o2929: f32):
     %s2930 = arith.addf %a2927, %a2928 : f32
     linalg.yield %s2930 : f32
-  } -> tensor<16xf32>
-  %e2932 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2932 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2937 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2932 : tensor<16xf32>) {
   ^bb0(%a2933: f32, %o2934: f32):
     %s2935 = arith.constant 0x3F7FBE77 : f32
     %s2936 = arith.mulf %a2933, %s2935 : f32
     linalg.yield %s2936 : f32
-  } -> tensor<16xf32>
-  %e2938 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2938 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2943 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598 : tensor<16xf32>) outs(%e2938 : tensor<16xf32>) {
   ^bb0(%a2939: f32, %o2940: f32):
     %s2941 = arith.constant 0x3A83126F : f32
     %s2942 = arith.mulf %a2939, %s2941 : f32
     linalg.yield %s2942 : f32
-  } -> tensor<16xf32>
-  %e2944 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2944 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2949 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2943, %v598 : tensor<16xf32>, tensor<16xf32>) outs(%e2944 : tensor<16xf32>) {
   ^bb0(%a2945: f32, %a2946: f32, %o2947: f32):
     %s2948 = arith.mulf %a2945, %a2946 : f32
     linalg.yield %s2948 : f32
-  } -> tensor<16xf32>
-  %e2950 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2950 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v2955 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2937, %v2949 : tensor<16xf32>, tensor<16xf32>) outs(%e2950 : tensor<16xf32>) {
   ^bb0(%a2951: f32, %a2952: f32, %o2953: f32):
     %s2954 = arith.addf %a2951, %a2952 : f32
     linalg.yield %s2954 : f32
-  } -> tensor<16xf32>
-  %e2956 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e2956 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2961 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2956 : tensor<f32>) {
   ^bb0(%a2957: f32, %o2958: f32):
     %s2959 = arith.constant 0x3F666666 : f32
     %s2960 = math.powf %s2959, %a2957 : f32
     linalg.yield %s2960 : f32
-  } -> tensor<f32>
-  %e2962 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2962 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2967 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2961 : tensor<f32>) outs(%e2962 : tensor<f32>) {
   ^bb0(%a2963: f32, %o2964: f32):
     %s2965 = arith.constant 0x3F800000 : f32
     %s2966 = arith.subf %s2965, %a2963 : f32
     linalg.yield %s2966 : f32
-  } -> tensor<f32>
-  %e2968 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2968 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2973 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2968 : tensor<f32>) {
   ^bb0(%a2969: f32, %o2970: f32):
     %s2971 = arith.constant 0x3F7FBE77 : f32
     %s2972 = math.powf %s2971, %a2969 : f32
     linalg.yield %s2972 : f32
-  } -> tensor<f32>
-  %e2974 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2974 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2979 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2973 : tensor<f32>) outs(%e2974 : tensor<f32>) {
   ^bb0(%a2975: f32, %o2976: f32):
     %s2977 = arith.constant 0x3F800000 : f32
     %s2978 = arith.subf %s2977, %a2975 : f32
     linalg.yield %s2978 : f32
-  } -> tensor<f32>
-  %e2980 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2980 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2985 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2967 : tensor<f32>) outs(%e2980 : tensor<f32>) {
   ^bb0(%a2981: f32, %o2982: f32):
     %s2983 = arith.constant 0x3F800000 : f32
     %s2984 = arith.divf %s2983, %a2981 : f32
     linalg.yield %s2984 : f32
-  } -> tensor<f32>
-  %e2986 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2986 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2991 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2985 : tensor<f32>) outs(%e2986 : tensor<f32>) {
   ^bb0(%a2987: f32, %o2988: f32):
     %s2989 = arith.constant 0x3A83126F : f32
     %s2990 = arith.mulf %a2987, %s2989 : f32
     linalg.yield %s2990 : f32
-  } -> tensor<f32>
-  %e2992 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2992 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2996 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2991 : tensor<f32>) outs(%e2992 : tensor<f32>) {
   ^bb0(%a2993: f32, %o2994: f32):
     %s2995 = arith.negf %a2993 : f32
     linalg.yield %s2995 : f32
-  } -> tensor<f32>
-  %e2997 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e2997 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2979 : tensor<f32>) outs(%e2997 : tensor<f32>) {
   ^bb0(%a2998: f32, %o2999: f32):
     %s3000 = math.sqrt %a2998 : f32
     linalg.yield %s3000 : f32
-  } -> tensor<f32>
-  %e3002 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3002 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3006 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2955 : tensor<16xf32>) outs(%e3002 : tensor<16xf32>) {
   ^bb0(%a3003: f32, %o3004: f32):
     %s3005 = math.sqrt %a3003 : f32
     linalg.yield %s3005 : f32
-  } -> tensor<16xf32>
-  %e3007 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3007 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3012 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3001, %v2996 : tensor<f32>, tensor<f32>) outs(%e3007 : tensor<f32>) {
   ^bb0(%a3008: f32, %a3009: f32, %o3010: f32):
     %s3011 = arith.mulf %a3008, %a3009 : f32
     linalg.yield %s3011 : f32
-  } -> tensor<f32>
-  %e3013 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3013 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3018 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3006, %v3012 : tensor<16xf32>, tensor<f32>) outs(%e3013 : tensor<16xf32>) {
   ^bb0(%a3014: f32, %a3015: f32, %o3016: f32):
     %s3017 = arith.divf %a3014, %a3015 : f32
     linalg.yield %s3017 : f32
-  } -> tensor<16xf32>
-  %e3019 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3019 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3024 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2996 : tensor<f32>) outs(%e3019 : tensor<f32>) {
   ^bb0(%a3020: f32, %o3021: f32):
     %s3022 = arith.constant 0x3F800000 : f32
     %s3023 = arith.divf %s3022, %a3020 : f32
     linalg.yield %s3023 : f32
-  } -> tensor<f32>
-  %e3025 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3025 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3030 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3024 : tensor<f32>) outs(%e3025 : tensor<f32>) {
   ^bb0(%a3026: f32, %o3027: f32):
     %s3028 = arith.constant 0x322BCC77 : f32
     %s3029 = arith.mulf %a3026, %s3028 : f32
     linalg.yield %s3029 : f32
-  } -> tensor<f32>
-  %e3031 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3031 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3018, %v3030 : tensor<16xf32>, tensor<f32>) outs(%e3031 : tensor<16xf32>) {
   ^bb0(%a3032: f32, %a3033: f32, %o3034: f32):
     %s3035 = arith.addf %a3032, %a3033 : f32
     linalg.yield %s3035 : f32
-  } -> tensor<16xf32>
-  %e3037 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3037 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3042 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2931 : tensor<16xf32>) outs(%e3037 : tensor<16xf32>) {
   ^bb0(%a3038: f32, %o3039: f32):
     %s3040 = arith.constant 0x3F800000 : f32
     %s3041 = arith.mulf %a3038, %s3040 : f32
     linalg.yield %s3041 : f32
-  } -> tensor<16xf32>
-  %e3043 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3043 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3048 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3042, %v3036 : tensor<16xf32>, tensor<16xf32>) outs(%e3043 : tensor<16xf32>) {
   ^bb0(%a3044: f32, %a3045: f32, %o3046: f32):
     %s3047 = arith.divf %a3044, %a3045 : f32
     linalg.yield %s3047 : f32
-  } -> tensor<16xf32>
-  %e3049 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3049 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3054 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v3048 : tensor<16xf32>, tensor<16xf32>) outs(%e3049 : tensor<16xf32>) {
   ^bb0(%a3050: f32, %a3051: f32, %o3052: f32):
     %s3053 = arith.addf %a3050, %a3051 : f32
     linalg.yield %s3053 : f32
-  } -> tensor<16xf32>
-  %e3055 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3055 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3060 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e3055 : tensor<f32>) {
   ^bb0(%a3056: f32, %o3057: f32):
     %s3058 = arith.constant 0x3F800000 : f32
     %s3059 = arith.addf %a3056, %s3058 : f32
     linalg.yield %s3059 : f32
-  } -> tensor<f32>
-  %e3061 = tensor.empty() : tensor<f32>
-  %c3062 = arith.constant 0x3DCCCCCD : f32
-  %v3063 = linalg.fill ins(%c3062 : f32) outs(%e3061 : tensor<f32>) -> tensor<f32>
-  %e3064 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3061 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c3062 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v3063 = linalg.fill ins(%c3062 : f32) outs(%e3061 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e3064 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3064 : tensor<f32>) {
   ^bb0(%a3065: f32, %o3066: f32):
     %s3067 = math.absf %a3065 : f32
     linalg.yield %s3067 : f32
-  } -> tensor<f32>
-  %e3069 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e3069 = tensor.empty() : tensor<i1> loc(#loc14)
   %v3074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3068 : tensor<f32>) outs(%e3069 : tensor<i1>) {
   ^bb0(%a3070: f32, %o3071: i1):
     %s3072 = arith.constant 0x3F000000 : f32
     %s3073 = arith.cmpf oge, %a3070, %s3072 : f32
     linalg.yield %s3073 : i1
-  } -> tensor<i1>
-  %e3075 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e3075 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3075 : tensor<f32>) {
   ^bb0(%a3076: f32, %o3077: f32):
     %s3078 = arith.constant 0x3F800000 : f32
     %s3079 = arith.subf %a3076, %s3078 : f32
     linalg.yield %s3079 : f32
-  } -> tensor<f32>
-  %e3081 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3081 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3074, %v3080, %v3063 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3081 : tensor<f32>) {
   ^bb0(%a3082: i1, %a3083: f32, %a3084: f32, %o3085: f32):
     %s3086 = arith.select %a3082, %a3083, %a3084 : f32
     linalg.yield %s3086 : f32
-  } -> tensor<f32>
-  %e3088 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3088 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3094 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3074, %v498, %arg28 : tensor<i1>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3088 : tensor<32x16xf32>) {
   ^bb0(%a3089: i1, %a3090: f32, %a3091: f32, %o3092: f32):
     %s3093 = arith.select %a3089, %a3090, %a3091 : f32
     linalg.yield %s3093 : f32
-  } -> tensor<32x16xf32>
-  %e3095 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3095 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3100 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498, %arg28 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3095 : tensor<32x16xf32>) {
   ^bb0(%a3096: f32, %a3097: f32, %o3098: f32):
     %s3099 = arith.subf %a3096, %a3097 : f32
     linalg.yield %s3099 : f32
-  } -> tensor<32x16xf32>
-  %e3101 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3101 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3087, %v3100 : tensor<f32>, tensor<32x16xf32>) outs(%e3101 : tensor<32x16xf32>) {
   ^bb0(%a3102: f32, %a3103: f32, %o3104: f32):
     %s3105 = arith.mulf %a3102, %a3103 : f32
     linalg.yield %s3105 : f32
-  } -> tensor<32x16xf32>
-  %e3107 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3107 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3106, %v3094 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3107 : tensor<32x16xf32>) {
   ^bb0(%a3108: f32, %a3109: f32, %o3110: f32):
     %s3111 = arith.addf %a3108, %a3109 : f32
     linalg.yield %s3111 : f32
-  } -> tensor<32x16xf32>
-  %e3113 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3113 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3118 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e3113 : tensor<32x16xf32>) {
   ^bb0(%a3114: f32, %o3115: f32):
     %s3116 = arith.constant 0x3F7FBE77 : f32
     %s3117 = arith.mulf %a3114, %s3116 : f32
     linalg.yield %s3117 : f32
-  } -> tensor<32x16xf32>
-  %e3119 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3119 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3124 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498 : tensor<32x16xf32>) outs(%e3119 : tensor<32x16xf32>) {
   ^bb0(%a3120: f32, %o3121: f32):
     %s3122 = arith.constant 0x3A83126F : f32
     %s3123 = arith.mulf %a3120, %s3122 : f32
     linalg.yield %s3123 : f32
-  } -> tensor<32x16xf32>
-  %e3125 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3125 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3124, %v498 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3125 : tensor<32x16xf32>) {
   ^bb0(%a3126: f32, %a3127: f32, %o3128: f32):
     %s3129 = arith.mulf %a3126, %a3127 : f32
     linalg.yield %s3129 : f32
-  } -> tensor<32x16xf32>
-  %e3131 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3131 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3136 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3118, %v3130 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3131 : tensor<32x16xf32>) {
   ^bb0(%a3132: f32, %a3133: f32, %o3134: f32):
     %s3135 = arith.addf %a3132, %a3133 : f32
     linalg.yield %s3135 : f32
-  } -> tensor<32x16xf32>
-  %e3137 = tensor.empty() : tensor<f32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3137 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3137 : tensor<f32>) {
   ^bb0(%a3138: f32, %o3139: f32):
     %s3140 = arith.constant 0x3F666666 : f32
     %s3141 = math.powf %s3140, %a3138 : f32
     linalg.yield %s3141 : f32
-  } -> tensor<f32>
-  %e3143 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3143 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3148 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3142 : tensor<f32>) outs(%e3143 : tensor<f32>) {
   ^bb0(%a3144: f32, %o3145: f32):
     %s3146 = arith.constant 0x3F800000 : f32
     %s3147 = arith.subf %s3146, %a3144 : f32
     linalg.yield %s3147 : f32
-  } -> tensor<f32>
-  %e3149 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3149 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3154 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3149 : tensor<f32>) {
   ^bb0(%a3150: f32, %o3151: f32):
     %s3152 = arith.constant 0x3F7FBE77 : f32
     %s3153 = math.powf %s3152, %a3150 : f32
     linalg.yield %s3153 : f32
-  } -> tensor<f32>
-  %e3155 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3155 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3160 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3154 : tensor<f32>) outs(%e3155 : tensor<f32>) {
   ^bb0(%a3156: f32, %o3157: f32):
     %s3158 = arith.constant 0x3F800000 : f32
     %s3159 = arith.subf %s3158, %a3156 : f32
     linalg.yield %s3159 : f32
-  } -> tensor<f32>
-  %e3161 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3161 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3166 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3148 : tensor<f32>) outs(%e3161 : tensor<f32>) {
   ^bb0(%a3162: f32, %o3163: f32):
     %s3164 = arith.constant 0x3F800000 : f32
     %s3165 = arith.divf %s3164, %a3162 : f32
     linalg.yield %s3165 : f32
-  } -> tensor<f32>
-  %e3167 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3167 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3172 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3166 : tensor<f32>) outs(%e3167 : tensor<f32>) {
   ^bb0(%a3168: f32, %o3169: f32):
     %s3170 = arith.constant 0x3A83126F : f32
     %s3171 = arith.mulf %a3168, %s3170 : f32
     linalg.yield %s3171 : f32
-  } -> tensor<f32>
-  %e3173 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3173 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3177 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3172 : tensor<f32>) outs(%e3173 : tensor<f32>) {
   ^bb0(%a3174: f32, %o3175: f32):
     %s3176 = arith.negf %a3174 : f32
     linalg.yield %s3176 : f32
-  } -> tensor<f32>
-  %e3178 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3178 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3160 : tensor<f32>) outs(%e3178 : tensor<f32>) {
   ^bb0(%a3179: f32, %o3180: f32):
     %s3181 = math.sqrt %a3179 : f32
     linalg.yield %s3181 : f32
-  } -> tensor<f32>
-  %e3183 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3183 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3136 : tensor<32x16xf32>) outs(%e3183 : tensor<32x16xf32>) {
   ^bb0(%a3184: f32, %o3185: f32):
     %s3186 = math.sqrt %a3184 : f32
     linalg.yield %s3186 : f32
-  } -> tensor<32x16xf32>
-  %e3188 = tensor.empty() : tensor<f32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3188 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3193 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3182, %v3177 : tensor<f32>, tensor<f32>) outs(%e3188 : tensor<f32>) {
   ^bb0(%a3189: f32, %a3190: f32, %o3191: f32):
     %s3192 = arith.mulf %a3189, %a3190 : f32
     linalg.yield %s3192 : f32
-  } -> tensor<f32>
-  %e3194 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3194 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3187, %v3193 : tensor<32x16xf32>, tensor<f32>) outs(%e3194 : tensor<32x16xf32>) {
   ^bb0(%a3195: f32, %a3196: f32, %o3197: f32):
     %s3198 = arith.divf %a3195, %a3196 : f32
     linalg.yield %s3198 : f32
-  } -> tensor<32x16xf32>
-  %e3200 = tensor.empty() : tensor<f32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3200 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3177 : tensor<f32>) outs(%e3200 : tensor<f32>) {
   ^bb0(%a3201: f32, %o3202: f32):
     %s3203 = arith.constant 0x3F800000 : f32
     %s3204 = arith.divf %s3203, %a3201 : f32
     linalg.yield %s3204 : f32
-  } -> tensor<f32>
-  %e3206 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3206 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3211 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3205 : tensor<f32>) outs(%e3206 : tensor<f32>) {
   ^bb0(%a3207: f32, %o3208: f32):
     %s3209 = arith.constant 0x322BCC77 : f32
     %s3210 = arith.mulf %a3207, %s3209 : f32
     linalg.yield %s3210 : f32
-  } -> tensor<f32>
-  %e3212 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3212 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3217 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3199, %v3211 : tensor<32x16xf32>, tensor<f32>) outs(%e3212 : tensor<32x16xf32>) {
   ^bb0(%a3213: f32, %a3214: f32, %o3215: f32):
     %s3216 = arith.addf %a3213, %a3214 : f32
     linalg.yield %s3216 : f32
-  } -> tensor<32x16xf32>
-  %e3218 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3218 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3112 : tensor<32x16xf32>) outs(%e3218 : tensor<32x16xf32>) {
   ^bb0(%a3219: f32, %o3220: f32):
     %s3221 = arith.constant 0x3F800000 : f32
     %s3222 = arith.mulf %a3219, %s3221 : f32
     linalg.yield %s3222 : f32
-  } -> tensor<32x16xf32>
-  %e3224 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3224 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3223, %v3217 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3224 : tensor<32x16xf32>) {
   ^bb0(%a3225: f32, %a3226: f32, %o3227: f32):
     %s3228 = arith.divf %a3225, %a3226 : f32
     linalg.yield %s3228 : f32
-  } -> tensor<32x16xf32>
-  %e3230 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3230 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
   %v3235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v3229 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3230 : tensor<32x16xf32>) {
   ^bb0(%a3231: f32, %a3232: f32, %o3233: f32):
     %s3234 = arith.addf %a3231, %a3232 : f32
     linalg.yield %s3234 : f32
-  } -> tensor<32x16xf32>
-  %e3236 = tensor.empty() : tensor<f32>
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e3236 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e3236 : tensor<f32>) {
   ^bb0(%a3237: f32, %o3238: f32):
     %s3239 = arith.constant 0x3F800000 : f32
     %s3240 = arith.addf %a3237, %s3239 : f32
     linalg.yield %s3240 : f32
-  } -> tensor<f32>
-  %e3242 = tensor.empty() : tensor<f32>
-  %c3243 = arith.constant 0x3DCCCCCD : f32
-  %v3244 = linalg.fill ins(%c3243 : f32) outs(%e3242 : tensor<f32>) -> tensor<f32>
-  %e3245 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3242 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c3243 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v3244 = linalg.fill ins(%c3243 : f32) outs(%e3242 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e3245 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3245 : tensor<f32>) {
   ^bb0(%a3246: f32, %o3247: f32):
     %s3248 = math.absf %a3246 : f32
     linalg.yield %s3248 : f32
-  } -> tensor<f32>
-  %e3250 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e3250 = tensor.empty() : tensor<i1> loc(#loc14)
   %v3255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3249 : tensor<f32>) outs(%e3250 : tensor<i1>) {
   ^bb0(%a3251: f32, %o3252: i1):
     %s3253 = arith.constant 0x3F000000 : f32
     %s3254 = arith.cmpf oge, %a3251, %s3253 : f32
     linalg.yield %s3254 : i1
-  } -> tensor<i1>
-  %e3256 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e3256 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3256 : tensor<f32>) {
   ^bb0(%a3257: f32, %o3258: f32):
     %s3259 = arith.constant 0x3F800000 : f32
     %s3260 = arith.subf %a3257, %s3259 : f32
     linalg.yield %s3260 : f32
-  } -> tensor<f32>
-  %e3262 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3262 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3268 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3255, %v3261, %v3244 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3262 : tensor<f32>) {
   ^bb0(%a3263: i1, %a3264: f32, %a3265: f32, %o3266: f32):
     %s3267 = arith.select %a3263, %a3264, %a3265 : f32
     linalg.yield %s3267 : f32
-  } -> tensor<f32>
-  %e3269 = tensor.empty() : tensor<32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3269 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3275 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3255, %v495, %arg29 : tensor<i1>, tensor<32xf32>, tensor<32xf32>) outs(%e3269 : tensor<32xf32>) {
   ^bb0(%a3270: i1, %a3271: f32, %a3272: f32, %o3273: f32):
     %s3274 = arith.select %a3270, %a3271, %a3272 : f32
     linalg.yield %s3274 : f32
-  } -> tensor<32xf32>
-  %e3276 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3276 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3281 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495, %arg29 : tensor<32xf32>, tensor<32xf32>) outs(%e3276 : tensor<32xf32>) {
   ^bb0(%a3277: f32, %a3278: f32, %o3279: f32):
     %s3280 = arith.subf %a3277, %a3278 : f32
     linalg.yield %s3280 : f32
-  } -> tensor<32xf32>
-  %e3282 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3282 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3287 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3268, %v3281 : tensor<f32>, tensor<32xf32>) outs(%e3282 : tensor<32xf32>) {
   ^bb0(%a3283: f32, %a3284: f32, %o3285: f32):
     %s3286 = arith.mulf %a3283, %a3284 : f32
     linalg.yield %s3286 : f32
-  } -> tensor<32xf32>
-  %e3288 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3288 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3293 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3287, %v3275 : tensor<32xf32>, tensor<32xf32>) outs(%e3288 : tensor<32xf32>) {
   ^bb0(%a3289: f32, %a3290: f32, %o3291: f32):
     %s3292 = arith.addf %a3289, %a3290 : f32
     linalg.yield %s3292 : f32
-  } -> tensor<32xf32>
-  %e3294 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3294 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e3294 : tensor<32xf32>) {
   ^bb0(%a3295: f32, %o3296: f32):
     %s3297 = arith.constant 0x3F7FBE77 : f32
     %s3298 = arith.mulf %a3295, %s3297 : f32
     linalg.yield %s3298 : f32
-  } -> tensor<32xf32>
-  %e3300 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3300 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3305 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495 : tensor<32xf32>) outs(%e3300 : tensor<32xf32>) {
   ^bb0(%a3301: f32, %o3302: f32):
     %s3303 = arith.constant 0x3A83126F : f32
     %s3304 = arith.mulf %a3301, %s3303 : f32
     linalg.yield %s3304 : f32
-  } -> tensor<32xf32>
-  %e3306 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3306 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3311 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3305, %v495 : tensor<32xf32>, tensor<32xf32>) outs(%e3306 : tensor<32xf32>) {
   ^bb0(%a3307: f32, %a3308: f32, %o3309: f32):
     %s3310 = arith.mulf %a3307, %a3308 : f32
     linalg.yield %s3310 : f32
-  } -> tensor<32xf32>
-  %e3312 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3312 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3317 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3299, %v3311 : tensor<32xf32>, tensor<32xf32>) outs(%e3312 : tensor<32xf32>) {
   ^bb0(%a3313: f32, %a3314: f32, %o3315: f32):
     %s3316 = arith.addf %a3313, %a3314 : f32
     linalg.yield %s3316 : f32
-  } -> tensor<32xf32>
-  %e3318 = tensor.empty() : tensor<f32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3318 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3318 : tensor<f32>) {
   ^bb0(%a3319: f32, %o3320: f32):
     %s3321 = arith.constant 0x3F666666 : f32
     %s3322 = math.powf %s3321, %a3319 : f32
     linalg.yield %s3322 : f32
-  } -> tensor<f32>
-  %e3324 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3324 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3323 : tensor<f32>) outs(%e3324 : tensor<f32>) {
   ^bb0(%a3325: f32, %o3326: f32):
     %s3327 = arith.constant 0x3F800000 : f32
     %s3328 = arith.subf %s3327, %a3325 : f32
     linalg.yield %s3328 : f32
-  } -> tensor<f32>
-  %e3330 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3330 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3330 : tensor<f32>) {
   ^bb0(%a3331: f32, %o3332: f32):
     %s3333 = arith.constant 0x3F7FBE77 : f32
     %s3334 = math.powf %s3333, %a3331 : f32
     linalg.yield %s3334 : f32
-  } -> tensor<f32>
-  %e3336 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3336 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3341 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3335 : tensor<f32>) outs(%e3336 : tensor<f32>) {
   ^bb0(%a3337: f32, %o3338: f32):
     %s3339 = arith.constant 0x3F800000 : f32
     %s3340 = arith.subf %s3339, %a3337 : f32
     linalg.yield %s3340 : f32
-  } -> tensor<f32>
-  %e3342 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3342 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3347 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3329 : tensor<f32>) outs(%e3342 : tensor<f32>) {
   ^bb0(%a3343: f32, %o3344: f32):
     %s3345 = arith.constant 0x3F800000 : f32
     %s3346 = arith.divf %s3345, %a3343 : f32
     linalg.yield %s3346 : f32
-  } -> tensor<f32>
-  %e3348 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3348 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3353 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3347 : tensor<f32>) outs(%e3348 : tensor<f32>) {
   ^bb0(%a3349: f32, %o3350: f32):
     %s3351 = arith.constant 0x3A83126F : f32
     %s3352 = arith.mulf %a3349, %s3351 : f32
     linalg.yield %s3352 : f32
-  } -> tensor<f32>
-  %e3354 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3354 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3353 : tensor<f32>) outs(%e3354 : tensor<f32>) {
   ^bb0(%a3355: f32, %o3356: f32):
     %s3357 = arith.negf %a3355 : f32
     linalg.yield %s3357 : f32
-  } -> tensor<f32>
-  %e3359 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3359 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3341 : tensor<f32>) outs(%e3359 : tensor<f32>) {
   ^bb0(%a3360: f32, %o3361: f32):
     %s3362 = math.sqrt %a3360 : f32
     linalg.yield %s3362 : f32
-  } -> tensor<f32>
-  %e3364 = tensor.empty() : tensor<32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3364 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3368 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3317 : tensor<32xf32>) outs(%e3364 : tensor<32xf32>) {
   ^bb0(%a3365: f32, %o3366: f32):
     %s3367 = math.sqrt %a3365 : f32
     linalg.yield %s3367 : f32
-  } -> tensor<32xf32>
-  %e3369 = tensor.empty() : tensor<f32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3369 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3363, %v3358 : tensor<f32>, tensor<f32>) outs(%e3369 : tensor<f32>) {
   ^bb0(%a3370: f32, %a3371: f32, %o3372: f32):
     %s3373 = arith.mulf %a3370, %a3371 : f32
     linalg.yield %s3373 : f32
-  } -> tensor<f32>
-  %e3375 = tensor.empty() : tensor<32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3375 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3368, %v3374 : tensor<32xf32>, tensor<f32>) outs(%e3375 : tensor<32xf32>) {
   ^bb0(%a3376: f32, %a3377: f32, %o3378: f32):
     %s3379 = arith.divf %a3376, %a3377 : f32
     linalg.yield %s3379 : f32
-  } -> tensor<32xf32>
-  %e3381 = tensor.empty() : tensor<f32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3381 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3386 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3358 : tensor<f32>) outs(%e3381 : tensor<f32>) {
   ^bb0(%a3382: f32, %o3383: f32):
     %s3384 = arith.constant 0x3F800000 : f32
     %s3385 = arith.divf %s3384, %a3382 : f32
     linalg.yield %s3385 : f32
-  } -> tensor<f32>
-  %e3387 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3387 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3392 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3386 : tensor<f32>) outs(%e3387 : tensor<f32>) {
   ^bb0(%a3388: f32, %o3389: f32):
     %s3390 = arith.constant 0x322BCC77 : f32
     %s3391 = arith.mulf %a3388, %s3390 : f32
     linalg.yield %s3391 : f32
-  } -> tensor<f32>
-  %e3393 = tensor.empty() : tensor<32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3393 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3398 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3380, %v3392 : tensor<32xf32>, tensor<f32>) outs(%e3393 : tensor<32xf32>) {
   ^bb0(%a3394: f32, %a3395: f32, %o3396: f32):
     %s3397 = arith.addf %a3394, %a3395 : f32
     linalg.yield %s3397 : f32
-  } -> tensor<32xf32>
-  %e3399 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3399 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3404 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3293 : tensor<32xf32>) outs(%e3399 : tensor<32xf32>) {
   ^bb0(%a3400: f32, %o3401: f32):
     %s3402 = arith.constant 0x3F800000 : f32
     %s3403 = arith.mulf %a3400, %s3402 : f32
     linalg.yield %s3403 : f32
-  } -> tensor<32xf32>
-  %e3405 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3405 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3410 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3404, %v3398 : tensor<32xf32>, tensor<32xf32>) outs(%e3405 : tensor<32xf32>) {
   ^bb0(%a3406: f32, %a3407: f32, %o3408: f32):
     %s3409 = arith.divf %a3406, %a3407 : f32
     linalg.yield %s3409 : f32
-  } -> tensor<32xf32>
-  %e3411 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3411 = tensor.empty() : tensor<32xf32> loc(#loc14)
   %v3416 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v3410 : tensor<32xf32>, tensor<32xf32>) outs(%e3411 : tensor<32xf32>) {
   ^bb0(%a3412: f32, %a3413: f32, %o3414: f32):
     %s3415 = arith.addf %a3412, %a3413 : f32
     linalg.yield %s3415 : f32
-  } -> tensor<32xf32>
-  %e3417 = tensor.empty() : tensor<f32>
+  } -> tensor<32xf32> loc(#loc14)
+  %e3417 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3422 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e3417 : tensor<f32>) {
   ^bb0(%a3418: f32, %o3419: f32):
     %s3420 = arith.constant 0x3F800000 : f32
     %s3421 = arith.addf %a3418, %s3420 : f32
     linalg.yield %s3421 : f32
-  } -> tensor<f32>
-  %e3423 = tensor.empty() : tensor<f32>
-  %c3424 = arith.constant 0x3DCCCCCD : f32
-  %v3425 = linalg.fill ins(%c3424 : f32) outs(%e3423 : tensor<f32>) -> tensor<f32>
-  %e3426 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3423 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c3424 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v3425 = linalg.fill ins(%c3424 : f32) outs(%e3423 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e3426 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3426 : tensor<f32>) {
   ^bb0(%a3427: f32, %o3428: f32):
     %s3429 = math.absf %a3427 : f32
     linalg.yield %s3429 : f32
-  } -> tensor<f32>
-  %e3431 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e3431 = tensor.empty() : tensor<i1> loc(#loc14)
   %v3436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3430 : tensor<f32>) outs(%e3431 : tensor<i1>) {
   ^bb0(%a3432: f32, %o3433: i1):
     %s3434 = arith.constant 0x3F000000 : f32
     %s3435 = arith.cmpf oge, %a3432, %s3434 : f32
     linalg.yield %s3435 : i1
-  } -> tensor<i1>
-  %e3437 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e3437 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3437 : tensor<f32>) {
   ^bb0(%a3438: f32, %o3439: f32):
     %s3440 = arith.constant 0x3F800000 : f32
     %s3441 = arith.subf %a3438, %s3440 : f32
     linalg.yield %s3441 : f32
-  } -> tensor<f32>
-  %e3443 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3443 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3449 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3436, %v3442, %v3425 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3443 : tensor<f32>) {
   ^bb0(%a3444: i1, %a3445: f32, %a3446: f32, %o3447: f32):
     %s3448 = arith.select %a3444, %a3445, %a3446 : f32
     linalg.yield %s3448 : f32
-  } -> tensor<f32>
-  %e3450 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3450 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3456 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3436, %v408, %arg30 : tensor<i1>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3450 : tensor<16x32xf32>) {
   ^bb0(%a3451: i1, %a3452: f32, %a3453: f32, %o3454: f32):
     %s3455 = arith.select %a3451, %a3452, %a3453 : f32
     linalg.yield %s3455 : f32
-  } -> tensor<16x32xf32>
-  %e3457 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3457 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3462 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408, %arg30 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3457 : tensor<16x32xf32>) {
   ^bb0(%a3458: f32, %a3459: f32, %o3460: f32):
     %s3461 = arith.subf %a3458, %a3459 : f32
     linalg.yield %s3461 : f32
-  } -> tensor<16x32xf32>
-  %e3463 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3463 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3468 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3449, %v3462 : tensor<f32>, tensor<16x32xf32>) outs(%e3463 : tensor<16x32xf32>) {
   ^bb0(%a3464: f32, %a3465: f32, %o3466: f32):
     %s3467 = arith.mulf %a3464, %a3465 : f32
     linalg.yield %s3467 : f32
-  } -> tensor<16x32xf32>
-  %e3469 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3469 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3474 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3468, %v3456 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3469 : tensor<16x32xf32>) {
   ^bb0(%a3470: f32, %a3471: f32, %o3472: f32):
     %s3473 = arith.addf %a3470, %a3471 : f32
     linalg.yield %s3473 : f32
-  } -> tensor<16x32xf32>
-  %e3475 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3475 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3480 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e3475 : tensor<16x32xf32>) {
   ^bb0(%a3476: f32, %o3477: f32):
     %s3478 = arith.constant 0x3F7FBE77 : f32
     %s3479 = arith.mulf %a3476, %s3478 : f32
     linalg.yield %s3479 : f32
-  } -> tensor<16x32xf32>
-  %e3481 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3481 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3486 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408 : tensor<16x32xf32>) outs(%e3481 : tensor<16x32xf32>) {
   ^bb0(%a3482: f32, %o3483: f32):
     %s3484 = arith.constant 0x3A83126F : f32
     %s3485 = arith.mulf %a3482, %s3484 : f32
     linalg.yield %s3485 : f32
-  } -> tensor<16x32xf32>
-  %e3487 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3487 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3492 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3486, %v408 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3487 : tensor<16x32xf32>) {
   ^bb0(%a3488: f32, %a3489: f32, %o3490: f32):
     %s3491 = arith.mulf %a3488, %a3489 : f32
     linalg.yield %s3491 : f32
-  } -> tensor<16x32xf32>
-  %e3493 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3493 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3498 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3480, %v3492 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3493 : tensor<16x32xf32>) {
   ^bb0(%a3494: f32, %a3495: f32, %o3496: f32):
     %s3497 = arith.addf %a3494, %a3495 : f32
     linalg.yield %s3497 : f32
-  } -> tensor<16x32xf32>
-  %e3499 = tensor.empty() : tensor<f32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3499 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3499 : tensor<f32>) {
   ^bb0(%a3500: f32, %o3501: f32):
     %s3502 = arith.constant 0x3F666666 : f32
     %s3503 = math.powf %s3502, %a3500 : f32
     linalg.yield %s3503 : f32
-  } -> tensor<f32>
-  %e3505 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3505 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3504 : tensor<f32>) outs(%e3505 : tensor<f32>) {
   ^bb0(%a3506: f32, %o3507: f32):
     %s3508 = arith.constant 0x3F800000 : f32
     %s3509 = arith.subf %s3508, %a3506 : f32
     linalg.yield %s3509 : f32
-  } -> tensor<f32>
-  %e3511 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3511 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3511 : tensor<f32>) {
   ^bb0(%a3512: f32, %o3513: f32):
     %s3514 = arith.constant 0x3F7FBE77 : f32
     %s3515 = math.powf %s3514, %a3512 : f32
     linalg.yield %s3515 : f32
-  } -> tensor<f32>
-  %e3517 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3517 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3522 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3516 : tensor<f32>) outs(%e3517 : tensor<f32>) {
   ^bb0(%a3518: f32, %o3519: f32):
     %s3520 = arith.constant 0x3F800000 : f32
     %s3521 = arith.subf %s3520, %a3518 : f32
     linalg.yield %s3521 : f32
-  } -> tensor<f32>
-  %e3523 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3523 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3510 : tensor<f32>) outs(%e3523 : tensor<f32>) {
   ^bb0(%a3524: f32, %o3525: f32):
     %s3526 = arith.constant 0x3F800000 : f32
     %s3527 = arith.divf %s3526, %a3524 : f32
     linalg.yield %s3527 : f32
-  } -> tensor<f32>
-  %e3529 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3529 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3534 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3528 : tensor<f32>) outs(%e3529 : tensor<f32>) {
   ^bb0(%a3530: f32, %o3531: f32):
     %s3532 = arith.constant 0x3A83126F : f32
     %s3533 = arith.mulf %a3530, %s3532 : f32
     linalg.yield %s3533 : f32
-  } -> tensor<f32>
-  %e3535 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3535 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3539 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3534 : tensor<f32>) outs(%e3535 : tensor<f32>) {
   ^bb0(%a3536: f32, %o3537: f32):
     %s3538 = arith.negf %a3536 : f32
     linalg.yield %s3538 : f32
-  } -> tensor<f32>
-  %e3540 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3540 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3522 : tensor<f32>) outs(%e3540 : tensor<f32>) {
   ^bb0(%a3541: f32, %o3542: f32):
     %s3543 = math.sqrt %a3541 : f32
     linalg.yield %s3543 : f32
-  } -> tensor<f32>
-  %e3545 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3545 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3549 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3498 : tensor<16x32xf32>) outs(%e3545 : tensor<16x32xf32>) {
   ^bb0(%a3546: f32, %o3547: f32):
     %s3548 = math.sqrt %a3546 : f32
     linalg.yield %s3548 : f32
-  } -> tensor<16x32xf32>
-  %e3550 = tensor.empty() : tensor<f32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3550 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3555 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3544, %v3539 : tensor<f32>, tensor<f32>) outs(%e3550 : tensor<f32>) {
   ^bb0(%a3551: f32, %a3552: f32, %o3553: f32):
     %s3554 = arith.mulf %a3551, %a3552 : f32
     linalg.yield %s3554 : f32
-  } -> tensor<f32>
-  %e3556 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3556 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3549, %v3555 : tensor<16x32xf32>, tensor<f32>) outs(%e3556 : tensor<16x32xf32>) {
   ^bb0(%a3557: f32, %a3558: f32, %o3559: f32):
     %s3560 = arith.divf %a3557, %a3558 : f32
     linalg.yield %s3560 : f32
-  } -> tensor<16x32xf32>
-  %e3562 = tensor.empty() : tensor<f32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3562 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3567 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3539 : tensor<f32>) outs(%e3562 : tensor<f32>) {
   ^bb0(%a3563: f32, %o3564: f32):
     %s3565 = arith.constant 0x3F800000 : f32
     %s3566 = arith.divf %s3565, %a3563 : f32
     linalg.yield %s3566 : f32
-  } -> tensor<f32>
-  %e3568 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3568 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3573 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3567 : tensor<f32>) outs(%e3568 : tensor<f32>) {
   ^bb0(%a3569: f32, %o3570: f32):
     %s3571 = arith.constant 0x322BCC77 : f32
     %s3572 = arith.mulf %a3569, %s3571 : f32
     linalg.yield %s3572 : f32
-  } -> tensor<f32>
-  %e3574 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3574 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3579 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3561, %v3573 : tensor<16x32xf32>, tensor<f32>) outs(%e3574 : tensor<16x32xf32>) {
   ^bb0(%a3575: f32, %a3576: f32, %o3577: f32):
     %s3578 = arith.addf %a3575, %a3576 : f32
     linalg.yield %s3578 : f32
-  } -> tensor<16x32xf32>
-  %e3580 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3580 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3585 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3474 : tensor<16x32xf32>) outs(%e3580 : tensor<16x32xf32>) {
   ^bb0(%a3581: f32, %o3582: f32):
     %s3583 = arith.constant 0x3F800000 : f32
     %s3584 = arith.mulf %a3581, %s3583 : f32
     linalg.yield %s3584 : f32
-  } -> tensor<16x32xf32>
-  %e3586 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3586 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3591 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3585, %v3579 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3586 : tensor<16x32xf32>) {
   ^bb0(%a3587: f32, %a3588: f32, %o3589: f32):
     %s3590 = arith.divf %a3587, %a3588 : f32
     linalg.yield %s3590 : f32
-  } -> tensor<16x32xf32>
-  %e3592 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3592 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
   %v3597 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v3591 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3592 : tensor<16x32xf32>) {
   ^bb0(%a3593: f32, %a3594: f32, %o3595: f32):
     %s3596 = arith.addf %a3593, %a3594 : f32
     linalg.yield %s3596 : f32
-  } -> tensor<16x32xf32>
-  %e3598 = tensor.empty() : tensor<f32>
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e3598 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3603 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e3598 : tensor<f32>) {
   ^bb0(%a3599: f32, %o3600: f32):
     %s3601 = arith.constant 0x3F800000 : f32
     %s3602 = arith.addf %a3599, %s3601 : f32
     linalg.yield %s3602 : f32
-  } -> tensor<f32>
-  %e3604 = tensor.empty() : tensor<f32>
-  %c3605 = arith.constant 0x3DCCCCCD : f32
-  %v3606 = linalg.fill ins(%c3605 : f32) outs(%e3604 : tensor<f32>) -> tensor<f32>
-  %e3607 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3604 = tensor.empty() : tensor<f32> loc(#loc14)
+  %c3605 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
+  %v3606 = linalg.fill ins(%c3605 : f32) outs(%e3604 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e3607 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3607 : tensor<f32>) {
   ^bb0(%a3608: f32, %o3609: f32):
     %s3610 = math.absf %a3608 : f32
     linalg.yield %s3610 : f32
-  } -> tensor<f32>
-  %e3612 = tensor.empty() : tensor<i1>
+  } -> tensor<f32> loc(#loc14)
+  %e3612 = tensor.empty() : tensor<i1> loc(#loc14)
   %v3617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3611 : tensor<f32>) outs(%e3612 : tensor<i1>) {
   ^bb0(%a3613: f32, %o3614: i1):
     %s3615 = arith.constant 0x3F000000 : f32
     %s3616 = arith.cmpf oge, %a3613, %s3615 : f32
     linalg.yield %s3616 : i1
-  } -> tensor<i1>
-  %e3618 = tensor.empty() : tensor<f32>
+  } -> tensor<i1> loc(#loc14)
+  %e3618 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3618 : tensor<f32>) {
   ^bb0(%a3619: f32, %o3620: f32):
     %s3621 = arith.constant 0x3F800000 : f32
     %s3622 = arith.subf %a3619, %s3621 : f32
     linalg.yield %s3622 : f32
-  } -> tensor<f32>
-  %e3624 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3624 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3630 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3617, %v3623, %v3606 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3624 : tensor<f32>) {
   ^bb0(%a3625: i1, %a3626: f32, %a3627: f32, %o3628: f32):
     %s3629 = arith.select %a3625, %a3626, %a3627 : f32
     linalg.yield %s3629 : f32
-  } -> tensor<f32>
-  %e3631 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3631 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3637 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3617, %v405, %arg31 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e3631 : tensor<16xf32>) {
   ^bb0(%a3632: i1, %a3633: f32, %a3634: f32, %o3635: f32):
     %s3636 = arith.select %a3632, %a3633, %a3634 : f32
     linalg.yield %s3636 : f32
-  } -> tensor<16xf32>
-  %e3638 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3638 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3643 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405, %arg31 : tensor<16xf32>, tensor<16xf32>) outs(%e3638 : tensor<16xf32>) {
   ^bb0(%a3639: f32, %a3640: f32, %o3641: f32):
     %s3642 = arith.subf %a3639, %a3640 : f32
     linalg.yield %s3642 : f32
-  } -> tensor<16xf32>
-  %e3644 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3644 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3649 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3630, %v3643 : tensor<f32>, tensor<16xf32>) outs(%e3644 : tensor<16xf32>) {
   ^bb0(%a3645: f32, %a3646: f32, %o3647: f32):
     %s3648 = arith.mulf %a3645, %a3646 : f32
     linalg.yield %s3648 : f32
-  } -> tensor<16xf32>
-  %e3650 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3650 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3655 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3649, %v3637 : tensor<16xf32>, tensor<16xf32>) outs(%e3650 : tensor<16xf32>) {
   ^bb0(%a3651: f32, %a3652: f32, %o3653: f32):
     %s3654 = arith.addf %a3651, %a3652 : f32
     linalg.yield %s3654 : f32
-  } -> tensor<16xf32>
-  %e3656 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3656 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3661 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e3656 : tensor<16xf32>) {
   ^bb0(%a3657: f32, %o3658: f32):
     %s3659 = arith.constant 0x3F7FBE77 : f32
     %s3660 = arith.mulf %a3657, %s3659 : f32
     linalg.yield %s3660 : f32
-  } -> tensor<16xf32>
-  %e3662 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3662 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3667 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405 : tensor<16xf32>) outs(%e3662 : tensor<16xf32>) {
   ^bb0(%a3663: f32, %o3664: f32):
     %s3665 = arith.constant 0x3A83126F : f32
     %s3666 = arith.mulf %a3663, %s3665 : f32
     linalg.yield %s3666 : f32
-  } -> tensor<16xf32>
-  %e3668 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3668 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3673 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3667, %v405 : tensor<16xf32>, tensor<16xf32>) outs(%e3668 : tensor<16xf32>) {
   ^bb0(%a3669: f32, %a3670: f32, %o3671: f32):
     %s3672 = arith.mulf %a3669, %a3670 : f32
     linalg.yield %s3672 : f32
-  } -> tensor<16xf32>
-  %e3674 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3674 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3679 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3661, %v3673 : tensor<16xf32>, tensor<16xf32>) outs(%e3674 : tensor<16xf32>) {
   ^bb0(%a3675: f32, %a3676: f32, %o3677: f32):
     %s3678 = arith.addf %a3675, %a3676 : f32
     linalg.yield %s3678 : f32
-  } -> tensor<16xf32>
-  %e3680 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3680 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3685 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3680 : tensor<f32>) {
   ^bb0(%a3681: f32, %o3682: f32):
     %s3683 = arith.constant 0x3F666666 : f32
     %s3684 = math.powf %s3683, %a3681 : f32
     linalg.yield %s3684 : f32
-  } -> tensor<f32>
-  %e3686 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3686 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3691 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3685 : tensor<f32>) outs(%e3686 : tensor<f32>) {
   ^bb0(%a3687: f32, %o3688: f32):
     %s3689 = arith.constant 0x3F800000 : f32
     %s3690 = arith.subf %s3689, %a3687 : f32
     linalg.yield %s3690 : f32
-  } -> tensor<f32>
-  %e3692 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3692 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3697 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3692 : tensor<f32>) {
   ^bb0(%a3693: f32, %o3694: f32):
     %s3695 = arith.constant 0x3F7FBE77 : f32
     %s3696 = math.powf %s3695, %a3693 : f32
     linalg.yield %s3696 : f32
-  } -> tensor<f32>
-  %e3698 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3698 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3703 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3697 : tensor<f32>) outs(%e3698 : tensor<f32>) {
   ^bb0(%a3699: f32, %o3700: f32):
     %s3701 = arith.constant 0x3F800000 : f32
     %s3702 = arith.subf %s3701, %a3699 : f32
     linalg.yield %s3702 : f32
-  } -> tensor<f32>
-  %e3704 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3704 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3709 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3691 : tensor<f32>) outs(%e3704 : tensor<f32>) {
   ^bb0(%a3705: f32, %o3706: f32):
     %s3707 = arith.constant 0x3F800000 : f32
     %s3708 = arith.divf %s3707, %a3705 : f32
     linalg.yield %s3708 : f32
-  } -> tensor<f32>
-  %e3710 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3710 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3715 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3709 : tensor<f32>) outs(%e3710 : tensor<f32>) {
   ^bb0(%a3711: f32, %o3712: f32):
     %s3713 = arith.constant 0x3A83126F : f32
     %s3714 = arith.mulf %a3711, %s3713 : f32
     linalg.yield %s3714 : f32
-  } -> tensor<f32>
-  %e3716 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3716 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3715 : tensor<f32>) outs(%e3716 : tensor<f32>) {
   ^bb0(%a3717: f32, %o3718: f32):
     %s3719 = arith.negf %a3717 : f32
     linalg.yield %s3719 : f32
-  } -> tensor<f32>
-  %e3721 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3721 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3703 : tensor<f32>) outs(%e3721 : tensor<f32>) {
   ^bb0(%a3722: f32, %o3723: f32):
     %s3724 = math.sqrt %a3722 : f32
     linalg.yield %s3724 : f32
-  } -> tensor<f32>
-  %e3726 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3726 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3730 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3679 : tensor<16xf32>) outs(%e3726 : tensor<16xf32>) {
   ^bb0(%a3727: f32, %o3728: f32):
     %s3729 = math.sqrt %a3727 : f32
     linalg.yield %s3729 : f32
-  } -> tensor<16xf32>
-  %e3731 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3731 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3736 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3725, %v3720 : tensor<f32>, tensor<f32>) outs(%e3731 : tensor<f32>) {
   ^bb0(%a3732: f32, %a3733: f32, %o3734: f32):
     %s3735 = arith.mulf %a3732, %a3733 : f32
     linalg.yield %s3735 : f32
-  } -> tensor<f32>
-  %e3737 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3737 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3742 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3730, %v3736 : tensor<16xf32>, tensor<f32>) outs(%e3737 : tensor<16xf32>) {
   ^bb0(%a3738: f32, %a3739: f32, %o3740: f32):
     %s3741 = arith.divf %a3738, %a3739 : f32
     linalg.yield %s3741 : f32
-  } -> tensor<16xf32>
-  %e3743 = tensor.empty() : tensor<f32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3743 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3748 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3720 : tensor<f32>) outs(%e3743 : tensor<f32>) {
   ^bb0(%a3744: f32, %o3745: f32):
     %s3746 = arith.constant 0x3F800000 : f32
     %s3747 = arith.divf %s3746, %a3744 : f32
     linalg.yield %s3747 : f32
-  } -> tensor<f32>
-  %e3749 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc14)
+  %e3749 = tensor.empty() : tensor<f32> loc(#loc14)
   %v3754 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3748 : tensor<f32>) outs(%e3749 : tensor<f32>) {
   ^bb0(%a3750: f32, %o3751: f32):
     %s3752 = arith.constant 0x322BCC77 : f32
     %s3753 = arith.mulf %a3750, %s3752 : f32
     linalg.yield %s3753 : f32
-  } -> tensor<f32>
-  %e3755 = tensor.empty() : tensor<16xf32>
+  } -> tensor<f32> loc(#loc14)
+  %e3755 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3760 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3742, %v3754 : tensor<16xf32>, tensor<f32>) outs(%e3755 : tensor<16xf32>) {
   ^bb0(%a3756: f32, %a3757: f32, %o3758: f32):
     %s3759 = arith.addf %a3756, %a3757 : f32
     linalg.yield %s3759 : f32
-  } -> tensor<16xf32>
-  %e3761 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3761 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3766 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3655 : tensor<16xf32>) outs(%e3761 : tensor<16xf32>) {
   ^bb0(%a3762: f32, %o3763: f32):
     %s3764 = arith.constant 0x3F800000 : f32
     %s3765 = arith.mulf %a3762, %s3764 : f32
     linalg.yield %s3765 : f32
-  } -> tensor<16xf32>
-  %e3767 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3767 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3772 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3766, %v3760 : tensor<16xf32>, tensor<16xf32>) outs(%e3767 : tensor<16xf32>) {
   ^bb0(%a3768: f32, %a3769: f32, %o3770: f32):
     %s3771 = arith.divf %a3768, %a3769 : f32
     linalg.yield %s3771 : f32
-  } -> tensor<16xf32>
-  %e3773 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
+  %e3773 = tensor.empty() : tensor<16xf32> loc(#loc14)
   %v3778 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v3772 : tensor<16xf32>, tensor<16xf32>) outs(%e3773 : tensor<16xf32>) {
   ^bb0(%a3774: f32, %a3775: f32, %o3776: f32):
     %s3777 = arith.addf %a3774, %a3775 : f32
     linalg.yield %s3777 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc14)
   return %v362, %v1063, %v1244, %v1425, %v1606, %v1787, %v1968, %v2149, %v2330, %v2511, %v2692, %v2873, %v3054, %v3235, %v3416, %v3597, %v3778, %v940, %v1121, %v1302, %v1483, %v1664, %v1845, %v2026, %v2207, %v2388, %v2569, %v2750, %v2931, %v3112, %v3293, %v3474, %v3655, %v964, %v1145, %v1326, %v1507, %v1688, %v1869, %v2050, %v2231, %v2412, %v2593, %v2774, %v2955, %v3136, %v3317, %v3498, %v3679, %v888, %v1069, %v1250, %v1431, %v1612, %v1793, %v1974, %v2155, %v2336, %v2517, %v2698, %v2879, %v3060, %v3241, %v3422, %v3603 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
+#loc0 = loc(fused<"forward">["shardx/models.py":45:0])
+#loc1 = loc(fused<"forward">["shardx/models.py":27:0])
+#loc2 = loc(fused<"forward">["shardx/models.py":28:0])
+#loc3 = loc(fused<"forward">["shardx/models.py":29:0])
+#loc4 = loc(fused<"forward">["shardx/models.py":30:0])
+#loc5 = loc(fused<"forward">["shardx/models.py":46:0])
+#loc6 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc7 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc8 = loc(fused<"backward">["shardx/models.py":46:0])
+#loc9 = loc(fused<"backward">["shardx/models.py":30:0])
+#loc10 = loc(fused<"backward">["shardx/models.py":29:0])
+#loc11 = loc(fused<"backward">["shardx/models.py":28:0])
+#loc12 = loc(fused<"backward">["shardx/models.py":27:0])
+#loc13 = loc(fused<"backward">["shardx/models.py":45:0])
+#loc14 = loc(fused<"optimizer">[unknown])

@@ -7,11 +7,14 @@ SHARDX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHARDX_BUILD="${SHARDX_BUILD:-$SHARDX_ROOT/build}"
 LLVM_PREFIX=/usr/lib/llvm-22
 JOBS="${JOBS:-2}"
+# ccache (when installed) hashes paths inside the checkout relative to the
+# build directory, so every clone of the project shares its cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$SHARDX_ROOT}"
 
 # Debian packages the build and the CPU test suite need.
 SHARDX_PACKAGES=(
   cmake ninja-build ccache g++ git
-  libgtest-dev
+  libgtest-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   python3 python3-venv python3-dev

@@ -15,8 +15,10 @@ set +e
 status=${PIPESTATUS[0]}
 set -e
 
-count() { # sums the "<label>: N" summary lines of lit
-  awk -v label="$1" '$1 == label":" { n += $2 } END { print n + 0 }' "$LOG"
+count() { # sums lit's "<label>: N" summary lines (padded "Passed     : N"
+  # when several categories are listed)
+  { grep -E "^[[:space:]]*$1[[:space:]]*: [0-9]+" "$LOG" || true; } |
+    sed -E 's/.*: ([0-9]+).*/\1/' | awk '{ n += $1 } END { print n + 0 }'
 }
 passed=$(( $(count Passed) + $(count "Expectedly Failed") ))
 failed=$(( $(count Failed) + $(count "Unexpectedly Passed") + $(count Unresolved) + $(count "Timed Out") ))

@@ -37,7 +37,47 @@ if config.shardx_enable_fuzz:
     config.available_features.add("fuzz")
 config.substitutions.append(("%python", sys.executable))
 
+# The CUDA toolkit, for the cuda target and the cuda-local kernels (no GPU
+# needed): `REQUIRES: cuda-toolkit` = ptxas and libdevice found. A test that
+# expects the runtime to find no driver says `UNSUPPORTED: cuda-driver`;
+# `cuda-stub` is the toolkit's stub libcuda, which loads and fails cuInit.
+import ctypes
+import shutil
+
+cuda_roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
+cuda_roots += ["/usr/local/cuda", "/usr/lib/cuda"]
+for root in filter(None, cuda_roots):
+    ptxas = os.path.join(root, "bin", "ptxas")
+    libdevice = os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc")
+    if os.path.exists(ptxas) and os.path.exists(libdevice):
+        config.available_features.add("cuda-toolkit")
+        config.substitutions.append(("%ptxas", ptxas))
+        config.substitutions.append(("%cuda_root", root))
+        break
+else:
+    ptxas = shutil.which("ptxas")
+    if ptxas:
+        config.substitutions.append(("%ptxas", ptxas))
+
+try:
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("cuda-driver")
+except OSError:
+    pass
+
+for root in filter(None, cuda_roots):
+    stub = os.path.join(root, "lib64", "stubs", "libcuda.so")
+    if os.path.exists(stub):
+        config.available_features.add("cuda-stub")
+        config.substitutions.append(("%cuda_stub", stub))
+        break
+
+# The cuda-local reduction kernels' PTX (built when CMake found nvcc).
+if os.path.exists(os.path.join(config.shardx_obj_root, "lib", "Runtime", "cuda",
+                               "CollectiveKernels.ptx")):
+    config.available_features.add("cuda-local-kernels")
+
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
-tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-run", "split-file", "not", "shardx-mpi-conformance",
-         "shardx-fuzz-layout", "shardx-fuzz-spmd"]
+tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-gpu-exec", "shardx-run", "split-file", "not",
+         "shardx-mpi-conformance", "shardx-fuzz-layout", "shardx-fuzz-spmd"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

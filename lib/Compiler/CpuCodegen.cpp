@@ -51,6 +51,9 @@ using namespace mlir;
 #ifndef SHARDX_RUNTIME_ARCHIVE
 #define SHARDX_RUNTIME_ARCHIVE ""
 #endif
+#ifndef SHARDX_RUNTIME_BLAS_ARCHIVE
+#define SHARDX_RUNTIME_BLAS_ARCHIVE ""
+#endif
 #ifndef SHARDX_LAYOUT_ARCHIVE
 #define SHARDX_LAYOUT_ARCHIVE ""
 #endif
@@ -360,12 +363,19 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "convert-func-to-llvm,convert-cf-to-llvm,"
           "reconcile-unrealized-casts")))
     return failure();
+  // The runtime and its GEMMs (OpenBLAS); $SHARDX_RUNTIME_ARCHIVE names a
+  // copy of the runtime, with libShardXRuntimeBlas.a beside it.
   std::string runtime = SHARDX_RUNTIME_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE"))
+  std::string blas = SHARDX_RUNTIME_BLAS_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE")) {
     runtime = env;
+    blas = (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeBlas.a")
+               .str();
+  }
   SmallVector<std::string> libraries;
-  for (StringRef lib : {StringRef(runtime), StringRef(SHARDX_LAYOUT_ARCHIVE),
-                        StringRef(SHARDX_OPENBLAS_LIBRARY)})
+  for (StringRef lib :
+       {StringRef(runtime), StringRef(blas), StringRef(SHARDX_LAYOUT_ARCHIVE),
+        StringRef(SHARDX_OPENBLAS_LIBRARY)})
     if (!lib.empty())
       libraries.push_back(lib.str());
   return emitArtifact(module, info, options, libraries);

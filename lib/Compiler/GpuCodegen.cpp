@@ -46,10 +46,17 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
 
+#ifndef SHARDX_CUDA_CODE_ARCHIVE
+#define SHARDX_CUDA_CODE_ARCHIVE ""
+#endif
+#ifndef SHARDX_RUNTIME_ARCHIVE
+#define SHARDX_RUNTIME_ARCHIVE ""
+#endif
 #ifndef SHARDX_CUDA_RUNTIME_ARCHIVE
 #define SHARDX_CUDA_RUNTIME_ARCHIVE ""
 #endif
@@ -472,22 +479,23 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
   if (options.emit == "ptx")
     return writeFile(options.outputPath, *ptx);
 
-  bool collectives = false;
-  module.walk([&](LLVM::LLVMFuncOp fn) {
-    collectives |= fn.getName().starts_with("shardx_rt_cg_");
-  });
-  if (collectives && options.emit == "so") {
-    module.emitError("collectives on the cuda target need the GPU "
-                     "communicators of lib/Runtime/cuda (not implemented "
-                     "yet); --emit=mlir|ptx|llvm|obj work");
-    return failure();
-  }
   addStagingEntryWrappers(module, signatures);
   SmallVector<std::string> libraries;
+  // The compiled-code entry points on device buffers (shardx_rt_invoke,
+  // shardx_rt_cg_*), the CUDA runtime, the communicator interface and the
+  // layouts; $SHARDX_CUDA_RUNTIME_ARCHIVE names a copy of the CUDA runtime
+  // with libShardXRuntimeCudaCode.a beside it.
   std::string runtime = SHARDX_CUDA_RUNTIME_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE"))
+  std::string code = SHARDX_CUDA_CODE_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE")) {
     runtime = env;
-  for (StringRef lib : {StringRef(runtime), StringRef(SHARDX_LAYOUT_ARCHIVE)})
+    code =
+        (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeCudaCode.a")
+            .str();
+  }
+  for (StringRef lib :
+       {StringRef(code), StringRef(runtime), StringRef(SHARDX_RUNTIME_ARCHIVE),
+        StringRef(SHARDX_LAYOUT_ARCHIVE)})
     if (!lib.empty())
       libraries.push_back(lib.str());
   libraries.push_back("-ldl");

@@ -29,20 +29,11 @@ using namespace mlir::shardx;
 
 namespace {
 
+/// The runtime C ABI's code of a reduction (SHARDX_RT_SUM, ...): the same
+/// numbering as ReductionKind and ReduceOp (static_asserts in ShardXAttrs.cpp
+/// and CApi.cpp).
 int32_t reduceCode(ReductionKind kind) {
-  switch (kind) {
-  case ReductionKind::Sum:
-    return 0;
-  case ReductionKind::Avg:
-    return 1;
-  case ReductionKind::Max:
-    return 2;
-  case ReductionKind::Min:
-    return 3;
-  case ReductionKind::Prod:
-    return 4;
-  }
-  return 0;
+  return static_cast<int32_t>(toReduceOp(kind));
 }
 
 class Lowering {

@@ -7,7 +7,7 @@
 #include "shardx/Exec/Executor.h"
 #include "shardx/Runtime/CApi.h"
 
-#include "llvm/Support/JSON.h"
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -142,46 +142,92 @@ std::optional<DType> toDType(const std::string &dtype) {
   return std::nullopt;
 }
 
-bool parseSpec(const llvm::json::Object &obj, size_t meshRank,
-               TensorSpec &spec, std::string &error) {
-  auto ints = [](const llvm::json::Array *a) {
-    std::vector<int64_t> v;
-    if (a)
-      for (const auto &x : *a)
-        v.push_back(x.getAsInteger().value_or(-1));
-    return v;
-  };
-  spec.shape = ints(obj.getArray("shape"));
-  spec.globalShape = ints(obj.getArray("global_shape"));
+using Json = nlohmann::json;
+
+/// The integers of `obj[key]` (empty when absent).
+std::vector<int64_t> ints(const Json &obj, const char *key) {
+  std::vector<int64_t> v;
+  if (auto it = obj.find(key); it != obj.end() && it->is_array())
+    for (const Json &x : *it)
+      v.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
+  return v;
+}
+
+std::string stringOr(const Json &obj, const char *key, std::string fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
+               std::string &error) {
+  spec.shape = ints(obj, "shape");
+  spec.globalShape = ints(obj, "global_shape");
   if (spec.globalShape.empty() && !spec.shape.empty())
     spec.globalShape = spec.shape;
-  spec.dtype = obj.getString("dtype").value_or("").str();
+  spec.dtype = stringOr(obj, "dtype", "");
   if (elementSize(spec.dtype) == 0) {
     error = "unsupported element type '" + spec.dtype + "'";
     return false;
   }
-  if (const llvm::json::Object *l = obj.getObject("layout")) {
-    Layout layout(static_cast<int64_t>(meshRank));
-    spec.layoutText = l->getString("text").value_or("").str();
-    if (const auto *dims = l->getArray("dims"))
-      for (const auto &d : *dims) {
-        const auto *dobj = d.getAsObject();
-        int64_t dim = dobj->getInteger("dim").value_or(0);
-        if (const auto *splits = dobj->getArray("splits"))
-          for (const auto &s : *splits) {
-            const auto *pair = s.getAsArray();
-            layout.addSplit(dim, Split{(*pair)[0].getAsInteger().value_or(0),
-                                       (*pair)[1].getAsInteger().value_or(1)});
+  auto l = obj.find("layout");
+  if (l == obj.end() || !l->is_object())
+    return true;
+  Layout layout(static_cast<int64_t>(meshRank));
+  spec.layoutText = stringOr(*l, "text", "");
+  if (auto dims = l->find("dims"); dims != l->end())
+    for (const Json &d : *dims) {
+      int64_t dim = d.value("dim", int64_t(0));
+      if (auto splits = d.find("splits"); splits != d.end())
+        for (const Json &pair : *splits)
+          layout.addSplit(
+              dim, Split{pair.at(0).get<int64_t>(), pair.at(1).get<int64_t>()});
+      std::vector<int64_t> sizes = ints(d, "sizes");
+      if (!sizes.empty())
+        layout.setSizes(dim, sizes);
+    }
+  if (auto partials = l->find("partials"); partials != l->end())
+    for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
+      if ((*partials)[a].is_string())
+        layout.setPartial(a, parseReduceOp((*partials)[a].get<std::string>()));
+  spec.layout = layout;
+  return true;
+}
+
+/// Reads the program description into `a`; false with `error` set when it
+/// is malformed.
+bool parseProgramInfo(const char *info, std::vector<int64_t> &meshShape,
+                      std::vector<EntryPoint> &entries, std::string &error) {
+  Json root = Json::parse(info, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    error = "not valid JSON";
+    return false;
+  }
+  try {
+    size_t meshRank = 1;
+    if (auto meshes = root.find("meshes");
+        meshes != root.end() && meshes->is_array() && !meshes->empty()) {
+      meshShape.clear();
+      for (const Json &s : meshes->at(0).at("shape"))
+        meshShape.push_back(s.get<int64_t>());
+      meshRank = meshShape.size();
+    }
+    for (const Json &f : root.at("functions")) {
+      EntryPoint e;
+      e.name = stringOr(f, "name", "");
+      for (const char *key : {"inputs", "outputs"})
+        for (const Json &v : f.at(key)) {
+          TensorSpec spec;
+          if (!parseSpec(v, meshRank, spec, error)) {
+            error = e.name + ": " + error;
+            return false;
           }
-        std::vector<int64_t> sizes = ints(dobj->getArray("sizes"));
-        if (!sizes.empty())
-          layout.setSizes(dim, sizes);
-      }
-    if (const auto *partials = l->getArray("partials"))
-      for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
-        if (auto s = (*partials)[a].getAsString())
-          layout.setPartial(a, parseReduceOp(s->str()));
-    spec.layout = layout;
+          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
+        }
+      entries.push_back(std::move(e));
+    }
+  } catch (const Json::exception &e) {
+    error = e.what();
+    return false;
   }
   return true;
 }
@@ -210,36 +256,9 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   // Absent from artifacts built before the call existed.
   a->setThreads = reinterpret_cast<int (*)(int)>(
       dlsym(handle, "shardx_rt_set_compute_threads"));
-  auto parsed = llvm::json::parse(info);
-  if (!parsed) {
-    error = "bad program description in " + path + ": " +
-            llvm::toString(parsed.takeError());
+  if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
+    error = "bad program description in " + path + ": " + error;
     return nullptr;
-  }
-  const llvm::json::Object *root = parsed->getAsObject();
-  size_t meshRank = 1;
-  if (const auto *meshes = root->getArray("meshes"))
-    if (!meshes->empty()) {
-      a->meshShape.clear();
-      for (const auto &s : *(*meshes)[0].getAsObject()->getArray("shape"))
-        a->meshShape.push_back(s.getAsInteger().value_or(1));
-      meshRank = a->meshShape.size();
-    }
-  for (const auto &f : *root->getArray("functions")) {
-    const auto *fobj = f.getAsObject();
-    EntryPoint e;
-    e.name = fobj->getString("name").value_or("").str();
-    for (const char *key : {"inputs", "outputs"}) {
-      for (const auto &v : *fobj->getArray(key)) {
-        TensorSpec spec;
-        if (!parseSpec(*v.getAsObject(), meshRank, spec, error)) {
-          error = e.name + ": " + error;
-          return nullptr;
-        }
-        (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
-      }
-    }
-    a->entries.push_back(std::move(e));
   }
   return a;
 }
@@ -266,7 +285,9 @@ int shardx::exec::computeThreadsPerRank(int64_t ranks) {
     return std::max(1, std::atoi(env));
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return 0;
-  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Read once: glibc reads /sys on every call, which a run per training
+  // step (shardx.compile) would pay each time.
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks)));
 }
 
@@ -282,6 +303,20 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
 Status Artifact::run(const EntryPoint &entry, Communicator &comm,
                      const std::vector<const HostTensor *> &localInputs,
                      std::vector<HostTensor> &localOutputs) const {
+  RawOutputs raw;
+  if (Status s = call(entry, comm, localInputs, raw); !s)
+    return s;
+  localOutputs.clear();
+  localOutputs.resize(raw.size());
+  for (size_t o = 0; o < raw.size(); ++o)
+    raw.copyOut(o, localOutputs[o]);
+  return Status::ok();
+}
+
+Status Artifact::call(const EntryPoint &entry, Communicator &comm,
+                      const std::vector<const HostTensor *> &localInputs,
+                      RawOutputs &raw) const {
+  raw.release();
   if (localInputs.size() != entry.inputs.size())
     return Status::error(entry.name + " takes " +
                          std::to_string(entry.inputs.size()) + " inputs");
@@ -321,8 +356,11 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
     descs.push_back(std::move(d));
   }
   size_t resultWords = 0;
-  for (const TensorSpec &o : entry.outputs)
+  std::vector<size_t> offsets;
+  for (const TensorSpec &o : entry.outputs) {
+    offsets.push_back(resultWords);
     resultWords += 3 + 2 * o.shape.size();
+  }
   std::vector<int64_t> results(std::max<size_t>(resultWords, 1), 0);
   std::vector<void *> argv;
   if (!entry.outputs.empty())
@@ -335,57 +373,90 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
                   sizeof(error));
   if (rc != 0)
     return Status::error(error);
-  localOutputs.clear();
-  std::set<int64_t> freed;
-  size_t w = 0;
-  for (const TensorSpec &o : entry.outputs) {
-    size_t r = o.shape.size();
-    int64_t allocated = results[w], aligned = results[w + 1],
-            offset = results[w + 2];
-    HostTensor t;
-    t.dtype = o.dtype;
-    std::vector<int64_t> strides(r);
-    for (size_t k = 0; k < r; ++k) {
-      t.shape.push_back(results[w + 3 + k]);
-      strides[k] = results[w + 3 + r + k];
-    }
-    size_t es = t.elementSize();
-    const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
-    bool contiguous = true;
-    for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
-      if (t.shape[k] != 1 && strides[k] != expect)
-        contiguous = false;
-      expect *= t.shape[k];
-    }
-    if (contiguous) {
-      // One pass: no zero fill before the copy.
-      size_t bytes = static_cast<size_t>(t.numElements()) * es;
-      t.data.assign(base, base + bytes);
-    } else {
-      t.data.resize(t.numElements() * es);
-      std::vector<int64_t> i(r, 0);
-      for (int64_t n = 0; n < t.numElements(); ++n) {
-        int64_t off = 0;
-        for (size_t k = 0; k < r; ++k)
-          off += i[k] * strides[k];
-        std::memcpy(t.data.data() + n * es, base + off * es, es);
-        for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
-          if (++i[k] < t.shape[k])
-            break;
-          i[k] = 0;
-        }
-      }
-    }
-    // Freed once all outputs are copied: results may share a buffer (a
-    // value returned twice).
-    if (allocated && !inputPtrs.count(allocated))
-      freed.insert(allocated);
-    localOutputs.push_back(std::move(t));
-    w += 3 + 2 * r;
+  raw.entry = &entry;
+  raw.results = std::move(results);
+  raw.offsets = std::move(offsets);
+  raw.inputPtrs = std::move(inputPtrs);
+  return Status::ok();
+}
+
+RawOutputs::RawOutputs(RawOutputs &&other) noexcept {
+  *this = std::move(other);
+}
+
+RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
+  if (this != &other) {
+    release();
+    entry = other.entry;
+    results = std::move(other.results);
+    offsets = std::move(other.offsets);
+    inputPtrs = std::move(other.inputPtrs);
+    other.entry = nullptr;
+    other.offsets.clear();
   }
+  return *this;
+}
+
+RawOutputs::~RawOutputs() { release(); }
+
+void RawOutputs::release() {
+  // Results may share a buffer (a value returned twice) and may be an
+  // input's buffer (never freed here).
+  std::set<int64_t> freed;
+  for (size_t w : offsets)
+    if (int64_t allocated = results[w];
+        allocated && !inputPtrs.count(allocated))
+      freed.insert(allocated);
   for (int64_t allocated : freed)
     std::free(reinterpret_cast<void *>(allocated));
-  return Status::ok();
+  entry = nullptr;
+  offsets.clear();
+  results.clear();
+  inputPtrs.clear();
+}
+
+bool RawOutputs::aliasesInput(size_t o) const {
+  return inputPtrs.count(results[offsets.at(o)]) != 0;
+}
+
+void RawOutputs::copyOut(size_t o, HostTensor &t) const {
+  const TensorSpec &spec = entry->outputs.at(o);
+  size_t w = offsets.at(o), r = spec.shape.size();
+  int64_t aligned = results[w + 1], offset = results[w + 2];
+  t.dtype = spec.dtype;
+  t.shape.assign(results.begin() + w + 3, results.begin() + w + 3 + r);
+  std::vector<int64_t> strides(results.begin() + w + 3 + r,
+                               results.begin() + w + 3 + 2 * r);
+  size_t es = t.elementSize();
+  const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
+  bool contiguous = true;
+  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
+    if (t.shape[k] != 1 && strides[k] != expect)
+      contiguous = false;
+    expect *= t.shape[k];
+  }
+  size_t bytes = static_cast<size_t>(t.numElements()) * es;
+  if (contiguous) {
+    // One pass, no zero fill; a buffer of the right size is reused.
+    if (t.data.size() != bytes)
+      t.data.assign(base, base + bytes);
+    else if (bytes && t.data.data() != base)
+      std::memmove(t.data.data(), base, bytes);
+    return;
+  }
+  t.data.resize(bytes);
+  std::vector<int64_t> i(r, 0);
+  for (int64_t n = 0; n < t.numElements(); ++n) {
+    int64_t off = 0;
+    for (size_t k = 0; k < r; ++k)
+      off += i[k] * strides[k];
+    std::memcpy(t.data.data() + n * es, base + off * es, es);
+    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+      if (++i[k] < t.shape[k])
+        break;
+      i[k] = 0;
+    }
+  }
 }
 
 HostTensor shardx::exec::scatter(const HostTensor &global,
@@ -700,14 +771,15 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
                                  const EntryPoint &entry,
                                  const std::vector<HostTensor> &globalInputs,
                                  std::vector<HostTensor> &globalOutputs,
-                                 double timeoutSeconds, double *seconds) {
+                                 double timeoutSeconds, double *seconds,
+                                 const RankWorld &world) {
   const std::vector<int64_t> &mesh = artifact.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<std::vector<HostTensor>> outs(coords.size());
   std::vector<double> times(coords.size(), 0);
   artifact.setComputeThreads(
       computeThreadsPerRank(static_cast<int64_t>(coords.size())));
-  std::vector<Status> statuses = rt::runThreads(
+  std::vector<Status> statuses = world(
       mesh,
       [&](Communicator &comm) -> Status {
         std::vector<HostTensor> local;
@@ -722,9 +794,12 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
         return s;
       },
       timeoutSeconds);
+  // Every rank's error, each distinct message once (a world that cannot
+  // start fails every rank alike).
   std::string errors;
+  std::set<std::string> seen;
   for (size_t r = 0; r < statuses.size(); ++r)
-    if (!statuses[r])
+    if (!statuses[r] && seen.insert(statuses[r].message()).second)
       errors += (errors.empty() ? "" : "\n") + statuses[r].message();
   if (!errors.empty())
     return Status::error(errors);
@@ -769,46 +844,56 @@ Status shardx::exec::runOnCommunicator(
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
                    .count();
+  globalOutputs.assign(entry.outputs.size(), HostTensor());
+  for (size_t o = 0; o < entry.outputs.size(); ++o)
+    if (Status g = gatherOnCommunicator(localOut[o], entry.outputs[o], comm,
+                                        globalOutputs[o]);
+        !g)
+      return g;
+  return Status::ok();
+}
+
+Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
+                                          const TensorSpec &spec,
+                                          Communicator &comm,
+                                          HostTensor &global) {
+  const std::vector<int64_t> &mesh = comm.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<int64_t> allAxes;
   for (size_t a = 0; a < mesh.size(); ++a)
     allAxes.push_back(static_cast<int64_t>(a));
-  globalOutputs.clear();
-  for (size_t o = 0; o < entry.outputs.size(); ++o) {
-    const TensorSpec &spec = entry.outputs[o];
-    std::optional<DType> dt = toDType(spec.dtype);
-    if (!dt)
-      return Status::error("cannot gather " + spec.dtype + " results");
-    std::vector<size_t> counts;
-    std::vector<HostTensor> locals(coords.size());
-    for (size_t r = 0; r < coords.size(); ++r) {
-      locals[r].dtype = spec.dtype;
-      locals[r].shape = spec.layout ? spec.layout
-                                          ->getLocalShard(mesh, spec.globalShape,
-                                                          coords[r])
-                                          .shape
-                                    : spec.globalShape;
-      counts.push_back(locals[r].numElements());
-    }
-    size_t total = 0;
-    for (size_t c : counts)
-      total += c;
-    std::vector<char> all(total * elementSize(spec.dtype) + 1);
-    Status g = comm.allGather(localOut[o].data.data(), all.data(), counts, *dt,
-                              allAxes);
-    if (!g)
-      return g;
-    size_t off = 0;
-    for (size_t r = 0; r < coords.size(); ++r) {
-      size_t bytes = counts[r] * elementSize(spec.dtype);
-      locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
-      off += bytes;
-    }
-    std::string error;
-    globalOutputs.push_back(assemble(locals, spec, mesh, error));
-    if (!error.empty())
-      return Status::error(error);
+  std::optional<DType> dt = toDType(spec.dtype);
+  if (!dt)
+    return Status::error("cannot gather " + spec.dtype + " results");
+  std::vector<size_t> counts;
+  std::vector<HostTensor> locals(coords.size());
+  for (size_t r = 0; r < coords.size(); ++r) {
+    locals[r].dtype = spec.dtype;
+    locals[r].shape =
+        spec.layout
+            ? spec.layout->getLocalShard(mesh, spec.globalShape, coords[r])
+                  .shape
+            : spec.globalShape;
+    counts.push_back(locals[r].numElements());
   }
+  size_t total = 0;
+  for (size_t c : counts)
+    total += c;
+  std::vector<char> all(total * elementSize(spec.dtype) + 1);
+  Status g =
+      comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
+  if (!g)
+    return g;
+  size_t off = 0;
+  for (size_t r = 0; r < coords.size(); ++r) {
+    size_t bytes = counts[r] * elementSize(spec.dtype);
+    locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
+    off += bytes;
+  }
+  std::string error;
+  global = assemble(locals, spec, mesh, error);
+  if (!error.empty())
+    return Status::error(error);
   return Status::ok();
 }
 

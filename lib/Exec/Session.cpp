@@ -7,6 +7,7 @@
 #include "shardx/Exec/Session.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 using namespace shardx;
 using namespace shardx::exec;
@@ -96,7 +97,62 @@ Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds)
     size *= n;
 }
 
+Session::Session(std::unique_ptr<rt::Communicator> communicator)
+    : meshShape(communicator->getMeshShape()), timeoutSeconds(0),
+      comm(std::move(communicator)), processMode(true) {
+  for (int64_t n : meshShape)
+    size *= n;
+}
+
 Session::~Session() { stopWorld(); }
+
+int64_t Session::getProcessRank() const {
+  return processMode && comm ? comm->getRank() : -1;
+}
+
+ShardSet Session::scatter(const HostTensor &global,
+                          const std::optional<Layout> &layout) const {
+  if (!processMode)
+    return scatterShards(global, layout, meshShape);
+  ShardSet set;
+  set.meshShape = meshShape;
+  set.globalShape = global.shape;
+  set.dtype = global.dtype;
+  set.layout = layout;
+  set.locals.assign(size, nullptr);
+  int64_t rank = getProcessRank();
+  if (rank < 0)
+    return set;
+  if (!layout || layout->isReplicated())
+    set.locals[rank] = std::make_shared<const HostTensor>(global);
+  else
+    set.locals[rank] = std::make_shared<const HostTensor>(exec::scatter(
+        global, set.getSpec(), meshShape, allMeshCoords(meshShape)[rank]));
+  return set;
+}
+
+Status Session::gather(const ShardSet &shards, HostTensor &global) {
+  if (!processMode) {
+    std::string error;
+    global = gatherShards(shards, error);
+    return error.empty() ? Status::ok() : Status::error(error);
+  }
+  int64_t rank = getProcessRank();
+  if (rank < 0 || shards.locals.size() != static_cast<size_t>(size) ||
+      !shards.locals[rank])
+    return Status::error("this process holds no shard of the tensor");
+  if (!shards.layout || shards.layout->isReplicated()) {
+    global = *shards.locals[rank];
+    return Status::ok();
+  }
+  return gatherOnCommunicator(*shards.locals[rank], shards.getSpec(), *comm,
+                              global);
+}
+
+void Session::close() {
+  stopWorld();
+  comm.reset();
+}
 
 void Session::startWorld() {
   // Called with no world running.
@@ -156,6 +212,17 @@ void Session::stopWorld() {
 
 std::vector<Status>
 Session::runOnRanks(const std::function<Status(Communicator &)> &body) {
+  if (processMode) {
+    // This process's rank, on the calling thread; a failed collective ends
+    // the whole job with a message naming the rank (the mpi backend).
+    std::vector<Status> result(size, Status::ok());
+    if (!comm) {
+      result[0] = Status::error("the session was closed");
+      return result;
+    }
+    result[comm->getRank()] = body(*comm);
+    return result;
+  }
   if (!running)
     startWorld();
   std::vector<Status> result;
@@ -201,6 +268,19 @@ static Status rootCause(const std::vector<Status> &statuses) {
 Status Session::run(const Artifact &artifact, const EntryPoint &entry,
                     const std::vector<const ShardSet *> &inputs,
                     std::vector<ShardSet> &outputs) {
+  // Nothing is donated, so nothing is written.
+  std::vector<ShardSet *> mutableInputs;
+  mutableInputs.reserve(inputs.size());
+  for (const ShardSet *in : inputs)
+    mutableInputs.push_back(const_cast<ShardSet *>(in));
+  return run(artifact, entry, mutableInputs, outputs, {});
+}
+
+Status Session::run(const Artifact &artifact, const EntryPoint &entry,
+                    const std::vector<ShardSet *> &inputs,
+                    std::vector<ShardSet> &outputs,
+                    const std::vector<int64_t> &donatedInputOf,
+                    bool inputsChecked) {
   if (artifact.getMeshShape() != meshShape &&
       !(size == 1 && artifact.getMeshShape() == std::vector<int64_t>{1}))
     return Status::error("the artifact's mesh " +
@@ -212,38 +292,104 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
                          std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string why;
+    if (inputs[i]->donated)
+      return Status::error("input " + std::to_string(i) +
+                           " was donated to an earlier run: its buffers "
+                           "belong to that run's output");
     if (inputs[i]->locals.size() != static_cast<size_t>(size))
       return Status::error("input " + std::to_string(i) + " has " +
                            std::to_string(inputs[i]->locals.size()) +
                            " shards for " + std::to_string(size) + " ranks");
-    if (!inputs[i]->matches(entry.inputs[i], why))
+    for (int64_t r = 0; r < size; ++r)
+      if (holds(r) && !inputs[i]->locals[r])
+        return Status::error("input " + std::to_string(i) +
+                             " has no shard for rank " + std::to_string(r) +
+                             " in this process");
+    if (!inputsChecked && !inputs[i]->matches(entry.inputs[i], why))
       return Status::error("input " + std::to_string(i) + " of " + entry.name +
                            ": " + why);
   }
-  artifact.setComputeThreads(computeThreadsPerRank(size));
+  size_t numOutputs = entry.outputs.size();
+  std::vector<ShardSet *> donors(numOutputs);
+  for (size_t o = 0; o < numOutputs; ++o) {
+    std::string why;
+    if (o < donatedInputOf.size() && donatedInputOf[o] >= 0 &&
+        donatedInputOf[o] < static_cast<int64_t>(inputs.size()) &&
+        inputs[donatedInputOf[o]]->matches(entry.outputs[o], why))
+      donors[o] = inputs[donatedInputOf[o]];
+  }
+  int64_t ranksHere = size;
+  if (processMode) {
+    // The ranks sharing this machine: the launcher's local size (Open MPI,
+    // MPICH/Hydra), else assumed to be one.
+    ranksHere = 1;
+    for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char *env = std::getenv(var)) {
+        ranksHere = std::max(1, std::atoi(env));
+        break;
+      }
+  }
+  artifact.setComputeThreads(computeThreadsPerRank(ranksHere));
+  std::vector<RawOutputs> raws(size);
   std::vector<std::vector<HostTensor>> localOutputs(size);
+  // A donated result stays in the program's buffer until every rank has
+  // succeeded, so a failure leaves the donated inputs as they were.
+  auto deferred = [&](int64_t r, size_t o) {
+    return donors[o] && !raws[r].aliasesInput(o);
+  };
   std::vector<Status> statuses = runOnRanks([&](Communicator &comm) {
     int64_t r = comm.getRank();
     std::vector<const HostTensor *> locals;
     locals.reserve(inputs.size());
     for (const ShardSet *in : inputs)
       locals.push_back(in->locals[r].get());
-    return artifact.run(entry, comm, locals, localOutputs[r]);
+    if (Status s = artifact.call(entry, comm, locals, raws[r]); !s)
+      return s;
+    localOutputs[r].resize(numOutputs);
+    for (size_t o = 0; o < numOutputs; ++o)
+      if (!deferred(r, o))
+        raws[r].copyOut(o, localOutputs[r][o]);
+    return Status::ok();
   });
   if (Status s = rootCause(statuses); !s)
     return s;
   outputs.clear();
-  for (size_t o = 0; o < entry.outputs.size(); ++o) {
+  outputs.reserve(numOutputs);
+  for (size_t o = 0; o < numOutputs; ++o) {
     const TensorSpec &spec = entry.outputs[o];
     ShardSet set;
     set.meshShape = meshShape;
     set.globalShape = spec.globalShape;
     set.dtype = spec.dtype;
     set.layout = spec.layout;
-    for (int64_t r = 0; r < size; ++r)
-      set.locals.push_back(
-          std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));
+    set.locals.reserve(size);
+    for (int64_t r = 0; r < size; ++r) {
+      if (!holds(r)) {
+        set.locals.push_back(nullptr);
+        continue;
+      }
+      if (!deferred(r, o)) {
+        set.locals.push_back(
+            std::make_shared<const HostTensor>(std::move(localOutputs[r][o])));
+        continue;
+      }
+      std::shared_ptr<const HostTensor> &buffer = donors[o]->locals[r];
+      if (buffer && buffer.use_count() == 1) {
+        // Only this ShardSet holds it: the result goes in place.
+        raws[r].copyOut(o, const_cast<HostTensor &>(*buffer));
+        set.locals.push_back(std::move(buffer));
+      } else {
+        HostTensor t;
+        raws[r].copyOut(o, t);
+        set.locals.push_back(std::make_shared<const HostTensor>(std::move(t)));
+      }
+    }
     outputs.push_back(std::move(set));
   }
+  for (ShardSet *donor : donors)
+    if (donor) {
+      donor->locals.clear();
+      donor->donated = true;
+    }
   return Status::ok();
 }

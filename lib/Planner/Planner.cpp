@@ -288,7 +288,21 @@ private:
   void carveAsTarget(const Layout &base, const std::vector<int64_t> &subset,
                      Fn emit);
   bool reducible(const Layout &l, int64_t axis) const;
+  /// The steps out of `l`, one generator per family (each headed by an
+  /// example). A generator that returns true ran out of the work budget:
+  /// expand stops there.
   void expand(const Layout &l, std::vector<Edge> &out);
+  void push(std::vector<Edge> &out, Step step, Layout after, double bytes);
+  bool addReductions(const Layout &l, double inBytes, std::vector<Edge> &out);
+  void addRescales(const Layout &l, std::vector<Edge> &out);
+  bool addChunks(const Layout &l, const std::vector<int64_t> &replicated,
+                 std::vector<Edge> &out);
+  void addPartitionValues(const Layout &l,
+                          const std::vector<int64_t> &replicated,
+                          std::vector<Edge> &out);
+  void addGathers(const Layout &l, double inBytes, bool inEven,
+                  std::vector<Edge> &out);
+  bool addRelabelings(const Layout &l, double inBytes, std::vector<Edge> &out);
   void addPermute(const Layout &l, std::vector<Edge> &out);
   void preparePermuteTargets(const Layout &src);
   /// A lower bound of the cost from `l` to the target (A*): a collective
@@ -442,24 +456,44 @@ subsets(const std::vector<int64_t> &items) {
   return result;
 }
 
+void Search::push(std::vector<Edge> &out, Step step, Layout after,
+                  double bytes) {
+  charge(kLayoutWork);
+  step.bytesPerRank = bytes;
+  // Local steps cost nothing; among equal costs the search prefers fewer
+  // steps.
+  step.cost = step.isCollective() ? stepCost(step.axes, bytes) : 0.0;
+  out.push_back({std::move(step), std::move(after)});
+}
+
 void Search::expand(const Layout &l, std::vector<Edge> &out) {
   if (exhausted())
     return;
-  int64_t meshRank = l.getMeshRank();
-  const auto &partials = l.getPartials();
   double inBytes = maxBytes(l);
   bool inEven = isEven(l);
+  if (addReductions(l, inBytes, out))
+    return;
+  addRescales(l, out);
+  std::vector<int64_t> replicated;
+  for (int64_t a = 0; a < l.getMeshRank(); ++a)
+    if (!l.getPartials()[a] && l.getShardedDim(a) < 0)
+      replicated.push_back(a);
+  if (addChunks(l, replicated, out))
+    return;
+  addPartitionValues(l, replicated, out);
+  addGathers(l, inBytes, inEven, out);
+  if (addRelabelings(l, inBytes, out))
+    return;
+  addPermute(l, out);
+}
 
-  auto push = [&](Step step, Layout after, double bytes) {
-    charge(kLayoutWork);
-    step.bytesPerRank = bytes;
-    // Local steps cost nothing; among equal costs the search prefers fewer
-    // steps.
-    step.cost = step.isCollective() ? stepCost(step.axes, bytes) : 0.0;
-    out.push_back({std::move(step), std::move(after)});
-  };
-
-  // Partial axes: all_reduce, reduce_scatter, rescale.
+// [P(sum), R] -> [R, R]: all_reduce; [P(sum), R] -> [S(0), R]:
+// reduce_scatter (onto any dim and block boundary, or where the target has
+// the axes). Each set of Partial axes with one op that can be reduced now.
+bool Search::addReductions(const Layout &l, double inBytes,
+                           std::vector<Edge> &out) {
+  int64_t meshRank = l.getMeshRank();
+  const auto &partials = l.getPartials();
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
                       ReduceOp::Min, ReduceOp::Prod}) {
     std::vector<int64_t> ready;
@@ -468,7 +502,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
         ready.push_back(a);
     for (const auto &subset : subsets(ready)) {
       if (charge(kLayoutWork))
-        return;
+        return true;
       Layout cleared = l;
       for (int64_t a : subset)
         cleared.setPartial(a, std::nullopt);
@@ -477,7 +511,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
       ar.kind = Step::Kind::AllReduce;
       ar.axes = subset;
       ar.reduce = op;
-      push(ar, cleared, 2.0 * (n - 1) / n * inBytes);
+      push(out, ar, cleared, 2.0 * (n - 1) / n * inBytes);
       // Reduce-scatter anywhere too (in mesh order): less to move later.
       for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
         if (subset.size() == 1 && dst.getShardedDim(subset[0]) == d)
@@ -495,7 +529,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
           rs.dim = d;
           rs.outer = s;
           rs.reduce = op;
-          push(rs, std::move(*after), static_cast<double>(n - 1) / n * inBytes);
+          push(out, rs, std::move(*after), static_cast<double>(n - 1) / n * inBytes);
         }
       }
       carveAsTarget(cleared, subset,
@@ -508,11 +542,18 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
                       rs.outer = s;
                       rs.reduce = op;
                       rs.sizes = after.getDim(d)->sizes;
-                      push(rs, std::move(after),
+                      push(out, rs, std::move(after),
                            static_cast<double>(n - 1) / n * inBytes);
                     });
     }
   }
+  return false;
+}
+
+// [P(sum)] -> [P(avg)]: rescale (a local scaling; sum and avg only).
+void Search::addRescales(const Layout &l, std::vector<Edge> &out) {
+  int64_t meshRank = l.getMeshRank();
+  const auto &partials = l.getPartials();
   for (int64_t a = 0; a < meshRank; ++a) {
     const auto &want = dst.getPartials()[a];
     if (!partials[a] || !want || *want == *partials[a])
@@ -532,17 +573,18 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
     rescale.reduce = *want;
     rescale.scale = *want == ReduceOp::Avg ? static_cast<double>(meshShape[a])
                                            : 1.0 / meshShape[a];
-    push(rescale, after, 0);
+    push(out, rescale, after, 0);
   }
 
-  // Replicated axes: chunk, partition_value.
-  std::vector<int64_t> replicated;
-  for (int64_t a = 0; a < meshRank; ++a)
-    if (!partials[a] && l.getShardedDim(a) < 0)
-      replicated.push_back(a);
+}
+
+// [R, R] -> [S(0), R]: chunk (keep this rank's piece), where the target
+// has the axes or, to shrink later collectives, onto any dim.
+bool Search::addChunks(const Layout &l, const std::vector<int64_t> &replicated,
+                       std::vector<Edge> &out) {
   for (const auto &subset : subsets(replicated)) {
     if (charge(kLayoutWork))
-      return;
+      return true;
     carveAsTarget(l, subset,
                   [&](Layout after, int64_t d,
                       const std::vector<int64_t> &group, int64_t s) {
@@ -552,7 +594,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
                     chunk.dim = d;
                     chunk.outer = s;
                     chunk.sizes = after.getDim(d)->sizes;
-                    push(chunk, std::move(after), 0);
+                    push(out, chunk, std::move(after), 0);
                   });
   }
   // Chunking early shrinks what later collectives move, also into a dim
@@ -571,9 +613,19 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
         chunk.axes = {a};
         chunk.dim = d;
         chunk.outer = s;
-        push(chunk, std::move(*after), 0);
+        push(out, chunk, std::move(*after), 0);
       }
     }
+  return false;
+}
+
+// [R] -> [P(sum)]: partition_value (one member keeps the value, the others
+// the op's identity), where the target is Partial.
+void Search::addPartitionValues(const Layout &l,
+                                const std::vector<int64_t> &replicated,
+                                std::vector<Edge> &out) {
+  int64_t meshRank = l.getMeshRank();
+  const auto &partials = l.getPartials();
   for (int64_t a : replicated) {
     const auto &want = dst.getPartials()[a];
     if (!want)
@@ -596,9 +648,16 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
     pv.kind = Step::Kind::PartitionValue;
     pv.axes = {a};
     pv.reduce = *want;
-    push(pv, after, 0);
+    push(out, pv, after, 0);
   }
 
+}
+
+// [S(0), R] -> [R, R]: all_gather of a run of adjacent splits of one dim;
+// [S(0), R] -> [S(1), R]: all_to_all (the run gathered here, carved where
+// the target has it).
+void Search::addGathers(const Layout &l, double inBytes, bool inEven,
+                        std::vector<Edge> &out) {
   // Split axes: all_gather and all_to_all of runs of consecutive splits.
   for (const DimSharding &ds : l.getDims()) {
     for (size_t first = 0; first < ds.splits.size(); ++first) {
@@ -629,7 +688,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
         for (size_t r = 0; r < std::max(before.size(), after.size()); ++r)
           received = std::max(received, after[after.size() == 1 ? 0 : r] -
                                             before[before.size() == 1 ? 0 : r]);
-        push(ag, *gathered, received);
+        push(out, ag, *gathered, received);
         // all_to_all: gather the run here, carve it where the target has it
         // (with one group order for both halves).
         carveAsTarget(*gathered, group,
@@ -663,12 +722,20 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
                         a2a.splitDim = d;
                         a2a.splitOuter = splitOuter;
                         a2a.sizes = after.getDim(d)->sizes;
-                        push(a2a, std::move(after),
+                        push(out, a2a, std::move(after),
                              static_cast<double>(n - 1) / n * inBytes);
                       });
       }
     }
   }
+}
+
+// [S(0), R] -> [R, S(0)] on equal-sized axes: permute (the split moves to
+// another axis, whole shards move between ranks).
+bool Search::addRelabelings(const Layout &l, double inBytes,
+                            std::vector<Edge> &out) {
+  int64_t meshRank = l.getMeshRank();
+  const auto &partials = l.getPartials();
   // Relabeling equal-sized axes (a permutation sigma: the split held by
   // axis a moves to axis sigma(a)) moves whole shards: one collective
   // permute, rank c receiving from the rank with coordinates c o sigma.
@@ -730,7 +797,7 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
   std::sort(sigmas.begin(), sigmas.end());
   for (const std::vector<int64_t> &sigma : sigmas) {
     if (charge(kLayoutWork + static_cast<int64_t>(coords.size())))
-      return;
+      return true;
     Layout relabeled(meshRank);
     for (const DimSharding &ds : l.getDims()) {
       for (const Split &s : ds.splits)
@@ -752,9 +819,9 @@ void Search::expand(const Layout &l, std::vector<Edge> &out) {
       if (q != static_cast<int64_t>(r))
         permute.pairs.push_back({q, static_cast<int64_t>(r)});
     }
-    push(permute, std::move(relabeled), inBytes);
+    push(out, permute, std::move(relabeled), inBytes);
   }
-  addPermute(l, out);
+  return false;
 }
 
 void Search::preparePermuteTargets(const Layout &src) {

@@ -11,7 +11,11 @@
 //                                 one g.shard[data-ranks][data-term] per shard
 //   tr.reshard[data-bytes][data-us] one row per shardx.redistribute
 //   #totals tr.total[data-reshards][data-collectives][data-bytes][data-us]
+//   tr.reshard[data-location][data-phase] its source line and train phase
 //   #by-kind, #by-axes            the same per collective kind / axis group
+//   #by-phase                     reshards per forward / backward / optimizer
+//   #alternatives tr.alternative[data-count][data-costs] an op's other
+//                                 strategies, their added us, cheapest first
 // (docs/Report.md).
 //
 //===----------------------------------------------------------------------===//
@@ -25,6 +29,8 @@
 #include "shardx/Report/Blocks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AsmState.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -66,11 +72,12 @@ std::string escape(StringRef s) {
   return out;
 }
 
-/// "file:line:col", a name, or the printed location.
-std::string locationText(Location loc) {
+} // namespace
+
+std::string mlir::shardx::locationText(Location loc) {
   if (auto file = dyn_cast<FileLineColLoc>(loc))
-    return (file.getFilename().getValue() + ":" + Twine(file.getLine()) + ":" +
-            Twine(file.getColumn()))
+    return (file.getFilename().getValue() + ":" + Twine(file.getLine()) +
+            (file.getColumn() ? ":" + Twine(file.getColumn()) : Twine()))
         .str();
   if (auto name = dyn_cast<NameLoc>(loc)) {
     std::string child = locationText(name.getChildLoc());
@@ -93,6 +100,27 @@ std::string locationText(Location loc) {
   llvm::raw_string_ostream os(out);
   loc.print(os);
   return out;
+}
+
+namespace {
+
+/// The train-step phase ("forward", "backward", "optimizer") the importer
+/// fused into `loc` (`loc(fused<"backward">[...])`), or "".
+StringRef phaseOf(Location loc) {
+  if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    if (auto tag = dyn_cast_or_null<StringAttr>(fused.getMetadata()))
+      if (llvm::is_contained({"forward", "backward", "optimizer"},
+                             tag.getValue()))
+        return tag.getValue();
+    for (Location l : fused.getLocations())
+      if (StringRef p = phaseOf(l); !p.empty())
+        return p;
+  }
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return phaseOf(name.getChildLoc());
+  if (auto call = dyn_cast<CallSiteLoc>(loc))
+    return phaseOf(call.getCallee());
+  return "";
 }
 
 std::string rankColor(int64_t rank) {
@@ -261,6 +289,19 @@ void writeMesh(llvm::raw_ostream &os, const MeshInfo &mesh) {
 struct Aggregate {
   int64_t count = 0;
   double bytes = 0, us = 0;
+
+  void add(double stepBytes, double stepUs) {
+    ++count;
+    bytes += stepBytes;
+    us += stepUs;
+  }
+};
+
+/// The communication of the whole module: reshards in all and per phase;
+/// collectives per kind, per axis group and per both.
+struct Totals {
+  Aggregate reshards;
+  std::map<std::string, Aggregate> byPhase, byKind, byAxes, byKindAxes;
 };
 
 /// The report of one function.
@@ -272,12 +313,16 @@ public:
       : fn(fn), mesh(std::move(mesh)), planners(planners), symbols(symbols),
         os(os), asmState(fn) {}
 
-  LogicalResult write(Aggregate &total,
-                      std::map<std::string, Aggregate> &byKind,
-                      std::map<std::string, Aggregate> &byAxes,
-                      std::map<std::string, Aggregate> &byKindAxes);
+  LogicalResult write(Totals &totals);
 
 private:
+  /// The table of the function's reshards, added to `totals`.
+  LogicalResult writeReshards(Totals &totals);
+  /// The arguments' and results' layouts as pictures.
+  void writeSignature();
+  /// Every intermediate value, each picture drawn on demand.
+  void writeIntermediates();
+
   std::string name(Value v) {
     std::string out;
     llvm::raw_string_ostream s(out);
@@ -332,11 +377,7 @@ std::string FunctionReport::pictureId(RankedTensorType type,
          std::to_string(std::distance(templates.begin(), it));
 }
 
-LogicalResult
-FunctionReport::write(Aggregate &total,
-                      std::map<std::string, Aggregate> &byKind,
-                      std::map<std::string, Aggregate> &byAxes,
-                      std::map<std::string, Aggregate> &byKindAxes) {
+LogicalResult FunctionReport::write(Totals &totals) {
   os << "<section class=\"function\" id=\"fn-" << escape(fn.getName())
      << "\"><h2>func @" << escape(fn.getName()) << "</h2>";
   if (!mesh)
@@ -344,7 +385,15 @@ FunctionReport::write(Aggregate &total,
   else
     writeMesh(os, *mesh);
 
-  // Reshards.
+  if (failed(writeReshards(totals)))
+    return failure();
+  writeSignature();
+  writeIntermediates();
+  os << "</section>";
+  return success();
+}
+
+LogicalResult FunctionReport::writeReshards(Totals &totals) {
   Aggregate fnTotal;
   std::string rows;
   llvm::raw_string_ostream rowsOs(rows);
@@ -357,17 +406,16 @@ FunctionReport::write(Aggregate &total,
     std::string producer = "argument";
     if (Operation *def = op.getInput().getDefiningOp())
       producer = def->getName().getStringRef().str();
-    std::string consumers, phase;
+    // The phase of the producer the reshard follows, else of a consumer
+    // (an argument's reshard belongs to the phase that reads it).
+    std::string consumers, phase = phaseOf(op.getLoc()).str();
     for (Operation *user : op->getUsers()) {
       std::string n = user->getName().getStringRef().str();
       if (consumers.find(n) == std::string::npos)
         consumers += (consumers.empty() ? "" : ", ") + n;
       if (phase.empty())
-        if (auto p = user->getAttrOfType<StringAttr>("shardx.phase"))
-          phase = p.getValue().str();
+        phase = phaseOf(user->getLoc()).str();
     }
-    if (auto p = op->getAttrOfType<StringAttr>("shardx.phase"))
-      phase = p.getValue().str();
     anyPhase |= !phase.empty();
     std::string typeText;
     llvm::raw_string_ostream(typeText) << op.getType();
@@ -383,21 +431,20 @@ FunctionReport::write(Aggregate &total,
         continue;
       std::string kind = ::shardx::stringifyStepKind(step.kind);
       std::string group = mesh->groupName(step.axes);
-      for (Aggregate *a :
-           {&byKind[kind], &byAxes[group], &byKindAxes[kind + "|" + group]}) {
-        ++a->count;
-        a->bytes += step.bytesPerRank;
-        a->us += step.cost;
-      }
+      for (Aggregate *a : {&totals.byKind[kind], &totals.byAxes[group],
+                           &totals.byKindAxes[kind + "|" + group]})
+        a->add(step.bytesPerRank, step.cost);
     }
-    ++fnTotal.count;
-    fnTotal.bytes += plan->bytesPerRank;
-    fnTotal.us += plan->cost;
-    rowsOs << "<tr class=\"reshard\" data-bytes=\""
+    fnTotal.add(plan->bytesPerRank, plan->cost);
+    totals.byPhase[phase.empty() ? "(none)" : phase].add(plan->bytesPerRank,
+                                                        plan->cost);
+    std::string location = locationText(op.getLoc());
+    rowsOs << "<tr class=\"reshard\" data-location=\"" << escape(location)
+           << "\" data-phase=\"" << escape(phase) << "\" data-bytes=\""
            << llvm::formatv("{0:F0}", plan->bytesPerRank) << "\" data-us=\""
            << llvm::formatv("{0:F6}", plan->cost) << "\" data-collectives=\""
            << plan->numCollectives() << "\"><td data-v=\"" << index << "\">"
-           << index << "</td><td>" << escape(locationText(op.getLoc()))
+           << index << "</td><td>" << escape(location)
            << "</td><td><code>" << escape(name(op.getResult()))
            << "</code><br><small>" << escape(producer) << " &rarr; "
            << escape(consumers) << "</small></td><td><code>" << escape(typeText)
@@ -418,22 +465,26 @@ FunctionReport::write(Aggregate &total,
   });
   if (walk.wasInterrupted())
     return failure();
-  total.count += fnTotal.count;
-  total.bytes += fnTotal.bytes;
-  total.us += fnTotal.us;
+  totals.reshards.count += fnTotal.count;
+  totals.reshards.bytes += fnTotal.bytes;
+  totals.reshards.us += fnTotal.us;
   os << "<h3>reshards (" << fnTotal.count << ", "
      << llvm::formatv("{0:F0}", fnTotal.bytes) << " bytes/rank, "
      << llvm::formatv("{0:F3}", fnTotal.us) << " us modeled)</h3>";
   if (!anyPhase)
     os << "<p class=\"note\">phase: the program marks no forward / backward / "
-          "optimizer ops (<code>shardx.phase</code>)</p>";
+          "optimizer ops (the importer marks them in each op's location, "
+          "<code>loc(fused&lt;\"backward\"&gt;[...])</code>, when it traces a "
+          "<code>shardx.TrainStep</code>)</p>";
   os << "<table class=\"sortable reshards\"><thead><tr><th>#</th><th>source "
         "location</th><th>value (producer &rarr; consumers)</th><th>type</th>"
         "<th>source &rarr; target layout</th><th>plan steps</th><th>bytes/rank"
         "</th><th>modeled us</th><th>phase</th></tr></thead><tbody>"
      << rows << "</tbody></table>";
+  return success();
+}
 
-  // Arguments and results.
+void FunctionReport::writeSignature() {
   os << "<h3>arguments</h3><div class=\"values\">";
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
     std::string extra;
@@ -466,8 +517,9 @@ FunctionReport::write(Aggregate &total,
                    : "");
   }
   os << "</div>";
+}
 
-  // Intermediates, on demand.
+void FunctionReport::writeIntermediates() {
   std::string values;
   llvm::raw_string_ostream valuesOs(values);
   int64_t numValues = 0;
@@ -506,14 +558,13 @@ FunctionReport::write(Aggregate &total,
     writePicture(os, *mesh, layoutOf(entry.second), entry.first.getShape());
     os << "</template>";
   }
-  os << "</section>";
-  return success();
 }
 
 void writeAggregates(llvm::raw_ostream &os, StringRef id, StringRef what,
-                     const std::map<std::string, Aggregate> &aggregates) {
+                     const std::map<std::string, Aggregate> &aggregates,
+                     StringRef counted = "collectives") {
   os << "<table class=\"sortable\" id=\"" << id << "\"><thead><tr><th>" << what
-     << "</th><th>collectives</th><th>bytes/rank</th><th>modeled us"
+     << "</th><th>" << counted << "</th><th>bytes/rank</th><th>modeled us"
      << "</th></tr></thead><tbody>";
   for (const auto &[key, a] : aggregates)
     os << "<tr data-key=\"" << escape(key) << "\" data-count=\"" << a.count
@@ -580,6 +631,76 @@ document.querySelectorAll('button[data-pic]').forEach(function(b){
 });
 )js";
 
+/// "[S(0), R], [R, R]": the layouts of an array attribute.
+std::string layoutsText(Attribute attr) {
+  std::string text;
+  if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
+    for (Attribute a : array) {
+      text += text.empty() ? "" : ", ";
+      if (auto layout = dyn_cast<LayoutAttr>(a))
+        text += layout.getLayout().str();
+    }
+  return text.empty() ? "()" : text;
+}
+
+/// The strategy each op has and its alternatives with their costs, from
+/// `shardx.alternatives` (shardx-propagate{record-alternatives}).
+void writeAlternatives(llvm::raw_ostream &os, ModuleOp module) {
+  SmallVector<Operation *> ops;
+  int64_t priced = 0;
+  module.walk([&](Operation *op) {
+    auto alternatives = op->getAttrOfType<ArrayAttr>("shardx.alternatives");
+    // Shape-only values are rematerialized where needed: not a choice.
+    if (!alternatives || isa<tensor::EmptyOp, linalg::FillOp>(op))
+      return;
+    ++priced;
+    if (!alternatives.empty())
+      ops.push_back(op);
+  });
+  if (priced == 0)
+    return;
+  os << "<h3>strategies and alternatives</h3><p class=\"note\">per op, the "
+        "strategy propagation chose (operand layouts &rarr; result layouts) "
+        "and the others it priced at the end, each with what it would add to "
+        "the function's modeled time (reshards and local work) if only that "
+        "op changed</p><details id=\"alternatives\"><summary>"
+     << ops.size() << " of " << priced
+     << " ops had another strategy</summary><table class=\"sortable\"><thead><tr><th>op</th><th>"
+        "source location</th><th>phase</th><th>chosen</th><th>alternatives"
+        "</th><th>cheapest alternative (+us)</th></tr></thead><tbody>";
+  for (Operation *op : ops) {
+    auto alternatives = op->getAttrOfType<ArrayAttr>("shardx.alternatives");
+    std::string items, costs;
+    double cheapest = 0;
+    for (auto [i, a] : llvm::enumerate(alternatives)) {
+      auto entry = cast<DictionaryAttr>(a);
+      double cost = cast<FloatAttr>(entry.get("cost")).getValueAsDouble();
+      if (i == 0)
+        cheapest = cost;
+      costs += (i ? "," : "") + llvm::formatv("{0:F6}", cost).str();
+      items += std::string("<li><span class=\"num\">") +
+               (cost >= 0 ? "+" : "") + llvm::formatv("{0:F3}", cost).str() +
+               " us</span> <code>" +
+               escape(layoutsText(entry.get("operands"))) + " &rarr; " +
+               escape(layoutsText(entry.get("results"))) + "</code></li>";
+    }
+    os << "<tr class=\"alternative\" data-count=\"" << alternatives.size()
+       << "\" data-costs=\"" << costs << "\"><td>" << escape(op->getName().getStringRef()) << "</td><td>"
+       << escape(locationText(op->getLoc())) << "</td><td>"
+       << escape(phaseOf(op->getLoc())) << "</td><td><code>"
+       << escape(layoutsText(
+              op->getAttr(ShardXDialect::getOperandLayoutsAttrName())))
+       << " &rarr; "
+       << escape(layoutsText(op->getAttr(ShardXDialect::getLayoutsAttrName())))
+       << "</code></td><td><ol>" << items << "</ol></td><td class=\"num\" "
+       << "data-v=\"" << llvm::formatv("{0:F6}", cheapest) << "\">"
+       << (alternatives.empty() ? std::string("none")
+                                : llvm::formatv("{0:F3}", cheapest).str())
+       << "</td></tr>\n";
+  }
+  os << "</tbody></table></details>";
+}
+
 } // namespace
 
 LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
@@ -591,8 +712,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
       extras.title.empty() ? "ShardX sharding report" : extras.title;
   std::string body;
   llvm::raw_string_ostream bodyOs(body);
-  Aggregate total;
-  std::map<std::string, Aggregate> byKind, byAxes, byKindAxes;
+  Totals totals;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())
       continue;
@@ -603,7 +723,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
     if (*mesh)
       info.emplace(*mesh);
     FunctionReport report(fn, info, planners, symbols, bodyOs);
-    if (failed(report.write(total, byKind, byAxes, byKindAxes)))
+    if (failed(report.write(totals)))
       return failure();
   }
 
@@ -613,8 +733,9 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
   os << "<section id=\"summary\"><h2>communication</h2>";
   os << "<table id=\"totals\"><thead><tr><th>reshards</th><th>collectives"
         "</th><th>bytes/rank</th><th>modeled us</th></tr></thead><tbody>";
+  const Aggregate &total = totals.reshards;
   int64_t collectives = 0;
-  for (const auto &[kind, a] : byKind)
+  for (const auto &[kind, a] : totals.byKind)
     collectives += a.count;
   os << "<tr class=\"total\" data-reshards=\"" << total.count
      << "\" data-collectives=\"" << collectives << "\" data-bytes=\""
@@ -626,9 +747,11 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
      << "</td></tr></tbody></table>";
   os << "<div style=\"display:flex;gap:24px\"><div><h3>per collective kind"
         "</h3>";
-  writeAggregates(os, "by-kind", "kind", byKind);
+  writeAggregates(os, "by-kind", "kind", totals.byKind);
   os << "</div><div><h3>per mesh axis group</h3>";
-  writeAggregates(os, "by-axes", "axes", byAxes);
+  writeAggregates(os, "by-axes", "axes", totals.byAxes);
+  os << "</div><div><h3>reshards per phase</h3>";
+  writeAggregates(os, "by-phase", "phase", totals.byPhase, "reshards");
   os << "</div></div>";
   if (!extras.runSummary.empty())
     os << "<p class=\"run\">" << escape(extras.runSummary) << "</p>";
@@ -643,8 +766,8 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
           "</th><th>modeled us</th></tr></thead><tbody>";
     for (const MeasuredCollective &m : extras.measured) {
       Aggregate model;
-      auto it = byKindAxes.find(m.kind + "|" + m.axes);
-      if (it != byKindAxes.end())
+      auto it = totals.byKindAxes.find(m.kind + "|" + m.axes);
+      if (it != totals.byKindAxes.end())
         model = it->second;
       os << "<tr class=\"measured\" data-kind=\"" << escape(m.kind)
          << "\" data-axes=\"" << escape(m.axes) << "\" data-rank=\"" << m.rank
@@ -665,6 +788,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
     }
     os << "</tbody></table>";
   }
+  writeAlternatives(os, module);
   if (extras.haveChoices) {
     os << "<h3>propagation choices</h3><p class=\"note\">reshard cost of the "
           "program-order strategies: "

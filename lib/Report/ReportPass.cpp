@@ -80,17 +80,6 @@ LogicalResult reshardCost(ModuleOp module, double &cost, int64_t &count) {
   return failure(r.wasInterrupted());
 }
 
-std::string locText(Location loc) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (auto file = dyn_cast<FileLineColLoc>(loc))
-    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
-       << file.getColumn();
-  else if (!isa<UnknownLoc>(loc))
-    loc.print(os);
-  return out;
-}
-
 struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReportPass)
 
@@ -147,6 +136,9 @@ struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
     if (failed(writeHtmlReport(module, extras, file->os())))
       return signalPassFailure();
     file->keep();
+    // The alternatives the report asked propagation for are the report's.
+    if (extras.haveChoices)
+      module.walk([](Operation *op) { op->removeAttr("shardx.alternatives"); });
   }
 
   Option<std::string> output{*this, "output",
@@ -188,7 +180,9 @@ LogicalResult mlir::shardx::prepareForReport(ModuleOp module,
   module.getBodyRegion().takeBody(input->getBodyRegion());
   if (failed(run([](OpPassManager &pm) {
         pm.addPass(createInlinerPass());
-        pm.addPass(createPropagatePass());
+        PropagatePassOptions record;
+        record.recordAlternatives = true;
+        pm.addPass(createPropagatePass(record));
       })))
     return failure();
   std::vector<std::string> refined = snapshot(module);
@@ -200,7 +194,7 @@ LogicalResult mlir::shardx::prepareForReport(ModuleOp module,
       if (refined[i] != programOrder[i] &&
           !isa<tensor::EmptyOp, linalg::FillOp>(op))
         extras.choices.push_back({op->getName().getStringRef().str(),
-                                  locText(op->getLoc()), programOrder[i],
+                                  locationText(op->getLoc()), programOrder[i],
                                   refined[i]});
       ++i;
     });

@@ -9,16 +9,30 @@
 // and unwinds this rank's program back to `shardx_rt_invoke`, which returns
 // the error.
 //
+// Compiled twice: for CPU artifacts (ShardXRuntime; host buffers) and, with
+// SHARDX_CG_DEVICE, for CUDA artifacts (ShardXRuntimeCudaCode), whose
+// buffers are device memory of this artifact's CUDA runtime. There every
+// collective first waits for the rank's stream (the communicator runs its
+// copies and kernels on its own stream and completes them before it
+// returns), the communicator gets device buffers, the program's own copies
+// are device copies, and the two reshard steps that pack and unpack
+// (the uneven all-to-all and the exchange) stage through host memory.
+//
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/CApi.h"
 #include "shardx/Runtime/Communicator.h"
 #include "shardx/Runtime/Exchange.h"
+#ifdef SHARDX_CG_DEVICE
+#include "shardx/Runtime/Cuda.h"
+#include "shardx/Runtime/CudaLocal.h"
+#endif
 
 #include <csetjmp>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,7 +65,60 @@ Communicator &comm() {
                          "shardx_rt_invoke\n");
     std::abort();
   }
+  // A host backend would read device buffers as host memory, and the
+  // device backend run kernels on host buffers.
+  const char *backend = current->comm->getBackendName();
+#ifdef SHARDX_CG_DEVICE
+  if (std::strcmp(backend, "cuda-local") != 0)
+    fail(std::string("a CUDA artifact's collectives take device buffers: run "
+                     "it on the cuda-local backend (shardx-gpu-exec), not ") +
+         backend);
+#else
+  if (std::strcmp(backend, "cuda-local") == 0)
+    fail("a CPU artifact's collectives take host buffers: run it on the "
+         "threads or mpi backend, not cuda-local");
+#endif
   return *current->comm;
+}
+
+//===----------------------------------------------------------------------===//
+// The program's buffers: host memory, or device memory on CUDA artifacts
+//===----------------------------------------------------------------------===//
+
+/// Waits for the program's queued work on this rank's buffers (before a
+/// collective reads or writes them).
+void settle() {
+#ifdef SHARDX_CG_DEVICE
+  shardx_rt_cuda_synchronize();
+#endif
+}
+
+void copyBuffer(void *to, const void *from, size_t bytes) {
+  if (!bytes || to == from)
+    return;
+#ifdef SHARDX_CG_DEVICE
+  shardx_rt_cuda_copy(to, from, static_cast<int64_t>(bytes));
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+
+/// `count` elements of a buffer of the program, readable on the host.
+template <typename T> std::vector<T> toHost(const T *data, size_t count) {
+  std::vector<T> host(count);
+  copyBuffer(host.data(), data, sizeof(T) * count);
+  return host;
+}
+
+/// Runs `fn` on a communicator that takes host buffers (the program's own on
+/// CPU artifacts; device copies of host buffers on CUDA artifacts).
+template <typename Fn> void withHostCommunicator(Communicator &c, Fn fn) {
+#ifdef SHARDX_CG_DEVICE
+  std::unique_ptr<Communicator> staged = shardx::rt::stageHostBuffers(c);
+  fn(*staged);
+#else
+  fn(c);
+#endif
 }
 
 void check(const Status &s, const char *op) {
@@ -93,6 +160,7 @@ template <> DType dtypeOf<int64_t>() { return DType::I64; }
 template <typename T>
 void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
                std::vector<int64_t> axes) {
+  settle();
   check(comm().allReduce(in, out, count, dtypeOf<T>(), toReduce(reduce), axes),
         "all_reduce");
 }
@@ -100,6 +168,7 @@ void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
 template <typename T>
 void allGather(const T *in, int64_t count, T *out,
                std::vector<int64_t> axes) {
+  settle();
   int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
   check(comm().allGather(in, out, std::vector<size_t>(n, count), dtypeOf<T>(),
                          axes),
@@ -109,6 +178,7 @@ void allGather(const T *in, int64_t count, T *out,
 template <typename T>
 void allGatherV(const T *in, T *out, const int64_t *counts, int64_t n,
                 std::vector<int64_t> axes) {
+  settle();
   check(comm().allGather(in, out, std::vector<size_t>(counts, counts + n),
                          dtypeOf<T>(), axes),
         "all_gather");
@@ -117,6 +187,7 @@ void allGatherV(const T *in, T *out, const int64_t *counts, int64_t n,
 template <typename T>
 void reduceScatterV(const T *in, T *out, const int64_t *counts, int64_t n,
                     int32_t reduce, std::vector<int64_t> axes) {
+  settle();
   check(comm().reduceScatter(in, out, std::vector<size_t>(counts, counts + n),
                              dtypeOf<T>(), toReduce(reduce), axes),
         "reduce_scatter");
@@ -141,9 +212,15 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
       p *= s[i];
     return p;
   };
-  // Pack: the pieces along splitDim, one after another.
+  // Pack: the pieces along splitDim, one after another (from a host copy of
+  // a device input).
   int64_t outer = prod(inShape, 0, splitDim), mid = inShape[splitDim],
           inner = prod(inShape, splitDim + 1, rank);
+#ifdef SHARDX_CG_DEVICE
+  settle();
+  std::vector<T> hostIn = toHost(in, static_cast<size_t>(outer * mid * inner));
+  in = hostIn.data();
+#endif
   std::vector<T> send(static_cast<size_t>(outer * mid * inner));
   std::vector<size_t> sendCounts, recvCounts;
   size_t pos = 0;
@@ -171,9 +248,11 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
     total += recvCounts.back();
   }
   std::vector<T> recv(total + 1);
-  check(comm().allToAll(send.data(), sendCounts, recv.data(), recvCounts,
-                        dtypeOf<T>(), axes),
-        "all_to_all");
+  withHostCommunicator(comm(), [&](Communicator &c) {
+    check(c.allToAll(send.data(), sendCounts, recv.data(), recvCounts,
+                     dtypeOf<T>(), axes),
+          "all_to_all");
+  });
   // Unpack along concatDim.
   std::vector<int64_t> outShape = piece;
   int64_t concatTotal = 0;
@@ -182,6 +261,12 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
   outShape[concatDim] = concatTotal;
   int64_t cOuter = prod(outShape, 0, concatDim),
           cInner = prod(outShape, concatDim + 1, rank);
+#ifdef SHARDX_CG_DEVICE
+  // Unpack on the host, then one copy to the device output.
+  T *deviceOut = out;
+  std::vector<T> hostOut(static_cast<size_t>(cOuter * concatTotal * cInner));
+  out = hostOut.data();
+#endif
   size_t src = 0;
   int64_t coff = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -192,11 +277,15 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
     }
     coff += concatSizes[i];
   }
+#ifdef SHARDX_CG_DEVICE
+  copyBuffer(deviceOut, hostOut.data(), sizeof(T) * hostOut.size());
+#endif
 }
 
 template <typename T>
 void reduceScatter(const T *in, T *out, int64_t recvCount, int32_t reduce,
                    std::vector<int64_t> axes) {
+  settle();
   int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
   check(comm().reduceScatter(in, out, std::vector<size_t>(n, recvCount),
                              dtypeOf<T>(), toReduce(reduce), axes),
@@ -205,6 +294,7 @@ void reduceScatter(const T *in, T *out, int64_t recvCount, int32_t reduce,
 
 template <typename T>
 void allToAll(const T *in, int64_t count, T *out, std::vector<int64_t> axes) {
+  settle();
   int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
   std::vector<size_t> counts(n, count / n);
   check(comm().allToAll(in, counts, out, counts, dtypeOf<T>(), axes),
@@ -217,6 +307,7 @@ void permute(const T *in, int64_t count, T *out, const int64_t *pairs,
   std::vector<std::pair<int64_t, int64_t>> p;
   for (int64_t i = 0; i + 1 < numPairs; i += 2)
     p.push_back({pairs[i], pairs[i + 1]});
+  settle();
   check(comm().permute(in, out, count, dtypeOf<T>(), p, axes), "permute");
   // shardx.permute: a member that is no pair's target keeps its tensor (the
   // communicator gives it zeros).
@@ -225,7 +316,7 @@ void permute(const T *in, int64_t count, T *out, const int64_t *pairs,
   for (auto [source, t] : p)
     target |= t == me;
   if (!target)
-    std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+    copyBuffer(out, in, sizeof(T) * count);
 }
 
 /// Decodes a `shardx.exchange` descriptor (see encodeExchange).
@@ -243,15 +334,36 @@ void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
   std::vector<int64_t> shape;
   shardx::Layout source, target;
   decodeStep(desc, size, shape, source, target);
+#ifdef SHARDX_CG_DEVICE
+  // Through host memory: the local shards' sizes from the layouts.
+  const std::vector<int64_t> &mesh = comm().getMeshShape();
+  auto elements = [&](const shardx::Layout &l) {
+    size_t n = 1;
+    for (int64_t d : l.getLocalShard(mesh, shape, comm().getCoords()).shape)
+      n *= static_cast<size_t>(d);
+    return n;
+  };
+  settle();
+  std::vector<T> hostIn = toHost(in, elements(source));
+  std::vector<T> hostOut(elements(target) + 1);
+  withHostCommunicator(comm(), [&](Communicator &c) {
+    check(shardx::rt::exchange(c, hostIn.data(), hostOut.data(), dtypeOf<T>(),
+                               shape, source, target, axes),
+          "exchange");
+  });
+  copyBuffer(out, hostOut.data(), sizeof(T) * (hostOut.size() - 1));
+#else
   check(shardx::rt::exchange(comm(), in, out, dtypeOf<T>(), shape, source,
                              target, axes),
         "exchange");
+#endif
 }
 
 template <typename T>
 void broadcast(const T *in, int64_t count, T *out, int64_t root,
                std::vector<int64_t> axes) {
-  std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+  settle();
+  copyBuffer(out, in, sizeof(T) * count);
   check(comm().broadcast(out, count, dtypeOf<T>(), root, axes), "broadcast");
 }
 
@@ -260,12 +372,17 @@ void partitionValue(const T *in, int64_t count, T *out, int32_t reduce,
                     std::vector<int64_t> axes) {
   if (comm().getGroupIndex(axes) == 0 || reduce == SHARDX_RT_AVG ||
       reduce == SHARDX_RT_MAX || reduce == SHARDX_RT_MIN) {
-    std::memcpy(static_cast<void *>(out), in, sizeof(T) * count);
+    copyBuffer(out, in, sizeof(T) * count);
     return;
   }
   T identity = reduce == SHARDX_RT_PROD ? T(1) : T(0);
+#ifdef SHARDX_CG_DEVICE
+  std::vector<T> host(static_cast<size_t>(count), identity);
+  copyBuffer(out, host.data(), sizeof(T) * host.size());
+#else
   for (int64_t i = 0; i < count; ++i)
     out[i] = identity;
+#endif
 }
 
 } // namespace
@@ -274,6 +391,11 @@ extern "C" {
 
 int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
                      char *error, int64_t errorSize) {
+#ifdef SHARDX_CG_DEVICE
+  // No usable GPU: the driver's error, before anything runs.
+  if (shardx_rt_cuda_init(error, errorSize))
+    return 1;
+#endif
   Invocation inv;
   inv.comm = c ? reinterpret_cast<Communicator *>(c) : nullptr;
   std::jmp_buf jump;
@@ -286,6 +408,9 @@ int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
       if (inv.comm && std::atoll(failRank) == inv.comm->getRank())
         fail("injected failure (SHARDX_TEST_FAIL_RANK)");
     entry(args);
+#ifdef SHARDX_CG_DEVICE
+    shardx_rt_cuda_synchronize();
+#endif
     current = saved;
     return 0;
   }

@@ -95,6 +95,63 @@ struct Member {
   std::vector<int64_t> coords; // on the mesh
 };
 
+/// The roles of the mesh axes in one exchange step: `rest` are the group's
+/// axes that split nothing in the source and reduce nothing (the members
+/// along them hold the same data), `reduced` the group's Partial axes the
+/// target drops, all with `reduceOp`.
+struct AxisRoles {
+  std::vector<int64_t> rest, reduced;
+  std::optional<ReduceOp> reduceOp;
+};
+
+/// Classifies the mesh axes; "" or why the step is not one exchange.
+std::string classifyAxes(const Layout &source, const Layout &target,
+                         const std::vector<int64_t> &axes, size_t meshRank,
+                         AxisRoles &roles) {
+  std::vector<bool> inGroup(meshRank, false);
+  for (int64_t a : axes)
+    inGroup[a] = true;
+  for (size_t a = 0; a < meshRank; ++a) {
+    const auto &ps = source.getPartials()[a], &pt = target.getPartials()[a];
+    if (!inGroup[a]) {
+      if (ps != pt)
+        return "the Partial of mesh axis " + std::to_string(a) +
+               " outside the group changes";
+      continue;
+    }
+    if (pt && ps != pt)
+      return "a step cannot create the Partial of mesh axis " +
+             std::to_string(a);
+    if (ps && !pt) {
+      if (roles.reduceOp && *roles.reduceOp != *ps)
+        return "the reduced axes have different Partial ops";
+      roles.reduceOp = *ps;
+      roles.reduced.push_back(static_cast<int64_t>(a));
+    } else if (source.getShardedDim(static_cast<int64_t>(a)) < 0) {
+      roles.rest.push_back(static_cast<int64_t>(a));
+    }
+  }
+  return "";
+}
+
+/// The members of this rank's group over `axes`, in group order.
+std::vector<Member> groupMembers(Communicator &comm,
+                                 const std::vector<int64_t> &axes) {
+  const std::vector<int64_t> &mesh = comm.getMeshShape();
+  std::vector<Member> members;
+  for (int64_t rank : comm.getGroup(axes)) {
+    Member m{static_cast<int64_t>(members.size()), {}};
+    int64_t r = rank;
+    m.coords.assign(mesh.size(), 0);
+    for (size_t d = mesh.size(); d-- > 0;) {
+      m.coords[d] = r % mesh[d];
+      r /= mesh[d];
+    }
+    members.push_back(std::move(m));
+  }
+  return members;
+}
+
 template <typename T>
 Status exchangeTyped(Communicator &comm, const T *in, T *out, DType type,
                      const std::vector<int64_t> &shape, const Layout &source,
@@ -115,45 +172,14 @@ Status exchangeTyped(Communicator &comm, const T *in, T *out, DType type,
   if (!bad.empty())
     return fail(bad);
 
-  // Classify the group's axes.
-  std::vector<bool> inGroup(mesh.size(), false);
-  for (int64_t a : axes)
-    inGroup[a] = true;
-  std::vector<int64_t> rest, reduced;
-  std::optional<ReduceOp> reduceOp;
-  for (size_t a = 0; a < mesh.size(); ++a) {
-    const auto &ps = source.getPartials()[a], &pt = target.getPartials()[a];
-    if (!inGroup[a]) {
-      if (ps != pt)
-        return fail("the Partial of mesh axis " + std::to_string(a) +
-                    " outside the group changes");
-      continue;
-    }
-    if (pt && ps != pt)
-      return fail("a step cannot create the Partial of mesh axis " +
-                  std::to_string(a));
-    if (ps && !pt) {
-      if (reduceOp && *reduceOp != *ps)
-        return fail("the reduced axes have different Partial ops");
-      reduceOp = *ps;
-      reduced.push_back(static_cast<int64_t>(a));
-    } else if (source.getShardedDim(static_cast<int64_t>(a)) < 0) {
-      rest.push_back(static_cast<int64_t>(a));
-    }
-  }
+  AxisRoles roles;
+  if (std::string why = classifyAxes(source, target, axes, mesh.size(), roles);
+      !why.empty())
+    return fail(why);
+  const std::vector<int64_t> &rest = roles.rest, &reduced = roles.reduced;
+  const std::optional<ReduceOp> &reduceOp = roles.reduceOp;
 
-  // The group's members, in group order.
-  std::vector<Member> members;
-  for (int64_t rank : comm.getGroup(axes)) {
-    Member m{static_cast<int64_t>(members.size()), {}};
-    int64_t r = rank;
-    m.coords.assign(mesh.size(), 0);
-    for (size_t d = mesh.size(); d-- > 0;) {
-      m.coords[d] = r % mesh[d];
-      r /= mesh[d];
-    }
-    members.push_back(std::move(m));
-  }
+  std::vector<Member> members = groupMembers(comm, axes);
   auto agreeOnRest = [&](const std::vector<int64_t> &a,
                          const std::vector<int64_t> &b) {
     return std::all_of(rest.begin(), rest.end(),

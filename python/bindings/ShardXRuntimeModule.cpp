@@ -12,6 +12,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Exec/Session.h"
+#ifdef SHARDX_HAVE_MPI
+#include "shardx/Runtime/Mpi.h"
+#endif
+
+#include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -153,6 +158,265 @@ nb::dict specDict(const TensorSpec &s) {
   return d;
 }
 
+/// The Python exception a use of a donated tensor raises (shardx sets it to
+/// `shardx.DonatedError`; RuntimeError until then).
+/// (A strong reference, never released: the module lives as long as the
+/// interpreter.)
+PyObject *donatedErrorType = nullptr;
+/// The exception a failed run raises in a compiled call (shardx sets it to
+/// `shardx.RankError`; RunError until then). Never released either.
+PyObject *rankErrorType = nullptr;
+
+[[noreturn]] void raiseDonated(const std::string &message) {
+  PyErr_SetString(donatedErrorType ? donatedErrorType : PyExc_RuntimeError,
+                  message.c_str());
+  throw nb::python_error();
+}
+
+/// `s`, unless it was donated to a run (its buffers are the run's output).
+const ShardSet &live(const ShardSet &s) {
+  if (s.donated)
+    raiseDonated("this ShardedTensor was donated to a call: its buffers now "
+                 "hold the call's output; use that output instead");
+  return s;
+}
+
+/// Rank `rank`'s buffer of `s`, which this process must hold.
+const HostTensor &localOf(const ShardSet &s, int64_t rank) {
+  if (rank < 0 || rank >= static_cast<int64_t>(live(s).locals.size()))
+    throw nb::index_error("rank out of range");
+  if (!s.locals[rank])
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                "'s shard lives in another process");
+  return *s.locals[rank];
+}
+
+/// The structure of a pytree of tuples, lists and dicts, as
+/// `shardx.jit._flatten` describes it: None for a leaf, (tuple|list,
+/// children) or (dict, keys, children).
+struct TreeSpec {
+  enum class Kind : uint8_t { Leaf, Tuple, List, Dict };
+  Kind kind = Kind::Leaf;
+  std::vector<nb::object> keys;
+  std::vector<TreeSpec> children;
+  size_t numLeaves = 1;
+
+  static TreeSpec parse(nb::handle h) {
+    TreeSpec spec;
+    if (h.is_none())
+      return spec;
+    nb::tuple t = nb::cast<nb::tuple>(h);
+    nb::handle type = t[0];
+    nb::handle children = t[1];
+    if (type.ptr() == reinterpret_cast<PyObject *>(&PyTuple_Type)) {
+      spec.kind = Kind::Tuple;
+    } else if (type.ptr() == reinterpret_cast<PyObject *>(&PyList_Type)) {
+      spec.kind = Kind::List;
+    } else if (type.ptr() == reinterpret_cast<PyObject *>(&PyDict_Type)) {
+      spec.kind = Kind::Dict;
+      for (nb::handle k : nb::cast<nb::tuple>(t[1]))
+        spec.keys.push_back(nb::borrow(k));
+      children = t[2];
+    } else {
+      throw std::invalid_argument("bad tree spec");
+    }
+    spec.numLeaves = 0;
+    for (nb::handle c : nb::cast<nb::tuple>(children)) {
+      spec.children.push_back(parse(c));
+      spec.numLeaves += spec.children.back().numLeaves;
+    }
+    return spec;
+  }
+
+  /// Appends the leaves of `o` (borrowed); false when `o` has another
+  /// structure.
+  bool flatten(PyObject *o, std::vector<PyObject *> &leaves) const {
+    size_t n = children.size();
+    switch (kind) {
+    case Kind::Leaf:
+      leaves.push_back(o);
+      return true;
+    case Kind::Tuple:
+      if (!PyTuple_CheckExact(o) ||
+          static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
+        return false;
+      for (size_t i = 0; i < n; ++i)
+        if (!children[i].flatten(PyTuple_GET_ITEM(o, i), leaves))
+          return false;
+      return true;
+    case Kind::List:
+      if (!PyList_CheckExact(o) || static_cast<size_t>(PyList_GET_SIZE(o)) != n)
+        return false;
+      for (size_t i = 0; i < n; ++i)
+        if (!children[i].flatten(PyList_GET_ITEM(o, i), leaves))
+          return false;
+      return true;
+    case Kind::Dict: {
+      if (!PyDict_CheckExact(o) || static_cast<size_t>(PyDict_GET_SIZE(o)) != n)
+        return false;
+      Py_ssize_t pos = 0;
+      PyObject *key, *value;
+      for (size_t i = 0; PyDict_Next(o, &pos, &key, &value); ++i) {
+        if (key != keys[i].ptr()) {
+          int same = PyObject_RichCompareBool(key, keys[i].ptr(), Py_EQ);
+          if (same != 1) {
+            PyErr_Clear();
+            return false;
+          }
+        }
+        if (!children[i].flatten(value, leaves))
+          return false;
+      }
+      return true;
+    }
+    }
+    return false;
+  }
+
+  /// The tree of this structure over `leaves` (from `at` on).
+  nb::object build(std::vector<nb::object> &leaves,
+                   size_t &at) const {
+    size_t n = children.size();
+    switch (kind) {
+    case Kind::Leaf:
+      return std::move(leaves[at++]);
+    case Kind::Tuple: {
+      nb::object t = nb::steal(PyTuple_New(n));
+      for (size_t i = 0; i < n; ++i)
+        PyTuple_SET_ITEM(t.ptr(), i,
+                         children[i].build(leaves, at).release().ptr());
+      return t;
+    }
+    case Kind::List: {
+      nb::object l = nb::steal(PyList_New(n));
+      for (size_t i = 0; i < n; ++i)
+        PyList_SET_ITEM(l.ptr(), i,
+                        children[i].build(leaves, at).release().ptr());
+      return l;
+    }
+    case Kind::Dict: {
+      nb::dict d;
+      for (size_t i = 0; i < n; ++i)
+        d[keys[i]] = children[i].build(leaves, at);
+      return std::move(d);
+    }
+    }
+    return nb::none();
+  }
+};
+
+/// One compiled entry point's call from Python, guards included: the
+/// inputs' structure, and per tensor its global shape, dtype, layout and
+/// mesh, against what the entry point was compiled for. A call that fails
+/// a guard returns NotImplemented (shardx.jit then finds or compiles the
+/// right entry and logs why); one that passes runs with the GIL released
+/// and returns the outputs as `ShardedTensor`s in the traced structure.
+struct CallPlan {
+  nb::object sessionObject;
+  Session *session;
+  std::shared_ptr<Artifact> artifact;
+  const EntryPoint *entry;
+  std::string name;
+  TreeSpec in, out;
+  std::vector<nb::object> outKeys;
+  std::vector<int64_t> donatedInputOf;
+  nb::object tensorType, mesh;
+  nb::object shardsName = nb::str("_shards"), meshName = nb::str("mesh"),
+             keyName = nb::str("_key");
+
+  nb::object call(nb::handle args) {
+    nb::object notImplemented = nb::borrow(Py_NotImplemented);
+    std::vector<PyObject *> leaves;
+    leaves.reserve(16);
+    if (!in.flatten(args.ptr(), leaves) ||
+        leaves.size() != entry->inputs.size())
+      return notImplemented;
+    std::vector<ShardSet *> inputs(leaves.size());
+    std::vector<nb::object> keep;
+    keep.reserve(16);
+    std::vector<std::unique_ptr<ShardSet>> scattered;
+    auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      PyObject *leaf = leaves[i];
+      const TensorSpec &spec = entry->inputs[i];
+      if (Py_TYPE(leaf) == type || PyObject_TypeCheck(leaf, type)) {
+        nb::object shards = nb::steal(PyObject_GetAttr(leaf, shardsName.ptr()));
+        if (!shards.is_valid()) {
+          PyErr_Clear();
+          return notImplemented;
+        }
+        if (!nb::isinstance<ShardSet>(shards))
+          return notImplemented;
+        ShardSet *set = nb::inst_ptr<ShardSet>(shards);
+        if (set->donated)
+          raiseDonated("input " + std::to_string(i) + " of " + name +
+                       " was donated to an earlier call: its buffers now "
+                       "hold that call's output; pass the output instead");
+        std::string why;
+        if (set->meshShape != session->getMeshShape() ||
+            !set->matches(spec, why))
+          return notImplemented;
+        inputs[i] = set;
+        keep.push_back(std::move(shards));
+        continue;
+      }
+      // A CPU array (numpy, torch): scattered by the entry's layout.
+      AnyArray array;
+      if (!nb::try_cast(nb::handle(leaf), array, false)) {
+        PyErr_Clear();
+        return notImplemented;
+      }
+      if (dtypeName(array.dtype()) != spec.dtype ||
+          array.ndim() != spec.globalShape.size())
+        return notImplemented;
+      for (size_t d = 0; d < array.ndim(); ++d)
+        if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
+          return notImplemented;
+      HostTensor global = hostTensorOf(array, spec.dtype);
+      scattered.push_back(
+          std::make_unique<ShardSet>(session->scatter(global, spec.layout)));
+      inputs[i] = scattered.back().get();
+    }
+    std::vector<ShardSet> outputs;
+    rt::Status status;
+    {
+      nb::gil_scoped_release release;
+      status = session->run(*artifact, *entry, inputs, outputs, donatedInputOf,
+                            /*inputsChecked=*/true);
+    }
+    if (!status) {
+      if (!rankErrorType)
+        throw RunError(status.message());
+      PyErr_SetString(rankErrorType, status.message().c_str());
+      throw nb::python_error();
+    }
+    std::vector<nb::object> results;
+    results.reserve(8);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      nb::object tensor = nb::steal(type->tp_alloc(type, 0));
+      if (!tensor.is_valid())
+        throw nb::python_error();
+      nb::object shards = nb::cast(std::move(outputs[o]));
+      if (PyObject_SetAttr(tensor.ptr(), shardsName.ptr(), shards.ptr()) ||
+          PyObject_SetAttr(tensor.ptr(), meshName.ptr(), mesh.ptr()) ||
+          PyObject_SetAttr(tensor.ptr(), keyName.ptr(), outKeys[o].ptr()))
+        throw nb::python_error();
+      results.push_back(std::move(tensor));
+    }
+    size_t at = 0;
+    return out.build(results, at);
+  }
+};
+
+/// The base of `shardx.jit.CompiledFunction`: its call goes to the plan of
+/// the entry the last call used, and to the Python method `_call_guarded`
+/// (guards with reasons, compiles) when there is none or a guard fails, so
+/// a call that passes the guards runs no Python code.
+struct CompiledCall {
+  nb::object planObject = nb::none();
+  CallPlan *plan = nullptr;
+};
+
 /// A loaded artifact; the entry points are looked up by name.
 struct PyArtifact {
   std::shared_ptr<Artifact> artifact;
@@ -169,6 +433,9 @@ struct PyArtifact {
 
 NB_MODULE(_shardx_rt, m) {
   m.doc() = "ShardX runtime: artifacts, resident shards, rank sessions";
+  // Sessions and call plans held by module globals (shardx's per-mesh
+  // sessions, compiled functions) are alive at interpreter exit by design.
+  nb::set_leak_warnings(false);
   nb::exception<RunError>(m, "RunError", PyExc_RuntimeError);
   nb::exception<LoadError>(m, "LoadError", PyExc_RuntimeError);
 
@@ -309,11 +576,20 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("dtype", [](const ShardSet &s) { return s.dtype; })
       .def_prop_ro("layout", [](const ShardSet &s) { return s.layout; })
       .def_prop_ro("ranks", [](const ShardSet &s) { return s.locals.size(); })
+      .def_prop_ro("donated", [](const ShardSet &s) { return s.donated; })
+      .def_prop_ro(
+          "distributed",
+          [](const ShardSet &s) {
+            for (const auto &l : s.locals)
+              if (!l)
+                return true;
+            return false;
+          },
+          "Whether some ranks' shards live in other processes.")
       .def(
           "local",
           [](const ShardSet &s, int64_t rank) {
-            if (rank < 0 || rank >= static_cast<int64_t>(s.locals.size()))
-              throw nb::index_error("rank out of range");
+            localOf(s, rank);
             return viewOf(s.locals[rank]);
           },
           nb::arg("rank"),
@@ -321,18 +597,24 @@ NB_MODULE(_shardx_rt, m) {
       .def(
           "shares_buffer",
           [](const ShardSet &s, int64_t a, int64_t b) {
-            return s.locals.at(a).get() == s.locals.at(b).get();
+            return &localOf(s, a) == &localOf(s, b);
           },
           nb::arg("a"), nb::arg("b"))
       .def(
           "buffer_address",
           [](const ShardSet &s, int64_t rank) {
-            return reinterpret_cast<uintptr_t>(s.locals.at(rank)->data.data());
+            return reinterpret_cast<uintptr_t>(localOf(s, rank).data.data());
           },
           nb::arg("rank"))
       .def(
           "full",
           [](const ShardSet &s) {
+            live(s);
+            for (const auto &l : s.locals)
+              if (!l)
+                throw std::invalid_argument(
+                    "the tensor's shards live in several processes: gather "
+                    "it through its session (ShardedTensor.full())");
             std::string error;
             std::shared_ptr<const HostTensor> t;
             {
@@ -352,6 +634,71 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("mesh_shape", &Session::getMeshShape)
       .def_prop_ro("size", &Session::getSize)
       .def_prop_ro("worlds_started", &Session::getWorldsStarted)
+      .def_prop_ro("process_rank", &Session::getProcessRank,
+                   "The rank this process runs (-1: every rank, as threads).")
+      .def_static(
+          "mpi",
+          [](const std::vector<int64_t> &meshShape, double timeout) {
+#ifdef SHARDX_HAVE_MPI
+            static bool initialized = false;
+            if (!initialized) {
+              if (rt::Status s = rt::initMpi(nullptr, nullptr); !s)
+                throw RunError(s.message());
+              initialized = true;
+            }
+            std::string error;
+            std::unique_ptr<rt::Communicator> comm =
+                rt::createMpiCommunicator(meshShape, timeout, error);
+            if (!comm)
+              throw RunError(error);
+            return new Session(std::move(comm));
+#else
+            (void)meshShape;
+            (void)timeout;
+            throw std::invalid_argument(
+                "this ShardX build has no mpi backend (CMake found no MPI)");
+            return static_cast<Session *>(nullptr);
+#endif
+          },
+          nb::arg("mesh_shape"), nb::arg("timeout") = 60.0,
+          nb::rv_policy::take_ownership,
+          "This process's rank of a mesh spread over MPI_COMM_WORLD (run "
+          "under mpirun with one process per rank).")
+      .def("close", &Session::close,
+           "Ends the session's communicator (before finalize_mpi).")
+      .def(
+          "scatter",
+          [](const Session &session, const AnyArray &array,
+             const std::string &dtype, const std::optional<Layout> &layout) {
+            HostTensor global = hostTensorOf(array, dtype);
+            if (layout) {
+              std::string error =
+                  layout->verifyForShape(session.getMeshShape(), global.shape);
+              if (!error.empty())
+                throw std::invalid_argument(error);
+            }
+            nb::gil_scoped_release release;
+            return session.scatter(global, layout);
+          },
+          nb::arg("array"), nb::arg("dtype"), nb::arg("layout").none(),
+          "Scatters an array to the ranks this process holds.")
+      .def(
+          "gather",
+          [](Session &session, const ShardSet &shards) {
+            live(shards);
+            auto t = std::make_shared<HostTensor>();
+            rt::Status s;
+            {
+              nb::gil_scoped_release release;
+              s = session.gather(shards, *t);
+            }
+            if (!s)
+              throw RunError(s.message());
+            return viewOf<nb::ndarray<nb::numpy>>(
+                std::shared_ptr<const HostTensor>(std::move(t)));
+          },
+          nb::arg("shards"),
+          "The global tensor (a collective when the ranks are processes).")
       .def(
           "run",
           [](Session &session, const PyArtifact &a, const std::string &name,
@@ -371,4 +718,97 @@ NB_MODULE(_shardx_rt, m) {
           "Runs an entry point on resident inputs and returns the outputs as "
           "resident shards; a failure on any rank raises one RunError naming "
           "the rank and the cause, and returns nothing.");
+
+  nb::class_<CallPlan>(m, "CallPlan")
+      .def(
+          "__init__",
+          [](CallPlan *self, nb::object session, const PyArtifact &a,
+             const std::string &entry, nb::handle inSpec, nb::handle outSpec,
+             std::vector<nb::object> outKeys,
+             std::vector<int64_t> donatedInputOf, nb::object tensorType,
+             nb::object mesh, const std::string &name) {
+            const EntryPoint &e = a.entry(entry);
+            TreeSpec in = TreeSpec::parse(inSpec),
+                     out = TreeSpec::parse(outSpec);
+            if (in.numLeaves != e.inputs.size() ||
+                out.numLeaves != e.outputs.size() ||
+                outKeys.size() != e.outputs.size())
+              throw std::invalid_argument(
+                  "the tree specs do not match " + entry + "'s " +
+                  std::to_string(e.inputs.size()) + " inputs and " +
+                  std::to_string(e.outputs.size()) + " outputs");
+            if (!PyType_Check(tensorType.ptr()))
+              throw std::invalid_argument("tensor_type must be a type");
+            Session *s = nb::cast<Session *>(session);
+            new (self) CallPlan{std::move(session),
+                                s,
+                                a.artifact,
+                                &e,
+                                name,
+                                std::move(in),
+                                std::move(out),
+                                std::move(outKeys),
+                                std::move(donatedInputOf),
+                                std::move(tensorType),
+                                std::move(mesh)};
+          },
+          nb::arg("session"), nb::arg("artifact"), nb::arg("entry"),
+          nb::arg("in_spec"), nb::arg("out_spec"), nb::arg("out_keys"),
+          nb::arg("donated_input_of"), nb::arg("tensor_type"), nb::arg("mesh"),
+          nb::arg("name"))
+      .def("__call__", &CallPlan::call, nb::arg("args"),
+           "Runs the entry point on `args` (a tuple) when they pass the "
+           "guards, else returns NotImplemented.");
+
+  m.def("finalize_mpi", [] {
+#ifdef SHARDX_HAVE_MPI
+    rt::finalizeMpi();
+#endif
+  });
+  m.attr("has_mpi") =
+#ifdef SHARDX_HAVE_MPI
+      true;
+#else
+      false;
+#endif
+
+  nb::class_<CompiledCall>(m, "CompiledCall")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "_plan", [](const CompiledCall &c) { return c.planObject; },
+          [](CompiledCall &c, nb::object plan) {
+            c.plan = plan.is_none() ? nullptr : nb::cast<CallPlan *>(plan);
+            c.planObject = std::move(plan);
+          },
+          nb::arg("plan").none())
+      .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
+        CompiledCall &c = nb::cast<CompiledCall &>(self);
+        if (c.plan) {
+          // Kept alive through the call (a recompile may replace it).
+          nb::object keep = c.planObject;
+          nb::object out = c.plan->call(args);
+          if (out.ptr() != Py_NotImplemented)
+            return out;
+        }
+        return self.attr("_call_guarded")(args);
+      });
+
+  auto exceptionType = [](nb::object type) {
+    if (!PyType_Check(type.ptr()) ||
+        !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type.ptr()),
+                          reinterpret_cast<PyTypeObject *>(PyExc_Exception)))
+      throw std::invalid_argument("not an exception type");
+    return type.release().ptr();
+  };
+  m.def(
+      "set_error_types",
+      [exceptionType](nb::object donated, nb::object rank) {
+        Py_XDECREF(donatedErrorType);
+        donatedErrorType = exceptionType(std::move(donated));
+        Py_XDECREF(rankErrorType);
+        rankErrorType = exceptionType(std::move(rank));
+      },
+      nb::arg("donated"), nb::arg("rank"),
+      "The exceptions a use of a donated tensor and a failed run in a "
+      "compiled call raise (constructed from the message).");
 }

@@ -19,6 +19,7 @@ _LAZY = {
     "cache_stats": ("jit", "cache_stats"),
     "ShardedTensor": ("sharded_tensor", "ShardedTensor"),
     "RankError": ("sharded_tensor", "RankError"),
+    "DonatedError": ("sharded_tensor", "DonatedError"),
 }
 
 

@@ -7,7 +7,7 @@ PyTorch.
 The model is an MLP (32 -> 128 -> 32, GELU) learning a fixed random teacher
 network with MSE and SGD with momentum; the batch is split over dp, fc1 is
 column- and fc2 row-parallel over tp (Megatron). Parameters and momentum
-stay on the ranks between steps (donated, updated in place); each step moves
+stay on the ranks between steps (donated: written into the old buffers); each step moves
 only the batch in and the loss out. The same steps run in eager PyTorch,
 and the two loss curves must agree to rtol 1e-5 (f32); both are saved as a
 PNG.

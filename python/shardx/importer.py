@@ -22,6 +22,8 @@ import contextlib
 import importlib.util
 import math
 import operator
+import os
+import re
 import sys
 import unittest.mock
 from dataclasses import dataclass, field
@@ -240,6 +242,31 @@ class Emitter:
     def __init__(self):
         self.lines: List[str] = []
         self.counter = 0
+        # The location of the ops emitted now (an alias of ``locations``), and
+        # each alias's definition: the user's source line, fused with the
+        # train-step phase when the trace marks one.
+        self.loc: Optional[str] = None
+        self.locations: Dict[Tuple[Optional[str], Optional[str], int], str] = {}
+
+    def set_location(self, position: Optional[Tuple[str, int]], phase: Optional[str]) -> None:
+        """Emits the following ops at ``position`` (file, line) in ``phase``."""
+        if position is None and phase is None:
+            self.loc = None
+            return
+        file, line = position or (None, 0)
+        key = (phase, file, line)
+        if key not in self.locations:
+            self.locations[key] = f"#loc{len(self.locations)}"
+        self.loc = self.locations[key]
+
+    def location_aliases(self) -> List[str]:
+        """The definitions of the location aliases, for the end of the module."""
+        out = []
+        for (phase, file, line), alias in self.locations.items():
+            escaped = (file or "").replace("\\", "\\\\").replace('"', '\\"')
+            pos = f'"{escaped}":{line}:0' if file is not None else "unknown"
+            out.append(f"{alias} = loc(fused<\"{phase}\">[{pos}])" if phase else f"{alias} = loc({pos})")
+        return out
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -247,7 +274,8 @@ class Emitter:
 
     def emit(self, text: str, prefix: str = "v") -> str:
         name = self.fresh(prefix)
-        self.lines.append(f"{name} = {text}")
+        loc = f" loc({self.loc})" if self.loc else ""
+        self.lines.append(f"{name} = {text}{loc}")
         return name
 
     # -- constants and factories ---------------------------------------------
@@ -1117,7 +1145,9 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
         stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
-        g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
+        with fx_traceback.preserve_node_meta():
+            g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
+        _backward_lines_from_forward(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
         detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in flat_args]
@@ -1128,6 +1158,42 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
             g = make_fx(functionalize(run, remove="mutations_and_views"),
                         decomposition_table=decompositions(), record_stack_traces=True)(*detached)
     return g
+
+
+def _backward_lines_from_forward(g: torch.fx.GraphModule) -> None:
+    """Gives each backward op without a stack trace the one of the forward op
+    it differentiates (the same ``seq_nr``; ``train.link_backward_to_forward``
+    sets it), as AOTAutograd's ``copy_fwd_metadata_to_bw_nodes`` does."""
+    forward: Dict[int, str] = {}
+    for node in g.graph.nodes:
+        seq, trace = node.meta.get("seq_nr"), node.meta.get("stack_trace")
+        if _phase(node) == "forward" and seq is not None and trace:
+            forward.setdefault(seq, trace)
+    for node in g.graph.nodes:
+        seq = node.meta.get("seq_nr")
+        if _phase(node) == "backward" and not node.meta.get("stack_trace") and seq in forward:
+            node.meta["stack_trace"] = forward[seq]
+
+
+def _phase(node) -> Optional[str]:
+    """The train-step phase the node was traced in (``train.phase``)."""
+    return (node.meta.get("custom") or {}).get("shardx.phase")
+
+
+def _source_position(node) -> Optional[Tuple[str, int]]:
+    """(file, line) of the node's user frame, the file as it is imported:
+    relative to the longest ``sys.path`` entry it lies in (``torch/nn/...``,
+    ``shardx/models.py``, a script's own name), so that the same program
+    traces to the same text from any working directory."""
+    m = re.match(r'\s*File "([^"]+)", line (\d+)', _user_line(node))
+    if not m:
+        return None
+    path = os.path.abspath(m.group(1))
+    roots = [os.path.abspath(p or ".") for p in sys.path]
+    inside = [r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+    if inside:
+        path = os.path.relpath(path, max(inside, key=len))
+    return path, int(m.group(2))
 
 
 def _user_line(node) -> str:
@@ -1175,7 +1241,9 @@ class Importer:
                 continue
             if node.op != "call_function":
                 raise UnsupportedOpError(f"FX node kind {node.op} ({node.target})")
+            self.em.set_location(_source_position(node), _phase(node))
             self.env[node] = self._call(node)
+        self.em.set_location(None, None)
         return outputs
 
     def _constant(self, t: torch.Tensor) -> Value:
@@ -1277,6 +1345,7 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
         lines.append("\n".join("  " + x for x in l.split("\n")))
     lines.append(f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}")
     lines.append("}")
+    lines += imp.em.location_aliases()
     return "\n".join(lines) + "\n"
 
 

@@ -9,15 +9,19 @@ and layouts reuse it, and any change recompiles, logging the reason on the
 tensors (scattered by ``in_placements``) or ``ShardedTensor``s (used where
 they are, by their own layout); outputs are ``ShardedTensor``s, so a
 training loop passes parameters and optimizer state from step to step
-without leaving the ranks. A donated argument's handles take the outputs
-paired with it (same structure, shapes, dtypes and layouts): the old
-buffers are released and the caller's handles stay the same objects.
+without leaving the ranks. The outputs paired with a donated argument
+(same structure, shapes, dtypes and layouts) are written into its buffers
+once every rank has succeeded, and its handles are invalidated
+(``DonatedError`` on use), as JAX's ``donate_argnums``. ``backend="mpi"``
+runs each rank as one process of ``mpirun``.
 
 Artifacts are cached on disk (``$SHARDX_CACHE_DIR``, default
 ``~/.cache/shardx/jit``) under a hash of the program text, the layouts, the
 target and the ShardX version; entries are written under a temporary name
 and renamed, and an entry that fails its checksum or does not load is
-rebuilt. ``cache_stats`` counts hits, misses and rebuilds.
+rebuilt. The cache stays under ``$SHARDX_CACHE_MAX_MB`` (default 1024):
+after each compile the least recently used entries are removed.
+``cache_stats`` counts hits, misses, rebuilds and evictions.
 """
 
 from __future__ import annotations
@@ -42,21 +46,26 @@ from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, m
 log = logging.getLogger("shardx.jit")
 
 VERSION = "0.1.0"
-BACKENDS = ("threads",)
+BACKENDS = ("threads", "mpi")
+#: Backends the GPU runtime will serve; refused with a clear error until it
+#: is there.
+GPU_BACKENDS = ("cuda-local", "nccl")
 
 
 @dataclass
 class CacheStats:
     """Disk cache counters of this process: ``hits`` (artifact loaded, no
     compile), ``misses`` (compiled), ``rebuilds`` (a corrupt entry compiled
-    again; also counted in misses)."""
+    again; also counted in misses), ``evictions`` (entries removed to stay
+    under the size cap)."""
 
     hits: int = 0
     misses: int = 0
     rebuilds: int = 0
+    evictions: int = 0
 
     def reset(self):
-        self.hits = self.misses = self.rebuilds = 0
+        self.hits = self.misses = self.rebuilds = self.evictions = 0
 
 
 cache_stats = CacheStats()
@@ -66,6 +75,67 @@ _LOCK = threading.Lock()
 def cache_dir() -> str:
     return os.environ.get("SHARDX_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "shardx", "jit")
+
+
+DEFAULT_CACHE_MAX_MB = 1024.0
+_ENTRY_SUFFIXES = (".json", ".so", ".mlir")
+
+
+def cache_max_bytes() -> int:
+    """The size cap of the disk cache: ``$SHARDX_CACHE_MAX_MB`` (MiB, may
+    be fractional; default 1024)."""
+    text = os.environ.get("SHARDX_CACHE_MAX_MB")
+    try:
+        mb = DEFAULT_CACHE_MAX_MB if not text else float(text)
+    except ValueError:
+        raise ValueError(f"SHARDX_CACHE_MAX_MB={text!r} is not a number of MiB") from None
+    if mb <= 0:
+        raise ValueError(f"SHARDX_CACHE_MAX_MB={text!r} must be positive")
+    return int(mb * (1 << 20))
+
+
+def evict(folder: str, keep: str = "") -> List[str]:
+    """Removes least recently used entries (by their ``.json``'s mtime,
+    which a hit refreshes) until the cache is under ``cache_max_bytes()``;
+    never ``keep``. Entries being written (temporary names) are not
+    counted. Processes take turns (an flock on ``.lock``); an entry's
+    ``.json`` goes first, so no reader sees it complete once removal has
+    begun, and a process that has the ``.so`` loaded keeps its mapping.
+    Returns the removed keys."""
+    import fcntl
+    cap = cache_max_bytes()
+    with open(os.path.join(folder, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries, total = [], 0
+        for name in os.listdir(folder):
+            key, dot, suffix = name.partition(".")
+            if suffix != "json" or not dot:
+                continue
+            try:
+                used = os.stat(os.path.join(folder, name)).st_mtime_ns
+                size = sum(os.stat(os.path.join(folder, key + s)).st_size
+                           for s in _ENTRY_SUFFIXES if os.path.exists(os.path.join(folder, key + s)))
+            except FileNotFoundError:
+                continue
+            entries.append((used, key, size))
+            total += size
+        removed = []
+        for used, key, size in sorted(entries):
+            if total <= cap:
+                break
+            if key == keep:
+                continue
+            for s in _ENTRY_SUFFIXES:
+                try:
+                    os.unlink(os.path.join(folder, key + s))
+                except FileNotFoundError:
+                    pass
+            total -= size
+            removed.append(key)
+    if removed:
+        log.info("shardx.compile: cache over %.1f MiB: evicted %d entries", cap / (1 << 20),
+                 len(removed))
+    return removed
 
 
 def _compiler_identity() -> Tuple[str, str]:
@@ -87,6 +157,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path)."""
     rt = runtime()
+    cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
     tool, version = _compiler_identity()
     material = json.dumps({"program": mlir_text, "layouts": list(layouts), "target": target,
                            "version": version}, sort_keys=True)
@@ -105,7 +176,13 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
             with _LOCK:
                 cache_stats.hits += 1
             log.debug("cache hit %s", so)
+            try:
+                os.utime(meta)  # last use, for the LRU eviction
+            except FileNotFoundError:
+                pass
             return artifact, key, so
+        except FileNotFoundError:
+            pass  # evicted by another process meanwhile: compiled again
         except (OSError, ValueError, RuntimeError) as e:
             corrupt = True
             log.warning("shardx.compile: cache entry %s is corrupt (%s); rebuilding", key, e)
@@ -135,7 +212,11 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
         for p in (src, tmp_so):
             if os.path.exists(p):
                 os.unlink(p)
-    return rt.Artifact(so), key, so
+    artifact = rt.Artifact(so)
+    removed = evict(folder, keep=key)
+    with _LOCK:
+        cache_stats.evictions += len(removed)
+    return artifact, key, so
 
 
 def _flatten(x, leaves):
@@ -189,13 +270,20 @@ class _Executable:
     donated: List[Tuple[int, int]]  # (flat input, flat output)
     key: str
     path: str
+    plan: Any  # _shardx_rt.CallPlan: guards, call and outputs in C++
 
 
-class CompiledFunction:
-    """What ``shardx.compile`` returns; call it like ``fn``."""
+class CompiledFunction(runtime().CompiledCall):
+    """What ``shardx.compile`` returns; call it like ``fn``.
+
+    A call goes (in C++, ``CompiledCall``) to the call plan of the entry the
+    last call used, which checks every guard (structure, shapes, dtypes,
+    layouts, mesh) and runs; ``_call_guarded`` (Python) takes the calls
+    that fail a guard: it finds or compiles the right entry, logging why."""
 
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str]):
+        super().__init__()
         self.fn = fn
         self._trace_mesh = mesh
         self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
@@ -213,7 +301,8 @@ class CompiledFunction:
         self.compiles = 0
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
-        self._session = session(self.mesh)
+        self._session = session(self.mesh, backend)
+        self._plan = None
 
     # -- guards -----------------------------------------------------------
 
@@ -288,7 +377,12 @@ class CompiledFunction:
         out_spec = _flatten(pytree.tree_unflatten(list(range(n_out)), traced.out_treedef), [])
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
                     for o in artifact.outputs(entry)]
-        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path)
+        donated_input_of = [-1] * n_out
+        for i, o in donated:
+            donated_input_of[o] = i
+        plan = runtime().CallPlan(self._session, artifact, entry, _flatten(args, []), out_spec,
+                                  out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
+        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan)
 
     def _pair_donated(self, args, treedef, out_treedef, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -320,14 +414,18 @@ class CompiledFunction:
             n = sub.num_leaves
             first = offsets[argnum]
 
+            leaves = pytree.tree_leaves(args[argnum])
+
             def fits(k):
                 if pytree.tree_structure(outs[k]) != sub:
                     return False
                 for j in range(n):
                     spec = out_specs[out_offsets[k] + j]
-                    leaf = first + j
-                    lay = in_layouts[leaf]
-                    if layout_key(spec["layout"]) != layout_key(lay):
+                    a = leaves[j]
+                    if (tuple(spec["global_shape"]) != tuple(a.shape)
+                            or spec["dtype"] != (a._key[1] if isinstance(a, ShardedTensor)
+                                                 else dtype_name(a))
+                            or layout_key(spec["layout"]) != layout_key(in_layouts[first + j])):
                         return False
                 return True
             candidates = [want] if want is not None else [k for k in range(len(outs)) if k not in used]
@@ -341,7 +439,10 @@ class CompiledFunction:
 
     # -- call -------------------------------------------------------------
 
-    def __call__(self, *args):
+    def _call_guarded(self, args):
+        """Finds (or compiles, logging why) the entry whose guards the
+        arguments pass, makes every leaf a ShardedTensor in the entry's
+        layout, and runs it."""
         flat = []
         spec = _flatten(args, flat)
         if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
@@ -358,30 +459,21 @@ class CompiledFunction:
             exe = self._compile(args, flat, pytree.tree_structure(args))
             self._executables[key] = exe
         self._last_key = key
-        rt = runtime()
-        shards = []
-        mesh = list(self.mesh.shape)
-        for a, layout in zip(flat, exe.in_layouts):
-            if isinstance(a, ShardedTensor):
-                shards.append(a._shards)
-            else:
+        self._plan = exe.plan
+        # Arrays the plan does not take as they are (not contiguous, on
+        # another device, needing grad) are scattered here.
+        leaves = []
+        for a, layout, k in zip(flat, exe.in_layouts, key[1]):
+            if not isinstance(a, ShardedTensor):
                 array = a.detach().contiguous().cpu() if hasattr(a, "detach") else np.ascontiguousarray(a)
-                shards.append(rt.ShardSet.scatter(array, dtype_name(array), layout, mesh))
-        try:
-            outs = self._session.run(exe.artifact, exe.entry, shards)
-        except rt.RunError as e:
-            raise RankError(str(e)) from None
-        results = list(outs)
-        # Donated handles take their outputs: same objects, new buffers.
-        for i, o in exe.donated:
-            a = flat[i]
-            if isinstance(a, ShardedTensor):
-                a._set(outs[o], exe.out_keys[o])
-                results[o] = a
-        mesh = self.mesh
-        results = [r if type(r) is ShardedTensor else ShardedTensor(r, mesh, k)
-                   for r, k in zip(results, exe.out_keys)]
-        return _unflatten(exe.out_spec, iter(results))
+                a = ShardedTensor(self._session.scatter(array, dtype_name(array), layout),
+                                  self.mesh, k)
+            leaves.append(a)
+        out = exe.plan(_unflatten(spec, iter(leaves)))
+        if out is NotImplemented:
+            raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
+                               "its guards accepted (a ShardX bug)")
+        return out
 
 
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
@@ -397,6 +489,9 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     output index. Bad placements raise ``PlacementError`` here or, where
     they need the input shapes, on the first call before tracing.
     """
+    if backend in GPU_BACKENDS:
+        raise ValueError(f"backend {backend!r} needs the ShardX GPU runtime, which this build "
+                         "does not have; use 'threads' or 'mpi'")
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported by shardx.compile; "
                          f"supported: {', '.join(BACKENDS)}")

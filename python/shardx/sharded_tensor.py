@@ -43,6 +43,7 @@ def runtime():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules.setdefault("_shardx_rt", module)
+    module.set_error_types(DonatedError, RankError)
     _RT = module
     return module
 
@@ -56,6 +57,11 @@ class RankError(RuntimeError):
         self.rank = int(m.group(1)) if m else -1
         self.cause = m.group(2) if m else message
         super().__init__(message)
+
+
+class DonatedError(RuntimeError):
+    """A ShardedTensor donated to a ``shardx.compile`` call was used again:
+    its buffers now hold that call's output."""
 
 
 _TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
@@ -121,16 +127,41 @@ def layout_key(layout) -> str:
     return "R" if layout is None or layout.is_replicated else str(layout)
 
 
-_SESSIONS: Dict[Tuple[int, ...], object] = {}
+_SESSIONS: Dict[Tuple[Tuple[int, ...], str], object] = {}
+BACKENDS = ("threads", "mpi")
 
 
-def session(mesh: Mesh):
-    """The process's rank session of ``mesh``'s shape (persistent threads)."""
-    s = _SESSIONS.get(mesh.shape)
+def session(mesh: Mesh, backend: str = "threads"):
+    """The process's rank session of ``mesh``'s shape: ``threads`` (every
+    rank a persistent thread of this process) or ``mpi`` (this process is
+    one rank of MPI_COMM_WORLD, under ``mpirun -np <mesh size>``)."""
+    s = _SESSIONS.get((mesh.shape, backend))
     if s is None:
-        s = runtime().Session(list(mesh.shape))
-        _SESSIONS[mesh.shape] = s
+        rt = runtime()
+        if backend == "threads":
+            s = rt.Session(list(mesh.shape))
+        elif backend == "mpi":
+            if not rt.has_mpi:
+                raise ValueError("backend 'mpi': this ShardX build has no mpi backend "
+                                 "(CMake found no MPI)")
+            if not any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")):
+                raise ValueError("backend 'mpi' runs under mpirun with one process per rank "
+                                 f"(mpirun -np {mesh.size} python ...)")
+            s = rt.Session.mpi(list(mesh.shape))
+            if not any(b == "mpi" for _, b in _SESSIONS):
+                import atexit
+                atexit.register(_finalize_mpi)
+        else:
+            raise ValueError(f"unknown backend {backend!r}")
+        _SESSIONS[(mesh.shape, backend)] = s
     return s
+
+
+def _finalize_mpi():
+    for (_, backend), s in _SESSIONS.items():
+        if backend == "mpi":
+            s.close()
+    runtime().finalize_mpi()
 
 
 class ShardedTensor:
@@ -149,10 +180,13 @@ class ShardedTensor:
         self._key = key or (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
 
     @staticmethod
-    def from_torch(t, mesh: Mesh, placements: Optional[Sequence[Placement]] = None) -> "ShardedTensor":
+    def from_torch(t, mesh: Mesh, placements: Optional[Sequence[Placement]] = None,
+                   backend: str = "threads") -> "ShardedTensor":
         """Scatters a CPU tensor (or numpy array) over ``mesh`` by
         ``placements`` (default: replicated). A Partial placement puts the
-        value on coordinate 0 of the axis and the identity elsewhere."""
+        value on coordinate 0 of the axis and the identity elsewhere. With
+        ``backend="mpi"`` every process passes the same tensor and keeps
+        its own rank's shard."""
         array = t if isinstance(t, np.ndarray) else t.detach()
         shape = tuple(array.shape)
         layout = make_layout(mesh, placements, shape)
@@ -160,7 +194,7 @@ class ShardedTensor:
             array = np.ascontiguousarray(array)
         else:
             array = array.contiguous().cpu()
-        shards = runtime().ShardSet.scatter(array, dtype_name(array), layout, list(mesh.shape))
+        shards = session(mesh, backend).scatter(array, dtype_name(array), layout)
         return ShardedTensor(shards, mesh)
 
     from_numpy = from_torch
@@ -189,11 +223,15 @@ class ShardedTensor:
         return None if tuples is None else _placements_of(tuples)
 
     def local(self, rank: int) -> np.ndarray:
-        """Rank ``rank``'s shard: a read-only view of its buffer (no copy)."""
+        """Rank ``rank``'s shard: a read-only view of its buffer (no copy).
+        Under ``mpi``, only this process's rank."""
         return self._shards.local(rank)
 
     def full(self) -> np.ndarray:
-        """The global tensor, gathered now (pending Partials reduced)."""
+        """The global tensor, gathered now (pending Partials reduced). Under
+        ``mpi`` a collective: every process calls it."""
+        if self._shards.distributed:
+            return session(self.mesh, "mpi").gather(self._shards)
         return self._shards.full()
 
     numpy = full

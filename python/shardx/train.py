@@ -20,6 +20,42 @@ import torch.utils._pytree as pytree
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
+PHASES = ("forward", "backward", "optimizer")
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Marks the aten ops traced inside as one phase of a train step
+    (``node.meta["custom"]["shardx.phase"]``); the importer writes it into
+    each op's location, where the sharding report reads it."""
+    from torch.fx import traceback as fx_traceback
+    if name not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {name!r}")
+    with fx_traceback.annotate({"shardx.phase": name}):
+        yield
+
+
+def link_backward_to_forward(*outputs: torch.Tensor) -> None:
+    """Makes the backward ops traced from ``outputs``' autograd graph carry the
+    ``seq_nr`` of the forward op they differentiate, as AOTAutograd does, so
+    the importer can give them that op's source line. Each autograd node gets
+    a pre-hook that enters its sequence number and a hook that leaves it."""
+    from torch.fx import traceback as fx_traceback
+    todo = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen = set()
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.name().endswith("AccumulateGrad"):
+            continue  # a leaf's gradient sink: not run by autograd.grad
+        seq = node._sequence_nr()
+        node.register_prehook(lambda grad_outputs, seq=seq: fx_traceback.set_grad_fn_seq_nr(seq))
+        node.register_hook(lambda grad_inputs, grad_outputs: fx_traceback.reset_grad_fn_seq_nr())
+        todo.extend(fn for fn, _ in node.next_functions if fn is not None)
+
+
 class TrainStep:
     def __init__(self, module: torch.nn.Module, loss_fn: Callable, optimizer: str = "sgd",
                  foreach: bool = False, lr: float = 0.1, momentum: float = 0.0,
@@ -63,12 +99,20 @@ class TrainStep:
         params = [p if p.requires_grad else p.detach().requires_grad_(True) for p in params]
         # The forward updates the running statistics in place: on copies.
         buffers = [b.clone() for b in state.get("buffers", [])]
-        out = torch.func.functional_call(self.module, {**dict(zip(self.param_names, params)),
-                                                      **dict(zip(self.buffer_names, buffers))}, tuple(inputs))
-        if isinstance(out, tuple):
-            out = out[0]
-        loss = self.loss_fn(out, target)
-        grads = list(torch.autograd.grad(loss, params))
+        with phase("forward"):
+            out = torch.func.functional_call(self.module, {**dict(zip(self.param_names, params)),
+                                                          **dict(zip(self.buffer_names, buffers))},
+                                             tuple(inputs))
+            if isinstance(out, tuple):
+                out = out[0]
+            loss = self.loss_fn(out, target)
+        with phase("backward"):
+            link_backward_to_forward(loss)
+            grads = list(torch.autograd.grad(loss, params))
+        with phase("optimizer"):
+            return self._update(params, grads, state, loss, buffers)
+
+    def _update(self, params, grads, state, loss, buffers=()):
         new_params = [p.detach().clone() for p in params]
         state = {k: [t.clone() for t in v] for k, v in state.items()}
         if buffers:

@@ -4,6 +4,7 @@ and run on the CPU) matches PyTorch eager on the loss, the gradients' effect
 (updated parameters) and the optimizer state."""
 
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -195,3 +196,42 @@ def test_arg_attrs():
         shardx.trace(lambda a: a, (x,), arg_attrs=[{"role": "x"}])
     with pytest.raises(ValueError, match="2 argument attribute entries for 1"):
         shardx.trace(lambda a: a, (x,), arg_attrs=[None, None])
+
+
+def test_source_locations_and_phases(build_dir, tmp_path):
+    """Every traced op carries the user's source line and its train-step phase
+    in its location (``loc(fused<"backward">["file":line:0])``); a backward op
+    has the line of the forward op it differentiates; the locations survive
+    shardx-opt, whose diagnostics then name the Python line."""
+    m = models.Block(8, 2, 16)
+    step = shardx.TrainStep(m, F.mse_loss, "adam", lr=0.1)
+    text = shardx.trace(step, step.example_args([torch.randn(2, 3, 8)], torch.randn(2, 3, 8)))
+    aliases = dict(re.findall(r"^(#loc\d+) = loc\((.*)\)$", text, re.M))
+    # Each op's last line (a region op's closing one) ends in its location.
+    ends = [l for l in re.findall(r"^  (?:%\w+ = |\} -> ).*", text, re.M) if not l.endswith("{")]
+    assert ends and all(re.search(r" loc\(#loc\d+\)$", l) for l in ends), \
+        [l for l in ends if not l.endswith(")")][:3]
+    by_phase = {}
+    for alias, loc in aliases.items():
+        phase, pos = re.fullmatch(r'fused<"(\w+)">\[(.*)\]', loc).groups()
+        by_phase.setdefault(phase, set()).add(pos)
+    assert set(by_phase) == {"forward", "backward", "optimizer"}
+    block_lines = {p for p in by_phase["forward"] if p.startswith('"shardx/models.py"')}
+    assert len(block_lines) >= 5  # q/k/v, attention, out, the MLP, ...
+    # Backward ops come from the same model lines as the forward ones.
+    assert block_lines <= by_phase["backward"]
+    src = os.path.join(os.path.dirname(models.__file__), "models.py")
+    code = open(src).read().splitlines()
+    forward_lines = {i + 1 for i, l in enumerate(code) if re.match(r"\s+(return |\w+(, \w+)* = )", l)}
+    for pos in block_lines:
+        line = int(re.match(r'"shardx/models.py":(\d+):0', pos).group(1))
+        assert line in forward_lines, code[line - 1]  # a statement that computes
+    # shardx-opt keeps them, and its remarks point at the Python lines (the
+    # traced Megatron block example).
+    prog = os.path.join(os.path.dirname(os.path.dirname(src)), "..", "examples",
+                        "transformer_block_tp.mlir")
+    proc = subprocess.run([find_tool("shardx-opt"), prog, "--inline", "--shardx-propagate",
+                           "--shardx-insert-reshards", "--shardx-print-plan", "-o", os.devnull],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^shardx/models\.py:\d+:0: remark: plan", proc.stderr, re.M), proc.stderr[:2000]

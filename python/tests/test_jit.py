@@ -5,6 +5,7 @@ and placement errors."""
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -56,8 +57,10 @@ def test_compiled_steps_match_eager(name):
     params, state, inputs, target = spec.example_args
     eager = (params, state)
     sharded = (params, state)
-    handles = None
+    mesh_size = int(np.prod(spec.mesh.shape)) if spec.mesh else 1
     for i in range(3):
+        donated = [t for t in pytree.tree_leaves(sharded) if isinstance(t, ShardedTensor)]
+        addresses = [[t._shards.buffer_address(r) for r in range(mesh_size)] for t in donated]
         loss, p, s = f(sharded[0], sharded[1], inputs, target)
         el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
         # Adam moves a parameter by about lr wherever its gradient is
@@ -73,11 +76,14 @@ def test_compiled_steps_match_eager(name):
         for key in es:
             for j, (a, b) in enumerate(zip(s[key], es[key])):
                 assert_close(a, b, f"{name} step {i}: {key} {j}", **tol)
-        if handles is None:
-            handles = [id(t) for t in pytree.tree_leaves((p, s))]
-        else:
-            # Donated: the same handles, updated in place.
-            assert [id(t) for t in pytree.tree_leaves((p, s))] == handles
+        # Donated (from step 1 on, the previous step's outputs): the new
+        # parameters and state are in the old buffers on every rank, and the
+        # old handles are invalidated.
+        assert len(donated) == (0 if i == 0 else len(pytree.tree_leaves((p, s))))
+        for t, before, after in zip(donated, addresses, pytree.tree_leaves((p, s))):
+            assert [after._shards.buffer_address(r) for r in range(mesh_size)] == before
+            with pytest.raises(shardx.DonatedError, match="donated to a call"):
+                t.full()
         sharded, eager = (p, s), (ep, es)
     assert f.compiles == 1
 
@@ -177,6 +183,41 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
         assert_close(a, b, "parameter after a failed step")
 
 
+def test_donation_reuses_buffers_and_invalidates_inputs():
+    step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
+    f = shardx.compile(step, mesh, ins, outs, donate=(0, 1), name="mlp")
+    _, p, s = f(params, state, inputs, target)
+    _, ep, es = step.run_eager(params, state, inputs, target)
+    old = pytree.tree_leaves((p, s))
+    addresses = [[t._shards.buffer_address(r) for r in range(4)] for t in old]
+    # A view the caller holds keeps its buffer: that one output gets a new
+    # buffer, the view still shows the old values.
+    view = old[0].local(1)
+    kept = view.copy()
+    loss, p2, s2 = f(p, s, inputs, target)
+    el, ep, es = step.run_eager(ep, es, inputs, target)
+    assert_close(loss, el, "loss")
+    for a, b in zip(pytree.tree_leaves((p2, s2)), pytree.tree_leaves((ep, es))):
+        assert_close(a, b, "parameter or state")
+    new = pytree.tree_leaves((p2, s2))
+    np.testing.assert_array_equal(view, kept)
+    assert new[0]._shards.buffer_address(1) != addresses[0][1]
+    assert [new[0]._shards.buffer_address(r) for r in (0, 2, 3)] == [addresses[0][r] for r in (0, 2, 3)]
+    for t, before in zip(new[1:], addresses[1:]):
+        assert [t._shards.buffer_address(r) for r in range(4)] == before
+    # The donated handles are invalidated, with a clear error.
+    for t in old:
+        with pytest.raises(shardx.DonatedError, match="donated to a call"):
+            t.full()
+    with pytest.raises(shardx.DonatedError, match="input 0 of mlp was donated to an earlier call"):
+        f(p, s, inputs, target)
+    # Not donated: the inputs stay valid and the outputs get new buffers.
+    g = shardx.compile(step, mesh, ins, outs, name="mlp")
+    _, p3, _ = g(p2, s2, inputs, target)
+    assert p2[0].full().shape == p3[0].full().shape
+    assert p3[0]._shards.buffer_address(0) != p2[0]._shards.buffer_address(0)
+
+
 def test_bad_placements_raise_before_tracing():
     mesh = Mesh((2, 2), ("dp", "tp"))
     with pytest.raises(PlacementError, match="expected 2 placements"):
@@ -239,7 +280,41 @@ def test_concurrent_compiles_then_a_hit(cache):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1", "0"]
-    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".mlir", ".so"]
+    assert sorted(p.suffix for p in cache.iterdir() if p.name != ".lock") == [
+        ".json", ".mlir", ".so"]
+
+
+def test_cache_evicts_least_recently_used(cache, monkeypatch):
+    mesh = Mesh((2,), ("dp",))
+    w = torch.randn(16, 8)
+
+    def run(batch):
+        x = torch.randn(batch, 16)
+        y, _ = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+        assert_close(y, _dp_fn()(w, x)[0], f"batch {batch}")
+
+    def entries():
+        return {p.stem for p in cache.iterdir() if p.suffix == ".json"}
+
+    run(8)
+    [a] = entries()
+    size = sum((cache / (a + s)).stat().st_size for s in (".json", ".so", ".mlir"))
+    # Room for two entries of this size, not three.
+    monkeypatch.setenv("SHARDX_CACHE_MAX_MB", str(2.5 * size / (1 << 20)))
+    run(4)
+    [b] = entries() - {a}
+    run(8)  # a hit: a is now the most recently used
+    assert (shardx.cache_stats.hits, shardx.cache_stats.misses) == (1, 2)
+    run(2)
+    [c] = entries() - {a, b}
+    assert entries() == {a, c} and shardx.cache_stats.evictions == 1
+    assert not list(cache.glob(b + ".*"))
+    # The evicted program compiles again.
+    run(4)
+    assert shardx.cache_stats.misses == 4 and len(entries()) == 2
+    monkeypatch.setenv("SHARDX_CACHE_MAX_MB", "lots")
+    with pytest.raises(ValueError, match="SHARDX_CACHE_MAX_MB='lots' is not a number"):
+        run(6)
 
 
 def _module(kind):
@@ -280,3 +355,34 @@ def test_data_parallel_steps_match_eager(kind, optimizer, foreach):
         for j, (a, b) in enumerate(zip(p, ep)):
             assert_close(a, b, f"{kind} step {i}: parameter {j}", **tol)
     assert f.compiles == 1
+
+
+def test_mpi_backend_train_step(cache):
+    # Each process of `mpirun -np 2` is one rank: the compiled step runs on
+    # MPI_COMM_WORLD in-process and matches eager in both processes.
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not shardx.sharded_tensor.runtime().has_mpi:
+        pytest.skip("needs OpenMPI and a build with the mpi backend")
+    out = cache.parent / "ranks"
+    out.mkdir()
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+           os.path.join(ROOT, "python", "tests", "mpi_train_step.py"), os.path.join(ROOT, "python"),
+           str(out)]
+    env = dict(os.environ, SHARDX_CACHE_DIR=str(cache))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    lines = sorted((out / f"rank{i}").read_text() for i in range(2) if (out / f"rank{i}").exists())
+    assert [line.split(" ok ")[0] for line in lines] == ["rank 0", "rank 1"], r.stdout + r.stderr
+    assert lines[0].split(" ok ")[1] == lines[1].split(" ok ")[1]  # the same losses
+    # Then a failure on rank 1 ends the job, naming the rank and the cause.
+    assert r.returncode != 0 and "survived" not in r.stdout
+    assert "rank 1 failed: rank 1: injected failure (SHARDX_TEST_FAIL_RANK)" in r.stderr
+
+
+def test_backends_without_a_runtime_raise():
+    mesh = Mesh((2,), ("dp",))
+    for backend in ("cuda-local", "nccl"):
+        with pytest.raises(ValueError, match=f"backend '{backend}' needs the ShardX GPU runtime"):
+            shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], backend=backend)
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ and "PMI_SIZE" not in os.environ:
+        with pytest.raises(ValueError, match="runs under mpirun with one process per rank"):
+            shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], backend="mpi")

@@ -38,6 +38,8 @@ class Dom(HTMLParser):
         self.stack = []  # (tag, attrs) of open elements
         self.reshards = []
         self.total = None
+        self.by_phase = {}  # phase -> attrs of its #by-phase row
+        self.alternatives = []
         self.values = []  # {kind, index, layout, shards, groups}
         self.mesh_heading = ""
         self._in_h3 = False
@@ -51,6 +53,10 @@ class Dom(HTMLParser):
             self.reshards.append(a)
         if tag == "tr" and "total" in cls:
             self.total = a
+        if tag == "tr" and "data-key" in a and self._inside_id("by-phase"):
+            self.by_phase[a["data-key"]] = a
+        if tag == "tr" and "alternative" in cls:
+            self.alternatives.append(a)
         if tag == "div" and "value" in cls:
             self.values.append({"kind": a["data-kind"], "index": int(a["data-index"]),
                                 "layout": a["data-layout"], "shards": None, "groups": 0})
@@ -60,14 +66,14 @@ class Dom(HTMLParser):
             self.values[-1]["groups"] += 1
         self._in_h3 = tag == "h3"
         if tag not in self.VOID and not tag.endswith("/"):
-            self.stack.append((tag, cls))
+            self.stack.append((tag, cls, a.get("id")))
 
     def handle_startendtag(self, tag, attrs):
         pass
 
     def handle_endtag(self, tag):
         while self.stack:
-            t, _ = self.stack.pop()
+            t, _, _ = self.stack.pop()
             if t == tag:
                 break
 
@@ -75,9 +81,12 @@ class Dom(HTMLParser):
         if self._in_h3 and data.startswith("mesh @"):
             self.mesh_heading = data
 
+    def _inside_id(self, ident):
+        return any(i == ident for _, _, i in self.stack)
+
     def _inside_value(self):
-        return any(t == "div" and "value" in c for t, c in self.stack) and \
-            not any(t == "template" for t, _ in self.stack)
+        return any(t == "div" and "value" in c for t, c, _ in self.stack) and \
+            not any(t == "template" for t, _, _ in self.stack)
 
 
 def expected_shards(layout: str, mesh: list) -> int:
@@ -117,6 +126,31 @@ def test_transformer_block_report_in_chromium(build_dir, tmp_path):
     assert int(dom.total["data-bytes"]) == plan_bytes
     assert float(dom.total["data-us"]) == pytest.approx(plan_us, abs=1e-3 * count)
     assert sum(int(r["data-bytes"]) for r in dom.reshards) == plan_bytes
+
+    # Each reshard names the source line of the PyTorch op it follows (the
+    # importer's locations; backward ops carry their forward op's line) and
+    # its train-step phase; the per-phase totals add up to the whole.
+    lines = open(os.path.join(ROOT, "python", "shardx", "models.py")).read().splitlines()
+    for r in dom.reshards:
+        m = re.fullmatch(r"(shardx/models\.py|torch/[\w/]+\.py):(\d+)", r["data-location"])
+        assert m, r
+        if m.group(1) == "shardx/models.py":
+            assert re.search(r"self\.\w+\(", lines[int(m.group(2)) - 1]), (r, lines[int(m.group(2)) - 1])
+        assert r["data-phase"] in ("forward", "backward", "optimizer"), r
+    phases = {r["data-phase"] for r in dom.reshards}
+    assert {"forward", "backward"} <= phases
+    assert set(dom.by_phase) == phases
+    assert sum(int(p["data-count"]) for p in dom.by_phase.values()) == count
+    assert sum(int(p["data-bytes"]) for p in dom.by_phase.values()) == plan_bytes
+    # The strategies propagation priced: ops with other strategies listed,
+    # cheapest first, none cheaper than the chosen one (the refinement ends
+    # where no single op's change lowers the total by more than its 1e-3 us
+    # tie margin).
+    assert dom.alternatives
+    for a in dom.alternatives:
+        costs = [float(c) for c in a["data-costs"].split(",")]
+        assert len(costs) == int(a["data-count"]) >= 1
+        assert costs == sorted(costs) and costs[0] >= -1e-3, a
 
     # Each argument's picture has as many blocks as its layout has shards.
     shape = re.search(r"shardx\.mesh @mesh\(shape = ([0-9x]+)", open(BLOCK).read()).group(1)

@@ -12,177 +12,184 @@ func.func @dp_train(
     %arg4: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>},
     %arg5: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [P(sum)]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<16x32xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x32xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e7 = tensor.empty() : tensor<8x32xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e7 : tensor<8x32xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x32xf32>
-  %e13 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
   %v17 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = math.tanh %a14 : f32
     linalg.yield %s16 : f32
-  } -> tensor<8x32xf32>
-  %e18 = tensor.empty() : tensor<32x16xf32>
-  %v19 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e18 : tensor<32x16xf32>) permutation = [1, 0]
-  %e20 = tensor.empty() : tensor<8x16xf32>
-  %c21 = arith.constant 0x00000000 : f32
-  %v22 = linalg.fill ins(%c21 : f32) outs(%e20 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v23 = linalg.matmul ins(%v17, %v19 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v22 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e24 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x32xf32> loc(#loc1)
+  %e18 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v19 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e18 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e20 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c21 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v22 = linalg.fill ins(%c21 : f32) outs(%e20 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v23 = linalg.matmul ins(%v17, %v19 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v22 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e24 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v23, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e24 : tensor<8x16xf32>) {
   ^bb0(%a25: f32, %a26: f32, %o27: f32):
     %s28 = arith.addf %a25, %a26 : f32
     linalg.yield %s28 : f32
-  } -> tensor<8x16xf32>
-  %e30 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %e30 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e30 : tensor<8x16xf32>) {
   ^bb0(%a31: f32, %a32: f32, %o33: f32):
     %s34 = arith.subf %a31, %a32 : f32
     linalg.yield %s34 : f32
-  } -> tensor<8x16xf32>
-  %e36 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e36 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v40 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v35 : tensor<8x16xf32>) outs(%e36 : tensor<8x16xf32>) {
   ^bb0(%a37: f32, %o38: f32):
     %s39 = arith.mulf %a37, %a37 : f32
     linalg.yield %s39 : f32
-  } -> tensor<8x16xf32>
-  %e41 = tensor.empty() : tensor<f32>
-  %c42 = arith.constant 0x00000000 : f32
-  %v43 = linalg.fill ins(%c42 : f32) outs(%e41 : tensor<f32>) -> tensor<f32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e41 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c42 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v43 = linalg.fill ins(%c42 : f32) outs(%e41 : tensor<f32>) -> tensor<f32> loc(#loc2)
   %v47 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v40 : tensor<8x16xf32>) outs(%v43 : tensor<f32>) {
   ^bb0(%a44: f32, %o45: f32):
     %s46 = arith.addf %a44, %o45 : f32
     linalg.yield %s46 : f32
-  } -> tensor<f32>
-  %e48 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e48 = tensor.empty() : tensor<f32> loc(#loc2)
   %v53 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v47 : tensor<f32>) outs(%e48 : tensor<f32>) {
   ^bb0(%a49: f32, %o50: f32):
     %s51 = arith.constant 0x43000000 : f32
     %s52 = arith.divf %a49, %s51 : f32
     linalg.yield %s52 : f32
-  } -> tensor<f32>
-  %e54 = tensor.empty() : tensor<f32>
-  %c55 = arith.constant 0x3F800000 : f32
-  %v56 = linalg.fill ins(%c55 : f32) outs(%e54 : tensor<f32>) -> tensor<f32>
-  %e57 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<f32> loc(#loc2)
+  %e54 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c55 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v56 = linalg.fill ins(%c55 : f32) outs(%e54 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e57 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e57 : tensor<8x16xf32>) {
   ^bb0(%a58: f32, %a59: f32, %o60: f32):
     %s61 = arith.subf %a58, %a59 : f32
     linalg.yield %s61 : f32
-  } -> tensor<8x16xf32>
-  %e63 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e63 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v68 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v62 : tensor<8x16xf32>) outs(%e63 : tensor<8x16xf32>) {
   ^bb0(%a64: f32, %o65: f32):
     %s66 = arith.constant 0x3C800000 : f32
     %s67 = arith.mulf %a64, %s66 : f32
     linalg.yield %s67 : f32
-  } -> tensor<8x16xf32>
-  %e69 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e69 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v74 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v68, %v56 : tensor<8x16xf32>, tensor<f32>) outs(%e69 : tensor<8x16xf32>) {
   ^bb0(%a70: f32, %a71: f32, %o72: f32):
     %s73 = arith.mulf %a70, %a71 : f32
     linalg.yield %s73 : f32
-  } -> tensor<8x16xf32>
-  %e75 = tensor.empty() : tensor<16x32xf32>
-  %v76 = linalg.transpose ins(%v19 : tensor<32x16xf32>) outs(%e75 : tensor<16x32xf32>) permutation = [1, 0]
-  %e77 = tensor.empty() : tensor<8x32xf32>
-  %c78 = arith.constant 0x00000000 : f32
-  %v79 = linalg.fill ins(%c78 : f32) outs(%e77 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v80 = linalg.matmul ins(%v74, %v76 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v79 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e81 = tensor.empty() : tensor<16x8xf32>
-  %v82 = linalg.transpose ins(%v74 : tensor<8x16xf32>) outs(%e81 : tensor<16x8xf32>) permutation = [1, 0]
-  %e83 = tensor.empty() : tensor<16x32xf32>
-  %c84 = arith.constant 0x00000000 : f32
-  %v85 = linalg.fill ins(%c84 : f32) outs(%e83 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v86 = linalg.matmul ins(%v82, %v17 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v85 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e87 = tensor.empty() : tensor<32x16xf32>
-  %v88 = linalg.transpose ins(%v86 : tensor<16x32xf32>) outs(%e87 : tensor<32x16xf32>) permutation = [1, 0]
-  %e89 = tensor.empty() : tensor<16xf32>
-  %c90 = arith.constant 0x00000000 : f32
-  %v91 = linalg.fill ins(%c90 : f32) outs(%e89 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e75 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v76 = linalg.transpose ins(%v19 : tensor<32x16xf32>) outs(%e75 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e77 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
+  %c78 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v79 = linalg.fill ins(%c78 : f32) outs(%e77 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %v80 = linalg.matmul ins(%v74, %v76 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v79 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %e81 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v82 = linalg.transpose ins(%v74 : tensor<8x16xf32>) outs(%e81 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e83 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %c84 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v85 = linalg.fill ins(%c84 : f32) outs(%e83 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %v86 = linalg.matmul ins(%v82, %v17 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v85 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %e87 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v88 = linalg.transpose ins(%v86 : tensor<16x32xf32>) outs(%e87 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e89 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c90 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v91 = linalg.fill ins(%c90 : f32) outs(%e89 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
   %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v74 : tensor<8x16xf32>) outs(%v91 : tensor<16xf32>) {
   ^bb0(%a92: f32, %o93: f32):
     %s94 = arith.addf %a92, %o93 : f32
     linalg.yield %s94 : f32
-  } -> tensor<16xf32>
-  %e97 = tensor.empty() : tensor<16x32xf32>
-  %v98 = linalg.transpose ins(%v88 : tensor<32x16xf32>) outs(%e97 : tensor<16x32xf32>) permutation = [1, 0]
-  %e99 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<16xf32> loc(#loc4)
+  %e97 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v98 = linalg.transpose ins(%v88 : tensor<32x16xf32>) outs(%e97 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e99 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v104 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v17, %v17 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e99 : tensor<8x32xf32>) {
   ^bb0(%a100: f32, %a101: f32, %o102: f32):
     %s103 = arith.mulf %a100, %a101 : f32
     linalg.yield %s103 : f32
-  } -> tensor<8x32xf32>
-  %e105 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e105 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v110 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104 : tensor<8x32xf32>) outs(%e105 : tensor<8x32xf32>) {
   ^bb0(%a106: f32, %o107: f32):
     %s108 = arith.constant 0x3F800000 : f32
     %s109 = arith.subf %s108, %a106 : f32
     linalg.yield %s109 : f32
-  } -> tensor<8x32xf32>
-  %e111 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e111 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v80, %v110 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e111 : tensor<8x32xf32>) {
   ^bb0(%a112: f32, %a113: f32, %o114: f32):
     %s115 = arith.mulf %a112, %a113 : f32
     linalg.yield %s115 : f32
-  } -> tensor<8x32xf32>
-  %e117 = tensor.empty() : tensor<32x8xf32>
-  %v118 = linalg.transpose ins(%v116 : tensor<8x32xf32>) outs(%e117 : tensor<32x8xf32>) permutation = [1, 0]
-  %e119 = tensor.empty() : tensor<32x16xf32>
-  %c120 = arith.constant 0x00000000 : f32
-  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v122 = linalg.matmul ins(%v118, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v121 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e123 = tensor.empty() : tensor<16x32xf32>
-  %v124 = linalg.transpose ins(%v122 : tensor<32x16xf32>) outs(%e123 : tensor<16x32xf32>) permutation = [1, 0]
-  %e125 = tensor.empty() : tensor<32xf32>
-  %c126 = arith.constant 0x00000000 : f32
-  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32xf32>) -> tensor<32xf32>
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e117 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
+  %v118 = linalg.transpose ins(%v116 : tensor<8x32xf32>) outs(%e117 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e119 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %c120 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v121 = linalg.fill ins(%c120 : f32) outs(%e119 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %v122 = linalg.matmul ins(%v118, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v121 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %e123 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v124 = linalg.transpose ins(%v122 : tensor<32x16xf32>) outs(%e123 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e125 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %c126 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v127 = linalg.fill ins(%c126 : f32) outs(%e125 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
   %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v116 : tensor<8x32xf32>) outs(%v127 : tensor<32xf32>) {
   ^bb0(%a128: f32, %o129: f32):
     %s130 = arith.addf %a128, %o129 : f32
     linalg.yield %s130 : f32
-  } -> tensor<32xf32>
-  %e133 = tensor.empty() : tensor<32x16xf32>
-  %v134 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e133 : tensor<32x16xf32>) permutation = [1, 0]
-  %e135 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32xf32> loc(#loc4)
+  %e133 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v134 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e133 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e135 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
   %v142 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v134 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e135 : tensor<32x16xf32>) {
   ^bb0(%a136: f32, %a137: f32, %o138: f32):
     %s139 = arith.constant 0xBDCCCCCD : f32
     %s140 = arith.mulf %a137, %s139 : f32
     %s141 = arith.addf %a136, %s140 : f32
     linalg.yield %s141 : f32
-  } -> tensor<32x16xf32>
-  %e143 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e143 = tensor.empty() : tensor<32xf32> loc(#loc6)
   %v150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v131 : tensor<32xf32>, tensor<32xf32>) outs(%e143 : tensor<32xf32>) {
   ^bb0(%a144: f32, %a145: f32, %o146: f32):
     %s147 = arith.constant 0xBDCCCCCD : f32
     %s148 = arith.mulf %a145, %s147 : f32
     %s149 = arith.addf %a144, %s148 : f32
     linalg.yield %s149 : f32
-  } -> tensor<32xf32>
-  %e151 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc6)
+  %e151 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
   %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v98 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e151 : tensor<16x32xf32>) {
   ^bb0(%a152: f32, %a153: f32, %o154: f32):
     %s155 = arith.constant 0xBDCCCCCD : f32
     %s156 = arith.mulf %a153, %s155 : f32
     %s157 = arith.addf %a152, %s156 : f32
     linalg.yield %s157 : f32
-  } -> tensor<16x32xf32>
-  %e159 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e159 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v166 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v95 : tensor<16xf32>, tensor<16xf32>) outs(%e159 : tensor<16xf32>) {
   ^bb0(%a160: f32, %a161: f32, %o162: f32):
     %s163 = arith.constant 0xBDCCCCCD : f32
     %s164 = arith.mulf %a161, %s163 : f32
     %s165 = arith.addf %a160, %s164 : f32
     linalg.yield %s165 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
   return %v53, %v142, %v150, %v158, %v166 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
+#loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
+#loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":433:0])
+#loc2 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc3 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc4 = loc(fused<"backward">["torch/nn/modules/linear.py":134:0])
+#loc5 = loc(fused<"backward">["torch/nn/modules/activation.py":433:0])
+#loc6 = loc(fused<"optimizer">[unknown])

@@ -16,403 +16,414 @@ func.func @megatron_attention_train(
     %arg8: tensor<2x4x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg9: tensor<2x4x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %v1 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e2 = tensor.empty() : tensor<16x16xf32>
-  %v3 = linalg.transpose ins(%arg0 : tensor<16x16xf32>) outs(%e2 : tensor<16x16xf32>) permutation = [1, 0]
-  %e4 = tensor.empty() : tensor<8x16xf32>
-  %c5 = arith.constant 0x00000000 : f32
-  %v6 = linalg.fill ins(%c5 : f32) outs(%e4 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v7 = linalg.matmul ins(%v1, %v3 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v6 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e8 = tensor.empty() : tensor<8x16xf32>
+  %v1 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc0)
+  %e2 = tensor.empty() : tensor<16x16xf32> loc(#loc0)
+  %v3 = linalg.transpose ins(%arg0 : tensor<16x16xf32>) outs(%e2 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e4 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c5 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v6 = linalg.fill ins(%c5 : f32) outs(%e4 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v7 = linalg.matmul ins(%v1, %v3 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v6 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e8 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v13 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v7, %arg1 : tensor<8x16xf32>, tensor<16xf32>) outs(%e8 : tensor<8x16xf32>) {
   ^bb0(%a9: f32, %a10: f32, %o11: f32):
     %s12 = arith.addf %a9, %a10 : f32
     linalg.yield %s12 : f32
-  } -> tensor<8x16xf32>
-  %v14 = tensor.expand_shape %v13 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v15 = tensor.expand_shape %v14 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e16 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v17 = linalg.transpose ins(%v15 : tensor<2x4x4x4xf32>) outs(%e16 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v18 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e19 = tensor.empty() : tensor<16x16xf32>
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x16xf32>) outs(%e19 : tensor<16x16xf32>) permutation = [1, 0]
-  %e21 = tensor.empty() : tensor<8x16xf32>
-  %c22 = arith.constant 0x00000000 : f32
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e25 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %v14 = tensor.expand_shape %v13 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc0)
+  %v15 = tensor.expand_shape %v14 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc0)
+  %e16 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc0)
+  %v17 = linalg.transpose ins(%v15 : tensor<2x4x4x4xf32>) outs(%e16 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc0)
+  %v18 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc0)
+  %e19 = tensor.empty() : tensor<16x16xf32> loc(#loc0)
+  %v20 = linalg.transpose ins(%arg2 : tensor<16x16xf32>) outs(%e19 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
   ^bb0(%a26: f32, %a27: f32, %o28: f32):
     %s29 = arith.addf %a26, %a27 : f32
     linalg.yield %s29 : f32
-  } -> tensor<8x16xf32>
-  %v31 = tensor.expand_shape %v30 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v32 = tensor.expand_shape %v31 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e33 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v34 = linalg.transpose ins(%v32 : tensor<2x4x4x4xf32>) outs(%e33 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v35 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e36 = tensor.empty() : tensor<16x16xf32>
-  %v37 = linalg.transpose ins(%arg4 : tensor<16x16xf32>) outs(%e36 : tensor<16x16xf32>) permutation = [1, 0]
-  %e38 = tensor.empty() : tensor<8x16xf32>
-  %c39 = arith.constant 0x00000000 : f32
-  %v40 = linalg.fill ins(%c39 : f32) outs(%e38 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v41 = linalg.matmul ins(%v35, %v37 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v40 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e42 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %v31 = tensor.expand_shape %v30 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc0)
+  %v32 = tensor.expand_shape %v31 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc0)
+  %e33 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc0)
+  %v34 = linalg.transpose ins(%v32 : tensor<2x4x4x4xf32>) outs(%e33 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc0)
+  %v35 = tensor.collapse_shape %arg8 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc0)
+  %e36 = tensor.empty() : tensor<16x16xf32> loc(#loc0)
+  %v37 = linalg.transpose ins(%arg4 : tensor<16x16xf32>) outs(%e36 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e38 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c39 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v40 = linalg.fill ins(%c39 : f32) outs(%e38 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v41 = linalg.matmul ins(%v35, %v37 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v40 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e42 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v47 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v41, %arg5 : tensor<8x16xf32>, tensor<16xf32>) outs(%e42 : tensor<8x16xf32>) {
   ^bb0(%a43: f32, %a44: f32, %o45: f32):
     %s46 = arith.addf %a43, %a44 : f32
     linalg.yield %s46 : f32
-  } -> tensor<8x16xf32>
-  %v48 = tensor.expand_shape %v47 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v49 = tensor.expand_shape %v48 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e50 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v51 = linalg.transpose ins(%v49 : tensor<2x4x4x4xf32>) outs(%e50 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %e52 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v53 = linalg.transpose ins(%v34 : tensor<2x4x4x4xf32>) outs(%e52 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %v54 = tensor.collapse_shape %v17 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v55 = tensor.collapse_shape %v53 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e56 = tensor.empty() : tensor<8x4x4xf32>
-  %c57 = arith.constant 0x00000000 : f32
-  %v58 = linalg.fill ins(%c57 : f32) outs(%e56 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v59 = linalg.batch_matmul ins(%v54, %v55 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v58 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v60 = tensor.expand_shape %v59 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e61 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %v48 = tensor.expand_shape %v47 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc0)
+  %v49 = tensor.expand_shape %v48 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc0)
+  %e50 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc0)
+  %v51 = linalg.transpose ins(%v49 : tensor<2x4x4x4xf32>) outs(%e50 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc0)
+  %e52 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc1)
+  %v53 = linalg.transpose ins(%v34 : tensor<2x4x4x4xf32>) outs(%e52 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc1)
+  %v54 = tensor.collapse_shape %v17 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc1)
+  %v55 = tensor.collapse_shape %v53 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc1)
+  %e56 = tensor.empty() : tensor<8x4x4xf32> loc(#loc1)
+  %c57 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v58 = linalg.fill ins(%c57 : f32) outs(%e56 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc1)
+  %v59 = linalg.batch_matmul ins(%v54, %v55 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v58 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc1)
+  %v60 = tensor.expand_shape %v59 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc1)
+  %e61 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc1)
   %v66 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v60 : tensor<2x4x4x4xf32>) outs(%e61 : tensor<2x4x4x4xf32>) {
   ^bb0(%a62: f32, %o63: f32):
     %s64 = arith.constant 0x40000000 : f32
     %s65 = arith.divf %a62, %s64 : f32
     linalg.yield %s65 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e67 = tensor.empty() : tensor<2x4x4xf32>
-  %c68 = arith.constant 0xFF800000 : f32
-  %v69 = linalg.fill ins(%c68 : f32) outs(%e67 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc1)
+  %e67 = tensor.empty() : tensor<2x4x4xf32> loc(#loc2)
+  %c68 = arith.constant 0xFF800000 : f32 loc(#loc2)
+  %v69 = linalg.fill ins(%c68 : f32) outs(%e67 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc2)
   %v73 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v66 : tensor<2x4x4x4xf32>) outs(%v69 : tensor<2x4x4xf32>) {
   ^bb0(%a70: f32, %o71: f32):
     %s72 = arith.maximumf %a70, %o71 : f32
     linalg.yield %s72 : f32
-  } -> tensor<2x4x4xf32>
-  %e75 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc2)
+  %e75 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc2)
   %v80 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v66, %v73 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e75 : tensor<2x4x4x4xf32>) {
   ^bb0(%a76: f32, %a77: f32, %o78: f32):
     %s79 = arith.subf %a76, %a77 : f32
     linalg.yield %s79 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e81 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc2)
+  %e81 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc2)
   %v85 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v80 : tensor<2x4x4x4xf32>) outs(%e81 : tensor<2x4x4x4xf32>) {
   ^bb0(%a82: f32, %o83: f32):
     %s84 = math.exp %a82 : f32
     linalg.yield %s84 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e86 = tensor.empty() : tensor<2x4x4xf32>
-  %c87 = arith.constant 0x00000000 : f32
-  %v88 = linalg.fill ins(%c87 : f32) outs(%e86 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc2)
+  %e86 = tensor.empty() : tensor<2x4x4xf32> loc(#loc2)
+  %c87 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v88 = linalg.fill ins(%c87 : f32) outs(%e86 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc2)
   %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v85 : tensor<2x4x4x4xf32>) outs(%v88 : tensor<2x4x4xf32>) {
   ^bb0(%a89: f32, %o90: f32):
     %s91 = arith.addf %a89, %o90 : f32
     linalg.yield %s91 : f32
-  } -> tensor<2x4x4xf32>
-  %e94 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc2)
+  %e94 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc2)
   %v99 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v85, %v92 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e94 : tensor<2x4x4x4xf32>) {
   ^bb0(%a95: f32, %a96: f32, %o97: f32):
     %s98 = arith.divf %a95, %a96 : f32
     linalg.yield %s98 : f32
-  } -> tensor<2x4x4x4xf32>
-  %v100 = tensor.collapse_shape %v99 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %v101 = tensor.collapse_shape %v51 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e102 = tensor.empty() : tensor<8x4x4xf32>
-  %c103 = arith.constant 0x00000000 : f32
-  %v104 = linalg.fill ins(%c103 : f32) outs(%e102 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v105 = linalg.batch_matmul ins(%v100, %v101 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v104 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v106 = tensor.expand_shape %v105 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e107 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v108 = linalg.transpose ins(%v106 : tensor<2x4x4x4xf32>) outs(%e107 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v109 = tensor.collapse_shape %v108 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v110 = tensor.collapse_shape %v109 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e111 = tensor.empty() : tensor<16x16xf32>
-  %v112 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e111 : tensor<16x16xf32>) permutation = [1, 0]
-  %e113 = tensor.empty() : tensor<8x16xf32>
-  %c114 = arith.constant 0x00000000 : f32
-  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v116 = linalg.matmul ins(%v110, %v112 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v115 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e117 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc2)
+  %v100 = tensor.collapse_shape %v99 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc2)
+  %v101 = tensor.collapse_shape %v51 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc2)
+  %e102 = tensor.empty() : tensor<8x4x4xf32> loc(#loc2)
+  %c103 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v104 = linalg.fill ins(%c103 : f32) outs(%e102 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc2)
+  %v105 = linalg.batch_matmul ins(%v100, %v101 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v104 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc2)
+  %v106 = tensor.expand_shape %v105 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc2)
+  %e107 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc3)
+  %v108 = linalg.transpose ins(%v106 : tensor<2x4x4x4xf32>) outs(%e107 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc3)
+  %v109 = tensor.collapse_shape %v108 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc3)
+  %v110 = tensor.collapse_shape %v109 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc3)
+  %e111 = tensor.empty() : tensor<16x16xf32> loc(#loc3)
+  %v112 = linalg.transpose ins(%arg6 : tensor<16x16xf32>) outs(%e111 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc3)
+  %e113 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %c114 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc3)
+  %v116 = linalg.matmul ins(%v110, %v112 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v115 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc3)
+  %e117 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v122 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v116, %arg7 : tensor<8x16xf32>, tensor<16xf32>) outs(%e117 : tensor<8x16xf32>) {
   ^bb0(%a118: f32, %a119: f32, %o120: f32):
     %s121 = arith.addf %a118, %a119 : f32
     linalg.yield %s121 : f32
-  } -> tensor<8x16xf32>
-  %v123 = tensor.expand_shape %v122 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %e124 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %v123 = tensor.expand_shape %v122 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc3)
+  %e124 = tensor.empty() : tensor<2x4x16xf32> loc(#loc4)
   %v129 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v123, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e124 : tensor<2x4x16xf32>) {
   ^bb0(%a125: f32, %a126: f32, %o127: f32):
     %s128 = arith.subf %a125, %a126 : f32
     linalg.yield %s128 : f32
-  } -> tensor<2x4x16xf32>
-  %e130 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc4)
+  %e130 = tensor.empty() : tensor<2x4x16xf32> loc(#loc4)
   %v134 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v129 : tensor<2x4x16xf32>) outs(%e130 : tensor<2x4x16xf32>) {
   ^bb0(%a131: f32, %o132: f32):
     %s133 = arith.mulf %a131, %a131 : f32
     linalg.yield %s133 : f32
-  } -> tensor<2x4x16xf32>
-  %e135 = tensor.empty() : tensor<f32>
-  %c136 = arith.constant 0x00000000 : f32
-  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32>
+  } -> tensor<2x4x16xf32> loc(#loc4)
+  %e135 = tensor.empty() : tensor<f32> loc(#loc4)
+  %c136 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32> loc(#loc4)
   %v141 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v134 : tensor<2x4x16xf32>) outs(%v137 : tensor<f32>) {
   ^bb0(%a138: f32, %o139: f32):
     %s140 = arith.addf %a138, %o139 : f32
     linalg.yield %s140 : f32
-  } -> tensor<f32>
-  %e142 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc4)
+  %e142 = tensor.empty() : tensor<f32> loc(#loc4)
   %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141 : tensor<f32>) outs(%e142 : tensor<f32>) {
   ^bb0(%a143: f32, %o144: f32):
     %s145 = arith.constant 0x43000000 : f32
     %s146 = arith.divf %a143, %s145 : f32
     linalg.yield %s146 : f32
-  } -> tensor<f32>
-  %e148 = tensor.empty() : tensor<f32>
-  %c149 = arith.constant 0x3F800000 : f32
-  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32>
-  %e151 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<f32> loc(#loc4)
+  %e148 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c149 = arith.constant 0x3F800000 : f32 loc(#loc5)
+  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e151 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v156 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v123, %arg9 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e151 : tensor<2x4x16xf32>) {
   ^bb0(%a152: f32, %a153: f32, %o154: f32):
     %s155 = arith.subf %a152, %a153 : f32
     linalg.yield %s155 : f32
-  } -> tensor<2x4x16xf32>
-  %e157 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e157 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v156 : tensor<2x4x16xf32>) outs(%e157 : tensor<2x4x16xf32>) {
   ^bb0(%a158: f32, %o159: f32):
     %s160 = arith.constant 0x3C800000 : f32
     %s161 = arith.mulf %a158, %s160 : f32
     linalg.yield %s161 : f32
-  } -> tensor<2x4x16xf32>
-  %e163 = tensor.empty() : tensor<2x4x16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %e163 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
   %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v162, %v150 : tensor<2x4x16xf32>, tensor<f32>) outs(%e163 : tensor<2x4x16xf32>) {
   ^bb0(%a164: f32, %a165: f32, %o166: f32):
     %s167 = arith.mulf %a164, %a165 : f32
     linalg.yield %s167 : f32
-  } -> tensor<2x4x16xf32>
-  %v169 = tensor.collapse_shape %v168 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e170 = tensor.empty() : tensor<16x16xf32>
-  %v171 = linalg.transpose ins(%v112 : tensor<16x16xf32>) outs(%e170 : tensor<16x16xf32>) permutation = [1, 0]
-  %e172 = tensor.empty() : tensor<8x16xf32>
-  %c173 = arith.constant 0x00000000 : f32
-  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v175 = linalg.matmul ins(%v169, %v171 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v174 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e176 = tensor.empty() : tensor<16x8xf32>
-  %v177 = linalg.transpose ins(%v169 : tensor<8x16xf32>) outs(%e176 : tensor<16x8xf32>) permutation = [1, 0]
-  %e178 = tensor.empty() : tensor<16x16xf32>
-  %c179 = arith.constant 0x00000000 : f32
-  %v180 = linalg.fill ins(%c179 : f32) outs(%e178 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v181 = linalg.matmul ins(%v177, %v110 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v180 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e182 = tensor.empty() : tensor<16x16xf32>
-  %v183 = linalg.transpose ins(%v181 : tensor<16x16xf32>) outs(%e182 : tensor<16x16xf32>) permutation = [1, 0]
-  %e184 = tensor.empty() : tensor<16xf32>
-  %c185 = arith.constant 0x00000000 : f32
-  %v186 = linalg.fill ins(%c185 : f32) outs(%e184 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x16xf32> loc(#loc5)
+  %v169 = tensor.collapse_shape %v168 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc6)
+  %e170 = tensor.empty() : tensor<16x16xf32> loc(#loc6)
+  %v171 = linalg.transpose ins(%v112 : tensor<16x16xf32>) outs(%e170 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc6)
+  %e172 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %c173 = arith.constant 0x00000000 : f32 loc(#loc6)
+  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc6)
+  %v175 = linalg.matmul ins(%v169, %v171 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v174 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc6)
+  %e176 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v177 = linalg.transpose ins(%v169 : tensor<8x16xf32>) outs(%e176 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc6)
+  %e178 = tensor.empty() : tensor<16x16xf32> loc(#loc6)
+  %c179 = arith.constant 0x00000000 : f32 loc(#loc6)
+  %v180 = linalg.fill ins(%c179 : f32) outs(%e178 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc6)
+  %v181 = linalg.matmul ins(%v177, %v110 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v180 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc6)
+  %e182 = tensor.empty() : tensor<16x16xf32> loc(#loc6)
+  %v183 = linalg.transpose ins(%v181 : tensor<16x16xf32>) outs(%e182 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc6)
+  %e184 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %c185 = arith.constant 0x00000000 : f32 loc(#loc6)
+  %v186 = linalg.fill ins(%c185 : f32) outs(%e184 : tensor<16xf32>) -> tensor<16xf32> loc(#loc6)
   %v190 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v169 : tensor<8x16xf32>) outs(%v186 : tensor<16xf32>) {
   ^bb0(%a187: f32, %o188: f32):
     %s189 = arith.addf %a187, %o188 : f32
     linalg.yield %s189 : f32
-  } -> tensor<16xf32>
-  %e192 = tensor.empty() : tensor<16x16xf32>
-  %v193 = linalg.transpose ins(%v183 : tensor<16x16xf32>) outs(%e192 : tensor<16x16xf32>) permutation = [1, 0]
-  %v194 = tensor.expand_shape %v175 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
-  %v195 = tensor.expand_shape %v194 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32>
-  %e196 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v197 = linalg.transpose ins(%v195 : tensor<2x4x4x4xf32>) outs(%e196 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v198 = tensor.collapse_shape %v197 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e199 = tensor.empty() : tensor<8x4x4xf32>
-  %v200 = linalg.transpose ins(%v100 : tensor<8x4x4xf32>) outs(%e199 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e201 = tensor.empty() : tensor<8x4x4xf32>
-  %c202 = arith.constant 0x00000000 : f32
-  %v203 = linalg.fill ins(%c202 : f32) outs(%e201 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v204 = linalg.batch_matmul ins(%v200, %v198 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v203 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e205 = tensor.empty() : tensor<8x4x4xf32>
-  %v206 = linalg.transpose ins(%v101 : tensor<8x4x4xf32>) outs(%e205 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e207 = tensor.empty() : tensor<8x4x4xf32>
-  %c208 = arith.constant 0x00000000 : f32
-  %v209 = linalg.fill ins(%c208 : f32) outs(%e207 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v210 = linalg.batch_matmul ins(%v198, %v206 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v209 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v211 = tensor.expand_shape %v204 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v212 = tensor.expand_shape %v210 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e213 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<16xf32> loc(#loc6)
+  %e192 = tensor.empty() : tensor<16x16xf32> loc(#loc6)
+  %v193 = linalg.transpose ins(%v183 : tensor<16x16xf32>) outs(%e192 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc6)
+  %v194 = tensor.expand_shape %v175 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc6)
+  %v195 = tensor.expand_shape %v194 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc6)
+  %e196 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc6)
+  %v197 = linalg.transpose ins(%v195 : tensor<2x4x4x4xf32>) outs(%e196 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc6)
+  %v198 = tensor.collapse_shape %v197 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc7)
+  %e199 = tensor.empty() : tensor<8x4x4xf32> loc(#loc7)
+  %v200 = linalg.transpose ins(%v100 : tensor<8x4x4xf32>) outs(%e199 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc7)
+  %e201 = tensor.empty() : tensor<8x4x4xf32> loc(#loc7)
+  %c202 = arith.constant 0x00000000 : f32 loc(#loc7)
+  %v203 = linalg.fill ins(%c202 : f32) outs(%e201 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc7)
+  %v204 = linalg.batch_matmul ins(%v200, %v198 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v203 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc7)
+  %e205 = tensor.empty() : tensor<8x4x4xf32> loc(#loc7)
+  %v206 = linalg.transpose ins(%v101 : tensor<8x4x4xf32>) outs(%e205 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc7)
+  %e207 = tensor.empty() : tensor<8x4x4xf32> loc(#loc7)
+  %c208 = arith.constant 0x00000000 : f32 loc(#loc7)
+  %v209 = linalg.fill ins(%c208 : f32) outs(%e207 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc7)
+  %v210 = linalg.batch_matmul ins(%v198, %v206 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v209 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc7)
+  %v211 = tensor.expand_shape %v204 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc7)
+  %v212 = tensor.expand_shape %v210 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc7)
+  %e213 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc7)
   %v218 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v212, %v99 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e213 : tensor<2x4x4x4xf32>) {
   ^bb0(%a214: f32, %a215: f32, %o216: f32):
     %s217 = arith.mulf %a214, %a215 : f32
     linalg.yield %s217 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e219 = tensor.empty() : tensor<2x4x4xf32>
-  %c220 = arith.constant 0x00000000 : f32
-  %v221 = linalg.fill ins(%c220 : f32) outs(%e219 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc7)
+  %e219 = tensor.empty() : tensor<2x4x4xf32> loc(#loc7)
+  %c220 = arith.constant 0x00000000 : f32 loc(#loc7)
+  %v221 = linalg.fill ins(%c220 : f32) outs(%e219 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc7)
   %v225 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v218 : tensor<2x4x4x4xf32>) outs(%v221 : tensor<2x4x4xf32>) {
   ^bb0(%a222: f32, %o223: f32):
     %s224 = arith.addf %a222, %o223 : f32
     linalg.yield %s224 : f32
-  } -> tensor<2x4x4xf32>
-  %e227 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4xf32> loc(#loc7)
+  %e227 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc7)
   %v232 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v99, %v225 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e227 : tensor<2x4x4x4xf32>) {
   ^bb0(%a228: f32, %a229: f32, %o230: f32):
     %s231 = arith.mulf %a228, %a229 : f32
     linalg.yield %s231 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e233 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc7)
+  %e233 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc7)
   %v238 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v218, %v232 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e233 : tensor<2x4x4x4xf32>) {
   ^bb0(%a234: f32, %a235: f32, %o236: f32):
     %s237 = arith.subf %a234, %a235 : f32
     linalg.yield %s237 : f32
-  } -> tensor<2x4x4x4xf32>
-  %e239 = tensor.empty() : tensor<2x4x4x4xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc7)
+  %e239 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc8)
   %v244 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v238 : tensor<2x4x4x4xf32>) outs(%e239 : tensor<2x4x4x4xf32>) {
   ^bb0(%a240: f32, %o241: f32):
     %s242 = arith.constant 0x40000000 : f32
     %s243 = arith.divf %a240, %s242 : f32
     linalg.yield %s243 : f32
-  } -> tensor<2x4x4x4xf32>
-  %v245 = tensor.collapse_shape %v244 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32>
-  %e246 = tensor.empty() : tensor<8x4x4xf32>
-  %v247 = linalg.transpose ins(%v54 : tensor<8x4x4xf32>) outs(%e246 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e248 = tensor.empty() : tensor<8x4x4xf32>
-  %c249 = arith.constant 0x00000000 : f32
-  %v250 = linalg.fill ins(%c249 : f32) outs(%e248 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v251 = linalg.batch_matmul ins(%v247, %v245 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v250 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %e252 = tensor.empty() : tensor<8x4x4xf32>
-  %v253 = linalg.transpose ins(%v55 : tensor<8x4x4xf32>) outs(%e252 : tensor<8x4x4xf32>) permutation = [0, 2, 1]
-  %e254 = tensor.empty() : tensor<8x4x4xf32>
-  %c255 = arith.constant 0x00000000 : f32
-  %v256 = linalg.fill ins(%c255 : f32) outs(%e254 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v257 = linalg.batch_matmul ins(%v245, %v253 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v256 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
-  %v258 = tensor.expand_shape %v251 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %v259 = tensor.expand_shape %v257 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32>
-  %e260 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v261 = linalg.transpose ins(%v258 : tensor<2x4x4x4xf32>) outs(%e260 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2]
-  %e262 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v263 = linalg.transpose ins(%v211 : tensor<2x4x4x4xf32>) outs(%e262 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v264 = tensor.collapse_shape %v263 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v265 = tensor.collapse_shape %v264 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e266 = tensor.empty() : tensor<16x8xf32>
-  %v267 = linalg.transpose ins(%v265 : tensor<8x16xf32>) outs(%e266 : tensor<16x8xf32>) permutation = [1, 0]
-  %e268 = tensor.empty() : tensor<16x16xf32>
-  %c269 = arith.constant 0x00000000 : f32
-  %v270 = linalg.fill ins(%c269 : f32) outs(%e268 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v271 = linalg.matmul ins(%v267, %v35 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v270 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e272 = tensor.empty() : tensor<16x16xf32>
-  %v273 = linalg.transpose ins(%v271 : tensor<16x16xf32>) outs(%e272 : tensor<16x16xf32>) permutation = [1, 0]
-  %e274 = tensor.empty() : tensor<16xf32>
-  %c275 = arith.constant 0x00000000 : f32
-  %v276 = linalg.fill ins(%c275 : f32) outs(%e274 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<2x4x4x4xf32> loc(#loc8)
+  %v245 = tensor.collapse_shape %v244 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc8)
+  %e246 = tensor.empty() : tensor<8x4x4xf32> loc(#loc8)
+  %v247 = linalg.transpose ins(%v54 : tensor<8x4x4xf32>) outs(%e246 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc8)
+  %e248 = tensor.empty() : tensor<8x4x4xf32> loc(#loc8)
+  %c249 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v250 = linalg.fill ins(%c249 : f32) outs(%e248 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc8)
+  %v251 = linalg.batch_matmul ins(%v247, %v245 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v250 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc8)
+  %e252 = tensor.empty() : tensor<8x4x4xf32> loc(#loc8)
+  %v253 = linalg.transpose ins(%v55 : tensor<8x4x4xf32>) outs(%e252 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc8)
+  %e254 = tensor.empty() : tensor<8x4x4xf32> loc(#loc8)
+  %c255 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v256 = linalg.fill ins(%c255 : f32) outs(%e254 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc8)
+  %v257 = linalg.batch_matmul ins(%v245, %v253 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v256 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc8)
+  %v258 = tensor.expand_shape %v251 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc8)
+  %v259 = tensor.expand_shape %v257 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc8)
+  %e260 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc8)
+  %v261 = linalg.transpose ins(%v258 : tensor<2x4x4x4xf32>) outs(%e260 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc8)
+  %e262 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
+  %v263 = linalg.transpose ins(%v211 : tensor<2x4x4x4xf32>) outs(%e262 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
+  %v264 = tensor.collapse_shape %v263 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc9)
+  %v265 = tensor.collapse_shape %v264 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
+  %e266 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
+  %v267 = linalg.transpose ins(%v265 : tensor<8x16xf32>) outs(%e266 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
+  %e268 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %c269 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v270 = linalg.fill ins(%c269 : f32) outs(%e268 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %v271 = linalg.matmul ins(%v267, %v35 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v270 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %e272 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v273 = linalg.transpose ins(%v271 : tensor<16x16xf32>) outs(%e272 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e274 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %c275 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v276 = linalg.fill ins(%c275 : f32) outs(%e274 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
   %v280 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v265 : tensor<8x16xf32>) outs(%v276 : tensor<16xf32>) {
   ^bb0(%a277: f32, %o278: f32):
     %s279 = arith.addf %a277, %o278 : f32
     linalg.yield %s279 : f32
-  } -> tensor<16xf32>
-  %e282 = tensor.empty() : tensor<16x16xf32>
-  %v283 = linalg.transpose ins(%v273 : tensor<16x16xf32>) outs(%e282 : tensor<16x16xf32>) permutation = [1, 0]
-  %e284 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v285 = linalg.transpose ins(%v261 : tensor<2x4x4x4xf32>) outs(%e284 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v286 = tensor.collapse_shape %v285 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v287 = tensor.collapse_shape %v286 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e288 = tensor.empty() : tensor<16x8xf32>
-  %v289 = linalg.transpose ins(%v287 : tensor<8x16xf32>) outs(%e288 : tensor<16x8xf32>) permutation = [1, 0]
-  %e290 = tensor.empty() : tensor<16x16xf32>
-  %c291 = arith.constant 0x00000000 : f32
-  %v292 = linalg.fill ins(%c291 : f32) outs(%e290 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v293 = linalg.matmul ins(%v289, %v18 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v292 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e294 = tensor.empty() : tensor<16x16xf32>
-  %v295 = linalg.transpose ins(%v293 : tensor<16x16xf32>) outs(%e294 : tensor<16x16xf32>) permutation = [1, 0]
-  %e296 = tensor.empty() : tensor<16xf32>
-  %c297 = arith.constant 0x00000000 : f32
-  %v298 = linalg.fill ins(%c297 : f32) outs(%e296 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc9)
+  %e282 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v283 = linalg.transpose ins(%v273 : tensor<16x16xf32>) outs(%e282 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e284 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
+  %v285 = linalg.transpose ins(%v261 : tensor<2x4x4x4xf32>) outs(%e284 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
+  %v286 = tensor.collapse_shape %v285 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc9)
+  %v287 = tensor.collapse_shape %v286 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
+  %e288 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
+  %v289 = linalg.transpose ins(%v287 : tensor<8x16xf32>) outs(%e288 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
+  %e290 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %c291 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v292 = linalg.fill ins(%c291 : f32) outs(%e290 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %v293 = linalg.matmul ins(%v289, %v18 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v292 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %e294 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v295 = linalg.transpose ins(%v293 : tensor<16x16xf32>) outs(%e294 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e296 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %c297 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v298 = linalg.fill ins(%c297 : f32) outs(%e296 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
   %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v287 : tensor<8x16xf32>) outs(%v298 : tensor<16xf32>) {
   ^bb0(%a299: f32, %o300: f32):
     %s301 = arith.addf %a299, %o300 : f32
     linalg.yield %s301 : f32
-  } -> tensor<16xf32>
-  %e304 = tensor.empty() : tensor<16x16xf32>
-  %v305 = linalg.transpose ins(%v295 : tensor<16x16xf32>) outs(%e304 : tensor<16x16xf32>) permutation = [1, 0]
-  %e306 = tensor.empty() : tensor<2x4x4x4xf32>
-  %v307 = linalg.transpose ins(%v259 : tensor<2x4x4x4xf32>) outs(%e306 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3]
-  %v308 = tensor.collapse_shape %v307 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32>
-  %v309 = tensor.collapse_shape %v308 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
-  %e310 = tensor.empty() : tensor<16x8xf32>
-  %v311 = linalg.transpose ins(%v309 : tensor<8x16xf32>) outs(%e310 : tensor<16x8xf32>) permutation = [1, 0]
-  %e312 = tensor.empty() : tensor<16x16xf32>
-  %c313 = arith.constant 0x00000000 : f32
-  %v314 = linalg.fill ins(%c313 : f32) outs(%e312 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %v315 = linalg.matmul ins(%v311, %v1 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v314 : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e316 = tensor.empty() : tensor<16x16xf32>
-  %v317 = linalg.transpose ins(%v315 : tensor<16x16xf32>) outs(%e316 : tensor<16x16xf32>) permutation = [1, 0]
-  %e318 = tensor.empty() : tensor<16xf32>
-  %c319 = arith.constant 0x00000000 : f32
-  %v320 = linalg.fill ins(%c319 : f32) outs(%e318 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc9)
+  %e304 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v305 = linalg.transpose ins(%v295 : tensor<16x16xf32>) outs(%e304 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e306 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
+  %v307 = linalg.transpose ins(%v259 : tensor<2x4x4x4xf32>) outs(%e306 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
+  %v308 = tensor.collapse_shape %v307 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc9)
+  %v309 = tensor.collapse_shape %v308 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
+  %e310 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
+  %v311 = linalg.transpose ins(%v309 : tensor<8x16xf32>) outs(%e310 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
+  %e312 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %c313 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v314 = linalg.fill ins(%c313 : f32) outs(%e312 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %v315 = linalg.matmul ins(%v311, %v1 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v314 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %e316 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v317 = linalg.transpose ins(%v315 : tensor<16x16xf32>) outs(%e316 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e318 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %c319 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v320 = linalg.fill ins(%c319 : f32) outs(%e318 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
   %v324 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v309 : tensor<8x16xf32>) outs(%v320 : tensor<16xf32>) {
   ^bb0(%a321: f32, %o322: f32):
     %s323 = arith.addf %a321, %o322 : f32
     linalg.yield %s323 : f32
-  } -> tensor<16xf32>
-  %e326 = tensor.empty() : tensor<16x16xf32>
-  %v327 = linalg.transpose ins(%v317 : tensor<16x16xf32>) outs(%e326 : tensor<16x16xf32>) permutation = [1, 0]
-  %e328 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16xf32> loc(#loc9)
+  %e326 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v327 = linalg.transpose ins(%v317 : tensor<16x16xf32>) outs(%e326 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e328 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
   %v335 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v327 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e328 : tensor<16x16xf32>) {
   ^bb0(%a329: f32, %a330: f32, %o331: f32):
     %s332 = arith.constant 0xBDCCCCCD : f32
     %s333 = arith.mulf %a330, %s332 : f32
     %s334 = arith.addf %a329, %s333 : f32
     linalg.yield %s334 : f32
-  } -> tensor<16x16xf32>
-  %e336 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x16xf32> loc(#loc10)
+  %e336 = tensor.empty() : tensor<16xf32> loc(#loc10)
   %v343 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v324 : tensor<16xf32>, tensor<16xf32>) outs(%e336 : tensor<16xf32>) {
   ^bb0(%a337: f32, %a338: f32, %o339: f32):
     %s340 = arith.constant 0xBDCCCCCD : f32
     %s341 = arith.mulf %a338, %s340 : f32
     %s342 = arith.addf %a337, %s341 : f32
     linalg.yield %s342 : f32
-  } -> tensor<16xf32>
-  %e344 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16xf32> loc(#loc10)
+  %e344 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
   %v351 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v305 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e344 : tensor<16x16xf32>) {
   ^bb0(%a345: f32, %a346: f32, %o347: f32):
     %s348 = arith.constant 0xBDCCCCCD : f32
     %s349 = arith.mulf %a346, %s348 : f32
     %s350 = arith.addf %a345, %s349 : f32
     linalg.yield %s350 : f32
-  } -> tensor<16x16xf32>
-  %e352 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x16xf32> loc(#loc10)
+  %e352 = tensor.empty() : tensor<16xf32> loc(#loc10)
   %v359 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v302 : tensor<16xf32>, tensor<16xf32>) outs(%e352 : tensor<16xf32>) {
   ^bb0(%a353: f32, %a354: f32, %o355: f32):
     %s356 = arith.constant 0xBDCCCCCD : f32
     %s357 = arith.mulf %a354, %s356 : f32
     %s358 = arith.addf %a353, %s357 : f32
     linalg.yield %s358 : f32
-  } -> tensor<16xf32>
-  %e360 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16xf32> loc(#loc10)
+  %e360 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
   %v367 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v283 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e360 : tensor<16x16xf32>) {
   ^bb0(%a361: f32, %a362: f32, %o363: f32):
     %s364 = arith.constant 0xBDCCCCCD : f32
     %s365 = arith.mulf %a362, %s364 : f32
     %s366 = arith.addf %a361, %s365 : f32
     linalg.yield %s366 : f32
-  } -> tensor<16x16xf32>
-  %e368 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x16xf32> loc(#loc10)
+  %e368 = tensor.empty() : tensor<16xf32> loc(#loc10)
   %v375 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v280 : tensor<16xf32>, tensor<16xf32>) outs(%e368 : tensor<16xf32>) {
   ^bb0(%a369: f32, %a370: f32, %o371: f32):
     %s372 = arith.constant 0xBDCCCCCD : f32
     %s373 = arith.mulf %a370, %s372 : f32
     %s374 = arith.addf %a369, %s373 : f32
     linalg.yield %s374 : f32
-  } -> tensor<16xf32>
-  %e376 = tensor.empty() : tensor<16x16xf32>
+  } -> tensor<16xf32> loc(#loc10)
+  %e376 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
   %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v193 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e376 : tensor<16x16xf32>) {
   ^bb0(%a377: f32, %a378: f32, %o379: f32):
     %s380 = arith.constant 0xBDCCCCCD : f32
     %s381 = arith.mulf %a378, %s380 : f32
     %s382 = arith.addf %a377, %s381 : f32
     linalg.yield %s382 : f32
-  } -> tensor<16x16xf32>
-  %e384 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x16xf32> loc(#loc10)
+  %e384 = tensor.empty() : tensor<16xf32> loc(#loc10)
   %v391 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v190 : tensor<16xf32>, tensor<16xf32>) outs(%e384 : tensor<16xf32>) {
   ^bb0(%a385: f32, %a386: f32, %o387: f32):
     %s388 = arith.constant 0xBDCCCCCD : f32
     %s389 = arith.mulf %a386, %s388 : f32
     %s390 = arith.addf %a385, %s389 : f32
     linalg.yield %s390 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc10)
   return %v147, %v335, %v343, %v351, %v359, %v367, %v375, %v383, %v391 : tensor<f32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
 }
+#loc0 = loc(fused<"forward">["shardx/models.py":27:0])
+#loc1 = loc(fused<"forward">["shardx/models.py":28:0])
+#loc2 = loc(fused<"forward">["shardx/models.py":29:0])
+#loc3 = loc(fused<"forward">["shardx/models.py":30:0])
+#loc4 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc5 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc6 = loc(fused<"backward">["shardx/models.py":30:0])
+#loc7 = loc(fused<"backward">["shardx/models.py":29:0])
+#loc8 = loc(fused<"backward">["shardx/models.py":28:0])
+#loc9 = loc(fused<"backward">["shardx/models.py":27:0])
+#loc10 = loc(fused<"optimizer">[unknown])

@@ -10,36 +10,37 @@ func.func @megatron_mlp_forward(
     %arg3: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg4: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<16x32xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x32xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e7 = tensor.empty() : tensor<8x32xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e7 : tensor<8x32xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x32xf32>
-  %e13 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
     %s17 = arith.maximumf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<8x32xf32>
-  %e19 = tensor.empty() : tensor<32x16xf32>
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0]
-  %e21 = tensor.empty() : tensor<8x16xf32>
-  %c22 = arith.constant 0x00000000 : f32
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e25 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e19 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
   ^bb0(%a26: f32, %a27: f32, %o28: f32):
     %s29 = arith.addf %a26, %a27 : f32
     linalg.yield %s29 : f32
-  } -> tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
   return %v30 : tensor<8x16xf32>
 }
+#loc0 = loc("shardx/examples.py":183:0)

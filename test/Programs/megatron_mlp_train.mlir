@@ -12,195 +12,200 @@ func.func @megatron_mlp_train(
     %arg4: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg5: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<32x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<16x32xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x32xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e7 = tensor.empty() : tensor<8x32xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<32x16xf32>) outs(%e1 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v5 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e7 : tensor<8x32xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x32xf32>
-  %e13 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
     %s17 = arith.maximumf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<8x32xf32>
-  %e19 = tensor.empty() : tensor<32x16xf32>
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0]
-  %e21 = tensor.empty() : tensor<8x16xf32>
-  %c22 = arith.constant 0x00000000 : f32
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e25 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x32xf32> loc(#loc0)
+  %e19 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
   ^bb0(%a26: f32, %a27: f32, %o28: f32):
     %s29 = arith.addf %a26, %a27 : f32
     linalg.yield %s29 : f32
-  } -> tensor<8x16xf32>
-  %e31 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %e31 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
   %v36 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e31 : tensor<8x16xf32>) {
   ^bb0(%a32: f32, %a33: f32, %o34: f32):
     %s35 = arith.subf %a32, %a33 : f32
     linalg.yield %s35 : f32
-  } -> tensor<8x16xf32>
-  %e37 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc1)
+  %e37 = tensor.empty() : tensor<8x16xf32> loc(#loc1)
   %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v36 : tensor<8x16xf32>) outs(%e37 : tensor<8x16xf32>) {
   ^bb0(%a38: f32, %o39: f32):
     %s40 = arith.mulf %a38, %a38 : f32
     linalg.yield %s40 : f32
-  } -> tensor<8x16xf32>
-  %e42 = tensor.empty() : tensor<f32>
-  %c43 = arith.constant 0x00000000 : f32
-  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32>
+  } -> tensor<8x16xf32> loc(#loc1)
+  %e42 = tensor.empty() : tensor<f32> loc(#loc1)
+  %c43 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32> loc(#loc1)
   %v48 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v41 : tensor<8x16xf32>) outs(%v44 : tensor<f32>) {
   ^bb0(%a45: f32, %o46: f32):
     %s47 = arith.addf %a45, %o46 : f32
     linalg.yield %s47 : f32
-  } -> tensor<f32>
-  %e49 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc1)
+  %e49 = tensor.empty() : tensor<f32> loc(#loc1)
   %v54 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v48 : tensor<f32>) outs(%e49 : tensor<f32>) {
   ^bb0(%a50: f32, %o51: f32):
     %s52 = arith.constant 0x43000000 : f32
     %s53 = arith.divf %a50, %s52 : f32
     linalg.yield %s53 : f32
-  } -> tensor<f32>
-  %e55 = tensor.empty() : tensor<f32>
-  %c56 = arith.constant 0x3F800000 : f32
-  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32>
-  %e58 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<f32> loc(#loc1)
+  %e55 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c56 = arith.constant 0x3F800000 : f32 loc(#loc2)
+  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e58 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e58 : tensor<8x16xf32>) {
   ^bb0(%a59: f32, %a60: f32, %o61: f32):
     %s62 = arith.subf %a59, %a60 : f32
     linalg.yield %s62 : f32
-  } -> tensor<8x16xf32>
-  %e64 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e64 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v63 : tensor<8x16xf32>) outs(%e64 : tensor<8x16xf32>) {
   ^bb0(%a65: f32, %o66: f32):
     %s67 = arith.constant 0x3C800000 : f32
     %s68 = arith.mulf %a65, %s67 : f32
     linalg.yield %s68 : f32
-  } -> tensor<8x16xf32>
-  %e70 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e70 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69, %v57 : tensor<8x16xf32>, tensor<f32>) outs(%e70 : tensor<8x16xf32>) {
   ^bb0(%a71: f32, %a72: f32, %o73: f32):
     %s74 = arith.mulf %a71, %a72 : f32
     linalg.yield %s74 : f32
-  } -> tensor<8x16xf32>
-  %e76 = tensor.empty() : tensor<16x32xf32>
-  %v77 = linalg.transpose ins(%v20 : tensor<32x16xf32>) outs(%e76 : tensor<16x32xf32>) permutation = [1, 0]
-  %e78 = tensor.empty() : tensor<8x32xf32>
-  %c79 = arith.constant 0x00000000 : f32
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %v81 = linalg.matmul ins(%v75, %v77 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v80 : tensor<8x32xf32>) -> tensor<8x32xf32>
-  %e82 = tensor.empty() : tensor<16x8xf32>
-  %v83 = linalg.transpose ins(%v75 : tensor<8x16xf32>) outs(%e82 : tensor<16x8xf32>) permutation = [1, 0]
-  %e84 = tensor.empty() : tensor<16x32xf32>
-  %c85 = arith.constant 0x00000000 : f32
-  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %v87 = linalg.matmul ins(%v83, %v18 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v86 : tensor<16x32xf32>) -> tensor<16x32xf32>
-  %e88 = tensor.empty() : tensor<32x16xf32>
-  %v89 = linalg.transpose ins(%v87 : tensor<16x32xf32>) outs(%e88 : tensor<32x16xf32>) permutation = [1, 0]
-  %e90 = tensor.empty() : tensor<16xf32>
-  %c91 = arith.constant 0x00000000 : f32
-  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e76 = tensor.empty() : tensor<16x32xf32> loc(#loc2)
+  %v77 = linalg.transpose ins(%v20 : tensor<32x16xf32>) outs(%e76 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc2)
+  %e78 = tensor.empty() : tensor<8x32xf32> loc(#loc2)
+  %c79 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc2)
+  %v81 = linalg.matmul ins(%v75, %v77 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v80 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc2)
+  %e82 = tensor.empty() : tensor<16x8xf32> loc(#loc2)
+  %v83 = linalg.transpose ins(%v75 : tensor<8x16xf32>) outs(%e82 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc2)
+  %e84 = tensor.empty() : tensor<16x32xf32> loc(#loc2)
+  %c85 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc2)
+  %v87 = linalg.matmul ins(%v83, %v18 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v86 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc2)
+  %e88 = tensor.empty() : tensor<32x16xf32> loc(#loc2)
+  %v89 = linalg.transpose ins(%v87 : tensor<16x32xf32>) outs(%e88 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc2)
+  %e90 = tensor.empty() : tensor<16xf32> loc(#loc2)
+  %c91 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<16xf32>) -> tensor<16xf32> loc(#loc2)
   %v96 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v75 : tensor<8x16xf32>) outs(%v92 : tensor<16xf32>) {
   ^bb0(%a93: f32, %o94: f32):
     %s95 = arith.addf %a93, %o94 : f32
     linalg.yield %s95 : f32
-  } -> tensor<16xf32>
-  %e98 = tensor.empty() : tensor<16x32xf32>
-  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0]
-  %e100 = tensor.empty() : tensor<8x32xi1>
+  } -> tensor<16xf32> loc(#loc2)
+  %e98 = tensor.empty() : tensor<16x32xf32> loc(#loc2)
+  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc2)
+  %e100 = tensor.empty() : tensor<8x32xi1> loc(#loc2)
   %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
   ^bb0(%a101: f32, %o102: i1):
     %s103 = arith.constant 0x00000000 : f32
     %s104 = arith.cmpf ole, %a101, %s103 : f32
     linalg.yield %s104 : i1
-  } -> tensor<8x32xi1>
-  %e106 = tensor.empty() : tensor<f32>
-  %c107 = arith.constant 0x00000000 : f32
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
-  %e109 = tensor.empty() : tensor<8x32xf32>
+  } -> tensor<8x32xi1> loc(#loc2)
+  %e106 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c107 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e109 = tensor.empty() : tensor<8x32xf32> loc(#loc2)
   %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
   ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
     %s114 = arith.select %a110, %a111, %a112 : f32
     linalg.yield %s114 : f32
-  } -> tensor<8x32xf32>
-  %e116 = tensor.empty() : tensor<32x8xf32>
-  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0]
-  %e118 = tensor.empty() : tensor<32x16xf32>
-  %c119 = arith.constant 0x00000000 : f32
-  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %v121 = linalg.matmul ins(%v117, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32>
-  %e122 = tensor.empty() : tensor<16x32xf32>
-  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0]
-  %e124 = tensor.empty() : tensor<32xf32>
-  %c125 = arith.constant 0x00000000 : f32
-  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32>
+  } -> tensor<8x32xf32> loc(#loc2)
+  %e116 = tensor.empty() : tensor<32x8xf32> loc(#loc2)
+  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc2)
+  %e118 = tensor.empty() : tensor<32x16xf32> loc(#loc2)
+  %c119 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc2)
+  %v121 = linalg.matmul ins(%v117, %arg4 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc2)
+  %e122 = tensor.empty() : tensor<16x32xf32> loc(#loc2)
+  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc2)
+  %e124 = tensor.empty() : tensor<32xf32> loc(#loc2)
+  %c125 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32> loc(#loc2)
   %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v126 : tensor<32xf32>) {
   ^bb0(%a127: f32, %o128: f32):
     %s129 = arith.addf %a127, %o128 : f32
     linalg.yield %s129 : f32
-  } -> tensor<32xf32>
-  %e132 = tensor.empty() : tensor<32x16xf32>
-  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0]
-  %e134 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32xf32> loc(#loc2)
+  %e132 = tensor.empty() : tensor<32x16xf32> loc(#loc2)
+  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc2)
+  %e134 = tensor.empty() : tensor<32x16xf32> loc(#loc3)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<32x16xf32>) outs(%e134 : tensor<32x16xf32>) {
   ^bb0(%a135: f32, %o136: f32):
     %s137 = arith.constant 0x3DCCCCCD : f32
     %s138 = arith.mulf %a135, %s137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<32x16xf32>
-  %e140 = tensor.empty() : tensor<32x16xf32>
+  } -> tensor<32x16xf32> loc(#loc3)
+  %e140 = tensor.empty() : tensor<32x16xf32> loc(#loc3)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v139 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
   ^bb0(%a141: f32, %a142: f32, %o143: f32):
     %s144 = arith.subf %a141, %a142 : f32
     linalg.yield %s144 : f32
-  } -> tensor<32x16xf32>
-  %e146 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32x16xf32> loc(#loc3)
+  %e146 = tensor.empty() : tensor<32xf32> loc(#loc3)
   %v151 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130 : tensor<32xf32>) outs(%e146 : tensor<32xf32>) {
   ^bb0(%a147: f32, %o148: f32):
     %s149 = arith.constant 0x3DCCCCCD : f32
     %s150 = arith.mulf %a147, %s149 : f32
     linalg.yield %s150 : f32
-  } -> tensor<32xf32>
-  %e152 = tensor.empty() : tensor<32xf32>
+  } -> tensor<32xf32> loc(#loc3)
+  %e152 = tensor.empty() : tensor<32xf32> loc(#loc3)
   %v157 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v151 : tensor<32xf32>, tensor<32xf32>) outs(%e152 : tensor<32xf32>) {
   ^bb0(%a153: f32, %a154: f32, %o155: f32):
     %s156 = arith.subf %a153, %a154 : f32
     linalg.yield %s156 : f32
-  } -> tensor<32xf32>
-  %e158 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<32xf32> loc(#loc3)
+  %e158 = tensor.empty() : tensor<16x32xf32> loc(#loc3)
   %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99 : tensor<16x32xf32>) outs(%e158 : tensor<16x32xf32>) {
   ^bb0(%a159: f32, %o160: f32):
     %s161 = arith.constant 0x3DCCCCCD : f32
     %s162 = arith.mulf %a159, %s161 : f32
     linalg.yield %s162 : f32
-  } -> tensor<16x32xf32>
-  %e164 = tensor.empty() : tensor<16x32xf32>
+  } -> tensor<16x32xf32> loc(#loc3)
+  %e164 = tensor.empty() : tensor<16x32xf32> loc(#loc3)
   %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v163 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e164 : tensor<16x32xf32>) {
   ^bb0(%a165: f32, %a166: f32, %o167: f32):
     %s168 = arith.subf %a165, %a166 : f32
     linalg.yield %s168 : f32
-  } -> tensor<16x32xf32>
-  %e170 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x32xf32> loc(#loc3)
+  %e170 = tensor.empty() : tensor<16xf32> loc(#loc3)
   %v175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96 : tensor<16xf32>) outs(%e170 : tensor<16xf32>) {
   ^bb0(%a171: f32, %o172: f32):
     %s173 = arith.constant 0x3DCCCCCD : f32
     %s174 = arith.mulf %a171, %s173 : f32
     linalg.yield %s174 : f32
-  } -> tensor<16xf32>
-  %e176 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc3)
+  %e176 = tensor.empty() : tensor<16xf32> loc(#loc3)
   %v181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v175 : tensor<16xf32>, tensor<16xf32>) outs(%e176 : tensor<16xf32>) {
   ^bb0(%a177: f32, %a178: f32, %o179: f32):
     %s180 = arith.subf %a177, %a178 : f32
     linalg.yield %s180 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc3)
   return %v54, %v145, %v157, %v169, %v181 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
+#loc0 = loc("shardx/examples.py":124:0)
+#loc1 = loc("shardx/examples.py":125:0)
+#loc2 = loc("shardx/examples.py":127:0)
+#loc3 = loc("shardx/examples.py":128:0)
+#loc4 = loc("shardx/examples.py":129:0)

@@ -12,256 +12,263 @@ func.func @megatron_uneven(
     %arg4: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg5: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<30x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<30xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<16x30xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<16x30xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<30x16xf32>) outs(%e1 : tensor<16x30xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<8x30xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x30xf32>) -> tensor<8x30xf32>
-  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v5 : tensor<8x30xf32>) -> tensor<8x30xf32>
-  %e7 = tensor.empty() : tensor<8x30xf32>
+  %e1 = tensor.empty() : tensor<16x30xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<30x16xf32>) outs(%e1 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<8x30xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v5 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<8x30xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<8x30xf32>, tensor<30xf32>) outs(%e7 : tensor<8x30xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<8x30xf32>
-  %e13 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e13 : tensor<8x30xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x3F000000 : f32
     %s17 = arith.mulf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<8x30xf32>
-  %e19 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc1)
+  %e19 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
   %v24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e19 : tensor<8x30xf32>) {
   ^bb0(%a20: f32, %o21: f32):
     %s22 = arith.constant 0x3F3504F3 : f32
     %s23 = arith.mulf %a20, %s22 : f32
     linalg.yield %s23 : f32
-  } -> tensor<8x30xf32>
-  %e25 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc1)
+  %e25 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
   %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x30xf32>) outs(%e25 : tensor<8x30xf32>) {
   ^bb0(%a26: f32, %o27: f32):
     %s28 = math.erf %a26 : f32
     linalg.yield %s28 : f32
-  } -> tensor<8x30xf32>
-  %e30 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc1)
+  %e30 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
   %v35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29 : tensor<8x30xf32>) outs(%e30 : tensor<8x30xf32>) {
   ^bb0(%a31: f32, %o32: f32):
     %s33 = arith.constant 0x3F800000 : f32
     %s34 = arith.addf %a31, %s33 : f32
     linalg.yield %s34 : f32
-  } -> tensor<8x30xf32>
-  %e36 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc1)
+  %e36 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
   %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v35 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e36 : tensor<8x30xf32>) {
   ^bb0(%a37: f32, %a38: f32, %o39: f32):
     %s40 = arith.mulf %a37, %a38 : f32
     linalg.yield %s40 : f32
-  } -> tensor<8x30xf32>
-  %e42 = tensor.empty() : tensor<30x16xf32>
-  %v43 = linalg.transpose ins(%arg2 : tensor<16x30xf32>) outs(%e42 : tensor<30x16xf32>) permutation = [1, 0]
-  %e44 = tensor.empty() : tensor<8x16xf32>
-  %c45 = arith.constant 0x00000000 : f32
-  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x30xf32>, tensor<30x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32>
-  %e48 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x30xf32> loc(#loc1)
+  %e42 = tensor.empty() : tensor<30x16xf32> loc(#loc0)
+  %v43 = linalg.transpose ins(%arg2 : tensor<16x30xf32>) outs(%e42 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e44 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c45 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x30xf32>, tensor<30x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e48 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
   %v53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e48 : tensor<8x16xf32>) {
   ^bb0(%a49: f32, %a50: f32, %o51: f32):
     %s52 = arith.addf %a49, %a50 : f32
     linalg.yield %s52 : f32
-  } -> tensor<8x16xf32>
-  %e54 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc0)
+  %e54 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e54 : tensor<8x16xf32>) {
   ^bb0(%a55: f32, %a56: f32, %o57: f32):
     %s58 = arith.subf %a55, %a56 : f32
     linalg.yield %s58 : f32
-  } -> tensor<8x16xf32>
-  %e60 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e60 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
   %v64 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v59 : tensor<8x16xf32>) outs(%e60 : tensor<8x16xf32>) {
   ^bb0(%a61: f32, %o62: f32):
     %s63 = arith.mulf %a61, %a61 : f32
     linalg.yield %s63 : f32
-  } -> tensor<8x16xf32>
-  %e65 = tensor.empty() : tensor<f32>
-  %c66 = arith.constant 0x00000000 : f32
-  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32>
+  } -> tensor<8x16xf32> loc(#loc2)
+  %e65 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c66 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32> loc(#loc2)
   %v71 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v64 : tensor<8x16xf32>) outs(%v67 : tensor<f32>) {
   ^bb0(%a68: f32, %o69: f32):
     %s70 = arith.addf %a68, %o69 : f32
     linalg.yield %s70 : f32
-  } -> tensor<f32>
-  %e72 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e72 = tensor.empty() : tensor<f32> loc(#loc2)
   %v77 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v71 : tensor<f32>) outs(%e72 : tensor<f32>) {
   ^bb0(%a73: f32, %o74: f32):
     %s75 = arith.constant 0x43000000 : f32
     %s76 = arith.divf %a73, %s75 : f32
     linalg.yield %s76 : f32
-  } -> tensor<f32>
-  %e78 = tensor.empty() : tensor<f32>
-  %c79 = arith.constant 0x3F800000 : f32
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32>
-  %e81 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<f32> loc(#loc2)
+  %e78 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c79 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e81 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e81 : tensor<8x16xf32>) {
   ^bb0(%a82: f32, %a83: f32, %o84: f32):
     %s85 = arith.subf %a82, %a83 : f32
     linalg.yield %s85 : f32
-  } -> tensor<8x16xf32>
-  %e87 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e87 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<8x16xf32>) outs(%e87 : tensor<8x16xf32>) {
   ^bb0(%a88: f32, %o89: f32):
     %s90 = arith.constant 0x3C800000 : f32
     %s91 = arith.mulf %a88, %s90 : f32
     linalg.yield %s91 : f32
-  } -> tensor<8x16xf32>
-  %e93 = tensor.empty() : tensor<8x16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e93 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
   %v98 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v92, %v80 : tensor<8x16xf32>, tensor<f32>) outs(%e93 : tensor<8x16xf32>) {
   ^bb0(%a94: f32, %a95: f32, %o96: f32):
     %s97 = arith.mulf %a94, %a95 : f32
     linalg.yield %s97 : f32
-  } -> tensor<8x16xf32>
-  %e99 = tensor.empty() : tensor<16x30xf32>
-  %v100 = linalg.transpose ins(%v43 : tensor<30x16xf32>) outs(%e99 : tensor<16x30xf32>) permutation = [1, 0]
-  %e101 = tensor.empty() : tensor<8x30xf32>
-  %c102 = arith.constant 0x00000000 : f32
-  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x30xf32>) -> tensor<8x30xf32>
-  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v103 : tensor<8x30xf32>) -> tensor<8x30xf32>
-  %e105 = tensor.empty() : tensor<16x8xf32>
-  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0]
-  %e107 = tensor.empty() : tensor<16x30xf32>
-  %c108 = arith.constant 0x00000000 : f32
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x30xf32>) -> tensor<16x30xf32>
-  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x30xf32>) outs(%v109 : tensor<16x30xf32>) -> tensor<16x30xf32>
-  %e111 = tensor.empty() : tensor<30x16xf32>
-  %v112 = linalg.transpose ins(%v110 : tensor<16x30xf32>) outs(%e111 : tensor<30x16xf32>) permutation = [1, 0]
-  %e113 = tensor.empty() : tensor<16xf32>
-  %c114 = arith.constant 0x00000000 : f32
-  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32>
+  } -> tensor<8x16xf32> loc(#loc3)
+  %e99 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v100 = linalg.transpose ins(%v43 : tensor<30x16xf32>) outs(%e99 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e101 = tensor.empty() : tensor<8x30xf32> loc(#loc4)
+  %c102 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
+  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v103 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
+  %e105 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e107 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %c108 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
+  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x30xf32>) outs(%v109 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
+  %e111 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
+  %v112 = linalg.transpose ins(%v110 : tensor<16x30xf32>) outs(%e111 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e113 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c114 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
   %v119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v98 : tensor<8x16xf32>) outs(%v115 : tensor<16xf32>) {
   ^bb0(%a116: f32, %o117: f32):
     %s118 = arith.addf %a116, %o117 : f32
     linalg.yield %s118 : f32
-  } -> tensor<16xf32>
-  %e121 = tensor.empty() : tensor<16x30xf32>
-  %v122 = linalg.transpose ins(%v112 : tensor<30x16xf32>) outs(%e121 : tensor<16x30xf32>) permutation = [1, 0]
-  %e123 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<16xf32> loc(#loc4)
+  %e121 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v122 = linalg.transpose ins(%v112 : tensor<30x16xf32>) outs(%e121 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e123 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e123 : tensor<8x30xf32>) {
   ^bb0(%a124: f32, %o125: f32):
     %s126 = arith.constant 0x3F3504F3 : f32
     %s127 = arith.mulf %a124, %s126 : f32
     linalg.yield %s127 : f32
-  } -> tensor<8x30xf32>
-  %e129 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e129 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x30xf32>) outs(%e129 : tensor<8x30xf32>) {
   ^bb0(%a130: f32, %o131: f32):
     %s132 = math.erf %a130 : f32
     linalg.yield %s132 : f32
-  } -> tensor<8x30xf32>
-  %e134 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e134 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x30xf32>) outs(%e134 : tensor<8x30xf32>) {
   ^bb0(%a135: f32, %o136: f32):
     %s137 = arith.constant 0x3F800000 : f32
     %s138 = arith.addf %a135, %s137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<8x30xf32>
-  %e140 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e140 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x30xf32>) outs(%e140 : tensor<8x30xf32>) {
   ^bb0(%a141: f32, %o142: f32):
     %s143 = arith.constant 0x3F000000 : f32
     %s144 = arith.mulf %a141, %s143 : f32
     linalg.yield %s144 : f32
-  } -> tensor<8x30xf32>
-  %e146 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e146 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e146 : tensor<8x30xf32>) {
   ^bb0(%a147: f32, %a148: f32, %o149: f32):
     %s150 = arith.mulf %a147, %a148 : f32
     linalg.yield %s150 : f32
-  } -> tensor<8x30xf32>
-  %e152 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e152 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x30xf32>) outs(%e152 : tensor<8x30xf32>) {
   ^bb0(%a153: f32, %o154: f32):
     %s155 = arith.constant 0xBF000000 : f32
     %s156 = arith.mulf %a153, %s155 : f32
     linalg.yield %s156 : f32
-  } -> tensor<8x30xf32>
-  %e158 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e158 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x30xf32>) outs(%e158 : tensor<8x30xf32>) {
   ^bb0(%a159: f32, %o160: f32):
     %s161 = math.exp %a159 : f32
     linalg.yield %s161 : f32
-  } -> tensor<8x30xf32>
-  %e163 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e163 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x30xf32>) outs(%e163 : tensor<8x30xf32>) {
   ^bb0(%a164: f32, %o165: f32):
     %s166 = arith.constant 0x3ECC422A : f32
     %s167 = arith.mulf %a164, %s166 : f32
     linalg.yield %s167 : f32
-  } -> tensor<8x30xf32>
-  %e169 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e169 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e169 : tensor<8x30xf32>) {
   ^bb0(%a170: f32, %a171: f32, %o172: f32):
     %s173 = arith.mulf %a170, %a171 : f32
     linalg.yield %s173 : f32
-  } -> tensor<8x30xf32>
-  %e175 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e175 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e175 : tensor<8x30xf32>) {
   ^bb0(%a176: f32, %a177: f32, %o178: f32):
     %s179 = arith.addf %a176, %a177 : f32
     linalg.yield %s179 : f32
-  } -> tensor<8x30xf32>
-  %e181 = tensor.empty() : tensor<8x30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e181 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e181 : tensor<8x30xf32>) {
   ^bb0(%a182: f32, %a183: f32, %o184: f32):
     %s185 = arith.mulf %a182, %a183 : f32
     linalg.yield %s185 : f32
-  } -> tensor<8x30xf32>
-  %e187 = tensor.empty() : tensor<30x8xf32>
-  %v188 = linalg.transpose ins(%v186 : tensor<8x30xf32>) outs(%e187 : tensor<30x8xf32>) permutation = [1, 0]
-  %e189 = tensor.empty() : tensor<30x16xf32>
-  %c190 = arith.constant 0x00000000 : f32
-  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %v192 = linalg.matmul ins(%v188, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<30x16xf32>) -> tensor<30x16xf32>
-  %e193 = tensor.empty() : tensor<16x30xf32>
-  %v194 = linalg.transpose ins(%v192 : tensor<30x16xf32>) outs(%e193 : tensor<16x30xf32>) permutation = [1, 0]
-  %e195 = tensor.empty() : tensor<30xf32>
-  %c196 = arith.constant 0x00000000 : f32
-  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<30xf32>) -> tensor<30xf32>
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e187 = tensor.empty() : tensor<30x8xf32> loc(#loc4)
+  %v188 = linalg.transpose ins(%v186 : tensor<8x30xf32>) outs(%e187 : tensor<30x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e189 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
+  %c190 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
+  %v192 = linalg.matmul ins(%v188, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
+  %e193 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v194 = linalg.transpose ins(%v192 : tensor<30x16xf32>) outs(%e193 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e195 = tensor.empty() : tensor<30xf32> loc(#loc4)
+  %c196 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<30xf32>) -> tensor<30xf32> loc(#loc4)
   %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x30xf32>) outs(%v197 : tensor<30xf32>) {
   ^bb0(%a198: f32, %o199: f32):
     %s200 = arith.addf %a198, %o199 : f32
     linalg.yield %s200 : f32
-  } -> tensor<30xf32>
-  %e203 = tensor.empty() : tensor<30x16xf32>
-  %v204 = linalg.transpose ins(%v194 : tensor<16x30xf32>) outs(%e203 : tensor<30x16xf32>) permutation = [1, 0]
-  %e205 = tensor.empty() : tensor<30x16xf32>
+  } -> tensor<30xf32> loc(#loc4)
+  %e203 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
+  %v204 = linalg.transpose ins(%v194 : tensor<16x30xf32>) outs(%e203 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e205 = tensor.empty() : tensor<30x16xf32> loc(#loc6)
   %v212 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v204 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e205 : tensor<30x16xf32>) {
   ^bb0(%a206: f32, %a207: f32, %o208: f32):
     %s209 = arith.constant 0xBDCCCCCD : f32
     %s210 = arith.mulf %a207, %s209 : f32
     %s211 = arith.addf %a206, %s210 : f32
     linalg.yield %s211 : f32
-  } -> tensor<30x16xf32>
-  %e213 = tensor.empty() : tensor<30xf32>
+  } -> tensor<30x16xf32> loc(#loc6)
+  %e213 = tensor.empty() : tensor<30xf32> loc(#loc6)
   %v220 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v201 : tensor<30xf32>, tensor<30xf32>) outs(%e213 : tensor<30xf32>) {
   ^bb0(%a214: f32, %a215: f32, %o216: f32):
     %s217 = arith.constant 0xBDCCCCCD : f32
     %s218 = arith.mulf %a215, %s217 : f32
     %s219 = arith.addf %a214, %s218 : f32
     linalg.yield %s219 : f32
-  } -> tensor<30xf32>
-  %e221 = tensor.empty() : tensor<16x30xf32>
+  } -> tensor<30xf32> loc(#loc6)
+  %e221 = tensor.empty() : tensor<16x30xf32> loc(#loc6)
   %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v122 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e221 : tensor<16x30xf32>) {
   ^bb0(%a222: f32, %a223: f32, %o224: f32):
     %s225 = arith.constant 0xBDCCCCCD : f32
     %s226 = arith.mulf %a223, %s225 : f32
     %s227 = arith.addf %a222, %s226 : f32
     linalg.yield %s227 : f32
-  } -> tensor<16x30xf32>
-  %e229 = tensor.empty() : tensor<16xf32>
+  } -> tensor<16x30xf32> loc(#loc6)
+  %e229 = tensor.empty() : tensor<16xf32> loc(#loc6)
   %v236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e229 : tensor<16xf32>) {
   ^bb0(%a230: f32, %a231: f32, %o232: f32):
     %s233 = arith.constant 0xBDCCCCCD : f32
     %s234 = arith.mulf %a231, %s233 : f32
     %s235 = arith.addf %a230, %s234 : f32
     linalg.yield %s235 : f32
-  } -> tensor<16xf32>
+  } -> tensor<16xf32> loc(#loc6)
   return %v77, %v212, %v220, %v228, %v236 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
 }
+#loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
+#loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])
+#loc2 = loc(fused<"forward">["torch/nn/functional.py":4373:0])
+#loc3 = loc(fused<"backward">["torch/nn/functional.py":4373:0])
+#loc4 = loc(fused<"backward">["torch/nn/modules/linear.py":134:0])
+#loc5 = loc(fused<"backward">["torch/nn/modules/activation.py":817:0])
+#loc6 = loc(fused<"optimizer">[unknown])

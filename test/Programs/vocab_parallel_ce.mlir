@@ -14,194 +14,194 @@ func.func @vocab_parallel_ce(
     %arg4: tensor<6x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg5: tensor<6xi64> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<10x24xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<10xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) {
-  %e1 = tensor.empty() : tensor<16x24xf32>
-  %v2 = linalg.transpose ins(%arg0 : tensor<24x16xf32>) outs(%e1 : tensor<16x24xf32>) permutation = [1, 0]
-  %e3 = tensor.empty() : tensor<6x24xf32>
-  %c4 = arith.constant 0x00000000 : f32
-  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<6x16xf32>, tensor<16x24xf32>) outs(%v5 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %e7 = tensor.empty() : tensor<6x24xf32>
+  %e1 = tensor.empty() : tensor<16x24xf32> loc(#loc0)
+  %v2 = linalg.transpose ins(%arg0 : tensor<24x16xf32>) outs(%e1 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc0)
+  %e3 = tensor.empty() : tensor<6x24xf32> loc(#loc0)
+  %c4 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v5 = linalg.fill ins(%c4 : f32) outs(%e3 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc0)
+  %v6 = linalg.matmul ins(%arg4, %v2 : tensor<6x16xf32>, tensor<16x24xf32>) outs(%v5 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc0)
+  %e7 = tensor.empty() : tensor<6x24xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v6, %arg1 : tensor<6x24xf32>, tensor<24xf32>) outs(%e7 : tensor<6x24xf32>) {
   ^bb0(%a8: f32, %a9: f32, %o10: f32):
     %s11 = arith.addf %a8, %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<6x24xf32>
-  %e13 = tensor.empty() : tensor<6x24xf32>
+  } -> tensor<6x24xf32> loc(#loc0)
+  %e13 = tensor.empty() : tensor<6x24xf32> loc(#loc1)
   %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<6x24xf32>) outs(%e13 : tensor<6x24xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
     %s17 = arith.maximumf %a14, %s16 : f32
     linalg.yield %s17 : f32
-  } -> tensor<6x24xf32>
-  %e19 = tensor.empty() : tensor<24x10xf32>
-  %v20 = linalg.transpose ins(%arg2 : tensor<10x24xf32>) outs(%e19 : tensor<24x10xf32>) permutation = [1, 0]
-  %e21 = tensor.empty() : tensor<6x10xf32>
-  %c22 = arith.constant 0x00000000 : f32
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<6x10xf32>) -> tensor<6x10xf32>
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<6x24xf32>, tensor<24x10xf32>) outs(%v23 : tensor<6x10xf32>) -> tensor<6x10xf32>
-  %e25 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x24xf32> loc(#loc1)
+  %e19 = tensor.empty() : tensor<24x10xf32> loc(#loc0)
+  %v20 = linalg.transpose ins(%arg2 : tensor<10x24xf32>) outs(%e19 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc0)
+  %e21 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
+  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
+  %v24 = linalg.matmul ins(%v18, %v20 : tensor<6x24xf32>, tensor<24x10xf32>) outs(%v23 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
+  %e25 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
   %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<6x10xf32>, tensor<10xf32>) outs(%e25 : tensor<6x10xf32>) {
   ^bb0(%a26: f32, %a27: f32, %o28: f32):
     %s29 = arith.addf %a26, %a27 : f32
     linalg.yield %s29 : f32
-  } -> tensor<6x10xf32>
-  %e31 = tensor.empty() : tensor<6xf32>
-  %c32 = arith.constant 0xFF800000 : f32
-  %v33 = linalg.fill ins(%c32 : f32) outs(%e31 : tensor<6xf32>) -> tensor<6xf32>
+  } -> tensor<6x10xf32> loc(#loc0)
+  %e31 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %c32 = arith.constant 0xFF800000 : f32 loc(#loc2)
+  %v33 = linalg.fill ins(%c32 : f32) outs(%e31 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
   %v37 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v30 : tensor<6x10xf32>) outs(%v33 : tensor<6xf32>) {
   ^bb0(%a34: f32, %o35: f32):
     %s36 = arith.maximumf %a34, %o35 : f32
     linalg.yield %s36 : f32
-  } -> tensor<6xf32>
-  %e39 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6xf32> loc(#loc2)
+  %e39 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
   %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %v37 : tensor<6x10xf32>, tensor<6xf32>) outs(%e39 : tensor<6x10xf32>) {
   ^bb0(%a40: f32, %a41: f32, %o42: f32):
     %s43 = arith.subf %a40, %a41 : f32
     linalg.yield %s43 : f32
-  } -> tensor<6x10xf32>
-  %e45 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x10xf32> loc(#loc2)
+  %e45 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
   %v49 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44 : tensor<6x10xf32>) outs(%e45 : tensor<6x10xf32>) {
   ^bb0(%a46: f32, %o47: f32):
     %s48 = math.exp %a46 : f32
     linalg.yield %s48 : f32
-  } -> tensor<6x10xf32>
-  %e50 = tensor.empty() : tensor<6xf32>
-  %c51 = arith.constant 0x00000000 : f32
-  %v52 = linalg.fill ins(%c51 : f32) outs(%e50 : tensor<6xf32>) -> tensor<6xf32>
+  } -> tensor<6x10xf32> loc(#loc2)
+  %e50 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %c51 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v52 = linalg.fill ins(%c51 : f32) outs(%e50 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
   %v56 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v49 : tensor<6x10xf32>) outs(%v52 : tensor<6xf32>) {
   ^bb0(%a53: f32, %o54: f32):
     %s55 = arith.addf %a53, %o54 : f32
     linalg.yield %s55 : f32
-  } -> tensor<6xf32>
-  %v57 = tensor.expand_shape %v56 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32>
-  %e58 = tensor.empty() : tensor<6x1xf32>
+  } -> tensor<6xf32> loc(#loc2)
+  %v57 = tensor.expand_shape %v56 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc(#loc2)
+  %e58 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
   %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v57 : tensor<6x1xf32>) outs(%e58 : tensor<6x1xf32>) {
   ^bb0(%a59: f32, %o60: f32):
     %s61 = math.log %a59 : f32
     linalg.yield %s61 : f32
-  } -> tensor<6x1xf32>
-  %v63 = tensor.collapse_shape %v62 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e64 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x1xf32> loc(#loc2)
+  %v63 = tensor.collapse_shape %v62 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e64 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
   %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44, %v63 : tensor<6x10xf32>, tensor<6xf32>) outs(%e64 : tensor<6x10xf32>) {
   ^bb0(%a65: f32, %a66: f32, %o67: f32):
     %s68 = arith.subf %a65, %a66 : f32
     linalg.yield %s68 : f32
-  } -> tensor<6x10xf32>
-  %e70 = tensor.empty() : tensor<6xi1>
+  } -> tensor<6x10xf32> loc(#loc2)
+  %e70 = tensor.empty() : tensor<6xi1> loc(#loc2)
   %v75 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e70 : tensor<6xi1>) {
   ^bb0(%a71: i64, %o72: i1):
     %s73 = arith.constant -100 : i64
     %s74 = arith.cmpi ne, %a71, %s73 : i64
     linalg.yield %s74 : i1
-  } -> tensor<6xi1>
-  %e76 = tensor.empty() : tensor<i64>
-  %c77 = arith.constant 0 : i64
-  %v78 = linalg.fill ins(%c77 : i64) outs(%e76 : tensor<i64>) -> tensor<i64>
-  %e79 = tensor.empty() : tensor<6xi64>
+  } -> tensor<6xi1> loc(#loc2)
+  %e76 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c77 = arith.constant 0 : i64 loc(#loc2)
+  %v78 = linalg.fill ins(%c77 : i64) outs(%e76 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %e79 = tensor.empty() : tensor<6xi64> loc(#loc2)
   %v85 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v75, %arg5, %v78 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e79 : tensor<6xi64>) {
   ^bb0(%a80: i1, %a81: i64, %a82: i64, %o83: i64):
     %s84 = arith.select %a80, %a81, %a82 : i64
     linalg.yield %s84 : i64
-  } -> tensor<6xi64>
-  %v86 = tensor.expand_shape %v85 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e87 = tensor.empty() : tensor<6x1xf32>
+  } -> tensor<6xi64> loc(#loc2)
+  %v86 = tensor.expand_shape %v85 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
+  %e87 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
   %v93 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<6x1xi64>) outs(%e87 : tensor<6x1xf32>) {
   ^bb0(%a88: i64, %o89: f32):
     %s90 = linalg.index 0 : index
     %s91 = arith.index_cast %a88 : i64 to index
     %s92 = tensor.extract %v69[%s90, %s91] : tensor<6x10xf32>
     linalg.yield %s92 : f32
-  } -> tensor<6x1xf32>
-  %v94 = tensor.collapse_shape %v93 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e95 = tensor.empty() : tensor<6xf32>
+  } -> tensor<6x1xf32> loc(#loc2)
+  %v94 = tensor.collapse_shape %v93 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e95 = tensor.empty() : tensor<6xf32> loc(#loc2)
   %v99 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v94 : tensor<6xf32>) outs(%e95 : tensor<6xf32>) {
   ^bb0(%a96: f32, %o97: f32):
     %s98 = arith.negf %a96 : f32
     linalg.yield %s98 : f32
-  } -> tensor<6xf32>
-  %e100 = tensor.empty() : tensor<6xi1>
+  } -> tensor<6xf32> loc(#loc2)
+  %e100 = tensor.empty() : tensor<6xi1> loc(#loc2)
   %v105 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e100 : tensor<6xi1>) {
   ^bb0(%a101: i64, %o102: i1):
     %s103 = arith.constant -100 : i64
     %s104 = arith.cmpi ne, %a101, %s103 : i64
     linalg.yield %s104 : i1
-  } -> tensor<6xi1>
-  %e106 = tensor.empty() : tensor<f32>
-  %c107 = arith.constant 0x00000000 : f32
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32>
-  %e109 = tensor.empty() : tensor<6xf32>
+  } -> tensor<6xi1> loc(#loc2)
+  %e106 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c107 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e109 = tensor.empty() : tensor<6xf32> loc(#loc2)
   %v115 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v105, %v99, %v108 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e109 : tensor<6xf32>) {
   ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
     %s114 = arith.select %a110, %a111, %a112 : f32
     linalg.yield %s114 : f32
-  } -> tensor<6xf32>
-  %e116 = tensor.empty() : tensor<6xi1>
+  } -> tensor<6xf32> loc(#loc2)
+  %e116 = tensor.empty() : tensor<6xi1> loc(#loc2)
   %v121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e116 : tensor<6xi1>) {
   ^bb0(%a117: i64, %o118: i1):
     %s119 = arith.constant -100 : i64
     %s120 = arith.cmpi ne, %a117, %s119 : i64
     linalg.yield %s120 : i1
-  } -> tensor<6xi1>
-  %e122 = tensor.empty() : tensor<i64>
-  %c123 = arith.constant 0 : i64
-  %v124 = linalg.fill ins(%c123 : i64) outs(%e122 : tensor<i64>) -> tensor<i64>
+  } -> tensor<6xi1> loc(#loc2)
+  %e122 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c123 = arith.constant 0 : i64 loc(#loc2)
+  %v124 = linalg.fill ins(%c123 : i64) outs(%e122 : tensor<i64>) -> tensor<i64> loc(#loc2)
   %v129 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v121 : tensor<6xi1>) outs(%v124 : tensor<i64>) {
   ^bb0(%a125: i1, %o126: i64):
     %s127 = arith.extui %a125 : i1 to i64
     %s128 = arith.addi %s127, %o126 : i64
     linalg.yield %s128 : i64
-  } -> tensor<i64>
-  %e130 = tensor.empty() : tensor<f32>
+  } -> tensor<i64> loc(#loc2)
+  %e130 = tensor.empty() : tensor<f32> loc(#loc2)
   %v134 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v129 : tensor<i64>) outs(%e130 : tensor<f32>) {
   ^bb0(%a131: i64, %o132: f32):
     %s133 = arith.sitofp %a131 : i64 to f32
     linalg.yield %s133 : f32
-  } -> tensor<f32>
-  %e135 = tensor.empty() : tensor<f32>
-  %c136 = arith.constant 0x00000000 : f32
-  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e135 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c136 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32> loc(#loc2)
   %v141 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v115 : tensor<6xf32>) outs(%v137 : tensor<f32>) {
   ^bb0(%a138: f32, %o139: f32):
     %s140 = arith.addf %a138, %o139 : f32
     linalg.yield %s140 : f32
-  } -> tensor<f32>
-  %e142 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e142 = tensor.empty() : tensor<f32> loc(#loc2)
   %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141, %v134 : tensor<f32>, tensor<f32>) outs(%e142 : tensor<f32>) {
   ^bb0(%a143: f32, %a144: f32, %o145: f32):
     %s146 = arith.divf %a143, %a144 : f32
     linalg.yield %s146 : f32
-  } -> tensor<f32>
-  %e148 = tensor.empty() : tensor<f32>
-  %c149 = arith.constant 0x3F800000 : f32
-  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32>
-  %e151 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc2)
+  %e148 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c149 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e151 = tensor.empty() : tensor<f32> loc(#loc3)
   %v156 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v150, %v134 : tensor<f32>, tensor<f32>) outs(%e151 : tensor<f32>) {
   ^bb0(%a152: f32, %a153: f32, %o154: f32):
     %s155 = arith.divf %a152, %a153 : f32
     linalg.yield %s155 : f32
-  } -> tensor<f32>
-  %v157 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e158 = tensor.empty() : tensor<6x1xi1>
+  } -> tensor<f32> loc(#loc3)
+  %v157 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc3)
+  %e158 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
   %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e158 : tensor<6x1xi1>) {
   ^bb0(%a159: i64, %o160: i1):
     %s161 = arith.constant -100 : i64
     %s162 = arith.cmpi ne, %a159, %s161 : i64
     linalg.yield %s162 : i1
-  } -> tensor<6x1xi1>
-  %e164 = tensor.empty() : tensor<i64>
-  %c165 = arith.constant 0 : i64
-  %v166 = linalg.fill ins(%c165 : i64) outs(%e164 : tensor<i64>) -> tensor<i64>
-  %e167 = tensor.empty() : tensor<6x1xi64>
+  } -> tensor<6x1xi1> loc(#loc3)
+  %e164 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c165 = arith.constant 0 : i64 loc(#loc3)
+  %v166 = linalg.fill ins(%c165 : i64) outs(%e164 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %e167 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
   %v173 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163, %v157, %v166 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e167 : tensor<6x1xi64>) {
   ^bb0(%a168: i1, %a169: i64, %a170: i64, %o171: i64):
     %s172 = arith.select %a168, %a169, %a170 : i64
     linalg.yield %s172 : i64
-  } -> tensor<6x1xi64>
-  %e174 = tensor.empty() : tensor<6x10xf32>
-  %c175 = arith.constant 0x00000000 : f32
-  %v176 = linalg.fill ins(%c175 : f32) outs(%e174 : tensor<6x10xf32>) -> tensor<6x10xf32>
-  %v177 = tensor.collapse_shape %v173 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64>
-  %e178 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x1xi64> loc(#loc3)
+  %e174 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %c175 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v176 = linalg.fill ins(%c175 : f32) outs(%e174 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc3)
+  %v177 = tensor.collapse_shape %v173 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
+  %e178 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v176, %v177 : tensor<6x10xf32>, tensor<6xi64>) outs(%e178 : tensor<6x10xf32>) {
   ^bb0(%a179: f32, %a180: i64, %o181: f32):
     %s182 = linalg.index 1 : index
@@ -210,145 +210,152 @@ func.func @vocab_parallel_ce(
     %s185 = arith.constant 0xBF800000 : f32
     %s186 = arith.select %s184, %s185, %a179 : f32
     linalg.yield %s186 : f32
-  } -> tensor<6x10xf32>
-  %e188 = tensor.empty() : tensor<6x1xi1>
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e188 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
   %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e188 : tensor<6x1xi1>) {
   ^bb0(%a189: i64, %o190: i1):
     %s191 = arith.constant -100 : i64
     %s192 = arith.cmpi ne, %a189, %s191 : i64
     linalg.yield %s192 : i1
-  } -> tensor<6x1xi1>
-  %e194 = tensor.empty() : tensor<f32>
-  %c195 = arith.constant 0x00000000 : f32
-  %v196 = linalg.fill ins(%c195 : f32) outs(%e194 : tensor<f32>) -> tensor<f32>
-  %e197 = tensor.empty() : tensor<6x1xf32>
+  } -> tensor<6x1xi1> loc(#loc3)
+  %e194 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c195 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v196 = linalg.fill ins(%c195 : f32) outs(%e194 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e197 = tensor.empty() : tensor<6x1xf32> loc(#loc3)
   %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193, %v156, %v196 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e197 : tensor<6x1xf32>) {
   ^bb0(%a198: i1, %a199: f32, %a200: f32, %o201: f32):
     %s202 = arith.select %a198, %a199, %a200 : f32
     linalg.yield %s202 : f32
-  } -> tensor<6x1xf32>
-  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e205 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x1xf32> loc(#loc3)
+  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc3)
+  %e205 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v210 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187, %v204 : tensor<6x10xf32>, tensor<6xf32>) outs(%e205 : tensor<6x10xf32>) {
   ^bb0(%a206: f32, %a207: f32, %o208: f32):
     %s209 = arith.mulf %a206, %a207 : f32
     linalg.yield %s209 : f32
-  } -> tensor<6x10xf32>
-  %e211 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e211 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69 : tensor<6x10xf32>) outs(%e211 : tensor<6x10xf32>) {
   ^bb0(%a212: f32, %o213: f32):
     %s214 = math.exp %a212 : f32
     linalg.yield %s214 : f32
-  } -> tensor<6x10xf32>
-  %e216 = tensor.empty() : tensor<6xf32>
-  %c217 = arith.constant 0x00000000 : f32
-  %v218 = linalg.fill ins(%c217 : f32) outs(%e216 : tensor<6xf32>) -> tensor<6xf32>
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e216 = tensor.empty() : tensor<6xf32> loc(#loc3)
+  %c217 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v218 = linalg.fill ins(%c217 : f32) outs(%e216 : tensor<6xf32>) -> tensor<6xf32> loc(#loc3)
   %v222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v210 : tensor<6x10xf32>) outs(%v218 : tensor<6xf32>) {
   ^bb0(%a219: f32, %o220: f32):
     %s221 = arith.addf %a219, %o220 : f32
     linalg.yield %s221 : f32
-  } -> tensor<6xf32>
-  %e224 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6xf32> loc(#loc3)
+  %e224 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215, %v222 : tensor<6x10xf32>, tensor<6xf32>) outs(%e224 : tensor<6x10xf32>) {
   ^bb0(%a225: f32, %a226: f32, %o227: f32):
     %s228 = arith.mulf %a225, %a226 : f32
     linalg.yield %s228 : f32
-  } -> tensor<6x10xf32>
-  %e230 = tensor.empty() : tensor<6x10xf32>
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e230 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v210, %v229 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e230 : tensor<6x10xf32>) {
   ^bb0(%a231: f32, %a232: f32, %o233: f32):
     %s234 = arith.subf %a231, %a232 : f32
     linalg.yield %s234 : f32
-  } -> tensor<6x10xf32>
-  %e236 = tensor.empty() : tensor<10x24xf32>
-  %v237 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e236 : tensor<10x24xf32>) permutation = [1, 0]
-  %e238 = tensor.empty() : tensor<6x24xf32>
-  %c239 = arith.constant 0x00000000 : f32
-  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v240 : tensor<6x24xf32>) -> tensor<6x24xf32>
-  %e242 = tensor.empty() : tensor<10x6xf32>
-  %v243 = linalg.transpose ins(%v235 : tensor<6x10xf32>) outs(%e242 : tensor<10x6xf32>) permutation = [1, 0]
-  %e244 = tensor.empty() : tensor<10x24xf32>
-  %c245 = arith.constant 0x00000000 : f32
-  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<10x24xf32>) -> tensor<10x24xf32>
-  %v247 = linalg.matmul ins(%v243, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v246 : tensor<10x24xf32>) -> tensor<10x24xf32>
-  %e248 = tensor.empty() : tensor<24x10xf32>
-  %v249 = linalg.transpose ins(%v247 : tensor<10x24xf32>) outs(%e248 : tensor<24x10xf32>) permutation = [1, 0]
-  %e250 = tensor.empty() : tensor<10xf32>
-  %c251 = arith.constant 0x00000000 : f32
-  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<10xf32>) -> tensor<10xf32>
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e236 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v237 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e236 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e238 = tensor.empty() : tensor<6x24xf32> loc(#loc4)
+  %c239 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v240 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %e242 = tensor.empty() : tensor<10x6xf32> loc(#loc4)
+  %v243 = linalg.transpose ins(%v235 : tensor<6x10xf32>) outs(%e242 : tensor<10x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e244 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %c245 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %v247 = linalg.matmul ins(%v243, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v246 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %e248 = tensor.empty() : tensor<24x10xf32> loc(#loc4)
+  %v249 = linalg.transpose ins(%v247 : tensor<10x24xf32>) outs(%e248 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc4)
+  %e250 = tensor.empty() : tensor<10xf32> loc(#loc4)
+  %c251 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<10xf32>) -> tensor<10xf32> loc(#loc4)
   %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v235 : tensor<6x10xf32>) outs(%v252 : tensor<10xf32>) {
   ^bb0(%a253: f32, %o254: f32):
     %s255 = arith.addf %a253, %o254 : f32
     linalg.yield %s255 : f32
-  } -> tensor<10xf32>
-  %e258 = tensor.empty() : tensor<10x24xf32>
-  %v259 = linalg.transpose ins(%v249 : tensor<24x10xf32>) outs(%e258 : tensor<10x24xf32>) permutation = [1, 0]
-  %e260 = tensor.empty() : tensor<6x24xi1>
+  } -> tensor<10xf32> loc(#loc4)
+  %e258 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v259 = linalg.transpose ins(%v249 : tensor<24x10xf32>) outs(%e258 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e260 = tensor.empty() : tensor<6x24xi1> loc(#loc5)
   %v265 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e260 : tensor<6x24xi1>) {
   ^bb0(%a261: f32, %o262: i1):
     %s263 = arith.constant 0x00000000 : f32
     %s264 = arith.cmpf ole, %a261, %s263 : f32
     linalg.yield %s264 : i1
-  } -> tensor<6x24xi1>
-  %e266 = tensor.empty() : tensor<f32>
-  %c267 = arith.constant 0x00000000 : f32
-  %v268 = linalg.fill ins(%c267 : f32) outs(%e266 : tensor<f32>) -> tensor<f32>
-  %e269 = tensor.empty() : tensor<6x24xf32>
+  } -> tensor<6x24xi1> loc(#loc5)
+  %e266 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c267 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v268 = linalg.fill ins(%c267 : f32) outs(%e266 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e269 = tensor.empty() : tensor<6x24xf32> loc(#loc5)
   %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v265, %v268, %v241 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e269 : tensor<6x24xf32>) {
   ^bb0(%a270: i1, %a271: f32, %a272: f32, %o273: f32):
     %s274 = arith.select %a270, %a271, %a272 : f32
     linalg.yield %s274 : f32
-  } -> tensor<6x24xf32>
-  %e276 = tensor.empty() : tensor<24x6xf32>
-  %v277 = linalg.transpose ins(%v275 : tensor<6x24xf32>) outs(%e276 : tensor<24x6xf32>) permutation = [1, 0]
-  %e278 = tensor.empty() : tensor<24x16xf32>
-  %c279 = arith.constant 0x00000000 : f32
-  %v280 = linalg.fill ins(%c279 : f32) outs(%e278 : tensor<24x16xf32>) -> tensor<24x16xf32>
-  %v281 = linalg.matmul ins(%v277, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v280 : tensor<24x16xf32>) -> tensor<24x16xf32>
-  %e282 = tensor.empty() : tensor<16x24xf32>
-  %v283 = linalg.transpose ins(%v281 : tensor<24x16xf32>) outs(%e282 : tensor<16x24xf32>) permutation = [1, 0]
-  %e284 = tensor.empty() : tensor<24xf32>
-  %c285 = arith.constant 0x00000000 : f32
-  %v286 = linalg.fill ins(%c285 : f32) outs(%e284 : tensor<24xf32>) -> tensor<24xf32>
+  } -> tensor<6x24xf32> loc(#loc5)
+  %e276 = tensor.empty() : tensor<24x6xf32> loc(#loc4)
+  %v277 = linalg.transpose ins(%v275 : tensor<6x24xf32>) outs(%e276 : tensor<24x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e278 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %c279 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v280 = linalg.fill ins(%c279 : f32) outs(%e278 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %v281 = linalg.matmul ins(%v277, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v280 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %e282 = tensor.empty() : tensor<16x24xf32> loc(#loc4)
+  %v283 = linalg.transpose ins(%v281 : tensor<24x16xf32>) outs(%e282 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e284 = tensor.empty() : tensor<24xf32> loc(#loc4)
+  %c285 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v286 = linalg.fill ins(%c285 : f32) outs(%e284 : tensor<24xf32>) -> tensor<24xf32> loc(#loc4)
   %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v275 : tensor<6x24xf32>) outs(%v286 : tensor<24xf32>) {
   ^bb0(%a287: f32, %o288: f32):
     %s289 = arith.addf %a287, %o288 : f32
     linalg.yield %s289 : f32
-  } -> tensor<24xf32>
-  %e292 = tensor.empty() : tensor<24x16xf32>
-  %v293 = linalg.transpose ins(%v283 : tensor<16x24xf32>) outs(%e292 : tensor<24x16xf32>) permutation = [1, 0]
-  %e294 = tensor.empty() : tensor<24x16xf32>
+  } -> tensor<24xf32> loc(#loc4)
+  %e292 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %v293 = linalg.transpose ins(%v283 : tensor<16x24xf32>) outs(%e292 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e294 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
   %v301 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v293 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e294 : tensor<24x16xf32>) {
   ^bb0(%a295: f32, %a296: f32, %o297: f32):
     %s298 = arith.constant 0xBDCCCCCD : f32
     %s299 = arith.mulf %a296, %s298 : f32
     %s300 = arith.addf %a295, %s299 : f32
     linalg.yield %s300 : f32
-  } -> tensor<24x16xf32>
-  %e302 = tensor.empty() : tensor<24xf32>
+  } -> tensor<24x16xf32> loc(#loc6)
+  %e302 = tensor.empty() : tensor<24xf32> loc(#loc6)
   %v309 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v290 : tensor<24xf32>, tensor<24xf32>) outs(%e302 : tensor<24xf32>) {
   ^bb0(%a303: f32, %a304: f32, %o305: f32):
     %s306 = arith.constant 0xBDCCCCCD : f32
     %s307 = arith.mulf %a304, %s306 : f32
     %s308 = arith.addf %a303, %s307 : f32
     linalg.yield %s308 : f32
-  } -> tensor<24xf32>
-  %e310 = tensor.empty() : tensor<10x24xf32>
+  } -> tensor<24xf32> loc(#loc6)
+  %e310 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
   %v317 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v259 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e310 : tensor<10x24xf32>) {
   ^bb0(%a311: f32, %a312: f32, %o313: f32):
     %s314 = arith.constant 0xBDCCCCCD : f32
     %s315 = arith.mulf %a312, %s314 : f32
     %s316 = arith.addf %a311, %s315 : f32
     linalg.yield %s316 : f32
-  } -> tensor<10x24xf32>
-  %e318 = tensor.empty() : tensor<10xf32>
+  } -> tensor<10x24xf32> loc(#loc6)
+  %e318 = tensor.empty() : tensor<10xf32> loc(#loc6)
   %v325 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v256 : tensor<10xf32>, tensor<10xf32>) outs(%e318 : tensor<10xf32>) {
   ^bb0(%a319: f32, %a320: f32, %o321: f32):
     %s322 = arith.constant 0xBDCCCCCD : f32
     %s323 = arith.mulf %a320, %s322 : f32
     %s324 = arith.addf %a319, %s323 : f32
     linalg.yield %s324 : f32
-  } -> tensor<10xf32>
+  } -> tensor<10xf32> loc(#loc6)
   return %v147, %v301, %v309, %v317, %v325 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
 }
+#loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
+#loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])
+#loc2 = loc(fused<"forward">["torch/nn/functional.py":3561:0])
+#loc3 = loc(fused<"backward">["torch/nn/functional.py":3561:0])
+#loc4 = loc(fused<"backward">["torch/nn/modules/linear.py":134:0])
+#loc5 = loc(fused<"backward">["torch/nn/modules/activation.py":143:0])
+#loc6 = loc(fused<"optimizer">[unknown])

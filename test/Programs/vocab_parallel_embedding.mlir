@@ -12,193 +12,193 @@ func.func @vocab_parallel_embedding(
     %arg3: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg4: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<11xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<2x3x8xf32>
+  %e1 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
   %v7 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e1 : tensor<2x3x8xf32>) {
   ^bb0(%a2: i64, %o3: f32):
     %s4 = arith.index_cast %a2 : i64 to index
     %s5 = linalg.index 2 : index
     %s6 = tensor.extract %arg0[%s4, %s5] : tensor<11x8xf32>
     linalg.yield %s6 : f32
-  } -> tensor<2x3x8xf32>
-  %e8 = tensor.empty() : tensor<2x3x8xf32>
+  } -> tensor<2x3x8xf32> loc(#loc0)
+  %e8 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
   %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v7 : tensor<2x3x8xf32>) outs(%e8 : tensor<2x3x8xf32>) {
   ^bb0(%a9: f32, %o10: f32):
     %s11 = math.tanh %a9 : f32
     linalg.yield %s11 : f32
-  } -> tensor<2x3x8xf32>
-  %v13 = tensor.collapse_shape %v12 [[0, 1], [2]] : tensor<2x3x8xf32> into tensor<6x8xf32>
-  %e14 = tensor.empty() : tensor<8x11xf32>
-  %v15 = linalg.transpose ins(%arg1 : tensor<11x8xf32>) outs(%e14 : tensor<8x11xf32>) permutation = [1, 0]
-  %e16 = tensor.empty() : tensor<6x11xf32>
-  %c17 = arith.constant 0x00000000 : f32
-  %v18 = linalg.fill ins(%c17 : f32) outs(%e16 : tensor<6x11xf32>) -> tensor<6x11xf32>
-  %v19 = linalg.matmul ins(%v13, %v15 : tensor<6x8xf32>, tensor<8x11xf32>) outs(%v18 : tensor<6x11xf32>) -> tensor<6x11xf32>
-  %e20 = tensor.empty() : tensor<6x11xf32>
+  } -> tensor<2x3x8xf32> loc(#loc0)
+  %v13 = tensor.collapse_shape %v12 [[0, 1], [2]] : tensor<2x3x8xf32> into tensor<6x8xf32> loc(#loc0)
+  %e14 = tensor.empty() : tensor<8x11xf32> loc(#loc0)
+  %v15 = linalg.transpose ins(%arg1 : tensor<11x8xf32>) outs(%e14 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc0)
+  %e16 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
+  %c17 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v18 = linalg.fill ins(%c17 : f32) outs(%e16 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
+  %v19 = linalg.matmul ins(%v13, %v15 : tensor<6x8xf32>, tensor<8x11xf32>) outs(%v18 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
+  %e20 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
   %v25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v19, %arg2 : tensor<6x11xf32>, tensor<11xf32>) outs(%e20 : tensor<6x11xf32>) {
   ^bb0(%a21: f32, %a22: f32, %o23: f32):
     %s24 = arith.addf %a21, %a22 : f32
     linalg.yield %s24 : f32
-  } -> tensor<6x11xf32>
-  %v26 = tensor.expand_shape %v25 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32>
-  %e27 = tensor.empty() : tensor<2x3xf32>
-  %c28 = arith.constant 0xFF800000 : f32
-  %v29 = linalg.fill ins(%c28 : f32) outs(%e27 : tensor<2x3xf32>) -> tensor<2x3xf32>
+  } -> tensor<6x11xf32> loc(#loc0)
+  %v26 = tensor.expand_shape %v25 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc0)
+  %e27 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
+  %c28 = arith.constant 0xFF800000 : f32 loc(#loc0)
+  %v29 = linalg.fill ins(%c28 : f32) outs(%e27 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
   %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v26 : tensor<2x3x11xf32>) outs(%v29 : tensor<2x3xf32>) {
   ^bb0(%a30: f32, %o31: f32):
     %s32 = arith.maximumf %a30, %o31 : f32
     linalg.yield %s32 : f32
-  } -> tensor<2x3xf32>
-  %e35 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<2x3xf32> loc(#loc0)
+  %e35 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
   %v40 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v26, %v33 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e35 : tensor<2x3x11xf32>) {
   ^bb0(%a36: f32, %a37: f32, %o38: f32):
     %s39 = arith.subf %a36, %a37 : f32
     linalg.yield %s39 : f32
-  } -> tensor<2x3x11xf32>
-  %e41 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<2x3x11xf32> loc(#loc0)
+  %e41 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
   %v45 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v40 : tensor<2x3x11xf32>) outs(%e41 : tensor<2x3x11xf32>) {
   ^bb0(%a42: f32, %o43: f32):
     %s44 = math.exp %a42 : f32
     linalg.yield %s44 : f32
-  } -> tensor<2x3x11xf32>
-  %e46 = tensor.empty() : tensor<2x3xf32>
-  %c47 = arith.constant 0x00000000 : f32
-  %v48 = linalg.fill ins(%c47 : f32) outs(%e46 : tensor<2x3xf32>) -> tensor<2x3xf32>
+  } -> tensor<2x3x11xf32> loc(#loc0)
+  %e46 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
+  %c47 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v48 = linalg.fill ins(%c47 : f32) outs(%e46 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
   %v52 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v45 : tensor<2x3x11xf32>) outs(%v48 : tensor<2x3xf32>) {
   ^bb0(%a49: f32, %o50: f32):
     %s51 = arith.addf %a49, %o50 : f32
     linalg.yield %s51 : f32
-  } -> tensor<2x3xf32>
-  %v53 = tensor.expand_shape %v52 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xf32> into tensor<2x3x1xf32>
-  %e54 = tensor.empty() : tensor<2x3x1xf32>
+  } -> tensor<2x3xf32> loc(#loc0)
+  %v53 = tensor.expand_shape %v52 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xf32> into tensor<2x3x1xf32> loc(#loc0)
+  %e54 = tensor.empty() : tensor<2x3x1xf32> loc(#loc0)
   %v58 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v53 : tensor<2x3x1xf32>) outs(%e54 : tensor<2x3x1xf32>) {
   ^bb0(%a55: f32, %o56: f32):
     %s57 = math.log %a55 : f32
     linalg.yield %s57 : f32
-  } -> tensor<2x3x1xf32>
-  %v59 = tensor.collapse_shape %v58 [[0], [1, 2]] : tensor<2x3x1xf32> into tensor<2x3xf32>
-  %e60 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<2x3x1xf32> loc(#loc0)
+  %v59 = tensor.collapse_shape %v58 [[0], [1, 2]] : tensor<2x3x1xf32> into tensor<2x3xf32> loc(#loc0)
+  %e60 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
   %v65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v40, %v59 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e60 : tensor<2x3x11xf32>) {
   ^bb0(%a61: f32, %a62: f32, %o63: f32):
     %s64 = arith.subf %a61, %a62 : f32
     linalg.yield %s64 : f32
-  } -> tensor<2x3x11xf32>
-  %v66 = tensor.collapse_shape %v65 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32>
-  %v67 = tensor.collapse_shape %arg4 [[0, 1]] : tensor<2x3xi64> into tensor<6xi64>
-  %e68 = tensor.empty() : tensor<6xi1>
+  } -> tensor<2x3x11xf32> loc(#loc0)
+  %v66 = tensor.collapse_shape %v65 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc1)
+  %v67 = tensor.collapse_shape %arg4 [[0, 1]] : tensor<2x3xi64> into tensor<6xi64> loc(#loc1)
+  %e68 = tensor.empty() : tensor<6xi1> loc(#loc1)
   %v73 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e68 : tensor<6xi1>) {
   ^bb0(%a69: i64, %o70: i1):
     %s71 = arith.constant -100 : i64
     %s72 = arith.cmpi ne, %a69, %s71 : i64
     linalg.yield %s72 : i1
-  } -> tensor<6xi1>
-  %e74 = tensor.empty() : tensor<i64>
-  %c75 = arith.constant 0 : i64
-  %v76 = linalg.fill ins(%c75 : i64) outs(%e74 : tensor<i64>) -> tensor<i64>
-  %e77 = tensor.empty() : tensor<6xi64>
+  } -> tensor<6xi1> loc(#loc1)
+  %e74 = tensor.empty() : tensor<i64> loc(#loc1)
+  %c75 = arith.constant 0 : i64 loc(#loc1)
+  %v76 = linalg.fill ins(%c75 : i64) outs(%e74 : tensor<i64>) -> tensor<i64> loc(#loc1)
+  %e77 = tensor.empty() : tensor<6xi64> loc(#loc1)
   %v83 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v73, %v67, %v76 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e77 : tensor<6xi64>) {
   ^bb0(%a78: i1, %a79: i64, %a80: i64, %o81: i64):
     %s82 = arith.select %a78, %a79, %a80 : i64
     linalg.yield %s82 : i64
-  } -> tensor<6xi64>
-  %v84 = tensor.expand_shape %v83 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e85 = tensor.empty() : tensor<6x1xf32>
+  } -> tensor<6xi64> loc(#loc1)
+  %v84 = tensor.expand_shape %v83 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc1)
+  %e85 = tensor.empty() : tensor<6x1xf32> loc(#loc1)
   %v91 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v84 : tensor<6x1xi64>) outs(%e85 : tensor<6x1xf32>) {
   ^bb0(%a86: i64, %o87: f32):
     %s88 = linalg.index 0 : index
     %s89 = arith.index_cast %a86 : i64 to index
     %s90 = tensor.extract %v66[%s88, %s89] : tensor<6x11xf32>
     linalg.yield %s90 : f32
-  } -> tensor<6x1xf32>
-  %v92 = tensor.collapse_shape %v91 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e93 = tensor.empty() : tensor<6xf32>
+  } -> tensor<6x1xf32> loc(#loc1)
+  %v92 = tensor.collapse_shape %v91 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc1)
+  %e93 = tensor.empty() : tensor<6xf32> loc(#loc1)
   %v97 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v92 : tensor<6xf32>) outs(%e93 : tensor<6xf32>) {
   ^bb0(%a94: f32, %o95: f32):
     %s96 = arith.negf %a94 : f32
     linalg.yield %s96 : f32
-  } -> tensor<6xf32>
-  %e98 = tensor.empty() : tensor<6xi1>
+  } -> tensor<6xf32> loc(#loc1)
+  %e98 = tensor.empty() : tensor<6xi1> loc(#loc1)
   %v103 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e98 : tensor<6xi1>) {
   ^bb0(%a99: i64, %o100: i1):
     %s101 = arith.constant -100 : i64
     %s102 = arith.cmpi ne, %a99, %s101 : i64
     linalg.yield %s102 : i1
-  } -> tensor<6xi1>
-  %e104 = tensor.empty() : tensor<f32>
-  %c105 = arith.constant 0x00000000 : f32
-  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<f32>) -> tensor<f32>
-  %e107 = tensor.empty() : tensor<6xf32>
+  } -> tensor<6xi1> loc(#loc1)
+  %e104 = tensor.empty() : tensor<f32> loc(#loc1)
+  %c105 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<f32>) -> tensor<f32> loc(#loc1)
+  %e107 = tensor.empty() : tensor<6xf32> loc(#loc1)
   %v113 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v103, %v97, %v106 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e107 : tensor<6xf32>) {
   ^bb0(%a108: i1, %a109: f32, %a110: f32, %o111: f32):
     %s112 = arith.select %a108, %a109, %a110 : f32
     linalg.yield %s112 : f32
-  } -> tensor<6xf32>
-  %e114 = tensor.empty() : tensor<6xi1>
+  } -> tensor<6xf32> loc(#loc1)
+  %e114 = tensor.empty() : tensor<6xi1> loc(#loc1)
   %v119 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e114 : tensor<6xi1>) {
   ^bb0(%a115: i64, %o116: i1):
     %s117 = arith.constant -100 : i64
     %s118 = arith.cmpi ne, %a115, %s117 : i64
     linalg.yield %s118 : i1
-  } -> tensor<6xi1>
-  %e120 = tensor.empty() : tensor<i64>
-  %c121 = arith.constant 0 : i64
-  %v122 = linalg.fill ins(%c121 : i64) outs(%e120 : tensor<i64>) -> tensor<i64>
+  } -> tensor<6xi1> loc(#loc1)
+  %e120 = tensor.empty() : tensor<i64> loc(#loc1)
+  %c121 = arith.constant 0 : i64 loc(#loc1)
+  %v122 = linalg.fill ins(%c121 : i64) outs(%e120 : tensor<i64>) -> tensor<i64> loc(#loc1)
   %v127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v119 : tensor<6xi1>) outs(%v122 : tensor<i64>) {
   ^bb0(%a123: i1, %o124: i64):
     %s125 = arith.extui %a123 : i1 to i64
     %s126 = arith.addi %s125, %o124 : i64
     linalg.yield %s126 : i64
-  } -> tensor<i64>
-  %e128 = tensor.empty() : tensor<f32>
+  } -> tensor<i64> loc(#loc1)
+  %e128 = tensor.empty() : tensor<f32> loc(#loc1)
   %v132 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v127 : tensor<i64>) outs(%e128 : tensor<f32>) {
   ^bb0(%a129: i64, %o130: f32):
     %s131 = arith.sitofp %a129 : i64 to f32
     linalg.yield %s131 : f32
-  } -> tensor<f32>
-  %e133 = tensor.empty() : tensor<f32>
-  %c134 = arith.constant 0x00000000 : f32
-  %v135 = linalg.fill ins(%c134 : f32) outs(%e133 : tensor<f32>) -> tensor<f32>
+  } -> tensor<f32> loc(#loc1)
+  %e133 = tensor.empty() : tensor<f32> loc(#loc1)
+  %c134 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v135 = linalg.fill ins(%c134 : f32) outs(%e133 : tensor<f32>) -> tensor<f32> loc(#loc1)
   %v139 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v113 : tensor<6xf32>) outs(%v135 : tensor<f32>) {
   ^bb0(%a136: f32, %o137: f32):
     %s138 = arith.addf %a136, %o137 : f32
     linalg.yield %s138 : f32
-  } -> tensor<f32>
-  %e140 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc1)
+  %e140 = tensor.empty() : tensor<f32> loc(#loc1)
   %v145 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139, %v132 : tensor<f32>, tensor<f32>) outs(%e140 : tensor<f32>) {
   ^bb0(%a141: f32, %a142: f32, %o143: f32):
     %s144 = arith.divf %a141, %a142 : f32
     linalg.yield %s144 : f32
-  } -> tensor<f32>
-  %e146 = tensor.empty() : tensor<f32>
-  %c147 = arith.constant 0x3F800000 : f32
-  %v148 = linalg.fill ins(%c147 : f32) outs(%e146 : tensor<f32>) -> tensor<f32>
-  %e149 = tensor.empty() : tensor<f32>
+  } -> tensor<f32> loc(#loc1)
+  %e146 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c147 = arith.constant 0x3F800000 : f32 loc(#loc2)
+  %v148 = linalg.fill ins(%c147 : f32) outs(%e146 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e149 = tensor.empty() : tensor<f32> loc(#loc2)
   %v154 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v148, %v132 : tensor<f32>, tensor<f32>) outs(%e149 : tensor<f32>) {
   ^bb0(%a150: f32, %a151: f32, %o152: f32):
     %s153 = arith.divf %a150, %a151 : f32
     linalg.yield %s153 : f32
-  } -> tensor<f32>
-  %v155 = tensor.expand_shape %v67 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64>
-  %e156 = tensor.empty() : tensor<6x1xi1>
+  } -> tensor<f32> loc(#loc2)
+  %v155 = tensor.expand_shape %v67 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
+  %e156 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
   %v161 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v155 : tensor<6x1xi64>) outs(%e156 : tensor<6x1xi1>) {
   ^bb0(%a157: i64, %o158: i1):
     %s159 = arith.constant -100 : i64
     %s160 = arith.cmpi ne, %a157, %s159 : i64
     linalg.yield %s160 : i1
-  } -> tensor<6x1xi1>
-  %e162 = tensor.empty() : tensor<i64>
-  %c163 = arith.constant 0 : i64
-  %v164 = linalg.fill ins(%c163 : i64) outs(%e162 : tensor<i64>) -> tensor<i64>
-  %e165 = tensor.empty() : tensor<6x1xi64>
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e162 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c163 = arith.constant 0 : i64 loc(#loc2)
+  %v164 = linalg.fill ins(%c163 : i64) outs(%e162 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %e165 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
   %v171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v161, %v155, %v164 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e165 : tensor<6x1xi64>) {
   ^bb0(%a166: i1, %a167: i64, %a168: i64, %o169: i64):
     %s170 = arith.select %a166, %a167, %a168 : i64
     linalg.yield %s170 : i64
-  } -> tensor<6x1xi64>
-  %e172 = tensor.empty() : tensor<6x11xf32>
-  %c173 = arith.constant 0x00000000 : f32
-  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<6x11xf32>) -> tensor<6x11xf32>
-  %v175 = tensor.collapse_shape %v171 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64>
-  %e176 = tensor.empty() : tensor<6x11xf32>
+  } -> tensor<6x1xi64> loc(#loc2)
+  %e172 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
+  %c173 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc2)
+  %v175 = tensor.collapse_shape %v171 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc2)
+  %e176 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
   %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v174, %v175 : tensor<6x11xf32>, tensor<6xi64>) outs(%e176 : tensor<6x11xf32>) {
   ^bb0(%a177: f32, %a178: i64, %o179: f32):
     %s180 = linalg.index 1 : index
@@ -207,140 +207,140 @@ func.func @vocab_parallel_embedding(
     %s183 = arith.constant 0xBF800000 : f32
     %s184 = arith.select %s182, %s183, %a177 : f32
     linalg.yield %s184 : f32
-  } -> tensor<6x11xf32>
-  %e186 = tensor.empty() : tensor<6x1xi1>
+  } -> tensor<6x11xf32> loc(#loc2)
+  %e186 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
   %v191 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v155 : tensor<6x1xi64>) outs(%e186 : tensor<6x1xi1>) {
   ^bb0(%a187: i64, %o188: i1):
     %s189 = arith.constant -100 : i64
     %s190 = arith.cmpi ne, %a187, %s189 : i64
     linalg.yield %s190 : i1
-  } -> tensor<6x1xi1>
-  %e192 = tensor.empty() : tensor<f32>
-  %c193 = arith.constant 0x00000000 : f32
-  %v194 = linalg.fill ins(%c193 : f32) outs(%e192 : tensor<f32>) -> tensor<f32>
-  %e195 = tensor.empty() : tensor<6x1xf32>
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e192 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c193 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v194 = linalg.fill ins(%c193 : f32) outs(%e192 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e195 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
   %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v191, %v154, %v194 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e195 : tensor<6x1xf32>) {
   ^bb0(%a196: i1, %a197: f32, %a198: f32, %o199: f32):
     %s200 = arith.select %a196, %a197, %a198 : f32
     linalg.yield %s200 : f32
-  } -> tensor<6x1xf32>
-  %v202 = tensor.collapse_shape %v201 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32>
-  %e203 = tensor.empty() : tensor<6x11xf32>
+  } -> tensor<6x1xf32> loc(#loc2)
+  %v202 = tensor.collapse_shape %v201 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e203 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
   %v208 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v185, %v202 : tensor<6x11xf32>, tensor<6xf32>) outs(%e203 : tensor<6x11xf32>) {
   ^bb0(%a204: f32, %a205: f32, %o206: f32):
     %s207 = arith.mulf %a204, %a205 : f32
     linalg.yield %s207 : f32
-  } -> tensor<6x11xf32>
-  %v209 = tensor.expand_shape %v208 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32>
-  %e210 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<6x11xf32> loc(#loc2)
+  %v209 = tensor.expand_shape %v208 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc2)
+  %e210 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
   %v214 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v65 : tensor<2x3x11xf32>) outs(%e210 : tensor<2x3x11xf32>) {
   ^bb0(%a211: f32, %o212: f32):
     %s213 = math.exp %a211 : f32
     linalg.yield %s213 : f32
-  } -> tensor<2x3x11xf32>
-  %e215 = tensor.empty() : tensor<2x3xf32>
-  %c216 = arith.constant 0x00000000 : f32
-  %v217 = linalg.fill ins(%c216 : f32) outs(%e215 : tensor<2x3xf32>) -> tensor<2x3xf32>
+  } -> tensor<2x3x11xf32> loc(#loc3)
+  %e215 = tensor.empty() : tensor<2x3xf32> loc(#loc3)
+  %c216 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v217 = linalg.fill ins(%c216 : f32) outs(%e215 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc3)
   %v221 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v209 : tensor<2x3x11xf32>) outs(%v217 : tensor<2x3xf32>) {
   ^bb0(%a218: f32, %o219: f32):
     %s220 = arith.addf %a218, %o219 : f32
     linalg.yield %s220 : f32
-  } -> tensor<2x3xf32>
-  %e223 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<2x3xf32> loc(#loc3)
+  %e223 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
   %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v214, %v221 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e223 : tensor<2x3x11xf32>) {
   ^bb0(%a224: f32, %a225: f32, %o226: f32):
     %s227 = arith.mulf %a224, %a225 : f32
     linalg.yield %s227 : f32
-  } -> tensor<2x3x11xf32>
-  %e229 = tensor.empty() : tensor<2x3x11xf32>
+  } -> tensor<2x3x11xf32> loc(#loc3)
+  %e229 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
   %v234 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v209, %v228 : tensor<2x3x11xf32>, tensor<2x3x11xf32>) outs(%e229 : tensor<2x3x11xf32>) {
   ^bb0(%a230: f32, %a231: f32, %o232: f32):
     %s233 = arith.subf %a230, %a231 : f32
     linalg.yield %s233 : f32
-  } -> tensor<2x3x11xf32>
-  %v235 = tensor.collapse_shape %v234 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32>
-  %e236 = tensor.empty() : tensor<11x8xf32>
-  %v237 = linalg.transpose ins(%v15 : tensor<8x11xf32>) outs(%e236 : tensor<11x8xf32>) permutation = [1, 0]
-  %e238 = tensor.empty() : tensor<6x8xf32>
-  %c239 = arith.constant 0x00000000 : f32
-  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x8xf32>) -> tensor<6x8xf32>
-  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x11xf32>, tensor<11x8xf32>) outs(%v240 : tensor<6x8xf32>) -> tensor<6x8xf32>
-  %e242 = tensor.empty() : tensor<11x6xf32>
-  %v243 = linalg.transpose ins(%v235 : tensor<6x11xf32>) outs(%e242 : tensor<11x6xf32>) permutation = [1, 0]
-  %e244 = tensor.empty() : tensor<11x8xf32>
-  %c245 = arith.constant 0x00000000 : f32
-  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<11x8xf32>) -> tensor<11x8xf32>
-  %v247 = linalg.matmul ins(%v243, %v13 : tensor<11x6xf32>, tensor<6x8xf32>) outs(%v246 : tensor<11x8xf32>) -> tensor<11x8xf32>
-  %e248 = tensor.empty() : tensor<8x11xf32>
-  %v249 = linalg.transpose ins(%v247 : tensor<11x8xf32>) outs(%e248 : tensor<8x11xf32>) permutation = [1, 0]
-  %e250 = tensor.empty() : tensor<11xf32>
-  %c251 = arith.constant 0x00000000 : f32
-  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<11xf32>) -> tensor<11xf32>
+  } -> tensor<2x3x11xf32> loc(#loc3)
+  %v235 = tensor.collapse_shape %v234 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc3)
+  %e236 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %v237 = linalg.transpose ins(%v15 : tensor<8x11xf32>) outs(%e236 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
+  %e238 = tensor.empty() : tensor<6x8xf32> loc(#loc3)
+  %c239 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
+  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x11xf32>, tensor<11x8xf32>) outs(%v240 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
+  %e242 = tensor.empty() : tensor<11x6xf32> loc(#loc3)
+  %v243 = linalg.transpose ins(%v235 : tensor<6x11xf32>) outs(%e242 : tensor<11x6xf32>) permutation = [1, 0] loc(#loc3)
+  %e244 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %c245 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %v247 = linalg.matmul ins(%v243, %v13 : tensor<11x6xf32>, tensor<6x8xf32>) outs(%v246 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %e248 = tensor.empty() : tensor<8x11xf32> loc(#loc3)
+  %v249 = linalg.transpose ins(%v247 : tensor<11x8xf32>) outs(%e248 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc3)
+  %e250 = tensor.empty() : tensor<11xf32> loc(#loc3)
+  %c251 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<11xf32>) -> tensor<11xf32> loc(#loc3)
   %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v235 : tensor<6x11xf32>) outs(%v252 : tensor<11xf32>) {
   ^bb0(%a253: f32, %o254: f32):
     %s255 = arith.addf %a253, %o254 : f32
     linalg.yield %s255 : f32
-  } -> tensor<11xf32>
-  %e258 = tensor.empty() : tensor<11x8xf32>
-  %v259 = linalg.transpose ins(%v249 : tensor<8x11xf32>) outs(%e258 : tensor<11x8xf32>) permutation = [1, 0]
-  %v260 = tensor.expand_shape %v241 [[0, 1], [2]] output_shape [2, 3, 8] : tensor<6x8xf32> into tensor<2x3x8xf32>
-  %e261 = tensor.empty() : tensor<2x3x8xf32>
+  } -> tensor<11xf32> loc(#loc3)
+  %e258 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %v259 = linalg.transpose ins(%v249 : tensor<8x11xf32>) outs(%e258 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
+  %v260 = tensor.expand_shape %v241 [[0, 1], [2]] output_shape [2, 3, 8] : tensor<6x8xf32> into tensor<2x3x8xf32> loc(#loc3)
+  %e261 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
   %v266 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v12, %v12 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e261 : tensor<2x3x8xf32>) {
   ^bb0(%a262: f32, %a263: f32, %o264: f32):
     %s265 = arith.mulf %a262, %a263 : f32
     linalg.yield %s265 : f32
-  } -> tensor<2x3x8xf32>
-  %e267 = tensor.empty() : tensor<2x3x8xf32>
+  } -> tensor<2x3x8xf32> loc(#loc3)
+  %e267 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
   %v272 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v266 : tensor<2x3x8xf32>) outs(%e267 : tensor<2x3x8xf32>) {
   ^bb0(%a268: f32, %o269: f32):
     %s270 = arith.constant 0x3F800000 : f32
     %s271 = arith.subf %s270, %a268 : f32
     linalg.yield %s271 : f32
-  } -> tensor<2x3x8xf32>
-  %e273 = tensor.empty() : tensor<2x3x8xf32>
+  } -> tensor<2x3x8xf32> loc(#loc3)
+  %e273 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
   %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v260, %v272 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e273 : tensor<2x3x8xf32>) {
   ^bb0(%a274: f32, %a275: f32, %o276: f32):
     %s277 = arith.mulf %a274, %a275 : f32
     linalg.yield %s277 : f32
-  } -> tensor<2x3x8xf32>
-  %e279 = tensor.empty() : tensor<2x3xi1>
+  } -> tensor<2x3x8xf32> loc(#loc3)
+  %e279 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
   %v284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e279 : tensor<2x3xi1>) {
   ^bb0(%a280: i64, %o281: i1):
     %s282 = arith.constant 0 : i64
     %s283 = arith.cmpi sge, %a280, %s282 : i64
     linalg.yield %s283 : i1
-  } -> tensor<2x3xi1>
-  %e285 = tensor.empty() : tensor<2x3xi1>
+  } -> tensor<2x3xi1> loc(#loc3)
+  %e285 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
   %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e285 : tensor<2x3xi1>) {
   ^bb0(%a286: i64, %o287: i1):
     %s288 = arith.constant 11 : i64
     %s289 = arith.cmpi slt, %a286, %s288 : i64
     linalg.yield %s289 : i1
-  } -> tensor<2x3xi1>
-  %e291 = tensor.empty() : tensor<2x3xi1>
+  } -> tensor<2x3xi1> loc(#loc3)
+  %e291 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
   %v296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v284, %v290 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e291 : tensor<2x3xi1>) {
   ^bb0(%a292: i1, %a293: i1, %o294: i1):
     %s295 = arith.andi %a292, %a293 : i1
     linalg.yield %s295 : i1
-  } -> tensor<2x3xi1>
-  %e297 = tensor.empty() : tensor<2x3xi1>
+  } -> tensor<2x3xi1> loc(#loc3)
+  %e297 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
   %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e297 : tensor<2x3xi1>) {
   ^bb0(%a298: i64, %o299: i1):
     %s300 = arith.constant -1 : i64
     %s301 = arith.cmpi ne, %a298, %s300 : i64
     linalg.yield %s301 : i1
-  } -> tensor<2x3xi1>
-  %e303 = tensor.empty() : tensor<2x3xi1>
+  } -> tensor<2x3xi1> loc(#loc3)
+  %e303 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
   %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v296, %v302 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e303 : tensor<2x3xi1>) {
   ^bb0(%a304: i1, %a305: i1, %o306: i1):
     %s307 = arith.andi %a304, %a305 : i1
     linalg.yield %s307 : i1
-  } -> tensor<2x3xi1>
-  %v309 = tensor.expand_shape %v308 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xi1> into tensor<2x3x1xi1>
-  %e310 = tensor.empty() : tensor<11x8xf32>
-  %c311 = arith.constant 0x00000000 : f32
-  %v312 = linalg.fill ins(%c311 : f32) outs(%e310 : tensor<11x8xf32>) -> tensor<11x8xf32>
-  %e313 = tensor.empty() : tensor<2x3xi64>
+  } -> tensor<2x3xi1> loc(#loc3)
+  %v309 = tensor.expand_shape %v308 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xi1> into tensor<2x3x1xi1> loc(#loc3)
+  %e310 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %c311 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v312 = linalg.fill ins(%c311 : f32) outs(%e310 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %e313 = tensor.empty() : tensor<2x3xi64> loc(#loc3)
   %v320 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e313 : tensor<2x3xi64>) {
   ^bb0(%a314: i64, %o315: i64):
     %s316 = arith.constant -11 : i64
@@ -348,24 +348,24 @@ func.func @vocab_parallel_embedding(
     %s318 = arith.constant 10 : i64
     %s319 = arith.minsi %s317, %s318 : i64
     linalg.yield %s319 : i64
-  } -> tensor<2x3xi64>
-  %e321 = tensor.empty() : tensor<2x3x1xi1>
+  } -> tensor<2x3xi64> loc(#loc3)
+  %e321 = tensor.empty() : tensor<2x3x1xi1> loc(#loc3)
   %v326 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v309 : tensor<2x3x1xi1>) outs(%e321 : tensor<2x3x1xi1>) {
   ^bb0(%a322: i1, %o323: i1):
     %s324 = arith.constant true
     %s325 = arith.xori %a322, %s324 : i1
     linalg.yield %s325 : i1
-  } -> tensor<2x3x1xi1>
-  %e327 = tensor.empty() : tensor<f32>
-  %c328 = arith.constant 0x00000000 : f32
-  %v329 = linalg.fill ins(%c328 : f32) outs(%e327 : tensor<f32>) -> tensor<f32>
-  %v330 = tensor.collapse_shape %v326 [[0], [1, 2]] : tensor<2x3x1xi1> into tensor<2x3xi1>
-  %e331 = tensor.empty() : tensor<2x3x8xf32>
+  } -> tensor<2x3x1xi1> loc(#loc3)
+  %e327 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c328 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v329 = linalg.fill ins(%c328 : f32) outs(%e327 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %v330 = tensor.collapse_shape %v326 [[0], [1, 2]] : tensor<2x3x1xi1> into tensor<2x3xi1> loc(#loc3)
+  %e331 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
   %v337 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v330, %v329, %v278 : tensor<2x3xi1>, tensor<f32>, tensor<2x3x8xf32>) outs(%e331 : tensor<2x3x8xf32>) {
   ^bb0(%a332: i1, %a333: f32, %a334: f32, %o335: f32):
     %s336 = arith.select %a332, %a333, %a334 : f32
     linalg.yield %s336 : f32
-  } -> tensor<2x3x8xf32>
+  } -> tensor<2x3x8xf32> loc(#loc3)
   %v347 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%v320, %v337 : tensor<2x3xi64>, tensor<2x3x8xf32>) outs(%v312 : tensor<11x8xf32>) {
   ^bb0(%a338: i64, %a339: f32, %o340: f32):
     %s341 = linalg.index 0 : index
@@ -375,30 +375,35 @@ func.func @vocab_parallel_embedding(
     %s345 = arith.select %s343, %a339, %s344 : f32
     %s346 = arith.addf %o340, %s345 : f32
     linalg.yield %s346 : f32
-  } -> tensor<11x8xf32>
-  %e348 = tensor.empty() : tensor<11x8xf32>
+  } -> tensor<11x8xf32> loc(#loc3)
+  %e348 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
   %v355 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v347 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e348 : tensor<11x8xf32>) {
   ^bb0(%a349: f32, %a350: f32, %o351: f32):
     %s352 = arith.constant 0xBDCCCCCD : f32
     %s353 = arith.mulf %a350, %s352 : f32
     %s354 = arith.addf %a349, %s353 : f32
     linalg.yield %s354 : f32
-  } -> tensor<11x8xf32>
-  %e356 = tensor.empty() : tensor<11x8xf32>
+  } -> tensor<11x8xf32> loc(#loc4)
+  %e356 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
   %v363 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg1, %v259 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e356 : tensor<11x8xf32>) {
   ^bb0(%a357: f32, %a358: f32, %o359: f32):
     %s360 = arith.constant 0xBDCCCCCD : f32
     %s361 = arith.mulf %a358, %s360 : f32
     %s362 = arith.addf %a357, %s361 : f32
     linalg.yield %s362 : f32
-  } -> tensor<11x8xf32>
-  %e364 = tensor.empty() : tensor<11xf32>
+  } -> tensor<11x8xf32> loc(#loc4)
+  %e364 = tensor.empty() : tensor<11xf32> loc(#loc4)
   %v371 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2, %v256 : tensor<11xf32>, tensor<11xf32>) outs(%e364 : tensor<11xf32>) {
   ^bb0(%a365: f32, %a366: f32, %o367: f32):
     %s368 = arith.constant 0xBDCCCCCD : f32
     %s369 = arith.mulf %a366, %s368 : f32
     %s370 = arith.addf %a365, %s369 : f32
     linalg.yield %s370 : f32
-  } -> tensor<11xf32>
+  } -> tensor<11xf32> loc(#loc4)
   return %v145, %v355, %v363, %v371 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>
 }
+#loc0 = loc(fused<"forward">["shardx/models.py":65:0])
+#loc1 = loc(fused<"forward">["shardx/models.py":73:0])
+#loc2 = loc(fused<"backward">["shardx/models.py":73:0])
+#loc3 = loc(fused<"backward">["shardx/models.py":65:0])
+#loc4 = loc(fused<"optimizer">[unknown])

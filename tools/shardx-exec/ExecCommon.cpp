@@ -9,8 +9,9 @@
 #ifdef SHARDX_HAVE_MPI
 #include "shardx/Runtime/Mpi.h"
 #endif
-
-#include "llvm/Support/CommandLine.h"
+#ifdef SHARDX_HAVE_CUDA_LOCAL
+#include "shardx/Runtime/CudaLocal.h"
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +20,12 @@
 using namespace shardx;
 using namespace shardx::exec;
 using shardx::rt::Status;
+
+#ifdef SHARDX_HAVE_CUDA_LOCAL
+static const char *const kBackends = "threads or cuda-local";
+#else
+static const char *const kBackends = "threads or mpi";
+#endif
 
 bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
                        std::vector<HostTensor> &inputs, std::string &error) {
@@ -119,13 +126,18 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
     return Status::error("this build has no mpi backend");
 #endif
   }
-  return Status::error("unknown backend '" + options.backend +
-                       "' (threads or mpi)");
+  if (options.backend == "cuda-local") {
+#ifdef SHARDX_HAVE_CUDA_LOCAL
+    return runThreaded(artifact, entry, inputs, outputs, options.timeout,
+                       &seconds, rt::runCudaLocal);
+#else
+    return Status::error("this build has no cuda-local backend (use "
+                         "shardx-gpu-exec)");
+#endif
+  }
+  return Status::error("unknown backend '" + options.backend + "' (" +
+                       kBackends + ")");
 }
-
-namespace {
-namespace cl = llvm::cl;
-} // namespace
 
 bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
                                bool &initialized) {
@@ -149,79 +161,104 @@ bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
   return true;
 }
 
-int tools::execMain(int argc, char **argv) {
-  cl::OptionCategory toolOptions("shardx-exec options");
-  cl::opt<std::string> artifactPath(cl::cat(toolOptions), cl::Positional, cl::desc("<model.so>"),
-                                    cl::Required);
-  cl::opt<std::string> entryName(cl::cat(toolOptions), "entry", cl::desc("entry point (default: the first)"));
-  cl::opt<std::string> backend(cl::cat(toolOptions), "backend", cl::desc("threads (default) or mpi"),
-                               cl::init("threads"));
-  cl::opt<int64_t> ranks(cl::cat(toolOptions), "ranks", cl::desc("number of ranks (the mesh size)"),
-                         cl::init(0));
-  cl::list<std::string> inputFiles(cl::cat(toolOptions), "inputs", cl::CommaSeparated,
-                                   cl::desc("global inputs as .npy files"));
-  cl::opt<uint64_t> seed(cl::cat(toolOptions), "seed", cl::desc("seed of random inputs"), cl::init(0));
-  cl::opt<int64_t> intRange(cl::cat(toolOptions), "int-range",
-                            cl::desc("random integers are in [0, N)"),
-                            cl::init(2));
-  cl::opt<std::string> outDir(cl::cat(toolOptions), "outputs", cl::desc("directory for the outputs"));
-  cl::opt<double> timeout(cl::cat(toolOptions), "timeout", cl::desc("collective timeout (s)"),
-                          cl::init(60));
-  bool wantMpi = false;
-  if (!initMpiIfRequested(argc, argv, "shardx-exec", wantMpi))
+void tools::printVerdict(const Difference &d) {
+  if (d.mismatches)
+    std::printf(", %lld of %lld differ", static_cast<long long>(d.mismatches),
+                static_cast<long long>(d.elements));
+  if (d.bothNonFinite)
+    std::printf(", %lld of %lld NaN/Inf in both runs",
+                static_cast<long long>(d.bothNonFinite),
+                static_cast<long long>(d.elements));
+  const char *verdict = d.mismatches         ? "MISMATCH"
+                        : !d.withinTolerance ? "NOT FINITE"
+                                             : "ok";
+  std::printf(" %s\n", verdict);
+}
+
+void tools::defaultTolerance(const std::string &dtype, double &rtol,
+                             double &atol) {
+  if (dtype == "f32") {
+    rtol = 1e-4;
+    atol = 1e-5;
+  } else if (dtype == "f64") {
+    rtol = 1e-10;
+    atol = 1e-12;
+  } else {
+    rtol = atol = 0;
+  }
+}
+
+int tools::runExecutor(const ExecArgs &args, const char *tool,
+                       bool finalizeMpi) {
+  auto fail = [&](const std::string &message) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, message.c_str());
     return 1;
-  cl::HideUnrelatedOptions(toolOptions);
-  cl::ParseCommandLineOptions(argc, argv, "ShardX executor\n");
+  };
   std::string error;
-  std::unique_ptr<Artifact> artifact = Artifact::load(artifactPath, error);
-  if (!artifact) {
-    std::fprintf(stderr, "shardx-exec: error: %s\n", error.c_str());
-    return 1;
-  }
-  const EntryPoint *entry = entryName.empty()
+  std::unique_ptr<Artifact> artifact = Artifact::load(args.artifactPath, error);
+  if (!artifact)
+    return fail(error);
+  const EntryPoint *entry = args.options.entry.empty()
                                 ? &artifact->getEntryPoints().front()
-                                : artifact->lookup(entryName);
-  if (!entry) {
-    std::fprintf(stderr, "shardx-exec: error: no entry point '%s'\n",
-                 entryName.c_str());
-    return 1;
-  }
-  RunOptions options;
-  options.backend = backend;
-  options.ranks = ranks;
-  options.inputs.assign(inputFiles.begin(), inputFiles.end());
-  options.seed = seed;
-  options.intRange = intRange;
-  options.timeout = timeout;
+                                : artifact->lookup(args.options.entry);
+  if (!entry)
+    return fail("no entry point '" + args.options.entry + "'");
   std::vector<HostTensor> inputs, outputs;
-  if (!makeInputs(*entry, options, inputs, error)) {
-    std::fprintf(stderr, "shardx-exec: error: %s\n", error.c_str());
-    return 1;
-  }
+  if (!makeInputs(*entry, args.options, inputs, error))
+    return fail(error);
   double seconds = 0;
   bool isRoot = true;
-  Status s = runArtifact(*artifact, *entry, options, inputs, outputs, seconds,
-                         isRoot);
-  if (!s) {
-    std::fprintf(stderr, "shardx-exec: error: %s\n", s.message().c_str());
-    return 1;
-  }
+  Status s = runArtifact(*artifact, *entry, args.options, inputs, outputs,
+                         seconds, isRoot);
+  if (!s)
+    return fail(s.message());
   if (isRoot) {
     std::printf("%s: %zu outputs in %.3f ms\n", entry->name.c_str(),
                 outputs.size(), seconds * 1e3);
-    if (!outDir.empty())
+    if (!args.outDir.empty())
       for (size_t i = 0; i < outputs.size(); ++i) {
-        std::string path =
-            outDir + "/" + entry->name + ".out" + std::to_string(i) + ".npy";
-        if (!writeNpy(path, outputs[i], error)) {
-          std::fprintf(stderr, "shardx-exec: error: %s\n", error.c_str());
-          return 1;
-        }
+        std::string path = args.outDir + "/" + entry->name + ".out" +
+                           std::to_string(i) + ".npy";
+        if (!writeNpy(path, outputs[i], error))
+          return fail(error);
       }
+    if (!args.expected.empty()) {
+      if (args.expected.size() != outputs.size())
+        return fail(std::to_string(args.expected.size()) +
+                    " expected outputs given for " +
+                    std::to_string(outputs.size()) + " outputs");
+      bool passed = true;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        HostTensor want;
+        if (!readNpy(args.expected[i], want, error))
+          return fail(error);
+        double rtol, atol;
+        defaultTolerance(outputs[i].dtype, rtol, atol);
+        if (outputs[i].dtype[0] == 'f') {
+          rtol = args.rtol >= 0 ? args.rtol : rtol;
+          atol = args.atol >= 0 ? args.atol : atol;
+        }
+        Difference d = compare(outputs[i], want, rtol, atol);
+        if (want.dtype != outputs[i].dtype) {
+          d.withinTolerance = false;
+          d.mismatches = d.elements;
+        }
+        std::printf("output %zu: max abs err %.3g, max rel err %.3g "
+                    "(rtol %g, atol %g)",
+                    i, d.maxAbs, d.maxRel, rtol, atol);
+        printVerdict(d);
+        passed &= d.withinTolerance;
+      }
+      std::printf("check %s\n", passed ? "passed" : "FAILED");
+      if (!passed)
+        return 1;
+    }
   }
 #ifdef SHARDX_HAVE_MPI
-  if (wantMpi)
+  if (finalizeMpi)
     rt::finalizeMpi();
+#else
+  (void)finalizeMpi;
 #endif
   return 0;
 }

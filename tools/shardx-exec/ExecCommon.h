@@ -43,6 +43,35 @@ rt::Status runArtifact(const exec::Artifact &artifact,
                        std::vector<exec::HostTensor> &outputs, double &seconds,
                        bool &isRoot);
 
+/// A command line of shardx-exec / shardx-gpu-exec.
+struct ExecArgs {
+  std::string artifactPath;
+  std::string outDir;
+  RunOptions options;
+  /// Reference outputs (.npy, one per output) to compare with; empty: none.
+  std::vector<std::string> expected;
+  /// Tolerances of the comparison for float outputs; negative: by dtype
+  /// (see defaultTolerance).
+  double rtol = -1, atol = -1;
+};
+
+/// The end of a line about one compared output: how many elements differ
+/// or are NaN/Inf in both runs, and the verdict (ok, MISMATCH, NOT FINITE).
+void printVerdict(const exec::Difference &d);
+
+/// The comparison's tolerances for outputs of `dtype`: f32 rtol 1e-4, atol
+/// 1e-5 (shardx-run's defaults); f64 1e-10 and 1e-12; integers and
+/// booleans exact.
+void defaultTolerance(const std::string &dtype, double &rtol, double &atol);
+
+/// Loads the artifact, makes or reads the inputs, runs on the chosen
+/// backend, writes the outputs as DIR/<entry>.out<i>.npy and compares them
+/// with the expected ones (one line per output, then "check passed" or
+/// "check FAILED", which exits 1); prints errors as "<tool>: error: ..."
+/// and returns the exit code. Ends MPI when `finalizeMpi`.
+int runExecutor(const ExecArgs &args, const char *tool, bool finalizeMpi);
+
+/// shardx-exec's command line (LLVM's option parser; ExecMain.cpp).
 int execMain(int argc, char **argv);
 
 /// Whether the command line asks for the mpi backend (read before MPI_Init,

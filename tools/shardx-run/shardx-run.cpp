@@ -90,6 +90,11 @@ static cl::opt<unsigned> repeat(cl::cat(toolOptions), "repeat",
                                 cl::desc("runs of each program; the median "
                                          "time is reported"),
                                 cl::init(1));
+static cl::opt<std::string> saveIo(
+    cl::cat(toolOptions), "save-io",
+    cl::desc("directory to write the global inputs (in<i>.npy) and, with "
+             "--check, the unsharded outputs (ref<i>.npy) to: the "
+             "references of scripts/gpu_check.sh"));
 static cl::opt<std::string> keep(cl::cat(toolOptions), "keep",
                                  cl::desc("directory to keep the artifacts"));
 static cl::opt<bool> timing(cl::cat(toolOptions), "timing",
@@ -209,6 +214,15 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
     return 1;
   }
+  if (!saveIo.empty()) {
+    llvm::sys::fs::create_directories(saveIo);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!::shardx::exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy",
+                                    inputs[i], error)) {
+        std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+        return 1;
+      }
+  }
   double shardedSeconds = 0, globalSeconds = 0;
   bool isRoot = true;
   auto median = [](std::vector<double> v) {
@@ -270,6 +284,13 @@ int main(int argc, char **argv) {
       }
       globalSeconds = median(gtimes);
       globalTiming.stop();
+      for (size_t i = 0; !saveIo.empty() && i < expected.size(); ++i)
+        if (!::shardx::exec::writeNpy(saveIo + "/ref" + std::to_string(i) +
+                                          ".npy",
+                                      expected[i], error)) {
+          std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+          return 1;
+        }
       progress.clear();
       std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
       int64_t differ = 0, nonFinite = 0;
@@ -280,18 +301,7 @@ int main(int argc, char **argv) {
         std::printf("output %zu%s%s: max abs err %.3g, max rel err %.3g", i,
                     layout.empty() ? "" : " ", layout.c_str(), d.maxAbs,
                     d.maxRel);
-        if (d.mismatches)
-          std::printf(", %lld of %lld differ",
-                      static_cast<long long>(d.mismatches),
-                      static_cast<long long>(d.elements));
-        if (d.bothNonFinite)
-          std::printf(", %lld of %lld NaN/Inf in both runs",
-                      static_cast<long long>(d.bothNonFinite),
-                      static_cast<long long>(d.elements));
-        const char *verdict = d.mismatches         ? "MISMATCH"
-                              : !d.withinTolerance ? "NOT FINITE"
-                                                   : "ok";
-        std::printf(" %s\n", verdict);
+        ::shardx::tools::printVerdict(d);
         differ += d.mismatches != 0;
         nonFinite += d.bothNonFinite != 0;
         if (!d.withinTolerance)

@@ -15,8 +15,10 @@
 #include "shardx/Layout/Layout.h"
 #include "shardx/Runtime/Communicator.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,38 @@ struct EntryPoint {
   std::vector<TensorSpec> inputs, outputs;
 };
 
+/// One rank's results of an entry point call as the program returned them
+/// (buffers it allocated), until they are copied out; freed on destruction.
+/// Lets a caller copy results only once every rank has succeeded, and into
+/// buffers it already has (donation).
+class RawOutputs {
+public:
+  RawOutputs() = default;
+  RawOutputs(RawOutputs &&other) noexcept;
+  RawOutputs &operator=(RawOutputs &&other) noexcept;
+  RawOutputs(const RawOutputs &) = delete;
+  RawOutputs &operator=(const RawOutputs &) = delete;
+  ~RawOutputs();
+
+  size_t size() const { return offsets.size(); }
+  /// Whether output `o` lies in one of the call's input buffers (the
+  /// program returned an argument or a view of one).
+  bool aliasesInput(size_t o) const;
+  /// Copies output `o` into `into` (shape and dtype set); a buffer of the
+  /// right size is reused, not reallocated. `into` may be one of the
+  /// call's inputs unless aliasesInput(o).
+  void copyOut(size_t o, HostTensor &into) const;
+
+private:
+  friend class Artifact;
+  void release();
+  const EntryPoint *entry = nullptr;
+  std::vector<int64_t> results;
+  /// Word offset of each output's descriptor in `results`.
+  std::vector<size_t> offsets;
+  std::set<int64_t> inputPtrs;
+};
+
 class Artifact {
 public:
   /// Loads `path`; nullptr with `error` set when it is not an artifact.
@@ -74,6 +108,10 @@ public:
   rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
                  const std::vector<const HostTensor *> &localInputs,
                  std::vector<HostTensor> &localOutputs) const;
+  /// Runs `entry` on this rank and leaves the results uncopied in `raw`.
+  rt::Status call(const EntryPoint &entry, rt::Communicator &comm,
+                  const std::vector<const HostTensor *> &localInputs,
+                  RawOutputs &raw) const;
 
 private:
   Artifact() = default;
@@ -132,12 +170,19 @@ bool readNpy(const std::string &path, HostTensor &out, std::string &error);
 bool writeNpy(const std::string &path, const HostTensor &t,
               std::string &error);
 
-/// Runs `entry` of `artifact` on every rank of its mesh as threads and
-/// returns the global outputs.
+/// How a world of ranks in this process is run: rt::runThreads (the
+/// `threads` backend) or rt::runCudaLocal (`cuda-local`).
+using RankWorld = std::function<std::vector<rt::Status>(
+    const std::vector<int64_t> &,
+    const std::function<rt::Status(rt::Communicator &)> &, double)>;
+
+/// Runs `entry` of `artifact` on every rank of its mesh as threads of
+/// `world` and returns the global outputs.
 rt::Status runThreaded(const Artifact &artifact, const EntryPoint &entry,
                        const std::vector<HostTensor> &globalInputs,
                        std::vector<HostTensor> &globalOutputs,
-                       double timeoutSeconds, double *seconds = nullptr);
+                       double timeoutSeconds, double *seconds = nullptr,
+                       const RankWorld &world = rt::runThreads);
 
 /// Runs this process's rank on `comm` (any backend) and gathers the global
 /// outputs on every rank.
@@ -146,6 +191,11 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
                              const std::vector<HostTensor> &globalInputs,
                              std::vector<HostTensor> &globalOutputs,
                              double *seconds = nullptr);
+
+/// The global tensor of `spec` from this rank's local tensor and every
+/// other rank's of `comm` (a collective: every rank calls it).
+rt::Status gatherOnCommunicator(const HostTensor &local, const TensorSpec &spec,
+                                rt::Communicator &comm, HostTensor &global);
 
 /// How `a` (the run under test) differs from `b` (the reference), element
 /// by element. Finite pairs follow numpy's allclose rule, |a - b| <= atol +

@@ -24,8 +24,9 @@
 namespace shardx::exec {
 
 /// A global tensor as its local shards, one per rank of a mesh (rank-major
-/// order). Ranks that hold the same shard may share one buffer; buffers are
-/// never written after they are made, so sharing is safe.
+/// order). Ranks that hold the same shard may share one buffer. A buffer is
+/// written after it is made only when its ShardSet is donated to a run and
+/// nothing else holds it (see Session::run), so sharing is safe.
 struct ShardSet {
   std::vector<int64_t> meshShape;
   std::vector<int64_t> globalShape;
@@ -33,6 +34,8 @@ struct ShardSet {
   /// None: every rank holds the whole tensor.
   std::optional<Layout> layout;
   std::vector<std::shared_ptr<const HostTensor>> locals;
+  /// Donated to a run: `locals` is empty, the run's output has the buffers.
+  bool donated = false;
 
   /// The spec of the tensor as an artifact describes it (for assemble).
   TensorSpec getSpec() const;
@@ -53,10 +56,17 @@ HostTensor gatherShards(const ShardSet &shards, std::string &error);
 /// One rank per thread of this process, kept alive between runs. A run
 /// that fails on any rank ends the world (its collectives abort); the next
 /// run starts a fresh one.
+///
+/// Or one rank of a world of processes (MPI): this process runs its rank on
+/// the calling thread, and its ShardSets hold that rank's shard only (the
+/// other ranks' entries are null); gather() is then a collective.
 class Session {
 public:
   explicit Session(std::vector<int64_t> meshShape,
                    double timeoutSeconds = 60.0);
+  /// This process's rank on `comm` (every rank of the mesh in its own
+  /// process).
+  explicit Session(std::unique_ptr<rt::Communicator> comm);
   ~Session();
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
@@ -65,6 +75,22 @@ public:
   int64_t getSize() const { return size; }
   /// Worlds started so far (1 after the first run; +1 after each failure).
   int64_t getWorldsStarted() const { return worldsStarted; }
+  /// The rank this process runs (-1: all of them, as threads).
+  int64_t getProcessRank() const;
+  /// Whether this process holds rank `rank`'s shards.
+  bool holds(int64_t rank) const {
+    return !processMode || rank == getProcessRank();
+  }
+  /// `global` scattered by `layout` (none: replicated) to the ranks this
+  /// process holds.
+  ShardSet scatter(const HostTensor &global,
+                   const std::optional<Layout> &layout) const;
+  /// The global tensor of `shards` (pending Partials reduced); a
+  /// collective when the ranks are processes.
+  rt::Status gather(const ShardSet &shards, HostTensor &global);
+  /// Ends the process world's communicator (before MPI_Finalize); the
+  /// session runs nothing after.
+  void close();
 
   /// Runs `body` on every rank and returns each rank's status.
   std::vector<rt::Status>
@@ -76,6 +102,20 @@ public:
   rt::Status run(const Artifact &artifact, const EntryPoint &entry,
                  const std::vector<const ShardSet *> &inputs,
                  std::vector<ShardSet> &outputs);
+  /// The same with donation: `donatedInputOf[o]` is the input whose buffers
+  /// output `o` reuses (same global shape, dtype and layout), or -1. Once
+  /// every rank has succeeded, each rank's result is copied into the
+  /// donated input's buffer on that rank when nothing else holds it (not
+  /// shared with another rank or a view, and not itself the result's
+  /// source); else into a new buffer. A donated input is then invalidated
+  /// (`donated`, no locals). On failure no input is touched.
+  /// `inputsChecked`: the caller has checked each input's global shape,
+  /// dtype and layout against the entry (the Python call path's guards).
+  rt::Status run(const Artifact &artifact, const EntryPoint &entry,
+                 const std::vector<ShardSet *> &inputs,
+                 std::vector<ShardSet> &outputs,
+                 const std::vector<int64_t> &donatedInputOf,
+                 bool inputsChecked = false);
 
 private:
   void startWorld();
@@ -83,6 +123,8 @@ private:
 
   std::vector<int64_t> meshShape;
   int64_t size = 1;
+  std::unique_ptr<rt::Communicator> comm;
+  bool processMode = false;
   double timeoutSeconds;
   int64_t worldsStarted = 0;
 

@@ -61,6 +61,10 @@ struct ReportExtras {
   std::string runSummary;
 };
 
+/// "file:line[:col]" of the source positions in `loc` (a name, a fused
+/// list, a call site's callee), "" for an unknown location.
+std::string locationText(Location loc);
+
 /// Writes the report of `module`, a program after shardx-propagate and
 /// shardx-insert-reshards (its redistributes are planned here, as
 /// shardx-print-plan plans them). Fails with a diagnostic when a reshard

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,6 +132,26 @@ void reduceInto(void *inout, const void *in, size_t count, DType type,
 /// Divides `count` elements by `n` (the end of an avg).
 void divideBy(void *buffer, size_t count, DType type, int64_t n);
 
+/// How the ranks of a threads world move and reduce data: host memory (the
+/// `threads` backend) or one GPU's memory (`cuda-local`). One per rank, used
+/// by its rank's thread only.
+class BufferOps {
+public:
+  virtual ~BufferOps();
+  virtual void copy(void *to, const void *from, size_t bytes) = 0;
+  virtual void zero(void *to, size_t bytes) = 0;
+  /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, in member
+  /// order, divided by n for avg; `out` may be one of `in`.
+  virtual Status reduce(void *out, const std::vector<const char *> &in,
+                        size_t count, DType type, ReduceOp op) = 0;
+  /// A private buffer of at least `bytes`, kept across calls.
+  virtual char *scratch(size_t bytes) = 0;
+  /// Waits for this rank's queued copies and reductions (before a meeting
+  /// after which peers read what they wrote, and before a collective
+  /// returns).
+  virtual Status complete() { return Status::ok(); }
+};
+
 /// Runs `body` on every rank of a mesh as threads of this process (the
 /// `threads` backend) and returns each rank's status. A collective that
 /// waits longer than `timeoutSeconds` fails on every rank.
@@ -138,6 +159,14 @@ std::vector<Status>
 runThreads(const std::vector<int64_t> &meshShape,
            const std::function<Status(Communicator &)> &body,
            double timeoutSeconds = 60.0);
+
+/// The same with the data moved by `makeOps(rank)`'s operations; the
+/// communicators report `backend` as their name.
+std::vector<Status> runThreadsWith(
+    const std::vector<int64_t> &meshShape, const char *backend,
+    const std::function<std::unique_ptr<BufferOps>(int64_t rank)> &makeOps,
+    const std::function<Status(Communicator &)> &body,
+    double timeoutSeconds = 60.0);
 
 } // namespace shardx::rt
 

@@ -20,6 +20,10 @@
 // meeting. Barriers wait at most the timeout; a timeout or a failing rank
 // aborts the whole world with a message naming the rank and the cause.
 //
+// The data moves through a rank's BufferOps: host copies and reductions here
+// (`threads`), device copies and reduction kernels on the rank's stream for
+// `cuda-local` (lib/Runtime/cuda), which completes them before each meeting.
+//
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/Communicator.h"
@@ -29,6 +33,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -89,13 +94,6 @@ std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
   return offsets;
 }
 
-void copyBytes(void *to, const void *from, size_t bytes) {
-  // memcpy's pointers must be valid even for 0 bytes; empty pieces may be
-  // null.
-  if (bytes && to != from)
-    std::memcpy(to, from, bytes);
-}
-
 /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, divided by
 /// n for avg. Reduces in member order, as before, so results do not change
 /// with the algorithm. Works a block at a time in a private buffer: the
@@ -120,6 +118,34 @@ void reduceAll(void *out, const std::vector<const char *> &in, size_t count,
   }
 }
 
+/// Host memory: the `threads` backend.
+class HostOps : public BufferOps {
+public:
+  void copy(void *to, const void *from, size_t bytes) override {
+    // memcpy's pointers must be valid even for 0 bytes; empty pieces may be
+    // null.
+    if (bytes && to != from)
+      std::memcpy(to, from, bytes);
+  }
+  void zero(void *to, size_t bytes) override {
+    if (bytes)
+      std::memset(to, 0, bytes);
+  }
+  Status reduce(void *out, const std::vector<const char *> &in, size_t count,
+                DType type, ReduceOp op) override {
+    reduceAll(out, in, count, type, op);
+    return Status::ok();
+  }
+  char *scratch(size_t bytes) override {
+    if (buffer.size() < bytes)
+      buffer.resize(bytes);
+    return buffer.data();
+  }
+
+private:
+  std::vector<char> buffer;
+};
+
 class ThreadsCommunicator : public Communicator {
   /// Per member, the all_reduce size from which each member reduces only a
   /// slice and then gathers the others' (one more meeting; below it every
@@ -127,10 +153,12 @@ class ThreadsCommunicator : public Communicator {
   static constexpr size_t kSplitAllReduceElements = 16384;
 
 public:
-  ThreadsCommunicator(World &world, int64_t rank)
-      : Communicator(world.meshShape, rank), world(world) {}
+  ThreadsCommunicator(World &world, int64_t rank, const char *backend,
+                      std::unique_ptr<BufferOps> ops)
+      : Communicator(world.meshShape, rank), world(world), backend(backend),
+        ops(std::move(ops)) {}
 
-  const char *getBackendName() const override { return "threads"; }
+  const char *getBackendName() const override { return backend; }
 
   void abort(const std::string &cause) override {
     std::lock_guard<std::mutex> lock(world.mutex);
@@ -163,16 +191,16 @@ public:
           };
           char *out = static_cast<char *>(recv);
           if (!writesAreSafe(g, inPlace))
-            out = staged = scratchOf(total);
+            out = staged = ops->scratch(total);
           for (size_t i = 0; i < g.members.size(); ++i)
             if (staged || i != g.me || !inPlace(i))
-              copyBytes(out + offsets[i], slotOf(g, i).send,
+              ops->copy(out + offsets[i], slotOf(g, i).send,
                         offsets[i + 1] - offsets[i]);
           return Status::ok();
         },
         [&] {
           if (staged)
-            copyBytes(recv, staged, total);
+            ops->copy(recv, staged, total);
         });
   }
 
@@ -199,17 +227,16 @@ public:
           };
           void *out = recv;
           if (!writesAreSafe(g, inPlace))
-            out = staged = scratchOf(mine);
+            out = staged = ops->scratch(mine);
           std::vector<const char *> in;
           for (size_t i = 0; i < g.members.size(); ++i)
             in.push_back(static_cast<const char *>(slotOf(g, i).send) +
                          offsets[g.me]);
-          reduceAll(out, in, counts[g.me], type, op);
-          return Status::ok();
+          return ops->reduce(out, in, counts[g.me], type, op);
         },
         [&] {
           if (staged)
-            copyBytes(recv, staged, mine);
+            ops->copy(recv, staged, mine);
         });
   }
 
@@ -242,13 +269,12 @@ public:
           };
           char *out = static_cast<char *>(recv);
           if (!writesAreSafe(g, inPlace, /*outputsAreRead=*/split))
-            out = staged = scratchOf(bytes);
+            out = staged = ops->scratch(bytes);
           std::vector<const char *> in;
           for (size_t i = 0; i < n; ++i)
             in.push_back(static_cast<const char *>(slotOf(g, i).send));
           if (!split) {
-            reduceAll(out, in, count, type, op);
-            return Status::ok();
+            return ops->reduce(out, in, count, type, op);
           }
           // Slices start at multiples of 16 elements (whole cache lines).
           auto start = [&](size_t i) {
@@ -257,22 +283,26 @@ public:
           size_t lo = start(g.me), hi = start(g.me + 1);
           for (const char *&p : in)
             p += lo * elem;
-          reduceAll(out + lo * elem, in, hi - lo, type, op);
+          if (Status s = ops->reduce(out + lo * elem, in, hi - lo, type, op);
+              !s)
+            return s;
           // Peers read `reduced` after the meeting, which orders this write
-          // before their reads.
+          // (completed) before their reads.
+          if (Status s = ops->complete(); !s)
+            return s;
           world.slots[rank].reduced = out;
           if (Status s = meet(g.members, "all_reduce"); !s)
             return s;
           for (size_t i = 0; i < n; ++i)
             if (i != g.me)
-              copyBytes(out + start(i) * elem,
+              ops->copy(out + start(i) * elem,
                         slotOf(g, i).reduced + start(i) * elem,
                         (start(i + 1) - start(i)) * elem);
           return Status::ok();
         },
         [&] {
           if (staged)
-            copyBytes(recv, staged, bytes);
+            ops->copy(recv, staged, bytes);
         });
   }
 
@@ -305,12 +335,12 @@ public:
           }
           char *out = static_cast<char *>(recv);
           if (!writesAreSafe(g, [](size_t) { return false; }))
-            out = staged = scratchOf(total);
+            out = staged = ops->scratch(total);
           size_t written = 0;
           for (size_t j = 0; j < g.members.size(); ++j) {
             const Slot &peer = slotOf(g, j);
             size_t offset = pieceOffsets(*peer.counts, elem)[g.me];
-            copyBytes(out + written,
+            ops->copy(out + written,
                       static_cast<const char *>(peer.send) + offset,
                       recvCounts[j] * elem);
             written += recvCounts[j] * elem;
@@ -319,7 +349,7 @@ public:
         },
         [&] {
           if (staged)
-            copyBytes(recv, staged, total);
+            ops->copy(recv, staged, total);
         });
   }
 
@@ -352,16 +382,16 @@ public:
           }
           char *out = static_cast<char *>(recv);
           if (!writesAreSafe(g, [](size_t) { return false; }))
-            out = staged = scratchOf(bytes);
+            out = staged = ops->scratch(bytes);
           if (source)
-            copyBytes(out, source, bytes);
-          else if (bytes)
-            std::memset(out, 0, bytes);
+            ops->copy(out, source, bytes);
+          else
+            ops->zero(out, bytes);
           return Status::ok();
         },
         [&] {
           if (staged)
-            copyBytes(recv, staged, bytes);
+            ops->copy(recv, staged, bytes);
         });
   }
 
@@ -397,13 +427,13 @@ public:
           if (!sameRoot || !writesAreSafe(g, [&](size_t i) {
                 return i != static_cast<size_t>(root);
               }))
-            out = staged = scratchOf(bytes);
-          copyBytes(out, from.send, bytes);
+            out = staged = ops->scratch(bytes);
+          ops->copy(out, from.send, bytes);
           return Status::ok();
         },
         [&] {
           if (staged)
-            copyBytes(buffer, staged, bytes);
+            ops->copy(buffer, staged, bytes);
         });
   }
 
@@ -414,13 +444,6 @@ public:
   }
 
 private:
-  /// A private result buffer kept across calls (no page faults per call).
-  char *scratchOf(size_t bytes) {
-    if (scratch.size() < bytes)
-      scratch.resize(bytes);
-    return scratch.data();
-  }
-
   const Slot &slotOf(const Group &g, size_t i) const {
     return world.slots[g.members[i]];
   }
@@ -527,6 +550,8 @@ private:
     if (Status s = meet(g.members, op); !s)
       return s;
     Status moved = move();
+    if (moved)
+      moved = ops->complete();
     if (Status s = meet(g.members, op); !s)
       return s;
     if (!moved) {
@@ -534,19 +559,35 @@ private:
       return moved;
     }
     finish();
-    return Status::ok();
+    return ops->complete();
   }
 
   World &world;
-  std::vector<char> scratch;
+  const char *backend;
+  /// This rank's copies, reductions and private (scratch) buffer.
+  std::unique_ptr<BufferOps> ops;
 };
 
 } // namespace
+
+BufferOps::~BufferOps() = default;
 
 std::vector<Status>
 runThreads(const std::vector<int64_t> &meshShape,
            const std::function<Status(Communicator &)> &body,
            double timeoutSeconds) {
+  return runThreadsWith(
+      meshShape, "threads",
+      [](int64_t) -> std::unique_ptr<BufferOps> {
+        return std::make_unique<HostOps>();
+      },
+      body, timeoutSeconds);
+}
+
+std::vector<Status> runThreadsWith(
+    const std::vector<int64_t> &meshShape, const char *backend,
+    const std::function<std::unique_ptr<BufferOps>(int64_t rank)> &makeOps,
+    const std::function<Status(Communicator &)> &body, double timeoutSeconds) {
   World world;
   world.meshShape = meshShape;
   world.timeout = std::chrono::duration<double>(timeoutSeconds);
@@ -558,7 +599,7 @@ runThreads(const std::vector<int64_t> &meshShape,
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < size; ++r)
     threads.emplace_back([&, r] {
-      ThreadsCommunicator comm(world, r);
+      ThreadsCommunicator comm(world, r, backend, makeOps(r));
       Status s = body(comm);
       if (!s)
         comm.abort("rank " + std::to_string(r) + " failed: " + s.message());

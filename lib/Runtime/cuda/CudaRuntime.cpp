@@ -5,7 +5,8 @@
 // What the host code of a `--target=cuda` artifact calls: the `mgpu*` entry
 // points that MLIR's gpu-to-llvm lowering emits (module load, kernel
 // launch, stream, memory, copies), the cuBLAS GEMMs of the contractions
-// (`shardx_rt_cuda_gemm_*`) and `shardx_rt_invoke`. No CUDA library is
+// (`shardx_rt_cuda_gemm_*`); `shardx_rt_invoke` and the collectives are
+// CompiledCode.cpp's (ShardXRuntimeCudaCode). No CUDA library is
 // linked: the driver (libcuda.so.1) and cuBLAS are opened at run time, so
 // an artifact loads on a machine without a GPU and its first call fails
 // with "no CUDA driver: ...".
@@ -559,20 +560,6 @@ void shardx_rt_cuda_free(void *ptr) { mgpuMemFree(ptr, nullptr); }
 void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes) {
   mgpuMemcpy(dst, const_cast<void *>(src), static_cast<size_t>(bytes), nullptr);
   shardx_rt_cuda_synchronize();
-}
-
-/// The launcher entry point of CUDA artifacts: fails with the driver's
-/// error before running anything when there is no usable GPU.
-int shardx_rt_invoke(void (*entry)(void **), void **args, void *comm,
-                     char *error, int64_t errorSize) {
-  if (shardx_rt_cuda_init(error, errorSize))
-    return 1;
-  // The communicator is unused: the compiler rejects collectives on this
-  // target until the GPU communicators exist.
-  (void)comm;
-  entry(args);
-  shardx_rt_cuda_synchronize();
-  return 0;
 }
 
 int shardx_rt_set_compute_threads(int) { return 0; }

@@ -173,9 +173,10 @@ class Runner:
         os.makedirs(directory, exist_ok=True)
         archive = os.path.join(os.path.dirname(self.bin_dir), "lib", "Runtime",
                                "libShardXRuntime.a")
+        blas = os.path.join(os.path.dirname(archive), "libShardXRuntimeBlas.a")
         copy = f"cp {os.path.join(self.bin_dir, 'shardx-run')} {directory}/"
         if os.path.exists(archive):
-            copy += f" && cp {archive} {directory}/"
+            copy += f" && cp {archive} {blas} {directory}/"
         if os.path.exists(lock):
             subprocess.run(["flock", lock, "sh", "-c", copy], check=True)
         else:

@@ -290,3 +290,14 @@ func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> {
   %0 = math.exp %a {shardx.layout = #shardx.layout<@mesh, [R]>} : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// Tests that 'shardx.alternatives' (shardx-propagate{record-alternatives})
+// must be a list of {cost, operands, results}.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'shardx.alternatives' must be an array of {cost = <float>, operands = [layouts], results = [layouts]} dictionaries}}
+  %0 = math.exp %a {shardx.alternatives = [{cost = 1.0 : f64, operands = ["R"], results = []}]} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

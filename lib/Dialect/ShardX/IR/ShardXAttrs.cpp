@@ -26,6 +26,20 @@ void ShardXDialect::registerAttributes() {
       >();
 }
 
+// One encoding of the reduction everywhere: the dialect's enum, the layout
+// algebra's ReduceOp and the runtime C ABI's SHARDX_RT_* (checked in
+// lib/Runtime/CApi.cpp) number sum, avg, max, min, prod alike.
+#define SHARDX_CHECK_REDUCTION(KIND)                                           \
+  static_assert(static_cast<uint32_t>(ReductionKind::KIND) ==                  \
+                    static_cast<uint32_t>(::shardx::ReduceOp::KIND),           \
+                "ReductionKind and ReduceOp disagree on " #KIND);
+SHARDX_CHECK_REDUCTION(Sum)
+SHARDX_CHECK_REDUCTION(Avg)
+SHARDX_CHECK_REDUCTION(Max)
+SHARDX_CHECK_REDUCTION(Min)
+SHARDX_CHECK_REDUCTION(Prod)
+#undef SHARDX_CHECK_REDUCTION
+
 ReductionKind mlir::shardx::toReductionKind(::shardx::ReduceOp op) {
   return static_cast<ReductionKind>(static_cast<uint32_t>(op));
 }

@@ -90,6 +90,24 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'shardx.table_layout' must be a #shardx.layout");
     return success();
   }
+  if (attr.getName() == "shardx.alternatives") {
+    // shardx-propagate{record-alternatives}: [{cost, operands, results}].
+    auto isLayouts = [](Attribute a) {
+      auto array = dyn_cast_or_null<ArrayAttr>(a);
+      return array && llvm::all_of(array, llvm::IsaPred<LayoutAttr>);
+    };
+    auto array = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!array || !llvm::all_of(array, [&](Attribute a) {
+          auto entry = dyn_cast<DictionaryAttr>(a);
+          return entry && isa_and_nonnull<FloatAttr>(entry.get("cost")) &&
+                 isLayouts(entry.get("operands")) &&
+                 isLayouts(entry.get("results"));
+        }))
+      return op->emitError("'shardx.alternatives' must be an array of "
+                           "{cost = <float>, operands = [layouts], results "
+                           "= [layouts]} dictionaries");
+    return success();
+  }
   if (attr.getName() == getSignatureAttrName()) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << getSignatureAttrName()

@@ -1,11 +1,11 @@
-//===- InsertReshards.cpp - Reshard insertion and layout checks -----------===//
+//===- InsertReshards.cpp - The shardx-insert-reshards pass ---------------===//
 //
 // Part of ShardX.
 //
 //===----------------------------------------------------------------------===//
 //
 // shardx-insert-reshards materializes the reshards the strategies chosen by
-// shardx-propagate need; shardx-verify-layouts checks the result.
+// shardx-propagate need (VerifyLayouts.cpp checks the result).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,7 +20,6 @@
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_INSERTRESHARDSPASS
-#define GEN_PASS_DEF_VERIFYLAYOUTSPASS
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 } // namespace mlir::shardx
 
@@ -29,10 +28,6 @@ using namespace mlir::shardx;
 using ::shardx::Layout;
 
 namespace {
-
-//===----------------------------------------------------------------------===//
-// Reshard insertion
-//===----------------------------------------------------------------------===//
 
 struct InsertReshardsPass
     : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
@@ -166,89 +161,6 @@ struct InsertReshardsPass
       if (isa<tensor::EmptyOp>(op) && op.use_empty())
         op.erase();
     return success();
-  }
-};
-
-//===----------------------------------------------------------------------===//
-// Verification
-//===----------------------------------------------------------------------===//
-
-struct VerifyLayoutsPass
-    : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
-  void runOnOperation() override {
-    bool failedAny = false;
-    auto check = [&](func::FuncOp fn, MeshOp mesh) -> LogicalResult {
-      auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-      int64_t meshRank = mesh.getShape().size();
-      fn.walk([&](Operation *op) {
-        if (Operation *parent = op->getParentOp();
-            parent && parent->hasAttr(kTableLayoutAttrName))
-          return;
-        if (isa<AnnotateOp>(op)) {
-          op->emitError("shardx.annotate left after reshard insertion");
-          failedAny = true;
-          return;
-        }
-        if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-          for (OpOperand &o : ret->getOpOperands()) {
-            if (!isa<RankedTensorType>(o.get().getType()))
-              continue;
-            auto declared = fn.getResultAttrOfType<LayoutAttr>(
-                o.getOperandNumber(), ShardXDialect::getLayoutAttrName());
-            LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
-            if (!declared || declared != have) {
-              op->emitError() << "result #" << o.getOperandNumber()
-                              << " has layout " << have << " but "
-                              << (declared ? "is declared " : "declares none")
-                              << (declared ? Attribute(declared) : Attribute());
-              failedAny = true;
-            }
-          }
-          return;
-        }
-        if (auto redistribute = dyn_cast<RedistributeOp>(op)) {
-          LayoutAttr have =
-              layoutOrReplicated(redistribute.getInput(), meshRef, meshRank);
-          if (have != redistribute.getSource()) {
-            op->emitError() << "redistributes from " << redistribute.getSource()
-                            << " but its operand has layout " << have;
-            failedAny = true;
-          }
-          return;
-        }
-        if (!op->hasAttr(ShardXDialect::getOperandLayoutsAttrName())) {
-          for (Value v : op->getOperands())
-            if (isa<RankedTensorType>(v.getType()) &&
-                !layoutOrReplicated(v, meshRef, meshRank)
-                     .getLayout()
-                     .isReplicated()) {
-              op->emitError("op without a sharding strategy has a sharded "
-                            "operand (run shardx-propagate)");
-              failedAny = true;
-              return;
-            }
-          return;
-        }
-        for (OpOperand &o : op->getOpOperands()) {
-          if (!isa<RankedTensorType>(o.get().getType()))
-            continue;
-          LayoutAttr need = requiredLayout(o);
-          LayoutAttr have = layoutOrReplicated(o.get(), meshRef, meshRank);
-          if (need && need != have) {
-            op->emitError()
-                << "operand #" << o.getOperandNumber() << " has layout " << have
-                << " but the op needs " << need;
-            failedAny = true;
-          }
-        }
-      });
-      return success();
-    };
-    if (failed(forEachShardedFunction(getOperation(), check)) || failedAny)
-      return signalPassFailure();
-    // A check only: the IR is unchanged, so the pass manager skips the
-    // verifier after it.
-    markAllAnalysesPreserved();
   }
 };
 

@@ -74,11 +74,13 @@ class Propagator {
 public:
   Propagator(func::FuncOp fn, MeshOp mesh, ::shardx::MeshSpec spec,
              bool userLayoutsOnly, bool refineGraph, bool printCost,
-             double computeRate, llvm::StringSet<> &warned)
+             bool recordAlternatives, double computeRate,
+             llvm::StringSet<> &warned)
       : fn(fn), mesh(mesh), planner(std::move(spec)),
         meshShape(mesh.getShape().begin(), mesh.getShape().end()), meshRank(mesh.getShape().size()),
         userLayoutsOnly(userLayoutsOnly), refineGraph(refineGraph),
-        printCost(printCost), warned(warned) {
+        printCost(printCost), recordAlternatives(recordAlternatives),
+        warned(warned) {
     meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
     replicatedAttr = attr(Layout(meshRank));
     usPerIteration = computeRate > 0 ? 1e6 / computeRate : 0;
@@ -95,7 +97,17 @@ private:
                     ArrayRef<Value> results,
                     Assignment assignment, bool keepPartials = true,
                     bool priced = true);
+  SmallVector<std::optional<ReduceOp>>
+  keptPartials(Operation *op, uint64_t used,
+               ArrayRef<std::optional<ReduceOp>> resultPartials,
+               llvm::SmallBitVector &partialOperands);
   LogicalResult visit(Operation *op);
+  std::optional<std::pair<Strategy, Layout>>
+  embeddingStrategy(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
+                    ArrayRef<Value> results);
+  Strategy chooseInProgramOrder(Operation *op, const ShardingRule &rule,
+                                ArrayRef<Value> operands,
+                                ArrayRef<Value> results);
   void setReplicated(Operation *op);
   void record(Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
               const Strategy &s);
@@ -226,6 +238,11 @@ private:
   uint64_t clock = 0;
   /// Local search over the whole function; returns the number of changes.
   int64_t refine();
+  /// Attaches `shardx.alternatives` to every movable op: its other
+  /// candidates, each priced as the change of the function's cost (reshards
+  /// and local work) if only that op took it.
+  void recordAlternativeCosts();
+  static constexpr unsigned kMaxAlternatives = 8;
 
   LayoutAttr replicatedAttr;
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
@@ -239,6 +256,7 @@ private:
   bool userLayoutsOnly;
   bool refineGraph;
   bool printCost;
+  bool recordAlternatives;
   llvm::StringSet<> &warned;
 };
 
@@ -265,6 +283,57 @@ double Propagator::planCost(Value v, const Layout &from, const Layout &to) {
   if (!plan)
     return std::numeric_limits<double>::infinity();
   return plan->cost;
+}
+
+/// The operands of `op` that stay Partial(sum|avg) through it (marked in
+/// `partialOperands`) and their common Partial op per mesh axis: Partial only
+/// on axes the strategy leaves free (`used`) and the results do not reduce
+/// over, all on the same axes, with `op` linear in them; none otherwise.
+SmallVector<std::optional<ReduceOp>> Propagator::keptPartials(
+    Operation *op, uint64_t used,
+    ArrayRef<std::optional<ReduceOp>> resultPartials,
+    llvm::SmallBitVector &partialOperands) {
+  SmallVector<std::optional<ReduceOp>> kept(meshRank);
+  // Operands with a Partial of sum/avg on axes the strategy leaves free.
+  SmallVector<unsigned> candidates;
+  for (OpOperand &operand : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(operand.get().getType()))
+      continue;
+    Layout l = layoutOf(operand.get());
+    if (!l.hasPartial())
+      continue;
+    bool ok = true;
+    for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
+      if (!p)
+        continue;
+      if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
+          (used >> axis & 1) || resultPartials[axis])
+        ok = false;
+    }
+    if (ok)
+      candidates.push_back(operand.getOperandNumber());
+  }
+  if (!candidates.empty()) {
+    for (unsigned c : candidates)
+      partialOperands.set(c);
+    if (!isLinearIn(op, partialOperands)) {
+      partialOperands.reset();
+    } else {
+      // All partial operands must be partial on the same axes.
+      std::optional<SmallVector<std::optional<ReduceOp>>> common;
+      for (unsigned c : candidates) {
+        auto p = layoutOf(op->getOperand(c)).getPartials();
+        SmallVector<std::optional<ReduceOp>> v(p.begin(), p.end());
+        if (!common)
+          common = v;
+        else if (*common != v)
+          partialOperands.reset();
+      }
+      if (partialOperands.any())
+        kept = *common;
+    }
+  }
+  return kept;
 }
 
 Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
@@ -309,48 +378,9 @@ Strategy Propagator::evaluate(Operation *op, const ShardingRule &rule,
       used |= axesOf(*a);
   llvm::SmallBitVector partialOperands(op->getNumOperands());
   SmallVector<std::optional<ReduceOp>> keptPartials(meshRank);
-  if (keepPartials) {
-    // Operands with a Partial of sum/avg on axes the strategy leaves free.
-    SmallVector<unsigned> candidates;
-    for (OpOperand &operand : op->getOpOperands()) {
-      if (!isa<RankedTensorType>(operand.get().getType()))
-        continue;
-      Layout l = layoutOf(operand.get());
-      if (!l.hasPartial())
-        continue;
-      bool ok = true;
-      for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
-        if (!p)
-          continue;
-        if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
-            (used >> axis & 1) || (resultPartials[axis]) ||
-            (keptPartials[axis] && *keptPartials[axis] != *p))
-          ok = false;
-      }
-      if (ok)
-        candidates.push_back(operand.getOperandNumber());
-    }
-    if (!candidates.empty()) {
-      for (unsigned c : candidates)
-        partialOperands.set(c);
-      if (!isLinearIn(op, partialOperands)) {
-        partialOperands.reset();
-      } else {
-        // All partial operands must be partial on the same axes.
-        std::optional<SmallVector<std::optional<ReduceOp>>> common;
-        for (unsigned c : candidates) {
-          auto p = layoutOf(op->getOperand(c)).getPartials();
-          SmallVector<std::optional<ReduceOp>> v(p.begin(), p.end());
-          if (!common)
-            common = v;
-          else if (*common != v)
-            partialOperands.reset();
-        }
-        if (partialOperands.any())
-          keptPartials = *common;
-      }
-    }
-  }
+  if (keepPartials)
+    keptPartials =
+        this->keptPartials(op, used, resultPartials, partialOperands);
   for (auto [axis, p] : llvm::enumerate(keptPartials))
     if (p)
       resultPartials[axis] = p;
@@ -447,6 +477,121 @@ static LogicalResult verifyReassociation(Operation *op) {
   return success();
 }
 
+/// Embedding tables split by rows (vocabulary) and/or columns: every rank
+/// looks up the rows it holds and yields zeros for the others (a pending sum
+/// over the row axes), for the columns it holds (the result's last dim split
+/// like the table's columns). The strategy and the table's layout, or none
+/// when the table's layout is not one of those.
+std::optional<std::pair<Strategy, Layout>>
+Propagator::embeddingStrategy(const EmbeddingLookup &lookup,
+                              ArrayRef<Value> operands,
+                              ArrayRef<Value> results) {
+  Layout table = layoutOf(lookup.table);
+  const ::shardx::DimSharding *rows = table.getDim(0);
+  const ::shardx::DimSharding *cols = table.getDim(1);
+  auto unitStrides = [](const ::shardx::DimSharding *d) {
+    return !d || llvm::all_of(d->splits, [](const ::shardx::Split &s) {
+             return s.stride == 1;
+           });
+  };
+  if ((rows || cols) && !table.hasPartial() && unitStrides(rows) &&
+      unitStrides(cols)) {
+    uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
+    Layout idx = layoutOf(operands[0]);
+    bool disjoint = !idx.hasPartial();
+    for (const auto &d : idx.getDims())
+      disjoint &= !(axesOf(d) & tableAxes);
+    if (!disjoint)
+      idx = Layout(meshRank);
+    Layout result(meshRank);
+    for (const auto &d : idx.getDims()) {
+      for (const ::shardx::Split &s : d.splits)
+        result.addSplit(d.dim, s);
+      if (!d.sizes.empty())
+        result.setSizes(d.dim, d.sizes);
+    }
+    int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
+    if (cols) {
+      for (const ::shardx::Split &s : cols->splits)
+        result.addSplit(last, s);
+      if (!cols->sizes.empty())
+        result.setSizes(last, cols->sizes);
+    }
+    Layout init = result;
+    if (rows)
+      for (const ::shardx::Split &s : rows->splits)
+        result.setPartial(s.axis, ReduceOp::Sum);
+    Strategy s;
+    s.operandLayouts = {idx, init};
+    s.resultLayouts = {result};
+    s.valid = true;
+    return std::make_pair(std::move(s), table);
+  }
+  return std::nullopt;
+}
+
+/// The program-order choice for `op`: each operand's layout as leader
+/// (largest first) merged with the others', and the replicated strategy,
+/// priced by the reshards they need; the results' hints merged with the
+/// operands win ties (they save reshards further on). Invalid when none is.
+Strategy Propagator::chooseInProgramOrder(Operation *op,
+                                          const ShardingRule &rule,
+                                          ArrayRef<Value> operands,
+                                          ArrayRef<Value> results) {
+  SmallVector<unsigned> order(operands.size());
+  for (unsigned i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto bytes = [&](unsigned i) {
+    auto t = cast<RankedTensorType>(operands[i].getType());
+    return t.hasStaticShape() ? t.getNumElements() : 0;
+  };
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return bytes(a) > bytes(b);
+  });
+  SmallVector<Assignment> views;
+  for (auto [i, v] : llvm::enumerate(operands))
+    views.push_back(viewThroughRule(rule, rule.operands[i], layoutOf(v),
+                                    meshShape));
+  Strategy best = evaluate(op, rule, results,
+                           Assignment(rule.factorSizes.size()));
+  // The consumers' preference: the results' hints, merged with the
+  // operands; it wins ties (it saves reshards further on).
+  Strategy hinted;
+  {
+    Assignment a(rule.factorSizes.size());
+    bool any = false;
+    for (auto [i, r] : llvm::enumerate(results)) {
+      auto it = hints.find(r);
+      if (it == hints.end())
+        continue;
+      mergeInto(a, viewThroughRule(rule, rule.results[i], it->second,
+                                   meshShape));
+      any = true;
+    }
+    if (any) {
+      for (unsigned other : order)
+        mergeInto(a, views[other]);
+      hinted = evaluate(op, rule, results, a);
+    }
+  }
+  for (unsigned leader : order) {
+    Assignment a = views[leader];
+    for (unsigned other : order)
+      if (other != leader)
+        mergeInto(a, views[other]);
+    Strategy s = evaluate(op, rule, results, a);
+    if (!s.valid)
+      continue;
+    constexpr double eps = 1e-12;
+    if (!best.valid || s.cost < best.cost - eps ||
+        (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
+      best = std::move(s);
+  }
+  if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
+    best = std::move(hinted);
+  return best;
+}
+
 LogicalResult Propagator::visit(Operation *op) {
   if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
     return success();
@@ -484,53 +629,11 @@ LogicalResult Propagator::visit(Operation *op) {
     setReplicated(op);
     return success();
   }
-  // Embedding tables split by rows (vocabulary) and/or columns: every rank
-  // looks up the rows it holds and yields zeros for the others (a pending
-  // sum over the row axes), for the columns it holds (the result's last dim
-  // split like the table's columns).
   if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
       lookup && !userLayoutsOnly) {
-    Layout table = layoutOf(lookup->table);
-    const ::shardx::DimSharding *rows = table.getDim(0);
-    const ::shardx::DimSharding *cols = table.getDim(1);
-    auto unitStrides = [](const ::shardx::DimSharding *d) {
-      return !d || llvm::all_of(d->splits, [](const ::shardx::Split &s) {
-               return s.stride == 1;
-             });
-    };
-    if ((rows || cols) && !table.hasPartial() && unitStrides(rows) &&
-        unitStrides(cols)) {
-      uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
-      Layout idx = layoutOf(operands[0]);
-      bool disjoint = !idx.hasPartial();
-      for (const auto &d : idx.getDims())
-        disjoint &= !(axesOf(d) & tableAxes);
-      if (!disjoint)
-        idx = Layout(meshRank);
-      Layout result(meshRank);
-      for (const auto &d : idx.getDims()) {
-        for (const ::shardx::Split &s : d.splits)
-          result.addSplit(d.dim, s);
-        if (!d.sizes.empty())
-          result.setSizes(d.dim, d.sizes);
-      }
-      int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
-      if (cols) {
-        for (const ::shardx::Split &s : cols->splits)
-          result.addSplit(last, s);
-        if (!cols->sizes.empty())
-          result.setSizes(last, cols->sizes);
-      }
-      Layout init = result;
-      if (rows)
-        for (const ::shardx::Split &s : rows->splits)
-          result.setPartial(s.axis, ReduceOp::Sum);
-      Strategy s;
-      s.operandLayouts = {idx, init};
-      s.resultLayouts = {result};
-      s.valid = true;
-      record(op, operands, results, s);
-      op->setAttr(kTableLayoutAttrName, attr(table));
+    if (auto chosen = embeddingStrategy(*lookup, operands, results)) {
+      record(op, operands, results, chosen->first);
+      op->setAttr(kTableLayoutAttrName, attr(chosen->second));
       return success();
     }
   }
@@ -539,59 +642,7 @@ LogicalResult Propagator::visit(Operation *op) {
     // Captured tensors must be replicated too: they are operands in effect.
     return success();
   }
-  // Candidates: each operand as leader (largest first) merged with the
-  // others, and the replicated strategy.
-  SmallVector<unsigned> order(operands.size());
-  for (unsigned i = 0; i < order.size(); ++i)
-    order[i] = i;
-  auto bytes = [&](unsigned i) {
-    auto t = cast<RankedTensorType>(operands[i].getType());
-    return t.hasStaticShape() ? t.getNumElements() : 0;
-  };
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return bytes(a) > bytes(b);
-  });
-  SmallVector<Assignment> views;
-  for (auto [i, v] : llvm::enumerate(operands))
-    views.push_back(viewThroughRule(*rule, rule->operands[i], layoutOf(v),
-                                    meshShape));
-  Strategy best = evaluate(op, *rule, results,
-                           Assignment(rule->factorSizes.size()));
-  // The consumers' preference: the results' hints, merged with the
-  // operands; it wins ties (it saves reshards further on).
-  Strategy hinted;
-  {
-    Assignment a(rule->factorSizes.size());
-    bool any = false;
-    for (auto [i, r] : llvm::enumerate(results)) {
-      auto it = hints.find(r);
-      if (it == hints.end())
-        continue;
-      mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
-                                   meshShape));
-      any = true;
-    }
-    if (any) {
-      for (unsigned other : order)
-        mergeInto(a, views[other]);
-      hinted = evaluate(op, *rule, results, a);
-    }
-  }
-  for (unsigned leader : order) {
-    Assignment a = views[leader];
-    for (unsigned other : order)
-      if (other != leader)
-        mergeInto(a, views[other]);
-    Strategy s = evaluate(op, *rule, results, a);
-    if (!s.valid)
-      continue;
-    constexpr double eps = 1e-12;
-    if (!best.valid || s.cost < best.cost - eps ||
-        (s.cost <= best.cost + eps && s.shardedWork > best.shardedWork))
-      best = std::move(s);
-  }
-  if (hinted.valid && (!best.valid || hinted.cost <= best.cost + 1e-12))
-    best = std::move(hinted);
+  Strategy best = chooseInProgramOrder(op, *rule, operands, results);
   movable.push_back(op);
   rules.try_emplace(op, *rule);
   if (!best.valid) {
@@ -1169,6 +1220,45 @@ int64_t Propagator::refine() {
   return changes;
 }
 
+void Propagator::recordAlternativeCosts() {
+  MLIRContext *ctx = fn.getContext();
+  auto layouts = [&](ArrayRef<LayoutAttr> attrs) {
+    return ArrayAttr::get(ctx, SmallVector<Attribute>(attrs.begin(),
+                                                      attrs.end()));
+  };
+  for (Operation *op : movable) {
+    SmallVector<Value> affected = affectedBy(op);
+    const Strategy &current = chosen[op];
+    double now = computeUs(op, current);
+    for (Value v : affected)
+      now += valueCost(v, nullptr);
+    SmallVector<std::pair<double, Attribute>> priced;
+    for (Strategy &s : candidates(op)) {
+      Move move{op, &s};
+      double after = computeUs(op, s);
+      for (Value v : affected)
+        after += valueCost(v, &move);
+      NamedAttribute fields[] = {
+          NamedAttribute(StringAttr::get(ctx, "cost"),
+                         FloatAttr::get(Float64Type::get(ctx), after - now)),
+          NamedAttribute(StringAttr::get(ctx, "operands"),
+                         layouts(s.operandAttrs)),
+          NamedAttribute(StringAttr::get(ctx, "results"),
+                         layouts(s.resultAttrs))};
+      priced.emplace_back(after - now, DictionaryAttr::get(ctx, fields));
+    }
+    llvm::stable_sort(priced, [](const auto &a, const auto &b) {
+      return a.first < b.first;
+    });
+    if (priced.size() > kMaxAlternatives)
+      priced.resize(kMaxAlternatives);
+    SmallVector<Attribute> alternatives;
+    for (auto &[cost, attr] : priced)
+      alternatives.push_back(attr);
+    op->setAttr("shardx.alternatives", ArrayAttr::get(ctx, alternatives));
+  }
+}
+
 void Propagator::computeHints() {
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -1236,6 +1326,8 @@ LogicalResult Propagator::run() {
   indexUses();
   double greedy = printCost ? totalCost() : 0;
   int64_t changes = refineGraph && !userLayoutsOnly ? refine() : 0;
+  if (recordAlternatives && !userLayoutsOnly)
+    recordAlternativeCosts();
   if (printCost)
     fn.emitRemark() << llvm::formatv(
         "reshard cost {0:F3} us in program order, {1:F3} us after {2} "
@@ -1270,7 +1362,7 @@ struct PropagatePass : public mlir::shardx::impl::PropagatePassBase<PropagatePas
         }
       }
       Propagator p(fn, mesh, std::move(spec), userLayoutsOnly, refineGraph,
-                   printCost, computeRate, warned);
+                   printCost, recordAlternatives, computeRate, warned);
       return p.run();
     };
     // Functions without layouts stay as they are (replicated).

@@ -44,6 +44,18 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     `shardx.operand_layouts` (the layouts the chosen strategy needs) on every
     op with tensor operands; function results end in their declared layout,
     or the propagated one with any pending Partial reduced.
+
+    With `record-alternatives`, each op whose strategy the search chose also
+    gets `shardx.alternatives`: its other candidate strategies (at most
+    `kMaxAlternatives`, cheapest first), each a dictionary of `operands`
+    and `results` layouts and `cost`, the microseconds (reshards plus
+    local work) the whole function would gain if only that op changed:
+
+    ```mlir
+    %0 = linalg.matmul ... {shardx.alternatives = [
+           {cost = 12.5 : f64, operands = [...], results = [...]}, ...],
+         shardx.layouts = [...], shardx.operand_layouts = [...]}
+    ```
   }];
   let options = [
     Option<"userLayoutsOnly", "user-layouts-only", "bool", "false",
@@ -62,6 +74,10 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     Option<"printCost", "print-cost", "bool", "false",
            "Emit a remark per function with the total reshard cost before "
            "and after the whole-graph refinement">,
+    Option<"recordAlternatives", "record-alternatives", "bool", "false",
+           "Attach to each op the other strategies it had at the end, with "
+           "what each would add to the function's cost "
+           "(`shardx.alternatives`, read by the sharding report)">,
   ];
 }
 

@@ -1,0 +1,146 @@
+//===- HostStaging.cpp - Host buffers to a device communicator ------------===//
+//
+// Part of ShardX.
+//
+// stageHostBuffers: a communicator that takes host buffers and runs another
+// communicator's collectives (cuda-local) on device copies of them. The
+// conformance suite runs cuda-local through it, and CUDA artifacts run the
+// reshard steps they stage through host memory (the uneven all-to-all and
+// the exchange) through it. Copies are synchronous on the calling thread's
+// stream.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Runtime/Cuda.h"
+#include "shardx/Runtime/CudaLocal.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace shardx::rt {
+namespace {
+
+/// A copy of a host buffer on the device (copied back with `back`).
+class DeviceCopy {
+public:
+  DeviceCopy(const void *host, size_t bytes) : bytes(bytes) {
+    device =
+        shardx_rt_cuda_alloc(static_cast<int64_t>(std::max<size_t>(bytes, 1)));
+    if (host && bytes)
+      shardx_rt_cuda_copy(device, host, static_cast<int64_t>(bytes));
+  }
+  ~DeviceCopy() { shardx_rt_cuda_free(device); }
+  void back(void *host) const {
+    if (bytes)
+      shardx_rt_cuda_copy(host, device, static_cast<int64_t>(bytes));
+  }
+  void *get() const { return device; }
+
+private:
+  void *device;
+  size_t bytes;
+};
+
+/// Host buffers, staged through device buffers to a communicator on device
+/// buffers (an in-place call stays in place on the device).
+class HostStaging : public Communicator {
+public:
+  explicit HostStaging(Communicator &inner)
+      : Communicator(inner.getMeshShape(), inner.getRank()), inner(inner) {}
+
+  const char *getBackendName() const override { return inner.getBackendName(); }
+  void abort(const std::string &cause) override { inner.abort(cause); }
+
+  Status allGather(const void *send, void *recv,
+                   const std::vector<size_t> &counts, DType type,
+                   const std::vector<int64_t> &axes) override {
+    if (Status s = checkAxes(axes, "all_gather"); !s)
+      return s;
+    size_t es = dtypeSize(type), me = getGroupIndex(axes);
+    DeviceCopy in(send, me < counts.size() ? counts[me] * es : 0);
+    DeviceCopy out(nullptr, total(counts) * es);
+    Status s = inner.allGather(in.get(), out.get(), counts, type, axes);
+    out.back(recv);
+    return s;
+  }
+
+  Status reduceScatter(const void *send, void *recv,
+                       const std::vector<size_t> &counts, DType type,
+                       ReduceOp op, const std::vector<int64_t> &axes) override {
+    if (Status s = checkAxes(axes, "reduce_scatter"); !s)
+      return s;
+    size_t es = dtypeSize(type), me = getGroupIndex(axes);
+    DeviceCopy in(send, total(counts) * es);
+    DeviceCopy out(nullptr, me < counts.size() ? counts[me] * es : 0);
+    Status s = inner.reduceScatter(in.get(), out.get(), counts, type, op, axes);
+    out.back(recv);
+    return s;
+  }
+
+  Status allReduce(const void *send, void *recv, size_t count, DType type,
+                   ReduceOp op, const std::vector<int64_t> &axes) override {
+    size_t bytes = count * dtypeSize(type);
+    DeviceCopy in(send, bytes);
+    if (send == recv) {
+      Status s = inner.allReduce(in.get(), in.get(), count, type, op, axes);
+      in.back(recv);
+      return s;
+    }
+    DeviceCopy out(nullptr, bytes);
+    Status s = inner.allReduce(in.get(), out.get(), count, type, op, axes);
+    out.back(recv);
+    return s;
+  }
+
+  Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
+                  void *recv, const std::vector<size_t> &recvCounts, DType type,
+                  const std::vector<int64_t> &axes) override {
+    size_t es = dtypeSize(type);
+    DeviceCopy in(send, total(sendCounts) * es);
+    DeviceCopy out(nullptr, total(recvCounts) * es);
+    Status s =
+        inner.allToAll(in.get(), sendCounts, out.get(), recvCounts, type, axes);
+    out.back(recv);
+    return s;
+  }
+
+  Status permute(const void *send, void *recv, size_t count, DType type,
+                 const std::vector<std::pair<int64_t, int64_t>> &pairs,
+                 const std::vector<int64_t> &axes) override {
+    size_t bytes = count * dtypeSize(type);
+    DeviceCopy in(send, bytes), out(nullptr, bytes);
+    Status s = inner.permute(in.get(), out.get(), count, type, pairs, axes);
+    out.back(recv);
+    return s;
+  }
+
+  Status broadcast(void *buffer, size_t count, DType type, int64_t root,
+                   const std::vector<int64_t> &axes) override {
+    DeviceCopy data(buffer, count * dtypeSize(type));
+    Status s = inner.broadcast(data.get(), count, type, root, axes);
+    data.back(buffer);
+    return s;
+  }
+
+  Status barrier(const std::vector<int64_t> &axes) override {
+    return inner.barrier(axes);
+  }
+
+private:
+  static size_t total(const std::vector<size_t> &counts) {
+    size_t n = 0;
+    for (size_t c : counts)
+      n += c;
+    return n;
+  }
+
+  Communicator &inner;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> stageHostBuffers(Communicator &inner) {
+  return std::make_unique<HostStaging>(inner);
+}
+
+} // namespace shardx::rt

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The GPU check of the traced test programs, in two halves.
+#
+#   scripts/gpu_check.sh [DIR]        build half: any machine, no GPU needed
+#   scripts/gpu_check.sh --run [DIR]  run half: a machine with a GPU
+#
+# The build half builds ShardX, then fills DIR (default build-gpu-check/, an
+# ignored folder kept under 50 MiB) with everything the run half needs and
+# nothing else: bin/shardx-gpu-exec (links no LLVM, MLIR, OpenBLAS, MPI or
+# CUDA library) and, per program P of test/Programs, P/in<i>.npy (its
+# global inputs, random from seed 0 by the program's input domains),
+# P/ref<i>.npy (its unsharded outputs on the CPU backend; shardx-run --check
+# also checks the CPU sharded run against them) and its CUDA artifacts
+# P/unsharded.so (1 rank) and P/sharded.so (the program's mesh: 2 or 4
+# ranks).
+#
+# The run half needs only DIR and a CUDA driver (cuBLAS is found in
+# PyTorch's wheels, docs/Runtime.md): it runs every artifact with
+# `shardx-gpu-exec --backend cuda-local` on the inputs, compares each output
+# with the reference (f32: rtol 1e-4, atol 1e-5 unless SHARDX_GPU_RTOL /
+# SHARDX_GPU_ATOL say otherwise; f64 1e-10 and 1e-12; integers exact),
+# prints one line per run and `N passed, N failed`, and exits 1 when any
+# run failed. On a machine without a usable GPU the first run prints the
+# driver's reason ("no CUDA driver: ...") and every run counts as failed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+run=0
+if [ "${1:-}" = "--run" ]; then
+  run=1
+  shift
+fi
+DIR="$(realpath -m "${1:-$ROOT/build-gpu-check}")"
+
+# Megatron MLP and attention train steps, DP, FSDP x TP with StridedShard,
+# uneven shards (the programs of test/Compiler/Gpu/programs.test).
+PROGRAMS=(megatron_mlp_train megatron_attention_train dp_train
+  fsdp_tp_large_batch fsdp_uneven megatron_uneven dp_uneven_4
+  vocab_parallel_ce)
+MAX_BYTES=$((50 * 1024 * 1024))
+
+log() { printf '[gpu_check] %s\n' "$*" >&2; }
+
+if [ "$run" = 0 ]; then
+  # shellcheck source=scripts/lib.sh
+  source "$ROOT/scripts/lib.sh"
+  build_shardx shardx-compile shardx-run shardx-gpu-exec
+  bin="$SHARDX_BUILD/bin"
+  rm -rf "$DIR"
+  mkdir -p "$DIR/bin"
+  cp "$bin/shardx-gpu-exec" "$DIR/bin/"
+  for p in "${PROGRAMS[@]}"; do
+    src="$ROOT/test/Programs/$p.mlir"
+    log "$p: CPU reference (shardx-run --check --seed 0)"
+    if ! "$bin/shardx-run" "$src" --check --seed 0 --save-io "$DIR/$p" \
+      >"$DIR/$p.cpu.log" 2>&1; then
+      cat "$DIR/$p.cpu.log" >&2
+      log "error: the CPU run of $p failed"
+      exit 1
+    fi
+    rm "$DIR/$p.cpu.log"
+    log "$p: CUDA artifacts"
+    "$bin/shardx-compile" --target=cuda --unsharded "$src" -o "$DIR/$p/unsharded.so"
+    "$bin/shardx-compile" --target=cuda "$src" -o "$DIR/$p/sharded.so"
+  done
+  bytes=$(du -sb "$DIR" | cut -f1)
+  log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs)"
+  if [ "$bytes" -gt "$MAX_BYTES" ]; then
+    log "error: $DIR is $bytes bytes, over the $MAX_BYTES a GPU machine is carried"
+    exit 1
+  fi
+  log "done; on a GPU machine: scripts/gpu_check.sh --run $DIR"
+  exit 0
+fi
+
+exe="$DIR/bin/shardx-gpu-exec"
+if [ ! -x "$exe" ]; then
+  log "error: no $exe: run scripts/gpu_check.sh (the build half) first"
+  exit 1
+fi
+tolerance=()
+[ -n "${SHARDX_GPU_RTOL:-}" ] && tolerance+=(--rtol "$SHARDX_GPU_RTOL")
+[ -n "${SHARDX_GPU_ATOL:-}" ] && tolerance+=(--atol "$SHARDX_GPU_ATOL")
+passed=0
+failed=0
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+nodriver=""
+# Every program folder the build half made (one with references).
+for dir in "$DIR"/*/; do
+  p=$(basename "$dir")
+  ls "$dir"/ref*.npy >/dev/null 2>&1 || continue
+  inputs=$(ls "$dir"/in*.npy 2>/dev/null | sort -V | paste -sd, -)
+  refs=$(ls "$dir"/ref*.npy | sort -V | paste -sd, -)
+  for kind in unsharded sharded; do
+    [ -f "$dir/$kind.so" ] || continue
+    if [ -n "$nodriver" ]; then
+      failed=$((failed + 1))
+      continue
+    fi
+    log="$out/$p.$kind.log"
+    if "$exe" "$dir/$kind.so" --backend cuda-local \
+      ${inputs:+--inputs "$inputs"} --expect "$refs" "${tolerance[@]}" \
+      >"$log" 2>&1; then
+      passed=$((passed + 1))
+      printf 'PASS %s %s: %s\n' "$p" "$kind" "$(head -1 "$log")"
+    else
+      failed=$((failed + 1))
+      printf 'FAIL %s %s\n' "$p" "$kind"
+      sed 's/^/  /' "$log"
+      # No usable GPU: every other run would fail alike.
+      if grep -q "no CUDA driver" "$log"; then
+        nodriver=1
+        echo "no usable GPU: the remaining runs are counted as failed"
+      fi
+    fi
+  done
+done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
