@@ -16,6 +16,7 @@ _LAZY = {
     "eager_context": ("train", "eager_context"),
     "report": ("html_report", "report"),
     "compile": ("jit", "compile"),
+    "constrain": ("constraint", "constrain"),
     "cache_stats": ("jit", "cache_stats"),
     "ShardedTensor": ("sharded_tensor", "ShardedTensor"),
     "RankError": ("sharded_tensor", "RankError"),

@@ -36,6 +36,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .placements import Mesh, Placement, PlacementError, check_placements, layout_text
+from .constraint import parse_placements
 
 aten = torch.ops.aten
 
@@ -500,6 +501,19 @@ def handles(*ops):
             HANDLERS[op] = fn
         return fn
     return deco
+
+
+@handles(torch.ops.shardx.constrain.default)
+def _constrain(imp: "Importer", node, args, kwargs):
+    """``shardx.constrain(x, placements)``: a ``shardx.annotate`` on the
+    trace's mesh (nothing without one)."""
+    x, spelling = args
+    if imp.mesh is None:
+        return x
+    placements = check_placements(imp.mesh, parse_placements(spelling), x.rank,
+                                  f"shardx.constrain (from {_user_line(node)})")
+    layout = layout_text(imp.mesh, placements)
+    return Value(imp.em.emit(f"shardx.annotate {x.name} : {x.type} to {layout}"), x.shape, x.dtype)
 
 
 def _meta(node) -> torch.Tensor:
@@ -1220,8 +1234,9 @@ class TraceSpec:
 
 
 class Importer:
-    def __init__(self, graph: torch.fx.GraphModule):
+    def __init__(self, graph: torch.fx.GraphModule, mesh: Optional[Mesh] = None):
         self.gm = graph
+        self.mesh = mesh
         self.em = Emitter()
         self.env: Dict[torch.fx.Node, Any] = {}
 
@@ -1314,7 +1329,7 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     gm = _trace_graph(fn, flat_args, treedef)
-    imp = Importer(gm)
+    imp = Importer(gm, mesh)
     inputs = []
     for i, a in enumerate(flat_args):
         inputs.append(Value(f"%arg{i}", tuple(int(s) for s in a.shape), a.dtype))

@@ -9,6 +9,7 @@ run unsharded and sharded on CPU threads and checked against eager PyTorch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import subprocess
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -222,6 +223,34 @@ class Plan:
     # the same plan in DTensor (``shardx.zoo_dtensor``).
     col: Sequence[str] = ()
     row: Sequence[str] = ()
+    # Layouts of activations: (module name suffix, placements) pairs; the
+    # inputs and outputs of those modules are constrained to the placements
+    # (``shardx.constrain`` in forward hooks while tracing).
+    activations: Sequence[Tuple[str, list]] = ()
+
+    @contextlib.contextmanager
+    def constraints(self, module: nn.Module):
+        """Forward hooks that constrain the activations while tracing."""
+        from .constraint import constrain
+
+        def pin(x, placements):
+            return constrain(x, placements) if isinstance(x, torch.Tensor) else x
+
+        handles = []
+        for name, mod in module.named_modules():
+            for suffix, placements in self.activations:
+                if name.endswith(suffix):
+                    handles.append(mod.register_forward_pre_hook(
+                        lambda m, args, p=placements: tuple(pin(a, p) for a in args)))
+                    handles.append(mod.register_forward_hook(
+                        lambda m, args, out, p=placements: pin(out, p)))
+        if self.activations and not handles:
+            raise ValueError(f"plan {self.name}: no module matches {self.activations}")
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
 
 def plans(model: str) -> List[Plan]:
@@ -239,7 +268,11 @@ def plans(model: str) -> List[Plan]:
         row = ["o_proj", "down_proj"]
         return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1, col, row),
                 Plan("dp2xtp2", m2, lambda ns: _megatron(ns, col, row, 1, 2), [Shard(0), Replicate()], col, row),
-                Plan("fsdp2xtp2", m2, lambda ns: _fsdp_tp(ns, col, row), [Shard(0), Replicate()], col, row)]
+                Plan("fsdp2xtp2", m2, lambda ns: _fsdp_tp(ns, col, row), [Shard(0), Replicate()], col, row),
+                # Sequence parallel (Megatron-SP, DTensor's SequenceParallel):
+                # the RMSNorms' inputs and outputs split on the sequence dim.
+                Plan("tp2sp", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1, col, row,
+                     activations=[("layernorm", [Shard(1)]), ("model.norm", [Shard(1)])])]
     if model == "bert":
         col = ["attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"]
         row = ["attention.output.dense", "output.dense"]
@@ -338,7 +371,8 @@ class ZooRun:
             return shardx.trace(self.step, self.args, name="train_step")
         ins, outs = self.step.placements(plan.mesh, plan.params(self.step.param_names),
                                          [plan.batch] * len(self.inputs), plan.batch)
-        return shardx.trace(self.step, self.args, plan.mesh, ins, outs, name="train_step")
+        with plan.constraints(self.step.module):
+            return shardx.trace(self.step, self.args, plan.mesh, ins, outs, name="train_step")
 
     def eager(self, steps: int) -> List[List[np.ndarray]]:
         res = []

@@ -235,3 +235,56 @@ def test_source_locations_and_phases(build_dir, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^shardx/models\.py:\d+:0: remark: plan", proc.stderr, re.M), proc.stderr[:2000]
+
+
+class _SPBlock(nn.Module):
+    """A norm whose output is constrained to sequence-split rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln, self.fc1, self.fc2 = nn.LayerNorm(8), nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = shardx.constrain(self.ln(x), [shardx.Shard(1)])
+        return x + self.fc2(F.gelu(self.fc1(h)))
+
+
+def test_constrain_is_an_annotation(build_dir, tmp_path):
+    """``shardx.constrain`` is the identity eagerly (gradient included),
+    ``shardx.annotate`` in a trace on a mesh (nothing without one), and a
+    program it constrains checks sharded against unsharded; bad placements
+    name the source line."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    y = shardx.constrain(x, [shardx.Shard(1)])
+    assert torch.equal(y, x)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
+
+    step = shardx.TrainStep(_SPBlock(), F.mse_loss, "sgd", lr=0.1)
+    args = step.example_args([torch.randn(2, 4, 8)], torch.randn(2, 4, 8))
+    assert "shardx.annotate" not in shardx.trace(step, args)
+    mesh = shardx.Mesh((2,), ("tp",))
+    S, R = shardx.Shard, shardx.Replicate
+    ins, outs = step.placements(mesh, {"fc1.weight": [S(0)], "fc1.bias": [S(0)], "fc2.weight": [S(1)]},
+                                [[S(1)]], [S(1)])
+    text = shardx.trace(step, args, mesh, ins, outs)
+    assert re.search(r"shardx\.annotate %\w+ : tensor<2x4x8xf32> to #shardx\.layout<@mesh, \[S\(1\)\]>", text)
+    prog = tmp_path / "sp.mlir"
+    prog.write_text(text)
+    proc = subprocess.run([find_tool("shardx-run"), str(prog), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "check passed" in proc.stdout, proc.stdout + proc.stderr
+    # Sequence parallelism: the pending sums are reduce-scattered onto rows.
+    plan = subprocess.run([find_tool("shardx-opt"), str(prog), "--inline", "--shardx-propagate",
+                           "--shardx-insert-reshards", "--shardx-print-plan", "-o", os.devnull],
+                          capture_output=True, text=True, check=True).stderr
+    assert re.search(r"plan \[P\(sum\)\] -> \[S\(0\)\]", plan), plan
+
+    class Bad(nn.Module):
+        def forward(self, x):
+            return shardx.constrain(x, [S(3)])
+    bad = shardx.TrainStep(nn.Sequential(nn.Linear(8, 8), Bad()), F.mse_loss, "sgd")
+    bargs = bad.example_args([torch.randn(2, 8)], torch.randn(2, 8))
+    bins, bouts = bad.placements(mesh, {}, [[R()]], [R()])
+    with pytest.raises(shardx.PlacementError, match=r"shardx.constrain \(from .*test_importer.py.*out of range"):
+        shardx.trace(bad, bargs, mesh, bins, bouts)

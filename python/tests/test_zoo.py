@@ -21,7 +21,7 @@ from shardx import zoo
 # after one AdamW step (batch norm over 4 values; docs/Importer.md).
 CASES = [
     ("gpt2", ("tp2",), torch.float32),
-    ("llama", ("dp2xtp2", "fsdp2xtp2"), torch.float32),
+    ("llama", ("dp2xtp2", "fsdp2xtp2", "tp2sp"), torch.float32),
     ("bert", ("tp2",), torch.float32),
     ("mixtral", (), torch.float32),
     ("resnet_tiny", ("dp2",), torch.float32),
