@@ -278,7 +278,14 @@ def plans(model: str) -> List[Plan]:
         row = ["attention.output.dense", "output.dense"]
         return [Plan("tp2", m1, lambda ns: _megatron([n for n in ns if "attention.output" in n or
                                                        "layer." in n], col, row, 0, 1), r1, col, row)]
-    if model in ("resnet18", "resnet_tiny", "vit"):
+    if model == "resnet_tiny":
+        # Channel parallel: each block's first conv (and its batch norm)
+        # split on output channels, the second on input channels (Megatron
+        # for convolutions: one pending sum a block).
+        col, row = ["conv1", "bn1"], ["conv2"]
+        return [Plan("dp2", Mesh((2,), ("dp",)), lambda ns: {}, [Shard(0)]),
+                Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1), r1, col, row)]
+    if model in ("resnet18", "vit"):
         return [Plan("dp2", Mesh((2,), ("dp",)), lambda ns: {}, [Shard(0)])]
     return []
 

@@ -24,7 +24,7 @@ CASES = [
     ("llama", ("dp2xtp2", "fsdp2xtp2", "tp2sp"), torch.float32),
     ("bert", ("tp2",), torch.float32),
     ("mixtral", (), torch.float32),
-    ("resnet_tiny", ("dp2",), torch.float32),
+    ("resnet_tiny", ("dp2", "tp2"), torch.float32),
     ("resnet18", (), torch.float64),
     ("vit", (), torch.float32),
     ("lstm", (), torch.float32),
