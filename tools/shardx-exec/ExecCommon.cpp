@@ -12,6 +12,9 @@
 #ifdef SHARDX_HAVE_CUDA_LOCAL
 #include "shardx/Runtime/CudaLocal.h"
 #endif
+#ifdef SHARDX_HAVE_NCCL
+#include "shardx/Runtime/Nccl.h"
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +24,9 @@ using namespace shardx;
 using namespace shardx::exec;
 using shardx::rt::Status;
 
-#ifdef SHARDX_HAVE_CUDA_LOCAL
+#if defined(SHARDX_HAVE_CUDA_LOCAL) && defined(SHARDX_HAVE_NCCL)
+static const char *const kBackends = "threads, cuda-local or nccl";
+#elif defined(SHARDX_HAVE_CUDA_LOCAL)
 static const char *const kBackends = "threads or cuda-local";
 #else
 static const char *const kBackends = "threads or mpi";
@@ -133,6 +138,27 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
 #else
     return Status::error("this build has no cuda-local backend (use "
                          "shardx-gpu-exec)");
+#endif
+  }
+  if (options.backend == "nccl") {
+#ifdef SHARDX_HAVE_NCCL
+    // NCCL and the GPU first: their absence is the error to report.
+    if (Status s = rt::openNcclDevice(); !s)
+      return s;
+    std::string error;
+    std::unique_ptr<rt::Bootstrap> bootstrap =
+        rt::createFileStoreBootstrapFromEnv(options.timeout, error);
+    if (!bootstrap)
+      return Status::error(error);
+    std::unique_ptr<rt::Communicator> comm = rt::createNcclCommunicator(
+        artifact.getMeshShape(), *bootstrap, options.timeout, error);
+    if (!comm)
+      return Status::error(error);
+    isRoot = comm->getRank() == 0;
+    return runOnCommunicator(artifact, entry, *comm, inputs, outputs,
+                             &seconds);
+#else
+    return Status::error("this build has no nccl backend (use shardx-gpu-exec)");
 #endif
   }
   return Status::error("unknown backend '" + options.backend + "' (" +
