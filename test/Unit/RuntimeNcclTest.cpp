@@ -29,6 +29,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -38,9 +39,18 @@ using namespace shardx::rt;
 
 namespace {
 
+/// A fresh folder, removed with the process's other ones at exit.
 std::string makeTempDir() {
+  static struct Dirs {
+    std::vector<std::string> paths;
+    ~Dirs() {
+      for (const std::string &p : paths)
+        std::filesystem::remove_all(p);
+    }
+  } dirs;
   char dir[] = "/tmp/shardx-store-XXXXXX";
   EXPECT_NE(mkdtemp(dir), nullptr);
+  dirs.paths.push_back(dir);
   return dir;
 }
 

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -225,6 +226,10 @@ public:
         world(world), stream(stream), nccl(loaded().nccl) {}
 
   ~NcclCommunicator() override {
+    if (barrierBuffer)
+      shardx_rt_cuda_free(barrierBuffer);
+    if (scratch)
+      shardx_rt_cuda_free(scratch);
     // Abort rather than finalize: finalizing waits for peers that may be
     // gone; every collective has completed before its call returned.
     if (!aborted) {
@@ -311,7 +316,7 @@ public:
 
   Status allReduce(const void *send, void *recv, size_t count, DType type,
                    ReduceOp op, const std::vector<int64_t> &axes) override {
-    return run("all_reduce", axes, 0, [&](ncclComm_t c, int64_t) {
+    return run("all_reduce", axes, kAnySize, [&](ncclComm_t c, int64_t) {
       return nccl.allReduce(send, recv, count, ncclType(type), ncclOp(op), c,
                             stream);
     });
@@ -361,11 +366,14 @@ public:
                              ") outside a group of " + std::to_string(members));
       isTarget |= target == me;
     }
-    // A member that is no target receives zeros (on the compute stream,
+    // A send buffer that overlaps the receive buffer is copied first; a
+    // member that is no target receives zeros (both on the compute stream,
     // which the collective stream then waits for).
+    send = stageIfOverlapping(send, count * dtypeSize(type), recv,
+                              count * dtypeSize(type));
     if (!isTarget && count)
       mgpuMemset32(recv, 0, count * dtypeSize(type) / 4, nullptr);
-    return run("permute", axes, 0, [&](ncclComm_t c, int64_t) {
+    return run("permute", axes, kAnySize, [&](ncclComm_t c, int64_t) {
       int t = ncclType(type);
       ncclResult_t r = nccl.groupStart();
       for (auto [source, target] : pairs) {
@@ -389,7 +397,7 @@ public:
     if (root < 0 || root >= members)
       return Status::error("nccl: broadcast root " + std::to_string(root) +
                            " outside a group of " + std::to_string(members));
-    return run("broadcast", axes, 0, [&](ncclComm_t c, int64_t) {
+    return run("broadcast", axes, kAnySize, [&](ncclComm_t c, int64_t) {
       return nccl.broadcast(buffer, buffer, count, ncclType(type), int(root), c,
                             stream);
     });
@@ -398,7 +406,7 @@ public:
   Status barrier(const std::vector<int64_t> &axes) override {
     if (!barrierBuffer)
       barrierBuffer = shardx_rt_cuda_alloc(sizeof(int32_t));
-    return run("barrier", axes, 0, [&](ncclComm_t c, int64_t) {
+    return run("barrier", axes, kAnySize, [&](ncclComm_t c, int64_t) {
       return nccl.allReduce(barrierBuffer, barrierBuffer, 1,
                             ncclType(DType::I32), ncclOp(ReduceOp::Sum), c,
                             stream);
@@ -434,6 +442,24 @@ private:
     if (const char *last = nccl.getLastError(comm); last && *last)
       text += std::string(" (") + last + ")";
     return text;
+  }
+
+  /// `send`, or a copy of it in this rank's scratch buffer (queued on the
+  /// compute stream) when it overlaps `recv`.
+  const void *stageIfOverlapping(const void *send, size_t sendBytes,
+                                 const void *recv, size_t recvBytes) {
+    auto s = reinterpret_cast<uintptr_t>(send);
+    auto r = reinterpret_cast<uintptr_t>(recv);
+    if (!sendBytes || !recvBytes || s + sendBytes <= r || r + recvBytes <= s)
+      return send;
+    if (scratchBytes < sendBytes) {
+      if (scratch)
+        shardx_rt_cuda_free(scratch);
+      scratch = shardx_rt_cuda_alloc(static_cast<int64_t>(sendBytes));
+      scratchBytes = sendBytes;
+    }
+    mgpuMemcpy(scratch, const_cast<void *>(send), sendBytes, nullptr);
+    return scratch;
   }
 
   /// Aborts every communicator of this rank and fails with `what`.
@@ -480,7 +506,8 @@ private:
   }
 
   /// Steps 1-4 of the file comment around `enqueue(comm, groupIndex)`.
-  /// `members`, when not 0, is checked against the group's size.
+  /// `members`, unless kAnySize, is checked against the group's size.
+  static constexpr size_t kAnySize = ~size_t(0);
   template <typename F>
   Status run(const char *op, const std::vector<int64_t> &axes, size_t members,
              F enqueue) {
@@ -488,7 +515,7 @@ private:
       return Status::error(cause);
     if (Status s = checkAxes(axes, op); !s)
       return s;
-    if (members && members != getGroup(axes).size())
+    if (members != kAnySize && members != getGroup(axes).size())
       return Status::error(
           std::string("nccl: ") + op + " with " + std::to_string(members) +
           " counts over a group of " + std::to_string(getGroup(axes).size()));
@@ -529,6 +556,8 @@ private:
   const Nccl &nccl;
   std::map<std::vector<int64_t>, ncclComm_t> groups;
   void *barrierBuffer = nullptr;
+  void *scratch = nullptr;
+  size_t scratchBytes = 0;
   bool aborted = false;
   std::string cause;
 };
