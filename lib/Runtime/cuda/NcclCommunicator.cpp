@@ -56,8 +56,9 @@ struct NcclUniqueId {
   char internal[128];
 };
 
-/// The prefix of ncclConfig_t up to splitShare (NCCL 2.18); NCCL reads
-/// `size` bytes of it and leaves the later fields at their defaults.
+/// The prefix of ncclConfig_t up to splitShare, as NCCL 2.18 declared it;
+/// NCCL reads the fields that `version` says the caller supplied and
+/// defaults the later ones.
 struct NcclConfig {
   size_t size;
   unsigned int magic;
@@ -72,6 +73,7 @@ struct NcclConfig {
 
 NcclConfig nonBlockingConfig() {
   NcclConfig c;
+  std::memset(&c, 0, sizeof(c)); // the tail padding too
   c.size = sizeof(NcclConfig);
   c.magic = 0xcafebeef;
   c.version = 21800; // NCCL_VERSION(2, 18, 0): the fields above
