@@ -232,8 +232,9 @@ public:
       shardx_rt_cuda_free(barrierBuffer);
     if (scratch)
       shardx_rt_cuda_free(scratch);
-    // Abort rather than finalize: finalizing waits for peers that may be
-    // gone; every collective has completed before its call returned.
+    // Destroy without ncclCommFinalize, which waits for peers that may be
+    // gone: every collective completed before its call returned. Aborted
+    // communicators were freed by ncclCommAbort.
     if (!aborted) {
       for (auto &[axes, comm] : groups)
         if (comm != world)
