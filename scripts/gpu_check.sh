@@ -20,8 +20,13 @@
 # with the reference (f32: rtol 1e-4, atol 1e-5 unless SHARDX_GPU_RTOL /
 # SHARDX_GPU_ATOL say otherwise; f64 1e-10 and 1e-12; integers exact),
 # prints one line per run and `N passed, N failed`, and exits 1 when any
-# run failed. On a machine without a usable GPU the first run prints the
-# driver's reason ("no CUDA driver: ...") and every run counts as failed.
+# run failed. It then runs each unsharded artifact again on the nccl
+# backend (one process, a world of one: the communicator's creation and
+# NCCL's loading on a GPU), the nccl conformance suite in one process
+# (bin/ShardXRuntimeNcclTests: mesh 1), and prints the figures of
+# bin/shardx-gpu-bench (GEMM vs cuBLAS, collectives vs NCCL; not counted).
+# On a machine without a usable GPU the first run prints the driver's
+# reason ("no CUDA driver: ...") and every run counts as failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,11 +49,13 @@ log() { printf '[gpu_check] %s\n' "$*" >&2; }
 if [ "$run" = 0 ]; then
   # shellcheck source=scripts/lib.sh
   source "$ROOT/scripts/lib.sh"
-  build_shardx shardx-compile shardx-run shardx-gpu-exec
+  build_shardx shardx-compile shardx-run shardx-gpu-exec shardx-gpu-bench \
+    ShardXRuntimeNcclTests
   bin="$SHARDX_BUILD/bin"
   rm -rf "$DIR"
   mkdir -p "$DIR/bin"
-  cp "$bin/shardx-gpu-exec" "$DIR/bin/"
+  cp "$bin/shardx-gpu-exec" "$bin/shardx-gpu-bench" \
+    "$SHARDX_BUILD/unittests/ShardXRuntimeNcclTests" "$DIR/bin/"
   for p in "${PROGRAMS[@]}"; do
     src="$ROOT/test/Programs/$p.mlir"
     log "$p: CPU reference (shardx-run --check --seed 0)"
@@ -116,5 +123,42 @@ for dir in "$DIR"/*/; do
     fi
   done
 done
+# The nccl backend on this GPU: a world of one process.
+if [ -z "$nodriver" ]; then
+  for dir in "$DIR"/*/; do
+    p=$(basename "$dir")
+    [ -f "$dir/unsharded.so" ] && ls "$dir"/ref*.npy >/dev/null 2>&1 || continue
+    inputs=$(ls "$dir"/in*.npy 2>/dev/null | sort -V | paste -sd, -)
+    refs=$(ls "$dir"/ref*.npy | sort -V | paste -sd, -)
+    log="$out/$p.nccl.log"
+    store="$(mktemp -d -p "$out")"
+    if SHARDX_RANK=0 SHARDX_WORLD_SIZE=1 SHARDX_STORE_DIR="$store" \
+      "$exe" "$dir/unsharded.so" --backend nccl \
+      ${inputs:+--inputs "$inputs"} --expect "$refs" "${tolerance[@]}" \
+      >"$log" 2>&1; then
+      passed=$((passed + 1))
+      printf 'PASS %s unsharded nccl: %s\n' "$p" "$(head -1 "$log")"
+    else
+      failed=$((failed + 1))
+      printf 'FAIL %s unsharded nccl\n' "$p"
+      sed 's/^/  /' "$log"
+    fi
+  done
+  if [ -x "$DIR/bin/ShardXRuntimeNcclTests" ]; then
+    if "$DIR/bin/ShardXRuntimeNcclTests" >"$out/nccl-tests.log" 2>&1; then
+      passed=$((passed + 1))
+      printf 'PASS nccl conformance (1 process): %s\n' \
+        "$(grep -E '^\[  PASSED  \]' "$out/nccl-tests.log")"
+    else
+      failed=$((failed + 1))
+      echo "FAIL nccl conformance (1 process)"
+      grep -E 'FAILED|Failure|error' "$out/nccl-tests.log" | sed 's/^/  /'
+    fi
+  fi
+  if [ -x "$DIR/bin/shardx-gpu-bench" ]; then
+    "$DIR/bin/shardx-gpu-bench" gemm || true
+    "$DIR/bin/shardx-gpu-bench" nccl || true
+  fi
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -72,6 +72,23 @@ for root in filter(None, cuda_roots):
         config.substitutions.append(("%cuda_stub", stub))
         break
 
+# NCCL where the nccl backend looks for it (the loader path, or PyTorch's
+# wheel): `nccl`, and `%nccl_lib` a path to it.
+import glob
+
+nccl_found = None
+try:
+    ctypes.CDLL("libnccl.so.2")
+    nccl_found = "libnccl.so.2"
+except OSError:
+    wheels = glob.glob(os.path.expanduser(
+        "~/.cache/shardx/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2"))
+    if wheels:
+        nccl_found = wheels[0]
+if nccl_found:
+    config.available_features.add("nccl")
+    config.substitutions.append(("%nccl_lib", nccl_found))
+
 # The cuda-local reduction kernels' PTX (built when CMake found nvcc).
 if os.path.exists(os.path.join(config.shardx_obj_root, "lib", "Runtime", "cuda",
                                "CollectiveKernels.ptx")):

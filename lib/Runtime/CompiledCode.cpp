@@ -65,18 +65,22 @@ Communicator &comm() {
                          "shardx_rt_invoke\n");
     std::abort();
   }
-  // A host backend would read device buffers as host memory, and the
-  // device backend run kernels on host buffers.
+  // A host backend would read device buffers as host memory, and a device
+  // backend (cuda-local, nccl) run kernels on host buffers.
   const char *backend = current->comm->getBackendName();
+  bool device = std::strcmp(backend, "cuda-local") == 0 ||
+                std::strcmp(backend, "nccl") == 0;
 #ifdef SHARDX_CG_DEVICE
-  if (std::strcmp(backend, "cuda-local") != 0)
+  if (!device)
     fail(std::string("a CUDA artifact's collectives take device buffers: run "
-                     "it on the cuda-local backend (shardx-gpu-exec), not ") +
+                     "it on the cuda-local or nccl backend (shardx-gpu-exec), "
+                     "not ") +
          backend);
 #else
-  if (std::strcmp(backend, "cuda-local") == 0)
-    fail("a CPU artifact's collectives take host buffers: run it on the "
-         "threads or mpi backend, not cuda-local");
+  if (device)
+    fail(std::string("a CPU artifact's collectives take host buffers: run it "
+                     "on the threads or mpi backend, not ") +
+         backend);
 #endif
   return *current->comm;
 }

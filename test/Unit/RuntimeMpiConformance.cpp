@@ -8,6 +8,8 @@
 // mesh MESH (e.g. 2x3, N its device count) and prints one line per rank.
 // --fail-rank makes rank R fail before the checks, --silent-rank makes it
 // skip them: every other rank must then stop with a message naming it.
+// One more check covers the MPI bootstrap (how the nccl backend gets its
+// ncclUniqueId under mpirun): rank 0's bytes reach every rank.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +25,29 @@
 
 using namespace shardx;
 using namespace shardx::rt;
+
+/// Two ids of 128 bytes from rank 0, each in every rank after broadcast.
+static Status checkMpiBootstrap(Communicator &c) {
+  std::unique_ptr<Bootstrap> bootstrap = createMpiBootstrap();
+  if (bootstrap->getRank() != c.getRank() ||
+      bootstrap->getWorldSize() != c.getSize())
+    return Status::error("the MPI bootstrap's rank or size differs");
+  for (int key = 0; key < 2; ++key) {
+    char id[128], want[128];
+    for (int i = 0; i < 128; ++i) {
+      want[i] = static_cast<char>(i * 13 + key);
+      id[i] = c.getRank() == 0 ? want[i] : 0;
+    }
+    if (Status s =
+            bootstrap->broadcast("id-" + std::to_string(key), id, sizeof(id));
+        !s)
+      return s;
+    if (std::memcmp(id, want, sizeof(id)) != 0)
+      return Status::error("rank " + std::to_string(c.getRank()) +
+                           " did not receive rank 0's bytes");
+  }
+  return Status::ok();
+}
 
 int main(int argc, char **argv) {
   if (Status s = initMpi(&argc, &argv); !s) {
@@ -83,6 +108,7 @@ int main(int argc, char **argv) {
       {"exchange f32", conformance::checkExchange<float>},
       {"permute broadcast barrier f64",
        conformance::checkPermuteBroadcast<double>},
+      {"mpi bootstrap", checkMpiBootstrap},
   };
   int failed = 0;
   for (auto [name, check] : checks) {

@@ -12,17 +12,25 @@
 #ifdef SHARDX_HAVE_CUDA_LOCAL
 #include "shardx/Runtime/CudaLocal.h"
 #endif
+#ifdef SHARDX_HAVE_NCCL
+#include "shardx/Runtime/Nccl.h"
+#endif
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 using namespace shardx;
 using namespace shardx::exec;
 using shardx::rt::Status;
 
-#ifdef SHARDX_HAVE_CUDA_LOCAL
+#if defined(SHARDX_HAVE_CUDA_LOCAL) && defined(SHARDX_HAVE_NCCL)
+static const char *const kBackends = "threads, cuda-local or nccl";
+#elif defined(SHARDX_HAVE_CUDA_LOCAL)
 static const char *const kBackends = "threads or cuda-local";
+#elif defined(SHARDX_HAVE_NCCL)
+static const char *const kBackends = "threads, mpi or nccl";
 #else
 static const char *const kBackends = "threads or mpi";
 #endif
@@ -30,8 +38,7 @@ static const char *const kBackends = "threads or mpi";
 bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
                        std::vector<HostTensor> &inputs, std::string &error) {
   inputs.clear();
-  if (!options.inputs.empty() &&
-      options.inputs.size() != entry.inputs.size()) {
+  if (!options.inputs.empty() && options.inputs.size() != entry.inputs.size()) {
     error = entry.name + " takes " + std::to_string(entry.inputs.size()) +
             " inputs, " + std::to_string(options.inputs.size()) + " given";
     return false;
@@ -120,8 +127,7 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
     if (!comm)
       return Status::error(error);
     isRoot = comm->getRank() == 0;
-    return runOnCommunicator(artifact, entry, *comm, inputs, outputs,
-                             &seconds);
+    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds);
 #else
     return Status::error("this build has no mpi backend");
 #endif
@@ -135,6 +141,34 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
                          "shardx-gpu-exec)");
 #endif
   }
+  if (options.backend == "nccl") {
+#ifdef SHARDX_HAVE_NCCL
+    // NCCL and the GPU first: their absence is the error to report.
+    if (Status s = rt::openNcclDevice(); !s)
+      return s;
+    std::string error;
+    std::unique_ptr<rt::Bootstrap> bootstrap;
+#ifdef SHARDX_HAVE_MPI
+    // Under mpirun (MPI initialized by initMpiIfRequested): the id by
+    // MPI_Bcast; otherwise the file store from the environment.
+    if (rt::isMpiInitialized())
+      bootstrap = rt::createMpiBootstrap();
+#endif
+    if (!bootstrap)
+      bootstrap = rt::createFileStoreBootstrapFromEnv(options.timeout, error);
+    if (!bootstrap)
+      return Status::error(error);
+    std::unique_ptr<rt::Communicator> comm = rt::createNcclCommunicator(
+        artifact.getMeshShape(), *bootstrap, options.timeout, error);
+    if (!comm)
+      return Status::error(error);
+    isRoot = comm->getRank() == 0;
+    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds);
+#else
+    return Status::error(
+        "this build has no nccl backend (use shardx-gpu-exec)");
+#endif
+  }
   return Status::error("unknown backend '" + options.backend + "' (" +
                        kBackends + ")");
 }
@@ -142,12 +176,17 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
 bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
                                bool &initialized) {
   initialized = false;
+  // mpi, and nccl unless the file store is asked for (SHARDX_STORE_DIR).
   bool want = false;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend=mpi" ||
-        (std::string(argv[i]) == "--backend" && i + 1 < argc &&
-         std::string(argv[i + 1]) == "mpi"))
+  const char *store = std::getenv("SHARDX_STORE_DIR");
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], next = i + 1 < argc ? argv[i + 1] : "";
+    std::string backend = arg.rfind("--backend=", 0) == 0 ? arg.substr(10)
+                          : arg == "--backend"            ? next
+                                                          : "";
+    if (backend == "mpi" || (backend == "nccl" && !(store && *store)))
       want = true;
+  }
   if (!want)
     return true;
 #ifdef SHARDX_HAVE_MPI

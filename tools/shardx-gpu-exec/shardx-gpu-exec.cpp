@@ -2,16 +2,19 @@
 //
 // Part of ShardX.
 //
-// shardx-gpu-exec model.so [--entry F] [--backend cuda-local|threads]
+// shardx-gpu-exec model.so [--entry F] [--backend cuda-local|nccl|threads]
 //                 [--ranks N] [--inputs a.npy,b.npy | --seed S]
 //                 [--int-range N] [--outputs DIR] [--timeout S]
 //                 [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]
 //
 // shardx-exec's inputs, outputs and checks (tools/shardx-exec/ExecCommon),
 // with the cuda-local backend (every rank a thread on CUDA device 0; the
-// default) instead of mpi, in a binary that links no LLVM, MLIR, OpenBLAS,
-// MPI or CUDA library (the CUDA runtime opens the driver at run time), so
-// that it can be carried to a GPU machine with nothing but a driver.
+// default) or nccl (one process per rank and GPU, started by a launcher
+// that sets SHARDX_RANK, SHARDX_WORLD_SIZE and SHARDX_STORE_DIR for the
+// file-store bootstrap) instead of mpi, in a binary that links no LLVM,
+// MLIR, OpenBLAS, MPI, CUDA or NCCL library (the CUDA runtime opens the
+// driver and NCCL at run time), so that it can be carried to a GPU machine
+// with nothing but a driver.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,7 +33,7 @@ namespace {
 
 const char *const kUsage =
     "usage: shardx-gpu-exec model.so [--entry F] [--backend "
-    "cuda-local|threads]\n"
+    "cuda-local|nccl|threads]\n"
     "         [--ranks N] [--inputs a.npy,b.npy | --seed S] [--int-range N]\n"
     "         [--outputs DIR] [--timeout SECONDS]\n"
     "         [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]\n";

@@ -154,6 +154,20 @@ int main(int argc, char **argv) {
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
+  if (backend == "nccl" || backend == "cuda-local") {
+    // shardx-run compiles for the CPU; the GPU backends run CUDA artifacts.
+    std::fprintf(stderr,
+                 "shardx-run: error: --backend %s runs CUDA artifacts, and "
+                 "shardx-run compiles for the CPU: compile with shardx-compile "
+                 "--target=cuda and run shardx-gpu-exec --backend %s (or "
+                 "scripts/gpu_check.sh)\n",
+                 backend.c_str(), backend.c_str());
+#ifdef SHARDX_HAVE_MPI
+    if (wantMpi)
+      ::shardx::rt::finalizeMpi();
+#endif
+    return 1;
+  }
   DefaultTimingManager timingManager;
   timingManager.setEnabled(timing);
   TimingScope rootTiming = timingManager.getRootScope();

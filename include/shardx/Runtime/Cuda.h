@@ -14,14 +14,42 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardx::rt {
+/// Opens the first of `names` found: the path in `$envVar` (a file, or a
+/// folder holding one of the names), the loader path, then PyTorch's wheel
+/// folders (nvidia/*/lib); with `envOnly`, a set `$envVar` is the only place
+/// tried. Appends what failed to `tried`. How the driver, cuBLAS and NCCL
+/// are found.
+void *openCudaLibrary(const char *envVar, const std::vector<std::string> &names,
+                      std::string &tried, bool envOnly);
+} // namespace shardx::rt
 
 extern "C" {
 
 /// Loads the CUDA driver (libcuda.so.1: $SHARDX_CUDA_DRIVER, the loader
-/// path, PyTorch's wheel folders) and opens device 0. Returns 0, or 1 with
+/// path, PyTorch's wheel folders) and opens the device ($SHARDX_CUDA_DEVICE,
+/// default 0). Returns 0, or 1 with
 /// "no CUDA driver: ..." (or the device error) in `error`.
 int shardx_rt_cuda_init(char *error, int64_t errorSize);
-/// Device 0's name ("" without a driver).
+/// Picks the device the process uses: `ordinal` modulo the device count,
+/// when called before the first use of the driver (as a one-rank-per-GPU
+/// backend does with its local rank); sets $SHARDX_CUDA_DEVICE, which every
+/// copy of this runtime in the process (an artifact links its own) reads
+/// when it opens the driver (device 0 without it). Returns the device used.
+int shardx_rt_cuda_select_device(int ordinal);
+/// The calling thread's stream (the compute stream of its rank), a new
+/// non-blocking stream, and a wait of `waiter` for the work queued so far on
+/// `signaller` (an event recorded on one and waited for by the other).
+void *shardx_rt_cuda_stream();
+void *shardx_rt_cuda_stream_create();
+void shardx_rt_cuda_stream_wait(void *waiter, void *signaller);
+/// 0 when `stream`'s work is done, 1 while it runs, -1 on an error (the
+/// driver's message in `error`).
+int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize);
+/// The device's name ("" without a driver).
 const char *shardx_rt_cuda_device_name();
 /// Bytes the caching allocator holds in free blocks.
 int64_t shardx_rt_cuda_cached_bytes();

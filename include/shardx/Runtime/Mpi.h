@@ -10,6 +10,7 @@
 #ifndef SHARDX_RUNTIME_MPI_H
 #define SHARDX_RUNTIME_MPI_H
 
+#include "shardx/Runtime/Bootstrap.h"
 #include "shardx/Runtime/Communicator.h"
 
 #include <memory>
@@ -28,6 +29,13 @@ void finalizeMpi();
 std::unique_ptr<Communicator>
 createMpiCommunicator(const std::vector<int64_t> &meshShape,
                       double timeoutSeconds, std::string &error);
+
+/// Whether MPI_Init ran in this process.
+bool isMpiInitialized();
+
+/// The bootstrap over MPI_COMM_WORLD (rank 0's bytes by MPI_Bcast), for
+/// backends that need one, e.g. nccl under mpirun. Needs MPI initialized.
+std::unique_ptr<Bootstrap> createMpiBootstrap();
 
 } // namespace shardx::rt
 

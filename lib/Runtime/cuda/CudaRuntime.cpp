@@ -47,6 +47,7 @@ using CUcontext = struct CUctx_st *;
 using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
+using CUevent = struct CUevent_st *;
 using cublasHandle_t = struct cublasContext *;
 using cublasStatus_t = int;
 
@@ -76,6 +77,11 @@ struct Driver {
   CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuMemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
 };
 
 struct Cublas {
@@ -128,11 +134,15 @@ std::vector<std::string> wheelPatterns(const std::string &file) {
   return patterns;
 }
 
+} // namespace
+
 /// Opens the first of `names` found: the path in `$envVar` (a file, or a
 /// folder holding one of the names), the default loader path, then PyTorch's
-/// wheel folders. Appends what was tried to `tried`.
-void *openLibrary(const char *envVar, const std::vector<std::string> &names,
-                  std::string &tried) {
+/// wheel folders. Appends what was tried to `tried`. With `envOnly`, a set
+/// `$envVar` is the only place tried.
+void *shardx::rt::openCudaLibrary(const char *envVar,
+                                  const std::vector<std::string> &names,
+                                  std::string &tried, bool envOnly) {
   auto attempt = [&](const std::string &path) -> void * {
     void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -148,6 +158,8 @@ void *openLibrary(const char *envVar, const std::vector<std::string> &names,
     for (const std::string &name : names)
       if (void *h = attempt(dir + "/" + name))
         return h;
+    if (envOnly)
+      return nullptr;
   }
   for (const std::string &name : names)
     if (void *h = attempt(name))
@@ -165,6 +177,13 @@ void *openLibrary(const char *envVar, const std::vector<std::string> &names,
       globfree(&g);
     }
   return nullptr;
+}
+
+namespace {
+
+void *openLibrary(const char *envVar, const std::vector<std::string> &names,
+                  std::string &tried) {
+  return shardx::rt::openCudaLibrary(envVar, names, tried, false);
 }
 
 template <typename F>
@@ -185,6 +204,9 @@ struct State {
   Driver cu{};
   CUcontext context = nullptr;
   std::string deviceName;
+  /// The device: shardx_rt_cuda_select_device's ordinal modulo the count.
+  int requestedOrdinal = 0;
+  int ordinal = 0;
 
   std::once_flag cublasOnce;
   std::string cublasError;
@@ -244,7 +266,12 @@ void initialize(State &s) {
             resolve(lib, cu.cuMemFree, "cuMemFree_v2", err) &&
             resolve(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
             resolve(lib, cu.cuMemsetD32Async, "cuMemsetD32Async", err) &&
-            resolve(lib, cu.cuMemsetD16Async, "cuMemsetD16Async", err);
+            resolve(lib, cu.cuMemsetD16Async, "cuMemsetD16Async", err) &&
+            resolve(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
+            resolve(lib, cu.cuEventCreate, "cuEventCreate", err) &&
+            resolve(lib, cu.cuEventRecord, "cuEventRecord", err) &&
+            resolve(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
+            resolve(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
     return;
@@ -261,10 +288,16 @@ void initialize(State &s) {
   }
   CUdevice dev;
   char name[256] = {0};
-  if (CUresult r = cu.cuDeviceGet(&dev, 0))
-    s.error = "cannot open CUDA device 0: " + describe(r);
+  // $SHARDX_CUDA_DEVICE (set by shardx_rt_cuda_select_device, so that an
+  // artifact's copy of this runtime opens the launcher's device).
+  if (const char *d = std::getenv("SHARDX_CUDA_DEVICE"); d && *d)
+    s.requestedOrdinal = std::max(0, std::atoi(d));
+  s.ordinal = s.requestedOrdinal % count;
+  std::string which = "CUDA device " + std::to_string(s.ordinal);
+  if (CUresult r = cu.cuDeviceGet(&dev, s.ordinal))
+    s.error = "cannot open " + which + ": " + describe(r);
   else if (CUresult r = cu.cuDevicePrimaryCtxRetain(&s.context, dev))
-    s.error = "cannot create a context on CUDA device 0: " + describe(r);
+    s.error = "cannot create a context on " + which + ": " + describe(r);
   else if (cu.cuDeviceGetName(name, sizeof(name) - 1, dev) == 0)
     s.deviceName = name;
 }
@@ -540,6 +573,51 @@ int shardx_rt_cuda_init(char *error, int64_t errorSize) {
 
 const char *shardx_rt_cuda_device_name() {
   return ensureDriver().empty() ? state().deviceName.c_str() : "";
+}
+
+int shardx_rt_cuda_select_device(int ordinal) {
+  ordinal = ordinal < 0 ? 0 : ordinal;
+  setenv("SHARDX_CUDA_DEVICE", std::to_string(ordinal).c_str(), 1);
+  ensureDriver();
+  return state().ordinal;
+}
+
+void *shardx_rt_cuda_stream() {
+  driver();
+  return threadStream();
+}
+
+void *shardx_rt_cuda_stream_create() {
+  CUstream stream = nullptr;
+  check(driver().cuStreamCreate(&stream, /*CU_STREAM_NON_BLOCKING=*/1),
+        "cuStreamCreate");
+  return stream;
+}
+
+void shardx_rt_cuda_stream_wait(void *waiter, void *signaller) {
+  Driver &cu = driver();
+  // An event per call, destroyed at once: the wait holds what it needs.
+  CUevent event = nullptr;
+  check(cu.cuEventCreate(&event, /*CU_EVENT_DISABLE_TIMING=*/2),
+        "cuEventCreate");
+  check(cu.cuEventRecord(event, static_cast<CUstream>(signaller)),
+        "cuEventRecord");
+  check(cu.cuStreamWaitEvent(static_cast<CUstream>(waiter), event, 0),
+        "cuStreamWaitEvent");
+  check(cu.cuEventDestroy(event), "cuEventDestroy");
+}
+
+int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize) {
+  CUresult r = driver().cuStreamQuery(static_cast<CUstream>(stream));
+  if (r == 0)
+    return 0;
+  if (r == /*CUDA_ERROR_NOT_READY=*/600)
+    return 1;
+  if (error && errorSize > 0) {
+    std::strncpy(error, describe(r).c_str(), errorSize - 1);
+    error[errorSize - 1] = '\0';
+  }
+  return -1;
 }
 
 int64_t shardx_rt_cuda_cached_bytes() {
