@@ -12,6 +12,8 @@
 #ifndef SHARDX_RUNTIME_CUDA_H
 #define SHARDX_RUNTIME_CUDA_H
 
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +27,16 @@ namespace shardx::rt {
 /// are found.
 void *openCudaLibrary(const char *envVar, const std::vector<std::string> &names,
                       std::string &tried, bool envOnly);
+
+/// Sets `fn` to the symbol `name` of the opened library `lib`; false, with
+/// "missing symbol <name>" in `error`, when it has none.
+template <typename F>
+bool resolveSymbol(void *lib, F &fn, const char *name, std::string &error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn)
+    error = std::string("missing symbol ") + name;
+  return fn != nullptr;
+}
 } // namespace shardx::rt
 
 extern "C" {

@@ -186,14 +186,6 @@ void *openLibrary(const char *envVar, const std::vector<std::string> &names,
   return shardx::rt::openCudaLibrary(envVar, names, tried, false);
 }
 
-template <typename F>
-bool resolve(void *lib, F &fn, const char *name, std::string &error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn)
-    error = std::string("missing symbol ") + name;
-  return fn != nullptr;
-}
-
 //===----------------------------------------------------------------------===//
 // State
 //===----------------------------------------------------------------------===//
@@ -248,30 +240,45 @@ void initialize(State &s) {
   }
   Driver &cu = s.cu;
   std::string err;
-  bool ok = resolve(lib, cu.cuInit, "cuInit", err) &&
-            resolve(lib, cu.cuDeviceGet, "cuDeviceGet", err) &&
-            resolve(lib, cu.cuDeviceGetCount, "cuDeviceGetCount", err) &&
-            resolve(lib, cu.cuDeviceGetName, "cuDeviceGetName", err) &&
-            resolve(lib, cu.cuDevicePrimaryCtxRetain,
-                    "cuDevicePrimaryCtxRetain", err) &&
-            resolve(lib, cu.cuCtxSetCurrent, "cuCtxSetCurrent", err) &&
-            resolve(lib, cu.cuGetErrorString, "cuGetErrorString", err) &&
-            resolve(lib, cu.cuModuleLoadData, "cuModuleLoadData", err) &&
-            resolve(lib, cu.cuModuleUnload, "cuModuleUnload", err) &&
-            resolve(lib, cu.cuModuleGetFunction, "cuModuleGetFunction", err) &&
-            resolve(lib, cu.cuLaunchKernel, "cuLaunchKernel", err) &&
-            resolve(lib, cu.cuStreamCreate, "cuStreamCreate", err) &&
-            resolve(lib, cu.cuStreamSynchronize, "cuStreamSynchronize", err) &&
-            resolve(lib, cu.cuMemAlloc, "cuMemAlloc_v2", err) &&
-            resolve(lib, cu.cuMemFree, "cuMemFree_v2", err) &&
-            resolve(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
-            resolve(lib, cu.cuMemsetD32Async, "cuMemsetD32Async", err) &&
-            resolve(lib, cu.cuMemsetD16Async, "cuMemsetD16Async", err) &&
-            resolve(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
-            resolve(lib, cu.cuEventCreate, "cuEventCreate", err) &&
-            resolve(lib, cu.cuEventRecord, "cuEventRecord", err) &&
-            resolve(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
-            resolve(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err);
+  bool ok =
+      shardx::rt::resolveSymbol(lib, cu.cuInit, "cuInit", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuDeviceGet, "cuDeviceGet", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuDeviceGetCount, "cuDeviceGetCount",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuDeviceGetName, "cuDeviceGetName",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuDevicePrimaryCtxRetain,
+                                "cuDevicePrimaryCtxRetain", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuCtxSetCurrent, "cuCtxSetCurrent",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuGetErrorString, "cuGetErrorString",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuModuleLoadData, "cuModuleLoadData",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuModuleUnload, "cuModuleUnload",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuModuleGetFunction,
+                                "cuModuleGetFunction", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuLaunchKernel, "cuLaunchKernel",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuStreamCreate, "cuStreamCreate",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuStreamSynchronize,
+                                "cuStreamSynchronize", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuMemAlloc, "cuMemAlloc_v2", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuMemFree, "cuMemFree_v2", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuMemsetD32Async, "cuMemsetD32Async",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuMemsetD16Async, "cuMemsetD16Async",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuEventCreate, "cuEventCreate", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuEventRecord, "cuEventRecord", err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent",
+                                err) &&
+      shardx::rt::resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2",
+                                err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
     return;
@@ -362,10 +369,12 @@ Cublas &cublas() {
       return;
     }
     std::string err;
-    if (!resolve(lib, s.blas.create, "cublasCreate_v2", err) ||
-        !resolve(lib, s.blas.setStream, "cublasSetStream_v2", err) ||
-        !resolve(lib, s.blas.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx",
-                 err))
+    if (!shardx::rt::resolveSymbol(lib, s.blas.create, "cublasCreate_v2",
+                                   err) ||
+        !shardx::rt::resolveSymbol(lib, s.blas.setStream, "cublasSetStream_v2",
+                                   err) ||
+        !shardx::rt::resolveSymbol(lib, s.blas.gemmStridedBatchedEx,
+                                   "cublasGemmStridedBatchedEx", err))
       s.cublasError = "cuBLAS: " + err;
   });
   if (!s.cublasError.empty())

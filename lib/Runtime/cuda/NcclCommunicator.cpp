@@ -144,14 +144,6 @@ struct Nccl {
   int version = 0;
 };
 
-template <typename F>
-bool resolve(void *lib, F &fn, const char *name, std::string &error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn)
-    error = std::string("missing symbol ") + name;
-  return fn != nullptr;
-}
-
 struct Loaded {
   std::once_flag once;
   std::string error;
@@ -174,25 +166,31 @@ Loaded &loaded() {
     Nccl &n = s.nccl;
     std::string err;
     bool ok =
-        resolve(lib, n.getVersion, "ncclGetVersion", err) &&
-        resolve(lib, n.getUniqueId, "ncclGetUniqueId", err) &&
-        resolve(lib, n.commInitRankConfig, "ncclCommInitRankConfig", err) &&
-        resolve(lib, n.commSplit, "ncclCommSplit", err) &&
-        resolve(lib, n.commAbort, "ncclCommAbort", err) &&
-        resolve(lib, n.commFinalize, "ncclCommFinalize", err) &&
-        resolve(lib, n.commDestroy, "ncclCommDestroy", err) &&
-        resolve(lib, n.commGetAsyncError, "ncclCommGetAsyncError", err) &&
-        resolve(lib, n.getErrorString, "ncclGetErrorString", err) &&
-        resolve(lib, n.getLastError, "ncclGetLastError", err) &&
-        resolve(lib, n.allReduce, "ncclAllReduce", err) &&
-        resolve(lib, n.allGather, "ncclAllGather", err) &&
-        resolve(lib, n.reduceScatter, "ncclReduceScatter", err) &&
-        resolve(lib, n.reduce, "ncclReduce", err) &&
-        resolve(lib, n.broadcast, "ncclBroadcast", err) &&
-        resolve(lib, n.send, "ncclSend", err) &&
-        resolve(lib, n.recv, "ncclRecv", err) &&
-        resolve(lib, n.groupStart, "ncclGroupStart", err) &&
-        resolve(lib, n.groupEnd, "ncclGroupEnd", err);
+        shardx::rt::resolveSymbol(lib, n.getVersion, "ncclGetVersion", err) &&
+        shardx::rt::resolveSymbol(lib, n.getUniqueId, "ncclGetUniqueId", err) &&
+        shardx::rt::resolveSymbol(lib, n.commInitRankConfig,
+                                  "ncclCommInitRankConfig", err) &&
+        shardx::rt::resolveSymbol(lib, n.commSplit, "ncclCommSplit", err) &&
+        shardx::rt::resolveSymbol(lib, n.commAbort, "ncclCommAbort", err) &&
+        shardx::rt::resolveSymbol(lib, n.commFinalize, "ncclCommFinalize",
+                                  err) &&
+        shardx::rt::resolveSymbol(lib, n.commDestroy, "ncclCommDestroy", err) &&
+        shardx::rt::resolveSymbol(lib, n.commGetAsyncError,
+                                  "ncclCommGetAsyncError", err) &&
+        shardx::rt::resolveSymbol(lib, n.getErrorString, "ncclGetErrorString",
+                                  err) &&
+        shardx::rt::resolveSymbol(lib, n.getLastError, "ncclGetLastError",
+                                  err) &&
+        shardx::rt::resolveSymbol(lib, n.allReduce, "ncclAllReduce", err) &&
+        shardx::rt::resolveSymbol(lib, n.allGather, "ncclAllGather", err) &&
+        shardx::rt::resolveSymbol(lib, n.reduceScatter, "ncclReduceScatter",
+                                  err) &&
+        shardx::rt::resolveSymbol(lib, n.reduce, "ncclReduce", err) &&
+        shardx::rt::resolveSymbol(lib, n.broadcast, "ncclBroadcast", err) &&
+        shardx::rt::resolveSymbol(lib, n.send, "ncclSend", err) &&
+        shardx::rt::resolveSymbol(lib, n.recv, "ncclRecv", err) &&
+        shardx::rt::resolveSymbol(lib, n.groupStart, "ncclGroupStart", err) &&
+        shardx::rt::resolveSymbol(lib, n.groupEnd, "ncclGroupEnd", err);
     if (!ok) {
       s.error = "no NCCL: " + err + " (NCCL 2.18 or later is needed)";
       return;
