@@ -50,6 +50,7 @@ using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
 using cublasHandle_t = struct cublasContext *;
 using cublasStatus_t = int;
+using shardx::rt::resolveSymbol;
 
 constexpr int kCublasOpN = 0, kCublasOpT = 1;
 constexpr int kCudaR32F = 0, kCudaR16F = 2, kCudaR16BF = 14;
@@ -241,44 +242,30 @@ void initialize(State &s) {
   Driver &cu = s.cu;
   std::string err;
   bool ok =
-      shardx::rt::resolveSymbol(lib, cu.cuInit, "cuInit", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuDeviceGet, "cuDeviceGet", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuDeviceGetCount, "cuDeviceGetCount",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuDeviceGetName, "cuDeviceGetName",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuDevicePrimaryCtxRetain,
-                                "cuDevicePrimaryCtxRetain", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuCtxSetCurrent, "cuCtxSetCurrent",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuGetErrorString, "cuGetErrorString",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuModuleLoadData, "cuModuleLoadData",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuModuleUnload, "cuModuleUnload",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuModuleGetFunction,
-                                "cuModuleGetFunction", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuLaunchKernel, "cuLaunchKernel",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuStreamCreate, "cuStreamCreate",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuStreamSynchronize,
-                                "cuStreamSynchronize", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuMemAlloc, "cuMemAlloc_v2", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuMemFree, "cuMemFree_v2", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuMemsetD32Async, "cuMemsetD32Async",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuMemsetD16Async, "cuMemsetD16Async",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuEventCreate, "cuEventCreate", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuEventRecord, "cuEventRecord", err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent",
-                                err) &&
-      shardx::rt::resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2",
-                                err);
+      resolveSymbol(lib, cu.cuInit, "cuInit", err) &&
+      resolveSymbol(lib, cu.cuDeviceGet, "cuDeviceGet", err) &&
+      resolveSymbol(lib, cu.cuDeviceGetCount, "cuDeviceGetCount", err) &&
+      resolveSymbol(lib, cu.cuDeviceGetName, "cuDeviceGetName", err) &&
+      resolveSymbol(lib, cu.cuDevicePrimaryCtxRetain,
+                    "cuDevicePrimaryCtxRetain", err) &&
+      resolveSymbol(lib, cu.cuCtxSetCurrent, "cuCtxSetCurrent", err) &&
+      resolveSymbol(lib, cu.cuGetErrorString, "cuGetErrorString", err) &&
+      resolveSymbol(lib, cu.cuModuleLoadData, "cuModuleLoadData", err) &&
+      resolveSymbol(lib, cu.cuModuleUnload, "cuModuleUnload", err) &&
+      resolveSymbol(lib, cu.cuModuleGetFunction, "cuModuleGetFunction", err) &&
+      resolveSymbol(lib, cu.cuLaunchKernel, "cuLaunchKernel", err) &&
+      resolveSymbol(lib, cu.cuStreamCreate, "cuStreamCreate", err) &&
+      resolveSymbol(lib, cu.cuStreamSynchronize, "cuStreamSynchronize", err) &&
+      resolveSymbol(lib, cu.cuMemAlloc, "cuMemAlloc_v2", err) &&
+      resolveSymbol(lib, cu.cuMemFree, "cuMemFree_v2", err) &&
+      resolveSymbol(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
+      resolveSymbol(lib, cu.cuMemsetD32Async, "cuMemsetD32Async", err) &&
+      resolveSymbol(lib, cu.cuMemsetD16Async, "cuMemsetD16Async", err) &&
+      resolveSymbol(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
+      resolveSymbol(lib, cu.cuEventCreate, "cuEventCreate", err) &&
+      resolveSymbol(lib, cu.cuEventRecord, "cuEventRecord", err) &&
+      resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
+      resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
     return;
@@ -369,12 +356,10 @@ Cublas &cublas() {
       return;
     }
     std::string err;
-    if (!shardx::rt::resolveSymbol(lib, s.blas.create, "cublasCreate_v2",
-                                   err) ||
-        !shardx::rt::resolveSymbol(lib, s.blas.setStream, "cublasSetStream_v2",
-                                   err) ||
-        !shardx::rt::resolveSymbol(lib, s.blas.gemmStridedBatchedEx,
-                                   "cublasGemmStridedBatchedEx", err))
+    if (!resolveSymbol(lib, s.blas.create, "cublasCreate_v2", err) ||
+        !resolveSymbol(lib, s.blas.setStream, "cublasSetStream_v2", err) ||
+        !resolveSymbol(lib, s.blas.gemmStridedBatchedEx,
+                       "cublasGemmStridedBatchedEx", err))
       s.cublasError = "cuBLAS: " + err;
   });
   if (!s.cublasError.empty())

@@ -166,31 +166,26 @@ Loaded &loaded() {
     Nccl &n = s.nccl;
     std::string err;
     bool ok =
-        shardx::rt::resolveSymbol(lib, n.getVersion, "ncclGetVersion", err) &&
-        shardx::rt::resolveSymbol(lib, n.getUniqueId, "ncclGetUniqueId", err) &&
-        shardx::rt::resolveSymbol(lib, n.commInitRankConfig,
-                                  "ncclCommInitRankConfig", err) &&
-        shardx::rt::resolveSymbol(lib, n.commSplit, "ncclCommSplit", err) &&
-        shardx::rt::resolveSymbol(lib, n.commAbort, "ncclCommAbort", err) &&
-        shardx::rt::resolveSymbol(lib, n.commFinalize, "ncclCommFinalize",
-                                  err) &&
-        shardx::rt::resolveSymbol(lib, n.commDestroy, "ncclCommDestroy", err) &&
-        shardx::rt::resolveSymbol(lib, n.commGetAsyncError,
-                                  "ncclCommGetAsyncError", err) &&
-        shardx::rt::resolveSymbol(lib, n.getErrorString, "ncclGetErrorString",
-                                  err) &&
-        shardx::rt::resolveSymbol(lib, n.getLastError, "ncclGetLastError",
-                                  err) &&
-        shardx::rt::resolveSymbol(lib, n.allReduce, "ncclAllReduce", err) &&
-        shardx::rt::resolveSymbol(lib, n.allGather, "ncclAllGather", err) &&
-        shardx::rt::resolveSymbol(lib, n.reduceScatter, "ncclReduceScatter",
-                                  err) &&
-        shardx::rt::resolveSymbol(lib, n.reduce, "ncclReduce", err) &&
-        shardx::rt::resolveSymbol(lib, n.broadcast, "ncclBroadcast", err) &&
-        shardx::rt::resolveSymbol(lib, n.send, "ncclSend", err) &&
-        shardx::rt::resolveSymbol(lib, n.recv, "ncclRecv", err) &&
-        shardx::rt::resolveSymbol(lib, n.groupStart, "ncclGroupStart", err) &&
-        shardx::rt::resolveSymbol(lib, n.groupEnd, "ncclGroupEnd", err);
+        resolveSymbol(lib, n.getVersion, "ncclGetVersion", err) &&
+        resolveSymbol(lib, n.getUniqueId, "ncclGetUniqueId", err) &&
+        resolveSymbol(lib, n.commInitRankConfig, "ncclCommInitRankConfig",
+                      err) &&
+        resolveSymbol(lib, n.commSplit, "ncclCommSplit", err) &&
+        resolveSymbol(lib, n.commAbort, "ncclCommAbort", err) &&
+        resolveSymbol(lib, n.commFinalize, "ncclCommFinalize", err) &&
+        resolveSymbol(lib, n.commDestroy, "ncclCommDestroy", err) &&
+        resolveSymbol(lib, n.commGetAsyncError, "ncclCommGetAsyncError", err) &&
+        resolveSymbol(lib, n.getErrorString, "ncclGetErrorString", err) &&
+        resolveSymbol(lib, n.getLastError, "ncclGetLastError", err) &&
+        resolveSymbol(lib, n.allReduce, "ncclAllReduce", err) &&
+        resolveSymbol(lib, n.allGather, "ncclAllGather", err) &&
+        resolveSymbol(lib, n.reduceScatter, "ncclReduceScatter", err) &&
+        resolveSymbol(lib, n.reduce, "ncclReduce", err) &&
+        resolveSymbol(lib, n.broadcast, "ncclBroadcast", err) &&
+        resolveSymbol(lib, n.send, "ncclSend", err) &&
+        resolveSymbol(lib, n.recv, "ncclRecv", err) &&
+        resolveSymbol(lib, n.groupStart, "ncclGroupStart", err) &&
+        resolveSymbol(lib, n.groupEnd, "ncclGroupEnd", err);
     if (!ok) {
       s.error = "no NCCL: " + err + " (NCCL 2.18 or later is needed)";
       return;
