@@ -698,26 +698,7 @@ NB_MODULE(_shardx_rt, m) {
                 std::shared_ptr<const HostTensor>(std::move(t)));
           },
           nb::arg("shards"),
-          "The global tensor (a collective when the ranks are processes).")
-      .def(
-          "run",
-          [](Session &session, const PyArtifact &a, const std::string &name,
-             const std::vector<const ShardSet *> &inputs) {
-            const EntryPoint &entry = a.entry(name);
-            std::vector<ShardSet> outputs;
-            rt::Status s;
-            {
-              nb::gil_scoped_release release;
-              s = session.run(*a.artifact, entry, inputs, outputs);
-            }
-            if (!s)
-              throw RunError(s.message());
-            return outputs;
-          },
-          nb::arg("artifact"), nb::arg("entry"), nb::arg("inputs"),
-          "Runs an entry point on resident inputs and returns the outputs as "
-          "resident shards; a failure on any rank raises one RunError naming "
-          "the rank and the cause, and returns nothing.");
+          "The global tensor (a collective when the ranks are processes).");
 
   nb::class_<CallPlan>(m, "CallPlan")
       .def(
