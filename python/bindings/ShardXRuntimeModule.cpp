@@ -274,8 +274,7 @@ struct TreeSpec {
   }
 
   /// The tree of this structure over `leaves` (from `at` on).
-  nb::object build(std::vector<nb::object> &leaves,
-                   size_t &at) const {
+  nb::object build(std::vector<nb::object> &leaves, size_t &at) const {
     size_t n = children.size();
     switch (kind) {
     case Kind::Leaf:
