@@ -16,6 +16,65 @@ using namespace mlir::shardx;
 
 #include "shardx/Dialect/ShardX/IR/ShardXEnums.cpp.inc"
 
+static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
+                                       ArrayRef<int64_t> partials,
+                                       std::string &error);
+
+namespace mlir::shardx::detail {
+/// The storage of a LayoutAttr: its parameters, the canonical layout they
+/// spell (built once, when the attribute is uniqued) and, behind a lock,
+/// what passes ask of it again and again: its local type for a global type
+/// on a mesh shape, and the result of checking it against them.
+struct LayoutAttrStorage : public AttributeStorage {
+  using KeyTy = std::tuple<FlatSymbolRefAttr, ArrayRef<DimShardingAttr>,
+                           ArrayRef<int64_t>>;
+
+  LayoutAttrStorage(FlatSymbolRefAttr mesh, ArrayRef<DimShardingAttr> dims,
+                    ArrayRef<int64_t> partials)
+      : mesh(mesh), dims(dims), partials(partials) {
+    std::string error;
+    layout = fromParameters(dims, partials, error);
+  }
+
+  KeyTy getAsKey() const { return KeyTy(mesh, dims, partials); }
+  bool operator==(const KeyTy &key) const { return key == getAsKey(); }
+  static llvm::hash_code hashKey(const KeyTy &key) {
+    return llvm::hash_combine(std::get<0>(key), std::get<1>(key),
+                              std::get<2>(key));
+  }
+  static LayoutAttrStorage *construct(AttributeStorageAllocator &allocator,
+                                      KeyTy &&key) {
+    return new (allocator.allocate<LayoutAttrStorage>())
+        LayoutAttrStorage(std::get<0>(key), allocator.copyInto(std::get<1>(key)),
+                          allocator.copyInto(std::get<2>(key)));
+  }
+
+  /// What the attribute knows about one (global type, mesh shape) pair.
+  struct Facts {
+    SmallVector<int64_t, 4> meshShape;
+    std::optional<std::string> error;       // verifyFor's answer
+    std::optional<RankedTensorType> local; // getLocalType's answer
+  };
+  /// The facts of (type, meshShape), created empty on first use. The
+  /// caller holds `mutex`.
+  Facts &factsFor(Type type, ArrayRef<int64_t> meshShape) const {
+    SmallVector<Facts, 1> &list = facts[type];
+    for (Facts &f : list)
+      if (ArrayRef<int64_t>(f.meshShape) == meshShape)
+        return f;
+    list.push_back(Facts{SmallVector<int64_t, 4>(meshShape), {}, {}});
+    return list.back();
+  }
+
+  FlatSymbolRefAttr mesh;
+  ArrayRef<DimShardingAttr> dims;
+  ArrayRef<int64_t> partials;
+  ::shardx::Layout layout;
+  mutable llvm::sys::SmartMutex<true> mutex;
+  mutable llvm::DenseMap<Type, SmallVector<Facts, 1>> facts;
+};
+} // namespace mlir::shardx::detail
+
 #define GET_ATTRDEF_CLASSES
 #include "shardx/Dialect/ShardX/IR/ShardXAttrs.cpp.inc"
 
@@ -152,9 +211,17 @@ LayoutAttr LayoutAttr::get(FlatSymbolRefAttr mesh,
   return LayoutAttr::get(mesh.getContext(), mesh, dims, partials);
 }
 
-::shardx::Layout LayoutAttr::getLayout() const {
-  std::string error;
-  return fromParameters(getDims(), getPartials(), error);
+// The parameter accessors (tblgen writes them only with its own storage).
+FlatSymbolRefAttr LayoutAttr::getMesh() const { return getImpl()->mesh; }
+ArrayRef<DimShardingAttr> LayoutAttr::getDims() const {
+  return getImpl()->dims;
+}
+ArrayRef<int64_t> LayoutAttr::getPartials() const {
+  return getImpl()->partials;
+}
+
+const ::shardx::Layout &LayoutAttr::getLayout() const {
+  return getImpl()->layout;
 }
 
 LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -199,7 +266,27 @@ static std::string verifyCounts(const ::shardx::Layout &layout,
 
 std::string LayoutAttr::verifyFor(ArrayRef<int64_t> meshShape,
                                   Type type) const {
-  ::shardx::Layout layout = getLayout();
+  llvm::sys::SmartScopedLock<true> lock(getImpl()->mutex);
+  detail::LayoutAttrStorage::Facts &facts =
+      getImpl()->factsFor(type, meshShape);
+  if (!facts.error)
+    facts.error = verifyForUncached(meshShape, type);
+  return *facts.error;
+}
+
+RankedTensorType LayoutAttr::getLocalType(RankedTensorType global,
+                                          ArrayRef<int64_t> meshShape) const {
+  llvm::sys::SmartScopedLock<true> lock(getImpl()->mutex);
+  detail::LayoutAttrStorage::Facts &facts =
+      getImpl()->factsFor(global, meshShape);
+  if (!facts.local)
+    facts.local = mlir::shardx::getLocalType(global, getLayout(), meshShape);
+  return *facts.local;
+}
+
+std::string LayoutAttr::verifyForUncached(ArrayRef<int64_t> meshShape,
+                                          Type type) const {
+  const ::shardx::Layout &layout = getLayout();
   std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
   if (std::string error = layout.verifyForMesh(mesh); !error.empty())
     return error;

@@ -140,8 +140,7 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << attr.getName().getValue() << "' entry #"
                              << i << " is not a #shardx.layout: " << entry;
     if (failed(verifyLayoutAt(op, layout, tensorResults[i].getType(),
-                              kind.str() + " #" + std::to_string(i) +
-                                  " layout")))
+                              kind + " #" + Twine(i) + " layout")))
       return failure();
   }
   return success();

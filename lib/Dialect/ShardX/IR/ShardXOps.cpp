@@ -35,7 +35,7 @@ MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
 }
 
 LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
-                                           Type type, StringRef what,
+                                           Type type, const Twine &what,
                                            SymbolTableCollection *symbolTable,
                                            std::optional<Location> loc) {
   Location at = loc.value_or(op->getLoc());
@@ -514,16 +514,16 @@ LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &st) {
       return emitOpError("needs a mesh of at most ")
              << ::shardx::kMaxPlannerDevices
              << " devices, the most the planner enumerates";
-  ::shardx::Layout source = getSource().getLayout(),
-                   target = getTarget().getLayout();
-  if (in != getLocalType(global, source, meshShape))
+  const ::shardx::Layout &source = getSource().getLayout(),
+                         &target = getTarget().getLayout();
+  if (RankedTensorType local = getSource().getLocalType(global, meshShape);
+      in != local)
     return emitOpError("operand type ")
-           << in << " is not the local type "
-           << getLocalType(global, source, meshShape) << " of the source";
-  if (out != getLocalType(global, target, meshShape))
+           << in << " is not the local type " << local << " of the source";
+  if (RankedTensorType local = getTarget().getLocalType(global, meshShape);
+      out != local)
     return emitOpError("result type ")
-           << out << " is not the local type "
-           << getLocalType(global, target, meshShape) << " of the target";
+           << out << " is not the local type " << local << " of the target";
   llvm::SmallSet<int64_t, 4> group(getAxes().begin(), getAxes().end());
   for (int64_t a = 0, e = meshShape.size(); a < e; ++a) {
     const auto &ps = source.getPartials()[a], &pt = target.getPartials()[a];

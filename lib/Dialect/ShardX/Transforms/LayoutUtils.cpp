@@ -204,9 +204,10 @@ LayoutAttr mlir::shardx::resultLayout(func::FuncOp fn, unsigned i,
   if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
           i, ShardXDialect::getLayoutAttrName()))
     return declared;
-  if (!current.getLayout().hasPartial())
+  const Layout &layout = current.getLayout();
+  if (!layout.hasPartial())
     return current;
-  Layout l = current.getLayout();
+  Layout l = layout;
   for (int64_t axis = 0, e = l.getPartials().size(); axis < e; ++axis)
     l.setPartial(axis, std::nullopt);
   return LayoutAttr::get(current.getMesh(), l);

@@ -58,7 +58,7 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
   FlatSymbolRefAttr mesh = op.getSource().getMesh();
   Value current =
       UnrealizedConversionCastOp::create(
-          b, loc, getLocalType(global, op.getSource().getLayout(), meshShape),
+          b, loc, op.getSource().getLocalType(global, meshShape),
           op.getInput())
           .getResult(0);
   for (const ::shardx::Step &step : plan.steps) {

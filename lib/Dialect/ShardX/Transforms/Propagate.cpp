@@ -89,7 +89,7 @@ public:
   LogicalResult run();
 
 private:
-  Layout layoutOf(Value v) { return currentAttr(v).getLayout(); }
+  const Layout &layoutOf(Value v) { return currentAttr(v).getLayout(); }
   LayoutAttr attr(const Layout &l) { return LayoutAttr::get(meshRef, l); }
   double reshardCost(Value v, const Layout &to);
   double planCost(Value v, const Layout &from, const Layout &to);

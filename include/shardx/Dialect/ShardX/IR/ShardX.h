@@ -24,6 +24,12 @@
 #include "shardx/Dialect/ShardX/IR/ShardXDialect.h.inc"
 #include "shardx/Dialect/ShardX/IR/ShardXEnums.h.inc"
 
+namespace mlir::shardx::detail {
+/// LayoutAttr's storage, written by hand in ShardXAttrs.cpp: it also holds
+/// the canonical ::shardx::Layout.
+struct LayoutAttrStorage;
+} // namespace mlir::shardx::detail
+
 #define GET_ATTRDEF_CLASSES
 #include "shardx/Dialect/ShardX/IR/ShardXAttrs.h.inc"
 
@@ -44,12 +50,13 @@ MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
 /// Verifies `layout` against its mesh (looked up from `op`) and `type`.
 /// Emits `what`-prefixed errors at `loc` (default: `op`'s location).
 LogicalResult verifyLayoutAt(Operation *op, LayoutAttr layout, Type type,
-                             llvm::StringRef what,
+                             const llvm::Twine &what,
                              SymbolTableCollection *symbolTable = nullptr,
                              std::optional<Location> loc = std::nullopt);
 
 /// The local type of a global tensor under `layout`: static where every
-/// rank's shard has the same size, dynamic elsewhere.
+/// rank's shard has the same size, dynamic elsewhere. LayoutAttr::getLocalType
+/// caches it per attribute.
 RankedTensorType getLocalType(RankedTensorType global,
                               const ::shardx::Layout &layout,
                               ArrayRef<int64_t> meshShape);

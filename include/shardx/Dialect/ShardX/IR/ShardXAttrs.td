@@ -96,18 +96,34 @@ def ShardX_LayoutAttr : ShardX_Attr<"Layout", "layout"> {
   );
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
+  // The storage (ShardXAttrs.cpp) also holds the canonical `::shardx::Layout`,
+  // built and checked once when the attribute is uniqued.
+  let genStorageClass = 0;
   let builders = [
     AttrBuilderWithInferredContext<(ins "FlatSymbolRefAttr":$mesh,
                                         "const ::shardx::Layout &":$layout)>
   ];
   let extraClassDeclaration = [{
-    /// The canonical layout as a plain C++ value.
-    ::shardx::Layout getLayout() const;
+    /// The canonical layout as a plain C++ value, built once when the
+    /// attribute was created.
+    const ::shardx::Layout &getLayout() const;
     int64_t getMeshRank() const { return getPartials().size(); }
     /// Verifies the layout against a mesh shape and, if given, a tensor type.
-    /// Returns the empty string when valid.
+    /// Returns the empty string when valid. The answer is computed once per
+    /// (mesh shape, type) and kept in the attribute's storage.
     std::string verifyFor(::llvm::ArrayRef<int64_t> meshShape,
                           ::mlir::Type type = {}) const;
+    /// The local type of `global` under this layout on a mesh of
+    /// `meshShape` (see mlir::shardx::getLocalType), computed once per
+    /// (global type, mesh shape) and kept in the attribute's storage.
+    ::mlir::RankedTensorType getLocalType(::mlir::RankedTensorType global,
+                                          ::llvm::ArrayRef<int64_t> meshShape) const;
+
+  private:
+    std::string verifyForUncached(::llvm::ArrayRef<int64_t> meshShape,
+                                  ::mlir::Type type) const;
+
+  public:
   }];
 }
 
