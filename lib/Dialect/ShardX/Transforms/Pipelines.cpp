@@ -10,6 +10,7 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -42,6 +43,45 @@ struct InlineCallsPass
       signalPassFailure();
   }
 };
+
+/// MLIR's canonicalizer with its default options, except that a run that
+/// changes nothing preserves every analysis: the pass manager then skips
+/// the verifier after it (`--verify-each`), which on large programs costs
+/// more than the canonicalization itself. The pipeline runs it twice, and
+/// on most programs at least one run finds nothing to do.
+struct CanonicalizePass
+    : public PassWrapper<CanonicalizePass, OperationPass<>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CanonicalizePass)
+
+  StringRef getArgument() const override { return "shardx-canonicalize"; }
+  StringRef getDescription() const override {
+    return "canonicalize; preserves all analyses when nothing changed";
+  }
+
+  LogicalResult initialize(MLIRContext *context) override {
+    RewritePatternSet owning(context);
+    for (Dialect *dialect : context->getLoadedDialects())
+      dialect->getCanonicalizationPatterns(owning);
+    for (RegisteredOperationName op : context->getRegisteredOperations())
+      op.getCanonicalizationPatterns(owning, context);
+    patterns = std::make_shared<FrozenRewritePatternSet>(std::move(owning));
+    return success();
+  }
+
+  void runOnOperation() override {
+    // The options of upstream's `canonicalize` pass.
+    GreedyRewriteConfig config;
+    config.setUseTopDownTraversal(true)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Normal)
+        .setMaxIterations(10);
+    bool changed = false;
+    (void)applyPatternsGreedily(getOperation(), *patterns, config, &changed);
+    if (!changed)
+      markAllAnalysesPreserved();
+  }
+
+  std::shared_ptr<const FrozenRewritePatternSet> patterns;
+};
 } // namespace
 
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
@@ -49,7 +89,7 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(std::make_unique<InlineCallsPass>());
   // Propagation sees canonical IR (folded constants, one splat per value):
   // its choices depend on it.
-  pm.addPass(createCanonicalizerPass());
+  pm.addPass(std::make_unique<CanonicalizePass>());
   pm.addPass(createPropagatePass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());
@@ -57,7 +97,7 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(createLocalizePass());
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
-  pm.addPass(createCanonicalizerPass());
+  pm.addPass(std::make_unique<CanonicalizePass>());
   pm.addPass(createCSEPass());
 }
 
