@@ -17,7 +17,7 @@
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "shardx/Layout/Layout.h"
+#include "shardx/Layout/LayoutJson.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -80,34 +80,18 @@ llvm::json::Array shapeJson(Type type) {
   return shape;
 }
 
-/// A layout as data for the executor: per sharded dim its splits
-/// ([axis, stride] pairs) and explicit sizes, per mesh axis its Partial.
+/// A layout as data for the executor: its JSON form (shardx/Layout/
+/// LayoutJson.h, shared with the executor and Python) plus its spelling.
 llvm::json::Object layoutJson(mlir::shardx::LayoutAttr attr) {
-  ::shardx::Layout layout = attr.getLayout();
-  llvm::json::Object obj;
+  llvm::Expected<llvm::json::Value> value =
+      llvm::json::parse(::shardx::layoutToJsonText(attr.getLayout()));
+  // The text comes from nlohmann::json::dump: it always parses.
+  assert(value && value->getAsObject() && "layoutToJsonText wrote bad JSON");
+  llvm::json::Object obj = std::move(*value->getAsObject());
   std::string text;
   llvm::raw_string_ostream os(text);
   Attribute(attr).print(os);
   obj["text"] = text;
-  llvm::json::Array dims;
-  for (const ::shardx::DimSharding &d : layout.getDims()) {
-    llvm::json::Object dj;
-    dj["dim"] = d.dim;
-    llvm::json::Array splits, sizes;
-    for (const ::shardx::Split &sp : d.splits)
-      splits.push_back(llvm::json::Array{sp.axis, sp.stride});
-    for (int64_t sz : d.sizes)
-      sizes.push_back(sz);
-    dj["splits"] = std::move(splits);
-    dj["sizes"] = std::move(sizes);
-    dims.push_back(std::move(dj));
-  }
-  obj["dims"] = std::move(dims);
-  llvm::json::Array partials;
-  for (const auto &p : layout.getPartials())
-    partials.push_back(p ? llvm::json::Value(::shardx::stringifyReduceOp(*p))
-                         : llvm::json::Value(nullptr));
-  obj["partials"] = std::move(partials);
   return obj;
 }
 

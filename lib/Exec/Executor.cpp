@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Exec/Executor.h"
+#include "shardx/Layout/LayoutJson.h"
 #include "shardx/Runtime/CApi.h"
 
 #include <nlohmann/json.hpp>
@@ -172,24 +173,19 @@ bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
   auto l = obj.find("layout");
   if (l == obj.end() || !l->is_object())
     return true;
-  Layout layout(static_cast<int64_t>(meshRank));
   spec.layoutText = stringOr(*l, "text", "");
-  if (auto dims = l->find("dims"); dims != l->end())
-    for (const Json &d : *dims) {
-      int64_t dim = d.value("dim", int64_t(0));
-      if (auto splits = d.find("splits"); splits != d.end())
-        for (const Json &pair : *splits)
-          layout.addSplit(
-              dim, Split{pair.at(0).get<int64_t>(), pair.at(1).get<int64_t>()});
-      std::vector<int64_t> sizes = ints(d, "sizes");
-      if (!sizes.empty())
-        layout.setSizes(dim, sizes);
-    }
-  if (auto partials = l->find("partials"); partials != l->end())
-    for (size_t a = 0; a < partials->size() && a < meshRank; ++a)
-      if ((*partials)[a].is_string())
-        layout.setPartial(a, parseReduceOp((*partials)[a].get<std::string>()));
-  spec.layout = layout;
+  std::optional<Layout> layout = layoutFromJson(*l, error);
+  if (!layout) {
+    error = "layout " + spec.layoutText + ": " + error;
+    return false;
+  }
+  if (static_cast<size_t>(layout->getMeshRank()) != meshRank) {
+    error = "layout " + spec.layoutText + " has " +
+            std::to_string(layout->getMeshRank()) +
+            " mesh axes, the program's mesh " + std::to_string(meshRank);
+    return false;
+  }
+  spec.layout = std::move(layout);
   return true;
 }
 

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Exec/Session.h"
+#include "shardx/Layout/LayoutJson.h"
 #ifdef SHARDX_HAVE_MPI
 #include "shardx/Runtime/Mpi.h"
 #endif
@@ -458,6 +459,20 @@ NB_MODULE(_shardx_rt, m) {
           nb::arg("placements"), nb::arg("mesh_shape"), nb::arg("global_shape"),
           "The canonical layout of DTensor placements, given as (kind, dim, "
           "split_factor, op) tuples with kind R, S, SS or P.")
+      .def_static(
+          "from_json",
+          [](const std::string &text) {
+            std::string error;
+            std::optional<Layout> l = layoutFromJsonText(text, error);
+            if (!l)
+              throw std::invalid_argument("bad layout JSON: " + error);
+            return *l;
+          },
+          nb::arg("text"),
+          "The layout of its JSON text (shardx/Layout/LayoutJson.h: the form "
+          "program descriptions use).")
+      .def("to_json", &layoutToJsonText,
+           "The layout's JSON text (the form program descriptions use).")
       .def("__str__", &Layout::str)
       .def("__repr__",
            [](const Layout &l) { return "Layout([" + l.str() + "])"; })
