@@ -97,3 +97,33 @@ TEST_F(ShardXDialectTest, ReductionKindsMatchTheLayoutLibrary) {
     EXPECT_EQ(toReduceOp(toReductionKind(op)), op);
   }
 }
+
+TEST_F(ShardXDialectTest, StorageHoldsTheLayoutAndItsAnswers) {
+  LayoutAttr a = parse("#shardx.layout<@mesh, [S(0), S(1)]>");
+  ASSERT_TRUE(a);
+  // Built once: every call returns the same object.
+  EXPECT_EQ(&a.getLayout(), &a.getLayout());
+  EXPECT_EQ(a.getLayout().str(), "[S(0), S(1)]");
+
+  // Local types, cached per (global type, mesh shape), agree with the
+  // uncached computation and do not mix meshes.
+  auto global = RankedTensorType::get({7, 8}, Float32Type::get(&context));
+  for (const std::vector<int64_t> &mesh :
+       {std::vector<int64_t>{2, 4}, std::vector<int64_t>{2, 2}}) {
+    RankedTensorType expected = getLocalType(global, a.getLayout(), mesh);
+    EXPECT_EQ(a.getLocalType(global, mesh), expected);
+    EXPECT_EQ(a.getLocalType(global, mesh), expected);
+  }
+  EXPECT_EQ(a.getLocalType(global, {2, 4}).getDimSize(1), 2);
+  EXPECT_EQ(a.getLocalType(global, {2, 2}).getDimSize(1), 4);
+  EXPECT_TRUE(a.getLocalType(global, {2, 4}).isDynamicDim(0)); // 4 and 3
+
+  // verifyFor, cached per (type, mesh shape): a rank-1 tensor is wrong for
+  // S(1), the rank-2 one right, whatever order they are asked in.
+  auto vector = RankedTensorType::get({8}, Float32Type::get(&context));
+  EXPECT_NE(a.verifyFor({2, 4}, vector), "");
+  EXPECT_EQ(a.verifyFor({2, 4}, global), "");
+  EXPECT_NE(a.verifyFor({2, 4}, vector), "");
+  EXPECT_NE(a.verifyFor({2}, global), "");
+  EXPECT_EQ(a.verifyFor({2, 4}, global), "");
+}

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Runtime/CApi.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -86,18 +87,24 @@ void ShardXDialect::registerAttributes() {
 }
 
 // One encoding of the reduction everywhere: the dialect's enum, the layout
-// algebra's ReduceOp and the runtime C ABI's SHARDX_RT_* (checked in
-// lib/Runtime/CApi.cpp) number sum, avg, max, min, prod alike.
-#define SHARDX_CHECK_REDUCTION(KIND)                                           \
+// algebra's ReduceOp and the runtime C ABI's SHARDX_RT_* (also checked in
+// lib/Runtime/CApi.cpp) number sum, avg, max, min, prod alike, and none has
+// a kind the others lack. The names agree too (test/Unit/DialectTest.cpp).
+#define SHARDX_CHECK_REDUCTION(KIND, RT)                                       \
   static_assert(static_cast<uint32_t>(ReductionKind::KIND) ==                  \
-                    static_cast<uint32_t>(::shardx::ReduceOp::KIND),           \
-                "ReductionKind and ReduceOp disagree on " #KIND);
-SHARDX_CHECK_REDUCTION(Sum)
-SHARDX_CHECK_REDUCTION(Avg)
-SHARDX_CHECK_REDUCTION(Max)
-SHARDX_CHECK_REDUCTION(Min)
-SHARDX_CHECK_REDUCTION(Prod)
+                        static_cast<uint32_t>(::shardx::ReduceOp::KIND) &&     \
+                    static_cast<uint32_t>(ReductionKind::KIND) == RT,          \
+                "ReductionKind, ReduceOp and SHARDX_RT_* disagree on " #KIND);
+SHARDX_CHECK_REDUCTION(Sum, SHARDX_RT_SUM)
+SHARDX_CHECK_REDUCTION(Avg, SHARDX_RT_AVG)
+SHARDX_CHECK_REDUCTION(Max, SHARDX_RT_MAX)
+SHARDX_CHECK_REDUCTION(Min, SHARDX_RT_MIN)
+SHARDX_CHECK_REDUCTION(Prod, SHARDX_RT_PROD)
 #undef SHARDX_CHECK_REDUCTION
+static_assert(getMaxEnumValForReductionKind() ==
+                      static_cast<uint32_t>(::shardx::ReduceOp::Prod) &&
+                  SHARDX_RT_PROD == static_cast<int>(::shardx::ReduceOp::Prod),
+              "a reduction kind exists in one encoding but not the others");
 
 ReductionKind mlir::shardx::toReductionKind(::shardx::ReduceOp op) {
   return static_cast<ReductionKind>(static_cast<uint32_t>(op));
