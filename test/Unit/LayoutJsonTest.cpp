@@ -35,8 +35,7 @@ std::vector<Placement> axisPlacements(int64_t rank) {
 /// All canonical layouts of placements over `mesh` for a rank-`rank`
 /// tensor, plus, per layout, variants with the split order of each
 /// multiply-split dim reversed and with explicit (uneven) sizes.
-std::vector<Layout> allLayouts(const std::vector<int64_t> &mesh,
-                               int64_t rank) {
+std::vector<Layout> allLayouts(const std::vector<int64_t> &mesh, int64_t rank) {
   std::vector<Placement> options = axisPlacements(rank);
   std::vector<Layout> out;
   std::vector<size_t> pick(mesh.size(), 0);
@@ -96,8 +95,8 @@ TEST(LayoutJson, RoundTripsEveryLayoutOfSmallMeshes) {
         std::optional<Layout> back =
             layoutFromJson(layoutToJson(layout), error);
         ASSERT_TRUE(back) << layout.str() << ": " << error;
-        EXPECT_EQ(*back, layout) << layout.str() << " came back as "
-                                 << back->str();
+        EXPECT_EQ(*back, layout)
+            << layout.str() << " came back as " << back->str();
         std::string text = layoutToJsonText(layout);
         std::optional<Layout> fromText = layoutFromJsonText(text, error);
         ASSERT_TRUE(fromText) << text << ": " << error;
@@ -180,8 +179,7 @@ TEST(LayoutJson, BadInputIsAnError) {
     std::optional<Layout> l = layoutFromJsonText(text, error);
     EXPECT_FALSE(l) << text << " read as " << l->str();
     EXPECT_NE(error.find(why), std::string::npos)
-        << text << ": error '" << error << "' does not mention '" << why
-        << "'";
+        << text << ": error '" << error << "' does not mention '" << why << "'";
   }
 }
 

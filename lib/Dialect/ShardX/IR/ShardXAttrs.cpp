@@ -45,15 +45,15 @@ struct LayoutAttrStorage : public AttributeStorage {
   }
   static LayoutAttrStorage *construct(AttributeStorageAllocator &allocator,
                                       KeyTy &&key) {
-    return new (allocator.allocate<LayoutAttrStorage>())
-        LayoutAttrStorage(std::get<0>(key), allocator.copyInto(std::get<1>(key)),
-                          allocator.copyInto(std::get<2>(key)));
+    return new (allocator.allocate<LayoutAttrStorage>()) LayoutAttrStorage(
+        std::get<0>(key), allocator.copyInto(std::get<1>(key)),
+        allocator.copyInto(std::get<2>(key)));
   }
 
   /// What the attribute knows about one (global type, mesh shape) pair.
   struct Facts {
     SmallVector<int64_t, 4> meshShape;
-    std::optional<std::string> error;       // verifyFor's answer
+    std::optional<std::string> error;      // verifyFor's answer
     std::optional<RankedTensorType> local; // getLocalType's answer
   };
   /// The facts of (type, meshShape), created empty on first use. The
