@@ -47,6 +47,9 @@ struct InlineCallsPass
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
   pm.addPass(std::make_unique<InlineCallsPass>());
+  // bf16/f16 sums accumulate in f32 before propagation, so that their
+  // partial sums are reduced across ranks in f32.
+  pm.addPass(createWidenAccumulationPass());
   // Propagation sees canonical IR (folded constants, one splat per value):
   // its choices depend on it.
   pm.addPass(createCanonicalizerPass());
