@@ -139,6 +139,10 @@ std::optional<DType> toDType(const std::string &dtype) {
     return DType::I32;
   if (dtype == "i64")
     return DType::I64;
+  if (dtype == "bf16")
+    return DType::BF16;
+  if (dtype == "f16")
+    return DType::F16;
   return std::nullopt;
 }
 
