@@ -1,4 +1,5 @@
 // RUN: shardx-opt --shardx-widen-accumulation --split-input-file %s | FileCheck %s
+// RUN: shardx-opt --shardx-widen-accumulation=contractions=false --split-input-file %s | FileCheck %s --check-prefix=NOCON
 
 // Tests that a bf16 matmul accumulates in f32 from an f32 zero fill and is
 // rounded to bf16 once, keeping its bf16 operands.
@@ -16,6 +17,11 @@
 // CHECK: %[[R:.*]] = linalg.generic {{.*}} ins(%[[ACC]] : tensor<8x4xf32>) outs(%{{.*}} : tensor<8x4xbf16>)
 // CHECK:   arith.truncf %{{.*}} : f32 to bf16
 // CHECK: return %[[R]] : tensor<8x4xbf16>
+// Tests that contractions=false leaves the matmul to the target.
+// NOCON-LABEL: func.func @matmul_bf16
+// NOCON-NOT: arith.extf
+// NOCON: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%{{.*}} : tensor<8x4xbf16>)
+// NOCON-NOT: arith.extf
 func.func @matmul_bf16(%a: tensor<8x16xbf16>, %b: tensor<16x4xbf16>) -> tensor<8x4xbf16> {
   %e = tensor.empty() : tensor<8x4xbf16>
   %z = arith.constant 0.0 : bf16
@@ -39,6 +45,10 @@ func.func @matmul_bf16(%a: tensor<8x16xbf16>, %b: tensor<16x4xbf16>) -> tensor<8
 // CHECK-NOT: truncf
 // CHECK:   linalg.yield %[[S]] : f32
 // CHECK: arith.truncf %{{.*}} : f32 to f16
+// Tests that contractions=false still widens a sum.
+// NOCON-LABEL: func.func @sum_f16
+// NOCON: linalg.generic {{.*}} outs(%{{.*}} : tensor<4xf32>)
+// NOCON: arith.truncf %{{.*}} : f32 to f16
 func.func @sum_f16(%x: tensor<4x?xf16>, %init: tensor<4xf16>) -> tensor<4xf16> {
   %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<4x?xf16>) outs(%init : tensor<4xf16>) {
   ^bb0(%a: f16, %o: f16):

@@ -33,12 +33,14 @@ namespace {
 /// bf16 and f16: the element types whose accumulation is widened.
 bool isLowPrecision(Type type) { return type.isBF16() || type.isF16(); }
 
-/// Whether `op` is a reduction or contraction on tensors with one bf16/f16
-/// result whose body this pass can compute in f32.
-bool needsWidening(linalg::LinalgOp op) {
+/// Whether `op` is a reduction (or, with `contractions`, a contraction) on
+/// tensors with one bf16/f16 result whose body this pass can compute in f32.
+bool needsWidening(linalg::LinalgOp op, bool contractions) {
   if (!op.hasPureTensorSemantics() || op.getNumDpsInits() != 1 ||
       op->getNumResults() != 1 || op.getNumReductionLoops() == 0 ||
       !isLowPrecision(getElementTypeOrSelf(op->getResult(0).getType())))
+    return false;
+  if (!contractions && linalg::isaContractionOpInterface(op))
     return false;
   // Generalized named ops have arith bodies; a generic's is checked here.
   if (!isa<linalg::GenericOp>(op))
@@ -178,10 +180,12 @@ LogicalResult widen(IRRewriter &rewriter, linalg::LinalgOp op) {
 struct WidenAccumulationPass
     : public mlir::shardx::impl::WidenAccumulationPassBase<
           WidenAccumulationPass> {
+  using WidenAccumulationPassBase::WidenAccumulationPassBase;
+
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> ops;
     getOperation()->walk([&](linalg::LinalgOp op) {
-      if (needsWidening(op))
+      if (needsWidening(op, contractions))
         ops.push_back(op);
     });
     IRRewriter rewriter(&getContext());

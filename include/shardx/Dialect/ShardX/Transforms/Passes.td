@@ -23,11 +23,14 @@ def WidenAccumulationPass : Pass<"shardx-widen-accumulation", "ModuleOp"> {
     its body computes in f32 (low-precision operands are extended where
     they are read; the body's own rounding steps are dropped), its init is
     the f32 image of the old one (a zero fill stays a fill), and its result
-    is truncated back. A contraction keeps its bf16/f16 operands, so the
-    GPU target calls cuBLAS with bf16/f16 A/B and an f32 C. Bodies with ops
-    other than arith/math (or `arith.bitcast`) are left alone. In the SPMD
-    pipeline it runs before propagation, so a partial sum is reduced across
-    ranks in f32.
+    is truncated back. Bodies with ops other than arith/math (or
+    `arith.bitcast`) are left alone.
+
+    With `contractions=false`, contractions (multiply-add bodies) are left
+    alone: the SPMD pipeline runs it so before propagation (the target is
+    not known yet), the cuda target's GEMMs accumulate in f32 inside cuBLAS
+    (`CUBLAS_COMPUTE_32F` on bf16/f16 A, B and C), and the cpu target widens
+    them at the start of code generation (its bf16/f16 GEMMs are loop nests).
 
     ```mlir
     %c = linalg.matmul ins(%a, %b : tensor<8x16xbf16>, tensor<16x4xbf16>)
@@ -44,6 +47,10 @@ def WidenAccumulationPass : Pass<"shardx-widen-accumulation", "ModuleOp"> {
     %c = linalg.generic {...} ins(%acc) ... arith.truncf ... -> tensor<8x4xbf16>
     ```
   }];
+  let options = [
+    Option<"contractions", "contractions", "bool", /*default=*/"true",
+           "also widen contractions (matmuls)">,
+  ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
