@@ -59,8 +59,8 @@ struct MemRef2 {
 };
 void _mlir_ciface_shardx_rt_cuda_gemm_f32(MemRef2 *a, MemRef2 *b, MemRef2 *c,
                                           int32_t accumulate);
-void _mlir_ciface_shardx_rt_cuda_gemm_bf16(MemRef2 *a, MemRef2 *b,
-                                           MemRef2 *c, int32_t accumulate);
+void _mlir_ciface_shardx_rt_cuda_gemm_bf16(MemRef2 *a, MemRef2 *b, MemRef2 *c,
+                                           int32_t accumulate);
 void _mlir_ciface_shardx_rt_cuda_gemm_f16(MemRef2 *a, MemRef2 *b, MemRef2 *c,
                                           int32_t accumulate);
 }
@@ -125,8 +125,9 @@ int gemmBench(int argc, char **argv) {
   else if (dtype == "f16")
     kind = {2, 2, _mlir_ciface_shardx_rt_cuda_gemm_f16};
   else {
-    std::fprintf(stderr, "shardx-gpu-bench: gemm type must be f32, bf16 or "
-                         "f16, not '%s'\n",
+    std::fprintf(stderr,
+                 "shardx-gpu-bench: gemm type must be f32, bf16 or "
+                 "f16, not '%s'\n",
                  dtype.c_str());
     return 1;
   }
@@ -173,16 +174,15 @@ int gemmBench(int argc, char **argv) {
   MemRef2 ma{a, a, 0, {m, k}, {k, 1}}, mb{b, b, 0, {k, n}, {n, 1}},
       mc{c, c, 0, {m, n}, {n, 1}};
   int iters = 10;
-  double runtime = bestSeconds(iters, stream, [&] {
-    kind.entry(&ma, &mb, &mc, 0);
-  });
+  double runtime =
+      bestSeconds(iters, stream, [&] { kind.entry(&ma, &mb, &mc, 0); });
   float one = 1, zero = 0;
   // Row-major C = A B is column-major C^T = B^T A^T.
   constexpr int kOpN = 0, kCompute32F = 68, kDefault = -1;
   int t = kind.cudaType;
   double direct = bestSeconds(iters, stream, [&] {
-    gemmEx(handle, kOpN, kOpN, int(n), int(m), int(k), &one, b, t, int(n), a,
-           t, int(k), &zero, c, t, int(n), kCompute32F, kDefault);
+    gemmEx(handle, kOpN, kOpN, int(n), int(m), int(k), &one, b, t, int(n), a, t,
+           int(k), &zero, c, t, int(n), kCompute32F, kDefault);
   });
   double flops = 2.0 * m * n * k;
   std::printf("# %s GEMM %lldx%lldx%lld (f32 accumulation) on %s\n",
@@ -329,8 +329,10 @@ int ncclBench(int argc, char **argv) {
 int main(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "gemm" && mode != "nccl") {
-    std::fprintf(stderr, "usage: shardx-gpu-bench gemm [M N K [f32|bf16|f16]] "
-                         "| nccl [max-bytes]\n");
+    std::fprintf(stderr,
+                 "usage: shardx-gpu-bench gemm [M N K] | nccl [max-bytes]\n"
+                 "       (gemm M N K TYPE: TYPE is f32, the default, bf16 or "
+                 "f16)\n");
     return 1;
   }
   if (mode == "gemm" && argc > 5 && std::strcmp(argv[5], "f32") &&

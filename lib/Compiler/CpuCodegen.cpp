@@ -343,8 +343,8 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   // when the SPMD pipeline already widened them); cuBLAS accumulates the
   // cuda target's GEMMs in f32, the cpu target's are loop nests.
   PassManager widen(module.getContext());
-  widen.addPass(createWidenAccumulationPass(
-      {/*contractions=*/options.target != "cuda"}));
+  widen.addPass(
+      createWidenAccumulationPass({/*contractions=*/options.target != "cuda"}));
   if (failed(widen.run(module)))
     return failure();
   if (options.target == "cuda")

@@ -282,9 +282,9 @@ Status exchangeHalf(Communicator &comm, const void *in, void *out, DType type,
                     const std::vector<int64_t> &axes) {
   auto elements = [&](const Layout &l) {
     size_t n = 1;
-    for (int64_t d : l.getLocalShard(comm.getMeshShape(), globalShape,
-                                     comm.getCoords())
-                         .shape)
+    for (int64_t d :
+         l.getLocalShard(comm.getMeshShape(), globalShape, comm.getCoords())
+             .shape)
       n *= static_cast<size_t>(d);
     return n;
   };
@@ -324,8 +324,7 @@ Status exchange(Communicator &comm, const void *in, void *out, DType type,
                          source, target, axes);
   case DType::BF16:
   case DType::F16:
-    return exchangeHalf(comm, in, out, type, globalShape, source, target,
-                        axes);
+    return exchangeHalf(comm, in, out, type, globalShape, source, target, axes);
   }
   return Status::error("exchange: unknown element type");
 }

@@ -232,8 +232,8 @@ inline Status checkHalfFloatSums(Communicator &c) {
           float sum = 1.0f + float(n - 1) * halfUlp;
           uint16_t want = toBits(op == ReduceOp::Avg ? sum / float(n) : sum);
           std::vector<uint16_t> recv(count);
-          if (Status s = c.allReduce(send.data(), recv.data(), count, type, op,
-                                     axes);
+          if (Status s =
+                  c.allReduce(send.data(), recv.data(), count, type, op, axes);
               !s)
             return s;
           for (size_t k = 0; k < count; ++k)

@@ -76,8 +76,8 @@ std::string tools::describeInputs(const EntryPoint &entry,
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     InputDomain domain =
         i < options.domains.size() ? options.domains[i] : InputDomain::Any;
-    bool isFloat = entry.inputs[i].dtype[0] == 'f' ||
-                   entry.inputs[i].dtype == "bf16";
+    bool isFloat =
+        entry.inputs[i].dtype[0] == 'f' || entry.inputs[i].dtype == "bf16";
     if (domain == InputDomain::Count)
       ++counts;
     else if (!isFloat)

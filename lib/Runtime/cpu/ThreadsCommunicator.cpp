@@ -96,8 +96,8 @@ std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
 
 /// reduceAll on bf16/f16: the members' terms accumulate in f32 and are
 /// rounded once.
-void reduceAllHalf(void *out, const std::vector<const char *> &in,
-                   size_t count, DType type, ReduceOp op) {
+void reduceAllHalf(void *out, const std::vector<const char *> &in, size_t count,
+                   DType type, ReduceOp op) {
   constexpr size_t kBlock = 2048;
   alignas(64) float acc[kBlock], term[kBlock];
   for (size_t k = 0; k < count; k += kBlock) {

@@ -64,7 +64,8 @@ __device__ void reduceHalf(H *out, const Inputs &in, int n, int64_t count) {
        i += int64_t(gridDim.x) * blockDim.x) {
     float acc = toFloat(static_cast<const H *>(in.p[0])[i]);
     for (int k = 1; k < n; ++k)
-      acc = combine<float, op>(acc, toFloat(static_cast<const H *>(in.p[k])[i]));
+      acc =
+          combine<float, op>(acc, toFloat(static_cast<const H *>(in.p[k])[i]));
     if (op == Avg)
       acc = acc / float(n);
     out[i] = fromFloat<H>(acc);

@@ -178,10 +178,10 @@ public:
     if (count > INT_MAX)
       return Status::error("all_reduce on rank " + std::to_string(rank) +
                            ": too many elements for one MPI call");
-    Status s =
-        check("all_reduce", MPI_Allreduce(send == recv ? MPI_IN_PLACE : send,
-                                          recv, static_cast<int>(count),
-                                          mpiType(type), mpiOp(op, type), comm));
+    Status s = check("all_reduce",
+                     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                                   static_cast<int>(count), mpiType(type),
+                                   mpiOp(op, type), comm));
     if (s && op == ReduceOp::Avg)
       divideBy(recv, count, type, static_cast<int64_t>(getGroup(axes).size()));
     return s;
