@@ -5,11 +5,13 @@
 // Two ratios, each measured in one run against the library called directly
 // on the same GPU, buffers and stream:
 //
-//   shardx-gpu-bench gemm [M N K]   (default 8192 8192 8192)
-//     f32 C = A B through the runtime's entry point of compiled code
-//     (_mlir_ciface_shardx_rt_cuda_gemm_f32: memref descriptors, cuBLAS
+//   shardx-gpu-bench gemm [M N K [f32|bf16|f16]]   (default 8192^3, f32)
+//     C = A B through the runtime's entry point of compiled code
+//     (_mlir_ciface_shardx_rt_cuda_gemm_<t>: memref descriptors, cuBLAS
 //     GemmStridedBatchedEx on the rank's stream) vs cublasGemmEx with the
-//     same operands; TFLOP/s of each and runtime / direct.
+//     same operands, types and CUBLAS_COMPUTE_32F (bf16/f16: A, B and C in
+//     the 16-bit type, f32 accumulation); TFLOP/s of each and runtime /
+//     direct.
 //
 //   shardx-gpu-bench nccl [max-bytes]   (default 256 MiB)
 //     all_reduce, all_gather and reduce_scatter (f32, out of place) through
@@ -56,6 +58,10 @@ struct MemRef2 {
   int64_t strides[2];
 };
 void _mlir_ciface_shardx_rt_cuda_gemm_f32(MemRef2 *a, MemRef2 *b, MemRef2 *c,
+                                          int32_t accumulate);
+void _mlir_ciface_shardx_rt_cuda_gemm_bf16(MemRef2 *a, MemRef2 *b, MemRef2 *c,
+                                           int32_t accumulate);
+void _mlir_ciface_shardx_rt_cuda_gemm_f16(MemRef2 *a, MemRef2 *b, MemRef2 *c,
                                           int32_t accumulate);
 }
 
@@ -105,6 +111,30 @@ int gemmBench(int argc, char **argv) {
   int64_t m = argc > 2 ? std::atoll(argv[2]) : 8192;
   int64_t n = argc > 3 ? std::atoll(argv[3]) : 8192;
   int64_t k = argc > 4 ? std::atoll(argv[4]) : 8192;
+  std::string dtype = argc > 5 ? argv[5] : "f32";
+  // cudaDataType and the runtime's entry point per element type.
+  struct Kind {
+    int cudaType, bytes;
+    void (*entry)(MemRef2 *, MemRef2 *, MemRef2 *, int32_t);
+  };
+  Kind kind;
+  if (dtype == "f32")
+    kind = {0, 4, _mlir_ciface_shardx_rt_cuda_gemm_f32};
+  else if (dtype == "bf16")
+    kind = {14, 2, _mlir_ciface_shardx_rt_cuda_gemm_bf16};
+  else if (dtype == "f16")
+    kind = {2, 2, _mlir_ciface_shardx_rt_cuda_gemm_f16};
+  else {
+    std::fprintf(stderr,
+                 "shardx-gpu-bench: gemm type must be f32, bf16 or "
+                 "f16, not '%s'\n",
+                 dtype.c_str());
+    return 1;
+  }
+  if (m <= 0 || n <= 0 || k <= 0) {
+    std::fprintf(stderr, "shardx-gpu-bench: gemm sizes must be positive\n");
+    return 1;
+  }
   std::string tried;
   void *lib = openCudaLibrary(
       "SHARDX_CUBLAS",
@@ -129,27 +159,35 @@ int gemmBench(int argc, char **argv) {
     std::fprintf(stderr, "shardx-gpu-bench: cublasCreate failed\n");
     return 1;
   }
-  auto *a = static_cast<char *>(shardx_rt_cuda_alloc(m * k * 4));
-  auto *b = static_cast<char *>(shardx_rt_cuda_alloc(k * n * 4));
-  auto *c = static_cast<char *>(shardx_rt_cuda_alloc(m * n * 4));
-  mgpuMemset32(a, 0x3c000000, m * k, nullptr); // 0.0078125
-  mgpuMemset32(b, 0x3c000000, k * n, nullptr);
+  auto *a = static_cast<char *>(shardx_rt_cuda_alloc(m * k * kind.bytes));
+  auto *b = static_cast<char *>(shardx_rt_cuda_alloc(k * n * kind.bytes));
+  auto *c = static_cast<char *>(shardx_rt_cuda_alloc(m * n * kind.bytes));
+  // 0.0078125 in each type.
+  if (kind.bytes == 4) {
+    mgpuMemset32(a, 0x3c000000, m * k, nullptr);
+    mgpuMemset32(b, 0x3c000000, k * n, nullptr);
+  } else {
+    unsigned short bits = dtype == "bf16" ? 0x3c00 : 0x2000;
+    mgpuMemset16(a, bits, m * k, nullptr);
+    mgpuMemset16(b, bits, k * n, nullptr);
+  }
   MemRef2 ma{a, a, 0, {m, k}, {k, 1}}, mb{b, b, 0, {k, n}, {n, 1}},
       mc{c, c, 0, {m, n}, {n, 1}};
   int iters = 10;
-  double runtime = bestSeconds(iters, stream, [&] {
-    _mlir_ciface_shardx_rt_cuda_gemm_f32(&ma, &mb, &mc, 0);
-  });
+  double runtime =
+      bestSeconds(iters, stream, [&] { kind.entry(&ma, &mb, &mc, 0); });
   float one = 1, zero = 0;
   // Row-major C = A B is column-major C^T = B^T A^T.
-  constexpr int kOpN = 0, kR32F = 0, kCompute32F = 68, kDefault = -1;
+  constexpr int kOpN = 0, kCompute32F = 68, kDefault = -1;
+  int t = kind.cudaType;
   double direct = bestSeconds(iters, stream, [&] {
-    gemmEx(handle, kOpN, kOpN, int(n), int(m), int(k), &one, b, kR32F, int(n),
-           a, kR32F, int(k), &zero, c, kR32F, int(n), kCompute32F, kDefault);
+    gemmEx(handle, kOpN, kOpN, int(n), int(m), int(k), &one, b, t, int(n), a, t,
+           int(k), &zero, c, t, int(n), kCompute32F, kDefault);
   });
   double flops = 2.0 * m * n * k;
-  std::printf("# f32 GEMM %lldx%lldx%lld on %s\n", (long long)m, (long long)n,
-              (long long)k, shardx_rt_cuda_device_name());
+  std::printf("# %s GEMM %lldx%lldx%lld (f32 accumulation) on %s\n",
+              dtype.c_str(), (long long)m, (long long)n, (long long)k,
+              shardx_rt_cuda_device_name());
   std::printf("%-10s %12s %12s\n", "path", "time_ms", "TFLOP/s");
   std::printf("%-10s %12.3f %12.2f\n", "runtime", runtime * 1e3,
               flops / runtime / 1e12);
@@ -291,8 +329,18 @@ int ncclBench(int argc, char **argv) {
 int main(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "gemm" && mode != "nccl") {
-    std::fprintf(stderr, "usage: shardx-gpu-bench gemm [M N K] | nccl "
-                         "[max-bytes]\n");
+    std::fprintf(stderr,
+                 "usage: shardx-gpu-bench gemm [M N K] | nccl [max-bytes]\n"
+                 "       (gemm M N K TYPE: TYPE is f32, the default, bf16 or "
+                 "f16)\n");
+    return 1;
+  }
+  if (mode == "gemm" && argc > 5 && std::strcmp(argv[5], "f32") &&
+      std::strcmp(argv[5], "bf16") && std::strcmp(argv[5], "f16")) {
+    std::fprintf(stderr,
+                 "shardx-gpu-bench: gemm type must be f32, bf16 or f16, not "
+                 "'%s'\n",
+                 argv[5]);
     return 1;
   }
   char error[4096];

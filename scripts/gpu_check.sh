@@ -24,7 +24,8 @@
 # backend (one process, a world of one: the communicator's creation and
 # NCCL's loading on a GPU), the nccl conformance suite in one process
 # (bin/ShardXRuntimeNcclTests: mesh 1), and prints the figures of
-# bin/shardx-gpu-bench (GEMM vs cuBLAS, collectives vs NCCL; not counted).
+# bin/shardx-gpu-bench (GEMM vs cuBLAS in f32, bf16 and f16, collectives vs
+# NCCL; not counted).
 # On a machine without a usable GPU the first run prints the driver's
 # reason ("no CUDA driver: ...") and every run counts as failed.
 set -euo pipefail
@@ -156,7 +157,9 @@ if [ -z "$nodriver" ]; then
     fi
   fi
   if [ -x "$DIR/bin/shardx-gpu-bench" ]; then
-    "$DIR/bin/shardx-gpu-bench" gemm || true
+    for t in f32 bf16 f16; do
+      "$DIR/bin/shardx-gpu-bench" gemm 8192 8192 8192 "$t" || true
+    done
     "$DIR/bin/shardx-gpu-bench" nccl || true
   fi
 fi

@@ -6,6 +6,7 @@
 
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
 
 #include "mlir/InitAllDialects.h"
@@ -322,6 +323,14 @@ LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module) {
 
 LogicalResult mlir::shardx::compileModule(ModuleOp module,
                                           const CompileOptions &options) {
+  // bf16/f16 reductions accumulate in f32 on every target (nothing to do
+  // when the SPMD pipeline already widened them); cuBLAS accumulates the
+  // cuda target's GEMMs in f32, the cpu target's are loop nests.
+  PassManager widen(module.getContext());
+  widen.addPass(
+      createWidenAccumulationPass({/*contractions=*/options.target != "cuda"}));
+  if (failed(widen.run(module)))
+    return failure();
   if (options.target == "cuda")
     return compileModuleForCuda(module, options);
   if (options.target != "cpu") {

@@ -52,8 +52,13 @@ private:
       return std::string("i32");
     if (elt.isInteger(64))
       return std::string("i64");
-    op->emitError("collectives on ") << elt << " are not supported by the CPU "
-                                     << "runtime (f32, f64, i32, i64; i1 "
+    if (elt.isBF16())
+      return std::string("bf16");
+    if (elt.isF16())
+      return std::string("f16");
+    op->emitError("collectives on ") << elt << " are not supported by the "
+                                     << "runtime (f32, f64, i32, i64, bf16, "
+                                     << "f16; i1 "
                                      << "except in reductions)";
     return failure();
   }

@@ -7,6 +7,7 @@
 #include "shardx/Exec/Executor.h"
 #include "shardx/Layout/LayoutJson.h"
 #include "shardx/Runtime/CApi.h"
+#include "shardx/Runtime/HalfFloat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -65,6 +66,15 @@ void store(char *p, double v) {
   std::memcpy(p, &x, sizeof(T));
 }
 
+/// A bf16/f16 element's bits.
+uint16_t bits16(const char *p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+  return h;
+}
+
+void storeBits16(char *p, uint16_t h) { std::memcpy(p, &h, sizeof(h)); }
+
 double loadAsDouble(const char *p, const std::string &dtype) {
   if (dtype == "f32")
     return load<float>(p);
@@ -76,6 +86,10 @@ double loadAsDouble(const char *p, const std::string &dtype) {
     return load<int64_t>(p);
   if (dtype == "i8" || dtype == "i1")
     return load<int8_t>(p);
+  if (dtype == "bf16")
+    return shardx::rt::bf16ToFloat(bits16(p));
+  if (dtype == "f16")
+    return shardx::rt::f16ToFloat(bits16(p));
   return std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -90,6 +104,10 @@ void storeFromDouble(char *p, double v, const std::string &dtype) {
     store<int64_t>(p, v);
   else if (dtype == "i8" || dtype == "i1")
     store<int8_t>(p, v);
+  else if (dtype == "bf16")
+    storeBits16(p, shardx::rt::floatToBf16(static_cast<float>(v)));
+  else if (dtype == "f16")
+    storeBits16(p, shardx::rt::floatToF16(static_cast<float>(v)));
 }
 
 /// Per dim, the global indices a shard holds, in local order.
@@ -140,6 +158,10 @@ std::optional<DType> toDType(const std::string &dtype) {
     return DType::I32;
   if (dtype == "i64")
     return DType::I64;
+  if (dtype == "bf16")
+    return DType::BF16;
+  if (dtype == "f16")
+    return DType::F16;
   return std::nullopt;
 }
 
@@ -631,7 +653,7 @@ HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
   size_t es = t.elementSize();
   t.data.resize(t.numElements() * es);
   std::mt19937_64 gen(seed);
-  bool isFloat = dtype[0] == 'f';
+  bool isFloat = dtype[0] == 'f' || dtype == "bf16";
   std::uniform_real_distribution<double> real(
       domain == InputDomain::NonNegative ? 0.0 : -1.0, 1.0);
   std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(intRange, 1) - 1);

@@ -41,7 +41,7 @@ int run(shardx_rt_comm *handle, const char *op, int32_t dtype, int32_t reduce,
     comm.setLastError(message);
     return 1;
   };
-  if (dtype < SHARDX_RT_F32 || dtype > SHARDX_RT_I64)
+  if (dtype < SHARDX_RT_F32 || dtype > SHARDX_RT_F16)
     return fail(std::string(op) + ": unknown dtype " + std::to_string(dtype));
   if (reduce < SHARDX_RT_SUM || reduce > SHARDX_RT_PROD)
     return fail(std::string(op) + ": unknown reduction " +

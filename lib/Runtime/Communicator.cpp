@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/Communicator.h"
+#include "shardx/Runtime/HalfFloat.h"
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +20,9 @@ size_t dtypeSize(DType type) {
   case DType::F64:
   case DType::I64:
     return 8;
+  case DType::BF16:
+  case DType::F16:
+    return 2;
   }
   return 0;
 }
@@ -33,6 +37,10 @@ const char *stringifyDType(DType type) {
     return "i32";
   case DType::I64:
     return "i64";
+  case DType::BF16:
+    return "bf16";
+  case DType::F16:
+    return "f16";
   }
   return "?";
 }
@@ -161,7 +169,44 @@ template <typename T> void divideTyped(T *buffer, size_t count, int64_t n) {
   for (size_t i = 0; i < count; ++i)
     buffer[i] /= static_cast<T>(n);
 }
+
+/// inout op= in on bf16/f16 elements, each combined in f32 and rounded
+/// once, a block at a time.
+void reduceHalf(void *inout, const void *in, size_t count, DType type,
+                ReduceOp op) {
+  constexpr size_t kBlock = 1024;
+  float acc[kBlock], other[kBlock];
+  auto *io = static_cast<char *>(inout);
+  auto *src = static_cast<const char *>(in);
+  for (size_t k = 0; k < count; k += kBlock) {
+    size_t len = std::min(kBlock, count - k);
+    widenToF32(acc, io + 2 * k, len, type);
+    widenToF32(other, src + 2 * k, len, type);
+    reduceTyped(acc, other, len, op);
+    narrowFromF32(io + 2 * k, acc, len, type);
+  }
+}
 } // namespace
+
+void widenToF32(float *out, const void *in, size_t count, DType type) {
+  auto *h = static_cast<const uint16_t *>(in);
+  if (type == DType::BF16)
+    for (size_t i = 0; i < count; ++i)
+      out[i] = bf16ToFloat(h[i]);
+  else
+    for (size_t i = 0; i < count; ++i)
+      out[i] = f16ToFloat(h[i]);
+}
+
+void narrowFromF32(void *out, const float *in, size_t count, DType type) {
+  auto *h = static_cast<uint16_t *>(out);
+  if (type == DType::BF16)
+    for (size_t i = 0; i < count; ++i)
+      h[i] = floatToBf16(in[i]);
+  else
+    for (size_t i = 0; i < count; ++i)
+      h[i] = floatToF16(in[i]);
+}
 
 void reduceInto(void *inout, const void *in, size_t count, DType type,
                 ReduceOp op) {
@@ -178,6 +223,9 @@ void reduceInto(void *inout, const void *in, size_t count, DType type,
   case DType::I64:
     return reduceTyped(static_cast<int64_t *>(inout),
                        static_cast<const int64_t *>(in), count, op);
+  case DType::BF16:
+  case DType::F16:
+    return reduceHalf(inout, in, count, type, op);
   }
 }
 
@@ -191,6 +239,19 @@ void divideBy(void *buffer, size_t count, DType type, int64_t n) {
     return divideTyped(static_cast<int32_t *>(buffer), count, n);
   case DType::I64:
     return divideTyped(static_cast<int64_t *>(buffer), count, n);
+  case DType::BF16:
+  case DType::F16: {
+    constexpr size_t kBlock = 1024;
+    float acc[kBlock];
+    auto *b = static_cast<char *>(buffer);
+    for (size_t k = 0; k < count; k += kBlock) {
+      size_t len = std::min(kBlock, count - k);
+      widenToF32(acc, b + 2 * k, len, type);
+      divideTyped(acc, len, n);
+      narrowFromF32(b + 2 * k, acc, len, type);
+    }
+    return;
+  }
   }
 }
 

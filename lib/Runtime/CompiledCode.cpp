@@ -23,6 +23,7 @@
 #include "shardx/Runtime/CApi.h"
 #include "shardx/Runtime/Communicator.h"
 #include "shardx/Runtime/Exchange.h"
+#include "shardx/Runtime/HalfFloat.h"
 #ifdef SHARDX_CG_DEVICE
 #include "shardx/Runtime/Cuda.h"
 #include "shardx/Runtime/CudaLocal.h"
@@ -160,6 +161,8 @@ template <> DType dtypeOf<float>() { return DType::F32; }
 template <> DType dtypeOf<double>() { return DType::F64; }
 template <> DType dtypeOf<int32_t>() { return DType::I32; }
 template <> DType dtypeOf<int64_t>() { return DType::I64; }
+template <> DType dtypeOf<shardx::rt::BFloat16>() { return DType::BF16; }
+template <> DType dtypeOf<shardx::rt::Float16>() { return DType::F16; }
 
 template <typename T>
 void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
@@ -500,5 +503,7 @@ DEFINE_CG(f32, float)
 DEFINE_CG(f64, double)
 DEFINE_CG(i32, int32_t)
 DEFINE_CG(i64, int64_t)
+DEFINE_CG(bf16, shardx::rt::BFloat16)
+DEFINE_CG(f16, shardx::rt::Float16)
 
 } // extern "C"

@@ -273,6 +273,33 @@ Status exchangeTyped(Communicator &comm, const T *in, T *out, DType type,
 
 } // namespace
 
+namespace {
+/// exchange on bf16/f16: in f32 (a reduction of pieces accumulates in f32),
+/// rounded once.
+Status exchangeHalf(Communicator &comm, const void *in, void *out, DType type,
+                    const std::vector<int64_t> &globalShape,
+                    const Layout &source, const Layout &target,
+                    const std::vector<int64_t> &axes) {
+  auto elements = [&](const Layout &l) {
+    size_t n = 1;
+    for (int64_t d :
+         l.getLocalShard(comm.getMeshShape(), globalShape, comm.getCoords())
+             .shape)
+      n *= static_cast<size_t>(d);
+    return n;
+  };
+  std::vector<float> wideIn(elements(source) + 1),
+      wideOut(elements(target) + 1);
+  widenToF32(wideIn.data(), in, wideIn.size() - 1, type);
+  if (Status s = exchangeTyped(comm, wideIn.data(), wideOut.data(), DType::F32,
+                               globalShape, source, target, axes);
+      !s)
+    return s;
+  narrowFromF32(out, wideOut.data(), wideOut.size() - 1, type);
+  return Status::ok();
+}
+} // namespace
+
 Status exchange(Communicator &comm, const void *in, void *out, DType type,
                 const std::vector<int64_t> &globalShape, const Layout &source,
                 const Layout &target, const std::vector<int64_t> &axes) {
@@ -295,6 +322,9 @@ Status exchange(Communicator &comm, const void *in, void *out, DType type,
     return exchangeTyped(comm, static_cast<const int64_t *>(in),
                          static_cast<int64_t *>(out), type, globalShape,
                          source, target, axes);
+  case DType::BF16:
+  case DType::F16:
+    return exchangeHalf(comm, in, out, type, globalShape, source, target, axes);
   }
   return Status::error("exchange: unknown element type");
 }

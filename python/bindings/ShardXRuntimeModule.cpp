@@ -96,7 +96,9 @@ nb::dlpack::dtype dlpackType(const std::string &name) {
   throw std::invalid_argument("no array type for dtype " + name);
 }
 
-/// A read-only numpy array over `t`'s data that keeps `t` alive.
+/// A read-only numpy array over `t`'s data that keeps `t` alive. numpy has
+/// no bfloat16: a bf16 tensor's array holds its bits as uint16
+/// (ShardedTensor.to_torch views them as torch.bfloat16).
 template <typename Array = NumpyArray>
 Array viewOf(std::shared_ptr<const HostTensor> t) {
   auto *keep = new std::shared_ptr<const HostTensor>(std::move(t));
@@ -108,7 +110,8 @@ Array viewOf(std::shared_ptr<const HostTensor> t) {
   static const char empty = 0;
   const void *data = h.data.empty() ? &empty : h.data.data();
   return Array(const_cast<void *>(data), shape.size(), shape.data(), owner,
-               nullptr, dlpackType(h.dtype));
+               nullptr,
+               h.dtype == "bf16" ? nb::dtype<uint16_t>() : dlpackType(h.dtype));
 }
 
 HostTensor hostTensorOf(const AnyArray &a, const std::string &dtype) {

@@ -229,7 +229,9 @@ class ShardedTensor:
 
     def full(self) -> np.ndarray:
         """The global tensor, gathered now (pending Partials reduced). Under
-        ``mpi`` a collective: every process calls it."""
+        ``mpi`` a collective: every process calls it. numpy has no
+        bfloat16: a bf16 tensor's array (here and in ``local``) holds its
+        bits as uint16; ``to_torch`` gives torch.bfloat16."""
         if self._shards.distributed:
             return session(self.mesh, "mpi").gather(self._shards)
         return self._shards.full()
@@ -238,7 +240,8 @@ class ShardedTensor:
 
     def to_torch(self):
         import torch
-        return torch.from_numpy(self.full())
+        t = torch.from_numpy(self.full())
+        return t.view(torch.bfloat16) if self._shards.dtype == "bf16" else t
 
     def item(self):
         return self.full().item()

@@ -14,6 +14,7 @@
 
 #include "shardx/Runtime/Communicator.h"
 #include "shardx/Runtime/Exchange.h"
+#include "shardx/Runtime/HalfFloat.h"
 
 #include <cmath>
 #include <functional>
@@ -206,6 +207,66 @@ template <typename T> Status checkNanMaxMin(Communicator &c) {
           if (piece[k] == piece[k])
             return fail(c, std::string("reduce_scatter ") +
                                stringifyReduceOp(op) + " dropped a NaN");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+/// bf16 and f16 sums and averages accumulate in f32 and round once: member
+/// 0 gives 1 and every other member half a unit in the last place of 1 (a
+/// tie), so summing in the 16-bit type pairwise would stay at 1 while the
+/// f32 sum of 3 or more members rounds up (small and large messages,
+/// all_reduce and reduce_scatter). all_gather keeps every bit.
+inline Status checkHalfFloatSums(Communicator &c) {
+  for (DType type : {DType::BF16, DType::F16}) {
+    auto toBits = [&](float f) {
+      return type == DType::BF16 ? floatToBf16(f) : floatToF16(f);
+    };
+    float halfUlp = type == DType::BF16 ? 0x1p-8f : 0x1p-11f;
+    for (size_t count : {size_t(5), size_t(200003)}) {
+      for (const auto &axes : axisGroups(c)) {
+        size_t n = c.getGroup(axes).size(), me = c.getGroupIndex(axes);
+        std::vector<uint16_t> send(count, toBits(me == 0 ? 1.0f : halfUlp));
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+          float sum = 1.0f + float(n - 1) * halfUlp;
+          uint16_t want = toBits(op == ReduceOp::Avg ? sum / float(n) : sum);
+          std::vector<uint16_t> recv(count);
+          if (Status s =
+                  c.allReduce(send.data(), recv.data(), count, type, op, axes);
+              !s)
+            return s;
+          for (size_t k = 0; k < count; ++k)
+            if (recv[k] != want)
+              return fail(c, std::string("all_reduce ") +
+                                 stringifyReduceOp(op) + " on " +
+                                 stringifyDType(type) + ": element " +
+                                 std::to_string(k) + " has bits " +
+                                 std::to_string(recv[k]) + ", want " +
+                                 std::to_string(want));
+          std::vector<size_t> counts(n, count / n);
+          counts.back() += count % n;
+          std::vector<uint16_t> piece(counts[me] + 1);
+          if (Status s = c.reduceScatter(send.data(), piece.data(), counts,
+                                         type, op, axes);
+              !s)
+            return s;
+          for (size_t k = 0; k < counts[me]; ++k)
+            if (piece[k] != want)
+              return fail(c, std::string("reduce_scatter ") +
+                                 stringifyReduceOp(op) + " on " +
+                                 stringifyDType(type) + " is off");
+        }
+        std::vector<uint16_t> mine(count, uint16_t(0x3c00 + me)),
+            all(count * n + 1);
+        if (Status s = c.allGather(mine.data(), all.data(),
+                                   std::vector<size_t>(n, count), type, axes);
+            !s)
+          return s;
+        for (size_t k = 0; k < count * n; ++k)
+          if (all[k] != uint16_t(0x3c00 + k / count))
+            return fail(c, std::string("all_gather on ") +
+                               stringifyDType(type) + " changed bits");
       }
     }
   }

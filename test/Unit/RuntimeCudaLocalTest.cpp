@@ -82,6 +82,11 @@ TEST_P(CudaLocalConformance, NanMaxMin) {
   expectAllOk(runStaged(GetParam(), conformance::checkNanMaxMin<double>));
 }
 
+TEST_P(CudaLocalConformance, HalfFloatSums) {
+  SKIP_WITHOUT_GPU();
+  expectAllOk(runStaged(GetParam(), conformance::checkHalfFloatSums));
+}
+
 TEST_P(CudaLocalConformance, AllToAll) {
   SKIP_WITHOUT_GPU();
   expectAllOk(runStaged(GetParam(), conformance::checkAllToAll<float>));

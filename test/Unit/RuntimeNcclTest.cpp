@@ -7,7 +7,7 @@
 // bad environments are errors), NCCL's loading (every function the backend
 // uses resolves in the libnccl.so.2 found), and the conformance checks on
 // the nccl backend through stageHostBuffers (skip list: NanMaxMin, NCCL's
-// max/min drop NaN).
+// max/min drop NaN; HalfFloatSums, NCCL rounds bf16/f16 at every step).
 //
 // The conformance tests run one rank per process and GPU: started N times
 // with SHARDX_RANK, SHARDX_WORLD_SIZE and SHARDX_STORE_DIR set (the file
@@ -274,6 +274,15 @@ TEST_P(NcclConformance, NanMaxMin) {
                   "other backends propagate it";
   runStaged(GetParam(), conformance::checkNanMaxMin<float>);
   runStaged(GetParam(), conformance::checkNanMaxMin<double>);
+}
+
+// Skip list: HalfFloatSums. NCCL reduces bf16/f16 in the wire type, one
+// rounding per step of its ring or tree, where the other backends sum the
+// members in f32 and round once; the check's ties tell the two apart.
+TEST_P(NcclConformance, HalfFloatSums) {
+  GTEST_SKIP() << "skip list: NCCL rounds bf16/f16 sums at every step, the "
+                  "other backends accumulate in f32 and round once";
+  runStaged(GetParam(), conformance::checkHalfFloatSums);
 }
 
 TEST_P(NcclConformance, AllToAll) {

@@ -52,6 +52,10 @@ TEST_P(ThreadsConformance, NanMaxMin) {
   expectAllOk(runThreads(GetParam(), conformance::checkNanMaxMin<double>));
 }
 
+TEST_P(ThreadsConformance, HalfFloatSums) {
+  expectAllOk(runThreads(GetParam(), conformance::checkHalfFloatSums));
+}
+
 TEST_P(ThreadsConformance, AllToAll) {
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<float>));
   expectAllOk(runThreads(GetParam(), conformance::checkAllToAll<int32_t>));

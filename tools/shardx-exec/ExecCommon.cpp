@@ -76,7 +76,8 @@ std::string tools::describeInputs(const EntryPoint &entry,
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     InputDomain domain =
         i < options.domains.size() ? options.domains[i] : InputDomain::Any;
-    bool isFloat = entry.inputs[i].dtype[0] == 'f';
+    bool isFloat =
+        entry.inputs[i].dtype[0] == 'f' || entry.inputs[i].dtype == "bf16";
     if (domain == InputDomain::Count)
       ++counts;
     else if (!isFloat)
@@ -222,6 +223,14 @@ void tools::defaultTolerance(const std::string &dtype, double &rtol,
   } else if (dtype == "f64") {
     rtol = 1e-10;
     atol = 1e-12;
+  } else if (dtype == "bf16") {
+    // A few units of bf16's 2^-8 roundoff (docs/Compiler.md, "Mixed
+    // precision").
+    rtol = 3e-2;
+    atol = 1e-2;
+  } else if (dtype == "f16") {
+    rtol = 4e-3;
+    atol = 1e-3;
   } else {
     rtol = atol = 0;
   }
@@ -273,7 +282,7 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
           return fail(error);
         double rtol, atol;
         defaultTolerance(outputs[i].dtype, rtol, atol);
-        if (outputs[i].dtype[0] == 'f') {
+        if (outputs[i].dtype[0] == 'f' || outputs[i].dtype == "bf16") {
           rtol = args.rtol >= 0 ? args.rtol : rtol;
           atol = args.atol >= 0 ? args.atol : atol;
         }

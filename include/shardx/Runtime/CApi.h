@@ -21,8 +21,9 @@ extern "C" {
 /* One rank's communicator (owned by the runtime that created it). */
 typedef struct shardx_rt_comm shardx_rt_comm;
 
+/* bf16 and f16 reduce by accumulating in f32. */
 enum { SHARDX_RT_F32 = 0, SHARDX_RT_F64 = 1, SHARDX_RT_I32 = 2,
-       SHARDX_RT_I64 = 3 };
+       SHARDX_RT_I64 = 3, SHARDX_RT_BF16 = 4, SHARDX_RT_F16 = 5 };
 enum { SHARDX_RT_SUM = 0, SHARDX_RT_AVG = 1, SHARDX_RT_MAX = 2,
        SHARDX_RT_MIN = 3, SHARDX_RT_PROD = 4 };
 

@@ -32,8 +32,9 @@
 
 namespace shardx::rt {
 
-/// Element types the collectives move and reduce.
-enum class DType : uint8_t { F32, F64, I32, I64 };
+/// Element types the collectives move and reduce. BF16 and F16 reduce by
+/// accumulating in f32 (HalfFloat.h).
+enum class DType : uint8_t { F32, F64, I32, I64, BF16, F16 };
 
 size_t dtypeSize(DType type);
 const char *stringifyDType(DType type);
@@ -131,6 +132,13 @@ void reduceInto(void *inout, const void *in, size_t count, DType type,
                 ReduceOp op);
 /// Divides `count` elements by `n` (the end of an avg).
 void divideBy(void *buffer, size_t count, DType type, int64_t n);
+/// bf16/f16 to f32 and back (rounding to nearest even), `count` elements:
+/// how backends accumulate 16-bit floats in f32.
+void widenToF32(float *out, const void *in, size_t count, DType type);
+void narrowFromF32(void *out, const float *in, size_t count, DType type);
+inline bool isHalfFloat(DType type) {
+  return type == DType::BF16 || type == DType::F16;
+}
 
 /// How the ranks of a threads world move and reduce data: host memory (the
 /// `threads` backend) or one GPU's memory (`cuda-local`). One per rank, used

@@ -94,6 +94,25 @@ std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
   return offsets;
 }
 
+/// reduceAll on bf16/f16: the members' terms accumulate in f32 and are
+/// rounded once.
+void reduceAllHalf(void *out, const std::vector<const char *> &in, size_t count,
+                   DType type, ReduceOp op) {
+  constexpr size_t kBlock = 2048;
+  alignas(64) float acc[kBlock], term[kBlock];
+  for (size_t k = 0; k < count; k += kBlock) {
+    size_t len = std::min(kBlock, count - k);
+    widenToF32(acc, in[0] + 2 * k, len, type);
+    for (size_t i = 1; i < in.size(); ++i) {
+      widenToF32(term, in[i] + 2 * k, len, type);
+      reduceInto(acc, term, len, DType::F32, op);
+    }
+    if (op == ReduceOp::Avg)
+      divideBy(acc, len, DType::F32, static_cast<int64_t>(in.size()));
+    narrowFromF32(static_cast<char *>(out) + 2 * k, acc, len, type);
+  }
+}
+
 /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, divided by
 /// n for avg. Reduces in member order, as before, so results do not change
 /// with the algorithm. Works a block at a time in a private buffer: the
@@ -102,6 +121,8 @@ std::vector<size_t> pieceOffsets(const std::vector<size_t> &counts,
 /// it is written.
 void reduceAll(void *out, const std::vector<const char *> &in, size_t count,
                DType type, ReduceOp op) {
+  if (isHalfFloat(type))
+    return reduceAllHalf(out, in, count, type, op);
   constexpr size_t kBlockBytes = 16384;
   alignas(64) char block[kBlockBytes];
   size_t elem = dtypeSize(type);

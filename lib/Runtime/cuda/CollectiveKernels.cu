@@ -9,10 +9,13 @@
 // the CPU backends (avg sums and divides by n; integer avg truncates; max
 // and min propagate NaN like reduceInto in shardx/Layout/Layout.h). Each
 // element is read from every input before it is written, so `out` may be
-// one of the inputs.
+// one of the inputs. bf16 and f16 accumulate in f32 across the members and
+// are rounded once.
 //
 //===----------------------------------------------------------------------===//
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 /// The members' buffers, by value in the kernel's parameters.
@@ -46,6 +49,35 @@ __device__ void reduce(T *out, const Inputs &in, int n, int64_t count) {
   }
 }
 
+/// The 16-bit float types' f32 image and rounding back.
+__device__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float toFloat(__half v) { return __half2float(v); }
+template <typename H> __device__ H fromFloat(float v);
+template <> __device__ __nv_bfloat16 fromFloat(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <> __device__ __half fromFloat(float v) { return __float2half_rn(v); }
+
+template <typename H, Op op>
+__device__ void reduceHalf(H *out, const Inputs &in, int n, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = toFloat(static_cast<const H *>(in.p[0])[i]);
+    for (int k = 1; k < n; ++k)
+      acc =
+          combine<float, op>(acc, toFloat(static_cast<const H *>(in.p[k])[i]));
+    if (op == Avg)
+      acc = acc / float(n);
+    out[i] = fromFloat<H>(acc);
+  }
+}
+
+#define SHARDX_REDUCE_HALF(H, TNAME, OP, OPNAME)                               \
+  extern "C" __global__ void shardx_reduce_##TNAME##_##OPNAME(                 \
+      H *out, const __grid_constant__ Inputs in, int n, int64_t count) {       \
+    reduceHalf<H, OP>(out, in, n, count);                                      \
+  }
+
 #define SHARDX_REDUCE(T, TNAME, OP, OPNAME)                                    \
   extern "C" __global__ void shardx_reduce_##TNAME##_##OPNAME(                 \
       T *out, const __grid_constant__ Inputs in, int n, int64_t count) {       \
@@ -62,3 +94,14 @@ SHARDX_REDUCE_ALL(float, f32)
 SHARDX_REDUCE_ALL(double, f64)
 SHARDX_REDUCE_ALL(int32_t, i32)
 SHARDX_REDUCE_ALL(int64_t, i64)
+
+SHARDX_REDUCE_HALF(__nv_bfloat16, bf16, Sum, sum)
+SHARDX_REDUCE_HALF(__nv_bfloat16, bf16, Avg, avg)
+SHARDX_REDUCE_HALF(__nv_bfloat16, bf16, Max, max)
+SHARDX_REDUCE_HALF(__nv_bfloat16, bf16, Min, min)
+SHARDX_REDUCE_HALF(__nv_bfloat16, bf16, Prod, prod)
+SHARDX_REDUCE_HALF(__half, f16, Sum, sum)
+SHARDX_REDUCE_HALF(__half, f16, Avg, avg)
+SHARDX_REDUCE_HALF(__half, f16, Max, max)
+SHARDX_REDUCE_HALF(__half, f16, Min, min)
+SHARDX_REDUCE_HALF(__half, f16, Prod, prod)

@@ -94,6 +94,10 @@ int ncclType(DType type) {
     return 2; // ncclInt32
   case DType::I64:
     return 4; // ncclInt64
+  case DType::BF16:
+    return 9; // ncclBfloat16
+  case DType::F16:
+    return 6; // ncclFloat16
   }
   return -1;
 }

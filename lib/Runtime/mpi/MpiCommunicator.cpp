@@ -49,6 +49,18 @@ MPI_Datatype mpiType(DType type) {
     return MPI_INT32_T;
   case DType::I64:
     return MPI_INT64_T;
+  case DType::BF16:
+  case DType::F16: {
+    // Two bytes each, told apart by their own handles (created after
+    // MPI_Init, kept for the process); reduced only by runtime ops.
+    static MPI_Datatype bf16 = MPI_DATATYPE_NULL, f16 = MPI_DATATYPE_NULL;
+    MPI_Datatype &t = type == DType::BF16 ? bf16 : f16;
+    if (t == MPI_DATATYPE_NULL) {
+      MPI_Type_contiguous(2, MPI_BYTE, &t);
+      MPI_Type_commit(&t);
+    }
+    return t;
+  }
   }
   return MPI_BYTE;
 }
@@ -59,28 +71,36 @@ MPI_Datatype mpiType(DType type) {
 /// order of the ranks).
 template <ReduceOp Op>
 void runtimeReduceOp(void *in, void *inout, int *len, MPI_Datatype *type) {
-  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64})
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16,
+                  DType::F16})
     if (*type == mpiType(t))
       return reduceInto(inout, in, static_cast<size_t>(*len), t, Op);
 }
 
-MPI_Op mpiOp(ReduceOp op) {
+/// The MPI op of `op` on `type`: MPI's own sum and product, the runtime's
+/// rule for max and min (NaN) and for every bf16/f16 reduction (each step
+/// combines in f32 and rounds).
+MPI_Op mpiOp(ReduceOp op, DType type) {
   // Created on first use (after MPI_Init), kept for the process.
-  static MPI_Op maxOp = MPI_OP_NULL, minOp = MPI_OP_NULL;
+  static MPI_Op sumOp = MPI_OP_NULL, prodOp = MPI_OP_NULL, maxOp = MPI_OP_NULL,
+                minOp = MPI_OP_NULL;
+  auto runtimeOp = [](MPI_Op &handle, MPI_User_function *fn) {
+    if (handle == MPI_OP_NULL)
+      MPI_Op_create(fn, /*commute=*/1, &handle);
+    return handle;
+  };
+  bool half = isHalfFloat(type);
   switch (op) {
   case ReduceOp::Sum:
   case ReduceOp::Avg:
-    return MPI_SUM;
+    return half ? runtimeOp(sumOp, &runtimeReduceOp<ReduceOp::Sum>) : MPI_SUM;
   case ReduceOp::Max:
-    if (maxOp == MPI_OP_NULL)
-      MPI_Op_create(&runtimeReduceOp<ReduceOp::Max>, /*commute=*/1, &maxOp);
-    return maxOp;
+    return runtimeOp(maxOp, &runtimeReduceOp<ReduceOp::Max>);
   case ReduceOp::Min:
-    if (minOp == MPI_OP_NULL)
-      MPI_Op_create(&runtimeReduceOp<ReduceOp::Min>, /*commute=*/1, &minOp);
-    return minOp;
+    return runtimeOp(minOp, &runtimeReduceOp<ReduceOp::Min>);
   case ReduceOp::Prod:
-    return MPI_PROD;
+    return half ? runtimeOp(prodOp, &runtimeReduceOp<ReduceOp::Prod>)
+                : MPI_PROD;
   }
   return MPI_SUM;
 }
@@ -142,7 +162,7 @@ public:
     std::vector<int> elems(counts.begin(), counts.end());
     Status s = check("reduce_scatter",
                      MPI_Reduce_scatter(send, recv, elems.data(), mpiType(type),
-                                        mpiOp(op), comm));
+                                        mpiOp(op, type), comm));
     if (s && op == ReduceOp::Avg)
       divideBy(recv, counts[getGroupIndex(axes)], type,
                static_cast<int64_t>(counts.size()));
@@ -158,10 +178,10 @@ public:
     if (count > INT_MAX)
       return Status::error("all_reduce on rank " + std::to_string(rank) +
                            ": too many elements for one MPI call");
-    Status s =
-        check("all_reduce", MPI_Allreduce(send == recv ? MPI_IN_PLACE : send,
-                                          recv, static_cast<int>(count),
-                                          mpiType(type), mpiOp(op), comm));
+    Status s = check("all_reduce",
+                     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                                   static_cast<int>(count), mpiType(type),
+                                   mpiOp(op, type), comm));
     if (s && op == ReduceOp::Avg)
       divideBy(recv, count, type, static_cast<int64_t>(getGroup(axes).size()));
     return s;

@@ -87,6 +87,10 @@ struct CanonicalizePass
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
   pm.addPass(std::make_unique<InlineCallsPass>());
+  // bf16/f16 sums accumulate in f32 before propagation, so that their
+  // partial sums are reduced across ranks in f32; contractions are the
+  // targets' (cuBLAS accumulates in f32 itself).
+  pm.addPass(createWidenAccumulationPass({/*contractions=*/false}));
   // Propagation sees canonical IR (folded constants, one splat per value):
   // its choices depend on it.
   pm.addPass(std::make_unique<CanonicalizePass>());

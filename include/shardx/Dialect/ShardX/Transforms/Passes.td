@@ -10,6 +10,53 @@
 include "mlir/Pass/PassBase.td"
 
 //===----------------------------------------------------------------------===//
+// Mixed precision
+//===----------------------------------------------------------------------===//
+
+def WidenAccumulationPass : Pass<"shardx-widen-accumulation", "ModuleOp"> {
+  let summary = "accumulates bf16/f16 reductions and contractions in f32";
+  let description = [{
+    Every linalg op on tensors with a reduction loop whose result is bf16 or
+    f16 (a matmul under `torch.autocast`, a sum, a mean) is rewritten to
+    accumulate in f32 and round once at the end, as PyTorch's bf16/f16
+    kernels and cuBLAS's `CUBLAS_COMPUTE_32F` do: the op is generalized,
+    its body computes in f32 (low-precision operands are extended where
+    they are read; the body's own rounding steps are dropped), its init is
+    the f32 image of the old one (a zero fill stays a fill), and its result
+    is truncated back. Bodies with ops other than arith/math (or
+    `arith.bitcast`) are left alone.
+
+    With `contractions=false`, contractions (multiply-add bodies) are left
+    alone: the SPMD pipeline runs it so before propagation (the target is
+    not known yet), the cuda target's GEMMs accumulate in f32 inside cuBLAS
+    (`CUBLAS_COMPUTE_32F` on bf16/f16 A, B and C), and the cpu target widens
+    them at the start of code generation (its bf16/f16 GEMMs are loop nests).
+
+    ```mlir
+    %c = linalg.matmul ins(%a, %b : tensor<8x16xbf16>, tensor<16x4xbf16>)
+                       outs(%zero : tensor<8x4xbf16>) -> tensor<8x4xbf16>
+    // becomes
+    %acc = linalg.generic {...} ins(%a, %b : ...bf16...)
+                                outs(%zero32 : tensor<8x4xf32>) {
+      %x = arith.extf %in0 : bf16 to f32
+      %y = arith.extf %in1 : bf16 to f32
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %out, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<8x4xf32>
+    %c = linalg.generic {...} ins(%acc) ... arith.truncf ... -> tensor<8x4xbf16>
+    ```
+  }];
+  let options = [
+    Option<"contractions", "contractions", "bool", /*default=*/"true",
+           "also widen contractions (matmuls)">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Propagation and reshard insertion
 //===----------------------------------------------------------------------===//
 
