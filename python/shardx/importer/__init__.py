@@ -19,6 +19,7 @@ The package, in the order a trace runs through it:
   locations, tensor ops), the scalar regions of ``linalg.generic``, types
   and constants;
 - ``module``: ``trace`` and ``TraceSpec``, the module text;
+- ``dce``: dead-code removal by MLIR (``shardx-opt --remove-dead-values``);
 - ``cli``: the command line.
 
 Command line::

@@ -4,6 +4,7 @@ broadcasts, casts, ``linalg.generic``, reductions, matmuls, slices)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -12,13 +13,29 @@ from .body import Body
 from .values import UnsupportedOpError, Value, _amap, _prod, const_literal, elem_type, tensor_type
 
 
+@dataclass
+class Op:
+    """One op of the function body: its result (``%v12``, or ``%v12:2`` for
+    two results), its text after ``=`` (regions included) and its location
+    alias (``#loc3``), if any."""
+
+    result: str
+    text: str
+    loc: Optional[str] = None
+
+    def render(self, loc: Optional[str] = None) -> str:
+        """The op's text, at ``loc`` instead of its own location if given."""
+        loc = loc or self.loc
+        return f"{self.result} = {self.text}" + (f" loc({loc})" if loc else "")
+
+
 class Emitter:
-    """The ops of one function body as text, in program order: each op a
-    fresh SSA name (``%v12``, ``%e3`` for ``tensor.empty``, ``%c4`` for
-    constants) at the current location alias."""
+    """The ops of one function body, in program order: each op a fresh SSA
+    name (``%v12``, ``%e3`` for ``tensor.empty``, ``%c4`` for constants) at
+    the current location alias."""
 
     def __init__(self):
-        self.lines: List[str] = []
+        self.ops: List[Op] = []
         self.counter = 0
         # The location of the ops emitted now (an alias of ``locations``), and
         # each alias's definition: the user's source line, fused with the
@@ -51,9 +68,10 @@ class Emitter:
         return f"%{prefix}{self.counter}"
 
     def emit(self, text: str, prefix: str = "v") -> str:
+        """Appends the op ``text`` at the current location; returns its
+        result's name."""
         name = self.fresh(prefix)
-        loc = f" loc({self.loc})" if self.loc else ""
-        self.lines.append(f"{name} = {text}{loc}")
+        self.ops.append(Op(name, text, self.loc))
         return name
 
     # -- constants and factories ---------------------------------------------

@@ -11,6 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..placements import Mesh, Placement, PlacementError, check_placements, layout_text
+from .dce import remove_dead_ops
 from .graph import Importer
 from .tracing import _trace_graph
 from .values import ImportError_, Value
@@ -61,7 +62,6 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     for i, a in enumerate(flat_args):
         inputs.append(Value(f"%arg{i}", tuple(int(s) for s in a.shape), a.dtype))
     outputs = imp.run(inputs)
-    _remove_dead_code(imp.em.lines, [o.name for o in outputs if isinstance(o, Value)])
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"output {i} is not a tensor ({o!r})")
@@ -69,6 +69,21 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     fname = name or getattr(fn, "__name__", "main")
     if not fname.isidentifier() or fname == "<lambda>":
         fname = "main"
+    header = _header(mesh, fname, inputs, in_layouts, extra_attrs, outputs, out_layouts)
+    ret = f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
+
+    def module_text(op_texts: List[str]) -> str:
+        body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
+        return "\n".join(header + body + [ret, "}"]) + "\n"
+
+    ops = remove_dead_ops(imp.em.ops, module_text)
+    aliases = imp.em.location_aliases()
+    return module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)
+
+
+def _header(mesh, fname: str, inputs: List[Value], in_layouts, extra_attrs, outputs: List[Value],
+            out_layouts) -> List[str]:
+    """The mesh and the function's signature, up to its body."""
     lines = []
     if mesh is not None:
         lines.append(mesh.op_text())
@@ -83,31 +98,7 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
         attr = f" {{shardx.layout = {out_layouts[i]}}}" if out_layouts[i] else ""
         res_text.append(f"{o.type}{attr}")
     lines.append(f"func.func @{fname}(\n" + ",\n".join(args_text) + f")\n    -> ({', '.join(res_text)}) {{")
-    for l in imp.em.lines:
-        lines.append("\n".join("  " + x for x in l.split("\n")))
-    lines.append(f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}")
-    lines.append("}")
-    lines += imp.em.location_aliases()
-    return "\n".join(lines) + "\n"
-
-
-def _remove_dead_code(lines: List[str], live: List[str]) -> None:
-    """Drops emitted ops (all pure) whose result nothing uses."""
-    import re
-    defined = re.compile(r"^(%[A-Za-z_][\w]*) = ")
-    while True:
-        uses: Dict[str, int] = {}
-        for line in lines:
-            m = defined.match(line)
-            body = line[m.end():] if m else line
-            for name in re.findall(r"%[A-Za-z_][\w]*", body):
-                uses[name] = uses.get(name, 0) + 1
-        for name in live:
-            uses[name] = uses.get(name, 0) + 1
-        kept = [l for l in lines if not (defined.match(l) and defined.match(l).group(1) not in uses)]
-        if len(kept) == len(lines):
-            return
-        lines[:] = kept
+    return lines
 
 
 def _arg_attrs(arg_attrs, count: int) -> List[List[str]]:

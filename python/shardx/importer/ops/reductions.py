@@ -10,6 +10,7 @@ import math
 import torch
 
 from ..body import Body
+from ..emitter import Op
 from ..registry import _out, aten, handles
 from ..values import UnsupportedOpError, Value, _amap, _prod, elem_type, is_float
 
@@ -110,7 +111,7 @@ def _max_dim(imp, node, args, kwargs):
     text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dt)}, i64")
     text.append(f"}} -> ({vals.type}, {idx.type})")
     name = em.fresh("v")
-    em.lines.append(f"{name}:2 = " + "\n".join(text))
+    em.ops.append(Op(f"{name}:2", "\n".join(text)))
     rv, ri = Value(f"{name}#0", shape, dt), Value(f"{name}#1", shape, torch.int64)
     if keepdim:
         full = [1 if k == dim else x.shape[k] for k in range(nd)]
