@@ -1,7 +1,8 @@
 """ShardX Python frontend: DTensor-style placements and the PyTorch importer.
 
-The importer and the training-step helpers load PyTorch; they are imported on
-first use so that ``python3 -m shardx.importer`` runs the module only once.
+The importer (the ``shardx.importer`` package) and the training-step helpers
+load PyTorch; they are imported on first use, so that ``import shardx`` alone
+(placements, layouts) does not.
 """
 
 from .placements import (Mesh, Partial, Placement, PlacementError, Replicate, Shard,

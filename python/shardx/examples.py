@@ -393,6 +393,12 @@ def main(argv=None) -> int:
         print("usage: python3 -m shardx.examples OUTDIR [TESTDIR]\n"
               "       python3 -m shardx.examples --inputs DIR NAME.mlir", file=sys.stderr)
         return 2
+    from .importer.dce import shardx_opt
+    if shardx_opt() is None:
+        # The committed programs are traced with the dead ops removed.
+        print("error: shardx-opt not found: build ShardX first (bash scripts/test.sh) or set "
+              "SHARDX_BUILD", file=sys.stderr)
+        return 2
     targets = [(argv[0], EXAMPLES)] + ([(argv[1], TEST_PROGRAMS)] if len(argv) == 2 else [])
     for outdir, programs in targets:
         os.makedirs(outdir, exist_ok=True)

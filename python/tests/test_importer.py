@@ -288,3 +288,42 @@ def test_constrain_is_an_annotation(build_dir, tmp_path):
     bins, bouts = bad.placements(mesh, {}, [[R()]], [R()])
     with pytest.raises(shardx.PlacementError, match=r"shardx.constrain \(from .*test_importer.py.*out of range"):
         shardx.trace(bad, bargs, mesh, bins, bouts)
+
+
+def _unused_intermediate(x, y):
+    unused = (torch.exp(x) * 3.0).sum()  # noqa: F841  (dead: exp, multiply, sum)
+    z = x.view(16).view(4, 4)  # the importer reuses x: the flattening is dead
+    return z + y
+
+
+def test_dead_ops_are_removed(build_dir, tmp_path):
+    """A traced function with an unused intermediate: the aten ops computing
+    it (exp, the multiply, the sum with its fill) and the reshape the
+    emitter leaves unused are gone, removed by MLIR's remove-dead-values
+    (shardx/importer/dce.py); what is left computes the function."""
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    text = shardx.trace(_unused_intermediate, (x, y))
+    for dead in ("math.exp", "arith.mulf", "linalg.fill", "tensor.collapse_shape"):
+        assert dead not in text, dead
+    assert text.count("linalg.generic") == 1 and "arith.addf" in text
+    art = Artifact(compile_mlir(text, str(tmp_path / "f.so")))
+    (out,) = art["_unused_intermediate"](x.numpy(), y.numpy())
+    np.testing.assert_allclose(out, (x + y).numpy(), rtol=0, atol=0)
+
+
+def test_dead_ops_without_shardx_opt(monkeypatch, caplog):
+    """Without shardx-opt the importer keeps every op (the compiler's
+    canonicalize drops them) and says so once; a shardx-opt that fails is a
+    TraceError with its diagnostic, not a crash."""
+    import shardx.importer.dce as dce
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    monkeypatch.setattr(dce, "shardx_opt", lambda: None)
+    monkeypatch.setattr(dce, "_warned", False)
+    with caplog.at_level("WARNING", logger="shardx.importer"):
+        text = shardx.trace(_unused_intermediate, (x, y))
+    assert "math.exp" in text and "tensor.collapse_shape" in text
+    assert "shardx-opt not found" in caplog.text
+    monkeypatch.undo()
+    monkeypatch.setattr(dce, "PIPELINE", "--no-such-pass")
+    with pytest.raises(shardx.TraceError, match="shardx-opt rejected the imported program"):
+        shardx.trace(_unused_intermediate, (x, y))

@@ -1,0 +1,119 @@
+"""The scalar region of a ``linalg.generic``: ``arith``/``math`` ops on
+element values, with torch's dtype conversions and operator spellings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List
+
+import torch
+
+from .values import UnsupportedOpError, const_literal, elem_type, is_float
+
+if TYPE_CHECKING:
+    from .emitter import Emitter
+
+
+class Body:
+    """Emits the scalar region of a linalg.generic."""
+
+    def __init__(self, em: "Emitter"):
+        self.em = em
+        self.lines: List[str] = []
+
+    def v(self, text: str) -> str:
+        name = self.em.fresh("s")
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def const(self, value, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return self.v(f"arith.constant {const_literal(value, dtype)}")
+        return self.v(f"arith.constant {const_literal(value, dtype)} : {elem_type(dtype)}")
+
+    def cast(self, x: str, src: torch.dtype, dst: torch.dtype) -> str:
+        if src == dst:
+            return x
+        s, d = elem_type(src), elem_type(dst)
+        if dst == torch.bool:
+            if is_float(src):
+                zero = self.const(0.0, src)
+                return self.v(f"arith.cmpf une, {x}, {zero} : {s}")
+            zero = self.const(0, src)
+            return self.v(f"arith.cmpi ne, {x}, {zero} : {s}")
+        if is_float(src) and is_float(dst):
+            bs, bd = torch.finfo(src).bits, torch.finfo(dst).bits
+            if bs == bd:  # f16 <-> bf16
+                x = self.v(f"arith.extf {x} : {s} to f32")
+                return self.v(f"arith.truncf {x} : f32 to {d}")
+            op = "arith.extf" if bd > bs else "arith.truncf"
+            return self.v(f"{op} {x} : {s} to {d}")
+        if is_float(dst):
+            op = "arith.uitofp" if src in (torch.bool, torch.uint8) else "arith.sitofp"
+            return self.v(f"{op} {x} : {s} to {d}")
+        if is_float(src):
+            return self.v(f"arith.fptosi {x} : {s} to {d}")
+        bs = 1 if src == torch.bool else torch.iinfo(src).bits
+        bd = torch.iinfo(dst).bits
+        if bs == bd:
+            return x
+        if bd > bs:
+            op = "arith.extui" if src in (torch.bool, torch.uint8) else "arith.extsi"
+            return self.v(f"{op} {x} : {s} to {d}")
+        return self.v(f"arith.trunci {x} : {s} to {d}")
+
+    # Arithmetic on values of one dtype ``t``.
+    def binary(self, op: str, a: str, b: str, t: torch.dtype) -> str:
+        e = elem_type(t)
+        f = is_float(t)
+        table = {
+            "add": "arith.addf" if f else "arith.addi",
+            "sub": "arith.subf" if f else "arith.subi",
+            "mul": "arith.mulf" if f else "arith.muli",
+            "div": "arith.divf" if f else "arith.divsi",
+            "max": "arith.maximumf" if f else "arith.maxsi",
+            "min": "arith.minimumf" if f else "arith.minsi",
+            "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori",
+            "pow": "math.powf" if f else "math.ipowi",
+        }
+        return self.v(f"{table[op]} {a}, {b} : {e}")
+
+    def unary(self, op: str, a: str, t: torch.dtype) -> str:
+        e = elem_type(t)
+        if op == "neg":
+            if is_float(t):
+                return self.v(f"arith.negf {a} : {e}")
+            return self.binary("sub", self.const(0, t), a, t)
+        if op == "reciprocal":
+            return self.binary("div", self.const(1.0, t), a, t)
+        if op == "sigmoid":
+            one = self.const(1.0, t)
+            ex = self.v(f"math.exp {self.unary('neg', a, t)} : {e}")
+            return self.binary("div", one, self.binary("add", one, ex, t), t)
+        if op == "relu":
+            return self.binary("max", a, self.const(0, t), t)
+        if op == "abs":
+            return self.v(f"math.{'absf' if is_float(t) else 'absi'} {a} : {e}")
+        if op == "not":
+            return self.binary("xor", a, self.const(True, torch.bool), torch.bool)
+        if op == "sign":
+            zero = self.const(0.0, t)
+            one = self.const(1.0, t)
+            mone = self.const(-1.0, t)
+            pos = self.v(f"arith.cmpf ogt, {a}, {zero} : {e}")
+            neg = self.v(f"arith.cmpf olt, {a}, {zero} : {e}")
+            r = self.v(f"arith.select {neg}, {mone}, {zero} : {e}")
+            return self.v(f"arith.select {pos}, {one}, {r} : {e}")
+        if not is_float(t):
+            raise UnsupportedOpError(f"{op} on {t}")
+        return self.v(f"math.{op} {a} : {e}")
+
+    def compare(self, pred: str, a: str, b: str, t: torch.dtype) -> str:
+        e = elem_type(t)
+        if is_float(t):
+            fp = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}[pred]
+            return self.v(f"arith.cmpf {fp}, {a}, {b} : {e}")
+        ip = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}[pred]
+        return self.v(f"arith.cmpi {ip}, {a}, {b} : {e}")
+
+    def select(self, c: str, a: str, b: str, t: torch.dtype) -> str:
+        return self.v(f"arith.select {c}, {a}, {b} : {elem_type(t)}")

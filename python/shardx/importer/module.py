@@ -1,0 +1,142 @@
+"""``trace``: a PyTorch function to the text of one MLIR module (the
+``shardx.mesh``, one ``func.func`` with layouts and argument attributes, the
+location aliases)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..placements import Mesh, Placement, PlacementError, check_placements, layout_text
+from .dce import remove_dead_ops
+from .graph import Importer
+from .tracing import _trace_graph
+from .values import ImportError_, Value
+
+
+@dataclass
+class TraceSpec:
+    """What the command line traces: the arguments of ``trace``."""
+
+    fn: Callable
+    example_args: Sequence[Any]
+    mesh: Optional[Mesh] = None
+    in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None
+    out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None
+    name: Optional[str] = None
+    arg_attrs: Optional[Sequence[Optional[Dict[str, str]]]] = None
+
+
+def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
+          in_placements=None, out_placements=None, name: Optional[str] = None,
+          arg_attrs=None) -> str:
+    """Traces ``fn(*example_args)`` and returns the MLIR module text.
+
+    ``in_placements`` / ``out_placements`` give one entry per flattened tensor
+    input / output (pytree order): ``None`` for no layout, else one placement
+    per mesh axis. ``arg_attrs`` gives one entry per flattened input: ``None``
+    or a dict of further argument attributes, dialect-prefixed names (not
+    ``shardx.``) to string values, e.g. ``{"torch.state": "exp_avg_sq"}``;
+    by default ``fn.arg_attrs(example_args)`` where ``fn`` has that method
+    (``TrainStep`` names its optimizer state). The result has one
+    ``func.func`` named ``name`` (default: the function's name) plus the
+    ``shardx.mesh`` when a mesh is given.
+    """
+    flat_args, treedef = pytree.tree_flatten(tuple(example_args))
+    for i, a in enumerate(flat_args):
+        if not isinstance(a, torch.Tensor):
+            raise ImportError_(f"input {i} is a {type(a).__name__}, not a tensor; "
+                               "close over non-tensor values instead of passing them")
+    if (in_placements or out_placements) and mesh is None:
+        raise PlacementError("placements given without a mesh")
+    in_layouts = _layouts(mesh, in_placements, [tuple(a.shape) for a in flat_args], "input")
+    if arg_attrs is None and callable(getattr(fn, "arg_attrs", None)):
+        arg_attrs = fn.arg_attrs(example_args)
+    extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
+    gm = _trace_graph(fn, flat_args, treedef)
+    imp = Importer(gm, mesh)
+    inputs = []
+    for i, a in enumerate(flat_args):
+        inputs.append(Value(f"%arg{i}", tuple(int(s) for s in a.shape), a.dtype))
+    outputs = imp.run(inputs)
+    for i, o in enumerate(outputs):
+        if not isinstance(o, Value):
+            raise ImportError_(f"output {i} is not a tensor ({o!r})")
+    out_layouts = _layouts(mesh, out_placements, [o.shape for o in outputs], "output")
+    fname = name or getattr(fn, "__name__", "main")
+    if not fname.isidentifier() or fname == "<lambda>":
+        fname = "main"
+    header = _header(mesh, fname, inputs, in_layouts, extra_attrs, outputs, out_layouts)
+    ret = f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
+
+    def module_text(op_texts: List[str]) -> str:
+        body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
+        return "\n".join(header + body + [ret, "}"]) + "\n"
+
+    ops = remove_dead_ops(imp.em.ops, module_text)
+    aliases = imp.em.location_aliases()
+    return module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)
+
+
+def _header(mesh, fname: str, inputs: List[Value], in_layouts, extra_attrs, outputs: List[Value],
+            out_layouts) -> List[str]:
+    """The mesh and the function's signature, up to its body."""
+    lines = []
+    if mesh is not None:
+        lines.append(mesh.op_text())
+        lines.append("")
+    args_text = []
+    for i, v in enumerate(inputs):
+        attrs = ([f"shardx.layout = {in_layouts[i]}"] if in_layouts[i] else []) + extra_attrs[i]
+        attr = f" {{{', '.join(attrs)}}}" if attrs else ""
+        args_text.append(f"    {v.name}: {v.type}{attr}")
+    res_text = []
+    for i, o in enumerate(outputs):
+        attr = f" {{shardx.layout = {out_layouts[i]}}}" if out_layouts[i] else ""
+        res_text.append(f"{o.type}{attr}")
+    lines.append(f"func.func @{fname}(\n" + ",\n".join(args_text) + f")\n    -> ({', '.join(res_text)}) {{")
+    return lines
+
+
+def _arg_attrs(arg_attrs, count: int) -> List[List[str]]:
+    """Per input, the ``name = "value"`` texts of its extra attributes."""
+    if arg_attrs is None:
+        return [[] for _ in range(count)]
+    arg_attrs = list(arg_attrs)
+    if len(arg_attrs) != count:
+        raise ImportError_(f"{len(arg_attrs)} argument attribute entries for {count} input tensors")
+    res = []
+    for i, attrs in enumerate(arg_attrs):
+        texts = []
+        for key, value in sorted((attrs or {}).items()):
+            if "." not in key or key.startswith("shardx.") or not all(
+                    part.isidentifier() for part in key.split(".")):
+                raise ImportError_(f"input {i}: attribute name {key!r} must be dialect-prefixed "
+                                   "(like torch.state) and not in the shardx dialect")
+            if not isinstance(value, str):
+                raise ImportError_(f"input {i}: attribute {key} must be a string, "
+                                   f"not a {type(value).__name__}")
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+            texts.append(f'{key} = "{escaped}"')
+        res.append(texts)
+    return res
+
+
+def _layouts(mesh, placements, shapes, what) -> List[Optional[str]]:
+    if placements is None:
+        return [None] * len(shapes)
+    placements = list(placements)
+    if len(placements) != len(shapes):
+        raise PlacementError(f"{len(placements)} {what} placements for {len(shapes)} {what} tensors")
+    res = []
+    for i, (p, shape) in enumerate(zip(placements, shapes)):
+        if p is None:
+            res.append(None)
+            continue
+        if isinstance(p, Placement):
+            raise PlacementError(f"{what} {i}: give a sequence of placements (one per mesh axis), not {p!r}")
+        res.append(layout_text(mesh, check_placements(mesh, p, len(shape), f"{what} {i}")))
+    return res

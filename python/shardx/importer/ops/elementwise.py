@@ -1,0 +1,212 @@
+"""Elementwise aten ops as ``linalg.generic``s: arithmetic with torch's type
+promotion, unary math, comparisons and logic, ``where``, ``pow``, ``clamp``,
+casts and copies, integer division and ``remainder``."""
+
+from __future__ import annotations
+
+import torch
+
+from ..body import Body
+from ..registry import HANDLERS, _compute_dtype, _ew, _meta, _out, aten, handles
+from ..values import UnsupportedOpError, Value, elem_type, is_float
+
+
+def _arith(op):
+    def h(imp, node, args, kwargs):
+        a, b = args[0], args[1]
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if op == "div" and kwargs.get("rounding_mode") is not None:
+            raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']}")
+
+        def fn(body, v, t):
+            y = v[1]
+            if alpha != 1:
+                y = body.binary("mul", y, body.const(alpha, t), t)
+            return body.binary(op, v[0], y, t), None
+        return _ew(imp, node, [a, b], fn)
+    return h
+
+
+for _op, _name in [(aten.add.Tensor, "add"), (aten.add.Scalar, "add"), (aten.sub.Tensor, "sub"),
+                   (aten.sub.Scalar, "sub"), (aten.mul.Tensor, "mul"), (aten.mul.Scalar, "mul"),
+                   (aten.div.Tensor, "div"), (aten.div.Scalar, "div"), (aten.maximum.default, "max"),
+                   (aten.minimum.default, "min")]:
+    HANDLERS[_op] = _arith(_name)
+
+
+@handles(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(imp, node, args, kwargs):
+    alpha = kwargs.get("alpha", 1)
+    return _ew(imp, node, [args[0], args[1]],
+               lambda b, v, t: (b.binary("sub", v[1], b.binary("mul", v[0], b.const(alpha, t), t), t), None))
+
+
+def _unary(op):
+    def h(imp, node, args, kwargs):
+        return _ew(imp, node, [args[0]], lambda b, v, t: (b.unary(op, v[0], t), None))
+    return h
+
+
+for _op, _name in [(aten.neg.default, "neg"), (aten.exp.default, "exp"), (aten.log.default, "log"),
+                   (aten.sqrt.default, "sqrt"), (aten.rsqrt.default, "rsqrt"),
+                   (aten.reciprocal.default, "reciprocal"), (aten.abs.default, "abs"),
+                   (aten.tanh.default, "tanh"), (aten.erf.default, "erf"),
+                   (aten.sigmoid.default, "sigmoid"), (aten.relu.default, "relu"),
+                   (aten.sin.default, "sin"), (aten.cos.default, "cos"),
+                   (aten.expm1.default, "expm1"), (aten.log1p.default, "log1p"),
+                   (aten.sign.default, "sign"), (aten.log2.default, "log2")]:
+    HANDLERS[_op] = _unary(_name)
+
+
+@handles(aten.logical_not.default, aten.bitwise_not.default)
+def _not(imp, node, args, kwargs):
+    x = args[0]
+    if x.dtype != torch.bool and aten.bitwise_not.default == node.target:
+        raise UnsupportedOpError("bitwise_not on integers")
+    return _ew(imp, node, [x], lambda b, v, t: (b.unary("not", v[0], t), "bool"), compute=torch.bool)
+
+
+def _logical(op):
+    def h(imp, node, args, kwargs):
+        shape, dtype = _out(node)
+        if dtype != torch.bool and node.target in (aten.logical_and.default, aten.logical_or.default):
+            raise UnsupportedOpError(str(node.target))
+        t = torch.bool if dtype == torch.bool else dtype
+        return _ew(imp, node, [args[0], args[1]], lambda b, v, tt: (b.binary(op, v[0], v[1], tt), None), compute=t)
+    return h
+
+
+HANDLERS[aten.bitwise_and.Tensor] = _logical("and")
+HANDLERS[aten.bitwise_or.Tensor] = _logical("or")
+HANDLERS[aten.logical_and.default] = _logical("and")
+HANDLERS[aten.logical_or.default] = _logical("or")
+
+
+def _cmp(pred):
+    def h(imp, node, args, kwargs):
+        a, b = args[0], args[1]
+        t = _compute_dtype([a, b])
+        return _ew(imp, node, [a, b], lambda bd, v, tt: (bd.compare(pred, v[0], v[1], tt), "bool"), compute=t)
+    return h
+
+
+for _pred in ["eq", "ne", "lt", "le", "gt", "ge"]:
+    for _ov in ["Tensor", "Scalar"]:
+        HANDLERS[getattr(getattr(aten, _pred), _ov)] = _cmp(_pred)
+
+
+@handles(aten.where.self)
+def _where(imp, node, args, kwargs):
+    c, a, b = args
+    t = _meta(node).dtype
+
+    def fn(bd, v, tt):
+        return bd.select(v[0], v[1], v[2], tt), None
+
+    shape, out_dtype = _out(node)
+
+    def body(bd: Body, vals):
+        cond = vals[0] if isinstance(c, Value) else bd.const(c, torch.bool)
+        if isinstance(c, Value) and c.dtype != torch.bool:
+            cond = bd.cast(cond, c.dtype, torch.bool)
+        x = bd.cast(vals[1], a.dtype, t) if isinstance(a, Value) else bd.const(a, t)
+        y = bd.cast(vals[2], b.dtype, t) if isinstance(b, Value) else bd.const(b, t)
+        return bd.select(cond, x, y, t)
+
+    return imp.em.elementwise(shape, out_dtype, [c, a, b], body)
+
+
+@handles(aten.pow.Tensor_Scalar)
+def _pow_ts(imp, node, args, kwargs):
+    x, e = args
+
+    def fn(b, v, t):
+        if e == 2:
+            return b.binary("mul", v[0], v[0], t), None
+        if e == 1:
+            return v[0], None
+        if e == 0.5 and is_float(t):
+            return b.unary("sqrt", v[0], t), None
+        if not is_float(t):
+            return b.binary("pow", v[0], b.const(e, t), t), None
+        return b.binary("pow", v[0], b.const(e, t), t), None
+    return _ew(imp, node, [x], fn)
+
+
+@handles(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(imp, node, args, kwargs):
+    return _ew(imp, node, [args[0], args[1]], lambda b, v, t: (b.binary("pow", v[0], v[1], t), None))
+
+
+@handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _clamp(imp, node, args, kwargs):
+    x = args[0]
+    if node.target == aten.clamp_min.default:
+        lo, hi = args[1], None
+    elif node.target == aten.clamp_max.default:
+        lo, hi = None, args[1]
+    else:
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+
+    def fn(b, v, t):
+        r = v[0]
+        if lo is not None:
+            r = b.binary("max", r, b.const(lo, t), t)
+        if hi is not None:
+            r = b.binary("min", r, b.const(hi, t), t)
+        return r, None
+    return _ew(imp, node, [x], fn)
+
+
+@handles(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.detach.default,
+         aten.lift_fresh_copy.default, aten.alias_copy.default, aten.detach_copy.default,
+         aten.convert_element_type.default if hasattr(aten, "convert_element_type") else aten.clone.default)
+def _copy_like(imp, node, args, kwargs):
+    _, dtype = _out(node)
+    return imp.em.cast(args[0], dtype)
+
+
+@handles(aten.copy.default, aten.copy_.default)
+def _copy(imp, node, args, kwargs):
+    dst, src = args[0], args[1]
+    out = imp.em.cast(imp.em.broadcast_to(src, dst.shape), dst.dtype)
+    return out
+
+
+@handles(aten.add_.Tensor)
+def _add_inplace(imp, node, args, kwargs):
+    # What functionalization leaves of an in-place update of a module buffer
+    # (BatchNorm's num_batches_tracked); the value is the sum.
+    return HANDLERS[aten.add.Tensor](imp, node, args, kwargs)
+
+
+def _floor_div(b: Body, x: str, y: str, t: torch.dtype) -> str:
+    if is_float(t):
+        return b.v(f"math.floor {b.binary('div', x, y, t)} : {elem_type(t)}")
+    return b.v(f"arith.floordivsi {x}, {y} : {elem_type(t)}")
+
+
+@handles(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(imp, node, args, kwargs):
+    mode = kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+
+    def fn(b, v, t):
+        if mode == "floor":
+            return _floor_div(b, v[0], v[1], t), None
+        if mode == "trunc":
+            if is_float(t):
+                q = b.binary("div", v[0], v[1], t)
+                return b.v(f"math.trunc {q} : {elem_type(t)}"), None
+            return b.binary("div", v[0], v[1], t), None
+        return b.binary("div", v[0], v[1], t), None
+    return _ew(imp, node, [args[0], args[1]], fn)
+
+
+@handles(aten.remainder.Scalar, aten.remainder.Tensor)
+def _remainder(imp, node, args, kwargs):
+    def fn(b, v, t):
+        # Python semantics: the result has the sign of the divisor.
+        q = _floor_div(b, v[0], v[1], t)
+        return b.binary("sub", v[0], b.binary("mul", q, v[1], t), t), None
+    return _ew(imp, node, [args[0], args[1]], fn)

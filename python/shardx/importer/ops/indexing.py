@@ -1,0 +1,216 @@
+"""Indexing ops as ``linalg.generic``s that read a table with
+``tensor.extract`` or write through a mask: ``embedding``, ``gather``,
+``index``/``index_select``, ``scatter``/``scatter_add`` and accumulating
+``index_put`` (embedding backward)."""
+
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from ..body import Body
+from ..registry import _out, aten, handles
+from ..values import UnsupportedOpError, Value, _prod, elem_type
+
+
+def _extract(b: Body, src: Value, coords: List[str]) -> str:
+    return b.v(f"tensor.extract {src.name}[{', '.join(coords)}] : {src.type}")
+
+
+def _as_index(b: Body, v: str, dtype: torch.dtype) -> str:
+    return b.v(f"arith.index_cast {v} : {elem_type(dtype)} to index")
+
+
+@handles(aten.embedding.default)
+def _embedding(imp, node, args, kwargs):
+    w, idx = args[0], args[1]
+    shape, dtype = _out(node)
+    r = len(shape)
+
+    def body(b: Body, a, out):
+        row = _as_index(b, a[0], idx.dtype)
+        col = b.v(f"linalg.index {r - 1} : index")
+        return _extract(b, w, [row, col])
+    return imp.em.generic(shape, dtype, [(idx, [f"d{i}" for i in range(r - 1)])], ["parallel"] * r,
+                          [f"d{i}" for i in range(r)], body)
+
+
+@handles(aten.gather.default)
+def _gather(imp, node, args, kwargs):
+    x, dim, idx = args[0], args[1] % args[0].rank, args[2]
+    shape, dtype = _out(node)
+    r = len(shape)
+
+    def body(b: Body, a, out):
+        coords = [b.v(f"linalg.index {i} : index") if i != dim else _as_index(b, a[0], idx.dtype)
+                  for i in range(r)]
+        return _extract(b, x, coords)
+    return imp.em.generic(shape, dtype, [(idx, [f"d{i}" for i in range(r)])], ["parallel"] * r,
+                          [f"d{i}" for i in range(r)], body)
+
+
+def _scatter_one(imp, node, args, kwargs):
+    """scatter with one index per row along dim (one-hot targets): each
+    element is the source where its position along dim is the index."""
+    x, dim, idx, val = args[0], args[1] % args[0].rank, args[2], args[3]
+    if kwargs.get("reduce") is not None:
+        raise UnsupportedOpError("scatter with reduce")
+    r = x.rank
+    if idx.shape[dim] != 1 or any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
+        raise UnsupportedOpError("scatter whose index is not one element per row along dim "
+                                 f"(index {list(idx.shape)}, self {list(x.shape)}, dim {dim})")
+    idx_c = imp.em.reshape(idx, [s for i, s in enumerate(idx.shape) if i != dim])
+    other = [f"d{i}" for i in range(r) if i != dim]
+    inputs = [(x, [f"d{i}" for i in range(r)]), (idx_c, other)]
+    if isinstance(val, Value):
+        val_c = imp.em.reshape(val, [s for i, s in enumerate(val.shape) if i != dim]) \
+            if val.shape[dim] == 1 else None
+        if val_c is None:
+            raise UnsupportedOpError("scatter.src with more than one source element per row")
+        inputs.append((val_c, other))
+
+    def body(b: Body, a, out):
+        pos = b.v(f"linalg.index {dim} : index")
+        target = _as_index(b, a[1], idx.dtype)
+        hit = b.v(f"arith.cmpi eq, {pos}, {target} : index")
+        v = b.cast(a[2], val.dtype, x.dtype) if isinstance(val, Value) else b.const(val, x.dtype)
+        return b.select(hit, v, a[0], x.dtype)
+    return imp.em.generic(x.shape, x.dtype, inputs, ["parallel"] * r, [f"d{i}" for i in range(r)], body)
+
+
+@handles(aten.index_put.default, aten._unsafe_index_put.default)
+def _index_put(imp, node, args, kwargs):
+    x, indices, values = args[0], args[1], args[2]
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    if not accumulate or len(indices) != 1 or indices[0] is None:
+        raise UnsupportedOpError("index_put other than accumulating into dim 0 with one index tensor")
+    idx = indices[0]
+    k = idx.rank
+    rest = x.rank - 1
+    values = imp.em.broadcast_to(values, tuple(idx.shape) + tuple(x.shape[1:]))
+    # Iteration space: (v, rest..., i...) with the index dims reduced: the
+    # masked sum of values whose index equals v.
+    nd = 1 + rest + k
+    its = ["parallel"] * (1 + rest) + ["reduction"] * k
+    out_exprs = [f"d{i}" for i in range(1 + rest)]
+    idx_exprs = [f"d{1 + rest + i}" for i in range(k)]
+    val_exprs = idx_exprs + [f"d{1 + i}" for i in range(rest)]
+
+    def body(b: Body, a, out):
+        v = b.v("linalg.index 0 : index")
+        target = _as_index(b, a[0], idx.dtype)
+        hit = b.v(f"arith.cmpi eq, {v}, {target} : index")
+        zero = b.const(0, x.dtype)
+        term = b.select(hit, b.cast(a[1], values.dtype, x.dtype), zero, x.dtype)
+        return b.binary("add", out, term, x.dtype)
+    return imp.em.generic(x.shape, x.dtype, [(idx, idx_exprs), (values, val_exprs)], its, out_exprs,
+                          body, init=x)
+
+
+@handles(aten.scatter.src, aten.scatter.value)
+def _scatter(imp, node, args, kwargs):
+    """scatter with several indices per row along dim (topk's backward): a
+    masked pass over the index's dim (the last matching index wins; PyTorch
+    leaves duplicates unspecified). One index per row: ``_scatter_one``."""
+    x, dim, idx, val = args[0], args[1] % args[0].rank, args[2], args[3]
+    if kwargs.get("reduce") is not None or idx.shape[dim] == 1:
+        return _scatter_one(imp, node, args, kwargs)
+    r = x.rank
+    if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
+        raise UnsupportedOpError("scatter whose index differs from self outside dim")
+    exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+    inputs = [(idx, exprs)]
+    if isinstance(val, Value):
+        if tuple(val.shape) != tuple(idx.shape):
+            val = imp.em.extract_slice(val, [0] * r, list(idx.shape), [1] * r)
+        inputs.append((val, exprs))
+
+    def body(b: Body, a, out):
+        pos = b.v(f"linalg.index {dim} : index")
+        hit = b.v(f"arith.cmpi eq, {pos}, {_as_index(b, a[0], idx.dtype)} : index")
+        v = b.cast(a[1], val.dtype, x.dtype) if isinstance(val, Value) else b.const(val, x.dtype)
+        return b.select(hit, v, out, x.dtype)
+    return imp.em.generic(x.shape, x.dtype, inputs, ["parallel"] * r + ["reduction"],
+                          [f"d{i}" for i in range(r)], body, init=x)
+
+
+@handles(aten.scatter_add.default)
+def _scatter_add(imp, node, args, kwargs):
+    """out[..., j, ...] = x + the sum of src where index == j along dim: a
+    reduction over the index's dim (masked)."""
+    x, dim, idx, src = args[0], args[1] % args[0].rank, args[2], args[3]
+    r = x.rank
+    if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
+        raise UnsupportedOpError("scatter_add whose index differs from self outside dim")
+    if tuple(src.shape) != tuple(idx.shape):
+        src = imp.em.extract_slice(src, [0] * r, list(idx.shape), [1] * r)
+    # Loops: the r dims of x, then the index's dim (reduction).
+    nd = r + 1
+    in_exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+
+    def body(b: Body, a, out):
+        pos = b.v(f"linalg.index {dim} : index")
+        hit = b.v(f"arith.cmpi eq, {pos}, {_as_index(b, a[0], idx.dtype)} : index")
+        v = b.cast(a[1], src.dtype, x.dtype)
+        return b.binary("add", out, b.select(hit, v, b.const(0, x.dtype), x.dtype), x.dtype)
+    return imp.em.generic(x.shape, x.dtype, [(idx, in_exprs), (src, in_exprs)],
+                          ["parallel"] * r + ["reduction"], [f"d{i}" for i in range(r)], body, init=x)
+
+
+@handles(aten.index.Tensor)
+def _index(imp, node, args, kwargs):
+    """Advanced indexing with index tensors on leading or any dims (None for
+    a full dim); the index tensors broadcast together and their dims come
+    first when they are not adjacent, as in PyTorch."""
+    x, indices = args[0], list(args[1])
+    shape, dtype = _out(node)
+    indices += [None] * (x.rank - len(indices))
+    pos = [k for k, t in enumerate(indices) if t is not None]
+    if any(indices[k].dtype == torch.bool for k in pos):
+        raise UnsupportedOpError("indexing with a boolean mask (data-dependent shape)")
+    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[k].shape) for k in pos]))
+    nb = len(bshape)
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+    # Output dims: x dims before `first` (the None ones), the broadcast dims,
+    # then the remaining None dims.
+    none_dims = [k for k in range(x.rank) if indices[k] is None]
+    before = [k for k in none_dims if k < first] if adjacent else []
+    after = [k for k in none_dims if k not in before]
+    out_of = {}
+    for o, k in enumerate(before):
+        out_of[k] = o
+    for o, k in enumerate(after):
+        out_of[k] = len(before) + nb + o
+    r = len(shape)
+    inputs = []
+    for k in pos:
+        t = indices[k]
+        off = nb - t.rank
+        keep = [i for i in range(t.rank) if not (t.shape[i] == 1 and bshape[off + i] != 1)]
+        src = imp.em.reshape(t, [t.shape[i] for i in keep])
+        inputs.append((src, [f"d{len(before) + off + i}" for i in keep]))
+
+    def body(b: Body, a, out):
+        coords = []
+        j = 0
+        for k in range(x.rank):
+            if indices[k] is None:
+                coords.append(b.v(f"linalg.index {out_of[k]} : index"))
+            else:
+                t = indices[k]
+                v = _as_index(b, a[j], t.dtype)
+                # Negative indices count from the end.
+                neg = b.v(f"arith.cmpi slt, {v}, {b.v('arith.constant 0 : index')} : index")
+                wrapped = b.v(f"arith.addi {v}, {b.v(f'arith.constant {x.shape[k]} : index')} : index")
+                coords.append(b.v(f"arith.select {neg}, {wrapped}, {v} : index"))
+                j += 1
+        return _extract(b, x, coords)
+    return imp.em.generic(shape, dtype, inputs, ["parallel"] * r, [f"d{i}" for i in range(r)], body)
+
+
+@handles(aten.index_select.default)
+def _index_select(imp, node, args, kwargs):
+    x, dim, idx = args[0], args[1] % args[0].rank, args[2]
+    return _index(imp, node, (x, [None] * dim + [imp.em.reshape(idx, [_prod(idx.shape)])]), {})

@@ -1,0 +1,199 @@
+"""Reductions and sorts: ``sum``/``mean``/``amax``/``amin``/``any``,
+``var_mean``, ``max.dim``/``min.dim`` (values and first index), ``cumsum``,
+``topk``/``sort``; each a ``linalg.generic`` with reduction iterators over a
+``linalg.fill``ed init."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..body import Body
+from ..emitter import Op
+from ..registry import _out, aten, handles
+from ..values import UnsupportedOpError, Value, _amap, _prod, elem_type, is_float
+
+
+@handles(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
+         aten.amax.default, aten.amin.default, aten.any.dim, aten.any.default, aten.any.dims)
+def _reduction(imp, node, args, kwargs):
+    x = args[0]
+    shape, dtype = _out(node)
+    target = node.target
+    if target in (aten.sum.default, aten.mean.default, aten.any.default):
+        dims, keepdim = list(range(x.rank)), False
+    else:
+        dims = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dims is None or dims == []:
+            dims = list(range(x.rank))
+        if isinstance(dims, int):
+            dims = [dims]
+        keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    if target in (aten.amax.default, aten.amin.default):
+        combine = "max" if target == aten.amax.default else "min"
+        init = -math.inf if combine == "max" else math.inf
+        if not is_float(dtype):
+            info = torch.iinfo(dtype)
+            init = info.min if combine == "max" else info.max
+        return imp.em.reduce(x, dims, keepdim, combine, init, dtype)
+    if target in (aten.any.dim, aten.any.default, aten.any.dims):
+        xb = imp.em.cast(x, torch.bool)
+        return imp.em.reduce(xb, dims, keepdim, "or", False, torch.bool)
+    s = imp.em.reduce(x, dims, keepdim, "add", 0, dtype)
+    if target in (aten.mean.dim, aten.mean.default):
+        count = _prod(x.shape[d % x.rank] for d in dims) if x.rank else 1
+        s = imp.em.elementwise(s.shape, dtype, [s],
+                               lambda b, v: b.binary("div", v[0], b.const(count, dtype), dtype))
+    return s
+
+
+@handles(aten.var_mean.correction, aten.var.correction)
+def _var_mean(imp, node, args, kwargs):
+    x = args[0]
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dims is None:
+        dims = list(range(x.rank))
+    correction = kwargs.get("correction", 1)
+    if correction is None:
+        correction = 1
+    keepdim = kwargs.get("keepdim", False)
+    dtype = x.dtype
+    count = _prod(x.shape[d % x.rank] for d in dims)
+    mean_k = imp.em.reduce(x, dims, True, "add", 0, dtype)
+    mean_k = imp.em.elementwise(mean_k.shape, dtype, [mean_k],
+                                lambda b, v: b.binary("div", v[0], b.const(count, dtype), dtype))
+    dev = imp.em.elementwise(x.shape, dtype, [x, mean_k], lambda b, v: (
+        lambda d: b.binary("mul", d, d, dtype))(b.binary("sub", v[0], v[1], dtype)))
+    var = imp.em.reduce(dev, dims, keepdim, "add", 0, dtype)
+    denom = max(count - correction, 0)
+    var = imp.em.elementwise(var.shape, dtype, [var],
+                             lambda b, v: b.binary("div", v[0], b.const(denom, dtype), dtype))
+    if node.target == aten.var.correction:
+        return var
+    mean = mean_k if keepdim else imp.em.reshape(mean_k, var.shape)
+    return [var, mean]
+
+
+@handles(aten.max.dim, aten.min.dim)
+def _max_dim(imp, node, args, kwargs):
+    """Values and (first) indices along a dim: one linalg.generic with two
+    results."""
+    x = args[0]
+    dim = args[1] % x.rank
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    is_max = node.target == aten.max.dim
+    kept = [i for i in range(x.rank) if i != dim]
+    shape = tuple(x.shape[i] for i in kept)
+    dt = x.dtype
+    init = -math.inf if is_max else math.inf
+    if not is_float(dt):
+        init = torch.iinfo(dt).min if is_max else torch.iinfo(dt).max
+    vals = imp.em.full(shape, init, dt)
+    idx = imp.em.full(shape, 0, torch.int64)
+    nd = x.rank
+    em = imp.em
+    b = Body(em)
+    a, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
+    i = b.v(f"arith.index_cast {b.v(f'linalg.index {dim} : index')} : index to i64")
+    better = b.compare("gt" if is_max else "lt", a, ov, dt)
+    if is_float(dt):  # NaN wins, as in PyTorch
+        better = b.v(f"arith.ori {better}, {b.v(f'arith.cmpf uno, {a}, {a} : {elem_type(dt)}')} : i1")
+    nv = b.select(better, a, ov, dt)
+    ni = b.select(better, i, oi, torch.int64)
+    out_map = _amap(nd, [f"d{k}" for k in kept])
+    maps = [_amap(nd, [f"d{k}" for k in range(nd)]), out_map, out_map]
+    its = ", ".join('"reduction"' if k == dim else '"parallel"' for k in range(nd))
+    text = [f"linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{its}]}} "
+            f"ins({x.name} : {x.type}) outs({vals.name}, {idx.name} : {vals.type}, {idx.type}) {{",
+            f"^bb0({a}: {elem_type(dt)}, {ov}: {elem_type(dt)}, {oi}: i64):"]
+    text += ["  " + line for line in b.lines]
+    text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dt)}, i64")
+    text.append(f"}} -> ({vals.type}, {idx.type})")
+    name = em.fresh("v")
+    em.ops.append(Op(f"{name}:2", "\n".join(text)))
+    rv, ri = Value(f"{name}#0", shape, dt), Value(f"{name}#1", shape, torch.int64)
+    if keepdim:
+        full = [1 if k == dim else x.shape[k] for k in range(nd)]
+        rv, ri = em.reshape(rv, full), em.reshape(ri, full)
+    return [rv, ri]
+
+
+@handles(aten.cumsum.default)
+def _cumsum(imp, node, args, kwargs):
+    """out[.., i, ..] = the sum of x[.., j, ..] for j <= i: a masked
+    reduction over j (quadratic in the dim; position ids and masks)."""
+    x = args[0]
+    shape, dtype = _out(node)
+    if x.rank == 0:
+        return imp.em.cast(x, dtype)
+    dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.rank
+    r = x.rank
+    exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {dim} : index")
+        j = b.v(f"linalg.index {r} : index")
+        keep = b.v(f"arith.cmpi ule, {j}, {i} : index")
+        v = b.cast(a[0], x.dtype, dtype)
+        return b.binary("add", out, b.select(keep, v, b.const(0, dtype), dtype), dtype)
+    return imp.em.generic(shape, dtype, [(x, exprs)], ["parallel"] * r + ["reduction"],
+                          [f"d{i}" for i in range(r)], body, init=imp.em.full(shape, 0, dtype))
+
+
+@handles(aten.topk.default, aten.sort.default, aten.sort.stable)
+def _topk(imp, node, args, kwargs):
+    """topk / sort along the last dim by ranks: rank(i) = the number of
+    elements before i in the order (ties by position, as a stable sort);
+    slot r gathers the element of rank r. Quadratic in the dim's size
+    (router logits over a few experts)."""
+    x = args[0]
+    if node.target == aten.topk.default:
+        k = args[1]
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+        largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
+    else:
+        k = x.shape[-1] if x.rank else 1
+        dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
+        largest = kwargs.get("descending", args[2] if len(args) > 2 and isinstance(args[2], bool) else False)
+        if node.target == aten.sort.stable:
+            dim = kwargs.get("dim", -1)
+            largest = kwargs.get("descending", False)
+    if x.rank == 0 or dim % x.rank != x.rank - 1:
+        raise UnsupportedOpError("topk/sort along a dim other than the last")
+    r = x.rank
+    lead = [f"d{i}" for i in range(r - 1)]
+    n = x.shape[-1]
+    dt = x.dtype
+
+    def rank_body(b: Body, a, out):
+        xi, xj = a[0], a[1]
+        i = b.v(f"linalg.index {r - 1} : index")
+        j = b.v(f"linalg.index {r} : index")
+        before = b.compare("gt" if largest else "lt", xj, xi, dt)
+        tie = b.v(f"arith.andi {b.compare('eq', xj, xi, dt)}, {b.v(f'arith.cmpi ult, {j}, {i} : index')} : i1")
+        hit = b.v(f"arith.ori {before}, {tie} : i1")
+        one = b.cast(hit, torch.bool, torch.int64)
+        return b.binary("add", out, one, torch.int64)
+    ranks = imp.em.generic(x.shape, torch.int64, [(x, lead + [f"d{r - 1}"]), (x, lead + [f"d{r}"])],
+                           ["parallel"] * r + ["reduction"], lead + [f"d{r - 1}"], rank_body,
+                           init=imp.em.full(x.shape, 0, torch.int64))
+    out_shape = tuple(x.shape[:-1]) + (k,)
+
+    def pick(values: bool):
+        t = dt if values else torch.int64
+
+        def body(b: Body, a, out):
+            slot = b.v(f"arith.index_cast {b.v(f'linalg.index {r - 1} : index')} : index to i64")
+            hit = b.compare("eq", a[0], slot, torch.int64)
+            if values:
+                v = a[1]
+            else:
+                v = b.v(f"arith.index_cast {b.v(f'linalg.index {r} : index')} : index to i64")
+            return b.binary("add", out, b.select(hit, v, b.const(0, t), t), t)
+        ins = [(ranks, lead + [f"d{r}"])] + ([(x, lead + [f"d{r}"])] if values else [])
+        return imp.em.generic(out_shape, t, ins, ["parallel"] * r + ["reduction"], lead + [f"d{r - 1}"],
+                              body, init=imp.em.full(out_shape, 0, t))
+    if n == 0:
+        raise UnsupportedOpError("topk of an empty dim")
+    return [pick(True), pick(False)]
