@@ -34,9 +34,9 @@ MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
   return mesh;
 }
 
-FailureOr<int64_t>
-mlir::shardx::detail::getGroupSize(Operation *op, FlatSymbolRefAttr meshRef,
-                                   ArrayRef<int64_t> axes) {
+FailureOr<int64_t> mlir::shardx::detail::getGroupSize(Operation *op,
+                                                      FlatSymbolRefAttr meshRef,
+                                                      ArrayRef<int64_t> axes) {
   MeshOp mesh = lookupMesh(op, meshRef);
   if (!mesh)
     return failure();
