@@ -1,4 +1,5 @@
-//===- RuntimeCalls.cpp - Building shardx_rt_cg_* calls ---------------------===//
+//===- RuntimeCalls.cpp - Building shardx_rt_cg_* calls
+//---------------------===//
 //
 // Part of ShardX.
 //
@@ -63,8 +64,7 @@ Value RuntimeCalls::contiguous(Value t) {
   SmallVector<int64_t> dynStrides(type.getRank(), ShapedType::kDynamic);
   auto strided = MemRefType::get(
       type.getShape(), type.getElementType(),
-      StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic,
-                             dynStrides));
+      StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic, dynStrides));
   Value buffer =
       bufferization::ToBufferOp::create(b, loc, strided, t, /*readOnly=*/true);
   Value copy = memref::AllocOp::create(
@@ -97,8 +97,8 @@ Value RuntimeCalls::i64(int64_t v) {
 
 Value RuntimeCalls::groupIndex() {
   Value arr = int64Array(op.getAxes());
-  func::FuncOp fn = declare("shardx_rt_cg_axis_index", {arr.getType()},
-                            {b.getI64Type()});
+  func::FuncOp fn =
+      declare("shardx_rt_cg_axis_index", {arr.getType()}, {b.getI64Type()});
   Value j = func::CallOp::create(b, loc, fn, ValueRange{arr}).getResult(0);
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), j);
 }
@@ -106,8 +106,8 @@ Value RuntimeCalls::groupIndex() {
 Value RuntimeCalls::lookup(Value j, ArrayRef<int64_t> table) {
   Value r = index(table[0]);
   for (auto [i, v] : llvm::enumerate(table)) {
-    Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j,
-                                      index(i));
+    Value hit =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j, index(i));
     r = arith::SelectOp::create(b, loc, hit, index(v), r);
   }
   return r;
@@ -152,8 +152,8 @@ Value RuntimeCalls::flat(Value m) {
 Value RuntimeCalls::int64Array(ArrayRef<int64_t> values) {
   auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
                                     b.getI64Type());
-  Value cst =
-      arith::ConstantOp::create(b, loc, DenseIntElementsAttr::get(type, values));
+  Value cst = arith::ConstantOp::create(
+      b, loc, DenseIntElementsAttr::get(type, values));
   auto memType = MemRefType::get(type.getShape(), b.getI64Type());
   Value buffer = bufferization::ToBufferOp::create(b, loc, memType, cst, true);
   return memref::CastOp::create(b, loc, dyn1D(b.getI64Type()), buffer);
@@ -204,11 +204,10 @@ Value RuntimeCalls::castElements(Value t, Type elt) {
   return linalg::MapOp::create(
              b, loc, ValueRange{t}, init,
              [&](OpBuilder &nb, Location nl, ValueRange args) {
-               Value v = extend
-                             ? arith::ExtUIOp::create(nb, nl, elt, args[0])
-                                   .getResult()
-                             : arith::TruncIOp::create(nb, nl, elt, args[0])
-                                   .getResult();
+               Value v = extend ? arith::ExtUIOp::create(nb, nl, elt, args[0])
+                                      .getResult()
+                                : arith::TruncIOp::create(nb, nl, elt, args[0])
+                                      .getResult();
                linalg::YieldOp::create(nb, nl, v);
              })
       ->getResult(0);

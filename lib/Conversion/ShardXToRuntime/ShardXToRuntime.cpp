@@ -150,8 +150,7 @@ struct AllReduceLowering : CollectivePattern<AllReduceOp> {
     Value in = adaptor.getInput();
     return rt.flatCall(
         "all_reduce", in, cast<RankedTensorType>(in.getType()).getShape(),
-        {rt.i32(getRuntimeReductionCode(op.getReduction()))},
-        rt.dynSizes(in));
+        {rt.i32(getRuntimeReductionCode(op.getReduction()))}, rt.dynSizes(in));
   }
 };
 
@@ -175,8 +174,7 @@ struct PartitionValueLowering : CollectivePattern<PartitionValueOp> {
     Value in = adaptor.getInput();
     return rt.flatCall(
         "partition_value", in, cast<RankedTensorType>(in.getType()).getShape(),
-        {rt.i32(getRuntimeReductionCode(op.getReduction()))},
-        rt.dynSizes(in));
+        {rt.i32(getRuntimeReductionCode(op.getReduction()))}, rt.dynSizes(in));
   }
 };
 
@@ -241,8 +239,8 @@ struct AllGatherLowering : CollectivePattern<AllGatherOp> {
     SmallVector<int64_t> shape(
         cast<RankedTensorType>(front.getType()).getShape());
     shape[0] = op.getType().getDimSize(dim);
-    FailureOr<Value> g = rt.flatCall("all_gather_v", front, shape,
-                                     {rt.int64Array(*counts)});
+    FailureOr<Value> g =
+        rt.flatCall("all_gather_v", front, shape, {rt.int64Array(*counts)});
     if (failed(g))
       return failure();
     return rt.moveDim(*g, dim, true);
@@ -285,11 +283,11 @@ struct ReduceScatterLowering : CollectivePattern<ReduceScatterOp> {
         cast<RankedTensorType>(front.getType()).getShape());
     shape[0] = ShapedType::kDynamic;
     Value mine = rt.lookup(rt.groupIndex(), sizes);
-    FailureOr<Value> r = rt.flatCall(
-        "reduce_scatter_v", front, shape,
-        {rt.i32(getRuntimeReductionCode(op.getReduction())),
-         rt.int64Array(*counts)},
-        ValueRange{mine});
+    FailureOr<Value> r =
+        rt.flatCall("reduce_scatter_v", front, shape,
+                    {rt.i32(getRuntimeReductionCode(op.getReduction())),
+                     rt.int64Array(*counts)},
+                    ValueRange{mine});
     if (failed(r))
       return failure();
     Value back = rt.moveDim(*r, dim, true);
@@ -352,9 +350,9 @@ struct ChunkLowering : CollectivePattern<ChunkOp> {
     SmallVector<OpFoldResult> lengths,
         strides(inType.getRank(), b.getIndexAttr(1));
     for (int64_t d = 0; d < inType.getRank(); ++d)
-      lengths.push_back(d == dim ? OpFoldResult(length)
-                                 : OpFoldResult(b.getIndexAttr(
-                                       inType.getDimSize(d))));
+      lengths.push_back(
+          d == dim ? OpFoldResult(length)
+                   : OpFoldResult(b.getIndexAttr(inType.getDimSize(d))));
     offsets[dim] = offset;
     SmallVector<int64_t> sliceShape(inType.getShape());
     sliceShape[dim] = ShapedType::kDynamic;
@@ -397,9 +395,9 @@ struct AllToAllLowering : CollectivePattern<AllToAllOp> {
       return failure();
     ArrayRef<int64_t> local = inType.getShape();
     SmallVector<int64_t> view = splitView(local, sd, op.getSplitStride(), *n);
-    Value send = rt.transpose(
-        rt.reshape(in, view),
-        toFront(sd + 1, static_cast<int64_t>(view.size())));
+    Value send =
+        rt.transpose(rt.reshape(in, view),
+                     toFront(sd + 1, static_cast<int64_t>(view.size())));
     SmallVector<int64_t> piece(local.begin(), local.end());
     piece[sd] /= *n;
     SmallVector<int64_t> recvShape = {*n};
@@ -411,8 +409,7 @@ struct AllToAllLowering : CollectivePattern<AllToAllOp> {
                               outType.getShape());
   }
 
-  FailureOr<Value> lowerUneven(AllToAllOp op, Value in,
-                               ArrayRef<int64_t> sizes,
+  FailureOr<Value> lowerUneven(AllToAllOp op, Value in, ArrayRef<int64_t> sizes,
                                RuntimeCalls &rt) const {
     auto inType = cast<RankedTensorType>(in.getType());
     RankedTensorType outType = op.getType();
@@ -469,9 +466,9 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
       func::FuncOp fn =
           rt.declare("shardx_rt_cg_exchange_dim",
                      {descArray.getType(), b.getI64Type()}, {b.getI64Type()});
-      Value size = func::CallOp::create(b, rt.loc, fn,
-                                        ValueRange{descArray, rt.i64(d)})
-                       .getResult(0);
+      Value size =
+          func::CallOp::create(b, rt.loc, fn, ValueRange{descArray, rt.i64(d)})
+              .getResult(0);
       outDyn.push_back(
           arith::IndexCastOp::create(b, rt.loc, b.getIndexType(), size));
     }
@@ -492,9 +489,8 @@ struct NoLoweringPattern : ConversionPattern {
       : ConversionPattern(MatchAnyOpTypeTag(), /*benefit=*/0, context),
         lowered(std::move(lowered)) {}
 
-  LogicalResult
-  matchAndRewrite(Operation *op, ArrayRef<Value>,
-                  ConversionPatternRewriter &) const override {
+  LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value>,
+                                ConversionPatternRewriter &) const override {
     if (!isa<ShardXDialect>(op->getDialect()) || isa<MeshOp>(op) ||
         lowered.contains(op->getName().getStringRef()))
       return failure();
@@ -505,7 +501,8 @@ struct NoLoweringPattern : ConversionPattern {
 };
 
 struct ConvertShardXToRuntimePass
-    : mlir::shardx::impl::ConvertShardXToRuntimePassBase<ConvertShardXToRuntimePass> {
+    : mlir::shardx::impl::ConvertShardXToRuntimePassBase<
+          ConvertShardXToRuntimePass> {
   void runOnOperation() override {
     MLIRContext *context = &getContext();
     RewritePatternSet patterns(context);
