@@ -3,10 +3,10 @@
 // Part of ShardX.
 //
 // Every tensor value of a sharded function takes its local type, in program
-// order: `LocalizeState::localType` is the type conversion (global type and
-// layout -> the rank's shard type, dynamic where ranks differ); it cannot be
-// an mlir::TypeConverter because the layout is the value's (its producer's
-// `shardx.layouts`), not its type's. After an op's results are converted,
+// order: `LocalTypeConverter` (a context-aware TypeConverter: the layout is
+// the value's, its producer's `shardx.layouts`, not its type's) maps the
+// global type to the rank's shard type, dynamic where ranks differ. After an
+// op's results are converted,
 // one rewrite pattern per op family gives it local shapes (tensor.empty,
 // expand_shape, extract/insert_slice, constants, linalg.generic index
 // offsets and embedding lookups, the casts around lowered reshards). A new
@@ -26,6 +26,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Rewrite/PatternApplicator.h"
+#include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_LOCALIZEPASS
@@ -241,6 +242,27 @@ struct LocalizeState {
   }
 };
 
+/// Global -> local tensor types as a context-aware TypeConverter: a tensor
+/// value converts to its shard under its producer's layout (an argument's
+/// from the function signature; errors at the producer); other types stay.
+class LocalTypeConverter : public TypeConverter {
+public:
+  explicit LocalTypeConverter(LocalizeState &state) {
+    addConversion([](Type type) { return type; });
+    addConversion([&state](Value value) -> std::optional<Type> {
+      if (!isa<RankedTensorType>(value.getType()))
+        return std::nullopt;
+      Operation *where = value.getDefiningOp();
+      if (!where)
+        where = cast<BlockArgument>(value).getOwner()->getParentOp();
+      FailureOr<RankedTensorType> local = state.localType(value, where);
+      if (failed(local))
+        return Type();
+      return Type(*local);
+    });
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Patterns, one per op family. Each runs on an op whose tensor results
 // already have their local types (globals in LocalizeState::globalTypes).
@@ -432,6 +454,7 @@ private:
   void finishSignature();
 
   LocalizeState state;
+  LocalTypeConverter typeConverter{state};
   SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
 };
 
@@ -446,11 +469,11 @@ LogicalResult Localizer::localizeArguments() {
       continue;
     }
     argLayouts.push_back(LayoutAttr::get(state.meshRef, state.layoutOf(arg)));
-    FailureOr<RankedTensorType> local = state.localType(arg, state.fn);
-    if (failed(local))
+    Type local = typeConverter.convertType(arg);
+    if (!local)
       return failure();
     state.globalTypes[arg] = cast<RankedTensorType>(arg.getType());
-    arg.setType(*local);
+    arg.setType(local);
   }
   return success();
 }
@@ -474,11 +497,11 @@ LogicalResult Localizer::localizeResults(Operation &op) {
     if (!isa<RankedTensorType>(r.getType()))
       continue;
     auto global = cast<RankedTensorType>(r.getType());
-    FailureOr<RankedTensorType> local = state.localType(r, &op);
-    if (failed(local))
+    Type local = typeConverter.convertType(r);
+    if (!local)
       return failure();
     state.globalTypes[r] = global;
-    r.setType(*local);
+    r.setType(local);
   }
   return success();
 }
