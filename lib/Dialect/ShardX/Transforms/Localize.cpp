@@ -157,20 +157,23 @@ struct LocalizeState {
   /// read row 0 of the local table and yield zero; the column index (the
   /// result's last loop, which offsetIndices then makes global) is made
   /// local again.
-  LogicalResult localizeLookup(linalg::GenericOp op, const Layout &table) {
+  LogicalResult localizeLookup(RewriterBase &b, linalg::GenericOp op,
+                               const Layout &table) {
     std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
     if (!lookup)
       return op.emitError("embedding lookup changed shape during expansion");
     RankedTensorType global = globalTypeOf(lookup->table);
-    OpBuilder b(op);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op);
     Location loc = op.getLoc();
     auto extract = cast<tensor::ExtractOp>(lookup->extract);
     if (const ::shardx::DimSharding *cols = table.getDim(1)) {
       auto [lo, size] = emitPiece(b, loc, *cols, global.getDimSize(1));
       b.setInsertionPoint(extract);
       Value col = extract.getIndices()[1];
-      extract.getIndicesMutable()[1].assign(
-          arith::SubIOp::create(b, loc, col, lo));
+      Value local = arith::SubIOp::create(b, loc, col, lo);
+      b.modifyOpInPlace(extract,
+                        [&] { extract.getIndicesMutable()[1].assign(local); });
       b.setInsertionPoint(op);
     }
     if (const ::shardx::DimSharding *rows = table.getDim(0)) {
@@ -185,19 +188,21 @@ struct LocalizeState {
       Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
       Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
       Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
-      extract.getIndicesMutable()[0].assign(safe);
+      b.modifyOpInPlace(extract,
+                        [&] { extract.getIndicesMutable()[0].assign(safe); });
       b.setInsertionPointAfter(extract);
       Type elt = extract.getType();
       Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
       Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
-      extract.getResult().replaceAllUsesExcept(masked, masked.getDefiningOp());
+      b.replaceAllUsesExcept(extract.getResult(), masked,
+                             masked.getDefiningOp());
     }
-    op->removeAttr(kTableLayoutAttrName);
+    b.modifyOpInPlace(op, [&] { op->removeAttr(kTableLayoutAttrName); });
     return success();
   }
 
   /// Adds the rank's offset to `linalg.index` ops of sharded loops.
-  LogicalResult offsetIndices(linalg::GenericOp op) {
+  LogicalResult offsetIndices(RewriterBase &b, linalg::GenericOp op) {
     SmallVector<linalg::IndexOp> indices;
     op.getRegion().walk([&](linalg::IndexOp i) { indices.push_back(i); });
     if (indices.empty())
@@ -231,12 +236,13 @@ struct LocalizeState {
                        [](const ::shardx::Split &s) { return s.stride != 1; }))
         return op.emitError("linalg.index of a loop with a strided split "
                             "cannot be expanded");
-      OpBuilder b(op);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(op);
       Location loc = index.getLoc();
       Value offset = emitPiece(b, loc, *sharding, extent).first;
       b.setInsertionPointAfter(index);
       auto add = arith::AddIOp::create(b, loc, index.getResult(), offset);
-      index.getResult().replaceAllUsesExcept(add.getResult(), add);
+      b.replaceAllUsesExcept(index.getResult(), add.getResult(), add);
     }
     return success();
   }
@@ -411,11 +417,11 @@ struct GenericPattern : LocalizePattern<linalg::GenericOp> {
     // The lookup first: it matches the column index as the plain
     // linalg.index the offsets then rewrite.
     if (auto table = op->getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
-      if (failed(state.localizeLookup(op, table.getLayout()))) {
+      if (failed(state.localizeLookup(rewriter, op, table.getLayout()))) {
         state.failed = true;
         return failure();
       }
-    if (failed(state.offsetIndices(op))) {
+    if (failed(state.offsetIndices(rewriter, op))) {
       state.failed = true;
       return failure();
     }
