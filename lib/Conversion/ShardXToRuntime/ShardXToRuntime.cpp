@@ -491,7 +491,7 @@ struct NoLoweringPattern : ConversionPattern {
 
   LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value>,
                                 ConversionPatternRewriter &) const override {
-    if (!isa<ShardXDialect>(op->getDialect()) || isa<MeshOp>(op) ||
+    if (!isa_and_nonnull<ShardXDialect>(op->getDialect()) || isa<MeshOp>(op) ||
         lowered.contains(op->getName().getStringRef()))
       return failure();
     return op->emitError("no CPU lowering for '") << op->getName() << "'";
