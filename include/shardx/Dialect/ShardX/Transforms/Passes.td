@@ -30,7 +30,10 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     to the distinct layouts its consumers need plus every op's local loop
     time at `compute-rate`; sweeps change one op's strategy, or an op
     together with the neighbours it disturbs (bounded cascades), whenever
-    that lowers the total. docs/Propagation.md has the details.
+    that lowers the total. docs/Propagation.md has the details. The search
+    is a strategy object (`strategy`, lib/Dialect/ShardX/Transforms/
+    PropagationStrategy.h): `greedy` is the one above; the choices live in a
+    map during the search and are written to the IR once, at the end.
 
     Partial follows DTensor's algebra: a reduction over a sharded factor
     gives Partial with the reduction's combiner (sum, max, min, prod) when its
@@ -58,6 +61,9 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     ```
   }];
   let options = [
+    Option<"strategy", "strategy", "std::string", "\"greedy\"",
+           "The search: `greedy` (program order, then whole-graph "
+           "refinement)">,
     Option<"userLayoutsOnly", "user-layouts-only", "bool", "false",
            "Keep every value not constrained by the user replicated">,
     Option<"bandwidthOverride", "bandwidth", "double", "0",
