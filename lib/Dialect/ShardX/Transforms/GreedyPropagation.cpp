@@ -5,14 +5,14 @@
 // The `greedy` propagation strategy (PropagationStrategy.h): a pass in
 // program order, then a whole-graph refinement by single changes and
 // bounded cascades. Layouts are seen through the ops' sharding rules
-// (FactorProjection.h); what the search knows of op bodies is in
-// OpSemantics.h; prices come from CostModel.h.
+// (FactorProjection.h), which also answer what the search must know of op
+// bodies (reduction combiners, identity inits, linearity, shape-only
+// values); prices come from CostModel.h.
 //
 //===----------------------------------------------------------------------===//
 
 #include "FactorProjection.h"
 #include "LayoutUtils.h"
-#include "OpSemantics.h"
 #include "PropagationStrategy.h"
 
 #include "shardx/Rules/ShardingRule.h"
@@ -296,7 +296,7 @@ SmallVector<std::optional<ReduceOp>> GreedyPropagation::keptPartials(
   if (!candidates.empty()) {
     for (unsigned c : candidates)
       partialOperands.set(c);
-    if (!isLinearIn(op, partialOperands)) {
+    if (!cast<ShardingRuleOpInterface>(op).isLinearIn(partialOperands)) {
       partialOperands.reset();
     } else {
       // All partial operands must be partial on the same axes.
@@ -321,7 +321,7 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
                               Assignment assignment, bool keepPartials,
                               bool priced) {
   Strategy s;
-  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  auto ruleOp = cast<ShardingRuleOpInterface>(op);
   // Factors that must stay whole.
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f])
@@ -336,10 +336,9 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f] || kind != ShardingRule::FactorKind::Reduction)
       continue;
-    if (!combiner && linalgOp)
-      combiner = getCombiner(linalgOp);
-    bool ok = combiner && linalgOp &&
-              isIdentityFill(linalgOp.getDpsInits()[0], *combiner);
+    if (!combiner)
+      combiner = ruleOp.getReductionKind();
+    bool ok = combiner && ruleOp.hasIdentityInit();
     if (!ok)
       assignment[f].reset();
     else

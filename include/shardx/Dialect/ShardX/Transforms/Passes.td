@@ -227,7 +227,21 @@ def TestPrintRulesPass : Pass<"shardx-test-print-rules", "ModuleOp"> {
     ```
     remark: ([i, k], [k, j], [i, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}
     ```
+
+    With `semantics`, a second remark per op with a rule gives what the
+    rule answers of the op's body: its reduction combiner, whether its
+    init is that combiner's identity, the tensor operands (numbers) it is
+    linear in one at a time, and whether its results are shape-only:
+
+    ```
+    remark: reduction=sum identity-init=1 linear-in=[0, 1] shape-only=0
+    ```
   }];
+  let options = [
+    Option<"semantics", "semantics", "bool", "false",
+           "Also print the reduction kind, identity init, linearity and "
+           "shape-only answers of each rule">,
+  ];
 }
 
 def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
