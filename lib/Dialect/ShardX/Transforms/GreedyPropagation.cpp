@@ -158,6 +158,7 @@ private:
     SmallVector<Need, 2> needs;
     SmallVector<unsigned, 1> returns; // ranks of the uses by the return
     SmallVector<unsigned> movableUsers; // positions of movable users, sorted
+    bool shapeOnly = false; // rematerialized: its reshards are free
   };
   std::vector<ValueUses> valueUses;
   DenseMap<Value, unsigned> valueIndex;
@@ -688,6 +689,7 @@ void GreedyPropagation::indexUses() {
     valueIndex[v] = valueUses.size();
     valueUses.emplace_back();
     ValueUses &entry = valueUses.back();
+    entry.shapeOnly = isRematerializable(v);
     for (OpOperand &use : v.getUses()) {
       unsigned rank = entry.uses.size();
       entry.uses.push_back(&use);
@@ -794,7 +796,9 @@ void GreedyPropagation::neededLayouts(
 }
 
 double GreedyPropagation::valueCost(Value v, const Move *move) {
-  if (isRematerializable(v))
+  // Asked once per value (indexUses): the rule interface is not free to
+  // query, and this is the refinement's innermost cost.
+  if (usesOf(v).shapeOnly)
     return 0;
   LayoutAttr from = attrWith(v, move);
   SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
