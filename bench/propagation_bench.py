@@ -16,6 +16,11 @@ The whole-graph refinement is measured against the pass in program order
 alone (`--shardx-propagate=refine=false`) in the same run: the time of
 both, and the total reshard cost each leaves (alpha-beta model, from
 `--shardx-propagate=print-cost`).
+
+With `--baseline PATH` (another build's shardx-opt, e.g. a copy taken
+before a change), the same two pipelines are timed with that binary too,
+interleaved with ours in the same run, and the ratio baseline/ours is
+reported (above 1: ours is faster).
 """
 
 import argparse
@@ -137,9 +142,12 @@ def main() -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
+    ap.add_argument("--baseline", help="another shardx-opt to time against, in the same run")
     args = ap.parse_args()
     print(f"{'layers':>6} {'ops':>7} {'order ms':>9} {'shardx ms':>10} {'us/op':>7} "
-          f"{'cost order us':>14} {'cost shardx us':>15} {'upstream ms':>12} {'upstream/shardx':>16}")
+          f"{'cost order us':>14} {'cost shardx us':>15} {'upstream ms':>12} {'upstream/shardx':>16}"
+          + (f" {'base order ms':>14} {'base ms':>8} {'base/ours order':>16} {'base/ours':>10}"
+             if args.baseline else ""))
     for n in args.layers:
         text = program(n, args.model)
         ops = sum(1 for l in text.split("\n") if re.match(r"  %\S+ = ", l))
@@ -155,6 +163,23 @@ def main() -> int:
                                  "--shardx-insert-reshards"], names, args.repeat)
             t_ours = pass_time([find_tool("shardx-opt"), ours, "--shardx-propagate", "--shardx-insert-reshards"],
                                names, args.repeat)
+            baseline = ""
+            if args.baseline:
+                # Interleaved: the baseline's timings between two of ours
+                # (ours is the mean of the two medians), so drift in the
+                # machine's load hits both sides alike.
+                b_order = pass_time([args.baseline, ours, "--shardx-propagate=refine=false",
+                                     "--shardx-insert-reshards"], names, args.repeat)
+                b_full = pass_time([args.baseline, ours, "--shardx-propagate", "--shardx-insert-reshards"],
+                                   names, args.repeat)
+                t_order = statistics.median([t_order, pass_time(
+                    [find_tool("shardx-opt"), ours, "--shardx-propagate=refine=false",
+                     "--shardx-insert-reshards"], names, args.repeat)])
+                t_ours = statistics.median([t_ours, pass_time(
+                    [find_tool("shardx-opt"), ours, "--shardx-propagate", "--shardx-insert-reshards"],
+                    names, args.repeat)])
+                baseline = (f" {b_order * 1e3:>14.1f} {b_full * 1e3:>8.1f} {b_order / t_order:>16.2f}"
+                            f" {b_full / t_ours:>10.2f}")
             proc = subprocess.run([find_tool("shardx-opt"), ours, "--shardx-propagate=print-cost", "-o", "/dev/null"],
                                   capture_output=True, text=True, check=True)
             m = re.search(r"reshard cost ([0-9.]+) us in program order, ([0-9.]+) us after", proc.stderr)
@@ -167,7 +192,7 @@ def main() -> int:
                 why = re.search(r"error: (.*)", str(e))
                 up_text, ratio = f"{'fails':>12}", f"  ({why.group(1) if why else 'error'})"
         print(f"{n:>6} {ops:>7} {t_order * 1e3:>9.1f} {t_ours * 1e3:>10.1f} {t_ours * 1e6 / ops:>7.1f} "
-              f"{cost_order:>14.1f} {cost_ours:>15.1f} {up_text} {ratio}")
+              f"{cost_order:>14.1f} {cost_ours:>15.1f} {up_text} {ratio}{baseline}")
     return 0
 
 

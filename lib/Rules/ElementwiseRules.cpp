@@ -4,6 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Linearity.h"
+
 #include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -42,6 +44,22 @@ struct ElementwiseRule
     rule.operands.assign(op->getNumOperands(), identity);
     rule.results.assign(op->getNumResults(), identity);
     return rule;
+  }
+
+  /// Arith: add/sub of partials, scaling or division by a non-partial,
+  /// negation. Math functions are not linear.
+  bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial) const {
+    return isa<arith::ArithDialect>(op->getDialect()) &&
+           isArithLinearIn(op, partial);
+  }
+
+  /// A splat constant: rebuilt in any layout.
+  bool isShapeOnly(Operation *op) const {
+    if constexpr (std::is_same_v<OpTy, arith::ConstantOp>) {
+      auto dense = dyn_cast<DenseElementsAttr>(cast<OpTy>(op).getValue());
+      return dense && dense.isSplat();
+    }
+    return false;
   }
 };
 

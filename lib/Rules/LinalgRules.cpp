@@ -4,14 +4,90 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Linearity.h"
+
 #include "shardx/Rules/ShardingRule.h"
 
+#include "mlir/Analysis/SliceAnalysis.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/Matchers.h"
+
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
+using ::shardx::ReduceOp;
+
+/// The combiner of a linalg op's one reduction (`out = combine(out, x)`,
+/// found by MLIR's matchReduction), or null.
+static Operation *getCombinerOp(linalg::LinalgOp op) {
+  if (op->getNumResults() != 1 || op.getNumDpsInits() != 1)
+    return nullptr;
+  auto yield = dyn_cast<linalg::YieldOp>(op.getBlock()->getTerminator());
+  if (!yield || yield.getNumOperands() != 1)
+    return nullptr;
+  SmallVector<Operation *, 1> combiners;
+  if (!matchReduction(op.getRegionOutputArgs(), 0, combiners) ||
+      combiners.size() != 1)
+    return nullptr;
+  return combiners.front();
+}
+
+/// The partial op a combiner leaves: sum, max, min or prod.
+static std::optional<ReduceOp> getReduceOp(Operation *combiner) {
+  return llvm::TypeSwitch<Operation *, std::optional<ReduceOp>>(combiner)
+      .Case<arith::AddFOp, arith::AddIOp>([](auto) { return ReduceOp::Sum; })
+      .Case<arith::MaximumFOp, arith::MaxNumFOp, arith::MaxSIOp>(
+          [](auto) { return ReduceOp::Max; })
+      .Case<arith::MinimumFOp, arith::MinNumFOp, arith::MinSIOp>(
+          [](auto) { return ReduceOp::Min; })
+      .Case<arith::MulFOp, arith::MulIOp>([](auto) { return ReduceOp::Prod; })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// Whether `value` is the identity of `kind` (arith's identity of the
+/// matching atomic kind: 0 for a sum, 1 for a product, -inf or the least
+/// signed integer for a max, +inf or the greatest for a min).
+static bool isIdentityOf(ReduceOp kind, TypedAttr value) {
+  Type type = value.getType();
+  bool isFloat = isa<FloatType>(type);
+  if (isa<IndexType>(type))
+    type = IntegerType::get(type.getContext(), 64);
+  if (!isFloat && !isa<IntegerType>(type))
+    return false;
+  arith::AtomicRMWKind atomic;
+  switch (kind) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg:
+    atomic = isFloat ? arith::AtomicRMWKind::addf : arith::AtomicRMWKind::addi;
+    break;
+  case ReduceOp::Prod:
+    atomic = isFloat ? arith::AtomicRMWKind::mulf : arith::AtomicRMWKind::muli;
+    break;
+  case ReduceOp::Max:
+    atomic =
+        isFloat ? arith::AtomicRMWKind::maximumf : arith::AtomicRMWKind::maxs;
+    break;
+  case ReduceOp::Min:
+    atomic =
+        isFloat ? arith::AtomicRMWKind::minimumf : arith::AtomicRMWKind::mins;
+    break;
+  }
+  OpBuilder builder(type.getContext());
+  TypedAttr identity = arith::getIdentityValueAttr(
+      atomic, type, builder, UnknownLoc::get(type.getContext()));
+  if (auto f = dyn_cast<FloatAttr>(value))
+    return f.getValue().compare(cast<FloatAttr>(identity).getValue()) ==
+           llvm::APFloat::cmpEqual;
+  auto i = dyn_cast<IntegerAttr>(value);
+  APInt expected = cast<IntegerAttr>(identity).getValue();
+  return i && i.getValue().getBitWidth() == expected.getBitWidth() &&
+         i.getValue() == expected;
+}
 
 namespace {
 
@@ -64,6 +140,40 @@ struct LinalgStructuredRule
       rule.results.push_back(rule.operands.back());
     }
     return rule;
+  }
+
+  /// The combiner of `out = combine(out, x)`.
+  std::optional<ReduceOp> getReductionKind(Operation *op) const {
+    Operation *combiner = getCombinerOp(cast<linalg::LinalgOp>(op));
+    return combiner ? getReduceOp(combiner) : std::nullopt;
+  }
+
+  /// The init is a linalg.fill with the identity of the combiner.
+  bool hasIdentityInit(Operation *op) const {
+    std::optional<ReduceOp> kind = getReductionKind(op);
+    if (!kind)
+      return false;
+    auto fill = cast<linalg::LinalgOp>(op)
+                    .getDpsInits()[0]
+                    .template getDefiningOp<linalg::FillOp>();
+    TypedAttr value;
+    return fill && matchPattern(fill.getInputs()[0], m_Constant(&value)) &&
+           isIdentityOf(*kind, value);
+  }
+
+  /// From the body: linear in the partial operands, the init an
+  /// accumulator.
+  bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial) const {
+    return isBodyLinearIn(cast<linalg::LinalgOp>(op), partial);
+  }
+
+  /// A fill of a tensor.empty.
+  bool isShapeOnly(Operation *op) const {
+    if constexpr (std::is_same_v<OpTy, linalg::FillOp>)
+      return cast<linalg::FillOp>(op)
+                 .getOutputs()[0]
+                 .template getDefiningOp<tensor::EmptyOp>() != nullptr;
+    return false;
   }
 };
 

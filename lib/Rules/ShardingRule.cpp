@@ -65,3 +65,8 @@ void mlir::shardx::registerShardingRuleExternalModels(
   registerLinalgShardingRules(registry);
   registerTensorShardingRules(registry);
 }
+
+bool mlir::shardx::isRematerializable(Value v) {
+  auto rule = v.getDefiningOp<ShardingRuleOpInterface>();
+  return rule && rule.isShapeOnly();
+}

@@ -53,6 +53,11 @@ struct ReshapeRule
     rule.results.push_back(expands ? expandedDims : collapsedDims);
     return rule;
   }
+
+  /// Data movement: a pending sum stays one.
+  bool isLinearIn(Operation *, const llvm::SmallBitVector &) const {
+    return true;
+  }
 };
 
 /// tensor.empty: its result dims are parallel factors (dynamic sizes are
@@ -70,6 +75,9 @@ struct EmptyRule
     rule.results.push_back(dims);
     return rule;
   }
+
+  /// Only a shape: rebuilt in any layout.
+  bool isShapeOnly(Operation *) const { return true; }
 };
 
 using FactorKind = ShardingRule::FactorKind;
@@ -110,6 +118,11 @@ struct CastRule
     rule.operands.push_back(a);
     rule.results.push_back(b);
     return rule;
+  }
+
+  /// Data movement: a pending sum stays one.
+  bool isLinearIn(Operation *, const llvm::SmallBitVector &) const {
+    return true;
   }
 };
 

@@ -7,9 +7,13 @@
 #ifndef SHARDX_RULES_SHARDINGRULE_H
 #define SHARDX_RULES_SHARDINGRULE_H
 
+#include "shardx/Layout/Layout.h"
+
 #include "mlir/IR/OpDefinition.h"
+#include "llvm/ADT/SmallBitVector.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir {
@@ -52,5 +56,13 @@ void registerTensorShardingRules(DialectRegistry &registry);
 } // namespace mlir::shardx
 
 #include "shardx/Rules/ShardingRuleInterface.h.inc"
+
+namespace mlir::shardx {
+
+/// Whether `v` is only a shape or a splat (its producer's rule says so):
+/// rematerialized in any layout rather than resharded.
+bool isRematerializable(Value v);
+
+} // namespace mlir::shardx
 
 #endif // SHARDX_RULES_SHARDINGRULE_H

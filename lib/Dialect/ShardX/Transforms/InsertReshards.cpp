@@ -10,10 +10,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
-#include "OpSemantics.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/ShardingRule.h"
 
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -77,7 +77,10 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     to the distinct layouts its consumers need plus every op's local loop
     time at `compute-rate`; sweeps change one op's strategy, or an op
     together with the neighbours it disturbs (bounded cascades), whenever
-    that lowers the total. docs/Propagation.md has the details.
+    that lowers the total. docs/Propagation.md has the details. The search
+    is a strategy object (`strategy`, lib/Dialect/ShardX/Transforms/
+    PropagationStrategy.h): `greedy` is the one above; the choices live in a
+    map during the search and are written to the IR once, at the end.
 
     Partial follows DTensor's algebra: a reduction over a sharded factor
     gives Partial with the reduction's combiner (sum, max, min, prod) when its
@@ -105,6 +108,9 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     ```
   }];
   let options = [
+    Option<"strategy", "strategy", "std::string", "\"greedy\"",
+           "The search: `greedy` (program order, then whole-graph "
+           "refinement)">,
     Option<"userLayoutsOnly", "user-layouts-only", "bool", "false",
            "Keep every value not constrained by the user replicated">,
     Option<"bandwidthOverride", "bandwidth", "double", "0",
@@ -268,7 +274,21 @@ def TestPrintRulesPass : Pass<"shardx-test-print-rules", "ModuleOp"> {
     ```
     remark: ([i, k], [k, j], [i, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}
     ```
+
+    With `semantics`, a second remark per op with a rule gives what the
+    rule answers of the op's body: its reduction combiner, whether its
+    init is that combiner's identity, the tensor operands (numbers) it is
+    linear in one at a time, and whether its results are shape-only:
+
+    ```
+    remark: reduction=sum identity-init=1 linear-in=[0, 1] shape-only=0
+    ```
   }];
+  let options = [
+    Option<"semantics", "semantics", "bool", "false",
+           "Also print the reduction kind, identity init, linearity and "
+           "shape-only answers of each rule">,
+  ];
 }
 
 def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {

@@ -1,0 +1,64 @@
+//===- CostModel.h - What a propagation strategy costs ----------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The prices shardx-propagate compares strategies by: the planner's
+// alpha-beta cost of a reshard (its cheapest plan of collectives), the
+// reshards a value needs to reach every distinct layout its consumers want
+// (one redistribute per layout, as shardx-insert-reshards shares them), and
+// the time an op's local loop takes at a compute rate. Nothing here knows
+// how strategies are searched (PropagationStrategy.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Planner/Planner.h"
+#include "shardx/Rules/ShardingRule.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <tuple>
+
+namespace mlir::shardx {
+
+class CostModel {
+public:
+  /// Prices reshards on the mesh `spec` describes; an op's loop runs
+  /// `computeRate` iterations per second per rank (0: loops are free).
+  CostModel(::shardx::MeshSpec spec, double computeRate);
+
+  /// Microseconds of the cheapest plan taking a value of `type` from `from`
+  /// to `to`; infinity when the planner has none or the shape is dynamic.
+  double planCost(Type type, const ::shardx::Layout &from,
+                  const ::shardx::Layout &to);
+  /// The same, remembered per (type, from, to).
+  double planCost(Type type, LayoutAttr from, LayoutAttr to);
+
+  /// Microseconds of resharding a value of `type` held in `from` to each
+  /// distinct layout of `needed`, once each, in order (null entries and
+  /// `from` itself are free).
+  double reshardsCost(Type type, LayoutAttr from, ArrayRef<LayoutAttr> needed);
+
+  /// Iterations per rank of the loop `rule` describes when `shardedWork`
+  /// ranks share its iteration space (a dynamic factor counts as 1).
+  static double work(const ShardingRule &rule, int64_t shardedWork);
+  /// Microseconds those iterations take at the compute rate.
+  double computeUs(const ShardingRule &rule, int64_t shardedWork) const {
+    return usPerIteration * work(rule, shardedWork);
+  }
+  double getUsPerIteration() const { return usPerIteration; }
+
+private:
+  ::shardx::Planner planner;
+  double usPerIteration;
+  DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
+};
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H

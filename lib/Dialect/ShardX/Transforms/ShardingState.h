@@ -1,0 +1,86 @@
+//===- ShardingState.h - The strategies propagation chose -------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// A sharding strategy of one op (the layouts it needs its tensor operands in
+// and the layouts of its tensor results) and the state of a propagation: a
+// map from op to strategy. A search reads and changes the map only; the
+// pass writes it to the IR once, at the end (`shardx.operand_layouts`,
+// `shardx.layouts`, `shardx.table_layout`).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SHARDINGSTATE_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SHARDINGSTATE_H
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Layout/Layout.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace mlir::shardx {
+
+/// One op's layouts: what it needs of each tensor operand, what each tensor
+/// result holds.
+struct Strategy {
+  bool valid = false;
+  SmallVector<::shardx::Layout> operandLayouts; // per tensor operand
+  SmallVector<::shardx::Layout> resultLayouts;  // per tensor result
+  double cost = 0;
+  int64_t shardedWork = 1; // ranks sharing the op's iteration space
+  /// The same layouts as attributes (uniqued: compared by pointer).
+  SmallVector<LayoutAttr> operandAttrs, resultAttrs;
+
+  bool sameLayouts(const Strategy &o) const {
+    return operandAttrs == o.operandAttrs && resultAttrs == o.resultAttrs;
+  }
+};
+
+class ShardingState {
+public:
+  ShardingState(FlatSymbolRefAttr mesh, int64_t meshRank);
+
+  LayoutAttr attr(const ::shardx::Layout &l) const {
+    return LayoutAttr::get(mesh, l);
+  }
+  LayoutAttr getReplicated() const { return replicated; }
+  /// Fills the attribute forms of `s`'s layouts.
+  void attach(Strategy &s) const;
+
+  /// Sets `op`'s strategy (its attribute forms filled when missing).
+  void set(Operation *op, Strategy s);
+  /// `op`'s strategy, or null when it has none.
+  Strategy *find(Operation *op);
+  /// `op`'s strategy; `op` must have one.
+  Strategy &get(Operation *op);
+
+  /// The layout `v` has now: its producer's strategy, else its recorded
+  /// layout (a function argument's, an annotation's), else replicated.
+  LayoutAttr layoutOf(Value v) const;
+
+  /// The layout an embedding lookup reads its captured table in.
+  void setTableLayout(Operation *op, LayoutAttr table) {
+    tableLayouts[op] = table;
+  }
+  LayoutAttr getTableLayout(Operation *op) const {
+    return tableLayouts.lookup(op);
+  }
+
+  /// Writes every strategy to its op: `shardx.operand_layouts` (when it has
+  /// tensor operands), `shardx.layouts` (when it has tensor results) and
+  /// `shardx.table_layout`.
+  void writeToIR() const;
+
+private:
+  FlatSymbolRefAttr mesh;
+  LayoutAttr replicated;
+  llvm::MapVector<Operation *, Strategy> strategies;
+  DenseMap<Operation *, LayoutAttr> tableLayouts;
+};
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SHARDINGSTATE_H
