@@ -388,4 +388,5 @@ struct ContractionsToBlasPass
 void mlir::shardx::registerCompilerPasses() {
   PassRegistration<FuseTensorOpsPass>();
   PassRegistration<ContractionsToBlasPass>();
+  registerCpuLoopPasses();
 }
