@@ -103,11 +103,11 @@ void markReassociable(Value yielded, Value acc) {
       !llvm::is_contained(combiner->getOperands(), acc))
     return;
   auto fmf = cast<arith::ArithFastMathInterface>(combiner);
-  combiner->setAttr(fmf.getFastMathAttrName(),
-                    arith::FastMathFlagsAttr::get(
-                        combiner->getContext(),
-                        fmf.getFastMathFlagsAttr().getValue() |
-                            arith::FastMathFlags::reassoc));
+  combiner->setAttr(
+      fmf.getFastMathAttrName(),
+      arith::FastMathFlagsAttr::get(combiner->getContext(),
+                                    fmf.getFastMathFlagsAttr().getValue() |
+                                        arith::FastMathFlags::reassoc));
 }
 
 /// Replaces `op` (isInnerReduction) by a loop nest over its parallel dims
@@ -163,11 +163,9 @@ void lowerReduction(linalg::LinalgOp op) {
       }
       return results;
     };
-    scf::LoopNest nest =
-        scf::buildLoopNest(b, loc, reduction(lbs), reduction(ubs),
-                           reduction(steps), inits, step);
-    for (auto [init, result] :
-         llvm::zip(op.getDpsInitsMutable(), nest.results))
+    scf::LoopNest nest = scf::buildLoopNest(
+        b, loc, reduction(lbs), reduction(ubs), reduction(steps), inits, step);
+    for (auto [init, result] : llvm::zip(op.getDpsInitsMutable(), nest.results))
       memref::StoreOp::create(
           b, loc, result, init.get(),
           elementIndices(b, loc, op.getMatchingIndexingMap(&init), parIvs));
@@ -193,9 +191,9 @@ LogicalResult mlir::shardx::approximateMath(ModuleOp module) {
   // convert-math-to-libm would call. Both are exact, so results are alike.
   module.walk([](math::FmaOp fma) {
     OpBuilder b(fma);
-    fma.replaceAllUsesWith(LLVM::FMAOp::create(b, fma.getLoc(), fma.getA(),
-                                               fma.getB(), fma.getC())
-                               .getResult());
+    fma.replaceAllUsesWith(
+        LLVM::FMAOp::create(b, fma.getLoc(), fma.getA(), fma.getB(), fma.getC())
+            .getResult());
     fma.erase();
   });
   return success();
