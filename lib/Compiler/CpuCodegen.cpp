@@ -347,12 +347,20 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     return failure();
   if (options.blas && failed(contractionsToBlasCalls(module)))
     return failure();
+  // Loops LLVM vectorizes (CpuLoops.cpp): row reductions carry their
+  // accumulators in registers, f32 exp/erf/tanh are polynomials.
   if (failed(runPassPipeline(
           module,
           "ownership-based-buffer-deallocation,canonicalize,"
           "buffer-deallocation-simplification,bufferization-lower-"
-          "deallocations,convert-bufferization-to-memref,cse,canonicalize,"
-          "func.func(convert-linalg-to-loops),"
+          "deallocations,convert-bufferization-to-memref,cse,canonicalize")))
+    return failure();
+  lowerInnerReductions(module);
+  if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)")) ||
+      failed(approximateMath(module)))
+    return failure();
+  if (failed(runPassPipeline(
+          module,
           "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
           "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"

@@ -390,4 +390,5 @@ void mlir::shardx::registerCompilerPasses() {
   PassRegistration<FuseTensorOpsPass>();
   PassRegistration<ContractionsToBlasPass>();
   registerShardXConversionPasses();
+  registerCpuLoopPasses();
 }

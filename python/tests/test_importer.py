@@ -151,6 +151,44 @@ def test_gemm_transposes_and_fusion(tmp_path, dtype):
         np.testing.assert_allclose(o, r.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_vectorized_reductions_and_math(tmp_path, dtype):
+    """Row reductions (shardx-lower-reductions: accumulators in registers,
+    reassociated float sums) and f32 exp/erf/tanh (shardx-approximate-math:
+    polynomials) against PyTorch: softmax with a -inf causal mask, layer
+    norm, both GELUs, row max/sum/mean on sizes that are no multiple of the
+    vector width, column sums, integer sums, and exp/erf/tanh on tails,
+    +-inf and NaN."""
+    torch.manual_seed(0)
+
+    def f(x, y, z, n):
+        mask = torch.full((37, 37), float("-inf"), dtype=x.dtype).triu(1)
+        p = torch.softmax(x @ x.transpose(1, 2) + mask, dim=-1)
+        ln = torch.nn.functional.layer_norm(y, (53,))
+        g = torch.nn.functional.gelu(y) + torch.nn.functional.gelu(y, approximate="tanh")
+        rows = y.amax(-1) + y.sum(-1) * y.mean(-1)
+        cols = y.sum(0)
+        return p, ln, g, rows, cols, torch.exp(z), torch.erf(z), torch.tanh(z), n.sum(-1)
+
+    tails = [float("inf"), float("-inf"), float("nan"), 88.7, 88.8, -87.0, -104.0, 9.0, -9.0, 0.0]
+    z = torch.cat([torch.randn(200, dtype=dtype) * 20, torch.tensor(tails, dtype=dtype)])
+    args = (torch.randn(3, 37, 19, dtype=dtype), torch.randn(29, 53, dtype=dtype) * 3,
+            z, torch.randint(-1000, 1000, (5, 41), dtype=torch.int64))
+    so = compile_mlir(shardx.trace(f, args), str(tmp_path / "f.so"))
+    outs = Artifact(so)["f"](*[a.numpy() for a in args])
+    refs = f(*args)
+    assert len(outs) == len(refs)
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        assert o.shape == tuple(r.shape), f"output {i}"
+        if r.dtype == torch.int64:
+            np.testing.assert_array_equal(o, r.numpy(), err_msg=f"output {i}")
+            continue
+        np.testing.assert_allclose(o, r.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
+    # Masked probabilities are exactly zero, NaN stays NaN.
+    assert (outs[0][:, 0, 1:] == 0).all()
+    assert np.isnan(outs[5][-8]) and np.isnan(outs[6][-8]) and np.isnan(outs[7][-8])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_other_dtypes_import_and_verify(tmp_path, dtype):
     module, loss, inputs, target = seeded(MODULES["layernorm"])

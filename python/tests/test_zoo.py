@@ -7,8 +7,8 @@ compared with the unsharded run and with eager. A failure names the model, the p
 the step and the first mismatching output.
 
 Programs are compiled at -O0: LLVM's -O3 is most of the compile time of these
-programs (ResNet-18: 3 s of CPU at -O0, 48 s at -O3) and does not change
-their rounding. Each model is traced once: its unsharded run is the plan's
+programs (ResNet-18: 3 s of CPU at -O0, 48 s at -O3) and changes their
+rounding only in float sums (vectorized at -O3, docs/Compiler.md). Each model is traced once: its unsharded run is the plan's
 trace compiled --unsharded."""
 
 import pytest

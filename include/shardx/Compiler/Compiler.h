@@ -81,8 +81,23 @@ void splitSharedEmptyTensors(ModuleOp module);
 /// (`shardx-contractions-to-blas`).
 LogicalResult contractionsToBlasCalls(ModuleOp module);
 
+/// After bufferization: replaces every linalg op on buffers whose reduction
+/// loops are all inside its parallel loops by loops that carry the
+/// accumulators in registers (scf.for iter_args), a float sum or product
+/// marked `reassoc` so that LLVM vectorizes it (`shardx-lower-reductions`).
+void lowerInnerReductions(ModuleOp module);
+
+/// Replaces f32 `math.exp`, `math.erf` and `math.tanh` by MLIR's polynomial
+/// approximations, which LLVM vectorizes (libm calls stay scalar)
+/// (`shardx-approximate-math`).
+LogicalResult approximateMath(ModuleOp module);
+
 /// Registers the CPU back end's passes with the pass registry.
 void registerCompilerPasses();
+
+/// Registers the passes of lib/Compiler/CpuLoops.cpp (called by
+/// registerCompilerPasses).
+void registerCpuLoopPasses();
 
 /// Returns the JSON program description embedded in artifacts (entry points,
 /// argument and result types, layouts, mesh) for `module` before lowering.
