@@ -305,6 +305,7 @@ private:
   }
 
   FailureOr<Value> lower(Operation *op);
+  LogicalResult lowerAsync(AllReduceStartOp start);
   FailureOr<Value> lowerExchange(ExchangeOp op);
   FailureOr<Value> lowerUneven(Operation *op, ArrayRef<int64_t> sizes);
 
@@ -628,7 +629,64 @@ FailureOr<Value> Lowering::lowerUneven(Operation *op, ArrayRef<int64_t> sizes) {
          failure();
 }
 
+/// all_reduce_start + wait -> a call that starts the all_reduce on a copy of
+/// the operand into a fresh buffer, and at the wait a call that waits for it
+/// (it takes both buffers, so that they live until then) and the buffer as
+/// the result. Element types the runtime does not move (i1) run the
+/// synchronous call at the start instead.
+LogicalResult Lowering::lowerAsync(AllReduceStartOp start) {
+  auto wait = cast<WaitOp>(*start->getUsers().begin());
+  Location loc = start.getLoc();
+  b.setInsertionPoint(start);
+  Value in = start.getInput();
+  auto inType = cast<RankedTensorType>(in.getType());
+  Type elt = inType.getElementType();
+  Value result;
+  if (elt.isInteger(1)) {
+    FailureOr<Value> v =
+        flatCall(start, "all_reduce", in, inType.getShape(),
+                 {i32(loc, reduceCode(start.getReduction()))}, start.getAxes(),
+                 dynSizes(loc, in));
+    if (failed(v))
+      return failure();
+    result = *v;
+  } else {
+    FailureOr<std::string> sfx = suffix(start, elt);
+    if (failed(sfx))
+      return failure();
+    Value inFlat = contiguous(loc, in);
+    Value out = memref::AllocOp::create(
+        b, loc, MemRefType::get(inType.getShape(), elt), dynSizes(loc, in));
+    Value outFlat = flat(loc, out);
+    SmallVector<Value> args = {inFlat, outFlat,
+                               i32(loc, reduceCode(start.getReduction())),
+                               int64Array(loc, start.getAxes())};
+    func::FuncOp startFn =
+        declare("shardx_rt_cg_all_reduce_start_" + *sfx,
+                ValueRange(args).getTypes(), {b.getI64Type()});
+    Value request =
+        func::CallOp::create(b, loc, startFn, args).getResult(0);
+    b.setInsertionPoint(wait);
+    SmallVector<Value> waitArgs = {request, inFlat, outFlat};
+    func::FuncOp waitFn = declare("shardx_rt_cg_wait_" + *sfx,
+                                  ValueRange(waitArgs).getTypes(), {});
+    func::CallOp::create(b, wait.getLoc(), waitFn, waitArgs);
+    result = bufferization::ToTensorOp::create(b, wait.getLoc(), inType, out,
+                                               /*restrict=*/true,
+                                               /*writable=*/true);
+  }
+  wait.getResult().replaceAllUsesWith(result);
+  wait->erase();
+  start->erase();
+  return success();
+}
+
 LogicalResult Lowering::run() {
+  SmallVector<AllReduceStartOp> starts;
+  module.walk([&](AllReduceStartOp op) { starts.push_back(op); });
+  for (AllReduceStartOp start : starts)
+    if (failed(lowerAsync(start)))
+      return failure();
   SmallVector<Operation *> ops;
   module.walk([&](Operation *op) {
     if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, PermuteOp,

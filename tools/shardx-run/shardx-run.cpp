@@ -111,6 +111,12 @@ static cl::opt<bool> bucketCollectives(
              "bucket-collectives; default on)"),
     cl::init(true));
 
+static cl::opt<bool> scheduleCollectives(
+    cl::cat(toolOptions), "schedule-collectives",
+    cl::desc("split all-reduces into start/wait and overlap them with "
+             "compute (shardx-spmd's schedule-collectives; default on)"),
+    cl::init(true));
+
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
 /// PyTorch name).
@@ -135,6 +141,7 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
     PassManager pm(module->getContext());
     mlir::shardx::SpmdPipelineOptions spmdOptions;
     spmdOptions.bucketCollectives = bucketCollectives;
+    spmdOptions.scheduleCollectives = scheduleCollectives;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     if (failed(pm.run(*module)))
       return false;
