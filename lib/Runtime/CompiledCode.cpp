@@ -183,7 +183,15 @@ int64_t allReduceStart(const T *in, T *out, int64_t count, int32_t reduce,
   return request;
 }
 
-void waitFor(int64_t request) { check(comm().wait(request), "all_reduce"); }
+void waitFor(int64_t request) {
+  // Fault injection for the failure tests: this rank fails at its first
+  // wait, while its peers' all_reduce (and its own) is in flight.
+  if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_IN_FLIGHT"))
+    if (std::atoll(failRank) == comm().getRank())
+      fail("injected failure with a collective in flight "
+           "(SHARDX_TEST_FAIL_IN_FLIGHT)");
+  check(comm().wait(request), "all_reduce");
+}
 
 /// Adds the time from its construction to its destruction to the calling
 /// rank's blocked time (each collective and wait of a program; a failure

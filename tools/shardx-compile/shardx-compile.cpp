@@ -71,7 +71,8 @@ static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions),
 static llvm::cl::opt<bool> scheduleCollectives(
     llvm::cl::cat(toolOptions), "schedule-collectives",
     llvm::cl::desc("split all-reduces into start/wait and overlap them with "
-                   "compute (shardx-spmd's schedule-collectives; default on)"),
+                   "compute (shardx-spmd's schedule-collectives; default: on "
+                   "for --target=cpu, off for cuda)"),
     llvm::cl::init(true));
 static llvm::cl::opt<bool> printSchedule(
     llvm::cl::cat(toolOptions), "print-schedule",
@@ -130,7 +131,11 @@ int main(int argc, char **argv) {
     TimingScope spmdTiming = rootTiming.nest("spmd pipeline");
     PassManager pm(context.get());
     mlir::shardx::SpmdPipelineOptions spmdOptions;
-    spmdOptions.scheduleCollectives = scheduleCollectives;
+    // The GPU communicators run a started collective synchronously (no
+    // overlap to gain yet): scheduling is on by default for the CPU only.
+    spmdOptions.scheduleCollectives = scheduleCollectives.getNumOccurrences()
+                                          ? scheduleCollectives
+                                          : target != "cuda";
     spmdOptions.printSchedule = printSchedule;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     pm.enableTiming(spmdTiming);
