@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Conversion/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/InitAll.h"
 
@@ -317,7 +318,9 @@ LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
 }
 
 LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module) {
-  if (failed(lowerCollectivesToRuntimeCalls(module)))
+  PassManager collectives(module.getContext());
+  collectives.addPass(createConvertShardXToRuntimePass());
+  if (failed(collectives.run(module)))
     return failure();
   // Mesh declarations are compile-time information only.
   for (auto mesh :

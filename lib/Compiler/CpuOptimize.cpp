@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -388,4 +389,5 @@ struct ContractionsToBlasPass
 void mlir::shardx::registerCompilerPasses() {
   PassRegistration<FuseTensorOpsPass>();
   PassRegistration<ContractionsToBlasPass>();
+  registerShardXConversionPasses();
 }

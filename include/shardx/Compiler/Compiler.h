@@ -65,10 +65,6 @@ OwningOpRef<ModuleOp> loadProgram(StringRef path, MLIRContext &context,
 /// fails on per-rank ops.
 LogicalResult stripToGlobalProgram(ModuleOp module);
 
-/// Replaces every ShardX collective on local tensors (after SPMD expansion)
-/// with reshapes/transposes around a flat runtime collective call.
-LogicalResult lowerCollectivesToRuntimeCalls(ModuleOp module);
-
 /// Before bufferization: folds transposes into the ops that read them (GEMM
 /// operands become transposed views) and into contractions' results, and
 /// fuses elementwise chains into one loop nest (`shardx-fuse-tensor-ops`).
@@ -104,7 +100,8 @@ void prepareEntryPoints(ModuleOp module);
 /// anchor), e.g. "canonicalize,cse".
 LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline);
 
-/// The targets' common start: lowers the collectives to runtime calls,
+/// The targets' common start: lowers the collectives to runtime calls
+/// (`shardx-convert-to-runtime`, lib/Conversion/ShardXToRuntime),
 /// drops the mesh declarations, fuses on tensors (fuseTensorOps,
 /// splitSharedEmptyTensors) and bufferizes.
 LogicalResult bufferizeProgram(ModuleOp module);

@@ -12,6 +12,7 @@ using namespace mlir;
 using namespace mlir::shardx;
 
 #include "shardx/Dialect/ShardX/IR/ShardXDialect.cpp.inc"
+#include "shardx/Dialect/ShardX/IR/ShardXInterfaces.cpp.inc"
 
 void ShardXDialect::initialize() {
   addOperations<

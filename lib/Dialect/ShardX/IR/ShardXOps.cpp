@@ -34,6 +34,18 @@ MeshOp mlir::shardx::lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
   return mesh;
 }
 
+FailureOr<int64_t> mlir::shardx::detail::getGroupSize(Operation *op,
+                                                      FlatSymbolRefAttr meshRef,
+                                                      ArrayRef<int64_t> axes) {
+  MeshOp mesh = lookupMesh(op, meshRef);
+  if (!mesh)
+    return failure();
+  int64_t n = 1;
+  for (int64_t axis : axes)
+    n *= mesh.getShape()[axis];
+  return n;
+}
+
 LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
                                            Type type, StringRef what,
                                            SymbolTableCollection *symbolTable,

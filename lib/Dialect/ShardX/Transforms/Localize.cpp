@@ -2,6 +2,16 @@
 //
 // Part of ShardX.
 //
+// Every tensor value of a sharded function takes its local type, in program
+// order: `LocalTypeConverter` (a context-aware TypeConverter: the layout is
+// the value's, its producer's `shardx.layouts`, not its type's) maps the
+// global type to the rank's shard type, dynamic where ranks differ. After an
+// op's results are converted,
+// one rewrite pattern per op family gives it local shapes (tensor.empty,
+// expand_shape, extract/insert_slice, constants, linalg.generic index
+// offsets and embedding lookups, the casts around lowered reshards). A new
+// op that carries a shape gets a pattern in `populateLocalizePatterns`.
+//
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
@@ -14,6 +24,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Rewrite/PatternApplicator.h"
+#include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_LOCALIZEPASS
@@ -26,14 +39,30 @@ using ::shardx::Layout;
 
 namespace {
 
-struct Localizer {
+/// The state the localization patterns of one function share: the mesh,
+/// the type conversion, and the global types of converted values.
+struct LocalizeState {
   func::FuncOp fn;
-  MeshOp mesh;
   FlatSymbolRefAttr meshRef;
   std::vector<int64_t> meshShape;
   int64_t meshRank;
   /// Global types of values already given their local type.
   DenseMap<Value, RankedTensorType> globalTypes;
+  /// Set by a pattern that emitted an error.
+  bool failed = false;
+
+  /// The global type of `v`, converted or not.
+  RankedTensorType globalTypeOf(Value v) {
+    auto it = globalTypes.find(v);
+    return it != globalTypes.end() ? it->second
+                                   : cast<RankedTensorType>(v.getType());
+  }
+
+  /// Emits `message` at `op` and marks the function failed.
+  InFlightDiagnostic error(Operation *op, const Twine &message) {
+    failed = true;
+    return op->emitError(message);
+  }
 
   Layout layoutOf(Value v) {
     if (LayoutAttr a = getRecordedLayout(v))
@@ -60,9 +89,9 @@ struct Localizer {
               llvm::any_of(ds->splits, [](const ::shardx::Split &s) {
                 return s.stride != 1;
               })) {
-            where->emitError() << "uneven strided shards of " << global
-                               << " under " << LayoutAttr::get(meshRef, layout)
-                               << " cannot be expanded";
+            where->emitError()
+                << "uneven strided shards of " << global << " under "
+                << LayoutAttr::get(meshRef, layout) << " cannot be expanded";
             return failure();
           }
     return local;
@@ -85,8 +114,8 @@ struct Localizer {
       Value offset = cst(0), length = cst(ds.sizes[0]);
       int64_t prefix = 0;
       for (auto [i, sz] : llvm::enumerate(ds.sizes)) {
-        Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j,
-                                          cst(i));
+        Value hit =
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j, cst(i));
         offset = arith::SelectOp::create(b, loc, hit, cst(prefix), offset);
         length = arith::SelectOp::create(b, loc, hit, cst(sz), length);
         prefix += sz;
@@ -132,11 +161,7 @@ struct Localizer {
     std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
     if (!lookup)
       return op.emitError("embedding lookup changed shape during expansion");
-    auto it = globalTypes.find(lookup->table);
-    RankedTensorType global =
-        it != globalTypes.end()
-            ? it->second
-            : cast<RankedTensorType>(lookup->table.getType());
+    RankedTensorType global = globalTypeOf(lookup->table);
     OpBuilder b(op);
     Location loc = op.getLoc();
     auto extract = cast<tensor::ExtractOp>(lookup->extract);
@@ -153,10 +178,10 @@ struct Localizer {
       b.setInsertionPoint(extract);
       Value row = extract.getIndices()[0];
       Value rel = arith::SubIOp::create(b, loc, row, lo);
-      Value geLo = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
-                                         row, lo);
-      Value ltHi = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                         rel, size);
+      Value geLo =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, row, lo);
+      Value ltHi =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rel, size);
       Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
       Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
       Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
@@ -165,8 +190,7 @@ struct Localizer {
       Type elt = extract.getType();
       Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
       Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
-      extract.getResult().replaceAllUsesExcept(masked,
-                                               masked.getDefiningOp());
+      extract.getResult().replaceAllUsesExcept(masked, masked.getDefiningOp());
     }
     op->removeAttr(kTableLayoutAttrName);
     return success();
@@ -196,11 +220,7 @@ struct Localizer {
             continue;
           if (const auto *ds = layout.getDim(k)) {
             sharding = *ds;
-            auto it = globalTypes.find(global);
-            extent = (it != globalTypes.end()
-                          ? it->second
-                          : cast<RankedTensorType>(global.getType()))
-                         .getDimSize(k);
+            extent = globalTypeOf(global).getDimSize(k);
           }
         }
       }
@@ -220,203 +240,359 @@ struct Localizer {
     }
     return success();
   }
+};
 
-  LogicalResult run() {
-    Block &body = fn.getBody().front();
-    Builder b(fn.getContext());
-    SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
-    // Arguments.
-    for (BlockArgument arg : body.getArguments()) {
-      argTypes.push_back(TypeAttr::get(arg.getType()));
-      if (!isa<RankedTensorType>(arg.getType())) {
-        argLayouts.push_back(b.getUnitAttr());
-        continue;
-      }
-      argLayouts.push_back(LayoutAttr::get(meshRef, layoutOf(arg)));
-      FailureOr<RankedTensorType> local = localType(arg, fn);
+/// Global -> local tensor types as a context-aware TypeConverter: a tensor
+/// value converts to its shard under its producer's layout (an argument's
+/// from the function signature; errors at the producer); other types stay.
+class LocalTypeConverter : public TypeConverter {
+public:
+  explicit LocalTypeConverter(LocalizeState &state) {
+    addConversion([](Type type) { return type; });
+    addConversion([&state](Value value) -> std::optional<Type> {
+      if (!isa<RankedTensorType>(value.getType()))
+        return std::nullopt;
+      Operation *where = value.getDefiningOp();
+      if (!where)
+        where = cast<BlockArgument>(value).getOwner()->getParentOp();
+      FailureOr<RankedTensorType> local = state.localType(value, where);
       if (failed(local))
-        return failure();
-      globalTypes[arg] = cast<RankedTensorType>(arg.getType());
-      arg.setType(*local);
-    }
-    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
-      resultTypes.push_back(TypeAttr::get(fn.getResultTypes()[i]));
-      auto l = fn.getResultAttrOfType<LayoutAttr>(
-          i, ShardXDialect::getLayoutAttrName());
-      resultLayouts.push_back(l ? Attribute(l)
-                                : Attribute(LayoutAttr::get(
-                                      meshRef, Layout(meshRank))));
-    }
-    // Ops, in order.
-    for (Operation &op : llvm::make_early_inc_range(body)) {
-      if (auto cast = dyn_cast<UnrealizedConversionCastOp>(op)) {
-        if (cast->getNumOperands() == 1 && cast->getNumResults() == 1) {
-          cast.getResult(0).replaceAllUsesWith(cast.getOperand(0));
-          cast.erase();
-          continue;
-        }
-      }
-      if (isa<AnnotateOp, RedistributeOp>(op))
-        return op.emitError("run shardx-insert-reshards and "
-                            "shardx-lower-reshards before shardx-localize");
-      if (isa<func::ReturnOp>(op))
-        continue;
-      // Collectives already work on local types.
-      if (op.getDialect() && op.getDialect()->getNamespace() == "shardx")
-        continue;
-      SmallVector<RankedTensorType> globals;
-      for (OpResult r : op.getResults()) {
-        if (!isa<RankedTensorType>(r.getType()))
-          continue;
-        globals.push_back(cast<RankedTensorType>(r.getType()));
-        FailureOr<RankedTensorType> local = localType(r, &op);
-        if (failed(local))
-          return failure();
-        globalTypes[r] = globals.back();
-        r.setType(*local);
-      }
-      if (auto empty = dyn_cast<tensor::EmptyOp>(op)) {
-        RankedTensorType local = empty.getType();
-        if (!local.hasStaticShape()) {
-          OpBuilder ob(&op);
-          Layout layout = layoutOf(empty.getResult());
-          SmallVector<Value> sizes =
-              dynamicSizes(ob, op.getLoc(), globals[0], local, layout);
-          auto fresh = tensor::EmptyOp::create(ob, op.getLoc(), local, sizes);
-          fresh->setAttrs(op.getAttrDictionary());
-          globalTypes[fresh.getResult()] = globals[0];
-          empty.getResult().replaceAllUsesWith(fresh.getResult());
-          op.erase();
-          continue;
-        }
-      }
-      if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
-        RankedTensorType local = expand.getResultType();
-        if (!local.hasStaticShape()) {
-          OpBuilder ob(&op);
-          Layout layout = layoutOf(expand.getResult());
-          SmallVector<Value> sizes =
-              dynamicSizes(ob, op.getLoc(), globals[0], local, layout);
-          SmallVector<OpFoldResult> shape;
-          unsigned next = 0;
-          for (int64_t d = 0; d < local.getRank(); ++d)
-            shape.push_back(local.isDynamicDim(d)
-                                ? OpFoldResult(sizes[next++])
-                                : OpFoldResult(ob.getIndexAttr(
-                                      local.getDimSize(d))));
-          auto fresh = tensor::ExpandShapeOp::create(
-              ob, op.getLoc(), local, expand.getSrc(),
-              expand.getReassociationIndices(), shape);
-          fresh->setAttr(ShardXDialect::getLayoutsAttrName(),
-                         op.getAttr(ShardXDialect::getLayoutsAttrName()));
-          globalTypes[fresh.getResult()] = globals[0];
-          expand.getResult().replaceAllUsesWith(fresh.getResult());
-          op.erase();
-          continue;
-        }
-        expand.setStaticOutputShape(expand.getResultType().getShape());
-      } else if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
-        auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
-        if (dense && dense.getType() != cst.getType()) {
-          if (!dense.isSplat())
-            return op.emitError("a sharded non-splat constant cannot be "
-                                "expanded");
-          cst.setValueAttr(
-              dense.resizeSplat(cast<ShapedType>(cst.getType())));
-        }
-      } else if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-        // Whole dims that are split take the local source size.
-        OpBuilder ob(&op);
-        RankedTensorType local = slice.getResultType();
-        SmallVector<OpFoldResult> sizes = slice.getMixedSizes();
-        for (int64_t d = 0; d < local.getRank(); ++d)
-          sizes[d] = local.isDynamicDim(d)
-                         ? OpFoldResult(tensor::DimOp::create(
-                               ob, op.getLoc(), slice.getSource(), d))
-                         : OpFoldResult(ob.getIndexAttr(local.getDimSize(d)));
-        auto fresh = tensor::ExtractSliceOp::create(
-            ob, op.getLoc(), local, slice.getSource(), slice.getMixedOffsets(),
-            sizes, slice.getMixedStrides());
-        slice.getResult().replaceAllUsesWith(fresh.getResult());
-        op.erase();
-        continue;
-      } else if (auto insert = dyn_cast<tensor::InsertSliceOp>(op)) {
-        OpBuilder ob(&op);
-        auto src = cast<RankedTensorType>(insert.getSource().getType());
-        SmallVector<OpFoldResult> sizes;
-        for (int64_t d = 0; d < src.getRank(); ++d)
-          sizes.push_back(src.isDynamicDim(d)
-                              ? OpFoldResult(tensor::DimOp::create(
-                                    ob, op.getLoc(), insert.getSource(), d))
-                              : OpFoldResult(ob.getIndexAttr(src.getDimSize(d))));
-        auto fresh = tensor::InsertSliceOp::create(
-            ob, op.getLoc(), insert.getSource(), insert.getDest(),
-            insert.getMixedOffsets(), sizes, insert.getMixedStrides());
-        insert.getResult().replaceAllUsesWith(fresh.getResult());
-        op.erase();
-        continue;
-      } else if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
-        // The lookup first: it matches the column index as the plain
-        // linalg.index the offsets then rewrite.
-        if (auto table = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
-          if (failed(localizeLookup(generic, table.getLayout())))
-            return failure();
-        if (failed(offsetIndices(generic)))
-          return failure();
-      } else if (op.getNumRegions() > 0 &&
-                 !isa<linalg::LinalgOp>(op) &&
-                 llvm::any_of(op.getOperandTypes(), [](Type t) {
-                   return isa<RankedTensorType>(t);
-                 })) {
-        // Ops with regions (scf) run replicated: their types do not change.
-      }
-      // Layout attributes stay until every op is rewritten: later ops read
-      // their operands' layouts (linalg.index offsets).
-    }
-    for (Operation &op : body) {
-      op.removeAttr(ShardXDialect::getLayoutsAttrName());
-      op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
-    }
-    // Results and the signature.
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
-    fn.setFunctionType(FunctionType::get(fn.getContext(),
-                                         body.getArgumentTypes(),
-                                         ret.getOperandTypes()));
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
-      fn.removeArgAttr(i, ShardXDialect::getLayoutAttrName());
-    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
-      fn.removeResultAttr(
-          i, StringAttr::get(fn.getContext(), ShardXDialect::getLayoutAttrName()));
-    NamedAttrList sig;
-    sig.append("mesh", meshRef);
-    sig.append("arg_types", b.getArrayAttr(argTypes));
-    sig.append("arg_layouts", b.getArrayAttr(argLayouts));
-    sig.append("result_types", b.getArrayAttr(resultTypes));
-    sig.append("result_layouts", b.getArrayAttr(resultLayouts));
-    fn->setAttr(ShardXDialect::getSignatureAttrName(),
-                sig.getDictionary(fn.getContext()));
-    // The local program must be type-consistent and free of global shapes.
-    WalkResult walk = fn.walk([&](Operation *op) {
-      if (isa<AnnotateOp, RedistributeOp>(op)) {
-        op->emitError("left after SPMD expansion");
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
+        return Type();
+      return Type(*local);
     });
-    return failure(walk.wasInterrupted());
   }
 };
+
+//===----------------------------------------------------------------------===//
+// Patterns, one per op family. Each runs on an op whose tensor results
+// already have their local types (globals in LocalizeState::globalTypes).
+//===----------------------------------------------------------------------===//
+
+/// The base of the patterns: the shared state of the function.
+template <typename OpT> struct LocalizePattern : OpRewritePattern<OpT> {
+  LocalizePattern(MLIRContext *context, LocalizeState &state)
+      : OpRewritePattern<OpT>(context), state(state) {}
+  LocalizeState &state;
+};
+
+// %l = unrealized_conversion_cast %x (around a lowered reshard) -> %x.
+struct DropCastPattern : LocalizePattern<UnrealizedConversionCastOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(UnrealizedConversionCastOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op->getNumOperands() != 1 || op->getNumResults() != 1)
+      return failure();
+    rewriter.replaceOp(op, op.getOperand(0));
+    return success();
+  }
+};
+
+// tensor.empty() : tensor<7x4xf32> on [S(0)] -> tensor.empty(%n) :
+// tensor<?x4xf32>, %n this rank's shard size.
+struct EmptyPattern : LocalizePattern<tensor::EmptyOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(tensor::EmptyOp op,
+                                PatternRewriter &rewriter) const override {
+    RankedTensorType local = op.getType();
+    if (local.hasStaticShape())
+      return failure();
+    RankedTensorType global = state.globalTypeOf(op.getResult());
+    SmallVector<Value> sizes = state.dynamicSizes(
+        rewriter, op.getLoc(), global, local, state.layoutOf(op.getResult()));
+    auto fresh = tensor::EmptyOp::create(rewriter, op.getLoc(), local, sizes);
+    fresh->setAttrs(op->getAttrDictionary());
+    state.globalTypes[fresh.getResult()] = global;
+    rewriter.replaceOp(op, fresh.getResult());
+    return success();
+  }
+};
+
+// tensor.expand_shape: the output shape becomes the local one (sizes of
+// dynamic local dims from the layout).
+struct ExpandShapePattern : LocalizePattern<tensor::ExpandShapeOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(tensor::ExpandShapeOp op,
+                                PatternRewriter &rewriter) const override {
+    RankedTensorType local = op.getResultType();
+    if (local.hasStaticShape()) {
+      rewriter.modifyOpInPlace(
+          op, [&] { op.setStaticOutputShape(local.getShape()); });
+      return success();
+    }
+    RankedTensorType global = state.globalTypeOf(op.getResult());
+    SmallVector<Value> sizes = state.dynamicSizes(
+        rewriter, op.getLoc(), global, local, state.layoutOf(op.getResult()));
+    SmallVector<OpFoldResult> shape;
+    unsigned next = 0;
+    for (int64_t d = 0; d < local.getRank(); ++d)
+      shape.push_back(
+          local.isDynamicDim(d)
+              ? OpFoldResult(sizes[next++])
+              : OpFoldResult(rewriter.getIndexAttr(local.getDimSize(d))));
+    auto fresh =
+        tensor::ExpandShapeOp::create(rewriter, op.getLoc(), local, op.getSrc(),
+                                      op.getReassociationIndices(), shape);
+    fresh->setAttr(ShardXDialect::getLayoutsAttrName(),
+                   op->getAttr(ShardXDialect::getLayoutsAttrName()));
+    state.globalTypes[fresh.getResult()] = global;
+    rewriter.replaceOp(op, fresh.getResult());
+    return success();
+  }
+};
+
+// arith.constant dense<1.0> : tensor<8xf32> on [S(0)] -> a splat of the
+// local type; a sharded non-splat constant is an error.
+struct ConstantPattern : LocalizePattern<arith::ConstantOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(arith::ConstantOp op,
+                                PatternRewriter &rewriter) const override {
+    auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+    if (!dense || dense.getType() == op.getType())
+      return failure();
+    if (!dense.isSplat()) {
+      state.error(op, "a sharded non-splat constant cannot be expanded");
+      return failure();
+    }
+    rewriter.modifyOpInPlace(op, [&] {
+      op.setValueAttr(dense.resizeSplat(cast<ShapedType>(op.getType())));
+    });
+    return success();
+  }
+};
+
+// tensor.extract_slice: whole dims that are split take the local source
+// size.
+struct ExtractSlicePattern : LocalizePattern<tensor::ExtractSliceOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(tensor::ExtractSliceOp op,
+                                PatternRewriter &rewriter) const override {
+    RankedTensorType local = op.getResultType();
+    SmallVector<OpFoldResult> sizes = op.getMixedSizes();
+    for (int64_t d = 0; d < local.getRank(); ++d)
+      sizes[d] = local.isDynamicDim(d)
+                     ? OpFoldResult(tensor::DimOp::create(rewriter, op.getLoc(),
+                                                          op.getSource(), d))
+                     : OpFoldResult(rewriter.getIndexAttr(local.getDimSize(d)));
+    auto fresh = tensor::ExtractSliceOp::create(
+        rewriter, op.getLoc(), local, op.getSource(), op.getMixedOffsets(),
+        sizes, op.getMixedStrides());
+    rewriter.replaceOp(op, fresh.getResult());
+    return success();
+  }
+};
+
+// tensor.insert_slice: the inserted sizes are the local source's.
+struct InsertSlicePattern : LocalizePattern<tensor::InsertSliceOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(tensor::InsertSliceOp op,
+                                PatternRewriter &rewriter) const override {
+    auto src = cast<RankedTensorType>(op.getSource().getType());
+    SmallVector<OpFoldResult> sizes;
+    for (int64_t d = 0; d < src.getRank(); ++d)
+      sizes.push_back(
+          src.isDynamicDim(d)
+              ? OpFoldResult(tensor::DimOp::create(rewriter, op.getLoc(),
+                                                   op.getSource(), d))
+              : OpFoldResult(rewriter.getIndexAttr(src.getDimSize(d))));
+    auto fresh = tensor::InsertSliceOp::create(
+        rewriter, op.getLoc(), op.getSource(), op.getDest(),
+        op.getMixedOffsets(), sizes, op.getMixedStrides());
+    rewriter.replaceOp(op, fresh.getResult());
+    return success();
+  }
+};
+
+// linalg.generic: an embedding lookup on a split table reads its local
+// piece; `linalg.index` of a sharded loop gets the rank's offset.
+struct GenericPattern : LocalizePattern<linalg::GenericOp> {
+  using LocalizePattern::LocalizePattern;
+  LogicalResult matchAndRewrite(linalg::GenericOp op,
+                                PatternRewriter &rewriter) const override {
+    // The lookup first: it matches the column index as the plain
+    // linalg.index the offsets then rewrite.
+    if (auto table = op->getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
+      if (failed(state.localizeLookup(op, table.getLayout()))) {
+        state.failed = true;
+        return failure();
+      }
+    if (failed(state.offsetIndices(op))) {
+      state.failed = true;
+      return failure();
+    }
+    return success();
+  }
+};
+
+void populateLocalizePatterns(RewritePatternSet &patterns,
+                              LocalizeState &state) {
+  patterns
+      .add<ConstantPattern, DropCastPattern, EmptyPattern, ExpandShapePattern,
+           ExtractSlicePattern, GenericPattern, InsertSlicePattern>(
+          patterns.getContext(), state);
+}
+
+//===----------------------------------------------------------------------===//
+// The function: signature, ops in program order, signature attribute
+//===----------------------------------------------------------------------===//
+
+class Localizer {
+public:
+  Localizer(func::FuncOp fn, MeshOp mesh)
+      : state{fn, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+              std::vector<int64_t>(mesh.getShape().begin(),
+                                   mesh.getShape().end()),
+              static_cast<int64_t>(mesh.getShape().size()),
+              DenseMap<Value, RankedTensorType>()} {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult localizeArguments();
+  void recordResults();
+  LogicalResult localizeResults(Operation &op);
+  LogicalResult localizeBody();
+  void finishSignature();
+
+  LocalizeState state;
+  LocalTypeConverter typeConverter{state};
+  SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
+};
+
+/// Gives every tensor argument its local type, recording the global types
+/// and layouts for `shardx.signature`.
+LogicalResult Localizer::localizeArguments() {
+  Builder b(state.fn.getContext());
+  for (BlockArgument arg : state.fn.getBody().front().getArguments()) {
+    argTypes.push_back(TypeAttr::get(arg.getType()));
+    if (!isa<RankedTensorType>(arg.getType())) {
+      argLayouts.push_back(b.getUnitAttr());
+      continue;
+    }
+    argLayouts.push_back(LayoutAttr::get(state.meshRef, state.layoutOf(arg)));
+    Type local = typeConverter.convertType(arg);
+    if (!local)
+      return failure();
+    state.globalTypes[arg] = cast<RankedTensorType>(arg.getType());
+    arg.setType(local);
+  }
+  return success();
+}
+
+/// Records the global result types and layouts for `shardx.signature`.
+void Localizer::recordResults() {
+  func::FuncOp fn = state.fn;
+  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
+    resultTypes.push_back(TypeAttr::get(fn.getResultTypes()[i]));
+    auto l = fn.getResultAttrOfType<LayoutAttr>(
+        i, ShardXDialect::getLayoutAttrName());
+    resultLayouts.push_back(
+        l ? Attribute(l)
+          : Attribute(LayoutAttr::get(state.meshRef, Layout(state.meshRank))));
+  }
+}
+
+/// Gives every tensor result of `op` its local type.
+LogicalResult Localizer::localizeResults(Operation &op) {
+  for (OpResult r : op.getResults()) {
+    if (!isa<RankedTensorType>(r.getType()))
+      continue;
+    auto global = cast<RankedTensorType>(r.getType());
+    Type local = typeConverter.convertType(r);
+    if (!local)
+      return failure();
+    state.globalTypes[r] = global;
+    r.setType(local);
+  }
+  return success();
+}
+
+/// The ops in program order: results converted, then the op family's
+/// pattern. ShardX collectives already work on local types; ops with
+/// regions (scf) run replicated. Layout attributes stay until every op is
+/// rewritten: later ops read their operands' layouts (linalg.index offsets).
+LogicalResult Localizer::localizeBody() {
+  MLIRContext *context = state.fn.getContext();
+  RewritePatternSet patterns(context);
+  populateLocalizePatterns(patterns, state);
+  FrozenRewritePatternSet frozen(std::move(patterns));
+  PatternApplicator applicator(frozen);
+  applicator.applyDefaultCostModel();
+  PatternRewriter rewriter(context);
+  Block &body = state.fn.getBody().front();
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    if (isa<UnrealizedConversionCastOp>(op)) {
+      rewriter.setInsertionPoint(&op);
+      if (succeeded(applicator.matchAndRewrite(&op, rewriter)))
+        continue;
+    }
+    if (isa<AnnotateOp, RedistributeOp>(op))
+      return op.emitError("run shardx-insert-reshards and "
+                          "shardx-lower-reshards before shardx-localize");
+    if (isa<func::ReturnOp>(op) ||
+        isa_and_nonnull<ShardXDialect>(op.getDialect()))
+      continue;
+    if (failed(localizeResults(op)))
+      return failure();
+    rewriter.setInsertionPoint(&op);
+    (void)applicator.matchAndRewrite(&op, rewriter);
+    if (state.failed)
+      return failure();
+  }
+  for (Operation &op : body) {
+    op.removeAttr(ShardXDialect::getLayoutsAttrName());
+    op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
+  }
+  return success();
+}
+
+/// The local function type and `shardx.signature` (the global types and
+/// layouts of arguments and results).
+void Localizer::finishSignature() {
+  func::FuncOp fn = state.fn;
+  MLIRContext *context = fn.getContext();
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  fn.setFunctionType(FunctionType::get(context, body.getArgumentTypes(),
+                                       ret.getOperandTypes()));
+  for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+    fn.removeArgAttr(i, ShardXDialect::getLayoutAttrName());
+  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+    fn.removeResultAttr(
+        i, StringAttr::get(context, ShardXDialect::getLayoutAttrName()));
+  Builder b(context);
+  NamedAttrList sig;
+  sig.append("mesh", state.meshRef);
+  sig.append("arg_types", b.getArrayAttr(argTypes));
+  sig.append("arg_layouts", b.getArrayAttr(argLayouts));
+  sig.append("result_types", b.getArrayAttr(resultTypes));
+  sig.append("result_layouts", b.getArrayAttr(resultLayouts));
+  fn->setAttr(ShardXDialect::getSignatureAttrName(),
+              sig.getDictionary(context));
+}
+
+LogicalResult Localizer::run() {
+  if (failed(localizeArguments()))
+    return failure();
+  recordResults();
+  if (failed(localizeBody()))
+    return failure();
+  finishSignature();
+  // The local program must be type-consistent and free of global shapes.
+  WalkResult walk = state.fn.walk([&](Operation *op) {
+    if (isa<AnnotateOp, RedistributeOp>(op)) {
+      op->emitError("left after SPMD expansion");
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
 
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
   void runOnOperation() override {
     auto run = [](func::FuncOp fn, MeshOp mesh) {
-      Localizer l{fn, mesh, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                  std::vector<int64_t>(mesh.getShape().begin(),
-                                       mesh.getShape().end()),
-                  static_cast<int64_t>(mesh.getShape().size()),
-                  DenseMap<Value, RankedTensorType>()};
-      return l.run();
+      return Localizer(fn, mesh).run();
     };
     // Functions without layouts run as they are on every rank.
     if (failed(forEachShardedFunction(getOperation(), run)))

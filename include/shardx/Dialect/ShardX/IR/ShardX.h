@@ -18,6 +18,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Mutex.h"
 
@@ -26,6 +27,26 @@
 
 #define GET_ATTRDEF_CLASSES
 #include "shardx/Dialect/ShardX/IR/ShardXAttrs.h.inc"
+
+namespace mlir::shardx::detail {
+/// Whether op class `OpT` has a `reduction` / `sizes` attribute (the
+/// default implementations of CollectiveOpInterface read them).
+template <typename OpT>
+using GetReductionT = decltype(std::declval<OpT &>().getReduction());
+template <typename OpT>
+using GetSizesT = decltype(std::declval<OpT &>().getSizes());
+template <typename OpT>
+constexpr bool hasReduction = llvm::is_detected<GetReductionT, OpT>::value;
+template <typename OpT>
+constexpr bool hasSizes = llvm::is_detected<GetSizesT, OpT>::value;
+
+/// The product of the sizes of `axes` of the mesh `meshRef`; an error at
+/// `op` when the mesh is unknown.
+FailureOr<int64_t> getGroupSize(Operation *op, FlatSymbolRefAttr meshRef,
+                                ArrayRef<int64_t> axes);
+} // namespace mlir::shardx::detail
+
+#include "shardx/Dialect/ShardX/IR/ShardXInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "shardx/Dialect/ShardX/IR/ShardXOps.h.inc"

@@ -8,6 +8,7 @@
 #define SHARDX_DIALECT_SHARDX_IR_SHARDXOPS_TD
 
 include "shardx/Dialect/ShardX/IR/ShardXAttrs.td"
+include "shardx/Dialect/ShardX/IR/ShardXInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -106,7 +107,8 @@ def ShardX_RedistributeOp : ShardX_Op<"redistribute", [
 
 class ShardX_CollectiveOp<string mnemonic, list<Trait> traits = []>
     : ShardX_Op<mnemonic, !listconcat(traits, [
-          DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+          DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+          ShardX_CollectiveOpInterface])> {
   code commonDescription = [{
     The group is the set of ranks that differ only in the coordinates of the
     mesh axes `axes`; within the group, ranks are numbered by their
