@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -817,11 +818,12 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
                                  const std::vector<HostTensor> &globalInputs,
                                  std::vector<HostTensor> &globalOutputs,
                                  double timeoutSeconds, double *seconds,
-                                 const RankWorld &world) {
+                                 const RankWorld &world,
+                                 double *blockedSeconds) {
   const std::vector<int64_t> &mesh = artifact.getMeshShape();
   std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
   std::vector<std::vector<HostTensor>> outs(coords.size());
-  std::vector<double> times(coords.size(), 0);
+  std::vector<double> times(coords.size(), 0), blocked(coords.size(), 0);
   artifact.setComputeThreads(
       computeThreadsPerRank(static_cast<int64_t>(coords.size())));
   std::vector<Status> statuses = world(
@@ -832,10 +834,12 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
           local.push_back(
               scatter(globalInputs[i], entry.inputs[i], mesh, comm.getCoords()));
         auto start = std::chrono::steady_clock::now();
+        comm.resetWaitSeconds();
         Status s = artifact.run(entry, comm, local, outs[comm.getRank()]);
         times[comm.getRank()] = std::chrono::duration<double>(
                                     std::chrono::steady_clock::now() - start)
                                     .count();
+        blocked[comm.getRank()] = comm.getWaitSeconds();
         return s;
       },
       timeoutSeconds);
@@ -850,6 +854,9 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
     return Status::error(errors);
   if (seconds)
     *seconds = *std::max_element(times.begin(), times.end());
+  if (blockedSeconds)
+    *blockedSeconds = std::accumulate(blocked.begin(), blocked.end(), 0.0) /
+                      static_cast<double>(blocked.size());
   globalOutputs.clear();
   for (size_t o = 0; o < entry.outputs.size(); ++o) {
     std::vector<HostTensor> locals;
@@ -866,7 +873,8 @@ Status shardx::exec::runThreaded(const Artifact &artifact,
 Status shardx::exec::runOnCommunicator(
     const Artifact &artifact, const EntryPoint &entry, Communicator &comm,
     const std::vector<HostTensor> &globalInputs,
-    std::vector<HostTensor> &globalOutputs, double *seconds) {
+    std::vector<HostTensor> &globalOutputs, double *seconds,
+    double *blockedSeconds) {
   const std::vector<int64_t> &mesh = artifact.getMeshShape();
   std::vector<HostTensor> local, localOut;
   // One process per rank: the ranks sharing this machine are the launcher's
@@ -882,6 +890,7 @@ Status shardx::exec::runOnCommunicator(
     local.push_back(
         scatter(globalInputs[i], entry.inputs[i], mesh, comm.getCoords()));
   auto start = std::chrono::steady_clock::now();
+  comm.resetWaitSeconds();
   Status s = artifact.run(entry, comm, local, localOut);
   if (!s)
     return s;
@@ -889,6 +898,17 @@ Status shardx::exec::runOnCommunicator(
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
                    .count();
+  if (blockedSeconds) {
+    // The mean over ranks, like runThreaded's.
+    std::vector<int64_t> all(mesh.size());
+    std::iota(all.begin(), all.end(), 0);
+    double mine = comm.getWaitSeconds(), sum = 0;
+    if (Status r = comm.allReduce(&mine, &sum, 1, rt::DType::F64,
+                                  ReduceOp::Sum, all);
+        !r)
+      return r;
+    *blockedSeconds = sum / static_cast<double>(comm.getSize());
+  }
   globalOutputs.assign(entry.outputs.size(), HostTensor());
   for (size_t o = 0; o < entry.outputs.size(); ++o)
     if (Status g = gatherOnCommunicator(localOut[o], entry.outputs[o], comm,

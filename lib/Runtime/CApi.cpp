@@ -159,4 +159,27 @@ int shardx_rt_barrier(shardx_rt_comm *comm, const int64_t *axes,
              });
 }
 
+int shardx_rt_all_reduce_start(shardx_rt_comm *comm, const void *send,
+                               void *recv, int64_t count, int32_t dtype,
+                               int32_t reduce, const int64_t *axes,
+                               int64_t num_axes, int64_t *request) {
+  return run(comm, "all_reduce", dtype, reduce, [&](DType type, ReduceOp op) {
+    if (!request)
+      return Status::error("all_reduce: no request to write");
+    return unwrap(comm).allReduceStart(send, recv, static_cast<size_t>(count),
+                                       type, op, toVector(axes, num_axes),
+                                       *request);
+  });
+}
+
+int shardx_rt_wait(shardx_rt_comm *comm, int64_t request) {
+  return run(comm, "wait", SHARDX_RT_F32, SHARDX_RT_SUM,
+             [&](DType, ReduceOp) { return unwrap(comm).wait(request); });
+}
+
+double shardx_rt_wait_seconds(const shardx_rt_comm *comm) {
+  return comm ? reinterpret_cast<const Communicator *>(comm)->getWaitSeconds()
+              : 0.0;
+}
+
 } // extern "C"

@@ -140,6 +140,22 @@ Status Communicator::barrier(const std::vector<int64_t> &) {
   return unsupported("barrier");
 }
 
+Status Communicator::allReduceStart(const void *send, void *recv, size_t count,
+                                    DType type, ReduceOp op,
+                                    const std::vector<int64_t> &axes,
+                                    int64_t &request) {
+  request = -1; // done: wait has nothing to wait for
+  return allReduce(send, recv, count, type, op, axes);
+}
+
+Status Communicator::wait(int64_t request) {
+  if (request != -1)
+    return Status::error(std::string("backend ") + getBackendName() +
+                         ": wait for unknown request " +
+                         std::to_string(request));
+  return Status::ok();
+}
+
 namespace {
 /// The element rule is the layout algebra's (max and min propagate NaN
 /// whatever the order of the members, as arith.maximumf/minimumf do); one

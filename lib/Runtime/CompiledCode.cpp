@@ -29,6 +29,7 @@
 #include "shardx/Runtime/CudaLocal.h"
 #endif
 
+#include <chrono>
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
@@ -171,6 +172,44 @@ void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
   check(comm().allReduce(in, out, count, dtypeOf<T>(), toReduce(reduce), axes),
         "all_reduce");
 }
+
+/// Starts an all_reduce; the program keeps `in` and `out` alive and
+/// untouched until it waits (it passes them to shardx_rt_cg_wait_*).
+template <typename T>
+int64_t allReduceStart(const T *in, T *out, int64_t count, int32_t reduce,
+                       std::vector<int64_t> axes) {
+  settle();
+  int64_t request = -1;
+  check(comm().allReduceStart(in, out, count, dtypeOf<T>(), toReduce(reduce),
+                              axes, request),
+        "all_reduce");
+  return request;
+}
+
+void waitFor(int64_t request) {
+  // Fault injection for the failure tests: this rank fails at its first
+  // wait, while its peers' all_reduce (and its own) is in flight.
+  if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_IN_FLIGHT"))
+    if (std::atoll(failRank) == comm().getRank())
+      fail("injected failure with a collective in flight "
+           "(SHARDX_TEST_FAIL_IN_FLIGHT)");
+  check(comm().wait(request), "all_reduce");
+}
+
+/// Adds the time from its construction to its destruction to the calling
+/// rank's blocked time (each collective and wait of a program; a failure
+/// unwinds past it, uncounted).
+struct BlockedTimer {
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();
+  ~BlockedTimer() {
+    if (current && current->comm)
+      current->comm->addWaitSeconds(std::chrono::duration<double>(
+                                        std::chrono::steady_clock::now() -
+                                        start)
+                                        .count());
+  }
+};
 
 template <typename T>
 void allGather(const T *in, int64_t count, T *out,
@@ -447,24 +486,39 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
 #define DEFINE_CG(SUFFIX, T)                                                   \
   void shardx_rt_cg_all_reduce_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         int32_t reduce, AXES) {                \
+    BlockedTimer blocked;                                                      \
     allReduce(in + in_off, out + out_off, in_size, reduce, AXES_VEC);         \
+  }                                                                            \
+  int64_t shardx_rt_cg_all_reduce_start_##SUFFIX(                              \
+      MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
+    return allReduceStart(in + in_off, out + out_off, in_size, reduce,         \
+                          AXES_VEC);                                           \
+  }                                                                            \
+  void shardx_rt_cg_wait_##SUFFIX(int64_t request, MEMREF1(T, in),             \
+                                  MEMREF1(T, out)) {                           \
+    BlockedTimer blocked;                                                      \
+    waitFor(request);                                                          \
   }                                                                            \
   void shardx_rt_cg_all_gather_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \
+    BlockedTimer blocked;                                                      \
     allGather(in + in_off, in_size, out + out_off, AXES_VEC);                 \
   }                                                                            \
   void shardx_rt_cg_reduce_scatter_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),   \
                                             int32_t reduce, AXES) {            \
+    BlockedTimer blocked;                                                      \
     reduceScatter(in + in_off, out + out_off, out_size, reduce, AXES_VEC);    \
   }                                                                            \
   void shardx_rt_cg_all_gather_v_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),     \
                                           MEMREF1(int64_t, counts), AXES) {    \
+    BlockedTimer blocked;                                                      \
     allGatherV(in + in_off, out + out_off, counts + counts_off, counts_size,  \
                AXES_VEC);                                                      \
   }                                                                            \
   void shardx_rt_cg_reduce_scatter_v_##SUFFIX(                                 \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
       MEMREF1(int64_t, counts), AXES) {                                        \
+    BlockedTimer blocked;                                                      \
     reduceScatterV(in + in_off, out + out_off, counts + counts_off,           \
                    counts_size, reduce, AXES_VEC);                             \
   }                                                                            \
@@ -472,30 +526,36 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
       MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, shape),                \
       MEMREF1(int64_t, split), MEMREF1(int64_t, concat), int64_t splitDim,     \
       int64_t concatDim, AXES) {                                               \
+    BlockedTimer blocked;                                                      \
     allToAllV(in + in_off, out + out_off, shape + shape_off, shape_size,      \
               split + split_off, concat + concat_off, split_size, splitDim,    \
               concatDim, AXES_VEC);                                            \
   }                                                                            \
   void shardx_rt_cg_all_to_all_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \
+    BlockedTimer blocked;                                                      \
     allToAll(in + in_off, in_size, out + out_off, AXES_VEC);                  \
   }                                                                            \
   void shardx_rt_cg_permute_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),          \
                                      MEMREF1(int64_t, pairs), AXES) {          \
+    BlockedTimer blocked;                                                      \
     permute(in + in_off, in_size, out + out_off, pairs + pairs_off,           \
             pairs_size, AXES_VEC);                                             \
   }                                                                            \
   void shardx_rt_cg_broadcast_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),        \
                                        int64_t root, AXES) {                   \
+    BlockedTimer blocked;                                                      \
     broadcast(in + in_off, in_size, out + out_off, root, AXES_VEC);           \
   }                                                                            \
   void shardx_rt_cg_exchange_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),         \
                                       MEMREF1(int64_t, desc), AXES) {          \
+    BlockedTimer blocked;                                                      \
     exchangeStep(in + in_off, out + out_off, desc + desc_off, desc_size,      \
                  AXES_VEC);                                                    \
   }                                                                            \
   void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
                                              int32_t reduce, AXES) {           \
+    BlockedTimer blocked;                                                      \
     partitionValue(in + in_off, in_size, out + out_off, reduce, AXES_VEC);    \
   }
 

@@ -299,6 +299,68 @@ template <typename T> Status checkLargeAllReduce(Communicator &c) {
   return Status::ok();
 }
 
+/// Started all_reduces (a small one per reduction, a large one, one in
+/// place) with a synchronous all_gather issued between the starts and the
+/// waits, waited for in reverse order: each result is the synchronous one.
+/// A request waited for twice, or never given, is an error.
+template <typename T> Status checkAsyncAllReduce(Communicator &c) {
+  const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Max,
+                                     ReduceOp::Min, ReduceOp::Prod};
+  for (const auto &axes : axisGroups(c)) {
+    std::vector<int64_t> members = c.getGroup(axes);
+    std::vector<size_t> sizes = {5, 5, 5, 5, 100003, 9};
+    std::vector<std::vector<T>> send(sizes.size()), recv(sizes.size());
+    std::vector<int64_t> requests(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ReduceOp op = ops[i % ops.size()];
+      send[i].resize(sizes[i]);
+      for (size_t k = 0; k < sizes[i]; ++k)
+        send[i][k] = value<T>(c.getRank(), k, op);
+      bool inPlace = i + 1 == sizes.size();
+      recv[i].assign(sizes[i], T(-1));
+      if (inPlace)
+        recv[i] = send[i];
+      if (Status s = c.allReduceStart(inPlace ? recv[i].data() : send[i].data(),
+                                      recv[i].data(), sizes[i], dtypeOf<T>(),
+                                      op, axes, requests[i]);
+          !s)
+        return s;
+    }
+    std::vector<T> mine(2, value<T>(c.getRank(), 0, ReduceOp::Sum));
+    std::vector<T> gathered(2 * members.size());
+    if (Status s = c.allGather(mine.data(), gathered.data(),
+                               std::vector<size_t>(members.size(), 2),
+                               dtypeOf<T>(), axes);
+        !s)
+      return s;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      if (Status s = c.wait(requests[i]); !s)
+        return s;
+      ReduceOp op = ops[i % ops.size()];
+      std::vector<T> want(sizes[i]);
+      for (size_t k = 0; k < sizes[i]; ++k)
+        want[k] = reduceValues<T>(members, k, op);
+      if (Status s = expectEqual(c, "all_reduce_start #" + std::to_string(i),
+                                 recv[i], want);
+          !s)
+        return s;
+    }
+    std::vector<T> wantGathered;
+    for (int64_t m : members)
+      for (int k = 0; k < 2; ++k)
+        wantGathered.push_back(value<T>(m, 0, ReduceOp::Sum));
+    if (Status s = expectEqual(c, "all_gather between starts and waits",
+                               gathered, wantGathered);
+        !s)
+      return s;
+    if (requests[0] != -1 && c.wait(requests[0]))
+      return fail(c, "a second wait for one request succeeded");
+  }
+  if (c.wait(123456))
+    return fail(c, "a wait for an unknown request succeeded");
+  return Status::ok();
+}
+
 /// all_to_all with variable counts: member i sends i + j + 1 elements to j.
 template <typename T> Status checkAllToAll(Communicator &c) {
   for (const auto &axes : axisGroups(c)) {

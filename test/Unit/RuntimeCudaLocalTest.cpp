@@ -76,6 +76,12 @@ TEST_P(CudaLocalConformance, LargeAllReduce) {
   expectAllOk(runStaged(GetParam(), conformance::checkLargeAllReduce<int64_t>));
 }
 
+TEST_P(CudaLocalConformance, AsyncAllReduce) {
+  SKIP_WITHOUT_GPU();
+  expectAllOk(runStaged(GetParam(), conformance::checkAsyncAllReduce<float>));
+  expectAllOk(runStaged(GetParam(), conformance::checkAsyncAllReduce<int64_t>));
+}
+
 TEST_P(CudaLocalConformance, NanMaxMin) {
   SKIP_WITHOUT_GPU();
   expectAllOk(runStaged(GetParam(), conformance::checkNanMaxMin<float>));

@@ -105,6 +105,8 @@ int main(int argc, char **argv) {
       {"nan max/min f64", conformance::checkNanMaxMin<double>},
       {"all_to_all f32", conformance::checkAllToAll<float>},
       {"all_to_all i32", conformance::checkAllToAll<int32_t>},
+      {"async all_reduce f32", conformance::checkAsyncAllReduce<float>},
+      {"async all_reduce i64", conformance::checkAsyncAllReduce<int64_t>},
       {"exchange f32", conformance::checkExchange<float>},
       {"permute broadcast barrier f64",
        conformance::checkPermuteBroadcast<double>},

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 using namespace shardx;
 using namespace shardx::rt;
@@ -54,6 +55,12 @@ TEST_P(ThreadsConformance, NanMaxMin) {
 
 TEST_P(ThreadsConformance, HalfFloatSums) {
   expectAllOk(runThreads(GetParam(), conformance::checkHalfFloatSums));
+}
+
+TEST_P(ThreadsConformance, AsyncAllReduce) {
+  expectAllOk(runThreads(GetParam(), conformance::checkAsyncAllReduce<float>));
+  expectAllOk(
+      runThreads(GetParam(), conformance::checkAsyncAllReduce<int64_t>));
 }
 
 TEST_P(ThreadsConformance, AllToAll) {
@@ -115,6 +122,61 @@ TEST(Threads, FailingRankStopsEveryRank) {
               std::string::npos)
         << statuses[r].message();
   }
+}
+
+TEST(Threads, FailingRankStopsStartedCollectives) {
+  // Ranks 0, 1 and 3 have an all_reduce in flight on their communication
+  // threads when rank 2 fails: each wait returns rank 2's cause, at once.
+  auto start = std::chrono::steady_clock::now();
+  auto statuses = runThreads(
+      {4},
+      [](Communicator &c) -> Status {
+        std::vector<float> x(1 << 16, 1.0f), y(1 << 16);
+        if (c.getRank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          return Status::error("out of memory in the backward pass");
+        }
+        int64_t request = -1;
+        if (Status s = c.allReduceStart(x.data(), y.data(), x.size(),
+                                        DType::F32, ReduceOp::Sum, {0},
+                                        request);
+            !s)
+          return s;
+        return c.wait(request);
+      },
+      /*timeoutSeconds=*/10.0);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_LT(seconds, 5.0) << "the failure must not wait for the timeout";
+  for (int r : {0, 1, 3}) {
+    ASSERT_FALSE(statuses[r]);
+    EXPECT_NE(statuses[r].message().find(
+                  "rank 2 failed: out of memory in the backward pass"),
+              std::string::npos)
+        << statuses[r].message();
+  }
+}
+
+TEST(Threads, StartedCollectiveOfSilentRankTimesOut) {
+  auto statuses = runThreads(
+      {2},
+      [](Communicator &c) -> Status {
+        if (c.getRank() == 1)
+          return Status::ok(); // never joins the collective
+        std::vector<double> x(8, 1.0), y(8);
+        int64_t request = -1;
+        if (Status s = c.allReduceStart(x.data(), y.data(), 8, DType::F64,
+                                        ReduceOp::Max, {0}, request);
+            !s)
+          return s;
+        return c.wait(request);
+      },
+      /*timeoutSeconds=*/0.3);
+  EXPECT_TRUE(statuses[1]);
+  ASSERT_FALSE(statuses[0]);
+  EXPECT_NE(statuses[0].message().find("timed out after"), std::string::npos)
+      << statuses[0].message();
 }
 
 TEST(Threads, SilentRankTimesOut) {

@@ -68,6 +68,18 @@ static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions),
                    "when the program has layouts)"),
     llvm::cl::init(false));
 
+static llvm::cl::opt<bool> scheduleCollectives(
+    llvm::cl::cat(toolOptions), "schedule-collectives",
+    llvm::cl::desc("split all-reduces into start/wait and overlap them with "
+                   "compute (shardx-spmd's schedule-collectives; default: on "
+                   "for --target=cpu, off for cuda)"),
+    llvm::cl::init(true));
+static llvm::cl::opt<bool> printSchedule(
+    llvm::cl::cat(toolOptions), "print-schedule",
+    llvm::cl::desc("print, per function, the modeled communication and "
+                   "exposed communication before and after scheduling"),
+    llvm::cl::init(false));
+
 static llvm::cl::opt<bool> timing(
     llvm::cl::cat(toolOptions), "timing",
     llvm::cl::desc("print where the time went (each pass of the SPMD "
@@ -118,7 +130,14 @@ int main(int argc, char **argv) {
     progress.step("propagating layouts, planning reshards");
     TimingScope spmdTiming = rootTiming.nest("spmd pipeline");
     PassManager pm(context.get());
-    mlir::shardx::buildSpmdPipeline(pm);
+    mlir::shardx::SpmdPipelineOptions spmdOptions;
+    // The GPU communicators run a started collective synchronously (no
+    // overlap to gain yet): scheduling is on by default for the CPU only.
+    spmdOptions.scheduleCollectives = scheduleCollectives.getNumOccurrences()
+                                          ? scheduleCollectives
+                                          : target != "cuda";
+    spmdOptions.printSchedule = printSchedule;
+    mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     pm.enableTiming(spmdTiming);
     if (failed(pm.run(*module)))
       return 1;

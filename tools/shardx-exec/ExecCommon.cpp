@@ -108,7 +108,7 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
                           const RunOptions &options,
                           const std::vector<HostTensor> &inputs,
                           std::vector<HostTensor> &outputs, double &seconds,
-                          bool &isRoot) {
+                          bool &isRoot, double *blockedSeconds) {
   int64_t size = 1;
   for (int64_t s : artifact.getMeshShape())
     size *= s;
@@ -119,7 +119,7 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
   isRoot = true;
   if (options.backend == "threads")
     return runThreaded(artifact, entry, inputs, outputs, options.timeout,
-                       &seconds);
+                       &seconds, rt::runThreads, blockedSeconds);
   if (options.backend == "mpi") {
 #ifdef SHARDX_HAVE_MPI
     std::string error;
@@ -128,7 +128,8 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
     if (!comm)
       return Status::error(error);
     isRoot = comm->getRank() == 0;
-    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds);
+    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds,
+                             blockedSeconds);
 #else
     return Status::error("this build has no mpi backend");
 #endif

@@ -41,7 +41,7 @@ rt::Status runArtifact(const exec::Artifact &artifact,
                        const exec::EntryPoint &entry, const RunOptions &options,
                        const std::vector<exec::HostTensor> &inputs,
                        std::vector<exec::HostTensor> &outputs, double &seconds,
-                       bool &isRoot);
+                       bool &isRoot, double *blockedSeconds = nullptr);
 
 /// A command line of shardx-exec / shardx-gpu-exec.
 struct ExecArgs {

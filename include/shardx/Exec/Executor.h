@@ -177,12 +177,15 @@ using RankWorld = std::function<std::vector<rt::Status>(
     const std::function<rt::Status(rt::Communicator &)> &, double)>;
 
 /// Runs `entry` of `artifact` on every rank of its mesh as threads of
-/// `world` and returns the global outputs.
+/// `world` and returns the global outputs. `blockedSeconds`, when given, is
+/// set to the mean over ranks of the time spent blocked in collectives and
+/// waits (the exposed communication).
 rt::Status runThreaded(const Artifact &artifact, const EntryPoint &entry,
                        const std::vector<HostTensor> &globalInputs,
                        std::vector<HostTensor> &globalOutputs,
                        double timeoutSeconds, double *seconds = nullptr,
-                       const RankWorld &world = rt::runThreads);
+                       const RankWorld &world = rt::runThreads,
+                       double *blockedSeconds = nullptr);
 
 /// Runs this process's rank on `comm` (any backend) and gathers the global
 /// outputs on every rank.
@@ -190,7 +193,8 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
                              rt::Communicator &comm,
                              const std::vector<HostTensor> &globalInputs,
                              std::vector<HostTensor> &globalOutputs,
-                             double *seconds = nullptr);
+                             double *seconds = nullptr,
+                             double *blockedSeconds = nullptr);
 
 /// The global tensor of `spec` from this rank's local tensor and every
 /// other rank's of `comm` (a collective: every rank calls it).

@@ -61,6 +61,18 @@ int shardx_rt_broadcast(shardx_rt_comm *comm, void *buffer, int64_t count,
 int shardx_rt_barrier(shardx_rt_comm *comm, const int64_t *axes,
                       int64_t num_axes);
 
+/* Asynchronous all_reduce: starts it and sets *request; send and recv stay
+ * untouched until shardx_rt_wait(comm, *request) returns. Every rank starts
+ * its collectives in the same order as its synchronous ones. */
+int shardx_rt_all_reduce_start(shardx_rt_comm *comm, const void *send,
+                               void *recv, int64_t count, int32_t dtype,
+                               int32_t reduce, const int64_t *axes,
+                               int64_t num_axes, int64_t *request);
+int shardx_rt_wait(shardx_rt_comm *comm, int64_t request);
+/* Seconds this rank's compiled programs spent blocked in collectives and
+ * waits since the communicator was made (exposed communication). */
+double shardx_rt_wait_seconds(const shardx_rt_comm *comm);
+
 /* C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op transposes
  * when trans_* is non-zero. Batched forms step A, B and C by their
  * strides (in elements) `batch` times. */

@@ -108,6 +108,24 @@ public:
                            const std::vector<int64_t> &axes);
   virtual Status barrier(const std::vector<int64_t> &axes);
 
+  /// Starts an all_reduce and sets `request` to what `wait` takes. `send`
+  /// and `recv` stay untouched by the caller until `wait` returns. Every
+  /// rank of the group starts its collectives (and runs its synchronous
+  /// ones) in the same order. The default runs the all_reduce now and
+  /// `wait` returns at once (the GPU communicators use it).
+  virtual Status allReduceStart(const void *send, void *recv, size_t count,
+                                DType type, ReduceOp op,
+                                const std::vector<int64_t> &axes,
+                                int64_t &request);
+  /// Waits for the collective `request` names; its error if it failed.
+  virtual Status wait(int64_t request);
+
+  /// Seconds this rank spent blocked in collectives and waits of compiled
+  /// programs (the exposed communication), counted by the callers.
+  double getWaitSeconds() const { return waitSeconds; }
+  void addWaitSeconds(double seconds) { waitSeconds += seconds; }
+  void resetWaitSeconds() { waitSeconds = 0; }
+
   /// Makes every rank of the world fail its current and next collectives
   /// with `cause` (a rank that hits an error calls this before returning).
   virtual void abort(const std::string &cause) = 0;
@@ -124,6 +142,7 @@ protected:
   int64_t size;
   std::vector<int64_t> coords;
   std::string lastError;
+  double waitSeconds = 0;
 };
 
 /// Reduces `count` elements of `in` into `inout` with `op` (avg sums; the

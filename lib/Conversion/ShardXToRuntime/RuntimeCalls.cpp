@@ -198,6 +198,38 @@ FailureOr<Value> RuntimeCalls::flatCall(StringRef kind, Value in,
       /*writable=*/true));
 }
 
+FailureOr<Value> RuntimeCalls::flatCallAsync(StringRef kind, Value in,
+                                             ArrayRef<Value> extra,
+                                             Operation *waitPoint) {
+  auto inType = cast<RankedTensorType>(in.getType());
+  Type elt = inType.getElementType();
+  if (elt.isInteger(1))
+    return flatCall(kind, in, inType.getShape(), extra, dynSizes(in));
+  FailureOr<std::string> sfx = suffix(elt);
+  if (failed(sfx))
+    return failure();
+  Value inFlat = contiguous(in);
+  Value out = memref::AllocOp::create(
+      b, loc, MemRefType::get(inType.getShape(), elt), dynSizes(in));
+  Value outFlat = flat(out);
+  SmallVector<Value> args = {inFlat, outFlat};
+  args.append(extra.begin(), extra.end());
+  args.push_back(int64Array(op.getAxes()));
+  func::FuncOp startFn =
+      declare(("shardx_rt_cg_" + kind + "_start_" + *sfx).str(),
+              ValueRange(args).getTypes(), {b.getI64Type()});
+  Value request = func::CallOp::create(b, loc, startFn, args).getResult(0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(waitPoint);
+  SmallVector<Value> waitArgs = {request, inFlat, outFlat};
+  func::FuncOp waitFn = declare(("shardx_rt_cg_wait_" + *sfx),
+                                ValueRange(waitArgs).getTypes(), {});
+  func::CallOp::create(b, waitPoint->getLoc(), waitFn, waitArgs);
+  return Value(bufferization::ToTensorOp::create(
+      b, waitPoint->getLoc(), inType, out, /*restrict=*/true,
+      /*writable=*/true));
+}
+
 /// `t` with its integer elements zero-extended or truncated to `elt`.
 Value RuntimeCalls::castElements(Value t, Type elt) {
   auto type = cast<RankedTensorType>(t.getType());

@@ -154,6 +154,35 @@ struct AllReduceLowering : CollectivePattern<AllReduceOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives: a start call, a wait call at the shardx.wait
+//===----------------------------------------------------------------------===//
+
+// all_reduce_start_<T>(in, out, reduction, axes) -> request, then at the
+// wait: wait_<T>(request, in, out). The start's result becomes the output
+// tensor made at the wait (its only user).
+struct AllReduceStartLowering : CollectivePattern<AllReduceStartOp> {
+  using CollectivePattern::CollectivePattern;
+  FailureOr<Value> lower(AllReduceStartOp op, OpAdaptor adaptor,
+                         RuntimeCalls &rt) const override {
+    return rt.flatCallAsync(
+        "all_reduce", adaptor.getInput(),
+        {rt.i32(getRuntimeReductionCode(op.getReduction()))},
+        *op->getUsers().begin());
+  }
+};
+
+// The wait's work is done where its start was lowered: it is its operand.
+struct WaitLowering : OpConversionPattern<WaitOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(WaitOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, adaptor.getPending());
+    return success();
+  }
+};
+
 // broadcast_<T>(in, out, root, axes)
 struct BroadcastLowering : CollectivePattern<BroadcastOp> {
   using CollectivePattern::CollectivePattern;
@@ -537,10 +566,11 @@ struct ConvertShardXToRuntimePass
 
 void mlir::shardx::populateShardXToRuntimePatterns(
     RewritePatternSet &patterns) {
-  patterns.add<AllGatherLowering, AllReduceLowering, AllToAllLowering,
-               AxisIndexLowering, BroadcastLowering, ChunkLowering,
-               ExchangeLowering, PartitionValueLowering, PermuteLowering,
-               ReduceScatterLowering>(patterns.getContext());
+  patterns.add<AllGatherLowering, AllReduceLowering, AllReduceStartLowering,
+               AllToAllLowering, AxisIndexLowering, BroadcastLowering,
+               ChunkLowering, ExchangeLowering, PartitionValueLowering,
+               PermuteLowering, ReduceScatterLowering, WaitLowering>(
+      patterns.getContext());
 }
 
 void mlir::shardx::configureShardXToRuntimeTarget(ConversionTarget &target) {

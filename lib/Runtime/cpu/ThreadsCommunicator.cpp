@@ -24,7 +24,14 @@
 // (`threads`), device copies and reduction kernels on the rank's stream for
 // `cuda-local` (lib/Runtime/cuda), which completes them before each meeting.
 //
+// On `threads`, a started collective (allReduceStart) runs on the rank's
+// communication thread (CommThread.h) while the rank computes; a synchronous
+// collective first waits for the started ones, so that every rank runs its
+// collectives in one order. `cuda-local` keeps the synchronous default.
+//
 //===----------------------------------------------------------------------===//
+
+#include "CommThread.h"
 
 #include "shardx/Runtime/Communicator.h"
 
@@ -194,6 +201,7 @@ public:
                    const std::vector<size_t> &counts, DType type,
                    const std::vector<int64_t> &axes) override {
     Group g;
+    followStarted();
     if (Status s = enter("all_gather", axes, counts.size(), g); !s)
       return s;
     size_t elem = dtypeSize(type);
@@ -229,6 +237,7 @@ public:
                        const std::vector<size_t> &counts, DType type,
                        ReduceOp op, const std::vector<int64_t> &axes) override {
     Group g;
+    followStarted();
     if (Status s = enter("reduce_scatter", axes, counts.size(), g); !s)
       return s;
     size_t elem = dtypeSize(type);
@@ -264,6 +273,7 @@ public:
   Status allReduce(const void *send, void *recv, size_t count, DType type,
                    ReduceOp op, const std::vector<int64_t> &axes) override {
     Group g;
+    followStarted();
     if (Status s = enter("all_reduce", axes, 0, g); !s)
       return s;
     size_t n = g.members.size();
@@ -334,6 +344,7 @@ public:
       return Status::error("all_to_all on rank " + std::to_string(rank) +
                            ": send and receive counts differ in length");
     Group g;
+    followStarted();
     if (Status s = enter("all_to_all", axes, sendCounts.size(), g); !s)
       return s;
     size_t elem = dtypeSize(type);
@@ -378,6 +389,7 @@ public:
                  const std::vector<std::pair<int64_t, int64_t>> &pairs,
                  const std::vector<int64_t> &axes) override {
     Group g;
+    followStarted();
     if (Status s = enter("permute", axes, 0, g); !s)
       return s;
     size_t bytes = count * dtypeSize(type);
@@ -419,6 +431,7 @@ public:
   Status broadcast(void *buffer, size_t count, DType type, int64_t root,
                    const std::vector<int64_t> &axes) override {
     Group g;
+    followStarted();
     if (Status s = enter("broadcast", axes, 0, g); !s)
       return s;
     size_t bytes = count * dtypeSize(type);
@@ -459,12 +472,41 @@ public:
   }
 
   Status barrier(const std::vector<int64_t> &axes) override {
+    followStarted();
     if (Status s = checkAxes(axes, "barrier"); !s)
       return s;
     return meet(getGroup(axes), "barrier");
   }
 
+  Status allReduceStart(const void *send, void *recv, size_t count,
+                        DType type, ReduceOp op,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::allReduceStart(send, recv, count, type, op, axes,
+                                          request);
+    if (Status s = checkAxes(axes, "all_reduce"); !s)
+      return s;
+    request = comm.submit([this, send, recv, count, type, op, axes] {
+      return allReduce(send, recv, count, type, op, axes);
+    });
+    return Status::ok();
+  }
+
+  Status wait(int64_t request) override {
+    if (!asynchronous)
+      return Communicator::wait(request);
+    return comm.wait(request);
+  }
+
 private:
+  /// Before a synchronous collective on the rank's thread: the started ones
+  /// run first, as on every other rank.
+  void followStarted() {
+    if (asynchronous && !comm.isWorker())
+      comm.drain();
+  }
+
   const Slot &slotOf(const Group &g, size_t i) const {
     return world.slots[g.members[i]];
   }
@@ -587,6 +629,11 @@ private:
   const char *backend;
   /// This rank's copies, reductions and private (scratch) buffer.
   std::unique_ptr<BufferOps> ops;
+  /// Whether started collectives run on `comm` (host buffers only: the
+  /// device BufferOps of cuda-local belong to the rank's thread).
+  bool asynchronous = std::strcmp(backend, "threads") == 0;
+  /// Declared last: destroyed (joined) first, while the rest still lives.
+  CommThread comm;
 };
 
 } // namespace

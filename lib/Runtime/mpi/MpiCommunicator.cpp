@@ -114,6 +114,12 @@ public:
 
   ~MpiCommunicator() override {
     {
+      std::lock_guard<std::mutex> lock(progressMutex);
+      stopProgress = true;
+    }
+    if (progress.joinable())
+      progress.join();
+    {
       std::lock_guard<std::mutex> lock(mutex);
       stopping = true;
     }
@@ -261,6 +267,52 @@ public:
                            MPI_BYTE, static_cast<int>(root), comm));
   }
 
+  /// MPI_Iallreduce; the progress thread tests it while the rank computes
+  /// (Open MPI moves a non-blocking collective's data only inside MPI calls).
+  Status allReduceStart(const void *send, void *recv, size_t count,
+                        DType type, ReduceOp op,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    Guard guard(*this, "all_reduce");
+    MPI_Comm comm;
+    if (Status s = groupComm("all_reduce", axes, comm); !s)
+      return s;
+    if (count > INT_MAX)
+      return Status::error("all_reduce on rank " + std::to_string(rank) +
+                           ": too many elements for one MPI call");
+    Pending p{MPI_REQUEST_NULL, recv, count, type, op == ReduceOp::Avg,
+              static_cast<int64_t>(getGroup(axes).size())};
+    std::lock_guard<std::mutex> lock(progressMutex);
+    if (Status s = check("all_reduce",
+                         MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send,
+                                        recv, static_cast<int>(count),
+                                        mpiType(type), mpiOp(op), comm,
+                                        &p.request));
+        !s)
+      return s;
+    request = nextRequest++;
+    pending.emplace(request, p);
+    if (!progress.joinable())
+      progress = std::thread([this] { makeProgress(); });
+    return Status::ok();
+  }
+
+  Status wait(int64_t request) override {
+    Guard guard(*this, "all_reduce (wait)");
+    std::lock_guard<std::mutex> lock(progressMutex);
+    auto it = pending.find(request);
+    if (it == pending.end())
+      return Status::error("mpi: wait for unknown request " +
+                           std::to_string(request));
+    Pending p = it->second;
+    pending.erase(it);
+    Status s =
+        check("all_reduce", MPI_Wait(&p.request, MPI_STATUS_IGNORE));
+    if (s && p.average)
+      divideBy(p.recv, p.count, p.type, p.groupSize);
+    return s;
+  }
+
   Status barrier(const std::vector<int64_t> &axes) override {
     Guard guard(*this, "barrier");
     MPI_Comm comm;
@@ -270,6 +322,41 @@ public:
   }
 
 private:
+  /// A started all_reduce.
+  struct Pending {
+    MPI_Request request;
+    void *recv;
+    size_t count;
+    DType type;
+    bool average;
+    int64_t groupSize;
+  };
+
+  /// While collectives are pending, tests them every few microseconds (a
+  /// finished request becomes MPI_REQUEST_NULL, which MPI_Wait returns at
+  /// once for).
+  void makeProgress() {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(progressMutex);
+        if (stopProgress)
+          return;
+        for (auto &[id, p] : pending) {
+          int done = 0;
+          if (p.request != MPI_REQUEST_NULL)
+            MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          pendingCount() ? 20 : 1000));
+    }
+  }
+
+  size_t pendingCount() {
+    std::lock_guard<std::mutex> lock(progressMutex);
+    return pending.size();
+  }
+
   /// Marks a collective in flight for the watchdog (no wake-up: the
   /// watchdog polls, so a collective costs two uncontended atomic stores).
   struct Guard {
@@ -380,6 +467,12 @@ private:
   std::atomic<const char *> current{""};
   std::atomic<int64_t> sinceNs{0};
   std::thread watchdog;
+  /// Started all_reduces by request, and the thread that progresses them.
+  std::mutex progressMutex;
+  std::map<int64_t, Pending> pending;
+  int64_t nextRequest = 0;
+  bool stopProgress = false;
+  std::thread progress;
 };
 
 } // namespace

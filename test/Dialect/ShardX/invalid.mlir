@@ -650,3 +650,49 @@ func.func @f(%x: tensor<?x3xf32>) {
   %0 = shardx.exchange %x on @mesh axes = [0] from #shardx.layout<@mesh, [S(0), S(0)]> to #shardx.layout<@mesh, [R, S(0)]> shape = [5, 3] : tensor<?x3xf32> -> tensor<?x3xf32>
   return
 }
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that an all_reduce_start's result is read by one shardx.wait only.
+func.func @start_two_uses(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  // expected-error @below {{result must have exactly one use, a shardx.wait (has 2)}}
+  %p = shardx.all_reduce_start %x on @mesh axes = [0] reduction = sum : tensor<8xf32>
+  %a = shardx.wait %p : tensor<8xf32>
+  %b = shardx.wait %p : tensor<8xf32>
+  return %a, %b : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that an all_reduce_start's result is not read by another op.
+func.func @start_not_waited(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @below {{result must be used by a shardx.wait, not 'arith.addf'}}
+  %p = shardx.all_reduce_start %x on @mesh axes = [0] reduction = sum : tensor<8xf32>
+  %a = arith.addf %p, %x : tensor<8xf32>
+  return %a : tensor<8xf32>
+}
+
+// -----
+
+// Tests that shardx.wait waits for an asynchronous collective only.
+func.func @wait_not_start(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @below {{operand must be the result of an asynchronous collective}}
+  %a = shardx.wait %x : tensor<8xf32>
+  return %a : tensor<8xf32>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that all_reduce_start checks its group like all_reduce.
+func.func @start_bad_axis(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @below {{mesh axis 1 is out of range}}
+  %p = shardx.all_reduce_start %x on @mesh axes = [1] reduction = sum : tensor<8xf32>
+  %a = shardx.wait %p : tensor<8xf32>
+  return %a : tensor<8xf32>
+}

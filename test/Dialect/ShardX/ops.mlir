@@ -112,6 +112,10 @@ func.func @collectives(%x: tensor<8x4xf32>, %u: tensor<?x4xf32>) {
   %8 = shardx.permute %x on @mesh axes = [1] pairs = [[0, 1], [1, 2], [2, 3], [3, 0]] : tensor<8x4xf32>
   // CHECK: shardx.broadcast %{{.*}} on @mesh axes = [0, 1] root = 5 : tensor<8x4xf32>
   %9 = shardx.broadcast %x on @mesh axes = [0, 1] root = 5 : tensor<8x4xf32>
+  // CHECK: %[[P:.*]] = shardx.all_reduce_start %{{.*}} on @mesh axes = [1, 0] reduction = max : tensor<8x4xf32>
+  %10 = shardx.all_reduce_start %x on @mesh axes = [1, 0] reduction = max : tensor<8x4xf32>
+  // CHECK: shardx.wait %[[P]] : tensor<8x4xf32>
+  %11 = shardx.wait %10 : tensor<8x4xf32>
   return
 }
 

@@ -438,6 +438,32 @@ LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &st) {
   return verifyGroup(*this, getMeshAttr(), getAxes(), st);
 }
 
+LogicalResult AllReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyGroup(*this, getMeshAttr(), getAxes(), st);
+}
+
+LogicalResult AllReduceStartOp::verify() {
+  Value result = getResult();
+  if (!result.hasOneUse())
+    return emitOpError("result must have exactly one use, a shardx.wait (has ")
+           << std::distance(result.use_begin(), result.use_end()) << ")";
+  Operation *user = *result.user_begin();
+  if (!isa<WaitOp>(user))
+    return emitOpError("result must be used by a shardx.wait, not '")
+           << user->getName() << "'";
+  if (user->getBlock() != (*this)->getBlock())
+    return emitOpError("its shardx.wait must be in the same block");
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  Operation *start = getPending().getDefiningOp();
+  if (!isa_and_nonnull<AllReduceStartOp>(start))
+    return emitOpError("operand must be the result of an asynchronous "
+                       "collective (shardx.all_reduce_start)");
+  return success();
+}
+
 LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
   FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
   if (failed(n))

@@ -103,6 +103,14 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
     pm.addPass(createBucketCollectivesPass());
   pm.addPass(std::make_unique<CanonicalizePass>());
   pm.addPass(createCSEPass());
+  // After canonicalize and CSE: they would not move the start/wait pairs,
+  // but the schedule is priced on the final program.
+  if (options.scheduleCollectives) {
+    ScheduleCollectivesPassOptions schedule;
+    schedule.maxBytesInFlight = options.maxBytesInFlight;
+    schedule.printSchedule = options.printSchedule;
+    pm.addPass(createScheduleCollectivesPass(schedule));
+  }
 }
 
 void mlir::shardx::registerShardXPipelines() {

@@ -200,6 +200,60 @@ def ShardX_AllReduceOp : ShardX_CollectiveOp<"all_reduce",
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives
+//===----------------------------------------------------------------------===//
+
+def ShardX_AllReduceStartOp : ShardX_CollectiveOp<"all_reduce_start",
+    [SameOperandsAndResultType]> {
+  let summary = "starts an all_reduce; shardx.wait gives its result";
+  let description = [{
+    The asynchronous form of `shardx.all_reduce`, as XLA's
+    `all-reduce-start`/`all-reduce-done`: the op starts the reduction of
+    `%x` and returns the pending result, which only one `shardx.wait` in
+    the same block may read. Ops between the start and the wait run while
+    the data moves. `shardx-schedule-collectives` forms these pairs.
+
+    ```mlir
+    %p = shardx.all_reduce_start %x on @mesh axes = [0] reduction = sum
+        : tensor<8x4xf32>
+    // ... compute that does not need %y ...
+    %y = shardx.wait %p : tensor<8x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: the result has exactly one use, a `shardx.wait` in the same block.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes,
+                       ShardX_ReductionKindAttr:$reduction);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `reduction` `=` `` $reduction attr-dict
+    `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def ShardX_WaitOp : ShardX_Op<"wait", [SameOperandsAndResultType]> {
+  let summary = "waits for an asynchronous collective and returns its result";
+  let description = [{
+    Blocks until the collective that produced `%p` (a `*_start` op) is
+    complete on this rank and returns its result. The only reader of a
+    start's result.
+
+    ```mlir
+    %y = shardx.wait %p : tensor<8x4xf32>
+    ```
+
+    Constraints: the operand is the result of a `*_start` op in the same
+    block.
+  }];
+  let arguments = (ins AnyRankedTensor:$pending);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$pending attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def ShardX_AllToAllOp : ShardX_CollectiveOp<"all_to_all"> {
   let summary = "splits along one dim, exchanges, concatenates along another";
   let description = [{

@@ -24,7 +24,8 @@ namespace mlir::shardx {
 
 /// The SPMD pipeline: inline (when there are calls) -> canonicalize ->
 /// propagate -> insert reshards -> verify layouts -> lower reshards ->
-/// localize -> bucket collectives -> canonicalize, cse. The result is the
+/// localize -> bucket collectives -> canonicalize, cse -> schedule
+/// collectives. The result is the
 /// program every rank runs.
 struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
   PassOptions::Option<bool> bucketCollectives{
@@ -32,6 +33,23 @@ struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
       llvm::cl::desc("merge small all-reduces into buckets "
                      "(shardx-bucket-collectives)"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> scheduleCollectives{
+      *this, "schedule-collectives",
+      llvm::cl::desc("split all-reduces into start/wait and overlap them "
+                     "with compute (shardx-schedule-collectives; off here so "
+                     "that the pipeline's IR stays synchronous, on in "
+                     "shardx-compile and shardx-run)"),
+      llvm::cl::init(false)};
+  PassOptions::Option<int64_t> maxBytesInFlight{
+      *this, "max-bytes-in-flight",
+      llvm::cl::desc("shardx-schedule-collectives' bound on the bytes of "
+                     "collectives in flight"),
+      llvm::cl::init(256 * 1024 * 1024)};
+  PassOptions::Option<bool> printSchedule{
+      *this, "print-schedule",
+      llvm::cl::desc("remark per function: modeled communication and exposed "
+                     "communication before and after scheduling"),
+      llvm::cl::init(false)};
 };
 void buildSpmdPipeline(OpPassManager &pm,
                        const SpmdPipelineOptions &options = {});

@@ -261,6 +261,53 @@ def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def ScheduleCollectivesPass
+    : Pass<"shardx-schedule-collectives", "ModuleOp"> {
+  let summary = "splits all-reduces into start/wait and overlaps them with "
+                "compute";
+  let description = [{
+    On the local program (after `shardx-bucket-collectives`): every
+    `shardx.all_reduce` becomes a `shardx.all_reduce_start` and a
+    `shardx.wait`. In each block, the wait moves down to just before the
+    first op that reads its result, and the start (with the side-effect-free
+    ops that compute its operand, e.g. a bucket's packing) moves up to just
+    after its operand is computed, so that the compute in between runs
+    while the data moves. The bytes of the collectives in flight (started,
+    not yet waited for) stay at most `max-bytes-in-flight`: a start that
+    would exceed it first waits for the oldest collectives in flight (a
+    single larger collective runs alone).
+
+    ```mlir
+    %g = linalg.matmul ...                      // gradient of layer 2
+    %a = shardx.all_reduce %g ...
+    %h = linalg.matmul ...                      // gradient of layer 1
+    %u = arith.subf %w, %a ...
+    // becomes
+    %g = linalg.matmul ...
+    %p = shardx.all_reduce_start %g ...
+    %h = linalg.matmul ...                      // runs while %g moves
+    %a = shardx.wait %p ...
+    %u = arith.subf %w, %a ...
+    ```
+
+    With `print-schedule`, a remark per function gives the modeled
+    communication time (alpha-beta costs of the mesh), the modeled exposed
+    communication time (not overlapped by compute at `compute-rate`) before
+    and after scheduling, and the collectives with their bytes.
+  }];
+  let options = [
+    Option<"maxBytesInFlight", "max-bytes-in-flight", "int64_t",
+           /*default=*/"256 * 1024 * 1024",
+           "the most bytes of collectives started and not yet waited for">,
+    Option<"computeRate", "compute-rate", "double", /*default=*/"1e9",
+           "loop iterations per second per rank of the model that prices "
+           "compute against communication (print-schedule)">,
+    Option<"printSchedule", "print-schedule", "bool", /*default=*/"false",
+           "emit a remark per function with its modeled communication and "
+           "exposed communication before and after scheduling">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Test and debugging passes
 //===----------------------------------------------------------------------===//
