@@ -286,7 +286,7 @@ public:
     if (Status s = check("all_reduce",
                          MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send,
                                         recv, static_cast<int>(count),
-                                        mpiType(type), mpiOp(op), comm,
+                                        mpiType(type), mpiOp(op, type), comm,
                                         &p.request));
         !s)
       return s;
