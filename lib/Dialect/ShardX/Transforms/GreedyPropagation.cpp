@@ -642,18 +642,6 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
 // lowers (cost, work) lexicographically, so the search ends; the visiting
 // order is the program's, so the result is deterministic.
 
-/// The position of `result` among its owner's tensor results.
-static unsigned tensorResultIndex(OpResult result) {
-  unsigned n = 0;
-  for (OpResult other : result.getOwner()->getResults()) {
-    if (other == result)
-      break;
-    if (isa<RankedTensorType>(other.getType()))
-      ++n;
-  }
-  return n;
-}
-
 LayoutAttr GreedyPropagation::attrWith(Value v, const Move *move) {
   if (move)
     if (auto r = dyn_cast<OpResult>(v); r && r.getOwner() == move->op)

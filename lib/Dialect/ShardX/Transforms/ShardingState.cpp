@@ -41,8 +41,7 @@ Strategy &ShardingState::get(Operation *op) {
   return it->second;
 }
 
-/// The position of `result` among its owner's tensor results.
-static unsigned tensorResultIndex(OpResult result) {
+unsigned mlir::shardx::tensorResultIndex(OpResult result) {
   unsigned n = 0;
   for (OpResult other : result.getOwner()->getResults()) {
     if (other == result)

@@ -39,6 +39,10 @@ struct Strategy {
   }
 };
 
+/// The position of `result` among its owner's tensor results (the index of
+/// its layout in a strategy's `resultAttrs`).
+unsigned tensorResultIndex(OpResult result);
+
 class ShardingState {
 public:
   ShardingState(FlatSymbolRefAttr mesh, int64_t meshRank);
