@@ -39,21 +39,24 @@ std::string pipeline;
 ///    `parseDenseI64ArrayAttr` (mlir/lib/Dialect/Linalg/IR/LinalgOps.cpp),
 ///    which stores the attribute without checking that it parsed: a
 ///    malformed list is a null attribute and a segfault in
-///    NamedAttrList::set.
+///    NamedAttrList::set. Only MLIR's own whitespace counts between the
+///    tokens: StringRef::ltrim's default also drops \v and \f, which MLIR's
+///    lexer rejects (`[1, 0\v]` crashed a CI fuzz run).
 bool crashesUpstreamParser(StringRef input) {
+  constexpr StringLiteral mlirSpace = " \t\n\r";
   for (StringRef keyword : {"permutation", "dimensions"}) {
     for (size_t at = input.find(keyword); at != StringRef::npos;
          at = input.find(keyword, at + 1)) {
-      StringRef rest = input.drop_front(at + keyword.size()).ltrim();
+      StringRef rest = input.drop_front(at + keyword.size()).ltrim(mlirSpace);
       if (!rest.consume_front("="))
         continue;
-      rest = rest.ltrim();
+      rest = rest.ltrim(mlirSpace);
       // A well-formed list: [ ], or integers separated by commas.
       if (!rest.consume_front("["))
         return true;
       bool expectValue = true, empty = true;
       while (true) {
-        rest = rest.ltrim();
+        rest = rest.ltrim(mlirSpace);
         if (rest.consume_front("]")) {
           if (expectValue && !empty)
             return true;
