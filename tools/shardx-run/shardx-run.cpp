@@ -114,8 +114,8 @@ static cl::opt<bool> bucketCollectives(
 static cl::opt<bool> scheduleCollectives(
     cl::cat(toolOptions), "schedule-collectives",
     cl::desc("split all-reduces into start/wait and overlap them with "
-             "compute (shardx-spmd's schedule-collectives; default on)"),
-    cl::init(true));
+             "compute (shardx-spmd's schedule-collectives; default off)"),
+    cl::init(false));
 
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
