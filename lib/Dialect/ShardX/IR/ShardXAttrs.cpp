@@ -331,6 +331,103 @@ static ParseResult parseDimMap(AsmParser &parser, StringRef clause,
       });
 }
 
+/// One placement of a layout: S(d), SS(d, sf), R or P(op).
+static ParseResult parsePlacement(AsmParser &parser,
+                                  ::shardx::LayoutSpelling &spelling,
+                                  bool &hasStrided) {
+  SMLoc ploc = parser.getCurrentLocation();
+  StringRef kind;
+  if (failed(parser.parseOptionalKeyword(&kind)))
+    return parser.emitError(ploc, "expected a placement: S(d), SS(d, sf), "
+                                  "R or P(op)");
+  ::shardx::Placement p;
+  if (kind == "R") {
+    p = ::shardx::Placement::replicate();
+  } else if (kind == "S") {
+    int64_t dim;
+    if (parser.parseLParen() || parser.parseInteger(dim) ||
+        parser.parseRParen())
+      return failure();
+    p = ::shardx::Placement::shard(dim);
+  } else if (kind == "SS") {
+    int64_t dim, sf;
+    if (parser.parseLParen() || parser.parseInteger(dim) ||
+        parser.parseComma() || parser.parseInteger(sf) || parser.parseRParen())
+      return failure();
+    p = ::shardx::Placement::stridedShard(dim, sf);
+    hasStrided = true;
+  } else if (kind == "P") {
+    StringRef opName;
+    if (parser.parseLParen())
+      return failure();
+    SMLoc oloc = parser.getCurrentLocation();
+    if (parser.parseKeyword(&opName))
+      return failure();
+    std::optional<::shardx::ReduceOp> op =
+        ::shardx::parseReduceOp(opName.str());
+    if (!op)
+      return parser.emitError(oloc, "unknown Partial reduction '")
+             << opName << "'; expected sum, avg, max, min or prod";
+    if (parser.parseRParen())
+      return failure();
+    p = ::shardx::Placement::partial(*op);
+  } else {
+    return parser.emitError(ploc, "unknown placement '")
+           << kind << "'; expected S(d), SS(d, sf), R or P(op)";
+  }
+  spelling.placements.push_back(p);
+  return success();
+}
+
+/// The optional `, order = {...}`, `, strides = {...}`, `, sizes = {...}`
+/// clauses, each at most once.
+static ParseResult parseLayoutClauses(AsmParser &parser,
+                                      ::shardx::LayoutSpelling &spelling) {
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc cloc = parser.getCurrentLocation();
+    StringRef clause;
+    if (parser.parseKeyword(&clause))
+      return failure();
+    std::map<int64_t, std::vector<int64_t>> *map =
+        llvm::StringSwitch<std::map<int64_t, std::vector<int64_t>> *>(clause)
+            .Case("order", &spelling.order)
+            .Case("strides", &spelling.strides)
+            .Case("sizes", &spelling.sizes)
+            .Default(nullptr);
+    if (!map)
+      return parser.emitError(cloc, "unknown layout clause '")
+             << clause << "'; expected order, strides or sizes";
+    if (!map->empty())
+      return parser.emitError(cloc, "layout clause '")
+             << clause << "' given twice";
+    if (parser.parseEqual() || parseDimMap(parser, clause, *map))
+      return failure();
+  }
+  return success();
+}
+
+/// The shape of mesh `meshName`, which SS placements need: it must be
+/// declared before the layout and have positive axis sizes.
+static FailureOr<std::vector<int64_t>>
+resolveMeshShape(AsmParser &parser, SMLoc loc, StringAttr meshName) {
+  auto *dialect = parser.getContext()->getLoadedDialect<ShardXDialect>();
+  std::optional<SmallVector<int64_t>> shape =
+      dialect->lookupMeshShape(meshName.getValue());
+  if (!shape)
+    return parser.emitError(loc, "cannot resolve SS placements: mesh @")
+           << meshName.getValue()
+           << " has not been declared before this layout (declare "
+              "`shardx.mesh` first, or spell the layout with `order` and "
+              "`strides`)";
+  // The mesh is parsed but not verified yet: its sizes may be anything.
+  for (auto [axis, size] : llvm::enumerate(*shape))
+    if (size < 1)
+      return parser.emitError(loc, "cannot resolve SS placements: axis ")
+             << axis << " of mesh @" << meshName.getValue() << " has size "
+             << size << "; mesh axis sizes must be positive";
+  return std::vector<int64_t>(shape->begin(), shape->end());
+}
+
 // #shardx.layout<@mesh, [S(0), SS(1, 2), R, P(sum)], order = {...},
 //                strides = {...}, sizes = {...}>
 Attribute LayoutAttr::parse(AsmParser &parser, Type) {
@@ -347,104 +444,19 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
     return {};
   ::shardx::LayoutSpelling spelling;
   bool hasStrided = false;
-  auto parsePlacement = [&]() -> ParseResult {
-    SMLoc ploc = parser.getCurrentLocation();
-    StringRef kind;
-    if (failed(parser.parseOptionalKeyword(&kind)))
-      return parser.emitError(ploc, "expected a placement: S(d), SS(d, sf), "
-                                    "R or P(op)");
-    ::shardx::Placement p;
-    if (kind == "R") {
-      p = ::shardx::Placement::replicate();
-    } else if (kind == "S") {
-      int64_t dim;
-      if (parser.parseLParen() || parser.parseInteger(dim) ||
-          parser.parseRParen())
-        return failure();
-      p = ::shardx::Placement::shard(dim);
-    } else if (kind == "SS") {
-      int64_t dim, sf;
-      if (parser.parseLParen() || parser.parseInteger(dim) ||
-          parser.parseComma() || parser.parseInteger(sf) ||
-          parser.parseRParen())
-        return failure();
-      p = ::shardx::Placement::stridedShard(dim, sf);
-      hasStrided = true;
-    } else if (kind == "P") {
-      StringRef opName;
-      SMLoc oloc;
-      if (parser.parseLParen())
-        return failure();
-      oloc = parser.getCurrentLocation();
-      if (parser.parseKeyword(&opName))
-        return failure();
-      std::optional<::shardx::ReduceOp> op =
-          ::shardx::parseReduceOp(opName.str());
-      if (!op)
-        return parser.emitError(oloc, "unknown Partial reduction '")
-               << opName << "'; expected sum, avg, max, min or prod";
-      if (parser.parseRParen())
-        return failure();
-      p = ::shardx::Placement::partial(*op);
-    } else {
-      return parser.emitError(ploc, "unknown placement '")
-             << kind << "'; expected S(d), SS(d, sf), R or P(op)";
-    }
-    spelling.placements.push_back(p);
-    return success();
-  };
-  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
-                                     parsePlacement))
-    return {};
-  while (succeeded(parser.parseOptionalComma())) {
-    SMLoc cloc = parser.getCurrentLocation();
-    StringRef clause;
-    if (parser.parseKeyword(&clause))
-      return {};
-    std::map<int64_t, std::vector<int64_t>> *map =
-        llvm::StringSwitch<std::map<int64_t, std::vector<int64_t>> *>(clause)
-            .Case("order", &spelling.order)
-            .Case("strides", &spelling.strides)
-            .Case("sizes", &spelling.sizes)
-            .Default(nullptr);
-    if (!map) {
-      parser.emitError(cloc, "unknown layout clause '")
-          << clause << "'; expected order, strides or sizes";
-      return {};
-    }
-    if (!map->empty()) {
-      parser.emitError(cloc, "layout clause '") << clause << "' given twice";
-      return {};
-    }
-    if (parser.parseEqual() || parseDimMap(parser, clause, *map))
-      return {};
-  }
-  if (parser.parseGreater())
+  if (parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square,
+          [&] { return parsePlacement(parser, spelling, hasStrided); }) ||
+      parseLayoutClauses(parser, spelling) || parser.parseGreater())
     return {};
 
   std::vector<int64_t> meshShape;
   if (hasStrided) {
-    auto *dialect = parser.getContext()->getLoadedDialect<ShardXDialect>();
-    std::optional<SmallVector<int64_t>> shape =
-        dialect->lookupMeshShape(meshName.getValue());
-    if (!shape) {
-      parser.emitError(loc, "cannot resolve SS placements: mesh @")
-          << meshName.getValue()
-          << " has not been declared before this layout (declare "
-             "`shardx.mesh` first, or spell the layout with `order` and "
-             "`strides`)";
+    FailureOr<std::vector<int64_t>> shape =
+        resolveMeshShape(parser, loc, meshName);
+    if (failed(shape))
       return {};
-    }
-    // The mesh is parsed but not verified yet: its sizes may be anything.
-    for (auto [axis, size] : llvm::enumerate(*shape)) {
-      if (size < 1) {
-        parser.emitError(loc, "cannot resolve SS placements: axis ")
-            << axis << " of mesh @" << meshName.getValue() << " has size "
-            << size << "; mesh axis sizes must be positive";
-        return {};
-      }
-    }
-    meshShape.assign(shape->begin(), shape->end());
+    meshShape = std::move(*shape);
   }
   std::string error;
   std::optional<::shardx::Layout> layout =
