@@ -218,6 +218,68 @@ Layout::fromPlacements(const std::vector<Placement> &placements,
   return fromSpelling(spelling, meshShape, error);
 }
 
+/// The splits of a dim that SS placements shard: `axes` (mesh axis, split
+/// factor) in mesh order, resolved on `meshShape`.
+static bool
+spellStridedSplits(const std::vector<std::pair<int64_t, int64_t>> &axes,
+                   const std::vector<int64_t> &meshShape, DimSharding &ds,
+                   std::string &error) {
+  std::vector<Digit> digits = {{Digit::Kind::Rest, 0}};
+  for (auto [axis, sf] : axes)
+    if (!applySplit(digits, {axis}, meshShape[axis], sf, error))
+      return false;
+  ds.splits = digitsToSplits(digits);
+  return true;
+}
+
+/// The splits of dim `dim`, which S placements on `axes` shard, in the
+/// spelling's explicit `order` and `strides` (mesh order and stride 1 when
+/// not given).
+static bool
+spellExplicitSplits(int64_t dim,
+                    const std::vector<std::pair<int64_t, int64_t>> &axes,
+                    const LayoutSpelling &spelling, DimSharding &ds,
+                    std::string &error) {
+  std::vector<int64_t> order;
+  for (auto &a : axes)
+    order.push_back(a.first);
+  auto orderIt = spelling.order.find(dim);
+  if (orderIt != spelling.order.end()) {
+    std::vector<int64_t> given = orderIt->second;
+    for (size_t i = 0; i < given.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (given[i] == given[j]) {
+          error = "order for dim " + std::to_string(dim) +
+                  " lists mesh axis " + std::to_string(given[i]) + " twice";
+          return false;
+        }
+    std::vector<int64_t> sortedGiven = given;
+    std::sort(sortedGiven.begin(), sortedGiven.end());
+    if (sortedGiven != order) {
+      error = "order for dim " + std::to_string(dim) + " is " +
+              listStr(given) + " but the placements shard it over " +
+              listStr(order);
+      return false;
+    }
+    order = given;
+  }
+  std::vector<int64_t> strides(order.size(), 1);
+  auto stridesIt = spelling.strides.find(dim);
+  if (stridesIt != spelling.strides.end()) {
+    if (stridesIt->second.size() != order.size()) {
+      error = "strides for dim " + std::to_string(dim) + " has " +
+              std::to_string(stridesIt->second.size()) +
+              " entries but the dim has " + std::to_string(order.size()) +
+              " splits";
+      return false;
+    }
+    strides = stridesIt->second;
+  }
+  for (size_t i = 0; i < order.size(); ++i)
+    ds.splits.push_back({order[i], strides[i]});
+  return true;
+}
+
 std::optional<Layout>
 Layout::fromSpelling(const LayoutSpelling &spelling,
                      const std::vector<int64_t> &meshShape,
@@ -288,47 +350,10 @@ Layout::fromSpelling(const LayoutSpelling &spelling,
                 " needs the mesh shape to be resolved";
         return std::nullopt;
       }
-      std::vector<Digit> digits = {{Digit::Kind::Rest, 0}};
-      for (auto [axis, sf] : axes)
-        if (!applySplit(digits, {axis}, meshShape[axis], sf, error))
-          return std::nullopt;
-      ds.splits = digitsToSplits(digits);
-    } else {
-      std::vector<int64_t> order;
-      for (auto &a : axes)
-        order.push_back(a.first);
-      if (orderIt != spelling.order.end()) {
-        std::vector<int64_t> given = orderIt->second;
-        for (size_t i = 0; i < given.size(); ++i)
-          for (size_t j = 0; j < i; ++j)
-            if (given[i] == given[j]) {
-              error = "order for dim " + std::to_string(dim) +
-                      " lists mesh axis " + std::to_string(given[i]) + " twice";
-              return std::nullopt;
-            }
-        std::vector<int64_t> sortedGiven = given;
-        std::sort(sortedGiven.begin(), sortedGiven.end());
-        if (sortedGiven != order) {
-          error = "order for dim " + std::to_string(dim) + " is " +
-                  listStr(given) + " but the placements shard it over " +
-                  listStr(order);
-          return std::nullopt;
-        }
-        order = given;
-      }
-      std::vector<int64_t> strides(order.size(), 1);
-      if (stridesIt != spelling.strides.end()) {
-        if (stridesIt->second.size() != order.size()) {
-          error = "strides for dim " + std::to_string(dim) + " has " +
-                  std::to_string(stridesIt->second.size()) +
-                  " entries but the dim has " + std::to_string(order.size()) +
-                  " splits";
-          return std::nullopt;
-        }
-        strides = stridesIt->second;
-      }
-      for (size_t i = 0; i < order.size(); ++i)
-        ds.splits.push_back({order[i], strides[i]});
+      if (!spellStridedSplits(axes, meshShape, ds, error))
+        return std::nullopt;
+    } else if (!spellExplicitSplits(dim, axes, spelling, ds, error)) {
+      return std::nullopt;
     }
     auto sizesIt = spelling.sizes.find(dim);
     if (sizesIt != spelling.sizes.end())
