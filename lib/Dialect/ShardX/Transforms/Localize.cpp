@@ -72,7 +72,10 @@ struct LocalizeState {
 
   FailureOr<RankedTensorType> localType(Value v, Operation *where) {
     auto global = cast<RankedTensorType>(v.getType());
-    Layout layout = layoutOf(v);
+    LayoutAttr attr = getRecordedLayout(v);
+    if (!attr)
+      return global;
+    const Layout &layout = attr.getLayout();
     if (layout.isReplicated() && !layout.hasPartial())
       return global;
     if (!global.hasStaticShape()) {
@@ -81,7 +84,7 @@ struct LocalizeState {
           << global;
       return failure();
     }
-    RankedTensorType local = getLocalType(global, layout, meshShape);
+    RankedTensorType local = attr.getLocalType(global, meshShape);
     for (int64_t d = 0; d < local.getRank(); ++d)
       if (local.isDynamicDim(d))
         if (const auto *ds = layout.getDim(d))
@@ -91,7 +94,7 @@ struct LocalizeState {
               })) {
             where->emitError()
                 << "uneven strided shards of " << global << " under "
-                << LayoutAttr::get(meshRef, layout) << " cannot be expanded";
+                << attr << " cannot be expanded";
             return failure();
           }
     return local;
