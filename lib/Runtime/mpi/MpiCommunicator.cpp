@@ -175,15 +175,24 @@ public:
     return s;
   }
 
-  Status allReduce(const void *send, void *recv, size_t count, DType type,
-                   ReduceOp op, const std::vector<int64_t> &axes) override {
-    Guard guard(*this, "all_reduce");
-    MPI_Comm comm;
+  /// The group communicator of an all_reduce over `axes`, whose `count`
+  /// must fit one MPI call.
+  Status allReduceComm(const std::vector<int64_t> &axes, size_t count,
+                       MPI_Comm &comm) {
     if (Status s = groupComm("all_reduce", axes, comm); !s)
       return s;
     if (count > INT_MAX)
       return Status::error("all_reduce on rank " + std::to_string(rank) +
                            ": too many elements for one MPI call");
+    return Status::ok();
+  }
+
+  Status allReduce(const void *send, void *recv, size_t count, DType type,
+                   ReduceOp op, const std::vector<int64_t> &axes) override {
+    Guard guard(*this, "all_reduce");
+    MPI_Comm comm;
+    if (Status s = allReduceComm(axes, count, comm); !s)
+      return s;
     Status s = check("all_reduce",
                      MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
                                    static_cast<int>(count), mpiType(type),
@@ -275,11 +284,8 @@ public:
                         int64_t &request) override {
     Guard guard(*this, "all_reduce");
     MPI_Comm comm;
-    if (Status s = groupComm("all_reduce", axes, comm); !s)
+    if (Status s = allReduceComm(axes, count, comm); !s)
       return s;
-    if (count > INT_MAX)
-      return Status::error("all_reduce on rank " + std::to_string(rank) +
-                           ": too many elements for one MPI call");
     Pending p{MPI_REQUEST_NULL, recv, count, type, op == ReduceOp::Avg,
               static_cast<int64_t>(getGroup(axes).size())};
     std::lock_guard<std::mutex> lock(progressMutex);
