@@ -61,6 +61,21 @@ void shardx_rt_cuda_stream_wait(void *waiter, void *signaller);
 /// 0 when `stream`'s work is done, 1 while it runs, -1 on an error (the
 /// driver's message in `error`).
 int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize);
+/// Events (created without timing) for stream-ordered collectives: record
+/// on `stream`, make `stream` wait for one, query (0 done, 1 pending, -1
+/// on an error, the driver's message in `error`) and destroy (a pending
+/// event may be destroyed: the waits already made keep what they need;
+/// errors are ignored).
+void *shardx_rt_cuda_event_create();
+void shardx_rt_cuda_event_record(void *event, void *stream);
+void shardx_rt_cuda_stream_wait_event(void *stream, void *event);
+int shardx_rt_cuda_event_query(void *event, char *error, int64_t errorSize);
+void shardx_rt_cuda_event_destroy(void *event);
+/// A device-to-device copy and a zero fill of `bytes` queued on `stream`
+/// (not the calling thread's).
+void shardx_rt_cuda_copy_on(void *dst, const void *src, int64_t bytes,
+                            void *stream);
+void shardx_rt_cuda_zero_on(void *dst, int64_t bytes, void *stream);
 /// The device's name ("" without a driver).
 const char *shardx_rt_cuda_device_name();
 /// Bytes the caching allocator holds in free blocks.

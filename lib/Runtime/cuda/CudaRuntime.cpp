@@ -78,11 +78,13 @@ struct Driver {
   CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuMemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuStreamQuery)(CUstream);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventQuery)(CUevent);
 };
 
 struct Cublas {
@@ -261,11 +263,13 @@ void initialize(State &s) {
       resolveSymbol(lib, cu.cuMemcpyAsync, "cuMemcpyAsync", err) &&
       resolveSymbol(lib, cu.cuMemsetD32Async, "cuMemsetD32Async", err) &&
       resolveSymbol(lib, cu.cuMemsetD16Async, "cuMemsetD16Async", err) &&
+      resolveSymbol(lib, cu.cuMemsetD8Async, "cuMemsetD8Async", err) &&
       resolveSymbol(lib, cu.cuStreamQuery, "cuStreamQuery", err) &&
       resolveSymbol(lib, cu.cuEventCreate, "cuEventCreate", err) &&
       resolveSymbol(lib, cu.cuEventRecord, "cuEventRecord", err) &&
       resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
-      resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err);
+      resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err) &&
+      resolveSymbol(lib, cu.cuEventQuery, "cuEventQuery", err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
     return;
@@ -612,6 +616,61 @@ int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize) {
     error[errorSize - 1] = '\0';
   }
   return -1;
+}
+
+void *shardx_rt_cuda_event_create() {
+  CUevent event = nullptr;
+  check(driver().cuEventCreate(&event, /*CU_EVENT_DISABLE_TIMING=*/2),
+        "cuEventCreate");
+  return event;
+}
+
+void shardx_rt_cuda_event_record(void *event, void *stream) {
+  check(driver().cuEventRecord(static_cast<CUevent>(event),
+                               static_cast<CUstream>(stream)),
+        "cuEventRecord");
+}
+
+void shardx_rt_cuda_stream_wait_event(void *stream, void *event) {
+  check(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
+                                   static_cast<CUevent>(event), 0),
+        "cuStreamWaitEvent");
+}
+
+int shardx_rt_cuda_event_query(void *event, char *error, int64_t errorSize) {
+  CUresult r = driver().cuEventQuery(static_cast<CUevent>(event));
+  if (r == 0)
+    return 0;
+  if (r == /*CUDA_ERROR_NOT_READY=*/600)
+    return 1;
+  if (error && errorSize > 0) {
+    std::strncpy(error, describe(r).c_str(), errorSize - 1);
+    error[errorSize - 1] = '\0';
+  }
+  return -1;
+}
+
+void shardx_rt_cuda_event_destroy(void *event) {
+  // Best effort: after a failed collective the context may hold an error.
+  driver().cuEventDestroy(static_cast<CUevent>(event));
+}
+
+void shardx_rt_cuda_copy_on(void *dst, const void *src, int64_t bytes,
+                            void *stream) {
+  if (bytes > 0)
+    check(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                 reinterpret_cast<CUdeviceptr>(src),
+                                 static_cast<size_t>(bytes),
+                                 static_cast<CUstream>(stream)),
+          "cuMemcpyAsync");
+}
+
+void shardx_rt_cuda_zero_on(void *dst, int64_t bytes, void *stream) {
+  if (bytes > 0)
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(dst), 0,
+                                   static_cast<size_t>(bytes),
+                                   static_cast<CUstream>(stream)),
+          "cuMemsetD8Async");
 }
 
 int64_t shardx_rt_cuda_cached_bytes() {
