@@ -156,6 +156,10 @@ Status Communicator::wait(int64_t request) {
   return Status::ok();
 }
 
+bool Communicator::orderAfterStream(void *) { return false; }
+
+Status Communicator::finish() { return Status::ok(); }
+
 namespace {
 /// The element rule is the layout algebra's (max and min propagate NaN
 /// whatever the order of the members, as arith.maximumf/minimumf do); one

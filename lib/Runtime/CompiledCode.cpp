@@ -11,10 +11,13 @@
 //
 // Compiled twice: for CPU artifacts (ShardXRuntime; host buffers) and, with
 // SHARDX_CG_DEVICE, for CUDA artifacts (ShardXRuntimeCudaCode), whose
-// buffers are device memory of this artifact's CUDA runtime. There every
-// collective first waits for the rank's stream (the communicator runs its
-// copies and kernels on its own stream and completes them before it
-// returns), the communicator gets device buffers, the program's own copies
+// buffers are device memory of this artifact's CUDA runtime. There the
+// communicator is told the rank's stream (orderAfterStream): a
+// stream-ordered one (nccl) orders its collectives after the stream's work
+// and the stream after them with events, and the run ends with its
+// `finish` (the errors of collectives still in flight); for the others
+// (cuda-local) every collective first waits for the rank's stream. The
+// communicator gets device buffers, the program's own copies
 // are device copies, and the two reshard steps that pack and unpack
 // (the uneven all-to-all and the exchange) stage through host memory.
 //
@@ -49,6 +52,9 @@ struct Invocation {
   Communicator *comm = nullptr;
   std::jmp_buf *jump = nullptr;
   std::string error;
+  /// Whether the communicator orders its collectives after the rank's
+  /// stream itself (CUDA artifacts).
+  bool streamOrdered = false;
 };
 
 thread_local Invocation *current = nullptr;
@@ -78,6 +84,10 @@ Communicator &comm() {
                      "it on the cuda-local or nccl backend (shardx-gpu-exec), "
                      "not ") +
          backend);
+  // The rank's stream is this artifact's runtime's (the launcher's copy of
+  // the runtime has its own).
+  current->streamOrdered =
+      current->comm->orderAfterStream(shardx_rt_cuda_stream());
 #else
   if (device)
     fail(std::string("a CPU artifact's collectives take host buffers: run it "
@@ -92,10 +102,13 @@ Communicator &comm() {
 //===----------------------------------------------------------------------===//
 
 /// Waits for the program's queued work on this rank's buffers (before a
-/// collective reads or writes them).
+/// collective reads or writes them), unless the communicator orders its
+/// collectives after that work on the device.
 void settle() {
 #ifdef SHARDX_CG_DEVICE
-  shardx_rt_cuda_synchronize();
+  comm();
+  if (!current->streamOrdered)
+    shardx_rt_cuda_synchronize();
 #endif
 }
 
@@ -455,6 +468,12 @@ int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
         fail("injected failure (SHARDX_TEST_FAIL_RANK)");
     entry(args);
 #ifdef SHARDX_CG_DEVICE
+    // The collectives still in flight end the run: their errors fail it
+    // (the communicator aborted the world), before the host waits for the
+    // rank's stream, which waits for them.
+    if (inv.comm)
+      if (Status s = inv.comm->finish(); !s)
+        fail(s.message());
     shardx_rt_cuda_synchronize();
 #endif
     current = saved;

@@ -8,6 +8,9 @@
 // uses resolves in the libnccl.so.2 found), and the conformance checks on
 // the nccl backend through stageHostBuffers (skip list: NanMaxMin, NCCL's
 // max/min drop NaN; HalfFloatSums, NCCL rounds bf16/f16 at every step).
+// The adaptor starts its all_reduces on the device copies, so AsyncAllReduce
+// runs the stream-ordered start and wait; SynchronousCollectives runs with
+// SHARDX_GPU_SYNC_COLLECTIVES=1 (the host waits for every collective).
 //
 // The conformance tests run one rank per process and GPU: started N times
 // with SHARDX_RANK, SHARDX_WORLD_SIZE and SHARDX_STORE_DIR set (the file
@@ -270,6 +273,17 @@ TEST_P(NcclConformance, AsyncAllReduce) {
   SKIP_UNLESS_RUNNABLE();
   runStaged(GetParam(), conformance::checkAsyncAllReduce<float>);
   runStaged(GetParam(), conformance::checkAsyncAllReduce<int64_t>);
+}
+
+// The host-waiting mode kept for debugging (SHARDX_GPU_SYNC_COLLECTIVES=1,
+// read when the communicator is created) gives the same results.
+TEST_P(NcclConformance, SynchronousCollectives) {
+  SKIP_UNLESS_RUNNABLE();
+  setenv("SHARDX_GPU_SYNC_COLLECTIVES", "1", 1);
+  runStaged(GetParam(), conformance::checkReductions<float>);
+  runStaged(GetParam(), conformance::checkAsyncAllReduce<float>);
+  runStaged(GetParam(), conformance::checkPermuteBroadcast<double>);
+  unsetenv("SHARDX_GPU_SYNC_COLLECTIVES");
 }
 
 // Skip list: NanMaxMin. NCCL's f32/f64 max and min are fmaxf/fminf (and

@@ -118,7 +118,21 @@ public:
                                 const std::vector<int64_t> &axes,
                                 int64_t &request);
   /// Waits for the collective `request` names; its error if it failed.
+  /// On a stream-ordered communicator (nccl) the wait is the compute
+  /// stream's: the calling thread does not block.
   virtual Status wait(int64_t request);
+
+  /// GPU communicators: makes the collectives this rank calls from now on
+  /// run after the work queued on `stream` (a CUstream) when they are
+  /// called, and makes `stream` wait for their results. True where the
+  /// communicator does so without the host waiting (nccl); false where the
+  /// caller has to wait for `stream` before each collective (the default).
+  virtual bool orderAfterStream(void *stream);
+  /// Waits (at most the timeout) for this rank's collectives still in
+  /// flight: ok, or the error that failed (and aborted) the world. Ends
+  /// every run on a stream-ordered communicator, whose collectives report
+  /// their errors late; the others return ok at once (the default).
+  virtual Status finish();
 
   /// Seconds this rank spent blocked in collectives and waits of compiled
   /// programs (the exposed communication), counted by the callers.

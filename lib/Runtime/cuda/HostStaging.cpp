@@ -7,7 +7,8 @@
 // conformance suite runs cuda-local through it, and CUDA artifacts run the
 // reshard steps they stage through host memory (the uneven all-to-all and
 // the exchange) through it. Copies are synchronous on the calling thread's
-// stream.
+// stream; a stream-ordered communicator (nccl) makes that stream wait for
+// the collective, and its `finish` then reports a collective that failed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #include "shardx/Runtime/CudaLocal.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 namespace shardx::rt {
@@ -61,7 +63,7 @@ public:
     DeviceCopy out(nullptr, total(counts) * es);
     Status s = inner.allGather(in.get(), out.get(), counts, type, axes);
     out.back(recv);
-    return s;
+    return finished(s);
   }
 
   Status reduceScatter(const void *send, void *recv,
@@ -74,7 +76,7 @@ public:
     DeviceCopy out(nullptr, me < counts.size() ? counts[me] * es : 0);
     Status s = inner.reduceScatter(in.get(), out.get(), counts, type, op, axes);
     out.back(recv);
-    return s;
+    return finished(s);
   }
 
   Status allReduce(const void *send, void *recv, size_t count, DType type,
@@ -84,12 +86,47 @@ public:
     if (send == recv) {
       Status s = inner.allReduce(in.get(), in.get(), count, type, op, axes);
       in.back(recv);
-      return s;
+      return finished(s);
     }
     DeviceCopy out(nullptr, bytes);
     Status s = inner.allReduce(in.get(), out.get(), count, type, op, axes);
     out.back(recv);
-    return s;
+    return finished(s);
+  }
+
+  /// Stages in, starts the inner all_reduce on the device copies and keeps
+  /// them until `wait`, which copies the result back.
+  Status allReduceStart(const void *send, void *recv, size_t count,
+                        DType type, ReduceOp op,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    size_t bytes = count * dtypeSize(type);
+    Started st;
+    st.recv = recv;
+    st.in = std::make_unique<DeviceCopy>(send, bytes);
+    if (send != recv)
+      st.out = std::make_unique<DeviceCopy>(nullptr, bytes);
+    void *to = st.out ? st.out->get() : st.in->get();
+    if (Status s = inner.allReduceStart(st.in->get(), to, count, type, op,
+                                        axes, st.request);
+        !s)
+      return s;
+    request = nextRequest++;
+    started[request] = std::move(st);
+    return Status::ok();
+  }
+
+  Status wait(int64_t request) override {
+    auto it = started.find(request);
+    if (it == started.end())
+      return Status::error(std::string("backend ") + getBackendName() +
+                           ": wait for unknown request " +
+                           std::to_string(request));
+    Started st = std::move(it->second);
+    started.erase(it);
+    Status s = inner.wait(st.request);
+    (st.out ? st.out : st.in)->back(st.recv);
+    return finished(s);
   }
 
   Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
@@ -101,7 +138,7 @@ public:
     Status s =
         inner.allToAll(in.get(), sendCounts, out.get(), recvCounts, type, axes);
     out.back(recv);
-    return s;
+    return finished(s);
   }
 
   Status permute(const void *send, void *recv, size_t count, DType type,
@@ -111,7 +148,7 @@ public:
     DeviceCopy in(send, bytes), out(nullptr, bytes);
     Status s = inner.permute(in.get(), out.get(), count, type, pairs, axes);
     out.back(recv);
-    return s;
+    return finished(s);
   }
 
   Status broadcast(void *buffer, size_t count, DType type, int64_t root,
@@ -119,14 +156,23 @@ public:
     DeviceCopy data(buffer, count * dtypeSize(type));
     Status s = inner.broadcast(data.get(), count, type, root, axes);
     data.back(buffer);
-    return s;
+    return finished(s);
   }
 
   Status barrier(const std::vector<int64_t> &axes) override {
     return inner.barrier(axes);
   }
 
+  bool orderAfterStream(void *stream) override {
+    return inner.orderAfterStream(stream);
+  }
+  Status finish() override { return inner.finish(); }
+
 private:
+  /// `s`, or, on a stream-ordered communicator, the error of a collective
+  /// that failed after it was queued (the copy back waited for it).
+  Status finished(Status s) { return s ? inner.finish() : s; }
+
   static size_t total(const std::vector<size_t> &counts) {
     size_t n = 0;
     for (size_t c : counts)
@@ -134,7 +180,17 @@ private:
     return n;
   }
 
+  /// A started all_reduce: the inner request, the device copies, and
+  /// where its result goes.
+  struct Started {
+    int64_t request = -1;
+    void *recv = nullptr;
+    std::unique_ptr<DeviceCopy> in, out;
+  };
+
   Communicator &inner;
+  std::map<int64_t, Started> started;
+  int64_t nextRequest = 0;
 };
 
 } // namespace

@@ -11,32 +11,45 @@
 // the bootstrap; the communicator of each group of mesh axes is split from
 // it on first use (ncclCommSplit, color: the group's first global rank,
 // key: the rank's index in the group). Every collective:
-//   1. makes the collective stream wait for the compute stream (an event),
-//   2. enqueues the NCCL calls on the collective stream (send/recv pairs in
-//      one ncclGroupStart/End for the uneven and point-to-point forms),
-//   3. polls ncclCommGetAsyncError and the collective stream until the work
-//      is done, an error is reported, or the timeout passes; on an error or
-//      a timeout every communicator of the rank is aborted (ncclCommAbort)
-//      and the call fails with the cause, and so do all later calls,
-//   4. makes the compute stream wait for the collective stream (an event).
-// The host waits in step 3 so that a dead or silent peer is a bounded
-// error; the compute stream's queued work runs on meanwhile.
+//   1. makes the communication stream (one per rank) wait for the compute
+//      stream (an event recorded on it),
+//   2. enqueues the NCCL calls on the communication stream (send/recv
+//      pairs in one ncclGroupStart/End for the uneven and point-to-point
+//      forms),
+//   3. records a done event on the communication stream, hands it to the
+//      watchdog (Watchdog.h) and, unless it was started, makes the compute
+//      stream wait for it.
+// No host wait: the compute stream queues on behind the collective, and a
+// started all_reduce (allReduceStart) overlaps what the program queues
+// before its wait, which is again an event wait of the compute stream. The
+// watchdog thread polls the done events and ncclCommGetAsyncError; when a
+// collective fails, or is still running after the timeout, it aborts every
+// communicator of the rank (ncclCommAbort, which also ends the kernels
+// waiting for a dead peer) and every later call fails with the cause, and
+// so does `finish`, which ends every run. With SHARDX_GPU_SYNC_COLLECTIVES=1
+// the host waits for each collective instead (step 3 polls until the work
+// is done, an error is reported, or the timeout passes), as before streams
+// were ordered with events: for debugging.
 //
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/Nccl.h"
 
 #include "shardx/Runtime/Cuda.h"
+#include "shardx/Runtime/Watchdog.h"
 
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -217,22 +230,54 @@ int64_t envInt(std::initializer_list<const char *> names, int64_t fallback) {
 // The communicator
 //===----------------------------------------------------------------------===//
 
+/// Whether SHARDX_GPU_SYNC_COLLECTIVES asks the host to wait for every
+/// collective (1, or any value but 0 and empty).
+bool synchronousFromEnv() {
+  const char *v = std::getenv("SHARDX_GPU_SYNC_COLLECTIVES");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+double monotonicSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 class NcclCommunicator : public Communicator {
 public:
   NcclCommunicator(std::vector<int64_t> meshShape, int64_t rank, double timeout,
                    ncclComm_t world, void *stream)
       : Communicator(std::move(meshShape), rank), timeout(timeout),
-        world(world), stream(stream), nccl(loaded().nccl) {}
+        world(world), stream(stream), compute(shardx_rt_cuda_stream()),
+        nccl(loaded().nccl), synchronous(synchronousFromEnv()),
+        watchdog(watchdogHooks(), timeout) {
+    if (!synchronous)
+      watcher = std::thread([this] { watch(); });
+  }
 
   ~NcclCommunicator() override {
-    if (barrierBuffer)
-      shardx_rt_cuda_free(barrierBuffer);
-    if (scratch)
-      shardx_rt_cuda_free(scratch);
+    // Every collective done (or the world aborted) before anything goes.
+    (void)finish();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wakeup.notify_all();
+    if (watcher.joinable())
+      watcher.join();
     // Destroy without ncclCommFinalize, which waits for peers that may be
-    // gone: every collective completed before its call returned. Aborted
-    // communicators were freed by ncclCommAbort.
+    // gone: finish() saw every collective complete. Aborted communicators
+    // were freed by ncclCommAbort, and the buffers are left to the ending
+    // process (the device may be in an error state).
     if (!aborted) {
+      // The buffers go back to the allocator of this thread's stream: that
+      // stream first waits for the communication stream.
+      if (barrierBuffer || scratch)
+        shardx_rt_cuda_stream_wait(shardx_rt_cuda_stream(), stream);
+      if (barrierBuffer)
+        shardx_rt_cuda_free(barrierBuffer);
+      if (scratch)
+        shardx_rt_cuda_free(scratch);
       for (auto &[axes, comm] : groups)
         if (comm != world)
           nccl.commDestroy(comm);
@@ -242,6 +287,19 @@ public:
 
   const char *getBackendName() const override { return "nccl"; }
 
+  bool orderAfterStream(void *s) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    compute = s;
+    return true;
+  }
+
+  /// Waits for the world communicator's creation.
+  Status waitForInit() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return waitComm(world, "ncclCommInitRankConfig");
+  }
+
+private:
   /// Waits for `comm`'s pending non-blocking call (init, split, group end).
   Status waitComm(ncclComm_t comm, const std::string &what) {
     auto start = std::chrono::steady_clock::now();
@@ -259,6 +317,7 @@ public:
     }
   }
 
+public:
   Status allGather(const void *send, void *recv,
                    const std::vector<size_t> &counts, DType type,
                    const std::vector<int64_t> &axes) override {
@@ -316,10 +375,57 @@ public:
 
   Status allReduce(const void *send, void *recv, size_t count, DType type,
                    ReduceOp op, const std::vector<int64_t> &axes) override {
-    return run("all_reduce", axes, kAnySize, [&](ncclComm_t c, int64_t) {
-      return nccl.allReduce(send, recv, count, ncclType(type), ncclOp(op), c,
-                            stream);
-    });
+    return run("all_reduce", axes, kAnySize,
+               allReduceCall(send, recv, count, type, op));
+  }
+
+  Status allReduceStart(const void *send, void *recv, size_t count,
+                        DType type, ReduceOp op,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    if (synchronous)
+      return Communicator::allReduceStart(send, recv, count, type, op, axes,
+                                          request);
+    if (Status s = run("all_reduce", axes, kAnySize,
+                       allReduceCall(send, recv, count, type, op), &request);
+        !s)
+      return s;
+    std::lock_guard<std::mutex> lock(mutex);
+    started.insert(request);
+    return Status::ok();
+  }
+
+  Status wait(int64_t request) override {
+    if (synchronous)
+      return Communicator::wait(request);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (aborted)
+      return Status::error(cause);
+    if (!started.erase(request))
+      return Status::error("backend nccl: wait for unknown request " +
+                           std::to_string(request));
+    void *done = nullptr;
+    if (Status s = watchdog.lookup(request, done); !s)
+      return Status::error("backend nccl: " + s.message());
+    // Still tracked: the compute stream waits for it; else it is done.
+    if (done)
+      shardx_rt_cuda_stream_wait_event(compute, done);
+    return check();
+  }
+
+  Status finish() override {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (aborted)
+          return Status::error(cause);
+        if (Status s = check(); !s)
+          return s;
+        if (!watchdog.inFlight())
+          return Status::ok();
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 
   Status allToAll(const void *send, const std::vector<size_t> &sendCounts,
@@ -366,21 +472,21 @@ public:
                              ") outside a group of " + std::to_string(members));
       isTarget |= target == me;
     }
-    // A send buffer that overlaps the receive buffer is copied first; a
-    // member that is no target receives zeros (both on the compute stream,
-    // which the collective stream then waits for).
-    send = stageIfOverlapping(send, count * dtypeSize(type), recv,
-                              count * dtypeSize(type));
-    if (!isTarget && count)
-      mgpuMemset32(recv, 0, count * dtypeSize(type) / 4, nullptr);
+    size_t bytes = count * dtypeSize(type);
     return run("permute", axes, kAnySize, [&](ncclComm_t c, int64_t) {
+      // On the communication stream, after the compute stream's work: a
+      // send buffer that overlaps the receive buffer is copied first, and a
+      // member that is no target receives zeros.
+      const void *from = stageIfOverlapping(send, bytes, recv, bytes);
+      if (!isTarget)
+        shardx_rt_cuda_zero_on(recv, static_cast<int64_t>(bytes), stream);
       int t = ncclType(type);
       ncclResult_t r = nccl.groupStart();
       for (auto [source, target] : pairs) {
         if (!count || r != kNcclSuccess)
           break;
         if (source == me)
-          r = nccl.send(send, count, t, int(target), c, stream);
+          r = nccl.send(from, count, t, int(target), c, stream);
         if (target == me && r == kNcclSuccess)
           r = nccl.recv(recv, count, t, int(source), c, stream);
       }
@@ -403,25 +509,26 @@ public:
     });
   }
 
+  /// A one-int all_reduce, which the host waits for: a barrier is where the
+  /// ranks meet, on either mode.
   Status barrier(const std::vector<int64_t> &axes) override {
     if (!barrierBuffer)
       barrierBuffer = shardx_rt_cuda_alloc(sizeof(int32_t));
-    return run("barrier", axes, kAnySize, [&](ncclComm_t c, int64_t) {
-      return nccl.allReduce(barrierBuffer, barrierBuffer, 1,
-                            ncclType(DType::I32), ncclOp(ReduceOp::Sum), c,
-                            stream);
-    });
+    if (Status s =
+            run("barrier", axes, kAnySize,
+                [&](ncclComm_t c, int64_t) {
+                  return nccl.allReduce(barrierBuffer, barrierBuffer, 1,
+                                        ncclType(DType::I32),
+                                        ncclOp(ReduceOp::Sum), c, stream);
+                });
+        !s)
+      return s;
+    return finish();
   }
 
   void abort(const std::string &why) override {
-    if (aborted)
-      return;
-    aborted = true;
-    cause = why;
-    for (auto &[axes, comm] : groups)
-      if (comm != world)
-        nccl.commAbort(comm);
-    nccl.commAbort(world);
+    std::lock_guard<std::mutex> lock(mutex);
+    abortLocked(why);
   }
 
 private:
@@ -444,8 +551,57 @@ private:
     return text;
   }
 
+  /// What the watchdog reads: the done events through the CUDA runtime,
+  /// and the asynchronous error of every communicator of this rank.
+  CollectiveWatchdog::Hooks watchdogHooks() {
+    CollectiveWatchdog::Hooks h;
+    h.query = [](void *event, std::string &error) {
+      char text[1024] = {0};
+      int q = shardx_rt_cuda_event_query(event, text, sizeof(text));
+      if (q < 0)
+        error = text;
+      return q;
+    };
+    h.release = [](void *event) { shardx_rt_cuda_event_destroy(event); };
+    h.asyncError = [this]() -> std::string {
+      std::vector<ncclComm_t> comms = {world};
+      for (auto &[axes, comm] : groups)
+        if (comm != world)
+          comms.push_back(comm);
+      for (ncclComm_t comm : comms) {
+        ncclResult_t r = kNcclSuccess;
+        nccl.commGetAsyncError(comm, &r);
+        if (r != kNcclSuccess && r != kNcclInProgress)
+          return describe(r, comm);
+      }
+      return "";
+    };
+    h.now = monotonicSeconds;
+    return h;
+  }
+
+  /// The watchdog thread: polls the collectives in flight every
+  /// millisecond and aborts the world on a failure or a timeout (which
+  /// also ends NCCL's kernels, so that the compute stream runs on and a
+  /// host waiting for it returns).
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      if (!aborted && watchdog.inFlight())
+        check();
+      wakeup.wait_for(lock, std::chrono::milliseconds(1));
+    }
+  }
+
+  /// The watchdog's poll (under the lock); a failure aborts the world.
+  Status check() {
+    if (Status s = watchdog.poll(); !s)
+      return fail(s.message());
+    return Status::ok();
+  }
+
   /// `send`, or a copy of it in this rank's scratch buffer (queued on the
-  /// compute stream) when it overlaps `recv`.
+  /// communication stream) when it overlaps `recv`.
   const void *stageIfOverlapping(const void *send, size_t sendBytes,
                                  const void *recv, size_t recvBytes) {
     auto s = reinterpret_cast<uintptr_t>(send);
@@ -453,19 +609,37 @@ private:
     if (!sendBytes || !recvBytes || s + sendBytes <= r || r + recvBytes <= s)
       return send;
     if (scratchBytes < sendBytes) {
-      if (scratch)
+      if (scratch) {
+        // Freed to this thread's stream's allocator once the communication
+        // stream is done with it.
+        shardx_rt_cuda_stream_wait(shardx_rt_cuda_stream(), stream);
         shardx_rt_cuda_free(scratch);
+      }
       scratch = shardx_rt_cuda_alloc(static_cast<int64_t>(sendBytes));
+      // A fresh block may have been used on this thread's stream.
+      shardx_rt_cuda_stream_wait(stream, shardx_rt_cuda_stream());
       scratchBytes = sendBytes;
     }
-    mgpuMemcpy(scratch, const_cast<void *>(send), sendBytes, nullptr);
+    shardx_rt_cuda_copy_on(scratch, send, static_cast<int64_t>(sendBytes),
+                           stream);
     return scratch;
+  }
+
+  void abortLocked(const std::string &why) {
+    if (aborted)
+      return;
+    aborted = true;
+    cause = why;
+    for (auto &[axes, comm] : groups)
+      if (comm != world)
+        nccl.commAbort(comm);
+    nccl.commAbort(world);
   }
 
   /// Aborts every communicator of this rank and fails with `what`.
   Status fail(const std::string &what) {
     std::string message = "nccl: rank " + std::to_string(rank) + ": " + what;
-    abort(message);
+    abortLocked(message);
     return Status::error(message);
   }
 
@@ -505,12 +679,25 @@ private:
     return Status::ok();
   }
 
-  /// Steps 1-4 of the file comment around `enqueue(comm, groupIndex)`.
-  /// `members`, unless kAnySize, is checked against the group's size.
+  /// The enqueue of an all_reduce (blocking and started).
+  std::function<ncclResult_t(ncclComm_t, int64_t)>
+  allReduceCall(const void *send, void *recv, size_t count, DType type,
+                ReduceOp op) {
+    return [this, send, recv, count, type, op](ncclComm_t c, int64_t) {
+      return nccl.allReduce(send, recv, count, ncclType(type), ncclOp(op), c,
+                            stream);
+    };
+  }
+
+  /// Steps 1-3 of the file comment around `enqueue(comm, groupIndex)`.
+  /// `members`, unless kAnySize, is checked against the group's size. With
+  /// `request`, the collective is started: the compute stream waits for it
+  /// only in `wait(*request)`.
   static constexpr size_t kAnySize = ~size_t(0);
   template <typename F>
   Status run(const char *op, const std::vector<int64_t> &axes, size_t members,
-             F enqueue) {
+             F enqueue, int64_t *request = nullptr) {
+    std::lock_guard<std::mutex> lock(mutex);
     if (aborted)
       return Status::error(cause);
     if (Status s = checkAxes(axes, op); !s)
@@ -522,13 +709,30 @@ private:
     ncclComm_t comm = nullptr;
     if (Status s = groupComm(axes, comm); !s)
       return s;
-    void *compute = shardx_rt_cuda_stream();
     shardx_rt_cuda_stream_wait(stream, compute);
     ncclResult_t r = enqueue(comm, getGroupIndex(axes));
     if (r != kNcclSuccess && r != kNcclInProgress)
       return fail(std::string(op) + ": " + describe(r, comm));
+    // Non-blocking mode: the enqueue itself may finish later (a first call
+    // connects the peers); the next NCCL call on `comm` waits for it.
     if (Status s = waitComm(comm, op); !s)
       return s;
+    if (synchronous)
+      return hostWait(op, comm);
+    void *done = shardx_rt_cuda_event_create();
+    shardx_rt_cuda_event_record(done, stream);
+    int64_t id = watchdog.add(op, done);
+    if (request)
+      *request = id;
+    else
+      shardx_rt_cuda_stream_wait_event(compute, done);
+    return check();
+  }
+
+  /// SHARDX_GPU_SYNC_COLLECTIVES: the host waits for the communication
+  /// stream (NCCL's errors and the timeout checked meanwhile), then the
+  /// compute stream waits for it.
+  Status hostWait(const char *op, ncclComm_t comm) {
     auto start = std::chrono::steady_clock::now();
     char error[1024];
     for (;;) {
@@ -552,14 +756,30 @@ private:
 
   double timeout;
   ncclComm_t world;
+  /// The communication stream, and the stream whose work collectives
+  /// follow (the calling thread's until orderAfterStream).
   void *stream;
+  void *compute;
   const Nccl &nccl;
+  bool synchronous;
   std::map<std::vector<int64_t>, ncclComm_t> groups;
+  /// Started all_reduces not yet waited for.
+  std::set<int64_t> started;
   void *barrierBuffer = nullptr;
   void *scratch = nullptr;
   size_t scratchBytes = 0;
   bool aborted = false;
   std::string cause;
+
+  /// Guards everything above and the watchdog: NCCL calls on this rank's
+  /// communicators happen under it, from the rank's thread or the
+  /// watchdog thread, never both at once.
+  std::mutex mutex;
+  CollectiveWatchdog watchdog;
+  std::condition_variable wakeup;
+  bool stopping = false;
+  /// Declared last: started when the rest exists.
+  std::thread watcher;
 };
 
 } // namespace
@@ -630,7 +850,7 @@ createNcclCommunicator(const std::vector<int64_t> &meshShape,
   }
   auto comm = std::make_unique<NcclCommunicator>(
       meshShape, rank, timeoutSeconds, world, shardx_rt_cuda_stream_create());
-  if (Status s = comm->waitComm(world, "ncclCommInitRankConfig"); !s) {
+  if (Status s = comm->waitForInit(); !s) {
     error = s.message();
     return nullptr;
   }
