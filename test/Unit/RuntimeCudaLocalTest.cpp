@@ -5,7 +5,9 @@
 // Runs the conformance checks on the cuda-local backend (N ranks on device
 // 0; skip list: none) through an adaptor that stages the checks' host
 // buffers to device buffers and back, so every collective moves and reduces
-// device memory. Without a usable GPU the conformance tests are skipped
+// device memory (the adaptor starts its all_reduces on the device copies,
+// so AsyncAllReduce runs them on the ranks' communication threads and
+// their streams). Without a usable GPU the conformance tests are skipped
 // with the driver's reason ("no CUDA device: ..."), and the test that runs
 // everywhere checks that every rank then fails with that reason.
 //

@@ -24,10 +24,13 @@
 // (`threads`), device copies and reduction kernels on the rank's stream for
 // `cuda-local` (lib/Runtime/cuda), which completes them before each meeting.
 //
-// On `threads`, a started collective (allReduceStart) runs on the rank's
-// communication thread (CommThread.h) while the rank computes; a synchronous
-// collective first waits for the started ones, so that every rank runs its
-// collectives in one order. `cuda-local` keeps the synchronous default.
+// A started collective (allReduceStart) runs on the rank's communication
+// thread (CommThread.h) while the rank computes; a synchronous collective
+// first waits for the started ones, so that every rank runs its collectives
+// in one order. On `cuda-local` the communication thread's device work goes
+// to that thread's own stream (the CUDA runtime has one per thread), which
+// it completes before the collective returns: the rank's kernels queued
+// between the start and the wait overlap the collective.
 //
 //===----------------------------------------------------------------------===//
 
@@ -629,9 +632,11 @@ private:
   const char *backend;
   /// This rank's copies, reductions and private (scratch) buffer.
   std::unique_ptr<BufferOps> ops;
-  /// Whether started collectives run on `comm` (host buffers only: the
-  /// device BufferOps of cuda-local belong to the rank's thread).
-  bool asynchronous = std::strcmp(backend, "threads") == 0;
+  /// Whether started collectives run on `comm`. The rank's BufferOps are
+  /// used by one thread at a time: a synchronous collective drains the
+  /// started ones first.
+  bool asynchronous = std::strcmp(backend, "threads") == 0 ||
+                      std::strcmp(backend, "cuda-local") == 0;
   /// Declared last: destroyed (joined) first, while the rest still lives.
   CommThread comm;
 };
