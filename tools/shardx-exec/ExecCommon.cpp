@@ -257,13 +257,25 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
     return fail(error);
   double seconds = 0;
   bool isRoot = true;
-  Status s = runArtifact(*artifact, *entry, args.options, inputs, outputs,
-                         seconds, isRoot);
-  if (!s)
-    return fail(s.message());
+  std::vector<double> times;
+  for (int64_t run = 0; run < (args.repeat > 1 ? args.repeat + 1 : 1); ++run) {
+    outputs.clear();
+    Status s = runArtifact(*artifact, *entry, args.options, inputs, outputs,
+                           seconds, isRoot);
+    if (!s)
+      return fail(s.message());
+    if (run > 0 || args.repeat == 1)
+      times.push_back(seconds);
+  }
+  std::sort(times.begin(), times.end());
+  seconds = times[times.size() / 2];
   if (isRoot) {
-    std::printf("%s: %zu outputs in %.3f ms\n", entry->name.c_str(),
+    std::printf("%s: %zu outputs in %.3f ms", entry->name.c_str(),
                 outputs.size(), seconds * 1e3);
+    if (args.repeat > 1)
+      std::printf(" (median of %lld runs after a warm-up)",
+                  static_cast<long long>(args.repeat));
+    std::printf("\n");
     if (!args.outDir.empty())
       for (size_t i = 0; i < outputs.size(); ++i) {
         std::string path = args.outDir + "/" + entry->name + ".out" +

@@ -53,6 +53,9 @@ struct ExecArgs {
   /// Tolerances of the comparison for float outputs; negative: by dtype
   /// (see defaultTolerance).
   double rtol = -1, atol = -1;
+  /// Runs after a first one (a warm-up) whose median time is reported;
+  /// 1: one run, no warm-up (shardx-gpu-exec's --repeat).
+  int64_t repeat = 1;
 };
 
 /// The end of a line about one compared output: how many elements differ

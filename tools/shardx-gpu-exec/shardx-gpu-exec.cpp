@@ -35,7 +35,7 @@ const char *const kUsage =
     "usage: shardx-gpu-exec model.so [--entry F] [--backend "
     "cuda-local|nccl|threads]\n"
     "         [--ranks N] [--inputs a.npy,b.npy | --seed S] [--int-range N]\n"
-    "         [--outputs DIR] [--timeout SECONDS]\n"
+    "         [--outputs DIR] [--timeout SECONDS] [--repeat N]\n"
     "         [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]\n";
 
 int usageError(const std::string &message) {
@@ -97,11 +97,15 @@ int main(int argc, char **argv) {
       }
     } else if (name == "outputs") {
       args.outDir = value;
-    } else if (name == "ranks" || name == "seed" || name == "int-range") {
-      if (!parseInt(value, number) || number < 0)
+    } else if (name == "ranks" || name == "seed" || name == "int-range" ||
+               name == "repeat") {
+      if (!parseInt(value, number) || number < 0 ||
+          (name == "repeat" && number == 0))
         return usageError("--" + name + " takes a whole number, not '" + value +
                           "'");
-      if (name == "ranks")
+      if (name == "repeat")
+        args.repeat = number;
+      else if (name == "ranks")
         args.options.ranks = number;
       else if (name == "seed")
         args.options.seed = static_cast<uint64_t>(number);
