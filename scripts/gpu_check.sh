@@ -23,9 +23,16 @@
 # run failed. It then runs each unsharded artifact again on the nccl
 # backend (one process, a world of one: the communicator's creation and
 # NCCL's loading on a GPU), the nccl conformance suite in one process
-# (bin/ShardXRuntimeNcclTests: mesh 1), and prints the figures of
+# (bin/ShardXRuntimeNcclTests: mesh 1; its AsyncAllReduce runs the
+# stream-ordered start and wait, SynchronousCollectives the host-waiting
+# mode), the cuda-local one (bin/ShardXRuntimeCudaLocalTests: meshes 1, 4,
+# 2x3, 2x2x2 on the one GPU), and prints the figures of
 # bin/shardx-gpu-bench (GEMM vs cuBLAS in f32, bf16 and f16, collectives vs
-# NCCL; not counted).
+# NCCL; not counted). Before those figures, with PyTorch, the train step
+# benchmark (bench/gpu_step_bench.py: compiled MLP and transformer-block
+# steps vs PyTorch eager on the GPU, f32 and bf16), whose artifacts the
+# build half makes in DIR/step-bench (counted: a failed run or a compiled
+# step whose outputs differ from eager's fails the check).
 # On a machine without a usable GPU the first run prints the driver's
 # reason ("no CUDA driver: ...") and every run counts as failed.
 set -euo pipefail
@@ -50,13 +57,15 @@ log() { printf '[gpu_check] %s\n' "$*" >&2; }
 if [ "$run" = 0 ]; then
   # shellcheck source=scripts/lib.sh
   source "$ROOT/scripts/lib.sh"
-  build_shardx shardx-compile shardx-run shardx-gpu-exec shardx-gpu-bench \
-    ShardXRuntimeNcclTests
+  ensure_python_env
+  build_shardx shardx-compile shardx-run shardx-exec shardx-gpu-exec shardx-gpu-bench \
+    ShardXRuntimeNcclTests ShardXRuntimeCudaLocalTests
   bin="$SHARDX_BUILD/bin"
   rm -rf "$DIR"
   mkdir -p "$DIR/bin"
   cp "$bin/shardx-gpu-exec" "$bin/shardx-gpu-bench" \
-    "$SHARDX_BUILD/unittests/ShardXRuntimeNcclTests" "$DIR/bin/"
+    "$SHARDX_BUILD/unittests/ShardXRuntimeNcclTests" \
+    "$SHARDX_BUILD/unittests/ShardXRuntimeCudaLocalTests" "$DIR/bin/"
   for p in "${PROGRAMS[@]}"; do
     src="$ROOT/test/Programs/$p.mlir"
     log "$p: CPU reference (shardx-run --check --seed 0)"
@@ -71,6 +80,9 @@ if [ "$run" = 0 ]; then
     "$bin/shardx-compile" --target=cuda --unsharded "$src" -o "$DIR/$p/unsharded.so"
     "$bin/shardx-compile" --target=cuda "$src" -o "$DIR/$p/sharded.so"
   done
+  log "train step benchmark artifacts (bench/gpu_step_bench.py --build-only)"
+  "$SHARDX_PYTHON" "$ROOT/bench/gpu_step_bench.py" --build-only \
+    --dir "$DIR/step-bench" >&2
   bytes=$(du -sb "$DIR" | cut -f1)
   log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs)"
   if [ "$bytes" -gt "$MAX_BYTES" ]; then
@@ -154,6 +166,28 @@ if [ -z "$nodriver" ]; then
       failed=$((failed + 1))
       echo "FAIL nccl conformance (1 process)"
       grep -E 'FAILED|Failure|error' "$out/nccl-tests.log" | sed 's/^/  /'
+    fi
+  fi
+  if [ -x "$DIR/bin/ShardXRuntimeCudaLocalTests" ]; then
+    if "$DIR/bin/ShardXRuntimeCudaLocalTests" >"$out/cuda-local-tests.log" 2>&1; then
+      passed=$((passed + 1))
+      printf 'PASS cuda-local conformance: %s\n' \
+        "$(grep -E '^\[  PASSED  \]' "$out/cuda-local-tests.log")"
+    else
+      failed=$((failed + 1))
+      echo "FAIL cuda-local conformance"
+      grep -E 'FAILED|Failure|error' "$out/cuda-local-tests.log" | sed 's/^/  /'
+    fi
+  fi
+  if [ -f "$DIR/step-bench/steps.json" ]; then
+    python="${SHARDX_PYTHON:-python3}"
+    [ -x "$python" ] || python=python3
+    if "$python" "$ROOT/bench/gpu_step_bench.py" --dir "$DIR/step-bench"; then
+      passed=$((passed + 1))
+      echo "PASS train step benchmark"
+    else
+      failed=$((failed + 1))
+      echo "FAIL train step benchmark"
     fi
   fi
   if [ -x "$DIR/bin/shardx-gpu-bench" ]; then
