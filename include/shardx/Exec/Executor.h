@@ -80,6 +80,8 @@ private:
   /// Word offset of each output's descriptor in `results`.
   std::vector<size_t> offsets;
   std::set<int64_t> inputPtrs;
+  /// The artifact's `shardx_rt_host_free` (its buffer cache), else free.
+  void (*freeBuffer)(void *) = nullptr;
 };
 
 class Artifact {
@@ -121,6 +123,8 @@ private:
   std::vector<int64_t> meshShape{1};
   int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;
   int (*setThreads)(int) = nullptr;
+  void (*freeBuffer)(void *) = nullptr;
+  void (*trimBuffers)() = nullptr;
 };
 
 /// The threads each BLAS call gets when `ranks` ranks share this machine:
