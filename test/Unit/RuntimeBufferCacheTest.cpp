@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Runtime/BufferCache.h"
 #include "shardx/Runtime/CApi.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 extern "C" {
 void *_mlir_memref_to_llvm_alloc(uint64_t bytes);
@@ -102,6 +104,20 @@ TEST_F(BufferCache, ReleaseWithFreeIsValid) {
   // (the ctypes loader) frees it with free().
   std::free(_mlir_memref_to_llvm_alloc(8 * kMiB));
   EXPECT_EQ(shardx_rt_host_cached_bytes(), 0u);
+}
+
+TEST_F(BufferCache, TensorDataReusesFreedBlocks) {
+  // The executor's tensors (HostData) allocate through the same cache.
+  using Bytes = std::vector<char, shardx::rt::CachingAllocator<char>>;
+  const char *first;
+  {
+    Bytes a(8 * kMiB, 1);
+    first = a.data();
+  }
+  EXPECT_GE(shardx_rt_host_cached_bytes(), 8 * kMiB);
+  Bytes b(8 * kMiB);
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(b[8 * kMiB - 1], 0); // value-initialized as std::vector says
 }
 
 TEST(BufferCacheDeathTest, EnvironmentZeroDisablesTheCache) {

@@ -13,6 +13,7 @@
 #define SHARDX_EXEC_EXECUTOR_H
 
 #include "shardx/Layout/Layout.h"
+#include "shardx/Runtime/BufferCache.h"
 #include "shardx/Runtime/Communicator.h"
 
 #include <functional>
@@ -24,11 +25,16 @@
 
 namespace shardx::exec {
 
+/// The bytes of a host tensor: blocks of 1 MiB or more are reused from a
+/// cache of freed ones (rt::BufferCache), so a run's outputs do not map and
+/// page-fault fresh memory each time.
+using HostData = std::vector<char, rt::CachingAllocator<char>>;
+
 /// A dense row-major host tensor.
 struct HostTensor {
   std::vector<int64_t> shape;
   std::string dtype; // "f32", "f64", "i32", "i64", "i1", ...
-  std::vector<char> data;
+  HostData data;
 
   int64_t numElements() const;
   size_t elementSize() const;
