@@ -137,12 +137,10 @@ private:
 };
 
 /// A std::allocator whose large blocks go through BufferCache::get().
-template <typename T>
-struct CachingAllocator {
+template <typename T> struct CachingAllocator {
   using value_type = T;
   CachingAllocator() = default;
-  template <typename U>
-  CachingAllocator(const CachingAllocator<U> &) {}
+  template <typename U> CachingAllocator(const CachingAllocator<U> &) {}
   T *allocate(size_t n) {
     void *ptr = BufferCache::get().allocate(n * sizeof(T), alignof(T));
     if (!ptr)
@@ -150,12 +148,10 @@ struct CachingAllocator {
     return static_cast<T *>(ptr);
   }
   void deallocate(T *ptr, size_t) { BufferCache::get().release(ptr); }
-  template <typename U>
-  bool operator==(const CachingAllocator<U> &) const {
+  template <typename U> bool operator==(const CachingAllocator<U> &) const {
     return true;
   }
-  template <typename U>
-  bool operator!=(const CachingAllocator<U> &) const {
+  template <typename U> bool operator!=(const CachingAllocator<U> &) const {
     return false;
   }
 };
