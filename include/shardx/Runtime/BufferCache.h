@@ -40,10 +40,12 @@ public:
   BufferCache(const BufferCache &) = delete;
   BufferCache &operator=(const BufferCache &) = delete;
 
-  /// This binary's cache.
+  /// This binary's cache. Never destroyed: a buffer freed while the process
+  /// exits (by a rank thread winding down, or a static object's destructor)
+  /// must still find it; its blocks go back to the system with the process.
   static BufferCache &get() {
-    static BufferCache cache;
-    return cache;
+    static BufferCache *cache = new BufferCache;
+    return *cache;
   }
 
   /// A cached block of `bytes` to `bytes` + 1/8 with the given alignment
