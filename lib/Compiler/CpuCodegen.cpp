@@ -359,10 +359,14 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)")) ||
       failed(approximateMath(module)))
     return failure();
+  // Buffers come from the runtime's caching allocator
+  // (lib/Runtime/cpu/BufferCache.cpp), which keeps large blocks for the
+  // next run instead of mapping and faulting them in again.
   if (failed(runPassPipeline(
           module,
           "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
-          "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
+          "expand-strided-metadata,lower-affine,"
+          "finalize-memref-to-llvm{use-generic-functions},"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
           "convert-func-to-llvm,convert-cf-to-llvm,"
           "reconcile-unrealized-casts")))

@@ -302,6 +302,12 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   // Absent from artifacts built before the call existed.
   a->setThreads = reinterpret_cast<int (*)(int)>(
       dlsym(handle, "shardx_rt_set_compute_threads"));
+  // The buffer cache of CPU artifacts (absent from older ones and from
+  // programs that allocate nothing).
+  a->freeBuffer =
+      reinterpret_cast<void (*)(void *)>(dlsym(handle, "shardx_rt_host_free"));
+  a->trimBuffers = reinterpret_cast<void (*)()>(
+      dlsym(handle, "shardx_rt_host_cache_trim"));
   if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
     error = "bad program description in " + path + ": " + error;
     return nullptr;
@@ -311,7 +317,10 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
 
 Artifact::~Artifact() {
   // The library stays loaded: threads of the runtime may still be winding
-  // down and process exit unloads it anyway.
+  // down and process exit unloads it anyway. Its cached buffers go back to
+  // malloc now (buffers in use are not in the cache).
+  if (trimBuffers)
+    trimBuffers();
 }
 
 const EntryPoint *Artifact::lookup(const std::string &name) const {
@@ -423,6 +432,7 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   raw.results = std::move(results);
   raw.offsets = std::move(offsets);
   raw.inputPtrs = std::move(inputPtrs);
+  raw.freeBuffer = freeBuffer;
   return Status::ok();
 }
 
@@ -437,6 +447,7 @@ RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
     results = std::move(other.results);
     offsets = std::move(other.offsets);
     inputPtrs = std::move(other.inputPtrs);
+    freeBuffer = other.freeBuffer;
     other.entry = nullptr;
     other.offsets.clear();
   }
@@ -454,7 +465,7 @@ void RawOutputs::release() {
         allocated && !inputPtrs.count(allocated))
       freed.insert(allocated);
   for (int64_t allocated : freed)
-    std::free(reinterpret_cast<void *>(allocated));
+    (freeBuffer ? freeBuffer : std::free)(reinterpret_cast<void *>(allocated));
   entry = nullptr;
   offsets.clear();
   results.clear();

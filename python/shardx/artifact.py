@@ -43,8 +43,11 @@ class Function:
         except AttributeError:
             raise ArtifactError(f"artifact has no entry point {self.name}") from None
         self._fn.restype = None
-        self._libc = ctypes.CDLL(None)
-        self._libc.free.argtypes = [ctypes.c_void_p]
+        # Results are malloc blocks: the artifact's buffer cache takes them
+        # back for the next call (docs/Runtime.md); free() where it has none.
+        self._free = getattr(lib, "shardx_rt_host_free", None) or ctypes.CDLL(None).free
+        self._free.argtypes = [ctypes.c_void_p]
+        self._free.restype = None
 
     def __call__(self, *args: np.ndarray) -> List[np.ndarray]:
         if len(args) != len(self.inputs):
@@ -102,7 +105,7 @@ class Function:
             if d.allocated and d.allocated not in inputs:
                 to_free.add(d.allocated)
         for p in to_free:
-            self._libc.free(p)
+            self._free(p)
         return outs
 
 

@@ -13,6 +13,7 @@
 #define SHARDX_EXEC_EXECUTOR_H
 
 #include "shardx/Layout/Layout.h"
+#include "shardx/Runtime/BufferCache.h"
 #include "shardx/Runtime/Communicator.h"
 
 #include <functional>
@@ -24,11 +25,16 @@
 
 namespace shardx::exec {
 
+/// The bytes of a host tensor: blocks of 1 MiB or more are reused from a
+/// cache of freed ones (rt::BufferCache), so a run's outputs do not map and
+/// page-fault fresh memory each time.
+using HostData = std::vector<char, rt::CachingAllocator<char>>;
+
 /// A dense row-major host tensor.
 struct HostTensor {
   std::vector<int64_t> shape;
   std::string dtype; // "f32", "f64", "i32", "i64", "i1", ...
-  std::vector<char> data;
+  HostData data;
 
   int64_t numElements() const;
   size_t elementSize() const;
@@ -80,6 +86,8 @@ private:
   /// Word offset of each output's descriptor in `results`.
   std::vector<size_t> offsets;
   std::set<int64_t> inputPtrs;
+  /// The artifact's `shardx_rt_host_free` (its buffer cache), else free.
+  void (*freeBuffer)(void *) = nullptr;
 };
 
 class Artifact {
@@ -121,6 +129,8 @@ private:
   std::vector<int64_t> meshShape{1};
   int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;
   int (*setThreads)(int) = nullptr;
+  void (*freeBuffer)(void *) = nullptr;
+  void (*trimBuffers)() = nullptr;
 };
 
 /// The threads each BLAS call gets when `ranks` ranks share this machine:

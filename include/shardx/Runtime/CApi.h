@@ -109,6 +109,21 @@ int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *comm,
  * previous count. Launchers call it with cores / ranks per machine. */
 int shardx_rt_set_compute_threads(int threads);
 
+/* Buffers of CPU programs (lib/Runtime/cpu/BufferCache.cpp, in
+ * ShardXRuntimeBlas): the generated code allocates and frees every buffer
+ * with MLIR's `_mlir_memref_to_llvm_alloc` / `_aligned_alloc` / `_free`,
+ * which keep freed blocks of 1 MiB or more for the next allocation of about
+ * their size, up to SHARDX_BUFFER_CACHE_MB (default 2048; 0 disables the
+ * cache). Every buffer is a malloc block, so free() releases it too.
+ * `shardx_rt_host_free` frees a buffer the program returned (into the
+ * cache); `_cache_trim` frees the cached blocks; `_cached_bytes` is their
+ * usable size; `_cache_set_limit` replaces the bound (blocks already cached
+ * stay). */
+void shardx_rt_host_free(void *ptr);
+void shardx_rt_host_cache_trim(void);
+uint64_t shardx_rt_host_cached_bytes(void);
+void shardx_rt_host_cache_set_limit(uint64_t bytes);
+
 #ifdef __cplusplus
 } /* extern "C" */
 
