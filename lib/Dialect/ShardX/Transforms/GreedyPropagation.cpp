@@ -31,9 +31,11 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
+#include <map>
 #include <set>
 #include <tuple>
-#include <limits>
+#include <unordered_map>
 
 #define DEBUG_TYPE "shardx-propagate"
 
@@ -51,12 +53,18 @@ namespace {
 [[maybe_unused]] std::string describe(const Strategy &s) {
   std::string text;
   llvm::raw_string_ostream os(text);
+  auto print = [&](ArrayRef<Layout> layouts, ArrayRef<LayoutAttr> attrs) {
+    if (!layouts.empty())
+      llvm::interleaveComma(layouts, os,
+                            [&](const Layout &l) { os << l.str(); });
+    else
+      llvm::interleaveComma(
+          attrs, os, [&](LayoutAttr a) { os << a.getLayout().str(); });
+  };
   os << "(";
-  llvm::interleaveComma(s.operandLayouts, os,
-                        [&](const Layout &l) { os << l.str(); });
+  print(s.operandLayouts, s.operandAttrs);
   os << ") -> (";
-  llvm::interleaveComma(s.resultLayouts, os,
-                        [&](const Layout &l) { os << l.str(); });
+  print(s.resultLayouts, s.resultAttrs);
   os << ")";
   return text;
 }
@@ -109,6 +117,22 @@ private:
   /// result layouts and user layouts, propagated backward before the
   /// forward pass); a candidate strategy of the value's producer.
   void computeHints();
+  /// The rules computeHints asked for (none: the op has no rule), for
+  /// visit, which asks again.
+  DenseMap<Operation *, std::optional<ShardingRule>> hintRules;
+  /// `op`'s rule, asked once.
+  FailureOr<ShardingRule> takeRule(Operation *op) {
+    if (auto it = hintRules.find(op); it != hintRules.end()) {
+      std::optional<ShardingRule> rule = std::move(it->second);
+      hintRules.erase(it);
+      if (!rule)
+        return failure();
+      return std::move(*rule);
+    }
+    if (auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op))
+      return ruleOp.getShardingRule();
+    return failure();
+  }
   DenseMap<Value, Layout> hints;
   /// Layouts values will be resharded to anyway (needed by an earlier op's
   /// strategy): reusing them is free.
@@ -193,6 +217,44 @@ private:
   /// operands' layouts, with pending Partial operands kept or reduced first;
   /// distinct, and other than its current one.
   SmallVector<Strategy, 4> candidates(Operation *op);
+  SmallVector<Strategy, 4>
+  computeCandidates(Operation *op, ArrayRef<Value> operands,
+                    ArrayRef<Value> results, ArrayRef<LayoutAttr> operandAttrs,
+                    ArrayRef<SmallVector<LayoutAttr, 4>> needs);
+  /// The candidates of an op depend only on its rule, types and body and
+  /// on the layouts around it (its operands', its own, the ones other
+  /// consumers need): ops in the same context (the layers of a model)
+  /// share them. `key` gets that context; false when it is not keyed (more
+  /// than `kMaxKeyedPartials` Partial operands).
+  bool candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
+                    ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                    SmallVectorImpl<uintptr_t> &key);
+  static constexpr unsigned kMaxKeyedPartials = 4;
+  struct KeyHash {
+    size_t operator()(const std::vector<uintptr_t> &key) const {
+      return llvm::hash_combine_range(key.begin(), key.end());
+    }
+  };
+  std::unordered_map<std::vector<uintptr_t>, SmallVector<Strategy, 4>,
+                     KeyHash>
+      candidateCache;
+  /// A number per distinct rule (rules compare by content).
+  unsigned ruleId(const ShardingRule &rule);
+  std::map<std::vector<int64_t>, unsigned> ruleIds;
+  /// What the search asks of an op's body, asked once per op (the rule
+  /// interface reads the body each time).
+  struct OpFacts {
+    unsigned ruleId = 0;
+    bool askedReduction = false;
+    std::optional<ReduceOp> reduction;
+    bool identityInit = false;
+    SmallVector<std::pair<llvm::SmallBitVector, bool>, 2> linear;
+  };
+  DenseMap<Operation *, OpFacts> facts;
+  /// The op's combiner (getReductionKind) and whether its init is the
+  /// combiner's identity (hasIdentityInit).
+  std::optional<ReduceOp> reductionKind(Operation *op, bool &identityInit);
+  bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial);
   /// The values whose cost a change of `op` touches.
   SmallVector<Value> affectedBy(Operation *op);
 
@@ -297,7 +359,7 @@ SmallVector<std::optional<ReduceOp>> GreedyPropagation::keptPartials(
   if (!candidates.empty()) {
     for (unsigned c : candidates)
       partialOperands.set(c);
-    if (!cast<ShardingRuleOpInterface>(op).isLinearIn(partialOperands)) {
+    if (!isLinearIn(op, partialOperands)) {
       partialOperands.reset();
     } else {
       // All partial operands must be partial on the same axes.
@@ -322,7 +384,6 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
                               Assignment assignment, bool keepPartials,
                               bool priced) {
   Strategy s;
-  auto ruleOp = cast<ShardingRuleOpInterface>(op);
   // Factors that must stay whole.
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f])
@@ -333,13 +394,14 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
   }
   // Reduction factors: sharded only with a known combiner and identity init.
   std::optional<ReduceOp> combiner;
+  bool identityInit = false;
   bool reductionSharded = false;
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f] || kind != ShardingRule::FactorKind::Reduction)
       continue;
     if (!combiner)
-      combiner = ruleOp.getReductionKind();
-    bool ok = combiner && ruleOp.hasIdentityInit();
+      combiner = reductionKind(op, identityInit);
+    bool ok = combiner && identityInit;
     if (!ok)
       assignment[f].reset();
     else
@@ -564,10 +626,7 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
       return op->emitError("unranked tensors cannot be sharded");
   if (failed(verifyReassociation(op)))
     return failure();
-  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
-  FailureOr<ShardingRule> rule = failure();
-  if (ruleOp)
-    rule = ruleOp.getShardingRule();
+  FailureOr<ShardingRule> rule = takeRule(op);
   // Ops whose regions read tensors from above run replicated: the captured
   // tensors are whole on every rank.
   bool capturesTensors = false;
@@ -607,6 +666,7 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
   }
   Strategy best = chooseInProgramOrder(op, *rule, operands, results);
   movable.push_back(op);
+  facts[op].ruleId = ruleId(*rule);
   rules.try_emplace(op, *rule);
   if (!best.valid) {
     best.operandLayouts.assign(operands.size(), Layout(meshRank));
@@ -821,15 +881,155 @@ SmallVector<Value> GreedyPropagation::affectedBy(Operation *op) {
   return affected;
 }
 
-SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
-  const ShardingRule &rule = rules.find(op)->second;
+/// Appends the opaque pointers of `attrs` and a separator to `key`.
+static void appendAttrs(SmallVectorImpl<uintptr_t> &key,
+                        ArrayRef<LayoutAttr> attrs) {
+  for (LayoutAttr a : attrs)
+    key.push_back(reinterpret_cast<uintptr_t>(a.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+}
+
+unsigned GreedyPropagation::ruleId(const ShardingRule &rule) {
+  std::vector<int64_t> code(rule.factorSizes.begin(), rule.factorSizes.end());
+  code.push_back(-2);
+  for (ShardingRule::FactorKind kind : rule.factorKinds)
+    code.push_back(static_cast<int64_t>(kind));
+  for (const auto *tensors : {&rule.operands, &rule.results}) {
+    code.push_back(-3);
+    for (const SmallVector<SmallVector<int64_t>> &dims : *tensors) {
+      for (const SmallVector<int64_t> &factors : dims) {
+        code.insert(code.end(), factors.begin(), factors.end());
+        code.push_back(-4);
+      }
+      code.push_back(-5);
+    }
+  }
+  return ruleIds.try_emplace(std::move(code), ruleIds.size()).first->second;
+}
+
+std::optional<ReduceOp> GreedyPropagation::reductionKind(Operation *op,
+                                                         bool &identityInit) {
+  OpFacts &f = facts[op];
+  if (!f.askedReduction) {
+    auto ruleOp = cast<ShardingRuleOpInterface>(op);
+    f.reduction = ruleOp.getReductionKind();
+    f.identityInit = f.reduction && ruleOp.hasIdentityInit();
+    f.askedReduction = true;
+  }
+  identityInit = f.identityInit;
+  return f.reduction;
+}
+
+bool GreedyPropagation::isLinearIn(Operation *op,
+                                   const llvm::SmallBitVector &partial) {
+  for (auto &[bits, linear] : facts[op].linear)
+    if (bits == partial)
+      return linear;
+  bool linear = cast<ShardingRuleOpInterface>(op).isLinearIn(partial);
+  facts[op].linear.emplace_back(partial, linear);
+  return linear;
+}
+
+bool GreedyPropagation::candidateKey(Operation *op,
+                                     ArrayRef<LayoutAttr> operandAttrs,
+                                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                                     SmallVectorImpl<uintptr_t> &key) {
   const Strategy &current = chosen(op);
+  key.push_back(reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
+  key.push_back(facts[op].ruleId);
+  for (Type t : op->getOperandTypes())
+    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+  for (Type t : op->getResultTypes())
+    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+  appendAttrs(key, current.operandAttrs);
+  appendAttrs(key, current.resultAttrs);
+  appendAttrs(key, operandAttrs);
+  for (ArrayRef<LayoutAttr> n : needs)
+    appendAttrs(key, n);
+  // What evaluate asks of the op's body.
+  const ShardingRule &rule = rules.find(op)->second;
+  if (llvm::is_contained(rule.factorKinds,
+                         ShardingRule::FactorKind::Reduction)) {
+    bool identityInit;
+    std::optional<ReduceOp> kind = reductionKind(op, identityInit);
+    key.push_back(kind ? static_cast<uintptr_t>(*kind) + 1 : 0);
+    key.push_back(identityInit);
+  }
+  // keptPartials asks isLinearIn of a subset of the operands that are
+  // Partial of sum or avg only: all the answers it could get.
+  SmallVector<unsigned, 4> partial;
+  unsigned tensorIndex = 0;
+  for (OpOperand &use : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(use.get().getType()))
+      continue;
+    const Layout &l = operandAttrs[tensorIndex++].getLayout();
+    if (l.hasPartial() &&
+        llvm::all_of(l.getPartials(), [](std::optional<ReduceOp> p) {
+          return !p || *p == ReduceOp::Sum || *p == ReduceOp::Avg;
+        }))
+      partial.push_back(use.getOperandNumber());
+  }
+  if (partial.size() > kMaxKeyedPartials)
+    return false;
+  for (unsigned subset = 1; subset < (1u << partial.size()); ++subset) {
+    llvm::SmallBitVector bits(op->getNumOperands());
+    for (auto [i, operand] : llvm::enumerate(partial))
+      if (subset >> i & 1)
+        bits.set(operand);
+    key.push_back(isLinearIn(op, bits));
+  }
+  return true;
+}
+
+SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
   SmallVector<Value> operands = tensorValues(op->getOperands());
   SmallVector<Value> results = tensorValues(op->getResults());
+  SmallVector<LayoutAttr, 4> operandAttrs;
+  for (Value v : operands)
+    operandAttrs.push_back(currentAttr(v));
+  // Per tensor operand, then result: the distinct layouts other consumers
+  // need it in, other than the one it has.
+  SmallVector<SmallVector<LayoutAttr, 4>, 4> needs;
+  auto addNeeds = [&](Value v) {
+    SmallVector<LayoutAttr, 4> &seen = needs.emplace_back();
+    LayoutAttr from = currentAttr(v);
+    SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+    neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
+                  /*withNested=*/false, needed);
+    for (auto [rank, need] : needed)
+      if (need && need != from && !llvm::is_contained(seen, need))
+        seen.push_back(need);
+  };
+  for (Value v : operands)
+    addNeeds(v);
+  for (Value r : results)
+    addNeeds(r);
+  SmallVector<uintptr_t, 32> key;
+  if (!candidateKey(op, operandAttrs, needs, key))
+    return computeCandidates(op, operands, results, operandAttrs, needs);
+  std::vector<uintptr_t> lookup(key.begin(), key.end());
+  auto it = candidateCache.find(lookup);
+  if (it == candidateCache.end())
+    it = candidateCache
+             .emplace(std::move(lookup),
+                      computeCandidates(op, operands, results, operandAttrs,
+                                        needs))
+             .first;
+  return it->second;
+}
+
+SmallVector<Strategy, 4> GreedyPropagation::computeCandidates(
+    Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
+    ArrayRef<LayoutAttr> operandAttrs,
+    ArrayRef<SmallVector<LayoutAttr, 4>> needs) {
+  const ShardingRule &rule = rules.find(op)->second;
+  const Strategy &current = chosen(op);
   SmallVector<Assignment> views;
   bool anyPartial = false;
-  for (auto [i, v] : llvm::enumerate(operands)) {
-    Layout l = layoutOf(v);
+  for (auto [i, a] : llvm::enumerate(operandAttrs)) {
+    const Layout &l = a.getLayout();
     anyPartial |= l.hasPartial();
     views.push_back(viewThroughRule(rule, rule.operands[i], l, meshShape));
   }
@@ -841,23 +1041,13 @@ SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
   addSeed(Assignment(rule.factorSizes.size()));
   for (const Assignment &view : views)
     addSeed(view);
-  auto addNeeds = [&](Value v, ArrayRef<SmallVector<int64_t>> dims) {
-    SmallVector<LayoutAttr, 4> seen;
-    LayoutAttr from = currentAttr(v);
-    SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
-    neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
-                  /*withNested=*/false, needed);
-    for (auto [rank, need] : needed) {
-      if (!need || need == from || llvm::is_contained(seen, need))
-        continue;
-      seen.push_back(need);
+  for (auto [i, n] : llvm::enumerate(needs)) {
+    ArrayRef<SmallVector<int64_t>> dims =
+        i < operands.size() ? rule.operands[i]
+                            : rule.results[i - operands.size()];
+    for (LayoutAttr need : n)
       addSeed(viewThroughRule(rule, dims, need.getLayout(), meshShape));
-    }
-  };
-  for (auto [i, v] : llvm::enumerate(operands))
-    addNeeds(v, rule.operands[i]);
-  for (auto [i, r] : llvm::enumerate(results))
-    addNeeds(r, rule.results[i]);
+  }
   // Each seed alone and merged with the operands' layouts.
   SmallVector<Assignment> assignments;
   for (const Assignment &seed : seeds) {
@@ -878,6 +1068,7 @@ SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
       if (!s.valid)
         continue;
       attach(s);
+      s.dropLayouts();
       if (!s.sameLayouts(current) &&
           llvm::none_of(out, [&](const Strategy &o) {
             return o.sameLayouts(s);
@@ -1000,8 +1191,8 @@ bool GreedyPropagation::tryCascade(Operation *op, const Strategy &s, Trial &tria
         cost += valueCost(v, move);
       cost += computeUs(user, c);
       int64_t partials = 0, mismatches = 0;
-      for (const Layout &l : c.resultLayouts)
-        partials += l.hasPartial();
+      for (LayoutAttr l : c.resultAttrs)
+        partials += l.getLayout().hasPartial();
       for (auto [v, l] : llvm::zip(operands, c.operandAttrs))
         mismatches += currentAttr(v) != l;
       return std::make_tuple(cost, partials, mismatches, work(user, c));
@@ -1192,13 +1383,16 @@ void GreedyPropagation::computeHints() {
             o.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
       hints.try_emplace(o.get(), declared.getLayout());
   for (Operation &op : llvm::reverse(body)) {
-    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
-    if (!ruleOp)
+    if (!isa<ShardingRuleOpInterface>(&op))
       continue;
-    FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+    std::optional<ShardingRule> &rule = hintRules[&op];
+    if (FailureOr<ShardingRule> r =
+            cast<ShardingRuleOpInterface>(&op).getShardingRule();
+        succeeded(r))
+      rule = std::move(*r);
     SmallVector<Value> operands = tensorValues(op.getOperands());
     SmallVector<Value> results = tensorValues(op.getResults());
-    if (failed(rule) || rule->operands.size() != operands.size() ||
+    if (!rule || rule->operands.size() != operands.size() ||
         rule->results.size() != results.size())
       continue;
     Assignment a(rule->factorSizes.size());
