@@ -108,9 +108,13 @@ private:
   std::optional<std::pair<Strategy, Layout>>
   embeddingStrategy(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
                     ArrayRef<Value> results);
+  /// The program-order choice, remembered per context like candidates
+  /// (plus what the operands' reshards cost and the results' hints).
   Strategy chooseInProgramOrder(Operation *op, const ShardingRule &rule,
                                 ArrayRef<Value> operands,
                                 ArrayRef<Value> results);
+  Strategy chooseUncached(Operation *op, const ShardingRule &rule,
+                          ArrayRef<Value> operands, ArrayRef<Value> results);
   void setReplicated(Operation *op);
 
   /// Layouts the consumers of a value would like it in (from declared
@@ -133,10 +137,10 @@ private:
       return ruleOp.getShardingRule();
     return failure();
   }
-  DenseMap<Value, Layout> hints;
+  DenseMap<Value, LayoutAttr> hints;
   /// Layouts values will be resharded to anyway (needed by an earlier op's
   /// strategy): reusing them is free.
-  DenseMap<Value, SmallVector<Layout, 2>> available;
+  DenseMap<Value, SmallVector<LayoutAttr, 2>> available;
 
   //===--- Whole-graph refinement -------------------------------------===//
 
@@ -226,6 +230,11 @@ private:
   /// consumers need): ops in the same context (the layers of a model)
   /// share them. `key` gets that context; false when it is not keyed (more
   /// than `kMaxKeyedPartials` Partial operands).
+  /// The part of a context every choice for `op` depends on: its name,
+  /// rule, types, operands' layouts and what evaluate asks of its body.
+  bool opContextKey(Operation *op, const ShardingRule &rule,
+                    ArrayRef<LayoutAttr> operandAttrs,
+                    SmallVectorImpl<uintptr_t> &key);
   bool candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
                     SmallVectorImpl<uintptr_t> &key);
@@ -238,6 +247,8 @@ private:
   std::unordered_map<std::vector<uintptr_t>, SmallVector<Strategy, 4>,
                      KeyHash>
       candidateCache;
+  std::unordered_map<std::vector<uintptr_t>, Strategy, KeyHash>
+      programOrderCache;
   /// A number per distinct rule (rules compare by content).
   unsigned ruleId(const ShardingRule &rule);
   std::map<std::vector<int64_t>, unsigned> ruleIds;
@@ -323,7 +334,9 @@ double GreedyPropagation::reshardCost(Value v, const Layout &to) {
   if (from == to || isRematerializable(v))
     return 0;
   if (auto it = available.find(v);
-      it != available.end() && llvm::is_contained(it->second, to))
+      it != available.end() && llvm::any_of(it->second, [&](LayoutAttr a) {
+        return a.getLayout() == to;
+      }))
     return 0;
   return costs.planCost(v.getType(), from, to);
 }
@@ -556,10 +569,10 @@ GreedyPropagation::embeddingStrategy(const EmbeddingLookup &lookup,
 /// (largest first) merged with the others', and the replicated strategy,
 /// priced by the reshards they need; the results' hints merged with the
 /// operands win ties (they save reshards further on). Invalid when none is.
-Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
-                                          const ShardingRule &rule,
-                                          ArrayRef<Value> operands,
-                                          ArrayRef<Value> results) {
+Strategy GreedyPropagation::chooseUncached(Operation *op,
+                                           const ShardingRule &rule,
+                                           ArrayRef<Value> operands,
+                                           ArrayRef<Value> results) {
   SmallVector<unsigned> order(operands.size());
   for (unsigned i = 0; i < order.size(); ++i)
     order[i] = i;
@@ -586,8 +599,8 @@ Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
       auto it = hints.find(r);
       if (it == hints.end())
         continue;
-      mergeInto(a, viewThroughRule(rule, rule.results[i], it->second,
-                                   meshShape));
+      mergeInto(a, viewThroughRule(rule, rule.results[i],
+                                   it->second.getLayout(), meshShape));
       any = true;
     }
     if (any) {
@@ -664,22 +677,24 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
     // Captured tensors must be replicated too: they are operands in effect.
     return success();
   }
+  facts[op].ruleId = ruleId(*rule);
   Strategy best = chooseInProgramOrder(op, *rule, operands, results);
   movable.push_back(op);
-  facts[op].ruleId = ruleId(*rule);
-  rules.try_emplace(op, *rule);
+  rules.try_emplace(op, std::move(*rule));
   if (!best.valid) {
+    best = Strategy();
     best.operandLayouts.assign(operands.size(), Layout(meshRank));
     best.resultLayouts.assign(results.size(), Layout(meshRank));
     best.valid = true;
   }
-  for (auto [v, l] : llvm::zip(operands, best.operandLayouts))
-    if (l != layoutOf(v) && !llvm::is_contained(available[v], l))
+  if (!best.hasAttrs())
+    attach(best);
+  for (auto [v, l] : llvm::zip(operands, best.operandAttrs))
+    if (l != currentAttr(v) && !llvm::is_contained(available[v], l))
       available[v].push_back(l);
   LLVM_DEBUG(llvm::dbgs() << "program order: " << op->getName() << " at "
                           << op->getLoc() << ": " << describe(best)
                           << ", reshards " << best.cost << " us\n");
-  attach(best);
   position[op] = movable.size() - 1;
   state->set(op, std::move(best));
   return success();
@@ -930,11 +945,9 @@ bool GreedyPropagation::isLinearIn(Operation *op,
   return linear;
 }
 
-bool GreedyPropagation::candidateKey(Operation *op,
+bool GreedyPropagation::opContextKey(Operation *op, const ShardingRule &rule,
                                      ArrayRef<LayoutAttr> operandAttrs,
-                                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
                                      SmallVectorImpl<uintptr_t> &key) {
-  const Strategy &current = chosen(op);
   key.push_back(reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
   key.push_back(facts[op].ruleId);
   for (Type t : op->getOperandTypes())
@@ -943,13 +956,8 @@ bool GreedyPropagation::candidateKey(Operation *op,
   for (Type t : op->getResultTypes())
     key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
   key.push_back(~uintptr_t(0));
-  appendAttrs(key, current.operandAttrs);
-  appendAttrs(key, current.resultAttrs);
   appendAttrs(key, operandAttrs);
-  for (ArrayRef<LayoutAttr> n : needs)
-    appendAttrs(key, n);
   // What evaluate asks of the op's body.
-  const ShardingRule &rule = rules.find(op)->second;
   if (llvm::is_contained(rule.factorKinds,
                          ShardingRule::FactorKind::Reduction)) {
     bool identityInit;
@@ -981,6 +989,55 @@ bool GreedyPropagation::candidateKey(Operation *op,
     key.push_back(isLinearIn(op, bits));
   }
   return true;
+}
+
+bool GreedyPropagation::candidateKey(Operation *op,
+                                     ArrayRef<LayoutAttr> operandAttrs,
+                                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                                     SmallVectorImpl<uintptr_t> &key) {
+  if (!opContextKey(op, rules.find(op)->second, operandAttrs, key))
+    return false;
+  const Strategy &current = chosen(op);
+  appendAttrs(key, current.operandAttrs);
+  appendAttrs(key, current.resultAttrs);
+  for (ArrayRef<LayoutAttr> n : needs)
+    appendAttrs(key, n);
+  return true;
+}
+
+Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
+                                                 const ShardingRule &rule,
+                                                 ArrayRef<Value> operands,
+                                                 ArrayRef<Value> results) {
+  // The choice also depends on what the reshards of the operands cost
+  // (shape-only operands and layouts already needed are free) and on the
+  // results' hints.
+  SmallVector<LayoutAttr, 4> operandAttrs;
+  for (Value v : operands)
+    operandAttrs.push_back(currentAttr(v));
+  SmallVector<uintptr_t, 32> key;
+  if (!opContextKey(op, rule, operandAttrs, key))
+    return chooseUncached(op, rule, operands, results);
+  for (Value v : operands) {
+    key.push_back(isRematerializable(v));
+    auto it = available.find(v);
+    appendAttrs(key, it == available.end() ? ArrayRef<LayoutAttr>()
+                                           : ArrayRef<LayoutAttr>(it->second));
+  }
+  for (Value r : results)
+    key.push_back(reinterpret_cast<uintptr_t>(
+        hints.lookup(r).getAsOpaquePointer()));
+  std::vector<uintptr_t> lookup(key.begin(), key.end());
+  auto it = programOrderCache.find(lookup);
+  if (it == programOrderCache.end()) {
+    Strategy best = chooseUncached(op, rule, operands, results);
+    if (best.valid) {
+      attach(best);
+      best.dropLayouts();
+    }
+    it = programOrderCache.emplace(std::move(lookup), std::move(best)).first;
+  }
+  return it->second;
 }
 
 SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
@@ -1381,7 +1438,7 @@ void GreedyPropagation::computeHints() {
   for (OpOperand &o : ret->getOpOperands())
     if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
             o.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
-      hints.try_emplace(o.get(), declared.getLayout());
+      hints.try_emplace(o.get(), declared);
   for (Operation &op : llvm::reverse(body)) {
     if (!isa<ShardingRuleOpInterface>(&op))
       continue;
@@ -1399,16 +1456,16 @@ void GreedyPropagation::computeHints() {
     for (auto [i, r] : llvm::enumerate(results)) {
       auto it = hints.find(r);
       if (it != hints.end())
-        mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
-                                     meshShape));
+        mergeInto(a, viewThroughRule(*rule, rule->results[i],
+                                     it->second.getLayout(), meshShape));
     }
     for (auto [i, v] : llvm::enumerate(operands)) {
       if (isUserLayout(v))
         mergeInto(a, viewThroughRule(*rule, rule->operands[i], layoutOf(v),
                                      meshShape));
       else if (auto it = hints.find(v); it != hints.end())
-        mergeInto(a, viewThroughRule(*rule, rule->operands[i], it->second,
-                                     meshShape));
+        mergeInto(a, viewThroughRule(*rule, rule->operands[i],
+                                     it->second.getLayout(), meshShape));
     }
     for (auto [f, kind] : llvm::enumerate(rule->factorKinds))
       if (kind != ShardingRule::FactorKind::Parallel)
@@ -1423,7 +1480,7 @@ void GreedyPropagation::computeHints() {
                               std::vector<int64_t>(type.getShape().begin(),
                                                    type.getShape().end()))
                 .empty())
-          hints.try_emplace(v, *l);
+          hints.try_emplace(v, attr(*l));
       }
     }
   }
