@@ -32,7 +32,6 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -251,7 +250,12 @@ private:
       programOrderCache;
   /// A number per distinct rule (rules compare by content).
   unsigned ruleId(const ShardingRule &rule);
-  std::map<std::vector<int64_t>, unsigned> ruleIds;
+  struct RuleHash {
+    size_t operator()(const std::vector<int64_t> &code) const {
+      return llvm::hash_combine_range(code.begin(), code.end());
+    }
+  };
+  std::unordered_map<std::vector<int64_t>, unsigned, RuleHash> ruleIds;
   /// What the search asks of an op's body, asked once per op (the rule
   /// interface reads the body each time).
   struct OpFacts {
@@ -746,6 +750,13 @@ LayoutAttr GreedyPropagation::fixedRequirement(OpOperand &use) {
 
 void GreedyPropagation::indexUses() {
   Block &body = fn.getBody().front();
+  // Sized once: an entry moved by a reallocation would be copied (its
+  // move constructor is not noexcept), sets of use ranks included.
+  size_t numValues = body.getNumArguments();
+  for (Operation &op : body)
+    numValues += op.getNumResults();
+  valueUses.reserve(numValues);
+  valueIndex.reserve(numValues);
   auto index = [&](Value v) {
     if (!isa<RankedTensorType>(v.getType()))
       return;
@@ -1496,6 +1507,13 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
         !fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()))
       fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
                     attr(Layout(meshRank)));
+  // The per-op maps hold large values (rules): sized once, so that they
+  // are not rehashed and copied while they fill.
+  size_t numOps = fn.getBody().front().getOperations().size();
+  hintRules.reserve(numOps);
+  rules.reserve(numOps);
+  position.reserve(numOps);
+  facts.reserve(numOps);
   if (!userLayoutsOnly)
     computeHints();
   for (Operation &op : fn.getBody().front())
