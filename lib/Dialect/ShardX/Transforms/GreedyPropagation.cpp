@@ -57,8 +57,8 @@ namespace {
       llvm::interleaveComma(layouts, os,
                             [&](const Layout &l) { os << l.str(); });
     else
-      llvm::interleaveComma(
-          attrs, os, [&](LayoutAttr a) { os << a.getLayout().str(); });
+      llvm::interleaveComma(attrs, os,
+                            [&](LayoutAttr a) { os << a.getLayout().str(); });
   };
   os << "(";
   print(s.operandLayouts, s.operandAttrs);
@@ -243,8 +243,7 @@ private:
       return llvm::hash_combine_range(key.begin(), key.end());
     }
   };
-  std::unordered_map<std::vector<uintptr_t>, SmallVector<Strategy, 4>,
-                     KeyHash>
+  std::unordered_map<std::vector<uintptr_t>, SmallVector<Strategy, 4>, KeyHash>
       candidateCache;
   std::unordered_map<std::vector<uintptr_t>, Strategy, KeyHash>
       programOrderCache;
@@ -959,7 +958,8 @@ bool GreedyPropagation::isLinearIn(Operation *op,
 bool GreedyPropagation::opContextKey(Operation *op, const ShardingRule &rule,
                                      ArrayRef<LayoutAttr> operandAttrs,
                                      SmallVectorImpl<uintptr_t> &key) {
-  key.push_back(reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
+  key.push_back(
+      reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
   key.push_back(facts[op].ruleId);
   for (Type t : op->getOperandTypes())
     key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
@@ -1036,8 +1036,8 @@ Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
                                            : ArrayRef<LayoutAttr>(it->second));
   }
   for (Value r : results)
-    key.push_back(reinterpret_cast<uintptr_t>(
-        hints.lookup(r).getAsOpaquePointer()));
+    key.push_back(
+        reinterpret_cast<uintptr_t>(hints.lookup(r).getAsOpaquePointer()));
   std::vector<uintptr_t> lookup(key.begin(), key.end());
   auto it = programOrderCache.find(lookup);
   if (it == programOrderCache.end()) {
@@ -1079,12 +1079,11 @@ SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
     return computeCandidates(op, operands, results, operandAttrs, needs);
   std::vector<uintptr_t> lookup(key.begin(), key.end());
   auto it = candidateCache.find(lookup);
-  if (it == candidateCache.end())
-    it = candidateCache
-             .emplace(std::move(lookup),
-                      computeCandidates(op, operands, results, operandAttrs,
-                                        needs))
-             .first;
+  if (it == candidateCache.end()) {
+    SmallVector<Strategy, 4> computed =
+        computeCandidates(op, operands, results, operandAttrs, needs);
+    it = candidateCache.emplace(std::move(lookup), std::move(computed)).first;
+  }
   return it->second;
 }
 
