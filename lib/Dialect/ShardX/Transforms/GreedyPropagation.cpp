@@ -31,9 +31,10 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <tuple>
-#include <limits>
+#include <unordered_map>
 
 #define DEBUG_TYPE "shardx-propagate"
 
@@ -51,12 +52,18 @@ namespace {
 [[maybe_unused]] std::string describe(const Strategy &s) {
   std::string text;
   llvm::raw_string_ostream os(text);
+  auto print = [&](ArrayRef<Layout> layouts, ArrayRef<LayoutAttr> attrs) {
+    if (!layouts.empty())
+      llvm::interleaveComma(layouts, os,
+                            [&](const Layout &l) { os << l.str(); });
+    else
+      llvm::interleaveComma(attrs, os,
+                            [&](LayoutAttr a) { os << a.getLayout().str(); });
+  };
   os << "(";
-  llvm::interleaveComma(s.operandLayouts, os,
-                        [&](const Layout &l) { os << l.str(); });
+  print(s.operandLayouts, s.operandAttrs);
   os << ") -> (";
-  llvm::interleaveComma(s.resultLayouts, os,
-                        [&](const Layout &l) { os << l.str(); });
+  print(s.resultLayouts, s.resultAttrs);
   os << ")";
   return text;
 }
@@ -100,19 +107,39 @@ private:
   std::optional<std::pair<Strategy, Layout>>
   embeddingStrategy(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
                     ArrayRef<Value> results);
+  /// The program-order choice, remembered per context like candidates
+  /// (plus what the operands' reshards cost and the results' hints).
   Strategy chooseInProgramOrder(Operation *op, const ShardingRule &rule,
                                 ArrayRef<Value> operands,
                                 ArrayRef<Value> results);
+  Strategy chooseUncached(Operation *op, const ShardingRule &rule,
+                          ArrayRef<Value> operands, ArrayRef<Value> results);
   void setReplicated(Operation *op);
 
   /// Layouts the consumers of a value would like it in (from declared
   /// result layouts and user layouts, propagated backward before the
   /// forward pass); a candidate strategy of the value's producer.
   void computeHints();
-  DenseMap<Value, Layout> hints;
+  /// The rules computeHints asked for (none: the op has no rule), for
+  /// visit, which asks again.
+  DenseMap<Operation *, std::optional<ShardingRule>> hintRules;
+  /// `op`'s rule, asked once.
+  FailureOr<ShardingRule> takeRule(Operation *op) {
+    if (auto it = hintRules.find(op); it != hintRules.end()) {
+      std::optional<ShardingRule> rule = std::move(it->second);
+      hintRules.erase(it);
+      if (!rule)
+        return failure();
+      return std::move(*rule);
+    }
+    if (auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op))
+      return ruleOp.getShardingRule();
+    return failure();
+  }
+  DenseMap<Value, LayoutAttr> hints;
   /// Layouts values will be resharded to anyway (needed by an earlier op's
   /// strategy): reusing them is free.
-  DenseMap<Value, SmallVector<Layout, 2>> available;
+  DenseMap<Value, SmallVector<LayoutAttr, 2>> available;
 
   //===--- Whole-graph refinement -------------------------------------===//
 
@@ -193,6 +220,55 @@ private:
   /// operands' layouts, with pending Partial operands kept or reduced first;
   /// distinct, and other than its current one.
   SmallVector<Strategy, 4> candidates(Operation *op);
+  SmallVector<Strategy, 4>
+  computeCandidates(Operation *op, ArrayRef<Value> operands,
+                    ArrayRef<Value> results, ArrayRef<LayoutAttr> operandAttrs,
+                    ArrayRef<SmallVector<LayoutAttr, 4>> needs);
+  /// The candidates of an op depend only on its rule, types and body and
+  /// on the layouts around it (its operands', its own, the ones other
+  /// consumers need): ops in the same context (the layers of a model)
+  /// share them. `key` gets that context; false when it is not keyed (more
+  /// than `kMaxKeyedPartials` Partial operands).
+  /// The part of a context every choice for `op` depends on: its name,
+  /// rule, types, operands' layouts and what evaluate asks of its body.
+  bool opContextKey(Operation *op, const ShardingRule &rule,
+                    ArrayRef<LayoutAttr> operandAttrs,
+                    SmallVectorImpl<uintptr_t> &key);
+  bool candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
+                    ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                    SmallVectorImpl<uintptr_t> &key);
+  static constexpr unsigned kMaxKeyedPartials = 4;
+  struct KeyHash {
+    size_t operator()(const std::vector<uintptr_t> &key) const {
+      return llvm::hash_combine_range(key.begin(), key.end());
+    }
+  };
+  std::unordered_map<std::vector<uintptr_t>, SmallVector<Strategy, 4>, KeyHash>
+      candidateCache;
+  std::unordered_map<std::vector<uintptr_t>, Strategy, KeyHash>
+      programOrderCache;
+  /// A number per distinct rule (rules compare by content).
+  unsigned ruleId(const ShardingRule &rule);
+  struct RuleHash {
+    size_t operator()(const std::vector<int64_t> &code) const {
+      return llvm::hash_combine_range(code.begin(), code.end());
+    }
+  };
+  std::unordered_map<std::vector<int64_t>, unsigned, RuleHash> ruleIds;
+  /// What the search asks of an op's body, asked once per op (the rule
+  /// interface reads the body each time).
+  struct OpFacts {
+    unsigned ruleId = 0;
+    bool askedReduction = false;
+    std::optional<ReduceOp> reduction;
+    bool identityInit = false;
+    SmallVector<std::pair<llvm::SmallBitVector, bool>, 2> linear;
+  };
+  DenseMap<Operation *, OpFacts> facts;
+  /// The op's combiner (getReductionKind) and whether its init is the
+  /// combiner's identity (hasIdentityInit).
+  std::optional<ReduceOp> reductionKind(Operation *op, bool &identityInit);
+  bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial);
   /// The values whose cost a change of `op` touches.
   SmallVector<Value> affectedBy(Operation *op);
 
@@ -261,7 +337,9 @@ double GreedyPropagation::reshardCost(Value v, const Layout &to) {
   if (from == to || isRematerializable(v))
     return 0;
   if (auto it = available.find(v);
-      it != available.end() && llvm::is_contained(it->second, to))
+      it != available.end() && llvm::any_of(it->second, [&](LayoutAttr a) {
+        return a.getLayout() == to;
+      }))
     return 0;
   return costs.planCost(v.getType(), from, to);
 }
@@ -297,7 +375,7 @@ SmallVector<std::optional<ReduceOp>> GreedyPropagation::keptPartials(
   if (!candidates.empty()) {
     for (unsigned c : candidates)
       partialOperands.set(c);
-    if (!cast<ShardingRuleOpInterface>(op).isLinearIn(partialOperands)) {
+    if (!isLinearIn(op, partialOperands)) {
       partialOperands.reset();
     } else {
       // All partial operands must be partial on the same axes.
@@ -322,7 +400,6 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
                               Assignment assignment, bool keepPartials,
                               bool priced) {
   Strategy s;
-  auto ruleOp = cast<ShardingRuleOpInterface>(op);
   // Factors that must stay whole.
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f])
@@ -333,13 +410,14 @@ Strategy GreedyPropagation::evaluate(Operation *op, const ShardingRule &rule,
   }
   // Reduction factors: sharded only with a known combiner and identity init.
   std::optional<ReduceOp> combiner;
+  bool identityInit = false;
   bool reductionSharded = false;
   for (auto [f, kind] : llvm::enumerate(rule.factorKinds)) {
     if (!assignment[f] || kind != ShardingRule::FactorKind::Reduction)
       continue;
     if (!combiner)
-      combiner = ruleOp.getReductionKind();
-    bool ok = combiner && ruleOp.hasIdentityInit();
+      combiner = reductionKind(op, identityInit);
+    bool ok = combiner && identityInit;
     if (!ok)
       assignment[f].reset();
     else
@@ -494,10 +572,10 @@ GreedyPropagation::embeddingStrategy(const EmbeddingLookup &lookup,
 /// (largest first) merged with the others', and the replicated strategy,
 /// priced by the reshards they need; the results' hints merged with the
 /// operands win ties (they save reshards further on). Invalid when none is.
-Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
-                                          const ShardingRule &rule,
-                                          ArrayRef<Value> operands,
-                                          ArrayRef<Value> results) {
+Strategy GreedyPropagation::chooseUncached(Operation *op,
+                                           const ShardingRule &rule,
+                                           ArrayRef<Value> operands,
+                                           ArrayRef<Value> results) {
   SmallVector<unsigned> order(operands.size());
   for (unsigned i = 0; i < order.size(); ++i)
     order[i] = i;
@@ -524,8 +602,8 @@ Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
       auto it = hints.find(r);
       if (it == hints.end())
         continue;
-      mergeInto(a, viewThroughRule(rule, rule.results[i], it->second,
-                                   meshShape));
+      mergeInto(a, viewThroughRule(rule, rule.results[i],
+                                   it->second.getLayout(), meshShape));
       any = true;
     }
     if (any) {
@@ -564,10 +642,7 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
       return op->emitError("unranked tensors cannot be sharded");
   if (failed(verifyReassociation(op)))
     return failure();
-  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
-  FailureOr<ShardingRule> rule = failure();
-  if (ruleOp)
-    rule = ruleOp.getShardingRule();
+  FailureOr<ShardingRule> rule = takeRule(op);
   // Ops whose regions read tensors from above run replicated: the captured
   // tensors are whole on every rank.
   bool capturesTensors = false;
@@ -605,21 +680,24 @@ LogicalResult GreedyPropagation::visit(Operation *op) {
     // Captured tensors must be replicated too: they are operands in effect.
     return success();
   }
+  facts[op].ruleId = ruleId(*rule);
   Strategy best = chooseInProgramOrder(op, *rule, operands, results);
   movable.push_back(op);
-  rules.try_emplace(op, *rule);
+  rules.try_emplace(op, std::move(*rule));
   if (!best.valid) {
+    best = Strategy();
     best.operandLayouts.assign(operands.size(), Layout(meshRank));
     best.resultLayouts.assign(results.size(), Layout(meshRank));
     best.valid = true;
   }
-  for (auto [v, l] : llvm::zip(operands, best.operandLayouts))
-    if (l != layoutOf(v) && !llvm::is_contained(available[v], l))
+  if (!best.hasAttrs())
+    attach(best);
+  for (auto [v, l] : llvm::zip(operands, best.operandAttrs))
+    if (l != currentAttr(v) && !llvm::is_contained(available[v], l))
       available[v].push_back(l);
   LLVM_DEBUG(llvm::dbgs() << "program order: " << op->getName() << " at "
                           << op->getLoc() << ": " << describe(best)
                           << ", reshards " << best.cost << " us\n");
-  attach(best);
   position[op] = movable.size() - 1;
   state->set(op, std::move(best));
   return success();
@@ -671,6 +749,13 @@ LayoutAttr GreedyPropagation::fixedRequirement(OpOperand &use) {
 
 void GreedyPropagation::indexUses() {
   Block &body = fn.getBody().front();
+  // Sized once: an entry moved by a reallocation would be copied (its
+  // move constructor is not noexcept), sets of use ranks included.
+  size_t numValues = body.getNumArguments();
+  for (Operation &op : body)
+    numValues += op.getNumResults();
+  valueUses.reserve(numValues);
+  valueIndex.reserve(numValues);
   auto index = [&](Value v) {
     if (!isa<RankedTensorType>(v.getType()))
       return;
@@ -821,15 +906,197 @@ SmallVector<Value> GreedyPropagation::affectedBy(Operation *op) {
   return affected;
 }
 
-SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
-  const ShardingRule &rule = rules.find(op)->second;
+/// Appends the opaque pointers of `attrs` and a separator to `key`.
+static void appendAttrs(SmallVectorImpl<uintptr_t> &key,
+                        ArrayRef<LayoutAttr> attrs) {
+  for (LayoutAttr a : attrs)
+    key.push_back(reinterpret_cast<uintptr_t>(a.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+}
+
+unsigned GreedyPropagation::ruleId(const ShardingRule &rule) {
+  std::vector<int64_t> code(rule.factorSizes.begin(), rule.factorSizes.end());
+  code.push_back(-2);
+  for (ShardingRule::FactorKind kind : rule.factorKinds)
+    code.push_back(static_cast<int64_t>(kind));
+  for (const auto *tensors : {&rule.operands, &rule.results}) {
+    code.push_back(-3);
+    for (const SmallVector<SmallVector<int64_t>> &dims : *tensors) {
+      for (const SmallVector<int64_t> &factors : dims) {
+        code.insert(code.end(), factors.begin(), factors.end());
+        code.push_back(-4);
+      }
+      code.push_back(-5);
+    }
+  }
+  return ruleIds.try_emplace(std::move(code), ruleIds.size()).first->second;
+}
+
+std::optional<ReduceOp> GreedyPropagation::reductionKind(Operation *op,
+                                                         bool &identityInit) {
+  OpFacts &f = facts[op];
+  if (!f.askedReduction) {
+    auto ruleOp = cast<ShardingRuleOpInterface>(op);
+    f.reduction = ruleOp.getReductionKind();
+    f.identityInit = f.reduction && ruleOp.hasIdentityInit();
+    f.askedReduction = true;
+  }
+  identityInit = f.identityInit;
+  return f.reduction;
+}
+
+bool GreedyPropagation::isLinearIn(Operation *op,
+                                   const llvm::SmallBitVector &partial) {
+  for (auto &[bits, linear] : facts[op].linear)
+    if (bits == partial)
+      return linear;
+  bool linear = cast<ShardingRuleOpInterface>(op).isLinearIn(partial);
+  facts[op].linear.emplace_back(partial, linear);
+  return linear;
+}
+
+bool GreedyPropagation::opContextKey(Operation *op, const ShardingRule &rule,
+                                     ArrayRef<LayoutAttr> operandAttrs,
+                                     SmallVectorImpl<uintptr_t> &key) {
+  key.push_back(
+      reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
+  key.push_back(facts[op].ruleId);
+  for (Type t : op->getOperandTypes())
+    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+  for (Type t : op->getResultTypes())
+    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+  key.push_back(~uintptr_t(0));
+  appendAttrs(key, operandAttrs);
+  // What evaluate asks of the op's body.
+  if (llvm::is_contained(rule.factorKinds,
+                         ShardingRule::FactorKind::Reduction)) {
+    bool identityInit;
+    std::optional<ReduceOp> kind = reductionKind(op, identityInit);
+    key.push_back(kind ? static_cast<uintptr_t>(*kind) + 1 : 0);
+    key.push_back(identityInit);
+  }
+  // keptPartials asks isLinearIn of a subset of the operands that are
+  // Partial of sum or avg only: all the answers it could get.
+  SmallVector<unsigned, 4> partial;
+  unsigned tensorIndex = 0;
+  for (OpOperand &use : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(use.get().getType()))
+      continue;
+    const Layout &l = operandAttrs[tensorIndex++].getLayout();
+    if (l.hasPartial() &&
+        llvm::all_of(l.getPartials(), [](std::optional<ReduceOp> p) {
+          return !p || *p == ReduceOp::Sum || *p == ReduceOp::Avg;
+        }))
+      partial.push_back(use.getOperandNumber());
+  }
+  if (partial.size() > kMaxKeyedPartials)
+    return false;
+  for (unsigned subset = 1; subset < (1u << partial.size()); ++subset) {
+    llvm::SmallBitVector bits(op->getNumOperands());
+    for (auto [i, operand] : llvm::enumerate(partial))
+      if (subset >> i & 1)
+        bits.set(operand);
+    key.push_back(isLinearIn(op, bits));
+  }
+  return true;
+}
+
+bool GreedyPropagation::candidateKey(Operation *op,
+                                     ArrayRef<LayoutAttr> operandAttrs,
+                                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                                     SmallVectorImpl<uintptr_t> &key) {
+  if (!opContextKey(op, rules.find(op)->second, operandAttrs, key))
+    return false;
   const Strategy &current = chosen(op);
+  appendAttrs(key, current.operandAttrs);
+  appendAttrs(key, current.resultAttrs);
+  for (ArrayRef<LayoutAttr> n : needs)
+    appendAttrs(key, n);
+  return true;
+}
+
+Strategy GreedyPropagation::chooseInProgramOrder(Operation *op,
+                                                 const ShardingRule &rule,
+                                                 ArrayRef<Value> operands,
+                                                 ArrayRef<Value> results) {
+  // The choice also depends on what the reshards of the operands cost
+  // (shape-only operands and layouts already needed are free) and on the
+  // results' hints.
+  SmallVector<LayoutAttr, 4> operandAttrs;
+  for (Value v : operands)
+    operandAttrs.push_back(currentAttr(v));
+  SmallVector<uintptr_t, 32> key;
+  if (!opContextKey(op, rule, operandAttrs, key))
+    return chooseUncached(op, rule, operands, results);
+  for (Value v : operands) {
+    key.push_back(isRematerializable(v));
+    auto it = available.find(v);
+    appendAttrs(key, it == available.end() ? ArrayRef<LayoutAttr>()
+                                           : ArrayRef<LayoutAttr>(it->second));
+  }
+  for (Value r : results)
+    key.push_back(
+        reinterpret_cast<uintptr_t>(hints.lookup(r).getAsOpaquePointer()));
+  std::vector<uintptr_t> lookup(key.begin(), key.end());
+  auto it = programOrderCache.find(lookup);
+  if (it == programOrderCache.end()) {
+    Strategy best = chooseUncached(op, rule, operands, results);
+    if (best.valid) {
+      attach(best);
+      best.dropLayouts();
+    }
+    it = programOrderCache.emplace(std::move(lookup), std::move(best)).first;
+  }
+  return it->second;
+}
+
+SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
   SmallVector<Value> operands = tensorValues(op->getOperands());
   SmallVector<Value> results = tensorValues(op->getResults());
+  SmallVector<LayoutAttr, 4> operandAttrs;
+  for (Value v : operands)
+    operandAttrs.push_back(currentAttr(v));
+  // Per tensor operand, then result: the distinct layouts other consumers
+  // need it in, other than the one it has.
+  SmallVector<SmallVector<LayoutAttr, 4>, 4> needs;
+  auto addNeeds = [&](Value v) {
+    SmallVector<LayoutAttr, 4> &seen = needs.emplace_back();
+    LayoutAttr from = currentAttr(v);
+    SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+    neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
+                  /*withNested=*/false, needed);
+    for (auto [rank, need] : needed)
+      if (need && need != from && !llvm::is_contained(seen, need))
+        seen.push_back(need);
+  };
+  for (Value v : operands)
+    addNeeds(v);
+  for (Value r : results)
+    addNeeds(r);
+  SmallVector<uintptr_t, 32> key;
+  if (!candidateKey(op, operandAttrs, needs, key))
+    return computeCandidates(op, operands, results, operandAttrs, needs);
+  std::vector<uintptr_t> lookup(key.begin(), key.end());
+  auto it = candidateCache.find(lookup);
+  if (it == candidateCache.end()) {
+    SmallVector<Strategy, 4> computed =
+        computeCandidates(op, operands, results, operandAttrs, needs);
+    it = candidateCache.emplace(std::move(lookup), std::move(computed)).first;
+  }
+  return it->second;
+}
+
+SmallVector<Strategy, 4> GreedyPropagation::computeCandidates(
+    Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
+    ArrayRef<LayoutAttr> operandAttrs,
+    ArrayRef<SmallVector<LayoutAttr, 4>> needs) {
+  const ShardingRule &rule = rules.find(op)->second;
+  const Strategy &current = chosen(op);
   SmallVector<Assignment> views;
   bool anyPartial = false;
-  for (auto [i, v] : llvm::enumerate(operands)) {
-    Layout l = layoutOf(v);
+  for (auto [i, a] : llvm::enumerate(operandAttrs)) {
+    const Layout &l = a.getLayout();
     anyPartial |= l.hasPartial();
     views.push_back(viewThroughRule(rule, rule.operands[i], l, meshShape));
   }
@@ -841,23 +1108,13 @@ SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
   addSeed(Assignment(rule.factorSizes.size()));
   for (const Assignment &view : views)
     addSeed(view);
-  auto addNeeds = [&](Value v, ArrayRef<SmallVector<int64_t>> dims) {
-    SmallVector<LayoutAttr, 4> seen;
-    LayoutAttr from = currentAttr(v);
-    SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
-    neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
-                  /*withNested=*/false, needed);
-    for (auto [rank, need] : needed) {
-      if (!need || need == from || llvm::is_contained(seen, need))
-        continue;
-      seen.push_back(need);
+  for (auto [i, n] : llvm::enumerate(needs)) {
+    ArrayRef<SmallVector<int64_t>> dims =
+        i < operands.size() ? rule.operands[i]
+                            : rule.results[i - operands.size()];
+    for (LayoutAttr need : n)
       addSeed(viewThroughRule(rule, dims, need.getLayout(), meshShape));
-    }
-  };
-  for (auto [i, v] : llvm::enumerate(operands))
-    addNeeds(v, rule.operands[i]);
-  for (auto [i, r] : llvm::enumerate(results))
-    addNeeds(r, rule.results[i]);
+  }
   // Each seed alone and merged with the operands' layouts.
   SmallVector<Assignment> assignments;
   for (const Assignment &seed : seeds) {
@@ -878,6 +1135,7 @@ SmallVector<Strategy, 4> GreedyPropagation::candidates(Operation *op) {
       if (!s.valid)
         continue;
       attach(s);
+      s.dropLayouts();
       if (!s.sameLayouts(current) &&
           llvm::none_of(out, [&](const Strategy &o) {
             return o.sameLayouts(s);
@@ -1000,8 +1258,8 @@ bool GreedyPropagation::tryCascade(Operation *op, const Strategy &s, Trial &tria
         cost += valueCost(v, move);
       cost += computeUs(user, c);
       int64_t partials = 0, mismatches = 0;
-      for (const Layout &l : c.resultLayouts)
-        partials += l.hasPartial();
+      for (LayoutAttr l : c.resultAttrs)
+        partials += l.getLayout().hasPartial();
       for (auto [v, l] : llvm::zip(operands, c.operandAttrs))
         mismatches += currentAttr(v) != l;
       return std::make_tuple(cost, partials, mismatches, work(user, c));
@@ -1190,31 +1448,34 @@ void GreedyPropagation::computeHints() {
   for (OpOperand &o : ret->getOpOperands())
     if (auto declared = fn.getResultAttrOfType<LayoutAttr>(
             o.getOperandNumber(), ShardXDialect::getLayoutAttrName()))
-      hints.try_emplace(o.get(), declared.getLayout());
+      hints.try_emplace(o.get(), declared);
   for (Operation &op : llvm::reverse(body)) {
-    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
-    if (!ruleOp)
+    if (!isa<ShardingRuleOpInterface>(&op))
       continue;
-    FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+    std::optional<ShardingRule> &rule = hintRules[&op];
+    if (FailureOr<ShardingRule> r =
+            cast<ShardingRuleOpInterface>(&op).getShardingRule();
+        succeeded(r))
+      rule = std::move(*r);
     SmallVector<Value> operands = tensorValues(op.getOperands());
     SmallVector<Value> results = tensorValues(op.getResults());
-    if (failed(rule) || rule->operands.size() != operands.size() ||
+    if (!rule || rule->operands.size() != operands.size() ||
         rule->results.size() != results.size())
       continue;
     Assignment a(rule->factorSizes.size());
     for (auto [i, r] : llvm::enumerate(results)) {
       auto it = hints.find(r);
       if (it != hints.end())
-        mergeInto(a, viewThroughRule(*rule, rule->results[i], it->second,
-                                     meshShape));
+        mergeInto(a, viewThroughRule(*rule, rule->results[i],
+                                     it->second.getLayout(), meshShape));
     }
     for (auto [i, v] : llvm::enumerate(operands)) {
       if (isUserLayout(v))
         mergeInto(a, viewThroughRule(*rule, rule->operands[i], layoutOf(v),
                                      meshShape));
       else if (auto it = hints.find(v); it != hints.end())
-        mergeInto(a, viewThroughRule(*rule, rule->operands[i], it->second,
-                                     meshShape));
+        mergeInto(a, viewThroughRule(*rule, rule->operands[i],
+                                     it->second.getLayout(), meshShape));
     }
     for (auto [f, kind] : llvm::enumerate(rule->factorKinds))
       if (kind != ShardingRule::FactorKind::Parallel)
@@ -1229,7 +1490,7 @@ void GreedyPropagation::computeHints() {
                               std::vector<int64_t>(type.getShape().begin(),
                                                    type.getShape().end()))
                 .empty())
-          hints.try_emplace(v, *l);
+          hints.try_emplace(v, attr(*l));
       }
     }
   }
@@ -1245,6 +1506,13 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
         !fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()))
       fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
                     attr(Layout(meshRank)));
+  // The per-op maps hold large values (rules): sized once, so that they
+  // are not rehashed and copied while they fill.
+  size_t numOps = fn.getBody().front().getOperations().size();
+  hintRules.reserve(numOps);
+  rules.reserve(numOps);
+  position.reserve(numOps);
+  facts.reserve(numOps);
   if (!userLayoutsOnly)
     computeHints();
   for (Operation &op : fn.getBody().front())

@@ -24,8 +24,7 @@ void ShardingState::attach(Strategy &s) const {
 }
 
 void ShardingState::set(Operation *op, Strategy s) {
-  if (s.operandAttrs.size() != s.operandLayouts.size() ||
-      s.resultAttrs.size() != s.resultLayouts.size())
+  if (!s.hasAttrs())
     attach(s);
   strategies[op] = std::move(s);
 }

@@ -27,15 +27,29 @@ namespace mlir::shardx {
 /// result holds.
 struct Strategy {
   bool valid = false;
+  /// The layouts as plain values, while a search builds them; a search may
+  /// drop them once the attributes are attached (`dropLayouts`).
   SmallVector<::shardx::Layout> operandLayouts; // per tensor operand
   SmallVector<::shardx::Layout> resultLayouts;  // per tensor result
   double cost = 0;
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
-  /// The same layouts as attributes (uniqued: compared by pointer).
+  /// The same layouts as attributes (uniqued: compared by pointer). The
+  /// attribute holds its layout (`LayoutAttr::getLayout`).
   SmallVector<LayoutAttr> operandAttrs, resultAttrs;
 
   bool sameLayouts(const Strategy &o) const {
     return operandAttrs == o.operandAttrs && resultAttrs == o.resultAttrs;
+  }
+  /// Whether the attribute forms are filled (also when the plain layouts
+  /// were dropped).
+  bool hasAttrs() const {
+    return operandAttrs.size() >= operandLayouts.size() &&
+           resultAttrs.size() >= resultLayouts.size();
+  }
+  /// Keeps only the attribute forms: a copy is then a few pointers.
+  void dropLayouts() {
+    operandLayouts.clear();
+    resultLayouts.clear();
   }
 };
 

@@ -188,6 +188,10 @@ struct WidenAccumulationPass
       if (needsWidening(op, contractions))
         ops.push_back(op);
     });
+    // Nothing to widen (f32 programs): the IR is unchanged, and saying so
+    // spares the pass manager a verifier run over the whole module.
+    if (ops.empty())
+      return markAllAnalysesPreserved();
     IRRewriter rewriter(&getContext());
     // An op that cannot be generalized (before anything changed) keeps its
     // low-precision accumulation, as without this pass.
