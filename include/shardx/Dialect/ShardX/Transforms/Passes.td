@@ -263,17 +263,21 @@ def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
 
 def ScheduleCollectivesPass
     : Pass<"shardx-schedule-collectives", "ModuleOp"> {
-  let summary = "splits all-reduces into start/wait and overlaps them with "
+  let summary = "splits collectives into start/wait and overlaps them with "
                 "compute";
   let description = [{
     On the local program (after `shardx-bucket-collectives`): every
-    `shardx.all_reduce` becomes a `shardx.all_reduce_start` and a
-    `shardx.wait`. In each block, the wait moves down to just before the
+    `shardx.all_reduce`, `shardx.all_gather` and `shardx.reduce_scatter`
+    becomes its start (`shardx.all_reduce_start`, `all_gather_start`,
+    `reduce_scatter_start`) and a `shardx.wait`: DDP's gradient all-reduces,
+    FSDP's prefetch of the next layer's weights and its reduce-scatter of
+    gradients in backward. In each block, the wait moves down to just before the
     first op that reads its result, and the start (with the side-effect-free
     ops that compute its operand, e.g. a bucket's packing) moves up to just
     after its operand is computed, so that the compute in between runs
     while the data moves. The bytes of the collectives in flight (started,
-    not yet waited for) stay at most `max-bytes-in-flight`: a start that
+    not yet waited for; each counts the larger of its operand and result)
+    stay at most `max-bytes-in-flight`: a start that
     would exceed it first waits for the oldest collectives in flight (a
     single larger collective runs alone).
 
