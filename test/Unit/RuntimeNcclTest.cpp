@@ -272,6 +272,12 @@ TEST_P(NcclConformance, AsyncAllReduce) {
   runStaged(GetParam(), conformance::checkAsyncAllReduce<int64_t>);
 }
 
+TEST_P(NcclConformance, AsyncGatherScatter) {
+  SKIP_UNLESS_RUNNABLE();
+  runStaged(GetParam(), conformance::checkAsyncGatherScatter<float>);
+  runStaged(GetParam(), conformance::checkAsyncGatherScatter<int64_t>);
+}
+
 // Skip list: NanMaxMin. NCCL's f32/f64 max and min are fmaxf/fminf (and
 // fmax/fmin; NVIDIA/nccl src/device/reduce_kernel.h), which return the
 // other operand when one is NaN, where the other backends propagate NaN.

@@ -24,10 +24,12 @@
 // (`threads`), device copies and reduction kernels on the rank's stream for
 // `cuda-local` (lib/Runtime/cuda), which completes them before each meeting.
 //
-// On `threads`, a started collective (allReduceStart) runs on the rank's
-// communication thread (CommThread.h) while the rank computes; a synchronous
-// collective first waits for the started ones, so that every rank runs its
-// collectives in one order. `cuda-local` keeps the synchronous default.
+// On `threads`, a started collective (allReduceStart, allGatherStart,
+// reduceScatterStart) runs on the rank's communication thread (CommThread.h)
+// while the rank computes, when asyncCollectivesEnabled gives each rank a
+// spare core; a synchronous collective first waits for the started ones, so
+// that every rank runs its collectives in one order. Otherwise, and on
+// `cuda-local`, starts take the synchronous default.
 //
 //===----------------------------------------------------------------------===//
 
@@ -493,6 +495,36 @@ public:
     return Status::ok();
   }
 
+  Status allGatherStart(const void *send, void *recv,
+                        const std::vector<size_t> &counts, DType type,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::allGatherStart(send, recv, counts, type, axes,
+                                          request);
+    if (Status s = checkAxes(axes, "all_gather"); !s)
+      return s;
+    request = comm.submit([this, send, recv, counts, type, axes] {
+      return allGather(send, recv, counts, type, axes);
+    });
+    return Status::ok();
+  }
+
+  Status reduceScatterStart(const void *send, void *recv,
+                            const std::vector<size_t> &counts, DType type,
+                            ReduceOp op, const std::vector<int64_t> &axes,
+                            int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::reduceScatterStart(send, recv, counts, type, op,
+                                              axes, request);
+    if (Status s = checkAxes(axes, "reduce_scatter"); !s)
+      return s;
+    request = comm.submit([this, send, recv, counts, type, op, axes] {
+      return reduceScatter(send, recv, counts, type, op, axes);
+    });
+    return Status::ok();
+  }
+
   Status wait(int64_t request) override {
     if (!asynchronous)
       return Communicator::wait(request);
@@ -629,9 +661,11 @@ private:
   const char *backend;
   /// This rank's copies, reductions and private (scratch) buffer.
   std::unique_ptr<BufferOps> ops;
-  /// Whether started collectives run on `comm` (host buffers only: the
-  /// device BufferOps of cuda-local belong to the rank's thread).
-  bool asynchronous = std::strcmp(backend, "threads") == 0;
+  /// Whether started collectives run on `comm`: host buffers only (the
+  /// device BufferOps of cuda-local belong to the rank's thread), and only
+  /// where the policy gives each rank a spare core.
+  bool asynchronous = std::strcmp(backend, "threads") == 0 &&
+                      asyncCollectivesEnabled(world.slots.size());
   /// Declared last: destroyed (joined) first, while the rest still lives.
   CommThread comm;
 };
