@@ -213,3 +213,11 @@ func.func @gather_cap(%a: tensor<16xf32>, %b: tensor<16xf32>)
 // RUN:   | FileCheck %s --check-prefix=OFF
 // OFF-NOT: shardx.all_reduce_start
 // OFF-NOT: shardx.wait
+
+// shardx-print-plan on the local program gives the same summary.
+// RUN: shardx-opt %shardx_src_root/examples/mlp_dp_tp_train.mlir --shardx-spmd \
+// RUN:   | shardx-opt --shardx-print-plan -o /dev/null 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=PLAN
+// PLAN: remark: schedule of @mlp_dp_tp_train: 2 collectives (2 async)
+// PLAN-NEXT: all_reduce_start of 256 bytes
+// PLAN-NEXT: all_reduce_start of 2180 bytes (bucket of 5)
