@@ -224,8 +224,9 @@ void waitFor(int64_t request) {
 }
 
 /// Adds the time from its construction to its destruction to the calling
-/// rank's blocked time (each collective and wait of a program; a failure
-/// unwinds past it, uncounted).
+/// rank's blocked time (each collective, start and wait of a program: a
+/// start that runs its collective synchronously blocks for all of it; a
+/// failure unwinds past it, uncounted).
 struct BlockedTimer {
   std::chrono::steady_clock::time_point start =
       std::chrono::steady_clock::now();
@@ -518,6 +519,7 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
   }                                                                            \
   int64_t shardx_rt_cg_all_reduce_start_##SUFFIX(                              \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
+    BlockedTimer blocked;                                                      \
     return allReduceStart(in + in_off, out + out_off, in_size, reduce,         \
                           AXES_VEC);                                           \
   }                                                                            \
@@ -528,17 +530,20 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
   }                                                                            \
   int64_t shardx_rt_cg_all_gather_start_##SUFFIX(                              \
       MEMREF1(T, in), MEMREF1(T, out), AXES) {                                 \
+    BlockedTimer blocked;                                                      \
     return allGatherStart(in + in_off, out + out_off,                          \
                           evenCounts(in_size, AXES_VEC), AXES_VEC);            \
   }                                                                            \
   int64_t shardx_rt_cg_reduce_scatter_start_##SUFFIX(                          \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
+    BlockedTimer blocked;                                                      \
     return reduceScatterStart(in + in_off, out + out_off,                      \
                               evenCounts(out_size, AXES_VEC), reduce,          \
                               AXES_VEC);                                       \
   }                                                                            \
   int64_t shardx_rt_cg_all_gather_v_start_##SUFFIX(                            \
       MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, counts), AXES) {       \
+    BlockedTimer blocked;                                                      \
     return allGatherStart(                                                     \
         in + in_off, out + out_off,                                            \
         std::vector<size_t>(counts + counts_off,                               \
@@ -548,6 +553,7 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
   int64_t shardx_rt_cg_reduce_scatter_v_start_##SUFFIX(                        \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
       MEMREF1(int64_t, counts), AXES) {                                        \
+    BlockedTimer blocked;                                                      \
     return reduceScatterStart(                                                 \
         in + in_off, out + out_off,                                            \
         std::vector<size_t>(counts + counts_off,                               \
