@@ -177,14 +177,14 @@ int shardx_rt_all_gather_start(shardx_rt_comm *comm, const void *send,
                                int64_t num_counts, int32_t dtype,
                                const int64_t *axes, int64_t num_axes,
                                int64_t *request) {
-  return run(comm, "all_gather", dtype, SHARDX_RT_SUM,
-             [&](DType type, ReduceOp) {
-               if (!request)
-                 return Status::error("all_gather: no request to write");
-               return unwrap(comm).allGatherStart(
-                   send, recv, toCounts(counts, num_counts), type,
-                   toVector(axes, num_axes), *request);
-             });
+  return run(
+      comm, "all_gather", dtype, SHARDX_RT_SUM, [&](DType type, ReduceOp) {
+        if (!request)
+          return Status::error("all_gather: no request to write");
+        return unwrap(comm).allGatherStart(send, recv,
+                                           toCounts(counts, num_counts), type,
+                                           toVector(axes, num_axes), *request);
+      });
 }
 
 int shardx_rt_reduce_scatter_start(shardx_rt_comm *comm, const void *send,

@@ -208,7 +208,8 @@ int64_t reduceScatterStart(const T *in, T *out, std::vector<size_t> counts,
 }
 
 /// `n` counts of `count` elements, one per member of the group over `axes`.
-std::vector<size_t> evenCounts(int64_t count, const std::vector<int64_t> &axes) {
+std::vector<size_t> evenCounts(int64_t count,
+                               const std::vector<int64_t> &axes) {
   return std::vector<size_t>(comm().getGroup(axes).size(),
                              static_cast<size_t>(count));
 }

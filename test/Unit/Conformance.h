@@ -387,8 +387,8 @@ template <typename T> Status checkAsyncGatherScatter(Communicator &c) {
     };
     std::vector<Started> started;
     for (const std::vector<size_t> &counts : countSets) {
-      size_t total = std::accumulate(counts.begin(), counts.end(),
-                                     static_cast<size_t>(0));
+      size_t total =
+          std::accumulate(counts.begin(), counts.end(), static_cast<size_t>(0));
       Started g{true, ReduceOp::Sum, counts, {}, {}};
       g.send.resize(counts[me]);
       for (size_t k = 0; k < counts[me]; ++k)
@@ -407,13 +407,12 @@ template <typename T> Status checkAsyncGatherScatter(Communicator &c) {
       }
     }
     for (Started &st : started) {
-      Status s = st.gather
-                     ? c.allGatherStart(st.send.data(), st.recv.data(),
-                                        st.counts, dtypeOf<T>(), axes,
-                                        st.request)
-                     : c.reduceScatterStart(st.send.data(), st.recv.data(),
-                                            st.counts, dtypeOf<T>(), st.op,
-                                            axes, st.request);
+      Status s =
+          st.gather
+              ? c.allGatherStart(st.send.data(), st.recv.data(), st.counts,
+                                 dtypeOf<T>(), axes, st.request)
+              : c.reduceScatterStart(st.send.data(), st.recv.data(), st.counts,
+                                     dtypeOf<T>(), st.op, axes, st.request);
       if (!s)
         return s;
     }
@@ -423,11 +422,9 @@ template <typename T> Status checkAsyncGatherScatter(Communicator &c) {
                                ReduceOp::Sum, axes);
         !s)
       return s;
-    if (Status s = expectEqual(c, "all_reduce between starts and waits",
-                               reduced,
-                               std::vector<T>(3, reduceValues<T>(
-                                                     members, 0,
-                                                     ReduceOp::Sum)));
+    if (Status s = expectEqual(
+            c, "all_reduce between starts and waits", reduced,
+            std::vector<T>(3, reduceValues<T>(members, 0, ReduceOp::Sum)));
         !s)
       return s;
     for (size_t i = started.size(); i-- > 0;) {
@@ -440,15 +437,14 @@ template <typename T> Status checkAsyncGatherScatter(Communicator &c) {
           for (size_t k = 0; k < st.counts[m]; ++k)
             want.push_back(value<T>(members[m], k, ReduceOp::Sum));
       } else {
-        size_t offset = std::accumulate(st.counts.begin(),
-                                        st.counts.begin() + me,
-                                        static_cast<size_t>(0));
+        size_t offset = std::accumulate(
+            st.counts.begin(), st.counts.begin() + me, static_cast<size_t>(0));
         for (size_t k = 0; k < st.counts[me]; ++k)
           want.push_back(reduceValues<T>(members, offset + k, st.op));
       }
-      std::string what = std::string(st.gather ? "all_gather_start"
-                                               : "reduce_scatter_start") +
-                         " #" + std::to_string(i);
+      std::string what =
+          std::string(st.gather ? "all_gather_start" : "reduce_scatter_start") +
+          " #" + std::to_string(i);
       if (Status s = expectEqual(c, what, st.recv, want); !s)
         return s;
     }

@@ -260,8 +260,7 @@ FailureOr<Value> callCollective(RuntimeCalls &rt, StringRef kind, Value in,
 // block's pieces in group order. Uneven (`sizes`): the dim moves to the
 // front and all_gather_v_<T> runs on whole rows. all_gather_start: the
 // same with the call started here and the unpacking at its wait.
-template <typename OpT>
-struct AllGatherLowering : CollectivePattern<OpT> {
+template <typename OpT> struct AllGatherLowering : CollectivePattern<OpT> {
   using CollectivePattern<OpT>::CollectivePattern;
   using OpAdaptor = typename OpT::Adaptor;
   FailureOr<Value> lower(OpT op, OpAdaptor adaptor,
@@ -308,8 +307,7 @@ struct AllGatherLowering : CollectivePattern<OpT> {
 // then reduce_scatter_<T>. Uneven: reduce_scatter_v_<T> on whole rows.
 // reduce_scatter_start: the same with the call started here and the
 // unpacking at its wait.
-template <typename OpT>
-struct ReduceScatterLowering : CollectivePattern<OpT> {
+template <typename OpT> struct ReduceScatterLowering : CollectivePattern<OpT> {
   using CollectivePattern<OpT>::CollectivePattern;
   using OpAdaptor = typename OpT::Adaptor;
   FailureOr<Value> lower(OpT op, OpAdaptor adaptor,
@@ -599,14 +597,14 @@ struct ConvertShardXToRuntimePass
 
 void mlir::shardx::populateShardXToRuntimePatterns(
     RewritePatternSet &patterns) {
-  patterns.add<AllGatherLowering<AllGatherOp>,
-               AllGatherLowering<AllGatherStartOp>, AllReduceLowering,
-               AllReduceStartLowering, AllToAllLowering, AxisIndexLowering,
-               BroadcastLowering, ChunkLowering, ExchangeLowering,
-               PartitionValueLowering, PermuteLowering,
-               ReduceScatterLowering<ReduceScatterOp>,
-               ReduceScatterLowering<ReduceScatterStartOp>, WaitLowering>(
-      patterns.getContext());
+  patterns
+      .add<AllGatherLowering<AllGatherOp>, AllGatherLowering<AllGatherStartOp>,
+           AllReduceLowering, AllReduceStartLowering, AllToAllLowering,
+           AxisIndexLowering, BroadcastLowering, ChunkLowering,
+           ExchangeLowering, PartitionValueLowering, PermuteLowering,
+           ReduceScatterLowering<ReduceScatterOp>,
+           ReduceScatterLowering<ReduceScatterStartOp>, WaitLowering>(
+          patterns.getContext());
 }
 
 void mlir::shardx::configureShardXToRuntimeTarget(ConversionTarget &target) {

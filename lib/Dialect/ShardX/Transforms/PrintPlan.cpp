@@ -81,8 +81,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       auto after = (*scheduled).lookupSymbol<func::FuncOp>(fn.getSymName());
       InFlightDiagnostic diag = fn.emitRemark();
       describeSchedule(after, modelSchedule(fn, symbolTable, computeRate),
-                       modelSchedule(after, scheduledTable, computeRate),
-                       diag);
+                       modelSchedule(after, scheduledTable, computeRate), diag);
     }
   }
 };

@@ -1,4 +1,4 @@
-//===- Schedule.h - Start/wait scheduling of collectives ---------*- C++ -*-===//
+//===- Schedule.h - Start/wait scheduling of collectives -------*- C++ -*-===//
 //
 // Part of ShardX.
 //

@@ -123,8 +123,7 @@ int64_t collectiveBytes(Operation *op) {
 }
 
 /// `op` -> its start + wait, in place.
-template <typename StartOp>
-void replaceBySplit(Operation *op, OpBuilder &b) {
+template <typename StartOp> void replaceBySplit(Operation *op, OpBuilder &b) {
   b.setInsertionPoint(op);
   OperationState state(op->getLoc(), StartOp::getOperationName());
   state.addOperands(op->getOperands());
@@ -254,11 +253,11 @@ double collectiveUs(Operation *op, SymbolTableCollection &symbolTable) {
                                : std::min(bandwidth, cost.bandwidthGBps);
     n *= spec.shape[axis];
   }
-  ::shardx::Step::Kind kind =
-      isa<AllReduceOp, AllReduceStartOp>(op) ? ::shardx::Step::Kind::AllReduce
-      : isa<AllGatherOp, AllGatherStartOp>(op)
-          ? ::shardx::Step::Kind::AllGather
-          : ::shardx::Step::Kind::ReduceScatter;
+  ::shardx::Step::Kind kind = isa<AllReduceOp, AllReduceStartOp>(op)
+                                  ? ::shardx::Step::Kind::AllReduce
+                              : isa<AllGatherOp, AllGatherStartOp>(op)
+                                  ? ::shardx::Step::Kind::AllGather
+                                  : ::shardx::Step::Kind::ReduceScatter;
   double bytes = ::shardx::lowerBoundBytes(kind, n, collectiveBytes(op));
   return latency + bytes / (bandwidth * 1e3);
 }
@@ -283,9 +282,7 @@ double computeUs(Operation *op, double computeRate) {
 }
 
 /// The name the summary gives a start op.
-StringRef startName(Operation *op) {
-  return op->getName().stripDialect();
-}
+StringRef startName(Operation *op) { return op->getName().stripDialect(); }
 
 struct ScheduleCollectivesPass
     : public mlir::shardx::impl::ScheduleCollectivesPassBase<
