@@ -172,6 +172,36 @@ int shardx_rt_all_reduce_start(shardx_rt_comm *comm, const void *send,
   });
 }
 
+int shardx_rt_all_gather_start(shardx_rt_comm *comm, const void *send,
+                               void *recv, const int64_t *counts,
+                               int64_t num_counts, int32_t dtype,
+                               const int64_t *axes, int64_t num_axes,
+                               int64_t *request) {
+  return run(
+      comm, "all_gather", dtype, SHARDX_RT_SUM, [&](DType type, ReduceOp) {
+        if (!request)
+          return Status::error("all_gather: no request to write");
+        return unwrap(comm).allGatherStart(send, recv,
+                                           toCounts(counts, num_counts), type,
+                                           toVector(axes, num_axes), *request);
+      });
+}
+
+int shardx_rt_reduce_scatter_start(shardx_rt_comm *comm, const void *send,
+                                   void *recv, const int64_t *counts,
+                                   int64_t num_counts, int32_t dtype,
+                                   int32_t reduce, const int64_t *axes,
+                                   int64_t num_axes, int64_t *request) {
+  return run(comm, "reduce_scatter", dtype, reduce,
+             [&](DType type, ReduceOp op) {
+               if (!request)
+                 return Status::error("reduce_scatter: no request to write");
+               return unwrap(comm).reduceScatterStart(
+                   send, recv, toCounts(counts, num_counts), type, op,
+                   toVector(axes, num_axes), *request);
+             });
+}
+
 int shardx_rt_wait(shardx_rt_comm *comm, int64_t request) {
   return run(comm, "wait", SHARDX_RT_F32, SHARDX_RT_SUM,
              [&](DType, ReduceOp) { return unwrap(comm).wait(request); });

@@ -8,7 +8,13 @@
 #include "shardx/Runtime/HalfFloat.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 namespace shardx::rt {
 
@@ -146,6 +152,42 @@ Status Communicator::allReduceStart(const void *send, void *recv, size_t count,
                                     int64_t &request) {
   request = -1; // done: wait has nothing to wait for
   return allReduce(send, recv, count, type, op, axes);
+}
+
+Status Communicator::allGatherStart(const void *send, void *recv,
+                                    const std::vector<size_t> &counts,
+                                    DType type,
+                                    const std::vector<int64_t> &axes,
+                                    int64_t &request) {
+  request = -1;
+  return allGather(send, recv, counts, type, axes);
+}
+
+Status Communicator::reduceScatterStart(const void *send, void *recv,
+                                        const std::vector<size_t> &counts,
+                                        DType type, ReduceOp op,
+                                        const std::vector<int64_t> &axes,
+                                        int64_t &request) {
+  request = -1;
+  return reduceScatter(send, recv, counts, type, op, axes);
+}
+
+bool asyncCollectivesEnabled(int64_t localRanks) {
+  if (const char *mode = std::getenv("SHARDX_ASYNC_COLLECTIVES")) {
+    if (std::strcmp(mode, "on") == 0)
+      return true;
+    if (std::strcmp(mode, "off") == 0)
+      return false;
+  }
+  int64_t cpus = 0;
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    cpus = CPU_COUNT(&set);
+#endif
+  if (cpus <= 0)
+    cpus = std::thread::hardware_concurrency();
+  return cpus >= 2 * std::max<int64_t>(localRanks, 1);
 }
 
 Status Communicator::wait(int64_t request) {

@@ -199,19 +199,48 @@ int64_t allReduceStart(const T *in, T *out, int64_t count, int32_t reduce,
   return request;
 }
 
+template <typename T>
+int64_t allGatherStart(const T *in, T *out, std::vector<size_t> counts,
+                       std::vector<int64_t> axes) {
+  settle();
+  int64_t request = -1;
+  check(comm().allGatherStart(in, out, counts, dtypeOf<T>(), axes, request),
+        "all_gather");
+  return request;
+}
+
+template <typename T>
+int64_t reduceScatterStart(const T *in, T *out, std::vector<size_t> counts,
+                           int32_t reduce, std::vector<int64_t> axes) {
+  settle();
+  int64_t request = -1;
+  check(comm().reduceScatterStart(in, out, counts, dtypeOf<T>(),
+                                  toReduce(reduce), axes, request),
+        "reduce_scatter");
+  return request;
+}
+
+/// `n` counts of `count` elements, one per member of the group over `axes`.
+std::vector<size_t> evenCounts(int64_t count,
+                               const std::vector<int64_t> &axes) {
+  return std::vector<size_t>(comm().getGroup(axes).size(),
+                             static_cast<size_t>(count));
+}
+
 void waitFor(int64_t request) {
   // Fault injection for the failure tests: this rank fails at its first
-  // wait, while its peers' all_reduce (and its own) is in flight.
+  // wait, while its peers' collectives (and its own) are in flight.
   if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_IN_FLIGHT"))
     if (std::atoll(failRank) == comm().getRank())
       fail("injected failure with a collective in flight "
            "(SHARDX_TEST_FAIL_IN_FLIGHT)");
-  check(comm().wait(request), "all_reduce");
+  check(comm().wait(request), "wait");
 }
 
 /// Adds the time from its construction to its destruction to the calling
-/// rank's blocked time (each collective and wait of a program; a failure
-/// unwinds past it, uncounted).
+/// rank's blocked time (each collective, start and wait of a program: a
+/// start that runs its collective synchronously blocks for all of it; a
+/// failure unwinds past it, uncounted).
 struct BlockedTimer {
   std::chrono::steady_clock::time_point start =
       std::chrono::steady_clock::now();
@@ -510,6 +539,7 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
   }                                                                            \
   int64_t shardx_rt_cg_all_reduce_start_##SUFFIX(                              \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
+    BlockedTimer blocked;                                                      \
     return allReduceStart(in + in_off, out + out_off, in_size, reduce,         \
                           AXES_VEC);                                           \
   }                                                                            \
@@ -517,6 +547,38 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
                                   MEMREF1(T, out)) {                           \
     BlockedTimer blocked;                                                      \
     waitFor(request);                                                          \
+  }                                                                            \
+  int64_t shardx_rt_cg_all_gather_start_##SUFFIX(                              \
+      MEMREF1(T, in), MEMREF1(T, out), AXES) {                                 \
+    BlockedTimer blocked;                                                      \
+    return allGatherStart(in + in_off, out + out_off,                          \
+                          evenCounts(in_size, AXES_VEC), AXES_VEC);            \
+  }                                                                            \
+  int64_t shardx_rt_cg_reduce_scatter_start_##SUFFIX(                          \
+      MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
+    BlockedTimer blocked;                                                      \
+    return reduceScatterStart(in + in_off, out + out_off,                      \
+                              evenCounts(out_size, AXES_VEC), reduce,          \
+                              AXES_VEC);                                       \
+  }                                                                            \
+  int64_t shardx_rt_cg_all_gather_v_start_##SUFFIX(                            \
+      MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, counts), AXES) {       \
+    BlockedTimer blocked;                                                      \
+    return allGatherStart(                                                     \
+        in + in_off, out + out_off,                                            \
+        std::vector<size_t>(counts + counts_off,                               \
+                            counts + counts_off + counts_size),                \
+        AXES_VEC);                                                             \
+  }                                                                            \
+  int64_t shardx_rt_cg_reduce_scatter_v_start_##SUFFIX(                        \
+      MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
+      MEMREF1(int64_t, counts), AXES) {                                        \
+    BlockedTimer blocked;                                                      \
+    return reduceScatterStart(                                                 \
+        in + in_off, out + out_off,                                            \
+        std::vector<size_t>(counts + counts_off,                               \
+                            counts + counts_off + counts_size),                \
+        reduce, AXES_VEC);                                                     \
   }                                                                            \
   void shardx_rt_cg_all_gather_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \

@@ -26,7 +26,7 @@ func.func @overlap(%x: tensor<16x16xf32>, %w: tensor<16x16xf32>)
 }
 
 // CAP-LABEL: func.func @overlap
-// MODEL: remark: schedule of @overlap: 1 all-reduces (1 async), 5.005 us communication; exposed 5.005 us before, 0.909 us after scheduling
+// MODEL: remark: schedule of @overlap: 1 collectives (1 async), 5.005 us communication; exposed 5.005 us before, 0.909 us after scheduling
 
 // -----
 
@@ -52,7 +52,7 @@ func.func @packing(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16xf32> {
   return %s : tensor<16xf32>
 }
 
-// MODEL: remark: schedule of @packing: 1 all-reduces (1 async)
+// MODEL: remark: schedule of @packing: 1 collectives (1 async)
 // MODEL-NEXT: all_reduce_start of 128 bytes (bucket of 2)
 
 // -----
@@ -126,13 +126,83 @@ func.func @nested(%a: tensor<16xf32>) -> tensor<16xf32> {
   return %r : tensor<16xf32>
 }
 
+// -----
+
+shardx.mesh @mesh(shape = 4, axes = ["dp"])
+
+// Tests FSDP-style overlap: the all-gather of layer 1's (unevenly sharded)
+// weight starts before layer 0's compute, which does not need it (the
+// prefetch), and waits directly before its first use; the reduce-scatter
+// of layer 1's gradient starts right after the gradient is computed, before
+// the independent matmul, and waits directly before the return.
+// CHECK-LABEL: func.func @fsdp
+// CHECK-SAME: %[[X:[^:]*]]: tensor<16x16xf32>, %[[W0:[^:]*]]: tensor<4x16xf32>, %[[W1:[^:]*]]: tensor<?x16xf32>
+// CHECK: %[[P0:.*]] = shardx.all_gather_start %[[W0]] on @mesh axes = [0] dim = 0 : tensor<4x16xf32> -> tensor<16x16xf32>
+// CHECK-NEXT: %[[P1:.*]] = shardx.all_gather_start %[[W1]] on @mesh axes = [0] dim = 0 sizes = [5, 5, 5, 1] : tensor<?x16xf32> -> tensor<16x16xf32>
+// CHECK-NEXT: %[[E:.*]] = tensor.empty() : tensor<16x16xf32>
+// CHECK-NEXT: %[[G0:.*]] = shardx.wait %[[P0]] : tensor<16x16xf32>
+// CHECK-NEXT: %[[H:.*]] = linalg.matmul ins(%[[X]], %[[G0]]
+// CHECK-NEXT: %[[G1:.*]] = shardx.wait %[[P1]] : tensor<16x16xf32>
+// CHECK-NEXT: %[[Y:.*]] = linalg.matmul ins(%[[H]], %[[G1]]
+// CHECK-NEXT: %[[PS:.*]] = shardx.reduce_scatter_start %[[Y]] on @mesh axes = [0] dim = 0 reduction = sum sizes = [5, 5, 5, 1] : tensor<16x16xf32> -> tensor<?x16xf32>
+// CHECK-NEXT: %[[Z:.*]] = linalg.matmul ins(%[[X]], %[[X]]
+// CHECK-NEXT: %[[S:.*]] = shardx.wait %[[PS]] : tensor<?x16xf32>
+// CHECK-NEXT: return %[[S]], %[[Z]]
+// CAP-LABEL: func.func @fsdp
+// CAP: shardx.all_gather_start
+// CAP-NEXT: shardx.wait
+// CAP-NEXT: shardx.all_gather_start
+func.func @fsdp(%x: tensor<16x16xf32>, %w0: tensor<4x16xf32>, %w1: tensor<?x16xf32>)
+    -> (tensor<?x16xf32>, tensor<16x16xf32>) {
+  %e = tensor.empty() : tensor<16x16xf32>
+  %g0 = shardx.all_gather %w0 on @mesh axes = [0] dim = 0 : tensor<4x16xf32> -> tensor<16x16xf32>
+  %h = linalg.matmul ins(%x, %g0 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %g1 = shardx.all_gather %w1 on @mesh axes = [0] dim = 0 sizes = [5, 5, 5, 1] : tensor<?x16xf32> -> tensor<16x16xf32>
+  %y = linalg.matmul ins(%h, %g1 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %z = linalg.matmul ins(%x, %x : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %s = shardx.reduce_scatter %y on @mesh axes = [0] dim = 0 reduction = sum sizes = [5, 5, 5, 1] : tensor<16x16xf32> -> tensor<?x16xf32>
+  return %s, %z : tensor<?x16xf32>, tensor<16x16xf32>
+}
+
+// MODEL: remark: schedule of @fsdp: 3 collectives (3 async)
+// MODEL-NEXT: all_gather_start of 1024 bytes
+// MODEL-NEXT: all_gather_start of 1024 bytes
+// MODEL-NEXT: reduce_scatter_start of 1024 bytes
+
+// -----
+
+shardx.mesh @mesh(shape = 4, axes = ["dp"])
+
+// Tests that the cap counts a collective's larger side: an all-gather of
+// 64 bytes into 256 holds 256, so with 128 bytes in flight the second
+// all-gather starts only after the first one's wait (and a single one over
+// the cap still starts alone).
+// CAP-LABEL: func.func @gather_cap
+// CAP: %[[P0:.*]] = shardx.all_gather_start %arg0
+// CAP-NEXT: %[[R0:.*]] = shardx.wait %[[P0]]
+// CAP-NEXT: %[[P1:.*]] = shardx.all_gather_start %arg1
+// CAP-NEXT: %[[R1:.*]] = shardx.wait %[[P1]]
+// CAP-NEXT: return %[[R0]], %[[R1]]
+// CHECK-LABEL: func.func @gather_cap
+// CHECK: %[[P0:.*]] = shardx.all_gather_start %arg0
+// CHECK-NEXT: %[[P1:.*]] = shardx.all_gather_start %arg1
+// CHECK-DAG: shardx.wait %[[P0]]
+// CHECK-DAG: shardx.wait %[[P1]]
+// CHECK: return
+func.func @gather_cap(%a: tensor<16xf32>, %b: tensor<16xf32>)
+    -> (tensor<64xf32>, tensor<64xf32>) {
+  %ga = shardx.all_gather %a on @mesh axes = [0] dim = 0 : tensor<16xf32> -> tensor<64xf32>
+  %gb = shardx.all_gather %b on @mesh axes = [0] dim = 0 : tensor<16xf32> -> tensor<64xf32>
+  return %ga, %gb : tensor<64xf32>, tensor<64xf32>
+}
+
 // The traced DP x TP MLP train step (examples/mlp_dp_tp_train.mlir) through
 // shardx-spmd with scheduling: the five dp all-reduces stay one bucket, the
 // tp all-reduce of the forward pass is the other collective, both async.
 // RUN: shardx-opt %shardx_src_root/examples/mlp_dp_tp_train.mlir \
 // RUN:   --shardx-spmd="schedule-collectives=true print-schedule=true" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=DP
-// DP: remark: schedule of @mlp_dp_tp_train: 2 all-reduces (2 async)
+// DP: remark: schedule of @mlp_dp_tp_train: 2 collectives (2 async)
 // DP-NEXT: all_reduce_start of 256 bytes
 // DP-NEXT: all_reduce_start of 2180 bytes (bucket of 5)
 // DP-COUNT-2: shardx.all_reduce_start
@@ -143,3 +213,11 @@ func.func @nested(%a: tensor<16xf32>) -> tensor<16xf32> {
 // RUN:   | FileCheck %s --check-prefix=OFF
 // OFF-NOT: shardx.all_reduce_start
 // OFF-NOT: shardx.wait
+
+// shardx-print-plan on the local program gives the same summary.
+// RUN: shardx-opt %shardx_src_root/examples/mlp_dp_tp_train.mlir --shardx-spmd \
+// RUN:   | shardx-opt --shardx-print-plan -o /dev/null 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=PLAN
+// PLAN: remark: schedule of @mlp_dp_tp_train: 2 collectives (2 async)
+// PLAN-NEXT: all_reduce_start of 256 bytes
+// PLAN-NEXT: all_reduce_start of 2180 bytes (bucket of 5)

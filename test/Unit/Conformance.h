@@ -361,6 +361,97 @@ template <typename T> Status checkAsyncAllReduce(Communicator &c) {
   return Status::ok();
 }
 
+/// all_gather_start and reduce_scatter_start (even and uneven counts, one
+/// member with none, every reduction), all started before a synchronous
+/// all_reduce and waited for after it in reverse order: each result is the
+/// synchronous collective's.
+template <typename T> Status checkAsyncGatherScatter(Communicator &c) {
+  const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Avg,
+                                     ReduceOp::Max, ReduceOp::Min};
+  for (const auto &axes : axisGroups(c)) {
+    std::vector<int64_t> members = c.getGroup(axes);
+    size_t n = members.size();
+    size_t me = static_cast<size_t>(c.getGroupIndex(axes));
+    std::vector<std::vector<size_t>> countSets = {
+        std::vector<size_t>(n, 3), std::vector<size_t>(n, 40001)};
+    std::vector<size_t> uneven;
+    for (size_t i = 0; i < n; ++i)
+      uneven.push_back(i + 1 == n && n > 1 ? 0 : i + 2);
+    countSets.push_back(uneven);
+    struct Started {
+      bool gather;
+      ReduceOp op;
+      std::vector<size_t> counts;
+      std::vector<T> send, recv;
+      int64_t request = -1;
+    };
+    std::vector<Started> started;
+    for (const std::vector<size_t> &counts : countSets) {
+      size_t total =
+          std::accumulate(counts.begin(), counts.end(), static_cast<size_t>(0));
+      Started g{true, ReduceOp::Sum, counts, {}, {}};
+      g.send.resize(counts[me]);
+      for (size_t k = 0; k < counts[me]; ++k)
+        g.send[k] = value<T>(c.getRank(), k, ReduceOp::Sum);
+      g.recv.assign(total, T(-1));
+      started.push_back(std::move(g));
+      for (ReduceOp op : ops) {
+        if (op == ReduceOp::Avg && !std::is_floating_point<T>::value)
+          continue; // integer averages truncate
+        Started r{false, op, counts, {}, {}};
+        r.send.resize(total);
+        for (size_t k = 0; k < total; ++k)
+          r.send[k] = value<T>(c.getRank(), k, op);
+        r.recv.assign(counts[me], T(-1));
+        started.push_back(std::move(r));
+      }
+    }
+    for (Started &st : started) {
+      Status s =
+          st.gather
+              ? c.allGatherStart(st.send.data(), st.recv.data(), st.counts,
+                                 dtypeOf<T>(), axes, st.request)
+              : c.reduceScatterStart(st.send.data(), st.recv.data(), st.counts,
+                                     dtypeOf<T>(), st.op, axes, st.request);
+      if (!s)
+        return s;
+    }
+    std::vector<T> mine(3, value<T>(c.getRank(), 0, ReduceOp::Sum));
+    std::vector<T> reduced(3);
+    if (Status s = c.allReduce(mine.data(), reduced.data(), 3, dtypeOf<T>(),
+                               ReduceOp::Sum, axes);
+        !s)
+      return s;
+    if (Status s = expectEqual(
+            c, "all_reduce between starts and waits", reduced,
+            std::vector<T>(3, reduceValues<T>(members, 0, ReduceOp::Sum)));
+        !s)
+      return s;
+    for (size_t i = started.size(); i-- > 0;) {
+      Started &st = started[i];
+      if (Status s = c.wait(st.request); !s)
+        return s;
+      std::vector<T> want;
+      if (st.gather) {
+        for (size_t m = 0; m < n; ++m)
+          for (size_t k = 0; k < st.counts[m]; ++k)
+            want.push_back(value<T>(members[m], k, ReduceOp::Sum));
+      } else {
+        size_t offset = std::accumulate(
+            st.counts.begin(), st.counts.begin() + me, static_cast<size_t>(0));
+        for (size_t k = 0; k < st.counts[me]; ++k)
+          want.push_back(reduceValues<T>(members, offset + k, st.op));
+      }
+      std::string what =
+          std::string(st.gather ? "all_gather_start" : "reduce_scatter_start") +
+          " #" + std::to_string(i);
+      if (Status s = expectEqual(c, what, st.recv, want); !s)
+        return s;
+    }
+  }
+  return Status::ok();
+}
+
 /// all_to_all with variable counts: member i sends i + j + 1 elements to j.
 template <typename T> Status checkAllToAll(Communicator &c) {
   for (const auto &axes : axisGroups(c)) {

@@ -84,6 +84,14 @@ TEST_P(CudaLocalConformance, AsyncAllReduce) {
   expectAllOk(runStaged(GetParam(), conformance::checkAsyncAllReduce<int64_t>));
 }
 
+TEST_P(CudaLocalConformance, AsyncGatherScatter) {
+  SKIP_WITHOUT_GPU();
+  expectAllOk(
+      runStaged(GetParam(), conformance::checkAsyncGatherScatter<float>));
+  expectAllOk(
+      runStaged(GetParam(), conformance::checkAsyncGatherScatter<int64_t>));
+}
+
 TEST_P(CudaLocalConformance, NanMaxMin) {
   SKIP_WITHOUT_GPU();
   expectAllOk(runStaged(GetParam(), conformance::checkNanMaxMin<float>));

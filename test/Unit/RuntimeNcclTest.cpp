@@ -286,6 +286,12 @@ TEST_P(NcclConformance, SynchronousCollectives) {
   unsetenv("SHARDX_GPU_SYNC_COLLECTIVES");
 }
 
+TEST_P(NcclConformance, AsyncGatherScatter) {
+  SKIP_UNLESS_RUNNABLE();
+  runStaged(GetParam(), conformance::checkAsyncGatherScatter<float>);
+  runStaged(GetParam(), conformance::checkAsyncGatherScatter<int64_t>);
+}
+
 // Skip list: NanMaxMin. NCCL's f32/f64 max and min are fmaxf/fminf (and
 // fmax/fmin; NVIDIA/nccl src/device/reduce_kernel.h), which return the
 // other operand when one is NaN, where the other backends propagate NaN.

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 using namespace shardx;
@@ -61,6 +62,22 @@ TEST_P(ThreadsConformance, AsyncAllReduce) {
   expectAllOk(runThreads(GetParam(), conformance::checkAsyncAllReduce<float>));
   expectAllOk(
       runThreads(GetParam(), conformance::checkAsyncAllReduce<int64_t>));
+}
+
+// With the communication thread (forced on) and without (forced off: the
+// starts run synchronously, as the auto policy does on a host without a
+// spare core per rank).
+TEST_P(ThreadsConformance, AsyncGatherScatter) {
+  for (const char *mode : {"on", "off"}) {
+    setenv("SHARDX_ASYNC_COLLECTIVES", mode, 1);
+    expectAllOk(
+        runThreads(GetParam(), conformance::checkAsyncGatherScatter<float>));
+    expectAllOk(
+        runThreads(GetParam(), conformance::checkAsyncGatherScatter<int64_t>));
+    expectAllOk(
+        runThreads(GetParam(), conformance::checkAsyncAllReduce<float>));
+  }
+  unsetenv("SHARDX_ASYNC_COLLECTIVES");
 }
 
 TEST_P(ThreadsConformance, AllToAll) {

@@ -70,10 +70,13 @@ static llvm::cl::opt<bool> unsharded(llvm::cl::cat(toolOptions),
 
 static llvm::cl::opt<bool> scheduleCollectives(
     llvm::cl::cat(toolOptions), "schedule-collectives",
-    llvm::cl::desc("split all-reduces into start/wait and overlap them with "
-                   "compute (shardx-spmd's schedule-collectives; default "
-                   "off: see docs/Compiler.md)"),
-    llvm::cl::init(false));
+    llvm::cl::desc("split all-reduces, all-gathers and reduce-scatters "
+                   "into start/wait and overlap them with compute "
+                   "(shardx-spmd's schedule-collectives; default on for "
+                   "--target=cpu, off for cuda: the CPU runtime runs starts "
+                   "asynchronously only where each rank has a spare core, "
+                   "see SHARDX_ASYNC_COLLECTIVES in docs/Runtime.md)"),
+    llvm::cl::init(true));
 static llvm::cl::opt<bool> printSchedule(
     llvm::cl::cat(toolOptions), "print-schedule",
     llvm::cl::desc("print, per function, the modeled communication and "
@@ -131,11 +134,15 @@ int main(int argc, char **argv) {
     TimingScope spmdTiming = rootTiming.nest("spmd pipeline");
     PassManager pm(context.get());
     mlir::shardx::SpmdPipelineOptions spmdOptions;
-    // Off by default: on the 2-core machines it was measured on, the
-    // communication and MPI progress threads compete with the ranks'
-    // compute, so steps got slower although less communication was exposed
-    // (bench/README.md, "Overlap").
-    spmdOptions.scheduleCollectives = scheduleCollectives;
+    // On by default for CPU artifacts: the runtime runs starts
+    // asynchronously only where each rank has a spare core
+    // (asyncCollectivesEnabled), else synchronously, so a scheduled program
+    // costs what an unscheduled one does (bench/README.md, "Overlap").
+    // Off by default for CUDA artifacts, whose communicators run starts
+    // synchronously: an explicit --schedule-collectives asks for it.
+    spmdOptions.scheduleCollectives =
+        scheduleCollectives &&
+        (target != "cuda" || scheduleCollectives.getNumOccurrences() > 0);
     spmdOptions.printSchedule = printSchedule;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     pm.enableTiming(spmdTiming);

@@ -113,9 +113,12 @@ static cl::opt<bool> bucketCollectives(
 
 static cl::opt<bool> scheduleCollectives(
     cl::cat(toolOptions), "schedule-collectives",
-    cl::desc("split all-reduces into start/wait and overlap them with "
-             "compute (shardx-spmd's schedule-collectives; default off)"),
-    cl::init(false));
+    cl::desc("split all-reduces, all-gathers and reduce-scatters into "
+             "start/wait and overlap them with compute (shardx-spmd's "
+             "schedule-collectives; default on: the runtime runs starts "
+             "asynchronously only where each rank has a spare core, see "
+             "SHARDX_ASYNC_COLLECTIVES in docs/Runtime.md)"),
+    cl::init(true));
 
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's

@@ -68,6 +68,18 @@ int shardx_rt_all_reduce_start(shardx_rt_comm *comm, const void *send,
                                void *recv, int64_t count, int32_t dtype,
                                int32_t reduce, const int64_t *axes,
                                int64_t num_axes, int64_t *request);
+/* The same for all_gather and reduce_scatter (counts as in the blocking
+ * forms; copied at the start). */
+int shardx_rt_all_gather_start(shardx_rt_comm *comm, const void *send,
+                               void *recv, const int64_t *counts,
+                               int64_t num_counts, int32_t dtype,
+                               const int64_t *axes, int64_t num_axes,
+                               int64_t *request);
+int shardx_rt_reduce_scatter_start(shardx_rt_comm *comm, const void *send,
+                                   void *recv, const int64_t *counts,
+                                   int64_t num_counts, int32_t dtype,
+                                   int32_t reduce, const int64_t *axes,
+                                   int64_t num_axes, int64_t *request);
 int shardx_rt_wait(shardx_rt_comm *comm, int64_t request);
 /* Seconds this rank's compiled programs spent blocked in collectives and
  * waits since the communicator was made (exposed communication). */

@@ -117,6 +117,18 @@ public:
                                 DType type, ReduceOp op,
                                 const std::vector<int64_t> &axes,
                                 int64_t &request);
+  /// The started forms of allGather and reduceScatter, with the same
+  /// contract as allReduceStart (`counts` is copied; the buffers stay
+  /// untouched until `wait`). The defaults run the collective now.
+  virtual Status allGatherStart(const void *send, void *recv,
+                                const std::vector<size_t> &counts, DType type,
+                                const std::vector<int64_t> &axes,
+                                int64_t &request);
+  virtual Status reduceScatterStart(const void *send, void *recv,
+                                    const std::vector<size_t> &counts,
+                                    DType type, ReduceOp op,
+                                    const std::vector<int64_t> &axes,
+                                    int64_t &request);
   /// Waits for the collective `request` names; its error if it failed.
   /// On a stream-ordered communicator (nccl) the wait is the compute
   /// stream's: the calling thread does not block.
@@ -158,6 +170,16 @@ protected:
   std::string lastError;
   double waitSeconds = 0;
 };
+
+/// Whether started collectives run asynchronously (a communication thread
+/// per rank on `threads`, a progress thread per process on `mpi`) when
+/// `localRanks` ranks share this host: SHARDX_ASYNC_COLLECTIVES=on or off
+/// decides; unset or `auto`, only when the CPUs this process may run on
+/// number at least twice the local ranks (a spare core each for its
+/// communication). Otherwise a start runs its collective synchronously and
+/// no extra thread exists, so a scheduled program costs what an
+/// unscheduled one does.
+bool asyncCollectivesEnabled(int64_t localRanks);
 
 /// Reduces `count` elements of `in` into `inout` with `op` (avg sums; the
 /// caller divides).

@@ -199,18 +199,20 @@ FailureOr<Value> RuntimeCalls::flatCall(StringRef kind, Value in,
 }
 
 FailureOr<Value> RuntimeCalls::flatCallAsync(StringRef kind, Value in,
+                                             ArrayRef<int64_t> outShape,
                                              ArrayRef<Value> extra,
-                                             Operation *waitPoint) {
+                                             Operation *waitPoint,
+                                             ValueRange outDynSizes) {
   auto inType = cast<RankedTensorType>(in.getType());
   Type elt = inType.getElementType();
   if (elt.isInteger(1))
-    return flatCall(kind, in, inType.getShape(), extra, dynSizes(in));
+    return flatCall(kind, in, outShape, extra, outDynSizes);
   FailureOr<std::string> sfx = suffix(elt);
   if (failed(sfx))
     return failure();
   Value inFlat = contiguous(in);
-  Value out = memref::AllocOp::create(
-      b, loc, MemRefType::get(inType.getShape(), elt), dynSizes(in));
+  Value out = memref::AllocOp::create(b, loc, MemRefType::get(outShape, elt),
+                                      outDynSizes);
   Value outFlat = flat(out);
   SmallVector<Value> args = {inFlat, outFlat};
   args.append(extra.begin(), extra.end());
@@ -226,8 +228,8 @@ FailureOr<Value> RuntimeCalls::flatCallAsync(StringRef kind, Value in,
                                 ValueRange(waitArgs).getTypes(), {});
   func::CallOp::create(b, waitPoint->getLoc(), waitFn, waitArgs);
   return Value(bufferization::ToTensorOp::create(
-      b, waitPoint->getLoc(), inType, out, /*restrict=*/true,
-      /*writable=*/true));
+      b, waitPoint->getLoc(), RankedTensorType::get(outShape, elt), out,
+      /*restrict=*/true, /*writable=*/true));
 }
 
 /// `t` with its integer elements zero-extended or truncated to `elt`.

@@ -40,14 +40,16 @@ public:
                             ArrayRef<int64_t> outShape, ArrayRef<Value> extra,
                             ValueRange outDynSizes = {});
 
-  /// The asynchronous form of a shape-preserving flatCall: here, a call of
+  /// The asynchronous form of flatCall: here, a call of
   /// `shardx_rt_cg_<kind>_start_<suffix>(in, out, extra..., axes)` that
   /// returns a request; in front of `waitPoint`, a call of
   /// `shardx_rt_cg_wait_<suffix>(request, in, out)` (which keeps both
   /// buffers alive until then) and the output as a tensor, returned.
   /// Booleans take the synchronous flatCall.
   FailureOr<Value> flatCallAsync(StringRef kind, Value in,
-                                 ArrayRef<Value> extra, Operation *waitPoint);
+                                 ArrayRef<int64_t> outShape,
+                                 ArrayRef<Value> extra, Operation *waitPoint,
+                                 ValueRange outDynSizes = {});
 
   /// This rank's index in the op's group.
   Value groupIndex();

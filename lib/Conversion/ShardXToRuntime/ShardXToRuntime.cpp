@@ -165,10 +165,11 @@ struct AllReduceStartLowering : CollectivePattern<AllReduceStartOp> {
   using CollectivePattern::CollectivePattern;
   FailureOr<Value> lower(AllReduceStartOp op, OpAdaptor adaptor,
                          RuntimeCalls &rt) const override {
+    Value in = adaptor.getInput();
     return rt.flatCallAsync(
-        "all_reduce", adaptor.getInput(),
+        "all_reduce", in, cast<RankedTensorType>(in.getType()).getShape(),
         {rt.i32(getRuntimeReductionCode(op.getReduction()))},
-        *op->getUsers().begin());
+        *op->getUsers().begin(), rt.dynSizes(in));
   }
 };
 
@@ -232,32 +233,58 @@ struct AxisIndexLowering : CollectivePattern<AxisIndexOp> {
 // Dim-moving collectives
 //===----------------------------------------------------------------------===//
 
+/// The wait of a `*_start` op (its only user), where its result is ready;
+/// null for a synchronous collective.
+Operation *waitPointOf(Operation *op) {
+  if (isa<AllGatherStartOp, ReduceScatterStartOp>(op))
+    return *op->getUsers().begin();
+  return nullptr;
+}
+
+/// The flat runtime call of `op`: synchronous, or (with a `waitPoint`)
+/// started here and waited for there. Leaves the builder where the output
+/// is ready, for the steps that unpack it.
+FailureOr<Value> callCollective(RuntimeCalls &rt, StringRef kind, Value in,
+                                ArrayRef<int64_t> outShape,
+                                ArrayRef<Value> extra, Operation *waitPoint,
+                                ValueRange outDynSizes = {}) {
+  if (!waitPoint)
+    return rt.flatCall(kind, in, outShape, extra, outDynSizes);
+  FailureOr<Value> out =
+      rt.flatCallAsync(kind, in, outShape, extra, waitPoint, outDynSizes);
+  rt.b.setInsertionPoint(waitPoint);
+  return out;
+}
+
 // [S(d), R] -> [R, R]: all_gather_<T> into [n, local...], then each stride
 // block's pieces in group order. Uneven (`sizes`): the dim moves to the
-// front and all_gather_v_<T> runs on whole rows.
-struct AllGatherLowering : CollectivePattern<AllGatherOp> {
-  using CollectivePattern::CollectivePattern;
-  FailureOr<Value> lower(AllGatherOp op, OpAdaptor adaptor,
+// front and all_gather_v_<T> runs on whole rows. all_gather_start: the
+// same with the call started here and the unpacking at its wait.
+template <typename OpT> struct AllGatherLowering : CollectivePattern<OpT> {
+  using CollectivePattern<OpT>::CollectivePattern;
+  using OpAdaptor = typename OpT::Adaptor;
+  FailureOr<Value> lower(OpT op, OpAdaptor adaptor,
                          RuntimeCalls &rt) const override {
     Value in = adaptor.getInput();
+    Operation *waitPoint = waitPointOf(op);
     if (std::optional<ArrayRef<int64_t>> sizes = op.getSizes())
-      return lowerUneven(op, in, *sizes, rt);
+      return lowerUneven(op, in, *sizes, rt, waitPoint);
     FailureOr<int64_t> n = checkEven(op, in);
     if (failed(n))
       return failure();
     ArrayRef<int64_t> local = cast<RankedTensorType>(in.getType()).getShape();
     SmallVector<int64_t> gathered = {*n};
     gathered.append(local.begin(), local.end());
-    FailureOr<Value> g = rt.flatCall("all_gather", in, gathered, {});
+    FailureOr<Value> g =
+        callCollective(rt, "all_gather", in, gathered, {}, waitPoint);
     if (failed(g))
       return failure();
     return interleaveReceived(rt, *g, local, op.getDim(), op.getStride(), *n,
                               op.getType().getShape());
   }
 
-  FailureOr<Value> lowerUneven(AllGatherOp op, Value in,
-                               ArrayRef<int64_t> sizes,
-                               RuntimeCalls &rt) const {
+  FailureOr<Value> lowerUneven(OpT op, Value in, ArrayRef<int64_t> sizes,
+                               RuntimeCalls &rt, Operation *waitPoint) const {
     auto inType = cast<RankedTensorType>(in.getType());
     int64_t dim = op.getDim();
     FailureOr<SmallVector<int64_t>> counts =
@@ -268,8 +295,8 @@ struct AllGatherLowering : CollectivePattern<AllGatherOp> {
     SmallVector<int64_t> shape(
         cast<RankedTensorType>(front.getType()).getShape());
     shape[0] = op.getType().getDimSize(dim);
-    FailureOr<Value> g =
-        rt.flatCall("all_gather_v", front, shape, {rt.int64Array(*counts)});
+    FailureOr<Value> g = callCollective(rt, "all_gather_v", front, shape,
+                                        {rt.int64Array(*counts)}, waitPoint);
     if (failed(g))
       return failure();
     return rt.moveDim(*g, dim, true);
@@ -278,13 +305,17 @@ struct AllGatherLowering : CollectivePattern<AllGatherOp> {
 
 // [P(op), R] -> [S(d), R]: [pre, s, n, b, post] -> [n, pre, s, b, post],
 // then reduce_scatter_<T>. Uneven: reduce_scatter_v_<T> on whole rows.
-struct ReduceScatterLowering : CollectivePattern<ReduceScatterOp> {
-  using CollectivePattern::CollectivePattern;
-  FailureOr<Value> lower(ReduceScatterOp op, OpAdaptor adaptor,
+// reduce_scatter_start: the same with the call started here and the
+// unpacking at its wait.
+template <typename OpT> struct ReduceScatterLowering : CollectivePattern<OpT> {
+  using CollectivePattern<OpT>::CollectivePattern;
+  using OpAdaptor = typename OpT::Adaptor;
+  FailureOr<Value> lower(OpT op, OpAdaptor adaptor,
                          RuntimeCalls &rt) const override {
     Value in = adaptor.getInput();
+    Operation *waitPoint = waitPointOf(op);
     if (std::optional<ArrayRef<int64_t>> sizes = op.getSizes())
-      return lowerUneven(op, in, *sizes, rt);
+      return lowerUneven(op, in, *sizes, rt, waitPoint);
     FailureOr<int64_t> n = checkEven(op, in);
     if (failed(n))
       return failure();
@@ -294,13 +325,13 @@ struct ReduceScatterLowering : CollectivePattern<ReduceScatterOp> {
                   op.getStride(), *n);
     Value t = rt.transpose(rt.reshape(in, view),
                            toFront(dim + 1, static_cast<int64_t>(view.size())));
-    return rt.flatCall("reduce_scatter", t, op.getType().getShape(),
-                       {rt.i32(getRuntimeReductionCode(op.getReduction()))});
+    return callCollective(rt, "reduce_scatter", t, op.getType().getShape(),
+                          {rt.i32(getRuntimeReductionCode(op.getReduction()))},
+                          waitPoint);
   }
 
-  FailureOr<Value> lowerUneven(ReduceScatterOp op, Value in,
-                               ArrayRef<int64_t> sizes,
-                               RuntimeCalls &rt) const {
+  FailureOr<Value> lowerUneven(OpT op, Value in, ArrayRef<int64_t> sizes,
+                               RuntimeCalls &rt, Operation *waitPoint) const {
     auto inType = cast<RankedTensorType>(in.getType());
     int64_t dim = op.getDim();
     FailureOr<SmallVector<int64_t>> counts =
@@ -313,10 +344,10 @@ struct ReduceScatterLowering : CollectivePattern<ReduceScatterOp> {
     shape[0] = ShapedType::kDynamic;
     Value mine = rt.lookup(rt.groupIndex(), sizes);
     FailureOr<Value> r =
-        rt.flatCall("reduce_scatter_v", front, shape,
-                    {rt.i32(getRuntimeReductionCode(op.getReduction())),
-                     rt.int64Array(*counts)},
-                    ValueRange{mine});
+        callCollective(rt, "reduce_scatter_v", front, shape,
+                       {rt.i32(getRuntimeReductionCode(op.getReduction())),
+                        rt.int64Array(*counts)},
+                       waitPoint, ValueRange{mine});
     if (failed(r))
       return failure();
     Value back = rt.moveDim(*r, dim, true);
@@ -566,11 +597,14 @@ struct ConvertShardXToRuntimePass
 
 void mlir::shardx::populateShardXToRuntimePatterns(
     RewritePatternSet &patterns) {
-  patterns.add<AllGatherLowering, AllReduceLowering, AllReduceStartLowering,
-               AllToAllLowering, AxisIndexLowering, BroadcastLowering,
-               ChunkLowering, ExchangeLowering, PartitionValueLowering,
-               PermuteLowering, ReduceScatterLowering, WaitLowering>(
-      patterns.getContext());
+  patterns
+      .add<AllGatherLowering<AllGatherOp>, AllGatherLowering<AllGatherStartOp>,
+           AllReduceLowering, AllReduceStartLowering, AllToAllLowering,
+           AxisIndexLowering, BroadcastLowering, ChunkLowering,
+           ExchangeLowering, PartitionValueLowering, PermuteLowering,
+           ReduceScatterLowering<ReduceScatterOp>,
+           ReduceScatterLowering<ReduceScatterStartOp>, WaitLowering>(
+          patterns.getContext());
 }
 
 void mlir::shardx::configureShardXToRuntimeTarget(ConversionTarget &target) {

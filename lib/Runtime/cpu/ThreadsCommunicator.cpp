@@ -24,13 +24,16 @@
 // (`threads`), device copies and reduction kernels on the rank's stream for
 // `cuda-local` (lib/Runtime/cuda), which completes them before each meeting.
 //
-// A started collective (allReduceStart) runs on the rank's communication
-// thread (CommThread.h) while the rank computes; a synchronous collective
-// first waits for the started ones, so that every rank runs its collectives
-// in one order. On `cuda-local` the communication thread's device work goes
-// to that thread's own stream (the CUDA runtime has one per thread), which
-// it completes before the collective returns: the rank's kernels queued
-// between the start and the wait overlap the collective.
+// A started collective (allReduceStart, allGatherStart, reduceScatterStart)
+// runs on the rank's communication thread (CommThread.h) while the rank
+// computes; a synchronous collective first waits for the started ones, so
+// that every rank runs its collectives in one order. On `threads` that
+// thread is used only where asyncCollectivesEnabled gives each rank a spare
+// core (otherwise starts take the synchronous default). On `cuda-local` it
+// is always used: its device work goes to that thread's own stream (the CUDA
+// runtime has one per thread), which it completes before the collective
+// returns, so the rank's kernels queued between the start and the wait
+// overlap the collective.
 //
 //===----------------------------------------------------------------------===//
 
@@ -496,6 +499,36 @@ public:
     return Status::ok();
   }
 
+  Status allGatherStart(const void *send, void *recv,
+                        const std::vector<size_t> &counts, DType type,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::allGatherStart(send, recv, counts, type, axes,
+                                          request);
+    if (Status s = checkAxes(axes, "all_gather"); !s)
+      return s;
+    request = comm.submit([this, send, recv, counts, type, axes] {
+      return allGather(send, recv, counts, type, axes);
+    });
+    return Status::ok();
+  }
+
+  Status reduceScatterStart(const void *send, void *recv,
+                            const std::vector<size_t> &counts, DType type,
+                            ReduceOp op, const std::vector<int64_t> &axes,
+                            int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::reduceScatterStart(send, recv, counts, type, op,
+                                              axes, request);
+    if (Status s = checkAxes(axes, "reduce_scatter"); !s)
+      return s;
+    request = comm.submit([this, send, recv, counts, type, op, axes] {
+      return reduceScatter(send, recv, counts, type, op, axes);
+    });
+    return Status::ok();
+  }
+
   Status wait(int64_t request) override {
     if (!asynchronous)
       return Communicator::wait(request);
@@ -632,11 +665,13 @@ private:
   const char *backend;
   /// This rank's copies, reductions and private (scratch) buffer.
   std::unique_ptr<BufferOps> ops;
-  /// Whether started collectives run on `comm`. The rank's BufferOps are
-  /// used by one thread at a time: a synchronous collective drains the
-  /// started ones first.
-  bool asynchronous = std::strcmp(backend, "threads") == 0 ||
-                      std::strcmp(backend, "cuda-local") == 0;
+  /// Whether started collectives run on `comm`: on cuda-local always (device
+  /// work, no host core needed), on threads where the policy gives each rank
+  /// a spare core. The rank's BufferOps are used by one thread at a time: a
+  /// synchronous collective drains the started ones first.
+  bool asynchronous = std::strcmp(backend, "cuda-local") == 0 ||
+                      (std::strcmp(backend, "threads") == 0 &&
+                       asyncCollectivesEnabled(world.slots.size()));
   /// Declared last: destroyed (joined) first, while the rest still lives.
   CommThread comm;
 };

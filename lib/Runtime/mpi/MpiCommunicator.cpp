@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 namespace shardx::rt {
 
@@ -110,7 +111,17 @@ public:
   MpiCommunicator(std::vector<int64_t> meshShape, int64_t rank,
                   double timeoutSeconds)
       : Communicator(std::move(meshShape), rank), timeout(timeoutSeconds),
-        watchdog([this] { watch(); }) {}
+        watchdog([this] { watch(); }) {
+    // The ranks on this host: the processes that can share memory.
+    MPI_Comm local;
+    int localRanks = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                            MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+      MPI_Comm_size(local, &localRanks);
+      MPI_Comm_free(&local);
+    }
+    asynchronous = asyncCollectivesEnabled(localRanks);
+  }
 
   ~MpiCommunicator() override {
     {
@@ -277,43 +288,99 @@ public:
   }
 
   /// MPI_Iallreduce; the progress thread tests it while the rank computes
-  /// (Open MPI moves a non-blocking collective's data only inside MPI calls).
+  /// (Open MPI moves a non-blocking collective's data only inside MPI
+  /// calls). Synchronous when the policy gives the rank no spare core.
   Status allReduceStart(const void *send, void *recv, size_t count,
                         DType type, ReduceOp op,
                         const std::vector<int64_t> &axes,
                         int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::allReduceStart(send, recv, count, type, op, axes,
+                                          request);
     Guard guard(*this, "all_reduce");
     MPI_Comm comm;
     if (Status s = allReduceComm(axes, count, comm); !s)
       return s;
-    Pending p{MPI_REQUEST_NULL, recv, count, type, op == ReduceOp::Avg,
+    Pending p{"all_reduce", recv, count, type, op == ReduceOp::Avg,
               static_cast<int64_t>(getGroup(axes).size())};
-    std::lock_guard<std::mutex> lock(progressMutex);
-    if (Status s = check("all_reduce",
-                         MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send,
-                                        recv, static_cast<int>(count),
-                                        mpiType(type), mpiOp(op, type), comm,
-                                        &p.request));
+    return startPending(
+        std::move(p),
+        [&](MPI_Request *r) {
+          return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                                static_cast<int>(count), mpiType(type),
+                                mpiOp(op, type), comm, r);
+        },
+        request);
+  }
+
+  /// MPI_Iallgatherv in bytes, as allGather.
+  Status allGatherStart(const void *send, void *recv,
+                        const std::vector<size_t> &counts, DType type,
+                        const std::vector<int64_t> &axes,
+                        int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::allGatherStart(send, recv, counts, type, axes,
+                                          request);
+    Guard guard(*this, "all_gather");
+    MPI_Comm comm;
+    Pending p{"all_gather", recv, 0, type, false, 0};
+    if (Status s = prepare("all_gather", axes, counts, type, comm, p.counts,
+                           p.displs);
         !s)
       return s;
-    request = nextRequest++;
-    pending.emplace(request, p);
-    if (!progress.joinable())
-      progress = std::thread([this] { makeProgress(); });
-    return Status::ok();
+    int me = static_cast<int>(getGroupIndex(axes));
+    // The count and displacement arrays live in the pending entry until
+    // the collective completes, as MPI requires.
+    return startPending(
+        std::move(p),
+        [&](MPI_Request *r, Pending &stored) {
+          return MPI_Iallgatherv(send, stored.counts[me], MPI_BYTE, recv,
+                                 stored.counts.data(), stored.displs.data(),
+                                 MPI_BYTE, comm, r);
+        },
+        request);
+  }
+
+  /// MPI_Ireduce_scatter in elements, as reduceScatter.
+  Status reduceScatterStart(const void *send, void *recv,
+                            const std::vector<size_t> &counts, DType type,
+                            ReduceOp op, const std::vector<int64_t> &axes,
+                            int64_t &request) override {
+    if (!asynchronous)
+      return Communicator::reduceScatterStart(send, recv, counts, type, op,
+                                              axes, request);
+    Guard guard(*this, "reduce_scatter");
+    MPI_Comm comm;
+    std::vector<int> bytes, displs;
+    if (Status s =
+            prepare("reduce_scatter", axes, counts, type, comm, bytes, displs);
+        !s)
+      return s;
+    int64_t me = getGroupIndex(axes);
+    Pending p{"reduce_scatter", recv, counts[me], type, op == ReduceOp::Avg,
+              static_cast<int64_t>(counts.size())};
+    p.counts.assign(counts.begin(), counts.end());
+    return startPending(
+        std::move(p),
+        [&](MPI_Request *r, Pending &stored) {
+          return MPI_Ireduce_scatter(send, recv, stored.counts.data(),
+                                     mpiType(type), mpiOp(op, type), comm, r);
+        },
+        request);
   }
 
   Status wait(int64_t request) override {
-    Guard guard(*this, "all_reduce (wait)");
+    if (!asynchronous)
+      return Communicator::wait(request);
+    Guard guard(*this, "wait");
     std::lock_guard<std::mutex> lock(progressMutex);
     auto it = pending.find(request);
     if (it == pending.end())
       return Status::error("mpi: wait for unknown request " +
                            std::to_string(request));
-    Pending p = it->second;
+    Pending p = std::move(it->second);
     pending.erase(it);
-    Status s =
-        check("all_reduce", MPI_Wait(&p.request, MPI_STATUS_IGNORE));
+    Status s = check(p.op, MPI_Wait(&p.request, MPI_STATUS_IGNORE));
     if (s && p.average)
       divideBy(p.recv, p.count, p.type, p.groupSize);
     return s;
@@ -328,15 +395,40 @@ public:
   }
 
 private:
-  /// A started all_reduce.
+  /// A started collective: what its wait finishes (an average's division)
+  /// and the count arrays MPI reads until it completes.
   struct Pending {
-    MPI_Request request;
+    const char *op;
     void *recv;
     size_t count;
     DType type;
     bool average;
     int64_t groupSize;
+    std::vector<int> counts = {}, displs = {};
+    MPI_Request request = MPI_REQUEST_NULL;
   };
+
+  /// Stores `p`, calls `start` on its request (and the stored entry, whose
+  /// arrays stay put until the wait), and wakes the progress thread.
+  template <typename Start>
+  Status startPending(Pending p, Start start, int64_t &request) {
+    std::lock_guard<std::mutex> lock(progressMutex);
+    int64_t id = nextRequest;
+    Pending &stored = pending.emplace(id, std::move(p)).first->second;
+    int code;
+    if constexpr (std::is_invocable_v<Start, MPI_Request *, Pending &>)
+      code = start(&stored.request, stored);
+    else
+      code = start(&stored.request);
+    if (Status s = check(stored.op, code); !s) {
+      pending.erase(id);
+      return s;
+    }
+    request = nextRequest++;
+    if (!progress.joinable())
+      progress = std::thread([this] { makeProgress(); });
+    return Status::ok();
+  }
 
   /// While collectives are pending, tests them every few microseconds (a
   /// finished request becomes MPI_REQUEST_NULL, which MPI_Wait returns at
@@ -473,7 +565,11 @@ private:
   std::atomic<const char *> current{""};
   std::atomic<int64_t> sinceNs{0};
   std::thread watchdog;
-  /// Started all_reduces by request, and the thread that progresses them.
+  /// Whether starts are non-blocking (asyncCollectivesEnabled for the
+  /// ranks on this host); otherwise they run synchronously and there is no
+  /// progress thread.
+  bool asynchronous = false;
+  /// Started collectives by request, and the thread that progresses them.
   std::mutex progressMutex;
   std::map<int64_t, Pending> pending;
   int64_t nextRequest = 0;

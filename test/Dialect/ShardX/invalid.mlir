@@ -696,3 +696,57 @@ func.func @start_bad_axis(%x: tensor<8xf32>) -> tensor<8xf32> {
   %a = shardx.wait %p : tensor<8xf32>
   return %a : tensor<8xf32>
 }
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that all_gather_start checks its shapes like all_gather.
+func.func @gather_start_bad_result(%x: tensor<2x4xf32>) -> tensor<6x4xf32> {
+  // expected-error @below {{result dim 0 is 6 but must be operand dim 2 times the group size 4}}
+  %p = shardx.all_gather_start %x on @mesh axes = [0] dim = 0 : tensor<2x4xf32> -> tensor<6x4xf32>
+  %a = shardx.wait %p : tensor<6x4xf32>
+  return %a : tensor<6x4xf32>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that an all_gather_start's result is read by a shardx.wait.
+func.func @gather_start_not_waited(%x: tensor<2x4xf32>) -> tensor<8x4xf32> {
+  // expected-error @below {{result must be used by a shardx.wait, not 'arith.negf'}}
+  %p = shardx.all_gather_start %x on @mesh axes = [0] dim = 0 : tensor<2x4xf32> -> tensor<8x4xf32>
+  %a = arith.negf %p : tensor<8x4xf32>
+  return %a : tensor<8x4xf32>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that reduce_scatter_start checks its sizes like reduce_scatter.
+func.func @scatter_start_bad_sizes(%x: tensor<7x4xf32>) -> tensor<?x4xf32> {
+  // expected-error @below {{'sizes' has 3 entries but the group has 4 members}}
+  %p = shardx.reduce_scatter_start %x on @mesh axes = [0] dim = 0 reduction = sum sizes = [3, 3, 1] : tensor<7x4xf32> -> tensor<?x4xf32>
+  %a = shardx.wait %p : tensor<?x4xf32>
+  return %a : tensor<?x4xf32>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 4)
+
+// Tests that a reduce_scatter_start's wait is in its block.
+func.func @scatter_start_wait_elsewhere(%x: tensor<8x4xf32>, %c: i1) -> tensor<2x4xf32> {
+  // expected-error @below {{its shardx.wait must be in the same block}}
+  %p = shardx.reduce_scatter_start %x on @mesh axes = [0] dim = 0 reduction = sum : tensor<8x4xf32> -> tensor<2x4xf32>
+  %r = scf.if %c -> tensor<2x4xf32> {
+    %a = shardx.wait %p : tensor<2x4xf32>
+    scf.yield %a : tensor<2x4xf32>
+  } else {
+    %e = tensor.empty() : tensor<2x4xf32>
+    scf.yield %e : tensor<2x4xf32>
+  }
+  return %r : tensor<2x4xf32>
+}

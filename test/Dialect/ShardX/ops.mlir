@@ -116,6 +116,14 @@ func.func @collectives(%x: tensor<8x4xf32>, %u: tensor<?x4xf32>) {
   %10 = shardx.all_reduce_start %x on @mesh axes = [1, 0] reduction = max : tensor<8x4xf32>
   // CHECK: shardx.wait %[[P]] : tensor<8x4xf32>
   %11 = shardx.wait %10 : tensor<8x4xf32>
+  // CHECK: %[[G:.*]] = shardx.all_gather_start %{{.*}} on @mesh axes = [1] dim = 0 sizes = [3, 3, 1, 1] : tensor<?x4xf32> -> tensor<8x4xf32>
+  %12 = shardx.all_gather_start %u on @mesh axes = [1] dim = 0 sizes = [3, 3, 1, 1] : tensor<?x4xf32> -> tensor<8x4xf32>
+  // CHECK: shardx.wait %[[G]] : tensor<8x4xf32>
+  %13 = shardx.wait %12 : tensor<8x4xf32>
+  // CHECK: %[[R:.*]] = shardx.reduce_scatter_start %{{.*}} on @mesh axes = [0] dim = 0 reduction = avg stride = 2 : tensor<8x4xf32> -> tensor<4x4xf32>
+  %14 = shardx.reduce_scatter_start %x on @mesh axes = [0] dim = 0 reduction = avg stride = 2 : tensor<8x4xf32> -> tensor<4x4xf32>
+  // CHECK: shardx.wait %[[R]] : tensor<4x4xf32>
+  %15 = shardx.wait %14 : tensor<4x4xf32>
   return
 }
 

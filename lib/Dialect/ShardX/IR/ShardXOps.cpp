@@ -442,25 +442,49 @@ LogicalResult AllReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
   return verifyGroup(*this, getMeshAttr(), getAxes(), st);
 }
 
-LogicalResult AllReduceStartOp::verify() {
-  Value result = getResult();
+/// The one-use rule of a `*_start` op: its result is read by exactly one
+/// shardx.wait, in its block.
+static LogicalResult verifyStartUse(Operation *op) {
+  Value result = op->getResult(0);
   if (!result.hasOneUse())
-    return emitOpError("result must have exactly one use, a shardx.wait (has ")
+    return op->emitOpError(
+               "result must have exactly one use, a shardx.wait (has ")
            << std::distance(result.use_begin(), result.use_end()) << ")";
   Operation *user = *result.user_begin();
   if (!isa<WaitOp>(user))
-    return emitOpError("result must be used by a shardx.wait, not '")
+    return op->emitOpError("result must be used by a shardx.wait, not '")
            << user->getName() << "'";
-  if (user->getBlock() != (*this)->getBlock())
-    return emitOpError("its shardx.wait must be in the same block");
+  if (user->getBlock() != op->getBlock())
+    return op->emitOpError("its shardx.wait must be in the same block");
   return success();
 }
 
+LogicalResult AllReduceStartOp::verify() { return verifyStartUse(*this); }
+
+LogicalResult AllGatherStartOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyScalingOp(*this, getMeshAttr(), getAxes(), getInput(),
+                         getResult(), getDim(), getStride(), getSizes(),
+                         /*gathers=*/true, st);
+}
+
+LogicalResult AllGatherStartOp::verify() { return verifyStartUse(*this); }
+
+LogicalResult
+ReduceScatterStartOp::verifySymbolUses(SymbolTableCollection &st) {
+  return verifyScalingOp(*this, getMeshAttr(), getAxes(), getInput(),
+                         getResult(), getDim(), getStride(), getSizes(),
+                         /*gathers=*/false, st);
+}
+
+LogicalResult ReduceScatterStartOp::verify() { return verifyStartUse(*this); }
+
 LogicalResult WaitOp::verify() {
   Operation *start = getPending().getDefiningOp();
-  if (!isa_and_nonnull<AllReduceStartOp>(start))
+  if (!isa_and_nonnull<AllReduceStartOp, AllGatherStartOp,
+                       ReduceScatterStartOp>(start))
     return emitOpError("operand must be the result of an asynchronous "
-                       "collective (shardx.all_reduce_start)");
+                       "collective (shardx.all_reduce_start, "
+                       "all_gather_start or reduce_scatter_start)");
   return success();
 }
 

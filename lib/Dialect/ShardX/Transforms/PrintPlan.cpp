@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ReshardPlanning.h"
+#include "Schedule.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
@@ -21,6 +22,8 @@ using namespace mlir::shardx;
 namespace {
 
 struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
+  using PrintPlanPassBase::PrintPlanPassBase;
+
   void runOnOperation() override {
     SymbolTableCollection symbolTable;
     ReshardPlanners planners;
@@ -46,7 +49,40 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       return WalkResult::advance();
     });
     if (result.wasInterrupted())
-      signalPassFailure();
+      return signalPassFailure();
+    printSchedules();
+  }
+
+  /// Per function with all-reduces, all-gathers or reduce-scatters (a local
+  /// program, e.g. after shardx-spmd): the schedule summary of
+  /// shardx-schedule-collectives' print-schedule, priced on a scheduled
+  /// copy when the function is not scheduled yet.
+  void printSchedules() {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> fns;
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      bool hasCollectives =
+          fn.walk([](Operation *op) {
+              return isa<AllReduceOp, AllGatherOp, ReduceScatterOp,
+                         AllReduceStartOp, AllGatherStartOp,
+                         ReduceScatterStartOp>(op)
+                         ? WalkResult::interrupt()
+                         : WalkResult::advance();
+            }).wasInterrupted();
+      if (hasCollectives)
+        fns.push_back(fn);
+    }
+    if (fns.empty())
+      return;
+    OwningOpRef<ModuleOp> scheduled = module.clone();
+    scheduleCollectives(*scheduled, maxBytesInFlight);
+    SymbolTableCollection symbolTable, scheduledTable;
+    for (func::FuncOp fn : fns) {
+      auto after = (*scheduled).lookupSymbol<func::FuncOp>(fn.getSymName());
+      InFlightDiagnostic diag = fn.emitRemark();
+      describeSchedule(after, modelSchedule(fn, symbolTable, computeRate),
+                       modelSchedule(after, scheduledTable, computeRate), diag);
+    }
   }
 };
 

@@ -234,6 +234,68 @@ def ShardX_AllReduceStartOp : ShardX_CollectiveOp<"all_reduce_start",
   let hasVerifier = 1;
 }
 
+def ShardX_AllGatherStartOp : ShardX_CollectiveOp<"all_gather_start"> {
+  let summary = "starts an all_gather; shardx.wait gives its result";
+  let description = [{
+    The asynchronous form of `shardx.all_gather`, with the same attributes
+    and result: FSDP's prefetch of the next layer's weights. The result is
+    pending until the one `shardx.wait` that reads it (same block).
+
+    ```mlir
+    %p = shardx.all_gather_start %x on @mesh axes = [0] dim = 0
+        sizes = [2, 2, 2, 1] : tensor<?x4xf32> -> tensor<7x4xf32>
+    // ... compute that does not need %y ...
+    %y = shardx.wait %p : tensor<7x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: those of `shardx.all_gather`, and the result has exactly one use,
+    a `shardx.wait` in the same block.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       DefaultValuedAttr<I64Attr, "1">:$stride,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim
+    (`stride` `=` $stride^)? (`sizes` `=` $sizes^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def ShardX_ReduceScatterStartOp
+    : ShardX_CollectiveOp<"reduce_scatter_start"> {
+  let summary = "starts a reduce_scatter; shardx.wait gives its result";
+  let description = [{
+    The asynchronous form of `shardx.reduce_scatter`, with the same
+    attributes and result: FSDP's reduce-scatter of gradients while
+    backward goes on. The result is pending until the one `shardx.wait`
+    that reads it (same block).
+
+    ```mlir
+    %p = shardx.reduce_scatter_start %g on @mesh axes = [0] dim = 0
+        reduction = sum : tensor<8x4xf32> -> tensor<2x4xf32>
+    %y = shardx.wait %p : tensor<2x4xf32>
+    ```
+  }] # commonDescription # [{
+    Also: those of `shardx.reduce_scatter`, and the result has exactly one
+    use, a `shardx.wait` in the same block.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim,
+                       ShardX_ReductionKindAttr:$reduction,
+                       DefaultValuedAttr<I64Attr, "1">:$stride,
+                       OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim `reduction` `=` ``
+    $reduction (`stride` `=` $stride^)? (`sizes` `=` $sizes^)? attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def ShardX_WaitOp : ShardX_Op<"wait", [SameOperandsAndResultType]> {
   let summary = "waits for an asynchronous collective and returns its result";
   let description = [{
@@ -245,8 +307,9 @@ def ShardX_WaitOp : ShardX_Op<"wait", [SameOperandsAndResultType]> {
     %y = shardx.wait %p : tensor<8x4xf32>
     ```
 
-    Constraints: the operand is the result of a `*_start` op in the same
-    block.
+    Constraints: the operand is the result of a `*_start` op
+    (`all_reduce_start`, `all_gather_start`, `reduce_scatter_start`) in the
+    same block.
   }];
   let arguments = (ins AnyRankedTensor:$pending);
   let results = (outs AnyRankedTensor:$result);
