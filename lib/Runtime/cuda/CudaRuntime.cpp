@@ -550,6 +550,20 @@ struct StagedCall {
   }
 };
 
+/// A stream or event query's result: 0 done, 1 not yet, -1 an error, whose
+/// description goes to `error` (of `errorSize` bytes, when given).
+int queryResult(CUresult r, char *error, int64_t errorSize) {
+  if (r == 0)
+    return 0;
+  if (r == /*CUDA_ERROR_NOT_READY=*/600)
+    return 1;
+  if (error && errorSize > 0) {
+    std::strncpy(error, describe(r).c_str(), errorSize - 1);
+    error[errorSize - 1] = '\0';
+  }
+  return -1;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -606,16 +620,8 @@ void shardx_rt_cuda_stream_wait(void *waiter, void *signaller) {
 }
 
 int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize) {
-  CUresult r = driver().cuStreamQuery(static_cast<CUstream>(stream));
-  if (r == 0)
-    return 0;
-  if (r == /*CUDA_ERROR_NOT_READY=*/600)
-    return 1;
-  if (error && errorSize > 0) {
-    std::strncpy(error, describe(r).c_str(), errorSize - 1);
-    error[errorSize - 1] = '\0';
-  }
-  return -1;
+  return queryResult(driver().cuStreamQuery(static_cast<CUstream>(stream)),
+                     error, errorSize);
 }
 
 void *shardx_rt_cuda_event_create() {
@@ -638,16 +644,8 @@ void shardx_rt_cuda_stream_wait_event(void *stream, void *event) {
 }
 
 int shardx_rt_cuda_event_query(void *event, char *error, int64_t errorSize) {
-  CUresult r = driver().cuEventQuery(static_cast<CUevent>(event));
-  if (r == 0)
-    return 0;
-  if (r == /*CUDA_ERROR_NOT_READY=*/600)
-    return 1;
-  if (error && errorSize > 0) {
-    std::strncpy(error, describe(r).c_str(), errorSize - 1);
-    error[errorSize - 1] = '\0';
-  }
-  return -1;
+  return queryResult(driver().cuEventQuery(static_cast<CUevent>(event)), error,
+                     errorSize);
 }
 
 void shardx_rt_cuda_event_destroy(void *event) {
