@@ -109,6 +109,44 @@ TEST(CollectiveWatchdog, TheOldestCollectiveTimesOut) {
   EXPECT_TRUE(w.hasFailed());
 }
 
+// Compute queued ahead of a collective is not a silent peer: the clock
+// starts when the collective's began event completes.
+TEST(CollectiveWatchdog, TheTimeoutCountsFromWhenTheCollectiveBegan) {
+  FakeDevice dev;
+  CollectiveWatchdog w(dev.hooks(), 2.5);
+  void *began = dev.event(0), *done = dev.event(1);
+  w.add("all_reduce", done, began);
+  dev.clock += 10.0; // 10 s of GEMMs ahead of it
+  EXPECT_TRUE(w.poll());
+  dev.state[began] = 0;
+  EXPECT_TRUE(w.poll()); // began now: the clock starts
+  EXPECT_EQ(dev.released, (std::vector<void *>{began}));
+  dev.clock += 2.0;
+  EXPECT_TRUE(w.poll());
+  dev.clock += 1.0;
+  Status s = w.poll();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.message(), "all_reduce did not finish in 2.5 s (a rank died or "
+                         "stopped answering)");
+}
+
+TEST(CollectiveWatchdog, AFinishedCollectiveReleasesItsBeganEvent) {
+  FakeDevice dev;
+  void *began = dev.event(0), *done = dev.event(1), *pending = dev.event(2),
+       *pendingDone = dev.event(3);
+  {
+    CollectiveWatchdog w(dev.hooks(), 60.0);
+    w.add("all_gather", done, began);
+    w.add("all_reduce", pendingDone, pending);
+    dev.state[began] = 0;
+    dev.state[done] = 0;
+    EXPECT_TRUE(w.poll());
+    EXPECT_EQ(w.inFlight(), 1u);
+  }
+  EXPECT_EQ(dev.released,
+            (std::vector<void *>{done, began, pendingDone, pending}));
+}
+
 TEST(CollectiveWatchdog, AnAsynchronousErrorNamesTheOldestInFlight) {
   FakeDevice dev;
   CollectiveWatchdog w(dev.hooks(), 60.0);

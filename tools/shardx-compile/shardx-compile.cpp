@@ -138,8 +138,10 @@ int main(int argc, char **argv) {
     // asynchronously only where each rank has a spare core
     // (asyncCollectivesEnabled), else synchronously, so a scheduled program
     // costs what an unscheduled one does (bench/README.md, "Overlap").
-    // Off by default for CUDA artifacts, whose communicators run starts
-    // synchronously: an explicit --schedule-collectives asks for it.
+    // Off by default for CUDA artifacts until their overlap is measured
+    // across GPUs (the communicators run starts asynchronously: cuda-local
+    // on its communication thread, nccl stream-ordered): an explicit
+    // --schedule-collectives asks for it.
     spmdOptions.scheduleCollectives =
         scheduleCollectives &&
         (target != "cuda" || scheduleCollectives.getNumOccurrences() > 0);

@@ -57,6 +57,9 @@ int shardx_rt_cuda_select_device(int ordinal);
 /// `signaller` (an event recorded on one and waited for by the other).
 void *shardx_rt_cuda_stream();
 void *shardx_rt_cuda_stream_create();
+/// Destroys a stream of shardx_rt_cuda_stream_create once its queued work
+/// is done (best effort: no error after a failure).
+void shardx_rt_cuda_stream_destroy(void *stream);
 void shardx_rt_cuda_stream_wait(void *waiter, void *signaller);
 /// 0 when `stream`'s work is done, 1 while it runs, -1 on an error (the
 /// driver's message in `error`).

@@ -48,8 +48,12 @@ public:
   CollectiveWatchdog &operator=(const CollectiveWatchdog &) = delete;
 
   /// Tracks the collective `op` whose completion `event` records; returns
-  /// its request (0, 1, 2, ... in the order of the calls).
-  int64_t add(std::string op, void *event);
+  /// its request (0, 1, 2, ... in the order of the calls). `began`, when
+  /// given, is an event recorded just before the collective on its stream:
+  /// the timeout counts from when it is seen complete, so that compute
+  /// queued ahead of the collective is not taken for a silent peer;
+  /// without it the timeout counts from the call.
+  int64_t add(std::string op, void *event, void *began = nullptr);
   /// Sets `event` to the done event of `request` while it is tracked, to
   /// null once it finished; an error for a request never handed out.
   Status lookup(int64_t request, void *&event) const;
@@ -57,7 +61,7 @@ public:
   /// and returns the first failure: an event's error ("<op>: <error>"),
   /// the library's asynchronous error ("<op>: <error>", <op> the oldest in
   /// flight), or the oldest collective in flight for longer than the
-  /// timeout ("<op> did not finish in T s (a rank died or stopped
+  /// timeout since it began ("<op> did not finish in T s (a rank died or stopped
   /// answering)"). After a failure every call returns it again.
   Status poll();
   /// Collectives in flight (tracked and not yet seen finish).
@@ -69,8 +73,14 @@ private:
     int64_t request;
     std::string op;
     void *event;
+    /// Pending until the work queued before the collective is done; null
+    /// once seen complete (or when none was given).
+    void *began;
     double start;
   };
+  /// Whether the oldest entry has begun (its clock started); an error when
+  /// its began event failed.
+  Status begun(Entry &e, bool &started);
   Status fail(std::string message);
 
   Hooks hooks;

@@ -84,6 +84,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuEventQuery)(CUevent);
 };
 
@@ -269,6 +270,7 @@ void initialize(State &s) {
       resolveSymbol(lib, cu.cuEventRecord, "cuEventRecord", err) &&
       resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
       resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err) &&
+      resolveSymbol(lib, cu.cuStreamDestroy, "cuStreamDestroy_v2", err) &&
       resolveSymbol(lib, cu.cuEventQuery, "cuEventQuery", err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
@@ -608,15 +610,24 @@ void *shardx_rt_cuda_stream_create() {
 
 void shardx_rt_cuda_stream_wait(void *waiter, void *signaller) {
   Driver &cu = driver();
-  // An event per call, destroyed at once: the wait holds what it needs.
-  CUevent event = nullptr;
-  check(cu.cuEventCreate(&event, /*CU_EVENT_DISABLE_TIMING=*/2),
-        "cuEventCreate");
+  // One event per thread, recorded again for each wait: a stream waits for
+  // the record that was last when it was told to wait (cuStreamWaitEvent),
+  // so a later record does not move an earlier wait. Saves an event
+  // creation and destruction per collective.
+  thread_local CUevent event = nullptr;
+  if (!event)
+    check(cu.cuEventCreate(&event, /*CU_EVENT_DISABLE_TIMING=*/2),
+          "cuEventCreate");
   check(cu.cuEventRecord(event, static_cast<CUstream>(signaller)),
         "cuEventRecord");
   check(cu.cuStreamWaitEvent(static_cast<CUstream>(waiter), event, 0),
         "cuStreamWaitEvent");
-  check(cu.cuEventDestroy(event), "cuEventDestroy");
+}
+
+void shardx_rt_cuda_stream_destroy(void *stream) {
+  // Best effort, like the events: after a failure the context may hold an
+  // error. Work still queued on the stream completes first.
+  driver().cuStreamDestroy(static_cast<CUstream>(stream));
 }
 
 int shardx_rt_cuda_stream_query(void *stream, char *error, int64_t errorSize) {

@@ -265,10 +265,10 @@ public:
     wakeup.notify_all();
     if (watcher.joinable())
       watcher.join();
-    // Destroy without ncclCommFinalize, which waits for peers that may be
-    // gone: finish() saw every collective complete. Aborted communicators
-    // were freed by ncclCommAbort, and the buffers are left to the ending
-    // process (the device may be in an error state).
+    // finish() saw every collective complete before the communicators are
+    // destroyed. Aborted communicators were freed by ncclCommAbort, and the
+    // buffers are left to the ending process (the device may be in an error
+    // state).
     if (!aborted) {
       // The buffers go back to the allocator of this thread's stream: that
       // stream first waits for the communication stream.
@@ -283,6 +283,7 @@ public:
           nccl.commDestroy(comm);
       nccl.commDestroy(world);
     }
+    shardx_rt_cuda_stream_destroy(stream);
   }
 
   const char *getBackendName() const override { return "nccl"; }
@@ -710,18 +711,31 @@ private:
     if (Status s = groupComm(axes, comm); !s)
       return s;
     shardx_rt_cuda_stream_wait(stream, compute);
+    // When the work queued ahead of the collective is done: the watchdog's
+    // clock starts there, not at this call.
+    void *began = nullptr;
+    if (!synchronous) {
+      began = shardx_rt_cuda_event_create();
+      shardx_rt_cuda_event_record(began, stream);
+    }
     ncclResult_t r = enqueue(comm, getGroupIndex(axes));
-    if (r != kNcclSuccess && r != kNcclInProgress)
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      if (began)
+        shardx_rt_cuda_event_destroy(began);
       return fail(std::string(op) + ": " + describe(r, comm));
+    }
     // Non-blocking mode: the enqueue itself may finish later (a first call
     // connects the peers); the next NCCL call on `comm` waits for it.
-    if (Status s = waitComm(comm, op); !s)
+    if (Status s = waitComm(comm, op); !s) {
+      if (began)
+        shardx_rt_cuda_event_destroy(began);
       return s;
+    }
     if (synchronous)
       return hostWait(op, comm);
     void *done = shardx_rt_cuda_event_create();
     shardx_rt_cuda_event_record(done, stream);
-    int64_t id = watchdog.add(op, done);
+    int64_t id = watchdog.add(op, done, began);
     if (request)
       *request = id;
     else

@@ -14,14 +14,35 @@ CollectiveWatchdog::CollectiveWatchdog(Hooks hooks, double timeoutSeconds)
     : hooks(std::move(hooks)), timeout(timeoutSeconds) {}
 
 CollectiveWatchdog::~CollectiveWatchdog() {
-  for (Entry &e : pending)
+  for (Entry &e : pending) {
     hooks.release(e.event);
+    if (e.began)
+      hooks.release(e.began);
+  }
 }
 
-int64_t CollectiveWatchdog::add(std::string op, void *event) {
+int64_t CollectiveWatchdog::add(std::string op, void *event, void *began) {
   int64_t request = nextRequest++;
-  pending.push_back({request, std::move(op), event, hooks.now()});
+  pending.push_back({request, std::move(op), event, began, hooks.now()});
   return request;
+}
+
+Status CollectiveWatchdog::begun(Entry &e, bool &started) {
+  started = true;
+  if (!e.began)
+    return Status::ok();
+  std::string error;
+  int q = hooks.query(e.began, error);
+  if (q < 0)
+    return fail(e.op + ": " + error);
+  if (q > 0) {
+    started = false;
+    return Status::ok();
+  }
+  hooks.release(e.began);
+  e.began = nullptr;
+  e.start = hooks.now();
+  return Status::ok();
 }
 
 Status CollectiveWatchdog::lookup(int64_t request, void *&event) const {
@@ -53,13 +74,18 @@ Status CollectiveWatchdog::poll() {
     if (q > 0)
       break;
     hooks.release(e.event);
+    if (e.began)
+      hooks.release(e.began);
     pending.pop_front();
   }
   if (pending.empty())
     return Status::ok();
-  const Entry &oldest = pending.front();
+  Entry &oldest = pending.front();
   if (std::string error = hooks.asyncError(); !error.empty())
     return fail(oldest.op + ": " + error);
+  bool started;
+  if (Status s = begun(oldest, started); !s || !started)
+    return s;
   if (hooks.now() - oldest.start > timeout) {
     std::ostringstream os;
     os << oldest.op << " did not finish in " << timeout

@@ -120,7 +120,13 @@ public:
       MPI_Comm_size(local, &localRanks);
       MPI_Comm_free(&local);
     }
-    asynchronous = asyncCollectivesEnabled(localRanks);
+    // Blocking and non-blocking collectives never match each other (MPI-3
+    // 5.12), so the ranks agree: async only when every rank can afford it
+    // (hosts of different sizes, uneven bindings, the variable set on some
+    // ranks only).
+    int mine = asyncCollectivesEnabled(localRanks) ? 1 : 0, all = mine;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    asynchronous = all == 1;
   }
 
   ~MpiCommunicator() override {
