@@ -4,8 +4,9 @@
 //
 // Keeps freed malloc blocks of 1 MiB or more for the next allocation of
 // about their size (docs/Runtime.md, "Buffers of CPU programs"). Header
-// only: each binary that includes it has one cache (an artifact's buffers,
-// the executor's tensors), with no link dependency between them.
+// only, with no link dependency between the binaries that include it (the
+// artifacts, the executor); its instance is an STB_GNU_UNIQUE symbol that
+// the dynamic linker merges, so a process has one cache.
 //
 //===----------------------------------------------------------------------===//
 
