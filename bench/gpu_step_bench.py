@@ -178,8 +178,8 @@ def build(out_dir):
             if proc.returncode != 0:
                 print(f"error: shardx-compile {name}.mlir failed:\n{proc.stderr}", file=sys.stderr)
                 return 1
-            compiled_ms, eager_ms, _, err = run_step(
-                [find_tool("shardx-exec"), os.path.join(tmp, name + ".so")], name, model, dim,
+            (compiled_ms,), eager_ms, _, err = run_step(
+                [[find_tool("shardx-exec"), os.path.join(tmp, name + ".so")]], name, model, dim,
                 batch, dtype, 1, "cpu", tmp)
         ok = err <= TOLERANCE[dtype]
         print(f"dry run on the CPU ({name}): compiled {compiled_ms:.1f} ms, eager "
@@ -211,10 +211,11 @@ def median_time(fn, repeat, device):
     return statistics.median(times)
 
 
-def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
-    """Runs `command` (an executor and the artifact) on the step's inputs
-    and the step eagerly on `device`: compiled ms, eager ms, eager+copies
-    ms, and the largest difference of an output relative to its largest
+def run_step(commands, name, model, dim, batch, dtype, repeat, device, tmp):
+    """Runs each of `commands` (an executor and the artifact) on the step's
+    inputs and the step eagerly on `device`: the list of compiled ms (one
+    per command), eager ms, eager+copies ms, and the largest difference of
+    the last command's outputs relative to each output's largest
     magnitude."""
     step, wrapper, example = make_step(model, dim, batch, dtype)
     flat, _ = pytree.tree_flatten(tuple(example))
@@ -231,11 +232,13 @@ def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
                               "cublas", "lib")
         if os.path.isdir(wheels):
             env["SHARDX_CUBLAS"] = wheels
-    proc = subprocess.run(command + ["--inputs", ",".join(inputs), "--outputs", outdir],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout}{proc.stderr}")
-    compiled_ms = float(re.search(r"outputs in ([0-9.]+) ms", proc.stdout).group(1))
+    compiled_ms = []
+    for command in commands:
+        proc = subprocess.run(command + ["--inputs", ",".join(inputs), "--outputs", outdir],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout}{proc.stderr}")
+        compiled_ms.append(float(re.search(r"outputs in ([0-9.]+) ms", proc.stdout).group(1)))
 
     wrapper.device = device
     wrapper.to(device)
@@ -269,7 +272,7 @@ def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
     return compiled_ms, eager_ms, copies_ms, worst
 
 
-def run(out_dir, repeat):
+def run(out_dir, repeat, only):
     if not torch.cuda.is_available():
         print("error: no CUDA device (torch.cuda.is_available() is False): the benchmark "
               "runs on a GPU machine; --build-only makes its artifacts anywhere", file=sys.stderr)
@@ -283,27 +286,30 @@ def run(out_dir, repeat):
         built = set(json.load(f))
     print(f"{torch.cuda.get_device_name()}; PyTorch {torch.__version__}; median of {repeat} runs "
           "after a warm-up")
-    print(f"{'step':<66} {'compiled ms':>11} {'eager ms':>9} {'eager+copies':>12} "
-          f"{'eager/comp':>10} {'(eager+copies)/comp':>19} {'max err':>8}")
+    print("compiled: the step on device-resident buffers (shardx-gpu-exec --resident); "
+          "call: a whole call of the artifact, host copies included, against eager+copies")
+    print(f"{'step':<66} {'compiled ms':>11} {'eager ms':>9} {'eager/comp':>10} "
+          f"{'call ms':>8} {'eager+copies':>12} {'(eager+copies)/call':>19} {'max err':>8}")
     failed = 0
     for name, model, dim, batch, dtype in STEPS:
-        if name not in built:
+        if name not in built or (only and not any(o in name for o in only)):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 command = [os.path.join(out_dir, "bin", "shardx-gpu-exec"),
                            os.path.join(out_dir, name + ".so"), "--backend", "cuda-local",
                            "--repeat", str(repeat)]
-                c, e, ec, err = run_step(command, name, model, dim, batch, dtype, repeat, "cuda",
-                                         tmp)
+                (call, c), e, ec, err = run_step([command, command + ["--resident"]], name, model,
+                                                 dim, batch, dtype, repeat, "cuda", tmp)
             except RuntimeError as ex:
                 print(f"{describe(model, dim, batch, dtype):<66} FAILED: {ex}")
                 failed += 1
                 continue
         ok = err <= TOLERANCE[dtype]
         failed += not ok
-        print(f"{describe(model, dim, batch, dtype):<66} {c:>11.2f} {e:>9.2f} {ec:>12.2f} "
-              f"{e / c:>10.2f} {ec / c:>19.2f} {err:>8.1e}{'' if ok else ' MISMATCH'}")
+        print(f"{describe(model, dim, batch, dtype):<66} {c:>11.2f} {e:>9.2f} {e / c:>10.2f} "
+              f"{call:>8.2f} {ec:>12.2f} {ec / call:>19.2f} {err:>8.1e}"
+              f"{'' if ok else ' MISMATCH'}", flush=True)
     return 1 if failed else 0
 
 
@@ -313,10 +319,13 @@ def main() -> int:
                     help="trace and compile the artifacts into --dir (no GPU needed)")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build-gpu-bench"))
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--steps", default="",
+                    help="run only the steps whose name contains one of these comma-separated "
+                         "words (mlp_2048, bf16, block, ...)")
     args = ap.parse_args()
     if args.build_only:
         return build(os.path.realpath(args.dir))
-    return run(os.path.realpath(args.dir), args.repeat)
+    return run(os.path.realpath(args.dir), args.repeat, [w for w in args.steps.split(",") if w])
 
 
 if __name__ == "__main__":

@@ -327,7 +327,10 @@ llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
 /// `shardx_entry_<f>(argv)`: the launcher's host buffers go to the device
 /// (`shardx_rt_cuda_stage_in` returns argv with device descriptors), the
 /// program runs on them, and its results come back as host buffers in the
-/// launcher's result descriptors (`shardx_rt_cuda_stage_out`).
+/// launcher's result descriptors (`shardx_rt_cuda_stage_out`). Also
+/// `shardx_entry_<f>_device(deviceArgv)`, the program alone on device
+/// descriptors, and `shardx_entry_<f>_resident(argv)`, which stages once
+/// and runs the device entry repeatedly (`shardx_rt_cuda_run_resident`).
 void addStagingEntryWrappers(ModuleOp module,
                              const llvm::StringMap<std::string> &signatures) {
   MLIRContext *ctx = module.getContext();
@@ -345,6 +348,8 @@ void addStagingEntryWrappers(ModuleOp module,
       declare("shardx_rt_cuda_stage_in", ptr, {ptr, ptr});
   LLVM::LLVMFuncOp stageOut =
       declare("shardx_rt_cuda_stage_out", voidType, {ptr, ptr, ptr});
+  LLVM::LLVMFuncOp runResident =
+      declare("shardx_rt_cuda_run_resident", voidType, {ptr, ptr, ptr});
   SmallVector<LLVM::LLVMFuncOp> entries;
   for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
     if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal() &&
@@ -378,6 +383,39 @@ void addStagingEntryWrappers(ModuleOp module,
     }
     LLVM::CallOp::create(b, loc, fn, args);
     LLVM::CallOp::create(b, loc, stageOut, ValueRange{argv, device, sigPtr});
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+
+    // shardx_entry_<f>_device(deviceArgv): the program on device
+    // descriptors (argv as stage_in returns it), no copies, no sync.
+    b.setInsertionPointToEnd(module.getBody());
+    auto onDevice = LLVM::LLVMFuncOp::create(
+        b, loc, ("shardx_entry_" + name + "_device").str(),
+        LLVM::LLVMFunctionType::get(voidType, {ptr}));
+    block = onDevice.addEntryBlock(b);
+    b.setInsertionPointToStart(block);
+    args.clear();
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+      Value slot =
+          LLVM::GEPOp::create(b, loc, ptr, ptr, block->getArgument(0),
+                              ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
+    }
+    LLVM::CallOp::create(b, loc, fn, args);
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+
+    // shardx_entry_<f>_resident(argv): the launcher's ABI, with the inputs
+    // staged once and the program run on them as often as
+    // shardx_rt_cuda_resident_config asked (shardx-gpu-exec --resident).
+    b.setInsertionPointToEnd(module.getBody());
+    auto resident = LLVM::LLVMFuncOp::create(
+        b, loc, ("shardx_entry_" + name + "_resident").str(),
+        LLVM::LLVMFunctionType::get(voidType, {ptr}));
+    block = resident.addEntryBlock(b);
+    b.setInsertionPointToStart(block);
+    Value sigPtr2 = LLVM::AddressOfOp::create(b, loc, global);
+    Value devicePtr = LLVM::AddressOfOp::create(b, loc, onDevice);
+    LLVM::CallOp::create(b, loc, runResident,
+                         ValueRange{block->getArgument(0), sigPtr2, devicePtr});
     LLVM::ReturnOp::create(b, loc, ValueRange{});
   }
 }
