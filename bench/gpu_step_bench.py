@@ -4,7 +4,7 @@ f32 and bf16, measured in one run.
     # any machine (no GPU): trace and compile the artifacts into DIR
     ~/.cache/shardx/venv/bin/python bench/gpu_step_bench.py --build-only [--dir DIR]
     # the GPU machine (PyTorch with CUDA; DIR carried from the build)
-    python bench/gpu_step_bench.py [--dir DIR] [--repeat 20]
+    python bench/gpu_step_bench.py [--dir DIR] [--repeat 20] [--steps mlp_2048,block]
 
 Steps (each in f32 and under autocast bf16: GEMMs and activations in bf16,
 parameters, loss and update in f32): the MLP Linear-ReLU-Linear at hidden
@@ -20,17 +20,18 @@ is carried; the run half makes them from the same seed).
 The run half needs DIR, this repository's python/ (models, TrainStep) and
 PyTorch with CUDA; without a CUDA device it exits 1 saying so. Per step it
 writes the inputs as .npy, runs the artifact with `shardx-gpu-exec
---backend cuda-local --repeat N` (median of N runs after a warm-up) and
-the same step eagerly on the GPU (median of N, synchronized), checks the
-compiled outputs (the loss and what is linear in the gradients: SGD's new
+--backend cuda-local --repeat N` (median of N runs after a warm-up), the
+same with `--resident` (inputs staged once, the step run N times on the
+device buffers) and the same step eagerly on the GPU (median of N,
+synchronized), checks the resident run's outputs (the loss and what is linear in the gradients: SGD's new
 parameters, Adam's first moments) against the eager ones (f32: 1e-3, bf16: 3e-2 of each output's largest magnitude, or
 of 1e-6 / 1e-4 where that is smaller: zero gradients are rounding noise) and
-prints eager/compiled. shardx-gpu-exec times a whole call of the artifact,
-which copies its inputs from the host and its outputs back (the ABI of
-`--target=cuda` artifacts), so the eager step is also timed with the same
-copies ("eager+copies": inputs to the GPU, step, outputs to the host): the
-ratio eager+copies/compiled compares like with like, eager/compiled is
-what a resident training loop would see.
+prints eager/compiled for the resident step (what a training loop with
+its parameters on the GPU sees). As a second comparison, a whole call of
+the artifact, which copies its inputs from the host and its outputs back
+(the ABI of `shardx_entry_<f>`), against the eager step timed with the
+same copies ("eager+copies": inputs to the GPU, step, outputs to the
+host).
 """
 
 import argparse
