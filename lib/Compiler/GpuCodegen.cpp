@@ -14,10 +14,10 @@
 //   tiled (blocks of up to 256 consecutive iterations), mapped to blocks and
 //   threads and
 //   outlined into one `gpu.module` (partial reductions with their
-//   parallel loops first: a thread per output element); full f32 sums run on ceil(N / 32)
-//   threads that each add their partial sum atomically; other ops without
-//   a parallel loop (0-d ops, other full reductions) run as one thread of
-//   one block;
+//   parallel loops first: a thread per output element); full f32 sums run on
+//   ceil(N / 32) threads that each add their partial sum atomically; other ops
+//   without a parallel loop (0-d ops, other full reductions) run as one thread
+//   of one block;
 // - no host function may then still load or store a buffer (a compile
 //   error, not a silent host fallback);
 // - kernels go through NVVM to PTX (math through libdevice; an unresolved
@@ -164,12 +164,13 @@ LogicalResult placeBuffersOnDevice(ModuleOp module) {
 constexpr int64_t kReduceChunk = 32;
 
 /// A full f32 sum (a linalg.generic or linalg.reduce whose every loop is a
-/// reduction, one 0-d output, the body `out + f(inputs)`) becomes a parallel loop over ceil(N / kReduceChunk)
-/// threads: thread t sums elements t, t + T, t + 2T, ... of the linearized
-/// iteration space (consecutive threads read consecutive elements), then
-/// adds its sum to the output atomically. One device thread summing every
-/// element (wrapSerialOps) took 7 ms for the 131072 elements of the MLP
-/// step's MSE loss on an H100.
+/// reduction, one 0-d output, the body `out + f(inputs)`) becomes a parallel
+/// loop over T = ceil(N / kReduceChunk) threads: thread t sums the elements
+/// t, t + T, t + 2T, ... of the linearized iteration space (consecutive
+/// threads read consecutive elements), then adds its sum to the output
+/// atomically. One device thread summing every element (wrapSerialOps)
+/// took 10 ms for the 131072 elements of the MLP step's MSE loss on an
+/// H100 (ncu).
 ///
 ///   linalg.generic {iterator_types = ["reduction", "reduction"]}
 ///       ins(%x : memref<64x2048xf32>) outs(%out : memref<f32>)
@@ -214,9 +215,9 @@ void parallelizeFullSums(ModuleOp module) {
       return arith::ConstantIndexOp::create(b, loc, v);
     };
     Value zeroIdx = index(0), oneIdx = index(1);
-    auto loop = scf::ParallelOp::create(b, loc, ValueRange{zeroIdx},
-                                        ValueRange{index(threads)},
-                                        ValueRange{oneIdx});
+    auto loop =
+        scf::ParallelOp::create(b, loc, ValueRange{zeroIdx},
+                                ValueRange{index(threads)}, ValueRange{oneIdx});
     b.setInsertionPoint(loop.getBody()->getTerminator());
     Value tid = loop.getInductionVars()[0];
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
@@ -269,7 +270,8 @@ void parallelizeFullSums(ModuleOp module) {
     }
     scf::YieldOp::create(
         b, loc,
-        map.lookup(cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]));
+        map.lookup(
+            cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]));
     b.setInsertionPointAfter(chunk);
     memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
                                 chunk.getResult(0), op.getDpsInits()[0],
@@ -296,8 +298,7 @@ LogicalResult parallelLoopsFirst(ModuleOp module) {
   SmallVector<linalg::LinalgOp> ops;
   module.walk([&](linalg::LinalgOp op) {
     if (op.getNumParallelLoops() == 0 || op.getNumReductionLoops() == 0 ||
-        !op.hasPureBufferSemantics() ||
-        op->getParentOfType<scf::ParallelOp>())
+        !op.hasPureBufferSemantics() || op->getParentOfType<scf::ParallelOp>())
       return;
     SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
     bool seenReduction = false;
@@ -573,9 +574,8 @@ void addStagingEntryWrappers(ModuleOp module,
     b.setInsertionPointToStart(block);
     args.clear();
     for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
-      Value slot =
-          LLVM::GEPOp::create(b, loc, ptr, ptr, block->getArgument(0),
-                              ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, block->getArgument(0),
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
       args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
     }
     LLVM::CallOp::create(b, loc, fn, args);
