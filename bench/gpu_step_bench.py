@@ -4,7 +4,7 @@ f32 and bf16, measured in one run.
     # any machine (no GPU): trace and compile the artifacts into DIR
     ~/.cache/shardx/venv/bin/python bench/gpu_step_bench.py --build-only [--dir DIR]
     # the GPU machine (PyTorch with CUDA; DIR carried from the build)
-    python bench/gpu_step_bench.py [--dir DIR] [--repeat 20]
+    python bench/gpu_step_bench.py [--dir DIR] [--repeat 20] [--steps mlp_2048,block]
 
 Steps (each in f32 and under autocast bf16: GEMMs and activations in bf16,
 parameters, loss and update in f32): the MLP Linear-ReLU-Linear at hidden
@@ -20,17 +20,18 @@ is carried; the run half makes them from the same seed).
 The run half needs DIR, this repository's python/ (models, TrainStep) and
 PyTorch with CUDA; without a CUDA device it exits 1 saying so. Per step it
 writes the inputs as .npy, runs the artifact with `shardx-gpu-exec
---backend cuda-local --repeat N` (median of N runs after a warm-up) and
-the same step eagerly on the GPU (median of N, synchronized), checks the
-compiled outputs (the loss and what is linear in the gradients: SGD's new
+--backend cuda-local --repeat N` (median of N runs after a warm-up), the
+same with `--resident` (inputs staged once, the step run N times on the
+device buffers) and the same step eagerly on the GPU (median of N,
+synchronized), checks the resident run's outputs (the loss and what is linear in the gradients: SGD's new
 parameters, Adam's first moments) against the eager ones (f32: 1e-3, bf16: 3e-2 of each output's largest magnitude, or
 of 1e-6 / 1e-4 where that is smaller: zero gradients are rounding noise) and
-prints eager/compiled. shardx-gpu-exec times a whole call of the artifact,
-which copies its inputs from the host and its outputs back (the ABI of
-`--target=cuda` artifacts), so the eager step is also timed with the same
-copies ("eager+copies": inputs to the GPU, step, outputs to the host): the
-ratio eager+copies/compiled compares like with like, eager/compiled is
-what a resident training loop would see.
+prints eager/compiled for the resident step (what a training loop with
+its parameters on the GPU sees). As a second comparison, a whole call of
+the artifact, which copies its inputs from the host and its outputs back
+(the ABI of `shardx_entry_<f>`), against the eager step timed with the
+same copies ("eager+copies": inputs to the GPU, step, outputs to the
+host).
 """
 
 import argparse
@@ -178,8 +179,8 @@ def build(out_dir):
             if proc.returncode != 0:
                 print(f"error: shardx-compile {name}.mlir failed:\n{proc.stderr}", file=sys.stderr)
                 return 1
-            compiled_ms, eager_ms, _, err = run_step(
-                [find_tool("shardx-exec"), os.path.join(tmp, name + ".so")], name, model, dim,
+            (compiled_ms,), eager_ms, _, err = run_step(
+                [[find_tool("shardx-exec"), os.path.join(tmp, name + ".so")]], name, model, dim,
                 batch, dtype, 1, "cpu", tmp)
         ok = err <= TOLERANCE[dtype]
         print(f"dry run on the CPU ({name}): compiled {compiled_ms:.1f} ms, eager "
@@ -211,10 +212,11 @@ def median_time(fn, repeat, device):
     return statistics.median(times)
 
 
-def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
-    """Runs `command` (an executor and the artifact) on the step's inputs
-    and the step eagerly on `device`: compiled ms, eager ms, eager+copies
-    ms, and the largest difference of an output relative to its largest
+def run_step(commands, name, model, dim, batch, dtype, repeat, device, tmp):
+    """Runs each of `commands` (an executor and the artifact) on the step's
+    inputs and the step eagerly on `device`: the list of compiled ms (one
+    per command), eager ms, eager+copies ms, and the largest difference of
+    the last command's outputs relative to each output's largest
     magnitude."""
     step, wrapper, example = make_step(model, dim, batch, dtype)
     flat, _ = pytree.tree_flatten(tuple(example))
@@ -231,11 +233,13 @@ def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
                               "cublas", "lib")
         if os.path.isdir(wheels):
             env["SHARDX_CUBLAS"] = wheels
-    proc = subprocess.run(command + ["--inputs", ",".join(inputs), "--outputs", outdir],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout}{proc.stderr}")
-    compiled_ms = float(re.search(r"outputs in ([0-9.]+) ms", proc.stdout).group(1))
+    compiled_ms = []
+    for command in commands:
+        proc = subprocess.run(command + ["--inputs", ",".join(inputs), "--outputs", outdir],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout}{proc.stderr}")
+        compiled_ms.append(float(re.search(r"outputs in ([0-9.]+) ms", proc.stdout).group(1)))
 
     wrapper.device = device
     wrapper.to(device)
@@ -269,7 +273,7 @@ def run_step(command, name, model, dim, batch, dtype, repeat, device, tmp):
     return compiled_ms, eager_ms, copies_ms, worst
 
 
-def run(out_dir, repeat):
+def run(out_dir, repeat, only):
     if not torch.cuda.is_available():
         print("error: no CUDA device (torch.cuda.is_available() is False): the benchmark "
               "runs on a GPU machine; --build-only makes its artifacts anywhere", file=sys.stderr)
@@ -283,27 +287,30 @@ def run(out_dir, repeat):
         built = set(json.load(f))
     print(f"{torch.cuda.get_device_name()}; PyTorch {torch.__version__}; median of {repeat} runs "
           "after a warm-up")
-    print(f"{'step':<66} {'compiled ms':>11} {'eager ms':>9} {'eager+copies':>12} "
-          f"{'eager/comp':>10} {'(eager+copies)/comp':>19} {'max err':>8}")
+    print("compiled: the step on device-resident buffers (shardx-gpu-exec --resident); "
+          "call: a whole call of the artifact, host copies included, against eager+copies")
+    print(f"{'step':<66} {'compiled ms':>11} {'eager ms':>9} {'eager/comp':>10} "
+          f"{'call ms':>8} {'eager+copies':>12} {'(eager+copies)/call':>19} {'max err':>8}")
     failed = 0
     for name, model, dim, batch, dtype in STEPS:
-        if name not in built:
+        if name not in built or (only and not any(o in name for o in only)):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 command = [os.path.join(out_dir, "bin", "shardx-gpu-exec"),
                            os.path.join(out_dir, name + ".so"), "--backend", "cuda-local",
                            "--repeat", str(repeat)]
-                c, e, ec, err = run_step(command, name, model, dim, batch, dtype, repeat, "cuda",
-                                         tmp)
+                (call, c), e, ec, err = run_step([command, command + ["--resident"]], name, model,
+                                                 dim, batch, dtype, repeat, "cuda", tmp)
             except RuntimeError as ex:
                 print(f"{describe(model, dim, batch, dtype):<66} FAILED: {ex}")
                 failed += 1
                 continue
         ok = err <= TOLERANCE[dtype]
         failed += not ok
-        print(f"{describe(model, dim, batch, dtype):<66} {c:>11.2f} {e:>9.2f} {ec:>12.2f} "
-              f"{e / c:>10.2f} {ec / c:>19.2f} {err:>8.1e}{'' if ok else ' MISMATCH'}")
+        print(f"{describe(model, dim, batch, dtype):<66} {c:>11.2f} {e:>9.2f} {e / c:>10.2f} "
+              f"{call:>8.2f} {ec:>12.2f} {ec / call:>19.2f} {err:>8.1e}"
+              f"{'' if ok else ' MISMATCH'}", flush=True)
     return 1 if failed else 0
 
 
@@ -313,10 +320,13 @@ def main() -> int:
                     help="trace and compile the artifacts into --dir (no GPU needed)")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build-gpu-bench"))
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--steps", default="",
+                    help="run only the steps whose name contains one of these comma-separated "
+                         "words (mlp_2048, bf16, block, ...)")
     args = ap.parse_args()
     if args.build_only:
         return build(os.path.realpath(args.dir))
-    return run(os.path.realpath(args.dir), args.repeat)
+    return run(os.path.realpath(args.dir), args.repeat, [w for w in args.steps.split(",") if w])
 
 
 if __name__ == "__main__":

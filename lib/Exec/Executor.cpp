@@ -323,6 +323,10 @@ Artifact::~Artifact() {
     trimBuffers();
 }
 
+void *Artifact::lookupSymbol(const std::string &symbol) const {
+  return dlsym(handle, symbol.c_str());
+}
+
 const EntryPoint *Artifact::lookup(const std::string &name) const {
   for (const EntryPoint &e : entries)
     if (e.name == name)
@@ -375,7 +379,8 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   if (localInputs.size() != entry.inputs.size())
     return Status::error(entry.name + " takes " +
                          std::to_string(entry.inputs.size()) + " inputs");
-  void *fn = dlsym(handle, ("shardx_entry_" + entry.name).c_str());
+  void *fn =
+      dlsym(handle, ("shardx_entry_" + entry.name + entrySuffix).c_str());
   if (!fn)
     return Status::error("artifact has no entry point " + entry.name);
   // Inputs are passed in place: the compiler marks every entry argument

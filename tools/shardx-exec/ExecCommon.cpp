@@ -255,24 +255,56 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
   std::vector<HostTensor> inputs, outputs;
   if (!makeInputs(*entry, args.options, inputs, error))
     return fail(error);
+  using ConfigFn = void (*)(int64_t);
+  using TimesFn = int64_t (*)(double *, int64_t);
+  ConfigFn residentConfig = nullptr;
+  TimesFn residentTimes = nullptr;
+  if (args.resident) {
+    residentConfig = reinterpret_cast<ConfigFn>(
+        artifact->lookupSymbol("shardx_rt_cuda_resident_config"));
+    residentTimes = reinterpret_cast<TimesFn>(
+        artifact->lookupSymbol("shardx_rt_cuda_resident_times"));
+    if (!residentConfig || !residentTimes ||
+        !artifact->lookupSymbol("shardx_entry_" + entry->name + "_resident"))
+      return fail("--resident needs a --target=cuda artifact with "
+                  "shardx_entry_" +
+                  entry->name + "_resident (" + args.artifactPath +
+                  " has none: a CPU artifact, or one compiled before "
+                  "resident entries)");
+    residentConfig(args.repeat);
+    artifact->setEntrySuffix("_resident");
+  }
   double seconds = 0;
   bool isRoot = true;
   std::vector<double> times;
-  for (int64_t run = 0; run < (args.repeat > 1 ? args.repeat + 1 : 1); ++run) {
+  int64_t calls = args.resident ? 1 : args.repeat > 1 ? args.repeat + 1 : 1;
+  for (int64_t run = 0; run < calls; ++run) {
     outputs.clear();
     Status s = runArtifact(*artifact, *entry, args.options, inputs, outputs,
                            seconds, isRoot);
     if (!s)
       return fail(s.message());
-    if (run > 0 || args.repeat == 1)
+    if (run > 0 || args.repeat == 1 || args.resident)
       times.push_back(seconds);
+  }
+  if (args.resident) {
+    // The device runs' own times (without the staging copies).
+    times.assign(static_cast<size_t>(std::max<int64_t>(args.repeat, 1)), 0);
+    int64_t have = residentTimes(times.data(), int64_t(times.size()));
+    times.resize(static_cast<size_t>(std::min<int64_t>(have, times.size())));
+    if (times.empty())
+      return fail("the resident entry recorded no runs");
   }
   std::sort(times.begin(), times.end());
   seconds = times[times.size() / 2];
   if (isRoot) {
     std::printf("%s: %zu outputs in %.3f ms", entry->name.c_str(),
                 outputs.size(), seconds * 1e3);
-    if (args.repeat > 1)
+    if (args.resident)
+      std::printf(" (device-resident: inputs staged once, median of %lld "
+                  "runs after a warm-up)",
+                  static_cast<long long>(args.repeat));
+    else if (args.repeat > 1)
       std::printf(" (median of %lld runs after a warm-up)",
                   static_cast<long long>(args.repeat));
     std::printf("\n");

@@ -56,6 +56,11 @@ struct ExecArgs {
   /// Runs after a first one (a warm-up) whose median time is reported;
   /// 1: one run, no warm-up (shardx-gpu-exec's --repeat).
   int64_t repeat = 1;
+  /// shardx-gpu-exec --resident: one call of the artifact's
+  /// `shardx_entry_<f>_resident`, which stages the inputs once and runs the
+  /// program on the device buffers `repeat` times after a warm-up; the
+  /// reported time is the median of those runs.
+  bool resident = false;
 };
 
 /// The end of a line about one compared output: how many elements differ

@@ -6,6 +6,14 @@
 //                 [--ranks N] [--inputs a.npy,b.npy | --seed S]
 //                 [--int-range N] [--outputs DIR] [--timeout S]
 //                 [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]
+//                 [--repeat N] [--resident]
+//
+// --resident (CUDA artifacts, one rank): the inputs go to the device once,
+// the program runs there N times after a warm-up (each run timed between
+// stream synchronizations; the median is reported) and the last run's
+// outputs come back once, which is what a training loop with its
+// parameters on the GPU sees. Without it every run is a whole call of the
+// artifact, host copies included.
 //
 // shardx-exec's inputs, outputs and checks (tools/shardx-exec/ExecCommon),
 // with the cuda-local backend (every rank a thread on CUDA device 0; the
@@ -35,7 +43,7 @@ const char *const kUsage =
     "usage: shardx-gpu-exec model.so [--entry F] [--backend "
     "cuda-local|nccl|threads]\n"
     "         [--ranks N] [--inputs a.npy,b.npy | --seed S] [--int-range N]\n"
-    "         [--outputs DIR] [--timeout SECONDS] [--repeat N]\n"
+    "         [--outputs DIR] [--timeout SECONDS] [--repeat N] [--resident]\n"
     "         [--expect r0.npy,r1.npy [--rtol X] [--atol Y]]\n";
 
 int usageError(const std::string &message) {
@@ -64,6 +72,10 @@ int main(int argc, char **argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf("%s", kUsage);
       return 0;
+    }
+    if (arg == "--resident") {
+      args.resident = true;
+      continue;
     }
     if (arg.rfind("--", 0) != 0) {
       if (!args.artifactPath.empty())

@@ -107,6 +107,12 @@ public:
   /// per process); 0 leaves the setting alone.
   void setComputeThreads(int threads) const;
 
+  /// The address of `symbol` in the artifact, or nullptr.
+  void *lookupSymbol(const std::string &symbol) const;
+  /// From now on calls `shardx_entry_<f><suffix>` for entry `f` (CUDA
+  /// artifacts: "_resident", see shardx-gpu-exec --resident).
+  void setEntrySuffix(const std::string &suffix) { entrySuffix = suffix; }
+
   /// Runs `entry` on this rank with its local inputs.
   rt::Status run(const EntryPoint &entry, rt::Communicator &comm,
                  const std::vector<HostTensor> &localInputs,
@@ -127,6 +133,7 @@ private:
   void *handle = nullptr;
   std::vector<EntryPoint> entries;
   std::vector<int64_t> meshShape{1};
+  std::string entrySuffix;
   int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;
   int (*setThreads)(int) = nullptr;
   void (*freeBuffer)(void *) = nullptr;

@@ -100,6 +100,19 @@ void shardx_rt_cuda_synchronize();
 void *shardx_rt_cuda_stage_in(void **argv, const char *signature);
 void shardx_rt_cuda_stage_out(void **argv, void *staged, const char *signature);
 
+/// What an artifact's `shardx_entry_<f>_resident(argv)` does (the launcher's
+/// ABI, for `shardx-gpu-exec --resident`): stage_in once, then `device`
+/// (the artifact's `shardx_entry_<f>_device`, the program on device
+/// descriptors) once as a warm-up and `repeat` times more, each run timed
+/// from the host between stream synchronizations, the results of every run
+/// but the last freed; then stage_out. `resident_config` sets `repeat`
+/// (default 1) for the calling thread; `resident_times` copies up to `n`
+/// times (seconds) of its last resident call and returns how many it had.
+void shardx_rt_cuda_run_resident(void **argv, const char *signature,
+                                 void (*device)(void **));
+void shardx_rt_cuda_resident_config(int64_t repeat);
+int64_t shardx_rt_cuda_resident_times(double *out, int64_t n);
+
 // MLIR's GPU runtime entry points, as the generated host code calls them.
 void *mgpuModuleLoad(void *data, size_t size);
 void *mgpuModuleLoadJIT(void *data, int optLevel);

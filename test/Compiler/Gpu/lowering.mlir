@@ -63,8 +63,9 @@ func.func @half_gemms(%a: tensor<16x32xf16>, %b: tensor<32x8xf16>, %p: tensor<4x
   return %y, %yb : tensor<16x8xf16>, tensor<4x16x8xbf16>
 }
 
-// A full reduction and a 0-d op run on the device (one thread each), not
-// on the host: three kernels (the zero fill, the sum, the scale) and no GEMM.
+// A full reduction and a 0-d op run on the device, not on the host: three
+// kernels (the zero fill, the sum, the scale) and no GEMM; the f32 sum runs
+// on many threads that add their partial sums atomically (PTX below).
 // CHECK-LABEL: llvm.func @full_reduction(
 // CHECK-NOT: shardx_rt_cuda_gemm
 // CHECK-COUNT-3: gpu.launch_func @shardx_kernels::
@@ -82,6 +83,28 @@ func.func @full_reduction(%x: tensor<64x32xf32>) -> tensor<f32> {
   %scale = arith.constant dense<0.5> : tensor<f32>
   %m = arith.mulf %s, %scale : tensor<f32>
   return %m : tensor<f32>
+}
+
+// A sum over the leading dim (a bias gradient) is one kernel with a thread
+// per column, not a host loop launching a kernel per row: no branch in the
+// host function.
+// CHECK-LABEL: llvm.func @column_sum(
+// CHECK-NOT: llvm.cond_br
+// CHECK: gpu.launch_func @shardx_kernels::
+// CHECK-NOT: llvm.cond_br
+// CHECK: gpu.launch_func @shardx_kernels::
+// CHECK-NOT: llvm.cond_br
+// CHECK: llvm.return
+func.func @column_sum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
+  %s = linalg.reduce ins(%x : tensor<64x32xf32>) outs(%z : tensor<32xf32>) dimensions = [0]
+    (%a: f32, %b: f32) {
+      %r = arith.addf %a, %b : f32
+      linalg.yield %r : f32
+    }
+  return %s : tensor<32xf32>
 }
 
 // A constant GEMM operand is copied from its host global to the device
@@ -108,6 +131,8 @@ func.func @constant_weight(%x: tensor<4x2xf32>) -> tensor<4x3xf32> {
 // PTX: .target sm_90
 // PTX-NOT: .extern
 // PTX: .entry gemm_gelu_kernel(
+// PTX: .entry full_reduction_kernel_0(
+// PTX: atom.global.add.f32
 
 // PTXAS-NOT: error
 // PTXAS: Compiling entry function 'gemm_gelu_kernel' for 'sm_90'
