@@ -11,8 +11,9 @@
 # global inputs, random from seed 0 by the program's input domains),
 # P/ref<i>.npy (its unsharded outputs on the CPU backend; shardx-run --check
 # also checks the CPU sharded run against them) and its CUDA artifacts
-# P/unsharded.so (1 rank) and P/sharded.so (the program's mesh: 2 or 4
-# ranks).
+# P/unsharded.so (1 rank), P/sharded.so (the program's mesh: 2 or 4
+# ranks) and P/scheduled.so (the same with --schedule-collectives: started
+# collectives and waits).
 #
 # The run half needs only DIR and a CUDA driver (cuBLAS is found in
 # PyTorch's wheels, docs/Runtime.md): it runs every artifact with
@@ -79,6 +80,8 @@ if [ "$run" = 0 ]; then
     log "$p: CUDA artifacts"
     "$bin/shardx-compile" --target=cuda --unsharded "$src" -o "$DIR/$p/unsharded.so"
     "$bin/shardx-compile" --target=cuda "$src" -o "$DIR/$p/sharded.so"
+    "$bin/shardx-compile" --target=cuda --schedule-collectives "$src" \
+      -o "$DIR/$p/scheduled.so"
   done
   log "train step benchmark artifacts (bench/gpu_step_bench.py --build-only)"
   "$SHARDX_PYTHON" "$ROOT/bench/gpu_step_bench.py" --build-only \
@@ -112,7 +115,7 @@ for dir in "$DIR"/*/; do
   ls "$dir"/ref*.npy >/dev/null 2>&1 || continue
   inputs=$(ls "$dir"/in*.npy 2>/dev/null | sort -V | paste -sd, -)
   refs=$(ls "$dir"/ref*.npy | sort -V | paste -sd, -)
-  for kind in unsharded sharded; do
+  for kind in unsharded sharded scheduled; do
     [ -f "$dir/$kind.so" ] || continue
     if [ -n "$nodriver" ]; then
       failed=$((failed + 1))

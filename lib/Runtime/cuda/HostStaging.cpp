@@ -118,10 +118,11 @@ public:
 
   Status wait(int64_t request) override {
     auto it = started.find(request);
+    // Not one of this adaptor's: the default start's request (-1, the
+    // collective already done: all_gather and reduce_scatter starts run
+    // staged and synchronous here), else an unknown request's error.
     if (it == started.end())
-      return Status::error(std::string("backend ") + getBackendName() +
-                           ": wait for unknown request " +
-                           std::to_string(request));
+      return Communicator::wait(request);
     Started st = std::move(it->second);
     started.erase(it);
     Status s = inner.wait(st.request);
