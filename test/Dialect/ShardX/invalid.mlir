@@ -476,6 +476,17 @@ func.func @f(%x: tensor<8xf32>) {
 
 // -----
 
+// Tests that a group size times a stride past int64 is an error, not a
+// division by zero (fuzz: test/Fuzz/Inputs/spmd/crash-8f8c658a4e.txt).
+shardx.mesh @mesh(shape = 4611686018427387904)
+func.func @f(%x: tensor<6xf32>) {
+  // expected-error @+1 {{the group size 4611686018427387904 times the stride 4 overflows a 64-bit integer}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 4 : tensor<6xf32> -> tensor<4294967296xf32>
+  return
+}
+
+// -----
+
 // Tests that an uneven chunk needs a dynamic result.
 shardx.mesh @mesh(shape = 4)
 func.func @f(%x: tensor<7xf32>) {
@@ -546,6 +557,17 @@ shardx.mesh @mesh(shape = 2)
 func.func @f(%x: tensor<6x4xf32>) {
   // expected-error @+1 {{split_dim 0 of size 6 does not divide by the group size 2 times the split stride}}
   %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 split_stride = 2 : tensor<6x4xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+// Tests that all_to_all's group size times its split stride past int64 is an
+// error, not a division by zero.
+shardx.mesh @mesh(shape = 4611686018427387904)
+func.func @f(%x: tensor<6x4xf32>) {
+  // expected-error @+1 {{the group size 4611686018427387904 times the stride 4 overflows a 64-bit integer}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 split_stride = 4 : tensor<6x4xf32> -> tensor<3x8xf32>
   return
 }
 

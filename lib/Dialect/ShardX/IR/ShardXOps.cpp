@@ -187,6 +187,18 @@ static FailureOr<int64_t> verifySizes(Operation *op,
   return sum;
 }
 
+/// The number of blocks a dim is cut into: the group size times a stride,
+/// or an error when that product overflows int64.
+static FailureOr<int64_t> verifyBlocks(Operation *op, int64_t groupSize,
+                                       int64_t stride) {
+  int64_t blocks;
+  if (llvm::MulOverflow(groupSize, stride, blocks))
+    return op->emitOpError("the group size ")
+           << groupSize << " times the stride " << stride
+           << " overflows a 64-bit integer";
+  return blocks;
+}
+
 /// Verifies that `whole` (a static or dynamic dim) is `part` times the group
 /// size, or the sum of `sizes` when given. `wholeName` and `partName` say
 /// which of operand and result each is.
@@ -210,7 +222,8 @@ static LogicalResult verifyScaledDim(Operation *op, int64_t dim, int64_t whole,
   }
   if (ShapedType::isDynamic(whole) || ShapedType::isDynamic(part))
     return success();
-  if (whole != part * groupSize)
+  int64_t product;
+  if (llvm::MulOverflow(part, groupSize, product) || whole != product)
     return op->emitError() << wholeName << " dim " << dim << " is " << whole
                            << " but must be " << partName << " dim " << part
                            << " times the group size " << groupSize;
@@ -524,8 +537,11 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
                            in.getDimSize(concatDim), *n, std::nullopt, "result",
                            "operand");
   }
-  if (!ShapedType::isDynamic(inSplit) &&
-      inSplit % (*n * static_cast<int64_t>(getSplitStride())) != 0)
+  FailureOr<int64_t> blocks =
+      verifyBlocks(*this, *n, static_cast<int64_t>(getSplitStride()));
+  if (failed(blocks))
+    return failure();
+  if (!ShapedType::isDynamic(inSplit) && inSplit % *blocks != 0)
     return emitOpError("split_dim ")
            << splitDim << " of size " << inSplit
            << " does not divide by the group size " << *n
@@ -653,10 +669,13 @@ LogicalResult ChunkOp::verifySymbolUses(SymbolTableCollection &st) {
                            "result");
   if (ShapedType::isDynamic(whole) || ShapedType::isDynamic(part))
     return success();
-  if (whole % (*n * stride) != 0)
+  FailureOr<int64_t> blocks = verifyBlocks(*this, *n, stride);
+  if (failed(blocks))
+    return failure();
+  if (whole % *blocks != 0)
     return emitOpError("operand dim ")
            << dim << " of size " << whole << " does not divide into "
-           << *n * stride << " blocks; the result dim must be dynamic"
+           << *blocks << " blocks; the result dim must be dynamic"
            << (stride != 1 ? " (and a strided chunk must divide)" : "");
   return verifyScaledDim(*this, dim, whole, part, *n, std::nullopt, "operand",
                          "result");
