@@ -505,7 +505,7 @@ llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
 /// For each `_mlir_ciface_<f>(p0, ..., pk)` with a signature, adds
 /// `shardx_entry_<f>(argv)`: the launcher's host buffers go to the device
 /// (`shardx_rt_cuda_stage_in` returns argv with device descriptors), the
-/// program runs on them, and its results come back as host buffers in the
+/// program runs on them (through the device entry below), and its results come back as host buffers in the
 /// launcher's result descriptors (`shardx_rt_cuda_stage_out`). Also
 /// `shardx_entry_<f>_device(deviceArgv)`, the program alone on device
 /// descriptors, and `shardx_entry_<f>_resident(argv)`, which stages once
@@ -534,6 +534,18 @@ void addStagingEntryWrappers(ModuleOp module,
     if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal() &&
         signatures.count(fn.getName().drop_front(strlen("_mlir_ciface_"))))
       entries.push_back(fn);
+  // A function `void name(ptr)` at the end of the module whose body
+  // `build` fills from its argument.
+  auto define = [&](const Twine &name, Location loc,
+                    llvm::function_ref<void(Value)> build) {
+    b.setInsertionPointToEnd(module.getBody());
+    auto fn = LLVM::LLVMFuncOp::create(
+        b, loc, name.str(), LLVM::LLVMFunctionType::get(voidType, {ptr}));
+    b.setInsertionPointToStart(fn.addEntryBlock(b));
+    build(fn.getArgument(0));
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+    return fn;
+  };
   for (LLVM::LLVMFuncOp fn : entries) {
     StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
     Location loc = fn.getLoc();
@@ -544,57 +556,39 @@ void addStagingEntryWrappers(ModuleOp module,
         b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), sig.size()),
         /*isConstant=*/true, LLVM::Linkage::Internal,
         ("shardx_signature_" + name).str(), b.getStringAttr(sig));
-    auto wrapper =
-        LLVM::LLVMFuncOp::create(b, loc, ("shardx_entry_" + name).str(),
-                                 LLVM::LLVMFunctionType::get(voidType, {ptr}));
-    Block *block = wrapper.addEntryBlock(b);
-    b.setInsertionPointToStart(block);
-    Value argv = block->getArgument(0);
-    Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
-    Value device =
-        LLVM::CallOp::create(b, loc, stageIn, ValueRange{argv, sigPtr})
-            .getResult();
-    SmallVector<Value> args;
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
-      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, device,
-                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
-      args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
-    }
-    LLVM::CallOp::create(b, loc, fn, args);
-    LLVM::CallOp::create(b, loc, stageOut, ValueRange{argv, device, sigPtr});
-    LLVM::ReturnOp::create(b, loc, ValueRange{});
 
     // shardx_entry_<f>_device(deviceArgv): the program on device
     // descriptors (argv as stage_in returns it), no copies, no sync.
-    b.setInsertionPointToEnd(module.getBody());
-    auto onDevice = LLVM::LLVMFuncOp::create(
-        b, loc, ("shardx_entry_" + name + "_device").str(),
-        LLVM::LLVMFunctionType::get(voidType, {ptr}));
-    block = onDevice.addEntryBlock(b);
-    b.setInsertionPointToStart(block);
-    args.clear();
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
-      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, block->getArgument(0),
-                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
-      args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
-    }
-    LLVM::CallOp::create(b, loc, fn, args);
-    LLVM::ReturnOp::create(b, loc, ValueRange{});
+    auto onDevice =
+        define("shardx_entry_" + name + "_device", loc, [&](Value device) {
+          SmallVector<Value> args;
+          for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+            Value slot = LLVM::GEPOp::create(
+                b, loc, ptr, ptr, device, ArrayRef<LLVM::GEPArg>{int32_t(i)});
+            args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
+          }
+          LLVM::CallOp::create(b, loc, fn, args);
+        });
+
+    // shardx_entry_<f>(argv): staged in, the device entry, staged out.
+    define("shardx_entry_" + name, loc, [&](Value argv) {
+      Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
+      Value device =
+          LLVM::CallOp::create(b, loc, stageIn, ValueRange{argv, sigPtr})
+              .getResult();
+      LLVM::CallOp::create(b, loc, onDevice, ValueRange{device});
+      LLVM::CallOp::create(b, loc, stageOut, ValueRange{argv, device, sigPtr});
+    });
 
     // shardx_entry_<f>_resident(argv): the launcher's ABI, with the inputs
     // staged once and the program run on them as often as
     // shardx_rt_cuda_resident_config asked (shardx-gpu-exec --resident).
-    b.setInsertionPointToEnd(module.getBody());
-    auto resident = LLVM::LLVMFuncOp::create(
-        b, loc, ("shardx_entry_" + name + "_resident").str(),
-        LLVM::LLVMFunctionType::get(voidType, {ptr}));
-    block = resident.addEntryBlock(b);
-    b.setInsertionPointToStart(block);
-    Value sigPtr2 = LLVM::AddressOfOp::create(b, loc, global);
-    Value devicePtr = LLVM::AddressOfOp::create(b, loc, onDevice);
-    LLVM::CallOp::create(b, loc, runResident,
-                         ValueRange{block->getArgument(0), sigPtr2, devicePtr});
-    LLVM::ReturnOp::create(b, loc, ValueRange{});
+    define("shardx_entry_" + name + "_resident", loc, [&](Value argv) {
+      Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
+      Value devicePtr = LLVM::AddressOfOp::create(b, loc, onDevice);
+      LLVM::CallOp::create(b, loc, runResident,
+                           ValueRange{argv, sigPtr, devicePtr});
+    });
   }
 }
 

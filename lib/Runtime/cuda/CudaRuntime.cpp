@@ -525,6 +525,22 @@ struct StagedCall {
   std::vector<std::vector<int64_t>> descs;
   std::vector<void *> staged;
 
+  /// The device buffers of the program's results (their allocated
+  /// pointers, `outputs` giving the descriptors' ranks), each once and
+  /// without the staged inputs a result may be.
+  std::vector<void *> resultBuffers(const std::vector<Buffer> &outputs) const {
+    std::vector<void *> buffers;
+    size_t w = 0;
+    for (const Buffer &o : outputs) {
+      auto *p = reinterpret_cast<void *>(results[w]);
+      if (std::find(staged.begin(), staged.end(), p) == staged.end() &&
+          std::find(buffers.begin(), buffers.end(), p) == buffers.end())
+        buffers.push_back(p);
+      w += 3 + 2 * o.rank;
+    }
+    return buffers;
+  }
+
   /// Records the call under its argv (what the wrapper passes back).
   void *enroll() {
     std::lock_guard<std::mutex> lock(mutex());
@@ -900,7 +916,6 @@ void shardx_rt_cuda_stage_out(void **argv, void *staged,
   std::vector<Buffer> outputs, inputs;
   parseSignature(signature, outputs, inputs);
   shardx_rt_cuda_synchronize();
-  std::vector<void *> deviceResults;
   auto *hostResults = static_cast<int64_t *>(argv[0]);
   size_t w = 0;
   for (const Buffer &o : outputs) {
@@ -910,18 +925,15 @@ void shardx_rt_cuda_stage_out(void **argv, void *staged,
     if (extent > 0)
       shardx_rt_cuda_copy(host, reinterpret_cast<void *>(desc[1]),
                           extent * o.bytes);
-    deviceResults.push_back(reinterpret_cast<void *>(desc[0]));
     std::memcpy(hostResults + w, desc, sizeof(int64_t) * (3 + 2 * o.rank));
     hostResults[w] = hostResults[w + 1] = reinterpret_cast<int64_t>(host);
     w += 3 + 2 * o.rank;
   }
   // Every device buffer once (a result may be returned twice, or be a
   // staged input).
-  std::vector<void *> all = call->staged;
-  all.insert(all.end(), deviceResults.begin(), deviceResults.end());
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  for (void *p : all)
+  for (void *p : call->staged)
+    mgpuMemFree(p, nullptr);
+  for (void *p : call->resultBuffers(outputs))
     mgpuMemFree(p, nullptr);
   StagedCall::release(call);
 }
@@ -963,22 +975,10 @@ void shardx_rt_cuda_run_resident(void **argv, const char *signature,
   std::vector<double> times;
   shardx_rt_cuda_synchronize();
   for (int64_t run = 0; run <= repeat; ++run) {
-    if (run > 0) {
-      // The previous run's results (each once; not a staged input) go back
-      // to the cache, in stream order.
-      std::vector<void *> results;
-      size_t w = 0;
-      for (const Buffer &o : outputs) {
-        auto *p = reinterpret_cast<void *>(call->results[w]);
-        if (std::find(call->staged.begin(), call->staged.end(), p) ==
-                call->staged.end() &&
-            std::find(results.begin(), results.end(), p) == results.end())
-          results.push_back(p);
-        w += 3 + 2 * o.rank;
-      }
-      for (void *p : results)
+    // The previous run's results go back to the cache, in stream order.
+    if (run > 0)
+      for (void *p : call->resultBuffers(outputs))
         mgpuMemFree(p, nullptr);
-    }
     auto start = std::chrono::steady_clock::now();
     device(static_cast<void **>(staged));
     shardx_rt_cuda_synchronize();

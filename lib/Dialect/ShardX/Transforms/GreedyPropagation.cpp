@@ -224,16 +224,17 @@ private:
   computeCandidates(Operation *op, ArrayRef<Value> operands,
                     ArrayRef<Value> results, ArrayRef<LayoutAttr> operandAttrs,
                     ArrayRef<SmallVector<LayoutAttr, 4>> needs);
-  /// The candidates of an op depend only on its rule, types and body and
-  /// on the layouts around it (its operands', its own, the ones other
-  /// consumers need): ops in the same context (the layers of a model)
-  /// share them. `key` gets that context; false when it is not keyed (more
-  /// than `kMaxKeyedPartials` Partial operands).
   /// The part of a context every choice for `op` depends on: its name,
   /// rule, types, operands' layouts and what evaluate asks of its body.
+  /// False when it is not keyed (more than `kMaxKeyedPartials` Partial
+  /// operands).
   bool opContextKey(Operation *op, const ShardingRule &rule,
                     ArrayRef<LayoutAttr> operandAttrs,
                     SmallVectorImpl<uintptr_t> &key);
+  /// The candidates of an op depend only on its rule, types and body and
+  /// on the layouts around it (its operands', its own, the ones other
+  /// consumers need): ops in the same context (the layers of a model)
+  /// share them. `key` gets that context; false when it is not keyed.
   bool candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
                     SmallVectorImpl<uintptr_t> &key);
