@@ -68,3 +68,22 @@ func.func @constant() -> tensor<4xf32> {
   %y = arith.addf %a, %a : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// Tests that a branch on a constant is folded to one block before
+// propagation (the pipeline's canonicalizer runs without region
+// simplification: the branch patterns leave no unreachable block).
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @constant_branch
+// CHECK-SAME: (%[[X:.*]]: tensor<2xf32>) -> tensor<2xf32>
+// CHECK-NEXT: return %[[X]] : tensor<2xf32>
+// CHECK-NEXT: }
+func.func @constant_branch(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> tensor<4xf32> {
+  %t = arith.constant true
+  cf.cond_br %t, ^bb1(%x : tensor<4xf32>), ^bb2
+^bb1(%y: tensor<4xf32>):
+  return %y : tensor<4xf32>
+^bb2:
+  return %x : tensor<4xf32>
+}

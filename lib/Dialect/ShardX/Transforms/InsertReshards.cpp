@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
+#include "Partition.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -191,7 +192,7 @@ struct InsertReshardsPass
   void runOnOperation() override {
     if (failed(forEachShardedFunction(getOperation(),
                                       [&](func::FuncOp fn, MeshOp mesh) {
-                                        ReshardInserter(fn, mesh).run();
+                                        insertReshards(fn, mesh);
                                         return success();
                                       })))
       signalPassFailure();
@@ -199,3 +200,7 @@ struct InsertReshardsPass
 };
 
 } // namespace
+
+void mlir::shardx::insertReshards(func::FuncOp fn, MeshOp mesh) {
+  ReshardInserter(fn, mesh).run();
+}

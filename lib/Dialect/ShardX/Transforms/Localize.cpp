@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
+#include "Partition.h"
 #include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -600,13 +601,14 @@ LogicalResult Localizer::run() {
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
   void runOnOperation() override {
-    auto run = [](func::FuncOp fn, MeshOp mesh) {
-      return Localizer(fn, mesh).run();
-    };
     // Functions without layouts run as they are on every rank.
-    if (failed(forEachShardedFunction(getOperation(), run)))
+    if (failed(forEachShardedFunction(getOperation(), localize)))
       signalPassFailure();
   }
 };
 
 } // namespace
+
+LogicalResult mlir::shardx::localize(func::FuncOp fn, MeshOp mesh) {
+  return Localizer(fn, mesh).run();
+}

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Partition.h"
 #include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -141,17 +142,23 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
 struct LowerReshardsPass
     : mlir::shardx::impl::LowerReshardsPassBase<LowerReshardsPass> {
   void runOnOperation() override {
-    SymbolTableCollection symbolTable;
-    ReshardPlanners planners;
-    SmallVector<RedistributeOp> ops;
-    getOperation()->walk([&](RedistributeOp op) { ops.push_back(op); });
-    for (RedistributeOp op : ops) {
-      MeshOp mesh;
-      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
-      if (!plan || failed(lower(op, *plan, mesh.getShape())))
-        return signalPassFailure();
-    }
+    if (failed(lowerReshards(getOperation())))
+      signalPassFailure();
   }
 };
 
 } // namespace
+
+LogicalResult mlir::shardx::lowerReshards(Operation *root) {
+  SymbolTableCollection symbolTable;
+  ReshardPlanners planners;
+  SmallVector<RedistributeOp> ops;
+  root->walk([&](RedistributeOp op) { ops.push_back(op); });
+  for (RedistributeOp op : ops) {
+    MeshOp mesh;
+    const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
+    if (!plan || failed(lower(op, *plan, mesh.getShape())))
+      return failure();
+  }
+  return success();
+}

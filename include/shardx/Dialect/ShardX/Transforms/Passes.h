@@ -23,10 +23,9 @@ namespace mlir::shardx {
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
 /// The SPMD pipeline: inline (when there are calls) -> canonicalize ->
-/// propagate -> insert reshards -> verify layouts -> lower reshards ->
-/// localize -> bucket collectives -> canonicalize, cse -> schedule
-/// collectives. The result is the
-/// program every rank runs.
+/// propagate -> partition (insert reshards, verify layouts, lower reshards,
+/// localize) -> bucket collectives -> canonicalize, cse -> schedule
+/// collectives. The result is the program every rank runs.
 struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
   PassOptions::Option<bool> bucketCollectives{
       *this, "bucket-collectives",
