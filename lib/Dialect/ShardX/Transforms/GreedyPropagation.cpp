@@ -132,10 +132,37 @@ private:
         return failure();
       return std::move(*rule);
     }
-    if (auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op))
-      return ruleOp.getShardingRule();
-    return failure();
+    return ruleOf(op);
   }
+  /// `op`'s rule from its interface. A linalg op's rule depends only on its
+  /// name, inherent attributes (indexing maps, iterator types) and operand
+  /// and result types (LinalgRules.cpp reads nothing else, not the body),
+  /// and a program repeats a few such signatures: those rules are computed
+  /// once per signature (building one reads the indexing maps, which named
+  /// ops rebuild on every call).
+  FailureOr<ShardingRule> ruleOf(Operation *op) {
+    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+    if (!ruleOp)
+      return failure();
+    if (!isa<linalg::LinalgOp>(op))
+      return ruleOp.getShardingRule();
+    auto signature = FunctionType::get(op->getContext(), op->getOperandTypes(),
+                                       op->getResultTypes());
+    auto key = std::make_tuple(op->getName(), op->getPropertiesAsAttribute(),
+                               Type(signature));
+    auto [it, inserted] = linalgRules.try_emplace(key);
+    if (inserted) {
+      FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+      if (succeeded(rule))
+        it->second = std::move(*rule);
+    }
+    if (!it->second)
+      return failure();
+    return *it->second;
+  }
+  DenseMap<std::tuple<OperationName, Attribute, Type>,
+           std::optional<ShardingRule>>
+      linalgRules;
   DenseMap<Value, LayoutAttr> hints;
   /// Layouts values will be resharded to anyway (needed by an earlier op's
   /// strategy): reusing them is free.
@@ -1454,9 +1481,7 @@ void GreedyPropagation::computeHints() {
     if (!isa<ShardingRuleOpInterface>(&op))
       continue;
     std::optional<ShardingRule> &rule = hintRules[&op];
-    if (FailureOr<ShardingRule> r =
-            cast<ShardingRuleOpInterface>(&op).getShardingRule();
-        succeeded(r))
+    if (FailureOr<ShardingRule> r = ruleOf(&op); succeeded(r))
       rule = std::move(*r);
     SmallVector<Value> operands = tensorValues(op.getOperands());
     SmallVector<Value> results = tensorValues(op.getResults());
