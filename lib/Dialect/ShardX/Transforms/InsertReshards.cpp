@@ -190,17 +190,16 @@ private:
 struct InsertReshardsPass
     : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
   void runOnOperation() override {
-    if (failed(forEachShardedFunction(getOperation(),
-                                      [&](func::FuncOp fn, MeshOp mesh) {
-                                        insertReshards(fn, mesh);
-                                        return success();
-                                      })))
+    if (failed(insertReshards(getOperation())))
       signalPassFailure();
   }
 };
 
 } // namespace
 
-void mlir::shardx::insertReshards(func::FuncOp fn, MeshOp mesh) {
-  ReshardInserter(fn, mesh).run();
+LogicalResult mlir::shardx::insertReshards(ModuleOp module) {
+  return forEachShardedFunction(module, [](func::FuncOp fn, MeshOp mesh) {
+    ReshardInserter(fn, mesh).run();
+    return success();
+  });
 }

@@ -601,14 +601,16 @@ LogicalResult Localizer::run() {
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
   void runOnOperation() override {
-    // Functions without layouts run as they are on every rank.
-    if (failed(forEachShardedFunction(getOperation(), localize)))
+    if (failed(localize(getOperation())))
       signalPassFailure();
   }
 };
 
 } // namespace
 
-LogicalResult mlir::shardx::localize(func::FuncOp fn, MeshOp mesh) {
-  return Localizer(fn, mesh).run();
+LogicalResult mlir::shardx::localize(ModuleOp module) {
+  // Functions without layouts run as they are on every rank.
+  return forEachShardedFunction(module, [](func::FuncOp fn, MeshOp mesh) {
+    return Localizer(fn, mesh).run();
+  });
 }

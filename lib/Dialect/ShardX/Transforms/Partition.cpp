@@ -13,7 +13,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "Partition.h"
-#include "LayoutUtils.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
@@ -31,22 +30,8 @@ struct PartitionPass
     : public mlir::shardx::impl::PartitionPassBase<PartitionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto insert = [](func::FuncOp fn, MeshOp mesh) {
-      insertReshards(fn, mesh);
-      return success();
-    };
-    if (failed(forEachShardedFunction(module, insert)))
-      return signalPassFailure();
-    // As shardx-verify-layouts: every function is checked before failing.
-    bool mismatch = false;
-    auto check = [&](func::FuncOp fn, MeshOp mesh) {
-      mismatch |= failed(verifyLayouts(fn, mesh));
-      return success();
-    };
-    if (failed(forEachShardedFunction(module, check)) || mismatch)
-      return signalPassFailure();
-    if (failed(lowerReshards(module)) ||
-        failed(forEachShardedFunction(module, localize)))
+    if (failed(insertReshards(module)) || failed(verifyLayouts(module)) ||
+        failed(lowerReshards(module)) || failed(localize(module)))
       signalPassFailure();
   }
 };

@@ -5,9 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // The work of shardx-insert-reshards, shardx-verify-layouts,
-// shardx-lower-reshards and shardx-localize as functions, so that
-// shardx-partition runs them in one pass. Each pass is a loop of its step
-// over the sharded functions (`forEachShardedFunction`).
+// shardx-lower-reshards and shardx-localize as functions: each of those
+// passes calls one, and shardx-partition calls the four in order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,23 +15,26 @@
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 
 namespace mlir::shardx {
 
-/// shardx-insert-reshards on one function.
-void insertReshards(func::FuncOp fn, MeshOp mesh);
+/// shardx-insert-reshards: inserts the reshards of every sharded function
+/// of `module`; fails when a function mixes meshes.
+LogicalResult insertReshards(ModuleOp module);
 
-/// shardx-verify-layouts on one function: emits an error at every op whose
-/// operands lack the layouts it needs, and fails if there was one.
-LogicalResult verifyLayouts(func::FuncOp fn, MeshOp mesh);
+/// shardx-verify-layouts: emits an error at every op of every sharded
+/// function whose operands lack the layouts it needs, and fails if there
+/// was one.
+LogicalResult verifyLayouts(ModuleOp module);
 
 /// shardx-lower-reshards: replaces every shardx.redistribute under `root`
 /// with its plan; fails (with an error at the op) on one it cannot plan.
 LogicalResult lowerReshards(Operation *root);
 
-/// shardx-localize on one function.
-LogicalResult localize(func::FuncOp fn, MeshOp mesh);
+/// shardx-localize: rewrites every sharded function of `module` into the
+/// program each rank runs; fails with an error at the op it cannot expand.
+LogicalResult localize(ModuleOp module);
 
 } // namespace mlir::shardx
 

@@ -32,13 +32,7 @@ namespace {
 struct VerifyLayoutsPass
     : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
   void runOnOperation() override {
-    // Every function is checked, so that all mismatches are reported.
-    bool failedAny = false;
-    auto check = [&](func::FuncOp fn, MeshOp mesh) {
-      failedAny |= failed(verifyLayouts(fn, mesh));
-      return success();
-    };
-    if (failed(forEachShardedFunction(getOperation(), check)) || failedAny)
+    if (failed(verifyLayouts(getOperation())))
       return signalPassFailure();
     // A check only: the IR is unchanged, so the pass manager skips the
     // verifier after it.
@@ -48,7 +42,8 @@ struct VerifyLayoutsPass
 
 } // namespace
 
-LogicalResult mlir::shardx::verifyLayouts(func::FuncOp fn, MeshOp mesh) {
+/// Checks one function; emits an error at every mismatch.
+static LogicalResult verifyFunction(func::FuncOp fn, MeshOp mesh) {
   bool failedAny = false;
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   int64_t meshRank = mesh.getShape().size();
@@ -114,4 +109,14 @@ LogicalResult mlir::shardx::verifyLayouts(func::FuncOp fn, MeshOp mesh) {
     }
   });
   return failure(failedAny);
+}
+
+LogicalResult mlir::shardx::verifyLayouts(ModuleOp module) {
+  // Every function is checked, so that all mismatches are reported.
+  bool failedAny = false;
+  auto check = [&](func::FuncOp fn, MeshOp mesh) {
+    failedAny |= failed(verifyFunction(fn, mesh));
+    return success();
+  };
+  return failure(failed(forEachShardedFunction(module, check)) || failedAny);
 }
