@@ -71,19 +71,23 @@ func.func @constant() -> tensor<4xf32> {
 
 // -----
 
-// Tests that a branch on a constant is folded to one block before
-// propagation (the pipeline's canonicalizer runs without region
-// simplification: the branch patterns leave no unreachable block).
+// Tests that a sharded function of several blocks whose join argument is
+// dead is simplified to one block before propagation (the pipeline's
+// canonicalizer simplifies regions where a region has several blocks; a
+// function that stays multi-block is rejected by propagation).
 shardx.mesh @mesh(shape = 2)
-// CHECK-LABEL: func.func @constant_branch
-// CHECK-SAME: (%[[X:.*]]: tensor<2xf32>) -> tensor<2xf32>
+// CHECK-LABEL: func.func @dead_join
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<2xf32>, %{{[^:]*}}: i1) -> tensor<2xf32>
 // CHECK-NEXT: return %[[X]] : tensor<2xf32>
 // CHECK-NEXT: }
-func.func @constant_branch(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> tensor<4xf32> {
-  %t = arith.constant true
-  cf.cond_br %t, ^bb1(%x : tensor<4xf32>), ^bb2
-^bb1(%y: tensor<4xf32>):
-  return %y : tensor<4xf32>
+func.func @dead_join(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %c: i1) -> tensor<4xf32> {
+  cf.cond_br %c, ^bb1, ^bb2
+^bb1:
+  %p = arith.addf %x, %x : tensor<4xf32>
+  cf.br ^bb3(%p : tensor<4xf32>)
 ^bb2:
+  %q = arith.mulf %x, %x : tensor<4xf32>
+  cf.br ^bb3(%q : tensor<4xf32>)
+^bb3(%y: tensor<4xf32>):
   return %x : tensor<4xf32>
 }

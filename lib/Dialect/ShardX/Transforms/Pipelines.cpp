@@ -51,14 +51,30 @@ struct InlineCallsPass
 ///   programs costs more than the canonicalization itself. The pipeline
 ///   runs it twice, and on most programs at least one run finds nothing to
 ///   do;
-/// - no region simplification. The pipeline's functions are one block
-///   (propagation and localization read only the entry block), so there are
-///   no unreachable blocks or block arguments to erase, and the driver
-///   itself erases dead ops; the liveness analysis over every op that
-///   region simplification runs was a third of the canonicalizer's time.
+/// - region simplification only where a region has several blocks. The
+///   driver itself erases dead ops and unreachable blocks; what region
+///   simplification adds is dropping dead arguments of successor blocks,
+///   and a region of one block has none. Sharded functions (and traced
+///   programs) are one block, and the liveness analysis over every op that
+///   region simplification runs was a third of the canonicalizer's time on
+///   them.
+/// The pipeline's canonicalizations share one pattern set (built from every
+/// loaded dialect and op: a fixed cost that weighs on small programs).
 struct CanonicalizePass
     : public PassWrapper<CanonicalizePass, OperationPass<>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CanonicalizePass)
+
+  /// The patterns of the canonicalizations of one pipeline. They initialize
+  /// in the same round (for the same context and dialect registry), so the
+  /// first builds the set and the others take it.
+  struct SharedPatterns {
+    MLIRContext *context = nullptr;
+    llvm::hash_code registryHash = 0;
+    std::shared_ptr<const FrozenRewritePatternSet> patterns;
+  };
+
+  explicit CanonicalizePass(std::shared_ptr<SharedPatterns> shared)
+      : shared(std::move(shared)) {}
 
   StringRef getArgument() const override { return "shardx-canonicalize"; }
   StringRef getDescription() const override {
@@ -66,21 +82,39 @@ struct CanonicalizePass
   }
 
   LogicalResult initialize(MLIRContext *context) override {
-    RewritePatternSet owning(context);
-    for (Dialect *dialect : context->getLoadedDialects())
-      dialect->getCanonicalizationPatterns(owning);
-    for (RegisteredOperationName op : context->getRegisteredOperations())
-      op.getCanonicalizationPatterns(owning, context);
-    patterns = std::make_shared<FrozenRewritePatternSet>(std::move(owning));
+    llvm::hash_code registryHash = context->getRegistryHash();
+    if (!shared->patterns || shared->context != context ||
+        shared->registryHash != registryHash) {
+      RewritePatternSet owning(context);
+      for (Dialect *dialect : context->getLoadedDialects())
+        dialect->getCanonicalizationPatterns(owning);
+      for (RegisteredOperationName op : context->getRegisteredOperations())
+        op.getCanonicalizationPatterns(owning, context);
+      shared->patterns =
+          std::make_shared<FrozenRewritePatternSet>(std::move(owning));
+      shared->context = context;
+      shared->registryHash = registryHash;
+    }
+    patterns = shared->patterns;
     return success();
   }
 
   void runOnOperation() override {
     // The options of upstream's `canonicalize` pass, but for the region
     // simplification.
+    bool multiBlock = getOperation()
+                          ->walk([](Operation *op) {
+                            for (Region &region : op->getRegions())
+                              if (!region.empty() && !region.hasOneBlock())
+                                return WalkResult::interrupt();
+                            return WalkResult::advance();
+                          })
+                          .wasInterrupted();
     GreedyRewriteConfig config;
     config.setUseTopDownTraversal(true)
-        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled)
+        .setRegionSimplificationLevel(multiBlock
+                                          ? GreedySimplifyRegionLevel::Normal
+                                          : GreedySimplifyRegionLevel::Disabled)
         .setMaxIterations(10);
     bool changed = false;
     (void)applyPatternsGreedily(getOperation(), *patterns, config, &changed);
@@ -88,12 +122,14 @@ struct CanonicalizePass
       markAllAnalysesPreserved();
   }
 
+  std::shared_ptr<SharedPatterns> shared;
   std::shared_ptr<const FrozenRewritePatternSet> patterns;
 };
 } // namespace
 
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
+  auto patterns = std::make_shared<CanonicalizePass::SharedPatterns>();
   pm.addPass(std::make_unique<InlineCallsPass>());
   // bf16/f16 sums accumulate in f32 before propagation, so that their
   // partial sums are reduced across ranks in f32; contractions are the
@@ -101,7 +137,7 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(createWidenAccumulationPass({/*contractions=*/false}));
   // Propagation sees canonical IR (folded constants, one splat per value):
   // its choices depend on it.
-  pm.addPass(std::make_unique<CanonicalizePass>());
+  pm.addPass(std::make_unique<CanonicalizePass>(patterns));
   pm.addPass(createPropagatePass());
   // Insert reshards, verify layouts, lower reshards and localize, as one
   // pass: the verifier after each pass (`--verify-each`) runs once for the
@@ -109,7 +145,7 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(createPartitionPass());
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
-  pm.addPass(std::make_unique<CanonicalizePass>());
+  pm.addPass(std::make_unique<CanonicalizePass>(patterns));
   pm.addPass(createCSEPass());
   // After canonicalize and CSE: they would not move the start/wait pairs,
   // but the schedule is priced on the final program.
