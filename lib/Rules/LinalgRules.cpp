@@ -59,24 +59,22 @@ static bool isIdentityOf(ReduceOp kind, TypedAttr value) {
     type = IntegerType::get(type.getContext(), 64);
   if (!isFloat && !isa<IntegerType>(type))
     return false;
-  arith::AtomicRMWKind atomic;
-  switch (kind) {
-  case ReduceOp::Sum:
-  case ReduceOp::Avg:
-    atomic = isFloat ? arith::AtomicRMWKind::addf : arith::AtomicRMWKind::addi;
-    break;
-  case ReduceOp::Prod:
-    atomic = isFloat ? arith::AtomicRMWKind::mulf : arith::AtomicRMWKind::muli;
-    break;
-  case ReduceOp::Max:
-    atomic =
-        isFloat ? arith::AtomicRMWKind::maximumf : arith::AtomicRMWKind::maxs;
-    break;
-  case ReduceOp::Min:
-    atomic =
-        isFloat ? arith::AtomicRMWKind::minimumf : arith::AtomicRMWKind::mins;
-    break;
-  }
+  arith::AtomicRMWKind atomic = [&] {
+    switch (kind) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return isFloat ? arith::AtomicRMWKind::addf : arith::AtomicRMWKind::addi;
+    case ReduceOp::Prod:
+      return isFloat ? arith::AtomicRMWKind::mulf : arith::AtomicRMWKind::muli;
+    case ReduceOp::Max:
+      return isFloat ? arith::AtomicRMWKind::maximumf
+                     : arith::AtomicRMWKind::maxs;
+    case ReduceOp::Min:
+      return isFloat ? arith::AtomicRMWKind::minimumf
+                     : arith::AtomicRMWKind::mins;
+    }
+    llvm_unreachable("unknown reduction");
+  }();
   OpBuilder builder(type.getContext());
   TypedAttr identity = arith::getIdentityValueAttr(
       atomic, type, builder, UnknownLoc::get(type.getContext()));
@@ -100,6 +98,9 @@ template <typename OpTy>
 struct LinalgStructuredRule
     : public ShardingRuleOpInterface::ExternalModel<LinalgStructuredRule<OpTy>,
                                                     OpTy> {
+  /// Reads only the op's indexing maps, iterator types and operand types
+  /// (not its body or discardable attributes): propagation keeps one rule
+  /// per (op name, inherent attributes, types), GreedyPropagation::ruleOf.
   FailureOr<ShardingRule> getShardingRule(Operation *op) const {
     auto linalgOp = cast<linalg::LinalgOp>(op);
     if (!linalgOp.hasPureTensorSemantics())

@@ -8,3 +8,4 @@ func.func @ints(%x: tensor<4xi32> {shardx.layout = #shardx.layout<@mesh, [P(sum)
     -> (tensor<4xi32> {shardx.layout = #shardx.layout<@mesh, [P(avg)]>}) {
   return %x : tensor<4xi32>
 }
+

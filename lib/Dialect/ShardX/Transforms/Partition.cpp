@@ -6,9 +6,11 @@
 //
 // shardx-partition runs the four steps from a propagated global program to
 // the local one (insert reshards, check layouts, lower reshards, localize)
-// in one pass, each over every sharded function in turn, exactly as the
-// four passes do one after the other. Only the pass manager's verifier
-// after each pass is saved: two runs over the whole module.
+// in one pass, each over the whole module in turn, exactly as the four
+// passes do one after the other. Only the pass manager's verifier after
+// each pass is saved: two runs over the whole module. (So IR a step left
+// malformed is caught after the last step, not after that one: running the
+// four passes shows which.)
 //
 //===----------------------------------------------------------------------===//
 
