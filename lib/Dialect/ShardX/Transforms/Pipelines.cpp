@@ -95,7 +95,6 @@ struct CanonicalizePass
       shared->context = context;
       shared->registryHash = registryHash;
     }
-    patterns = shared->patterns;
     return success();
   }
 
@@ -117,13 +116,13 @@ struct CanonicalizePass
                                           : GreedySimplifyRegionLevel::Disabled)
         .setMaxIterations(10);
     bool changed = false;
-    (void)applyPatternsGreedily(getOperation(), *patterns, config, &changed);
+    (void)applyPatternsGreedily(getOperation(), *shared->patterns, config,
+                                &changed);
     if (!changed)
       markAllAnalysesPreserved();
   }
 
   std::shared_ptr<SharedPatterns> shared;
-  std::shared_ptr<const FrozenRewritePatternSet> patterns;
 };
 } // namespace
 
