@@ -357,7 +357,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     return failure();
   lowerInnerReductions(module);
   if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)")) ||
-      failed(approximateMath(module)))
+      failed(approximateMath(module)) || failed(expandNarrowFloats(module)))
     return failure();
   // Buffers come from the runtime's caching allocator
   // (lib/Runtime/cpu/BufferCache.cpp), which keeps large blocks for the

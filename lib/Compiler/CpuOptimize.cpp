@@ -391,4 +391,6 @@ void mlir::shardx::registerCompilerPasses() {
   PassRegistration<ContractionsToBlasPass>();
   registerShardXConversionPasses();
   registerCpuLoopPasses();
+  registerNarrowFloatPasses();
+  registerOutlineKernelsPass();
 }

@@ -18,8 +18,10 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 
-#include <memory>
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <memory>
 
 #include <optional>
 #include <string>
@@ -91,6 +93,35 @@ void lowerInnerReductions(ModuleOp module);
 /// approximations, which LLVM vectorizes (libm calls stay scalar)
 /// (`shardx-approximate-math`).
 LogicalResult approximateMath(ModuleOp module);
+
+/// Computes bf16/f16 arithmetic and math in f32 and expands every
+/// conversion from and to bf16/f16 into integer arithmetic (round to nearest
+/// even, as PyTorch converts), so that CPU artifacts call no compiler builtin
+/// such as `__truncsfbf2` (`shardx-expand-narrow-floats`).
+LogicalResult expandNarrowFloats(ModuleOp module);
+
+/// Registers the passes of lib/Compiler/NarrowFloats.cpp.
+void registerNarrowFloatPasses();
+
+/// The name prefix of outlined kernel functions (outlineKernels).
+inline constexpr llvm::StringLiteral kKernelPrefix = "shardx_kernel_";
+
+/// What outlineKernels did: linalg ops outlined, unique kernels left.
+struct OutlineStats {
+  unsigned outlined = 0;
+  unsigned unique = 0;
+};
+
+/// After bufferization: moves every linalg op on buffers into a private
+/// kernel function of its own (its buffers and scalars as arguments, its
+/// constants cloned in) called where the op was, and merges structurally
+/// identical kernels into one, named `shardx_kernel_<hash of its IR>`
+/// (`shardx-outline-kernels`). Code generation then compiles each unique
+/// kernel once, in parallel, through the kernel cache (emitArtifact).
+FailureOr<OutlineStats> outlineKernels(ModuleOp module);
+
+/// Registers `shardx-outline-kernels`.
+void registerOutlineKernelsPass();
 
 /// Registers the CPU back end's passes with the pass registry.
 void registerCompilerPasses();

@@ -1,0 +1,167 @@
+//===- OutlineKernels.cpp - One function per kernel, deduplicated ---------===//
+//
+// Part of ShardX.
+//
+// `shardx-outline-kernels` (after bufferization, on buffers): every linalg
+// op, a fused loop nest, becomes a call of its own kernel function, as
+// IREE's dispatch regions and inductor's kernels do. The kernel takes the
+// op's buffers and scalars (each distinct value once, so two operands on one
+// buffer stay one argument) and clones the constants it uses, so its body
+// says everything about the computation: shapes, strides, element types,
+// constants and which operands alias. Structurally identical kernels (the
+// same printed IR) are one function, named after a hash of that IR, so the
+// twelve layers of a model call one set of kernels and a kernel keeps its
+// name, and its cache entry (lib/Compiler/Artifact.cpp), from program to
+// program.
+//
+//   %a = memref.alloc() : memref<16x64xf32>
+//   linalg.generic {...} ins(%x : memref<16x64xf32>) outs(%a : ...) { exp }
+// becomes
+//   call @shardx_kernel_3f2a...(%x, %a) : (memref<16x64xf32>, ...) -> ()
+//   func.func private @shardx_kernel_3f2a...(%arg0: ..., %arg1: ...) {
+//     linalg.generic {...} ins(%arg0 : ...) outs(%arg1 : ...) { exp }
+//   }
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/SHA256.h"
+
+using namespace mlir;
+
+namespace {
+
+/// The printed form of `kernel` with its name left out: equal for
+/// structurally identical kernels (SSA names are numbered by position,
+/// locations are not printed).
+std::string canonicalText(func::FuncOp kernel) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  OpPrintingFlags flags;
+  flags.printGenericOpForm().elideLargeElementsAttrs(
+      std::numeric_limits<int64_t>::max());
+  std::string name = kernel.getName().str();
+  kernel.setName("k");
+  kernel->print(os, flags);
+  kernel.setName(name);
+  return text;
+}
+
+std::string hashName(StringRef text) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
+      ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()),
+                        text.size()));
+  return (mlir::shardx::kKernelPrefix + llvm::toHex(ArrayRef(digest).take_front(8), true)).str();
+}
+
+} // namespace
+
+FailureOr<mlir::shardx::OutlineStats>
+mlir::shardx::outlineKernels(ModuleOp module) {
+  SmallVector<linalg::LinalgOp> ops;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isExternal() || fn.getName().starts_with(kKernelPrefix))
+      continue;
+    fn.walk([&](linalg::LinalgOp op) {
+      if (op.hasPureBufferSemantics())
+        ops.push_back(op);
+    });
+  }
+  OutlineStats stats;
+  llvm::StringMap<func::FuncOp> kernels; // canonical text -> kernel
+  for (auto existing : module.getOps<func::FuncOp>())
+    if (existing.getName().starts_with(kKernelPrefix) && !existing.isExternal())
+      kernels[canonicalText(existing)] = existing;
+  OpBuilder b(module.getContext());
+  for (linalg::LinalgOp op : ops) {
+    // Arguments: each distinct non-constant value the op reads, its
+    // operands first, then the values its body uses from above.
+    llvm::SetVector<Value> args;
+    llvm::SetVector<Operation *> constants;
+    auto consider = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (def && def->hasTrait<OpTrait::ConstantLike>() &&
+          def->getNumResults() == 1)
+        constants.insert(def);
+      else
+        args.insert(v);
+    };
+    for (Value v : op->getOperands())
+      consider(v);
+    llvm::SetVector<Value> above;
+    getUsedValuesDefinedAbove(op->getRegions(), above);
+    for (Value v : above)
+      consider(v);
+
+    Location loc = op.getLoc();
+    SmallVector<Type> argTypes;
+    for (Value v : args)
+      argTypes.push_back(v.getType());
+    b.setInsertionPointToEnd(module.getBody());
+    auto kernel = func::FuncOp::create(b, loc, kKernelPrefix,
+                                       b.getFunctionType(argTypes, {}));
+    kernel.setPrivate();
+    Block *entry = kernel.addEntryBlock();
+    IRMapping mapping;
+    for (auto [v, arg] : llvm::zip(args, entry->getArguments()))
+      mapping.map(v, arg);
+    b.setInsertionPointToStart(entry);
+    for (Operation *c : constants)
+      b.clone(*c, mapping);
+    b.clone(*op, mapping);
+    func::ReturnOp::create(b, loc);
+    ++stats.outlined;
+
+    std::string text = canonicalText(kernel);
+    auto [it, inserted] = kernels.try_emplace(text, kernel);
+    if (inserted) {
+      std::string name = hashName(text);
+      // Distinct kernels whose names collide (a 64-bit hash) get a suffix.
+      for (unsigned n = 1; module.lookupSymbol(name); ++n)
+        name = hashName(text) + "_" + std::to_string(n);
+      kernel.setName(name);
+      ++stats.unique;
+    } else {
+      kernel.erase();
+    }
+    b.setInsertionPoint(op);
+    func::CallOp::create(b, loc, it->second, args.getArrayRef());
+    op->erase();
+  }
+  return stats;
+}
+
+namespace {
+
+struct OutlineKernelsPass
+    : PassWrapper<OutlineKernelsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OutlineKernelsPass)
+  StringRef getArgument() const override { return "shardx-outline-kernels"; }
+  StringRef getDescription() const override {
+    return "Outline every linalg op on buffers into a kernel function and "
+           "merge structurally identical kernels";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<func::FuncDialect>();
+  }
+  void runOnOperation() override {
+    if (failed(shardx::outlineKernels(getOperation())))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::shardx::registerOutlineKernelsPass() {
+  PassRegistration<OutlineKernelsPass>();
+}
