@@ -23,30 +23,15 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Support/Timing.h"
 
-#include "llvm/IR/LegacyPassManager.h"
-#include "llvm/IR/Module.h"
-#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/TargetSelect.h"
-#include "llvm/Support/ToolOutputFile.h"
-#include "llvm/Target/TargetMachine.h"
-#include "llvm/Target/TargetOptions.h"
-#include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/SubtargetFeature.h"
-
-#include <unistd.h>
 
 using namespace mlir;
 
@@ -65,7 +50,6 @@ using namespace mlir;
 
 namespace {
 
-constexpr llvm::StringLiteral kInfoSymbol = "shardx_program_info";
 
 std::string typeString(Type type) {
   std::string s;
@@ -106,119 +90,6 @@ llvm::json::Object describeValue(Type type, Type global, Attribute layout) {
   if (auto l = dyn_cast_or_null<mlir::shardx::LayoutAttr>(layout))
     obj["layout"] = layoutJson(l);
   return obj;
-}
-
-/// Adds the program description as a NUL-terminated global.
-void addProgramInfo(ModuleOp module, StringRef json) {
-  OpBuilder builder(module.getContext());
-  builder.setInsertionPointToEnd(module.getBody());
-  std::string data = json.str();
-  data.push_back('\0');
-  auto type = LLVM::LLVMArrayType::get(
-      IntegerType::get(module.getContext(), 8), data.size());
-  LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
-                         LLVM::Linkage::External, kInfoSymbol,
-                         builder.getStringAttr(data));
-}
-
-/// For each `_mlir_ciface_<f>(p0, ..., pk)` adds `shardx_entry_<f>(argv)`
-/// calling it with argv[0..k]: one signature for every entry point, so that
-/// launchers call any program through `shardx_rt_invoke`.
-void addEntryWrappers(ModuleOp module) {
-  OpBuilder b(module.getContext());
-  auto ptr = LLVM::LLVMPointerType::get(module.getContext());
-  SmallVector<LLVM::LLVMFuncOp> entries;
-  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
-    if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal())
-      entries.push_back(fn);
-  for (LLVM::LLVMFuncOp fn : entries) {
-    StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
-    // A target may have made its own (the cuda one stages buffers).
-    if (module.lookupSymbol(("shardx_entry_" + name).str()))
-      continue;
-    b.setInsertionPointToEnd(module.getBody());
-    auto wrapper = LLVM::LLVMFuncOp::create(
-        b, fn.getLoc(), ("shardx_entry_" + name).str(),
-        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
-                                    {ptr}));
-    Block *block = wrapper.addEntryBlock(b);
-    b.setInsertionPointToStart(block);
-    SmallVector<Value> args;
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
-      Value slot = LLVM::GEPOp::create(b, fn.getLoc(), ptr, ptr,
-                                       block->getArgument(0),
-                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
-      args.push_back(LLVM::LoadOp::create(b, fn.getLoc(), ptr, slot));
-    }
-    LLVM::CallOp::create(b, fn.getLoc(), fn, args);
-    LLVM::ReturnOp::create(b, fn.getLoc(), ValueRange{});
-  }
-}
-
-FailureOr<std::unique_ptr<llvm::TargetMachine>>
-createTargetMachine(StringRef cpuOption, unsigned optLevel) {
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
-  std::string error;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target) {
-    llvm::errs() << "error: no LLVM target for " << triple.str() << ": "
-                 << error << "\n";
-    return failure();
-  }
-  std::string cpu = cpuOption == "host" ? llvm::sys::getHostCPUName().str()
-                                        : cpuOption.str();
-  std::string features;
-  if (cpuOption == "host") {
-    llvm::SubtargetFeatures f;
-    for (const auto &[name, on] : llvm::sys::getHostCPUFeatures())
-      f.AddFeature(name, on);
-    features = f.getString();
-  }
-  llvm::TargetOptions options;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, cpu, features, options, llvm::Reloc::PIC_, std::nullopt,
-      *llvm::CodeGenOpt::getLevel(optLevel)));
-  if (!tm) {
-    llvm::errs() << "error: cannot create a target machine for " << cpu
-                 << "\n";
-    return failure();
-  }
-  return tm;
-}
-
-LogicalResult linkSharedObject(StringRef object, StringRef output,
-                               ArrayRef<std::string> libraries) {
-  auto cxx = llvm::sys::findProgramByName("c++");
-  if (!cxx)
-    cxx = llvm::sys::findProgramByName("g++");
-  if (!cxx) {
-    llvm::errs() << "error: no C++ linker (c++ or g++) on PATH\n";
-    return failure();
-  }
-  SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str(),
-                                   object.str()};
-  // Every artifact exports the launcher entry point of the runtime; calls
-  // inside the artifact bind to its own definitions (-Bsymbolic), not to a
-  // same-named symbol of the process that loads it.
-  args.push_back("-Wl,--undefined=shardx_rt_invoke");
-  args.push_back("-Wl,--undefined=shardx_rt_set_compute_threads");
-  args.push_back("-Wl,-Bsymbolic");
-  args.append(libraries.begin(), libraries.end());
-  args.push_back("-lpthread");
-  args.push_back("-lm");
-  SmallVector<StringRef> refs(args.begin(), args.end());
-  std::string error;
-  int rc = llvm::sys::ExecuteAndWait(*cxx, refs, std::nullopt, {}, 0, 0,
-                                     &error);
-  if (rc != 0) {
-    llvm::errs() << "error: linking " << output << " failed (" << rc
-                 << (error.empty() ? "" : ": " + error) << ")\n";
-    return failure();
-  }
-  return success();
 }
 
 } // namespace
@@ -295,33 +166,58 @@ void mlir::shardx::prepareEntryPoints(ModuleOp module) {
 }
 
 LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
-                                            StringRef pipeline) {
+                                            StringRef pipeline,
+                                            TimingScope *timing) {
   PassManager pm(module.getContext());
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
     return failure();
+  TimingScope scope;
+  if (timing) {
+    scope = timing->nest(pipeline);
+    pm.enableTiming(scope);
+  }
   return pm.run(module);
 }
 
-LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module) {
+/// `step` under a timing scope named `name` (when timing).
+template <typename Step>
+static auto timed(TimingScope *timing, StringRef name, Step step) {
+  TimingScope scope = timing ? timing->nest(name) : TimingScope();
+  return step();
+}
+
+LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module,
+                                             TimingScope *timing) {
   PassManager collectives(module.getContext());
   collectives.addPass(createConvertShardXToRuntimePass());
+  TimingScope collectivesTiming;
+  if (timing) {
+    collectivesTiming = timing->nest("collectives to runtime calls");
+    collectives.enableTiming(collectivesTiming);
+  }
   if (failed(collectives.run(module)))
     return failure();
+  collectivesTiming.stop();
   // Mesh declarations are compile-time information only.
   for (auto mesh :
        llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
     mesh.erase();
   if (failed(runPassPipeline(module,
                              "func.func(convert-elementwise-to-linalg),"
-                             "canonicalize,cse")) ||
-      failed(fuseTensorOps(module)) ||
-      failed(runPassPipeline(module, "canonicalize,cse")))
+                             "canonicalize,cse",
+                             timing)) ||
+      failed(timed(timing, "fuse tensor ops",
+                   [&] { return fuseTensorOps(module); })) ||
+      failed(runPassPipeline(module, "canonicalize,cse", timing)))
     return failure();
   splitSharedEmptyTensors(module);
-  return runPassPipeline(module, "one-shot-bufferize{"
-                                 "bufferize-function-boundaries "
-                                 "function-boundary-type-conversion=identity-"
-                                 "layout-map},canonicalize,cse");
+  packSlicesAsConcat(module);
+  return runPassPipeline(module,
+                         "one-shot-bufferize{"
+                         "bufferize-function-boundaries "
+                         "function-boundary-type-conversion=identity-"
+                         "layout-map},canonicalize,cse",
+                         timing);
 }
 
 LogicalResult mlir::shardx::compileModule(ModuleOp module,
@@ -343,9 +239,12 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   }
   std::string info = describeProgram(module);
   prepareEntryPoints(module);
-  if (failed(bufferizeProgram(module)))
+  TimingScope *timing = options.timing;
+  if (failed(bufferizeProgram(module, timing)))
     return failure();
-  if (options.blas && failed(contractionsToBlasCalls(module)))
+  if (options.blas &&
+      failed(timed(timing, "contractions to BLAS calls",
+                   [&] { return contractionsToBlasCalls(module); })))
     return failure();
   // Loops LLVM vectorizes (CpuLoops.cpp): row reductions carry their
   // accumulators in registers, f32 exp/erf/tanh are polynomials.
@@ -353,10 +252,28 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           module,
           "ownership-based-buffer-deallocation,canonicalize,"
           "buffer-deallocation-simplification,bufferization-lower-"
-          "deallocations,convert-bufferization-to-memref,cse,canonicalize")))
+          "deallocations,convert-bufferization-to-memref,cse,canonicalize",
+          timing)))
     return failure();
+  // One function per fused loop nest, identical ones merged: LLVM then
+  // optimizes each unique kernel once, in parallel and through the kernel
+  // cache, instead of the whole step as one function (emitArtifact).
+  {
+    TimingScope outlineTiming =
+        options.timing ? options.timing->nest("outline kernels") : TimingScope();
+    FailureOr<OutlineStats> outlined = outlineKernels(module);
+    if (failed(outlined))
+      return failure();
+    if (options.stats) {
+      options.stats->kernels = outlined->outlined;
+      options.stats->uniqueKernels = outlined->unique;
+    }
+  }
+  TimingScope lowerTiming =
+      options.timing ? options.timing->nest("lower to LLVM dialect") : TimingScope();
   lowerInnerReductions(module);
-  if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)")) ||
+  if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)",
+                             &lowerTiming)) ||
       failed(approximateMath(module)) || failed(expandNarrowFloats(module)))
     return failure();
   // Buffers come from the runtime's caching allocator
@@ -369,8 +286,10 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "finalize-memref-to-llvm{use-generic-functions},"
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
           "convert-func-to-llvm,convert-cf-to-llvm,"
-          "reconcile-unrealized-casts")))
+          "reconcile-unrealized-casts",
+          &lowerTiming)))
     return failure();
+  lowerTiming.stop();
   // The runtime and its GEMMs (OpenBLAS); $SHARDX_RUNTIME_ARCHIVE names a
   // copy of the runtime, with libShardXRuntimeBlas.a beside it.
   std::string runtime = SHARDX_RUNTIME_ARCHIVE;
@@ -387,124 +306,6 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     if (!lib.empty())
       libraries.push_back(lib.str());
   return emitArtifact(module, info, options, libraries);
-}
-
-LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
-                                         const CompileOptions &options,
-                                         ArrayRef<std::string> libraries) {
-  addProgramInfo(module, info);
-  addEntryWrappers(module);
-
-  std::error_code ec;
-  if (options.emit == "mlir") {
-    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
-    if (ec) {
-      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
-                   << "\n";
-      return failure();
-    }
-    module.print(out.os());
-    out.keep();
-    return success();
-  }
-
-  DialectRegistry registry;
-  registerBuiltinDialectTranslation(registry);
-  registerLLVMDialectTranslation(registry);
-  module.getContext()->appendDialectRegistry(registry);
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(module, llvmContext);
-  if (!llvmModule) {
-    module.emitError("translation to LLVM IR failed");
-    return failure();
-  }
-  // Only the entry points leave the artifact: the program's own functions
-  // are internal, so a function named like a libc symbol (`step`, `send`,
-  // `index`) neither binds to libc's nor interposes it in the process.
-  for (llvm::Function &f : *llvmModule)
-    if (!f.isDeclaration() && !f.getName().starts_with("_mlir_ciface_") &&
-        !f.getName().starts_with("shardx_entry_"))
-      f.setLinkage(llvm::GlobalValue::InternalLinkage);
-  if (options.optLevel > 3) {
-    llvm::errs() << "error: optimization level " << options.optLevel
-                 << " is not one of 0, 1, 2, 3\n";
-    return failure();
-  }
-  auto tm = createTargetMachine(options.cpu, options.optLevel);
-  if (failed(tm))
-    return failure();
-  llvmModule->setTargetTriple((*tm)->getTargetTriple());
-  llvmModule->setDataLayout((*tm)->createDataLayout());
-  auto optimize =
-      makeOptimizingTransformer(options.optLevel, /*sizeLevel=*/0, tm->get());
-  if (llvm::Error err = optimize(llvmModule.get())) {
-    llvm::errs() << "error: LLVM optimization failed: "
-                 << llvm::toString(std::move(err)) << "\n";
-    return failure();
-  }
-  if (options.emit == "llvm") {
-    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
-    if (ec) {
-      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
-                   << "\n";
-      return failure();
-    }
-    llvmModule->print(out.os(), nullptr);
-    out.keep();
-    return success();
-  }
-
-  SmallString<128> objectPath;
-  if (options.emit == "obj") {
-    objectPath = options.outputPath;
-  } else {
-    int fd;
-    if (auto err = llvm::sys::fs::createTemporaryFile("shardx", "o", fd,
-                                                      objectPath)) {
-      llvm::errs() << "error: cannot create a temporary file: "
-                   << err.message() << "\n";
-      return failure();
-    }
-    ::close(fd);
-  }
-  {
-    llvm::ToolOutputFile out(objectPath, ec, llvm::sys::fs::OF_None);
-    if (ec) {
-      llvm::errs() << "error: " << objectPath << ": " << ec.message() << "\n";
-      return failure();
-    }
-    llvm::legacy::PassManager codegen;
-    if ((*tm)->addPassesToEmitFile(codegen, out.os(), nullptr,
-                                   llvm::CodeGenFileType::ObjectFile)) {
-      llvm::errs() << "error: the target cannot emit object files\n";
-      return failure();
-    }
-    codegen.run(*llvmModule);
-    out.keep();
-  }
-  if (options.emit == "obj")
-    return success();
-  if (options.emit != "so") {
-    llvm::errs() << "error: unknown --emit kind '" << options.emit << "'\n";
-    return failure();
-  }
-  // Write the artifact next to its final name and rename it into place, so a
-  // failed link never leaves a file that looks valid.
-  SmallString<128> partial(options.outputPath);
-  partial += ".partial";
-  LogicalResult linked = linkSharedObject(objectPath, partial, libraries);
-  llvm::sys::fs::remove(objectPath);
-  if (failed(linked)) {
-    llvm::sys::fs::remove(partial);
-    return failure();
-  }
-  if (auto err = llvm::sys::fs::rename(partial, options.outputPath)) {
-    llvm::errs() << "error: " << options.outputPath << ": " << err.message()
-                 << "\n";
-    return failure();
-  }
-  return success();
 }
 
 /// Removes every ShardX construct that has no effect on global values.

@@ -268,6 +268,59 @@ void mlir::shardx::splitSharedEmptyTensors(ModuleOp module) {
   cloneForEachUse(empties);
 }
 
+void mlir::shardx::packSlicesAsConcat(ModuleOp module) {
+  // The last insert_slice of each chain that fills a fresh 1-D tensor, in
+  // order and exactly: the way shardx-bucket-collectives packs a bucket.
+  SmallVector<tensor::InsertSliceOp> lasts;
+  module.walk([&](tensor::InsertSliceOp op) {
+    if (op.getResult().hasOneUse() &&
+        isa<tensor::InsertSliceOp>(*op.getResult().getUsers().begin()))
+      return; // not the end of its chain
+    lasts.push_back(op);
+  });
+  OpBuilder b(module.getContext());
+  for (tensor::InsertSliceOp last : lasts) {
+    SmallVector<tensor::InsertSliceOp> chain;
+    Value dest = last.getResult();
+    while (auto insert = dest.getDefiningOp<tensor::InsertSliceOp>()) {
+      if (insert != last && !insert.getResult().hasOneUse())
+        break;
+      chain.push_back(insert);
+      dest = insert.getDest();
+    }
+    auto empty = dest.getDefiningOp<tensor::EmptyOp>();
+    auto type = dyn_cast<RankedTensorType>(dest.getType());
+    if (!empty || chain.size() < 2 || !type || type.getRank() != 1 ||
+        !type.hasStaticShape())
+      continue;
+    std::reverse(chain.begin(), chain.end());
+    int64_t at = 0;
+    bool tiles = true;
+    SmallVector<Value> pieces;
+    for (tensor::InsertSliceOp insert : chain) {
+      auto piece = dyn_cast<RankedTensorType>(insert.getSourceType());
+      if (!piece || piece.getRank() != 1 || !piece.hasStaticShape() ||
+          insert.getStaticOffsets()[0] != at ||
+          insert.getStaticSizes()[0] != piece.getDimSize(0) ||
+          insert.getStaticStrides()[0] != 1) {
+        tiles = false;
+        break;
+      }
+      at += piece.getDimSize(0);
+      pieces.push_back(insert.getSource());
+    }
+    if (!tiles || at != type.getDimSize(0))
+      continue;
+    b.setInsertionPoint(last);
+    auto concat = tensor::ConcatOp::create(b, last.getLoc(), type, 0, pieces);
+    last.getResult().replaceAllUsesWith(concat.getResult());
+    for (tensor::InsertSliceOp insert : llvm::reverse(chain))
+      insert.erase();
+    if (empty->use_empty())
+      empty.erase();
+  }
+}
+
 LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
   return contractionsToGemmCalls(
       module, "shardx_rt_matmul_", "shardx_rt_batch_matmul_",

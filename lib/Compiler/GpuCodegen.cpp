@@ -391,7 +391,10 @@ void tileParallelLoops(ModuleOp module) {
 }
 
 /// Moves every outlined kernel into one gpu.module (one PTX, loaded once),
-/// each kernel named after the module it came from.
+/// each kernel named after the module it came from; structurally identical
+/// kernels (the same printed IR but for the name, as lib/Compiler/
+/// OutlineKernels.cpp compares CPU kernels) become one, so the layers of a
+/// model launch one set of kernels and NVVM compiles each once.
 LogicalResult mergeKernelModules(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
   SmallVector<gpu::GPUModuleOp> modules(module.getOps<gpu::GPUModuleOp>());
@@ -400,19 +403,31 @@ LogicalResult mergeKernelModules(ModuleOp module) {
   OpBuilder b(ctx);
   b.setInsertionPointToEnd(module.getBody());
   auto merged = gpu::GPUModuleOp::create(b, module.getLoc(), kKernelModule);
+  llvm::StringMap<StringAttr> byText;      // canonical text -> kernel name
+  llvm::DenseMap<StringAttr, StringAttr> rename; // module name -> kernel
   for (gpu::GPUModuleOp m : modules) {
     for (Operation &op : llvm::make_early_inc_range(*m.getBody())) {
       auto fn = dyn_cast<gpu::GPUFuncOp>(op);
       if (!fn)
         return op.emitError("unexpected op in an outlined kernel module");
+      fn.setName("k");
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      fn->print(os, OpPrintingFlags().printGenericOpForm().useLocalScope());
+      auto [it, inserted] = byText.try_emplace(text, m.getNameAttr());
+      rename[m.getNameAttr()] = it->second;
+      if (!inserted) {
+        fn.erase();
+        continue;
+      }
       fn->moveBefore(merged.getBody(), merged.getBody()->end());
       fn.setName(m.getName());
     }
   }
   module.walk([&](gpu::LaunchFuncOp launch) {
-    launch.setKernelAttr(SymbolRefAttr::get(
-        ctx, kKernelModule,
-        {FlatSymbolRefAttr::get(ctx, launch.getKernelModuleName())}));
+    StringAttr kernel = rename.lookup(launch.getKernelModuleName());
+    launch.setKernelAttr(
+        SymbolRefAttr::get(ctx, kKernelModule, {FlatSymbolRefAttr::get(kernel)}));
   });
   for (gpu::GPUModuleOp m : modules)
     m.erase();

@@ -6,7 +6,9 @@
 // op, a fused loop nest, becomes a call of its own kernel function, as
 // IREE's dispatch regions and inductor's kernels do. The kernel takes the
 // op's buffers and scalars (each distinct value once, so two operands on one
-// buffer stay one argument) and clones the constants it uses, so its body
+// buffer stay one argument; a strided view's offset dynamic, so views at
+// different places of one buffer share a kernel) and clones the constants
+// it uses, so its body
 // says everything about the computation: shapes, strides, element types,
 // constants and which operands alias. Structurally identical kernels (the
 // same printed IR) are one function, named after a hash of that IR, so the
@@ -48,13 +50,30 @@ std::string canonicalText(func::FuncOp kernel) {
   std::string text;
   llvm::raw_string_ostream os(text);
   OpPrintingFlags flags;
-  flags.printGenericOpForm().elideLargeElementsAttrs(
+  flags.printGenericOpForm().useLocalScope().elideLargeElementsAttrs(
       std::numeric_limits<int64_t>::max());
   std::string name = kernel.getName().str();
   kernel.setName("k");
   kernel->print(os, flags);
   kernel.setName(name);
   return text;
+}
+
+/// The type a kernel takes a value of `type` as: a strided buffer's offset
+/// becomes dynamic (a view of a bucket or a parameter slab has one static
+/// offset per place, the same loop nest everywhere); shapes and strides
+/// stay static, as the loops' bounds and addressing need them.
+Type kernelArgType(Type type) {
+  auto memref = dyn_cast<MemRefType>(type);
+  if (!memref)
+    return type;
+  auto strided = dyn_cast<StridedLayoutAttr>(memref.getLayout());
+  if (!strided || ShapedType::isDynamic(strided.getOffset()))
+    return type;
+  auto layout = StridedLayoutAttr::get(type.getContext(), ShapedType::kDynamic,
+                                       strided.getStrides());
+  return MemRefType::get(memref.getShape(), memref.getElementType(), layout,
+                         memref.getMemorySpace());
 }
 
 std::string hashName(StringRef text) {
@@ -106,7 +125,7 @@ mlir::shardx::outlineKernels(ModuleOp module) {
     Location loc = op.getLoc();
     SmallVector<Type> argTypes;
     for (Value v : args)
-      argTypes.push_back(v.getType());
+      argTypes.push_back(kernelArgType(v.getType()));
     b.setInsertionPointToEnd(module.getBody());
     auto kernel = func::FuncOp::create(b, loc, kKernelPrefix,
                                        b.getFunctionType(argTypes, {}));
@@ -135,7 +154,12 @@ mlir::shardx::outlineKernels(ModuleOp module) {
       kernel.erase();
     }
     b.setInsertionPoint(op);
-    func::CallOp::create(b, loc, it->second, args.getArrayRef());
+    SmallVector<Value> operands;
+    for (auto [v, type] : llvm::zip(args, argTypes))
+      operands.push_back(v.getType() == type
+                             ? v
+                             : memref::CastOp::create(b, loc, type, v));
+    func::CallOp::create(b, loc, it->second, operands);
     op->erase();
   }
   return stats;

@@ -22,7 +22,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
 
@@ -90,6 +92,18 @@ static llvm::cl::opt<bool> timing(
                    "code generation), like --mlir-timing"),
     llvm::cl::init(false));
 
+static llvm::cl::opt<std::string> timingJson(
+    llvm::cl::cat(toolOptions), "timing-json",
+    llvm::cl::desc("write the --timing report as JSON (MLIR's timing "
+                   "format) to this file"),
+    llvm::cl::value_desc("path"), llvm::cl::init(""));
+
+static llvm::cl::opt<bool> noKernelCache(
+    llvm::cl::cat(toolOptions), "no-kernel-cache",
+    llvm::cl::desc("compile every kernel, neither reading nor filling the "
+                   "kernel cache ($SHARDX_KERNEL_CACHE, docs/Compiler.md)"),
+    llvm::cl::init(false));
+
 static bool hasLayouts(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -113,8 +127,24 @@ int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "ShardX compiler: a tensor program to a CPU shared object\n");
+  // Declared before the timing manager, which writes into it when it goes.
+  std::unique_ptr<llvm::ToolOutputFile> timingFile;
+  if (!timingJson.empty()) {
+    std::error_code ec;
+    timingFile = std::make_unique<llvm::ToolOutputFile>(
+        timingJson, ec, llvm::sys::fs::OF_Text);
+    if (ec) {
+      llvm::errs() << "shardx-compile: error: " << timingJson << ": "
+                   << ec.message() << "\n";
+      return 1;
+    }
+    timingFile->keep();
+  }
   DefaultTimingManager timingManager;
-  timingManager.setEnabled(timing);
+  timingManager.setEnabled(timing || timingFile);
+  if (timingFile)
+    timingManager.setOutput(createOutputStrategy(
+        DefaultTimingManager::OutputFormat::Json, timingFile->os()));
   TimingScope rootTiming = timingManager.getRootScope();
   ::shardx::Progress progress("shardx-compile");
   progress.step("parsing");
@@ -160,11 +190,25 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
+  options.kernelCache = !noKernelCache;
+  mlir::shardx::CodegenStats stats;
+  options.stats = &stats;
+  options.progress = [&](unsigned done, unsigned total) {
+    progress.step("compiling kernels " + std::to_string(done) + "/" +
+                  std::to_string(total));
+  };
   LogicalResult compiled = success();
   {
     TimingScope codegenTiming = rootTiming.nest("codegen");
+    options.timing = &codegenTiming;
     compiled = mlir::shardx::compileModule(*module, options);
   }
   progress.clear();
+  if (timing && succeeded(compiled))
+    llvm::errs() << "shardx-compile: " << stats.kernels << " kernels, "
+                 << stats.uniqueKernels << " unique; " << stats.units
+                 << " object units: " << stats.cachedUnits
+                 << " from the kernel cache, " << stats.compiledUnits
+                 << " compiled\n";
   return failed(compiled) ? 1 : 0;
 }

@@ -21,12 +21,28 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <functional>
 #include <memory>
 
 #include <optional>
 #include <string>
 
+namespace mlir {
+class TimingScope;
+} // namespace mlir
+
 namespace mlir::shardx {
+
+/// What code generation did (CompileOptions::stats).
+struct CodegenStats {
+  /// Linalg ops outlined into kernels, and the unique kernels among them.
+  unsigned kernels = 0, uniqueKernels = 0;
+  /// Object units (unique kernels + the host code), those found in the
+  /// kernel cache and those compiled.
+  unsigned units = 0, cachedUnits = 0, compiledUnits = 0;
+  /// Kernel-cache entries evicted after the compile.
+  unsigned evicted = 0;
+};
 
 struct CompileOptions {
   /// Where to write the result.
@@ -51,6 +67,15 @@ struct CompileOptions {
   /// libdevice for the "cuda" target's math functions; empty: the toolkit
   /// found at configure time (or $SHARDX_LIBDEVICE).
   std::string libdevice;
+  /// Find and keep compiled kernels in the kernel cache
+  /// (lib/Compiler/ObjectCache.h: $SHARDX_KERNEL_CACHE, $SHARDX_CACHE_DIR).
+  bool kernelCache = true;
+  /// Where the code generation steps' times go (--timing), if anywhere.
+  TimingScope *timing = nullptr;
+  /// Filled with what code generation did, if set.
+  CodegenStats *stats = nullptr;
+  /// Called (under a lock) as each object unit is compiled: (done, total).
+  std::function<void(unsigned, unsigned)> progress;
 };
 
 /// A context with every dialect, extension and ShardX model the tools need
@@ -76,6 +101,13 @@ LogicalResult fuseTensorOps(ModuleOp module);
 /// own op (CSE merges them): one buffer shared by several destinations makes
 /// bufferization copy it, and hides a GEMM's zero fill from the BLAS rewrite.
 void splitSharedEmptyTensors(ModuleOp module);
+
+/// Replaces each chain of `tensor.insert_slice`s that fills a fresh 1-D
+/// tensor exactly, in order (a bucket of shardx-bucket-collectives), by one
+/// `tensor.concat`: the same buffer and copies after bufferization, whose
+/// analysis takes time quadratic in a chain's length (20 s for the 194
+/// slices of a 32-layer GPT's bucket) and linear in a concat's operands.
+void packSlicesAsConcat(ModuleOp module);
 
 /// After bufferization: replaces every (batched) GEMM contraction on f32/f64
 /// buffers, up to permutations of its operands and result, by a runtime
@@ -143,14 +175,15 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options);
 void prepareEntryPoints(ModuleOp module);
 
 /// Runs `pipeline` (passes on the module, without the builtin.module
-/// anchor), e.g. "canonicalize,cse".
-LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline);
+/// anchor), e.g. "canonicalize,cse"; its passes' times go under `timing`.
+LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline,
+                              TimingScope *timing = nullptr);
 
 /// The targets' common start: lowers the collectives to runtime calls
 /// (`shardx-convert-to-runtime`, lib/Conversion/ShardXToRuntime),
 /// drops the mesh declarations, fuses on tensors (fuseTensorOps,
 /// splitSharedEmptyTensors) and bufferizes.
-LogicalResult bufferizeProgram(ModuleOp module);
+LogicalResult bufferizeProgram(ModuleOp module, TimingScope *timing = nullptr);
 
 /// From a module in the LLVM dialect: adds the program description `info`
 /// and the entry wrappers, translates to LLVM IR, optimizes and writes what

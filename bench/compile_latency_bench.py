@@ -1,0 +1,293 @@
+"""Time to first step against depth: ShardX's `shardx.compile` and
+torch.compile (inductor) on the same GPT-style train step, in one run.
+
+    ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
+        [--layers 1 2 4 8 16 32] [--no-torch] [--dump DIR] [--opt 3]
+
+The step: a GPT with tied embedding and LM head, pre-norm causal blocks
+(4 heads, width 64, MLP 4x), sequence 16, batch 4, cross-entropy loss,
+`torch.autograd.grad`, gradient clipping by the global norm and a
+hand-written AdamW (decoupled weight decay), all in one traced function.
+ShardX runs it on a 2x2 dp x tp mesh of CPU threads (batch over dp,
+Megatron placements over tp); torch.compile runs it on one process.
+
+For each depth, cold first call: a fresh cache directory for ShardX (no
+artifact, no kernel), and a fresh inductor cache (`TORCHINDUCTOR_CACHE_DIR`)
+and `torch._dynamo.reset()` for torch.compile. The last line for the deepest
+model is the warm-kernel-cache case: the same model with one layer's MLP
+width changed, compiled with the kernel cache left by the cold run (a new
+artifact, most kernels cached). Ratios (goals in issue 35):
+
+- torch.compile / ShardX at each depth >= 2 (goal >= 1);
+- ShardX deepest / ShardX 2 layers (goal <= 3 at 32 layers);
+- warm one-layer change / cold (goal <= 0.2).
+
+The ShardX first step is checked against eager (the loss, f32 tolerance).
+"""
+
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+DIM, HEADS, SEQ, BATCH, VOCAB = 64, 4, 16, 4, 128
+
+
+def init_params(layers, widths=None, seed=0):
+    """Named parameters of the GPT: a list of (name, tensor)."""
+    g = torch.Generator().manual_seed(seed)
+    widths = widths or [4 * DIM] * layers
+
+    def w(*shape, scale=0.02):
+        return torch.randn(*shape, generator=g) * scale
+    params = [("wte", w(VOCAB, DIM)), ("wpe", w(SEQ, DIM))]
+    for i in range(layers):
+        h = widths[i]
+        params += [(f"h{i}.ln1.w", torch.ones(DIM)), (f"h{i}.ln1.b", torch.zeros(DIM)),
+                   (f"h{i}.q.w", w(DIM, DIM)), (f"h{i}.k.w", w(DIM, DIM)),
+                   (f"h{i}.v.w", w(DIM, DIM)), (f"h{i}.o.w", w(DIM, DIM)),
+                   (f"h{i}.ln2.w", torch.ones(DIM)), (f"h{i}.ln2.b", torch.zeros(DIM)),
+                   (f"h{i}.fc1.w", w(h, DIM)), (f"h{i}.fc1.b", torch.zeros(h)),
+                   (f"h{i}.fc2.w", w(DIM, h)), (f"h{i}.fc2.b", torch.zeros(DIM))]
+    params += [("lnf.w", torch.ones(DIM)), ("lnf.b", torch.zeros(DIM))]
+    return params
+
+
+def forward(names, ps, tokens):
+    p = dict(zip(names, ps))
+    b, s = tokens.shape
+    x = p["wte"][tokens] + p["wpe"][:s]
+    mask = torch.ones(s, s, dtype=torch.bool).tril()
+    layers = sum(1 for n in names if n.endswith(".q.w"))
+    for i in range(layers):
+        h = F.layer_norm(x, (DIM,), p[f"h{i}.ln1.w"], p[f"h{i}.ln1.b"])
+
+        def heads(t):
+            return t.view(b, s, HEADS, DIM // HEADS).transpose(1, 2)
+        q = heads(h @ p[f"h{i}.q.w"].t())
+        k = heads(h @ p[f"h{i}.k.w"].t())
+        v = heads(h @ p[f"h{i}.v.w"].t())
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(DIM // HEADS)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, s, DIM)
+        x = x + y @ p[f"h{i}.o.w"].t()
+        h = F.layer_norm(x, (DIM,), p[f"h{i}.ln2.w"], p[f"h{i}.ln2.b"])
+        h = F.gelu(h @ p[f"h{i}.fc1.w"].t() + p[f"h{i}.fc1.b"])
+        x = x + h @ p[f"h{i}.fc2.w"].t() + p[f"h{i}.fc2.b"]
+    x = F.layer_norm(x, (DIM,), p["lnf.w"], p["lnf.b"])
+    return x @ p["wte"].t()  # tied LM head
+
+
+def make_step(names, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1, clip=1.0):
+    def train_step(params, m, v, tokens, targets):
+        params = [p.detach().requires_grad_(True) for p in params]
+        logits = forward(names, params, tokens)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+        grads = torch.autograd.grad(loss, params)
+        norm = torch.sqrt(sum((g * g).sum() for g in grads))
+        scale = torch.clamp(clip / (norm + 1e-6), max=1.0)
+        new_p, new_m, new_v = [], [], []
+        for p, g, m1, v1 in zip(params, grads, m, v):
+            g = g * scale
+            m1 = betas[0] * m1 + (1 - betas[0]) * g
+            v1 = betas[1] * v1 + (1 - betas[1]) * g * g
+            upd = (m1 / (1 - betas[0])) / (torch.sqrt(v1 / (1 - betas[1])) + eps)
+            new_p.append((p * (1 - lr * wd) - lr * upd).detach())
+            new_m.append(m1)
+            new_v.append(v1)
+        return loss.detach(), new_p, new_m, new_v
+    train_step.__name__ = "gpt_step"
+    return train_step
+
+
+def placements(names, shardx):
+    """Megatron over tp (axis 1): q/k/v/fc1 by output features, o/fc2 by
+    input features; everything else replicated."""
+    R, S = shardx.Replicate, shardx.Shard
+    col = (".q.w", ".k.w", ".v.w", ".fc1.w", ".fc1.b")
+    row = (".o.w", ".fc2.w")
+    out = []
+    for n in names:
+        if n.endswith(col):
+            out.append([R(), S(0)])
+        elif n.endswith(row):
+            out.append([R(), S(1)])
+        else:
+            out.append([R(), R()])
+    return out
+
+
+def example(layers, widths=None):
+    named = init_params(layers, widths)
+    names = [n for n, _ in named]
+    params = [t for _, t in named]
+    zeros = [torch.zeros_like(t) for t in params]
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    targets = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return names, (params, zeros, [z.clone() for z in zeros], tokens, targets)
+
+
+def shardx_first_call(layers, cache, widths=None, opt=None):
+    """Seconds of the first call of shardx.compile(step) with the disk
+    caches in `cache`, and the loss it returned against eager's."""
+    import shardx
+    import shardx.jit as jit
+    os.environ["SHARDX_CACHE_DIR"] = cache
+    names, args = example(layers, widths)
+    step = make_step(names)
+    mesh = shardx.Mesh((2, 2), ("dp", "tp"))
+    pl = placements(names, shardx)
+    R, S = shardx.Replicate, shardx.Shard
+    ins = pl + pl + pl + [[S(0), R()], [S(0), R()]]
+    outs = [[R(), R()]] + pl + pl + pl
+    fn = shardx.compile(step, mesh, ins, outs)
+    start = time.perf_counter()
+    out = fn(*args)
+    loss = out[0].to_torch() if hasattr(out[0], "to_torch") else out[0]
+    elapsed = time.perf_counter() - start
+    ref = step(*args)[0]
+    err = abs(float(loss) - float(ref))
+    if not err <= 1e-4 * max(1.0, abs(float(ref))):
+        raise SystemExit(f"shardx loss {float(loss)} differs from eager {float(ref)}")
+    timing = getattr(fn, "first_call_timing", None)
+    del jit
+    return elapsed, timing
+
+
+def torch_first_call(layers):
+    """Seconds of torch.compile's first call (fresh inductor cache)."""
+    code = f"""
+import os, sys, time, torch
+sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
+from compile_latency_bench import example, make_step
+names, args = example({layers})
+fn = torch.compile(make_step(names))
+start = time.perf_counter()
+fn(*args)
+print(time.perf_counter() - start)
+"""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as d:
+        env["TORCHINDUCTOR_CACHE_DIR"] = d
+        env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"torch.compile failed at {layers} layers:\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def dump(layers, folder):
+    import shardx
+    names, args = example(layers)
+    mesh = shardx.Mesh((2, 2), ("dp", "tp"))
+    pl = placements(names, shardx)
+    R, S = shardx.Replicate, shardx.Shard
+    text = shardx.trace(make_step(names), args, mesh,
+                        pl + pl + pl + [[S(0), R()], [S(0), R()]],
+                        [[R(), R()]] + pl + pl + pl, name="gpt_step")
+    path = os.path.join(folder, f"gpt_{layers}.mlir")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def gpt2_zoo_compile(layers, opt, cache):
+    """Seconds of `shardx-compile -O<opt>` of the zoo's Hugging Face GPT-2
+    train step (AdamW) made `layers` deep, Megatron TP over 2 ranks (the
+    zoo's tp2 plan), with a fresh kernel cache; and the trace's seconds."""
+    import transformers as T
+    import shardx.zoo as zoo
+    from shardx.artifact import find_tool
+
+    def deep_gpt2():
+        cfg = T.GPT2Config(vocab_size=zoo.VOCAB, n_positions=16, n_embd=32, n_layer=layers,
+                           n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                           bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+        return zoo.CausalLM(T.GPT2LMHeadModel(cfg).eval()), zoo.lm_loss, *zoo._tokens()
+    zoo.MODELS["gpt2"] = deep_gpt2
+    with tempfile.TemporaryDirectory() as d:
+        run = zoo.ZooRun("gpt2", d, opt_level=opt)
+        plan = next(p for p in zoo.plans("gpt2") if p.name == "tp2")
+        start = time.perf_counter()
+        text = run.trace(plan)
+        traced = time.perf_counter() - start
+        src = os.path.join(d, "gpt2.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        env = dict(os.environ, SHARDX_KERNEL_CACHE=cache)
+        start = time.perf_counter()
+        subprocess.run([find_tool("shardx-compile"), src, f"-O{opt}", "-o",
+                        os.path.join(d, "gpt2.so")], check=True, env=env)
+        return time.perf_counter() - start, traced
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    ap.add_argument("--no-torch", action="store_true", help="skip torch.compile")
+    ap.add_argument("--no-warm", action="store_true", help="skip the warm one-layer change")
+    ap.add_argument("--gpt2-zoo", type=int, metavar="LAYERS",
+                    help="only time shardx-compile of the zoo's HF GPT-2 TP step this deep")
+    ap.add_argument("--dump", metavar="DIR",
+                    help="write the traced programs (gpt_<layers>.mlir) and exit")
+    args = ap.parse_args(argv)
+    if args.gpt2_zoo:
+        with tempfile.TemporaryDirectory() as cache:
+            secs, traced = gpt2_zoo_compile(args.gpt2_zoo, 3, cache)
+        print(f"HF GPT-2 {args.gpt2_zoo} layers, tp2: trace {traced:.1f} s, shardx-compile -O3 "
+              f"{secs:.1f} s (cold kernel cache; goal <= 60 s)")
+        return 0
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+        for n in args.layers:
+            print(dump(n, args.dump))
+        return 0
+    torch.manual_seed(0)
+    rows = []
+    print(f"{'layers':>6} {'shardx s':>9} {'torch s':>9} {'torch/shardx':>12}", flush=True)
+    base = None
+    for n in args.layers:
+        cache = tempfile.mkdtemp(prefix="shardx-latency-")
+        try:
+            sx, timing = shardx_first_call(n, cache)
+            if n == max(args.layers) and not args.no_warm:
+                widths = [4 * DIM] * n
+                widths[n // 2] = 3 * DIM
+                # The same kernel cache; the artifact is a new program.
+                warm, _ = shardx_first_call(n, cache, widths)
+            else:
+                warm = None
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        tc = None if args.no_torch else torch_first_call(n)
+        if n == 2:
+            base = sx
+        rows.append((n, sx, tc, warm))
+        ratio = f"{tc / sx:12.2f}" if tc else f"{'-':>12}"
+        print(f"{n:6d} {sx:9.1f} {tc if tc else float('nan'):9.1f} {ratio}", flush=True)
+        if timing:
+            print("       " + ", ".join(f"{k} {v:.1f}s" for k, v in timing.items()), flush=True)
+        if warm is not None:
+            print(f"       warm kernel cache, layer {n // 2} MLP width 4d -> 3d: {warm:.1f} s "
+                  f"= {warm / sx:.2f} of cold (goal <= 0.2)", flush=True)
+    if base:
+        deepest = rows[-1]
+        print(f"ShardX {deepest[0]} layers / 2 layers: {deepest[1] / base:.2f} "
+              f"(goal <= 3 at 32)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

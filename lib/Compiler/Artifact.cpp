@@ -1,0 +1,706 @@
+//===- Artifact.cpp - LLVM dialect modules to objects and artifacts -------===//
+//
+// Part of ShardX.
+//
+// The end of every target's pipeline (emitArtifact): the module in the
+// LLVM dialect gets its program description and entry wrappers, is
+// translated to LLVM IR and split into units, one per outlined kernel
+// (lib/Compiler/OutlineKernels.cpp) plus the host code that calls them, so
+// that LLVM never optimizes one giant function. Units are looked up in the
+// kernel cache (ObjectCache.h), the missing ones optimized and compiled to
+// objects in parallel, one LLVM context per thread, and all of them are
+// linked into the artifact. A kernel's unit is the kernel alone with the
+// declarations it uses, in a canonical order, so the same kernel in another
+// program is the same bitcode and the same cache entry.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ObjectCache.h"
+#include "shardx/Compiler/Compiler.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Support/Timing.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InstIterator.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/Threading.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+using namespace mlir;
+
+namespace {
+
+constexpr llvm::StringLiteral kInfoSymbol = "shardx_program_info";
+
+/// Adds the program description as a NUL-terminated global.
+void addProgramInfo(ModuleOp module, StringRef json) {
+  OpBuilder builder(module.getContext());
+  builder.setInsertionPointToEnd(module.getBody());
+  std::string data = json.str();
+  data.push_back('\0');
+  auto type = LLVM::LLVMArrayType::get(
+      IntegerType::get(module.getContext(), 8), data.size());
+  LLVM::GlobalOp::create(builder, module.getLoc(), type, /*isConstant=*/true,
+                         LLVM::Linkage::External, kInfoSymbol,
+                         builder.getStringAttr(data));
+}
+
+/// For each `_mlir_ciface_<f>(p0, ..., pk)` adds `shardx_entry_<f>(argv)`
+/// calling it with argv[0..k]: one signature for every entry point, so that
+/// launchers call any program through `shardx_rt_invoke`.
+void addEntryWrappers(ModuleOp module) {
+  OpBuilder b(module.getContext());
+  auto ptr = LLVM::LLVMPointerType::get(module.getContext());
+  SmallVector<LLVM::LLVMFuncOp> entries;
+  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
+    if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal())
+      entries.push_back(fn);
+  for (LLVM::LLVMFuncOp fn : entries) {
+    StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
+    // A target may have made its own (the cuda one stages buffers).
+    if (module.lookupSymbol(("shardx_entry_" + name).str()))
+      continue;
+    b.setInsertionPointToEnd(module.getBody());
+    auto wrapper = LLVM::LLVMFuncOp::create(
+        b, fn.getLoc(), ("shardx_entry_" + name).str(),
+        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
+                                    {ptr}));
+    Block *block = wrapper.addEntryBlock(b);
+    b.setInsertionPointToStart(block);
+    SmallVector<Value> args;
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+      Value slot = LLVM::GEPOp::create(b, fn.getLoc(), ptr, ptr,
+                                       block->getArgument(0),
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      args.push_back(LLVM::LoadOp::create(b, fn.getLoc(), ptr, slot));
+    }
+    LLVM::CallOp::create(b, fn.getLoc(), fn, args);
+    LLVM::ReturnOp::create(b, fn.getLoc(), ValueRange{});
+  }
+}
+
+LogicalResult linkSharedObject(ArrayRef<std::string> objects, StringRef output,
+                               ArrayRef<std::string> libraries) {
+  auto cxx = llvm::sys::findProgramByName("c++");
+  if (!cxx)
+    cxx = llvm::sys::findProgramByName("g++");
+  if (!cxx) {
+    llvm::errs() << "error: no C++ linker (c++ or g++) on PATH\n";
+    return failure();
+  }
+  SmallVector<std::string> args = {*cxx, "-shared", "-o", output.str()};
+  args.append(objects.begin(), objects.end());
+  // Every artifact exports the launcher entry point of the runtime; calls
+  // inside the artifact bind to its own definitions (-Bsymbolic), not to a
+  // same-named symbol of the process that loads it.
+  args.push_back("-Wl,--undefined=shardx_rt_invoke");
+  args.push_back("-Wl,--undefined=shardx_rt_set_compute_threads");
+  args.push_back("-Wl,-Bsymbolic");
+  args.append(libraries.begin(), libraries.end());
+  args.push_back("-lpthread");
+  args.push_back("-lm");
+  SmallVector<StringRef> refs(args.begin(), args.end());
+  std::string error;
+  int rc = llvm::sys::ExecuteAndWait(*cxx, refs, std::nullopt, {}, 0, 0,
+                                     &error);
+  if (rc != 0) {
+    llvm::errs() << "error: linking " << output << " failed (" << rc
+                 << (error.empty() ? "" : ": " + error) << ")\n";
+    return failure();
+  }
+  return success();
+}
+
+/// What decides the machine code besides the IR: the target and the
+/// optimization level (computed once; each thread makes its own machine).
+struct TargetSpec {
+  std::string triple, cpu, features;
+  unsigned optLevel = 3;
+
+  /// The part of a cache key that is not the IR.
+  std::string key() const {
+    return "shardx-object-1|llvm " LLVM_VERSION_STRING "|" + triple + "|" +
+           cpu + "|" + features + "|O" + std::to_string(optLevel);
+  }
+};
+
+FailureOr<TargetSpec> targetSpec(StringRef cpuOption, unsigned optLevel) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  TargetSpec spec;
+  spec.triple = llvm::sys::getDefaultTargetTriple();
+  spec.optLevel = optLevel;
+  spec.cpu = cpuOption == "host" ? llvm::sys::getHostCPUName().str()
+                                 : cpuOption.str();
+  if (cpuOption == "host") {
+    llvm::SubtargetFeatures f;
+    for (const auto &[name, on] : llvm::sys::getHostCPUFeatures())
+      f.AddFeature(name, on);
+    spec.features = f.getString();
+  }
+  std::string error;
+  if (!llvm::TargetRegistry::lookupTarget(llvm::Triple(spec.triple), error)) {
+    llvm::errs() << "error: no LLVM target for " << spec.triple << ": "
+                 << error << "\n";
+    return failure();
+  }
+  return spec;
+}
+
+std::unique_ptr<llvm::TargetMachine>
+makeTargetMachine(const TargetSpec &spec, unsigned codegenLevel,
+                  std::string &error) {
+  llvm::Triple triple(spec.triple);
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return nullptr;
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, spec.cpu, spec.features, options, llvm::Reloc::PIC_,
+      std::nullopt, *llvm::CodeGenOpt::getLevel(codegenLevel)));
+  if (!tm) {
+    error = "cannot create a target machine for " + spec.cpu;
+    return nullptr;
+  }
+  // As clang and llc do: -O0 selects instructions one by one (FastISel),
+  // in time linear in the code, instead of by DAGs.
+  tm->setO0WantsFastISel(true);
+  return tm;
+}
+
+/// Optimizes `module` at `optLevel` and appends its object code to
+/// `object`; an empty return is success.
+/// The host code's entry functions take and return every buffer of the
+/// step as one aggregate (thousands of descriptors), which LLVM's fast
+/// instruction selector cannot take: it falls back to DAGs whose size is
+/// the aggregate's, in time that grows faster than it. The program's
+/// function is inlined into its C wrapper (its one caller), and aggregate
+/// loads and stores become loads and stores of their scalars.
+void scalarizeEntryAggregates(llvm::Module &module) {
+  for (llvm::Function &wrapper : module) {
+    if (wrapper.isDeclaration() ||
+        !wrapper.getName().starts_with("_mlir_ciface_"))
+      continue;
+    SmallVector<llvm::CallInst *> calls;
+    for (llvm::Instruction &inst : llvm::instructions(wrapper))
+      if (auto *call = dyn_cast<llvm::CallInst>(&inst))
+        if (llvm::Function *callee = call->getCalledFunction();
+            callee && !callee->isDeclaration() && callee->hasLocalLinkage() &&
+            callee->hasOneUse())
+          calls.push_back(call);
+    for (llvm::CallInst *call : calls) {
+      llvm::Function *callee = call->getCalledFunction();
+      llvm::InlineFunctionInfo info;
+      if (llvm::InlineFunction(*call, info).isSuccess() && callee->use_empty())
+        callee->eraseFromParent();
+    }
+    SmallVector<llvm::Instruction *> aggregates;
+    for (llvm::Instruction &inst : llvm::instructions(wrapper))
+      if ((isa<llvm::LoadInst>(inst) && inst.getType()->isAggregateType()) ||
+          (isa<llvm::StoreInst>(inst) &&
+           inst.getOperand(0)->getType()->isAggregateType()))
+        aggregates.push_back(&inst);
+    for (llvm::Instruction *inst : aggregates) {
+      llvm::IRBuilder<> b(inst);
+      if (auto *load = dyn_cast<llvm::LoadInst>(inst)) {
+        // Each extractvalue of the load becomes a load of its field.
+        bool onlyExtracts = llvm::all_of(load->users(), [](llvm::User *u) {
+          return isa<llvm::ExtractValueInst>(u);
+        });
+        if (!onlyExtracts)
+          continue;
+        for (llvm::User *u : llvm::make_early_inc_range(load->users())) {
+          auto *extract = cast<llvm::ExtractValueInst>(u);
+          SmallVector<llvm::Value *> indices = {b.getInt32(0)};
+          for (unsigned i : extract->indices())
+            indices.push_back(b.getInt32(i));
+          llvm::Value *field = b.CreateInBoundsGEP(
+              load->getType(), load->getPointerOperand(), indices);
+          extract->replaceAllUsesWith(
+              b.CreateLoad(extract->getType(), field));
+          extract->eraseFromParent();
+        }
+        load->eraseFromParent();
+        continue;
+      }
+      auto *store = cast<llvm::StoreInst>(inst);
+      llvm::Value *value = store->getValueOperand();
+      llvm::Type *type = value->getType();
+      // The scalars the insertvalue chains put in place, by index path,
+      // walked once (extractvalue of a long chain walks it per query).
+      std::map<SmallVector<unsigned>, llvm::Value *> inserted;
+      std::function<void(llvm::Value *, SmallVector<unsigned>)> collect =
+          [&](llvm::Value *agg, SmallVector<unsigned> prefix) {
+            while (auto *ins = dyn_cast<llvm::InsertValueInst>(agg)) {
+              SmallVector<unsigned> path = prefix;
+              path.append(ins->idx_begin(), ins->idx_end());
+              llvm::Value *v = ins->getInsertedValueOperand();
+              if (v->getType()->isAggregateType())
+                collect(v, path);
+              else
+                inserted.try_emplace(path, v); // the last insert wins
+              agg = ins->getAggregateOperand();
+            }
+          };
+      collect(value, {});
+      // One store per scalar, at its GEP.
+      std::function<void(llvm::Type *, SmallVector<unsigned> &)> walk =
+          [&](llvm::Type *t, SmallVector<unsigned> &path) {
+            if (!t->isAggregateType()) {
+              SmallVector<llvm::Value *> indices = {b.getInt32(0)};
+              for (unsigned i : path)
+                indices.push_back(b.getInt32(i));
+              auto it = inserted.find(path);
+              llvm::Value *scalar = it != inserted.end()
+                                        ? it->second
+                                        : b.CreateExtractValue(value, path);
+              b.CreateStore(scalar,
+                            b.CreateInBoundsGEP(type, store->getPointerOperand(),
+                                                indices));
+              return;
+            }
+            unsigned n = t->isStructTy() ? t->getStructNumElements()
+                                         : t->getArrayNumElements();
+            for (unsigned i = 0; i < n; ++i) {
+              path.push_back(i);
+              walk(llvm::ExtractValueInst::getIndexedType(t, {i}), path);
+              path.pop_back();
+            }
+          };
+      SmallVector<unsigned> path;
+      walk(type, path);
+      store->eraseFromParent();
+    }
+  }
+}
+
+/// Runs the LLVM pass pipeline `pipeline` (opt's syntax) on `module`.
+std::string runLLVMPipeline(llvm::Module &module, llvm::TargetMachine &tm,
+                            StringRef pipeline) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder builder(&tm);
+  builder.registerModuleAnalyses(mam);
+  builder.registerCGSCCAnalyses(cgam);
+  builder.registerFunctionAnalyses(fam);
+  builder.registerLoopAnalyses(lam);
+  builder.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager passes;
+  if (llvm::Error err = builder.parsePassPipeline(passes, pipeline))
+    return llvm::toString(std::move(err));
+  passes.run(module, mam);
+  return "";
+}
+
+/// Optimizes `module` and appends its object code to `object`; an empty
+/// return is success. Kernels get LLVM's -O`optLevel` pipeline. The host
+/// code (`host`) is one long function of calls and no loop, where LLVM's
+/// optimizer and instruction selection above -O0 take time that grows
+/// faster than its length (16 s for a 32-layer GPT): its entry aggregates
+/// become scalars and it gets scalar replacement, simplification and dead
+/// code removal only (linear), for the fast instruction selector.
+std::string optimizeAndEmit(llvm::Module &module, llvm::TargetMachine &tm,
+                            unsigned optLevel, SmallVectorImpl<char> &object,
+                            bool host) {
+  module.setTargetTriple(tm.getTargetTriple());
+  module.setDataLayout(tm.createDataLayout());
+  if (host) {
+    scalarizeEntryAggregates(module);
+    std::string error =
+        runLLVMPipeline(module, tm, "function(sroa,instsimplify,dce)");
+    if (!error.empty())
+      return error;
+  } else {
+    auto optimize = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, &tm);
+    if (llvm::Error err = optimize(&module))
+      return "LLVM optimization failed: " + llvm::toString(std::move(err));
+  }
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager codegen;
+  if (tm.addPassesToEmitFile(codegen, os, nullptr,
+                             llvm::CodeGenFileType::ObjectFile))
+    return "the target cannot emit object files";
+  codegen.run(module);
+  return "";
+}
+
+bool isKernel(const llvm::GlobalValue &gv) {
+  return gv.getName().starts_with(mlir::shardx::kKernelPrefix);
+}
+
+/// One object file's worth of code: the host code or one kernel.
+struct Unit {
+  std::string name;
+  bool host = false;     // the host code (entry points, calls), not a kernel
+  SmallVector<char, 0> bitcode;
+  std::string key;       // the cache key
+  std::string object;    // the object file, once compiled or found
+  std::string error;
+};
+
+/// Removes the declarations nothing uses and orders functions and globals
+/// by name, so that a unit's bitcode depends on its code only.
+void canonicalizeUnit(llvm::Module &m) {
+  for (llvm::Function &f : llvm::make_early_inc_range(m))
+    if (f.isDeclaration() && f.use_empty())
+      f.eraseFromParent();
+  for (llvm::GlobalVariable &g : llvm::make_early_inc_range(m.globals()))
+    if (g.isDeclaration() && g.use_empty())
+      g.eraseFromParent();
+  SmallVector<llvm::Function *> functions;
+  for (llvm::Function &f : m)
+    functions.push_back(&f);
+  llvm::sort(functions, [](llvm::Function *a, llvm::Function *b) {
+    return a->getName() < b->getName();
+  });
+  for (llvm::Function *f : functions) {
+    f->removeFromParent();
+    m.getFunctionList().push_back(f);
+  }
+  SmallVector<llvm::GlobalVariable *> globals;
+  for (llvm::GlobalVariable &g : m.globals())
+    globals.push_back(&g);
+  llvm::sort(globals, [](llvm::GlobalVariable *a, llvm::GlobalVariable *b) {
+    return a->getName() < b->getName();
+  });
+  for (llvm::GlobalVariable *g : globals) {
+    g->removeFromParent();
+    m.insertGlobalVariable(g);
+  }
+  m.setModuleIdentifier("shardx");
+  m.setSourceFileName("shardx");
+}
+
+void writeBitcode(const llvm::Module &m, SmallVectorImpl<char> &out) {
+  llvm::raw_svector_ostream os(out);
+  llvm::WriteBitcodeToFile(m, os);
+}
+
+/// Splits `module` into a unit per kernel and one for the rest (first).
+/// Kernels become external hidden symbols of their units; the host unit
+/// declares them. A local symbol a kernel uses becomes hidden and external.
+SmallVector<Unit> splitIntoUnits(llvm::Module &module) {
+  SmallVector<llvm::Function *> kernels;
+  for (llvm::Function &f : module)
+    if (!f.isDeclaration() && isKernel(f))
+      kernels.push_back(&f);
+  SmallVector<Unit> units(1);
+  units[0].name = "host";
+  units[0].host = true;
+  for (llvm::Function *kernel : kernels) {
+    llvm::ValueToValueMapTy map;
+    std::unique_ptr<llvm::Module> unit = llvm::CloneModule(
+        module, map,
+        [&](const llvm::GlobalValue *gv) { return gv == kernel; });
+    canonicalizeUnit(*unit);
+    for (llvm::GlobalValue &gv : unit->global_values()) {
+      if (!gv.isDeclaration())
+        continue;
+      llvm::GlobalValue *original = module.getNamedValue(gv.getName());
+      if (original && original->hasLocalLinkage()) {
+        original->setLinkage(llvm::GlobalValue::ExternalLinkage);
+        original->setVisibility(llvm::GlobalValue::HiddenVisibility);
+      }
+    }
+    Unit &u = units.emplace_back();
+    u.name = kernel->getName().str();
+    writeBitcode(*unit, u.bitcode);
+  }
+  for (llvm::Function *kernel : kernels) {
+    kernel->deleteBody();
+    kernel->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  }
+  module.setModuleIdentifier("shardx");
+  writeBitcode(module, units[0].bitcode);
+  return units;
+}
+
+/// The number of threads compiling units: $SHARDX_COMPILE_JOBS, else every
+/// core this process may run on.
+unsigned compileJobs() {
+  if (const char *env = std::getenv("SHARDX_COMPILE_JOBS"); env && *env) {
+    unsigned n = 0;
+    if (!StringRef(env).getAsInteger(10, n) && n > 0)
+      return n;
+  }
+  return llvm::hardware_concurrency().compute_thread_count();
+}
+
+/// Finds or compiles every unit's object (in parallel); objects not kept
+/// by the cache go to `scratch`. Reports progress as units complete.
+LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
+                           const mlir::shardx::ObjectCache &cache,
+                           StringRef scratch,
+                           const mlir::shardx::CompileOptions &options) {
+  std::string specKey = spec.key();
+  SmallVector<Unit *> todo;
+  for (Unit &u : units) {
+    u.key = mlir::shardx::sha256Hex(
+        specKey + "|" + StringRef(u.bitcode.data(), u.bitcode.size()).str());
+    if (std::optional<std::string> hit = cache.lookup(u.key)) {
+      u.object = *hit;
+      if (options.stats)
+        ++options.stats->cachedUnits;
+    } else {
+      todo.push_back(&u);
+    }
+  }
+  if (options.stats) {
+    options.stats->units = units.size();
+    options.stats->compiledUnits = todo.size();
+  }
+  std::mutex mutex;
+  std::atomic<unsigned> done{0};
+  auto compileOne = [&](Unit &u) {
+    llvm::LLVMContext context;
+    llvm::Expected<std::unique_ptr<llvm::Module>> module =
+        llvm::parseBitcodeFile(
+            llvm::MemoryBufferRef(StringRef(u.bitcode.data(), u.bitcode.size()),
+                                  u.name),
+            context);
+    if (!module) {
+      u.error = "cannot read back the LLVM IR: " +
+                llvm::toString(module.takeError());
+      return;
+    }
+    // The host code is compiled fast (optimizeAndEmit), the kernels at the
+    // level asked for.
+    unsigned codegenLevel = u.host ? 0 : spec.optLevel;
+    std::unique_ptr<llvm::TargetMachine> tm =
+        makeTargetMachine(spec, codegenLevel, u.error);
+    if (!tm)
+      return;
+    SmallVector<char, 0> object;
+    u.error = optimizeAndEmit(**module, *tm, spec.optLevel, object, u.host);
+    if (!u.error.empty())
+      return;
+    StringRef bytes(object.data(), object.size());
+    std::string storeError;
+    if (cache.isEnabled() && cache.store(u.key, bytes, storeError)) {
+      u.object = cache.directory() + "/" + u.key + ".o";
+    } else {
+      // Not cached (off, or the store failed): a private file.
+      u.object = (scratch + "/" + u.name + ".o").str();
+      std::error_code ec;
+      llvm::raw_fd_ostream os(u.object, ec);
+      if (ec) {
+        u.error = "cannot write '" + u.object + "': " + ec.message();
+        return;
+      }
+      os << bytes;
+    }
+    unsigned n = ++done;
+    if (options.progress) {
+      std::lock_guard<std::mutex> lock(mutex);
+      options.progress(n, todo.size());
+    }
+  };
+  unsigned jobs = std::min<unsigned>(compileJobs(), std::max<size_t>(todo.size(), 1));
+  if (jobs <= 1) {
+    for (Unit *u : todo)
+      compileOne(*u);
+  } else {
+    llvm::DefaultThreadPool pool(llvm::hardware_concurrency(jobs));
+    // The host unit is the largest: start it first.
+    for (Unit *u : todo)
+      pool.async([&, u] { compileOne(*u); });
+    pool.wait();
+  }
+  bool ok = true;
+  for (Unit &u : units)
+    if (!u.error.empty()) {
+      llvm::errs() << "error: compiling " << u.name << ": " << u.error << "\n";
+      ok = false;
+    }
+  return success(ok);
+}
+
+} // namespace
+
+LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
+                                         const CompileOptions &options,
+                                         ArrayRef<std::string> libraries) {
+  addProgramInfo(module, info);
+  addEntryWrappers(module);
+
+  std::error_code ec;
+  if (options.emit == "mlir") {
+    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
+                   << "\n";
+      return failure();
+    }
+    module.print(out.os());
+    out.keep();
+    return success();
+  }
+  if (options.optLevel > 3) {
+    llvm::errs() << "error: optimization level " << options.optLevel
+                 << " is not one of 0, 1, 2, 3\n";
+    return failure();
+  }
+  if (options.emit != "so" && options.emit != "obj" && options.emit != "llvm") {
+    llvm::errs() << "error: unknown --emit kind '" << options.emit << "'\n";
+    return failure();
+  }
+  FailureOr<TargetSpec> spec = targetSpec(options.cpu, options.optLevel);
+  if (failed(spec))
+    return failure();
+
+  TimingScope translateTiming =
+      options.timing ? options.timing->nest("translate to LLVM IR")
+                     : TimingScope();
+  DialectRegistry registry;
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  module.getContext()->appendDialectRegistry(registry);
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule) {
+    module.emitError("translation to LLVM IR failed");
+    return failure();
+  }
+  // Only the entry points leave the artifact: the program's own functions
+  // are internal, so a function named like a libc symbol (`step`, `send`,
+  // `index`) neither binds to libc's nor interposes it in the process.
+  // Kernels live in units of their own: hidden (not exported), never
+  // inlined into the host code.
+  for (llvm::Function &f : *llvmModule) {
+    if (f.isDeclaration() || f.getName().starts_with("_mlir_ciface_") ||
+        f.getName().starts_with("shardx_entry_"))
+      continue;
+    if (isKernel(f)) {
+      f.setLinkage(llvm::GlobalValue::ExternalLinkage);
+      f.setVisibility(llvm::GlobalValue::HiddenVisibility);
+      f.addFnAttr(llvm::Attribute::NoInline);
+    } else {
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    }
+  }
+  translateTiming.stop();
+
+  if (options.emit != "so") {
+    // One module, one output: LLVM IR or a single object file.
+    std::string error;
+    std::unique_ptr<llvm::TargetMachine> tm =
+        makeTargetMachine(*spec, spec->optLevel, error);
+    if (!tm) {
+      llvm::errs() << "error: " << error << "\n";
+      return failure();
+    }
+    SmallVector<char, 0> object;
+    if (options.emit == "llvm") {
+      llvmModule->setTargetTriple(tm->getTargetTriple());
+      llvmModule->setDataLayout(tm->createDataLayout());
+      auto optimize = makeOptimizingTransformer(options.optLevel, 0, tm.get());
+      if (llvm::Error err = optimize(llvmModule.get())) {
+        llvm::errs() << "error: LLVM optimization failed: "
+                     << llvm::toString(std::move(err)) << "\n";
+        return failure();
+      }
+    } else {
+      error = optimizeAndEmit(*llvmModule, *tm, options.optLevel, object,
+                              /*host=*/false);
+      if (!error.empty()) {
+        llvm::errs() << "error: " << error << "\n";
+        return failure();
+      }
+    }
+    llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "error: " << options.outputPath << ": " << ec.message()
+                   << "\n";
+      return failure();
+    }
+    if (options.emit == "llvm")
+      llvmModule->print(out.os(), nullptr);
+    else
+      out.os() << StringRef(object.data(), object.size());
+    out.keep();
+    return success();
+  }
+
+  TimingScope splitTiming = options.timing
+                                ? options.timing->nest("split into units")
+                                : TimingScope();
+  SmallVector<Unit> units = splitIntoUnits(*llvmModule);
+  llvmModule.reset();
+  splitTiming.stop();
+
+  std::string cacheError;
+  ObjectCache cache = options.kernelCache ? ObjectCache::fromEnvironment(cacheError)
+                                          : ObjectCache();
+  if (!cacheError.empty())
+    llvm::errs() << "warning: " << cacheError
+                 << "; compiling without the kernel cache\n";
+  SmallString<128> scratch;
+  if (auto err = llvm::sys::fs::createUniqueDirectory("shardx-objects", scratch)) {
+    llvm::errs() << "error: cannot create a temporary directory: "
+                 << err.message() << "\n";
+    return failure();
+  }
+  llvm::scope_exit removeScratch(
+      [&] { llvm::sys::fs::remove_directories(scratch); });
+  TimingScope compileTiming = options.timing
+                                  ? options.timing->nest("compile units")
+                                  : TimingScope();
+  if (failed(compileUnits(units, *spec, cache, scratch, options)))
+    return failure();
+  compileTiming.stop();
+
+  // Write the artifact next to its final name and rename it into place, so a
+  // failed link never leaves a file that looks valid.
+  TimingScope linkTiming =
+      options.timing ? options.timing->nest("link") : TimingScope();
+  SmallVector<std::string> objects;
+  for (Unit &u : units)
+    objects.push_back(u.object);
+  SmallString<128> partial(options.outputPath);
+  partial += ".partial";
+  if (failed(linkSharedObject(objects, partial, libraries))) {
+    llvm::sys::fs::remove(partial);
+    return failure();
+  }
+  if (auto err = llvm::sys::fs::rename(partial, options.outputPath)) {
+    llvm::errs() << "error: " << options.outputPath << ": " << err.message()
+                 << "\n";
+    return failure();
+  }
+  linkTiming.stop();
+  unsigned evicted = cache.evict();
+  if (options.stats)
+    options.stats->evicted = evicted;
+  return success();
+}

@@ -1,0 +1,190 @@
+//===- ObjectCache.cpp - Compiled objects on disk, by content -------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ObjectCache.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace mlir::shardx;
+namespace fs = llvm::sys::fs;
+
+std::string mlir::shardx::sha256Hex(llvm::StringRef data) {
+  auto digest = llvm::SHA256::hash(llvm::ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(data.data()), data.size()));
+  return llvm::toHex(digest, /*LowerCase=*/true);
+}
+
+namespace {
+
+/// Writes `data` to `path` through a private name and a rename.
+bool writeAtomically(llvm::StringRef path, llvm::StringRef data,
+                     std::string &error) {
+  llvm::SmallString<256> tmp;
+  int fd;
+  if (std::error_code ec = fs::createUniqueFile(path + ".%%%%%%.tmp", fd, tmp)) {
+    error = ("cannot write '" + path + "': " + ec.message()).str();
+    return false;
+  }
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << data;
+    os.close();
+    if (os.has_error()) {
+      error = ("cannot write '" + tmp + "': " + os.error().message()).str();
+      os.clear_error();
+      fs::remove(tmp);
+      return false;
+    }
+  }
+  if (std::error_code ec = fs::rename(tmp, path)) {
+    error = ("cannot write '" + path + "': " + ec.message()).str();
+    fs::remove(tmp);
+    return false;
+  }
+  return true;
+}
+
+std::optional<std::string> readFile(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return std::nullopt;
+  return (*buffer)->getBuffer().str();
+}
+
+} // namespace
+
+ObjectCache ObjectCache::fromEnvironment(std::string &error) {
+  ObjectCache cache;
+  llvm::SmallString<256> dir;
+  const char *explicitDir = std::getenv("SHARDX_KERNEL_CACHE");
+  std::string variable = "SHARDX_KERNEL_CACHE";
+  if (explicitDir && *explicitDir) {
+    llvm::StringRef v(explicitDir);
+    if (v == "0" || v.equals_insensitive("off"))
+      return cache;
+    dir = v;
+  } else if (const char *jit = std::getenv("SHARDX_CACHE_DIR"); jit && *jit) {
+    dir = jit;
+    llvm::sys::path::append(dir, "kernels");
+    variable = "SHARDX_CACHE_DIR";
+  } else {
+    const char *home = std::getenv("HOME");
+    if (!home || !*home)
+      return cache; // nowhere to keep it: compile everything
+    dir = home;
+    llvm::sys::path::append(dir, ".cache", "shardx", "kernels");
+    variable = "HOME";
+  }
+  if (std::error_code ec = fs::create_directories(dir)) {
+    error = ("the kernel cache directory '" + dir + "' (from $" + variable +
+             ") cannot be created: " + ec.message())
+                .str();
+    return cache;
+  }
+  if (!fs::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+    error = ("the kernel cache directory '" + dir + "' (from $" + variable +
+             ") is not a writable directory")
+                .str();
+    return cache;
+  }
+  double mb = 1024;
+  if (const char *max = std::getenv("SHARDX_CACHE_MAX_MB"); max && *max) {
+    char *end = nullptr;
+    double v = std::strtod(max, &end);
+    if (end && *end == '\0' && v > 0)
+      mb = v;
+  }
+  cache.dir = std::string(dir);
+  cache.maxBytes = uint64_t(mb * 1024 * 1024);
+  return cache;
+}
+
+std::optional<std::string> ObjectCache::lookup(llvm::StringRef key) const {
+  if (!isEnabled())
+    return std::nullopt;
+  std::string object = dir + "/" + key.str() + ".o";
+  std::string sum = dir + "/" + key.str() + ".sum";
+  std::optional<std::string> want = readFile(sum);
+  if (!want)
+    return std::nullopt;
+  std::optional<std::string> bytes = readFile(object);
+  if (!bytes || sha256Hex(*bytes) != llvm::StringRef(*want).trim())
+    return std::nullopt;
+  // The last use, for the LRU eviction (a failure only ages the entry).
+  ::utimes(sum.c_str(), nullptr);
+  return object;
+}
+
+bool ObjectCache::store(llvm::StringRef key, llvm::StringRef object,
+                        std::string &error) const {
+  if (!isEnabled())
+    return true;
+  return writeAtomically(dir + "/" + key.str() + ".o", object, error) &&
+         writeAtomically(dir + "/" + key.str() + ".sum", sha256Hex(object),
+                         error);
+}
+
+unsigned ObjectCache::evict() const {
+  if (!isEnabled())
+    return 0;
+  // Processes take turns, as the JIT's eviction does (flock on .lock).
+  std::string lockPath = dir + "/.lock";
+  int lock = ::open(lockPath.c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0)
+    return 0;
+  ::flock(lock, LOCK_EX);
+  struct Entry {
+    std::chrono::system_clock::time_point used;
+    std::string key;
+    uint64_t size;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (!name.consume_back(".sum"))
+      continue;
+    fs::file_status sumStatus, objectStatus;
+    if (fs::status(it->path(), sumStatus) ||
+        fs::status(dir + "/" + name.str() + ".o", objectStatus))
+      continue;
+    uint64_t size = sumStatus.getSize() + objectStatus.getSize();
+    entries.push_back({sumStatus.getLastModificationTime(), name.str(), size});
+    total += size;
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry &a, const Entry &b) { return a.used < b.used; });
+  unsigned removed = 0;
+  for (const Entry &e : entries) {
+    if (total <= maxBytes)
+      break;
+    // The sum first: a reader never takes a half-removed entry as valid.
+    fs::remove(dir + "/" + e.key + ".sum");
+    fs::remove(dir + "/" + e.key + ".o");
+    total -= e.size;
+    ++removed;
+  }
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
+  return removed;
+}

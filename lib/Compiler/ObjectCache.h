@@ -1,0 +1,64 @@
+//===- ObjectCache.h - Compiled objects on disk, by content -----*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// The kernel cache: object files keyed by a hash of their LLVM IR and of
+// everything else that decides the machine code (LLVM version, target
+// triple, CPU, features, optimization level). A kernel compiled once is
+// linked from here into every later artifact that has it, in any program
+// and any process, until the least recently used entries are evicted.
+//
+// Where: $SHARDX_KERNEL_CACHE (a directory; "0" or "off" turns the cache
+// off), else $SHARDX_CACHE_DIR/kernels (beside the JIT's artifacts), else
+// ~/.cache/shardx/kernels. The bound is the JIT cache's,
+// $SHARDX_CACHE_MAX_MB (MiB, default 1024), least recently used first.
+//
+// An entry is `<key>.o` and `<key>.sum` (the object's SHA-256), each
+// written under a private name and renamed into place, the sum last: an
+// entry whose sum is missing or does not match is a miss (and is written
+// again), never a corrupt link.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_COMPILER_OBJECTCACHE_H
+#define SHARDX_LIB_COMPILER_OBJECTCACHE_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mlir::shardx {
+
+class ObjectCache {
+public:
+  /// The cache the environment asks for (see the file comment); disabled
+  /// when it is turned off or has no usable directory (`error` says why).
+  static ObjectCache fromEnvironment(std::string &error);
+
+  bool isEnabled() const { return !dir.empty(); }
+  const std::string &directory() const { return dir; }
+
+  /// The path of the valid entry for `key`, whose last use it records.
+  std::optional<std::string> lookup(llvm::StringRef key) const;
+
+  /// Stores `object` under `key`; false (and `error`) when it cannot.
+  bool store(llvm::StringRef key, llvm::StringRef object,
+             std::string &error) const;
+
+  /// Removes least recently used entries until the cache holds at most
+  /// its bound; returns how many were removed.
+  unsigned evict() const;
+
+private:
+  std::string dir;
+  uint64_t maxBytes = 0;
+};
+
+/// Hex SHA-256 of `data`.
+std::string sha256Hex(llvm::StringRef data);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_COMPILER_OBJECTCACHE_H
