@@ -4,6 +4,8 @@ location aliases)."""
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -56,7 +58,9 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     if arg_attrs is None and callable(getattr(fn, "arg_attrs", None)):
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
+    start = time.perf_counter()
     gm = _trace_graph(fn, flat_args, treedef)
+    traced = time.perf_counter()
     imp = Importer(gm, mesh)
     inputs = []
     for i, a in enumerate(flat_args):
@@ -76,9 +80,20 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
         body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
         return "\n".join(header + body + [ret, "}"]) + "\n"
 
+    imported = time.perf_counter()
     ops = remove_dead_ops(imp.em.ops, module_text)
     aliases = imp.em.location_aliases()
-    return module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)
+    text = module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)
+    done = time.perf_counter()
+    last_timing.clear()
+    last_timing.update({"trace": traced - start, "import": imported - traced,
+                        "dead code": done - imported})
+    return text
+
+
+#: Seconds of the last ``trace``'s steps: ``trace`` (make_fx), ``import``
+#: (aten to MLIR) and ``dead code`` (dead-op removal and printing).
+last_timing: Dict[str, float] = {}
 
 
 def _header(mesh, fname: str, inputs: List[Value], in_layouts, extra_attrs, outputs: List[Value],

@@ -58,6 +58,7 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
     # attention backend keeps attention in differentiable aten ops; optimizers
     # take their capturable (tensor step) path as under torch.compile.
     with contextlib.ExitStack() as stack:
+        _skip_fake_mode_stacks(stack)
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
@@ -75,6 +76,24 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
             g = make_fx(functionalize(run, remove="mutations_and_views"),
                         decomposition_table=decompositions(), record_stack_traces=True)(*detached)
     return g
+
+
+def _skip_fake_mode_stacks(stack: contextlib.ExitStack) -> None:
+    """make_fx on real tensors makes a FakeTensorMode for every value's
+    metadata, and each records its creation stack (``traceback.extract_stack``,
+    for debugging messages only): a quarter of the trace's time. While
+    tracing, the fake-tensor module sees a ``traceback`` whose
+    ``extract_stack`` is empty; everything else (the source locations of
+    ``record_stack_traces``) is untouched."""
+    import types
+    import traceback
+    from torch._subclasses import fake_tensor
+    if getattr(fake_tensor, "traceback", None) is not traceback:
+        return  # another PyTorch: leave it be
+    shim = types.SimpleNamespace(**{k: getattr(traceback, k) for k in dir(traceback)
+                                    if not k.startswith("__")})
+    shim.extract_stack = lambda *args, **kwargs: traceback.StackSummary()
+    stack.enter_context(unittest.mock.patch.object(fake_tensor, "traceback", shim))
 
 
 def _backward_lines_from_forward(g: torch.fx.GraphModule) -> None:
