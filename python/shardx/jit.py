@@ -534,10 +534,12 @@ class CompiledFunction(runtime().CompiledCall):
 
         # Placements were checked (PlacementError) by the guard, before this.
         in_pl, examples, layouts = [], [], []
-        share = {}
+        share = {}  # input -> the first input that is the same tensor
         for i, same in partners or ():
-            for j in same:
-                share.setdefault(j, i)
+            group = (i,) + same
+            for j in group:
+                if j != min(group):
+                    share.setdefault(j, min(group))
         for i, a in enumerate(flat):
             if isinstance(a, ShardedTensor):
                 p = a.placements

@@ -161,6 +161,24 @@ def test_in_place_update_with_aliased_inputs():
             "the inputs written in place alias others differently: ")
 
 
+def test_in_place_update_of_a_later_input_aliasing_an_earlier_one():
+    """Found by the differential harness: the written input is the second
+    of two that are the same tensor (the trace shared the copy of a later
+    input with an earlier one: IndexError)."""
+    def h(a, b):
+        b.add_(a)
+        return a.amax(0)
+
+    f = shardx.compile(h, MESH, [[Shard(0)], [Shard(0)]])
+    for same in (False, True):
+        x, y = torch.ones(2, 2, dtype=torch.float64), torch.full((2, 2), 5.0, dtype=torch.float64)
+        ex, ey = x.clone(), y.clone()
+        got = f(x, x) if same else f(x, y)
+        want = h(ex, ex) if same else h(ex, ey)
+        assert_same(got, want, f"same={same}")
+        assert_same((x, y), (ex, ey), f"same={same}: inputs afterwards")
+
+
 def test_in_place_update_of_a_partly_overlapping_input_is_refused_before_running():
     def h(a, b):
         a.add_(1)
