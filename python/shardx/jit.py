@@ -566,8 +566,12 @@ class CompiledFunction(runtime().CompiledCall):
         arg_attrs = None
         if callable(getattr(self.fn, "arg_attrs", None)):
             arg_attrs = self.fn.arg_attrs(_unflatten(spec, iter(examples)))
+        # The program's symbol is prefixed: a function named like a C
+        # library function (torch.floor, a user's `tanh`) collided with the
+        # libm call its own math lowers to ("func.call op operand type
+        # mismatch" from shardx-compile).
         text = trace(traced, examples, self._trace_mesh, in_pl if self._trace_mesh else None,
-                     out_pl, name=self.name, arg_attrs=arg_attrs)
+                     out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
         mutated = traced.mutated
         if mutated and partners is None:
             partners = _partners(flat, mutated)

@@ -66,6 +66,14 @@ ELEMENTWISE = {
     "scale": (1, True, lambda x, s: x * s),
     "shift": (1, True, lambda x, s: x + s),
     "rsub_scalar": (1, True, lambda x, s: s - x),
+    "square": (1, True, lambda x, s: x * x),
+    "clamp": (1, True, lambda x, s: x.clamp(-0.5, 0.5)),
+    "floor": (1, True, lambda x, s: torch.floor(x)),
+    "ceil": (1, True, lambda x, s: torch.ceil(x)),
+    "round": (1, True, lambda x, s: torch.round(x * 4)),
+    "sign": (1, True, lambda x, s: torch.sign(x)),
+    "remainder": (2, False, lambda x, y, s: torch.remainder(x, y)),
+    "pow_scalar": (1, False, lambda x, s: x.abs() ** s),
     "exp": (1, False, lambda x, s: torch.exp(x)),
     "tanh": (1, False, lambda x, s: torch.tanh(x)),
     "sigmoid": (1, False, lambda x, s: torch.sigmoid(x)),
@@ -82,6 +90,10 @@ TERMINAL = {
     "sum1": (False, lambda x: x.sum(1, keepdim=True)),
     "amax": (True, lambda x: x.amax(0)),
     "mean": (False, lambda x: x.mean()),
+    "gram": (False, lambda x: x @ x.t()),
+    "softmax": (False, lambda x: torch.softmax(x, 1)),
+    "cumsum": (False, lambda x: x.cumsum(0)),
+    "to_f64": (True, lambda x: x.to(torch.float64)),
 }
 
 #: In-place updates of an input: name -> fn(target, other, s).

@@ -236,6 +236,22 @@ def test_outputs_that_alias_or_view_inputs():
     assert_same(f(a), fn(a))
 
 
+def test_functions_named_like_c_library_functions():
+    """Found by the differential harness: shardx.compile(torch.floor) (its
+    program function @floor collided with the libm floor that math.floor
+    lowers to: shardx-compile failed)."""
+    x = torch.tensor([float("nan"), -0.0, 1.5, -2.5, 0.5, 2.5, float("inf"), -1.0],
+                     dtype=torch.float64)
+    for fn in (torch.floor, torch.ceil, torch.trunc, torch.round):
+        assert_same(shardx.compile(fn, MESH, [[Shard(0)]])(x), fn(x), fn.__name__)
+
+    def tanh(a):  # a user's function of a libm name, one tuple output
+        return (torch.tanh(a),)
+
+    (got,) = shardx.compile(tanh, MESH, [[Shard(0)]])(x)
+    torch.testing.assert_close(full(got), torch.tanh(x), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
 def test_no_tensor_output():
     f = shardx.compile(lambda a: (None, 3), MESH)
     assert f(torch.ones(2)) == (None, 3)
