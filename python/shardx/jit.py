@@ -336,6 +336,12 @@ def _is_leaf(x) -> bool:
     return isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach")
 
 
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds  # numpy >= 2
+except ImportError:  # numpy 1
+    _byte_bounds = np.byte_bounds
+
+
 def _memory(a):
     """(first byte, end byte, identity) of a leaf's memory; identity is the
     same exactly for the same tensor (one storage, offset, shape, strides
@@ -344,11 +350,18 @@ def _memory(a):
         key = id(a._shards)
         return key, key + 1, ("sharded", key)
     if isinstance(a, np.ndarray):
-        lo, hi = np.byte_bounds(a)
+        lo, hi = _byte_bounds(a)
         return lo, hi if a.size else lo, (lo, a.shape, a.strides, a.dtype.str)
-    lo = a.data_ptr()
+    # The identity in numpy's terms (byte strides), so that a tensor and
+    # its .numpy() are the same tensor.
+    lo, size = a.data_ptr(), a.element_size()
     extent = sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1 if a.numel() else 0
-    return lo, lo + extent * a.element_size(), (lo, tuple(a.shape), a.stride(), a.dtype)
+    try:
+        kind = np.dtype(str(a.dtype).replace("torch.", "")).str
+    except TypeError:
+        kind = str(a.dtype)
+    return lo, lo + extent * size, (lo, tuple(a.shape), tuple(st * size for st in a.stride()),
+                                    kind)
 
 
 def _partners(flat, leaves) -> Tuple[Tuple[int, Tuple[int, ...]], ...]:
