@@ -718,7 +718,18 @@ class CompiledFunction(runtime().CompiledCall):
                                "its guards accepted (a ShardX bug)")
         if exe.mutated:
             out, written = out
-            _write_back([flat[i] for i in exe.mutated], written)
+            same = dict(exe.partners)
+            targets, values = [], []
+            for i, new in zip(exe.mutated, written):
+                targets.append(flat[i])
+                values.append(new)
+                # Another handle of the same shards follows too (a tensor
+                # or array of the same memory has it already).
+                for j in same.get(i, ()):
+                    if isinstance(flat[j], ShardedTensor) and flat[j] is not flat[i]:
+                        targets.append(flat[j])
+                        values.append(new)
+            _write_back(targets, values)
         return out
 
 

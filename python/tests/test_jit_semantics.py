@@ -150,6 +150,18 @@ def test_in_place_update_of_a_tensor_passed_also_as_its_numpy_array():
     assert_same(x, e)
 
 
+def test_in_place_update_reaches_every_handle_of_the_shards():
+    def h(a, b):
+        a.add_(1)
+        return (a + b,)
+
+    f = shardx.compile(h, MESH, [[Shard(0)], [Shard(0)]])
+    st = ShardedTensor.from_torch(torch.zeros(4), MESH, [Shard(0)])
+    other = ShardedTensor(st._shards, MESH)  # a second handle of the same shards
+    assert_same(f(st, other), (torch.full((4,), 2.0),))
+    assert_same((full(st), full(other)), (torch.ones(4), torch.ones(4)))
+
+
 def test_tracing_never_changes_the_callers_tensors():
     def h(a, b):
         a.mul_(3)
