@@ -282,7 +282,10 @@ void keepFreedMemory() {
 std::unique_ptr<Artifact> Artifact::load(const std::string &path,
                                          std::string &error) {
   keepFreedMemory();
-  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // A path, never a library name: dlopen searches the library path for a
+  // name without a slash ("m.so"), not the current directory.
+  std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     error = std::string("cannot load ") + path + ": " + dlerror();
     return nullptr;

@@ -197,11 +197,12 @@ const HostTensor &localOf(const ShardSet &s, int64_t rank) {
 
 /// The structure of a pytree of tuples, lists and dicts, as
 /// `shardx.jit._flatten` describes it: None for a leaf, (tuple|list,
-/// children) or (dict, keys, children).
+/// children), (dict, keys, children) or (None, value, tag) for a Python
+/// constant (None, bool, int, float, str).
 struct TreeSpec {
-  enum class Kind : uint8_t { Leaf, Tuple, List, Dict };
+  enum class Kind : uint8_t { Leaf, Tuple, List, Dict, Const };
   Kind kind = Kind::Leaf;
-  std::vector<nb::object> keys;
+  std::vector<nb::object> keys; // a constant's value: keys[0]
   std::vector<TreeSpec> children;
   size_t numLeaves = 1;
 
@@ -212,6 +213,12 @@ struct TreeSpec {
     nb::tuple t = nb::cast<nb::tuple>(h);
     nb::handle type = t[0];
     nb::handle children = t[1];
+    if (type.is_none()) {
+      spec.kind = Kind::Const;
+      spec.keys.push_back(nb::borrow(t[1]));
+      spec.numLeaves = 0;
+      return spec;
+    }
     if (type.ptr() == reinterpret_cast<PyObject *>(&PyTuple_Type)) {
       spec.kind = Kind::Tuple;
     } else if (type.ptr() == reinterpret_cast<PyObject *>(&PyList_Type)) {
@@ -240,6 +247,8 @@ struct TreeSpec {
     case Kind::Leaf:
       leaves.push_back(o);
       return true;
+    case Kind::Const:
+      return sameConstant(o, keys[0].ptr());
     case Kind::Tuple:
       if (!PyTuple_CheckExact(o) ||
           static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
@@ -277,12 +286,31 @@ struct TreeSpec {
     return false;
   }
 
+  /// Whether `o` is the constant `c`: the same type and value; floats bit
+  /// for bit (-0.0 is not 0.0), every NaN equal to every NaN.
+  static bool sameConstant(PyObject *o, PyObject *c) {
+    if (o == c)
+      return true;
+    if (Py_TYPE(o) != Py_TYPE(c))
+      return false;
+    if (PyFloat_CheckExact(o)) {
+      double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(c);
+      return (a != a && b != b) || std::memcmp(&a, &b, sizeof a) == 0;
+    }
+    int same = PyObject_RichCompareBool(o, c, Py_EQ);
+    if (same < 0)
+      PyErr_Clear();
+    return same == 1;
+  }
+
   /// The tree of this structure over `leaves` (from `at` on).
   nb::object build(std::vector<nb::object> &leaves, size_t &at) const {
     size_t n = children.size();
     switch (kind) {
     case Kind::Leaf:
       return std::move(leaves[at++]);
+    case Kind::Const:
+      return keys[0];
     case Kind::Tuple: {
       nb::object t = nb::steal(PyTuple_New(n));
       for (size_t i = 0; i < n; ++i)
@@ -751,7 +779,8 @@ NB_MODULE(_shardx_rt, m) {
                                 std::move(mesh)};
           },
           nb::arg("session"), nb::arg("artifact"), nb::arg("entry"),
-          nb::arg("in_spec"), nb::arg("out_spec"), nb::arg("out_keys"),
+          nb::arg("in_spec").none(), nb::arg("out_spec").none(),
+          nb::arg("out_keys"),
           nb::arg("donated_input_of"), nb::arg("tensor_type"), nb::arg("mesh"),
           nb::arg("name"))
       .def("__call__", &CallPlan::call, nb::arg("args"),

@@ -77,6 +77,37 @@ def cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "shardx", "jit")
 
 
+def _usable_cache_dir() -> str:
+    """``cache_dir()``, created if missing; a ValueError naming
+    ``SHARDX_CACHE_DIR`` where it cannot hold the cache."""
+    folder = cache_dir()
+    where = (f"SHARDX_CACHE_DIR={folder!r}" if os.environ.get("SHARDX_CACHE_DIR")
+             else f"the compile cache {folder!r} (SHARDX_CACHE_DIR is not set)")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"{where} is a file, not a directory; set SHARDX_CACHE_DIR to a "
+                         "directory shardx.compile may write") from None
+    except OSError as e:
+        raise ValueError(f"{where} cannot be created ({e.strerror}); set SHARDX_CACHE_DIR to a "
+                         "directory shardx.compile may write") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{where} is not writable; set SHARDX_CACHE_DIR to a directory "
+                         "shardx.compile may write")
+    return folder
+
+
+def _remove_entry(folder: str, key: str) -> None:
+    """Removes an entry's files (a corrupt one, before it is rebuilt)."""
+    import shutil
+    for suffix in _ENTRY_SUFFIXES:
+        path = os.path.join(folder, key + suffix)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+
 DEFAULT_CACHE_MAX_MB = 1024.0
 _ENTRY_SUFFIXES = (".json", ".so", ".mlir")
 
@@ -162,15 +193,20 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
     material = json.dumps({"program": mlir_text, "layouts": list(layouts), "target": target,
                            "version": version}, sort_keys=True)
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
-    folder = cache_dir()
-    os.makedirs(folder, exist_ok=True)
+    folder = _usable_cache_dir()
     so, meta = os.path.join(folder, key + ".so"), os.path.join(folder, key + ".json")
     corrupt = False
-    if os.path.exists(meta):
+    if os.path.lexists(meta):
         try:
-            with open(meta) as f:
-                info = json.load(f)
-            if info.get("key") != key or info.get("sha256") != _sha256(so):
+            with open(meta, "rb") as f:
+                info = json.loads(f.read().decode())
+            if not isinstance(info, dict):
+                raise ValueError(f"its .json holds a {type(info).__name__}, not an object")
+            if info.get("key") != key:
+                raise ValueError(f"its .json names key {info.get('key')!r}")
+            if not os.path.lexists(so):
+                raise ValueError("its .so is missing")
+            if info.get("sha256") != _sha256(so):
                 raise ValueError("checksum mismatch")
             artifact = rt.Artifact(so)
             with _LOCK:
@@ -186,6 +222,10 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
         except (OSError, ValueError, RuntimeError) as e:
             corrupt = True
             log.warning("shardx.compile: cache entry %s is corrupt (%s); rebuilding", key, e)
+            with open(os.path.join(folder, ".lock"), "a") as lock:
+                import fcntl
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                _remove_entry(folder, key)
     with _LOCK:
         cache_stats.misses += 1
         if corrupt:
@@ -219,14 +259,33 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
     return artifact, key, so
 
 
+#: Python values a pytree may hold besides tensors and containers: they are
+#: part of the traced program (an argument's value is a guard, as under
+#: ``torch.compile``; an output's value is returned as traced).
+_CONSTANTS = (type(None), bool, int, float, str)
+#: The one NaN the specs hold, so that a NaN constant equals itself in the
+#: guard keys (the C++ plan compares floats bit for bit, NaNs as equal).
+_NAN = float("nan")
+
+
 def _flatten(x, leaves):
-    """A fast pytree flatten of tuples, lists and dicts (torch's order: dict
-    values in insertion order); the structure is a hashable spec."""
+    """The one pytree walk of the JIT (``CallPlan``'s ``TreeSpec`` reads the
+    same spec): tuples, lists and dicts (torch's order: dict values in
+    insertion order) are nodes, ``None``, bools, ints, floats and strings
+    are constants ``(None, value, tag)``, anything else a leaf (appended to
+    ``leaves``, spec ``None``). The spec is hashable; ``tag`` tells
+    ``True`` from ``1`` and ``-0.0`` from ``0.0``."""
     t = type(x)
     if t is tuple or t is list:
         return (t, tuple([_flatten(v, leaves) for v in x]))
     if t is dict:
         return (dict, tuple(x), tuple([_flatten(v, leaves) for v in x.values()]))
+    if t in _CONSTANTS:
+        if t is float:
+            if x != x:
+                x = _NAN
+            return (None, x, x.hex())
+        return (None, x, t)
     leaves.append(x)
     return None
 
@@ -234,30 +293,156 @@ def _flatten(x, leaves):
 def _unflatten(spec, it):
     if spec is None:
         return next(it)
+    if spec[0] is None:
+        return spec[1]
     if spec[0] is dict:
         return {k: _unflatten(c, it) for k, c in zip(spec[1], spec[2])}
     return spec[0]([_unflatten(c, it) for c in spec[1]])
+
+
+def _count_leaves(spec) -> int:
+    if spec is None:
+        return 1
+    if spec[0] is None:
+        return 0
+    return sum(_count_leaves(c) for c in spec[-1])
+
+
+def _spec_difference(old, new, where=None) -> Optional[str]:
+    """Where two argument specs first differ, in words ("argument 1: 2.0 ->
+    3.0", "argument 0['w']: a tensor -> None")."""
+    if old == new:
+        return None
+    here = where or "the arguments"
+    if old is None or new is None or old[0] is None or new[0] is None:
+        def what(s):
+            return "a tensor" if s is None else (repr(s[1]) if s[0] is None else s[0].__name__)
+        return f"{here}: {what(old)} -> {what(new)}"
+    if old[0] is not new[0]:
+        return f"{here}: {old[0].__name__} -> {new[0].__name__}"
+    if old[0] is dict and old[1] != new[1]:
+        return f"{here}: dict keys {list(old[1])} -> {list(new[1])}"
+    if len(old[-1]) != len(new[-1]):
+        return f"{here}: {len(old[-1])} -> {len(new[-1])} entries"
+    keys = old[1] if old[0] is dict else range(len(old[-1]))
+    for k, a, b in zip(keys, old[-1], new[-1]):
+        d = _spec_difference(a, b, f"argument {k}" if where is None else f"{where}[{k!r}]")
+        if d:
+            return d
+    return None
 
 
 def _is_leaf(x) -> bool:
     return isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach")
 
 
-class _Traced:
-    """``fn`` as the importer sees it, recording the structure of its output."""
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds  # numpy >= 2
+except ImportError:  # numpy 1
+    _byte_bounds = np.byte_bounds
 
-    def __init__(self, fn: Callable, name: str):
+
+def _memory(a):
+    """(first byte, end byte, identity) of a leaf's memory; identity is the
+    same exactly for the same tensor (one storage, offset, shape, strides
+    and dtype). A ShardedTensor's memory is its shard set."""
+    if isinstance(a, ShardedTensor):
+        key = id(a._shards)
+        return key, key + 1, ("sharded", key)
+    if isinstance(a, np.ndarray):
+        lo, hi = _byte_bounds(a)
+        return lo, hi if a.size else lo, (lo, a.shape, a.strides, a.dtype.str)
+    # The identity in numpy's terms (byte strides), so that a tensor and
+    # its .numpy() are the same tensor.
+    lo, size = a.data_ptr(), a.element_size()
+    extent = sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1 if a.numel() else 0
+    try:
+        kind = np.dtype(str(a.dtype).replace("torch.", "")).str
+    except TypeError:
+        kind = str(a.dtype)
+    return lo, lo + extent * size, (lo, tuple(a.shape), tuple(st * size for st in a.stride()),
+                                    kind)
+
+
+def _partners(flat, leaves) -> Tuple[Tuple[int, Tuple[int, ...]], ...]:
+    """For each leaf number in ``leaves``, the other leaves that are the same
+    tensor. Raises ValueError where a leaf overlaps another without being
+    the same tensor (a view of part of it, or another view of its memory):
+    a program that writes one of them cannot be traced as eager runs it."""
+    mem = [_memory(a) for a in flat]
+    out = []
+    for i in leaves:
+        lo, hi, ident = mem[i]
+        same = []
+        for j, (lo2, hi2, ident2) in enumerate(mem):
+            if j == i or not (lo < hi2 and lo2 < hi):
+                continue
+            if ident2 != ident:
+                raise ValueError(
+                    f"shardx.compile: input {i} is modified in place and shares memory with "
+                    f"input {j}, a different view of it; the compiled program cannot write one "
+                    "and read the other as eager does: pass separate tensors (clone one)")
+            same.append(j)
+        out.append((i, tuple(same)))
+    return tuple(out)
+
+
+class _Traced:
+    """``fn`` as the importer sees it: it takes the flattened tensors (the
+    argument spec puts back the containers and Python values), returns its
+    output's tensors (the spec of the output, with its Python values, is
+    recorded) and then the new value of each input it modified in place
+    (``mutated``: input numbers, one per distinct tensor; found through the
+    tensors' version counters, as functionalization writes them back)."""
+
+    def __init__(self, fn: Callable, name: str, in_spec, user_placements, out_placements,
+                 write_placements):
         self.fn = fn
         self.__name__ = name
-        self.out_treedef = None
+        self.in_spec = in_spec
+        self.out_spec = None
+        self.mutated: List[int] = []
+        self.n_user = 0
+        self._user_pl = user_placements
+        #: The list trace() reads once the graph is traced (None: no mesh):
+        #: the user's output placements, then each written-back input's own.
+        self._out_pl = out_placements
+        self._write_pl = write_placements
         if hasattr(fn, "loss_fn"):
             self.loss_fn = fn.loss_fn
 
-    def __call__(self, *args):
-        import torch.utils._pytree as pytree
-        out = self.fn(*args)
-        self.out_treedef = pytree.tree_structure(out)
-        return out
+    def __call__(self, *tensors):
+        import torch
+        from .importer.values import ImportError_
+        versions = [t._version for t in tensors]
+        shapes = [(tuple(t.shape), t.stride()) for t in tensors]
+        out = self.fn(*_unflatten(self.in_spec, iter(tensors)))
+        leaves: List[Any] = []
+        self.out_spec = _flatten(out, leaves)
+        for i, t in enumerate(leaves):
+            if not isinstance(t, torch.Tensor):
+                raise ImportError_(f"output {i} of {self.__name__} is a {type(t).__name__}; "
+                                   "shardx.compile returns tensors, None, bools, ints, floats "
+                                   "and strings in tuples, lists and dicts")
+        self.n_user = len(leaves)
+        seen, self.mutated = set(), []
+        for i, t in enumerate(tensors):
+            if t._version == versions[i] or id(t) in seen:
+                continue
+            seen.add(id(t))
+            if (tuple(t.shape), t.stride()) != shapes[i]:
+                raise ImportError_(f"{self.__name__} changes the shape or strides of input {i} "
+                                   f"in place ({list(shapes[i][0])} -> {list(t.shape)}); "
+                                   "shardx.compile writes back values only")
+            self.mutated.append(i)
+        if self._out_pl is not None:
+            if self._user_pl is not None and len(self._user_pl) != self.n_user:
+                raise PlacementError(f"{len(self._user_pl)} output placements for "
+                                     f"{self.n_user} output tensors")
+            # A written-back value keeps its input's layout (no reshard).
+            self._out_pl[:] = list(self._user_pl or [None] * self.n_user) + [
+                self._write_pl[i] for i in self.mutated]
+        return tuple(leaves) + tuple(tensors[i] for i in self.mutated)
 
 
 @dataclass
@@ -271,6 +456,15 @@ class _Executable:
     key: str
     path: str
     plan: Any  # _shardx_rt.CallPlan: guards, call and outputs in C++
+    #: Inputs modified in place (one leaf per distinct tensor), whose new
+    #: values are the program's last outputs, written back after each call.
+    mutated: List[int]
+    #: For each leaf the program writes, the leaves that were the same
+    #: tensor when traced: a guard (checked in Python; such entries never
+    #: take the C++ path).
+    partners: Tuple
+    #: Variants of this entry for other aliasings of the written inputs.
+    variants: Dict[Any, "_Executable"]
 
 
 class CompiledFunction(runtime().CompiledCall):
@@ -329,7 +523,7 @@ class CompiledFunction(runtime().CompiledCall):
 
     def _reason(self, old, new) -> str:
         if old[0] != new[0]:
-            return "the argument structure changed"
+            return _spec_difference(old[0], new[0]) or "the argument structure changed"
         for i, (a, b) in enumerate(zip(old[1], new[1])):
             if a[0] != b[0]:
                 return f"input {i}: shape {list(a[0])} -> {list(b[0])}"
@@ -341,13 +535,24 @@ class CompiledFunction(runtime().CompiledCall):
 
     # -- compile ----------------------------------------------------------
 
-    def _compile(self, args, flat, treedef) -> _Executable:
+    def _compile(self, args, flat, spec, partners=None) -> _Executable:
+        """Traces and compiles for these arguments. ``partners`` (the
+        entry's written inputs and the inputs that are the same tensor)
+        makes those inputs one tensor in the trace, as they are in the call;
+        otherwise every input is traced as a tensor of its own, so that a
+        program that writes no input is right for any aliasing."""
         import torch
-        import torch.utils._pytree as pytree
         from .importer import trace
+        from .placements import Replicate
 
         # Placements were checked (PlacementError) by the guard, before this.
         in_pl, examples, layouts = [], [], []
+        share = {}  # input -> the first input that is the same tensor
+        for i, same in partners or ():
+            group = (i,) + same
+            for j in group:
+                if j != min(group):
+                    share.setdefault(j, min(group))
         for i, a in enumerate(flat):
             if isinstance(a, ShardedTensor):
                 p = a.placements
@@ -355,69 +560,91 @@ class CompiledFunction(runtime().CompiledCall):
                     raise PlacementError(
                         f"input {i}: its layout [{a.layout_text}] has no DTensor placements; "
                         "pass it as a torch tensor")
-                examples.append(torch.zeros(a.shape, dtype=a.dtype))
+                example = torch.zeros(a.shape, dtype=a.dtype)
             else:
                 p = self.in_placements[i] if self.in_placements else None
-                examples.append(a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a)))
+                t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
+                # Tracing runs the function: on a copy, never on the caller's
+                # tensor (an in-place op would change it).
+                example = t.detach().clone().requires_grad_(t.requires_grad)
+            if i in share:
+                example = examples[share[i]]
+            examples.append(example)
             layouts.append(make_layout(self.mesh, p, tuple(a.shape), f"input {i}"))
             in_pl.append(None if p is None else list(p))
-        traced = _Traced(self.fn, self.name)
-        example_args = pytree.tree_unflatten(examples, treedef)
-        arg_attrs = self.fn.arg_attrs(example_args) if callable(getattr(self.fn, "arg_attrs", None)) else None
-        text = trace(traced, example_args, self._trace_mesh, in_pl if self._trace_mesh else None,
-                     self.out_placements, name=self.name,
-                     arg_attrs=arg_attrs)
+        rep = [Replicate()] * self.mesh.ndim
+        out_pl = [] if self._trace_mesh else None
+        traced = _Traced(self.fn, self.name, spec, self.out_placements, out_pl,
+                         [p if p is not None else rep for p in in_pl])
+        arg_attrs = None
+        if callable(getattr(self.fn, "arg_attrs", None)):
+            arg_attrs = self.fn.arg_attrs(_unflatten(spec, iter(examples)))
+        # The program's symbol is prefixed: a function named like a C
+        # library function (torch.floor, a user's `tanh`) collided with the
+        # libm call its own math lowers to ("func.call op operand type
+        # mismatch" from shardx-compile).
+        text = trace(traced, examples, self._trace_mesh, in_pl if self._trace_mesh else None,
+                     out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
+        mutated = traced.mutated
+        if mutated and partners is None:
+            partners = _partners(flat, mutated)
+            if any(same for _, same in partners):
+                # Written inputs that are the same tensor as others: traced
+                # again as one tensor, as eager writes them.
+                return self._compile(args, flat, spec, partners)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
                                               f"cpu-{platform.machine()}-{self.backend}")
         entry = artifact.entry_points[0]
-        donated = self._pair_donated(args, treedef, traced.out_treedef, layouts,
-                                     artifact.outputs(entry))
+        outputs = artifact.outputs(entry)
+        donated = self._pair_donated(args, traced.out_spec, layouts, outputs)
         self.compiles += 1
-        n_out = traced.out_treedef.num_leaves
-        out_spec = _flatten(pytree.tree_unflatten(list(range(n_out)), traced.out_treedef), [])
+        out_spec = traced.out_spec
+        if mutated:
+            out_spec = (tuple, (out_spec, (tuple, (None,) * len(mutated))))
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
-                    for o in artifact.outputs(entry)]
-        donated_input_of = [-1] * n_out
+                    for o in outputs]
+        donated_input_of = [-1] * len(outputs)
         for i, o in donated:
             donated_input_of[o] = i
-        plan = runtime().CallPlan(self._session, artifact, entry, _flatten(args, []), out_spec,
+        plan = runtime().CallPlan(self._session, artifact, entry, spec, out_spec,
                                   out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
-        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan)
+        return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
+                           mutated, partners or (), {})
 
-    def _pair_donated(self, args, treedef, out_treedef, in_layouts, out_specs):
+    def _pair_donated(self, args, out_spec, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
         and the first top-level output of the same structure whose leaves
         have the same shapes, dtypes and layouts."""
-        import torch.utils._pytree as pytree
         donate = self.donate
         if not donate:
             return []
         if isinstance(donate, int):
             donate = (donate,)
         explicit = dict(donate) if isinstance(donate, dict) else {a: None for a in donate}
-        offsets, at = [], 0
+        arg_specs, offsets, at = [], [], 0
         for a in args:
+            leaves: List[Any] = []
+            arg_specs.append(_flatten(a, leaves))
             offsets.append(at)
-            at += len(pytree.tree_leaves(a))
-        n_out = out_treedef.num_leaves
-        dummy = pytree.tree_unflatten(list(range(n_out)), out_treedef)
-        outs = dummy if isinstance(dummy, (tuple, list)) else (dummy,)
+            at += len(leaves)
+        outs = list(out_spec[1]) if out_spec is not None and out_spec[0] in (tuple, list) \
+            else [out_spec]
         out_offsets, at = [], 0
         for o in outs:
             out_offsets.append(at)
-            at += len(pytree.tree_leaves(o))
+            at += _count_leaves(o)
         used, pairs = set(), []
         for argnum, want in explicit.items():
             if not 0 <= argnum < len(args):
                 raise ValueError(f"donate: no argument {argnum}")
-            sub = pytree.tree_structure(args[argnum])
-            n = sub.num_leaves
+            sub = arg_specs[argnum]
             first = offsets[argnum]
-
-            leaves = pytree.tree_leaves(args[argnum])
+            leaves = []
+            _flatten(args[argnum], leaves)
+            n = len(leaves)
 
             def fits(k):
-                if pytree.tree_structure(outs[k]) != sub:
+                if outs[k] != sub:
                     return False
                 for j in range(n):
                     spec = out_specs[out_offsets[k] + j]
@@ -429,7 +656,7 @@ class CompiledFunction(runtime().CompiledCall):
                         return False
                 return True
             candidates = [want] if want is not None else [k for k in range(len(outs)) if k not in used]
-            match = next((k for k in candidates if fits(k)), None)
+            match = next((k for k in candidates if 0 <= k < len(outs) and fits(k)), None)
             if match is None:
                 raise ValueError(f"donate: argument {argnum} matches no output of the same "
                                  "structure, shapes, dtypes and layouts")
@@ -442,12 +669,14 @@ class CompiledFunction(runtime().CompiledCall):
     def _call_guarded(self, args):
         """Finds (or compiles, logging why) the entry whose guards the
         arguments pass, makes every leaf a ShardedTensor in the entry's
-        layout, and runs it."""
+        layout, runs it and writes back the inputs it modifies."""
         flat = []
         spec = _flatten(args, flat)
         if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
-            raise TypeError("shardx.compile: arguments must be tensors, ShardedTensors or numpy "
-                            "arrays in tuples, lists and dicts")
+            bad = next(a for a in flat if not (type(a) is ShardedTensor or _is_leaf(a)))
+            raise TypeError("shardx.compile: arguments must be tensors, ShardedTensors, numpy "
+                            "arrays, None, bools, ints, floats or strings in tuples, lists and "
+                            f"dicts, not {type(bad).__name__}")
         key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
         if exe is None:
@@ -455,11 +684,25 @@ class CompiledFunction(runtime().CompiledCall):
                 reason = self._reason(self._last_key, key)
                 self.recompile_reasons.append(reason)
                 log.info("shardx.compile: recompiling %s because %s", self.name, reason)
-            import torch.utils._pytree as pytree
-            exe = self._compile(args, flat, pytree.tree_structure(args))
+            exe = self._compile(args, flat, spec)
             self._executables[key] = exe
+        if exe.mutated:
+            # The aliasing of the written inputs is a guard (a ValueError
+            # where they overlap another input partly).
+            partners = _partners(flat, exe.mutated)
+            if partners != exe.partners:
+                variant = exe.variants.get(partners)
+                if variant is None:
+                    reason = (f"the inputs written in place alias others differently: "
+                              f"{_alias_text(exe.partners)} -> {_alias_text(partners)}")
+                    self.recompile_reasons.append(reason)
+                    log.info("shardx.compile: recompiling %s because %s", self.name, reason)
+                    variant = self._compile(args, flat, spec, partners)
+                    exe.variants[partners] = variant
+                exe = variant
         self._last_key = key
-        self._plan = exe.plan
+        # An entry that writes inputs back runs from here (Python), every call.
+        self._plan = None if exe.mutated else exe.plan
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []
@@ -473,7 +716,41 @@ class CompiledFunction(runtime().CompiledCall):
         if out is NotImplemented:
             raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
                                "its guards accepted (a ShardX bug)")
+        if exe.mutated:
+            out, written = out
+            same = dict(exe.partners)
+            targets, values = [], []
+            for i, new in zip(exe.mutated, written):
+                targets.append(flat[i])
+                values.append(new)
+                # Another handle of the same shards follows too (a tensor
+                # or array of the same memory has it already).
+                for j in same.get(i, ()):
+                    if isinstance(flat[j], ShardedTensor) and flat[j] is not flat[i]:
+                        targets.append(flat[j])
+                        values.append(new)
+            _write_back(targets, values)
         return out
+
+
+def _alias_text(partners) -> str:
+    pairs = [f"{i}={j}" for i, same in partners for j in same]
+    return "inputs " + ", ".join(pairs) if pairs else "none"
+
+
+def _write_back(targets, values) -> None:
+    """Gives each input the program modified its new value, as eager leaves
+    it: a torch tensor or numpy array is copied into, a ShardedTensor
+    points at the new shards."""
+    for target, new in zip(targets, values):
+        if isinstance(target, ShardedTensor):
+            target._set(new._shards, new._key)
+        elif isinstance(target, np.ndarray):
+            np.copyto(target, new.full())
+        else:
+            import torch
+            with torch.no_grad():
+                target.copy_(new.to_torch())
 
 
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,

@@ -57,8 +57,17 @@ bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
     if (!readNpy(options.inputs[i], t, error))
       return false;
     if (t.shape != spec.globalShape || t.dtype != spec.dtype) {
-      error = options.inputs[i] + ": input " + std::to_string(i) +
-              " must be a " + spec.dtype + " tensor of the global shape";
+      auto text = [](const std::string &dtype,
+                     const std::vector<int64_t> &shape) {
+        std::string s = dtype + " tensor of shape [";
+        for (size_t d = 0; d < shape.size(); ++d)
+          s += (d ? ", " : "") + std::to_string(shape[d]);
+        return s + "]";
+      };
+      error = options.inputs[i] + ": input " + std::to_string(i) + " of " +
+              entry.name + " must be a " +
+              text(spec.dtype, spec.globalShape) + " (its global shape); " +
+              "the file holds a " + text(t.dtype, t.shape);
       return false;
     }
     inputs.push_back(std::move(t));

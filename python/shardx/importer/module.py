@@ -74,7 +74,8 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     if not fname.isidentifier() or fname == "<lambda>":
         fname = "main"
     header = _header(mesh, fname, inputs, in_layouts, extra_attrs, outputs, out_layouts)
-    ret = f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
+    ret = (f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
+           if outputs else "  return")
 
     def module_text(op_texts: List[str]) -> str:
         body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]

@@ -50,6 +50,12 @@ shardx.mesh @mesh(shape = 2x2, speed = [1.0, 1.0])
 // expected-error @+1 {{'shardx.mesh' op needs at least one axis}}
 "shardx.mesh"() <{sym_name = "mesh", shape = array<i64>}> : () -> ()
 
+// -----
+
+// Tests that a negative mesh size is named as such (not as a missing axis).
+// expected-error @+1 {{mesh axis 0 has size -2; sizes must be positive}}
+shardx.mesh @mesh(shape = -2)
+
 //===----------------------------------------------------------------------===//
 // shardx.annotate, shardx.redistribute, shardx.local_size
 //===----------------------------------------------------------------------===//

@@ -265,8 +265,16 @@ ParseResult MeshOp::parse(OpAsmParser &parser, OperationState &result) {
   if (parser.parseDimensionList(shape, /*allowDynamic=*/false,
                                 /*withTrailingX=*/false))
     return failure();
-  if (shape.empty())
-    return parser.emitError(shapeLoc, "mesh needs at least one axis");
+  if (shape.empty()) {
+    // The dimension list stops at a sign: name the size, not a lack of axes.
+    int64_t size = 0;
+    if (succeeded(parser.parseOptionalMinus()) &&
+        parser.parseOptionalInteger(size).has_value())
+      return parser.emitError(shapeLoc, "mesh axis 0 has size -")
+             << size << "; sizes must be positive";
+    return parser.emitError(shapeLoc,
+                            "mesh needs at least one axis (shape = 2x2, ...)");
+  }
   Builder &b = parser.getBuilder();
   result.addAttribute(getShapeAttrName(result.name),
                       b.getDenseI64ArrayAttr(shape));

@@ -54,7 +54,9 @@ for _op, _name in [(aten.neg.default, "neg"), (aten.exp.default, "exp"), (aten.l
                    (aten.sigmoid.default, "sigmoid"), (aten.relu.default, "relu"),
                    (aten.sin.default, "sin"), (aten.cos.default, "cos"),
                    (aten.expm1.default, "expm1"), (aten.log1p.default, "log1p"),
-                   (aten.sign.default, "sign"), (aten.log2.default, "log2")]:
+                   (aten.sign.default, "sign"), (aten.log2.default, "log2"),
+                   (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
+                   (aten.trunc.default, "trunc"), (aten.round.default, "roundeven")]:
     HANDLERS[_op] = _unary(_name)
 
 

@@ -1,0 +1,391 @@
+"""shardx.compile's semantics against eager PyTorch where a JIT can get them
+wrong: output pytrees (a bare tensor, None, Python scalars, dicts), input
+aliasing, in-place updates of inputs (written back once per call, the first
+included, never during tracing), Python scalars as arguments; and the
+robustness of the disk cache and the command-line tools. Each test named
+after an issue defect failed before the fix (issue 29). The differential
+harness (test_jit_differential.py) keeps the cases it finds here too."""
+
+import json
+import logging
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+
+import shardx
+from shardx import Mesh, Replicate, Shard, ShardedTensor
+from shardx.train import TrainStep
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch, build_dir):
+    monkeypatch.setenv("SHARDX_CACHE_DIR", str(tmp_path / "cache"))
+    shardx.cache_stats.reset()
+    return tmp_path / "cache"
+
+
+MESH = Mesh((2,), ("x",))
+
+
+def full(t):
+    return torch.from_numpy(t.full().copy()) if isinstance(t, ShardedTensor) else t
+
+
+def assert_same(got, want, what=""):
+    """Exact equality of a result pytree with eager's (same structure,
+    tensors bit for bit, NaN only where eager has NaN)."""
+    g_leaves, g_def = pytree.tree_flatten(got)
+    w_leaves, w_def = pytree.tree_flatten(want)
+    assert g_def == w_def, f"{what}: structure {g_def} != {w_def}"
+    for i, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, (ShardedTensor, torch.Tensor)), f"{what}: leaf {i} is {type(g)}"
+            torch.testing.assert_close(full(g), w, rtol=0, atol=0, equal_nan=True,
+                                       msg=lambda m: f"{what}: leaf {i}: {m}")
+        else:
+            assert type(g) is type(w) and (g == w or (g != g and w != w)), \
+                f"{what}: leaf {i}: {g!r} != {w!r}"
+
+
+# -- issue 29, defect 2: a function returning one tensor --------------------
+
+def test_single_tensor_output():
+    f = shardx.compile(lambda x: x * 2, MESH, [[Shard(0)]], [[Shard(0)]])
+    x = torch.randn(4, 3)
+    for _ in range(2):  # the second call goes through the C++ plan
+        y = f(x)
+        assert isinstance(y, ShardedTensor)
+        assert y.placements == (Shard(0),)
+        assert_same(y, x * 2)
+    assert f.compiles == 1 and f._plan is not None
+
+
+# -- issue 29, defect 3: aliased arguments on the first call ----------------
+
+def test_aliased_arguments_are_not_baked_in():
+    g = lambda a, b: (a * 2 + b,)  # noqa: E731
+    f = shardx.compile(g, MESH)
+    x = torch.arange(4, dtype=torch.float64)
+    y = x + 100
+    assert_same(f(x, x), g(x, x))
+    assert_same(f(x, y), g(x, y))  # [100, 103, 106, 109], not 3 * x
+    assert_same(f(y, x), g(y, x))
+    assert f.compiles == 1  # a program that writes no input fits any aliasing
+
+
+def test_adam_with_one_zero_tensor_as_both_moments():
+    """A loop that starts both Adam moments as the same zero tensors trains
+    on the right moments from step 2 on."""
+    torch.manual_seed(0)
+    step = TrainStep(nn.Linear(4, 3), F.mse_loss, "adam", lr=0.1)
+    params = [p.detach().clone() for p in step.module.parameters()]
+    zeros = [torch.zeros_like(p) for p in params]
+    state = {"exp_avg": zeros, "exp_avg_sq": zeros,
+             "step": [torch.zeros((), dtype=torch.float32) for _ in params]}
+    x, t = torch.randn(8, 4), torch.randn(8, 3)
+    f = shardx.compile(step, MESH)
+    p, s = params, state
+    ep, es = params, state
+    for i in range(3):
+        _, p, s = f(p, s, (x,), t)
+        _, ep, es = step.run_eager(ep, es, (x,), t)
+        for a, b in zip(pytree.tree_leaves((p, s)), pytree.tree_leaves((ep, es))):
+            torch.testing.assert_close(full(a), b, rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"step {i}: {m}")
+
+
+# -- issue 29, defect 4: in-place updates of inputs -------------------------
+
+def _add_one_then_double(a):
+    a.add_(1)
+    return (a * 2,)
+
+
+@pytest.mark.parametrize("kind", ["torch", "sharded"])
+def test_in_place_update_follows_eager_from_the_first_call(kind):
+    f = shardx.compile(_add_one_then_double, MESH, [[Shard(0)]])
+    eager = torch.zeros(4)
+    arg = torch.zeros(4)
+    if kind == "sharded":
+        arg = ShardedTensor.from_torch(arg, MESH, [Shard(0)])
+    for call in range(3):
+        want = _add_one_then_double(eager)
+        got = f(arg)
+        assert_same(got, want, f"call {call}")
+        # The caller's tensor ends as eager leaves it: once per call.
+        assert_same(full(arg) if kind == "sharded" else arg, eager, f"input after call {call}")
+    assert f.compiles == 1
+    assert f._plan is None  # written-back entries run through Python
+
+
+def test_in_place_update_of_a_numpy_argument():
+    """Found by the differential harness: a numpy argument of a program
+    that writes an input (np.byte_bounds is gone in numpy 2:
+    AttributeError)."""
+    f = shardx.compile(_add_one_then_double, MESH, [[Shard(0)]])
+    for call in range(2):
+        arr = np.zeros(4, np.float32)
+        assert_same(f(arr), (torch.full((4,), 2.0),), f"call {call}")
+        np.testing.assert_array_equal(arr, np.ones(4, np.float32))
+
+
+def test_in_place_update_of_a_tensor_passed_also_as_its_numpy_array():
+    """Found by the differential harness: a tensor and its .numpy() are the
+    same tensor (their identities were in torch's and numpy's terms: the
+    call was refused as a partial overlap)."""
+    def h(a, b):
+        a.add_(a)
+        return (a * b,)
+
+    f = shardx.compile(h, MESH)
+    x = torch.arange(4, dtype=torch.float64)
+    e = x.clone()
+    assert_same(f(x.numpy(), x), h(e, e))
+    assert_same(x, e)
+
+
+def test_in_place_update_reaches_every_handle_of_the_shards():
+    def h(a, b):
+        a.add_(1)
+        return (a + b,)
+
+    f = shardx.compile(h, MESH, [[Shard(0)], [Shard(0)]])
+    st = ShardedTensor.from_torch(torch.zeros(4), MESH, [Shard(0)])
+    other = ShardedTensor(st._shards, MESH)  # a second handle of the same shards
+    assert_same(f(st, other), (torch.full((4,), 2.0),))
+    assert_same((full(st), full(other)), (torch.ones(4), torch.ones(4)))
+
+
+def test_tracing_never_changes_the_callers_tensors():
+    def h(a, b):
+        a.mul_(3)
+        b.zero_()
+        return a + b
+
+    f = shardx.compile(h, MESH)
+    a, b = torch.ones(4), torch.full((4,), 5.0)
+    got = f(a, b)
+    # Exactly eager's single update: not one per tracing pass.
+    assert_same(got, torch.full((4,), 3.0))
+    assert_same(a, torch.full((4,), 3.0))
+    assert_same(b, torch.zeros(4))
+
+
+def test_in_place_update_with_aliased_inputs():
+    def h(a, b):
+        a.mul_(2)
+        return a + b
+
+    for patterns in (("same", "distinct", "same"), ("distinct", "same", "distinct")):
+        f = shardx.compile(h, MESH)
+        for pattern in patterns:
+            x, y = torch.arange(4.0), torch.arange(4.0) + 10
+            ex, ey = x.clone(), y.clone()
+            if pattern == "same":
+                assert_same(f(x, x), h(ex, ex), pattern)
+            else:
+                assert_same(f(x, y), h(ex, ey), pattern)
+            assert_same(x, ex, f"{pattern}: written input")
+            assert_same(y, ey, f"{pattern}: other input")
+        # One program per aliasing, each reused.
+        assert f.compiles == 2
+        assert f.recompile_reasons[0].startswith(
+            "the inputs written in place alias others differently: ")
+
+
+def test_in_place_update_of_a_later_input_aliasing_an_earlier_one():
+    """Found by the differential harness: the written input is the second
+    of two that are the same tensor (the trace shared the copy of a later
+    input with an earlier one: IndexError)."""
+    def h(a, b):
+        b.add_(a)
+        return a.amax(0)
+
+    f = shardx.compile(h, MESH, [[Shard(0)], [Shard(0)]])
+    for same in (False, True):
+        x, y = torch.ones(2, 2, dtype=torch.float64), torch.full((2, 2), 5.0, dtype=torch.float64)
+        ex, ey = x.clone(), y.clone()
+        got = f(x, x) if same else f(x, y)
+        want = h(ex, ex) if same else h(ex, ey)
+        assert_same(got, want, f"same={same}")
+        assert_same((x, y), (ex, ey), f"same={same}: inputs afterwards")
+
+
+def test_in_place_update_of_a_partly_overlapping_input_is_refused_before_running():
+    def h(a, b):
+        a.add_(1)
+        return a + b
+
+    f = shardx.compile(h, MESH)
+    x = torch.arange(6.0)
+    with pytest.raises(ValueError, match="input 0 is modified in place and shares memory with "
+                                         "input 1"):
+        f(x[0:4], x[2:6])
+    assert_same(x, torch.arange(6.0))  # nothing ran
+
+
+def test_in_place_update_returning_none_and_the_input():
+    def h(a):
+        a.sub_(1)
+
+    x = torch.ones(3)
+    assert shardx.compile(h, MESH)(x) is None
+    assert_same(x, torch.zeros(3))
+
+    def k(a):
+        return a.mul_(4)  # returns the input itself
+
+    x = torch.ones(3)
+    assert_same(shardx.compile(k, MESH)(x), torch.full((3,), 4.0))
+    assert_same(x, torch.full((3,), 4.0))
+
+
+def test_in_place_shape_change_is_refused():
+    f = shardx.compile(lambda a: a.t_(), MESH)
+    with pytest.raises(Exception, match="changes the shape or strides of input 0"):
+        f(torch.ones(2, 3))
+
+
+# -- output pytrees and Python values ---------------------------------------
+
+def test_outputs_of_any_pytree():
+    def fn(a, b):
+        return {"sum": a + b, "none": None, "pair": (a * b, [b - a, 2.5]), "flag": True,
+                "n": 3, "name": "x"}
+
+    f = shardx.compile(fn, MESH, [[Shard(0)], None])
+    a, b = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    for _ in range(2):
+        assert_same(f(a, b), fn(a, b))
+
+
+def test_outputs_that_alias_or_view_inputs():
+    def fn(a):
+        return a, a.t(), a[1], a.view(-1)[2:5], a
+
+    f = shardx.compile(fn, MESH, [[Shard(1)]])
+    a = torch.randn(2, 4, dtype=torch.float64)
+    assert_same(f(a), fn(a))
+
+
+def test_functions_named_like_c_library_functions():
+    """Found by the differential harness: shardx.compile(torch.floor) (its
+    program function @floor collided with the libm floor that math.floor
+    lowers to: shardx-compile failed)."""
+    x = torch.tensor([float("nan"), -0.0, 1.5, -2.5, 0.5, 2.5, float("inf"), -1.0],
+                     dtype=torch.float64)
+    for fn in (torch.floor, torch.ceil, torch.trunc, torch.round):
+        assert_same(shardx.compile(fn, MESH, [[Shard(0)]])(x), fn(x), fn.__name__)
+
+    def tanh(a):  # a user's function of a libm name, one tuple output
+        return (torch.tanh(a),)
+
+    (got,) = shardx.compile(tanh, MESH, [[Shard(0)]])(x)
+    torch.testing.assert_close(full(got), torch.tanh(x), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_no_tensor_output():
+    f = shardx.compile(lambda a: (None, 3), MESH)
+    assert f(torch.ones(2)) == (None, 3)
+
+
+def test_python_scalar_arguments_are_guarded_by_value(caplog):
+    def fn(a, s, flag):
+        return a * s if flag else a + s
+
+    f = shardx.compile(fn, MESH)
+    a = torch.arange(4, dtype=torch.float64)
+    with caplog.at_level(logging.INFO, logger="shardx.jit"):
+        for s, flag in ((2.0, True), (2.0, True), (3.0, True), (3.0, False), (1, False),
+                        (True, False), (-0.0, True), (0.0, True), (float("nan"), True),
+                        (float("nan"), True)):
+            assert_same(f(a, s, flag), fn(a, s, flag), f"s={s!r} flag={flag}")
+    # One program per distinct value and type (2.0 and NaN reused).
+    assert f.compiles == 8
+    assert "argument 1: 2.0 -> 3.0" in f.recompile_reasons
+    assert any("recompiling fn because argument 2: True -> False" in r.message
+               for r in caplog.records)
+
+
+def test_unsupported_argument_type_is_a_clear_error():
+    f = shardx.compile(lambda a, o: a, MESH)
+    with pytest.raises(TypeError, match="not object"):
+        f(torch.ones(2), object())
+
+
+# -- issue 29, defect 5: invalid cache entries ------------------------------
+
+@pytest.mark.parametrize("content", [b"[]", b"42", b'{"key": 3}', b"\xff\xfe", b"{",
+                                     "directory"])
+def test_invalid_cache_entry_is_rebuilt(cache, content, caplog):
+    x = torch.arange(4.0)
+    shardx.compile(lambda a: (a + 1,), MESH)(x)
+    (meta,) = [p for p in cache.iterdir() if p.suffix == ".json"]
+    meta.unlink()
+    if content == "directory":
+        meta.mkdir()
+    else:
+        meta.write_bytes(content)
+    shardx.cache_stats.reset()
+    with caplog.at_level(logging.WARNING, logger="shardx.jit"):
+        for _ in range(2):  # rebuilt once, then a hit
+            f = shardx.compile(lambda a: (a + 1,), MESH)
+            assert_same(f(x), (x + 1,))
+    assert (shardx.cache_stats.rebuilds, shardx.cache_stats.hits) == (1, 1)
+    assert any("is corrupt" in r.message and "rebuilding" in r.message for r in caplog.records)
+    assert json.loads(meta.read_text())["key"] == meta.stem
+
+
+def test_missing_so_is_rebuilt(cache):
+    x = torch.arange(4.0)
+    shardx.compile(lambda a: (a + 1,), MESH)(x)
+    (so,) = [p for p in cache.iterdir() if p.suffix == ".so"]
+    so.unlink()
+    shardx.cache_stats.reset()
+    assert_same(shardx.compile(lambda a: (a + 1,), MESH)(x), (x + 1,))
+    assert shardx.cache_stats.rebuilds == 1
+
+
+# -- issue 29, defect 6: SHARDX_CACHE_DIR and the command-line tools ---------
+
+def test_unusable_cache_dir_names_the_variable(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for value in (blocker, blocker / "sub"):
+        monkeypatch.setenv("SHARDX_CACHE_DIR", str(value))
+        with pytest.raises(ValueError, match="SHARDX_CACHE_DIR=.*(is a file|cannot be created)"):
+            shardx.compile(lambda a: (a + 1,), MESH)(torch.ones(2))
+
+
+def _artifact(cache):
+    shardx.compile(lambda a: (a * 2,), MESH, [[Shard(0)]])(torch.ones(4, 3))
+    (so,) = [p for p in cache.iterdir() if p.suffix == ".so"]
+    return so
+
+
+def test_exec_takes_an_artifact_in_the_current_directory(cache, tmp_path, build_dir):
+    so = _artifact(cache)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "m.so").write_bytes(so.read_bytes())
+    proc = subprocess.run([os.path.join(build_dir, "bin", "shardx-exec"), "m.so"], cwd=work,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot open shared object file" not in proc.stderr
+
+
+def test_exec_input_error_names_expected_and_actual(cache, tmp_path, build_dir):
+    so = _artifact(cache)
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.zeros((4,), np.float64))
+    proc = subprocess.run([os.path.join(build_dir, "bin", "shardx-exec"), str(so),
+                           f"--inputs={npy}"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "must be a f32 tensor of shape [4, 3]" in proc.stderr, proc.stderr
+    assert "the file holds a f64 tensor of shape [4]" in proc.stderr, proc.stderr
