@@ -31,9 +31,11 @@ import json
 import logging
 import os
 import platform
+import re
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -184,9 +186,70 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
+_PROGRESS = re.compile(r"compiling kernels (\d+)/(\d+)")
+
+
+def _timing_seconds(report, names) -> Dict[str, float]:
+    """Wall seconds of the named top-level entries of an MLIR JSON timing
+    report (``shardx-compile --timing-json``)."""
+    out = {}
+    for entry in report if isinstance(report, list) else []:
+        if isinstance(entry, dict) and entry.get("name") in names:
+            out[names[entry["name"]]] = float(entry.get("wall", {}).get("duration", 0.0))
+    return out
+
+
+def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float]) -> None:
+    """Runs ``shardx-compile src -o out``; a long compile shows a progress bar
+    of the object units (kernels) compiled (tqdm, on a terminal). The
+    SPMD pipeline's and code generation's seconds go into ``timing``."""
+    fd, timing_json = tempfile.mkstemp(prefix="shardx-timing.", suffix=".json")
+    os.close(fd)
+    env = dict(os.environ, SHARDX_PROGRESS="1")
+    bar = None
+    try:
+        proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}"],
+                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+        chunks = []
+        while True:
+            data = proc.stderr.read1(4096)
+            if not data:
+                break
+            chunks.append(data)
+            found = _PROGRESS.findall(data.decode(errors="replace"))
+            if found:
+                done, total = map(int, found[-1])
+                if bar is None and total > 1:
+                    from tqdm import tqdm
+                    bar = tqdm(total=total, desc="shardx: compiling kernels", unit="kernel",
+                               leave=False, disable=None)
+                if bar is not None:
+                    bar.update(done - bar.n)
+        proc.wait()
+        # What the tool said, without its progress line.
+        stderr = re.sub(r"\r\x1b\[K(\[[^\]]*\][^\r\n]*\.\.\.)?", "",
+                        b"".join(chunks).decode(errors="replace"))
+        if proc.returncode != 0:
+            raise RuntimeError(f"shardx-compile failed:\n{stderr}")
+        try:
+            with open(timing_json) as f:
+                report = json.load(f)
+            timing.update(_timing_seconds(report, {"spmd pipeline": "spmd",
+                                                   "codegen": "codegen"}))
+        except (OSError, ValueError):
+            pass  # no timing: the compile itself succeeded
+    finally:
+        if bar is not None:
+            bar.close()
+        os.unlink(timing_json)
+
+
+def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
+                    timing: Optional[Dict[str, float]] = None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
-    into it. Returns (artifact, key, path)."""
+    into it. Returns (artifact, key, path); ``timing`` (if given) gets the
+    seconds of the SPMD pipeline, code generation and loading."""
+    timing = {} if timing is None else timing
     rt = runtime()
     cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
     tool, version = _compiler_identity()
@@ -208,7 +271,9 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
                 raise ValueError("its .so is missing")
             if info.get("sha256") != _sha256(so):
                 raise ValueError("checksum mismatch")
+            start = time.perf_counter()
             artifact = rt.Artifact(so)
+            timing["load"] = time.perf_counter() - start
             with _LOCK:
                 cache_stats.hits += 1
             log.debug("cache hit %s", so)
@@ -237,9 +302,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
         f.write(mlir_text)
     tmp_so = src[:-len(".mlir")] + ".so"
     try:
-        proc = subprocess.run([tool, src, "-o", tmp_so], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"shardx-compile failed:\n{proc.stderr}")
+        _run_compiler(tool, src, tmp_so, timing)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
         os.replace(src, os.path.join(folder, key + ".mlir"))
@@ -252,7 +315,9 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str):
         for p in (src, tmp_so):
             if os.path.exists(p):
                 os.unlink(p)
+    start = time.perf_counter()
     artifact = rt.Artifact(so)
+    timing["load"] = time.perf_counter() - start
     removed = evict(folder, keep=key)
     with _LOCK:
         cache_stats.evictions += len(removed)
@@ -493,6 +558,11 @@ class CompiledFunction(runtime().CompiledCall):
         self._last_key = None
         #: Programs traced and compiled (or loaded) by this callable.
         self.compiles = 0
+        #: Seconds of the first compile's steps (trace, import, dead code,
+        #: spmd, codegen, load, total; spmd and codegen absent on a disk
+        #: cache hit), and of the latest compile's.
+        self.first_call_timing: Optional[Dict[str, float]] = None
+        self.last_compile_timing: Optional[Dict[str, float]] = None
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
         self._session = session(self.mesh, backend)
@@ -583,8 +653,11 @@ class CompiledFunction(runtime().CompiledCall):
         # library function (torch.floor, a user's `tanh`) collided with the
         # libm call its own math lowers to ("func.call op operand type
         # mismatch" from shardx-compile).
+        from .importer import module as importer_module
+        start = time.perf_counter()
         text = trace(traced, examples, self._trace_mesh, in_pl if self._trace_mesh else None,
                      out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
+        timing = dict(importer_module.last_timing)
         mutated = traced.mutated
         if mutated and partners is None:
             partners = _partners(flat, mutated)
@@ -593,7 +666,13 @@ class CompiledFunction(runtime().CompiledCall):
                 # again as one tensor, as eager writes them.
                 return self._compile(args, flat, spec, partners)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
-                                              f"cpu-{platform.machine()}-{self.backend}")
+                                              f"cpu-{platform.machine()}-{self.backend}", timing)
+        timing["total"] = time.perf_counter() - start
+        self.last_compile_timing = timing
+        if self.first_call_timing is None:
+            self.first_call_timing = timing
+        log.info("shardx.compile: %s ready in %.2f s (%s)", self.name, timing["total"],
+                 ", ".join(f"{k} {v:.2f} s" for k, v in timing.items() if k != "total"))
         entry = artifact.entry_points[0]
         outputs = artifact.outputs(entry)
         donated = self._pair_donated(args, traced.out_spec, layouts, outputs)
