@@ -537,11 +537,26 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
     pool.wait();
   }
   bool ok = true;
-  for (Unit &u : units)
+  for (Unit &u : units) {
     if (!u.error.empty()) {
       llvm::errs() << "error: compiling " << u.name << ": " << u.error << "\n";
       ok = false;
+      continue;
     }
+    // The link reads a private link (or copy) of each cached object: another
+    // process's eviction may remove the cache's name meanwhile.
+    if (cache.isEnabled() && StringRef(u.object).starts_with(cache.directory())) {
+      std::string mine = (scratch + "/" + u.name + ".o").str();
+      if (llvm::sys::fs::create_hard_link(u.object, mine) &&
+          llvm::sys::fs::copy_file(u.object, mine)) {
+        llvm::errs() << "error: cannot read the cached object '" << u.object
+                     << "'\n";
+        ok = false;
+        continue;
+      }
+      u.object = mine;
+    }
+  }
   return success(ok);
 }
 
