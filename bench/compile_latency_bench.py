@@ -2,7 +2,8 @@
 torch.compile (inductor) on the same GPT-style train step, in one run.
 
     ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
-        [--layers 1 2 4 8 16 32] [--no-torch] [--dump DIR] [--opt 3]
+        [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--dump DIR]
+        [--gpt2-zoo LAYERS]
 
 The step: a GPT with tied embedding and LM head, pre-norm causal blocks
 (4 heads, width 64, MLP 4x), sequence 16, batch 4, cross-entropy loss,
@@ -138,11 +139,10 @@ def example(layers, widths=None):
     return names, (params, zeros, [z.clone() for z in zeros], tokens, targets)
 
 
-def shardx_first_call(layers, cache, widths=None, opt=None):
+def shardx_first_call(layers, cache, widths=None):
     """Seconds of the first call of shardx.compile(step) with the disk
     caches in `cache`, and the loss it returned against eager's."""
     import shardx
-    import shardx.jit as jit
     os.environ["SHARDX_CACHE_DIR"] = cache
     names, args = example(layers, widths)
     step = make_step(names)
@@ -160,9 +160,7 @@ def shardx_first_call(layers, cache, widths=None, opt=None):
     err = abs(float(loss) - float(ref))
     if not err <= 1e-4 * max(1.0, abs(float(ref))):
         raise SystemExit(f"shardx loss {float(loss)} differs from eager {float(ref)}")
-    timing = getattr(fn, "first_call_timing", None)
-    del jit
-    return elapsed, timing
+    return elapsed, fn.first_call_timing
 
 
 def torch_first_call(layers):

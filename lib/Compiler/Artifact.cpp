@@ -51,6 +51,7 @@
 #include "llvm/Transforms/Utils/Cloning.h"
 
 #include <atomic>
+#include <dlfcn.h>
 #include <map>
 #include <mutex>
 
@@ -139,16 +140,39 @@ LogicalResult linkSharedObject(ArrayRef<std::string> objects, StringRef output,
   return success();
 }
 
+/// The file that holds this code (a tool or a library) and its size and
+/// modification time: a rebuilt ShardX keys new cache entries.
+std::string buildIdentity() {
+  static const std::string identity = [] {
+    static int anchor;
+    std::string self = llvm::sys::fs::getMainExecutable(nullptr, &anchor);
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void *>(&buildIdentity), &info) &&
+        info.dli_fname)
+      self = info.dli_fname;
+    llvm::sys::fs::file_status status;
+    if (self.empty() || llvm::sys::fs::status(self, status))
+      return std::string("unknown");
+    return self + ":" + std::to_string(status.getSize()) + ":" +
+           std::to_string(status.getLastModificationTime()
+                              .time_since_epoch()
+                              .count());
+  }();
+  return identity;
+}
+
 /// What decides the machine code besides the IR: the target and the
 /// optimization level (computed once; each thread makes its own machine).
 struct TargetSpec {
   std::string triple, cpu, features;
   unsigned optLevel = 3;
 
-  /// The part of a cache key that is not the IR.
+  /// The part of a cache key that is not the IR: LLVM's version, ShardX's
+  /// own build (its pipelines for the units) and the target.
   std::string key() const {
-    return "shardx-object-1|llvm " LLVM_VERSION_STRING "|" + triple + "|" +
-           cpu + "|" + features + "|O" + std::to_string(optLevel);
+    return "shardx-object-1|llvm " LLVM_VERSION_STRING "|" + buildIdentity() +
+           "|" + triple + "|" + cpu + "|" + features + "|O" +
+           std::to_string(optLevel);
   }
 };
 
@@ -196,8 +220,6 @@ makeTargetMachine(const TargetSpec &spec, unsigned codegenLevel,
   return tm;
 }
 
-/// Optimizes `module` at `optLevel` and appends its object code to
-/// `object`; an empty return is success.
 /// The host code's entry functions take and return every buffer of the
 /// step as one aggregate (thousands of descriptors), which LLVM's fast
 /// instruction selector cannot take: it falls back to DAGs whose size is
@@ -244,8 +266,11 @@ void scalarizeEntryAggregates(llvm::Module &module) {
             indices.push_back(b.getInt32(i));
           llvm::Value *field = b.CreateInBoundsGEP(
               load->getType(), load->getPointerOperand(), indices);
-          extract->replaceAllUsesWith(
-              b.CreateLoad(extract->getType(), field));
+          uint64_t offset = module.getDataLayout().getIndexedOffsetInType(
+              load->getType(), indices);
+          extract->replaceAllUsesWith(b.CreateAlignedLoad(
+              extract->getType(), field,
+              llvm::commonAlignment(load->getAlign(), offset)));
           extract->eraseFromParent();
         }
         load->eraseFromParent();
@@ -254,37 +279,64 @@ void scalarizeEntryAggregates(llvm::Module &module) {
       auto *store = cast<llvm::StoreInst>(inst);
       llvm::Value *value = store->getValueOperand();
       llvm::Type *type = value->getType();
-      // The scalars the insertvalue chains put in place, by index path,
-      // walked once (extractvalue of a long chain walks it per query).
-      std::map<SmallVector<unsigned>, llvm::Value *> inserted;
-      std::function<void(llvm::Value *, SmallVector<unsigned>)> collect =
-          [&](llvm::Value *agg, SmallVector<unsigned> prefix) {
-            while (auto *ins = dyn_cast<llvm::InsertValueInst>(agg)) {
+      const llvm::DataLayout &layout = module.getDataLayout();
+      // What the insertvalue chains put at each index path, oldest first so
+      // that a later insert replaces what an earlier one put at or under
+      // its path (extractvalue of a long chain walks it per query: this
+      // walks each chain once).
+      std::map<SmallVector<unsigned>, llvm::Value *> at;
+      std::function<void(llvm::Value *, const SmallVector<unsigned> &)> put =
+          [&](llvm::Value *v, const SmallVector<unsigned> &prefix) {
+            // Whatever was at or under `prefix` is replaced (those paths
+            // sort together, from `prefix` on).
+            auto under = [&](const SmallVector<unsigned> &p) {
+              return p.size() >= prefix.size() &&
+                     std::equal(prefix.begin(), prefix.end(), p.begin());
+            };
+            for (auto it = at.lower_bound(prefix);
+                 it != at.end() && under(it->first);)
+              it = at.erase(it);
+            SmallVector<llvm::InsertValueInst *> chain;
+            llvm::Value *base = v;
+            while (auto *ins = dyn_cast<llvm::InsertValueInst>(base)) {
+              chain.push_back(ins);
+              base = ins->getAggregateOperand();
+            }
+            if (chain.empty() || !isa<llvm::PoisonValue, llvm::UndefValue>(base))
+              at[prefix] = base; // a whole value (or a chain's real base)
+            for (llvm::InsertValueInst *ins : llvm::reverse(chain)) {
               SmallVector<unsigned> path = prefix;
               path.append(ins->idx_begin(), ins->idx_end());
-              llvm::Value *v = ins->getInsertedValueOperand();
-              if (v->getType()->isAggregateType())
-                collect(v, path);
-              else
-                inserted.try_emplace(path, v); // the last insert wins
-              agg = ins->getAggregateOperand();
+              put(ins->getInsertedValueOperand(), path);
             }
           };
-      collect(value, {});
-      // One store per scalar, at its GEP.
+      put(value, {});
+      // The scalar at `path`: the deepest entry at or above it, extracted.
+      auto scalarAt = [&](ArrayRef<unsigned> path) -> llvm::Value * {
+        for (size_t k = path.size() + 1; k-- > 0;) {
+          auto it = at.find(SmallVector<unsigned>(path.take_front(k)));
+          if (it == at.end())
+            continue;
+          return k == path.size() ? it->second
+                                  : b.CreateExtractValue(it->second,
+                                                         path.drop_front(k));
+        }
+        return llvm::PoisonValue::get(
+            llvm::ExtractValueInst::getIndexedType(type, path));
+      };
+      // One store per scalar, at its GEP, as aligned as the original.
       std::function<void(llvm::Type *, SmallVector<unsigned> &)> walk =
           [&](llvm::Type *t, SmallVector<unsigned> &path) {
             if (!t->isAggregateType()) {
               SmallVector<llvm::Value *> indices = {b.getInt32(0)};
               for (unsigned i : path)
                 indices.push_back(b.getInt32(i));
-              auto it = inserted.find(path);
-              llvm::Value *scalar = it != inserted.end()
-                                        ? it->second
-                                        : b.CreateExtractValue(value, path);
-              b.CreateStore(scalar,
-                            b.CreateInBoundsGEP(type, store->getPointerOperand(),
-                                                indices));
+              uint64_t offset = layout.getIndexedOffsetInType(type, indices);
+              b.CreateAlignedStore(
+                  scalarAt(path),
+                  b.CreateInBoundsGEP(type, store->getPointerOperand(),
+                                      indices),
+                  llvm::commonAlignment(store->getAlign(), offset));
               return;
             }
             unsigned n = t->isStructTy() ? t->getStructNumElements()
@@ -445,6 +497,22 @@ SmallVector<Unit> splitIntoUnits(llvm::Module &module) {
   return units;
 }
 
+/// Writes an object file; false (and `error`) when it cannot.
+bool writeObject(StringRef path, StringRef bytes, std::string &error) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (!ec) {
+    os << bytes;
+    os.close();
+    if (!os.has_error())
+      return true;
+    ec = os.error();
+    os.clear_error();
+  }
+  error = ("cannot write '" + path + "': " + ec.message()).str();
+  return false;
+}
+
 /// The number of threads compiling units: $SHARDX_COMPILE_JOBS, else every
 /// core this process may run on.
 unsigned compileJobs() {
@@ -467,11 +535,15 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
   for (Unit &u : units) {
     u.key = mlir::shardx::sha256Hex(
         specKey + "|" + StringRef(u.bitcode.data(), u.bitcode.size()).str());
-    if (std::optional<std::string> hit = cache.lookup(u.key)) {
-      u.object = *hit;
+    // Every object the link reads is a private file: another process may
+    // evict the cache's copy meanwhile.
+    u.object = (scratch + "/" + u.name + ".o").str();
+    std::optional<std::string> hit = cache.lookup(u.key);
+    if (hit && writeObject(u.object, *hit, u.error)) {
       if (options.stats)
         ++options.stats->cachedUnits;
     } else {
+      u.error.clear(); // unreadable or unwritable: compiled instead
       todo.push_back(&u);
     }
   }
@@ -505,20 +577,11 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
     if (!u.error.empty())
       return;
     StringRef bytes(object.data(), object.size());
+    if (!writeObject(u.object, bytes, u.error))
+      return;
+    // Kept for later compiles; a failed store only costs a recompile then.
     std::string storeError;
-    if (cache.isEnabled() && cache.store(u.key, bytes, storeError)) {
-      u.object = cache.directory() + "/" + u.key + ".o";
-    } else {
-      // Not cached (off, or the store failed): a private file.
-      u.object = (scratch + "/" + u.name + ".o").str();
-      std::error_code ec;
-      llvm::raw_fd_ostream os(u.object, ec);
-      if (ec) {
-        u.error = "cannot write '" + u.object + "': " + ec.message();
-        return;
-      }
-      os << bytes;
-    }
+    (void)cache.store(u.key, bytes, storeError);
     unsigned n = ++done;
     if (options.progress) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -537,26 +600,11 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
     pool.wait();
   }
   bool ok = true;
-  for (Unit &u : units) {
+  for (Unit &u : units)
     if (!u.error.empty()) {
       llvm::errs() << "error: compiling " << u.name << ": " << u.error << "\n";
       ok = false;
-      continue;
     }
-    // The link reads a private link (or copy) of each cached object: another
-    // process's eviction may remove the cache's name meanwhile.
-    if (cache.isEnabled() && StringRef(u.object).starts_with(cache.directory())) {
-      std::string mine = (scratch + "/" + u.name + ".o").str();
-      if (llvm::sys::fs::create_hard_link(u.object, mine) &&
-          llvm::sys::fs::copy_file(u.object, mine)) {
-        llvm::errs() << "error: cannot read the cached object '" << u.object
-                     << "'\n";
-        ok = false;
-        continue;
-      }
-      u.object = mine;
-    }
-  }
   return success(ok);
 }
 

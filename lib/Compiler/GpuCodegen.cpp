@@ -410,11 +410,9 @@ LogicalResult mergeKernelModules(ModuleOp module) {
       auto fn = dyn_cast<gpu::GPUFuncOp>(op);
       if (!fn)
         return op.emitError("unexpected op in an outlined kernel module");
-      fn.setName("k");
-      std::string text;
-      llvm::raw_string_ostream os(text);
-      fn->print(os, OpPrintingFlags().printGenericOpForm().useLocalScope());
-      auto [it, inserted] = byText.try_emplace(text, m.getNameAttr());
+      auto [it, inserted] =
+          byText.try_emplace(mlir::shardx::canonicalKernelText(fn),
+                             m.getNameAttr());
       rename[m.getNameAttr()] = it->second;
       if (!inserted) {
         fn.erase();

@@ -112,7 +112,9 @@ Value truncToF16Bits(Bits &k, Value x) {
   Value u = k.asI32(x);
   Value sign = k.andi(u, 0x80000000u);
   Value a = arith::XOrIOp::create(k.b, k.loc, u, sign);
-  // |x| at or above 65520 rounds to infinity; above infinity's bits is NaN.
+  // |x| at or above 65536 is infinity here (from 65520 on, the rounding
+  // below carries into the infinity's exponent); above infinity's bits is
+  // NaN.
   Value special = k.select(k.cmp(P::ugt, a, 0x7f800000u), k.i32(0x7e00),
                            k.i32(0x7c00));
   // Below 2^-14 the result is subnormal: adding 0.5 (0x3f000000) in f32

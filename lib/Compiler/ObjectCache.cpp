@@ -130,7 +130,7 @@ std::optional<std::string> ObjectCache::lookup(llvm::StringRef key) const {
     return std::nullopt;
   // The last use, for the LRU eviction (a failure only ages the entry).
   ::utimes(sum.c_str(), nullptr);
-  return object;
+  return bytes;
 }
 
 bool ObjectCache::store(llvm::StringRef key, llvm::StringRef object,
@@ -159,9 +159,20 @@ unsigned ObjectCache::evict() const {
   std::vector<Entry> entries;
   uint64_t total = 0;
   std::error_code ec;
+  auto now = std::chrono::system_clock::now();
   for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
        it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (name.ends_with(".tmp") ||
+        (name.ends_with(".o") &&
+         !fs::exists(dir + "/" + name.drop_back(2).str() + ".sum"))) {
+      // A crashed writer's leftover (an hour old: not one being written).
+      fs::file_status leftover;
+      if (!fs::status(it->path(), leftover) &&
+          now - leftover.getLastModificationTime() > std::chrono::hours(1))
+        fs::remove(it->path());
+      continue;
+    }
     if (!name.consume_back(".sum"))
       continue;
     fs::file_status sumStatus, objectStatus;

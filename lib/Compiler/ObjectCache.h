@@ -40,7 +40,7 @@ public:
   bool isEnabled() const { return !dir.empty(); }
   const std::string &directory() const { return dir; }
 
-  /// The path of the valid entry for `key`, whose last use it records.
+  /// The object of the valid entry for `key`, whose last use it records.
   std::optional<std::string> lookup(llvm::StringRef key) const;
 
   /// Stores `object` under `key`; false (and `error`) when it cannot.
@@ -48,7 +48,8 @@ public:
              std::string &error) const;
 
   /// Removes least recently used entries until the cache holds at most
-  /// its bound; returns how many were removed.
+  /// its bound, and what crashed writers left (an object without its sum,
+  /// temporary files) an hour old or more; returns how many entries went.
   unsigned evict() const;
 
 private:

@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -33,31 +34,34 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/Support/SHA256.h"
 
 using namespace mlir;
 
-namespace {
-
-/// The printed form of `kernel` with its name left out: equal for
-/// structurally identical kernels (SSA names are numbered by position,
-/// locations are not printed).
-std::string canonicalText(func::FuncOp kernel) {
+std::string mlir::shardx::canonicalKernelText(Operation *kernel) {
   std::string text;
   llvm::raw_string_ostream os(text);
+  // Every flag that decides what is printed is set here, none taken from
+  // the command line (an elided constant would merge distinct kernels).
   OpPrintingFlags flags;
-  flags.printGenericOpForm().useLocalScope().elideLargeElementsAttrs(
-      std::numeric_limits<int64_t>::max());
-  std::string name = kernel.getName().str();
-  kernel.setName("k");
+  flags.printGenericOpForm()
+      .useLocalScope()
+      .enableDebugInfo(false)
+      .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
+      .elideLargeResourceString(std::numeric_limits<int64_t>::max());
+  auto symbol = cast<SymbolOpInterface>(kernel);
+  std::string name = symbol.getName().str();
+  symbol.setName(StringAttr::get(kernel->getContext(), "k"));
   kernel->print(os, flags);
-  kernel.setName(name);
+  symbol.setName(StringAttr::get(kernel->getContext(), name));
   return text;
 }
+
+namespace {
 
 /// The type a kernel takes a value of `type` as: a strided buffer's offset
 /// becomes dynamic (a view of a bucket or a parameter slab has one static
@@ -77,10 +81,9 @@ Type kernelArgType(Type type) {
 }
 
 std::string hashName(StringRef text) {
-  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
-      ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()),
-                        text.size()));
-  return (mlir::shardx::kKernelPrefix + llvm::toHex(ArrayRef(digest).take_front(8), true)).str();
+  return (mlir::shardx::kKernelPrefix +
+          StringRef(mlir::shardx::sha256Hex(text)).take_front(16))
+      .str();
 }
 
 } // namespace
@@ -100,7 +103,8 @@ mlir::shardx::outlineKernels(ModuleOp module) {
   llvm::StringMap<func::FuncOp> kernels; // canonical text -> kernel
   for (auto existing : module.getOps<func::FuncOp>())
     if (existing.getName().starts_with(kKernelPrefix) && !existing.isExternal())
-      kernels[canonicalText(existing)] = existing;
+      kernels[canonicalKernelText(existing)] = existing;
+  SymbolTable symbols(module);
   OpBuilder b(module.getContext());
   for (linalg::LinalgOp op : ops) {
     // Arguments: each distinct non-constant value the op reads, its
@@ -141,14 +145,15 @@ mlir::shardx::outlineKernels(ModuleOp module) {
     func::ReturnOp::create(b, loc);
     ++stats.outlined;
 
-    std::string text = canonicalText(kernel);
+    std::string text = canonicalKernelText(kernel);
     auto [it, inserted] = kernels.try_emplace(text, kernel);
     if (inserted) {
       std::string name = hashName(text);
       // Distinct kernels whose names collide (a 64-bit hash) get a suffix.
-      for (unsigned n = 1; module.lookupSymbol(name); ++n)
+      for (unsigned n = 1; symbols.lookup(name); ++n)
         name = hashName(text) + "_" + std::to_string(n);
       kernel.setName(name);
+      symbols.insert(kernel);
       ++stats.unique;
     } else {
       kernel.erase();

@@ -186,7 +186,10 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-_PROGRESS = re.compile(r"compiling kernels (\d+)/(\d+)")
+#: The progress line of shardx-compile (Progress.h), whole: "[shardx-compile]
+#: compiling kernels 12/40..." after a "\r\x1b[K" that clears the line.
+_PROGRESS = re.compile(r"compiling kernels (\d+)/(\d+)\.\.\.")
+_PROGRESS_LINE = re.compile(r"\r\x1b\[K(?:\[shardx-compile\][^\r\n]*?\.\.\.)?")
 
 
 def _timing_seconds(report, names) -> Dict[str, float]:
@@ -203,6 +206,10 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float]) -> No
     """Runs ``shardx-compile src -o out``; a long compile shows a progress bar
     of the object units (kernels) compiled (tqdm, on a terminal). The
     SPMD pipeline's and code generation's seconds go into ``timing``."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no bar without tqdm
+        tqdm = None
     fd, timing_json = tempfile.mkstemp(prefix="shardx-timing.", suffix=".json")
     os.close(fd)
     env = dict(os.environ, SHARDX_PROGRESS="1")
@@ -210,25 +217,32 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float]) -> No
     try:
         proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}"],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
-        chunks = []
-        while True:
-            data = proc.stderr.read1(4096)
-            if not data:
-                break
-            chunks.append(data)
-            found = _PROGRESS.findall(data.decode(errors="replace"))
-            if found:
-                done, total = map(int, found[-1])
-                if bar is None and total > 1:
-                    from tqdm import tqdm
-                    bar = tqdm(total=total, desc="shardx: compiling kernels", unit="kernel",
-                               leave=False, disable=None)
-                if bar is not None:
-                    bar.update(done - bar.n)
-        proc.wait()
+        chunks, tail = [], ""
+        try:
+            while True:
+                data = proc.stderr.read1(4096)
+                if not data:
+                    break
+                chunks.append(data)
+                # A progress record may straddle two reads: keep a tail.
+                tail = (tail + data.decode(errors="replace"))[-256:]
+                found = _PROGRESS.findall(tail)
+                if found and tqdm is not None:
+                    done, total = map(int, found[-1])
+                    if bar is None and total > 1:
+                        bar = tqdm(total=total, desc="shardx: compiling kernels", unit="kernel",
+                                   leave=False, disable=None)
+                    if bar is not None:
+                        bar.update(max(0, done - bar.n))
+            proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            proc.stderr.close()
         # What the tool said, without its progress line.
-        stderr = re.sub(r"\r\x1b\[K(\[[^\]]*\][^\r\n]*\.\.\.)?", "",
-                        b"".join(chunks).decode(errors="replace"))
+        stderr = _PROGRESS_LINE.sub("", b"".join(chunks).decode(errors="replace"))
         if proc.returncode != 0:
             raise RuntimeError(f"shardx-compile failed:\n{stderr}")
         try:

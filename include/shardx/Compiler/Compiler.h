@@ -152,6 +152,11 @@ struct OutlineStats {
 /// kernel once, in parallel, through the kernel cache (emitArtifact).
 FailureOr<OutlineStats> outlineKernels(ModuleOp module);
 
+/// The printed form of a kernel (a function-like symbol op) with its name
+/// left out, every printing flag fixed: equal for structurally identical
+/// kernels (SSA names are numbered by position, locations not printed).
+std::string canonicalKernelText(Operation *kernel);
+
 /// Registers `shardx-outline-kernels`.
 void registerOutlineKernelsPass();
 
@@ -186,8 +191,10 @@ LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline,
 LogicalResult bufferizeProgram(ModuleOp module, TimingScope *timing = nullptr);
 
 /// From a module in the LLVM dialect: adds the program description `info`
-/// and the entry wrappers, translates to LLVM IR, optimizes and writes what
-/// `options.emit` asks for; an artifact is linked with `libraries`.
+/// and the entry wrappers, translates to LLVM IR and writes what
+/// `options.emit` asks for. An artifact is split into one unit per kernel
+/// plus the host code, the units found in the kernel cache or compiled in
+/// parallel, and linked with `libraries` (lib/Compiler/Artifact.cpp).
 LogicalResult emitArtifact(ModuleOp module, StringRef info,
                            const CompileOptions &options,
                            ArrayRef<std::string> libraries);
