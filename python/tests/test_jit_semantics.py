@@ -217,6 +217,30 @@ def test_in_place_update_of_a_later_input_aliasing_an_earlier_one():
         assert_same((x, y), (ex, ey), f"same={same}: inputs afterwards")
 
 
+def test_in_place_update_guard_follows_the_written_input_not_its_alias():
+    """Found by the differential harness (wrong numbers): b is written;
+    called first as f(x, x, z), then as f(x, y, y). The first entry,
+    traced with inputs 0 and 1 as one tensor, recorded input 0 as the
+    written one, so the second call's guard checked input 0's aliasing,
+    found none, and ran a program traced with b and c distinct."""
+    def h(a, b, c):
+        b.add_(a)
+        return c.amax(0)
+
+    f = shardx.compile(h, MESH, [[Shard(0)]] * 3)
+    for alias in ((1, 0), (2, 1), (1, 0), (2, 1), None):
+        g = torch.Generator().manual_seed(0)
+        t = [torch.randn(2, 2, generator=g, dtype=torch.float64) for _ in range(3)]
+        if alias:
+            t[alias[0]] = t[alias[1]]
+        e = [x.clone() for x in t]
+        if alias:
+            e[alias[0]] = e[alias[1]]
+        assert_same(f(*t), h(*e), f"aliasing {alias}")
+        assert_same(t, e, f"aliasing {alias}: inputs afterwards")
+    assert f.compiles == 3  # one entry per aliasing of b, each reused
+
+
 def test_in_place_update_of_a_partly_overlapping_input_is_refused_before_running():
     def h(a, b):
         a.add_(1)
