@@ -75,7 +75,7 @@ ELEMENTWISE = {
     "ceil": (1, True, lambda x, s: torch.ceil(x)),
     "round": (1, True, lambda x, s: torch.round(x * 4)),
     "sign": (1, True, lambda x, s: torch.sign(x)),
-    "remainder": (2, False, lambda x, y, s: torch.remainder(x, y)),
+    "remainder": (2, True, lambda x, y, s: torch.remainder(x, y)),
     "pow_scalar": (1, False, lambda x, s: x.abs() ** s),
     "exp": (1, False, lambda x, s: torch.exp(x)),
     "tanh": (1, False, lambda x, s: torch.tanh(x)),

@@ -314,6 +314,25 @@ def test_functions_named_like_c_library_functions():
     torch.testing.assert_close(full(got), torch.tanh(x), rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
+def test_remainder_matches_eager_bit_for_bit():
+    """Found by the differential harness (wrong numbers): remainder was
+    x - floor(x / y) * y, NaN for an infinite divisor (eager: 3 % inf is 3,
+    -3 % inf is inf) and rounded where ATen's fmod-based form is exact."""
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([3., -3., 3., -3., 0., -0., 5.5, -5.5, inf, nan, 3., 1e300],
+                     dtype=torch.float64)
+    y = torch.tensor([inf, inf, -inf, -inf, inf, inf, 2., 2., 2., 2., 0., 3e-300],
+                     dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    f = shardx.compile(lambda a, b: (torch.remainder(a, b),), MESH, [[Shard(0)], [Shard(0)]])
+    for a, b in ((x, y), (torch.randn(1000, generator=g, dtype=torch.float64) * 100,
+                          torch.randn(1000, generator=g, dtype=torch.float64) * 3)):
+        (got,) = f(a, b)
+        want = torch.remainder(a, b)
+        assert_same((got,), (want,))
+        assert torch.equal(torch.signbit(full(got)), torch.signbit(want))
+
+
 def test_no_tensor_output():
     f = shardx.compile(lambda a: (None, 3), MESH)
     assert f(torch.ones(2)) == (None, 3)
