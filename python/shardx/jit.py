@@ -480,6 +480,9 @@ class _Traced:
         self.__name__ = name
         self.in_spec = in_spec
         self.out_spec = None
+        #: Every input whose version counter moved (all of a group traced
+        #: as one tensor), and one per distinct tensor of those.
+        self.written: List[int] = []
         self.mutated: List[int] = []
         self.n_user = 0
         self._user_pl = user_placements
@@ -504,16 +507,18 @@ class _Traced:
                                    "shardx.compile returns tensors, None, bools, ints, floats "
                                    "and strings in tuples, lists and dicts")
         self.n_user = len(leaves)
-        seen, self.mutated = set(), []
+        seen, self.written, self.mutated = set(), [], []
         for i, t in enumerate(tensors):
-            if t._version == versions[i] or id(t) in seen:
+            if t._version == versions[i]:
                 continue
-            seen.add(id(t))
             if (tuple(t.shape), t.stride()) != shapes[i]:
                 raise ImportError_(f"{self.__name__} changes the shape or strides of input {i} "
                                    f"in place ({list(shapes[i][0])} -> {list(t.shape)}); "
                                    "shardx.compile writes back values only")
-            self.mutated.append(i)
+            self.written.append(i)
+            if id(t) not in seen:
+                seen.add(id(t))
+                self.mutated.append(i)
         if self._out_pl is not None:
             if self._user_pl is not None and len(self._user_pl) != self.n_user:
                 raise PlacementError(f"{len(self._user_pl)} output placements for "
@@ -535,12 +540,15 @@ class _Executable:
     key: str
     path: str
     plan: Any  # _shardx_rt.CallPlan: guards, call and outputs in C++
-    #: Inputs modified in place (one leaf per distinct tensor), whose new
-    #: values are the program's last outputs, written back after each call.
+    #: Inputs modified in place (one leaf per distinct tensor of the trace),
+    #: whose new values are the program's last outputs, written back after
+    #: each call.
     mutated: List[int]
-    #: For each leaf the program writes, the leaves that were the same
-    #: tensor when traced: a guard (checked in Python; such entries never
-    #: take the C++ path).
+    #: The inputs the function writes (as traced with every input a tensor
+    #: of its own), and for each the inputs that are the same tensor in
+    #: this entry: its aliasing guard (checked in Python; such entries
+    #: never take the C++ path).
+    writes: List[int]
     partners: Tuple
     #: Variants of this entry for other aliasings of the written inputs.
     variants: Dict[Any, "_Executable"]
@@ -619,7 +627,7 @@ class CompiledFunction(runtime().CompiledCall):
 
     # -- compile ----------------------------------------------------------
 
-    def _compile(self, args, flat, spec, partners=None) -> _Executable:
+    def _compile(self, args, flat, spec, partners=None, writes=None) -> _Executable:
         """Traces and compiles for these arguments. ``partners`` (the
         entry's written inputs and the inputs that are the same tensor)
         makes those inputs one tensor in the trace, as they are in the call;
@@ -673,12 +681,15 @@ class CompiledFunction(runtime().CompiledCall):
                      out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
         timing = dict(importer_module.last_timing)
         mutated = traced.mutated
-        if mutated and partners is None:
-            partners = _partners(flat, mutated)
+        if writes is None:
+            # Traced with every input a tensor of its own: the inputs the
+            # function writes, whatever the aliasing.
+            writes = traced.written
+            partners = _partners(flat, writes)
             if any(same for _, same in partners):
                 # Written inputs that are the same tensor as others: traced
                 # again as one tensor, as eager writes them.
-                return self._compile(args, flat, spec, partners)
+                return self._compile(args, flat, spec, partners, writes)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
                                               f"cpu-{platform.machine()}-{self.backend}", timing)
         timing["total"] = time.perf_counter() - start
@@ -702,7 +713,7 @@ class CompiledFunction(runtime().CompiledCall):
         plan = runtime().CallPlan(self._session, artifact, entry, spec, out_spec,
                                   out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
-                           mutated, partners or (), {})
+                           mutated, writes, partners or (), {})
 
     def _pair_donated(self, args, out_spec, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -779,10 +790,10 @@ class CompiledFunction(runtime().CompiledCall):
                 log.info("shardx.compile: recompiling %s because %s", self.name, reason)
             exe = self._compile(args, flat, spec)
             self._executables[key] = exe
-        if exe.mutated:
+        if exe.writes:
             # The aliasing of the written inputs is a guard (a ValueError
             # where they overlap another input partly).
-            partners = _partners(flat, exe.mutated)
+            partners = _partners(flat, exe.writes)
             if partners != exe.partners:
                 variant = exe.variants.get(partners)
                 if variant is None:
@@ -790,12 +801,12 @@ class CompiledFunction(runtime().CompiledCall):
                               f"{_alias_text(exe.partners)} -> {_alias_text(partners)}")
                     self.recompile_reasons.append(reason)
                     log.info("shardx.compile: recompiling %s because %s", self.name, reason)
-                    variant = self._compile(args, flat, spec, partners)
+                    variant = self._compile(args, flat, spec, partners, exe.writes)
                     exe.variants[partners] = variant
                 exe = variant
         self._last_key = key
         # An entry that writes inputs back runs from here (Python), every call.
-        self._plan = None if exe.mutated else exe.plan
+        self._plan = None if exe.writes else exe.plan
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []
@@ -811,14 +822,14 @@ class CompiledFunction(runtime().CompiledCall):
                                "its guards accepted (a ShardX bug)")
         if exe.mutated:
             out, written = out
-            same = dict(exe.partners)
+            groups = [{i, *same} for i, same in exe.partners]
             targets, values = [], []
             for i, new in zip(exe.mutated, written):
                 targets.append(flat[i])
                 values.append(new)
                 # Another handle of the same shards follows too (a tensor
                 # or array of the same memory has it already).
-                for j in same.get(i, ()):
+                for j in sorted(set().union(*[g for g in groups if i in g]) - {i}):
                     if isinstance(flat[j], ShardedTensor) and flat[j] is not flat[i]:
                         targets.append(flat[j])
                         values.append(new)

@@ -217,6 +217,30 @@ def test_in_place_update_of_a_later_input_aliasing_an_earlier_one():
         assert_same((x, y), (ex, ey), f"same={same}: inputs afterwards")
 
 
+def test_in_place_update_guard_follows_the_written_input_not_its_alias():
+    """Found by the differential harness (wrong numbers): b is written;
+    called first as f(x, x, z), then as f(x, y, y). The first entry,
+    traced with inputs 0 and 1 as one tensor, recorded input 0 as the
+    written one, so the second call's guard checked input 0's aliasing,
+    found none, and ran a program traced with b and c distinct."""
+    def h(a, b, c):
+        b.add_(a)
+        return c.amax(0)
+
+    f = shardx.compile(h, MESH, [[Shard(0)]] * 3)
+    for alias in ((1, 0), (2, 1), (1, 0), (2, 1), None):
+        g = torch.Generator().manual_seed(0)
+        t = [torch.randn(2, 2, generator=g, dtype=torch.float64) for _ in range(3)]
+        if alias:
+            t[alias[0]] = t[alias[1]]
+        e = [x.clone() for x in t]
+        if alias:
+            e[alias[0]] = e[alias[1]]
+        assert_same(f(*t), h(*e), f"aliasing {alias}")
+        assert_same(t, e, f"aliasing {alias}: inputs afterwards")
+    assert f.compiles == 3  # one entry per aliasing of b, each reused
+
+
 def test_in_place_update_of_a_partly_overlapping_input_is_refused_before_running():
     def h(a, b):
         a.add_(1)
@@ -288,6 +312,25 @@ def test_functions_named_like_c_library_functions():
 
     (got,) = shardx.compile(tanh, MESH, [[Shard(0)]])(x)
     torch.testing.assert_close(full(got), torch.tanh(x), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_remainder_matches_eager_bit_for_bit():
+    """Found by the differential harness (wrong numbers): remainder was
+    x - floor(x / y) * y, NaN for an infinite divisor (eager: 3 % inf is 3,
+    -3 % inf is inf) and rounded where ATen's fmod-based form is exact."""
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([3., -3., 3., -3., 0., -0., 5.5, -5.5, inf, nan, 3., 1e300],
+                     dtype=torch.float64)
+    y = torch.tensor([inf, inf, -inf, -inf, inf, inf, 2., 2., 2., 2., 0., 3e-300],
+                     dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    f = shardx.compile(lambda a, b: (torch.remainder(a, b),), MESH, [[Shard(0)], [Shard(0)]])
+    for a, b in ((x, y), (torch.randn(1000, generator=g, dtype=torch.float64) * 100,
+                          torch.randn(1000, generator=g, dtype=torch.float64) * 3)):
+        (got,) = f(a, b)
+        want = torch.remainder(a, b)
+        assert_same((got,), (want,))
+        assert torch.equal(torch.signbit(full(got)), torch.signbit(want))
 
 
 def test_no_tensor_output():

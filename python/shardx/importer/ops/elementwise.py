@@ -209,6 +209,19 @@ def _div_mode(imp, node, args, kwargs):
 def _remainder(imp, node, args, kwargs):
     def fn(b, v, t):
         # Python semantics: the result has the sign of the divisor.
+        if is_float(t):
+            # As ATen computes it: fmod (exact), then the divisor added where
+            # the signs differ; x - floor(x / y) * y rounds, and gives NaN
+            # for an infinite divisor (3 % inf is 3, -3 % inf is inf).
+            e = elem_type(t)
+            zero = b.const(0.0, t)
+            mod = b.v(f"arith.remf {v[0]}, {v[1]} : {e}")
+            nonzero = b.v(f"arith.cmpf une, {mod}, {zero} : {e}")
+            neg_y = b.v(f"arith.cmpf olt, {v[1]}, {zero} : {e}")
+            neg_mod = b.v(f"arith.cmpf olt, {mod}, {zero} : {e}")
+            differ = b.v(f"arith.xori {neg_y}, {neg_mod} : i1")
+            fix = b.v(f"arith.andi {nonzero}, {differ} : i1")
+            return b.v(f"arith.select {fix}, {b.binary('add', mod, v[1], t)}, {mod} : {e}"), None
         q = _floor_div(b, v[0], v[1], t)
         return b.binary("sub", v[0], b.binary("mul", q, v[1], t), t), None
     return _ew(imp, node, [args[0], args[1]], fn)
