@@ -79,6 +79,7 @@ ELEMENTWISE = {
     "round": (1, True, lambda x, s: torch.round(x * 4)),
     "sign": (1, True, lambda x, s: torch.sign(x)),
     "remainder": (2, True, lambda x, y, s: torch.remainder(x, y)),
+    "floordiv": (2, True, lambda x, y, s: torch.div(x, y, rounding_mode="floor")),
     "pow_scalar": (1, False, lambda x, s: x.abs() ** s),
     "exp": (1, False, lambda x, s: torch.exp(x)),
     "tanh": (1, False, lambda x, s: torch.tanh(x)),

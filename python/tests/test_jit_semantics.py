@@ -333,6 +333,28 @@ def test_remainder_matches_eager_bit_for_bit():
         assert torch.equal(torch.signbit(full(got)), torch.signbit(want))
 
 
+def test_floor_division_matches_eager_bit_for_bit():
+    """Found while fixing remainder (wrong numbers): floor division was
+    floor(x / y), which rounds the quotient first: 1 // 0.1 gave 10 (eager
+    9), -7 // 0.7 gave -10 (eager -11), -5 // inf gave -0 (eager -1)."""
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([1., -7., -5., 5., 0.3, 3., -0.0, nan, inf, -3.],
+                     dtype=torch.float64)
+    y = torch.tensor([0.1, 0.7, inf, inf, 0.1, 0., 2., 1., 2., -0.],
+                     dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    f = shardx.compile(lambda a, b: (torch.div(a, b, rounding_mode="floor"),
+                                     torch.floor_divide(a, b)), MESH)
+    for dtype in (torch.float64, torch.float32):
+        for a, b in ((x, y), (torch.randn(1000, generator=g) * 100,
+                              torch.randn(1000, generator=g) * 3)):
+            a, b = a.to(dtype), b.to(dtype)
+            got = f(a, b)
+            want = torch.div(a, b, rounding_mode="floor")
+            assert_same(got, (want, want), str(dtype))
+            assert torch.equal(torch.signbit(full(got[0])), torch.signbit(want))
+
+
 def test_no_tensor_output():
     f = shardx.compile(lambda a: (None, 3), MESH)
     assert f(torch.ones(2)) == (None, 3)

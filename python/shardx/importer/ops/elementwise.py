@@ -185,7 +185,32 @@ def _add_inplace(imp, node, args, kwargs):
 
 def _floor_div(b: Body, x: str, y: str, t: torch.dtype) -> str:
     if is_float(t):
-        return b.v(f"math.floor {b.binary('div', x, y, t)} : {elem_type(t)}")
+        # As ATen's div_floor_floating: floor(x / y) rounds the quotient
+        # first (1 // 0.1 gave 10, eager 9; -5 // inf gave -0, eager -1).
+        e = elem_type(t)
+        zero, one, half = b.const(0.0, t), b.const(1.0, t), b.const(0.5, t)
+        quot = b.binary("div", x, y, t)
+        mod = b.v(f"arith.remf {x}, {y} : {e}")
+        div = b.binary("div", b.binary("sub", x, mod, t), y, t)
+        nonzero = b.v(f"arith.cmpf une, {mod}, {zero} : {e}")
+        differ = b.v(f"arith.xori {b.v(f'arith.cmpf olt, {y}, {zero} : {e}')}, "
+                     f"{b.v(f'arith.cmpf olt, {mod}, {zero} : {e}')} : i1")
+        fix = b.v(f"arith.andi {nonzero}, {differ} : i1")
+        div = b.v(f"arith.select {fix}, {b.binary('sub', div, one, t)}, {div} : {e}")
+        floor = b.v(f"math.floor {div} : {e}")
+        up = b.v(f"arith.cmpf ogt, {b.binary('sub', div, floor, t)}, {half} : {e}")
+        floor = b.v(f"arith.select {up}, {b.binary('add', floor, one, t)}, {floor} : {e}")
+        # copysign(0, quot), by the sign bit (the CPU pipeline has no
+        # lowering of math.copysign).
+        ity = f"i{torch.finfo(t).bits}"
+        bits = b.v(f"arith.bitcast {quot} : {e} to {ity}")
+        negative = b.v(f"arith.cmpi slt, {bits}, {b.v(f'arith.constant 0 : {ity}')} : {ity}")
+        signed_zero = b.v(f"arith.select {negative}, {b.v(f'arith.negf {zero} : {e}')}, "
+                          f"{zero} : {e}")
+        div_nonzero = b.v(f"arith.cmpf une, {div}, {zero} : {e}")
+        res = b.v(f"arith.select {div_nonzero}, {floor}, {signed_zero} : {e}")
+        y_zero = b.v(f"arith.cmpf oeq, {y}, {zero} : {e}")
+        return b.v(f"arith.select {y_zero}, {quot}, {res} : {e}")
     return b.v(f"arith.floordivsi {x}, {y} : {elem_type(t)}")
 
 
