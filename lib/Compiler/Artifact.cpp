@@ -374,16 +374,14 @@ std::string runLLVMPipeline(llvm::Module &module, llvm::TargetMachine &tm,
   return "";
 }
 
-/// Optimizes `module` and appends its object code to `object`; an empty
-/// return is success. Kernels get LLVM's -O`optLevel` pipeline. The host
+/// Optimizes `module` for `tm`; an empty return is success. Kernels get LLVM's -O`optLevel` pipeline. The host
 /// code (`host`) is one long function of calls and no loop, where LLVM's
 /// optimizer and instruction selection above -O0 take time that grows
 /// faster than its length (16 s for a 32-layer GPT): its entry aggregates
 /// become scalars and it gets scalar replacement, simplification and dead
 /// code removal only (linear), for the fast instruction selector.
-std::string optimizeAndEmit(llvm::Module &module, llvm::TargetMachine &tm,
-                            unsigned optLevel, SmallVectorImpl<char> &object,
-                            bool host) {
+std::string optimize(llvm::Module &module, llvm::TargetMachine &tm,
+                     unsigned optLevel, bool host) {
   module.setTargetTriple(tm.getTargetTriple());
   module.setDataLayout(tm.createDataLayout());
   if (host) {
@@ -393,10 +391,16 @@ std::string optimizeAndEmit(llvm::Module &module, llvm::TargetMachine &tm,
     if (!error.empty())
       return error;
   } else {
-    auto optimize = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, &tm);
-    if (llvm::Error err = optimize(&module))
+    auto transform = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, &tm);
+    if (llvm::Error err = transform(&module))
       return "LLVM optimization failed: " + llvm::toString(std::move(err));
   }
+  return "";
+}
+
+/// Appends `module`'s object code to `object`; an empty return is success.
+std::string emitObject(llvm::Module &module, llvm::TargetMachine &tm,
+                       SmallVectorImpl<char> &object) {
   llvm::raw_svector_ostream os(object);
   llvm::legacy::PassManager codegen;
   if (tm.addPassesToEmitFile(codegen, os, nullptr,
@@ -565,7 +569,7 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
                 llvm::toString(module.takeError());
       return;
     }
-    // The host code is compiled fast (optimizeAndEmit), the kernels at the
+    // The host code is compiled fast (optimize), the kernels at the
     // level asked for.
     unsigned codegenLevel = u.host ? 0 : spec.optLevel;
     std::unique_ptr<llvm::TargetMachine> tm =
@@ -573,7 +577,9 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
     if (!tm)
       return;
     SmallVector<char, 0> object;
-    u.error = optimizeAndEmit(**module, *tm, spec.optLevel, object, u.host);
+    u.error = optimize(**module, *tm, spec.optLevel, u.host);
+    if (u.error.empty())
+      u.error = emitObject(**module, *tm, object);
     if (!u.error.empty())
       return;
     StringRef bytes(object.data(), object.size());
@@ -642,8 +648,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
     return failure();
 
   TimingScope translateTiming =
-      options.timing ? options.timing->nest("translate to LLVM IR")
-                     : TimingScope();
+      nestTiming(options.timing, "translate to LLVM IR");
   DialectRegistry registry;
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
@@ -684,22 +689,12 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
       return failure();
     }
     SmallVector<char, 0> object;
-    if (options.emit == "llvm") {
-      llvmModule->setTargetTriple(tm->getTargetTriple());
-      llvmModule->setDataLayout(tm->createDataLayout());
-      auto optimize = makeOptimizingTransformer(options.optLevel, 0, tm.get());
-      if (llvm::Error err = optimize(llvmModule.get())) {
-        llvm::errs() << "error: LLVM optimization failed: "
-                     << llvm::toString(std::move(err)) << "\n";
-        return failure();
-      }
-    } else {
-      error = optimizeAndEmit(*llvmModule, *tm, options.optLevel, object,
-                              /*host=*/false);
-      if (!error.empty()) {
-        llvm::errs() << "error: " << error << "\n";
-        return failure();
-      }
+    error = optimize(*llvmModule, *tm, options.optLevel, /*host=*/false);
+    if (error.empty() && options.emit == "obj")
+      error = emitObject(*llvmModule, *tm, object);
+    if (!error.empty()) {
+      llvm::errs() << "error: " << error << "\n";
+      return failure();
     }
     llvm::ToolOutputFile out(options.outputPath, ec, llvm::sys::fs::OF_None);
     if (ec) {
@@ -715,9 +710,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
     return success();
   }
 
-  TimingScope splitTiming = options.timing
-                                ? options.timing->nest("split into units")
-                                : TimingScope();
+  TimingScope splitTiming = nestTiming(options.timing, "split into units");
   SmallVector<Unit> units = splitIntoUnits(*llvmModule);
   llvmModule.reset();
   splitTiming.stop();
@@ -736,9 +729,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
   }
   llvm::scope_exit removeScratch(
       [&] { llvm::sys::fs::remove_directories(scratch); });
-  TimingScope compileTiming = options.timing
-                                  ? options.timing->nest("compile units")
-                                  : TimingScope();
+  TimingScope compileTiming = nestTiming(options.timing, "compile units");
   if (failed(compileUnits(units, *spec, cache, scratch, options)))
     return failure();
   compileTiming.stop();
@@ -746,7 +737,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
   // Write the artifact next to its final name and rename it into place, so a
   // failed link never leaves a file that looks valid.
   TimingScope linkTiming =
-      options.timing ? options.timing->nest("link") : TimingScope();
+      nestTiming(options.timing, "link");
   SmallVector<std::string> objects;
   for (Unit &u : units)
     objects.push_back(u.object);

@@ -50,7 +50,6 @@ using namespace mlir;
 
 namespace {
 
-
 std::string typeString(Type type) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -171,18 +170,20 @@ LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
   PassManager pm(module.getContext());
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
     return failure();
-  TimingScope scope;
-  if (timing) {
-    scope = timing->nest(pipeline);
+  TimingScope scope = nestTiming(timing, pipeline);
+  if (timing)
     pm.enableTiming(scope);
-  }
   return pm.run(module);
+}
+
+TimingScope mlir::shardx::nestTiming(TimingScope *parent, StringRef name) {
+  return parent ? parent->nest(name) : TimingScope();
 }
 
 /// `step` under a timing scope named `name` (when timing).
 template <typename Step>
 static auto timed(TimingScope *timing, StringRef name, Step step) {
-  TimingScope scope = timing ? timing->nest(name) : TimingScope();
+  TimingScope scope = mlir::shardx::nestTiming(timing, name);
   return step();
 }
 
@@ -190,11 +191,10 @@ LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module,
                                              TimingScope *timing) {
   PassManager collectives(module.getContext());
   collectives.addPass(createConvertShardXToRuntimePass());
-  TimingScope collectivesTiming;
-  if (timing) {
-    collectivesTiming = timing->nest("collectives to runtime calls");
+  TimingScope collectivesTiming =
+      nestTiming(timing, "collectives to runtime calls");
+  if (timing)
     collectives.enableTiming(collectivesTiming);
-  }
   if (failed(collectives.run(module)))
     return failure();
   collectivesTiming.stop();
@@ -259,8 +259,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   // optimizes each unique kernel once, in parallel and through the kernel
   // cache, instead of the whole step as one function (emitArtifact).
   {
-    TimingScope outlineTiming =
-        options.timing ? options.timing->nest("outline kernels") : TimingScope();
+    TimingScope outlineTiming = nestTiming(timing, "outline kernels");
     FailureOr<OutlineStats> outlined = outlineKernels(module);
     if (failed(outlined))
       return failure();
@@ -269,11 +268,10 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
       options.stats->uniqueKernels = outlined->unique;
     }
   }
-  TimingScope lowerTiming =
-      options.timing ? options.timing->nest("lower to LLVM dialect") : TimingScope();
+  TimingScope lowerTiming = nestTiming(timing, "lower to LLVM dialect");
   lowerInnerReductions(module);
   if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)",
-                             &lowerTiming)) ||
+                             timing ? &lowerTiming : nullptr)) ||
       failed(approximateMath(module)) || failed(expandNarrowFloats(module)))
     return failure();
   // Buffers come from the runtime's caching allocator
@@ -287,7 +285,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
           "convert-func-to-llvm,convert-cf-to-llvm,"
           "reconcile-unrealized-casts",
-          &lowerTiming)))
+          timing ? &lowerTiming : nullptr)))
     return failure();
   lowerTiming.stop();
   // The runtime and its GEMMs (OpenBLAS); $SHARDX_RUNTIME_ARCHIVE names a

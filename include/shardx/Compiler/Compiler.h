@@ -179,6 +179,10 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options);
 /// tensor arguments (shared by the targets).
 void prepareEntryPoints(ModuleOp module);
 
+/// A timing scope `name` under `parent`, or an inactive one when `parent` is
+/// null (timing off): every step of code generation times itself this way.
+TimingScope nestTiming(TimingScope *parent, StringRef name);
+
 /// Runs `pipeline` (passes on the module, without the builtin.module
 /// anchor), e.g. "canonicalize,cse"; its passes' times go under `timing`.
 LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline,
