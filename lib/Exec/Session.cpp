@@ -91,17 +91,25 @@ HostTensor shardx::exec::gatherShards(const ShardSet &shards,
   return assemble(locals, shards.getSpec(), shards.meshShape, error);
 }
 
-Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds)
-    : meshShape(std::move(meshShape)), timeoutSeconds(timeoutSeconds) {
+Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds,
+                 RankWorld world)
+    : meshShape(std::move(meshShape)), timeoutSeconds(timeoutSeconds),
+      world(std::move(world)) {
   for (int64_t n : this->meshShape)
     size *= n;
 }
 
 Session::Session(std::unique_ptr<rt::Communicator> communicator)
-    : meshShape(communicator->getMeshShape()), timeoutSeconds(0),
-      comm(std::move(communicator)), processMode(true) {
+    : meshShape(communicator->getMeshShape()), comm(std::move(communicator)),
+      processMode(true), timeoutSeconds(0) {
   for (int64_t n : meshShape)
     size *= n;
+}
+
+Session::Session(std::unique_ptr<rt::Communicator> communicator,
+                 std::unique_ptr<rt::Communicator> hostCommunicator)
+    : Session(std::move(communicator)) {
+  hostComm = std::move(hostCommunicator);
 }
 
 Session::~Session() { stopWorld(); }
@@ -145,12 +153,13 @@ Status Session::gather(const ShardSet &shards, HostTensor &global) {
     global = *shards.locals[rank];
     return Status::ok();
   }
-  return gatherOnCommunicator(*shards.locals[rank], shards.getSpec(), *comm,
-                              global);
+  return gatherOnCommunicator(*shards.locals[rank], shards.getSpec(),
+                              hostComm ? *hostComm : *comm, global);
 }
 
 void Session::close() {
   stopWorld();
+  hostComm.reset();
   comm.reset();
 }
 
@@ -160,11 +169,13 @@ void Session::startWorld() {
     std::lock_guard<std::mutex> lock(mutex);
     running = true;
     stopping = false;
+    worldEnded = false;
+    worldStatuses.clear();
     ++worldsStarted;
   }
   uint64_t start = generation;
   driver = std::thread([this, start] {
-    rt::runThreads(
+    std::vector<Status> ended = world(
         meshShape,
         [this, start](Communicator &comm) -> Status {
           uint64_t seen = start;
@@ -184,6 +195,7 @@ void Session::startWorld() {
             {
               std::lock_guard<std::mutex> lock(mutex);
               statuses[comm.getRank()] = s;
+              reported[comm.getRank()] = 1;
               if (--pending == 0)
                 wakeCaller.notify_all();
             }
@@ -194,7 +206,34 @@ void Session::startWorld() {
           }
         },
         timeoutSeconds);
+    // The world ended: stopped, failed on a rank, or never started (no CUDA
+    // driver: every rank fails before running anything). A run waiting on
+    // ranks that will never report gets the world's statuses instead of
+    // hanging.
+    std::lock_guard<std::mutex> lock(mutex);
+    worldEnded = true;
+    worldStatuses = std::move(ended);
+    if (pending > 0) {
+      failUnreported();
+      pending = 0;
+      wakeCaller.notify_all();
+    }
   });
+}
+
+void Session::failUnreported() {
+  // Called with `mutex` held, a run posted and the world ended.
+  for (int64_t r = 0; r < size; ++r) {
+    if (reported[r])
+      continue;
+    const Status *why = static_cast<size_t>(r) < worldStatuses.size() &&
+                                !worldStatuses[r]
+                            ? &worldStatuses[r]
+                            : nullptr;
+    statuses[r] = why ? *why
+                      : Status::error("rank " + std::to_string(r) +
+                                      ": its thread ended before the run");
+  }
 }
 
 void Session::stopWorld() {
@@ -229,11 +268,17 @@ Session::runOnRanks(const std::function<Status(Communicator &)> &body) {
   {
     std::unique_lock<std::mutex> lock(mutex);
     statuses.assign(size, Status::ok());
-    pending = size;
-    job = &body;
-    ++generation;
-    wakeRanks.notify_all();
-    wakeCaller.wait(lock, [&] { return pending == 0; });
+    reported.assign(size, 0);
+    if (worldEnded) {
+      // The world is gone already (it could not start): nothing runs.
+      failUnreported();
+    } else {
+      pending = size;
+      job = &body;
+      ++generation;
+      wakeRanks.notify_all();
+      wakeCaller.wait(lock, [&] { return pending == 0; });
+    }
     job = nullptr;
     result = statuses;
   }

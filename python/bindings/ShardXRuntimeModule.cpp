@@ -13,6 +13,9 @@
 
 #include "shardx/Exec/Session.h"
 #include "shardx/Layout/LayoutJson.h"
+#include "shardx/Runtime/Bootstrap.h"
+#include "shardx/Runtime/CudaLocal.h"
+#include "shardx/Runtime/Nccl.h"
 #ifdef SHARDX_HAVE_MPI
 #include "shardx/Runtime/Mpi.h"
 #endif
@@ -39,6 +42,48 @@ namespace {
 /// A failed run (the message names the failing rank and its cause).
 struct RunError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+/// The ranks of a process world find each other through a Python callable
+/// `exchange(key, data)`: rank 0 passes its bytes and the callable publishes
+/// them; every other rank passes None and gets rank 0's bytes back (the
+/// nccl backend hands it PyTorch's TCPStore, which torchrun's environment
+/// names). Called on the thread that holds the GIL.
+class CallbackBootstrap : public rt::Bootstrap {
+public:
+  CallbackBootstrap(int64_t rank, int64_t worldSize, nb::callable exchange)
+      : rank(rank), worldSize(worldSize), exchange(std::move(exchange)) {}
+  const char *getName() const override { return "store"; }
+  int64_t getRank() const override { return rank; }
+  int64_t getWorldSize() const override { return worldSize; }
+  rt::Status broadcast(const std::string &key, void *data,
+                       size_t bytes) override {
+    try {
+      nb::object mine = rank == 0
+                            ? nb::object(nb::bytes(data, bytes))
+                            : nb::object(nb::none());
+      nb::object got = exchange(key, mine);
+      if (rank == 0)
+        return rt::Status::ok();
+      if (!nb::isinstance<nb::bytes>(got))
+        return rt::Status::error("the bootstrap's exchange returned no "
+                                 "bytes for key '" + key + "'");
+      nb::bytes b = nb::borrow<nb::bytes>(got);
+      if (b.size() != bytes)
+        return rt::Status::error(
+            "the bootstrap's exchange returned " + std::to_string(b.size()) +
+            " bytes for key '" + key + "', expected " + std::to_string(bytes));
+      std::memcpy(data, b.c_str(), bytes);
+      return rt::Status::ok();
+    } catch (nb::python_error &e) {
+      return rt::Status::error("the bootstrap's exchange failed for key '" +
+                               key + "': " + e.what());
+    }
+  }
+
+private:
+  int64_t rank, worldSize;
+  nb::callable exchange;
 };
 /// An artifact that cannot be loaded.
 struct LoadError : std::runtime_error {
@@ -709,6 +754,54 @@ NB_MODULE(_shardx_rt, m) {
           nb::rv_policy::take_ownership,
           "This process's rank of a mesh spread over MPI_COMM_WORLD (run "
           "under mpirun with one process per rank).")
+      .def_static(
+          "cuda_local",
+          [](const std::vector<int64_t> &meshShape, double timeout) {
+            return new Session(meshShape, timeout, rt::runCudaLocal);
+          },
+          nb::arg("mesh_shape"), nb::arg("timeout") = 60.0,
+          nb::rv_policy::take_ownership,
+          "Every rank of the mesh a thread of this process on CUDA device 0 "
+          "(the cuda-local communicator). Where no GPU can be used, a run "
+          "fails with the driver's reason ('no CUDA driver: ...').")
+      .def_static(
+          "nccl",
+          [](const std::vector<int64_t> &meshShape, int64_t rank,
+             int64_t worldSize, nb::object exchange, double timeout) {
+            // NCCL and the GPU first: their absence is the error to report.
+            if (rt::Status s = rt::openNcclDevice(); !s)
+              throw RunError(s.message());
+            std::string error;
+            std::unique_ptr<rt::Bootstrap> bootstrap;
+            if (!exchange.is_none()) {
+              bootstrap = std::make_unique<CallbackBootstrap>(
+                  rank, worldSize, nb::borrow<nb::callable>(exchange));
+            } else {
+#ifdef SHARDX_HAVE_MPI
+              if (rt::isMpiInitialized())
+                bootstrap = rt::createMpiBootstrap();
+#endif
+              if (!bootstrap)
+                bootstrap = rt::createFileStoreBootstrapFromEnv(timeout, error);
+              if (!bootstrap)
+                throw RunError(error);
+            }
+            std::unique_ptr<rt::Communicator> comm =
+                rt::createNcclCommunicator(meshShape, *bootstrap, timeout,
+                                           error);
+            if (!comm)
+              throw RunError(error);
+            std::unique_ptr<rt::Communicator> host =
+                rt::stageHostBuffers(*comm);
+            return new Session(std::move(comm), std::move(host));
+          },
+          nb::arg("mesh_shape"), nb::arg("rank"), nb::arg("world_size"),
+          nb::arg("exchange").none(), nb::arg("timeout") = 60.0,
+          nb::rv_policy::take_ownership,
+          "This process's rank of a mesh of one process per GPU (NCCL). "
+          "`exchange(key, data)` publishes rank 0's bytes (data) or returns "
+          "them (data None); None: MPI when initialized, else the file store "
+          "of SHARDX_RANK / SHARDX_WORLD_SIZE / SHARDX_STORE_DIR.")
       .def("close", &Session::close,
            "Ends the session's communicator (before finalize_mpi).")
       .def(

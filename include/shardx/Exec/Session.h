@@ -62,11 +62,20 @@ HostTensor gatherShards(const ShardSet &shards, std::string &error);
 /// other ranks' entries are null); gather() is then a collective.
 class Session {
 public:
+  /// Every rank of `meshShape` a thread of `world` (rt::runThreads: the
+  /// `threads` backend; rt::runCudaLocal: `cuda-local`, every rank on CUDA
+  /// device 0).
   explicit Session(std::vector<int64_t> meshShape,
-                   double timeoutSeconds = 60.0);
+                   double timeoutSeconds = 60.0,
+                   RankWorld world = rt::runThreads);
   /// This process's rank on `comm` (every rank of the mesh in its own
   /// process).
   explicit Session(std::unique_ptr<rt::Communicator> comm);
+  /// The same where `comm` takes device buffers (nccl): `hostComm` runs its
+  /// collectives on host buffers (rt::stageHostBuffers(*comm)), for
+  /// gather().
+  Session(std::unique_ptr<rt::Communicator> comm,
+          std::unique_ptr<rt::Communicator> hostComm);
   ~Session();
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
@@ -120,12 +129,19 @@ public:
 private:
   void startWorld();
   void stopWorld();
+  /// Gives each rank that has not reported its status the world's
+  /// (the world ended under a posted run).
+  void failUnreported();
 
   std::vector<int64_t> meshShape;
   int64_t size = 1;
   std::unique_ptr<rt::Communicator> comm;
+  /// Host-buffer collectives on `comm` (destroyed first); null: `comm`
+  /// takes host buffers itself.
+  std::unique_ptr<rt::Communicator> hostComm;
   bool processMode = false;
   double timeoutSeconds;
+  RankWorld world;
   int64_t worldsStarted = 0;
 
   std::mutex mutex;
@@ -134,6 +150,11 @@ private:
   bool running = false, stopping = false;
   uint64_t generation = 0;
   int64_t pending = 0;
+  /// Per rank of the posted run: whether it has reported its status.
+  std::vector<char> reported;
+  /// The world's thread has returned, with these statuses.
+  bool worldEnded = false;
+  std::vector<rt::Status> worldStatuses;
   const std::function<rt::Status(rt::Communicator &)> *job = nullptr;
   std::vector<rt::Status> statuses;
 };
