@@ -529,6 +529,28 @@ class _Traced:
         return tuple(leaves) + tuple(tensors[i] for i in self.mutated)
 
 
+class MissingEntryError(RuntimeError):
+    """A call needs an entry that cannot be compiled here: its arguments pass
+    no guard of a function ``shardx.load`` made (which never compiles), or
+    ``shardx.compile`` needs ``shardx-compile`` on a host that has none."""
+
+
+def _compiler_missing() -> Optional[str]:
+    """Why ``shardx-compile`` cannot be run here (None: it can)."""
+    from .artifact import ArtifactError, find_tool
+    try:
+        find_tool("shardx-compile")
+    except ArtifactError as e:
+        return str(e)
+    return None
+
+
+def _describe_key(key) -> str:
+    """A guard key in words: "input 0: [8, 16] f32 R, input 1: ..."."""
+    return ", ".join(f"input {i}: {list(shape)} {dtype} {layout}"
+                     for i, (shape, dtype, layout) in enumerate(key[1])) or "no tensors"
+
+
 @dataclass
 class _Executable:
     artifact: Any
@@ -625,6 +647,52 @@ class CompiledFunction(runtime().CompiledCall):
                 return f"input {i}: layout {a[2]} -> {b[2]}"
         return "a new input signature"
 
+    # -- packages (shardx.export / shardx.load, python/shardx/aot.py) -----
+
+    def export(self, path) -> str:
+        """Writes every entry compiled so far into the package ``path``
+        (``shardx.export``); ``shardx.load(path)`` runs them where no
+        compiler is."""
+        from .aot import export
+        return export(self, path)
+
+    def load_package(self, path) -> int:
+        """Adds the entries of a package this function's twin exported (same
+        mesh, backend, input placements and donation); only what it lacks
+        is compiled. Returns the number of entries added."""
+        from .aot import seed
+        return seed(self, path)
+
+    def _nearest_key(self, key):
+        """The entry a guard failure is explained against: the last call's,
+        else one with the same argument structure, else any."""
+        if self._last_key is not None:
+            return self._last_key
+        same = [k for k in self._executables if k[0] == key[0]]
+        return (same or list(self._executables))[0]
+
+    def _check_compilable(self, key, reason: Optional[str]) -> None:
+        """Raises MissingEntryError where the entry for ``key`` cannot be
+        compiled here: a loaded package's function (``fn`` None), or no
+        ``shardx-compile`` on this host."""
+        if self.fn is None:
+            n = len(self._executables)
+            where = getattr(self, "_package", None)
+            raise MissingEntryError(
+                f"shardx.load: {self.name!r} has no compiled entry for these arguments "
+                f"({reason or _describe_key(key)}); the package"
+                f"{'' if where is None else ' ' + repr(where)} holds {n} "
+                f"entr{'y' if n == 1 else 'ies'}: compile it where shardx-compile is and "
+                "export again")
+        missing = _compiler_missing()
+        if missing is not None:
+            what = (f"a new entry ({reason})" if reason is not None
+                    else f"its first call ({_describe_key(key)})")
+            raise MissingEntryError(
+                f"shardx.compile: {self.name!r} needs shardx-compile for {what}, and this host "
+                f"has none ({missing}); compile it where shardx-compile is, export it "
+                "(CompiledFunction.export) and shardx.load the package here")
+
     # -- compile ----------------------------------------------------------
 
     def _compile(self, args, flat, spec, partners=None, writes=None) -> _Executable:
@@ -707,13 +775,18 @@ class CompiledFunction(runtime().CompiledCall):
             out_spec = (tuple, (out_spec, (tuple, (None,) * len(mutated))))
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
                     for o in outputs]
-        donated_input_of = [-1] * len(outputs)
-        for i, o in donated:
-            donated_input_of[o] = i
-        plan = runtime().CallPlan(self._session, artifact, entry, spec, out_spec,
-                                  out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
+        plan = self._make_plan(artifact, entry, spec, out_spec, out_keys, donated)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
                            mutated, writes, partners or (), {})
+
+    def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
+        """The C++ call plan of an entry (compiled here, or loaded from a
+        package by ``shardx.load``)."""
+        donated_input_of = [-1] * len(out_keys)
+        for i, o in donated:
+            donated_input_of[o] = i
+        return runtime().CallPlan(self._session, artifact, entry, spec, out_spec,
+                                  out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
 
     def _pair_donated(self, args, out_spec, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -784,8 +857,9 @@ class CompiledFunction(runtime().CompiledCall):
         key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
         if exe is None:
-            if self._executables:
-                reason = self._reason(self._last_key, key)
+            reason = self._reason(self._nearest_key(key), key) if self._executables else None
+            self._check_compilable(key, reason)
+            if reason is not None:
                 self.recompile_reasons.append(reason)
                 log.info("shardx.compile: recompiling %s because %s", self.name, reason)
             exe = self._compile(args, flat, spec)
@@ -799,6 +873,7 @@ class CompiledFunction(runtime().CompiledCall):
                 if variant is None:
                     reason = (f"the inputs written in place alias others differently: "
                               f"{_alias_text(exe.partners)} -> {_alias_text(partners)}")
+                    self._check_compilable(key, reason)
                     self.recompile_reasons.append(reason)
                     log.info("shardx.compile: recompiling %s because %s", self.name, reason)
                     variant = self._compile(args, flat, spec, partners, exe.writes)

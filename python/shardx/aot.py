@@ -1,0 +1,536 @@
+"""Compiled ahead, run where no compiler is: ShardX packages.
+
+``shardx.export(compiled_fn, "step.shardx")`` (or ``compiled_fn.export``)
+writes every entry a ``shardx.compile`` function has compiled so far (each
+guard, the alias variants of entries that write inputs in place included)
+into one zip file, in the spirit of torch.export + AOTInductor's ``.pt2``
+package; ``shardx.load("step.shardx")`` gives back a ``CompiledFunction``
+that calls them with the same guards, donation, write-back and outputs,
+on a host that has the runtime and its binding (``_shardx_rt``) but no
+MLIR/LLVM, no ``shardx-compile`` and no need of torch. A call that passes
+no entry's guard raises ``MissingEntryError``; nothing is compiled there.
+
+The package (``FORMAT_VERSION`` 1):
+
+- ``manifest.json``: ``format`` ("shardx-package"), ``format_version``,
+  ``shardx_version``, ``function``, ``mesh`` (shape, axis names and name;
+  null for a function compiled without a mesh), ``backend``, ``target``
+  (what the entries were compiled for, e.g. "cpu-x86_64-threads"),
+  ``in_placements`` / ``out_placements`` (per flattened tensor, null or
+  ``[kind, dim, split_factor, op]`` per mesh axis), ``donate`` (``[argument,
+  output or null]`` pairs) and ``entries``: per entry its ``guard``
+  (argument structure and per input shape, dtype and layout key) and what
+  rebuilds its ``_Executable`` and ``CallPlan``: artifact member and
+  SHA-256, target, entry point, input layouts (the runtime's layout JSON,
+  ``Layout.to_json``), output structure and keys, donated pairs, the
+  inputs it writes in place, their aliasing, and its variants.
+- ``artifacts/<sha256>.so``: each artifact once.
+
+Structures (the pytree specs of ``jit._flatten``) are JSON: ``null`` for a
+tensor, ``{"node": "tuple"|"list", "children": [...]}``, ``{"node":
+"dict", "keys": [...], "children": [...]}`` and constants ``{"const":
+"none"|"bool"|"int"|"str", "value": ...}`` / ``{"const": "float", "hex":
+"-0x0.0p+0"}`` (floats bit for bit, "nan" and "inf" included). Dict keys
+are constants too.
+
+A package is code (shared objects run in this process), as a ``.pt2`` or a
+pickle is: load only packages you trust. The checksums catch damage and
+edits of an artifact, not a package rewritten as a whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import zipfile
+import zlib
+from typing import Any, Dict, List, Optional, Tuple
+
+FORMAT = "shardx-package"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class PackageError(ValueError):
+    """A ShardX package that cannot be written or used: not a package, a
+    damaged or edited member, a manifest this version cannot read, or
+    entries for another host."""
+
+
+# -- pytree specs ---------------------------------------------------------
+
+def _encode_constant(value, where: str):
+    t = type(value)
+    if value is None:
+        return {"const": "none"}
+    if t is bool:
+        return {"const": "bool", "value": value}
+    if t is int:
+        return {"const": "int", "value": value}
+    if t is float:
+        return {"const": "float", "hex": value.hex()}
+    if t is str:
+        return {"const": "str", "value": value}
+    raise PackageError(f"{where}: a {t.__name__} cannot be stored in a ShardX package")
+
+
+def _decode_constant(d):
+    kind = d["const"]
+    if kind == "none":
+        return None
+    if kind == "float":
+        return float.fromhex(d["hex"])
+    value = d["value"]
+    want = {"bool": bool, "int": int, "str": str}[kind]
+    if type(value) is not want:
+        raise ValueError(f"a {kind} constant holds {value!r}")
+    return value
+
+
+def encode_spec(spec, where: str = "the structure"):
+    """The JSON form of a ``jit._flatten`` spec."""
+    if spec is None:
+        return None
+    kind = spec[0]
+    if kind is None:
+        return _encode_constant(spec[1], where)
+    if kind is tuple or kind is list:
+        return {"node": kind.__name__, "children": [encode_spec(c, where) for c in spec[1]]}
+    if kind is dict:
+        return {"node": "dict", "keys": [_encode_constant(k, f"{where}: a dict key")
+                                         for k in spec[1]],
+                "children": [encode_spec(c, where) for c in spec[2]]}
+    raise PackageError(f"{where}: unknown spec node {kind!r}")
+
+
+def decode_spec(d):
+    """The ``jit._flatten`` spec of its JSON form (equal to the one
+    ``_flatten`` makes of the same arguments: NaN as ``jit._NAN``)."""
+    from .jit import _flatten
+    if d is None:
+        return None
+    if "const" in d:
+        return _flatten(_decode_constant(d), [])
+    node = d["node"]
+    children = tuple(decode_spec(c) for c in d["children"])
+    if node == "tuple":
+        return (tuple, children)
+    if node == "list":
+        return (list, children)
+    if node == "dict":
+        keys = tuple(_decode_constant(k) for k in d["keys"])
+        if len(keys) != len(children) or len(set(keys)) != len(keys):
+            raise ValueError("a dict node's keys do not match its children")
+        return (dict, keys, children)
+    raise ValueError(f"unknown node {node!r}")
+
+
+def _encode_key(key):
+    spec, inputs = key
+    return {"spec": encode_spec(spec, "the arguments"),
+            "inputs": [{"shape": list(shape), "dtype": dtype, "layout": layout}
+                       for shape, dtype, layout in inputs]}
+
+
+def _tensor_key(d) -> Tuple:
+    shape = tuple(d["shape"])
+    if not all(type(s) is int and s >= 0 for s in shape) or type(d["dtype"]) is not str \
+            or type(d["layout"]) is not str:
+        raise ValueError(f"bad tensor key {d!r}")
+    return shape, d["dtype"], d["layout"]
+
+
+def _decode_key(d):
+    return decode_spec(d["spec"]), tuple(_tensor_key(t) for t in d["inputs"])
+
+
+def _encode_placements(pls):
+    from .sharded_tensor import placement_tuples
+    if pls is None:
+        return None
+    return [None if p is None else [list(t) for t in placement_tuples(p)] for p in pls]
+
+
+def _decode_placements(d):
+    from .sharded_tensor import _placements_of
+    if d is None:
+        return None
+    return [None if p is None else list(_placements_of([tuple(t) for t in p])) for p in d]
+
+
+def donate_pairs(donate) -> List[List[Optional[int]]]:
+    """``compile``'s ``donate`` (an argument number, numbers, or a dict
+    argument -> output) as ``[argument, output or None]`` pairs."""
+    if not donate:
+        return []
+    if isinstance(donate, int):
+        return [[donate, None]]
+    if isinstance(donate, dict):
+        return [[int(a), None if o is None else int(o)] for a, o in donate.items()]
+    return [[int(a), None] for a in donate]
+
+
+def _partners_json(partners):
+    return [[i, list(same)] for i, same in partners]
+
+
+def _partners_of(d):
+    return tuple((int(i), tuple(int(j) for j in same)) for i, same in d)
+
+
+# -- export ---------------------------------------------------------------
+
+def _cached_target(exe, name: str) -> Tuple[str, str, str]:
+    """(sha256, target, compiler identity) of an entry's artifact in the
+    compile cache; a PackageError where it is no longer there."""
+    from .jit import _sha256
+    meta = exe.path[:-len(".so")] + ".json" if exe.path.endswith(".so") else None
+    try:
+        with open(meta) as f:
+            info = json.load(f)
+        digest = _sha256(exe.path)
+    except (OSError, TypeError, ValueError):
+        raise PackageError(
+            f"shardx.export: {name!r}: the artifact of an entry ({exe.path}) is no longer in the "
+            "compile cache (evicted or removed): call the function with those arguments again "
+            "and export then") from None
+    if not isinstance(info, dict) or info.get("sha256") != digest:
+        raise PackageError(f"shardx.export: {name!r}: the cached artifact {exe.path} fails its "
+                           "checksum: call the function with those arguments again and export "
+                           "then")
+    return digest, str(info.get("target", "")), str(info.get("version", ""))
+
+
+def _encode_executable(exe, name: str, artifacts: Dict[str, str]):
+    digest, target, compiler = _cached_target(exe, name)
+    member = f"artifacts/{digest}.so"
+    artifacts[member] = exe.path
+    return {"artifact": member, "sha256": digest, "target": target, "compiler": compiler,
+            "cache_key": exe.key, "entry": exe.entry,
+            "in_layouts": [None if l is None else l.to_json() for l in exe.in_layouts],
+            "out_spec": encode_spec(exe.out_spec, "the outputs"),
+            "out_keys": [{"shape": list(s), "dtype": d, "layout": l} for s, d, l in exe.out_keys],
+            "donated": [[i, o] for i, o in exe.donated],
+            "mutated": list(exe.mutated), "writes": list(exe.writes),
+            "partners": _partners_json(exe.partners),
+            "variants": [{"partners": _partners_json(p),
+                          "executable": _encode_executable(v, name, artifacts)}
+                         for p, v in exe.variants.items()]}
+
+
+def manifest_of(fn) -> Tuple[dict, Dict[str, str]]:
+    """The manifest of a CompiledFunction's entries and the artifacts it
+    names (member -> file)."""
+    from .jit import VERSION
+    if not fn._executables:
+        raise PackageError(f"shardx.export: {fn.name!r} has no compiled entry yet: call it "
+                           "with the arguments it will run on first")
+    artifacts: Dict[str, str] = {}
+    entries = [{"guard": _encode_key(key), "executable": _encode_executable(exe, fn.name, artifacts)}
+               for key, exe in fn._executables.items()]
+    mesh = fn._trace_mesh
+    targets = sorted({e["executable"]["target"] for e in entries})
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "shardx_version": VERSION,
+        "function": fn.name,
+        "mesh": None if mesh is None else {"shape": list(mesh.shape),
+                                           "axis_names": list(mesh.axis_names),
+                                           "name": mesh.name},
+        "backend": fn.backend, "target": targets[0] if len(targets) == 1 else targets,
+        "in_placements": _encode_placements(fn.in_placements),
+        "out_placements": _encode_placements(fn.out_placements),
+        "donate": donate_pairs(fn.donate),
+        "entries": entries,
+    }
+    return manifest, artifacts
+
+
+def export(fn, path) -> str:
+    """Writes ``fn``'s compiled entries (a ``shardx.compile`` function, or
+    one ``shardx.load`` made) into the package ``path``: whole or not at
+    all (a temporary name in the same folder, then a rename). Returns the
+    path."""
+    from .jit import CompiledFunction
+    if not isinstance(fn, CompiledFunction):
+        raise TypeError(f"shardx.export takes what shardx.compile returns, not "
+                        f"{type(fn).__name__}")
+    path = os.fspath(path)
+    manifest, artifacts = manifest_of(fn)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
+                for member, file in sorted(artifacts.items()):
+                    with open(file, "rb") as src:
+                        data = src.read()
+                    if hashlib.sha256(data).hexdigest() != member[len("artifacts/"):-len(".so")]:
+                        raise PackageError(f"shardx.export: {file} changed while it was "
+                                           "exported; export again")
+                    z.writestr(member, data)
+                z.writestr(MANIFEST, json.dumps(manifest, indent=1, allow_nan=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+# -- load -----------------------------------------------------------------
+
+def read_manifest(path) -> Tuple[dict, zipfile.ZipFile]:
+    """The package's manifest (checked for format and version) and the
+    open zip file; PackageError for anything else."""
+    from .jit import VERSION
+    path = os.fspath(path)
+    try:
+        z = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise PackageError(f"shardx.load: no package {path!r}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise PackageError(f"shardx.load: {path!r} is not a ShardX package (not a readable zip "
+                           f"file: {e})") from None
+    try:
+        try:
+            raw = z.read(MANIFEST)
+        except KeyError:
+            raise PackageError(f"shardx.load: {path!r} is not a ShardX package (no "
+                               f"{MANIFEST})") from None
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+            raise PackageError(f"shardx.load: {path!r}: its {MANIFEST} is damaged ({e})") from None
+        try:
+            manifest = json.loads(raw.decode())
+        except (UnicodeDecodeError, ValueError) as e:
+            raise PackageError(f"shardx.load: {path!r}: its {MANIFEST} is not JSON ({e})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise PackageError(f"shardx.load: {path!r}: its {MANIFEST} is not a ShardX package "
+                               "manifest")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise PackageError(f"shardx.load: {path!r} has package format version "
+                               f"{manifest.get('format_version')!r}; this ShardX reads version "
+                               f"{FORMAT_VERSION}: export it again with this version")
+        if manifest.get("shardx_version") != VERSION:
+            raise PackageError(f"shardx.load: {path!r} was made by ShardX "
+                               f"{manifest.get('shardx_version')!r}; this is ShardX {VERSION}: "
+                               "compile and export it again with this version")
+    except BaseException:
+        z.close()
+        raise
+    return manifest, z
+
+
+def _check_backend(manifest, backend: Optional[str], path: str) -> str:
+    """The backend a loaded package runs on: its own, or another that runs
+    the same artifacts (threads / mpi for CPU targets, cuda / nccl for
+    cuda targets)."""
+    own = manifest["backend"]
+    if backend == "cuda-local":
+        backend = "cuda"
+    if backend is None or backend == own:
+        return own
+    targets = manifest["target"] if isinstance(manifest["target"], list) else [manifest["target"]]
+    # Backends that run the same artifact: the CPU ones, the GPU ones.
+    for family, prefix in ((("threads", "mpi"), "cpu-"), (("cuda", "nccl"), "cuda-")):
+        if own in family and backend in family and all(str(t).startswith(prefix)
+                                                       for t in targets):
+            return backend
+    raise PackageError(f"shardx.load: {path!r} was compiled for backend {own!r} (target "
+                       f"{', '.join(map(str, targets))}); it cannot run on backend {backend!r}")
+
+
+def _check_target(target: str, path: str) -> None:
+    if target.startswith("cpu-"):
+        arch = target.split("-")[1] if target.count("-") >= 1 else ""
+        if arch != platform.machine():
+            raise PackageError(f"shardx.load: {path!r} holds code for {target}; this host is "
+                               f"{platform.machine()}")
+
+
+def _extract(z: zipfile.ZipFile, member: str, digest: str, target: str, path: str) -> str:
+    """The artifact ``member`` as a file of the compile cache
+    (``aot-<sha256>.so``, with a ``.json`` like the JIT's entries, so the
+    cache's size cap counts and evicts it). The member is checked against
+    ``digest`` every time, even where the cache has it already: a damaged
+    package never loads."""
+    from .jit import VERSION, _sha256, _usable_cache_dir
+    try:
+        data = z.read(member)
+    except KeyError:
+        raise PackageError(f"shardx.load: {path!r} is incomplete: it has no {member}") from None
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+        raise PackageError(f"shardx.load: {path!r}: {member} is damaged ({e})") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != digest:
+        raise PackageError(f"shardx.load: {path!r}: {member} fails its checksum (sha256 {got}, "
+                           f"the manifest says {digest}): the package is damaged or was "
+                           "modified")
+    folder = _usable_cache_dir()
+    key = f"aot-{digest}"
+    so, meta = os.path.join(folder, key + ".so"), os.path.join(folder, key + ".json")
+    try:
+        if os.path.exists(meta) and _sha256(so) == digest:
+            os.utime(meta)  # last use, for the LRU eviction
+            return so
+    except OSError:
+        pass
+    for final, suffix, content in ((so, ".so", data), (meta, ".json", json.dumps(
+            {"key": key, "sha256": digest, "target": target, "version": VERSION,
+             "package": os.path.abspath(path)}).encode())):
+        fd, tmp = tempfile.mkstemp(prefix=key + ".", suffix=suffix, dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            if suffix == ".so":
+                os.chmod(tmp, 0o755)
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return so
+
+
+def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
+    """The ``_Executable`` of an entry's JSON (``key``: its guard key), its
+    artifact loaded from the compile cache and its call plan made as
+    ``_compile`` makes it."""
+    from .jit import _Executable
+    from .sharded_tensor import layout_key, runtime
+    rt = runtime()
+    digest, target = d["sha256"], d["target"]
+    if not (isinstance(digest, str) and len(digest) == 64) or d["artifact"] != \
+            f"artifacts/{digest}.so":
+        raise ValueError(f"bad artifact {d['artifact']!r}")
+    _check_target(target, path)
+    artifact = loaded.get(digest)
+    if artifact is None:
+        so = _extract(z, d["artifact"], digest, target, path)
+        try:
+            artifact = rt.Artifact(so)
+        except RuntimeError as e:
+            raise PackageError(f"shardx.load: {path!r}: {d['artifact']} does not load ({e})") \
+                from None
+        loaded[digest] = artifact
+    if list(artifact.mesh_shape) != list(fn.mesh.shape):
+        raise PackageError(f"shardx.load: {path!r}: {d['artifact']} runs on mesh "
+                           f"{list(artifact.mesh_shape)}, the manifest says {list(fn.mesh.shape)}")
+    entry = d["entry"]
+    if entry not in artifact.entry_points:
+        raise PackageError(f"shardx.load: {path!r}: {d['artifact']} has no entry point {entry!r}")
+    in_layouts = [None if l is None else rt.Layout.from_json(l) for l in d["in_layouts"]]
+    out_spec = decode_spec(d["out_spec"])
+    out_keys = [_tensor_key(k) for k in d["out_keys"]]
+    # The manifest against the artifact's own description.
+    ins, outs = artifact.inputs(entry), artifact.outputs(entry)
+    want_ins = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"])) for o in ins]
+    want_outs = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"])) for o in outs]
+    if out_keys != want_outs or len(in_layouts) != len(ins) or \
+            [layout_key(l) for l in in_layouts] != [k[2] for k in want_ins] or \
+            list(key[1]) != want_ins:
+        raise PackageError(f"shardx.load: {path!r}: the manifest does not describe "
+                           f"{d['artifact']} (its inputs and outputs differ)")
+    donated = [(int(i), int(o)) for i, o in d["donated"]]
+    plan = fn._make_plan(artifact, entry, key[0], out_spec, out_keys, donated)
+    variants = {}
+    for v in d["variants"]:
+        variants[_partners_of(v["partners"])] = _rebuild(fn, v["executable"], key, z, path,
+                                                         loaded)
+    return _Executable(artifact, entry, in_layouts, out_spec, out_keys, donated, d["cache_key"],
+                       artifact.path, plan, [int(i) for i in d["mutated"]],
+                       [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants)
+
+
+def entries_of(fn, manifest, z, path: str) -> Dict[Any, Any]:
+    """The ``_executables`` of a package's entries, for ``fn`` (whose mesh,
+    session and name the call plans take)."""
+    from .jit import evict
+    loaded: Dict[str, Any] = {}
+    out = {}
+    try:
+        for e in manifest["entries"]:
+            key = _decode_key(e["guard"])
+            out[key] = _rebuild(fn, e["executable"], key, z, path, loaded)
+    except PackageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise PackageError(f"shardx.load: {path!r}: its {MANIFEST} is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    if not out:
+        raise PackageError(f"shardx.load: {path!r} holds no entries")
+    if loaded:
+        from .jit import _usable_cache_dir
+        evict(_usable_cache_dir(), keep=f"aot-{next(reversed(loaded))}")
+    return out
+
+
+def load(path, backend: Optional[str] = None):
+    """The function a package holds, as a ``CompiledFunction`` that runs its
+    entries and compiles nothing: a call that passes no entry's guard
+    raises ``jit.MissingEntryError``. ``backend``: the package's (None), or
+    another that runs the same artifacts ("threads" / "mpi" for CPU
+    targets, "cuda" / "nccl" for cuda targets)."""
+    from .jit import CompiledFunction
+    from .placements import Mesh
+    path = os.fspath(path)
+    manifest, z = read_manifest(path)
+    with z:
+        try:
+            m = manifest["mesh"]
+            mesh = None if m is None else Mesh(tuple(m["shape"]), tuple(m["axis_names"]),
+                                                m.get("name", "mesh"))
+            backend = _check_backend(manifest, backend, path)
+            name = manifest["function"]
+            in_pl = _decode_placements(manifest["in_placements"])
+            out_pl = _decode_placements(manifest["out_placements"])
+            donate = {int(a): o for a, o in manifest["donate"]}
+            if not isinstance(name, str) or not isinstance(manifest["entries"], list):
+                raise ValueError("bad function name or entries")
+        except PackageError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise PackageError(f"shardx.load: {path!r}: its {MANIFEST} is malformed "
+                               f"({type(e).__name__}: {e})") from None
+        fn = CompiledFunction(None, mesh, in_pl, out_pl, backend, donate, name)
+        fn._package = path
+        fn._executables.update(entries_of(fn, manifest, z, path))
+    return fn
+
+
+def seed(fn, path) -> int:
+    """Adds a package's entries to a ``shardx.compile`` function (one of the
+    same mesh, backend, input placements and donation); the function
+    compiles only what the package lacks. Returns the entries added."""
+    path = os.fspath(path)
+    manifest, z = read_manifest(path)
+    with z:
+        mesh = fn._trace_mesh
+        theirs = manifest.get("mesh")
+        ours = None if mesh is None else {"shape": list(mesh.shape),
+                                          "axis_names": list(mesh.axis_names), "name": mesh.name}
+        problems = []
+        if theirs != ours:
+            problems.append(f"mesh {theirs} != {ours}")
+        try:
+            _check_backend(manifest, fn.backend, path)
+        except (KeyError, TypeError) as e:
+            raise PackageError(f"load_package: {path!r}: its {MANIFEST} is malformed "
+                               f"({type(e).__name__}: {e})") from None
+        if manifest.get("in_placements") != _encode_placements(fn.in_placements):
+            problems.append("input placements differ")
+        if manifest.get("donate") != donate_pairs(fn.donate):
+            problems.append(f"donate {manifest.get('donate')} != {donate_pairs(fn.donate)}")
+        if problems:
+            raise PackageError(f"load_package: {path!r} was not compiled like {fn.name!r}: "
+                               + "; ".join(problems))
+        entries = entries_of(fn, manifest, z, path)
+    added = 0
+    for key, exe in entries.items():
+        if key not in fn._executables:
+            fn._executables[key] = exe
+            added += 1
+    return added
