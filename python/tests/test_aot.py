@@ -234,6 +234,7 @@ def test_in_place_update_and_its_alias_variant_round_trip(tmp_path):
     ex, a = x.clone(), x.clone()
     eager_apart = _update(ex, y.clone()) + (ex,)
     jit_apart = f(a, y.clone()) + (a,)
+    apart_only = f.export(tmp_path / "apart.shardx")
     ez, c = x.clone(), x.clone()
     eager_alias = _update(ez, ez) + (ez,)
     jit_alias = f(c, c) + (c,)
@@ -269,6 +270,15 @@ def test_in_place_update_and_its_alias_variant_round_trip(tmp_path):
         np.testing.assert_allclose(got, oracle.numpy(), rtol=RTOL, atol=ATOL)
     assert np.array_equal(result["sharded"], result["apart"][2])
     assert not np.array_equal(result["apart"][2], x.numpy())  # written at all
+    # Exported before the aliased call: that variant is missing, and the
+    # call neither compiles nor writes anything.
+    h = shardx.load(apart_only)
+    c = x.clone()
+    with pytest.raises(MissingEntryError, match=r"'update' has no compiled entry for these "
+                       r"arguments \(the inputs written in place alias others differently: "
+                       r"none -> inputs 0=1\)"):
+        h(c, c)
+    assert torch.equal(c, x) and h.compiles == 0
 
 
 # -- pytrees and Python constants -----------------------------------------
