@@ -490,3 +490,16 @@ def test_jit_without_compiler_raises_missing_entry(tmp_path, monkeypatch):
     other = shardx.compile(_dp_fn, mesh, [[Shard(0)], [Shard(0)]], name="dp_fn")
     with pytest.raises(PackageError, match="was not compiled like 'dp_fn': input placements"):
         other.load_package(package)
+
+
+def test_function_without_a_mesh_round_trips(tmp_path):
+    def sine(x):
+        return x.sin() * 2
+
+    f = shardx.compile(sine, None)
+    x = torch.randn(5, 3)
+    want = f(x).full()
+    h = shardx.load(f.export(tmp_path / "sine.shardx"))
+    assert h._trace_mesh is None and h.mesh.shape == (1,)
+    assert np.array_equal(h(x.numpy()).full(), want)
+    np.testing.assert_allclose(want, sine(x).numpy(), rtol=RTOL, atol=ATOL)
