@@ -229,7 +229,8 @@ def manifest_of(fn) -> Tuple[dict, Dict[str, str]]:
         raise PackageError(f"shardx.export: {fn.name!r} has no compiled entry yet: call it "
                            "with the arguments it will run on first")
     artifacts: Dict[str, str] = {}
-    entries = [{"guard": _encode_key(key), "executable": _encode_executable(exe, fn.name, artifacts)}
+    entries = [{"guard": _encode_key(key),
+                "executable": _encode_executable(exe, fn.name, artifacts)}
                for key, exe in fn._executables.items()]
     mesh = fn._trace_mesh
     targets = sorted({e["executable"]["target"] for e in entries})
