@@ -34,6 +34,17 @@
 # steps vs PyTorch eager on the GPU, f32 and bf16), whose artifacts the
 # build half makes in DIR/step-bench (counted: a failed run or a compiled
 # step whose outputs differ from eager's fails the check).
+# Then the JIT on the GPU (scripts/gpu_jit_check.py, counted): the build
+# half precompiles the README's MLP and the zoo's GPT-2 and Llama train
+# steps for `shardx.compile(..., backend="cuda")` on 1 and on 2 or 4
+# cuda-local ranks, exports each as an AOT package with its eager
+# reference (DIR/jit), and builds the Python binding into DIR/python for
+# this machine's Python and for the GPU host's ($SHARDX_GPU_PYTHON: a
+# Python of the GPU host's version, default python3.12 on PATH or under
+# pyenv; its binding is built in build-gpu-python/ without MPI). The run
+# half loads the packages with `shardx.load` (no compiler there) and
+# checks every step against eager; it needs PyTorch and the binding for
+# the Python it runs ($SHARDX_GPU_RUN_PYTHON, default python3).
 # On a machine without a usable GPU the first run prints the driver's
 # reason ("no CUDA driver: ...") and every run counts as failed.
 set -euo pipefail
@@ -83,6 +94,41 @@ if [ "$run" = 0 ]; then
     "$bin/shardx-compile" --target=cuda --schedule-collectives "$src" \
       -o "$DIR/$p/scheduled.so"
   done
+  log "the JIT's train steps for backend=cuda (scripts/gpu_jit_check.py --build)"
+  "$SHARDX_PYTHON" "$ROOT/scripts/gpu_jit_check.py" --build "$DIR/jit" >&2
+  mkdir -p "$DIR/python"
+  cp "$SHARDX_BUILD"/python/_shardx_rt.*.so "$DIR/python/"
+  gpu_py="${SHARDX_GPU_PYTHON:-}"
+  if [ -z "$gpu_py" ]; then
+    for c in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+      # (a pyenv shim exists even where it cannot run its Python)
+      if "$c" -c "" >/dev/null 2>&1; then
+        gpu_py="$(command -v "$c")"
+        break
+      fi
+    done
+  fi
+  if [ -n "$gpu_py" ]; then
+    tag=$("$gpu_py" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+    venv="$HOME/.cache/shardx/venv-gpu-py$tag"
+    [ -x "$venv/bin/python" ] || "$gpu_py" -m venv "$venv"
+    nb=$("$SHARDX_PYTHON" -c 'import nanobind; print(nanobind.__version__)')
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "nanobind==$nb"
+    gbuild="$ROOT/build-gpu-python"
+    if [ ! -f "$gbuild/build.ninja" ]; then
+      cmake -G Ninja -S "$ROOT" -B "$gbuild" -DCMAKE_BUILD_TYPE=Release \
+        -DMLIR_DIR="$LLVM_PREFIX/lib/cmake/mlir" -DSHARDX_ENABLE_MPI=OFF \
+        -DSHARDX_PYTHON="$venv/bin/python" >"$gbuild.configure.log" 2>&1 || {
+        cat "$gbuild.configure.log" >&2
+        exit 1
+      }
+    fi
+    log "the Python binding for the GPU host's Python ($gpu_py)"
+    ninja -C "$gbuild" -j "$JOBS" _shardx_rt >&2
+    cp "$gbuild"/python/_shardx_rt.*.so "$DIR/python/"
+  else
+    log "no python3.12 here (SHARDX_GPU_PYTHON): DIR/python has this machine's binding only"
+  fi
   log "train step benchmark artifacts (bench/gpu_step_bench.py --build-only)"
   "$SHARDX_PYTHON" "$ROOT/bench/gpu_step_bench.py" --build-only \
     --dir "$DIR/step-bench" >&2
@@ -191,6 +237,17 @@ if [ -z "$nodriver" ]; then
     else
       failed=$((failed + 1))
       echo "FAIL train step benchmark"
+    fi
+  fi
+  if [ -d "$DIR/jit" ]; then
+    python="${SHARDX_GPU_RUN_PYTHON:-python3}"
+    if SHARDX_BUILD="$DIR" SHARDX_CACHE_DIR="$out/jit-cache" \
+      "$python" "$ROOT/scripts/gpu_jit_check.py" --run "$DIR/jit"; then
+      passed=$((passed + 1))
+      echo "PASS the JIT's train steps on backend=cuda"
+    else
+      failed=$((failed + 1))
+      echo "FAIL the JIT's train steps on backend=cuda"
     fi
   fi
   if [ -x "$DIR/bin/shardx-gpu-bench" ]; then

@@ -311,6 +311,9 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
       reinterpret_cast<void (*)(void *)>(dlsym(handle, "shardx_rt_host_free"));
   a->trimBuffers = reinterpret_cast<void (*)()>(
       dlsym(handle, "shardx_rt_host_cache_trim"));
+  if (!a->trimBuffers) // a CUDA artifact: its device blocks
+    a->trimBuffers = reinterpret_cast<void (*)()>(
+        dlsym(handle, "shardx_rt_cuda_cache_trim"));
   if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
     error = "bad program description in " + path + ": " + error;
     return nullptr;

@@ -13,7 +13,14 @@ without leaving the ranks. The outputs paired with a donated argument
 (same structure, shapes, dtypes and layouts) are written into its buffers
 once every rank has succeeded, and its handles are invalidated
 (``DonatedError`` on use), as JAX's ``donate_argnums``. ``backend="mpi"``
-runs each rank as one process of ``mpirun``.
+runs each rank as one process of ``mpirun``. ``backend="cuda"`` compiles
+for NVIDIA GPUs (``shardx-compile --target=cuda``, the architecture from
+``$SHARDX_GPU_CHIP``, default sm_90) and runs every rank as a thread of
+this process on CUDA device 0 (the cuda-local communicator; development,
+tests, one-GPU jobs); ``backend="nccl"`` runs one rank per process and GPU,
+started by ``torchrun`` or ``mpirun`` (see ``sharded_tensor.session``).
+On the GPU backends each call stages its inputs to the device and its
+outputs back to host shards.
 
 Artifacts are cached on disk (``$SHARDX_CACHE_DIR``, default
 ``~/.cache/shardx/jit``) under a hash of the program text, the layouts, the
@@ -48,10 +55,35 @@ from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, m
 log = logging.getLogger("shardx.jit")
 
 VERSION = "0.1.0"
-BACKENDS = ("threads", "mpi")
-#: Backends the GPU runtime will serve; refused with a clear error until it
-#: is there.
-GPU_BACKENDS = ("cuda-local", "nccl")
+#: The backends of ``shardx.compile``; ``cuda-local`` is another name of
+#: ``cuda`` (the communicator's).
+BACKENDS = ("threads", "mpi", "cuda", "cuda-local", "nccl")
+GPU_BACKENDS = ("cuda", "cuda-local", "nccl")
+
+
+def gpu_chip() -> str:
+    """The GPU architecture the GPU backends compile for:
+    ``$SHARDX_GPU_CHIP`` (default sm_90, the H100 and H200)."""
+    chip = os.environ.get("SHARDX_GPU_CHIP") or "sm_90"
+    if not re.fullmatch(r"sm_\d+[a-z]?", chip):
+        raise ValueError(f"SHARDX_GPU_CHIP={chip!r} is not a CUDA architecture like sm_90")
+    return chip
+
+
+def compile_target(backend: str) -> str:
+    """The target string of a backend's artifacts (part of the cache key):
+    ``cpu-<machine>-<backend>``, or ``cuda-<chip>`` for the GPU backends
+    (cuda and nccl run the same artifact)."""
+    if backend in GPU_BACKENDS:
+        return f"cuda-{gpu_chip()}"
+    return f"cpu-{platform.machine()}-{backend}"
+
+
+def _compiler_args(target: str) -> List[str]:
+    """shardx-compile's options for a target string of ``compile_target``."""
+    if target.startswith("cuda-"):
+        return ["--target=cuda", f"--gpu-chip={target[len('cuda-'):]}"]
+    return []
 
 
 @dataclass
@@ -202,7 +234,8 @@ def _timing_seconds(report, names) -> Dict[str, float]:
     return out
 
 
-def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float]) -> None:
+def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float],
+                  args: Sequence[str] = ()) -> None:
     """Runs ``shardx-compile src -o out``; a long compile shows a progress bar
     of the object units (kernels) compiled (tqdm, on a terminal). The
     SPMD pipeline's and code generation's seconds go into ``timing``."""
@@ -215,7 +248,7 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float]) -> No
     env = dict(os.environ, SHARDX_PROGRESS="1")
     bar = None
     try:
-        proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}"],
+        proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}", *args],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
         chunks, tail = [], ""
         try:
@@ -316,7 +349,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
         f.write(mlir_text)
     tmp_so = src[:-len(".mlir")] + ".so"
     try:
-        _run_compiler(tool, src, tmp_so, timing)
+        _run_compiler(tool, src, tmp_so, timing, _compiler_args(target))
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
         os.replace(src, os.path.join(folder, key + ".mlir"))
@@ -609,8 +642,16 @@ class CompiledFunction(runtime().CompiledCall):
         self.last_compile_timing: Optional[Dict[str, float]] = None
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
-        self._session = session(self.mesh, backend)
+        # The rank session is made at the first run, not here: a GPU
+        # backend's function compiles (and exports) where no GPU is.
+        self._session_obj = None
         self._plan = None
+
+    @property
+    def _session(self):
+        if self._session_obj is None:
+            self._session_obj = session(self.mesh, self.backend)
+        return self._session_obj
 
     # -- guards -----------------------------------------------------------
 
@@ -759,7 +800,7 @@ class CompiledFunction(runtime().CompiledCall):
                 # again as one tensor, as eager writes them.
                 return self._compile(args, flat, spec, partners, writes)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
-                                              f"cpu-{platform.machine()}-{self.backend}", timing)
+                                              compile_target(self.backend), timing)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:
@@ -840,6 +881,23 @@ class CompiledFunction(runtime().CompiledCall):
             used.add(match)
             pairs += [(first + j, out_offsets[match] + j) for j in range(n)]
         return pairs
+
+    def precompile(self, *args) -> "CompiledFunction":
+        """Traces and compiles the entry these arguments need, as a call
+        would, without running it: a GPU backend's function is compiled
+        (and exported) this way where no GPU is. Returns ``self``."""
+        flat: List[Any] = []
+        spec = _flatten(args, flat)
+        key = self._guard_key(flat, spec)
+        if key not in self._executables:
+            reason = self._reason(self._nearest_key(key), key) if self._executables else None
+            self._check_compilable(key, reason)
+            if reason is not None:
+                self.recompile_reasons.append(reason)
+                log.info("shardx.compile: recompiling %s because %s", self.name, reason)
+            self._executables[key] = self._compile(args, flat, spec)
+            self._last_key = key
+        return self
 
     # -- call -------------------------------------------------------------
 
@@ -945,9 +1003,8 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     output index. Bad placements raise ``PlacementError`` here or, where
     they need the input shapes, on the first call before tracing.
     """
-    if backend in GPU_BACKENDS:
-        raise ValueError(f"backend {backend!r} needs the ShardX GPU runtime, which this build "
-                         "does not have; use 'threads' or 'mpi'")
+    if backend == "cuda-local":
+        backend = "cuda"
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not supported by shardx.compile; "
                          f"supported: {', '.join(BACKENDS)}")

@@ -11,6 +11,7 @@ rank's buffer (no copy).
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -34,11 +35,16 @@ def runtime():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     build = os.environ.get("SHARDX_BUILD", os.path.join(root, "build"))
     folder = os.path.join(build, "python")
+    # The build for this interpreter (a folder may hold builds for several
+    # Pythons, e.g. one carried to a GPU host).
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
     found = [f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
-             if f.startswith("_shardx_rt.") and f.endswith(".so")]
+             if f.startswith("_shardx_rt.") and any(f.endswith(x) for x in suffixes)]
+    found.sort(key=lambda f: min(i for i, x in enumerate(suffixes) if f.endswith(x)))
     if not found:
-        raise ImportError(f"the ShardX runtime binding (_shardx_rt) is not built in {folder}: "
-                          "run bash scripts/test.sh (or ninja -C build _shardx_rt)")
+        raise ImportError(f"the ShardX runtime binding (_shardx_rt) is not built in {folder} "
+                          f"for this Python ({sys.version.split()[0]}): run bash scripts/test.sh "
+                          "(or ninja -C build _shardx_rt)")
     spec = importlib.util.spec_from_file_location("_shardx_rt", os.path.join(folder, found[0]))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -128,18 +134,104 @@ def layout_key(layout) -> str:
 
 
 _SESSIONS: Dict[Tuple[Tuple[int, ...], str], object] = {}
-BACKENDS = ("threads", "mpi")
+_EXCHANGES: list = []
+BACKENDS = ("threads", "mpi", "cuda", "cuda-local", "nccl")
+#: Backends whose ranks are processes: a ShardSet holds this process's
+#: rank only, and gathering it is a collective.
+PROCESS_BACKENDS = ("mpi", "nccl")
+
+
+def _env_int(*names: str) -> Optional[int]:
+    for name in names:
+        text = os.environ.get(name)
+        if text:
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"${name}={text!r} is not a whole number") from None
+    return None
+
+
+def _store_exchange(rank: int, world: int, timeout: float):
+    """The bootstrap exchange of the nccl backend under ``torchrun``:
+    PyTorch's TCPStore at $MASTER_ADDR:$MASTER_PORT (the agent's store when
+    torchrun runs one, else rank 0 serves it, as ``init_method="env://"``
+    does). Rank 0 publishes its bytes, the others wait for them."""
+    import datetime
+    host, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT")
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    stores = []
+
+    def exchange(key: str, data: Optional[bytes]) -> Optional[bytes]:
+        # The store is made at the first exchange, once the binding has
+        # opened NCCL and the GPU (whose absence is the error to report).
+        if not stores:
+            from torch.distributed import TCPStore
+            stores.append(TCPStore(host, port, world, is_master=(rank == 0 and not agent),
+                                   timeout=datetime.timedelta(seconds=timeout),
+                                   wait_for_workers=False))
+        name = f"shardx/{run}/{key}"
+        if data is not None:
+            stores[0].set(name, data)
+            return None
+        return bytes(stores[0].get(name))
+    return exchange
+
+
+def _nccl_session(rt, mesh: Mesh, timeout: float = 60.0):
+    """This process's rank of ``mesh`` on NCCL, one process per GPU. The
+    launcher names the rank and world size: torchrun (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR/MASTER_PORT: the id goes through PyTorch's
+    TCPStore), mpirun (OMPI_COMM_WORLD_*: through MPI), or SHARDX_RANK /
+    SHARDX_WORLD_SIZE / SHARDX_STORE_DIR (a file store). A mesh of one needs
+    no launcher. The GPU is the local rank's (LOCAL_RANK,
+    OMPI_COMM_WORLD_LOCAL_RANK) modulo the devices."""
+    rank = _env_int("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SHARDX_RANK")
+    world = _env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SHARDX_WORLD_SIZE")
+    if rank is None and world is None and mesh.size == 1:
+        rank, world = 0, 1
+    if rank is None or world is None:
+        raise ValueError(f"backend 'nccl' runs one process per GPU: start {mesh.size} processes "
+                         f"with torchrun --nproc-per-node {mesh.size} (or mpirun -np "
+                         f"{mesh.size}); RANK and WORLD_SIZE are not set")
+    if world != mesh.size:
+        raise ValueError(f"backend 'nccl': the mesh {list(mesh.shape)} has {mesh.size} ranks but "
+                         f"the launcher started {world} processes")
+    if not 0 <= rank < world:
+        raise ValueError(f"backend 'nccl': rank {rank} is outside a world of {world}")
+    exchange = None
+    if world == 1:
+        def exchange(key, data):
+            return data
+    elif os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        exchange = _store_exchange(rank, world, timeout)
+    s = rt.Session.nccl(list(mesh.shape), rank, world, exchange, timeout)
+    # Rank 0's store serves the others until they have read: kept alive.
+    _EXCHANGES.append(exchange)
+    return s
 
 
 def session(mesh: Mesh, backend: str = "threads"):
     """The process's rank session of ``mesh``'s shape: ``threads`` (every
-    rank a persistent thread of this process) or ``mpi`` (this process is
-    one rank of MPI_COMM_WORLD, under ``mpirun -np <mesh size>``)."""
+    rank a persistent thread of this process), ``mpi`` (this process is
+    one rank of MPI_COMM_WORLD, under ``mpirun -np <mesh size>``),
+    ``cuda`` (every rank a thread of this process on CUDA device 0, the
+    cuda-local communicator) or ``nccl`` (this process is one rank, on its
+    own GPU: see ``_nccl_session``)."""
+    if backend == "cuda-local":
+        backend = "cuda"
     s = _SESSIONS.get((mesh.shape, backend))
     if s is None:
         rt = runtime()
+        if backend in ("cuda", "nccl"):
+            _point_runtime_at_wheels()
         if backend == "threads":
             s = rt.Session(list(mesh.shape))
+        elif backend == "cuda":
+            s = rt.Session.cuda_local(list(mesh.shape))
+        elif backend == "nccl":
+            s = _nccl_session(rt, mesh)
         elif backend == "mpi":
             if not rt.has_mpi:
                 raise ValueError("backend 'mpi': this ShardX build has no mpi backend "
@@ -155,6 +247,27 @@ def session(mesh: Mesh, backend: str = "threads"):
             raise ValueError(f"unknown backend {backend!r}")
         _SESSIONS[(mesh.shape, backend)] = s
     return s
+
+
+def _point_runtime_at_wheels() -> None:
+    """Lets the GPU runtime (and the CUDA artifacts' copies of it) find
+    cuBLAS and NCCL in this interpreter's PyTorch wheels (nvidia/*/lib),
+    wherever its site-packages are: $SHARDX_SITE_PACKAGES, unless set."""
+    import site
+    if os.environ.get("SHARDX_SITE_PACKAGES"):
+        return
+    folders = list(site.getsitepackages()) + [site.getusersitepackages()]
+    folders += [p for p in sys.path if p.endswith("-packages")]
+    os.environ["SHARDX_SITE_PACKAGES"] = os.pathsep.join(dict.fromkeys(folders))
+
+
+def _process_session(mesh: Mesh):
+    """The session of this process's rank of ``mesh`` (mpi or nccl)."""
+    for backend in PROCESS_BACKENDS:
+        s = _SESSIONS.get((mesh.shape, backend))
+        if s is not None:
+            return s
+    raise ValueError(f"no process session holds mesh {list(mesh.shape)}")
 
 
 def _finalize_mpi():
@@ -233,7 +346,7 @@ class ShardedTensor:
         bfloat16: a bf16 tensor's array (here and in ``local``) holds its
         bits as uint16; ``to_torch`` gives torch.bfloat16."""
         if self._shards.distributed:
-            return session(self.mesh, "mpi").gather(self._shards)
+            return _process_session(self.mesh).gather(self._shards)
         return self._shards.full()
 
     numpy = full

@@ -83,6 +83,11 @@ void shardx_rt_cuda_zero_on(void *dst, int64_t bytes, void *stream);
 const char *shardx_rt_cuda_device_name();
 /// Bytes the caching allocator holds in free blocks.
 int64_t shardx_rt_cuda_cached_bytes();
+/// Gives the cached free blocks back to the driver (after the device has
+/// finished with them). Each CUDA artifact holds its own copy of this
+/// runtime and so its own cache: the executor calls it when an artifact is
+/// released, so that the next one can use the memory.
+void shardx_rt_cuda_cache_trim();
 /// Device memory for launchers (the caching allocator) and copies between
 /// host and device (synchronous).
 void *shardx_rt_cuda_alloc(int64_t bytes);

@@ -104,14 +104,16 @@ struct Cublas {
 //===----------------------------------------------------------------------===//
 
 /// Python package folders where PyTorch's wheels put the CUDA libraries
-/// (nvidia/<package>/lib): the active virtual environment, PYTHONPATH, the
-/// user's and the system's site-packages.
+/// (nvidia/<package>/lib): $SHARDX_SITE_PACKAGES (the Python binding sets
+/// it to its interpreter's site-packages), the active virtual environment,
+/// PYTHONPATH, the user's and the system's site-packages.
 std::vector<std::string> wheelPatterns(const std::string &file) {
   std::vector<std::string> roots;
-  if (const char *venv = std::getenv("VIRTUAL_ENV"))
-    roots.push_back(std::string(venv) + "/lib/python3*/site-packages");
-  if (const char *path = std::getenv("PYTHONPATH")) {
-    std::string p = path;
+  auto appendList = [&](const char *var) {
+    const char *list = std::getenv(var);
+    if (!list)
+      return;
+    std::string p = list;
     for (size_t pos = 0; pos <= p.size();) {
       size_t end = p.find(':', pos);
       if (end == std::string::npos)
@@ -120,7 +122,11 @@ std::vector<std::string> wheelPatterns(const std::string &file) {
         roots.push_back(p.substr(pos, end - pos));
       pos = end + 1;
     }
-  }
+  };
+  appendList("SHARDX_SITE_PACKAGES");
+  if (const char *venv = std::getenv("VIRTUAL_ENV"))
+    roots.push_back(std::string(venv) + "/lib/python3*/site-packages");
+  appendList("PYTHONPATH");
   if (const char *home = std::getenv("HOME")) {
     roots.push_back(std::string(home) + "/.local/lib/python3*/site-packages");
     roots.push_back(std::string(home) +
@@ -697,6 +703,20 @@ void shardx_rt_cuda_zero_on(void *dst, int64_t bytes, void *stream) {
                                    static_cast<size_t>(bytes),
                                    static_cast<CUstream>(stream)),
           "cuMemsetD8Async");
+}
+
+void shardx_rt_cuda_cache_trim() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.freeBlocks.empty() || !s.error.empty())
+    return;
+  Driver &cu = driver();
+  // cuMemFree waits for the work that may still use a block.
+  for (auto &[key, blocks] : s.freeBlocks)
+    for (CUdeviceptr b : blocks)
+      cu.cuMemFree(b);
+  s.freeBlocks.clear();
+  s.cachedBytes = 0;
 }
 
 int64_t shardx_rt_cuda_cached_bytes() {

@@ -1,0 +1,158 @@
+"""``shardx.compile`` on the GPU backends (``cuda``, ``nccl``) where no GPU is:
+the program compiles for CUDA (and exports), and a call fails with the
+driver's reason, never a hang, a crash or a number. On a machine with a GPU
+the same calls run and are checked against eager instead
+(scripts/gpu_check.sh --run runs the JIT's train steps there)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import shardx
+from shardx import Mesh, Replicate, Shard
+from shardx.sharded_tensor import RankError, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+HAS_GPU = None
+
+
+def has_gpu() -> bool:
+    """Whether the cuda backend can run here (a driver and a GPU): a probe
+    program, compiled into a cache of its own."""
+    global HAS_GPU
+    if HAS_GPU is None:
+        import tempfile
+        old = os.environ.get("SHARDX_CACHE_DIR")
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["SHARDX_CACHE_DIR"] = cache
+            try:
+                shardx.compile(lambda x: x + 1, None, backend="cuda", name="probe")(torch.ones(2))
+                HAS_GPU = True
+            except RankError as e:
+                if "no CUDA driver" not in str(e):
+                    raise
+                HAS_GPU = False
+            finally:
+                if old is None:
+                    del os.environ["SHARDX_CACHE_DIR"]
+                else:
+                    os.environ["SHARDX_CACHE_DIR"] = old
+    return HAS_GPU
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _step(x, w):
+    return torch.relu(x @ w).sum(), x @ w
+
+
+def test_cuda_backend_compiles_for_cuda_and_reports_the_missing_driver(tmp_path):
+    mesh = Mesh((2,), ("tp",))
+    f = shardx.compile(_step, mesh, [[Replicate()], [Shard(1)]], backend="cuda")
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    if has_gpu():
+        loss, y = f(x, w)
+        ref_loss, ref_y = _step(x, w)
+        np.testing.assert_allclose(loss.to_torch().numpy(), ref_loss.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(y.to_torch().numpy(), ref_y.numpy(), rtol=1e-5, atol=1e-6)
+        return
+    with pytest.raises(RankError, match="no CUDA driver"):
+        f(x, w)
+    # The entry was compiled, for CUDA, before the run failed.
+    metas = [json.load(open(os.path.join(tmp_path, "cache", n)))
+             for n in os.listdir(tmp_path / "cache") if n.endswith(".json")]
+    assert [m["target"] for m in metas] == ["cuda-sm_90"]
+    so = os.path.join(tmp_path, "cache", metas[0]["key"] + ".so")
+    data = open(so, "rb").read()
+    # Device code (a fatbin or PTX for sm_90) and the host entry point.
+    assert b"sm_90" in data and b"shardx_entry_jit__step" in data
+    # A second call fails the same way (the session starts a fresh world).
+    with pytest.raises(RankError, match="no CUDA driver"):
+        f(x, w)
+    assert f.compiles == 1
+
+
+def test_cuda_local_is_the_cuda_backend():
+    f = shardx.compile(_step, None, backend="cuda-local")
+    assert f.backend == "cuda"
+
+
+def test_gpu_chip_is_checked(monkeypatch):
+    monkeypatch.setenv("SHARDX_GPU_CHIP", "volta")
+    f = shardx.compile(_step, None, backend="cuda")
+    with pytest.raises(ValueError, match="SHARDX_GPU_CHIP='volta'"):
+        f.precompile(torch.randn(4, 8), torch.randn(8, 6))
+
+
+def test_cuda_precompile_and_export_need_no_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDX_GPU_CHIP", "sm_80")
+    mesh = Mesh((2,), ("tp",))
+    f = shardx.compile(_step, mesh, [[Replicate()], [Shard(1)]], backend="cuda")
+    f.precompile(torch.randn(4, 8), torch.randn(8, 6))
+    assert f.compiles == 1
+    pkg = f.export(str(tmp_path / "step.shardx"))
+    with zipfile.ZipFile(pkg) as z:
+        blobs = [z.read(n) for n in z.namelist() if n.endswith(".so")]
+    assert len(blobs) == 1 and b"sm_80" in blobs[0]
+
+
+def test_nccl_needs_a_launcher_for_several_ranks(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "PMI_RANK", "PMI_SIZE", "SHARDX_RANK", "SHARDX_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    f = shardx.compile(_step, Mesh((2,), ("tp",)), [[Replicate()], [Shard(1)]], backend="nccl")
+    with pytest.raises(ValueError, match="torchrun --nproc-per-node 2"):
+        f(torch.randn(4, 8), torch.randn(8, 6))
+
+
+def test_nccl_world_size_must_match_the_mesh(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    f = shardx.compile(_step, Mesh((2,), ("tp",)), [[Replicate()], [Shard(1)]], backend="nccl")
+    with pytest.raises(ValueError, match="has 2 ranks but the launcher started 3"):
+        f(torch.randn(4, 8), torch.randn(8, 6))
+
+
+def test_nccl_world_of_one():
+    f = shardx.compile(_step, None, backend="nccl")
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    if has_gpu():
+        loss, _ = f(x, w)
+        np.testing.assert_allclose(loss.to_torch().numpy(), _step(x, w)[0].numpy(), rtol=1e-5)
+        return
+    with pytest.raises(RuntimeError, match="no CUDA driver|no NCCL"):
+        f(x, w)
+
+
+def test_torchrun_nccl_fails_cleanly_without_gpus(tmp_path):
+    if has_gpu():
+        pytest.skip("a GPU is here: two ranks would need two GPUs (NCCL refuses two on one)")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+        import torch, shardx
+        from shardx import Mesh, Replicate, Shard
+        f = shardx.compile(lambda x, w: (x @ w).sum(), Mesh((2,), ("tp",)),
+                           [[Replicate()], [Shard(1)]], backend="nccl")
+        print(f(torch.randn(4, 8), torch.randn(8, 6)).item())
+    """))
+    env = dict(os.environ, SHARDX_CACHE_DIR=str(tmp_path / "cache"), PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", "29533", str(script)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode != 0
+    assert "no CUDA driver" in proc.stderr or "no NCCL" in proc.stderr, proc.stderr[-2000:]
+    assert "Segmentation fault" not in proc.stderr and "core dumped" not in proc.stderr
