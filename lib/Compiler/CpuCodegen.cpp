@@ -269,6 +269,8 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     }
   }
   TimingScope lowerTiming = nestTiming(timing, "lower to LLVM dialect");
+  // In the kernels, which LLVM optimizes (the host unit is compiled at -O0).
+  lowerMaskedScatters(module, ScatterOrder::IndicesOuter);
   lowerInnerReductions(module);
   if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)",
                              timing ? &lowerTiming : nullptr)) ||

@@ -446,4 +446,5 @@ void mlir::shardx::registerCompilerPasses() {
   registerCpuLoopPasses();
   registerNarrowFloatPasses();
   registerOutlineKernelsPass();
+  registerScatterLoopPasses();
 }

@@ -653,6 +653,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
                   "canonicalize")) ||
       failed(placeBuffersOnDevice(module)))
     return failure();
+  lowerMaskedScatters(module, ScatterOrder::RowsParallel);
   if (failed(parallelLoopsFirst(module)))
     return failure();
   parallelizeFullSums(module);

@@ -115,6 +115,25 @@ void packSlicesAsConcat(ModuleOp module);
 /// (`shardx-contractions-to-blas`).
 LogicalResult contractionsToBlasCalls(ModuleOp module);
 
+/// How lowerMaskedScatters orders a scatter's loops.
+enum class ScatterOrder {
+  /// The indices outermost, a row's columns inside (contiguous): the CPU.
+  IndicesOuter,
+  /// An scf.parallel over the columns, the indices in order inside each: a
+  /// device thread per column, no atomics (the GPU).
+  RowsParallel,
+};
+
+/// After bufferization: replaces every masked accumulation into rows of a
+/// table (the importer's index_put with accumulate, embedding backward and
+/// scatter_add: a reduction over the indices of `acc + select(row ==
+/// index, value, 0)`) by the scatter it means, which visits each index once
+/// instead of once per row (lib/Compiler/ScatterLoops.cpp). Returns how
+/// many it replaced.
+int64_t lowerMaskedScatters(ModuleOp module, ScatterOrder order);
+/// Registers `shardx-lower-masked-scatters{order=cpu|gpu}`.
+void registerScatterLoopPasses();
+
 /// After bufferization: replaces every linalg op on buffers whose reduction
 /// loops are all inside its parallel loops by loops that carry the
 /// accumulators in registers (scf.for iter_args), a float sum or product
