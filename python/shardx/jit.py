@@ -642,9 +642,10 @@ class CompiledFunction(runtime().CompiledCall):
         self.last_compile_timing: Optional[Dict[str, float]] = None
         #: Why each compile after the first happened.
         self.recompile_reasons: List[str] = []
-        # The rank session is made at the first run, not here: a GPU
-        # backend's function compiles (and exports) where no GPU is.
-        self._session_obj = None
+        # A GPU backend's rank session is made at the first run, not here,
+        # so that its function compiles (and exports) where no GPU is; the
+        # others' here (a missing mpirun fails before any compile).
+        self._session_obj = None if backend in GPU_BACKENDS else session(self.mesh, backend)
         self._plan = None
 
     @property
