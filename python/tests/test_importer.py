@@ -365,3 +365,82 @@ def test_dead_ops_without_shardx_opt(monkeypatch, caplog):
     monkeypatch.setattr(dce, "PIPELINE", "--no-such-pass")
     with pytest.raises(shardx.TraceError, match="shardx-opt rejected the imported program"):
         shardx.trace(_unused_intermediate, (x, y))
+
+
+def _huge_step(x, w):
+    w = w.detach().requires_grad_(True)
+    loss = torch.tanh(x @ w).square().mean()
+    (g,) = torch.autograd.grad(loss, w)
+    return loss.detach(), w.detach() - 0.1 * g
+
+
+def test_trace_is_shape_only(monkeypatch):
+    """Tracing runs no kernel: a train step over two 2^20 x 2^20 inputs
+    (4 TiB each in f32, expanded from one element) traces on fake tensors,
+    where any real matmul, tanh or gradient would have to allocate 4 TiB.
+    The real-tensor fallback is switched off, so it cannot hide a refusal."""
+    import shardx.importer.tracing as tracing
+    passes = tracing._trace_passes
+
+    def fake_only(fn, flat_args, treedef, fake):
+        assert fake, "traced on real tensors"
+        return passes(fn, flat_args, treedef, fake)
+    monkeypatch.setattr(tracing, "_trace_passes", fake_only)
+    n = 1 << 20
+    x = torch.full((), 0.5).expand(n, n)
+    w = torch.full((), 0.25).expand(n, n)
+    text = shardx.trace(_huge_step, (x, w))
+    assert tracing.last_mode == "fake"
+    assert f"%arg0: tensor<{n}x{n}xf32>" in text and f"tensor<{n}x{n}xf32>" in text.split("->")[1]
+    assert text.count("linalg.matmul") == 2 and "math.tanh" in text
+
+
+def test_trace_keeps_constants_and_inputs(tmp_path):
+    """On fake tensors the program still holds the real values of the
+    tensors the function closes over or creates (dense constants), and the
+    function runs on fake copies of the inputs: an in-place update changes
+    the program's result, not the caller's tensor."""
+    import shardx.importer.tracing as tracing
+    scale = torch.tensor([[0.5, -1.25], [2.0, 3.0]])
+
+    def closes_over(x):
+        x.mul_(scale)
+        return x + torch.tensor([1.5, 2.5])
+    x = torch.ones(2, 2)
+    text = shardx.trace(closes_over, (x,))
+    assert tracing.last_mode == "fake"
+    assert torch.equal(x, torch.ones(2, 2))
+    for t in (scale, torch.tensor([1.5, 2.5])):
+        assert f'dense<"0x{t.numpy().tobytes().hex().upper()}">' in text
+    art = Artifact(compile_mlir(text, str(tmp_path / "consts.so")))
+    (out,) = art["closes_over"](x.numpy())
+    np.testing.assert_array_equal(out, closes_over(x.clone()).numpy())
+
+
+def _scaled_by_max(x):
+    return x * float(x.numpy().max())  # reads memory: fake tensors have none
+
+
+def _scaled_by_sum(x):
+    return x * x.sum().item()
+
+
+def test_trace_falls_back_to_real_tensors(tmp_path, caplog):
+    """A function that fake tensors cannot run is traced on the real ones,
+    as before, and says why (the exception and the user's line); one that
+    reads a value into Python is a TraceError naming the line (real tensors
+    refuse it too)."""
+    import shardx.importer.tracing as tracing
+    x = torch.tensor([1.0, 2.5, -3.0])
+    with caplog.at_level("WARNING", logger="shardx.importer"):
+        text = shardx.trace(_scaled_by_max, (x,))
+    assert tracing.last_mode == "real"
+    assert re.search(r"fake tensors refused _scaled_by_max \(RuntimeError: .*numpy.* "
+                     r"\(from .*test_importer.py:\d+\)\); tracing on the real tensors", caplog.text)
+    assert "arith.constant 0x40200000 : f32" in text  # 2.5, the example's maximum
+    art = Artifact(compile_mlir(text, str(tmp_path / "max.so")))
+    (out,) = art["_scaled_by_max"](x.numpy())
+    np.testing.assert_array_equal(out, (x * 2.5).numpy())
+    with pytest.raises(shardx.TraceError, match=r"_scaled_by_sum reads a tensor's value into "
+                       r"Python \(aten._local_scalar_dense.*\(from .*test_importer.py:\d+\)"):
+        shardx.trace(_scaled_by_sum, (x,))

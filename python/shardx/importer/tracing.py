@@ -1,11 +1,12 @@
 """Tracing: ``make_fx`` over the whole train step (forward, backward,
-optimizer update), then functionalization and decomposition to the aten ops
-that ``HANDLERS`` covers; each node's source line and train-step phase,
-which the emitter turns into locations."""
+optimizer update) on fake tensors, then functionalization and decomposition
+to the aten ops that ``HANDLERS`` covers; each node's source line and
+train-step phase, which the emitter turns into locations."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
+log = logging.getLogger("shardx.importer")
 
 
 def decompositions():
@@ -40,10 +42,68 @@ def decompositions():
 
 
 def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphModule:
-    """Traces ``fn`` to a functional aten graph over the flattened inputs."""
+    """Traces ``fn`` to a functional aten graph over the flattened inputs, on
+    fake tensors (shapes, dtypes and strides only: no kernel runs, so the
+    time does not depend on the tensors' sizes). A function that fake tensors
+    cannot run (one whose shapes depend on tensor values: ``nonzero``,
+    boolean masks; or that reads memory: ``.numpy()``) is traced again on
+    the real tensors, as before, with the reason logged (WARNING,
+    ``shardx.importer``); where that fails too, its error is raised. One
+    that reads a value into Python (``.item()``, ``bool(t)``) is a
+    ``TraceError`` at once: make_fx refuses that on real tensors too."""
+    global last_mode
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    from ..placements import PlacementError
+    from .values import ImportError_, UnsupportedOpError
+    name = getattr(fn, "__name__", "the function")
+    try:
+        gm = _trace_passes(fn, flat_args, treedef, fake=True)
+        last_mode = "fake"
+        return gm
+    except (ImportError_, PlacementError, UnsupportedOpError):
+        raise  # ShardX's own errors: real tensors would raise them too
+    except DataDependentOutputException as e:
+        raise ImportError_(
+            f"{name} reads a tensor's value into Python ({e.func}: .item(), float(t), bool(t), "
+            f"an if on a tensor) {_user_frame(e)}; the traced program must be the same for "
+            "all tensor values: compute with tensor ops instead (torch.where)") from None
+    except Exception as e:  # noqa: BLE001 -- any other refusal of fake tensors
+        reason = f"{type(e).__name__}: {_first_line(e)} {_user_frame(e)}".rstrip()
+    log.warning("shardx.trace: fake tensors refused %s (%s); tracing on the real tensors, "
+                "which runs every op", name, reason)
+    gm = _trace_passes(fn, flat_args, treedef, fake=False)
+    last_mode = "real"
+    return gm
+
+
+#: How the last ``_trace_graph`` ran: ``"fake"`` (shapes only) or ``"real"``
+#: (the fallback on the real tensors).
+last_mode: Optional[str] = None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _user_frame(e: BaseException) -> str:
+    """``from FILE:LINE``, the user's frame the exception came from ("" if
+    none is outside PyTorch and the importer)."""
+    import traceback
+    skip = ("/torch/", "/shardx/importer/", "/shardx/train.py", "<eval_with_key>", "/contextlib.py")
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not any(s in frame.filename for s in skip):
+            return f"(from {frame.filename}:{frame.lineno})"
+    return ""
+
+
+def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
+    """The two ``make_fx`` passes, on fake copies of the inputs (``fake``)
+    or on the inputs themselves."""
     from torch.func import functionalize
     from torch.fx import traceback as fx_traceback
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     def flat_fn(*xs):
         return pytree.tree_leaves(fn(*pytree.tree_unflatten(list(xs), treedef)))
@@ -63,6 +123,18 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
         stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+        if fake:
+            # One fake tensor per input (the same tensor twice is one fake,
+            # views keep their base), with its shape, dtype, strides and
+            # requires_grad. Tensors the function closes over stay real
+            # (allow_non_fake_inputs): make_fx keeps them as the graph's
+            # constants, values and all, and the ops on them run on fake
+            # copies. No shape environment: an op whose output shape
+            # depends on values raises instead of making a symbolic size.
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            flat_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                         for a in flat_args]
+            stack.enter_context(mode)
         with fx_traceback.preserve_node_meta():
             g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
@@ -79,12 +151,12 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
 
 
 def _skip_fake_mode_stacks(stack: contextlib.ExitStack) -> None:
-    """make_fx on real tensors makes a FakeTensorMode for every value's
-    metadata, and each records its creation stack (``traceback.extract_stack``,
-    for debugging messages only): a quarter of the trace's time. While
-    tracing, the fake-tensor module sees a ``traceback`` whose
-    ``extract_stack`` is empty; everything else (the source locations of
-    ``record_stack_traces``) is untouched."""
+    """make_fx on real tensors (the fallback of ``_trace_graph``) makes a
+    FakeTensorMode for every value's metadata, and each records its creation
+    stack (``traceback.extract_stack``, for debugging messages only): a
+    quarter of such a trace's time. While tracing, the fake-tensor module
+    sees a ``traceback`` whose ``extract_stack`` is empty; everything else
+    (the source locations of ``record_stack_traces``) is untouched."""
     import types
     import traceback
     from torch._subclasses import fake_tensor
