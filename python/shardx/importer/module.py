@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 from ..placements import Mesh, Placement, PlacementError, check_placements, layout_text
 from .dce import remove_dead_ops
 from .graph import Importer
-from .tracing import _trace_graph
+from .tracing import _trace_graph, on_roomy_stack
 from .values import ImportError_, Value
 
 
@@ -47,6 +47,11 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     ``func.func`` named ``name`` (default: the function's name) plus the
     ``shardx.mesh`` when a mesh is given.
     """
+    return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements, name,
+                          arg_attrs)
+
+
+def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs) -> str:
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
         if not isinstance(a, torch.Tensor):

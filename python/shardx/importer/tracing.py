@@ -150,6 +150,36 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
     return g
 
 
+def on_roomy_stack(fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with CPython's frame stack on a fresh chunk
+    with about 1 MiB free above the call.
+
+    CPython (3.11 here) keeps frames in 16 KiB chunks and unmaps a chunk as
+    soon as the stack falls back below it (python/cpython#142183; later 3.13
+    and 3.14 releases keep one chunk cached). A trace calls through the same
+    deep dispatch path for every op; where a chunk boundary falls inside
+    that path, each op maps and unmaps a chunk several times: at 32 layers
+    of bench/compile_latency_bench.py's GPT, 600,000 mmap/munmap pairs and
+    900,000 page faults, a third of the trace's time. Whether it happens
+    depends on the frames below (the number of inputs moves the boundary:
+    16 layers did not hit it). The call runs from a frame whose code
+    reserves 1 MiB of evaluation stack (never touched), so its chunk is
+    2 MiB and everything the call does fits in the rest."""
+    if sys.implementation.name != "cpython":
+        return fn(*args, **kwargs)
+    return _ROOMY_CALL(fn, args, kwargs)
+
+
+def _call(fn, args, kwargs):
+    return fn(*args, **kwargs)
+
+
+# 131,072 evaluation-stack slots of 8 bytes (1 MiB): with the 1,000 slots a
+# new chunk must have beyond the frame, CPython rounds the chunk up to 2 MiB
+# (a power of two, 16 KiB at least); the frame's stack is never written.
+_ROOMY_CALL = type(_call)(_call.__code__.replace(co_stacksize=131072), {})
+
+
 def _skip_fake_mode_stacks(stack: contextlib.ExitStack) -> None:
     """make_fx on real tensors (the fallback of ``_trace_graph``) makes a
     FakeTensorMode for every value's metadata, and each records its creation
