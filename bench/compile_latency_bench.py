@@ -3,7 +3,8 @@ torch.compile (inductor) on the same GPT-style train step, in one run.
 
     ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
         [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--dump DIR]
-        [--gpt2-zoo LAYERS]
+        [--gpt2-zoo LAYERS] [--trace-only] [--dim D --heads H --seq S
+        --batch B --vocab V]
 
 The step: a GPT with tied embedding and LM head, pre-norm causal blocks
 (4 heads, width 64, MLP 4x), sequence 16, batch 4, cross-entropy loss,
@@ -24,6 +25,11 @@ artifact, most kernels cached). Ratios (goals in issue 35):
 - warm one-layer change / cold (goal <= 0.2).
 
 The ShardX first step is checked against eager (the loss, f32 tolerance).
+
+`--trace-only` times `shardx.trace` of the step alone at each depth (no
+compile, no run); with the shape flags (default width 64, 4 heads, sequence
+16, batch 4, vocabulary 128) it shows that the trace's time does not depend
+on the tensors' sizes (e.g. `--dim 768 --heads 12 --seq 1024 --batch 8`).
 """
 
 import argparse
@@ -42,6 +48,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 DIM, HEADS, SEQ, BATCH, VOCAB = 64, 4, 16, 4, 128
+
+
+def set_shape(dim, heads, seq, batch, vocab):
+    """Sets the model's width, heads, sequence, batch and vocabulary."""
+    global DIM, HEADS, SEQ, BATCH, VOCAB
+    DIM, HEADS, SEQ, BATCH, VOCAB = dim, heads, seq, batch, vocab
 
 
 def init_params(layers, widths=None, seed=0):
@@ -186,15 +198,20 @@ print(time.perf_counter() - start)
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def dump(layers, folder):
+def trace_text(layers):
+    """The traced program of the step `layers` deep (shardx.trace)."""
     import shardx
     names, args = example(layers)
     mesh = shardx.Mesh((2, 2), ("dp", "tp"))
     pl = placements(names, shardx)
     R, S = shardx.Replicate, shardx.Shard
-    text = shardx.trace(make_step(names), args, mesh,
+    return shardx.trace(make_step(names), args, mesh,
                         pl + pl + pl + [[S(0), R()], [S(0), R()]],
                         [[R(), R()]] + pl + pl + pl, name="gpt_step")
+
+
+def dump(layers, folder):
+    text = trace_text(layers)
     path = os.path.join(folder, f"gpt_{layers}.mlir")
     with open(path, "w") as f:
         f.write(text)
@@ -240,7 +257,29 @@ def main(argv=None):
                     help="only time shardx-compile of the zoo's HF GPT-2 TP step this deep")
     ap.add_argument("--dump", metavar="DIR",
                     help="write the traced programs (gpt_<layers>.mlir) and exit")
+    ap.add_argument("--trace-only", action="store_true",
+                    help="only time shardx.trace of the step at each depth")
+    ap.add_argument("--dim", type=int, default=DIM, help="model width (default %(default)s)")
+    ap.add_argument("--heads", type=int, default=HEADS,
+                    help="attention heads (default %(default)s)")
+    ap.add_argument("--seq", type=int, default=SEQ, help="sequence length (default %(default)s)")
+    ap.add_argument("--batch", type=int, default=BATCH, help="batch size (default %(default)s)")
+    ap.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary (default %(default)s)")
     args = ap.parse_args(argv)
+    shape = (args.dim, args.heads, args.seq, args.batch, args.vocab)
+    if shape != (DIM, HEADS, SEQ, BATCH, VOCAB):
+        if not args.no_torch and not (args.trace_only or args.dump or args.gpt2_zoo):
+            ap.error("the shape flags time ShardX only: add --no-torch")
+        set_shape(*shape)
+    if args.trace_only:
+        from shardx.importer import module as importer_module
+        print(f"{'layers':>6} {'trace s':>8} {'import s':>9}  (width {DIM}, seq {SEQ}, "
+              f"batch {BATCH}, vocab {VOCAB})", flush=True)
+        for n in args.layers:
+            trace_text(n)
+            t = importer_module.last_timing
+            print(f"{n:6d} {t['trace']:8.2f} {t['import']:9.2f}", flush=True)
+        return 0
     if args.gpt2_zoo:
         with tempfile.TemporaryDirectory() as cache:
             secs, traced = gpt2_zoo_compile(args.gpt2_zoo, 3, cache)
