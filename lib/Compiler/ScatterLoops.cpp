@@ -385,7 +385,8 @@ void rewrite(const MaskedScatter &m, shardx::ScatterOrder order) {
       steps.push_back(one);
     }
     auto loop = scf::ParallelOp::create(b, loc, lbs, ubs, steps);
-    for (auto [d, iv] : llvm::zip(columns, loop.getInductionVars()))
+    SmallVector<Value> loopIvs(loop.getInductionVars());
+    for (auto [d, iv] : llvm::zip(columns, loopIvs))
       ivs[d] = iv;
     b.setInsertionPoint(loop.getBody()->getTerminator());
     forLoops(indices);

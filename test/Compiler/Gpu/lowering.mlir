@@ -107,6 +107,29 @@ func.func @column_sum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
   return %s : tensor<32xf32>
 }
 
+// A long column sum (8192 rows, 768 columns: a GPT-2 bias gradient) is two
+// kernels after the fill: chunks of rows summed in parallel into a
+// temporary, then each column plus its chunks' partial sums; the
+// temporary is freed after.
+// CHECK-LABEL: llvm.func @long_column_sum(
+// CHECK: gpu.launch_func @shardx_kernels::@{{.*}} blocks
+// CHECK: %[[T:.*]] = llvm.call @_mlir_memref_to_llvm_alloc(
+// CHECK: gpu.launch_func @shardx_kernels::@{{.*}} blocks
+// CHECK: gpu.launch_func @shardx_kernels::@{{.*}} blocks
+// CHECK: llvm.call @_mlir_memref_to_llvm_free(%[[T]])
+// CHECK: llvm.return
+func.func @long_column_sum(%x: tensor<8192x768xf32>) -> tensor<768xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<768xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<768xf32>) -> tensor<768xf32>
+  %s = linalg.reduce ins(%x : tensor<8192x768xf32>) outs(%z : tensor<768xf32>) dimensions = [0]
+    (%a: f32, %b: f32) {
+      %r = arith.addf %a, %b : f32
+      linalg.yield %r : f32
+    }
+  return %s : tensor<768xf32>
+}
+
 // A constant GEMM operand is copied from its host global to the device
 // before cuBLAS reads it.
 // CHECK-LABEL: llvm.func @constant_weight(
