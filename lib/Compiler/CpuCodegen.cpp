@@ -248,12 +248,8 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     return failure();
   // Loops LLVM vectorizes (CpuLoops.cpp): row reductions carry their
   // accumulators in registers, f32 exp/erf/tanh are polynomials.
-  if (failed(runPassPipeline(
-          module,
-          "ownership-based-buffer-deallocation,canonicalize,"
-          "buffer-deallocation-simplification,bufferization-lower-"
-          "deallocations,convert-bufferization-to-memref,cse,canonicalize",
-          timing)))
+  if (failed(timed(timing, "deallocate buffers",
+                   [&] { return deallocateBuffers(module); })))
     return failure();
   // One function per fused loop nest, identical ones merged: LLVM then
   // optimizes each unique kernel once, in parallel and through the kernel

@@ -447,4 +447,5 @@ void mlir::shardx::registerCompilerPasses() {
   registerNarrowFloatPasses();
   registerOutlineKernelsPass();
   registerScatterLoopPasses();
+  registerDeallocPasses();
 }

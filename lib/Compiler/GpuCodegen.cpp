@@ -820,11 +820,7 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
             return std::nullopt;
           })))
     return failure();
-  if (failed(runPassPipeline(
-          module, "ownership-based-buffer-deallocation,canonicalize,"
-                  "buffer-deallocation-simplification,bufferization-lower-"
-                  "deallocations,convert-bufferization-to-memref,cse,"
-                  "canonicalize")) ||
+  if (failed(deallocateBuffers(module)) ||
       failed(placeBuffersOnDevice(module)))
     return failure();
   lowerMaskedScatters(module, ScatterOrder::RowsParallel);

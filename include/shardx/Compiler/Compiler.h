@@ -115,6 +115,17 @@ void packSlicesAsConcat(ModuleOp module);
 /// (`shardx-contractions-to-blas`).
 LogicalResult contractionsToBlasCalls(ModuleOp module);
 
+/// After bufferization: frees each buffer of every function right after
+/// its last use (lib/Compiler/Deallocs.cpp). Returns false, with the
+/// reason in `why` and the module untouched, where a function is not
+/// straight-line in its buffers (then the ownership-based pipeline runs).
+bool placeDeallocs(ModuleOp module, std::string *why = nullptr);
+/// Registers `shardx-place-deallocs`.
+void registerDeallocPasses();
+/// The buffers' deallocation of both targets: placeDeallocs, else MLIR's
+/// ownership-based deallocation; then the bufferization ops to memref.
+LogicalResult deallocateBuffers(ModuleOp module, TimingScope *timing = nullptr);
+
 /// How lowerMaskedScatters orders a scatter's loops.
 enum class ScatterOrder {
   /// The indices outermost, a row's columns inside (contiguous): the CPU.
