@@ -204,6 +204,8 @@ def run(args):
         return timed(one, args.steps, 1), [float(x) for x in cell["losses"]], compile_s
 
     rows["eager"], eager_losses, _ = measure_torch(False)
+    print(f"eager: peak GPU memory allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
+          flush=True)
     if not args.no_torch_compile:
         rows["torch.compile"], _, compile_s = measure_torch(True)
         print(f"torch.compile: first call (compile) {compile_s:.1f} s", flush=True)
@@ -232,15 +234,17 @@ def run(args):
         one()
         first = time.perf_counter() - start
         seconds = timed(one, args.steps, 1)
-        print(f"{name}: first call {first:.2f} s, then {seconds * 1e3:.1f} ms/step", flush=True)
+        # The runtime's caching allocator keeps the step's blocks: what the
+        # GPU holds now is about the step's peak.
+        free, total = torch.cuda.mem_get_info()
+        print(f"{name}: first call {first:.2f} s, then {seconds * 1e3:.1f} ms/step; GPU memory "
+              f"in use after the steps {(total - free) / 2**30:.1f} GiB", flush=True)
         return seconds, cell["losses"], fn.mesh.size
 
     losses = {}
-    for name in ("gpt_1", "gpt_dp2"):
+    for name in args.packages.split(","):
         seconds, losses[name], ranks = measure_shardx(name)
         rows[f"shardx ({ranks} cuda rank{'s' if ranks > 1 else ''})"] = seconds
-        free, total = torch.cuda.mem_get_info()
-        print(f"GPU memory in use with {name} loaded: {(total - free) / 2**30:.1f} GiB", flush=True)
         # Its artifact released: the runtime's cached device blocks go back
         # (each artifact has its own cache).
         gc.collect()
@@ -269,10 +273,11 @@ def run(args):
     print(f"first-step loss: shardx {losses['gpt_1'][0]:.5f}, eager {eager_losses[0]:.5f} "
           f"(relative {first:.1e}, tolerance {TOLERANCE:g})")
     ok &= first <= TOLERANCE
-    worst = max(rel(a, b) for a, b in zip(losses["gpt_dp2"], losses["gpt_1"]))
-    print(f"2 ranks vs 1 rank, {len(losses['gpt_1'])} steps: max relative loss difference "
-          f"{worst:.1e} (tolerance {TOLERANCE:g})")
-    ok &= worst <= TOLERANCE
+    if "gpt_dp2" in losses:
+        worst = max(rel(a, b) for a, b in zip(losses["gpt_dp2"], losses["gpt_1"]))
+        print(f"2 ranks vs 1 rank, {len(losses['gpt_1'])} steps: max relative loss difference "
+              f"{worst:.1e} (tolerance {TOLERANCE:g})")
+        ok &= worst <= TOLERANCE
     print("gpu_train_bench: " + ("ok" if ok else "NUMERICS FAILED"))
     return 0 if ok else 1
 
@@ -289,6 +294,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument("--packages", default="gpt_1,gpt_dp2",
+                    help="the ShardX packages to run (gpt_1 is needed for the loss check)")
     args = ap.parse_args(argv)
     return build(args) or 0 if args.build_only else run(args)
 
