@@ -327,7 +327,7 @@ void splitColumnSums(ModuleOp module) {
         return;
       (d < numParallel ? outputs : reduction) *= ranges[d];
     }
-    if (outputs > kMaxOutputs || reduction < kMinReduction)
+    if (outputs == 0 || outputs > kMaxOutputs || reduction < kMinReduction)
       return;
     Block *body = op.getBlock();
     BlockArgument acc = op.getRegionOutputArgs()[0];

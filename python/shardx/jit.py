@@ -827,8 +827,13 @@ class CompiledFunction(runtime().CompiledCall):
         donated_input_of = [-1] * len(out_keys)
         for i, o in donated:
             donated_input_of[o] = i
-        return runtime().CallPlan(self._session, artifact, entry, spec, out_spec,
-                                  out_keys, donated_input_of, ShardedTensor, self.mesh, self.name)
+        args = (artifact, entry, spec, out_spec, out_keys, donated_input_of, ShardedTensor,
+                self.mesh, self.name)
+        if self._session_obj is None:
+            # A GPU backend's session is made at the first run (an nccl
+            # session needs its launcher and a GPU): so is the plan.
+            return _LazyPlan(self, args)
+        return runtime().CallPlan(self._session, *args)
 
     def _pair_donated(self, args, out_spec, in_layouts, out_specs):
         """(flat input, flat output) pairs: each donated argument's leaves
@@ -940,6 +945,8 @@ class CompiledFunction(runtime().CompiledCall):
                 exe = variant
         self._last_key = key
         # An entry that writes inputs back runs from here (Python), every call.
+        if isinstance(exe.plan, _LazyPlan):
+            exe.plan = exe.plan.build()
         self._plan = None if exe.writes else exe.plan
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
@@ -969,6 +976,16 @@ class CompiledFunction(runtime().CompiledCall):
                         values.append(new)
             _write_back(targets, values)
         return out
+
+
+class _LazyPlan:
+    """A call plan to make at its first use, when the rank session is."""
+
+    def __init__(self, fn: "CompiledFunction", args):
+        self.fn, self.args = fn, args
+
+    def build(self):
+        return runtime().CallPlan(self.fn._session, *self.args)
 
 
 def _alias_text(partners) -> str:

@@ -38,9 +38,8 @@ def runtime():
     # The build for this interpreter (a folder may hold builds for several
     # Pythons, e.g. one carried to a GPU host).
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    found = [f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
-             if f.startswith("_shardx_rt.") and any(f.endswith(x) for x in suffixes)]
-    found.sort(key=lambda f: min(i for i, x in enumerate(suffixes) if f.endswith(x)))
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    found = ["_shardx_rt" + x for x in suffixes if "_shardx_rt" + x in names]
     if not found:
         raise ImportError(f"the ShardX runtime binding (_shardx_rt) is not built in {folder} "
                           f"for this Python ({sys.version.split()[0]}): run bash scripts/test.sh "
@@ -160,18 +159,25 @@ def _store_exchange(rank: int, world: int, timeout: float):
     import datetime
     host, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT")
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    # An elastic restart keeps the agent's store: each attempt its own keys.
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     stores = []
 
     def exchange(key: str, data: Optional[bytes]) -> Optional[bytes]:
         # The store is made at the first exchange, once the binding has
-        # opened NCCL and the GPU (whose absence is the error to report).
+        # opened NCCL and the GPU (whose absence is the error to report);
+        # a process group already initialized lends its own (it serves
+        # MASTER_PORT).
         if not stores:
-            from torch.distributed import TCPStore
-            stores.append(TCPStore(host, port, world, is_master=(rank == 0 and not agent),
-                                   timeout=datetime.timedelta(seconds=timeout),
-                                   wait_for_workers=False))
-        name = f"shardx/{run}/{key}"
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                stores.append(dist.distributed_c10d._get_default_store())
+            else:
+                stores.append(dist.TCPStore(host, port, world, is_master=(rank == 0 and not agent),
+                                            timeout=datetime.timedelta(seconds=timeout),
+                                            wait_for_workers=False))
+        name = f"shardx/{run}/{attempt}/{key}"
         if data is not None:
             stores[0].set(name, data)
             return None

@@ -108,6 +108,19 @@ def test_cuda_precompile_and_export_need_no_gpu(tmp_path, monkeypatch):
     assert len(blobs) == 1 and b"sm_80" in blobs[0]
 
 
+def test_nccl_precompile_and_export_need_no_launcher_or_gpu(tmp_path, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "PMI_RANK", "PMI_SIZE", "SHARDX_RANK", "SHARDX_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    f = shardx.compile(_step, Mesh((2,), ("tp",)), [[Replicate()], [Shard(1)]], backend="nccl")
+    f.precompile(torch.randn(4, 8), torch.randn(8, 6))
+    pkg = f.export(str(tmp_path / "step.shardx"))
+    assert os.path.getsize(pkg) > 0
+    # The session (and the launcher's environment) is needed at the call.
+    with pytest.raises(ValueError, match="torchrun --nproc-per-node 2"):
+        f(torch.randn(4, 8), torch.randn(8, 6))
+
+
 def test_nccl_needs_a_launcher_for_several_ranks(monkeypatch):
     for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                 "PMI_RANK", "PMI_SIZE", "SHARDX_RANK", "SHARDX_WORLD_SIZE"):

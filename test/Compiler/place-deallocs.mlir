@@ -91,3 +91,21 @@ module {
     return
   }
 }
+
+// -----
+
+// Tests that a region op returning a buffer (which may alias one of the
+// function's allocations) is not handled here either.
+// expected-error @+1 {{shardx-place-deallocs: @yields: a region op returns a buffer}}
+module {
+  func.func @yields(%c: i1) -> memref<4xf32> {
+    %a = memref.alloc() : memref<4xf32>
+    %b = memref.alloc() : memref<4xf32>
+    %r = scf.if %c -> memref<4xf32> {
+      scf.yield %a : memref<4xf32>
+    } else {
+      scf.yield %b : memref<4xf32>
+    }
+    return %r : memref<4xf32>
+  }
+}

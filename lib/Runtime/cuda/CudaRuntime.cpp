@@ -711,10 +711,14 @@ void shardx_rt_cuda_cache_trim() {
   if (s.freeBlocks.empty() || !s.error.empty())
     return;
   Driver &cu = driver();
-  // cuMemFree waits for the work that may still use a block.
-  for (auto &[key, blocks] : s.freeBlocks)
+  // Each block's stream first (a block is free once the work queued on its
+  // stream before its release is done), not cuMemFree's implicit wait.
+  for (auto &[key, blocks] : s.freeBlocks) {
+    if (!blocks.empty())
+      cu.cuStreamSynchronize(key.first);
     for (CUdeviceptr b : blocks)
       cu.cuMemFree(b);
+  }
   s.freeBlocks.clear();
   s.cachedBytes = 0;
 }

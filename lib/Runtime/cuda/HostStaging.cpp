@@ -7,8 +7,9 @@
 // conformance suite runs cuda-local through it, and CUDA artifacts run the
 // reshard steps they stage through host memory (the uneven all-to-all and
 // the exchange) through it. Copies are synchronous on the calling thread's
-// stream; a stream-ordered communicator (nccl) makes that stream wait for
-// the collective, and its `finish` then reports a collective that failed.
+// stream; a stream-ordered communicator (nccl) is ordered after that stream
+// before each collective and makes it wait for the collective, and its
+// `finish` then reports a collective that failed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +62,7 @@ public:
     size_t es = dtypeSize(type), me = getGroupIndex(axes);
     DeviceCopy in(send, me < counts.size() ? counts[me] * es : 0);
     DeviceCopy out(nullptr, total(counts) * es);
+    orderInner();
     Status s = inner.allGather(in.get(), out.get(), counts, type, axes);
     out.back(recv);
     return finished(s);
@@ -74,6 +76,7 @@ public:
     size_t es = dtypeSize(type), me = getGroupIndex(axes);
     DeviceCopy in(send, total(counts) * es);
     DeviceCopy out(nullptr, me < counts.size() ? counts[me] * es : 0);
+    orderInner();
     Status s = inner.reduceScatter(in.get(), out.get(), counts, type, op, axes);
     out.back(recv);
     return finished(s);
@@ -84,11 +87,13 @@ public:
     size_t bytes = count * dtypeSize(type);
     DeviceCopy in(send, bytes);
     if (send == recv) {
+      orderInner();
       Status s = inner.allReduce(in.get(), in.get(), count, type, op, axes);
       in.back(recv);
       return finished(s);
     }
     DeviceCopy out(nullptr, bytes);
+    orderInner();
     Status s = inner.allReduce(in.get(), out.get(), count, type, op, axes);
     out.back(recv);
     return finished(s);
@@ -107,6 +112,7 @@ public:
     if (send != recv)
       st.out = std::make_unique<DeviceCopy>(nullptr, bytes);
     void *to = st.out ? st.out->get() : st.in->get();
+    orderInner();
     if (Status s = inner.allReduceStart(st.in->get(), to, count, type, op,
                                         axes, st.request);
         !s)
@@ -125,6 +131,7 @@ public:
       return Communicator::wait(request);
     Started st = std::move(it->second);
     started.erase(it);
+    orderInner();
     Status s = inner.wait(st.request);
     (st.out ? st.out : st.in)->back(st.recv);
     return finished(s);
@@ -136,6 +143,7 @@ public:
     size_t es = dtypeSize(type);
     DeviceCopy in(send, total(sendCounts) * es);
     DeviceCopy out(nullptr, total(recvCounts) * es);
+    orderInner();
     Status s =
         inner.allToAll(in.get(), sendCounts, out.get(), recvCounts, type, axes);
     out.back(recv);
@@ -147,6 +155,7 @@ public:
                  const std::vector<int64_t> &axes) override {
     size_t bytes = count * dtypeSize(type);
     DeviceCopy in(send, bytes), out(nullptr, bytes);
+    orderInner();
     Status s = inner.permute(in.get(), out.get(), count, type, pairs, axes);
     out.back(recv);
     return finished(s);
@@ -155,6 +164,7 @@ public:
   Status broadcast(void *buffer, size_t count, DType type, int64_t root,
                    const std::vector<int64_t> &axes) override {
     DeviceCopy data(buffer, count * dtypeSize(type));
+    orderInner();
     Status s = inner.broadcast(data.get(), count, type, root, axes);
     data.back(buffer);
     return finished(s);
@@ -170,6 +180,13 @@ public:
   Status finish() override { return inner.finish(); }
 
 private:
+  /// Queues the inner collectives after this thread's copies and makes the
+  /// copies back wait for them: a stream-ordered communicator (nccl) runs
+  /// on the stream it was last given, which a CUDA artifact of its own
+  /// runtime copy sets to its stream (the Python binding gathers results
+  /// through this adaptor between runs).
+  void orderInner() { inner.orderAfterStream(shardx_rt_cuda_stream()); }
+
   /// `s`, or, on a stream-ordered communicator, the error of a collective
   /// that failed after it was queued (the copy back waited for it).
   Status finished(Status s) { return s ? inner.finish() : s; }
