@@ -23,30 +23,46 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 HAS_GPU = None
+_PROBE = """
+import sys
+sys.path.insert(0, {python!r})
+import torch, shardx
+from shardx.sharded_tensor import RankError
+try:
+    shardx.compile(lambda x: x + 1, None, backend="cuda", name="probe")(torch.ones(2))
+    print("gpu")
+except RankError as e:
+    print("none" if "no CUDA driver" in str(e) else f"error: {{e}}")
+"""
 
 
 def has_gpu() -> bool:
     """Whether the cuda backend can run here (a driver and a GPU): a probe
-    program, compiled into a cache of its own."""
+    program in a process of its own, so that a run that hangs instead of
+    failing (a world that ends under a posted run) fails this test file
+    after 180 s instead of stopping the suite."""
     global HAS_GPU
     if HAS_GPU is None:
         import tempfile
-        old = os.environ.get("SHARDX_CACHE_DIR")
         with tempfile.TemporaryDirectory() as cache:
-            os.environ["SHARDX_CACHE_DIR"] = cache
+            env = dict(os.environ, SHARDX_CACHE_DIR=cache, PYTHONWARNINGS="ignore")
             try:
-                shardx.compile(lambda x: x + 1, None, backend="cuda", name="probe")(torch.ones(2))
-                HAS_GPU = True
-            except RankError as e:
-                if "no CUDA driver" not in str(e):
-                    raise
-                HAS_GPU = False
-            finally:
-                if old is None:
-                    del os.environ["SHARDX_CACHE_DIR"]
-                else:
-                    os.environ["SHARDX_CACHE_DIR"] = old
+                proc = subprocess.run(
+                    [sys.executable, "-c", _PROBE.format(python=os.path.join(ROOT, "python"))],
+                    capture_output=True, text=True, timeout=180, env=env)
+            except subprocess.TimeoutExpired:
+                pytest.fail("a cuda-backend call hung instead of failing or running")
+        answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        assert proc.returncode == 0 and answer in ("gpu", "none"), proc.stdout + proc.stderr
+        HAS_GPU = answer == "gpu"
     return HAS_GPU
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +180,7 @@ def test_torchrun_nccl_fails_cleanly_without_gpus(tmp_path):
     """))
     env = dict(os.environ, SHARDX_CACHE_DIR=str(tmp_path / "cache"), PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", "29533", str(script)],
+                           "--master-port", str(_free_port()), str(script)],
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode != 0
     assert "no CUDA driver" in proc.stderr or "no NCCL" in proc.stderr, proc.stderr[-2000:]

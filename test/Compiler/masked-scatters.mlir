@@ -30,12 +30,19 @@
 // CPU:         memref.store %[[NEW]], %[[W]][%[[AT]],
 // CPU-NOT: linalg.generic
 // GPU-LABEL: func.func @embedding_backward
-// GPU: scf.parallel (%[[D:.*]]) = (%{{.*}}) to (%{{.*}})
-// GPU:   scf.for
-// GPU:     scf.for
+// GPU-SAME: %[[IDX:.*]]: memref<2x4xi64>, %[[G:.*]]: memref<2x4x8xf32>, %[[W:.*]]: memref<50x8xf32>
+// GPU: %[[C8:.*]] = arith.constant 8 : index
+// GPU: scf.parallel (%[[D:.*]]) = (%{{.*}}) to (%[[C8]])
+// GPU:   scf.for %[[B:.*]] =
+// GPU:     scf.for %[[S:.*]] =
+// GPU:       memref.load %[[IDX]]
 // GPU:       %[[ROW:.*]] = arith.index_cast
 // GPU:       scf.if
-// GPU:         memref.store
+// GPU:         memref.load %[[G]][%{{.*}}, %{{.*}}, %[[GD:.*]]]
+// GPU:         %[[AT0:.*]] = affine.apply #{{.*}}(%[[ROW]], %[[D]], %[[B]], %[[S]])
+// GPU:         %[[AT1:.*]] = affine.apply #{{.*}}(%[[ROW]], %[[D]], %[[B]], %[[S]])
+// GPU:         memref.load %[[W]][%[[AT0]], %[[AT1]]]
+// GPU:         memref.store %{{.*}}, %[[W]][%[[AT0]], %[[AT1]]]
 // GPU-NOT: linalg.generic
 func.func @embedding_backward(%idx: memref<2x4xi64>, %g: memref<2x4x8xf32>, %w: memref<50x8xf32>) {
   linalg.generic {indexing_maps = [affine_map<(v, d, b, s) -> (b, s)>,
@@ -70,7 +77,8 @@ func.func @embedding_backward(%idx: memref<2x4xi64>, %g: memref<2x4x8xf32>, %w: 
 // CPU:     memref.load %[[W]][%[[AT:.*]]] : memref<5xf32>
 // CPU:     memref.store %{{.*}}, %[[W]][%[[AT]]] : memref<5xf32>
 // GPU-LABEL: func.func @sharded_rows
-// GPU: scf.parallel
+// GPU: %[[ONE:.*]] = arith.constant 1 : index
+// GPU: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[ONE]])
 // GPU:   scf.for
 // GPU:     arith.subi
 func.func @sharded_rows(%idx: memref<6xi64>, %g: memref<6xf32>, %w: memref<5xf32>, %off: index) {
