@@ -161,6 +161,16 @@ std::string buildIdentity() {
   return identity;
 }
 
+/// `path`'s size and modification time ("-" where it is missing).
+std::string fileStamp(StringRef path) {
+  llvm::sys::fs::file_status status;
+  if (path.empty() || llvm::sys::fs::status(path, status))
+    return path.str() + ":-";
+  return path.str() + ":" + std::to_string(status.getSize()) + ":" +
+         std::to_string(
+             status.getLastModificationTime().time_since_epoch().count());
+}
+
 /// What decides the machine code besides the IR: the target and the
 /// optimization level (computed once; each thread makes its own machine).
 struct TargetSpec {
@@ -757,4 +767,38 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
   if (options.stats)
     options.stats->evicted = evicted;
   return success();
+}
+
+std::string mlir::shardx::compilerBuildId() {
+#ifndef SHARDX_RUNTIME_ARCHIVE
+#define SHARDX_RUNTIME_ARCHIVE ""
+#endif
+#ifndef SHARDX_RUNTIME_BLAS_ARCHIVE
+#define SHARDX_RUNTIME_BLAS_ARCHIVE ""
+#endif
+#ifndef SHARDX_LAYOUT_ARCHIVE
+#define SHARDX_LAYOUT_ARCHIVE ""
+#endif
+#ifndef SHARDX_CUDA_CODE_ARCHIVE
+#define SHARDX_CUDA_CODE_ARCHIVE ""
+#endif
+#ifndef SHARDX_CUDA_RUNTIME_ARCHIVE
+#define SHARDX_CUDA_RUNTIME_ARCHIVE ""
+#endif
+  // The archives an artifact links, as code generation finds them
+  // ($SHARDX_RUNTIME_ARCHIVE names a copy of the runtime, with the BLAS
+  // archive beside it).
+  std::string runtime = SHARDX_RUNTIME_ARCHIVE, blas = SHARDX_RUNTIME_BLAS_ARCHIVE;
+  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE")) {
+    runtime = env;
+    blas = (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeBlas.a")
+               .str();
+  }
+  std::string id = "shardx-build-1|" + buildIdentity();
+  for (StringRef archive :
+       {StringRef(runtime), StringRef(blas), StringRef(SHARDX_LAYOUT_ARCHIVE),
+        StringRef(SHARDX_CUDA_CODE_ARCHIVE),
+        StringRef(SHARDX_CUDA_RUNTIME_ARCHIVE)})
+    id += "|" + fileStamp(archive);
+  return id;
 }

@@ -24,7 +24,9 @@ outputs back to host shards.
 
 Artifacts are cached on disk (``$SHARDX_CACHE_DIR``, default
 ``~/.cache/shardx/jit``) under a hash of the program text, the layouts, the
-target and the ShardX version; entries are written under a temporary name
+target, the ShardX version and ``shardx-compile --print-build-id`` (the
+compiler's build and the runtime archives artifacts link); entries are
+written under a temporary name
 and renamed, and an entry that fails its checksum or does not load is
 rebuilt. The cache stays under ``$SHARDX_CACHE_MAX_MB`` (default 1024):
 after each compile the least recently used entries are removed.
@@ -204,10 +206,22 @@ def evict(folder: str, keep: str = "") -> List[str]:
 
 
 def _compiler_identity() -> Tuple[str, str]:
+    """The compiler and what identifies its artifacts: ShardX's version and
+    ``shardx-compile --print-build-id`` (the tool's build and each runtime
+    archive an artifact links, so that a rebuilt runtime compiles again;
+    about 35 ms, asked at each cache lookup)."""
     from .artifact import find_tool
     tool = find_tool("shardx-compile")
     st = os.stat(tool)
-    return tool, f"{VERSION}+{st.st_size}-{st.st_mtime_ns}"
+    try:
+        proc = subprocess.run([tool, "--print-build-id"], capture_output=True, text=True,
+                              timeout=60)
+        build = proc.stdout.strip() if proc.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        build = ""
+    # A tool without the option: its own size and time.
+    build = build or f"{st.st_size}-{st.st_mtime_ns}"
+    return tool, f"{VERSION}+{build}"
 
 
 def _sha256(path: str) -> str:

@@ -250,6 +250,27 @@ def test_corrupt_cache_entry_is_rebuilt(cache):
     assert not [p for p in cache.iterdir() if p.name.count(".") > 1]  # no temporaries left
 
 
+def test_a_rebuilt_runtime_compiles_again(cache, tmp_path, monkeypatch, build_dir):
+    # A copy of the runtime archives ($SHARDX_RUNTIME_ARCHIVE): a newer one
+    # is a rebuilt runtime, which the JIT's key (shardx-compile
+    # --print-build-id) must tell from the one its artifacts linked.
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    for name in ("libShardXRuntime.a", "libShardXRuntimeBlas.a"):
+        shutil.copy(os.path.join(build_dir, "lib", "Runtime", name), runtime / name)
+    monkeypatch.setenv("SHARDX_RUNTIME_ARCHIVE", str(runtime / "libShardXRuntime.a"))
+    mesh = Mesh((2,), ("dp",))
+    w, x = torch.randn(16, 8), torch.randn(8, 16)
+    shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    assert (shardx.cache_stats.misses, shardx.cache_stats.hits) == (1, 1)
+    st = os.stat(runtime / "libShardXRuntime.a")
+    os.utime(runtime / "libShardXRuntime.a", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    y, _ = shardx.compile(_dp_fn(), mesh, [[Replicate()], [Shard(0)]], name="dp_fn")(w, x)
+    assert (shardx.cache_stats.misses, shardx.cache_stats.hits) == (2, 1)
+    assert_close(y, _dp_fn()(w, x)[0], "linked with the rebuilt runtime")
+
+
 def test_concurrent_compiles_then_a_hit(cache):
     script = textwrap.dedent("""
         import sys, torch

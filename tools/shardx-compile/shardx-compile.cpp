@@ -104,6 +104,14 @@ static llvm::cl::opt<bool> noKernelCache(
                    "kernel cache ($SHARDX_KERNEL_CACHE, docs/Compiler.md)"),
     llvm::cl::init(false));
 
+static llvm::cl::opt<bool> printBuildId(
+    llvm::cl::cat(toolOptions), "print-build-id",
+    llvm::cl::desc("print what identifies this compiler's output (this "
+                   "build and the runtime archives artifacts link: file, "
+                   "size and time of each) and exit; shardx.compile keys "
+                   "its cache with it; the only argument)"),
+    llvm::cl::init(false));
+
 static bool hasLayouts(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -123,6 +131,11 @@ static bool hasLayouts(ModuleOp module) {
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
+  // Alone, without the options a compile needs (-o).
+  if (argc == 2 && llvm::StringRef(argv[1]) == "--print-build-id") {
+    llvm::outs() << mlir::shardx::compilerBuildId() << "\n";
+    return 0;
+  }
   llvm::cl::HideUnrelatedOptions(toolOptions);
   llvm::cl::ParseCommandLineOptions(
       argc, argv,

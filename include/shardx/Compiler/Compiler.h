@@ -126,6 +126,11 @@ void registerDeallocPasses();
 /// ownership-based deallocation; then the bufferization ops to memref.
 LogicalResult deallocateBuffers(ModuleOp module, TimingScope *timing = nullptr);
 
+/// What identifies this compiler's artifacts besides their input: this
+/// build (file, size, time) and each runtime archive artifacts link
+/// (`shardx-compile --print-build-id`; the JIT's cache key).
+std::string compilerBuildId();
+
 /// How lowerMaskedScatters orders a scatter's loops.
 enum class ScatterOrder {
   /// The indices outermost, a row's columns inside (contiguous): the CPU.
