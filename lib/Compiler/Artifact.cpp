@@ -37,6 +37,7 @@
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -769,7 +770,6 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
   return success();
 }
 
-std::string mlir::shardx::compilerBuildId() {
 #ifndef SHARDX_RUNTIME_ARCHIVE
 #define SHARDX_RUNTIME_ARCHIVE ""
 #endif
@@ -779,26 +779,59 @@ std::string mlir::shardx::compilerBuildId() {
 #ifndef SHARDX_LAYOUT_ARCHIVE
 #define SHARDX_LAYOUT_ARCHIVE ""
 #endif
+#ifndef SHARDX_OPENBLAS_LIBRARY
+#define SHARDX_OPENBLAS_LIBRARY "-lopenblas"
+#endif
 #ifndef SHARDX_CUDA_CODE_ARCHIVE
 #define SHARDX_CUDA_CODE_ARCHIVE ""
 #endif
 #ifndef SHARDX_CUDA_RUNTIME_ARCHIVE
 #define SHARDX_CUDA_RUNTIME_ARCHIVE ""
 #endif
-  // The archives an artifact links, as code generation finds them
-  // ($SHARDX_RUNTIME_ARCHIVE names a copy of the runtime, with the BLAS
-  // archive beside it).
-  std::string runtime = SHARDX_RUNTIME_ARCHIVE, blas = SHARDX_RUNTIME_BLAS_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE")) {
-    runtime = env;
-    blas = (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeBlas.a")
-               .str();
+
+SmallVector<std::string> mlir::shardx::runtimeLibraries(bool cuda) {
+  // `archive` from the build, or, where $`var` names a copy of `archive`,
+  // that copy and `sibling` beside it in place of `siblingDefault`.
+  auto withOverride = [](const char *var, std::string archive,
+                         StringRef siblingName, std::string sibling) {
+    if (const char *env = std::getenv(var)) {
+      archive = env;
+      sibling = (llvm::sys::path::parent_path(archive) + "/" + siblingName).str();
+    }
+    return std::make_pair(archive, sibling);
+  };
+  SmallVector<std::string> all;
+  if (cuda) {
+    // The compiled-code entry points on device buffers (shardx_rt_invoke,
+    // shardx_rt_cg_*), the CUDA runtime, the communicator interface and the
+    // layouts; $SHARDX_CUDA_RUNTIME_ARCHIVE names a copy of the CUDA
+    // runtime with libShardXRuntimeCudaCode.a beside it.
+    auto [runtime, code] =
+        withOverride("SHARDX_CUDA_RUNTIME_ARCHIVE", SHARDX_CUDA_RUNTIME_ARCHIVE,
+                     "libShardXRuntimeCudaCode.a", SHARDX_CUDA_CODE_ARCHIVE);
+    all = {code, runtime, SHARDX_RUNTIME_ARCHIVE, SHARDX_LAYOUT_ARCHIVE, "-ldl"};
+  } else {
+    // The runtime and its GEMMs (OpenBLAS); $SHARDX_RUNTIME_ARCHIVE names a
+    // copy of the runtime, with libShardXRuntimeBlas.a beside it.
+    auto [runtime, blas] =
+        withOverride("SHARDX_RUNTIME_ARCHIVE", SHARDX_RUNTIME_ARCHIVE,
+                     "libShardXRuntimeBlas.a", SHARDX_RUNTIME_BLAS_ARCHIVE);
+    all = {runtime, blas, SHARDX_LAYOUT_ARCHIVE, SHARDX_OPENBLAS_LIBRARY};
   }
+  SmallVector<std::string> libraries;
+  for (std::string &lib : all)
+    if (!lib.empty())
+      libraries.push_back(std::move(lib));
+  return libraries;
+}
+
+std::string mlir::shardx::compilerBuildId() {
+  // Every archive an artifact of either target links, each once.
   std::string id = "shardx-build-1|" + buildIdentity();
-  for (StringRef archive :
-       {StringRef(runtime), StringRef(blas), StringRef(SHARDX_LAYOUT_ARCHIVE),
-        StringRef(SHARDX_CUDA_CODE_ARCHIVE),
-        StringRef(SHARDX_CUDA_RUNTIME_ARCHIVE)})
-    id += "|" + fileStamp(archive);
+  llvm::StringSet<> stamped;
+  for (bool cuda : {false, true})
+    for (const std::string &lib : runtimeLibraries(cuda))
+      if (StringRef(lib).ends_with(".a") && stamped.insert(lib).second)
+        id += "|" + fileStamp(lib);
   return id;
 }

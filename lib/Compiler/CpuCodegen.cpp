@@ -35,18 +35,6 @@
 
 using namespace mlir;
 
-#ifndef SHARDX_RUNTIME_ARCHIVE
-#define SHARDX_RUNTIME_ARCHIVE ""
-#endif
-#ifndef SHARDX_RUNTIME_BLAS_ARCHIVE
-#define SHARDX_RUNTIME_BLAS_ARCHIVE ""
-#endif
-#ifndef SHARDX_LAYOUT_ARCHIVE
-#define SHARDX_LAYOUT_ARCHIVE ""
-#endif
-#ifndef SHARDX_OPENBLAS_LIBRARY
-#define SHARDX_OPENBLAS_LIBRARY "-lopenblas"
-#endif
 
 namespace {
 
@@ -286,21 +274,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
           timing ? &lowerTiming : nullptr)))
     return failure();
   lowerTiming.stop();
-  // The runtime and its GEMMs (OpenBLAS); $SHARDX_RUNTIME_ARCHIVE names a
-  // copy of the runtime, with libShardXRuntimeBlas.a beside it.
-  std::string runtime = SHARDX_RUNTIME_ARCHIVE;
-  std::string blas = SHARDX_RUNTIME_BLAS_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_RUNTIME_ARCHIVE")) {
-    runtime = env;
-    blas = (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeBlas.a")
-               .str();
-  }
-  SmallVector<std::string> libraries;
-  for (StringRef lib :
-       {StringRef(runtime), StringRef(blas), StringRef(SHARDX_LAYOUT_ARCHIVE),
-        StringRef(SHARDX_OPENBLAS_LIBRARY)})
-    if (!lib.empty())
-      libraries.push_back(lib.str());
+  SmallVector<std::string> libraries = runtimeLibraries(/*cuda=*/false);
   return emitArtifact(module, info, options, libraries);
 }
 

@@ -55,18 +55,6 @@
 
 using namespace mlir;
 
-#ifndef SHARDX_CUDA_CODE_ARCHIVE
-#define SHARDX_CUDA_CODE_ARCHIVE ""
-#endif
-#ifndef SHARDX_RUNTIME_ARCHIVE
-#define SHARDX_RUNTIME_ARCHIVE ""
-#endif
-#ifndef SHARDX_CUDA_RUNTIME_ARCHIVE
-#define SHARDX_CUDA_RUNTIME_ARCHIVE ""
-#endif
-#ifndef SHARDX_LAYOUT_ARCHIVE
-#define SHARDX_LAYOUT_ARCHIVE ""
-#endif
 #ifndef SHARDX_CUDA_LIBDEVICE
 #define SHARDX_CUDA_LIBDEVICE "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
 #endif
@@ -159,6 +147,38 @@ LogicalResult placeBuffersOnDevice(ModuleOp module) {
   return success();
 }
 
+/// One iteration of a sum's body at the loop values `ivs`: the inputs
+/// loaded there, the body cloned with `acc` as the running sum. Returns
+/// the new sum (what the body yields).
+Value emitSumTermAt(OpBuilder &b, Location loc, linalg::LinalgOp op,
+                    ArrayRef<Value> ivs, Value acc) {
+  IRMapping map;
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    BlockArgument arg = op.getMatchingBlockArgument(in);
+    if (!isa<MemRefType>(in->get().getType())) {
+      map.map(arg, in->get());
+      continue;
+    }
+    SmallVector<Value> indices;
+    AffineMap m = op.getMatchingIndexingMap(in);
+    for (AffineExpr e : m.getResults())
+      indices.push_back(affine::AffineApplyOp::create(
+          b, loc, AffineMap::get(m.getNumDims(), 0, e), ivs));
+    map.map(arg, memref::LoadOp::create(b, loc, in->get(), indices));
+  }
+  map.map(op.getRegionOutputArgs()[0], acc);
+  Block *body = op.getBlock();
+  for (Operation &inner : body->without_terminator()) {
+    if (auto idx = dyn_cast<linalg::IndexOp>(inner)) {
+      map.map(idx.getResult(), ivs[idx.getDim()]);
+      continue;
+    }
+    b.clone(inner, map);
+  }
+  return map.lookup(
+      cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]);
+}
+
 /// Threads of a parallel full reduction each sum this many elements before
 /// their one atomic add.
 constexpr int64_t kReduceChunk = 32;
@@ -245,33 +265,7 @@ void parallelizeFullSums(ModuleOp module) {
       ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
       rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
     }
-    IRMapping map;
-    for (OpOperand *in : op.getDpsInputOperands()) {
-      BlockArgument arg = op.getMatchingBlockArgument(in);
-      if (!isa<MemRefType>(in->get().getType())) {
-        map.map(arg, in->get());
-        continue;
-      }
-      SmallVector<Value> indices;
-      AffineMap m = op.getMatchingIndexingMap(in);
-      for (AffineExpr e : m.getResults())
-        indices.push_back(affine::AffineApplyOp::create(
-            b, loc, AffineMap::get(m.getNumDims(), 0, e), ivs));
-      map.map(arg, memref::LoadOp::create(b, loc, in->get(), indices));
-    }
-    map.map(op.getRegionOutputArgs()[0], a);
-    Block *body = op.getBlock();
-    for (Operation &inner : body->without_terminator()) {
-      if (auto idx = dyn_cast<linalg::IndexOp>(inner)) {
-        map.map(idx.getResult(), ivs[idx.getDim()]);
-        continue;
-      }
-      b.clone(inner, map);
-    }
-    scf::YieldOp::create(
-        b, loc,
-        map.lookup(
-            cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]));
+    scf::YieldOp::create(b, loc, emitSumTermAt(b, loc, op, ivs, a));
     b.setInsertionPointAfter(chunk);
     memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
                                 chunk.getResult(0), op.getDpsInits()[0],
@@ -394,33 +388,7 @@ void splitColumnSums(ModuleOp module) {
       ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
       rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
     }
-    IRMapping map;
-    for (OpOperand *in : op.getDpsInputOperands()) {
-      BlockArgument arg = op.getMatchingBlockArgument(in);
-      if (!isa<MemRefType>(in->get().getType())) {
-        map.map(arg, in->get());
-        continue;
-      }
-      SmallVector<Value> indices;
-      AffineMap m = op.getMatchingIndexingMap(in);
-      for (AffineExpr e : m.getResults())
-        indices.push_back(affine::AffineApplyOp::create(
-            b, loc, AffineMap::get(m.getNumDims(), 0, e), ivs));
-      map.map(arg, memref::LoadOp::create(b, loc, in->get(), indices));
-    }
-    map.map(op.getRegionOutputArgs()[0], a);
-    Block *body = op.getBlock();
-    for (Operation &inner : body->without_terminator()) {
-      if (auto idx = dyn_cast<linalg::IndexOp>(inner)) {
-        map.map(idx.getResult(), ivs[idx.getDim()]);
-        continue;
-      }
-      b.clone(inner, map);
-    }
-    scf::YieldOp::create(
-        b, loc,
-        map.lookup(
-            cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]));
+    scf::YieldOp::create(b, loc, emitSumTermAt(b, loc, op, ivs, a));
     b.setInsertionPointAfter(loop);
     memref::StoreOp::create(b, loc, loop.getResult(0), temp, pivs);
     // Stage 2: each output plus its partial sums, in chunk order.
@@ -878,24 +846,6 @@ mlir::shardx::compileModuleForCuda(ModuleOp module,
     return writeFile(options.outputPath, *ptx);
 
   addStagingEntryWrappers(module, signatures);
-  SmallVector<std::string> libraries;
-  // The compiled-code entry points on device buffers (shardx_rt_invoke,
-  // shardx_rt_cg_*), the CUDA runtime, the communicator interface and the
-  // layouts; $SHARDX_CUDA_RUNTIME_ARCHIVE names a copy of the CUDA runtime
-  // with libShardXRuntimeCudaCode.a beside it.
-  std::string runtime = SHARDX_CUDA_RUNTIME_ARCHIVE;
-  std::string code = SHARDX_CUDA_CODE_ARCHIVE;
-  if (const char *env = std::getenv("SHARDX_CUDA_RUNTIME_ARCHIVE")) {
-    runtime = env;
-    code =
-        (llvm::sys::path::parent_path(runtime) + "/libShardXRuntimeCudaCode.a")
-            .str();
-  }
-  for (StringRef lib :
-       {StringRef(code), StringRef(runtime), StringRef(SHARDX_RUNTIME_ARCHIVE),
-        StringRef(SHARDX_LAYOUT_ARCHIVE)})
-    if (!lib.empty())
-      libraries.push_back(lib.str());
-  libraries.push_back("-ldl");
+  SmallVector<std::string> libraries = runtimeLibraries(/*cuda=*/true);
   return emitArtifact(module, info, options, libraries);
 }

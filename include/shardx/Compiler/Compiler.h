@@ -130,6 +130,10 @@ LogicalResult deallocateBuffers(ModuleOp module, TimingScope *timing = nullptr);
 /// build (file, size, time) and each runtime archive artifacts link
 /// (`shardx-compile --print-build-id`; the JIT's cache key).
 std::string compilerBuildId();
+/// What an artifact of the CPU (or the CUDA) target links: the runtime
+/// archives of this build, or the copies $SHARDX_RUNTIME_ARCHIVE
+/// ($SHARDX_CUDA_RUNTIME_ARCHIVE) names, and the libraries they need.
+SmallVector<std::string> runtimeLibraries(bool cuda);
 
 /// How lowerMaskedScatters orders a scatter's loops.
 enum class ScatterOrder {
