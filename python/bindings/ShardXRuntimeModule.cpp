@@ -595,7 +595,33 @@ NB_MODULE(_shardx_rt, m) {
              const std::vector<int64_t> &coords) {
             return l.getLocalShard(meshShape, globalShape, coords).shape;
           },
-          nb::arg("mesh_shape"), nb::arg("global_shape"), nb::arg("coords"));
+          nb::arg("mesh_shape"), nb::arg("global_shape"), nb::arg("coords"))
+      .def(
+          "local_runs",
+          [](const Layout &l, const std::vector<int64_t> &meshShape,
+             const std::vector<int64_t> &globalShape,
+             const std::vector<int64_t> &coords) {
+            std::string error = l.verifyForShape(meshShape, globalShape);
+            if (!error.empty())
+              throw std::invalid_argument(error);
+            if (coords.size() != meshShape.size())
+              throw std::invalid_argument("coords do not fit the mesh");
+            for (size_t a = 0; a < coords.size(); ++a)
+              if (coords[a] < 0 || coords[a] >= meshShape[a])
+                throw std::invalid_argument("coords do not fit the mesh");
+            std::vector<std::vector<std::tuple<int64_t, int64_t>>> out;
+            for (const std::vector<Interval> &runs :
+                 l.getLocalShard(meshShape, globalShape, coords).runs) {
+              out.emplace_back();
+              for (const Interval &r : runs)
+                out.back().emplace_back(r.offset, r.size);
+            }
+            return out;
+          },
+          nb::arg("mesh_shape"), nb::arg("global_shape"), nb::arg("coords"),
+          "Per tensor dim, the (offset, size) runs of global indices rank "
+          "`coords` holds, in local order (Layout::getLocalShard): its shard "
+          "is their product.");
 
   nb::class_<PyArtifact>(m, "Artifact")
       .def(
@@ -820,6 +846,74 @@ NB_MODULE(_shardx_rt, m) {
           },
           nb::arg("array"), nb::arg("dtype"), nb::arg("layout").none(),
           "Scatters an array to the ranks this process holds.")
+      .def(
+          "shards_of",
+          [](const Session &session, nb::list locals, const std::string &dtype,
+             const std::optional<Layout> &layout,
+             const std::vector<int64_t> &globalShape) {
+            const std::vector<int64_t> &mesh = session.getMeshShape();
+            if (layout) {
+              std::string error = layout->verifyForShape(mesh, globalShape);
+              if (!error.empty())
+                throw std::invalid_argument(error);
+            }
+            int64_t size = session.getSize();
+            if (static_cast<int64_t>(locals.size()) != size)
+              throw std::invalid_argument(
+                  "shards_of: " + std::to_string(locals.size()) +
+                  " entries for a mesh of " + std::to_string(size) + " ranks");
+            ShardSet set;
+            set.meshShape = mesh;
+            set.globalShape = globalShape;
+            set.dtype = dtype;
+            set.layout = layout;
+            set.locals.assign(size, nullptr);
+            bool replicated = !layout || layout->isReplicated();
+            std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
+            std::shared_ptr<const HostTensor> shared;
+            for (int64_t r = 0; r < size; ++r) {
+              if (!session.holds(r))
+                continue;
+              if (replicated && shared) {
+                set.locals[r] = shared;
+                continue;
+              }
+              nb::handle h = locals[r];
+              if (h.is_none())
+                throw std::invalid_argument("shards_of: rank " +
+                                            std::to_string(r) +
+                                            "'s shard is missing");
+              HostTensor t = hostTensorOf(nb::cast<AnyArray>(h), dtype);
+              std::vector<int64_t> want =
+                  replicated ? globalShape
+                             : layout->getLocalShard(mesh, globalShape,
+                                                     coords[r])
+                                   .shape;
+              if (t.shape != want) {
+                auto text = [](const std::vector<int64_t> &v) {
+                  std::string s = "[";
+                  for (size_t i = 0; i < v.size(); ++i)
+                    s += (i ? ", " : "") + std::to_string(v[i]);
+                  return s + "]";
+                };
+                throw std::invalid_argument(
+                    "shards_of: rank " + std::to_string(r) + "'s shard has "
+                    "shape " + text(t.shape) + ", its layout gives " +
+                    text(want));
+              }
+              auto p = std::make_shared<const HostTensor>(std::move(t));
+              if (replicated)
+                shared = p;
+              set.locals[r] = std::move(p);
+            }
+            return set;
+          },
+          nb::arg("locals"), nb::arg("dtype"), nb::arg("layout").none(),
+          nb::arg("global_shape"),
+          "The ShardSet of per-rank arrays (one entry per rank, None for "
+          "ranks this process does not hold; a replicated layout keeps the "
+          "first held rank's array as the one buffer all ranks share). Each "
+          "array must have its rank's local shape; it is copied.")
       .def(
           "gather",
           [](Session &session, const ShardSet &shards) {

@@ -318,6 +318,34 @@ class ShardedTensor:
 
     from_numpy = from_torch
 
+    @staticmethod
+    def from_locals(locals: Sequence, mesh: Mesh, placements=None, shape: Sequence[int] = (),
+                    dtype: Optional[str] = None, backend: str = "threads") -> "ShardedTensor":
+        """The tensor of global ``shape`` whose rank ``r`` holds
+        ``locals[r]`` (numpy arrays or CPU torch tensors, each of its rank's
+        local shape under ``placements``, a placement list or a runtime
+        ``Layout``; None: replicated). One entry per rank of ``mesh``; under
+        a process backend (mpi) only this process's entry is read and the
+        others may be None, and a replicated tensor reads only its first
+        held entry. ``dtype`` (an MLIR name such as "bf16") defaults to the
+        arrays' own. The arrays are copied. The inverse of ``local`` and
+        ``local_runs``: checkpoint loading builds shards this way without
+        assembling the global tensor."""
+        shape = tuple(int(s) for s in shape)
+        layout = placements if isinstance(placements, runtime().Layout) \
+            else make_layout(mesh, placements, shape)
+        if layout is not None and layout.is_replicated:
+            layout = None
+        arrays = [None if a is None else (np.ascontiguousarray(a) if isinstance(a, np.ndarray)
+                                         else a.detach().contiguous()) for a in locals]
+        if dtype is None:
+            first = next((a for a in arrays if a is not None), None)
+            if first is None:
+                raise ValueError("from_locals: no rank's shard is given")
+            dtype = dtype_name(first)
+        shards = session(mesh, backend).shards_of(arrays, dtype, layout, list(shape))
+        return ShardedTensor(shards, mesh)
+
     @property
     def shape(self) -> Tuple[int, ...]:
         return tuple(self._shards.global_shape)
@@ -345,6 +373,20 @@ class ShardedTensor:
         """Rank ``rank``'s shard: a read-only view of its buffer (no copy).
         Under ``mpi``, only this process's rank."""
         return self._shards.local(rank)
+
+    def local_runs(self, rank: int) -> Tuple[Tuple[Tuple[int, int], ...], ...]:
+        """Which global indices rank ``rank``'s shard holds: per tensor dim,
+        the (offset, size) runs of global indices in local order (one run
+        unless the dim is strided; a Partial axis does not change them). The
+        shard is their product: local block (i, j, ...) of run sizes is the
+        global block at the runs' offsets."""
+        layout = self._shards.layout
+        shape = self.shape
+        if layout is None or layout.is_replicated:
+            return tuple(((0, n),) for n in shape)
+        coords = np.unravel_index(rank, self.mesh.shape) if self.mesh.shape else ()
+        runs = layout.local_runs(list(self.mesh.shape), list(shape), [int(c) for c in coords])
+        return tuple(tuple((int(o), int(n)) for o, n in d) for d in runs)
 
     def full(self) -> np.ndarray:
         """The global tensor, gathered now (pending Partials reduced). Under
