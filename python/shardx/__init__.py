@@ -26,6 +26,7 @@ _LAZY = {
     "ShardedTensor": ("sharded_tensor", "ShardedTensor"),
     "RankError": ("sharded_tensor", "RankError"),
     "DonatedError": ("sharded_tensor", "DonatedError"),
+    **{n: ("checkpoint", n) for n in ("save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointError")},
 }
 
 
