@@ -42,7 +42,7 @@ import shutil
 import time
 import uuid
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -261,12 +261,13 @@ class _Ranks:
         mine[me] = np.array([len(data)], np.int64)
         lengths = ShardedTensor.from_locals(mine, self.mesh, split, (n,),
                                             backend=self.backend).full()
-        width = max(1, int(lengths.max()))
-        mine[me] = np.zeros(width, np.int8)
-        mine[me][:len(data)] = np.frombuffer(data, np.int8)
+        # The bytes as 64-bit words (the gather's dtypes have no bytes).
+        width = max(1, (int(lengths.max()) + 7) // 8)
+        padded = data + bytes(width * 8 - len(data))
+        mine[me] = np.frombuffer(padded, np.int64)
         everything = ShardedTensor.from_locals(mine, self.mesh, split, (n * width,),
-                                               backend=self.backend).full()
-        return [everything[r * width:r * width + int(lengths[r])].tobytes() for r in range(n)]
+                                               backend=self.backend).full().tobytes()
+        return [everything[r * width * 8:r * width * 8 + int(lengths[r])] for r in range(n)]
 
 
 def _ranks_of(tensors: Sequence[ShardedTensor]) -> _Ranks:
@@ -309,13 +310,14 @@ def _write_atomically(path: str, data: bytes) -> None:
     _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def _test_stall(stage: str) -> None:
+def _test_stall(stage: str, step: Optional[int]) -> None:
     """Test hook (tests of interrupted saves): with
-    ``SHARDX_CHECKPOINT_TEST_STALL=<stage>:<file>``, the save creates
-    ``<file>`` at ``stage`` and sleeps there, to be killed."""
+    ``SHARDX_CHECKPOINT_TEST_STALL=<stage>[-<step>]:<file>``, a save (of
+    that step) creates ``<file>`` at ``stage`` (data, metadata, publish,
+    latest) and sleeps there, to be killed."""
     spec = os.environ.get("SHARDX_CHECKPOINT_TEST_STALL", "")
     want, _, marker = spec.partition(":")
-    if want == stage and marker:
+    if marker and want in (stage, f"{stage}-{step}"):
         with open(marker, "w") as f:
             f.write(str(os.getpid()))
         time.sleep(120)
@@ -533,7 +535,7 @@ def save_checkpoint(path: str, state: dict, step: Optional[int] = None,
     mine = [r for r in ranks.mine if per_rank[r]]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(len(mine), os.cpu_count() or 1, 8))) as pool:
         written = list(pool.map(write, mine))
-    _test_stall("data")
+    _test_stall("data", step)
     payload = pickle.dumps(([x for w in written for x in w[0]], [x for w in written for x in w[1]]))
     gathered = [pickle.loads(b) for b in ranks.allgather(payload)]
     if ranks.coordinator:
@@ -566,7 +568,7 @@ def _publish(tmp, final, root, writer, tree, leaves, tensors, chunks, results, c
     metadata = Metadata(state_dict_metadata=md,
                         planner_data={fqn: path for fqn, path, _ in leaves})
     writer.finish(metadata, results)
-    _test_stall("metadata")
+    _test_stall("metadata", step)
     with open(os.path.join(tmp, METADATA_FILE), "rb") as f:
         meta_bytes = f.read()
     files: Dict[str, dict] = {}
@@ -578,12 +580,12 @@ def _publish(tmp, final, root, writer, tree, leaves, tensors, chunks, results, c
             "metadata": {"bytes": len(meta_bytes), "crc32": zlib.crc32(meta_bytes)}}
     _write_atomically(os.path.join(tmp, INFO_FILE), json.dumps(info, indent=1).encode())
     _fsync_dir(tmp)
-    _test_stall("publish")
+    _test_stall("publish", step)
     os.rename(tmp, final)
     _fsync_dir(os.path.dirname(final))
     if root is None:
         return
-    _test_stall("latest")
+    _test_stall("latest", step)
     _write_atomically(os.path.join(root, LATEST_FILE), (os.path.basename(final) + "\n").encode())
     if keep is not None:
         for _, name in sorted(_step_dirs(root), reverse=True)[keep:]:
@@ -634,10 +636,10 @@ def _checkpoint_dir(path: str, step: Optional[int]) -> str:
             raise CheckpointError(f"no checkpoint of step {step}: {path} does not exist")
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint at {path}: it does not exist")
+    if os.path.basename(os.path.normpath(path)).startswith(".tmp-"):
+        raise CheckpointError(f"{path} is an unfinished save (a .tmp- directory): not loadable")
     if os.path.isfile(os.path.join(path, METADATA_FILE)):
         return path
-    if os.path.basename(path).startswith(".tmp-"):
-        raise CheckpointError(f"{path} is an unfinished save (a .tmp- directory): not loadable")
     found = latest_checkpoint(path)
     if found is None:
         if os.path.exists(os.path.join(path, INFO_FILE)) or any(
