@@ -75,10 +75,43 @@ class CheckpointError(RuntimeError):
 _CONSTANTS = (type(None), bool, int, float, str)
 
 
+def _is_tensor(x) -> bool:
+    return isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach")
+
+
+def _traversed(x) -> bool:
+    """Whether a list or tuple is a node of the tree: DCP's rule for lists
+    (flatten_state_dict looks into a list only when it holds a tensor, a
+    dict or such a list; a list of constants is one object), and any list
+    or tuple holding tensors (ShardX cannot pickle a ShardedTensor)."""
+    return any(type(v) is dict or _is_tensor(v) or (type(v) in (list, tuple) and _traversed(v))
+               for v in x)
+
+
+def _encode(x):
+    """A JSON node of a constant (nested lists and tuples of constants
+    included; floats by their hex text, so -0.0, nan and inf survive)."""
+    t = type(x)
+    if t in (list, tuple):
+        return {"const": [_encode(v) for v in x], "type": t.__name__}
+    return {"const": x.hex() if t is float else x, "type": t.__name__}
+
+
+def _const(node):
+    t, value = node["type"], node["const"]
+    if t in ("list", "tuple"):
+        return (list if t == "list" else tuple)(_const(v) for v in value)
+    if t == "float":
+        return float.fromhex(value)
+    return {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str}[t](value)
+
+
 def _walk(state) -> Tuple[dict, List[Tuple[str, tuple, Any]]]:
     """The JSON tree of ``state`` and its leaves as (fqn, path, value): dicts
-    (string keys) and lists/tuples are nodes, None/bool/int/float/str
-    constants, tensors and ShardedTensors leaves."""
+    (string keys) and lists/tuples holding tensors or dicts are nodes;
+    tensors, ShardedTensors and constants (None/bool/int/float/str, and
+    lists/tuples of them) are leaves. The fqns are DCP's: the path's keys
+    and indices joined by dots."""
     if type(state) is not dict:
         raise CheckpointError(f"the state to save must be a dict (a DCP state dict), got "
                               f"{type(state).__name__}")
@@ -94,6 +127,15 @@ def _walk(state) -> Tuple[dict, List[Tuple[str, tuple, Any]]]:
         leaves.append((fqn, path, value))
         return fqn
 
+    def constant(path, x):
+        if type(x) in (list, tuple):
+            return all(constant(path, v) for v in x)
+        if type(x) not in _CONSTANTS:
+            raise CheckpointError(f"{'.'.join(map(str, path))}: cannot save a "
+                                  f"{type(x).__name__} (tensors, ShardedTensors, dicts, lists, "
+                                  "tuples and None/bool/int/float/str constants only)")
+        return True
+
     def walk(path, x):
         t = type(x)
         if t is dict:
@@ -103,24 +145,14 @@ def _walk(state) -> Tuple[dict, List[Tuple[str, tuple, Any]]]:
                                           f"{'.'.join(map(str, path)) or 'the state'} has "
                                           f"key {k!r}")
             return {"dict": [[k, walk(path + (k,), v)] for k, v in x.items()]}
-        if t in (list, tuple):
+        if t in (list, tuple) and _traversed(x):
             return {t.__name__: [walk(path + (i,), v) for i, v in enumerate(x)]}
-        if t in _CONSTANTS:
-            leaf(path, x)
-            return {"const": x.hex() if t is float else x, "type": t.__name__}
-        if isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach"):
+        if _is_tensor(x):
             return {"tensor": leaf(path, x)}
-        raise CheckpointError(f"{'.'.join(map(str, path))}: cannot save a "
-                              f"{t.__name__} (tensors, ShardedTensors, dicts, lists, tuples and "
-                              "None/bool/int/float/str constants only)")
+        constant(path, x)
+        leaf(path, x)
+        return _encode(x)
     return walk((), state), leaves
-
-
-def _const(node):
-    t = node["type"]
-    if t == "float":
-        return float.fromhex(node["const"])
-    return {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str}[t](node["const"])
 
 
 def _build(node, values: Dict[str, Any]):
@@ -301,7 +333,7 @@ def _fsync_dir(path: str) -> None:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    tmp = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}-{uuid.uuid4().hex}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -340,8 +372,7 @@ def _plan_chunks(leaves, ranks: _Ranks):
     chunks: List[_Chunk] = []
     load = [0] * ranks.size
     for fqn, _, value in leaves:
-        if not (isinstance(value, ShardedTensor) or isinstance(value, np.ndarray)
-                or hasattr(value, "detach")):
+        if not _is_tensor(value):
             chunks.append(_Chunk(fqn, None, None, 0, value))
             continue
         if not isinstance(value, ShardedTensor):
@@ -514,9 +545,14 @@ def save_checkpoint(path: str, state: dict, step: Optional[int] = None,
     if ranks.coordinator:
         os.makedirs(root, exist_ok=True)
         base = os.path.basename(final)
+        # What saves that died left behind (one saver per root at a time).
         for old in os.listdir(root):
-            if old.startswith(f".tmp-{base}-"):  # a save of this name that died
-                shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+            if old.startswith(".tmp-"):
+                left = os.path.join(root, old)
+                if os.path.isdir(left) and not os.path.islink(left):
+                    shutil.rmtree(left, ignore_errors=True)
+                else:
+                    os.unlink(left)
         name = f".tmp-{base}-{uuid.uuid4().hex[:12]}".encode()
         os.makedirs(os.path.join(root, name.decode()))
     tmp = os.path.join(root, ranks.allgather(name)[0].decode())

@@ -201,7 +201,7 @@ def test_placements_forms_and_errors(tmp_path):
     state = {"params": [ShardedTensor.from_torch(x, m22, [S(0), S(1)]),
                         ShardedTensor.from_torch(x, m22, [R(), S(0)])],
              "opt": {"m": [ShardedTensor.from_torch(x, m22, [S(1), R()])]}, "lr": 0.5,
-             "note": ("a", None, -0.0, True)}
+             "note": ("a", None, -0.0, True), "nested": [[1, (2.5, float("inf"))], "x"]}
     root = tmp_path / "root"
     shardx.save_checkpoint(root, state, step=0)
     m2 = Mesh((2,), ("x",))
@@ -211,6 +211,7 @@ def test_placements_forms_and_errors(tmp_path):
     assert [t.layout_text for t in back["params"]] == ["[S(1)]", "[S(1)]"]
     assert back["opt"]["m"][0].layout_text == "[S(0)]"
     assert back["lr"] == 0.5 and back["note"] == ("a", None, -0.0, True)
+    assert back["nested"] == [[1, (2.5, float("inf"))], "x"]
     assert str(back["note"][2]) == "-0.0"
     back = shardx.load_checkpoint(root, m2, {"params": [None, [S(0)]]})
     assert [t.layout_text for t in back["params"]] == ["R", "[S(0)]"]
@@ -265,13 +266,15 @@ def test_dcp_loads_a_shardx_checkpoint_without_a_process_group(tmp_path):
                         ShardedTensor.from_torch(b, m22, [R(), S(0)])],
              "state": {"momentum_buffer": [ShardedTensor.from_torch(m, m22, [StridedShard(0, 2), S(0)])],
                        "plain": torch.arange(4)},
-             "step": 12}
+             "step": 12, "hp": {"betas": [0.9, 0.999], "eps": (1e-8,)}}
     where = shardx.save_checkpoint(tmp_path / "ck", state)
     sd = {"params": [torch.zeros(5, 6), torch.zeros(5)],
           "state": {"momentum_buffer": [torch.zeros(6, 5, dtype=torch.float64)],
                     "plain": torch.zeros(4, dtype=torch.int64)},
-          "step": 0}
+          "step": 0, "hp": {"betas": [0.0, 0.0], "eps": ()}}
     dcp.load(sd, checkpoint_id=where)
+    # Lists and tuples of constants are one object each, as DCP saves them.
+    assert sd["hp"] == {"betas": [0.9, 0.999], "eps": (1e-8,)}
     assert torch.equal(sd["params"][0], w) and torch.equal(sd["params"][1], b)
     assert torch.equal(sd["state"]["momentum_buffer"][0], m)
     assert torch.equal(sd["state"]["plain"], torch.arange(4)) and sd["step"] == 12
