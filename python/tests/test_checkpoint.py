@@ -195,6 +195,47 @@ def test_uneven_and_strided_layouts_round_trip(tmp_path):
                                torch.from_numpy(back[k].local(r).copy()), want[r]), (k, r)
 
 
+def test_each_target_rank_reads_only_the_chunks_it_overlaps(tmp_path, monkeypatch):
+    x = torch.randn(8, 3)
+    where = shardx.save_checkpoint(tmp_path / "ck", {"w": ShardedTensor.from_torch(
+        x, Mesh((4,), ("x",)), [S(0)])})   # chunks of rows 0-1, 2-3, 4-5, 6-7
+    reads = []
+    original = dcp.FileSystemReader.read_data
+
+    def recording(self, plan, planner):
+        reads.append(sorted(tuple(i.storage_index.offset) for i in plan.items))
+        return original(self, plan, planner)
+    monkeypatch.setattr(dcp.FileSystemReader, "read_data", recording)
+    # Rows 0-4 and 5-7 on two ranks (torch.chunk of 8 rows over 2: 4 + 4);
+    # then rows 0-2, 3-5, 6-7 on three.
+    back = shardx.load_checkpoint(where, Mesh((2,), ("x",)), [S(0)])
+    assert sorted(reads) == [[(0, 0), (2, 0)], [(4, 0), (6, 0)]]
+    reads.clear()
+    back3 = shardx.load_checkpoint(where, Mesh((3,), ("x",)), [S(0)])
+    assert sorted(reads) == [[(0, 0), (2, 0)], [(2, 0), (4, 0)], [(6, 0)]]
+    for t in (back["w"], back3["w"]):
+        assert torch.equal(t.to_torch(), x)
+
+
+def test_sharded_tensor_from_locals_and_local_runs():
+    m22 = Mesh((2, 2), ("a", "b"))
+    x = torch.arange(30.0).reshape(5, 6)
+    t = ShardedTensor.from_torch(x, m22, [StridedShard(1, 3), S(0)])
+    assert t.local_runs(1) == (((3, 2),), ((0, 1), (2, 1), (4, 1)))
+    u = ShardedTensor.from_locals([t.local(r) for r in range(4)], m22,
+                                  [StridedShard(1, 3), S(0)], x.shape)
+    assert u.layout_text == t.layout_text and torch.equal(u.to_torch(), x)
+    with pytest.raises(ValueError, match=r"rank 2's shard has shape \[5, 6\], its layout gives "
+                                         r"\[3, 3\]"):
+        ShardedTensor.from_locals([t.local(0), t.local(1), x.numpy(), t.local(3)], m22,
+                                  [StridedShard(1, 3), S(0)], x.shape)
+    with pytest.raises(ValueError, match="rank 1's shard is missing"):
+        ShardedTensor.from_locals([t.local(0), None, None, None], m22,
+                                  [StridedShard(1, 3), S(0)], x.shape)
+    rep = ShardedTensor.from_locals([x, None, None, None], m22, None, x.shape)
+    assert rep._shards.shares_buffer(0, 3) and torch.equal(rep.to_torch(), x)
+
+
 def test_placements_forms_and_errors(tmp_path):
     m22 = Mesh((2, 2), ("a", "b"))
     x = torch.randn(4, 6)
