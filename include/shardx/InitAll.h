@@ -17,7 +17,8 @@ namespace mlir::shardx {
 void registerShardXDialect(DialectRegistry &registry);
 /// Registers the ShardX dialect plus the upstream dialects a traced program
 /// and its lowering use (func, arith, math, tensor, linalg, tosa, scf,
-/// bufferization, memref), with the sharding rules of their ops.
+/// bufferization, memref), with the sharding rules of their ops, and
+/// upstream's `shard` dialect (programs `shardx-import-shard` imports).
 void registerAllShardXDialects(DialectRegistry &registry);
 /// Registers every ShardX pass with the global pass registry.
 void registerShardXPasses();

@@ -6,6 +6,7 @@
 
 #include "shardx/InitAll.h"
 
+#include "shardx/Conversion/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -33,6 +34,8 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
                   memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect,
                   tosa::TosaDialect>();
   registerShardingRuleExternalModels(registry);
+  // Programs annotated for upstream's partitioner (shardx-import-shard).
+  registerShardImportDialects(registry);
   // Calls are inlined before propagation (shardx-spmd).
   func::registerInlinerExtension(registry);
 }
@@ -40,4 +43,5 @@ void mlir::shardx::registerAllShardXDialects(DialectRegistry &registry) {
 void mlir::shardx::registerShardXPasses() {
   registerShardXTransformsPasses();
   registerShardXPipelines();
+  registerImportShardPass();
 }

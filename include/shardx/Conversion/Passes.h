@@ -7,6 +7,7 @@
 #ifndef SHARDX_CONVERSION_PASSES_H
 #define SHARDX_CONVERSION_PASSES_H
 
+#include "shardx/Conversion/ShardToShardX/ShardToShardX.h"
 #include "shardx/Conversion/ShardXToRuntime/ShardXToRuntime.h"
 
 namespace mlir::shardx {
