@@ -545,9 +545,13 @@ def save_checkpoint(path: str, state: dict, step: Optional[int] = None,
     if ranks.coordinator:
         os.makedirs(root, exist_ok=True)
         base = os.path.basename(final)
-        # What saves that died left behind (one saver per root at a time).
+        # What saves that died left behind (one saver per root at a time):
+        # in a root, any step's directory and `latest`'s temporary file;
+        # beside a lone checkpoint, that checkpoint's directories only.
+        stale = re.compile(r"\.tmp-(step-\d+-[0-9a-f]{12}|latest-[0-9a-f]{32})\Z" if step is not None
+                           else rf"\.tmp-{re.escape(base)}-[0-9a-f]{{12}}\Z")
         for old in os.listdir(root):
-            if old.startswith(".tmp-"):
+            if stale.match(old):
                 left = os.path.join(root, old)
                 if os.path.isdir(left) and not os.path.islink(left):
                     shutil.rmtree(left, ignore_errors=True)

@@ -286,6 +286,7 @@ def test_placements_forms_and_errors(tmp_path):
 
 def test_keep_prunes_old_steps(tmp_path):
     m2 = Mesh((2,), ("x",))
+    (tmp_path / ".tmp-not-ours").mkdir()   # a save clears only its own leftovers
     for i in range(4):
         shardx.save_checkpoint(tmp_path, {"w": ShardedTensor.from_torch(torch.full((3,), float(i)),
                                                                          m2, [S(0)])},
@@ -294,6 +295,8 @@ def test_keep_prunes_old_steps(tmp_path):
         ["step-00000002", "step-00000003"]
     assert shardx.load_checkpoint(tmp_path, m2)["w"].full().tolist() == [3.0] * 3
     assert shardx.load_checkpoint(tmp_path, m2, step=2)["w"].full().tolist() == [2.0] * 3
+    shardx.save_checkpoint(tmp_path / "lone", {"x": 1})
+    assert (tmp_path / ".tmp-not-ours").is_dir()
 
 
 # ---------------------------------------------------------------------------
