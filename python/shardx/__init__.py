@@ -27,6 +27,8 @@ _LAZY = {
     "RankError": ("sharded_tensor", "RankError"),
     "DonatedError": ("sharded_tensor", "DonatedError"),
     **{n: ("checkpoint", n) for n in ("save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointError")},
+    "DTensorInteropError": ("dtensor", "DTensorInteropError"),
+    "plan_from_parallel_styles": ("dtensor", "plan_from_parallel_styles"),
 }
 
 

@@ -346,6 +346,24 @@ class ShardedTensor:
         shards = session(mesh, backend).shards_of(arrays, dtype, layout, list(shape))
         return ShardedTensor(shards, mesh)
 
+    @staticmethod
+    def from_dtensor(dt, mesh: Optional[Mesh] = None, backend: str = "threads") -> "ShardedTensor":
+        """The tensor holding DTensor ``dt``'s local shards (Partial terms
+        included) on ``mesh`` (default: the DeviceMesh's shape and axis
+        names). On ``threads`` a collective over the DeviceMesh (every
+        process gets every rank's shard); on ``mpi``/``nccl`` this process's
+        shard only. See ``shardx.dtensor`` and docs/DTensor.md."""
+        from .dtensor import from_dtensor
+        return from_dtensor(dt, mesh, backend)
+
+    def to_dtensor(self, device_mesh=None):
+        """The DTensor whose local shard on each process is its DeviceMesh
+        coordinate's shard here (no communication); ``device_mesh`` defaults
+        to a CPU mesh of this tensor's mesh over the torch.distributed
+        world. See ``shardx.dtensor`` and docs/DTensor.md."""
+        from .dtensor import to_dtensor
+        return to_dtensor(self, device_mesh)
+
     @property
     def shape(self) -> Tuple[int, ...]:
         return tuple(self._shards.global_shape)
