@@ -5,6 +5,7 @@ load PyTorch; they are imported on first use, so that ``import shardx`` alone
 (placements, layouts) does not.
 """
 
+from ._version import __version__
 from .placements import (Mesh, Partial, Placement, PlacementError, Replicate, Shard,
                          StridedShard, check_placements, layout_text)
 

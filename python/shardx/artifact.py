@@ -128,9 +128,13 @@ class Artifact:
 
 
 def find_tool(name: str) -> str:
-    """Path of a ShardX tool: $SHARDX_BUILD/bin, else the repository's build/bin, else PATH."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in [os.path.join(os.environ.get("SHARDX_BUILD", os.path.join(root, "build")), "bin")]:
+    """Path of a ShardX tool: the installed package's (``pip install .``:
+    shardx/_bin), else $SHARDX_BUILD/bin, else the repository's build/bin,
+    else PATH."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    for d in [os.path.join(here, "_bin"),
+              os.path.join(os.environ.get("SHARDX_BUILD", os.path.join(root, "build")), "bin")]:
         p = os.path.join(d, name)
         if os.path.exists(p):
             return p

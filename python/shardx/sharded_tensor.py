@@ -27,19 +27,22 @@ _RT = None
 
 
 def runtime():
-    """The ``_shardx_rt`` extension module, from $SHARDX_BUILD/python (else
-    the repository's build/python)."""
+    """The ``_shardx_rt`` extension module: the installed package's (``pip
+    install .``, beside this file), else $SHARDX_BUILD/python's (else the
+    repository's build/python)."""
     global _RT
     if _RT is not None:
         return _RT
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    build = os.environ.get("SHARDX_BUILD", os.path.join(root, "build"))
-    folder = os.path.join(build, "python")
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("SHARDX_BUILD", os.path.join(os.path.dirname(os.path.dirname(here)), "build"))
     # The build for this interpreter (a folder may hold builds for several
     # Pythons, e.g. one carried to a GPU host).
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    names = os.listdir(folder) if os.path.isdir(folder) else []
-    found = ["_shardx_rt" + x for x in suffixes if "_shardx_rt" + x in names]
+    for folder in (here, os.path.join(build, "python")):
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        found = ["_shardx_rt" + x for x in suffixes if "_shardx_rt" + x in names]
+        if found:
+            break
     if not found:
         raise ImportError(f"the ShardX runtime binding (_shardx_rt) is not built in {folder} "
                           f"for this Python ({sys.version.split()[0]}): run bash scripts/test.sh "
