@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, configures, builds, runs
 # the lit suite (lit + FileCheck tests and the gtest unit tests), the
-# pytest suite and a bounded libFuzzer run (scripts/fuzz.sh), and ends with
+# pytest suite, the install check (scripts/install_check.sh) and a bounded
+# libFuzzer run (scripts/fuzz.sh), and ends with
 # a line "N passed, N failed". Exits non-zero when anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -39,6 +40,25 @@ failed=$(( failed + $(pycount failed) + $(pycount error) ))
 if [ "$pystatus" -ne 0 ]; then
   [ "$status" -ne 0 ] || status=$pystatus
   [ "$(pycount failed)$(pycount error)" != "00" ] || failed=$(( failed + 1 ))
+fi
+# ShardX as a user installs it (scripts/install_check.sh, docs/Install.md):
+# the CMake package with an out-of-tree consumer built against it, and
+# `pip install .` into a fresh venv running the README's example; one result
+# per part. SHARDX_INSTALL_CHECK=0 leaves it out.
+if [ "${SHARDX_INSTALL_CHECK:-1}" != 0 ]; then
+  for part in cmake pip; do
+    log "install check: $part"
+    set +e
+    SHARDX_BUILD="$SHARDX_BUILD" bash "$SHARDX_ROOT/scripts/install_check.sh" "$part"
+    installstatus=$?
+    set -e
+    if [ "$installstatus" -eq 0 ]; then
+      passed=$(( passed + 1 ))
+    else
+      failed=$(( failed + 1 ))
+      [ "$status" -ne 0 ] || status=$installstatus
+    fi
+  done
 fi
 # A bounded coverage-guided fuzzing run (libFuzzer, ASan; docs/Testing.md):
 # SHARDX_FUZZ_SECONDS (default 60) per target from seed FUZZ_SEED (default
