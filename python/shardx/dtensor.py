@@ -197,9 +197,10 @@ def layout_of(mesh: Mesh, placements: Sequence[Placement], shape: Sequence[int])
     """The runtime layout whose every rank holds what DTensor's rank holds
     under ``placements`` (None: replicated). ShardX's default meaning is
     DTensor's except for ``_StridedShard`` on uneven dims: there the layout
-    gets explicit sizes when DTensor's pieces are contiguous; a
-    ``_StridedShard`` whose pieces are not (a plain stride that does not
-    divide the dim) is an error."""
+    gets explicit sizes when DTensor's pieces are contiguous runs in the
+    order of the dim's splits; where they are not (a plain stride that does
+    not divide the dim, DTensor's shuffle of a reorder) no layout holds
+    them: a DTensorInteropError."""
     import json
     from .placements import check_placements
     from .sharded_tensor import runtime
@@ -280,6 +281,10 @@ def dtensor_placements_of(st) -> Tuple[Placement, ...]:
     if layout is None or layout.is_replicated:
         return tuple(Replicate() for _ in mesh.shape)
     tuples = layout.placements(list(mesh.shape))
+    if tuples is not None and not any(t[0] == "SS" for t in tuples):
+        # Shard / Replicate / Partial: the same split in both (torch.chunk,
+        # nested in mesh order).
+        return _placements_of(tuples)
     if tuples is None:
         # Explicit sizes: the placements of the same splits without them,
         # if DTensor's split of those gives these sizes.
