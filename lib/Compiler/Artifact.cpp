@@ -627,10 +627,16 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
 
 } // namespace
 
-LogicalResult mlir::shardx::emitArtifact(ModuleOp module, StringRef info,
+LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
                                          const CompileOptions &options,
                                          ArrayRef<std::string> libraries) {
-  addProgramInfo(module, info);
+  auto info = module->getAttrOfType<StringAttr>(kProgramInfoAttr);
+  if (!info)
+    return module.emitError("no program description ('")
+           << kProgramInfoAttr << "': run shardx-record-program-info first)";
+  std::string json = info.getValue().str();
+  module->removeAttr(kProgramInfoAttr);
+  addProgramInfo(module, json);
   addEntryWrappers(module);
 
   std::error_code ec;

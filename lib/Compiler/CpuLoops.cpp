@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -209,20 +210,16 @@ void mlir::shardx::lowerInnerReductions(ModuleOp module) {
     lowerReduction(op);
 }
 
+namespace mlir::shardx {
+#define GEN_PASS_DEF_APPROXIMATEMATHPASS
+#define GEN_PASS_DEF_LOWERINNERREDUCTIONSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
 namespace {
 
 struct ApproximateMathPass
-    : PassWrapper<ApproximateMathPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ApproximateMathPass)
-  StringRef getArgument() const override { return "shardx-approximate-math"; }
-  StringRef getDescription() const override {
-    return "Replace f32 exp, erf and tanh by polynomial approximations that "
-           "LLVM vectorizes (CPU target)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, LLVM::LLVMDialect, math::MathDialect,
-                    vector::VectorDialect>();
-  }
+    : shardx::impl::ApproximateMathPassBase<ApproximateMathPass> {
   void runOnOperation() override {
     if (failed(shardx::approximateMath(getOperation())))
       signalPassFailure();
@@ -230,26 +227,10 @@ struct ApproximateMathPass
 };
 
 struct LowerInnerReductionsPass
-    : PassWrapper<LowerInnerReductionsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerInnerReductionsPass)
-  StringRef getArgument() const override { return "shardx-lower-reductions"; }
-  StringRef getDescription() const override {
-    return "Lower linalg reductions on buffers whose reduction loops are "
-           "innermost to loops carrying the accumulators in registers, "
-           "float sums marked reassoc (CPU target)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<affine::AffineDialect, arith::ArithDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-  }
+    : shardx::impl::LowerInnerReductionsPassBase<LowerInnerReductionsPass> {
   void runOnOperation() override {
     shardx::lowerInnerReductions(getOperation());
   }
 };
 
 } // namespace
-
-void mlir::shardx::registerCpuLoopPasses() {
-  PassRegistration<ApproximateMathPass>();
-  PassRegistration<LowerInnerReductionsPass>();
-}

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -398,39 +399,39 @@ LogicalResult mlir::shardx::contractionsToGemmCalls(
   return success();
 }
 
+namespace mlir::shardx {
+#define GEN_PASS_DEF_FUSETENSOROPSPASS
+#define GEN_PASS_DEF_SPLITSHAREDEMPTYTENSORSPASS
+#define GEN_PASS_DEF_PACKSLICESASCONCATPASS
+#define GEN_PASS_DEF_CONTRACTIONSTOBLASPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
 namespace {
 
 struct FuseTensorOpsPass
-    : PassWrapper<FuseTensorOpsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseTensorOpsPass)
-  StringRef getArgument() const override { return "shardx-fuse-tensor-ops"; }
-  StringRef getDescription() const override {
-    return "Fold transposes into the ops that read them and into "
-           "contractions' results, and fuse elementwise chains (CPU target)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<linalg::LinalgDialect, tensor::TensorDialect>();
-  }
+    : shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
   void runOnOperation() override {
     if (failed(shardx::fuseTensorOps(getOperation())))
       signalPassFailure();
   }
 };
 
+struct SplitSharedEmptyTensorsPass
+    : shardx::impl::SplitSharedEmptyTensorsPassBase<
+          SplitSharedEmptyTensorsPass> {
+  void runOnOperation() override {
+    shardx::splitSharedEmptyTensors(getOperation());
+  }
+};
+
+struct PackSlicesAsConcatPass
+    : shardx::impl::PackSlicesAsConcatPassBase<PackSlicesAsConcatPass> {
+  void runOnOperation() override { shardx::packSlicesAsConcat(getOperation()); }
+};
+
 struct ContractionsToBlasPass
-    : PassWrapper<ContractionsToBlasPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ContractionsToBlasPass)
-  StringRef getArgument() const override {
-    return "shardx-contractions-to-blas";
-  }
-  StringRef getDescription() const override {
-    return "Replace (batched) GEMM contractions on buffers by runtime BLAS "
-           "calls taking transposed views and folding zero fills";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, func::FuncDialect,
-                    memref::MemRefDialect, LLVM::LLVMDialect>();
-  }
+    : shardx::impl::ContractionsToBlasPassBase<ContractionsToBlasPass> {
   void runOnOperation() override {
     if (failed(shardx::contractionsToBlasCalls(getOperation())))
       signalPassFailure();
@@ -438,14 +439,3 @@ struct ContractionsToBlasPass
 };
 
 } // namespace
-
-void mlir::shardx::registerCompilerPasses() {
-  PassRegistration<FuseTensorOpsPass>();
-  PassRegistration<ContractionsToBlasPass>();
-  registerShardXConversionPasses();
-  registerCpuLoopPasses();
-  registerNarrowFloatPasses();
-  registerOutlineKernelsPass();
-  registerScatterLoopPasses();
-  registerDeallocPasses();
-}

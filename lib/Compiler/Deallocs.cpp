@@ -33,15 +33,25 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/DenseMap.h"
 
 using namespace mlir;
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_PLACEDEALLOCSPASS
+#define GEN_PASS_DEF_DEALLOCATEBUFFERSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
 
 namespace {
 
@@ -172,16 +182,7 @@ void placeInFunction(func::FuncOp func) {
 }
 
 struct PlaceDeallocsPass
-    : PassWrapper<PlaceDeallocsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlaceDeallocsPass)
-  StringRef getArgument() const override { return "shardx-place-deallocs"; }
-  StringRef getDescription() const override {
-    return "Free each buffer of a program function after its last use "
-           "(straight-line functions; fails on the others)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<memref::MemRefDialect>();
-  }
+    : shardx::impl::PlaceDeallocsPassBase<PlaceDeallocsPass> {
   void runOnOperation() override {
     std::string why;
     if (!shardx::placeDeallocs(getOperation(), &why)) {
@@ -189,6 +190,36 @@ struct PlaceDeallocsPass
       signalPassFailure();
     }
   }
+};
+
+/// After its last use where placeDeallocs can, else MLIR's ownership-based
+/// deallocation; either way the bufferization ops are lowered to memref.
+struct DeallocateBuffersPass
+    : shardx::impl::DeallocateBuffersPassBase<DeallocateBuffersPass> {
+  LogicalResult initialize(MLIRContext *) override {
+    if (failed(parsePassPipeline(
+            "builtin.module(convert-bufferization-to-memref,cse,canonicalize)",
+            placed)) ||
+        failed(parsePassPipeline(
+            "builtin.module(ownership-based-buffer-deallocation,canonicalize,"
+            "buffer-deallocation-simplification,"
+            "bufferization-lower-deallocations,"
+            "convert-bufferization-to-memref,cse,canonicalize)",
+            owned)))
+      return failure();
+    return success();
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    DeallocateBuffersPassBase::getDependentDialects(registry);
+    placed.getDependentDialects(registry);
+    owned.getDependentDialects(registry);
+  }
+  void runOnOperation() override {
+    bool inPlace = shardx::placeDeallocs(getOperation());
+    if (failed(runPipeline(inPlace ? placed : owned, getOperation())))
+      signalPassFailure();
+  }
+  OpPassManager placed{"builtin.module"}, owned{"builtin.module"};
 };
 
 } // namespace
@@ -209,23 +240,4 @@ bool mlir::shardx::placeDeallocs(ModuleOp module, std::string *why) {
   for (func::FuncOp func : funcs)
     placeInFunction(func);
   return true;
-}
-
-LogicalResult mlir::shardx::deallocateBuffers(ModuleOp module,
-                                              TimingScope *timing) {
-  std::string why;
-  if (placeDeallocs(module, &why))
-    return runPassPipeline(module,
-                           "convert-bufferization-to-memref,cse,canonicalize",
-                           timing);
-  return runPassPipeline(
-      module,
-      "ownership-based-buffer-deallocation,canonicalize,"
-      "buffer-deallocation-simplification,bufferization-lower-deallocations,"
-      "convert-bufferization-to-memref,cse,canonicalize",
-      timing);
-}
-
-void mlir::shardx::registerDeallocPasses() {
-  PassRegistration<PlaceDeallocsPass>();
 }

@@ -29,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
@@ -38,9 +39,15 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 using namespace mlir;
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_EXPANDNARROWFLOATSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
 
 namespace {
 
@@ -198,34 +205,30 @@ struct ExpandExtF : OpRewritePattern<arith::ExtFOp> {
 };
 
 struct ExpandNarrowFloatsPass
-    : PassWrapper<ExpandNarrowFloatsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ExpandNarrowFloatsPass)
-  StringRef getArgument() const override {
-    return "shardx-expand-narrow-floats";
-  }
-  StringRef getDescription() const override {
-    return "Compute bf16/f16 in f32 and convert with integer arithmetic "
-           "(no compiler builtins in CPU artifacts)";
+    : shardx::impl::ExpandNarrowFloatsPassBase<ExpandNarrowFloatsPass> {
+  LogicalResult initialize(MLIRContext *) override {
+    // Arithmetic first: it introduces the extf/truncf pairs expanded after.
+    return parsePassPipeline(
+        "builtin.module(math-extend-to-supported-types{target-type=f32},"
+        "arith-emulate-unsupported-floats{source-types=bf16,f16 "
+        "target-type=f32})",
+        emulate);
   }
   void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, math::MathDialect,
-                    vector::VectorDialect>();
+    ExpandNarrowFloatsPassBase::getDependentDialects(registry);
+    emulate.getDependentDialects(registry);
   }
   void runOnOperation() override {
-    if (failed(shardx::expandNarrowFloats(getOperation())))
+    if (failed(runPipeline(emulate, getOperation())) ||
+        failed(shardx::expandNarrowFloatConversions(getOperation())))
       signalPassFailure();
   }
+  OpPassManager emulate{"builtin.module"};
 };
 
 } // namespace
 
-LogicalResult mlir::shardx::expandNarrowFloats(ModuleOp module) {
-  // Arithmetic first: it introduces the extf/truncf pairs expanded below.
-  if (failed(runPassPipeline(
-          module, "math-extend-to-supported-types{target-type=f32},"
-                  "arith-emulate-unsupported-floats{source-types=bf16,f16 "
-                  "target-type=f32}")))
-    return failure();
+LogicalResult mlir::shardx::expandNarrowFloatConversions(ModuleOp module) {
   // The emulation marks its conversions `contract`, which lets the folder
   // drop an extf(truncf(x)) pair: PyTorch rounds after every op, so must we.
   module.walk([](Operation *op) {
@@ -248,8 +251,4 @@ LogicalResult mlir::shardx::expandNarrowFloats(ModuleOp module) {
     return WalkResult::interrupt();
   });
   return failure(left.wasInterrupted());
-}
-
-void mlir::shardx::registerNarrowFloatPasses() {
-  PassRegistration<ExpandNarrowFloatsPass>();
 }

@@ -28,6 +28,7 @@
 
 #include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -170,27 +171,32 @@ mlir::shardx::outlineKernels(ModuleOp module) {
   return stats;
 }
 
+namespace mlir::shardx {
+#define GEN_PASS_DEF_OUTLINEKERNELSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
 namespace {
 
 struct OutlineKernelsPass
-    : PassWrapper<OutlineKernelsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OutlineKernelsPass)
-  StringRef getArgument() const override { return "shardx-outline-kernels"; }
-  StringRef getDescription() const override {
-    return "Outline every linalg op on buffers into a kernel function and "
-           "merge structurally identical kernels";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<func::FuncDialect>();
-  }
+    : shardx::impl::OutlineKernelsPassBase<OutlineKernelsPass> {
+  OutlineKernelsPass() = default;
+  explicit OutlineKernelsPass(shardx::OutlineStats *stats) : stats(stats) {}
   void runOnOperation() override {
-    if (failed(shardx::outlineKernels(getOperation())))
-      signalPassFailure();
+    FailureOr<shardx::OutlineStats> done = shardx::outlineKernels(getOperation());
+    if (failed(done))
+      return signalPassFailure();
+    if (stats) {
+      stats->outlined += done->outlined;
+      stats->unique += done->unique;
+    }
   }
+  shardx::OutlineStats *stats = nullptr;
 };
 
 } // namespace
 
-void mlir::shardx::registerOutlineKernelsPass() {
-  PassRegistration<OutlineKernelsPass>();
+std::unique_ptr<Pass>
+mlir::shardx::createOutlineKernelsPass(OutlineStats *stats) {
+  return std::make_unique<OutlineKernelsPass>(stats);
 }

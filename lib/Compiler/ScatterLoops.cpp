@@ -36,6 +36,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -418,26 +419,16 @@ int64_t mlir::shardx::lowerMaskedScatters(ModuleOp module, ScatterOrder order) {
   return static_cast<int64_t>(found.size());
 }
 
+namespace mlir::shardx {
+#define GEN_PASS_DEF_LOWERMASKEDSCATTERSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
 namespace {
 
 struct LowerMaskedScattersPass
-    : PassWrapper<LowerMaskedScattersPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerMaskedScattersPass)
-  LowerMaskedScattersPass() = default;
-  LowerMaskedScattersPass(const LowerMaskedScattersPass &other)
-      : PassWrapper(other) {}
-  StringRef getArgument() const override {
-    return "shardx-lower-masked-scatters";
-  }
-  StringRef getDescription() const override {
-    return "Lower masked accumulations into table rows (index_put with "
-           "accumulate, embedding backward, scatter_add) on buffers to "
-           "scatter loops that visit each index once";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<affine::AffineDialect, arith::ArithDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-  }
+    : shardx::impl::LowerMaskedScattersPassBase<LowerMaskedScattersPass> {
+  using LowerMaskedScattersPassBase::LowerMaskedScattersPassBase;
   void runOnOperation() override {
     if (order != "cpu" && order != "gpu") {
       getOperation().emitError("shardx-lower-masked-scatters: order must be "
@@ -450,15 +441,6 @@ struct LowerMaskedScattersPass
                                     ? shardx::ScatterOrder::IndicesOuter
                                     : shardx::ScatterOrder::RowsParallel);
   }
-  Option<std::string> order{
-      *this, "order",
-      llvm::cl::desc("cpu: indices outermost, a row's columns inside; gpu: "
-                     "an scf.parallel over the columns, the indices inside"),
-      llvm::cl::init("cpu")};
 };
 
 } // namespace
-
-void mlir::shardx::registerScatterLoopPasses() {
-  PassRegistration<LowerMaskedScattersPass>();
-}

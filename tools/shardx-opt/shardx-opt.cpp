@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 #include "shardx/InitAll.h"
 #include "shardx/Report/Report.h"
 
@@ -12,6 +12,7 @@
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
@@ -20,6 +21,8 @@ int main(int argc, char **argv) {
   // Bufferization and lowering models of upstream dialects (back-end tests).
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  // LLVM IR translations: gpu-module-to-binary in shardx-codegen-cuda.
+  mlir::registerAllToLLVMIRTranslations(registry);
   mlir::shardx::registerShardXPasses();
   mlir::shardx::registerCompilerPasses();
   mlir::shardx::registerReportPass();

@@ -1,13 +1,14 @@
-//===- Compiler.h - Compile local programs to CPU shared objects -*- C++ -*-===//
+//===- Compiler.h - Compile local programs to artifacts ---------*- C++ -*-===//
 //
 // Part of ShardX.
 //
-// The CPU back end: a program on tensors (func/linalg/tensor/arith/math, the
-// output of SPMD expansion or an unsharded program) is bufferized, its
-// matmul-family ops become runtime (OpenBLAS) calls, the rest is lowered to
-// loops and LLVM, and the result is linked with the ShardX runtime into a
-// shared object (the artifact). See docs/Compiler.md for the calling
-// convention.
+// Code generation: a program on tensors (func/linalg/tensor/arith/math, the
+// output of SPMD expansion or an unsharded program) goes through the cpu or
+// cuda target pipeline (Passes.h, lib/Compiler/Pipelines.cpp) to the LLVM
+// dialect, and is linked with the ShardX runtime into a shared object (the
+// artifact): OpenBLAS calls and kernels compiled by LLVM on the cpu target,
+// cuBLAS calls and NVVM kernels on the cuda target. See docs/Compiler.md
+// for the calling convention.
 //
 //===----------------------------------------------------------------------===//
 
@@ -120,11 +121,6 @@ LogicalResult contractionsToBlasCalls(ModuleOp module);
 /// reason in `why` and the module untouched, where a function is not
 /// straight-line in its buffers (then the ownership-based pipeline runs).
 bool placeDeallocs(ModuleOp module, std::string *why = nullptr);
-/// Registers `shardx-place-deallocs`.
-void registerDeallocPasses();
-/// The buffers' deallocation of both targets: placeDeallocs, else MLIR's
-/// ownership-based deallocation; then the bufferization ops to memref.
-LogicalResult deallocateBuffers(ModuleOp module, TimingScope *timing = nullptr);
 
 /// What identifies this compiler's artifacts besides their input: this
 /// build (file, size, time) and each runtime archive artifacts link
@@ -151,8 +147,6 @@ enum class ScatterOrder {
 /// instead of once per row (lib/Compiler/ScatterLoops.cpp). Returns how
 /// many it replaced.
 int64_t lowerMaskedScatters(ModuleOp module, ScatterOrder order);
-/// Registers `shardx-lower-masked-scatters{order=cpu|gpu}`.
-void registerScatterLoopPasses();
 
 /// After bufferization: replaces every linalg op on buffers whose reduction
 /// loops are all inside its parallel loops by loops that carry the
@@ -165,14 +159,14 @@ void lowerInnerReductions(ModuleOp module);
 /// (`shardx-approximate-math`).
 LogicalResult approximateMath(ModuleOp module);
 
-/// Computes bf16/f16 arithmetic and math in f32 and expands every
-/// conversion from and to bf16/f16 into integer arithmetic (round to nearest
-/// even, as PyTorch converts), so that CPU artifacts call no compiler builtin
-/// such as `__truncsfbf2` (`shardx-expand-narrow-floats`).
-LogicalResult expandNarrowFloats(ModuleOp module);
+/// After bf16/f16 arithmetic and math are computed in f32 (upstream's
+/// math-extend-to-supported-types and arith-emulate-unsupported-floats, the
+/// first half of `shardx-expand-narrow-floats`): expands every conversion
+/// from and to bf16/f16 into integer arithmetic (round to nearest even, as
+/// PyTorch converts), so that CPU artifacts call no compiler builtin such as
+/// `__truncsfbf2`.
+LogicalResult expandNarrowFloatConversions(ModuleOp module);
 
-/// Registers the passes of lib/Compiler/NarrowFloats.cpp.
-void registerNarrowFloatPasses();
 
 /// The name prefix of outlined kernel functions (outlineKernels).
 inline constexpr llvm::StringLiteral kKernelPrefix = "shardx_kernel_";
@@ -196,15 +190,7 @@ FailureOr<OutlineStats> outlineKernels(ModuleOp module);
 /// kernels (SSA names are numbered by position, locations not printed).
 std::string canonicalKernelText(Operation *kernel);
 
-/// Registers `shardx-outline-kernels`.
-void registerOutlineKernelsPass();
 
-/// Registers the CPU back end's passes with the pass registry.
-void registerCompilerPasses();
-
-/// Registers the passes of lib/Compiler/CpuLoops.cpp (called by
-/// registerCompilerPasses).
-void registerCpuLoopPasses();
 
 /// Returns the JSON program description embedded in artifacts (entry points,
 /// argument and result types, layouts, mesh) for `module` before lowering.
@@ -227,24 +213,19 @@ TimingScope nestTiming(TimingScope *parent, StringRef name);
 LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline,
                               TimingScope *timing = nullptr);
 
-/// The targets' common start: lowers the collectives to runtime calls
-/// (`shardx-convert-to-runtime`, lib/Conversion/ShardXToRuntime),
-/// drops the mesh declarations, fuses on tensors (fuseTensorOps,
-/// splitSharedEmptyTensors) and bufferizes.
-LogicalResult bufferizeProgram(ModuleOp module, TimingScope *timing = nullptr);
 
-/// From a module in the LLVM dialect: adds the program description `info`
-/// and the entry wrappers, translates to LLVM IR and writes what
-/// `options.emit` asks for. An artifact is split into one unit per kernel
+/// The module attribute that holds the program description
+/// (`shardx-record-program-info`) until emitArtifact embeds it.
+inline constexpr llvm::StringLiteral kProgramInfoAttr = "shardx.program_info";
+
+/// From a module in the LLVM dialect: embeds the program description (the
+/// kProgramInfoAttr attribute, removed) and adds the entry wrappers,
+/// translates to LLVM IR and writes what `options.emit` asks for. An artifact is split into one unit per kernel
 /// plus the host code, the units found in the kernel cache or compiled in
 /// parallel, and linked with `libraries` (lib/Compiler/Artifact.cpp).
-LogicalResult emitArtifact(ModuleOp module, StringRef info,
-                           const CompileOptions &options,
+LogicalResult emitArtifact(ModuleOp module, const CompileOptions &options,
                            ArrayRef<std::string> libraries);
 
-/// The "cuda" target of compileModule (lib/Compiler/GpuCodegen.cpp).
-LogicalResult compileModuleForCuda(ModuleOp module,
-                                   const CompileOptions &options);
 
 /// After bufferization: replaces every (batched) GEMM contraction on
 /// buffers whose element type `suffix` names (std::nullopt: left alone) by a
@@ -254,6 +235,10 @@ LogicalResult compileModuleForCuda(ModuleOp module,
 LogicalResult contractionsToGemmCalls(
     ModuleOp module, StringRef gemm, StringRef batchedGemm,
     llvm::function_ref<std::optional<std::string>(Type)> suffix);
+
+/// The PTX of the cuda target's kernel module after
+/// gpu-module-to-binary{format=isa} (empty when the program has no kernel).
+FailureOr<std::string> kernelPtx(ModuleOp module);
 
 } // namespace mlir::shardx
 

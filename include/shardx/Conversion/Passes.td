@@ -18,7 +18,8 @@ def ConvertShardXToRuntimePass
   let summary = "lowers the ShardX collectives on local tensors to runtime "
                 "C-ABI calls";
   let description = [{
-    The first step of code generation (`bufferizeProgram`, both targets):
+    The first step of code generation (`buildBufferizationPipeline`, both
+    targets):
     every collective and local step of the local SPMD program becomes tensor
     reshapes and transposes around one call of a flat runtime collective
     (`shardx_rt_cg_<kind>_<f32|f64|i32|i64>`, lib/Runtime/CompiledCode.cpp),

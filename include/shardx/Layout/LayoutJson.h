@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 //
 // The one JSON form of a canonical layout, shared by the compiler (the
-// program description it embeds in artifacts, lib/Compiler/CpuCodegen.cpp),
+// program description it embeds in artifacts, lib/Compiler/Program.cpp),
 // the executor (lib/Exec) and Python (through the runtime module's
 // Layout.from_json / Layout.to_json). Like Layout.h, it needs no MLIR/LLVM:
 //

@@ -496,7 +496,7 @@ struct Buffer {
   int64_t bytes;
 };
 
-/// "O<rank>:<bytes> ... I<rank>:<bytes> ..." (see GpuCodegen.cpp).
+/// "O<rank>:<bytes> ... I<rank>:<bytes> ..." (see lib/Compiler/GpuTransforms.cpp).
 void parseSignature(const char *sig, std::vector<Buffer> &outputs,
                     std::vector<Buffer> &inputs) {
   const char *p = sig;

@@ -6,6 +6,7 @@
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
@@ -86,6 +87,25 @@ LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
 
 LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
+  // Code generation's notes on the module (lib/Compiler): the program
+  // description until the artifact embeds it, and the cuda target's entry
+  // signatures for host staging.
+  if (attr.getName() == "shardx.program_info") {
+    if (!isa<ModuleOp>(op) || !isa<StringAttr>(attr.getValue()))
+      return op->emitError("'shardx.program_info' must be a string on a "
+                           "module");
+    return success();
+  }
+  if (attr.getName() == "shardx.staging_signatures") {
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !dict ||
+        !llvm::all_of(dict, [](NamedAttribute entry) {
+          return isa<StringAttr>(entry.getValue());
+        }))
+      return op->emitError("'shardx.staging_signatures' must be a dictionary "
+                           "of strings on a module");
+    return success();
+  }
   if (attr.getName() == "shardx.table_layout") {
     if (!isa<LayoutAttr>(attr.getValue()))
       return op->emitError("'shardx.table_layout' must be a #shardx.layout");

@@ -1,10 +1,15 @@
-//===- CpuCodegen.cpp - Lower tensor programs to CPU shared objects -------===//
+//===- Program.cpp - The program around code generation -------------------===//
 //
 // Part of ShardX.
+//
+// What code generation needs from the program and the tools: the program
+// description artifacts embed, the entry points, the global program of
+// --unsharded, and the tools' context and input.
 //
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -152,132 +157,6 @@ void mlir::shardx::prepareEntryPoints(ModuleOp module) {
   }
 }
 
-LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
-                                            StringRef pipeline,
-                                            TimingScope *timing) {
-  PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return failure();
-  TimingScope scope = nestTiming(timing, pipeline);
-  if (timing)
-    pm.enableTiming(scope);
-  return pm.run(module);
-}
-
-TimingScope mlir::shardx::nestTiming(TimingScope *parent, StringRef name) {
-  return parent ? parent->nest(name) : TimingScope();
-}
-
-/// `step` under a timing scope named `name` (when timing).
-template <typename Step>
-static auto timed(TimingScope *timing, StringRef name, Step step) {
-  TimingScope scope = mlir::shardx::nestTiming(timing, name);
-  return step();
-}
-
-LogicalResult mlir::shardx::bufferizeProgram(ModuleOp module,
-                                             TimingScope *timing) {
-  PassManager collectives(module.getContext());
-  collectives.addPass(createConvertShardXToRuntimePass());
-  TimingScope collectivesTiming =
-      nestTiming(timing, "collectives to runtime calls");
-  if (timing)
-    collectives.enableTiming(collectivesTiming);
-  if (failed(collectives.run(module)))
-    return failure();
-  collectivesTiming.stop();
-  // Mesh declarations are compile-time information only.
-  for (auto mesh :
-       llvm::make_early_inc_range(module.getOps<mlir::shardx::MeshOp>()))
-    mesh.erase();
-  if (failed(runPassPipeline(module,
-                             "func.func(convert-elementwise-to-linalg),"
-                             "canonicalize,cse",
-                             timing)) ||
-      failed(timed(timing, "fuse tensor ops",
-                   [&] { return fuseTensorOps(module); })) ||
-      failed(runPassPipeline(module, "canonicalize,cse", timing)))
-    return failure();
-  splitSharedEmptyTensors(module);
-  packSlicesAsConcat(module);
-  return runPassPipeline(module,
-                         "one-shot-bufferize{"
-                         "bufferize-function-boundaries "
-                         "function-boundary-type-conversion=identity-"
-                         "layout-map},canonicalize,cse",
-                         timing);
-}
-
-LogicalResult mlir::shardx::compileModule(ModuleOp module,
-                                          const CompileOptions &options) {
-  // bf16/f16 reductions accumulate in f32 on every target (nothing to do
-  // when the SPMD pipeline already widened them); cuBLAS accumulates the
-  // cuda target's GEMMs in f32, the cpu target's are loop nests.
-  PassManager widen(module.getContext());
-  widen.addPass(
-      createWidenAccumulationPass({/*contractions=*/options.target != "cuda"}));
-  if (failed(widen.run(module)))
-    return failure();
-  if (options.target == "cuda")
-    return compileModuleForCuda(module, options);
-  if (options.target != "cpu") {
-    llvm::errs() << "error: unknown --target '" << options.target
-                 << "' (cpu, cuda)\n";
-    return failure();
-  }
-  std::string info = describeProgram(module);
-  prepareEntryPoints(module);
-  TimingScope *timing = options.timing;
-  if (failed(bufferizeProgram(module, timing)))
-    return failure();
-  if (options.blas &&
-      failed(timed(timing, "contractions to BLAS calls",
-                   [&] { return contractionsToBlasCalls(module); })))
-    return failure();
-  // Loops LLVM vectorizes (CpuLoops.cpp): row reductions carry their
-  // accumulators in registers, f32 exp/erf/tanh are polynomials.
-  if (failed(timed(timing, "deallocate buffers",
-                   [&] { return deallocateBuffers(module); })))
-    return failure();
-  // One function per fused loop nest, identical ones merged: LLVM then
-  // optimizes each unique kernel once, in parallel and through the kernel
-  // cache, instead of the whole step as one function (emitArtifact).
-  {
-    TimingScope outlineTiming = nestTiming(timing, "outline kernels");
-    FailureOr<OutlineStats> outlined = outlineKernels(module);
-    if (failed(outlined))
-      return failure();
-    if (options.stats) {
-      options.stats->kernels = outlined->outlined;
-      options.stats->uniqueKernels = outlined->unique;
-    }
-  }
-  TimingScope lowerTiming = nestTiming(timing, "lower to LLVM dialect");
-  // In the kernels, which LLVM optimizes (the host unit is compiled at -O0).
-  lowerMaskedScatters(module, ScatterOrder::IndicesOuter);
-  lowerInnerReductions(module);
-  if (failed(runPassPipeline(module, "func.func(convert-linalg-to-loops)",
-                             timing ? &lowerTiming : nullptr)) ||
-      failed(approximateMath(module)) || failed(expandNarrowFloats(module)))
-    return failure();
-  // Buffers come from the runtime's caching allocator
-  // (lib/Runtime/cpu/BufferCache.cpp), which keeps large blocks for the
-  // next run instead of mapping and faulting them in again.
-  if (failed(runPassPipeline(
-          module,
-          "math-expand-ops{ops=rsqrt},convert-math-to-libm,lower-affine,convert-scf-to-cf,"
-          "expand-strided-metadata,lower-affine,"
-          "finalize-memref-to-llvm{use-generic-functions},"
-          "convert-math-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,"
-          "convert-func-to-llvm,convert-cf-to-llvm,"
-          "reconcile-unrealized-casts",
-          timing ? &lowerTiming : nullptr)))
-    return failure();
-  lowerTiming.stop();
-  SmallVector<std::string> libraries = runtimeLibraries(/*cuda=*/false);
-  return emitArtifact(module, info, options, libraries);
-}
-
 /// Removes every ShardX construct that has no effect on global values.
 LogicalResult mlir::shardx::stripToGlobalProgram(ModuleOp module) {
   module.walk([](func::FuncOp fn) {
@@ -334,3 +213,39 @@ OwningOpRef<ModuleOp> mlir::shardx::loadProgram(StringRef path,
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_RECORDPROGRAMINFOPASS
+#define GEN_PASS_DEF_PREPAREENTRYPOINTSPASS
+#define GEN_PASS_DEF_DROPMESHESPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
+namespace {
+
+struct RecordProgramInfoPass
+    : mlir::shardx::impl::RecordProgramInfoPassBase<RecordProgramInfoPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    module->setAttr(mlir::shardx::kProgramInfoAttr,
+                    StringAttr::get(module.getContext(),
+                                    mlir::shardx::describeProgram(module)));
+  }
+};
+
+struct PrepareEntryPointsPass
+    : mlir::shardx::impl::PrepareEntryPointsPassBase<PrepareEntryPointsPass> {
+  void runOnOperation() override {
+    mlir::shardx::prepareEntryPoints(getOperation());
+  }
+};
+
+struct DropMeshesPass : mlir::shardx::impl::DropMeshesPassBase<DropMeshesPass> {
+  void runOnOperation() override {
+    for (auto mesh : llvm::make_early_inc_range(
+             getOperation().getOps<mlir::shardx::MeshOp>()))
+      mesh.erase();
+  }
+};
+
+} // namespace

@@ -1,9 +1,9 @@
-//===- GpuCodegen.cpp - Lower tensor programs to CUDA artifacts -----------===//
+//===- GpuTransforms.cpp - The cuda target's device transforms ------------===//
 //
 // Part of ShardX.
 //
-// The "cuda" target of shardx-compile. The program is fused and bufferized
-// as on the CPU; then
+// The passes of the "cuda" target (shardx-codegen-cuda, lib/Compiler/
+// Pipelines.cpp). The program is fused and bufferized as on the CPU; then
 //
 // - (batched) GEMM contractions become calls of `shardx_rt_cuda_gemm_*`
 //   (cuBLAS at run time), transposed operands as views;
@@ -28,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -44,20 +45,8 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
-#include "mlir/Target/LLVM/NVVM/Target.h"
-#include "mlir/Target/LLVMIR/Dialect/All.h"
-
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
-
-#ifndef SHARDX_CUDA_LIBDEVICE
-#define SHARDX_CUDA_LIBDEVICE "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
-#endif
 
 namespace {
 
@@ -594,19 +583,6 @@ LogicalResult checkNoHostAccess(ModuleOp module) {
   return failure(result.wasInterrupted());
 }
 
-/// The PTX of the kernel module (after gpu-module-to-binary, format=isa).
-FailureOr<std::string> kernelPtx(ModuleOp module) {
-  auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModule);
-  if (!binary)
-    return std::string();
-  auto objects = binary.getObjects();
-  if (objects.size() != 1)
-    return binary.emitError("expected one object in the kernel binary"),
-           failure();
-  auto object = cast<gpu::ObjectAttr>(objects[0]);
-  return object.getObject().getValue().str();
-}
-
 /// A PTX that calls a function it does not define (a math function missing
 /// from libdevice) loads on no driver: a compile error.
 LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
@@ -632,10 +608,13 @@ LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
   return failure();
 }
 
+/// The module attribute of shardx-record-staging-signatures.
+constexpr llvm::StringLiteral kStagingSignatures = "shardx.staging_signatures";
+
 /// Per public function, the buffers of its calling convention for the
 /// runtime's staging: outputs then inputs, each "O|I<rank>:<element bytes>".
-llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
-  llvm::StringMap<std::string> signatures;
+DictionaryAttr entrySignatures(ModuleOp module) {
+  SmallVector<NamedAttribute> signatures;
   auto describe = [](char kind, Type type) {
     auto shaped = cast<ShapedType>(type);
     unsigned bits = shaped.getElementTypeBitWidth();
@@ -652,9 +631,10 @@ llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
     for (Type t : fn.getFunctionType().getInputs())
       if (isa<ShapedType>(t))
         sig += describe('I', t);
-    signatures[fn.getSymName()] = sig;
+    signatures.push_back(NamedAttribute(
+        fn.getSymNameAttr(), StringAttr::get(module.getContext(), sig)));
   }
-  return signatures;
+  return DictionaryAttr::get(module.getContext(), signatures);
 }
 
 /// For each `_mlir_ciface_<f>(p0, ..., pk)` with a signature, adds
@@ -665,8 +645,7 @@ llvm::StringMap<std::string> entrySignatures(ModuleOp module) {
 /// `shardx_entry_<f>_device(deviceArgv)`, the program alone on device
 /// descriptors, and `shardx_entry_<f>_resident(argv)`, which stages once
 /// and runs the device entry repeatedly (`shardx_rt_cuda_run_resident`).
-void addStagingEntryWrappers(ModuleOp module,
-                             const llvm::StringMap<std::string> &signatures) {
+void addStagingEntryWrappers(ModuleOp module, DictionaryAttr signatures) {
   MLIRContext *ctx = module.getContext();
   OpBuilder b(ctx);
   auto ptr = LLVM::LLVMPointerType::get(ctx);
@@ -687,7 +666,7 @@ void addStagingEntryWrappers(ModuleOp module,
   SmallVector<LLVM::LLVMFuncOp> entries;
   for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
     if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal() &&
-        signatures.count(fn.getName().drop_front(strlen("_mlir_ciface_"))))
+        signatures.contains(fn.getName().drop_front(strlen("_mlir_ciface_"))))
       entries.push_back(fn);
   // A function `void name(ptr)` at the end of the module whose body
   // `build` fills from its argument.
@@ -704,7 +683,7 @@ void addStagingEntryWrappers(ModuleOp module,
   for (LLVM::LLVMFuncOp fn : entries) {
     StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
     Location loc = fn.getLoc();
-    std::string sig = signatures.lookup(name);
+    std::string sig = signatures.getAs<StringAttr>(name).getValue().str();
     sig.push_back('\0');
     b.setInsertionPointToEnd(module.getBody());
     auto global = LLVM::GlobalOp::create(
@@ -747,105 +726,142 @@ void addStagingEntryWrappers(ModuleOp module,
   }
 }
 
-LogicalResult writeFile(StringRef path, StringRef text) {
-  std::error_code ec;
-  llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
-  if (ec) {
-    llvm::errs() << "error: " << path << ": " << ec.message() << "\n";
-    return failure();
-  }
-  out.os() << text;
-  out.keep();
-  return success();
-}
-
 } // namespace
 
-LogicalResult
-mlir::shardx::compileModuleForCuda(ModuleOp module,
-                                   const CompileOptions &options) {
-  // Kernels are serialized through LLVM IR (NVVM) and the host code embeds
-  // them (the GPU dialect's offloading translation).
-  DialectRegistry registry;
-  registerAllToLLVMIRTranslations(registry);
-  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
-  module.getContext()->appendDialectRegistry(registry);
-
-  std::string info = describeProgram(module);
-  prepareEntryPoints(module);
-  llvm::StringMap<std::string> signatures = entrySignatures(module);
-  if (failed(bufferizeProgram(module)))
-    return failure();
-  if (failed(contractionsToGemmCalls(
-          module, "shardx_rt_cuda_gemm_", "shardx_rt_cuda_gemm_batched_",
-          [](Type elt) -> std::optional<std::string> {
-            if (elt.isF32())
-              return std::string("f32");
-            if (elt.isF16())
-              return std::string("f16");
-            if (elt.isBF16())
-              return std::string("bf16");
-            return std::nullopt;
-          })))
-    return failure();
-  if (failed(deallocateBuffers(module)) ||
-      failed(placeBuffersOnDevice(module)))
-    return failure();
-  lowerMaskedScatters(module, ScatterOrder::RowsParallel);
-  if (failed(parallelLoopsFirst(module)))
-    return failure();
-  splitColumnSums(module);
-  parallelizeFullSums(module);
-  wrapSerialOps(module);
-  // No canonicalization before tiling: it would drop the one-iteration
-  // loops of wrapSerialOps.
-  if (failed(runPassPipeline(module,
-                             "func.func(convert-linalg-to-parallel-loops)")))
-    return failure();
-  tileParallelLoops(module);
-  if (failed(runPassPipeline(module, "func.func(gpu-map-parallel-loops,"
-                                     "convert-parallel-loops-to-gpu)")))
-    return failure();
-  if (failed(checkNoHostAccess(module)) ||
-      failed(runPassPipeline(module,
-                             "gpu-kernel-outlining,canonicalize,cse")) ||
-      failed(mergeKernelModules(module)))
-    return failure();
-
-  std::string libdevice = options.libdevice;
-  if (libdevice.empty()) {
-    const char *env = std::getenv("SHARDX_LIBDEVICE");
-    libdevice = env ? env : SHARDX_CUDA_LIBDEVICE;
-  }
-  if (!llvm::sys::fs::exists(libdevice)) {
-    llvm::errs() << "error: libdevice not found at '" << libdevice
-                 << "' (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc; "
-                    "set SHARDX_LIBDEVICE)\n";
-    return failure();
-  }
-  std::string device =
-      "lower-affine,convert-scf-to-cf,expand-strided-metadata,lower-affine,"
-      "canonicalize,nvvm-attach-target{chip=" +
-      options.gpuChip + " features=+ptx80 O=3 l=" + libdevice +
-      "},gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
-      "reconcile-unrealized-casts)";
-  if (failed(runPassPipeline(module, device)))
-    return failure();
-  if (failed(runPassPipeline(module,
-                             "finalize-memref-to-llvm{use-generic-functions},"
-                             "convert-arith-to-llvm,"
-                             "convert-index-to-llvm,convert-func-to-llvm,"
-                             "convert-cf-to-llvm,gpu-to-llvm,"
-                             "reconcile-unrealized-casts,"
-                             "gpu-module-to-binary{format=isa}")))
-    return failure();
-  FailureOr<std::string> ptx = kernelPtx(module);
-  if (failed(ptx) || failed(checkPtx(module, *ptx)))
-    return failure();
-  if (options.emit == "ptx")
-    return writeFile(options.outputPath, *ptx);
-
-  addStagingEntryWrappers(module, signatures);
-  SmallVector<std::string> libraries = runtimeLibraries(/*cuda=*/true);
-  return emitArtifact(module, info, options, libraries);
+/// The PTX of the kernel module (after gpu-module-to-binary, format=isa).
+FailureOr<std::string> mlir::shardx::kernelPtx(ModuleOp module) {
+  auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModule);
+  if (!binary)
+    return std::string();
+  auto objects = binary.getObjects();
+  if (objects.size() != 1)
+    return binary.emitError("expected one object in the kernel binary"),
+           failure();
+  auto object = cast<gpu::ObjectAttr>(objects[0]);
+  return object.getObject().getValue().str();
 }
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_CONTRACTIONSTOCUBLASPASS
+#define GEN_PASS_DEF_PLACEBUFFERSONDEVICEPASS
+#define GEN_PASS_DEF_PARALLELLOOPSFIRSTPASS
+#define GEN_PASS_DEF_SPLITCOLUMNSUMSPASS
+#define GEN_PASS_DEF_PARALLELIZEFULLSUMSPASS
+#define GEN_PASS_DEF_WRAPSERIALOPSPASS
+#define GEN_PASS_DEF_TILEPARALLELLOOPSPASS
+#define GEN_PASS_DEF_CHECKNOHOSTACCESSPASS
+#define GEN_PASS_DEF_MERGEKERNELMODULESPASS
+#define GEN_PASS_DEF_CHECKPTXPASS
+#define GEN_PASS_DEF_RECORDSTAGINGSIGNATURESPASS
+#define GEN_PASS_DEF_ADDSTAGINGWRAPPERSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
+namespace {
+
+struct ContractionsToCublasPass
+    : mlir::shardx::impl::ContractionsToCublasPassBase<ContractionsToCublasPass> {
+  void runOnOperation() override {
+    auto suffix = [](Type elt) -> std::optional<std::string> {
+      if (elt.isF32())
+        return std::string("f32");
+      if (elt.isF16())
+        return std::string("f16");
+      if (elt.isBF16())
+        return std::string("bf16");
+      return std::nullopt;
+    };
+    if (failed(mlir::shardx::contractionsToGemmCalls(getOperation(),
+                                               "shardx_rt_cuda_gemm_",
+                                               "shardx_rt_cuda_gemm_batched_",
+                                               suffix)))
+      signalPassFailure();
+  }
+};
+
+struct PlaceBuffersOnDevicePass
+    : mlir::shardx::impl::PlaceBuffersOnDevicePassBase<PlaceBuffersOnDevicePass> {
+  void runOnOperation() override {
+    if (failed(placeBuffersOnDevice(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct ParallelLoopsFirstPass
+    : mlir::shardx::impl::ParallelLoopsFirstPassBase<ParallelLoopsFirstPass> {
+  void runOnOperation() override {
+    if (failed(parallelLoopsFirst(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct SplitColumnSumsPass
+    : mlir::shardx::impl::SplitColumnSumsPassBase<SplitColumnSumsPass> {
+  void runOnOperation() override { splitColumnSums(getOperation()); }
+};
+
+struct ParallelizeFullSumsPass
+    : mlir::shardx::impl::ParallelizeFullSumsPassBase<ParallelizeFullSumsPass> {
+  void runOnOperation() override { parallelizeFullSums(getOperation()); }
+};
+
+struct WrapSerialOpsPass
+    : mlir::shardx::impl::WrapSerialOpsPassBase<WrapSerialOpsPass> {
+  void runOnOperation() override { wrapSerialOps(getOperation()); }
+};
+
+struct TileParallelLoopsPass
+    : mlir::shardx::impl::TileParallelLoopsPassBase<TileParallelLoopsPass> {
+  void runOnOperation() override { tileParallelLoops(getOperation()); }
+};
+
+struct CheckNoHostAccessPass
+    : mlir::shardx::impl::CheckNoHostAccessPassBase<CheckNoHostAccessPass> {
+  void runOnOperation() override {
+    if (failed(checkNoHostAccess(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct MergeKernelModulesPass
+    : mlir::shardx::impl::MergeKernelModulesPassBase<MergeKernelModulesPass> {
+  void runOnOperation() override {
+    if (failed(mergeKernelModules(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct CheckPtxPass : mlir::shardx::impl::CheckPtxPassBase<CheckPtxPass> {
+  void runOnOperation() override {
+    FailureOr<std::string> ptx = mlir::shardx::kernelPtx(getOperation());
+    if (failed(ptx) || failed(checkPtx(getOperation(), *ptx)))
+      signalPassFailure();
+  }
+};
+
+struct RecordStagingSignaturesPass
+    : mlir::shardx::impl::RecordStagingSignaturesPassBase<
+          RecordStagingSignaturesPass> {
+  void runOnOperation() override {
+    getOperation()->setAttr(kStagingSignatures,
+                            entrySignatures(getOperation()));
+  }
+};
+
+struct AddStagingWrappersPass
+    : mlir::shardx::impl::AddStagingWrappersPassBase<AddStagingWrappersPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto signatures = module->getAttrOfType<DictionaryAttr>(kStagingSignatures);
+    if (!signatures) {
+      module.emitError("shardx-add-staging-wrappers: no '")
+          << kStagingSignatures
+          << "' (run shardx-record-staging-signatures before bufferization)";
+      return signalPassFailure();
+    }
+    module->removeAttr(kStagingSignatures);
+    addStagingEntryWrappers(module, signatures);
+  }
+};
+
+} // namespace

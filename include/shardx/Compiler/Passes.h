@@ -1,0 +1,67 @@
+//===- Passes.h - ShardX code generation passes -----------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// The code generation passes (Passes.td) and the two target pipelines built
+// from them (lib/Compiler/Pipelines.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_COMPILER_PASSES_H
+#define SHARDX_COMPILER_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <memory>
+#include <string>
+
+namespace mlir::shardx {
+
+struct OutlineStats;
+
+#define GEN_PASS_DECL
+#include "shardx/Compiler/Passes.h.inc"
+
+/// `shardx-outline-kernels` that adds what it did to `*stats`.
+std::unique_ptr<Pass> createOutlineKernelsPass(OutlineStats *stats);
+
+/// The options of the target pipelines.
+struct CodegenPipelineOptions {
+  /// Matmul-family ops become OpenBLAS calls (the cpu target; else loops).
+  bool blas = true;
+  /// The GPU architecture and the libdevice of the cuda target.
+  std::string gpuChip = "sm_90";
+  std::string libdevice;
+  /// Where `shardx-outline-kernels` reports (the cpu target), if anywhere.
+  OutlineStats *outlineStats = nullptr;
+};
+
+/// The cpu target from a local program on tensors to the LLVM dialect:
+/// widened accumulation, the program description, entry points, the
+/// common bufferization, BLAS calls, deallocation, kernels outlined, loops
+/// and the lowering to LLVM (`shardx-codegen-cpu`).
+void buildCpuCodegenPipeline(OpPassManager &pm,
+                             const CodegenPipelineOptions &options);
+
+/// The cuda target to the LLVM dialect with the kernels' PTX embedded
+/// (`shardx-codegen-cuda`). The context needs the NVVM target and the LLVM
+/// IR translations registered (compileModule does it).
+void buildCudaCodegenPipeline(OpPassManager &pm,
+                              const CodegenPipelineOptions &options);
+
+/// The targets' common start (in both pipelines): the collectives become
+/// runtime calls, the meshes go, tensor ops are fused and the program is
+/// bufferized.
+void buildBufferizationPipeline(OpPassManager &pm);
+
+#define GEN_PASS_REGISTRATION
+#include "shardx/Compiler/Passes.h.inc"
+
+/// Registers the code generation passes, the conversion passes they use and
+/// the two pipelines.
+void registerCompilerPasses();
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_COMPILER_PASSES_H

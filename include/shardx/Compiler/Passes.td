@@ -1,0 +1,238 @@
+//===- Passes.td - ShardX code generation passes -----------*- tablegen -*-===//
+//
+// Part of ShardX.
+//
+// Every step of code generation, after the SPMD pipeline: the targets'
+// common bufferization, the CPU loop and kernel passes and the cuda
+// target's device transforms. lib/Compiler/Pipelines.cpp strings them into
+// the two target pipelines (`shardx-codegen-cpu`, `shardx-codegen-cuda`);
+// each also runs alone in shardx-opt (test/Compiler, test/Gpu).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_COMPILER_PASSES_TD
+#define SHARDX_COMPILER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Both targets (lib/Compiler/Program.cpp, CpuOptimize.cpp, Deallocs.cpp)
+//===----------------------------------------------------------------------===//
+
+def RecordProgramInfoPass : Pass<"shardx-record-program-info", "ModuleOp"> {
+  let summary = "Records the program description an artifact embeds";
+  let description = [{
+    Describes the program before lowering (entry points, argument and
+    result types, layouts, the mesh: `describeProgram`) as the module's
+    `shardx.program_info` string attribute, which emitArtifact moves into
+    the artifact (`shardx_program_info`) and removes.
+  }];
+}
+
+def PrepareEntryPointsPass : Pass<"shardx-prepare-entry-points", "ModuleOp"> {
+  let summary = "Marks the public functions as entry points";
+  let description = [{
+    Public functions get C interface wrappers (`llvm.emit_c_interface`)
+    and read-only tensor arguments (`bufferization.writable = false`).
+  }];
+}
+
+def DropMeshesPass : Pass<"shardx-drop-meshes", "ModuleOp"> {
+  let summary = "Erases the mesh declarations after the collectives are "
+                "runtime calls";
+  let description = [{
+    `shardx.mesh` is compile-time information only; after
+    `shardx-convert-to-runtime` nothing refers to it.
+  }];
+}
+
+def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
+  let summary = "Folds transposes into the ops that read them and into "
+                "contractions' results, and fuses elementwise chains";
+  let dependentDialects = ["linalg::LinalgDialect", "tensor::TensorDialect"];
+}
+
+def SplitSharedEmptyTensorsPass
+    : Pass<"shardx-split-shared-empty-tensors", "ModuleOp"> {
+  let summary = "Gives every user of a shared tensor.empty its own";
+  let description = [{
+    One-shot bufferization would otherwise copy the buffer of an empty
+    tensor that several ops write into.
+  }];
+  let dependentDialects = ["tensor::TensorDialect"];
+}
+
+def PackSlicesAsConcatPass : Pass<"shardx-pack-slices-as-concat", "ModuleOp"> {
+  let summary = "Writes slices that tile a tensor as one concatenation";
+  let dependentDialects = ["tensor::TensorDialect"];
+}
+
+def ContractionsToBlasPass : Pass<"shardx-contractions-to-blas", "ModuleOp"> {
+  let summary = "Replaces (batched) GEMM contractions on buffers by runtime "
+                "BLAS calls taking transposed views and folding zero fills";
+  let dependentDialects = ["arith::ArithDialect", "func::FuncDialect",
+                           "memref::MemRefDialect", "LLVM::LLVMDialect"];
+}
+
+def PlaceDeallocsPass : Pass<"shardx-place-deallocs", "ModuleOp"> {
+  let summary = "Frees each buffer of a program function after its last use "
+                "(straight-line functions; fails on the others)";
+  let dependentDialects = ["memref::MemRefDialect"];
+}
+
+def DeallocateBuffersPass : Pass<"shardx-deallocate-buffers", "ModuleOp"> {
+  let summary = "Frees every buffer: after its last use where the program "
+                "is straight-line, else through MLIR's ownership-based "
+                "deallocation";
+  let description = [{
+    `shardx-place-deallocs` then `convert-bufferization-to-memref,cse,
+    canonicalize`; a program it cannot handle (control flow) goes through
+    `ownership-based-buffer-deallocation` and its simplification instead.
+  }];
+  let dependentDialects = ["memref::MemRefDialect", "scf::SCFDialect",
+                           "arith::ArithDialect",
+                           "bufferization::BufferizationDialect"];
+}
+
+def OutlineKernelsPass : Pass<"shardx-outline-kernels", "ModuleOp"> {
+  let summary = "Outlines every linalg op on buffers into a kernel function "
+                "and merges structurally identical kernels";
+  let dependentDialects = ["func::FuncDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// The cpu target (lib/Compiler/CpuLoops.cpp, NarrowFloats.cpp, ScatterLoops.cpp)
+//===----------------------------------------------------------------------===//
+
+def LowerMaskedScattersPass
+    : Pass<"shardx-lower-masked-scatters", "ModuleOp"> {
+  let summary = "Lowers masked accumulations into table rows (index_put with "
+                "accumulate, embedding backward, scatter_add) on buffers to "
+                "scatter loops that visit each index once";
+  let options = [
+    Option<"order", "order", "std::string", /*default=*/"\"cpu\"",
+           "cpu: indices outermost, a row's columns inside; gpu: an "
+           "scf.parallel over the columns, the indices inside">
+  ];
+  let dependentDialects = ["affine::AffineDialect", "arith::ArithDialect",
+                           "memref::MemRefDialect", "scf::SCFDialect"];
+}
+
+def LowerInnerReductionsPass : Pass<"shardx-lower-reductions", "ModuleOp"> {
+  let summary = "Lowers linalg reductions on buffers whose reduction loops "
+                "are innermost to loops carrying the accumulators in "
+                "registers, float sums marked reassoc (CPU target)";
+  let dependentDialects = ["affine::AffineDialect", "arith::ArithDialect",
+                           "memref::MemRefDialect", "scf::SCFDialect"];
+}
+
+def ApproximateMathPass : Pass<"shardx-approximate-math", "ModuleOp"> {
+  let summary = "Replaces f32 exp, erf and tanh by polynomial approximations "
+                "that LLVM vectorizes (CPU target)";
+  let dependentDialects = ["arith::ArithDialect", "LLVM::LLVMDialect",
+                           "math::MathDialect", "vector::VectorDialect"];
+}
+
+def ExpandNarrowFloatsPass : Pass<"shardx-expand-narrow-floats", "ModuleOp"> {
+  let summary = "Computes bf16/f16 in f32 and converts with integer "
+                "arithmetic (no compiler builtins in CPU artifacts)";
+  let dependentDialects = ["arith::ArithDialect", "math::MathDialect",
+                           "vector::VectorDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// The cuda target (lib/Compiler/GpuTransforms.cpp)
+//===----------------------------------------------------------------------===//
+
+def ContractionsToCublasPass
+    : Pass<"shardx-contractions-to-cublas", "ModuleOp"> {
+  let summary = "Replaces f32/f16/bf16 (batched) GEMM contractions on "
+                "buffers by calls of the CUDA runtime's cuBLAS GEMMs";
+  let dependentDialects = ["arith::ArithDialect", "func::FuncDialect",
+                           "memref::MemRefDialect", "LLVM::LLVMDialect"];
+}
+
+def PlaceBuffersOnDevicePass
+    : Pass<"shardx-place-buffers-on-device", "ModuleOp"> {
+  let summary = "Puts every buffer in device memory: allocas become "
+                "allocations, copies kernels, constants device copies";
+  let dependentDialects = ["arith::ArithDialect", "func::FuncDialect",
+                           "linalg::LinalgDialect", "memref::MemRefDialect"];
+}
+
+def ParallelLoopsFirstPass : Pass<"shardx-parallel-loops-first", "ModuleOp"> {
+  let summary = "Interchanges the loops of a linalg op so that its parallel "
+                "loops come first (a device thread per output element)";
+  let dependentDialects = ["linalg::LinalgDialect"];
+}
+
+def SplitColumnSumsPass : Pass<"shardx-split-column-sums", "ModuleOp"> {
+  let summary = "Splits long column sums with few outputs into chunks "
+                "summed in parallel, then added";
+  let dependentDialects = ["arith::ArithDialect", "memref::MemRefDialect",
+                           "scf::SCFDialect"];
+}
+
+def ParallelizeFullSumsPass
+    : Pass<"shardx-parallelize-full-sums", "ModuleOp"> {
+  let summary = "Runs static f32 full sums on many threads, each adding its "
+                "partial sum atomically";
+  let dependentDialects = ["arith::ArithDialect", "memref::MemRefDialect",
+                           "scf::SCFDialect"];
+}
+
+def WrapSerialOpsPass : Pass<"shardx-wrap-serial-ops", "ModuleOp"> {
+  let summary = "Wraps linalg ops without parallel loops in a "
+                "one-iteration parallel loop: one device thread";
+  let dependentDialects = ["arith::ArithDialect", "scf::SCFDialect"];
+}
+
+def TileParallelLoopsPass : Pass<"shardx-tile-parallel-loops", "ModuleOp"> {
+  let summary = "Collapses every outermost parallel loop into one dim and "
+                "tiles it into blocks of up to 256 iterations";
+  let dependentDialects = ["arith::ArithDialect", "scf::SCFDialect"];
+}
+
+def CheckNoHostAccessPass : Pass<"shardx-check-no-host-access", "ModuleOp"> {
+  let summary = "Fails when a host function still loads or stores a buffer "
+                "(every buffer is device memory)";
+}
+
+def MergeKernelModulesPass
+    : Pass<"shardx-merge-kernel-modules", "ModuleOp"> {
+  let summary = "Moves every outlined kernel into one gpu.module and merges "
+                "structurally identical kernels";
+  let dependentDialects = ["gpu::GPUDialect"];
+}
+
+def CheckPtxPass : Pass<"shardx-check-ptx", "ModuleOp"> {
+  let summary = "Fails when the kernels' PTX calls a function it does not "
+                "define (after gpu-module-to-binary{format=isa})";
+}
+
+def RecordStagingSignaturesPass
+    : Pass<"shardx-record-staging-signatures", "ModuleOp"> {
+  let summary = "Records each entry point's buffers for the CUDA runtime's "
+                "host staging";
+  let description = [{
+    Before bufferization: per public function, its outputs then inputs, each
+    `O|I<rank>:<element bytes>`, in the module's
+    `shardx.staging_signatures` dictionary, which
+    `shardx-add-staging-wrappers` reads and removes.
+  }];
+}
+
+def AddStagingWrappersPass
+    : Pass<"shardx-add-staging-wrappers", "ModuleOp"> {
+  let summary = "Adds the cuda target's entry points: staged in and out, "
+                "on device descriptors, and resident";
+  let description = [{
+    After lowering to the LLVM dialect: for each `_mlir_ciface_<f>` with a
+    recorded signature, `shardx_entry_<f>` (host buffers staged to the
+    device and back), `shardx_entry_<f>_device` and
+    `shardx_entry_<f>_resident`.
+  }];
+  let dependentDialects = ["LLVM::LLVMDialect"];
+}
+
+#endif // SHARDX_COMPILER_PASSES_TD

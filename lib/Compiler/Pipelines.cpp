@@ -1,0 +1,263 @@
+//===- Pipelines.cpp - The code generation pipelines and driver -----------===//
+//
+// Part of ShardX.
+//
+// The one place that strings code generation together: the cpu and cuda
+// target pipelines on an OpPassManager (each step a pass of Passes.td or an
+// upstream pass), registered as `shardx-codegen-cpu` and
+// `shardx-codegen-cuda`, and compileModule, which runs one and writes what
+// CompileOptions::emit asks for (emitArtifact, lib/Compiler/Artifact.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Compiler.h"
+#include "shardx/Compiler/Passes.h"
+#include "shardx/Conversion/Passes.h"
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/Timing.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+#ifndef SHARDX_CUDA_LIBDEVICE
+#define SHARDX_CUDA_LIBDEVICE "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
+#endif
+
+namespace {
+
+/// Appends the upstream passes of `text` (a pipeline without its anchor) to
+/// `pm`. The texts are this file's own: a parse error is a bug here.
+void addUpstream(OpPassManager &pm, StringRef text) {
+  std::string error;
+  llvm::raw_string_ostream os(error);
+  if (failed(parsePassPipeline(text, pm, os)))
+    llvm::report_fatal_error(llvm::Twine("bad code generation pipeline '") +
+                             text + "': " + error);
+}
+
+/// Both targets' start: accumulation widened (bf16/f16 reductions in f32;
+/// cuBLAS accumulates the cuda target's GEMMs in f32, the cpu target's are
+/// loop nests), the program described, the entry points marked.
+void addProgramStart(OpPassManager &pm, bool widenContractions) {
+  pm.addPass(createWidenAccumulationPass({widenContractions}));
+  pm.addPass(createRecordProgramInfoPass());
+  pm.addPass(createPrepareEntryPointsPass());
+}
+
+LogicalResult writeFile(StringRef path, StringRef text) {
+  std::error_code ec;
+  llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
+  if (ec) {
+    llvm::errs() << "error: " << path << ": " << ec.message() << "\n";
+    return failure();
+  }
+  out.os() << text;
+  out.keep();
+  return success();
+}
+
+} // namespace
+
+void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm) {
+  pm.addPass(createConvertShardXToRuntimePass());
+  pm.addPass(createDropMeshesPass());
+  addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
+  pm.addPass(createFuseTensorOpsPass());
+  addUpstream(pm, "canonicalize,cse");
+  pm.addPass(createSplitSharedEmptyTensorsPass());
+  pm.addPass(createPackSlicesAsConcatPass());
+  addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "
+                  "function-boundary-type-conversion=identity-layout-map},"
+                  "canonicalize,cse");
+}
+
+void mlir::shardx::buildCpuCodegenPipeline(
+    OpPassManager &pm, const CodegenPipelineOptions &options) {
+  addProgramStart(pm, /*widenContractions=*/true);
+  buildBufferizationPipeline(pm);
+  if (options.blas)
+    pm.addPass(createContractionsToBlasPass());
+  pm.addPass(createDeallocateBuffersPass());
+  // One function per fused loop nest, identical ones merged: LLVM then
+  // optimizes each unique kernel once, in parallel and through the kernel
+  // cache, instead of the whole step as one function (emitArtifact).
+  pm.addPass(createOutlineKernelsPass(options.outlineStats));
+  // Loops LLVM vectorizes, in the kernels (the host unit is compiled at
+  // -O0): scatters visit each index once, row reductions carry their
+  // accumulators in registers, f32 exp/erf/tanh are polynomials, bf16/f16
+  // convert without compiler builtins.
+  pm.addPass(createLowerMaskedScattersPass({/*order=*/"cpu"}));
+  pm.addPass(createLowerInnerReductionsPass());
+  addUpstream(pm, "func.func(convert-linalg-to-loops)");
+  pm.addPass(createApproximateMathPass());
+  pm.addPass(createExpandNarrowFloatsPass());
+  // Buffers come from the runtime's caching allocator
+  // (lib/Runtime/cpu/BufferCache.cpp), which keeps large blocks for the
+  // next run instead of mapping and faulting them in again.
+  addUpstream(pm, "math-expand-ops{ops=rsqrt},convert-math-to-libm,"
+                  "lower-affine,convert-scf-to-cf,expand-strided-metadata,"
+                  "lower-affine,finalize-memref-to-llvm{use-generic-functions},"
+                  "convert-math-to-llvm,convert-arith-to-llvm,"
+                  "convert-index-to-llvm,convert-func-to-llvm,"
+                  "convert-cf-to-llvm,reconcile-unrealized-casts");
+}
+
+void mlir::shardx::buildCudaCodegenPipeline(
+    OpPassManager &pm, const CodegenPipelineOptions &options) {
+  addProgramStart(pm, /*widenContractions=*/false);
+  pm.addPass(createRecordStagingSignaturesPass());
+  buildBufferizationPipeline(pm);
+  pm.addPass(createContractionsToCublasPass());
+  pm.addPass(createDeallocateBuffersPass());
+  pm.addPass(createPlaceBuffersOnDevicePass());
+  pm.addPass(createLowerMaskedScattersPass({/*order=*/"gpu"}));
+  pm.addPass(createParallelLoopsFirstPass());
+  pm.addPass(createSplitColumnSumsPass());
+  pm.addPass(createParallelizeFullSumsPass());
+  pm.addPass(createWrapSerialOpsPass());
+  // No canonicalization before tiling: it would drop the one-iteration
+  // loops of shardx-wrap-serial-ops.
+  addUpstream(pm, "func.func(convert-linalg-to-parallel-loops)");
+  pm.addPass(createTileParallelLoopsPass());
+  addUpstream(pm, "func.func(gpu-map-parallel-loops,"
+                  "convert-parallel-loops-to-gpu)");
+  pm.addPass(createCheckNoHostAccessPass());
+  addUpstream(pm, "gpu-kernel-outlining,canonicalize,cse");
+  pm.addPass(createMergeKernelModulesPass());
+  addUpstream(pm, "lower-affine,convert-scf-to-cf,expand-strided-metadata,"
+                  "lower-affine,canonicalize,nvvm-attach-target{chip=" +
+                      options.gpuChip + " features=+ptx80 O=3 l=" +
+                      options.libdevice +
+                      "},gpu.module(convert-gpu-to-nvvm,canonicalize,cse,"
+                      "reconcile-unrealized-casts)");
+  addUpstream(pm, "finalize-memref-to-llvm{use-generic-functions},"
+                  "convert-arith-to-llvm,convert-index-to-llvm,"
+                  "convert-func-to-llvm,convert-cf-to-llvm,gpu-to-llvm,"
+                  "reconcile-unrealized-casts,gpu-module-to-binary{format=isa}");
+  pm.addPass(createCheckPtxPass());
+  pm.addPass(createAddStagingWrappersPass());
+}
+
+LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
+                                            StringRef pipeline,
+                                            TimingScope *timing) {
+  PassManager pm(module.getContext());
+  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
+    return failure();
+  TimingScope scope = nestTiming(timing, pipeline);
+  if (timing)
+    pm.enableTiming(scope);
+  return pm.run(module);
+}
+
+TimingScope mlir::shardx::nestTiming(TimingScope *parent, StringRef name) {
+  return parent ? parent->nest(name) : TimingScope();
+}
+
+LogicalResult mlir::shardx::compileModule(ModuleOp module,
+                                          const CompileOptions &options) {
+  bool cuda = options.target == "cuda";
+  if (!cuda && options.target != "cpu") {
+    llvm::errs() << "error: unknown --target '" << options.target
+                 << "' (cpu, cuda)\n";
+    return failure();
+  }
+  CodegenPipelineOptions pipeline;
+  pipeline.blas = options.blas;
+  pipeline.gpuChip = options.gpuChip;
+  OutlineStats outlined;
+  pipeline.outlineStats = &outlined;
+  PassManager pm(module.getContext());
+  if (cuda) {
+    // Kernels are serialized through LLVM IR (NVVM) and the host code
+    // embeds them (the GPU dialect's offloading translation).
+    DialectRegistry registry;
+    registerAllToLLVMIRTranslations(registry);
+    NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+    module.getContext()->appendDialectRegistry(registry);
+    pipeline.libdevice = options.libdevice;
+    if (pipeline.libdevice.empty()) {
+      const char *env = std::getenv("SHARDX_LIBDEVICE");
+      pipeline.libdevice = env ? env : SHARDX_CUDA_LIBDEVICE;
+    }
+    if (!llvm::sys::fs::exists(pipeline.libdevice)) {
+      llvm::errs() << "error: libdevice not found at '" << pipeline.libdevice
+                   << "' (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc; "
+                      "set SHARDX_LIBDEVICE)\n";
+      return failure();
+    }
+    buildCudaCodegenPipeline(pm, pipeline);
+  } else {
+    buildCpuCodegenPipeline(pm, pipeline);
+  }
+  {
+    TimingScope lowerTiming = nestTiming(options.timing, "lower to LLVM dialect");
+    if (options.timing)
+      pm.enableTiming(lowerTiming);
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  if (options.stats && !cuda) {
+    options.stats->kernels = outlined.outlined;
+    options.stats->uniqueKernels = outlined.unique;
+  }
+  if (cuda && options.emit == "ptx") {
+    FailureOr<std::string> ptx = kernelPtx(module);
+    return failed(ptx) ? failure() : writeFile(options.outputPath, *ptx);
+  }
+  return emitArtifact(module, options, runtimeLibraries(cuda));
+}
+
+namespace {
+
+/// The pipelines' options on the command line (shardx-opt).
+struct CpuCodegenCLOptions : PassPipelineOptions<CpuCodegenCLOptions> {
+  Option<bool> blas{*this, "blas",
+                    llvm::cl::desc("matmul-family ops become OpenBLAS calls"),
+                    llvm::cl::init(true)};
+};
+
+struct CudaCodegenCLOptions : PassPipelineOptions<CudaCodegenCLOptions> {
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("the GPU architecture"),
+                           llvm::cl::init("sm_90")};
+  Option<std::string> libdevice{
+      *this, "libdevice", llvm::cl::desc("the CUDA toolkit's libdevice"),
+      llvm::cl::init(SHARDX_CUDA_LIBDEVICE)};
+};
+
+} // namespace
+
+void mlir::shardx::registerCompilerPasses() {
+  registerShardXCompilerPasses();
+  registerShardXConversionPasses();
+  PassPipelineRegistration<CpuCodegenCLOptions>(
+      "shardx-codegen-cpu",
+      "The cpu target's code generation, from a local program on tensors to "
+      "the LLVM dialect (shardx-compile's, before the LLVM IR translation)",
+      [](OpPassManager &pm, const CpuCodegenCLOptions &cl) {
+        CodegenPipelineOptions options;
+        options.blas = cl.blas;
+        buildCpuCodegenPipeline(pm, options);
+      });
+  PassPipelineRegistration<CudaCodegenCLOptions>(
+      "shardx-codegen-cuda",
+      "The cuda target's code generation, from a local program on tensors to "
+      "the LLVM dialect with the kernels' PTX embedded",
+      [](OpPassManager &pm, const CudaCodegenCLOptions &cl) {
+        CodegenPipelineOptions options;
+        options.gpuChip = cl.chip;
+        options.libdevice = cl.libdevice;
+        buildCudaCodegenPipeline(pm, options);
+      });
+}
