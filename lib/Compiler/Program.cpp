@@ -211,7 +211,16 @@ OwningOpRef<ModuleOp> mlir::shardx::loadProgram(StringRef path,
   }
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  return parseSourceFile<ModuleOp>(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  // A program annotated for upstream's partitioner (the shard dialect) is
+  // imported as it is loaded, its diagnostics shown against the source
+  // (docs/ShardImport.md).
+  if (module && hasShardDialectOps(*module)) {
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    if (failed(importShardProgram(*module)))
+      return nullptr;
+  }
+  return module;
 }
 
 namespace mlir::shardx {

@@ -83,8 +83,10 @@ struct CompileOptions {
 /// (the passes are registered too).
 std::unique_ptr<MLIRContext> createToolContext();
 
-/// Parses the program in `path` ("-": stdin). Prints "<tool>: error: ..."
-/// and returns null when it cannot be read or parsed.
+/// Parses the program in `path` ("-": stdin), importing a program annotated
+/// with upstream's `shard` dialect (shardx-import-shard). Prints
+/// "<tool>: error: ..." or the diagnostics and returns null when it cannot
+/// be read, parsed or imported.
 OwningOpRef<ModuleOp> loadProgram(StringRef path, MLIRContext &context,
                                   StringRef tool);
 

@@ -195,6 +195,47 @@ func.func @megatron_mlp(%x: tensor<8x16xf32>, %w1: tensor<16x32xf32>, %w2: tenso
   return %y0 : tensor<8x16xf32>
 }
 
+//--- mlp_fully_annotated.mlir
+// A fully annotated MLP as shard-partition takes it: every operand and
+// result, the empty and filled inits included; the input arrives split on
+// its columns and is gathered, the hidden activation is split on columns,
+// the output replicated.
+shard.grid @grid(shape = 4)
+func.func @mlp_fully_annotated(%arg0: tensor<8x16xf32>, %arg1: tensor<16x32xf32>, %arg2: tensor<32x16xf32>) -> tensor<8x16xf32> {
+  %col = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding
+  %row = shard.sharding @grid split_axes = [[0], []] : !shard.sharding
+  %rep = shard.sharding @grid split_axes = [[]] : !shard.sharding
+  %x = shard.shard %arg0 to %col : tensor<8x16xf32>
+  %w1 = shard.shard %arg1 to %col : tensor<16x32xf32>
+  %w2 = shard.shard %arg2 to %row : tensor<32x16xf32>
+  %cst = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<8x32xf32>
+  %e1s = shard.shard %e1 to %col : tensor<8x32xf32>
+  %e1u = shard.shard %e1s to %col annotate_for_users : tensor<8x32xf32>
+  %f1 = linalg.fill ins(%cst : f32) outs(%e1u : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %f1s = shard.shard %f1 to %col : tensor<8x32xf32>
+  %xu = shard.shard %x to %rep annotate_for_users : tensor<8x16xf32>
+  %w1u = shard.shard %w1 to %col annotate_for_users : tensor<16x32xf32>
+  %f1u = shard.shard %f1s to %col annotate_for_users : tensor<8x32xf32>
+  %h = linalg.matmul ins(%xu, %w1u : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f1u : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %hs = shard.shard %h to %col : tensor<8x32xf32>
+  %hu = shard.shard %hs to %col annotate_for_users : tensor<8x32xf32>
+  %a = tosa.sigmoid %hu : (tensor<8x32xf32>) -> tensor<8x32xf32>
+  %as = shard.shard %a to %col : tensor<8x32xf32>
+  %e2 = tensor.empty() : tensor<8x16xf32>
+  %e2s = shard.shard %e2 to %rep : tensor<8x16xf32>
+  %e2u = shard.shard %e2s to %rep annotate_for_users : tensor<8x16xf32>
+  %f2 = linalg.fill ins(%cst : f32) outs(%e2u : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %f2s = shard.shard %f2 to %rep : tensor<8x16xf32>
+  %au = shard.shard %as to %col annotate_for_users : tensor<8x32xf32>
+  %w2u = shard.shard %w2 to %row annotate_for_users : tensor<32x16xf32>
+  %f2u = shard.shard %f2s to %rep annotate_for_users : tensor<8x16xf32>
+  %y = linalg.matmul ins(%au, %w2u : tensor<8x32xf32>, tensor<32x16xf32>) outs(%f2u : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %ys = shard.shard %y to %rep : tensor<8x16xf32>
+  %yu = shard.shard %ys to %rep annotate_for_users : tensor<8x16xf32>
+  return %yu : tensor<8x16xf32>
+}
+
 //--- mlp_1d_weight_stationary.mlir
 // After arXiv 2211.05102 figure 2(a): the feature dim split over both grid
 // axes, matmul, sigmoid, matmul.
