@@ -129,8 +129,10 @@ bool placeDeallocs(ModuleOp module, std::string *why = nullptr);
 /// (`shardx-compile --print-build-id`; the JIT's cache key).
 std::string compilerBuildId();
 /// What an artifact of the CPU (or the CUDA) target links: the runtime
-/// archives of this build, or the copies $SHARDX_RUNTIME_ARCHIVE
-/// ($SHARDX_CUDA_RUNTIME_ARCHIVE) names, and the libraries they need.
+/// archives, and the libraries they need (lib/Compiler/RuntimeArchives.cpp).
+/// The archives are the copies $SHARDX_RUNTIME_ARCHIVE
+/// ($SHARDX_CUDA_RUNTIME_ARCHIVE) names, else those beside the running tool
+/// (an install prefix's lib/, a wheel's _lib/), else this build's.
 SmallVector<std::string> runtimeLibraries(bool cuda);
 
 /// How lowerMaskedScatters orders a scatter's loops.

@@ -8,8 +8,9 @@
 // of collectives and local steps. States are canonical layouts; each edge is
 // one collective or local step over one mesh axis or a group of axes acting
 // as one flattened axis; edge weights come from an alpha-beta cost model per
-// mesh axis. Dijkstra finds the cheapest plan; plans are cached by
-// (source, target, shape, element size).
+// mesh axis. An A* search (a lower bound of the cost left from each state)
+// finds the cheapest plan; plans are cached by (source, target, shape,
+// element size).
 //
 // Like the layout algebra, this library has no MLIR/LLVM dependency.
 //
