@@ -1,4 +1,5 @@
 // RUN: shardx-opt %s --split-input-file --shardx-import-shard | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-import-shard=lower-tosa=false | FileCheck %s --check-prefix=KEEP
 
 // Tests that a grid becomes a mesh of the same name and shape, with its axes
 // named by their indices, and that a replicated sharding is all R.
@@ -184,10 +185,15 @@ func.func @unannotated(%a: tensor<8xf32>, %b: tensor<8x2xf32>) -> (tensor<8xf32>
 // -----
 
 // Tests that TOSA ops are lowered to linalg after the import, shape
-// constants that nobody reads removed, and annotations kept in place.
+// constants that nobody reads removed, and annotations kept in place; with
+// lower-tosa=false they stay.
 
 shard.grid @grid(shape = 2)
 // CHECK-LABEL: func.func @tosa
+// KEEP-LABEL: func.func @tosa
+// KEEP: %[[S:.*]] = tosa.sigmoid
+// KEEP: shardx.annotate %[[S]] : tensor<8x4xf32> to #shardx.layout<@grid, [S(0)]>
+// KEEP: tosa.reshape
 func.func @tosa(%arg0: tensor<8x4xf32>) -> tensor<32xf32> {
   // CHECK-NOT: tosa.
   // CHECK: %[[G:.*]] = linalg.generic
