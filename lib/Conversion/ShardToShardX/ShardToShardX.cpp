@@ -29,6 +29,7 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/Iterators.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/MapVector.h"
@@ -56,9 +57,9 @@ static std::string whyUnsupported(Operation *op) {
     return "halo exchange has no ShardX equivalent (ShardX shards do not "
            "overlap)";
   if (isa<shard::AllGatherOp, shard::AllReduceOp, shard::AllSliceOp,
-          shard::AllToAllOp, shard::BroadcastOp, shard::GatherOp,
-          shard::RecvOp, shard::ReduceOp, shard::ReduceScatterOp,
-          shard::ScatterOp, shard::SendOp, shard::ShiftOp>(op))
+          shard::AllToAllOp, shard::BroadcastOp, shard::GatherOp, shard::RecvOp,
+          shard::ReduceOp, shard::ReduceScatterOp, shard::ScatterOp,
+          shard::SendOp, shard::ShiftOp>(op))
     return "it is a collective of an already partitioned (per-rank) "
            "program; ShardX imports global programs with sharding "
            "annotations, before upstream's shard-partition";
@@ -149,7 +150,8 @@ static bool checkSupported(ModuleOp module) {
 /// dim order, the start of every shard (shards numbered by that order) and
 /// the end of the last: ShardX's explicit sizes are its differences.
 static FailureOr<LayoutAttr>
-layoutOf(shard::ShardOp shardOp, const llvm::StringMap<SmallVector<int64_t>> &grids) {
+computeLayout(shard::ShardOp shardOp,
+              const llvm::StringMap<SmallVector<int64_t>> &grids) {
   auto sharding = shardOp.getSharding().getDefiningOp<shard::ShardingOp>();
   StringRef gridName = sharding.getGridAttr().getValue();
   auto grid = grids.find(gridName);
@@ -189,9 +191,8 @@ layoutOf(shard::ShardOp shardOp, const llvm::StringMap<SmallVector<int64_t>> &gr
         shards *= gridShape[axis];
       if (pos + shards + 1 > offsets.size())
         return shardOp.emitError("sharded_dims_offsets has ")
-               << offsets.size() << " values; the sharding needs "
-               << shards + 1 << " for tensor dim " << dim
-               << " after the first " << pos;
+               << offsets.size() << " values; the sharding needs " << shards + 1
+               << " for tensor dim " << dim << " after the first " << pos;
       ArrayRef<int64_t> dimOffsets = offsets.slice(pos, shards + 1);
       pos += shards + 1;
       int64_t size = type.getDimSize(dim);
@@ -296,9 +297,8 @@ private:
         if (!shardOp.getAnnotateForUsers()) {
           if (def && def != layout)
             return fn.emitError("argument ")
-                   << arg.getArgNumber() << " has two result shardings ("
-                   << def << " and " << layout
-                   << "); upstream leaves this undefined";
+                   << arg.getArgNumber() << " has two result shardings (" << def
+                   << " and " << layout << "); upstream leaves this undefined";
           def = layout;
         } else if (!users) {
           users = layout;
@@ -370,9 +370,9 @@ private:
       if (Operation *def = value.getDefiningOp())
         builder.setInsertionPointAfter(def);
       else
-        builder.setInsertionPointToStart(
-            cast<BlockArgument>(value).getOwner());
-      auto annotate = AnnotateOp::create(builder, value.getLoc(), value, layout);
+        builder.setInsertionPointToStart(cast<BlockArgument>(value).getOwner());
+      auto annotate =
+          AnnotateOp::create(builder, value.getLoc(), value, layout);
       value.replaceAllUsesExcept(annotate.getResult(), annotate);
     }
     return success();
@@ -440,7 +440,7 @@ struct ImportShardPass
     llvm::MapVector<Operation *, LayoutAttr> layouts;
     bool ok = true;
     module.walk([&](shard::ShardOp shardOp) {
-      FailureOr<LayoutAttr> layout = layoutOf(shardOp, grids);
+      FailureOr<LayoutAttr> layout = computeLayout(shardOp, grids);
       if (failed(layout))
         ok = false;
       else
@@ -470,32 +470,31 @@ struct ImportShardPass
     auto isTosa = [](Operation *op) {
       return op->getDialect() && isa<tosa::TosaDialect>(op->getDialect());
     };
-    if (!module.walk([&](Operation *op) {
-              return isTosa(op) ? WalkResult::interrupt()
-                                : WalkResult::advance();
-            })
+    if (!module
+             .walk([&](Operation *op) {
+               return isTosa(op) ? WalkResult::interrupt()
+                                 : WalkResult::advance();
+             })
              .wasInterrupted())
       return;
     OpPassManager pm(ModuleOp::getOperationName());
     buildTosaLowering(pm);
     if (failed(runPipeline(pm, module)))
       return signalPassFailure();
-    // What the conversions leave: shape constants nobody reads any more.
-    SmallVector<Operation *> leftovers;
-    module.walk([&](Operation *op) {
-      if (isTosa(op))
-        leftovers.push_back(op);
-    });
-    for (Operation *op : llvm::reverse(leftovers)) {
+    // What the conversions leave: shape constants nobody reads any more
+    // (users first, so that a chain of them goes).
+    module.walk<WalkOrder::PostOrder, ReverseIterator>([&](Operation *op) {
+      if (!isTosa(op))
+        return;
       if (isOpTriviallyDead(op)) {
         op->erase();
-        continue;
+        return;
       }
       op->emitError("cannot import '")
           << op->getName() << "': upstream's TOSA-to-linalg conversions "
           << "left it, and ShardX has no sharding rule for TOSA ops";
       ok = false;
-    }
+    });
     if (!ok)
       signalPassFailure();
   }
