@@ -255,20 +255,11 @@ private:
   }
   bool isEven(const Layout &l) { return rankBytes(l).size() == 1; }
   int64_t groupSize(const std::vector<int64_t> &axes) const {
-    int64_t n = 1;
-    for (int64_t a : axes)
-      n *= meshShape[a];
-    return n;
+    return mesh.groupSize(axes);
   }
+  /// The alpha-beta cost of a step over `axes` moving `bytes` per rank.
   double stepCost(const std::vector<int64_t> &axes, double bytes) const {
-    double latency = 0, bandwidth = 0;
-    for (int64_t a : axes) {
-      AxisCost c = mesh.getCost(a);
-      latency = std::max(latency, c.latencyUs);
-      bandwidth = bandwidth == 0 ? c.bandwidthGBps
-                                 : std::min(bandwidth, c.bandwidthGBps);
-    }
-    return latency + bytes / (bandwidth * 1e3);
+    return mesh.groupCost(axes).timeUs(bytes);
   }
   bool dimDivides(const Layout &l, int64_t dim) const {
     const DimSharding *ds = l.getDim(dim);

@@ -453,3 +453,70 @@ TEST(Planner, ExplicitSizesExecuteExactly) {
   std::printf("explicit-sizes pairs executed: %lld\n",
               static_cast<long long>(pairs));
 }
+
+// The mesh model's group cost, the one alpha-beta model the planner, the
+// collective scheduler and the bucketing pass share.
+TEST(MeshModel, GroupCostOfOneAxisIsTheAxisCost) {
+  MeshSpec mesh{{8}, {{7.5, 50.0}}};
+  AxisCost c = mesh.groupCost(std::vector<int64_t>{0});
+  EXPECT_EQ(c.latencyUs, 7.5);
+  EXPECT_EQ(c.bandwidthGBps, 50.0);
+  // 1e6 bytes at 50 GB/s: 20 us, plus the latency.
+  EXPECT_DOUBLE_EQ(c.timeUs(1e6), 27.5);
+  EXPECT_EQ(mesh.groupSize(std::vector<int64_t>{0}), 8);
+  // No per-axis costs: every axis has the defaults.
+  MeshSpec defaults{{4}, {}};
+  AxisCost d = defaults.groupCost(std::vector<int64_t>{0});
+  EXPECT_EQ(d.latencyUs, AxisCost().latencyUs);
+  EXPECT_EQ(d.bandwidthGBps, AxisCost().bandwidthGBps);
+}
+
+TEST(MeshModel, GroupCostTakesTheSlowestLatencyAndNarrowestBandwidth) {
+  // Axis 0 across nodes (slow link, high latency), axis 1 within a node.
+  MeshSpec mesh{{2, 4}, {{20.0, 25.0}, {3.0, 400.0}}};
+  AxisCost inter = mesh.groupCost(std::vector<int64_t>{0});
+  AxisCost intra = mesh.groupCost(std::vector<int64_t>{1});
+  AxisCost both = mesh.groupCost(std::vector<int64_t>{0, 1});
+  AxisCost swapped = mesh.groupCost(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(inter.latencyUs, 20.0);
+  EXPECT_EQ(intra.bandwidthGBps, 400.0);
+  EXPECT_EQ(both.latencyUs, 20.0);
+  EXPECT_EQ(both.bandwidthGBps, 25.0);
+  EXPECT_EQ(swapped.latencyUs, both.latencyUs);
+  EXPECT_EQ(swapped.bandwidthGBps, both.bandwidthGBps);
+  EXPECT_DOUBLE_EQ(both.timeUs(5e5), 40.0);
+  EXPECT_DOUBLE_EQ(intra.timeUs(4e5), 4.0);
+  EXPECT_EQ(mesh.groupSize(std::vector<int64_t>{0, 1}), 8);
+  // A mixed group: latency from one axis, bandwidth from the other.
+  MeshSpec mixed{{2, 2}, {{10.0, 300.0}, {1.0, 100.0}}};
+  AxisCost m = mixed.groupCost(std::vector<int64_t>{0, 1});
+  EXPECT_EQ(m.latencyUs, 10.0);
+  EXPECT_EQ(m.bandwidthGBps, 100.0);
+  EXPECT_TRUE(mixed.hasAxes(std::vector<int64_t>{1, 0}));
+  EXPECT_FALSE(mixed.hasAxes(std::vector<int64_t>{0, 2}));
+  EXPECT_FALSE(mixed.hasAxes(std::vector<int64_t>{-1}));
+}
+
+TEST(MeshModel, PlannerStepsCostTheirGroup) {
+  MeshSpec mesh{{2, 4}, {{20.0, 25.0}, {3.0, 400.0}}};
+  Planner planner(mesh);
+  std::vector<int64_t> meshShape = mesh.shape;
+  // P(sum) over both axes -> R: one all-reduce over the flattened group.
+  Plan plan = mustPlan(
+      planner,
+      layoutOf({Placement::partial(ReduceOp::Sum),
+                Placement::partial(ReduceOp::Sum)},
+               meshShape),
+      layoutOf({Placement::replicate(), Placement::replicate()}, meshShape),
+      {64, 64});
+  ASSERT_FALSE(plan.steps.empty()) << planStr(plan);
+  double total = 0;
+  for (const Step &step : plan.steps) {
+    if (!step.isCollective())
+      continue;
+    EXPECT_EQ(step.cost, mesh.groupCost(step.axes).timeUs(step.bytesPerRank))
+        << step.str();
+    total += step.cost;
+  }
+  EXPECT_DOUBLE_EQ(plan.cost, total);
+}

@@ -21,6 +21,7 @@
 
 #include "shardx/Layout/Layout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,21 +30,63 @@
 
 namespace shardx {
 
-/// The alpha-beta cost of one mesh axis: a collective step over the axis
-/// costs `latencyUs + bytes / (bandwidthGBps * 1e3)` microseconds.
+/// The alpha-beta cost of one mesh axis, or of a group of axes acting as
+/// one flattened axis (MeshSpec::groupCost): a collective step in which each
+/// rank moves `bytes` costs `latencyUs + bytes / (bandwidthGBps * 1e3)`
+/// microseconds.
 struct AxisCost {
   double latencyUs = 5.0;
   double bandwidthGBps = 300.0;
+
+  /// Microseconds of one step in which each rank moves `bytes`.
+  double timeUs(double bytes) const {
+    return latencyUs + bytes / (bandwidthGBps * 1e3);
+  }
 };
 
 /// A mesh as the planner sees it: axis sizes and per-axis costs (defaults
-/// model one NVLink node).
+/// model one NVLink node). This is the one alpha-beta model of the
+/// compiler: the planner, shardx-schedule-collectives' timeline and
+/// shardx-bucket-collectives all price a collective by groupCost().
 struct MeshSpec {
   std::vector<int64_t> shape;
   std::vector<AxisCost> costs; // empty: defaults for every axis
 
   AxisCost getCost(int64_t axis) const {
     return costs.empty() ? AxisCost() : costs[axis];
+  }
+
+  /// Whether every entry of `axes` is an axis of the mesh.
+  template <typename Axes> bool hasAxes(const Axes &axes) const {
+    for (int64_t a : axes)
+      if (a < 0 || a >= static_cast<int64_t>(shape.size()))
+        return false;
+    return true;
+  }
+
+  /// The cost of a collective step over the group `axes` (axes of the mesh,
+  /// any container of int64_t) acting as one flattened axis: it waits for
+  /// the slowest axis's latency and moves data at the narrowest axis's
+  /// bandwidth. A group of no axes costs {0, 0}.
+  template <typename Axes> AxisCost groupCost(const Axes &axes) const {
+    AxisCost group{0.0, 0.0};
+    for (int64_t a : axes) {
+      AxisCost c = getCost(a);
+      group.latencyUs = std::max(group.latencyUs, c.latencyUs);
+      group.bandwidthGBps =
+          group.bandwidthGBps == 0
+              ? c.bandwidthGBps
+              : std::min(group.bandwidthGBps, c.bandwidthGBps);
+    }
+    return group;
+  }
+
+  /// The number of ranks in the group `axes`.
+  template <typename Axes> int64_t groupSize(const Axes &axes) const {
+    int64_t n = 1;
+    for (int64_t a : axes)
+      n *= shape[a];
+    return n;
   }
 };
 

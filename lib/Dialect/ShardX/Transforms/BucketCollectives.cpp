@@ -94,18 +94,16 @@ struct BucketCollectivesPass
 
   bool formedBucket = false;
 
-  /// The latency of one collective step over `axes` of the mesh, in
-  /// microseconds (the planner's alpha).
+  /// The latency of one collective step over the group of `op`, in
+  /// microseconds (the alpha of the mesh model's group cost).
   double latencyUs(AllReduceOp op, SymbolTableCollection &symbolTable) {
     MeshOp mesh = lookupMesh(op, op.getMeshAttr(), &symbolTable);
     if (!mesh)
       return 0;
     ::shardx::MeshSpec spec = getMeshSpec(mesh);
-    double latency = 0;
-    for (int64_t axis : op.getAxes())
-      if (axis >= 0 && axis < static_cast<int64_t>(spec.shape.size()))
-        latency = std::max(latency, spec.getCost(axis).latencyUs);
-    return latency;
+    if (!spec.hasAxes(op.getAxes()))
+      return 0;
+    return spec.groupCost(op.getAxes()).latencyUs;
   }
 
   /// Whether `op` may join a bucket: a static shape, and packing it (one

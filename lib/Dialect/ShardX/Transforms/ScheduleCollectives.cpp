@@ -234,32 +234,25 @@ void scheduleBlock(Block &block, int64_t maxBytesInFlight) {
 
 /// The alpha-beta time of the collective `op` (ring: each rank moves
 /// (n - 1) / n of the whole for an all-gather or reduce-scatter, twice that
-/// for an all-reduce).
-double collectiveUs(Operation *op, SymbolTableCollection &symbolTable) {
-  auto meshRef = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
-  auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes");
-  MeshOp mesh = meshRef ? lookupMesh(op, meshRef, &symbolTable) : MeshOp();
-  if (!mesh || !axes)
+/// for an all-reduce), at the mesh model's cost of its group.
+double collectiveUs(CollectiveOpInterface op,
+                    SymbolTableCollection &symbolTable) {
+  MeshOp mesh = lookupMesh(op.getOperation(), op.getMeshAttr(), &symbolTable);
+  if (!mesh)
     return 0;
   ::shardx::MeshSpec spec = getMeshSpec(mesh);
-  double latency = 0, bandwidth = 0;
-  int64_t n = 1;
-  for (int64_t axis : axes.asArrayRef()) {
-    if (axis < 0 || axis >= static_cast<int64_t>(spec.shape.size()))
-      return 0;
-    ::shardx::AxisCost cost = spec.getCost(axis);
-    latency = std::max(latency, cost.latencyUs);
-    bandwidth = bandwidth == 0 ? cost.bandwidthGBps
-                               : std::min(bandwidth, cost.bandwidthGBps);
-    n *= spec.shape[axis];
-  }
-  ::shardx::Step::Kind kind = isa<AllReduceOp, AllReduceStartOp>(op)
+  ArrayRef<int64_t> axes = op.getAxes();
+  if (!spec.hasAxes(axes))
+    return 0;
+  Operation *operation = op.getOperation();
+  ::shardx::Step::Kind kind = isa<AllReduceOp, AllReduceStartOp>(operation)
                                   ? ::shardx::Step::Kind::AllReduce
-                              : isa<AllGatherOp, AllGatherStartOp>(op)
+                              : isa<AllGatherOp, AllGatherStartOp>(operation)
                                   ? ::shardx::Step::Kind::AllGather
                                   : ::shardx::Step::Kind::ReduceScatter;
-  double bytes = ::shardx::lowerBoundBytes(kind, n, collectiveBytes(op));
-  return latency + bytes / (bandwidth * 1e3);
+  double bytes = ::shardx::lowerBoundBytes(kind, spec.groupSize(axes),
+                                           collectiveBytes(operation));
+  return spec.groupCost(axes).timeUs(bytes);
 }
 
 /// The compute time of `op`: its loop iterations (structured ops) or its
@@ -344,7 +337,7 @@ Timeline mlir::shardx::modelSchedule(func::FuncOp fn,
   DenseMap<Value, double> endOf;
   for (Operation &op : fn.getFunctionBody().front()) {
     if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op) || isStart(&op)) {
-      double us = collectiveUs(&op, symbolTable);
+      double us = collectiveUs(cast<CollectiveOpInterface>(op), symbolTable);
       double end = std::max(now, channelFree) + us;
       channelFree = end;
       t.communication += us;
