@@ -8,8 +8,9 @@
 #          shardx-compile compiles mlp.mlir with the prefix's runtime
 #          archives, my-run runs the artifact on 2 threads and compares it
 #          with the unsharded product.
-#   pip    `pip install torch==$SHARDX_TORCH_VERSION .[demo]` into a fresh
-#          venv (torch from PyPI; the C++ build in build-pip/, which ccache
+#   pip    `pip install .[demo]` into a fresh venv that has PyTorch (the
+#          test venv's packages through a .pth file, as a user has torch
+#          installed already; the C++ build in build-pip/, which ccache
 #          fills from the main build's objects), then the README's example
 #          (python -m shardx.demo, a few steps) with that venv's python, in
 #          a temporary folder, with no PYTHONPATH or SHARDX_BUILD and a fresh
@@ -80,8 +81,16 @@ check_cmake() {
 check_pip() {
   local venv="$WORK/venv" run="$WORK/run" out="$WORK/pip.out"
   local start=$SECONDS
-  log "pip install torch==$SHARDX_TORCH_VERSION $SHARDX_ROOT[demo] into a fresh venv"
+  log "pip install $SHARDX_ROOT[demo] into a fresh venv that has PyTorch"
   /usr/bin/python3 -m venv "$venv"
+  # PyTorch is there already, as on a user's machine: the fresh venv sees the
+  # test venv's packages through a .pth file (after its own site-packages,
+  # so what pip installs into it comes first), and pip finds torch
+  # installed instead of downloading its 4 GB on every run.
+  local own theirs
+  own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  theirs="$("$SHARDX_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$theirs" >"$own/zz-shardx-test-torch.pth"
   "$venv/bin/pip" install -q --disable-pip-version-check \
     "torch==$SHARDX_TORCH_VERSION" "$SHARDX_ROOT[demo]" >"$WORK/pip.log" 2>&1 ||
     { tail -n 60 "$WORK/pip.log" >&2; fail "pip install failed"; return 1; }
