@@ -93,16 +93,26 @@ int main(int argc, char **argv) {
       matmul(matmul(values(globals[0]), values(globals[1]), m, k, h),
              values(globals[2]), m, h, n);
   std::vector<double> got = values(y);
+  if (got.size() != ref.size()) {
+    std::printf("MISMATCH: %zu values, expected %zu\n", got.size(),
+                ref.size());
+    return 1;
+  }
+  // A NaN anywhere is a mismatch: no comparison with it is true.
   double maxErr = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    maxErr = std::max(maxErr, std::fabs(got[i] - ref[i]) /
-                                  std::max(1.0, std::fabs(ref[i])));
+  bool nan = false;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double err =
+        std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i]));
+    nan |= !(err == err);
+    maxErr = std::max(maxErr, err);
+  }
   std::printf("@%s on %lld ranks: y %lldx%lld, max rel error %.2e against "
               "the unsharded product\n",
               entry.name.c_str(), static_cast<long long>(session.getSize()),
               static_cast<long long>(y.shape[0]),
               static_cast<long long>(y.shape[1]), maxErr);
-  if (got.size() != ref.size() || maxErr > 1e-5) {
+  if (nan || !(maxErr <= 1e-5)) {
     std::printf("MISMATCH\n");
     return 1;
   }
