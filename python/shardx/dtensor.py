@@ -345,14 +345,23 @@ def _gather_locals(dt, device_mesh, local, layout, mesh: Mesh, shape) -> list:
     shapes = [tuple(shape) if layout is None else
               tuple(int(s) for s in layout.local_shape(list(mesh.shape), list(shape), list(c)))
               for c in coords]
-    if tuple(local.shape) != shapes[_rank_of(_coordinate(device_mesh), mesh.shape)]:
+    group = _mesh_group(device_mesh)
+    device = local.device if device_mesh.device_type != "cpu" else torch.device("cpu")
+    # Every rank learns whether any shard is off before the gather: a rank
+    # that raised alone would leave the others in the all-gather until the
+    # process group's timeout.
+    want = shapes[_rank_of(_coordinate(device_mesh), mesh.shape)]
+    bad = torch.tensor([int(tuple(local.shape) != want)], dtype=torch.int64, device=device)
+    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
+    if tuple(local.shape) != want:
         raise DTensorInteropError(
             f"this rank's local shard has shape {list(local.shape)}, but its placements give "
-            f"{list(shapes[_rank_of(_coordinate(device_mesh), mesh.shape)])}")
-    group = _mesh_group(device_mesh)
+            f"{list(want)}")
+    if int(bad.item()):
+        raise DTensorInteropError("another rank's local shard does not have the shape its "
+                                  "placements give (see that rank's error)")
     itemsize = local.element_size()
     width = max(int(np.prod(s)) for s in shapes) * itemsize
-    device = local.device if device_mesh.device_type != "cpu" else torch.device("cpu")
     mine = torch.zeros(width, dtype=torch.uint8, device=device)
     flat = local.contiguous().reshape(-1).view(torch.uint8)
     mine[:flat.numel()] = flat.to(device)

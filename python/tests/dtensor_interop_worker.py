@@ -42,7 +42,7 @@ def case(name):
             label = f"{name}{args}" if args else name
             try:
                 fn(*args)
-                print(f"ok {label}", flush=True)
+                print(f"[ok] {label}", flush=True)
             except Exception:
                 FAILED.append(label)
                 print(f"FAIL {label} on rank {RANK}:\n{traceback.format_exc()}", flush=True)
