@@ -309,6 +309,11 @@ def _ranks_of(tensors: Sequence[ShardedTensor]) -> _Ranks:
                               f"{sorted(sizes)}: save them separately")
     size = sizes.pop() if sizes else 1
     distributed = [t for t in tensors if t._shards.distributed]
+    if not tensors and any(b in _st.PROCESS_BACKENDS for _, b in _st._SESSIONS):
+        # Every process would act as the only rank and remove the others'
+        # temporary directories.
+        raise CheckpointError("under a process backend (mpi, nccl) the state must hold at "
+                              "least one ShardedTensor: it tells each process its rank")
     if not distributed:
         return _Ranks(size, range(size))
     if len(distributed) != len(tensors):
@@ -647,25 +652,33 @@ def _step_dirs(root: str) -> List[Tuple[int, str]]:
 
 
 def latest_checkpoint(root: str) -> Optional[str]:
-    """The directory of the newest complete checkpoint under ``root`` (the
-    one ``root/latest`` names), or None when there is none. A ``latest``
-    naming a directory that is gone falls back to the newest ``step-*``
-    directory with a ``.metadata`` (a published directory is complete)."""
+    """The directory of the newest complete checkpoint under ``root``, or None
+    when there is none: the one ``root/latest`` names, or a newer ``step-*``
+    directory with a ``.metadata`` (a saver that died after publishing its
+    step and before updating ``latest``; a published directory is complete,
+    written under a temporary name and renamed), or the newest such
+    directory when ``latest`` names one that is gone."""
     root = os.fspath(root)
     if not os.path.isdir(root):
         return None
+    steps = _step_dirs(root)
+    newest = max(steps) if steps else None
     pointer = os.path.join(root, LATEST_FILE)
     if os.path.exists(pointer):
         with open(pointer) as f:
             name = f.read().strip()
-        if not _STEP_DIR.match(name):
+        m = _STEP_DIR.match(name)
+        if not m:
             raise CheckpointError(f"{pointer} names {name!r}, not a step-<n> directory")
         if os.path.isfile(os.path.join(root, name, METADATA_FILE)):
-            return os.path.join(root, name)
-        log.warning("%s names %s, which is missing; using the newest complete step directory",
-                    pointer, name)
-    steps = _step_dirs(root)
-    return os.path.join(root, max(steps)[1]) if steps else None
+            if newest is None or newest[0] <= int(m.group(1)):
+                return os.path.join(root, name)
+            log.warning("%s names %s, but %s is newer and complete (a save that stopped "
+                        "before updating latest): using it", pointer, name, newest[1])
+        else:
+            log.warning("%s names %s, which is missing; using the newest complete step "
+                        "directory", pointer, name)
+    return os.path.join(root, newest[1]) if newest else None
 
 
 def _checkpoint_dir(path: str, step: Optional[int]) -> str:

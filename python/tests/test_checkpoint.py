@@ -460,11 +460,14 @@ def test_a_writer_killed_mid_save_leaves_the_last_good_checkpoint(tmp_path, stag
     m = Mesh((2,), ("x",))
     left = sorted(os.listdir(root))
     if stage == "latest":
-        # Published but not yet named by `latest`: step 1 is still what
-        # `latest` gives; step 2 is complete and loads by its step.
+        # Published but not yet named by `latest`: step 2 is complete, so
+        # the root loads it (a resume goes on after it, and saving step 2
+        # again is not needed); step 1 still loads by its step.
         assert "step-00000002" in left
-        _check_step(root, m, 1)
-        _check_step(root / "step-00000002", m, 2)
+        assert (root / "latest").read_text().strip() == "step-00000001"
+        assert shardx.latest_checkpoint(root) == str(root / "step-00000002")
+        _check_step(root, m, 2)
+        _check_step(root / "step-00000001", m, 1)
     else:
         # Only a temporary directory of step 2, which nothing loads.
         assert [n for n in left if n.startswith("step-")] == ["step-00000001"]
@@ -502,9 +505,10 @@ def test_a_writer_killed_at_random_points(tmp_path):
         published = [int(n.split("-")[1]) for n in os.listdir(root) if n.startswith("step-")]
         for n in published:   # every published step is whole
             _check_step(root / f"step-{n:08d}", m, n)
-        # (Killed between the rename and `latest`: one step newer than it.)
-        assert max(published) in (step, step + 1)
-        first = max(published) + 1
+        # Killed between the rename and `latest`: latest_checkpoint still
+        # finds the newest published step, so a resume goes on after it.
+        assert max(published) == step
+        first = step + 1
 
 
 # ---------------------------------------------------------------------------
@@ -608,6 +612,12 @@ _MPI_SCRIPT = textwrap.dedent("""
     assert np.array_equal(back["w"].local(rank), want.numpy()), back["w"].local(rank)
     assert np.array_equal(back["p"].local(rank), torch.chunk(x, 2, 0)[rank].numpy())
     assert np.array_equal(back["r"].local(rank), x[0].numpy()) and back["step"] == 9
+    # A state of constants alone cannot tell a process its rank: refused.
+    try:
+        shardx.save_checkpoint(os.path.join(folder, "consts"), {"step": 9}, step=1)
+        raise SystemExit("a state without ShardedTensors was saved under mpi")
+    except shardx.CheckpointError as e:
+        assert "at least one ShardedTensor" in str(e), e
     with open(os.path.join(folder, f"rank{rank}"), "w") as f:
         f.write("ok")
 """)
