@@ -18,6 +18,7 @@
 #include "mlir/Support/Timing.h"
 #include "shardx/Report/Progress.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -112,6 +113,31 @@ static llvm::cl::opt<bool> printBuildId(
                    "its cache with it; the only argument)"),
     llvm::cl::init(false));
 
+/// Prints the remarks and warnings of the passes (--print-schedule's
+/// schedules, the planner's notes), which MLIR drops when no handler takes
+/// them; errors go on to MLIR's own handler, as before.
+static LogicalResult printRemarks(Diagnostic &diag) {
+  if (diag.getSeverity() == DiagnosticSeverity::Error)
+    return failure();
+  auto printLoc = [](Location loc) {
+    if (auto file = dyn_cast<FileLineColLoc>(loc))
+      llvm::errs() << file.getFilename().getValue() << ":" << file.getLine()
+                   << ":" << file.getColumn() << ": ";
+    else
+      llvm::errs() << loc << ": ";
+  };
+  printLoc(diag.getLocation());
+  llvm::errs() << (diag.getSeverity() == DiagnosticSeverity::Warning
+                       ? "warning: "
+                       : "remark: ")
+               << diag << "\n";
+  for (Diagnostic &note : diag.getNotes()) {
+    printLoc(note.getLocation());
+    llvm::errs() << "note: " << note << "\n";
+  }
+  return success();
+}
+
 static bool hasLayouts(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -131,6 +157,7 @@ static bool hasLayouts(ModuleOp module) {
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
+  ScopedDiagnosticHandler remarks(context.get(), printRemarks);
   // Alone, without the options a compile needs (-o).
   if (argc == 2 && llvm::StringRef(argv[1]) == "--print-build-id") {
     llvm::outs() << mlir::shardx::compilerBuildId() << "\n";
