@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -451,12 +452,14 @@ def test_a_writer_killed_mid_save_leaves_the_last_good_checkpoint(tmp_path, stag
     # Step 1 completes; step 2 stalls at `stage` and is killed there.
     p = _saver(tmp_path, root, 1, 3, SHARDX_CHECKPOINT_TEST_STALL=f"{stage}-2:{marker}")
     deadline = time.time() + 120
-    while not marker.exists():
-        assert p.poll() is None, p.communicate()
-        assert time.time() < deadline
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    try:
+        while not marker.exists():
+            assert p.poll() is None, p.communicate()
+            assert time.time() < deadline, "the saver never reached the stall"
+            time.sleep(0.05)
+    finally:
+        p.send_signal(signal.SIGKILL)   # also when an assertion above fails
+        p.wait()
     m = Mesh((2,), ("x",))
     left = sorted(os.listdir(root))
     if stage == "latest":
@@ -491,7 +494,14 @@ def test_a_writer_killed_at_random_points(tmp_path):
     first = 0
     for _ in range(3):
         p = _saver(tmp_path, root, first, first + 1000)
-        line = p.stdout.readline()   # at least one save done
+        # At least one save done (a saver that hangs instead is killed after
+        # two minutes and fails the test).
+        timer = threading.Timer(120, p.kill)
+        timer.start()
+        try:
+            line = p.stdout.readline()
+        finally:
+            timer.cancel()
         if not line.startswith("saved"):
             p.kill()
             pytest.fail(f"the saver stopped before its first save: {p.communicate()[1]}")
