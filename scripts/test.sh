@@ -45,19 +45,23 @@ fi
 # the CMake package with an out-of-tree consumer built against it, and
 # `pip install .` into a fresh venv running the README's example; one result
 # per part. SHARDX_INSTALL_CHECK=0 leaves it out.
+# One pass or one failure for a step that is not lit or pytest, from its
+# exit status (the first failure's status is the command's).
+count_step() {
+  if [ "$1" -eq 0 ]; then
+    passed=$(( passed + 1 ))
+  else
+    failed=$(( failed + 1 ))
+    [ "$status" -ne 0 ] || status=$1
+  fi
+}
 if [ "${SHARDX_INSTALL_CHECK:-1}" != 0 ]; then
   for part in cmake pip; do
     log "install check: $part"
     set +e
     SHARDX_BUILD="$SHARDX_BUILD" bash "$SHARDX_ROOT/scripts/install_check.sh" "$part"
-    installstatus=$?
+    count_step $?
     set -e
-    if [ "$installstatus" -eq 0 ]; then
-      passed=$(( passed + 1 ))
-    else
-      failed=$(( failed + 1 ))
-      [ "$status" -ne 0 ] || status=$installstatus
-    fi
   done
 fi
 # A bounded coverage-guided fuzzing run (libFuzzer, ASan; docs/Testing.md):
@@ -69,14 +73,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   log "fuzzing each target for ${fuzz_seconds}s"
   set +e
   FUZZ_SEED="${FUZZ_SEED:-1}" bash "$SHARDX_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
-  fuzzstatus=$?
+  count_step $?
   set -e
-  if [ "$fuzzstatus" -eq 0 ]; then
-    passed=$(( passed + 1 ))
-  else
-    failed=$(( failed + 1 ))
-    [ "$status" -ne 0 ] || status=$fuzzstatus
-  fi
 fi
 if [ "$passed" -eq 0 ] && [ "$status" -eq 0 ]; then
   log "lit ran no test"

@@ -136,6 +136,16 @@ LogicalResult placeBuffersOnDevice(ModuleOp module) {
   return success();
 }
 
+/// Whether `op`'s body is `out + term`: it yields an addf whose one use of
+/// the output's running value is that add (a sum the GPU transforms may
+/// split or reassociate).
+bool isSumIntoOutput(linalg::LinalgOp op) {
+  BlockArgument acc = op.getRegionOutputArgs()[0];
+  auto yield = cast<linalg::YieldOp>(op.getBlock()->getTerminator());
+  auto add = yield.getValues()[0].getDefiningOp<arith::AddFOp>();
+  return add && acc.hasOneUse() && acc.getUses().begin()->getOwner() == add;
+}
+
 /// One iteration of a sum's body at the loop values `ivs`: the inputs
 /// loaded there, the body cloned with `acc` as the running sum. Returns
 /// the new sum (what the body yields).
@@ -203,11 +213,7 @@ void parallelizeFullSums(ModuleOp module) {
     for (int64_t range : op.getStaticLoopRanges())
       if (ShapedType::isDynamic(range))
         return;
-    Block *body = op.getBlock();
-    BlockArgument acc = op.getRegionOutputArgs()[0];
-    auto yield = cast<linalg::YieldOp>(body->getTerminator());
-    auto add = yield.getValues()[0].getDefiningOp<arith::AddFOp>();
-    if (!add || !acc.hasOneUse() || acc.getUses().begin()->getOwner() != add)
+    if (!isSumIntoOutput(op))
       return;
     ops.push_back(op);
   });
@@ -312,11 +318,7 @@ void splitColumnSums(ModuleOp module) {
     }
     if (outputs == 0 || outputs > kMaxOutputs || reduction < kMinReduction)
       return;
-    Block *body = op.getBlock();
-    BlockArgument acc = op.getRegionOutputArgs()[0];
-    auto yield = cast<linalg::YieldOp>(body->getTerminator());
-    auto add = yield.getValues()[0].getDefiningOp<arith::AddFOp>();
-    if (!add || !acc.hasOneUse() || acc.getUses().begin()->getOwner() != add)
+    if (!isSumIntoOutput(op))
       return;
     ops.push_back(op);
   });

@@ -727,14 +727,7 @@ def plan_from_parallel_styles(model, mesh, plan, tp_axis: Union[int, str, None] 
             s = style.prepare_module_input if type(style) is PrepareModuleInputOutput else style
             if s.input_layouts is not None:
                 for i, (a, b) in enumerate(zip(s.input_layouts, s.desired_input_layouts)):
-                    if a is None:
-                        continue
-                    if b is None:
-                        raise DTensorInteropError(f"{where}: {name}(desired_input_layouts[{i}]=None) "
-                                                  f"for input layout {a!r}")
-                    a = _style_layout(a, fqn, name, f"input_layouts[{i}]")
-                    b = _style_layout(b, fqn, name, f"desired_input_layouts[{i}]")
-                    add(fqn, "input", i, [a] if a == b else [a, b], name)
+                    add_pair(fqn, "input", i, a, b, name)
             for k, a in s.input_kwarg_layouts.items():
                 if k not in s.desired_input_kwarg_layouts:
                     raise DTensorInteropError(f"{where}: {name}: input_kwarg_layouts[{k!r}] has no "
@@ -756,16 +749,19 @@ def plan_from_parallel_styles(model, mesh, plan, tp_axis: Union[int, str, None] 
                 "PrepareModuleInputOutput")
 
     def apply_output(fqn, s, name):
-        where = fqn or "<root>"
         for i, (a, b) in enumerate(zip(s.output_layouts, s.desired_output_layouts)):
-            if a is None:
-                continue
-            if b is None:
-                raise DTensorInteropError(f"{where}: {name}(desired_output_layouts[{i}]=None) for "
-                                          f"output layout {a!r}")
-            a = _style_layout(a, fqn, name, f"output_layouts[{i}]")
-            b = _style_layout(b, fqn, name, f"desired_output_layouts[{i}]")
-            add(fqn, "output", i, [a] if a == b else [a, b], name)
+            add_pair(fqn, "output", i, a, b, name)
+
+    def add_pair(fqn, kind, i, a, b, name):
+        """A layout as it arrives (`a`) and as the style wants it (`b`)."""
+        if a is None:
+            return
+        if b is None:
+            raise DTensorInteropError(f"{fqn or '<root>'}: {name}(desired_{kind}_layouts[{i}]=None) "
+                                      f"for {kind} layout {a!r}")
+        a = _style_layout(a, fqn, name, f"{kind}_layouts[{i}]")
+        b = _style_layout(b, fqn, name, f"desired_{kind}_layouts[{i}]")
+        add(fqn, kind, i, [a] if a == b else [a, b], name)
 
     def walk(prefix, sub_plan):
         base = model.get_submodule(prefix) if prefix else model

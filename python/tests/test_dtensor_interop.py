@@ -236,19 +236,6 @@ def torchtitan_plan(loss_parallel=False):
     return root, layer
 
 
-@pytest.fixture
-def fake_world():
-    """A fake process group of 4 ranks (no communication) for
-    parallelize_module."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
-    yield
-    if owned:
-        dist.destroy_process_group()
-
-
 def test_torchtitan_plan_gives_parallelize_module_placements(fake_world):
     """The plan's parameter placements are the ones parallelize_module
     gives the same model (a fake process group), on the tp axis of a

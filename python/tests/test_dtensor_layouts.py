@@ -16,24 +16,11 @@ import subprocess
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from dtensor_oracle import dtensor_indices, from_torch, shardx_indices, to_torch
 from shardx import Mesh, Replicate as R, Shard as S, examples, layout_text, trace
 from shardx.artifact import find_tool
-
-
-@pytest.fixture(scope="module")
-def world():
-    """A fake process group of 4 ranks (every mesh below has 4 devices)."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
-    yield
-    if owned:
-        dist.destroy_process_group()
 
 
 def device_mesh(shape, names):
@@ -70,7 +57,7 @@ def propagated_result_layout(text):
 @pytest.mark.parametrize("mesh_shape,shape,placements,new_shape", RESHAPES,
                          ids=[f"{'x'.join(map(str, m))}-{'x'.join(map(str, s))}-{p}-to-{'x'.join(map(str, n))}"
                               for m, s, p, n in RESHAPES])
-def test_reshape_layout_matches_dtensor(world, mesh_shape, shape, placements, new_shape):
+def test_reshape_layout_matches_dtensor(fake_world_module, mesh_shape, shape, placements, new_shape):
     from torch.distributed.tensor import distribute_tensor
     names = ("dp", "tp")[:len(mesh_shape)] if len(mesh_shape) == 2 else ("tp",)
     dmesh = device_mesh(mesh_shape, names)
@@ -88,7 +75,7 @@ def test_reshape_layout_matches_dtensor(world, mesh_shape, shape, placements, ne
             f"rank {coord}: ShardX {layout}, DTensor {expected} ({want_text})"
 
 
-def test_uneven_flatten_reshards(world):
+def test_uneven_flatten_reshards(fake_world_module):
     """DTensor refuses to flatten 3 rows split over 2 ranks; ShardX makes the
     rows whole first (never a wrong layout)."""
     from torch.distributed.tensor import distribute_tensor
@@ -106,7 +93,7 @@ def test_uneven_flatten_reshards(world):
     assert sorted(set(i for dims in got.values() for i in dims[0])) == list(range(12))
 
 
-def test_fsdp2_tp_placements(world):
+def test_fsdp2_tp_placements(fake_world_module):
     """fully_shard over dp on a ColwiseParallel/RowwiseParallel MLP gives the
     placements the FSDP x TP programs declare, fc1's _StridedShard(0, 2)
     included."""
