@@ -376,6 +376,10 @@ _GLOO_WORKER = textwrap.dedent("""
                  checkpoint_id=f"{folder}/dcp")
         with open(f"{folder}/ok{rank}", "w") as f:
             f.write("ok")
+        # Both ranks past every collective before either tears gloo down: a
+        # rank that left first could abort the other's gloo thread
+        # ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
 
     if __name__ == "__main__":
