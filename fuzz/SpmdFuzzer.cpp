@@ -43,6 +43,13 @@ std::string pipeline;
 ///    MLIR's lexer skips, no more and no less (CI fuzz runs crashed on
 ///    `[1, 0\v]`, where StringRef::ltrim took \v for a space, and on
 ///    `dimensions\0= ...`, where a NUL, which the lexer skips, hid the `=`).
+///  - linalg.generic's custom parser (GenericOp::parse, same file) reads
+///    `iterator_types = [...]` with `getAsValueRange<StringAttr>()`, an
+///    unchecked cast of every element: an element that is not a string
+///    (an integer, an #linalg.iterator_type) is read as a string of garbage
+///    length (segfault, or an allocation of 0xbebebebe... bytes under
+///    ASan). Inputs whose `iterator_types` list is anything but strings
+///    are skipped (the op's generic form, which verifies the elements, too).
 ///  - tensor.from_elements sizes its operand types from the result type's
 ///    element count before checking the operand count: a huge type is a
 ///    fatal "SmallVector unable to grow". Inputs where the numbers after a
@@ -81,6 +88,42 @@ bool crashesUpstreamParser(StringRef input) {
       if (product > double(1 << 24))
         return true;
       window = window.drop_front(std::min(end, window.size()));
+    }
+  }
+  for (size_t at = input.find("iterator_types"); at != StringRef::npos;
+       at = input.find("iterator_types", at + 1)) {
+    StringRef rest = skipMlirSpace(input.drop_front(at + strlen("iterator_types")));
+    if (!rest.consume_front("="))
+      continue;
+    rest = skipMlirSpace(rest);
+    // A well-formed list: [ ], or string literals separated by commas.
+    if (!rest.consume_front("["))
+      return true;
+    bool expectValue = true, empty = true;
+    while (true) {
+      rest = skipMlirSpace(rest);
+      if (rest.consume_front("]")) {
+        if (expectValue && !empty)
+          return true;
+        break;
+      }
+      if (expectValue) {
+        if (!rest.consume_front("\""))
+          return true;
+        // To the closing quote, past escaped characters.
+        size_t end = 0;
+        while (end < rest.size() && rest[end] != '"')
+          end += rest[end] == '\\' ? 2 : 1;
+        if (end >= rest.size())
+          return true;
+        rest = rest.drop_front(end + 1);
+        expectValue = false;
+        empty = false;
+      } else if (!rest.consume_front(",")) {
+        return true;
+      } else {
+        expectValue = true;
+      }
     }
   }
   for (StringRef keyword : {"permutation", "dimensions"}) {
