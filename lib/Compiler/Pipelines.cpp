@@ -148,18 +148,6 @@ void mlir::shardx::buildCudaCodegenPipeline(
   pm.addPass(createAddStagingWrappersPass());
 }
 
-LogicalResult mlir::shardx::runPassPipeline(ModuleOp module,
-                                            StringRef pipeline,
-                                            TimingScope *timing) {
-  PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs())))
-    return failure();
-  TimingScope scope = nestTiming(timing, pipeline);
-  if (timing)
-    pm.enableTiming(scope);
-  return pm.run(module);
-}
-
 TimingScope mlir::shardx::nestTiming(TimingScope *parent, StringRef name) {
   return parent ? parent->nest(name) : TimingScope();
 }

@@ -212,11 +212,6 @@ void prepareEntryPoints(ModuleOp module);
 /// null (timing off): every step of code generation times itself this way.
 TimingScope nestTiming(TimingScope *parent, StringRef name);
 
-/// Runs `pipeline` (passes on the module, without the builtin.module
-/// anchor), e.g. "canonicalize,cse"; its passes' times go under `timing`.
-LogicalResult runPassPipeline(ModuleOp module, StringRef pipeline,
-                              TimingScope *timing = nullptr);
-
 
 /// The module attribute that holds the program description
 /// (`shardx-record-program-info`) until emitArtifact embeds it.
