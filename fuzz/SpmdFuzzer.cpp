@@ -70,6 +70,41 @@ StringRef skipMlirSpace(StringRef text) {
   }
 }
 
+/// Whether some `keyword = [...]` in `input` is not a well-formed list: `[`
+/// then `]`, or elements that `element` consumes separated by commas.
+bool malformedList(StringRef input, StringRef keyword,
+                   llvm::function_ref<bool(StringRef &)> element) {
+  for (size_t at = input.find(keyword); at != StringRef::npos;
+       at = input.find(keyword, at + 1)) {
+    StringRef rest = skipMlirSpace(input.drop_front(at + keyword.size()));
+    if (!rest.consume_front("="))
+      continue;
+    rest = skipMlirSpace(rest);
+    if (!rest.consume_front("["))
+      return true;
+    bool expectValue = true, empty = true;
+    while (true) {
+      rest = skipMlirSpace(rest);
+      if (rest.consume_front("]")) {
+        if (expectValue && !empty)
+          return true;
+        break;
+      }
+      if (expectValue) {
+        if (!element(rest))
+          return true;
+        expectValue = false;
+        empty = false;
+      } else if (!rest.consume_front(",")) {
+        return true;
+      } else {
+        expectValue = true;
+      }
+    }
+  }
+  return false;
+}
+
 bool crashesUpstreamParser(StringRef input) {
   for (size_t at = input.find("from_elements"); at != StringRef::npos;
        at = input.find("from_elements", at + 1)) {
@@ -90,77 +125,30 @@ bool crashesUpstreamParser(StringRef input) {
       window = window.drop_front(std::min(end, window.size()));
     }
   }
-  for (size_t at = input.find("iterator_types"); at != StringRef::npos;
-       at = input.find("iterator_types", at + 1)) {
-    StringRef rest = skipMlirSpace(input.drop_front(at + strlen("iterator_types")));
-    if (!rest.consume_front("="))
-      continue;
-    rest = skipMlirSpace(rest);
-    // A well-formed list: [ ], or string literals separated by commas.
-    if (!rest.consume_front("["))
-      return true;
-    bool expectValue = true, empty = true;
-    while (true) {
-      rest = skipMlirSpace(rest);
-      if (rest.consume_front("]")) {
-        if (expectValue && !empty)
-          return true;
-        break;
-      }
-      if (expectValue) {
-        if (!rest.consume_front("\""))
-          return true;
-        // To the closing quote, past escaped characters.
-        size_t end = 0;
-        while (end < rest.size() && rest[end] != '"')
-          end += rest[end] == '\\' ? 2 : 1;
-        if (end >= rest.size())
-          return true;
-        rest = rest.drop_front(end + 1);
-        expectValue = false;
-        empty = false;
-      } else if (!rest.consume_front(",")) {
-        return true;
-      } else {
-        expectValue = true;
-      }
-    }
-  }
-  for (StringRef keyword : {"permutation", "dimensions"}) {
-    for (size_t at = input.find(keyword); at != StringRef::npos;
-         at = input.find(keyword, at + 1)) {
-      StringRef rest = skipMlirSpace(input.drop_front(at + keyword.size()));
-      if (!rest.consume_front("="))
-        continue;
-      rest = skipMlirSpace(rest);
-      // A well-formed list: [ ], or integers separated by commas.
-      if (!rest.consume_front("["))
-        return true;
-      bool expectValue = true, empty = true;
-      while (true) {
-        rest = skipMlirSpace(rest);
-        if (rest.consume_front("]")) {
-          if (expectValue && !empty)
-            return true;
-          break;
-        }
-        if (expectValue) {
-          rest.consume_front("-");
-          size_t digits = rest.find_first_not_of("0123456789");
-          if (digits == 0 || rest.empty())
-            return true;
-          rest = rest.drop_front(std::min(digits, rest.size()));
-          expectValue = false;
-          empty = false;
-        } else if (!rest.consume_front(",")) {
-          return true;
-        } else {
-          expectValue = true;
-        }
-      }
-    }
-  }
-  return false;
+  // A string literal, to its closing quote past escaped characters.
+  auto stringLiteral = [](StringRef &rest) {
+    if (!rest.consume_front("\""))
+      return false;
+    size_t end = 0;
+    while (end < rest.size() && rest[end] != '"')
+      end += rest[end] == '\\' ? 2 : 1;
+    if (end >= rest.size())
+      return false;
+    rest = rest.drop_front(end + 1);
+    return true;
+  };
+  // An integer, optionally negative.
+  auto integer = [](StringRef &rest) {
+    rest.consume_front("-");
+    size_t digits = rest.find_first_not_of("0123456789");
+    if (digits == 0 || rest.empty())
+      return false;
+    rest = rest.drop_front(std::min(digits, rest.size()));
+    return true;
+  };
+  return malformedList(input, "iterator_types", stringLiteral) ||
+         malformedList(input, "permutation", integer) ||
+         malformedList(input, "dimensions", integer);
 }
 
 } // namespace
