@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_FACTORPROJECTION_H
-#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_FACTORPROJECTION_H
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H
 
 #include "shardx/Layout/Layout.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -52,4 +52,4 @@ void mergeInto(Assignment &a, const Assignment &view);
 
 } // namespace mlir::shardx
 
-#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_FACTORPROJECTION_H
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H

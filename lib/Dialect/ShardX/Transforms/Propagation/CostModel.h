@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H
-#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Planner/Planner.h"
@@ -61,4 +61,4 @@ private:
 
 } // namespace mlir::shardx
 
-#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COSTMODEL_H
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H
