@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -118,6 +119,36 @@ TEST_F(BufferCache, TensorDataReusesFreedBlocks) {
   Bytes b(8 * kMiB);
   EXPECT_EQ(b.data(), first);
   EXPECT_EQ(b[8 * kMiB - 1], 0); // value-initialized as std::vector says
+}
+
+TEST_F(BufferCache, MeterCountsEachThreadsLiveBytesAndPeak) {
+  // Tests that the meter keeps one count per thread (a rank of the threads
+  // backend) and that its peak is the high-water mark of live bytes.
+  shardx_rt_host_mem_reset();
+  void *a = _mlir_memref_to_llvm_alloc(4 * kMiB);
+  void *b = _mlir_memref_to_llvm_alloc(2 * kMiB);
+  _mlir_memref_to_llvm_free(a);
+  void *c = _mlir_memref_to_llvm_aligned_alloc(64, kMiB);
+  std::thread other([] {
+    _mlir_memref_to_llvm_free(_mlir_memref_to_llvm_alloc(16 * kMiB));
+  });
+  other.join();
+  int64_t peaks[4] = {0}, live[4] = {0};
+  ASSERT_EQ(shardx_rt_host_mem_peaks(peaks, live, 4), 2);
+  // Usable sizes: at least what was asked, at most a page more per block.
+  EXPECT_GE(peaks[0], int64_t(6 * kMiB));
+  EXPECT_LE(peaks[0], int64_t(6 * kMiB + 2 * 4096));
+  EXPECT_GE(live[0], int64_t(3 * kMiB));
+  EXPECT_LE(live[0], int64_t(3 * kMiB + 2 * 4096));
+  EXPECT_GE(peaks[1], int64_t(16 * kMiB));
+  EXPECT_EQ(live[1], 0);
+  _mlir_memref_to_llvm_free(b);
+  _mlir_memref_to_llvm_free(c);
+  ASSERT_EQ(shardx_rt_host_mem_peaks(nullptr, live, 1), 2);
+  EXPECT_EQ(live[0], 0);
+  // A reset starts every count again from zero.
+  shardx_rt_host_mem_reset();
+  EXPECT_EQ(shardx_rt_host_mem_peaks(peaks, live, 4), 0);
 }
 
 TEST(BufferCacheDeathTest, EnvironmentZeroDisablesTheCache) {

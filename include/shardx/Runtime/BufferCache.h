@@ -13,6 +13,8 @@
 #ifndef SHARDX_RUNTIME_BUFFERCACHE_H
 #define SHARDX_RUNTIME_BUFFERCACHE_H
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -78,6 +80,10 @@ public:
     std::free(ptr);
   }
 
+  /// The usable size of malloc block `ptr` (0 for null, or where the C
+  /// library cannot tell).
+  static size_t blockSize(void *ptr) { return ptr ? usableSize(ptr) : 0; }
+
   /// Frees every cached block.
   void trim() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -137,6 +143,83 @@ private:
   std::multimap<size_t, void *> blocks;
   size_t cached = 0;
   size_t limit;
+};
+
+/// Live bytes of program buffers and their high-water mark, per thread (a
+/// rank of the threads backend is a thread): what docs/Memory.md's model
+/// predicts, measured. A thread counts the usable size of the blocks it
+/// allocates and frees in its own slot (a relaxed atomic add; the slot is
+/// found through a thread-local index), so a block freed by another thread
+/// (a result the executor frees) lowers that thread's count. `reset` starts
+/// a new generation: every thread takes a fresh slot at its next
+/// allocation, counting from zero (blocks allocated before and freed after
+/// make a count negative; the peak stays at least 0).
+class AllocationMeter {
+public:
+  /// Threads counted per generation; later ones share slots (modulo).
+  static constexpr int64_t kSlots = 256;
+
+  void add(int64_t bytes) {
+    Slot &s = slot();
+    int64_t live = s.live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (live > s.peak.load(std::memory_order_relaxed))
+      s.peak.store(live, std::memory_order_relaxed);
+  }
+  void sub(int64_t bytes) {
+    slot().live.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  /// Zeroes every slot and starts a new generation.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (Slot &s : slots) {
+      s.live.store(0, std::memory_order_relaxed);
+      s.peak.store(0, std::memory_order_relaxed);
+    }
+    used.store(0, std::memory_order_relaxed);
+    generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  /// The number of threads that allocated since the last reset; writes the
+  /// first `n` of their peaks (bytes, in the order they first allocated)
+  /// to `peaks` and of their live counts to `live` (either may be null).
+  int64_t read(int64_t *peaks, int64_t *live, int64_t n) {
+    int64_t count = std::min(used.load(std::memory_order_acquire), kSlots);
+    for (int64_t i = 0; i < count && i < n; ++i) {
+      if (peaks)
+        peaks[i] = slots[i].peak.load(std::memory_order_relaxed);
+      if (live)
+        live[i] = slots[i].live.load(std::memory_order_relaxed);
+    }
+    return count;
+  }
+
+private:
+  struct Slot {
+    std::atomic<int64_t> live{0};
+    std::atomic<int64_t> peak{0};
+  };
+
+  Slot &slot() {
+    // Per binary (each artifact has its own meter and its own copy of
+    // these): the meter this thread last counted in, its generation and
+    // the slot it took there.
+    thread_local const AllocationMeter *owner = nullptr;
+    thread_local uint64_t ownerGeneration = 0;
+    thread_local int64_t index = 0;
+    uint64_t current = generation.load(std::memory_order_acquire);
+    if (owner != this || ownerGeneration != current) {
+      owner = this;
+      ownerGeneration = current;
+      index = used.fetch_add(1, std::memory_order_acq_rel) % kSlots;
+    }
+    return slots[index];
+  }
+
+  std::mutex mutex;
+  Slot slots[kSlots];
+  std::atomic<int64_t> used{0};
+  std::atomic<uint64_t> generation{1};
 };
 
 /// A std::allocator whose large blocks go through BufferCache::get().

@@ -136,6 +136,14 @@ void shardx_rt_host_cache_trim(void);
 uint64_t shardx_rt_host_cached_bytes(void);
 void shardx_rt_host_cache_set_limit(uint64_t bytes);
 
+/* The same functions count, per thread, the usable bytes of the program
+ * buffers alive and their high-water mark (docs/Memory.md). `_mem_reset`
+ * zeroes the counts; `_mem_peaks` returns how many threads allocated since,
+ * writing the first `n` peaks and live counts (either may be null) in the
+ * order the threads first allocated. */
+void shardx_rt_host_mem_reset(void);
+int64_t shardx_rt_host_mem_peaks(int64_t *peaks, int64_t *live, int64_t n);
+
 #ifdef __cplusplus
 } /* extern "C" */
 
