@@ -5,13 +5,14 @@
 // shardx-propagate chooses a sharding strategy for every op by cost (see
 // Passes.td). The pass builds the cost model of a function's mesh
 // (CostModel.h), runs the search the `strategy` option names
-// (PropagationStrategy.h) into a sharding state (ShardingState.h), and
-// writes the state to the IR once.
+// (PropagationSearch.h) into a sharding state (ShardingState.h), and
+// writes the state to the IR once. The pass owns the rule cache
+// (RuleCache.h) the searches of one run share.
 //
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
-#include "PropagationStrategy.h"
+#include "PropagationSearch.h"
 #include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -24,11 +25,11 @@ namespace mlir::shardx {
 using namespace mlir;
 using namespace mlir::shardx;
 
-std::unique_ptr<PropagationStrategy> mlir::shardx::createPropagationStrategy(
-    StringRef name, MeshOp mesh, CostModel &costs,
+std::unique_ptr<PropagationSearch> mlir::shardx::createPropagationSearch(
+    StringRef name, MeshOp mesh, CostModel &costs, RuleCache &rules,
     const PropagationOptions &options, llvm::StringSet<> &warned) {
   if (name == "greedy")
-    return createGreedyPropagationStrategy(mesh, costs, options, warned);
+    return createGreedySearch(mesh, costs, rules, options, warned);
   return nullptr;
 }
 
@@ -51,7 +52,7 @@ struct PropagatePass
     }
   }
 
-  LogicalResult propagate(func::FuncOp fn, MeshOp mesh,
+  LogicalResult propagate(func::FuncOp fn, MeshOp mesh, RuleCache &rules,
                           llvm::StringSet<> &warned) {
     if (!fn.getBody().hasOneBlock())
       return fn.emitError(
@@ -70,11 +71,11 @@ struct PropagatePass
     options.refine = refineGraph;
     options.printCost = printCost;
     options.recordAlternatives = recordAlternatives;
-    std::unique_ptr<PropagationStrategy> search =
-        createPropagationStrategy(strategy, mesh, costs, options, warned);
+    std::unique_ptr<PropagationSearch> search = createPropagationSearch(
+        strategy, mesh, costs, rules, options, warned);
     if (!search)
       return fn.emitError("unknown propagation strategy '")
-             << strategy << "' (known: " << kPropagationStrategyNames << ")";
+             << strategy << "' (known: " << kPropagationSearchNames << ")";
     ShardingState state(FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
                         mesh.getShape().size());
     if (failed(search->run(fn, state)))
@@ -86,10 +87,11 @@ struct PropagatePass
 
   void runOnOperation() override {
     llvm::StringSet<> warned;
+    RuleCache rules;
     // Functions without layouts stay as they are (replicated).
     if (failed(forEachShardedFunction(
             getOperation(), [&](func::FuncOp fn, MeshOp mesh) {
-              return propagate(fn, mesh, warned);
+              return propagate(fn, mesh, rules, warned);
             })))
       signalPassFailure();
   }

@@ -1,4 +1,4 @@
-//===- ShardingState.cpp - The strategies propagation chose ---------------===//
+//===- ShardingState.cpp - The layouts propagation chose per op -----------===//
 //
 // Part of ShardX.
 //
@@ -14,7 +14,7 @@ using ::shardx::Layout;
 ShardingState::ShardingState(FlatSymbolRefAttr mesh, int64_t meshRank)
     : mesh(mesh), replicated(LayoutAttr::get(mesh, Layout(meshRank))) {}
 
-void ShardingState::attach(Strategy &s) const {
+void ShardingState::attach(OpLayouts &s) const {
   s.operandAttrs.clear();
   s.resultAttrs.clear();
   for (const Layout &l : s.operandLayouts)
@@ -23,21 +23,40 @@ void ShardingState::attach(Strategy &s) const {
     s.resultAttrs.push_back(attr(l));
 }
 
-void ShardingState::set(Operation *op, Strategy s) {
+void ShardingState::set(Operation *op, OpLayouts s) {
   if (!s.hasAttrs())
     attach(s);
-  strategies[op] = std::move(s);
+  opLayouts[op] = std::move(s);
 }
 
-Strategy *ShardingState::find(Operation *op) {
-  auto it = strategies.find(op);
-  return it == strategies.end() ? nullptr : &it->second;
+OpLayouts *ShardingState::find(Operation *op) {
+  auto it = opLayouts.find(op);
+  return it == opLayouts.end() ? nullptr : &it->second;
 }
 
-Strategy &ShardingState::get(Operation *op) {
-  auto it = strategies.find(op);
-  assert(it != strategies.end() && "op without a strategy");
+OpLayouts &ShardingState::get(Operation *op) {
+  auto it = opLayouts.find(op);
+  assert(it != opLayouts.end() && "op without a strategy");
   return it->second;
+}
+
+std::string mlir::shardx::describe(const OpLayouts &s) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto print = [&](ArrayRef<Layout> layouts, ArrayRef<LayoutAttr> attrs) {
+    if (!layouts.empty())
+      llvm::interleaveComma(layouts, os,
+                            [&](const Layout &l) { os << l.str(); });
+    else
+      llvm::interleaveComma(attrs, os,
+                            [&](LayoutAttr a) { os << a.getLayout().str(); });
+  };
+  os << "(";
+  print(s.operandLayouts, s.operandAttrs);
+  os << ") -> (";
+  print(s.resultLayouts, s.resultAttrs);
+  os << ")";
+  return text;
 }
 
 unsigned mlir::shardx::tensorResultIndex(OpResult result) {
@@ -53,14 +72,14 @@ unsigned mlir::shardx::tensorResultIndex(OpResult result) {
 
 LayoutAttr ShardingState::layoutOf(Value v) const {
   if (auto r = dyn_cast<OpResult>(v))
-    if (auto it = strategies.find(r.getOwner()); it != strategies.end())
+    if (auto it = opLayouts.find(r.getOwner()); it != opLayouts.end())
       return it->second.resultAttrs[tensorResultIndex(r)];
   LayoutAttr a = getRecordedLayout(v);
   return a ? a : replicated;
 }
 
 void ShardingState::writeToIR() const {
-  for (auto &[op, s] : strategies) {
+  for (auto &[op, s] : opLayouts) {
     MLIRContext *ctx = op->getContext();
     if (!s.operandAttrs.empty())
       op->setAttr(ShardXDialect::getOperandLayoutsAttrName(),

@@ -1,12 +1,13 @@
-//===- ShardingState.h - The strategies propagation chose -------*- C++ -*-===//
+//===- ShardingState.h - The layouts propagation chose per op ---*- C++ -*-===//
 //
 // Part of ShardX.
 //
 //===----------------------------------------------------------------------===//
 //
-// A sharding strategy of one op (the layouts it needs its tensor operands in
-// and the layouts of its tensor results) and the state of a propagation: a
-// map from op to strategy. A search reads and changes the map only; the
+// One op's layouts (`OpLayouts`: the layouts it needs its tensor operands in
+// and the layouts of its tensor results; the "sharding strategy" of an op in
+// DTensor's words) and the state of a propagation: a map from op to its
+// layouts. A search reads and changes the map only; the
 // pass writes it to the IR once, at the end (`shardx.operand_layouts`,
 // `shardx.layouts`, `shardx.table_layout`).
 //
@@ -25,7 +26,7 @@ namespace mlir::shardx {
 
 /// One op's layouts: what it needs of each tensor operand, what each tensor
 /// result holds.
-struct Strategy {
+struct OpLayouts {
   bool valid = false;
   /// The layouts as plain values, while a search builds them; a search may
   /// drop them once the attributes are attached (`dropLayouts`).
@@ -37,7 +38,7 @@ struct Strategy {
   /// attribute holds its layout (`LayoutAttr::getLayout`).
   SmallVector<LayoutAttr> operandAttrs, resultAttrs;
 
-  bool sameLayouts(const Strategy &o) const {
+  bool sameLayouts(const OpLayouts &o) const {
     return operandAttrs == o.operandAttrs && resultAttrs == o.resultAttrs;
   }
   /// Whether the attribute forms are filled (also when the plain layouts
@@ -53,6 +54,9 @@ struct Strategy {
   }
 };
 
+/// "(operand layouts) -> (result layouts)", for debug traces.
+std::string describe(const OpLayouts &s);
+
 /// The position of `result` among its owner's tensor results (the index of
 /// its layout in a strategy's `resultAttrs`).
 unsigned tensorResultIndex(OpResult result);
@@ -66,14 +70,14 @@ public:
   }
   LayoutAttr getReplicated() const { return replicated; }
   /// Fills the attribute forms of `s`'s layouts.
-  void attach(Strategy &s) const;
+  void attach(OpLayouts &s) const;
 
   /// Sets `op`'s strategy (its attribute forms filled when missing).
-  void set(Operation *op, Strategy s);
+  void set(Operation *op, OpLayouts s);
   /// `op`'s strategy, or null when it has none.
-  Strategy *find(Operation *op);
+  OpLayouts *find(Operation *op);
   /// `op`'s strategy; `op` must have one.
-  Strategy &get(Operation *op);
+  OpLayouts &get(Operation *op);
 
   /// The layout `v` has now: its producer's strategy, else its recorded
   /// layout (a function argument's, an annotation's), else replicated.
@@ -95,7 +99,7 @@ public:
 private:
   FlatSymbolRefAttr mesh;
   LayoutAttr replicated;
-  llvm::MapVector<Operation *, Strategy> strategies;
+  llvm::MapVector<Operation *, OpLayouts> opLayouts;
   DenseMap<Operation *, LayoutAttr> tableLayouts;
 };
 

@@ -1,0 +1,228 @@
+//===- FunctionCost.cpp - The cost of a function's layouts ----------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FunctionCost.h"
+
+#include "LayoutUtils.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+LayoutAttr FunctionCost::attrWith(Value v, const Move *move) {
+  if (move)
+    if (auto r = dyn_cast<OpResult>(v); r && r.getOwner() == move->op)
+      return move->layouts->resultAttrs[tensorResultIndex(r)];
+  return state.layoutOf(v);
+}
+
+LayoutAttr FunctionCost::fixedRequirement(OpOperand &use) {
+  Operation *owner = use.getOwner();
+  Block &body = fn.getBody().front();
+  if (owner->getBlock() != &body) {
+    // Read inside a region: the enclosing op needs it whole (or in the
+    // layout of a row-split embedding table).
+    Operation *top = body.findAncestorOpInBlock(*owner);
+    if (!top)
+      return nullptr;
+    if (LayoutAttr table = state.getTableLayout(top))
+      return table;
+    return state.getReplicated();
+  }
+  if (OpLayouts *s = state.find(owner))
+    return s->operandAttrs[tensorOperandIndex(use)];
+  if (auto annotate = dyn_cast<AnnotateOp>(owner))
+    return annotate.getLayout();
+  return requiredLayout(use);
+}
+
+void FunctionCost::indexUses() {
+  Block &body = fn.getBody().front();
+  // Sized once: an entry moved by a reallocation would be copied (its
+  // move constructor is not noexcept), sets of use ranks included.
+  size_t numValues = body.getNumArguments();
+  for (Operation &op : body)
+    numValues += op.getNumResults();
+  valueUses.reserve(numValues);
+  valueIndex.reserve(numValues);
+  auto index = [&](Value v) {
+    if (!isa<RankedTensorType>(v.getType()))
+      return;
+    valueIndex[v] = valueUses.size();
+    valueUses.emplace_back();
+    ValueUses &entry = valueUses.back();
+    entry.shapeOnly = isRematerializable(v);
+    for (OpOperand &use : v.getUses()) {
+      unsigned rank = entry.uses.size();
+      entry.uses.push_back(&use);
+      useRank[&use] = rank;
+      Operation *owner = use.getOwner();
+      if (owner->getBlock() == &body) {
+        if (isa<func::ReturnOp>(owner)) {
+          entry.returns.push_back(rank);
+          continue;
+        }
+        if (auto it = movable.position.find(owner); it != movable.position.end())
+          entry.movableUsers.push_back(it->second);
+      }
+      if (LayoutAttr need = fixedRequirement(use))
+        addNeed(use, need);
+    }
+    llvm::sort(entry.movableUsers);
+    entry.movableUsers.erase(llvm::unique(entry.movableUsers),
+                             entry.movableUsers.end());
+  };
+  for (BlockArgument arg : body.getArguments())
+    index(arg);
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      index(r);
+}
+
+void FunctionCost::addNeed(OpOperand &use, LayoutAttr layout) {
+  ValueUses &entry = usesOf(use.get());
+  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
+  unsigned rank = useRank.find(&use)->second;
+  for (Need &need : entry.needs)
+    if (need.layout == layout && need.nested == nested) {
+      need.ranks.insert(rank);
+      return;
+    }
+  entry.needs.push_back(Need{layout, nested, {rank}});
+}
+
+void FunctionCost::removeNeed(OpOperand &use, LayoutAttr layout) {
+  ValueUses &entry = usesOf(use.get());
+  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
+  unsigned rank = useRank.find(&use)->second;
+  for (auto it = entry.needs.begin(); it != entry.needs.end(); ++it)
+    if (it->layout == layout && it->nested == nested) {
+      it->ranks.erase(rank);
+      if (it->ranks.empty())
+        entry.needs.erase(it);
+      return;
+    }
+  assert(false && "removing a need that was not recorded");
+}
+
+void FunctionCost::moveNeeds(Operation *op, const OpLayouts &from,
+                           const OpLayouts &to) {
+  unsigned tensorIndex = 0;
+  for (OpOperand &use : op->getOpOperands()) {
+    if (!isa<RankedTensorType>(use.get().getType()))
+      continue;
+    LayoutAttr was = from.operandAttrs[tensorIndex];
+    LayoutAttr is = to.operandAttrs[tensorIndex];
+    ++tensorIndex;
+    if (was == is)
+      continue;
+    removeNeed(use, was);
+    addNeed(use, is);
+  }
+}
+
+void FunctionCost::neededLayouts(
+    Value v, LayoutAttr from, const Move *move, Operation *skip,
+    bool withNested, SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out) {
+  ValueUses &entry = usesOf(v);
+  Operation *moved = move ? move->op : nullptr;
+  for (const Need &need : entry.needs) {
+    if (need.nested && !withNested)
+      continue;
+    // The first use that needs it, other than the uses by the moved op
+    // (which need what the move says) and by `skip`.
+    for (unsigned rank : need.ranks) {
+      Operation *owner = entry.uses[rank]->getOwner();
+      if (owner == moved || owner == skip)
+        continue;
+      out.emplace_back(rank, need.layout);
+      break;
+    }
+  }
+  if (moved) {
+    unsigned tensorIndex = 0;
+    for (OpOperand &use : moved->getOpOperands()) {
+      if (!isa<RankedTensorType>(use.get().getType()))
+        continue;
+      if (use.get() == v)
+        out.emplace_back(useRank.find(&use)->second,
+                         move->layouts->operandAttrs[tensorIndex]);
+      ++tensorIndex;
+    }
+  }
+  for (unsigned rank : entry.returns)
+    out.emplace_back(
+        rank, resultLayout(fn, entry.uses[rank]->getOperandNumber(), from));
+  llvm::sort(out,
+             [](const auto &a, const auto &b) { return a.first < b.first; });
+}
+
+double FunctionCost::valueCost(Value v, const Move *move) {
+  // Asked once per value (indexUses): the rule interface is not free to
+  // query, and this is the refinement's innermost cost.
+  if (usesOf(v).shapeOnly)
+    return 0;
+  LayoutAttr from = attrWith(v, move);
+  SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+  neededLayouts(v, from, move, /*skip=*/nullptr, /*withNested=*/true, needed);
+  SmallVector<LayoutAttr, 8> layouts;
+  for (auto [rank, to] : needed)
+    layouts.push_back(to);
+  return costs.reshardsCost(v.getType(), from, layouts);
+}
+
+double FunctionCost::totalCost() {
+  double cost = 0;
+  Block &body = fn.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    if (isa<RankedTensorType>(arg.getType()))
+      cost += valueCost(arg, nullptr);
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      if (isa<RankedTensorType>(r.getType()))
+        cost += valueCost(r, nullptr);
+  return cost;
+}
+
+SmallVector<Value> FunctionCost::affectedBy(Operation *op) {
+  SmallVector<Value> affected;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()) && !llvm::is_contained(affected, v))
+      affected.push_back(v);
+  for (Value r : op->getResults())
+    if (isa<RankedTensorType>(r.getType()))
+      affected.push_back(r);
+  return affected;
+}
+
+void FunctionCost::change(Operation *op, OpLayouts s, Trial &trial) {
+  for (Value v : affectedBy(op))
+    if (trial.before.try_emplace(v, 0).second) {
+      trial.before[v] = valueCost(v, nullptr);
+      trial.touched.push_back(v);
+    }
+  OpLayouts &current = state.get(op);
+  trial.workDelta += work(op, s) - work(op, current);
+  moveNeeds(op, current, s);
+  trial.undo.emplace_back(op, std::move(current));
+  current = std::move(s);
+}
+
+double FunctionCost::costDelta(Trial &trial) {
+  double delta = 0;
+  for (Value v : trial.touched)
+    delta += valueCost(v, nullptr) - trial.before[v];
+  return delta;
+}
+
+void FunctionCost::revert(Trial &trial) {
+  for (auto &[op, s] : llvm::reverse(trial.undo)) {
+    OpLayouts &current = state.get(op);
+    moveNeeds(op, current, s);
+    current = std::move(s);
+  }
+  trial.undo.clear();
+}
+

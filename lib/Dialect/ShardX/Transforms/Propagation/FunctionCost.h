@@ -1,0 +1,152 @@
+//===- FunctionCost.h - The cost of a function's layouts --------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The cost of every op's layouts in a function, kept up to date while a
+// search changes them: the reshards each value needs to reach every
+// distinct layout its consumers need (one redistribute per layout, as
+// shardx-insert-reshards shares them) priced by CostModel.h, plus each op's
+// local loop time. The uses of every value are indexed by the layouts they
+// need, so a change of one op is priced without a scan of all uses; a trial
+// changes ops, prices the difference, and is kept or undone.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FUNCTIONCOST_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FUNCTIONCOST_H
+
+#include "CostModel.h"
+#include "ShardingState.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <set>
+#include <vector>
+
+namespace mlir::shardx {
+
+/// The ops whose layouts a search may change, in program order, with their
+/// rules.
+struct MovableOps {
+  SmallVector<Operation *> ops;
+  DenseMap<Operation *, unsigned> position;
+  DenseMap<Operation *, ShardingRule> rules;
+
+  void reserve(size_t numOps) {
+    rules.reserve(numOps);
+    position.reserve(numOps);
+  }
+  void add(Operation *op, ShardingRule rule) {
+    ops.push_back(op);
+    rules.try_emplace(op, std::move(rule));
+    position[op] = ops.size() - 1;
+  }
+  const ShardingRule &ruleOf(Operation *op) const {
+    return rules.find(op)->second;
+  }
+};
+
+/// A tentative change of one op's layouts.
+struct Move {
+  Operation *op;
+  const OpLayouts *layouts;
+};
+
+class FunctionCost {
+public:
+  FunctionCost(func::FuncOp fn, ShardingState &state, CostModel &costs,
+               const MovableOps &movable)
+      : fn(fn), state(state), costs(costs), movable(movable) {}
+
+  /// Indexes the uses of the function's top-level values and arguments
+  /// (once every op has its layouts).
+  void indexUses();
+
+  /// The reshards of `v` to every distinct layout its uses need, with
+  /// `move` applied (one redistribute per layout, shared by its consumers).
+  double valueCost(Value v, const Move *move);
+  /// The reshards of every value.
+  double totalCost();
+  /// The values whose cost a change of `op` touches.
+  static SmallVector<Value> affectedBy(Operation *op);
+
+  /// The (use rank, layout) pairs whose first occurrences in rank order are
+  /// the distinct layouts `v`'s uses need, with `move` applied; uses by
+  /// `skip` and nested uses (unless `withNested`) left out.
+  void neededLayouts(Value v, LayoutAttr from, const Move *move,
+                     Operation *skip, bool withNested,
+                     SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out);
+
+  /// The positions of the movable ops that use `v`, sorted.
+  ArrayRef<unsigned> movableUsers(Value v) { return usesOf(v).movableUsers; }
+
+  /// Iterations of `op`'s local loop under `s`.
+  double work(Operation *op, const OpLayouts &s) const {
+    return CostModel::work(movable.ruleOf(op), s.shardedWork);
+  }
+  /// The time `op`'s local loop takes under `s` at the compute rate.
+  double computeUs(Operation *op, const OpLayouts &s) const {
+    return costs.computeUs(movable.ruleOf(op), s.shardedWork);
+  }
+
+  /// Changes made by a trial, with the costs of every value they touch as
+  /// they were before it.
+  struct Trial {
+    SmallVector<std::pair<Operation *, OpLayouts>, 4> undo;
+    DenseMap<Value, double> before;
+    SmallVector<Value> touched;
+    double workDelta = 0;
+  };
+  /// Gives `op` the layouts `s` as part of `trial`.
+  void change(Operation *op, OpLayouts s, Trial &trial);
+  /// How much the reshards of the values `trial` touched changed.
+  double costDelta(Trial &trial);
+  /// Undoes `trial`'s changes.
+  void revert(Trial &trial);
+
+private:
+  /// The uses of a value, indexed so that its cost and the layouts its
+  /// consumers need are found without a scan of all its uses: the distinct
+  /// layouts the uses need, each with the positions (in use-list order) of
+  /// the uses that need it. The cost sums each distinct layout once, in the
+  /// order of the first use that needs it, as a scan of the uses would.
+  struct Need {
+    LayoutAttr layout;
+    bool nested; // read inside a region of a top-level op
+    std::set<unsigned> ranks;
+  };
+  struct ValueUses {
+    SmallVector<OpOperand *> uses; // in use-list order
+    SmallVector<Need, 2> needs;
+    SmallVector<unsigned, 1> returns; // ranks of the uses by the return
+    SmallVector<unsigned> movableUsers; // positions of movable users, sorted
+    bool shapeOnly = false; // rematerialized: its reshards are free
+  };
+  ValueUses &usesOf(Value v) { return valueUses[valueIndex.find(v)->second]; }
+  /// The layout `v` has with `move` applied.
+  LayoutAttr attrWith(Value v, const Move *move);
+  /// The layout `use` needs when its owner does not change (the owner's
+  /// layouts, an annotation, the enclosing op of a nested read); null for a
+  /// use that needs none. Not for uses by the return.
+  LayoutAttr fixedRequirement(OpOperand &use);
+  void addNeed(OpOperand &use, LayoutAttr layout);
+  void removeNeed(OpOperand &use, LayoutAttr layout);
+  /// Updates the needs of `op`'s operands from layouts `from` to `to`.
+  void moveNeeds(Operation *op, const OpLayouts &from, const OpLayouts &to);
+
+  func::FuncOp fn;
+  ShardingState &state;
+  CostModel &costs;
+  const MovableOps &movable;
+  std::vector<ValueUses> valueUses;
+  DenseMap<Value, unsigned> valueIndex;
+  DenseMap<OpOperand *, unsigned> useRank;
+};
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FUNCTIONCOST_H

@@ -1,0 +1,80 @@
+//===- PropagationSearch.h - How shardx-propagate searches ------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The search of shardx-propagate behind one interface: a search gets a
+// function, the cost model (CostModel.h), the pass's rule cache
+// (RuleCache.h) and an empty sharding state (ShardingState.h), and fills the
+// state with the layouts of every op that has tensor operands or results.
+// The pass then writes the state to the IR. The units a search is built of
+// are shared: the layouts one op can take (OpShardingSpace.h) and the cost
+// of a function's layouts with trial changes (FunctionCost.h). A new search
+// (an exact solver, say) is one more implementation, named in
+// createPropagationSearch and chosen with `--shardx-propagate=strategy=`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_PROPAGATIONSEARCH_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_PROPAGATIONSEARCH_H
+
+#include "CostModel.h"
+#include "RuleCache.h"
+#include "ShardingState.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "llvm/ADT/StringSet.h"
+
+#include <memory>
+
+namespace mlir::shardx {
+
+/// The pass options every search honours.
+struct PropagationOptions {
+  /// Everything not constrained by the user stays replicated.
+  bool userLayoutsOnly = false;
+  /// Search beyond the program-order choice (the greedy search's
+  /// whole-graph refinement).
+  bool refine = true;
+  /// Emit a remark with the function's reshard cost.
+  bool printCost = false;
+  /// Attach `shardx.alternatives` to every op the search chose for.
+  bool recordAlternatives = false;
+};
+
+class PropagationSearch {
+public:
+  virtual ~PropagationSearch();
+
+  /// Chooses the layouts of every op of `fn`'s body with tensor operands
+  /// or results into `state`; fails after emitting a diagnostic.
+  virtual LogicalResult run(func::FuncOp fn, ShardingState &state) = 0;
+
+  /// Called once the state is written to `fn`: remarks about the result
+  /// (`print-cost`).
+  virtual void finish(func::FuncOp fn) {}
+};
+
+/// The names createPropagationSearch knows, for diagnostics.
+constexpr llvm::StringLiteral kPropagationSearchNames = "greedy";
+
+/// The search named `name` on `mesh`, pricing with `costs`, reading rules
+/// through `rules`; null for an unknown name. Ops without a rule are warned
+/// about once per op kind in `warned`.
+std::unique_ptr<PropagationSearch>
+createPropagationSearch(StringRef name, MeshOp mesh, CostModel &costs,
+                        RuleCache &rules, const PropagationOptions &options,
+                        llvm::StringSet<> &warned);
+
+/// Program order (ProgramOrder.h), then whole-graph refinement by single
+/// changes and bounded cascades (LocalSearch.h); docs/Propagation.md.
+std::unique_ptr<PropagationSearch>
+createGreedySearch(MeshOp mesh, CostModel &costs, RuleCache &rules,
+                   const PropagationOptions &options,
+                   llvm::StringSet<> &warned);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_PROPAGATIONSEARCH_H

@@ -1,0 +1,65 @@
+//===- RuleCache.h - Sharding rules asked once ------------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The sharding rules of a propagation run, owned by the pass and shared by
+// whatever search it runs. Asking an op's rule interface is not free (a
+// linalg op rebuilds its indexing maps), so:
+//   - a linalg op's rule is computed once per signature (op name, inherent
+//     attributes, operand and result types: all LinalgRules.cpp reads);
+//   - a rule asked ahead of the op's turn (`prefetch`, by the hints pass of
+//     the greedy search) is handed over once (`take`) instead of asked again;
+//   - equal rules get one number (`idOf`), for the keys of a search's caches.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_RULECACHE_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_RULECACHE_H
+
+#include "shardx/Rules/ShardingRule.h"
+
+#include "mlir/IR/Operation.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace mlir::shardx {
+
+class RuleCache {
+public:
+  /// `op`'s rule from its interface; failure when it has none.
+  FailureOr<ShardingRule> get(Operation *op);
+
+  /// Asks `op`'s rule now and keeps it for `take`; the rule, or none.
+  const std::optional<ShardingRule> &prefetch(Operation *op);
+
+  /// `op`'s rule: the prefetched one (handed over once), else `get`.
+  FailureOr<ShardingRule> take(Operation *op);
+
+  /// Room for the prefetched rules of `numOps` ops (the entries are large:
+  /// sized once, they are not rehashed and copied while they fill).
+  void reserve(size_t numOps) { prefetched.reserve(numOps); }
+
+  /// A number per distinct rule (rules compare by content).
+  unsigned idOf(const ShardingRule &rule);
+
+private:
+  DenseMap<Operation *, std::optional<ShardingRule>> prefetched;
+  DenseMap<std::tuple<OperationName, Attribute, Type>,
+           std::optional<ShardingRule>>
+      linalgRules;
+  struct CodeHash {
+    size_t operator()(const std::vector<int64_t> &code) const;
+  };
+  std::unordered_map<std::vector<int64_t>, unsigned, CodeHash> ids;
+};
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_RULECACHE_H
