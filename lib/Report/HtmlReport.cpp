@@ -22,10 +22,10 @@
 
 #include "shardx/Report/Report.h"
 
-#include "LayoutUtils.h"
 #include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
+#include "shardx/Dialect/ShardX/Transforms/RecordedLayouts.h"
 #include "shardx/Report/Blocks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
