@@ -100,7 +100,8 @@ struct LinalgStructuredRule
                                                     OpTy> {
   /// Reads only the op's indexing maps, iterator types and operand types
   /// (not its body or discardable attributes): propagation keeps one rule
-  /// per (op name, inherent attributes, types), GreedyPropagation::ruleOf.
+  /// per (op name, inherent attributes, types) in its rule cache
+  /// (RuleCache::get, Transforms/Propagation/RuleCache.h).
   FailureOr<ShardingRule> getShardingRule(Operation *op) const {
     auto linalgOp = cast<linalg::LinalgOp>(op);
     if (!linalgOp.hasPureTensorSemantics())

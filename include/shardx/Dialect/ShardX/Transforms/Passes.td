@@ -78,9 +78,10 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
     time at `compute-rate`; sweeps change one op's strategy, or an op
     together with the neighbours it disturbs (bounded cascades), whenever
     that lowers the total. docs/Propagation.md has the details. The search
-    is a strategy object (`strategy`, lib/Dialect/ShardX/Transforms/
-    PropagationStrategy.h): `greedy` is the one above; the choices live in a
-    map during the search and are written to the IR once, at the end.
+    is an object named by `strategy` (lib/Dialect/ShardX/Transforms/
+    Propagation/PropagationSearch.h): `greedy` is the one above; the
+    choices live in a map during the search and are written to the IR
+    once, at the end.
 
     Partial follows DTensor's algebra: a reduction over a sharded factor
     gives Partial with the reduction's combiner (sum, max, min, prod) when its
