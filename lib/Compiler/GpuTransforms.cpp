@@ -25,6 +25,9 @@
 //   calls `mgpu*` entry points that the ShardX CUDA runtime implements
 //   (lib/Runtime/cuda), which loads the CUDA driver at run time.
 //
+// The sum transforms are in GpuReductions.cpp, the staged entry points in
+// GpuEntryPoints.cpp.
+//
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Compiler.h"
@@ -136,282 +139,6 @@ LogicalResult placeBuffersOnDevice(ModuleOp module) {
   return success();
 }
 
-/// Whether `op`'s body is `out + term`: it yields an addf whose one use of
-/// the output's running value is that add (a sum the GPU transforms may
-/// split or reassociate).
-bool isSumIntoOutput(linalg::LinalgOp op) {
-  BlockArgument acc = op.getRegionOutputArgs()[0];
-  auto yield = cast<linalg::YieldOp>(op.getBlock()->getTerminator());
-  auto add = yield.getValues()[0].getDefiningOp<arith::AddFOp>();
-  return add && acc.hasOneUse() && acc.getUses().begin()->getOwner() == add;
-}
-
-/// One iteration of a sum's body at the loop values `ivs`: the inputs
-/// loaded there, the body cloned with `acc` as the running sum. Returns
-/// the new sum (what the body yields).
-Value emitSumTermAt(OpBuilder &b, Location loc, linalg::LinalgOp op,
-                    ArrayRef<Value> ivs, Value acc) {
-  IRMapping map;
-  for (OpOperand *in : op.getDpsInputOperands()) {
-    BlockArgument arg = op.getMatchingBlockArgument(in);
-    if (!isa<MemRefType>(in->get().getType())) {
-      map.map(arg, in->get());
-      continue;
-    }
-    SmallVector<Value> indices;
-    AffineMap m = op.getMatchingIndexingMap(in);
-    for (AffineExpr e : m.getResults())
-      indices.push_back(affine::AffineApplyOp::create(
-          b, loc, AffineMap::get(m.getNumDims(), 0, e), ivs));
-    map.map(arg, memref::LoadOp::create(b, loc, in->get(), indices));
-  }
-  map.map(op.getRegionOutputArgs()[0], acc);
-  Block *body = op.getBlock();
-  for (Operation &inner : body->without_terminator()) {
-    if (auto idx = dyn_cast<linalg::IndexOp>(inner)) {
-      map.map(idx.getResult(), ivs[idx.getDim()]);
-      continue;
-    }
-    b.clone(inner, map);
-  }
-  return map.lookup(
-      cast<linalg::YieldOp>(body->getTerminator()).getValues()[0]);
-}
-
-/// Threads of a parallel full reduction each sum this many elements before
-/// their one atomic add.
-constexpr int64_t kReduceChunk = 32;
-
-/// A full f32 sum (a linalg.generic or linalg.reduce whose every loop is a
-/// reduction, one 0-d output, the body `out + f(inputs)`) becomes a parallel
-/// loop over T = ceil(N / kReduceChunk) threads: thread t sums the elements
-/// t, t + T, t + 2T, ... of the linearized iteration space (consecutive
-/// threads read consecutive elements), then adds its sum to the output
-/// atomically. One device thread summing every element (wrapSerialOps)
-/// took 10 ms for the 131072 elements of the MLP step's MSE loss on an
-/// H100 (ncu).
-///
-///   linalg.generic {iterator_types = ["reduction", "reduction"]}
-///       ins(%x : memref<64x2048xf32>) outs(%out : memref<f32>)
-/// becomes
-///   scf.parallel (%t) = (0) to (4096) {
-///     %s = scf.for %i = 0 to 32 iter_args(%a = 0.0) { a + f(x[lin]) }
-///     memref.atomic_rmw addf %s, %out[]
-///   }
-void parallelizeFullSums(ModuleOp module) {
-  SmallVector<linalg::LinalgOp> ops;
-  module.walk([&](linalg::LinalgOp op) {
-    if (!isa<linalg::GenericOp, linalg::ReduceOp>(op))
-      return;
-    if (op.getNumLoops() == 0 || op.getNumParallelLoops() != 0 ||
-        !op.hasPureBufferSemantics() || op.getNumDpsInits() != 1 ||
-        op->getParentOfType<scf::ParallelOp>())
-      return;
-    auto outType = dyn_cast<MemRefType>(op.getDpsInits()[0].getType());
-    if (!outType || outType.getRank() != 0 || !outType.getElementType().isF32())
-      return;
-    for (int64_t range : op.getStaticLoopRanges())
-      if (ShapedType::isDynamic(range))
-        return;
-    if (!isSumIntoOutput(op))
-      return;
-    ops.push_back(op);
-  });
-  OpBuilder b(module.getContext());
-  for (linalg::LinalgOp op : ops) {
-    Location loc = op.getLoc();
-    b.setInsertionPoint(op);
-    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-    int64_t total = 1;
-    for (int64_t r : ranges)
-      total *= r;
-    int64_t threads = (total + kReduceChunk - 1) / kReduceChunk;
-    auto index = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
-    Value zeroIdx = index(0), oneIdx = index(1);
-    auto loop =
-        scf::ParallelOp::create(b, loc, ValueRange{zeroIdx},
-                                ValueRange{index(threads)}, ValueRange{oneIdx});
-    b.setInsertionPoint(loop.getBody()->getTerminator());
-    Value tid = loop.getInductionVars()[0];
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-    auto chunk = scf::ForOp::create(b, loc, index(0), index(kReduceChunk),
-                                    index(1), ValueRange{zero});
-    b.setInsertionPointToStart(chunk.getBody());
-    Value a = chunk.getRegionIterArgs()[0];
-    Value lin = arith::AddIOp::create(
-        b, loc,
-        arith::MulIOp::create(b, loc, chunk.getInductionVar(), index(threads)),
-        tid);
-    Value inBounds = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           lin, index(total));
-    auto guard = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, inBounds,
-                                   /*withElseRegion=*/true);
-    scf::YieldOp::create(b, loc, guard.getResults());
-    // Out of bounds: the sum so far.
-    b.setInsertionPointToStart(guard.elseBlock());
-    scf::YieldOp::create(b, loc, a);
-    // In bounds: the loop indices of `lin`, the inputs there, the body.
-    b.setInsertionPointToStart(guard.thenBlock());
-    SmallVector<Value> ivs(ranges.size());
-    Value rest = lin;
-    for (int64_t d = static_cast<int64_t>(ranges.size()) - 1; d >= 0; --d) {
-      ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
-      rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
-    }
-    scf::YieldOp::create(b, loc, emitSumTermAt(b, loc, op, ivs, a));
-    b.setInsertionPointAfter(chunk);
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf,
-                                chunk.getResult(0), op.getDpsInits()[0],
-                                ValueRange{});
-    op.erase();
-  }
-}
-
-/// A partial f32 sum with few outputs and long reductions runs one thread
-/// per output, each summing its whole column: the bias and LayerNorm
-/// gradients of a GPT-2 step (768 to 3072 outputs, 8192 rows each) were
-/// 2 to 3.4 ms kernels on an H200 that 2 to 12 SMs ran. Such a sum (its
-/// parallel loops first, as parallelLoopsFirst leaves them; the body `out +
-/// f(inputs)`) becomes two: C chunks of the reduction summed in parallel
-/// into a temporary, then each output plus its C partial sums, in order
-/// (a reassociation: results change by rounding only).
-///
-///   linalg.generic {iterator_types = ["parallel", "reduction"]}
-///       ins(%g : memref<8192x768xf32>) outs(%b : memref<768xf32>)
-/// becomes
-///   %t = memref.alloc() : memref<Cx768xf32>
-///   scf.parallel (%c, %p) { %s = sum over rows r of chunk c; %t[c, p] = s }
-///   scf.parallel (%p) { %b[p] = b[p] + t[0, p] + ... + t[C-1, p] }
-void splitColumnSums(ModuleOp module) {
-  // Worth it below this many outputs and above this long a reduction; the
-  // chunks make about kSplitThreads threads.
-  constexpr int64_t kMaxOutputs = 16384, kMinReduction = 1024,
-                    kSplitThreads = 65536, kMinChunk = 64;
-  SmallVector<linalg::GenericOp> ops;
-  module.walk([&](linalg::GenericOp op) {
-    if (op.getNumParallelLoops() == 0 || op.getNumReductionLoops() == 0 ||
-        !op.hasPureBufferSemantics() || op.getNumDpsInits() != 1 ||
-        op->getParentOfType<scf::ParallelOp>())
-      return;
-    auto outType = dyn_cast<MemRefType>(op.getDpsInits()[0].getType());
-    if (!outType || !outType.getElementType().isF32())
-      return;
-    SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
-    unsigned numParallel = op.getNumParallelLoops();
-    for (unsigned d = 0; d < iterators.size(); ++d)
-      if ((d < numParallel) != (iterators[d] == utils::IteratorType::parallel))
-        return; // not parallel-first
-    AffineMap out = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
-    if (!out.isProjectedPermutation() || out.getNumResults() != numParallel)
-      return;
-    for (AffineExpr e : out.getResults())
-      if (cast<AffineDimExpr>(e).getPosition() >= numParallel)
-        return;
-    int64_t outputs = 1, reduction = 1;
-    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-    for (unsigned d = 0; d < ranges.size(); ++d) {
-      if (ShapedType::isDynamic(ranges[d]))
-        return;
-      (d < numParallel ? outputs : reduction) *= ranges[d];
-    }
-    if (outputs == 0 || outputs > kMaxOutputs || reduction < kMinReduction)
-      return;
-    if (!isSumIntoOutput(op))
-      return;
-    ops.push_back(op);
-  });
-  OpBuilder b(module.getContext());
-  for (linalg::GenericOp op : ops) {
-    Location loc = op.getLoc();
-    b.setInsertionPoint(op);
-    unsigned numParallel = op.getNumParallelLoops();
-    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-    int64_t outputs = 1, reduction = 1;
-    for (unsigned d = 0; d < ranges.size(); ++d)
-      (d < numParallel ? outputs : reduction) *= ranges[d];
-    int64_t chunks = std::clamp<int64_t>(kSplitThreads / outputs, 2,
-                                         reduction / kMinChunk);
-    int64_t chunk = (reduction + chunks - 1) / chunks;
-    chunks = (reduction + chunk - 1) / chunk;
-    auto index = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
-    Value zeroIdx = index(0), oneIdx = index(1);
-    AffineMap outMap = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
-    // The temporary: [chunks, parallel ranges...].
-    SmallVector<int64_t> tempShape{chunks};
-    for (unsigned d = 0; d < numParallel; ++d)
-      tempShape.push_back(ranges[d]);
-    Value temp = memref::AllocOp::create(
-        b, loc, MemRefType::get(tempShape, b.getF32Type()));
-    // Stage 1: (c, parallel dims...) in parallel.
-    SmallVector<Value> lbs(numParallel + 1, zeroIdx),
-        steps(numParallel + 1, oneIdx), ubs{index(chunks)};
-    for (unsigned d = 0; d < numParallel; ++d)
-      ubs.push_back(index(ranges[d]));
-    auto partial = scf::ParallelOp::create(b, loc, lbs, ubs, steps);
-    b.setInsertionPoint(partial.getBody()->getTerminator());
-    SmallVector<Value> pivs(partial.getInductionVars());
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-    auto loop = scf::ForOp::create(b, loc, index(0), index(chunk), index(1),
-                                   ValueRange{zero});
-    b.setInsertionPointToStart(loop.getBody());
-    Value a = loop.getRegionIterArgs()[0];
-    Value lin = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, pivs[0], index(chunk)),
-        loop.getInductionVar());
-    Value inBounds = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           lin, index(reduction));
-    auto guard = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, inBounds,
-                                   /*withElseRegion=*/true);
-    scf::YieldOp::create(b, loc, guard.getResults());
-    b.setInsertionPointToStart(guard.elseBlock());
-    scf::YieldOp::create(b, loc, a);
-    b.setInsertionPointToStart(guard.thenBlock());
-    SmallVector<Value> ivs(ranges.size());
-    for (unsigned d = 0; d < numParallel; ++d)
-      ivs[d] = pivs[d + 1];
-    Value rest = lin;
-    for (int64_t d = static_cast<int64_t>(ranges.size()) - 1;
-         d >= static_cast<int64_t>(numParallel); --d) {
-      ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
-      rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
-    }
-    scf::YieldOp::create(b, loc, emitSumTermAt(b, loc, op, ivs, a));
-    b.setInsertionPointAfter(loop);
-    memref::StoreOp::create(b, loc, loop.getResult(0), temp, pivs);
-    // Stage 2: each output plus its partial sums, in chunk order.
-    b.setInsertionPointAfter(partial);
-    SmallVector<Value> lbs2(numParallel, zeroIdx), steps2(numParallel, oneIdx),
-        ubs2(ubs.begin() + 1, ubs.end());
-    auto combine = scf::ParallelOp::create(b, loc, lbs2, ubs2, steps2);
-    b.setInsertionPoint(combine.getBody()->getTerminator());
-    SmallVector<Value> civs(combine.getInductionVars());
-    SmallVector<Value> at;
-    for (AffineExpr e : outMap.getResults())
-      at.push_back(civs[cast<AffineDimExpr>(e).getPosition()]);
-    Value outBuf = op.getDpsInits()[0];
-    Value init = memref::LoadOp::create(b, loc, outBuf, at);
-    auto sum = scf::ForOp::create(b, loc, index(0), index(chunks), index(1),
-                                  ValueRange{init});
-    b.setInsertionPointToStart(sum.getBody());
-    SmallVector<Value> tat{sum.getInductionVar()};
-    tat.append(civs.begin(), civs.end());
-    Value part = memref::LoadOp::create(b, loc, temp, tat);
-    scf::YieldOp::create(
-        b, loc,
-        ValueRange{arith::AddFOp::create(b, loc, sum.getRegionIterArgs()[0],
-                                         part)
-                       .getResult()});
-    b.setInsertionPointAfter(sum);
-    memref::StoreOp::create(b, loc, sum.getResult(0), outBuf, at);
-    b.setInsertionPointAfter(combine);
-    memref::DeallocOp::create(b, loc, temp);
-    op.erase();
-  }
-}
 
 /// Puts the parallel loops of every partial reduction outermost (generic
 /// form, loops interchanged), so that convert-linalg-to-parallel-loops
@@ -610,124 +337,6 @@ LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
   return failure();
 }
 
-/// The module attribute of shardx-record-staging-signatures.
-constexpr llvm::StringLiteral kStagingSignatures = "shardx.staging_signatures";
-
-/// Per public function, the buffers of its calling convention for the
-/// runtime's staging: outputs then inputs, each "O|I<rank>:<element bytes>".
-DictionaryAttr entrySignatures(ModuleOp module) {
-  SmallVector<NamedAttribute> signatures;
-  auto describe = [](char kind, Type type) {
-    auto shaped = cast<ShapedType>(type);
-    unsigned bits = shaped.getElementTypeBitWidth();
-    return std::string(1, kind) + std::to_string(shaped.getRank()) + ":" +
-           std::to_string((bits + 7) / 8) + " ";
-  };
-  for (auto fn : module.getOps<func::FuncOp>()) {
-    if (fn.isPrivate() || fn.isExternal())
-      continue;
-    std::string sig;
-    for (Type t : fn.getFunctionType().getResults())
-      if (isa<ShapedType>(t))
-        sig += describe('O', t);
-    for (Type t : fn.getFunctionType().getInputs())
-      if (isa<ShapedType>(t))
-        sig += describe('I', t);
-    signatures.push_back(NamedAttribute(
-        fn.getSymNameAttr(), StringAttr::get(module.getContext(), sig)));
-  }
-  return DictionaryAttr::get(module.getContext(), signatures);
-}
-
-/// For each `_mlir_ciface_<f>(p0, ..., pk)` with a signature, adds
-/// `shardx_entry_<f>(argv)`: the launcher's host buffers go to the device
-/// (`shardx_rt_cuda_stage_in` returns argv with device descriptors), the
-/// program runs on them (through the device entry below), and its results come back as host buffers in the
-/// launcher's result descriptors (`shardx_rt_cuda_stage_out`). Also
-/// `shardx_entry_<f>_device(deviceArgv)`, the program alone on device
-/// descriptors, and `shardx_entry_<f>_resident(argv)`, which stages once
-/// and runs the device entry repeatedly (`shardx_rt_cuda_run_resident`).
-void addStagingEntryWrappers(ModuleOp module, DictionaryAttr signatures) {
-  MLIRContext *ctx = module.getContext();
-  OpBuilder b(ctx);
-  auto ptr = LLVM::LLVMPointerType::get(ctx);
-  auto voidType = LLVM::LLVMVoidType::get(ctx);
-  auto declare = [&](StringRef name, Type result, ArrayRef<Type> args) {
-    if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
-      return fn;
-    b.setInsertionPointToStart(module.getBody());
-    return LLVM::LLVMFuncOp::create(b, module.getLoc(), name,
-                                    LLVM::LLVMFunctionType::get(result, args));
-  };
-  LLVM::LLVMFuncOp stageIn =
-      declare("shardx_rt_cuda_stage_in", ptr, {ptr, ptr});
-  LLVM::LLVMFuncOp stageOut =
-      declare("shardx_rt_cuda_stage_out", voidType, {ptr, ptr, ptr});
-  LLVM::LLVMFuncOp runResident =
-      declare("shardx_rt_cuda_run_resident", voidType, {ptr, ptr, ptr});
-  SmallVector<LLVM::LLVMFuncOp> entries;
-  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
-    if (fn.getName().starts_with("_mlir_ciface_") && !fn.isExternal() &&
-        signatures.contains(fn.getName().drop_front(strlen("_mlir_ciface_"))))
-      entries.push_back(fn);
-  // A function `void name(ptr)` at the end of the module whose body
-  // `build` fills from its argument.
-  auto define = [&](const Twine &name, Location loc,
-                    llvm::function_ref<void(Value)> build) {
-    b.setInsertionPointToEnd(module.getBody());
-    auto fn = LLVM::LLVMFuncOp::create(
-        b, loc, name.str(), LLVM::LLVMFunctionType::get(voidType, {ptr}));
-    b.setInsertionPointToStart(fn.addEntryBlock(b));
-    build(fn.getArgument(0));
-    LLVM::ReturnOp::create(b, loc, ValueRange{});
-    return fn;
-  };
-  for (LLVM::LLVMFuncOp fn : entries) {
-    StringRef name = fn.getName().drop_front(strlen("_mlir_ciface_"));
-    Location loc = fn.getLoc();
-    std::string sig = signatures.getAs<StringAttr>(name).getValue().str();
-    sig.push_back('\0');
-    b.setInsertionPointToEnd(module.getBody());
-    auto global = LLVM::GlobalOp::create(
-        b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), sig.size()),
-        /*isConstant=*/true, LLVM::Linkage::Internal,
-        ("shardx_signature_" + name).str(), b.getStringAttr(sig));
-
-    // shardx_entry_<f>_device(deviceArgv): the program on device
-    // descriptors (argv as stage_in returns it), no copies, no sync.
-    auto onDevice =
-        define("shardx_entry_" + name + "_device", loc, [&](Value device) {
-          SmallVector<Value> args;
-          for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
-            Value slot = LLVM::GEPOp::create(
-                b, loc, ptr, ptr, device, ArrayRef<LLVM::GEPArg>{int32_t(i)});
-            args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
-          }
-          LLVM::CallOp::create(b, loc, fn, args);
-        });
-
-    // shardx_entry_<f>(argv): staged in, the device entry, staged out.
-    define("shardx_entry_" + name, loc, [&](Value argv) {
-      Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
-      Value device =
-          LLVM::CallOp::create(b, loc, stageIn, ValueRange{argv, sigPtr})
-              .getResult();
-      LLVM::CallOp::create(b, loc, onDevice, ValueRange{device});
-      LLVM::CallOp::create(b, loc, stageOut, ValueRange{argv, device, sigPtr});
-    });
-
-    // shardx_entry_<f>_resident(argv): the launcher's ABI, with the inputs
-    // staged once and the program run on them as often as
-    // shardx_rt_cuda_resident_config asked (shardx-gpu-exec --resident).
-    define("shardx_entry_" + name + "_resident", loc, [&](Value argv) {
-      Value sigPtr = LLVM::AddressOfOp::create(b, loc, global);
-      Value devicePtr = LLVM::AddressOfOp::create(b, loc, onDevice);
-      LLVM::CallOp::create(b, loc, runResident,
-                           ValueRange{argv, sigPtr, devicePtr});
-    });
-  }
-}
-
 } // namespace
 
 /// The PTX of the kernel module (after gpu-module-to-binary, format=isa).
@@ -747,15 +356,11 @@ namespace mlir::shardx {
 #define GEN_PASS_DEF_CONTRACTIONSTOCUBLASPASS
 #define GEN_PASS_DEF_PLACEBUFFERSONDEVICEPASS
 #define GEN_PASS_DEF_PARALLELLOOPSFIRSTPASS
-#define GEN_PASS_DEF_SPLITCOLUMNSUMSPASS
-#define GEN_PASS_DEF_PARALLELIZEFULLSUMSPASS
 #define GEN_PASS_DEF_WRAPSERIALOPSPASS
 #define GEN_PASS_DEF_TILEPARALLELLOOPSPASS
 #define GEN_PASS_DEF_CHECKNOHOSTACCESSPASS
 #define GEN_PASS_DEF_MERGEKERNELMODULESPASS
 #define GEN_PASS_DEF_CHECKPTXPASS
-#define GEN_PASS_DEF_RECORDSTAGINGSIGNATURESPASS
-#define GEN_PASS_DEF_ADDSTAGINGWRAPPERSPASS
 #include "shardx/Compiler/Passes.h.inc"
 } // namespace mlir::shardx
 
@@ -797,15 +402,7 @@ struct ParallelLoopsFirstPass
   }
 };
 
-struct SplitColumnSumsPass
-    : mlir::shardx::impl::SplitColumnSumsPassBase<SplitColumnSumsPass> {
-  void runOnOperation() override { splitColumnSums(getOperation()); }
-};
 
-struct ParallelizeFullSumsPass
-    : mlir::shardx::impl::ParallelizeFullSumsPassBase<ParallelizeFullSumsPass> {
-  void runOnOperation() override { parallelizeFullSums(getOperation()); }
-};
 
 struct WrapSerialOpsPass
     : mlir::shardx::impl::WrapSerialOpsPassBase<WrapSerialOpsPass> {
@@ -841,29 +438,6 @@ struct CheckPtxPass : mlir::shardx::impl::CheckPtxPassBase<CheckPtxPass> {
   }
 };
 
-struct RecordStagingSignaturesPass
-    : mlir::shardx::impl::RecordStagingSignaturesPassBase<
-          RecordStagingSignaturesPass> {
-  void runOnOperation() override {
-    getOperation()->setAttr(kStagingSignatures,
-                            entrySignatures(getOperation()));
-  }
-};
 
-struct AddStagingWrappersPass
-    : mlir::shardx::impl::AddStagingWrappersPassBase<AddStagingWrappersPass> {
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    auto signatures = module->getAttrOfType<DictionaryAttr>(kStagingSignatures);
-    if (!signatures) {
-      module.emitError("shardx-add-staging-wrappers: no '")
-          << kStagingSignatures
-          << "' (run shardx-record-staging-signatures before bufferization)";
-      return signalPassFailure();
-    }
-    module->removeAttr(kStagingSignatures);
-    addStagingEntryWrappers(module, signatures);
-  }
-};
 
 } // namespace
