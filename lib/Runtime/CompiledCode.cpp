@@ -4,36 +4,34 @@
 //
 // Compiled programs call `shardx_rt_cg_*` with 1-D memrefs (expanded to
 // allocated pointer, aligned pointer, offset, size, stride) and run on the
-// communicator that `shardx_rt_invoke` installed for the calling thread. A
-// failed collective aborts the world (so that no rank waits for this one)
-// and unwinds this rank's program back to `shardx_rt_invoke`, which returns
-// the error.
+// communicator that `shardx_rt_invoke` installed for the calling thread.
 //
-// Compiled twice: for CPU artifacts (ShardXRuntime; host buffers) and, with
-// SHARDX_CG_DEVICE, for CUDA artifacts (ShardXRuntimeCudaCode), whose
-// buffers are device memory of this artifact's CUDA runtime. There the
-// communicator is told the rank's stream (orderAfterStream): a
-// stream-ordered one (nccl) orders its collectives after the stream's work
-// and the stream after them with events, and the run ends with its
-// `finish` (the errors of collectives still in flight); for the others
-// (cuda-local) every collective first waits for the rank's stream. The
-// communicator gets device buffers, the program's own copies
-// are device copies, and the two reshard steps that pack and unpack
-// (the uneven all-to-all and the exchange) stage through host memory.
+// Written once for every artifact: where the program's buffers live (host
+// memory on CPU artifacts, device memory of the artifact's CUDA runtime on
+// CUDA ones) is the run's ProgramMemory (ProgramMemory.h), whose
+// implementation the artifact's `shardx_rt_invoke` passes (HostEntry.cpp,
+// cuda/DeviceEntry.cpp). The communicator must take buffers of the same
+// memory space; the steps that pack and unpack on the host (the uneven
+// all-to-all and the exchange) stage device buffers through host memory.
+//
+// Errors are values. A failed call records its error in the run and aborts
+// the world (so that no rank waits for this one); from then on every call
+// of the run moves nothing (a started collective is still waited for, so
+// that no collective uses a buffer the program frees) and zeroes its
+// outputs, so the program runs to its end on numbers nobody sees: the run
+// returns the error, and a failed run's outputs are never the caller's.
 //
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Runtime/CApi.h"
 #include "shardx/Runtime/Communicator.h"
 #include "shardx/Runtime/Exchange.h"
+#include "shardx/Runtime/FaultInjection.h"
 #include "shardx/Runtime/HalfFloat.h"
-#ifdef SHARDX_CG_DEVICE
-#include "shardx/Runtime/Cuda.h"
-#include "shardx/Runtime/CudaLocal.h"
-#endif
+#include "shardx/Runtime/ProgramMemory.h"
 
+#include <algorithm>
 #include <chrono>
-#include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,105 +42,112 @@
 using shardx::ReduceOp;
 using shardx::rt::Communicator;
 using shardx::rt::DType;
+using shardx::rt::MemorySpace;
+using shardx::rt::ProgramMemory;
 using shardx::rt::Status;
 
 namespace {
 
+/// One run of a compiled program on one rank.
 struct Invocation {
+  /// The launcher's communicator (its blocked seconds count the run's).
   Communicator *comm = nullptr;
-  std::jmp_buf *jump = nullptr;
-  std::string error;
-  /// Whether the communicator orders its collectives after the rank's
-  /// stream itself (CUDA artifacts).
-  bool streamOrdered = false;
+  /// What the collectives run on: `comm`, or a fault-injecting wrapper.
+  Communicator *active = nullptr;
+  ProgramMemory *memory = nullptr;
+  /// Whether the communicator's memory space was checked (at the first
+  /// collective: a program without any runs on every backend).
+  bool spaceChecked = false;
+  /// Ok until the first failure of the run.
+  Status status;
 };
 
 thread_local Invocation *current = nullptr;
 
-[[noreturn]] void fail(const std::string &what) {
-  Invocation *inv = current;
-  std::string msg = "rank " + std::to_string(inv->comm->getRank()) + ": " + what;
-  inv->error = msg;
-  inv->comm->abort(msg);
-  std::longjmp(*inv->jump, 1);
-}
-
-Communicator &comm() {
+Invocation &invocation() {
   if (!current || !current->comm) {
     std::fprintf(stderr, "shardx: a compiled program ran a collective outside "
                          "shardx_rt_invoke\n");
     std::abort();
   }
-  // A host backend would read device buffers as host memory, and a device
-  // backend (cuda-local, nccl) run kernels on host buffers.
-  const char *backend = current->comm->getBackendName();
-  bool device = std::strcmp(backend, "cuda-local") == 0 ||
-                std::strcmp(backend, "nccl") == 0;
-#ifdef SHARDX_CG_DEVICE
-  if (!device)
-    fail(std::string("a CUDA artifact's collectives take device buffers: run "
-                     "it on the cuda-local or nccl backend (shardx-gpu-exec), "
-                     "not ") +
-         backend);
-  // The rank's stream is this artifact's runtime's (the launcher's copy of
-  // the runtime has its own).
-  current->streamOrdered =
-      current->comm->orderAfterStream(shardx_rt_cuda_stream());
-#else
-  if (device)
-    fail(std::string("a CPU artifact's collectives take host buffers: run it "
-                     "on the threads or mpi backend, not ") +
-         backend);
-#endif
-  return *current->comm;
+  return *current;
 }
 
-//===----------------------------------------------------------------------===//
-// The program's buffers: host memory, or device memory on CUDA artifacts
-//===----------------------------------------------------------------------===//
+ProgramMemory &memory() { return *invocation().memory; }
 
-/// Waits for the program's queued work on this rank's buffers (before a
-/// collective reads or writes them), unless the communicator orders its
-/// collectives after that work on the device.
-void settle() {
-#ifdef SHARDX_CG_DEVICE
-  comm();
-  if (!current->streamOrdered)
-    shardx_rt_cuda_synchronize();
-#endif
-}
+/// Whether the run has failed (its calls then move nothing).
+bool failed() { return !invocation().status; }
 
-void copyBuffer(void *to, const void *from, size_t bytes) {
-  if (!bytes || to == from)
+/// Fails the run with `what` (the first failure wins) and aborts the world.
+void fail(const std::string &what) {
+  Invocation &inv = invocation();
+  if (!inv.status)
     return;
-#ifdef SHARDX_CG_DEVICE
-  shardx_rt_cuda_copy(to, from, static_cast<int64_t>(bytes));
-#else
-  std::memcpy(to, from, bytes);
-#endif
+  std::string msg = "rank " + std::to_string(inv.comm->getRank()) + ": " + what;
+  inv.status = Status::error(msg);
+  inv.active->abort(msg);
 }
 
-/// `count` elements of a buffer of the program, readable on the host.
-template <typename T> std::vector<T> toHost(const T *data, size_t count) {
-  std::vector<T> host(count);
-  copyBuffer(host.data(), data, sizeof(T) * count);
-  return host;
+/// The communicator of the run's collectives, or null once the run has
+/// failed.
+Communicator *collectives() {
+  Invocation &inv = invocation();
+  if (!inv.status)
+    return nullptr;
+  if (!inv.spaceChecked) {
+    inv.spaceChecked = true;
+    // A host backend would read device buffers as host memory, and a device
+    // backend (cuda-local, nccl) run kernels on host buffers.
+    if (inv.comm->getMemorySpace() != inv.memory->getMemorySpace()) {
+      const char *backend = inv.comm->getBackendName();
+      fail(inv.memory->getMemorySpace() == MemorySpace::Device
+               ? std::string("a CUDA artifact's collectives take device "
+                             "buffers: run it on the cuda-local or nccl "
+                             "backend (shardx-gpu-exec), not ") +
+                     backend
+               : std::string("a CPU artifact's collectives take host "
+                             "buffers: run it on the threads or mpi backend, "
+                             "not ") +
+                     backend);
+      return nullptr;
+    }
+  }
+  return inv.active;
 }
 
-/// Runs `fn` on a communicator that takes host buffers (the program's own on
-/// CPU artifacts; device copies of host buffers on CUDA artifacts).
-template <typename Fn> void withHostCommunicator(Communicator &c, Fn fn) {
-#ifdef SHARDX_CG_DEVICE
-  std::unique_ptr<Communicator> staged = shardx::rt::stageHostBuffers(c);
-  fn(*staged);
-#else
-  fn(c);
-#endif
-}
-
+/// `op`'s error fails the run (a wait's error is its collective's, which
+/// names the collective itself: `op` is null).
 void check(const Status &s, const char *op) {
   if (!s)
-    fail(std::string(op) + ": " + s.message());
+    fail(op ? std::string(op) + ": " + s.message() : s.message());
+}
+
+/// Runs the collective `move` on the run's communicator, after the
+/// program's work on its buffers.
+template <typename Move> void collective(const char *op, Move move) {
+  if (Communicator *c = collectives()) {
+    memory().settle(*c);
+    check(move(*c), op);
+  }
+}
+
+/// Starts a collective; the request to wait for, or -1 where nothing runs.
+template <typename Start> int64_t startCollective(const char *op, Start start) {
+  int64_t request = -1;
+  if (Communicator *c = collectives()) {
+    memory().settle(*c);
+    Status s = start(*c, request);
+    if (!s)
+      request = -1;
+    check(s, op);
+  }
+  return request;
+}
+
+/// Zeroes the `count` elements of an output of a call of a failed run.
+template <typename T> void zeroIfFailed(T *out, int64_t count) {
+  if (failed() && count > 0)
+    memory().zero(out, sizeof(T) * static_cast<size_t>(count));
 }
 
 std::vector<int64_t> toVector(const int64_t *data, int64_t n) {
@@ -178,69 +183,35 @@ template <> DType dtypeOf<int64_t>() { return DType::I64; }
 template <> DType dtypeOf<shardx::rt::BFloat16>() { return DType::BF16; }
 template <> DType dtypeOf<shardx::rt::Float16>() { return DType::F16; }
 
-template <typename T>
-void allReduce(const T *in, T *out, int64_t count, int32_t reduce,
-               std::vector<int64_t> axes) {
-  settle();
-  check(comm().allReduce(in, out, count, dtypeOf<T>(), toReduce(reduce), axes),
-        "all_reduce");
+/// The group size over `axes` (geometry: valid on a failed run too).
+size_t groupSize(const std::vector<int64_t> &axes) {
+  return invocation().comm->getGroup(axes).size();
 }
 
-/// Starts an all_reduce; the program keeps `in` and `out` alive and
-/// untouched until it waits (it passes them to shardx_rt_cg_wait_*).
-template <typename T>
-int64_t allReduceStart(const T *in, T *out, int64_t count, int32_t reduce,
-                       std::vector<int64_t> axes) {
-  settle();
-  int64_t request = -1;
-  check(comm().allReduceStart(in, out, count, dtypeOf<T>(), toReduce(reduce),
-                              axes, request),
-        "all_reduce");
-  return request;
-}
-
-template <typename T>
-int64_t allGatherStart(const T *in, T *out, std::vector<size_t> counts,
-                       std::vector<int64_t> axes) {
-  settle();
-  int64_t request = -1;
-  check(comm().allGatherStart(in, out, counts, dtypeOf<T>(), axes, request),
-        "all_gather");
-  return request;
-}
-
-template <typename T>
-int64_t reduceScatterStart(const T *in, T *out, std::vector<size_t> counts,
-                           int32_t reduce, std::vector<int64_t> axes) {
-  settle();
-  int64_t request = -1;
-  check(comm().reduceScatterStart(in, out, counts, dtypeOf<T>(),
-                                  toReduce(reduce), axes, request),
-        "reduce_scatter");
-  return request;
+/// This rank's index in its group over `axes`.
+int64_t groupIndex(const std::vector<int64_t> &axes) {
+  return invocation().comm->getGroupIndex(axes);
 }
 
 /// `n` counts of `count` elements, one per member of the group over `axes`.
 std::vector<size_t> evenCounts(int64_t count,
                                const std::vector<int64_t> &axes) {
-  return std::vector<size_t>(comm().getGroup(axes).size(),
-                             static_cast<size_t>(count));
+  return std::vector<size_t>(groupSize(axes), static_cast<size_t>(count));
 }
 
+/// Waits for `request`, also on a failed run: the collective then fails at
+/// once (the world is aborted), and the program may free its buffers.
 void waitFor(int64_t request) {
-  // Fault injection for the failure tests: this rank fails at its first
-  // wait, while its peers' collectives (and its own) are in flight.
-  if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_IN_FLIGHT"))
-    if (std::atoll(failRank) == comm().getRank())
-      fail("injected failure with a collective in flight "
-           "(SHARDX_TEST_FAIL_IN_FLIGHT)");
-  check(comm().wait(request), "wait");
+  if (request < 0)
+    return;
+  Status s = invocation().active->wait(request);
+  if (!failed())
+    check(s, nullptr);
 }
 
 /// Adds the time from its construction to its destruction to the calling
 /// rank's blocked time (each collective, start and wait of a program: a
-/// start that runs its collective synchronously blocks for all of it; a
-/// failure unwinds past it, uncounted).
+/// start that runs its collective synchronously blocks for all of it).
 struct BlockedTimer {
   std::chrono::steady_clock::time_point start =
       std::chrono::steady_clock::now();
@@ -253,44 +224,22 @@ struct BlockedTimer {
   }
 };
 
-template <typename T>
-void allGather(const T *in, int64_t count, T *out,
-               std::vector<int64_t> axes) {
-  settle();
-  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
-  check(comm().allGather(in, out, std::vector<size_t>(n, count), dtypeOf<T>(),
-                         axes),
-        "all_gather");
-}
-
-template <typename T>
-void allGatherV(const T *in, T *out, const int64_t *counts, int64_t n,
-                std::vector<int64_t> axes) {
-  settle();
-  check(comm().allGather(in, out, std::vector<size_t>(counts, counts + n),
-                         dtypeOf<T>(), axes),
-        "all_gather");
-}
-
-template <typename T>
-void reduceScatterV(const T *in, T *out, const int64_t *counts, int64_t n,
-                    int32_t reduce, std::vector<int64_t> axes) {
-  settle();
-  check(comm().reduceScatter(in, out, std::vector<size_t>(counts, counts + n),
-                             dtypeOf<T>(), toReduce(reduce), axes),
-        "reduce_scatter");
-}
-
 /// All-to-all with uneven pieces: splits the input along `splitDim` into
 /// `splitSizes` pieces (one per member), exchanges, and concatenates the
 /// received pieces along `concatDim` (member i's piece has `concatSizes[i]`
-/// there). `inShape` has -1 for the (dynamic) concat dim.
+/// there). `inShape` has -1 for the (dynamic) concat dim. Packs and unpacks
+/// on the host (from and to host copies of device buffers).
 template <typename T>
 void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
                const int64_t *splitSizes, const int64_t *concatSizes,
                int64_t n, int64_t splitDim, int64_t concatDim,
                std::vector<int64_t> axes) {
-  int64_t me = comm().getGroupIndex(axes);
+  Communicator *c = collectives();
+  if (!c)
+    return;
+  memory().settle(*c);
+  bool onHost = memory().getMemorySpace() == MemorySpace::Host;
+  int64_t me = groupIndex(axes);
   std::vector<int64_t> inShape(inShapeIn, inShapeIn + rank);
   if (inShape[concatDim] < 0)
     inShape[concatDim] = concatSizes[me];
@@ -300,15 +249,15 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
       p *= s[i];
     return p;
   };
-  // Pack: the pieces along splitDim, one after another (from a host copy of
-  // a device input).
+  // Pack: the pieces along splitDim, one after another.
   int64_t outer = prod(inShape, 0, splitDim), mid = inShape[splitDim],
           inner = prod(inShape, splitDim + 1, rank);
-#ifdef SHARDX_CG_DEVICE
-  settle();
-  std::vector<T> hostIn = toHost(in, static_cast<size_t>(outer * mid * inner));
-  in = hostIn.data();
-#endif
+  std::vector<T> hostIn;
+  if (!onHost) {
+    hostIn.resize(static_cast<size_t>(outer * mid * inner));
+    memory().copy(hostIn.data(), in, sizeof(T) * hostIn.size());
+    in = hostIn.data();
+  }
   std::vector<T> send(static_cast<size_t>(outer * mid * inner));
   std::vector<size_t> sendCounts, recvCounts;
   size_t pos = 0;
@@ -336,12 +285,14 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
     total += recvCounts.back();
   }
   std::vector<T> recv(total + 1);
-  withHostCommunicator(comm(), [&](Communicator &c) {
-    check(c.allToAll(send.data(), sendCounts, recv.data(), recvCounts,
-                     dtypeOf<T>(), axes),
-          "all_to_all");
-  });
-  // Unpack along concatDim.
+  std::unique_ptr<Communicator> staged = memory().stageHost(*c);
+  check((staged ? *staged : *c)
+            .allToAll(send.data(), sendCounts, recv.data(), recvCounts,
+                      dtypeOf<T>(), axes),
+        "all_to_all");
+  if (failed())
+    return;
+  // Unpack along concatDim (on the host, then one copy to a device output).
   std::vector<int64_t> outShape = piece;
   int64_t concatTotal = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -349,12 +300,12 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
   outShape[concatDim] = concatTotal;
   int64_t cOuter = prod(outShape, 0, concatDim),
           cInner = prod(outShape, concatDim + 1, rank);
-#ifdef SHARDX_CG_DEVICE
-  // Unpack on the host, then one copy to the device output.
-  T *deviceOut = out;
-  std::vector<T> hostOut(static_cast<size_t>(cOuter * concatTotal * cInner));
-  out = hostOut.data();
-#endif
+  T *programOut = out;
+  std::vector<T> hostOut;
+  if (!onHost) {
+    hostOut.resize(static_cast<size_t>(cOuter * concatTotal * cInner));
+    out = hostOut.data();
+  }
   size_t src = 0;
   int64_t coff = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -365,28 +316,8 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
     }
     coff += concatSizes[i];
   }
-#ifdef SHARDX_CG_DEVICE
-  copyBuffer(deviceOut, hostOut.data(), sizeof(T) * hostOut.size());
-#endif
-}
-
-template <typename T>
-void reduceScatter(const T *in, T *out, int64_t recvCount, int32_t reduce,
-                   std::vector<int64_t> axes) {
-  settle();
-  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
-  check(comm().reduceScatter(in, out, std::vector<size_t>(n, recvCount),
-                             dtypeOf<T>(), toReduce(reduce), axes),
-        "reduce_scatter");
-}
-
-template <typename T>
-void allToAll(const T *in, int64_t count, T *out, std::vector<int64_t> axes) {
-  settle();
-  int64_t n = static_cast<int64_t>(comm().getGroup(axes).size());
-  std::vector<size_t> counts(n, count / n);
-  check(comm().allToAll(in, counts, out, counts, dtypeOf<T>(), axes),
-        "all_to_all");
+  if (!onHost)
+    memory().copy(programOut, hostOut.data(), sizeof(T) * hostOut.size());
 }
 
 template <typename T>
@@ -395,249 +326,307 @@ void permute(const T *in, int64_t count, T *out, const int64_t *pairs,
   std::vector<std::pair<int64_t, int64_t>> p;
   for (int64_t i = 0; i + 1 < numPairs; i += 2)
     p.push_back({pairs[i], pairs[i + 1]});
-  settle();
-  check(comm().permute(in, out, count, dtypeOf<T>(), p, axes), "permute");
+  collective("permute", [&](Communicator &c) {
+    return c.permute(in, out, count, dtypeOf<T>(), p, axes);
+  });
+  if (failed())
+    return;
   // shardx.permute: a member that is no pair's target keeps its tensor (the
   // communicator gives it zeros).
-  int64_t me = comm().getGroupIndex(axes);
+  int64_t me = groupIndex(axes);
   bool target = false;
   for (auto [source, t] : p)
     target |= t == me;
   if (!target)
-    copyBuffer(out, in, sizeof(T) * count);
+    memory().copy(out, in, sizeof(T) * count);
 }
 
 /// Decodes a `shardx.exchange` descriptor (see encodeExchange).
-void decodeStep(const int64_t *desc, int64_t size, std::vector<int64_t> &shape,
+bool decodeStep(const int64_t *desc, int64_t size, std::vector<int64_t> &shape,
                 shardx::Layout &source, shardx::Layout &target) {
   std::string error;
-  if (!shardx::rt::decodeExchange(desc, static_cast<size_t>(size), shape,
-                                  source, target, error))
-    fail("exchange: " + error);
+  if (shardx::rt::decodeExchange(desc, static_cast<size_t>(size), shape,
+                                 source, target, error))
+    return true;
+  fail("exchange: " + error);
+  return false;
 }
 
 template <typename T>
 void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
                   std::vector<int64_t> axes) {
+  Communicator *c = collectives();
   std::vector<int64_t> shape;
   shardx::Layout source, target;
-  decodeStep(desc, size, shape, source, target);
-#ifdef SHARDX_CG_DEVICE
+  if (!c || !decodeStep(desc, size, shape, source, target))
+    return;
+  if (memory().getMemorySpace() == MemorySpace::Host) {
+    check(shardx::rt::exchange(*c, in, out, dtypeOf<T>(), shape, source,
+                               target, axes),
+          "exchange");
+    return;
+  }
   // Through host memory: the local shards' sizes from the layouts.
-  const std::vector<int64_t> &mesh = comm().getMeshShape();
+  const std::vector<int64_t> &mesh = c->getMeshShape();
   auto elements = [&](const shardx::Layout &l) {
     size_t n = 1;
-    for (int64_t d : l.getLocalShard(mesh, shape, comm().getCoords()).shape)
+    for (int64_t d : l.getLocalShard(mesh, shape, c->getCoords()).shape)
       n *= static_cast<size_t>(d);
     return n;
   };
-  settle();
-  std::vector<T> hostIn = toHost(in, elements(source));
+  memory().settle(*c);
+  std::vector<T> hostIn(elements(source));
+  memory().copy(hostIn.data(), in, sizeof(T) * hostIn.size());
   std::vector<T> hostOut(elements(target) + 1);
-  withHostCommunicator(comm(), [&](Communicator &c) {
-    check(shardx::rt::exchange(c, hostIn.data(), hostOut.data(), dtypeOf<T>(),
-                               shape, source, target, axes),
-          "exchange");
-  });
-  copyBuffer(out, hostOut.data(), sizeof(T) * (hostOut.size() - 1));
-#else
-  check(shardx::rt::exchange(comm(), in, out, dtypeOf<T>(), shape, source,
+  std::unique_ptr<Communicator> staged = memory().stageHost(*c);
+  check(shardx::rt::exchange(staged ? *staged : *c, hostIn.data(),
+                             hostOut.data(), dtypeOf<T>(), shape, source,
                              target, axes),
         "exchange");
-#endif
+  if (!failed())
+    memory().copy(out, hostOut.data(), sizeof(T) * (hostOut.size() - 1));
 }
 
 template <typename T>
 void broadcast(const T *in, int64_t count, T *out, int64_t root,
                std::vector<int64_t> axes) {
-  settle();
-  copyBuffer(out, in, sizeof(T) * count);
-  check(comm().broadcast(out, count, dtypeOf<T>(), root, axes), "broadcast");
+  collective("broadcast", [&](Communicator &c) {
+    memory().copy(out, in, sizeof(T) * count);
+    return c.broadcast(out, count, dtypeOf<T>(), root, axes);
+  });
 }
 
 template <typename T>
 void partitionValue(const T *in, int64_t count, T *out, int32_t reduce,
                     std::vector<int64_t> axes) {
-  if (comm().getGroupIndex(axes) == 0 || reduce == SHARDX_RT_AVG ||
+  if (!collectives())
+    return;
+  if (groupIndex(axes) == 0 || reduce == SHARDX_RT_AVG ||
       reduce == SHARDX_RT_MAX || reduce == SHARDX_RT_MIN) {
-    copyBuffer(out, in, sizeof(T) * count);
+    memory().copy(out, in, sizeof(T) * count);
     return;
   }
   T identity = reduce == SHARDX_RT_PROD ? T(1) : T(0);
-#ifdef SHARDX_CG_DEVICE
+  if (memory().getMemorySpace() == MemorySpace::Host) {
+    std::fill(out, out + count, identity);
+    return;
+  }
   std::vector<T> host(static_cast<size_t>(count), identity);
-  copyBuffer(out, host.data(), sizeof(T) * host.size());
-#else
-  for (int64_t i = 0; i < count; ++i)
-    out[i] = identity;
-#endif
+  memory().copy(out, host.data(), sizeof(T) * host.size());
 }
 
 } // namespace
 
-extern "C" {
+namespace shardx::rt {
 
-int shardx_rt_invoke(void (*entry)(void **), void **args, shardx_rt_comm *c,
-                     char *error, int64_t errorSize) {
-#ifdef SHARDX_CG_DEVICE
-  // No usable GPU: the driver's error, before anything runs.
-  if (shardx_rt_cuda_init(error, errorSize))
-    return 1;
-#endif
+ProgramMemory::~ProgramMemory() = default;
+
+Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
+                     ProgramMemory &programMemory) {
+  // No usable memory (no GPU): the driver's error, before anything runs.
+  if (Status s = programMemory.open(); !s)
+    return s;
   Invocation inv;
-  inv.comm = c ? reinterpret_cast<Communicator *>(c) : nullptr;
-  std::jmp_buf jump;
-  inv.jump = &jump;
+  inv.comm = inv.active = comm;
+  inv.memory = &programMemory;
   Invocation *saved = current;
   current = &inv;
-  if (setjmp(jump) == 0) {
-    // Fault injection for the failure tests: this rank fails before running.
-    if (const char *failRank = std::getenv("SHARDX_TEST_FAIL_RANK"))
-      if (inv.comm && std::atoll(failRank) == inv.comm->getRank())
-        fail("injected failure (SHARDX_TEST_FAIL_RANK)");
+  // The failure tests' faults, chosen once for the run.
+  std::unique_ptr<Communicator> faulty;
+  if (comm) {
+    FaultPlan plan = FaultPlan::fromEnvironment();
+    if (std::string why = plan.failureBeforeRun(comm->getRank()); !why.empty())
+      fail(why);
+    else if ((faulty = injectFaults(*comm, plan)))
+      inv.active = faulty.get();
+  }
+  if (inv.status) {
     entry(args);
-#ifdef SHARDX_CG_DEVICE
     // The collectives still in flight end the run: their errors fail it
-    // (the communicator aborted the world), before the host waits for the
-    // rank's stream, which waits for them.
-    if (inv.comm)
-      if (Status s = inv.comm->finish(); !s)
-        fail(s.message());
-    shardx_rt_cuda_synchronize();
-#endif
-    current = saved;
-    return 0;
+    // (the communicator aborted the world), then the program's work.
+    if (inv.status)
+      if (Status s = programMemory.close(comm ? inv.active : nullptr); !s) {
+        if (comm)
+          fail(s.message());
+        else
+          inv.status = s;
+      }
   }
   current = saved;
+  return inv.status;
+}
+
+int reportInvocation(const Status &status, char *error, int64_t errorSize) {
+  if (status)
+    return 0;
   if (error && errorSize > 0) {
-    std::strncpy(error, inv.error.c_str(), errorSize - 1);
+    std::strncpy(error, status.message().c_str(), errorSize - 1);
     error[errorSize - 1] = '\0';
   }
   return 1;
 }
 
+} // namespace shardx::rt
+
+extern "C" {
+
 int64_t shardx_rt_cg_axis_index(AXES) {
-  return comm().getGroupIndex(AXES_VEC);
+  collectives(); // a communicator of the wrong memory space fails the run
+  return groupIndex(AXES_VEC);
 }
 
-/// The size of dim `dim` of this rank's target shard of an exchange.
+/// The size of dim `dim` of this rank's target shard of an exchange (0 where
+/// it cannot be decoded: the run has failed).
 int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
+  collectives();
   std::vector<int64_t> shape;
   shardx::Layout source, target;
-  decodeStep(desc + desc_off, desc_size, shape, source, target);
-  if (dim < 0 || dim >= static_cast<int64_t>(shape.size()))
+  if (!decodeStep(desc + desc_off, desc_size, shape, source, target))
+    return 0;
+  if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) {
     fail("exchange: dim out of range");
-  return target.getLocalShard(comm().getMeshShape(), shape, comm().getCoords())
+    return 0;
+  }
+  Communicator &c = *invocation().comm;
+  return target.getLocalShard(c.getMeshShape(), shape, c.getCoords())
       .shape[dim];
 }
+
+/// The body of each synchronous call: blocked time counted, the outputs of
+/// a failed run zeroed.
+#define SYNC_CALL(CALL)                                                        \
+  BlockedTimer blocked;                                                        \
+  CALL;                                                                        \
+  zeroIfFailed(out + out_off, out_size)
+
+#define COUNTS_VEC                                                             \
+  std::vector<size_t>(counts + counts_off, counts + counts_off + counts_size)
 
 #define DEFINE_CG(SUFFIX, T)                                                   \
   void shardx_rt_cg_all_reduce_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         int32_t reduce, AXES) {                \
-    BlockedTimer blocked;                                                      \
-    allReduce(in + in_off, out + out_off, in_size, reduce, AXES_VEC);         \
+    SYNC_CALL(collective("all_reduce", [&](Communicator &c) {                  \
+      return c.allReduce(in + in_off, out + out_off, in_size, dtypeOf<T>(),    \
+                         toReduce(reduce), AXES_VEC);                          \
+    }));                                                                       \
   }                                                                            \
   int64_t shardx_rt_cg_all_reduce_start_##SUFFIX(                              \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
     BlockedTimer blocked;                                                      \
-    return allReduceStart(in + in_off, out + out_off, in_size, reduce,         \
-                          AXES_VEC);                                           \
+    return startCollective("all_reduce", [&](Communicator &c, int64_t &r) {    \
+      return c.allReduceStart(in + in_off, out + out_off, in_size,             \
+                              dtypeOf<T>(), toReduce(reduce), AXES_VEC, r);    \
+    });                                                                        \
   }                                                                            \
   void shardx_rt_cg_wait_##SUFFIX(int64_t request, MEMREF1(T, in),             \
                                   MEMREF1(T, out)) {                           \
-    BlockedTimer blocked;                                                      \
-    waitFor(request);                                                          \
+    SYNC_CALL(waitFor(request));                                               \
   }                                                                            \
   int64_t shardx_rt_cg_all_gather_start_##SUFFIX(                              \
       MEMREF1(T, in), MEMREF1(T, out), AXES) {                                 \
     BlockedTimer blocked;                                                      \
-    return allGatherStart(in + in_off, out + out_off,                          \
-                          evenCounts(in_size, AXES_VEC), AXES_VEC);            \
+    return startCollective("all_gather", [&](Communicator &c, int64_t &r) {    \
+      return c.allGatherStart(in + in_off, out + out_off,                      \
+                              evenCounts(in_size, AXES_VEC), dtypeOf<T>(),     \
+                              AXES_VEC, r);                                    \
+    });                                                                        \
   }                                                                            \
   int64_t shardx_rt_cg_reduce_scatter_start_##SUFFIX(                          \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce, AXES) {                 \
     BlockedTimer blocked;                                                      \
-    return reduceScatterStart(in + in_off, out + out_off,                      \
-                              evenCounts(out_size, AXES_VEC), reduce,          \
-                              AXES_VEC);                                       \
+    return startCollective(                                                    \
+        "reduce_scatter", [&](Communicator &c, int64_t &r) {                   \
+          return c.reduceScatterStart(in + in_off, out + out_off,              \
+                                      evenCounts(out_size, AXES_VEC),          \
+                                      dtypeOf<T>(), toReduce(reduce),          \
+                                      AXES_VEC, r);                            \
+        });                                                                    \
   }                                                                            \
   int64_t shardx_rt_cg_all_gather_v_start_##SUFFIX(                            \
       MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, counts), AXES) {       \
     BlockedTimer blocked;                                                      \
-    return allGatherStart(                                                     \
-        in + in_off, out + out_off,                                            \
-        std::vector<size_t>(counts + counts_off,                               \
-                            counts + counts_off + counts_size),                \
-        AXES_VEC);                                                             \
+    return startCollective("all_gather", [&](Communicator &c, int64_t &r) {    \
+      return c.allGatherStart(in + in_off, out + out_off, COUNTS_VEC,          \
+                              dtypeOf<T>(), AXES_VEC, r);                      \
+    });                                                                        \
   }                                                                            \
   int64_t shardx_rt_cg_reduce_scatter_v_start_##SUFFIX(                        \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
       MEMREF1(int64_t, counts), AXES) {                                        \
     BlockedTimer blocked;                                                      \
-    return reduceScatterStart(                                                 \
-        in + in_off, out + out_off,                                            \
-        std::vector<size_t>(counts + counts_off,                               \
-                            counts + counts_off + counts_size),                \
-        reduce, AXES_VEC);                                                     \
+    return startCollective(                                                    \
+        "reduce_scatter", [&](Communicator &c, int64_t &r) {                   \
+          return c.reduceScatterStart(in + in_off, out + out_off, COUNTS_VEC,  \
+                                      dtypeOf<T>(), toReduce(reduce),          \
+                                      AXES_VEC, r);                            \
+        });                                                                    \
   }                                                                            \
   void shardx_rt_cg_all_gather_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \
-    BlockedTimer blocked;                                                      \
-    allGather(in + in_off, in_size, out + out_off, AXES_VEC);                 \
+    SYNC_CALL(collective("all_gather", [&](Communicator &c) {                  \
+      return c.allGather(in + in_off, out + out_off,                           \
+                         evenCounts(in_size, AXES_VEC), dtypeOf<T>(),          \
+                         AXES_VEC);                                            \
+    }));                                                                       \
   }                                                                            \
   void shardx_rt_cg_reduce_scatter_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),   \
                                             int32_t reduce, AXES) {            \
-    BlockedTimer blocked;                                                      \
-    reduceScatter(in + in_off, out + out_off, out_size, reduce, AXES_VEC);    \
+    SYNC_CALL(collective("reduce_scatter", [&](Communicator &c) {              \
+      return c.reduceScatter(in + in_off, out + out_off,                       \
+                             evenCounts(out_size, AXES_VEC), dtypeOf<T>(),     \
+                             toReduce(reduce), AXES_VEC);                      \
+    }));                                                                       \
   }                                                                            \
   void shardx_rt_cg_all_gather_v_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),     \
                                           MEMREF1(int64_t, counts), AXES) {    \
-    BlockedTimer blocked;                                                      \
-    allGatherV(in + in_off, out + out_off, counts + counts_off, counts_size,  \
-               AXES_VEC);                                                      \
+    SYNC_CALL(collective("all_gather", [&](Communicator &c) {                  \
+      return c.allGather(in + in_off, out + out_off, COUNTS_VEC, dtypeOf<T>(), \
+                         AXES_VEC);                                            \
+    }));                                                                       \
   }                                                                            \
   void shardx_rt_cg_reduce_scatter_v_##SUFFIX(                                 \
       MEMREF1(T, in), MEMREF1(T, out), int32_t reduce,                         \
       MEMREF1(int64_t, counts), AXES) {                                        \
-    BlockedTimer blocked;                                                      \
-    reduceScatterV(in + in_off, out + out_off, counts + counts_off,           \
-                   counts_size, reduce, AXES_VEC);                             \
+    SYNC_CALL(collective("reduce_scatter", [&](Communicator &c) {              \
+      return c.reduceScatter(in + in_off, out + out_off, COUNTS_VEC,           \
+                             dtypeOf<T>(), toReduce(reduce), AXES_VEC);        \
+    }));                                                                       \
   }                                                                            \
   void shardx_rt_cg_all_to_all_v_##SUFFIX(                                     \
       MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, shape),                \
       MEMREF1(int64_t, split), MEMREF1(int64_t, concat), int64_t splitDim,     \
       int64_t concatDim, AXES) {                                               \
-    BlockedTimer blocked;                                                      \
-    allToAllV(in + in_off, out + out_off, shape + shape_off, shape_size,      \
-              split + split_off, concat + concat_off, split_size, splitDim,    \
-              concatDim, AXES_VEC);                                            \
+    SYNC_CALL(allToAllV(in + in_off, out + out_off, shape + shape_off,         \
+                        shape_size, split + split_off, concat + concat_off,    \
+                        split_size, splitDim, concatDim, AXES_VEC));           \
   }                                                                            \
   void shardx_rt_cg_all_to_all_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),       \
                                         AXES) {                                \
-    BlockedTimer blocked;                                                      \
-    allToAll(in + in_off, in_size, out + out_off, AXES_VEC);                  \
+    SYNC_CALL(collective("all_to_all", [&](Communicator &c) {                  \
+      std::vector<size_t> counts = evenCounts(                                 \
+          in_size / static_cast<int64_t>(groupSize(AXES_VEC)), AXES_VEC);      \
+      return c.allToAll(in + in_off, counts, out + out_off, counts,            \
+                        dtypeOf<T>(), AXES_VEC);                               \
+    }));                                                                       \
   }                                                                            \
   void shardx_rt_cg_permute_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),          \
                                      MEMREF1(int64_t, pairs), AXES) {          \
-    BlockedTimer blocked;                                                      \
-    permute(in + in_off, in_size, out + out_off, pairs + pairs_off,           \
-            pairs_size, AXES_VEC);                                             \
+    SYNC_CALL(permute(in + in_off, in_size, out + out_off, pairs + pairs_off,  \
+                      pairs_size, AXES_VEC));                                  \
   }                                                                            \
   void shardx_rt_cg_broadcast_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),        \
                                        int64_t root, AXES) {                   \
-    BlockedTimer blocked;                                                      \
-    broadcast(in + in_off, in_size, out + out_off, root, AXES_VEC);           \
+    SYNC_CALL(broadcast(in + in_off, in_size, out + out_off, root, AXES_VEC)); \
   }                                                                            \
   void shardx_rt_cg_exchange_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),         \
                                       MEMREF1(int64_t, desc), AXES) {          \
-    BlockedTimer blocked;                                                      \
-    exchangeStep(in + in_off, out + out_off, desc + desc_off, desc_size,      \
-                 AXES_VEC);                                                    \
+    SYNC_CALL(exchangeStep(in + in_off, out + out_off, desc + desc_off,        \
+                           desc_size, AXES_VEC));                              \
   }                                                                            \
   void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
                                              int32_t reduce, AXES) {           \
-    BlockedTimer blocked;                                                      \
-    partitionValue(in + in_off, in_size, out + out_off, reduce, AXES_VEC);    \
+    SYNC_CALL(                                                                 \
+        partitionValue(in + in_off, in_size, out + out_off, reduce, AXES_VEC)); \
   }
 
 DEFINE_CG(f32, float)

@@ -36,6 +36,9 @@ public:
         totals(totals) {}
 
   const char *getBackendName() const override { return inner.getBackendName(); }
+  MemorySpace getMemorySpace() const override {
+    return inner.getMemorySpace();
+  }
   Status allGather(const void *send, void *recv,
                    const std::vector<size_t> &counts, DType type,
                    const std::vector<int64_t> &axes) override {

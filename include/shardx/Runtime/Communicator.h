@@ -58,6 +58,16 @@ private:
   std::string text;
 };
 
+/// Where the buffers a communicator's collectives take live: host memory
+/// (`threads`, `mpi`) or the memory of the rank's GPU (`cuda-local`,
+/// `nccl`). Compiled programs check it against their own buffers'.
+enum class MemorySpace : uint8_t { Host, Device };
+
+/// "host" or "device".
+inline const char *stringifyMemorySpace(MemorySpace space) {
+  return space == MemorySpace::Host ? "host" : "device";
+}
+
 /// One rank of a mesh.
 class Communicator {
 public:
@@ -65,6 +75,8 @@ public:
   virtual ~Communicator();
 
   virtual const char *getBackendName() const = 0;
+  /// Where the buffers its collectives read and write live.
+  virtual MemorySpace getMemorySpace() const = 0;
 
   int64_t getRank() const { return rank; }
   int64_t getSize() const { return size; }
@@ -201,6 +213,8 @@ inline bool isHalfFloat(DType type) {
 class BufferOps {
 public:
   virtual ~BufferOps();
+  /// Where the buffers it moves live.
+  virtual MemorySpace getMemorySpace() const = 0;
   virtual void copy(void *to, const void *from, size_t bytes) = 0;
   virtual void zero(void *to, size_t bytes) = 0;
   /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, in member

@@ -78,6 +78,9 @@ struct World {
   bool aborted = false;
   std::string abortMessage;
   std::vector<Slot> slots;
+  /// Ranks moving data (between the meetings of a collective): reading
+  /// their peers' buffers.
+  int64_t moving = 0;
   struct BarrierState {
     size_t arrived = 0;
     uint64_t generation = 0;
@@ -155,6 +158,7 @@ void reduceAll(void *out, const std::vector<const char *> &in, size_t count,
 /// Host memory: the `threads` backend.
 class HostOps : public BufferOps {
 public:
+  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
   void copy(void *to, const void *from, size_t bytes) override {
     // memcpy's pointers must be valid even for 0 bytes; empty pieces may be
     // null.
@@ -193,6 +197,7 @@ public:
         ops(std::move(ops)) {}
 
   const char *getBackendName() const override { return backend; }
+  MemorySpace getMemorySpace() const override { return ops->getMemorySpace(); }
 
   void abort(const std::string &cause) override {
     std::lock_guard<std::mutex> lock(world.mutex);
@@ -619,6 +624,23 @@ private:
     return Status::ok();
   }
 
+  void setMoving(int delta) {
+    std::lock_guard<std::mutex> lock(world.mutex);
+    world.moving += delta;
+    if (!world.moving)
+      world.wake.notify_all();
+  }
+
+  /// A collective that failed at a meeting (the world is aborted) returns
+  /// `s` once no rank moves data any more: no peer reads or writes this
+  /// rank's buffers after it returns, so the caller may free them.
+  Status quiesce(Status s) {
+    std::unique_lock<std::mutex> lock(world.mutex);
+    world.wake.wait_for(lock, world.timeout,
+                        [&] { return world.moving == 0; });
+    return s;
+  }
+
   /// Checks `axes` and the number of counts, and finds this rank's group.
   Status enter(const char *op, const std::vector<int64_t> &axes,
                size_t expectedMembers, Group &g) const {
@@ -647,12 +669,14 @@ private:
       world.slots[rank] = mine;
     }
     if (Status s = meet(g.members, op); !s)
-      return s;
+      return quiesce(s);
+    setMoving(+1);
     Status moved = move();
     if (moved)
       moved = ops->complete();
+    setMoving(-1);
     if (Status s = meet(g.members, op); !s)
-      return s;
+      return quiesce(s);
     if (!moved) {
       abort(moved.message());
       return moved;
@@ -665,13 +689,13 @@ private:
   const char *backend;
   /// This rank's copies, reductions and private (scratch) buffer.
   std::unique_ptr<BufferOps> ops;
-  /// Whether started collectives run on `comm`: on cuda-local always (device
-  /// work, no host core needed), on threads where the policy gives each rank
-  /// a spare core. The rank's BufferOps are used by one thread at a time: a
-  /// synchronous collective drains the started ones first.
-  bool asynchronous = std::strcmp(backend, "cuda-local") == 0 ||
-                      (std::strcmp(backend, "threads") == 0 &&
-                       asyncCollectivesEnabled(world.slots.size()));
+  /// Whether started collectives run on `comm`: on device memory always
+  /// (cuda-local: device work, no host core needed), on host memory where
+  /// the policy gives each rank a spare core. The rank's BufferOps are used
+  /// by one thread at a time: a synchronous collective drains the started
+  /// ones first.
+  bool asynchronous = ops->getMemorySpace() == MemorySpace::Device ||
+                      asyncCollectivesEnabled(world.slots.size());
   /// Declared last: destroyed (joined) first, while the rest still lives.
   CommThread comm;
 };

@@ -57,6 +57,7 @@ void *reductionKernel(DType type, ReduceOp op) {
 /// stream (the runtime's one stream per thread).
 class DeviceOps : public BufferOps {
 public:
+  MemorySpace getMemorySpace() const override { return MemorySpace::Device; }
   ~DeviceOps() override {
     if (buffer)
       shardx_rt_cuda_free(buffer);

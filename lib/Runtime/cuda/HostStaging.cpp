@@ -52,6 +52,8 @@ public:
       : Communicator(inner.getMeshShape(), inner.getRank()), inner(inner) {}
 
   const char *getBackendName() const override { return inner.getBackendName(); }
+  /// Host buffers, whatever `inner` takes.
+  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
   void abort(const std::string &cause) override { inner.abort(cause); }
 
   Status allGather(const void *send, void *recv,

@@ -287,6 +287,7 @@ public:
   }
 
   const char *getBackendName() const override { return "nccl"; }
+  MemorySpace getMemorySpace() const override { return MemorySpace::Device; }
 
   bool orderAfterStream(void *s) override {
     std::lock_guard<std::mutex> lock(mutex);

@@ -147,6 +147,7 @@ public:
   }
 
   const char *getBackendName() const override { return "mpi"; }
+  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
 
   void abort(const std::string &cause) override {
     std::fprintf(stderr, "shardx: rank %lld failed: %s\n",

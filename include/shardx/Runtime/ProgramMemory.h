@@ -1,0 +1,72 @@
+//===- ProgramMemory.h - Where a compiled program's buffers live -*- C++ -*-===//
+//
+// Part of ShardX.
+//
+// The runtime calls of compiled programs (lib/Runtime/CompiledCode.cpp) are
+// written once; what differs between a CPU artifact (host buffers) and a
+// CUDA artifact (device buffers of the artifact's CUDA runtime) is this
+// interface. The host implementation is in ShardXRuntime, the device one in
+// lib/Runtime/cuda (ShardXRuntimeCudaCode); each defines the artifact's
+// `shardx_rt_invoke`, which runs the program with its memory.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_RUNTIME_PROGRAMMEMORY_H
+#define SHARDX_RUNTIME_PROGRAMMEMORY_H
+
+#include "shardx/Runtime/Communicator.h"
+
+#include <cstddef>
+#include <memory>
+
+namespace shardx::rt {
+
+/// One run's view of the program's buffers. Used by the rank's thread only.
+class ProgramMemory {
+public:
+  virtual ~ProgramMemory();
+
+  /// Where the buffers live; the communicator must take the same.
+  virtual MemorySpace getMemorySpace() const = 0;
+  /// Before the program runs: ok, or why it cannot (no usable GPU).
+  virtual Status open() { return Status::ok(); }
+  /// Before each collective on `comm`: waits for the program's queued work
+  /// on its buffers, unless `comm` orders its collectives after that work
+  /// itself (a stream-ordered communicator on device memory).
+  virtual void settle(Communicator &comm) { (void)comm; }
+  /// Copies `bytes` between the program's buffers, or between one of them
+  /// and host memory (either way), after the work queued on them.
+  virtual void copy(void *to, const void *from, size_t bytes) = 0;
+  /// Sets `bytes` of a buffer to zero.
+  virtual void zero(void *to, size_t bytes) = 0;
+  /// A communicator on host buffers that runs `comm`'s collectives, for the
+  /// steps that pack and unpack on the host; null where `comm` takes host
+  /// buffers itself.
+  virtual std::unique_ptr<Communicator> stageHost(Communicator &comm) {
+    (void)comm;
+    return nullptr;
+  }
+  /// After the program returned: the error of a collective still in flight
+  /// (on `comm`, null without one), then waits for the program's work.
+  virtual Status close(Communicator *comm) {
+    (void)comm;
+    return Status::ok();
+  }
+};
+
+/// Runs the compiled entry point `entry(args)` on `comm` (null: a program
+/// without collectives) with buffers in `memory`: what `shardx_rt_invoke`
+/// does (CApi.h). A failed runtime call records its error and aborts the
+/// world; every later call of the run does no communication and zeroes its
+/// outputs, the program runs to its end, and the error is returned (the
+/// outputs of a failed run are never the caller's). No longjmp.
+Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
+                     ProgramMemory &memory);
+
+/// invokeProgram's error copied to `error` (NUL-terminated, truncated to
+/// `errorSize`): 0 or 1, as shardx_rt_invoke returns.
+int reportInvocation(const Status &status, char *error, int64_t errorSize);
+
+} // namespace shardx::rt
+
+#endif // SHARDX_RUNTIME_PROGRAMMEMORY_H
