@@ -305,6 +305,59 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float],
         os.unlink(timing_json)
 
 
+#: The CPU code generation's passes up to freeing buffers
+#: (lib/Compiler/Pipelines.cpp, buildCpuCodegenPipeline): the program whose
+#: allocations ``memory_profile(level="buffers")`` replays.
+_CPU_BUFFERS_PIPELINE = (
+    "builtin.module(shardx-widen-accumulation,shardx-prepare-entry-points,"
+    "shardx-convert-to-runtime,shardx-drop-meshes,func.func(convert-elementwise-to-linalg),"
+    "canonicalize,cse,shardx-fuse-tensor-ops,canonicalize,cse,"
+    "shardx-split-shared-empty-tensors,shardx-pack-slices-as-concat,"
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map},canonicalize,cse,"
+    "shardx-contractions-to-blas,shardx-deallocate-buffers)")
+
+
+def memory_profile(mlir_text: str, target: str = "cpu",
+                   level: str = "buffers") -> List[Dict[str, Any]]:
+    """The per-rank memory model (docs/Memory.md) of a traced program for a
+    ``compile_target`` string, one dict per function as
+    ``shardx-print-plan{memory-json=...}`` writes it. ``level="tensors"``
+    models the local program (``shardx-opt --shardx-spmd``, collectives
+    scheduled as shardx-compile schedules them for the CPU), as
+    shardx-print-plan and the report do; ``"buffers"`` (CPU only) replays
+    the allocations of that program after the CPU code generation's
+    bufferization and deallocation passes, which is what the runtime
+    allocates."""
+    from .artifact import find_tool
+    if level not in ("tensors", "buffers"):
+        raise ValueError(f"memory_profile: level is 'tensors' or 'buffers', not {level!r}")
+    cuda = target.startswith("cuda")
+    if cuda and level == "buffers":
+        raise ValueError("memory_profile: level='buffers' models the CPU code generation")
+    opt = find_tool("shardx-opt")
+
+    def run(args, text, what):
+        proc = subprocess.run([opt, *args], input=text, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"shardx-opt {what} failed:\n{proc.stderr}")
+        return proc.stdout
+
+    text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
+               mlir_text, "--shardx-spmd")
+    if level == "buffers":
+        text = run([f"--pass-pipeline={_CPU_BUFFERS_PIPELINE}"], text, "(bufferization)")
+    fd, path = tempfile.mkstemp(prefix="shardx-memory.", suffix=".json")
+    os.close(fd)
+    try:
+        run([f"--shardx-print-plan=memory-json={path}", "-o", os.devnull], text,
+            "--shardx-print-plan")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
@@ -901,6 +954,24 @@ class CompiledFunction(runtime().CompiledCall):
             used.add(match)
             pairs += [(first + j, out_offsets[match] + j) for j in range(n)]
         return pairs
+
+    def memory_profile(self, level: str = "buffers") -> List[Dict[str, Any]]:
+        """The compiler's model of each rank's memory in the program the
+        last call ran (docs/Memory.md): one dict per function with the peak
+        bytes, the op and location where it is reached, the bytes alive at
+        the peak by role and the bytes alive at each op (``timeline``), as
+        ``shardx-print-plan{memory-json=...}`` writes them; ``level`` as in
+        ``shardx.jit.memory_profile``."""
+        if not self._executables:
+            raise RuntimeError(f"shardx.compile: {self.name} has no compiled program yet: "
+                               "call it (or precompile) first")
+        ex = self._executables.get(self._last_key) or list(self._executables.values())[-1]
+        src = ex.path[:-len(".so")] + ".mlir"
+        if not os.path.exists(src):
+            raise RuntimeError(f"shardx.compile: {self.name}'s program text is not in the cache "
+                               f"({src}): the memory model needs it")
+        with open(src) as f:
+            return memory_profile(f.read(), compile_target(self.backend), level)
 
     def precompile(self, *args) -> "CompiledFunction":
         """Traces and compiles the entry these arguments need, as a call

@@ -7,6 +7,7 @@
 #include "ReshardPlanning.h"
 #include "Schedule.h"
 
+#include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -50,14 +51,76 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
     });
     if (result.wasInterrupted())
       return signalPassFailure();
-    printSchedules();
+    OwningOpRef<ModuleOp> scheduled;
+    printSchedules(scheduled);
+    printMemory(scheduled);
+  }
+
+  /// The copy of the module with its collectives scheduled (made once, in
+  /// `scheduled`).
+  ModuleOp scheduledModule(OwningOpRef<ModuleOp> &scheduled) {
+    if (!scheduled) {
+      scheduled = getOperation().clone();
+      scheduleCollectives(*scheduled, maxBytesInFlight);
+    }
+    return *scheduled;
+  }
+
+  /// Per function of a local program (one with `shardx.signature`, after
+  /// shardx-spmd, a bufferized one, or any in a module without a mesh): its
+  /// per-rank memory
+  /// (docs/Memory.md), modeled in the order shardx-compile runs it (on the
+  /// scheduled copy when the function has collectives not scheduled yet).
+  void printMemory(OwningOpRef<ModuleOp> &scheduled) {
+    std::string json = "[";
+    bool hasMesh = !getOperation().getOps<MeshOp>().empty();
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      bool bufferized = llvm::any_of(
+          fn.getArgumentTypes(), [](Type t) { return isa<BaseMemRefType>(t); });
+      // A global program with a mesh is not what a rank runs.
+      if (!fn->hasAttr("shardx.signature") && !bufferized && hasMesh)
+        continue;
+      bool unscheduled =
+          fn.walk([](Operation *op) {
+              return isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op)
+                         ? WalkResult::interrupt()
+                         : WalkResult::advance();
+            }).wasInterrupted();
+      func::FuncOp modeled = fn;
+      if (unscheduled)
+        modeled = scheduledModule(scheduled).lookupSymbol<func::FuncOp>(
+            fn.getSymName());
+      MemoryProfile profile = computeMemoryProfile(modeled);
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      profile.print(os);
+      fn.emitRemark() << text;
+      if (!memoryJson.empty()) {
+        json += json.size() > 1 ? ",\n" : "\n";
+        llvm::raw_string_ostream js(json);
+        profile.printJson(js);
+      }
+    }
+    if (memoryJson.empty())
+      return;
+    json += "\n]\n";
+    std::error_code ec;
+    llvm::raw_fd_ostream out(memoryJson, ec);
+    if (ec) {
+      getOperation().emitError()
+          << "cannot write " << memoryJson << ": " << ec.message();
+      return signalPassFailure();
+    }
+    out << json;
   }
 
   /// Per function with all-reduces, all-gathers or reduce-scatters (a local
   /// program, e.g. after shardx-spmd): the schedule summary of
   /// shardx-schedule-collectives' print-schedule, priced on a scheduled
   /// copy when the function is not scheduled yet.
-  void printSchedules() {
+  void printSchedules(OwningOpRef<ModuleOp> &scheduled) {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> fns;
     for (auto fn : module.getOps<func::FuncOp>()) {
@@ -74,11 +137,10 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
     }
     if (fns.empty())
       return;
-    OwningOpRef<ModuleOp> scheduled = module.clone();
-    scheduleCollectives(*scheduled, maxBytesInFlight);
     SymbolTableCollection symbolTable, scheduledTable;
     for (func::FuncOp fn : fns) {
-      auto after = (*scheduled).lookupSymbol<func::FuncOp>(fn.getSymName());
+      auto after = scheduledModule(scheduled).lookupSymbol<func::FuncOp>(
+          fn.getSymName());
       InFlightDiagnostic diag = fn.emitRemark();
       describeSchedule(after, modelSchedule(fn, symbolTable, computeRate),
                        modelSchedule(after, scheduledTable, computeRate), diag);

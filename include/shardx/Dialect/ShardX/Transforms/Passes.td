@@ -390,6 +390,19 @@ def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
       all_reduce_start of 256 bytes
       all_reduce_start of 2180 bytes (bucket of 5)
     ```
+
+    Per function of a local program (one with `shardx.signature`, a
+    bufferized one, or any function of a module without a mesh), a remark
+    with its per-rank memory (docs/Memory.md,
+    `shardx/Analysis/MemoryModel.h`), in the order shardx-compile runs it
+    (on the scheduled copy): the peak, the op where it is reached, the
+    arguments by role and what the program has allocated at the peak:
+
+    ```
+    remark: memory of @step per rank: peak 1.52 MiB (1593344 bytes) at linalg.matmul loc(...) (op 57 of 120)
+      arguments 1.00 MiB: parameters 512.00 KiB, optimizer state 512.00 KiB
+      allocated at the peak 528.00 KiB (540672 bytes): activations 400.00 KiB, gradients 128.00 KiB
+    ```
   }];
   let options = [
     Option<"maxBytesInFlight", "max-bytes-in-flight", "int64_t",
@@ -397,6 +410,9 @@ def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
            "the schedule's bound on the bytes of collectives in flight">,
     Option<"computeRate", "compute-rate", "double", /*default=*/"1e9",
            "loop iterations per second per rank of the schedule's model">,
+    Option<"memoryJson", "memory-json", "std::string", /*default=*/"",
+           "also write the memory profiles, a JSON array with one object per "
+           "function (MemoryProfile::printJson), to this file">,
   ];
 }
 

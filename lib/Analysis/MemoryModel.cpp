@@ -1,0 +1,747 @@
+//===- MemoryModel.cpp - Per-rank memory of a local program ---------------===//
+//
+// Part of ShardX.
+//
+// Tensor programs: each value gets a buffer, shares one (a view, a result
+// written into its destination, a wait's result) or none (a constant, an
+// empty tensor, an elementwise result fused into its consumer); a buffer
+// lives from the op that makes it to the last op that reads it or a view
+// of it. The rules follow the CPU code generation (docs/Memory.md lists
+// them with what they leave out). Buffer programs: each memref.alloc lives
+// until its memref.dealloc.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Analysis/MemoryModel.h"
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Location.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Sizes, phases and roles
+//===----------------------------------------------------------------------===//
+
+/// Bytes of one element of `t` (i1 and other sub-byte types: one byte, as
+/// the generated code stores them).
+int64_t elementBytes(Type t) {
+  if (auto c = dyn_cast<ComplexType>(t))
+    return 2 * elementBytes(c.getElementType());
+  if (t.isIndex())
+    return 8;
+  if (t.isIntOrFloat())
+    return std::max<int64_t>(1, (t.getIntOrFloatBitWidth() + 7) / 8);
+  return 0;
+}
+
+/// Bytes of a tensor or memref type with a static shape, else -1.
+int64_t byteSize(Type t) {
+  auto shaped = dyn_cast<ShapedType>(t);
+  if (!shaped || !isa<TensorType, BaseMemRefType>(t))
+    return -1;
+  if (!shaped.hasStaticShape())
+    return -1;
+  return shaped.getNumElements() * elementBytes(shaped.getElementType());
+}
+
+/// The importer's phase of `loc` (`loc(fused<"backward">[...])`), or "".
+StringRef phaseOf(Location loc) {
+  StringRef phase;
+  loc->walk([&](Location l) {
+    if (auto fused = dyn_cast<FusedLoc>(l))
+      if (auto s = dyn_cast_or_null<StringAttr>(fused.getMetadata());
+          s && (s.getValue() == "forward" || s.getValue() == "backward" ||
+                s.getValue() == "optimizer")) {
+        phase = s.getValue();
+        return WalkResult::interrupt();
+      }
+    return WalkResult::advance();
+  });
+  return phase;
+}
+
+MemoryRole temporaryRole(Operation *op) {
+  StringRef phase = phaseOf(op->getLoc());
+  if (phase == "backward")
+    return MemoryRole::Gradient;
+  if (phase == "optimizer")
+    return MemoryRole::OptimizerTemp;
+  return MemoryRole::Activation;
+}
+
+bool isCollective(Operation *op) {
+  return isa<AllGatherOp, AllGatherStartOp, ReduceScatterOp,
+             ReduceScatterStartOp, AllReduceOp, AllReduceStartOp, AllToAllOp,
+             PermuteOp, BroadcastOp, ExchangeOp, PartitionValueOp>(op);
+}
+
+bool isAsyncCollective(Operation *op) {
+  return isa<AllGatherStartOp, ReduceScatterStartOp, AllReduceStartOp>(op);
+}
+
+/// Argument roles: `torch.state` is optimizer state; the arguments before
+/// the first state are parameters, after the last one inputs. Without
+/// state, every argument is an input.
+SmallVector<MemoryRole> argumentRoles(func::FuncOp fn) {
+  unsigned n = fn.getNumArguments();
+  SmallVector<bool> state(n, false);
+  int firstState = -1, lastState = -1;
+  for (unsigned i = 0; i < n; ++i)
+    if (fn.getArgAttr(i, "torch.state")) {
+      state[i] = true;
+      if (firstState < 0)
+        firstState = i;
+      lastState = i;
+    }
+  SmallVector<MemoryRole> roles(n, MemoryRole::Input);
+  for (unsigned i = 0; i < n; ++i) {
+    if (state[i])
+      roles[i] = MemoryRole::OptimizerState;
+    else if (firstState >= 0 && static_cast<int>(i) < firstState)
+      roles[i] = MemoryRole::Parameter;
+    else if (firstState >= 0 && static_cast<int>(i) < lastState)
+      roles[i] = MemoryRole::OptimizerState;
+  }
+  return roles;
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor programs
+//===----------------------------------------------------------------------===//
+
+/// Ops whose result is a view of their first tensor operand (bufferized
+/// as a subview, a reshape or a cast; a wait's result is its start's
+/// buffer; a chunk keeps its slice of the input).
+bool isView(Operation *op) {
+  return isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
+             tensor::BitcastOp, tensor::ReshapeOp, tensor::ExtractSliceOp,
+             WaitOp, ChunkOp, AnnotateOp, bufferization::ToTensorOp>(op);
+}
+
+/// A contraction (a GEMM-like op): shardx-fuse-tensor-ops fuses no
+/// elementwise producer into it (transposes become views of its operands).
+bool isContraction(Operation *op) {
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  return linalgOp && (isa<linalg::MatmulOp, linalg::BatchMatmulOp>(op) ||
+                      linalg::isaContractionOpInterface(linalgOp));
+}
+
+/// An op that moves elements only (a transpose, a broadcast, a copy).
+bool isDataMovement(Operation *op) {
+  if (isa<linalg::TransposeOp, linalg::BroadcastOp, linalg::CopyOp>(op))
+    return true;
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic || generic.getNumDpsInputs() != 1 ||
+      generic.getNumDpsInits() != 1 || generic.getNumReductionLoops() != 0)
+    return false;
+  auto yield = cast<linalg::YieldOp>(generic.getBody()->getTerminator());
+  return yield.getNumOperands() == 1 &&
+         yield.getOperand(0) == generic.getBody()->getArgument(0);
+}
+
+bool isTranspose(Operation *op) {
+  if (isa<linalg::TransposeOp>(op))
+    return true;
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  return generic && isDataMovement(op) &&
+         generic.getIndexingMapsArray()[0].isPermutation();
+}
+
+/// An elementwise arith/math op on tensors (made a generic whose
+/// destination is its first operand of the result's type,
+/// convert-elementwise-to-linalg).
+bool isTensorElementwise(Operation *op) {
+  return op->hasTrait<OpTrait::Elementwise>() && op->getNumResults() == 1 &&
+         isa<RankedTensorType>(op->getResult(0).getType());
+}
+
+/// A loop nest with parallel loops only that shardx-fuse-tensor-ops may
+/// fuse into its consumer (not a fill: fusion takes producers of inputs).
+bool isFusableProducer(Operation *op) {
+  if (isTensorElementwise(op))
+    return true;
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  return linalgOp && !isa<linalg::FillOp>(op) &&
+         linalgOp->getNumResults() == 1 && linalgOp.hasPureTensorSemantics() &&
+         linalgOp.getNumLoops() == linalgOp.getNumParallelLoops();
+}
+
+/// Whether `use` reads its value as a loop-nest input that fusion can take.
+bool isFusableUse(OpOperand &use) {
+  Operation *owner = use.getOwner();
+  if (isTensorElementwise(owner))
+    return true;
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(owner);
+  return linalgOp && linalgOp.hasPureTensorSemantics() &&
+         linalgOp.isDpsInput(&use);
+}
+
+/// Elementwise producers fused into their consumers (shouldFuse in
+/// CpuOptimize.cpp): a transpose into any loop-nest consumer; else not into
+/// a contraction; a data movement into every consumer, another producer
+/// only into its one consumer.
+bool isFused(Operation *op) {
+  if (!isFusableProducer(op))
+    return false;
+  Value result = op->getResult(0);
+  if (result.use_empty())
+    return false;
+  for (OpOperand &use : result.getUses()) {
+    if (!isFusableUse(use))
+      return false;
+    if (!isTranspose(op) && isContraction(use.getOwner()))
+      return false;
+  }
+  return isDataMovement(op) || result.hasOneUse();
+}
+
+/// The destination `op` writes result `r` into (its init, or for an
+/// elementwise arith/math op its first operand of the result's type).
+Value destinationOf(Operation *op, unsigned r) {
+  if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
+    if (r < dps.getNumDpsInits())
+      return dps.getDpsInitOperand(r)->get();
+  if (isTensorElementwise(op))
+    for (Value operand : op->getOperands())
+      if (operand.getType() == op->getResult(r).getType())
+        return operand;
+  return nullptr;
+}
+
+/// The tensor-level model.
+class TensorModel {
+public:
+  TensorModel(func::FuncOp fn, MemoryProfile &profile)
+      : fn(fn), profile(profile) {}
+
+  void run() {
+    Block &entry = fn.getBody().front();
+    for (Operation &op : entry)
+      profile.ops.push_back(&op);
+    for (auto [i, op] : llvm::enumerate(profile.ops))
+      index[op] = i;
+    findFused();
+    computeReadAt();
+    addArguments();
+    for (auto [i, op] : llvm::enumerate(profile.ops))
+      visit(op, i);
+  }
+
+private:
+  /// The top-level op of `op`'s block ancestry in the entry block.
+  int64_t topIndex(Operation *op) {
+    Block *entry = &fn.getBody().front();
+    while (op && op->getBlock() != entry)
+      op = op->getParentOp();
+    auto it = index.find(op);
+    return it == index.end() ? -1 : it->second;
+  }
+
+  void findFused() {
+    for (Operation *op : profile.ops)
+      if (isFused(op))
+        fused.insert(op);
+    // The last op (not fused away) that writes into each empty tensor and
+    // each fill of one.
+    for (Operation *op : profile.ops) {
+      if (fused.count(op))
+        continue;
+      for (unsigned r = 0; r < op->getNumResults(); ++r)
+        if (Value dest = destinationOf(op, r))
+          if (Operation *fresh = freshTensor(dest)) {
+            lastWriter[fresh] = op;
+            ++writers[fresh];
+          }
+    }
+  }
+
+  /// The op making `v` if it is a fresh tensor ops write into: a
+  /// tensor.empty, or a linalg.fill of one.
+  static Operation *freshTensor(Value v) {
+    Operation *def = v.getDefiningOp();
+    if (isa_and_nonnull<tensor::EmptyOp>(def))
+      return def;
+    if (auto fill = dyn_cast_or_null<linalg::FillOp>(def))
+      if (fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
+        return def;
+    return nullptr;
+  }
+
+  /// A fill of an empty tensor that several ops write into: each gets a
+  /// copy of the fill (shardx-split-shared-empty-tensors), so the fill
+  /// itself is no buffer.
+  bool isSharedFill(Operation *op) {
+    return isa<linalg::FillOp>(op) && freshTensor(op->getResult(0)) &&
+           writers.lookup(op) > 1;
+  }
+
+  /// Where each top-level op's reads happen: its own index, or for a fused
+  /// op the latest of its consumers' (they read its inputs instead).
+  void computeReadAt() {
+    readAt.assign(profile.ops.size(), 0);
+    for (int64_t i = profile.ops.size() - 1; i >= 0; --i) {
+      Operation *op = profile.ops[i];
+      readAt[i] = i;
+      if (!fused.count(op))
+        continue;
+      for (Operation *user : op->getResult(0).getUsers())
+        if (int64_t u = topIndex(user); u >= 0)
+          readAt[i] = std::max(readAt[i], readAt[u]);
+    }
+  }
+
+  /// The last op that reads `v` (-1: none).
+  int64_t lastRead(Value v) {
+    int64_t last = -1;
+    for (Operation *user : v.getUsers())
+      if (int64_t u = topIndex(user); u >= 0)
+        last = std::max(last, readAt[u]);
+    return last;
+  }
+
+  int64_t newBuffer(int64_t bytes, MemoryRole role, int64_t first,
+                    std::string origin) {
+    MemoryBuffer b;
+    b.bytes = bytes;
+    b.role = role;
+    b.first = first;
+    b.last = first;
+    b.origin = std::move(origin);
+    profile.buffers.push_back(std::move(b));
+    return profile.buffers.size() - 1;
+  }
+
+  /// Makes `v` a member of buffer `b` (extends its life to `v`'s reads).
+  void join(Value v, int64_t b) {
+    bufferOf[v] = b;
+    if (b < 0)
+      return;
+    MemoryBuffer &buf = profile.buffers[b];
+    buf.last = std::max(buf.last, lastRead(v));
+  }
+
+  void addArguments() {
+    SmallVector<MemoryRole> roles = argumentRoles(fn);
+    for (BlockArgument arg : fn.getArguments()) {
+      int64_t bytes = byteSize(arg.getType());
+      if (bytes < 0) {
+        if (isa<ShapedType>(arg.getType()))
+          ++profile.unsizedValues;
+        bytes = 0;
+      }
+      int64_t b = newBuffer(bytes, roles[arg.getArgNumber()], 0,
+                            "argument " + std::to_string(arg.getArgNumber()));
+      profile.buffers[b].argument = true;
+      profile.buffers[b].last = std::max<int64_t>(0, profile.ops.size() - 1);
+      readOnly.insert(b);
+      bufferOf[arg] = b;
+    }
+  }
+
+  /// The buffer of `v`: -1 for none (a constant, an empty tensor, a fused
+  /// value).
+  int64_t bufferFor(Value v) {
+    auto it = bufferOf.find(v);
+    return it == bufferOf.end() ? -1 : it->second;
+  }
+
+  /// A fresh buffer for result `r` of `op` at `i`.
+  void allocate(Operation *op, Value r, int64_t i, MemoryRole role) {
+    int64_t bytes = byteSize(r.getType());
+    if (bytes < 0) {
+      ++profile.unsizedValues;
+      bytes = 0;
+    }
+    join(r, newBuffer(bytes, role, i, op->getName().getStringRef().str()));
+  }
+
+  /// A transient buffer of `bytes` over ops [i, last].
+  void transient(Operation *op, int64_t bytes, int64_t i, int64_t last) {
+    if (bytes <= 0)
+      return;
+    int64_t b = newBuffer(bytes, MemoryRole::Collective, i,
+                          op->getName().getStringRef().str() + " staging");
+    profile.buffers[b].last = std::max(i, last);
+  }
+
+  void visit(Operation *op, int64_t i) {
+    if (isa<func::ReturnOp>(op)) {
+      for (Value v : op->getOperands()) {
+        int64_t b = bufferFor(v);
+        // A returned argument, constant or buffer returned twice is copied
+        // (shardx-deallocate-buffers): a new buffer at the return.
+        if (b < 0 || readOnly.count(b) || returned.count(b)) {
+          int64_t bytes = std::max<int64_t>(0, byteSize(v.getType()));
+          b = newBuffer(bytes, MemoryRole::Result, i, "copy of a result");
+        }
+        returned.insert(b);
+        profile.buffers[b].role = MemoryRole::Result;
+        profile.buffers[b].last = profile.ops.size() - 1;
+      }
+      return;
+    }
+    if (fused.count(op))
+      return; // no buffer: its consumer computes it in its loop nest
+    for (auto [r, result] : llvm::enumerate(op->getResults())) {
+      if (!isa<TensorType>(result.getType()))
+        continue;
+      if (isa<arith::ConstantOp, tensor::EmptyOp>(op)) {
+        // A global, or nothing until an op writes into it.
+        if (isa<arith::ConstantOp>(op)) {
+          int64_t b = newBuffer(0, MemoryRole::Activation, i, "constant");
+          readOnly.insert(b);
+          join(result, b);
+        } else {
+          bufferOf[result] = -1;
+        }
+        continue;
+      }
+      if (isView(op) && op->getNumOperands()) {
+        join(result, bufferFor(op->getOperand(0)));
+        continue;
+      }
+      MemoryRole role = temporaryRole(op);
+      if (isCollective(op)) {
+        visitCollective(op, result, i);
+        continue;
+      }
+      // A result the next op is a collective of (a packed bucket).
+      if (llvm::any_of(result.getUsers(), isCollective) &&
+          isa<tensor::InsertSliceOp, tensor::ConcatOp>(op))
+        role = MemoryRole::Collective;
+      if (isSharedFill(op)) {
+        bufferOf[result] = -1;
+        continue;
+      }
+      if (Value dest = destinationOf(op, r)) {
+        int64_t b = bufferFor(dest);
+        if (b >= 0 && !readOnly.count(b) && !returned.count(b) &&
+            profile.buffers[b].last <= i) {
+          // In place: nothing reads the destination after this op.
+          if (role == MemoryRole::Collective)
+            profile.buffers[b].role = role;
+          join(result, b);
+          continue;
+        }
+      }
+      allocate(op, result, i, role);
+      // A result written into a fresh tensor (an empty one, or a fill of
+      // one that several ops write into) is allocated where that tensor is
+      // made when the op is its last writer (the use
+      // shardx-split-shared-empty-tensors keeps; one-shot-bufferize
+      // allocates at the tensor.empty), else right before the op (the
+      // others get a copy of the tensor there).
+      if (Value dest = destinationOf(op, r))
+        if (Operation *fresh = freshTensor(dest);
+            fresh && lastWriter.lookup(fresh) == op) {
+          MemoryBuffer &buf = profile.buffers[bufferFor(result)];
+          buf.first = std::min<int64_t>(buf.first, topIndex(fresh));
+        }
+    }
+  }
+
+  /// A collective's runtime call copies its input into a contiguous
+  /// staging buffer and writes a new output; both live until the call
+  /// returns, or for a *_start until its wait. A gather along a dim other
+  /// than 0 (a scatter likewise) moves that dim with one more copy.
+  void visitCollective(Operation *op, Value result, int64_t i) {
+    int64_t done = i;
+    if (isAsyncCollective(op))
+      for (Operation *user : result.getUsers())
+        if (isa<WaitOp>(user))
+          done = std::max(done, topIndex(user));
+    Value input = op->getNumOperands() ? op->getOperand(0) : Value();
+    int64_t inBytes =
+        input ? std::max<int64_t>(0, byteSize(input.getType())) : 0;
+    int64_t outBytes = std::max<int64_t>(0, byteSize(result.getType()));
+    transient(op, inBytes, i, done);
+    if (auto g = dyn_cast<AllGatherOp>(op); g && g.getDim() != 0)
+      transient(op, outBytes, i, done);
+    if (auto g = dyn_cast<AllGatherStartOp>(op); g && g.getDim() != 0)
+      transient(op, outBytes, i, done);
+    if (auto s = dyn_cast<ReduceScatterOp>(op); s && s.getDim() != 0)
+      transient(op, inBytes, i, done);
+    if (auto s = dyn_cast<ReduceScatterStartOp>(op); s && s.getDim() != 0)
+      transient(op, inBytes, i, done);
+    allocate(op, result, i, MemoryRole::Collective);
+  }
+
+  func::FuncOp fn;
+  MemoryProfile &profile;
+  DenseMap<Operation *, int64_t> index;
+  DenseSet<Operation *> fused;
+  DenseMap<Operation *, Operation *> lastWriter;
+  DenseMap<Operation *, int64_t> writers;
+  SmallVector<int64_t> readAt;
+  DenseMap<Value, int64_t> bufferOf;
+  DenseSet<int64_t> readOnly, returned;
+};
+
+//===----------------------------------------------------------------------===//
+// Buffer programs
+//===----------------------------------------------------------------------===//
+
+/// The allocation `v` is a view of (through view-like ops and casts).
+Value allocationOf(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (isa<memref::AllocOp, memref::AllocaOp>(def))
+      return v;
+    if (auto view = dyn_cast<ViewLikeOpInterface>(def)) {
+      v = view.getViewSource();
+      continue;
+    }
+    if (isa<memref::CastOp>(def) ||
+        def->hasTrait<OpTrait::SameOperandsAndResultShape>()) {
+      if (def->getNumOperands() == 1 &&
+          isa<BaseMemRefType>(def->getOperand(0).getType())) {
+        v = def->getOperand(0);
+        continue;
+      }
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
+  Block &entry = fn.getBody().front();
+  DenseMap<Value, int64_t> bufferOf;
+  SmallVector<MemoryRole> roles = argumentRoles(fn);
+  for (BlockArgument arg : fn.getArguments()) {
+    int64_t bytes = byteSize(arg.getType());
+    if (bytes < 0) {
+      if (isa<ShapedType>(arg.getType()))
+        ++profile.unsizedValues;
+      bytes = 0;
+    }
+    MemoryBuffer b;
+    b.bytes = bytes;
+    b.role = roles[arg.getArgNumber()];
+    b.argument = true;
+    b.origin = "argument " + std::to_string(arg.getArgNumber());
+    profile.buffers.push_back(b);
+  }
+  int64_t n = 0;
+  for (Operation &op : entry)
+    profile.ops.push_back(&op), ++n;
+  for (MemoryBuffer &b : profile.buffers)
+    b.last = std::max<int64_t>(0, n - 1);
+  for (auto [i, op] : llvm::enumerate(profile.ops)) {
+    if (isa<memref::AllocOp>(op)) {
+      Value v = op->getResult(0);
+      int64_t bytes = byteSize(v.getType());
+      if (bytes < 0) {
+        ++profile.unsizedValues;
+        bytes = 0;
+      }
+      MemoryBuffer b;
+      b.bytes = bytes;
+      b.role = temporaryRole(op);
+      b.first = i;
+      b.last = n - 1; // until freed
+      b.origin = "memref.alloc";
+      bufferOf[v] = profile.buffers.size();
+      profile.buffers.push_back(b);
+    } else if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
+      if (Value a = allocationOf(dealloc.getMemref()))
+        if (auto it = bufferOf.find(a); it != bufferOf.end())
+          profile.buffers[it->second].last = i;
+    } else if (isa<func::ReturnOp>(op)) {
+      for (Value v : op->getOperands())
+        if (Value a = allocationOf(v))
+          if (auto it = bufferOf.find(a); it != bufferOf.end())
+            profile.buffers[it->second].role = MemoryRole::Result;
+    } else if (auto call = dyn_cast<func::CallOp>(op)) {
+      // Buffers a collective's runtime call reads or writes.
+      if (call.getCallee().starts_with("shardx_rt_cg_"))
+        for (Value v : call.getOperands())
+          if (Value a = allocationOf(v))
+            if (auto it = bufferOf.find(a); it != bufferOf.end())
+              if (profile.buffers[it->second].role != MemoryRole::Result)
+                profile.buffers[it->second].role = MemoryRole::Collective;
+    }
+  }
+}
+
+/// The timeline, the peak and its breakdown from the buffers.
+void summarize(MemoryProfile &profile) {
+  int64_t n = profile.ops.size();
+  SmallVector<int64_t> delta(n + 1, 0);
+  for (const MemoryBuffer &b : profile.buffers) {
+    if (b.argument) {
+      profile.argumentBytes += b.bytes;
+      continue;
+    }
+    if (n == 0)
+      continue;
+    delta[b.first] += b.bytes;
+    delta[b.last + 1] -= b.bytes;
+  }
+  profile.live.assign(n, 0);
+  int64_t running = 0;
+  profile.peakBytes = profile.argumentBytes;
+  for (int64_t i = 0; i < n; ++i) {
+    running += delta[i];
+    profile.live[i] = profile.argumentBytes + running;
+    if (running > profile.allocatedPeakBytes) {
+      profile.allocatedPeakBytes = running;
+      profile.peakBytes = profile.live[i];
+      profile.peakIndex = i;
+    }
+  }
+  profile.peakByRole.fill(0);
+  for (const MemoryBuffer &b : profile.buffers)
+    if (b.argument || (profile.peakIndex >= 0 && b.first <= profile.peakIndex &&
+                       profile.peakIndex <= b.last))
+      profile.peakByRole[static_cast<size_t>(b.role)] += b.bytes;
+}
+
+std::string locationString(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->getLoc().print(os);
+  return s;
+}
+
+} // namespace
+
+StringRef mlir::shardx::memoryRoleName(MemoryRole role) {
+  switch (role) {
+  case MemoryRole::Parameter:
+    return "parameters";
+  case MemoryRole::OptimizerState:
+    return "optimizer state";
+  case MemoryRole::Input:
+    return "inputs";
+  case MemoryRole::Activation:
+    return "activations";
+  case MemoryRole::Gradient:
+    return "gradients";
+  case MemoryRole::OptimizerTemp:
+    return "optimizer temporaries";
+  case MemoryRole::Collective:
+    return "collective buffers";
+  case MemoryRole::Result:
+    return "results";
+  }
+  return "unknown";
+}
+
+std::string mlir::shardx::formatBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::abs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0)
+    return std::to_string(bytes) + " B";
+  return llvm::formatv("{0:F2} {1}", v, units[u]).str();
+}
+
+MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
+  MemoryProfile profile;
+  profile.function = fn.getSymName().str();
+  if (fn.isExternal() || fn.getBody().empty())
+    return profile;
+  bool buffers = false;
+  fn.walk([&](memref::AllocOp) {
+    buffers = true;
+    return WalkResult::interrupt();
+  });
+  buffers = buffers || llvm::any_of(fn.getArgumentTypes(), [](Type t) {
+              return isa<BaseMemRefType>(t);
+            });
+  profile.bufferized = buffers;
+  if (buffers)
+    replayBuffers(fn, profile);
+  else
+    TensorModel(fn, profile).run();
+  summarize(profile);
+  return profile;
+}
+
+void MemoryProfile::print(llvm::raw_ostream &os) const {
+  os << "memory of @" << function << " per rank: peak "
+     << formatBytes(peakBytes) << " (" << peakBytes << " bytes)";
+  if (Operation *op = peakOp())
+    os << " at " << op->getName() << " " << locationString(op) << " (op "
+       << peakIndex + 1 << " of " << ops.size() << ")";
+  os << (bufferized ? ", modeled on buffers" : "");
+  auto list = [&](ArrayRef<MemoryRole> roles) {
+    bool first = true;
+    for (MemoryRole r : roles) {
+      int64_t bytes = peakByRole[static_cast<size_t>(r)];
+      if (!bytes)
+        continue;
+      os << (first ? "" : ", ") << memoryRoleName(r) << " "
+         << formatBytes(bytes);
+      first = false;
+    }
+    if (first)
+      os << "none";
+  };
+  os << "\n  arguments " << formatBytes(argumentBytes) << ": ";
+  list({MemoryRole::Parameter, MemoryRole::OptimizerState, MemoryRole::Input});
+  os << "\n  allocated at the peak " << formatBytes(allocatedPeakBytes) << " ("
+     << allocatedPeakBytes << " bytes): ";
+  list({MemoryRole::Activation, MemoryRole::Gradient, MemoryRole::OptimizerTemp,
+        MemoryRole::Collective, MemoryRole::Result});
+  if (unsizedValues)
+    os << "\n  " << unsizedValues
+       << " values of dynamic size counted as 0 bytes";
+}
+
+void MemoryProfile::printJson(llvm::raw_ostream &os) const {
+  llvm::json::Object roles;
+  for (size_t r = 0; r < kNumMemoryRoles; ++r)
+    roles[memoryRoleName(static_cast<MemoryRole>(r))] = peakByRole[r];
+  llvm::json::Array timeline;
+  for (int64_t v : live)
+    timeline.push_back(v);
+  llvm::json::Array bufferList;
+  for (const MemoryBuffer &b : buffers)
+    if (b.bytes)
+      bufferList.push_back(llvm::json::Object{
+          {"origin", b.origin},
+          {"bytes", b.bytes},
+          {"role", memoryRoleName(b.role)},
+          {"first", b.first},
+          {"last", b.last}});
+  llvm::json::Object o{
+      {"function", function},
+      {"peak_bytes", peakBytes},
+      {"allocated_peak_bytes", allocatedPeakBytes},
+      {"argument_bytes", argumentBytes},
+      {"peak_index", peakIndex},
+      {"peak_op", peakOp() ? peakOp()->getName().getStringRef().str() : ""},
+      {"peak_loc", peakOp() ? locationString(peakOp()) : ""},
+      {"by_role", std::move(roles)},
+      {"bufferized", bufferized},
+      {"unsized_values", unsizedValues},
+      {"timeline", std::move(timeline)},
+      {"buffers", std::move(bufferList)}};
+  os << llvm::json::Value(std::move(o));
+}
