@@ -199,14 +199,16 @@ std::vector<size_t> evenCounts(int64_t count,
   return std::vector<size_t>(groupSize(axes), static_cast<size_t>(count));
 }
 
-/// Waits for `request`, also on a failed run: the collective then fails at
-/// once (the world is aborted), and the program may free its buffers.
+/// Waits for `request` (-1: a collective that ran at its start). Also on a
+/// failed run, where a started collective fails at once (the world is
+/// aborted), so that the program may free its buffers; a start skipped
+/// there has nothing to wait for.
 void waitFor(int64_t request) {
-  if (request < 0)
-    return;
-  Status s = invocation().active->wait(request);
-  if (!failed())
-    check(s, nullptr);
+  Invocation &inv = invocation();
+  if (inv.status)
+    check(inv.active->wait(request), nullptr);
+  else if (request >= 0)
+    (void)inv.active->wait(request);
 }
 
 /// Adds the time from its construction to its destruction to the calling
@@ -422,7 +424,7 @@ namespace shardx::rt {
 ProgramMemory::~ProgramMemory() = default;
 
 Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
-                     ProgramMemory &programMemory) {
+                     ProgramMemory &programMemory, const FaultPlan &faults) {
   // No usable memory (no GPU): the driver's error, before anything runs.
   if (Status s = programMemory.open(); !s)
     return s;
@@ -434,10 +436,10 @@ Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
   // The failure tests' faults, chosen once for the run.
   std::unique_ptr<Communicator> faulty;
   if (comm) {
-    FaultPlan plan = FaultPlan::fromEnvironment();
-    if (std::string why = plan.failureBeforeRun(comm->getRank()); !why.empty())
+    if (std::string why = faults.failureBeforeRun(comm->getRank());
+        !why.empty())
       fail(why);
-    else if ((faulty = injectFaults(*comm, plan)))
+    else if ((faulty = injectFaults(*comm, faults)))
       inv.active = faulty.get();
   }
   if (inv.status) {

@@ -39,6 +39,6 @@ extern "C" int shardx_rt_invoke(void (*entry)(void **), void **args,
   HostMemory memory;
   return reportInvocation(
       invokeProgram(entry, args, reinterpret_cast<Communicator *>(comm),
-                    memory),
+                    memory, FaultPlan::fromEnvironment()),
       error, errorSize);
 }

@@ -152,3 +152,161 @@ TEST(CApi, GemmRejectsBadShapes) {
                                     b.data(), 2, 0, 0, c.data(), 2, 0),
             0);
 }
+
+//===----------------------------------------------------------------------===//
+// Compiled programs' runtime calls (CompiledCode.cpp): a failed call fails
+// the run, later calls move nothing and zero their outputs, the run returns
+// the error
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+void shardx_rt_cg_all_reduce_f32(float *, float *, int64_t, int64_t, int64_t,
+                                 float *, float *, int64_t, int64_t, int64_t,
+                                 int32_t, int64_t *, int64_t *, int64_t,
+                                 int64_t, int64_t);
+int64_t shardx_rt_cg_all_reduce_start_f32(float *, float *, int64_t, int64_t,
+                                          int64_t, float *, float *, int64_t,
+                                          int64_t, int64_t, int32_t, int64_t *,
+                                          int64_t *, int64_t, int64_t,
+                                          int64_t);
+void shardx_rt_cg_wait_f32(int64_t, float *, float *, int64_t, int64_t,
+                           int64_t, float *, float *, int64_t, int64_t,
+                           int64_t);
+}
+
+#include "shardx/Runtime/ProgramMemory.h"
+
+#include <cstring>
+
+namespace {
+
+/// What the test program computes on one rank: a started all_reduce (sum)
+/// of `in` into `started`, its wait, then an all_reduce of `in` into `sync`.
+struct Program {
+  std::vector<float> in, started, sync;
+};
+
+void runProgram(void **args) {
+  auto &p = *static_cast<Program *>(args[0]);
+  int64_t axes[1] = {0};
+  auto n = static_cast<int64_t>(p.in.size());
+  float *in = p.in.data(), *started = p.started.data(), *sync = p.sync.data();
+  int64_t request = shardx_rt_cg_all_reduce_start_f32(
+      in, in, 0, n, 1, started, started, 0, n, 1, SHARDX_RT_SUM, axes, axes, 0,
+      1, 1);
+  shardx_rt_cg_wait_f32(request, in, in, 0, n, 1, started, started, 0, n, 1);
+  shardx_rt_cg_all_reduce_f32(in, in, 0, n, 1, sync, sync, 0, n, 1,
+                              SHARDX_RT_SUM, axes, axes, 0, 1, 1);
+}
+
+/// Host memory that says it is a GPU's (a CUDA artifact's buffers).
+class PretendDeviceMemory : public ProgramMemory {
+public:
+  MemorySpace getMemorySpace() const override { return MemorySpace::Device; }
+  void copy(void *to, const void *from, size_t bytes) override {
+    std::memcpy(to, from, bytes);
+  }
+  void zero(void *to, size_t bytes) override { std::memset(to, 0, bytes); }
+};
+
+enum class Memory { ThroughInvoke, Host, PretendDevice };
+
+/// Runs the program on 4 threads ranks (each `in` holds rank + 1, outputs
+/// start at -1) with `faults`; each rank's status and program.
+std::vector<Status> runOnFourRanks(std::vector<Program> &programs,
+                                   const FaultPlan &faults, Memory memory) {
+  programs.assign(4, Program());
+  return runThreads(
+      {4},
+      [&](Communicator &c) -> Status {
+        Program &p = programs[c.getRank()];
+        p.in.assign(3, static_cast<float>(c.getRank() + 1));
+        p.started.assign(3, -1);
+        p.sync.assign(3, -1);
+        void *args[1] = {&p};
+        if (memory == Memory::ThroughInvoke) {
+          char error[256];
+          if (shardx_rt_invoke(runProgram, args, getCHandle(c), error,
+                               sizeof(error)))
+            return Status::error(error);
+          return Status::ok();
+        }
+        PretendDeviceMemory device;
+        struct HostMemory : PretendDeviceMemory {
+          MemorySpace getMemorySpace() const override {
+            return MemorySpace::Host;
+          }
+        } host;
+        ProgramMemory &m = memory == Memory::Host
+                               ? static_cast<ProgramMemory &>(host)
+                               : device;
+        return invokeProgram(runProgram, args, &c, m, faults);
+      },
+      /*timeoutSeconds=*/20);
+}
+
+} // namespace
+
+TEST(CompiledCode, CollectivesThroughInvoke) {
+  std::vector<Program> programs;
+  auto statuses = runOnFourRanks(programs, {}, Memory::ThroughInvoke);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_TRUE(statuses[r]) << statuses[r].message();
+    for (float v : programs[r].started)
+      EXPECT_EQ(v, 10);
+    for (float v : programs[r].sync)
+      EXPECT_EQ(v, 10);
+  }
+}
+
+TEST(CompiledCode, FailureInFlightFailsTheRunAndZeroesLaterOutputs) {
+  std::vector<Program> programs;
+  FaultPlan faults;
+  faults.failInFlight = 2;
+  auto statuses = runOnFourRanks(programs, faults, Memory::Host);
+  EXPECT_EQ(statuses[2].message(),
+            "rank 2: injected failure with a collective in flight "
+            "(SHARDX_TEST_FAIL_IN_FLIGHT)");
+  for (size_t r = 0; r < 4; ++r) {
+    // Every rank fails: the world is aborted before its all_reduce.
+    ASSERT_FALSE(statuses[r]) << "rank " << r;
+    EXPECT_NE(statuses[r].message().find("injected failure"),
+              std::string::npos)
+        << statuses[r].message();
+    // The failed rank's outputs, and every rank's output of the failed
+    // all_reduce, are zeros (no stale or partial numbers).
+    for (float v : programs[r].sync)
+      EXPECT_EQ(v, 0) << "rank " << r;
+  }
+  for (float v : programs[2].started)
+    EXPECT_EQ(v, 0);
+}
+
+TEST(CompiledCode, FailureBeforeRunRunsNothing) {
+  std::vector<Program> programs;
+  FaultPlan faults;
+  faults.failBeforeRun = 1;
+  auto statuses = runOnFourRanks(programs, faults, Memory::Host);
+  EXPECT_EQ(statuses[1].message(),
+            "rank 1: injected failure (SHARDX_TEST_FAIL_RANK)");
+  for (float v : programs[1].sync)
+    EXPECT_EQ(v, -1); // never ran
+  for (size_t r = 0; r < 4; ++r)
+    EXPECT_FALSE(statuses[r]) << "rank " << r;
+}
+
+TEST(CompiledCode, DeviceBuffersOnAHostBackendFail) {
+  std::vector<Program> programs;
+  auto statuses = runOnFourRanks(programs, {}, Memory::PretendDevice);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(statuses[r].message(),
+              "rank " + std::to_string(r) +
+                  ": a CUDA artifact's collectives take device buffers: run "
+                  "it on the cuda-local or nccl backend (shardx-gpu-exec), "
+                  "not threads");
+    for (float v : programs[r].started)
+      EXPECT_EQ(v, 0);
+    for (float v : programs[r].sync)
+      EXPECT_EQ(v, 0);
+  }
+}

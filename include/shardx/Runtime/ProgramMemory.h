@@ -15,6 +15,7 @@
 #define SHARDX_RUNTIME_PROGRAMMEMORY_H
 
 #include "shardx/Runtime/Communicator.h"
+#include "shardx/Runtime/FaultInjection.h"
 
 #include <cstddef>
 #include <memory>
@@ -55,13 +56,15 @@ public:
 };
 
 /// Runs the compiled entry point `entry(args)` on `comm` (null: a program
-/// without collectives) with buffers in `memory`: what `shardx_rt_invoke`
-/// does (CApi.h). A failed runtime call records its error and aborts the
-/// world; every later call of the run does no communication and zeroes its
-/// outputs, the program runs to its end, and the error is returned (the
-/// outputs of a failed run are never the caller's). No longjmp.
+/// without collectives) with buffers in `memory`, failing where `faults`
+/// says (the failure tests'): what `shardx_rt_invoke` does (CApi.h), with
+/// the faults of the environment. A failed runtime call records its error
+/// and aborts the world; every later call of the run does no communication
+/// and zeroes its outputs, the program runs to its end, and the error is
+/// returned (the outputs of a failed run are never the caller's). No
+/// longjmp.
 Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
-                     ProgramMemory &memory);
+                     ProgramMemory &memory, const FaultPlan &faults = {});
 
 /// invokeProgram's error copied to `error` (NUL-terminated, truncated to
 /// `errorSize`): 0 or 1, as shardx_rt_invoke returns.
