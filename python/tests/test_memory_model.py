@@ -1,0 +1,72 @@
+"""The per-rank memory model (docs/Memory.md) against the runtime's measured
+peak: ``CompiledFunction.memory_profile()`` and the meter of the CPU
+programs' allocation functions (``shardx_rt_host_mem_*``)."""
+
+import ctypes
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shardx
+from shardx import models
+from shardx.placements import Mesh, Replicate as R, Shard as S
+
+
+def _step():
+    torch.manual_seed(0)
+    step = shardx.TrainStep(models.mlp(32, 128, 32), F.mse_loss, "sgd", lr=0.1, momentum=0.9)
+    return step, step.example_args([torch.randn(64, 32)], torch.randn(64, 32))
+
+
+def _measured(compiled, args):
+    """Each rank's peak of program-allocated bytes over a warm call."""
+    compiled(*args)
+    lib = ctypes.CDLL(list(compiled._executables.values())[-1].path)
+    lib.shardx_rt_host_mem_peaks.restype = ctypes.c_int64
+    lib.shardx_rt_host_mem_reset()
+    compiled(*args)
+    peaks = (ctypes.c_int64 * 64)()
+    n = lib.shardx_rt_host_mem_peaks(peaks, None, 64)
+    return [peaks[i] for i in range(n)]
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_modeled_peak_is_within_ten_percent_of_measured(sharded):
+    # Tests that the model of the bufferized program predicts the largest
+    # rank's measured high-water mark within 10%, unsharded and on a 2x2
+    # mesh (batch over dp, Megatron over tp), and that the tensor-level
+    # model (shardx-print-plan's) is an upper bound of it.
+    step, args = _step()
+    if sharded:
+        mesh = Mesh((2, 2), ("dp", "tp"))
+        ins, outs = step.placements(mesh, {"0.weight": [R(), S(0)], "0.bias": [R(), S(0)],
+                                           "2.weight": [R(), S(1)]}, [[S(0), R()]], [S(0), R()])
+        compiled = shardx.compile(step, mesh=mesh, in_placements=ins, out_placements=outs)
+    else:
+        compiled = shardx.compile(step, mesh=None)
+    peaks = _measured(compiled, args)
+    assert len(peaks) >= (4 if sharded else 1)  # the ranks, and any other allocating thread
+    measured = max(peaks)
+    profile = compiled.memory_profile()[0]
+    assert profile["bufferized"]
+    assert 0.9 <= profile["allocated_peak_bytes"] / measured <= 1.1, (profile, peaks)
+    tensors = compiled.memory_profile("tensors")[0]
+    assert not tensors["bufferized"]
+    assert tensors["allocated_peak_bytes"] >= 0.9 * measured
+    # The arguments: parameters and momentum buffers by their torch.state.
+    roles = profile["by_role"]
+    assert roles["parameters"] == roles["optimizer state"] > 0
+    assert profile["peak_bytes"] == profile["argument_bytes"] + profile["allocated_peak_bytes"]
+    assert len(profile["timeline"]) > 0 and max(profile["timeline"]) == profile["peak_bytes"]
+
+
+def test_memory_profile_needs_a_compiled_program_and_a_known_level():
+    # Tests the errors: no program yet, a level that does not exist.
+    step, args = _step()
+    compiled = shardx.compile(step, mesh=None)
+    with pytest.raises(RuntimeError, match="no compiled program"):
+        compiled.memory_profile()
+    compiled(*args)
+    with pytest.raises(ValueError, match="level"):
+        compiled.memory_profile("bytes")
