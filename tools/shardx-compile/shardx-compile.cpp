@@ -20,6 +20,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -57,6 +58,14 @@ static llvm::cl::opt<bool>
     noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
            llvm::cl::init(false));
+static llvm::cl::opt<std::string> recompute(
+    llvm::cl::cat(toolOptions), "recompute",
+    llvm::cl::desc("activation recomputation: none (default), selective "
+                   "(elementwise forward values computed again before their "
+                   "first backward reader; contraction and reduction results "
+                   "kept) or full (every pure forward op); results bit for "
+                   "bit unchanged, docs/Compiler.md"),
+    llvm::cl::init("none"));
 static llvm::cl::opt<unsigned>
     optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
              llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
@@ -84,6 +93,13 @@ static llvm::cl::opt<bool> printSchedule(
     llvm::cl::cat(toolOptions), "print-schedule",
     llvm::cl::desc("print, per function, the modeled communication and "
                    "exposed communication before and after scheduling"),
+    llvm::cl::init(false));
+
+static llvm::cl::opt<bool> verifyEach(
+    llvm::cl::cat(toolOptions), "verify-each",
+    llvm::cl::desc("run the IR verifier after every pass of the SPMD "
+                   "pipeline, as mlir-opt's --verify-each does (default: "
+                   "once, after the pipeline)"),
     llvm::cl::init(false));
 
 static llvm::cl::opt<bool> timing(
@@ -217,8 +233,11 @@ int main(int argc, char **argv) {
         (target != "cuda" || scheduleCollectives.getNumOccurrences() > 0);
     spmdOptions.printSchedule = printSchedule;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
+    // The verifier runs once after the pipeline rather than after each of
+    // its passes: on large programs a run costs about what a pass does.
+    pm.enableVerifier(verifyEach);
     pm.enableTiming(spmdTiming);
-    if (failed(pm.run(*module)))
+    if (failed(pm.run(*module)) || (!verifyEach && failed(verify(*module))))
       return 1;
   }
   progress.step("generating code");
@@ -230,6 +249,7 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
+  options.recompute = recompute;
   options.kernelCache = !noKernelCache;
   mlir::shardx::CodegenStats stats;
   options.stats = &stats;

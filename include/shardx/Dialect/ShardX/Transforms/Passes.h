@@ -22,10 +22,14 @@ namespace mlir::shardx {
 #define GEN_PASS_REGISTRATION
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 
+/// The partition passes, from a propagated global program to the local one:
+/// insert reshards -> verify layouts -> lower reshards -> localize
+/// (`shardx-partition`).
+void buildPartitionPipeline(OpPassManager &pm);
+
 /// The SPMD pipeline: inline (when there are calls) -> canonicalize ->
-/// propagate -> partition (insert reshards, verify layouts, lower reshards,
-/// localize) -> bucket collectives -> canonicalize, cse -> schedule
-/// collectives. The result is the program every rank runs.
+/// propagate -> the partition passes -> bucket collectives -> canonicalize,
+/// cse -> schedule collectives. The result is the program every rank runs.
 struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
   PassOptions::Option<bool> bucketCollectives{
       *this, "bucket-collectives",

@@ -226,25 +226,6 @@ def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
-def PartitionPass : Pass<"shardx-partition", "ModuleOp"> {
-  let summary = "inserts, checks and lowers the reshards, then localizes: "
-                "the four passes in one";
-  let description = [{
-    Runs `shardx-insert-reshards`, `shardx-verify-layouts`,
-    `shardx-lower-reshards` and `shardx-localize` in that order, each over
-    every sharded function, as one pass (upstream's `shard-partition` does
-    the same work in one pass too). The result is the same IR as the four
-    passes give one after the other; the pass manager's verifier
-    (`--verify-each`) then runs once instead of three times, which on large
-    programs costs more than the four passes' own work. `shardx-spmd` runs
-    this pass; the four stay separate passes for tests and for looking at the
-    IR between them.
-  }];
-  let dependentDialects = ["::mlir::arith::ArithDialect",
-                           "::mlir::linalg::LinalgDialect",
-                           "::mlir::tensor::TensorDialect"];
-}
-
 def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
   let summary = "merges small all-reduces into one over a packed buffer";
   let description = [{
