@@ -2,32 +2,36 @@
 //
 // Part of ShardX.
 //
-// Every tensor value of a sharded function takes its local type, in program
-// order: `LocalTypeConverter` (a context-aware TypeConverter: the layout is
-// the value's, its producer's `shardx.layouts`, not its type's) maps the
-// global type to the rank's shard type, dynamic where ranks differ. After an
-// op's results are converted,
-// one rewrite pattern per op family gives it local shapes (tensor.empty,
-// expand_shape, extract/insert_slice, constants, linalg.generic index
-// offsets and embedding lookups, the casts around lowered reshards). A new
-// op that carries a shape gets a pattern in `populateLocalizePatterns`.
+//===----------------------------------------------------------------------===//
+//
+// shardx-localize builds, for every sharded function, the program each rank
+// runs, as upstream's `shard-partition` does: a new body whose arguments
+// have their local types (the shard of the global type under the argument's
+// layout, dynamic where ranks differ), into which every op of the global
+// body is cloned through an `IRMapping`, in program order. A clone's tensor
+// results take the local types of the global op's results (under its
+// `shardx.layouts`); one function per op family then gives shape-carrying
+// ops local shapes (tensor.empty, expand_shape, extract/insert_slice,
+// constants, linalg.generic index offsets and embedding lookups). The casts
+// that bracket lowered reshards map to their operands. The global body is
+// erased last. A new op that carries a shape gets a case in
+// `Localizer::localizeOp`; each case reads layouts and global types from the
+// global op and rewrites the local clone.
 //
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
-#include "Partition.h"
-#include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Rewrite/PatternApplicator.h"
-#include "mlir/Transforms/DialectConversion.h"
+
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_LOCALIZEPASS
@@ -40,37 +44,29 @@ using ::shardx::Layout;
 
 namespace {
 
-/// The state the localization patterns of one function share: the mesh,
-/// the type conversion, and the global types of converted values.
-struct LocalizeState {
-  func::FuncOp fn;
-  FlatSymbolRefAttr meshRef;
-  std::vector<int64_t> meshShape;
-  int64_t meshRank;
-  /// Global types of values already given their local type.
-  DenseMap<Value, RankedTensorType> globalTypes;
-  /// Set by a pattern that emitted an error.
-  bool failed = false;
+/// Builds the local body of one sharded function.
+class Localizer {
+public:
+  Localizer(func::FuncOp fn, MeshOp mesh)
+      : fn(fn), meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        meshShape(mesh.getShape().begin(), mesh.getShape().end()),
+        meshRank(mesh.getShape().size()), rewriter(fn.getContext()) {}
 
-  /// The global type of `v`, converted or not.
-  RankedTensorType globalTypeOf(Value v) {
-    auto it = globalTypes.find(v);
-    return it != globalTypes.end() ? it->second
-                                   : cast<RankedTensorType>(v.getType());
-  }
+  LogicalResult run();
 
-  /// Emits `message` at `op` and marks the function failed.
-  InFlightDiagnostic error(Operation *op, const Twine &message) {
-    failed = true;
-    return op->emitError(message);
-  }
+private:
+  //===--------------------------------------------------------------------===//
+  // Local types and this rank's pieces
+  //===--------------------------------------------------------------------===//
 
+  /// The recorded layout of the global value `v` (replicated when none).
   Layout layoutOf(Value v) {
     if (LayoutAttr a = getRecordedLayout(v))
       return a.getLayout();
     return Layout(meshRank);
   }
 
+  /// The local type of the global tensor value `v`; errors at `where`.
   FailureOr<RankedTensorType> localType(Value v, Operation *where) {
     auto global = cast<RankedTensorType>(v.getType());
     LayoutAttr attr = getRecordedLayout(v);
@@ -157,181 +153,45 @@ struct LocalizeState {
     return sizes;
   }
 
-  /// An embedding lookup on a split table. Rows outside this rank's piece
-  /// read row 0 of the local table and yield zero; the column index (the
-  /// result's last loop, which offsetIndices then makes global) is made
-  /// local again.
-  LogicalResult localizeLookup(RewriterBase &b, linalg::GenericOp op,
-                               const Layout &table) {
-    std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
-    if (!lookup)
-      return op.emitError("embedding lookup changed shape during expansion");
-    RankedTensorType global = globalTypeOf(lookup->table);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(op);
-    Location loc = op.getLoc();
-    auto extract = cast<tensor::ExtractOp>(lookup->extract);
-    if (const ::shardx::DimSharding *cols = table.getDim(1)) {
-      auto [lo, size] = emitPiece(b, loc, *cols, global.getDimSize(1));
-      b.setInsertionPoint(extract);
-      Value col = extract.getIndices()[1];
-      Value local = arith::SubIOp::create(b, loc, col, lo);
-      b.modifyOpInPlace(extract,
-                        [&] { extract.getIndicesMutable()[1].assign(local); });
-      b.setInsertionPoint(op);
-    }
-    if (const ::shardx::DimSharding *rows = table.getDim(0)) {
-      auto [lo, size] = emitPiece(b, loc, *rows, global.getDimSize(0));
-      b.setInsertionPoint(extract);
-      Value row = extract.getIndices()[0];
-      Value rel = arith::SubIOp::create(b, loc, row, lo);
-      Value geLo =
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, row, lo);
-      Value ltHi =
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rel, size);
-      Value in = arith::AndIOp::create(b, loc, geLo, ltHi);
-      Value zeroIdx = arith::ConstantIndexOp::create(b, loc, 0);
-      Value safe = arith::SelectOp::create(b, loc, in, rel, zeroIdx);
-      b.modifyOpInPlace(extract,
-                        [&] { extract.getIndicesMutable()[0].assign(safe); });
-      b.setInsertionPointAfter(extract);
-      Type elt = extract.getType();
-      Value zero = arith::ConstantOp::create(b, loc, elt, b.getZeroAttr(elt));
-      Value masked = arith::SelectOp::create(b, loc, in, extract, zero);
-      b.replaceAllUsesExcept(extract.getResult(), masked,
-                             masked.getDefiningOp());
-    }
-    b.modifyOpInPlace(op, [&] { op->removeAttr(kTableLayoutAttrName); });
-    return success();
+  //===--------------------------------------------------------------------===//
+  // Op families. Each takes the global op and its local clone (tensor
+  // results already of local types, inserted before which the rewriter
+  // builds) and returns the op whose results replace the global op's.
+  //===--------------------------------------------------------------------===//
+
+  /// Replaces `clone` with `fresh`.
+  Operation *replaceClone(Operation *clone, Operation *fresh) {
+    rewriter.eraseOp(clone);
+    return fresh;
   }
 
-  /// Adds the rank's offset to `linalg.index` ops of sharded loops.
-  LogicalResult offsetIndices(RewriterBase &b, linalg::GenericOp op) {
-    SmallVector<linalg::IndexOp> indices;
-    op.getRegion().walk([&](linalg::IndexOp i) { indices.push_back(i); });
-    if (indices.empty())
-      return success();
-    // Loop -> (layout dim sharding, global extent) from any operand / result.
-    auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
-    for (linalg::IndexOp index : indices) {
-      int64_t loop = index.getDim();
-      std::optional<::shardx::DimSharding> sharding;
-      int64_t extent = 0;
-      for (OpOperand &operand : op->getOpOperands()) {
-        if (!isa<RankedTensorType>(operand.get().getType()))
-          continue;
-        AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
-        Value global = operand.get();
-        Layout layout = layoutOf(global);
-        for (auto [k, expr] : llvm::enumerate(map.getResults())) {
-          auto d = dyn_cast<AffineDimExpr>(expr);
-          if (!d || d.getPosition() != loop)
-            continue;
-          if (const auto *ds = layout.getDim(k)) {
-            sharding = *ds;
-            extent = globalTypeOf(global).getDimSize(k);
-          }
-        }
-      }
-      if (!sharding)
-        continue;
-      if (sharding->sizes.empty() &&
-          llvm::any_of(sharding->splits,
-                       [](const ::shardx::Split &s) { return s.stride != 1; }))
-        return op.emitError("linalg.index of a loop with a strided split "
-                            "cannot be expanded");
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(op);
-      Location loc = index.getLoc();
-      Value offset = emitPiece(b, loc, *sharding, extent).first;
-      b.setInsertionPointAfter(index);
-      auto add = arith::AddIOp::create(b, loc, index.getResult(), offset);
-      b.replaceAllUsesExcept(index.getResult(), add.getResult(), add);
-    }
-    return success();
-  }
-};
-
-/// Global -> local tensor types as a context-aware TypeConverter: a tensor
-/// value converts to its shard under its producer's layout (an argument's
-/// from the function signature; errors at the producer); other types stay.
-class LocalTypeConverter : public TypeConverter {
-public:
-  explicit LocalTypeConverter(LocalizeState &state) {
-    addConversion([](Type type) { return type; });
-    addConversion([&state](Value value) -> std::optional<Type> {
-      if (!isa<RankedTensorType>(value.getType()))
-        return std::nullopt;
-      Operation *where = value.getDefiningOp();
-      if (!where)
-        where = cast<BlockArgument>(value).getOwner()->getParentOp();
-      FailureOr<RankedTensorType> local = state.localType(value, where);
-      if (failed(local))
-        return Type();
-      return Type(*local);
-    });
-  }
-};
-
-//===----------------------------------------------------------------------===//
-// Patterns, one per op family. Each runs on an op whose tensor results
-// already have their local types (globals in LocalizeState::globalTypes).
-//===----------------------------------------------------------------------===//
-
-/// The base of the patterns: the shared state of the function.
-template <typename OpT> struct LocalizePattern : OpRewritePattern<OpT> {
-  LocalizePattern(MLIRContext *context, LocalizeState &state)
-      : OpRewritePattern<OpT>(context), state(state) {}
-  LocalizeState &state;
-};
-
-// %l = unrealized_conversion_cast %x (around a lowered reshard) -> %x.
-struct DropCastPattern : LocalizePattern<UnrealizedConversionCastOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(UnrealizedConversionCastOp op,
-                                PatternRewriter &rewriter) const override {
-    if (op->getNumOperands() != 1 || op->getNumResults() != 1)
-      return failure();
-    rewriter.replaceOp(op, op.getOperand(0));
-    return success();
-  }
-};
-
-// tensor.empty() : tensor<7x4xf32> on [S(0)] -> tensor.empty(%n) :
-// tensor<?x4xf32>, %n this rank's shard size.
-struct EmptyPattern : LocalizePattern<tensor::EmptyOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(tensor::EmptyOp op,
-                                PatternRewriter &rewriter) const override {
-    RankedTensorType local = op.getType();
+  // tensor.empty() : tensor<7x4xf32> on [S(0)] -> tensor.empty(%n) :
+  // tensor<?x4xf32>, %n this rank's shard size.
+  FailureOr<Operation *> localizeEmpty(tensor::EmptyOp op,
+                                       tensor::EmptyOp clone) {
+    RankedTensorType local = clone.getType();
     if (local.hasStaticShape())
-      return failure();
-    RankedTensorType global = state.globalTypeOf(op.getResult());
-    SmallVector<Value> sizes = state.dynamicSizes(
-        rewriter, op.getLoc(), global, local, state.layoutOf(op.getResult()));
+      return clone.getOperation();
+    SmallVector<Value> sizes =
+        dynamicSizes(rewriter, op.getLoc(), op.getType(), local,
+                     layoutOf(op.getResult()));
     auto fresh = tensor::EmptyOp::create(rewriter, op.getLoc(), local, sizes);
-    fresh->setAttrs(op->getAttrDictionary());
-    state.globalTypes[fresh.getResult()] = global;
-    rewriter.replaceOp(op, fresh.getResult());
-    return success();
+    fresh->setAttrs(clone->getAttrDictionary());
+    return replaceClone(clone, fresh);
   }
-};
 
-// tensor.expand_shape: the output shape becomes the local one (sizes of
-// dynamic local dims from the layout).
-struct ExpandShapePattern : LocalizePattern<tensor::ExpandShapeOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(tensor::ExpandShapeOp op,
-                                PatternRewriter &rewriter) const override {
-    RankedTensorType local = op.getResultType();
+  // tensor.expand_shape: the output shape becomes the local one (sizes of
+  // dynamic local dims from the layout).
+  FailureOr<Operation *> localizeExpandShape(tensor::ExpandShapeOp op,
+                                             tensor::ExpandShapeOp clone) {
+    RankedTensorType local = clone.getResultType();
     if (local.hasStaticShape()) {
-      rewriter.modifyOpInPlace(
-          op, [&] { op.setStaticOutputShape(local.getShape()); });
-      return success();
+      clone.setStaticOutputShape(local.getShape());
+      return clone.getOperation();
     }
-    RankedTensorType global = state.globalTypeOf(op.getResult());
-    SmallVector<Value> sizes = state.dynamicSizes(
-        rewriter, op.getLoc(), global, local, state.layoutOf(op.getResult()));
+    SmallVector<Value> sizes =
+        dynamicSizes(rewriter, op.getLoc(), op.getResultType(), local,
+                     layoutOf(op.getResult()));
     SmallVector<OpFoldResult> shape;
     unsigned next = 0;
     for (int64_t d = 0; d < local.getRank(); ++d)
@@ -339,226 +199,283 @@ struct ExpandShapePattern : LocalizePattern<tensor::ExpandShapeOp> {
           local.isDynamicDim(d)
               ? OpFoldResult(sizes[next++])
               : OpFoldResult(rewriter.getIndexAttr(local.getDimSize(d))));
-    auto fresh =
-        tensor::ExpandShapeOp::create(rewriter, op.getLoc(), local, op.getSrc(),
-                                      op.getReassociationIndices(), shape);
+    auto fresh = tensor::ExpandShapeOp::create(
+        rewriter, op.getLoc(), local, clone.getSrc(),
+        clone.getReassociationIndices(), shape);
     fresh->setAttr(ShardXDialect::getLayoutsAttrName(),
-                   op->getAttr(ShardXDialect::getLayoutsAttrName()));
-    state.globalTypes[fresh.getResult()] = global;
-    rewriter.replaceOp(op, fresh.getResult());
-    return success();
+                   clone->getAttr(ShardXDialect::getLayoutsAttrName()));
+    return replaceClone(clone, fresh);
   }
-};
 
-// arith.constant dense<1.0> : tensor<8xf32> on [S(0)] -> a splat of the
-// local type; a sharded non-splat constant is an error.
-struct ConstantPattern : LocalizePattern<arith::ConstantOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(arith::ConstantOp op,
-                                PatternRewriter &rewriter) const override {
+  // arith.constant dense<1.0> : tensor<8xf32> on [S(0)] -> a splat of the
+  // local type; a sharded non-splat constant is an error.
+  FailureOr<Operation *> localizeConstant(arith::ConstantOp op,
+                                          arith::ConstantOp clone) {
     auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
-    if (!dense || dense.getType() == op.getType())
-      return failure();
-    if (!dense.isSplat()) {
-      state.error(op, "a sharded non-splat constant cannot be expanded");
-      return failure();
-    }
-    rewriter.modifyOpInPlace(op, [&] {
-      op.setValueAttr(dense.resizeSplat(cast<ShapedType>(op.getType())));
-    });
-    return success();
+    if (!dense || dense.getType() == clone.getType())
+      return clone.getOperation();
+    if (!dense.isSplat())
+      return op.emitError("a sharded non-splat constant cannot be expanded");
+    clone.setValueAttr(dense.resizeSplat(cast<ShapedType>(clone.getType())));
+    return clone.getOperation();
   }
-};
 
-// tensor.extract_slice: whole dims that are split take the local source
-// size.
-struct ExtractSlicePattern : LocalizePattern<tensor::ExtractSliceOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(tensor::ExtractSliceOp op,
-                                PatternRewriter &rewriter) const override {
-    RankedTensorType local = op.getResultType();
-    SmallVector<OpFoldResult> sizes = op.getMixedSizes();
+  // tensor.extract_slice: whole dims that are split take the local source
+  // size.
+  FailureOr<Operation *> localizeExtractSlice(tensor::ExtractSliceOp clone) {
+    RankedTensorType local = clone.getResultType();
+    Location loc = clone.getLoc();
+    SmallVector<OpFoldResult> sizes = clone.getMixedSizes();
     for (int64_t d = 0; d < local.getRank(); ++d)
       sizes[d] = local.isDynamicDim(d)
-                     ? OpFoldResult(tensor::DimOp::create(rewriter, op.getLoc(),
-                                                          op.getSource(), d))
+                     ? OpFoldResult(tensor::DimOp::create(rewriter, loc,
+                                                          clone.getSource(), d))
                      : OpFoldResult(rewriter.getIndexAttr(local.getDimSize(d)));
     auto fresh = tensor::ExtractSliceOp::create(
-        rewriter, op.getLoc(), local, op.getSource(), op.getMixedOffsets(),
-        sizes, op.getMixedStrides());
-    rewriter.replaceOp(op, fresh.getResult());
-    return success();
+        rewriter, loc, local, clone.getSource(), clone.getMixedOffsets(),
+        sizes, clone.getMixedStrides());
+    return replaceClone(clone, fresh);
   }
-};
 
-// tensor.insert_slice: the inserted sizes are the local source's.
-struct InsertSlicePattern : LocalizePattern<tensor::InsertSliceOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(tensor::InsertSliceOp op,
-                                PatternRewriter &rewriter) const override {
-    auto src = cast<RankedTensorType>(op.getSource().getType());
+  // tensor.insert_slice: the inserted sizes are the local source's.
+  FailureOr<Operation *> localizeInsertSlice(tensor::InsertSliceOp clone) {
+    auto src = cast<RankedTensorType>(clone.getSource().getType());
+    Location loc = clone.getLoc();
     SmallVector<OpFoldResult> sizes;
     for (int64_t d = 0; d < src.getRank(); ++d)
       sizes.push_back(
           src.isDynamicDim(d)
-              ? OpFoldResult(tensor::DimOp::create(rewriter, op.getLoc(),
-                                                   op.getSource(), d))
+              ? OpFoldResult(
+                    tensor::DimOp::create(rewriter, loc, clone.getSource(), d))
               : OpFoldResult(rewriter.getIndexAttr(src.getDimSize(d))));
     auto fresh = tensor::InsertSliceOp::create(
-        rewriter, op.getLoc(), op.getSource(), op.getDest(),
-        op.getMixedOffsets(), sizes, op.getMixedStrides());
-    rewriter.replaceOp(op, fresh.getResult());
-    return success();
+        rewriter, loc, clone.getSource(), clone.getDest(),
+        clone.getMixedOffsets(), sizes, clone.getMixedStrides());
+    return replaceClone(clone, fresh);
   }
-};
 
-// linalg.generic: an embedding lookup on a split table reads its local
-// piece; `linalg.index` of a sharded loop gets the rank's offset.
-struct GenericPattern : LocalizePattern<linalg::GenericOp> {
-  using LocalizePattern::LocalizePattern;
-  LogicalResult matchAndRewrite(linalg::GenericOp op,
-                                PatternRewriter &rewriter) const override {
-    // The lookup first: it matches the column index as the plain
-    // linalg.index the offsets then rewrite.
+  // linalg.generic: an embedding lookup on a split table reads its local
+  // piece; `linalg.index` of a sharded loop gets the rank's offset. The
+  // lookup first: it matches the column index as the plain linalg.index the
+  // offsets then rewrite.
+  FailureOr<Operation *> localizeGeneric(linalg::GenericOp op,
+                                         linalg::GenericOp clone) {
     if (auto table = op->getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
-      if (failed(state.localizeLookup(rewriter, op, table.getLayout()))) {
-        state.failed = true;
+      if (failed(localizeLookup(op, clone, table.getLayout())))
         return failure();
-      }
-    if (failed(state.offsetIndices(rewriter, op))) {
-      state.failed = true;
+    if (failed(offsetIndices(op, clone)))
       return failure();
-    }
-    return success();
+    return clone.getOperation();
   }
-};
 
-void populateLocalizePatterns(RewritePatternSet &patterns,
-                              LocalizeState &state) {
-  patterns
-      .add<ConstantPattern, DropCastPattern, EmptyPattern, ExpandShapePattern,
-           ExtractSlicePattern, GenericPattern, InsertSlicePattern>(
-          patterns.getContext(), state);
-}
+  /// An embedding lookup on a split table. Rows outside this rank's piece
+  /// read row 0 of the local table and yield zero; the column index (the
+  /// result's last loop, which offsetIndices then makes global) is made
+  /// local again.
+  LogicalResult localizeLookup(linalg::GenericOp op, linalg::GenericOp clone,
+                               const Layout &table);
 
-//===----------------------------------------------------------------------===//
-// The function: signature, ops in program order, signature attribute
-//===----------------------------------------------------------------------===//
+  /// Adds the rank's offset to `linalg.index` ops of sharded loops.
+  LogicalResult offsetIndices(linalg::GenericOp op, linalg::GenericOp clone);
 
-class Localizer {
-public:
-  Localizer(func::FuncOp fn, MeshOp mesh)
-      : state{fn, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-              std::vector<int64_t>(mesh.getShape().begin(),
-                                   mesh.getShape().end()),
-              static_cast<int64_t>(mesh.getShape().size()),
-              DenseMap<Value, RankedTensorType>()} {}
+  //===--------------------------------------------------------------------===//
+  // The function
+  //===--------------------------------------------------------------------===//
 
-  LogicalResult run();
-
-private:
-  LogicalResult localizeArguments();
+  LogicalResult localizeArguments(Block &global, Block &local);
   void recordResults();
-  LogicalResult localizeResults(Operation &op);
-  LogicalResult localizeBody();
+  LogicalResult localizeOp(Operation &op);
   void finishSignature();
 
-  LocalizeState state;
-  LocalTypeConverter typeConverter{state};
+  func::FuncOp fn;
+  FlatSymbolRefAttr meshRef;
+  std::vector<int64_t> meshShape;
+  int64_t meshRank;
+  IRRewriter rewriter;
+  /// Global values -> their local counterparts.
+  IRMapping mapping;
   SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
 };
 
-/// Gives every tensor argument its local type, recording the global types
-/// and layouts for `shardx.signature`.
-LogicalResult Localizer::localizeArguments() {
-  Builder b(state.fn.getContext());
-  for (BlockArgument arg : state.fn.getBody().front().getArguments()) {
-    argTypes.push_back(TypeAttr::get(arg.getType()));
-    if (!isa<RankedTensorType>(arg.getType())) {
-      argLayouts.push_back(b.getUnitAttr());
-      continue;
+LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
+                                        linalg::GenericOp clone,
+                                        const Layout &table) {
+  std::optional<EmbeddingLookup> global = matchEmbeddingLookup(op);
+  std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(clone);
+  if (!global || !lookup)
+    return op.emitError("embedding lookup changed shape during expansion");
+  auto tableType = cast<RankedTensorType>(global->table.getType());
+  OpBuilder::InsertionGuard guard(rewriter);
+  Location loc = clone.getLoc();
+  auto extract = cast<tensor::ExtractOp>(lookup->extract);
+  if (const ::shardx::DimSharding *cols = table.getDim(1)) {
+    auto [lo, size] = emitPiece(rewriter, loc, *cols, tableType.getDimSize(1));
+    rewriter.setInsertionPoint(extract);
+    Value col = extract.getIndices()[1];
+    Value local = arith::SubIOp::create(rewriter, loc, col, lo);
+    extract.getIndicesMutable()[1].assign(local);
+    rewriter.setInsertionPoint(clone);
+  }
+  if (const ::shardx::DimSharding *rows = table.getDim(0)) {
+    auto [lo, size] = emitPiece(rewriter, loc, *rows, tableType.getDimSize(0));
+    rewriter.setInsertionPoint(extract);
+    Value row = extract.getIndices()[0];
+    Value rel = arith::SubIOp::create(rewriter, loc, row, lo);
+    Value geLo = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::sge,
+                                       row, lo);
+    Value ltHi = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::slt,
+                                       rel, size);
+    Value in = arith::AndIOp::create(rewriter, loc, geLo, ltHi);
+    Value zeroIdx = arith::ConstantIndexOp::create(rewriter, loc, 0);
+    Value safe = arith::SelectOp::create(rewriter, loc, in, rel, zeroIdx);
+    extract.getIndicesMutable()[0].assign(safe);
+    rewriter.setInsertionPointAfter(extract);
+    Type elt = extract.getType();
+    Value zero =
+        arith::ConstantOp::create(rewriter, loc, elt, rewriter.getZeroAttr(elt));
+    Value masked = arith::SelectOp::create(rewriter, loc, in, extract, zero);
+    rewriter.replaceAllUsesExcept(extract.getResult(), masked,
+                                  masked.getDefiningOp());
+  }
+  clone->removeAttr(kTableLayoutAttrName);
+  return success();
+}
+
+LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
+                                       linalg::GenericOp clone) {
+  SmallVector<linalg::IndexOp> indices;
+  clone.getRegion().walk([&](linalg::IndexOp i) { indices.push_back(i); });
+  if (indices.empty())
+    return success();
+  // Loop -> (layout dim sharding, global extent) from any operand / result.
+  auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
+  for (linalg::IndexOp index : indices) {
+    int64_t loop = index.getDim();
+    std::optional<::shardx::DimSharding> sharding;
+    int64_t extent = 0;
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+      if (!type)
+        continue;
+      AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
+      Layout layout = layoutOf(operand.get());
+      for (auto [k, expr] : llvm::enumerate(map.getResults())) {
+        auto d = dyn_cast<AffineDimExpr>(expr);
+        if (!d || d.getPosition() != loop)
+          continue;
+        if (const auto *ds = layout.getDim(k)) {
+          sharding = *ds;
+          extent = type.getDimSize(k);
+        }
+      }
     }
-    argLayouts.push_back(LayoutAttr::get(state.meshRef, state.layoutOf(arg)));
-    Type local = typeConverter.convertType(arg);
-    if (!local)
-      return failure();
-    state.globalTypes[arg] = cast<RankedTensorType>(arg.getType());
-    arg.setType(local);
+    if (!sharding)
+      continue;
+    if (sharding->sizes.empty() &&
+        llvm::any_of(sharding->splits,
+                     [](const ::shardx::Split &s) { return s.stride != 1; }))
+      return op.emitError("linalg.index of a loop with a strided split "
+                          "cannot be expanded");
+    OpBuilder::InsertionGuard guard(rewriter);
+    Location loc = index.getLoc();
+    Value offset = emitPiece(rewriter, loc, *sharding, extent).first;
+    rewriter.setInsertionPointAfter(index);
+    auto add = arith::AddIOp::create(rewriter, loc, index.getResult(), offset);
+    rewriter.replaceAllUsesExcept(index.getResult(), add.getResult(), add);
+  }
+  return success();
+}
+
+/// The arguments of the local body: each tensor argument's local type. Also
+/// records the global types and layouts for `shardx.signature`.
+LogicalResult Localizer::localizeArguments(Block &global, Block &local) {
+  Builder b(fn.getContext());
+  for (BlockArgument arg : global.getArguments()) {
+    argTypes.push_back(TypeAttr::get(arg.getType()));
+    Type type = arg.getType();
+    if (!isa<RankedTensorType>(type)) {
+      argLayouts.push_back(b.getUnitAttr());
+    } else {
+      argLayouts.push_back(LayoutAttr::get(meshRef, layoutOf(arg)));
+      FailureOr<RankedTensorType> localType = this->localType(arg, fn);
+      if (failed(localType))
+        return failure();
+      type = *localType;
+    }
+    mapping.map(arg, local.addArgument(type, arg.getLoc()));
   }
   return success();
 }
 
 /// Records the global result types and layouts for `shardx.signature`.
 void Localizer::recordResults() {
-  func::FuncOp fn = state.fn;
   for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
     resultTypes.push_back(TypeAttr::get(fn.getResultTypes()[i]));
     auto l = fn.getResultAttrOfType<LayoutAttr>(
         i, ShardXDialect::getLayoutAttrName());
     resultLayouts.push_back(
         l ? Attribute(l)
-          : Attribute(LayoutAttr::get(state.meshRef, Layout(state.meshRank))));
+          : Attribute(LayoutAttr::get(meshRef, Layout(meshRank))));
   }
 }
 
-/// Gives every tensor result of `op` its local type.
-LogicalResult Localizer::localizeResults(Operation &op) {
-  for (OpResult r : op.getResults()) {
-    if (!isa<RankedTensorType>(r.getType()))
+/// Clones `op` into the local body (at the rewriter's insertion point) and
+/// maps its results. ShardX collectives already work on local types; ops
+/// with regions (scf) run replicated.
+LogicalResult Localizer::localizeOp(Operation &op) {
+  // %l = unrealized_conversion_cast %x (around a lowered reshard) -> %x.
+  if (auto cast = dyn_cast<UnrealizedConversionCastOp>(op);
+      cast && cast->getNumOperands() == 1 && cast->getNumResults() == 1) {
+    mapping.map(cast.getResult(0), mapping.lookup(cast.getOperand(0)));
+    return success();
+  }
+  if (isa<AnnotateOp, RedistributeOp>(op))
+    return op.emitError("run shardx-insert-reshards and "
+                        "shardx-lower-reshards before shardx-localize");
+  Operation *clone = rewriter.clone(op, mapping);
+  if (isa<func::ReturnOp>(op) ||
+      isa_and_nonnull<ShardXDialect>(op.getDialect()))
+    return success();
+  for (auto [global, local] : llvm::zip(op.getResults(), clone->getResults())) {
+    if (!isa<RankedTensorType>(global.getType()))
       continue;
-    auto global = cast<RankedTensorType>(r.getType());
-    Type local = typeConverter.convertType(r);
-    if (!local)
+    FailureOr<RankedTensorType> type = localType(global, &op);
+    if (failed(type))
       return failure();
-    state.globalTypes[r] = global;
-    r.setType(local);
+    local.setType(*type);
   }
-  return success();
-}
-
-/// The ops in program order: results converted, then the op family's
-/// pattern. ShardX collectives already work on local types; ops with
-/// regions (scf) run replicated. Layout attributes stay until every op is
-/// rewritten: later ops read their operands' layouts (linalg.index offsets).
-LogicalResult Localizer::localizeBody() {
-  MLIRContext *context = state.fn.getContext();
-  RewritePatternSet patterns(context);
-  populateLocalizePatterns(patterns, state);
-  FrozenRewritePatternSet frozen(std::move(patterns));
-  PatternApplicator applicator(frozen);
-  applicator.applyDefaultCostModel();
-  PatternRewriter rewriter(context);
-  Block &body = state.fn.getBody().front();
-  for (Operation &op : llvm::make_early_inc_range(body)) {
-    if (isa<UnrealizedConversionCastOp>(op)) {
-      rewriter.setInsertionPoint(&op);
-      if (succeeded(applicator.matchAndRewrite(&op, rewriter)))
-        continue;
-    }
-    if (isa<AnnotateOp, RedistributeOp>(op))
-      return op.emitError("run shardx-insert-reshards and "
-                          "shardx-lower-reshards before shardx-localize");
-    if (isa<func::ReturnOp>(op) ||
-        isa_and_nonnull<ShardXDialect>(op.getDialect()))
-      continue;
-    if (failed(localizeResults(op)))
-      return failure();
-    rewriter.setInsertionPoint(&op);
-    (void)applicator.matchAndRewrite(&op, rewriter);
-    if (state.failed)
-      return failure();
-  }
-  for (Operation &op : body) {
-    op.removeAttr(ShardXDialect::getLayoutsAttrName());
-    op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
-  }
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(clone);
+  FailureOr<Operation *> result =
+      TypeSwitch<Operation *, FailureOr<Operation *>>(&op)
+          .Case([&](tensor::EmptyOp g) {
+            return localizeEmpty(g, cast<tensor::EmptyOp>(clone));
+          })
+          .Case([&](tensor::ExpandShapeOp g) {
+            return localizeExpandShape(g, cast<tensor::ExpandShapeOp>(clone));
+          })
+          .Case([&](arith::ConstantOp g) {
+            return localizeConstant(g, cast<arith::ConstantOp>(clone));
+          })
+          .Case([&](tensor::ExtractSliceOp) {
+            return localizeExtractSlice(cast<tensor::ExtractSliceOp>(clone));
+          })
+          .Case([&](tensor::InsertSliceOp) {
+            return localizeInsertSlice(cast<tensor::InsertSliceOp>(clone));
+          })
+          .Case([&](linalg::GenericOp g) {
+            return localizeGeneric(g, cast<linalg::GenericOp>(clone));
+          })
+          .Default([&](Operation *) { return FailureOr<Operation *>(clone); });
+  if (failed(result))
+    return failure();
+  mapping.map(op.getResults(), (*result)->getResults());
   return success();
 }
 
 /// The local function type and `shardx.signature` (the global types and
 /// layouts of arguments and results).
 void Localizer::finishSignature() {
-  func::FuncOp fn = state.fn;
   MLIRContext *context = fn.getContext();
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -571,7 +488,7 @@ void Localizer::finishSignature() {
         i, StringAttr::get(context, ShardXDialect::getLayoutAttrName()));
   Builder b(context);
   NamedAttrList sig;
-  sig.append("mesh", state.meshRef);
+  sig.append("mesh", meshRef);
   sig.append("arg_types", b.getArrayAttr(argTypes));
   sig.append("arg_layouts", b.getArrayAttr(argLayouts));
   sig.append("result_types", b.getArrayAttr(resultTypes));
@@ -580,15 +497,34 @@ void Localizer::finishSignature() {
               sig.getDictionary(context));
 }
 
+/// Builds the local body after the global one, then erases the global one
+/// (or, on failure, the partial local one: the function is left as it was).
 LogicalResult Localizer::run() {
-  if (failed(localizeArguments()))
+  Block &global = fn.getBody().front();
+  auto *local = new Block();
+  fn.getBody().push_back(local);
+  auto discard = [](Block *block) {
+    block->dropAllDefinedValueUses();
+    block->erase();
     return failure();
+  };
+  if (failed(localizeArguments(global, *local)))
+    return discard(local);
   recordResults();
-  if (failed(localizeBody()))
-    return failure();
+  rewriter.setInsertionPointToEnd(local);
+  for (Operation &op : global)
+    if (failed(localizeOp(op)))
+      return discard(local);
+  // Layout attributes stay on the clones until the body is complete (the
+  // function's own ones until the signature is), then go.
+  for (Operation &op : *local) {
+    op.removeAttr(ShardXDialect::getLayoutsAttrName());
+    op.removeAttr(ShardXDialect::getOperandLayoutsAttrName());
+  }
+  (void)discard(&global);
   finishSignature();
   // The local program must be type-consistent and free of global shapes.
-  WalkResult walk = state.fn.walk([&](Operation *op) {
+  WalkResult walk = fn.walk([&](Operation *op) {
     if (isa<AnnotateOp, RedistributeOp>(op)) {
       op->emitError("left after SPMD expansion");
       return WalkResult::interrupt();
@@ -601,16 +537,13 @@ LogicalResult Localizer::run() {
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
   void runOnOperation() override {
-    if (failed(localize(getOperation())))
+    // Functions without layouts run as they are on every rank.
+    auto localize = [](func::FuncOp fn, MeshOp mesh) {
+      return Localizer(fn, mesh).run();
+    };
+    if (failed(forEachShardedFunction(getOperation(), localize)))
       signalPassFailure();
   }
 };
 
 } // namespace
-
-LogicalResult mlir::shardx::localize(ModuleOp module) {
-  // Functions without layouts run as they are on every rank.
-  return forEachShardedFunction(module, [](func::FuncOp fn, MeshOp mesh) {
-    return Localizer(fn, mesh).run();
-  });
-}
