@@ -6,6 +6,8 @@
 
 #include "OpShardingSpace.h"
 
+#include "LayoutUtils.h"
+
 #include "shardx/Rules/ShardingRule.h"
 
 using namespace mlir;

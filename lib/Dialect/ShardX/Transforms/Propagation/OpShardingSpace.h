@@ -25,14 +25,14 @@
 #include "FactorProjection.h"
 #include "ShardingState.h"
 
-#include "LayoutUtils.h"
-
 #include "llvm/ADT/SmallBitVector.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace mlir::shardx {
+
+struct EmbeddingLookup; // LayoutUtils.h
 
 /// A key of a search cache: opaque pointers and small numbers.
 using SearchKey = std::vector<uintptr_t>;
