@@ -21,7 +21,7 @@ namespace {
 HostTensor makeInput(const std::vector<int64_t> &shape) {
   HostTensor t;
   t.shape = shape;
-  t.dtype = "f32";
+  t.dtype = shardx::rt::DType::F32;
   t.data.resize(t.numElements() * sizeof(float));
   float *p = reinterpret_cast<float *>(t.data.data());
   for (int64_t i = 0; i < t.numElements(); ++i)

@@ -35,25 +35,12 @@ using shardx::rt::Communicator;
 using shardx::rt::DType;
 using shardx::rt::Status;
 
-size_t shardx::exec::elementSize(const std::string &dtype) {
-  if (dtype == "f32" || dtype == "i32")
-    return 4;
-  if (dtype == "f64" || dtype == "i64" || dtype == "index")
-    return 8;
-  if (dtype == "f16" || dtype == "bf16" || dtype == "i16")
-    return 2;
-  if (dtype == "i8" || dtype == "i1")
-    return 1;
-  return 0;
-}
-
 int64_t HostTensor::numElements() const {
   int64_t n = 1;
   for (int64_t s : shape)
     n *= s;
   return n;
 }
-size_t HostTensor::elementSize() const { return exec::elementSize(dtype); }
 
 namespace {
 
@@ -79,39 +66,51 @@ uint16_t bits16(const char *p) {
 
 void storeBits16(char *p, uint16_t h) { std::memcpy(p, &h, sizeof(h)); }
 
-double loadAsDouble(const char *p, const std::string &dtype) {
-  if (dtype == "f32")
+double loadAsDouble(const char *p, DType dtype) {
+  switch (dtype) {
+  case DType::F32:
     return load<float>(p);
-  if (dtype == "f64")
+  case DType::F64:
     return load<double>(p);
-  if (dtype == "i32")
+  case DType::I32:
     return load<int32_t>(p);
-  if (dtype == "i64")
+  case DType::I64:
+  case DType::Index:
     return load<int64_t>(p);
-  if (dtype == "i8" || dtype == "i1")
+  case DType::I16:
+    return load<int16_t>(p);
+  case DType::I8:
+  case DType::I1:
     return load<int8_t>(p);
-  if (dtype == "bf16")
+  case DType::BF16:
     return shardx::rt::bf16ToFloat(bits16(p));
-  if (dtype == "f16")
+  case DType::F16:
     return shardx::rt::f16ToFloat(bits16(p));
+  }
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-void storeFromDouble(char *p, double v, const std::string &dtype) {
-  if (dtype == "f32")
-    store<float>(p, v);
-  else if (dtype == "f64")
-    store<double>(p, v);
-  else if (dtype == "i32")
-    store<int32_t>(p, v);
-  else if (dtype == "i64")
-    store<int64_t>(p, v);
-  else if (dtype == "i8" || dtype == "i1")
-    store<int8_t>(p, v);
-  else if (dtype == "bf16")
-    storeBits16(p, shardx::rt::floatToBf16(static_cast<float>(v)));
-  else if (dtype == "f16")
-    storeBits16(p, shardx::rt::floatToF16(static_cast<float>(v)));
+void storeFromDouble(char *p, double v, DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return store<float>(p, v);
+  case DType::F64:
+    return store<double>(p, v);
+  case DType::I32:
+    return store<int32_t>(p, v);
+  case DType::I64:
+  case DType::Index:
+    return store<int64_t>(p, v);
+  case DType::I16:
+    return store<int16_t>(p, v);
+  case DType::I8:
+  case DType::I1:
+    return store<int8_t>(p, v);
+  case DType::BF16:
+    return storeBits16(p, shardx::rt::floatToBf16(static_cast<float>(v)));
+  case DType::F16:
+    return storeBits16(p, shardx::rt::floatToF16(static_cast<float>(v)));
+  }
 }
 
 /// Per dim, the global indices a shard holds, in local order.
@@ -153,22 +152,6 @@ void forEachElement(const std::vector<std::vector<int64_t>> &idx,
   }
 }
 
-std::optional<DType> toDType(const std::string &dtype) {
-  if (dtype == "f32")
-    return DType::F32;
-  if (dtype == "f64")
-    return DType::F64;
-  if (dtype == "i32")
-    return DType::I32;
-  if (dtype == "i64")
-    return DType::I64;
-  if (dtype == "bf16")
-    return DType::BF16;
-  if (dtype == "f16")
-    return DType::F16;
-  return std::nullopt;
-}
-
 using Json = nlohmann::json;
 
 /// The integers of `obj[key]` (empty when absent).
@@ -191,11 +174,13 @@ bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
   spec.globalShape = ints(obj, "global_shape");
   if (spec.globalShape.empty() && !spec.shape.empty())
     spec.globalShape = spec.shape;
-  spec.dtype = stringOr(obj, "dtype", "");
-  if (elementSize(spec.dtype) == 0) {
-    error = "unsupported element type '" + spec.dtype + "'";
+  std::string dtype = stringOr(obj, "dtype", "");
+  std::optional<DType> parsed = rt::parseDType(dtype);
+  if (!parsed) {
+    error = "unsupported element type '" + dtype + "'";
     return false;
   }
+  spec.dtype = *parsed;
   auto l = obj.find("layout");
   if (l == obj.end() || !l->is_object())
     return true;
@@ -695,7 +680,7 @@ InputDomain shardx::exec::inputDomainOfTorchState(const std::string &state) {
 }
 
 HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
-                                      const std::string &dtype, uint64_t seed,
+                                      DType dtype, uint64_t seed,
                                       int64_t intRange, InputDomain domain) {
   HostTensor t;
   t.shape = shape;
@@ -703,7 +688,7 @@ HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
   size_t es = t.elementSize();
   t.data.resize(t.numElements() * es);
   std::mt19937_64 gen(seed);
-  bool isFloat = dtype[0] == 'f' || dtype == "bf16";
+  bool isFloat = rt::isFloat(dtype);
   std::uniform_real_distribution<double> real(
       domain == InputDomain::NonNegative ? 0.0 : -1.0, 1.0);
   std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(intRange, 1) - 1);
@@ -716,24 +701,6 @@ HostTensor shardx::exec::randomTensor(const std::vector<int64_t> &shape,
   }
   return t;
 }
-
-namespace {
-const char *npyDescr(const std::string &dtype) {
-  if (dtype == "f32")
-    return "<f4";
-  if (dtype == "f64")
-    return "<f8";
-  if (dtype == "i32")
-    return "<i4";
-  if (dtype == "i64")
-    return "<i8";
-  if (dtype == "i1")
-    return "|b1";
-  if (dtype == "i8")
-    return "|i1";
-  return nullptr;
-}
-} // namespace
 
 bool shardx::exec::readNpy(const std::string &path, HostTensor &out,
                            std::string &error) {
@@ -763,13 +730,14 @@ bool shardx::exec::readNpy(const std::string &path, HostTensor &out,
     return p == std::string::npos ? std::string() : header.substr(p);
   };
   std::string descr = field("descr");
-  for (const char *d : {"f32", "f64", "i32", "i64", "i1", "i8"})
-    if (descr.find(npyDescr(d)) != std::string::npos &&
-        descr.find(npyDescr(d)) < 20) {
-      out.dtype = d;
+  bool known = false;
+  for (const rt::DTypeInfo &d : rt::kDTypes)
+    if (d.npyDescr && descr.find(d.npyDescr) < 20) {
+      out.dtype = d.type;
+      known = true;
       break;
     }
-  if (out.dtype.empty()) {
+  if (!known) {
     error = path + ": unsupported dtype (" + descr.substr(0, 20) + ")";
     return false;
   }
@@ -796,9 +764,10 @@ bool shardx::exec::readNpy(const std::string &path, HostTensor &out,
 
 bool shardx::exec::writeNpy(const std::string &path, const HostTensor &t,
                             std::string &error) {
-  const char *descr = npyDescr(t.dtype);
+  const char *descr = rt::getDTypeInfo(t.dtype).npyDescr;
   if (!descr) {
-    error = "cannot write " + t.dtype + " as .npy";
+    error = std::string("cannot write ") + rt::stringifyDType(t.dtype) +
+            " as .npy";
     return false;
   }
   std::string header = std::string("{'descr': '") + descr +
@@ -949,9 +918,9 @@ Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
   std::vector<int64_t> allAxes;
   for (size_t a = 0; a < mesh.size(); ++a)
     allAxes.push_back(static_cast<int64_t>(a));
-  std::optional<DType> dt = toDType(spec.dtype);
-  if (!dt)
-    return Status::error("cannot gather " + spec.dtype + " results");
+  if (!rt::isCollectiveType(spec.dtype))
+    return Status::error(std::string("cannot gather ") +
+                         rt::stringifyDType(spec.dtype) + " results");
   std::vector<size_t> counts;
   std::vector<HostTensor> locals(coords.size());
   for (size_t r = 0; r < coords.size(); ++r) {
@@ -966,14 +935,15 @@ Status shardx::exec::gatherOnCommunicator(const HostTensor &local,
   size_t total = 0;
   for (size_t c : counts)
     total += c;
-  std::vector<char> all(total * elementSize(spec.dtype) + 1);
+  std::vector<char> all(total * rt::dtypeSize(spec.dtype) + 1);
   Status g =
-      comm.allGather(local.data.data(), all.data(), counts, *dt, allAxes);
+      comm.allGather(local.data.data(), all.data(), counts, spec.dtype,
+                     allAxes);
   if (!g)
     return g;
   size_t off = 0;
   for (size_t r = 0; r < coords.size(); ++r) {
-    size_t bytes = counts[r] * elementSize(spec.dtype);
+    size_t bytes = counts[r] * rt::dtypeSize(spec.dtype);
     locals[r].data.assign(all.begin() + off, all.begin() + off + bytes);
     off += bytes;
   }

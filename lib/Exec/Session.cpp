@@ -47,7 +47,8 @@ bool ShardSet::matches(const TensorSpec &spec, std::string &why) const {
     return false;
   }
   if (spec.dtype != dtype) {
-    why = "dtype " + dtype + ", expected " + spec.dtype;
+    why = std::string("dtype ") + rt::stringifyDType(dtype) + ", expected " +
+          rt::stringifyDType(spec.dtype);
     return false;
   }
   if (!sameLayout(layout, spec.layout)) {

@@ -18,39 +18,6 @@
 
 namespace shardx::rt {
 
-size_t dtypeSize(DType type) {
-  switch (type) {
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F64:
-  case DType::I64:
-    return 8;
-  case DType::BF16:
-  case DType::F16:
-    return 2;
-  }
-  return 0;
-}
-
-const char *stringifyDType(DType type) {
-  switch (type) {
-  case DType::F32:
-    return "f32";
-  case DType::F64:
-    return "f64";
-  case DType::I32:
-    return "i32";
-  case DType::I64:
-    return "i64";
-  case DType::BF16:
-    return "bf16";
-  case DType::F16:
-    return "f16";
-  }
-  return "?";
-}
-
 Communicator::Communicator(std::vector<int64_t> meshShape, int64_t rank)
     : meshShape(std::move(meshShape)), rank(rank) {
   size = 1;
@@ -288,6 +255,11 @@ void reduceInto(void *inout, const void *in, size_t count, DType type,
   case DType::BF16:
   case DType::F16:
     return reduceHalf(inout, in, count, type, op);
+  case DType::I16:
+  case DType::I8:
+  case DType::I1:
+  case DType::Index: // not collective types (isCollectiveType)
+    return;
   }
 }
 
@@ -314,6 +286,11 @@ void divideBy(void *buffer, size_t count, DType type, int64_t n) {
     }
     return;
   }
+  case DType::I16:
+  case DType::I8:
+  case DType::I1:
+  case DType::Index: // not collective types (isCollectiveType)
+    return;
   }
 }
 

@@ -325,8 +325,14 @@ Status exchange(Communicator &comm, const void *in, void *out, DType type,
   case DType::BF16:
   case DType::F16:
     return exchangeHalf(comm, in, out, type, globalShape, source, target, axes);
+  case DType::I16:
+  case DType::I8:
+  case DType::I1:
+  case DType::Index:
+    break;
   }
-  return Status::error("exchange: unknown element type");
+  return Status::error(std::string("exchange: ") + stringifyDType(type) +
+                       " is not a collective type");
 }
 
 bool decodeExchange(const int64_t *data, size_t size,

@@ -93,52 +93,36 @@ struct LoadError : std::runtime_error {
 using AnyArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using NumpyArray = nb::ndarray<nb::numpy, nb::ro>;
 
-std::string dtypeName(nb::dlpack::dtype t) {
+/// The DLPack type of `type`'s arrays (the DType table's sizes and kinds).
+nb::dlpack::dtype dlpackType(rt::DType type) {
   using nb::dlpack::dtype_code;
-  auto code = static_cast<dtype_code>(t.code);
-  if (t.lanes != 1)
-    return "";
-  if (code == dtype_code::Float && t.bits == 32)
-    return "f32";
-  if (code == dtype_code::Float && t.bits == 64)
-    return "f64";
-  if (code == dtype_code::Float && t.bits == 16)
-    return "f16";
-  if (code == dtype_code::Bfloat && t.bits == 16)
-    return "bf16";
-  if (code == dtype_code::Int && t.bits == 64)
-    return "i64";
-  if (code == dtype_code::Int && t.bits == 32)
-    return "i32";
-  if (code == dtype_code::Int && t.bits == 16)
-    return "i16";
-  if (code == dtype_code::Int && t.bits == 8)
-    return "i8";
-  if (code == dtype_code::Bool && t.bits == 8)
-    return "i1";
-  return "";
+  dtype_code code = type == rt::DType::I1      ? dtype_code::Bool
+                    : type == rt::DType::BF16  ? dtype_code::Bfloat
+                    : rt::isFloat(type)        ? dtype_code::Float
+                                               : dtype_code::Int;
+  return {static_cast<uint8_t>(code),
+          static_cast<uint8_t>(8 * rt::dtypeSize(type)), 1};
 }
 
-nb::dlpack::dtype dlpackType(const std::string &name) {
-  if (name == "f32")
-    return nb::dtype<float>();
-  if (name == "f64")
-    return nb::dtype<double>();
-  if (name == "i64")
-    return nb::dtype<int64_t>();
-  if (name == "i32")
-    return nb::dtype<int32_t>();
-  if (name == "i16")
-    return nb::dtype<int16_t>();
-  if (name == "i8")
-    return nb::dtype<int8_t>();
-  if (name == "i1")
-    return nb::dtype<bool>();
-  if (name == "f16")
-    return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-  if (name == "bf16")
-    return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
-  throw std::invalid_argument("no array type for dtype " + name);
+/// The element type of an array of DLPack type `t`, if ShardX has it.
+std::optional<rt::DType> dtypeOf(nb::dlpack::dtype t) {
+  for (const rt::DTypeInfo &info : rt::kDTypes)
+    if (info.type != rt::DType::Index && dlpackType(info.type) == t)
+      return info.type;
+  return std::nullopt;
+}
+
+std::string dtypeName(nb::dlpack::dtype t) {
+  std::optional<rt::DType> type = dtypeOf(t);
+  return type ? rt::stringifyDType(*type) : "unsupported";
+}
+
+/// A dtype argument from Python (an MLIR name such as "bf16").
+rt::DType parseDTypeArg(const std::string &name) {
+  std::optional<rt::DType> type = rt::parseDType(name);
+  if (!type)
+    throw std::invalid_argument("unsupported dtype '" + name + "'");
+  return *type;
 }
 
 /// A read-only numpy array over `t`'s data that keeps `t` alive. numpy has
@@ -156,23 +140,31 @@ Array viewOf(std::shared_ptr<const HostTensor> t) {
   const void *data = h.data.empty() ? &empty : h.data.data();
   return Array(const_cast<void *>(data), shape.size(), shape.data(), owner,
                nullptr,
-               h.dtype == "bf16" ? nb::dtype<uint16_t>() : dlpackType(h.dtype));
+               h.dtype == rt::DType::BF16 ? nb::dtype<uint16_t>()
+                                          : dlpackType(h.dtype));
 }
 
-HostTensor hostTensorOf(const AnyArray &a, const std::string &dtype) {
+HostTensor hostTensorOf(const AnyArray &a, rt::DType dtype) {
   HostTensor t;
-  t.dtype = dtype.empty() ? dtypeName(a.dtype()) : dtype;
-  if (t.dtype.empty() || elementSize(t.dtype) == 0)
-    throw std::invalid_argument("unsupported array dtype");
-  if (dtypeName(a.dtype()) != t.dtype)
+  t.dtype = dtype;
+  if (dtypeOf(a.dtype()) != dtype)
     throw std::invalid_argument("array dtype " + dtypeName(a.dtype()) +
-                                " is not " + t.dtype);
+                                " is not " + rt::stringifyDType(dtype));
   for (size_t d = 0; d < a.ndim(); ++d)
     t.shape.push_back(static_cast<int64_t>(a.shape(d)));
   t.data.resize(a.nbytes());
   if (a.nbytes())
     std::memcpy(t.data.data(), a.data(), a.nbytes());
   return t;
+}
+
+/// The same with the dtype named (empty: the array's).
+HostTensor hostTensorOf(const AnyArray &a, const std::string &dtype) {
+  std::optional<rt::DType> type =
+      dtype.empty() ? dtypeOf(a.dtype()) : rt::parseDType(dtype);
+  if (!type)
+    throw std::invalid_argument("unsupported array dtype");
+  return hostTensorOf(a, *type);
 }
 
 std::vector<Placement> placementsOf(
@@ -202,7 +194,7 @@ nb::dict specDict(const TensorSpec &s) {
   nb::dict d;
   d["shape"] = s.shape;
   d["global_shape"] = s.globalShape;
-  d["dtype"] = s.dtype;
+  d["dtype"] = rt::stringifyDType(s.dtype);
   d["layout"] = s.layout;
   return d;
 }
@@ -442,7 +434,7 @@ struct CallPlan {
         PyErr_Clear();
         return notImplemented;
       }
-      if (dtypeName(array.dtype()) != spec.dtype ||
+      if (dtypeOf(array.dtype()) != spec.dtype ||
           array.ndim() != spec.globalShape.size())
         return notImplemented;
       for (size_t d = 0; d < array.ndim(); ++d)
@@ -689,7 +681,8 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("mesh_shape", [](const ShardSet &s) { return s.meshShape; })
       .def_prop_ro("global_shape",
                    [](const ShardSet &s) { return s.globalShape; })
-      .def_prop_ro("dtype", [](const ShardSet &s) { return s.dtype; })
+      .def_prop_ro("dtype",
+                   [](const ShardSet &s) { return rt::stringifyDType(s.dtype); })
       .def_prop_ro("layout", [](const ShardSet &s) { return s.layout; })
       .def_prop_ro("ranks", [](const ShardSet &s) { return s.locals.size(); })
       .def_prop_ro("donated", [](const ShardSet &s) { return s.donated; })
@@ -865,7 +858,7 @@ NB_MODULE(_shardx_rt, m) {
             ShardSet set;
             set.meshShape = mesh;
             set.globalShape = globalShape;
-            set.dtype = dtype;
+            set.dtype = parseDTypeArg(dtype);
             set.layout = layout;
             set.locals.assign(size, nullptr);
             bool replicated = !layout || layout->isReplicated();
@@ -883,7 +876,7 @@ NB_MODULE(_shardx_rt, m) {
                 throw std::invalid_argument("shards_of: rank " +
                                             std::to_string(r) +
                                             "'s shard is missing");
-              HostTensor t = hostTensorOf(nb::cast<AnyArray>(h), dtype);
+              HostTensor t = hostTensorOf(nb::cast<AnyArray>(h), set.dtype);
               std::vector<int64_t> want =
                   replicated ? globalShape
                              : layout->getLocalShard(mesh, globalShape,

@@ -57,9 +57,9 @@ bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
     if (!readNpy(options.inputs[i], t, error))
       return false;
     if (t.shape != spec.globalShape || t.dtype != spec.dtype) {
-      auto text = [](const std::string &dtype,
-                     const std::vector<int64_t> &shape) {
-        std::string s = dtype + " tensor of shape [";
+      auto text = [](rt::DType dtype, const std::vector<int64_t> &shape) {
+        std::string s =
+            std::string(rt::stringifyDType(dtype)) + " tensor of shape [";
         for (size_t d = 0; d < shape.size(); ++d)
           s += (d ? ", " : "") + std::to_string(shape[d]);
         return s + "]";
@@ -85,8 +85,7 @@ std::string tools::describeInputs(const EntryPoint &entry,
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     InputDomain domain =
         i < options.domains.size() ? options.domains[i] : InputDomain::Any;
-    bool isFloat =
-        entry.inputs[i].dtype[0] == 'f' || entry.inputs[i].dtype == "bf16";
+    bool isFloat = rt::isFloat(entry.inputs[i].dtype);
     if (domain == InputDomain::Count)
       ++counts;
     else if (!isFloat)
@@ -225,24 +224,34 @@ void tools::printVerdict(const Difference &d) {
   std::printf(" %s\n", verdict);
 }
 
-void tools::defaultTolerance(const std::string &dtype, double &rtol,
-                             double &atol) {
-  if (dtype == "f32") {
+void tools::defaultTolerance(rt::DType dtype, double &rtol, double &atol) {
+  rtol = atol = 0; // integers and booleans: exact
+  switch (dtype) {
+  case rt::DType::F32:
     rtol = 1e-4;
     atol = 1e-5;
-  } else if (dtype == "f64") {
+    return;
+  case rt::DType::F64:
     rtol = 1e-10;
     atol = 1e-12;
-  } else if (dtype == "bf16") {
+    return;
+  case rt::DType::BF16:
     // A few units of bf16's 2^-8 roundoff (docs/Compiler.md, "Mixed
     // precision").
     rtol = 3e-2;
     atol = 1e-2;
-  } else if (dtype == "f16") {
+    return;
+  case rt::DType::F16:
     rtol = 4e-3;
     atol = 1e-3;
-  } else {
-    rtol = atol = 0;
+    return;
+  case rt::DType::I32:
+  case rt::DType::I64:
+  case rt::DType::I16:
+  case rt::DType::I8:
+  case rt::DType::I1:
+  case rt::DType::Index:
+    return;
   }
 }
 
@@ -336,7 +345,7 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
           return fail(error);
         double rtol, atol;
         defaultTolerance(outputs[i].dtype, rtol, atol);
-        if (outputs[i].dtype[0] == 'f' || outputs[i].dtype == "bf16") {
+        if (rt::isFloat(outputs[i].dtype)) {
           rtol = args.rtol >= 0 ? args.rtol : rtol;
           atol = args.atol >= 0 ? args.atol : atol;
         }

@@ -70,7 +70,7 @@ void printVerdict(const exec::Difference &d);
 /// The comparison's tolerances for outputs of `dtype`: f32 rtol 1e-4, atol
 /// 1e-5 (shardx-run's defaults); f64 1e-10 and 1e-12; integers and
 /// booleans exact.
-void defaultTolerance(const std::string &dtype, double &rtol, double &atol);
+void defaultTolerance(rt::DType dtype, double &rtol, double &atol);
 
 /// Loads the artifact, makes or reads the inputs, runs on the chosen
 /// backend, writes the outputs as DIR/<entry>.out<i>.npy and compares them

@@ -15,6 +15,7 @@
 #include "shardx/Layout/Layout.h"
 #include "shardx/Runtime/BufferCache.h"
 #include "shardx/Runtime/Communicator.h"
+#include "shardx/Runtime/DType.h"
 
 #include <functional>
 #include <memory>
@@ -33,20 +34,17 @@ using HostData = std::vector<char, rt::CachingAllocator<char>>;
 /// A dense row-major host tensor.
 struct HostTensor {
   std::vector<int64_t> shape;
-  std::string dtype; // "f32", "f64", "i32", "i64", "i1", ...
+  rt::DType dtype = rt::DType::F32;
   HostData data;
 
   int64_t numElements() const;
-  size_t elementSize() const;
+  size_t elementSize() const { return rt::dtypeSize(dtype); }
 };
-
-/// Bytes per element of an MLIR element type name; 0 when unknown.
-size_t elementSize(const std::string &dtype);
 
 struct TensorSpec {
   std::vector<int64_t> shape;       // local (per rank)
   std::vector<int64_t> globalShape; // global
-  std::string dtype;
+  rt::DType dtype = rt::DType::F32;
   std::optional<Layout> layout; // none: replicated / unsharded
   std::string layoutText;
 };
@@ -177,9 +175,8 @@ enum class InputDomain {
 InputDomain inputDomainOfTorchState(const std::string &state);
 
 /// A random tensor from `seed`, its elements drawn from `domain`.
-HostTensor randomTensor(const std::vector<int64_t> &shape,
-                        const std::string &dtype, uint64_t seed,
-                        int64_t intRange,
+HostTensor randomTensor(const std::vector<int64_t> &shape, rt::DType dtype,
+                        uint64_t seed, int64_t intRange,
                         InputDomain domain = InputDomain::Any);
 
 /// .npy files (format 1.0, little-endian, C order).

@@ -30,7 +30,7 @@ namespace shardx::exec {
 struct ShardSet {
   std::vector<int64_t> meshShape;
   std::vector<int64_t> globalShape;
-  std::string dtype;
+  rt::DType dtype = rt::DType::F32;
   /// None: every rank holds the whole tensor.
   std::optional<Layout> layout;
   std::vector<std::shared_ptr<const HostTensor>> locals;

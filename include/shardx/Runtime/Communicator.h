@@ -21,6 +21,7 @@
 #define SHARDX_RUNTIME_COMMUNICATOR_H
 
 #include "shardx/Layout/Layout.h"
+#include "shardx/Runtime/DType.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -31,13 +32,6 @@
 #include <vector>
 
 namespace shardx::rt {
-
-/// Element types the collectives move and reduce. BF16 and F16 reduce by
-/// accumulating in f32 (HalfFloat.h).
-enum class DType : uint8_t { F32, F64, I32, I64, BF16, F16 };
-
-size_t dtypeSize(DType type);
-const char *stringifyDType(DType type);
 
 /// The outcome of a runtime call: ok, or an error message.
 class Status {
@@ -203,9 +197,6 @@ void divideBy(void *buffer, size_t count, DType type, int64_t n);
 /// how backends accumulate 16-bit floats in f32.
 void widenToF32(float *out, const void *in, size_t count, DType type);
 void narrowFromF32(void *out, const float *in, size_t count, DType type);
-inline bool isHalfFloat(DType type) {
-  return type == DType::BF16 || type == DType::F16;
-}
 
 /// How the ranks of a threads world move and reduce data: host memory (the
 /// `threads` backend) or one GPU's memory (`cuda-local`). One per rank, used

@@ -111,6 +111,11 @@ int ncclType(DType type) {
     return 9; // ncclBfloat16
   case DType::F16:
     return 6; // ncclFloat16
+  case DType::I16:
+  case DType::I8:
+  case DType::I1:
+  case DType::Index: // not collective types (isCollectiveType)
+    break;
   }
   return -1;
 }

@@ -62,6 +62,11 @@ MPI_Datatype mpiType(DType type) {
     }
     return t;
   }
+  case DType::I16:
+  case DType::I8:
+  case DType::I1:
+  case DType::Index: // not collective types (isCollectiveType)
+    break;
   }
   return MPI_BYTE;
 }
