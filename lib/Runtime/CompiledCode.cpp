@@ -112,6 +112,7 @@ Communicator *collectives() {
       return nullptr;
     }
   }
+  inv.memory->attach(*inv.active);
   return inv.active;
 }
 
@@ -126,7 +127,7 @@ void check(const Status &s, const char *op) {
 /// program's work on its buffers.
 template <typename Move> void collective(const char *op, Move move) {
   if (Communicator *c = collectives()) {
-    memory().settle(*c);
+    memory().settle();
     check(move(*c), op);
   }
 }
@@ -135,7 +136,7 @@ template <typename Move> void collective(const char *op, Move move) {
 template <typename Start> int64_t startCollective(const char *op, Start start) {
   int64_t request = -1;
   if (Communicator *c = collectives()) {
-    memory().settle(*c);
+    memory().settle();
     Status s = start(*c, request);
     if (!s)
       request = -1;
@@ -204,11 +205,10 @@ std::vector<size_t> evenCounts(int64_t count,
 /// aborted), so that the program may free its buffers; a start skipped
 /// there has nothing to wait for.
 void waitFor(int64_t request) {
-  Invocation &inv = invocation();
-  if (inv.status)
-    check(inv.active->wait(request), nullptr);
+  if (Communicator *c = collectives())
+    check(c->wait(request), nullptr);
   else if (request >= 0)
-    (void)inv.active->wait(request);
+    (void)invocation().active->wait(request);
 }
 
 /// Adds the time from its construction to its destruction to the calling
@@ -239,7 +239,7 @@ void allToAllV(const T *in, T *out, const int64_t *inShapeIn, int64_t rank,
   Communicator *c = collectives();
   if (!c)
     return;
-  memory().settle(*c);
+  memory().settle();
   bool onHost = memory().getMemorySpace() == MemorySpace::Host;
   int64_t me = groupIndex(axes);
   std::vector<int64_t> inShape(inShapeIn, inShapeIn + rank);
@@ -376,7 +376,7 @@ void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
       n *= static_cast<size_t>(d);
     return n;
   };
-  memory().settle(*c);
+  memory().settle();
   std::vector<T> hostIn(elements(source));
   memory().copy(hostIn.data(), in, sizeof(T) * hostIn.size());
   std::vector<T> hostOut(elements(target) + 1);

@@ -31,10 +31,13 @@ public:
   virtual MemorySpace getMemorySpace() const = 0;
   /// Before the program runs: ok, or why it cannot (no usable GPU).
   virtual Status open() { return Status::ok(); }
-  /// Before each collective on `comm`: waits for the program's queued work
-  /// on its buffers, unless `comm` orders its collectives after that work
-  /// itself (a stream-ordered communicator on device memory).
-  virtual void settle(Communicator &comm) { (void)comm; }
+  /// At each call of the program on `comm` (collectives, starts, waits):
+  /// device memory tells `comm` the rank's stream (orderAfterStream).
+  virtual void attach(Communicator &comm) { (void)comm; }
+  /// Before each collective: waits for the program's queued work on its
+  /// buffers, unless the attached communicator orders its collectives
+  /// after that work itself (a stream-ordered one on device memory).
+  virtual void settle() {}
   /// Copies `bytes` between the program's buffers, or between one of them
   /// and host memory (either way), after the work queued on them.
   virtual void copy(void *to, const void *from, size_t bytes) = 0;

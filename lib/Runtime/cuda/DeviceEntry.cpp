@@ -35,8 +35,12 @@ public:
     return Status::ok();
   }
 
-  void settle(Communicator &comm) override {
-    if (!comm.orderAfterStream(shardx_rt_cuda_stream()))
+  void attach(Communicator &comm) override {
+    streamOrdered = comm.orderAfterStream(shardx_rt_cuda_stream());
+  }
+
+  void settle() override {
+    if (!streamOrdered)
       shardx_rt_cuda_synchronize();
   }
 
@@ -64,6 +68,11 @@ public:
     shardx_rt_cuda_synchronize();
     return Status::ok();
   }
+
+private:
+  /// Whether the communicator orders its collectives after the rank's
+  /// stream itself (nccl).
+  bool streamOrdered = false;
 };
 
 } // namespace
