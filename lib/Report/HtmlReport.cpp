@@ -597,6 +597,9 @@ svg{display:block}
 svg text{font:10px sans-serif;text-anchor:middle;fill:#222}
 svg rect{stroke:#fff;stroke-width:.5}
 svg rect.frame{fill:#f4f4f4;stroke:#999}
+svg .memory-area{fill:#9ecae1;stroke:#3182bd;stroke-width:1}
+svg .memory-args{stroke:#636363;stroke-dasharray:4 3}
+svg .memory-peak{fill:#de2d26}
 table{border-collapse:collapse;font-size:12px;margin:4px 0}
 td,th{border:1px solid #ddd;padding:2px 6px;vertical-align:top}
 th{background:#f3f3f3;cursor:pointer;user-select:none}
@@ -811,7 +814,9 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
          << "</code></td></tr>\n";
     os << "</tbody></table></details>";
   }
-  os << "</section>" << body << "<script>" << kScript
+  os << "</section>";
+  writeMemorySection(os, extras);
+  os << body << "<script>" << kScript
      << "</script></body></html>\n";
   return success();
 }

@@ -125,6 +125,18 @@ struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
       build(pm);
       return runPipeline(pm, module);
     };
+    // The memory model first, on a copy nested in the module while its
+    // pipeline runs (prepareForReport changes the module).
+    computeMemoryForReport(
+        module, extras,
+        [&](ModuleOp copy, function_ref<void(OpPassManager &)> build) {
+          OpBuilder::atBlockEnd(module.getBody()).insert(copy.getOperation());
+          OpPassManager pm("builtin.module");
+          build(pm);
+          LogicalResult ok = runPipeline(pm, copy);
+          copy->remove();
+          return ok;
+        });
     if (failed(prepareForReport(module, extras, run)))
       return signalPassFailure();
     std::string error;

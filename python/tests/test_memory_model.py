@@ -70,3 +70,21 @@ def test_memory_profile_needs_a_compiled_program_and_a_known_level():
     compiled(*args)
     with pytest.raises(ValueError, match="level"):
         compiled.memory_profile("bytes")
+
+
+def test_report_draws_the_modeled_memory(tmp_path):
+    # Tests that the HTML report's memory section shows the same peak as
+    # the model of the local program (shardx-print-plan's) and draws the
+    # bytes alive per op.
+    import os
+    from shardx.jit import memory_profile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "examples", "mlp_dp_tp_train.mlir")) as f:
+        text = f.read()
+    out = tmp_path / "report.html"
+    shardx.report(text, str(out))
+    html = out.read_text()
+    profile = memory_profile(text, "cpu", "tensors")[0]
+    assert '<section id="memory">' in html
+    assert f'data-peak-bytes="{profile["peak_bytes"]}"' in html
+    assert html.count('class="memory-plot"') == 1

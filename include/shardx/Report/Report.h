@@ -48,6 +48,17 @@ struct MeasuredCollective {
 };
 
 /// What the report shows beyond the program itself.
+/// One function's modeled per-rank memory (shardx/Analysis/MemoryModel.h),
+/// as the report draws it.
+struct MemorySummary {
+  std::string function;
+  std::vector<int64_t> timeline; // bytes alive at each op
+  int64_t peakBytes = 0, argumentBytes = 0, allocatedPeakBytes = 0;
+  int64_t peakIndex = -1;
+  std::string peakOp, peakLocation;
+  std::vector<std::pair<std::string, int64_t>> byRole; // at the peak
+};
+
 struct ReportExtras {
   std::string title;
   /// Filled when the report ran propagation itself: the ops the refinement
@@ -56,6 +67,10 @@ struct ReportExtras {
   double programOrderCost = 0, refinedCost = 0;
   int64_t programOrderReshards = 0, refinedReshards = 0;
   std::vector<PropagationChoice> choices;
+  /// The modeled per-rank memory of each function of the local program
+  /// (computeMemoryForReport), or why there is none.
+  std::vector<MemorySummary> memory;
+  std::string memoryNote;
   /// Filled by shardx-run --report.
   std::vector<MeasuredCollective> measured;
   std::string runSummary;
@@ -85,6 +100,19 @@ LogicalResult prepareForReport(ModuleOp module, ReportExtras &extras,
                                PipelineRunner run);
 /// The same with a PassManager of the module's context.
 LogicalResult prepareForReport(ModuleOp module, ReportExtras &extras);
+
+/// Runs the pipeline `build` makes on `module` (a copy the report owns).
+using ModulePipelineRunner = function_ref<LogicalResult(
+    ModuleOp module, function_ref<void(OpPassManager &)> build)>;
+
+/// Fills `extras.memory`: the memory model of each function of `module`'s
+/// local program (the module itself when it is local, else a copy run
+/// through shardx-spmd with collectives scheduled); on failure
+/// `extras.memoryNote` says why.
+void computeMemoryForReport(ModuleOp module, ReportExtras &extras,
+                            ModulePipelineRunner run);
+/// The memory section of the page (nothing when `extras` has none).
+void writeMemorySection(llvm::raw_ostream &os, const ReportExtras &extras);
 
 /// The pass `shardx-report`: `--shardx-report=out.html` (or
 /// `--shardx-report="output=out.html"`).
