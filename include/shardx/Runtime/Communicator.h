@@ -69,8 +69,6 @@ public:
   virtual ~Communicator();
 
   virtual const char *getBackendName() const = 0;
-  /// Where the buffers its collectives read and write live.
-  virtual MemorySpace getMemorySpace() const = 0;
 
   int64_t getRank() const { return rank; }
   int64_t getSize() const { return size; }
@@ -161,6 +159,11 @@ public:
   /// Makes every rank of the world fail its current and next collectives
   /// with `cause` (a rank that hits an error calls this before returning).
   virtual void abort(const std::string &cause) = 0;
+
+  /// Where the buffers its collectives read and write live. (Declared after
+  /// the others: artifacts compiled before it call the earlier virtual
+  /// functions at the same places.)
+  virtual MemorySpace getMemorySpace() const = 0;
 
   /// The message of the last failed call through the C ABI.
   const std::string &getLastError() const { return lastError; }
