@@ -4,7 +4,7 @@
 //
 // The `nccl` backend. NCCL is opened at run time (dlopen/dlsym, through the
 // CUDA runtime's library search) and the few NCCL types and functions used
-// are declared here, so neither building nor linking needs NCCL.
+// are declared in NcclLibrary.h, so neither building nor linking needs NCCL.
 //
 // The world communicator is created in NCCL's non-blocking mode
 // (ncclConfig_t.blocking = 0) from the unique id rank 0 hands out through
@@ -35,6 +35,7 @@
 
 #include "shardx/Runtime/Nccl.h"
 
+#include "NcclLibrary.h"
 #include "shardx/Runtime/Cuda.h"
 #include "shardx/Runtime/Watchdog.h"
 
@@ -54,171 +55,10 @@
 #include <thread>
 
 namespace shardx::rt {
+
+using namespace nccl;
+
 namespace {
-
-//===----------------------------------------------------------------------===//
-// The NCCL API used here (declared here: no NCCL header)
-//===----------------------------------------------------------------------===//
-
-using ncclResult_t = int;
-using ncclComm_t = struct ncclComm *;
-using cudaStream_t = void *;
-constexpr ncclResult_t kNcclSuccess = 0, kNcclInProgress = 7;
-
-struct NcclUniqueId {
-  char internal[128];
-};
-
-/// The prefix of ncclConfig_t up to splitShare, as NCCL 2.18 declared it;
-/// NCCL reads the fields that `version` says the caller supplied and
-/// defaults the later ones.
-struct NcclConfig {
-  size_t size;
-  unsigned int magic;
-  unsigned int version;
-  int blocking;
-  int cgaClusterSize;
-  int minCTAs;
-  int maxCTAs;
-  const char *netName;
-  int splitShare;
-};
-
-NcclConfig nonBlockingConfig() {
-  NcclConfig c;
-  std::memset(&c, 0, sizeof(c)); // the tail padding too
-  c.size = sizeof(NcclConfig);
-  c.magic = 0xcafebeef;
-  c.version = 21800; // NCCL_VERSION(2, 18, 0): the fields above
-  c.blocking = 0;
-  c.cgaClusterSize = c.minCTAs = c.maxCTAs = c.splitShare = INT_MIN;
-  c.netName = nullptr;
-  return c;
-}
-
-// ncclDataType_t and ncclRedOp_t values.
-int ncclType(DType type) {
-  switch (type) {
-  case DType::F32:
-    return 7; // ncclFloat32
-  case DType::F64:
-    return 8; // ncclFloat64
-  case DType::I32:
-    return 2; // ncclInt32
-  case DType::I64:
-    return 4; // ncclInt64
-  case DType::BF16:
-    return 9; // ncclBfloat16
-  case DType::F16:
-    return 6; // ncclFloat16
-  case DType::I16:
-  case DType::I8:
-  case DType::I1:
-  case DType::Index: // not collective types (isCollectiveType)
-    break;
-  }
-  return -1;
-}
-
-int ncclOp(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::Sum:
-    return 0; // ncclSum
-  case ReduceOp::Prod:
-    return 1; // ncclProd
-  case ReduceOp::Max:
-    return 2; // ncclMax
-  case ReduceOp::Min:
-    return 3; // ncclMin
-  case ReduceOp::Avg:
-    return 4; // ncclAvg (NCCL >= 2.10)
-  }
-  return -1;
-}
-
-struct Nccl {
-  ncclResult_t (*getVersion)(int *);
-  ncclResult_t (*getUniqueId)(NcclUniqueId *);
-  ncclResult_t (*commInitRankConfig)(ncclComm_t *, int, NcclUniqueId, int,
-                                     NcclConfig *);
-  ncclResult_t (*commSplit)(ncclComm_t, int, int, ncclComm_t *, NcclConfig *);
-  ncclResult_t (*commAbort)(ncclComm_t);
-  ncclResult_t (*commFinalize)(ncclComm_t);
-  ncclResult_t (*commDestroy)(ncclComm_t);
-  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t *);
-  const char *(*getErrorString)(ncclResult_t);
-  const char *(*getLastError)(ncclComm_t);
-  ncclResult_t (*allReduce)(const void *, void *, size_t, int, int, ncclComm_t,
-                            cudaStream_t);
-  ncclResult_t (*allGather)(const void *, void *, size_t, int, ncclComm_t,
-                            cudaStream_t);
-  ncclResult_t (*reduceScatter)(const void *, void *, size_t, int, int,
-                                ncclComm_t, cudaStream_t);
-  ncclResult_t (*reduce)(const void *, void *, size_t, int, int, int,
-                         ncclComm_t, cudaStream_t);
-  ncclResult_t (*broadcast)(const void *, void *, size_t, int, int, ncclComm_t,
-                            cudaStream_t);
-  ncclResult_t (*send)(const void *, size_t, int, int, ncclComm_t,
-                       cudaStream_t);
-  ncclResult_t (*recv)(void *, size_t, int, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*groupStart)();
-  ncclResult_t (*groupEnd)();
-  int version = 0;
-};
-
-struct Loaded {
-  std::once_flag once;
-  std::string error;
-  Nccl nccl{};
-};
-
-Loaded &loaded() {
-  static Loaded *l = new Loaded; // never destroyed
-  std::call_once(l->once, [] {
-    Loaded &s = *l;
-    std::string tried;
-    void *lib = openCudaLibrary("SHARDX_NCCL", {"libnccl.so.2", "libnccl.so"},
-                                tried, /*envOnly=*/true);
-    if (!lib) {
-      s.error = "no NCCL: cannot load libnccl.so.2 (set SHARDX_NCCL to its "
-                "path); tried:" +
-                tried;
-      return;
-    }
-    Nccl &n = s.nccl;
-    std::string err;
-    bool ok =
-        resolveSymbol(lib, n.getVersion, "ncclGetVersion", err) &&
-        resolveSymbol(lib, n.getUniqueId, "ncclGetUniqueId", err) &&
-        resolveSymbol(lib, n.commInitRankConfig, "ncclCommInitRankConfig",
-                      err) &&
-        resolveSymbol(lib, n.commSplit, "ncclCommSplit", err) &&
-        resolveSymbol(lib, n.commAbort, "ncclCommAbort", err) &&
-        resolveSymbol(lib, n.commFinalize, "ncclCommFinalize", err) &&
-        resolveSymbol(lib, n.commDestroy, "ncclCommDestroy", err) &&
-        resolveSymbol(lib, n.commGetAsyncError, "ncclCommGetAsyncError", err) &&
-        resolveSymbol(lib, n.getErrorString, "ncclGetErrorString", err) &&
-        resolveSymbol(lib, n.getLastError, "ncclGetLastError", err) &&
-        resolveSymbol(lib, n.allReduce, "ncclAllReduce", err) &&
-        resolveSymbol(lib, n.allGather, "ncclAllGather", err) &&
-        resolveSymbol(lib, n.reduceScatter, "ncclReduceScatter", err) &&
-        resolveSymbol(lib, n.reduce, "ncclReduce", err) &&
-        resolveSymbol(lib, n.broadcast, "ncclBroadcast", err) &&
-        resolveSymbol(lib, n.send, "ncclSend", err) &&
-        resolveSymbol(lib, n.recv, "ncclRecv", err) &&
-        resolveSymbol(lib, n.groupStart, "ncclGroupStart", err) &&
-        resolveSymbol(lib, n.groupEnd, "ncclGroupEnd", err);
-    if (!ok) {
-      s.error = "no NCCL: " + err + " (NCCL 2.18 or later is needed)";
-      return;
-    }
-    n.getVersion(&n.version);
-    if (n.version < 21800)
-      s.error = "no NCCL: version " + std::to_string(n.version) +
-                " found, 2.18 or later is needed (ncclCommSplit)";
-  });
-  return *l;
-}
 
 int64_t envInt(std::initializer_list<const char *> names, int64_t fallback) {
   for (const char *name : names)
