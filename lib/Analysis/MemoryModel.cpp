@@ -374,6 +374,7 @@ private:
       bytes = 0;
     }
     join(r, newBuffer(bytes, role, i, op->getName().getStringRef().str()));
+    profile.buffers[bufferFor(r)].op = op;
   }
 
   /// A transient buffer of `bytes` over ops [i, last].
@@ -561,6 +562,7 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
       b.first = i;
       b.last = n - 1; // until freed
       b.origin = "memref.alloc";
+      b.op = op;
       bufferOf[v] = profile.buffers.size();
       profile.buffers.push_back(b);
     } else if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
@@ -729,7 +731,8 @@ void MemoryProfile::printJson(llvm::raw_ostream &os) const {
           {"bytes", b.bytes},
           {"role", memoryRoleName(b.role)},
           {"first", b.first},
-          {"last", b.last}});
+          {"last", b.last},
+          {"loc", b.op ? locationString(b.op) : ""}});
   llvm::json::Object o{
       {"function", function},
       {"peak_bytes", peakBytes},

@@ -60,6 +60,8 @@ struct MemoryBuffer {
   bool argument = false;
   /// What made it (an op name or "argument N").
   std::string origin;
+  /// The op that made it (null for an argument or a copy at the return).
+  Operation *op = nullptr;
 };
 
 /// The per-rank memory of one function.
