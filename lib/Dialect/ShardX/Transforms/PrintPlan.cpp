@@ -96,7 +96,8 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       std::string text;
       llvm::raw_string_ostream os(text);
       profile.print(os);
-      fn.emitRemark() << text;
+      // At the function's location, without printing the function.
+      mlir::emitRemark(fn.getLoc()) << text;
       if (!memoryJson.empty()) {
         json += json.size() > 1 ? ",\n" : "\n";
         llvm::raw_string_ostream js(json);
