@@ -305,17 +305,25 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float],
         os.unlink(timing_json)
 
 
-#: The CPU code generation's passes up to freeing buffers
-#: (lib/Compiler/Pipelines.cpp, buildCpuCodegenPipeline): the program whose
-#: allocations ``memory_profile(level="buffers")`` replays.
-_CPU_BUFFERS_PIPELINE = (
-    "builtin.module(shardx-widen-accumulation,shardx-prepare-entry-points,"
-    "shardx-convert-to-runtime,shardx-drop-meshes,func.func(convert-elementwise-to-linalg),"
-    "canonicalize,cse,shardx-fuse-tensor-ops,canonicalize,cse,"
-    "shardx-split-shared-empty-tensors,shardx-pack-slices-as-concat,"
-    "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map},canonicalize,cse,"
-    "shardx-contractions-to-blas,shardx-deallocate-buffers)")
+_BUFFERS_PIPELINE: Dict[str, str] = {}
+
+
+def _cpu_buffers_pipeline(opt: str) -> str:
+    """The CPU code generation's passes (``shardx-codegen-cpu``, as
+    ``shardx-opt --dump-pass-pipeline`` prints them) up to
+    ``shardx-deallocate-buffers``: the program whose allocations
+    ``memory_profile(level="buffers")`` replays."""
+    if opt not in _BUFFERS_PIPELINE:
+        proc = subprocess.run([opt, "--shardx-codegen-cpu", "--dump-pass-pipeline", "-o",
+                               os.devnull], input="module {}", capture_output=True, text=True)
+        text = " ".join(line.strip() for line in proc.stderr.splitlines()
+                        if not line.startswith("Pass Manager"))
+        end = text.find("shardx-deallocate-buffers")
+        if proc.returncode != 0 or not text.startswith("builtin.module(") or end < 0:
+            raise RuntimeError("memory_profile: cannot read shardx-codegen-cpu's passes from "
+                               f"{opt} --dump-pass-pipeline:\n{proc.stderr}")
+        _BUFFERS_PIPELINE[opt] = text[:end + len("shardx-deallocate-buffers")] + ")"
+    return _BUFFERS_PIPELINE[opt]
 
 
 def memory_profile(mlir_text: str, target: str = "cpu",
@@ -346,7 +354,7 @@ def memory_profile(mlir_text: str, target: str = "cpu",
     text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
                mlir_text, "--shardx-spmd")
     if level == "buffers":
-        text = run([f"--pass-pipeline={_CPU_BUFFERS_PIPELINE}"], text, "(bufferization)")
+        text = run([f"--pass-pipeline={_cpu_buffers_pipeline(opt)}"], text, "(bufferization)")
     fd, path = tempfile.mkstemp(prefix="shardx-memory.", suffix=".json")
     os.close(fd)
     try:
