@@ -10,7 +10,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
-#include "Partition.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -190,16 +189,13 @@ private:
 struct InsertReshardsPass
     : public mlir::shardx::impl::InsertReshardsPassBase<InsertReshardsPass> {
   void runOnOperation() override {
-    if (failed(insertReshards(getOperation())))
+    auto insert = [](func::FuncOp fn, MeshOp mesh) {
+      ReshardInserter(fn, mesh).run();
+      return success();
+    };
+    if (failed(forEachShardedFunction(getOperation(), insert)))
       signalPassFailure();
   }
 };
 
 } // namespace
-
-LogicalResult mlir::shardx::insertReshards(ModuleOp module) {
-  return forEachShardedFunction(module, [](func::FuncOp fn, MeshOp mesh) {
-    ReshardInserter(fn, mesh).run();
-    return success();
-  });
-}

@@ -4,7 +4,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Partition.h"
 #include "ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -14,7 +13,6 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
-
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_LOWERRESHARDSPASS
@@ -142,23 +140,17 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
 struct LowerReshardsPass
     : mlir::shardx::impl::LowerReshardsPassBase<LowerReshardsPass> {
   void runOnOperation() override {
-    if (failed(lowerReshards(getOperation())))
-      signalPassFailure();
+    SymbolTableCollection symbolTable;
+    ReshardPlanners planners;
+    SmallVector<RedistributeOp> ops;
+    getOperation()->walk([&](RedistributeOp op) { ops.push_back(op); });
+    for (RedistributeOp op : ops) {
+      MeshOp mesh;
+      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
+      if (!plan || failed(lower(op, *plan, mesh.getShape())))
+        return signalPassFailure();
+    }
   }
 };
 
 } // namespace
-
-LogicalResult mlir::shardx::lowerReshards(Operation *root) {
-  SymbolTableCollection symbolTable;
-  ReshardPlanners planners;
-  SmallVector<RedistributeOp> ops;
-  root->walk([&](RedistributeOp op) { ops.push_back(op); });
-  for (RedistributeOp op : ops) {
-    MeshOp mesh;
-    const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
-    if (!plan || failed(lower(op, *plan, mesh.getShape())))
-      return failure();
-  }
-  return success();
-}

@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
-#include "Partition.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
@@ -26,21 +25,6 @@ namespace mlir::shardx {
 
 using namespace mlir;
 using namespace mlir::shardx;
-
-namespace {
-
-struct VerifyLayoutsPass
-    : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
-  void runOnOperation() override {
-    if (failed(verifyLayouts(getOperation())))
-      return signalPassFailure();
-    // A check only: the IR is unchanged, so the pass manager skips the
-    // verifier after it.
-    markAllAnalysesPreserved();
-  }
-};
-
-} // namespace
 
 /// Checks one function; emits an error at every mismatch.
 static LogicalResult verifyFunction(func::FuncOp fn, MeshOp mesh) {
@@ -111,12 +95,23 @@ static LogicalResult verifyFunction(func::FuncOp fn, MeshOp mesh) {
   return failure(failedAny);
 }
 
-LogicalResult mlir::shardx::verifyLayouts(ModuleOp module) {
-  // Every function is checked, so that all mismatches are reported.
-  bool failedAny = false;
-  auto check = [&](func::FuncOp fn, MeshOp mesh) {
-    failedAny |= failed(verifyFunction(fn, mesh));
-    return success();
-  };
-  return failure(failed(forEachShardedFunction(module, check)) || failedAny);
-}
+namespace {
+
+struct VerifyLayoutsPass
+    : public mlir::shardx::impl::VerifyLayoutsPassBase<VerifyLayoutsPass> {
+  void runOnOperation() override {
+    // Every function is checked, so that all mismatches are reported.
+    bool failedAny = false;
+    auto check = [&](func::FuncOp fn, MeshOp mesh) {
+      failedAny |= failed(verifyFunction(fn, mesh));
+      return success();
+    };
+    if (failed(forEachShardedFunction(getOperation(), check)) || failedAny)
+      return signalPassFailure();
+    // A check only: the IR is unchanged, so the pass manager skips the
+    // verifier after it.
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
