@@ -72,9 +72,9 @@ func.func @constant() -> tensor<4xf32> {
 // -----
 
 // Tests that a sharded function of several blocks whose join argument is
-// dead is simplified to one block before propagation (the pipeline's
-// canonicalizer simplifies regions where a region has several blocks; a
-// function that stays multi-block is rejected by propagation).
+// dead is simplified to one block before propagation (by the pipeline's
+// canonicalizer; a function that stays multi-block is rejected by
+// propagation).
 shardx.mesh @mesh(shape = 2)
 // CHECK-LABEL: func.func @dead_join
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<2xf32>, %{{[^:]*}}: i1) -> tensor<2xf32>
