@@ -27,6 +27,8 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -663,6 +665,33 @@ std::string mlir::shardx::formatBytes(int64_t bytes) {
   return llvm::formatv("{0:F2} {1}", v, units[u]).str();
 }
 
+FailureOr<std::string> mlir::shardx::getCpuBufferPipeline(std::string &error) {
+  const PassPipelineInfo *info = PassPipelineInfo::lookup("shardx-codegen-cpu");
+  if (!info) {
+    error = "the pipeline shardx-codegen-cpu is not registered";
+    return failure();
+  }
+  OpPassManager pm("builtin.module");
+  if (failed(info->addToPipeline(pm, "", [&](const Twine &msg) {
+        error = msg.str();
+        return failure();
+      })))
+    return failure();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pm.printAsTextualPipeline(os);
+  StringRef last = "shardx-deallocate-buffers";
+  size_t end = text.find(last.str());
+  if (end == std::string::npos) {
+    error = "shardx-codegen-cpu has no shardx-deallocate-buffers";
+    return failure();
+  }
+  text = text.substr(0, end + last.size()) + ")";
+  if (!StringRef(text).starts_with("builtin.module("))
+    text = "builtin.module(" + text;
+  return text;
+}
+
 MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
   MemoryProfile profile;
   profile.function = fn.getSymName().str();
@@ -726,13 +755,13 @@ void MemoryProfile::printJson(llvm::raw_ostream &os) const {
   llvm::json::Array bufferList;
   for (const MemoryBuffer &b : buffers)
     if (b.bytes)
-      bufferList.push_back(llvm::json::Object{
-          {"origin", b.origin},
-          {"bytes", b.bytes},
-          {"role", memoryRoleName(b.role)},
-          {"first", b.first},
-          {"last", b.last},
-          {"loc", b.op ? locationString(b.op) : ""}});
+      bufferList.push_back(
+          llvm::json::Object{{"origin", b.origin},
+                             {"bytes", b.bytes},
+                             {"role", memoryRoleName(b.role)},
+                             {"first", b.first},
+                             {"last", b.last},
+                             {"loc", b.op ? locationString(b.op) : ""}});
   llvm::json::Object o{
       {"function", function},
       {"peak_bytes", peakBytes},

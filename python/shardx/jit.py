@@ -305,27 +305,6 @@ def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float],
         os.unlink(timing_json)
 
 
-_BUFFERS_PIPELINE: Dict[str, str] = {}
-
-
-def _cpu_buffers_pipeline(opt: str) -> str:
-    """The CPU code generation's passes (``shardx-codegen-cpu``, as
-    ``shardx-opt --dump-pass-pipeline`` prints them) up to
-    ``shardx-deallocate-buffers``: the program whose allocations
-    ``memory_profile(level="buffers")`` replays."""
-    if opt not in _BUFFERS_PIPELINE:
-        proc = subprocess.run([opt, "--shardx-codegen-cpu", "--dump-pass-pipeline", "-o",
-                               os.devnull], input="module {}", capture_output=True, text=True)
-        text = " ".join(line.strip() for line in proc.stderr.splitlines()
-                        if not line.startswith("Pass Manager"))
-        end = text.find("shardx-deallocate-buffers")
-        if proc.returncode != 0 or not text.startswith("builtin.module(") or end < 0:
-            raise RuntimeError("memory_profile: cannot read shardx-codegen-cpu's passes from "
-                               f"{opt} --dump-pass-pipeline:\n{proc.stderr}")
-        _BUFFERS_PIPELINE[opt] = text[:end + len("shardx-deallocate-buffers")] + ")"
-    return _BUFFERS_PIPELINE[opt]
-
-
 def memory_profile(mlir_text: str, target: str = "cpu",
                    level: str = "buffers") -> List[Dict[str, Any]]:
     """The per-rank memory model (docs/Memory.md) of a traced program for a
@@ -333,10 +312,10 @@ def memory_profile(mlir_text: str, target: str = "cpu",
     ``shardx-print-plan{memory-json=...}`` writes it. ``level="tensors"``
     models the local program (``shardx-opt --shardx-spmd``, collectives
     scheduled as shardx-compile schedules them for the CPU), as
-    shardx-print-plan and the report do; ``"buffers"`` (CPU only) replays
-    the allocations of that program after the CPU code generation's
-    bufferization and deallocation passes, which is what the runtime
-    allocates."""
+    shardx-print-plan and the report do by default; ``"buffers"`` (CPU
+    only, ``shardx-print-plan{memory-level=buffers}``) replays the
+    allocations of that program after the CPU code generation's passes up
+    to the deallocations, which is what the runtime allocates."""
     from .artifact import find_tool
     if level not in ("tensors", "buffers"):
         raise ValueError(f"memory_profile: level is 'tensors' or 'buffers', not {level!r}")
@@ -353,13 +332,11 @@ def memory_profile(mlir_text: str, target: str = "cpu",
 
     text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
                mlir_text, "--shardx-spmd")
-    if level == "buffers":
-        text = run([f"--pass-pipeline={_cpu_buffers_pipeline(opt)}"], text, "(bufferization)")
     fd, path = tempfile.mkstemp(prefix="shardx-memory.", suffix=".json")
     os.close(fd)
     try:
-        run([f"--shardx-print-plan=memory-json={path}", "-o", os.devnull], text,
-            "--shardx-print-plan")
+        run([f"--shardx-print-plan=memory-level={level} memory-json={path}", "-o", os.devnull],
+            text, "--shardx-print-plan")
         with open(path) as f:
             return json.load(f)
     finally:

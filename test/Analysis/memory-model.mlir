@@ -59,3 +59,26 @@ func.func @buffers(%a: memref<256xf32>) {
   memref.dealloc %2 : memref<256xf32>
   return
 }
+
+// -----
+
+// Tests that memory-level=buffers models a copy lowered through the CPU
+// code generation up to its deallocations (on tensors the same function
+// holds 1 KiB; the lowered copy allocates two buffers).
+// RUN: shardx-opt %s --split-input-file --shardx-print-plan=memory-level=buffers -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s --check-prefix=BUF
+// BUF: memory of @lowered per rank: peak 3.00 KiB (3072 bytes) at memref.alloc
+// BUF-SAME: modeled on buffers
+// BUF-NEXT: arguments 1.00 KiB: inputs 1.00 KiB
+// BUF-NEXT: allocated at the peak 2.00 KiB (2048 bytes)
+func.func @lowered(%a: tensor<16x16xf32>) -> tensor<16x16xf32> {
+  %e = tensor.empty() : tensor<16x16xf32>
+  %0 = linalg.exp ins(%a : tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
+  %1 = linalg.negf ins(%0 : tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
+  return %1 : tensor<16x16xf32>
+}
+
+// -----
+
+// Tests that a memory level other than tensors or buffers is an error.
+// RUN: not shardx-opt %s --shardx-print-plan=memory-level=bytes -o /dev/null 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: memory-level is tensors or buffers, not 'bytes'

@@ -103,6 +103,13 @@ struct MemoryProfile {
 /// their top-level op), in its op order.
 MemoryProfile computeMemoryProfile(func::FuncOp fn);
 
+/// The CPU code generation's passes (the registered pipeline
+/// `shardx-codegen-cpu`) up to `shardx-deallocate-buffers`, as a textual
+/// pipeline on `builtin.module`: what turns a local program into the buffer
+/// program the runtime allocates. Failure (with the reason in `error`) when
+/// that pipeline is not registered.
+FailureOr<std::string> getCpuBufferPipeline(std::string &error);
+
 /// `bytes` in B / KiB / MiB / GiB with two decimals.
 std::string formatBytes(int64_t bytes);
 

@@ -10,6 +10,8 @@
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace mlir::shardx {
@@ -24,6 +26,19 @@ namespace {
 
 struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
   using PrintPlanPassBase::PrintPlanPassBase;
+
+  /// memory-level=buffers runs the CPU code generation's passes: their
+  /// dialects are loaded before the pass runs.
+  void getDependentDialects(DialectRegistry &registry) const override {
+    PrintPlanPassBase::getDependentDialects(registry);
+    if (memoryLevel != "buffers")
+      return;
+    std::string error;
+    if (FailureOr<std::string> text = getCpuBufferPipeline(error);
+        succeeded(text))
+      if (FailureOr<OpPassManager> pm = parsePassPipeline(*text); succeeded(pm))
+        pm->getDependentDialects(registry);
+  }
 
   void runOnOperation() override {
     SymbolTableCollection symbolTable;
@@ -72,8 +87,40 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
   /// (docs/Memory.md), modeled in the order shardx-compile runs it (on the
   /// scheduled copy when the function has collectives not scheduled yet).
   void printMemory(OwningOpRef<ModuleOp> &scheduled) {
+    if (memoryLevel != "tensors" && memoryLevel != "buffers") {
+      getOperation().emitError()
+          << "memory-level is tensors or buffers, not '" << memoryLevel << "'";
+      return signalPassFailure();
+    }
     std::string json = "[";
     bool hasMesh = !getOperation().getOps<MeshOp>().empty();
+    // memory-level=buffers: a copy through the CPU code generation up to
+    // the deallocations, nested in the module while its passes run.
+    OwningOpRef<ModuleOp> buffers;
+    auto bufferModule = [&](ModuleOp source) -> FailureOr<ModuleOp> {
+      if (buffers)
+        return *buffers;
+      std::string error;
+      FailureOr<std::string> pipeline = getCpuBufferPipeline(error);
+      // A pass manager of its own on a detached copy (one-shot
+      // bufferization of function boundaries does not run on a module
+      // nested in another).
+      PassManager pm(&getContext());
+      if (failed(pipeline) ||
+          failed(parsePassPipeline(
+              StringRef(*pipeline)
+                  .drop_front(StringRef("builtin.module(").size())
+                  .drop_back(),
+              pm))) {
+        getOperation().emitError() << "memory-level=buffers: "
+                                   << (error.empty() ? "bad pipeline" : error);
+        return failure();
+      }
+      buffers = cast<ModuleOp>(source->clone());
+      if (failed(pm.run(*buffers)))
+        return failure();
+      return *buffers;
+    };
     for (auto fn : getOperation().getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
@@ -92,6 +139,15 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       if (unscheduled)
         modeled = scheduledModule(scheduled).lookupSymbol<func::FuncOp>(
             fn.getSymName());
+      if (memoryLevel == "buffers" && !bufferized) {
+        FailureOr<ModuleOp> lowered =
+            bufferModule(modeled->getParentOfType<ModuleOp>());
+        if (failed(lowered))
+          return signalPassFailure();
+        modeled = lowered->lookupSymbol<func::FuncOp>(fn.getSymName());
+        if (!modeled)
+          continue;
+      }
       MemoryProfile profile = computeMemoryProfile(modeled);
       std::string text;
       llvm::raw_string_ostream os(text);

@@ -394,6 +394,11 @@ def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
     Option<"memoryJson", "memory-json", "std::string", /*default=*/"",
            "also write the memory profiles, a JSON array with one object per "
            "function (MemoryProfile::printJson), to this file">,
+    Option<"memoryLevel", "memory-level", "std::string",
+           /*default=*/"\"tensors\"",
+           "tensors (model the local program) or buffers (replay the "
+           "allocations of a copy through shardx-codegen-cpu's passes up to "
+           "shardx-deallocate-buffers; docs/Memory.md)">,
   ];
 }
 
