@@ -104,9 +104,9 @@ TEST_F(PropagationUnitsTest, SpaceSplitsTheContractionIntoAPendingSum) {
   ASSERT_TRUE(succeeded(rule));
   // %a's layout seen through the rule: its column split is the
   // contraction factor's.
-  Assignment a = viewThroughRule(*rule, rule->operands[0],
-                                 space.layoutOf(fn.getArgument(0)),
-                                 space.getMeshShape());
+  Assignment a =
+      viewThroughRule(*rule, rule->operands[0],
+                      space.layoutOf(fn.getArgument(0)), space.getMeshShape());
   SmallVector<Value> results(matmul->getResults());
   OpLayouts s = space.evaluate(matmul, *rule, results, a);
   ASSERT_TRUE(s.valid);
@@ -138,16 +138,16 @@ TEST_F(PropagationUnitsTest, SpaceKeepsAPendingSumThroughALinearOp) {
     Assignment a = viewThroughRule(*rule, rule->operands[0],
                                    space.layoutOf(fn.getArgument(0)),
                                    space.getMeshShape());
-    state.set(matmul, space.evaluate(matmul, *rule,
-                                     SmallVector<Value>(matmul->getResults()),
-                                     a));
+    state.set(matmul,
+              space.evaluate(matmul, *rule,
+                             SmallVector<Value>(matmul->getResults()), a));
   }
   Operation *add = matmuls[1]->getNextNode();
   FailureOr<ShardingRule> rule = rules.get(add);
   ASSERT_TRUE(succeeded(rule));
   SmallVector<Value> results(add->getResults());
-  OpLayouts kept = space.evaluate(add, *rule, results,
-                                  Assignment(rule->factorSizes.size()));
+  OpLayouts kept =
+      space.evaluate(add, *rule, results, Assignment(rule->factorSizes.size()));
   ASSERT_TRUE(kept.valid);
   EXPECT_EQ(kept.operandLayouts[0], parse("[P(sum)]").getLayout());
   EXPECT_EQ(kept.resultLayouts[0], parse("[P(sum)]").getLayout());
@@ -169,9 +169,9 @@ TEST_F(PropagationUnitsTest, FunctionCostTrialIsPricedAndUndone) {
   RuleCache rules;
   MovableOps movable;
   llvm::StringSet<> warned;
-  ASSERT_TRUE(succeeded(ProgramOrderSearch(fn, state, space, rules, costs,
-                                           movable, false, warned)
-                            .run()));
+  ASSERT_TRUE(succeeded(
+      ProgramOrderSearch(fn, state, space, rules, costs, movable, false, warned)
+          .run()));
   ASSERT_EQ(movable.ops.size(), 5u); // empty, fill, two matmuls, add
   ASSERT_TRUE(movable.position.count(matmuls[0]));
   FunctionCost cost(fn, state, costs, movable);

@@ -64,7 +64,8 @@ void FunctionCost::indexUses() {
           entry.returns.push_back(rank);
           continue;
         }
-        if (auto it = movable.position.find(owner); it != movable.position.end())
+        if (auto it = movable.position.find(owner);
+            it != movable.position.end())
           entry.movableUsers.push_back(it->second);
       }
       if (LayoutAttr need = fixedRequirement(use))
@@ -108,7 +109,7 @@ void FunctionCost::removeNeed(OpOperand &use, LayoutAttr layout) {
 }
 
 void FunctionCost::moveNeeds(Operation *op, const OpLayouts &from,
-                           const OpLayouts &to) {
+                             const OpLayouts &to) {
   unsigned tensorIndex = 0;
   for (OpOperand &use : op->getOpOperands()) {
     if (!isa<RankedTensorType>(use.get().getType()))
@@ -225,4 +226,3 @@ void FunctionCost::revert(Trial &trial) {
   }
   trial.undo.clear();
 }
-

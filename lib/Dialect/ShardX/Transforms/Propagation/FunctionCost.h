@@ -122,9 +122,9 @@ private:
   struct ValueUses {
     SmallVector<OpOperand *> uses; // in use-list order
     SmallVector<Need, 2> needs;
-    SmallVector<unsigned, 1> returns; // ranks of the uses by the return
+    SmallVector<unsigned, 1> returns;   // ranks of the uses by the return
     SmallVector<unsigned> movableUsers; // positions of movable users, sorted
-    bool shapeOnly = false; // rematerialized: its reshards are free
+    bool shapeOnly = false;             // rematerialized: its reshards are free
   };
   ValueUses &usesOf(Value v) { return valueUses[valueIndex.find(v)->second]; }
   /// The layout `v` has with `move` applied.

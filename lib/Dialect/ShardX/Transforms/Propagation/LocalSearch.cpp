@@ -19,10 +19,9 @@ using namespace mlir;
 using namespace mlir::shardx;
 using ::shardx::Layout;
 
-bool LocalSearch::candidateKey(Operation *op,
-                                     ArrayRef<LayoutAttr> operandAttrs,
-                                     ArrayRef<SmallVector<LayoutAttr, 4>> needs,
-                                     SmallVectorImpl<uintptr_t> &key) {
+bool LocalSearch::candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
+                               ArrayRef<SmallVector<LayoutAttr, 4>> needs,
+                               SmallVectorImpl<uintptr_t> &key) {
   if (!space.contextKey(op, movable.ruleOf(op), operandAttrs, key))
     return false;
   const OpLayouts &current = state.get(op);
@@ -47,7 +46,7 @@ SmallVector<OpLayouts, 4> LocalSearch::candidates(Operation *op) {
     LayoutAttr from = state.layoutOf(v);
     SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
     fnCost.neededLayouts(v, from, /*move=*/nullptr, /*skip=*/op,
-                  /*withNested=*/false, needed);
+                         /*withNested=*/false, needed);
     for (auto [rank, need] : needed)
       if (need && need != from && !llvm::is_contained(seen, need))
         seen.push_back(need);
@@ -69,10 +68,11 @@ SmallVector<OpLayouts, 4> LocalSearch::candidates(Operation *op) {
   return it->second;
 }
 
-SmallVector<OpLayouts, 4> LocalSearch::computeCandidates(
-    Operation *op, ArrayRef<Value> operands, ArrayRef<Value> results,
-    ArrayRef<LayoutAttr> operandAttrs,
-    ArrayRef<SmallVector<LayoutAttr, 4>> needs) {
+SmallVector<OpLayouts, 4>
+LocalSearch::computeCandidates(Operation *op, ArrayRef<Value> operands,
+                               ArrayRef<Value> results,
+                               ArrayRef<LayoutAttr> operandAttrs,
+                               ArrayRef<SmallVector<LayoutAttr, 4>> needs) {
   const ShardingRule &rule = movable.ruleOf(op);
   const OpLayouts &current = state.get(op);
   SmallVector<Assignment> views;
@@ -80,7 +80,8 @@ SmallVector<OpLayouts, 4> LocalSearch::computeCandidates(
   for (auto [i, a] : llvm::enumerate(operandAttrs)) {
     const Layout &l = a.getLayout();
     anyPartial |= l.hasPartial();
-    views.push_back(viewThroughRule(rule, rule.operands[i], l, space.getMeshShape()));
+    views.push_back(
+        viewThroughRule(rule, rule.operands[i], l, space.getMeshShape()));
   }
   SmallVector<Assignment> seeds;
   auto addSeed = [&](Assignment a) {
@@ -95,7 +96,8 @@ SmallVector<OpLayouts, 4> LocalSearch::computeCandidates(
         i < operands.size() ? rule.operands[i]
                             : rule.results[i - operands.size()];
     for (LayoutAttr need : n)
-      addSeed(viewThroughRule(rule, dims, need.getLayout(), space.getMeshShape()));
+      addSeed(
+          viewThroughRule(rule, dims, need.getLayout(), space.getMeshShape()));
   }
   // Each seed alone and merged with the operands' layouts.
   SmallVector<Assignment> assignments;
@@ -118,9 +120,8 @@ SmallVector<OpLayouts, 4> LocalSearch::computeCandidates(
       state.attach(s);
       s.dropLayouts();
       if (!s.sameLayouts(current) &&
-          llvm::none_of(out, [&](const OpLayouts &o) {
-            return o.sameLayouts(s);
-          }))
+          llvm::none_of(out,
+                        [&](const OpLayouts &o) { return o.sameLayouts(s); }))
         out.push_back(std::move(s));
     }
   return out;
@@ -313,10 +314,10 @@ bool LocalSearch::visit(Operation *op) {
   }
   FunctionCost::Trial trial;
   if (best) {
-    LLVM_DEBUG(llvm::dbgs() << "  change " << op->getName() << " at "
-                            << op->getLoc() << " to "
-                            << describe(options[*best]) << ": "
-                            << before << " -> " << bestCost << " us\n");
+    LLVM_DEBUG(llvm::dbgs()
+               << "  change " << op->getName() << " at " << op->getLoc()
+               << " to " << describe(options[*best]) << ": " << before << " -> "
+               << bestCost << " us\n");
     fnCost.change(op, std::move(options[*best]), trial);
   } else {
     // No single change helps: try the ones that move a layout together
@@ -342,7 +343,8 @@ int64_t LocalSearch::refine() {
   int64_t changes = 0;
   dirty.insert(movable.ops.begin(), movable.ops.end());
   auto anyDirty = [&] {
-    return llvm::any_of(movable.ops, [&](Operation *op) { return isDirty(op); });
+    return llvm::any_of(movable.ops,
+                        [&](Operation *op) { return isDirty(op); });
   };
   for (int sweep = 0; sweep < 32 && anyDirty(); ++sweep) {
     int64_t changed = 0;
@@ -364,8 +366,8 @@ int64_t LocalSearch::refine() {
 void LocalSearch::recordAlternativeCosts() {
   MLIRContext *ctx = fn.getContext();
   auto layouts = [&](ArrayRef<LayoutAttr> attrs) {
-    return ArrayAttr::get(ctx, SmallVector<Attribute>(attrs.begin(),
-                                                      attrs.end()));
+    return ArrayAttr::get(ctx,
+                          SmallVector<Attribute>(attrs.begin(), attrs.end()));
   };
   for (Operation *op : movable.ops) {
     SmallVector<Value> affected = FunctionCost::affectedBy(op);
@@ -388,9 +390,8 @@ void LocalSearch::recordAlternativeCosts() {
                          layouts(s.resultAttrs))};
       priced.emplace_back(after - now, DictionaryAttr::get(ctx, fields));
     }
-    llvm::stable_sort(priced, [](const auto &a, const auto &b) {
-      return a.first < b.first;
-    });
+    llvm::stable_sort(
+        priced, [](const auto &a, const auto &b) { return a.first < b.first; });
     if (priced.size() > kMaxAlternatives)
       priced.resize(kMaxAlternatives);
     SmallVector<Attribute> alternatives;
@@ -399,4 +400,3 @@ void LocalSearch::recordAlternativeCosts() {
     op->setAttr("shardx.alternatives", ArrayAttr::get(ctx, alternatives));
   }
 }
-

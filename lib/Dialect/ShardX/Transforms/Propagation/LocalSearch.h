@@ -33,8 +33,7 @@ namespace mlir::shardx {
 class LocalSearch {
 public:
   LocalSearch(func::FuncOp fn, ShardingState &state, OpShardingSpace &space,
-              FunctionCost &fnCost, CostModel &costs,
-              const MovableOps &movable)
+              FunctionCost &fnCost, CostModel &costs, const MovableOps &movable)
       : fn(fn), state(state), space(space), fnCost(fnCost), costs(costs),
         movable(movable) {}
 

@@ -27,10 +27,10 @@ void mlir::shardx::appendAttrs(SmallVectorImpl<uintptr_t> &key,
 /// Partial only on axes the strategy leaves free (`used`) and the results do
 /// not reduce over, all on the same axes, with `op` linear in them; none
 /// otherwise.
-SmallVector<std::optional<ReduceOp>> OpShardingSpace::keptPartials(
-    Operation *op, uint64_t used,
-    ArrayRef<std::optional<ReduceOp>> resultPartials,
-    llvm::SmallBitVector &partialOperands) {
+SmallVector<std::optional<ReduceOp>>
+OpShardingSpace::keptPartials(Operation *op, uint64_t used,
+                              ArrayRef<std::optional<ReduceOp>> resultPartials,
+                              llvm::SmallBitVector &partialOperands) {
   SmallVector<std::optional<ReduceOp>> kept(meshRank);
   // Operands with a Partial of sum/avg on axes the strategy leaves free.
   SmallVector<unsigned> candidates;
@@ -44,8 +44,8 @@ SmallVector<std::optional<ReduceOp>> OpShardingSpace::keptPartials(
     for (auto [axis, p] : llvm::enumerate(l.getPartials())) {
       if (!p)
         continue;
-      if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) ||
-          (used >> axis & 1) || resultPartials[axis])
+      if ((*p != ReduceOp::Sum && *p != ReduceOp::Avg) || (used >> axis & 1) ||
+          resultPartials[axis])
         ok = false;
     }
     if (ok)

@@ -37,7 +37,6 @@ double ProgramOrderSearch::reshardCost(Value v, const Layout &to) {
   return costs.planCost(v.getType(), from, to);
 }
 
-
 /// Checks the reassociation of a reshape: upstream's verifier reads its
 /// indices as 32-bit integers (an index of 2^32 passes as 0, found by
 /// fuzzing), and every later pass would index dims out of bounds.
@@ -58,15 +57,14 @@ static LogicalResult verifyReassociation(Operation *op) {
   return success();
 }
 
-
 /// The program-order choice for `op`: each operand's layout as leader
 /// (largest first) merged with the others', and the replicated strategy,
 /// priced by the reshards they need; the results' hints merged with the
 /// operands win ties (they save reshards further on). Invalid when none is.
 OpLayouts ProgramOrderSearch::chooseUncached(Operation *op,
-                                           const ShardingRule &rule,
-                                           ArrayRef<Value> operands,
-                                           ArrayRef<Value> results) {
+                                             const ShardingRule &rule,
+                                             ArrayRef<Value> operands,
+                                             ArrayRef<Value> results) {
   SmallVector<unsigned> order(operands.size());
   for (unsigned i = 0; i < order.size(); ++i)
     order[i] = i;
@@ -74,15 +72,14 @@ OpLayouts ProgramOrderSearch::chooseUncached(Operation *op,
     auto t = cast<RankedTensorType>(operands[i].getType());
     return t.hasStaticShape() ? t.getNumElements() : 0;
   };
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return bytes(a) > bytes(b);
-  });
+  llvm::stable_sort(
+      order, [&](unsigned a, unsigned b) { return bytes(a) > bytes(b); });
   SmallVector<Assignment> views;
   for (auto [i, v] : llvm::enumerate(operands))
     views.push_back(viewThroughRule(rule, rule.operands[i], space.layoutOf(v),
                                     space.getMeshShape()));
   OpLayouts best = evaluatePriced(op, rule, operands, results,
-                           Assignment(rule.factorSizes.size()));
+                                  Assignment(rule.factorSizes.size()));
   // The consumers' preference: the results' hints, merged with the
   // operands; it wins ties (it saves reshards further on).
   OpLayouts hinted;
@@ -93,8 +90,9 @@ OpLayouts ProgramOrderSearch::chooseUncached(Operation *op,
       auto it = hints.find(r);
       if (it == hints.end())
         continue;
-      mergeInto(a, viewThroughRule(rule, rule.results[i],
-                                   it->second.getLayout(), space.getMeshShape()));
+      mergeInto(a,
+                viewThroughRule(rule, rule.results[i], it->second.getLayout(),
+                                space.getMeshShape()));
       any = true;
     }
     if (any) {
@@ -120,7 +118,6 @@ OpLayouts ProgramOrderSearch::chooseUncached(Operation *op,
     best = std::move(hinted);
   return best;
 }
-
 
 LogicalResult ProgramOrderSearch::visit(Operation *op) {
   if (isa<AnnotateOp, RedistributeOp, func::ReturnOp>(op))
@@ -189,7 +186,6 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
   return success();
 }
 
-
 OpLayouts ProgramOrderSearch::choose(Operation *op, const ShardingRule &rule,
                                      ArrayRef<Value> operands,
                                      ArrayRef<Value> results) {
@@ -224,7 +220,6 @@ OpLayouts ProgramOrderSearch::choose(Operation *op, const ShardingRule &rule,
   return it->second;
 }
 
-
 void ProgramOrderSearch::computeHints() {
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -246,15 +241,17 @@ void ProgramOrderSearch::computeHints() {
       auto it = hints.find(r);
       if (it != hints.end())
         mergeInto(a, viewThroughRule(*rule, rule->results[i],
-                                     it->second.getLayout(), space.getMeshShape()));
+                                     it->second.getLayout(),
+                                     space.getMeshShape()));
     }
     for (auto [i, v] : llvm::enumerate(operands)) {
       if (isUserLayout(v))
-        mergeInto(a, viewThroughRule(*rule, rule->operands[i], space.layoutOf(v),
-                                     space.getMeshShape()));
+        mergeInto(a, viewThroughRule(*rule, rule->operands[i],
+                                     space.layoutOf(v), space.getMeshShape()));
       else if (auto it = hints.find(v); it != hints.end())
         mergeInto(a, viewThroughRule(*rule, rule->operands[i],
-                                     it->second.getLayout(), space.getMeshShape()));
+                                     it->second.getLayout(),
+                                     space.getMeshShape()));
     }
     for (auto [f, kind] : llvm::enumerate(rule->factorKinds))
       if (kind != ShardingRule::FactorKind::Parallel)
@@ -263,7 +260,8 @@ void ProgramOrderSearch::computeHints() {
       if (isUserLayout(v) || hints.count(v))
         continue;
       if (std::optional<Layout> l =
-              project(*rule, rule->operands[i], a, space.getMeshShape(), space.getMeshRank())) {
+              project(*rule, rule->operands[i], a, space.getMeshShape(),
+                      space.getMeshRank())) {
         auto type = cast<RankedTensorType>(v.getType());
         if (l->verifyForShape(space.getMeshShape(),
                               std::vector<int64_t>(type.getShape().begin(),
@@ -274,7 +272,6 @@ void ProgramOrderSearch::computeHints() {
     }
   }
 }
-
 
 OpLayouts ProgramOrderSearch::evaluatePriced(Operation *op,
                                              const ShardingRule &rule,

@@ -1,4 +1,4 @@
-//===- ProgramOrder.h - Layouts chosen op by op, in program order -*- C++ -*-===//
+//===- ProgramOrder.h - Layouts chosen in program order ---------*- C++ -*-===//
 //
 // Part of ShardX.
 //
@@ -33,9 +33,9 @@ public:
   /// `movable`. With `userLayoutsOnly` every op runs replicated. Ops
   /// without a rule are warned about once per op kind in `warned`.
   ProgramOrderSearch(func::FuncOp fn, ShardingState &state,
-                     OpShardingSpace &space, RuleCache &rules,
-                     CostModel &costs, MovableOps &movable,
-                     bool userLayoutsOnly, llvm::StringSet<> &warned)
+                     OpShardingSpace &space, RuleCache &rules, CostModel &costs,
+                     MovableOps &movable, bool userLayoutsOnly,
+                     llvm::StringSet<> &warned)
       : fn(fn), state(state), space(space), rules(rules), costs(costs),
         movable(movable), userLayoutsOnly(userLayoutsOnly), warned(warned) {}
 

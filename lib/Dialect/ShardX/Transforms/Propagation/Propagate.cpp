@@ -71,8 +71,8 @@ struct PropagatePass
     options.refine = refineGraph;
     options.printCost = printCost;
     options.recordAlternatives = recordAlternatives;
-    std::unique_ptr<PropagationSearch> search = createPropagationSearch(
-        strategy, mesh, costs, rules, options, warned);
+    std::unique_ptr<PropagationSearch> search =
+        createPropagationSearch(strategy, mesh, costs, rules, options, warned);
     if (!search)
       return fn.emitError("unknown propagation strategy '")
              << strategy << "' (known: " << kPropagationSearchNames << ")";

@@ -82,15 +82,15 @@ void ShardingState::writeToIR() const {
   for (auto &[op, s] : opLayouts) {
     MLIRContext *ctx = op->getContext();
     if (!s.operandAttrs.empty())
-      op->setAttr(ShardXDialect::getOperandLayoutsAttrName(),
-                  ArrayAttr::get(ctx, SmallVector<Attribute>(
-                                          s.operandAttrs.begin(),
-                                          s.operandAttrs.end())));
+      op->setAttr(
+          ShardXDialect::getOperandLayoutsAttrName(),
+          ArrayAttr::get(ctx, SmallVector<Attribute>(s.operandAttrs.begin(),
+                                                     s.operandAttrs.end())));
     if (!s.resultAttrs.empty())
-      op->setAttr(ShardXDialect::getLayoutsAttrName(),
-                  ArrayAttr::get(ctx, SmallVector<Attribute>(
-                                          s.resultAttrs.begin(),
-                                          s.resultAttrs.end())));
+      op->setAttr(
+          ShardXDialect::getLayoutsAttrName(),
+          ArrayAttr::get(ctx, SmallVector<Attribute>(s.resultAttrs.begin(),
+                                                     s.resultAttrs.end())));
   }
   for (auto &[op, table] : tableLayouts)
     op->setAttr(kTableLayoutAttrName, table);
