@@ -168,9 +168,10 @@ enum class InputDomain {
   Count,
 };
 
-/// The domain of an optimizer state argument by the name PyTorch gives the
-/// state (the importer's `torch.state` argument attribute): `step` is a
-/// count; `exp_avg_sq`, `max_exp_avg_sq`, `exp_inf`, `square_avg`, `sum`
+/// The domain of an optimizer state argument by the key PyTorch gives the
+/// state (the importer's `torch.state` argument attribute), by the policy
+/// table kTorchOptimizerStateDomains (lib/Exec/RandomInputs.cpp): `step` is
+/// a count; `exp_avg_sq`, `max_exp_avg_sq`, `exp_inf`, `square_avg`, `sum`
 /// and `acc_delta` are non-negative; anything else is Any.
 InputDomain inputDomainOfTorchState(const std::string &state);
 

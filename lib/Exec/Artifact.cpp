@@ -1,0 +1,378 @@
+//===- Artifact.cpp - Load and call one rank of an artifact ---------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Exec/Executor.h"
+#include "shardx/Layout/LayoutJson.h"
+#include "shardx/Runtime/CApi.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <set>
+
+using namespace shardx;
+using namespace shardx::exec;
+using shardx::rt::Communicator;
+using shardx::rt::DType;
+using shardx::rt::Status;
+
+namespace {
+
+using Json = nlohmann::json;
+
+/// The integers of `obj[key]` (empty when absent).
+std::vector<int64_t> ints(const Json &obj, const char *key) {
+  std::vector<int64_t> v;
+  if (auto it = obj.find(key); it != obj.end() && it->is_array())
+    for (const Json &x : *it)
+      v.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
+  return v;
+}
+
+std::string stringOr(const Json &obj, const char *key, std::string fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
+               std::string &error) {
+  spec.shape = ints(obj, "shape");
+  spec.globalShape = ints(obj, "global_shape");
+  if (spec.globalShape.empty() && !spec.shape.empty())
+    spec.globalShape = spec.shape;
+  std::string dtype = stringOr(obj, "dtype", "");
+  std::optional<DType> parsed = rt::parseDType(dtype);
+  if (!parsed) {
+    error = "unsupported element type '" + dtype + "'";
+    return false;
+  }
+  spec.dtype = *parsed;
+  auto l = obj.find("layout");
+  if (l == obj.end() || !l->is_object())
+    return true;
+  spec.layoutText = stringOr(*l, "text", "");
+  std::optional<Layout> layout = layoutFromJson(*l, error);
+  if (!layout) {
+    error = "layout " + spec.layoutText + ": " + error;
+    return false;
+  }
+  if (static_cast<size_t>(layout->getMeshRank()) != meshRank) {
+    error = "layout " + spec.layoutText + " has " +
+            std::to_string(layout->getMeshRank()) +
+            " mesh axes, the program's mesh " + std::to_string(meshRank);
+    return false;
+  }
+  spec.layout = std::move(layout);
+  return true;
+}
+
+/// Reads the program description into `a`; false with `error` set when it
+/// is malformed.
+bool parseProgramInfo(const char *info, std::vector<int64_t> &meshShape,
+                      std::vector<EntryPoint> &entries, std::string &error) {
+  Json root = Json::parse(info, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    error = "not valid JSON";
+    return false;
+  }
+  try {
+    size_t meshRank = 1;
+    if (auto meshes = root.find("meshes");
+        meshes != root.end() && meshes->is_array() && !meshes->empty()) {
+      meshShape.clear();
+      for (const Json &s : meshes->at(0).at("shape"))
+        meshShape.push_back(s.get<int64_t>());
+      meshRank = meshShape.size();
+    }
+    for (const Json &f : root.at("functions")) {
+      EntryPoint e;
+      e.name = stringOr(f, "name", "");
+      for (const char *key : {"inputs", "outputs"})
+        for (const Json &v : f.at(key)) {
+          TensorSpec spec;
+          if (!parseSpec(v, meshRank, spec, error)) {
+            error = e.name + ": " + error;
+            return false;
+          }
+          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
+        }
+      entries.push_back(std::move(e));
+    }
+  } catch (const Json::exception &e) {
+    error = e.what();
+    return false;
+  }
+  return true;
+}
+
+/// A program allocates its intermediate buffers on every run. glibc serves
+/// a block above its mmap threshold (128 KiB, raised on the fly to at most
+/// 32 MiB, and not for the heaps of rank threads) with a fresh mapping and
+/// unmaps it on free, so every run of a training step page-faults and
+/// zeroes each large buffer again: on the MLP train step (hidden 2048, 16
+/// MiB weights) that was more time than the step's GEMMs on a rank thread.
+/// Buffers up to 32 MiB (glibc's limit for the threshold) come from the
+/// heap instead, and freed memory up to 1 GiB stays there for the next run.
+/// Once per process; SHARDX_KEEP_FREED_MEMORY=0 leaves malloc as it is.
+void keepFreedMemory() {
+#if defined(__GLIBC__)
+  static const bool done = [] {
+    const char *env = std::getenv("SHARDX_KEEP_FREED_MEMORY");
+    if (env && std::string(env) == "0")
+      return false;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
+} // namespace
+
+std::unique_ptr<Artifact> Artifact::load(const std::string &path,
+                                         std::string &error) {
+  keepFreedMemory();
+  // A path, never a library name: dlopen searches the library path for a
+  // name without a slash ("m.so"), not the current directory.
+  std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    error = std::string("cannot load ") + path + ": " + dlerror();
+    return nullptr;
+  }
+  auto *info = static_cast<const char *>(dlsym(handle, "shardx_program_info"));
+  auto *invoke = dlsym(handle, "shardx_rt_invoke");
+  if (!info || !invoke) {
+    error = path + " is not a ShardX artifact (no shardx_program_info)";
+    dlclose(handle);
+    return nullptr;
+  }
+  std::unique_ptr<Artifact> a(new Artifact());
+  a->path = path;
+  a->handle = handle;
+  a->invoke = reinterpret_cast<int (*)(void (*)(void **), void **, void *,
+                                       char *, int64_t)>(invoke);
+  // Absent from artifacts built before the call existed.
+  a->setThreads = reinterpret_cast<int (*)(int)>(
+      dlsym(handle, "shardx_rt_set_compute_threads"));
+  // The buffer cache of CPU artifacts (absent from older ones and from
+  // programs that allocate nothing).
+  a->freeBuffer =
+      reinterpret_cast<void (*)(void *)>(dlsym(handle, "shardx_rt_host_free"));
+  a->trimBuffers = reinterpret_cast<void (*)()>(
+      dlsym(handle, "shardx_rt_host_cache_trim"));
+  if (!a->trimBuffers) // a CUDA artifact: its device blocks
+    a->trimBuffers = reinterpret_cast<void (*)()>(
+        dlsym(handle, "shardx_rt_cuda_cache_trim"));
+  if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
+    error = "bad program description in " + path + ": " + error;
+    return nullptr;
+  }
+  return a;
+}
+
+Artifact::~Artifact() {
+  // The library stays loaded: threads of the runtime may still be winding
+  // down and process exit unloads it anyway. Its cached buffers go back to
+  // malloc now (buffers in use are not in the cache).
+  if (trimBuffers)
+    trimBuffers();
+}
+
+void *Artifact::lookupSymbol(const std::string &symbol) const {
+  return dlsym(handle, symbol.c_str());
+}
+
+const EntryPoint *Artifact::lookup(const std::string &name) const {
+  for (const EntryPoint &e : entries)
+    if (e.name == name)
+      return &e;
+  return nullptr;
+}
+
+void Artifact::setComputeThreads(int threads) const {
+  if (threads > 0 && setThreads)
+    setThreads(threads);
+}
+
+
+Status Artifact::run(const EntryPoint &entry, Communicator &comm,
+                     const std::vector<HostTensor> &localInputs,
+                     std::vector<HostTensor> &localOutputs) const {
+  std::vector<const HostTensor *> inputs;
+  for (const HostTensor &t : localInputs)
+    inputs.push_back(&t);
+  return run(entry, comm, inputs, localOutputs);
+}
+
+Status Artifact::run(const EntryPoint &entry, Communicator &comm,
+                     const std::vector<const HostTensor *> &localInputs,
+                     std::vector<HostTensor> &localOutputs) const {
+  RawOutputs raw;
+  if (Status s = call(entry, comm, localInputs, raw); !s)
+    return s;
+  localOutputs.clear();
+  localOutputs.resize(raw.size());
+  for (size_t o = 0; o < raw.size(); ++o)
+    raw.copyOut(o, localOutputs[o]);
+  return Status::ok();
+}
+
+Status Artifact::call(const EntryPoint &entry, Communicator &comm,
+                      const std::vector<const HostTensor *> &localInputs,
+                      RawOutputs &raw) const {
+  raw.release();
+  if (localInputs.size() != entry.inputs.size())
+    return Status::error(entry.name + " takes " +
+                         std::to_string(entry.inputs.size()) + " inputs");
+  void *fn =
+      dlsym(handle, ("shardx_entry_" + entry.name + entrySuffix).c_str());
+  if (!fn)
+    return Status::error("artifact has no entry point " + entry.name);
+  // Inputs are passed in place: the compiler marks every entry argument
+  // read-only, so the program never writes them (it copies first if it must).
+  std::vector<std::vector<int64_t>> descs;
+  std::set<int64_t> inputPtrs;
+  static char emptyBuffer[1];
+  for (size_t i = 0; i < localInputs.size(); ++i) {
+    const HostTensor &t = *localInputs[i];
+    const TensorSpec &spec = entry.inputs[i];
+    bool shapeOk = t.shape.size() == spec.shape.size();
+    for (size_t d = 0; shapeOk && d < t.shape.size(); ++d)
+      shapeOk = spec.shape[d] < 0 || spec.shape[d] == t.shape[d];
+    if (!shapeOk)
+      return Status::error("input " + std::to_string(i) + " of " + entry.name +
+                           " has the wrong local shape");
+    std::vector<int64_t> d;
+    auto ptr = reinterpret_cast<int64_t>(
+        t.data.empty() ? emptyBuffer : const_cast<char *>(t.data.data()));
+    inputPtrs.insert(ptr);
+    d.push_back(ptr);
+    d.push_back(ptr);
+    d.push_back(0);
+    for (int64_t s : t.shape)
+      d.push_back(s);
+    int64_t stride = 1;
+    std::vector<int64_t> strides(t.shape.size());
+    for (int64_t k = static_cast<int64_t>(t.shape.size()) - 1; k >= 0; --k) {
+      strides[k] = stride;
+      stride *= t.shape[k];
+    }
+    d.insert(d.end(), strides.begin(), strides.end());
+    descs.push_back(std::move(d));
+  }
+  size_t resultWords = 0;
+  std::vector<size_t> offsets;
+  for (const TensorSpec &o : entry.outputs) {
+    offsets.push_back(resultWords);
+    resultWords += 3 + 2 * o.shape.size();
+  }
+  std::vector<int64_t> results(std::max<size_t>(resultWords, 1), 0);
+  std::vector<void *> argv;
+  if (!entry.outputs.empty())
+    argv.push_back(results.data());
+  for (auto &d : descs)
+    argv.push_back(d.data());
+  char error[1024] = {0};
+  int rc = invoke(reinterpret_cast<void (*)(void **)>(fn), argv.data(),
+                  static_cast<void *>(rt::getCHandle(comm)), error,
+                  sizeof(error));
+  if (rc != 0)
+    return Status::error(error);
+  raw.entry = &entry;
+  raw.results = std::move(results);
+  raw.offsets = std::move(offsets);
+  raw.inputPtrs = std::move(inputPtrs);
+  raw.freeBuffer = freeBuffer;
+  return Status::ok();
+}
+
+RawOutputs::RawOutputs(RawOutputs &&other) noexcept {
+  *this = std::move(other);
+}
+
+RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
+  if (this != &other) {
+    release();
+    entry = other.entry;
+    results = std::move(other.results);
+    offsets = std::move(other.offsets);
+    inputPtrs = std::move(other.inputPtrs);
+    freeBuffer = other.freeBuffer;
+    other.entry = nullptr;
+    other.offsets.clear();
+  }
+  return *this;
+}
+
+RawOutputs::~RawOutputs() { release(); }
+
+void RawOutputs::release() {
+  // Results may share a buffer (a value returned twice) and may be an
+  // input's buffer (never freed here).
+  std::set<int64_t> freed;
+  for (size_t w : offsets)
+    if (int64_t allocated = results[w];
+        allocated && !inputPtrs.count(allocated))
+      freed.insert(allocated);
+  for (int64_t allocated : freed)
+    (freeBuffer ? freeBuffer : std::free)(reinterpret_cast<void *>(allocated));
+  entry = nullptr;
+  offsets.clear();
+  results.clear();
+  inputPtrs.clear();
+}
+
+bool RawOutputs::aliasesInput(size_t o) const {
+  return inputPtrs.count(results[offsets.at(o)]) != 0;
+}
+
+void RawOutputs::copyOut(size_t o, HostTensor &t) const {
+  const TensorSpec &spec = entry->outputs.at(o);
+  size_t w = offsets.at(o), r = spec.shape.size();
+  int64_t aligned = results[w + 1], offset = results[w + 2];
+  t.dtype = spec.dtype;
+  t.shape.assign(results.begin() + w + 3, results.begin() + w + 3 + r);
+  std::vector<int64_t> strides(results.begin() + w + 3 + r,
+                               results.begin() + w + 3 + 2 * r);
+  size_t es = t.elementSize();
+  const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
+  bool contiguous = true;
+  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
+    if (t.shape[k] != 1 && strides[k] != expect)
+      contiguous = false;
+    expect *= t.shape[k];
+  }
+  size_t bytes = static_cast<size_t>(t.numElements()) * es;
+  if (contiguous) {
+    // One pass, no zero fill; a buffer of the right size is reused.
+    if (t.data.size() != bytes)
+      t.data.assign(base, base + bytes);
+    else if (bytes && t.data.data() != base)
+      std::memmove(t.data.data(), base, bytes);
+    return;
+  }
+  t.data.resize(bytes);
+  std::vector<int64_t> i(r, 0);
+  for (int64_t n = 0; n < t.numElements(); ++n) {
+    int64_t off = 0;
+    for (size_t k = 0; k < r; ++k)
+      off += i[k] * strides[k];
+    std::memcpy(t.data.data() + n * es, base + off * es, es);
+    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+      if (++i[k] < t.shape[k])
+        break;
+      i[k] = 0;
+    }
+  }
+}
