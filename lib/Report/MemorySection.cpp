@@ -17,6 +17,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -165,6 +167,30 @@ void mlir::shardx::computeMemoryForReport(ModuleOp module, ReportExtras &extras,
   for (auto fn : modeled.getOps<func::FuncOp>())
     if (!fn.isExternal())
       extras.memory.push_back(summarize(computeMemoryProfile(fn)));
+  // The same lowered to buffers, where the CPU code generation's passes
+  // are registered (a pass manager of its own on a detached copy, as
+  // shardx-print-plan{memory-level=buffers}).
+  std::string error;
+  FailureOr<std::string> pipeline = getCpuBufferPipeline(error);
+  if (failed(pipeline))
+    return;
+  PassManager pm(module.getContext());
+  if (failed(
+          parsePassPipeline(StringRef(*pipeline)
+                                .drop_front(StringRef("builtin.module(").size())
+                                .drop_back(),
+                            pm)))
+    return;
+  OwningOpRef<ModuleOp> lowered = cast<ModuleOp>(modeled->clone());
+  {
+    ScopedDiagnosticHandler quiet(module.getContext(),
+                                  [](Diagnostic &) { return success(); });
+    if (failed(pm.run(*lowered)))
+      return;
+  }
+  for (MemorySummary &s : extras.memory)
+    if (auto fn = lowered->lookupSymbol<func::FuncOp>(s.function))
+      s.bufferPeakBytes = computeMemoryProfile(fn).peakBytes;
 }
 
 void mlir::shardx::writeMemorySection(llvm::raw_ostream &os,
@@ -192,7 +218,14 @@ void mlir::shardx::writeMemorySection(llvm::raw_ostream &os,
          << ")";
     os << "; arguments " << formatBytes(s.argumentBytes)
        << ", allocated by the program at the peak "
-       << formatBytes(s.allocatedPeakBytes) << ".</p>";
+       << formatBytes(s.allocatedPeakBytes) << ".";
+    if (s.bufferPeakBytes >= 0)
+      os << " Lowered to buffers as the CPU code generation does (what the "
+            "runtime allocates): peak <span class=\"buffer-peak\" "
+            "data-bytes=\""
+         << s.bufferPeakBytes << "\">" << formatBytes(s.bufferPeakBytes)
+         << "</span>.";
+    os << "</p>";
     os << "<table class=\"memory-roles\"><thead><tr><th>at the peak</th>"
           "<th>bytes</th><th>share</th></tr></thead><tbody>";
     for (const auto &[role, bytes] : s.byRole)

@@ -8,6 +8,7 @@
 
 #include "ReshardPlanning.h"
 
+#include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
@@ -97,6 +98,13 @@ struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
   void getDependentDialects(DialectRegistry &registry) const override {
     registry.insert<ShardXDialect, arith::ArithDialect, linalg::LinalgDialect,
                     tensor::TensorDialect>();
+    // The memory section lowers a copy through the CPU code generation's
+    // passes (computeMemoryForReport): their dialects too.
+    std::string error;
+    if (FailureOr<std::string> text = getCpuBufferPipeline(error);
+        succeeded(text))
+      if (FailureOr<OpPassManager> pm = parsePassPipeline(*text); succeeded(pm))
+        pm->getDependentDialects(registry);
   }
 
   /// `--shardx-report=out.html` is `output=out.html`.

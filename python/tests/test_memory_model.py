@@ -88,3 +88,6 @@ def test_report_draws_the_modeled_memory(tmp_path):
     assert '<section id="memory">' in html
     assert f'data-peak-bytes="{profile["peak_bytes"]}"' in html
     assert html.count('class="memory-plot"') == 1
+    # The peak of the copy lowered to buffers, as the JIT's default level.
+    lowered = memory_profile(text, "cpu", "buffers")[0]
+    assert f'class="buffer-peak" data-bytes="{lowered["peak_bytes"]}"' in html

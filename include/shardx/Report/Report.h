@@ -57,6 +57,9 @@ struct MemorySummary {
   int64_t peakIndex = -1;
   std::string peakOp, peakLocation;
   std::vector<std::pair<std::string, int64_t>> byRole; // at the peak
+  /// The peak of the copy lowered to buffers (memory-level=buffers of
+  /// shardx-print-plan; what the CPU runtime allocates), -1 if not modeled.
+  int64_t bufferPeakBytes = -1;
 };
 
 struct ReportExtras {
