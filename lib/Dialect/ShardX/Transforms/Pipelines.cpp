@@ -10,6 +10,7 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -59,7 +60,15 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   buildPartitionPipeline(pm);
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
-  pm.addPass(createCanonicalizerPass());
+  // Upstream's canonicalizer with its options but region simplification:
+  // after the partition passes every sharded function is one block
+  // (propagation takes no other) and the first canonicalization simplified
+  // the regions of the others, so its liveness analysis over every op,
+  // about half of the canonicalizer's time here, would find nothing.
+  GreedyRewriteConfig oneBlock;
+  oneBlock.setUseTopDownTraversal(true).setRegionSimplificationLevel(
+      GreedySimplifyRegionLevel::Disabled);
+  pm.addPass(createCanonicalizerPass(oneBlock));
   pm.addPass(createCSEPass());
   // After canonicalize and CSE: they would not move the start/wait pairs,
   // but the schedule is priced on the final program.
