@@ -24,7 +24,7 @@
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "shardx/Layout/LayoutJson.h"
+#include "shardx/Exec/ProgramInfo.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -35,7 +35,6 @@
 #include "mlir/Support/Timing.h"
 
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 
 using namespace mlir;
@@ -50,95 +49,86 @@ std::string typeString(Type type) {
   return s;
 }
 
-llvm::json::Array shapeJson(Type type) {
-  llvm::json::Array shape;
+std::vector<int64_t> shapeOf(Type type) {
+  std::vector<int64_t> shape;
   if (auto shaped = dyn_cast<ShapedType>(type); shaped && shaped.hasRank())
     for (int64_t d : shaped.getShape())
       shape.push_back(ShapedType::isDynamic(d) ? int64_t(-1) : d);
   return shape;
 }
 
-/// A layout as data for the executor: its JSON form (shardx/Layout/
-/// LayoutJson.h, shared with the executor and Python) plus its spelling.
-llvm::json::Object layoutJson(mlir::shardx::LayoutAttr attr) {
-  llvm::Expected<llvm::json::Value> value =
-      llvm::json::parse(::shardx::layoutToJsonText(attr.getLayout()));
-  // The text comes from nlohmann::json::dump: it always parses.
-  assert(value && value->getAsObject() && "layoutToJsonText wrote bad JSON");
-  llvm::json::Object obj = std::move(*value->getAsObject());
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  Attribute(attr).print(os);
-  obj["text"] = text;
-  return obj;
-}
-
-llvm::json::Object describeValue(Type type, Type global, Attribute layout) {
-  llvm::json::Object obj;
+/// One input or output of `fn` as the executor sees it: local and global
+/// shape, element type and layout (the attribute and its spelling).
+FailureOr<::shardx::exec::TensorSpec>
+describeValue(func::FuncOp fn, Type type, Type global, Attribute layout) {
+  ::shardx::exec::TensorSpec spec;
+  spec.shape = shapeOf(type);
+  spec.globalShape = shapeOf(global);
   auto shaped = dyn_cast<ShapedType>(type);
-  obj["shape"] = shapeJson(type);
-  obj["global_shape"] = shapeJson(global);
-  obj["dtype"] = typeString(shaped ? shaped.getElementType() : type);
-  if (auto l = dyn_cast_or_null<mlir::shardx::LayoutAttr>(layout))
-    obj["layout"] = layoutJson(l);
-  return obj;
+  Type element = shaped ? shaped.getElementType() : type;
+  std::optional<::shardx::rt::DType> dtype =
+      ::shardx::rt::parseDType(typeString(element));
+  if (!dtype)
+    return fn.emitError("entry point ")
+           << fn.getSymName() << " takes or returns " << element
+           << " elements, which the runtime does not have (f32, f64, bf16, "
+              "f16, i64, i32, i16, i8, i1, index)";
+  spec.dtype = *dtype;
+  if (auto l = dyn_cast_or_null<mlir::shardx::LayoutAttr>(layout)) {
+    spec.layout = l.getLayout();
+    llvm::raw_string_ostream os(spec.layoutText);
+    Attribute(l).print(os);
+  }
+  return spec;
 }
 
 } // namespace
 
 std::string mlir::shardx::describeProgram(ModuleOp module) {
-  llvm::json::Object root;
-  root["version"] = 1;
-  llvm::json::Array meshes;
+  ::shardx::exec::ProgramInfo info;
   module.walk([&](mlir::shardx::MeshOp mesh) {
-    llvm::json::Object m;
-    m["name"] = mesh.getSymName().str();
-    llvm::json::Array shape;
-    for (int64_t s : mesh.getShape())
-      shape.push_back(s);
-    m["shape"] = std::move(shape);
-    meshes.push_back(std::move(m));
+    info.meshes.push_back(
+        {mesh.getSymName().str(),
+         std::vector<int64_t>(mesh.getShape().begin(), mesh.getShape().end())});
   });
-  root["meshes"] = std::move(meshes);
-  llvm::json::Array functions;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isPrivate() || fn.isExternal())
       continue;
-    llvm::json::Object f;
-    f["name"] = fn.getSymName().str();
-    llvm::json::Array inputs, outputs;
+    ::shardx::exec::EntryPoint &entry = info.functions.emplace_back();
+    entry.name = fn.getSymName().str();
     FunctionType type = fn.getFunctionType();
     // After SPMD expansion the global side of the calling convention is in
     // the signature attribute; an unsharded program is its own global form.
     auto sig = fn->getAttrOfType<DictionaryAttr>("shardx.signature");
-    auto entry = [&](StringRef key, unsigned i) -> Attribute {
+    auto sigEntry = [&](StringRef key, unsigned i) -> Attribute {
       if (!sig)
         return nullptr;
       auto arr = sig.getAs<ArrayAttr>(key);
       return arr && i < arr.size() ? arr[i] : nullptr;
     };
-    for (auto [i, t] : llvm::enumerate(type.getInputs())) {
-      auto g = dyn_cast_or_null<TypeAttr>(entry("arg_types", i));
-      inputs.push_back(
-          describeValue(t, g ? g.getValue() : t, entry("arg_layouts", i)));
-    }
-    for (auto [i, t] : llvm::enumerate(type.getResults())) {
-      auto g = dyn_cast_or_null<TypeAttr>(entry("result_types", i));
-      outputs.push_back(
-          describeValue(t, g ? g.getValue() : t, entry("result_layouts", i)));
-    }
+    auto describe = [&](TypeRange types, StringRef typesKey,
+                        StringRef layoutsKey,
+                        std::vector<::shardx::exec::TensorSpec> &specs) {
+      for (auto [i, t] : llvm::enumerate(types)) {
+        auto g = dyn_cast_or_null<TypeAttr>(sigEntry(typesKey, i));
+        FailureOr<::shardx::exec::TensorSpec> spec = describeValue(
+            fn, t, g ? g.getValue() : t, sigEntry(layoutsKey, i));
+        if (failed(spec))
+          return failure();
+        specs.push_back(std::move(*spec));
+      }
+      return success();
+    };
+    if (failed(describe(type.getInputs(), "arg_types", "arg_layouts",
+                        entry.inputs)) ||
+        failed(describe(type.getResults(), "result_types", "result_layouts",
+                        entry.outputs)))
+      return "";
     if (sig)
       if (auto mesh = sig.getAs<FlatSymbolRefAttr>("mesh"))
-        f["mesh"] = mesh.getValue().str();
-    f["inputs"] = std::move(inputs);
-    f["outputs"] = std::move(outputs);
-    functions.push_back(std::move(f));
+        entry.mesh = mesh.getValue().str();
   }
-  root["functions"] = std::move(functions);
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::json::Value(std::move(root));
-  return s;
+  return ::shardx::exec::writeProgramInfo(info);
 }
 
 void mlir::shardx::prepareEntryPoints(ModuleOp module) {
@@ -236,9 +226,11 @@ struct RecordProgramInfoPass
     : mlir::shardx::impl::RecordProgramInfoPassBase<RecordProgramInfoPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    std::string info = mlir::shardx::describeProgram(module);
+    if (info.empty())
+      return signalPassFailure();
     module->setAttr(mlir::shardx::kProgramInfoAttr,
-                    StringAttr::get(module.getContext(),
-                                    mlir::shardx::describeProgram(module)));
+                    StringAttr::get(module.getContext(), info));
   }
 };
 

@@ -5,10 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Exec/Executor.h"
-#include "shardx/Layout/LayoutJson.h"
 #include "shardx/Runtime/CApi.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -26,93 +23,6 @@ using shardx::rt::DType;
 using shardx::rt::Status;
 
 namespace {
-
-using Json = nlohmann::json;
-
-/// The integers of `obj[key]` (empty when absent).
-std::vector<int64_t> ints(const Json &obj, const char *key) {
-  std::vector<int64_t> v;
-  if (auto it = obj.find(key); it != obj.end() && it->is_array())
-    for (const Json &x : *it)
-      v.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
-  return v;
-}
-
-std::string stringOr(const Json &obj, const char *key, std::string fallback) {
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
-bool parseSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
-               std::string &error) {
-  spec.shape = ints(obj, "shape");
-  spec.globalShape = ints(obj, "global_shape");
-  if (spec.globalShape.empty() && !spec.shape.empty())
-    spec.globalShape = spec.shape;
-  std::string dtype = stringOr(obj, "dtype", "");
-  std::optional<DType> parsed = rt::parseDType(dtype);
-  if (!parsed) {
-    error = "unsupported element type '" + dtype + "'";
-    return false;
-  }
-  spec.dtype = *parsed;
-  auto l = obj.find("layout");
-  if (l == obj.end() || !l->is_object())
-    return true;
-  spec.layoutText = stringOr(*l, "text", "");
-  std::optional<Layout> layout = layoutFromJson(*l, error);
-  if (!layout) {
-    error = "layout " + spec.layoutText + ": " + error;
-    return false;
-  }
-  if (static_cast<size_t>(layout->getMeshRank()) != meshRank) {
-    error = "layout " + spec.layoutText + " has " +
-            std::to_string(layout->getMeshRank()) +
-            " mesh axes, the program's mesh " + std::to_string(meshRank);
-    return false;
-  }
-  spec.layout = std::move(layout);
-  return true;
-}
-
-/// Reads the program description into `a`; false with `error` set when it
-/// is malformed.
-bool parseProgramInfo(const char *info, std::vector<int64_t> &meshShape,
-                      std::vector<EntryPoint> &entries, std::string &error) {
-  Json root = Json::parse(info, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) {
-    error = "not valid JSON";
-    return false;
-  }
-  try {
-    size_t meshRank = 1;
-    if (auto meshes = root.find("meshes");
-        meshes != root.end() && meshes->is_array() && !meshes->empty()) {
-      meshShape.clear();
-      for (const Json &s : meshes->at(0).at("shape"))
-        meshShape.push_back(s.get<int64_t>());
-      meshRank = meshShape.size();
-    }
-    for (const Json &f : root.at("functions")) {
-      EntryPoint e;
-      e.name = stringOr(f, "name", "");
-      for (const char *key : {"inputs", "outputs"})
-        for (const Json &v : f.at(key)) {
-          TensorSpec spec;
-          if (!parseSpec(v, meshRank, spec, error)) {
-            error = e.name + ": " + error;
-            return false;
-          }
-          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
-        }
-      entries.push_back(std::move(e));
-    }
-  } catch (const Json::exception &e) {
-    error = e.what();
-    return false;
-  }
-  return true;
-}
 
 /// A program allocates its intermediate buffers on every run. glibc serves
 /// a block above its mmap threshold (128 KiB, raised on the fly to at most
@@ -174,10 +84,12 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   if (!a->trimBuffers) // a CUDA artifact: its device blocks
     a->trimBuffers = reinterpret_cast<void (*)()>(
         dlsym(handle, "shardx_rt_cuda_cache_trim"));
-  if (!parseProgramInfo(info, a->meshShape, a->entries, error)) {
+  a->infoText = info;
+  if (!readProgramInfo(a->infoText, a->info, error)) {
     error = "bad program description in " + path + ": " + error;
     return nullptr;
   }
+  a->meshShape = a->info.getMeshShape();
   return a;
 }
 
@@ -194,7 +106,7 @@ void *Artifact::lookupSymbol(const std::string &symbol) const {
 }
 
 const EntryPoint *Artifact::lookup(const std::string &name) const {
-  for (const EntryPoint &e : entries)
+  for (const EntryPoint &e : info.functions)
     if (e.name == name)
       return &e;
   return nullptr;

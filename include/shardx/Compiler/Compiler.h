@@ -197,7 +197,10 @@ std::string canonicalKernelText(Operation *kernel);
 
 
 /// Returns the JSON program description embedded in artifacts (entry points,
-/// argument and result types, layouts, mesh) for `module` before lowering.
+/// argument and result types, layouts, mesh) for `module` before lowering:
+/// a shardx::exec::ProgramInfo (shardx/Exec/ProgramInfo.h) as its text.
+/// Empty, after a diagnostic, when an entry point's element type is not one
+/// the runtime has (rt::DType).
 std::string describeProgram(ModuleOp module);
 
 /// Lowers `module` (on tensors) and writes the requested output. Emits

@@ -12,6 +12,7 @@
 #ifndef SHARDX_EXEC_EXECUTOR_H
 #define SHARDX_EXEC_EXECUTOR_H
 
+#include "shardx/Exec/ProgramInfo.h"
 #include "shardx/Layout/Layout.h"
 #include "shardx/Runtime/BufferCache.h"
 #include "shardx/Runtime/Communicator.h"
@@ -39,19 +40,6 @@ struct HostTensor {
 
   int64_t numElements() const;
   size_t elementSize() const { return rt::dtypeSize(dtype); }
-};
-
-struct TensorSpec {
-  std::vector<int64_t> shape;       // local (per rank)
-  std::vector<int64_t> globalShape; // global
-  rt::DType dtype = rt::DType::F32;
-  std::optional<Layout> layout; // none: replicated / unsharded
-  std::string layoutText;
-};
-
-struct EntryPoint {
-  std::string name;
-  std::vector<TensorSpec> inputs, outputs;
 };
 
 /// One rank's results of an entry point call as the program returned them
@@ -95,10 +83,15 @@ public:
                                         std::string &error);
   ~Artifact();
 
-  const std::vector<EntryPoint> &getEntryPoints() const { return entries; }
+  const std::vector<EntryPoint> &getEntryPoints() const {
+    return info.functions;
+  }
   const EntryPoint *lookup(const std::string &name) const;
   /// The mesh shape of sharded programs ({1} for unsharded ones).
   const std::vector<int64_t> &getMeshShape() const { return meshShape; }
+  /// The program description, read and as the artifact embeds it.
+  const ProgramInfo &getProgramInfo() const { return info; }
+  const std::string &getProgramInfoText() const { return infoText; }
   const std::string &getPath() const { return path; }
 
   /// Lets each BLAS call use `threads` threads (the artifact's OpenBLAS is
@@ -129,7 +122,8 @@ private:
   Artifact() = default;
   std::string path;
   void *handle = nullptr;
-  std::vector<EntryPoint> entries;
+  ProgramInfo info;
+  std::string infoText;
   std::vector<int64_t> meshShape{1};
   std::string entrySuffix;
   int (*invoke)(void (*)(void **), void **, void *, char *, int64_t) = nullptr;

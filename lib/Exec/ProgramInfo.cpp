@@ -1,0 +1,159 @@
+//===- ProgramInfo.cpp - The program description artifacts embed ---------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Exec/ProgramInfo.h"
+#include "shardx/Layout/LayoutJson.h"
+
+#include <nlohmann/json.hpp>
+
+using namespace shardx;
+using namespace shardx::exec;
+using Json = nlohmann::json;
+
+std::vector<int64_t> ProgramInfo::getMeshShape() const {
+  if (meshes.empty())
+    return {1};
+  return meshes.front().shape;
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+static Json specToJson(const TensorSpec &spec) {
+  Json obj = Json::object();
+  obj["shape"] = spec.shape;
+  obj["global_shape"] = spec.globalShape;
+  obj["dtype"] = rt::stringifyDType(spec.dtype);
+  if (spec.layout) {
+    Json layout = layoutToJson(*spec.layout);
+    layout["text"] = spec.layoutText;
+    obj["layout"] = std::move(layout);
+  }
+  return obj;
+}
+
+std::string shardx::exec::writeProgramInfo(const ProgramInfo &info) {
+  Json root = Json::object();
+  root["version"] = 1;
+  Json meshes = Json::array();
+  for (const MeshInfo &mesh : info.meshes)
+    meshes.push_back(Json{{"name", mesh.name}, {"shape", mesh.shape}});
+  root["meshes"] = std::move(meshes);
+  Json functions = Json::array();
+  for (const EntryPoint &entry : info.functions) {
+    Json f = Json::object();
+    f["name"] = entry.name;
+    if (!entry.mesh.empty())
+      f["mesh"] = entry.mesh;
+    Json inputs = Json::array(), outputs = Json::array();
+    for (const TensorSpec &spec : entry.inputs)
+      inputs.push_back(specToJson(spec));
+    for (const TensorSpec &spec : entry.outputs)
+      outputs.push_back(specToJson(spec));
+    f["inputs"] = std::move(inputs);
+    f["outputs"] = std::move(outputs);
+    functions.push_back(std::move(f));
+  }
+  root["functions"] = std::move(functions);
+  return root.dump();
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The integers of `obj[key]` (empty when absent).
+std::vector<int64_t> ints(const Json &obj, const char *key) {
+  std::vector<int64_t> v;
+  if (auto it = obj.find(key); it != obj.end() && it->is_array())
+    for (const Json &x : *it)
+      v.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
+  return v;
+}
+
+std::string stringOr(const Json &obj, const char *key, std::string fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool readSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
+              std::string &error) {
+  spec.shape = ints(obj, "shape");
+  spec.globalShape = ints(obj, "global_shape");
+  if (spec.globalShape.empty() && !spec.shape.empty())
+    spec.globalShape = spec.shape;
+  std::string dtype = stringOr(obj, "dtype", "");
+  std::optional<rt::DType> parsed = rt::parseDType(dtype);
+  if (!parsed) {
+    error = "unsupported element type '" + dtype + "'";
+    return false;
+  }
+  spec.dtype = *parsed;
+  auto l = obj.find("layout");
+  if (l == obj.end() || !l->is_object())
+    return true;
+  spec.layoutText = stringOr(*l, "text", "");
+  std::optional<Layout> layout = layoutFromJson(*l, error);
+  if (!layout) {
+    error = "layout " + spec.layoutText + ": " + error;
+    return false;
+  }
+  if (static_cast<size_t>(layout->getMeshRank()) != meshRank) {
+    error = "layout " + spec.layoutText + " has " +
+            std::to_string(layout->getMeshRank()) +
+            " mesh axes, the program's mesh " + std::to_string(meshRank);
+    return false;
+  }
+  spec.layout = std::move(layout);
+  return true;
+}
+
+} // namespace
+
+bool shardx::exec::readProgramInfo(std::string_view text, ProgramInfo &info,
+                                   std::string &error) {
+  info = ProgramInfo();
+  Json root = Json::parse(text.begin(), text.end(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    error = "not valid JSON";
+    return false;
+  }
+  try {
+    if (auto meshes = root.find("meshes");
+        meshes != root.end() && meshes->is_array())
+      for (const Json &m : *meshes) {
+        MeshInfo mesh;
+        mesh.name = stringOr(m, "name", "");
+        for (const Json &s : m.at("shape"))
+          mesh.shape.push_back(s.get<int64_t>());
+        info.meshes.push_back(std::move(mesh));
+      }
+    size_t meshRank = info.getMeshShape().size();
+    for (const Json &f : root.at("functions")) {
+      EntryPoint e;
+      e.name = stringOr(f, "name", "");
+      e.mesh = stringOr(f, "mesh", "");
+      for (const char *key : {"inputs", "outputs"})
+        for (const Json &v : f.at(key)) {
+          TensorSpec spec;
+          if (!readSpec(v, meshRank, spec, error)) {
+            error = e.name + ": " + error;
+            return false;
+          }
+          (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
+        }
+      info.functions.push_back(std::move(e));
+    }
+  } catch (const Json::exception &e) {
+    error = e.what();
+    return false;
+  }
+  return true;
+}
