@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Exec/Session.h"
+#include "Binding.h"
 #include "shardx/Layout/LayoutJson.h"
 #include "shardx/Runtime/Bootstrap.h"
 #include "shardx/Runtime/CudaLocal.h"
@@ -35,14 +35,10 @@
 
 namespace nb = nanobind;
 using namespace shardx;
+using namespace shardx::binding;
 using namespace shardx::exec;
 
 namespace {
-
-/// A failed run (the message names the failing rank and its cause).
-struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 /// The ranks of a process world find each other through a Python callable
 /// `exchange(key, data)`: rank 0 passes its bytes and the callable publishes
@@ -85,87 +81,6 @@ private:
   int64_t rank, worldSize;
   nb::callable exchange;
 };
-/// An artifact that cannot be loaded.
-struct LoadError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-using AnyArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-using NumpyArray = nb::ndarray<nb::numpy, nb::ro>;
-
-/// The DLPack type of `type`'s arrays (the DType table's sizes and kinds).
-nb::dlpack::dtype dlpackType(rt::DType type) {
-  using nb::dlpack::dtype_code;
-  dtype_code code = type == rt::DType::I1      ? dtype_code::Bool
-                    : type == rt::DType::BF16  ? dtype_code::Bfloat
-                    : rt::isFloat(type)        ? dtype_code::Float
-                                               : dtype_code::Int;
-  return {static_cast<uint8_t>(code),
-          static_cast<uint8_t>(8 * rt::dtypeSize(type)), 1};
-}
-
-/// The element type of an array of DLPack type `t`, if ShardX has it.
-std::optional<rt::DType> dtypeOf(nb::dlpack::dtype t) {
-  for (const rt::DTypeInfo &info : rt::kDTypes)
-    if (info.type != rt::DType::Index && dlpackType(info.type) == t)
-      return info.type;
-  return std::nullopt;
-}
-
-std::string dtypeName(nb::dlpack::dtype t) {
-  std::optional<rt::DType> type = dtypeOf(t);
-  return type ? rt::stringifyDType(*type) : "unsupported";
-}
-
-/// A dtype argument from Python (an MLIR name such as "bf16").
-rt::DType parseDTypeArg(const std::string &name) {
-  std::optional<rt::DType> type = rt::parseDType(name);
-  if (!type)
-    throw std::invalid_argument("unsupported dtype '" + name + "'");
-  return *type;
-}
-
-/// A read-only numpy array over `t`'s data that keeps `t` alive. numpy has
-/// no bfloat16: a bf16 tensor's array holds its bits as uint16
-/// (ShardedTensor.to_torch views them as torch.bfloat16).
-template <typename Array = NumpyArray>
-Array viewOf(std::shared_ptr<const HostTensor> t) {
-  auto *keep = new std::shared_ptr<const HostTensor>(std::move(t));
-  nb::capsule owner(keep, [](void *p) noexcept {
-    delete static_cast<std::shared_ptr<const HostTensor> *>(p);
-  });
-  const HostTensor &h = **keep;
-  std::vector<size_t> shape(h.shape.begin(), h.shape.end());
-  static const char empty = 0;
-  const void *data = h.data.empty() ? &empty : h.data.data();
-  return Array(const_cast<void *>(data), shape.size(), shape.data(), owner,
-               nullptr,
-               h.dtype == rt::DType::BF16 ? nb::dtype<uint16_t>()
-                                          : dlpackType(h.dtype));
-}
-
-HostTensor hostTensorOf(const AnyArray &a, rt::DType dtype) {
-  HostTensor t;
-  t.dtype = dtype;
-  if (dtypeOf(a.dtype()) != dtype)
-    throw std::invalid_argument("array dtype " + dtypeName(a.dtype()) +
-                                " is not " + rt::stringifyDType(dtype));
-  for (size_t d = 0; d < a.ndim(); ++d)
-    t.shape.push_back(static_cast<int64_t>(a.shape(d)));
-  t.data.resize(a.nbytes());
-  if (a.nbytes())
-    std::memcpy(t.data.data(), a.data(), a.nbytes());
-  return t;
-}
-
-/// The same with the dtype named (empty: the array's).
-HostTensor hostTensorOf(const AnyArray &a, const std::string &dtype) {
-  std::optional<rt::DType> type =
-      dtype.empty() ? dtypeOf(a.dtype()) : rt::parseDType(dtype);
-  if (!type)
-    throw std::invalid_argument("unsupported array dtype");
-  return hostTensorOf(a, *type);
-}
 
 std::vector<Placement> placementsOf(
     const std::vector<std::tuple<std::string, int64_t, int64_t, std::string>>
@@ -190,6 +105,13 @@ std::vector<Placement> placementsOf(
   return out;
 }
 
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
 nb::dict specDict(const TensorSpec &s) {
   nb::dict d;
   d["shape"] = s.shape;
@@ -199,28 +121,6 @@ nb::dict specDict(const TensorSpec &s) {
   return d;
 }
 
-/// The Python exception a use of a donated tensor raises (shardx sets it to
-/// `shardx.DonatedError`; RuntimeError until then).
-/// (A strong reference, never released: the module lives as long as the
-/// interpreter.)
-PyObject *donatedErrorType = nullptr;
-/// The exception a failed run raises in a compiled call (shardx sets it to
-/// `shardx.RankError`; RunError until then). Never released either.
-PyObject *rankErrorType = nullptr;
-
-[[noreturn]] void raiseDonated(const std::string &message) {
-  PyErr_SetString(donatedErrorType ? donatedErrorType : PyExc_RuntimeError,
-                  message.c_str());
-  throw nb::python_error();
-}
-
-/// `s`, unless it was donated to a run (its buffers are the run's output).
-const ShardSet &live(const ShardSet &s) {
-  if (s.donated)
-    raiseDonated("this ShardedTensor was donated to a call: its buffers now "
-                 "hold the call's output; use that output instead");
-  return s;
-}
 
 /// Rank `rank`'s buffer of `s`, which this process must hold.
 const HostTensor &localOf(const ShardSet &s, int64_t rank) {
@@ -232,270 +132,6 @@ const HostTensor &localOf(const ShardSet &s, int64_t rank) {
   return *s.locals[rank];
 }
 
-/// The structure of a pytree of tuples, lists and dicts, as
-/// `shardx.jit._flatten` describes it: None for a leaf, (tuple|list,
-/// children), (dict, keys, children) or (None, value, tag) for a Python
-/// constant (None, bool, int, float, str).
-struct TreeSpec {
-  enum class Kind : uint8_t { Leaf, Tuple, List, Dict, Const };
-  Kind kind = Kind::Leaf;
-  std::vector<nb::object> keys; // a constant's value: keys[0]
-  std::vector<TreeSpec> children;
-  size_t numLeaves = 1;
-
-  static TreeSpec parse(nb::handle h) {
-    TreeSpec spec;
-    if (h.is_none())
-      return spec;
-    nb::tuple t = nb::cast<nb::tuple>(h);
-    nb::handle type = t[0];
-    nb::handle children = t[1];
-    if (type.is_none()) {
-      spec.kind = Kind::Const;
-      spec.keys.push_back(nb::borrow(t[1]));
-      spec.numLeaves = 0;
-      return spec;
-    }
-    if (type.ptr() == reinterpret_cast<PyObject *>(&PyTuple_Type)) {
-      spec.kind = Kind::Tuple;
-    } else if (type.ptr() == reinterpret_cast<PyObject *>(&PyList_Type)) {
-      spec.kind = Kind::List;
-    } else if (type.ptr() == reinterpret_cast<PyObject *>(&PyDict_Type)) {
-      spec.kind = Kind::Dict;
-      for (nb::handle k : nb::cast<nb::tuple>(t[1]))
-        spec.keys.push_back(nb::borrow(k));
-      children = t[2];
-    } else {
-      throw std::invalid_argument("bad tree spec");
-    }
-    spec.numLeaves = 0;
-    for (nb::handle c : nb::cast<nb::tuple>(children)) {
-      spec.children.push_back(parse(c));
-      spec.numLeaves += spec.children.back().numLeaves;
-    }
-    return spec;
-  }
-
-  /// Appends the leaves of `o` (borrowed); false when `o` has another
-  /// structure.
-  bool flatten(PyObject *o, std::vector<PyObject *> &leaves) const {
-    size_t n = children.size();
-    switch (kind) {
-    case Kind::Leaf:
-      leaves.push_back(o);
-      return true;
-    case Kind::Const:
-      return sameConstant(o, keys[0].ptr());
-    case Kind::Tuple:
-      if (!PyTuple_CheckExact(o) ||
-          static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
-        return false;
-      for (size_t i = 0; i < n; ++i)
-        if (!children[i].flatten(PyTuple_GET_ITEM(o, i), leaves))
-          return false;
-      return true;
-    case Kind::List:
-      if (!PyList_CheckExact(o) || static_cast<size_t>(PyList_GET_SIZE(o)) != n)
-        return false;
-      for (size_t i = 0; i < n; ++i)
-        if (!children[i].flatten(PyList_GET_ITEM(o, i), leaves))
-          return false;
-      return true;
-    case Kind::Dict: {
-      if (!PyDict_CheckExact(o) || static_cast<size_t>(PyDict_GET_SIZE(o)) != n)
-        return false;
-      Py_ssize_t pos = 0;
-      PyObject *key, *value;
-      for (size_t i = 0; PyDict_Next(o, &pos, &key, &value); ++i) {
-        if (key != keys[i].ptr()) {
-          int same = PyObject_RichCompareBool(key, keys[i].ptr(), Py_EQ);
-          if (same != 1) {
-            PyErr_Clear();
-            return false;
-          }
-        }
-        if (!children[i].flatten(value, leaves))
-          return false;
-      }
-      return true;
-    }
-    }
-    return false;
-  }
-
-  /// Whether `o` is the constant `c`: the same type and value; floats bit
-  /// for bit (-0.0 is not 0.0), every NaN equal to every NaN.
-  static bool sameConstant(PyObject *o, PyObject *c) {
-    if (o == c)
-      return true;
-    if (Py_TYPE(o) != Py_TYPE(c))
-      return false;
-    if (PyFloat_CheckExact(o)) {
-      double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(c);
-      return (a != a && b != b) || std::memcmp(&a, &b, sizeof a) == 0;
-    }
-    int same = PyObject_RichCompareBool(o, c, Py_EQ);
-    if (same < 0)
-      PyErr_Clear();
-    return same == 1;
-  }
-
-  /// The tree of this structure over `leaves` (from `at` on).
-  nb::object build(std::vector<nb::object> &leaves, size_t &at) const {
-    size_t n = children.size();
-    switch (kind) {
-    case Kind::Leaf:
-      return std::move(leaves[at++]);
-    case Kind::Const:
-      return keys[0];
-    case Kind::Tuple: {
-      nb::object t = nb::steal(PyTuple_New(n));
-      for (size_t i = 0; i < n; ++i)
-        PyTuple_SET_ITEM(t.ptr(), i,
-                         children[i].build(leaves, at).release().ptr());
-      return t;
-    }
-    case Kind::List: {
-      nb::object l = nb::steal(PyList_New(n));
-      for (size_t i = 0; i < n; ++i)
-        PyList_SET_ITEM(l.ptr(), i,
-                        children[i].build(leaves, at).release().ptr());
-      return l;
-    }
-    case Kind::Dict: {
-      nb::dict d;
-      for (size_t i = 0; i < n; ++i)
-        d[keys[i]] = children[i].build(leaves, at);
-      return std::move(d);
-    }
-    }
-    return nb::none();
-  }
-};
-
-/// One compiled entry point's call from Python, guards included: the
-/// inputs' structure, and per tensor its global shape, dtype, layout and
-/// mesh, against what the entry point was compiled for. A call that fails
-/// a guard returns NotImplemented (shardx.jit then finds or compiles the
-/// right entry and logs why); one that passes runs with the GIL released
-/// and returns the outputs as `ShardedTensor`s in the traced structure.
-struct CallPlan {
-  nb::object sessionObject;
-  Session *session;
-  std::shared_ptr<Artifact> artifact;
-  const EntryPoint *entry;
-  std::string name;
-  TreeSpec in, out;
-  std::vector<nb::object> outKeys;
-  std::vector<int64_t> donatedInputOf;
-  nb::object tensorType, mesh;
-  nb::object shardsName = nb::str("_shards"), meshName = nb::str("mesh"),
-             keyName = nb::str("_key");
-
-  nb::object call(nb::handle args) {
-    nb::object notImplemented = nb::borrow(Py_NotImplemented);
-    std::vector<PyObject *> leaves;
-    leaves.reserve(16);
-    if (!in.flatten(args.ptr(), leaves) ||
-        leaves.size() != entry->inputs.size())
-      return notImplemented;
-    std::vector<ShardSet *> inputs(leaves.size());
-    std::vector<nb::object> keep;
-    keep.reserve(16);
-    std::vector<std::unique_ptr<ShardSet>> scattered;
-    auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      PyObject *leaf = leaves[i];
-      const TensorSpec &spec = entry->inputs[i];
-      if (Py_TYPE(leaf) == type || PyObject_TypeCheck(leaf, type)) {
-        nb::object shards = nb::steal(PyObject_GetAttr(leaf, shardsName.ptr()));
-        if (!shards.is_valid()) {
-          PyErr_Clear();
-          return notImplemented;
-        }
-        if (!nb::isinstance<ShardSet>(shards))
-          return notImplemented;
-        ShardSet *set = nb::inst_ptr<ShardSet>(shards);
-        if (set->donated)
-          raiseDonated("input " + std::to_string(i) + " of " + name +
-                       " was donated to an earlier call: its buffers now "
-                       "hold that call's output; pass the output instead");
-        std::string why;
-        if (set->meshShape != session->getMeshShape() ||
-            !set->matches(spec, why))
-          return notImplemented;
-        inputs[i] = set;
-        keep.push_back(std::move(shards));
-        continue;
-      }
-      // A CPU array (numpy, torch): scattered by the entry's layout.
-      AnyArray array;
-      if (!nb::try_cast(nb::handle(leaf), array, false)) {
-        PyErr_Clear();
-        return notImplemented;
-      }
-      if (dtypeOf(array.dtype()) != spec.dtype ||
-          array.ndim() != spec.globalShape.size())
-        return notImplemented;
-      for (size_t d = 0; d < array.ndim(); ++d)
-        if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
-          return notImplemented;
-      HostTensor global = hostTensorOf(array, spec.dtype);
-      scattered.push_back(
-          std::make_unique<ShardSet>(session->scatter(global, spec.layout)));
-      inputs[i] = scattered.back().get();
-    }
-    std::vector<ShardSet> outputs;
-    rt::Status status;
-    {
-      nb::gil_scoped_release release;
-      status = session->run(*artifact, *entry, inputs, outputs, donatedInputOf,
-                            /*inputsChecked=*/true);
-    }
-    if (!status) {
-      if (!rankErrorType)
-        throw RunError(status.message());
-      PyErr_SetString(rankErrorType, status.message().c_str());
-      throw nb::python_error();
-    }
-    std::vector<nb::object> results;
-    results.reserve(8);
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      nb::object tensor = nb::steal(type->tp_alloc(type, 0));
-      if (!tensor.is_valid())
-        throw nb::python_error();
-      nb::object shards = nb::cast(std::move(outputs[o]));
-      if (PyObject_SetAttr(tensor.ptr(), shardsName.ptr(), shards.ptr()) ||
-          PyObject_SetAttr(tensor.ptr(), meshName.ptr(), mesh.ptr()) ||
-          PyObject_SetAttr(tensor.ptr(), keyName.ptr(), outKeys[o].ptr()))
-        throw nb::python_error();
-      results.push_back(std::move(tensor));
-    }
-    size_t at = 0;
-    return out.build(results, at);
-  }
-};
-
-/// The base of `shardx.jit.CompiledFunction`: its call goes to the plan of
-/// the entry the last call used, and to the Python method `_call_guarded`
-/// (guards with reasons, compiles) when there is none or a guard fails, so
-/// a call that passes the guards runs no Python code.
-struct CompiledCall {
-  nb::object planObject = nb::none();
-  CallPlan *plan = nullptr;
-};
-
-/// A loaded artifact; the entry points are looked up by name.
-struct PyArtifact {
-  std::shared_ptr<Artifact> artifact;
-  const EntryPoint &entry(const std::string &name) const {
-    const EntryPoint *e = artifact->lookup(name);
-    if (!e)
-      throw std::invalid_argument("artifact " + artifact->getPath() +
-                                  " has no entry point " + name);
-    return *e;
-  }
-};
 
 } // namespace
 
@@ -655,7 +291,54 @@ NB_MODULE(_shardx_rt, m) {
               l.append(specDict(s));
             return l;
           },
-          nb::arg("entry"));
+          nb::arg("entry"))
+      .def_prop_ro(
+          "program_info",
+          [](const PyArtifact &a) { return a.artifact->getProgramInfoText(); },
+          "The program description the artifact embeds (JSON text, "
+          "shardx/Exec/ProgramInfo.h).")
+      .def(
+          "run",
+          [](const PyArtifact &a, const std::string &name, nb::list arrays,
+             double timeout) {
+            const EntryPoint &e = a.entry(name);
+            if (arrays.size() != e.inputs.size())
+              throw std::invalid_argument(
+                  name + " takes " + std::to_string(e.inputs.size()) +
+                  " inputs, got " + std::to_string(arrays.size()));
+            std::vector<HostTensor> inputs;
+            for (size_t i = 0; i < e.inputs.size(); ++i) {
+              const TensorSpec &spec = e.inputs[i];
+              inputs.push_back(
+                  hostTensorOf(nb::cast<AnyArray>(arrays[i]), spec.dtype));
+              const std::vector<int64_t> &shape = inputs.back().shape;
+              bool fits = shape.size() == spec.globalShape.size();
+              for (size_t d = 0; fits && d < shape.size(); ++d)
+                fits = spec.globalShape[d] < 0 || spec.globalShape[d] == shape[d];
+              if (!fits)
+                throw std::invalid_argument(
+                    "input " + std::to_string(i) + " has shape " +
+                    shapeText(shape) + ", expected " +
+                    shapeText(spec.globalShape));
+            }
+            std::vector<HostTensor> outputs;
+            rt::Status status;
+            {
+              nb::gil_scoped_release release;
+              status = runThreaded(*a.artifact, e, inputs, outputs, timeout);
+            }
+            if (!status)
+              throw RunError(status.message());
+            nb::list out;
+            for (HostTensor &t : outputs)
+              out.append(viewOf(
+                  std::make_shared<const HostTensor>(std::move(t))));
+            return out;
+          },
+          nb::arg("entry"), nb::arg("arrays"), nb::arg("timeout") = 60.0,
+          "Runs `entry` on global numpy arrays (scattered by its input "
+          "layouts over the artifact's mesh, one thread per rank) and "
+          "returns its global outputs as read-only numpy arrays.");
 
   nb::class_<ShardSet>(m, "ShardSet")
       .def_static(
@@ -925,48 +608,6 @@ NB_MODULE(_shardx_rt, m) {
           nb::arg("shards"),
           "The global tensor (a collective when the ranks are processes).");
 
-  nb::class_<CallPlan>(m, "CallPlan")
-      .def(
-          "__init__",
-          [](CallPlan *self, nb::object session, const PyArtifact &a,
-             const std::string &entry, nb::handle inSpec, nb::handle outSpec,
-             std::vector<nb::object> outKeys,
-             std::vector<int64_t> donatedInputOf, nb::object tensorType,
-             nb::object mesh, const std::string &name) {
-            const EntryPoint &e = a.entry(entry);
-            TreeSpec in = TreeSpec::parse(inSpec),
-                     out = TreeSpec::parse(outSpec);
-            if (in.numLeaves != e.inputs.size() ||
-                out.numLeaves != e.outputs.size() ||
-                outKeys.size() != e.outputs.size())
-              throw std::invalid_argument(
-                  "the tree specs do not match " + entry + "'s " +
-                  std::to_string(e.inputs.size()) + " inputs and " +
-                  std::to_string(e.outputs.size()) + " outputs");
-            if (!PyType_Check(tensorType.ptr()))
-              throw std::invalid_argument("tensor_type must be a type");
-            Session *s = nb::cast<Session *>(session);
-            new (self) CallPlan{std::move(session),
-                                s,
-                                a.artifact,
-                                &e,
-                                name,
-                                std::move(in),
-                                std::move(out),
-                                std::move(outKeys),
-                                std::move(donatedInputOf),
-                                std::move(tensorType),
-                                std::move(mesh)};
-          },
-          nb::arg("session"), nb::arg("artifact"), nb::arg("entry"),
-          nb::arg("in_spec").none(), nb::arg("out_spec").none(),
-          nb::arg("out_keys"),
-          nb::arg("donated_input_of"), nb::arg("tensor_type"), nb::arg("mesh"),
-          nb::arg("name"))
-      .def("__call__", &CallPlan::call, nb::arg("args"),
-           "Runs the entry point on `args` (a tuple) when they pass the "
-           "guards, else returns NotImplemented.");
-
   m.def("finalize_mpi", [] {
 #ifdef SHARDX_HAVE_MPI
     rt::finalizeMpi();
@@ -979,43 +620,6 @@ NB_MODULE(_shardx_rt, m) {
       false;
 #endif
 
-  nb::class_<CompiledCall>(m, "CompiledCall")
-      .def(nb::init<>())
-      .def_prop_rw(
-          "_plan", [](const CompiledCall &c) { return c.planObject; },
-          [](CompiledCall &c, nb::object plan) {
-            c.plan = plan.is_none() ? nullptr : nb::cast<CallPlan *>(plan);
-            c.planObject = std::move(plan);
-          },
-          nb::arg("plan").none())
-      .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
-        CompiledCall &c = nb::cast<CompiledCall &>(self);
-        if (c.plan) {
-          // Kept alive through the call (a recompile may replace it).
-          nb::object keep = c.planObject;
-          nb::object out = c.plan->call(args);
-          if (out.ptr() != Py_NotImplemented)
-            return out;
-        }
-        return self.attr("_call_guarded")(args);
-      });
 
-  auto exceptionType = [](nb::object type) {
-    if (!PyType_Check(type.ptr()) ||
-        !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type.ptr()),
-                          reinterpret_cast<PyTypeObject *>(PyExc_Exception)))
-      throw std::invalid_argument("not an exception type");
-    return type.release().ptr();
-  };
-  m.def(
-      "set_error_types",
-      [exceptionType](nb::object donated, nb::object rank) {
-        Py_XDECREF(donatedErrorType);
-        donatedErrorType = exceptionType(std::move(donated));
-        Py_XDECREF(rankErrorType);
-        rankErrorType = exceptionType(std::move(rank));
-      },
-      nb::arg("donated"), nb::arg("rank"),
-      "The exceptions a use of a donated tensor and a failed run in a "
-      "compiled call raise (constructed from the message).");
+  bindCalls(m);
 }

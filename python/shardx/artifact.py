@@ -1,130 +1,30 @@
-"""Load and call ShardX artifacts (shared objects from ``shardx-compile``).
+"""Compile and call ShardX artifacts (shared objects from ``shardx-compile``).
 
-An artifact exports ``_mlir_ciface_<name>`` for each entry point and a JSON
-description ``shardx_program_info`` (names, input/output shapes and dtypes,
-layouts). Inputs are passed as memref descriptors of numpy arrays; outputs
-come back as memrefs the program allocated, which are copied into numpy
-arrays and freed.
+- ``find_tool``: where the ShardX tools are.
+- ``run_compiler``: the one way Python runs ``shardx-compile`` (``shardx.compile``,
+  ``compile_mlir``): a progress bar on long compiles, the pipeline's timing.
+- ``Artifact(path)[name](*arrays)``: calls an entry point on numpy arrays
+  through the runtime binding's loader (``_shardx_rt.Artifact``, which reads
+  the program description ``shardx_program_info``): inputs are scattered by
+  their layouts over the artifact's mesh (threads in this process), outputs
+  assembled into global numpy arrays.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
-from typing import Dict, List, Sequence
+import tempfile
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-
-_NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64,
-       "i32": np.int32, "i16": np.int16, "i8": np.int8, "i1": np.bool_}
-
-
-def _descriptor_type(rank: int):
-    fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
-    if rank:
-        fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
-    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
 
 
 class ArtifactError(RuntimeError):
     pass
-
-
-class Function:
-    def __init__(self, lib: ctypes.CDLL, info: dict):
-        self.name = info["name"]
-        self.inputs = info["inputs"]
-        self.outputs = info["outputs"]
-        try:
-            self._fn = getattr(lib, f"_mlir_ciface_{self.name}")
-        except AttributeError:
-            raise ArtifactError(f"artifact has no entry point {self.name}") from None
-        self._fn.restype = None
-        # Results are malloc blocks: the artifact's buffer cache takes them
-        # back for the next call (docs/Runtime.md); free() where it has none.
-        self._free = getattr(lib, "shardx_rt_host_free", None) or ctypes.CDLL(None).free
-        self._free.argtypes = [ctypes.c_void_p]
-        self._free.restype = None
-
-    def __call__(self, *args: np.ndarray) -> List[np.ndarray]:
-        if len(args) != len(self.inputs):
-            raise ArtifactError(f"{self.name} takes {len(self.inputs)} inputs, got {len(args)}")
-        keep = []
-        ptrs = []
-        for i, (a, spec) in enumerate(zip(args, self.inputs)):
-            dtype = _NP.get(spec["dtype"])
-            if dtype is None:
-                raise ArtifactError(f"input {i}: dtype {spec['dtype']} has no numpy equivalent here")
-            a = np.require(np.asarray(a, dtype=dtype), requirements='C')
-            shape = spec["shape"]
-            if len(shape) != a.ndim or any(s not in (-1, d) for s, d in zip(shape, a.shape)):
-                raise ArtifactError(f"{self.name}: input {i} has shape {list(a.shape)}, expected {shape}")
-            d = _descriptor_type(a.ndim)()
-            d.allocated = d.aligned = a.ctypes.data
-            d.offset = 0
-            for k in range(a.ndim):
-                d.sizes[k] = a.shape[k]
-                d.strides[k] = a.strides[k] // a.itemsize
-            keep.append(a)
-            keep.append(d)
-            ptrs.append(ctypes.pointer(d))
-        out_types = [_descriptor_type(len(o["shape"])) for o in self.outputs]
-        if len(out_types) == 1:
-            res = out_types[0]()
-            call_args = [ctypes.pointer(res)] + ptrs
-            descs = [res]
-        elif out_types:
-            Res = type("Results", (ctypes.Structure,), {"_fields_": [(f"r{i}", t) for i, t in enumerate(out_types)]})
-            res = Res()
-            call_args = [ctypes.pointer(res)] + ptrs
-            descs = [getattr(res, f"r{i}") for i in range(len(out_types))]
-        else:
-            call_args = ptrs
-            descs = []
-        self._fn(*call_args)
-        inputs = {a.ctypes.data for a in keep if isinstance(a, np.ndarray)}
-        outs = []
-        to_free = set()
-        for d, spec in zip(descs, self.outputs):
-            dtype = np.dtype(_NP[spec["dtype"]])
-            rank = len(spec["shape"])
-            shape = tuple(d.sizes[k] for k in range(rank))
-            strides = tuple(d.strides[k] for k in range(rank))
-            n = int(np.prod(shape)) if shape else 1
-            if n == 0:
-                outs.append(np.zeros(shape, dtype))
-            else:
-                base = d.aligned + d.offset * dtype.itemsize
-                extent = 1 + sum((sz - 1) * st for sz, st in zip(shape, strides))
-                flat = np.frombuffer((ctypes.c_char * (extent * dtype.itemsize)).from_address(base), dtype=dtype)
-                arr = np.lib.stride_tricks.as_strided(flat, shape, tuple(st * dtype.itemsize for st in strides))
-                outs.append(np.array(arr, copy=True))
-            if d.allocated and d.allocated not in inputs:
-                to_free.add(d.allocated)
-        for p in to_free:
-            self._free(p)
-        return outs
-
-
-class Artifact:
-    """A loaded artifact: ``Artifact(path).functions[name](*arrays)``."""
-
-    def __init__(self, path: str):
-        self.path = os.path.abspath(path)
-        self.lib = ctypes.CDLL(self.path)
-        try:
-            raw = ctypes.c_char_p.in_dll(self.lib, "shardx_program_info")
-        except ValueError:
-            raise ArtifactError(f"{path} is not a ShardX artifact (no shardx_program_info)") from None
-        text = ctypes.cast(ctypes.addressof(raw), ctypes.c_char_p).value.decode()
-        self.info = json.loads(text)
-        self.functions: Dict[str, Function] = {f["name"]: Function(self.lib, f) for f in self.info["functions"]}
-
-    def __getitem__(self, name: str) -> Function:
-        return self.functions[name]
 
 
 def find_tool(name: str) -> str:
@@ -144,13 +44,127 @@ def find_tool(name: str) -> str:
     return p
 
 
+#: The progress line of shardx-compile (Progress.h), whole: "[shardx-compile]
+#: compiling kernels 12/40..." after a "\r\x1b[K" that clears the line.
+_PROGRESS = re.compile(r"compiling kernels (\d+)/(\d+)\.\.\.")
+_PROGRESS_LINE = re.compile(r"\r\x1b\[K(?:\[shardx-compile\][^\r\n]*?\.\.\.)?")
+
+
+def _timing_seconds(report, names) -> Dict[str, float]:
+    """Wall seconds of the named top-level entries of an MLIR JSON timing
+    report (``shardx-compile --timing-json``)."""
+    out = {}
+    for entry in report if isinstance(report, list) else []:
+        if isinstance(entry, dict) and entry.get("name") in names:
+            out[names[entry["name"]]] = float(entry.get("wall", {}).get("duration", 0.0))
+    return out
+
+
+def run_compiler(src: str, out: str, args: Sequence[str] = (),
+                 timing: Optional[Dict[str, float]] = None, tool: Optional[str] = None) -> None:
+    """Runs ``shardx-compile src -o out args...``; a long compile shows a
+    progress bar of the object units (kernels) compiled (tqdm, on a
+    terminal). The SPMD pipeline's and code generation's seconds go into
+    ``timing``. A failed compile raises ArtifactError with the tool's
+    diagnostics."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no bar without tqdm
+        tqdm = None
+    tool = tool or find_tool("shardx-compile")
+    fd, timing_json = tempfile.mkstemp(prefix="shardx-timing.", suffix=".json")
+    os.close(fd)
+    env = dict(os.environ, SHARDX_PROGRESS="1")
+    bar = None
+    try:
+        proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}", *args],
+                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+        chunks, tail = [], ""
+        try:
+            while True:
+                data = proc.stderr.read1(4096)
+                if not data:
+                    break
+                chunks.append(data)
+                # A progress record may straddle two reads: keep a tail.
+                tail = (tail + data.decode(errors="replace"))[-256:]
+                found = _PROGRESS.findall(tail)
+                if found and tqdm is not None:
+                    done, total = map(int, found[-1])
+                    if bar is None and total > 1:
+                        bar = tqdm(total=total, desc="shardx: compiling kernels", unit="kernel",
+                                   leave=False, disable=None)
+                    if bar is not None:
+                        bar.update(max(0, done - bar.n))
+            proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            proc.stderr.close()
+        # What the tool said, without its progress line.
+        stderr = _PROGRESS_LINE.sub("", b"".join(chunks).decode(errors="replace"))
+        if proc.returncode != 0:
+            raise ArtifactError(f"shardx-compile failed:\n{stderr}")
+        if timing is not None:
+            try:
+                with open(timing_json) as f:
+                    report = json.load(f)
+                timing.update(_timing_seconds(report, {"spmd pipeline": "spmd",
+                                                       "codegen": "codegen"}))
+            except (OSError, ValueError):
+                pass  # no timing: the compile itself succeeded
+    finally:
+        if bar is not None:
+            bar.close()
+        os.unlink(timing_json)
+
+
 def compile_mlir(mlir_text: str, out_path: str, extra: Sequence[str] = ()) -> str:
-    """Runs shardx-compile on ``mlir_text``; returns ``out_path``."""
+    """Runs shardx-compile on ``mlir_text`` (kept as ``out_path``.mlir);
+    returns ``out_path``."""
     src = out_path + ".mlir"
     with open(src, "w") as f:
         f.write(mlir_text)
-    proc = subprocess.run([find_tool("shardx-compile"), src, "-o", out_path, *extra],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ArtifactError(f"shardx-compile failed:\n{proc.stderr}")
+    run_compiler(src, out_path, extra)
     return out_path
+
+
+class Function:
+    """One entry point of an Artifact: ``fn(*arrays)`` returns its outputs
+    as numpy arrays (a bf16 output as its bits, uint16)."""
+
+    def __init__(self, compiled, name: str):
+        self._compiled = compiled
+        self.name = name
+        self.inputs = compiled.inputs(name)
+        self.outputs = compiled.outputs(name)
+
+    def __call__(self, *args) -> List[np.ndarray]:
+        if len(args) != len(self.inputs):
+            raise ArtifactError(f"{self.name} takes {len(self.inputs)} inputs, got {len(args)}")
+        arrays = [np.require(np.asarray(a), requirements="C") for a in args]
+        try:
+            return [np.array(o) for o in self._compiled.run(self.name, arrays)]
+        except ValueError as e:  # a wrong dtype or shape
+            raise ArtifactError(f"{self.name}: {e}") from None
+
+
+class Artifact:
+    """A loaded artifact: ``Artifact(path)[name](*arrays)``."""
+
+    def __init__(self, path: str):
+        from .sharded_tensor import runtime
+        rt = runtime()
+        self.path = os.path.abspath(path)
+        try:
+            self._compiled = rt.Artifact(self.path)
+        except rt.LoadError as e:
+            raise ArtifactError(str(e)) from None
+        self.entry_points: List[str] = list(self._compiled.entry_points)
+        self.functions: Dict[str, Function] = {
+            n: Function(self._compiled, n) for n in self.entry_points}
+
+    def __getitem__(self, name: str) -> Function:
+        return self.functions[name]

@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .artifact import find_tool, run_compiler
 from .placements import Mesh, Placement, PlacementError
 from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, make_layout,
                              runtime, session)
@@ -210,7 +211,6 @@ def _compiler_identity() -> Tuple[str, str]:
     ``shardx-compile --print-build-id`` (the tool's build and each runtime
     archive an artifact links, so that a rebuilt runtime compiles again;
     about 35 ms, asked at each cache lookup)."""
-    from .artifact import find_tool
     tool = find_tool("shardx-compile")
     st = os.stat(tool)
     try:
@@ -230,79 +230,6 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-#: The progress line of shardx-compile (Progress.h), whole: "[shardx-compile]
-#: compiling kernels 12/40..." after a "\r\x1b[K" that clears the line.
-_PROGRESS = re.compile(r"compiling kernels (\d+)/(\d+)\.\.\.")
-_PROGRESS_LINE = re.compile(r"\r\x1b\[K(?:\[shardx-compile\][^\r\n]*?\.\.\.)?")
-
-
-def _timing_seconds(report, names) -> Dict[str, float]:
-    """Wall seconds of the named top-level entries of an MLIR JSON timing
-    report (``shardx-compile --timing-json``)."""
-    out = {}
-    for entry in report if isinstance(report, list) else []:
-        if isinstance(entry, dict) and entry.get("name") in names:
-            out[names[entry["name"]]] = float(entry.get("wall", {}).get("duration", 0.0))
-    return out
-
-
-def _run_compiler(tool: str, src: str, out: str, timing: Dict[str, float],
-                  args: Sequence[str] = ()) -> None:
-    """Runs ``shardx-compile src -o out``; a long compile shows a progress bar
-    of the object units (kernels) compiled (tqdm, on a terminal). The
-    SPMD pipeline's and code generation's seconds go into ``timing``."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # no bar without tqdm
-        tqdm = None
-    fd, timing_json = tempfile.mkstemp(prefix="shardx-timing.", suffix=".json")
-    os.close(fd)
-    env = dict(os.environ, SHARDX_PROGRESS="1")
-    bar = None
-    try:
-        proc = subprocess.Popen([tool, src, "-o", out, f"--timing-json={timing_json}", *args],
-                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
-        chunks, tail = [], ""
-        try:
-            while True:
-                data = proc.stderr.read1(4096)
-                if not data:
-                    break
-                chunks.append(data)
-                # A progress record may straddle two reads: keep a tail.
-                tail = (tail + data.decode(errors="replace"))[-256:]
-                found = _PROGRESS.findall(tail)
-                if found and tqdm is not None:
-                    done, total = map(int, found[-1])
-                    if bar is None and total > 1:
-                        bar = tqdm(total=total, desc="shardx: compiling kernels", unit="kernel",
-                                   leave=False, disable=None)
-                    if bar is not None:
-                        bar.update(max(0, done - bar.n))
-            proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            proc.stderr.close()
-        # What the tool said, without its progress line.
-        stderr = _PROGRESS_LINE.sub("", b"".join(chunks).decode(errors="replace"))
-        if proc.returncode != 0:
-            raise RuntimeError(f"shardx-compile failed:\n{stderr}")
-        try:
-            with open(timing_json) as f:
-                report = json.load(f)
-            timing.update(_timing_seconds(report, {"spmd pipeline": "spmd",
-                                                   "codegen": "codegen"}))
-        except (OSError, ValueError):
-            pass  # no timing: the compile itself succeeded
-    finally:
-        if bar is not None:
-            bar.close()
-        os.unlink(timing_json)
 
 
 def memory_profile(mlir_text: str, target: str = "cpu",
@@ -401,7 +328,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
         f.write(mlir_text)
     tmp_so = src[:-len(".mlir")] + ".so"
     try:
-        _run_compiler(tool, src, tmp_so, timing, _compiler_args(target))
+        run_compiler(src, tmp_so, _compiler_args(target), timing, tool)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
         os.replace(src, os.path.join(folder, key + ".mlir"))

@@ -30,7 +30,7 @@ def check_program(tmp_path, step, args, rtol=RTOL, atol=ATOL):
     assert proc.returncode == 0, proc.stderr
     so = compile_mlir(text, str(tmp_path / "prog.so"))
     art = Artifact(so)
-    name = art.info["functions"][0]["name"]
+    name = art.entry_points[0]
     flat = [a.detach().numpy() for a in pytree.tree_leaves(args)]
     outs = art[name](*flat)
     ref = [r.detach().numpy() for r in pytree.tree_leaves(step.run_eager(*args))]

@@ -1,7 +1,8 @@
 """The JSON form of layouts (shardx/Layout/LayoutJson.h) as Python reads it:
-the program description a compiled artifact embeds, read as plain JSON,
-gives the same layouts as the executor's reading of it, and layouts go to
-JSON and back unchanged."""
+the layouts in the program description a compiled artifact embeds (its
+text, read as plain JSON) are the ones the executor's reader
+(shardx/Exec/ProgramInfo.h) gives, and layouts go to JSON and back
+unchanged."""
 
 import json
 import os
@@ -18,8 +19,8 @@ def test_program_description_layouts_read_alike(tmp_path):
     src = os.path.join(ROOT, "examples", "mlp_dp_tp.mlir")
     with open(src) as f:
         path = artifact.compile_mlir(f.read(), str(tmp_path / "mlp.so"))
-    info = artifact.Artifact(path).info  # plain json.loads of the description
     compiled = runtime().Artifact(path)
+    info = json.loads(compiled.program_info)  # the embedded text as plain JSON
     seen = 0
     for fn in info["functions"]:
         for kind in ("inputs", "outputs"):
