@@ -68,12 +68,16 @@ LogicalResult writeFile(StringRef path, StringRef text) {
 
 } // namespace
 
-void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm) {
+void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
+                                              const std::string &recompute) {
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   pm.addPass(createFuseTensorOpsPass());
   addUpstream(pm, "canonicalize,cse");
+  // After the last CSE on tensors, which would merge the copies back.
+  if (recompute != "none")
+    pm.addPass(createRecomputeActivationsPass({recompute}));
   pm.addPass(createSplitSharedEmptyTensorsPass());
   pm.addPass(createPackSlicesAsConcatPass());
   addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "
@@ -84,7 +88,7 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm) {
 void mlir::shardx::buildCpuCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
   addProgramStart(pm, /*widenContractions=*/true);
-  buildBufferizationPipeline(pm);
+  buildBufferizationPipeline(pm, options.recompute);
   if (options.blas)
     pm.addPass(createContractionsToBlasPass());
   pm.addPass(createDeallocateBuffersPass());
@@ -116,7 +120,7 @@ void mlir::shardx::buildCudaCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
   addProgramStart(pm, /*widenContractions=*/false);
   pm.addPass(createRecordStagingSignaturesPass());
-  buildBufferizationPipeline(pm);
+  buildBufferizationPipeline(pm, options.recompute);
   pm.addPass(createContractionsToCublasPass());
   pm.addPass(createDeallocateBuffersPass());
   pm.addPass(createPlaceBuffersOnDevicePass());
@@ -163,6 +167,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   CodegenPipelineOptions pipeline;
   pipeline.blas = options.blas;
   pipeline.gpuChip = options.gpuChip;
+  pipeline.recompute = options.recompute;
   OutlineStats outlined;
   pipeline.outlineStats = &outlined;
   PassManager pm(module.getContext());
@@ -213,6 +218,10 @@ struct CpuCodegenCLOptions : PassPipelineOptions<CpuCodegenCLOptions> {
   Option<bool> blas{*this, "blas",
                     llvm::cl::desc("matmul-family ops become OpenBLAS calls"),
                     llvm::cl::init(true)};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("activation recomputation: none, selective or aggressive"),
+      llvm::cl::init("none")};
 };
 
 struct CudaCodegenCLOptions : PassPipelineOptions<CudaCodegenCLOptions> {
@@ -236,6 +245,7 @@ void mlir::shardx::registerCompilerPasses() {
       [](OpPassManager &pm, const CpuCodegenCLOptions &cl) {
         CodegenPipelineOptions options;
         options.blas = cl.blas;
+        options.recompute = cl.recompute;
         buildCpuCodegenPipeline(pm, options);
       });
   PassPipelineRegistration<CudaCodegenCLOptions>(

@@ -58,6 +58,15 @@ static llvm::cl::opt<bool>
     noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
            llvm::cl::init(false));
+static llvm::cl::opt<std::string> recompute(
+    llvm::cl::cat(toolOptions), "recompute",
+    llvm::cl::desc("activation recomputation: none (default), selective "
+                   "(elementwise forward values computed again before their "
+                   "first backward reader; contraction and reduction results "
+                   "kept) or aggressive (also contractions and reductions "
+                   "whose inputs the backward pass keeps anyway); results bit for "
+                   "bit unchanged, docs/Compiler.md"),
+    llvm::cl::init("none"));
 static llvm::cl::opt<unsigned>
     optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
              llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
@@ -241,6 +250,7 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
+  options.recompute = recompute;
   options.kernelCache = !noKernelCache;
   mlir::shardx::CodegenStats stats;
   options.stats = &stats;

@@ -65,6 +65,11 @@ struct CompileOptions {
   std::string target = "cpu";
   /// The GPU architecture of the "cuda" target.
   std::string gpuChip = "sm_90";
+  /// Activation recomputation: "none", "selective" (elementwise forward
+  /// values computed again in the backward pass, contraction and
+  /// reduction results kept) or "aggressive" (also contractions and
+  /// reductions whose inputs the backward pass keeps anyway).
+  std::string recompute = "none";
   /// libdevice for the "cuda" target's math functions; empty: the toolkit
   /// found at configure time (or $SHARDX_LIBDEVICE).
   std::string libdevice;

@@ -35,6 +35,9 @@ struct CodegenPipelineOptions {
   std::string libdevice;
   /// Where `shardx-outline-kernels` reports (the cpu target), if anywhere.
   OutlineStats *outlineStats = nullptr;
+  /// Activation recomputation: "none", "selective" or "aggressive"
+  /// (`shardx-recompute-activations`).
+  std::string recompute = "none";
 };
 
 /// The cpu target from a local program on tensors to the LLVM dialect:
@@ -51,9 +54,10 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
                               const CodegenPipelineOptions &options);
 
 /// The targets' common start (in both pipelines): the collectives become
-/// runtime calls, the meshes go, tensor ops are fused and the program is
-/// bufferized.
-void buildBufferizationPipeline(OpPassManager &pm);
+/// runtime calls, the meshes go, tensor ops are fused, forward values are
+/// recomputed where `recompute` says, and the program is bufferized.
+void buildBufferizationPipeline(OpPassManager &pm,
+                                const std::string &recompute = "none");
 
 #define GEN_PASS_REGISTRATION
 #include "shardx/Compiler/Passes.h.inc"

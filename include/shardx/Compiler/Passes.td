@@ -52,6 +52,26 @@ def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let dependentDialects = ["linalg::LinalgDialect", "tensor::TensorDialect"];
 }
 
+def RecomputeActivationsPass
+    : Pass<"shardx-recompute-activations", "ModuleOp"> {
+  let summary = "Computes forward values again before their first backward "
+                "reader (activation checkpointing)";
+  let description = [{
+    Uses the train-step phase the importer records in each op's location
+    (`fused<"forward">`, `fused<"backward">`). `selective` copies
+    elementwise kernels and reshapes whose inputs live into the backward
+    pass anyway (contraction and reduction results are kept); `aggressive`
+    also copies contractions and reductions whose inputs the backward pass
+    keeps anyway. No copy lengthens a value's life; collectives are never
+    repeated. Copies carry `shardx.recomputed`. The results are bit for bit
+    those without recomputation. Runs on tensors after fusion.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
+           "none, selective or aggressive">,
+  ];
+}
+
 def SplitSharedEmptyTensorsPass
     : Pass<"shardx-split-shared-empty-tensors", "ModuleOp"> {
   let summary = "Gives every user of a shared tensor.empty its own";

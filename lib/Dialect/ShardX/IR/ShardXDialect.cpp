@@ -96,6 +96,13 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                            "module");
     return success();
   }
+  // A copy made by shardx-recompute-activations (code generation): it
+  // keeps CSE from merging the copy back into its original.
+  if (attr.getName() == "shardx.recomputed") {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError("'shardx.recomputed' must be a unit attribute");
+    return success();
+  }
   if (attr.getName() == "shardx.staging_signatures") {
     auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
     if (!isa<ModuleOp>(op) || !dict ||

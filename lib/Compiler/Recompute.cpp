@@ -1,0 +1,291 @@
+//===- Recompute.cpp - Activation recomputation ---------------------------===//
+//
+// Part of ShardX.
+//
+// `shardx-recompute-activations`: forward values that the backward pass
+// reads are computed again just before their first backward reader, so
+// that the forward value dies after its last forward reader instead of
+// living through the whole backward pass (activation checkpointing, as
+// torch.utils.checkpoint and torchtitan's activation checkpointing do, but
+// as a transformation of the traced step).
+//
+// The train-step phase of each op comes from its location: the importer
+// writes `fused<"forward">[...]`, `fused<"backward">[...]` and
+// `fused<"optimizer">[...]`. The pass runs on the local program on tensors
+// after fusion (shardx-codegen-cpu/-cuda, before bufferization), so a
+// recomputed op is one fused kernel, and no later CSE merges a copy with
+// its original (the copies carry `shardx.recomputed`).
+//
+// Policies:
+//   none       nothing changes;
+//   selective  elementwise kernels (every loop parallel: activations,
+//              masks, scalings, transposes, broadcasts) and reshapes are
+//              recomputed; contraction and reduction results (matmuls,
+//              softmax maxima and sums, norms' statistics) are kept, like
+//              torchtitan's op-level selective checkpointing;
+//   aggressive also contractions and reductions whose inputs the backward
+//              pass keeps anyway (or recomputes cheaply from kept values):
+//              the most recomputation that lengthens no value's life.
+//              Each copied chain reads only values alive into the backward
+//              pass without it, so no copy reaches back through another
+//              contraction (latest contractions are chosen first).
+//
+// A copy reads the same values as its original and computes the same
+// arithmetic in the same order, so the step's results are bit for bit the
+// ones without recomputation. A forward op is copied only when every value
+// it reads is kept alive until the backward pass anyway (a step input, a
+// value the backward or optimizer reads, or another recomputed value), so
+// recomputation never lengthens a value's life. Collectives (runtime calls)
+// are never repeated. Checkpointing whole blocks (torch's full activation
+// checkpointing), which keeps only each block's input, needs the blocks'
+// boundaries, which the traced program does not record yet.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_RECOMPUTEACTIVATIONSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+
+namespace {
+
+enum class Phase { None, Forward, Backward, Optimizer };
+
+/// The train-step phase the importer recorded in `loc`.
+Phase phaseOf(Location loc) {
+  Phase phase = Phase::None;
+  loc->walk([&](Location l) {
+    auto fused = dyn_cast<FusedLoc>(l);
+    if (!fused)
+      return WalkResult::advance();
+    auto name = dyn_cast_or_null<StringAttr>(fused.getMetadata());
+    if (!name)
+      return WalkResult::advance();
+    if (name.getValue() == "forward")
+      phase = Phase::Forward;
+    else if (name.getValue() == "backward")
+      phase = Phase::Backward;
+    else if (name.getValue() == "optimizer")
+      phase = Phase::Optimizer;
+    else
+      return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  return phase;
+}
+
+/// Whether `op` is cheap enough to compute twice under `selective`: a
+/// linalg op whose loops are all parallel, a fill, a reshape or an empty
+/// tensor.
+bool isCheap(Operation *op) {
+  if (isa<tensor::EmptyOp, tensor::ExpandShapeOp, tensor::CollapseShapeOp,
+          linalg::FillOp>(op))
+    return true;
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  return linalgOp && linalgOp.hasPureTensorSemantics() &&
+         linalgOp.getNumLoops() == linalgOp.getNumParallelLoops();
+}
+
+/// Whether `op` may be computed twice at all: it has no side effects and
+/// one region-free or linalg body, and it is not a call (collectives are
+/// runtime calls and must run once).
+bool isRepeatable(Operation *op) {
+  if (isa<func::CallOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
+    return false;
+  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op))
+    return linalgOp.hasPureTensorSemantics();
+  return op->getNumRegions() == 0 && isMemoryEffectFree(op) &&
+         op->getNumResults() > 0;
+}
+
+class Recomputer {
+public:
+  Recomputer(func::FuncOp func, bool aggressive)
+      : func(func), aggressive(aggressive) {}
+
+  /// Copies the recomputable forward values before their first backward
+  /// reader. Returns the number of ops copied.
+  unsigned run();
+
+private:
+  bool isForward(Operation *op) {
+    return op && op->getBlock() == &func.getBody().front() &&
+           phaseOf(op->getLoc()) == Phase::Forward;
+  }
+  /// Whether `value` costs nothing to keep: a step input, a constant or an
+  /// empty tensor (only the shape of an output; a copy gets its own buffer
+  /// at bufferization).
+  static bool isFree(Value value) {
+    Operation *def = value.getDefiningOp();
+    return !def || def->hasTrait<OpTrait::ConstantLike>() ||
+           isa<tensor::EmptyOp>(def);
+  }
+  bool returned(Operation *op) {
+    for (Value result : op->getResults())
+      for (Operation *user : result.getUsers())
+        if (isa<func::ReturnOp>(user))
+          return true;
+    return false;
+  }
+  /// The cheap set: forward elementwise ops and reshapes whose inputs are
+  /// free, kept (read late) or cheap themselves.
+  bool cheapRecomputable(Operation *op);
+  /// Pins the kept values a copy of expensive `op` reads, so that no
+  /// expensive op that computes them is recomputed too.
+  void pinLeaves(Operation *op);
+  void chooseExpensive();
+  Value copyOf(Value value, OpBuilder &builder);
+
+  func::FuncOp func;
+  bool aggressive;
+  /// Values a backward or optimizer op, or the return, reads.
+  llvm::DenseSet<Value> readLate;
+  llvm::DenseMap<Operation *, bool> cheap;
+  /// Contractions and reductions recomputed (`aggressive`).
+  llvm::DenseSet<Operation *> expensive;
+  /// Values that must stay kept: copies of expensive ops read them.
+  llvm::DenseSet<Value> pinned;
+  IRMapping copies;
+  unsigned copied = 0;
+};
+
+bool Recomputer::cheapRecomputable(Operation *op) {
+  auto it = cheap.find(op);
+  if (it != cheap.end())
+    return it->second;
+  cheap[op] = false; // straight-line code has no cycles; this guards anyway
+  bool ok = isForward(op) && isRepeatable(op) && isCheap(op) && !returned(op);
+  for (Value operand : op->getOperands()) {
+    if (!ok)
+      break;
+    if (isFree(operand))
+      continue;
+    Operation *def = operand.getDefiningOp();
+    // A kept value, or a contraction `aggressive` recomputes from kept ones.
+    if (readLate.contains(operand) || expensive.contains(def))
+      continue;
+    ok = def->getBlock() == op->getBlock() && cheapRecomputable(def);
+  }
+  cheap[op] = ok;
+  return ok;
+}
+
+void Recomputer::pinLeaves(Operation *op) {
+  for (Value operand : op->getOperands()) {
+    Operation *def = operand.getDefiningOp();
+    if (isFree(operand))
+      continue;
+    if (cheapRecomputable(def))
+      pinLeaves(def);
+    else
+      pinned.insert(operand);
+  }
+}
+
+/// `aggressive`: contractions and reductions whose inputs are kept anyway
+/// (or cheap to recompute from kept values), latest first; a cheap value
+/// the backward reads may then be recomputed through them. The kept values a chosen op's copy reads stay
+/// kept (pinned), so a copied chain reaches back through at most one
+/// expensive op: cheap copies, the expensive op, cheap copies of its
+/// inputs, then values alive into the backward pass without it.
+void Recomputer::chooseExpensive() {
+  Block &body = func.getBody().front();
+  for (Operation &op : llvm::reverse(body)) {
+    if (!isForward(&op) || !isRepeatable(&op) || isCheap(&op) ||
+        returned(&op) || llvm::any_of(op.getResults(), [&](Value r) {
+          return pinned.contains(r);
+        }))
+      continue;
+    bool ok = llvm::all_of(op.getOperands(), [&](Value operand) {
+      if (isFree(operand) || cheapRecomputable(operand.getDefiningOp()))
+        return true;
+      Operation *def = operand.getDefiningOp();
+      return readLate.contains(operand) && !expensive.contains(def);
+    });
+    if (!ok)
+      continue;
+    expensive.insert(&op);
+    pinLeaves(&op);
+  }
+  // Cheap values that read a chosen op's result are recomputable now.
+  cheap.clear();
+}
+
+Value Recomputer::copyOf(Value value, OpBuilder &builder) {
+  if (Value done = copies.lookupOrNull(value))
+    return done;
+  Operation *def = value.getDefiningOp();
+  if (!def || (!cheapRecomputable(def) && !expensive.contains(def)))
+    return value;
+  for (Value operand : def->getOperands())
+    copies.map(operand, copyOf(operand, builder));
+  Operation *copy = builder.clone(*def, copies);
+  copy->setAttr("shardx.recomputed", builder.getUnitAttr());
+  ++copied;
+  return copies.lookup(value);
+}
+
+unsigned Recomputer::run() {
+  if (!func.getBody().hasOneBlock())
+    return 0; // the straight-line steps only
+  Block &body = func.getBody().front();
+  SmallVector<Operation *> backward;
+  for (Operation &op : body) {
+    Phase phase = phaseOf(op.getLoc());
+    if (phase == Phase::Backward)
+      backward.push_back(&op);
+    if (phase == Phase::Backward || phase == Phase::Optimizer ||
+        isa<func::ReturnOp>(op))
+      for (Value operand : op.getOperands())
+        readLate.insert(operand);
+  }
+  if (aggressive)
+    chooseExpensive();
+  for (Operation *op : backward) {
+    OpBuilder builder(op);
+    for (OpOperand &use : op->getOpOperands()) {
+      Operation *def = use.get().getDefiningOp();
+      if (isForward(def) &&
+          (cheapRecomputable(def) || expensive.contains(def)))
+        use.set(copyOf(use.get(), builder));
+    }
+  }
+  return copied;
+}
+
+struct RecomputeActivationsPass
+    : mlir::shardx::impl::RecomputeActivationsPassBase<
+          RecomputeActivationsPass> {
+  using RecomputeActivationsPassBase::RecomputeActivationsPassBase;
+
+  void runOnOperation() override {
+    if (policy == "none")
+      return;
+    if (policy != "selective" && policy != "aggressive") {
+      getOperation().emitError("shardx-recompute-activations: unknown policy '")
+          << policy << "' (none, selective or aggressive)";
+      return signalPassFailure();
+    }
+    getOperation().walk([&](func::FuncOp func) {
+      if (unsigned copied = Recomputer(func, policy == "aggressive").run())
+        func.emitRemark() << "recomputes " << copied
+                          << " forward ops before their backward readers ("
+                          << policy << ")";
+    });
+  }
+};
+
+} // namespace
