@@ -82,6 +82,10 @@ def compile_target(backend: str) -> str:
     return f"cpu-{platform.machine()}-{backend}"
 
 
+#: shardx-compile's --recompute policies.
+RECOMPUTE_POLICIES = ("none", "selective", "aggressive")
+
+
 def _compiler_args(target: str) -> List[str]:
     """shardx-compile's options for a target string of ``compile_target``."""
     if target.startswith("cuda-"):
@@ -271,16 +275,20 @@ def memory_profile(mlir_text: str, target: str = "cpu",
 
 
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
-                    timing: Optional[Dict[str, float]] = None):
+                    timing: Optional[Dict[str, float]] = None, recompute: str = "none"):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path); ``timing`` (if given) gets the
-    seconds of the SPMD pipeline, code generation and loading."""
+    seconds of the SPMD pipeline, code generation and loading. ``recompute``
+    is shardx-compile's ``--recompute`` policy (part of the key)."""
     timing = {} if timing is None else timing
     rt = runtime()
     cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
     tool, version = _compiler_identity()
-    material = json.dumps({"program": mlir_text, "layouts": list(layouts), "target": target,
-                           "version": version}, sort_keys=True)
+    fields = {"program": mlir_text, "layouts": list(layouts), "target": target,
+              "version": version}
+    if recompute != "none":
+        fields["recompute"] = recompute
+    material = json.dumps(fields, sort_keys=True)
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = _usable_cache_dir()
     so, meta = os.path.join(folder, key + ".so"), os.path.join(folder, key + ".json")
@@ -328,7 +336,9 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
         f.write(mlir_text)
     tmp_so = src[:-len(".mlir")] + ".so"
     try:
-        run_compiler(src, tmp_so, _compiler_args(target), timing, tool)
+        args = _compiler_args(target) + ([f"--recompute={recompute}"]
+                                         if recompute != "none" else [])
+        run_compiler(src, tmp_so, args, timing, tool)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
         os.replace(src, os.path.join(folder, key + ".mlir"))
@@ -597,9 +607,10 @@ class CompiledFunction(runtime().CompiledCall):
     that fail a guard: it finds or compiles the right entry, logging why."""
 
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
-                 donate, name: Optional[str]):
+                 donate, name: Optional[str], recompute: str = "none"):
         super().__init__()
         self.fn = fn
+        self.recompute = recompute
         self._trace_mesh = mesh
         self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
         self.in_placements = None if in_placements is None else list(in_placements)
@@ -780,7 +791,8 @@ class CompiledFunction(runtime().CompiledCall):
                 # again as one tensor, as eager writes them.
                 return self._compile(args, flat, spec, partners, writes)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
-                                              compile_target(self.backend), timing)
+                                              compile_target(self.backend), timing,
+                                              self.recompute)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:
@@ -1007,7 +1019,8 @@ def _write_back(targets, values) -> None:
 
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
-            backend: str = "threads", donate=(), name: Optional[str] = None) -> CompiledFunction:
+            backend: str = "threads", donate=(), name: Optional[str] = None,
+            recompute: str = "none") -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -1017,7 +1030,15 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     paired with the output of the same structure), or a dict argument ->
     output index. Bad placements raise ``PlacementError`` here or, where
     they need the input shapes, on the first call before tracing.
+    ``recompute``: activation recomputation, ``"none"``, ``"selective"``
+    (elementwise forward values computed again before their first backward
+    reader; matmul and reduction results kept) or ``"aggressive"`` (also
+    matmuls whose inputs the backward keeps anyway); the results are bit for
+    bit those of ``"none"`` (docs/Compiler.md, "Activation recomputation").
     """
+    if recompute not in RECOMPUTE_POLICIES:
+        raise ValueError(f"recompute={recompute!r} is not a policy; one of "
+                         f"{', '.join(RECOMPUTE_POLICIES)}")
     if backend == "cuda-local":
         backend = "cuda"
     if backend not in BACKENDS:
@@ -1037,4 +1058,5 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
                     isinstance(x, Placement) for x in p):
                 raise PlacementError(f"{what} {i}: expected {mesh.ndim} placements (one per mesh "
                                      f"axis {', '.join(mesh.axis_names)}), got {p!r}")
-    return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name)
+    return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
+                            recompute)
