@@ -67,24 +67,8 @@ int64_t byteSize(Type t) {
   return shaped.getNumElements() * elementBytes(shaped.getElementType());
 }
 
-/// The importer's phase of `loc` (`loc(fused<"backward">[...])`), or "".
-StringRef phaseOf(Location loc) {
-  StringRef phase;
-  loc->walk([&](Location l) {
-    if (auto fused = dyn_cast<FusedLoc>(l))
-      if (auto s = dyn_cast_or_null<StringAttr>(fused.getMetadata());
-          s && (s.getValue() == "forward" || s.getValue() == "backward" ||
-                s.getValue() == "optimizer")) {
-        phase = s.getValue();
-        return WalkResult::interrupt();
-      }
-    return WalkResult::advance();
-  });
-  return phase;
-}
-
 MemoryRole temporaryRole(Operation *op) {
-  StringRef phase = phaseOf(op->getLoc());
+  StringRef phase = getTrainStepPhase(op->getLoc());
   if (phase == "backward")
     return MemoryRole::Gradient;
   if (phase == "optimizer")

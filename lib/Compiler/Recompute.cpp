@@ -43,6 +43,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Compiler/Passes.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -59,6 +60,7 @@ namespace mlir::shardx {
 } // namespace mlir::shardx
 
 using namespace mlir;
+using mlir::shardx::getTrainStepPhase;
 
 namespace {
 
@@ -66,25 +68,12 @@ enum class Phase { None, Forward, Backward, Optimizer };
 
 /// The train-step phase the importer recorded in `loc`.
 Phase phaseOf(Location loc) {
-  Phase phase = Phase::None;
-  loc->walk([&](Location l) {
-    auto fused = dyn_cast<FusedLoc>(l);
-    if (!fused)
-      return WalkResult::advance();
-    auto name = dyn_cast_or_null<StringAttr>(fused.getMetadata());
-    if (!name)
-      return WalkResult::advance();
-    if (name.getValue() == "forward")
-      phase = Phase::Forward;
-    else if (name.getValue() == "backward")
-      phase = Phase::Backward;
-    else if (name.getValue() == "optimizer")
-      phase = Phase::Optimizer;
-    else
-      return WalkResult::advance();
-    return WalkResult::interrupt();
-  });
-  return phase;
+  StringRef phase = getTrainStepPhase(loc);
+  if (phase == "forward")
+    return Phase::Forward;
+  if (phase == "backward")
+    return Phase::Backward;
+  return phase == "optimizer" ? Phase::Optimizer : Phase::None;
 }
 
 /// Whether `op` is cheap enough to compute twice under `selective`: a

@@ -49,7 +49,9 @@ constexpr int64_t kMaxRects = 4096;
 /// Pictures are this many pixels on their long side.
 constexpr double kPictureSize = 240;
 
-std::string escape(StringRef s) {
+} // namespace
+
+std::string mlir::shardx::escapeHtml(StringRef s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -71,8 +73,6 @@ std::string escape(StringRef s) {
   }
   return out;
 }
-
-} // namespace
 
 std::string mlir::shardx::locationText(Location loc) {
   if (auto file = dyn_cast<FileLineColLoc>(loc))
@@ -103,25 +103,6 @@ std::string mlir::shardx::locationText(Location loc) {
 }
 
 namespace {
-
-/// The train-step phase ("forward", "backward", "optimizer") the importer
-/// fused into `loc` (`loc(fused<"backward">[...])`), or "".
-StringRef phaseOf(Location loc) {
-  if (auto fused = dyn_cast<FusedLoc>(loc)) {
-    if (auto tag = dyn_cast_or_null<StringAttr>(fused.getMetadata()))
-      if (llvm::is_contained({"forward", "backward", "optimizer"},
-                             tag.getValue()))
-        return tag.getValue();
-    for (Location l : fused.getLocations())
-      if (StringRef p = phaseOf(l); !p.empty())
-        return p;
-  }
-  if (auto name = dyn_cast<NameLoc>(loc))
-    return phaseOf(name.getChildLoc());
-  if (auto call = dyn_cast<CallSiteLoc>(loc))
-    return phaseOf(call.getCallee());
-  return "";
-}
 
 std::string rankColor(int64_t rank) {
   double hue = std::fmod(static_cast<double>(rank) * 137.508, 360.0);
@@ -179,7 +160,7 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
   std::vector<int64_t> global(shape.begin(), shape.end());
   if (!::shardx::report::computePicture(layout, mesh.shape, global, kMaxRects,
                                         picture, error)) {
-    os << "<div class=\"picture none\">not drawn: " << escape(error)
+    os << "<div class=\"picture none\">not drawn: " << escapeHtml(error)
        << "</div>";
     return;
   }
@@ -203,7 +184,7 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
      << picture.view.rows << "\" data-cols=\"" << picture.view.cols << "\">";
   if (picture.numTerms > 1)
     os << "<div class=\"terms-note\">" << picture.numTerms << " terms, P(" << op
-       << ") over " << escape(mesh.groupName(picture.partialAxes))
+       << ") over " << escapeHtml(mesh.groupName(picture.partialAxes))
        << ": the value is their " << op << "</div>";
   os << "<div class=\"terms\">";
   size_t s = 0;
@@ -231,7 +212,7 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
         title += ", term " + std::to_string(term);
       os << "<g class=\"shard\" data-ranks=\"" << ranks << "\" data-term=\""
          << term << "\" data-local=\"" << shapeText(shard.localShape)
-         << "\"><title>" << escape(title) << "</title>";
+         << "\"><title>" << escapeHtml(title) << "</title>";
       for (const ::shardx::report::Rect &r : shard.rects) {
         double x = r.col * w / cols, y = r.row * h / rows;
         double rw = r.cols * w / cols, rh = r.rows * h / rows;
@@ -259,17 +240,17 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
 
 /// Writes the mesh: one cell per rank in its colour.
 void writeMesh(llvm::raw_ostream &os, const MeshInfo &mesh) {
-  os << "<div class=\"mesh\"><h3>mesh @" << escape(MeshOp(mesh.op).getSymName())
+  os << "<div class=\"mesh\"><h3>mesh @" << escapeHtml(MeshOp(mesh.op).getSymName())
      << ": " << joinInts(mesh.shape, " x ") << " (";
   for (size_t a = 0; a < mesh.shape.size(); ++a)
-    os << (a ? ", " : "") << escape(mesh.axisNames[a]) << " = "
+    os << (a ? ", " : "") << escapeHtml(mesh.axisNames[a]) << " = "
        << mesh.shape[a];
   os << "), " << mesh.size << " ranks</h3>";
   ::shardx::MeshSpec spec = getMeshSpec(mesh.op);
   os << "<p class=\"note\">cost model per axis: ";
   for (size_t a = 0; a < mesh.shape.size(); ++a) {
     ::shardx::AxisCost c = spec.getCost(a);
-    os << (a ? "; " : "") << escape(mesh.axisNames[a]) << " "
+    os << (a ? "; " : "") << escapeHtml(mesh.axisNames[a]) << " "
        << llvm::formatv("{0} us + bytes / {1} GB/s", c.latencyUs,
                         c.bandwidthGBps);
   }
@@ -356,10 +337,10 @@ void FunctionReport::writeValue(StringRef kind, int64_t index, StringRef label,
   if (!layout && mesh)
     layoutText = layoutOf(layout).str();
   os << "<div class=\"value\" data-kind=\"" << kind << "\" data-index=\""
-     << index << "\" data-layout=\"" << escape(layoutText) << "\">";
-  os << "<div class=\"vhead\"><b>" << escape(label) << "</b> <code>"
-     << escape(typeText) << "</code>" << extra << "<br><code class=\"layout\">"
-     << escape(layoutText) << "</code></div>";
+     << index << "\" data-layout=\"" << escapeHtml(layoutText) << "\">";
+  os << "<div class=\"vhead\"><b>" << escapeHtml(label) << "</b> <code>"
+     << escapeHtml(typeText) << "</code>" << extra << "<br><code class=\"layout\">"
+     << escapeHtml(layoutText) << "</code></div>";
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (mesh && tensor && tensor.hasStaticShape())
     writePicture(os, *mesh, layoutOf(layout), tensor.getShape());
@@ -378,8 +359,8 @@ std::string FunctionReport::pictureId(RankedTensorType type,
 }
 
 LogicalResult FunctionReport::write(Totals &totals) {
-  os << "<section class=\"function\" id=\"fn-" << escape(fn.getName())
-     << "\"><h2>func @" << escape(fn.getName()) << "</h2>";
+  os << "<section class=\"function\" id=\"fn-" << escapeHtml(fn.getName())
+     << "\"><h2>func @" << escapeHtml(fn.getName()) << "</h2>";
   if (!mesh)
     os << "<p class=\"note\">no layouts: every value is replicated</p>";
   else
@@ -408,13 +389,13 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
       producer = def->getName().getStringRef().str();
     // The phase of the producer the reshard follows, else of a consumer
     // (an argument's reshard belongs to the phase that reads it).
-    std::string consumers, phase = phaseOf(op.getLoc()).str();
+    std::string consumers, phase = getTrainStepPhase(op.getLoc()).str();
     for (Operation *user : op->getUsers()) {
       std::string n = user->getName().getStringRef().str();
       if (consumers.find(n) == std::string::npos)
         consumers += (consumers.empty() ? "" : ", ") + n;
       if (phase.empty())
-        phase = phaseOf(user->getLoc()).str();
+        phase = getTrainStepPhase(user->getLoc()).str();
     }
     anyPhase |= !phase.empty();
     std::string typeText;
@@ -423,7 +404,7 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
     for (const ::shardx::Step &step : plan->steps) {
       steps +=
           "<li" + std::string(step.isCollective() ? "" : " class=\"local\"") +
-          ">" + escape(step.str()) + " <span class=\"num\">" +
+          ">" + escapeHtml(step.str()) + " <span class=\"num\">" +
           llvm::formatv("{0:F0} B, {1:F3} us", step.bytesPerRank, step.cost)
               .str() +
           "</span></li>";
@@ -439,19 +420,19 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
     totals.byPhase[phase.empty() ? "(none)" : phase].add(plan->bytesPerRank,
                                                         plan->cost);
     std::string location = locationText(op.getLoc());
-    rowsOs << "<tr class=\"reshard\" data-location=\"" << escape(location)
-           << "\" data-phase=\"" << escape(phase) << "\" data-bytes=\""
+    rowsOs << "<tr class=\"reshard\" data-location=\"" << escapeHtml(location)
+           << "\" data-phase=\"" << escapeHtml(phase) << "\" data-bytes=\""
            << llvm::formatv("{0:F0}", plan->bytesPerRank) << "\" data-us=\""
            << llvm::formatv("{0:F6}", plan->cost) << "\" data-collectives=\""
            << plan->numCollectives() << "\"><td data-v=\"" << index << "\">"
-           << index << "</td><td>" << escape(location)
-           << "</td><td><code>" << escape(name(op.getResult()))
-           << "</code><br><small>" << escape(producer) << " &rarr; "
-           << escape(consumers) << "</small></td><td><code>" << escape(typeText)
+           << index << "</td><td>" << escapeHtml(location)
+           << "</td><td><code>" << escapeHtml(name(op.getResult()))
+           << "</code><br><small>" << escapeHtml(producer) << " &rarr; "
+           << escapeHtml(consumers) << "</small></td><td><code>" << escapeHtml(typeText)
            << "</code></td><td><code>"
-           << escape(op.getSource().getLayout().str())
+           << escapeHtml(op.getSource().getLayout().str())
            << "</code> &rarr; <code>"
-           << escape(op.getTarget().getLayout().str())
+           << escapeHtml(op.getTarget().getLayout().str())
            << "</code></td><td data-v=\"" << plan->numCollectives() << "\"><ol>"
            << steps << "</ol></td><td class=\"num\" data-v=\""
            << llvm::formatv("{0:F0}", plan->bytesPerRank) << "\">"
@@ -459,7 +440,7 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
            << "</td><td class=\"num\" data-v=\""
            << llvm::formatv("{0:F6}", plan->cost) << "\">"
            << llvm::formatv("{0:F3}", plan->cost) << "</td><td>"
-           << escape(phase) << "</td></tr>\n";
+           << escapeHtml(phase) << "</td></tr>\n";
     ++index;
     return WalkResult::advance();
   });
@@ -497,8 +478,8 @@ void FunctionReport::writeSignature() {
         value = str.getValue().str();
       else
         llvm::raw_string_ostream(value) << attr.getValue();
-      extra += " <span class=\"tag\">" + escape(attr.getName().getValue()) +
-               " = " + escape(value) + "</span>";
+      extra += " <span class=\"tag\">" + escapeHtml(attr.getName().getValue()) +
+               " = " + escapeHtml(value) + "</span>";
     }
     writeValue("arg", i, name(fn.getArgument(i)), fn.getArgument(i).getType(),
                getRecordedLayout(fn.getArgument(i)), extra);
@@ -513,7 +494,7 @@ void FunctionReport::writeSignature() {
     writeValue("result", i, "result " + std::to_string(i),
                fn.getResultTypes()[i], layout,
                ret ? " <span class=\"tag\">returns " +
-                         escape(name(ret->getOperand(i))) + "</span>"
+                         escapeHtml(name(ret->getOperand(i))) + "</span>"
                    : "");
   }
   os << "</div>";
@@ -533,11 +514,11 @@ void FunctionReport::writeIntermediates() {
       LayoutAttr layout = getRecordedLayout(result);
       std::string typeText;
       llvm::raw_string_ostream(typeText) << type;
-      valuesOs << "<tr><td><code>" << escape(name(result)) << "</code></td><td>"
-               << escape(op->getName().getStringRef()) << "</td><td>"
-               << escape(locationText(op->getLoc())) << "</td><td><code>"
-               << escape(typeText) << "</code></td><td><code>"
-               << escape(mesh ? layoutOf(layout).str() : "")
+      valuesOs << "<tr><td><code>" << escapeHtml(name(result)) << "</code></td><td>"
+               << escapeHtml(op->getName().getStringRef()) << "</td><td>"
+               << escapeHtml(locationText(op->getLoc())) << "</td><td><code>"
+               << escapeHtml(typeText) << "</code></td><td><code>"
+               << escapeHtml(mesh ? layoutOf(layout).str() : "")
                << "</code></td><td>";
       if (mesh && type.hasStaticShape())
         valuesOs << "<button data-pic=\"" << pictureId(type, layout)
@@ -554,7 +535,7 @@ void FunctionReport::writeIntermediates() {
      << values << "</tbody></table></details>";
   int64_t t = 0;
   for (auto &[key, entry] : templates) {
-    os << "<template id=\"pic-" << escape(fn.getName()) << "-" << t++ << "\">";
+    os << "<template id=\"pic-" << escapeHtml(fn.getName()) << "-" << t++ << "\">";
     writePicture(os, *mesh, layoutOf(entry.second), entry.first.getShape());
     os << "</template>";
   }
@@ -567,10 +548,10 @@ void writeAggregates(llvm::raw_ostream &os, StringRef id, StringRef what,
      << "</th><th>" << counted << "</th><th>bytes/rank</th><th>modeled us"
      << "</th></tr></thead><tbody>";
   for (const auto &[key, a] : aggregates)
-    os << "<tr data-key=\"" << escape(key) << "\" data-count=\"" << a.count
+    os << "<tr data-key=\"" << escapeHtml(key) << "\" data-count=\"" << a.count
        << "\" data-bytes=\"" << llvm::formatv("{0:F0}", a.bytes)
        << "\" data-us=\"" << llvm::formatv("{0:F6}", a.us) << "\"><td>"
-       << escape(key) << "</td><td class=\"num\">" << a.count
+       << escapeHtml(key) << "</td><td class=\"num\">" << a.count
        << "</td><td class=\"num\" data-v=\"" << llvm::formatv("{0:F0}", a.bytes)
        << "\">" << llvm::formatv("{0:F0}", a.bytes) << "</td><td class=\"num\" "
        << "data-v=\"" << llvm::formatv("{0:F6}", a.us) << "\">"
@@ -634,76 +615,6 @@ document.querySelectorAll('button[data-pic]').forEach(function(b){
 });
 )js";
 
-/// "[S(0), R], [R, R]": the layouts of an array attribute.
-std::string layoutsText(Attribute attr) {
-  std::string text;
-  if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
-    for (Attribute a : array) {
-      text += text.empty() ? "" : ", ";
-      if (auto layout = dyn_cast<LayoutAttr>(a))
-        text += layout.getLayout().str();
-    }
-  return text.empty() ? "()" : text;
-}
-
-/// The strategy each op has and its alternatives with their costs, from
-/// `shardx.alternatives` (shardx-propagate{record-alternatives}).
-void writeAlternatives(llvm::raw_ostream &os, ModuleOp module) {
-  SmallVector<Operation *> ops;
-  int64_t priced = 0;
-  module.walk([&](Operation *op) {
-    auto alternatives = op->getAttrOfType<ArrayAttr>("shardx.alternatives");
-    // Shape-only values are rematerialized where needed: not a choice.
-    if (!alternatives || isa<tensor::EmptyOp, linalg::FillOp>(op))
-      return;
-    ++priced;
-    if (!alternatives.empty())
-      ops.push_back(op);
-  });
-  if (priced == 0)
-    return;
-  os << "<h3>strategies and alternatives</h3><p class=\"note\">per op, the "
-        "strategy propagation chose (operand layouts &rarr; result layouts) "
-        "and the others it priced at the end, each with what it would add to "
-        "the function's modeled time (reshards and local work) if only that "
-        "op changed</p><details id=\"alternatives\"><summary>"
-     << ops.size() << " of " << priced
-     << " ops had another strategy</summary><table class=\"sortable\"><thead><tr><th>op</th><th>"
-        "source location</th><th>phase</th><th>chosen</th><th>alternatives"
-        "</th><th>cheapest alternative (+us)</th></tr></thead><tbody>";
-  for (Operation *op : ops) {
-    auto alternatives = op->getAttrOfType<ArrayAttr>("shardx.alternatives");
-    std::string items, costs;
-    double cheapest = 0;
-    for (auto [i, a] : llvm::enumerate(alternatives)) {
-      auto entry = cast<DictionaryAttr>(a);
-      double cost = cast<FloatAttr>(entry.get("cost")).getValueAsDouble();
-      if (i == 0)
-        cheapest = cost;
-      costs += (i ? "," : "") + llvm::formatv("{0:F6}", cost).str();
-      items += std::string("<li><span class=\"num\">") +
-               (cost >= 0 ? "+" : "") + llvm::formatv("{0:F3}", cost).str() +
-               " us</span> <code>" +
-               escape(layoutsText(entry.get("operands"))) + " &rarr; " +
-               escape(layoutsText(entry.get("results"))) + "</code></li>";
-    }
-    os << "<tr class=\"alternative\" data-count=\"" << alternatives.size()
-       << "\" data-costs=\"" << costs << "\"><td>" << escape(op->getName().getStringRef()) << "</td><td>"
-       << escape(locationText(op->getLoc())) << "</td><td>"
-       << escape(phaseOf(op->getLoc())) << "</td><td><code>"
-       << escape(layoutsText(
-              op->getAttr(ShardXDialect::getOperandLayoutsAttrName())))
-       << " &rarr; "
-       << escape(layoutsText(op->getAttr(ShardXDialect::getLayoutsAttrName())))
-       << "</code></td><td><ol>" << items << "</ol></td><td class=\"num\" "
-       << "data-v=\"" << llvm::formatv("{0:F6}", cheapest) << "\">"
-       << (alternatives.empty() ? std::string("none")
-                                : llvm::formatv("{0:F3}", cheapest).str())
-       << "</td></tr>\n";
-  }
-  os << "</tbody></table></details>";
-}
-
 } // namespace
 
 LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
@@ -731,8 +642,8 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
   }
 
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-     << "<title>" << escape(title) << "</title><style>" << kStyle
-     << "</style></head><body><h1>" << escape(title) << "</h1>";
+     << "<title>" << escapeHtml(title) << "</title><style>" << kStyle
+     << "</style></head><body><h1>" << escapeHtml(title) << "</h1>";
   os << "<section id=\"summary\"><h2>communication</h2>";
   os << "<table id=\"totals\"><thead><tr><th>reshards</th><th>collectives"
         "</th><th>bytes/rank</th><th>modeled us</th></tr></thead><tbody>";
@@ -757,7 +668,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
   writeAggregates(os, "by-phase", "phase", totals.byPhase, "reshards");
   os << "</div></div>";
   if (!extras.runSummary.empty())
-    os << "<p class=\"run\">" << escape(extras.runSummary) << "</p>";
+    os << "<p class=\"run\">" << escapeHtml(extras.runSummary) << "</p>";
   if (!extras.measured.empty()) {
     os << "<h3>measured collectives (shardx-run)</h3>";
     os << "<p class=\"note\">one more run of the sharded program with every "
@@ -772,13 +683,13 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
       auto it = totals.byKindAxes.find(m.kind + "|" + m.axes);
       if (it != totals.byKindAxes.end())
         model = it->second;
-      os << "<tr class=\"measured\" data-kind=\"" << escape(m.kind)
-         << "\" data-axes=\"" << escape(m.axes) << "\" data-rank=\"" << m.rank
+      os << "<tr class=\"measured\" data-kind=\"" << escapeHtml(m.kind)
+         << "\" data-axes=\"" << escapeHtml(m.axes) << "\" data-rank=\"" << m.rank
          << "\" data-calls=\"" << m.calls << "\" data-bytes=\""
          << llvm::formatv("{0:F0}", m.bytes) << "\" data-model-count=\""
          << model.count << "\" data-model-bytes=\""
-         << llvm::formatv("{0:F0}", model.bytes) << "\"><td>" << escape(m.kind)
-         << "</td><td>" << escape(m.axes) << "</td><td class=\"num\">" << m.rank
+         << llvm::formatv("{0:F0}", model.bytes) << "\"><td>" << escapeHtml(m.kind)
+         << "</td><td>" << escapeHtml(m.axes) << "</td><td class=\"num\">" << m.rank
          << "</td><td class=\"num\">" << m.calls << "</td><td class=\"num\">"
          << model.count << "</td><td class=\"num\" data-v=\""
          << llvm::formatv("{0:F0}", m.bytes) << "\">"
@@ -791,7 +702,7 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
     }
     os << "</tbody></table>";
   }
-  writeAlternatives(os, module);
+  writeAlternativesSection(os, module);
   if (extras.haveChoices) {
     os << "<h3>propagation choices</h3><p class=\"note\">reshard cost of the "
           "program-order strategies: "
@@ -808,9 +719,9 @@ LogicalResult mlir::shardx::writeHtmlReport(ModuleOp module,
           "source location</th><th>program order</th><th>refined</th></tr>"
           "</thead><tbody>";
     for (const PropagationChoice &c : extras.choices)
-      os << "<tr class=\"choice\"><td>" << escape(c.op) << "</td><td>"
-         << escape(c.location) << "</td><td><code>" << escape(c.programOrder)
-         << "</code></td><td><code>" << escape(c.refined)
+      os << "<tr class=\"choice\"><td>" << escapeHtml(c.op) << "</td><td>"
+         << escapeHtml(c.location) << "</td><td><code>" << escapeHtml(c.programOrder)
+         << "</code></td><td><code>" << escapeHtml(c.refined)
          << "</code></td></tr>\n";
     os << "</tbody></table></details>";
   }

@@ -28,28 +28,6 @@ using namespace mlir::shardx;
 
 namespace {
 
-std::string escapeHtml(StringRef s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '&':
-      out += "&amp;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    default:
-      out += c;
-    }
-  }
-  return out;
-}
 
 MemorySummary summarize(const MemoryProfile &p) {
   MemorySummary s;

@@ -114,6 +114,13 @@ using ModulePipelineRunner = function_ref<LogicalResult(
 /// `extras.memoryNote` says why.
 void computeMemoryForReport(ModuleOp module, ReportExtras &extras,
                             ModulePipelineRunner run);
+/// `s` with the HTML special characters escaped (&, <, >, ").
+std::string escapeHtml(StringRef s);
+
+/// The table of each op's chosen strategy and its priced alternatives
+/// (`shardx.alternatives`); nothing when no op has them.
+void writeAlternativesSection(llvm::raw_ostream &os, ModuleOp module);
+
 /// The memory section of the page (nothing when `extras` has none).
 void writeMemorySection(llvm::raw_ostream &os, const ReportExtras &extras);
 

@@ -173,3 +173,18 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
   }
   return success();
 }
+
+StringRef mlir::shardx::getTrainStepPhase(Location loc) {
+  StringRef phase;
+  loc->walk([&](Location l) {
+    auto fused = dyn_cast<FusedLoc>(l);
+    auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
+                     : StringAttr();
+    if (!tag || !llvm::is_contained({"forward", "backward", "optimizer"},
+                                    tag.getValue()))
+      return WalkResult::advance();
+    phase = tag.getValue();
+    return WalkResult::interrupt();
+  });
+  return phase;
+}

@@ -59,6 +59,11 @@ FailureOr<int64_t> getGroupSize(Operation *op, FlatSymbolRefAttr meshRef,
 
 namespace mlir::shardx {
 
+/// The train-step phase the importer records in an op's location
+/// (`loc(fused<"forward">[...])`, also inside other fused, name and call-site
+/// locations): "forward", "backward", "optimizer", or "" when it has none.
+StringRef getTrainStepPhase(Location loc);
+
 /// Converts between the dialect's reduction enum and the layout library's.
 ReductionKind toReductionKind(::shardx::ReduceOp op);
 ::shardx::ReduceOp toReduceOp(ReductionKind kind);
