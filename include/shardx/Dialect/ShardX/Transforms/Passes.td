@@ -220,8 +220,10 @@ def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
     (`arg_types`, `arg_layouts`, `result_types`, `result_layouts`); no
     `shardx.layout`, `shardx.annotate` or `shardx.redistribute` remains.
 
-    Ranks must hold equal shards (uneven shards are diagnosed); a program
-    that cannot be expanded fails with an error naming the op.
+    Uneven shards get dynamic local sizes (each rank's from
+    `shardx.axis_index`). A sharded function with more than one block is
+    an error; a program that cannot be expanded fails with an error naming
+    the op.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }

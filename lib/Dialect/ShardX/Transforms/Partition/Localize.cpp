@@ -500,6 +500,13 @@ void Localizer::finishSignature() {
 /// Builds the local body after the global one, then erases the global one
 /// (or, on failure, the partial local one: the function is left as it was).
 LogicalResult Localizer::run() {
+  // Straight-line functions only: the local body is built as one block.
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError("cannot expand a sharded function with ")
+           << fn.getBody().getBlocks().size()
+           << " blocks (control flow between blocks): SPMD expansion "
+              "handles one-block functions; structured control flow "
+              "(scf.for, scf.if) inside the block runs replicated";
   Block &global = fn.getBody().front();
   auto *local = new Block();
   fn.getBody().push_back(local);

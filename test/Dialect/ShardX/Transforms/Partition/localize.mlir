@@ -114,3 +114,18 @@ func.func @dense(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]
       shardx.operand_layouts = [#shardx.layout<@mesh, [S(0)]>, #shardx.layout<@mesh, [S(0)]>]} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// A sharded function with control flow between blocks is an error, not a
+// crash (the local body is built as one block).
+shardx.mesh @mesh(shape = 2)
+// expected-error @+1 {{cannot expand a sharded function with 3 blocks}}
+func.func @branches(%x: tensor<8x4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %p: i1)
+    -> (tensor<8x4xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) {
+  cf.cond_br %p, ^a, ^b
+^a:
+  return %x : tensor<8x4xf32>
+^b:
+  return %x : tensor<8x4xf32>
+}
