@@ -191,14 +191,29 @@ void Recomputer::pinLeaves(Operation *op) {
 /// expensive op: cheap copies, the expensive op, cheap copies of its
 /// inputs, then values alive into the backward pass without it.
 void Recomputer::chooseExpensive() {
-  Block &body = func.getBody().front();
-  for (Operation &op : llvm::reverse(body)) {
-    if (!isForward(&op) || !isRepeatable(&op) || isCheap(&op) ||
-        returned(&op) || llvm::any_of(op.getResults(), [&](Value r) {
-          return pinned.contains(r);
-        }))
+  // Largest results first (the most memory a copy can free), later ops
+  // first among equals.
+  SmallVector<std::pair<int64_t, Operation *>> candidates;
+  for (Operation &op : llvm::reverse(func.getBody().front())) {
+    if (!isForward(&op) || !isRepeatable(&op) || isCheap(&op) || returned(&op))
       continue;
-    bool ok = llvm::all_of(op.getOperands(), [&](Value operand) {
+    int64_t bytes = 0;
+    for (Value result : op.getResults())
+      if (auto shaped = dyn_cast<ShapedType>(result.getType());
+          shaped && shaped.hasStaticShape() &&
+          shaped.getElementType().isIntOrFloat())
+        bytes += shaped.getNumElements() *
+                 ((shaped.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+    candidates.push_back({bytes, &op});
+  }
+  llvm::stable_sort(candidates, [](const auto &a, const auto &b) {
+    return a.first > b.first;
+  });
+  for (auto [bytes, op] : candidates) {
+    if (llvm::any_of(op->getResults(),
+                     [&](Value r) { return pinned.contains(r); }))
+      continue;
+    bool ok = llvm::all_of(op->getOperands(), [&](Value operand) {
       if (isFree(operand) || cheapRecomputable(operand.getDefiningOp()))
         return true;
       Operation *def = operand.getDefiningOp();
@@ -206,8 +221,8 @@ void Recomputer::chooseExpensive() {
     });
     if (!ok)
       continue;
-    expensive.insert(&op);
-    pinLeaves(&op);
+    expensive.insert(op);
+    pinLeaves(op);
   }
   // Cheap values that read a chosen op's result are recomputable now.
   cheap.clear();
@@ -231,15 +246,19 @@ unsigned Recomputer::run() {
   if (!func.getBody().hasOneBlock())
     return 0; // the straight-line steps only
   Block &body = func.getBody().front();
+  // The late readers: every op from the first backward one on that is not
+  // itself forward (fused or merged ops may have lost their phase), and the
+  // return.
   SmallVector<Operation *> backward;
+  bool late = false;
   for (Operation &op : body) {
     Phase phase = phaseOf(op.getLoc());
-    if (phase == Phase::Backward)
-      backward.push_back(&op);
-    if (phase == Phase::Backward || phase == Phase::Optimizer ||
-        isa<func::ReturnOp>(op))
-      for (Value operand : op.getOperands())
-        readLate.insert(operand);
+    late |= phase == Phase::Backward;
+    if (!late || phase == Phase::Forward)
+      continue;
+    backward.push_back(&op);
+    for (Value operand : op.getOperands())
+      readLate.insert(operand);
   }
   if (aggressive)
     chooseExpensive();
@@ -270,7 +289,7 @@ struct RecomputeActivationsPass
     }
     getOperation().walk([&](func::FuncOp func) {
       if (unsigned copied = Recomputer(func, policy == "aggressive").run())
-        func.emitRemark() << "recomputes " << copied
+        mlir::emitRemark(func.getLoc()) << "recomputes " << copied
                           << " forward ops before their backward readers ("
                           << policy << ")";
     });
