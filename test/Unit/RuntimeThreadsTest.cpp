@@ -13,7 +13,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <thread>
 
 using namespace shardx;
@@ -213,6 +216,104 @@ TEST(Threads, SilentRankTimesOut) {
     EXPECT_NE(statuses[r].message().find("timed out after"), std::string::npos)
         << statuses[r].message();
   }
+}
+
+/// What the ranks of PeerStillReadingKeepsFailedRankWaiting share.
+struct ReadAfterAbort {
+  std::mutex mutex;
+  std::condition_variable wake;
+  const void *rank1Send = nullptr;
+  bool rank0Reading = false;
+  bool rank1Returned = false;
+  bool rank1ReturnedWhileRead = false;
+};
+
+/// Host memory whose rank 0, on reading rank 1's input, says so and then
+/// gives rank 1 time to return before it reads (a failed collective must
+/// not return while a peer still reads its buffers).
+class ReadingOps : public BufferOps {
+public:
+  ReadingOps(int64_t rank, ReadAfterAbort &shared)
+      : rank(rank), shared(shared) {}
+  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
+  void copy(void *to, const void *from, size_t bytes) override {
+    if (rank == 0) {
+      std::unique_lock<std::mutex> lock(shared.mutex);
+      if (from == shared.rank1Send && !shared.rank0Reading) {
+        shared.rank0Reading = true;
+        shared.wake.notify_all();
+        // Correct code keeps rank 1 waiting until this copy ends: the wait
+        // runs out (it only bounds how long a wrong rank 1 gets to return).
+        shared.wake.wait_for(lock, std::chrono::seconds(1),
+                             [&] { return shared.rank1Returned; });
+        shared.rank1ReturnedWhileRead = shared.rank1Returned;
+      }
+    }
+    std::memcpy(to, from, bytes);
+  }
+  void zero(void *to, size_t bytes) override { std::memset(to, 0, bytes); }
+  Status reduce(void *, const std::vector<const char *> &, size_t, DType,
+                ReduceOp) override {
+    return Status::error("ReadingOps does not reduce");
+  }
+  char *scratch(size_t bytes) override {
+    if (buffer.size() < bytes)
+      buffer.resize(bytes);
+    return buffer.data();
+  }
+
+private:
+  int64_t rank;
+  ReadAfterAbort &shared;
+  std::vector<char> buffer;
+};
+
+TEST(Threads, PeerStillReadingKeepsFailedRankWaiting) {
+  // Ranks 0 and 1 pass the first meeting of an all_gather; while rank 0
+  // reads rank 1's input, rank 2 fails (the world aborts). Rank 1's
+  // all_gather fails at its second meeting but must not return (and let
+  // its caller free the input) before rank 0 has read it, however long
+  // that takes: longer here than the world's timeout.
+  ReadAfterAbort shared;
+  auto statuses = runThreadsWith(
+      {2, 2}, "threads",
+      [&](int64_t rank) -> std::unique_ptr<BufferOps> {
+        return std::make_unique<ReadingOps>(rank, shared);
+      },
+      [&](Communicator &c) -> Status {
+        std::vector<int32_t> x(4, static_cast<int32_t>(c.getRank())), y(8);
+        switch (c.getRank()) {
+        case 2: {
+          std::unique_lock<std::mutex> lock(shared.mutex);
+          shared.wake.wait_for(lock, std::chrono::seconds(30),
+                               [&] { return shared.rank0Reading; });
+          return Status::error("rank 2 gave up");
+        }
+        case 3:
+          return Status::ok();
+        case 1: {
+          std::lock_guard<std::mutex> lock(shared.mutex);
+          shared.rank1Send = x.data();
+          break;
+        }
+        default:
+          break;
+        }
+        Status s = c.allGather(x.data(), y.data(), {4, 4}, DType::I32, {1});
+        if (c.getRank() == 1) {
+          std::lock_guard<std::mutex> lock(shared.mutex);
+          shared.rank1Returned = true;
+          shared.wake.notify_all();
+        }
+        return s;
+      },
+      /*timeoutSeconds=*/0.2);
+  EXPECT_TRUE(shared.rank0Reading);
+  EXPECT_FALSE(shared.rank1ReturnedWhileRead)
+      << "rank 1's all_gather returned while rank 0 read its input";
+  EXPECT_FALSE(statuses[0]);
+  EXPECT_FALSE(statuses[1]);
+  EXPECT_FALSE(statuses[2]);
 }
 
 TEST(Threads, MismatchedSizesAreErrors) {

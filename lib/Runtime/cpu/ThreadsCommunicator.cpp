@@ -592,8 +592,15 @@ private:
   }
 
   /// Waits until every member of `members` arrives, the world aborts, or
-  /// the timeout passes (which aborts the world).
-  Status meet(const std::vector<int64_t> &members, const char *op) {
+  /// the timeout passes (which aborts the world). A meeting that completed
+  /// succeeds on every member, even where the world aborts before a member
+  /// wakes: its peers go on past it. Where `startsMoving`, the member that
+  /// completes the meeting counts the whole group in `world.moving` before
+  /// any member wakes, so that no member's `quiesce` returns while a peer
+  /// that passed the meeting may still read its buffers; each member then
+  /// leaves with `setMoving(-1)`.
+  Status meet(const std::vector<int64_t> &members, const char *op,
+              bool startsMoving = false) {
     std::unique_lock<std::mutex> lock(world.mutex);
     if (world.aborted)
       return Status::error("rank " + std::to_string(rank) + " stopped in " +
@@ -603,25 +610,26 @@ private:
     if (++b.arrived == members.size()) {
       b.arrived = 0;
       ++b.generation;
+      if (startsMoving)
+        world.moving += static_cast<int64_t>(members.size());
       world.wake.notify_all();
       return Status::ok();
     }
-    bool met = world.wake.wait_for(lock, world.timeout, [&] {
+    world.wake.wait_for(lock, world.timeout, [&] {
       return b.generation != generation || world.aborted;
     });
+    if (b.generation != generation)
+      return Status::ok();
     if (world.aborted)
       return Status::error("rank " + std::to_string(rank) + " stopped in " +
                            op + ": " + world.abortMessage);
-    if (!met) {
-      world.aborted = true;
-      world.abortMessage = "rank " + std::to_string(rank) +
-                           " timed out after " +
-                           std::to_string(world.timeout.count()) +
-                           " s waiting for its group in " + op;
-      world.wake.notify_all();
-      return Status::error(world.abortMessage);
-    }
-    return Status::ok();
+    // Neither met nor aborted: the wait timed out.
+    world.aborted = true;
+    world.abortMessage = "rank " + std::to_string(rank) + " timed out after " +
+                         std::to_string(world.timeout.count()) +
+                         " s waiting for its group in " + op;
+    world.wake.notify_all();
+    return Status::error(world.abortMessage);
   }
 
   void setMoving(int delta) {
@@ -633,11 +641,12 @@ private:
 
   /// A collective that failed at a meeting (the world is aborted) returns
   /// `s` once no rank moves data any more: no peer reads or writes this
-  /// rank's buffers after it returns, so the caller may free them.
+  /// rank's buffers after it returns, so the caller may free them. No
+  /// timeout: a moving rank only copies, reduces, or waits at a meeting,
+  /// which the abort ends.
   Status quiesce(Status s) {
     std::unique_lock<std::mutex> lock(world.mutex);
-    world.wake.wait_for(lock, world.timeout,
-                        [&] { return world.moving == 0; });
+    world.wake.wait(lock, [&] { return world.moving == 0; });
     return s;
   }
 
@@ -668,9 +677,9 @@ private:
       std::lock_guard<std::mutex> lock(world.mutex);
       world.slots[rank] = mine;
     }
-    if (Status s = meet(g.members, op); !s)
+    // Passing this meeting counts every member as moving (see meet).
+    if (Status s = meet(g.members, op, /*startsMoving=*/true); !s)
       return quiesce(s);
-    setMoving(+1);
     Status moved = move();
     if (moved)
       moved = ops->complete();
