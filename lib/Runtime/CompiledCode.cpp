@@ -442,17 +442,18 @@ Status invokeProgram(void (*entry)(void **), void **args, Communicator *comm,
     else if ((faulty = injectFaults(*comm, faults)))
       inv.active = faulty.get();
   }
-  if (inv.status) {
+  if (inv.status)
     entry(args);
-    // The collectives still in flight end the run: their errors fail it
-    // (the communicator aborted the world), then the program's work.
-    if (inv.status)
-      if (Status s = programMemory.close(comm ? inv.active : nullptr); !s) {
-        if (comm)
-          fail(s.message());
-        else
-          inv.status = s;
-      }
+  // The collectives still in flight end the run: their errors fail it
+  // (the communicator aborted the world), then the program's work. A
+  // failed run closes too (its status is the first error, close's is
+  // dropped): the device work it queued is drained before it returns.
+  Status closed = programMemory.close(comm ? inv.active : nullptr);
+  if (inv.status && !closed) {
+    if (comm)
+      fail(closed.message());
+    else
+      inv.status = closed;
   }
   current = saved;
   return inv.status;

@@ -176,6 +176,7 @@ void shardx_rt_cg_wait_f32(int64_t, float *, float *, int64_t, int64_t,
 
 #include "shardx/Runtime/ProgramMemory.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace {
@@ -199,7 +200,8 @@ void runProgram(void **args) {
                               SHARDX_RT_SUM, axes, axes, 0, 1, 1);
 }
 
-/// Host memory that says it is a GPU's (a CUDA artifact's buffers).
+/// Host memory that says it is a GPU's (a CUDA artifact's buffers); counts
+/// its closes in `closes` where given.
 class PretendDeviceMemory : public ProgramMemory {
 public:
   MemorySpace getMemorySpace() const override { return MemorySpace::Device; }
@@ -207,14 +209,22 @@ public:
     std::memcpy(to, from, bytes);
   }
   void zero(void *to, size_t bytes) override { std::memset(to, 0, bytes); }
+  Status close(Communicator *) override {
+    if (closes)
+      ++*closes;
+    return Status::ok();
+  }
+  std::atomic<int> *closes = nullptr;
 };
 
 enum class Memory { ThroughInvoke, Host, PretendDevice };
 
 /// Runs the program on 4 threads ranks (each `in` holds rank + 1, outputs
-/// start at -1) with `faults`; each rank's status and program.
+/// start at -1) with `faults`; each rank's status and program. The runs'
+/// closes of their memory are counted in `closes` where given.
 std::vector<Status> runOnFourRanks(std::vector<Program> &programs,
-                                   const FaultPlan &faults, Memory memory) {
+                                   const FaultPlan &faults, Memory memory,
+                                   std::atomic<int> *closes = nullptr) {
   programs.assign(4, Program());
   return runThreads(
       {4},
@@ -237,6 +247,7 @@ std::vector<Status> runOnFourRanks(std::vector<Program> &programs,
             return MemorySpace::Host;
           }
         } host;
+        device.closes = host.closes = closes;
         ProgramMemory &m = memory == Memory::Host
                                ? static_cast<ProgramMemory &>(host)
                                : device;
@@ -263,7 +274,10 @@ TEST(CompiledCode, FailureInFlightFailsTheRunAndZeroesLaterOutputs) {
   std::vector<Program> programs;
   FaultPlan faults;
   faults.failInFlight = 2;
-  auto statuses = runOnFourRanks(programs, faults, Memory::Host);
+  std::atomic<int> closes{0};
+  auto statuses = runOnFourRanks(programs, faults, Memory::Host, &closes);
+  // A failed run still closes its memory (on a GPU: drains its stream).
+  EXPECT_EQ(closes.load(), 4);
   EXPECT_EQ(statuses[2].message(),
             "rank 2: injected failure with a collective in flight "
             "(SHARDX_TEST_FAIL_IN_FLIGHT)");
@@ -286,7 +300,9 @@ TEST(CompiledCode, FailureBeforeRunRunsNothing) {
   std::vector<Program> programs;
   FaultPlan faults;
   faults.failBeforeRun = 1;
-  auto statuses = runOnFourRanks(programs, faults, Memory::Host);
+  std::atomic<int> closes{0};
+  auto statuses = runOnFourRanks(programs, faults, Memory::Host, &closes);
+  EXPECT_EQ(closes.load(), 4);
   EXPECT_EQ(statuses[1].message(),
             "rank 1: injected failure (SHARDX_TEST_FAIL_RANK)");
   for (float v : programs[1].sync)

@@ -61,12 +61,11 @@ public:
 
   Status close(Communicator *comm) override {
     // The collectives still in flight first (their errors fail the run),
-    // then the host waits for the rank's stream, which waits for them.
-    if (comm)
-      if (Status s = comm->finish(); !s)
-        return s;
+    // then the host waits for the rank's stream, which waits for them:
+    // after a failure too, so that no queued work outlives the run.
+    Status finished = comm ? comm->finish() : Status::ok();
     shardx_rt_cuda_synchronize();
-    return Status::ok();
+    return finished;
   }
 
 private:
