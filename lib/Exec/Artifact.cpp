@@ -199,13 +199,18 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   int rc = invoke(reinterpret_cast<void (*)(void **)>(fn), argv.data(),
                   static_cast<void *>(rt::getCHandle(comm)), error,
                   sizeof(error));
-  if (rc != 0)
-    return Status::error(error);
   raw.entry = &entry;
   raw.results = std::move(results);
   raw.offsets = std::move(offsets);
   raw.inputPtrs = std::move(inputPtrs);
   raw.freeBuffer = freeBuffer;
+  if (rc != 0) {
+    // A failed run ran to its end and filled its outputs (zeroed), unless
+    // it failed before the program started (the descriptors stay null,
+    // which release skips): they are freed, never the caller's.
+    raw.release();
+    return Status::error(error);
+  }
   return Status::ok();
 }
 
