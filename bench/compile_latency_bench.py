@@ -223,7 +223,7 @@ def gpt2_zoo_compile(layers, opt, cache):
     train step (AdamW) made `layers` deep, Megatron TP over 2 ranks (the
     zoo's tp2 plan), with a fresh kernel cache; and the trace's seconds."""
     import transformers as T
-    import shardx.zoo as zoo
+    import shardx_dev.zoo as zoo
     from shardx.artifact import find_tool
 
     def deep_gpt2():

@@ -55,7 +55,8 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 
-from shardx import TrainStep, models  # noqa: E402
+from shardx import TrainStep  # noqa: E402
+from shardx_dev import models  # noqa: E402
 
 # name, model, dim, batch, dtype ("f32" or "bf16").
 STEPS = [(f"{m}_{d}_{t}", m, d, b, t)

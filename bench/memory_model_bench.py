@@ -35,7 +35,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import shardx  # noqa: E402
-from shardx import models  # noqa: E402
+from shardx_dev import models  # noqa: E402
 from shardx.placements import Mesh, Replicate as R, Shard as S, StridedShard as SS  # noqa: E402
 
 
@@ -116,7 +116,7 @@ def _block(dim: int, heads: int, hidden: int, batch: int, seq: int):
 def _zoo(model: str, **config):
     def build():
         import transformers as T
-        from shardx import zoo
+        from shardx_dev import zoo
         torch.manual_seed(0)
         if model == "gpt2":
             cfg = T.GPT2Config(vocab_size=config["vocab"], n_positions=config["seq"],
@@ -139,7 +139,7 @@ def _zoo(model: str, **config):
 
 
 def _megatron(names, col, row, tp_axis, ndim, col_dim=0, row_dim=1):
-    from shardx import zoo
+    from shardx_dev import zoo
     return zoo._megatron(names, col, row, tp_axis, ndim, col_dim, row_dim)
 
 

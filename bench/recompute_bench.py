@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from shardx import models  # noqa: E402
+from shardx_dev import models  # noqa: E402
 from shardx.importer import trace  # noqa: E402
 from shardx.placements import Mesh, Replicate as R, Shard as S  # noqa: E402
 from shardx.train import TrainStep  # noqa: E402

@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from shardx import Mesh, Replicate as R, Shard as S, TrainStep, models, trace  # noqa: E402
+from shardx import Mesh, Replicate as R, Shard as S, TrainStep, trace  # noqa: E402
+from shardx_dev import models  # noqa: E402
 from shardx.artifact import find_tool  # noqa: E402
 
 

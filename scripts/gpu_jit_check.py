@@ -67,7 +67,8 @@ def _readme_mlp(sharded):
 
 
 def _zoo(name, sharded):
-    from shardx import TrainStep, zoo
+    from shardx import TrainStep
+    from shardx_dev import zoo
     model, loss, inputs, target = zoo.build(name)
     step = TrainStep(model, loss, "adamw", lr=1e-3)
     gen = torch.Generator().manual_seed(1)

@@ -7,7 +7,7 @@ of the program, like ``DTensor.redistribute`` or Shardy's
 turns it into ``shardx.annotate``, a hard constraint of propagation, so a
 plan can place activations as well as parameters: sequence parallelism puts
 the norms' inputs in ``Shard(seq)`` this way (forward hooks on the norm
-modules, see ``shardx.zoo``). Its gradient passes through unchanged (the
+modules, see ``shardx_dev.zoo``). Its gradient passes through unchanged (the
 propagation gives it its layout). Traced without a mesh, it constrains
 nothing.
 """

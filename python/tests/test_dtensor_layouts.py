@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 
 from dtensor_oracle import dtensor_indices, from_torch, shardx_indices, to_torch
-from shardx import Mesh, Replicate as R, Shard as S, examples, layout_text, trace
+from shardx import Mesh, Replicate as R, Shard as S, layout_text, trace
+from shardx_dev import examples
 from shardx.artifact import find_tool
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from shardx import examples
+from shardx_dev import examples
 from shardx.artifact import find_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

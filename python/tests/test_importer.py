@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 import shardx
 from shardx.artifact import Artifact, compile_mlir, find_tool
 
-from shardx import models
+from shardx_dev import models
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -254,7 +254,7 @@ def test_source_locations_and_phases(build_dir, tmp_path):
         phase, pos = re.fullmatch(r'fused<"(\w+)">\[(.*)\]', loc).groups()
         by_phase.setdefault(phase, set()).add(pos)
     assert set(by_phase) == {"forward", "backward", "optimizer"}
-    block_lines = {p for p in by_phase["forward"] if p.startswith('"shardx/models.py"')}
+    block_lines = {p for p in by_phase["forward"] if p.startswith('"shardx_dev/models.py"')}
     assert len(block_lines) >= 5  # q/k/v, attention, out, the MLP, ...
     # Backward ops come from the same model lines as the forward ones.
     assert block_lines <= by_phase["backward"]
@@ -262,7 +262,7 @@ def test_source_locations_and_phases(build_dir, tmp_path):
     code = open(src).read().splitlines()
     forward_lines = {i + 1 for i, l in enumerate(code) if re.match(r"\s+(return |\w+(, \w+)* = )", l)}
     for pos in block_lines:
-        line = int(re.match(r'"shardx/models.py":(\d+):0', pos).group(1))
+        line = int(re.match(r'"shardx_dev/models.py":(\d+):0', pos).group(1))
         assert line in forward_lines, code[line - 1]  # a statement that computes
     # shardx-opt keeps them, and its remarks point at the Python lines (the
     # traced Megatron block example).
@@ -272,7 +272,7 @@ def test_source_locations_and_phases(build_dir, tmp_path):
                            "--shardx-insert-reshards", "--shardx-print-plan", "-o", os.devnull],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^shardx/models\.py:\d+:0: remark: plan", proc.stderr, re.M), proc.stderr[:2000]
+    assert re.search(r"^shardx_dev/models\.py:\d+:0: remark: plan", proc.stderr, re.M), proc.stderr[:2000]
 
 
 class _SPBlock(nn.Module):

@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 
 import shardx
 from shardx import Mesh, PlacementError, Replicate, Shard, ShardedTensor
-from shardx import examples
+from shardx_dev import examples
 from shardx.train import TrainStep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -342,7 +342,7 @@ def test_cache_evicts_least_recently_used(cache, monkeypatch):
 def _module(kind):
     torch.manual_seed(0)
     if kind == "mha":
-        from shardx import models
+        from shardx_dev import models
         return models.MHA(8, 2), F.mse_loss, torch.randn(4, 3, 8), torch.randn(4, 3, 8)
     if kind == "encoder":
         layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import shardx
-from shardx import models
+from shardx_dev import models
 from shardx.placements import Mesh, Replicate as R, Shard as S
 
 

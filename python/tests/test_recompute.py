@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 import shardx
-from shardx import models
+from shardx_dev import models
 from shardx.placements import Mesh, Replicate as R, Shard as S
 
 

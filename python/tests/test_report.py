@@ -130,11 +130,11 @@ def test_transformer_block_report_in_chromium(build_dir, tmp_path):
     # Each reshard names the source line of the PyTorch op it follows (the
     # importer's locations; backward ops carry their forward op's line) and
     # its train-step phase; the per-phase totals add up to the whole.
-    lines = open(os.path.join(ROOT, "python", "shardx", "models.py")).read().splitlines()
+    lines = open(os.path.join(ROOT, "python", "shardx_dev", "models.py")).read().splitlines()
     for r in dom.reshards:
-        m = re.fullmatch(r"(shardx/models\.py|torch/[\w/]+\.py):(\d+)", r["data-location"])
+        m = re.fullmatch(r"(shardx_dev/models\.py|torch/[\w/]+\.py):(\d+)", r["data-location"])
         assert m, r
-        if m.group(1) == "shardx/models.py":
+        if m.group(1) == "shardx_dev/models.py":
             assert re.search(r"self\.\w+\(", lines[int(m.group(2)) - 1]), (r, lines[int(m.group(2)) - 1])
         assert r["data-phase"] in ("forward", "backward", "optimizer"), r
     phases = {r["data-phase"] for r in dom.reshards}

@@ -1,4 +1,4 @@
-"""The model zoo (shardx/zoo.py): models people train, built from small
+"""The model zoo (shardx_dev/zoo.py): models people train, built from small
 configs with random weights, each a whole AdamW train step traced, compiled,
 run unsharded for 2 steps and compared with eager PyTorch (batch norm's
 running statistics included); the sharding plans (Megatron TP, DP, DP x TP
@@ -14,7 +14,7 @@ trace compiled --unsharded."""
 import pytest
 import torch
 
-from shardx import zoo
+from shardx_dev import zoo
 
 # (model, plans, dtype). Torchvision's full ResNet-18 runs in f64: in f32,
 # eager PyTorch itself differs from its f64 run by 2 lr on dozens of weights

@@ -34,7 +34,7 @@ def decompositions():
         aten._softmax_backward_data, aten.silu, aten.silu_backward, aten.embedding_dense_backward,
         aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
         aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
-        # The model zoo (shardx/zoo.py): batch norm, max pooling, unbind.
+        # The model zoo (shardx_dev/zoo.py): batch norm, max pooling, unbind.
         aten.native_batch_norm, aten.native_batch_norm_backward, aten.max_pool2d_with_indices,
         aten.max_pool2d_with_indices_backward, aten.unbind_copy, aten.unbind,
     ]))
@@ -221,7 +221,7 @@ def _phase(node) -> Optional[str]:
 def _source_position(node) -> Optional[Tuple[str, int]]:
     """(file, line) of the node's user frame, the file as it is imported:
     relative to the longest ``sys.path`` entry it lies in (``torch/nn/...``,
-    ``shardx/models.py``, a script's own name), so that the same program
+    ``shardx_dev/models.py``, a script's own name), so that the same program
     traces to the same text from any working directory."""
     m = re.match(r'\s*File "([^"]+)", line (\d+)', _user_line(node))
     if not m:

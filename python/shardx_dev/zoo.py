@@ -2,7 +2,7 @@
 weights (nothing is downloaded), traced as whole AdamW train steps, compiled,
 run unsharded and sharded on CPU threads and checked against eager PyTorch.
 
-``python3 -m shardx.zoo [names...]`` prints the zoo table (docs/Importer.md);
+``python3 -m shardx_dev.zoo [names...]`` prints the zoo table (docs/Importer.md);
 ``python/tests/test_zoo.py`` asserts it.
 """
 
@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
-from .placements import Mesh, Replicate, Shard, StridedShard
+from shardx.placements import Mesh, Replicate, Shard, StridedShard
 
 VOCAB = 64
 LR = 1e-2
@@ -220,7 +220,7 @@ class Plan:
     params: Callable[[Sequence[str]], Dict[str, list]]
     batch: list  # placements of the inputs and target (batch dim split or not)
     # Megatron TP's column- and row-parallel modules (name suffixes), for
-    # the same plan in DTensor (``shardx.zoo_dtensor``).
+    # the same plan in DTensor (``shardx_dev.zoo_dtensor``).
     col: Sequence[str] = ()
     row: Sequence[str] = ()
     # Layouts of activations: (module name suffix, placements) pairs; the
@@ -231,7 +231,7 @@ class Plan:
     @contextlib.contextmanager
     def constraints(self, module: nn.Module):
         """Forward hooks that constrain the activations while tracing."""
-        from .constraint import constrain
+        from shardx.constraint import constrain
 
         def pin(x, placements):
             return constrain(x, placements) if isinstance(x, torch.Tensor) else x
@@ -311,7 +311,7 @@ class Result:
 
 
 def _tool(name):
-    from .artifact import find_tool
+    from shardx.artifact import find_tool
     return find_tool(name)
 
 
@@ -402,14 +402,14 @@ class ZooRun:
         return [np.array(a, order="C") for a in state + batch]
 
     def compile(self, text: str, tag: str, extra: Sequence[str] = ()):
-        from .artifact import compile_mlir
+        from shardx.artifact import compile_mlir
         so = os.path.join(self.workdir, f"{self.model}_{tag}.so")
         t = time.time()
         compile_mlir(text, so, [f"-O{self.opt_level}", *extra])
         return so, time.time() - t
 
     def run_unsharded(self, so: str, steps: int) -> List[List[np.ndarray]]:
-        from .artifact import Artifact
+        from shardx.artifact import Artifact
         fn = Artifact(so)["train_step"]
         res, prev = [], None
         for k in range(steps):
@@ -516,7 +516,7 @@ def run_model(model: str, plan_names: Sequence[str] = (), steps: int = 2,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m shardx.zoo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m shardx_dev.zoo", description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="*", default=sorted(MODELS))
     p.add_argument("--plans", action="store_true", help="also run every sharding plan")
     p.add_argument("--dtype", choices=["f32", "f64"], default="f32",

@@ -7,7 +7,7 @@ each rank sends by the ring algorithms' volumes that ShardX's
 (n-1) times the local shard, reduce-scatter and all-to-all (n-1)/n of the
 input).
 
-``python3 -m shardx.zoo --plans`` adds these figures to the zoo table.
+``python3 -m shardx_dev.zoo --plans`` adds these figures to the zoo table.
 """
 
 from __future__ import annotations
