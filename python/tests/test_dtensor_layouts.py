@@ -8,7 +8,7 @@ DTensor runs on a fake process group (one process, no communication):
 - FSDP2 on a tensor-parallel MLP: the placements fully_shard gives the
   parameters are the ones the FSDP x TP programs in test/Programs and
   examples/ declare (their schedule is checked in
-  test/Propagation/traced-programs.test)."""
+  test/Dialect/ShardX/Transforms/Propagation/traced-programs.test)."""
 
 import itertools
 import re

@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ReshardPlanning.h"
-#include "Schedule.h"
+#include "Collectives/Schedule.h"
 
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"

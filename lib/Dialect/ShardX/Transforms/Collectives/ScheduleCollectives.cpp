@@ -16,7 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ReshardPlanning.h"
-#include "Schedule.h"
+#include "Collectives/Schedule.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 

@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SCHEDULE_H
-#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SCHEDULE_H
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COLLECTIVES_SCHEDULE_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COLLECTIVES_SCHEDULE_H
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
@@ -47,4 +47,4 @@ void describeSchedule(func::FuncOp fn, const Timeline &before,
 
 } // namespace mlir::shardx
 
-#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_SCHEDULE_H
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_COLLECTIVES_SCHEDULE_H
