@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import sys
@@ -37,23 +36,8 @@ import torch.nn.functional as F  # noqa: E402
 import shardx  # noqa: E402
 from shardx_dev import models  # noqa: E402
 from shardx.placements import Mesh, Replicate as R, Shard as S, StridedShard as SS  # noqa: E402
+from shardx_dev.meter import measured_peaks  # noqa: E402
 
-
-def measured_peaks(compiled, args) -> List[int]:
-    """Each rank's (thread's) peak of program-allocated bytes over one call
-    of ``compiled``, warm."""
-    compiled(*args)  # compiles, and fills the buffer cache
-    ex = list(compiled._executables.values())[-1]
-    lib = ctypes.CDLL(ex.path)
-    lib.shardx_rt_host_mem_peaks.restype = ctypes.c_int64
-    lib.shardx_rt_host_mem_peaks.argtypes = [ctypes.POINTER(ctypes.c_int64),
-                                             ctypes.c_void_p, ctypes.c_int64]
-    lib.shardx_rt_host_mem_reset()
-    out = compiled(*args)
-    del out
-    peaks = (ctypes.c_int64 * 256)()
-    n = lib.shardx_rt_host_mem_peaks(peaks, None, 256)
-    return [peaks[i] for i in range(min(n, 256))]
 
 
 class Case:

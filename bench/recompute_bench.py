@@ -36,7 +36,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from shardx_dev import models  # noqa: E402
 from shardx.importer import trace  # noqa: E402
-from shardx.placements import Mesh, Replicate as R, Shard as S  # noqa: E402
+from shardx.placements import Mesh  # noqa: E402
+from shardx_dev.examples import block_tp_placements  # noqa: E402
 from shardx.train import TrainStep  # noqa: E402
 
 POLICIES = ("none", "selective", "aggressive")
@@ -69,12 +70,7 @@ def program(args, sharded: bool) -> str:
     if not sharded:
         return trace(step, step.example_args([x], y), name="block")
     mesh = Mesh((2,), ("tp",))
-    col, row = [S(0)], [S(1)]
-    ins, outs = step.placements(mesh, {
-        "attn.q.weight": col, "attn.q.bias": col, "attn.k.weight": col, "attn.k.bias": col,
-        "attn.v.weight": col, "attn.v.bias": col, "attn.out.weight": row,
-        "fc1.weight": col, "fc1.bias": col, "fc2.weight": row,
-    }, [[R()]], [R()])
+    ins, outs = block_tp_placements(step, mesh)
     return trace(step, step.example_args([x], y), mesh, ins, outs, name="block")
 
 

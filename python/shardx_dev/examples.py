@@ -53,6 +53,19 @@ def mlp_dp_tp_train() -> TraceSpec:
     return _mlp_dp_tp_step(32, 8, "mlp_dp_tp_train")
 
 
+def block_tp_placements(step: TrainStep, mesh: Mesh):
+    """Megatron placements of a ``models.Block`` train step on the 1-D mesh
+    ``mesh``: q/k/v and fc1 column-parallel (heads split), out and fc2
+    row-parallel, norms replicated; the loss replicated. Returns (inputs,
+    outputs) placements."""
+    col, row = [S(0)], [S(1)]
+    return step.placements(mesh, {
+        "attn.q.weight": col, "attn.q.bias": col, "attn.k.weight": col, "attn.k.bias": col,
+        "attn.v.weight": col, "attn.v.bias": col, "attn.out.weight": row,
+        "fc1.weight": col, "fc1.bias": col, "fc2.weight": row,
+    }, [[R()]], [R()])
+
+
 def transformer_block_tp() -> TraceSpec:
     """Pre-norm transformer block train step (Adam) with Megatron placements
     on a 1-D tp mesh: q/k/v and fc1 column-parallel (heads split), out and
@@ -62,12 +75,7 @@ def transformer_block_tp() -> TraceSpec:
     module = models.Block(16, 4, 32)
     step = TrainStep(module, F.mse_loss, "adam", lr=1e-3)
     x, y = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
-    col, row = [S(0)], [S(1)]
-    ins, outs = step.placements(mesh, {
-        "attn.q.weight": col, "attn.q.bias": col, "attn.k.weight": col, "attn.k.bias": col,
-        "attn.v.weight": col, "attn.v.bias": col, "attn.out.weight": row,
-        "fc1.weight": col, "fc1.bias": col, "fc2.weight": row,
-    }, [[R()]], [R()])
+    ins, outs = block_tp_placements(step, mesh)
     return TraceSpec(step, step.example_args([x], y), mesh, ins, outs, name="transformer_block_tp")
 
 

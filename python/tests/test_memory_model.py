@@ -2,7 +2,6 @@
 peak: ``CompiledFunction.memory_profile()`` and the meter of the CPU
 programs' allocation functions (``shardx_rt_host_mem_*``)."""
 
-import ctypes
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch.nn.functional as F
 import shardx
 from shardx_dev import models
 from shardx.placements import Mesh, Replicate as R, Shard as S
+from shardx_dev.meter import measured_peaks
 
 
 def _step():
@@ -21,14 +21,7 @@ def _step():
 
 def _measured(compiled, args):
     """Each rank's peak of program-allocated bytes over a warm call."""
-    compiled(*args)
-    lib = ctypes.CDLL(list(compiled._executables.values())[-1].path)
-    lib.shardx_rt_host_mem_peaks.restype = ctypes.c_int64
-    lib.shardx_rt_host_mem_reset()
-    compiled(*args)
-    peaks = (ctypes.c_int64 * 64)()
-    n = lib.shardx_rt_host_mem_peaks(peaks, None, 64)
-    return [peaks[i] for i in range(n)]
+    return measured_peaks(compiled, args)
 
 
 @pytest.mark.parametrize("sharded", [False, True])

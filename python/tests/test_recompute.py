@@ -2,8 +2,6 @@
 (docs/Compiler.md): the same numbers bit for bit, a lower measured peak, and
 the policy in the cache key."""
 
-import ctypes
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +9,9 @@ import torch.utils._pytree as pytree
 
 import shardx
 from shardx_dev import models
-from shardx.placements import Mesh, Replicate as R, Shard as S
+from shardx.placements import Mesh
+from shardx_dev.examples import block_tp_placements
+from shardx_dev.meter import measured_peaks
 
 
 def _block_step():
@@ -23,12 +23,7 @@ def _block_step():
 
 def _compiled(step, recompute):
     mesh = Mesh((2,), ("tp",))
-    col, row = [S(0)], [S(1)]
-    ins, outs = step.placements(mesh, {
-        "attn.q.weight": col, "attn.q.bias": col, "attn.k.weight": col, "attn.k.bias": col,
-        "attn.v.weight": col, "attn.v.bias": col, "attn.out.weight": row,
-        "fc1.weight": col, "fc1.bias": col, "fc2.weight": row,
-    }, [[R()]], [R()])
+    ins, outs = block_tp_placements(step, mesh)
     return shardx.compile(step, mesh=mesh, in_placements=ins, out_placements=outs,
                           recompute=recompute)
 
@@ -38,15 +33,8 @@ def _torch(t):
 
 
 def _peak(compiled, args):
-    """The largest rank's peak of program-allocated bytes over a warm call
-    (the runtime's meter, docs/Memory.md)."""
-    lib = ctypes.CDLL(list(compiled._executables.values())[-1].path)
-    lib.shardx_rt_host_mem_peaks.restype = ctypes.c_int64
-    lib.shardx_rt_host_mem_reset()
-    compiled(*args)
-    peaks = (ctypes.c_int64 * 64)()
-    n = lib.shardx_rt_host_mem_peaks(peaks, None, 64)
-    return max(peaks[i] for i in range(n))
+    """The largest rank's measured peak of program-allocated bytes."""
+    return max(measured_peaks(compiled, args))
 
 
 def test_selective_recomputation_is_bitwise_equal_and_lowers_the_measured_peak():

@@ -43,4 +43,4 @@ func.func @megatron_mlp_forward(
   } -> tensor<8x16xf32> loc(#loc0)
   return %v30 : tensor<8x16xf32>
 }
-#loc0 = loc("shardx_dev/examples.py":183:0)
+#loc0 = loc("shardx_dev/examples.py":191:0)

@@ -209,8 +209,8 @@ func.func @megatron_mlp_input_grad(
   } -> tensor<16xf32> loc(#loc3)
   return %v54, %v151, %v163, %v175, %v187, %v121 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<8x16xf32>
 }
-#loc0 = loc("shardx_dev/examples.py":124:0)
-#loc1 = loc("shardx_dev/examples.py":125:0)
-#loc2 = loc("shardx_dev/examples.py":127:0)
-#loc3 = loc("shardx_dev/examples.py":128:0)
-#loc4 = loc("shardx_dev/examples.py":129:0)
+#loc0 = loc("shardx_dev/examples.py":132:0)
+#loc1 = loc("shardx_dev/examples.py":133:0)
+#loc2 = loc("shardx_dev/examples.py":135:0)
+#loc3 = loc("shardx_dev/examples.py":136:0)
+#loc4 = loc("shardx_dev/examples.py":137:0)

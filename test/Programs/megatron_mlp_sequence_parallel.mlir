@@ -205,7 +205,7 @@ func.func @megatron_mlp_sequence_parallel(
   } -> tensor<16xf32> loc(#loc3)
   return %v54, %v30, %v145, %v157, %v169, %v181 : tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
-#loc0 = loc("shardx_dev/examples.py":162:0)
-#loc1 = loc("shardx_dev/examples.py":163:0)
-#loc2 = loc("shardx_dev/examples.py":164:0)
-#loc3 = loc("shardx_dev/examples.py":165:0)
+#loc0 = loc("shardx_dev/examples.py":170:0)
+#loc1 = loc("shardx_dev/examples.py":171:0)
+#loc2 = loc("shardx_dev/examples.py":172:0)
+#loc3 = loc("shardx_dev/examples.py":173:0)
