@@ -22,7 +22,7 @@
 
 #include "shardx/Report/Report.h"
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/RecordedLayouts.h"

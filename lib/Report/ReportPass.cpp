@@ -6,7 +6,7 @@
 
 #include "shardx/Report/Report.h"
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"

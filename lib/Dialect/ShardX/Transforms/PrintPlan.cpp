@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 #include "Collectives/Schedule.h"
 
 #include "shardx/Analysis/MemoryModel.h"

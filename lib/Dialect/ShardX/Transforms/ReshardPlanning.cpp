@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 using namespace mlir;
 using namespace mlir::shardx;

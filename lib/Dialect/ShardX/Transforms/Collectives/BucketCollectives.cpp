@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 

@@ -15,7 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 #include "Collectives/Schedule.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"

@@ -13,7 +13,7 @@
 
 #include "LayoutUtils.h"
 #include "PropagationSearch.h"
-#include "ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 

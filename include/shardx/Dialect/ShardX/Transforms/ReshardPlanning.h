@@ -4,8 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
-#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
+#ifndef SHARDX_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
+#define SHARDX_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Planner/Planner.h"
@@ -34,4 +34,4 @@ private:
 
 } // namespace mlir::shardx
 
-#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
+#endif // SHARDX_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
