@@ -15,20 +15,19 @@
 
 using namespace mlir;
 
+namespace mlir::shardx {
+#define GEN_PASS_DEF_INLINECALLSPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
 namespace {
+
 /// Inlines calls (propagation then sees one body per entry point), and
 /// costs nothing on a module without calls: the inliner would otherwise
 /// still build the call graph and run its simplification pipeline (the
 /// canonicalizer, which the pipeline runs next anyway) on every function.
 struct InlineCallsPass
-    : public PassWrapper<InlineCallsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(InlineCallsPass)
-
-  StringRef getArgument() const override { return "shardx-inline-calls"; }
-  StringRef getDescription() const override {
-    return "inline calls, if the module has any";
-  }
-
+    : mlir::shardx::impl::InlineCallsPassBase<InlineCallsPass> {
   void runOnOperation() override {
     bool hasCalls = getOperation()
                         ->walk([](CallOpInterface) {
@@ -46,9 +45,10 @@ struct InlineCallsPass
 
 } // namespace
 
+
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
-  pm.addPass(std::make_unique<InlineCallsPass>());
+  pm.addPass(mlir::shardx::createInlineCallsPass());
   // bf16/f16 sums accumulate in f32 before propagation, so that their
   // partial sums are reduced across ranks in f32; contractions are the
   // targets' (cuBLAS accumulates in f32 itself).

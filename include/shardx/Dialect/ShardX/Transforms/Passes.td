@@ -13,6 +13,16 @@ include "mlir/Pass/PassBase.td"
 // Mixed precision
 //===----------------------------------------------------------------------===//
 
+def InlineCallsPass : Pass<"shardx-inline-calls", "ModuleOp"> {
+  let summary = "inlines calls, if the module has any";
+  let description = [{
+    The first pass of `shardx-spmd`: propagation then sees one body per
+    entry point. On a module without calls it does nothing (upstream's
+    inliner would still build the call graph and run its simplification
+    pipeline on every function).
+  }];
+}
+
 def WidenAccumulationPass : Pass<"shardx-widen-accumulation", "ModuleOp"> {
   let summary = "accumulates bf16/f16 reductions and contractions in f32";
   let description = [{
