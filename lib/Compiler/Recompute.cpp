@@ -64,18 +64,6 @@ using mlir::shardx::getTrainStepPhase;
 
 namespace {
 
-enum class Phase { None, Forward, Backward, Optimizer };
-
-/// The train-step phase the importer recorded in `loc`.
-Phase phaseOf(Location loc) {
-  StringRef phase = getTrainStepPhase(loc);
-  if (phase == "forward")
-    return Phase::Forward;
-  if (phase == "backward")
-    return Phase::Backward;
-  return phase == "optimizer" ? Phase::Optimizer : Phase::None;
-}
-
 /// Whether `op` is cheap enough to compute twice under `selective`: a
 /// linalg op whose loops are all parallel, a fill, a reshape or an empty
 /// tensor.
@@ -112,7 +100,7 @@ public:
 private:
   bool isForward(Operation *op) {
     return op && op->getBlock() == &func.getBody().front() &&
-           phaseOf(op->getLoc()) == Phase::Forward;
+           getTrainStepPhase(op->getLoc()) == "forward";
   }
   /// Whether `value` costs nothing to keep: a step input, a constant or an
   /// empty tensor (only the shape of an output; a copy gets its own buffer
@@ -252,9 +240,9 @@ unsigned Recomputer::run() {
   SmallVector<Operation *> backward;
   bool late = false;
   for (Operation &op : body) {
-    Phase phase = phaseOf(op.getLoc());
-    late |= phase == Phase::Backward;
-    if (!late || phase == Phase::Forward)
+    StringRef phase = getTrainStepPhase(op.getLoc());
+    late |= phase == "backward";
+    if (!late || phase == "forward")
       continue;
     backward.push_back(&op);
     for (Value operand : op.getOperands())
