@@ -34,6 +34,8 @@ Communicator::Communicator(std::vector<int64_t> meshShape, int64_t rank)
 
 Communicator::~Communicator() = default;
 
+MemoryOps::~MemoryOps() = default;
+
 std::vector<int64_t>
 Communicator::getGroup(const std::vector<int64_t> &axes) const {
   int64_t n = 1;

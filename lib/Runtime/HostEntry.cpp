@@ -12,24 +12,12 @@
 #include "shardx/Runtime/CApi.h"
 #include "shardx/Runtime/ProgramMemory.h"
 
-#include <cstring>
-
 namespace {
 
 using namespace shardx::rt;
 
-class HostMemory : public ProgramMemory {
-public:
-  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
-  void copy(void *to, const void *from, size_t bytes) override {
-    if (bytes && to != from)
-      std::memcpy(to, from, bytes);
-  }
-  void zero(void *to, size_t bytes) override {
-    if (bytes)
-      std::memset(to, 0, bytes);
-  }
-};
+/// Host buffers, the program's own pointers.
+using HostMemory = HostMemoryOps<ProgramMemory>;
 
 } // namespace
 

@@ -202,13 +202,9 @@ void runProgram(void **args) {
 
 /// Host memory that says it is a GPU's (a CUDA artifact's buffers); counts
 /// its closes in `closes` where given.
-class PretendDeviceMemory : public ProgramMemory {
+class PretendDeviceMemory : public HostMemoryOps<ProgramMemory> {
 public:
   MemorySpace getMemorySpace() const override { return MemorySpace::Device; }
-  void copy(void *to, const void *from, size_t bytes) override {
-    std::memcpy(to, from, bytes);
-  }
-  void zero(void *to, size_t bytes) override { std::memset(to, 0, bytes); }
   Status close(Communicator *) override {
     if (closes)
       ++*closes;

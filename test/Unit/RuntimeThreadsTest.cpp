@@ -231,11 +231,10 @@ struct ReadAfterAbort {
 /// Host memory whose rank 0, on reading rank 1's input, says so and then
 /// gives rank 1 time to return before it reads (a failed collective must
 /// not return while a peer still reads its buffers).
-class ReadingOps : public BufferOps {
+class ReadingOps : public HostMemoryOps<BufferOps> {
 public:
   ReadingOps(int64_t rank, ReadAfterAbort &shared)
       : rank(rank), shared(shared) {}
-  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
   void copy(void *to, const void *from, size_t bytes) override {
     if (rank == 0) {
       std::unique_lock<std::mutex> lock(shared.mutex);
@@ -249,9 +248,8 @@ public:
         shared.rank1ReturnedWhileRead = shared.rank1Returned;
       }
     }
-    std::memcpy(to, from, bytes);
+    HostMemoryOps::copy(to, from, bytes);
   }
-  void zero(void *to, size_t bytes) override { std::memset(to, 0, bytes); }
   Status reduce(void *, const std::vector<const char *> &, size_t, DType,
                 ReduceOp) override {
     return Status::error("ReadingOps does not reduce");

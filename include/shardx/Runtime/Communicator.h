@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -61,6 +62,39 @@ enum class MemorySpace : uint8_t { Host, Device };
 inline const char *stringifyMemorySpace(MemorySpace space) {
   return space == MemorySpace::Host ? "host" : "device";
 }
+
+/// Copies and zeroes of the buffers of one memory space: what a compiled
+/// program's memory (ProgramMemory.h) and a threads world's data movement
+/// (BufferOps) have in common. Each is used by one rank's thread.
+class MemoryOps {
+public:
+  virtual ~MemoryOps();
+  /// Where the buffers live.
+  virtual MemorySpace getMemorySpace() const = 0;
+  /// Copies `bytes` from `from` to `to` (either may be null when `bytes`
+  /// is 0).
+  virtual void copy(void *to, const void *from, size_t bytes) = 0;
+  /// Sets `bytes` of `to` to zero.
+  virtual void zero(void *to, size_t bytes) = 0;
+};
+
+/// Host memory's copies and zeroes, written once: `Base` (a MemoryOps)
+/// with memcpy and memset. The host ProgramMemory (HostEntry.cpp) and the
+/// `threads` backend's BufferOps are this over their interface.
+template <typename Base> class HostMemoryOps : public Base {
+public:
+  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
+  void copy(void *to, const void *from, size_t bytes) override {
+    // memcpy's pointers must be valid even for 0 bytes; empty pieces may
+    // be null.
+    if (bytes && to != from)
+      std::memcpy(to, from, bytes);
+  }
+  void zero(void *to, size_t bytes) override {
+    if (bytes)
+      std::memset(to, 0, bytes);
+  }
+};
 
 /// One rank of a mesh.
 class Communicator {
@@ -204,13 +238,9 @@ void narrowFromF32(void *out, const float *in, size_t count, DType type);
 /// How the ranks of a threads world move and reduce data: host memory (the
 /// `threads` backend) or one GPU's memory (`cuda-local`). One per rank, used
 /// by its rank's thread only.
-class BufferOps {
+class BufferOps : public MemoryOps {
 public:
-  virtual ~BufferOps();
-  /// Where the buffers it moves live.
-  virtual MemorySpace getMemorySpace() const = 0;
-  virtual void copy(void *to, const void *from, size_t bytes) = 0;
-  virtual void zero(void *to, size_t bytes) = 0;
+  ~BufferOps() override;
   /// out = in[0] op in[1] op ... op in[n-1] over `count` elements, in member
   /// order, divided by n for avg; `out` may be one of `in`.
   virtual Status reduce(void *out, const std::vector<const char *> &in,

@@ -23,12 +23,13 @@
 namespace shardx::rt {
 
 /// One run's view of the program's buffers. Used by the rank's thread only.
-class ProgramMemory {
+/// Its memory space (MemoryOps) is the one the communicator must take; its
+/// copies move between the program's buffers, or between one of them and
+/// host memory (either way), after the work queued on them.
+class ProgramMemory : public MemoryOps {
 public:
-  virtual ~ProgramMemory();
+  ~ProgramMemory() override;
 
-  /// Where the buffers live; the communicator must take the same.
-  virtual MemorySpace getMemorySpace() const = 0;
   /// Before the program runs: ok, or why it cannot (no usable GPU).
   virtual Status open() { return Status::ok(); }
   /// At each call of the program on `comm` (collectives, starts, waits):
@@ -38,11 +39,6 @@ public:
   /// buffers, unless the attached communicator orders its collectives
   /// after that work itself (a stream-ordered one on device memory).
   virtual void settle() {}
-  /// Copies `bytes` between the program's buffers, or between one of them
-  /// and host memory (either way), after the work queued on them.
-  virtual void copy(void *to, const void *from, size_t bytes) = 0;
-  /// Sets `bytes` of a buffer to zero.
-  virtual void zero(void *to, size_t bytes) = 0;
   /// A communicator on host buffers that runs `comm`'s collectives, for the
   /// steps that pack and unpack on the host; null where `comm` takes host
   /// buffers itself.

@@ -156,19 +156,8 @@ void reduceAll(void *out, const std::vector<const char *> &in, size_t count,
 }
 
 /// Host memory: the `threads` backend.
-class HostOps : public BufferOps {
+class HostOps : public HostMemoryOps<BufferOps> {
 public:
-  MemorySpace getMemorySpace() const override { return MemorySpace::Host; }
-  void copy(void *to, const void *from, size_t bytes) override {
-    // memcpy's pointers must be valid even for 0 bytes; empty pieces may be
-    // null.
-    if (bytes && to != from)
-      std::memcpy(to, from, bytes);
-  }
-  void zero(void *to, size_t bytes) override {
-    if (bytes)
-      std::memset(to, 0, bytes);
-  }
   Status reduce(void *out, const std::vector<const char *> &in, size_t count,
                 DType type, ReduceOp op) override {
     reduceAll(out, in, count, type, op);
