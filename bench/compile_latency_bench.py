@@ -2,7 +2,8 @@
 torch.compile (inductor) on the same GPT-style train step, in one run.
 
     ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
-        [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--dump DIR]
+        [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--no-inline]
+        [--dump DIR] [--no-regions]
         [--gpt2-zoo LAYERS] [--trace-only] [--dim D --heads H --seq S
         --batch B --vocab V]
 
@@ -12,6 +13,13 @@ The step: a GPT with tied embedding and LM head, pre-norm causal blocks
 hand-written AdamW (decoupled weight decay), all in one traced function.
 ShardX runs it on a 2x2 dp x tp mesh of CPU threads (batch over dp,
 Megatron placements over tp); torch.compile runs it on one process.
+
+Each layer is one call of `block`, marked with
+`torch.compiler.nested_compile_region`: ShardX traces it once as a region
+and calls it per layer (python/shardx/importer/regions.py). The `inline`
+column is the same step traced without regions (`regions_enabled(False)`:
+every layer traced, imported and compiled as before); torch.compile runs
+the plain `block`.
 
 For each depth, cold first call: a fresh cache directory for ShardX (no
 artifact, no kernel), and a fresh inductor cache (`TORCHINDUCTOR_CACHE_DIR`)
@@ -76,27 +84,44 @@ def init_params(layers, widths=None, seed=0):
     return params
 
 
+def block(x, p):
+    """One pre-norm causal block; ``p`` its 12 parameters in `init_params`'
+    order."""
+    ln1w, ln1b, qw, kw, vw, ow, ln2w, ln2b, fc1w, fc1b, fc2w, fc2b = p
+    b, s, _ = x.shape
+    mask = torch.ones(s, s, dtype=torch.bool).tril()
+    h = F.layer_norm(x, (DIM,), ln1w, ln1b)
+
+    def heads(t):
+        return t.view(b, s, HEADS, DIM // HEADS).transpose(1, 2)
+    q = heads(h @ qw.t())
+    k = heads(h @ kw.t())
+    v = heads(h @ vw.t())
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(DIM // HEADS)
+    att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+    y = (att @ v).transpose(1, 2).reshape(b, s, DIM)
+    x = x + y @ ow.t()
+    h = F.layer_norm(x, (DIM,), ln2w, ln2b)
+    h = F.gelu(h @ fc1w.t() + fc1b)
+    return x + h @ fc2w.t() + fc2b
+
+
+#: The block as the step calls it: marked as a nested compile region, so
+#: that ShardX's trace takes each layer as a call of one traced region
+#: (python/shardx/importer/regions.py; eager runs it as a plain call). The
+#: torch.compile column runs the plain `block` (its time as before).
+BLOCK = torch.compiler.nested_compile_region(block)
+
+
 def forward(names, ps, tokens):
     p = dict(zip(names, ps))
     b, s = tokens.shape
     x = p["wte"][tokens] + p["wpe"][:s]
-    mask = torch.ones(s, s, dtype=torch.bool).tril()
     layers = sum(1 for n in names if n.endswith(".q.w"))
     for i in range(layers):
-        h = F.layer_norm(x, (DIM,), p[f"h{i}.ln1.w"], p[f"h{i}.ln1.b"])
-
-        def heads(t):
-            return t.view(b, s, HEADS, DIM // HEADS).transpose(1, 2)
-        q = heads(h @ p[f"h{i}.q.w"].t())
-        k = heads(h @ p[f"h{i}.k.w"].t())
-        v = heads(h @ p[f"h{i}.v.w"].t())
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(DIM // HEADS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(b, s, DIM)
-        x = x + y @ p[f"h{i}.o.w"].t()
-        h = F.layer_norm(x, (DIM,), p[f"h{i}.ln2.w"], p[f"h{i}.ln2.b"])
-        h = F.gelu(h @ p[f"h{i}.fc1.w"].t() + p[f"h{i}.fc1.b"])
-        x = x + h @ p[f"h{i}.fc2.w"].t() + p[f"h{i}.fc2.b"]
+        x = BLOCK(x, [p[f"h{i}.{k}"] for k in (
+            "ln1.w", "ln1.b", "q.w", "k.w", "v.w", "o.w", "ln2.w", "ln2.b", "fc1.w", "fc1.b",
+            "fc2.w", "fc2.b")])
     x = F.layer_norm(x, (DIM,), p["lnf.w"], p["lnf.b"])
     return x @ p["wte"].t()  # tied LM head
 
@@ -151,10 +176,17 @@ def example(layers, widths=None):
     return names, (params, zeros, [z.clone() for z in zeros], tokens, targets)
 
 
-def shardx_first_call(layers, cache, widths=None):
+def shardx_first_call(layers, cache, widths=None, regional=True):
     """Seconds of the first call of shardx.compile(step) with the disk
-    caches in `cache`, and the loss it returned against eager's."""
+    caches in `cache`, and the loss it returned against eager's; with
+    `regional` false, every layer is traced inline (no regions)."""
     import shardx
+    from shardx.importer import regions_enabled
+    with regions_enabled(regional):
+        return _shardx_first_call(shardx, layers, cache, widths)
+
+
+def _shardx_first_call(shardx, layers, cache, widths):
     os.environ["SHARDX_CACHE_DIR"] = cache
     names, args = example(layers, widths)
     step = make_step(names)
@@ -180,7 +212,9 @@ def torch_first_call(layers):
     code = f"""
 import os, sys, time, torch
 sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
+import compile_latency_bench as bench
 from compile_latency_bench import example, make_step
+bench.BLOCK = bench.block
 names, args = example({layers})
 fn = torch.compile(make_step(names))
 start = time.perf_counter()
@@ -253,6 +287,10 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--no-torch", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm one-layer change")
+    ap.add_argument("--no-inline", action="store_true",
+                    help="skip the inline column (the step traced without regions)")
+    ap.add_argument("--no-regions", action="store_true",
+                    help="--trace-only and --dump: trace every layer inline (no regions)")
     ap.add_argument("--gpt2-zoo", type=int, metavar="LAYERS",
                     help="only time shardx-compile of the zoo's HF GPT-2 TP step this deep")
     ap.add_argument("--dump", metavar="DIR",
@@ -271,6 +309,9 @@ def main(argv=None):
         if not args.no_torch and not (args.trace_only or args.dump or args.gpt2_zoo):
             ap.error("the shape flags time ShardX only: add --no-torch")
         set_shape(*shape)
+    if args.no_regions:
+        from shardx.importer import regions
+        regions._state().enabled = False
     if args.trace_only:
         from shardx.importer import module as importer_module
         print(f"{'layers':>6} {'trace s':>8} {'import s':>9}  (width {DIM}, seq {SEQ}, "
@@ -293,8 +334,9 @@ def main(argv=None):
         return 0
     torch.manual_seed(0)
     rows = []
-    print(f"{'layers':>6} {'shardx s':>9} {'torch s':>9} {'torch/shardx':>12}", flush=True)
-    base = None
+    print(f"{'layers':>6} {'shardx s':>9} {'inline s':>9} {'torch s':>9} {'torch/shardx':>12}",
+          flush=True)
+    base = base_inline = None
     for n in args.layers:
         cache = tempfile.mkdtemp(prefix="shardx-latency-")
         try:
@@ -308,21 +350,33 @@ def main(argv=None):
                 warm = None
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+        inline = inline_timing = None
+        if not args.no_inline:
+            cache = tempfile.mkdtemp(prefix="shardx-latency-")
+            try:
+                inline, inline_timing = shardx_first_call(n, cache, regional=False)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
         tc = None if args.no_torch else torch_first_call(n)
         if n == 2:
-            base = sx
-        rows.append((n, sx, tc, warm))
+            base, base_inline = sx, inline
+        rows.append((n, sx, tc, warm, inline))
         ratio = f"{tc / sx:12.2f}" if tc else f"{'-':>12}"
-        print(f"{n:6d} {sx:9.1f} {tc if tc else float('nan'):9.1f} {ratio}", flush=True)
+        print(f"{n:6d} {sx:9.1f} {inline if inline else float('nan'):9.1f} "
+              f"{tc if tc else float('nan'):9.1f} {ratio}", flush=True)
         if timing:
-            print("       " + ", ".join(f"{k} {v:.1f}s" for k, v in timing.items()), flush=True)
+            print("       " + ", ".join(f"{k} {v:.2f}s" for k, v in timing.items()), flush=True)
+        if inline_timing:
+            print("       inline: " + ", ".join(f"{k} {v:.2f}s" for k, v in inline_timing.items()),
+                  flush=True)
         if warm is not None:
             print(f"       warm kernel cache, layer {n // 2} MLP width 4d -> 3d: {warm:.1f} s "
                   f"= {warm / sx:.2f} of cold (goal <= 0.2)", flush=True)
     if base:
         deepest = rows[-1]
         print(f"ShardX {deepest[0]} layers / 2 layers: {deepest[1] / base:.2f} "
-              f"(goal <= 3 at 32)")
+              f"(goal <= 3 at 32)" + (f"; inline (no regions): {deepest[4] / base_inline:.2f}"
+                                      if base_inline else ""))
     return 0
 
 

@@ -19,6 +19,8 @@ The package, in the order a trace runs through it:
   locations, tensor ops), the scalar regions of ``linalg.generic``, types
   and constants;
 - ``module``: ``trace`` and ``TraceSpec``, the module text;
+- ``regions``, ``region_import``: regional tracing (a repeated block traced
+  once, called as a function) and its import;
 - ``dce``: dead-code removal by MLIR (``shardx-opt --remove-dead-values``);
 - ``cli``: the command line.
 
@@ -37,9 +39,11 @@ from .registry import HANDLERS, Handler, handles
 from .tracing import decompositions
 from .values import ImportError_, UnsupportedOpError, Value, const_literal, elem_type, tensor_type
 from . import ops  # noqa: F401  (registers the handlers)
+from . import region_import  # noqa: F401  (registers the region call's handler)
+from .regions import region, regions_enabled
 from .module import TraceSpec, trace
 from .cli import main
 
 __all__ = ["Body", "Emitter", "HANDLERS", "Handler", "ImportError_", "Importer", "TraceSpec",
            "UnsupportedOpError", "Value", "const_literal", "decompositions", "elem_type", "handles",
-           "main", "tensor_type", "trace"]
+           "main", "region", "regions_enabled", "tensor_type", "trace"]

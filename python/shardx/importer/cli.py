@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     try:
         if isinstance(spec, TraceSpec):
             text = trace(spec.fn, spec.example_args, spec.mesh, spec.in_placements,
-                         spec.out_placements, spec.name, spec.arg_attrs)
+                         spec.out_placements, spec.name, spec.arg_attrs, spec.regions)
         elif isinstance(spec, dict):
             text = trace(**spec)
         else:

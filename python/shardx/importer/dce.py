@@ -36,7 +36,7 @@ from .values import ImportError_
 log = logging.getLogger("shardx.importer")
 
 PIPELINE = "--remove-dead-values"
-_PROBE = "shardx.importer.op"
+PROBE = _PROBE = "shardx.importer.op"
 _PROBE_LOC = re.compile(r'loc\("' + re.escape(_PROBE) + r'(\d+)"\)')
 _warned = False
 
@@ -66,8 +66,9 @@ def remove_dead_ops(ops: List[Op], module_text: Callable[[List[str]], str]) -> L
         return ops
     probe = module_text([op.render(f'"{_PROBE}{i}"') for i, op in enumerate(ops)])
     proc = subprocess.run(
-        [opt, "-", PIPELINE, "--mlir-print-debuginfo", "--mlir-print-local-scope",
-         "--mlir-elide-elementsattrs-if-larger=16", "-o", "-"],
+        # Unregistered ops: the region calls' probes (region_import.CallOp).
+        [opt, "-", PIPELINE, "--allow-unregistered-dialect", "--mlir-print-debuginfo",
+         "--mlir-print-local-scope", "--mlir-elide-elementsattrs-if-larger=16", "-o", "-"],
         input=probe, capture_output=True, text=True)
     if proc.returncode != 0:
         raise ImportError_("shardx-opt rejected the imported program (an importer bug; please "

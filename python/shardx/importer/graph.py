@@ -24,6 +24,8 @@ class Importer:
         self.mesh = mesh
         self.em = Emitter()
         self.env: Dict[torch.fx.Node, Any] = {}
+        #: The region functions called so far (``region_import``), by graph name.
+        self.region_funcs: Dict[str, Any] = {}
 
     def run(self, inputs: List[Value]) -> List[Any]:
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]

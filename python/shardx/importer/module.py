@@ -30,11 +30,12 @@ class TraceSpec:
     out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None
     name: Optional[str] = None
     arg_attrs: Optional[Sequence[Optional[Dict[str, str]]]] = None
+    regions: Optional[bool] = None
 
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
           in_placements=None, out_placements=None, name: Optional[str] = None,
-          arg_attrs=None) -> str:
+          arg_attrs=None, regions: Optional[bool] = None) -> str:
     """Traces ``fn(*example_args)`` and returns the MLIR module text.
 
     ``in_placements`` / ``out_placements`` give one entry per flattened tensor
@@ -45,13 +46,17 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     by default ``fn.arg_attrs(example_args)`` where ``fn`` has that method
     (``TrainStep`` names its optimizer state). The result has one
     ``func.func`` named ``name`` (default: the function's name) plus the
-    ``shardx.mesh`` when a mesh is given.
+    ``shardx.mesh`` when a mesh is given, and one private ``func.func`` per
+    traced region (``regions``: repeated blocks traced once and called;
+    ``regions=False`` traces them inline; default: on unless
+    ``SHARDX_REGIONS=0`` or ``regions_enabled(False)``).
     """
     return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements, name,
-                          arg_attrs)
+                          arg_attrs, regions)
 
 
-def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs) -> str:
+def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs,
+           regions=None) -> str:
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
         if not isinstance(a, torch.Tensor):
@@ -64,7 +69,7 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     start = time.perf_counter()
-    gm = _trace_graph(fn, flat_args, treedef)
+    gm = _trace_graph(fn, flat_args, treedef, regions)
     traced = time.perf_counter()
     imp = Importer(gm, mesh)
     inputs = []
@@ -82,12 +87,20 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     ret = (f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
            if outputs else "  return")
 
-    def module_text(op_texts: List[str]) -> str:
+    region_funcs = [f.text for f in imp.region_funcs.values()]
+
+    def module_text(op_texts: List[str], funcs: List[str] = region_funcs) -> str:
         body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
-        return "\n".join(header + body + [ret, "}"]) + "\n"
+        return "\n".join(header + body + [ret, "}"] + funcs) + "\n"
+
+    def probe_text(op_texts: List[str]) -> str:
+        # The calls are opaque ops in the probe (region_import.CallOp), so
+        # that remove-dead-values keeps their operands as the printed calls
+        # do; the region functions are not needed there.
+        return module_text(op_texts, [])
 
     imported = time.perf_counter()
-    ops = remove_dead_ops(imp.em.ops, module_text)
+    ops = remove_dead_ops(imp.em.ops, probe_text if region_funcs else module_text)
     aliases = imp.em.location_aliases()
     text = module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)
     done = time.perf_counter()

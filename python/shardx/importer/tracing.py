@@ -41,7 +41,8 @@ def decompositions():
     return table
 
 
-def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphModule:
+def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
+                 regions: Optional[bool] = None) -> torch.fx.GraphModule:
     """Traces ``fn`` to a functional aten graph over the flattened inputs, on
     fake tensors (shapes, dtypes and strides only: no kernel runs, so the
     time does not depend on the tensors' sizes). A function that fake tensors
@@ -50,14 +51,21 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
     the real tensors, as before, with the reason logged (WARNING,
     ``shardx.importer``); where that fails too, its error is raised. One
     that reads a value into Python (``.item()``, ``bool(t)``) is a
-    ``TraceError`` at once: make_fx refuses that on real tensors too."""
+    ``TraceError`` at once: make_fx refuses that on real tensors too.
+
+    ``regions`` (default: ``regions.default_enabled()``) traces repeated
+    blocks once (``regions``); the real-tensor fallback traces inline."""
     global last_mode
     from torch._subclasses.fake_tensor import DataDependentOutputException
     from ..placements import PlacementError
     from .values import ImportError_, UnsupportedOpError
     name = getattr(fn, "__name__", "the function")
+    from . import regions as _regions
+    on = _regions.default_enabled() if regions is None else regions
+    _regions.REGIONS.clear()
     try:
-        gm = _trace_passes(fn, flat_args, treedef, fake=True)
+        with _regions.tracing_regions(fn, on):
+            gm = _trace_passes(fn, flat_args, treedef, fake=True)
         last_mode = "fake"
         return gm
     except (ImportError_, PlacementError, UnsupportedOpError):
@@ -71,6 +79,7 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef) -> torch.fx.GraphM
         reason = f"{type(e).__name__}: {_first_line(e)} {_user_frame(e)}".rstrip()
     log.warning("shardx.trace: fake tensors refused %s (%s); tracing on the real tensors, "
                 "which runs every op", name, reason)
+    _regions.REGIONS.clear()
     gm = _trace_passes(fn, flat_args, treedef, fake=False)
     last_mode = "real"
     return gm

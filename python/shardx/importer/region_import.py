@@ -1,0 +1,97 @@
+"""Importing regions (``regions``): each traced region graph becomes one
+private ``func.func`` of the module, emitted the first time a
+``shardx::region_call`` node calls it, and each call a ``func.call``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List
+
+import torch
+
+from .dce import PROBE
+from .emitter import Op
+from .registry import handles
+from .values import ImportError_, Value
+from . import regions
+
+
+@dataclass
+class RegionFunc:
+    """One emitted region function: its symbol, result types and text."""
+
+    symbol: str
+    results: List[Value]
+    text: str
+
+
+class CallOp(Op):
+    """A region call. At the dead-code probe's locations (``dce``) it prints
+    as an opaque op with side effects, so that ``remove-dead-values`` keeps
+    it and its operands whole: on a ``func.call`` it would drop the operands
+    of arguments the callee does not read, which the printed call keeps."""
+
+    def render(self, loc=None) -> str:
+        if loc and loc.startswith(f'"{PROBE}'):
+            head, _, types = self.text.partition(") : ")
+            operands = head.split("(", 1)[1]
+            return f'{self.result} = "shardx_importer.call"({operands}) : {types} loc({loc})'
+        return super().render(loc)
+
+
+def _function_text(symbol: str, inputs: List[Value], outputs: List[Value], op_texts: List[str],
+                   private: bool) -> str:
+    args = ", ".join(f"{v.name}: {v.type}" for v in inputs)
+    res = ", ".join(o.type for o in outputs)
+    body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
+    ret = f"  return {', '.join(o.name for o in outputs)} : {res}"
+    vis = "private " if private else ""
+    return "\n".join([f"func.func {vis}@{symbol}({args}) -> ({res}) {{"] + body + [ret, "}"])
+
+
+def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
+    """The function of region graph ``graph_name`` (imported once per module)."""
+    from .dce import remove_dead_ops
+    from .graph import Importer
+    funcs = imp.region_funcs
+    if graph_name in funcs:
+        return funcs[graph_name]
+    gm = regions._graph(graph_name)
+    key, part = graph_name.rsplit(".", 1)
+    symbol = f"{regions.REGIONS[key].name}_{part}"
+    sub = Importer(gm, imp.mesh)
+    sub.em.locations = imp.em.locations  # one set of location aliases per module
+    sub.region_funcs = funcs
+    inputs = [Value(f"%arg{i}", v.shape, v.dtype) for i, v in enumerate(operands)]
+    outputs = sub.run(inputs)
+    for i, o in enumerate(outputs):
+        if not isinstance(o, Value):
+            raise ImportError_(f"region {symbol}: output {i} is not a tensor ({o!r})")
+    header = [imp.mesh.op_text(), ""] if imp.mesh is not None else []
+
+    def probe_module(op_texts):
+        return "\n".join(header + [_function_text(symbol, inputs, outputs, op_texts, False)]) + "\n"
+    ops = remove_dead_ops(sub.em.ops, probe_module)
+    funcs[graph_name] = RegionFunc(symbol, outputs, _function_text(
+        symbol, inputs, outputs, [op.render() for op in ops], True))
+    return funcs[graph_name]
+
+
+@handles(torch.ops.shardx.region_call.default)
+def _region_call(imp, node, args, kwargs):
+    graph_name, operands = args
+    operands = list(operands)
+    for i, v in enumerate(operands):
+        if not isinstance(v, Value):
+            raise ImportError_(f"region call {graph_name}: operand {i} is not a tensor ({v!r})")
+    fn = import_region(imp, graph_name, operands)
+    n = len(fn.results)
+    name = imp.em.fresh("r")
+    in_types = ", ".join(v.type for v in operands)
+    out_types = ", ".join(o.type for o in fn.results)
+    imp.em.ops.append(CallOp(f"{name}:{n}" if n > 1 else name,
+                         f"func.call @{fn.symbol}({', '.join(v.name for v in operands)}) : "
+                         f"({in_types}) -> ({out_types})", imp.em.loc))
+    if n == 1:
+        return [Value(name, fn.results[0].shape, fn.results[0].dtype)]
+    return [Value(f"{name}#{i}", o.shape, o.dtype) for i, o in enumerate(fn.results)]

@@ -1,0 +1,523 @@
+"""Regional tracing: a repeated block (a transformer layer) is traced once
+and called N times, as ``torch.compiler.nested_compile_region`` does under
+``torch.compile``.
+
+A *region* is a call of a marked function on tensors. Its first call with a
+given signature (the function, its non-tensor arguments, and every tensor
+operand's shape, dtype, strides and ``requires_grad``) traces the region
+alone: forward and, where an operand requires grad, the backward as a joint
+graph ``(primals, tangents) -> (outputs, grads)``, through the same two
+``make_fx`` passes as the whole step (autograd, then functionalization and
+decomposition). The joint graph is cut in two: the forward part (nodes that
+do not depend on a tangent), which returns the outputs and the values the
+backward needs, and the backward part. In the step's trace each call is one
+``shardx::region_call`` node (an opaque custom op whose fake kernel gives the
+traced output shapes) inside an ``autograd.Function``, so the step's own
+``make_fx`` records one forward call where the block runs and one backward
+call where autograd differentiates it, and does not trace the block again.
+
+The importer (``graph.Importer``) emits each traced region once, as a private
+``func.func``, and each call as ``func.call``; ``shardx-inline-calls``
+inlines them before propagation. The inlined program computes the same
+values, op for op, as the program traced without regions.
+
+Marking regions:
+
+- ``torch.compiler.nested_compile_region(fn)``: while ShardX traces, a call
+  of ``fn`` is a region (in eager PyTorch it is a plain call);
+- ``shardx.importer.region(fn)``: the same, for ShardX only;
+- automatically: every ``torch.nn.ModuleList`` reachable from the traced
+  function (its attributes, closure, bound ``self`` and the globals its
+  code names, a few levels deep)
+  whose children have one class and the same parameter and buffer shapes has
+  each child's ``forward`` traced as a region, with the child's parameters
+  and buffers as operands.
+
+Regions are on by default; ``trace(..., regions=False)``, the context
+``regions_enabled(False)`` or ``SHARDX_REGIONS=0`` trace every call inline,
+as before. A marked function must compute from its tensor arguments and its
+module's parameters and buffers alone: like torch.compile's regions, other
+state it reads (a global, a tensor it closes over) is taken from the first
+call with that signature. Module attributes other than parameters, buffers
+and plain values (numbers, strings, dtypes, tuples of them) make a child's
+signature its own, so such children are each traced inline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .values import ImportError_
+
+__all__ = ["region", "regions_enabled", "Region"]
+
+
+@dataclass
+class Region:
+    """One traced region signature: its forward graph (operands ->
+    outputs + saved values) and, where it is differentiated, its backward
+    graph (operands needing none of it, saved values, tangents -> grads)."""
+
+    key: str
+    name: str
+    forward: torch.fx.GraphModule
+    num_outputs: int
+    out_spec: Any
+    backward: Optional[torch.fx.GraphModule] = None
+    #: Per primal operand: does the backward give it a gradient.
+    grad_mask: List[bool] = field(default_factory=list)
+    #: Per flat output: does it get a tangent (a float output that requires grad).
+    tangent_mask: List[bool] = field(default_factory=list)
+    #: Seconds spent tracing it.
+    seconds: float = 0.0
+
+
+#: Traced regions by key ("<name>.fwd" / "<name>.bwd" name the graphs).
+REGIONS: Dict[str, Region] = {}
+_local = threading.local()
+
+
+def _state():
+    if not hasattr(_local, "active"):
+        _local.active = False      # inside a trace that takes regions
+        _local.inside = False      # tracing a region's own body (no nesting)
+        _local.enabled = None      # regions_enabled() override
+    return _local
+
+
+@contextlib.contextmanager
+def regions_enabled(on: bool):
+    """Within the context, ``trace`` takes regions (``True``) or traces every
+    call inline (``False``), whatever ``SHARDX_REGIONS`` says."""
+    st = _state()
+    old, st.enabled = st.enabled, bool(on)
+    try:
+        yield
+    finally:
+        st.enabled = old
+
+
+def default_enabled() -> bool:
+    st = _state()
+    if st.enabled is not None:
+        return st.enabled
+    return os.environ.get("SHARDX_REGIONS", "1") not in ("0", "false", "no", "off")
+
+
+# -- the custom op ---------------------------------------------------------
+
+@torch.library.custom_op("shardx::region_call", mutates_args=())
+def region_call(graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Runs the traced graph ``graph`` ("<region>.fwd" or "<region>.bwd")."""
+    gm = _graph(graph)
+    out = torch.fx.Interpreter(gm).run(*operands)
+    return [t.clone() for t in out]
+
+
+@region_call.register_fake
+def _(graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
+    gm = _graph(graph)
+    outs = []
+    for node in gm.graph.find_nodes(op="output"):
+        for a in node.args[0]:
+            v = a.meta["val"]
+            outs.append(torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype,
+                                            device=operands[0].device if operands else v.device))
+    return outs
+
+
+def _graph(graph: str) -> torch.fx.GraphModule:
+    key, part = graph.rsplit(".", 1)
+    r = REGIONS.get(key)
+    gm = None if r is None else (r.forward if part == "fwd" else r.backward)
+    if gm is None:
+        raise ImportError_(f"no traced region graph {graph!r}")
+    return gm
+
+
+# -- marking ---------------------------------------------------------------
+
+def region(fn: Callable) -> Callable:
+    """Marks ``fn`` as a region for ShardX's trace (a plain call otherwise)."""
+    def wrapper(*args, **kwargs):
+        return call_region(fn, getattr(fn, "__qualname__", repr(fn)), args, kwargs, {})
+    wrapper.__wrapped__ = fn
+    wrapper.__name__ = getattr(fn, "__name__", "region")
+    wrapper.__shardx_region__ = True
+    return wrapper
+
+
+def _simple(v) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device, torch.Size)):
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(_simple(x) for x in v)
+    return False
+
+
+def _tensor_sig(t: torch.Tensor) -> str:
+    return f"T{tuple(t.shape)}:{tuple(t.stride())}:{t.dtype}:{int(t.requires_grad)}"
+
+
+def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.Tensor]):
+    """Calls ``fn(*args, **kwargs)`` (``fn`` reading ``params`` by name, see
+    ``_module_body``) as a region where a trace takes regions; a plain call
+    elsewhere, and where the call has a non-tensor argument that is not a
+    plain value."""
+    st = _state()
+    if not st.active or st.inside:
+        return fn(*args, **kwargs)
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    operands: List[torch.Tensor] = []
+    sig: List[str] = []
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            operands.append(a)
+            sig.append(_tensor_sig(a))
+        elif _simple(a):
+            sig.append(repr(a))
+        else:
+            return fn(*args, **kwargs)
+    names = sorted(params)
+    operands += [params[n] for n in names]
+    sig += [f"{n}={_tensor_sig(params[n])}" for n in names]
+    if len({id(t) for t in operands}) != len(operands):
+        return fn(*args, **kwargs)  # one tensor twice: aliasing the trace would not see
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in operands)
+    key_text = f"{ident}|{spec}|{';'.join(sig)}|grad={grad}"
+    key = "r" + hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    n_args = len(operands) - len(names)
+
+    def body(*xs):
+        a_flat = list(xs[:n_args])
+        it = iter(a_flat)
+        full = [next(it) if isinstance(a, torch.Tensor) else a for a in flat]
+        a2, k2 = pytree.tree_unflatten(full, spec)
+        return fn(*a2, **k2, **({"__params": dict(zip(names, xs[n_args:]))} if names else {}))
+
+    r = REGIONS.get(key)
+    if r is None:
+        try:
+            r = _trace_region(key, ident, body, operands, grad)
+        except _NotARegion:
+            return fn(*args, **kwargs)
+        REGIONS[key] = r
+    st.calls = getattr(st, "calls", 0) + 1
+    if grad:
+        outs = _RegionFunction.apply(r, *operands)
+    else:
+        outs = region_call(f"{key}.fwd", list(operands))[:r.num_outputs]
+    return pytree.tree_unflatten(list(outs), r.out_spec)
+
+
+class _RegionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, r: Region, *operands):
+        res = region_call(f"{r.key}.fwd", list(operands))
+        outs, saved = res[:r.num_outputs], res[r.num_outputs:]
+        ctx.region = r
+        ctx.save_for_backward(*operands, *saved)
+        ctx.mark_non_differentiable(*[o for o, m in zip(outs, r.tangent_mask) if not m])
+        return tuple(outs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):
+        r = ctx.region
+        tangents = [g.contiguous() for g, m in zip(grads, r.tangent_mask) if m]
+        res = region_call(f"{r.key}.bwd", list(ctx.saved_tensors) + tangents)
+        it = iter(res)
+        return (None, *[next(it) if m else None for m in r.grad_mask])
+
+
+# -- tracing a region ------------------------------------------------------
+
+def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch.Tensor],
+                  grad: bool) -> Region:
+    import time
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    from .tracing import _trace_passes
+    st = _state()
+    start = time.perf_counter()
+    with disable_proxy_modes_tracing():
+        # Fresh tensors of the operands' metadata (fake where the step's
+        # trace is fake: the fake mode stays on the mode stack).
+        examples = [torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                        device=t.device) for t in operands]
+        # The forward alone: the outputs' structure, and which of them
+        # autograd sees depending on a differentiable operand.
+        needs = [grad and t.requires_grad and (t.is_floating_point() or t.is_complex())
+                 for t in operands]
+        for e, n in zip(examples, needs):
+            e.requires_grad_(n)
+        st.inside = True
+        try:
+            with torch.set_grad_enabled(grad):
+                probe = body(*examples)
+        finally:
+            st.inside = False
+    out_flat, out_spec = pytree.tree_flatten(probe)
+    if not out_flat or not all(isinstance(o, torch.Tensor) for o in out_flat):
+        raise _NotARegion()
+    n_out = len(out_flat)
+    tangent_mask = [grad and o.requires_grad for o in out_flat]
+    grads_present: List[bool] = []
+    # Inside a train step's phases (``train.phase``): the region's backward
+    # ops are the backward phase, with their forward ops' source lines, as
+    # where the step's own autograd traces them.
+    from torch.fx import traceback as fx_traceback
+    outer_phase = ((getattr(fx_traceback, "current_meta", None) or {}).get("custom") or {}) \
+        .get("shardx.phase")
+
+    def joint(*xs):
+        prim = list(xs[:len(operands)])
+        tans = list(xs[len(operands):])
+        if grad:
+            prim = [p.detach().requires_grad_(True) if n else p.detach()
+                    for p, n in zip(prim, needs)]
+        outs = pytree.tree_leaves(body(*prim))
+        if not grad:
+            return outs
+        diff = [o for o, m in zip(outs, tangent_mask) if m]
+        wrt = [p for p, n in zip(prim, needs) if n]
+        with contextlib.ExitStack() as stack:
+            if outer_phase is not None and diff:
+                from ..train import link_backward_to_forward, phase
+                stack.enter_context(phase("backward"))
+                link_backward_to_forward(*diff)
+            gs = torch.autograd.grad(diff, wrt, tans, allow_unused=True) if diff and wrt else \
+                [None] * len(wrt)
+        grads_present.clear()
+        grads_present.extend(g is not None for g in gs)
+        return [o.detach() for o in outs] + [g for g in gs if g is not None]
+
+    with disable_proxy_modes_tracing():
+        # The backward's tangents are contiguous (``_RegionFunction.backward``).
+        tangents = [torch.empty(tuple(o.shape), dtype=o.dtype, device=o.device)
+                    for o, m in zip(out_flat, tangent_mask) if m]
+        args = [torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                    device=t.device) for t in operands] + tangents
+        st.inside = True
+        try:
+            gm = _trace_passes(joint, args, pytree.tree_flatten(tuple(args))[1], fake=False)
+        finally:
+            st.inside = False
+    name = "shardx_region_" + ident.replace(".", "_").replace("<", "").replace(">", "") \
+        .split("|")[0][-40:] + "_" + key[1:9]
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    if not grad:
+        fwd = gm
+        r = Region(key, name, fwd, n_out, out_spec, tangent_mask=[False] * n_out)
+    else:
+        grad_mask, it = [], iter(grads_present)
+        for n in needs:
+            grad_mask.append(next(it) if n else False)
+        fwd, bwd = _split_joint(gm, len(operands), n_out)
+        r = Region(key, name, fwd, n_out, out_spec, bwd, grad_mask, tangent_mask)
+    r.seconds = time.perf_counter() - start
+    return r
+
+
+class _NotARegion(Exception):
+    pass
+
+
+def _split_joint(gm: torch.fx.GraphModule, n_primals: int, n_out: int):
+    """The forward and backward graphs of a joint graph
+    ``(primals, tangents) -> (outputs, grads)``: the backward holds every node
+    that depends on a tangent; the forward returns the outputs and then the
+    forward values the backward reads; the backward takes the primals, those
+    values and the tangents, and returns the grads."""
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:n_primals], placeholders[n_primals:]
+    output = next(n for n in nodes if n.op == "output")
+    results = list(output.args[0])
+    outs, grads = results[:n_out], results[n_out:]
+    backward = set(tangents)
+    for n in nodes:
+        if n.op in ("call_function", "call_method") and any(
+                a in backward for a in n.all_input_nodes):
+            backward.add(n)
+    for o in outs:
+        if isinstance(o, torch.fx.Node) and o in backward:
+            raise _NotARegion()  # an output that depends on a tangent: not a joint graph
+    # Forward values the backward reads (placeholders are passed as they are;
+    # constants are copied).
+    saved: List[torch.fx.Node] = []
+    seen = set()
+    for n in nodes:
+        if n in backward and n.op != "placeholder":
+            for a in n.all_input_nodes:
+                if a not in backward and a.op not in ("placeholder", "get_attr") and a not in seen:
+                    seen.add(a)
+                    saved.append(a)
+    for g in grads:
+        if isinstance(g, torch.fx.Node) and g not in backward and g.op != "placeholder" \
+                and g.op != "get_attr" and g not in seen:
+            seen.add(g)
+            saved.append(g)
+
+    def build(keep, inputs, results):
+        g = torch.fx.Graph()
+        env: Dict[torch.fx.Node, torch.fx.Node] = {}
+        for p in inputs:
+            q = g.placeholder(p.name)
+            q.meta = dict(p.meta)
+            env[p] = q
+        for n in nodes:
+            if n in env or n.op in ("placeholder", "output") or n not in keep:
+                continue
+            env[n] = g.node_copy(n, lambda a: env[a])
+        g.output(tuple(env[r] if isinstance(r, torch.fx.Node) else r for r in results))
+        return torch.fx.GraphModule(gm, g)
+
+    fwd_keep = {n for n in nodes if n not in backward}
+    fwd = build(fwd_keep, primals, outs + saved)
+    bwd_keep = backward | {n for n in nodes if n.op == "get_attr"}
+    bwd = build(bwd_keep, primals + saved + tangents, grads)
+    fwd.graph.eliminate_dead_code()
+    bwd.graph.eliminate_dead_code()
+    return fwd, bwd
+
+
+# -- automatic regions over nn.ModuleList ------------------------------------
+
+def _module_fingerprint(m: torch.nn.Module) -> Optional[str]:
+    """The parts of a module (and its submodules) that shape its trace apart
+    from parameter and buffer values: class, plain attributes, shapes;
+    None where an attribute is not a plain value (the child is not a region)."""
+    parts = []
+    for name, sub in m.named_modules():
+        parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}")
+        for k, v in sorted(vars(sub).items()):
+            if k in ("_parameters", "_buffers", "_modules") or k.startswith("_forward") \
+                    or k.startswith("_backward") or k.startswith("_state_dict") \
+                    or k.startswith("_load_state_dict") or k == "forward":
+                continue
+            if k in ("training", "_is_full_backward_hook", "_non_persistent_buffers_set"):
+                parts.append(f"{k}={v!r}" if not isinstance(v, set) else f"{k}={sorted(v)!r}")
+                continue
+            if isinstance(v, dict) and not v:
+                continue
+            if not _simple(v):
+                return None
+            parts.append(f"{k}={v!r}")
+    for n, t in list(m.named_parameters()) + list(m.named_buffers()):
+        parts.append(f"{n}:{tuple(t.shape)}:{t.dtype}")
+    return "\n".join(parts)
+
+
+def _find_modules(obj, depth=3, seen=None) -> List[torch.nn.Module]:
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.nn.Module):
+        return [obj]
+    found = []
+    children = []
+    for attr in ("__self__", "__wrapped__", "__func__"):
+        if hasattr(obj, attr):
+            children.append(getattr(obj, attr))
+    for cell in getattr(obj, "__closure__", None) or ():
+        try:
+            children.append(cell.cell_contents)
+        except ValueError:
+            pass
+    code, globs = getattr(obj, "__code__", None), getattr(obj, "__globals__", None)
+    if code is not None and isinstance(globs, dict):
+        # The globals the function's own code names (a model at module level).
+        children.extend(globs[n] for n in code.co_names if n in globs)
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict) and not isinstance(obj, type):
+        children.extend(d.values())
+    if isinstance(obj, (list, tuple)):
+        children.extend(obj)
+    for c in children:
+        if isinstance(c, (int, float, str, bytes, torch.Tensor, type)) or c is None or \
+                type(c).__name__ == "module":
+            continue
+        found.extend(_find_modules(c, depth - 1, seen))
+    return found
+
+
+@contextlib.contextmanager
+def module_regions(fn):
+    """Within the context, each child of a ``ModuleList`` reachable from
+    ``fn`` whose siblings share its fingerprint runs its ``forward`` as a
+    region."""
+    patched = []
+    roots = _find_modules(fn)
+    try:
+        seen = set()
+        for root in roots:
+            for mod in root.modules():
+                if not isinstance(mod, torch.nn.ModuleList) or id(mod) in seen or len(mod) < 2:
+                    continue
+                seen.add(id(mod))
+                prints = [_module_fingerprint(c) for c in mod]
+                if prints[0] is None or any(p != prints[0] for p in prints):
+                    continue
+                ident = f"{type(mod[0]).__module__}.{type(mod[0]).__qualname__}.forward"
+                for child in mod:
+                    if "forward" in vars(child):
+                        continue
+                    child.forward = _module_forward(child, ident + "|" + prints[0])
+                    patched.append(child)
+        yield
+    finally:
+        for child in patched:
+            vars(child).pop("forward", None)
+
+
+def _module_forward(child: torch.nn.Module, ident: str):
+    original = type(child).forward
+
+    def body(*args, __params=None, **kwargs):
+        if __params is None:
+            return original(child, *args, **kwargs)
+        from torch.nn.utils.stateless import _reparametrize_module
+        with _reparametrize_module(child, __params):
+            return original(child, *args, **kwargs)
+
+    def forward(*args, **kwargs):
+        params = dict(child.named_parameters(remove_duplicate=False))
+        params.update(dict(child.named_buffers(remove_duplicate=False)))
+        return call_region(body, ident, args, kwargs, params)
+    return forward
+
+
+@contextlib.contextmanager
+def tracing_regions(fn, on: bool):
+    """The step's trace: regions on (``nested_compile_region``, ``region``,
+    ModuleLists) or off."""
+    st = _state()
+    if not on:
+        yield
+        return
+    import unittest.mock
+    import importlib
+    isg = importlib.import_module("torch._higher_order_ops.invoke_subgraph")
+
+    def placeholder(func, *args, **kwargs):
+        return call_region(func, getattr(func, "__module__", "") + "." +
+                           getattr(func, "__qualname__", repr(func)), args, kwargs, {})
+    old = st.active
+    st.active = True
+    st.calls = 0
+    try:
+        with unittest.mock.patch.object(isg, "invoke_subgraph_placeholder", placeholder), \
+                module_regions(fn):
+            yield
+    finally:
+        st.active = old

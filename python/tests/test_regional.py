@@ -1,0 +1,271 @@
+"""Regional tracing (python/shardx/importer/regions.py): a repeated block is
+traced once and called per layer; the compiled step computes bit for bit
+what the step traced without regions computes, and matches eager."""
+
+import os
+import re
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import shardx
+from shardx import Mesh, Replicate, Shard
+from shardx.importer import regions, regions_enabled, trace
+from shardx.train import TrainStep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import compile_latency_bench as gpt  # noqa: E402
+
+R, S = Replicate(), Shard
+
+
+def calls(text):
+    """(forward calls, backward calls, region functions) of a traced module."""
+    return (len(re.findall(r"func\.call @shardx_region_\w+_fwd", text)),
+            len(re.findall(r"func\.call @shardx_region_\w+_bwd", text)),
+            len(re.findall(r"func\.func private @shardx_region_", text)))
+
+
+def leaves(out):
+    import torch.utils._pytree as pytree
+    return [t.to_torch() if hasattr(t, "to_torch") else t for t in pytree.tree_leaves(out)]
+
+
+def assert_bit_identical(a, b):
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.dtype == y.dtype and x.shape == y.shape, i
+        assert torch.equal(x, y), f"output {i} differs: max {float((x - y).abs().max())}"
+
+
+# -- the GPT-style step of bench/compile_latency_bench.py ---------------------
+
+def _gpt(layers):
+    names, args = gpt.example(layers)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    pl = gpt.placements(names, shardx)
+    ins = pl + pl + pl + [[S(0), R], [S(0), R]]
+    outs = [[R, R]] + pl + pl + pl
+    return gpt.make_step(names), mesh, ins, outs, args
+
+
+def test_gpt_step_traces_one_region_and_calls_it_per_layer():
+    step, mesh, ins, outs, args = _gpt(3)
+    text = trace(step, args, mesh, ins, outs)
+    assert calls(text) == (3, 3, 2)
+    assert len(regions.REGIONS) == 1
+    r = next(iter(regions.REGIONS.values()))
+    assert r.backward is not None and r.num_outputs == 1
+    inline = trace(step, args, mesh, ins, outs, regions=False)
+    assert calls(inline) == (0, 0, 0)
+    # The inline program is today's: one function, no calls.
+    assert inline.count("func.func") == 1
+
+
+def test_gpt_step_is_bit_identical_to_the_inline_trace_and_matches_eager():
+    step, mesh, ins, outs, args = _gpt(3)
+    results = {}
+    for on in (True, False):
+        with regions_enabled(on):
+            f = shardx.compile(step, mesh, ins, outs, name=f"gpt_regions_{on}")
+            results[on] = leaves(f(*args))
+            assert len(regions.REGIONS) == (1 if on else 0)  # the JIT's trace took them
+    assert_bit_identical(results[True], results[False])
+    ref = leaves(step(*args))
+    torch.testing.assert_close(results[True][0], ref[0].detach(), rtol=1e-5, atol=0)
+    # AdamW's first step is about lr * sign(g): where a gradient is near
+    # zero, its last bits move the update by up to lr (1e-3).
+    for x, y in zip(results[True], ref):
+        torch.testing.assert_close(x, y.detach(), rtol=1e-4, atol=1e-4)
+
+
+# -- a Llama-style model: nn.ModuleList found automatically ---------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate(x, cos, sin):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return x * cos + torch.cat((-x2, x1), -1) * sin
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, d, heads, hidden, seq, tag=0):
+        super().__init__()
+        self.heads, self.tag = heads, tag
+        self.attn_norm = RMSNorm(d)
+        self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.v, self.o = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.mlp_norm = RMSNorm(d)
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+        hd = d // heads
+        freq = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        ang = torch.outer(torch.arange(seq).float(), freq)
+        self.register_buffer("cos", torch.cat((ang, ang), -1).cos(), persistent=False)
+        self.register_buffer("sin", torch.cat((ang, ang), -1).sin(), persistent=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.attn_norm(x)
+
+        def split(t):
+            return t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        q = rotate(split(self.q(h)), self.cos, self.sin)
+        k = rotate(split(self.k(h)), self.cos, self.sin)
+        y = F.scaled_dot_product_attention(q, k, split(self.v(h)), is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(b, s, d))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, layers=3, d=32, heads=4, hidden=64, seq=8, vocab=64, tags=None):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        tags = tags or [0] * layers
+        self.layers = nn.ModuleList(LlamaLayer(d, heads, hidden, seq, t) for t in tags)
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+def lm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def _llama(tags=None):
+    torch.manual_seed(0)
+    model = Llama(tags=tags)
+    step = TrainStep(model, lm_loss, "sgd", lr=0.1, momentum=0.9)
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    plan = {}
+    for n, _ in model.named_parameters():
+        if n.endswith((".q.weight", ".k.weight", ".v.weight", ".gate.weight", ".up.weight")):
+            plan[n] = [R, S(0)]
+        elif n.endswith((".o.weight", ".down.weight")):
+            plan[n] = [R, S(1)]
+    tokens = torch.randint(0, 64, (4, 8))
+    target = torch.randint(0, 64, (4, 8))
+    ins, outs = step.placements(mesh, plan, [[S(0), R]], [S(0), R])
+    return step, mesh, ins, outs, step.example_args([tokens], target)
+
+
+def test_llama_module_list_is_found_and_bit_identical_to_inline():
+    step, mesh, ins, outs, args = _llama()
+    text = trace(step, args, mesh, ins, outs)
+    assert calls(text)[:2] == (3, 3)
+    results = {}
+    for on in (True, False):
+        with regions_enabled(on):
+            f = shardx.compile(step, mesh, ins, outs, name=f"llama_regions_{on}")
+            results[on] = leaves(f(*args))
+            assert bool(regions.REGIONS) == on  # the JIT's trace found the ModuleList
+    assert_bit_identical(results[True], results[False])
+    ref = leaves(step.run_eager(*args))
+    for x, y in zip(results[True], ref):
+        torch.testing.assert_close(x, y.detach(), rtol=1e-4, atol=1e-5)
+    # The backward ops of a region keep their phase: the step's report and
+    # recomputation read it.
+    bwd = text[text.index("_bwd("):]
+    assert 'fused<"backward">' in text and re.search(r"loc\(#loc\d+\)", bwd)
+
+
+def test_children_that_differ_are_traced_inline():
+    # A per-layer plain attribute (like Hugging Face's layer_idx) makes each
+    # child's trace its own: no region.
+    step, mesh, ins, outs, args = _llama(tags=[0, 1, 2])
+    assert calls(trace(step, args, mesh, ins, outs)) == (0, 0, 0)
+    # Two of three alike are still not one ModuleList of identical children.
+    step, mesh, ins, outs, args = _llama(tags=[0, 0, 1])
+    assert calls(trace(step, args, mesh, ins, outs)) == (0, 0, 0)
+
+
+def test_opt_outs(monkeypatch):
+    step, mesh, ins, outs, args = _llama()
+    assert calls(trace(step, args, mesh, ins, outs, regions=False)) == (0, 0, 0)
+    with regions_enabled(False):
+        assert calls(trace(step, args, mesh, ins, outs)) == (0, 0, 0)
+    monkeypatch.setenv("SHARDX_REGIONS", "0")
+    assert calls(trace(step, args, mesh, ins, outs)) == (0, 0, 0)
+    # An explicit argument wins over the variable.
+    assert calls(trace(step, args, mesh, ins, outs, regions=True))[:2] == (3, 3)
+
+
+def test_forward_only_region_and_fallbacks():
+    model = Llama()
+    model.eval()
+    tokens = torch.randint(0, 64, (2, 8))
+
+    def infer(tokens):
+        with torch.no_grad():
+            return model(tokens)
+    text = trace(infer, (tokens,))
+    assert calls(text) == (3, 0, 1)
+    f = shardx.compile(infer, Mesh((2,), ("dp",)), [[S(0)]], [[S(0)]], name="llama_infer")
+    out = leaves(f(tokens))[0]
+    torch.testing.assert_close(out, infer(tokens), rtol=1e-5, atol=1e-6)
+
+    # A marked function with a non-tensor argument that is not a plain value,
+    # or that returns a non-tensor, is called inline.
+    @torch.compiler.nested_compile_region
+    def scale(x, how):
+        return x * how.k
+
+    @torch.compiler.nested_compile_region
+    def pair(x):
+        return x + 1, "tag"
+
+    def g(x):
+        y, _ = pair(scale(x, types.SimpleNamespace(k=2.0)))
+        return pair(y)[0] * 3
+    x = torch.randn(4)
+    text = trace(g, (x,))
+    assert calls(text) == (0, 0, 0)
+
+
+def test_nested_compile_region_with_plain_arguments():
+    @torch.compiler.nested_compile_region
+    def layer(x, w, act):
+        return getattr(torch, act)(x @ w)
+
+    def step(x, ws):
+        ws = [w.detach().requires_grad_(True) for w in ws]
+        y = x
+        for w in ws:
+            y = layer(y, w, "tanh")
+        y = layer(y, ws[0], "sigmoid")  # another plain argument: another region
+        loss = y.sum()
+        return loss, torch.autograd.grad(loss, ws)
+    torch.manual_seed(0)
+    args = (torch.randn(4, 8), [torch.randn(8, 8) * 0.3 for _ in range(3)])
+    text = trace(step, args)
+    # The first call's x does not require grad: its own signature.
+    assert calls(text) == (4, 4, 6)
+    assert len(regions.REGIONS) == 3
+    f = shardx.compile(step, Mesh((2,), ("dp",)), name="tanh_chain")
+    got = leaves(f(*args))
+    ref = leaves(step(*args))
+    with regions_enabled(False):
+        inline = leaves(shardx.compile(step, Mesh((2,), ("dp",)), name="tanh_chain_inline")(*args))
+    assert_bit_identical(got, inline)
+    for x, y in zip(got, ref):
+        torch.testing.assert_close(x, y.detach(), rtol=1e-5, atol=1e-6)
