@@ -14,12 +14,13 @@ hand-written AdamW (decoupled weight decay), all in one traced function.
 ShardX runs it on a 2x2 dp x tp mesh of CPU threads (batch over dp,
 Megatron placements over tp); torch.compile runs it on one process.
 
-Each layer is one call of `block`, marked with
-`torch.compiler.nested_compile_region`: ShardX traces it once as a region
-and calls it per layer (python/shardx/importer/regions.py). The `inline`
+Each layer is one call of `block`, and each parameter's AdamW update one
+call of `adamw`, both marked with `torch.compiler.nested_compile_region`:
+ShardX traces the block once (forward and backward) and the update once
+per parameter shape, and calls them (python/shardx/importer/regions.py). The `inline`
 column is the same step traced without regions (`regions_enabled(False)`:
 every layer traced, imported and compiled as before); torch.compile runs
-the plain `block`.
+the plain `block` and `adamw`.
 
 For each depth, cold first call: a fresh cache directory for ShardX (no
 artifact, no kernel), and a fresh inductor cache (`TORCHINDUCTOR_CACHE_DIR`)
@@ -109,7 +110,7 @@ def block(x, p):
 #: The block as the step calls it: marked as a nested compile region, so
 #: that ShardX's trace takes each layer as a call of one traced region
 #: (python/shardx/importer/regions.py; eager runs it as a plain call). The
-#: torch.compile column runs the plain `block` (its time as before).
+#: torch.compile column runs the plain `block` and `adamw` (its time as before).
 BLOCK = torch.compiler.nested_compile_region(block)
 
 
@@ -126,6 +127,19 @@ def forward(names, ps, tokens):
     return x @ p["wte"].t()  # tied LM head
 
 
+def adamw(p, g, m1, v1, scale, lr, betas, eps, wd):
+    """One parameter's clipped AdamW update (bias correction of step 1)."""
+    g = g * scale
+    m1 = betas[0] * m1 + (1 - betas[0]) * g
+    v1 = betas[1] * v1 + (1 - betas[1]) * g * g
+    upd = (m1 / (1 - betas[0])) / (torch.sqrt(v1 / (1 - betas[1])) + eps)
+    return p * (1 - lr * wd) - lr * upd, m1, v1
+
+
+#: The update as the step calls it: a region too (one per parameter shape).
+UPDATE = torch.compiler.nested_compile_region(adamw)
+
+
 def make_step(names, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1, clip=1.0):
     def train_step(params, m, v, tokens, targets):
         params = [p.detach().requires_grad_(True) for p in params]
@@ -135,14 +149,12 @@ def make_step(names, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1, clip=1.0):
         norm = torch.sqrt(sum((g * g).sum() for g in grads))
         scale = torch.clamp(clip / (norm + 1e-6), max=1.0)
         new_p, new_m, new_v = [], [], []
-        for p, g, m1, v1 in zip(params, grads, m, v):
-            g = g * scale
-            m1 = betas[0] * m1 + (1 - betas[0]) * g
-            v1 = betas[1] * v1 + (1 - betas[1]) * g * g
-            upd = (m1 / (1 - betas[0])) / (torch.sqrt(v1 / (1 - betas[1])) + eps)
-            new_p.append((p * (1 - lr * wd) - lr * upd).detach())
-            new_m.append(m1)
-            new_v.append(v1)
+        with torch.no_grad():
+            for p, g, m1, v1 in zip(params, grads, m, v):
+                p1, m1, v1 = UPDATE(p.detach(), g, m1, v1, scale, lr, betas, eps, wd)
+                new_p.append(p1)
+                new_m.append(m1)
+                new_v.append(v1)
         return loss.detach(), new_p, new_m, new_v
     train_step.__name__ = "gpt_step"
     return train_step
@@ -214,7 +226,7 @@ import os, sys, time, torch
 sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
 import compile_latency_bench as bench
 from compile_latency_bench import example, make_step
-bench.BLOCK = bench.block
+bench.BLOCK, bench.UPDATE = bench.block, bench.adamw
 names, args = example({layers})
 fn = torch.compile(make_step(names))
 start = time.perf_counter()

@@ -24,11 +24,12 @@ import compile_latency_bench as gpt  # noqa: E402
 R, S = Replicate(), Shard
 
 
-def calls(text):
-    """(forward calls, backward calls, region functions) of a traced module."""
-    return (len(re.findall(r"func\.call @shardx_region_\w+_fwd", text)),
-            len(re.findall(r"func\.call @shardx_region_\w+_bwd", text)),
-            len(re.findall(r"func\.func private @shardx_region_", text)))
+def calls(text, name=""):
+    """(forward calls, backward calls, region functions) of a traced module,
+    of the regions whose symbol has ``name``."""
+    return (len(re.findall(rf"func\.call @shardx_region_\w*{name}\w*_fwd\(", text)),
+            len(re.findall(rf"func\.call @shardx_region_\w*{name}\w*_bwd\(", text)),
+            len(re.findall(rf"func\.func private @shardx_region_\w*{name}", text)))
 
 
 def leaves(out):
@@ -57,10 +58,15 @@ def _gpt(layers):
 def test_gpt_step_traces_one_region_and_calls_it_per_layer():
     step, mesh, ins, outs, args = _gpt(3)
     text = trace(step, args, mesh, ins, outs)
-    assert calls(text) == (3, 3, 2)
-    assert len(regions.REGIONS) == 1
-    r = next(iter(regions.REGIONS.values()))
-    assert r.backward is not None and r.num_outputs == 1
+    assert calls(text, "bench_block") == (3, 3, 2)
+    blocks = [r for r in regions.REGIONS.values() if "bench_block" in r.name]
+    assert len(blocks) == 1
+    assert blocks[0].backward is not None and blocks[0].num_outputs == 1
+    # The AdamW update (no grad): forward only, one region per parameter
+    # shape, one call per parameter.
+    n_params = len(args[0])
+    assert calls(text, "bench_adamw") == (n_params, 0, len(regions.REGIONS) - 1)
+    assert all(r.backward is None for r in regions.REGIONS.values() if r is not blocks[0])
     inline = trace(step, args, mesh, ins, outs, regions=False)
     assert calls(inline) == (0, 0, 0)
     # The inline program is today's: one function, no calls.
@@ -74,7 +80,7 @@ def test_gpt_step_is_bit_identical_to_the_inline_trace_and_matches_eager():
         with regions_enabled(on):
             f = shardx.compile(step, mesh, ins, outs, name=f"gpt_regions_{on}")
             results[on] = leaves(f(*args))
-            assert len(regions.REGIONS) == (1 if on else 0)  # the JIT's trace took them
+            assert bool(regions.REGIONS) == on  # the JIT's trace took them
     assert_bit_identical(results[True], results[False])
     ref = leaves(step(*args))
     torch.testing.assert_close(results[True][0], ref[0].detach(), rtol=1e-5, atol=0)
