@@ -66,6 +66,11 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
     try:
         with _regions.tracing_regions(fn, on):
             gm = _trace_passes(fn, flat_args, treedef, fake=True)
+        if _regions.REGIONS:
+            log.info("shardx.trace: %s: %d region graphs traced once (%.2f s), called %d times",
+                     name, len(_regions.REGIONS),
+                     sum(r.seconds for r in _regions.REGIONS.values()),
+                     _regions._state().calls)
         last_mode = "fake"
         return gm
     except (ImportError_, PlacementError, UnsupportedOpError):
