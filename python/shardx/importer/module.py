@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..placements import Mesh, Placement, PlacementError, check_placements, layout_text
+from . import region_import
 from .dce import remove_dead_ops
 from .graph import Importer
 from .tracing import _trace_graph, on_roomy_stack
@@ -87,11 +88,10 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     ret = (f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
            if outputs else "  return")
 
-    region_funcs = [f.text for f in imp.region_funcs.values()]
-
-    def module_text(op_texts: List[str], funcs: List[str] = region_funcs) -> str:
+    def module_text(op_texts: List[str], funcs: Optional[List[str]] = None) -> str:
         body = ["\n".join("  " + x for x in t.split("\n")) for t in op_texts]
-        return "\n".join(header + body + [ret, "}"] + funcs) + "\n"
+        return "\n".join(header + body + [ret, "}"] + (region_funcs if funcs is None else funcs)) \
+            + "\n"
 
     def probe_text(op_texts: List[str]) -> str:
         # The calls are opaque ops in the probe (region_import.CallOp), so
@@ -100,6 +100,7 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
         return module_text(op_texts, [])
 
     imported = time.perf_counter()
+    region_funcs = region_import.finish(imp)  # their dead ops removed too
     ops = remove_dead_ops(imp.em.ops, probe_text if region_funcs else module_text)
     aliases = imp.em.location_aliases()
     text = module_text([op.render() for op in ops]) + "".join(a + "\n" for a in aliases)

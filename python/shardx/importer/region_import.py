@@ -18,11 +18,14 @@ from . import regions
 
 @dataclass
 class RegionFunc:
-    """One emitted region function: its symbol, result types and text."""
+    """One emitted region function: its symbol, arguments, results and ops
+    (``text`` once ``finish`` has removed its dead ops)."""
 
     symbol: str
+    inputs: List[Value]
     results: List[Value]
-    text: str
+    ops: List[Op]
+    text: str = ""
 
 
 class CallOp(Op):
@@ -51,7 +54,6 @@ def _function_text(symbol: str, inputs: List[Value], outputs: List[Value], op_te
 
 def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
     """The function of region graph ``graph_name`` (imported once per module)."""
-    from .dce import remove_dead_ops
     from .graph import Importer
     funcs = imp.region_funcs
     if graph_name in funcs:
@@ -67,14 +69,37 @@ def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"region {symbol}: output {i} is not a tensor ({o!r})")
+    funcs[graph_name] = RegionFunc(symbol, inputs, outputs, sub.em.ops)
+    return funcs[graph_name]
+
+
+def finish(imp) -> List[str]:
+    """The text of each region function ``imp`` called, its dead ops
+    removed: one ``remove-dead-values`` run over all of them (public there,
+    so that their signatures stay)."""
+    from .dce import remove_dead_ops
+    funcs = list(imp.region_funcs.values())
+    if not funcs:
+        return []
     header = [imp.mesh.op_text(), ""] if imp.mesh is not None else []
+    ops = [op for f in funcs for op in f.ops]
+    owner = {id(op): i for i, f in enumerate(funcs) for op in f.ops}
 
     def probe_module(op_texts):
-        return "\n".join(header + [_function_text(symbol, inputs, outputs, op_texts, False)]) + "\n"
-    ops = remove_dead_ops(sub.em.ops, probe_module)
-    funcs[graph_name] = RegionFunc(symbol, outputs, _function_text(
-        symbol, inputs, outputs, [op.render() for op in ops], True))
-    return funcs[graph_name]
+        at, texts = 0, []
+        for f in funcs:
+            texts.append(_function_text(f.symbol, f.inputs, f.results,
+                                        op_texts[at:at + len(f.ops)], False))
+            at += len(f.ops)
+        return "\n".join(header + texts) + "\n"
+    live = remove_dead_ops(ops, probe_module)
+    kept: List[List[Op]] = [[] for _ in funcs]
+    for op in live:
+        kept[owner[id(op)]].append(op)
+    for f, f_ops in zip(funcs, kept):
+        f.text = _function_text(f.symbol, f.inputs, f.results, [op.render() for op in f_ops],
+                                True)
+    return [f.text for f in funcs]
 
 
 @handles(torch.ops.shardx.region_call.default)
