@@ -43,10 +43,12 @@ const ShardSet &binding::live(const ShardSet &s) {
 
 namespace {
 
-/// The structure of a pytree of tuples, lists and dicts, as
-/// `shardx.jit._flatten` describes it: None for a leaf, (tuple|list,
-/// children), (dict, keys, children) or (None, value, tag) for a Python
-/// constant (None, bool, int, float, str).
+/// A spec of `shardx.pytree` (the one pytree; its module docstring is the
+/// format), parsed once: None for a leaf, (tuple|list, children), (dict,
+/// keys, children) or (None, value, tag) for a Python constant (None, bool,
+/// int, float, str). `flatten` checks a call's arguments against it and
+/// collects their leaves, as `pytree.flatten` would, without running Python
+/// code; `build` is `pytree.unflatten`.
 struct TreeSpec {
   enum class Kind : uint8_t { Leaf, Tuple, List, Dict, Const };
   Kind kind = Kind::Leaf;
@@ -200,8 +202,11 @@ struct CallPlan {
   std::vector<nb::object> outKeys;
   std::vector<int64_t> donatedInputOf;
   nb::object tensorType, mesh;
-  nb::object shardsName = nb::str("_shards"), meshName = nb::str("mesh"),
-             keyName = nb::str("_key");
+  /// The slots of `tensorType` (shardx.ShardedTensor) that the runtime
+  /// reads and writes: its ShardSet, mesh and guard key (documented there
+  /// and in docs/Importer.md).
+  nb::object shardsName = nb::str("shards"), meshName = nb::str("mesh"),
+             keyName = nb::str("guard_key");
 
   nb::object call(nb::handle args) {
     nb::object notImplemented = nb::borrow(Py_NotImplemented);

@@ -26,12 +26,12 @@ The package (``FORMAT_VERSION`` 1):
   inputs it writes in place, their aliasing, and its variants.
 - ``artifacts/<sha256>.so``: each artifact once.
 
-Structures (the pytree specs of ``jit._flatten``) are JSON: ``null`` for a
-tensor, ``{"node": "tuple"|"list", "children": [...]}``, ``{"node":
-"dict", "keys": [...], "children": [...]}`` and constants ``{"const":
-"none"|"bool"|"int"|"str", "value": ...}`` / ``{"const": "float", "hex":
-"-0x0.0p+0"}`` (floats bit for bit, "nan" and "inf" included). Dict keys
-are constants too.
+Structures (the specs of ``shardx.pytree``) are in ``pytree.to_json``'s
+JSON form: ``null`` for a tensor, ``{"node": "tuple"|"list", "children":
+[...]}``, ``{"node": "dict", "keys": [...], "children": [...]}`` and
+constants ``{"const": "none"|"bool"|"int"|"str", "value": ...}`` /
+``{"const": "float", "hex": "-0x0.0p+0"}`` (floats bit for bit, "nan" and
+"inf" included). Dict keys are constants too.
 
 A package is code (shared objects run in this process), as a ``.pt2`` or a
 pickle is: load only packages you trust. The checksums catch damage and
@@ -49,6 +49,8 @@ import zipfile
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import pytree
+
 FORMAT = "shardx-package"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -60,72 +62,21 @@ class PackageError(ValueError):
     entries for another host."""
 
 
-# -- pytree specs ---------------------------------------------------------
-
-def _encode_constant(value, where: str):
-    t = type(value)
-    if value is None:
-        return {"const": "none"}
-    if t is bool:
-        return {"const": "bool", "value": value}
-    if t is int:
-        return {"const": "int", "value": value}
-    if t is float:
-        return {"const": "float", "hex": value.hex()}
-    if t is str:
-        return {"const": "str", "value": value}
-    raise PackageError(f"{where}: a {t.__name__} cannot be stored in a ShardX package")
-
-
-def _decode_constant(d):
-    kind = d["const"]
-    if kind == "none":
-        return None
-    if kind == "float":
-        return float.fromhex(d["hex"])
-    value = d["value"]
-    want = {"bool": bool, "int": int, "str": str}[kind]
-    if type(value) is not want:
-        raise ValueError(f"a {kind} constant holds {value!r}")
-    return value
-
+# -- pytree specs (their JSON form is pytree.to_json's) -------------------
 
 def encode_spec(spec, where: str = "the structure"):
-    """The JSON form of a ``jit._flatten`` spec."""
-    if spec is None:
-        return None
-    kind = spec[0]
-    if kind is None:
-        return _encode_constant(spec[1], where)
-    if kind is tuple or kind is list:
-        return {"node": kind.__name__, "children": [encode_spec(c, where) for c in spec[1]]}
-    if kind is dict:
-        return {"node": "dict", "keys": [_encode_constant(k, f"{where}: a dict key")
-                                         for k in spec[1]],
-                "children": [encode_spec(c, where) for c in spec[2]]}
-    raise PackageError(f"{where}: unknown spec node {kind!r}")
+    """The JSON form of a ``shardx.pytree`` spec (PackageError for what a
+    package cannot hold: a dict key that is not a constant)."""
+    try:
+        return pytree.to_json(spec, where)
+    except TypeError as e:
+        raise PackageError(str(e)) from None
 
 
 def decode_spec(d):
-    """The ``jit._flatten`` spec of its JSON form (equal to the one
-    ``_flatten`` makes of the same arguments: NaN as ``jit._NAN``)."""
-    from .jit import _flatten
-    if d is None:
-        return None
-    if "const" in d:
-        return _flatten(_decode_constant(d), [])
-    node = d["node"]
-    children = tuple(decode_spec(c) for c in d["children"])
-    if node == "tuple":
-        return (tuple, children)
-    if node == "list":
-        return (list, children)
-    if node == "dict":
-        keys = tuple(_decode_constant(k) for k in d["keys"])
-        if len(keys) != len(children) or len(set(keys)) != len(keys):
-            raise ValueError("a dict node's keys do not match its children")
-        return (dict, keys, children)
-    raise ValueError(f"unknown node {node!r}")
+    """The ``shardx.pytree`` spec of its JSON form (equal to the one
+    ``pytree.flatten`` makes of the same arguments)."""
+    return pytree.from_json(d)
 
 
 def _encode_key(key):

@@ -308,7 +308,7 @@ def _ranks_of(tensors: Sequence[ShardedTensor]) -> _Ranks:
         raise CheckpointError(f"the state's ShardedTensors live on meshes of different sizes "
                               f"{sorted(sizes)}: save them separately")
     size = sizes.pop() if sizes else 1
-    distributed = [t for t in tensors if t._shards.distributed]
+    distributed = [t for t in tensors if t.shards.distributed]
     if not tensors and any(b in _st.PROCESS_BACKENDS for _, b in _st._SESSIONS):
         # Every process would act as the only rank and remove the others'
         # temporary directories.
@@ -388,7 +388,7 @@ def _plan_chunks(leaves, ranks: _Ranks):
                                  lambda array=array, dtype=dtype: _plain(array, dtype)))
             continue
         t = value
-        dtype, shape, layout = t._shards.dtype, t.shape, t._shards.layout
+        dtype, shape, layout = t.shards.dtype, t.shape, t.shards.layout
         if layout is not None and any(_layout_partials(layout)):
             # A pending reduction is saved reduced (a collective under a
             # process backend): the layout without its Partial axes.

@@ -276,7 +276,7 @@ def dtensor_placements_of(st) -> Tuple[Placement, ...]:
     sizes that are not DTensor's split)."""
     import json
     from .sharded_tensor import _placements_of, runtime
-    layout = st._shards.layout
+    layout = st.shards.layout
     mesh = st.mesh
     if layout is None or layout.is_replicated:
         return tuple(Replicate() for _ in mesh.shape)
@@ -457,14 +457,14 @@ def to_dtensor(st, device_mesh=None):
     placements = dtensor_placements_of(st)
     coord = _coordinate(device_mesh)
     rank = _rank_of(coord, mesh.shape)
-    if st._shards.distributed:
+    if st.shards.distributed:
         s = _process_session(mesh)
         if s.process_rank != rank:
             raise DTensorInteropError(
                 f"this process is ShardX rank {s.process_rank} but holds DeviceMesh coordinate "
                 f"{list(coord)} (ShardX rank {rank}): number the ranks alike")
     local = torch.from_numpy(np.array(st.local(rank)))
-    if st._shards.dtype == "bf16":
+    if st.shards.dtype == "bf16":
         local = local.view(torch.bfloat16)
     local = local.to(device_mesh.device_type)
     shape = torch.Size(st.shape)

@@ -52,6 +52,12 @@ import numpy as np
 
 from .artifact import find_tool, run_compiler
 from .placements import Mesh, Placement, PlacementError
+# The one pytree walk (pytree.py); its specs are the guard keys' structure
+# and what CallPlan checks arguments against.
+from .pytree import count_leaves as _count_leaves
+from .pytree import difference as _spec_difference
+from .pytree import flatten_into as _flatten
+from .pytree import unflatten as _unflatten
 from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, make_layout,
                              runtime, session)
 
@@ -360,79 +366,6 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
     return artifact, key, so
 
 
-#: Python values a pytree may hold besides tensors and containers: they are
-#: part of the traced program (an argument's value is a guard, as under
-#: ``torch.compile``; an output's value is returned as traced).
-_CONSTANTS = (type(None), bool, int, float, str)
-#: The one NaN the specs hold, so that a NaN constant equals itself in the
-#: guard keys (the C++ plan compares floats bit for bit, NaNs as equal).
-_NAN = float("nan")
-
-
-def _flatten(x, leaves):
-    """The one pytree walk of the JIT (``CallPlan``'s ``TreeSpec`` reads the
-    same spec): tuples, lists and dicts (torch's order: dict values in
-    insertion order) are nodes, ``None``, bools, ints, floats and strings
-    are constants ``(None, value, tag)``, anything else a leaf (appended to
-    ``leaves``, spec ``None``). The spec is hashable; ``tag`` tells
-    ``True`` from ``1`` and ``-0.0`` from ``0.0``."""
-    t = type(x)
-    if t is tuple or t is list:
-        return (t, tuple([_flatten(v, leaves) for v in x]))
-    if t is dict:
-        return (dict, tuple(x), tuple([_flatten(v, leaves) for v in x.values()]))
-    if t in _CONSTANTS:
-        if t is float:
-            if x != x:
-                x = _NAN
-            return (None, x, x.hex())
-        return (None, x, t)
-    leaves.append(x)
-    return None
-
-
-def _unflatten(spec, it):
-    if spec is None:
-        return next(it)
-    if spec[0] is None:
-        return spec[1]
-    if spec[0] is dict:
-        return {k: _unflatten(c, it) for k, c in zip(spec[1], spec[2])}
-    return spec[0]([_unflatten(c, it) for c in spec[1]])
-
-
-def _count_leaves(spec) -> int:
-    if spec is None:
-        return 1
-    if spec[0] is None:
-        return 0
-    return sum(_count_leaves(c) for c in spec[-1])
-
-
-def _spec_difference(old, new, where=None) -> Optional[str]:
-    """Where two argument specs first differ, in words ("argument 1: 2.0 ->
-    3.0", "argument 0['w']: a tensor -> None")."""
-    if old == new:
-        return None
-    here = where or "the arguments"
-    if old is None or new is None or old[0] is None or new[0] is None:
-        def what(s):
-            return "a tensor" if s is None else (repr(s[1]) if s[0] is None else s[0].__name__)
-        return f"{here}: {what(old)} -> {what(new)}"
-    if old[0] is not new[0]:
-        return f"{here}: {old[0].__name__} -> {new[0].__name__}"
-    if old[0] is dict and old[1] != new[1]:
-        return f"{here}: dict keys {list(old[1])} -> {list(new[1])}"
-    if len(old[-1]) != len(new[-1]):
-        return f"{here}: {len(old[-1])} -> {len(new[-1])} entries"
-    keys = old[1] if old[0] is dict else range(len(old[-1]))
-    for k, a, b in zip(keys, old[-1], new[-1]):
-        d = _spec_difference(a, b, f"argument {k}" if where is None else f"{where}[{k!r}]")
-        if d:
-            return d
-    return None
-
-
 def _is_leaf(x) -> bool:
     return isinstance(x, ShardedTensor) or isinstance(x, np.ndarray) or hasattr(x, "detach")
 
@@ -448,7 +381,7 @@ def _memory(a):
     same exactly for the same tensor (one storage, offset, shape, strides
     and dtype). A ShardedTensor's memory is its shard set."""
     if isinstance(a, ShardedTensor):
-        key = id(a._shards)
+        key = id(a.shards)
         return key, key + 1, ("sharded", key)
     if isinstance(a, np.ndarray):
         lo, hi = _byte_bounds(a)
@@ -656,7 +589,7 @@ class CompiledFunction(runtime().CompiledCall):
                 if a.mesh is not self.mesh and a.mesh.shape != self.mesh.shape:
                     raise PlacementError(f"input {i} lives on mesh {a.mesh.shape}, "
                                          f"not {self.mesh.shape}")
-                keys.append(a._key)
+                keys.append(a.guard_key)
             else:
                 shape = tuple(a.shape)
                 layout = self._layouts.get((i, shape))
@@ -865,7 +798,7 @@ class CompiledFunction(runtime().CompiledCall):
                     spec = out_specs[out_offsets[k] + j]
                     a = leaves[j]
                     if (tuple(spec["global_shape"]) != tuple(a.shape)
-                            or spec["dtype"] != (a._key[1] if isinstance(a, ShardedTensor)
+                            or spec["dtype"] != (a.guard_key[1] if isinstance(a, ShardedTensor)
                                                  else dtype_name(a))
                             or layout_key(spec["layout"]) != layout_key(in_layouts[first + j])):
                         return False
@@ -1008,7 +941,7 @@ def _write_back(targets, values) -> None:
     points at the new shards."""
     for target, new in zip(targets, values):
         if isinstance(target, ShardedTensor):
-            target._set(new._shards, new._key)
+            target._set(new.shards, new.guard_key)
         elif isinstance(target, np.ndarray):
             np.copyto(target, new.full())
         else:

@@ -287,9 +287,17 @@ def _finalize_mpi():
 
 
 class ShardedTensor:
-    """A global tensor as resident local shards on the ranks of ``mesh``."""
+    """A global tensor as resident local shards on the ranks of ``mesh``.
 
-    __slots__ = ("_shards", "mesh", "_key", "__weakref__")
+    Its three slots are the runtime's view of it (docs/Importer.md, "The
+    call path"): ``shards``, the binding's ``ShardSet`` (the per-rank
+    buffers), ``mesh`` and ``guard_key``, the ``(global shape, dtype name,
+    layout key)`` that compiled calls are guarded by. A compiled call
+    (``_shardx_rt.CallPlan``) reads ``shards`` of its inputs and makes its
+    outputs by setting the three on a new instance, without running Python
+    code."""
+
+    __slots__ = ("shards", "mesh", "guard_key", "__weakref__")
 
     def __init__(self, shards, mesh: Mesh, key=None):
         self._set(shards, key)
@@ -298,8 +306,8 @@ class ShardedTensor:
     def _set(self, shards, key=None):
         """Points the handle at ``shards``; ``key`` (global shape, dtype,
         layout key) when the caller knows it, else read from the shards."""
-        self._shards = shards
-        self._key = key or (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
+        self.shards = shards
+        self.guard_key = key or (tuple(shards.global_shape), shards.dtype, layout_key(shards.layout))
 
     @staticmethod
     def from_torch(t, mesh: Mesh, placements: Optional[Sequence[Placement]] = None,
@@ -369,22 +377,22 @@ class ShardedTensor:
 
     @property
     def shape(self) -> Tuple[int, ...]:
-        return tuple(self._shards.global_shape)
+        return tuple(self.shards.global_shape)
 
     @property
     def dtype(self):
         import torch
-        return getattr(torch, _TORCH_DTYPES[self._shards.dtype])
+        return getattr(torch, _TORCH_DTYPES[self.shards.dtype])
 
     @property
     def layout_text(self) -> str:
         """The canonical layout (``#shardx.layout`` body), "R" when replicated."""
-        return self._key[2]
+        return self.guard_key[2]
 
     @property
     def placements(self) -> Optional[Tuple[Placement, ...]]:
         """DTensor placements of the layout (None when they cannot express it)."""
-        layout = self._shards.layout
+        layout = self.shards.layout
         if layout is None:
             return tuple(Replicate() for _ in self.mesh.shape)
         tuples = layout.placements(list(self.mesh.shape))
@@ -393,7 +401,7 @@ class ShardedTensor:
     def local(self, rank: int) -> np.ndarray:
         """Rank ``rank``'s shard: a read-only view of its buffer (no copy).
         Under ``mpi``, only this process's rank."""
-        return self._shards.local(rank)
+        return self.shards.local(rank)
 
     def local_runs(self, rank: int) -> Tuple[Tuple[Tuple[int, int], ...], ...]:
         """Which global indices rank ``rank``'s shard holds: per tensor dim,
@@ -401,7 +409,7 @@ class ShardedTensor:
         unless the dim is strided; a Partial axis does not change them). The
         shard is their product: local block (i, j, ...) of run sizes is the
         global block at the runs' offsets."""
-        layout = self._shards.layout
+        layout = self.shards.layout
         shape = self.shape
         if layout is None or layout.is_replicated:
             return tuple(((0, n),) for n in shape)
@@ -414,23 +422,23 @@ class ShardedTensor:
         ``mpi`` a collective: every process calls it. numpy has no
         bfloat16: a bf16 tensor's array (here and in ``local``) holds its
         bits as uint16; ``to_torch`` gives torch.bfloat16."""
-        if self._shards.distributed:
-            return _process_session(self.mesh).gather(self._shards)
-        return self._shards.full()
+        if self.shards.distributed:
+            return _process_session(self.mesh).gather(self.shards)
+        return self.shards.full()
 
     numpy = full
 
     def to_torch(self):
         import torch
         t = torch.from_numpy(self.full())
-        return t.view(torch.bfloat16) if self._shards.dtype == "bf16" else t
+        return t.view(torch.bfloat16) if self.shards.dtype == "bf16" else t
 
     def item(self):
         return self.full().item()
 
     def shares_buffer(self, other: "ShardedTensor", rank: int = 0) -> bool:
-        return self._shards.buffer_address(rank) == other._shards.buffer_address(rank)
+        return self.shards.buffer_address(rank) == other.shards.buffer_address(rank)
 
     def __repr__(self) -> str:
-        return (f"ShardedTensor(shape={list(self.shape)}, dtype={self._shards.dtype}, "
+        return (f"ShardedTensor(shape={list(self.shape)}, dtype={self.shards.dtype}, "
                 f"layout={self.layout_text}, mesh={self.mesh.shape})")

@@ -15,7 +15,8 @@ import unittest.mock
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
-import torch.utils._pytree as pytree
+
+from . import pytree
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -143,9 +144,9 @@ class TrainStep:
         ``running_var``, ``num_batches_tracked``), so that tools can tell a
         second moment (never negative) or a step counter from other tensors;
         the others have none."""
-        leaves, _ = pytree.tree_flatten_with_path(tuple(example_args))
-        return [None if path[0].idx != 1 else {"torch.state": self.buffer_names[path[2].idx].rsplit(".", 1)[-1]
-                if path[1].key == "buffers" else path[1].key} for path, _ in leaves]
+        leaves = pytree.leaves_with_paths(tuple(example_args))
+        return [None if path[0] != 1 else {"torch.state": self.buffer_names[path[2]].rsplit(".", 1)[-1]
+                if path[1] == "buffers" else path[1]} for path, _ in leaves]
 
     def placements(self, mesh, params: Dict[str, Sequence[Any]], inputs: Sequence[Any],
                    target: Any):

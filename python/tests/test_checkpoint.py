@@ -234,7 +234,7 @@ def test_sharded_tensor_from_locals_and_local_runs():
         ShardedTensor.from_locals([t.local(0), None, None, None], m22,
                                   [StridedShard(1, 3), S(0)], x.shape)
     rep = ShardedTensor.from_locals([x, None, None, None], m22, None, x.shape)
-    assert rep._shards.shares_buffer(0, 3) and torch.equal(rep.to_torch(), x)
+    assert rep.shards.shares_buffer(0, 3) and torch.equal(rep.to_torch(), x)
 
 
 def test_placements_forms_and_errors(tmp_path):

@@ -60,7 +60,7 @@ def test_compiled_steps_match_eager(name):
     mesh_size = int(np.prod(spec.mesh.shape)) if spec.mesh else 1
     for i in range(3):
         donated = [t for t in pytree.tree_leaves(sharded) if isinstance(t, ShardedTensor)]
-        addresses = [[t._shards.buffer_address(r) for r in range(mesh_size)] for t in donated]
+        addresses = [[t.shards.buffer_address(r) for r in range(mesh_size)] for t in donated]
         loss, p, s = f(sharded[0], sharded[1], inputs, target)
         el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
         # Adam moves a parameter by about lr wherever its gradient is
@@ -81,7 +81,7 @@ def test_compiled_steps_match_eager(name):
         # old handles are invalidated.
         assert len(donated) == (0 if i == 0 else len(pytree.tree_leaves((p, s))))
         for t, before, after in zip(donated, addresses, pytree.tree_leaves((p, s))):
-            assert [after._shards.buffer_address(r) for r in range(mesh_size)] == before
+            assert [after.shards.buffer_address(r) for r in range(mesh_size)] == before
             with pytest.raises(shardx.DonatedError, match="donated to a call"):
                 t.full()
         sharded, eager = (p, s), (ep, es)
@@ -138,9 +138,9 @@ def test_sharded_tensor_shards_and_gathers():
     np.testing.assert_array_equal(part.local(2), np.zeros((3, 6), np.float32))
     np.testing.assert_array_equal(part.full(), t.numpy())
     rep = ShardedTensor.from_torch(t, mesh)
-    assert rep.shares_buffer(rep, 0) and rep._shards.shares_buffer(0, 3)
+    assert rep.shares_buffer(rep, 0) and rep.shards.shares_buffer(0, 3)
     # local() is a view of the rank's buffer, not a copy.
-    assert rep.local(2).ctypes.data == rep._shards.buffer_address(2)
+    assert rep.local(2).ctypes.data == rep.shards.buffer_address(2)
 
 
 def _mlp_step():
@@ -162,7 +162,7 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
     _, p, s = f(params, state, inputs, target)
     _, ep, es = step.run_eager(params, state, inputs, target)
     before = [t.full().copy() for t in pytree.tree_leaves((p, s))]
-    addresses = [t._shards.buffer_address(1) for t in pytree.tree_leaves((p, s))]
+    addresses = [t.shards.buffer_address(1) for t in pytree.tree_leaves((p, s))]
     monkeypatch.setenv("SHARDX_TEST_FAIL_RANK", "1")
     with pytest.raises(shardx.RankError) as err:
         f(p, s, inputs, target)
@@ -171,7 +171,7 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
     assert str(err.value).startswith("rank 1 failed: ")
     # Nothing half-written: the donated handles keep their buffers.
     after = pytree.tree_leaves((p, s))
-    assert [t._shards.buffer_address(1) for t in after] == addresses
+    assert [t.shards.buffer_address(1) for t in after] == addresses
     for a, b in zip(after, before):
         np.testing.assert_array_equal(a.full(), b)
     # The next call runs on a fresh world and continues the training.
@@ -189,7 +189,7 @@ def test_donation_reuses_buffers_and_invalidates_inputs():
     _, p, s = f(params, state, inputs, target)
     _, ep, es = step.run_eager(params, state, inputs, target)
     old = pytree.tree_leaves((p, s))
-    addresses = [[t._shards.buffer_address(r) for r in range(4)] for t in old]
+    addresses = [[t.shards.buffer_address(r) for r in range(4)] for t in old]
     # A view the caller holds keeps its buffer: that one output gets a new
     # buffer, the view still shows the old values.
     view = old[0].local(1)
@@ -201,10 +201,10 @@ def test_donation_reuses_buffers_and_invalidates_inputs():
         assert_close(a, b, "parameter or state")
     new = pytree.tree_leaves((p2, s2))
     np.testing.assert_array_equal(view, kept)
-    assert new[0]._shards.buffer_address(1) != addresses[0][1]
-    assert [new[0]._shards.buffer_address(r) for r in (0, 2, 3)] == [addresses[0][r] for r in (0, 2, 3)]
+    assert new[0].shards.buffer_address(1) != addresses[0][1]
+    assert [new[0].shards.buffer_address(r) for r in (0, 2, 3)] == [addresses[0][r] for r in (0, 2, 3)]
     for t, before in zip(new[1:], addresses[1:]):
-        assert [t._shards.buffer_address(r) for r in range(4)] == before
+        assert [t.shards.buffer_address(r) for r in range(4)] == before
     # The donated handles are invalidated, with a clear error.
     for t in old:
         with pytest.raises(shardx.DonatedError, match="donated to a call"):
@@ -215,7 +215,7 @@ def test_donation_reuses_buffers_and_invalidates_inputs():
     g = shardx.compile(step, mesh, ins, outs, name="mlp")
     _, p3, _ = g(p2, s2, inputs, target)
     assert p2[0].full().shape == p3[0].full().shape
-    assert p3[0]._shards.buffer_address(0) != p2[0]._shards.buffer_address(0)
+    assert p3[0].shards.buffer_address(0) != p2[0].shards.buffer_address(0)
 
 
 def test_bad_placements_raise_before_tracing():

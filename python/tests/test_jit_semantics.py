@@ -157,7 +157,7 @@ def test_in_place_update_reaches_every_handle_of_the_shards():
 
     f = shardx.compile(h, MESH, [[Shard(0)], [Shard(0)]])
     st = ShardedTensor.from_torch(torch.zeros(4), MESH, [Shard(0)])
-    other = ShardedTensor(st._shards, MESH)  # a second handle of the same shards
+    other = ShardedTensor(st.shards, MESH)  # a second handle of the same shards
     assert_same(f(st, other), (torch.full((4,), 2.0),))
     assert_same((full(st), full(other)), (torch.ones(4), torch.ones(4)))
 
