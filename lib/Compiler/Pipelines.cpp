@@ -70,6 +70,8 @@ LogicalResult writeFile(StringRef path, StringRef text) {
 
 void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
                                               const std::string &recompute) {
+  // Halo exchanges become permutes, which the conversion lowers.
+  pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");

@@ -89,11 +89,60 @@ static bool isIdentityOf(ReduceOp kind, TypedAttr value) {
 
 namespace {
 
+/// `outer + c * inner` with `outer` at stride 1 (a convolution's or
+/// pooling's input index at stride 1, dilation `c`): the dim of size
+/// `range(outer) + c * (range(inner) - 1)` is the outer loop's range widened
+/// by the window's extent. The outer loop is the longer one.
+struct Window {
+  int64_t outer, inner, extent;
+};
+static std::optional<Window> matchWindow(AffineExpr expr,
+                                         ArrayRef<int64_t> ranges,
+                                         int64_t size) {
+  auto add = dyn_cast<AffineBinaryOpExpr>(expr);
+  if (!add || add.getKind() != AffineExprKind::Add ||
+      ShapedType::isDynamic(size))
+    return std::nullopt;
+  // A term: a loop times a positive constant.
+  auto term = [](AffineExpr e) -> std::optional<std::pair<int64_t, int64_t>> {
+    if (auto d = dyn_cast<AffineDimExpr>(e))
+      return std::make_pair(int64_t(d.getPosition()), int64_t(1));
+    auto mul = dyn_cast<AffineBinaryOpExpr>(e);
+    if (!mul || mul.getKind() != AffineExprKind::Mul)
+      return std::nullopt;
+    auto d = dyn_cast<AffineDimExpr>(mul.getLHS());
+    auto c = dyn_cast<AffineConstantExpr>(mul.getRHS());
+    if (!d || !c || c.getValue() < 1)
+      return std::nullopt;
+    return std::make_pair(int64_t(d.getPosition()), c.getValue());
+  };
+  auto a = term(add.getLHS()), b = term(add.getRHS());
+  if (!a || !b || a->first == b->first)
+    return std::nullopt;
+  int64_t ra = ranges[a->first], rb = ranges[b->first];
+  if (ShapedType::isDynamic(ra) || ShapedType::isDynamic(rb))
+    return std::nullopt;
+  // The outer loop has stride 1 and the longer range.
+  if (b->second == 1 && (a->second != 1 || rb > ra)) {
+    std::swap(a, b);
+    std::swap(ra, rb);
+  }
+  if (a->second != 1 || ra <= rb || rb < 1)
+    return std::nullopt;
+  int64_t extent = b->second * (rb - 1);
+  if (ra + extent != size)
+    return std::nullopt;
+  return Window{a->first, b->first, extent};
+}
+
 /// Loops -> factors (parallel or reduction, from the iterator types); each
 /// tensor operand dim -> the loop its indexing map names. A constant result
 /// (a broadcast size-1 dim) maps to no factor; any other expression (d0 + d1
 /// of a convolution) maps to the loops it uses, which then need
-/// replication. Results map like their init operands.
+/// replication, except a stride-1 window (`matchWindow`): that input dim is
+/// the outer loop widened by the window, a windowed dim of the rule (the op
+/// reads a halo across shard edges), and the window loop needs replication.
+/// Results map like their init operands.
 template <typename OpTy>
 struct LinalgStructuredRule
     : public ShardingRuleOpInterface::ExternalModel<LinalgStructuredRule<OpTy>,
@@ -117,10 +166,25 @@ struct LinalgStructuredRule
     auto dimsOf = [&](OpOperand &operand) {
       SmallVector<SmallVector<int64_t>> dims;
       AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
-      for (AffineExpr expr : map.getResults()) {
+      auto type = cast<RankedTensorType>(operand.get().getType());
+      for (auto [d, expr] : llvm::enumerate(map.getResults())) {
         SmallVector<int64_t> factors;
+        std::optional<Window> window;
+        if (!linalgOp.isDpsInit(&operand))
+          window = matchWindow(expr, ranges, type.getDimSize(d));
         if (auto dim = dyn_cast<AffineDimExpr>(expr)) {
           factors.push_back(dim.getPosition());
+        } else if (window) {
+          // Stride 1: the dim is the outer loop's range widened by the
+          // window; the window loop stays whole.
+          factors.push_back(window->outer);
+          rule.factorKinds[window->inner] =
+              ShardingRule::FactorKind::NeedReplication;
+          int64_t extent = window->extent;
+          rule.windows.push_back({/*result=*/false,
+                                  static_cast<int64_t>(rule.operands.size()),
+                                  static_cast<int64_t>(d), extent / 2,
+                                  extent - extent / 2, /*halo=*/true});
         } else if (!isa<AffineConstantExpr>(expr)) {
           expr.walk([&](AffineExpr e) {
             if (auto d = dyn_cast<AffineDimExpr>(e)) {

@@ -56,6 +56,11 @@ std::string ShardingRule::str() const {
                                                      : " need_replication={") +
            list + "}";
   }
+  for (const WindowedDim &w : windows)
+    s += std::string(" window(") + (w.result ? "result " : "operand ") +
+         std::to_string(w.tensor) + " dim " + std::to_string(w.dim) +
+         ": low=" + std::to_string(w.low) + " high=" + std::to_string(w.high) +
+         (w.halo ? " halo" : "") + ")";
   return s;
 }
 

@@ -239,7 +239,8 @@ struct ConcatRule
   }
 };
 
-/// tensor.pad (static): unpadded dims are shared parallel factors.
+/// tensor.pad (static): unpadded dims are shared parallel factors; a dim
+/// padded with a constant is one too, the result's a windowed dim.
 struct PadRule
     : public ShardingRuleOpInterface::ExternalModel<PadRule, tensor::PadOp> {
   FailureOr<ShardingRule> getShardingRule(Operation *op) const {
@@ -250,10 +251,24 @@ struct PadRule
       return failure();
     ShardingRule rule;
     DimFactors srcDims, resDims;
-    for (int64_t d = 0; d < src.getRank(); ++d)
-      addDimPair(rule,
-                 pad.getStaticLow()[d] == 0 && pad.getStaticHigh()[d] == 0,
-                 src.getDimSize(d), res.getDimSize(d), srcDims, resDims);
+    // A padded dim with a constant padding value is a windowed dim: split,
+    // the first shard takes the low padding and the last the high.
+    bool constant = pad.getConstantPaddingValue() != nullptr;
+    for (int64_t d = 0; d < src.getRank(); ++d) {
+      int64_t low = pad.getStaticLow()[d], high = pad.getStaticHigh()[d];
+      bool padded = low != 0 || high != 0;
+      if (padded && constant && low >= 0 && high >= 0 &&
+          !src.isDynamicDim(d)) {
+        int64_t f = rule.addFactor(src.getDimSize(d), FactorKind::Parallel);
+        srcDims.push_back({f});
+        resDims.push_back({f});
+        rule.windows.push_back({/*result=*/true, 0, d, low, high,
+                                /*halo=*/false});
+        continue;
+      }
+      addDimPair(rule, !padded, src.getDimSize(d), res.getDimSize(d), srcDims,
+                 resDims);
+    }
     rule.operands.push_back(srcDims);
     rule.results.push_back(resDims);
     return rule;

@@ -71,3 +71,38 @@ def mlp(din=8, hidden=16, dout=8, act=nn.ReLU):
 
 def nll(out, target):
     return F.nll_loss(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+class HaloUNet(nn.Module):
+    """A small U-Net-like CNN for spatial (domain) parallelism: 3x3
+    convolutions (stride 1, padding 1) with ReLU at two resolutions, a 2x2
+    average pooling and a nearest 2x upsampling written as reshapes (they
+    keep an even H or W split), a skip connection concatenated on channels.
+    With ``levels=1`` only the full-resolution convolutions (any H, W).
+    ``spatial`` (placements, e.g. ``[Shard(2), Shard(3)]``) constrains the
+    activations after each convolution to stay split, as a ShardTensor's
+    do (``shardx.constrain``)."""
+
+    def __init__(self, cin: int = 2, width: int = 4, cout: int = 2, levels: int = 2, spatial=None):
+        super().__init__()
+        self.levels = levels
+        self.spatial = spatial
+        self.enc = nn.Conv2d(cin, width, 3, padding=1)
+        self.mid = nn.Conv2d(width, width, 3, padding=1)
+        self.dec = nn.Conv2d(2 * width if levels == 2 else width, cout, 3, padding=1)
+
+    def _keep(self, t):
+        if self.spatial is None:
+            return t
+        import shardx
+        return shardx.constrain(t, self.spatial)
+
+    def forward(self, x):
+        a = self._keep(F.relu(self.enc(x)))
+        if self.levels == 1:
+            return self.dec(self._keep(F.relu(self.mid(a))))
+        n, c, h, w = a.shape
+        p = a.reshape(n, c, h // 2, 2, w // 2, 2).mean((3, 5))
+        b = self._keep(F.relu(self.mid(p)))
+        u = b[:, :, :, None, :, None].expand(n, c, h // 2, 2, w // 2, 2).reshape(n, c, h, w)
+        return self.dec(torch.cat([a, u], 1))

@@ -45,10 +45,12 @@ func.func @maps(%x: tensor<8x16xf32>, %r: tensor<8xf32>, %t: tensor<16x8xf32>, %
 
 // -----
 
-// Tests that a convolution's window loops, which index through sums, need
-// replication (the input's spatial dims list the loops their sums use).
+// Tests that a stride-1 convolution's input spatial dims are windowed dims
+// of the output rows (widened by the kernel's extent, read across shard
+// edges) and that its window loops need replication (docs/Rules.md,
+// "Windowed ops"; more cases in windowed-rules.mlir).
 func.func @conv(%x: tensor<1x8x8x3xf32>, %w: tensor<3x3x3x4xf32>, %o: tensor<1x6x6x4xf32>) -> tensor<1x6x6x4xf32> {
-  // CHECK: remark: ([i, j*m, k*n, o], [m, n, o, l], [i, j, k, l]) -> ([i, j, k, l]) {i=1, j=6, k=6, l=4, m=3, n=3, o=3} reduction={o} need_replication={j, k, m, n}
+  // CHECK: remark: ([i, j, k, o], [m, n, o, l], [i, j, k, l]) -> ([i, j, k, l]) {i=1, j=6, k=6, l=4, m=3, n=3, o=3} reduction={o} need_replication={m, n} window(operand 0 dim 1: low=1 high=1 halo) window(operand 0 dim 2: low=1 high=1 halo)
   %0 = linalg.conv_2d_nhwc_hwcf ins(%x, %w : tensor<1x8x8x3xf32>, tensor<3x3x3x4xf32>) outs(%o : tensor<1x6x6x4xf32>) -> tensor<1x6x6x4xf32>
   return %0 : tensor<1x6x6x4xf32>
 }

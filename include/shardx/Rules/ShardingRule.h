@@ -41,6 +41,34 @@ struct ShardingRule {
   /// Per tensor result, per dim, the factors.
   SmallVector<SmallVector<SmallVector<int64_t>>> results;
 
+  /// A windowed dim (docs/Rules.md, "Windowed ops"): a dim of one factor
+  /// whose size is the factor's plus `low + high` (a padded dim; the input
+  /// rows of a stride-1 convolution or pooling). When the factor is split,
+  /// the dim is split with explicit sizes: the factor's pieces, the first
+  /// widened by `low` and the last by `high`; a consumer that reads the
+  /// window (`halo`) needs `low` rows from the previous shard and `high`
+  /// from the next (shardx.halo, inserted by shardx-localize).
+  struct WindowedDim {
+    bool result;    // a result (else an operand)
+    int64_t tensor; // index among the tensor operands or results
+    int64_t dim;
+    int64_t low, high;
+    bool halo; // the op reads across shard edges (a window), not a pad
+  };
+  SmallVector<WindowedDim> windows;
+  /// The window of dim `d` of the tensor whose factors are `dims` (one of
+  /// `operands` or `results`, by identity), or null.
+  const WindowedDim *windowOf(ArrayRef<SmallVector<int64_t>> dims,
+                              int64_t d) const {
+    for (const WindowedDim &w : windows) {
+      const auto &list = w.result ? results : operands;
+      if (w.tensor < static_cast<int64_t>(list.size()) &&
+          list[w.tensor].data() == dims.data() && w.dim == d)
+        return &w;
+    }
+    return nullptr;
+  }
+
   /// "([i, k], [k, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}".
   std::string str() const;
 };

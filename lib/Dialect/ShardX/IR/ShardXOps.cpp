@@ -645,6 +645,69 @@ LogicalResult PermuteOp::verifySymbolUses(SymbolTableCollection &st) {
   return success();
 }
 
+LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  int64_t dim = getDim();
+  if (failed(verifySameElementsAndRank(*this, in, out)) ||
+      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
+    return failure();
+  int64_t low = getLow(), high = getHigh();
+  if (low < 0 || high < 0)
+    return emitOpError("halo widths must be non-negative, got low = ")
+           << low << " and high = " << high;
+  // The members' operand sizes on `dim`, where known.
+  SmallVector<int64_t> sizes;
+  if (std::optional<ArrayRef<int64_t>> given = getSizes()) {
+    if (static_cast<int64_t>(given->size()) != *n)
+      return emitOpError("'sizes' has ")
+             << given->size() << " entries but the group has " << *n
+             << " members";
+    for (int64_t s : *given)
+      if (s < 0)
+        return emitOpError("'sizes' entries must be non-negative, got ") << s;
+    int64_t local = in.getDimSize(dim);
+    if (!ShapedType::isDynamic(local) &&
+        llvm::any_of(*given, [&](int64_t s) { return s != local; }))
+      return emitOpError("operand dim ")
+             << dim << " is static but 'sizes' are not all " << local
+             << "; make it dynamic";
+    sizes.assign(given->begin(), given->end());
+  } else if (!in.isDynamicDim(dim)) {
+    sizes.assign(*n, in.getDimSize(dim));
+  }
+  if (*n == 1) {
+    if (!in.isDynamicDim(dim) && !out.isDynamicDim(dim) &&
+        in.getDimSize(dim) != out.getDimSize(dim))
+      return emitOpError("a group of one member has no neighbours: result "
+                         "dim ")
+             << dim << " must equal the operand's";
+    return success();
+  }
+  if (sizes.empty())
+    return success();
+  int64_t smallest = *llvm::min_element(sizes);
+  if (std::max(low, high) > smallest)
+    return emitOpError("halo (low = ")
+           << low << ", high = " << high << ") is wider than the smallest "
+           << "shard (" << smallest << " rows of dim " << dim
+           << "): a window may reach only the neighbouring shard";
+  int64_t first = sizes.front() + high, last = sizes.back() + low;
+  bool same = first == last;
+  for (size_t j = 1; j + 1 < sizes.size(); ++j)
+    same &= sizes[j] + low + high == first;
+  int64_t res = out.getDimSize(dim);
+  if (!ShapedType::isDynamic(res) && (!same || res != first))
+    return emitOpError("result dim ")
+           << dim << " is " << res
+           << " but the members' results differ or have another size; "
+              "make it dynamic";
+  return success();
+}
+
 LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &st) {
   FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
   if (failed(n))

@@ -9,6 +9,10 @@
 
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Dialect/ShardX/Transforms/RecordedLayouts.h"
+#include "shardx/Rules/ShardingRule.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -66,9 +70,57 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
     });
     if (result.wasInterrupted())
       return signalPassFailure();
+    printHalos(symbolTable);
     OwningOpRef<ModuleOp> scheduled;
     printSchedules(scheduled);
     printMemory(scheduled);
+  }
+
+  /// A remark per windowed operand of a global program that is read across
+  /// shard edges (docs/Rules.md, "Windowed ops"): the halo shardx-localize
+  /// will exchange, with the bytes the rank with the most receives (both
+  /// sides, the largest shard of the other dims).
+  void printHalos(SymbolTableCollection &symbolTable) {
+    getOperation()->walk([&](ShardingRuleOpInterface ruleOp) {
+      Operation *op = ruleOp.getOperation();
+      if (!isa<linalg::LinalgOp>(op))
+        return;
+      FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+      if (failed(rule))
+        return;
+      SmallVector<Value> tensors;
+      for (Value v : op->getOperands())
+        if (isa<RankedTensorType>(v.getType()))
+          tensors.push_back(v);
+      for (const ShardingRule::WindowedDim &w : rule->windows) {
+        if (w.result || !w.halo || w.tensor >= (int64_t)tensors.size())
+          continue;
+        LayoutAttr attr = getRecordedLayout(tensors[w.tensor]);
+        const ::shardx::DimSharding *ds =
+            attr ? attr.getLayout().getDim(w.dim) : nullptr;
+        if (!ds || ds->splits.empty())
+          continue;
+        MeshOp mesh = lookupMesh(op, attr.getMesh(), &symbolTable);
+        if (!mesh)
+          continue;
+        auto type = cast<RankedTensorType>(tensors[w.tensor].getType());
+        double bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8) *
+                       double(w.low + w.high);
+        for (int64_t d = 0; d < type.getRank(); ++d) {
+          if (d == w.dim)
+            continue;
+          int64_t parts = 1;
+          if (const auto *other = attr.getLayout().getDim(d))
+            for (const ::shardx::Split &sp : other->splits)
+              parts *= mesh.getShape()[sp.axis];
+          bytes *= llvm::divideCeil(type.getDimSize(d), parts);
+        }
+        op->emitRemark() << "halo of operand " << w.tensor << " dim " << w.dim
+                         << " over mesh axis " << ds->splits[0].axis
+                         << " (low " << w.low << ", high " << w.high << "): "
+                         << llvm::formatv("{0:F0}", bytes) << " bytes/rank";
+      }
+    });
   }
 
   /// The copy of the module with its collectives scheduled (made once, in

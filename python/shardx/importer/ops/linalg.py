@@ -83,7 +83,16 @@ def _convolution_backward(imp, node, args, kwargs):
     hp, wp = h + 2 * p[0], wd + 2 * p[1]
     dtype = gy.dtype
     res: List = [None, None, None]
-    if mask[0]:
+    q = [d[0] * (kh - 1) - p[0], d[1] * (kw - 1) - p[1]]
+    if mask[0] and s == [1, 1] and min(q) >= 0:
+        # Stride 1: the output gradient padded by q convolved with the
+        # flipped weight is the input gradient, a windowed op whose rows
+        # split like the input's (docs/Rules.md, "Windowed ops").
+        z = pad(imp, gy, [0, 0] + q, [0, 0] + q, 0)
+        wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
+                            ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
+        res[0] = conv2d(imp, z, wt, [1, 1], d, (n, c, h, wd), dtype)
+    elif mask[0]:
         lo = [d[0] * (kh - 1), d[1] * (kw - 1)]
         z = imp.em.full((n, f, hp + lo[0], wp + lo[1]), 0, dtype)
         z = insert_slice(imp, gy, z, [0, 0] + lo, [1, 1] + s)

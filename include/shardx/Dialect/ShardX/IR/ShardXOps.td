@@ -436,6 +436,48 @@ def ShardX_ExchangeOp : ShardX_CollectiveOp<"exchange"> {
   }];
 }
 
+def ShardX_HaloOp : ShardX_CollectiveOp<"halo"> {
+  let summary = "widens each shard by its neighbours' edge rows (halo)";
+  let description = [{
+    The neighbour exchange of windowed ops on a split dim (a convolution's
+    or pooling's rows: PhysicsNeMo ShardTensor's halo, upstream
+    `shard.update_halo`). Along `dim`, group member `j > 0` receives the
+    last `low` rows of member `j - 1` in front of its own tensor and member
+    `j < n - 1` the first `high` rows of member `j + 1` behind it. The
+    members at the ends of the group receive nothing on their outer side
+    (their shards already hold the zero padding of the padded tensor, see
+    docs/Rules.md, "Windowed ops"), so the result dim is the operand's plus
+    `low` and `high`, less `low` on member 0 and `high` on member `n - 1`:
+    dynamic when members differ. Uneven shards name the members' operand
+    sizes with `sizes`. Lowered inside the dialect to two `shardx.permute`
+    of the edge slices (`shardx-lower-halos`).
+
+    ```mlir
+    %y = shardx.halo %x on @mesh axes = [0] dim = 2 low = 1 high = 1
+        : tensor<2x3x5x8xf32> -> tensor<2x3x?x8xf32>
+    %z = shardx.halo %u on @mesh axes = [0] dim = 0 low = 2 high = 0
+        sizes = [4, 3] : tensor<?x8xf32> -> tensor<?x8xf32>
+    ```
+  }] # commonDescription # [{
+    Also: `dim` is within the rank; `low` and `high` are non-negative and,
+    in a group of more than one member, no wider than the smallest shard
+    (the operand's static `dim`, or the smallest of `sizes`, which has one
+    entry per member and no negative one): a halo reaches only the
+    neighbour's shard, so a window wider than a shard is refused; the
+    result equals the operand except on `dim`, which is static only when
+    every member's result has that size.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       DenseI64ArrayAttr:$axes, I64Attr:$dim, I64Attr:$low,
+                       I64Attr:$high, OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `axes` `=` $axes `dim` `=` $dim `low` `=` $low
+    `high` `=` $high (`sizes` `=` $sizes^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Local steps
 //===----------------------------------------------------------------------===//

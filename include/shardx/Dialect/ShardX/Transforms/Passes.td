@@ -325,6 +325,34 @@ def ScheduleCollectivesPass
   ];
 }
 
+def LowerHalosPass : Pass<"shardx-lower-halos", "ModuleOp"> {
+  let summary = "lowers shardx.halo to neighbour permutes of its edge slices";
+  let description = [{
+    On the local program: every `shardx.halo` becomes the slices of its
+    operand's edge rows, one `shardx.permute` per side with the
+    non-cyclic neighbour pairs (`[j, j + 1]` for the low side, `[j + 1, j]`
+    for the high side), and a `tensor.concat` of the received rows and the
+    operand; the members at the ends of the group keep none of what they
+    receive (`shardx.axis_index` picks the sizes). Every backend then runs
+    a halo through its permute (threads, MPI, cuda-local, NCCL). The CPU
+    and CUDA code generation run it before `shardx-convert-to-runtime`.
+
+    ```mlir
+    %y = shardx.halo %x on @mesh axes = [0] dim = 0 low = 1 high = 0
+        : tensor<4x8xf32> -> tensor<?x8xf32>
+    // becomes
+    %t = tensor.extract_slice %x[3, 0] [1, 8] [1, 1]
+    %p = shardx.permute %t on @mesh axes = [0] pairs = [[0, 1]] : tensor<1x8xf32>
+    %j = shardx.axis_index on @mesh axes = [0] : index
+    %n = arith.select (%j > 0), 1, 0
+    %r = tensor.extract_slice %p[0, 0] [%n, 8] [1, 1]
+    %y = tensor.concat dim(0) %r, %x
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Test and debugging passes
 //===----------------------------------------------------------------------===//

@@ -23,6 +23,7 @@
 #include "LayoutUtils.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -282,6 +283,11 @@ private:
   // The function
   //===--------------------------------------------------------------------===//
 
+  /// Windowed dims of the op's rule split over a mesh axis (docs/Rules.md,
+  /// "Windowed ops"): an operand read through a window gets a shardx.halo;
+  /// a padded result pads only at the ends of the group.
+  FailureOr<Operation *> localizeWindows(Operation &op, Operation *clone);
+
   LogicalResult localizeArguments(Block &global, Block &local);
   void recordResults();
   LogicalResult localizeOp(Operation &op);
@@ -422,6 +428,74 @@ void Localizer::recordResults() {
 /// Clones `op` into the local body (at the rewriter's insertion point) and
 /// maps its results. ShardX collectives already work on local types; ops
 /// with regions (scf) run replicated.
+FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
+                                                  Operation *clone) {
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruleOp)
+    return clone;
+  FailureOr<ShardingRule> rule = ruleOp.getShardingRule();
+  if (failed(rule) || rule->windows.empty())
+    return clone;
+  SmallVector<OpOperand *> tensorOperands;
+  for (OpOperand &use : op.getOpOperands())
+    if (isa<RankedTensorType>(use.get().getType()))
+      tensorOperands.push_back(&use);
+  Location loc = op.getLoc();
+  for (const ShardingRule::WindowedDim &w : rule->windows) {
+    Value global = w.result ? op.getResult(w.tensor)
+                            : tensorOperands[w.tensor]->get();
+    Layout layout = layoutOf(global);
+    const ::shardx::DimSharding *ds = layout.getDim(w.dim);
+    if (!ds)
+      continue;
+    if (ds->splits.size() != 1 || ds->sizes.empty())
+      return op.emitError("windowed dim ")
+             << w.dim << " is split in a way the halo exchange does not "
+             << "support (one mesh axis with the window's sizes)";
+    int64_t axis = ds->splits[0].axis, n = meshShape[axis];
+    auto cst = [&](int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(rewriter, loc, v);
+    };
+    if (!w.result) {
+      // The operand's rows plus the neighbours' edge rows.
+      OpOperand &use = clone->getOpOperand(
+          tensorOperands[w.tensor]->getOperandNumber());
+      auto type = cast<RankedTensorType>(use.get().getType());
+      SmallVector<int64_t> shape(type.getShape());
+      if (n > 1)
+        shape[w.dim] = ShapedType::kDynamic;
+      Value halo = HaloOp::create(
+          rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
+          use.get(), meshRef, rewriter.getDenseI64ArrayAttr({axis}),
+          rewriter.getI64IntegerAttr(w.dim), rewriter.getI64IntegerAttr(w.low),
+          rewriter.getI64IntegerAttr(w.high),
+          rewriter.getDenseI64ArrayAttr(ArrayRef<int64_t>(ds->sizes)));
+      use.set(halo);
+      continue;
+    }
+    // A pad: the first member pads low, the last high, the others not.
+    auto pad = cast<tensor::PadOp>(clone);
+    Value j = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
+                                  meshRef, rewriter.getDenseI64ArrayAttr({axis}));
+    auto sideAt = [&](int64_t member, int64_t width) -> OpFoldResult {
+      Value at = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::eq,
+                                       j, cst(member));
+      return arith::SelectOp::create(rewriter, loc, at, cst(width), cst(0))
+          .getResult();
+    };
+    SmallVector<OpFoldResult> low = pad.getMixedLowPad(),
+                              high = pad.getMixedHighPad();
+    low[w.dim] = sideAt(0, w.low);
+    high[w.dim] = sideAt(n - 1, w.high);
+    auto local = tensor::PadOp::create(
+        rewriter, loc, pad.getResultType(), pad.getSource(), low, high,
+        pad.getConstantPaddingValue(), pad.getNofold());
+    rewriter.replaceOp(pad, local.getResult());
+    clone = local;
+  }
+  return clone;
+}
+
 LogicalResult Localizer::localizeOp(Operation &op) {
   // %l = unrealized_conversion_cast %x (around a lowered reshard) -> %x.
   if (auto cast = dyn_cast<UnrealizedConversionCastOp>(op);
@@ -446,6 +520,12 @@ LogicalResult Localizer::localizeOp(Operation &op) {
   }
   OpBuilder::InsertionGuard guard(rewriter);
   rewriter.setInsertionPoint(clone);
+  if (isa<tensor::PadOp, linalg::LinalgOp>(op)) {
+    FailureOr<Operation *> windowed = localizeWindows(op, clone);
+    if (failed(windowed))
+      return failure();
+    clone = *windowed;
+  }
   FailureOr<Operation *> result =
       TypeSwitch<Operation *, FailureOr<Operation *>>(&op)
           .Case([&](tensor::EmptyOp g) {

@@ -22,6 +22,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 
+#include <array>
 #include <tuple>
 
 namespace mlir::shardx {
@@ -52,6 +53,16 @@ public:
     return usPerIteration * work(rule, shardedWork);
   }
   double getUsPerIteration() const { return usPerIteration; }
+  /// Microseconds of halo exchanges ((mesh axis, bytes to one neighbour)
+  /// each): one step of the axis's alpha-beta cost per exchange, both
+  /// neighbours served at once.
+  double haloUs(ArrayRef<std::pair<int64_t, int64_t>> halos) const {
+    double us = 0;
+    for (auto [axis, bytes] : halos)
+      us += planner.getMesh().groupCost(std::array<int64_t, 1>{axis}).timeUs(
+          static_cast<double>(bytes));
+    return us;
+  }
 
 private:
   ::shardx::Planner planner;

@@ -44,6 +44,23 @@ factorPrefixes(const ShardingRule &rule, ArrayRef<int64_t> factors) {
   return prefix;
 }
 
+/// The pieces of factor `f` under its single stride-1 split `fs` (explicit
+/// sizes, or torch.chunk's), or none for another split.
+static std::optional<std::vector<int64_t>>
+factorPieces(const ShardingRule &rule, int64_t f, const DimSharding &fs,
+             ArrayRef<int64_t> meshShape) {
+  if (fs.splits.size() != 1 || fs.splits[0].stride != 1 ||
+      ShapedType::isDynamic(rule.factorSizes[f]))
+    return std::nullopt;
+  if (!fs.sizes.empty())
+    return fs.sizes;
+  int64_t n = meshShape[fs.splits[0].axis];
+  std::vector<int64_t> pieces;
+  for (int64_t j = 0; j < n; ++j)
+    pieces.push_back(::shardx::chunkInterval(rule.factorSizes[f], n, j).size);
+  return pieces;
+}
+
 /// How one operand's layout looks in the rule's factors: per factor the
 /// splits of the dim it forms. A dim made of several factors is read as
 /// mixed-radix digits (Layout.h): each split sits at a digit position (the
@@ -63,6 +80,20 @@ Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
     ArrayRef<int64_t> factors = dims[ds.dim];
     if (factors.empty())
       continue;
+    if (const ShardingRule::WindowedDim *w = rule.windowOf(dims, ds.dim)) {
+      // The factor's pieces are the dim's less the window at the ends.
+      if (ds.splits.size() != 1 || ds.sizes.empty() ||
+          ds.sizes.front() < w->low || ds.sizes.back() < w->high)
+        continue;
+      DimSharding fs{ds.dim, ds.splits, ds.sizes};
+      fs.sizes.front() -= w->low;
+      fs.sizes.back() -= w->high;
+      DimSharding even{ds.dim, ds.splits, {}};
+      if (factorPieces(rule, factors[0], even, meshShape) == fs.sizes)
+        fs.sizes.clear();
+      view[factors[0]] = fs;
+      continue;
+    }
     if (factors.size() == 1) {
       view[factors[0]] = ds;
       continue;
@@ -111,6 +142,25 @@ std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
                                             int64_t meshRank) {
   Layout layout(meshRank);
   for (auto [d, factors] : llvm::enumerate(dims)) {
+    if (const ShardingRule::WindowedDim *w = rule.windowOf(dims, d)) {
+      // The factor's pieces, the first widened by the low window and the
+      // last by the high one.
+      const auto &fs = assignment[factors[0]];
+      if (!fs)
+        continue;
+      std::optional<std::vector<int64_t>> pieces =
+          factorPieces(rule, factors[0], *fs, meshShape);
+      if (!pieces)
+        return std::nullopt;
+      pieces->front() += w->low;
+      pieces->back() += w->high;
+      // A halo reaches only the neighbouring shard.
+      if (w->halo && *llvm::min_element(*pieces) < std::max(w->low, w->high))
+        return std::nullopt;
+      layout.addSplit(d, fs->splits[0]);
+      layout.setSizes(d, *pieces);
+      continue;
+    }
     if (factors.size() == 1) {
       if (const auto &fs = assignment[factors[0]]) {
         for (const Split &s : fs->splits)

@@ -90,7 +90,8 @@ public:
   }
   /// The time `op`'s local loop takes under `s` at the compute rate.
   double computeUs(Operation *op, const OpLayouts &s) const {
-    return costs.computeUs(movable.ruleOf(op), s.shardedWork);
+    return costs.computeUs(movable.ruleOf(op), s.shardedWork) +
+           costs.haloUs(s.halos);
   }
 
   /// Changes made by a trial, with the costs of every value they touch as

@@ -83,6 +83,35 @@ static bool fits(const Layout &l, Value v, ArrayRef<int64_t> meshShape) {
       .empty();
 }
 
+/// The halo exchanges of tensor operand `index` (type `type`) in layout
+/// `l`: per split windowed dim the op reads across shard edges, the axis
+/// and the bytes a rank sends to its farther-reaching side (the halo's
+/// wider side's rows times the largest local extent of the other dims).
+static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
+                     RankedTensorType type, ArrayRef<int64_t> meshShape,
+                     OpLayouts &s) {
+  for (const ShardingRule::WindowedDim &w : rule.windows) {
+    if (w.result || w.tensor != index || !w.halo)
+      continue;
+    const DimSharding *ds = l.getDim(w.dim);
+    if (!ds || ds->splits.empty())
+      continue;
+    int64_t row = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (d == w.dim)
+        continue;
+      int64_t size = type.getDimSize(d);
+      if (const DimSharding *other = l.getDim(d))
+        size = llvm::divideCeil(size, splitCount(*other, meshShape));
+      row *= size;
+    }
+    // Both sides move at once (one neighbour exchange, as grouped
+    // send/recv does): the wider side's rows.
+    if (std::max(w.low, w.high) > 0)
+      s.halos.emplace_back(ds->splits[0].axis, std::max(w.low, w.high) * row);
+  }
+}
+
 OpLayouts OpShardingSpace::evaluate(Operation *op, const ShardingRule &rule,
                                     ArrayRef<Value> results,
                                     Assignment assignment, bool keepPartials) {
@@ -143,6 +172,8 @@ OpLayouts OpShardingSpace::evaluate(Operation *op, const ShardingRule &rule,
         l->setPartial(axis, p);
     if (!fits(*l, v, meshShape))
       return s;
+    addHalos(rule, tensorIndex, *l, cast<RankedTensorType>(v.getType()),
+             meshShape, s);
     s.operandLayouts.push_back(*l);
     ++tensorIndex;
   }

@@ -279,9 +279,11 @@ OpLayouts ProgramOrderSearch::evaluatePriced(Operation *op,
                                              ArrayRef<Value> results,
                                              Assignment assignment) {
   OpLayouts s = space.evaluate(op, rule, results, std::move(assignment));
-  if (s.valid)
+  if (s.valid) {
     for (auto [v, l] : llvm::zip(operands, s.operandLayouts))
       s.cost += reshardCost(v, l);
+    s.cost += costs.haloUs(s.halos);
+  }
   return s;
 }
 

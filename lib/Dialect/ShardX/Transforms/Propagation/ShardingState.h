@@ -34,6 +34,9 @@ struct OpLayouts {
   SmallVector<::shardx::Layout> resultLayouts;  // per tensor result
   double cost = 0;
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
+  /// The halo exchanges the op's windowed operands need (shardx.halo): per
+  /// exchange, the mesh axis and the bytes a rank sends to one neighbour.
+  SmallVector<std::pair<int64_t, int64_t>, 2> halos;
   /// The same layouts as attributes (uniqued: compared by pointer). The
   /// attribute holds its layout (`LayoutAttr::getLayout`).
   SmallVector<LayoutAttr> operandAttrs, resultAttrs;

@@ -1,0 +1,40 @@
+// RUN: shardx-opt %s --split-input-file --shardx-test-print-rules -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s
+
+// Tests the windowed dims of the convolutions the importer emits (NCHW):
+// the forward conv with dilation 2 (extent 4: low 2, high 2), the weight
+// gradient (the output gradient's rows are the longer, stride-1 loop: a
+// split there is a split reduction), and that a stride-2 convolution keeps
+// its spatial loops whole (its windows do not align with shard edges).
+func.func @convs(%x: tensor<2x3x12x12xf32>, %w: tensor<4x3x3x3xf32>, %o: tensor<2x4x8x8xf32>,
+                 %xt: tensor<3x2x10x10xf32>, %gyt: tensor<4x2x8x8xf32>, %gw: tensor<3x4x3x3xf32>,
+                 %o2: tensor<2x4x5x5xf32>) {
+  // CHECK: remark: ([i, m, k, l], [j, m, n, o], [i, j, k, l]) -> ([i, j, k, l]) {i=2, j=4, k=8, l=8, m=3, n=3, o=3} reduction={m} need_replication={n, o} window(operand 0 dim 2: low=2 high=2 halo) window(operand 0 dim 3: low=2 high=2 halo)
+  %0 = linalg.conv_2d_nchw_fchw {dilations = dense<2> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%x, %w : tensor<2x3x12x12xf32>, tensor<4x3x3x3xf32>) outs(%o : tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  // CHECK: remark: ([i, m, n, o], [j, m, n, o], [i, j, k, l]) -> ([i, j, k, l]) {i=3, j=4, k=3, l=3, m=2, n=8, o=8} reduction={m, n, o} need_replication={k, l} window(operand 0 dim 2: low=1 high=1 halo) window(operand 0 dim 3: low=1 high=1 halo)
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%xt, %gyt : tensor<3x2x10x10xf32>, tensor<4x2x8x8xf32>) outs(%gw : tensor<3x4x3x3xf32>) -> tensor<3x4x3x3xf32>
+  // CHECK: remark: ([i, m, k*n, l*o], [j, m, n, o], [i, j, k, l]) -> ([i, j, k, l]) {i=2, j=4, k=5, l=5, m=3, n=3, o=3} reduction={m} need_replication={k, l, n, o}
+  %2 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>} ins(%x, %w : tensor<2x3x12x12xf32>, tensor<4x3x3x3xf32>) outs(%o2 : tensor<2x4x5x5xf32>) -> tensor<2x4x5x5xf32>
+  return
+}
+
+// -----
+
+// Tests that a dim padded with a constant is a windowed dim of the result
+// (no halo: a pad reads no neighbour) and that a pad with a computed value
+// keeps its padded dims whole.
+func.func @pads(%x: tensor<2x8x8xf32>, %s: f32) {
+  // CHECK: remark: ([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=8} window(result 0 dim 1: low=1 high=2)
+  %c = arith.constant 0.0 : f32
+  %0 = tensor.pad %x low[0, 1, 0] high[0, 2, 0] {
+  ^bb0(%i: index, %j: index, %k: index):
+    tensor.yield %c : f32
+  } : tensor<2x8x8xf32> to tensor<2x11x8xf32>
+  // CHECK: remark: ([i, j, l]) -> ([i, k, l]) {i=2, j=8, k=11, l=8} need_replication={j, k}
+  %1 = tensor.pad %x low[0, 1, 0] high[0, 2, 0] {
+  ^bb0(%i: index, %j: index, %k: index):
+    %v = arith.index_cast %j : index to i64
+    %f = arith.sitofp %v : i64 to f32
+    tensor.yield %f : f32
+  } : tensor<2x8x8xf32> to tensor<2x11x8xf32>
+  return
+}
