@@ -145,6 +145,51 @@ def PropagatePass : Pass<"shardx-propagate", "ModuleOp"> {
   ];
 }
 
+def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
+  let summary = "chooses the layouts of every parameter, optimizer state and "
+                "input of a train step under a per-rank memory budget";
+  let description = [{
+    For each function with no layouts in a module with one `shardx.mesh`
+    (arguments or results already laid out are kept: a pinned plan), picks
+    one layout per parameter group (a parameter, the optimizer state of its
+    shape, its updated copies among the results) and one for the inputs'
+    batch dim, to minimize the modeled step time (shardx-propagate's cost:
+    reshards plus local compute) subject to the modeled peak memory per rank
+    (docs/Memory.md, tensors level) <= `memory-budget`. Everything else is
+    left to shardx-propagate, which the pass also runs to price each choice.
+    The decision space, the per-choice time and memory numbers and the
+    chosen plan can be written as JSON (`auto-json`); docs/Memory.md,
+    "Automatic sharding under a budget", has the model and the solver.
+
+    ```mlir
+    // before: a traced train step and a mesh
+    func.func @step(%w: tensor<64x32xf32>, %m: tensor<64x32xf32> {torch.state = "exp_avg"}, ...)
+    // after: the plan, written as layouts users could have written
+    func.func @step(%w: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, ...)
+    ```
+
+    A remark per function lists the plan, its modeled step time and peak.
+    Where no plan fits, an error names the smallest peak found.
+  }];
+  let options = [
+    Option<"memoryBudget", "memory-budget", "int64_t", "0",
+           "Bytes per rank the modeled peak may reach (0: no limit)">,
+    Option<"jsonPath", "auto-json", "std::string", "\"\"",
+           "Write the decision space, its numbers and the plan to this file">,
+    Option<"pairWindow", "pair-window", "unsigned", "3",
+           "Price the interaction of each parameter group with this many "
+           "groups used after it">,
+    Option<"refineSweeps", "refine-sweeps", "unsigned", "1",
+           "Sweeps of the final coordinate descent on real prices">,
+    Option<"bandwidthOverride", "bandwidth", "double", "0",
+           "Bytes per second of every mesh axis (0: the mesh's own hints)">,
+    Option<"latencyOverride", "latency", "double", "-1",
+           "Seconds per collective on every axis (negative: the mesh's own)">,
+    Option<"computeRate", "compute-rate", "double", "1e12",
+           "Loop iterations per second per rank (as shardx-propagate)">,
+  ];
+}
+
 def InsertReshardsPass : Pass<"shardx-insert-reshards", "ModuleOp"> {
   let summary = "inserts shardx.redistribute where an operand's layout is "
                 "not the one its consumer needs";

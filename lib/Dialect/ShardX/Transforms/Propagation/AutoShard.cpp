@@ -1,0 +1,971 @@
+//===- AutoShard.cpp - Layouts of a train step under a memory budget ------===//
+//
+// Part of ShardX.
+//
+// shardx-auto-shard (Passes.td, docs/Memory.md "Automatic sharding under a
+// budget"). The decision space: one layout per parameter group (a
+// parameter argument, the optimizer state arguments of its type, its updated
+// copies among the results) and one for the inputs' batch dim. The rest is
+// propagated by the greedy search (PropagationSearch.h), which also prices a
+// plan: its reshards plus its local compute (FunctionCost.h), the modeled
+// step time. Memory is the tensor-level memory model (MemoryModel.h) of the
+// plan partitioned to the local program.
+//
+// Pricing every plan is too slow, so the pass builds a surrogate per input
+// layout d: the step time and peak of the plan where every group is
+// replicated (the base), each group's change of both when it alone takes a
+// layout (unary terms), and the change of the time when two groups used
+// close together take layouts together (pair terms, `pair-window`). The
+// solver minimizes the surrogate time subject to the surrogate peak <= the
+// budget: a Lagrangian relaxation (time + lambda * bytes, minimized by
+// coordinate descent, lambda by bisection) followed by a local search over
+// feasible plans. The chosen plan is then priced for real; when its real
+// peak exceeds the budget the surrogate budget is lowered by the excess and
+// the solve repeated. `auto-json` writes the surrogate, so that a test can
+// solve it exactly (an ILP) and compare.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FunctionCost.h"
+#include "LayoutUtils.h"
+#include "LocalSearch.h"
+#include "OpShardingSpace.h"
+#include "ProgramOrder.h"
+#include "PropagationSearch.h"
+
+#include "shardx/Analysis/MemoryModel.h"
+#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_AUTOSHARDPASS
+#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::Layout;
+using ::shardx::Placement;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// One layout a group may take: its placements (one per mesh axis) and
+/// the canonical layout they make.
+struct Choice {
+  std::vector<Placement> placements;
+  Layout layout;
+  std::string text; // "[S(0), R]", as users write it
+};
+
+/// Arguments that take one layout together, and the results tied to them.
+struct Group {
+  std::string name;
+  SmallVector<unsigned> args, results;
+  std::vector<Choice> choices; // choices[0] is replicated
+  int64_t firstUse = 0;
+  bool isData = false;
+};
+
+/// The surrogate under one input layout.
+struct Surrogate {
+  /// The plan the changes are measured from.
+  std::vector<unsigned> center;
+  double baseTime = 0;
+  int64_t basePeak = 0;
+  std::vector<std::vector<double>> time;  // [group][choice] change
+  std::vector<std::vector<double>> bytes; // [group][choice] change
+  struct Pair {
+    unsigned g, h;
+    std::vector<std::vector<double>> time; // [choice of g][choice of h]
+  };
+  std::vector<Pair> pairs;
+  std::vector<std::vector<unsigned>> pairsOf; // group -> indices in pairs
+};
+
+/// A priced plan.
+struct Priced {
+  double time = kInf;
+  int64_t peak = std::numeric_limits<int64_t>::max();
+};
+
+std::string placementsText(ArrayRef<Placement> ps) {
+  std::string s = "[";
+  for (auto [i, p] : llvm::enumerate(ps)) {
+    if (i)
+      s += ", ";
+    s += p.isShard() ? "S(" + std::to_string(p.dim) + ")" : "R";
+  }
+  return s + "]";
+}
+
+/// Every layout of `type` that shards each mesh axis on one dim or not at
+/// all, evenly; replicated first.
+std::vector<Choice> layoutChoices(RankedTensorType type,
+                                  ArrayRef<int64_t> meshShape, bool batchOnly) {
+  std::vector<Choice> out;
+  int64_t rank = type.getRank();
+  int64_t options = batchOnly ? std::min<int64_t>(rank, 1) + 1 : rank + 1;
+  int64_t count = 1;
+  for (size_t a = 0; a < meshShape.size(); ++a)
+    count *= options;
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  for (int64_t code = 0; code < count; ++code) {
+    std::vector<Placement> ps;
+    SmallVector<int64_t> splitBy(rank, 1);
+    int64_t c = code;
+    bool ok = true;
+    for (size_t a = 0; a < meshShape.size(); ++a, c /= options) {
+      int64_t pick = c % options;
+      if (pick == 0) {
+        ps.push_back(Placement::replicate());
+        continue;
+      }
+      int64_t dim = pick - 1;
+      splitBy[dim] *= meshShape[a];
+      ps.push_back(Placement::shard(dim));
+    }
+    for (int64_t d = 0; d < rank; ++d)
+      if (splitBy[d] > 1 &&
+          (type.isDynamicDim(d) || type.getDimSize(d) % splitBy[d] != 0))
+        ok = false;
+    if (!ok)
+      continue;
+    std::string error;
+    std::optional<Layout> layout = Layout::fromPlacements(ps, mesh, error);
+    if (!layout)
+      continue;
+    out.push_back({ps, *layout, placementsText(ps)});
+  }
+  return out;
+}
+
+/// One function's auto-sharding.
+class AutoSharder {
+public:
+  AutoSharder(ModuleOp module, func::FuncOp fn, MeshOp mesh, CostModel &costs,
+              int64_t budget, unsigned window, unsigned refineSweeps)
+      : module(module), fn(fn), mesh(mesh), costs(costs), budget(budget),
+        window(window), refineSweeps(refineSweeps),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        meshShape(mesh.getShape()) {}
+
+  LogicalResult run(StringRef jsonPath);
+
+private:
+  LogicalResult findGroups();
+  /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
+  /// tied results.
+  void apply(func::FuncOp f, ArrayRef<unsigned> pick);
+  /// The modeled step time of `f` as its layouts stand (the greedy
+  /// search's reshards plus local compute); `state` receives the layouts.
+  FailureOr<double> price(func::FuncOp f, RuleCache &rules,
+                          ShardingState &state);
+  /// Time only, on the function itself.
+  double priceTime(ArrayRef<unsigned> pick);
+  /// Time and peak, on a copy partitioned to the local program.
+  Priced priceFull(ArrayRef<unsigned> pick);
+  Priced priceFullUncached(ArrayRef<unsigned> pick);
+  /// Whether `a` is a better plan than `b`: fits where `b` does not, is
+  /// faster where both fit, holds fewer bytes where neither does.
+  bool better(Priced a, Priced b) const {
+    bool fa = fits(a), fb = fits(b);
+    if (fa != fb)
+      return fa;
+    return fa ? a.time < b.time : a.peak < b.peak;
+  }
+  bool fits(Priced p) const {
+    return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
+  }
+  Surrogate buildSurrogate(std::vector<unsigned> base);
+  /// The surrogate time and peak of `pick`.
+  std::pair<double, double> evaluate(const Surrogate &s,
+                                     ArrayRef<unsigned> pick) const;
+  /// The surrogate's best plan with a peak <= `limit` (empty when none).
+  std::vector<unsigned> solve(const Surrogate &s, unsigned dataChoice,
+                              double limit) const;
+  void writeJson(StringRef path, ArrayRef<unsigned> pick, double limit,
+                 Priced real, double solveSeconds);
+
+  ModuleOp module;
+  func::FuncOp fn;
+  MeshOp mesh;
+  CostModel &costs;
+  int64_t budget;
+  unsigned window;
+  unsigned refineSweeps;
+  FlatSymbolRefAttr meshRef;
+  ArrayRef<int64_t> meshShape;
+  llvm::StringSet<> warned;
+  RuleCache rules;
+  std::vector<Group> groups; // the data group (if any) last
+  int dataGroup = -1;
+  /// Arguments and results whose layouts the user gave (kept).
+  SmallVector<bool> pinnedArg, pinnedResult;
+  std::vector<Surrogate> surrogates; // per data choice
+  int64_t priced = 0, pricedFull = 0;
+  int64_t smallestPeak = std::numeric_limits<int64_t>::max();
+  /// Every plan priced in full (each is priced once).
+  std::map<std::vector<unsigned>, Priced> pool;
+  /// The surrogate solve the plan came from, for the JSON: its plan and
+  /// the limit it was solved under.
+  std::vector<unsigned> solverPick;
+  double solverLimit = kInf;
+};
+
+LogicalResult AutoSharder::findGroups() {
+  unsigned numArgs = fn.getNumArguments();
+  pinnedArg.assign(numArgs, false);
+  pinnedResult.assign(fn.getNumResults(), false);
+  for (unsigned i = 0; i < numArgs; ++i)
+    pinnedArg[i] = bool(fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()));
+  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+    pinnedResult[i] =
+        bool(fn.getResultAttr(i, ShardXDialect::getLayoutAttrName()));
+  // Roles as the memory model tells them: parameters before the first
+  // optimizer state, inputs after the last.
+  int firstState = -1, lastState = -1;
+  for (unsigned i = 0; i < numArgs; ++i)
+    if (fn.getArgAttr(i, "torch.state")) {
+      if (firstState < 0)
+        firstState = i;
+      lastState = i;
+    }
+  unsigned numParams = firstState < 0 ? numArgs : firstState;
+  unsigned firstInput = firstState < 0 ? numArgs : lastState + 1;
+  // A train step returns (loss, parameters, state): result k + 1 is the
+  // update of argument k.
+  bool tied = firstState >= 0 && fn.getNumResults() == firstInput + 1;
+  for (unsigned k = 0; tied && k < firstInput; ++k)
+    tied = fn.getResultTypes()[k + 1] == fn.getArgumentTypes()[k];
+
+  DenseMap<Value, int64_t> firstUse;
+  int64_t pos = 0;
+  for (Operation &op : fn.getBody().front()) {
+    for (Value v : op.getOperands())
+      firstUse.try_emplace(v, pos);
+    ++pos;
+  }
+  auto argType = [&](unsigned i) {
+    return dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
+  };
+  SmallVector<bool> grouped(numArgs, false);
+  for (unsigned p = 0; p < numParams; ++p) {
+    RankedTensorType type = argType(p);
+    if (!type || pinnedArg[p])
+      continue;
+    Group g;
+    g.name = "%arg" + std::to_string(p);
+    g.args.push_back(p);
+    // Its optimizer state: the state arguments at its position in each
+    // block of `numParams` states, when of its type.
+    for (unsigned s = numParams; s < firstInput; s += numParams)
+      if (s + p < firstInput && argType(s + p) == type && !pinnedArg[s + p])
+        g.args.push_back(s + p);
+    for (unsigned a : g.args) {
+      grouped[a] = true;
+      if (tied && !pinnedResult[a + 1])
+        g.results.push_back(a + 1);
+    }
+    g.choices = layoutChoices(type, meshShape, /*batchOnly=*/false);
+    g.firstUse = firstUse.lookup(fn.getArgument(p));
+    if (g.choices.size() > 1)
+      groups.push_back(std::move(g));
+  }
+  llvm::stable_sort(groups, [](const Group &a, const Group &b) {
+    return a.firstUse < b.firstUse;
+  });
+  // The inputs: one layout of their batch dim (dim 0), unless the user
+  // gave any of them one.
+  Group data;
+  data.name = "inputs";
+  data.isData = true;
+  bool dataPinned = false;
+  for (unsigned i = firstInput; i < numArgs; ++i) {
+    RankedTensorType type = argType(i);
+    if (!type || type.getRank() == 0)
+      continue;
+    dataPinned |= pinnedArg[i];
+    data.args.push_back(i);
+  }
+  if (!data.args.empty() && !dataPinned) {
+    data.choices = layoutChoices(argType(data.args.front()), meshShape,
+                                 /*batchOnly=*/true);
+    // Every input must divide as the first does.
+    llvm::erase_if(data.choices, [&](const Choice &c) {
+      return llvm::any_of(data.args, [&](unsigned i) {
+        RankedTensorType t = argType(i);
+        int64_t split = 1;
+        for (auto [a, p] : llvm::enumerate(c.placements))
+          if (p.isShard())
+            split *= meshShape[a];
+        return t.isDynamicDim(0) || t.getDimSize(0) % split != 0;
+      });
+    });
+    if (data.choices.size() > 1) {
+      dataGroup = groups.size();
+      groups.push_back(std::move(data));
+    }
+  }
+  return success();
+}
+
+void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
+  StringRef name = ShardXDialect::getLayoutAttrName();
+  LayoutAttr replicated =
+      LayoutAttr::get(meshRef, Layout(static_cast<int64_t>(meshShape.size())));
+  // Arguments without a layout of the user's or the plan's: replicated
+  // (the calling convention is explicit, as shardx-propagate makes it).
+  for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
+    if (!pinnedArg[i] && isa<RankedTensorType>(f.getArgument(i).getType()))
+      f.setArgAttr(i, name, replicated);
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    const Choice &c = group.choices[pick[g]];
+    for (unsigned a : group.args) {
+      auto type = cast<RankedTensorType>(f.getArgument(a).getType());
+      Layout layout = c.layout;
+      // A rank-0 member (none today) or a layout the member cannot take
+      // stays replicated.
+      if (type.getRank() == 0)
+        continue;
+      f.setArgAttr(a, name, LayoutAttr::get(meshRef, layout));
+    }
+    for (unsigned r : group.results)
+      f.setResultAttr(r, name, LayoutAttr::get(meshRef, c.layout));
+  }
+}
+
+FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
+                                     ShardingState &state) {
+  size_t numOps = f.getBody().front().getOperations().size();
+  ruleCache.reserve(numOps);
+  OpShardingSpace space(meshShape, state);
+  space.reserve(numOps);
+  MovableOps movable;
+  movable.reserve(numOps);
+  if (failed(ProgramOrderSearch(f, state, space, ruleCache, costs, movable,
+                                /*userLayoutsOnly=*/false, warned)
+                 .run()))
+    return failure();
+  FunctionCost cost(f, state, costs, movable);
+  cost.indexUses();
+  LocalSearch(f, state, space, cost, costs, movable).refine();
+  double time = cost.totalCost();
+  for (Operation *op : movable.ops)
+    time += cost.computeUs(op, state.get(op));
+  return time;
+}
+
+double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
+  ++priced;
+  apply(fn, pick);
+  ShardingState state(meshRef, meshShape.size());
+  ScopedDiagnosticHandler quiet(fn.getContext(),
+                                [](Diagnostic &) { return success(); });
+  FailureOr<double> time = price(fn, rules, state);
+  return succeeded(time) ? *time : kInf;
+}
+
+Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
+  std::vector<unsigned> key(pick.begin(), pick.end());
+  if (auto it = pool.find(key); it != pool.end())
+    return it->second;
+  Priced out = priceFullUncached(pick);
+  pool[key] = out;
+  if (out.peak < smallestPeak)
+    smallestPeak = out.peak;
+  return out;
+}
+
+Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
+  ++pricedFull;
+  OwningOpRef<ModuleOp> copy = module.clone();
+  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
+  apply(f, pick);
+  ScopedDiagnosticHandler quiet(fn.getContext(),
+                                [](Diagnostic &) { return success(); });
+  RuleCache copyRules;
+  ShardingState state(meshRef, meshShape.size());
+  FailureOr<double> time = price(f, copyRules, state);
+  if (failed(time))
+    return {};
+  state.writeToIR();
+  PassManager pm(fn.getContext());
+  pm.enableVerifier(false);
+  buildPartitionPipeline(pm);
+  if (failed(pm.run(*copy)))
+    return {};
+  MemoryProfile profile = computeMemoryProfile(f);
+  return Priced{*time, profile.peakBytes};
+}
+
+Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
+  Surrogate s;
+  s.center = base;
+  size_t n = groups.size();
+  unsigned dataChoice = dataGroup >= 0 ? base[dataGroup] : 0;
+  Priced b = priceFull(base);
+  s.baseTime = b.time;
+  s.basePeak = b.peak;
+  s.time.resize(n);
+  s.bytes.resize(n);
+  s.pairsOf.resize(n);
+  for (size_t g = 0; g < n; ++g) {
+    size_t k = groups[g].choices.size();
+    s.time[g].assign(k, 0);
+    s.bytes[g].assign(k, 0);
+    if (int(g) == dataGroup) {
+      // Fixed in this surrogate: only its own choice is allowed.
+      for (size_t c = 0; c < k; ++c)
+        if (c != dataChoice)
+          s.time[g][c] = kInf;
+      continue;
+    }
+    for (size_t c = 0; c < k; ++c) {
+      if (c == base[g])
+        continue;
+      std::vector<unsigned> pick = base;
+      pick[g] = c;
+      Priced p = priceFull(pick);
+      s.time[g][c] = p.time - b.time;
+      s.bytes[g][c] = std::isfinite(p.time) ? double(p.peak - b.peak) : 0;
+    }
+  }
+  // Pairs of parameter groups used close together.
+  for (size_t g = 0; g < n; ++g) {
+    if (int(g) == dataGroup)
+      continue;
+    for (size_t h = g + 1; h < n && h <= g + window; ++h) {
+      if (int(h) == dataGroup)
+        continue;
+      Surrogate::Pair pair{unsigned(g), unsigned(h), {}};
+      size_t kg = groups[g].choices.size(), kh = groups[h].choices.size();
+      pair.time.assign(kg, std::vector<double>(kh, 0));
+      bool any = false;
+      for (size_t c = 0; c < kg; ++c)
+        for (size_t d = 0; d < kh; ++d) {
+          if (c == base[g] || d == base[h])
+            continue;
+          if (!std::isfinite(s.time[g][c]) || !std::isfinite(s.time[h][d]))
+            continue;
+          std::vector<unsigned> pick = base;
+          pick[g] = c;
+          pick[h] = d;
+          double t = priceTime(pick);
+          double delta =
+              std::isfinite(t) ? t - b.time - s.time[g][c] - s.time[h][d] : 0;
+          if (!std::isfinite(t))
+            delta = kInf;
+          pair.time[c][d] = delta;
+          any |= delta != 0;
+        }
+      if (any) {
+        s.pairsOf[g].push_back(s.pairs.size());
+        s.pairsOf[h].push_back(s.pairs.size());
+        s.pairs.push_back(std::move(pair));
+      }
+    }
+  }
+  return s;
+}
+
+std::pair<double, double> AutoSharder::evaluate(const Surrogate &s,
+                                                ArrayRef<unsigned> pick) const {
+  double time = s.baseTime, peak = s.basePeak;
+  for (size_t g = 0; g < pick.size(); ++g) {
+    time += s.time[g][pick[g]];
+    peak += s.bytes[g][pick[g]];
+  }
+  for (const Surrogate::Pair &p : s.pairs)
+    time += p.time[pick[p.g]][pick[p.h]];
+  return {time, peak};
+}
+
+std::vector<unsigned> AutoSharder::solve(const Surrogate &s,
+                                         unsigned dataChoice,
+                                         double limit) const {
+  size_t n = groups.size();
+  if (!std::isfinite(s.baseTime))
+    return {};
+  // The time and bytes group `g` adds with choice `c`, its pairs with the
+  // others' current choices included.
+  auto local = [&](ArrayRef<unsigned> pick, size_t g, unsigned c) {
+    double t = s.time[g][c];
+    for (unsigned i : s.pairsOf[g]) {
+      const Surrogate::Pair &p = s.pairs[i];
+      t += p.g == g ? p.time[c][pick[p.h]] : p.time[pick[p.g]][c];
+    }
+    return std::make_pair(t, s.bytes[g][c]);
+  };
+  // Minimizes time + lambda * bytes by coordinate descent from `pick`.
+  auto descend = [&](std::vector<unsigned> &pick, double lambda) {
+    for (int sweep = 0; sweep < 50; ++sweep) {
+      bool changed = false;
+      for (size_t g = 0; g < n; ++g) {
+        auto [t0, m0] = local(pick, g, pick[g]);
+        double best = t0 + lambda * m0;
+        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
+          auto [t, m] = local(pick, g, c);
+          double v = t + lambda * m;
+          if (v < best - 1e-12) {
+            best = v;
+            pick[g] = c;
+            changed = true;
+          }
+        }
+      }
+      if (!changed)
+        break;
+    }
+  };
+  std::vector<unsigned> start = s.center;
+  // Moves to plans of fewer bytes, the cheapest time per byte saved
+  // first, until `pick` fits (or nothing saves bytes).
+  auto repair = [&](std::vector<unsigned> &pick) {
+    auto [t, m] = evaluate(s, pick);
+    while (m > limit) {
+      double bestRatio = kInf;
+      size_t bg = n;
+      unsigned bc = 0;
+      for (size_t g = 0; g < n; ++g) {
+        auto [t0, m0] = local(pick, g, pick[g]);
+        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
+          auto [t1, m1] = local(pick, g, c);
+          if (m1 >= m0 || !std::isfinite(t1))
+            continue;
+          double ratio = (t1 - t0) / (m0 - m1);
+          if (ratio < bestRatio) {
+            bestRatio = ratio;
+            bg = g;
+            bc = c;
+          }
+        }
+      }
+      if (bg == n)
+        return;
+      pick[bg] = bc;
+      std::tie(t, m) = evaluate(s, pick);
+    }
+  };
+  // Local search among plans that fit: one group, or two groups, changed
+  // at a time while that lowers the time.
+  auto improve = [&](std::vector<unsigned> &pick) {
+    auto [bestTime, bytes] = evaluate(s, pick);
+    (void)bytes;
+    for (int round = 0; round < 20; ++round) {
+      bool improved = false;
+      for (size_t g = 0; g < n; ++g)
+        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
+          if (c == pick[g])
+            continue;
+          std::vector<unsigned> p = pick;
+          p[g] = c;
+          auto [t, m] = evaluate(s, p);
+          if (m <= limit && t < bestTime - 1e-9) {
+            pick = p;
+            bestTime = t;
+            improved = true;
+          }
+        }
+      // Swaps: one group gives up bytes another takes.
+      for (size_t g = 0; g < n; ++g)
+        for (size_t h = g + 1; h < n; ++h)
+          for (unsigned c = 0; c < groups[g].choices.size(); ++c)
+            for (unsigned d = 0; d < groups[h].choices.size(); ++d) {
+              if (c == pick[g] || d == pick[h])
+                continue;
+              std::vector<unsigned> p = pick;
+              p[g] = c;
+              p[h] = d;
+              auto [t, m] = evaluate(s, p);
+              if (m <= limit && t < bestTime - 1e-9) {
+                pick = p;
+                bestTime = t;
+                improved = true;
+              }
+            }
+      if (!improved)
+        break;
+    }
+  };
+  // The Lagrangian relaxation over a geometric grid of lambdas (us per
+  // byte): each minimum of time + lambda * bytes, repaired to fit, then
+  // improved; the best plan that fits wins.
+  std::vector<unsigned> best;
+  double bestTime = kInf;
+  std::set<std::vector<unsigned>> tried;
+  std::vector<unsigned> warm = start;
+  for (int k = -1; k < 40; ++k) {
+    double lambda = k < 0 ? 0 : 1e-9 * std::pow(2.0, k);
+    for (std::vector<unsigned> pick : {start, warm}) {
+      descend(pick, lambda);
+      warm = pick;
+      repair(pick);
+      if (!tried.insert(pick).second)
+        continue;
+      if (evaluate(s, pick).second > limit)
+        continue;
+      improve(pick);
+      double t = evaluate(s, pick).first;
+      if (t < bestTime) {
+        bestTime = t;
+        best = pick;
+      }
+    }
+  }
+  return best;
+}
+
+void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
+                            double limit, Priced real, double solveSeconds) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
+  if (ec) {
+    fn.emitError() << "cannot write " << path << ": " << ec.message();
+    return;
+  }
+  llvm::json::OStream j(os, 1);
+  auto number = [&](double v) {
+    if (std::isfinite(v))
+      j.value(v);
+    else
+      j.value(nullptr);
+  };
+  j.object([&] {
+    j.attribute("function", fn.getSymName());
+    j.attribute("mesh", llvm::json::Array(llvm::to_vector(
+                            llvm::map_range(meshShape, [](int64_t s) {
+                              return llvm::json::Value(s);
+                            }))));
+    j.attribute("budget", budget);
+    j.attributeBegin("surrogate_budget");
+    number(limit);
+    j.attributeEnd();
+    j.attribute("data_group", dataGroup);
+    j.attributeArray("groups", [&] {
+      for (const Group &g : groups)
+        j.object([&] {
+          j.attribute("name", g.name);
+          j.attribute("data", g.isData);
+          j.attributeArray("args", [&] {
+            for (unsigned a : g.args)
+              j.value(a);
+          });
+          j.attributeArray("choices", [&] {
+            for (const Choice &c : g.choices)
+              j.value(c.text);
+          });
+        });
+    });
+    j.attributeArray("surrogates", [&] {
+      for (const Surrogate &s : surrogates)
+        j.object([&] {
+          j.attributeBegin("base_time");
+          number(s.baseTime);
+          j.attributeEnd();
+          j.attribute("base_peak", s.basePeak);
+          j.attributeArray("time", [&] {
+            for (auto &row : s.time)
+              j.array([&] {
+                for (double v : row)
+                  number(v);
+              });
+          });
+          j.attributeArray("bytes", [&] {
+            for (auto &row : s.bytes)
+              j.array([&] {
+                for (double v : row)
+                  number(v);
+              });
+          });
+          j.attributeArray("pairs", [&] {
+            for (const Surrogate::Pair &p : s.pairs)
+              j.object([&] {
+                j.attribute("g", p.g);
+                j.attribute("h", p.h);
+                j.attributeArray("time", [&] {
+                  for (auto &row : p.time)
+                    j.array([&] {
+                      for (double v : row)
+                        number(v);
+                    });
+                });
+              });
+          });
+        });
+    });
+    if (!solverPick.empty()) {
+      unsigned d = dataGroup >= 0 ? solverPick[dataGroup] : 0;
+      auto [t, m] = evaluate(surrogates[d], solverPick);
+      j.attributeObject("solver", [&] {
+        j.attribute("surrogate", d);
+        j.attributeArray("choices", [&] {
+          for (unsigned c : solverPick)
+            j.value(c);
+        });
+        j.attribute("surrogate_time", t);
+        j.attribute("surrogate_peak", m);
+      });
+      Priced r = pool.find(solverPick)->second;
+      j.attributeObject("solver_real", [&] {
+        j.attributeBegin("time");
+        number(r.time);
+        j.attributeEnd();
+        j.attribute("peak", r.peak);
+      });
+    }
+    if (!pick.empty()) {
+      unsigned d = dataGroup >= 0 ? pick[dataGroup] : 0;
+      auto [t, m] = evaluate(surrogates[d], pick);
+      j.attributeObject("plan", [&] {
+        j.attribute("surrogate", d);
+        j.attributeArray("choices", [&] {
+          for (unsigned c : pick)
+            j.value(c);
+        });
+        j.attribute("surrogate_time", t);
+        j.attribute("surrogate_peak", m);
+        j.attribute("time", real.time);
+        j.attribute("peak", real.peak);
+      });
+    }
+    j.attribute("priced_plans", priced + pricedFull);
+    j.attribute("solve_seconds", solveSeconds);
+  });
+}
+
+LogicalResult AutoSharder::run(StringRef jsonPath) {
+  auto start = std::chrono::steady_clock::now();
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError("functions with more than one block are not supported");
+  if (failed(findGroups()))
+    return failure();
+  unsigned numData = dataGroup >= 0 ? groups[dataGroup].choices.size() : 1;
+  // Two rounds: surrogates measured from the replicated plan of each input
+  // layout, then from the best plan the first round priced for it (the
+  // changes are smaller there, and their sums closer to the truth).
+  std::vector<std::vector<unsigned>> centers;
+  for (unsigned d = 0; d < numData; ++d) {
+    centers.emplace_back(groups.size(), 0);
+    if (dataGroup >= 0)
+      centers.back()[dataGroup] = d;
+  }
+  std::vector<unsigned> last;
+  for (int recentre = 0; recentre < 2; ++recentre) {
+    surrogates.clear();
+    solverPick.clear();
+    last.clear();
+    for (unsigned d = 0; d < numData; ++d)
+      surrogates.push_back(buildSurrogate(centers[d]));
+    // The surrogate's peak is a sum of per-group changes of a maximum, so
+    // it is off: the limit it is solved under is calibrated by the real peak
+    // of each plan it gives (limit += budget - real peak), keeping the
+    // fastest plan that really fits.
+    double limit = budget > 0 ? double(budget) : kInf;
+    double smallestModeled = kInf;
+    for (const Surrogate &s : surrogates)
+      if (std::isfinite(s.baseTime)) {
+        double bytes = s.basePeak;
+        for (size_t g = 0; g < groups.size(); ++g) {
+          double least = kInf;
+          for (size_t c = 0; c < groups[g].choices.size(); ++c)
+            if (std::isfinite(s.time[g][c]))
+              least = std::min(least, s.bytes[g][c]);
+          bytes += least;
+        }
+        smallestModeled = std::min(smallestModeled, bytes);
+      }
+    for (int round = 0; round < 8 && std::isfinite(smallestModeled); ++round) {
+      // Below the smallest surrogate peak nothing is feasible: solve at it.
+      limit = std::max(limit, smallestModeled);
+      double bestTime = kInf;
+      std::vector<unsigned> bestPick;
+      for (unsigned d = 0; d < numData; ++d) {
+        std::vector<unsigned> p = solve(surrogates[d], d, limit);
+        if (p.empty())
+          continue;
+        double t = evaluate(surrogates[d], p).first;
+        if (t < bestTime) {
+          bestTime = t;
+          bestPick = p;
+        }
+      }
+      if (bestPick.empty() || bestPick == last)
+        break;
+      last = bestPick;
+      Priced r = priceFull(bestPick);
+      if (solverPick.empty() || better(r, priceFull(solverPick))) {
+        solverPick = bestPick;
+        solverLimit = limit;
+      }
+      if (budget <= 0)
+        break;
+      limit += double(budget - r.peak);
+    }
+    // The plans of the fewest bytes the surrogates know of and the fastest
+    // ones, priced too: the summed changes of a peak misjudge both.
+    for (unsigned d = 0; d < numData; ++d) {
+      std::vector<unsigned> small = surrogates[d].center;
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (int(g) != dataGroup)
+          for (unsigned c = 0; c < groups[g].choices.size(); ++c)
+            if (std::isfinite(surrogates[d].time[g][c]) &&
+                surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
+              small[g] = c;
+      priceFull(small);
+      std::vector<unsigned> fast = solve(surrogates[d], d, kInf);
+      if (!fast.empty())
+        priceFull(fast);
+    }
+    // The next centers: the best plan priced for each input layout.
+    for (unsigned d = 0; d < numData; ++d) {
+      bool found = false;
+      Priced best;
+      for (auto &[p, r] : pool)
+        if ((dataGroup < 0 || p[dataGroup] == d) &&
+            (!found || better(r, best))) {
+          centers[d] = p;
+          best = r;
+          found = true;
+        }
+    }
+  }
+  // From the best plan priced, a coordinate descent on the real prices:
+  // one group changed at a time, kept when the plan gets better.
+  std::vector<unsigned> pick;
+  Priced real;
+  for (auto &[p, r] : pool)
+    if (pick.empty() || better(r, real)) {
+      pick = p;
+      real = r;
+    }
+  for (unsigned sweep = 0; sweep < refineSweeps && !pick.empty(); ++sweep) {
+    bool improved = false;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
+        if (c == pick[g])
+          continue;
+        std::vector<unsigned> p = pick;
+        p[g] = c;
+        Priced r = priceFull(p);
+        if (better(r, real)) {
+          pick = p;
+          real = r;
+          improved = true;
+        }
+      }
+    if (!improved)
+      break;
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (!pick.empty() && !fits(real))
+    pick.clear();
+  if (!jsonPath.empty())
+    writeJson(jsonPath, pick, solverLimit, real, seconds);
+  if (pick.empty()) {
+    StringAttr layoutName =
+        StringAttr::get(fn.getContext(), ShardXDialect::getLayoutAttrName());
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      if (!pinnedArg[i])
+        fn.removeArgAttr(i, layoutName);
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+      if (!pinnedResult[i])
+        fn.removeResultAttr(i, layoutName);
+    mlir::emitError(fn.getLoc())
+        << "no plan fits the memory budget of " << budget
+        << " bytes per rank: the smallest modeled peak found is "
+        << smallestPeak << " bytes (" << formatBytes(smallestPeak) << ")";
+    return failure();
+  }
+  apply(fn, pick);
+  // At the function's location, without the function printed after it.
+  InFlightDiagnostic remark = mlir::emitRemark(fn.getLoc());
+  remark << "auto-shard @" << fn.getSymName() << " on "
+         << llvm::product_of(meshShape) << " ranks";
+  if (budget > 0)
+    remark << " under " << budget << " bytes per rank";
+  remark << llvm::formatv(": modeled step time {0:F3} us, modeled peak {1} "
+                          "bytes ({2}); {3} plans priced in {4:F2} s",
+                          real.time, real.peak, formatBytes(real.peak),
+                          priced + pricedFull, seconds);
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    remark << "\n  " << group.name;
+    if (group.isData)
+      remark << " (";
+    else {
+      std::string type;
+      llvm::raw_string_ostream(type)
+          << fn.getArgument(group.args.front()).getType();
+      remark << " " << type << " (";
+    }
+    for (auto [i, a] : llvm::enumerate(group.args))
+      remark << (i ? ", " : "") << "%arg" << a;
+    remark << "): " << group.choices[pick[g]].text;
+  }
+  return success();
+}
+
+struct AutoShardPass
+    : public mlir::shardx::impl::AutoShardPassBase<AutoShardPass> {
+  using AutoShardPassBase::AutoShardPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto meshes = llvm::to_vector(module.getOps<MeshOp>());
+    if (meshes.size() != 1) {
+      module.emitError() << "shardx-auto-shard needs one shardx.mesh in the "
+                            "module, found "
+                         << meshes.size();
+      return signalPassFailure();
+    }
+    MeshOp mesh = meshes.front();
+    ::shardx::MeshSpec spec = getMeshSpec(mesh);
+    if (std::string reason = ::shardx::Planner::checkMesh(spec);
+        !reason.empty()) {
+      mesh.emitError("cannot shard on this mesh: ") << reason;
+      return signalPassFailure();
+    }
+    if (bandwidthOverride > 0 || latencyOverride >= 0) {
+      spec.costs.resize(spec.shape.size());
+      for (auto &c : spec.costs) {
+        if (bandwidthOverride > 0)
+          c.bandwidthGBps = bandwidthOverride / 1e9;
+        if (latencyOverride >= 0)
+          c.latencyUs = latencyOverride * 1e6;
+      }
+    }
+    if (memoryBudget < 0) {
+      module.emitError() << "memory-budget must not be negative";
+      return signalPassFailure();
+    }
+    CostModel costs(std::move(spec), computeRate);
+    for (auto fn : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      if (fn.isExternal())
+        continue;
+      AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
+                          refineSweeps);
+      if (failed(sharder.run(jsonPath)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

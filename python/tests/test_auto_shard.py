@@ -1,0 +1,251 @@
+"""shardx-auto-shard: layouts of every parameter, optimizer state and input of
+a train step chosen under a per-rank memory budget (docs/Memory.md,
+"Automatic sharding under a budget").
+
+The pass writes its decision space and numbers as JSON (``auto-json``); the
+exact oracle here solves the same problem as an ILP (PuLP/CBC) and the
+pass's plan must be within 3% of its optimum. The plans must fit the budget,
+run and match the unsharded program (``shardx-run --check``), and be the
+textbook plan where one is right: data parallel for a small model, Megatron
+for a wide one, FSDP under a tight budget.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pulp = pytest.importorskip("pulp")
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from shardx.importer import trace  # noqa: E402
+from shardx.placements import Mesh  # noqa: E402
+from shardx.train import TrainStep  # noqa: E402
+from shardx_dev import models  # noqa: E402
+
+# PuLP 3 warns that its bundled CBC goes away in PuLP 4.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+BUILD = os.environ.get("SHARDX_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+OPT = os.path.join(BUILD, "bin", "shardx-opt")
+RUN = os.path.join(BUILD, "bin", "shardx-run")
+
+# A slow device and network (1e9 loop iterations per second per rank,
+# 100 MB/s and 20 us per collective) so that the small test models trade
+# compute against collectives as large models do on a fast machine.
+RATE = "compute-rate=1e9 bandwidth=1e8 latency=2e-5"
+
+_programs = {}
+
+
+def program(kind: str, ranks: int, **kw) -> str:
+    """A traced train step (Adam) with a mesh of `ranks` and no layouts."""
+    key = (kind, ranks, tuple(sorted(kw.items())))
+    if key not in _programs:
+        torch.manual_seed(0)
+        mesh = Mesh((ranks,), ("x",))
+        batch = kw.get("batch", 16)
+        if kind == "mlp":
+            dim, hidden = kw.get("dim", 16), kw.get("hidden", 32)
+            module = models.mlp(dim, hidden, dim)
+            x, y = torch.randn(batch, dim), torch.randn(batch, dim)
+        else:
+            dim, hidden = kw.get("dim", 16), kw.get("hidden", 32)
+            module = models.Block(dim, 4, hidden)
+            x, y = torch.randn(batch, 4, dim), torch.randn(batch, 4, dim)
+        # SGD with momentum: the optimizer state tells parameters from inputs.
+        opt = kw.get("opt", "adam")
+        step = TrainStep(module, F.mse_loss, opt, lr=1e-3, momentum=0.9 if opt == "sgd" else 0.0)
+        _programs[key] = trace(step, step.example_args([x], y), mesh, name=f"{kind}_step")
+    return _programs[key]
+
+
+def auto_shard(text: str, tmp_path, options: str = "", check: bool = True):
+    """Runs shardx-auto-shard; returns (completed process, JSON or None, output path)."""
+    src, out, js = tmp_path / "in.mlir", tmp_path / "out.mlir", tmp_path / "auto.json"
+    src.write_text(text)
+    if js.exists():
+        js.unlink()
+    proc = subprocess.run([OPT, f"--shardx-auto-shard={RATE} auto-json={js} {options}", str(src),
+                           "-o", str(out)], capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    data = json.loads(js.read_text()) if js.exists() else None
+    return proc, data, out
+
+
+def ilp_optimum(data) -> float:
+    """The exact optimum of the pass's surrogate: per input layout, minimize
+    the step time (base + unary + pair terms) subject to the peak (base +
+    unary bytes) <= the surrogate budget, with binary choice variables and
+    linearized pair products."""
+    best = float("inf")
+    limit = data["surrogate_budget"]
+    groups = data["groups"]
+    for d, s in enumerate(data["surrogates"]):
+        if s["base_time"] is None:
+            continue
+        prob = pulp.LpProblem("auto_shard", pulp.LpMinimize)
+        x = {}
+        for g, group in enumerate(groups):
+            for c in range(len(group["choices"])):
+                if s["time"][g][c] is None:
+                    continue
+                x[g, c] = pulp.LpVariable(f"x_{g}_{c}", cat="Binary")
+            prob += pulp.lpSum(x[g, c] for c in range(len(group["choices"])) if (g, c) in x) == 1
+        if data["data_group"] >= 0:
+            prob += x[data["data_group"], d] == 1
+        obj = [s["base_time"]] + [s["time"][g][c] * v for (g, c), v in x.items()]
+        for i, p in enumerate(s["pairs"]):
+            g, h = p["g"], p["h"]
+            for c, row in enumerate(p["time"]):
+                for e, t in enumerate(row):
+                    if (g, c) not in x or (h, e) not in x or t == 0:
+                        continue
+                    if t is None:
+                        prob += x[g, c] + x[h, e] <= 1
+                        continue
+                    y = pulp.LpVariable(f"y_{i}_{c}_{e}", lowBound=0, upBound=1)
+                    prob += y <= x[g, c]
+                    prob += y <= x[h, e]
+                    prob += y >= x[g, c] + x[h, e] - 1
+                    obj.append(t * y)
+        prob += pulp.lpSum(obj)
+        if limit is not None and limit != float("inf"):
+            prob += s["base_peak"] + pulp.lpSum(s["bytes"][g][c] * v for (g, c), v in x.items()) <= limit
+        status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
+        if pulp.LpStatus[status] == "Optimal":
+            best = min(best, pulp.value(prob.objective))
+    return best
+
+
+def plan_of(data):
+    """{group name: placements text} of the chosen plan."""
+    return {g["name"]: g["choices"][c] for g, c in zip(data["groups"], data["plan"]["choices"])}
+
+
+def smallest_peak(text: str, tmp_path) -> int:
+    """The smallest peak the pass finds, from its error under a 1-byte budget."""
+    proc, _, _ = auto_shard(text, tmp_path, "memory-budget=1", check=False)
+    m = re.search(r"the smallest modeled peak found is (\d+) bytes", proc.stderr)
+    assert proc.returncode != 0 and m, proc.stderr
+    return int(m.group(1))
+
+
+CASES = [("mlp", 2), ("mlp", 4), ("block", 2), ("block", 4)]
+
+
+@pytest.mark.parametrize("kind,ranks", CASES)
+def test_plans_are_within_3_percent_of_the_ilp_and_fit(kind, ranks, tmp_path):
+    """Tests that the plan under budgets from none to tight is within 3% of
+    the ILP's optimum of the same numbers, and fits the budget."""
+    text = program(kind, ranks)
+    _, free, _ = auto_shard(text, tmp_path)
+    low = smallest_peak(text, tmp_path)
+    assert free["plan"]["peak"] >= low
+    budgets = [0, int(low * 1.5), int(low * 1.15), int(low * 1.02)]
+    fitted = 0
+    for budget in budgets:
+        proc, data, _ = auto_shard(text, tmp_path, f"memory-budget={budget}", check=False)
+        if proc.returncode != 0:
+            # Only a tight budget may fail, and then with the smallest peak.
+            m = re.search(r"no plan fits the memory budget of (\d+) bytes per rank: "
+                          r"the smallest modeled peak found is (\d+) bytes", proc.stderr)
+            assert m, proc.stderr
+            assert int(m.group(2)) > budget
+            continue
+        fitted += 1
+        if budget:
+            assert data["plan"]["peak"] <= budget
+        # The solver's plan for the surrogate, against the exact optimum.
+        optimum = ilp_optimum(data)
+        solver = data["solver"]["surrogate_time"]
+        assert solver >= optimum - 1e-6 * abs(optimum)
+        assert solver - optimum <= 0.03 * abs(optimum) + 1e-9, (budget, data["solver"], optimum)
+        # The plan, priced for real, is no slower than the solver's.
+        assert data["plan"]["time"] <= data["solver_real"]["time"] + 1e-9
+        assert "modeled step time" in proc.stderr and "modeled peak" in proc.stderr
+    assert fitted >= 3
+
+
+def test_no_plan_fits_is_an_error_naming_the_smallest_peak(tmp_path):
+    """Tests that a budget below every plan's peak fails with the smallest
+    peak found, leaving no layouts behind."""
+    proc, _, _ = auto_shard(program("mlp", 2), tmp_path, "memory-budget=1000", check=False)
+    assert proc.returncode != 0
+    m = re.search(r"error: no plan fits the memory budget of 1000 bytes per rank: "
+                  r"the smallest modeled peak found is (\d+) bytes", proc.stderr)
+    assert m, proc.stderr
+    assert int(m.group(1)) > 1000
+
+
+def test_bad_module_is_an_error(tmp_path):
+    """Tests that a module without a mesh is a diagnostic, not a crash."""
+    src = tmp_path / "nomesh.mlir"
+    src.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n")
+    proc = subprocess.run([OPT, "--shardx-auto-shard", str(src)], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "shardx-auto-shard needs one shardx.mesh in the module, found 0" in proc.stderr
+
+
+# A small MLP on a large batch (data parallel is right) and a wide one on
+# a small batch (Megatron is right), both with SGD and momentum.
+SMALL = dict(dim=16, hidden=32, batch=512, opt="sgd")
+WIDE = dict(dim=64, hidden=1024, batch=4, opt="sgd")
+
+
+def test_rediscovers_data_parallel(tmp_path):
+    """Tests that a small model with a large batch and no budget gets data
+    parallelism: the batch split, every parameter replicated."""
+    _, data, _ = auto_shard(program("mlp", 4, **SMALL), tmp_path)
+    plan = plan_of(data)
+    assert plan.pop("inputs") == "[S(0)]", plan
+    assert set(plan.values()) == {"[R]"}, plan
+
+
+def test_rediscovers_megatron(tmp_path):
+    """Tests that a wide MLP on a small batch gets Megatron tensor
+    parallelism: fc1 split by output features (column-parallel), fc2 by
+    input features (row-parallel), the batch replicated."""
+    _, data, _ = auto_shard(program("mlp", 4, **WIDE), tmp_path)
+    plan = plan_of(data)
+    # Arguments: 0 fc1.weight (hidden x dim), 1 fc1.bias, 2 fc2.weight (dim x hidden), 3 fc2.bias.
+    assert plan["%arg0"] == "[S(0)]" and plan["%arg2"] == "[S(1)]", plan
+    assert plan.get("inputs", "[R]") == "[R]", plan
+
+
+def fsdp_budget(tmp_path) -> int:
+    """A budget a tenth of the way from the smallest peak to the data-parallel one."""
+    text = program("mlp", 4, **SMALL)
+    _, free, _ = auto_shard(text, tmp_path)
+    low = smallest_peak(text, tmp_path)
+    return int(low + 0.1 * (free["plan"]["peak"] - low))
+
+
+def test_rediscovers_fsdp_under_a_tight_budget(tmp_path):
+    """Tests that the data-parallel model of test_rediscovers_data_parallel
+    under a budget below its data-parallel peak keeps the batch split and
+    shards both weights with their momentum (FSDP)."""
+    budget = fsdp_budget(tmp_path)
+    _, data, _ = auto_shard(program("mlp", 4, **SMALL), tmp_path, f"memory-budget={budget}")
+    plan = plan_of(data)
+    assert plan["inputs"] == "[S(0)]", plan
+    assert plan["%arg0"] != "[R]" and plan["%arg2"] != "[R]", plan
+    assert data["plan"]["peak"] <= budget
+
+
+def test_plan_runs_and_matches_unsharded(tmp_path):
+    """Tests that a plan under a budget (the FSDP one) compiles, runs on
+    threads and gives the unsharded program's outputs."""
+    budget = fsdp_budget(tmp_path)
+    _, data, out = auto_shard(program("mlp", 4, **SMALL), tmp_path, f"memory-budget={budget}")
+    assert any(c != "[R]" for n, c in plan_of(data).items() if n != "inputs")
+    proc = subprocess.run([RUN, "--check", "--ranks=4", "--rtol=1e-4", "--atol=1e-5", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
