@@ -12,6 +12,7 @@
 #define SHARDX_PYTHON_BINDINGS_BINDING_H
 
 #include "shardx/Exec/Session.h"
+#include "shardx/Runtime/Bootstrap.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -98,6 +99,19 @@ struct PyArtifact {
 
 /// Registers CallPlan, CompiledCall and set_error_types (CallPlan.cpp).
 void bindCalls(nb::module_ &m);
+
+/// MPI, where the build has it (Processes.cpp, the binding's one file that
+/// depends on the build's MPI). Whether it has.
+bool hasMpi();
+/// This process's rank of `meshShape` over MPI_COMM_WORLD (MPI initialized
+/// on first use); RunError where it cannot be made, ValueError in a build
+/// without MPI.
+std::unique_ptr<rt::Communicator>
+connectMpi(const std::vector<int64_t> &meshShape, double timeout);
+/// The MPI bootstrap where MPI runs this process (initialized), else null.
+std::unique_ptr<rt::Bootstrap> mpiBootstrapIfRunning();
+/// MPI_Finalize (nothing without MPI).
+void finalizeMpi();
 
 } // namespace shardx::binding
 

@@ -16,9 +16,6 @@
 #include "shardx/Runtime/Bootstrap.h"
 #include "shardx/Runtime/CudaLocal.h"
 #include "shardx/Runtime/Nccl.h"
-#ifdef SHARDX_HAVE_MPI
-#include "shardx/Runtime/Mpi.h"
-#endif
 
 #include <vector>
 
@@ -431,26 +428,7 @@ NB_MODULE(_shardx_rt, m) {
       .def_static(
           "mpi",
           [](const std::vector<int64_t> &meshShape, double timeout) {
-#ifdef SHARDX_HAVE_MPI
-            static bool initialized = false;
-            if (!initialized) {
-              if (rt::Status s = rt::initMpi(nullptr, nullptr); !s)
-                throw RunError(s.message());
-              initialized = true;
-            }
-            std::string error;
-            std::unique_ptr<rt::Communicator> comm =
-                rt::createMpiCommunicator(meshShape, timeout, error);
-            if (!comm)
-              throw RunError(error);
-            return new Session(std::move(comm));
-#else
-            (void)meshShape;
-            (void)timeout;
-            throw std::invalid_argument(
-                "this ShardX build has no mpi backend (CMake found no MPI)");
-            return static_cast<Session *>(nullptr);
-#endif
+            return new Session(connectMpi(meshShape, timeout));
           },
           nb::arg("mesh_shape"), nb::arg("timeout") = 60.0,
           nb::rv_policy::take_ownership,
@@ -470,27 +448,17 @@ NB_MODULE(_shardx_rt, m) {
           "nccl",
           [](const std::vector<int64_t> &meshShape, int64_t rank,
              int64_t worldSize, nb::object exchange, double timeout) {
-            // NCCL and the GPU first: their absence is the error to report.
-            if (rt::Status s = rt::openNcclDevice(); !s)
-              throw RunError(s.message());
+            // The id through `exchange`, else MPI where it runs this
+            // process, else the file store (connectNccl opens NCCL and the
+            // GPU first: their absence is the error to report).
+            std::unique_ptr<rt::Bootstrap> bootstrap =
+                exchange.is_none()
+                    ? mpiBootstrapIfRunning()
+                    : std::make_unique<CallbackBootstrap>(
+                          rank, worldSize, nb::borrow<nb::callable>(exchange));
             std::string error;
-            std::unique_ptr<rt::Bootstrap> bootstrap;
-            if (!exchange.is_none()) {
-              bootstrap = std::make_unique<CallbackBootstrap>(
-                  rank, worldSize, nb::borrow<nb::callable>(exchange));
-            } else {
-#ifdef SHARDX_HAVE_MPI
-              if (rt::isMpiInitialized())
-                bootstrap = rt::createMpiBootstrap();
-#endif
-              if (!bootstrap)
-                bootstrap = rt::createFileStoreBootstrapFromEnv(timeout, error);
-              if (!bootstrap)
-                throw RunError(error);
-            }
             std::unique_ptr<rt::Communicator> comm =
-                rt::createNcclCommunicator(meshShape, *bootstrap, timeout,
-                                           error);
+                rt::connectNccl(meshShape, std::move(bootstrap), timeout, error);
             if (!comm)
               throw RunError(error);
             std::unique_ptr<rt::Communicator> host =
@@ -608,17 +576,8 @@ NB_MODULE(_shardx_rt, m) {
           nb::arg("shards"),
           "The global tensor (a collective when the ranks are processes).");
 
-  m.def("finalize_mpi", [] {
-#ifdef SHARDX_HAVE_MPI
-    rt::finalizeMpi();
-#endif
-  });
-  m.attr("has_mpi") =
-#ifdef SHARDX_HAVE_MPI
-      true;
-#else
-      false;
-#endif
+  m.def("finalize_mpi", [] { finalizeMpi(); });
+  m.attr("has_mpi") = hasMpi();
 
 
   bindCalls(m);

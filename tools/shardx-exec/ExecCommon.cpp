@@ -6,16 +6,6 @@
 
 #include "ExecCommon.h"
 
-#ifdef SHARDX_HAVE_MPI
-#include "shardx/Runtime/Mpi.h"
-#endif
-#ifdef SHARDX_HAVE_CUDA_LOCAL
-#include "shardx/Runtime/CudaLocal.h"
-#endif
-#ifdef SHARDX_HAVE_NCCL
-#include "shardx/Runtime/Nccl.h"
-#endif
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,15 +15,23 @@ using namespace shardx;
 using namespace shardx::exec;
 using shardx::rt::Status;
 
-#if defined(SHARDX_HAVE_CUDA_LOCAL) && defined(SHARDX_HAVE_NCCL)
-static const char *const kBackends = "threads, cuda-local or nccl";
-#elif defined(SHARDX_HAVE_CUDA_LOCAL)
-static const char *const kBackends = "threads or cuda-local";
-#elif defined(SHARDX_HAVE_NCCL)
-static const char *const kBackends = "threads, mpi or nccl";
-#else
-static const char *const kBackends = "threads or mpi";
-#endif
+/// The backend of that name (null: none), and the names a tool has
+/// ("threads, mpi or nccl").
+static const tools::Backend *lookupBackend(const std::string &name,
+                                           std::string &names) {
+  const std::vector<tools::Backend> &all = tools::getBackends().backends;
+  const tools::Backend *found = nullptr;
+  std::vector<std::string> listed;
+  for (const tools::Backend &backend : all) {
+    if (backend.name == name)
+      found = &backend;
+    if (backend.missing.empty())
+      listed.push_back(backend.name);
+  }
+  for (size_t i = 0; i < listed.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == listed.size() ? " or " : ", ") + listed[i];
+  return found;
+}
 
 bool tools::makeInputs(const EntryPoint &entry, const RunOptions &options,
                        std::vector<HostTensor> &inputs, std::string &error) {
@@ -125,62 +123,25 @@ Status tools::runArtifact(const Artifact &artifact, const EntryPoint &entry,
                          " devices but --ranks is " +
                          std::to_string(options.ranks));
   isRoot = true;
-  if (options.backend == "threads")
+  std::string names;
+  const Backend *backend = lookupBackend(options.backend, names);
+  if (!backend)
+    return Status::error("unknown backend '" + options.backend + "' (" +
+                         names + ")");
+  double *blocked = backend->reportsBlocked ? blockedSeconds : nullptr;
+  if (backend->rankThreads)
     return runThreaded(artifact, entry, inputs, outputs, options.timeout,
-                       &seconds, rt::runThreads, blockedSeconds);
-  if (options.backend == "mpi") {
-#ifdef SHARDX_HAVE_MPI
-    std::string error;
-    std::unique_ptr<rt::Communicator> comm = rt::createMpiCommunicator(
-        artifact.getMeshShape(), options.timeout, error);
-    if (!comm)
-      return Status::error(error);
-    isRoot = comm->getRank() == 0;
-    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds,
-                             blockedSeconds);
-#else
-    return Status::error("this build has no mpi backend");
-#endif
-  }
-  if (options.backend == "cuda-local") {
-#ifdef SHARDX_HAVE_CUDA_LOCAL
-    return runThreaded(artifact, entry, inputs, outputs, options.timeout,
-                       &seconds, rt::runCudaLocal);
-#else
-    return Status::error("this build has no cuda-local backend (use "
-                         "shardx-gpu-exec)");
-#endif
-  }
-  if (options.backend == "nccl") {
-#ifdef SHARDX_HAVE_NCCL
-    // NCCL and the GPU first: their absence is the error to report.
-    if (Status s = rt::openNcclDevice(); !s)
-      return s;
-    std::string error;
-    std::unique_ptr<rt::Bootstrap> bootstrap;
-#ifdef SHARDX_HAVE_MPI
-    // Under mpirun (MPI initialized by initMpiIfRequested): the id by
-    // MPI_Bcast; otherwise the file store from the environment.
-    if (rt::isMpiInitialized())
-      bootstrap = rt::createMpiBootstrap();
-#endif
-    if (!bootstrap)
-      bootstrap = rt::createFileStoreBootstrapFromEnv(options.timeout, error);
-    if (!bootstrap)
-      return Status::error(error);
-    std::unique_ptr<rt::Communicator> comm = rt::createNcclCommunicator(
-        artifact.getMeshShape(), *bootstrap, options.timeout, error);
-    if (!comm)
-      return Status::error(error);
-    isRoot = comm->getRank() == 0;
-    return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds);
-#else
-    return Status::error(
-        "this build has no nccl backend (use shardx-gpu-exec)");
-#endif
-  }
-  return Status::error("unknown backend '" + options.backend + "' (" +
-                       kBackends + ")");
+                       &seconds, backend->rankThreads, blocked);
+  if (!backend->connect)
+    return Status::error(backend->missing);
+  std::string error;
+  std::unique_ptr<rt::Communicator> comm =
+      backend->connect(artifact.getMeshShape(), options.timeout, error);
+  if (!comm)
+    return Status::error(error);
+  isRoot = comm->getRank() == 0;
+  return runOnCommunicator(artifact, entry, *comm, inputs, outputs, &seconds,
+                           blocked);
 }
 
 bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
@@ -199,15 +160,21 @@ bool tools::initMpiIfRequested(int &argc, char **&argv, const char *tool,
   }
   if (!want)
     return true;
-#ifdef SHARDX_HAVE_MPI
-  Status s = rt::initMpi(&argc, &argv);
+  auto initProcesses = getBackends().initProcesses;
+  if (!initProcesses)
+    return true;
+  Status s = initProcesses(&argc, &argv);
   if (!s) {
     std::fprintf(stderr, "%s: error: %s\n", tool, s.message().c_str());
     return false;
   }
   initialized = true;
-#endif
   return true;
+}
+
+void tools::finalizeMpiIfInitialized(bool initialized) {
+  if (initialized && getBackends().finalizeProcesses)
+    getBackends().finalizeProcesses();
 }
 
 void tools::printVerdict(const Difference &d) {
@@ -365,11 +332,6 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
         return 1;
     }
   }
-#ifdef SHARDX_HAVE_MPI
-  if (finalizeMpi)
-    rt::finalizeMpi();
-#else
-  (void)finalizeMpi;
-#endif
+  finalizeMpiIfInitialized(finalizeMpi);
   return 0;
 }

@@ -8,11 +8,76 @@
 #define SHARDX_TOOLS_EXECCOMMON_H
 
 #include "shardx/Exec/Executor.h"
+#include "shardx/Runtime/Nccl.h"
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace shardx::tools {
+
+/// One backend an executor runs artifacts on.
+struct Backend {
+  std::string name;
+  /// threads, cuda-local: every rank a thread of this process, in the
+  /// world this makes.
+  exec::RankWorld rankThreads;
+  /// mpi, nccl: this process is one rank of a world of processes; its
+  /// communicator, or null with the reason in `error`.
+  std::function<std::unique_ptr<rt::Communicator>(
+      const std::vector<int64_t> &meshShape, double timeout,
+      std::string &error)>
+      connect;
+  /// Whether its runs report how long the ranks were blocked (shardx-run's
+  /// blocked time).
+  bool reportsBlocked = false;
+  /// A backend this build has not (neither of the two above is set): the
+  /// error a run on it gives.
+  std::string missing;
+};
+
+/// What an executor can run on: its backends, and how it starts and ends
+/// the MPI processes of process backends where it has MPI.
+struct BackendTable {
+  /// In the order an unknown backend's error lists them.
+  std::vector<Backend> backends;
+  /// MPI_Init (null: this build has no MPI).
+  rt::Status (*initProcesses)(int *argc, char ***argv) = nullptr;
+  /// MPI_Finalize.
+  void (*finalizeProcesses)() = nullptr;
+};
+
+/// The nccl backend: this process's rank on its GPU, the NCCL id through
+/// `processBootstrap()` where it gives one (MPI_Bcast under mpirun), else
+/// through the file store of the environment. Inline, so that only the
+/// tables that list it link the nccl runtime.
+inline Backend
+ncclBackend(std::unique_ptr<rt::Bootstrap> (*processBootstrap)() = nullptr) {
+  Backend nccl;
+  nccl.name = "nccl";
+  nccl.connect = [processBootstrap](const std::vector<int64_t> &meshShape,
+                                    double timeout, std::string &error) {
+    return rt::connectNccl(meshShape,
+                           processBootstrap ? processBootstrap() : nullptr,
+                           timeout, error);
+  };
+  return nccl;
+}
+
+/// A backend this build has not: runs on it fail with `why`.
+inline Backend missingBackend(std::string name, std::string why) {
+  Backend backend;
+  backend.name = std::move(name);
+  backend.missing = std::move(why);
+  return backend;
+}
+
+/// This executor's backends: each executable defines it once, in the one
+/// file that says what its build has (shardx-exec and shardx-run:
+/// CpuBackends.cpp, the only place MPI is a build option; shardx-gpu-exec:
+/// GpuBackends.cpp).
+const BackendTable &getBackends();
 
 struct RunOptions {
   std::string entry;
@@ -87,6 +152,9 @@ int execMain(int argc, char **argv);
 /// prints an error when that fails.
 bool initMpiIfRequested(int &argc, char **&argv, const char *tool,
                         bool &initialized);
+
+/// Ends MPI where initMpiIfRequested started it (`initialized`).
+void finalizeMpiIfInitialized(bool initialized);
 
 } // namespace shardx::tools
 

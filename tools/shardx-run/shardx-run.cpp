@@ -32,10 +32,6 @@
 #include "shardx/Report/Progress.h"
 #include "shardx/Report/Report.h"
 
-#ifdef SHARDX_HAVE_MPI
-#include "shardx/Runtime/Mpi.h"
-#endif
-
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -172,10 +168,7 @@ int main(int argc, char **argv) {
                  "--target=cuda and run shardx-gpu-exec --backend %s (or "
                  "scripts/gpu_check.sh)\n",
                  backend.c_str(), backend.c_str());
-#ifdef SHARDX_HAVE_MPI
-    if (wantMpi)
-      ::shardx::rt::finalizeMpi();
-#endif
+    ::shardx::tools::finalizeMpiIfInitialized(wantMpi);
     return 1;
   }
   DefaultTimingManager timingManager;
@@ -404,9 +397,6 @@ int main(int argc, char **argv) {
     llvm::sys::fs::remove(globalPath);
     llvm::sys::fs::remove(dir);
   }
-#ifdef SHARDX_HAVE_MPI
-  if (wantMpi)
-    ::shardx::rt::finalizeMpi();
-#endif
+  ::shardx::tools::finalizeMpiIfInitialized(wantMpi);
   return status;
 }

@@ -42,6 +42,16 @@ createNcclCommunicator(const std::vector<int64_t> &meshShape,
                        Bootstrap &bootstrap, double timeoutSeconds,
                        std::string &error);
 
+/// The nccl communicator of this process's rank as the executors make it:
+/// NCCL and the GPU opened first (their absence is the error to report),
+/// then the id through `bootstrap`, or where it is null through the file
+/// store of the environment (SHARDX_RANK, SHARDX_WORLD_SIZE,
+/// SHARDX_STORE_DIR). Null with the reason in `error`.
+std::unique_ptr<Communicator>
+connectNccl(const std::vector<int64_t> &meshShape,
+            std::unique_ptr<Bootstrap> bootstrap, double timeoutSeconds,
+            std::string &error);
+
 } // namespace shardx::rt
 
 #endif // SHARDX_RUNTIME_NCCL_H

@@ -717,4 +717,19 @@ createNcclCommunicator(const std::vector<int64_t> &meshShape,
   return comm;
 }
 
+std::unique_ptr<Communicator>
+connectNccl(const std::vector<int64_t> &meshShape,
+            std::unique_ptr<Bootstrap> bootstrap, double timeoutSeconds,
+            std::string &error) {
+  if (Status s = openNcclDevice(); !s) {
+    error = s.message();
+    return nullptr;
+  }
+  if (!bootstrap)
+    bootstrap = createFileStoreBootstrapFromEnv(timeoutSeconds, error);
+  if (!bootstrap)
+    return nullptr;
+  return createNcclCommunicator(meshShape, *bootstrap, timeoutSeconds, error);
+}
+
 } // namespace shardx::rt

@@ -1,0 +1,63 @@
+//===- CpuBackends.cpp - The backends of shardx-exec and shardx-run -------===//
+//
+// Part of ShardX.
+//
+// The one place where the CPU executors' backends depend on the build:
+// `threads` always; `mpi`, and `nccl` with it (a process per GPU under
+// mpirun, the NCCL id by MPI_Bcast, or the file store), only where CMake
+// found MPI (SHARDX_ENABLE_MPI, which defines SHARDX_HAVE_MPI: a configure
+// option, so it stays a preprocessor condition, here only). NCCL and the
+// CUDA driver are opened at run time: this links no CUDA library.
+// cuda-local is shardx-gpu-exec's.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecCommon.h"
+
+#ifdef SHARDX_HAVE_MPI
+#include "shardx/Runtime/Mpi.h"
+#endif
+
+using namespace shardx;
+using namespace shardx::tools;
+
+static BackendTable makeBackends() {
+  BackendTable table;
+  Backend threads;
+  threads.name = "threads";
+  threads.rankThreads = rt::runThreads;
+  threads.reportsBlocked = true;
+  table.backends.push_back(std::move(threads));
+#ifdef SHARDX_HAVE_MPI
+  Backend mpi;
+  mpi.name = "mpi";
+  mpi.connect = rt::createMpiCommunicator;
+  mpi.reportsBlocked = true;
+  table.backends.push_back(std::move(mpi));
+  table.initProcesses = rt::initMpi;
+  table.finalizeProcesses = rt::finalizeMpi;
+  table.backends.push_back(
+      missingBackend("cuda-local", "this build has no cuda-local backend "
+                                   "(use shardx-gpu-exec)"));
+  // Under mpirun (MPI initialized by initMpiIfRequested): the id by
+  // MPI_Bcast; otherwise the file store from the environment.
+  table.backends.push_back(
+      ncclBackend([]() -> std::unique_ptr<rt::Bootstrap> {
+        return rt::isMpiInitialized() ? rt::createMpiBootstrap() : nullptr;
+      }));
+#else
+  table.backends.push_back(
+      missingBackend("mpi", "this build has no mpi backend"));
+  table.backends.push_back(
+      missingBackend("cuda-local", "this build has no cuda-local backend "
+                                   "(use shardx-gpu-exec)"));
+  table.backends.push_back(missingBackend(
+      "nccl", "this build has no nccl backend (use shardx-gpu-exec)"));
+#endif
+  return table;
+}
+
+const BackendTable &tools::getBackends() {
+  static const BackendTable table = makeBackends();
+  return table;
+}
