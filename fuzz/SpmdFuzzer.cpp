@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FuzzTarget.h"
+#include "TestPasses.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
@@ -155,6 +156,8 @@ bool crashesUpstreamParser(StringRef input) {
 
 extern "C" int LLVMFuzzerInitialize(int *argc, char ***argv) {
   mlir::shardx::registerShardXPasses();
+  // The test-only passes too (-pipeline=shardx-test-local-shards).
+  mlir::shardx::test::registerShardXTestPasses();
   for (int i = 1; i < *argc; ++i)
     if (std::strncmp((*argv)[i], "-pipeline=", 10) == 0)
       pipeline = (*argv)[i] + 10;

@@ -15,6 +15,10 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
+#ifdef SHARDX_INCLUDE_TESTS
+#include "TestPasses.h"
+#endif
+
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::shardx::registerAllShardXDialects(registry);
@@ -26,6 +30,10 @@ int main(int argc, char **argv) {
   mlir::shardx::registerShardXPasses();
   mlir::shardx::registerCompilerPasses();
   mlir::shardx::registerReportPass();
+#ifdef SHARDX_INCLUDE_TESTS
+  // The test-only passes of test/lib (shardx-test-*).
+  mlir::shardx::test::registerShardXTestPasses();
+#endif
   // Upstream passes too, so that back-end pipelines can be tested piecewise.
   mlir::registerAllPasses();
   return mlir::asMainReturnCode(

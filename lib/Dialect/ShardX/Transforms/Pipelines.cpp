@@ -16,6 +16,7 @@
 using namespace mlir;
 
 namespace mlir::shardx {
+#define GEN_PASS_DEF_CANONICALIZEPASS
 #define GEN_PASS_DEF_INLINECALLSPASS
 #include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
 } // namespace mlir::shardx
@@ -39,12 +40,73 @@ struct InlineCallsPass
     OpPassManager inliner(ModuleOp::getOperationName());
     inliner.addPass(createInlinerPass());
     if (failed(runPipeline(inliner, getOperation())))
-      signalPassFailure();
+      return signalPassFailure();
+    // The inliner invalidated what it changed (the analysis manager is
+    // shared) and was verified under --verify-each: no second verifier run.
+    markAllAnalysesPreserved();
   }
 };
 
-} // namespace
+/// The canonicalizer's options for modules whose regions are one block
+/// each: upstream's, but region simplification and the rounds after the
+/// first. In a region of one block, region simplification (unreachable
+/// blocks, dead block arguments, region DCE) finds nothing that the
+/// driver's own erasure of dead ops does not, and its liveness analysis
+/// over every op was a quarter to a half of the canonicalizer's time. The
+/// driver's worklist already revisits the users and operands of every op a
+/// pattern changes; another round re-seeds it with every op to confirm that
+/// nothing is left, which took the other half (traced programs and the
+/// local programs of shardx-spmd are the same after one round).
+GreedyRewriteConfig getOneBlockConfig() {
+  GreedyRewriteConfig config;
+  config.setUseTopDownTraversal(true)
+      .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled)
+      .setMaxIterations(1);
+  return config;
+}
 
+/// Upstream's canonicalizer, with region simplification only where a region
+/// has several blocks: the choice is made on the IR, so the pass runs one
+/// of two pipelines of upstream's pass (each builds its patterns once).
+struct CanonicalizePass
+    : mlir::shardx::impl::CanonicalizePassBase<CanonicalizePass> {
+  CanonicalizePass()
+      : simplifying(ModuleOp::getOperationName()),
+        oneBlock(ModuleOp::getOperationName()) {
+    // The options of upstream's `canonicalize` (a GreedyRewriteConfig's
+    // defaults differ: bottom-up, aggressive region simplification).
+    GreedyRewriteConfig config;
+    config.setUseTopDownTraversal(true).setRegionSimplificationLevel(
+        GreedySimplifyRegionLevel::Normal);
+    simplifying.addPass(createCanonicalizerPass(config));
+    oneBlock.addPass(createCanonicalizerPass(getOneBlockConfig()));
+  }
+  CanonicalizePass(const CanonicalizePass &other)
+      : CanonicalizePassBase(other), simplifying(other.simplifying),
+        oneBlock(other.oneBlock) {}
+
+  void runOnOperation() override {
+    bool multiBlock = getOperation()
+                          ->walk([](Operation *op) {
+                            for (Region &region : op->getRegions())
+                              if (!region.empty() && !region.hasOneBlock())
+                                return WalkResult::interrupt();
+                            return WalkResult::advance();
+                          })
+                          .wasInterrupted();
+    if (failed(runPipeline(multiBlock ? simplifying : oneBlock,
+                           getOperation())))
+      return signalPassFailure();
+    // As in InlineCallsPass: the canonicalizer invalidated the analyses and
+    // was verified under --verify-each.
+    markAllAnalysesPreserved();
+  }
+
+  OpPassManager simplifying;
+  OpPassManager oneBlock;
+};
+
+} // namespace
 
 void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
                                      const SpmdPipelineOptions &options) {
@@ -54,21 +116,19 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   // targets' (cuBLAS accumulates in f32 itself).
   pm.addPass(createWidenAccumulationPass({/*contractions=*/false}));
   // Propagation sees canonical IR (folded constants, one splat per value):
-  // its choices depend on it.
-  pm.addPass(createCanonicalizerPass());
+  // its choices depend on it. Region simplification and further rounds
+  // only where there is a region of several blocks (shardx-canonicalize).
+  pm.addPass(createCanonicalizePass());
   pm.addPass(createPropagatePass());
   buildPartitionPipeline(pm);
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
-  // Upstream's canonicalizer with its options but region simplification:
-  // after the partition passes every sharded function is one block
+  // After the partition passes every sharded function is one block
   // (propagation takes no other) and the first canonicalization simplified
-  // the regions of the others, so its liveness analysis over every op,
-  // about half of the canonicalizer's time here, would find nothing.
-  GreedyRewriteConfig oneBlock;
-  oneBlock.setUseTopDownTraversal(true).setRegionSimplificationLevel(
-      GreedySimplifyRegionLevel::Disabled);
-  pm.addPass(createCanonicalizerPass(oneBlock));
+  // the regions of the others: one round, no region simplification.
+  GreedyRewriteConfig oneBlockRounds = getOneBlockConfig();
+  oneBlockRounds.setMaxIterations(10);
+  pm.addPass(createCanonicalizerPass(oneBlockRounds));
   pm.addPass(createCSEPass());
   // After canonicalize and CSE: they would not move the start/wait pairs,
   // but the schedule is priced on the final program.

@@ -66,6 +66,39 @@ def WidenAccumulationPass : Pass<"shardx-widen-accumulation", "ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def CanonicalizePass : Pass<"shardx-canonicalize", "ModuleOp"> {
+  let summary = "upstream's canonicalizer, simplifying regions only where a "
+                "region has several blocks";
+  let description = [{
+    `shardx-spmd`'s canonicalization before propagation: upstream's
+    `canonicalize` pass (its patterns, top-down). Where the module has a
+    region of more than one block, with upstream's options (region
+    simplification, up to 10 rounds); otherwise without region
+    simplification and in one round. In a region of one block, region
+    simplification finds nothing that the driver's own erasure of dead ops
+    does not, and a second round (the worklist re-seeded with every op, to
+    confirm that nothing is left: the driver already revisits what a
+    pattern changed) changed nothing on traced programs; the two were
+    three quarters of the canonicalizer's time there. A function of several
+    blocks whose join is dead becomes one block, which propagation can
+    take:
+
+    ```mlir
+    func.func @f(%x: tensor<4xf32>, %c: i1) -> tensor<4xf32> {
+      cf.cond_br %c, ^bb1, ^bb2
+    ^bb1:
+      %p = arith.addf %x, %x : tensor<4xf32>
+      cf.br ^bb3(%p : tensor<4xf32>)
+    ^bb2:
+      cf.br ^bb3(%x : tensor<4xf32>)
+    ^bb3(%y: tensor<4xf32>):
+      return %x : tensor<4xf32>
+    }
+    // after: return %x : tensor<4xf32>
+    ```
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Propagation and reshard insertion
 //===----------------------------------------------------------------------===//
@@ -399,34 +432,8 @@ def LowerHalosPass : Pass<"shardx-lower-halos", "ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
-// Test and debugging passes
+// Debugging passes
 //===----------------------------------------------------------------------===//
-
-def TestPrintRulesPass : Pass<"shardx-test-print-rules", "ModuleOp"> {
-  let summary = "prints the sharding rule of every op";
-  let description = [{
-    A test-only pass: for every op with tensor operands or results, emits a
-    remark with its sharding rule in factors, or "no sharding rule".
-
-    ```
-    remark: ([i, k], [k, j], [i, j]) -> ([i, j]) {i=8, j=16, k=32} reduction={k}
-    ```
-
-    With `semantics`, a second remark per op with a rule gives what the
-    rule answers of the op's body: its reduction combiner, whether its
-    init is that combiner's identity, the tensor operands (numbers) it is
-    linear in one at a time, and whether its results are shape-only:
-
-    ```
-    remark: reduction=sum identity-init=1 linear-in=[0, 1] shape-only=0
-    ```
-  }];
-  let options = [
-    Option<"semantics", "semantics", "bool", "false",
-           "Also print the reduction kind, identity init, linearity and "
-           "shape-only answers of each rule">,
-  ];
-}
 
 def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
   let summary = "prints the reshard plan of every shardx.redistribute";
@@ -485,30 +492,6 @@ def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
            "allocations of a copy through shardx-codegen-cpu's passes up to "
            "shardx-deallocate-buffers; docs/Memory.md)">,
   ];
-}
-
-def TestLocalShardsPass : Pass<"shardx-test-local-shards", "ModuleOp"> {
-  let summary = "prints the DTensor placements and every rank's local shard";
-  let description = [{
-    A test-only pass. For every layout on a function argument or result and
-    on every `shardx.annotate`, it emits a remark with the layout's DTensor
-    placements and, for every rank of the mesh, the runs of global indices
-    the rank holds along each dim and its local shape.
-
-    ```mlir
-    shardx.mesh @mesh(shape = 2x2)
-    func.func @f(%x: tensor<5x4xf32>
-        {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)]>}) ...
-    ```
-    gives
-
-    ```
-    remark: layout [S(0), S(0)] placements [S(0), S(0)] on 5x4
-      rank (0, 0): [0, 2) x [0, 4) -> 2x4
-      rank (0, 1): [2, 3) x [0, 4) -> 1x4
-      ...
-    ```
-  }];
 }
 
 #endif // SHARDX_DIALECT_SHARDX_TRANSFORMS_PASSES_TD

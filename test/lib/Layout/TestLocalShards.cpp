@@ -5,15 +5,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
-#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "TestPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
-namespace mlir::shardx {
+namespace mlir::shardx::test {
 #define GEN_PASS_DEF_TESTLOCALSHARDSPASS
-#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
-} // namespace mlir::shardx
+#include "TestPasses.h.inc"
+} // namespace mlir::shardx::test
 
 using namespace mlir;
 using namespace mlir::shardx;
@@ -68,7 +68,7 @@ void describe(Operation *op, StringRef what, LayoutAttr layout, Type type,
 }
 
 struct TestLocalShardsPass
-    : mlir::shardx::impl::TestLocalShardsPassBase<TestLocalShardsPass> {
+    : mlir::shardx::test::impl::TestLocalShardsPassBase<TestLocalShardsPass> {
   void runOnOperation() override {
     SymbolTableCollection symbolTable;
     getOperation()->walk([&](Operation *op) {

@@ -4,15 +4,15 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "TestPasses.h"
 #include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 
-namespace mlir::shardx {
+namespace mlir::shardx::test {
 #define GEN_PASS_DEF_TESTPRINTRULESPASS
-#include "shardx/Dialect/ShardX/Transforms/Passes.h.inc"
-} // namespace mlir::shardx
+#include "TestPasses.h.inc"
+} // namespace mlir::shardx::test
 
 using namespace mlir;
 using namespace mlir::shardx;
@@ -42,7 +42,7 @@ void printSemantics(ShardingRuleOpInterface op) {
 }
 
 struct TestPrintRulesPass
-    : mlir::shardx::impl::TestPrintRulesPassBase<TestPrintRulesPass> {
+    : mlir::shardx::test::impl::TestPrintRulesPassBase<TestPrintRulesPass> {
   using TestPrintRulesPassBase::TestPrintRulesPassBase;
 
   void runOnOperation() override {
