@@ -6,11 +6,9 @@ all-gathering their inputs (docs/Rules.md, "Windowed ops"). Each program is
 checked against eager PyTorch on the threads backend (shardx.compile, two
 steps) and against its unsharded compile under mpirun on the mpi backend
 (shardx-run --check), on an even (16x16, two levels) and an uneven (13x13:
-shards of 7 and 6 rows and columns) image. The activations are constrained
-to stay split (models.HaloUNet's ``spatial``), as a ShardTensor's are; for
-this small a network the cost model alone would rather gather the image
-once and compute replicated (test/Dialect/ShardX/Halo/halo-spmd.mlir shows
-propagation choosing halos by itself where compute counts)."""
+shards of 7 and 6 rows and columns) image. Only the input and target are
+laid out: propagation chooses the halos itself (one alpha-beta step per
+exchange against all-gathers and replicated compute)."""
 
 import re
 import shutil
@@ -37,7 +35,7 @@ CASES = {
 def _step(name):
     side, levels = CASES[name]
     torch.manual_seed(0)
-    module = models.HaloUNet(levels=levels, spatial=[S(2), S(3)])
+    module = models.HaloUNet(levels=levels)
     step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
     x, y = torch.randn(2, 2, side, side), torch.randn(2, 2, side, side)
     mesh = Mesh((2, 2), ("h", "w"))

@@ -78,8 +78,10 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
 
   /// A remark per windowed operand of a global program that is read across
   /// shard edges (docs/Rules.md, "Windowed ops"): the halo shardx-localize
-  /// will exchange, with the bytes the rank with the most receives (both
-  /// sides, the largest shard of the other dims).
+  /// will exchange, with the bytes the rank that receives the most gets
+  /// (both sides in a group of three or more, the wider one in a group of
+  /// two; the largest shard of the other dims, widened by the halos the op
+  /// exchanges before this one, so corners count once).
   void printHalos(SymbolTableCollection &symbolTable) {
     getOperation()->walk([&](ShardingRuleOpInterface ruleOp) {
       Operation *op = ruleOp.getOperation();
@@ -92,6 +94,8 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       for (Value v : op->getOperands())
         if (isa<RankedTensorType>(v.getType()))
           tensors.push_back(v);
+      // Per tensor operand and dim, the rows received so far.
+      DenseMap<std::pair<int64_t, int64_t>, int64_t> received;
       for (const ShardingRule::WindowedDim &w : rule->windows) {
         if (w.result || !w.halo || w.tensor >= (int64_t)tensors.size())
           continue;
@@ -103,18 +107,29 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
         MeshOp mesh = lookupMesh(op, attr.getMesh(), &symbolTable);
         if (!mesh)
           continue;
+        int64_t n = mesh.getShape()[ds->splits[0].axis];
+        int64_t rows = n >= 3 ? w.low + w.high
+                              : (n == 2 ? std::max(w.low, w.high) : 0);
         auto type = cast<RankedTensorType>(tensors[w.tensor].getType());
-        double bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8) *
-                       double(w.low + w.high);
+        double bytes =
+            std::max<int64_t>(1, type.getElementTypeBitWidth() / 8) * rows;
         for (int64_t d = 0; d < type.getRank(); ++d) {
           if (d == w.dim)
             continue;
-          int64_t parts = 1;
-          if (const auto *other = attr.getLayout().getDim(d))
-            for (const ::shardx::Split &sp : other->splits)
-              parts *= mesh.getShape()[sp.axis];
-          bytes *= llvm::divideCeil(type.getDimSize(d), parts);
+          int64_t extent = type.getDimSize(d);
+          if (const auto *other = attr.getLayout().getDim(d)) {
+            if (!other->sizes.empty()) {
+              extent = *llvm::max_element(other->sizes);
+            } else {
+              int64_t parts = 1;
+              for (const ::shardx::Split &sp : other->splits)
+                parts *= mesh.getShape()[sp.axis];
+              extent = llvm::divideCeil(extent, parts);
+            }
+          }
+          bytes *= extent + received.lookup({w.tensor, d});
         }
+        received[{w.tensor, w.dim}] = rows;
         op->emitRemark() << "halo of operand " << w.tensor << " dim " << w.dim
                          << " over mesh axis " << ds->splits[0].axis
                          << " (low " << w.low << ", high " << w.high << "): "

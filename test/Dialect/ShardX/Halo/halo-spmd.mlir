@@ -5,8 +5,8 @@
 // keeps the split: the padded input is split with the padding on the end
 // ranks (pad low on member 0, high on member 1), the convolution reads a
 // one-row halo from each neighbour, and no image is all-gathered. The plan
-// prints the halo's bytes: 2 rows of 4 channels x 18 padded columns of f32
-// for the rank that receives both sides, the halo's lower bound.
+// prints the halo's bytes: with two ranks each receives one side, 1 row of
+// 4 channels x 18 padded columns of f32, the halo's lower bound.
 shardx.mesh @mesh(shape = 2, axes = ["h"])
 // CHECK-LABEL: func.func @same_conv
 // CHECK-SAME: tensor<1x4x8x16xf32>
@@ -22,7 +22,7 @@ func.func @same_conv(%x: tensor<1x4x16x16xf32> {shardx.layout = #shardx.layout<@
   // CHECK: %[[H:.*]] = shardx.halo %[[P]] on @mesh axes = [0] dim = 2 low = 1 high = 1 sizes = [9, 9] : tensor<1x4x9x18xf32> -> tensor<1x4x?x18xf32>
   // CHECK: linalg.conv_2d_nchw_fchw {{.*}} ins(%[[H]], %{{.*}} : tensor<1x4x?x18xf32>, tensor<8x4x3x3xf32>) outs(%{{.*}} : tensor<1x8x8x16xf32>)
   // CHECK-NOT: shardx.all_gather
-  // PLAN: remark: halo of operand 0 dim 2 over mesh axis 0 (low 1, high 1): 576 bytes/rank
+  // PLAN: remark: halo of operand 0 dim 2 over mesh axis 0 (low 1, high 1): 288 bytes/rank
   %c0 = arith.constant 0.0 : f32
   %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
   ^bb0(%i: index, %j: index, %k: index, %l: index):
@@ -48,7 +48,7 @@ func.func @uneven(%x: tensor<1x4x13x16xf32> {shardx.layout = #shardx.layout<@mes
   // CHECK: shardx.halo %{{.*}} on @mesh axes = [0] dim = 2 low = 1 high = 1 sizes = [8, 7] : tensor<1x4x?x18xf32> -> tensor<1x4x?x18xf32>
   // CHECK: linalg.conv_2d_nchw_fchw
   // CHECK-SAME: -> tensor<1x8x?x16xf32>
-  // PLAN: remark: halo of operand 0 dim 2 over mesh axis 0 (low 1, high 1): 576 bytes/rank
+  // PLAN: remark: halo of operand 0 dim 2 over mesh axis 0 (low 1, high 1): 288 bytes/rank
   // CHECK-NOT: shardx.all_gather
   %c0 = arith.constant 0.0 : f32
   %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {

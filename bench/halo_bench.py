@@ -1,0 +1,75 @@
+"""Spatial (domain) parallelism: step time of a U-Net-like CNN train step
+(models.HaloUNet: 3x3 convolutions, ReLU, pooling, upsampling, skip
+connection; forward, backward, SGD) with H and W split over a 2x2 mesh
+(halo exchanges, docs/Rules.md "Windowed ops"), against the same program
+unsharded on one rank, measured in one run by `shardx-run --check
+--repeat` (threads backend), plus the plan's communication per rank from
+`shardx-print-plan` (halo bytes and reshard bytes).
+
+    ~/.cache/shardx/venv/bin/python bench/halo_bench.py [--side 64] [--width 8] [--repeat 5]
+
+The ratio unsharded/sharded above 1 means the 4 ranks beat one; on a
+machine with fewer than 4 cores the ranks share cores and the ratio says
+more about the overhead than about the scaling.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
+from shardx.artifact import find_tool  # noqa: E402
+from shardx_dev import models  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", type=int, default=64, help="image height and width")
+    ap.add_argument("--width", type=int, default=8, help="channels of the hidden layers")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    step = TrainStep(models.HaloUNet(width=args.width), F.mse_loss, "sgd", lr=0.1)
+    x = torch.randn(args.batch, 2, args.side, args.side)
+    y = torch.randn(args.batch, 2, args.side, args.side)
+    mesh = Mesh((2, 2), ("h", "w"))
+    ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
+    text = trace(step, step.example_args([x], y), mesh, ins, outs, name="unet_step")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "step.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        plan = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
+                               "--shardx-insert-reshards", "--shardx-print-plan", "-o",
+                               os.devnull], capture_output=True, text=True)
+        run = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat",
+                              str(args.repeat), "--rtol", "1e-3", "--atol", "1e-4"],
+                             capture_output=True, text=True)
+    if plan.returncode != 0 or run.returncode != 0:
+        print(plan.stderr[-2000:], run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
+        return 1
+    halos = [int(b) for b in re.findall(r"remark: halo .*: (\d+) bytes/rank", plan.stderr)]
+    reshards = [int(b) for b in re.findall(r"remark: plan .*?, (\d+) bytes/rank", plan.stderr)]
+    sharded = float(re.search(r"outputs, ([0-9.]+) ms", run.stdout).group(1))
+    unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", run.stdout).group(1))
+    print(f"HaloUNet train step: batch {args.batch}, {args.side}x{args.side}, width {args.width}, "
+          f"SGD; 2x2 mesh (H, W split); {os.cpu_count()} cores; median of {args.repeat} runs")
+    print(f"plan: {len(halos)} halo exchanges, {sum(halos)} bytes/rank; {len(reshards)} reshards, "
+          f"{sum(reshards)} bytes/rank")
+    print(f"unsharded {unsharded:.2f} ms, sharded {sharded:.2f} ms, "
+          f"unsharded/sharded {unsharded / sharded:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
