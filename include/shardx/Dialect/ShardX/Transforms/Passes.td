@@ -210,8 +210,8 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
     Option<"jsonPath", "auto-json", "std::string", "\"\"",
            "Write the decision space, its numbers and the plan to this file">,
     Option<"pairWindow", "pair-window", "unsigned", "3",
-           "Price the interaction of each parameter group with this many "
-           "groups used after it">,
+           "Price the interaction of each weight (a parameter of rank 2 or "
+           "more) with this many weights used after it">,
     Option<"refineSweeps", "refine-sweeps", "unsigned", "1",
            "Sweeps of the final coordinate descent on real prices">,
     Option<"bandwidthOverride", "bandwidth", "double", "0",

@@ -447,13 +447,19 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
       s.bytes[g][c] = std::isfinite(p.time) ? double(p.peak - b.peak) : 0;
     }
   }
-  // Pairs of parameter groups used close together.
-  for (size_t g = 0; g < n; ++g) {
-    if (int(g) == dataGroup)
-      continue;
-    for (size_t h = g + 1; h < n && h <= g + window; ++h) {
-      if (int(h) == dataGroup)
-        continue;
+  // Pairs of weights (parameters of rank 2 or more) used close together:
+  // `window` weights apart in first-use order. A vector (a bias, a norm's
+  // scale) follows its weight in the final descent on real prices.
+  SmallVector<size_t> weights;
+  for (size_t g = 0; g < n; ++g)
+    if (int(g) != dataGroup &&
+        cast<RankedTensorType>(fn.getArgument(groups[g].args.front()).getType())
+                .getRank() >= 2)
+      weights.push_back(g);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    size_t g = weights[i];
+    for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j) {
+      size_t h = weights[j];
       Surrogate::Pair pair{unsigned(g), unsigned(h), {}};
       size_t kg = groups[g].choices.size(), kh = groups[h].choices.size();
       pair.time.assign(kg, std::vector<double>(kh, 0));
