@@ -23,36 +23,28 @@ using namespace shardx::tools;
 
 static BackendTable makeBackends() {
   BackendTable table;
-  Backend threads;
-  threads.name = "threads";
-  threads.rankThreads = rt::runThreads;
-  threads.reportsBlocked = true;
-  table.backends.push_back(std::move(threads));
+  Backend cudaLocal = missingBackend(
+      "cuda-local", "this build has no cuda-local backend (use shardx-gpu-exec)");
 #ifdef SHARDX_HAVE_MPI
   Backend mpi;
   mpi.name = "mpi";
   mpi.connect = rt::createMpiCommunicator;
   mpi.reportsBlocked = true;
-  table.backends.push_back(std::move(mpi));
+  // Under mpirun (MPI initialized by initMpiIfRequested): the NCCL id by
+  // MPI_Bcast; otherwise the file store from the environment.
+  auto mpiBootstrap = []() -> std::unique_ptr<rt::Bootstrap> {
+    return rt::isMpiInitialized() ? rt::createMpiBootstrap() : nullptr;
+  };
+  table.backends = {threadsBackend(), std::move(mpi), std::move(cudaLocal),
+                    ncclBackend(mpiBootstrap)};
   table.initProcesses = rt::initMpi;
   table.finalizeProcesses = rt::finalizeMpi;
-  table.backends.push_back(
-      missingBackend("cuda-local", "this build has no cuda-local backend "
-                                   "(use shardx-gpu-exec)"));
-  // Under mpirun (MPI initialized by initMpiIfRequested): the id by
-  // MPI_Bcast; otherwise the file store from the environment.
-  table.backends.push_back(
-      ncclBackend([]() -> std::unique_ptr<rt::Bootstrap> {
-        return rt::isMpiInitialized() ? rt::createMpiBootstrap() : nullptr;
-      }));
 #else
-  table.backends.push_back(
-      missingBackend("mpi", "this build has no mpi backend"));
-  table.backends.push_back(
-      missingBackend("cuda-local", "this build has no cuda-local backend "
-                                   "(use shardx-gpu-exec)"));
-  table.backends.push_back(missingBackend(
-      "nccl", "this build has no nccl backend (use shardx-gpu-exec)"));
+  table.backends = {
+      threadsBackend(), missingBackend("mpi", "this build has no mpi backend"),
+      std::move(cudaLocal),
+      missingBackend("nccl",
+                     "this build has no nccl backend (use shardx-gpu-exec)")};
 #endif
   return table;
 }

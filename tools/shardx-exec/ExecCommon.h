@@ -65,6 +65,24 @@ ncclBackend(std::unique_ptr<rt::Bootstrap> (*processBootstrap)() = nullptr) {
   return nccl;
 }
 
+/// A backend that runs every rank as a thread of this process in the
+/// worlds `world` makes (threads: rt::runThreads, cuda-local:
+/// rt::runCudaLocal).
+inline Backend rankThreadsBackend(std::string name, exec::RankWorld world,
+                                  bool reportsBlocked) {
+  Backend backend;
+  backend.name = std::move(name);
+  backend.rankThreads = std::move(world);
+  backend.reportsBlocked = reportsBlocked;
+  return backend;
+}
+
+/// `threads`: every rank a thread of this process, on host memory.
+inline Backend threadsBackend() {
+  return rankThreadsBackend("threads", rt::runThreads,
+                            /*reportsBlocked=*/true);
+}
+
 /// A backend this build has not: runs on it fail with `why`.
 inline Backend missingBackend(std::string name, std::string why) {
   Backend backend;

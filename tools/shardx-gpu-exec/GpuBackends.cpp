@@ -17,18 +17,13 @@ using namespace shardx::tools;
 
 static BackendTable makeBackends() {
   BackendTable table;
-  Backend threads;
-  threads.name = "threads";
-  threads.rankThreads = rt::runThreads;
-  threads.reportsBlocked = true;
-  table.backends.push_back(std::move(threads));
-  Backend cudaLocal;
-  cudaLocal.name = "cuda-local";
-  cudaLocal.rankThreads = rt::runCudaLocal;
-  table.backends.push_back(std::move(cudaLocal));
-  table.backends.push_back(ncclBackend());
-  table.backends.push_back(
-      missingBackend("mpi", "this build has no mpi backend"));
+  table.backends = {
+      threadsBackend(),
+      rankThreadsBackend("cuda-local", rt::runCudaLocal,
+                         /*reportsBlocked=*/false),
+      ncclBackend(),
+      missingBackend("mpi", "this build has no mpi backend"),
+  };
   return table;
 }
 
