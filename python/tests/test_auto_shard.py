@@ -44,12 +44,13 @@ RATE = "compute-rate=1e9 bandwidth=1e8 latency=2e-5"
 _programs = {}
 
 
-def program(kind: str, ranks: int, **kw) -> str:
-    """A traced train step (Adam) with a mesh of `ranks` and no layouts."""
+def program(kind: str, ranks, **kw) -> str:
+    """A traced train step (Adam) with a mesh of `ranks` (a size, or a 2-D
+    shape over dp and tp) and no layouts."""
     key = (kind, ranks, tuple(sorted(kw.items())))
     if key not in _programs:
         torch.manual_seed(0)
-        mesh = Mesh((ranks,), ("x",))
+        mesh = Mesh(ranks, ("dp", "tp")) if isinstance(ranks, tuple) else Mesh((ranks,), ("x",))
         batch = kw.get("batch", 16)
         if kind == "mlp":
             dim, hidden = kw.get("dim", 16), kw.get("hidden", 32)
@@ -138,10 +139,11 @@ def smallest_peak(text: str, tmp_path) -> int:
     return int(m.group(1))
 
 
-CASES = [("mlp", 2), ("mlp", 4), ("block", 2), ("block", 4)]
+CASES = [("mlp", 2), ("mlp", 4), ("mlp", 8), ("mlp", (2, 2)), ("block", 2), ("block", 4)]
 
 
-@pytest.mark.parametrize("kind,ranks", CASES)
+@pytest.mark.parametrize("kind,ranks", CASES,
+                         ids=[f"{k}-{'x'.join(map(str, r)) if isinstance(r, tuple) else r}" for k, r in CASES])
 def test_plans_are_within_3_percent_of_the_ilp_and_fit(kind, ranks, tmp_path):
     """Tests that the plan under budgets from none to tight is within 3% of
     the ILP's optimum of the same numbers, and fits the budget."""
@@ -168,8 +170,10 @@ def test_plans_are_within_3_percent_of_the_ilp_and_fit(kind, ranks, tmp_path):
         solver = data["solver"]["surrogate_time"]
         assert solver >= optimum - 1e-6 * abs(optimum)
         assert solver - optimum <= 0.03 * abs(optimum) + 1e-9, (budget, data["solver"], optimum)
-        # The plan, priced for real, is no slower than the solver's.
-        assert data["plan"]["time"] <= data["solver_real"]["time"] + 1e-9
+        # The plan, priced for real, is no slower than the solver's where
+        # that one fits too.
+        if not budget or data["solver_real"]["peak"] <= budget:
+            assert data["plan"]["time"] <= data["solver_real"]["time"] + 1e-9
         assert "modeled step time" in proc.stderr and "modeled peak" in proc.stderr
     assert fitted >= 3
 
