@@ -24,7 +24,8 @@ and printing; the IR verifier that both tools run after every pass counts,
 unless --no-verify), median of --repeat runs, per top-level op of the
 input. `--baseline` times another shardx-opt (e.g. a build of an older
 commit) on the same inputs in the same run, for before/after figures; it
-is skipped on chains longer than --baseline-max-chain. For the transformers the
+is skipped on chains longer than --baseline-max-chain; baseline/shardx above 1
+means this build is faster. For the transformers the
 total reshard cost left by the refinement (`print-cost`) is printed too.
 """
 
@@ -146,7 +147,7 @@ def main() -> int:
     print(f"verifier after each pass: {'on' if verify else 'off'}; median of {args.repeat}")
     head = f"{'program':>16} {'ops':>7} {'shardx ms':>10} {'us/op':>7}"
     if args.baseline:
-        head += f" {'baseline ms':>12} {'us/op':>8}"
+        head += f" {'baseline ms':>12} {'us/op':>8} {'baseline/shardx':>16}"
     head += f" {'upstream ms':>12} {'us/op':>7} {'upstream/shardx':>16} {'cost us':>9}"
     print(head)
     with tempfile.TemporaryDirectory() as d:
@@ -179,8 +180,9 @@ def main() -> int:
             t = {k: statistics.median(v) if v else None for k, v in times.items()}
             row = f"{kind + ' ' + str(n):>16} {ops:>7} {t['ours'] * 1e3:>10.1f} {t['ours'] * 1e6 / ops:>7.1f}"
             if args.baseline:
-                row += (f" {t['base'] * 1e3:>12.1f} {t['base'] * 1e6 / ops:>8.1f}" if t["base"] is not None
-                        else f" {'(skipped)':>12} {'':>8}")
+                row += (f" {t['base'] * 1e3:>12.1f} {t['base'] * 1e6 / ops:>8.1f}"
+                        f" {t['base'] / t['ours']:>16.2f}" if t["base"] is not None
+                        else f" {'(skipped)':>12} {'':>8} {'':>16}")
             if t["up"] is not None:
                 row += f" {t['up'] * 1e3:>12.1f} {t['up'] * 1e6 / ops:>7.1f} {t['up'] / t['ours']:>16.2f}"
             else:
