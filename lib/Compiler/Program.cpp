@@ -11,6 +11,7 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
@@ -38,7 +39,7 @@
 #include "llvm/Support/Path.h"
 
 using namespace mlir;
-
+using namespace mlir::shardx;
 
 namespace {
 
@@ -59,15 +60,14 @@ std::vector<int64_t> shapeOf(Type type) {
 
 /// One input or output of `fn` as the executor sees it: local and global
 /// shape, element type and layout (the attribute and its spelling).
-FailureOr<::shardx::exec::TensorSpec>
-describeValue(func::FuncOp fn, Type type, Type global, Attribute layout) {
-  ::shardx::exec::TensorSpec spec;
+FailureOr<exec::TensorSpec> describeValue(func::FuncOp fn, Type type,
+                                          Type global, Attribute layout) {
+  exec::TensorSpec spec;
   spec.shape = shapeOf(type);
   spec.globalShape = shapeOf(global);
   auto shaped = dyn_cast<ShapedType>(type);
   Type element = shaped ? shaped.getElementType() : type;
-  std::optional<::shardx::rt::DType> dtype =
-      ::shardx::rt::parseDType(typeString(element));
+  std::optional<rt::DType> dtype = rt::parseDType(typeString(element));
   if (!dtype)
     return fn.emitError("entry point ")
            << fn.getSymName() << " takes or returns " << element
@@ -85,7 +85,7 @@ describeValue(func::FuncOp fn, Type type, Type global, Attribute layout) {
 } // namespace
 
 std::string mlir::shardx::describeProgram(ModuleOp module) {
-  ::shardx::exec::ProgramInfo info;
+  exec::ProgramInfo info;
   module.walk([&](mlir::shardx::MeshOp mesh) {
     info.meshes.push_back(
         {mesh.getSymName().str(),
@@ -94,7 +94,7 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isPrivate() || fn.isExternal())
       continue;
-    ::shardx::exec::EntryPoint &entry = info.functions.emplace_back();
+    exec::EntryPoint &entry = info.functions.emplace_back();
     entry.name = fn.getSymName().str();
     FunctionType type = fn.getFunctionType();
     // After SPMD expansion the global side of the calling convention is in
@@ -108,11 +108,11 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
     };
     auto describe = [&](TypeRange types, StringRef typesKey,
                         StringRef layoutsKey,
-                        std::vector<::shardx::exec::TensorSpec> &specs) {
+                        std::vector<exec::TensorSpec> &specs) {
       for (auto [i, t] : llvm::enumerate(types)) {
         auto g = dyn_cast_or_null<TypeAttr>(sigEntry(typesKey, i));
-        FailureOr<::shardx::exec::TensorSpec> spec = describeValue(
-            fn, t, g ? g.getValue() : t, sigEntry(layoutsKey, i));
+        FailureOr<exec::TensorSpec> spec =
+            describeValue(fn, t, g ? g.getValue() : t, sigEntry(layoutsKey, i));
         if (failed(spec))
           return failure();
         specs.push_back(std::move(*spec));
@@ -128,7 +128,7 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
       if (auto mesh = sig.getAs<FlatSymbolRefAttr>("mesh"))
         entry.mesh = mesh.getValue().str();
   }
-  return ::shardx::exec::writeProgramInfo(info);
+  return exec::writeProgramInfo(info);
 }
 
 void mlir::shardx::prepareEntryPoints(ModuleOp module) {

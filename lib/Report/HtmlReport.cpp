@@ -24,6 +24,7 @@
 
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/RecordedLayouts.h"
 #include "shardx/Report/Blocks.h"
@@ -154,12 +155,12 @@ struct MeshInfo {
 
 /// Writes the picture of `layout` for a tensor of `shape`.
 void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
-                  const ::shardx::Layout &layout, ArrayRef<int64_t> shape) {
-  ::shardx::report::Picture picture;
+                  const Layout &layout, ArrayRef<int64_t> shape) {
+  report::Picture picture;
   std::string error;
   std::vector<int64_t> global(shape.begin(), shape.end());
-  if (!::shardx::report::computePicture(layout, mesh.shape, global, kMaxRects,
-                                        picture, error)) {
+  if (!report::computePicture(layout, mesh.shape, global, kMaxRects, picture,
+                              error)) {
     os << "<div class=\"picture none\">not drawn: " << escapeHtml(error)
        << "</div>";
     return;
@@ -175,9 +176,9 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
     h = 24;
   std::string op;
   if (!picture.partialAxes.empty()) {
-    std::optional<::shardx::ReduceOp> reduce =
+    std::optional<ReduceOp> reduce =
         layout.getPartials()[picture.partialAxes.front()];
-    op = ::shardx::stringifyReduceOp(*reduce);
+    op = stringifyReduceOp(*reduce);
   }
   os << "<div class=\"picture\" data-shards=\"" << picture.shards.size()
      << "\" data-terms=\"" << picture.numTerms << "\" data-rows=\""
@@ -200,7 +201,7 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
        << llvm::formatv("{0:F1}", w) << "\" height=\""
        << llvm::formatv("{0:F1}", h) << "\"/>";
     for (; s < picture.shards.size() && picture.shards[s].term == term; ++s) {
-      const ::shardx::report::ShardBlocks &shard = picture.shards[s];
+      const report::ShardBlocks &shard = picture.shards[s];
       std::string ranks = joinInts(shard.ranks, ",");
       std::string title =
           "rank" + std::string(shard.ranks.size() > 1 ? "s " : " ");
@@ -213,7 +214,7 @@ void writePicture(llvm::raw_ostream &os, const MeshInfo &mesh,
       os << "<g class=\"shard\" data-ranks=\"" << ranks << "\" data-term=\""
          << term << "\" data-local=\"" << shapeText(shard.localShape)
          << "\"><title>" << escapeHtml(title) << "</title>";
-      for (const ::shardx::report::Rect &r : shard.rects) {
+      for (const report::Rect &r : shard.rects) {
         double x = r.col * w / cols, y = r.row * h / rows;
         double rw = r.cols * w / cols, rh = r.rows * h / rows;
         os << "<rect x=\"" << llvm::formatv("{0:F2}", x) << "\" y=\""
@@ -246,10 +247,10 @@ void writeMesh(llvm::raw_ostream &os, const MeshInfo &mesh) {
     os << (a ? ", " : "") << escapeHtml(mesh.axisNames[a]) << " = "
        << mesh.shape[a];
   os << "), " << mesh.size << " ranks</h3>";
-  ::shardx::MeshSpec spec = getMeshSpec(mesh.op);
+  MeshSpec spec = getMeshSpec(mesh.op);
   os << "<p class=\"note\">cost model per axis: ";
   for (size_t a = 0; a < mesh.shape.size(); ++a) {
-    ::shardx::AxisCost c = spec.getCost(a);
+    AxisCost c = spec.getCost(a);
     os << (a ? "; " : "") << escapeHtml(mesh.axisNames[a]) << " "
        << llvm::formatv("{0} us + bytes / {1} GB/s", c.latencyUs,
                         c.bandwidthGBps);
@@ -310,9 +311,9 @@ private:
     v.printAsOperand(s, asmState);
     return out;
   }
-  ::shardx::Layout layoutOf(LayoutAttr attr) const {
+  Layout layoutOf(LayoutAttr attr) const {
     return attr ? attr.getLayout()
-                : ::shardx::Layout(static_cast<int64_t>(mesh->shape.size()));
+                : Layout(static_cast<int64_t>(mesh->shape.size()));
   }
   void writeValue(StringRef kind, int64_t index, StringRef label, Type type,
                   LayoutAttr layout, StringRef extra);
@@ -381,7 +382,7 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
   int64_t index = 0;
   bool anyPhase = false;
   WalkResult walk = fn.walk([&](RedistributeOp op) {
-    const ::shardx::Plan *plan = planners.getPlan(op, symbols);
+    const Plan *plan = planners.getPlan(op, symbols);
     if (!plan)
       return WalkResult::interrupt();
     std::string producer = "argument";
@@ -401,7 +402,7 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
     std::string typeText;
     llvm::raw_string_ostream(typeText) << op.getType();
     std::string steps;
-    for (const ::shardx::Step &step : plan->steps) {
+    for (const Step &step : plan->steps) {
       steps +=
           "<li" + std::string(step.isCollective() ? "" : " class=\"local\"") +
           ">" + escapeHtml(step.str()) + " <span class=\"num\">" +
@@ -410,7 +411,7 @@ LogicalResult FunctionReport::writeReshards(Totals &totals) {
           "</span></li>";
       if (!step.isCollective())
         continue;
-      std::string kind = ::shardx::stringifyStepKind(step.kind);
+      std::string kind = stringifyStepKind(step.kind);
       std::string group = mesh->groupName(step.axes);
       for (Aggregate *a : {&totals.byKind[kind], &totals.byAxes[group],
                            &totals.byKindAxes[kind + "|" + group]})

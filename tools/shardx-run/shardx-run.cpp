@@ -26,6 +26,7 @@
 #include "ExecCommon.h"
 
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
@@ -50,9 +51,10 @@
 #include <unistd.h>
 
 using namespace mlir;
+using namespace mlir::shardx;
 namespace cl = llvm::cl;
-using Artifact = ::shardx::exec::Artifact;
-using HostTensor = ::shardx::exec::HostTensor;
+using Artifact = exec::Artifact;
+using HostTensor = exec::HostTensor;
 
 static cl::OptionCategory toolOptions("shardx-run options");
 static cl::opt<std::string> inputFile(cl::cat(toolOptions), cl::Positional, cl::desc("<in.mlir>"),
@@ -119,17 +121,17 @@ static cl::opt<bool> scheduleCollectives(
 /// Per argument of `entryName`, the values its random inputs take: from the
 /// importer's `torch.state` argument attributes (the optimizer state's
 /// PyTorch name).
-static std::vector<::shardx::exec::InputDomain>
-inputDomains(ModuleOp module, StringRef entryName) {
-  std::vector<::shardx::exec::InputDomain> domains;
+static std::vector<exec::InputDomain> inputDomains(ModuleOp module,
+                                                   StringRef entryName) {
+  std::vector<exec::InputDomain> domains;
   auto fn = module.lookupSymbol<func::FuncOp>(entryName);
   if (!fn)
     return domains;
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
     auto state = fn.getArgAttrOfType<StringAttr>(i, "torch.state");
     domains.push_back(
-        state ? ::shardx::exec::inputDomainOfTorchState(state.getValue().str())
-              : ::shardx::exec::InputDomain::Any);
+        state ? exec::inputDomainOfTorchState(state.getValue().str())
+              : exec::InputDomain::Any);
   }
   return domains;
 }
@@ -155,7 +157,7 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   bool wantMpi = false;
-  if (!::shardx::tools::initMpiIfRequested(argc, argv, "shardx-run", wantMpi))
+  if (!tools::initMpiIfRequested(argc, argv, "shardx-run", wantMpi))
     return 1;
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   cl::HideUnrelatedOptions(toolOptions);
@@ -168,7 +170,7 @@ int main(int argc, char **argv) {
                  "--target=cuda and run shardx-gpu-exec --backend %s (or "
                  "scripts/gpu_check.sh)\n",
                  backend.c_str(), backend.c_str());
-    ::shardx::tools::finalizeMpiIfInitialized(wantMpi);
+    tools::finalizeMpiIfInitialized(wantMpi);
     return 1;
   }
   DefaultTimingManager timingManager;
@@ -210,15 +212,15 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
     return 1;
   }
-  const ::shardx::exec::EntryPoint *entry =
-      entryName.empty() ? &sharded->getEntryPoints().front()
-                        : sharded->lookup(entryName);
+  const exec::EntryPoint *entry = entryName.empty()
+                                      ? &sharded->getEntryPoints().front()
+                                      : sharded->lookup(entryName);
   if (!entry) {
     std::fprintf(stderr, "shardx-run: error: no entry point '%s'\n",
                  entryName.c_str());
     return 1;
   }
-  ::shardx::tools::RunOptions options;
+  tools::RunOptions options;
   options.backend = backend;
   options.ranks = ranks;
   options.inputs.assign(inputFiles.begin(), inputFiles.end());
@@ -227,15 +229,15 @@ int main(int argc, char **argv) {
   options.intRange = intRange;
   options.timeout = timeout;
   std::vector<HostTensor> inputs, outputs, expected;
-  if (!::shardx::tools::makeInputs(*entry, options, inputs, error)) {
+  if (!tools::makeInputs(*entry, options, inputs, error)) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
     return 1;
   }
   if (!saveIo.empty()) {
     llvm::sys::fs::create_directories(saveIo);
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (!::shardx::exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy",
-                                    inputs[i], error)) {
+      if (!exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy",
+                          inputs[i], error)) {
         std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
         return 1;
       }
@@ -255,9 +257,8 @@ int main(int argc, char **argv) {
                                   std::to_string(runs)
                             : std::string()));
     double blocked = 0;
-    auto s = ::shardx::tools::runArtifact(*sharded, *entry, options, inputs,
-                                          outputs, shardedSeconds, isRoot,
-                                          &blocked);
+    auto s = tools::runArtifact(*sharded, *entry, options, inputs, outputs,
+                                shardedSeconds, isRoot, &blocked);
     if (!s) {
       std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
       return 1;
@@ -280,16 +281,15 @@ int main(int argc, char **argv) {
     // ranks, median over runs): the communication compute did not hide.
     std::printf("exposed communication: %.3f ms\n",
                 median(blockedTimes) * 1e3);
-    std::printf("inputs: %s\n",
-                ::shardx::tools::describeInputs(*entry, options).c_str());
+    std::printf("inputs: %s\n", tools::describeInputs(*entry, options).c_str());
     if (check) {
       std::unique_ptr<Artifact> global = Artifact::load(globalPath, error);
       if (!global) {
         std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
         return 1;
       }
-      const ::shardx::exec::EntryPoint *gentry = global->lookup(entry->name);
-      ::shardx::tools::RunOptions one = options;
+      const exec::EntryPoint *gentry = global->lookup(entry->name);
+      tools::RunOptions one = options;
       one.backend = "threads";
       one.ranks = 0;
       bool root = true;
@@ -297,8 +297,8 @@ int main(int argc, char **argv) {
       TimingScope globalTiming = rootTiming.nest("run unsharded");
       for (unsigned r = 0; r < runs; ++r) {
         progress.step("running the unsharded program");
-        auto gs = ::shardx::tools::runArtifact(*global, *gentry, one, inputs,
-                                               expected, globalSeconds, root);
+        auto gs = tools::runArtifact(*global, *gentry, one, inputs, expected,
+                                     globalSeconds, root);
         if (!gs) {
           std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
                        gs.message().c_str());
@@ -309,9 +309,8 @@ int main(int argc, char **argv) {
       globalSeconds = median(gtimes);
       globalTiming.stop();
       for (size_t i = 0; !saveIo.empty() && i < expected.size(); ++i)
-        if (!::shardx::exec::writeNpy(saveIo + "/ref" + std::to_string(i) +
-                                          ".npy",
-                                      expected[i], error)) {
+        if (!exec::writeNpy(saveIo + "/ref" + std::to_string(i) + ".npy",
+                            expected[i], error)) {
           std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
           return 1;
         }
@@ -319,13 +318,13 @@ int main(int argc, char **argv) {
       std::printf("unsharded: 1 rank, %.3f ms\n", globalSeconds * 1e3);
       int64_t differ = 0, nonFinite = 0;
       for (size_t i = 0; i < outputs.size(); ++i) {
-        auto d = ::shardx::exec::compare(outputs[i], expected[i], rtolOpt,
-                                         atolOpt, allowNan);
+        auto d =
+            exec::compare(outputs[i], expected[i], rtolOpt, atolOpt, allowNan);
         const std::string &layout = entry->outputs[i].layoutText;
         std::printf("output %zu%s%s: max abs err %.3g, max rel err %.3g", i,
                     layout.empty() ? "" : " ", layout.c_str(), d.maxAbs,
                     d.maxRel);
-        ::shardx::tools::printVerdict(d);
+        tools::printVerdict(d);
         differ += d.mismatches != 0;
         nonFinite += d.bothNonFinite != 0;
         if (!d.withinTolerance)
@@ -370,8 +369,8 @@ int main(int argc, char **argv) {
         break;
       }
       progress.step("timing the collectives");
-      auto s = ::shardx::tools::measureCollectives(
-          *sharded, *entry, inputs, axisNames, timeout, extras.measured);
+      auto s = tools::measureCollectives(*sharded, *entry, inputs, axisNames,
+                                         timeout, extras.measured);
       if (!s) {
         progress.clear();
         std::fprintf(stderr, "shardx-run: error: timed run: %s\n",
@@ -397,6 +396,6 @@ int main(int argc, char **argv) {
     llvm::sys::fs::remove(globalPath);
     llvm::sys::fs::remove(dir);
   }
-  ::shardx::tools::finalizeMpiIfInitialized(wantMpi);
+  tools::finalizeMpiIfInitialized(wantMpi);
   return status;
 }

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Runtime/CApi.h"
 
@@ -17,9 +18,8 @@ using namespace mlir::shardx;
 
 #include "shardx/Dialect/ShardX/IR/ShardXEnums.cpp.inc"
 
-static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
-                                       ArrayRef<int64_t> partials,
-                                       std::string &error);
+static Layout fromParameters(ArrayRef<DimShardingAttr> dims,
+                             ArrayRef<int64_t> partials, std::string &error);
 
 namespace mlir::shardx::detail {
 /// The storage of a LayoutAttr: its parameters, the canonical layout they
@@ -70,7 +70,7 @@ struct LayoutAttrStorage : public AttributeStorage {
   FlatSymbolRefAttr mesh;
   ArrayRef<DimShardingAttr> dims;
   ArrayRef<int64_t> partials;
-  ::shardx::Layout layout;
+  Layout layout;
   mutable llvm::sys::SmartMutex<true> mutex;
   mutable llvm::DenseMap<Type, SmallVector<Facts, 1>> facts;
 };
@@ -92,7 +92,7 @@ void ShardXDialect::registerAttributes() {
 // a kind the others lack. The names agree too (test/Unit/DialectTest.cpp).
 #define SHARDX_CHECK_REDUCTION(KIND, RT)                                       \
   static_assert(static_cast<uint32_t>(ReductionKind::KIND) ==                  \
-                        static_cast<uint32_t>(::shardx::ReduceOp::KIND) &&     \
+                        static_cast<uint32_t>(ReduceOp::KIND) &&               \
                     static_cast<uint32_t>(ReductionKind::KIND) == RT,          \
                 "ReductionKind, ReduceOp and SHARDX_RT_* disagree on " #KIND);
 SHARDX_CHECK_REDUCTION(Sum, SHARDX_RT_SUM)
@@ -102,16 +102,16 @@ SHARDX_CHECK_REDUCTION(Min, SHARDX_RT_MIN)
 SHARDX_CHECK_REDUCTION(Prod, SHARDX_RT_PROD)
 #undef SHARDX_CHECK_REDUCTION
 static_assert(getMaxEnumValForReductionKind() ==
-                      static_cast<uint32_t>(::shardx::ReduceOp::Prod) &&
-                  SHARDX_RT_PROD == static_cast<int>(::shardx::ReduceOp::Prod),
+                      static_cast<uint32_t>(ReduceOp::Prod) &&
+                  SHARDX_RT_PROD == static_cast<int>(ReduceOp::Prod),
               "a reduction kind exists in one encoding but not the others");
 
-ReductionKind mlir::shardx::toReductionKind(::shardx::ReduceOp op) {
+ReductionKind mlir::shardx::toReductionKind(ReduceOp op) {
   return static_cast<ReductionKind>(static_cast<uint32_t>(op));
 }
 
-::shardx::ReduceOp mlir::shardx::toReduceOp(ReductionKind kind) {
-  return static_cast<::shardx::ReduceOp>(static_cast<uint32_t>(kind));
+ReduceOp mlir::shardx::toReduceOp(ReductionKind kind) {
+  return static_cast<ReduceOp>(static_cast<uint32_t>(kind));
 }
 
 //===----------------------------------------------------------------------===//
@@ -161,12 +161,12 @@ void DimShardingAttr::print(AsmPrinter &printer) const {
 //===----------------------------------------------------------------------===//
 
 /// Builds the attribute parameters of a canonical layout.
-static void toParameters(MLIRContext *ctx, const ::shardx::Layout &layout,
+static void toParameters(MLIRContext *ctx, const Layout &layout,
                          SmallVectorImpl<DimShardingAttr> &dims,
                          SmallVectorImpl<int64_t> &partials) {
-  for (const ::shardx::DimSharding &ds : layout.getDims()) {
+  for (const DimSharding &ds : layout.getDims()) {
     SmallVector<int64_t> axes, strides;
-    for (const ::shardx::Split &s : ds.splits) {
+    for (const Split &s : ds.splits) {
       axes.push_back(s.axis);
       strides.push_back(s.stride);
     }
@@ -178,18 +178,17 @@ static void toParameters(MLIRContext *ctx, const ::shardx::Layout &layout,
 
 /// Rebuilds the plain layout from attribute parameters; `error` is set when
 /// a parameter is out of range.
-static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
-                                       ArrayRef<int64_t> partials,
-                                       std::string &error) {
-  ::shardx::Layout layout(partials.size());
+static Layout fromParameters(ArrayRef<DimShardingAttr> dims,
+                             ArrayRef<int64_t> partials, std::string &error) {
+  Layout layout(partials.size());
   for (auto [axis, p] : llvm::enumerate(partials)) {
-    if (p < -1 || p > static_cast<int64_t>(::shardx::ReduceOp::Prod)) {
+    if (p < -1 || p > static_cast<int64_t>(ReduceOp::Prod)) {
       error = "mesh axis " + std::to_string(axis) +
               " has an unknown Partial kind " + std::to_string(p);
       continue;
     }
     if (p >= 0)
-      layout.setPartial(axis, static_cast<::shardx::ReduceOp>(p));
+      layout.setPartial(axis, static_cast<ReduceOp>(p));
   }
   for (DimShardingAttr ds : dims) {
     if (!ds) {
@@ -210,8 +209,7 @@ static ::shardx::Layout fromParameters(ArrayRef<DimShardingAttr> dims,
   return layout;
 }
 
-LayoutAttr LayoutAttr::get(FlatSymbolRefAttr mesh,
-                           const ::shardx::Layout &layout) {
+LayoutAttr LayoutAttr::get(FlatSymbolRefAttr mesh, const Layout &layout) {
   SmallVector<DimShardingAttr> dims;
   SmallVector<int64_t> partials;
   toParameters(mesh.getContext(), layout, dims, partials);
@@ -227,9 +225,7 @@ ArrayRef<int64_t> LayoutAttr::getPartials() const {
   return getImpl()->partials;
 }
 
-const ::shardx::Layout &LayoutAttr::getLayout() const {
-  return getImpl()->layout;
-}
+const Layout &LayoutAttr::getLayout() const { return getImpl()->layout; }
 
 LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  FlatSymbolRefAttr mesh,
@@ -238,7 +234,7 @@ LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!mesh)
     return emitError() << "layout needs a mesh";
   std::string error;
-  ::shardx::Layout layout = fromParameters(dims, partials, error);
+  Layout layout = fromParameters(dims, partials, error);
   if (error.empty())
     error = layout.verify();
   if (!error.empty())
@@ -250,16 +246,16 @@ LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 /// strided dim is cut into) against int64 overflow, and that a strided dim
 /// has elements: its local runs are enumerated block by block. `shape` is
 /// empty when there is no tensor.
-static std::string verifyCounts(const ::shardx::Layout &layout,
+static std::string verifyCounts(const Layout &layout,
                                 ArrayRef<int64_t> meshShape,
                                 ArrayRef<int64_t> shape) {
   int64_t devices = 1;
   for (int64_t size : meshShape)
     if (llvm::MulOverflow(devices, size, devices))
       return "the mesh has more devices than a 64-bit integer counts";
-  for (const ::shardx::DimSharding &ds : layout.getDims()) {
+  for (const DimSharding &ds : layout.getDims()) {
     int64_t stride = ds.splits.back().stride, blocks = stride;
-    for (const ::shardx::Split &s : ds.splits)
+    for (const Split &s : ds.splits)
       if (llvm::MulOverflow(blocks, meshShape[s.axis], blocks))
         return "dim " + std::to_string(ds.dim) +
                " is cut into more blocks than a 64-bit integer counts";
@@ -293,7 +289,7 @@ RankedTensorType LayoutAttr::getLocalType(RankedTensorType global,
 
 std::string LayoutAttr::verifyForUncached(ArrayRef<int64_t> meshShape,
                                           Type type) const {
-  const ::shardx::Layout &layout = getLayout();
+  const Layout &layout = getLayout();
   std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
   if (std::string error = layout.verifyForMesh(mesh); !error.empty())
     return error;
@@ -332,29 +328,28 @@ static ParseResult parseDimMap(AsmParser &parser, StringRef clause,
 }
 
 /// One placement of a layout: S(d), SS(d, sf), R or P(op).
-static ParseResult parsePlacement(AsmParser &parser,
-                                  ::shardx::LayoutSpelling &spelling,
+static ParseResult parsePlacement(AsmParser &parser, LayoutSpelling &spelling,
                                   bool &hasStrided) {
   SMLoc ploc = parser.getCurrentLocation();
   StringRef kind;
   if (failed(parser.parseOptionalKeyword(&kind)))
     return parser.emitError(ploc, "expected a placement: S(d), SS(d, sf), "
                                   "R or P(op)");
-  ::shardx::Placement p;
+  Placement p;
   if (kind == "R") {
-    p = ::shardx::Placement::replicate();
+    p = Placement::replicate();
   } else if (kind == "S") {
     int64_t dim;
     if (parser.parseLParen() || parser.parseInteger(dim) ||
         parser.parseRParen())
       return failure();
-    p = ::shardx::Placement::shard(dim);
+    p = Placement::shard(dim);
   } else if (kind == "SS") {
     int64_t dim, sf;
     if (parser.parseLParen() || parser.parseInteger(dim) ||
         parser.parseComma() || parser.parseInteger(sf) || parser.parseRParen())
       return failure();
-    p = ::shardx::Placement::stridedShard(dim, sf);
+    p = Placement::stridedShard(dim, sf);
     hasStrided = true;
   } else if (kind == "P") {
     StringRef opName;
@@ -363,14 +358,13 @@ static ParseResult parsePlacement(AsmParser &parser,
     SMLoc oloc = parser.getCurrentLocation();
     if (parser.parseKeyword(&opName))
       return failure();
-    std::optional<::shardx::ReduceOp> op =
-        ::shardx::parseReduceOp(opName.str());
+    std::optional<ReduceOp> op = parseReduceOp(opName.str());
     if (!op)
       return parser.emitError(oloc, "unknown Partial reduction '")
              << opName << "'; expected sum, avg, max, min or prod";
     if (parser.parseRParen())
       return failure();
-    p = ::shardx::Placement::partial(*op);
+    p = Placement::partial(*op);
   } else {
     return parser.emitError(ploc, "unknown placement '")
            << kind << "'; expected S(d), SS(d, sf), R or P(op)";
@@ -382,7 +376,7 @@ static ParseResult parsePlacement(AsmParser &parser,
 /// The optional `, order = {...}`, `, strides = {...}`, `, sizes = {...}`
 /// clauses, each at most once.
 static ParseResult parseLayoutClauses(AsmParser &parser,
-                                      ::shardx::LayoutSpelling &spelling) {
+                                      LayoutSpelling &spelling) {
   while (succeeded(parser.parseOptionalComma())) {
     SMLoc cloc = parser.getCurrentLocation();
     StringRef clause;
@@ -442,7 +436,7 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
   }
   if (parser.parseComma())
     return {};
-  ::shardx::LayoutSpelling spelling;
+  LayoutSpelling spelling;
   bool hasStrided = false;
   if (parser.parseCommaSeparatedList(
           AsmParser::Delimiter::Square,
@@ -459,8 +453,8 @@ Attribute LayoutAttr::parse(AsmParser &parser, Type) {
     meshShape = std::move(*shape);
   }
   std::string error;
-  std::optional<::shardx::Layout> layout =
-      ::shardx::Layout::fromSpelling(spelling, meshShape, error);
+  std::optional<Layout> layout =
+      Layout::fromSpelling(spelling, meshShape, error);
   if (!layout) {
     parser.emitError(loc, "invalid layout: ") << error;
     return {};
