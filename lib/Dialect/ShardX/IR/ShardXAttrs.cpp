@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -471,4 +472,68 @@ void LayoutAttr::print(AsmPrinter &printer) const {
   printer << "<";
   printer.printSymbolName(getMesh().getValue());
   printer << ", " << getLayout().str() << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// Layouts at ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
+                                           Type type, const Twine &what,
+                                           SymbolTableCollection *symbolTable,
+                                           std::optional<Location> loc) {
+  Location at = loc.value_or(op->getLoc());
+  Operation *found =
+      symbolTable
+          ? symbolTable->lookupNearestSymbolFrom(op, layout.getMesh().getAttr())
+          : SymbolTable::lookupNearestSymbolFrom(op,
+                                                 layout.getMesh().getAttr());
+  auto mesh = dyn_cast_or_null<MeshOp>(found);
+  if (!mesh)
+    return emitError(at) << what << " " << layout << " refers to unknown mesh "
+                         << layout.getMesh();
+  std::string error = layout.verifyFor(mesh.getShape(), type);
+  if (!error.empty())
+    return emitError(at) << what << " " << layout << " is invalid for " << type
+                         << " on mesh " << layout.getMesh() << ": " << error;
+  return success();
+}
+
+RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
+                                            const Layout &layout,
+                                            ArrayRef<int64_t> meshShape) {
+  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
+  SmallVector<int64_t> local(global.getShape());
+  // A dim's local size depends only on the coordinates of the axes that
+  // split it: enumerate those (the others at 0), one dim at a time, and
+  // stop at the first size that differs.
+  std::vector<Interval> runs;
+  for (const DimSharding &ds : layout.getDims()) {
+    std::vector<int64_t> coords(mesh.size(), 0);
+    std::optional<int64_t> size;
+    while (true) {
+      runs.clear();
+      layout.appendLocalRuns(mesh, ds.dim, global.getDimSize(ds.dim), coords,
+                             runs);
+      int64_t n = 0;
+      for (const Interval &run : runs)
+        n += run.size;
+      if (size && *size != n) {
+        local[ds.dim] = ShapedType::kDynamic;
+        break;
+      }
+      size = n;
+      local[ds.dim] = n;
+      // The next coordinates of the split axes, minor axis first.
+      size_t i = ds.splits.size();
+      while (i > 0 &&
+             ++coords[ds.splits[i - 1].axis] == mesh[ds.splits[i - 1].axis]) {
+        coords[ds.splits[i - 1].axis] = 0;
+        --i;
+      }
+      if (i == 0)
+        break;
+    }
+  }
+  return RankedTensorType::get(local, global.getElementType());
 }

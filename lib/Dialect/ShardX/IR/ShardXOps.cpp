@@ -4,8 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
-#include "shardx/Planner/Planner.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -44,66 +44,6 @@ FailureOr<int64_t> mlir::shardx::detail::getGroupSize(Operation *op,
   for (int64_t axis : axes)
     n *= mesh.getShape()[axis];
   return n;
-}
-
-LogicalResult mlir::shardx::verifyLayoutAt(Operation *op, LayoutAttr layout,
-                                           Type type, const Twine &what,
-                                           SymbolTableCollection *symbolTable,
-                                           std::optional<Location> loc) {
-  Location at = loc.value_or(op->getLoc());
-  Operation *found =
-      symbolTable
-          ? symbolTable->lookupNearestSymbolFrom(op, layout.getMesh().getAttr())
-          : SymbolTable::lookupNearestSymbolFrom(op,
-                                                 layout.getMesh().getAttr());
-  auto mesh = dyn_cast_or_null<MeshOp>(found);
-  if (!mesh)
-    return emitError(at) << what << " " << layout << " refers to unknown mesh "
-                         << layout.getMesh();
-  std::string error = layout.verifyFor(mesh.getShape(), type);
-  if (!error.empty())
-    return emitError(at) << what << " " << layout << " is invalid for " << type
-                         << " on mesh " << layout.getMesh() << ": " << error;
-  return success();
-}
-
-RankedTensorType mlir::shardx::getLocalType(RankedTensorType global,
-                                            const ::shardx::Layout &layout,
-                                            ArrayRef<int64_t> meshShape) {
-  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  SmallVector<int64_t> local(global.getShape());
-  // A dim's local size depends only on the coordinates of the axes that
-  // split it: enumerate those (the others at 0), one dim at a time, and
-  // stop at the first size that differs.
-  std::vector<::shardx::Interval> runs;
-  for (const ::shardx::DimSharding &ds : layout.getDims()) {
-    std::vector<int64_t> coords(mesh.size(), 0);
-    std::optional<int64_t> size;
-    while (true) {
-      runs.clear();
-      layout.appendLocalRuns(mesh, ds.dim, global.getDimSize(ds.dim), coords,
-                             runs);
-      int64_t n = 0;
-      for (const ::shardx::Interval &run : runs)
-        n += run.size;
-      if (size && *size != n) {
-        local[ds.dim] = ShapedType::kDynamic;
-        break;
-      }
-      size = n;
-      local[ds.dim] = n;
-      // The next coordinates of the split axes, minor axis first.
-      size_t i = ds.splits.size();
-      while (i > 0 && ++coords[ds.splits[i - 1].axis] ==
-                          mesh[ds.splits[i - 1].axis]) {
-        coords[ds.splits[i - 1].axis] = 0;
-        --i;
-      }
-      if (i == 0)
-        break;
-    }
-  }
-  return RankedTensorType::get(local, global.getElementType());
 }
 
 /// Checks that `axes` names a non-empty set of distinct axes of `mesh` and
@@ -596,12 +536,12 @@ LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &st) {
   int64_t devices = 1;
   for (int64_t size : meshShape)
     if (llvm::MulOverflow(devices, size, devices) ||
-        devices > ::shardx::kMaxPlannerDevices)
+        devices > kMaxPlannerDevices)
       return emitOpError("needs a mesh of at most ")
-             << ::shardx::kMaxPlannerDevices
+             << kMaxPlannerDevices
              << " devices, the most the planner enumerates";
-  const ::shardx::Layout &source = getSource().getLayout(),
-                         &target = getTarget().getLayout();
+  const Layout &source = getSource().getLayout(),
+               &target = getTarget().getLayout();
   if (RankedTensorType local = getSource().getLocalType(global, meshShape);
       in != local)
     return emitOpError("operand type ")

@@ -38,6 +38,7 @@ using ::shardx::AxisCost;
 using ::shardx::MeshSpec;
 using ::shardx::Plan;
 using ::shardx::Planner;
+using ::shardx::kMaxPlannerDevices;
 using ::shardx::Step;
 using ::shardx::stringifyStepKind;
 // The MLIR-free libraries, by their short names.
