@@ -8,7 +8,9 @@ pre-norm transformer blocks, traced with a mesh and no layouts; the pass runs
 with the cost settings of python/tests/test_auto_shard.py (a slow device and
 network, so that these small models trade compute against collectives as
 large models do). Solve time is the pass's own (`solve_seconds` of its
-JSON), on this machine.
+JSON), on this machine. The budget table also runs each plan on CPU
+threads (shardx-run, median of 5 runs): a measured time on this machine,
+not the modeled device.
 """
 
 import argparse
@@ -44,17 +46,27 @@ def program(layers: int, ranks: int, dim=16, hidden=32, batch=16) -> str:
     return trace(step, step.example_args([x], y), Mesh((ranks,), ("x",)), name="step")
 
 
-def auto_shard(text: str, options: str = ""):
+RUN = os.path.join(BUILD, "bin", "shardx-run")
+
+
+def auto_shard(text: str, options: str = "", ranks: int = 0):
+    """Runs the pass; with `ranks`, also runs the plan on that many threads
+    (shardx-run, median of 5) and returns its measured time in ms."""
     with tempfile.TemporaryDirectory() as d:
-        src, js = os.path.join(d, "in.mlir"), os.path.join(d, "auto.json")
+        src, js, out = (os.path.join(d, n) for n in ("in.mlir", "auto.json", "out.mlir"))
         with open(src, "w") as f:
             f.write(text)
         t0 = time.perf_counter()
         proc = subprocess.run([OPT, f"--shardx-auto-shard={COSTS} auto-json={js} {options}", src,
-                               "-o", os.devnull], capture_output=True, text=True)
+                               "-o", out], capture_output=True, text=True)
         wall = time.perf_counter() - t0
         data = json.load(open(js)) if os.path.exists(js) else None
-    return proc, data, wall
+        measured = None
+        if ranks and proc.returncode == 0:
+            run = subprocess.run([RUN, f"--ranks={ranks}", "--repeat=5", out], capture_output=True, text=True)
+            m = re.search(r"outputs, ([0-9.]+) ms", run.stdout + run.stderr)
+            measured = float(m.group(1)) if m else None
+    return proc, data, wall, measured
 
 
 def summary(data) -> str:
@@ -74,7 +86,7 @@ def main(argv=None) -> int:
     print("| layers | parameter groups | plans priced | solve (s) | modeled step (us) | peak (bytes) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for depth in [int(d) for d in args.depths.split(",")]:
-        proc, data, wall = auto_shard(program(depth, args.ranks))
+        proc, data, wall, _ = auto_shard(program(depth, args.ranks))
         if proc.returncode:
             print(proc.stderr, file=sys.stderr)
             return 1
@@ -84,21 +96,21 @@ def main(argv=None) -> int:
     ranks = 4
     text = program(1, ranks)
     print(f"\n## Budget -> plan (transformer block, {ranks} ranks)\n")
-    proc, free, _ = auto_shard(text)
-    low_proc, _, _ = auto_shard(text, "memory-budget=1")
+    proc, free, _, free_ms = auto_shard(text, ranks=ranks)
+    low_proc, _, _, _ = auto_shard(text, "memory-budget=1")
     low = int(re.search(r"smallest modeled peak found is (\d+)", low_proc.stderr).group(1))
     top = free["plan"]["peak"]
-    print("| budget (bytes) | plan | modeled step (us) | modeled peak (bytes) |")
-    print("| ---: | --- | ---: | ---: |")
-    print(f"| none | {summary(free)} | {free['plan']['time']:.1f} | {top} |")
+    print("| budget (bytes) | plan | modeled step (us) | modeled peak (bytes) | measured step (ms, threads) |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    print(f"| none | {summary(free)} | {free['plan']['time']:.1f} | {top} | {free_ms} |")
     for frac in (0.75, 0.5, 0.25, 0.0):
         budget = int(low + frac * (top - low))
-        proc, data, _ = auto_shard(text, f"memory-budget={budget}")
+        proc, data, _, ms = auto_shard(text, f"memory-budget={budget}", ranks=ranks)
         if proc.returncode:
-            print(f"| {budget} | no plan fits | | |")
+            print(f"| {budget} | no plan fits | | | |")
             continue
-        print(f"| {budget} | {summary(data)} | {data['plan']['time']:.1f} | {data['plan']['peak']} |")
-    print(f"| {low - 1} | no plan fits (smallest peak found {low}) | | |")
+        print(f"| {budget} | {summary(data)} | {data['plan']['time']:.1f} | {data['plan']['peak']} | {ms} |")
+    print(f"| {low - 1} | no plan fits (smallest peak found {low}) | | | |")
     return 0
 
 
