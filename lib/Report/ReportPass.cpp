@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Report/Report.h"
 
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
@@ -71,7 +72,7 @@ LogicalResult reshardCost(ModuleOp module, double &cost, int64_t &count) {
   cost = 0;
   count = 0;
   WalkResult r = module.walk([&](RedistributeOp op) {
-    const ::shardx::Plan *plan = planners.getPlan(op, symbols);
+    const Plan *plan = planners.getPlan(op, symbols);
     if (!plan)
       return WalkResult::interrupt();
     cost += plan->cost;

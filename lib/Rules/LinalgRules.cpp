@@ -6,6 +6,7 @@
 
 #include "Linearity.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Analysis/SliceAnalysis.h"
@@ -20,7 +21,6 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::ReduceOp;
 
 /// The combiner of a linalg op's one reduction (`out = combine(out, x)`,
 /// found by MLIR's matchReduction), or null.

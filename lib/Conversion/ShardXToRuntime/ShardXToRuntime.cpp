@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Conversion/ShardXToRuntime/ShardXToRuntime.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "RuntimeCalls.h"
 #include "shardx/Conversion/Passes.h"
@@ -446,8 +447,7 @@ struct AllToAllLowering : CollectivePattern<AllToAllOp> {
         return failure();
       SmallVector<int64_t> even;
       for (int64_t i = 0; i < *n; ++i)
-        even.push_back(
-            ::shardx::chunkInterval(inType.getDimSize(sd), *n, i).size);
+        even.push_back(chunkInterval(inType.getDimSize(sd), *n, i).size);
       return lowerUneven(op, in, even, rt);
     }
     FailureOr<int64_t> n = checkEven(op, in);
@@ -490,7 +490,7 @@ struct AllToAllLowering : CollectivePattern<AllToAllOp> {
     for (int64_t i = 0; i < *n; ++i)
       concatSizes.push_back(
           inType.isDynamicDim(cd)
-              ? ::shardx::chunkInterval(outType.getDimSize(cd), *n, i).size
+              ? chunkInterval(outType.getDimSize(cd), *n, i).size
               : inType.getDimSize(cd));
     SmallVector<int64_t> inShape(inType.getShape());
     for (int64_t &d : inShape)
@@ -514,7 +514,7 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
   FailureOr<Value> lower(ExchangeOp op, OpAdaptor adaptor,
                          RuntimeCalls &rt) const override {
     std::vector<int64_t> shape(op.getShape().begin(), op.getShape().end());
-    std::vector<int64_t> desc = ::shardx::rt::encodeExchange(
+    std::vector<int64_t> desc = rt::encodeExchange(
         shape, op.getSource().getLayout(), op.getTarget().getLayout());
     Value descArray = rt.int64Array(desc);
     RankedTensorType outType = op.getType();

@@ -4,8 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 #include "Collectives/Schedule.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -48,7 +49,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
     SymbolTableCollection symbolTable;
     ReshardPlanners planners;
     WalkResult result = getOperation()->walk([&](RedistributeOp op) {
-      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable);
+      const Plan *plan = planners.getPlan(op, symbolTable);
       if (!plan)
         return WalkResult::interrupt();
       InFlightDiagnostic diag = op.emitRemark();
@@ -62,7 +63,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
            << (plan->numCollectives() == 1 ? " collective, " : " collectives, ")
            << llvm::formatv("{0:F0}", plan->bytesPerRank) << " bytes/rank, "
            << llvm::formatv("{0:F3}", plan->cost) << " us";
-      for (const ::shardx::Step &step : plan->steps)
+      for (const Step &step : plan->steps)
         diag << "\n  " << step.str() << " -> " << step.after.str() << ": "
              << llvm::formatv("{0:F0}", step.bytesPerRank) << " bytes/rank, "
              << llvm::formatv("{0:F3}", step.cost) << " us";
@@ -100,8 +101,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
         if (w.result || !w.halo || w.tensor >= (int64_t)tensors.size())
           continue;
         LayoutAttr attr = getRecordedLayout(tensors[w.tensor]);
-        const ::shardx::DimSharding *ds =
-            attr ? attr.getLayout().getDim(w.dim) : nullptr;
+        const DimSharding *ds = attr ? attr.getLayout().getDim(w.dim) : nullptr;
         if (!ds || ds->splits.empty())
           continue;
         MeshOp mesh = lookupMesh(op, attr.getMesh(), &symbolTable);
@@ -122,7 +122,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
               extent = *llvm::max_element(other->sizes);
             } else {
               int64_t parts = 1;
-              for (const ::shardx::Split &sp : other->splits)
+              for (const Split &sp : other->splits)
                 parts *= mesh.getShape()[sp.axis];
               extent = llvm::divideCeil(extent, parts);
             }

@@ -5,12 +5,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
 
-::shardx::MeshSpec mlir::shardx::getMeshSpec(MeshOp mesh) {
-  ::shardx::MeshSpec spec;
+MeshSpec mlir::shardx::getMeshSpec(MeshOp mesh) {
+  MeshSpec spec;
   spec.shape.assign(mesh.getShape().begin(), mesh.getShape().end());
   std::optional<ArrayRef<double>> bandwidth = mesh.getBandwidth();
   std::optional<ArrayRef<double>> latency = mesh.getLatency();
@@ -26,9 +27,9 @@ using namespace mlir::shardx;
   return spec;
 }
 
-const ::shardx::Plan *
-ReshardPlanners::getPlan(RedistributeOp op, SymbolTableCollection &symbolTable,
-                         MeshOp *meshOut) {
+const Plan *ReshardPlanners::getPlan(RedistributeOp op,
+                                     SymbolTableCollection &symbolTable,
+                                     MeshOp *meshOut) {
   MeshOp mesh = lookupMesh(op, op.getSource().getMesh(), &symbolTable);
   if (!mesh)
     return nullptr;
@@ -45,13 +46,13 @@ ReshardPlanners::getPlan(RedistributeOp op, SymbolTableCollection &symbolTable,
         << type.getElementType() << ": only integer and float elements";
     return nullptr;
   }
-  std::unique_ptr<::shardx::Planner> &planner = planners[mesh];
+  std::unique_ptr<Planner> &planner = planners[mesh];
   if (!planner)
-    planner = std::make_unique<::shardx::Planner>(getMeshSpec(mesh));
+    planner = std::make_unique<Planner>(getMeshSpec(mesh));
   unsigned bits = type.getElementType().getIntOrFloatBitWidth();
   std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
   std::string error;
-  const ::shardx::Plan *plan =
+  const Plan *plan =
       planner->plan(op.getSource().getLayout(), op.getTarget().getLayout(),
                     shape, std::max<int64_t>(1, bits / 8), error);
   if (!plan)

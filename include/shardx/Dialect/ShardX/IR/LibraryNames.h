@@ -26,6 +26,7 @@ namespace mlir::shardx {
 using ::shardx::DimSharding;
 using ::shardx::Interval;
 using ::shardx::Layout;
+using ::shardx::chunkInterval;
 using ::shardx::LayoutSpelling;
 using ::shardx::LocalShard;
 using ::shardx::parseReduceOp;
@@ -35,6 +36,7 @@ using ::shardx::Split;
 using ::shardx::stringifyReduceOp;
 // The reshard planner (shardx/Planner/Planner.h).
 using ::shardx::AxisCost;
+using ::shardx::lowerBoundBytes;
 using ::shardx::MeshSpec;
 using ::shardx::Plan;
 using ::shardx::Planner;

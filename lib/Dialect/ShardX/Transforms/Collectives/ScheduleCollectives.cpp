@@ -15,8 +15,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 #include "Collectives/Schedule.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
@@ -240,18 +241,18 @@ double collectiveUs(CollectiveOpInterface op,
   MeshOp mesh = lookupMesh(op.getOperation(), op.getMeshAttr(), &symbolTable);
   if (!mesh)
     return 0;
-  ::shardx::MeshSpec spec = getMeshSpec(mesh);
+  MeshSpec spec = getMeshSpec(mesh);
   ArrayRef<int64_t> axes = op.getAxes();
   if (!spec.hasAxes(axes))
     return 0;
   Operation *operation = op.getOperation();
-  ::shardx::Step::Kind kind = isa<AllReduceOp, AllReduceStartOp>(operation)
-                                  ? ::shardx::Step::Kind::AllReduce
-                              : isa<AllGatherOp, AllGatherStartOp>(operation)
-                                  ? ::shardx::Step::Kind::AllGather
-                                  : ::shardx::Step::Kind::ReduceScatter;
-  double bytes = ::shardx::lowerBoundBytes(kind, spec.groupSize(axes),
-                                           collectiveBytes(operation));
+  Step::Kind kind = isa<AllReduceOp, AllReduceStartOp>(operation)
+                        ? Step::Kind::AllReduce
+                    : isa<AllGatherOp, AllGatherStartOp>(operation)
+                        ? Step::Kind::AllGather
+                        : Step::Kind::ReduceScatter;
+  double bytes =
+      lowerBoundBytes(kind, spec.groupSize(axes), collectiveBytes(operation));
   return spec.groupCost(axes).timeUs(bytes);
 }
 

@@ -22,6 +22,7 @@
 
 #include "LayoutUtils.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Rules/ShardingRule.h"
 
@@ -41,7 +42,6 @@ namespace mlir::shardx {
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 namespace {
 
@@ -86,8 +86,7 @@ private:
     for (int64_t d = 0; d < local.getRank(); ++d)
       if (local.isDynamicDim(d))
         if (const auto *ds = layout.getDim(d))
-          if (ds->sizes.empty() &&
-              llvm::any_of(ds->splits, [](const ::shardx::Split &s) {
+          if (ds->sizes.empty() && llvm::any_of(ds->splits, [](const Split &s) {
                 return s.stride != 1;
               })) {
             where->emitError()
@@ -101,14 +100,13 @@ private:
   /// The offset and size (index values) of this rank's piece of a dim of
   /// global size `size` split by `ds` (stride-1 splits or explicit sizes).
   std::pair<Value, Value> emitPiece(OpBuilder &b, Location loc,
-                                    const ::shardx::DimSharding &ds,
-                                    int64_t size) {
+                                    const DimSharding &ds, int64_t size) {
     auto cst = [&](int64_t v) -> Value {
       return arith::ConstantIndexOp::create(b, loc, v);
     };
     if (!ds.sizes.empty()) {
       SmallVector<int64_t> axes;
-      for (const ::shardx::Split &s : ds.splits)
+      for (const Split &s : ds.splits)
         axes.push_back(s.axis);
       Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
                                     b.getDenseI64ArrayAttr(axes));
@@ -125,7 +123,7 @@ private:
     }
     // Nested torch.chunk: ceil-sized chunks, major split first.
     Value offset = cst(0), length = cst(size);
-    for (const ::shardx::Split &s : ds.splits) {
+    for (const Split &s : ds.splits) {
       int64_t n = meshShape[s.axis];
       Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
                                     b.getDenseI64ArrayAttr({s.axis}));
@@ -314,7 +312,7 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
   OpBuilder::InsertionGuard guard(rewriter);
   Location loc = clone.getLoc();
   auto extract = cast<tensor::ExtractOp>(lookup->extract);
-  if (const ::shardx::DimSharding *cols = table.getDim(1)) {
+  if (const DimSharding *cols = table.getDim(1)) {
     auto [lo, size] = emitPiece(rewriter, loc, *cols, tableType.getDimSize(1));
     rewriter.setInsertionPoint(extract);
     Value col = extract.getIndices()[1];
@@ -322,7 +320,7 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
     extract.getIndicesMutable()[1].assign(local);
     rewriter.setInsertionPoint(clone);
   }
-  if (const ::shardx::DimSharding *rows = table.getDim(0)) {
+  if (const DimSharding *rows = table.getDim(0)) {
     auto [lo, size] = emitPiece(rewriter, loc, *rows, tableType.getDimSize(0));
     rewriter.setInsertionPoint(extract);
     Value row = extract.getIndices()[0];
@@ -357,7 +355,7 @@ LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
   auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
   for (linalg::IndexOp index : indices) {
     int64_t loop = index.getDim();
-    std::optional<::shardx::DimSharding> sharding;
+    std::optional<DimSharding> sharding;
     int64_t extent = 0;
     for (OpOperand &operand : op->getOpOperands()) {
       auto type = dyn_cast<RankedTensorType>(operand.get().getType());
@@ -379,7 +377,7 @@ LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
       continue;
     if (sharding->sizes.empty() &&
         llvm::any_of(sharding->splits,
-                     [](const ::shardx::Split &s) { return s.stride != 1; }))
+                     [](const Split &s) { return s.stride != 1; }))
       return op.emitError("linalg.index of a loop with a strided split "
                           "cannot be expanded");
     OpBuilder::InsertionGuard guard(rewriter);
@@ -445,7 +443,7 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
     Value global = w.result ? op.getResult(w.tensor)
                             : tensorOperands[w.tensor]->get();
     Layout layout = layoutOf(global);
-    const ::shardx::DimSharding *ds = layout.getDim(w.dim);
+    const DimSharding *ds = layout.getDim(w.dim);
     if (!ds)
       continue;
     if (ds->splits.size() != 1 || ds->sizes.empty())

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -49,7 +50,7 @@ FailureOr<Value> rescale(OpBuilder &b, Location loc, Value value,
 }
 
 /// Emits `plan` for `op` and replaces it.
-LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
+LogicalResult lower(RedistributeOp op, const Plan &plan,
                     ArrayRef<int64_t> meshShape) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -60,7 +61,7 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
           b, loc, op.getSource().getLocalType(global, meshShape),
           op.getInput())
           .getResult(0);
-  for (const ::shardx::Step &step : plan.steps) {
+  for (const Step &step : plan.steps) {
     RankedTensorType type = getLocalType(global, step.after, meshShape);
     DenseI64ArrayAttr axes = b.getDenseI64ArrayAttr(step.axes);
     auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
@@ -70,9 +71,9 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
     };
     // Where ranks hold shards of different sizes before or after a step that
     // moves data, the layouts say who holds what: one general exchange.
-    bool movesData = step.kind != ::shardx::Step::Kind::AllReduce &&
-                     step.kind != ::shardx::Step::Kind::PartitionValue &&
-                     step.kind != ::shardx::Step::Kind::Rescale;
+    bool movesData = step.kind != Step::Kind::AllReduce &&
+                     step.kind != Step::Kind::PartitionValue &&
+                     step.kind != Step::Kind::Rescale;
     if (movesData &&
         (!type.hasStaticShape() ||
          !cast<RankedTensorType>(current.getType()).hasStaticShape())) {
@@ -83,35 +84,35 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
       continue;
     }
     switch (step.kind) {
-    case ::shardx::Step::Kind::AllGather:
-      current = AllGatherOp::create(
-          b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
-          DenseI64ArrayAttr());
+    case Step::Kind::AllGather:
+      current =
+          AllGatherOp::create(b, loc, type, current, mesh, axes, i64(step.dim),
+                              i64(step.outer), DenseI64ArrayAttr());
       break;
-    case ::shardx::Step::Kind::ReduceScatter:
-      current = ReduceScatterOp::create(
-          b, loc, type, current, mesh, axes, i64(step.dim), reduction(),
-          i64(step.outer), DenseI64ArrayAttr());
+    case Step::Kind::ReduceScatter:
+      current = ReduceScatterOp::create(b, loc, type, current, mesh, axes,
+                                        i64(step.dim), reduction(),
+                                        i64(step.outer), DenseI64ArrayAttr());
       break;
-    case ::shardx::Step::Kind::AllReduce:
+    case Step::Kind::AllReduce:
       current =
           AllReduceOp::create(b, loc, type, current, mesh, axes, reduction());
       break;
-    case ::shardx::Step::Kind::AllToAll:
+    case Step::Kind::AllToAll:
       current = AllToAllOp::create(
           b, loc, type, current, mesh, axes, i64(step.splitDim), i64(step.dim),
           i64(step.splitOuter), i64(step.outer), DenseI64ArrayAttr());
       break;
-    case ::shardx::Step::Kind::Chunk:
-      current = ChunkOp::create(
-          b, loc, type, current, mesh, axes, i64(step.dim), i64(step.outer),
-          DenseI64ArrayAttr());
+    case Step::Kind::Chunk:
+      current =
+          ChunkOp::create(b, loc, type, current, mesh, axes, i64(step.dim),
+                          i64(step.outer), DenseI64ArrayAttr());
       break;
-    case ::shardx::Step::Kind::PartitionValue:
+    case Step::Kind::PartitionValue:
       current = PartitionValueOp::create(b, loc, type, current, mesh, axes,
                                          reduction());
       break;
-    case ::shardx::Step::Kind::Rescale: {
+    case Step::Kind::Rescale: {
       FailureOr<Value> scaled = rescale(b, loc, current, step.scale);
       if (failed(scaled))
         return op.emitError("Cannot reshard: ")
@@ -120,7 +121,7 @@ LogicalResult lower(RedistributeOp op, const ::shardx::Plan &plan,
       current = *scaled;
       break;
     }
-    case ::shardx::Step::Kind::Permute: {
+    case Step::Kind::Permute: {
       SmallVector<int64_t> pairs;
       for (auto [source, target] : step.pairs)
         pairs.append({source, target});
@@ -150,7 +151,7 @@ struct LowerReshardsPass
       return markAllAnalysesPreserved();
     for (RedistributeOp op : ops) {
       MeshOp mesh;
-      const ::shardx::Plan *plan = planners.getPlan(op, symbolTable, &mesh);
+      const Plan *plan = planners.getPlan(op, symbolTable, &mesh);
       if (!plan || failed(lower(op, *plan, mesh.getShape())))
         return signalPassFailure();
     }
