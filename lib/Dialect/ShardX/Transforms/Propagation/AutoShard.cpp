@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AutoShardSpace.h"
 #include "FunctionCost.h"
 #include "LayoutUtils.h"
 #include "LocalSearch.h"
@@ -59,20 +60,11 @@ namespace mlir::shardx {
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
-using ::shardx::Placement;
+using namespace mlir::shardx::autoshard;
 
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-/// One layout a group may take: its placements (one per mesh axis) and
-/// the canonical layout they make.
-struct Choice {
-  std::vector<Placement> placements;
-  Layout layout;
-  std::string text; // "[S(0), R]", as users write it
-};
 
 /// Arguments that take one layout together, and the results tied to them.
 struct Group {
@@ -83,78 +75,11 @@ struct Group {
   bool isData = false;
 };
 
-/// The surrogate under one input layout.
-struct Surrogate {
-  /// The plan the changes are measured from.
-  std::vector<unsigned> center;
-  double baseTime = 0;
-  int64_t basePeak = 0;
-  std::vector<std::vector<double>> time;  // [group][choice] change
-  std::vector<std::vector<double>> bytes; // [group][choice] change
-  struct Pair {
-    unsigned g, h;
-    std::vector<std::vector<double>> time; // [choice of g][choice of h]
-  };
-  std::vector<Pair> pairs;
-  std::vector<std::vector<unsigned>> pairsOf; // group -> indices in pairs
-};
-
 /// A priced plan.
 struct Priced {
   double time = kInf;
   int64_t peak = std::numeric_limits<int64_t>::max();
 };
-
-std::string placementsText(ArrayRef<Placement> ps) {
-  std::string s = "[";
-  for (auto [i, p] : llvm::enumerate(ps)) {
-    if (i)
-      s += ", ";
-    s += p.isShard() ? "S(" + std::to_string(p.dim) + ")" : "R";
-  }
-  return s + "]";
-}
-
-/// Every layout of `type` that shards each mesh axis on one dim or not at
-/// all, evenly; replicated first.
-std::vector<Choice> layoutChoices(RankedTensorType type,
-                                  ArrayRef<int64_t> meshShape, bool batchOnly) {
-  std::vector<Choice> out;
-  int64_t rank = type.getRank();
-  int64_t options = batchOnly ? std::min<int64_t>(rank, 1) + 1 : rank + 1;
-  int64_t count = 1;
-  for (size_t a = 0; a < meshShape.size(); ++a)
-    count *= options;
-  std::vector<int64_t> mesh(meshShape.begin(), meshShape.end());
-  for (int64_t code = 0; code < count; ++code) {
-    std::vector<Placement> ps;
-    SmallVector<int64_t> splitBy(rank, 1);
-    int64_t c = code;
-    bool ok = true;
-    for (size_t a = 0; a < meshShape.size(); ++a, c /= options) {
-      int64_t pick = c % options;
-      if (pick == 0) {
-        ps.push_back(Placement::replicate());
-        continue;
-      }
-      int64_t dim = pick - 1;
-      splitBy[dim] *= meshShape[a];
-      ps.push_back(Placement::shard(dim));
-    }
-    for (int64_t d = 0; d < rank; ++d)
-      if (splitBy[d] > 1 &&
-          (type.isDynamicDim(d) || type.getDimSize(d) % splitBy[d] != 0))
-        ok = false;
-    if (!ok)
-      continue;
-    std::string error;
-    std::optional<Layout> layout = Layout::fromPlacements(ps, mesh, error);
-    if (!layout)
-      continue;
-    out.push_back({ps, *layout, placementsText(ps)});
-  }
-  return out;
-}
 
 /// One function's auto-sharding.
 class AutoSharder {
@@ -194,12 +119,6 @@ private:
     return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
   }
   Surrogate buildSurrogate(std::vector<unsigned> base);
-  /// The surrogate time and peak of `pick`.
-  std::pair<double, double> evaluate(const Surrogate &s,
-                                     ArrayRef<unsigned> pick) const;
-  /// The surrogate's best plan with a peak <= `limit` (empty when none).
-  std::vector<unsigned> solve(const Surrogate &s, unsigned dataChoice,
-                              double limit) const;
   void writeJson(StringRef path, ArrayRef<unsigned> pick, double limit,
                  Priced real, double solveSeconds);
 
@@ -491,153 +410,6 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
   return s;
 }
 
-std::pair<double, double> AutoSharder::evaluate(const Surrogate &s,
-                                                ArrayRef<unsigned> pick) const {
-  double time = s.baseTime, peak = s.basePeak;
-  for (size_t g = 0; g < pick.size(); ++g) {
-    time += s.time[g][pick[g]];
-    peak += s.bytes[g][pick[g]];
-  }
-  for (const Surrogate::Pair &p : s.pairs)
-    time += p.time[pick[p.g]][pick[p.h]];
-  return {time, peak};
-}
-
-std::vector<unsigned> AutoSharder::solve(const Surrogate &s,
-                                         unsigned dataChoice,
-                                         double limit) const {
-  size_t n = groups.size();
-  if (!std::isfinite(s.baseTime))
-    return {};
-  // The time and bytes group `g` adds with choice `c`, its pairs with the
-  // others' current choices included.
-  auto local = [&](ArrayRef<unsigned> pick, size_t g, unsigned c) {
-    double t = s.time[g][c];
-    for (unsigned i : s.pairsOf[g]) {
-      const Surrogate::Pair &p = s.pairs[i];
-      t += p.g == g ? p.time[c][pick[p.h]] : p.time[pick[p.g]][c];
-    }
-    return std::make_pair(t, s.bytes[g][c]);
-  };
-  // Minimizes time + lambda * bytes by coordinate descent from `pick`.
-  auto descend = [&](std::vector<unsigned> &pick, double lambda) {
-    for (int sweep = 0; sweep < 50; ++sweep) {
-      bool changed = false;
-      for (size_t g = 0; g < n; ++g) {
-        auto [t0, m0] = local(pick, g, pick[g]);
-        double best = t0 + lambda * m0;
-        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
-          auto [t, m] = local(pick, g, c);
-          double v = t + lambda * m;
-          if (v < best - 1e-12) {
-            best = v;
-            pick[g] = c;
-            changed = true;
-          }
-        }
-      }
-      if (!changed)
-        break;
-    }
-  };
-  std::vector<unsigned> start = s.center;
-  // Moves to plans of fewer bytes, the cheapest time per byte saved
-  // first, until `pick` fits (or nothing saves bytes).
-  auto repair = [&](std::vector<unsigned> &pick) {
-    auto [t, m] = evaluate(s, pick);
-    while (m > limit) {
-      double bestRatio = kInf;
-      size_t bg = n;
-      unsigned bc = 0;
-      for (size_t g = 0; g < n; ++g) {
-        auto [t0, m0] = local(pick, g, pick[g]);
-        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
-          auto [t1, m1] = local(pick, g, c);
-          if (m1 >= m0 || !std::isfinite(t1))
-            continue;
-          double ratio = (t1 - t0) / (m0 - m1);
-          if (ratio < bestRatio) {
-            bestRatio = ratio;
-            bg = g;
-            bc = c;
-          }
-        }
-      }
-      if (bg == n)
-        return;
-      pick[bg] = bc;
-      std::tie(t, m) = evaluate(s, pick);
-    }
-  };
-  // Local search among plans that fit: one group, or two groups, changed
-  // at a time while that lowers the time.
-  auto improve = [&](std::vector<unsigned> &pick) {
-    auto [bestTime, bytes] = evaluate(s, pick);
-    (void)bytes;
-    for (int round = 0; round < 20; ++round) {
-      bool improved = false;
-      for (size_t g = 0; g < n; ++g)
-        for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
-          if (c == pick[g])
-            continue;
-          std::vector<unsigned> p = pick;
-          p[g] = c;
-          auto [t, m] = evaluate(s, p);
-          if (m <= limit && t < bestTime - 1e-9) {
-            pick = p;
-            bestTime = t;
-            improved = true;
-          }
-        }
-      // Swaps: one group gives up bytes another takes.
-      for (size_t g = 0; g < n; ++g)
-        for (size_t h = g + 1; h < n; ++h)
-          for (unsigned c = 0; c < groups[g].choices.size(); ++c)
-            for (unsigned d = 0; d < groups[h].choices.size(); ++d) {
-              if (c == pick[g] || d == pick[h])
-                continue;
-              std::vector<unsigned> p = pick;
-              p[g] = c;
-              p[h] = d;
-              auto [t, m] = evaluate(s, p);
-              if (m <= limit && t < bestTime - 1e-9) {
-                pick = p;
-                bestTime = t;
-                improved = true;
-              }
-            }
-      if (!improved)
-        break;
-    }
-  };
-  // The Lagrangian relaxation over a geometric grid of lambdas (us per
-  // byte): each minimum of time + lambda * bytes, repaired to fit, then
-  // improved; the best plan that fits wins.
-  std::vector<unsigned> best;
-  double bestTime = kInf;
-  std::set<std::vector<unsigned>> tried;
-  std::vector<unsigned> warm = start;
-  for (int k = -1; k < 40; ++k) {
-    double lambda = k < 0 ? 0 : 1e-9 * std::pow(2.0, k);
-    for (std::vector<unsigned> pick : {start, warm}) {
-      descend(pick, lambda);
-      warm = pick;
-      repair(pick);
-      if (!tried.insert(pick).second)
-        continue;
-      if (evaluate(s, pick).second > limit)
-        continue;
-      improve(pick);
-      double t = evaluate(s, pick).first;
-      if (t < bestTime) {
-        bestTime = t;
-        best = pick;
-      }
-    }
-  }
-  return best;
-}
-
 void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
                             double limit, Priced real, double solveSeconds) {
   std::error_code ec;
@@ -803,7 +575,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       double bestTime = kInf;
       std::vector<unsigned> bestPick;
       for (unsigned d = 0; d < numData; ++d) {
-        std::vector<unsigned> p = solve(surrogates[d], d, limit);
+        std::vector<unsigned> p = solve(surrogates[d], limit);
         if (p.empty())
           continue;
         double t = evaluate(surrogates[d], p).first;
@@ -835,7 +607,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
                 surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
               small[g] = c;
       priceFull(small);
-      std::vector<unsigned> fast = solve(surrogates[d], d, kInf);
+      std::vector<unsigned> fast = solve(surrogates[d], kInf);
       if (!fast.empty())
         priceFull(fast);
     }
@@ -943,8 +715,8 @@ struct AutoShardPass
       return signalPassFailure();
     }
     MeshOp mesh = meshes.front();
-    ::shardx::MeshSpec spec = getMeshSpec(mesh);
-    if (std::string reason = ::shardx::Planner::checkMesh(spec);
+    MeshSpec spec = getMeshSpec(mesh);
+    if (std::string reason = Planner::checkMesh(spec);
         !reason.empty()) {
       mesh.emitError("cannot shard on this mesh: ") << reason;
       return signalPassFailure();

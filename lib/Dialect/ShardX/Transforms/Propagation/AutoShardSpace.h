@@ -1,0 +1,70 @@
+//===- AutoShardSpace.h - shardx-auto-shard's choices and solver -*- C++
+//-*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The MLIR-free half of shardx-auto-shard (AutoShard.cpp): the layouts a
+// parameter group may take, and the surrogate of the step time and peak over
+// a choice per group with its solver, a Lagrangian relaxation of the memory
+// limit followed by a local search among plans that fit (docs/Memory.md,
+// "Automatic sharding under a budget").
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARDSPACE_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARDSPACE_H
+
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/ArrayRef.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mlir::shardx::autoshard {
+
+/// One layout a group may take: its placements (one per mesh axis) and
+/// the canonical layout they make.
+struct Choice {
+  std::vector<Placement> placements;
+  Layout layout;
+  std::string text; // "[S(0), R]", as users write it
+};
+
+/// "[S(0), R]": the placements as users write them.
+std::string placementsText(ArrayRef<Placement> ps);
+
+/// Every layout of `type` that shards each mesh axis on one dim or not at
+/// all, evenly; replicated first. `batchOnly` allows dim 0 only.
+std::vector<Choice> layoutChoices(RankedTensorType type,
+                                  ArrayRef<int64_t> meshShape, bool batchOnly);
+
+/// The surrogate under one input layout.
+struct Surrogate {
+  /// The plan the changes are measured from.
+  std::vector<unsigned> center;
+  double baseTime = 0;
+  int64_t basePeak = 0;
+  std::vector<std::vector<double>> time;  // [group][choice] change
+  std::vector<std::vector<double>> bytes; // [group][choice] change
+  struct Pair {
+    unsigned g, h;
+    std::vector<std::vector<double>> time; // [choice of g][choice of h]
+  };
+  std::vector<Pair> pairs;
+  std::vector<std::vector<unsigned>> pairsOf; // group -> indices in pairs
+};
+
+/// The surrogate time and peak of `pick` (a choice per group).
+std::pair<double, double> evaluate(const Surrogate &s, ArrayRef<unsigned> pick);
+
+/// The surrogate's fastest plan with a peak <= `limit` (empty when none).
+std::vector<unsigned> solve(const Surrogate &s, double limit);
+
+} // namespace mlir::shardx::autoshard
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARDSPACE_H
