@@ -162,7 +162,9 @@ def _constant_from_json(d):
     if kind == "float":
         return float.fromhex(d["hex"])
     value = d["value"]
-    want = {"bool": bool, "int": int, "str": str}[kind]
+    want = {"bool": bool, "int": int, "str": str}.get(kind)
+    if want is None:
+        raise ValueError(f"unknown constant kind {kind!r}")
     if type(value) is not want:
         raise ValueError(f"a {kind} constant holds {value!r}")
     return value
@@ -188,12 +190,19 @@ def to_json(spec, where: str = "the structure"):
 def from_json(d):
     """The spec of its JSON form (equal to the one ``flatten`` makes of the
     same tree: NaN as ``NAN``); ValueError for a malformed one."""
+    try:
+        return _from_json(d)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"malformed pytree spec {d!r}: {type(e).__name__} {e}") from None
+
+
+def _from_json(d):
     if d is None:
         return None
     if "const" in d:
         return flatten_into(_constant_from_json(d), [])
     node = d["node"]
-    kids = tuple(from_json(c) for c in d["children"])
+    kids = tuple(_from_json(c) for c in d["children"])
     if node == "tuple":
         return (tuple, kids)
     if node == "list":

@@ -56,3 +56,10 @@ def test_json_refuses_what_a_package_cannot_hold():
         pytree.to_json(spec, "the arguments")
     with pytest.raises(ValueError, match="keys do not match"):
         pytree.from_json({"node": "dict", "keys": [], "children": [None]})
+
+
+@pytest.mark.parametrize("bad", [{"foo": 1}, {"const": "complex", "value": 1},
+                                 {"const": "int"}, {"node": "tuple"}, [1], 3])
+def test_malformed_json_is_a_value_error(bad):
+    with pytest.raises(ValueError):
+        pytree.from_json(bad)
