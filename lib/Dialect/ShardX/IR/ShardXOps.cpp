@@ -585,16 +585,31 @@ LogicalResult PermuteOp::verifySymbolUses(SymbolTableCollection &st) {
   return success();
 }
 
+/// The checks of a collective that changes only dim `dim` of its one
+/// input (shardx.halo, shardx.chunk): its group, same element type and
+/// rank, `dim` in range, the other dims unchanged. Returns the group size.
+template <typename OpT>
+static FailureOr<int64_t>
+verifyOneDimCollective(OpT op, FlatSymbolRefAttr mesh, ArrayRef<int64_t> axes,
+                       int64_t dim, SymbolTableCollection &st) {
+  FailureOr<int64_t> n = verifyGroup(op, mesh, axes, st);
+  if (failed(n))
+    return failure();
+  auto in = op.getInput().getType(), out = op.getResult().getType();
+  if (failed(verifySameElementsAndRank(op, in, out)) ||
+      failed(verifyDimInRange(op, "dim", dim, in.getRank())) ||
+      failed(verifyOtherDimsEqual(op, in, out, {dim})))
+    return failure();
+  return n;
+}
+
 LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  FailureOr<int64_t> n = verifyOneDimCollective(*this, getMeshAttr(),
+                                                 getAxes(), getDim(), st);
   if (failed(n))
     return failure();
   auto in = getInput().getType(), out = getResult().getType();
   int64_t dim = getDim();
-  if (failed(verifySameElementsAndRank(*this, in, out)) ||
-      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
-    return failure();
   int64_t low = getLow(), high = getHigh();
   if (low < 0 || high < 0)
     return emitOpError("halo widths must be non-negative, got low = ")
@@ -660,15 +675,12 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &st) {
 }
 
 LogicalResult ChunkOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> n = verifyGroup(*this, getMeshAttr(), getAxes(), st);
+  FailureOr<int64_t> n = verifyOneDimCollective(*this, getMeshAttr(),
+                                                 getAxes(), getDim(), st);
   if (failed(n))
     return failure();
   auto in = getInput().getType(), out = getResult().getType();
   int64_t dim = getDim();
-  if (failed(verifySameElementsAndRank(*this, in, out)) ||
-      failed(verifyDimInRange(*this, "dim", dim, in.getRank())) ||
-      failed(verifyOtherDimsEqual(*this, in, out, {dim})))
-    return failure();
   int64_t stride = getStride();
   if (stride < 1)
     return emitOpError("stride must be positive, got ") << stride;
