@@ -275,3 +275,176 @@ def test_nested_compile_region_with_plain_arguments():
     assert_bit_identical(got, inline)
     for x, y in zip(got, ref):
         torch.testing.assert_close(x, y.detach(), rtol=1e-5, atol=1e-6)
+
+
+# -- what a region call would lose: state updates, hooks, per-child differences --
+
+class LinBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l, self.bn = nn.Linear(8, 8), nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.l(x)))
+
+
+class Lin(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.l(x))
+        return y * 2 if self.training else y
+
+
+class Stack(nn.Module):
+    def __init__(self, block, n=3):
+        super().__init__()
+        self.blocks = nn.ModuleList(block() for _ in range(n))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def test_batch_norm_running_statistics_are_updated_per_layer():
+    # A child that updates buffers in place (BatchNorm in training mode) is
+    # traced inline: a region call would drop the updates.
+    torch.manual_seed(0)
+    step = TrainStep(Stack(LinBN), F.mse_loss, "sgd", lr=0.1)
+    mesh = Mesh((2,), ("x",))
+    ins, outs = step.placements(mesh, {}, [[R]], [R])
+    args = step.example_args([torch.randn(16, 8)], torch.randn(16, 8))
+    assert calls(trace(step, args, mesh, ins, outs)) == (0, 0, 0)
+    got = leaves(shardx.compile(step, mesh, ins, outs, name="bn_regions")(*args))
+    ref = leaves(step.run_eager(*args))
+    assert len(got) == len(ref)
+    for x, y in zip(got, ref):
+        torch.testing.assert_close(x, y.detach(), rtol=1e-5, atol=1e-6)
+    # In eval mode nothing is updated: one region, called per layer.
+    model = Stack(LinBN).eval()
+    x = torch.randn(4, 8)
+
+    def infer(x):
+        with torch.no_grad():
+            return model(x)
+    assert calls(trace(infer, (x,))) == (3, 0, 1)
+    out = leaves(shardx.compile(infer, mesh, [[R]], [[R]], name="bn_eval")(x))[0]
+    torch.testing.assert_close(out, infer(x), rtol=1e-5, atol=1e-6)
+
+
+def test_marked_function_that_updates_an_argument_is_called_inline():
+    @torch.compiler.nested_compile_region
+    def bump(x, acc):
+        acc.add_(x)
+        return x * 2
+
+    def g(x):
+        acc = torch.zeros_like(x)
+        return bump(bump(x, acc), acc), acc
+    x = torch.randn(4, 8)
+    assert calls(trace(g, (x,))) == (0, 0, 0)
+    got = leaves(shardx.compile(g, Mesh((2,), ("x",)), name="bump")(x))
+    for a, b in zip(got, g(x)):
+        torch.testing.assert_close(a, b)
+
+    # An in-place op on an input that requires grad: a leaf in the region's
+    # own trace (where autograd refuses it), not in the step's.
+    @torch.compiler.nested_compile_region
+    def act(x):
+        return x.relu_() * 2
+
+    def step(x, w):
+        w = w.detach().requires_grad_(True)
+        return torch.autograd.grad(act(act(x @ w) @ w).sum(), [w])
+    w = torch.randn(8, 8)
+    assert calls(trace(step, (x, w))) == (0, 0, 0)
+    got = leaves(shardx.compile(step, Mesh((2,), ("x",)), name="relu_")(x, w))
+    torch.testing.assert_close(got[0], step(x, w)[0], rtol=1e-5, atol=1e-5)
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.seen = self.seen + 1  # a new tensor, not an in-place update
+        return self.l(x)
+
+
+def test_child_that_assigns_a_buffer_is_traced_inline():
+    model = Stack(Counting)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        assert calls(trace(lambda x: model(x), (x,))) == (0, 0, 0)
+
+
+def _global_hook(model):
+    target = model.blocks[2].l
+    return torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, i, o: o * 3.0 if mod is target else None)
+
+
+@pytest.mark.parametrize("how", [
+    "forward_hook", "forward_pre_hook", "global_hook", "instance_forward", "one_in_eval",
+])
+def test_children_that_differ_in_hooks_forward_or_mode_are_traced_inline(how):
+    torch.manual_seed(0)
+    model = Stack(Lin)
+    handle = None
+    if how == "forward_hook":
+        handle = model.blocks[2].l.register_forward_hook(lambda mod, i, o: o * 100.0)
+    elif how == "forward_pre_hook":
+        handle = model.blocks[1].l.register_forward_pre_hook(lambda mod, i: (i[0] * -1.0,))
+    elif how == "global_hook":
+        handle = _global_hook(model)
+    elif how == "instance_forward":
+        lin = model.blocks[1].l
+        lin.forward = lambda x: nn.Linear.forward(lin, x) * 0.5
+    else:
+        model.blocks[1].eval()
+    try:
+        x = torch.randn(4, 8)
+
+        def f(x):
+            return model(x)
+        assert calls(trace(f, (x,))) == (0, 0, 0)
+        out = leaves(shardx.compile(f, Mesh((2,), ("x",)), [[R]], [[R]], name=f"lin_{how}")(x))[0]
+        torch.testing.assert_close(out, f(x).detach(), rtol=1e-5, atol=1e-5)
+    finally:
+        if handle is not None:
+            handle.remove()
+    # Without the difference, the same stack takes one region.
+    plain = Stack(Lin)
+    assert calls(trace(lambda x: plain(x), (torch.randn(4, 8),)))[0] == 3
+
+
+def test_backward_hook_makes_the_child_inline():
+    model = Stack(Lin)
+    assert regions._module_fingerprint(model.blocks[1]) is not None
+    model.blocks[1].register_full_backward_hook(lambda mod, gi, go: (gi[0] * 0.5,))
+    assert regions._module_fingerprint(model.blocks[1]) is None
+    assert regions._module_fingerprint(model.blocks[0]) is not None
+
+
+def test_frozen_layer_takes_its_own_region():
+    # A child whose parameters do not require grad has its own signature:
+    # blocks[0] (nothing requires grad, forward only), blocks[1] (its
+    # parameters do) and blocks[2] (its input too) are three regions.
+    torch.manual_seed(0)
+    model = Stack(Lin)
+    model.blocks[0].requires_grad_(False)
+    ps = [p for p in model.parameters() if p.requires_grad]
+
+    def f(x):
+        return torch.autograd.grad(model(x).sum(), ps)
+    x = torch.randn(4, 8)
+    text = trace(f, (x,))
+    assert calls(text) == (3, 2, 5)
+    got = leaves(shardx.compile(f, Mesh((2,), ("x",)), name="frozen")(x))
+    for a, b in zip(got, f(x)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

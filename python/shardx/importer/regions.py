@@ -40,7 +40,11 @@ module's parameters and buffers alone: like torch.compile's regions, other
 state it reads (a global, a tensor it closes over) is taken from the first
 call with that signature. Module attributes other than parameters, buffers
 and plain values (numbers, strings, dtypes, tuples of them) make a child's
-signature its own, so such children are each traced inline.
+signature its own, so such children are each traced inline; so do hooks on
+the child or a submodule (and global module hooks), an instance
+``forward``, and a differing ``training`` flag. A region call is pure: a
+call that updates an operand in place (a BatchNorm's running statistics)
+or assigns a module's parameter or buffer anew is traced inline.
 """
 
 from __future__ import annotations
@@ -259,12 +263,25 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
                  for t in operands]
         for e, n in zip(examples, needs):
             e.requires_grad_(n)
+        versions = [e._version for e in examples]
         st.inside = True
         try:
             with torch.set_grad_enabled(grad):
                 probe = body(*examples)
+        except _NotARegion:
+            raise
+        except Exception:  # noqa: BLE001 -- the inline call raises it again if eager would
+            # An in-place op on an operand that is a leaf here (the
+            # step's trace passes it a tensor with a history) and the
+            # like: the inline call traces what eager does.
+            raise _NotARegion() from None
         finally:
             st.inside = False
+    # An in-place update of an operand (a BatchNorm's running statistics, an
+    # argument's ``add_``) bumps its version counter. The region call is
+    # pure: it would drop the update, so the call is traced inline.
+    if any(e._version != v for e, v in zip(examples, versions)):
+        raise _NotARegion()
     out_flat, out_spec = pytree.tree_flatten(probe)
     if not out_flat or not all(isinstance(o, torch.Tensor) for o in out_flat):
         raise _NotARegion()
@@ -311,6 +328,8 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
             gm = _trace_passes(joint, args, pytree.tree_flatten(tuple(args))[1], fake=False)
         finally:
             st.inside = False
+    if _mutates_placeholder(gm):
+        raise _NotARegion()  # an update the probe's version counters did not see
     name = "shardx_region_" + ident.replace(".", "_").replace("<", "").replace(">", "") \
         .split("|")[0][-40:] + "_" + key[1:9]
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
@@ -329,6 +348,21 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
 
 class _NotARegion(Exception):
     pass
+
+
+def _mutates_placeholder(gm: torch.fx.GraphModule) -> bool:
+    """Does the functionalized graph write an input (the ``copy_`` back into
+    a placeholder that functionalization leaves for an input mutation, or
+    any other in-place op on one)."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        schema = n.target._schema
+        for arg, a in zip(schema.arguments, n.args):
+            if arg.alias_info is not None and arg.alias_info.is_write and \
+                    isinstance(a, torch.fx.Node) and a.op == "placeholder":
+                return True
+    return False
 
 
 def _split_joint(gm: torch.fx.GraphModule, n_primals: int, n_out: int):
@@ -392,12 +426,37 @@ def _split_joint(gm: torch.fx.GraphModule, n_primals: int, n_out: int):
 
 # -- automatic regions over nn.ModuleList ------------------------------------
 
+#: A module's hook dicts that act when it is called (forward, or the
+#: backward of what it computes). State-dict hooks do not act on a call.
+_CALL_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+               "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_backward_hooks", "_backward_pre_hooks")
+
+
+def _global_hooks() -> bool:
+    """Is a global module hook registered (``register_module_forward_hook``
+    and the like): it acts on every module call, each child's its own."""
+    mod = torch.nn.modules.module
+    return any(getattr(mod, "_global" + k, None) for k in _CALL_HOOKS)
+
+
 def _module_fingerprint(m: torch.nn.Module) -> Optional[str]:
     """The parts of a module (and its submodules) that shape its trace apart
-    from parameter and buffer values: class, plain attributes, shapes;
-    None where an attribute is not a plain value (the child is not a region)."""
+    from parameter and buffer values: class, plain attributes, ``training``,
+    parameter and buffer names, shapes and dtypes; None (the child is traced
+    inline) where an attribute is not a plain value, where the module or a
+    submodule has a forward or backward hook or its own ``forward`` (an
+    instance attribute), and where a global module hook is registered: the
+    region traced from one child would not run another's."""
+    if _global_hooks():
+        return None
     parts = []
     for name, sub in m.named_modules():
+        if any(getattr(sub, k, None) for k in _CALL_HOOKS):
+            return None
+        own = vars(sub).get("forward")
+        if own is not None and not getattr(own, "__shardx_region_forward__", False):
+            return None
         parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}")
         for k, v in sorted(vars(sub).items()):
             if k in ("_parameters", "_buffers", "_modules") or k.startswith("_forward") \
@@ -473,6 +532,7 @@ def module_regions(fn):
                     if "forward" in vars(child):
                         continue
                     child.forward = _module_forward(child, ident + "|" + prints[0])
+                    child.forward.__shardx_region_forward__ = True
                     patched.append(child)
         yield
     finally:
@@ -487,8 +547,15 @@ def _module_forward(child: torch.nn.Module, ident: str):
         if __params is None:
             return original(child, *args, **kwargs)
         from torch.nn.utils.stateless import _reparametrize_module
+        given = dict(__params)
         with _reparametrize_module(child, __params):
-            return original(child, *args, **kwargs)
+            out = original(child, *args, **kwargs)
+        # The context writes a parameter or buffer the forward assigned anew
+        # (``self.buf = ...``) back into ``__params``: state the region call
+        # would drop, so the call is traced inline.
+        if any(__params[k] is not t for k, t in given.items()):
+            raise _NotARegion()
+        return out
 
     def forward(*args, **kwargs):
         params = dict(child.named_parameters(remove_duplicate=False))
