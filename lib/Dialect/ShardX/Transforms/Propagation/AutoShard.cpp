@@ -21,7 +21,10 @@
 // coordinate descent, lambda by bisection) followed by a local search over
 // feasible plans. The chosen plan is then priced for real; when its real
 // peak exceeds the budget the surrogate budget is lowered by the excess and
-// the solve repeated. `auto-json` writes the surrogate, so that a test can
+// the solve repeated. A real peak is the one of the program shardx-run and
+// shardx-compile run: the plan through the whole shardx-spmd pipeline,
+// collectives scheduled. Only public functions are decided, each on a copy
+// of the module with its calls inlined (as shardx-spmd does first). `auto-json` writes the surrogate, so that a test can
 // solve it exactly (an ILP) and compare.
 //
 //===----------------------------------------------------------------------===//
@@ -39,6 +42,7 @@
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/Interfaces/CallInterfaces.h"
 #include "mlir/Pass/PassManager.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -49,8 +53,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
-#include <set>
+#include <optional>
 #include <tuple>
 
 namespace mlir::shardx {
@@ -75,26 +78,26 @@ struct Group {
   bool isData = false;
 };
 
-/// A priced plan.
-struct Priced {
-  double time = kInf;
-  int64_t peak = std::numeric_limits<int64_t>::max();
-};
-
-/// One function's auto-sharding.
+/// One public function's auto-sharding.
 class AutoSharder {
 public:
-  AutoSharder(ModuleOp module, func::FuncOp fn, MeshOp mesh, CostModel &costs,
-              int64_t budget, unsigned window, unsigned refineSweeps)
-      : module(module), fn(fn), mesh(mesh), costs(costs), budget(budget),
-        window(window), refineSweeps(refineSweeps),
+  AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
+              CostModel &costs, int64_t budget, unsigned window,
+              unsigned refineSweeps)
+      : module(module), target(target), mesh(mesh), costs(costs),
+        budget(budget), window(window), refineSweeps(refineSweeps),
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
         meshShape(mesh.getShape()) {}
 
   LogicalResult run(StringRef jsonPath);
 
 private:
+  /// The copy of the module the plans are priced on, calls inlined; `fn`
+  /// is `target` in it.
+  LogicalResult prepare();
   LogicalResult findGroups();
+  /// The plan's remark at `target`.
+  void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
   /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
   /// tied results.
   void apply(func::FuncOp f, ArrayRef<unsigned> pick);
@@ -104,7 +107,7 @@ private:
                           ShardingState &state);
   /// Time only, on the function itself.
   double priceTime(ArrayRef<unsigned> pick);
-  /// Time and peak, on a copy partitioned to the local program.
+  /// Time (on the function), and the peak of a copy through shardx-spmd.
   Priced priceFull(ArrayRef<unsigned> pick);
   Priced priceFullUncached(ArrayRef<unsigned> pick);
   /// Whether `a` is a better plan than `b`: fits where `b` does not, is
@@ -119,10 +122,12 @@ private:
     return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
   }
   Surrogate buildSurrogate(std::vector<unsigned> base);
-  void writeJson(StringRef path, ArrayRef<unsigned> pick, double limit,
-                 Priced real, double solveSeconds);
+  void writeJson(StringRef path, const std::optional<Picks> &pick,
+                 double limit, Priced real, double solveSeconds);
 
   ModuleOp module;
+  func::FuncOp target;
+  OwningOpRef<ModuleOp> prepared;
   func::FuncOp fn;
   MeshOp mesh;
   CostModel &costs;
@@ -139,14 +144,37 @@ private:
   SmallVector<bool> pinnedArg, pinnedResult;
   std::vector<Surrogate> surrogates; // per data choice
   int64_t priced = 0, pricedFull = 0;
-  int64_t smallestPeak = std::numeric_limits<int64_t>::max();
-  /// Every plan priced in full (each is priced once).
-  std::map<std::vector<unsigned>, Priced> pool;
+  PricedPlans pool;
+  /// Why the first plan that could not be priced failed.
+  std::string firstFailure;
   /// The surrogate solve the plan came from, for the JSON: its plan and
   /// the limit it was solved under.
-  std::vector<unsigned> solverPick;
+  std::optional<Picks> solverPick;
   double solverLimit = kInf;
 };
+
+LogicalResult AutoSharder::prepare() {
+  if (!target.getBody().hasOneBlock())
+    return target.emitError(
+        "functions with more than one block are not supported");
+  prepared = module.clone();
+  PassManager pm(module.getContext());
+  pm.enableVerifier(false);
+  pm.addPass(createInlineCallsPass());
+  if (failed(pm.run(*prepared)))
+    return target.emitError("shardx-auto-shard: cannot inline the calls of @")
+           << target.getSymName();
+  fn = prepared->lookupSymbol<func::FuncOp>(target.getSymName());
+  WalkResult call = fn.walk([&](CallOpInterface op) {
+    if (auto callee = dyn_cast<SymbolRefAttr>(op.getCallableForCallee()))
+      target.emitError("shardx-auto-shard cannot price a call to ")
+          << callee << ", which shardx-inline-calls does not inline";
+    else
+      target.emitError("shardx-auto-shard cannot price an indirect call");
+    return WalkResult::interrupt();
+  });
+  return failure(call.wasInterrupted());
+}
 
 LogicalResult AutoSharder::findGroups() {
   unsigned numArgs = fn.getNumArguments();
@@ -302,36 +330,40 @@ double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
 }
 
 Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
-  std::vector<unsigned> key(pick.begin(), pick.end());
-  if (auto it = pool.find(key); it != pool.end())
-    return it->second;
+  Picks key(pick.begin(), pick.end());
+  if (const Priced *known = pool.lookup(key))
+    return *known;
   Priced out = priceFullUncached(pick);
-  pool[key] = out;
-  if (out.peak < smallestPeak)
-    smallestPeak = out.peak;
+  pool.insert(key, out);
   return out;
 }
 
 Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   ++pricedFull;
-  OwningOpRef<ModuleOp> copy = module.clone();
-  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
-  apply(f, pick);
-  ScopedDiagnosticHandler quiet(fn.getContext(),
-                                [](Diagnostic &) { return success(); });
-  RuleCache copyRules;
+  ScopedDiagnosticHandler quiet(fn.getContext(), [&](Diagnostic &diag) {
+    if (firstFailure.empty() && diag.getSeverity() == DiagnosticSeverity::Error)
+      firstFailure = diag.str();
+    return success();
+  });
+  apply(fn, pick);
   ShardingState state(meshRef, meshShape.size());
-  FailureOr<double> time = price(f, copyRules, state);
+  FailureOr<double> time = price(fn, rules, state);
   if (failed(time))
     return {};
-  state.writeToIR();
+  // The peak of the program every rank runs: the plan's layouts through
+  // the pipeline shardx-run and shardx-compile run (shardx-spmd with the
+  // collectives scheduled), whose own propagation, canonicalization and
+  // schedule move the peak.
+  OwningOpRef<ModuleOp> copy = prepared->clone();
+  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
   PassManager pm(fn.getContext());
   pm.enableVerifier(false);
-  buildPartitionPipeline(pm);
+  SpmdPipelineOptions options;
+  options.scheduleCollectives = true;
+  buildSpmdPipeline(pm, options);
   if (failed(pm.run(*copy)))
     return {};
-  MemoryProfile profile = computeMemoryProfile(f);
-  return Priced{*time, profile.peakBytes};
+  return Priced{*time, computeMemoryProfile(f).peakBytes};
 }
 
 Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
@@ -410,7 +442,7 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
   return s;
 }
 
-void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
+void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
                             double limit, Priced real, double solveSeconds) {
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
@@ -488,19 +520,19 @@ void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
           });
         });
     });
-    if (!solverPick.empty()) {
-      unsigned d = dataGroup >= 0 ? solverPick[dataGroup] : 0;
-      auto [t, m] = evaluate(surrogates[d], solverPick);
+    if (solverPick) {
+      unsigned d = dataGroup >= 0 ? (*solverPick)[dataGroup] : 0;
+      auto [t, m] = evaluate(surrogates[d], *solverPick);
       j.attributeObject("solver", [&] {
         j.attribute("surrogate", d);
         j.attributeArray("choices", [&] {
-          for (unsigned c : solverPick)
+          for (unsigned c : *solverPick)
             j.value(c);
         });
         j.attribute("surrogate_time", t);
         j.attribute("surrogate_peak", m);
       });
-      Priced r = pool.find(solverPick)->second;
+      Priced r = *pool.lookup(*solverPick);
       j.attributeObject("solver_real", [&] {
         j.attributeBegin("time");
         number(r.time);
@@ -508,13 +540,16 @@ void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
         j.attribute("peak", r.peak);
       });
     }
-    if (!pick.empty()) {
-      unsigned d = dataGroup >= 0 ? pick[dataGroup] : 0;
-      auto [t, m] = evaluate(surrogates[d], pick);
+    if (pick) {
+      unsigned d = dataGroup >= 0 ? (*pick)[dataGroup] : 0;
+      // Without groups there is no surrogate: the plan's own numbers.
+      auto [t, m] = surrogates.empty()
+                        ? std::make_pair(real.time, double(real.peak))
+                        : evaluate(surrogates[d], *pick);
       j.attributeObject("plan", [&] {
         j.attribute("surrogate", d);
         j.attributeArray("choices", [&] {
-          for (unsigned c : pick)
+          for (unsigned c : *pick)
             j.value(c);
         });
         j.attribute("surrogate_time", t);
@@ -530,10 +565,16 @@ void AutoSharder::writeJson(StringRef path, ArrayRef<unsigned> pick,
 
 LogicalResult AutoSharder::run(StringRef jsonPath) {
   auto start = std::chrono::steady_clock::now();
-  if (!fn.getBody().hasOneBlock())
-    return fn.emitError("functions with more than one block are not supported");
-  if (failed(findGroups()))
+  if (failed(prepare()) || failed(findGroups()))
     return failure();
+  std::optional<Picks> pick;
+  Priced real;
+  // Nothing to decide (every argument pinned or of one layout): the plan
+  // the layouts given make, priced for the remark and the budget.
+  if (groups.empty()) {
+    pick = Picks();
+    real = priceFull(*pick);
+  }
   unsigned numData = dataGroup >= 0 ? groups[dataGroup].choices.size() : 1;
   // Two rounds: surrogates measured from the replicated plan of each input
   // layout, then from the best plan the first round priced for it (the
@@ -544,11 +585,11 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     if (dataGroup >= 0)
       centers.back()[dataGroup] = d;
   }
-  std::vector<unsigned> last;
-  for (int recentre = 0; recentre < 2; ++recentre) {
+  std::optional<Picks> last;
+  for (int recentre = 0; recentre < 2 && !groups.empty(); ++recentre) {
     surrogates.clear();
-    solverPick.clear();
-    last.clear();
+    solverPick.reset();
+    last.reset();
     for (unsigned d = 0; d < numData; ++d)
       surrogates.push_back(buildSurrogate(centers[d]));
     // The surrogate's peak is a sum of per-group changes of a maximum, so
@@ -573,22 +614,22 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       // Below the smallest surrogate peak nothing is feasible: solve at it.
       limit = std::max(limit, smallestModeled);
       double bestTime = kInf;
-      std::vector<unsigned> bestPick;
+      std::optional<Picks> bestPick;
       for (unsigned d = 0; d < numData; ++d) {
-        std::vector<unsigned> p = solve(surrogates[d], limit);
-        if (p.empty())
+        std::optional<Picks> p = solve(surrogates[d], limit);
+        if (!p)
           continue;
-        double t = evaluate(surrogates[d], p).first;
+        double t = evaluate(surrogates[d], *p).first;
         if (t < bestTime) {
           bestTime = t;
           bestPick = p;
         }
       }
-      if (bestPick.empty() || bestPick == last)
+      if (!bestPick || bestPick == last)
         break;
       last = bestPick;
-      Priced r = priceFull(bestPick);
-      if (solverPick.empty() || better(r, priceFull(solverPick))) {
+      Priced r = priceFull(*bestPick);
+      if (!solverPick || better(r, priceFull(*solverPick))) {
         solverPick = bestPick;
         solverLimit = limit;
       }
@@ -607,9 +648,8 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
                 surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
               small[g] = c;
       priceFull(small);
-      std::vector<unsigned> fast = solve(surrogates[d], kInf);
-      if (!fast.empty())
-        priceFull(fast);
+      if (std::optional<Picks> fast = solve(surrogates[d], kInf))
+        priceFull(*fast);
     }
     // The next centers: the best plan priced for each input layout.
     for (unsigned d = 0; d < numData; ++d) {
@@ -626,20 +666,18 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   }
   // From the best plan priced, a coordinate descent on the real prices:
   // one group changed at a time, kept when the plan gets better.
-  std::vector<unsigned> pick;
-  Priced real;
   for (auto &[p, r] : pool)
-    if (pick.empty() || better(r, real)) {
+    if (!pick || better(r, real)) {
       pick = p;
       real = r;
     }
-  for (unsigned sweep = 0; sweep < refineSweeps && !pick.empty(); ++sweep) {
+  for (unsigned sweep = 0; sweep < refineSweeps && pick; ++sweep) {
     bool improved = false;
     for (size_t g = 0; g < groups.size(); ++g)
       for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
-        if (c == pick[g])
+        if (c == (*pick)[g])
           continue;
-        std::vector<unsigned> p = pick;
+        Picks p = *pick;
         p[g] = c;
         Priced r = priceFull(p);
         if (better(r, real)) {
@@ -654,29 +692,33 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  if (!pick.empty() && !fits(real))
-    pick.clear();
+  if (pick && !fits(real))
+    pick.reset();
   if (!jsonPath.empty())
     writeJson(jsonPath, pick, solverLimit, real, seconds);
-  if (pick.empty()) {
-    StringAttr layoutName =
-        StringAttr::get(fn.getContext(), ShardXDialect::getLayoutAttrName());
-    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
-      if (!pinnedArg[i])
-        fn.removeArgAttr(i, layoutName);
-    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
-      if (!pinnedResult[i])
-        fn.removeResultAttr(i, layoutName);
-    mlir::emitError(fn.getLoc())
-        << "no plan fits the memory budget of " << budget
-        << " bytes per rank: the smallest modeled peak found is "
-        << smallestPeak << " bytes (" << formatBytes(smallestPeak) << ")";
-    return failure();
-  }
-  apply(fn, pick);
+  int64_t smallest = pool.smallestPeak();
+  // The layouts go on `target` only with a plan (pricing wrote them on the
+  // copy).
+  if (!pick && smallest == std::numeric_limits<int64_t>::max())
+    return mlir::emitError(target.getLoc())
+           << "no plan could be priced: propagating or partitioning @"
+           << target.getSymName() << " failed for every plan tried"
+           << (firstFailure.empty() ? "" : " (first: " + firstFailure + ")");
+  if (!pick)
+    return mlir::emitError(target.getLoc())
+           << "no plan fits the memory budget of " << budget
+           << " bytes per rank: the smallest modeled peak found is "
+           << smallest << " bytes (" << formatBytes(smallest) << ")";
+  apply(target, *pick);
+  remark(*pick, real, seconds);
+  return success();
+}
+
+void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
+                         double seconds) {
   // At the function's location, without the function printed after it.
-  InFlightDiagnostic remark = mlir::emitRemark(fn.getLoc());
-  remark << "auto-shard @" << fn.getSymName() << " on "
+  InFlightDiagnostic remark = mlir::emitRemark(target.getLoc());
+  remark << "auto-shard @" << target.getSymName() << " on "
          << llvm::product_of(meshShape) << " ranks";
   if (budget > 0)
     remark << " under " << budget << " bytes per rank";
@@ -698,7 +740,8 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       remark << (i ? ", " : "") << "%arg" << a;
     remark << "): " << group.choices[pick[g]].text;
   }
-  return success();
+  if (groups.empty())
+    remark << "\n  nothing to decide: every argument has its layout";
 }
 
 struct AutoShardPass
@@ -735,8 +778,10 @@ struct AutoShardPass
       return signalPassFailure();
     }
     CostModel costs(std::move(spec), computeRate);
+    // The entry points only: private functions (the regions a traced
+    // program calls) are inlined into them, as shardx-spmd inlines them.
     for (auto fn : llvm::to_vector(module.getOps<func::FuncOp>())) {
-      if (fn.isExternal())
+      if (fn.isExternal() || !fn.isPublic())
         continue;
       AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
                           refineSweeps);

@@ -19,16 +19,6 @@ using namespace mlir::shardx::autoshard;
 
 static constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string autoshard::placementsText(ArrayRef<Placement> ps) {
-  std::string s = "[";
-  for (auto [i, p] : llvm::enumerate(ps)) {
-    if (i)
-      s += ", ";
-    s += p.isShard() ? "S(" + std::to_string(p.dim) + ")" : "R";
-  }
-  return s + "]";
-}
-
 std::vector<Choice> autoshard::layoutChoices(RankedTensorType type,
                                              ArrayRef<int64_t> meshShape,
                                              bool batchOnly) {
@@ -64,7 +54,7 @@ std::vector<Choice> autoshard::layoutChoices(RankedTensorType type,
     std::optional<Layout> layout = Layout::fromPlacements(ps, mesh, error);
     if (!layout)
       continue;
-    out.push_back({ps, *layout, placementsText(ps)});
+    out.push_back({ps, *layout, layout->str()});
   }
   return out;
 }
@@ -81,10 +71,11 @@ std::pair<double, double> autoshard::evaluate(const Surrogate &s,
   return {time, peak};
 }
 
-std::vector<unsigned> autoshard::solve(const Surrogate &s, double limit) {
+std::optional<std::vector<unsigned>> autoshard::solve(const Surrogate &s,
+                                                      double limit) {
   size_t n = s.time.size();
   if (!std::isfinite(s.baseTime))
-    return {};
+    return std::nullopt;
   // The time and bytes group `g` adds with choice `c`, its pairs with the
   // others' current choices included.
   auto local = [&](ArrayRef<unsigned> pick, size_t g, unsigned c) {
@@ -189,7 +180,7 @@ std::vector<unsigned> autoshard::solve(const Surrogate &s, double limit) {
   // The Lagrangian relaxation over a geometric grid of lambdas (us per
   // byte): each minimum of time + lambda * bytes, repaired to fit, then
   // improved; the best plan that fits wins.
-  std::vector<unsigned> best;
+  std::optional<std::vector<unsigned>> best;
   double bestTime = kInf;
   std::set<std::vector<unsigned>> tried;
   std::vector<unsigned> warm = start;

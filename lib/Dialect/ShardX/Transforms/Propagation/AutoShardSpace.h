@@ -1,5 +1,4 @@
-//===- AutoShardSpace.h - shardx-auto-shard's choices and solver -*- C++
-//-*-===//
+//===- AutoShardSpace.h - shardx-auto-shard's choices, solver -*- C++ -*-===//
 //
 // Part of ShardX.
 //
@@ -9,7 +8,7 @@
 // parameter group may take, and the surrogate of the step time and peak over
 // a choice per group with its solver, a Lagrangian relaxation of the memory
 // limit followed by a local search among plans that fit (docs/Memory.md,
-// "Automatic sharding under a budget").
+// "Automatic sharding under a budget"), and the cache of plans priced.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +20,10 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/ArrayRef.h"
 
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,16 +35,44 @@ namespace mlir::shardx::autoshard {
 struct Choice {
   std::vector<Placement> placements;
   Layout layout;
-  std::string text; // "[S(0), R]", as users write it
+  std::string text; // "[S(0), R]", as users write it (Layout::str())
 };
-
-/// "[S(0), R]": the placements as users write them.
-std::string placementsText(ArrayRef<Placement> ps);
 
 /// Every layout of `type` that shards each mesh axis on one dim or not at
 /// all, evenly; replicated first. `batchOnly` allows dim 0 only.
 std::vector<Choice> layoutChoices(RankedTensorType type,
                                   ArrayRef<int64_t> meshShape, bool batchOnly);
+
+/// A priced plan: its modeled step time and the peak of its local program.
+struct Priced {
+  double time = std::numeric_limits<double>::infinity();
+  int64_t peak = std::numeric_limits<int64_t>::max();
+};
+
+/// A plan: a choice per group.
+using Picks = std::vector<unsigned>;
+
+/// The plans priced in full, each priced once, and the smallest peak
+/// among them.
+class PricedPlans {
+public:
+  const Priced *lookup(const Picks &plan) const {
+    auto it = prices.find(plan);
+    return it == prices.end() ? nullptr : &it->second;
+  }
+  void insert(const Picks &plan, Priced price) {
+    prices[plan] = price;
+    smallest = std::min(smallest, price.peak);
+  }
+  /// INT64_MAX while no plan could be priced.
+  int64_t smallestPeak() const { return smallest; }
+  auto begin() const { return prices.begin(); }
+  auto end() const { return prices.end(); }
+
+private:
+  std::map<Picks, Priced> prices;
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+};
 
 /// The surrogate under one input layout.
 struct Surrogate {
@@ -62,8 +93,9 @@ struct Surrogate {
 /// The surrogate time and peak of `pick` (a choice per group).
 std::pair<double, double> evaluate(const Surrogate &s, ArrayRef<unsigned> pick);
 
-/// The surrogate's fastest plan with a peak <= `limit` (empty when none).
-std::vector<unsigned> solve(const Surrogate &s, double limit);
+/// The surrogate's fastest plan with a peak <= `limit` (none when no plan
+/// fits; a plan of no groups is empty).
+std::optional<std::vector<unsigned>> solve(const Surrogate &s, double limit);
 
 } // namespace mlir::shardx::autoshard
 

@@ -4,7 +4,7 @@
 // smallest peak found.
 shardx.mesh @mesh(shape = 4, axes = ["x"])
 
-// expected-error @+1 {{no plan fits the memory budget of 1000 bytes per rank: the smallest modeled peak found is 10240 bytes (10.00 KiB)}}
+// expected-error @+1 {{no plan fits the memory budget of 1000 bytes per rank: the smallest modeled peak found is 10752 bytes (10.50 KiB)}}
 func.func @step(%w: tensor<64x32xf32>,
                 %m: tensor<64x32xf32> {torch.state = "momentum_buffer"},
                 %x: tensor<16x64xf32>)
@@ -35,4 +35,18 @@ module {
 module {
   shardx.mesh @a(shape = 2)
   shardx.mesh @b(shape = 4)
+}
+
+// -----
+
+// Tests that a call shardx-inline-calls cannot inline (to an external
+// function) is an error: the plan could not be priced.
+shardx.mesh @mesh(shape = 2, axes = ["x"])
+
+func.func private @external(tensor<8x8xf32>) -> tensor<8x8xf32>
+
+// expected-error @+1 {{shardx-auto-shard cannot price a call to @external, which shardx-inline-calls does not inline}}
+func.func @calls_external(%w: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = func.call @external(%w) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
 }

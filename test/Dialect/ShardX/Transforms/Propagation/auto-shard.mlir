@@ -52,3 +52,56 @@ func.func @pinned(%w: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [
   %w2 = arith.subf %w, %m2 : tensor<64x32xf32>
   return %y, %w2, %m2 : tensor<16x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>
 }
+
+// -----
+
+// Tests that only the public function is decided in a regionally traced
+// program: its private region function is priced inlined (as shardx-spmd
+// inlines it), keeps no layouts and is still called.
+shardx.mesh @mesh(shape = 2, axes = ["x"])
+
+// REMARK: remark: auto-shard @calls on 2 ranks
+// REMARK-NEXT: %arg0 tensor<64x32xf32> (%arg0, %arg1): [{{.*}}]
+// REMARK-NOT: @region
+// CHECK-LABEL: func.func private @region
+// CHECK-SAME: (%arg0: tensor<16x64xf32>, %arg1: tensor<64x32xf32>) -> tensor<16x32xf32>
+// CHECK-LABEL: func.func @calls
+// CHECK-SAME: %arg0: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [[P:[^>]*]]>}
+// CHECK-SAME: %arg1: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [[P]]>, torch.state = "momentum_buffer"}
+// CHECK: call @region
+func.func private @region(%x: tensor<16x64xf32>, %w: tensor<64x32xf32>) -> tensor<16x32xf32> {
+  %e = tensor.empty() : tensor<16x32xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<16x64xf32>, tensor<64x32xf32>) outs(%f : tensor<16x32xf32>) -> tensor<16x32xf32>
+  return %y : tensor<16x32xf32>
+}
+func.func @calls(%w: tensor<64x32xf32>,
+                 %m: tensor<64x32xf32> {torch.state = "momentum_buffer"},
+                 %x: tensor<16x64xf32>)
+    -> (tensor<16x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>) {
+  %y = func.call @region(%x, %w) : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
+  %m2 = arith.addf %m, %w : tensor<64x32xf32>
+  %w2 = arith.subf %w, %m2 : tensor<64x32xf32>
+  return %y, %w2, %m2 : tensor<16x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>
+}
+
+// -----
+
+// Tests that a function whose arguments all have layouts leaves nothing to
+// decide: no error, the layouts kept, a remark with the plan's numbers.
+shardx.mesh @mesh(shape = 2, axes = ["x"])
+
+// REMARK: remark: auto-shard @all_pinned on 2 ranks: modeled step time {{[0-9.]+}} us, modeled peak {{[0-9]+}} bytes
+// REMARK-NEXT: nothing to decide: every argument has its layout
+// CHECK-LABEL: func.func @all_pinned
+// CHECK-SAME: %arg0: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}
+// CHECK-SAME: %arg1: tensor<16x64xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}
+func.func @all_pinned(%w: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>},
+                      %x: tensor<16x64xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) -> tensor<16x32xf32> {
+  %e = tensor.empty() : tensor<16x32xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<16x64xf32>, tensor<64x32xf32>) outs(%f : tensor<16x32xf32>) -> tensor<16x32xf32>
+  return %y : tensor<16x32xf32>
+}
