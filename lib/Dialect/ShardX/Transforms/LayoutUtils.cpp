@@ -6,6 +6,7 @@
 
 #include "LayoutUtils.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Matchers.h"
@@ -218,4 +219,17 @@ LayoutAttr mlir::shardx::layoutOrReplicated(Value v, FlatSymbolRefAttr mesh,
   if (LayoutAttr a = getRecordedLayout(v))
     return a;
   return LayoutAttr::get(mesh, Layout(meshRank));
+}
+
+Value mlir::shardx::selectAtMember(OpBuilder &b, Location loc, Value index,
+                                   int64_t member, int64_t atMember,
+                                   int64_t otherwise) {
+  Value at = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::eq, index,
+      arith::ConstantIndexOp::create(b, loc, member));
+  // `otherwise` first, as the inline selects this replaced built them under
+  // GCC, so the emitted IR is unchanged.
+  Value ifNot = arith::ConstantIndexOp::create(b, loc, otherwise);
+  Value ifAt = arith::ConstantIndexOp::create(b, loc, atMember);
+  return arith::SelectOp::create(b, loc, at, ifAt, ifNot);
 }

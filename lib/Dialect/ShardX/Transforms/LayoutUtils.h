@@ -49,6 +49,12 @@ unsigned tensorOperandIndex(OpOperand &use);
 /// the declared one, else `current` with pending Partials reduced.
 LayoutAttr resultLayout(func::FuncOp fn, unsigned i, LayoutAttr current);
 
+/// The index `atMember` on member `member` of the group `index` numbers
+/// (a shardx.axis_index) and `otherwise` on the others: the per-member
+/// width of a side of a pad or a halo that only an end member differs on.
+Value selectAtMember(OpBuilder &b, Location loc, Value index, int64_t member,
+                     int64_t atMember, int64_t otherwise);
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_LAYOUTUTILS_H

@@ -16,6 +16,8 @@
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
+#include "LayoutUtils.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -58,12 +60,7 @@ static Value receiveSide(OpBuilder &b, Location loc, HaloOp op, Value in,
   Value received = PermuteOp::create(b, loc, edgeRows.getType(), edgeRows,
                                      op.getMeshAttr(), op.getAxesAttr(),
                                      b.getDenseI64ArrayAttr(pairs));
-  Value atEdge = arith::CmpIOp::create(
-      b, loc, arith::CmpIPredicate::eq, index,
-      arith::ConstantIndexOp::create(b, loc, edge));
-  Value keep = arith::SelectOp::create(
-      b, loc, atEdge, arith::ConstantIndexOp::create(b, loc, 0),
-      arith::ConstantIndexOp::create(b, loc, width));
+  Value keep = selectAtMember(b, loc, index, edge, 0, width);
   offsets[dim] = b.getIndexAttr(0);
   sizes[dim] = keep;
   return tensor::ExtractSliceOp::create(b, loc, received, offsets, sizes,
@@ -72,45 +69,43 @@ static Value receiveSide(OpBuilder &b, Location loc, HaloOp op, Value in,
 
 /// Replaces `op` with its expansion; fails when its mesh is unknown.
 static LogicalResult lowerHalo(HaloOp op, RewriterBase &rewriter) {
-  {
-    FailureOr<int64_t> n =
-        cast<CollectiveOpInterface>(op.getOperation()).getGroupSize();
-    if (failed(n))
-      return failure();
-    Location loc = op.getLoc();
-    Value in = op.getInput();
-    RankedTensorType resultType = op.getResult().getType();
-    int64_t dim = op.getDim(), low = op.getLow(), high = op.getHigh();
-    if (*n == 1 || (low == 0 && high == 0)) {
-      rewriter.replaceOpWithNewOp<tensor::CastOp>(op, resultType, in);
-      return success();
-    }
-    Value index = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
-                                      op.getMeshAttr(), op.getAxesAttr());
-    SmallVector<Value> pieces;
-    if (low > 0) {
-      Value size = tensor::DimOp::create(rewriter, loc, in, dim);
-      Value offset = arith::SubIOp::create(
-          rewriter, loc, size, arith::ConstantIndexOp::create(rewriter, loc, low));
-      pieces.push_back(receiveSide(rewriter, loc, op, in, offset, low, *n, +1,
-                                   index, 0));
-    }
-    pieces.push_back(in);
-    if (high > 0)
-      pieces.push_back(receiveSide(
-          rewriter, loc, op, in, arith::ConstantIndexOp::create(rewriter, loc, 0),
-          high, *n, -1, index, *n - 1));
-    Value joined = tensor::ConcatOp::create(rewriter, loc, dim, pieces);
-    if (joined.getType() == resultType)
-      rewriter.replaceOp(op, joined);
-    else
-      rewriter.replaceOpWithNewOp<tensor::CastOp>(op, resultType, joined);
+  FailureOr<int64_t> n =
+      cast<CollectiveOpInterface>(op.getOperation()).getGroupSize();
+  if (failed(n))
+    return failure();
+  Location loc = op.getLoc();
+  Value in = op.getInput();
+  RankedTensorType resultType = op.getResult().getType();
+  int64_t dim = op.getDim(), low = op.getLow(), high = op.getHigh();
+  if (*n == 1 || (low == 0 && high == 0)) {
+    rewriter.replaceOpWithNewOp<tensor::CastOp>(op, resultType, in);
     return success();
   }
+  Value index = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
+                                    op.getMeshAttr(), op.getAxesAttr());
+  SmallVector<Value> pieces;
+  if (low > 0) {
+    Value size = tensor::DimOp::create(rewriter, loc, in, dim);
+    Value offset = arith::SubIOp::create(
+        rewriter, loc, size,
+        arith::ConstantIndexOp::create(rewriter, loc, low));
+    pieces.push_back(
+        receiveSide(rewriter, loc, op, in, offset, low, *n, +1, index, 0));
+  }
+  pieces.push_back(in);
+  if (high > 0)
+    pieces.push_back(receiveSide(
+        rewriter, loc, op, in, arith::ConstantIndexOp::create(rewriter, loc, 0),
+        high, *n, -1, index, *n - 1));
+  Value joined = tensor::ConcatOp::create(rewriter, loc, dim, pieces);
+  if (joined.getType() == resultType)
+    rewriter.replaceOp(op, joined);
+  else
+    rewriter.replaceOpWithNewOp<tensor::CastOp>(op, resultType, joined);
+  return success();
 }
 
-struct LowerHalosPass
-    : mlir::shardx::impl::LowerHalosPassBase<LowerHalosPass> {
+struct LowerHalosPass : mlir::shardx::impl::LowerHalosPassBase<LowerHalosPass> {
   void runOnOperation() override {
     // One rewrite per halo, no folding.
     SmallVector<HaloOp> halos;

@@ -451,9 +451,6 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
              << w.dim << " is split in a way the halo exchange does not "
              << "support (one mesh axis with the window's sizes)";
     int64_t axis = ds->splits[0].axis, n = meshShape[axis];
-    auto cst = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(rewriter, loc, v);
-    };
     if (!w.result) {
       // The operand's rows plus the neighbours' edge rows.
       OpOperand &use = clone->getOpOperand(
@@ -475,16 +472,10 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
     auto pad = cast<tensor::PadOp>(clone);
     Value j = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
                                   meshRef, rewriter.getDenseI64ArrayAttr({axis}));
-    auto sideAt = [&](int64_t member, int64_t width) -> OpFoldResult {
-      Value at = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::eq,
-                                       j, cst(member));
-      return arith::SelectOp::create(rewriter, loc, at, cst(width), cst(0))
-          .getResult();
-    };
     SmallVector<OpFoldResult> low = pad.getMixedLowPad(),
                               high = pad.getMixedHighPad();
-    low[w.dim] = sideAt(0, w.low);
-    high[w.dim] = sideAt(n - 1, w.high);
+    low[w.dim] = selectAtMember(rewriter, loc, j, 0, w.low, 0);
+    high[w.dim] = selectAtMember(rewriter, loc, j, n - 1, w.high, 0);
     auto local = tensor::PadOp::create(
         rewriter, loc, pad.getResultType(), pad.getSource(), low, high,
         pad.getConstantPaddingValue(), pad.getNofold());
