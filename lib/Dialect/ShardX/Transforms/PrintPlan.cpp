@@ -79,10 +79,12 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
 
   /// A remark per windowed operand of a global program that is read across
   /// shard edges (docs/Rules.md, "Windowed ops"): the halo shardx-localize
-  /// will exchange, with the bytes the rank that receives the most gets
-  /// (both sides in a group of three or more, the wider one in a group of
-  /// two; the largest shard of the other dims, widened by the halos the op
-  /// exchanges before this one, so corners count once).
+  /// will exchange, with the bytes of the permutes shardx-lower-halos emits
+  /// for it, the bytes propagation prices (addHalos): both sides' rows in a
+  /// group of three or more (one permute each), the wider side's in a group
+  /// of two (one permute for both); the largest shard of the other dims,
+  /// widened by the halos the op exchanges before this one, so corners
+  /// count once.
   void printHalos(SymbolTableCollection &symbolTable) {
     getOperation()->walk([&](ShardingRuleOpInterface ruleOp) {
       Operation *op = ruleOp.getOperation();

@@ -27,6 +27,31 @@ func.func @both_sides(%x: tensor<4x8xf32>) -> tensor<?x8xf32> {
 
 // -----
 
+// Tests that a two-sided halo in a group of two is one permute both ways:
+// member 0 sends its last max(low, high) = 2 rows, member 1 its first 2;
+// member 1 keeps the last `low` = 1 received row, member 0 the first
+// `high` = 2 rows.
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @pair
+// CHECK-SAME: %[[X:.*]]: tensor<4x8xf32>
+func.func @pair(%x: tensor<4x8xf32>) -> tensor<?x8xf32> {
+  // CHECK: %[[J:.*]] = shardx.axis_index on @mesh axes = [0] : index
+  // CHECK: %[[TAIL:.*]] = arith.subi %{{.*}}, %[[C2:.*]] : index
+  // CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[J]], %{{.*}} : index
+  // CHECK: %[[OFF:.*]] = arith.select %[[FIRST]], %[[TAIL]], %{{.*}} : index
+  // CHECK: %[[EDGE:.*]] = tensor.extract_slice %[[X]][%[[OFF]], 0] [2, 8] [1, 1] : tensor<4x8xf32> to tensor<2x8xf32>
+  // CHECK: %[[R:.*]] = shardx.permute %[[EDGE]] on @mesh axes = [0] pairs = {{\[\[}}0, 1], [1, 0]] : tensor<2x8xf32>
+  // CHECK-NOT: shardx.permute
+  // CHECK: %[[RLO:.*]] = tensor.extract_slice %[[R]][1, 0] [%{{.*}}, 8] [1, 1] : tensor<2x8xf32> to tensor<?x8xf32>
+  // CHECK: %[[RHI:.*]] = tensor.extract_slice %[[R]][0, 0] [%{{.*}}, 8] [1, 1] : tensor<2x8xf32> to tensor<?x8xf32>
+  // CHECK: %[[CAT:.*]] = tensor.concat dim(0) %[[RLO]], %[[X]], %[[RHI]]
+  // CHECK: return %[[CAT]]
+  %0 = shardx.halo %x on @mesh axes = [0] dim = 0 low = 1 high = 2 : tensor<4x8xf32> -> tensor<?x8xf32>
+  return %0 : tensor<?x8xf32>
+}
+
+// -----
+
 // Tests that a one-sided halo permutes one side only, over the named axis.
 shardx.mesh @mesh(shape = 2x2)
 // CHECK-LABEL: func.func @high_only

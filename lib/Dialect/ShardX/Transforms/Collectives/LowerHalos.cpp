@@ -9,7 +9,9 @@
 // neighbour with one `shardx.permute` per side (non-cyclic pairs), and
 // concatenated around the operand; the members at the ends of the group
 // take none of the rows they receive (a permute leaves a member that is no
-// target its own tensor).
+// target its own tensor). A group of two exchanges both sides with one
+// permute (each member has one neighbour): max(low, high) rows each way.
+// Propagation prices exactly these steps (addHalos, OpShardingSpace.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -67,6 +69,48 @@ static Value receiveSide(OpBuilder &b, Location loc, HaloOp op, Value in,
                                         strides);
 }
 
+/// Both sides of a halo in a group of two, one permute of `width` =
+/// max(low, high) rows each way: member 0 sends its last `width` rows to
+/// member 1 and keeps the first `high` it receives; member 1 sends its first
+/// `width` rows and keeps the last `low` (shards are at least `width` rows:
+/// the verifier's bound). Returns the (low, high) pieces.
+static std::pair<Value, Value>
+receiveBothOfTwo(OpBuilder &b, Location loc, HaloOp op, Value in, Value index) {
+  auto type = cast<RankedTensorType>(in.getType());
+  int64_t dim = op.getDim(), low = op.getLow(), high = op.getHigh();
+  int64_t width = std::max(low, high);
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes, strides(type.getRank(), b.getIndexAttr(1));
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    sizes.push_back(tensor::getMixedSize(b, loc, in, d));
+  Value size = tensor::DimOp::create(b, loc, in, dim);
+  Value tail = arith::SubIOp::create(
+      b, loc, size, arith::ConstantIndexOp::create(b, loc, width));
+  Value first =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, index,
+                            arith::ConstantIndexOp::create(b, loc, 0));
+  offsets[dim] =
+      arith::SelectOp::create(b, loc, first, tail,
+                              arith::ConstantIndexOp::create(b, loc, 0))
+          .getResult();
+  sizes[dim] = b.getIndexAttr(width);
+  Value edgeRows =
+      tensor::ExtractSliceOp::create(b, loc, in, offsets, sizes, strides);
+  Value received =
+      PermuteOp::create(b, loc, edgeRows.getType(), edgeRows, op.getMeshAttr(),
+                        op.getAxesAttr(), b.getDenseI64ArrayAttr({0, 1, 1, 0}));
+  auto piece = [&](int64_t offset, Value keep) {
+    offsets[dim] = b.getIndexAttr(offset);
+    sizes[dim] = keep;
+    return tensor::ExtractSliceOp::create(b, loc, received, offsets, sizes,
+                                          strides)
+        .getResult();
+  };
+  Value lowPiece = piece(width - low, selectAtMember(b, loc, index, 0, 0, low));
+  Value highPiece = piece(0, selectAtMember(b, loc, index, 1, 0, high));
+  return {lowPiece, highPiece};
+}
+
 /// Replaces `op` with its expansion; fails when its mesh is unknown.
 static LogicalResult lowerHalo(HaloOp op, RewriterBase &rewriter) {
   FailureOr<int64_t> n =
@@ -84,19 +128,25 @@ static LogicalResult lowerHalo(HaloOp op, RewriterBase &rewriter) {
   Value index = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
                                     op.getMeshAttr(), op.getAxesAttr());
   SmallVector<Value> pieces;
-  if (low > 0) {
-    Value size = tensor::DimOp::create(rewriter, loc, in, dim);
-    Value offset = arith::SubIOp::create(
-        rewriter, loc, size,
-        arith::ConstantIndexOp::create(rewriter, loc, low));
-    pieces.push_back(
-        receiveSide(rewriter, loc, op, in, offset, low, *n, +1, index, 0));
+  if (*n == 2 && low > 0 && high > 0) {
+    auto [lowPiece, highPiece] = receiveBothOfTwo(rewriter, loc, op, in, index);
+    pieces = {lowPiece, in, highPiece};
+  } else {
+    if (low > 0) {
+      Value size = tensor::DimOp::create(rewriter, loc, in, dim);
+      Value offset = arith::SubIOp::create(
+          rewriter, loc, size,
+          arith::ConstantIndexOp::create(rewriter, loc, low));
+      pieces.push_back(
+          receiveSide(rewriter, loc, op, in, offset, low, *n, +1, index, 0));
+    }
+    pieces.push_back(in);
+    if (high > 0)
+      pieces.push_back(
+          receiveSide(rewriter, loc, op, in,
+                      arith::ConstantIndexOp::create(rewriter, loc, 0), high,
+                      *n, -1, index, *n - 1));
   }
-  pieces.push_back(in);
-  if (high > 0)
-    pieces.push_back(receiveSide(
-        rewriter, loc, op, in, arith::ConstantIndexOp::create(rewriter, loc, 0),
-        high, *n, -1, index, *n - 1));
   Value joined = tensor::ConcatOp::create(rewriter, loc, dim, pieces);
   if (joined.getType() == resultType)
     rewriter.replaceOp(op, joined);

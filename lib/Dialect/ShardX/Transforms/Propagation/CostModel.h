@@ -53,9 +53,9 @@ public:
     return usPerIteration * work(rule, shardedWork);
   }
   double getUsPerIteration() const { return usPerIteration; }
-  /// Microseconds of halo exchanges ((mesh axis, bytes to one neighbour)
-  /// each): one step of the axis's alpha-beta cost per exchange, both
-  /// neighbours served at once.
+  /// Microseconds of halo exchanges ((mesh axis, bytes) per permute that
+  /// shardx-lower-halos emits: one per side, one for both in a group of
+  /// two): one step of the axis's alpha-beta cost each.
   double haloUs(ArrayRef<std::pair<int64_t, int64_t>> halos) const {
     double us = 0;
     for (auto [axis, bytes] : halos)

@@ -84,17 +84,25 @@ static bool fits(const Layout &l, Value v, ArrayRef<int64_t> meshShape) {
 }
 
 /// The halo exchanges of tensor operand `index` (type `type`) in layout
-/// `l`: per split windowed dim the op reads across shard edges, the axis
-/// and the bytes a rank sends to its farther-reaching side (the halo's
-/// wider side's rows times the largest local extent of the other dims).
+/// `l`, priced as shardx-lower-halos lowers them: per split windowed dim
+/// the op reads across shard edges, one neighbour permute per side that
+/// exists (`low > 0`, `high > 0`) with that side's rows, or in a group of
+/// two a single permute of the wider side's rows; a row is the largest
+/// local extent of the other dims, widened by the rows the halos of earlier
+/// dims added (the halos chain, so corners move once).
 static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
                      RankedTensorType type, ArrayRef<int64_t> meshShape,
                      OpLayouts &s) {
+  // Per dim, the rows the halos exchanged so far added.
+  SmallVector<int64_t> widened(type.getRank(), 0);
   for (const ShardingRule::WindowedDim &w : rule.windows) {
     if (w.result || w.tensor != index || !w.halo)
       continue;
     const DimSharding *ds = l.getDim(w.dim);
     if (!ds || ds->splits.empty())
+      continue;
+    int64_t axis = ds->splits[0].axis, n = meshShape[axis];
+    if (n == 1) // lowered to a cast
       continue;
     int64_t row = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
     for (int64_t d = 0; d < type.getRank(); ++d) {
@@ -103,12 +111,16 @@ static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
       int64_t size = type.getDimSize(d);
       if (const DimSharding *other = l.getDim(d))
         size = llvm::divideCeil(size, splitCount(*other, meshShape));
-      row *= size;
+      row *= size + widened[d];
     }
-    // Both sides move at once (one neighbour exchange, as grouped
-    // send/recv does): the wider side's rows.
-    if (std::max(w.low, w.high) > 0)
-      s.halos.emplace_back(ds->splits[0].axis, std::max(w.low, w.high) * row);
+    if (n == 2 && w.low > 0 && w.high > 0) {
+      s.halos.emplace_back(axis, std::max(w.low, w.high) * row);
+    } else {
+      for (int64_t rows : {w.low, w.high})
+        if (rows > 0)
+          s.halos.emplace_back(axis, rows * row);
+    }
+    widened[w.dim] += w.low + w.high;
   }
 }
 

@@ -35,7 +35,7 @@ struct OpLayouts {
   double cost = 0;
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
   /// The halo exchanges the op's windowed operands need (shardx.halo): per
-  /// exchange, the mesh axis and the bytes a rank sends to one neighbour.
+  /// permute shardx-lower-halos will emit, the mesh axis and its bytes.
   SmallVector<std::pair<int64_t, int64_t>, 2> halos;
   /// The same layouts as attributes (uniqued: compared by pointer). The
   /// attribute holds its layout (`LayoutAttr::getLayout`).
