@@ -448,3 +448,26 @@ def test_frozen_layer_takes_its_own_region():
     got = leaves(shardx.compile(f, Mesh((2,), ("x",)), name="frozen")(x))
     for a, b in zip(got, f(x)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_autocast_is_part_of_a_region_signature():
+    # The same marked function under autocast computes in bf16: it must not
+    # reuse the region traced outside autocast (nor the other way round).
+    @torch.compiler.nested_compile_region
+    def mm(x, w):
+        return x @ w
+
+    def f(x, w):
+        a = mm(x, w)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b = mm(x, w)
+        return a, b
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    text = trace(f, (x, w))
+    assert calls(text) == (2, 0, 2)
+    got = leaves(shardx.compile(f, Mesh((2,), ("dp",)), name="autocast_regions")(x, w))
+    ref = f(x, w)
+    assert got[1].dtype == torch.bfloat16
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-2, atol=1e-2)

@@ -4,7 +4,8 @@ and called N times, as ``torch.compiler.nested_compile_region`` does under
 
 A *region* is a call of a marked function on tensors. Its first call with a
 given signature (the function, its non-tensor arguments, and every tensor
-operand's shape, dtype, strides and ``requires_grad``) traces the region
+operand's shape, dtype, strides and ``requires_grad``, grad mode and the
+autocast modes in force) traces the region
 alone: forward and, where an operand requires grad, the backward as a joint
 graph ``(primals, tangents) -> (outputs, grads)``, through the same two
 ``make_fx`` passes as the whole step (autograd, then functionalization and
@@ -168,6 +169,16 @@ def _simple(v) -> bool:
     return False
 
 
+def _autocast_state() -> str:
+    """The autocast modes a call runs under: part of a region's signature,
+    since the same code traced under autocast computes in other dtypes."""
+    parts = []
+    for device in ("cpu", "cuda"):
+        if torch.is_autocast_enabled(device):
+            parts.append(f"{device}:{torch.get_autocast_dtype(device)}")
+    return "autocast=" + ",".join(parts)
+
+
 def _tensor_sig(t: torch.Tensor) -> str:
     return f"T{tuple(t.shape)}:{tuple(t.stride())}:{t.dtype}:{int(t.requires_grad)}"
 
@@ -197,7 +208,7 @@ def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.
     if len({id(t) for t in operands}) != len(operands):
         return fn(*args, **kwargs)  # one tensor twice: aliasing the trace would not see
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in operands)
-    key_text = f"{ident}|{spec}|{';'.join(sig)}|grad={grad}"
+    key_text = f"{ident}|{spec}|{';'.join(sig)}|grad={grad}|{_autocast_state()}"
     key = "r" + hashlib.sha256(key_text.encode()).hexdigest()[:16]
     n_args = len(operands) - len(names)
 
