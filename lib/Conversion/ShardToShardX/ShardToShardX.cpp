@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Conversion/ShardToShardX/ShardToShardX.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "shardx/Conversion/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
@@ -168,7 +169,7 @@ computeLayout(shard::ShardOp shardOp,
     return shardOp.emitError("the sharding splits tensor dim ")
            << splitDims - 1 << " of a rank-" << type.getRank() << " tensor";
 
-  ::shardx::Layout layout(static_cast<int64_t>(gridShape.size()));
+  Layout layout(static_cast<int64_t>(gridShape.size()));
   SmallVector<int64_t> shardedDims;
   for (auto [dim, axes] : llvm::enumerate(splitAxes)) {
     if (axes.empty())

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -13,7 +14,6 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 //===----------------------------------------------------------------------===//
 // Layout bookkeeping

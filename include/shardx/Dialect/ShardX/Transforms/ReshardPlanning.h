@@ -7,6 +7,7 @@
 #ifndef SHARDX_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
 #define SHARDX_DIALECT_SHARDX_TRANSFORMS_RESHARDPLANNING_H
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Planner/Planner.h"
 
@@ -17,19 +18,18 @@
 namespace mlir::shardx {
 
 /// The planner's view of a mesh: its shape and cost hints.
-::shardx::MeshSpec getMeshSpec(MeshOp mesh);
+MeshSpec getMeshSpec(MeshOp mesh);
 
 /// One planner per mesh, shared by the ops of a pass run.
 class ReshardPlanners {
 public:
   /// The plan of `op`, or null after emitting "Cannot reshard: ..." at it.
   /// Sets `mesh` (when given) to the op's mesh.
-  const ::shardx::Plan *getPlan(RedistributeOp op,
-                                SymbolTableCollection &symbolTable,
-                                MeshOp *mesh = nullptr);
+  const Plan *getPlan(RedistributeOp op, SymbolTableCollection &symbolTable,
+                      MeshOp *mesh = nullptr);
 
 private:
-  llvm::DenseMap<Operation *, std::unique_ptr<::shardx::Planner>> planners;
+  llvm::DenseMap<Operation *, std::unique_ptr<Planner>> planners;
 };
 
 } // namespace mlir::shardx

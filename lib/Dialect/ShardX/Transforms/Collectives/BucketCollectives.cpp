@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -100,7 +101,7 @@ struct BucketCollectivesPass
     MeshOp mesh = lookupMesh(op, op.getMeshAttr(), &symbolTable);
     if (!mesh)
       return 0;
-    ::shardx::MeshSpec spec = getMeshSpec(mesh);
+    MeshSpec spec = getMeshSpec(mesh);
     if (!spec.hasAxes(op.getAxes()))
       return 0;
     return spec.groupCost(op.getAxes()).latencyUs;

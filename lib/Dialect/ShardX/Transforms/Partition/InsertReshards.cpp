@@ -11,6 +11,7 @@
 
 #include "LayoutUtils.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Rules/ShardingRule.h"
 
@@ -26,7 +27,6 @@ namespace mlir::shardx {
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 namespace {
 

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CostModel.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 
@@ -13,9 +14,8 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
-CostModel::CostModel(::shardx::MeshSpec spec, double computeRate)
+CostModel::CostModel(MeshSpec spec, double computeRate)
     : planner(std::move(spec)),
       usPerIteration(computeRate > 0 ? 1e6 / computeRate : 0) {}
 
@@ -25,7 +25,7 @@ double CostModel::planCost(Type type, const Layout &from, const Layout &to) {
     return std::numeric_limits<double>::infinity();
   std::string error;
   int64_t bytes = std::max<int64_t>(1, tensor.getElementTypeBitWidth() / 8);
-  const ::shardx::Plan *plan = planner.plan(
+  const Plan *plan = planner.plan(
       from, to,
       std::vector<int64_t>(tensor.getShape().begin(), tensor.getShape().end()),
       bytes, error);

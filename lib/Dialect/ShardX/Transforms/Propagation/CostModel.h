@@ -16,6 +16,7 @@
 #ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H
 #define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Planner/Planner.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -31,12 +32,11 @@ class CostModel {
 public:
   /// Prices reshards on the mesh `spec` describes; an op's loop runs
   /// `computeRate` iterations per second per rank (0: loops are free).
-  CostModel(::shardx::MeshSpec spec, double computeRate);
+  CostModel(MeshSpec spec, double computeRate);
 
   /// Microseconds of the cheapest plan taking a value of `type` from `from`
   /// to `to`; infinity when the planner has none or the shape is dynamic.
-  double planCost(Type type, const ::shardx::Layout &from,
-                  const ::shardx::Layout &to);
+  double planCost(Type type, const Layout &from, const Layout &to);
   /// The same, remembered per (type, from, to).
   double planCost(Type type, LayoutAttr from, LayoutAttr to);
 
@@ -65,7 +65,7 @@ public:
   }
 
 private:
-  ::shardx::Planner planner;
+  Planner planner;
   double usPerIteration;
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
 };

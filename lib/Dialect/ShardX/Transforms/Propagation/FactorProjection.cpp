@@ -5,12 +5,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "FactorProjection.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::DimSharding;
-using ::shardx::Layout;
-using ::shardx::Split;
 
 //===----------------------------------------------------------------------===//
 // Strategies in factors
@@ -57,7 +55,7 @@ factorPieces(const ShardingRule &rule, int64_t f, const DimSharding &fs,
   int64_t n = meshShape[fs.splits[0].axis];
   std::vector<int64_t> pieces;
   for (int64_t j = 0; j < n; ++j)
-    pieces.push_back(::shardx::chunkInterval(rule.factorSizes[f], n, j).size);
+    pieces.push_back(chunkInterval(rule.factorSizes[f], n, j).size);
   return pieces;
 }
 

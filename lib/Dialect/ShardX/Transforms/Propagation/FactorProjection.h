@@ -13,6 +13,7 @@
 #ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H
 #define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Layout/Layout.h"
 #include "shardx/Rules/ShardingRule.h"
 
@@ -23,28 +24,26 @@
 namespace mlir::shardx {
 
 /// The splits of each factor (strides relative to the factor), or none.
-using Assignment = SmallVector<std::optional<::shardx::DimSharding>>;
+using Assignment = SmallVector<std::optional<DimSharding>>;
 
 /// The mesh axes `d` splits, as a bit mask.
-uint64_t axesOf(const ::shardx::DimSharding &d);
+uint64_t axesOf(const DimSharding &d);
 
 /// The number of pieces `d` splits its dim into.
-int64_t splitCount(const ::shardx::DimSharding &d, ArrayRef<int64_t> meshShape);
+int64_t splitCount(const DimSharding &d, ArrayRef<int64_t> meshShape);
 
 /// How a tensor with factor `dims` and layout `layout` looks in the rule's
 /// factors. Splits that do not each fall inside one factor are not seen.
 Assignment viewThroughRule(const ShardingRule &rule,
                            ArrayRef<SmallVector<int64_t>> dims,
-                           const ::shardx::Layout &layout,
-                           ArrayRef<int64_t> meshShape);
+                           const Layout &layout, ArrayRef<int64_t> meshShape);
 
 /// The layout a tensor with factor `dims` has under `assignment`, or
 /// nullopt when some dim cannot express it.
-std::optional<::shardx::Layout> project(const ShardingRule &rule,
-                                        ArrayRef<SmallVector<int64_t>> dims,
-                                        const Assignment &assignment,
-                                        ArrayRef<int64_t> meshShape,
-                                        int64_t meshRank);
+std::optional<Layout> project(const ShardingRule &rule,
+                              ArrayRef<SmallVector<int64_t>> dims,
+                              const Assignment &assignment,
+                              ArrayRef<int64_t> meshShape, int64_t meshRank);
 
 /// Adds to `a` every factor sharding of `view` whose factor is free and
 /// whose axes are unused.

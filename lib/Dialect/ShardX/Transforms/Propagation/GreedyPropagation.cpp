@@ -15,12 +15,12 @@
 #include "OpShardingSpace.h"
 #include "ProgramOrder.h"
 #include "PropagationSearch.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 namespace {
 

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LocalSearch.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "LayoutUtils.h"
 
@@ -17,7 +18,6 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 bool LocalSearch::candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
                                ArrayRef<SmallVector<LayoutAttr, 4>> needs,

@@ -8,14 +8,11 @@
 
 #include "LayoutUtils.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Rules/ShardingRule.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::DimSharding;
-using ::shardx::Layout;
-using ::shardx::ReduceOp;
-using ::shardx::Split;
 
 void mlir::shardx::appendAttrs(SmallVectorImpl<uintptr_t> &key,
                                ArrayRef<LayoutAttr> attrs) {

@@ -24,6 +24,7 @@
 
 #include "FactorProjection.h"
 #include "ShardingState.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -55,7 +56,7 @@ public:
   ArrayRef<int64_t> getMeshShape() const { return meshShape; }
   int64_t getMeshRank() const { return meshRank; }
   /// The layout `v` has now (ShardingState::layoutOf).
-  const ::shardx::Layout &layoutOf(Value v) const {
+  const Layout &layoutOf(Value v) const {
     return state.layoutOf(v).getLayout();
   }
 
@@ -72,9 +73,9 @@ public:
   /// `partialOperands`) and their common Partial op per mesh axis, when the
   /// factors split on the axes in `used` and the results reduce over the
   /// axes of `resultPartials`.
-  SmallVector<std::optional<::shardx::ReduceOp>>
+  SmallVector<std::optional<ReduceOp>>
   keptPartials(Operation *op, uint64_t used,
-               ArrayRef<std::optional<::shardx::ReduceOp>> resultPartials,
+               ArrayRef<std::optional<ReduceOp>> resultPartials,
                llvm::SmallBitVector &partialOperands);
 
   /// Every tensor operand and result of `op` replicated.
@@ -86,14 +87,13 @@ public:
   /// (the result's last dim split like the table's columns). Its layouts
   /// and the table's layout, or none when the table's layout is not one of
   /// those.
-  std::optional<std::pair<OpLayouts, ::shardx::Layout>>
+  std::optional<std::pair<OpLayouts, Layout>>
   embeddingLayouts(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
                    ArrayRef<Value> results) const;
 
   /// The op's combiner (getReductionKind) and whether its init is the
   /// combiner's identity (hasIdentityInit), asked once.
-  std::optional<::shardx::ReduceOp> reductionKind(Operation *op,
-                                                  bool &identityInit);
+  std::optional<ReduceOp> reductionKind(Operation *op, bool &identityInit);
   /// Whether `op` is linear in the operands `partial` marks, asked once.
   bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial);
   /// The number (RuleCache::idOf) of `op`'s rule, for `contextKey`.
@@ -116,7 +116,7 @@ private:
   struct OpFacts {
     unsigned ruleId = 0;
     bool askedReduction = false;
-    std::optional<::shardx::ReduceOp> reduction;
+    std::optional<ReduceOp> reduction;
     bool identityInit = false;
     SmallVector<std::pair<llvm::SmallBitVector, bool>, 2> linear;
   };

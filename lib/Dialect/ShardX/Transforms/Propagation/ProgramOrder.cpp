@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ProgramOrder.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "LayoutUtils.h"
 
@@ -17,7 +18,6 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 static bool isUserLayout(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v))

@@ -20,6 +20,7 @@
 #include "FunctionCost.h"
 #include "OpShardingSpace.h"
 #include "RuleCache.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "llvm/ADT/StringSet.h"
 
@@ -58,7 +59,7 @@ private:
   OpLayouts evaluatePriced(Operation *op, const ShardingRule &rule,
                            ArrayRef<Value> operands, ArrayRef<Value> results,
                            Assignment assignment);
-  double reshardCost(Value v, const ::shardx::Layout &to);
+  double reshardCost(Value v, const Layout &to);
 
   func::FuncOp fn;
   ShardingState &state;

@@ -13,6 +13,7 @@
 
 #include "LayoutUtils.h"
 #include "PropagationSearch.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -40,7 +41,7 @@ struct PropagatePass
   using PropagatePassBase::PropagatePassBase;
 
   /// Applies the pass's cost overrides to `spec`.
-  void overrideCosts(::shardx::MeshSpec &spec) {
+  void overrideCosts(MeshSpec &spec) {
     if (bandwidthOverride > 0 || latencyOverride >= 0) {
       spec.costs.resize(spec.shape.size());
       for (auto &c : spec.costs) {
@@ -57,11 +58,10 @@ struct PropagatePass
     if (!fn.getBody().hasOneBlock())
       return fn.emitError(
           "functions with more than one block are not supported");
-    ::shardx::MeshSpec spec = getMeshSpec(mesh);
+    MeshSpec spec = getMeshSpec(mesh);
     // Every choice is priced by the planner: a mesh it cannot plan on
     // would leave every reshard at an infinite cost.
-    if (std::string reason = ::shardx::Planner::checkMesh(spec);
-        !reason.empty())
+    if (std::string reason = Planner::checkMesh(spec); !reason.empty())
       return mesh.emitError("cannot propagate layouts on this mesh: ")
              << reason;
     overrideCosts(spec);

@@ -6,10 +6,10 @@
 
 #include "ShardingState.h"
 #include "LayoutUtils.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
-using ::shardx::Layout;
 
 ShardingState::ShardingState(FlatSymbolRefAttr mesh, int64_t meshRank)
     : mesh(mesh), replicated(LayoutAttr::get(mesh, Layout(meshRank))) {}

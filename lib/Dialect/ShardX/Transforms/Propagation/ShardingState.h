@@ -16,6 +16,7 @@
 #ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_SHARDINGSTATE_H
 #define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_SHARDINGSTATE_H
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Layout/Layout.h"
 
@@ -30,8 +31,8 @@ struct OpLayouts {
   bool valid = false;
   /// The layouts as plain values, while a search builds them; a search may
   /// drop them once the attributes are attached (`dropLayouts`).
-  SmallVector<::shardx::Layout> operandLayouts; // per tensor operand
-  SmallVector<::shardx::Layout> resultLayouts;  // per tensor result
+  SmallVector<Layout> operandLayouts; // per tensor operand
+  SmallVector<Layout> resultLayouts;  // per tensor result
   double cost = 0;
   int64_t shardedWork = 1; // ranks sharing the op's iteration space
   /// The halo exchanges the op's windowed operands need (shardx.halo): per
@@ -68,9 +69,7 @@ class ShardingState {
 public:
   ShardingState(FlatSymbolRefAttr mesh, int64_t meshRank);
 
-  LayoutAttr attr(const ::shardx::Layout &l) const {
-    return LayoutAttr::get(mesh, l);
-  }
+  LayoutAttr attr(const Layout &l) const { return LayoutAttr::get(mesh, l); }
   LayoutAttr getReplicated() const { return replicated; }
   /// Fills the attribute forms of `s`'s layouts.
   void attach(OpLayouts &s) const;
