@@ -764,15 +764,7 @@ struct AutoShardPass
       mesh.emitError("cannot shard on this mesh: ") << reason;
       return signalPassFailure();
     }
-    if (bandwidthOverride > 0 || latencyOverride >= 0) {
-      spec.costs.resize(spec.shape.size());
-      for (auto &c : spec.costs) {
-        if (bandwidthOverride > 0)
-          c.bandwidthGBps = bandwidthOverride / 1e9;
-        if (latencyOverride >= 0)
-          c.latencyUs = latencyOverride * 1e6;
-      }
-    }
+    overrideLinkCosts(spec, bandwidthOverride, latencyOverride);
     if (memoryBudget < 0) {
       module.emitError() << "memory-budget must not be negative";
       return signalPassFailure();

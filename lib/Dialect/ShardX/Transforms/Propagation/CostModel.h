@@ -70,6 +70,21 @@ private:
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
 };
 
+/// Overrides every axis's link of `spec` with the passes' `bandwidth`
+/// (bytes/s, when > 0) and `latency` (seconds, when >= 0) options.
+inline void overrideLinkCosts(MeshSpec &spec, double bandwidth,
+                              double latency) {
+  if (bandwidth <= 0 && latency < 0)
+    return;
+  spec.costs.resize(spec.shape.size());
+  for (auto &c : spec.costs) {
+    if (bandwidth > 0)
+      c.bandwidthGBps = bandwidth / 1e9;
+    if (latency >= 0)
+      c.latencyUs = latency * 1e6;
+  }
+}
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_COSTMODEL_H

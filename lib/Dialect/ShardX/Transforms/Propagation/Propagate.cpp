@@ -40,19 +40,6 @@ struct PropagatePass
     : public mlir::shardx::impl::PropagatePassBase<PropagatePass> {
   using PropagatePassBase::PropagatePassBase;
 
-  /// Applies the pass's cost overrides to `spec`.
-  void overrideCosts(MeshSpec &spec) {
-    if (bandwidthOverride > 0 || latencyOverride >= 0) {
-      spec.costs.resize(spec.shape.size());
-      for (auto &c : spec.costs) {
-        if (bandwidthOverride > 0)
-          c.bandwidthGBps = bandwidthOverride / 1e9;
-        if (latencyOverride >= 0)
-          c.latencyUs = latencyOverride * 1e6;
-      }
-    }
-  }
-
   LogicalResult propagate(func::FuncOp fn, MeshOp mesh, RuleCache &rules,
                           llvm::StringSet<> &warned) {
     if (!fn.getBody().hasOneBlock())
@@ -64,7 +51,7 @@ struct PropagatePass
     if (std::string reason = Planner::checkMesh(spec); !reason.empty())
       return mesh.emitError("cannot propagate layouts on this mesh: ")
              << reason;
-    overrideCosts(spec);
+    overrideLinkCosts(spec, bandwidthOverride, latencyOverride);
     CostModel costs(std::move(spec), computeRate);
     PropagationOptions options;
     options.userLayoutsOnly = userLayoutsOnly;
