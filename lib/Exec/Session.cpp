@@ -1,4 +1,4 @@
-//===- Session.cpp - Resident shards and persistent rank threads ----------===//
+//===- Session.cpp - Resident shards and the runs that use them -----------===//
 //
 // Part of ShardX.
 //
@@ -94,15 +94,16 @@ HostTensor shardx::exec::gatherShards(const ShardSet &shards,
 
 Session::Session(std::vector<int64_t> meshShape, double timeoutSeconds,
                  RankWorld world)
-    : meshShape(std::move(meshShape)), timeoutSeconds(timeoutSeconds),
-      world(std::move(world)) {
+    : meshShape(meshShape),
+      threads(std::make_unique<RankThreads>(std::move(meshShape),
+                                            timeoutSeconds, std::move(world))) {
   for (int64_t n : this->meshShape)
     size *= n;
 }
 
 Session::Session(std::unique_ptr<rt::Communicator> communicator)
     : meshShape(communicator->getMeshShape()), comm(std::move(communicator)),
-      processMode(true), timeoutSeconds(0) {
+      processMode(true) {
   for (int64_t n : meshShape)
     size *= n;
 }
@@ -113,7 +114,10 @@ Session::Session(std::unique_ptr<rt::Communicator> communicator,
   hostComm = std::move(hostCommunicator);
 }
 
-Session::~Session() { stopWorld(); }
+Session::~Session() {
+  if (threads)
+    threads->stop();
+}
 
 int64_t Session::getProcessRank() const {
   return processMode && comm ? comm->getRank() : -1;
@@ -159,134 +163,24 @@ Status Session::gather(const ShardSet &shards, HostTensor &global) {
 }
 
 void Session::close() {
-  stopWorld();
+  if (threads)
+    threads->stop();
   hostComm.reset();
   comm.reset();
 }
 
-void Session::startWorld() {
-  // Called with no world running.
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    running = true;
-    stopping = false;
-    worldEnded = false;
-    worldStatuses.clear();
-    ++worldsStarted;
-  }
-  uint64_t start = generation;
-  driver = std::thread([this, start] {
-    std::vector<Status> ended = world(
-        meshShape,
-        [this, start](Communicator &comm) -> Status {
-          uint64_t seen = start;
-          while (true) {
-            const std::function<Status(Communicator &)> *fn;
-            {
-              std::unique_lock<std::mutex> lock(mutex);
-              wakeRanks.wait(lock,
-                             [&] { return stopping || generation != seen; });
-              if (stopping)
-                return Status::ok();
-              seen = generation;
-              fn = job;
-            }
-            Status s = (*fn)(comm);
-            bool failed = !s;
-            {
-              std::lock_guard<std::mutex> lock(mutex);
-              statuses[comm.getRank()] = s;
-              reported[comm.getRank()] = 1;
-              if (--pending == 0)
-                wakeCaller.notify_all();
-            }
-            // A failed rank leaves the world, which aborts it: every peer's
-            // collective fails instead of waiting.
-            if (failed)
-              return s;
-          }
-        },
-        timeoutSeconds);
-    // The world ended: stopped, failed on a rank, or never started (no CUDA
-    // driver: every rank fails before running anything). A run waiting on
-    // ranks that will never report gets the world's statuses instead of
-    // hanging.
-    std::lock_guard<std::mutex> lock(mutex);
-    worldEnded = true;
-    worldStatuses = std::move(ended);
-    if (pending > 0) {
-      failUnreported();
-      pending = 0;
-      wakeCaller.notify_all();
-    }
-  });
-}
-
-void Session::failUnreported() {
-  // Called with `mutex` held, a run posted and the world ended.
-  for (int64_t r = 0; r < size; ++r) {
-    if (reported[r])
-      continue;
-    const Status *why = static_cast<size_t>(r) < worldStatuses.size() &&
-                                !worldStatuses[r]
-                            ? &worldStatuses[r]
-                            : nullptr;
-    statuses[r] = why ? *why
-                      : Status::error("rank " + std::to_string(r) +
-                                      ": its thread ended before the run");
-  }
-}
-
-void Session::stopWorld() {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!running)
-      return;
-    stopping = true;
-  }
-  wakeRanks.notify_all();
-  driver.join();
-  std::lock_guard<std::mutex> lock(mutex);
-  running = false;
-}
-
 std::vector<Status>
 Session::runOnRanks(const std::function<Status(Communicator &)> &body) {
-  if (processMode) {
-    // This process's rank, on the calling thread; a failed collective ends
-    // the whole job with a message naming the rank (the mpi backend).
-    std::vector<Status> result(size, Status::ok());
-    if (!comm) {
-      result[0] = Status::error("the session was closed");
-      return result;
-    }
-    result[comm->getRank()] = body(*comm);
+  if (threads)
+    return threads->run(body);
+  // This process's rank, on the calling thread; a failed collective ends the
+  // whole job with a message naming the rank (the mpi backend).
+  std::vector<Status> result(size, Status::ok());
+  if (!comm) {
+    result[0] = Status::error("the session was closed");
     return result;
   }
-  if (!running)
-    startWorld();
-  std::vector<Status> result;
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    statuses.assign(size, Status::ok());
-    reported.assign(size, 0);
-    if (worldEnded) {
-      // The world is gone already (it could not start): nothing runs.
-      failUnreported();
-    } else {
-      pending = size;
-      job = &body;
-      ++generation;
-      wakeRanks.notify_all();
-      wakeCaller.wait(lock, [&] { return pending == 0; });
-    }
-    job = nullptr;
-    result = statuses;
-  }
-  bool failed = std::any_of(result.begin(), result.end(),
-                            [](const Status &s) { return !s; });
-  if (failed)
-    stopWorld();
+  result[comm->getRank()] = body(*comm);
   return result;
 }
 

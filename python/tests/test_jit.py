@@ -160,6 +160,7 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
     step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
     f = shardx.compile(step, mesh, ins, outs, donate=(0, 1))
     _, p, s = f(params, state, inputs, target)
+    assert f._session.worlds_started == 1
     _, ep, es = step.run_eager(params, state, inputs, target)
     before = [t.full().copy() for t in pytree.tree_leaves((p, s))]
     addresses = [t.shards.buffer_address(1) for t in pytree.tree_leaves((p, s))]
@@ -177,6 +178,7 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
     # The next call runs on a fresh world and continues the training.
     monkeypatch.delenv("SHARDX_TEST_FAIL_RANK")
     loss, p, s = f(p, s, inputs, target)
+    assert f._session.worlds_started == 2
     el, ep, es = step.run_eager(ep, es, inputs, target)
     assert_close(loss, el, "loss after a failed step")
     for a, b in zip(p, ep):

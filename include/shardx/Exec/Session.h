@@ -14,12 +14,10 @@
 #define SHARDX_EXEC_SESSION_H
 
 #include "shardx/Exec/Executor.h"
+#include "shardx/Exec/RankThreads.h"
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 namespace shardx::exec {
 
@@ -82,8 +80,11 @@ public:
 
   const std::vector<int64_t> &getMeshShape() const { return meshShape; }
   int64_t getSize() const { return size; }
-  /// Worlds started so far (1 after the first run; +1 after each failure).
-  int64_t getWorldsStarted() const { return worldsStarted; }
+  /// Worlds started so far (1 after the first run; +1 after each failure;
+  /// 0 for a process's rank).
+  int64_t getWorldsStarted() const {
+    return threads ? threads->getWorldsStarted() : 0;
+  }
   /// The rank this process runs (-1: all of them, as threads).
   int64_t getProcessRank() const;
   /// Whether this process holds rank `rank`'s shards.
@@ -127,36 +128,16 @@ public:
                  bool inputsChecked = false);
 
 private:
-  void startWorld();
-  void stopWorld();
-  /// Gives each rank that has not reported its status the world's
-  /// (the world ended under a posted run).
-  void failUnreported();
-
   std::vector<int64_t> meshShape;
   int64_t size = 1;
+  /// The ranks as threads of this process; null when this process is one
+  /// rank of `comm`'s world.
+  std::unique_ptr<RankThreads> threads;
   std::unique_ptr<rt::Communicator> comm;
   /// Host-buffer collectives on `comm` (destroyed first); null: `comm`
   /// takes host buffers itself.
   std::unique_ptr<rt::Communicator> hostComm;
   bool processMode = false;
-  double timeoutSeconds;
-  RankWorld world;
-  int64_t worldsStarted = 0;
-
-  std::mutex mutex;
-  std::condition_variable wakeRanks, wakeCaller;
-  std::thread driver;
-  bool running = false, stopping = false;
-  uint64_t generation = 0;
-  int64_t pending = 0;
-  /// Per rank of the posted run: whether it has reported its status.
-  std::vector<char> reported;
-  /// The world's thread has returned, with these statuses.
-  bool worldEnded = false;
-  std::vector<rt::Status> worldStatuses;
-  const std::function<rt::Status(rt::Communicator &)> *job = nullptr;
-  std::vector<rt::Status> statuses;
 };
 
 } // namespace shardx::exec
