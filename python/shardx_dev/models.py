@@ -106,3 +106,116 @@ class HaloUNet(nn.Module):
         b = self._keep(F.relu(self.mid(p)))
         u = b[:, :, :, None, :, None].expand(n, c, h // 2, 2, w // 2, 2).reshape(n, c, h, w)
         return self.dec(torch.cat([a, u], 1))
+
+
+class LlamaBlock(nn.Module):
+    """A Llama-style decoder block for context parallelism: RMSNorm, rotary
+    position embeddings (RoPE), grouped-query attention with a causal mask,
+    and a SwiGLU MLP, each with a residual. The rotary angles and the causal
+    mask are built from ``torch.arange`` over the positions, so a rank that
+    holds a block of the sequence builds its own rows of both."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, kv_heads: int = 2, hidden: int = 64,
+                 theta: float = 10000.0, eps: float = 1e-6):
+        super().__init__()
+        assert dim % heads == 0 and heads % kv_heads == 0
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.theta, self.eps = theta, eps
+        self.attn_norm = nn.Parameter(torch.ones(dim))
+        self.wq = nn.Linear(dim, heads * self.hd, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.hd, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.hd, bias=False)
+        self.wo = nn.Linear(heads * self.hd, dim, bias=False)
+        self.mlp_norm = nn.Parameter(torch.ones(dim))
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def _norm(self, x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def _rope(self, t, cos, sin):
+        # t: (b, s, h, hd); rotate the two halves of each head (Llama's
+        # rotate_half convention).
+        a, b = t[..., : self.hd // 2], t[..., self.hd // 2:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+
+    def forward(self, x):
+        bsz, s, _ = x.shape
+        pos = torch.arange(s, dtype=torch.float32)
+        inv = 1.0 / self.theta ** (torch.arange(0, self.hd // 2, dtype=torch.float32) * 2 / self.hd)
+        ang = pos[:, None] * inv[None, :]
+        cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+        h = self._norm(x, self.attn_norm)
+        q = self._rope(self.wq(h).view(bsz, s, self.heads, self.hd), cos, sin)
+        k = self._rope(self.wk(h).view(bsz, s, self.kv_heads, self.hd), cos, sin)
+        v = self.wv(h).view(bsz, s, self.kv_heads, self.hd)
+        rep = self.heads // self.kv_heads
+        k = k.repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / self.hd ** 0.5
+        idx = torch.arange(s)
+        causal = idx[:, None] >= idx[None, :]
+        scores = scores.masked_fill(~causal, float("-inf"))
+        a = torch.softmax(scores, dim=-1) @ v
+        x = x + self.wo(a.transpose(1, 2).reshape(bsz, s, -1))
+        h = self._norm(x, self.mlp_norm)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class MoEBlock(nn.Module):
+    """A Mixtral-style mixture-of-experts block in static shapes: a router,
+    top-k softmax gating (Mixtral's: the softmax of the router logits,
+    renormalized over the k chosen experts) and ``experts`` SiLU-gated
+    experts (``w2(silu(x w1) * x w3)``), with GShard/Switch capacity
+    dispatch: the tokens of each group (dim 0 of ``x [groups, tokens,
+    dim]``) are scattered by one-hot ``dispatch [G, S, E, C]`` into an
+    expert buffer ``[E, G, C, D]`` (``C = capacity`` slots per expert and
+    group, token-major, choice-major within a token; a token past capacity
+    is dropped, as in GShard), each expert runs on its slots, and
+    ``combine`` (the gate weights on the same one-hot) gathers them back.
+    With the tokens split on G and the experts' weights on E, the buffer's
+    move from Shard(G) to Shard(E) and back is expert parallelism's two
+    all-to-alls. ``capacity=None`` is ``tokens`` (no token can be dropped);
+    GShard's is ``ceil(factor * top_k * tokens / experts)``. ``buffer``
+    (placements, e.g. ``[Shard(1), Shard(0)]`` on a (dp, ep) mesh)
+    constrains the expert buffer and the experts' output to that layout
+    (``shardx.constrain``); without it propagation chooses."""
+
+    def __init__(self, dim: int = 8, hidden: int = 16, experts: int = 4, top_k: int = 2,
+                 capacity=None, buffer=None):
+        super().__init__()
+        self.experts, self.top_k, self.capacity = experts, top_k, capacity
+        self.buffer = buffer
+        self.router = nn.Linear(dim, experts, bias=False)
+        scale = dim ** -0.5
+        self.w1 = nn.Parameter(torch.randn(experts, dim, hidden) * scale)
+        self.w3 = nn.Parameter(torch.randn(experts, dim, hidden) * scale)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) * hidden ** -0.5)
+
+    def forward(self, x):
+        g, s, _ = x.shape
+        e, k = self.experts, self.top_k
+        c = s if self.capacity is None else self.capacity
+        probs = torch.softmax(self.router(x), dim=-1)
+        weights, chosen = probs.topk(k, dim=-1)                      # [G, S, k]
+        weights = weights / weights.sum(-1, keepdim=True)
+        onehot = (chosen[..., None] == torch.arange(e)).to(x.dtype)  # [G, S, k, E]
+        flat = onehot.reshape(g, s * k, e)
+        slot = (torch.cumsum(flat, dim=1) - 1) * flat                # slot of each choice
+        place = (slot[..., None] == torch.arange(c).to(x.dtype)).to(x.dtype) * flat[..., None]
+        place = place.reshape(g, s, k, e, c)
+        dispatch = place.sum(2)                                      # [G, S, E, C]
+        combine = (weights[..., None, None] * place).sum(2)
+        xe = self._keep(torch.einsum("gsec,gsd->egcd", dispatch, x))  # expert buffer
+        h = F.silu(torch.einsum("egcd,edh->egch", xe, self.w1))
+        h = h * torch.einsum("egcd,edh->egch", xe, self.w3)
+        ye = self._keep(torch.einsum("egch,ehd->egcd", h, self.w2))
+        return torch.einsum("gsec,egcd->gsd", combine, ye)
+
+    def _keep(self, t):
+        if self.buffer is None:
+            return t
+        import shardx
+        return shardx.constrain(t, self.buffer)

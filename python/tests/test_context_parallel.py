@@ -1,0 +1,152 @@
+"""Context parallelism: a Llama-style decoder block (models.LlamaBlock:
+RMSNorm, RoPE, grouped-query attention with a causal mask, SwiGLU MLP) in a
+train step (forward, backward, SGD) with its activations split on the
+sequence dim over 2 and 4 ranks. Only the input and target are laid out
+(Shard(1)): propagation keeps the norms, RoPE, the queries, the softmax rows
+and the MLP split on the sequence and gathers only the keys and values
+(docs/Rules.md, "Context parallelism"). Each program is checked against
+eager PyTorch on the threads backend (shardx.compile, two steps) and against
+its unsharded compile under mpirun on the mpi backend (shardx-run --check);
+the uneven case splits 30 positions over 4 ranks (8, 8, 8, 6)."""
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shardx
+from shardx import Mesh, Shard as S
+from shardx.importer import trace
+from shardx.train import TrainStep
+from shardx_dev import models
+
+DIM, HEADS, KV_HEADS, HIDDEN = 32, 4, 2, 64
+HD = DIM // HEADS
+CASES = {
+    # name: (ranks, batch, sequence)
+    "seq32_cp2": (2, 1, 32),
+    "seq32_cp4": (4, 1, 32),
+    "uneven30_cp4": (4, 1, 30),
+}
+
+
+def _step(name):
+    ranks, batch, seq = CASES[name]
+    torch.manual_seed(0)
+    module = models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN)
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    x, y = torch.randn(batch, seq, DIM), torch.randn(batch, seq, DIM)
+    mesh = Mesh((ranks,), ("cp",))
+    ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
+    return step, mesh, ins, outs, step.example_args([x], y)
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def program(request, tmp_path_factory):
+    step, mesh, ins, outs, args = _step(request.param)
+    path = tmp_path_factory.mktemp("cp") / f"{request.param}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=request.param))
+    return request.param, path
+
+
+def _run(cmd):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout + r.stderr
+
+
+PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<([0-9x]+)xf32>: "
+                  r".*?, (\d+) bytes/rank")
+
+
+def plan_reshards(path, build_dir):
+    """(from, to, shape, bytes/rank) of every reshard print-plan prices
+    above zero bytes."""
+    out = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    found = [(a, b, tuple(int(d) for d in s.split("x")), int(n))
+             for a, b, s, n in PLAN.findall(out)]
+    return [r for r in found if r[3] > 0], out
+
+
+def _chunk_bytes(ranks, seq, other):
+    """Bytes a rank receives when the other ranks send their torch.chunk
+    blocks of a sequence-split f32 tensor (an all-gather, priced at the
+    largest block's rows as print-plan does; a reduce-scatter is priced at
+    (n - 1) / n of the tensor)."""
+    return (ranks - 1) * -(-seq // ranks) * other * 4
+
+
+def test_plan_gathers_only_keys_and_values(program, build_dir):
+    """Ring attention's bytes: in the forward, each rank receives the other
+    ranks' blocks of K and V once (all-gathers over the sequence, K and V as
+    the attention reads them, after the grouped-query repeat, as
+    torchtitan's ring passes them); in the backward, dK and dV are
+    reduce-scattered back to their sequence blocks (at the key/value
+    heads, after the repeat's sum). Nothing else moves an activation: the
+    rest are the weight gradients' all-reduces and the loss's."""
+    name, path = program
+    ranks, batch, seq = CASES[name]
+    reshards, out = plan_reshards(path, build_dir)
+    gathers = [r for r in reshards if r[0].startswith("[S(") and r[1] == "[R]"]
+    kv = _chunk_bytes(ranks, seq, batch * HEADS * HD)
+    assert sorted(g[2] for g in gathers) == sorted([(batch * HEADS, HD, seq),
+                                                    (batch * HEADS, seq, HD)]), gathers
+    assert [g[3] for g in gathers] == [kv, kv], gathers
+    scatters = [r for r in reshards if r[0] == "[P(sum)]" and r[1].startswith("[S(")]
+    assert [(s[2], s[3]) for s in scatters] == \
+        [((batch, seq, KV_HEADS, HD), (ranks - 1) * seq * batch * KV_HEADS * HD * 4 // ranks)] * 2, \
+        scatters
+    params = {tuple(p.shape) for p in models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN).parameters()}
+    params |= {tuple(reversed(s)) for s in params}  # gradients of transposed weights
+    others = [r for r in reshards if r not in gathers and r not in scatters]
+    assert all(r[:2] == ("[P(sum)]", "[R]") and (r[2] in params or r[2] == ())
+               for r in others), others
+    assert len(reshards) == len(gathers) + len(scatters) + len(others)
+
+
+def test_causal_mask_and_rotary_angles_stay_split(program, build_dir):
+    """The causal mask and the rotary angles are built from positions
+    (iota): each rank builds its own rows from its offset
+    (shardx.axis_index); no reshard of a position, mask or angle moves
+    bytes (only K, V and gradients do, as above)."""
+    name, path = program
+    _, out = plan_reshards(path, build_dir)
+    ints = re.findall(r"remark: plan .* for tensor<[0-9x]+x(?:i1|i64)>: .*?, (\d+) bytes/rank", out)
+    assert all(b == "0" for b in ints), ints
+    angles = re.findall(r"remark: plan .* for tensor<%dx%dxf32>: .*?, (\d+) bytes/rank"
+                        % (CASES[name][2], HD // 2), out)
+    assert all(b == "0" for b in angles), angles
+    local = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    assert "shardx.axis_index" in local
+
+
+def test_sharded_matches_unsharded_on_mpi(program, build_dir):
+    name, path = program
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("needs OpenMPI")
+    out = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(CASES[name][0]),
+                f"{build_dir}/bin/shardx-run", path, "--backend", "mpi", "--check"])
+    assert "check passed" in out and "MISMATCH" not in out, out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_steps_match_eager(name):
+    step, mesh, ins, outs, args = _step(name)
+    f = shardx.compile(step, mesh, ins, outs)
+    params, state, inputs, target = args
+    sharded, eager = (params, state), (params, state)
+    for i in range(2):
+        loss, p, s = f(sharded[0], sharded[1], inputs, target)
+        el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
+        np.testing.assert_allclose(loss.to_torch().numpy(), el.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6, err_msg=f"{name} step {i}: loss")
+        for j, (a, b) in enumerate(zip(p, ep)):
+            np.testing.assert_allclose(a.to_torch().numpy(), b.detach().numpy(), rtol=1e-4,
+                                       atol=1e-5, err_msg=f"{name} step {i}: parameter {j}")
+        sharded, eager = (p, s), (ep, es)
