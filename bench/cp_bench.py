@@ -1,0 +1,151 @@
+"""Context parallelism: step time of a Llama-style block's train step
+(models.LlamaBlock: RMSNorm, RoPE, grouped-query causal attention, SwiGLU;
+forward, backward, SGD) with the sequence split over 2 and 4 ranks
+(docs/Rules.md, "Context parallelism"), against the same program unsharded
+on one rank, measured in one run by `shardx-run --check --repeat` (threads
+backend), plus the plan's communication per rank from `shardx-print-plan`:
+the K/V all-gathers and dK/dV reduce-scatters (the attention's), the
+other reshards (weight gradients and loss), and ring attention's bytes on
+the same shapes for comparison.
+
+    ~/.cache/shardx/venv/bin/python bench/cp_bench.py [--seq 256] [--dim 64] [--repeat 5]
+
+The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
+with fewer cores than ranks the ranks share cores and the ratio says more
+about the overhead than about the scaling.
+
+PyTorch's own context parallelism (torch.distributed.tensor.experimental.
+context_parallel, torchtitan's CP) does not run on CPU: on gloo it fails
+with "Operator aten._scaled_dot_product_flash_attention_for_cpu.default does
+not have a sharding strategy registered" (and under the math SDPA backend
+with "aten.add.Tensor got mixed torch.Tensor and DTensor"); `--dtensor`
+tries it and prints the error it gets.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
+from shardx.artifact import find_tool  # noqa: E402
+from shardx_dev import models  # noqa: E402
+
+PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[0-9x]+x\w+>: "
+                  r".*?, (\d+) bytes/rank")
+
+
+def measure(args, ranks):
+    torch.manual_seed(0)
+    block = models.LlamaBlock(args.dim, args.heads, args.kv_heads, args.hidden)
+    step = TrainStep(block, F.mse_loss, "sgd", lr=0.1)
+    x = torch.randn(args.batch, args.seq, args.dim)
+    y = torch.randn(args.batch, args.seq, args.dim)
+    mesh = Mesh((ranks,), ("cp",))
+    ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
+    text = trace(step, step.example_args([x], y), mesh, ins, outs, name="llama_cp")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "step.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        plan = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
+                               "--shardx-insert-reshards", "--shardx-print-plan", "-o",
+                               os.devnull], capture_output=True, text=True)
+        run = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat",
+                              str(args.repeat), "--rtol", "1e-3", "--atol", "1e-4"],
+                             capture_output=True, text=True)
+    if plan.returncode != 0 or run.returncode != 0:
+        print(plan.stderr[-2000:], run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
+        return None
+    kv = sc = other = 0
+    for a, b, n in PLAN.findall(plan.stderr):
+        if a.startswith("[S(") and b == "[R]":
+            kv += int(n)
+        elif a == "[P(sum)]" and b.startswith("[S("):
+            sc += int(n)
+        else:
+            other += int(n)
+    sharded = float(re.search(r"outputs, ([0-9.]+) ms", run.stdout).group(1))
+    unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", run.stdout).group(1))
+    return kv, sc, other, sharded, unsharded
+
+
+def try_dtensor_cp():
+    """One causal SDPA under torch's context_parallel on a gloo group of 2
+    (this process and a spawned one); returns the error it raises."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_dtensor_worker, args=(r, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    return sorted(set(q.get() for _ in procs if not q.empty()))
+
+
+def _dtensor_worker(rank, queue):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29632")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("cp",))
+    lin = torch.nn.Linear(8, 24)
+    x = torch.randn(1, 32, 8)
+    try:
+        with context_parallel(mesh, buffers=[x], buffer_seq_dims=[1]):
+            qkv = lin(x).view(1, x.shape[1], 3, 4, 2).unbind(2)
+            q, k, v = (t.transpose(1, 2) for t in qkv)
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        queue.put("ran")
+    except Exception as e:  # noqa: BLE001 - reported as the bench's finding
+        queue.put(f"{type(e).__name__}: {e}".splitlines()[0][:300])
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dtensor", action="store_true",
+                    help="also try torch's context_parallel on gloo (CPU)")
+    args = ap.parse_args()
+    hd = args.dim // args.heads
+    print(f"LlamaBlock train step: batch {args.batch}, seq {args.seq}, dim {args.dim}, "
+          f"heads {args.heads} (kv {args.kv_heads}), hidden {args.hidden}, SGD; sequence split; "
+          f"{os.cpu_count()} cores; median of {args.repeat} runs")
+    print("ranks | K/V all-gathers | dK/dV reduce-scatters | other reshards | ring attention "
+          "K/V (repeated heads, kv heads) | unsharded ms | sharded ms | unsharded/sharded")
+    for n in args.ranks:
+        m = measure(args, n)
+        if m is None:
+            return 1
+        kv, sc, other, sharded, unsharded = m
+        chunk = -(-args.seq // n)
+        ring = 2 * (n - 1) * chunk * args.batch * args.heads * hd * 4
+        ring_kv = ring * args.kv_heads // args.heads
+        print(f"{n} | {kv} B | {sc} B | {other} B | {ring} B, {ring_kv} B | {unsharded:.2f} | "
+              f"{sharded:.2f} | {unsharded / sharded:.2f}")
+    if args.dtensor:
+        print("torch context_parallel on gloo (CPU):", "; ".join(try_dtensor_cp()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
