@@ -85,6 +85,39 @@ TEST(FactorProjection, MergeSkipsUsedAxesAndTakenFactors) {
   EXPECT_EQ(splitCount(*a[0], mesh), 2);
 }
 
+TEST(FactorProjection, MergeMajorSplitsKeepsTheSplitsBeforeAUsedAxis) {
+  // Expert parallelism's candidate: A's rows (the tokens) split over both
+  // axes, axis 0 major; B's columns (the experts) over axis 1. mergeInto
+  // drops the rows' split (axis 1 is taken); mergeMajorSplitsInto keeps its
+  // major split over axis 0, so the rows stay split over axis 0 while axis
+  // 1 splits the columns.
+  ShardingRule rule = matmulRule();
+  std::vector<int64_t> mesh = {2, 2};
+  Assignment rows = viewThroughRule(
+      rule, rule.operands[0],
+      layout(2, {{0, Split{0, 1}}, {0, Split{1, 1}}}), mesh);
+  Assignment cols = viewThroughRule(rule, rule.operands[1],
+                                    layout(2, {{1, Split{1, 1}}}), mesh);
+  Assignment whole = cols, major = cols;
+  mergeInto(whole, rows);
+  mergeMajorSplitsInto(major, rows);
+  EXPECT_FALSE(whole[0].has_value());
+  ASSERT_TRUE(major[0].has_value());
+  EXPECT_EQ(axesOf(*major[0]), 1u);
+  EXPECT_EQ(splitCount(*major[0], mesh), 2);
+  EXPECT_EQ(axesOf(*major[1]), 2u);
+  // The minor axis taken first leaves nothing: its major split is used.
+  Assignment first = viewThroughRule(rule, rule.operands[1],
+                                     layout(2, {{1, Split{0, 1}}}), mesh);
+  mergeMajorSplitsInto(first, rows);
+  EXPECT_FALSE(first[0].has_value());
+  // Where no axis is used it merges the whole split, as mergeInto.
+  Assignment none(rule.factorSizes.size());
+  mergeMajorSplitsInto(none, rows);
+  ASSERT_TRUE(none[0].has_value());
+  EXPECT_EQ(*none[0], *rows[0]);
+}
+
 TEST(FactorProjection, MergedDimRoundTrips) {
   // Rows [4*8] split over both axes (major first): the first split falls in
   // factor a, the second (stride 2 inside a's blocks) as well; back

@@ -209,3 +209,30 @@ void mlir::shardx::mergeInto(Assignment &a, const Assignment &view) {
     used |= axesOf(*sharding);
   }
 }
+
+/// As mergeInto, but a factor sharding some of whose axes are used still
+/// gives its major splits before the first used axis (a coarser split of
+/// the same factor): tokens split over (dp, ep) keep dp's split when ep
+/// splits the experts.
+void mlir::shardx::mergeMajorSplitsInto(Assignment &a,
+                                        const Assignment &view) {
+  uint64_t used = 0;
+  for (auto &f : a)
+    if (f)
+      used |= axesOf(*f);
+  for (auto [f, sharding] : llvm::enumerate(view)) {
+    // Explicit sizes name every split's pieces: no prefix of them.
+    if (!sharding || a[f] || !sharding->sizes.empty())
+      continue;
+    DimSharding major{sharding->dim, {}, {}};
+    for (const Split &s : sharding->splits) {
+      if (used & (uint64_t(1) << s.axis))
+        break;
+      major.splits.push_back(s);
+    }
+    if (major.splits.empty())
+      continue;
+    used |= axesOf(major);
+    a[f] = std::move(major);
+  }
+}

@@ -49,6 +49,10 @@ std::optional<Layout> project(const ShardingRule &rule,
 /// whose axes are unused.
 void mergeInto(Assignment &a, const Assignment &view);
 
+/// As mergeInto, and a factor sharding whose minor axes are used gives its
+/// major splits before the first used one.
+void mergeMajorSplitsInto(Assignment &a, const Assignment &view);
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_FACTORPROJECTION_H

@@ -99,13 +99,16 @@ LocalSearch::computeCandidates(Operation *op, ArrayRef<Value> operands,
       addSeed(
           viewThroughRule(rule, dims, need.getLayout(), space.getMeshShape()));
   }
-  // Each seed alone and merged with the operands' layouts.
+  // Each seed alone and merged with the operands' layouts, whole or (a
+  // factor split over axes the seed partly uses) by its major splits.
   SmallVector<Assignment> assignments;
   for (const Assignment &seed : seeds) {
-    Assignment merged = seed;
-    for (const Assignment &view : views)
+    Assignment merged = seed, major = seed;
+    for (const Assignment &view : views) {
       mergeInto(merged, view);
-    for (Assignment *a : {const_cast<Assignment *>(&seed), &merged})
+      mergeMajorSplitsInto(major, view);
+    }
+    for (Assignment *a : {const_cast<Assignment *>(&seed), &merged, &major})
       if (!llvm::is_contained(assignments, *a))
         assignments.push_back(*a);
   }
