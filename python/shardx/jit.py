@@ -280,6 +280,26 @@ def memory_profile(mlir_text: str, target: str = "cpu",
         os.unlink(path)
 
 
+class MemoryBudgetError(ValueError):
+    """``shardx.compile(..., memory_budget=...)``: no plan found fits the
+    budget; the message gives the smallest modeled peak found."""
+
+
+def auto_shard(mlir_text: str, memory_budget: int) -> str:
+    """``mlir_text`` with layouts chosen by ``shardx-auto-shard`` for every
+    argument that has none, so that the modeled peak per rank fits
+    ``memory_budget`` bytes (docs/Memory.md, "Automatic sharding under a
+    budget"); MemoryBudgetError when no plan found fits."""
+    from .artifact import find_tool
+    proc = subprocess.run([find_tool("shardx-opt"),
+                           f"--shardx-auto-shard=memory-budget={int(memory_budget)}"],
+                          input=mlir_text, capture_output=True, text=True)
+    if proc.returncode != 0:
+        if "no plan fits the memory budget" in proc.stderr:
+            raise MemoryBudgetError(proc.stderr.strip())
+        raise RuntimeError(f"shardx-opt --shardx-auto-shard failed:\n{proc.stderr}")
+    return proc.stdout
+
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none"):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
@@ -540,10 +560,12 @@ class CompiledFunction(runtime().CompiledCall):
     that fail a guard: it finds or compiles the right entry, logging why."""
 
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
-                 donate, name: Optional[str], recompute: str = "none"):
+                 donate, name: Optional[str], recompute: str = "none",
+                 memory_budget: Optional[int] = None):
         super().__init__()
         self.fn = fn
         self.recompute = recompute
+        self.memory_budget = memory_budget
         self._trace_mesh = mesh
         self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
         self.in_placements = None if in_placements is None else list(in_placements)
@@ -713,6 +735,11 @@ class CompiledFunction(runtime().CompiledCall):
         text = trace(traced, examples, self._trace_mesh, in_pl if self._trace_mesh else None,
                      out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
         timing = dict(importer_module.last_timing)
+        if self.memory_budget is not None:
+            # The plan's layouts are the inputs' (the entry scatters them).
+            t0 = time.perf_counter()
+            text = auto_shard(text, self.memory_budget)
+            timing["auto_shard"] = time.perf_counter() - t0
         mutated = traced.mutated
         if writes is None:
             # Traced with every input a tensor of its own: the inputs the
@@ -734,6 +761,8 @@ class CompiledFunction(runtime().CompiledCall):
                  ", ".join(f"{k} {v:.2f} s" for k, v in timing.items() if k != "total"))
         entry = artifact.entry_points[0]
         outputs = artifact.outputs(entry)
+        if self.memory_budget is not None:
+            layouts = [spec["layout"] for spec in artifact.inputs(entry)]
         donated = self._pair_donated(args, traced.out_spec, layouts, outputs)
         self.compiles += 1
         out_spec = traced.out_spec
@@ -953,7 +982,7 @@ def _write_back(targets, values) -> None:
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             backend: str = "threads", donate=(), name: Optional[str] = None,
-            recompute: str = "none") -> CompiledFunction:
+            recompute: str = "none", memory_budget: Optional[int] = None) -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -968,6 +997,10 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     reader; matmul and reduction results kept) or ``"aggressive"`` (also
     matmuls whose inputs the backward keeps anyway); the results are bit for
     bit those of ``"none"`` (docs/Compiler.md, "Activation recomputation").
+    ``memory_budget``: bytes per rank; the inputs without placements get
+    the layouts ``shardx-auto-shard`` chooses so that the modeled step time
+    is smallest and the modeled peak fits (docs/Memory.md, "Automatic
+    sharding under a budget"); ``MemoryBudgetError`` when no plan fits.
     """
     if recompute not in RECOMPUTE_POLICIES:
         raise ValueError(f"recompute={recompute!r} is not a policy; one of "
@@ -991,5 +1024,7 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
                     isinstance(x, Placement) for x in p):
                 raise PlacementError(f"{what} {i}: expected {mesh.ndim} placements (one per mesh "
                                      f"axis {', '.join(mesh.axis_names)}), got {p!r}")
+    if memory_budget is not None and (mesh is None or int(memory_budget) <= 0):
+        raise ValueError("memory_budget needs a mesh and a positive number of bytes per rank")
     return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
-                            recompute)
+                            recompute, memory_budget)

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 pulp = pytest.importorskip("pulp")
@@ -26,6 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from shardx.importer import trace  # noqa: E402
 from shardx.placements import Mesh  # noqa: E402
+from shardx.sharded_tensor import layout_key  # noqa: E402
 from shardx.train import TrainStep  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
@@ -268,3 +270,54 @@ def test_plan_runs_and_matches_unsharded(tmp_path):
     proc = subprocess.run([RUN, "--check", "--ranks=4", "--rtol=1e-4", "--atol=1e-5", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _jit_step():
+    torch.manual_seed(0)
+    step = TrainStep(models.mlp(16, 32, 16), F.mse_loss, "sgd", lr=1e-3, momentum=0.9)
+    x, y = torch.randn(512, 16), torch.randn(512, 16)
+    return step, step.example_args([x], y)
+
+
+def test_compile_with_a_memory_budget_fits_and_matches_eager():
+    """Tests that shardx.compile(..., memory_budget=) compiles the
+    auto-sharder's plan: under a budget below the replicated plan's peak
+    the inputs take the plan's layouts, its modeled peak fits, and the step
+    matches eager on threads."""
+    import shardx
+    from shardx import jit
+    step, args = _jit_step()
+    mesh = Mesh((4,), ("x",))
+    text = trace(step, args, mesh, name="step")
+    with pytest.raises(jit.MemoryBudgetError) as err:
+        jit.auto_shard(text, 1)
+    low = int(re.search(r"smallest modeled peak found is (\d+)", str(err.value)).group(1))
+    free = jit.memory_profile(jit.auto_shard(text, 1 << 40), level="tensors")[0]["peak_bytes"]
+    budget = int(low + 0.1 * (free - low))
+    assert low < budget < free
+    planned = jit.auto_shard(text, budget)
+    assert jit.memory_profile(planned, level="tensors")[0]["peak_bytes"] <= budget
+
+    f = shardx.compile(step, mesh, memory_budget=budget)
+    loss, params, state = f(*args)
+    (exe,) = f._executables.values()
+    # Replicated, the step does not fit: the inputs take the plan's layouts.
+    assert any(layout_key(l) != "R" for l in exe.in_layouts), "nothing sharded"
+    eloss, eparams, estate = step.run_eager(*args)
+    np.testing.assert_allclose(loss.full(), eloss.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for a, b in zip(params, eparams):
+        np.testing.assert_allclose(a.full(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_compile_with_a_budget_no_plan_fits_is_an_error():
+    """Tests that a budget below every plan's peak is a MemoryBudgetError
+    naming the smallest peak, and a budget without a mesh a ValueError."""
+    import shardx
+    from shardx import jit
+    step, args = _jit_step()
+    f = shardx.compile(step, Mesh((4,), ("x",)), memory_budget=1000)
+    with pytest.raises(jit.MemoryBudgetError, match=r"no plan fits the memory budget of 1000 bytes"
+                       r" per rank: the smallest modeled peak found is \d+ bytes"):
+        f(*args)
+    with pytest.raises(ValueError, match="memory_budget needs a mesh"):
+        shardx.compile(step, None, memory_budget=1000)

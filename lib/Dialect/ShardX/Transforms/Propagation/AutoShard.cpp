@@ -7,8 +7,10 @@
 // parameter argument, the optimizer state arguments of its type, its updated
 // copies among the results) and one for the inputs' batch dim. The rest is
 // propagated by the greedy search (PropagationSearch.h), which also prices a
-// plan: its reshards plus its local compute (FunctionCost.h), the modeled
-// step time. Memory is the tensor-level memory model (MemoryModel.h) of the
+// plan: its reshards plus its local compute, the modeled step time
+// (PropagationSearch::stepTime). Groups of repeated layers (or repeated
+// projections within one) that are the same ops take one layout together
+// (tieLayers), so the decisions do not grow with the depth. Memory is the tensor-level memory model (MemoryModel.h) of the
 // plan partitioned to the local program.
 //
 // Pricing every plan is too slow, so the pass builds a surrogate per input
@@ -30,11 +32,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AutoShardSpace.h"
-#include "FunctionCost.h"
 #include "LayoutUtils.h"
-#include "LocalSearch.h"
-#include "OpShardingSpace.h"
-#include "ProgramOrder.h"
 #include "PropagationSearch.h"
 
 #include "shardx/Analysis/MemoryModel.h"
@@ -45,6 +43,7 @@
 #include "mlir/Interfaces/CallInterfaces.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -69,6 +68,12 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
+}
+
 /// Arguments that take one layout together, and the results tied to them.
 struct Group {
   std::string name;
@@ -76,6 +81,11 @@ struct Group {
   std::vector<Choice> choices; // choices[0] is replicated
   int64_t firstUse = 0;
   bool isData = false;
+  /// The repeated layers whose parameters at this position take this
+  /// group's layout together (tieLayers); `args` holds every layer's, the
+  /// first layer's `argsPerLayer` first.
+  unsigned layers = 1;
+  unsigned argsPerLayer = 0;
 };
 
 /// One public function's auto-sharding.
@@ -96,6 +106,13 @@ private:
   /// is `target` in it.
   LogicalResult prepare();
   LogicalResult findGroups();
+  /// Ties the groups of repeated layers: where the groups (in argument
+  /// order) repeat with a period of P groups, each of the same type, first
+  /// used by the same op, P first uses apart by the same distance D, and
+  /// the ops over the run repeat every D, the groups at the same position
+  /// of each repeat become one (identical layers take identical layouts).
+  void tieLayers(ArrayRef<OperationName> opNames,
+                 ArrayRef<OperationName> firstUser);
   /// The plan's remark at `target`.
   void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
   /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
@@ -144,6 +161,9 @@ private:
   SmallVector<bool> pinnedArg, pinnedResult;
   std::vector<Surrogate> surrogates; // per data choice
   int64_t priced = 0, pricedFull = 0;
+  /// Where the solve's time goes: the greedy search's pricing, and the
+  /// shardx-spmd runs for the peaks (the JSON's).
+  double searchSeconds = 0, pipelineSeconds = 0;
   PricedPlans pool;
   /// Why the first plan that could not be priced failed.
   std::string firstFailure;
@@ -232,9 +252,16 @@ LogicalResult AutoSharder::findGroups() {
     }
     g.choices = layoutChoices(type, meshShape, /*batchOnly=*/false);
     g.firstUse = firstUse.lookup(fn.getArgument(p));
+    g.argsPerLayer = g.args.size();
     if (g.choices.size() > 1)
       groups.push_back(std::move(g));
   }
+  SmallVector<OperationName> opNames, firstUser;
+  for (Operation &op : fn.getBody().front())
+    opNames.push_back(op.getName());
+  for (const Group &g : groups)
+    firstUser.push_back(opNames[g.firstUse]);
+  tieLayers(opNames, firstUser);
   llvm::stable_sort(groups, [](const Group &a, const Group &b) {
     return a.firstUse < b.firstUse;
   });
@@ -273,6 +300,77 @@ LogicalResult AutoSharder::findGroups() {
   return success();
 }
 
+void AutoSharder::tieLayers(ArrayRef<OperationName> opNames,
+                            ArrayRef<OperationName> firstUser) {
+  size_t n = groups.size();
+  auto same = [&](size_t a, size_t b) {
+    const Group &x = groups[a], &y = groups[b];
+    return fn.getArgument(x.args.front()).getType() ==
+               fn.getArgument(y.args.front()).getType() &&
+           x.args.size() == y.args.size() &&
+           x.results.size() == y.results.size() &&
+           x.choices.size() == y.choices.size() &&
+           firstUser[a] == firstUser[b];
+  };
+  // Candidate runs (start, period, repeats), the most groups covered first.
+  struct Run {
+    size_t start, period, repeats;
+    int64_t distance;
+  };
+  SmallVector<Run> runs;
+  for (size_t period = 1; 2 * period <= n; ++period)
+    for (size_t i = 0; i + period < n;) {
+      int64_t distance = groups[i + period].firstUse - groups[i].firstUse;
+      if (!same(i, i + period) || distance <= 0) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j + period < n && same(j, j + period) &&
+             groups[j + period].firstUse - groups[j].firstUse == distance)
+        ++j;
+      size_t repeats = (j - i + period) / period;
+      if (repeats >= 2)
+        runs.push_back({i, period, repeats, distance});
+      i = j + 1;
+    }
+  llvm::stable_sort(runs, [](const Run &a, const Run &b) {
+    return a.period * a.repeats > b.period * b.repeats;
+  });
+  for (const Run &run : llvm::ArrayRef(runs).take_front(16)) {
+    // The ops from the first layer's first use to the last layer's repeat
+    // every `distance` ops.
+    size_t from = groups[run.start].firstUse;
+    size_t to = from + (run.repeats - 1) * run.distance;
+    if (to + run.distance > opNames.size())
+      continue;
+    bool periodic = true;
+    for (size_t k = from; k < to && periodic; ++k)
+      periodic = opNames[k] == opNames[k + run.distance];
+    if (!periodic)
+      continue;
+    std::vector<Group> tied;
+    for (size_t g = 0; g < n; ++g) {
+      if (g < run.start || g >= run.start + run.period * run.repeats) {
+        tied.push_back(std::move(groups[g]));
+        continue;
+      }
+      if (g >= run.start + run.period)
+        continue;
+      Group merged = std::move(groups[g]);
+      for (size_t r = 1; r < run.repeats; ++r) {
+        Group &other = groups[g + r * run.period];
+        merged.args.append(other.args.begin(), other.args.end());
+        merged.results.append(other.results.begin(), other.results.end());
+      }
+      merged.layers = run.repeats;
+      tied.push_back(std::move(merged));
+    }
+    groups = std::move(tied);
+    return;
+  }
+}
+
 void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
   StringRef name = ShardXDialect::getLayoutAttrName();
   LayoutAttr replicated =
@@ -300,23 +398,13 @@ void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
 
 FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
                                      ShardingState &state) {
-  size_t numOps = f.getBody().front().getOperations().size();
-  ruleCache.reserve(numOps);
-  OpShardingSpace space(meshShape, state);
-  space.reserve(numOps);
-  MovableOps movable;
-  movable.reserve(numOps);
-  if (failed(ProgramOrderSearch(f, state, space, ruleCache, costs, movable,
-                                /*userLayoutsOnly=*/false, warned)
-                 .run()))
+  PropagationOptions options;
+  options.stepTime = true;
+  std::unique_ptr<PropagationSearch> search =
+      createGreedySearch(mesh, costs, ruleCache, options, warned);
+  if (failed(search->run(f, state)))
     return failure();
-  FunctionCost cost(f, state, costs, movable);
-  cost.indexUses();
-  LocalSearch(f, state, space, cost, costs, movable).refine();
-  double time = cost.totalCost();
-  for (Operation *op : movable.ops)
-    time += cost.computeUs(op, state.get(op));
-  return time;
+  return search->stepTime();
 }
 
 double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
@@ -325,7 +413,9 @@ double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
   ShardingState state(meshRef, meshShape.size());
   ScopedDiagnosticHandler quiet(fn.getContext(),
                                 [](Diagnostic &) { return success(); });
+  auto start = std::chrono::steady_clock::now();
   FailureOr<double> time = price(fn, rules, state);
+  searchSeconds += secondsSince(start);
   return succeeded(time) ? *time : kInf;
 }
 
@@ -347,9 +437,14 @@ Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   });
   apply(fn, pick);
   ShardingState state(meshRef, meshShape.size());
+  auto start = std::chrono::steady_clock::now();
   FailureOr<double> time = price(fn, rules, state);
+  searchSeconds += secondsSince(start);
   if (failed(time))
     return {};
+  start = std::chrono::steady_clock::now();
+  auto timed = llvm::make_scope_exit(
+      [&] { pipelineSeconds += secondsSince(start); });
   // The peak of the program every rank runs: the plan's layouts through
   // the pipeline shardx-run and shardx-compile run (shardx-spmd with the
   // collectives scheduled), whose own propagation, canonicalization and
@@ -407,6 +502,26 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
         cast<RankedTensorType>(fn.getArgument(groups[g].args.front()).getType())
                 .getRank() >= 2)
       weights.push_back(g);
+  // The pair terms of the promising choices only (the others' stay 0):
+  // per group the two fastest alone and the one of the fewest bytes, the
+  // ones a plan under no budget or a tight one takes.
+  std::vector<SmallVector<unsigned>> promising(n);
+  for (size_t g : weights) {
+    SmallVector<unsigned> order;
+    for (unsigned c = 0; c < groups[g].choices.size(); ++c)
+      if (c != base[g] && std::isfinite(s.time[g][c]))
+        order.push_back(c);
+    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+      return s.time[g][a] < s.time[g][b];
+    });
+    SmallVector<unsigned> &keep = promising[g];
+    keep.append(order.begin(), order.begin() + std::min<size_t>(2, order.size()));
+    auto fewest = llvm::min_element(order, [&](unsigned a, unsigned b) {
+      return s.bytes[g][a] < s.bytes[g][b];
+    });
+    if (fewest != order.end() && !llvm::is_contained(keep, *fewest))
+      keep.push_back(*fewest);
+  }
   for (size_t i = 0; i < weights.size(); ++i) {
     size_t g = weights[i];
     for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j) {
@@ -415,12 +530,8 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
       size_t kg = groups[g].choices.size(), kh = groups[h].choices.size();
       pair.time.assign(kg, std::vector<double>(kh, 0));
       bool any = false;
-      for (size_t c = 0; c < kg; ++c)
-        for (size_t d = 0; d < kh; ++d) {
-          if (c == base[g] || d == base[h])
-            continue;
-          if (!std::isfinite(s.time[g][c]) || !std::isfinite(s.time[h][d]))
-            continue;
+      for (unsigned c : promising[g])
+        for (unsigned d : promising[h]) {
           std::vector<unsigned> pick = base;
           pick[g] = c;
           pick[h] = d;
@@ -560,6 +671,8 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     }
     j.attribute("priced_plans", priced + pricedFull);
     j.attribute("solve_seconds", solveSeconds);
+    j.attribute("search_seconds", searchSeconds);
+    j.attribute("pipeline_seconds", pipelineSeconds);
   });
 }
 
@@ -736,8 +849,11 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
           << fn.getArgument(group.args.front()).getType();
       remark << " " << type << " (";
     }
-    for (auto [i, a] : llvm::enumerate(group.args))
+    unsigned shown = group.isData ? group.args.size() : group.argsPerLayer;
+    for (auto [i, a] : llvm::enumerate(ArrayRef(group.args).take_front(shown)))
       remark << (i ? ", " : "") << "%arg" << a;
+    if (group.layers > 1)
+      remark << "; tied with " << group.layers - 1 << " more repeats like it";
     remark << "): " << group.choices[pick[g]].text;
   }
   if (groups.empty())

@@ -139,22 +139,26 @@ std::optional<std::vector<unsigned>> autoshard::solve(const Surrogate &s,
   // Local search among plans that fit: one group, or two groups, changed
   // at a time while that lowers the time.
   auto improve = [&](std::vector<unsigned> &pick) {
-    auto [bestTime, bytes] = evaluate(s, pick);
-    (void)bytes;
+    double bestTime = evaluate(s, pick).first;
+    bool improved = false;
+    // Takes `p` when it fits and is faster.
+    auto accept = [&](const std::vector<unsigned> &p) {
+      auto [t, m] = evaluate(s, p);
+      if (m <= limit && t < bestTime - 1e-9) {
+        pick = p;
+        bestTime = t;
+        improved = true;
+      }
+    };
     for (int round = 0; round < 20; ++round) {
-      bool improved = false;
+      improved = false;
       for (size_t g = 0; g < n; ++g)
         for (unsigned c = 0; c < s.time[g].size(); ++c) {
           if (c == pick[g])
             continue;
           std::vector<unsigned> p = pick;
           p[g] = c;
-          auto [t, m] = evaluate(s, p);
-          if (m <= limit && t < bestTime - 1e-9) {
-            pick = p;
-            bestTime = t;
-            improved = true;
-          }
+          accept(p);
         }
       // Swaps: one group gives up bytes another takes.
       for (size_t g = 0; g < n; ++g)
@@ -166,12 +170,7 @@ std::optional<std::vector<unsigned>> autoshard::solve(const Surrogate &s,
               std::vector<unsigned> p = pick;
               p[g] = c;
               p[h] = d;
-              auto [t, m] = evaluate(s, p);
-              if (m <= limit && t < bestTime - 1e-9) {
-                pick = p;
-                bestTime = t;
-                improved = true;
-              }
+              accept(p);
             }
       if (!improved)
         break;

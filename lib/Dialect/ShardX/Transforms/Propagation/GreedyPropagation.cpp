@@ -34,6 +34,7 @@ public:
 
   LogicalResult run(func::FuncOp fn, ShardingState &state) override;
   void finish(func::FuncOp fn) override;
+  double stepTime() const override { return step; }
 
 private:
   MeshOp mesh;
@@ -44,6 +45,7 @@ private:
   /// What `print-cost` reports.
   double programOrderCost = 0, refinedCost = 0;
   int64_t changes = 0;
+  double step = 0;
 };
 
 LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
@@ -76,6 +78,11 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
     local.recordAlternativeCosts();
   if (options.printCost)
     refinedCost = cost.totalCost();
+  if (options.stepTime) {
+    step = cost.totalCost();
+    for (Operation *op : movable.ops)
+      step += cost.computeUs(op, state.get(op));
+  }
   return success();
 }
 

@@ -42,6 +42,8 @@ struct PropagationOptions {
   bool printCost = false;
   /// Attach `shardx.alternatives` to every op the search chose for.
   bool recordAlternatives = false;
+  /// Record the modeled step time (stepTime()).
+  bool stepTime = false;
 };
 
 class PropagationSearch {
@@ -55,6 +57,10 @@ public:
   /// Called once the state is written to `fn`: remarks about the result
   /// (`print-cost`).
   virtual void finish(func::FuncOp fn) {}
+
+  /// With `PropagationOptions::stepTime`, the modeled step time (us) of
+  /// the last run: its reshards plus every op's local compute.
+  virtual double stepTime() const { return 0; }
 };
 
 /// The names createPropagationSearch knows, for diagnostics.
