@@ -46,8 +46,12 @@ def _layouts(shape):
     return Mesh(shape, ("dp", "ep")), [R(), S(0)], [S(0), S(0)], [S(1), S(0)]
 
 
-def _step(name, constrain=True, dim=DIM, hidden=HIDDEN):
-    shape, groups, tokens, experts, capacity = CASES[name]
+# Large experts against few tokens, traced for their plans only.
+LARGE = {"ep4": ((4,), 4, 16, 4, 8), "dp2xep2": ((2, 2), 4, 16, 4, 8)}
+
+
+def _step(name, constrain=True, dim=DIM, hidden=HIDDEN, cases=CASES):
+    shape, groups, tokens, experts, capacity = cases[name]
     mesh, weights, tok, buffer = _layouts(shape)
     torch.manual_seed(0)
     module = models.MoEBlock(dim, hidden, experts, top_k=2, capacity=capacity,
@@ -88,12 +92,12 @@ def buffer_all_to_alls(plan_text, numel):
     return out
 
 
-def routed_bytes(name, dim=DIM):
+def routed_bytes(name, dim=DIM, cases=CASES):
     """What one all-to-all of the expert buffer moves per rank: a rank holds
     E x C slots of D floats for each of its token groups and keeps the
     slots of its own experts, sending the others (capacity-padded, as the
     model states it); even cases only."""
-    shape, groups, _, experts, capacity = CASES[name]
+    shape, groups, _, experts, capacity = cases[name]
     ep, ranks = shape[-1], int(np.prod(shape))
     return experts * (groups // ranks) * capacity * dim * 4 * (ep - 1) // ep
 
@@ -121,22 +125,30 @@ def test_plan_moves_routed_tokens(name, tmp_path, build_dir):
     assert not gathered, gathered
 
 
-def test_propagation_chooses_ep_for_large_experts(tmp_path, build_dir):
+@pytest.mark.parametrize("name", ["ep4", "dp2xep2"])
+def test_propagation_chooses_ep_for_large_experts(name, tmp_path, build_dir):
     """Without the buffer's layout propagation chooses expert parallelism
     itself where the experts' weights outweigh the routed tokens (dim 256,
-    hidden 1024 on 4 ranks: 4 MiB per weight against 32 KiB of buffer per
-    rank): the same four all-to-alls and no weight gathered. (At the small
-    sizes above, where each collective's latency outweighs its bytes, it
-    moves the gate weights instead of the experts' output in the combine.)"""
-    step, mesh, ins, outs, args = _step("ep4", constrain=False, dim=256, hidden=1024)
+    hidden 1024: 4 MiB per weight against 32 KiB of buffer per rank): the
+    same four all-to-alls, no weight gathered; on the 2x2 mesh DP x EP (the
+    tokens keep their dp split, the experts' gradients are all-reduced over
+    dp) rather than gathering the tokens over dp. (At the small sizes
+    above, where each collective's latency outweighs its bytes, it moves
+    the gate weights instead of the experts' output in the combine.)"""
+    step, mesh, ins, outs, args = _step(name, constrain=False, dim=256, hidden=1024, cases=LARGE)
     path = tmp_path / "moe.mlir"
-    path.write_text(trace(step, args, mesh, ins, outs, name="ep4_free"))
+    path.write_text(trace(step, args, mesh, ins, outs, name=f"{name}_free"))
     plan = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
                  "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
-    _, groups, _, experts, capacity = CASES["ep4"]
+    _, groups, _, experts, capacity = LARGE[name]
     moved = buffer_all_to_alls(plan, experts * groups * capacity * 256)
-    assert moved == [routed_bytes("ep4", dim=256)] * 4, plan
-    assert not re.search(r"plan \[S\(0\)\] -> \[R\] for tensor<4x(256x1024|1024x256)x", plan), plan
+    assert moved == [routed_bytes(name, dim=256, cases=LARGE)] * 4, plan
+    weights = [m for m in _PLAN.findall(plan)
+               if np.prod([int(d) for d in m[2].split("x")]) == experts * 256 * 1024]
+    # No weight gathered over ep; on 2x2 each gradient is all-reduced over dp.
+    assert not [m for m in weights if m[1].endswith("R]") and "P" not in m[0]], plan
+    if name == "dp2xep2":
+        assert sorted(m[:2] for m in weights) == [("[P(sum), S(0)]", "[R, S(0)]")] * 3, plan
 
 
 def test_local_program_all_to_all(program, build_dir):
