@@ -77,9 +77,9 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   pm.addPass(createFuseTensorOpsPass());
   addUpstream(pm, "canonicalize,cse");
-  // After the last CSE on tensors, which would merge the copies back.
-  if (recompute != "none")
-    pm.addPass(createRecomputeActivationsPass({recompute}));
+  // After the last CSE on tensors, which would merge the copies back. Under
+  // `none` too: it honors the model's torch.utils.checkpoint regions.
+  pm.addPass(createRecomputeActivationsPass({recompute}));
   pm.addPass(createSplitSharedEmptyTensorsPass());
   pm.addPass(createPackSlicesAsConcatPass());
   addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "

@@ -36,9 +36,20 @@
 // it reads is kept alive until the backward pass anyway (a step input, a
 // value the backward or optimizer reads, or another recomputed value), so
 // recomputation never lengthens a value's life. Collectives (runtime calls)
-// are never repeated. Checkpointing whole blocks (torch's full activation
-// checkpointing), which keeps only each block's input, needs the blocks'
-// boundaries, which the traced program does not record yet.
+// are never repeated.
+//
+// Under every policy, `none` included, the model's own activation
+// checkpointing (torch.utils.checkpoint, non-reentrant) is honored: the
+// importer maps the ops the checkpoint's backward recomputation traced onto
+// the forward ops they repeat and marks those forward ops with the
+// checkpoint's number (`fused<"shardx.checkpoint.K">` inside their forward
+// location; python/shardx/importer/graph.py). Here, as eager PyTorch does,
+// each marked value the backward pass reads is computed again before its
+// first backward reader, from the checkpoint's inputs (values made outside
+// checkpoint K, read as they are: they stay alive, as the checkpoint saves
+// them) through copies of checkpoint K's ops. Ops a copy cannot repeat (a
+// collective) keep their results alive instead. The copies run after the
+// last CSE, so they are not merged back into the forward ops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,6 +65,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <functional>
+
 namespace mlir::shardx {
 #define GEN_PASS_DEF_RECOMPUTEACTIVATIONSPASS
 #include "shardx/Compiler/Passes.h.inc"
@@ -63,6 +76,26 @@ using namespace mlir;
 using mlir::shardx::getTrainStepPhase;
 
 namespace {
+
+/// The attribute on every copy.
+constexpr llvm::StringLiteral kRecomputed = "shardx.recomputed";
+
+/// The number of the torch.utils.checkpoint call that recomputes `loc`'s op
+/// (`fused<"shardx.checkpoint.K">` in it), or -1.
+int64_t checkpointOf(Location loc) {
+  int64_t number = -1;
+  loc->walk([&](Location l) {
+    auto fused = dyn_cast<FusedLoc>(l);
+    auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
+                     : StringAttr();
+    StringRef name = tag ? tag.getValue() : StringRef();
+    if (!name.consume_front("shardx.checkpoint.") ||
+        name.getAsInteger(10, number))
+      return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  return number;
+}
 
 /// Whether `op` is cheap enough to compute twice under `selective`: a
 /// linalg op whose loops are all parallel, a fill, a reshape or an empty
@@ -100,6 +133,7 @@ public:
 private:
   bool isForward(Operation *op) {
     return op && op->getBlock() == &func.getBody().front() &&
+           !op->hasAttr(kRecomputed) &&
            getTrainStepPhase(op->getLoc()) == "forward";
   }
   /// Whether `value` costs nothing to keep: a step input, a constant or an
@@ -225,7 +259,7 @@ Value Recomputer::copyOf(Value value, OpBuilder &builder) {
   for (Value operand : def->getOperands())
     copies.map(operand, copyOf(operand, builder));
   Operation *copy = builder.clone(*def, copies);
-  copy->setAttr("shardx.recomputed", builder.getUnitAttr());
+  copy->setAttr(kRecomputed, builder.getUnitAttr());
   ++copied;
   return copies.lookup(value);
 }
@@ -242,7 +276,7 @@ unsigned Recomputer::run() {
   for (Operation &op : body) {
     StringRef phase = getTrainStepPhase(op.getLoc());
     late |= phase == "backward";
-    if (!late || phase == "forward")
+    if (!late || (phase == "forward" && !op.hasAttr(kRecomputed)))
       continue;
     backward.push_back(&op);
     for (Value operand : op.getOperands())
@@ -262,19 +296,108 @@ unsigned Recomputer::run() {
   return copied;
 }
 
+/// Maps `value`, when it is a fresh tensor a copy writes into (an empty
+/// tensor, or a fill of one), to a new one at `builder`: one-shot
+/// bufferization allocates a result where its empty tensor is, so a copy
+/// writing into the forward op's would hold its buffer from the forward
+/// pass on.
+void copyFreshTensor(Value value, IRMapping &mapping, OpBuilder &builder) {
+  Operation *def = value.getDefiningOp();
+  if (!def || mapping.contains(value))
+    return;
+  if (auto fill = dyn_cast<linalg::FillOp>(def)) {
+    Value out = fill.getOutputs()[0];
+    if (!out.getDefiningOp<tensor::EmptyOp>())
+      return;
+    copyFreshTensor(out, mapping, builder);
+  } else if (!isa<tensor::EmptyOp>(def)) {
+    return;
+  }
+  builder.clone(*def, mapping);
+}
+
+/// torch.utils.checkpoint's recomputation (see the file comment): copies of
+/// each checkpoint's marked forward ops before the first backward reader of
+/// each marked value. Returns the number of ops copied.
+unsigned recomputeCheckpoints(func::FuncOp func) {
+  if (!func.getBody().hasOneBlock())
+    return 0;
+  Block &body = func.getBody().front();
+  // The marked forward ops a copy can repeat, by checkpoint.
+  DenseMap<Operation *, int64_t> checkpoint;
+  for (Operation &op : body) {
+    if (getTrainStepPhase(op.getLoc()) != "forward" || !isRepeatable(&op) ||
+        llvm::any_of(op.getUsers(),
+                     [](Operation *u) { return isa<func::ReturnOp>(u); }))
+      continue;
+    if (int64_t k = checkpointOf(op.getLoc()); k >= 0)
+      checkpoint[&op] = k;
+  }
+  if (checkpoint.empty())
+    return 0;
+  // One mapping per checkpoint: a copy reads copies of its own
+  // checkpoint's values and the originals of every other value.
+  DenseMap<int64_t, IRMapping> copies;
+  unsigned copied = 0;
+  std::function<Value(Value, OpBuilder &)> copyOf = [&](Value value,
+                                                        OpBuilder &builder) {
+    Operation *def = value.getDefiningOp();
+    auto it = def ? checkpoint.find(def) : checkpoint.end();
+    if (it == checkpoint.end())
+      return value;
+    IRMapping &mapping = copies[it->second];
+    if (Value done = mapping.lookupOrNull(value))
+      return done;
+    for (Value operand : def->getOperands()) {
+      Operation *producer = operand.getDefiningOp();
+      auto p = producer ? checkpoint.find(producer) : checkpoint.end();
+      if (p != checkpoint.end() && p->second == it->second)
+        copyOf(operand, builder);
+      else
+        copyFreshTensor(operand, mapping, builder);
+    }
+    Operation *copy = builder.clone(*def, mapping);
+    copy->setAttr(kRecomputed, builder.getUnitAttr());
+    ++copied;
+    return mapping.lookup(value);
+  };
+  // The late readers: every op from the first backward one on that is not
+  // itself forward.
+  bool late = false;
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    StringRef phase = getTrainStepPhase(op.getLoc());
+    late |= phase == "backward";
+    if (!late || phase == "forward" || op.hasAttr(kRecomputed))
+      continue;
+    OpBuilder builder(&op);
+    for (OpOperand &use : op.getOpOperands())
+      if (Operation *def = use.get().getDefiningOp();
+          def && checkpoint.count(def))
+        use.set(copyOf(use.get(), builder));
+  }
+  return copied;
+}
+
 struct RecomputeActivationsPass
     : mlir::shardx::impl::RecomputeActivationsPassBase<
           RecomputeActivationsPass> {
   using RecomputeActivationsPassBase::RecomputeActivationsPassBase;
 
   void runOnOperation() override {
-    if (policy == "none")
-      return;
-    if (policy != "selective" && policy != "aggressive") {
+    if (policy != "none" && policy != "selective" && policy != "aggressive") {
       getOperation().emitError("shardx-recompute-activations: unknown policy '")
           << policy << "' (none, selective or aggressive)";
       return signalPassFailure();
     }
+    getOperation().walk([&](func::FuncOp func) {
+      if (unsigned copied = recomputeCheckpoints(func))
+        mlir::emitRemark(func.getLoc())
+            << "recomputes " << copied
+            << " forward ops of torch.utils.checkpoint regions before their "
+               "backward readers";
+    });
+    if (policy == "none")
+      return;
     getOperation().walk([&](func::FuncOp func) {
       if (unsigned copied = Recomputer(func, policy == "aggressive").run())
         mlir::emitRemark(func.getLoc()) << "recomputes " << copied

@@ -2,7 +2,7 @@
 
 ``TrainStep(module, loss_fn, optimizer, ...)`` makes
 ``step(params, state, inputs, target) -> (loss, new_params, new_state)``:
-forward with ``torch.func.functional_call``, backward with
+forward under ``torch.func.functional_call``'s reparametrization, backward with
 ``torch.autograd.grad`` and the optimizer update with PyTorch's own functional
 optimizers (``torch.optim.sgd.sgd``, ``adam.adam``, ``adamw.adamw``) in their
 for-loop or foreach form, so the traced program is exactly what PyTorch runs.
@@ -100,16 +100,21 @@ class TrainStep:
         params = [p if p.requires_grad else p.detach().requires_grad_(True) for p in params]
         # The forward updates the running statistics in place: on copies.
         buffers = [b.clone() for b in state.get("buffers", [])]
-        with phase("forward"):
-            out = torch.func.functional_call(self.module, {**dict(zip(self.param_names, params)),
-                                                          **dict(zip(self.buffer_names, buffers))},
-                                             tuple(inputs))
-            if isinstance(out, tuple):
-                out = out[0]
-            loss = self.loss_fn(out, target)
-        with phase("backward"):
-            link_backward_to_forward(loss)
-            grads = list(torch.autograd.grad(loss, params))
+        # torch.func.functional_call's reparametrization, kept through the
+        # backward pass: torch.utils.checkpoint recomputes the forward there,
+        # which must read these parameters, not the module's own.
+        from torch.nn.utils.stateless import _reparametrize_module
+        with _reparametrize_module(self.module, {**dict(zip(self.param_names, params)),
+                                                 **dict(zip(self.buffer_names, buffers))},
+                                   tie_weights=True, strict=False):
+            with phase("forward"):
+                out = self.module(*tuple(inputs))
+                if isinstance(out, tuple):
+                    out = out[0]
+                loss = self.loss_fn(out, target)
+            with phase("backward"):
+                link_backward_to_forward(loss)
+                grads = list(torch.autograd.grad(loss, params))
         with phase("optimizer"):
             return self._update(params, grads, state, loss, buffers)
 

@@ -41,15 +41,19 @@ class Emitter:
         # each alias's definition: the user's source line, fused with the
         # train-step phase when the trace marks one.
         self.loc: Optional[str] = None
-        self.locations: Dict[Tuple[Optional[str], Optional[str], int], str] = {}
+        self.locations: Dict[Tuple, str] = {}
 
-    def set_location(self, position: Optional[Tuple[str, int]], phase: Optional[str]) -> None:
-        """Emits the following ops at ``position`` (file, line) in ``phase``."""
+    def set_location(self, position: Optional[Tuple[str, int]], phase: Optional[str],
+                     checkpoint: Optional[int] = None) -> None:
+        """Emits the following ops at ``position`` (file, line) in ``phase``;
+        ``checkpoint``: the number of the ``torch.utils.checkpoint`` call
+        that recomputes them in the backward pass (``fused<"forward">
+        [fused<"shardx.checkpoint.K">[...]]``)."""
         if position is None and phase is None:
             self.loc = None
             return
         file, line = position or (None, 0)
-        key = (phase, file, line)
+        key = (phase, file, line) if checkpoint is None else (phase, file, line, checkpoint)
         if key not in self.locations:
             self.locations[key] = f"#loc{len(self.locations)}"
         self.loc = self.locations[key]
@@ -57,9 +61,11 @@ class Emitter:
     def location_aliases(self) -> List[str]:
         """The definitions of the location aliases, for the end of the module."""
         out = []
-        for (phase, file, line), alias in self.locations.items():
+        for (phase, file, line, *checkpoint), alias in self.locations.items():
             escaped = (file or "").replace("\\", "\\\\").replace('"', '\\"')
             pos = f'"{escaped}":{line}:0' if file is not None else "unknown"
+            if checkpoint:
+                pos = f'fused<"shardx.checkpoint.{checkpoint[0]}">[{pos}]'
             out.append(f"{alias} = loc(fused<\"{phase}\">[{pos}])" if phase else f"{alias} = loc({pos})")
         return out
 

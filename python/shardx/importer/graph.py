@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from ..placements import Mesh
 from .emitter import Emitter
 from .registry import HANDLERS
-from .tracing import _phase, _source_position, _user_line
+from .tracing import _phase, _recompute_mark, _source_position, _user_line
 from .values import UnsupportedOpError, Value, tensor_type
 
 
@@ -32,6 +32,7 @@ class Importer:
         for node, val in zip(placeholders, inputs):
             self.env[node] = val
         outputs = None
+        repeats, checkpointed = _checkpoint_repeats(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 continue
@@ -41,9 +42,12 @@ class Importer:
             if node.op == "get_attr":
                 self.env[node] = self._constant(getattr(self.gm, node.target))
                 continue
+            if node in repeats:
+                self.env[node] = self.env[repeats[node]]
+                continue
             if node.op != "call_function":
                 raise UnsupportedOpError(f"FX node kind {node.op} ({node.target})")
-            self.em.set_location(_source_position(node), _phase(node))
+            self.em.set_location(_source_position(node), _phase(node), checkpointed.get(node))
             self.env[node] = self._call(node)
         self.em.set_location(None, None)
         return outputs
@@ -87,3 +91,66 @@ class Importer:
             return handler(self, node, args, kwargs)
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"unsupported form of {node.target}: {e} (from {_user_line(node)})") from None
+
+
+def _checkpoint_repeats(graph: torch.fx.Graph):
+    """The ops torch.utils.checkpoint's backward recomputation traced again
+    (``tracing._mark_checkpoint_recomputation``), each mapped onto the
+    forward op it repeats: the same target on the same operands (after
+    mapping) and arguments. Returns ``(repeats, checkpointed)``: a repeat ->
+    its forward op, and each forward op repeated -> its checkpoint's number
+    (0, 1, ... in forward order). The program reads the forward op's value
+    in the backward pass, as without the checkpoint, and the op is marked
+    for ``shardx-recompute-activations`` to compute again before its
+    backward readers (lib/Compiler/Recompute.cpp); a CSE would merge a
+    repeat kept in the program with its forward op anyway. A repeat that
+    matches no forward op stays a backward op."""
+    repeats: Dict[torch.fx.Node, torch.fx.Node] = {}
+    marks: Dict[torch.fx.Node, int] = {}
+    forward: Dict[Any, torch.fx.Node] = {}
+    same: Dict[torch.fx.Node, torch.fx.Node] = {}
+    if not any(_recompute_mark(n) is not None for n in graph.nodes):
+        return repeats, {}
+
+    copies = (torch.ops.aten.alias.default, torch.ops.aten.clone.default)
+
+    def root(a):
+        # Through repeats and copies (the checkpoint's hooks copy what they
+        # save: alias and clone after functionalization): the same values.
+        while True:
+            a = repeats.get(a, same.get(a, a))
+            if a.op != "call_function" or a.target not in copies:
+                return a
+            a = a.args[0]
+
+    def key(node):
+        def canon(a):
+            return ("%node", root(a).name) if isinstance(a, torch.fx.Node) else a
+        args = pytree.tree_map(canon, (list(node.args), dict(node.kwargs)))
+        return (node.op, node.target, repr(args))
+
+    for node in graph.nodes:
+        if node.op not in ("call_function", "get_attr"):
+            continue
+        mark = _recompute_mark(node)
+        if mark is not None and node.target in copies:
+            repeats[node] = root(node.args[0])
+            continue
+        if mark is None:
+            if _phase(node) in (None, "forward"):
+                k = key(node)
+                if k in forward:  # the forward computes it twice: one key
+                    same[node] = forward[k]
+                else:
+                    forward[k] = node
+            continue
+        original = forward.get(key(node))
+        if original is not None:
+            repeats[node] = original
+            marks.setdefault(original, mark)
+    # Checkpoints numbered in the order of their first forward op.
+    order: Dict[int, int] = {}
+    for node in graph.nodes:
+        if node in marks:
+            order.setdefault(marks[node], len(order))
+    return repeats, {n: order[m] for n, m in marks.items()}

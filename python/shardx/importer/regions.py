@@ -191,6 +191,11 @@ def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.
     st = _state()
     if not st.active or st.inside:
         return fn(*args, **kwargs)
+    if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+        # Under saved-tensor hooks (torch.utils.checkpoint's, whose backward
+        # recomputes the call): inline, so the recomputation traces the same
+        # ops and saves the same tensors as the forward.
+        return fn(*args, **kwargs)
     flat, spec = pytree.tree_flatten((args, kwargs))
     operands: List[torch.Tensor] = []
     sig: List[str] = []

@@ -149,6 +149,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             flat_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
                          for a in flat_args]
             stack.enter_context(mode)
+        _mark_checkpoint_recomputation(stack)
         with fx_traceback.preserve_node_meta():
             g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
@@ -210,6 +211,54 @@ def _skip_fake_mode_stacks(stack: contextlib.ExitStack) -> None:
                                     if not k.startswith("__")})
     shim.extract_stack = lambda *args, **kwargs: traceback.StackSummary()
     stack.enter_context(unittest.mock.patch.object(fake_tensor, "traceback", shim))
+
+
+def _mark_checkpoint_recomputation(stack: contextlib.ExitStack) -> None:
+    """While tracing, the ops that ``torch.utils.checkpoint`` (non-reentrant)
+    runs again in the backward pass carry ``node.meta["custom"]
+    ["shardx.recompute"]``: the number of their checkpoint (a call of
+    ``checkpoint``, numbered as the forward calls them). ``graph.Importer``
+    maps each onto the forward op it repeats and marks that op as one to
+    recompute (docs/Compiler.md, "Activation recomputation")."""
+    from torch.fx import traceback as fx_traceback
+    from torch.utils import checkpoint as ck
+    hook = getattr(ck, "_recomputation_hook", None)
+    frame_cls = getattr(ck, "_CheckpointFrame", None)
+    if hook is None or frame_cls is None or not isinstance(hook, type):
+        return  # another PyTorch: the recomputed ops are plain backward ops
+    numbers: Dict[int, int] = {}
+    frames: List[Any] = []  # keeps each frame alive, so its id stays its own
+    original_save = frame_cls.save_inputs
+
+    def save_inputs(self, *args):  # the checkpoint's forward call: number it
+        numbers.setdefault(id(self), len(numbers))
+        frames.append(self)
+        return original_save(self, *args)
+
+    class Marked(hook):
+        def __init__(self, target_frame_ref, gid):
+            super().__init__(target_frame_ref, gid)
+            frame = target_frame_ref()
+            self._shardx_mark = fx_traceback.annotate(
+                {"shardx.recompute": numbers.get(id(frame), -1)})
+
+        def __enter__(self):
+            self._shardx_mark.__enter__()
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            finally:
+                self._shardx_mark.__exit__(None, None, None)
+
+    stack.enter_context(unittest.mock.patch.object(ck, "_recomputation_hook", Marked))
+    stack.enter_context(unittest.mock.patch.object(frame_cls, "save_inputs", save_inputs))
+
+
+def _recompute_mark(node) -> Optional[int]:
+    """The checkpoint whose recomputation traced the node, or None."""
+    return (node.meta.get("custom") or {}).get("shardx.recompute")
 
 
 def _backward_lines_from_forward(g: torch.fx.GraphModule) -> None:
