@@ -164,6 +164,14 @@ class LlamaBlock(nn.Module):
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
 
 
+def moe_experts(xe, w1, w3, w2):
+    """SiLU-gated experts on an expert buffer ``xe [E, G, C, D]``:
+    ``w2[e](silu(x w1[e]) * x w3[e])`` for each expert ``e``."""
+    h = F.silu(torch.einsum("egcd,edh->egch", xe, w1))
+    h = h * torch.einsum("egcd,edh->egch", xe, w3)
+    return torch.einsum("egch,ehd->egcd", h, w2)
+
+
 class MoEBlock(nn.Module):
     """A Mixtral-style mixture-of-experts block in static shapes: a router,
     top-k softmax gating (Mixtral's: the softmax of the router logits,
@@ -194,7 +202,8 @@ class MoEBlock(nn.Module):
         self.w3 = nn.Parameter(torch.randn(experts, dim, hidden) * scale)
         self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) * hidden ** -0.5)
 
-    def forward(self, x):
+    def route(self, x):
+        """(dispatch, combine), each ``[G, S, E, C]``, of tokens ``x [G, S, D]``."""
         g, s, _ = x.shape
         e, k = self.experts, self.top_k
         c = s if self.capacity is None else self.capacity
@@ -208,10 +217,12 @@ class MoEBlock(nn.Module):
         place = place.reshape(g, s, k, e, c)
         dispatch = place.sum(2)                                      # [G, S, E, C]
         combine = (weights[..., None, None] * place).sum(2)
+        return dispatch, combine
+
+    def forward(self, x):
+        dispatch, combine = self.route(x)
         xe = self._keep(torch.einsum("gsec,gsd->egcd", dispatch, x))  # expert buffer
-        h = F.silu(torch.einsum("egcd,edh->egch", xe, self.w1))
-        h = h * torch.einsum("egcd,edh->egch", xe, self.w3)
-        ye = self._keep(torch.einsum("egch,ehd->egcd", h, self.w2))
+        ye = self._keep(moe_experts(xe, self.w1, self.w3, self.w2))
         return torch.einsum("gsec,egcd->gsd", combine, ye)
 
     def _keep(self, t):
