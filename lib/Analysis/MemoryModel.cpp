@@ -25,6 +25,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Pass/PassManager.h"
@@ -110,6 +111,32 @@ SmallVector<MemoryRole> argumentRoles(func::FuncOp fn) {
       roles[i] = MemoryRole::OptimizerState;
   }
   return roles;
+}
+
+/// For a call of a function with a body in the module (a region of a
+/// regionally traced step, outlined layers): the bytes the callee allocates
+/// beyond the buffers it returns, at its own peak (its model, recursively).
+/// The caller holds them while the call runs; the returned buffers are the
+/// caller's from the call on. -1 for any other op (an external callee, a
+/// runtime call: nothing of its own is modeled).
+int64_t calleeTransientBytes(Operation *op) {
+  auto call = dyn_cast<func::CallOp>(op);
+  if (!call)
+    return -1;
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      op, call.getCalleeAttr());
+  if (!callee || callee.isExternal() || callee.getBody().empty())
+    return -1;
+  static thread_local DenseSet<Operation *> active; // recursion: 0 bytes
+  if (!active.insert(callee).second)
+    return 0;
+  MemoryProfile profile = computeMemoryProfile(callee);
+  active.erase(callee);
+  int64_t returned = 0;
+  for (const MemoryBuffer &b : profile.buffers)
+    if (!b.argument && b.role == MemoryRole::Result)
+      returned += b.bytes;
+  return std::max<int64_t>(0, profile.allocatedPeakBytes - returned);
 }
 
 //===----------------------------------------------------------------------===//
@@ -390,6 +417,8 @@ private:
     }
     if (fused.count(op))
       return; // no buffer: its consumer computes it in its loop nest
+    if (int64_t bytes = calleeTransientBytes(op); bytes > 0)
+      newBuffer(bytes, temporaryRole(op), i, "inside the call");
     for (auto [r, result] : llvm::enumerate(op->getResults())) {
       if (!isa<TensorType>(result.getType()))
         continue;
@@ -492,8 +521,9 @@ private:
 /// The allocation `v` is a view of (through view-like ops and casts).
 Value allocationOf(Value v) {
   while (Operation *def = v.getDefiningOp()) {
-    if (isa<memref::AllocOp, memref::AllocaOp>(def))
-      return v;
+    if (isa<memref::AllocOp, memref::AllocaOp>(def) ||
+        (isa<func::CallOp>(def) && isa<BaseMemRefType>(v.getType())))
+      return v; // a call's result: allocated by the callee
     if (auto view = dyn_cast<ViewLikeOpInterface>(def)) {
       v = view.getViewSource();
       continue;
@@ -534,7 +564,20 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
     profile.ops.push_back(&op), ++n;
   for (MemoryBuffer &b : profile.buffers)
     b.last = std::max<int64_t>(0, n - 1);
+  // Buffers whose role their first reader or writer gave.
+  DenseSet<int64_t> placed;
   for (auto [i, op] : llvm::enumerate(profile.ops)) {
+    // The phase of a buffer is that of the first op that writes or reads
+    // it (not a view): the allocation's own location is its tensor.empty's,
+    // which CSE shares between identical empty tensors of any phase.
+    if (!isa<memref::AllocOp, memref::DeallocOp, func::ReturnOp,
+             memref::CastOp, ViewLikeOpInterface>(op) &&
+        !getTrainStepPhase(op->getLoc()).empty())
+      for (Value v : op->getOperands())
+        if (Value a = allocationOf(v))
+          if (auto it = bufferOf.find(a);
+              it != bufferOf.end() && placed.insert(it->second).second)
+            profile.buffers[it->second].role = temporaryRole(op);
     if (isa<memref::AllocOp>(op)) {
       Value v = op->getResult(0);
       int64_t bytes = byteSize(v.getType());
@@ -560,6 +603,29 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
         if (Value a = allocationOf(v))
           if (auto it = bufferOf.find(a); it != bufferOf.end())
             profile.buffers[it->second].role = MemoryRole::Result;
+    } else if (int64_t inside = calleeTransientBytes(op); inside >= 0) {
+      // A call of a function of the module: what it allocates while it
+      // runs, then the buffers it returns, alive until the caller frees
+      // them.
+      auto newBuffer = [&](int64_t bytes, int64_t last, std::string origin) {
+        MemoryBuffer b;
+        b.bytes = bytes;
+        b.role = temporaryRole(op);
+        b.first = i;
+        b.last = last;
+        b.origin = std::move(origin);
+        b.op = op;
+        profile.buffers.push_back(b);
+      };
+      if (inside > 0)
+        newBuffer(inside, i, "inside the call");
+      for (Value v : op->getResults())
+        if (isa<BaseMemRefType>(v.getType())) {
+          bufferOf[v] = profile.buffers.size();
+          placed.insert(profile.buffers.size());
+          newBuffer(std::max<int64_t>(0, byteSize(v.getType())), n - 1,
+                    "call result");
+        }
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
       // Buffers a collective's runtime call reads or writes.
       if (call.getCallee().starts_with("shardx_rt_cg_"))

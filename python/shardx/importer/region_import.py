@@ -110,6 +110,13 @@ def _region_call(imp, node, args, kwargs):
         if not isinstance(v, Value):
             raise ImportError_(f"region call {graph_name}: operand {i} is not a tensor ({v!r})")
     fn = import_region(imp, graph_name, operands)
+    # The call's phase is its graph's: the trace gives a forward call's node
+    # the backward phase (its autograd.Function's), which would make the
+    # memory model count the block's activations as gradients.
+    from .tracing import _phase, _source_position
+    if _phase(node) in ("forward", "backward"):
+        imp.em.set_location(_source_position(node),
+                            "forward" if graph_name.endswith(".fwd") else "backward")
     n = len(fn.results)
     name = imp.em.fresh("r")
     in_types = ", ".join(v.type for v in operands)
