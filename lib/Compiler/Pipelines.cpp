@@ -89,6 +89,9 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
 
 void mlir::shardx::buildCpuCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
+  // Each layer's ops (inlined for the SPMD pipeline) back into one call of
+  // one function per distinct body: the rest lowers a layer once.
+  pm.addPass(createOutlineCallsPass());
   addProgramStart(pm, /*widenContractions=*/true);
   buildBufferizationPipeline(pm, options.recompute);
   if (options.blas)

@@ -114,6 +114,30 @@ def DeallocateBuffersPass : Pass<"shardx-deallocate-buffers", "ModuleOp"> {
                            "bufferization::BufferizationDialect"];
 }
 
+def OutlineCallsPass : Pass<"shardx-outline-calls", "ModuleOp"> {
+  let summary = "Turns the inlined copies of a region call back into calls "
+                "of one function per distinct local body";
+  let description = [{
+    The first pass of the cpu code generation. `shardx-inline-calls` marks
+    the location of every call it inlines (`shardx.call.<k>`), so the ops
+    of each inlined region call keep that mark through the SPMD pipeline.
+    Here every maximal run of consecutive ops of one call (constants
+    skipped: they are cloned where used) with at least `min-ops` ops
+    becomes a candidate function, taking the values the run reads and
+    returning those used after it. Runs with the same printed body (local
+    types, constants and collectives included) are one private function
+    `shardx_call_<hash>`, and each run becomes a `func.call` of it, so code
+    generation lowers a layer once however deep the model is. A run whose
+    body no other run shares stays inline (the first layer, which holds the
+    ops CSE shared across layers; a run cut by a collective that
+    bucketing merged across calls). The marks are dropped from every
+    location. A module without marks is left untouched.
+  }];
+  let options = [Option<"minOps", "min-ops", "unsigned", "8",
+                        "the fewest ops a run needs to become a call">];
+  let dependentDialects = ["func::FuncDialect"];
+}
+
 def OutlineKernelsPass : Pass<"shardx-outline-kernels", "ModuleOp"> {
   let summary = "Outlines every linalg op on buffers into a kernel function "
                 "and merges structurally identical kernels";

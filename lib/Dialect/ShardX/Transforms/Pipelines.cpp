@@ -37,6 +37,17 @@ struct InlineCallsPass
                         .wasInterrupted();
     if (!hasCalls)
       return markAllAnalysesPreserved();
+    // Each call's location is marked with its index (shardx.call.<k>): the
+    // inliner wraps the location of every op it clones in the call's, so the
+    // ops of one call stay recognizable through the SPMD pipeline, and
+    // shardx-outline-calls can turn them back into calls of one function.
+    unsigned index = 0;
+    getOperation()->walk([&](CallOpInterface call) {
+      MLIRContext *context = call->getContext();
+      call->setLoc(FusedLoc::get(
+          context, {call->getLoc()},
+          StringAttr::get(context, "shardx.call." + Twine(index++))));
+    });
     OpPassManager inliner(ModuleOp::getOperationName());
     inliner.addPass(createInlinerPass());
     if (failed(runPipeline(inliner, getOperation())))

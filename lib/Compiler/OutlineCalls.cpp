@@ -1,0 +1,380 @@
+//===- OutlineCalls.cpp - Inlined region calls back into calls -------------===//
+//
+// Part of ShardX.
+//
+// `shardx-outline-calls` (the first pass of the cpu code generation, on the
+// local program): the SPMD pipeline inlines every call of a traced region
+// (a transformer layer, an optimizer update) before propagation, so that
+// propagation and localization see one body. shardx-inline-calls marks the
+// location of each call it inlines (a FusedLoc with metadata
+// "shardx.call.<k>"), and the inliner wraps the location of every op it
+// clones in the call's, so each op of the local program still says which
+// call it came from. Here each maximal run of consecutive ops of one call
+// becomes a candidate function; candidates with the same printed body are
+// one function, called once per run. Code generation then lowers each layer
+// once, however deep the model is.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Compiler/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AttrTypeSubElements.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Pass/Pass.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/xxhash.h"
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_OUTLINECALLSPASS
+#include "shardx/Compiler/Passes.h.inc"
+} // namespace mlir::shardx
+
+using namespace mlir;
+
+namespace {
+
+constexpr llvm::StringLiteral kMarkPrefix = "shardx.call.";
+
+/// The call mark of a FusedLoc made by shardx-inline-calls, or -1.
+int64_t markOf(FusedLoc fused) {
+  auto name = dyn_cast_or_null<StringAttr>(fused.getMetadata());
+  if (!name || !name.getValue().starts_with(kMarkPrefix))
+    return -1;
+  int64_t k;
+  if (name.getValue().drop_front(kMarkPrefix.size()).getAsInteger(10, k))
+    return -1;
+  return k;
+}
+
+/// The call an op's location says it was inlined from: -1 for none, -2
+/// for several (an op that merges the ops of two calls).
+int64_t callOf(Location loc) {
+  int64_t found = -1;
+  loc->walk([&](Location inner) {
+    auto fused = dyn_cast<FusedLoc>(inner);
+    if (!fused)
+      return WalkResult::advance();
+    int64_t k = markOf(fused);
+    if (k < 0)
+      return WalkResult::advance();
+    if (found >= 0 && found != k) {
+      found = -2;
+      return WalkResult::interrupt();
+    }
+    found = k;
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+bool isConstant(Operation *op) {
+  return op->getNumOperands() == 0 && op->getNumRegions() == 0 &&
+         op->hasTrait<OpTrait::ConstantLike>();
+}
+
+/// One run of consecutive ops of one call, and what it reads and returns.
+struct Run {
+  SmallVector<Operation *> ops;
+  llvm::SetVector<Value> inputs;
+  llvm::SetVector<Operation *> constants;
+  SmallVector<Value> outputs;
+  /// Ops left out of the run that go after its call.
+  SmallVector<Operation *> sunk;
+  func::FuncOp body;
+  std::string text;
+};
+
+/// The values `run` reads from outside it (constants apart) and the results
+/// it defines that are used after it.
+void collectInterface(Run &run) {
+  llvm::SmallPtrSet<Operation *, 32> inRun(run.ops.begin(), run.ops.end());
+  for (Operation *op : run.ops) {
+    op->walk([&](Operation *nested) {
+      for (Value operand : nested->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        Operation *top = nullptr;
+        if (def) {
+          top = def;
+          while (top && !inRun.contains(top) &&
+                 top->getBlock() != op->getBlock())
+            top = top->getParentOp();
+        } else {
+          Operation *owner =
+              cast<BlockArgument>(operand).getOwner()->getParentOp();
+          top = owner;
+          while (top && top->getBlock() != op->getBlock())
+            top = top->getParentOp();
+        }
+        // Defined inside one of the run's ops (a block argument of a body,
+        // an op of a body), or by an op of the run.
+        if (top && inRun.contains(top))
+          continue;
+        if (def && def->getBlock() == op->getBlock() && isConstant(def))
+          run.constants.insert(def);
+        else
+          run.inputs.insert(operand);
+      }
+    });
+  }
+  for (Operation *op : run.ops)
+    for (Value result : op->getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            Operation *top = user;
+            while (top && top->getBlock() != op->getBlock())
+              top = top->getParentOp();
+            return !top || !inRun.contains(top);
+          }))
+        run.outputs.push_back(result);
+}
+
+bool isStart(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  return name.starts_with("shardx.") && name.ends_with("_start");
+}
+
+/// Leaves out of `run` the ops whose place in the program differs from call
+/// to call, so that the calls' bodies are the same:
+/// - shardx-bucket-collectives packs the gradients of several layers in one
+///   buffer, each at its own offset: inserts into a buffer made outside the
+///   run (or into such an insert) move after the call, extracts from one
+///   stay before it;
+/// - an asynchronous collective started in the run and waited on after it
+///   (shardx-schedule-collectives) starts after the call, and a wait in the
+///   run on one started before it stays before the call: a start's result
+///   goes to its wait only.
+void dropPlacedOps(Run &run) {
+  llvm::SmallPtrSet<Operation *, 32> inRun(run.ops.begin(), run.ops.end());
+  auto outside = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    return !def || !inRun.contains(def);
+  };
+  // The largest set of inserts and starts that can all move after the call:
+  // each reads no op of the run that stays, and no op of the run that stays
+  // reads it.
+  llvm::SmallPtrSet<Operation *, 16> sunk;
+  for (Operation *op : run.ops)
+    if (isa<tensor::InsertSliceOp>(op) || isStart(op))
+      sunk.insert(op);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Operation *op : run.ops) {
+      if (!sunk.contains(op))
+        continue;
+      bool ok = llvm::all_of(op->getUsers(), [&](Operation *user) {
+        return !inRun.contains(user) || sunk.contains(user);
+      });
+      if (auto insert = dyn_cast<tensor::InsertSliceOp>(op)) {
+        Operation *dest = insert.getDest().getDefiningOp();
+        ok = ok && (outside(insert.getDest()) || sunk.contains(dest));
+      }
+      if (!ok) {
+        sunk.erase(op);
+        changed = true;
+      }
+    }
+  }
+  SmallVector<Operation *> kept;
+  for (Operation *op : run.ops) {
+    if (sunk.contains(op)) {
+      run.sunk.push_back(op);
+      continue;
+    }
+    if (auto extract = dyn_cast<tensor::ExtractSliceOp>(op))
+      if (outside(extract.getSource()))
+        continue;
+    if (op->getName().getStringRef() == "shardx.wait" &&
+        outside(op->getOperand(0)))
+      continue;
+    kept.push_back(op);
+  }
+  run.ops = std::move(kept);
+}
+
+/// Values a call passes as they are: tensors and scalars (an async
+/// collective's handle stays in the function that waits on it).
+bool passable(ArrayRef<Value> values) {
+  return llvm::all_of(values, [](Value v) {
+    Type t = v.getType();
+    return isa<RankedTensorType, IntegerType, FloatType, IndexType>(t);
+  });
+}
+
+/// The candidate function of `run`, inserted before `before`.
+func::FuncOp buildBody(Run &run, OpBuilder &builder, Operation *before) {
+  SmallVector<Type> inputTypes, outputTypes;
+  for (Value v : run.inputs)
+    inputTypes.push_back(v.getType());
+  for (Value v : run.outputs)
+    outputTypes.push_back(v.getType());
+  builder.setInsertionPoint(before);
+  Location loc = builder.getUnknownLoc();
+  auto func = func::FuncOp::create(
+      builder, loc, "c", builder.getFunctionType(inputTypes, outputTypes));
+  func.setPrivate();
+  Block *block = func.addEntryBlock();
+  IRMapping map;
+  for (auto [value, arg] : llvm::zip(run.inputs, block->getArguments()))
+    map.map(value, arg);
+  OpBuilder inner = OpBuilder::atBlockEnd(block);
+  for (Operation *c : run.constants)
+    inner.clone(*c, map);
+  for (Operation *op : run.ops)
+    inner.clone(*op, map);
+  SmallVector<Value> results;
+  for (Value v : run.outputs)
+    results.push_back(map.lookup(v));
+  func::ReturnOp::create(inner, loc, results);
+  return func;
+}
+
+std::string bodyText(func::FuncOp func) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  OpPrintingFlags flags;
+  flags.printGenericOpForm()
+      .useLocalScope()
+      .enableDebugInfo(false)
+      .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
+      .elideLargeResourceString(std::numeric_limits<int64_t>::max());
+  func->print(os, flags);
+  return text;
+}
+
+/// Drops the marks of shardx-inline-calls from every location in `module`.
+void dropMarks(ModuleOp module) {
+  AttrTypeReplacer replacer;
+  replacer.addReplacement([](FusedLoc fused) -> std::optional<Location> {
+    if (markOf(fused) < 0)
+      return std::nullopt;
+    ArrayRef<Location> locs = fused.getLocations();
+    if (locs.size() == 1)
+      return locs.front();
+    return FusedLoc::get(fused.getContext(), locs);
+  });
+  module->walk([&](Operation *op) {
+    op->setLoc(cast<LocationAttr>(replacer.replace(op->getLoc())));
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          arg.setLoc(cast<LocationAttr>(replacer.replace(arg.getLoc())));
+  });
+}
+
+struct OutlineCallsPass
+    : mlir::shardx::impl::OutlineCallsPassBase<OutlineCallsPass> {
+  using OutlineCallsPassBase::OutlineCallsPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    bool marked = false;
+    module->walk([&](Operation *op) {
+      if (callOf(op->getLoc()) != -1) {
+        marked = true;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (!marked)
+      return markAllAnalysesPreserved();
+    SymbolTable symbols(module);
+    SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+    for (func::FuncOp func : funcs)
+      if (!func.isExternal() && func.getBody().hasOneBlock())
+        outlineRuns(func, symbols);
+    dropMarks(module);
+  }
+
+  /// The call results that replaced the outputs of runs already outlined.
+  DenseMap<Value, Value> replaced;
+
+  void outlineRuns(func::FuncOp func, SymbolTable &symbols) {
+    // Maximal runs of ops of one call; constants neither join nor cut one.
+    std::vector<Run> runs;
+    int64_t current = -1;
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      if (isConstant(&op))
+        continue;
+      int64_t k = callOf(op.getLoc());
+      if (k < 0) {
+        current = -1;
+        continue;
+      }
+      if (k != current)
+        runs.emplace_back();
+      current = k;
+      runs.back().ops.push_back(&op);
+    }
+    for (Run &run : runs)
+      dropPlacedOps(run);
+    llvm::erase_if(runs, [&](const Run &run) { return run.ops.size() < minOps; });
+    if (runs.empty())
+      return;
+    OpBuilder builder(func.getContext());
+    llvm::MapVector<StringRef, SmallVector<Run *>> groups;
+    llvm::erase_if(runs, [](Run &run) {
+      collectInterface(run);
+      return !passable(run.inputs.getArrayRef()) ||
+             !passable(run.outputs);
+    });
+    for (Run &run : runs) {
+      run.body = buildBody(run, builder, func);
+      run.text = bodyText(run.body);
+    }
+    for (Run &run : runs)
+      groups[run.text].push_back(&run);
+    for (auto &[text, members] : groups) {
+      if (members.size() < 2) {
+        members.front()->body.erase();
+        continue;
+      }
+      func::FuncOp callee = members.front()->body;
+      llvm::SmallString<32> name;
+      llvm::raw_svector_ostream(name)
+          << "shardx_call_" << llvm::format_hex_no_prefix(llvm::xxh3_64bits(text), 16);
+      callee.setName(name);
+      symbols.insert(callee);
+      for (Run *run : members) {
+        if (run->body != callee)
+          run->body.erase();
+        replaceRun(*run, callee, builder);
+      }
+    }
+  }
+
+  /// The run's ops become one call of `callee`, after the run's last op.
+  void replaceRun(Run &run, func::FuncOp callee, OpBuilder &builder) {
+    Operation *last = run.ops.back();
+    builder.setInsertionPointAfter(last);
+    // An input another run returned is now that run's call's result.
+    SmallVector<Value> operands;
+    for (Value v : run.inputs)
+      operands.push_back(replaced.lookup_or(v, v));
+    auto call =
+        func::CallOp::create(builder, last->getLoc(), callee, operands);
+    for (auto [old, now] : llvm::zip(run.outputs, call.getResults())) {
+      old.replaceAllUsesWith(now);
+      replaced[old] = now;
+    }
+    Operation *after = call;
+    for (Operation *op : run.sunk) {
+      op->moveAfter(after);
+      after = op;
+    }
+    for (Operation *op : llvm::reverse(run.ops)) {
+      op->dropAllUses();
+      op->erase();
+    }
+  }
+};
+
+} // namespace
