@@ -1,16 +1,29 @@
 """shardx-auto-shard: solve time against depth, and budget -> plan -> modeled
-step time and peak (docs/Memory.md, "Automatic sharding under a budget").
+and measured step time and peak (docs/Memory.md, "Automatic sharding under a
+budget").
 
-    SHARDX_BUILD=build python3 bench/auto_shard_bench.py [--depths 1,2,4] [--ranks 8]
+    SHARDX_BUILD=build python3 bench/auto_shard_bench.py [--depths 1,2,4] [--mesh 2x4]
+        [--budgets mlp,block,llama] [--ranks 2,4,8]
 
-Each program is a train step (Adam) of a stack of ``shardx_dev.models.Block``
-pre-norm transformer blocks, traced with a mesh and no layouts; the pass runs
-with the cost settings of python/tests/test_auto_shard.py (a slow device and
-network, so that these small models trade compute against collectives as
-large models do). Solve time is the pass's own (`solve_seconds` of its
-JSON), on this machine. The budget table also runs each plan on CPU
-threads (shardx-run, median of 5 runs): a measured time on this machine,
-not the modeled device.
+Depth table: a Llama-style train step (Adam) of ``layers`` blocks (RMSNorm,
+attention without biases, SwiGLU MLP; dim 16, 4 heads, hidden 32; a final
+RMSNorm), traced with a mesh and no layouts, on the mesh ``--mesh``; the
+pass runs with the cost settings of python/tests/test_auto_shard.py (a slow
+device and network, so that these small models trade compute against
+collectives as large models do). Solve time is the pass's own
+(``solve_seconds`` of its JSON), on this machine; ``--old BIN`` runs that
+shardx-opt on the same programs in the same run.
+
+Budget table: per model (an MLP, one pre-norm transformer block, one
+Llama-style block) and number of ranks (a 1-D mesh), budgets from none to
+the smallest peak the pass finds, with the pass's default costs (the
+mesh's hints, what ``shardx.compile(..., memory_budget=)`` uses). Modeled:
+the pass's step time and peak. Measured: the step compiled by
+``shardx.compile(step, mesh, memory_budget=B)`` and run on CPU threads, the
+median of 5 calls (a time of this machine, not of the modeled device), and
+its peak: the runtime meter's largest per-rank peak of program-allocated
+bytes (shardx_dev.meter, as bench/memory_model_bench.py) plus the
+arguments' bytes per rank, which the modeled peak also counts.
 """
 
 import argparse
@@ -38,18 +51,86 @@ OPT = os.path.join(BUILD, "bin", "shardx-opt")
 COSTS = "compute-rate=1e9 bandwidth=1e8 latency=2e-5"
 
 
-def program(layers: int, ranks: int, dim=16, hidden=32, batch=16) -> str:
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.heads
+
+        def split(t):
+            return t.view(b, s, h, d // h).transpose(1, 2)
+        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x))
+        a = torch.softmax(q @ k.transpose(-2, -1) / (d // h) ** 0.5, dim=-1) @ v
+        return self.wo(a.transpose(1, 2).reshape(b, s, d))
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, attention, RMSNorm, SwiGLU MLP (w2(silu(w1 x) * w3 x))."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(dim)
+        self.attn = LlamaAttention(dim, heads)
+        self.mlp_norm = RMSNorm(dim)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        h = self.mlp_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+def llama(layers: int, dim=16, heads=4, hidden=32) -> nn.Module:
+    return nn.Sequential(*[LlamaBlock(dim, heads, hidden) for _ in range(layers)], RMSNorm(dim))
+
+
+def step_of(kind: str, layers: int = 1, batch=16, dim=16, hidden=32):
+    """(train step, example arguments) of an MLP, a transformer block or a
+    Llama-style stack."""
     torch.manual_seed(0)
-    module = nn.Sequential(*[models.Block(dim, 4, hidden) for _ in range(layers)])
-    x, y = torch.randn(batch, 4, dim), torch.randn(batch, 4, dim)
+    if kind == "mlp":
+        module = models.mlp(dim, hidden, dim)
+        x, y = torch.randn(batch, dim), torch.randn(batch, dim)
+    else:
+        module = (nn.Sequential(*[models.Block(dim, 4, hidden) for _ in range(layers)])
+                  if kind == "block" else llama(layers, dim, 4, hidden))
+        x, y = torch.randn(batch, 4, dim), torch.randn(batch, 4, dim)
     step = TrainStep(module, F.mse_loss, "adam", lr=1e-3)
-    return trace(step, step.example_args([x], y), Mesh((ranks,), ("x",)), name="step")
+    return step, step.example_args([x], y)
+
+
+def mesh_of(shape) -> Mesh:
+    return Mesh(tuple(shape), ("dp", "tp")[:len(shape)] if len(shape) == 2 else ("x",))
+
+
+def program(kind: str, layers: int, shape) -> str:
+    step, args = step_of(kind, layers)
+    return trace(step, args, mesh_of(shape), name="step")
 
 
 RUN = os.path.join(BUILD, "bin", "shardx-run")
 
 
-def auto_shard(text: str, options: str = "", ranks: int = 0):
+def auto_shard(text: str, options: str = "", ranks: int = 0, costs: str = COSTS, opt: str = OPT):
     """Runs the pass; with `ranks`, also runs the plan on that many threads
     (shardx-run, median of 5) and returns its measured time in ms."""
     with tempfile.TemporaryDirectory() as d:
@@ -57,7 +138,7 @@ def auto_shard(text: str, options: str = "", ranks: int = 0):
         with open(src, "w") as f:
             f.write(text)
         t0 = time.perf_counter()
-        proc = subprocess.run([OPT, f"--shardx-auto-shard={COSTS} auto-json={js} {options}", src,
+        proc = subprocess.run([opt, f"--shardx-auto-shard={costs} auto-json={js} {options}", src,
                                "-o", out], capture_output=True, text=True)
         wall = time.perf_counter() - t0
         data = json.load(open(js)) if os.path.exists(js) else None
@@ -76,41 +157,84 @@ def summary(data) -> str:
     return f"inputs {inputs}, {sharded}/{len(plan)} parameter groups sharded"
 
 
+def measured(kind: str, shape, budget: int):
+    """(median ms of 5 calls, measured peak bytes) of the step compiled by
+    shardx.compile(..., memory_budget=budget) on threads."""
+    import statistics
+    import shardx
+    from shardx_dev.meter import measured_peaks
+    step, args = step_of(kind)
+    f = shardx.compile(step, mesh_of(shape), memory_budget=budget)
+    peaks = measured_peaks(f, args)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        f(*args)
+        times.append((time.perf_counter() - t0) * 1e3)
+    arguments = f.memory_profile("tensors")[0]["argument_bytes"]
+    return statistics.median(times), max(peaks) + arguments
+
+
+def depth_table(depths, shape, old):
+    ranks = 1
+    for s in shape:
+        ranks *= s
+    mesh = "x".join(map(str, shape))
+    print(f"## Solve time against depth (Llama-style, {ranks} ranks, mesh {mesh})\n")
+    print("| build | layers | parameter groups | plans priced | solve (s) | search (s) | shardx-spmd (s) "
+          "| modeled step (us) | modeled peak (bytes) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for depth in depths:
+        text = program("llama", depth, shape)
+        for name, binary in ([("before", old)] if old else []) + [("this", OPT)]:
+            proc, data, wall, _ = auto_shard(text, opt=binary)
+            if proc.returncode or not data:
+                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | |")
+                continue
+            print(f"| {name} | {depth} | {len(data['groups'])} | {data['priced_plans']} "
+                  f"| {data['solve_seconds']:.2f} | {data.get('search_seconds', float('nan')):.2f} "
+                  f"| {data.get('pipeline_seconds', float('nan')):.2f} "
+                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} |", flush=True)
+
+
+def budget_table(kinds, ranks_list):
+    print("\n## Budget -> plan (default costs; measured on CPU threads)\n")
+    print("| model | ranks | budget (bytes) | plan | modeled step (us) | modeled peak (bytes) "
+          "| measured step (ms) | measured peak (bytes) |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    for kind in kinds:
+        for ranks in ranks_list:
+            shape = (ranks,)
+            text = program(kind, 1, shape)
+            _, free, _, _ = auto_shard(text, costs="")
+            low_proc, _, _, _ = auto_shard(text, "memory-budget=1", costs="")
+            low = int(re.search(r"smallest modeled peak found is (\d+)", low_proc.stderr).group(1))
+            top = free["plan"]["peak"]
+            for label, budget in (("none", 0), ("", int(low + 0.5 * (top - low))), ("", low)):
+                proc, data, _, _ = auto_shard(text, f"memory-budget={budget}" if budget else "",
+                                              costs="")
+                if proc.returncode:
+                    print(f"| {kind} | {ranks} | {budget} | no plan fits | | | | |")
+                    continue
+                ms, peak = measured(kind, shape, budget or (1 << 40))
+                print(f"| {kind} | {ranks} | {label or budget} | {summary(data)} "
+                      f"| {data['plan']['time']:.1f} | {data['plan']['peak']} | {ms:.3f} | {peak} |",
+                      flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depths", default="1,2,4")
-    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--mesh", default="2x4")
+    ap.add_argument("--old", default="", help="a shardx-opt to time on the same programs")
+    ap.add_argument("--budgets", default="mlp,block,llama", help="models of the budget table ('' for none)")
+    ap.add_argument("--ranks", default="2,4,8")
     args = ap.parse_args(argv)
-
-    print(f"## Solve time against depth ({args.ranks} ranks, 1-D mesh)\n")
-    print("| layers | parameter groups | plans priced | solve (s) | modeled step (us) | peak (bytes) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for depth in [int(d) for d in args.depths.split(",")]:
-        proc, data, wall, _ = auto_shard(program(depth, args.ranks))
-        if proc.returncode:
-            print(proc.stderr, file=sys.stderr)
-            return 1
-        print(f"| {depth} | {len(data['groups'])} | {data['priced_plans']} | {data['solve_seconds']:.2f} "
-              f"| {data['plan']['time']:.1f} | {data['plan']['peak']} |")
-
-    ranks = 4
-    text = program(1, ranks)
-    print(f"\n## Budget -> plan (transformer block, {ranks} ranks)\n")
-    proc, free, _, free_ms = auto_shard(text, ranks=ranks)
-    low_proc, _, _, _ = auto_shard(text, "memory-budget=1")
-    low = int(re.search(r"smallest modeled peak found is (\d+)", low_proc.stderr).group(1))
-    top = free["plan"]["peak"]
-    print("| budget (bytes) | plan | modeled step (us) | modeled peak (bytes) | measured step (ms, threads) |")
-    print("| ---: | --- | ---: | ---: | ---: |")
-    print(f"| none | {summary(free)} | {free['plan']['time']:.1f} | {top} | {free_ms} |")
-    for frac in (0.75, 0.5, 0.25, 0.0):
-        budget = int(low + frac * (top - low))
-        proc, data, _, ms = auto_shard(text, f"memory-budget={budget}", ranks=ranks)
-        if proc.returncode:
-            print(f"| {budget} | no plan fits | | | |")
-            continue
-        print(f"| {budget} | {summary(data)} | {data['plan']['time']:.1f} | {data['plan']['peak']} | {ms} |")
-    print(f"| {low - 1} | no plan fits (smallest peak found {low}) | | | |")
+    if args.depths:
+        depth_table([int(d) for d in args.depths.split(",")],
+                    [int(s) for s in args.mesh.split("x")], args.old)
+    if args.budgets:
+        budget_table(args.budgets.split(","), [int(r) for r in args.ranks.split(",")])
     return 0
 
 

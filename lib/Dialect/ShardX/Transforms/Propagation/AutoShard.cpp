@@ -139,6 +139,18 @@ private:
     return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
   }
   Surrogate buildSurrogate(std::vector<unsigned> base);
+  /// A surrogate of no plan (its base and every term infinite).
+  Surrogate leftOut(std::vector<unsigned> base) const {
+    Surrogate s;
+    s.center = std::move(base);
+    s.baseTime = kInf;
+    for (const Group &g : groups) {
+      s.time.emplace_back(g.choices.size(), kInf);
+      s.bytes.emplace_back(g.choices.size(), 0);
+    }
+    s.pairsOf.resize(groups.size());
+    return s;
+  }
   void writeJson(StringRef path, const std::optional<Picks> &pick,
                  double limit, Priced real, double solveSeconds);
 
@@ -663,13 +675,19 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
           for (unsigned c : *pick)
             j.value(c);
         });
-        j.attribute("surrogate_time", t);
-        j.attribute("surrogate_peak", m);
+        // Null where the plan's input layout was left out of the last round.
+        j.attributeBegin("surrogate_time");
+        number(t);
+        j.attributeEnd();
+        j.attributeBegin("surrogate_peak");
+        number(std::isfinite(t) ? m : kInf);
+        j.attributeEnd();
         j.attribute("time", real.time);
         j.attribute("peak", real.peak);
       });
     }
     j.attribute("priced_plans", priced + pricedFull);
+    j.attribute("priced_in_full", pricedFull);
     j.attribute("solve_seconds", solveSeconds);
     j.attribute("search_seconds", searchSeconds);
     j.attribute("pipeline_seconds", pipelineSeconds);
@@ -699,12 +717,19 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       centers.back()[dataGroup] = d;
   }
   std::optional<Picks> last;
+  // The input layouts searched in the second round: those whose best plan
+  // is within 2% of the best plan's time (and fits where it does); the
+  // others' best plans stay in the pool, their surrogates are left out
+  // (every term infinite: no plan, as for a layout nothing can be priced
+  // with).
+  std::vector<bool> rebuild(numData, true);
   for (int recentre = 0; recentre < 2 && !groups.empty(); ++recentre) {
     surrogates.clear();
     solverPick.reset();
     last.reset();
     for (unsigned d = 0; d < numData; ++d)
-      surrogates.push_back(buildSurrogate(centers[d]));
+      surrogates.push_back(rebuild[d] ? buildSurrogate(centers[d])
+                                      : leftOut(centers[d]));
     // The surrogate's peak is a sum of per-group changes of a maximum, so
     // it is off: the limit it is solved under is calibrated by the real peak
     // of each plan it gives (limit += budget - real peak), keeping the
@@ -765,17 +790,22 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
         priceFull(*fast);
     }
     // The next centers: the best plan priced for each input layout.
+    std::vector<Priced> bestOf(numData);
     for (unsigned d = 0; d < numData; ++d) {
       bool found = false;
-      Priced best;
       for (auto &[p, r] : pool)
         if ((dataGroup < 0 || p[dataGroup] == d) &&
-            (!found || better(r, best))) {
+            (!found || better(r, bestOf[d]))) {
           centers[d] = p;
-          best = r;
+          bestOf[d] = r;
           found = true;
         }
     }
+    Priced overall = *llvm::min_element(
+        bestOf, [&](Priced a, Priced b) { return better(a, b); });
+    for (unsigned d = 0; d < numData; ++d)
+      rebuild[d] = fits(bestOf[d]) == fits(overall) &&
+                   bestOf[d].time <= 1.02 * overall.time;
   }
   // From the best plan priced, a coordinate descent on the real prices:
   // one group changed at a time, kept when the plan gets better.
