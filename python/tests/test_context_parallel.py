@@ -28,7 +28,7 @@ DIM, HEADS, KV_HEADS, HIDDEN = 32, 4, 2, 64
 HD = DIM // HEADS
 CASES = {
     # name: (ranks, batch, sequence)
-    "seq32_cp2": (2, 1, 32),
+    "seq64_cp2": (2, 1, 64),
     "seq32_cp4": (4, 1, 32),
     "uneven30_cp4": (4, 1, 30),
 }
@@ -83,24 +83,22 @@ def _chunk_bytes(ranks, seq, other):
 
 def test_plan_gathers_only_keys_and_values(program, build_dir):
     """Ring attention's bytes: in the forward, each rank receives the other
-    ranks' blocks of K and V once (all-gathers over the sequence, K and V as
-    the attention reads them, after the grouped-query repeat, as
-    torchtitan's ring passes them); in the backward, dK and dV are
-    reduce-scattered back to their sequence blocks (at the key/value
-    heads, after the repeat's sum). Nothing else moves an activation: the
-    rest are the weight gradients' all-reduces and the loss's."""
+    ranks' blocks of K and V once (all-gathers over the sequence, at the
+    key/value heads: before the grouped-query repeat, which then runs on
+    every rank); in the backward, dK and dV are reduce-scattered back to
+    their sequence blocks (after the repeat's sum). Nothing else moves an
+    activation: the rest are the weight gradients' all-reduces and the
+    loss's."""
     name, path = program
     ranks, batch, seq = CASES[name]
     reshards, out = plan_reshards(path, build_dir)
     gathers = [r for r in reshards if r[0].startswith("[S(") and r[1] == "[R]"]
-    kv = _chunk_bytes(ranks, seq, batch * HEADS * HD)
-    assert sorted(g[2] for g in gathers) == sorted([(batch * HEADS, HD, seq),
-                                                    (batch * HEADS, seq, HD)]), gathers
-    assert [g[3] for g in gathers] == [kv, kv], gathers
+    kv = (batch, seq, KV_HEADS, HD)
+    assert [(g[0], g[2], g[3]) for g in gathers] == \
+        [("[S(1)]", kv, _chunk_bytes(ranks, seq, batch * KV_HEADS * HD))] * 2, gathers
     scatters = [r for r in reshards if r[0] == "[P(sum)]" and r[1].startswith("[S(")]
-    assert [(s[2], s[3]) for s in scatters] == \
-        [((batch, seq, KV_HEADS, HD), (ranks - 1) * seq * batch * KV_HEADS * HD * 4 // ranks)] * 2, \
-        scatters
+    assert [(s[1], s[2], s[3]) for s in scatters] == \
+        [("[S(1)]", kv, (ranks - 1) * seq * batch * KV_HEADS * HD * 4 // ranks)] * 2, scatters
     params = {tuple(p.shape) for p in models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN).parameters()}
     params |= {tuple(reversed(s)) for s in params}  # gradients of transposed weights
     others = [r for r in reshards if r not in gathers and r not in scatters]

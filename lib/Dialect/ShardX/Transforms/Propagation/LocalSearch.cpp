@@ -261,6 +261,81 @@ bool LocalSearch::tryCascade(Operation *op, const OpLayouts &s,
   return false;
 }
 
+/// The position among `op`'s tensor operands of the one that carries data
+/// (the others are rematerialized: inits from tensor.empty, fills, splats);
+/// none when there are several or none.
+static std::optional<unsigned> soleDataOperand(Operation *op) {
+  std::optional<unsigned> found;
+  for (auto [i, v] : llvm::enumerate(tensorValues(op->getOperands()))) {
+    if (isRematerializable(v))
+      continue;
+    if (found)
+      return std::nullopt;
+    found = i;
+  }
+  return found;
+}
+
+bool LocalSearch::tryHoist(Operation *op, FunctionCost::Trial &trial) {
+  SmallVector<Value> results = tensorValues(op->getResults());
+  if (results.size() != 1 || !soleDataOperand(op))
+    return false;
+  LayoutAttr have = state.layoutOf(results[0]);
+  SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
+  fnCost.neededLayouts(results[0], have, /*move=*/nullptr, /*skip=*/nullptr,
+                       /*withNested=*/false, needed);
+  SmallVector<LayoutAttr, 4> wanted;
+  for (auto [rank, need] : needed)
+    if (need && need != have && !llvm::is_contained(wanted, need))
+      wanted.push_back(need);
+  for (LayoutAttr need : wanted) {
+    // Each op of the chain takes the layout its consumer in the chain
+    // needs of its result; the cheapest prefix is kept.
+    SmallVector<std::pair<Operation *, OpLayouts>, 8> steps;
+    std::optional<size_t> bestLength;
+    double best = -kTieUs;
+    FunctionCost::Trial attempt;
+    Operation *cur = op;
+    LayoutAttr want = need;
+    while (cur && steps.size() < kHoistLimit && movable.position.count(cur)) {
+      std::optional<unsigned> data = soleDataOperand(cur);
+      if (!data || tensorValues(cur->getResults()).size() != 1)
+        break;
+      std::optional<OpLayouts> pick;
+      for (OpLayouts &c : candidates(cur))
+        if (c.resultAttrs.front() == want) {
+          pick = std::move(c);
+          break;
+        }
+      if (!pick)
+        break;
+      steps.emplace_back(cur, *pick);
+      fnCost.change(cur, std::move(*pick), attempt);
+      double delta = fnCost.costDelta(attempt) +
+                     attempt.workDelta * costs.getUsPerIteration();
+      if (delta < best) {
+        best = delta;
+        bestLength = steps.size();
+      }
+      Value in = tensorValues(cur->getOperands())[*data];
+      want = steps.back().second.operandAttrs[*data];
+      if (state.layoutOf(in) == want)
+        break;
+      cur = in.getDefiningOp();
+    }
+    fnCost.revert(attempt);
+    if (!bestLength)
+      continue;
+    for (auto &[changed, s] : ArrayRef(steps).take_front(*bestLength))
+      fnCost.change(changed, s, trial);
+    LLVM_DEBUG(llvm::dbgs() << "  reshard of " << op->getName() << " at "
+                            << op->getLoc() << " moved up " << *bestLength
+                            << " op(s): " << best << " us\n");
+    return true;
+  }
+  return false;
+}
+
 void LocalSearch::markNeighbours(Operation *op) {
   for (Value v : op->getOperands()) {
     if (Operation *def = v.getDefiningOp(); def && movable.position.count(def))
@@ -334,8 +409,12 @@ bool LocalSearch::visit(Operation *op) {
         break;
       }
     }
-    if (!kept)
-      return false;
+    if (!kept) {
+      FunctionCost::Trial attempt;
+      if (!tryHoist(op, attempt))
+        return false;
+      trial = std::move(attempt);
+    }
   }
   for (auto &[changed, old] : trial.undo)
     markNeighbours(changed);

@@ -54,6 +54,8 @@ public:
   /// work per op then does not depend on the function's size.
   static constexpr unsigned kFanOutLimit = 16;
   static constexpr unsigned kMaxAlternatives = 8;
+  /// The most ops a reshard is moved up through (`tryHoist`).
+  static constexpr unsigned kHoistLimit = 16;
 
 private:
   /// Layouts for `op` given its operands' current layouts: replicated,
@@ -79,6 +81,17 @@ private:
   /// order, up to `kCascadeLimit` ops. Kept when the total cost drops.
   bool tryCascade(Operation *op, const OpLayouts &s,
                   FunctionCost::Trial &trial);
+  /// Moves a reshard of `op`'s result up a chain of ops that each read one
+  /// operand with data (transposes, reshapes, broadcasts, elementwise ops:
+  /// their inits are rematerialized): `op` and then its producers take the
+  /// layout the consumer needs, so the reshard runs on the chain's operand
+  /// where it is cheapest (a gather of the keys and values before the
+  /// grouped-query repeat that broadcasts them to every head). One op at
+  /// a time cannot get there (the reshard costs the same on each tensor of
+  /// the chain until the smaller one) and a cascade does not (each
+  /// neighbour takes its locally cheapest, sharded, layout). Kept, up to
+  /// the cheapest op of the chain, when the total drops.
+  bool tryHoist(Operation *op, FunctionCost::Trial &trial);
   /// Marks the ops next to `op` (producers and consumers of its operands,
   /// consumers of its results) for another look. The consumers of a value
   /// are marked at once by stamping the value: an op is dirty when it is
