@@ -321,3 +321,27 @@ def test_compile_with_a_budget_no_plan_fits_is_an_error():
         f(*args)
     with pytest.raises(ValueError, match="memory_budget needs a mesh"):
         shardx.compile(step, None, memory_budget=1000)
+
+
+def test_repeated_layers_take_one_layout_together(tmp_path):
+    """Tests that the parameters of identical layers are one decision: a
+    stack of two transformer blocks has one group per parameter of a block,
+    each holding both layers' parameter and Adam state, and the output gives
+    both layers the same layouts."""
+    torch.manual_seed(0)
+    stack = nn.Sequential(models.Block(16, 4, 32), models.Block(16, 4, 32))
+    per_block = len(list(models.Block(16, 4, 32).parameters()))
+    step = TrainStep(stack, F.mse_loss, "adam", lr=1e-3)
+    x, y = torch.randn(16, 4, 16), torch.randn(16, 4, 16)
+    text = trace(step, step.example_args([x], y), Mesh((2,), ("x",)), name="stack_step")
+    _, data, out = auto_shard(text, tmp_path)
+    params = [g for g in data["groups"] if not g["data"]]
+    assert len(params) == per_block, [g["name"] for g in params]
+    assert all(len(g["args"]) == 6 for g in params), [g["args"] for g in params]
+    layouts = dict(re.findall(r"%arg(\d+): tensor<[^>]*> \{shardx\.layout = #shardx\.layout<@\w+, (\[[^\]]*\])>",
+                              out.read_text()))
+    for g in params:
+        assert len({layouts[str(a)] for a in g["args"]}) == 1, (g, layouts)
+    assert "tied with 1 more repeats like it" in subprocess.run(
+        [OPT, f"--shardx-auto-shard={RATE}", str(tmp_path / "in.mlir"), "-o", os.devnull],
+        capture_output=True, text=True).stderr

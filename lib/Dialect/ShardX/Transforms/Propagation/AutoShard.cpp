@@ -350,10 +350,14 @@ void AutoSharder::tieLayers(ArrayRef<OperationName> opNames,
     return a.period * a.repeats > b.period * b.repeats;
   });
   for (const Run &run : llvm::ArrayRef(runs).take_front(16)) {
-    // The ops from the first layer's first use to the last layer's repeat
-    // every `distance` ops.
+    // The ops from the first repeat's first use to the last repeat's last
+    // one repeat every `distance` ops (what lies between the repeats, a
+    // layer's ops before its first parameter, is compared with the
+    // repeat before; what follows the last, the loss, is not).
     size_t from = groups[run.start].firstUse;
-    size_t to = from + (run.repeats - 1) * run.distance;
+    size_t to =
+        groups[run.start + run.period * run.repeats - 1].firstUse + 1 -
+        run.distance;
     if (to + run.distance > opNames.size())
       continue;
     bool periodic = true;
