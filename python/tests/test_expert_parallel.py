@@ -3,10 +3,13 @@ softmax gating, SiLU-gated experts, GShard capacity dispatch into an
 ``[E, G, C, D]`` expert buffer; forward, backward and an SGD step) with the
 token groups split over the ranks and the experts' weights split on E: over
 2 and 4 ranks ("ep"), and over "ep" with the tokens also split over "dp" on
-a 2x2 mesh. The expert buffer is stated in EP's layout (Shard(E) over "ep",
-``models.MoEBlock(buffer=...)``, a ``shardx.constrain``); propagation plans
-the rest, and its move from the token split to the expert split and back is
-an all-to-all of the routed tokens (docs/Rules.md, "Expert parallelism").
+a 2x2 mesh. At these small sizes the expert buffer's layout is stated
+(``models.MoEBlock(buffer=...)``, a ``shardx.constrain`` on the dispatch
+and the experts' output: the token split, Shard(G), on 1-D meshes; groups
+over dp and experts over ep on the 2x2); propagation plans the rest, and
+the buffer's move from the token split to the expert split and back is an
+all-to-all of the routed tokens (docs/Rules.md, "Expert parallelism").
+With large experts propagation chooses the same plan unconstrained.
 Each program is checked against eager PyTorch on the threads backend
 (shardx.compile, two steps) and against its unsharded compile under mpirun
 on the mpi backend (shardx-run --check, on 2 ranks and the 2x2 mesh);
