@@ -91,7 +91,7 @@ struct Run {
   /// Ops left out of the run that go after its call.
   SmallVector<Operation *> sunk;
   func::FuncOp body;
-  std::string text;
+  llvm::hash_code hash;
 };
 
 /// The values `run` reads from outside it (constants apart) and the results
@@ -200,6 +200,46 @@ void dropPlacedOps(Run &run) {
   run.ops = std::move(kept);
 }
 
+/// A hash of what `run`'s function would hold: each op's name, attributes,
+/// properties and result types, and where its operands come from (an input
+/// by position, an op of the run by order, a constant by content). Runs with
+/// the same body have the same hash; buildBody's functions are compared
+/// before a group shares one.
+llvm::hash_code bodyHash(const Run &run) {
+  DenseMap<Value, llvm::hash_code> ids;
+  for (auto [i, v] : llvm::enumerate(run.inputs))
+    ids[v] = llvm::hash_combine(1, i);
+  auto ignore = OperationEquivalence::ignoreHashValue;
+  for (Operation *c : run.constants)
+    for (Value v : c->getResults())
+      ids[v] = llvm::hash_combine(
+          2, OperationEquivalence::computeHash(
+                 c, ignore, ignore, OperationEquivalence::IgnoreLocations));
+  unsigned next = 0;
+  llvm::hash_code hash = llvm::hash_combine(run.inputs.size(),
+                                            run.outputs.size());
+  for (Operation *op : run.ops) {
+    op->walk<WalkOrder::PreOrder>([&](Operation *nested) {
+      hash = llvm::hash_combine(
+          hash, OperationEquivalence::computeHash(
+                    nested,
+                    [&](Value v) { return ids.lookup(v); }, ignore,
+                    OperationEquivalence::IgnoreLocations));
+      for (Value result : nested->getResults())
+        ids[result] = llvm::hash_combine(3, next++);
+      for (Region &region : nested->getRegions())
+        for (Block &block : region)
+          for (BlockArgument arg : block.getArguments()) {
+            ids[arg] = llvm::hash_combine(4, next++);
+            hash = llvm::hash_combine(hash, arg.getType());
+          }
+    });
+  }
+  for (Value v : run.outputs)
+    hash = llvm::hash_combine(hash, ids.lookup(v));
+  return hash;
+}
+
 /// Values a call passes as they are: tensors and scalars (an async
 /// collective's handle stays in the function that waits on it).
 bool passable(ArrayRef<Value> values) {
@@ -294,8 +334,10 @@ struct OutlineCallsPass
     dropMarks(module);
   }
 
-  /// The call results that replaced the outputs of runs already outlined.
+  /// The call results that replaced the outputs of runs already outlined,
+  /// and those runs (their ops are erased at the end).
   DenseMap<Value, Value> replaced;
+  SmallVector<Run *> done;
 
   void outlineRuns(func::FuncOp func, SymbolTable &symbols) {
     // Maximal runs of ops of one call; constants neither join nor cut one.
@@ -320,42 +362,73 @@ struct OutlineCallsPass
     if (runs.empty())
       return;
     OpBuilder builder(func.getContext());
-    llvm::MapVector<StringRef, SmallVector<Run *>> groups;
     llvm::erase_if(runs, [](Run &run) {
       collectInterface(run);
       return !passable(run.inputs.getArrayRef()) ||
              !passable(run.outputs);
     });
-    for (Run &run : runs) {
-      run.body = buildBody(run, builder, func);
-      run.text = bodyText(run.body);
-    }
+    llvm::MapVector<size_t, SmallVector<Run *>> groups;
     for (Run &run : runs)
-      groups[run.text].push_back(&run);
-    for (auto &[text, members] : groups) {
-      if (members.size() < 2) {
-        members.front()->body.erase();
+      groups[static_cast<size_t>(bodyHash(run))].push_back(&run);
+    for (auto &[hash, members] : groups) {
+      if (members.size() < 2)
+        continue;
+      // Inputs another group's runs returned are now their calls' results.
+      for (Run *run : members) {
+        llvm::SetVector<Value> inputs;
+        for (Value v : run->inputs)
+          inputs.insert(replaced.lookup_or(v, v));
+        run->inputs = std::move(inputs);
+      }
+      func::FuncOp callee = buildBody(*members.front(), builder, func);
+      SmallVector<Run *> same;
+      for (Run *run : members) {
+        if (run != members.front()) {
+          func::FuncOp body = buildBody(*run, builder, func);
+          // The printed bodies where upstream's comparison says no (it
+          // does for some bodies whose printed forms are the same).
+          bool equal = OperationEquivalence::isRegionEquivalentTo(
+                           &callee.getBody(), &body.getBody(),
+                           OperationEquivalence::IgnoreLocations) ||
+                       bodyText(callee) == bodyText(body);
+          body.erase();
+          if (!equal)
+            continue; // a hash collision: that run stays inline
+        }
+        same.push_back(run);
+      }
+      if (same.size() < 2) {
+        callee.erase();
         continue;
       }
-      func::FuncOp callee = members.front()->body;
+      // Named by its printed body: the same layer has the same name in
+      // every program.
       llvm::SmallString<32> name;
       llvm::raw_svector_ostream(name)
-          << "shardx_call_" << llvm::format_hex_no_prefix(llvm::xxh3_64bits(text), 16);
+          << "shardx_call_"
+          << llvm::format_hex_no_prefix(llvm::xxh3_64bits(bodyText(callee)), 16);
       callee.setName(name);
       symbols.insert(callee);
-      for (Run *run : members) {
-        if (run->body != callee)
-          run->body.erase();
+      for (Run *run : same)
         replaceRun(*run, callee, builder);
-      }
     }
+    for (Run *run : done)
+      for (Operation *op : run->ops)
+        op->dropAllReferences();
+    for (Run *run : done)
+      for (Operation *op : run->ops) {
+        op->dropAllUses();
+        op->erase();
+      }
+    done.clear();
+    replaced.clear();
   }
 
   /// The run's ops become one call of `callee`, after the run's last op.
   void replaceRun(Run &run, func::FuncOp callee, OpBuilder &builder) {
     Operation *last = run.ops.back();
     builder.setInsertionPointAfter(last);
-    // An input another run returned is now that run's call's result.
+    // An input a run of this group returned is now that run's call's.
     SmallVector<Value> operands;
     for (Value v : run.inputs)
       operands.push_back(replaced.lookup_or(v, v));
@@ -370,10 +443,9 @@ struct OutlineCallsPass
       op->moveAfter(after);
       after = op;
     }
-    for (Operation *op : llvm::reverse(run.ops)) {
-      op->dropAllUses();
-      op->erase();
-    }
+    // Erased after every group is done: until then `replaced` and the
+    // inputs of other runs may name these ops' results.
+    done.push_back(&run);
   }
 };
 

@@ -471,3 +471,79 @@ def test_autocast_is_part_of_a_region_signature():
     assert got[1].dtype == torch.bfloat16
     for g, r in zip(got, ref):
         torch.testing.assert_close(g, r, rtol=1e-2, atol=1e-2)
+
+
+# -- code generation keeps the calls (shardx-outline-calls) ---------------------
+
+def _compile_text(text, tmp_path, *flags):
+    """shardx-compile --emit=mlir of a traced program (the LLVM dialect)."""
+    import subprocess
+    from shardx.artifact import find_tool
+    src = tmp_path / "step.mlir"
+    src.write_text(text)
+    out = tmp_path / "step.ll.mlir"
+    subprocess.run([find_tool("shardx-compile"), str(src), "--emit=mlir", "-o", str(out),
+                    *flags], check=True)
+    return out.read_text()
+
+
+def _outlined(llvm_text):
+    """{function: calls} of the layer functions shardx-outline-calls made."""
+    funcs = re.findall(r"llvm\.func @(shardx_call_[0-9a-f]+)\(", llvm_text)
+    return {f: len(re.findall(rf"llvm\.call @{f}\(", llvm_text)) for f in funcs}
+
+
+def test_gpt_step_layers_stay_calls_through_code_generation(tmp_path):
+    # After the SPMD pipeline (which inlines the region calls), each layer's
+    # forward, backward and each parameter shape's update is one function
+    # again, called per layer: the first layer differs (it computes the
+    # causal mask the later layers reuse) and stays inline. The compiled
+    # step with those calls is bit-identical to the inline trace's
+    # (test_gpt_step_is_bit_identical_to_the_inline_trace_and_matches_eager
+    # runs it through shardx.compile, which takes this path).
+    step, mesh, ins, outs, args = _gpt(4)
+    outlined = _outlined(_compile_text(trace(step, args, mesh, ins, outs), tmp_path))
+    assert len(outlined) >= 3 and all(n >= 2 for n in outlined.values())
+    # Layers 2..4 share the forward and the backward function.
+    assert max(outlined.values()) >= 3
+    # The inline trace has no regions, so no marks: nothing is outlined.
+    inline = trace(step, args, mesh, ins, outs, regions=False)
+    assert _outlined(_compile_text(inline, tmp_path)) == {}
+
+
+def test_region_called_with_different_layouts_is_compiled_per_layout(tmp_path):
+    # One marked function called on a batch-sharded input (three times) and
+    # on a replicated one: the SPMD pipeline shards each inlined call by its
+    # own layouts, so the local bodies differ. The second and third
+    # batch-sharded calls share a function; the first (which makes the
+    # zero-filled tensor CSE shares with the later calls) and the replicated
+    # call stay inline. Bit-identical to the inline trace, and matches eager.
+    @torch.compiler.nested_compile_region
+    def mlp(x, w1, w2):
+        h = torch.tanh(x @ w1) * 0.5 + 1.0
+        y = (h * h - h) @ w2
+        return torch.relu(y + x) * 2.0 - x * 0.25
+
+    def f(a, b, w1, w2, w3, w4):
+        return mlp(mlp(mlp(a, w1, w2), w3, w4), w1, w2), mlp(b, w1, w2)
+
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 16), torch.randn(8, 16)
+    ws = [torch.randn(16, 32) * 0.2, torch.randn(32, 16) * 0.2,
+          torch.randn(16, 32) * 0.2, torch.randn(32, 16) * 0.2]
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    col, row = [R, S(1)], [R, S(0)]
+    ins = [[S(0), R], [R, R], col, row, col, row]
+    outs = [[S(0), R], [R, R]]
+    text = trace(f, (a, b, *ws), mesh, ins, outs)
+    assert calls(text) == (4, 0, 1)
+    outlined = _outlined(_compile_text(text, tmp_path))
+    assert sorted(outlined.values()) == [2]
+    results = {}
+    for on in (True, False):
+        with regions_enabled(on):
+            g = shardx.compile(f, mesh, ins, outs, name=f"mlp_layouts_{on}")
+            results[on] = leaves(g(a, b, *ws))
+    assert_bit_identical(results[True], results[False])
+    for x, y in zip(results[True], f(a, b, *ws)):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
