@@ -20,7 +20,10 @@ call where autograd differentiates it, and does not trace the block again.
 The importer (``graph.Importer``) emits each traced region once, as a private
 ``func.func``, and each call as ``func.call``; ``shardx-inline-calls``
 inlines them before propagation. The inlined program computes the same
-values, op for op, as the program traced without regions.
+values, op for op, as the program traced without regions. Code generation
+turns the calls whose local bodies are the same back into calls of one
+function (``shardx-outline-calls``, docs/Compiler.md), so it lowers a layer
+once.
 
 Marking regions:
 
