@@ -63,8 +63,12 @@ def RecomputeActivationsPass
     pass anyway (contraction and reduction results are kept); `aggressive`
     also copies contractions and reductions whose inputs the backward pass
     keeps anyway. No copy lengthens a value's life; collectives are never
-    repeated. Copies carry `shardx.recomputed`. The results are bit for bit
-    those without recomputation. Runs on tensors after fusion.
+    repeated. Under every policy (`none` included), the forward ops the
+    importer marks as recomputed by a `torch.utils.checkpoint` region
+    (`fused<"shardx.checkpoint.K">` in their location) are copied before
+    their first backward reader from the region's inputs, which stay alive.
+    Copies carry `shardx.recomputed`. The results are bit for bit those
+    without recomputation. Runs on tensors after fusion.
   }];
   let options = [
     Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
