@@ -132,6 +132,8 @@ def _checkpoint_repeats(graph: torch.fx.Graph):
     for node in graph.nodes:
         if node.op not in ("call_function", "get_attr"):
             continue
+        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            continue  # two draws with the same arguments are not one value
         mark = _recompute_mark(node)
         if mark is not None and node.target in copies:
             repeats[node] = root(node.args[0])
