@@ -17,8 +17,6 @@ uneven cases have 3 token groups and 3 experts on 2 ranks and on the 2x2
 mesh."""
 
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -30,6 +28,7 @@ from shardx import Mesh, Replicate as R, Shard as S
 from shardx.importer import trace
 from shardx.train import TrainStep
 from shardx_dev import models
+from shardx_dev.testing.steps import assert_steps_match_eager, check_on_mpi, run_tool
 
 DIM, HIDDEN = 16, 32
 CASES = {
@@ -73,12 +72,6 @@ def program(request, tmp_path_factory):
     return request.param, path
 
 
-def _run(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout + r.stderr
-
-
 _PLAN = re.compile(r"remark: plan (\[[^\]]*\])(?:, strides = \{[^}]*\})? -> (\[[^\]]*\])"
                    r"(?:, strides = \{[^}]*\})? for tensor<([0-9x]+)xf32>: 1 step, 1 collective, "
                    r"(\d+) bytes/rank")
@@ -114,8 +107,8 @@ def test_plan_moves_routed_tokens(name, tmp_path, build_dir):
     step, mesh, ins, outs, args = _step(name)
     path = tmp_path / "moe.mlir"
     path.write_text(trace(step, args, mesh, ins, outs, name=name))
-    plan = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
-                 "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
     shape, groups, _, experts, capacity = CASES[name]
     moved = buffer_all_to_alls(plan, experts * groups * capacity * DIM)
     expected = routed_bytes(name)
@@ -141,8 +134,8 @@ def test_propagation_chooses_ep_for_large_experts(name, tmp_path, build_dir):
     step, mesh, ins, outs, args = _step(name, constrain=False, dim=256, hidden=1024, cases=LARGE)
     path = tmp_path / "moe.mlir"
     path.write_text(trace(step, args, mesh, ins, outs, name=f"{name}_free"))
-    plan = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
-                 "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
     _, groups, _, experts, capacity = LARGE[name]
     moved = buffer_all_to_alls(plan, experts * groups * capacity * 256)
     assert moved == [routed_bytes(name, dim=256, cases=LARGE)] * 4, plan
@@ -158,7 +151,7 @@ def test_local_program_all_to_all(program, build_dir):
     """The local program moves the expert buffer with shardx.all_to_all (even
     shards) or shardx.exchange (uneven ones) over the "ep" axis."""
     name, path = program
-    local = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
     ep_axis = len(CASES[name][0]) - 1
     moves = re.findall(r"shardx\.(?:all_to_all|exchange) \S+ on @mesh axes = \[([\d, ]+)\]", local)
     assert any(str(ep_axis) in a.split(", ") for a in moves), local[-3000:]
@@ -171,30 +164,14 @@ def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
     step, mesh, ins, outs, args = _step(name)
     path = tmp_path / f"{name}.mlir"
     path.write_text(trace(step, args, mesh, ins, outs, name=name))
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("needs OpenMPI")
-    ranks = int(np.prod(CASES[name][0]))
-    out = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", ranks,
-                f"{build_dir}/bin/shardx-run", path, "--backend", "mpi", "--check"])
-    assert "check passed" in out and "MISMATCH" not in out, out
+    check_on_mpi(build_dir, path, int(np.prod(CASES[name][0])))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_steps_match_eager(name):
     step, mesh, ins, outs, args = _step(name)
     f = shardx.compile(step, mesh, ins, outs)
-    params, state, inputs, target = args
-    sharded, eager = (params, state), (params, state)
-    for i in range(2):
-        loss, p, s = f(sharded[0], sharded[1], inputs, target)
-        el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
-        np.testing.assert_allclose(loss.to_torch().numpy(), el.detach().numpy(), rtol=1e-5,
-                                   atol=1e-6, err_msg=f"{name} step {i}: loss")
-        for j, (a, b) in enumerate(zip(p, ep)):
-            np.testing.assert_allclose(a.to_torch().numpy(), b.detach().numpy(), rtol=1e-4,
-                                       atol=1e-5, err_msg=f"{name} step {i}: parameter {j}")
-        sharded, eager = (p, s), (ep, es)
+    assert_steps_match_eager(f, step, args, name)
 
 
 def test_capacity_drops_tokens_like_eager():

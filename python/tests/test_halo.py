@@ -11,19 +11,17 @@ laid out: propagation chooses the halos itself (one alpha-beta step per
 exchange against all-gathers and replicated compute)."""
 
 import re
-import shutil
-import subprocess
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import shardx
-from shardx import Mesh, Replicate as R, Shard as S
+from shardx import Mesh, Shard as S
 from shardx.importer import trace
 from shardx.train import TrainStep
 from shardx_dev import models
+from shardx_dev.testing.steps import assert_steps_match_eager, check_on_mpi, run_tool
 
 CASES = {
     # name: (image side, levels)
@@ -51,18 +49,12 @@ def program(request, tmp_path_factory):
     return request.param, path
 
 
-def _run(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout + r.stderr
-
-
 def test_windowed_ops_exchange_halos_not_activations(program, build_dir):
     """The local program exchanges halos for every 3x3 convolution (forward,
     input gradient, weight gradient), and moves no whole activation: no
     all-gather, all-to-all or exchange of a 4-d tensor."""
     name, path = program
-    local = _run([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
     halos = re.findall(r"shardx\.halo .* dim = (\d) low = 1 high = 1", local)
     assert halos and set(halos) == {"2", "3"}, local[-3000:]
     moved = re.findall(r"shardx\.(all_gather|all_to_all|exchange) .*: tensor<\S*x\S*x\S*x\S*>", local)
@@ -73,26 +65,11 @@ def test_windowed_ops_exchange_halos_not_activations(program, build_dir):
 
 def test_sharded_matches_unsharded_on_mpi(program, build_dir):
     name, path = program
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("needs OpenMPI")
-    out = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4",
-                f"{build_dir}/bin/shardx-run", path, "--backend", "mpi", "--check"])
-    assert "check passed" in out and "MISMATCH" not in out, out
+    check_on_mpi(build_dir, path, 4)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_steps_match_eager(name):
     step, mesh, ins, outs, args = _step(name)
     f = shardx.compile(step, mesh, ins, outs)
-    params, state, inputs, target = args
-    sharded, eager = (params, state), (params, state)
-    for i in range(2):
-        loss, p, s = f(sharded[0], sharded[1], inputs, target)
-        el, ep, es = step.run_eager(eager[0], eager[1], inputs, target)
-        np.testing.assert_allclose(loss.to_torch().numpy(), el.detach().numpy(), rtol=1e-5,
-                                   atol=1e-6, err_msg=f"{name} step {i}: loss")
-        for j, (a, b) in enumerate(zip(p, ep)):
-            np.testing.assert_allclose(a.to_torch().numpy(), b.detach().numpy(), rtol=1e-4,
-                                       atol=1e-5, err_msg=f"{name} step {i}: parameter {j}")
-        sharded, eager = (p, s), (ep, es)
+    assert_steps_match_eager(f, step, args, name)
