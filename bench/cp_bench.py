@@ -25,7 +25,6 @@ tries it and prints the error it gets.
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -36,7 +35,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx.artifact import find_tool  # noqa: E402
+from shardx_dev.planrun import PlanRunError, check_and_time, print_plan  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
 PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[0-9x]+x\w+>: "
@@ -56,25 +55,20 @@ def measure(args, ranks):
         src = os.path.join(d, "step.mlir")
         with open(src, "w") as f:
             f.write(text)
-        plan = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
-                               "--shardx-insert-reshards", "--shardx-print-plan", "-o",
-                               os.devnull], capture_output=True, text=True)
-        run = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat",
-                              str(args.repeat), "--rtol", "1e-3", "--atol", "1e-4"],
-                             capture_output=True, text=True)
-    if plan.returncode != 0 or run.returncode != 0:
-        print(plan.stderr[-2000:], run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
-        return None
+        try:
+            plan = print_plan(src)
+            sharded, unsharded = check_and_time(src, args.repeat)
+        except PlanRunError as e:
+            print(e, file=sys.stderr)
+            return None
     kv = sc = other = 0
-    for a, b, n in PLAN.findall(plan.stderr):
+    for a, b, n in PLAN.findall(plan):
         if a.startswith("[S(") and b == "[R]":
             kv += int(n)
         elif a == "[P(sum)]" and b.startswith("[S("):
             sc += int(n)
         else:
             other += int(n)
-    sharded = float(re.search(r"outputs, ([0-9.]+) ms", run.stdout).group(1))
-    unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", run.stdout).group(1))
     return kv, sc, other, sharded, unsharded
 
 

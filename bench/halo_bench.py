@@ -16,7 +16,6 @@ more about the overhead than about the scaling.
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -27,7 +26,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx.artifact import find_tool  # noqa: E402
+from shardx_dev.planrun import PlanRunError, check_and_time, print_plan  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
 
@@ -49,19 +48,14 @@ def main() -> int:
         src = os.path.join(d, "step.mlir")
         with open(src, "w") as f:
             f.write(text)
-        plan = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
-                               "--shardx-insert-reshards", "--shardx-print-plan", "-o",
-                               os.devnull], capture_output=True, text=True)
-        run = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat",
-                              str(args.repeat), "--rtol", "1e-3", "--atol", "1e-4"],
-                             capture_output=True, text=True)
-    if plan.returncode != 0 or run.returncode != 0:
-        print(plan.stderr[-2000:], run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
-        return 1
-    halos = [int(b) for b in re.findall(r"remark: halo .*: (\d+) bytes/rank", plan.stderr)]
-    reshards = [int(b) for b in re.findall(r"remark: plan .*?, (\d+) bytes/rank", plan.stderr)]
-    sharded = float(re.search(r"outputs, ([0-9.]+) ms", run.stdout).group(1))
-    unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", run.stdout).group(1))
+        try:
+            plan = print_plan(src)
+            sharded, unsharded = check_and_time(src, args.repeat)
+        except PlanRunError as e:
+            print(e, file=sys.stderr)
+            return 1
+    halos = [int(b) for b in re.findall(r"remark: halo .*: (\d+) bytes/rank", plan)]
+    reshards = [int(b) for b in re.findall(r"remark: plan .*?, (\d+) bytes/rank", plan)]
     print(f"HaloUNet train step: batch {args.batch}, {args.side}x{args.side}, width {args.width}, "
           f"SGD; 2x2 mesh (H, W split); {os.cpu_count()} cores; median of {args.repeat} runs")
     print(f"plan: {len(halos)} halo exchanges, {sum(halos)} bytes/rank; {len(reshards)} reshards, "

@@ -31,7 +31,6 @@ import math
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Replicate as R, Shard as S, TrainStep, trace  # noqa: E402
-from shardx.artifact import find_tool  # noqa: E402
+from shardx_dev.planrun import PlanRunError, check_and_time, print_plan  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
 MESHES = {
@@ -70,9 +69,7 @@ def program(args, mesh_name, constrain):
 
 def plan_bytes(src, buffer_numel):
     """(buffer all-to-alls' bytes, every plan's bytes, collectives) per rank."""
-    out = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
-                          "--shardx-insert-reshards", "--shardx-print-plan", "-o", os.devnull],
-                         capture_output=True, text=True, check=True).stderr
+    out = print_plan(src)
     a2a, total, colls = [], 0, 0
     for src_l, dst_l, dims, n, nbytes in _PLAN.findall(out):
         total += int(nbytes)
@@ -191,14 +188,12 @@ def main() -> int:
                 with open(src, "w") as f:
                     f.write(program(args, name, constrain))
                 figures[constrain] = plan_bytes(src, buffer_numel)
-            run = subprocess.run([find_tool("shardx-run"), os.path.join(d, f"{name}_True.mlir"),
-                                  "--check", "--repeat", str(args.repeat), "--rtol", "1e-3",
-                                  "--atol", "1e-4"], capture_output=True, text=True)
-            if run.returncode != 0:
-                print(run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
+            try:
+                sharded, unsharded = check_and_time(os.path.join(d, f"{name}_True.mlir"),
+                                                    args.repeat)
+            except PlanRunError as e:
+                print(e, file=sys.stderr)
                 return 1
-            sharded = float(re.search(r"outputs, ([0-9.]+) ms", run.stdout).group(1))
-            unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", run.stdout).group(1))
             (a2a, total, colls), (fa2a, ftotal, fcolls) = figures[True], figures[False]
             print(f"{name} {'x'.join(map(str, shape))}: EP plan {len(a2a)} buffer all-to-alls of "
                   f"{sorted(set(a2a))} bytes/rank (routed tokens: {routed}), {colls} collectives, "

@@ -1,0 +1,41 @@
+"""What the parallel-style benchmarks (bench/halo_bench.py, cp_bench.py,
+moe_bench.py) run on a traced step: print-plan's remarks, and the sharded
+step against the unsharded one timed in one ``shardx-run --check`` run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Tuple
+
+from shardx.artifact import find_tool
+
+
+class PlanRunError(RuntimeError):
+    """A tool failed on the benchmark's program (its output is the message)."""
+
+
+def print_plan(src: str) -> str:
+    """The remarks of ``--shardx-propagate --shardx-insert-reshards
+    --shardx-print-plan`` on the program at ``src``."""
+    r = subprocess.run([find_tool("shardx-opt"), src, "--shardx-propagate",
+                        "--shardx-insert-reshards", "--shardx-print-plan", "-o", os.devnull],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PlanRunError(r.stderr[-2000:])
+    return r.stderr
+
+
+def check_and_time(src: str, repeat: int) -> Tuple[float, float]:
+    """(sharded, unsharded) step time in ms, each the median of ``repeat``
+    runs, from one ``shardx-run --check`` of the program at ``src`` on the
+    threads backend. The check's tolerances are 10x the tool's default:
+    these steps are larger than the tests' and sum in other orders."""
+    r = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat", str(repeat),
+                        "--rtol", "1e-3", "--atol", "1e-4"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PlanRunError(r.stdout[-2000:] + r.stderr[-2000:])
+    sharded = float(re.search(r"outputs, ([0-9.]+) ms", r.stdout).group(1))
+    unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", r.stdout).group(1))
+    return sharded, unsharded
