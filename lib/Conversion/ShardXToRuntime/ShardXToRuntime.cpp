@@ -396,8 +396,10 @@ struct ChunkLowering : CollectivePattern<ChunkOp> {
                                RuntimeCalls &rt) const {
     auto inType = cast<RankedTensorType>(in.getType());
     int64_t dim = op.getDim();
-    if (failed(unevenCounts(op, inType, dim, op.getStride(), sizes)))
-      return failure();
+    // A slice: other dims may be dynamic (uneven shards of another axis).
+    if (op.getStride() != 1)
+      return op.emitError("uneven strided collectives are not supported by "
+                          "the CPU back end");
     SmallVector<int64_t> prefix;
     int64_t acc = 0;
     for (int64_t s : sizes) {
@@ -411,9 +413,12 @@ struct ChunkLowering : CollectivePattern<ChunkOp> {
     SmallVector<OpFoldResult> lengths,
         strides(inType.getRank(), b.getIndexAttr(1));
     for (int64_t d = 0; d < inType.getRank(); ++d)
-      lengths.push_back(
-          d == dim ? OpFoldResult(length)
-                   : OpFoldResult(b.getIndexAttr(inType.getDimSize(d))));
+      lengths.push_back(d == dim ? OpFoldResult(length)
+                        : inType.isDynamicDim(d)
+                            ? OpFoldResult(
+                                  tensor::DimOp::create(b, rt.loc, in, d)
+                                      .getResult())
+                            : OpFoldResult(b.getIndexAttr(inType.getDimSize(d))));
     offsets[dim] = offset;
     SmallVector<int64_t> sliceShape(inType.getShape());
     sliceShape[dim] = ShapedType::kDynamic;

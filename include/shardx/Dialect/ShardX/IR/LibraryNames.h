@@ -23,11 +23,13 @@ namespace shardx::tools {}
 
 namespace mlir::shardx {
 // The layout algebra (shardx/Layout/Layout.h).
+using ::shardx::allMeshCoords;
 using ::shardx::DimSharding;
 using ::shardx::Interval;
 using ::shardx::Layout;
 using ::shardx::chunkInterval;
 using ::shardx::LayoutSpelling;
+using ::shardx::linearizeCoords;
 using ::shardx::LocalShard;
 using ::shardx::parseReduceOp;
 using ::shardx::Placement;

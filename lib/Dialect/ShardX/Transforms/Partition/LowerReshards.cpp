@@ -49,6 +49,53 @@ FailureOr<Value> rescale(OpBuilder &b, Location loc, Value value,
   return generic.getResult(0);
 }
 
+/// The piece of each group member when the chunk `step` (R -> S, no
+/// communication) keeps one contiguous run of the operand's dim whose size
+/// differs between members: member `j` keeps the `j`-th run of the result.
+/// Nullopt where the step is not such a chunk (a strided chunk, an operand
+/// dim that differs between ranks, pieces that depend on other axes); an
+/// exchange does it.
+std::optional<SmallVector<int64_t>>
+unevenChunkSizes(const Step &step, RankedTensorType global,
+                 RankedTensorType operand, ArrayRef<int64_t> meshShapeRef) {
+  if (step.kind != Step::Kind::Chunk || step.outer != 1 ||
+      operand.isDynamicDim(step.dim))
+    return std::nullopt;
+  std::vector<int64_t> meshShape(meshShapeRef.begin(), meshShapeRef.end());
+  std::vector<int64_t> shape(global.getShape().begin(),
+                             global.getShape().end());
+  int64_t n = 1;
+  for (int64_t a : step.axes)
+    n *= meshShape[a];
+  int64_t dim = step.dim;
+  SmallVector<int64_t> sizes(n, -1), offsets(n, -1);
+  for (const std::vector<int64_t> &c : allMeshCoords(meshShape)) {
+    LocalShard before =
+        step.before.getLocalShard(meshShape, shape, c);
+    LocalShard after = step.after.getLocalShard(meshShape, shape, c);
+    if (before.runs[dim].size() != 1 || after.runs[dim].size() != 1 ||
+        before.shape[dim] != operand.getDimSize(dim))
+      return std::nullopt;
+    int64_t j = linearizeCoords(meshShape, step.axes, c);
+    int64_t size = after.runs[dim][0].size;
+    int64_t offset = after.runs[dim][0].offset - before.runs[dim][0].offset;
+    if ((sizes[j] >= 0 && sizes[j] != size) ||
+        (offsets[j] >= 0 && offsets[j] != offset))
+      return std::nullopt;
+    sizes[j] = size;
+    offsets[j] = offset;
+  }
+  int64_t next = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (offsets[j] != next)
+      return std::nullopt;
+    next += sizes[j];
+  }
+  if (next != operand.getDimSize(dim))
+    return std::nullopt;
+  return sizes;
+}
+
 /// Emits `plan` for `op` and replaces it.
 LogicalResult lower(RedistributeOp op, const Plan &plan,
                     ArrayRef<int64_t> meshShape) {
@@ -71,12 +118,21 @@ LogicalResult lower(RedistributeOp op, const Plan &plan,
     };
     // Where ranks hold shards of different sizes before or after a step that
     // moves data, the layouts say who holds what: one general exchange.
+    // A chunk that keeps one run per member stays local: shardx.chunk with
+    // the members' sizes.
+    auto operand = cast<RankedTensorType>(current.getType());
     bool movesData = step.kind != Step::Kind::AllReduce &&
                      step.kind != Step::Kind::PartitionValue &&
                      step.kind != Step::Kind::Rescale;
     if (movesData &&
-        (!type.hasStaticShape() ||
-         !cast<RankedTensorType>(current.getType()).hasStaticShape())) {
+        (!type.hasStaticShape() || !operand.hasStaticShape())) {
+      if (std::optional<SmallVector<int64_t>> sizes =
+              unevenChunkSizes(step, global, operand, meshShape)) {
+        current = ChunkOp::create(b, loc, type, current, mesh, axes,
+                                  i64(step.dim), i64(1),
+                                  b.getDenseI64ArrayAttr(*sizes));
+        continue;
+      }
       current = ExchangeOp::create(
           b, loc, type, current, mesh, axes,
           LayoutAttr::get(mesh, step.before), LayoutAttr::get(mesh, step.after),

@@ -78,29 +78,56 @@ func.func @reorder(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
 
 // -----
 
-// Tests that steps on uneven shards (7 rows on 4 ranks: 2, 2, 2, 1) become
-// exchanges that carry their layouts and the global shape, from and to the
-// dynamic local types.
+// Tests that steps on uneven shards (7 rows on 4 ranks: 2, 2, 2, 1) that
+// move data become exchanges that carry their layouts and the global shape,
+// from and to the dynamic local types; R -> S moves nothing and stays a
+// local chunk with the members' sizes.
 shardx.mesh @mesh(shape = 4)
 // CHECK-LABEL: func.func @uneven
 func.func @uneven(%x: tensor<7x3xf32>) -> (tensor<7x3xf32>, tensor<7x3xf32>) {
   // CHECK: builtin.unrealized_conversion_cast %{{.*}} : tensor<7x3xf32> to tensor<?x3xf32>
   // CHECK-NEXT: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]> shape = [7, 3] : tensor<?x3xf32> -> tensor<7x3xf32>
   %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [S(0)]> to #shardx.layout<@mesh, [R]>
-  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]> shape = [7, 3] : tensor<7x3xf32> -> tensor<?x3xf32>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [2, 2, 2, 1] : tensor<7x3xf32> -> tensor<?x3xf32>
   %1 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)]>
   return %0, %1 : tensor<7x3xf32>, tensor<7x3xf32>
 }
 
 // -----
 
-// Tests that explicit uneven sizes travel in the exchange's target layout.
+// Tests that R -> S with explicit uneven sizes is a local chunk with those
+// sizes, and that moving data out of such a shard is an exchange whose
+// source layout carries them.
 shardx.mesh @mesh(shape = 2)
 // CHECK-LABEL: func.func @explicit_sizes
-func.func @explicit_sizes(%x: tensor<7x3xf32>) -> tensor<7x3xf32> {
-  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}> shape = [7, 3] : tensor<7x3xf32> -> tensor<?x3xf32>
+func.func @explicit_sizes(%x: tensor<7x3xf32>) -> (tensor<7x3xf32>, tensor<7x3xf32>) {
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 0 sizes = [5, 2] : tensor<7x3xf32> -> tensor<?x3xf32>
   %0 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [R]> to #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}>
-  return %0 : tensor<7x3xf32>
+  // CHECK: shardx.exchange %{{.*}} on @mesh axes = [0] from #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}> to #shardx.layout<@mesh, [R]> shape = [7, 3] : tensor<?x3xf32> -> tensor<7x3xf32>
+  %1 = shardx.redistribute %x : tensor<7x3xf32> from #shardx.layout<@mesh, [S(0)], sizes = {0 = [5, 2]}> to #shardx.layout<@mesh, [R]>
+  return %0, %1 : tensor<7x3xf32>, tensor<7x3xf32>
+}
+
+// -----
+
+// Tests that R -> S on either axis of a 2-D mesh with uneven pieces (30 rows
+// on 4: 8, 8, 8, 6) is a local chunk over that axis, also after the other
+// axis split another dim evenly or the same dim (nested: 15 rows on 4), or
+// split another dim unevenly (an operand of dynamic shape).
+shardx.mesh @mesh(shape = 2x4)
+// CHECK-LABEL: func.func @uneven_2d
+func.func @uneven_2d(%x: tensor<30x4xf32>) -> (tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>) {
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [1] dim = 0 sizes = [8, 8, 8, 6] : tensor<30x4xf32> -> tensor<?x4xf32>
+  %0 = shardx.redistribute %x : tensor<30x4xf32> from #shardx.layout<@mesh, [R, R]> to #shardx.layout<@mesh, [R, S(0)]>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [1] dim = 0 sizes = [8, 8, 8, 6] : tensor<30x2xf32> -> tensor<?x2xf32>
+  %1 = shardx.redistribute %x : tensor<30x4xf32> from #shardx.layout<@mesh, [S(1), R]> to #shardx.layout<@mesh, [S(1), S(0)]>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 1 sizes = [3, 1] : tensor<30x4xf32> -> tensor<30x?xf32>
+  %2 = shardx.redistribute %x : tensor<30x4xf32> from #shardx.layout<@mesh, [R, R]> to #shardx.layout<@mesh, [S(1), R], sizes = {1 = [3, 1]}>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [1] dim = 0 sizes = [4, 4, 4, 3] : tensor<15x4xf32> -> tensor<?x4xf32>
+  %3 = shardx.redistribute %x : tensor<30x4xf32> from #shardx.layout<@mesh, [S(0), R]> to #shardx.layout<@mesh, [S(0), S(0)]>
+  // CHECK: shardx.chunk %{{.*}} on @mesh axes = [0] dim = 1 sizes = [2, 2] : tensor<?x4xf32> -> tensor<?x2xf32>
+  %4 = shardx.redistribute %x : tensor<30x4xf32> from #shardx.layout<@mesh, [R, S(0)]> to #shardx.layout<@mesh, [S(1), S(0)]>
+  return %0, %1, %2, %3, %4 : tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>, tensor<30x4xf32>
 }
 
 // -----
