@@ -358,7 +358,11 @@ struct OutlineCallsPass
     }
     for (Run &run : runs)
       dropPlacedOps(run);
-    llvm::erase_if(runs, [&](const Run &run) { return run.ops.size() < minOps; });
+    // A run whose ops all stayed outside (e.g. only bucket extracts) is empty
+    // whatever `min-ops` says.
+    llvm::erase_if(runs, [&](const Run &run) {
+      return run.ops.empty() || run.ops.size() < minOps;
+    });
     if (runs.empty())
       return;
     OpBuilder builder(func.getContext());
