@@ -1,4 +1,4 @@
-//===- OutlineCalls.cpp - Inlined region calls back into calls -------------===//
+//===- OutlineCalls.cpp - Inlined region calls back into calls ------------===//
 //
 // Part of ShardX.
 //
@@ -216,14 +216,13 @@ llvm::hash_code bodyHash(const Run &run) {
           2, OperationEquivalence::computeHash(
                  c, ignore, ignore, OperationEquivalence::IgnoreLocations));
   unsigned next = 0;
-  llvm::hash_code hash = llvm::hash_combine(run.inputs.size(),
-                                            run.outputs.size());
+  llvm::hash_code hash =
+      llvm::hash_combine(run.inputs.size(), run.outputs.size());
   for (Operation *op : run.ops) {
     op->walk<WalkOrder::PreOrder>([&](Operation *nested) {
       hash = llvm::hash_combine(
           hash, OperationEquivalence::computeHash(
-                    nested,
-                    [&](Value v) { return ids.lookup(v); }, ignore,
+                    nested, [&](Value v) { return ids.lookup(v); }, ignore,
                     OperationEquivalence::IgnoreLocations));
       for (Value result : nested->getResults())
         ids[result] = llvm::hash_combine(3, next++);
@@ -368,8 +367,7 @@ struct OutlineCallsPass
     OpBuilder builder(func.getContext());
     llvm::erase_if(runs, [](Run &run) {
       collectInterface(run);
-      return !passable(run.inputs.getArrayRef()) ||
-             !passable(run.outputs);
+      return !passable(run.inputs.getArrayRef()) || !passable(run.outputs);
     });
     llvm::MapVector<size_t, SmallVector<Run *>> groups;
     for (Run &run : runs)
@@ -410,7 +408,8 @@ struct OutlineCallsPass
       llvm::SmallString<32> name;
       llvm::raw_svector_ostream(name)
           << "shardx_call_"
-          << llvm::format_hex_no_prefix(llvm::xxh3_64bits(bodyText(callee)), 16);
+          << llvm::format_hex_no_prefix(llvm::xxh3_64bits(bodyText(callee)),
+                                        16);
       callee.setName(name);
       symbols.insert(callee);
       for (Run *run : same)
@@ -436,8 +435,7 @@ struct OutlineCallsPass
     SmallVector<Value> operands;
     for (Value v : run.inputs)
       operands.push_back(replaced.lookup_or(v, v));
-    auto call =
-        func::CallOp::create(builder, last->getLoc(), callee, operands);
+    auto call = func::CallOp::create(builder, last->getLoc(), callee, operands);
     for (auto [old, now] : llvm::zip(run.outputs, call.getResults())) {
       old.replaceAllUsesWith(now);
       replaced[old] = now;
