@@ -26,9 +26,11 @@
 // buffers the caller may free: a returned constant, argument or buffer
 // returned twice is copied into a fresh allocation first.
 //
-// Functions this does not cover (a buffer allocated in a nested region, a
-// call that returns a buffer, a deallocation already there) make the
-// caller fall back to the ownership-based pipeline for the whole module.
+// A call of a function of the module returns fresh buffers the caller owns
+// and frees like its own allocations. Functions this does not cover (a
+// buffer allocated in a nested region, an external call that returns a
+// buffer, a deallocation already there) make the caller fall back to the
+// ownership-based pipeline for the whole module.
 //
 //===----------------------------------------------------------------------===//
 
@@ -55,6 +57,23 @@ namespace mlir::shardx {
 
 namespace {
 
+/// Whether `op` calls a function of the module whose buffer results are
+/// identity-layout memrefs: placeInFunction makes each a fresh allocation
+/// (ownReturnedBuffers), which the caller owns and frees.
+bool ownedCallResults(Operation *op) {
+  auto call = dyn_cast<func::CallOp>(op);
+  if (!call)
+    return false;
+  auto callee =
+      SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(op, call.getCalleeAttr());
+  if (!callee || callee.isExternal())
+    return false;
+  return llvm::all_of(op->getResultTypes(), [](Type t) {
+    auto m = dyn_cast<BaseMemRefType>(t);
+    return !m || (isa<MemRefType>(m) && cast<MemRefType>(m).getLayout().isIdentity());
+  });
+}
+
 /// Why `func` is not covered, or empty.
 std::string unsupported(func::FuncOp func) {
   if (!func.getBody().hasOneBlock())
@@ -75,7 +94,8 @@ std::string unsupported(func::FuncOp func) {
                           [](Type t) { return isa<BaseMemRefType>(t); }))
       why = "a region op returns a buffer";
     else if (auto call = dyn_cast<CallOpInterface>(op);
-             call && llvm::any_of(op->getResultTypes(), [](Type t) {
+             call && !ownedCallResults(op) &&
+             llvm::any_of(op->getResultTypes(), [](Type t) {
                return isa<BaseMemRefType>(t);
              }))
       why = "a call returns a buffer";
@@ -120,7 +140,9 @@ void ownReturnedBuffers(func::FuncOp func) {
       if (!type)
         continue;
       Value root = rootBuffer(operand.get());
-      if (root.getDefiningOp<memref::AllocOp>() && claimed.insert(root).second)
+      Operation *def = root.getDefiningOp();
+      if (def && (isa<memref::AllocOp>(def) || ownedCallResults(def)) &&
+          claimed.insert(root).second)
         continue;
       // A strided view cannot be copied into its own type (function
       // results have identity layouts after bufferization; the executor
@@ -148,14 +170,24 @@ void placeInFunction(func::FuncOp func) {
   unsigned n = 0;
   for (Operation &op : *entry)
     position[&op] = n++;
-  SmallVector<memref::AllocOp> allocs(entry->getOps<memref::AllocOp>());
-  for (memref::AllocOp alloc : allocs) {
+  // The buffers the function owns: its allocations and the buffer results
+  // of calls of the module's functions.
+  SmallVector<Value> allocs;
+  for (Operation &op : *entry) {
+    if (isa<memref::AllocOp>(op))
+      allocs.push_back(op.getResult(0));
+    else if (ownedCallResults(&op))
+      for (Value r : op.getResults())
+        if (isa<BaseMemRefType>(r.getType()))
+          allocs.push_back(r);
+  }
+  for (Value alloc : allocs) {
     // Every op reached from the buffer through results that may hold it:
     // views, casts, transposes, pointers taken, a collective's request.
-    Operation *last = alloc;
+    Operation *last = alloc.getDefiningOp();
     bool returned = false;
-    SmallVector<Operation *> work(alloc->getUsers().begin(),
-                                  alloc->getUsers().end());
+    SmallVector<Operation *> work(alloc.getUsers().begin(),
+                                  alloc.getUsers().end());
     llvm::SmallPtrSet<Operation *, 16> seen;
     while (!work.empty()) {
       Operation *user = work.pop_back_val();
@@ -177,7 +209,7 @@ void placeInFunction(func::FuncOp func) {
       continue;
     OpBuilder b(func.getContext());
     b.setInsertionPointAfter(last);
-    memref::DeallocOp::create(b, alloc.getLoc(), alloc.getResult());
+    memref::DeallocOp::create(b, alloc.getLoc(), alloc);
   }
 }
 
