@@ -267,8 +267,14 @@ def memory_profile(mlir_text: str, target: str = "cpu",
             raise RuntimeError(f"shardx-opt {what} failed:\n{proc.stderr}")
         return proc.stdout
 
-    text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
-               mlir_text, "--shardx-spmd")
+    # Buffers as shardx-compile: the SPMD pipeline only for a program with
+    # layouts (it inlines region calls, which the compiled program keeps).
+    if level == "tensors" or re.search(r"shardx\.layout|^\s*(%[^=]*=\s*)?\"?shardx\.(?!mesh\b)\w",
+                 mlir_text, re.M):
+        text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
+                   mlir_text, "--shardx-spmd")
+    else:
+        text = mlir_text
     fd, path = tempfile.mkstemp(prefix="shardx-memory.", suffix=".json")
     os.close(fd)
     try:
