@@ -119,6 +119,23 @@ static int64_t overlap(const std::vector<Interval> &a,
   return total;
 }
 
+double Search::maxLackBytes(const Layout &from, const Layout &to) {
+  charge(static_cast<int64_t>(coords.size()) *
+         (shardWork(from) + shardWork(to)));
+  double lack = 0;
+  for (const auto &c : coords) {
+    LocalShard have = from.getLocalShard(meshShape, shape, c);
+    LocalShard want = to.getLocalShard(meshShape, shape, c);
+    double wanted = 1, common = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      wanted *= static_cast<double>(want.shape[d]);
+      common *= static_cast<double>(overlap(have.runs[d], want.runs[d]));
+    }
+    lack = std::max(lack, wanted - common);
+  }
+  return lack * static_cast<double>(elementBytes);
+}
+
 double Search::remainingCostBound(const Layout &l) {
   if (l == dst)
     return 0;

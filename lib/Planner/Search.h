@@ -142,6 +142,9 @@ private:
     return *std::max_element(b.begin(), b.end());
   }
   bool isEven(const Layout &l) { return rankBytes(l).size() == 1; }
+  /// The most bytes any rank lacks of its shard of `to` when it holds its
+  /// shard of `from`: what it receives in one step from `from` to `to`.
+  double maxLackBytes(const Layout &from, const Layout &to);
   int64_t groupSize(const std::vector<int64_t> &axes) const {
     return mesh.groupSize(axes);
   }

@@ -332,8 +332,14 @@ void Search::addGathers(const Layout &l, double inBytes, bool inEven,
                         a2a.splitDim = d;
                         a2a.splitOuter = splitOuter;
                         a2a.sizes = after.getDim(d)->sizes;
-                        push(out, a2a, std::move(after),
-                             static_cast<double>(n - 1) / n * inBytes);
+                        // Even shards: each rank keeps 1/n of its shard and
+                        // receives the rest. Uneven: what the rank that
+                        // receives most lacks of its new shard.
+                        double received =
+                            inEven && isEven(after)
+                                ? static_cast<double>(n - 1) / n * inBytes
+                                : maxLackBytes(l, after);
+                        push(out, a2a, std::move(after), received);
                       });
       }
     }

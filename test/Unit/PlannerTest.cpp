@@ -152,6 +152,23 @@ TEST(Planner, ShardToShardIsOneAllToAll) {
                    lowerBoundBytes(Step::Kind::AllToAll, 4, 8 * 8 * 4));
 }
 
+TEST(Planner, UnevenAllToAllIsPricedAtTheLargestReceive) {
+  // 3 experts x 10 tokens x 16 on 2 ranks: experts split 2 and 1, tokens 5
+  // and 5. Either way rank 0 or 1 lacks 2 experts of 5 tokens of its new
+  // shard (160 floats); (n - 1) / n of the largest shard would say 120 or
+  // 160, the even formula on the source 120.
+  Planner planner({{2}, {}});
+  Layout experts = layoutOf({Placement::shard(0)}, {2});
+  Layout tokens = layoutOf({Placement::shard(1)}, {2});
+  for (const auto &[src, dst] :
+       {std::pair(tokens, experts), std::pair(experts, tokens)}) {
+    Plan plan = mustPlan(planner, src, dst, {3, 10, 16});
+    ASSERT_EQ(plan.steps.size(), 1u) << planStr(plan);
+    EXPECT_EQ(plan.steps[0].kind, Step::Kind::AllToAll);
+    EXPECT_DOUBLE_EQ(plan.bytesPerRank, 2 * 5 * 16 * 4) << planStr(plan);
+  }
+}
+
 TEST(Planner, PartialToShardIsOneReduceScatter) {
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
                       ReduceOp::Min, ReduceOp::Prod}) {
