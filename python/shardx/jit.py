@@ -269,10 +269,12 @@ def memory_profile(mlir_text: str, target: str = "cpu",
 
     # Buffers as shardx-compile: the SPMD pipeline only for a program with
     # layouts (it inlines region calls, which the compiled program keeps).
+    # Its text keeps the locations: they mark the inlined calls and the
+    # checkpointed ops that code generation outlines and recomputes.
     if level == "tensors" or re.search(r"shardx\.layout|^\s*(%[^=]*=\s*)?\"?shardx\.(?!mesh\b)\w",
                  mlir_text, re.M):
-        text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}"],
-                   mlir_text, "--shardx-spmd")
+        text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}",
+                    "-mlir-print-debuginfo"], mlir_text, "--shardx-spmd")
     else:
         text = mlir_text
     fd, path = tempfile.mkstemp(prefix="shardx-memory.", suffix=".json")

@@ -84,3 +84,47 @@ def test_report_draws_the_modeled_memory(tmp_path):
     # The peak of the copy lowered to buffers, as the JIT's default level.
     lowered = memory_profile(text, "cpu", "buffers")[0]
     assert f'class="buffer-peak" data-bytes="{lowered["peak_bytes"]}"' in html
+
+
+class _Stack(torch.nn.Module):
+    """`n` pre-norm transformer blocks, each through
+    torch.utils.checkpoint when `checkpointed`."""
+
+    def __init__(self, n, dim, checkpointed):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([models.Block(dim, 4, 4 * dim) for _ in range(n)])
+        self.checkpointed = checkpointed
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if self.checkpointed else b(x)
+        return x
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_stacked_blocks_are_modeled_within_ten_percent(checkpointed, sharded):
+    # Tests a regionally traced stack of three blocks (its layers compiled as
+    # calls) with and without activation checkpointing, unsharded and with
+    # Megatron placements on 2 ranks: the model of what runs is within 10% of
+    # the measured peak (it was 0.28 of it: calls returning buffers made the
+    # compiled step free nothing, and the profile modeled the inlined step).
+    torch.manual_seed(0)
+    step = shardx.TrainStep(_Stack(3, 32, checkpointed), F.mse_loss, "sgd", lr=0.1)
+    args = step.example_args([torch.randn(2, 32, 32)], torch.randn(2, 32, 32))
+    if sharded:
+        mesh = Mesh((2,), ("tp",))
+        col, row = [S(0)], [S(1)]
+        names = {}
+        for k in range(3):
+            for p in ("attn.q", "attn.k", "attn.v", "fc1"):
+                names[f"blocks.{k}.{p}.weight"] = names[f"blocks.{k}.{p}.bias"] = col
+            names[f"blocks.{k}.attn.out.weight"] = names[f"blocks.{k}.fc2.weight"] = row
+        ins, outs = step.placements(mesh, names, [[R()]], [R()])
+        compiled = shardx.compile(step, mesh=mesh, in_placements=ins, out_placements=outs)
+    else:
+        compiled = shardx.compile(step, mesh=None)
+    measured = max(measured_peaks(compiled, args))
+    modeled = compiled.memory_profile()[0]["allocated_peak_bytes"]
+    assert 0.9 <= modeled / measured <= 1.1, (modeled, measured)
