@@ -413,12 +413,12 @@ struct ChunkLowering : CollectivePattern<ChunkOp> {
     SmallVector<OpFoldResult> lengths,
         strides(inType.getRank(), b.getIndexAttr(1));
     for (int64_t d = 0; d < inType.getRank(); ++d)
-      lengths.push_back(d == dim ? OpFoldResult(length)
-                        : inType.isDynamicDim(d)
-                            ? OpFoldResult(
-                                  tensor::DimOp::create(b, rt.loc, in, d)
-                                      .getResult())
-                            : OpFoldResult(b.getIndexAttr(inType.getDimSize(d))));
+      lengths.push_back(
+          d == dim ? OpFoldResult(length)
+          : inType.isDynamicDim(d)
+              ? OpFoldResult(
+                    tensor::DimOp::create(b, rt.loc, in, d).getResult())
+              : OpFoldResult(b.getIndexAttr(inType.getDimSize(d))));
     offsets[dim] = offset;
     SmallVector<int64_t> sliceShape(inType.getShape());
     sliceShape[dim] = ShapedType::kDynamic;

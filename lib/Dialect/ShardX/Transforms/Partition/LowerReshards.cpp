@@ -70,8 +70,7 @@ unevenChunkSizes(const Step &step, RankedTensorType global,
   int64_t dim = step.dim;
   SmallVector<int64_t> sizes(n, -1), offsets(n, -1);
   for (const std::vector<int64_t> &c : allMeshCoords(meshShape)) {
-    LocalShard before =
-        step.before.getLocalShard(meshShape, shape, c);
+    LocalShard before = step.before.getLocalShard(meshShape, shape, c);
     LocalShard after = step.after.getLocalShard(meshShape, shape, c);
     if (before.runs[dim].size() != 1 || after.runs[dim].size() != 1 ||
         before.shape[dim] != operand.getDimSize(dim))
@@ -124,13 +123,12 @@ LogicalResult lower(RedistributeOp op, const Plan &plan,
     bool movesData = step.kind != Step::Kind::AllReduce &&
                      step.kind != Step::Kind::PartitionValue &&
                      step.kind != Step::Kind::Rescale;
-    if (movesData &&
-        (!type.hasStaticShape() || !operand.hasStaticShape())) {
+    if (movesData && (!type.hasStaticShape() || !operand.hasStaticShape())) {
       if (std::optional<SmallVector<int64_t>> sizes =
               unevenChunkSizes(step, global, operand, meshShape)) {
-        current = ChunkOp::create(b, loc, type, current, mesh, axes,
-                                  i64(step.dim), i64(1),
-                                  b.getDenseI64ArrayAttr(*sizes));
+        current =
+            ChunkOp::create(b, loc, type, current, mesh, axes, i64(step.dim),
+                            i64(1), b.getDenseI64ArrayAttr(*sizes));
         continue;
       }
       current = ExchangeOp::create(
