@@ -325,23 +325,40 @@ def test_compile_with_a_budget_no_plan_fits_is_an_error():
 
 def test_repeated_layers_take_one_layout_together(tmp_path):
     """Tests that the parameters of identical layers are one decision: a
-    stack of two transformer blocks has one group per parameter of a block,
-    each holding both layers' parameter and Adam state, and the output gives
-    both layers the same layouts."""
+    stack of two transformer blocks and a final LayerNorm (as GPT ends) has
+    one group per parameter of a block, each holding both layers' parameter
+    and Adam state, and the output gives both layers the same layouts."""
     torch.manual_seed(0)
-    stack = nn.Sequential(models.Block(16, 4, 32), models.Block(16, 4, 32))
+    stack = nn.Sequential(models.Block(16, 4, 32), models.Block(16, 4, 32), nn.LayerNorm(16))
     per_block = len(list(models.Block(16, 4, 32).parameters()))
     step = TrainStep(stack, F.mse_loss, "adam", lr=1e-3)
     x, y = torch.randn(16, 4, 16), torch.randn(16, 4, 16)
     text = trace(step, step.example_args([x], y), Mesh((2,), ("x",)), name="stack_step")
     _, data, out = auto_shard(text, tmp_path)
     params = [g for g in data["groups"] if not g["data"]]
-    assert len(params) == per_block, [g["name"] for g in params]
-    assert all(len(g["args"]) == 6 for g in params), [g["args"] for g in params]
+    tied = [g for g in params if len(g["args"]) == 6]
+    assert len(tied) == per_block, [g["args"] for g in params]
+    assert len(params) == per_block + 2, [g["name"] for g in params]  # + the final norm's
     layouts = dict(re.findall(r"%arg(\d+): tensor<[^>]*> \{shardx\.layout = #shardx\.layout<@\w+, (\[[^\]]*\])>",
                               out.read_text()))
-    for g in params:
+    for g in tied:
         assert len({layouts[str(a)] for a in g["args"]}) == 1, (g, layouts)
     assert "tied with 1 more repeats like it" in subprocess.run(
         [OPT, f"--shardx-auto-shard={RATE}", str(tmp_path / "in.mlir"), "-o", os.devnull],
         capture_output=True, text=True).stderr
+
+
+def test_the_linears_of_one_mlp_are_not_tied(tmp_path):
+    """Tests that two same-width Linears of one MLP (Linear, ReLU, Linear)
+    are two decisions, not repeated layers: what follows the first (a ReLU)
+    is not what follows the second (the loss), and Megatron needs them to
+    differ. Before, the ops were compared by name only (every elementwise op
+    is a linalg.generic) and not past the last parameter."""
+    torch.manual_seed(0)
+    step = TrainStep(models.mlp(32, 32, 32), F.mse_loss, "sgd", lr=1e-3, momentum=0.9)
+    x, y = torch.randn(8, 32), torch.randn(8, 32)
+    text = trace(step, step.example_args([x], y), Mesh((2,), ("x",)), name="mlp_step")
+    _, data, _ = auto_shard(text, tmp_path)
+    params = [g for g in data["groups"] if not g["data"]]
+    assert len(params) == 4 and all(len(g["args"]) == 2 for g in params), \
+        [g["args"] for g in params]

@@ -111,8 +111,8 @@ private:
   /// used by the same op, P first uses apart by the same distance D, and
   /// the ops over the run repeat every D, the groups at the same position
   /// of each repeat become one (identical layers take identical layouts).
-  void tieLayers(ArrayRef<OperationName> opNames,
-                 ArrayRef<OperationName> firstUser);
+  void tieLayers(ArrayRef<llvm::hash_code> opNames,
+                 ArrayRef<llvm::hash_code> firstUser);
   /// The plan's remark at `target`.
   void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
   /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
@@ -268,9 +268,21 @@ LogicalResult AutoSharder::findGroups() {
     if (g.choices.size() > 1)
       groups.push_back(std::move(g));
   }
-  SmallVector<OperationName> opNames, firstUser;
-  for (Operation &op : fn.getBody().front())
-    opNames.push_back(op.getName());
+  // What makes two ops the same in two layers: their names, result types
+  // and the names of the ops in their bodies (a ReLU and a subtraction are
+  // both linalg.generic).
+  SmallVector<llvm::hash_code> opNames, firstUser;
+  for (Operation &op : fn.getBody().front()) {
+    llvm::hash_code key = llvm::hash_combine(
+        op.getName().getAsOpaquePointer(),
+        llvm::hash_combine_range(op.getResultTypes().begin(),
+                                 op.getResultTypes().end()));
+    op.walk([&](Operation *inner) {
+      if (inner != &op)
+        key = llvm::hash_combine(key, inner->getName().getAsOpaquePointer());
+    });
+    opNames.push_back(key);
+  }
   for (const Group &g : groups)
     firstUser.push_back(opNames[g.firstUse]);
   tieLayers(opNames, firstUser);
@@ -312,8 +324,8 @@ LogicalResult AutoSharder::findGroups() {
   return success();
 }
 
-void AutoSharder::tieLayers(ArrayRef<OperationName> opNames,
-                            ArrayRef<OperationName> firstUser) {
+void AutoSharder::tieLayers(ArrayRef<llvm::hash_code> opNames,
+                            ArrayRef<llvm::hash_code> firstUser) {
   size_t n = groups.size();
   auto same = [&](size_t a, size_t b) {
     const Group &x = groups[a], &y = groups[b];
@@ -363,6 +375,17 @@ void AutoSharder::tieLayers(ArrayRef<OperationName> opNames,
     bool periodic = true;
     for (size_t k = from; k < to && periodic; ++k)
       periodic = opNames[k] == opNames[k + run.distance];
+    // Two repeats: nothing above compares what follows a repeat's last
+    // parameter. Two same-width Linears of one MLP would pass (their
+    // layouts must be free to differ: Megatron splits one by columns, the
+    // other by rows), so the ops after the first repeat's last parameter,
+    // up to the second repeat, must also follow the second one (a stack of
+    // layers ends with one more norm, as GPT's and Llama's do).
+    for (size_t k = to; run.repeats == 2 && k < from + run.distance &&
+                        periodic;
+         ++k)
+      periodic = k + run.distance < opNames.size() &&
+                 opNames[k] == opNames[k + run.distance];
     if (!periodic)
       continue;
     std::vector<Group> tied;
