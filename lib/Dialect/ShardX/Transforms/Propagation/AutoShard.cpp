@@ -273,10 +273,10 @@ LogicalResult AutoSharder::findGroups() {
   // both linalg.generic).
   SmallVector<llvm::hash_code> opNames, firstUser;
   for (Operation &op : fn.getBody().front()) {
-    llvm::hash_code key = llvm::hash_combine(
-        op.getName().getAsOpaquePointer(),
-        llvm::hash_combine_range(op.getResultTypes().begin(),
-                                 op.getResultTypes().end()));
+    llvm::hash_code key =
+        llvm::hash_combine(op.getName().getAsOpaquePointer(),
+                           llvm::hash_combine_range(op.getResultTypes().begin(),
+                                                    op.getResultTypes().end()));
     op.walk([&](Operation *inner) {
       if (inner != &op)
         key = llvm::hash_combine(key, inner->getName().getAsOpaquePointer());
@@ -381,8 +381,7 @@ void AutoSharder::tieLayers(ArrayRef<llvm::hash_code> opNames,
     // other by rows), so the ops after the first repeat's last parameter,
     // up to the second repeat, must also follow the second one (a stack of
     // layers ends with one more norm, as GPT's and Llama's do).
-    for (size_t k = to; run.repeats == 2 && k < from + run.distance &&
-                        periodic;
+    for (size_t k = to; run.repeats == 2 && k < from + run.distance && periodic;
          ++k)
       periodic = k + run.distance < opNames.size() &&
                  opNames[k] == opNames[k + run.distance];
