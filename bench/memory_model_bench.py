@@ -97,6 +97,31 @@ def _block(dim: int, heads: int, hidden: int, batch: int, seq: int):
     return build
 
 
+class _Stack(nn.Module):
+    """`n` transformer blocks (regionally traced: one function called per
+    layer), each through torch.utils.checkpoint when `checkpointed`."""
+
+    def __init__(self, n: int, dim: int, heads: int, hidden: int, checkpointed: bool):
+        super().__init__()
+        self.blocks = nn.ModuleList([models.Block(dim, heads, hidden) for _ in range(n)])
+        self.checkpointed = checkpointed
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if self.checkpointed else b(x)
+        return x
+
+
+def _stack(n: int, dim: int, heads: int, hidden: int, batch: int, seq: int, checkpointed: bool):
+    def build():
+        torch.manual_seed(0)
+        step = shardx.TrainStep(_Stack(n, dim, heads, hidden, checkpointed), F.mse_loss, "adam",
+                                lr=1e-3)
+        return step, [torch.randn(batch, seq, dim)], torch.randn(batch, seq, dim)
+    return build
+
+
 def _zoo(model: str, **config):
     def build():
         import transformers as T
@@ -148,6 +173,11 @@ def cases(quick: bool) -> List[Case]:
            Case("fsdp x tp mlp 128-512", fsdp, m2, fsdp_tp, [S(0), R()]),
            Case("transformer block d128", block, None),
            Case("transformer block d128", block, m1, block_tp, rep1)]
+    stack_tp = {f"blocks.{k}.{name}": p for k in range(4) for name, p in block_tp.items()}
+    for checkpointed in (False, True):
+        stack = _stack(4, 128, 4, 512, 4, 64, checkpointed)
+        name = "4 blocks d128" + (", checkpointed" if checkpointed else "")
+        out += [Case(name, stack, None), Case(name, stack, m1, stack_tp, rep1)]
     if quick:
         return out
     gpt2 = _zoo("gpt2", vocab=512, seq=64, dim=128, batch=4)
