@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -276,19 +277,6 @@ func::FuncOp buildBody(Run &run, OpBuilder &builder, Operation *before) {
   return func;
 }
 
-std::string bodyText(func::FuncOp func) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  OpPrintingFlags flags;
-  flags.printGenericOpForm()
-      .useLocalScope()
-      .enableDebugInfo(false)
-      .elideLargeElementsAttrs(std::numeric_limits<int64_t>::max())
-      .elideLargeResourceString(std::numeric_limits<int64_t>::max());
-  func->print(os, flags);
-  return text;
-}
-
 /// Drops the marks of shardx-inline-calls from every location in `module`.
 void dropMarks(ModuleOp module) {
   AttrTypeReplacer replacer;
@@ -392,7 +380,8 @@ struct OutlineCallsPass
           bool equal = OperationEquivalence::isRegionEquivalentTo(
                            &callee.getBody(), &body.getBody(),
                            OperationEquivalence::IgnoreLocations) ||
-                       bodyText(callee) == bodyText(body);
+                       shardx::canonicalKernelText(callee) ==
+                           shardx::canonicalKernelText(body);
           body.erase();
           if (!equal)
             continue; // a hash collision: that run stays inline
@@ -408,8 +397,8 @@ struct OutlineCallsPass
       llvm::SmallString<32> name;
       llvm::raw_svector_ostream(name)
           << "shardx_call_"
-          << llvm::format_hex_no_prefix(llvm::xxh3_64bits(bodyText(callee)),
-                                        16);
+          << llvm::format_hex_no_prefix(
+                 llvm::xxh3_64bits(shardx::canonicalKernelText(callee)), 16);
       callee.setName(name);
       symbols.insert(callee);
       for (Run *run : same)
