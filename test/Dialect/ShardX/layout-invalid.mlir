@@ -301,3 +301,12 @@ func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> {
   %0 = math.exp %a {shardx.alternatives = [{cost = 1.0 : f64, operands = ["R"], results = []}]} : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// Tests that a layout on an argument of a function whose body lacks the
+// argument is a diagnostic, not a crash (found by shardx-fuzz-spmd).
+shardx.mesh @mesh(shape = 2)
+// expected-error @+1 {{entry block must have 1 arguments to match function signature}}
+func.func @un (tensor<7xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
+}

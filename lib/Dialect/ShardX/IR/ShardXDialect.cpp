@@ -62,9 +62,12 @@ static LogicalResult verifyFunctionLayout(Operation *op, unsigned index,
         isResult ? fn.getResultTypes() : fn.getArgumentTypes();
     if (index < types.size())
       type = types[index];
-    // An argument of a function with a body has its own location.
-    if (!isResult && !fn.isExternal() && index < fn.getNumArguments())
-      loc = fn.getArgument(index).getLoc();
+    // An argument of a function with a body has its own location (the
+    // entry block may not match the signature yet: the function's own
+    // verifier runs after its attributes').
+    if (!isResult && !fn.isExternal() &&
+        index < fn.getFunctionBody().front().getNumArguments())
+      loc = fn.getFunctionBody().front().getArgument(index).getLoc();
   }
   if (!type)
     return op->emitError() << "layout on " << what
