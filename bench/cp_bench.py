@@ -26,7 +26,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -35,7 +34,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx_dev.planrun import PlanRunError, check_and_time, print_plan  # noqa: E402
+from shardx_dev.planrun import PlanRunError, plan_and_time  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
 PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[0-9x]+x\w+>: "
@@ -51,16 +50,11 @@ def measure(args, ranks):
     mesh = Mesh((ranks,), ("cp",))
     ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
     text = trace(step, step.example_args([x], y), mesh, ins, outs, name="llama_cp")
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "step.mlir")
-        with open(src, "w") as f:
-            f.write(text)
-        try:
-            plan = print_plan(src)
-            sharded, unsharded = check_and_time(src, args.repeat)
-        except PlanRunError as e:
-            print(e, file=sys.stderr)
-            return None
+    try:
+        plan, sharded, unsharded = plan_and_time(text, args.repeat)
+    except PlanRunError as e:
+        print(e, file=sys.stderr)
+        return None
     kv = sc = other = 0
     for a, b, n in PLAN.findall(plan):
         if a.startswith("[S(") and b == "[R]":

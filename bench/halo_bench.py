@@ -17,7 +17,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -26,7 +25,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx_dev.planrun import PlanRunError, check_and_time, print_plan  # noqa: E402
+from shardx_dev.planrun import PlanRunError, plan_and_time  # noqa: E402
 from shardx_dev import models  # noqa: E402
 
 
@@ -44,16 +43,11 @@ def main() -> int:
     mesh = Mesh((2, 2), ("h", "w"))
     ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
     text = trace(step, step.example_args([x], y), mesh, ins, outs, name="unet_step")
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "step.mlir")
-        with open(src, "w") as f:
-            f.write(text)
-        try:
-            plan = print_plan(src)
-            sharded, unsharded = check_and_time(src, args.repeat)
-        except PlanRunError as e:
-            print(e, file=sys.stderr)
-            return 1
+    try:
+        plan, sharded, unsharded = plan_and_time(text, args.repeat)
+    except PlanRunError as e:
+        print(e, file=sys.stderr)
+        return 1
     halos = [int(b) for b in re.findall(r"remark: halo .*: (\d+) bytes/rank", plan)]
     reshards = [int(b) for b in re.findall(r"remark: plan .*?, (\d+) bytes/rank", plan)]
     print(f"HaloUNet train step: batch {args.batch}, {args.side}x{args.side}, width {args.width}, "

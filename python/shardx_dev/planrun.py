@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from typing import Tuple
 
 from shardx.artifact import find_tool
@@ -39,3 +40,13 @@ def check_and_time(src: str, repeat: int) -> Tuple[float, float]:
     sharded = float(re.search(r"outputs, ([0-9.]+) ms", r.stdout).group(1))
     unsharded = float(re.search(r"unsharded: 1 rank, ([0-9.]+) ms", r.stdout).group(1))
     return sharded, unsharded
+
+
+def plan_and_time(text: str, repeat: int) -> Tuple[str, float, float]:
+    """print_plan and check_and_time of the program ``text`` (written to a
+    temporary file): (remarks, sharded ms, unsharded ms)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "step.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        return (print_plan(src), *check_and_time(src, repeat))
