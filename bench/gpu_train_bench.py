@@ -157,6 +157,32 @@ def timed(fn, steps, warmup):
     return statistics.median(times)
 
 
+def profile_step(one, top):
+    """One more step under PyTorch's profiler (CUPTI sees every kernel of
+    the process, the ShardX runtime's included): the GPU time by kernel
+    name, its `top` names, and the step's GPU busy time against its wall
+    time."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        one()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    rows = {}
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us and us > 0:
+            rows[e.key] = (e.count, us)
+    busy = sum(t for _, t in rows.values()) / 1e3
+    print(f"profile: step wall {wall * 1e3:.1f} ms, GPU busy {busy:.1f} ms "
+          f"({len(rows)} kernel names, {sum(c for c, _ in rows.values())} launches)")
+    for name, (count, total) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {total / 1e3:8.2f} ms {count:5d}x  {name[:90]}")
+
+
 def run(args):
     import shardx
     from shardx import TrainStep
@@ -234,6 +260,8 @@ def run(args):
         one()
         first = time.perf_counter() - start
         seconds = timed(one, args.steps, 1)
+        if args.profile:
+            profile_step(one, args.profile)
         # The runtime's caching allocator keeps the step's blocks: what the
         # GPU holds now is about the step's peak.
         free, total = torch.cuda.mem_get_info()
@@ -294,6 +322,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, profile one ShardX step and print its N "
+                         "costliest kernels (GPU time by name)")
     ap.add_argument("--packages", default="gpt_1,gpt_dp2",
                     help="the ShardX packages to run (gpt_1 is needed for the loss check)")
     args = ap.parse_args(argv)

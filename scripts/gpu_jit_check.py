@@ -143,7 +143,7 @@ def _eager(step, params, state, batches, dtype=None):
 def _close(a, b, b64):
     """Whether ``a`` (ShardX) agrees with ``b`` (eager, f32) as well as
     f32 can, given ``b64`` (eager, f64); and the max abs difference."""
-    a, b, b64 = a.double(), b.double(), b64.double()
+    a, b, b64 = a.detach().cpu().double(), b.double(), b64.double()
     if a.shape != b.shape:
         return False, float("inf")
     if not torch.isfinite(a).all():
@@ -184,6 +184,10 @@ def run(out_dir, only, backend="cuda"):
                 if not good:
                     ok = False
                     print(f"  parameter {i}: max abs difference {err:.3g} from eager")
+            if backend in ("cuda", "nccl") and not all(t.on_device for t in p):
+                # The state must stay on the GPU between calls.
+                ok = False
+                print("  parameters not resident on the GPU after the steps")
             steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
             line = (f"{name}: {len(times)} steps on {fn.mesh.size} {backend} rank(s), max abs "
                     f"difference from eager {worst:.2e}, first call {times[0] * 1e3:.1f} ms, "

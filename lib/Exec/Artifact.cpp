@@ -84,6 +84,17 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   if (!a->trimBuffers) // a CUDA artifact: its device blocks
     a->trimBuffers = reinterpret_cast<void (*)()>(
         dlsym(handle, "shardx_rt_cuda_cache_trim"));
+  // A CUDA artifact's runtime: its device allocator and copies.
+  a->cudaAlloc = reinterpret_cast<void *(*)(int64_t)>(
+      dlsym(handle, "shardx_rt_cuda_alloc"));
+  a->cudaFree =
+      reinterpret_cast<void (*)(void *)>(dlsym(handle, "shardx_rt_cuda_free"));
+  a->cudaCopy = reinterpret_cast<void (*)(void *, const void *, int64_t)>(
+      dlsym(handle, "shardx_rt_cuda_copy"));
+  a->cudaSynchronize =
+      reinterpret_cast<void (*)()>(dlsym(handle, "shardx_rt_cuda_synchronize"));
+  if (!a->cudaFree || !a->cudaCopy || !a->cudaSynchronize)
+    a->cudaAlloc = nullptr;
   a->infoText = info;
   if (!readProgramInfo(a->infoText, a->info, error)) {
     error = "bad program description in " + path + ": " + error;
@@ -140,6 +151,34 @@ Status Artifact::run(const EntryPoint &entry, Communicator &comm,
   return Status::ok();
 }
 
+/// The memref descriptor {allocated, aligned, offset, sizes, strides} of a
+/// dense row-major buffer at `ptr`.
+static std::vector<int64_t> denseDescriptor(int64_t ptr,
+                                            const std::vector<int64_t> &shape) {
+  std::vector<int64_t> d{ptr, ptr, 0};
+  d.insert(d.end(), shape.begin(), shape.end());
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (int64_t k = static_cast<int64_t>(shape.size()) - 1; k >= 0; --k) {
+    strides[k] = stride;
+    stride *= shape[k];
+  }
+  d.insert(d.end(), strides.begin(), strides.end());
+  return d;
+}
+
+static Status checkLocalShape(const EntryPoint &entry, size_t i,
+                              const HostTensor &t) {
+  const TensorSpec &spec = entry.inputs[i];
+  bool shapeOk = t.shape.size() == spec.shape.size();
+  for (size_t d = 0; shapeOk && d < t.shape.size(); ++d)
+    shapeOk = spec.shape[d] < 0 || spec.shape[d] == t.shape[d];
+  if (!shapeOk)
+    return Status::error("input " + std::to_string(i) + " of " + entry.name +
+                         " has the wrong local shape");
+  return Status::ok();
+}
+
 Status Artifact::call(const EntryPoint &entry, Communicator &comm,
                       const std::vector<const HostTensor *> &localInputs,
                       RawOutputs &raw) const {
@@ -155,34 +194,84 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   // read-only, so the program never writes them (it copies first if it must).
   std::vector<std::vector<int64_t>> descs;
   std::set<int64_t> inputPtrs;
+  std::vector<std::shared_ptr<const HostTensor>> hostCopies;
   static char emptyBuffer[1];
   for (size_t i = 0; i < localInputs.size(); ++i) {
-    const HostTensor &t = *localInputs[i];
-    const TensorSpec &spec = entry.inputs[i];
-    bool shapeOk = t.shape.size() == spec.shape.size();
-    for (size_t d = 0; shapeOk && d < t.shape.size(); ++d)
-      shapeOk = spec.shape[d] < 0 || spec.shape[d] == t.shape[d];
-    if (!shapeOk)
-      return Status::error("input " + std::to_string(i) + " of " + entry.name +
-                           " has the wrong local shape");
-    std::vector<int64_t> d;
-    auto ptr = reinterpret_cast<int64_t>(
-        t.data.empty() ? emptyBuffer : const_cast<char *>(t.data.data()));
-    inputPtrs.insert(ptr);
-    d.push_back(ptr);
-    d.push_back(ptr);
-    d.push_back(0);
-    for (int64_t s : t.shape)
-      d.push_back(s);
-    int64_t stride = 1;
-    std::vector<int64_t> strides(t.shape.size());
-    for (int64_t k = static_cast<int64_t>(t.shape.size()) - 1; k >= 0; --k) {
-      strides[k] = stride;
-      stride *= t.shape[k];
+    const HostTensor *t = localInputs[i];
+    if (t->onDevice()) {
+      // A shard a GPU session left on the device, passed to a host program.
+      hostCopies.push_back(onHost(std::shared_ptr<const HostTensor>(
+          std::shared_ptr<const HostTensor>(), t)));
+      t = hostCopies.back().get();
     }
-    d.insert(d.end(), strides.begin(), strides.end());
-    descs.push_back(std::move(d));
+    if (Status s = checkLocalShape(entry, i, *t); !s)
+      return s;
+    auto ptr = reinterpret_cast<int64_t>(
+        t->data.empty() ? emptyBuffer : const_cast<char *>(t->data.data()));
+    inputPtrs.insert(ptr);
+    descs.push_back(denseDescriptor(ptr, t->shape));
   }
+  return invokeEntry(fn, entry, comm, std::move(descs), std::move(inputPtrs),
+                     raw, freeBuffer);
+}
+
+Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
+                              const std::vector<const HostTensor *> &localInputs,
+                              RawOutputs &raw) const {
+  raw.release();
+  if (!isCuda())
+    return Status::error(path + " is not a CUDA artifact");
+  if (localInputs.size() != entry.inputs.size())
+    return Status::error(entry.name + " takes " +
+                         std::to_string(entry.inputs.size()) + " inputs");
+  void *fn = dlsym(handle, ("shardx_entry_" + entry.name + "_device").c_str());
+  if (!fn)
+    return Status::error("artifact has no device entry point " + entry.name);
+  std::vector<std::vector<int64_t>> descs;
+  std::set<int64_t> inputPtrs;
+  std::vector<void *> staged;
+  for (size_t i = 0; i < localInputs.size(); ++i) {
+    const HostTensor &t = *localInputs[i];
+    if (Status s = checkLocalShape(entry, i, t); !s) {
+      for (void *p : staged)
+        cudaFree(p);
+      return s;
+    }
+    void *ptr;
+    if (t.onDevice()) {
+      ptr = t.device->address;
+    } else {
+      // A host input (a batch, a tensor made on the host) is copied in for
+      // this call.
+      int64_t bytes = t.numElements() * static_cast<int64_t>(t.elementSize());
+      ptr = cudaAlloc(std::max<int64_t>(bytes, 1));
+      if (bytes > 0)
+        cudaCopy(ptr, t.data.data(), bytes);
+      staged.push_back(ptr);
+    }
+    inputPtrs.insert(reinterpret_cast<int64_t>(ptr));
+    descs.push_back(denseDescriptor(reinterpret_cast<int64_t>(ptr), t.shape));
+  }
+  Status s = invokeEntry(fn, entry, comm, std::move(descs), std::move(inputPtrs),
+                         raw, cudaFree);
+  // The results are read by other streams (the next call's artifact) and
+  // by the host once this returns.
+  cudaSynchronize();
+  raw.staged = std::move(staged);
+  raw.deviceCopy = cudaCopy;
+  raw.deviceAlloc = cudaAlloc;
+  if (!s) {
+    raw.release();
+    return s;
+  }
+  return s;
+}
+
+Status Artifact::invokeEntry(void *fn, const EntryPoint &entry,
+                             Communicator &comm,
+                             std::vector<std::vector<int64_t>> descs,
+                             std::set<int64_t> inputPtrs, RawOutputs &raw,
+                             void (*free)(void *)) const {
   size_t resultWords = 0;
   std::vector<size_t> offsets;
   for (const TensorSpec &o : entry.outputs) {
@@ -203,7 +292,7 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
   raw.results = std::move(results);
   raw.offsets = std::move(offsets);
   raw.inputPtrs = std::move(inputPtrs);
-  raw.freeBuffer = freeBuffer;
+  raw.freeBuffer = free;
   if (rc != 0) {
     // A failed run ran to its end and filled its outputs (zeroed), unless
     // it failed before the program started (the descriptors stay null,
@@ -226,8 +315,14 @@ RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
     offsets = std::move(other.offsets);
     inputPtrs = std::move(other.inputPtrs);
     freeBuffer = other.freeBuffer;
+    deviceCopy = other.deviceCopy;
+    deviceAlloc = other.deviceAlloc;
+    staged = std::move(other.staged);
+    taken = std::move(other.taken);
     other.entry = nullptr;
     other.offsets.clear();
+    other.staged.clear();
+    other.taken.clear();
   }
   return *this;
 }
@@ -236,18 +331,118 @@ RawOutputs::~RawOutputs() { release(); }
 
 void RawOutputs::release() {
   // Results may share a buffer (a value returned twice) and may be an
-  // input's buffer (never freed here).
+  // input's buffer (never freed here) or given away by takeOut.
   std::set<int64_t> freed;
   for (size_t w : offsets)
-    if (int64_t allocated = results[w];
-        allocated && !inputPtrs.count(allocated))
+    if (int64_t allocated = results[w]; allocated &&
+                                        !inputPtrs.count(allocated) &&
+                                        !taken.count(allocated))
       freed.insert(allocated);
   for (int64_t allocated : freed)
     (freeBuffer ? freeBuffer : std::free)(reinterpret_cast<void *>(allocated));
+  for (void *p : staged)
+    freeBuffer(p);
   entry = nullptr;
   offsets.clear();
   results.clear();
   inputPtrs.clear();
+  staged.clear();
+  taken.clear();
+  deviceCopy = nullptr;
+  deviceAlloc = nullptr;
+}
+
+HostTensor RawOutputs::takeOut(size_t o) {
+  const TensorSpec &spec = entry->outputs.at(o);
+  size_t w = offsets.at(o), r = spec.shape.size();
+  int64_t allocated = results[w], aligned = results[w + 1],
+          offset = results[w + 2];
+  HostTensor t;
+  t.dtype = spec.dtype;
+  t.shape.assign(results.begin() + w + 3, results.begin() + w + 3 + r);
+  std::vector<int64_t> strides(results.begin() + w + 3 + r,
+                               results.begin() + w + 3 + 2 * r);
+  auto es = static_cast<int64_t>(t.elementSize());
+  int64_t elements = t.numElements(), bytes = elements * es;
+  bool dense = true;
+  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
+    if (t.shape[k] != 1 && strides[k] != expect)
+      dense = false;
+    expect *= t.shape[k];
+  }
+  auto data = std::make_shared<DeviceData>();
+  data->copy = deviceCopy;
+  void (*free)(void *) = freeBuffer;
+  auto own = [free](void *p) {
+    return std::shared_ptr<void>(p, [free](void *q) { free(q); });
+  };
+  char *first = reinterpret_cast<char *>(aligned) + offset * es;
+  if (dense && !inputPtrs.count(allocated)) {
+    // The program's buffer becomes the tensor's (shared with an output
+    // returned twice).
+    auto it = taken.find(allocated);
+    if (it == taken.end())
+      it = taken.emplace(allocated, own(reinterpret_cast<void *>(allocated)))
+               .first;
+    data->owner = it->second;
+    data->address = first;
+  } else if (dense) {
+    // An input's buffer (the program returned an argument): a copy, so that
+    // the input and the output stay independent.
+    void *copy = deviceAlloc(std::max<int64_t>(bytes, 1));
+    if (bytes > 0)
+      deviceCopy(copy, first, bytes);
+    data->owner = own(copy);
+    data->address = copy;
+  } else {
+    // A strided view: its elements gathered on the host, then copied in.
+    int64_t last = 0;
+    for (size_t k = 0; k < r; ++k) {
+      if (t.shape[k] == 0) {
+        last = -1;
+        break;
+      }
+      last += (t.shape[k] - 1) * strides[k];
+    }
+    std::vector<char> extent(static_cast<size_t>(std::max<int64_t>(
+        0, (last + 1) * es)));
+    if (!extent.empty())
+      deviceCopy(extent.data(), first, static_cast<int64_t>(extent.size()));
+    std::vector<char> dense(static_cast<size_t>(bytes));
+    std::vector<int64_t> i(r, 0);
+    for (int64_t n = 0; n < elements; ++n) {
+      int64_t off = 0;
+      for (size_t k = 0; k < r; ++k)
+        off += i[k] * strides[k];
+      std::memcpy(dense.data() + n * es, extent.data() + off * es, es);
+      for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+        if (++i[k] < t.shape[k])
+          break;
+        i[k] = 0;
+      }
+    }
+    void *copy = deviceAlloc(std::max<int64_t>(bytes, 1));
+    if (bytes > 0)
+      deviceCopy(copy, dense.data(), bytes);
+    data->owner = own(copy);
+    data->address = copy;
+  }
+  t.device = std::move(data);
+  return t;
+}
+
+std::shared_ptr<const HostTensor>
+shardx::exec::onHost(std::shared_ptr<const HostTensor> t) {
+  if (!t || !t->onDevice())
+    return t;
+  auto host = std::make_shared<HostTensor>();
+  host->shape = t->shape;
+  host->dtype = t->dtype;
+  auto bytes = static_cast<int64_t>(t->numElements() * t->elementSize());
+  host->data.resize(static_cast<size_t>(bytes));
+  if (bytes > 0)
+    t->device->copy(host->data.data(), t->device->address, bytes);
+  return host;
 }
 
 bool RawOutputs::aliasesInput(size_t o) const {

@@ -84,11 +84,11 @@ ShardSet shardx::exec::scatterShards(const HostTensor &global,
 HostTensor shardx::exec::gatherShards(const ShardSet &shards,
                                       std::string &error) {
   if (!shards.layout || shards.layout->isReplicated())
-    return *shards.locals.at(0);
+    return *onHost(shards.locals.at(0));
   std::vector<HostTensor> locals;
   locals.reserve(shards.locals.size());
   for (const auto &l : shards.locals)
-    locals.push_back(*l);
+    locals.push_back(*onHost(l));
   return assemble(locals, shards.getSpec(), shards.meshShape, error);
 }
 
@@ -154,11 +154,12 @@ Status Session::gather(const ShardSet &shards, HostTensor &global) {
   if (rank < 0 || shards.locals.size() != static_cast<size_t>(size) ||
       !shards.locals[rank])
     return Status::error("this process holds no shard of the tensor");
+  std::shared_ptr<const HostTensor> local = onHost(shards.locals[rank]);
   if (!shards.layout || shards.layout->isReplicated()) {
-    global = *shards.locals[rank];
+    global = *local;
     return Status::ok();
   }
-  return gatherOnCommunicator(*shards.locals[rank], shards.getSpec(),
+  return gatherOnCommunicator(*local, shards.getSpec(),
                               hostComm ? *hostComm : *comm, global);
 }
 
@@ -274,8 +275,12 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
   std::vector<std::vector<HostTensor>> localOutputs(size);
   // A donated result stays in the program's buffer until every rank has
   // succeeded, so a failure leaves the donated inputs as they were.
+  // A GPU session's results stay on the device, in the buffers the
+  // program allocated; a donated input's buffers then just go back to the
+  // allocator.
+  bool onDevice = deviceResident && artifact.isCuda();
   auto deferred = [&](int64_t r, size_t o) {
-    return donors[o] && !raws[r].aliasesInput(o);
+    return !onDevice && donors[o] && !raws[r].aliasesInput(o);
   };
   std::vector<Status> statuses = runOnRanks([&](Communicator &comm) {
     int64_t r = comm.getRank();
@@ -283,9 +288,16 @@ Status Session::run(const Artifact &artifact, const EntryPoint &entry,
     locals.reserve(inputs.size());
     for (const ShardSet *in : inputs)
       locals.push_back(in->locals[r].get());
+    localOutputs[r].resize(numOutputs);
+    if (onDevice) {
+      if (Status s = artifact.callOnDevice(entry, comm, locals, raws[r]); !s)
+        return s;
+      for (size_t o = 0; o < numOutputs; ++o)
+        localOutputs[r][o] = raws[r].takeOut(o);
+      return Status::ok();
+    }
     if (Status s = artifact.call(entry, comm, locals, raws[r]); !s)
       return s;
-    localOutputs[r].resize(numOutputs);
     for (size_t o = 0; o < numOutputs; ++o)
       if (!deferred(r, o))
         raws[r].copyOut(o, localOutputs[r][o]);

@@ -27,6 +27,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -379,10 +380,44 @@ NB_MODULE(_shardx_rt, m) {
           "local",
           [](const ShardSet &s, int64_t rank) {
             localOf(s, rank);
-            return viewOf(s.locals[rank]);
+            std::shared_ptr<const HostTensor> host;
+            {
+              nb::gil_scoped_release release;
+              host = onHost(s.locals[rank]);
+            }
+            return viewOf(std::move(host));
           },
           nb::arg("rank"),
-          "A read-only numpy view of the shard rank `rank` holds (no copy).")
+          "A read-only numpy view of the shard rank `rank` holds (no copy; "
+          "a copy of a shard in device memory).")
+      .def_prop_ro(
+          "on_device",
+          [](const ShardSet &s) {
+            for (const auto &l : s.locals)
+              if (l)
+                return l->onDevice();
+            return false;
+          },
+          "Whether the shards live in GPU memory (a GPU session's results).")
+      .def(
+          "device_local",
+          [](const ShardSet &s, int64_t rank, int32_t deviceId) {
+            const HostTensor &t = localOf(s, rank);
+            if (!t.onDevice())
+              throw std::invalid_argument("rank " + std::to_string(rank) +
+                                          "'s shard is in host memory");
+            auto *keep = new std::shared_ptr<const HostTensor>(s.locals[rank]);
+            nb::capsule owner(keep, [](void *p) noexcept {
+              delete static_cast<std::shared_ptr<const HostTensor> *>(p);
+            });
+            std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+            return nb::ndarray<nb::pytorch>(
+                t.device->address, shape.size(), shape.data(), owner, nullptr,
+                dlpackType(t.dtype), nb::device::cuda::value, deviceId);
+          },
+          nb::arg("rank"), nb::arg("device_id"),
+          "A torch CUDA tensor over rank `rank`'s device buffer (DLPack, no "
+          "copy), which must not be written: the shard is shared.")
       .def(
           "shares_buffer",
           [](const ShardSet &s, int64_t a, int64_t b) {
@@ -392,7 +427,9 @@ NB_MODULE(_shardx_rt, m) {
       .def(
           "buffer_address",
           [](const ShardSet &s, int64_t rank) {
-            return reinterpret_cast<uintptr_t>(localOf(s, rank).data.data());
+            const HostTensor &t = localOf(s, rank);
+            return t.onDevice() ? reinterpret_cast<uintptr_t>(t.device->address)
+                                : reinterpret_cast<uintptr_t>(t.data.data());
           },
           nb::arg("rank"))
       .def(
@@ -423,6 +460,8 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("mesh_shape", &Session::getMeshShape)
       .def_prop_ro("size", &Session::getSize)
       .def_prop_ro("worlds_started", &Session::getWorldsStarted)
+      .def_prop_ro("device_resident", &Session::isDeviceResident,
+                   "Whether results of CUDA artifacts stay in GPU memory.")
       .def_prop_ro("process_rank", &Session::getProcessRank,
                    "The rank this process runs (-1: every rank, as threads).")
       .def_static(
@@ -437,7 +476,9 @@ NB_MODULE(_shardx_rt, m) {
       .def_static(
           "cuda_local",
           [](const std::vector<int64_t> &meshShape, double timeout) {
-            return new Session(meshShape, timeout, rt::runCudaLocal);
+            auto *session = new Session(meshShape, timeout, rt::runCudaLocal);
+            session->setDeviceResident(true);
+            return session;
           },
           nb::arg("mesh_shape"), nb::arg("timeout") = 60.0,
           nb::rv_policy::take_ownership,
@@ -463,7 +504,9 @@ NB_MODULE(_shardx_rt, m) {
               throw RunError(error);
             std::unique_ptr<rt::Communicator> host =
                 rt::stageHostBuffers(*comm);
-            return new Session(std::move(comm), std::move(host));
+            auto *session = new Session(std::move(comm), std::move(host));
+            session->setDeviceResident(true);
+            return session;
           },
           nb::arg("mesh_shape"), nb::arg("rank"), nb::arg("world_size"),
           nb::arg("exchange").none(), nb::arg("timeout") = 60.0,
@@ -577,6 +620,14 @@ NB_MODULE(_shardx_rt, m) {
           "The global tensor (a collective when the ranks are processes).");
 
   m.def("finalize_mpi", [] { finalizeMpi(); });
+  m.def(
+      "cuda_device_ordinal",
+      [] {
+        const char *env = std::getenv("SHARDX_CUDA_DEVICE");
+        return env ? std::atoi(env) : 0;
+      },
+      "The CUDA device this process's GPU sessions use ($SHARDX_CUDA_DEVICE "
+      "as the runtime set it, default 0).");
   m.attr("has_mpi") = hasMpi();
 
 

@@ -428,7 +428,28 @@ class ShardedTensor:
 
     numpy = full
 
+    @property
+    def on_device(self) -> bool:
+        """Whether the shards live in GPU memory: the results of a call on
+        the ``cuda`` or ``nccl`` backend stay there between calls."""
+        return self.shards.on_device
+
     def to_torch(self):
+        """The global tensor as a torch tensor: a CUDA tensor on the
+        session's GPU where the shards live in GPU memory (a copy on the
+        device where one rank's shard is the whole tensor; else gathered on
+        the host and copied in), else a CPU tensor."""
+        import torch
+        if self.shards.on_device and torch.cuda.is_available():
+            device = torch.device("cuda", runtime().cuda_device_ordinal())
+            layout = self.shards.layout
+            whole = layout is None or layout.is_replicated
+            if whole and not self.shards.distributed:
+                return self.shards.device_local(0, device.index).clone()
+            return self._host_torch().to(device)
+        return self._host_torch()
+
+    def _host_torch(self):
         import torch
         t = torch.from_numpy(self.full())
         return t.view(torch.bfloat16) if self.shards.dtype == "bf16" else t

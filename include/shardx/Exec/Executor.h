@@ -19,6 +19,7 @@
 #include "shardx/Runtime/DType.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -32,15 +33,33 @@ namespace shardx::exec {
 /// page-fault fresh memory each time.
 using HostData = std::vector<char, rt::CachingAllocator<char>>;
 
-/// A dense row-major host tensor.
+/// Device memory that holds a tensor's elements (the resident shards of a
+/// GPU session): the first element's address, the allocation's owner,
+/// which gives it back to the runtime that allocated it when the last
+/// holder goes, and that runtime's synchronous copy (any direction).
+struct DeviceData {
+  void *address = nullptr;
+  std::shared_ptr<void> owner;
+  void (*copy)(void *dst, const void *src, int64_t bytes) = nullptr;
+};
+
+/// A dense row-major tensor: its elements in host memory (`data`) or, for
+/// a GPU session's resident shards, in device memory (`device`; `data` is
+/// then empty). Code that reads elements on the host takes onHost(t).
 struct HostTensor {
   std::vector<int64_t> shape;
   rt::DType dtype = rt::DType::F32;
   HostData data;
+  std::shared_ptr<const DeviceData> device;
 
   int64_t numElements() const;
   size_t elementSize() const { return rt::dtypeSize(dtype); }
+  bool onDevice() const { return device != nullptr; }
 };
+
+/// `t` with its elements in host memory: `t` itself, or a copy of its
+/// device elements.
+std::shared_ptr<const HostTensor> onHost(std::shared_ptr<const HostTensor> t);
 
 /// One rank's results of an entry point call as the program returned them
 /// (buffers it allocated), until they are copied out; freed on destruction.
@@ -61,8 +80,14 @@ public:
   bool aliasesInput(size_t o) const;
   /// Copies output `o` into `into` (shape and dtype set); a buffer of the
   /// right size is reused, not reallocated. `into` may be one of the
-  /// call's inputs unless aliasesInput(o).
+  /// call's inputs unless aliasesInput(o). Host results only.
   void copyOut(size_t o, HostTensor &into) const;
+  /// Whether the results are in device memory (Artifact::callOnDevice).
+  bool onDevice() const { return deviceCopy != nullptr; }
+  /// Output `o` of a device call as a device tensor: the program's buffer
+  /// itself, which the tensor then owns, unless it is an input's or not
+  /// dense (then a copy); an output returned twice shares the buffer.
+  HostTensor takeOut(size_t o);
 
 private:
   friend class Artifact;
@@ -72,8 +97,16 @@ private:
   /// Word offset of each output's descriptor in `results`.
   std::vector<size_t> offsets;
   std::set<int64_t> inputPtrs;
-  /// The artifact's `shardx_rt_host_free` (its buffer cache), else free.
+  /// The artifact's `shardx_rt_host_free` (its buffer cache), else free;
+  /// for a device call its `shardx_rt_cuda_free`.
   void (*freeBuffer)(void *) = nullptr;
+  /// A device call: the runtime's copy and allocation, the device copies
+  /// of host inputs (freed with the results), and the owners of the
+  /// buffers takeOut gave away, by allocation (not freed here).
+  void (*deviceCopy)(void *, const void *, int64_t) = nullptr;
+  void *(*deviceAlloc)(int64_t) = nullptr;
+  std::vector<void *> staged;
+  std::map<int64_t, std::shared_ptr<void>> taken;
 };
 
 class Artifact {
@@ -114,12 +147,31 @@ public:
                  const std::vector<const HostTensor *> &localInputs,
                  std::vector<HostTensor> &localOutputs) const;
   /// Runs `entry` on this rank and leaves the results uncopied in `raw`.
+  /// Inputs in device memory are copied to the host first.
   rt::Status call(const EntryPoint &entry, rt::Communicator &comm,
                   const std::vector<const HostTensor *> &localInputs,
                   RawOutputs &raw) const;
 
+  /// Whether this is a CUDA artifact (its entries have device variants).
+  bool isCuda() const { return cudaAlloc != nullptr; }
+  /// Runs `entry` of a CUDA artifact on device buffers: inputs in device
+  /// memory are passed as they are, host inputs are copied to the device
+  /// for the call; the results stay in device memory (`raw.takeOut`). The
+  /// rank's stream is synchronized before it returns, so other streams and
+  /// the host may read the results.
+  rt::Status callOnDevice(const EntryPoint &entry, rt::Communicator &comm,
+                          const std::vector<const HostTensor *> &localInputs,
+                          RawOutputs &raw) const;
+
 private:
   Artifact() = default;
+  /// Calls `fn` (an entry of this artifact) on the input descriptors
+  /// `descs` and leaves its results in `raw`, freed by `free`.
+  rt::Status invokeEntry(void *fn, const EntryPoint &entry,
+                         rt::Communicator &comm,
+                         std::vector<std::vector<int64_t>> descs,
+                         std::set<int64_t> inputPtrs, RawOutputs &raw,
+                         void (*free)(void *)) const;
   std::string path;
   void *handle = nullptr;
   ProgramInfo info;
@@ -130,6 +182,11 @@ private:
   int (*setThreads)(int) = nullptr;
   void (*freeBuffer)(void *) = nullptr;
   void (*trimBuffers)() = nullptr;
+  /// The CUDA runtime of a CUDA artifact (null for CPU artifacts).
+  void *(*cudaAlloc)(int64_t) = nullptr;
+  void (*cudaFree)(void *) = nullptr;
+  void (*cudaCopy)(void *, const void *, int64_t) = nullptr;
+  void (*cudaSynchronize)() = nullptr;
 };
 
 /// The threads each BLAS call gets when `ranks` ranks share this machine:

@@ -102,6 +102,13 @@ public:
   /// session runs nothing after.
   void close();
 
+  /// Keeps the results of CUDA artifacts in device memory (the GPU
+  /// backends): a run passes its inputs' device buffers as they are, copies
+  /// host inputs in for the call, and its outputs' shards are the device
+  /// buffers the program wrote. Host reads copy them out (onHost).
+  void setDeviceResident(bool resident) { deviceResident = resident; }
+  bool isDeviceResident() const { return deviceResident; }
+
   /// Runs `body` on every rank and returns each rank's status.
   std::vector<rt::Status>
   runOnRanks(const std::function<rt::Status(rt::Communicator &)> &body);
@@ -138,6 +145,7 @@ private:
   /// takes host buffers itself.
   std::unique_ptr<rt::Communicator> hostComm;
   bool processMode = false;
+  bool deviceResident = false;
 };
 
 } // namespace shardx::exec
