@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import torch  # noqa: E402
+from torch.utils._pytree import tree_map  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -125,7 +126,6 @@ def _eager(step, params, state, batches, dtype=None):
     module, parameters, state and float inputs cast) when given."""
     import copy
     from shardx import eager_context
-    from torch.utils._pytree import tree_map
 
     def cast(t):
         return t.to(dtype) if dtype is not None and torch.is_floating_point(t) else t
@@ -166,8 +166,15 @@ def run(out_dir, only, backend="cuda"):
             data = torch.load(os.path.join(folder, "data.pt"), weights_only=False)
             fn = shardx.load(os.path.join(folder, "step.shardx"), backend=backend)
             p, s = data["params"], data["state"]
+            batches = data["batches"]
+            # The sharded workloads take CUDA tensors (read in place through
+            # DLPack), the one-rank ones host tensors (staged in).
+            on_gpu = backend in ("cuda", "nccl") and not name.endswith("_1")
+            if on_gpu:
+                p, s, batches = tree_map(
+                    lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, (p, s, batches))
             times, worst, ok = [], 0.0, True
-            for k, (inputs, target) in enumerate(data["batches"]):
+            for k, (inputs, target) in enumerate(batches):
                 start = time.perf_counter()
                 loss, p, s = fn(p, s, inputs, target)
                 value = loss.to_torch()
@@ -189,7 +196,8 @@ def run(out_dir, only, backend="cuda"):
                 ok = False
                 print("  parameters not resident on the GPU after the steps")
             steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
-            line = (f"{name}: {len(times)} steps on {fn.mesh.size} {backend} rank(s), max abs "
+            line = (f"{name}: {len(times)} steps on {fn.mesh.size} {backend} rank(s) from "
+                    f"{'CUDA' if on_gpu else 'host'} tensors, max abs "
                     f"difference from eager {worst:.2e}, first call {times[0] * 1e3:.1f} ms, "
                     f"then {steady * 1e3:.2f} ms/step")
         except Exception as e:  # noqa: BLE001 - reported, counted

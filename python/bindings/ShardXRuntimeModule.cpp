@@ -14,6 +14,7 @@
 #include "Binding.h"
 #include "shardx/Layout/LayoutJson.h"
 #include "shardx/Runtime/Bootstrap.h"
+#include "shardx/Runtime/Cuda.h"
 #include "shardx/Runtime/CudaLocal.h"
 #include "shardx/Runtime/Nccl.h"
 
@@ -601,6 +602,79 @@ NB_MODULE(_shardx_rt, m) {
           "ranks this process does not hold; a replicated layout keeps the "
           "first held rank's array as the one buffer all ranks share). Each "
           "array must have its rank's local shape; it is copied.")
+      .def(
+          "device_shards",
+          [](const Session &session, nb::list locals, const std::string &dtype,
+             const std::optional<Layout> &layout,
+             const std::vector<int64_t> &globalShape) {
+            using CudaArray =
+                nb::ndarray<nb::ro, nb::c_contig, nb::device::cuda>;
+            const std::vector<int64_t> &mesh = session.getMeshShape();
+            int64_t size = session.getSize();
+            if (!session.isDeviceResident())
+              throw std::invalid_argument(
+                  "device_shards: the session does not run on a GPU");
+            if (static_cast<int64_t>(locals.size()) != size)
+              throw std::invalid_argument(
+                  "device_shards: " + std::to_string(locals.size()) +
+                  " entries for a mesh of " + std::to_string(size) + " ranks");
+            ShardSet set;
+            set.meshShape = mesh;
+            set.globalShape = globalShape;
+            set.dtype = parseDTypeArg(dtype);
+            set.layout = layout;
+            set.locals.assign(size, nullptr);
+            bool replicated = !layout || layout->isReplicated();
+            std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
+            for (int64_t r = 0; r < size; ++r) {
+              if (!session.holds(r))
+                continue;
+              nb::handle h = locals[r];
+              CudaArray a;
+              if (h.is_none() || !nb::try_cast(h, a, false))
+                throw std::invalid_argument(
+                    "device_shards: rank " + std::to_string(r) +
+                    "'s shard is not a C-contiguous CUDA array");
+              if (dtypeOf(a.dtype()) != set.dtype)
+                throw std::invalid_argument("device_shards: rank " +
+                                            std::to_string(r) + "'s shard is " +
+                                            dtypeName(a.dtype()) + ", not " +
+                                            dtype);
+              auto t = std::make_shared<HostTensor>();
+              t->dtype = set.dtype;
+              for (size_t d = 0; d < a.ndim(); ++d)
+                t->shape.push_back(static_cast<int64_t>(a.shape(d)));
+              std::vector<int64_t> want =
+                  replicated
+                      ? globalShape
+                      : layout->getLocalShard(mesh, globalShape, coords[r])
+                            .shape;
+              if (t->shape != want)
+                throw std::invalid_argument(
+                    "device_shards: rank " + std::to_string(r) +
+                    "'s shard has shape " + shapeText(t->shape) +
+                    ", its layout gives " + shapeText(want));
+              // The array (a torch tensor's memory) stays alive while any
+              // shard refers to it; it is released under the GIL.
+              auto *keep = new nb::object(nb::borrow(h));
+              auto data = std::make_shared<DeviceData>();
+              data->address = const_cast<void *>(a.data());
+              data->owner = std::shared_ptr<void>(keep, [](void *p) {
+                nb::gil_scoped_acquire gil;
+                delete static_cast<nb::object *>(p);
+              });
+              data->copy = shardx_rt_cuda_copy;
+              t->device = std::move(data);
+              set.locals[r] = std::move(t);
+            }
+            return set;
+          },
+          nb::arg("locals"), nb::arg("dtype"), nb::arg("layout").none(),
+          nb::arg("global_shape"),
+          "The ShardSet over per-rank CUDA arrays (torch CUDA tensors, any "
+          "DLPack producer; one entry per rank, None for ranks this process "
+          "does not hold), without copies: the arrays are kept alive and "
+          "must not change while a run reads them.")
       .def(
           "gather",
           [](Session &session, const ShardSet &shards) {

@@ -58,8 +58,8 @@ from .pytree import count_leaves as _count_leaves
 from .pytree import difference as _spec_difference
 from .pytree import flatten_into as _flatten
 from .pytree import unflatten as _unflatten
-from .sharded_tensor import (RankError, ShardedTensor, dtype_name, layout_key, make_layout,
-                             runtime, session)
+from .sharded_tensor import (RankError, ShardedTensor, device_shards, dtype_name, layout_key,
+                             make_layout, runtime, session)
 
 log = logging.getLogger("shardx.jit")
 
@@ -932,9 +932,13 @@ class CompiledFunction(runtime().CompiledCall):
         leaves = []
         for a, layout, k in zip(flat, exe.in_layouts, key[1]):
             if not isinstance(a, ShardedTensor):
-                array = a.detach().contiguous().cpu() if hasattr(a, "detach") else np.ascontiguousarray(a)
-                a = ShardedTensor(self._session.scatter(array, dtype_name(array), layout),
-                                  self.mesh, k)
+                # A CUDA tensor on a GPU session is read in place (DLPack).
+                shards = device_shards(self._session, self.mesh, a, layout)
+                if shards is None:
+                    array = a.detach().contiguous().cpu() if hasattr(a, "detach") \
+                        else np.ascontiguousarray(a)
+                    shards = self._session.scatter(array, dtype_name(array), layout)
+                a = ShardedTensor(shards, self.mesh, k)
             leaves.append(a)
         out = exe.plan(_unflatten(spec, iter(leaves)))
         if out is NotImplemented:

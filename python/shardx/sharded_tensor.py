@@ -258,6 +258,48 @@ def session(mesh: Mesh, backend: str = "threads"):
     return s
 
 
+def device_shards(session, mesh: Mesh, t, layout):
+    """The ShardSet of torch CUDA tensor ``t`` on a GPU session, without a
+    trip through host memory: each rank's shard is a view of ``t`` where the
+    layout allows (replicated, or one contiguous block per rank), else a
+    copy made on the GPU; the runtime reads the memory in place (DLPack).
+    None where the tensor cannot go this way (not a CUDA tensor, another
+    GPU than the session's, a Partial layout, a CPU session): the caller
+    stages it through the host."""
+    if not getattr(session, "device_resident", False) or not getattr(t, "is_cuda", False):
+        return None
+    import torch
+    if t.device.index != runtime().cuda_device_ordinal():
+        return None
+    if layout is not None and not layout.is_replicated:
+        placements = layout.placements(list(mesh.shape))
+        if placements is None or any(p[0] == "P" for p in placements):
+            return None
+    t = t.detach()
+    if t.dtype == torch.bool:
+        return None
+    t = t.contiguous()
+    shape = tuple(t.shape)
+    locals_ = []
+    if layout is None or layout.is_replicated:
+        locals_ = [t] * mesh.size
+    else:
+        for rank in range(mesh.size):
+            coords = [int(c) for c in np.unravel_index(rank, mesh.shape)]
+            if session.process_rank >= 0 and rank != session.process_rank:
+                locals_.append(None)
+                continue
+            local = t
+            for d, runs in enumerate(layout.local_runs(list(mesh.shape), list(shape), coords)):
+                parts = [local.narrow(d, o, n) for o, n in runs]
+                local = parts[0] if len(parts) == 1 else torch.cat(parts, d)
+            locals_.append(local.contiguous())
+    # The runtime's streams read the memory once the work PyTorch queued
+    # for it is done.
+    torch.cuda.current_stream(t.device).synchronize()
+    return session.device_shards(locals_, dtype_name(t), layout, list(shape))
+
+
 def _point_runtime_at_wheels() -> None:
     """Lets the GPU runtime (and the CUDA artifacts' copies of it) find
     cuBLAS and NCCL in this interpreter's PyTorch wheels (nvidia/*/lib),
@@ -320,6 +362,10 @@ class ShardedTensor:
         array = t if isinstance(t, np.ndarray) else t.detach()
         shape = tuple(array.shape)
         layout = make_layout(mesh, placements, shape)
+        if backend in ("cuda", "cuda-local", "nccl") and getattr(array, "is_cuda", False):
+            shards = device_shards(session(mesh, backend), mesh, array, layout)
+            if shards is not None:
+                return ShardedTensor(shards, mesh)
         if isinstance(array, np.ndarray):
             array = np.ascontiguousarray(array)
         else:

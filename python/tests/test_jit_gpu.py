@@ -81,8 +81,11 @@ def test_cuda_backend_compiles_for_cuda_and_reports_the_missing_driver(tmp_path)
     if has_gpu():
         loss, y = f(x, w)
         ref_loss, ref_y = _step(x, w)
-        np.testing.assert_allclose(loss.to_torch().numpy(), ref_loss.numpy(), rtol=1e-5)
-        np.testing.assert_allclose(y.to_torch().numpy(), ref_y.numpy(), rtol=1e-5, atol=1e-6)
+        # Results stay on the GPU: to_torch gives CUDA tensors.
+        assert loss.on_device and y.on_device and y.to_torch().is_cuda
+        np.testing.assert_allclose(loss.to_torch().cpu().numpy(), ref_loss.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(y.to_torch().cpu().numpy(), ref_y.numpy(), rtol=1e-5,
+                                   atol=1e-6)
         return
     with pytest.raises(RankError, match="no CUDA driver"):
         f(x, w)
@@ -159,10 +162,39 @@ def test_nccl_world_of_one():
     x, w = torch.randn(4, 8), torch.randn(8, 6)
     if has_gpu():
         loss, _ = f(x, w)
-        np.testing.assert_allclose(loss.to_torch().numpy(), _step(x, w)[0].numpy(), rtol=1e-5)
+        np.testing.assert_allclose(loss.to_torch().cpu().numpy(), _step(x, w)[0].numpy(),
+                                   rtol=1e-5)
         return
     with pytest.raises(RuntimeError, match="no CUDA driver|no NCCL"):
         f(x, w)
+
+
+def test_gpu_sessions_keep_results_on_the_device():
+    """The GPU sessions are device-resident, the CPU ones are not; only
+    CUDA arrays become device shards, and only on a GPU session."""
+    from shardx.sharded_tensor import device_shards, session
+    mesh = Mesh((2,), ("x",))
+    cpu = session(mesh, "threads")
+    assert not cpu.device_resident
+    assert device_shards(cpu, mesh, torch.ones(4), None) is None
+    with pytest.raises(ValueError, match="does not run on a GPU"):
+        cpu.device_shards([np.ones(4, np.float32)] * 2, "f32", None, [4])
+    gpu = runtime().Session.cuda_local([2])
+    assert gpu.device_resident
+    # A CPU tensor is staged by the caller, not taken as device memory.
+    assert device_shards(gpu, mesh, torch.ones(4), None) is None
+    with pytest.raises(ValueError, match="not a C-contiguous CUDA array"):
+        gpu.device_shards([np.ones(4, np.float32)] * 2, "f32", None, [4])
+    host = shardx.ShardedTensor.from_torch(torch.arange(4.0), mesh, [Shard(0)])
+    assert not host.on_device and not host.to_torch().is_cuda
+    if not has_gpu():
+        return
+    t = torch.arange(24.0, device="cuda").reshape(6, 4)
+    for placements in ([Shard(0)], [Shard(1)], [Replicate()]):
+        st = shardx.ShardedTensor.from_torch(t, mesh, placements, backend="cuda")
+        assert st.on_device
+        back = st.to_torch()
+        assert back.is_cuda and torch.equal(back, t)
 
 
 def test_torchrun_nccl_fails_cleanly_without_gpus(tmp_path):
