@@ -95,6 +95,14 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
       reinterpret_cast<void (*)()>(dlsym(handle, "shardx_rt_cuda_synchronize"));
   if (!a->cudaFree || !a->cudaCopy || !a->cudaSynchronize)
     a->cudaAlloc = nullptr;
+  // Pinned staging (absent from artifacts built before it).
+  a->cudaStageToDevice =
+      reinterpret_cast<void (*)(void *, const void *, int64_t)>(
+          dlsym(handle, "shardx_rt_cuda_stage_to_device"));
+  a->cudaStagingReset = reinterpret_cast<void (*)()>(
+      dlsym(handle, "shardx_rt_cuda_staging_reset"));
+  if (!a->cudaStagingReset)
+    a->cudaStageToDevice = nullptr;
   a->infoText = info;
   if (!readProgramInfo(a->infoText, a->info, error)) {
     error = "bad program description in " + path + ": " + error;
@@ -230,6 +238,10 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
   std::vector<std::vector<int64_t>> descs;
   std::set<int64_t> inputPtrs;
   std::vector<void *> staged;
+  // The rank's last call synchronized its stream: its pinned staging
+  // memory is free again.
+  if (cudaStageToDevice)
+    cudaStagingReset();
   for (size_t i = 0; i < localInputs.size(); ++i) {
     const HostTensor &t = *localInputs[i];
     if (Status s = checkLocalShape(entry, i, t); !s) {
@@ -242,11 +254,13 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
       ptr = t.device->address;
     } else {
       // A host input (a batch, a tensor made on the host) is copied in for
-      // this call.
+      // this call: through pinned memory, queued ahead of the program on
+      // the rank's stream.
       int64_t bytes = t.numElements() * static_cast<int64_t>(t.elementSize());
       ptr = cudaAlloc(std::max<int64_t>(bytes, 1));
       if (bytes > 0)
-        cudaCopy(ptr, t.data.data(), bytes);
+        (cudaStageToDevice ? cudaStageToDevice : cudaCopy)(ptr, t.data.data(),
+                                                           bytes);
       staged.push_back(ptr);
     }
     inputPtrs.insert(reinterpret_cast<int64_t>(ptr));

@@ -156,7 +156,8 @@ public:
   bool isCuda() const { return cudaAlloc != nullptr; }
   /// Runs `entry` of a CUDA artifact on device buffers: inputs in device
   /// memory are passed as they are, host inputs are copied to the device
-  /// for the call; the results stay in device memory (`raw.takeOut`). The
+  /// for the call (through the rank's pinned staging memory, queued on its
+  /// stream); the results stay in device memory (`raw.takeOut`). The
   /// rank's stream is synchronized before it returns, so other streams and
   /// the host may read the results.
   rt::Status callOnDevice(const EntryPoint &entry, rt::Communicator &comm,
@@ -187,6 +188,8 @@ private:
   void (*cudaFree)(void *) = nullptr;
   void (*cudaCopy)(void *, const void *, int64_t) = nullptr;
   void (*cudaSynchronize)() = nullptr;
+  void (*cudaStageToDevice)(void *, const void *, int64_t) = nullptr;
+  void (*cudaStagingReset)() = nullptr;
 };
 
 /// The threads each BLAS call gets when `ranks` ranks share this machine:

@@ -95,6 +95,14 @@ void shardx_rt_cuda_free(void *ptr);
 void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes);
 /// Waits for the calling thread's stream.
 void shardx_rt_cuda_synchronize();
+/// A host-to-device copy queued on the calling thread's stream through
+/// pinned memory: `src` is copied into the thread's page-locked staging
+/// memory at once (the caller may reuse it on return) and from there to
+/// `dst` asynchronously, ahead of the work queued after it. The staging
+/// memory is reused only after shardx_rt_cuda_staging_reset, which the
+/// caller calls once the stream has been synchronized since the copies.
+void shardx_rt_cuda_stage_to_device(void *dst, const void *src, int64_t bytes);
+void shardx_rt_cuda_staging_reset();
 
 /// What an artifact's `shardx_entry_<f>(argv)` does around the program:
 /// `stage_in` copies the launcher's input buffers (host memref descriptors

@@ -89,6 +89,8 @@ struct Driver {
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void *);
 };
 
 struct Cublas {
@@ -187,7 +189,9 @@ void initialize(State &s) {
       resolveSymbol(lib, cu.cuStreamWaitEvent, "cuStreamWaitEvent", err) &&
       resolveSymbol(lib, cu.cuEventDestroy, "cuEventDestroy_v2", err) &&
       resolveSymbol(lib, cu.cuStreamDestroy, "cuStreamDestroy_v2", err) &&
-      resolveSymbol(lib, cu.cuEventQuery, "cuEventQuery", err);
+      resolveSymbol(lib, cu.cuEventQuery, "cuEventQuery", err) &&
+      resolveSymbol(lib, cu.cuMemHostAlloc, "cuMemHostAlloc", err) &&
+      resolveSymbol(lib, cu.cuMemFreeHost, "cuMemFreeHost", err);
   if (!ok) {
     s.error = "no CUDA driver: libcuda " + err;
     return;
@@ -409,6 +413,51 @@ int queryResult(CUresult r, char *error, int64_t errorSize) {
   return -1;
 }
 
+/// The calling thread's pinned staging memory: page-locked blocks that
+/// host inputs pass through on their way to the device, bump-allocated
+/// between two staging_reset calls (the copies of one call are queued on
+/// the rank's stream and may still read their block until it is
+/// synchronized, so nothing is reused before the next reset). A reset
+/// keeps one block of at most kKeptBytes for the next call. Not freed at
+/// thread exit: the driver may be gone by then, and the context takes the
+/// memory with it.
+struct PinnedStaging {
+  static constexpr size_t kKeptBytes = size_t(64) << 20;
+  std::vector<std::pair<char *, size_t>> blocks;
+  size_t used = 0; // in the last block
+  char *take(size_t bytes) {
+    size_t need = (bytes + 255) & ~size_t(255);
+    if (blocks.empty() || used + need > blocks.back().second) {
+      size_t size = std::max<size_t>(need, 4u << 20);
+      void *p = nullptr;
+      check(driver().cuMemHostAlloc(&p, size, 0), "cuMemHostAlloc");
+      blocks.emplace_back(static_cast<char *>(p), size);
+      used = 0;
+    }
+    char *p = blocks.back().first + used;
+    used += need;
+    return p;
+  }
+  void reset() {
+    std::pair<char *, size_t> kept{nullptr, 0};
+    for (auto &b : blocks) {
+      if (b.second <= kKeptBytes && b.second > kept.second)
+        std::swap(b, kept);
+      if (b.first)
+        driver().cuMemFreeHost(b.first);
+    }
+    blocks.clear();
+    if (kept.first)
+      blocks.push_back(kept);
+    used = 0;
+  }
+};
+
+PinnedStaging &pinnedStaging() {
+  static thread_local PinnedStaging staging;
+  return staging;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -557,6 +606,21 @@ void *shardx_rt_cuda_alloc(int64_t bytes) {
 }
 
 void shardx_rt_cuda_free(void *ptr) { mgpuMemFree(ptr, nullptr); }
+
+
+void shardx_rt_cuda_staging_reset() { pinnedStaging().reset(); }
+
+void shardx_rt_cuda_stage_to_device(void *dst, const void *src,
+                                    int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  char *pinned = pinnedStaging().take(static_cast<size_t>(bytes));
+  std::memcpy(pinned, src, static_cast<size_t>(bytes));
+  check(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                               reinterpret_cast<CUdeviceptr>(pinned),
+                               static_cast<size_t>(bytes), threadStream()),
+        "cuMemcpyAsync");
+}
 
 void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes) {
   mgpuMemcpy(dst, const_cast<void *>(src), static_cast<size_t>(bytes), nullptr);

@@ -131,6 +131,9 @@ void *shardx_rt_cuda_stage_in(void **argv, const char *signature) {
   if (!outputs.empty())
     call->argv.push_back(call->results.data());
   size_t first = outputs.empty() ? 0 : 1;
+  // The last call's stage_out synchronized the stream: the pinned staging
+  // memory is free again.
+  shardx_rt_cuda_staging_reset();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int64_t *host = static_cast<const int64_t *>(argv[first + i]);
     int64_t rank = inputs[i].rank, bytes = inputs[i].bytes;
@@ -139,8 +142,8 @@ void *shardx_rt_cuda_stage_in(void **argv, const char *signature) {
     void *dev = mgpuMemAlloc(uint64_t(std::max<int64_t>(1, extent * bytes)),
                              nullptr, false);
     if (extent > 0)
-      mgpuMemcpy(dev, reinterpret_cast<void *>(desc[1]), size_t(extent * bytes),
-                 nullptr);
+      shardx_rt_cuda_stage_to_device(dev, reinterpret_cast<void *>(desc[1]),
+                                     extent * bytes);
     call->staged.push_back(dev);
     desc[0] = desc[1] = reinterpret_cast<int64_t>(dev);
     call->descs.push_back(std::move(desc));
