@@ -85,24 +85,24 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
     a->trimBuffers = reinterpret_cast<void (*)()>(
         dlsym(handle, "shardx_rt_cuda_cache_trim"));
   // A CUDA artifact's runtime: its device allocator and copies.
-  a->cudaAlloc = reinterpret_cast<void *(*)(int64_t)>(
+  a->cuda.alloc = reinterpret_cast<void *(*)(int64_t)>(
       dlsym(handle, "shardx_rt_cuda_alloc"));
-  a->cudaFree =
+  a->cuda.free =
       reinterpret_cast<void (*)(void *)>(dlsym(handle, "shardx_rt_cuda_free"));
-  a->cudaCopy = reinterpret_cast<void (*)(void *, const void *, int64_t)>(
+  a->cuda.copy = reinterpret_cast<void (*)(void *, const void *, int64_t)>(
       dlsym(handle, "shardx_rt_cuda_copy"));
-  a->cudaSynchronize =
+  a->cuda.synchronize =
       reinterpret_cast<void (*)()>(dlsym(handle, "shardx_rt_cuda_synchronize"));
-  if (!a->cudaFree || !a->cudaCopy || !a->cudaSynchronize)
-    a->cudaAlloc = nullptr;
+  if (!a->cuda.free || !a->cuda.copy || !a->cuda.synchronize)
+    a->cuda.alloc = nullptr;
   // Pinned staging (absent from artifacts built before it).
-  a->cudaStageToDevice =
+  a->cuda.stageToDevice =
       reinterpret_cast<void (*)(void *, const void *, int64_t)>(
           dlsym(handle, "shardx_rt_cuda_stage_to_device"));
-  a->cudaStagingReset = reinterpret_cast<void (*)()>(
+  a->cuda.stagingReset = reinterpret_cast<void (*)()>(
       dlsym(handle, "shardx_rt_cuda_staging_reset"));
-  if (!a->cudaStagingReset)
-    a->cudaStageToDevice = nullptr;
+  if (!a->cuda.stagingReset)
+    a->cuda.stageToDevice = nullptr;
   a->infoText = info;
   if (!readProgramInfo(a->infoText, a->info, error)) {
     error = "bad program description in " + path + ": " + error;
@@ -240,13 +240,13 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
   std::vector<void *> staged;
   // The rank's last call synchronized its stream: its pinned staging
   // memory is free again.
-  if (cudaStageToDevice)
-    cudaStagingReset();
+  if (cuda.stageToDevice)
+    cuda.stagingReset();
   for (size_t i = 0; i < localInputs.size(); ++i) {
     const HostTensor &t = *localInputs[i];
     if (Status s = checkLocalShape(entry, i, t); !s) {
       for (void *p : staged)
-        cudaFree(p);
+        cuda.free(p);
       return s;
     }
     void *ptr;
@@ -257,9 +257,9 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
       // this call: through pinned memory, queued ahead of the program on
       // the rank's stream.
       int64_t bytes = t.numElements() * static_cast<int64_t>(t.elementSize());
-      ptr = cudaAlloc(std::max<int64_t>(bytes, 1));
+      ptr = cuda.alloc(std::max<int64_t>(bytes, 1));
       if (bytes > 0)
-        (cudaStageToDevice ? cudaStageToDevice : cudaCopy)(ptr, t.data.data(),
+        (cuda.stageToDevice ? cuda.stageToDevice : cuda.copy)(ptr, t.data.data(),
                                                            bytes);
       staged.push_back(ptr);
     }
@@ -267,13 +267,13 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
     descs.push_back(denseDescriptor(reinterpret_cast<int64_t>(ptr), t.shape));
   }
   Status s = invokeEntry(fn, entry, comm, std::move(descs), std::move(inputPtrs),
-                         raw, cudaFree);
+                         raw, cuda.free);
   // The results are read by other streams (the next call's artifact) and
   // by the host once this returns.
-  cudaSynchronize();
+  cuda.synchronize();
   raw.staged = std::move(staged);
-  raw.deviceCopy = cudaCopy;
-  raw.deviceAlloc = cudaAlloc;
+  raw.deviceCopy = cuda.copy;
+  raw.deviceAlloc = cuda.alloc;
   if (!s) {
     raw.release();
     return s;

@@ -153,7 +153,7 @@ public:
                   RawOutputs &raw) const;
 
   /// Whether this is a CUDA artifact (its entries have device variants).
-  bool isCuda() const { return cudaAlloc != nullptr; }
+  bool isCuda() const { return cuda.alloc != nullptr; }
   /// Runs `entry` of a CUDA artifact on device buffers: inputs in device
   /// memory are passed as they are, host inputs are copied to the device
   /// for the call (through the rank's pinned staging memory, queued on its
@@ -183,13 +183,17 @@ private:
   int (*setThreads)(int) = nullptr;
   void (*freeBuffer)(void *) = nullptr;
   void (*trimBuffers)() = nullptr;
-  /// The CUDA runtime of a CUDA artifact (null for CPU artifacts).
-  void *(*cudaAlloc)(int64_t) = nullptr;
-  void (*cudaFree)(void *) = nullptr;
-  void (*cudaCopy)(void *, const void *, int64_t) = nullptr;
-  void (*cudaSynchronize)() = nullptr;
-  void (*cudaStageToDevice)(void *, const void *, int64_t) = nullptr;
-  void (*cudaStagingReset)() = nullptr;
+  /// The entry points of a CUDA artifact's copy of the CUDA runtime
+  /// (include/shardx/Runtime/Cuda.h; `alloc` null for CPU artifacts, the
+  /// staging pair null in artifacts built before it).
+  struct CudaRuntime {
+    void *(*alloc)(int64_t) = nullptr;
+    void (*free)(void *) = nullptr;
+    void (*copy)(void *, const void *, int64_t) = nullptr;
+    void (*synchronize)() = nullptr;
+    void (*stageToDevice)(void *, const void *, int64_t) = nullptr;
+    void (*stagingReset)() = nullptr;
+  } cuda;
 };
 
 /// The threads each BLAS call gets when `ranks` ranks share this machine:
