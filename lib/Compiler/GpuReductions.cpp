@@ -1,11 +1,13 @@
-//===- GpuReductions.cpp - The cuda target's sum transforms -----------------===//
+//===- GpuReductions.cpp - The cuda target's reduction transforms ---------===//
 //
 // Part of ShardX.
 //
-// Passes of the cuda target (shardx-codegen-cuda) that reshape sums for the
-// device: long column sums with few outputs split into chunks summed in
-// parallel, static f32 full sums run on many threads that each add their
-// partial sum atomically.
+// Passes of the cuda target (shardx-codegen-cuda) that reshape reductions
+// for the device: long column sums with few outputs split into chunks
+// summed in parallel, static f32 full sums run on many threads that each
+// add their partial sum atomically, and reductions over the innermost
+// loops (row reductions, other full reductions) run on a warp per row
+// combined by shuffles (a block for long rows and full reductions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,12 +30,14 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_SPLITCOLUMNSUMSPASS
 #define GEN_PASS_DEF_PARALLELIZEFULLSUMSPASS
+#define GEN_PASS_DEF_WARPREDUCTIONSPASS
 #include "shardx/Compiler/Passes.h.inc"
 } // namespace mlir::shardx
 
@@ -316,6 +320,351 @@ void splitColumnSums(ModuleOp module) {
   }
 }
 
+/// The identity of a combining op's kind in `type` (combine(identity, x)
+/// is x exactly), or null for an op the warp reductions do not know.
+TypedAttr combinerIdentity(Operation *combiner, Type type) {
+  if (auto ft = dyn_cast<FloatType>(type)) {
+    const llvm::fltSemantics &sem = ft.getFloatSemantics();
+    auto f = [&](const APFloat &v) -> TypedAttr {
+      return FloatAttr::get(ft, v);
+    };
+    return llvm::TypeSwitch<Operation *, TypedAttr>(combiner)
+        // -0.0: -0 + x is x for every x, +0 included.
+        .Case([&](arith::AddFOp) { return f(APFloat::getZero(sem, true)); })
+        .Case([&](arith::MulFOp) { return f(APFloat::getOne(sem)); })
+        .Case([&](arith::MaximumFOp) { return f(APFloat::getInf(sem, true)); })
+        .Case([&](arith::MinimumFOp) { return f(APFloat::getInf(sem)); })
+        // NaN: maxnum/minnum(NaN, x) is x, NaN only when x is NaN.
+        .Case<arith::MaxNumFOp, arith::MinNumFOp>(
+            [&](Operation *) { return f(APFloat::getQNaN(sem)); })
+        .Default([](Operation *) { return TypedAttr(); });
+  }
+  auto it = dyn_cast<IntegerType>(type);
+  if (!it)
+    return {};
+  unsigned w = it.getWidth();
+  auto i = [&](const APInt &v) -> TypedAttr { return IntegerAttr::get(it, v); };
+  return llvm::TypeSwitch<Operation *, TypedAttr>(combiner)
+      .Case<arith::AddIOp, arith::OrIOp, arith::XOrIOp, arith::MaxUIOp>(
+          [&](Operation *) { return i(APInt::getZero(w)); })
+      .Case([&](arith::MulIOp) { return i(APInt(w, 1)); })
+      .Case<arith::AndIOp, arith::MinUIOp>(
+          [&](Operation *) { return i(APInt::getAllOnes(w)); })
+      .Case([&](arith::MaxSIOp) { return i(APInt::getSignedMinValue(w)); })
+      .Case([&](arith::MinSIOp) { return i(APInt::getSignedMaxValue(w)); })
+      .Default([](Operation *) { return TypedAttr(); });
+}
+
+/// The op that combines `op`'s running value with its term: the body
+/// yields `combine(out, term)` (or `combine(term, out)`) of a kind with an
+/// identity, and that is the running value's one use. Null otherwise.
+Operation *rowCombiner(linalg::LinalgOp op) {
+  BlockArgument acc = op.getRegionOutputArgs()[0];
+  auto yield = cast<linalg::YieldOp>(op.getBlock()->getTerminator());
+  Operation *c = yield.getValues()[0].getDefiningOp();
+  if (!c || c->getBlock() != op.getBlock() || c->getNumOperands() != 2 ||
+      c->getNumResults() != 1 || !c->hasOneUse() || !acc.hasOneUse() ||
+      acc.getUses().begin()->getOwner() != c ||
+      c->getResult(0).getType() != acc.getType() ||
+      c->getOperand(0) == c->getOperand(1))
+    return nullptr;
+  if (!combinerIdentity(c, acc.getType()))
+    return nullptr;
+  return c;
+}
+
+/// `combine(acc, term)` as `combiner` does it (its operand order, its
+/// attributes).
+Value emitCombine(OpBuilder &b, Operation *combiner, Value acc, Value term,
+                  Value origAcc) {
+  IRMapping map;
+  Value origTerm = combiner->getOperand(0) == origAcc
+                       ? combiner->getOperand(1)
+                       : combiner->getOperand(0);
+  map.map(origAcc, acc);
+  map.map(origTerm, term);
+  return b.clone(*combiner, map)->getResult(0);
+}
+
+/// `v` of lane `lane ^ offset` (all 32 lanes of the warp take part): values
+/// narrower than 32 bits travel zero-extended in an i32, 64-bit ones as two
+/// i32 halves.
+Value shuffleXor(OpBuilder &b, Location loc, Value v, int32_t offset) {
+  Type t = v.getType();
+  unsigned bits = t.getIntOrFloatBitWidth();
+  Type i32 = b.getI32Type();
+  auto shfl = [&](Value x) {
+    return gpu::ShuffleOp::create(b, loc, x, offset, 32, gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  };
+  if (bits == 32 && t.isF32())
+    return shfl(v);
+  Type it = b.getIntegerType(bits);
+  Value x = isa<FloatType>(t) ? arith::BitcastOp::create(b, loc, it, v) : v;
+  Value r;
+  if (bits == 32) {
+    r = shfl(x);
+  } else if (bits < 32) {
+    Value wide = arith::ExtUIOp::create(b, loc, i32, x);
+    r = arith::TruncIOp::create(b, loc, it, shfl(wide));
+  } else { // 64
+    Value lo = arith::TruncIOp::create(b, loc, i32, x);
+    Value hi = arith::TruncIOp::create(
+        b, loc, i32,
+        arith::ShRUIOp::create(
+            b, loc, x, arith::ConstantIntOp::create(b, loc, it, 32)));
+    Value rlo = arith::ExtUIOp::create(b, loc, it, shfl(lo));
+    Value rhi = arith::ShLIOp::create(
+        b, loc, arith::ExtUIOp::create(b, loc, it, shfl(hi)),
+        arith::ConstantIntOp::create(b, loc, it, 32));
+    r = arith::OrIOp::create(b, loc, rlo, rhi);
+  }
+  return isa<FloatType>(t) ? arith::BitcastOp::create(b, loc, t, r).getResult()
+                           : r;
+}
+
+/// A reduction runs on one warp per row when it reduces at least this many
+/// elements, and on a block of kRowBlockWarps warps per row from
+/// kBlockRowLength elements on (and for full reductions).
+constexpr int64_t kWarp = 32, kMinRowLength = 32, kBlockRowLength = 4096,
+                  kRowsPerBlock = 8, kRowBlockWarps = 8, kFullBlockWarps = 32;
+
+/// Whether `op` is a reduction the warp reductions take: static ranges, its
+/// parallel loops first, its one output indexed by every parallel loop, at
+/// least kMinRowLength elements per output, a combining body, and every
+/// buffer read along the reduction read along its innermost loop with unit
+/// stride (consecutive lanes read consecutive elements).
+bool isWarpReducible(linalg::LinalgOp op) {
+  if (!isa<linalg::GenericOp, linalg::ReduceOp>(op))
+    return false;
+  if (op.getNumReductionLoops() == 0 || !op.hasPureBufferSemantics() ||
+      op.getNumDpsInits() != 1 || op->getParentOfType<scf::ParallelOp>() ||
+      op->getParentOfType<gpu::LaunchOp>())
+    return false;
+  unsigned numLoops = op.getNumLoops(), numParallel = op.getNumParallelLoops();
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  for (unsigned d = 0; d < numLoops; ++d)
+    if ((d < numParallel) != (iterators[d] == utils::IteratorType::parallel))
+      return false;
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  int64_t reduction = 1;
+  for (unsigned d = 0; d < numLoops; ++d) {
+    if (ShapedType::isDynamic(ranges[d]))
+      return false;
+    if (d >= numParallel)
+      reduction *= ranges[d];
+  }
+  if (reduction < kMinRowLength)
+    return false;
+  OpOperand *init = op.getDpsInitOperand(0);
+  auto outType = dyn_cast<MemRefType>(init->get().getType());
+  if (!outType)
+    return false;
+  Type elem = outType.getElementType();
+  if (!(elem.isF16() || elem.isBF16() || elem.isF32() || elem.isF64() ||
+        elem.isInteger(1) || elem.isInteger(8) || elem.isInteger(16) ||
+        elem.isInteger(32) || elem.isInteger(64)))
+    return false;
+  AffineMap out = op.getMatchingIndexingMap(init);
+  if (!out.isProjectedPermutation() || out.getNumResults() != numParallel)
+    return false;
+  for (AffineExpr e : out.getResults())
+    if (cast<AffineDimExpr>(e).getPosition() >= numParallel)
+      return false;
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    if (in->get() == init->get())
+      return false;
+    auto type = dyn_cast<MemRefType>(in->get().getType());
+    if (!type)
+      continue;
+    AffineMap m = op.getMatchingIndexingMap(in);
+    bool readsAlongReduction = false;
+    for (unsigned d = numParallel; d < numLoops; ++d)
+      readsAlongReduction |= m.isFunctionOfDim(d);
+    if (!readsAlongReduction)
+      continue;
+    if (m.getNumResults() == 0)
+      return false;
+    auto last = dyn_cast<AffineDimExpr>(m.getResults().back());
+    if (!last || last.getPosition() != numLoops - 1)
+      return false;
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    if (failed(type.getStridesAndOffset(strides, offset)) || strides.empty() ||
+        strides.back() != 1)
+      return false;
+  }
+  return rowCombiner(op) != nullptr;
+}
+
+/// Every reduction that isWarpReducible takes runs on one warp per output
+/// element ("row"), or a block per row for long rows and full reductions:
+/// lane l of a row's W warps combines the row's elements l, l + 32W,
+/// l + 64W, ... (from the kind's identity), the lanes of a warp then combine
+/// their values in a butterfly of gpu.shuffle xor (16, 8, 4, 2, 1); with
+/// several warps per row, each warp's value goes through shared memory to
+/// the first warp, which combines them in the same way. Lane 0 combines the
+/// row's value into the output element. A reassociation of the serial
+/// order: sums and products change by rounding only, max/min not at all.
+/// One thread per row took ~190 ms of a GPT-2-small step on an H200
+/// (LayerNorm, softmax, cross-entropy and their gradients).
+///
+///   linalg.generic {iterator_types = ["parallel", "reduction"]}
+///       ins(%x : memref<512x768xf32>) outs(%m : memref<512xf32>)
+///       { maximumf }
+/// becomes
+///   gpu.launch blocks(64) threads(32, 8) {
+///     row = bid.x * 8 + tid.y
+///     part = scf.for k = tid.x to 768 step 32 (a = -inf) { max(a, x[row, k]) }
+///     part = max(part, shuffle xor part 16) ... (8, 4, 2, 1)
+///     if tid.x == 0 { m[row] = max(m[row], part) }
+///   }
+void warpReductions(ModuleOp module) {
+  SmallVector<linalg::LinalgOp> ops;
+  module.walk([&](linalg::LinalgOp op) {
+    if (isWarpReducible(op))
+      ops.push_back(op);
+  });
+  OpBuilder b(module.getContext());
+  for (linalg::LinalgOp op : ops) {
+    Location loc = op.getLoc();
+    b.setInsertionPoint(op);
+    unsigned numParallel = op.getNumParallelLoops(), numLoops = op.getNumLoops();
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    int64_t rows = 1, length = 1;
+    for (unsigned d = 0; d < numLoops; ++d)
+      (d < numParallel ? rows : length) *= ranges[d];
+    // Warps per row and rows per block.
+    int64_t warps = 1, rowsPerBlock = std::min(rows, kRowsPerBlock);
+    if (numParallel == 0) {
+      warps = kFullBlockWarps;
+      rowsPerBlock = 1;
+    } else if (length >= kBlockRowLength) {
+      warps = kRowBlockWarps;
+      rowsPerBlock = 1;
+    }
+    int64_t blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
+    auto index = [&](int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    Value outBuf = op.getDpsInits()[0];
+    Type elem = cast<MemRefType>(outBuf.getType()).getElementType();
+    Operation *combiner = rowCombiner(op);
+    BlockArgument origAcc = op.getRegionOutputArgs()[0];
+    TypedAttr identity = combinerIdentity(combiner, elem);
+    SmallVector<Type> shared;
+    if (warps > 1)
+      shared.push_back(MemRefType::get(
+          {warps}, elem, MemRefLayoutAttrInterface(),
+          gpu::AddressSpaceAttr::get(b.getContext(),
+                                     gpu::AddressSpace::Workgroup)));
+    Value one = index(1);
+    // Threads: x the lane, y the warp of the row (warps > 1) or the row in
+    // the block.
+    auto launch = gpu::LaunchOp::create(
+        b, loc, index(blocks), one, one, index(kWarp),
+        index(warps > 1 ? warps : rowsPerBlock), one,
+        /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
+        /*asyncDependencies=*/{}, /*workgroupAttributions=*/shared);
+    Block &body = launch.getBody().front();
+    b.setInsertionPointToStart(&body);
+    gpu::TerminatorOp::create(b, loc);
+    b.setInsertionPointToStart(&body);
+    Value lane = launch.getThreadIds().x, tidY = launch.getThreadIds().y;
+    Value bid = launch.getBlockIds().x;
+    Value row = bid, first = lane;
+    if (warps > 1)
+      first = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, tidY, index(kWarp)), lane);
+    else
+      row = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, bid, index(rowsPerBlock)),
+          tidY);
+    // Rows past the end (the last block's, warp-uniform: a warp is one row).
+    OpBuilder::InsertionGuard rowGuard(b);
+    if (rows % rowsPerBlock != 0) {
+      Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            row, index(rows));
+      auto guard = scf::IfOp::create(b, loc, inRange, /*withElse=*/false);
+      b.setInsertionPoint(guard.thenBlock()->getTerminator());
+    }
+    SmallVector<Value> ivs(numLoops);
+    Value rest = row;
+    for (int64_t d = static_cast<int64_t>(numParallel) - 1; d >= 0; --d) {
+      ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
+      rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
+    }
+    Value init = arith::ConstantOp::create(b, loc, identity);
+    auto loop = scf::ForOp::create(b, loc, first, index(length),
+                                   index(kWarp * warps), ValueRange{init});
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value k = loop.getInductionVar();
+      for (int64_t d = numLoops - 1; d >= static_cast<int64_t>(numParallel);
+           --d) {
+        ivs[d] = arith::RemUIOp::create(b, loc, k, index(ranges[d]));
+        k = arith::DivUIOp::create(b, loc, k, index(ranges[d]));
+      }
+      scf::YieldOp::create(
+          b, loc, emitSumTermAt(b, loc, op, ivs, loop.getRegionIterArgs()[0]));
+    }
+    auto butterfly = [&](Value v) {
+      for (int32_t offset = kWarp / 2; offset >= 1; offset /= 2)
+        v = emitCombine(b, combiner, v, shuffleXor(b, loc, v, offset),
+                        origAcc);
+      return v;
+    };
+    Value part = butterfly(loop.getResult(0));
+    Value zeroIdx = index(0);
+    Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          lane, zeroIdx);
+    if (warps > 1) {
+      // Each warp's value to shared memory; the first warp combines them.
+      Value buf = launch.getWorkgroupAttributions()[0];
+      auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPoint(store.thenBlock()->getTerminator());
+        memref::StoreOp::create(b, loc, part, buf, ValueRange{tidY});
+      }
+      gpu::BarrierOp::create(b, loc);
+      Value firstWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                              tidY, zeroIdx);
+      auto combineWarps =
+          scf::IfOp::create(b, loc, firstWarp, /*withElse=*/false);
+      b.setInsertionPoint(combineWarps.thenBlock()->getTerminator());
+      Value hasWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            lane, index(warps));
+      auto read = scf::IfOp::create(b, loc, TypeRange{elem}, hasWarp,
+                                    /*withElse=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(read.thenBlock());
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{memref::LoadOp::create(b, loc, buf, ValueRange{lane})
+                           .getResult()});
+        b.setInsertionPointToStart(read.elseBlock());
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{arith::ConstantOp::create(b, loc, identity).getResult()});
+      }
+      part = butterfly(read.getResult(0));
+    }
+    auto write = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+    b.setInsertionPoint(write.thenBlock()->getTerminator());
+    SmallVector<Value> at;
+    for (AffineExpr e :
+         op.getMatchingIndexingMap(op.getDpsInitOperand(0)).getResults())
+      at.push_back(ivs[cast<AffineDimExpr>(e).getPosition()]);
+    Value old = memref::LoadOp::create(b, loc, outBuf, at);
+    memref::StoreOp::create(b, loc, emitCombine(b, combiner, old, part, origAcc),
+                            outBuf, at);
+    op.erase();
+  }
+}
+
 struct SplitColumnSumsPass
     : mlir::shardx::impl::SplitColumnSumsPassBase<SplitColumnSumsPass> {
   void runOnOperation() override { splitColumnSums(getOperation()); }
@@ -327,5 +676,10 @@ struct ParallelizeFullSumsPass
   void runOnOperation() override { parallelizeFullSums(getOperation()); }
 };
 
+
+struct WarpReductionsPass
+    : mlir::shardx::impl::WarpReductionsPassBase<WarpReductionsPass> {
+  void runOnOperation() override { warpReductions(getOperation()); }
+};
 
 } // namespace

@@ -15,7 +15,9 @@
 //   threads and
 //   outlined into one `gpu.module` (partial reductions with their
 //   parallel loops first: a thread per output element); full f32 sums run on
-//   ceil(N / 32) threads that each add their partial sum atomically; other ops
+//   ceil(N / 32) threads that each add their partial sum atomically;
+//   reductions over the innermost loops run on a warp per row (a block
+//   for long rows and other full reductions), combined by shuffles; other ops
 //   without a parallel loop (0-d ops, other full reductions) run as one thread
 //   of one block;
 // - no host function may then still load or store a buffer (a compile
@@ -25,7 +27,7 @@
 //   calls `mgpu*` entry points that the ShardX CUDA runtime implements
 //   (lib/Runtime/cuda), which loads the CUDA driver at run time.
 //
-// The sum transforms are in GpuReductions.cpp, the staged entry points in
+// The reduction transforms are in GpuReductions.cpp, the staged entry points in
 // GpuEntryPoints.cpp.
 //
 //===----------------------------------------------------------------------===//

@@ -133,6 +133,7 @@ void mlir::shardx::buildCudaCodegenPipeline(
   pm.addPass(createParallelLoopsFirstPass());
   pm.addPass(createSplitColumnSumsPass());
   pm.addPass(createParallelizeFullSumsPass());
+  pm.addPass(createWarpReductionsPass());
   pm.addPass(createWrapSerialOpsPass());
   // No canonicalization before tiling: it would drop the one-iteration
   // loops of shardx-wrap-serial-ops.

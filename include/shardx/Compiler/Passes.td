@@ -229,6 +229,14 @@ def ParallelizeFullSumsPass
                            "scf::SCFDialect"];
 }
 
+def WarpReductionsPass : Pass<"shardx-warp-reductions", "ModuleOp"> {
+  let summary = "Runs static reductions over the innermost loops on a warp "
+                "per output element (a block for long rows and full "
+                "reductions), combined by shuffles";
+  let dependentDialects = ["arith::ArithDialect", "gpu::GPUDialect",
+                           "memref::MemRefDialect", "scf::SCFDialect"];
+}
+
 def WrapSerialOpsPass : Pass<"shardx-wrap-serial-ops", "ModuleOp"> {
   let summary = "Wraps linalg ops without parallel loops in a "
                 "one-iteration parallel loop: one device thread";
