@@ -110,7 +110,7 @@ using planner::Key;
 using planner::appendKey;
 
 //===----------------------------------------------------------------------===//
-// The search
+// Planner: the plan cache and the checks before a search
 //===----------------------------------------------------------------------===//
 
 struct Planner::Impl {
