@@ -504,10 +504,14 @@ bool isWarpReducible(linalg::LinalgOp op) {
 /// their values in a butterfly of gpu.shuffle xor (16, 8, 4, 2, 1); with
 /// several warps per row, each warp's value goes through shared memory to
 /// the first warp, which combines them in the same way. Lane 0 combines the
-/// row's value into the output element. A reassociation of the serial
-/// order: sums and products change by rounding only, max/min not at all.
-/// One thread per row took ~190 ms of a GPT-2-small step on an H200
-/// (LayerNorm, softmax, cross-entropy and their gradients).
+/// row's value into the output element. A full reduction of at least
+/// kGridReduceLength elements runs in two launches: up to kGridBlocks
+/// blocks of 8 warps each combine a grid-strided part into a temporary,
+/// then one block of 32 warps combines the temporary into the output. A
+/// reassociation of the serial order: sums and products change by rounding
+/// only, max/min not at all. One thread per row took ~190 ms of a
+/// GPT-2-small step on an H200 (LayerNorm, softmax, cross-entropy and their
+/// gradients).
 ///
 ///   linalg.generic {iterator_types = ["parallel", "reduction"]}
 ///       ins(%x : memref<512x768xf32>) outs(%m : memref<512xf32>)
@@ -519,6 +523,121 @@ bool isWarpReducible(linalg::LinalgOp op) {
 ///     part = max(part, shuffle xor part 16) ... (8, 4, 2, 1)
 ///     if tid.x == 0 { m[row] = max(m[row], part) }
 ///   }
+constexpr int64_t kGridReduceLength = 1 << 16, kGridBlocks = 1024,
+                  kGridChunk = 16;
+
+/// One launch of the warp reductions: `blocks` blocks of 32 x (`warps` or
+/// `rowsPerBlock`) threads, `rows` rows of `length` elements. `term(b, row,
+/// k, acc)` combines element k of row `row` into acc; `write(b, row,
+/// value)` runs on lane 0 with the row's value. With `gridStride` (warps >
+/// 1, one row a block), block r starts at r * 32W and every thread steps by
+/// blocks * 32W (a full reduction's first stage; `row` is the block).
+void emitWarpLaunch(
+    OpBuilder &b, Location loc, int64_t blocks, int64_t warps,
+    int64_t rowsPerBlock, int64_t rows, int64_t length, bool gridStride,
+    Type elem, TypedAttr identity, Operation *combiner, Value origAcc,
+    function_ref<Value(OpBuilder &, Value, Value, Value)> term,
+    function_ref<void(OpBuilder &, Value, Value)> write) {
+  OpBuilder::InsertionGuard outer(b);
+  auto index = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  };
+  SmallVector<Type> shared;
+  if (warps > 1)
+    shared.push_back(MemRefType::get(
+        {warps}, elem, MemRefLayoutAttrInterface(),
+        gpu::AddressSpaceAttr::get(b.getContext(),
+                                   gpu::AddressSpace::Workgroup)));
+  Value one = index(1);
+  // Threads: x the lane, y the warp of the row (warps > 1) or the row in
+  // the block.
+  auto launch = gpu::LaunchOp::create(
+      b, loc, index(blocks), one, one, index(kWarp),
+      index(warps > 1 ? warps : rowsPerBlock), one,
+      /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
+      /*asyncDependencies=*/{}, /*workgroupAttributions=*/shared);
+  Block &body = launch.getBody().front();
+  b.setInsertionPointToStart(&body);
+  gpu::TerminatorOp::create(b, loc);
+  b.setInsertionPointToStart(&body);
+  Value lane = launch.getThreadIds().x, tidY = launch.getThreadIds().y;
+  Value bid = launch.getBlockIds().x;
+  Value row = bid, first = lane;
+  int64_t step = kWarp * warps;
+  if (warps > 1)
+    first = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, tidY, index(kWarp)), lane);
+  else
+    row = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, index(rowsPerBlock)), tidY);
+  if (gridStride) {
+    first = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, index(step)), first);
+    step *= blocks;
+  }
+  // Rows past the end (the last block's, warp-uniform: a warp is one row).
+  if (rows % rowsPerBlock != 0) {
+    Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                          row, index(rows));
+    auto guard = scf::IfOp::create(b, loc, inRange, /*withElse=*/false);
+    b.setInsertionPoint(guard.thenBlock()->getTerminator());
+  }
+  Value init = arith::ConstantOp::create(b, loc, identity);
+  auto loop = scf::ForOp::create(b, loc, first, index(length), index(step),
+                                 ValueRange{init});
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(loop.getBody());
+    scf::YieldOp::create(b, loc,
+                         term(b, row, loop.getInductionVar(),
+                              loop.getRegionIterArgs()[0]));
+  }
+  auto butterfly = [&](Value v) {
+    for (int32_t offset = kWarp / 2; offset >= 1; offset /= 2)
+      v = emitCombine(b, combiner, v, shuffleXor(b, loc, v, offset), origAcc);
+    return v;
+  };
+  Value part = butterfly(loop.getResult(0));
+  Value zeroIdx = index(0);
+  Value isLane0 =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, zeroIdx);
+  if (warps > 1) {
+    // Each warp's value to shared memory; the first warp combines them.
+    Value buf = launch.getWorkgroupAttributions()[0];
+    auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(store.thenBlock()->getTerminator());
+      memref::StoreOp::create(b, loc, part, buf, ValueRange{tidY});
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value firstWarp =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tidY, zeroIdx);
+    auto combineWarps = scf::IfOp::create(b, loc, firstWarp, /*withElse=*/false);
+    b.setInsertionPoint(combineWarps.thenBlock()->getTerminator());
+    Value hasWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                          lane, index(warps));
+    auto read = scf::IfOp::create(b, loc, TypeRange{elem}, hasWarp,
+                                  /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(read.thenBlock());
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{memref::LoadOp::create(b, loc, buf, ValueRange{lane})
+                         .getResult()});
+      b.setInsertionPointToStart(read.elseBlock());
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{arith::ConstantOp::create(b, loc, identity).getResult()});
+    }
+    part = butterfly(read.getResult(0));
+  }
+  auto writeIf = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
+  b.setInsertionPoint(writeIf.thenBlock()->getTerminator());
+  write(b, row, part);
+}
+
 void warpReductions(ModuleOp module) {
   SmallVector<linalg::LinalgOp> ops;
   module.walk([&](linalg::LinalgOp op) {
@@ -534,6 +653,72 @@ void warpReductions(ModuleOp module) {
     int64_t rows = 1, length = 1;
     for (unsigned d = 0; d < numLoops; ++d)
       (d < numParallel ? rows : length) *= ranges[d];
+    auto index = [&](OpBuilder &ib, int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(ib, loc, v);
+    };
+    Value outBuf = op.getDpsInits()[0];
+    Type elem = cast<MemRefType>(outBuf.getType()).getElementType();
+    Operation *combiner = rowCombiner(op);
+    BlockArgument origAcc = op.getRegionOutputArgs()[0];
+    TypedAttr identity = combinerIdentity(combiner, elem);
+    AffineMap outMap = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
+    // The loop values of row `row`'s parallel loops.
+    auto rowIvs = [&](OpBuilder &ib, Value row) {
+      SmallVector<Value> ivs(numLoops);
+      Value rest = row;
+      for (int64_t d = static_cast<int64_t>(numParallel) - 1; d >= 0; --d) {
+        ivs[d] = arith::RemUIOp::create(ib, loc, rest, index(ib, ranges[d]));
+        rest = arith::DivUIOp::create(ib, loc, rest, index(ib, ranges[d]));
+      }
+      return ivs;
+    };
+    // Element k of row `row` combined into acc (the op's body).
+    auto term = [&](OpBuilder &ib, Value row, Value k, Value acc) {
+      SmallVector<Value> ivs = rowIvs(ib, row);
+      for (int64_t d = numLoops - 1; d >= static_cast<int64_t>(numParallel);
+           --d) {
+        ivs[d] = arith::RemUIOp::create(ib, loc, k, index(ib, ranges[d]));
+        k = arith::DivUIOp::create(ib, loc, k, index(ib, ranges[d]));
+      }
+      return emitSumTermAt(ib, loc, op, ivs, acc);
+    };
+    // out[row] = combine(out[row], value).
+    auto writeOut = [&](OpBuilder &ib, Value row, Value value) {
+      SmallVector<Value> ivs = rowIvs(ib, row), at;
+      for (AffineExpr e : outMap.getResults())
+        at.push_back(ivs[cast<AffineDimExpr>(e).getPosition()]);
+      Value old = memref::LoadOp::create(ib, loc, outBuf, at);
+      memref::StoreOp::create(
+          ib, loc, emitCombine(ib, combiner, old, value, origAcc), outBuf, at);
+    };
+    if (numParallel == 0 && length >= kGridReduceLength) {
+      // Two launches: blocks of 8 warps into a temporary, then one block.
+      int64_t blocks = std::min<int64_t>(
+          kGridBlocks, (length + kWarp * kRowBlockWarps * kGridChunk - 1) /
+                           (kWarp * kRowBlockWarps * kGridChunk));
+      Value temp =
+          memref::AllocOp::create(b, loc, MemRefType::get({blocks}, elem));
+      emitWarpLaunch(
+          b, loc, blocks, kRowBlockWarps, 1, blocks, length,
+          /*gridStride=*/true, elem, identity, combiner, origAcc,
+          [&](OpBuilder &ib, Value, Value k, Value acc) {
+            return term(ib, index(ib, 0), k, acc);
+          },
+          [&](OpBuilder &ib, Value block, Value value) {
+            memref::StoreOp::create(ib, loc, value, temp, ValueRange{block});
+          });
+      emitWarpLaunch(
+          b, loc, 1, kFullBlockWarps, 1, 1, blocks, /*gridStride=*/false,
+          elem, identity, combiner, origAcc,
+          [&](OpBuilder &ib, Value, Value k, Value acc) {
+            Value v = memref::LoadOp::create(ib, loc, temp, ValueRange{k});
+            return emitCombine(ib, combiner, acc, v, origAcc);
+          },
+          writeOut);
+      memref::DeallocOp::create(b, loc, temp);
+      op.erase();
+      continue;
+    }
     // Warps per row and rows per block.
     int64_t warps = 1, rowsPerBlock = std::min(rows, kRowsPerBlock);
     if (numParallel == 0) {
@@ -544,123 +729,9 @@ void warpReductions(ModuleOp module) {
       rowsPerBlock = 1;
     }
     int64_t blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
-    auto index = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
-    Value outBuf = op.getDpsInits()[0];
-    Type elem = cast<MemRefType>(outBuf.getType()).getElementType();
-    Operation *combiner = rowCombiner(op);
-    BlockArgument origAcc = op.getRegionOutputArgs()[0];
-    TypedAttr identity = combinerIdentity(combiner, elem);
-    SmallVector<Type> shared;
-    if (warps > 1)
-      shared.push_back(MemRefType::get(
-          {warps}, elem, MemRefLayoutAttrInterface(),
-          gpu::AddressSpaceAttr::get(b.getContext(),
-                                     gpu::AddressSpace::Workgroup)));
-    Value one = index(1);
-    // Threads: x the lane, y the warp of the row (warps > 1) or the row in
-    // the block.
-    auto launch = gpu::LaunchOp::create(
-        b, loc, index(blocks), one, one, index(kWarp),
-        index(warps > 1 ? warps : rowsPerBlock), one,
-        /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
-        /*asyncDependencies=*/{}, /*workgroupAttributions=*/shared);
-    Block &body = launch.getBody().front();
-    b.setInsertionPointToStart(&body);
-    gpu::TerminatorOp::create(b, loc);
-    b.setInsertionPointToStart(&body);
-    Value lane = launch.getThreadIds().x, tidY = launch.getThreadIds().y;
-    Value bid = launch.getBlockIds().x;
-    Value row = bid, first = lane;
-    if (warps > 1)
-      first = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, tidY, index(kWarp)), lane);
-    else
-      row = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, bid, index(rowsPerBlock)),
-          tidY);
-    // Rows past the end (the last block's, warp-uniform: a warp is one row).
-    OpBuilder::InsertionGuard rowGuard(b);
-    if (rows % rowsPerBlock != 0) {
-      Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                            row, index(rows));
-      auto guard = scf::IfOp::create(b, loc, inRange, /*withElse=*/false);
-      b.setInsertionPoint(guard.thenBlock()->getTerminator());
-    }
-    SmallVector<Value> ivs(numLoops);
-    Value rest = row;
-    for (int64_t d = static_cast<int64_t>(numParallel) - 1; d >= 0; --d) {
-      ivs[d] = arith::RemUIOp::create(b, loc, rest, index(ranges[d]));
-      rest = arith::DivUIOp::create(b, loc, rest, index(ranges[d]));
-    }
-    Value init = arith::ConstantOp::create(b, loc, identity);
-    auto loop = scf::ForOp::create(b, loc, first, index(length),
-                                   index(kWarp * warps), ValueRange{init});
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value k = loop.getInductionVar();
-      for (int64_t d = numLoops - 1; d >= static_cast<int64_t>(numParallel);
-           --d) {
-        ivs[d] = arith::RemUIOp::create(b, loc, k, index(ranges[d]));
-        k = arith::DivUIOp::create(b, loc, k, index(ranges[d]));
-      }
-      scf::YieldOp::create(
-          b, loc, emitSumTermAt(b, loc, op, ivs, loop.getRegionIterArgs()[0]));
-    }
-    auto butterfly = [&](Value v) {
-      for (int32_t offset = kWarp / 2; offset >= 1; offset /= 2)
-        v = emitCombine(b, combiner, v, shuffleXor(b, loc, v, offset),
-                        origAcc);
-      return v;
-    };
-    Value part = butterfly(loop.getResult(0));
-    Value zeroIdx = index(0);
-    Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                          lane, zeroIdx);
-    if (warps > 1) {
-      // Each warp's value to shared memory; the first warp combines them.
-      Value buf = launch.getWorkgroupAttributions()[0];
-      auto store = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPoint(store.thenBlock()->getTerminator());
-        memref::StoreOp::create(b, loc, part, buf, ValueRange{tidY});
-      }
-      gpu::BarrierOp::create(b, loc);
-      Value firstWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                              tidY, zeroIdx);
-      auto combineWarps =
-          scf::IfOp::create(b, loc, firstWarp, /*withElse=*/false);
-      b.setInsertionPoint(combineWarps.thenBlock()->getTerminator());
-      Value hasWarp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                            lane, index(warps));
-      auto read = scf::IfOp::create(b, loc, TypeRange{elem}, hasWarp,
-                                    /*withElse=*/true);
-      {
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(read.thenBlock());
-        scf::YieldOp::create(
-            b, loc,
-            ValueRange{memref::LoadOp::create(b, loc, buf, ValueRange{lane})
-                           .getResult()});
-        b.setInsertionPointToStart(read.elseBlock());
-        scf::YieldOp::create(
-            b, loc,
-            ValueRange{arith::ConstantOp::create(b, loc, identity).getResult()});
-      }
-      part = butterfly(read.getResult(0));
-    }
-    auto write = scf::IfOp::create(b, loc, isLane0, /*withElse=*/false);
-    b.setInsertionPoint(write.thenBlock()->getTerminator());
-    SmallVector<Value> at;
-    for (AffineExpr e :
-         op.getMatchingIndexingMap(op.getDpsInitOperand(0)).getResults())
-      at.push_back(ivs[cast<AffineDimExpr>(e).getPosition()]);
-    Value old = memref::LoadOp::create(b, loc, outBuf, at);
-    memref::StoreOp::create(b, loc, emitCombine(b, combiner, old, part, origAcc),
-                            outBuf, at);
+    emitWarpLaunch(b, loc, blocks, warps, rowsPerBlock, rows, length,
+                   /*gridStride=*/false, elem, identity, combiner, origAcc,
+                   term, writeOut);
     op.erase();
   }
 }

@@ -148,6 +148,35 @@ func.func @full_max(%x: memref<12x8192xf32>, %m: memref<f32>) {
 
 // -----
 
+// A full reduction of 2^20 elements: 256 blocks of 8 warps, each thread
+// grid-strided (step 256 * 256), into a temporary of 256; then one block of
+// 32 warps combines the temporary into the output, and the temporary is
+// freed.
+// CHECK-LABEL: func.func @full_min_grid
+// CHECK: %[[T:.*]] = memref.alloc() : memref<256xf32>
+// CHECK: gpu.launch blocks({{.*}}) in (%{{[a-z0-9]+}} = %c256{{[_0-9]*}}, %{{.*}}) threads({{.*}}) in (%{{[a-z0-9]+}} = %c32{{[_0-9]*}}, %{{[a-z0-9]+}} = %c8{{[_0-9]*}}, %{{.*}}) workgroup({{.*}} : memref<8xf32, #gpu.address_space<workgroup>>)
+// CHECK: scf.for {{.*}} to %c1048576{{.*}} step %c65536
+// CHECK: arith.minimumf
+// CHECK: gpu.barrier
+// CHECK: memref.store %{{.*}}, %[[T]][%{{.*}}] : memref<256xf32>
+// CHECK: gpu.launch blocks({{.*}}) in (%{{[a-z0-9]+}} = %c1{{[_0-9]*}}, %{{.*}}) threads({{.*}}) in (%{{[a-z0-9]+}} = %c32{{[_0-9]*}}, %{{[a-z0-9]+}} = %c32{{[_0-9]*}}, %{{.*}}) workgroup({{.*}} : memref<32xf32, #gpu.address_space<workgroup>>)
+// CHECK: scf.for {{.*}} to %c256{{.*}} step %c1024
+// CHECK: memref.load %[[T]]
+// CHECK: memref.load %arg1[]
+// CHECK: arith.minimumf
+// CHECK: memref.store %{{.*}}, %arg1[]
+// CHECK: memref.dealloc %[[T]]
+func.func @full_min_grid(%x: memref<1024x1024xf32>, %m: memref<f32>) {
+  linalg.reduce ins(%x : memref<1024x1024xf32>) outs(%m : memref<f32>) dimensions = [0, 1]
+    (%a: f32, %acc: f32) {
+      %r = arith.minimumf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  return
+}
+
+// -----
+
 // Integer sums too (exact in any order).
 // CHECK-LABEL: func.func @row_sum_i32
 // CHECK: arith.constant 0 : i32
