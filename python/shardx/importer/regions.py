@@ -186,11 +186,13 @@ def _tensor_sig(t: torch.Tensor) -> str:
     return f"T{tuple(t.shape)}:{tuple(t.stride())}:{t.dtype}:{int(t.requires_grad)}"
 
 
-def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.Tensor]):
+def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.Tensor],
+                code: Any = None):
     """Calls ``fn(*args, **kwargs)`` (``fn`` reading ``params`` by name, see
     ``_module_body``) as a region where a trace takes regions; a plain call
     elsewhere, and where the call has a non-tensor argument that is not a
-    plain value."""
+    plain value. ``code`` (default ``fn``) is what the region cache
+    (``region_cache``) keys as the region's code."""
     st = _state()
     if not st.active or st.inside:
         return fn(*args, **kwargs)
@@ -229,9 +231,9 @@ def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.
 
     r = REGIONS.get(key)
     if r is None:
-        try:
-            r = _trace_region(key, ident, body, operands, grad)
-        except _NotARegion:
+        r = _cached_or_traced(key, key_text, ident, fn if code is None else code, body,
+                              operands, grad)
+        if r is None:
             return fn(*args, **kwargs)
         REGIONS[key] = r
     st.calls = getattr(st, "calls", 0) + 1
@@ -263,6 +265,46 @@ class _RegionFunction(torch.autograd.Function):
 
 
 # -- tracing a region ------------------------------------------------------
+
+def _outer_phase() -> Optional[str]:
+    """The train-step phase (``train.phase``) the trace is in, if any."""
+    from torch.fx import traceback as fx_traceback
+    return ((getattr(fx_traceback, "current_meta", None) or {}).get("custom") or {}) \
+        .get("shardx.phase")
+
+
+def _region_name(ident: str, key: str) -> str:
+    name = "shardx_region_" + ident.replace(".", "_").replace("<", "").replace(">", "") \
+        .split("|")[0][-40:] + "_" + key[1:9]
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _cached_or_traced(key: str, key_text: str, ident: str, code: Any, body: Callable,
+                      operands: Sequence[torch.Tensor], grad: bool) -> Optional[Region]:
+    """The region of ``key`` from the region cache, or traced (and kept
+    there); None where the call is no region (traced inline)."""
+    from . import region_cache
+    cache_key = None
+    if region_cache.enabled():
+        try:
+            cache_key = region_cache.key(code, key_text, operands, f"phase={_outer_phase()}")
+        except region_cache.Uncacheable as e:
+            region_cache.stats.uncacheable += 1
+            import logging
+            logging.getLogger("shardx.importer").info(
+                "region cache: %s not cached (%s)", ident.split("|")[0], e)
+        if cache_key is not None:
+            r = region_cache.lookup(cache_key, key, _region_name(ident, key))
+            if r is not None:
+                return r
+    try:
+        r = _trace_region(key, ident, body, operands, grad)
+    except _NotARegion:
+        return None
+    if cache_key is not None:
+        region_cache.store(cache_key, r)
+    return r
+
 
 def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch.Tensor],
                   grad: bool) -> Region:
@@ -310,9 +352,7 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
     # Inside a train step's phases (``train.phase``): the region's backward
     # ops are the backward phase, with their forward ops' source lines, as
     # where the step's own autograd traces them.
-    from torch.fx import traceback as fx_traceback
-    outer_phase = ((getattr(fx_traceback, "current_meta", None) or {}).get("custom") or {}) \
-        .get("shardx.phase")
+    outer_phase = _outer_phase()
 
     def joint(*xs):
         prim = list(xs[:len(operands)])
@@ -349,9 +389,7 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
             st.inside = False
     if _mutates_placeholder(gm):
         raise _NotARegion()  # an update the probe's version counters did not see
-    name = "shardx_region_" + ident.replace(".", "_").replace("<", "").replace(">", "") \
-        .split("|")[0][-40:] + "_" + key[1:9]
-    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    name = _region_name(ident, key)
     if not grad:
         fwd = gm
         r = Region(key, name, fwd, n_out, out_spec, tangent_mask=[False] * n_out)
@@ -579,7 +617,7 @@ def _module_forward(child: torch.nn.Module, ident: str):
     def forward(*args, **kwargs):
         params = dict(child.named_parameters(remove_duplicate=False))
         params.update(dict(child.named_buffers(remove_duplicate=False)))
-        return call_region(body, ident, args, kwargs, params)
+        return call_region(body, ident, args, kwargs, params, code=child)
     return forward
 
 
