@@ -89,12 +89,16 @@ static bool isIdentityOf(ReduceOp kind, TypedAttr value) {
 
 namespace {
 
-/// `outer + c * inner` with `outer` at stride 1 (a convolution's or
-/// pooling's input index at stride 1, dilation `c`): the dim of size
-/// `range(outer) + c * (range(inner) - 1)` is the outer loop's range widened
-/// by the window's extent. The outer loop is the longer one.
+/// `s * outer + c * inner` (a convolution's or pooling's input index at
+/// stride `s`, dilation `c`; the outer loop is the longer one): the dim
+/// holds the windows of the outer loop's rows, `s * (range(outer) - 1) +
+/// extent + 1` rows (`extent = c * (range(inner) - 1)`) and up to `s - 1`
+/// trailing rows no window reads (what a strided convolution leaves over).
+/// A shard's windows start `low = extent / 2` rows before its rows (the
+/// rows of a "same"-padded input split like its source); the last shard
+/// holds the `high` rows left past the last output row's `stride` rows.
 struct Window {
-  int64_t outer, inner, extent;
+  int64_t outer, inner, stride, unread, low, high;
 };
 static std::optional<Window> matchWindow(AffineExpr expr,
                                          ArrayRef<int64_t> ranges,
@@ -122,25 +126,27 @@ static std::optional<Window> matchWindow(AffineExpr expr,
   int64_t ra = ranges[a->first], rb = ranges[b->first];
   if (ShapedType::isDynamic(ra) || ShapedType::isDynamic(rb))
     return std::nullopt;
-  // The outer loop has stride 1 and the longer range.
-  if (b->second == 1 && (a->second != 1 || rb > ra)) {
+  // The outer loop has the longer range.
+  if (rb > ra) {
     std::swap(a, b);
     std::swap(ra, rb);
   }
-  if (a->second != 1 || ra <= rb || rb < 1)
+  if (ra <= rb || rb < 1)
     return std::nullopt;
-  int64_t extent = b->second * (rb - 1);
-  if (ra + extent != size)
+  int64_t stride = a->second, extent = b->second * (rb - 1);
+  int64_t unread = size - (stride * (ra - 1) + extent + 1);
+  int64_t low = extent / 2, high = size - stride * ra - low;
+  if (unread < 0 || unread >= stride || high < 0)
     return std::nullopt;
-  return Window{a->first, b->first, extent};
+  return Window{a->first, b->first, stride, unread, low, high};
 }
 
 /// Loops -> factors (parallel or reduction, from the iterator types); each
 /// tensor operand dim -> the loop its indexing map names. A constant result
 /// (a broadcast size-1 dim) maps to no factor; any other expression (d0 + d1
 /// of a convolution) maps to the loops it uses, which then need
-/// replication, except a stride-1 window (`matchWindow`): that input dim is
-/// the outer loop widened by the window, a windowed dim of the rule (the op
+/// replication, except a window (`matchWindow`): that input dim is the
+/// outer loop's rows (times the stride) widened by the window, a windowed dim of the rule (the op
 /// reads a halo across shard edges), and the window loop needs replication.
 /// Results map like their init operands.
 template <typename OpTy>
@@ -175,16 +181,18 @@ struct LinalgStructuredRule
         if (auto dim = dyn_cast<AffineDimExpr>(expr)) {
           factors.push_back(dim.getPosition());
         } else if (window) {
-          // Stride 1: the dim is the outer loop's range widened by the
-          // window; the window loop stays whole.
+          // The dim is the outer loop's rows (times the stride) widened by
+          // the window; the window loop stays whole.
           factors.push_back(window->outer);
           rule.factorKinds[window->inner] =
               ShardingRule::FactorKind::NeedReplication;
-          int64_t extent = window->extent;
-          rule.windows.push_back({/*result=*/false,
-                                  static_cast<int64_t>(rule.operands.size()),
-                                  static_cast<int64_t>(d), extent / 2,
-                                  extent - extent / 2, /*halo=*/true});
+          ShardingRule::WindowedDim w{
+              /*result=*/false, static_cast<int64_t>(rule.operands.size()),
+              static_cast<int64_t>(d), window->low, window->high,
+              /*halo=*/true};
+          w.stride = window->stride;
+          w.unread = window->unread;
+          rule.windows.push_back(w);
         } else if (!isa<AffineConstantExpr>(expr)) {
           expr.walk([&](AffineExpr e) {
             if (auto d = dyn_cast<AffineDimExpr>(e)) {

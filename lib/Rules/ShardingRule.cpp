@@ -60,7 +60,9 @@ std::string ShardingRule::str() const {
     s += std::string(" window(") + (w.result ? "result " : "operand ") +
          std::to_string(w.tensor) + " dim " + std::to_string(w.dim) +
          ": low=" + std::to_string(w.low) + " high=" + std::to_string(w.high) +
-         (w.halo ? " halo" : "") + ")";
+         (w.halo ? " halo" : "") +
+         (w.stride != 1 ? " stride=" + std::to_string(w.stride) : "") +
+         (w.unread ? " unread=" + std::to_string(w.unread) : "") + ")";
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "llvm/ADT/SmallBitVector.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -42,18 +43,28 @@ struct ShardingRule {
   SmallVector<SmallVector<SmallVector<int64_t>>> results;
 
   /// A windowed dim (docs/Rules.md, "Windowed ops"): a dim of one factor
-  /// whose size is the factor's plus `low + high` (a padded dim; the input
-  /// rows of a stride-1 convolution or pooling). When the factor is split,
-  /// the dim is split with explicit sizes: the factor's pieces, the first
-  /// widened by `low` and the last by `high`; a consumer that reads the
-  /// window (`halo`) needs `low` rows from the previous shard and `high`
-  /// from the next (shardx.halo, inserted by shardx-localize).
+  /// whose size is `stride` times the factor's plus `low + high` (a padded
+  /// dim; the input rows of a convolution or pooling, `stride` its stride).
+  /// When the factor is split, the dim is split with explicit sizes: the
+  /// factor's pieces times `stride`, the first widened by `low` and the
+  /// last by `high`; a consumer that reads the window (`halo`) needs
+  /// `low` rows from the previous shard and `haloHigh()` from the next
+  /// (shardx.halo, inserted by shardx-localize).
   struct WindowedDim {
     bool result;    // a result (else an operand)
     int64_t tensor; // index among the tensor operands or results
     int64_t dim;
     int64_t low, high;
-    bool halo; // the op reads across shard edges (a window), not a pad
+    bool halo;          // the op reads across shard edges (a window), not a pad
+    int64_t stride = 1; // dim rows per factor row
+    int64_t unread = 0; // trailing rows of the dim no window reads
+    /// The rows a shard reads from the next one: `high` less the rows past
+    /// the last window (a stride-s window ends `s - 1 - unread` rows before
+    /// the next shard's first window starts, so it may need none).
+    int64_t haloHigh() const {
+      return halo ? std::max<int64_t>(0, high - unread) : 0;
+    }
+    int64_t haloLow() const { return halo ? low : 0; }
   };
   SmallVector<WindowedDim> windows;
   /// The window of dim `d` of the tensor whose factors are `dims` (one of

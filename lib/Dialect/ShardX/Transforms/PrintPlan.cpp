@@ -110,8 +110,8 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
         if (!mesh)
           continue;
         int64_t n = mesh.getShape()[ds->splits[0].axis];
-        int64_t rows = n >= 3 ? w.low + w.high
-                              : (n == 2 ? std::max(w.low, w.high) : 0);
+        int64_t low = w.haloLow(), high = w.haloHigh();
+        int64_t rows = n >= 3 ? low + high : (n == 2 ? std::max(low, high) : 0);
         auto type = cast<RankedTensorType>(tensors[w.tensor].getType());
         double bytes =
             std::max<int64_t>(1, type.getElementTypeBitWidth() / 8) * rows;
@@ -134,7 +134,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
         received[{w.tensor, w.dim}] = rows;
         op->emitRemark() << "halo of operand " << w.tensor << " dim " << w.dim
                          << " over mesh axis " << ds->splits[0].axis
-                         << " (low " << w.low << ", high " << w.high << "): "
+                         << " (low " << low << ", high " << high << "): "
                          << llvm::formatv("{0:F0}", bytes) << " bytes/rank";
       }
     });

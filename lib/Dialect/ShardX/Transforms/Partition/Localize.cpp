@@ -462,8 +462,9 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
       Value halo = HaloOp::create(
           rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
           use.get(), meshRef, rewriter.getDenseI64ArrayAttr({axis}),
-          rewriter.getI64IntegerAttr(w.dim), rewriter.getI64IntegerAttr(w.low),
-          rewriter.getI64IntegerAttr(w.high),
+          rewriter.getI64IntegerAttr(w.dim),
+          rewriter.getI64IntegerAttr(w.haloLow()),
+          rewriter.getI64IntegerAttr(w.haloHigh()),
           rewriter.getDenseI64ArrayAttr(ArrayRef<int64_t>(ds->sizes)));
       use.set(halo);
       continue;

@@ -79,13 +79,19 @@ Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
     if (factors.empty())
       continue;
     if (const ShardingRule::WindowedDim *w = rule.windowOf(dims, ds.dim)) {
-      // The factor's pieces are the dim's less the window at the ends.
+      // The factor's pieces are the dim's less the window at the ends,
+      // over the stride (a piece the stride does not divide is not seen:
+      // its windows would not start at the shard's edge).
       if (ds.splits.size() != 1 || ds.sizes.empty() ||
           ds.sizes.front() < w->low || ds.sizes.back() < w->high)
         continue;
       DimSharding fs{ds.dim, ds.splits, ds.sizes};
       fs.sizes.front() -= w->low;
       fs.sizes.back() -= w->high;
+      if (llvm::any_of(fs.sizes, [&](int64_t v) { return v % w->stride; }))
+        continue;
+      for (int64_t &v : fs.sizes)
+        v /= w->stride;
       DimSharding even{ds.dim, ds.splits, {}};
       if (factorPieces(rule, factors[0], even, meshShape) == fs.sizes)
         fs.sizes.clear();
@@ -141,8 +147,8 @@ std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
   Layout layout(meshRank);
   for (auto [d, factors] : llvm::enumerate(dims)) {
     if (const ShardingRule::WindowedDim *w = rule.windowOf(dims, d)) {
-      // The factor's pieces, the first widened by the low window and the
-      // last by the high one.
+      // The factor's pieces times the stride, the first widened by the low
+      // window and the last by the high one.
       const auto &fs = assignment[factors[0]];
       if (!fs)
         continue;
@@ -150,10 +156,13 @@ std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
           factorPieces(rule, factors[0], *fs, meshShape);
       if (!pieces)
         return std::nullopt;
+      for (int64_t &v : *pieces)
+        v *= w->stride;
       pieces->front() += w->low;
       pieces->back() += w->high;
       // A halo reaches only the neighbouring shard.
-      if (w->halo && *llvm::min_element(*pieces) < std::max(w->low, w->high))
+      if (w->halo && *llvm::min_element(*pieces) <
+                         std::max(w->haloLow(), w->haloHigh()))
         return std::nullopt;
       layout.addSplit(d, fs->splits[0]);
       layout.setSizes(d, *pieces);

@@ -110,14 +110,15 @@ static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
         size = llvm::divideCeil(size, splitCount(*other, meshShape));
       row *= size + widened[d];
     }
-    if (n == 2 && w.low > 0 && w.high > 0) {
-      s.halos.emplace_back(axis, std::max(w.low, w.high) * row);
+    int64_t low = w.haloLow(), high = w.haloHigh();
+    if (n == 2 && low > 0 && high > 0) {
+      s.halos.emplace_back(axis, std::max(low, high) * row);
     } else {
-      for (int64_t rows : {w.low, w.high})
+      for (int64_t rows : {low, high})
         if (rows > 0)
           s.halos.emplace_back(axis, rows * row);
     }
-    widened[w.dim] += w.low + w.high;
+    widened[w.dim] += low + high;
   }
 }
 
