@@ -23,11 +23,15 @@ every layer traced, imported and compiled as before); torch.compile runs
 the plain `block` and `adamw`.
 
 For each depth, cold first call: a fresh cache directory for ShardX (no
-artifact, no kernel), and a fresh inductor cache (`TORCHINDUCTOR_CACHE_DIR`)
-and `torch._dynamo.reset()` for torch.compile. The last line for the deepest
-model is the warm-kernel-cache case: the same model with one layer's MLP
-width changed, compiled with the kernel cache left by the cold run (a new
-artifact, most kernels cached). Ratios (goals in issue 35):
+artifact, no kernel, no traced region), and a fresh inductor cache
+(`TORCHINDUCTOR_CACHE_DIR`) and `torch._dynamo.reset()` for torch.compile.
+The last line for the deepest model is the warm case: the same model with
+one layer's MLP width changed, compiled with the kernel cache and the region
+cache (python/shardx/importer/region_cache.py) left by the cold run (a new
+artifact, most kernels cached, the unchanged regions loaded, not traced).
+Before each ShardX call the regions kept in memory are dropped, as in a new
+process; each timing line ends with the regions loaded from disk and
+traced. Ratios (goals in issue 35):
 
 - torch.compile / ShardX at each depth >= 2 (goal >= 1);
 - ShardX deepest / ShardX 2 layers (goal <= 3 at 32 layers);
@@ -199,7 +203,12 @@ def shardx_first_call(layers, cache, widths=None, regional=True):
 
 
 def _shardx_first_call(shardx, layers, cache, widths):
+    from shardx.importer import region_cache
     os.environ["SHARDX_CACHE_DIR"] = cache
+    # As in a new process: the traced regions kept in memory are dropped
+    # (the disk cache under `cache` stays).
+    region_cache._MEMORY.clear()
+    region_cache.stats.reset()
     names, args = example(layers, widths)
     step = make_step(names)
     mesh = shardx.Mesh((2, 2), ("dp", "tp"))
@@ -216,26 +225,31 @@ def _shardx_first_call(shardx, layers, cache, widths):
     err = abs(float(loss) - float(ref))
     if not err <= 1e-4 * max(1.0, abs(float(ref))):
         raise SystemExit(f"shardx loss {float(loss)} differs from eager {float(ref)}")
-    return elapsed, fn.first_call_timing
+    timing = dict(fn.first_call_timing or {})
+    st = region_cache.stats
+    timing["regions from disk"] = st.disk
+    timing["regions traced"] = st.misses + st.uncacheable
+    return elapsed, timing
 
 
 def cold_first_call(layers, repeat, regional, warm_widths=None):
     """The fastest of `repeat` cold first calls (each with fresh caches),
     its timing, and, with `warm_widths`, the first call of the model with
     those MLP widths on the kernel cache the last cold call left."""
-    best = warm = None
+    best = warm = warm_timing = None
     for r in range(repeat):
         cache = tempfile.mkdtemp(prefix="shardx-latency-")
         try:
             secs, timing = shardx_first_call(layers, cache, regional=regional)
             if warm_widths and r == repeat - 1:
                 # The same kernel cache; the artifact is a new program.
-                warm, _ = shardx_first_call(layers, cache, warm_widths, regional=regional)
+                warm, warm_timing = shardx_first_call(layers, cache, warm_widths,
+                                                      regional=regional)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         if best is None or secs < best[0]:
             best = (secs, timing)
-    return best[0], best[1], warm
+    return best[0], best[1], (warm, warm_timing)
 
 
 def torch_first_call(layers):
@@ -313,6 +327,11 @@ def gpt2_zoo_compile(layers, opt, cache):
         return time.perf_counter() - start, traced
 
 
+def _timing_text(timing):
+    return ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.2f}s"
+                     for k, v in timing.items())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
@@ -375,7 +394,7 @@ def main(argv=None):
         if n == max(args.layers) and not args.no_warm:
             widths = [4 * DIM] * n
             widths[n // 2] = 3 * DIM
-        sx, timing, warm = cold_first_call(n, args.repeat, True, widths)
+        sx, timing, (warm, warm_timing) = cold_first_call(n, args.repeat, True, widths)
         inline = inline_timing = None
         if not args.no_inline:
             inline, inline_timing, _ = cold_first_call(n, args.repeat, False)
@@ -387,13 +406,13 @@ def main(argv=None):
         print(f"{n:6d} {sx:9.1f} {inline if inline else float('nan'):9.1f} "
               f"{tc if tc else float('nan'):9.1f} {ratio}", flush=True)
         if timing:
-            print("       " + ", ".join(f"{k} {v:.2f}s" for k, v in timing.items()), flush=True)
+            print("       " + _timing_text(timing), flush=True)
         if inline_timing:
-            print("       inline: " + ", ".join(f"{k} {v:.2f}s" for k, v in inline_timing.items()),
-                  flush=True)
+            print("       inline: " + _timing_text(inline_timing), flush=True)
         if warm is not None:
             print(f"       warm kernel cache, layer {n // 2} MLP width 4d -> 3d: {warm:.1f} s "
                   f"= {warm / sx:.2f} of cold (goal <= 0.2)", flush=True)
+            print("       warm: " + _timing_text(warm_timing), flush=True)
     if base:
         deepest = rows[-1]
         print(f"ShardX {deepest[0]} layers / 2 layers: {deepest[1] / base:.2f} "

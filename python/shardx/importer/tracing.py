@@ -41,6 +41,18 @@ def decompositions():
     return table
 
 
+_TABLE: Optional[Dict[Any, Callable]] = None
+
+
+def _decomposition_table() -> Dict[Any, Callable]:
+    """``decompositions()``, made once per process (each trace's second
+    pass and each region's use it; making it takes 0.1-0.2 s)."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = decompositions()
+    return _TABLE
+
+
 def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
                  regions: Optional[bool] = None) -> torch.fx.GraphModule:
     """Traces ``fn`` to a functional aten graph over the flattened inputs, on
@@ -161,7 +173,8 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             return torch.fx.Interpreter(g0).run(*xs)
         with fx_traceback.preserve_node_meta():
             g = make_fx(functionalize(run, remove="mutations_and_views"),
-                        decomposition_table=decompositions(), record_stack_traces=True)(*detached)
+                        decomposition_table=_decomposition_table(),
+                        record_stack_traces=True)(*detached)
     return g
 
 
