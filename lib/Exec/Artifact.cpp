@@ -223,9 +223,10 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
                      raw, freeBuffer);
 }
 
-Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
-                              const std::vector<const HostTensor *> &localInputs,
-                              RawOutputs &raw) const {
+Status
+Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
+                       const std::vector<const HostTensor *> &localInputs,
+                       RawOutputs &raw) const {
   raw.release();
   if (!isCuda())
     return Status::error(path + " is not a CUDA artifact");
@@ -259,15 +260,15 @@ Status Artifact::callOnDevice(const EntryPoint &entry, Communicator &comm,
       int64_t bytes = t.numElements() * static_cast<int64_t>(t.elementSize());
       ptr = cuda.alloc(std::max<int64_t>(bytes, 1));
       if (bytes > 0)
-        (cuda.stageToDevice ? cuda.stageToDevice : cuda.copy)(ptr, t.data.data(),
-                                                           bytes);
+        (cuda.stageToDevice ? cuda.stageToDevice
+                            : cuda.copy)(ptr, t.data.data(), bytes);
       staged.push_back(ptr);
     }
     inputPtrs.insert(reinterpret_cast<int64_t>(ptr));
     descs.push_back(denseDescriptor(reinterpret_cast<int64_t>(ptr), t.shape));
   }
-  Status s = invokeEntry(fn, entry, comm, std::move(descs), std::move(inputPtrs),
-                         raw, cuda.free);
+  Status s = invokeEntry(fn, entry, comm, std::move(descs),
+                         std::move(inputPtrs), raw, cuda.free);
   // The results are read by other streams (the next call's artifact) and
   // by the host once this returns.
   cuda.synchronize();
@@ -348,9 +349,8 @@ void RawOutputs::release() {
   // input's buffer (never freed here) or given away by takeOut.
   std::set<int64_t> freed;
   for (size_t w : offsets)
-    if (int64_t allocated = results[w]; allocated &&
-                                        !inputPtrs.count(allocated) &&
-                                        !taken.count(allocated))
+    if (int64_t allocated = results[w];
+        allocated && !inputPtrs.count(allocated) && !taken.count(allocated))
       freed.insert(allocated);
   for (int64_t allocated : freed)
     (freeBuffer ? freeBuffer : std::free)(reinterpret_cast<void *>(allocated));
@@ -418,8 +418,8 @@ HostTensor RawOutputs::takeOut(size_t o) {
       }
       last += (t.shape[k] - 1) * strides[k];
     }
-    std::vector<char> extent(static_cast<size_t>(std::max<int64_t>(
-        0, (last + 1) * es)));
+    std::vector<char> extent(
+        static_cast<size_t>(std::max<int64_t>(0, (last + 1) * es)));
     if (!extent.empty())
       deviceCopy(extent.data(), first, static_cast<int64_t>(extent.size()));
     std::vector<char> dense(static_cast<size_t>(bytes));

@@ -363,8 +363,9 @@ NB_MODULE(_shardx_rt, m) {
       .def_prop_ro("mesh_shape", [](const ShardSet &s) { return s.meshShape; })
       .def_prop_ro("global_shape",
                    [](const ShardSet &s) { return s.globalShape; })
-      .def_prop_ro("dtype",
-                   [](const ShardSet &s) { return rt::stringifyDType(s.dtype); })
+      .def_prop_ro(
+          "dtype",
+          [](const ShardSet &s) { return rt::stringifyDType(s.dtype); })
       .def_prop_ro("layout", [](const ShardSet &s) { return s.layout; })
       .def_prop_ro("ranks", [](const ShardSet &s) { return s.locals.size(); })
       .def_prop_ro("donated", [](const ShardSet &s) { return s.donated; })
@@ -636,10 +637,9 @@ NB_MODULE(_shardx_rt, m) {
                     "device_shards: rank " + std::to_string(r) +
                     "'s shard is not a C-contiguous CUDA array");
               if (dtypeOf(a.dtype()) != set.dtype)
-                throw std::invalid_argument("device_shards: rank " +
-                                            std::to_string(r) + "'s shard is " +
-                                            dtypeName(a.dtype()) + ", not " +
-                                            dtype);
+                throw std::invalid_argument(
+                    "device_shards: rank " + std::to_string(r) +
+                    "'s shard is " + dtypeName(a.dtype()) + ", not " + dtype);
               auto t = std::make_shared<HostTensor>();
               t->dtype = set.dtype;
               for (size_t d = 0; d < a.ndim(); ++d)

@@ -607,11 +607,9 @@ void *shardx_rt_cuda_alloc(int64_t bytes) {
 
 void shardx_rt_cuda_free(void *ptr) { mgpuMemFree(ptr, nullptr); }
 
-
 void shardx_rt_cuda_staging_reset() { pinnedStaging().reset(); }
 
-void shardx_rt_cuda_stage_to_device(void *dst, const void *src,
-                                    int64_t bytes) {
+void shardx_rt_cuda_stage_to_device(void *dst, const void *src, int64_t bytes) {
   if (bytes <= 0)
     return;
   char *pinned = pinnedStaging().take(static_cast<size_t>(bytes));
