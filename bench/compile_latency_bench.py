@@ -228,7 +228,7 @@ def _shardx_first_call(shardx, layers, cache, widths):
     timing = dict(fn.first_call_timing or {})
     st = region_cache.stats
     timing["regions from disk"] = st.disk
-    timing["regions traced"] = st.misses + st.uncacheable
+    timing["regions traced"] = st.traced
     return elapsed, timing
 
 

@@ -94,7 +94,7 @@ def traced(step, args, use_cache=True, new_process=True):
 def stats():
     s = region_cache.stats
     return dict(memory=s.memory, disk=s.disk, misses=s.misses, uncacheable=s.uncacheable,
-                stored=s.stored)
+                stored=s.stored, traced=s.traced)
 
 
 def check_against_eager(step, args):
@@ -116,7 +116,7 @@ def test_unchanged_layer_is_loaded_from_disk_and_gives_the_same_program(cache):
     assert len(os.listdir(region_cache.folder())) == 2
     again = traced(step, args)
     assert stats()["disk"] == 2 and stats()["misses"] == 2, stats()
-    assert again == first
+    assert again == first and stats()["traced"] == 2
     # The same trace in this process: from memory.
     traced(step, args, new_process=False)
     assert stats()["memory"] == 2, stats()
@@ -140,7 +140,7 @@ def test_a_changed_layer_misses_and_matches_eager(cache, change):
         mod.SCALE = 3.0  # a global the block reads, changed at run time
     step, args = make_step(mod), example(width, seed=1)
     text = traced(step, args)
-    assert stats()["misses"] == 4 and stats()["disk"] == 0, stats()
+    assert stats()["misses"] == 4 and stats()["disk"] == 0 and stats()["traced"] == 4, stats()
     assert text == traced(step, args, use_cache=False)
     check_against_eager(step, args)
 

@@ -29,7 +29,7 @@ the cache cannot name again (anything but ``torch.ops`` overloads and
 
 ``SHARDX_REGION_CACHE=0`` turns the cache off (memory and disk);
 ``stats`` counts hits (``memory``, ``disk``), misses, regions not
-cacheable and entries written. The folder keeps the 4096 most recently
+cacheable, entries written and regions traced. The folder keeps the 4096 most recently
 used entries.
 """
 
@@ -61,14 +61,20 @@ _FORMAT = 1
 
 @dataclass
 class Stats:
+    """Counters of this process: hits from ``memory`` and from ``disk``,
+    ``misses``, regions not ``uncacheable``, entries ``stored``, and regions
+    ``traced`` (with the cache on or off)."""
+
     memory: int = 0
     disk: int = 0
     misses: int = 0
     uncacheable: int = 0
     stored: int = 0
+    traced: int = 0
 
     def reset(self):
         self.memory = self.disk = self.misses = self.uncacheable = self.stored = 0
+        self.traced = 0
 
 
 stats = Stats()

@@ -297,6 +297,7 @@ def _cached_or_traced(key: str, key_text: str, ident: str, code: Any, body: Call
             r = region_cache.lookup(cache_key, key, _region_name(ident, key))
             if r is not None:
                 return r
+    region_cache.stats.traced += 1
     try:
         r = _trace_region(key, ident, body, operands, grad)
     except _NotARegion:
