@@ -6,12 +6,19 @@
 
 #include "shardx/Layout/Layout.h"
 
+#include "Digits.h"
+
 #include <algorithm>
 #include <cassert>
 #include <numeric>
 #include <sstream>
 
 namespace shardx {
+
+using detail::applySplit;
+using detail::Digit;
+using detail::digitsToSplits;
+using detail::splitsToDigits;
 
 const char *stringifyReduceOp(ReduceOp op) {
   switch (op) {
@@ -86,117 +93,7 @@ Interval chunkInterval(int64_t size, int64_t parts, int64_t index) {
   return {begin, end - begin};
 }
 
-//===----------------------------------------------------------------------===//
-// Digits: the mixed-radix view of one dim used to canonicalize StridedShard.
-//===----------------------------------------------------------------------===//
-
 namespace {
-/// A digit of the mixed-radix view of a dim: a mesh axis, a run of unsplit
-/// blocks, or the trailing remainder whose size depends on the tensor.
-struct Digit {
-  enum class Kind { Axis, Free, Rest } kind;
-  int64_t value; // axis id (Axis) or size (Free)
-};
-
-/// Applies one DTensor split (the mesh axes `axes`, of total size `n`, acting
-/// as one axis, split factor `sf`) to the digits of a dim: the local piece
-/// (the free digits) is viewed as (sf, n, rest) and the n part becomes the
-/// axis digits, in order.
-bool applySplit(std::vector<Digit> &digits, const std::vector<int64_t> &axes,
-                int64_t n, int64_t sf, std::string &error) {
-  int64_t axis = axes.front();
-  size_t idx = 0;
-  int64_t prefix = 1;
-  auto fail = [&] {
-    error = "split factor " + std::to_string(sf) + " on mesh axis " +
-            std::to_string(axis) +
-            " does not fall on a block boundary of the splits before it";
-    return false;
-  };
-  // Walk past free digits until their product is exactly sf.
-  while (prefix < sf) {
-    while (idx < digits.size() && digits[idx].kind == Digit::Kind::Axis)
-      ++idx;
-    assert(idx < digits.size() && "the rest digit is always last");
-    Digit &d = digits[idx];
-    if (sf % prefix != 0)
-      return fail();
-    int64_t need = sf / prefix;
-    if (d.kind == Digit::Kind::Rest) {
-      digits.insert(digits.begin() + idx, Digit{Digit::Kind::Free, need});
-      ++idx;
-      prefix = sf;
-      break;
-    }
-    if (d.value <= need) {
-      if (need % d.value != 0)
-        return fail();
-      prefix *= d.value;
-      ++idx;
-      continue;
-    }
-    if (d.value % need != 0)
-      return fail();
-    int64_t remaining = d.value / need;
-    d.value = need;
-    digits.insert(digits.begin() + idx + 1,
-                  Digit{Digit::Kind::Free, remaining});
-    ++idx;
-    prefix = sf;
-  }
-  if (prefix != sf)
-    return fail();
-  // The next free digit must start with n.
-  while (idx < digits.size() && digits[idx].kind == Digit::Kind::Axis)
-    ++idx;
-  assert(idx < digits.size());
-  Digit &d = digits[idx];
-  std::vector<Digit> axisDigits;
-  for (int64_t a : axes)
-    axisDigits.push_back(Digit{Digit::Kind::Axis, a});
-  if (d.kind == Digit::Kind::Rest) {
-    digits.insert(digits.begin() + idx, axisDigits.begin(), axisDigits.end());
-    return true;
-  }
-  if (d.value % n != 0) {
-    error = "mesh axis " + std::to_string(axis) + " (size " +
-            std::to_string(n) + ") cannot split a block of " +
-            std::to_string(d.value) + " left by the split factors before it";
-    return false;
-  }
-  int64_t remaining = d.value / n;
-  digits.erase(digits.begin() + idx);
-  if (remaining != 1)
-    digits.insert(digits.begin() + idx, Digit{Digit::Kind::Free, remaining});
-  digits.insert(digits.begin() + idx, axisDigits.begin(), axisDigits.end());
-  return true;
-}
-
-std::vector<Split> digitsToSplits(const std::vector<Digit> &digits) {
-  std::vector<Split> splits;
-  int64_t free = 1;
-  for (const Digit &d : digits) {
-    if (d.kind == Digit::Kind::Free)
-      free *= d.value;
-    else if (d.kind == Digit::Kind::Axis)
-      splits.push_back({d.value, free});
-  }
-  return splits;
-}
-
-std::vector<Digit> splitsToDigits(const std::vector<Split> &splits) {
-  std::vector<Digit> digits;
-  int64_t prev = 1;
-  for (const Split &s : splits) {
-    if (s.stride / prev != 1)
-      digits.push_back({Digit::Kind::Free, s.stride / prev});
-    digits.push_back({Digit::Kind::Axis, s.axis});
-    prev = s.stride;
-  }
-  digits.push_back({Digit::Kind::Rest, 0});
-  return digits;
-}
-
 std::string listStr(const std::vector<int64_t> &v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i)
@@ -540,62 +437,6 @@ Layout::toPlacements(const std::vector<int64_t> &meshShape,
     }
   }
   return placements;
-}
-
-std::optional<Layout>
-Layout::withoutSplits(int64_t dim, size_t first, size_t count,
-                      const std::vector<int64_t> &meshShape) const {
-  Layout result = *this;
-  auto it = std::find_if(result.dims.begin(), result.dims.end(),
-                         [&](const DimSharding &ds) { return ds.dim == dim; });
-  if (it == result.dims.end() || count == 0 ||
-      first + count > it->splits.size())
-    return std::nullopt;
-  int64_t n = 1;
-  for (size_t i = first; i < first + count; ++i)
-    n *= meshShape[it->splits[i].axis];
-  if (!it->sizes.empty()) {
-    // Explicit sizes are linearized over the splits, major first: only the
-    // minor-most splits can go, and their shards merge.
-    if (first + count != it->splits.size())
-      return std::nullopt;
-    std::vector<int64_t> merged;
-    for (size_t i = 0; i < it->sizes.size(); i += n)
-      merged.push_back(std::accumulate(it->sizes.begin() + i,
-                                       it->sizes.begin() + i + n,
-                                       static_cast<int64_t>(0)));
-    it->sizes = first == 0 ? std::vector<int64_t>() : merged;
-  }
-  for (size_t i = first + count; i < it->splits.size(); ++i)
-    it->splits[i].stride *= n;
-  it->splits.erase(it->splits.begin() + first,
-                   it->splits.begin() + first + count);
-  if (it->splits.empty())
-    result.dims.erase(it);
-  return result;
-}
-
-std::optional<Layout>
-Layout::withCarvedSplits(int64_t dim, const std::vector<int64_t> &axes,
-                         int64_t stride,
-                         const std::vector<int64_t> &meshShape) const {
-  Layout result = *this;
-  auto it = std::lower_bound(
-      result.dims.begin(), result.dims.end(), dim,
-      [](const DimSharding &ds, int64_t d) { return ds.dim < d; });
-  if (it == result.dims.end() || it->dim != dim)
-    it = result.dims.insert(it, DimSharding{dim, {}, {}});
-  if (!it->sizes.empty() || axes.empty())
-    return std::nullopt;
-  int64_t n = 1;
-  for (int64_t a : axes)
-    n *= meshShape[a];
-  std::vector<Digit> digits = splitsToDigits(it->splits);
-  std::string error;
-  if (!applySplit(digits, axes, n, stride, error))
-    return std::nullopt;
-  it->splits = digitsToSplits(digits);
-  return result;
 }
 
 LayoutSpelling Layout::getCanonicalSpelling() const {

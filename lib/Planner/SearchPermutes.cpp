@@ -42,7 +42,7 @@ void PermuteTargets::prepare(const Layout &src) {
           std::find_if(splits.begin(), splits.end(),
                        [&](const Split &s) { return s.axis == axis; }) -
           splits.begin();
-      target = target->withoutSplits(dim, index, 1, problem.meshShape);
+      target = gatherSplits(*target, dim, index, 1, problem.meshShape);
       if (!target)
         break;
     }
@@ -55,8 +55,7 @@ void PermuteTargets::prepare(const Layout &src) {
     for (int64_t d = 0; d < static_cast<int64_t>(problem.shape.size()); ++d)
       for (int64_t s : problem.blockBoundaries(src, d)) {
         budget.charge(WorkBudget::kLayoutWork);
-        if (auto extra =
-                stripped.withCarvedSplits(d, {a}, s, problem.meshShape))
+        if (auto extra = carveSplits(stripped, d, {a}, s, problem.meshShape))
           candidates.push_back(std::move(*extra));
       }
   }

@@ -65,7 +65,7 @@ void StepGenerator::carveAsTarget(const Layout &base,
     if (budget.charge(WorkBudget::kLayoutWork))
       return;
     std::optional<Layout> after =
-        base.withCarvedSplits(dim, group, s, problem.meshShape);
+        carveSplits(base, dim, group, s, problem.meshShape);
     if (!after)
       continue;
     // Explicit target sizes apply when the whole dim is carved at once.
@@ -170,7 +170,7 @@ bool StepGenerator::addReductions(const Layout &l, double inBytes,
         for (int64_t s : problem.blockBoundaries(cleared, d)) {
           budget.charge(WorkBudget::kLayoutWork);
           std::optional<Layout> after =
-              cleared.withCarvedSplits(d, subset, s, problem.meshShape);
+              carveSplits(cleared, d, subset, s, problem.meshShape);
           if (!after || !problem.valid(*after) ||
               (subset.size() > 1 && !problem.dimDivides(*after, d)))
             continue;
@@ -259,7 +259,7 @@ bool StepGenerator::addChunks(const Layout &l,
       for (int64_t s : problem.blockBoundaries(l, d)) {
         budget.charge(WorkBudget::kLayoutWork);
         std::optional<Layout> after =
-            l.withCarvedSplits(d, {a}, s, problem.meshShape);
+            carveSplits(l, d, {a}, s, problem.meshShape);
         if (!after || !problem.valid(*after))
           continue;
         Step chunk;
@@ -326,7 +326,7 @@ void StepGenerator::addGathers(const Layout &l, double inBytes, bool inEven,
         int64_t gatherOuter = ds.splits[first].stride;
         budget.charge(WorkBudget::kLayoutWork);
         std::optional<Layout> gathered =
-            l.withoutSplits(ds.dim, first, count, problem.meshShape);
+            gatherSplits(l, ds.dim, first, count, problem.meshShape);
         if (!gathered || !problem.valid(*gathered))
           continue;
         Step ag;

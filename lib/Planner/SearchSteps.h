@@ -16,6 +16,7 @@
 
 #include "SearchCost.h"
 #include "SearchProblem.h"
+#include "shardx/Layout/SplitAlgebra.h"
 
 #include <vector>
 

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Layout/Layout.h"
+#include "shardx/Layout/SplitAlgebra.h"
 
 #include <gtest/gtest.h>
 
@@ -396,5 +397,112 @@ TEST(Layout, StridesMatchDigitDecoding) {
         }
       }
     }
+  }
+}
+
+TEST(SplitAlgebra, Examples) {
+  std::vector<int64_t> mesh = {2, 2};
+  Layout ss = mustParse({Placement::shard(0), Placement::shard(0)}, mesh);
+  std::optional<Layout> g = gatherSplits(ss, 0, 0, 1, mesh);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->str(), "[R, S(0)], strides = {0 = [2]}");
+  g = gatherSplits(ss, 0, 0, 2, mesh);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->str(), "[R, R]");
+  Layout rr = mustParse({Placement::replicate(), Placement::replicate()}, mesh);
+  std::optional<Layout> c = carveSplits(rr, 0, {0}, 1, mesh);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->str(), "[S(0), R]");
+  // Two axes as one flattened group, major first.
+  c = carveSplits(rr, 1, {1, 0}, 1, mesh);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->str(), "[S(1), S(1)], order = {1 = [1, 0]}");
+  // Partial axes are kept.
+  Layout pr = mustParse(
+      {Placement::partial(ReduceOp::Max), Placement::replicate()}, mesh);
+  c = carveSplits(pr, 0, {1}, 1, mesh);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->str(), "[P(max), S(0)]");
+}
+
+TEST(SplitAlgebra, Refusals) {
+  std::vector<int64_t> mesh = {2, 2};
+  Layout ss = mustParse({Placement::shard(0), Placement::shard(0)}, mesh);
+  EXPECT_FALSE(gatherSplits(ss, 1, 0, 1, mesh)); // dim 1 is not sharded
+  EXPECT_FALSE(gatherSplits(ss, 0, 0, 0, mesh)); // nothing to gather
+  EXPECT_FALSE(gatherSplits(ss, 0, 1, 2, mesh)); // past the last split
+  EXPECT_FALSE(carveSplits(ss, 1, {}, 1, mesh)); // no axes
+  // [R, S(0)], strides = {0 = [2]}: the local piece of dim 0 starts with a
+  // free block of 2, so stride 3 is no block boundary of it; 2 is.
+  std::optional<Layout> strided = gatherSplits(ss, 0, 0, 1, mesh);
+  ASSERT_TRUE(strided);
+  EXPECT_FALSE(carveSplits(*strided, 0, {0}, 3, mesh));
+  std::optional<Layout> carved = carveSplits(*strided, 0, {0}, 2, mesh);
+  ASSERT_TRUE(carved);
+  EXPECT_EQ(carved->str(), "[S(0), S(0)], order = {0 = [1, 0]}, "
+                           "strides = {0 = [2, 2]}");
+  // Explicit sizes: only the minor-most splits go, and their shards merge.
+  LayoutSpelling spelling;
+  spelling.placements = {Placement::shard(0), Placement::shard(0)};
+  spelling.sizes[0] = {3, 1, 2, 2};
+  std::string error;
+  std::optional<Layout> sized = Layout::fromSpelling(spelling, mesh, error);
+  ASSERT_TRUE(sized) << error;
+  EXPECT_FALSE(gatherSplits(*sized, 0, 0, 1, mesh));
+  std::optional<Layout> merged = gatherSplits(*sized, 0, 1, 1, mesh);
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(merged->str(), "[S(0), R], sizes = {0 = [4, 4]}");
+  EXPECT_FALSE(carveSplits(*merged, 0, {1}, 1, mesh));
+}
+
+TEST(SplitAlgebra, GatherUnionsTheGroupsShards) {
+  // After gathering a run of splits, every rank holds the union of the
+  // shards of the ranks that differ from it only on the gathered axes; a
+  // carve of the same axes at the same stride undoes the gather.
+  for (const auto &mesh : kMeshes) {
+    int64_t rank = static_cast<int64_t>(mesh.size());
+    // Dim 0 split over every axis, in mesh order; 3 * all devices rows.
+    std::vector<Placement> ps(rank, Placement::shard(0));
+    Layout l = mustParse(ps, mesh);
+    int64_t devices = 1;
+    for (int64_t n : mesh)
+      devices *= n;
+    std::vector<int64_t> shape = {3 * devices, 2};
+    for (int64_t first = 0; first < rank; ++first)
+      for (int64_t count = 1; first + count <= rank; ++count) {
+        std::optional<Layout> g = gatherSplits(l, 0, first, count, mesh);
+        ASSERT_TRUE(g) << l.str();
+        ASSERT_EQ(g->verifyForShape(mesh, shape), "") << g->str();
+        for (const auto &coords : allMeshCoords(mesh)) {
+          Indices expected;
+          for (const auto &other : allMeshCoords(mesh)) {
+            bool peer = true;
+            for (int64_t a = 0; a < rank; ++a)
+              if ((a < first || a >= first + count) && other[a] != coords[a])
+                peer = false;
+            if (!peer)
+              continue;
+            Indices rows = flatten(l.getLocalShard(mesh, shape, other))[0];
+            expected.insert(expected.end(), rows.begin(), rows.end());
+          }
+          std::sort(expected.begin(), expected.end());
+          EXPECT_EQ(flatten(g->getLocalShard(mesh, shape, coords))[0], expected)
+              << g->str();
+        }
+        std::vector<int64_t> axes;
+        int64_t n = 1;
+        for (int64_t a = first; a < first + count; ++a) {
+          axes.push_back(a);
+          n *= mesh[a];
+        }
+        // The gathered axes left one free block of their size, the first
+        // free block of the local piece: carving at stride 1 fills it again
+        // (axes of size 1 leave no block; they carve minor-most).
+        if (n == 1)
+          continue;
+        std::optional<Layout> back = carveSplits(*g, 0, axes, 1, mesh);
+        ASSERT_TRUE(back) << g->str();
+        EXPECT_EQ(*back, l) << g->str() << " -> " << back->str();
+      }
   }
 }

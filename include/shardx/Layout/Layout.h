@@ -202,22 +202,6 @@ public:
   }
   void setSizes(int64_t dim, std::vector<int64_t> sizes);
 
-  /// The layout without the splits [first, first + count) of `dim`: the
-  /// group of their axes is gathered. Later splits of the dim get the
-  /// removed blocks as stride. Fails when the dim has explicit sizes and the
-  /// splits are not its minor-most ones.
-  std::optional<Layout>
-  withoutSplits(int64_t dim, size_t first, size_t count,
-                const std::vector<int64_t> &meshShape) const;
-  /// The layout with the mesh axes `axes` (one flattened group, major first)
-  /// carved out of the local piece of `dim`: the piece is viewed as
-  /// (stride, n, rest) and the group takes the n part. Fails when the
-  /// stride does not fall on a block boundary of the local piece or the dim
-  /// has explicit sizes. Does not check the result against a shape.
-  std::optional<Layout>
-  withCarvedSplits(int64_t dim, const std::vector<int64_t> &axes,
-                   int64_t stride, const std::vector<int64_t> &meshShape) const;
-
   /// Checks the mesh-independent invariants (axes in range and used once,
   /// dims >= 0, strides positive and each dividing the next, no axis both
   /// sharding and partial). Returns an empty string when valid.
