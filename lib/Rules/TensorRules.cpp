@@ -185,24 +185,48 @@ struct ExtractSliceRule
 };
 
 /// tensor.insert_slice (static, not rank-reducing): a dim the source covers
-/// whole is one parallel factor of source, destination and result.
+/// whole is one parallel factor of source, destination and result; a dim
+/// inserted at a stride s > 1 (the stride-dilated output gradient of a
+/// strided convolution) is one too, the destination's and result's a
+/// windowed dim of stride s (docs/Rules.md, "Windowed ops"): each shard of
+/// the destination holds the rows its source shard goes to.
 struct InsertSliceRule
     : public ShardingRuleOpInterface::ExternalModel<InsertSliceRule,
                                                     tensor::InsertSliceOp> {
   FailureOr<ShardingRule> getShardingRule(Operation *op) const {
     auto insert = cast<tensor::InsertSliceOp>(op);
     RankedTensorType src = insert.getSourceType(), dst = insert.getDestType();
-    if (src.getRank() != dst.getRank() || !insert.hasUnitStride() ||
+    if (src.getRank() != dst.getRank() ||
         ShapedType::isDynamicShape(insert.getStaticOffsets()) ||
-        ShapedType::isDynamicShape(insert.getStaticSizes()))
+        ShapedType::isDynamicShape(insert.getStaticSizes()) ||
+        ShapedType::isDynamicShape(insert.getStaticStrides()))
       return failure();
     ShardingRule rule;
     DimFactors srcDims, dstDims;
-    for (int64_t d = 0; d < dst.getRank(); ++d)
+    for (int64_t d = 0; d < dst.getRank(); ++d) {
+      int64_t stride = insert.getStaticStrides()[d],
+              offset = insert.getStaticOffsets()[d];
+      if (stride != 1) {
+        int64_t size = src.getDimSize(d), whole = dst.getDimSize(d);
+        int64_t high = whole - stride * size - offset;
+        if (stride < 1 || ShapedType::isDynamic(size) ||
+            ShapedType::isDynamic(whole) || high < 0)
+          return failure();
+        int64_t f = rule.addFactor(size, FactorKind::Parallel);
+        srcDims.push_back({f});
+        dstDims.push_back({f});
+        for (bool result : {false, true}) {
+          ShardingRule::WindowedDim w{result, result ? 0 : 1, d, offset, high,
+                                      /*halo=*/false};
+          w.stride = stride;
+          rule.windows.push_back(w);
+        }
+        continue;
+      }
       addDimPair(rule,
-                 insert.getStaticOffsets()[d] == 0 &&
-                     src.getDimSize(d) == dst.getDimSize(d),
+                 offset == 0 && src.getDimSize(d) == dst.getDimSize(d),
                  src.getDimSize(d), dst.getDimSize(d), srcDims, dstDims);
+    }
     rule.operands.push_back(srcDims);
     rule.operands.push_back(dstDims);
     rule.results.push_back(dstDims);

@@ -108,6 +108,32 @@ class HaloUNet(nn.Module):
         return self.dec(torch.cat([a, u], 1))
 
 
+class StridedUNet(nn.Module):
+    """HaloUNet's downsampling as a strided convolution (3x3, stride 2,
+    padding 1): a full-resolution convolution, the stride-2 one, a
+    convolution at half resolution and, with ``up=True`` (even H, W), the
+    nearest 2x upsampling as a reshape, a skip connection and a last
+    convolution at full resolution; without it the output is at half
+    resolution (any H, W)."""
+
+    def __init__(self, cin: int = 2, width: int = 4, cout: int = 2, up: bool = True):
+        super().__init__()
+        self.up = up
+        self.enc = nn.Conv2d(cin, width, 3, padding=1)
+        self.down = nn.Conv2d(width, width, 3, stride=2, padding=1)
+        self.mid = nn.Conv2d(width, width if up else cout, 3, padding=1)
+        self.dec = nn.Conv2d(2 * width, cout, 3, padding=1) if up else None
+
+    def forward(self, x):
+        a = F.relu(self.enc(x))
+        b = self.mid(F.relu(self.down(a)))
+        if not self.up:
+            return b
+        n, c, h, w = a.shape
+        u = F.relu(b)[:, :, :, None, :, None].expand(n, c, h // 2, 2, w // 2, 2).reshape(n, c, h, w)
+        return self.dec(torch.cat([a, u], 1))
+
+
 class LlamaBlock(nn.Module):
     """A Llama-style decoder block for context parallelism: RMSNorm, rotary
     position embeddings (RoPE), grouped-query attention with a causal mask,

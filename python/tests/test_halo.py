@@ -1,6 +1,8 @@
 """Spatial (domain) parallelism: a U-Net-like CNN train step (3x3
 convolutions, ReLU, pooling and upsampling as reshapes, a skip connection;
-forward, backward and an SGD step) with H and W split over a 2x2 mesh. The
+forward, backward and an SGD step) with H and W split over a 2x2 mesh, and
+one that downsamples with a stride-2 convolution (16x16 with the
+upsampling path; uneven 11x11, shards of 6 and 5, without it). The
 windowed ops keep their split and exchange halos (shardx.halo) instead of
 all-gathering their inputs (docs/Rules.md, "Windowed ops"). Each program is
 checked against eager PyTorch on the threads backend (shardx.compile, two
@@ -24,18 +26,23 @@ from shardx_dev import models
 from shardx_dev.testing.steps import assert_steps_match_eager, check_on_mpi, run_tool
 
 CASES = {
-    # name: (image side, levels)
-    "unet16": (16, 2),
-    "uneven13": (13, 1),
+    # name: (image side, model, output side)
+    "unet16": (16, lambda: models.HaloUNet(levels=2), 16),
+    "uneven13": (13, lambda: models.HaloUNet(levels=1), 13),
+    # A stride-2 3x3 convolution downsamples (its input gradient is the
+    # output gradient inserted at stride 2 and a stride-1 convolution).
+    "strided16": (16, lambda: models.StridedUNet(up=True), 16),
+    # 11 rows split 6/5: the stride-2 windows align with the shard edge.
+    "strided11": (11, lambda: models.StridedUNet(up=False), 6),
 }
 
 
 def _step(name):
-    side, levels = CASES[name]
+    side, make, out = CASES[name]
     torch.manual_seed(0)
-    module = models.HaloUNet(levels=levels)
+    module = make()
     step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
-    x, y = torch.randn(2, 2, side, side), torch.randn(2, 2, side, side)
+    x, y = torch.randn(2, 2, side, side), torch.randn(2, 2, out, out)
     mesh = Mesh((2, 2), ("h", "w"))
     ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
     return step, mesh, ins, outs, step.example_args([x], y)
@@ -57,6 +64,11 @@ def test_windowed_ops_exchange_halos_not_activations(program, build_dir):
     local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
     halos = re.findall(r"shardx\.halo .* dim = (\d) low = 1 high = 1", local)
     assert halos and set(halos) == {"2", "3"}, local[-3000:]
+    if name.startswith("strided"):
+        # The stride-2 convolution and its weight gradient read one row
+        # before each shard and none after it.
+        strided = re.findall(r"shardx\.halo .* dim = (\d) low = 1 high = 0", local)
+        assert len(strided) == 4 and set(strided) == {"2", "3"}, strided
     moved = re.findall(r"shardx\.(all_gather|all_to_all|exchange) .*: tensor<\S*x\S*x\S*x\S*>", local)
     assert not moved, moved
     # The weight gradients are summed over the ranks (Partial -> all_reduce).

@@ -65,3 +65,18 @@ func.func @pads(%x: tensor<2x8x8xf32>, %s: f32) {
   } : tensor<2x8x8xf32> to tensor<2x11x8xf32>
   return
 }
+
+// -----
+
+// Tests a stride-2 insert (the dilated output gradient of a stride-2
+// convolution): each strided dim is a parallel factor of the source, the
+// destination's and result's a windowed dim of stride 2 (no halo) widened
+// by the offset and the rows past the last inserted one; a unit-stride dim
+// at an offset still needs replication.
+func.func @strided_insert(%gy: tensor<1x3x8x3xf32>, %z: tensor<1x3x18x8xf32>, %s: tensor<1x3x4x8xf32>) {
+  // CHECK: remark: ([i, j, k, l], [i, j, k, l]) -> ([i, j, k, l]) {i=1, j=3, k=8, l=3} window(operand 1 dim 2: low=1 high=1 stride=2) window(result 0 dim 2: low=1 high=1 stride=2) window(operand 1 dim 3: low=1 high=1 stride=2) window(result 0 dim 3: low=1 high=1 stride=2)
+  %0 = tensor.insert_slice %gy into %z[0, 0, 1, 1] [1, 3, 8, 3] [1, 1, 2, 2] : tensor<1x3x8x3xf32> into tensor<1x3x18x8xf32>
+  // CHECK: remark: ([i, j, k, m], [i, j, l, m]) -> ([i, j, l, m]) {i=1, j=3, k=4, l=18, m=8} need_replication={k, l}
+  %1 = tensor.insert_slice %s into %z[0, 0, 2, 0] [1, 3, 4, 8] [1, 1, 1, 1] : tensor<1x3x4x8xf32> into tensor<1x3x18x8xf32>
+  return
+}

@@ -92,6 +92,16 @@ def _convolution_backward(imp, node, args, kwargs):
         wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
                             ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
         res[0] = conv2d(imp, z, wt, [1, 1], d, (n, c, h, wd), dtype)
+    elif mask[0] and min(q) >= 0 and h + p[0] >= s[0] * ho and wd + p[1] >= s[1] * wo:
+        # Stride s: the output gradient inserted at stride s (from row q)
+        # into zeros of the input's rows plus the kernel's extent, convolved
+        # with the flipped weight at stride 1: a strided insert and a
+        # stride-1 window, both windowed ops (docs/Rules.md).
+        z = imp.em.full((n, f, h + d[0] * (kh - 1), wd + d[1] * (kw - 1)), 0, dtype)
+        z = insert_slice(imp, gy, z, [0, 0] + q, [1, 1] + s)
+        wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
+                            ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
+        res[0] = conv2d(imp, z, wt, [1, 1], d, (n, c, h, wd), dtype)
     elif mask[0]:
         lo = [d[0] * (kh - 1), d[1] * (kw - 1)]
         z = imp.em.full((n, f, hp + lo[0], wp + lo[1]), 0, dtype)

@@ -451,6 +451,8 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
              << w.dim << " is split in a way the halo exchange does not "
              << "support (one mesh axis with the window's sizes)";
     int64_t axis = ds->splits[0].axis, n = meshShape[axis];
+    if (!w.result && !w.halo) // a strided insert's destination: local
+      continue;
     if (!w.result) {
       // The operand's rows plus the neighbours' edge rows.
       OpOperand &use = clone->getOpOperand(
@@ -469,10 +471,22 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
       use.set(halo);
       continue;
     }
-    // A pad: the first member pads low, the last high, the others not.
-    auto pad = cast<tensor::PadOp>(clone);
     Value j = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
                                   meshRef, rewriter.getDenseI64ArrayAttr({axis}));
+    if (auto insert = dyn_cast<tensor::InsertSliceOp>(clone)) {
+      // A strided insert: the first member's rows start at the offset, the
+      // others' at their shard's first row.
+      SmallVector<OpFoldResult> offsets = insert.getMixedOffsets();
+      offsets[w.dim] = selectAtMember(rewriter, loc, j, 0, w.low, 0);
+      auto local = tensor::InsertSliceOp::create(
+          rewriter, loc, insert.getSource(), insert.getDest(), offsets,
+          insert.getMixedSizes(), insert.getMixedStrides());
+      rewriter.replaceOp(insert, local.getResult());
+      clone = local;
+      continue;
+    }
+    // A pad: the first member pads low, the last high, the others not.
+    auto pad = cast<tensor::PadOp>(clone);
     SmallVector<OpFoldResult> low = pad.getMixedLowPad(),
                               high = pad.getMixedHighPad();
     low[w.dim] = selectAtMember(rewriter, loc, j, 0, w.low, 0);
@@ -510,7 +524,7 @@ LogicalResult Localizer::localizeOp(Operation &op) {
   }
   OpBuilder::InsertionGuard guard(rewriter);
   rewriter.setInsertionPoint(clone);
-  if (isa<tensor::PadOp, linalg::LinalgOp>(op)) {
+  if (isa<tensor::PadOp, tensor::InsertSliceOp, linalg::LinalgOp>(op)) {
     FailureOr<Operation *> windowed = localizeWindows(op, clone);
     if (failed(windowed))
       return failure();
