@@ -6,7 +6,15 @@ unsharded on one rank, measured in one run by `shardx-run --check
 --repeat` (threads backend), plus the plan's communication per rank from
 `shardx-print-plan` (halo bytes and reshard bytes).
 
-    ~/.cache/shardx/venv/bin/python bench/halo_bench.py [--side 64] [--width 8] [--repeat 5]
+    ~/.cache/shardx/venv/bin/python bench/halo_bench.py [--side 64] [--width 8] [--repeat 5] [--model strided]
+
+`--model strided` is models.StridedUNet: the downsampling is a stride-2 3x3
+convolution (its input gradient a stride-2 insert and a stride-1
+convolution), so the halos include stride-2 windows (one row before each
+shard, none after). In a group of two each halo exchange sends every rank
+the rows its windows read past its shard's edge (`max(low, high)` rows of
+the local row extent), the lower bound; the plan should move no activation
+otherwise (reshard bytes are the weights' and gradients').
 
 The ratio unsharded/sharded above 1 means the 4 ranks beat one; on a
 machine with fewer than 4 cores the ranks share cores and the ratio says
@@ -35,9 +43,12 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=8, help="channels of the hidden layers")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--model", choices=("unet", "strided"), default="unet")
     args = ap.parse_args()
     torch.manual_seed(0)
-    step = TrainStep(models.HaloUNet(width=args.width), F.mse_loss, "sgd", lr=0.1)
+    module = (models.HaloUNet(width=args.width) if args.model == "unet"
+              else models.StridedUNet(width=args.width))
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
     x = torch.randn(args.batch, 2, args.side, args.side)
     y = torch.randn(args.batch, 2, args.side, args.side)
     mesh = Mesh((2, 2), ("h", "w"))
@@ -50,7 +61,7 @@ def main() -> int:
         return 1
     halos = [int(b) for b in re.findall(r"remark: halo .*: (\d+) bytes/rank", plan)]
     reshards = [int(b) for b in re.findall(r"remark: plan .*?, (\d+) bytes/rank", plan)]
-    print(f"HaloUNet train step: batch {args.batch}, {args.side}x{args.side}, width {args.width}, "
+    print(f"{type(module).__name__} train step: batch {args.batch}, {args.side}x{args.side}, width {args.width}, "
           f"SGD; 2x2 mesh (H, W split); {os.cpu_count()} cores; median of {args.repeat} runs")
     print(f"plan: {len(halos)} halo exchanges, {sum(halos)} bytes/rank; {len(reshards)} reshards, "
           f"{sum(reshards)} bytes/rank")
