@@ -362,3 +362,56 @@ def test_the_linears_of_one_mlp_are_not_tied(tmp_path):
     params = [g for g in data["groups"] if not g["data"]]
     assert len(params) == 4 and all(len(g["args"]) == 2 for g in params), \
         [g["args"] for g in params]
+
+
+def _deep_step(layers: int = 12):
+    """A train step (Adam) of `layers` identical Linear(16, 16) + Tanh on a
+    2-rank mesh: enough repeats (`cut-layers`, 12) for the pass to price
+    plans cut."""
+    torch.manual_seed(0)
+    stack = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(16, 16), nn.Tanh())])
+    step = TrainStep(stack, F.mse_loss, "adam", lr=1e-3)
+    x, y = torch.randn(32, 16), torch.randn(32, 16)
+    return trace(step, step.example_args([x], y), Mesh((2,), ("x",)), name="deep_step")
+
+
+def test_deep_stack_is_priced_cut_and_confirmed_whole(tmp_path):
+    """Tests that a stack of 12 identical layers is priced on the step cut to
+    3 and 4 layers (the JSON's layer_cut) and that this changes nothing the
+    pass reports: the plan is the one the whole step gives with
+    cut-layers=0, the real time and peak are the whole step's, the
+    extrapolated time is within 1% of it (the peak within 20%: the
+    confirmation on the whole step is what holds the budget), and the
+    surrogate's plan is within 3% of the ILP's optimum."""
+    text = _deep_step()
+    _, cut, _ = auto_shard(text, tmp_path)
+    _, whole, _ = auto_shard(text, tmp_path, "cut-layers=0")
+    assert cut["layer_cut"]["layers"] == 12 and cut["layer_cut"]["depths"] == [3, 4], cut.get("layer_cut")
+    assert "layer_cut" not in whole
+    assert cut["plan"]["choices"] == whole["plan"]["choices"], (plan_of(cut), plan_of(whole))
+    assert cut["plan"]["time"] == pytest.approx(whole["plan"]["time"], rel=1e-9)
+    assert cut["plan"]["peak"] == whole["plan"]["peak"]
+    lc = cut["layer_cut"]
+    assert lc["extrapolated_time"] == pytest.approx(cut["plan"]["time"], rel=0.01)
+    assert lc["extrapolated_peak"] == pytest.approx(cut["plan"]["peak"], rel=0.2)
+    opt = ilp_optimum(cut)
+    assert cut["solver"]["surrogate_time"] <= opt * 1.03 + 1e-6, (cut["solver"], opt)
+
+
+def test_deep_stack_under_a_budget_fits_and_matches_unsharded(tmp_path):
+    """Tests that a plan chosen on the cut step under a budget between the
+    smallest peak and the unbudgeted plan's fits it on the whole step
+    (print-plan's peak of the partitioned program) and runs on threads with
+    the unsharded program's outputs."""
+    text = _deep_step()
+    _, free, _ = auto_shard(text, tmp_path)
+    low = smallest_peak(text, tmp_path)
+    budget = int(low + 0.3 * (free["plan"]["peak"] - low))
+    assert low < budget < free["plan"]["peak"]
+    _, data, out = auto_shard(text, tmp_path, f"memory-budget={budget}")
+    assert "layer_cut" in data
+    assert data["plan"]["peak"] <= budget and spmd_peak(out) <= budget
+    assert any(c != "[R]" for n, c in plan_of(data).items() if n != "inputs")
+    proc = subprocess.run([RUN, "--check", "--ranks=2", "--rtol=1e-4", "--atol=1e-5", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

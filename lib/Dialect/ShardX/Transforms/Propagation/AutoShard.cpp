@@ -31,7 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "AutoShardSpace.h"
+#include "AutoShard.h"
 #include "LayoutUtils.h"
 #include "PropagationSearch.h"
 
@@ -64,126 +64,11 @@ using namespace mlir;
 using namespace mlir::shardx;
 using namespace mlir::shardx::autoshard;
 
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
+static double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
       .count();
 }
-
-/// Arguments that take one layout together, and the results tied to them.
-struct Group {
-  std::string name;
-  SmallVector<unsigned> args, results;
-  std::vector<Choice> choices; // choices[0] is replicated
-  int64_t firstUse = 0;
-  bool isData = false;
-  /// The repeated layers whose parameters at this position take this
-  /// group's layout together (tieLayers); `args` holds every layer's, the
-  /// first layer's `argsPerLayer` first.
-  unsigned layers = 1;
-  unsigned argsPerLayer = 0;
-};
-
-/// One public function's auto-sharding.
-class AutoSharder {
-public:
-  AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
-              CostModel &costs, int64_t budget, unsigned window,
-              unsigned refineSweeps)
-      : module(module), target(target), mesh(mesh), costs(costs),
-        budget(budget), window(window), refineSweeps(refineSweeps),
-        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        meshShape(mesh.getShape()) {}
-
-  LogicalResult run(StringRef jsonPath);
-
-private:
-  /// The copy of the module the plans are priced on, calls inlined; `fn`
-  /// is `target` in it.
-  LogicalResult prepare();
-  LogicalResult findGroups();
-  /// Ties the groups of repeated layers: where the groups (in argument
-  /// order) repeat with a period of P groups, each of the same type, first
-  /// used by the same op, P first uses apart by the same distance D, and
-  /// the ops over the run repeat every D, the groups at the same position
-  /// of each repeat become one (identical layers take identical layouts).
-  void tieLayers(ArrayRef<llvm::hash_code> opNames,
-                 ArrayRef<llvm::hash_code> firstUser);
-  /// The plan's remark at `target`.
-  void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
-  /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
-  /// tied results.
-  void apply(func::FuncOp f, ArrayRef<unsigned> pick);
-  /// The modeled step time of `f` as its layouts stand (the greedy
-  /// search's reshards plus local compute); `state` receives the layouts.
-  FailureOr<double> price(func::FuncOp f, RuleCache &rules,
-                          ShardingState &state);
-  /// Time only, on the function itself.
-  double priceTime(ArrayRef<unsigned> pick);
-  /// Time (on the function), and the peak of a copy through shardx-spmd.
-  Priced priceFull(ArrayRef<unsigned> pick);
-  Priced priceFullUncached(ArrayRef<unsigned> pick);
-  /// Whether `a` is a better plan than `b`: fits where `b` does not, is
-  /// faster where both fit, holds fewer bytes where neither does.
-  bool better(Priced a, Priced b) const {
-    bool fa = fits(a), fb = fits(b);
-    if (fa != fb)
-      return fa;
-    return fa ? a.time < b.time : a.peak < b.peak;
-  }
-  bool fits(Priced p) const {
-    return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
-  }
-  Surrogate buildSurrogate(std::vector<unsigned> base);
-  /// A surrogate of no plan (its base and every term infinite).
-  Surrogate leftOut(std::vector<unsigned> base) const {
-    Surrogate s;
-    s.center = std::move(base);
-    s.baseTime = kInf;
-    for (const Group &g : groups) {
-      s.time.emplace_back(g.choices.size(), kInf);
-      s.bytes.emplace_back(g.choices.size(), 0);
-    }
-    s.pairsOf.resize(groups.size());
-    return s;
-  }
-  void writeJson(StringRef path, const std::optional<Picks> &pick,
-                 double limit, Priced real, double solveSeconds);
-
-  ModuleOp module;
-  func::FuncOp target;
-  OwningOpRef<ModuleOp> prepared;
-  func::FuncOp fn;
-  MeshOp mesh;
-  CostModel &costs;
-  int64_t budget;
-  unsigned window;
-  unsigned refineSweeps;
-  FlatSymbolRefAttr meshRef;
-  ArrayRef<int64_t> meshShape;
-  llvm::StringSet<> warned;
-  RuleCache rules;
-  std::vector<Group> groups; // the data group (if any) last
-  int dataGroup = -1;
-  /// Arguments and results whose layouts the user gave (kept).
-  SmallVector<bool> pinnedArg, pinnedResult;
-  std::vector<Surrogate> surrogates; // per data choice
-  int64_t priced = 0, pricedFull = 0;
-  /// Where the solve's time goes: the greedy search's pricing, and the
-  /// shardx-spmd runs for the peaks (the JSON's).
-  double searchSeconds = 0, pipelineSeconds = 0;
-  PricedPlans pool;
-  /// Why the first plan that could not be priced failed.
-  std::string firstFailure;
-  /// The surrogate solve the plan came from, for the JSON: its plan and
-  /// the limit it was solved under.
-  std::optional<Picks> solverPick;
-  double solverLimit = kInf;
-};
 
 LogicalResult AutoSharder::prepare() {
   if (!target.getBody().hasOneBlock())
@@ -206,207 +91,6 @@ LogicalResult AutoSharder::prepare() {
     return WalkResult::interrupt();
   });
   return failure(call.wasInterrupted());
-}
-
-LogicalResult AutoSharder::findGroups() {
-  unsigned numArgs = fn.getNumArguments();
-  pinnedArg.assign(numArgs, false);
-  pinnedResult.assign(fn.getNumResults(), false);
-  for (unsigned i = 0; i < numArgs; ++i)
-    pinnedArg[i] = bool(fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()));
-  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
-    pinnedResult[i] =
-        bool(fn.getResultAttr(i, ShardXDialect::getLayoutAttrName()));
-  // Roles as the memory model tells them: parameters before the first
-  // optimizer state, inputs after the last.
-  int firstState = -1, lastState = -1;
-  for (unsigned i = 0; i < numArgs; ++i)
-    if (fn.getArgAttr(i, "torch.state")) {
-      if (firstState < 0)
-        firstState = i;
-      lastState = i;
-    }
-  unsigned numParams = firstState < 0 ? numArgs : firstState;
-  unsigned firstInput = firstState < 0 ? numArgs : lastState + 1;
-  // A train step returns (loss, parameters, state): result k + 1 is the
-  // update of argument k.
-  bool tied = firstState >= 0 && fn.getNumResults() == firstInput + 1;
-  for (unsigned k = 0; tied && k < firstInput; ++k)
-    tied = fn.getResultTypes()[k + 1] == fn.getArgumentTypes()[k];
-
-  DenseMap<Value, int64_t> firstUse;
-  int64_t pos = 0;
-  for (Operation &op : fn.getBody().front()) {
-    for (Value v : op.getOperands())
-      firstUse.try_emplace(v, pos);
-    ++pos;
-  }
-  auto argType = [&](unsigned i) {
-    return dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
-  };
-  SmallVector<bool> grouped(numArgs, false);
-  for (unsigned p = 0; p < numParams; ++p) {
-    RankedTensorType type = argType(p);
-    if (!type || pinnedArg[p])
-      continue;
-    Group g;
-    g.name = "%arg" + std::to_string(p);
-    g.args.push_back(p);
-    // Its optimizer state: the state arguments at its position in each
-    // block of `numParams` states, when of its type.
-    for (unsigned s = numParams; s < firstInput; s += numParams)
-      if (s + p < firstInput && argType(s + p) == type && !pinnedArg[s + p])
-        g.args.push_back(s + p);
-    for (unsigned a : g.args) {
-      grouped[a] = true;
-      if (tied && !pinnedResult[a + 1])
-        g.results.push_back(a + 1);
-    }
-    g.choices = layoutChoices(type, meshShape, /*batchOnly=*/false);
-    g.firstUse = firstUse.lookup(fn.getArgument(p));
-    g.argsPerLayer = g.args.size();
-    if (g.choices.size() > 1)
-      groups.push_back(std::move(g));
-  }
-  // What makes two ops the same in two layers: their names, result types
-  // and the names of the ops in their bodies (a ReLU and a subtraction are
-  // both linalg.generic).
-  SmallVector<llvm::hash_code> opNames, firstUser;
-  for (Operation &op : fn.getBody().front()) {
-    llvm::hash_code key =
-        llvm::hash_combine(op.getName().getAsOpaquePointer(),
-                           llvm::hash_combine_range(op.getResultTypes().begin(),
-                                                    op.getResultTypes().end()));
-    op.walk([&](Operation *inner) {
-      if (inner != &op)
-        key = llvm::hash_combine(key, inner->getName().getAsOpaquePointer());
-    });
-    opNames.push_back(key);
-  }
-  for (const Group &g : groups)
-    firstUser.push_back(opNames[g.firstUse]);
-  tieLayers(opNames, firstUser);
-  llvm::stable_sort(groups, [](const Group &a, const Group &b) {
-    return a.firstUse < b.firstUse;
-  });
-  // The inputs: one layout of their batch dim (dim 0), unless the user
-  // gave any of them one.
-  Group data;
-  data.name = "inputs";
-  data.isData = true;
-  bool dataPinned = false;
-  for (unsigned i = firstInput; i < numArgs; ++i) {
-    RankedTensorType type = argType(i);
-    if (!type || type.getRank() == 0)
-      continue;
-    dataPinned |= pinnedArg[i];
-    data.args.push_back(i);
-  }
-  if (!data.args.empty() && !dataPinned) {
-    data.choices = layoutChoices(argType(data.args.front()), meshShape,
-                                 /*batchOnly=*/true);
-    // Every input must divide as the first does.
-    llvm::erase_if(data.choices, [&](const Choice &c) {
-      return llvm::any_of(data.args, [&](unsigned i) {
-        RankedTensorType t = argType(i);
-        int64_t split = 1;
-        for (auto [a, p] : llvm::enumerate(c.placements))
-          if (p.isShard())
-            split *= meshShape[a];
-        return t.isDynamicDim(0) || t.getDimSize(0) % split != 0;
-      });
-    });
-    if (data.choices.size() > 1) {
-      dataGroup = groups.size();
-      groups.push_back(std::move(data));
-    }
-  }
-  return success();
-}
-
-void AutoSharder::tieLayers(ArrayRef<llvm::hash_code> opNames,
-                            ArrayRef<llvm::hash_code> firstUser) {
-  size_t n = groups.size();
-  auto same = [&](size_t a, size_t b) {
-    const Group &x = groups[a], &y = groups[b];
-    return fn.getArgument(x.args.front()).getType() ==
-               fn.getArgument(y.args.front()).getType() &&
-           x.args.size() == y.args.size() &&
-           x.results.size() == y.results.size() &&
-           x.choices.size() == y.choices.size() &&
-           firstUser[a] == firstUser[b];
-  };
-  // Candidate runs (start, period, repeats), the most groups covered first.
-  struct Run {
-    size_t start, period, repeats;
-    int64_t distance;
-  };
-  SmallVector<Run> runs;
-  for (size_t period = 1; 2 * period <= n; ++period)
-    for (size_t i = 0; i + period < n;) {
-      int64_t distance = groups[i + period].firstUse - groups[i].firstUse;
-      if (!same(i, i + period) || distance <= 0) {
-        ++i;
-        continue;
-      }
-      size_t j = i;
-      while (j + period < n && same(j, j + period) &&
-             groups[j + period].firstUse - groups[j].firstUse == distance)
-        ++j;
-      size_t repeats = (j - i + period) / period;
-      if (repeats >= 2)
-        runs.push_back({i, period, repeats, distance});
-      i = j + 1;
-    }
-  llvm::stable_sort(runs, [](const Run &a, const Run &b) {
-    return a.period * a.repeats > b.period * b.repeats;
-  });
-  for (const Run &run : llvm::ArrayRef(runs).take_front(16)) {
-    // The ops from the first repeat's first use to the last repeat's last
-    // one repeat every `distance` ops (what lies between the repeats, a
-    // layer's ops before its first parameter, is compared with the
-    // repeat before; what follows the last, the loss, is not).
-    size_t from = groups[run.start].firstUse;
-    size_t to =
-        groups[run.start + run.period * run.repeats - 1].firstUse + 1 -
-        run.distance;
-    if (to + run.distance > opNames.size())
-      continue;
-    bool periodic = true;
-    for (size_t k = from; k < to && periodic; ++k)
-      periodic = opNames[k] == opNames[k + run.distance];
-    // Two repeats: nothing above compares what follows a repeat's last
-    // parameter. Two same-width Linears of one MLP would pass (their
-    // layouts must be free to differ: Megatron splits one by columns, the
-    // other by rows), so the ops after the first repeat's last parameter,
-    // up to the second repeat, must also follow the second one (a stack of
-    // layers ends with one more norm, as GPT's and Llama's do).
-    for (size_t k = to; run.repeats == 2 && k < from + run.distance && periodic;
-         ++k)
-      periodic = k + run.distance < opNames.size() &&
-                 opNames[k] == opNames[k + run.distance];
-    if (!periodic)
-      continue;
-    std::vector<Group> tied;
-    for (size_t g = 0; g < n; ++g) {
-      if (g < run.start || g >= run.start + run.period * run.repeats) {
-        tied.push_back(std::move(groups[g]));
-        continue;
-      }
-      if (g >= run.start + run.period)
-        continue;
-      Group merged = std::move(groups[g]);
-      for (size_t r = 1; r < run.repeats; ++r) {
-        Group &other = groups[g + r * run.period];
-        merged.args.append(other.args.begin(), other.args.end());
-        merged.results.append(other.results.begin(), other.results.end());
-      }
-      merged.layers = run.repeats;
-      tied.push_back(std::move(merged));
-    }
-    groups = std::move(tied);
-    return;
-  }
 }
 
 void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
@@ -445,16 +129,33 @@ FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
   return search->stepTime();
 }
 
-double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
-  ++priced;
-  apply(fn, pick);
+double AutoSharder::timeOn(func::FuncOp f, RuleCache &cache,
+                           ArrayRef<unsigned> pick) {
+  apply(f, pick);
   ShardingState state(meshRef, meshShape.size());
   ScopedDiagnosticHandler quiet(fn.getContext(),
                                 [](Diagnostic &) { return success(); });
   auto start = std::chrono::steady_clock::now();
-  FailureOr<double> time = price(fn, rules, state);
+  FailureOr<double> time = price(f, cache, state);
   searchSeconds += secondsSince(start);
   return succeeded(time) ? *time : kInf;
+}
+
+double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
+  // A plan priced before (both rounds' pair terms share plans): its time.
+  Picks key(pick.begin(), pick.end());
+  if (const Priced *known = pool.lookup(key))
+    return known->time;
+  auto [it, added] = timeOnly.try_emplace(std::move(key), kInf);
+  if (!added)
+    return it->second;
+  ++priced;
+  if (!cutDepth)
+    return it->second = timeOn(fn, rules, pick);
+  double a = timeOn(cutFns[0], cutRules[0], pick);
+  if (std::isfinite(a))
+    it->second = extrapolate(a, timeOn(cutFns[1], cutRules[1], pick));
+  return it->second;
 }
 
 Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
@@ -468,15 +169,29 @@ Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
 
 Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   ++pricedFull;
+  if (!cutDepth)
+    return fullOn(*prepared, fn, rules, pick);
+  Priced a = fullOn(*cuts[0], cutFns[0], cutRules[0], pick);
+  if (!std::isfinite(a.time))
+    return {};
+  Priced b = fullOn(*cuts[1], cutFns[1], cutRules[1], pick);
+  if (!std::isfinite(b.time))
+    return {};
+  return Priced{extrapolate(a.time, b.time),
+                int64_t(std::llround(extrapolate(a.peak, b.peak)))};
+}
+
+Priced AutoSharder::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
+                           ArrayRef<unsigned> pick) {
   ScopedDiagnosticHandler quiet(fn.getContext(), [&](Diagnostic &diag) {
     if (firstFailure.empty() && diag.getSeverity() == DiagnosticSeverity::Error)
       firstFailure = diag.str();
     return success();
   });
-  apply(fn, pick);
+  apply(f, pick);
   ShardingState state(meshRef, meshShape.size());
   auto start = std::chrono::steady_clock::now();
-  FailureOr<double> time = price(fn, rules, state);
+  FailureOr<double> time = price(f, cache, state);
   searchSeconds += secondsSince(start);
   if (failed(time))
     return {};
@@ -487,8 +202,8 @@ Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   // the pipeline shardx-run and shardx-compile run (shardx-spmd with the
   // collectives scheduled), whose own propagation, canonicalization and
   // schedule move the peak.
-  OwningOpRef<ModuleOp> copy = prepared->clone();
-  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
+  OwningOpRef<ModuleOp> copy = m.clone();
+  auto local = copy->lookupSymbol<func::FuncOp>(f.getSymName());
   PassManager pm(fn.getContext());
   pm.enableVerifier(false);
   SpmdPipelineOptions options;
@@ -496,7 +211,7 @@ Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   buildSpmdPipeline(pm, options);
   if (failed(pm.run(*copy)))
     return {};
-  return Priced{*time, computeMemoryProfile(f).peakBytes};
+  return Priced{*time, computeMemoryProfile(local).peakBytes};
 }
 
 Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
@@ -717,6 +432,26 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     j.attribute("solve_seconds", solveSeconds);
     j.attribute("search_seconds", searchSeconds);
     j.attribute("pipeline_seconds", pipelineSeconds);
+    if (cutRejected)
+      j.attribute("layer_cut", "rejected: the cut step's time of the "
+                               "replicated plan was off by over 1%");
+    if (cutDepth)
+      j.attributeObject("layer_cut", [&] {
+        j.attribute("layers", tiedLayers);
+        j.attributeArray("depths", [&] {
+          j.value(cutDepth);
+          j.value(cutDepth + 1);
+        });
+        j.attribute("stretches", int64_t(stretches.size()));
+        j.attribute("confirmed", confirmed);
+        j.attribute("confirm_seconds", confirmSeconds);
+        if (extrapolated) {
+          j.attributeBegin("extrapolated_time");
+          number(extrapolated->time);
+          j.attributeEnd();
+          j.attribute("extrapolated_peak", extrapolated->peak);
+        }
+      });
   });
 }
 
@@ -724,6 +459,11 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   auto start = std::chrono::steady_clock::now();
   if (failed(prepare()) || failed(findGroups()))
     return failure();
+  {
+    ScopedDiagnosticHandler quiet(fn.getContext(),
+                                  [](Diagnostic &) { return success(); });
+    buildCuts();
+  }
   std::optional<Picks> pick;
   Priced real;
   // Nothing to decide (every argument pinned or of one layout): the plan
@@ -858,6 +598,10 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     if (!improved)
       break;
   }
+  if (pick && cutDepth)
+    confirm(pick, real);
+  else if (cutDepth)
+    smallestConfirmed = pool.smallestPeak();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -865,7 +609,8 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     pick.reset();
   if (!jsonPath.empty())
     writeJson(jsonPath, pick, solverLimit, real, seconds);
-  int64_t smallest = pool.smallestPeak();
+  // With cuts, the smallest peak is a real one: the plans confirmed.
+  int64_t smallest = cutDepth ? smallestConfirmed : pool.smallestPeak();
   // The layouts go on `target` only with a plan (pricing wrote them on the
   // copy).
   if (!pick && smallest == std::numeric_limits<int64_t>::max())
@@ -883,6 +628,61 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   return success();
 }
 
+void AutoSharder::confirm(std::optional<Picks> &pick, Priced &real) {
+  auto start = std::chrono::steady_clock::now();
+  auto done = llvm::make_scope_exit(
+      [&] { confirmSeconds += secondsSince(start); });
+  // The plans by their extrapolated prices, best first; the first that
+  // really fits is the plan. A plan is tried only when its extrapolated
+  // peak times the largest underestimate seen (real / extrapolated) fits.
+  std::vector<std::pair<Picks, Priced>> order(pool.begin(), pool.end());
+  llvm::stable_sort(order, [&](const auto &a, const auto &b) {
+    return better(a.second, b.second);
+  });
+  double scale = 1;
+  std::optional<std::pair<Picks, Priced>> first;
+  auto tryPlan = [&](const Picks &p, Priced r) {
+    ++confirmed;
+    Priced whole = fullOn(*prepared, fn, rules, p);
+    if (std::isfinite(whole.time)) {
+      smallestConfirmed = std::min(smallestConfirmed, whole.peak);
+      if (r.peak > 0)
+        scale = std::max(scale, double(whole.peak) / double(r.peak));
+    }
+    if (!first)
+      first = {p, whole};
+    if (!fits(whole))
+      return false;
+    extrapolated = r;
+    pick = p;
+    real = whole;
+    return true;
+  };
+  for (auto &[p, r] : order) {
+    if (confirmed >= 6 || !std::isfinite(r.time))
+      break;
+    if (budget > 0 && double(r.peak) * scale > double(budget))
+      continue;
+    if (tryPlan(p, r))
+      return;
+  }
+  // None fits: the plan of the smallest extrapolated peak, whose real peak
+  // the error gives, and the first confirmed as the answer (none fits).
+  auto smallest = llvm::min_element(order, [](const auto &a, const auto &b) {
+    return std::isfinite(a.second.time) &&
+           (!std::isfinite(b.second.time) || a.second.peak < b.second.peak);
+  });
+  if (smallest != order.end() && std::isfinite(smallest->second.time) &&
+      tryPlan(smallest->first, smallest->second))
+    return;
+  if (first) {
+    const Priced *known = pool.lookup(first->first);
+    extrapolated = known ? *known : Priced();
+    pick = first->first;
+    real = first->second;
+  }
+}
+
 void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
                          double seconds) {
   // At the function's location, without the function printed after it.
@@ -895,6 +695,10 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
                           "bytes ({2}); {3} plans priced in {4:F2} s",
                           real.time, real.peak, formatBytes(real.peak),
                           priced + pricedFull, seconds);
+  if (cutDepth)
+    remark << llvm::formatv(" (priced on the step cut to {0} and {1} of its {2} "
+                            "layers, confirmed whole)",
+                            cutDepth, cutDepth + 1, tiedLayers);
   for (auto [g, group] : llvm::enumerate(groups)) {
     remark << "\n  " << group.name;
     if (group.isData)
@@ -915,6 +719,8 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
   if (groups.empty())
     remark << "\n  nothing to decide: every argument has its layout";
 }
+
+namespace {
 
 struct AutoShardPass
     : public mlir::shardx::impl::AutoShardPassBase<AutoShardPass> {
@@ -948,7 +754,7 @@ struct AutoShardPass
       if (fn.isExternal() || !fn.isPublic())
         continue;
       AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
-                          refineSweeps);
+                          refineSweeps, cutLayers);
       if (failed(sharder.run(jsonPath)))
         return signalPassFailure();
     }

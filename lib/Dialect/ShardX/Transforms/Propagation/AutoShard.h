@@ -1,0 +1,199 @@
+//===- AutoShard.h - shardx-auto-shard's sharder ----------------*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The state of one public function's auto-sharding (AutoShard.cpp, the
+// pass and the pricing; AutoShardGroups.cpp, the decisions and the tying of
+// repeated layers; AutoShardCut.cpp, the copies of the step with the
+// repeated layers cut out that plans are priced on). docs/Memory.md,
+// "Automatic sharding under a budget".
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARD_H
+#define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARD_H
+
+#include "AutoShardSpace.h"
+#include "PropagationSearch.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::shardx::autoshard {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Arguments that take one layout together, and the results tied to them.
+struct Group {
+  std::string name;
+  SmallVector<unsigned> args, results;
+  std::vector<Choice> choices; // choices[0] is replicated
+  int64_t firstUse = 0;
+  bool isData = false;
+  /// The repeated layers whose parameters at this position take this
+  /// group's layout together (tieLayers); `args` holds every layer's, the
+  /// first layer's `argsPerLayer` first.
+  unsigned layers = 1;
+  unsigned argsPerLayer = 0;
+};
+
+/// One public function's auto-sharding.
+class AutoSharder {
+public:
+  AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
+              CostModel &costs, int64_t budget, unsigned window,
+              unsigned refineSweeps, unsigned minCutLayers)
+      : module(module), target(target), mesh(mesh), costs(costs),
+        budget(budget), window(window), refineSweeps(refineSweeps),
+        minCutLayers(minCutLayers),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        meshShape(mesh.getShape()) {}
+
+  LogicalResult run(StringRef jsonPath);
+
+private:
+  /// The copy of the module the plans are priced on, calls inlined; `fn`
+  /// is `target` in it.
+  LogicalResult prepare();
+  LogicalResult findGroups();
+  /// Ties the groups of repeated layers: where the groups (in argument
+  /// order) repeat with a period of P groups, each of the same type, first
+  /// used by the same op, P first uses apart by the same distance D, and
+  /// the ops over the run repeat every D, the groups at the same position
+  /// of each repeat become one (identical layers take identical layouts).
+  void tieLayers(ArrayRef<llvm::hash_code> opNames,
+                 ArrayRef<llvm::hash_code> firstUser);
+  /// The plan's remark at `target`.
+  void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
+  /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
+  /// tied results.
+  void apply(func::FuncOp f, ArrayRef<unsigned> pick);
+  /// The modeled step time of `f` as its layouts stand (the greedy
+  /// search's reshards plus local compute); `state` receives the layouts.
+  FailureOr<double> price(func::FuncOp f, RuleCache &rules,
+                          ShardingState &state);
+  /// Time only, on the function itself.
+  double priceTime(ArrayRef<unsigned> pick);
+  /// Time (on the function), and the peak of a copy through shardx-spmd.
+  Priced priceFull(ArrayRef<unsigned> pick);
+  Priced priceFullUncached(ArrayRef<unsigned> pick);
+  /// The modeled step time of `f` under `pick` (infinite when it cannot
+  /// be priced).
+  double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick);
+  /// Time and the peak of `m` (holding `f`) through shardx-spmd.
+  Priced fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
+                ArrayRef<unsigned> pick);
+  /// The whole step's number from those of the cuts of `cutDepth` and
+  /// `cutDepth + 1` repeats: linear in the repeats.
+  double extrapolate(double atDepth, double atNext) const {
+    return atDepth + double(tiedLayers - cutDepth) * (atNext - atDepth);
+  }
+  /// Builds `cuts` when the step has enough repeats of one layer
+  /// (AutoShardCut.cpp); leaves `cutDepth` 0 (the step priced whole)
+  /// otherwise or when the repeats cannot be cut out.
+  void buildCuts();
+  /// With cuts: the best plans by their extrapolated prices priced on the
+  /// whole step, the first that fits becoming `pick` with its real price.
+  void confirm(std::optional<Picks> &pick, Priced &real);
+  /// A copy of `prepared` with `depth` of the `tiedLayers` repeats kept.
+  OwningOpRef<ModuleOp> cutTo(unsigned depth);
+  /// Whether `a` is a better plan than `b`: fits where `b` does not, is
+  /// faster where both fit, holds fewer bytes where neither does.
+  bool better(Priced a, Priced b) const {
+    bool fa = fits(a), fb = fits(b);
+    if (fa != fb)
+      return fa;
+    return fa ? a.time < b.time : a.peak < b.peak;
+  }
+  bool fits(Priced p) const {
+    return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
+  }
+  Surrogate buildSurrogate(std::vector<unsigned> base);
+  /// A surrogate of no plan (its base and every term infinite).
+  Surrogate leftOut(std::vector<unsigned> base) const {
+    Surrogate s;
+    s.center = std::move(base);
+    s.baseTime = kInf;
+    for (const Group &g : groups) {
+      s.time.emplace_back(g.choices.size(), kInf);
+      s.bytes.emplace_back(g.choices.size(), 0);
+    }
+    s.pairsOf.resize(groups.size());
+    return s;
+  }
+  void writeJson(StringRef path, const std::optional<Picks> &pick,
+                 double limit, Priced real, double solveSeconds);
+
+  ModuleOp module;
+  func::FuncOp target;
+  OwningOpRef<ModuleOp> prepared;
+  func::FuncOp fn;
+  MeshOp mesh;
+  CostModel &costs;
+  int64_t budget;
+  unsigned window;
+  unsigned refineSweeps;
+  /// Cut from this many repeats (0: never).
+  unsigned minCutLayers;
+  FlatSymbolRefAttr meshRef;
+  ArrayRef<int64_t> meshShape;
+  llvm::StringSet<> warned;
+  RuleCache rules;
+  /// The ops' keys (name, result types, body op names) in `fn`'s order.
+  SmallVector<llvm::hash_code> opKeys;
+  /// The repeats of the tied layers (1: none tied).
+  unsigned tiedLayers = 1;
+  /// The stretches of `fn`'s ops that repeat once per tied layer: ops
+  /// [start, end) are periodic with `period` ops (AutoShardCut.cpp).
+  struct Stretch {
+    size_t start, end, period;
+  };
+  SmallVector<Stretch> stretches;
+  /// With `cutDepth` > 0 the plans are priced on `cuts` (`fn` with
+  /// `cutDepth` and `cutDepth + 1` of its repeats kept) and extrapolated
+  /// to `tiedLayers`; the plan chosen is confirmed on `fn`.
+  unsigned cutDepth = 0;
+  /// Cuts were built but their replicated plan's time was off (the JSON's).
+  bool cutRejected = false;
+  OwningOpRef<ModuleOp> cuts[2];
+  func::FuncOp cutFns[2];
+  RuleCache cutRules[2];
+  /// The extrapolated numbers of the plan chosen, for the JSON.
+  std::optional<Priced> extrapolated;
+  int64_t confirmed = 0;
+  int64_t smallestConfirmed = std::numeric_limits<int64_t>::max();
+  double confirmSeconds = 0;
+  std::vector<Group> groups; // the data group (if any) last
+  int dataGroup = -1;
+  /// Arguments and results whose layouts the user gave (kept).
+  SmallVector<bool> pinnedArg, pinnedResult;
+  std::vector<Surrogate> surrogates; // per data choice
+  int64_t priced = 0, pricedFull = 0;
+  /// Where the solve's time goes: the greedy search's pricing, and the
+  /// shardx-spmd runs for the peaks (the JSON's).
+  double searchSeconds = 0, pipelineSeconds = 0;
+  PricedPlans pool;
+  /// The times of the plans priced by time only.
+  std::map<Picks, double> timeOnly;
+  /// Why the first plan that could not be priced failed.
+  std::string firstFailure;
+  /// The surrogate solve the plan came from, for the JSON: its plan and
+  /// the limit it was solved under.
+  std::optional<Picks> solverPick;
+  double solverLimit = kInf;
+};
+
+} // namespace mlir::shardx::autoshard
+
+#endif // SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARD_H

@@ -1,0 +1,227 @@
+//===- AutoShardCut.cpp - The step with its repeated layers cut out ------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// A step of many identical layers is priced on two copies of it that keep
+// `cutDepth` and `cutDepth + 1` of the layers, and the whole step's time and
+// peak are extrapolated (linear in the layers), so a plan costs the same at
+// any depth (docs/Memory.md, "Automatic sharding under a budget").
+//
+// The layers are found in the op order: the tied groups' arguments of two
+// neighbouring layers are used by ops a fixed distance apart within each
+// part of the step (forward, backward, update: the candidate periods), and
+// a stretch of ops whose keys repeat with such a period for the layers'
+// count is one op per layer for each position; the values of a stretch
+// found give more candidates (their users elsewhere a period apart). Cutting a stretch removes
+// `layers - depth` periods from its middle (after the first `depth - 1`)
+// and points each use of a removed value at the same op that many periods
+// earlier (the ops a period apart are the same op one layer apart), so the
+// copy is the step of `depth` layers, with the removed layers' arguments
+// left unused.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AutoShard.h"
+
+#include "mlir/IR/Verifier.h"
+
+#include <cmath>
+#include <set>
+
+using namespace mlir;
+using namespace mlir::shardx;
+using namespace mlir::shardx::autoshard;
+
+/// The repeats the first cut keeps (the second keeps one more): a first
+/// and a last layer around at least one middle one (cuts of 2 and 3 layers
+/// misjudged sharded plans of a deep MLP's step by a third). The two cost
+/// about seven layers' pricing a plan, so cutting pays from about 12
+/// repeats (`cut-layers`).
+static constexpr unsigned kDepth = 3;
+
+/// The positions in `body` of the top-level ops that use `v`, ascending.
+static SmallVector<size_t> userPositions(Value v, Block &body,
+                                         const DenseMap<Operation *, size_t> &at) {
+  SmallVector<size_t> out;
+  for (OpOperand &use : v.getUses())
+    if (Operation *op = body.findAncestorOpInBlock(*use.getOwner()))
+      out.push_back(at.lookup(op));
+  llvm::sort(out);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void AutoSharder::buildCuts() {
+  if (minCutLayers == 0 || tiedLayers < std::max(minCutLayers, kDepth + 2))
+    return;
+  Block &body = fn.getBody().front();
+  DenseMap<Operation *, size_t> at;
+  for (Operation &op : body)
+    at[&op] = at.size();
+  size_t n = at.size();
+  if (n != opKeys.size())
+    return;
+  // The distances between the uses of layers 1 and 2's arguments.
+  std::set<size_t> periods;
+  for (const Group &g : groups) {
+    if (g.layers != tiedLayers)
+      continue;
+    for (unsigned j = 0; j < g.argsPerLayer; ++j) {
+      SmallVector<size_t> a = userPositions(
+          fn.getArgument(g.args[g.argsPerLayer + j]), body, at);
+      SmallVector<size_t> b = userPositions(
+          fn.getArgument(g.args[2 * g.argsPerLayer + j]), body, at);
+      if (a.size() != b.size())
+        continue;
+      for (auto [x, y] : llvm::zip(a, b))
+        if (x != y)
+          periods.insert(x < y ? y - x : x - y);
+    }
+  }
+  // The maximal stretches periodic for at least `tiedLayers - 1` periods
+  // (the range cut out, periods `kDepth - 1` to `tiedLayers - 1`, must lie
+  // in one), the longest kept first, none overlapping. The values of a
+  // stretch found are candidates in turn: the ops outside it that use an op
+  // of its second period and the same op of its third are the distance of
+  // another part's period apart (a backward that reads the forward's
+  // transposed weights, not the weights).
+  std::set<size_t> tried;
+  for (int round = 0; round < 4 && !periods.empty(); ++round) {
+    SmallVector<Stretch> found;
+    for (size_t p : periods) {
+      if (!tried.insert(p).second)
+        continue;
+      for (size_t i = 0; i + p < n;) {
+        if (opKeys[i] != opKeys[i + p]) {
+          ++i;
+          continue;
+        }
+        size_t j = i;
+        while (j + p < n && opKeys[j] == opKeys[j + p])
+          ++j;
+        if (j - i >= (tiedLayers - 2) * p)
+          found.push_back({i, j + p, p});
+        i = j + 1;
+      }
+    }
+    periods.clear();
+    llvm::stable_sort(found, [](const Stretch &a, const Stretch &b) {
+      return a.end - a.start > b.end - b.start;
+    });
+    SmallVector<Operation *> ops(n);
+    for (auto [op, i] : at)
+      ops[i] = op;
+    for (const Stretch &s : found) {
+      if (llvm::any_of(stretches, [&](const Stretch &t) {
+            return s.start < t.end && t.start < s.end;
+          }))
+        continue;
+      stretches.push_back(s);
+      auto outside = [&](Value v) {
+        SmallVector<size_t> out = userPositions(v, body, at);
+        llvm::erase_if(out, [&](size_t u) { return u >= s.start && u < s.end; });
+        return out;
+      };
+      for (size_t i = s.start + s.period; i < s.start + 2 * s.period; ++i)
+        for (auto [x, y] :
+             llvm::zip(ops[i]->getResults(), ops[i + s.period]->getResults())) {
+          SmallVector<size_t> a = outside(x), b = outside(y);
+          if (a.size() != b.size())
+            continue;
+          for (auto [u, w] : llvm::zip(a, b))
+            if (u != w)
+              periods.insert(u < w ? w - u : u - w);
+        }
+    }
+  }
+  if (stretches.empty())
+    return;
+  cuts[0] = cutTo(kDepth);
+  cuts[1] = cutTo(kDepth + 1);
+  if (!cuts[0] || !cuts[1]) {
+    cuts[0] = nullptr;
+    cuts[1] = nullptr;
+    stretches.clear();
+    return;
+  }
+  for (int i = 0; i < 2; ++i)
+    cutFns[i] = cuts[i]->lookupSymbol<func::FuncOp>(fn.getSymName());
+  cutDepth = kDepth;
+  // A check of the cut: the replicated plan's time, extrapolated and on
+  // the whole step (one search of the whole step), must agree to 1%;
+  // else the step is priced whole.
+  Picks replicated(groups.size(), 0);
+  double whole = timeOn(fn, rules, replicated);
+  double cut = extrapolate(timeOn(cutFns[0], cutRules[0], replicated),
+                           timeOn(cutFns[1], cutRules[1], replicated));
+  if (!std::isfinite(whole) || !std::isfinite(cut) ||
+      std::abs(cut - whole) > 0.01 * whole) {
+    cutDepth = 0;
+    cutRejected = true;
+  }
+}
+
+OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth) {
+  OwningOpRef<ModuleOp> copy = prepared->clone();
+  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
+  Block &body = f.getBody().front();
+  SmallVector<Operation *> ops;
+  DenseMap<Operation *, size_t> at;
+  for (Operation &op : body) {
+    at[&op] = ops.size();
+    ops.push_back(&op);
+  }
+  size_t n = ops.size();
+  // The stretch whose cut-out range holds each op, or -1.
+  std::vector<int> cutOf(n, -1);
+  for (auto [k, s] : llvm::enumerate(stretches))
+    for (size_t i = s.start + (depth - 1) * s.period;
+         i < s.start + (tiedLayers - 1) * s.period && i < n; ++i)
+      cutOf[i] = k;
+  // The op that stands for the removed op `i`: the same op as many
+  // periods earlier as were cut out (in the last period kept before the
+  // cut when that lies before the stretch).
+  auto standIn = [&](size_t i) {
+    const Stretch &s = stretches[cutOf[i]];
+    size_t shift = (tiedLayers - depth) * s.period;
+    if (i >= s.start + shift)
+      return i - shift;
+    return s.start + (depth - 2) * s.period + (i - s.start) % s.period;
+  };
+  bool ok = true;
+  for (size_t u = 0; u < n && ok; ++u) {
+    if (cutOf[u] >= 0)
+      continue;
+    ops[u]->walk([&](Operation *inner) {
+      for (OpOperand &operand : inner->getOpOperands()) {
+        auto result = dyn_cast<OpResult>(operand.get());
+        if (!result || result.getOwner()->getBlock() != &body)
+          continue;
+        size_t i = at.lookup(result.getOwner());
+        if (cutOf[i] < 0)
+          continue;
+        Operation *other = ops[standIn(i)];
+        unsigned r = result.getResultNumber();
+        if (r >= other->getNumResults() ||
+            other->getResult(r).getType() != result.getType()) {
+          ok = false;
+          return;
+        }
+        operand.set(other->getResult(r));
+      }
+    });
+  }
+  for (size_t i = n; i-- > 0 && ok;)
+    if (cutOf[i] >= 0) {
+      if (!ops[i]->use_empty()) {
+        ok = false;
+        break;
+      }
+      ops[i]->erase();
+    }
+  if (!ok || failed(verify(*copy)))
+    return nullptr;
+  return copy;
+}
