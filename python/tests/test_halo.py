@@ -75,6 +75,29 @@ def test_windowed_ops_exchange_halos_not_activations(program, build_dir):
     assert "shardx.all_reduce" in local
 
 
+def test_strided_halo_bytes_are_the_lower_bound(build_dir, tmp_path):
+    """print-plan's halo bytes for the stride-2 convolution (forward and
+    weight gradient) equal what its windows read past a shard: the 16x16
+    image padded to 18x18 is split 9/9 each way, and the last rank of both
+    axes computes output rows and columns 4..7 from padded rows and columns
+    8..16, holding 9..17: it needs row 8 (10 columns, counting the column
+    it receives next) and column 8 (its 9 rows), 19 pixels of 2 images x 4
+    channels of f32. The exchange sends exactly those: the row first
+    (9 pixels), then the column of the widened shard (10)."""
+    step, mesh, ins, outs, args = _step("strided16")
+    path = tmp_path / "strided16.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="strided16"))
+    plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    strided = [int(b) for b in re.findall(r"\(low 1, high 0\): (\d+) bytes/rank", plan)]
+    side, planes, f32 = 9, 2 * 4, 4
+    needed = ((side + 1) * (side + 1) - side * side) * planes * f32
+    assert len(strided) == 4 and sum(strided) == 2 * needed, (strided, needed)
+    # No activation is resharded: the plans are the gradients' all-reduces.
+    assert all("[P(sum), P(sum)] -> [R, R]" in line
+               for line in plan.splitlines() if "remark: plan" in line), plan
+
+
 def test_sharded_matches_unsharded_on_mpi(program, build_dir):
     name, path = program
     check_on_mpi(build_dir, path, 4)
