@@ -146,8 +146,9 @@ static std::optional<Window> matchWindow(AffineExpr expr,
 /// (a broadcast size-1 dim) maps to no factor; any other expression (d0 + d1
 /// of a convolution) maps to the loops it uses, which then need
 /// replication, except a window (`matchWindow`): that input dim is the
-/// outer loop's rows (times the stride) widened by the window, a windowed dim of the rule (the op
-/// reads a halo across shard edges), and the window loop needs replication.
+/// outer loop's rows (times the stride) widened by the window, a windowed
+/// dim of the rule (the op reads a halo across shard edges), and the window
+/// loop needs replication.
 /// Results map like their init operands.
 template <typename OpTy>
 struct LinalgStructuredRule
