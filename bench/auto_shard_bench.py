@@ -5,14 +5,19 @@ budget").
     SHARDX_BUILD=build python3 bench/auto_shard_bench.py [--depths 1,2,4] [--mesh 2x4]
         [--budgets mlp,block,llama] [--ranks 2,4,8]
 
-Depth table: a Llama-style train step (Adam) of ``layers`` blocks (RMSNorm,
-attention without biases, SwiGLU MLP; dim 16, 4 heads, hidden 32; a final
-RMSNorm), traced with a mesh and no layouts, on the mesh ``--mesh``; the
+Depth table: a Llama-style train step (Adam) of ``layers``
+``shardx_dev.models.LlamaBlock`` (RMSNorm, RoPE, grouped-query causal
+attention, SwiGLU MLP; dim 16, 4 heads, 2 KV heads, hidden 32) and a final
+RMSNorm, traced with a mesh and no layouts, on the mesh ``--mesh``; the
 pass runs with the cost settings of python/tests/test_auto_shard.py (a slow
 device and network, so that these small models trade compute against
 collectives as large models do). Solve time is the pass's own
-(``solve_seconds`` of its JSON), on this machine; ``--old BIN`` runs that
-shardx-opt on the same programs in the same run.
+(``solve_seconds`` of its JSON, wall) and the CPU seconds of the
+shardx-opt process (parsing and printing included), on this machine;
+``--old BIN`` runs that shardx-opt on the same programs in the same run.
+From 8 layers the pass prices plans on the step cut to 2 and 3 layers and
+extrapolates (the "cut" column; docs/Memory.md). The issue's figure is
+``--depths 32 --mesh 2x4`` (32 layers on 8 ranks).
 
 Budget table: per model (an MLP, one pre-norm transformer block, one
 Llama-style block) and number of ranks (a 1-D mesh), budgets from none to
@@ -30,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,56 +57,23 @@ OPT = os.path.join(BUILD, "bin", "shardx-opt")
 COSTS = "compute-rate=1e9 bandwidth=1e8 latency=2e-5"
 
 
-class RMSNorm(nn.Module):
+class FinalNorm(nn.Module):
+    """The stack's final RMSNorm, as models.LlamaBlock normalizes."""
+
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-class LlamaAttention(nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, dim, bias=False)
-        self.wv = nn.Linear(dim, dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        h = self.heads
-
-        def split(t):
-            return t.view(b, s, h, d // h).transpose(1, 2)
-        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x))
-        a = torch.softmax(q @ k.transpose(-2, -1) / (d // h) ** 0.5, dim=-1) @ v
-        return self.wo(a.transpose(1, 2).reshape(b, s, d))
-
-
-class LlamaBlock(nn.Module):
-    """RMSNorm, attention, RMSNorm, SwiGLU MLP (w2(silu(w1 x) * w3 x))."""
-
-    def __init__(self, dim: int, heads: int, hidden: int):
-        super().__init__()
-        self.attn_norm = RMSNorm(dim)
-        self.attn = LlamaAttention(dim, heads)
-        self.mlp_norm = RMSNorm(dim)
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        x = x + self.attn(self.attn_norm(x))
-        h = self.mlp_norm(x)
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+        return models.LlamaBlock._norm(self, x, self.weight)
 
 
 def llama(layers: int, dim=16, heads=4, hidden=32) -> nn.Module:
-    return nn.Sequential(*[LlamaBlock(dim, heads, hidden) for _ in range(layers)], RMSNorm(dim))
+    """``layers`` models.LlamaBlock (RMSNorm, RoPE, grouped-query causal
+    attention with 2 KV heads, SwiGLU MLP) and a final RMSNorm."""
+    return nn.Sequential(*[models.LlamaBlock(dim, heads, 2, hidden) for _ in range(layers)],
+                         FinalNorm(dim))
 
 
 def step_of(kind: str, layers: int = 1, batch=16, dim=16, hidden=32):
@@ -138,10 +111,14 @@ def auto_shard(text: str, options: str = "", ranks: int = 0, costs: str = COSTS,
         with open(src, "w") as f:
             f.write(text)
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([opt, f"--shardx-auto-shard={costs} auto-json={js} {options}", src,
                                "-o", out], capture_output=True, text=True)
         wall = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         data = json.load(open(js)) if os.path.exists(js) else None
+        if data is not None:
+            data["cpu_seconds"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         measured = None
         if ranks and proc.returncode == 0:
             run = subprocess.run([RUN, f"--ranks={ranks}", "--repeat=5", out], capture_output=True, text=True)
@@ -181,20 +158,26 @@ def depth_table(depths, shape, old):
         ranks *= s
     mesh = "x".join(map(str, shape))
     print(f"## Solve time against depth (Llama-style, {ranks} ranks, mesh {mesh})\n")
-    print("| build | layers | parameter groups | plans priced | solve (s) | search (s) | shardx-spmd (s) "
-          "| modeled step (us) | modeled peak (bytes) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| build | layers | parameter groups | plans priced | cut | solve (s) | CPU (s) | search (s) "
+          "| shardx-spmd (s) | modeled step (us) | modeled peak (bytes) | extrapolated step (us) "
+          "| extrapolated peak (bytes) |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for depth in depths:
         text = program("llama", depth, shape)
         for name, binary in ([("before", old)] if old else []) + [("this", OPT)]:
             proc, data, wall, _ = auto_shard(text, opt=binary)
             if proc.returncode or not data:
-                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | |")
+                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | | | | | |")
                 continue
+            cut = data.get("layer_cut")
+            extra = (f"| {cut['extrapolated_time']:.1f} | {cut['extrapolated_peak']} |"
+                     if cut and "extrapolated_time" in cut else "| | |")
             print(f"| {name} | {depth} | {len(data['groups'])} | {data['priced_plans']} "
-                  f"| {data['solve_seconds']:.2f} | {data.get('search_seconds', float('nan')):.2f} "
+                  f"| {'%d, %d' % tuple(cut['depths']) if cut else 'none'} "
+                  f"| {data['solve_seconds']:.2f} | {data['cpu_seconds']:.2f} "
+                  f"| {data.get('search_seconds', float('nan')):.2f} "
                   f"| {data.get('pipeline_seconds', float('nan')):.2f} "
-                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} |", flush=True)
+                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} {extra}", flush=True)
 
 
 def budget_table(kinds, ranks_list):
@@ -224,7 +207,7 @@ def budget_table(kinds, ranks_list):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--depths", default="1,2,4")
+    ap.add_argument("--depths", default="1,2,4", help="e.g. 2,4,8,16,32 (32 on --mesh 2x4: issue 34's figure)")
     ap.add_argument("--mesh", default="2x4")
     ap.add_argument("--old", default="", help="a shardx-opt to time on the same programs")
     ap.add_argument("--budgets", default="mlp,block,llama", help="models of the budget table ('' for none)")
