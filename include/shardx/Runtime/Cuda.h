@@ -95,12 +95,13 @@ void shardx_rt_cuda_free(void *ptr);
 void shardx_rt_cuda_copy(void *dst, const void *src, int64_t bytes);
 /// Waits for the calling thread's stream.
 void shardx_rt_cuda_synchronize();
-/// A host-to-device copy queued on the calling thread's stream through
-/// pinned memory: `src` is copied into the thread's page-locked staging
-/// memory at once (the caller may reuse it on return) and from there to
-/// `dst` asynchronously, ahead of the work queued after it. The staging
-/// memory is reused only after shardx_rt_cuda_staging_reset, which the
-/// caller calls once the stream has been synchronized since the copies.
+/// A host-to-device copy queued on the calling thread's stream, ahead of
+/// the work queued after it; the caller may reuse `src` on return. Small
+/// copies (at most 4 MiB) go through the thread's page-locked staging
+/// arena (16 MiB) and run asynchronously; larger ones, and what does not
+/// fit, are copied from pageable memory by the driver. The arena is reused
+/// only after shardx_rt_cuda_staging_reset, which the caller calls once
+/// the stream has been synchronized since the copies.
 void shardx_rt_cuda_stage_to_device(void *dst, const void *src, int64_t bytes);
 void shardx_rt_cuda_staging_reset();
 

@@ -413,44 +413,39 @@ int queryResult(CUresult r, char *error, int64_t errorSize) {
   return -1;
 }
 
-/// The calling thread's pinned staging memory: page-locked blocks that
-/// host inputs pass through on their way to the device, bump-allocated
-/// between two staging_reset calls (the copies of one call are queued on
-/// the rank's stream and may still read their block until it is
-/// synchronized, so nothing is reused before the next reset). A reset
-/// keeps one block of at most kKeptBytes for the next call. Not freed at
-/// thread exit: the driver may be gone by then, and the context takes the
-/// memory with it.
+/// The calling thread's pinned staging memory: one page-locked arena of
+/// kArenaBytes, allocated at the first use and kept, that small host
+/// inputs (at most kLargestStaged bytes each) pass through on their way to
+/// the device, bump-allocated between two staging_reset calls (the copies
+/// of one call are queued on the rank's stream and may still read the
+/// arena until it is synchronized, so nothing is reused before the next
+/// reset). Larger inputs, and what does not fit, are copied from their
+/// pageable memory by the driver: staging them through pinned memory here
+/// costs a host copy and, when blocks are made per call, page locking,
+/// which made whole calls of large steps 2-3x slower (gpu_step_bench on an
+/// H200). Not freed at thread exit: the driver may be gone by then, and
+/// the context takes the memory with it.
 struct PinnedStaging {
-  static constexpr size_t kKeptBytes = size_t(64) << 20;
-  std::vector<std::pair<char *, size_t>> blocks;
-  size_t used = 0; // in the last block
+  static constexpr size_t kArenaBytes = size_t(16) << 20;
+  static constexpr size_t kLargestStaged = size_t(4) << 20;
+  char *arena = nullptr;
+  size_t used = 0;
+  /// Room for `bytes` in the arena, or null (then copy from pageable).
   char *take(size_t bytes) {
     size_t need = (bytes + 255) & ~size_t(255);
-    if (blocks.empty() || used + need > blocks.back().second) {
-      size_t size = std::max<size_t>(need, 4u << 20);
+    if (bytes > kLargestStaged || used + need > kArenaBytes)
+      return nullptr;
+    if (!arena) {
       void *p = nullptr;
-      check(driver().cuMemHostAlloc(&p, size, 0), "cuMemHostAlloc");
-      blocks.emplace_back(static_cast<char *>(p), size);
-      used = 0;
+      if (driver().cuMemHostAlloc(&p, kArenaBytes, 0))
+        return nullptr;
+      arena = static_cast<char *>(p);
     }
-    char *p = blocks.back().first + used;
+    char *p = arena + used;
     used += need;
     return p;
   }
-  void reset() {
-    std::pair<char *, size_t> kept{nullptr, 0};
-    for (auto &b : blocks) {
-      if (b.second <= kKeptBytes && b.second > kept.second)
-        std::swap(b, kept);
-      if (b.first)
-        driver().cuMemFreeHost(b.first);
-    }
-    blocks.clear();
-    if (kept.first)
-      blocks.push_back(kept);
-    used = 0;
-  }
+  void reset() { used = 0; }
 };
 
 PinnedStaging &pinnedStaging() {
@@ -612,10 +607,14 @@ void shardx_rt_cuda_staging_reset() { pinnedStaging().reset(); }
 void shardx_rt_cuda_stage_to_device(void *dst, const void *src, int64_t bytes) {
   if (bytes <= 0)
     return;
-  char *pinned = pinnedStaging().take(static_cast<size_t>(bytes));
-  std::memcpy(pinned, src, static_cast<size_t>(bytes));
+  // From pageable memory the driver returns once `src` may be reused.
+  const void *from = src;
+  if (char *pinned = pinnedStaging().take(static_cast<size_t>(bytes))) {
+    std::memcpy(pinned, src, static_cast<size_t>(bytes));
+    from = pinned;
+  }
   check(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
-                               reinterpret_cast<CUdeviceptr>(pinned),
+                               reinterpret_cast<CUdeviceptr>(from),
                                static_cast<size_t>(bytes), threadStream()),
         "cuMemcpyAsync");
 }
