@@ -132,6 +132,44 @@ const HostTensor &localOf(const ShardSet &s, int64_t rank) {
 }
 
 
+/// An empty ShardSet of `session`'s mesh for `entries` per-rank arrays
+/// (`what` names the caller in errors): the layout must fit the global
+/// shape and there must be one entry per rank.
+ShardSet emptyShardSet(const char *what, const Session &session,
+                       size_t entries, const std::string &dtype,
+                       const std::optional<Layout> &layout,
+                       const std::vector<int64_t> &globalShape) {
+  const std::vector<int64_t> &mesh = session.getMeshShape();
+  if (layout) {
+    std::string error = layout->verifyForShape(mesh, globalShape);
+    if (!error.empty())
+      throw std::invalid_argument(error);
+  }
+  int64_t size = session.getSize();
+  if (static_cast<int64_t>(entries) != size)
+    throw std::invalid_argument(std::string(what) + ": " +
+                                std::to_string(entries) +
+                                " entries for a mesh of " +
+                                std::to_string(size) + " ranks");
+  ShardSet set;
+  set.meshShape = mesh;
+  set.globalShape = globalShape;
+  set.dtype = parseDTypeArg(dtype);
+  set.layout = layout;
+  set.locals.assign(size, nullptr);
+  return set;
+}
+
+/// The local shape rank `rank` of `set` must have.
+std::vector<int64_t> localShapeOf(const ShardSet &set, int64_t rank) {
+  if (!set.layout || set.layout->isReplicated())
+    return set.globalShape;
+  return set.layout
+      ->getLocalShard(set.meshShape, set.globalShape,
+                      allMeshCoords(set.meshShape)[rank])
+      .shape;
+}
+
 } // namespace
 
 NB_MODULE(_shardx_rt, m) {
@@ -540,25 +578,10 @@ NB_MODULE(_shardx_rt, m) {
           [](const Session &session, nb::list locals, const std::string &dtype,
              const std::optional<Layout> &layout,
              const std::vector<int64_t> &globalShape) {
-            const std::vector<int64_t> &mesh = session.getMeshShape();
-            if (layout) {
-              std::string error = layout->verifyForShape(mesh, globalShape);
-              if (!error.empty())
-                throw std::invalid_argument(error);
-            }
+            ShardSet set = emptyShardSet("shards_of", session, locals.size(),
+                                         dtype, layout, globalShape);
             int64_t size = session.getSize();
-            if (static_cast<int64_t>(locals.size()) != size)
-              throw std::invalid_argument(
-                  "shards_of: " + std::to_string(locals.size()) +
-                  " entries for a mesh of " + std::to_string(size) + " ranks");
-            ShardSet set;
-            set.meshShape = mesh;
-            set.globalShape = globalShape;
-            set.dtype = parseDTypeArg(dtype);
-            set.layout = layout;
-            set.locals.assign(size, nullptr);
             bool replicated = !layout || layout->isReplicated();
-            std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
             std::shared_ptr<const HostTensor> shared;
             for (int64_t r = 0; r < size; ++r) {
               if (!session.holds(r))
@@ -573,23 +596,12 @@ NB_MODULE(_shardx_rt, m) {
                                             std::to_string(r) +
                                             "'s shard is missing");
               HostTensor t = hostTensorOf(nb::cast<AnyArray>(h), set.dtype);
-              std::vector<int64_t> want =
-                  replicated ? globalShape
-                             : layout->getLocalShard(mesh, globalShape,
-                                                     coords[r])
-                                   .shape;
-              if (t.shape != want) {
-                auto text = [](const std::vector<int64_t> &v) {
-                  std::string s = "[";
-                  for (size_t i = 0; i < v.size(); ++i)
-                    s += (i ? ", " : "") + std::to_string(v[i]);
-                  return s + "]";
-                };
+              std::vector<int64_t> want = localShapeOf(set, r);
+              if (t.shape != want)
                 throw std::invalid_argument(
-                    "shards_of: rank " + std::to_string(r) + "'s shard has "
-                    "shape " + text(t.shape) + ", its layout gives " +
-                    text(want));
-              }
+                    "shards_of: rank " + std::to_string(r) +
+                    "'s shard has shape " + shapeText(t.shape) +
+                    ", its layout gives " + shapeText(want));
               auto p = std::make_shared<const HostTensor>(std::move(t));
               if (replicated)
                 shared = p;
@@ -610,24 +622,13 @@ NB_MODULE(_shardx_rt, m) {
              const std::vector<int64_t> &globalShape) {
             using CudaArray =
                 nb::ndarray<nb::ro, nb::c_contig, nb::device::cuda>;
-            const std::vector<int64_t> &mesh = session.getMeshShape();
-            int64_t size = session.getSize();
             if (!session.isDeviceResident())
               throw std::invalid_argument(
                   "device_shards: the session does not run on a GPU");
-            if (static_cast<int64_t>(locals.size()) != size)
-              throw std::invalid_argument(
-                  "device_shards: " + std::to_string(locals.size()) +
-                  " entries for a mesh of " + std::to_string(size) + " ranks");
-            ShardSet set;
-            set.meshShape = mesh;
-            set.globalShape = globalShape;
-            set.dtype = parseDTypeArg(dtype);
-            set.layout = layout;
-            set.locals.assign(size, nullptr);
-            bool replicated = !layout || layout->isReplicated();
-            std::vector<std::vector<int64_t>> coords = allMeshCoords(mesh);
-            for (int64_t r = 0; r < size; ++r) {
+            ShardSet set = emptyShardSet("device_shards", session,
+                                         locals.size(), dtype, layout,
+                                         globalShape);
+            for (int64_t r = 0, size = session.getSize(); r < size; ++r) {
               if (!session.holds(r))
                 continue;
               nb::handle h = locals[r];
@@ -644,11 +645,7 @@ NB_MODULE(_shardx_rt, m) {
               t->dtype = set.dtype;
               for (size_t d = 0; d < a.ndim(); ++d)
                 t->shape.push_back(static_cast<int64_t>(a.shape(d)));
-              std::vector<int64_t> want =
-                  replicated
-                      ? globalShape
-                      : layout->getLocalShard(mesh, globalShape, coords[r])
-                            .shape;
+              std::vector<int64_t> want = localShapeOf(set, r);
               if (t->shape != want)
                 throw std::invalid_argument(
                     "device_shards: rank " + std::to_string(r) +
