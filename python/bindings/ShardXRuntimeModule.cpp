@@ -131,12 +131,11 @@ const HostTensor &localOf(const ShardSet &s, int64_t rank) {
   return *s.locals[rank];
 }
 
-
 /// An empty ShardSet of `session`'s mesh for `entries` per-rank arrays
 /// (`what` names the caller in errors): the layout must fit the global
 /// shape and there must be one entry per rank.
-ShardSet emptyShardSet(const char *what, const Session &session,
-                       size_t entries, const std::string &dtype,
+ShardSet emptyShardSet(const char *what, const Session &session, size_t entries,
+                       const std::string &dtype,
                        const std::optional<Layout> &layout,
                        const std::vector<int64_t> &globalShape) {
   const std::vector<int64_t> &mesh = session.getMeshShape();
@@ -147,10 +146,9 @@ ShardSet emptyShardSet(const char *what, const Session &session,
   }
   int64_t size = session.getSize();
   if (static_cast<int64_t>(entries) != size)
-    throw std::invalid_argument(std::string(what) + ": " +
-                                std::to_string(entries) +
-                                " entries for a mesh of " +
-                                std::to_string(size) + " ranks");
+    throw std::invalid_argument(
+        std::string(what) + ": " + std::to_string(entries) +
+        " entries for a mesh of " + std::to_string(size) + " ranks");
   ShardSet set;
   set.meshShape = mesh;
   set.globalShape = globalShape;
@@ -625,9 +623,9 @@ NB_MODULE(_shardx_rt, m) {
             if (!session.isDeviceResident())
               throw std::invalid_argument(
                   "device_shards: the session does not run on a GPU");
-            ShardSet set = emptyShardSet("device_shards", session,
-                                         locals.size(), dtype, layout,
-                                         globalShape);
+            ShardSet set =
+                emptyShardSet("device_shards", session, locals.size(), dtype,
+                              layout, globalShape);
             for (int64_t r = 0, size = session.getSize(); r < size; ++r) {
               if (!session.holds(r))
                 continue;
