@@ -219,8 +219,13 @@ Status Artifact::call(const EntryPoint &entry, Communicator &comm,
     inputPtrs.insert(ptr);
     descs.push_back(denseDescriptor(ptr, t->shape));
   }
-  return invokeEntry(fn, entry, comm, std::move(descs), std::move(inputPtrs),
-                     raw, freeBuffer);
+  Status s = invokeEntry(fn, entry, comm, std::move(descs),
+                         std::move(inputPtrs), raw, freeBuffer);
+  // An output may be one of the inputs' buffers: the host copies of device
+  // inputs live as long as the results.
+  if (s)
+    raw.hostInputs = std::move(hostCopies);
+  return s;
 }
 
 Status
@@ -334,6 +339,7 @@ RawOutputs &RawOutputs::operator=(RawOutputs &&other) noexcept {
     deviceAlloc = other.deviceAlloc;
     staged = std::move(other.staged);
     taken = std::move(other.taken);
+    hostInputs = std::move(other.hostInputs);
     other.entry = nullptr;
     other.offsets.clear();
     other.staged.clear();
@@ -362,6 +368,7 @@ void RawOutputs::release() {
   inputPtrs.clear();
   staged.clear();
   taken.clear();
+  hostInputs.clear();
   deviceCopy = nullptr;
   deviceAlloc = nullptr;
 }
@@ -464,6 +471,9 @@ bool RawOutputs::aliasesInput(size_t o) const {
 }
 
 void RawOutputs::copyOut(size_t o, HostTensor &t) const {
+  // `t` may be a donor that held device memory: its elements are `data`
+  // from now on.
+  t.device.reset();
   const TensorSpec &spec = entry->outputs.at(o);
   size_t w = offsets.at(o), r = spec.shape.size();
   int64_t aligned = results[w + 1], offset = results[w + 2];

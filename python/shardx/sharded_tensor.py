@@ -491,7 +491,12 @@ class ShardedTensor:
             layout = self.shards.layout
             whole = layout is None or layout.is_replicated
             if whole and not self.shards.distributed:
-                return self.shards.device_local(0, device.index).clone()
+                copy = self.shards.device_local(0, device.index).clone()
+                # The clone is queued on PyTorch's stream: it must have read
+                # the buffer before this tensor's shards can be freed and
+                # their memory reused by the next call.
+                torch.cuda.current_stream(device).synchronize()
+                return copy
             return self._host_torch().to(device)
         return self._host_torch()
 

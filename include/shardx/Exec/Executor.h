@@ -107,6 +107,9 @@ private:
   void *(*deviceAlloc)(int64_t) = nullptr;
   std::vector<void *> staged;
   std::map<int64_t, std::shared_ptr<void>> taken;
+  /// A host call's copies of inputs that were in device memory (a result
+  /// may be one of their buffers).
+  std::vector<std::shared_ptr<const HostTensor>> hostInputs;
 };
 
 class Artifact {
