@@ -413,18 +413,11 @@ int queryResult(CUresult r, char *error, int64_t errorSize) {
   return -1;
 }
 
-/// The calling thread's pinned staging memory: one page-locked arena of
-/// kArenaBytes, allocated at the first use and kept, that small host
-/// inputs (at most kLargestStaged bytes each) pass through on their way to
-/// the device, bump-allocated between two staging_reset calls (the copies
-/// of one call are queued on the rank's stream and may still read the
-/// arena until it is synchronized, so nothing is reused before the next
-/// reset). Larger inputs, and what does not fit, are copied from their
-/// pageable memory by the driver: staging them through pinned memory here
-/// costs a host copy and, when blocks are made per call, page locking,
-/// which made whole calls of large steps 2-3x slower (gpu_step_bench on an
-/// H200). Not freed at thread exit: the driver may be gone by then, and
-/// the context takes the memory with it.
+/// The calling thread's page-locked arena for small host inputs (at most
+/// kLargestStaged bytes each), made once, bump-allocated between two
+/// staging_reset calls (queued copies may read it until the stream is
+/// synchronized). Larger inputs go from pageable memory through the driver
+/// (docs/Runtime.md). Never freed: the context takes it at exit.
 struct PinnedStaging {
   static constexpr size_t kArenaBytes = size_t(16) << 20;
   static constexpr size_t kLargestStaged = size_t(4) << 20;
