@@ -175,6 +175,41 @@ static std::vector<int64_t> denseDescriptor(int64_t ptr,
   return d;
 }
 
+/// Whether `strides` lay `shape` out densely in row-major order (extents of
+/// 1 take any stride).
+static bool isRowMajor(const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &strides) {
+  for (int64_t k = static_cast<int64_t>(shape.size()) - 1, expect = 1; k >= 0;
+       --k) {
+    if (shape[k] != 1 && strides[k] != expect)
+      return false;
+    expect *= shape[k];
+  }
+  return true;
+}
+
+/// Copies the elements of the strided view (`shape`, `strides`, elements of
+/// `es` bytes) at `src` densely, in row-major order, into `dst`.
+static void gatherStrided(char *dst, const char *src,
+                          const std::vector<int64_t> &shape,
+                          const std::vector<int64_t> &strides, size_t es) {
+  int64_t elements = 1;
+  for (int64_t n : shape)
+    elements *= n;
+  std::vector<int64_t> i(shape.size(), 0);
+  for (int64_t n = 0; n < elements; ++n) {
+    int64_t off = 0;
+    for (size_t k = 0; k < shape.size(); ++k)
+      off += i[k] * strides[k];
+    std::memcpy(dst + n * es, src + off * es, es);
+    for (int64_t k = static_cast<int64_t>(shape.size()) - 1; k >= 0; --k) {
+      if (++i[k] < shape[k])
+        break;
+      i[k] = 0;
+    }
+  }
+}
+
 static Status checkLocalShape(const EntryPoint &entry, size_t i,
                               const HostTensor &t) {
   const TensorSpec &spec = entry.inputs[i];
@@ -384,13 +419,8 @@ HostTensor RawOutputs::takeOut(size_t o) {
   std::vector<int64_t> strides(results.begin() + w + 3 + r,
                                results.begin() + w + 3 + 2 * r);
   auto es = static_cast<int64_t>(t.elementSize());
-  int64_t elements = t.numElements(), bytes = elements * es;
-  bool dense = true;
-  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
-    if (t.shape[k] != 1 && strides[k] != expect)
-      dense = false;
-    expect *= t.shape[k];
-  }
+  int64_t bytes = t.numElements() * es;
+  bool dense = isRowMajor(t.shape, strides);
   auto data = std::make_shared<DeviceData>();
   data->copy = deviceCopy;
   void (*free)(void *) = freeBuffer;
@@ -430,18 +460,8 @@ HostTensor RawOutputs::takeOut(size_t o) {
     if (!extent.empty())
       deviceCopy(extent.data(), first, static_cast<int64_t>(extent.size()));
     std::vector<char> dense(static_cast<size_t>(bytes));
-    std::vector<int64_t> i(r, 0);
-    for (int64_t n = 0; n < elements; ++n) {
-      int64_t off = 0;
-      for (size_t k = 0; k < r; ++k)
-        off += i[k] * strides[k];
-      std::memcpy(dense.data() + n * es, extent.data() + off * es, es);
-      for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
-        if (++i[k] < t.shape[k])
-          break;
-        i[k] = 0;
-      }
-    }
+    gatherStrided(dense.data(), extent.data(), t.shape, strides,
+                  static_cast<size_t>(es));
     void *copy = deviceAlloc(std::max<int64_t>(bytes, 1));
     if (bytes > 0)
       deviceCopy(copy, dense.data(), bytes);
@@ -483,14 +503,8 @@ void RawOutputs::copyOut(size_t o, HostTensor &t) const {
                                results.begin() + w + 3 + 2 * r);
   size_t es = t.elementSize();
   const char *base = reinterpret_cast<const char *>(aligned) + offset * es;
-  bool contiguous = true;
-  for (int64_t k = static_cast<int64_t>(r) - 1, expect = 1; k >= 0; --k) {
-    if (t.shape[k] != 1 && strides[k] != expect)
-      contiguous = false;
-    expect *= t.shape[k];
-  }
   size_t bytes = static_cast<size_t>(t.numElements()) * es;
-  if (contiguous) {
+  if (isRowMajor(t.shape, strides)) {
     // One pass, no zero fill; a buffer of the right size is reused.
     if (t.data.size() != bytes)
       t.data.assign(base, base + bytes);
@@ -499,16 +513,5 @@ void RawOutputs::copyOut(size_t o, HostTensor &t) const {
     return;
   }
   t.data.resize(bytes);
-  std::vector<int64_t> i(r, 0);
-  for (int64_t n = 0; n < t.numElements(); ++n) {
-    int64_t off = 0;
-    for (size_t k = 0; k < r; ++k)
-      off += i[k] * strides[k];
-    std::memcpy(t.data.data() + n * es, base + off * es, es);
-    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
-      if (++i[k] < t.shape[k])
-        break;
-      i[k] = 0;
-    }
-  }
+  gatherStrided(t.data.data(), base, t.shape, strides, es);
 }
