@@ -258,6 +258,16 @@ def session(mesh: Mesh, backend: str = "threads"):
     return s
 
 
+def cuda_device_index() -> int:
+    """The CUDA device this process's GPU sessions run on, as PyTorch numbers
+    it: ``$SHARDX_CUDA_DEVICE`` modulo the device count, as the runtime
+    reads it (a launcher may number ranks past the GPUs of one host)."""
+    import torch
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ordinal = max(0, runtime().cuda_device_ordinal())
+    return ordinal % count if count else ordinal
+
+
 def device_shards(session, mesh: Mesh, t, layout):
     """The ShardSet of torch CUDA tensor ``t`` on a GPU session, without a
     trip through host memory: each rank's shard is a view of ``t`` where the
@@ -269,7 +279,7 @@ def device_shards(session, mesh: Mesh, t, layout):
     if not getattr(session, "device_resident", False) or not getattr(t, "is_cuda", False):
         return None
     import torch
-    if t.device.index != runtime().cuda_device_ordinal():
+    if t.device.index != cuda_device_index():
         return None
     if layout is not None and not layout.is_replicated:
         placements = layout.placements(list(mesh.shape))
@@ -487,7 +497,7 @@ class ShardedTensor:
         the host and copied in), else a CPU tensor."""
         import torch
         if self.shards.on_device and torch.cuda.is_available():
-            device = torch.device("cuda", runtime().cuda_device_ordinal())
+            device = torch.device("cuda", cuda_device_index())
             layout = self.shards.layout
             whole = layout is None or layout.is_replicated
             if whole and not self.shards.distributed:

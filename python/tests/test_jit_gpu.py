@@ -217,3 +217,16 @@ def test_torchrun_nccl_fails_cleanly_without_gpus(tmp_path):
     assert proc.returncode != 0
     assert "no CUDA driver" in proc.stderr or "no NCCL" in proc.stderr, proc.stderr[-2000:]
     assert "Segmentation fault" not in proc.stderr and "core dumped" not in proc.stderr
+
+
+def test_cuda_device_index_wraps_as_the_runtime_does(monkeypatch):
+    # A launcher may number local ranks past one host's GPUs; the runtime
+    # opens $SHARDX_CUDA_DEVICE modulo the count, and tensors are matched
+    # against the same device.
+    from shardx.sharded_tensor import cuda_device_index
+    monkeypatch.setenv("SHARDX_CUDA_DEVICE", "3")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert cuda_device_index() == 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert cuda_device_index() == 3
