@@ -63,9 +63,11 @@ std::vector<float> valuesOf(const HostTensor &t) {
 /// input's buffer; RawOutputs still keeps the host copies of device inputs
 /// with the results for artifacts that return one.)
 std::unique_ptr<Artifact> compileReturnsArgument() {
-  std::string dir = ::testing::TempDir();
-  std::string source = dir + "/exec_device_inputs.mlir",
-              so = dir + "/exec_device_inputs.so";
+  // One file per test case: lit runs the cases as concurrent processes.
+  std::string base =
+      ::testing::TempDir() + "/exec_device_inputs_" +
+      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string source = base + ".mlir", so = base + ".so";
   std::ofstream(source) << R"(
 func.func @f(%a: tensor<16xf32>, %b: tensor<16xf32>)
     -> (tensor<16xf32>, tensor<16xf32>) {
