@@ -3,7 +3,7 @@ and measured step time and peak (docs/Memory.md, "Automatic sharding under a
 budget").
 
     SHARDX_BUILD=build python3 bench/auto_shard_bench.py [--depths 1,2,4] [--mesh 2x4]
-        [--budgets mlp,block,llama] [--ranks 2,4,8]
+        [--budgets mlp,block,llama] [--ranks 2,4,8] [--old BIN] [--depth-budget BYTES]
 
 Depth table: a Llama-style train step (Adam) of ``layers``
 ``shardx_dev.models.LlamaBlock`` (RMSNorm, RoPE, grouped-query causal
@@ -14,9 +14,11 @@ device and network, so that these small models trade compute against
 collectives as large models do). Solve time is the pass's own
 (``solve_seconds`` of its JSON, wall) and the CPU seconds of the
 shardx-opt process (parsing and printing included), on this machine;
-``--old BIN`` runs that shardx-opt on the same programs in the same run.
-From 8 layers the pass prices plans on the step cut to 2 and 3 layers and
-extrapolates (the "cut" column; docs/Memory.md). The issue's figure is
+``--old BIN`` runs that shardx-opt on the same programs in the same run;
+``--depth-budget BYTES`` runs it under a memory budget (default none). The
+"plan" column is the plan's choice per group (the JSON's), to compare the
+two builds' plans. From 12 layers the pass prices plans on the step cut to
+3 and 4 layers and extrapolates (the "cut" column; docs/Memory.md). The issue's figure is
 ``--depths 32 --mesh 2x4`` (32 layers on 8 ranks).
 
 Budget table: per model (an MLP, one pre-norm transformer block, one
@@ -152,32 +154,38 @@ def measured(kind: str, shape, budget: int):
     return statistics.median(times), max(peaks) + arguments
 
 
-def depth_table(depths, shape, old):
+def depth_table(depths, shape, old, budget=0):
     ranks = 1
     for s in shape:
         ranks *= s
     mesh = "x".join(map(str, shape))
-    print(f"## Solve time against depth (Llama-style, {ranks} ranks, mesh {mesh})\n")
+    under = f", budget {budget} bytes" if budget else ""
+    print(f"## Solve time against depth (Llama-style, {ranks} ranks, mesh {mesh}{under})\n")
     print("| build | layers | parameter groups | plans priced | cut | solve (s) | CPU (s) | search (s) "
           "| shardx-spmd (s) | modeled step (us) | modeled peak (bytes) | extrapolated step (us) "
-          "| extrapolated peak (bytes) |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| extrapolated peak (bytes) | plan |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for depth in depths:
         text = program("llama", depth, shape)
         for name, binary in ([("before", old)] if old else []) + [("this", OPT)]:
-            proc, data, wall, _ = auto_shard(text, opt=binary)
+            proc, data, wall, _ = auto_shard(text, f"memory-budget={budget}" if budget else "",
+                                             opt=binary)
             if proc.returncode or not data:
-                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | | | | | |")
+                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | | | | | | |")
                 continue
             cut = data.get("layer_cut")
-            extra = (f"| {cut['extrapolated_time']:.1f} | {cut['extrapolated_peak']} |"
-                     if cut and "extrapolated_time" in cut else "| | |")
+            # Without a budget plans are priced by time alone: no
+            # extrapolated peak (null).
+            extra = (f"| {cut['extrapolated_time']:.1f} | {cut['extrapolated_peak'] or ''} "
+                     if cut and "extrapolated_time" in cut else "| | ")
+            plan = ",".join(map(str, data["plan"]["choices"]))
             print(f"| {name} | {depth} | {len(data['groups'])} | {data['priced_plans']} "
                   f"| {'%d, %d' % tuple(cut['depths']) if cut else 'none'} "
                   f"| {data['solve_seconds']:.2f} | {data['cpu_seconds']:.2f} "
                   f"| {data.get('search_seconds', float('nan')):.2f} "
                   f"| {data.get('pipeline_seconds', float('nan')):.2f} "
-                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} {extra}", flush=True)
+                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} {extra}| {plan} |",
+                  flush=True)
 
 
 def budget_table(kinds, ranks_list):
@@ -210,12 +218,14 @@ def main(argv=None) -> int:
     ap.add_argument("--depths", default="1,2,4", help="e.g. 2,4,8,16,32 (32 on --mesh 2x4: issue 34's figure)")
     ap.add_argument("--mesh", default="2x4")
     ap.add_argument("--old", default="", help="a shardx-opt to time on the same programs")
+    ap.add_argument("--depth-budget", type=int, default=0,
+                    help="the depth table's memory budget in bytes (0: none)")
     ap.add_argument("--budgets", default="mlp,block,llama", help="models of the budget table ('' for none)")
     ap.add_argument("--ranks", default="2,4,8")
     args = ap.parse_args(argv)
     if args.depths:
         depth_table([int(d) for d in args.depths.split(",")],
-                    [int(s) for s in args.mesh.split("x")], args.old)
+                    [int(s) for s in args.mesh.split("x")], args.old, args.depth_budget)
     if args.budgets:
         budget_table(args.budgets.split(","), [int(r) for r in args.ranks.split(",")])
     return 0

@@ -11,7 +11,8 @@
 // (PropagationSearch::stepTime). Groups of repeated layers (or repeated
 // projections within one) that are the same ops take one layout together
 // (tieLayers), so the decisions do not grow with the depth. Memory is the tensor-level memory model (MemoryModel.h) of the
-// plan partitioned to the local program.
+// plan partitioned to the local program; without a budget no peak decides
+// anything, and only the plan chosen is priced in full (the others by time).
 //
 // Pricing every plan is too slow, so the pass builds a surrogate per input
 // layout d: the step time and peak of the plan where every group is
@@ -44,9 +45,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include "llvm/ADT/ScopeExit.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -162,9 +161,41 @@ Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
   Picks key(pick.begin(), pick.end());
   if (const Priced *known = pool.lookup(key))
     return *known;
-  Priced out = priceFullUncached(pick);
+  // Without a budget no plan's peak decides anything (every plan that can
+  // be priced fits; `better` compares times): the time alone, and for a
+  // peak the arguments' bytes per rank (which the surrogate's Lagrangian
+  // sweep trades time against, as it does real peaks: its plans of fewer
+  // bytes are starts its local search reaches fast plans from). The plan
+  // chosen is priced in full at the end, in `run`.
+  Priced out;
+  if (budget <= 0) {
+    double time = priceTime(pick);
+    if (std::isfinite(time))
+      out = Priced{time, argumentBytes(pick)};
+  } else {
+    out = priceFullUncached(pick);
+  }
   pool.insert(key, out);
   return out;
+}
+
+int64_t AutoSharder::argumentBytes(ArrayRef<unsigned> pick) {
+  SmallVector<int64_t> shards(fn.getNumArguments(), 1);
+  for (auto [g, group] : llvm::enumerate(groups))
+    for (unsigned a : group.args)
+      for (auto [axis, p] :
+           llvm::enumerate(group.choices[pick[g]].placements))
+        if (p.isShard())
+          shards[a] *= meshShape[axis];
+  int64_t bytes = 0;
+  for (auto [a, arg] : llvm::enumerate(fn.getArguments()))
+    if (auto type = dyn_cast<RankedTensorType>(arg.getType()))
+      if (type.hasStaticShape() && type.getElementType().isIntOrFloat())
+        bytes += type.getNumElements() *
+                 int64_t(llvm::divideCeil(
+                     type.getElementType().getIntOrFloatBitWidth(), 8)) /
+                 shards[a];
+  return bytes;
 }
 
 Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
@@ -269,10 +300,12 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
     });
     SmallVector<unsigned> &keep = promising[g];
     keep.append(order.begin(), order.begin() + std::min<size_t>(2, order.size()));
+    // The fewest bytes matter under a budget only.
     auto fewest = llvm::min_element(order, [&](unsigned a, unsigned b) {
       return s.bytes[g][a] < s.bytes[g][b];
     });
-    if (fewest != order.end() && !llvm::is_contained(keep, *fewest))
+    if (budget > 0 && fewest != order.end() &&
+        !llvm::is_contained(keep, *fewest))
       keep.push_back(*fewest);
   }
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -304,155 +337,6 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
     }
   }
   return s;
-}
-
-void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
-                            double limit, Priced real, double solveSeconds) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
-  if (ec) {
-    fn.emitError() << "cannot write " << path << ": " << ec.message();
-    return;
-  }
-  llvm::json::OStream j(os, 1);
-  auto number = [&](double v) {
-    if (std::isfinite(v))
-      j.value(v);
-    else
-      j.value(nullptr);
-  };
-  j.object([&] {
-    j.attribute("function", fn.getSymName());
-    j.attribute("mesh", llvm::json::Array(llvm::to_vector(
-                            llvm::map_range(meshShape, [](int64_t s) {
-                              return llvm::json::Value(s);
-                            }))));
-    j.attribute("budget", budget);
-    j.attributeBegin("surrogate_budget");
-    number(limit);
-    j.attributeEnd();
-    j.attribute("data_group", dataGroup);
-    j.attributeArray("groups", [&] {
-      for (const Group &g : groups)
-        j.object([&] {
-          j.attribute("name", g.name);
-          j.attribute("data", g.isData);
-          j.attributeArray("args", [&] {
-            for (unsigned a : g.args)
-              j.value(a);
-          });
-          j.attributeArray("choices", [&] {
-            for (const Choice &c : g.choices)
-              j.value(c.text);
-          });
-        });
-    });
-    j.attributeArray("surrogates", [&] {
-      for (const Surrogate &s : surrogates)
-        j.object([&] {
-          j.attributeBegin("base_time");
-          number(s.baseTime);
-          j.attributeEnd();
-          j.attribute("base_peak", s.basePeak);
-          j.attributeArray("time", [&] {
-            for (auto &row : s.time)
-              j.array([&] {
-                for (double v : row)
-                  number(v);
-              });
-          });
-          j.attributeArray("bytes", [&] {
-            for (auto &row : s.bytes)
-              j.array([&] {
-                for (double v : row)
-                  number(v);
-              });
-          });
-          j.attributeArray("pairs", [&] {
-            for (const Surrogate::Pair &p : s.pairs)
-              j.object([&] {
-                j.attribute("g", p.g);
-                j.attribute("h", p.h);
-                j.attributeArray("time", [&] {
-                  for (auto &row : p.time)
-                    j.array([&] {
-                      for (double v : row)
-                        number(v);
-                    });
-                });
-              });
-          });
-        });
-    });
-    if (solverPick) {
-      unsigned d = dataGroup >= 0 ? (*solverPick)[dataGroup] : 0;
-      auto [t, m] = evaluate(surrogates[d], *solverPick);
-      j.attributeObject("solver", [&] {
-        j.attribute("surrogate", d);
-        j.attributeArray("choices", [&] {
-          for (unsigned c : *solverPick)
-            j.value(c);
-        });
-        j.attribute("surrogate_time", t);
-        j.attribute("surrogate_peak", m);
-      });
-      Priced r = *pool.lookup(*solverPick);
-      j.attributeObject("solver_real", [&] {
-        j.attributeBegin("time");
-        number(r.time);
-        j.attributeEnd();
-        j.attribute("peak", r.peak);
-      });
-    }
-    if (pick) {
-      unsigned d = dataGroup >= 0 ? (*pick)[dataGroup] : 0;
-      // Without groups there is no surrogate: the plan's own numbers.
-      auto [t, m] = surrogates.empty()
-                        ? std::make_pair(real.time, double(real.peak))
-                        : evaluate(surrogates[d], *pick);
-      j.attributeObject("plan", [&] {
-        j.attribute("surrogate", d);
-        j.attributeArray("choices", [&] {
-          for (unsigned c : *pick)
-            j.value(c);
-        });
-        // Null where the plan's input layout was left out of the last round.
-        j.attributeBegin("surrogate_time");
-        number(t);
-        j.attributeEnd();
-        j.attributeBegin("surrogate_peak");
-        number(std::isfinite(t) ? m : kInf);
-        j.attributeEnd();
-        j.attribute("time", real.time);
-        j.attribute("peak", real.peak);
-      });
-    }
-    j.attribute("priced_plans", priced + pricedFull);
-    j.attribute("priced_in_full", pricedFull);
-    j.attribute("solve_seconds", solveSeconds);
-    j.attribute("search_seconds", searchSeconds);
-    j.attribute("pipeline_seconds", pipelineSeconds);
-    if (cutRejected)
-      j.attribute("layer_cut", "rejected: the cut step's time of the "
-                               "replicated plan was off by over 1%");
-    if (cutDepth)
-      j.attributeObject("layer_cut", [&] {
-        j.attribute("layers", tiedLayers);
-        j.attributeArray("depths", [&] {
-          j.value(cutDepth);
-          j.value(cutDepth + 1);
-        });
-        j.attribute("stretches", int64_t(stretches.size()));
-        j.attribute("confirmed", confirmed);
-        j.attribute("confirm_seconds", confirmSeconds);
-        if (extrapolated) {
-          j.attributeBegin("extrapolated_time");
-          number(extrapolated->time);
-          j.attributeEnd();
-          j.attribute("extrapolated_peak", extrapolated->peak);
-        }
-      });
-  });
 }
 
 LogicalResult AutoSharder::run(StringRef jsonPath) {
@@ -602,6 +486,10 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     confirm(pick, real);
   else if (cutDepth)
     smallestConfirmed = pool.smallestPeak();
+  else if (pick && budget <= 0)
+    // Priced by time alone (no budget): its peak for the remark (and the
+    // first failure, where none could be priced).
+    real = fullOn(*prepared, fn, rules, *pick);
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

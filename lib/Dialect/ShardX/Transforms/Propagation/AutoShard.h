@@ -7,7 +7,8 @@
 // The state of one public function's auto-sharding (AutoShard.cpp, the
 // pass and the pricing; AutoShardGroups.cpp, the decisions and the tying of
 // repeated layers; AutoShardCut.cpp, the copies of the step with the
-// repeated layers cut out that plans are priced on). docs/Memory.md,
+// repeated layers cut out that plans are priced on; AutoShardJson.cpp, the
+// auto-json dump). docs/Memory.md,
 // "Automatic sharding under a budget".
 //
 //===----------------------------------------------------------------------===//
@@ -88,6 +89,9 @@ private:
   /// Time (on the function), and the peak of a copy through shardx-spmd.
   Priced priceFull(ArrayRef<unsigned> pick);
   Priced priceFullUncached(ArrayRef<unsigned> pick);
+  /// The bytes per rank of `fn`'s arguments under `pick` (a peak's
+  /// stand-in where no budget asks for peaks).
+  int64_t argumentBytes(ArrayRef<unsigned> pick);
   /// The modeled step time of `f` under `pick` (infinite when it cannot
   /// be priced).
   double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick);

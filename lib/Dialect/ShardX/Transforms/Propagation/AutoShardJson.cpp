@@ -1,0 +1,182 @@
+//===- AutoShardJson.cpp - shardx-auto-shard's auto-json dump -------------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// The decision space, the surrogates, the plan and the solve's figures as
+// JSON (`auto-json`), which python/tests/test_auto_shard.py solves exactly
+// (an ILP) and bench/auto_shard_bench.py reads (docs/Memory.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "AutoShard.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::shardx;
+using namespace mlir::shardx::autoshard;
+
+void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
+                            double limit, Priced real, double solveSeconds) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
+  if (ec) {
+    fn.emitError() << "cannot write " << path << ": " << ec.message();
+    return;
+  }
+  llvm::json::OStream j(os, 1);
+  auto number = [&](double v) {
+    if (std::isfinite(v))
+      j.value(v);
+    else
+      j.value(nullptr);
+  };
+  j.object([&] {
+    j.attribute("function", fn.getSymName());
+    j.attribute("mesh", llvm::json::Array(llvm::to_vector(
+                            llvm::map_range(meshShape, [](int64_t s) {
+                              return llvm::json::Value(s);
+                            }))));
+    j.attribute("budget", budget);
+    j.attributeBegin("surrogate_budget");
+    number(limit);
+    j.attributeEnd();
+    j.attribute("data_group", dataGroup);
+    j.attributeArray("groups", [&] {
+      for (const Group &g : groups)
+        j.object([&] {
+          j.attribute("name", g.name);
+          j.attribute("data", g.isData);
+          j.attributeArray("args", [&] {
+            for (unsigned a : g.args)
+              j.value(a);
+          });
+          j.attributeArray("choices", [&] {
+            for (const Choice &c : g.choices)
+              j.value(c.text);
+          });
+        });
+    });
+    j.attributeArray("surrogates", [&] {
+      for (const Surrogate &s : surrogates)
+        j.object([&] {
+          j.attributeBegin("base_time");
+          number(s.baseTime);
+          j.attributeEnd();
+          j.attribute("base_peak", s.basePeak);
+          j.attributeArray("time", [&] {
+            for (auto &row : s.time)
+              j.array([&] {
+                for (double v : row)
+                  number(v);
+              });
+          });
+          j.attributeArray("bytes", [&] {
+            for (auto &row : s.bytes)
+              j.array([&] {
+                for (double v : row)
+                  number(v);
+              });
+          });
+          j.attributeArray("pairs", [&] {
+            for (const Surrogate::Pair &p : s.pairs)
+              j.object([&] {
+                j.attribute("g", p.g);
+                j.attribute("h", p.h);
+                j.attributeArray("time", [&] {
+                  for (auto &row : p.time)
+                    j.array([&] {
+                      for (double v : row)
+                        number(v);
+                    });
+                });
+              });
+          });
+        });
+    });
+    if (solverPick) {
+      unsigned d = dataGroup >= 0 ? (*solverPick)[dataGroup] : 0;
+      auto [t, m] = evaluate(surrogates[d], *solverPick);
+      j.attributeObject("solver", [&] {
+        j.attribute("surrogate", d);
+        j.attributeArray("choices", [&] {
+          for (unsigned c : *solverPick)
+            j.value(c);
+        });
+        j.attribute("surrogate_time", t);
+        j.attribute("surrogate_peak", m);
+      });
+      Priced r = *pool.lookup(*solverPick);
+      j.attributeObject("solver_real", [&] {
+        j.attributeBegin("time");
+        number(r.time);
+        j.attributeEnd();
+        j.attribute("peak", r.peak);
+      });
+    }
+    if (pick) {
+      unsigned d = dataGroup >= 0 ? (*pick)[dataGroup] : 0;
+      // Without groups there is no surrogate: the plan's own numbers.
+      auto [t, m] = surrogates.empty()
+                        ? std::make_pair(real.time, double(real.peak))
+                        : evaluate(surrogates[d], *pick);
+      j.attributeObject("plan", [&] {
+        j.attribute("surrogate", d);
+        j.attributeArray("choices", [&] {
+          for (unsigned c : *pick)
+            j.value(c);
+        });
+        // Null where the plan's input layout was left out of the last round.
+        j.attributeBegin("surrogate_time");
+        number(t);
+        j.attributeEnd();
+        j.attributeBegin("surrogate_peak");
+        number(std::isfinite(t) ? m : kInf);
+        j.attributeEnd();
+        j.attribute("time", real.time);
+        j.attribute("peak", real.peak);
+      });
+    }
+    j.attribute("priced_plans", priced + pricedFull);
+    j.attribute("priced_in_full", pricedFull);
+    // Without a budget the plans are priced by time alone (their peaks and
+    // the surrogates' bytes those of the arguments), the plan chosen in
+    // full.
+    j.attribute("peaks_priced", budget > 0);
+    j.attribute("solve_seconds", solveSeconds);
+    j.attribute("search_seconds", searchSeconds);
+    j.attribute("pipeline_seconds", pipelineSeconds);
+    if (cutRejected)
+      j.attribute("layer_cut", "rejected: the cut step's time of the "
+                               "replicated plan was off by over 1%");
+    if (cutDepth)
+      j.attributeObject("layer_cut", [&] {
+        j.attribute("layers", tiedLayers);
+        j.attributeArray("depths", [&] {
+          j.value(cutDepth);
+          j.value(cutDepth + 1);
+        });
+        j.attribute("stretches", int64_t(stretches.size()));
+        j.attribute("confirmed", confirmed);
+        j.attribute("confirm_seconds", confirmSeconds);
+        if (extrapolated) {
+          j.attributeBegin("extrapolated_time");
+          number(extrapolated->time);
+          j.attributeEnd();
+          j.attributeBegin("extrapolated_peak");
+          // Not priced without a budget (plans priced by time alone).
+          if (budget > 0)
+            j.value(extrapolated->peak);
+          else
+            j.value(nullptr);
+          j.attributeEnd();
+        }
+      });
+  });
+}
