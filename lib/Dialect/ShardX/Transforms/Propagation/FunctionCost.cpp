@@ -39,73 +39,8 @@ LayoutAttr FunctionCost::fixedRequirement(OpOperand &use) {
 }
 
 void FunctionCost::indexUses() {
-  Block &body = fn.getBody().front();
-  // Sized once: an entry moved by a reallocation would be copied (its
-  // move constructor is not noexcept), sets of use ranks included.
-  size_t numValues = body.getNumArguments();
-  for (Operation &op : body)
-    numValues += op.getNumResults();
-  valueUses.reserve(numValues);
-  valueIndex.reserve(numValues);
-  auto index = [&](Value v) {
-    if (!isa<RankedTensorType>(v.getType()))
-      return;
-    valueIndex[v] = valueUses.size();
-    valueUses.emplace_back();
-    ValueUses &entry = valueUses.back();
-    entry.shapeOnly = isRematerializable(v);
-    for (OpOperand &use : v.getUses()) {
-      unsigned rank = entry.uses.size();
-      entry.uses.push_back(&use);
-      useRank[&use] = rank;
-      Operation *owner = use.getOwner();
-      if (owner->getBlock() == &body) {
-        if (isa<func::ReturnOp>(owner)) {
-          entry.returns.push_back(rank);
-          continue;
-        }
-        if (auto it = movable.position.find(owner);
-            it != movable.position.end())
-          entry.movableUsers.push_back(it->second);
-      }
-      if (LayoutAttr need = fixedRequirement(use))
-        addNeed(use, need);
-    }
-    llvm::sort(entry.movableUsers);
-    entry.movableUsers.erase(llvm::unique(entry.movableUsers),
-                             entry.movableUsers.end());
-  };
-  for (BlockArgument arg : body.getArguments())
-    index(arg);
-  for (Operation &op : body)
-    for (Value r : op.getResults())
-      index(r);
-}
-
-void FunctionCost::addNeed(OpOperand &use, LayoutAttr layout) {
-  ValueUses &entry = usesOf(use.get());
-  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
-  unsigned rank = useRank.find(&use)->second;
-  for (Need &need : entry.needs)
-    if (need.layout == layout && need.nested == nested) {
-      need.ranks.insert(rank);
-      return;
-    }
-  entry.needs.push_back(Need{layout, nested, {rank}});
-}
-
-void FunctionCost::removeNeed(OpOperand &use, LayoutAttr layout) {
-  ValueUses &entry = usesOf(use.get());
-  bool nested = use.getOwner()->getBlock() != &fn.getBody().front();
-  unsigned rank = useRank.find(&use)->second;
-  for (auto it = entry.needs.begin(); it != entry.needs.end(); ++it)
-    if (it->layout == layout && it->nested == nested) {
-      it->ranks.erase(rank);
-      if (it->ranks.empty())
-        entry.needs.erase(it);
-      return;
-    }
-  assert(false && "removing a need that was not recorded");
+  uses.build(fn.getBody().front(), movable.position,
+             [&](OpOperand &use) { return fixedRequirement(use); });
 }
 
 void FunctionCost::moveNeeds(Operation *op, const OpLayouts &from,
@@ -119,17 +54,17 @@ void FunctionCost::moveNeeds(Operation *op, const OpLayouts &from,
     ++tensorIndex;
     if (was == is)
       continue;
-    removeNeed(use, was);
-    addNeed(use, is);
+    uses.removeNeed(use, was);
+    uses.addNeed(use, is);
   }
 }
 
 void FunctionCost::neededLayouts(
     Value v, LayoutAttr from, const Move *move, Operation *skip,
     bool withNested, SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out) {
-  ValueUses &entry = usesOf(v);
+  UseIndex::ValueUses &entry = uses.of(v);
   Operation *moved = move ? move->op : nullptr;
-  for (const Need &need : entry.needs) {
+  for (const UseIndex::Need &need : entry.needs) {
     if (need.nested && !withNested)
       continue;
     // The first use that needs it, other than the uses by the moved op
@@ -148,7 +83,7 @@ void FunctionCost::neededLayouts(
       if (!isa<RankedTensorType>(use.get().getType()))
         continue;
       if (use.get() == v)
-        out.emplace_back(useRank.find(&use)->second,
+        out.emplace_back(uses.rankOf(use),
                          move->layouts->operandAttrs[tensorIndex]);
       ++tensorIndex;
     }
@@ -163,7 +98,7 @@ void FunctionCost::neededLayouts(
 double FunctionCost::valueCost(Value v, const Move *move) {
   // Asked once per value (indexUses): the rule interface is not free to
   // query, and this is the refinement's innermost cost.
-  if (usesOf(v).shapeOnly)
+  if (uses.of(v).shapeOnly)
     return 0;
   LayoutAttr from = attrWith(v, move);
   SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;

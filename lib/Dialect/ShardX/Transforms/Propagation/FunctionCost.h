@@ -9,7 +9,8 @@
 // distinct layout its consumers need (one redistribute per layout, as
 // shardx-insert-reshards shares them) priced by CostModel.h, plus each op's
 // local loop time. The uses of every value are indexed by the layouts they
-// need, so a change of one op is priced without a scan of all uses; a trial
+// need (UseIndex.h), so a change of one op is priced without a scan of all
+// uses; a trial
 // changes ops, prices the difference, and is kept or undone.
 //
 //===----------------------------------------------------------------------===//
@@ -19,12 +20,12 @@
 
 #include "CostModel.h"
 #include "ShardingState.h"
+#include "UseIndex.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "llvm/ADT/DenseMap.h"
 
-#include <set>
 #include <vector>
 
 namespace mlir::shardx {
@@ -82,7 +83,7 @@ public:
                      SmallVectorImpl<std::pair<unsigned, LayoutAttr>> &out);
 
   /// The positions of the movable ops that use `v`, sorted.
-  ArrayRef<unsigned> movableUsers(Value v) { return usesOf(v).movableUsers; }
+  ArrayRef<unsigned> movableUsers(Value v) { return uses.of(v).movableUsers; }
 
   /// Iterations of `op`'s local loop under `s`.
   double work(Operation *op, const OpLayouts &s) const {
@@ -110,32 +111,12 @@ public:
   void revert(Trial &trial);
 
 private:
-  /// The uses of a value, indexed so that its cost and the layouts its
-  /// consumers need are found without a scan of all its uses: the distinct
-  /// layouts the uses need, each with the positions (in use-list order) of
-  /// the uses that need it. The cost sums each distinct layout once, in the
-  /// order of the first use that needs it, as a scan of the uses would.
-  struct Need {
-    LayoutAttr layout;
-    bool nested; // read inside a region of a top-level op
-    std::set<unsigned> ranks;
-  };
-  struct ValueUses {
-    SmallVector<OpOperand *> uses; // in use-list order
-    SmallVector<Need, 2> needs;
-    SmallVector<unsigned, 1> returns;   // ranks of the uses by the return
-    SmallVector<unsigned> movableUsers; // positions of movable users, sorted
-    bool shapeOnly = false;             // rematerialized: its reshards are free
-  };
-  ValueUses &usesOf(Value v) { return valueUses[valueIndex.find(v)->second]; }
   /// The layout `v` has with `move` applied.
   LayoutAttr attrWith(Value v, const Move *move);
   /// The layout `use` needs when its owner does not change (the owner's
   /// layouts, an annotation, the enclosing op of a nested read); null for a
   /// use that needs none. Not for uses by the return.
   LayoutAttr fixedRequirement(OpOperand &use);
-  void addNeed(OpOperand &use, LayoutAttr layout);
-  void removeNeed(OpOperand &use, LayoutAttr layout);
   /// Updates the needs of `op`'s operands from layouts `from` to `to`.
   void moveNeeds(Operation *op, const OpLayouts &from, const OpLayouts &to);
 
@@ -143,9 +124,7 @@ private:
   ShardingState &state;
   CostModel &costs;
   const MovableOps &movable;
-  std::vector<ValueUses> valueUses;
-  DenseMap<Value, unsigned> valueIndex;
-  DenseMap<OpOperand *, unsigned> useRank;
+  UseIndex uses;
 };
 
 } // namespace mlir::shardx

@@ -339,14 +339,14 @@ bool LocalSearch::tryHoist(Operation *op, FunctionCost::Trial &trial) {
 void LocalSearch::markNeighbours(Operation *op) {
   for (Value v : op->getOperands()) {
     if (Operation *def = v.getDefiningOp(); def && movable.position.count(def))
-      dirty.insert(def);
-    stamped[v] = ++clock;
+      marks.mark(def);
+    marks.stamp(v);
   }
   for (Value r : op->getResults())
-    stamped[r] = ++clock;
+    marks.stamp(r);
 }
 
-bool LocalSearch::isDirty(Operation *op) {
+bool DirtyMarks::isDirty(Operation *op) const {
   if (dirty.contains(op))
     return true;
   auto it = cleared.find(op);
@@ -357,7 +357,7 @@ bool LocalSearch::isDirty(Operation *op) {
   });
 }
 
-bool LocalSearch::clearDirty(Operation *op) {
+bool DirtyMarks::clear(Operation *op) {
   if (!isDirty(op))
     return false;
   dirty.erase(op);
@@ -366,7 +366,7 @@ bool LocalSearch::clearDirty(Operation *op) {
 }
 
 bool LocalSearch::visit(Operation *op) {
-  if (!clearDirty(op))
+  if (!marks.clear(op))
     return false;
   SmallVector<Value> affected = FunctionCost::affectedBy(op);
   OpLayouts &current = state.get(op);
@@ -423,10 +423,11 @@ bool LocalSearch::visit(Operation *op) {
 
 int64_t LocalSearch::refine() {
   int64_t changes = 0;
-  dirty.insert(movable.ops.begin(), movable.ops.end());
+  for (Operation *op : movable.ops)
+    marks.mark(op);
   auto anyDirty = [&] {
     return llvm::any_of(movable.ops,
-                        [&](Operation *op) { return isDirty(op); });
+                        [&](Operation *op) { return marks.isDirty(op); });
   };
   for (int sweep = 0; sweep < 32 && anyDirty(); ++sweep) {
     int64_t changed = 0;

@@ -30,6 +30,26 @@
 
 namespace mlir::shardx {
 
+/// Which ops a sweep of the local search should look at again. An op is
+/// marked directly, or through its operands: stamping a value marks all its
+/// consumers at once (an op is dirty when it is marked or one of its
+/// operands was stamped after the op was last cleared), so a change costs
+/// O(operands + results) whatever the fan-out.
+class DirtyMarks {
+public:
+  void mark(Operation *op) { dirty.insert(op); }
+  void stamp(Value v) { stamped[v] = ++clock; }
+  bool isDirty(Operation *op) const;
+  /// Clears `op`'s mark; returns whether it was dirty.
+  bool clear(Operation *op);
+
+private:
+  DenseSet<Operation *> dirty;
+  DenseMap<Value, uint64_t> stamped;
+  DenseMap<Operation *, uint64_t> cleared;
+  uint64_t clock = 0;
+};
+
 class LocalSearch {
 public:
   LocalSearch(func::FuncOp fn, ShardingState &state, OpShardingSpace &space,
@@ -93,13 +113,8 @@ private:
   /// the cheapest op of the chain, when the total drops.
   bool tryHoist(Operation *op, FunctionCost::Trial &trial);
   /// Marks the ops next to `op` (producers and consumers of its operands,
-  /// consumers of its results) for another look. The consumers of a value
-  /// are marked at once by stamping the value: an op is dirty when it is
-  /// in `dirty` or one of its operands was stamped after its last visit.
+  /// consumers of its results) for another look.
   void markNeighbours(Operation *op);
-  bool isDirty(Operation *op);
-  /// Clears `op`'s mark; returns whether it was dirty.
-  bool clearDirty(Operation *op);
   /// One look at `op` in a sweep: whether it changed.
   bool visit(Operation *op);
 
@@ -111,10 +126,7 @@ private:
   const MovableOps &movable;
   std::unordered_map<SearchKey, SmallVector<OpLayouts, 4>, SearchKeyHash>
       candidateCache;
-  DenseSet<Operation *> dirty;
-  DenseMap<Value, uint64_t> stamped;
-  DenseMap<Operation *, uint64_t> cleared;
-  uint64_t clock = 0;
+  DirtyMarks marks;
 };
 
 } // namespace mlir::shardx
