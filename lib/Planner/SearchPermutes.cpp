@@ -148,10 +148,9 @@ void PermuteTargets::addPermutes(const Layout &l, std::vector<Edge> &out) {
       for (const auto &c : problem.coords)
         have.push_back(l.getLocalShard(problem.meshShape, problem.shape, c));
     }
-    Step permute;
-    permute.kind = Step::Kind::Permute;
-    for (size_t a = 0; a < problem.meshShape.size(); ++a)
-      permute.axes.push_back(static_cast<int64_t>(a));
+    Step permute =
+        makeStep(Step::Kind::Permute,
+                 allAxes(static_cast<int64_t>(problem.meshShape.size())));
     if (!matchShards(have, t.shards, permute.pairs))
       continue;
     permute.bytesPerRank = bytes;

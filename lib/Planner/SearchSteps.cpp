@@ -1,5 +1,4 @@
-//===- SearchSteps.cpp - The steps out of a layout
-//--------------------------===//
+//===- SearchSteps.cpp - The steps out of a layout -----------------------===//
 //
 // Part of ShardX.
 //
@@ -83,6 +82,13 @@ void StepGenerator::carveAsTarget(const Layout &base,
 }
 
 /// All non-empty subsets of `items`, each in the order of `items`.
+std::vector<int64_t> allAxes(int64_t meshRank) {
+  std::vector<int64_t> axes(meshRank);
+  for (int64_t a = 0; a < meshRank; ++a)
+    axes[a] = a;
+  return axes;
+}
+
 std::vector<std::vector<int64_t>> subsets(const std::vector<int64_t> &items) {
   std::vector<std::vector<int64_t>> result;
   for (uint32_t mask = 1; mask < (1u << items.size()); ++mask) {
@@ -158,9 +164,7 @@ bool StepGenerator::addReductions(const Layout &l, double inBytes,
       for (int64_t a : subset)
         cleared.setPartial(a, std::nullopt);
       int64_t n = problem.groupSize(subset);
-      Step ar;
-      ar.kind = Step::Kind::AllReduce;
-      ar.axes = subset;
+      Step ar = makeStep(Step::Kind::AllReduce, subset);
       ar.reduce = op;
       push(out, ar, cleared, 2.0 * (n - 1) / n * inBytes);
       // Reduce-scatter anywhere too (in mesh order): less to move later.
@@ -174,11 +178,7 @@ bool StepGenerator::addReductions(const Layout &l, double inBytes,
           if (!after || !problem.valid(*after) ||
               (subset.size() > 1 && !problem.dimDivides(*after, d)))
             continue;
-          Step rs;
-          rs.kind = Step::Kind::ReduceScatter;
-          rs.axes = subset;
-          rs.dim = d;
-          rs.outer = s;
+          Step rs = makeStep(Step::Kind::ReduceScatter, subset, d, s);
           rs.reduce = op;
           push(out, rs, std::move(*after),
                static_cast<double>(n - 1) / n * inBytes);
@@ -187,11 +187,8 @@ bool StepGenerator::addReductions(const Layout &l, double inBytes,
       carveAsTarget(cleared, subset,
                     [&](Layout after, int64_t d,
                         const std::vector<int64_t> &group, int64_t s) {
-                      Step rs;
-                      rs.kind = Step::Kind::ReduceScatter;
-                      rs.axes = group;
-                      rs.dim = d;
-                      rs.outer = s;
+                      Step rs =
+                          makeStep(Step::Kind::ReduceScatter, group, d, s);
                       rs.reduce = op;
                       rs.sizes = after.getDim(d)->sizes;
                       push(out, rs, std::move(after),
@@ -219,9 +216,7 @@ void StepGenerator::addRescales(const Layout &l, std::vector<Edge> &out) {
       continue;
     Layout after = l;
     after.setPartial(a, want);
-    Step rescale;
-    rescale.kind = Step::Kind::Rescale;
-    rescale.axes = {a};
+    Step rescale = makeStep(Step::Kind::Rescale, {a});
     rescale.reduce = *want;
     rescale.scale = *want == ReduceOp::Avg
                         ? static_cast<double>(problem.meshShape[a])
@@ -241,11 +236,7 @@ bool StepGenerator::addChunks(const Layout &l,
     carveAsTarget(l, subset,
                   [&](Layout after, int64_t d,
                       const std::vector<int64_t> &group, int64_t s) {
-                    Step chunk;
-                    chunk.kind = Step::Kind::Chunk;
-                    chunk.axes = group;
-                    chunk.dim = d;
-                    chunk.outer = s;
+                    Step chunk = makeStep(Step::Kind::Chunk, group, d, s);
                     chunk.sizes = after.getDim(d)->sizes;
                     push(out, chunk, std::move(after), 0);
                   });
@@ -262,12 +253,7 @@ bool StepGenerator::addChunks(const Layout &l,
             carveSplits(l, d, {a}, s, problem.meshShape);
         if (!after || !problem.valid(*after))
           continue;
-        Step chunk;
-        chunk.kind = Step::Kind::Chunk;
-        chunk.axes = {a};
-        chunk.dim = d;
-        chunk.outer = s;
-        push(out, chunk, std::move(*after), 0);
+        push(out, makeStep(Step::Kind::Chunk, {a}, d, s), std::move(*after), 0);
       }
     }
   return false;
@@ -298,9 +284,7 @@ void StepGenerator::addPartitionValues(const Layout &l,
       continue;
     Layout after = l;
     after.setPartial(a, want);
-    Step pv;
-    pv.kind = Step::Kind::PartitionValue;
-    pv.axes = {a};
+    Step pv = makeStep(Step::Kind::PartitionValue, {a});
     pv.reduce = *want;
     push(out, pv, after, 0);
   }
@@ -329,11 +313,7 @@ void StepGenerator::addGathers(const Layout &l, double inBytes, bool inEven,
             gatherSplits(l, ds.dim, first, count, problem.meshShape);
         if (!gathered || !problem.valid(*gathered))
           continue;
-        Step ag;
-        ag.kind = Step::Kind::AllGather;
-        ag.axes = group;
-        ag.dim = ds.dim;
-        ag.outer = gatherOuter;
+        Step ag = makeStep(Step::Kind::AllGather, group, ds.dim, gatherOuter);
         // Each rank receives what it lacks of the gathered piece.
         const std::vector<double> &before = shardBytes.rankBytes(l);
         const std::vector<double> &after = shardBytes.rankBytes(*gathered);
@@ -367,11 +347,8 @@ void StepGenerator::addGathers(const Layout &l, double inBytes, bool inEven,
                 else
                   return;
               }
-              Step a2a;
-              a2a.kind = Step::Kind::AllToAll;
-              a2a.axes = group;
-              a2a.dim = ds.dim;
-              a2a.outer = concatOuter;
+              Step a2a =
+                  makeStep(Step::Kind::AllToAll, group, ds.dim, concatOuter);
               a2a.splitDim = d;
               a2a.splitOuter = splitOuter;
               a2a.sizes = after.getDim(d)->sizes;
@@ -466,10 +443,7 @@ bool StepGenerator::addRelabelings(const Layout &l, double inBytes,
     }
     for (int64_t c = 0; c < meshRank; ++c)
       relabeled.setPartial(c, partials[c]);
-    Step permute;
-    permute.kind = Step::Kind::Permute;
-    for (int64_t a = 0; a < meshRank; ++a)
-      permute.axes.push_back(a);
+    Step permute = makeStep(Step::Kind::Permute, allAxes(meshRank));
     for (size_t r = 0; r < problem.coords.size(); ++r) {
       std::vector<int64_t> source(meshRank);
       for (int64_t a = 0; a < meshRank; ++a)

@@ -32,6 +32,22 @@ struct Edge {
   std::vector<Step> fused;
 };
 
+/// A step of `kind` over the group `axes`; steps that act on a dim
+/// (gathers, reduce-scatters, chunks, all_to_alls) give it and the block
+/// stride `outer` of their group's digit there.
+inline Step makeStep(Step::Kind kind, std::vector<int64_t> axes,
+                     int64_t dim = -1, int64_t outer = 1) {
+  Step step;
+  step.kind = kind;
+  step.axes = std::move(axes);
+  step.dim = dim;
+  step.outer = outer;
+  return step;
+}
+
+/// All the axes of a mesh of rank `meshRank`, in order (a permute's group).
+std::vector<int64_t> allAxes(int64_t meshRank);
+
 /// All non-empty subsets of `items`, each in the order of `items`.
 std::vector<std::vector<int64_t>> subsets(const std::vector<int64_t> &items);
 
