@@ -488,7 +488,14 @@ std::string Layout::str() const {
 }
 
 std::vector<int64_t> Layout::encode() const {
-  std::vector<int64_t> out = {getMeshRank(), static_cast<int64_t>(dims.size())};
+  std::vector<int64_t> out;
+  encodeInto(out);
+  return out;
+}
+
+void Layout::encodeInto(std::vector<int64_t> &out) const {
+  out.push_back(getMeshRank());
+  out.push_back(static_cast<int64_t>(dims.size()));
   for (const DimSharding &d : dims) {
     out.push_back(d.dim);
     out.push_back(static_cast<int64_t>(d.splits.size()));
@@ -501,7 +508,6 @@ std::vector<int64_t> Layout::encode() const {
   }
   for (const std::optional<ReduceOp> &p : partials)
     out.push_back(p ? static_cast<int64_t>(*p) : -1);
-  return out;
 }
 
 std::optional<Layout> Layout::decode(const int64_t *data, size_t size,

@@ -39,22 +39,9 @@ struct KeyHash {
   }
 };
 
-inline void appendKey(Key &key, const Layout &l) {
-  key.push_back(l.getMeshRank());
-  for (const auto &p : l.getPartials())
-    key.push_back(p ? static_cast<int64_t>(*p) : -1);
-  for (const DimSharding &ds : l.getDims()) {
-    key.push_back(ds.dim);
-    key.push_back(static_cast<int64_t>(ds.splits.size()));
-    for (const Split &s : ds.splits) {
-      key.push_back(s.axis);
-      key.push_back(s.stride);
-    }
-    key.push_back(static_cast<int64_t>(ds.sizes.size()));
-    key.insert(key.end(), ds.sizes.begin(), ds.sizes.end());
-  }
-  key.push_back(-7); // terminator
-}
+/// A cache key for `l`: its encoding (self-delimiting, so that keys of
+/// several layouts can follow each other).
+inline void appendKey(Key &key, const Layout &l) { l.encodeInto(key); }
 
 inline Key layoutKey(const Layout &l) {
   Key key;

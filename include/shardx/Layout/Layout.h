@@ -244,6 +244,10 @@ public:
   /// #sizes, sizes...`, then per mesh axis its Partial (-1 for none, else
   /// the ReduceOp value).
   std::vector<int64_t> encode() const;
+  /// encode()'s list appended to `out`. It is self-delimiting: layouts
+  /// appended one after another read back one by one (the planner's cache
+  /// keys).
+  void encodeInto(std::vector<int64_t> &out) const;
   /// Inverse of encode(), reading from `data[pos]` and advancing `pos`.
   /// Returns nullopt (and sets `error`) for a malformed or invalid list.
   static std::optional<Layout> decode(const int64_t *data, size_t size,
