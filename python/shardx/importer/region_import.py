@@ -62,6 +62,7 @@ def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
     key, part = graph_name.rsplit(".", 1)
     symbol = f"{regions.REGIONS[key].name}_{part}"
     sub = Importer(gm, imp.mesh)
+    sub.in_region = True  # pooling.py: a region may return max pooling indices to its backward
     sub.em.locations = imp.em.locations  # one set of location aliases per module
     sub.region_funcs = funcs
     inputs = [Value(f"%arg{i}", v.shape, v.dtype) for i, v in enumerate(operands)]

@@ -6,6 +6,7 @@ train-step phase, which the emitter turns into locations."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -34,11 +35,32 @@ def decompositions():
         aten._softmax_backward_data, aten.silu, aten.silu_backward, aten.embedding_dense_backward,
         aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
         aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
-        # The model zoo (shardx_dev/zoo.py): batch norm, max pooling, unbind.
-        aten.native_batch_norm, aten.native_batch_norm_backward, aten.max_pool2d_with_indices,
-        aten.max_pool2d_with_indices_backward, aten.unbind_copy, aten.unbind,
+        # The model zoo (shardx_dev/zoo.py): batch norm, unbind.
+        aten.native_batch_norm, aten.native_batch_norm_backward, aten.unbind_copy, aten.unbind,
     ]))
+    # Max pooling stays whole (importer/ops/pooling.py: a windowed op that
+    # keeps an H/W split) except where the importer refuses it: a partial
+    # last window (ceil_mode) or an input that is not NCHW.
+    pool = get_decompositions([aten.max_pool2d_with_indices, aten.max_pool2d_with_indices_backward])
+    table[aten.max_pool2d_with_indices.default] = functools.partial(
+        _pool_unless_whole, pool[aten.max_pool2d_with_indices.default], 0, 1, 5)
+    table[aten.max_pool2d_with_indices_backward.default] = functools.partial(
+        _pool_unless_whole, pool[aten.max_pool2d_with_indices_backward.default], 1, 2, 6)
     return table
+
+
+def _pool_unless_whole(decomp: Callable, x: int, kernel: int, ceil: int, *args, **kwargs):
+    """``decomp(*args, **kwargs)`` where the importer cannot import the
+    pooling op whole (``args[x]`` not 4-d, or ceil_mode with a partial last
+    window); otherwise NotImplemented, which keeps the op in make_fx's graph."""
+    from .ops.pooling import whole_pool
+    a = list(args) + [None] * 8
+    opt = lambda i, name, default: kwargs.get(name, default if a[i] is None else a[i])
+    if whole_pool(tuple(args[x].shape), args[kernel], opt(kernel + 1, "stride", None),
+                  opt(kernel + 2, "padding", 0), opt(kernel + 3, "dilation", 1),
+                  opt(ceil, "ceil_mode", False)):
+        return NotImplemented
+    return decomp(*args, **kwargs)
 
 
 _TABLE: Optional[Dict[Any, Callable]] = None

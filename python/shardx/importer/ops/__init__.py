@@ -4,10 +4,11 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``elementwise``: arithmetic, unary math, comparisons, casts, division modes
 - ``reductions``: sums, means, max/min (with index), variance, cumsum, sorts
 - ``linalg``: matmuls and 2-d convolutions (forward and backward)
+- ``pooling``: 2-d max and average pooling (forward and backward)
 - ``shape``: views, permutes, broadcasts, slices, concat, padding, factories
 - ``indexing``: embedding, gather, index, scatter, index_put
 - ``optimizer``: ``_foreach_*`` lists, lerp, addcmul/addcdiv
 - ``sharding``: ``shardx.constrain``
 """
 
-from . import elementwise, indexing, linalg, optimizer, reductions, shape, sharding  # noqa: F401
+from . import elementwise, indexing, linalg, optimizer, pooling, reductions, shape, sharding  # noqa: F401

@@ -444,7 +444,10 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
                             : tensorOperands[w.tensor]->get();
     Layout layout = layoutOf(global);
     const DimSharding *ds = layout.getDim(w.dim);
-    if (!ds)
+    // An operand window of no halo (2x2 pooling) in torch.chunk's pieces
+    // reads only its own rows.
+    if (!ds || (!w.result && ds->splits.size() == 1 && ds->sizes.empty() &&
+                !w.haloLow() && !w.haloHigh()))
       continue;
     if (ds->splits.size() != 1 || ds->sizes.empty())
       return op.emitError("windowed dim ")

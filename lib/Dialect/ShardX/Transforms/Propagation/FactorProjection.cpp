@@ -59,6 +59,23 @@ factorPieces(const ShardingRule &rule, int64_t f, const DimSharding &fs,
   return pieces;
 }
 
+/// torch.chunk's pieces of windowed dim `w` (factor `f` widened by its
+/// window) under a single stride-1 split `fs`, or none.
+static std::optional<std::vector<int64_t>>
+windowedChunks(const ShardingRule &rule, int64_t f,
+               const ShardingRule::WindowedDim &w, const DimSharding &fs,
+               ArrayRef<int64_t> meshShape) {
+  if (fs.splits.size() != 1 || fs.splits[0].stride != 1 ||
+      ShapedType::isDynamic(rule.factorSizes[f]))
+    return std::nullopt;
+  int64_t size = w.stride * rule.factorSizes[f] + w.low + w.high;
+  int64_t n = meshShape[fs.splits[0].axis];
+  std::vector<int64_t> pieces;
+  for (int64_t j = 0; j < n; ++j)
+    pieces.push_back(chunkInterval(size, n, j).size);
+  return pieces;
+}
+
 /// How one operand's layout looks in the rule's factors: per factor the
 /// splits of the dim it forms. A dim made of several factors is read as
 /// mixed-radix digits (Layout.h): each split sits at a digit position (the
@@ -82,17 +99,22 @@ Assignment mlir::shardx::viewThroughRule(const ShardingRule &rule,
       // The factor's pieces are the dim's less the window at the ends,
       // over the stride (a piece the stride does not divide is not seen:
       // its windows would not start at the shard's edge).
-      if (ds.splits.size() != 1 || ds.sizes.empty() ||
-          ds.sizes.front() < w->low || ds.sizes.back() < w->high)
+      // A dim split in torch.chunk's pieces (no explicit sizes) is seen
+      // through those pieces (a window of no halo, e.g. 2x2 pooling).
+      DimSharding even{ds.dim, ds.splits, {}};
+      std::optional<std::vector<int64_t>> chunks = ds.sizes;
+      if (ds.sizes.empty())
+        chunks = windowedChunks(rule, factors[0], *w, even, meshShape);
+      if (ds.splits.size() != 1 || !chunks || chunks->empty() ||
+          chunks->front() < w->low || chunks->back() < w->high)
         continue;
-      DimSharding fs{ds.dim, ds.splits, ds.sizes};
+      DimSharding fs{ds.dim, ds.splits, *chunks};
       fs.sizes.front() -= w->low;
       fs.sizes.back() -= w->high;
       if (llvm::any_of(fs.sizes, [&](int64_t v) { return v % w->stride; }))
         continue;
       for (int64_t &v : fs.sizes)
         v /= w->stride;
-      DimSharding even{ds.dim, ds.splits, {}};
       if (factorPieces(rule, factors[0], even, meshShape) == fs.sizes)
         fs.sizes.clear();
       view[factors[0]] = fs;
@@ -165,7 +187,12 @@ std::optional<Layout> mlir::shardx::project(const ShardingRule &rule,
                          std::max(w->haloLow(), w->haloHigh()))
         return std::nullopt;
       layout.addSplit(d, fs->splits[0]);
-      layout.setSizes(d, *pieces);
+      // An operand window of no halo (2x2 pooling) in torch.chunk's
+      // pieces keeps them implicit, as its source's are.
+      DimSharding even{int64_t(d), fs->splits, {}};
+      if (w->result || w->haloLow() || w->haloHigh() ||
+          windowedChunks(rule, factors[0], *w, even, meshShape) != pieces)
+        layout.setSizes(d, *pieces);
       continue;
     }
     if (factors.size() == 1) {

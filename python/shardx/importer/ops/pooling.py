@@ -1,0 +1,262 @@
+"""2-d pooling (NCHW) as windowed ``linalg.generic`` reductions: max pooling
+with its indices, average pooling, and their backward ops as make_fx keeps
+them (``tracing.decompositions`` leaves the pooling ops whole where this
+module imports them).
+
+Each reads its input at ``s * oh + d * kh``: the generic sharding rule makes
+that a windowed dim, so a split H or W keeps its split and exchanges halos
+(docs/Rules.md, "Windowed ops"). The backward ops are written as the
+convolution's input gradient is: the output gradient inserted at stride
+``s`` (or padded, at stride 1) into zeros, then a stride-1 window over it
+with the taps flipped.
+
+Max pooling's indices are *window taps* (``kh * KW + kw``, the first
+maximum in the window, as PyTorch picks it), not PyTorch's flat ``h * W +
+w``: a tap is the same on every shard, a flat index would need the shard's
+global offset. Only ``max_pool2d_with_indices_backward`` may read them (or
+a region's output that feeds it); anything else is refused."""
+
+from __future__ import annotations
+
+import operator
+from typing import List, Sequence
+
+import torch
+
+from ..registry import aten, handles
+from ..values import UnsupportedOpError, Value
+from .shape import insert_slice, pad
+
+
+def _pair(v, default=None) -> List[int]:
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        v = default
+    if isinstance(v, int):
+        return [v, v]
+    v = list(v)
+    return v * 2 if len(v) == 1 else v
+
+
+def _params(x, kernel, stride, padding, dilation, ceil_mode, what: str):
+    """``(k, s, p, d, out)``; ``x`` a Value or a shape."""
+    shape = tuple(x.shape) if isinstance(x, Value) else tuple(x)
+    if len(shape) != 4:
+        raise UnsupportedOpError(f"{what} of a {len(shape)}-d input (only NCHW)")
+    k = _pair(kernel)
+    s = _pair(stride, k)
+    p = _pair(padding)
+    d = _pair(dilation)
+    out = [(shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(2)]
+    if ceil_mode:
+        ceil = [-(-(shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i]) + 1 for i in range(2)]
+        # PyTorch drops a last window that would start in the padding.
+        ceil = [c - 1 if (c - 1) * s[i] >= shape[2 + i] + p[i] else c for i, c in enumerate(ceil)]
+        if ceil != out:
+            raise UnsupportedOpError(f"{what} with ceil_mode (a partial last window)")
+    if min(out) < 1:
+        raise UnsupportedOpError(f"{what}: the window is larger than the padded input")
+    return k, s, p, d, out
+
+
+def whole_pool(shape, kernel, stride, padding, dilation, ceil_mode) -> bool:
+    """Whether this module imports the pooling op (tracing keeps it whole)."""
+    try:
+        _params(shape, kernel, stride, padding, dilation, ceil_mode, "pooling")
+    except UnsupportedOpError:
+        return False
+    return True
+
+
+def _dim(loop: int, c: int) -> str:
+    return f"d{loop}" if c == 1 else f"d{loop} * {c}"
+
+
+def _window(imp, windowed: Sequence[Value], plain: Sequence[Value], out_shape, out_dtype, k, s, d,
+            init: Value, body_fn) -> Value:
+    """A generic over ``(n, c, oh, ow, kh, kw)`` reading each of ``windowed``
+    at ``s * o + d * k`` and each of ``plain`` at ``(n, c, oh, ow)``,
+    reducing the taps into ``init``; ``body_fn(b, args, out)``."""
+    win = ["d0", "d1", f"{_dim(2, s[0])} + {_dim(4, d[0])}", f"{_dim(3, s[1])} + {_dim(5, d[1])}"]
+    inputs = [(v, win) for v in windowed] + [(v, ["d0", "d1", "d2", "d3"]) for v in plain]
+    # The window's shape (as linalg's pooling ops take it): the tap loops'
+    # ranges, which the windowed maps alone do not determine.
+    inputs.append((imp.em.empty(tuple(k), out_dtype), ["d4", "d5"]))
+    return imp.em.generic(tuple(out_shape), out_dtype, inputs, ["parallel"] * 4 + ["reduction"] * 2,
+                          ["d0", "d1", "d2", "d3"], body_fn, init=init)
+
+
+def _tap(b, kw: int) -> str:
+    """``kh * KW + kw`` of the window loops, as i64."""
+    i = b.v(f"arith.index_cast {b.v('linalg.index 4 : index')} : index to i64")
+    j = b.v(f"arith.index_cast {b.v('linalg.index 5 : index')} : index to i64")
+    return b.binary("add", b.binary("mul", i, b.const(kw, torch.int64), torch.int64), j, torch.int64)
+
+
+def _check_indices_users(imp, node):
+    """The indices (``node``'s second result) feed only the backward op (or
+    a region's output, which a backward region reads)."""
+    for g in node.users:
+        if g.target is not operator.getitem or g.args[1] != 1:
+            continue
+        for u in g.users:
+            if u.target is aten.max_pool2d_with_indices_backward.default:
+                continue
+            if u.op == "output" and getattr(imp, "in_region", False):
+                continue
+            raise UnsupportedOpError(
+                "max_pool2d's indices used other than by its backward (the importer's indices "
+                "are window taps, not PyTorch's flat indices)")
+
+
+@handles(aten.max_pool2d_with_indices.default)
+def _max_pool2d(imp, node, args, kwargs):
+    x = args[0]
+    a = list(args[1:]) + [None] * 6
+    kernel = a[0]
+    stride = kwargs.get("stride", a[1])
+    padding = kwargs.get("padding", a[2] if a[2] is not None else 0)
+    dilation = kwargs.get("dilation", a[3] if a[3] is not None else 1)
+    ceil_mode = kwargs.get("ceil_mode", a[4] if a[4] is not None else False)
+    k, s, p, d, out = _params(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d")
+    if not x.dtype.is_floating_point:
+        raise UnsupportedOpError(f"max_pool2d on {x.dtype}")
+    _check_indices_users(imp, node)
+    n, c = x.shape[:2]
+    shape = (n, c, out[0], out[1])
+    xp = pad(imp, x, [0, 0] + p, [0, 0] + p, float("-inf"))
+    dt = x.dtype
+    vals = _window(imp, [xp], [], shape, dt, k, s, d, imp.em.full(shape, float("-inf"), dt),
+                   lambda b, v, o: b.binary("max", v[0], o, dt))
+    # The first tap holding the maximum (PyTorch's choice among ties).
+    none = k[0] * k[1]
+
+    def first(b, v, o):
+        hit = b.compare("eq", v[0], v[1], dt)
+        t = b.select(hit, _tap(b, k[1]), b.const(none, torch.int64), torch.int64)
+        return b.binary("min", t, o, torch.int64)
+    idx = _window(imp, [xp], [vals], shape, torch.int64, k, s, d,
+                  imp.em.full(shape, none, torch.int64), first)
+    return [vals, idx]
+
+
+def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn) -> Value:
+    """The input gradient: each output gradient-shaped tensor of ``gys``
+    placed where its window starts (the row ``q = d (k - 1) - p`` on) in a
+    tensor of ``fills`` of the input's rows plus ``E`` (padded at stride 1,
+    inserted at stride ``s``), then a stride-1 window of ``E + 1`` taps over
+    it into the input's shape: input row ``h`` reads row ``h + j``, the
+    window ``oh`` with ``s oh + q = h + j`` at its tap ``kh = (q + p - j) /
+    d`` (taps j it does not name add nothing). ``E`` is ``2q`` or ``2q + 1``
+    (at least ``d (k - 1)``): the window rule's ``low = E / 2`` is then the
+    insert's offset ``q``, so the inserted tensor's split is the one the
+    window reads and only halos move. ``body_fn(b, vals, out, hit, tap)``:
+    ``hit`` whether tap j is one of the window's, ``tap`` its ``kh * KW +
+    kw`` (i64)."""
+    n, c, h, w = x.shape
+    ho, wo = gys[0].shape[2:]
+    q = [d[i] * (k[i] - 1) - p[i] for i in range(2)]
+    if min(q) < 0:
+        raise UnsupportedOpError("pooling backward with padding past the window's extent")
+    e = [2 * q[i] if 2 * q[i] >= d[i] * (k[i] - 1) else 2 * q[i] + 1 for i in range(2)]
+    rows = (n, c, h + e[0], w + e[1])
+    if s == [1, 1]:
+        hi = [rows[2 + i] - (ho, wo)[i] - q[i] for i in range(2)]
+        zs = [pad(imp, g, [0, 0] + q, [0, 0] + hi, f) for g, f in zip(gys, fills)]
+    else:
+        zs = [insert_slice(imp, g, imp.em.full(rows, f, g.dtype), [0, 0] + q, [1, 1] + s)
+              for g, f in zip(gys, fills)]
+    i64 = torch.int64
+
+    def body(b, v, o):
+        hit, kh = None, []
+        for a in range(2):
+            j = b.v(f"arith.index_cast {b.v(f'linalg.index {4 + a} : index')} : index to i64")
+            r = b.binary("sub", b.const(q[a] + p[a], i64), j, i64)
+            ok = b.binary("and", b.compare("ge", r, b.const(0, i64), i64),
+                          b.compare("le", r, b.const(d[a] * (k[a] - 1), i64), i64), torch.bool)
+            if d[a] > 1:
+                rem = b.v(f"arith.remsi {r}, {b.const(d[a], i64)} : i64")
+                ok = b.binary("and", ok, b.compare("eq", rem, b.const(0, i64), i64), torch.bool)
+                r = b.binary("div", r, b.const(d[a], i64), i64)
+            hit = ok if hit is None else b.binary("and", hit, ok, torch.bool)
+            kh.append(r)
+        tap = b.binary("add", b.binary("mul", kh[0], b.const(k[1], i64), i64), kh[1], i64)
+        return body_fn(b, v, o, hit, tap)
+    dt = gys[0].dtype
+    return _window(imp, zs, [], x.shape, dt, [e[0] + 1, e[1] + 1], [1, 1], [1, 1],
+                   imp.em.full(x.shape, 0, dt), body)
+
+
+@handles(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(imp, node, args, kwargs):
+    """grad input[h] = the sum over the windows holding h of the output
+    gradient where the window's tap at h is its maximum."""
+    gy, x, kernel, stride, padding, dilation, ceil_mode, idx = args[:8]
+    k, s, p, d, _ = _params(x, kernel, stride, padding, dilation, ceil_mode,
+                            "max_pool2d_with_indices_backward")
+    dt = gy.dtype
+
+    def body(b, v, o, hit, tap):
+        hit = b.binary("and", hit, b.compare("eq", v[1], tap, torch.int64), torch.bool)
+        return b.binary("add", b.select(hit, v[0], b.const(0.0, dt), dt), o, dt)
+    return _back_window(imp, [gy, idx], [0, -1], x, k, s, p, d, body)
+
+
+def _avg_divisor(imp, x: Value, k, s, p, out, count_include_pad, divisor_override):
+    """The divisor: a number, or (without the padding counted) the window's
+    in-image pixel count per output pixel, a ``(1, 1, Ho, Wo)`` tensor."""
+    if divisor_override:
+        return float(divisor_override)
+    if count_include_pad or not any(p):
+        return float(k[0] * k[1])
+    ones = pad(imp, imp.em.full((1, 1) + tuple(x.shape[2:]), 1, x.dtype), [0, 0] + p, [0, 0] + p, 0)
+    shape = (1, 1, out[0], out[1])
+    return _window(imp, [ones], [], shape, x.dtype, k, s, [1, 1], imp.em.full(shape, 0, x.dtype),
+                   lambda b, v, o: b.binary("add", v[0], o, x.dtype))
+
+
+def _avg_args(args, kwargs):
+    a = list(args[2:]) + [None] * 6
+    stride = kwargs.get("stride", a[0])
+    padding = kwargs.get("padding", a[1] if a[1] is not None else 0)
+    ceil_mode = kwargs.get("ceil_mode", a[2] if a[2] is not None else False)
+    include = kwargs.get("count_include_pad", a[3] if a[3] is not None else True)
+    override = kwargs.get("divisor_override", a[4])
+    return stride, padding, ceil_mode, include, override
+
+
+def _divide(imp, v: Value, div) -> Value:
+    dt = v.dtype
+    if isinstance(div, float):
+        return imp.em.elementwise(v.shape, dt, [v],
+                                  lambda b, a: b.binary("div", a[0], b.const(div, dt), dt))
+    return imp.em.elementwise(v.shape, dt, [v, div], lambda b, a: b.binary("div", a[0], a[1], dt))
+
+
+@handles(aten.avg_pool2d.default)
+def _avg_pool2d(imp, node, args, kwargs):
+    x, kernel = args[0], args[1]
+    stride, padding, ceil_mode, include, override = _avg_args(args, kwargs)
+    k, s, p, d, out = _params(x, kernel, stride, padding, 1, ceil_mode, "avg_pool2d")
+    if not x.dtype.is_floating_point:
+        raise UnsupportedOpError(f"avg_pool2d on {x.dtype}")
+    shape = (x.shape[0], x.shape[1], out[0], out[1])
+    xp = pad(imp, x, [0, 0] + p, [0, 0] + p, 0)
+    dt = x.dtype
+    total = _window(imp, [xp], [], shape, dt, k, s, d, imp.em.full(shape, 0, dt),
+                    lambda b, v, o: b.binary("add", v[0], o, dt))
+    return _divide(imp, total, _avg_divisor(imp, x, k, s, p, out, include, override))
+
+
+@handles(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(imp, node, args, kwargs):
+    """grad input[h] = the sum over the windows holding h of the output
+    gradient over the window's divisor."""
+    gy, x, kernel = args[:3]
+    stride, padding, ceil_mode, include, override = _avg_args(list(args[1:]), kwargs)
+    k, s, p, d, out = _params(x, kernel, stride, padding, 1, ceil_mode, "avg_pool2d_backward")
+    g = _divide(imp, gy, _avg_divisor(imp, x, k, s, p, out, include, override))
+    dt = gy.dtype
+    return _back_window(imp, [g], [0], x, k, s, p, d,
+                        lambda b, v, o, hit, tap: b.binary(
+                            "add", b.select(hit, v[0], b.const(0.0, dt), dt), o, dt))
