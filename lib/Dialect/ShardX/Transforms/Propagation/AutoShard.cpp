@@ -63,6 +63,10 @@ using namespace mlir;
 using namespace mlir::shardx;
 using namespace mlir::shardx::autoshard;
 
+/// The input layouts whose unary terms' fastest plan is within this
+/// factor of the fastest get pair terms (AutoSharder::run).
+static constexpr double kPairMargin = 1.25;
+
 static double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
@@ -277,6 +281,13 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
       s.bytes[g][c] = std::isfinite(p.time) ? double(p.peak - b.peak) : 0;
     }
   }
+  return s;
+}
+
+void AutoSharder::addPairs(Surrogate &s) {
+  const std::vector<unsigned> &base = s.center;
+  size_t n = groups.size();
+  Priced b{s.baseTime, s.basePeak};
   // Pairs of weights (parameters of rank 2 or more) used close together:
   // `window` weights apart in first-use order. A vector (a bias, a norm's
   // scale) follows its weight in the final descent on real prices.
@@ -336,7 +347,6 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
       }
     }
   }
-  return s;
 }
 
 LogicalResult AutoSharder::run(StringRef jsonPath) {
@@ -380,6 +390,18 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     for (unsigned d = 0; d < numData; ++d)
       surrogates.push_back(rebuild[d] ? buildSurrogate(centers[d])
                                       : leftOut(centers[d]));
+    // Pair terms (most of the plans priced) only for the input layouts
+    // whose fastest plan priced so far (the unary terms', every one priced
+    // for real) is within kPairMargin of the fastest of all: the others
+    // keep their unary terms.
+    std::vector<double> fastest(numData, kInf);
+    for (auto &[p, r] : pool)
+      fastest[dataGroup >= 0 ? p[dataGroup] : 0] =
+          std::min(fastest[dataGroup >= 0 ? p[dataGroup] : 0], r.time);
+    double fastestAll = *llvm::min_element(fastest);
+    for (unsigned d = 0; d < numData; ++d)
+      if (rebuild[d] && fastest[d] <= kPairMargin * fastestAll)
+        addPairs(surrogates[d]);
     // The surrogate's peak is a sum of per-group changes of a maximum, so
     // it is off: the limit it is solved under is calibrated by the real peak
     // of each plan it gives (limit += budget - real peak), keeping the

@@ -123,7 +123,10 @@ private:
   bool fits(Priced p) const {
     return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
   }
+  /// The surrogate's center and unary terms around `base`.
   Surrogate buildSurrogate(std::vector<unsigned> base);
+  /// The surrogate's pair terms (time only).
+  void addPairs(Surrogate &s);
   /// A surrogate of no plan (its base and every term infinite).
   Surrogate leftOut(std::vector<unsigned> base) const {
     Surrogate s;
