@@ -1,0 +1,39 @@
+// RUN: shardx-opt --shardx-record-program-info --split-input-file --verify-diagnostics %s | FileCheck %s
+
+// Tests that the description of a local program (after shardx-spmd) gives
+// each public function's local and global shapes, dtypes and layouts (from
+// its shardx.signature) and the mesh; private functions are not described.
+// CHECK-LABEL: module attributes {shardx.program_info =
+// CHECK-SAME: {\22functions\22:[{\22inputs\22:[
+// CHECK-SAME: {\22dtype\22:\22f32\22,\22global_shape\22:[4,2],\22layout\22:{\22dims\22:[{\22dim\22:0,\22sizes\22:[],\22splits\22:{{\[\[}}0,1{{\]\]}}}],\22partials\22:[null],\22text\22:\22#shardx.layout<@mesh, [S(0)]>\22},\22shape\22:[2,2]},
+// CHECK-SAME: {\22dtype\22:\22bf16\22,\22global_shape\22:[4,2],\22layout\22:{\22dims\22:[],\22partials\22:[null],\22text\22:\22#shardx.layout<@mesh, [R]>\22},\22shape\22:[4,2]}],
+// CHECK-SAME: \22mesh\22:\22mesh\22,\22name\22:\22local\22,\22outputs\22:[{\22dtype\22:\22f32\22,\22global_shape\22:[4,2],{{.*}}\22shape\22:[2,2]}]}],
+// CHECK-SAME: \22meshes\22:[{\22name\22:\22mesh\22,\22shape\22:[2]}],\22version\22:1}"}
+// CHECK-NOT: \22name\22:\22helper\22
+shardx.mesh @mesh(shape = 2, axes = ["x"])
+func.func @local(%arg0: tensor<2x2xf32>, %arg1: tensor<4x2xbf16>) -> tensor<2x2xf32> attributes {shardx.signature = {arg_layouts = [#shardx.layout<@mesh, [S(0)]>, #shardx.layout<@mesh, [R]>], arg_types = [tensor<4x2xf32>, tensor<4x2xbf16>], mesh = @mesh, result_layouts = [#shardx.layout<@mesh, [S(0)]>], result_types = [tensor<4x2xf32>]}} {
+  %0 = func.call @helper(%arg0) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}
+func.func private @helper(%arg0: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  return %arg0 : tensor<2x2xf32>
+}
+
+// -----
+
+// Tests that an unsharded program is its own global form: local and global
+// shapes agree and no layout is recorded.
+// CHECK-LABEL: module attributes {shardx.program_info =
+// CHECK-SAME: {\22functions\22:[{\22inputs\22:[{\22dtype\22:\22i64\22,\22global_shape\22:[3],\22shape\22:[3]}],\22name\22:\22plain\22,\22outputs\22:[{\22dtype\22:\22i64\22,\22global_shape\22:[3],\22shape\22:[3]}]}],\22meshes\22:[],\22version\22:1}"}
+func.func @plain(%arg0: tensor<3xi64>) -> tensor<3xi64> {
+  return %arg0 : tensor<3xi64>
+}
+
+// -----
+
+// Tests that an element type the runtime does not have is an error at the
+// entry point.
+// expected-error @+1 {{entry point odd takes or returns 'complex<f32>' elements, which the runtime does not have}}
+func.func @odd(%arg0: tensor<3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
+  return %arg0 : tensor<3xcomplex<f32>>
+}
