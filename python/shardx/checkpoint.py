@@ -406,7 +406,7 @@ def _plan_chunks(leaves, ranks: _Ranks):
                 holders.setdefault(offsets, (sizes, []))[1].append((r, slices))
         if not holders:  # an empty tensor: one empty chunk
             holders[(0,) * len(shape)] = (tuple(shape), [(0, tuple(slice(0, 0) for _ in shape))])
-        itemsize = _ITEMSIZE[dtype]
+        itemsize = _torch_dtype(dtype).itemsize
         for offsets in sorted(holders):
             sizes, who = holders[offsets]
             nbytes = math.prod(sizes) * itemsize
@@ -416,10 +416,6 @@ def _plan_chunks(leaves, ranks: _Ranks):
                                  lambda t=t, r=r, slices=slices, dtype=dtype:
                                  _as_torch(t.local(r)[slices], dtype)))
     return tensors, chunks
-
-
-_ITEMSIZE = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1,
-             "i1": 1}
 
 
 def _plain(array, dtype):
