@@ -134,6 +134,32 @@ class StridedUNet(nn.Module):
         return self.dec(torch.cat([a, u], 1))
 
 
+class PoolUNet(nn.Module):
+    """HaloUNet with PyTorch's pooling: a 3x3 convolution, a 2x2 max
+    pooling (stride 2), a 3x3 convolution at half resolution, a 3x3 average
+    pooling (stride 1, padding 1) and, with ``up=True`` (even H, W), the
+    nearest 2x upsampling as a reshape, a skip connection and a last
+    convolution at full resolution; without it a last convolution at half
+    resolution (any H, W whose halves split like the image)."""
+
+    def __init__(self, cin: int = 2, width: int = 4, cout: int = 2, up: bool = True):
+        super().__init__()
+        self.up = up
+        self.enc = nn.Conv2d(cin, width, 3, padding=1)
+        self.mid = nn.Conv2d(width, width, 3, padding=1)
+        self.dec = nn.Conv2d(2 * width if up else width, cout, 3, padding=1)
+
+    def forward(self, x):
+        a = F.relu(self.enc(x))
+        b = F.relu(self.mid(F.max_pool2d(a, 2)))
+        c = F.avg_pool2d(b, 3, stride=1, padding=1)
+        if not self.up:
+            return self.dec(c)
+        n, ch, h, w = a.shape
+        u = c[:, :, :, None, :, None].expand(n, ch, h // 2, 2, w // 2, 2).reshape(n, ch, h, w)
+        return self.dec(torch.cat([a, u], 1))
+
+
 class LlamaBlock(nn.Module):
     """A Llama-style decoder block for context parallelism: RMSNorm, rotary
     position embeddings (RoPE), grouped-query attention with a causal mask,

@@ -2,7 +2,8 @@
 convolutions, ReLU, pooling and upsampling as reshapes, a skip connection;
 forward, backward and an SGD step) with H and W split over a 2x2 mesh, and
 one that downsamples with a stride-2 convolution (16x16 with the
-upsampling path; uneven 11x11, shards of 6 and 5, without it). The
+upsampling path; uneven 11x11, shards of 6 and 5, without it) and one with
+PyTorch's max and average pooling (16x16 and 11x11). The
 windowed ops keep their split and exchange halos (shardx.halo) instead of
 all-gathering their inputs (docs/Rules.md, "Windowed ops"). Each program is
 checked against eager PyTorch on the threads backend (shardx.compile, two
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 import shardx
 from shardx import Mesh, Shard as S
-from shardx.importer import trace
+from shardx.importer import UnsupportedOpError, trace
 from shardx.train import TrainStep
 from shardx_dev import models
 from shardx_dev.testing.steps import assert_steps_match_eager, check_on_mpi, run_tool
@@ -34,6 +35,11 @@ CASES = {
     "strided16": (16, lambda: models.StridedUNet(up=True), 16),
     # 11 rows split 6/5: the stride-2 windows align with the shard edge.
     "strided11": (11, lambda: models.StridedUNet(up=False), 6),
+    # PyTorch's max_pool2d (2x2) and avg_pool2d (3x3, stride 1, padding 1)
+    # and their backward ops (importer/ops/pooling.py).
+    "pool16": (16, lambda: models.PoolUNet(up=True), 16),
+    # 11 rows split 6/5: 5 pooled rows split 3/2, row 10 read by no window.
+    "pool11": (11, lambda: models.PoolUNet(up=False), 5),
 }
 
 
@@ -108,3 +114,65 @@ def test_compiled_steps_match_eager(name):
     step, mesh, ins, outs, args = _step(name)
     f = shardx.compile(step, mesh, ins, outs)
     assert_steps_match_eager(f, step, args, name)
+
+
+def test_pooling_halo_bytes_are_the_lower_bound(build_dir, tmp_path):
+    """print-plan for PoolUNet at 16x16 on 2x2: the 2x2 max pooling's
+    windows (values and indices) tile the 8x8 shards, a halo of 0 bytes;
+    every halo at half resolution (the convolution's, the 3x3 average
+    pooling's and its input gradient's) is the lower bound: the 8x8 image
+    padded to 10x10 is split 5/5 each way and a rank's windows read one
+    row of 5 and then one column of 6 (the corner once), 11 pixels of 2
+    images x 4 channels of f32. No activation is resharded. The max
+    pooling's input gradient (a stride-1 window over the output gradient
+    inserted at stride 2) exchanges a row each side of the inserted
+    gradient and indices: more than the 0 its disjoint windows need."""
+    step, mesh, ins, outs, args = _step("pool16")
+    path = tmp_path / "pool16.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="pool16"))
+    plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    halos = re.findall(r"halo of operand (\d) dim (\d) over mesh axis \d \(low (\d), high (\d)\): "
+                       r"(\d+) bytes/rank", plan)
+    untouched = [h for h in halos if h[2:4] == ("0", "0")]
+    assert len(untouched) == 4 and all(h[4] == "0" for h in untouched), halos
+    planes, f32 = 2 * 4, 4
+    half = {("2", str(5 * planes * f32)), ("3", str(6 * planes * f32))}
+    # The half-resolution halos: the middle convolution's (forward, input
+    # and weight gradients) and the average pooling's (forward, backward).
+    assert sum((h[1], h[4]) in half for h in halos) >= 2 * 5, halos
+    assert all("[P(sum), P(sum)] -> [R, R]" in line
+               for line in plan.splitlines() if "remark: plan" in line), plan
+
+
+def _trace_pool(fn, x):
+    mesh = Mesh((2,), ("h",))
+    return trace(fn, [x], mesh, [[S(2)]], None)
+
+
+def test_max_pool_indices_outside_backward_are_refused():
+    """The importer's max pooling indices are window taps (the same on every
+    shard), not PyTorch's flat indices: returning them is refused."""
+    def fn(x):
+        return F.max_pool2d(x, 2, return_indices=True)
+    with pytest.raises(UnsupportedOpError, match="indices used other than by its backward"):
+        _trace_pool(fn, torch.randn(1, 2, 8, 8))
+
+
+def test_avg_pool_partial_window_is_refused():
+    """ceil_mode with a partial last window is not a windowed op of the
+    rule (the window runs past the padded image): a named error, not a
+    wrong number."""
+    def fn(x):
+        return F.avg_pool2d(x, 2, ceil_mode=True)
+    with pytest.raises(UnsupportedOpError, match="ceil_mode"):
+        _trace_pool(fn, torch.randn(1, 2, 9, 9))
+
+
+def test_max_pool_partial_window_is_decomposed():
+    """A max pooling the importer refuses (ceil_mode with a partial last
+    window) is decomposed by tracing as before (gathers, replicated)."""
+    def fn(x):
+        return F.max_pool2d(x, 2, ceil_mode=True)
+    text = _trace_pool(fn, torch.randn(1, 2, 9, 9))
+    assert "tensor<1x2x5x5xf32>" in text
