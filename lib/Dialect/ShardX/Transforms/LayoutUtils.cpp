@@ -122,34 +122,6 @@ mlir::shardx::getFunctionMesh(func::FuncOp fn,
   return meshOp;
 }
 
-std::optional<EmbeddingLookup>
-mlir::shardx::matchEmbeddingLookup(Operation *op) {
-  auto generic = dyn_cast<linalg::GenericOp>(op);
-  if (!generic || generic.getNumDpsInputs() != 1 ||
-      generic.getNumDpsInits() != 1 || generic->getNumResults() != 1 ||
-      generic.getNumReductionLoops() != 0)
-    return std::nullopt;
-  Block *body = generic.getBlock();
-  auto yield = cast<linalg::YieldOp>(body->getTerminator());
-  auto extract = yield.getOperand(0).getDefiningOp<tensor::ExtractOp>();
-  if (!extract || extract->getParentOp() != op ||
-      extract.getIndices().size() != 2)
-    return std::nullopt;
-  Value table = extract.getTensor();
-  if (op->isAncestor(table.getParentRegion()->getParentOp()))
-    return std::nullopt;
-  auto cast = extract.getIndices()[0].getDefiningOp<arith::IndexCastOp>();
-  auto col = extract.getIndices()[1].getDefiningOp<linalg::IndexOp>();
-  unsigned loops = generic.getNumLoops();
-  if (!cast || cast.getIn() != body->getArgument(0) || !col ||
-      col.getDim() != loops - 1)
-    return std::nullopt;
-  AffineMap outMap = generic.getIndexingMapsArray()[1];
-  if (!outMap.isIdentity())
-    return std::nullopt;
-  return EmbeddingLookup{table, extract};
-}
-
 LogicalResult mlir::shardx::forEachShardedFunction(
     ModuleOp module, function_ref<LogicalResult(func::FuncOp, MeshOp)> fn) {
   SymbolTableCollection symbolTable;

@@ -22,17 +22,9 @@
 
 namespace mlir::shardx {
 
-/// An embedding lookup as the importer writes it: a linalg.generic over the
-/// index tensor whose body yields `tensor.extract %table[index_cast(%idx),
-/// linalg.index(last)]` of a 2-D table captured from above.
-struct EmbeddingLookup {
-  Value table;
-  Operation *extract;
-};
-std::optional<EmbeddingLookup> matchEmbeddingLookup(Operation *op);
-
-/// The discardable attribute naming the layout an embedding lookup reads its
-/// (row-split) table in.
+/// The discardable attribute naming the layout an op reads the tensor its
+/// region captures in (an embedding lookup's table, shardx/Rules/
+/// EmbeddingRule.h); an op without it reads captured tensors whole.
 constexpr llvm::StringLiteral kTableLayoutAttrName = "shardx.table_layout";
 
 /// Sets the `shardx.layouts` entry of `value` (an op result).

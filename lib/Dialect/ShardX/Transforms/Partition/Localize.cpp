@@ -21,9 +21,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayoutUtils.h"
+#include "LocalPieces.h"
 
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/EmbeddingRule.h"
 #include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -49,109 +51,11 @@ namespace {
 class Localizer {
 public:
   Localizer(func::FuncOp fn, MeshOp mesh)
-      : fn(fn), meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        meshShape(mesh.getShape().begin(), mesh.getShape().end()),
-        meshRank(mesh.getShape().size()), rewriter(fn.getContext()) {}
+      : fn(fn), pieces(mesh), rewriter(fn.getContext()) {}
 
   LogicalResult run();
 
 private:
-  //===--------------------------------------------------------------------===//
-  // Local types and this rank's pieces
-  //===--------------------------------------------------------------------===//
-
-  /// The recorded layout of the global value `v` (replicated when none).
-  Layout layoutOf(Value v) {
-    if (LayoutAttr a = getRecordedLayout(v))
-      return a.getLayout();
-    return Layout(meshRank);
-  }
-
-  /// The local type of the global tensor value `v`; errors at `where`.
-  FailureOr<RankedTensorType> localType(Value v, Operation *where) {
-    auto global = cast<RankedTensorType>(v.getType());
-    LayoutAttr attr = getRecordedLayout(v);
-    if (!attr)
-      return global;
-    const Layout &layout = attr.getLayout();
-    if (layout.isReplicated() && !layout.hasPartial())
-      return global;
-    if (!global.hasStaticShape()) {
-      where->emitError("cannot expand a sharded tensor of dynamic global "
-                       "shape ")
-          << global;
-      return failure();
-    }
-    RankedTensorType local = attr.getLocalType(global, meshShape);
-    for (int64_t d = 0; d < local.getRank(); ++d)
-      if (local.isDynamicDim(d))
-        if (const auto *ds = layout.getDim(d))
-          if (ds->sizes.empty() && llvm::any_of(ds->splits, [](const Split &s) {
-                return s.stride != 1;
-              })) {
-            where->emitError()
-                << "uneven strided shards of " << global << " under "
-                << attr << " cannot be expanded";
-            return failure();
-          }
-    return local;
-  }
-
-  /// The offset and size (index values) of this rank's piece of a dim of
-  /// global size `size` split by `ds` (stride-1 splits or explicit sizes).
-  std::pair<Value, Value> emitPiece(OpBuilder &b, Location loc,
-                                    const DimSharding &ds, int64_t size) {
-    auto cst = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
-    if (!ds.sizes.empty()) {
-      SmallVector<int64_t> axes;
-      for (const Split &s : ds.splits)
-        axes.push_back(s.axis);
-      Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
-                                    b.getDenseI64ArrayAttr(axes));
-      Value offset = cst(0), length = cst(ds.sizes[0]);
-      int64_t prefix = 0;
-      for (auto [i, sz] : llvm::enumerate(ds.sizes)) {
-        Value hit =
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, j, cst(i));
-        offset = arith::SelectOp::create(b, loc, hit, cst(prefix), offset);
-        length = arith::SelectOp::create(b, loc, hit, cst(sz), length);
-        prefix += sz;
-      }
-      return {offset, length};
-    }
-    // Nested torch.chunk: ceil-sized chunks, major split first.
-    Value offset = cst(0), length = cst(size);
-    for (const Split &s : ds.splits) {
-      int64_t n = meshShape[s.axis];
-      Value j = AxisIndexOp::create(b, loc, b.getIndexType(), meshRef,
-                                    b.getDenseI64ArrayAttr({s.axis}));
-      Value chunk = arith::CeilDivUIOp::create(b, loc, length, cst(n));
-      Value lo = arith::MinUIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, j, chunk), length);
-      Value hi = arith::MinUIOp::create(
-          b, loc, arith::AddIOp::create(b, loc, lo, chunk), length);
-      offset = arith::AddIOp::create(b, loc, offset, lo);
-      length = arith::SubIOp::create(b, loc, hi, lo);
-    }
-    return {offset, length};
-  }
-
-  /// The dynamic sizes of `local` (the local type of `global` under
-  /// `layout`), in dim order.
-  SmallVector<Value> dynamicSizes(OpBuilder &b, Location loc,
-                                  RankedTensorType global,
-                                  RankedTensorType local,
-                                  const Layout &layout) {
-    SmallVector<Value> sizes;
-    for (int64_t d = 0; d < local.getRank(); ++d)
-      if (local.isDynamicDim(d))
-        sizes.push_back(
-            emitPiece(b, loc, *layout.getDim(d), global.getDimSize(d)).second);
-    return sizes;
-  }
-
   //===--------------------------------------------------------------------===//
   // Op families. Each takes the global op and its local clone (tensor
   // results already of local types, inserted before which the rewriter
@@ -172,8 +76,8 @@ private:
     if (local.hasStaticShape())
       return clone.getOperation();
     SmallVector<Value> sizes =
-        dynamicSizes(rewriter, op.getLoc(), op.getType(), local,
-                     layoutOf(op.getResult()));
+        pieces.dynamicSizes(rewriter, op.getLoc(), op.getType(), local,
+                            pieces.layoutOf(op.getResult()));
     auto fresh = tensor::EmptyOp::create(rewriter, op.getLoc(), local, sizes);
     fresh->setAttrs(clone->getAttrDictionary());
     return replaceClone(clone, fresh);
@@ -189,8 +93,8 @@ private:
       return clone.getOperation();
     }
     SmallVector<Value> sizes =
-        dynamicSizes(rewriter, op.getLoc(), op.getResultType(), local,
-                     layoutOf(op.getResult()));
+        pieces.dynamicSizes(rewriter, op.getLoc(), op.getResultType(), local,
+                            pieces.layoutOf(op.getResult()));
     SmallVector<OpFoldResult> shape;
     unsigned next = 0;
     for (int64_t d = 0; d < local.getRank(); ++d)
@@ -231,8 +135,8 @@ private:
                                                           clone.getSource(), d))
                      : OpFoldResult(rewriter.getIndexAttr(local.getDimSize(d)));
     auto fresh = tensor::ExtractSliceOp::create(
-        rewriter, loc, local, clone.getSource(), clone.getMixedOffsets(),
-        sizes, clone.getMixedStrides());
+        rewriter, loc, local, clone.getSource(), clone.getMixedOffsets(), sizes,
+        clone.getMixedStrides());
     return replaceClone(clone, fresh);
   }
 
@@ -292,9 +196,8 @@ private:
   void finishSignature();
 
   func::FuncOp fn;
-  FlatSymbolRefAttr meshRef;
-  std::vector<int64_t> meshShape;
-  int64_t meshRank;
+  /// Local types and this rank's pieces.
+  LocalPieces pieces;
   IRRewriter rewriter;
   /// Global values -> their local counterparts.
   IRMapping mapping;
@@ -313,7 +216,8 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
   Location loc = clone.getLoc();
   auto extract = cast<tensor::ExtractOp>(lookup->extract);
   if (const DimSharding *cols = table.getDim(1)) {
-    auto [lo, size] = emitPiece(rewriter, loc, *cols, tableType.getDimSize(1));
+    auto [lo, size] =
+        pieces.emitPiece(rewriter, loc, *cols, tableType.getDimSize(1));
     rewriter.setInsertionPoint(extract);
     Value col = extract.getIndices()[1];
     Value local = arith::SubIOp::create(rewriter, loc, col, lo);
@@ -321,7 +225,8 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
     rewriter.setInsertionPoint(clone);
   }
   if (const DimSharding *rows = table.getDim(0)) {
-    auto [lo, size] = emitPiece(rewriter, loc, *rows, tableType.getDimSize(0));
+    auto [lo, size] =
+        pieces.emitPiece(rewriter, loc, *rows, tableType.getDimSize(0));
     rewriter.setInsertionPoint(extract);
     Value row = extract.getIndices()[0];
     Value rel = arith::SubIOp::create(rewriter, loc, row, lo);
@@ -335,8 +240,8 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
     extract.getIndicesMutable()[0].assign(safe);
     rewriter.setInsertionPointAfter(extract);
     Type elt = extract.getType();
-    Value zero =
-        arith::ConstantOp::create(rewriter, loc, elt, rewriter.getZeroAttr(elt));
+    Value zero = arith::ConstantOp::create(rewriter, loc, elt,
+                                           rewriter.getZeroAttr(elt));
     Value masked = arith::SelectOp::create(rewriter, loc, in, extract, zero);
     rewriter.replaceAllUsesExcept(extract.getResult(), masked,
                                   masked.getDefiningOp());
@@ -362,7 +267,7 @@ LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
       if (!type)
         continue;
       AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
-      Layout layout = layoutOf(operand.get());
+      Layout layout = pieces.layoutOf(operand.get());
       for (auto [k, expr] : llvm::enumerate(map.getResults())) {
         auto d = dyn_cast<AffineDimExpr>(expr);
         if (!d || d.getPosition() != loop)
@@ -382,7 +287,7 @@ LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
                           "cannot be expanded");
     OpBuilder::InsertionGuard guard(rewriter);
     Location loc = index.getLoc();
-    Value offset = emitPiece(rewriter, loc, *sharding, extent).first;
+    Value offset = pieces.emitPiece(rewriter, loc, *sharding, extent).first;
     rewriter.setInsertionPointAfter(index);
     auto add = arith::AddIOp::create(rewriter, loc, index.getResult(), offset);
     rewriter.replaceAllUsesExcept(index.getResult(), add.getResult(), add);
@@ -400,8 +305,9 @@ LogicalResult Localizer::localizeArguments(Block &global, Block &local) {
     if (!isa<RankedTensorType>(type)) {
       argLayouts.push_back(b.getUnitAttr());
     } else {
-      argLayouts.push_back(LayoutAttr::get(meshRef, layoutOf(arg)));
-      FailureOr<RankedTensorType> localType = this->localType(arg, fn);
+      argLayouts.push_back(
+          LayoutAttr::get(pieces.getMeshRef(), pieces.layoutOf(arg)));
+      FailureOr<RankedTensorType> localType = pieces.localType(arg, fn);
       if (failed(localType))
         return failure();
       type = *localType;
@@ -419,7 +325,8 @@ void Localizer::recordResults() {
         i, ShardXDialect::getLayoutAttrName());
     resultLayouts.push_back(
         l ? Attribute(l)
-          : Attribute(LayoutAttr::get(meshRef, Layout(meshRank))));
+          : Attribute(LayoutAttr::get(pieces.getMeshRef(),
+                                      Layout(pieces.getMeshRank()))));
   }
 }
 
@@ -440,9 +347,9 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
       tensorOperands.push_back(&use);
   Location loc = op.getLoc();
   for (const ShardingRule::WindowedDim &w : rule->windows) {
-    Value global = w.result ? op.getResult(w.tensor)
-                            : tensorOperands[w.tensor]->get();
-    Layout layout = layoutOf(global);
+    Value global =
+        w.result ? op.getResult(w.tensor) : tensorOperands[w.tensor]->get();
+    Layout layout = pieces.layoutOf(global);
     const DimSharding *ds = layout.getDim(w.dim);
     // An operand window of no halo (2x2 pooling) in torch.chunk's pieces
     // reads only its own rows.
@@ -453,20 +360,20 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
       return op.emitError("windowed dim ")
              << w.dim << " is split in a way the halo exchange does not "
              << "support (one mesh axis with the window's sizes)";
-    int64_t axis = ds->splits[0].axis, n = meshShape[axis];
+    int64_t axis = ds->splits[0].axis, n = pieces.getMeshShape()[axis];
     if (!w.result && !w.halo) // a strided insert's destination: local
       continue;
     if (!w.result) {
       // The operand's rows plus the neighbours' edge rows.
-      OpOperand &use = clone->getOpOperand(
-          tensorOperands[w.tensor]->getOperandNumber());
+      OpOperand &use =
+          clone->getOpOperand(tensorOperands[w.tensor]->getOperandNumber());
       auto type = cast<RankedTensorType>(use.get().getType());
       SmallVector<int64_t> shape(type.getShape());
       if (n > 1)
         shape[w.dim] = ShapedType::kDynamic;
       Value halo = HaloOp::create(
           rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
-          use.get(), meshRef, rewriter.getDenseI64ArrayAttr({axis}),
+          use.get(), pieces.getMeshRef(), rewriter.getDenseI64ArrayAttr({axis}),
           rewriter.getI64IntegerAttr(w.dim),
           rewriter.getI64IntegerAttr(w.haloLow()),
           rewriter.getI64IntegerAttr(w.haloHigh()),
@@ -475,7 +382,8 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
       continue;
     }
     Value j = AxisIndexOp::create(rewriter, loc, rewriter.getIndexType(),
-                                  meshRef, rewriter.getDenseI64ArrayAttr({axis}));
+                                  pieces.getMeshRef(),
+                                  rewriter.getDenseI64ArrayAttr({axis}));
     if (auto insert = dyn_cast<tensor::InsertSliceOp>(clone)) {
       // A strided insert: the first member's rows start at the offset, the
       // others' at their shard's first row.
@@ -520,7 +428,7 @@ LogicalResult Localizer::localizeOp(Operation &op) {
   for (auto [global, local] : llvm::zip(op.getResults(), clone->getResults())) {
     if (!isa<RankedTensorType>(global.getType()))
       continue;
-    FailureOr<RankedTensorType> type = localType(global, &op);
+    FailureOr<RankedTensorType> type = pieces.localType(global, &op);
     if (failed(type))
       return failure();
     local.setType(*type);
@@ -575,7 +483,7 @@ void Localizer::finishSignature() {
         i, StringAttr::get(context, ShardXDialect::getLayoutAttrName()));
   Builder b(context);
   NamedAttrList sig;
-  sig.append("mesh", meshRef);
+  sig.append("mesh", pieces.getMeshRef());
   sig.append("arg_types", b.getArrayAttr(argTypes));
   sig.append("arg_layouts", b.getArrayAttr(argLayouts));
   sig.append("result_types", b.getArrayAttr(resultTypes));

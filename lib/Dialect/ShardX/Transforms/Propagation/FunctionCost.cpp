@@ -22,13 +22,13 @@ LayoutAttr FunctionCost::fixedRequirement(OpOperand &use) {
   Operation *owner = use.getOwner();
   Block &body = fn.getBody().front();
   if (owner->getBlock() != &body) {
-    // Read inside a region: the enclosing op needs it whole (or in the
-    // layout of a row-split embedding table).
+    // Read inside a region: the enclosing op needs it whole, or in the
+    // layout it reads its captured tensor in.
     Operation *top = body.findAncestorOpInBlock(*owner);
     if (!top)
       return nullptr;
-    if (LayoutAttr table = state.getTableLayout(top))
-      return table;
+    if (LayoutAttr captured = state.getCapturedLayout(top))
+      return captured;
     return state.getReplicated();
   }
   if (OpLayouts *s = state.find(owner))

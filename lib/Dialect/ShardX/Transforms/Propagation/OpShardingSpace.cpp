@@ -216,52 +216,6 @@ OpLayouts OpShardingSpace::replicated(Operation *op) const {
   return s;
 }
 
-std::optional<std::pair<OpLayouts, Layout>>
-OpShardingSpace::embeddingLayouts(const EmbeddingLookup &lookup,
-                                  ArrayRef<Value> operands,
-                                  ArrayRef<Value> results) const {
-  Layout table = layoutOf(lookup.table);
-  const DimSharding *rows = table.getDim(0);
-  const DimSharding *cols = table.getDim(1);
-  auto unitStrides = [](const DimSharding *d) {
-    return !d || llvm::all_of(d->splits,
-                              [](const Split &s) { return s.stride == 1; });
-  };
-  if (!(rows || cols) || table.hasPartial() || !unitStrides(rows) ||
-      !unitStrides(cols))
-    return std::nullopt;
-  uint64_t tableAxes = (rows ? axesOf(*rows) : 0) | (cols ? axesOf(*cols) : 0);
-  Layout idx = layoutOf(operands[0]);
-  bool disjoint = !idx.hasPartial();
-  for (const auto &d : idx.getDims())
-    disjoint &= !(axesOf(d) & tableAxes);
-  if (!disjoint)
-    idx = Layout(meshRank);
-  Layout result(meshRank);
-  for (const auto &d : idx.getDims()) {
-    for (const Split &s : d.splits)
-      result.addSplit(d.dim, s);
-    if (!d.sizes.empty())
-      result.setSizes(d.dim, d.sizes);
-  }
-  int64_t last = cast<RankedTensorType>(results[0].getType()).getRank() - 1;
-  if (cols) {
-    for (const Split &s : cols->splits)
-      result.addSplit(last, s);
-    if (!cols->sizes.empty())
-      result.setSizes(last, cols->sizes);
-  }
-  Layout init = result;
-  if (rows)
-    for (const Split &s : rows->splits)
-      result.setPartial(s.axis, ReduceOp::Sum);
-  OpLayouts s;
-  s.operandLayouts = {idx, init};
-  s.resultLayouts = {result};
-  s.valid = true;
-  return std::make_pair(std::move(s), table);
-}
-
 std::optional<ReduceOp> OpShardingSpace::reductionKind(Operation *op,
                                                        bool &identityInit) {
   OpFacts &f = facts[op];

@@ -33,8 +33,6 @@
 
 namespace mlir::shardx {
 
-struct EmbeddingLookup; // LayoutUtils.h
-
 /// A key of a search cache: opaque pointers and small numbers.
 using SearchKey = std::vector<uintptr_t>;
 struct SearchKeyHash {
@@ -80,16 +78,6 @@ public:
 
   /// Every tensor operand and result of `op` replicated.
   OpLayouts replicated(Operation *op) const;
-
-  /// An embedding lookup on a table split by rows (vocabulary) and/or
-  /// columns: every rank looks up the rows it holds and yields zeros for
-  /// the others (a pending sum over the row axes), for the columns it holds
-  /// (the result's last dim split like the table's columns). Its layouts
-  /// and the table's layout, or none when the table's layout is not one of
-  /// those.
-  std::optional<std::pair<OpLayouts, Layout>>
-  embeddingLayouts(const EmbeddingLookup &lookup, ArrayRef<Value> operands,
-                   ArrayRef<Value> results) const;
 
   /// The op's combiner (getReductionKind) and whether its init is the
   /// combiner's identity (hasIdentityInit), asked once.

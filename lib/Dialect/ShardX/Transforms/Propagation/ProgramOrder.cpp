@@ -9,6 +9,8 @@
 
 #include "LayoutUtils.h"
 
+#include "shardx/Rules/EmbeddingRule.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
@@ -153,14 +155,25 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
     state.set(op, space.replicated(op));
     return success();
   }
+  // An op that reads a captured tensor through a rule of its own (an
+  // embedding lookup, shardx/Rules/EmbeddingRule.h) reads it in the
+  // layout it has.
   if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
       lookup && !userLayoutsOnly) {
-    if (auto chosen = space.embeddingLayouts(*lookup, operands, results)) {
-      LLVM_DEBUG(llvm::dbgs() << "embedding lookup " << op->getName() << ": "
-                              << describe(chosen->first) << ", table "
-                              << chosen->second.str() << "\n");
-      state.set(op, std::move(chosen->first));
-      state.setTableLayout(op, state.attr(chosen->second));
+    const Layout &table = space.layoutOf(lookup->table);
+    int64_t rank = cast<RankedTensorType>(results[0].getType()).getRank();
+    if (std::optional<EmbeddingShardings> chosen = shardEmbeddingLookup(
+            table, space.layoutOf(operands[0]), rank, space.getMeshRank())) {
+      OpLayouts s;
+      s.operandLayouts = {std::move(chosen->index), std::move(chosen->init)};
+      s.resultLayouts = {std::move(chosen->result)};
+      s.valid = true;
+      LLVM_DEBUG(llvm::dbgs()
+                 << "embedding lookup " << op->getName() << ": " << describe(s)
+                 << ", table " << table.str() << "\n");
+      LayoutAttr tableAttr = state.attr(table);
+      state.set(op, std::move(s));
+      state.setCapturedLayout(op, tableAttr);
       return success();
     }
   }

@@ -92,6 +92,6 @@ void ShardingState::writeToIR() const {
           ArrayAttr::get(ctx, SmallVector<Attribute>(s.resultAttrs.begin(),
                                                      s.resultAttrs.end())));
   }
-  for (auto &[op, table] : tableLayouts)
-    op->setAttr(kTableLayoutAttrName, table);
+  for (auto &[op, layout] : capturedLayouts)
+    op->setAttr(kTableLayoutAttrName, layout);
 }

@@ -85,12 +85,13 @@ public:
   /// layout (a function argument's, an annotation's), else replicated.
   LayoutAttr layoutOf(Value v) const;
 
-  /// The layout an embedding lookup reads its captured table in.
-  void setTableLayout(Operation *op, LayoutAttr table) {
-    tableLayouts[op] = table;
+  /// The layout `op` reads the tensor its region captures in (an
+  /// embedding lookup's table); null when it reads captured tensors whole.
+  void setCapturedLayout(Operation *op, LayoutAttr layout) {
+    capturedLayouts[op] = layout;
   }
-  LayoutAttr getTableLayout(Operation *op) const {
-    return tableLayouts.lookup(op);
+  LayoutAttr getCapturedLayout(Operation *op) const {
+    return capturedLayouts.lookup(op);
   }
 
   /// Writes every strategy to its op: `shardx.operand_layouts` (when it has
@@ -102,7 +103,7 @@ private:
   FlatSymbolRefAttr mesh;
   LayoutAttr replicated;
   llvm::MapVector<Operation *, OpLayouts> opLayouts;
-  DenseMap<Operation *, LayoutAttr> tableLayouts;
+  DenseMap<Operation *, LayoutAttr> capturedLayouts;
 };
 
 } // namespace mlir::shardx

@@ -1,0 +1,62 @@
+//===- EmbeddingRule.h - The sharding rule of embedding lookups -*- C++ -*-===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+//
+// An embedding lookup gathers rows of a 2-D table by an index tensor. The
+// importer writes it as a linalg.generic over the index whose body reads
+// the table (captured from above, not an operand) with tensor.extract, so
+// the ShardingRuleOpInterface rule of the generic cannot name the table.
+// This is the lookup's rule, read as Shardy and GSPMD read a gather:
+//
+//   index [b...], init [b..., d], table (captured) [v, d] -> [b..., d]
+//
+// with b... the index dims (parallel), d the table's columns (parallel:
+// the result's last dim is split like the table's columns) and v the
+// vocabulary (the table's rows): a table split by rows is looked up
+// masked — each rank reads the rows it holds and yields zeros for the
+// others — so the result is a pending sum over the row axes. The table
+// leads: its layout decides the lookup's, the index keeps its own only on
+// axes the table does not use.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARDX_RULES_EMBEDDINGRULE_H
+#define SHARDX_RULES_EMBEDDINGRULE_H
+
+#include "shardx/Layout/Layout.h"
+
+#include "mlir/IR/Operation.h"
+
+#include <optional>
+
+namespace mlir::shardx {
+
+/// An embedding lookup as the importer writes it: a linalg.generic over the
+/// index tensor whose body yields `tensor.extract %table[index_cast(%idx),
+/// linalg.index(last)]` of a 2-D table captured from above.
+struct EmbeddingLookup {
+  Value table;
+  Operation *extract;
+};
+std::optional<EmbeddingLookup> matchEmbeddingLookup(Operation *op);
+
+/// The layouts of an embedding lookup under its rule.
+struct EmbeddingShardings {
+  ::shardx::Layout index, init, result;
+};
+
+/// The lookup's layouts when its table is in `table` and its index in
+/// `index` (the result of rank `resultRank`, on a mesh of `meshRank` axes),
+/// or none when the table is not split by stride-1 rows and/or columns
+/// (then the lookup runs replicated, as every op reading a captured
+/// tensor does).
+std::optional<EmbeddingShardings>
+shardEmbeddingLookup(const ::shardx::Layout &table,
+                     const ::shardx::Layout &index, int64_t resultRank,
+                     int64_t meshRank);
+
+} // namespace mlir::shardx
+
+#endif // SHARDX_RULES_EMBEDDINGRULE_H

@@ -1,0 +1,99 @@
+//===- EmbeddingRule.cpp - The sharding rule of embedding lookups ---------===//
+//
+// Part of ShardX.
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Rules/EmbeddingRule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::DimSharding;
+using ::shardx::Layout;
+using ::shardx::ReduceOp;
+using ::shardx::Split;
+
+std::optional<EmbeddingLookup>
+mlir::shardx::matchEmbeddingLookup(Operation *op) {
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic || generic.getNumDpsInputs() != 1 ||
+      generic.getNumDpsInits() != 1 || generic->getNumResults() != 1 ||
+      generic.getNumReductionLoops() != 0)
+    return std::nullopt;
+  Block *body = generic.getBlock();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  auto extract = yield.getOperand(0).getDefiningOp<tensor::ExtractOp>();
+  if (!extract || extract->getParentOp() != op ||
+      extract.getIndices().size() != 2)
+    return std::nullopt;
+  Value table = extract.getTensor();
+  if (op->isAncestor(table.getParentRegion()->getParentOp()))
+    return std::nullopt;
+  auto cast = extract.getIndices()[0].getDefiningOp<arith::IndexCastOp>();
+  auto col = extract.getIndices()[1].getDefiningOp<linalg::IndexOp>();
+  unsigned loops = generic.getNumLoops();
+  if (!cast || cast.getIn() != body->getArgument(0) || !col ||
+      col.getDim() != loops - 1)
+    return std::nullopt;
+  AffineMap outMap = generic.getIndexingMapsArray()[1];
+  if (!outMap.isIdentity())
+    return std::nullopt;
+  return EmbeddingLookup{table, extract};
+}
+
+/// The mesh axes `d`'s splits use, as a bit set.
+static uint64_t axesOf(const DimSharding *d) {
+  uint64_t axes = 0;
+  if (d)
+    for (const Split &s : d->splits)
+      axes |= uint64_t(1) << s.axis;
+  return axes;
+}
+
+std::optional<EmbeddingShardings>
+mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
+                                   int64_t resultRank, int64_t meshRank) {
+  const DimSharding *rows = table.getDim(0); // factor v
+  const DimSharding *cols = table.getDim(1); // factor d
+  auto unitStrides = [](const DimSharding *d) {
+    return !d || llvm::all_of(d->splits,
+                              [](const Split &s) { return s.stride == 1; });
+  };
+  if (!(rows || cols) || table.hasPartial() || !unitStrides(rows) ||
+      !unitStrides(cols))
+    return std::nullopt;
+  // Factors b...: the index's splits, unless they share an axis with the
+  // table's (the table leads).
+  uint64_t tableAxes = axesOf(rows) | axesOf(cols);
+  Layout idx = index;
+  bool disjoint = !idx.hasPartial();
+  for (const auto &d : idx.getDims())
+    disjoint &= !(axesOf(&d) & tableAxes);
+  if (!disjoint)
+    idx = Layout(meshRank);
+  Layout result(meshRank);
+  for (const auto &d : idx.getDims()) {
+    for (const Split &s : d.splits)
+      result.addSplit(d.dim, s);
+    if (!d.sizes.empty())
+      result.setSizes(d.dim, d.sizes);
+  }
+  // Factor d: the result's last dim.
+  int64_t last = resultRank - 1;
+  if (cols) {
+    for (const Split &s : cols->splits)
+      result.addSplit(last, s);
+    if (!cols->sizes.empty())
+      result.setSizes(last, cols->sizes);
+  }
+  // Factor v: the masked lookup's pending sum.
+  Layout init = result;
+  if (rows)
+    for (const Split &s : rows->splits)
+      result.setPartial(s.axis, ReduceOp::Sum);
+  return EmbeddingShardings{std::move(idx), std::move(init), std::move(result)};
+}
