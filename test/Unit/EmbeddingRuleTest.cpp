@@ -1,0 +1,121 @@
+//===- EmbeddingRuleTest.cpp - The embedding lookup's sharding rule -------===//
+//
+// Part of ShardX.
+//
+// shardx/Rules/EmbeddingRule.h: which linalg.generic is an embedding lookup,
+// and the lookup's layouts given its table's and index's (the table leads;
+// a row-split table gives a pending sum, a column-split one a split last
+// dim).
+//
+//===----------------------------------------------------------------------===//
+
+#include "shardx/Rules/EmbeddingRule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace mlir::shardx;
+using ::shardx::Layout;
+using ::shardx::ReduceOp;
+using ::shardx::Split;
+
+namespace {
+
+// A lookup of %table's rows by %idx, then an elementwise generic that is
+// not one.
+constexpr const char *kProgram = R"mlir(
+func.func @f(%table: tensor<11x8xf32>, %idx: tensor<2x3xi64>) -> tensor<2x3x8xf32> {
+  %e = tensor.empty() : tensor<2x3x8xf32>
+  %v = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%idx : tensor<2x3xi64>) outs(%e : tensor<2x3x8xf32>) {
+  ^bb0(%i: i64, %o: f32):
+    %r = arith.index_cast %i : i64 to index
+    %c = linalg.index 2 : index
+    %x = tensor.extract %table[%r, %c] : tensor<11x8xf32>
+    linalg.yield %x : f32
+  } -> tensor<2x3x8xf32>
+  %t = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v : tensor<2x3x8xf32>) outs(%e : tensor<2x3x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %y = math.tanh %a : f32
+    linalg.yield %y : f32
+  } -> tensor<2x3x8xf32>
+  return %t : tensor<2x3x8xf32>
+}
+)mlir";
+
+TEST(EmbeddingRuleTest, MatchesTheLookupOnly) {
+  MLIRContext context;
+  context.loadDialect<arith::ArithDialect, func::FuncDialect,
+                      linalg::LinalgDialect, math::MathDialect,
+                      tensor::TensorDialect>();
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(kProgram, &context);
+  ASSERT_TRUE(module);
+  auto fn = *module->getOps<func::FuncOp>().begin();
+  SmallVector<linalg::GenericOp> generics(fn.getOps<linalg::GenericOp>());
+  ASSERT_EQ(generics.size(), 2u);
+  std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(generics[0]);
+  ASSERT_TRUE(lookup);
+  EXPECT_EQ(lookup->table, fn.getArgument(0));
+  EXPECT_TRUE(isa<tensor::ExtractOp>(lookup->extract));
+  EXPECT_FALSE(matchEmbeddingLookup(generics[1]));
+  EXPECT_FALSE(matchEmbeddingLookup(fn.getBody().front().getTerminator()));
+}
+
+// On a 2-axis mesh: `dims` as (dim, axis) splits.
+Layout layout(std::initializer_list<std::pair<int64_t, int64_t>> dims) {
+  Layout l(2);
+  for (auto [dim, axis] : dims)
+    l.addSplit(dim, Split{axis, 1});
+  return l;
+}
+
+TEST(EmbeddingRuleTest, RowSplitTableGivesAPendingSum) {
+  // Table rows on axis 0, index batch on axis 1: the index keeps its split.
+  auto s = shardEmbeddingLookup(layout({{0, 0}}), layout({{0, 1}}),
+                                /*resultRank=*/3, /*meshRank=*/2);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->index.str(), layout({{0, 1}}).str());
+  EXPECT_EQ(s->init.str(), layout({{0, 1}}).str());
+  Layout result = layout({{0, 1}});
+  result.setPartial(0, ReduceOp::Sum);
+  EXPECT_EQ(s->result.str(), result.str());
+  EXPECT_FALSE(s->init.hasPartial());
+}
+
+TEST(EmbeddingRuleTest, ColumnSplitTableSplitsTheLastDim) {
+  auto s = shardEmbeddingLookup(layout({{1, 1}}), Layout(2), 3, 2);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->index.isReplicated());
+  EXPECT_EQ(s->result.str(), layout({{2, 1}}).str());
+  EXPECT_EQ(s->init.str(), layout({{2, 1}}).str());
+  EXPECT_FALSE(s->result.hasPartial());
+}
+
+TEST(EmbeddingRuleTest, TheTableLeadsOnASharedAxis) {
+  // Both on axis 0: the index is read whole.
+  auto s = shardEmbeddingLookup(layout({{0, 0}}), layout({{0, 0}}), 3, 2);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->index.isReplicated());
+  EXPECT_TRUE(s->result.getDims().empty());
+  EXPECT_TRUE(s->result.hasPartial());
+}
+
+TEST(EmbeddingRuleTest, NoRuleForAWholeOrPendingTable) {
+  EXPECT_FALSE(shardEmbeddingLookup(Layout(2), Layout(2), 3, 2));
+  Layout pending = layout({{0, 0}});
+  pending.setPartial(1, ReduceOp::Sum);
+  EXPECT_FALSE(shardEmbeddingLookup(pending, Layout(2), 3, 2));
+  Layout strided(2);
+  strided.addSplit(0, Split{0, 2});
+  EXPECT_FALSE(shardEmbeddingLookup(strided, Layout(2), 3, 2));
+}
+
+} // namespace
