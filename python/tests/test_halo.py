@@ -118,29 +118,32 @@ def test_compiled_steps_match_eager(name):
 
 def test_pooling_halo_bytes_are_the_lower_bound(build_dir, tmp_path):
     """print-plan for PoolUNet at 16x16 on 2x2: the 2x2 max pooling's
-    windows (values and indices) tile the 8x8 shards, a halo of 0 bytes;
-    every halo at half resolution (the convolution's, the 3x3 average
-    pooling's and its input gradient's) is the lower bound: the 8x8 image
-    padded to 10x10 is split 5/5 each way and a rank's windows read one
-    row of 5 and then one column of 6 (the corner once), 11 pixels of 2
-    images x 4 channels of f32. No activation is resharded. The max
-    pooling's input gradient (a stride-1 window over the output gradient
-    inserted at stride 2) exchanges a row each side of the inserted
-    gradient and indices: more than the 0 its disjoint windows need."""
+    windows (values and indices) tile the 8x8 shards, a halo of 0 bytes,
+    and its input gradient (disjoint windows) moves nothing; every other
+    halo is its window's lower bound: a rank holding a padded shard of
+    `side` x `side` reads one row of `side` and one column of `side + 1`
+    past it (the corner once), `2 side + 1` pixels of each image plane.
+    Full resolution (18 padded rows split 9/9): the first convolution
+    (2 images x 2 channels; forward and weight gradient) and the last one
+    (8 input channels: forward and weight gradient; 2 output channels:
+    input gradient); half resolution (10 padded rows, 5/5, 4 channels):
+    the middle convolution (forward, input and weight gradients) and the
+    3x3 average pooling (forward and input gradient). No activation is
+    resharded: the plans are the weight gradients' all-reduces."""
     step, mesh, ins, outs, args = _step("pool16")
     path = tmp_path / "pool16.mlir"
     path.write_text(trace(step, args, mesh, ins, outs, name="pool16"))
     plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
                      "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
-    halos = re.findall(r"halo of operand (\d) dim (\d) over mesh axis \d \(low (\d), high (\d)\): "
+    halos = re.findall(r"halo of operand \d dim \d over mesh axis \d \(low (\d), high (\d)\): "
                        r"(\d+) bytes/rank", plan)
-    untouched = [h for h in halos if h[2:4] == ("0", "0")]
-    assert len(untouched) == 4 and all(h[4] == "0" for h in untouched), halos
-    planes, f32 = 2 * 4, 4
-    half = {("2", str(5 * planes * f32)), ("3", str(6 * planes * f32))}
-    # The half-resolution halos: the middle convolution's (forward, input
-    # and weight gradients) and the average pooling's (forward, backward).
-    assert sum((h[1], h[4]) in half for h in halos) >= 2 * 5, halos
+    untouched = [h for h in halos if h[:2] == ("0", "0")]
+    assert len(untouched) == 4 and all(h[2] == "0" for h in untouched), halos
+
+    def bound(side, planes):
+        return (2 * side + 1) * planes * 4
+    lower = 2 * bound(9, 2 * 2) + 2 * bound(9, 2 * 8) + bound(9, 2 * 2) + 5 * bound(5, 2 * 4)
+    assert sum(int(h[2]) for h in halos) == lower == 5104, halos
     assert all("[P(sum), P(sum)] -> [R, R]" in line
                for line in plan.splitlines() if "remark: plan" in line), plan
 
@@ -176,3 +179,28 @@ def test_max_pool_partial_window_is_decomposed():
         return F.max_pool2d(x, 2, ceil_mode=True)
     text = _trace_pool(fn, torch.randn(1, 2, 9, 9))
     assert "tensor<1x2x5x5xf32>" in text
+
+
+class _TiedPool(torch.nn.Module):
+    """Max pooling of ``x * scale`` with a per-pixel ``scale`` (ones): its
+    gradient lands on each window's first maximum, so ties (x in {0, 1})
+    check that the sharded window picks the pixel PyTorch picks."""
+
+    def __init__(self, side: int):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(side, side))
+
+    def forward(self, x):
+        return F.max_pool2d(x * self.scale, 3, stride=2, padding=1)
+
+
+def test_max_pool_ties_match_eager():
+    torch.manual_seed(0)
+    step = TrainStep(_TiedPool(12), F.mse_loss, "sgd", lr=0.1)
+    x = torch.randint(0, 2, (2, 3, 12, 12)).float()
+    y = torch.randn(2, 3, 6, 6)
+    mesh = Mesh((2,), ("h",))
+    ins, outs = step.placements(mesh, {}, [[S(2)]], [S(2)])
+    args = step.example_args([x], y)
+    f = shardx.compile(step, mesh, ins, outs)
+    assert_steps_match_eager(f, step, args, "tied")

@@ -154,6 +154,12 @@ def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn
     kw`` (i64)."""
     n, c, h, w = x.shape
     ho, wo = gys[0].shape[2:]
+    # Disjoint windows, pooled rows that every mesh axis splits evenly
+    # (the reshape keeps an even split of a merged dim only).
+    axes = getattr(imp.mesh, "shape", None) or (1,)
+    if (not any(p) and all(d[i] * (k[i] - 1) < s[i] for i in range(2))
+            and all(ho % a == 0 and wo % a == 0 for a in axes)):
+        return _disjoint_back(imp, gys, x, k, s, d, body_fn)
     q = [d[i] * (k[i] - 1) - p[i] for i in range(2)]
     if min(q) < 0:
         raise UnsupportedOpError("pooling backward with padding past the window's extent")
@@ -185,6 +191,39 @@ def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn
     dt = gys[0].dtype
     return _window(imp, zs, [], x.shape, dt, [e[0] + 1, e[1] + 1], [1, 1], [1, 1],
                    imp.em.full(x.shape, 0, dt), body)
+
+
+def _disjoint_back(imp, gys: Sequence[Value], x: Value, k, s, d, body_fn) -> Value:
+    """The input gradient of a pooling whose windows do not overlap
+    (``d (k - 1) < s``, no padding, 2x2 stride-2 pooling): input row ``s oh
+    + r`` is read only by window ``oh`` (at tap ``r / d`` where ``d``
+    divides ``r`` and ``r / d < k``), so the gradient is an elementwise
+    op of the output gradient into ``(n, c, Ho, s, Wo, s)``, reshaped to
+    ``(Ho s, Wo s)`` and padded with the rows no window reads: a split of
+    the pooled rows keeps its split with no halo."""
+    n, c, h, w = x.shape
+    ho, wo = gys[0].shape[2:]
+    i64 = torch.int64
+
+    def body(b, v, o):
+        hit, kh = None, []
+        for a, loop in enumerate((3, 5)):
+            r = b.v(f"arith.index_cast {b.v(f'linalg.index {loop} : index')} : index to i64")
+            ok = b.compare("le", r, b.const(d[a] * (k[a] - 1), i64), i64)
+            if d[a] > 1:
+                rem = b.v(f"arith.remsi {r}, {b.const(d[a], i64)} : i64")
+                ok = b.binary("and", ok, b.compare("eq", rem, b.const(0, i64), i64), torch.bool)
+                r = b.binary("div", r, b.const(d[a], i64), i64)
+            hit = ok if hit is None else b.binary("and", hit, ok, torch.bool)
+            kh.append(r)
+        tap = b.binary("add", b.binary("mul", kh[0], b.const(k[1], i64), i64), kh[1], i64)
+        return body_fn(b, v, o, hit, tap)
+    dt = gys[0].dtype
+    g = imp.em.generic((n, c, ho, s[0], wo, s[1]), dt, [(v, ["d0", "d1", "d2", "d4"]) for v in gys],
+                       ["parallel"] * 6, [f"d{i}" for i in range(6)], body,
+                       init=imp.em.full((n, c, ho, s[0], wo, s[1]), 0, dt))
+    g = imp.em.reshape(g, [n, c, ho * s[0], wo * s[1]])
+    return pad(imp, g, [0, 0, 0, 0], [0, 0, h - ho * s[0], w - wo * s[1]], 0)
 
 
 @handles(aten.max_pool2d_with_indices_backward.default)
