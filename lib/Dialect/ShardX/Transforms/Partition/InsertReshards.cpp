@@ -143,7 +143,8 @@ private:
   }
 
   /// Tensors read from inside `op`'s regions (captured) must be whole, or
-  /// in the embedding table's layout.
+  /// in the layout `op` reads them in (`shardx.table_layout`, set by a rule
+  /// that reads a captured tensor: the embedding lookup's).
   void reshardCaptured(Operation &op) {
     SmallVector<OpOperand *> captured;
     op.walk([&](Operation *inner) {
