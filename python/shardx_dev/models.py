@@ -160,6 +160,25 @@ class PoolUNet(nn.Module):
         return self.dec(torch.cat([a, u], 1))
 
 
+class HaloNet1d(nn.Module):
+    """A 1-d CNN (NCL) for sequence/domain splits of L: a 3-tap convolution,
+    optionally a 2x max pooling, a stride-2 convolution and a dilated one
+    (dilation 2, 5-row extent)."""
+
+    def __init__(self, cin: int = 2, width: int = 4, cout: int = 2, pool: bool = True):
+        super().__init__()
+        self.pool = pool
+        self.a = nn.Conv1d(cin, width, 3, padding=1)
+        self.b = nn.Conv1d(width, width, 3, stride=2, padding=1)
+        self.c = nn.Conv1d(width, cout, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        h = F.relu(self.a(x))
+        if self.pool:
+            h = F.max_pool1d(h, 2)
+        return self.c(F.relu(self.b(h)))
+
+
 class LlamaBlock(nn.Module):
     """A Llama-style decoder block for context parallelism: RMSNorm, rotary
     position embeddings (RoPE), grouped-query attention with a causal mask,

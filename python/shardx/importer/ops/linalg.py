@@ -1,6 +1,7 @@
 """Contractions: ``mm``/``bmm``/``addmm`` as ``linalg.matmul`` and
 ``linalg.batch_matmul``; 2-d convolutions (NCHW, groups 1) and their
-backward as ``linalg.conv_2d_nchw_fchw`` on a ``tensor.pad``ded input."""
+backward as ``linalg.conv_2d_nchw_fchw`` on a ``tensor.pad``ded input; 1-d
+convolutions (NCL) as 2-d ones of a unit H."""
 
 from __future__ import annotations
 
@@ -56,17 +57,36 @@ def conv2d(imp, x: Value, w: Value, stride, dilation, out_shape, dtype) -> Value
     return Value(name, tuple(out_shape), dtype)
 
 
+def _lift_1d(imp, values, stride, padding, dilation):
+    """A 1-d convolution (NCL) as a 2-d one of a unit H (NC1L): each 3-d
+    value gets a unit dim 2, the parameters a stride 1, padding 0 and
+    dilation 1 for it. The L dim is then the 2-d convolution's W, a
+    windowed dim like it (docs/Rules.md, "Windowed ops")."""
+    lifted = [v if v is None or v.rank != 3 else imp.em.reshape(v, [v.shape[0], v.shape[1], 1, v.shape[2]])
+              for v in values]
+    one = lambda v, pad: [pad] + (list(v) if isinstance(v, (list, tuple)) else [v])
+    return lifted, one(stride, 1), one(padding, 0), one(dilation, 1)
+
+
+def _drop_unit(imp, v: Value) -> Value:
+    return imp.em.reshape(v, [v.shape[0], v.shape[1], v.shape[3]])
+
+
 @handles(aten.convolution.default)
 def _convolution(imp, node, args, kwargs):
     x, w, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-    stride, padding, dilation = _conv_params(x, w, stride, padding, dilation, transposed, groups)
     shape, dtype = _out(node)
+    one_d = x.rank == 3 and not transposed and groups == 1 and not isinstance(padding, str)
+    if one_d:
+        (x, w), stride, padding, dilation = _lift_1d(imp, [x, w], stride, padding, dilation)
+        shape = (shape[0], shape[1], 1, shape[2])
+    stride, padding, dilation = _conv_params(x, w, stride, padding, dilation, transposed, groups)
     xp = pad(imp, x, [0, 0] + padding, [0, 0] + padding, 0)
     y = conv2d(imp, xp, w, stride, dilation, shape, dtype)
     if bias is not None:
         b = imp.em.reshape(bias, [bias.shape[0], 1, 1])
         y = imp.em.elementwise(shape, dtype, [y, b], lambda bd, v: bd.binary("add", v[0], v[1], dtype))
-    return y
+    return _drop_unit(imp, y) if one_d else y
 
 
 @handles(aten.convolution_backward.default)
@@ -76,6 +96,11 @@ def _convolution_backward(imp, node, args, kwargs):
     with the output gradient (stride and dilation swap roles); grad bias: a
     sum."""
     gy, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args[:11]
+    if x.rank == 3 and not transposed and groups == 1:
+        (gy, x, w), stride, padding, dilation = _lift_1d(imp, [gy, x, w], stride, padding, dilation)
+        res = _convolution_backward(imp, node, [gy, x, w, None, stride, padding, dilation, transposed,
+                                                None, groups, mask], kwargs)
+        return [r if r is None or r.rank != 4 else _drop_unit(imp, r) for r in res]
     s, p, d = _conv_params(x, w, stride, padding, dilation, transposed, groups)
     n, c, h, wd = x.shape
     f, _, kh, kw = w.shape

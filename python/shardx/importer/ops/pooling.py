@@ -95,14 +95,19 @@ def _tap(b, kw: int) -> str:
 def _check_indices_users(imp, node):
     """The indices (``node``'s second result) feed only the backward op (or
     a region's output, which a backward region reads)."""
+    views = {aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
+             aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.clone.default}
+
+    def ok(u) -> bool:
+        # The backward, a region's output, or a view or copy (max_pool1d's
+        # decomposition squeezes the indices) read only so.
+        if u.target is aten.max_pool2d_with_indices_backward.default:
+            return True
+        if u.op == "output":
+            return getattr(imp, "in_region", False)
+        return u.target in views and all(ok(v) for v in u.users)
     for g in node.users:
-        if g.target is not operator.getitem or g.args[1] != 1:
-            continue
-        for u in g.users:
-            if u.target is aten.max_pool2d_with_indices_backward.default:
-                continue
-            if u.op == "output" and getattr(imp, "in_region", False):
-                continue
+        if g.target is operator.getitem and g.args[1] == 1 and not all(ok(u) for u in g.users):
             raise UnsupportedOpError(
                 "max_pool2d's indices used other than by its backward (the importer's indices "
                 "are window taps, not PyTorch's flat indices)")
@@ -155,10 +160,11 @@ def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn
     n, c, h, w = x.shape
     ho, wo = gys[0].shape[2:]
     # Disjoint windows, pooled rows that every mesh axis splits evenly
-    # (the reshape keeps an even split of a merged dim only).
+    # (the reshape keeps an even split of a merged dim only; a unit dim,
+    # max_pool1d's H, is never split).
     axes = getattr(imp.mesh, "shape", None) or (1,)
     if (not any(p) and all(d[i] * (k[i] - 1) < s[i] for i in range(2))
-            and all(ho % a == 0 and wo % a == 0 for a in axes)):
+            and all(v % a == 0 for a in axes for v in (ho, wo) if v > 1)):
         return _disjoint_back(imp, gys, x, k, s, d, body_fn)
     q = [d[i] * (k[i] - 1) - p[i] for i in range(2)]
     if min(q) < 0:
