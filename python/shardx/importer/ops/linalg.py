@@ -39,7 +39,7 @@ def _conv_params(x: Value, w: Value, stride, padding, dilation, transposed, grou
     if groups != 1:
         raise UnsupportedOpError(f"grouped convolution (groups={groups})")
     if x.rank != 4:
-        raise UnsupportedOpError(f"{x.rank - 2}-d convolution (only 2-d, NCHW)")
+        raise UnsupportedOpError(f"{x.rank - 2}-d convolution (only 1-d NCL and 2-d NCHW)")
     if isinstance(padding, str):
         raise UnsupportedOpError(f"padding={padding!r}")
     sp = lambda v: list(v) * 2 if len(v) == 1 else list(v)
