@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import unittest.mock
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -145,6 +146,37 @@ def _user_frame(e: BaseException) -> str:
     return ""
 
 
+class _LazyTraceback:
+    """What FX's ``create_node`` takes for ``CapturedTraceback`` while a
+    trace runs: the same frames (create_node's caller outwards) as a
+    ``StackSummary`` whose source lines are read only when formatted.
+    PyTorch's reads the line of every frame of every node's stack (about 35
+    frames deep under make_fx's dispatch) and then keeps the few from the
+    step's own code: at 32 layers of bench/compile_latency_bench.py's GPT,
+    240,000 ``linecache`` reads, 1.5 s of a 17 s (profiled) trace. The
+    stack traces recorded are the same text."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame):
+        self.frame = frame
+
+    @staticmethod
+    def extract(*, script=False, cpp=False, skip=0):
+        return _LazyTraceback(sys._getframe(1 + skip))
+
+    def summary(self) -> traceback.StackSummary:
+        frames = []
+        f, self.frame = self.frame, None
+        while f is not None:
+            code = f.f_code
+            frames.append(traceback.FrameSummary(code.co_filename, f.f_lineno, code.co_name,
+                                                 lookup_line=False))
+            f = f.f_back
+        frames.reverse()
+        return traceback.StackSummary.from_list(frames)
+
+
 def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
     """The two ``make_fx`` passes, on fake copies of the inputs (``fake``)
     or on the inputs themselves."""
@@ -167,6 +199,9 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
     # take their capturable (tensor step) path as under torch.compile.
     with contextlib.ExitStack() as stack:
         _skip_fake_mode_stacks(stack)
+        if hasattr(torch.fx.proxy, "CapturedTraceback"):
+            stack.enter_context(unittest.mock.patch.object(torch.fx.proxy, "CapturedTraceback",
+                                                           _LazyTraceback))
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
@@ -185,8 +220,12 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             stack.enter_context(mode)
         _mark_checkpoint_recomputation(stack)
         with fx_traceback.preserve_node_meta():
-            g0 = make_fx(flat_fn, record_stack_traces=True)(*flat_args)
+            # An explicit (empty) table: make_fx's default one turns each
+            # detach into an alias through a second dispatch (2 ms an op at
+            # 32 layers); _drop_aliases removes them either way.
+            g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
+        _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
         detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in flat_args]
@@ -294,6 +333,30 @@ def _mark_checkpoint_recomputation(stack: contextlib.ExitStack) -> None:
 def _recompute_mark(node) -> Optional[int]:
     """The checkpoint whose recomputation traced the node, or None."""
     return (node.meta.get("custom") or {}).get("shardx.recompute")
+
+
+def _drop_aliases(g: torch.fx.GraphModule) -> None:
+    """Removes pass 1's ``aten.detach`` and ``aten.alias`` nodes (the step's
+    ``p.detach().requires_grad_()``, an optimizer's ``p.detach()``) whose
+    users read them without writing, calling their input instead. Pass 2
+    has no autograd to cut and removes views anyway, but takes each alias
+    through functionalization and the reference decomposition (at 32
+    layers of bench/compile_latency_bench.py's GPT, 779 aliases, 1.6 s of a
+    17 s profiled trace). An alias that is an output, or that an op
+    mutates, stays."""
+    graph = g.graph
+    nodes = list(graph.find_nodes(op="call_function", target=aten.alias.default)) + \
+        list(graph.find_nodes(op="call_function", target=aten.detach.default))
+    for node in nodes:
+        src = node.args[0] if node.args else None
+        if not isinstance(src, torch.fx.Node) or node.kwargs:
+            continue
+        if any(u.op == "output" or not isinstance(u.target, (torch._ops.OpOverload, type(len)))
+               or (isinstance(u.target, torch._ops.OpOverload) and u.target._schema.is_mutable)
+               for u in node.users):
+            continue
+        node.replace_all_uses_with(src)
+        graph.erase_node(node)
 
 
 def _backward_lines_from_forward(g: torch.fx.GraphModule) -> None:
