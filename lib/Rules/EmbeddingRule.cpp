@@ -97,3 +97,25 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
       result.setPartial(s.axis, ReduceOp::Sum);
   return EmbeddingShardings{std::move(idx), std::move(init), std::move(result)};
 }
+
+std::optional<CapturingOpShardings>
+mlir::shardx::shardCapturingOp(Operation *op,
+                               function_ref<const Layout &(Value)> layoutOf,
+                               int64_t meshRank) {
+  std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
+  if (!lookup)
+    return std::nullopt;
+  const Layout &table = layoutOf(lookup->table);
+  auto generic = cast<linalg::GenericOp>(op);
+  int64_t rank =
+      cast<RankedTensorType>(generic->getResult(0).getType()).getRank();
+  std::optional<EmbeddingShardings> s = shardEmbeddingLookup(
+      table, layoutOf(generic.getDpsInputs()[0]), rank, meshRank);
+  if (!s)
+    return std::nullopt;
+  CapturingOpShardings out;
+  out.operands = {std::move(s->index), std::move(s->init)};
+  out.results = {std::move(s->result)};
+  out.captured = table;
+  return out;
+}

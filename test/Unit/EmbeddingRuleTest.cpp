@@ -67,6 +67,20 @@ TEST(EmbeddingRuleTest, MatchesTheLookupOnly) {
   EXPECT_TRUE(isa<tensor::ExtractOp>(lookup->extract));
   EXPECT_FALSE(matchEmbeddingLookup(generics[1]));
   EXPECT_FALSE(matchEmbeddingLookup(fn.getBody().front().getTerminator()));
+
+  // As propagation asks it: the op's layouts and the table's, by values.
+  Layout rows(2), whole(2);
+  rows.addSplit(0, Split{0, 1});
+  auto layoutOf = [&](Value v) -> const Layout & {
+    return v == fn.getArgument(0) ? rows : whole;
+  };
+  auto s = shardCapturingOp(generics[0], layoutOf, /*meshRank=*/2);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->operands.size(), 2u);
+  ASSERT_EQ(s->results.size(), 1u);
+  EXPECT_EQ(s->captured.str(), rows.str());
+  EXPECT_TRUE(s->results[0].hasPartial());
+  EXPECT_FALSE(shardCapturingOp(generics[1], layoutOf, 2));
 }
 
 // On a 2-axis mesh: `dims` as (dim, axis) splits.

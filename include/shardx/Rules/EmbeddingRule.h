@@ -29,6 +29,8 @@
 
 #include "mlir/IR/Operation.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <optional>
 
 namespace mlir::shardx {
@@ -56,6 +58,20 @@ std::optional<EmbeddingShardings>
 shardEmbeddingLookup(const ::shardx::Layout &table,
                      const ::shardx::Layout &index, int64_t resultRank,
                      int64_t meshRank);
+
+/// The layouts of an op whose region reads a tensor captured from above
+/// through a rule of its own (today the embedding lookup's): its tensor
+/// operands', its tensor results' and the captured tensor's, given the
+/// layouts values have now (`layoutOf`). None when `op` has no such rule or
+/// its rule does not apply (then it runs replicated).
+struct CapturingOpShardings {
+  SmallVector<::shardx::Layout, 2> operands, results;
+  ::shardx::Layout captured;
+};
+std::optional<CapturingOpShardings>
+shardCapturingOp(Operation *op,
+                 function_ref<const ::shardx::Layout &(Value)> layoutOf,
+                 int64_t meshRank);
 
 } // namespace mlir::shardx
 

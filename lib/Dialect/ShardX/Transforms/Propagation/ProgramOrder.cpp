@@ -155,25 +155,23 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
     state.set(op, space.replicated(op));
     return success();
   }
-  // An op that reads a captured tensor through a rule of its own (an
-  // embedding lookup, shardx/Rules/EmbeddingRule.h) reads it in the
-  // layout it has.
-  if (std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
-      lookup && !userLayoutsOnly) {
-    const Layout &table = space.layoutOf(lookup->table);
-    int64_t rank = cast<RankedTensorType>(results[0].getType()).getRank();
-    if (std::optional<EmbeddingShardings> chosen = shardEmbeddingLookup(
-            table, space.layoutOf(operands[0]), rank, space.getMeshRank())) {
+  // An op that reads a captured tensor through a rule of its own
+  // (shardx/Rules/EmbeddingRule.h) reads it in the layout it has.
+  if (!userLayoutsOnly) {
+    auto layoutOf = [&](Value v) -> const Layout & {
+      return space.layoutOf(v);
+    };
+    if (std::optional<CapturingOpShardings> chosen =
+            shardCapturingOp(op, layoutOf, space.getMeshRank())) {
       OpLayouts s;
-      s.operandLayouts = {std::move(chosen->index), std::move(chosen->init)};
-      s.resultLayouts = {std::move(chosen->result)};
+      s.operandLayouts.assign(chosen->operands.begin(), chosen->operands.end());
+      s.resultLayouts.assign(chosen->results.begin(), chosen->results.end());
       s.valid = true;
       LLVM_DEBUG(llvm::dbgs()
-                 << "embedding lookup " << op->getName() << ": " << describe(s)
-                 << ", table " << table.str() << "\n");
-      LayoutAttr tableAttr = state.attr(table);
+                 << "captured read " << op->getName() << ": " << describe(s)
+                 << ", captured " << chosen->captured.str() << "\n");
       state.set(op, std::move(s));
-      state.setCapturedLayout(op, tableAttr);
+      state.setCapturedLayout(op, state.attr(chosen->captured));
       return success();
     }
   }
