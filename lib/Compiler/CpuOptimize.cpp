@@ -19,6 +19,8 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Dialect/ShardX/IR/RuntimeDType.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -323,20 +325,20 @@ void mlir::shardx::packSlicesAsConcat(ModuleOp module) {
 }
 
 LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
-  return contractionsToGemmCalls(
-      module, "shardx_rt_matmul_", "shardx_rt_batch_matmul_",
-      [](Type elt) -> std::optional<std::string> {
-        if (elt.isF32())
-          return std::string("f32");
-        if (elt.isF64())
-          return std::string("f64");
-        return std::nullopt;
-      });
+  return contractionsToGemmCalls(module, "shardx_rt_matmul_",
+                                 "shardx_rt_batch_matmul_", {"f32", "f64"});
 }
 
-LogicalResult mlir::shardx::contractionsToGemmCalls(
-    ModuleOp module, StringRef gemm, StringRef batchedGemm,
-    llvm::function_ref<std::optional<std::string>(Type)> suffix) {
+LogicalResult
+mlir::shardx::contractionsToGemmCalls(ModuleOp module, StringRef gemm,
+                                      StringRef batchedGemm,
+                                      ArrayRef<StringRef> dtypes) {
+  auto suffix = [&](Type elt) -> std::optional<std::string> {
+    std::optional<rt::DType> type = getRuntimeDType(elt);
+    if (!type || !llvm::is_contained(dtypes, rt::stringifyDType(*type)))
+      return std::nullopt;
+    return std::string(rt::stringifyDType(*type));
+  };
   MLIRContext *ctx = module.getContext();
   OpBuilder builder(ctx);
   SmallVector<std::pair<linalg::LinalgOp, linalg::ContractionDimensions>> ops;
@@ -410,30 +412,32 @@ namespace mlir::shardx {
 namespace {
 
 struct FuseTensorOpsPass
-    : shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
+    : mlir::shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
   void runOnOperation() override {
-    if (failed(shardx::fuseTensorOps(getOperation())))
+    if (failed(mlir::shardx::fuseTensorOps(getOperation())))
       signalPassFailure();
   }
 };
 
 struct SplitSharedEmptyTensorsPass
-    : shardx::impl::SplitSharedEmptyTensorsPassBase<
+    : mlir::shardx::impl::SplitSharedEmptyTensorsPassBase<
           SplitSharedEmptyTensorsPass> {
   void runOnOperation() override {
-    shardx::splitSharedEmptyTensors(getOperation());
+    mlir::shardx::splitSharedEmptyTensors(getOperation());
   }
 };
 
 struct PackSlicesAsConcatPass
-    : shardx::impl::PackSlicesAsConcatPassBase<PackSlicesAsConcatPass> {
-  void runOnOperation() override { shardx::packSlicesAsConcat(getOperation()); }
+    : mlir::shardx::impl::PackSlicesAsConcatPassBase<PackSlicesAsConcatPass> {
+  void runOnOperation() override {
+    mlir::shardx::packSlicesAsConcat(getOperation());
+  }
 };
 
 struct ContractionsToBlasPass
-    : shardx::impl::ContractionsToBlasPassBase<ContractionsToBlasPass> {
+    : mlir::shardx::impl::ContractionsToBlasPassBase<ContractionsToBlasPass> {
   void runOnOperation() override {
-    if (failed(shardx::contractionsToBlasCalls(getOperation())))
+    if (failed(mlir::shardx::contractionsToBlasCalls(getOperation())))
       signalPassFailure();
   }
 };

@@ -371,19 +371,9 @@ namespace {
 struct ContractionsToCublasPass
     : mlir::shardx::impl::ContractionsToCublasPassBase<ContractionsToCublasPass> {
   void runOnOperation() override {
-    auto suffix = [](Type elt) -> std::optional<std::string> {
-      if (elt.isF32())
-        return std::string("f32");
-      if (elt.isF16())
-        return std::string("f16");
-      if (elt.isBF16())
-        return std::string("bf16");
-      return std::nullopt;
-    };
-    if (failed(mlir::shardx::contractionsToGemmCalls(getOperation(),
-                                               "shardx_rt_cuda_gemm_",
-                                               "shardx_rt_cuda_gemm_batched_",
-                                               suffix)))
+    if (failed(mlir::shardx::contractionsToGemmCalls(
+            getOperation(), "shardx_rt_cuda_gemm_",
+            "shardx_rt_cuda_gemm_batched_", {"f32", "f16", "bf16"})))
       signalPassFailure();
   }
 };

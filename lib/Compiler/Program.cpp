@@ -12,6 +12,7 @@
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Dialect/ShardX/IR/RuntimeDType.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/InitAll.h"
@@ -43,13 +44,6 @@ using namespace mlir::shardx;
 
 namespace {
 
-std::string typeString(Type type) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  type.print(os);
-  return s;
-}
-
 std::vector<int64_t> shapeOf(Type type) {
   std::vector<int64_t> shape;
   if (auto shaped = dyn_cast<ShapedType>(type); shaped && shaped.hasRank())
@@ -67,7 +61,7 @@ FailureOr<exec::TensorSpec> describeValue(func::FuncOp fn, Type type,
   spec.globalShape = shapeOf(global);
   auto shaped = dyn_cast<ShapedType>(type);
   Type element = shaped ? shaped.getElementType() : type;
-  std::optional<rt::DType> dtype = rt::parseDType(typeString(element));
+  std::optional<rt::DType> dtype = getRuntimeDType(element);
   if (!dtype)
     return fn.emitError("entry point ")
            << fn.getSymName() << " takes or returns " << element

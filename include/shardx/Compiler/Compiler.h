@@ -233,15 +233,15 @@ inline constexpr llvm::StringLiteral kProgramInfoAttr = "shardx.program_info";
 LogicalResult emitArtifact(ModuleOp module, const CompileOptions &options,
                            ArrayRef<std::string> libraries);
 
-
 /// After bufferization: replaces every (batched) GEMM contraction on
-/// buffers whose element type `suffix` names (std::nullopt: left alone) by a
-/// call of `<gemm><suffix>` or `<batchedGemm><suffix>` taking (A, B, C,
-/// accumulate) as strided views; a zero fill of C right before it becomes
+/// buffers whose element type is one of `dtypes` (the runtime's names,
+/// shardx/Runtime/DType.h; others are left alone) by a call of
+/// `<gemm><dtype>` or `<batchedGemm><dtype>` taking (A, B, C, accumulate)
+/// as strided views; a zero fill of C right before it becomes
 /// accumulate = 0. contractionsToBlasCalls is this with the OpenBLAS names.
-LogicalResult contractionsToGemmCalls(
-    ModuleOp module, StringRef gemm, StringRef batchedGemm,
-    llvm::function_ref<std::optional<std::string>(Type)> suffix);
+LogicalResult contractionsToGemmCalls(ModuleOp module, StringRef gemm,
+                                      StringRef batchedGemm,
+                                      ArrayRef<StringRef> dtypes);
 
 /// The PTX of the cuda target's kernel module after
 /// gpu-module-to-binary{format=isa} (empty when the program has no kernel).

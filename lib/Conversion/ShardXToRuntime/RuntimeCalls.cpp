@@ -1,11 +1,12 @@
-//===- RuntimeCalls.cpp - Building shardx_rt_cg_* calls
-//---------------------===//
+//===- RuntimeCalls.cpp - Building shardx_rt_cg_* calls -----------------===//
 //
 // Part of ShardX.
 //
 //===----------------------------------------------------------------------===//
 
 #include "RuntimeCalls.h"
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Dialect/ShardX/IR/RuntimeDType.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -25,18 +26,9 @@ RuntimeCalls::RuntimeCalls(OpBuilder &builder, CollectiveOpInterface op)
       module(op->getParentOfType<ModuleOp>()) {}
 
 FailureOr<std::string> RuntimeCalls::suffix(Type elt) {
-  if (elt.isF32())
-    return std::string("f32");
-  if (elt.isF64())
-    return std::string("f64");
-  if (elt.isInteger(32))
-    return std::string("i32");
-  if (elt.isInteger(64))
-    return std::string("i64");
-  if (elt.isBF16())
-    return std::string("bf16");
-  if (elt.isF16())
-    return std::string("f16");
+  if (std::optional<rt::DType> type = getRuntimeDType(elt);
+      type && rt::isCollectiveType(*type))
+    return std::string(rt::stringifyDType(*type));
   op->emitError("collectives on ")
       << elt << " are not supported by the runtime (f32, f64, i32, i64, "
       << "bf16, f16; i1 except in reductions)";
