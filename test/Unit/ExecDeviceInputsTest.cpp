@@ -94,6 +94,14 @@ std::vector<float> iota(float start) {
   return v;
 }
 
+/// f's second result for a = iota(1), b = iota(100).
+std::vector<float> sumOfInputs() {
+  std::vector<float> a = iota(1), b = iota(100);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] += b[i];
+  return a;
+}
+
 } // namespace
 
 TEST(ExecDeviceInputs, HostCallOfADeviceInputItReturns) {
@@ -117,10 +125,7 @@ TEST(ExecDeviceInputs, HostCallOfADeviceInputItReturns) {
   ASSERT_EQ(statuses.size(), 1u);
   ASSERT_TRUE(statuses[0]) << statuses[0].message();
   EXPECT_EQ(valuesOf(outputs[0]), iota(1));
-  std::vector<float> sum = iota(1);
-  for (size_t i = 0; i < sum.size(); ++i)
-    sum[i] += 100 + static_cast<float>(i);
-  EXPECT_EQ(valuesOf(outputs[1]), sum);
+  EXPECT_EQ(valuesOf(outputs[1]), sumOfInputs());
   // The device tensor itself is untouched.
   EXPECT_TRUE(a.onDevice());
 }
@@ -144,8 +149,5 @@ TEST(ExecDeviceInputs, HostResultIntoADeviceDonor) {
   });
   ASSERT_TRUE(statuses.at(0)) << statuses[0].message();
   ASSERT_FALSE(donor.onDevice());
-  std::vector<float> sum = iota(1);
-  for (size_t i = 0; i < sum.size(); ++i)
-    sum[i] += 100 + static_cast<float>(i);
-  EXPECT_EQ(valuesOf(donor), sum);
+  EXPECT_EQ(valuesOf(donor), sumOfInputs());
 }

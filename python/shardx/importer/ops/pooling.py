@@ -184,12 +184,7 @@ def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn
         for a in range(2):
             j = b.v(f"arith.index_cast {b.v(f'linalg.index {4 + a} : index')} : index to i64")
             r = b.binary("sub", b.const(q[a] + p[a], i64), j, i64)
-            ok = b.binary("and", b.compare("ge", r, b.const(0, i64), i64),
-                          b.compare("le", r, b.const(d[a] * (k[a] - 1), i64), i64), torch.bool)
-            if d[a] > 1:
-                rem = b.v(f"arith.remsi {r}, {b.const(d[a], i64)} : i64")
-                ok = b.binary("and", ok, b.compare("eq", rem, b.const(0, i64), i64), torch.bool)
-                r = b.binary("div", r, b.const(d[a], i64), i64)
+            ok, r = _window_tap(b, r, b.compare("ge", r, b.const(0, i64), i64), k[a], d[a])
             hit = ok if hit is None else b.binary("and", hit, ok, torch.bool)
             kh.append(r)
         tap = b.binary("add", b.binary("mul", kh[0], b.const(k[1], i64), i64), kh[1], i64)
@@ -197,6 +192,20 @@ def _back_window(imp, gys: Sequence[Value], fills, x: Value, k, s, p, d, body_fn
     dt = gys[0].dtype
     return _window(imp, zs, [], x.shape, dt, [e[0] + 1, e[1] + 1], [1, 1], [1, 1],
                    imp.em.full(x.shape, 0, dt), body)
+
+
+def _window_tap(b, r, ok, k: int, d: int):
+    """Whether offset ``r`` (i64) from a window's start lands on one of its
+    ``k`` taps of dilation ``d`` (and ``ok``, where given), and that tap's
+    index: the two halves of a window's backward body along one dim."""
+    i64 = torch.int64
+    within = b.compare("le", r, b.const(d * (k - 1), i64), i64)
+    ok = within if ok is None else b.binary("and", ok, within, torch.bool)
+    if d > 1:
+        rem = b.v(f"arith.remsi {r}, {b.const(d, i64)} : i64")
+        ok = b.binary("and", ok, b.compare("eq", rem, b.const(0, i64), i64), torch.bool)
+        r = b.binary("div", r, b.const(d, i64), i64)
+    return ok, r
 
 
 def _disjoint_back(imp, gys: Sequence[Value], x: Value, k, s, d, body_fn) -> Value:
@@ -215,11 +224,7 @@ def _disjoint_back(imp, gys: Sequence[Value], x: Value, k, s, d, body_fn) -> Val
         hit, kh = None, []
         for a, loop in enumerate((3, 5)):
             r = b.v(f"arith.index_cast {b.v(f'linalg.index {loop} : index')} : index to i64")
-            ok = b.compare("le", r, b.const(d[a] * (k[a] - 1), i64), i64)
-            if d[a] > 1:
-                rem = b.v(f"arith.remsi {r}, {b.const(d[a], i64)} : i64")
-                ok = b.binary("and", ok, b.compare("eq", rem, b.const(0, i64), i64), torch.bool)
-                r = b.binary("div", r, b.const(d[a], i64), i64)
+            ok, r = _window_tap(b, r, None, k[a], d[a])
             hit = ok if hit is None else b.binary("and", hit, ok, torch.bool)
             kh.append(r)
         tap = b.binary("add", b.binary("mul", kh[0], b.const(k[1], i64), i64), kh[1], i64)
