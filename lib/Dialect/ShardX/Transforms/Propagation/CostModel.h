@@ -9,7 +9,7 @@
 // reshards a value needs to reach every distinct layout its consumers want
 // (one redistribute per layout, as shardx-insert-reshards shares them), and
 // the time an op's local loop takes at a compute rate. Nothing here knows
-// how strategies are searched (PropagationStrategy.h).
+// how strategies are searched (PropagationSearch.h).
 //
 //===----------------------------------------------------------------------===//
 
