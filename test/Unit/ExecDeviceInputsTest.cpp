@@ -102,13 +102,22 @@ std::vector<float> sumOfInputs() {
   return a;
 }
 
+/// Each test case's artifact and its entry `f`.
+class ExecDeviceInputs : public ::testing::Test {
+protected:
+  void SetUp() override {
+    artifact = compileReturnsArgument();
+    ASSERT_TRUE(artifact);
+    entry = artifact->lookup("f");
+    ASSERT_NE(entry, nullptr);
+  }
+  std::unique_ptr<Artifact> artifact;
+  const EntryPoint *entry = nullptr;
+};
+
 } // namespace
 
-TEST(ExecDeviceInputs, HostCallOfADeviceInputItReturns) {
-  auto artifact = compileReturnsArgument();
-  ASSERT_TRUE(artifact);
-  const EntryPoint *entry = artifact->lookup("f");
-  ASSERT_NE(entry, nullptr);
+TEST_F(ExecDeviceInputs, HostCallOfADeviceInputItReturns) {
   HostTensor a = deviceTensor(iota(1)), b = hostTensor(iota(100));
   std::vector<HostTensor> outputs(2);
   auto statuses = rt::runThreads({1}, [&](rt::Communicator &comm) {
@@ -130,11 +139,7 @@ TEST(ExecDeviceInputs, HostCallOfADeviceInputItReturns) {
   EXPECT_TRUE(a.onDevice());
 }
 
-TEST(ExecDeviceInputs, HostResultIntoADeviceDonor) {
-  auto artifact = compileReturnsArgument();
-  ASSERT_TRUE(artifact);
-  const EntryPoint *entry = artifact->lookup("f");
-  ASSERT_NE(entry, nullptr);
+TEST_F(ExecDeviceInputs, HostResultIntoADeviceDonor) {
   HostTensor a = hostTensor(iota(1)), b = hostTensor(iota(100));
   // A donated tensor whose elements were in device memory: a host result
   // copied into it replaces them, and it must stop reporting the device
