@@ -229,29 +229,27 @@ struct PlaceDeallocsPass
 struct DeallocateBuffersPass
     : shardx::impl::DeallocateBuffersPassBase<DeallocateBuffersPass> {
   LogicalResult initialize(MLIRContext *) override {
-    if (failed(parsePassPipeline(
-            "builtin.module(convert-bufferization-to-memref,cse,canonicalize)",
-            placed)) ||
-        failed(parsePassPipeline(
-            "builtin.module(ownership-based-buffer-deallocation,canonicalize,"
-            "buffer-deallocation-simplification,"
-            "bufferization-lower-deallocations,"
-            "convert-bufferization-to-memref,cse,canonicalize)",
-            owned)))
-      return failure();
-    return success();
+    // The passes of `owned` itself: text anchored on `builtin.module(...)`
+    // would nest a second module pipeline, which finds no module inside
+    // the module and runs nothing.
+    return parsePassPipeline(
+        "ownership-based-buffer-deallocation,canonicalize,"
+        "buffer-deallocation-simplification,"
+        "bufferization-lower-deallocations,"
+        "convert-bufferization-to-memref,cse,canonicalize",
+        owned);
   }
   void getDependentDialects(DialectRegistry &registry) const override {
     DeallocateBuffersPassBase::getDependentDialects(registry);
-    placed.getDependentDialects(registry);
     owned.getDependentDialects(registry);
   }
   void runOnOperation() override {
-    bool inPlace = shardx::placeDeallocs(getOperation());
-    if (failed(runPipeline(inPlace ? placed : owned, getOperation())))
+    if (shardx::placeDeallocs(getOperation()))
+      return;
+    if (failed(runPipeline(owned, getOperation())))
       signalPassFailure();
   }
-  OpPassManager placed{"builtin.module"}, owned{"builtin.module"};
+  OpPassManager owned{"builtin.module"};
 };
 
 } // namespace

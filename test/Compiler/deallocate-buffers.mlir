@@ -37,3 +37,26 @@ func.func @in_region(%a: memref<4xf32>, %c: i1) -> memref<4xf32> {
   }
   return %r : memref<4xf32>
 }
+
+// -----
+
+// Tests that a function with several blocks, which shardx-place-deallocs
+// does not handle, is freed by MLIR's ownership-based deallocation: the
+// temporary on the branch that does not return it.
+// CHECK-LABEL: func.func @blocks
+// CHECK:      %[[T:.*]] = memref.alloc() : memref<4xf32>
+// CHECK:      cf.cond_br
+// CHECK:      %[[R:.*]] = memref.alloc() : memref<4xf32>
+// CHECK:      memref.dealloc %[[T]] : memref<4xf32>
+// CHECK:      return %[[R]]
+func.func @blocks(%a: memref<4xf32>, %c: i1) -> memref<4xf32> {
+  %t = memref.alloc() : memref<4xf32>
+  linalg.copy ins(%a : memref<4xf32>) outs(%t : memref<4xf32>)
+  cf.cond_br %c, ^bb1, ^bb2
+^bb1:
+  %r = memref.alloc() : memref<4xf32>
+  linalg.copy ins(%t : memref<4xf32>) outs(%r : memref<4xf32>)
+  return %r : memref<4xf32>
+^bb2:
+  return %t : memref<4xf32>
+}

@@ -109,8 +109,8 @@ def DeallocateBuffersPass : Pass<"shardx-deallocate-buffers", "ModuleOp"> {
                 "is straight-line, else through MLIR's ownership-based "
                 "deallocation";
   let description = [{
-    `shardx-place-deallocs` then `convert-bufferization-to-memref,cse,
-    canonicalize`; a program it cannot handle (control flow) goes through
+    `shardx-place-deallocs`; a program it cannot handle (control flow,
+    buffers allocated in nested regions) goes through
     `ownership-based-buffer-deallocation` and its simplification instead.
   }];
   let dependentDialects = ["memref::MemRefDialect", "scf::SCFDialect",
