@@ -208,10 +208,12 @@ struct ExpandNarrowFloatsPass
     : shardx::impl::ExpandNarrowFloatsPassBase<ExpandNarrowFloatsPass> {
   LogicalResult initialize(MLIRContext *) override {
     // Arithmetic first: it introduces the extf/truncf pairs expanded after.
+    // The passes themselves: text anchored on `builtin.module(...)` would
+    // nest a second module pipeline, which runs on nothing.
     return parsePassPipeline(
-        "builtin.module(math-extend-to-supported-types{target-type=f32},"
+        "math-extend-to-supported-types{target-type=f32},"
         "arith-emulate-unsupported-floats{source-types=bf16,f16 "
-        "target-type=f32})",
+        "target-type=f32}",
         emulate);
   }
   void getDependentDialects(DialectRegistry &registry) const override {
