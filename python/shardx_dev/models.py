@@ -179,6 +179,30 @@ class HaloNet1d(nn.Module):
         return self.c(F.relu(self.b(h)))
 
 
+class HaloNet3d(nn.Module):
+    """A 3-d CNN (NCDHW) for domain splits of D, H and W: a 3x3x3
+    convolution, a stride-2 convolution and a dilated one (dilation 2,
+    5-plane extent); with ``pool``, a 2x2x2 max pooling before the stride-2
+    convolution and a 3x3x3 average pooling (stride 1, padding 1, the
+    padding not counted) after it."""
+
+    def __init__(self, cin: int = 2, width: int = 4, cout: int = 2, pool: bool = False):
+        super().__init__()
+        self.pool = pool
+        self.a = nn.Conv3d(cin, width, 3, padding=1)
+        self.b = nn.Conv3d(width, width, 3, stride=2, padding=1)
+        self.c = nn.Conv3d(width, cout, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        h = F.relu(self.a(x))
+        if self.pool:
+            h = F.max_pool3d(h, 2)
+        h = F.relu(self.b(h))
+        if self.pool:
+            h = F.avg_pool3d(h, 3, stride=1, padding=1, count_include_pad=False)
+        return self.c(h)
+
+
 class LlamaBlock(nn.Module):
     """A Llama-style decoder block for context parallelism: RMSNorm, rotary
     position embeddings (RoPE), grouped-query attention with a causal mask,

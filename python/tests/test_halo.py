@@ -11,7 +11,9 @@ steps) and against its unsharded compile under mpirun on the mpi backend
 (shardx-run --check), on an even (16x16, two levels) and an uneven (13x13:
 shards of 7 and 6 rows and columns) image. Only the input and target are
 laid out: propagation chooses the halos itself (one alpha-beta step per
-exchange against all-gathers and replicated compute)."""
+exchange against all-gathers and replicated compute). 1-d convolutions
+keep L split on 2 ranks; 3-d ones (NCDHW, with 3-d max and average
+pooling) keep D and H split on a 2x2 mesh."""
 
 import re
 
@@ -172,6 +174,14 @@ def test_avg_pool_partial_window_is_refused():
         _trace_pool(fn, torch.randn(1, 2, 9, 9))
 
 
+@pytest.mark.parametrize("pool", [F.avg_pool3d, F.max_pool3d])
+def test_pool3d_partial_window_is_refused(pool):
+    """3-d pooling has no decomposition to fall back on: ceil_mode with a
+    partial last window is a named error."""
+    with pytest.raises(UnsupportedOpError, match="ceil_mode"):
+        _trace_pool(lambda x: pool(x, 2, ceil_mode=True), torch.randn(1, 2, 9, 9, 9))
+
+
 def test_max_pool_partial_window_is_decomposed():
     """A max pooling the importer refuses (ceil_mode with a partial last
     window) is decomposed by tracing as before (gathers, replicated)."""
@@ -245,3 +255,84 @@ def test_conv1d_exchanges_halos_and_matches(name, build_dir, tmp_path):
         check_on_mpi(build_dir, path, 2)
     f = shardx.compile(step, mesh, ins, outs)
     assert_steps_match_eager(f, step, args, name)
+
+
+# 3-d convolutions (NCDHW; linalg.conv_3d_ncdhw_fcdhw): D and H split on a
+# 2x2 mesh, W whole.
+CASES_3D = {
+    # name: (side, pooling)
+    "conv3d8": (8, False),
+    # 7 split 4/3: the stride-2 windows align (padded 5/4), the dilated
+    # convolution's 4 rows split 2/2.
+    "conv3d7": (7, False),
+    # 2x2x2 max pooling (values and indices; its disjoint backward) before
+    # the stride-2 convolution, 3x3x3 average pooling (padding not
+    # counted) after it.
+    "pool3d16": (16, True),
+}
+
+
+def _step_3d(name):
+    side, pool = CASES_3D[name]
+    torch.manual_seed(0)
+    module = models.HaloNet3d(pool=pool)
+    with torch.no_grad():
+        out = module(torch.zeros(1, 2, side, side, side)).shape[-1]
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    mesh = Mesh((2, 2), ("d", "h"))
+    ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
+    x, y = torch.randn(2, 2, side, side, side), torch.randn(2, 2, out, out, out)
+    return step, mesh, ins, outs, step.example_args([x], y)
+
+
+@pytest.mark.parametrize("name", sorted(CASES_3D))
+def test_conv3d_exchanges_halos_and_matches(name, build_dir, tmp_path):
+    """Every 3-d convolution (forward, input and weight gradients; stride 2
+    and dilation 2 included) keeps D and H split: halos on dims 2 and 3, no
+    5-d activation moved; the sharded step matches eager (threads) and, at
+    8, its unsharded compile (MPI, 4 ranks)."""
+    step, mesh, ins, outs, args = _step_3d(name)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=name))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    halos = set(re.findall(r"shardx\.halo .* dim = (\d) low = (\d) high = (\d)", local))
+    want = {(d, lo, hi) for d in "23" for lo, hi in (("1", "1"), ("1", "0"), ("2", "2"))}
+    assert want <= halos and all(h[0] in "23" for h in halos), halos
+    moved = re.findall(r"shardx\.(all_gather|all_to_all|exchange) .*: tensor<\S*x\S*x\S*x\S*x\S*>",
+                       local)
+    assert not moved, moved
+    assert "shardx.all_reduce" in local
+    if name == "conv3d8":
+        check_on_mpi(build_dir, path, 4)
+    f = shardx.compile(step, mesh, ins, outs)
+    assert_steps_match_eager(f, step, args, name)
+
+
+def test_conv3d_halo_bytes_are_the_lower_bound(build_dir, tmp_path):
+    """print-plan for HaloNet3d at 8^3 (2 volumes) with D and H split 2x2:
+    each halo is its window's lower bound. A rank holding a padded shard of
+    `side` planes x `side` rows x `width` columns reads one plane of
+    `side` x `width` past it and then one row of the widened `side + 1`
+    planes (the corner once): `(2 side + 1) width` pixels per channel for a
+    one-row halo, `(4 side + 4) width` for the dilated one's two rows.
+    Shards: the first convolution (2 channels; forward and weight
+    gradient) and the stride-2 one (4 channels; forward, weight gradient
+    and input gradient, padded 10 split 5/5, W 10) read one row; the
+    dilated one (forward and weight gradient of 4 channels, input gradient
+    of 2; 4 rows padded to 8, split 4/4, W 8) two. No activation is
+    resharded: the plans are the weight gradients' all-reduces."""
+    step, mesh, ins, outs, args = _step_3d("conv3d8")
+    path = tmp_path / "conv3d8.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="conv3d8"))
+    plan = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    halos = re.findall(r"halo of operand \d dim (\d) over mesh axis \d \(low (\d), high (\d)\): "
+                       r"(\d+) bytes/rank", plan)
+    one = lambda side, width, planes: (2 * side + 1) * width * planes * 4
+    two = lambda side, width, planes: (4 * side + 4) * width * planes * 4
+    n = 2
+    lower = (2 * one(5, 10, n * 2) + 3 * one(5, 10, n * 4)
+             + 2 * two(4, 8, n * 4) + two(4, 8, n * 2))
+    assert sum(int(h[3]) for h in halos) == lower == 26880, halos
+    assert all("[P(sum), P(sum)] -> [R, R]" in line
+               for line in plan.splitlines() if "remark: plan" in line), plan

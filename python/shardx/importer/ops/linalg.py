@@ -1,6 +1,7 @@
 """Contractions: ``mm``/``bmm``/``addmm`` as ``linalg.matmul`` and
 ``linalg.batch_matmul``; 2-d convolutions (NCHW, groups 1) and their
-backward as ``linalg.conv_2d_nchw_fchw`` on a ``tensor.pad``ded input; 1-d
+backward as ``linalg.conv_2d_nchw_fchw`` on a ``tensor.pad``ded input, 3-d
+ones (NCDHW) as ``linalg.conv_3d_ncdhw_fcdhw`` the same way; 1-d
 convolutions (NCL) as 2-d ones of a unit H."""
 
 from __future__ import annotations
@@ -38,23 +39,44 @@ def _conv_params(x: Value, w: Value, stride, padding, dilation, transposed, grou
         raise UnsupportedOpError("transposed convolution")
     if groups != 1:
         raise UnsupportedOpError(f"grouped convolution (groups={groups})")
-    if x.rank != 4:
-        raise UnsupportedOpError(f"{x.rank - 2}-d convolution (only 1-d NCL and 2-d NCHW)")
+    if x.rank not in (4, 5):
+        raise UnsupportedOpError(
+            f"{x.rank - 2}-d convolution (only 1-d NCL, 2-d NCHW and 3-d NCDHW)")
     if isinstance(padding, str):
         raise UnsupportedOpError(f"padding={padding!r}")
-    sp = lambda v: list(v) * 2 if len(v) == 1 else list(v)
+    nd = x.rank - 2
+    sp = lambda v: list(v) * nd if len(v) == 1 else list(v)
     return sp(stride), sp(padding), sp(dilation)
 
 
+# The named linalg convolution of each spatial rank (NC + spatial dims,
+# FC + kernel dims): its input index is ``s * o + d * k`` per spatial dim, a
+# windowed dim of the generic rule (docs/Rules.md, "Windowed ops").
+_CONV_OPS = {2: "conv_2d_nchw_fchw", 3: "conv_3d_ncdhw_fcdhw"}
+
+
 def conv2d(imp, x: Value, w: Value, stride, dilation, out_shape, dtype) -> Value:
-    """``linalg.conv_2d_nchw_fchw`` of an already padded input."""
+    """``linalg.conv_2d_nchw_fchw`` (``linalg.conv_3d_ncdhw_fcdhw`` for
+    NCDHW) of an already padded input."""
+    nd = len(stride)
     acc = imp.em.full(out_shape, 0, dtype)
     t = tensor_type(out_shape, dtype)
     name = imp.em.emit(
-        f"linalg.conv_2d_nchw_fchw {{dilations = dense<[{_j(dilation)}]> : tensor<2xi64>, "
-        f"strides = dense<[{_j(stride)}]> : tensor<2xi64>}} ins({x.name}, {w.name} : {x.type}, "
+        f"linalg.{_CONV_OPS[nd]} {{dilations = dense<[{_j(dilation)}]> : tensor<{nd}xi64>, "
+        f"strides = dense<[{_j(stride)}]> : tensor<{nd}xi64>}} ins({x.name}, {w.name} : {x.type}, "
         f"{w.type}) outs({acc.name} : {t}) -> {t}")
     return Value(name, tuple(out_shape), dtype)
+
+
+def _flipped(imp, w: Value) -> Value:
+    """``wt[c, f, i, j, ...] = w[f, c, kh - 1 - i, kw - 1 - j, ...]``: the
+    weight of the input gradient's convolution."""
+    f, c = w.shape[:2]
+    ks = w.shape[2:]
+    taps = [f"-d{2 + i} + {k - 1}" for i, k in enumerate(ks)]
+    loops = [f"d{i}" for i in range(w.rank)]
+    return imp.em.generic((c, f) + tuple(ks), w.dtype, [(w, ["d1", "d0"] + taps)],
+                          ["parallel"] * w.rank, loops, lambda b, a, o: a[0])
 
 
 def _lift_1d(imp, values, stride, padding, dilation):
@@ -84,7 +106,7 @@ def _convolution(imp, node, args, kwargs):
     xp = pad(imp, x, [0, 0] + padding, [0, 0] + padding, 0)
     y = conv2d(imp, xp, w, stride, dilation, shape, dtype)
     if bias is not None:
-        b = imp.em.reshape(bias, [bias.shape[0], 1, 1])
+        b = imp.em.reshape(bias, [bias.shape[0]] + [1] * (len(shape) - 2))
         y = imp.em.elementwise(shape, dtype, [y, b], lambda bd, v: bd.binary("add", v[0], v[1], dtype))
     return _drop_unit(imp, y) if one_d else y
 
@@ -102,45 +124,41 @@ def _convolution_backward(imp, node, args, kwargs):
                                                 None, groups, mask], kwargs)
         return [r if r is None or r.rank != 4 else _drop_unit(imp, r) for r in res]
     s, p, d = _conv_params(x, w, stride, padding, dilation, transposed, groups)
-    n, c, h, wd = x.shape
-    f, _, kh, kw = w.shape
-    ho, wo = gy.shape[2], gy.shape[3]
-    hp, wp = h + 2 * p[0], wd + 2 * p[1]
+    nd = len(s)
+    n, c = x.shape[:2]
+    f, ks = w.shape[0], w.shape[2:]
+    rows, out = x.shape[2:], gy.shape[2:]
     dtype = gy.dtype
     res: List = [None, None, None]
-    q = [d[0] * (kh - 1) - p[0], d[1] * (kw - 1) - p[1]]
-    if mask[0] and s == [1, 1] and min(q) >= 0:
+    ext = [d[i] * (ks[i] - 1) for i in range(nd)]
+    q = [ext[i] - p[i] for i in range(nd)]
+    if mask[0] and s == [1] * nd and min(q) >= 0:
         # Stride 1: the output gradient padded by q convolved with the
         # flipped weight is the input gradient, a windowed op whose rows
         # split like the input's (docs/Rules.md, "Windowed ops").
         z = pad(imp, gy, [0, 0] + q, [0, 0] + q, 0)
-        wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
-                            ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
-        res[0] = conv2d(imp, z, wt, [1, 1], d, (n, c, h, wd), dtype)
-    elif mask[0] and min(q) >= 0 and h + p[0] >= s[0] * ho and wd + p[1] >= s[1] * wo:
+        res[0] = conv2d(imp, z, _flipped(imp, w), [1] * nd, d, x.shape, dtype)
+    elif mask[0] and min(q) >= 0 and all(rows[i] + p[i] >= s[i] * out[i] for i in range(nd)):
         # Stride s: the output gradient inserted at stride s (from row q)
         # into zeros of the input's rows plus the kernel's extent, convolved
         # with the flipped weight at stride 1: a strided insert and a
         # stride-1 window, both windowed ops (docs/Rules.md).
-        z = imp.em.full((n, f, h + d[0] * (kh - 1), wd + d[1] * (kw - 1)), 0, dtype)
+        z = imp.em.full((n, f) + tuple(rows[i] + ext[i] for i in range(nd)), 0, dtype)
         z = insert_slice(imp, gy, z, [0, 0] + q, [1, 1] + s)
-        wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
-                            ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
-        res[0] = conv2d(imp, z, wt, [1, 1], d, (n, c, h, wd), dtype)
+        res[0] = conv2d(imp, z, _flipped(imp, w), [1] * nd, d, x.shape, dtype)
     elif mask[0]:
-        lo = [d[0] * (kh - 1), d[1] * (kw - 1)]
-        z = imp.em.full((n, f, hp + lo[0], wp + lo[1]), 0, dtype)
-        z = insert_slice(imp, gy, z, [0, 0] + lo, [1, 1] + s)
-        # wt[c, f, i, j] = w[f, c, kh - 1 - i, kw - 1 - j]
-        wt = imp.em.generic((c, f, kh, kw), w.dtype, [(w, ["d1", "d0", f"-d2 + {kh - 1}", f"-d3 + {kw - 1}"])],
-                            ["parallel"] * 4, ["d0", "d1", "d2", "d3"], lambda b, a, o: a[0])
-        gxp = conv2d(imp, z, wt, [1, 1], d, (n, c, hp, wp), dtype)
-        res[0] = gxp if not any(p) else imp.em.extract_slice(gxp, [0, 0] + p, [n, c, h, wd], [1] * 4)
+        padded = tuple(rows[i] + 2 * p[i] for i in range(nd))
+        z = imp.em.full((n, f) + tuple(padded[i] + ext[i] for i in range(nd)), 0, dtype)
+        z = insert_slice(imp, gy, z, [0, 0] + ext, [1, 1] + s)
+        gxp = conv2d(imp, z, _flipped(imp, w), [1] * nd, d, (n, c) + padded, dtype)
+        res[0] = gxp if not any(p) else imp.em.extract_slice(gxp, [0, 0] + p, list(x.shape),
+                                                             [1] * x.rank)
     if mask[1]:
         xp = pad(imp, x, [0, 0] + p, [0, 0] + p, 0)
-        gw = conv2d(imp, imp.em.transpose(xp, [1, 0, 2, 3]), imp.em.transpose(gy, [1, 0, 2, 3]),
-                    d, s, (c, f, kh, kw), dtype)
-        res[1] = imp.em.transpose(gw, [1, 0, 2, 3])
+        perm = [1, 0] + list(range(2, x.rank))
+        gw = conv2d(imp, imp.em.transpose(xp, perm), imp.em.transpose(gy, perm),
+                    d, s, (c, f) + tuple(ks), dtype)
+        res[1] = imp.em.transpose(gw, perm)
     if mask[2]:
-        res[2] = imp.em.reduce(gy, [0, 2, 3], False, "add", 0, dtype)
+        res[2] = imp.em.reduce(gy, [0] + list(range(2, x.rank)), False, "add", 0, dtype)
     return res
