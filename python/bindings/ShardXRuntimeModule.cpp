@@ -28,6 +28,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -120,6 +121,17 @@ nb::dict specDict(const TensorSpec &s) {
   return d;
 }
 
+/// The artifact's own copy of runtime C function `name` (CApi.h: each
+/// artifact links its runtime, whose buffer cache counts what its program
+/// allocates); ValueError where it has none.
+template <typename Fn>
+Fn artifactFunction(const PyArtifact &a, const char *name) {
+  auto *fn = reinterpret_cast<Fn>(a.artifact->lookupSymbol(name));
+  if (!fn)
+    throw std::invalid_argument("artifact " + a.artifact->getPath() +
+                                " has no " + name);
+  return fn;
+}
 
 /// Rank `rank`'s buffer of `s`, which this process must hold.
 const HostTensor &localOf(const ShardSet &s, int64_t rank) {
@@ -327,6 +339,29 @@ NB_MODULE(_shardx_rt, m) {
             return l;
           },
           nb::arg("entry"))
+      .def(
+          "host_mem_reset",
+          [](const PyArtifact &a) {
+            artifactFunction<void (*)()>(a, "shardx_rt_host_mem_reset")();
+          },
+          "Starts the artifact's memory meter again (docs/Memory.md, "
+          "shardx_rt_host_mem_reset).")
+      .def(
+          "host_mem_peaks",
+          [](const PyArtifact &a) {
+            auto read =
+                artifactFunction<int64_t (*)(int64_t *, int64_t *, int64_t)>(
+                    a, "shardx_rt_host_mem_peaks");
+            std::vector<int64_t> peaks(read(nullptr, nullptr, 0));
+            int64_t n =
+                read(peaks.data(), nullptr, static_cast<int64_t>(peaks.size()));
+            peaks.resize(std::min<size_t>(peaks.size(), n));
+            return peaks;
+          },
+          "Each thread's high-water mark of the bytes the artifact's "
+          "program allocated since the last host_mem_reset, in the order "
+          "the threads first allocated (docs/Memory.md, "
+          "shardx_rt_host_mem_peaks).")
       .def_prop_ro(
           "program_info",
           [](const PyArtifact &a) { return a.artifact->getProgramInfoText(); },
@@ -688,6 +723,18 @@ NB_MODULE(_shardx_rt, m) {
           nb::arg("shards"),
           "The global tensor (a collective when the ranks are processes).");
 
+  m.def(
+      "dtypes",
+      [] {
+        std::vector<std::tuple<std::string, int64_t, bool>> out;
+        for (const rt::DTypeInfo &info : rt::kDTypes)
+          if (info.type != rt::DType::Index)
+            out.emplace_back(info.name, info.bytes, info.isFloat);
+        return out;
+      },
+      "The element types arrays and shards hold, as (name, bytes, is_float) "
+      "in DType order: the runtime's table (shardx/Runtime/DType.h), which "
+      "shardx.dtypes mirrors.");
   m.def("finalize_mpi", [] { finalizeMpi(); });
   m.def(
       "cuda_device_ordinal",
