@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import dtypes
 from . import sharded_tensor as _st
 from .placements import Mesh, Placement
 from .sharded_tensor import ShardedTensor, dtype_name, make_layout, runtime
@@ -224,23 +225,15 @@ def _boxes(runs) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[slice, ..
     return out
 
 
-def _torch_dtype(name: str):
-    import torch
-    return getattr(torch, _st._TORCH_DTYPES[name])
-
-
 def _mlir_dtype(torch_dtype) -> str:
-    import torch
     try:
-        return dtype_name(torch.empty(0, dtype=torch_dtype))
+        return dtypes.from_torch(torch_dtype)
     except TypeError:
         raise CheckpointError(f"ShardX has no dtype {torch_dtype}") from None
 
 
 def _as_torch(array: np.ndarray, dtype: str):
-    import torch
-    t = torch.from_numpy(np.array(array, copy=True))
-    return t.view(torch.bfloat16) if dtype == "bf16" else t
+    return dtypes.as_torch(np.array(array, copy=True), dtype)
 
 
 def _layout_partials(layout) -> List[Optional[str]]:
@@ -406,7 +399,7 @@ def _plan_chunks(leaves, ranks: _Ranks):
                 holders.setdefault(offsets, (sizes, []))[1].append((r, slices))
         if not holders:  # an empty tensor: one empty chunk
             holders[(0,) * len(shape)] = (tuple(shape), [(0, tuple(slice(0, 0) for _ in shape))])
-        itemsize = _torch_dtype(dtype).itemsize
+        itemsize = dtypes.get(dtype).bytes
         for offsets in sorted(holders):
             sizes, who = holders[offsets]
             nbytes = math.prod(sizes) * itemsize
@@ -441,7 +434,7 @@ def _write_items(chunks: Sequence[_Chunk], tensors: Dict[str, dict]):
             tensor_data=TensorWriteData(
                 chunk=ChunkStorageMetadata(offsets=torch.Size(c.offsets),
                                            sizes=torch.Size(c.sizes)),
-                properties=TensorProperties(dtype=_torch_dtype(info["dtype"])),
+                properties=TensorProperties(dtype=dtypes.torch_dtype(info["dtype"])),
                 size=torch.Size(info["shape"]))))
     return items
 
@@ -600,7 +593,7 @@ def _publish(tmp, final, root, writer, tree, leaves, tensors, chunks, results, c
     for fqn, _, _ in leaves:
         info = tensors.get(fqn)
         md[fqn] = BytesStorageMetadata() if info is None else TensorStorageMetadata(
-            properties=TensorProperties(dtype=_torch_dtype(info["dtype"])),
+            properties=TensorProperties(dtype=dtypes.torch_dtype(info["dtype"])),
             size=torch.Size(info["shape"]), chunks=[])
     for c in chunks:
         if c.offsets is not None:

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import dtypes
 from .placements import Mesh, Partial, Placement, PlacementError, Replicate, Shard, StridedShard
 
 __all__ = ["DTensorInteropError", "ParallelPlan", "from_dtensor", "to_dtensor",
@@ -313,13 +314,12 @@ def dtensor_placements_of(st) -> Tuple[Placement, ...]:
 
 
 def _dtype_of(t) -> str:
-    from .sharded_tensor import _TORCH_DTYPES, dtype_name
     try:
-        return dtype_name(t)
+        return dtypes.name_of(t)
     except TypeError:
         raise DTensorInteropError(
             f"dtype {t.dtype} has no ShardX counterpart; ShardX holds "
-            f"{', '.join('torch.' + v for v in _TORCH_DTYPES.values())}") from None
+            f"{', '.join(dtypes.torch_names())}") from None
 
 
 def _mesh_group(device_mesh):
@@ -463,10 +463,7 @@ def to_dtensor(st, device_mesh=None):
             raise DTensorInteropError(
                 f"this process is ShardX rank {s.process_rank} but holds DeviceMesh coordinate "
                 f"{list(coord)} (ShardX rank {rank}): number the ranks alike")
-    local = torch.from_numpy(np.array(st.local(rank)))
-    if st.shards.dtype == "bf16":
-        local = local.view(torch.bfloat16)
-    local = local.to(device_mesh.device_type)
+    local = dtypes.as_torch(np.array(st.local(rank)), st.shards.dtype).to(device_mesh.device_type)
     shape = torch.Size(st.shape)
     stride = torch.empty(shape, device="meta").stride()
     return DTensor.from_local(local, device_mesh, [placement_to_dtensor(p) for p in placements],

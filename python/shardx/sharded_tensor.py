@@ -20,6 +20,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import dtypes
+# The MLIR element type name of a torch tensor's or numpy array's dtype.
+from .dtypes import name_of as dtype_name
 from .placements import Mesh, Partial, Placement, PlacementError, Replicate, Shard, StridedShard
 from .placements import check_placements
 
@@ -70,28 +73,6 @@ class RankError(RuntimeError):
 class DonatedError(RuntimeError):
     """A ShardedTensor donated to a ``shardx.compile`` call was used again:
     its buffers now hold that call's output."""
-
-
-_TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
-                 "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
-_NUMPY_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
-                 np.dtype(np.float16): "f16", np.dtype(np.int64): "i64",
-                 np.dtype(np.int32): "i32", np.dtype(np.int16): "i16", np.dtype(np.int8): "i8",
-                 np.dtype(np.bool_): "i1"}
-
-
-def dtype_name(t) -> str:
-    """The MLIR element type name of a torch tensor's or numpy array's dtype."""
-    if isinstance(t, np.ndarray):
-        try:
-            return _NUMPY_DTYPES[t.dtype]
-        except KeyError:
-            raise TypeError(f"unsupported dtype {t.dtype}") from None
-    name = str(t.dtype).replace("torch.", "")
-    for k, v in _TORCH_DTYPES.items():
-        if v == name:
-            return k
-    raise TypeError(f"unsupported dtype {t.dtype}")
 
 
 def placement_tuples(placements: Sequence[Placement]):
@@ -437,8 +418,7 @@ class ShardedTensor:
 
     @property
     def dtype(self):
-        import torch
-        return getattr(torch, _TORCH_DTYPES[self.shards.dtype])
+        return dtypes.torch_dtype(self.shards.dtype)
 
     @property
     def layout_text(self) -> str:
@@ -511,9 +491,7 @@ class ShardedTensor:
         return self._host_torch()
 
     def _host_torch(self):
-        import torch
-        t = torch.from_numpy(self.full())
-        return t.view(torch.bfloat16) if self.shards.dtype == "bf16" else t
+        return dtypes.as_torch(self.full(), self.shards.dtype)
 
     def item(self):
         return self.full().item()

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
+from shardx import dtypes
 from shardx.placements import Mesh, Replicate, Shard, StridedShard
 
 VOCAB = 64
@@ -524,7 +525,7 @@ def main(argv=None) -> int:
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=3,
                    help="LLVM optimization level of shardx-compile (default 3)")
     args = p.parse_args(argv)
-    dtype = {"f32": torch.float32, "f64": torch.float64}[args.dtype]
+    dtype = dtypes.torch_dtype(args.dtype)
     print("| model | plan | traced | compiled | == unsharded | == eager | ops | collectives | "
           "bytes/rank | DTensor collectives | DTensor bytes/rank | compile s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
+from .. import dtypes
+
 
 class UnsupportedOpError(NotImplementedError):
     """An aten op (or a form of one) that the importer cannot express."""
@@ -21,20 +23,12 @@ class ImportError_(ValueError):
 # Types and constants
 # ----------------------------------------------------------------------------
 
-_ELEM = {
-    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
-    torch.bfloat16: "bf16", torch.int64: "i64", torch.int32: "i32",
-    torch.int16: "i16", torch.int8: "i8", torch.uint8: "i8", torch.bool: "i1",
-}
-_INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
-             torch.float16: torch.int16, torch.bfloat16: torch.int16}
-_HEX_DIGITS = {torch.float32: 8, torch.float64: 16, torch.float16: 4, torch.bfloat16: 4}
-
-
 def elem_type(dtype: torch.dtype) -> str:
+    """MLIR's element type of ``dtype`` (``shardx.dtypes``; torch's uint8 as
+    the signless i8)."""
     try:
-        return _ELEM[dtype]
-    except KeyError:
+        return dtypes.from_torch(dtype, signless=True)
+    except TypeError:
         raise UnsupportedOpError(f"dtype {dtype} is not supported") from None
 
 
@@ -53,10 +47,10 @@ def const_literal(value, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "true" if bool(value) else "false"
     if is_float(dtype):
-        bits = torch.tensor(float(value), dtype=dtype).view(_INT_VIEW[dtype]).item()
-        nbits = 4 * _HEX_DIGITS[dtype]
+        nbits = 8 * dtypes.get(elem_type(dtype)).bytes
+        bits = torch.tensor(float(value), dtype=dtype).view(getattr(torch, f"int{nbits}")).item()
         bits &= (1 << nbits) - 1
-        return f"0x{bits:0{_HEX_DIGITS[dtype]}X}"
+        return f"0x{bits:0{nbits // 4}X}"
     return str(int(value))
 
 
