@@ -1,8 +1,14 @@
 """Compile and call ShardX artifacts (shared objects from ``shardx-compile``).
 
 - ``find_tool``: where the ShardX tools are.
-- ``run_compiler``: the one way Python runs ``shardx-compile`` (``shardx.compile``,
+- ``run_tool``: the one way Python runs the other tools (``shardx-opt`` for
+  the importer's dead-op removal, the memory model, automatic sharding and
+  the HTML report; ``shardx-compile --print-build-id``), and ``run_compiler``
+  the one way it runs ``shardx-compile`` (``shardx.compile``,
   ``compile_mlir``): a progress bar on long compiles, the pipeline's timing.
+  Both raise ``ToolError`` with the tool's diagnostics. The tools are
+  processes by design: the runtime binding links no MLIR or LLVM, so that
+  it travels to GPU hosts without them.
 - ``Artifact(path)[name](*arrays)``: calls an entry point on numpy arrays
   through the runtime binding's loader (``_shardx_rt.Artifact``, which reads
   the program description ``shardx_program_info``): inputs are scattered by
@@ -27,6 +33,16 @@ class ArtifactError(RuntimeError):
     pass
 
 
+class ToolError(ArtifactError):
+    """A ShardX tool failed: ``what`` it ran, its diagnostics (``stderr``)
+    and exit status (``returncode``; None where it did not run to the end)."""
+
+    def __init__(self, what: str, stderr: str, returncode: Optional[int]):
+        self.what, self.stderr, self.returncode = what, stderr, returncode
+        super().__init__(f"{what} failed:\n{stderr}" if stderr.strip()
+                         else f"{what} exited with {returncode}")
+
+
 def find_tool(name: str) -> str:
     """Path of a ShardX tool: the installed package's (``pip install .``:
     shardx/_bin), else $SHARDX_BUILD/bin, else the repository's build/bin,
@@ -42,6 +58,28 @@ def find_tool(name: str) -> str:
     if p is None:
         raise ArtifactError(f"{name} not found: build ShardX first (bash scripts/test.sh)")
     return p
+
+
+def run_tool(tool: str, args: Sequence[str], input: Optional[str] = None,
+             what: Optional[str] = None, timeout: Optional[float] = None) -> str:
+    """Runs ShardX tool ``tool`` (a name for ``find_tool``, or a path) with
+    ``args`` and ``input`` on its stdin (None: none), and returns its stdout.
+    ToolError (``what``, default the tool's name, "failed:" and its stderr)
+    when it exits with an error, cannot be started or runs past
+    ``timeout`` seconds."""
+    path = tool if os.sep in tool else find_tool(tool)
+    what = what or os.path.basename(tool)
+    try:
+        proc = subprocess.run([path, *args], input=input, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL if input is None else None,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ToolError(what, f"no answer in {timeout} s", None) from None
+    except OSError as e:
+        raise ToolError(what, str(e), None) from None
+    if proc.returncode != 0:
+        raise ToolError(what, proc.stderr, proc.returncode)
+    return proc.stdout
 
 
 #: The progress line of shardx-compile (Progress.h), whole: "[shardx-compile]
@@ -66,7 +104,7 @@ def run_compiler(src: str, out: str, args: Sequence[str] = (),
     progress bar of the object units (kernels) compiled (tqdm, on a
     terminal). The SPMD pipeline's and code generation's seconds go into
     ``timing``. A failed compile raises ArtifactError with the tool's
-    diagnostics."""
+    diagnostics (ToolError)."""
     try:
         from tqdm import tqdm
     except ImportError:  # no bar without tqdm
@@ -106,7 +144,7 @@ def run_compiler(src: str, out: str, args: Sequence[str] = (),
         # What the tool said, without its progress line.
         stderr = _PROGRESS_LINE.sub("", b"".join(chunks).decode(errors="replace"))
         if proc.returncode != 0:
-            raise ArtifactError(f"shardx-compile failed:\n{stderr}")
+            raise ToolError("shardx-compile", stderr, proc.returncode)
         if timing is not None:
             try:
                 with open(timing_json) as f:

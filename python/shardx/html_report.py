@@ -9,11 +9,10 @@ mesh axis, and what the whole-graph refinement changed.
 """
 
 import os
-import subprocess
 import tempfile
 from typing import Optional, Sequence
 
-from .artifact import find_tool
+from .artifact import ToolError, run_tool
 
 
 class ReportError(RuntimeError):
@@ -38,9 +37,8 @@ def report(program: str, output: str, *, title: Optional[str] = None,
             with open(src, "w") as f:
                 f.write(program)
         option = f"output={output}" + (f" title={{{title}}}" if title else "")
-        cmd = [find_tool("shardx-opt"), src, *passes, f"--shardx-report={option}",
-               "-o", os.devnull]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ReportError(proc.stderr.strip() or f"shardx-opt exited with {proc.returncode}")
+        try:
+            run_tool("shardx-opt", [src, *passes, f"--shardx-report={option}", "-o", os.devnull])
+        except ToolError as e:
+            raise ReportError(e.stderr.strip() or str(e)) from None
     return output

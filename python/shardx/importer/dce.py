@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 from typing import Callable, List, Optional
 
 from .emitter import Op
@@ -65,13 +64,15 @@ def remove_dead_ops(ops: List[Op], module_text: Callable[[List[str]], str]) -> L
             _warned = True
         return ops
     probe = module_text([op.render(f'"{_PROBE}{i}"') for i, op in enumerate(ops)])
-    proc = subprocess.run(
-        # Unregistered ops: the region calls' probes (region_import.CallOp).
-        [opt, "-", PIPELINE, "--allow-unregistered-dialect", "--mlir-print-debuginfo",
-         "--mlir-print-local-scope", "--mlir-elide-elementsattrs-if-larger=16", "-o", "-"],
-        input=probe, capture_output=True, text=True)
-    if proc.returncode != 0:
+    from ..artifact import ToolError, run_tool
+    try:
+        out = run_tool(
+            # Unregistered ops: the region calls' probes (region_import.CallOp).
+            opt, ["-", PIPELINE, "--allow-unregistered-dialect", "--mlir-print-debuginfo",
+                  "--mlir-print-local-scope", "--mlir-elide-elementsattrs-if-larger=16", "-o", "-"],
+            input=probe)
+    except ToolError as e:
         raise ImportError_("shardx-opt rejected the imported program (an importer bug; please "
-                           f"report it with the program):\n{proc.stderr.strip()}")
-    live = {int(i) for i in _PROBE_LOC.findall(proc.stdout)}
+                           f"report it with the program):\n{e.stderr.strip() or e}") from None
+    live = {int(i) for i in _PROBE_LOC.findall(out)}
     return [op for i, op in enumerate(ops) if i in live]
