@@ -41,7 +41,6 @@ import logging
 import os
 import platform
 import re
-import subprocess
 import tempfile
 import threading
 import time
@@ -50,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .artifact import find_tool, run_compiler
+from .artifact import ToolError, find_tool, run_compiler, run_tool
 from .placements import Mesh, Placement, PlacementError
 # The one pytree walk (pytree.py); its specs are the guard keys' structure
 # and what CallPlan checks arguments against.
@@ -224,10 +223,8 @@ def _compiler_identity() -> Tuple[str, str]:
     tool = find_tool("shardx-compile")
     st = os.stat(tool)
     try:
-        proc = subprocess.run([tool, "--print-build-id"], capture_output=True, text=True,
-                              timeout=60)
-        build = proc.stdout.strip() if proc.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
+        build = run_tool(tool, ["--print-build-id"], timeout=60).strip()
+    except ToolError:
         build = ""
     # A tool without the option: its own size and time.
     build = build or f"{st.st_size}-{st.st_mtime_ns}"
@@ -253,7 +250,6 @@ def memory_profile(mlir_text: str, target: str = "cpu",
     only, ``shardx-print-plan{memory-level=buffers}``) replays the
     allocations of that program after the CPU code generation's passes up
     to the deallocations, which is what the runtime allocates."""
-    from .artifact import find_tool
     if level not in ("tensors", "buffers"):
         raise ValueError(f"memory_profile: level is 'tensors' or 'buffers', not {level!r}")
     cuda = target.startswith("cuda")
@@ -262,10 +258,7 @@ def memory_profile(mlir_text: str, target: str = "cpu",
     opt = find_tool("shardx-opt")
 
     def run(args, text, what):
-        proc = subprocess.run([opt, *args], input=text, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"shardx-opt {what} failed:\n{proc.stderr}")
-        return proc.stdout
+        return run_tool(opt, args, input=text, what=f"shardx-opt {what}")
 
     # Buffers as shardx-compile: the SPMD pipeline only for a program with
     # layouts (it inlines region calls, which the compiled program keeps).
@@ -298,15 +291,13 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
     argument that has none, so that the modeled peak per rank fits
     ``memory_budget`` bytes (docs/Memory.md, "Automatic sharding under a
     budget"); MemoryBudgetError when no plan found fits."""
-    from .artifact import find_tool
-    proc = subprocess.run([find_tool("shardx-opt"),
-                           f"--shardx-auto-shard=memory-budget={int(memory_budget)}"],
-                          input=mlir_text, capture_output=True, text=True)
-    if proc.returncode != 0:
-        if "no plan fits the memory budget" in proc.stderr:
-            raise MemoryBudgetError(proc.stderr.strip())
-        raise RuntimeError(f"shardx-opt --shardx-auto-shard failed:\n{proc.stderr}")
-    return proc.stdout
+    try:
+        return run_tool("shardx-opt", [f"--shardx-auto-shard=memory-budget={int(memory_budget)}"],
+                        input=mlir_text, what="shardx-opt --shardx-auto-shard")
+    except ToolError as e:
+        if "no plan fits the memory budget" in e.stderr:
+            raise MemoryBudgetError(e.stderr.strip()) from None
+        raise
 
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none"):
