@@ -86,6 +86,13 @@ allMeshCoords(const std::vector<int64_t> &meshShape) {
   return result;
 }
 
+uint64_t axisMask(const DimSharding &d) {
+  uint64_t mask = 0;
+  for (const Split &s : d.splits)
+    mask |= uint64_t(1) << s.axis;
+  return mask;
+}
+
 Interval chunkInterval(int64_t size, int64_t parts, int64_t index) {
   int64_t chunk = (size + parts - 1) / parts;
   int64_t begin = std::min(index * chunk, size);

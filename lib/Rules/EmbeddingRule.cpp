@@ -12,6 +12,7 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
+using ::shardx::axisMask;
 using ::shardx::DimSharding;
 using ::shardx::Layout;
 using ::shardx::ReduceOp;
@@ -45,15 +46,6 @@ mlir::shardx::matchEmbeddingLookup(Operation *op) {
   return EmbeddingLookup{table, extract};
 }
 
-/// The mesh axes `d`'s splits use, as a bit set.
-static uint64_t axesOf(const DimSharding *d) {
-  uint64_t axes = 0;
-  if (d)
-    for (const Split &s : d->splits)
-      axes |= uint64_t(1) << s.axis;
-  return axes;
-}
-
 std::optional<EmbeddingShardings>
 mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
                                    int64_t resultRank, int64_t meshRank) {
@@ -68,11 +60,12 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
     return std::nullopt;
   // Factors b...: the index's splits, unless they share an axis with the
   // table's (the table leads).
-  uint64_t tableAxes = axesOf(rows) | axesOf(cols);
+  uint64_t tableAxes =
+      (rows ? axisMask(*rows) : 0) | (cols ? axisMask(*cols) : 0);
   Layout idx = index;
   bool disjoint = !idx.hasPartial();
   for (const auto &d : idx.getDims())
-    disjoint &= !(axesOf(&d) & tableAxes);
+    disjoint &= !(axisMask(d) & tableAxes);
   if (!disjoint)
     idx = Layout(meshRank);
   Layout result(meshRank);

@@ -81,7 +81,7 @@ TEST(FactorProjection, MergeSkipsUsedAxesAndTakenFactors) {
   mergeInto(a, b);
   EXPECT_TRUE(a[0].has_value());
   EXPECT_FALSE(a[1].has_value());
-  EXPECT_EQ(axesOf(*a[0]), 1u);
+  EXPECT_EQ(axisMask(*a[0]), 1u);
   EXPECT_EQ(splitCount(*a[0], mesh), 2);
 }
 
@@ -103,9 +103,9 @@ TEST(FactorProjection, MergeMajorSplitsKeepsTheSplitsBeforeAUsedAxis) {
   mergeMajorSplitsInto(major, rows);
   EXPECT_FALSE(whole[0].has_value());
   ASSERT_TRUE(major[0].has_value());
-  EXPECT_EQ(axesOf(*major[0]), 1u);
+  EXPECT_EQ(axisMask(*major[0]), 1u);
   EXPECT_EQ(splitCount(*major[0], mesh), 2);
-  EXPECT_EQ(axesOf(*major[1]), 2u);
+  EXPECT_EQ(axisMask(*major[1]), 2u);
   // The minor axis taken first leaves nothing: its major split is used.
   Assignment first = viewThroughRule(rule, rule.operands[1],
                                      layout(2, {{1, Split{0, 1}}}), mesh);

@@ -138,6 +138,9 @@ struct DimSharding {
   bool operator!=(const DimSharding &o) const { return !(*this == o); }
 };
 
+/// The mesh axes `d`'s splits use, as a bit set (bit `a` for mesh axis `a`).
+uint64_t axisMask(const DimSharding &d);
+
 /// A half-open run [offset, offset + size) of global indices along one dim.
 struct Interval {
   int64_t offset = 0;

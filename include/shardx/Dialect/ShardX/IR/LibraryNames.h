@@ -24,6 +24,7 @@ namespace shardx::tools {}
 namespace mlir::shardx {
 // The layout algebra (shardx/Layout/Layout.h).
 using ::shardx::allMeshCoords;
+using ::shardx::axisMask;
 using ::shardx::DimSharding;
 using ::shardx::Interval;
 using ::shardx::Layout;

@@ -14,13 +14,6 @@ using namespace mlir::shardx;
 // Strategies in factors
 //===----------------------------------------------------------------------===//
 
-uint64_t mlir::shardx::axesOf(const DimSharding &d) {
-  uint64_t mask = 0;
-  for (const Split &s : d.splits)
-    mask |= uint64_t(1) << s.axis;
-  return mask;
-}
-
 int64_t mlir::shardx::splitCount(const DimSharding &d,
                                  ArrayRef<int64_t> meshShape) {
   int64_t n = 1;
@@ -237,12 +230,12 @@ void mlir::shardx::mergeInto(Assignment &a, const Assignment &view) {
   uint64_t used = 0;
   for (auto &f : a)
     if (f)
-      used |= axesOf(*f);
+      used |= axisMask(*f);
   for (auto [f, sharding] : llvm::enumerate(view)) {
-    if (!sharding || a[f] || (axesOf(*sharding) & used))
+    if (!sharding || a[f] || (axisMask(*sharding) & used))
       continue;
     a[f] = sharding;
-    used |= axesOf(*sharding);
+    used |= axisMask(*sharding);
   }
 }
 
@@ -255,7 +248,7 @@ void mlir::shardx::mergeMajorSplitsInto(Assignment &a,
   uint64_t used = 0;
   for (auto &f : a)
     if (f)
-      used |= axesOf(*f);
+      used |= axisMask(*f);
   for (auto [f, sharding] : llvm::enumerate(view)) {
     // Explicit sizes name every split's pieces: no prefix of them.
     if (!sharding || a[f] || !sharding->sizes.empty())
@@ -268,7 +261,7 @@ void mlir::shardx::mergeMajorSplitsInto(Assignment &a,
     }
     if (major.splits.empty())
       continue;
-    used |= axesOf(major);
+    used |= axisMask(major);
     a[f] = std::move(major);
   }
 }

@@ -26,9 +26,6 @@ namespace mlir::shardx {
 /// The splits of each factor (strides relative to the factor), or none.
 using Assignment = SmallVector<std::optional<DimSharding>>;
 
-/// The mesh axes `d` splits, as a bit mask.
-uint64_t axesOf(const DimSharding &d);
-
 /// The number of pieces `d` splits its dim into.
 int64_t splitCount(const DimSharding &d, ArrayRef<int64_t> meshShape);
 

@@ -159,7 +159,7 @@ OpLayouts OpShardingSpace::evaluate(Operation *op, const ShardingRule &rule,
   uint64_t used = 0;
   for (auto &a : assignment)
     if (a)
-      used |= axesOf(*a);
+      used |= axisMask(*a);
   llvm::SmallBitVector partialOperands(op->getNumOperands());
   SmallVector<std::optional<ReduceOp>> kept(meshRank);
   if (keepPartials)
