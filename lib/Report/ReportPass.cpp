@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Report/Passes.h"
 #include "shardx/Report/Report.h"
 
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
@@ -23,6 +24,11 @@
 
 using namespace mlir;
 using namespace mlir::shardx;
+
+namespace mlir::shardx {
+#define GEN_PASS_DEF_REPORTPASS
+#include "shardx/Report/Passes.h.inc"
+} // namespace mlir::shardx
 
 namespace {
 
@@ -82,23 +88,11 @@ LogicalResult reshardCost(ModuleOp module, double &cost, int64_t &count) {
   return failure(r.wasInterrupted());
 }
 
-struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReportPass)
+struct ReportPass : public mlir::shardx::impl::ReportPassBase<ReportPass> {
+  using ReportPassBase::ReportPassBase;
 
-  ReportPass() = default;
-  ReportPass(const ReportPass &other) : PassWrapper(other) {}
-  explicit ReportPass(std::string path) { output = path; }
-
-  StringRef getArgument() const final { return "shardx-report"; }
-  StringRef getDescription() const final {
-    return "writes the HTML sharding report (layouts drawn as device blocks, "
-           "every reshard's plan, bytes and modeled time); runs propagation "
-           "and reshard insertion first when the program has no layouts on "
-           "its ops. --shardx-report=out.html";
-  }
   void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<ShardXDialect, arith::ArithDialect, linalg::LinalgDialect,
-                    tensor::TensorDialect>();
+    ReportPassBase::getDependentDialects(registry);
     // The memory section lowers a copy through the CPU code generation's
     // passes (computeMemoryForReport): their dialects too.
     std::string error;
@@ -161,20 +155,9 @@ struct ReportPass : public PassWrapper<ReportPass, OperationPass<ModuleOp>> {
     if (extras.haveChoices)
       module.walk([](Operation *op) { op->removeAttr("shardx.alternatives"); });
   }
-
-  Option<std::string> output{*this, "output",
-                             llvm::cl::desc("the HTML file to write")};
-  Option<std::string> title{*this, "title",
-                            llvm::cl::desc("the report's title")};
 };
 
 } // namespace
-
-std::unique_ptr<Pass> mlir::shardx::createReportPass(std::string output) {
-  return std::make_unique<ReportPass>(std::move(output));
-}
-
-void mlir::shardx::registerReportPass() { PassRegistration<ReportPass>(); }
 
 LogicalResult mlir::shardx::prepareForReport(ModuleOp module,
                                              ReportExtras &extras,

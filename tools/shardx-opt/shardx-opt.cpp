@@ -6,7 +6,7 @@
 
 #include "shardx/Compiler/Passes.h"
 #include "shardx/InitAll.h"
-#include "shardx/Report/Report.h"
+#include "shardx/Report/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::shardx::registerShardXPasses();
   mlir::shardx::registerCompilerPasses();
-  mlir::shardx::registerReportPass();
+  mlir::shardx::registerShardXReportPasses();
 #ifdef SHARDX_INCLUDE_TESTS
   // The test-only passes of test/lib (shardx-test-*).
   mlir::shardx::test::registerShardXTestPasses();

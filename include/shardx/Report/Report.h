@@ -124,11 +124,6 @@ void writeAlternativesSection(llvm::raw_ostream &os, ModuleOp module);
 /// The memory section of the page (nothing when `extras` has none).
 void writeMemorySection(llvm::raw_ostream &os, const ReportExtras &extras);
 
-/// The pass `shardx-report`: `--shardx-report=out.html` (or
-/// `--shardx-report="output=out.html"`).
-std::unique_ptr<Pass> createReportPass(std::string output = "");
-void registerReportPass();
-
 } // namespace mlir::shardx
 
 #endif // SHARDX_REPORT_REPORT_H
