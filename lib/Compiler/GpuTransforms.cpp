@@ -314,6 +314,26 @@ LogicalResult checkNoHostAccess(ModuleOp module) {
   return failure(result.wasInterrupted());
 }
 
+/// The name a PTX `.extern` line declares: `.extern .func name`, or with a
+/// result, `.extern .func (.param .b32 func_retval0) name`, the parameters
+/// following on the line or the next ones. The line itself where it has no
+/// name.
+StringRef externName(StringRef line) {
+  StringRef rest = line.drop_front(strlen(".extern")).ltrim();
+  if (rest.consume_front(".func"))
+    rest = rest.ltrim();
+  if (rest.starts_with("(")) {
+    size_t close = rest.find(')');
+    if (close == StringRef::npos)
+      return line;
+    rest = rest.drop_front(close + 1).ltrim();
+  }
+  StringRef name = rest.take_until([](char c) {
+    return c == '(' || c == ' ' || c == '\t' || c == ';';
+  });
+  return name.empty() ? line : name;
+}
+
 /// A PTX that calls a function it does not define (a math function missing
 /// from libdevice) loads on no driver: a compile error.
 LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
@@ -323,12 +343,7 @@ LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
     line = line.trim();
     if (!line.starts_with(".extern"))
       continue;
-    // `.extern .func (.param ...) name(...)`: the name precedes the last
-    // parameter list.
-    StringRef head = line.rsplit('(').first.rtrim();
-    unresolved.push_back(head.rsplit(' ').second.empty()
-                             ? line
-                             : head.substr(head.find_last_of(" )") + 1));
+    unresolved.push_back(externName(line));
   }
   if (unresolved.empty())
     return success();

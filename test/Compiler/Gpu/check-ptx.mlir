@@ -37,12 +37,20 @@ module {
 
 // -----
 
-// Tests that an undefined function with a result is an error too. Its name
-// is not checked: checkPtx takes the word before the line's last '(',
-// `.func` here (to be fixed in GpuTransforms.cpp).
-// expected-error @+1 {{the device code calls functions it does not define (not in libdevice?):}}
+// Tests that an undefined function with a result is an error naming it (not
+// the `.func` before its result's parameter list).
+// expected-error @+1 {{the device code calls functions it does not define (not in libdevice?): __nv_foo}}
 module {
   gpu.binary @shardx_kernels [#gpu.object<#nvvm.target, assembly = ".version 7.8\n.target sm_90\n.address_size 64\n\n.extern .func  (.param .b32 func_retval0) __nv_foo\n(\n\t.param .b32 __nv_foo_param_0\n)\n;\n.visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0\n)\n{\n\tret;\n}\n">]
+}
+
+// -----
+
+// Tests that a declaration with its result and parameters on one line, and a
+// second undefined function, are both named.
+// expected-error @+1 {{the device code calls functions it does not define (not in libdevice?): __nv_bar baz}}
+module {
+  gpu.binary @shardx_kernels [#gpu.object<#nvvm.target, assembly = ".version 7.8\n.target sm_90\n.address_size 64\n\n.extern .func  (.param .b64 func_retval0) __nv_bar(.param .b64 __nv_bar_param_0);\n.extern .func baz\n(\n)\n;\n.visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0\n)\n{\n\tret;\n}\n">]
 }
 
 // -----
