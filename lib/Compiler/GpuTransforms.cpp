@@ -328,9 +328,8 @@ StringRef externName(StringRef line) {
       return line;
     rest = rest.drop_front(close + 1).ltrim();
   }
-  StringRef name = rest.take_until([](char c) {
-    return c == '(' || c == ' ' || c == '\t' || c == ';';
-  });
+  StringRef name = rest.take_until(
+      [](char c) { return c == '(' || c == ' ' || c == '\t' || c == ';'; });
   return name.empty() ? line : name;
 }
 
