@@ -18,8 +18,12 @@ shardx-opt process (parsing and printing included), on this machine;
 ``--depth-budget BYTES`` runs it under a memory budget (default none). The
 "plan" column is the plan's choice per group (the JSON's), to compare the
 two builds' plans. From 12 layers the pass prices plans on the step cut to
-3 and 4 layers and extrapolates (the "cut" column; docs/Memory.md). The issue's figure is
-``--depths 32 --mesh 2x4`` (32 layers on 8 ranks).
+3 layers and extrapolates by its middle layer's share (under a budget the
+peak from the cuts to 3 and 4 layers: the "cut" column; docs/Memory.md). The
+"phases" column is the plans priced per phase of the solve (the JSON's
+``phases``: unary and pair terms of each round, the solves, the final
+descent). The issue's figure is ``--depths 32 --mesh 2x4`` (32 layers on 8
+ranks).
 
 Budget table: per model (an MLP, one pre-norm transformer block, one
 Llama-style block) and number of ranks (a 1-D mesh), budgets from none to
@@ -163,15 +167,16 @@ def depth_table(depths, shape, old, budget=0):
     print(f"## Solve time against depth (Llama-style, {ranks} ranks, mesh {mesh}{under})\n")
     print("| build | layers | parameter groups | plans priced | cut | solve (s) | CPU (s) | search (s) "
           "| shardx-spmd (s) | modeled step (us) | modeled peak (bytes) | extrapolated step (us) "
-          "| extrapolated peak (bytes) | plan |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "| extrapolated peak (bytes) | plan | phases |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+          "| --- |")
     for depth in depths:
         text = program("llama", depth, shape)
         for name, binary in ([("before", old)] if old else []) + [("this", OPT)]:
             proc, data, wall, _ = auto_shard(text, f"memory-budget={budget}" if budget else "",
                                              opt=binary)
             if proc.returncode or not data:
-                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | | | | | | |")
+                print(f"| {name} | {depth} | failed: {proc.stderr.strip()[:80]} | | | | | | | | | | | | |")
                 continue
             cut = data.get("layer_cut")
             # Without a budget plans are priced by time alone: no
@@ -179,12 +184,15 @@ def depth_table(depths, shape, old, budget=0):
             extra = (f"| {cut['extrapolated_time']:.1f} | {cut['extrapolated_peak'] or ''} "
                      if cut and "extrapolated_time" in cut else "| | ")
             plan = ",".join(map(str, data["plan"]["choices"]))
+            # Plans per phase where this build reports them (not before it).
+            phases = ", ".join(f"{k} {v['plans']}" for k, v in data.get("phases", {}).items()
+                               if v["plans"])
             print(f"| {name} | {depth} | {len(data['groups'])} | {data['priced_plans']} "
                   f"| {'%d, %d' % tuple(cut['depths']) if cut else 'none'} "
                   f"| {data['solve_seconds']:.2f} | {data['cpu_seconds']:.2f} "
                   f"| {data.get('search_seconds', float('nan')):.2f} "
                   f"| {data.get('pipeline_seconds', float('nan')):.2f} "
-                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} {extra}| {plan} |",
+                  f"| {data['plan']['time']:.1f} | {data['plan']['peak']} {extra}| {plan} | {phases} |",
                   flush=True)
 
 

@@ -392,7 +392,11 @@ def test_deep_stack_is_priced_cut_and_confirmed_whole(tmp_path):
     assert cut["plan"]["time"] == pytest.approx(whole["plan"]["time"], rel=1e-9)
     assert cut["plan"]["peak"] == whole["plan"]["peak"]
     lc = cut["layer_cut"]
+    # The time is priced on the 3-layer copy and its middle layer's share.
+    assert lc["time_depth"] == 3
     assert lc["extrapolated_time"] == pytest.approx(cut["plan"]["time"], rel=0.01)
+    # Every plan priced is counted in one phase of the solve.
+    assert sum(p["plans"] for p in cut["phases"].values()) == cut["priced_plans"]
     assert lc["extrapolated_peak"] is None and cut["peaks_priced"] is False
     assert whole["peaks_priced"] is False
     opt = ilp_optimum(cut)

@@ -73,6 +73,14 @@ static double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+void AutoSharder::enterPhase(std::string next) {
+  auto now = std::chrono::steady_clock::now();
+  phases[phase].second +=
+      std::chrono::duration<double>(now - phaseStart).count();
+  phaseStart = now;
+  phase = std::move(next);
+}
+
 LogicalResult AutoSharder::prepare() {
   if (!target.getBody().hasOneBlock())
     return target.emitError(
@@ -125,11 +133,30 @@ FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
                                      ShardingState &state) {
   PropagationOptions options;
   options.stepTime = true;
+  options.caches = &cachesFor(f);
+  options.part = partOf(f);
   std::unique_ptr<PropagationSearch> search =
       createGreedySearch(mesh, costs, ruleCache, options, warned);
   if (failed(search->run(f, state)))
     return failure();
+  partTime = search->partTime();
   return search->stepTime();
+}
+
+SearchCaches &AutoSharder::cachesFor(func::FuncOp f) {
+  for (int i = 0; i < 2; ++i)
+    if (f == cutFns[i])
+      return cutCaches[i];
+  return caches;
+}
+
+const StepPart *AutoSharder::partOf(func::FuncOp f) const {
+  return f && f == cutFns[0] ? &cutParts[0] : nullptr;
+}
+
+double AutoSharder::cutTime(ArrayRef<unsigned> pick) {
+  double t = timeOn(cutFns[0], cutRules[0], pick);
+  return std::isfinite(t) ? t + double(tiedLayers - cutDepth) * partTime : kInf;
 }
 
 double AutoSharder::timeOn(func::FuncOp f, RuleCache &cache,
@@ -153,12 +180,10 @@ double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
   if (!added)
     return it->second;
   ++priced;
+  ++phases[phase].first;
   if (!cutDepth)
     return it->second = timeOn(fn, rules, pick);
-  double a = timeOn(cutFns[0], cutRules[0], pick);
-  if (std::isfinite(a))
-    it->second = extrapolate(a, timeOn(cutFns[1], cutRules[1], pick));
-  return it->second;
+  return it->second = cutTime(pick);
 }
 
 Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
@@ -204,20 +229,24 @@ int64_t AutoSharder::argumentBytes(ArrayRef<unsigned> pick) {
 
 Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   ++pricedFull;
+  ++phases[phase].first;
   if (!cutDepth)
     return fullOn(*prepared, fn, rules, pick);
+  // The time from the first cut and its middle layer (cutTime); the peak,
+  // not a sum over the layers, extrapolated from both cuts' peaks.
   Priced a = fullOn(*cuts[0], cutFns[0], cutRules[0], pick);
   if (!std::isfinite(a.time))
     return {};
-  Priced b = fullOn(*cuts[1], cutFns[1], cutRules[1], pick);
+  double time = a.time + double(tiedLayers - cutDepth) * partTime;
+  Priced b = fullOn(*cuts[1], cutFns[1], cutRules[1], pick,
+                    /*needTime=*/false);
   if (!std::isfinite(b.time))
     return {};
-  return Priced{extrapolate(a.time, b.time),
-                int64_t(std::llround(extrapolate(a.peak, b.peak)))};
+  return Priced{time, int64_t(std::llround(extrapolate(a.peak, b.peak)))};
 }
 
 Priced AutoSharder::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
-                           ArrayRef<unsigned> pick) {
+                           ArrayRef<unsigned> pick, bool needTime) {
   ScopedDiagnosticHandler quiet(fn.getContext(), [&](Diagnostic &diag) {
     if (firstFailure.empty() && diag.getSeverity() == DiagnosticSeverity::Error)
       firstFailure = diag.str();
@@ -226,7 +255,9 @@ Priced AutoSharder::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
   apply(f, pick);
   ShardingState state(meshRef, meshShape.size());
   auto start = std::chrono::steady_clock::now();
-  FailureOr<double> time = price(f, cache, state);
+  // Only the peak (`needTime` false): no search here (shardx-spmd runs
+  // its own), a time of 0.
+  FailureOr<double> time = needTime ? price(f, cache, state) : 0.0;
   searchSeconds += secondsSince(start);
   if (failed(time))
     return {};
@@ -353,6 +384,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   auto start = std::chrono::steady_clock::now();
   if (failed(prepare()) || failed(findGroups()))
     return failure();
+  enterPhase("cuts");
   {
     ScopedDiagnosticHandler quiet(fn.getContext(),
                                   [](Diagnostic &) { return success(); });
@@ -387,6 +419,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     surrogates.clear();
     solverPick.reset();
     last.reset();
+    enterPhase("unary " + std::to_string(recentre + 1));
     for (unsigned d = 0; d < numData; ++d)
       surrogates.push_back(rebuild[d] ? buildSurrogate(centers[d])
                                       : leftOut(centers[d]));
@@ -399,6 +432,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       fastest[dataGroup >= 0 ? p[dataGroup] : 0] =
           std::min(fastest[dataGroup >= 0 ? p[dataGroup] : 0], r.time);
     double fastestAll = *llvm::min_element(fastest);
+    enterPhase("pairs " + std::to_string(recentre + 1));
     for (unsigned d = 0; d < numData; ++d)
       if (rebuild[d] && fastest[d] <= kPairMargin * fastestAll)
         addPairs(surrogates[d]);
@@ -406,6 +440,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     // it is off: the limit it is solved under is calibrated by the real peak
     // of each plan it gives (limit += budget - real peak), keeping the
     // fastest plan that really fits.
+    enterPhase("solve " + std::to_string(recentre + 1));
     double limit = budget > 0 ? double(budget) : kInf;
     double smallestModeled = kInf;
     for (const Surrogate &s : surrogates)
@@ -479,6 +514,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       rebuild[d] = fits(bestOf[d]) == fits(overall) &&
                    bestOf[d].time <= 1.02 * overall.time;
   }
+  enterPhase("refine");
   // From the best plan priced, a coordinate descent on the real prices:
   // one group changed at a time, kept when the plan gets better.
   for (auto &[p, r] : pool)
@@ -504,6 +540,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     if (!improved)
       break;
   }
+  enterPhase("confirm");
   if (pick && cutDepth)
     confirm(pick, real);
   else if (cutDepth)
@@ -515,6 +552,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
+  enterPhase("end");
   if (pick && !fits(real))
     pick.reset();
   if (!jsonPath.empty())
@@ -606,9 +644,14 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
                           real.time, real.peak, formatBytes(real.peak),
                           priced + pricedFull, seconds);
   if (cutDepth)
-    remark << llvm::formatv(" (priced on the step cut to {0} and {1} of its {2} "
-                            "layers, confirmed whole)",
-                            cutDepth, cutDepth + 1, tiedLayers);
+    remark << llvm::formatv(
+        " (priced on the step cut to {0} of its {1} layers{2}, confirmed "
+        "whole)",
+        cutDepth, tiedLayers,
+        budget > 0
+            ? llvm::formatv(", peaks on {0} and {1}", cutDepth, cutDepth + 1)
+                  .str()
+            : std::string());
   for (auto [g, group] : llvm::enumerate(groups)) {
     remark << "\n  " << group.name;
     if (group.isData)

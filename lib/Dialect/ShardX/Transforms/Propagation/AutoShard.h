@@ -17,6 +17,7 @@
 #define SHARDX_LIB_DIALECT_SHARDX_TRANSFORMS_PROPAGATION_AUTOSHARD_H
 
 #include "AutoShardSpace.h"
+#include "OpShardingSpace.h"
 #include "PropagationSearch.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,6 +26,7 @@
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <chrono>
 #include <limits>
 #include <map>
 #include <optional>
@@ -84,6 +86,14 @@ private:
   /// search's reshards plus local compute); `state` receives the layouts.
   FailureOr<double> price(func::FuncOp f, RuleCache &rules,
                           ShardingState &state);
+  /// The search's caches kept for `f` (the step or a cut of it), and the
+  /// part of `f` whose share of the time `price` leaves in `partTime`
+  /// (the middle layer of the first cut; none elsewhere).
+  SearchCaches &cachesFor(func::FuncOp f);
+  const StepPart *partOf(func::FuncOp f) const;
+  /// The whole step's time from the first cut's: its time plus its middle
+  /// layer's share for every layer cut out (infinite when not priced).
+  double cutTime(ArrayRef<unsigned> pick);
   /// Time only, on the function itself.
   double priceTime(ArrayRef<unsigned> pick);
   /// Time (on the function), and the peak of a copy through shardx-spmd.
@@ -97,7 +107,7 @@ private:
   double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick);
   /// Time and the peak of `m` (holding `f`) through shardx-spmd.
   Priced fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
-                ArrayRef<unsigned> pick);
+                ArrayRef<unsigned> pick, bool needTime = true);
   /// The whole step's number from those of the cuts of `cutDepth` and
   /// `cutDepth + 1` repeats: linear in the repeats.
   double extrapolate(double atDepth, double atNext) const {
@@ -111,7 +121,10 @@ private:
   /// whole step, the first that fits becoming `pick` with its real price.
   void confirm(std::optional<Picks> &pick, Priced &real);
   /// A copy of `prepared` with `depth` of the `tiedLayers` repeats kept.
-  OwningOpRef<ModuleOp> cutTo(unsigned depth);
+  /// `middle` receives its last middle layer before the cut (repeat
+  /// `depth - 2`): the ops of that period of every stretch and the
+  /// arguments only they use.
+  OwningOpRef<ModuleOp> cutTo(unsigned depth, StepPart &middle);
   /// Whether `a` is a better plan than `b`: fits where `b` does not, is
   /// faster where both fit, holds fewer bytes where neither does.
   bool better(Priced a, Priced b) const {
@@ -176,6 +189,10 @@ private:
   OwningOpRef<ModuleOp> cuts[2];
   func::FuncOp cutFns[2];
   RuleCache cutRules[2];
+  StepPart cutParts[2];
+  SearchCaches caches, cutCaches[2];
+  /// The share of the last search's part (PropagationOptions::part).
+  double partTime = 0;
   /// The extrapolated numbers of the plan chosen, for the JSON.
   std::optional<Priced> extrapolated;
   int64_t confirmed = 0;
@@ -187,6 +204,13 @@ private:
   SmallVector<bool> pinnedArg, pinnedResult;
   std::vector<Surrogate> surrogates; // per data choice
   int64_t priced = 0, pricedFull = 0;
+  /// What the solve is doing now, and the plans priced and the seconds
+  /// spent per phase (the JSON's `phases`).
+  std::string phase = "setup";
+  std::map<std::string, std::pair<int64_t, double>> phases;
+  void enterPhase(std::string next);
+  std::chrono::steady_clock::time_point phaseStart =
+      std::chrono::steady_clock::now();
   /// Where the solve's time goes: the greedy search's pricing, and the
   /// shardx-spmd runs for the peaks (the JSON's).
   double searchSeconds = 0, pipelineSeconds = 0;

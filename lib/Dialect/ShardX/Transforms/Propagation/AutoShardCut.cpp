@@ -4,21 +4,23 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// A step of many identical layers is priced on two copies of it that keep
-// `cutDepth` and `cutDepth + 1` of the layers, and the whole step's time and
-// peak are extrapolated (linear in the layers), so a plan costs the same at
-// any depth (docs/Memory.md, "Automatic sharding under a budget").
+// A step of many identical layers is priced on a copy of it that keeps
+// `cutDepth` of the layers: the whole step's time is the copy's plus its
+// middle layer's share (the search sums it over `cutParts[0]`) for each
+// layer cut out. Under a budget the peak is extrapolated linearly from the
+// peaks of that copy and one that keeps `cutDepth + 1`. So a plan costs the
+// same at any depth (docs/Memory.md, "Automatic sharding under a budget").
 //
 // The layers are found in the op order: the tied groups' arguments of two
 // neighbouring layers are used by ops a fixed distance apart within each
 // part of the step (forward, backward, update: the candidate periods), and
 // a stretch of ops whose keys repeat with such a period for the layers'
 // count is one op per layer for each position; the values of a stretch
-// found give more candidates (their users elsewhere a period apart). Cutting a stretch removes
-// `layers - depth` periods from its middle (after the first `depth - 1`)
-// and points each use of a removed value at the same op that many periods
-// earlier (the ops a period apart are the same op one layer apart), so the
-// copy is the step of `depth` layers, with the removed layers' arguments
+// found give more candidates (their users elsewhere a period apart). Cutting a
+// stretch removes `layers - depth` periods from its middle (after the first
+// `depth - 1`) and points each use of a removed value at the same op that many
+// periods earlier (the ops a period apart are the same op one layer apart), so
+// the copy is the step of `depth` layers, with the removed layers' arguments
 // left unused.
 //
 //===----------------------------------------------------------------------===//
@@ -36,9 +38,9 @@ using namespace mlir::shardx::autoshard;
 
 /// The repeats the first cut keeps (the second keeps one more): a first
 /// and a last layer around at least one middle one (cuts of 2 and 3 layers
-/// misjudged sharded plans of a deep MLP's step by a third). The two cost
-/// about seven layers' pricing a plan, so cutting pays from about 12
-/// repeats (`cut-layers`).
+/// misjudged sharded plans of a deep MLP's step by a third). A time costs
+/// a search of the first (three layers), a peak the `shardx-spmd` runs of
+/// both.
 static constexpr unsigned kDepth = 3;
 
 /// The positions in `body` of the top-level ops that use `v`, ascending.
@@ -138,8 +140,8 @@ void AutoSharder::buildCuts() {
   }
   if (stretches.empty())
     return;
-  cuts[0] = cutTo(kDepth);
-  cuts[1] = cutTo(kDepth + 1);
+  cuts[0] = cutTo(kDepth, cutParts[0]);
+  cuts[1] = cutTo(kDepth + 1, cutParts[1]);
   if (!cuts[0] || !cuts[1]) {
     cuts[0] = nullptr;
     cuts[1] = nullptr;
@@ -154,8 +156,7 @@ void AutoSharder::buildCuts() {
   // else the step is priced whole.
   Picks replicated(groups.size(), 0);
   double whole = timeOn(fn, rules, replicated);
-  double cut = extrapolate(timeOn(cutFns[0], cutRules[0], replicated),
-                           timeOn(cutFns[1], cutRules[1], replicated));
+  double cut = cutTime(replicated);
   if (!std::isfinite(whole) || !std::isfinite(cut) ||
       std::abs(cut - whole) > 0.01 * whole) {
     cutDepth = 0;
@@ -163,7 +164,7 @@ void AutoSharder::buildCuts() {
   }
 }
 
-OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth) {
+OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth, StepPart &middle) {
   OwningOpRef<ModuleOp> copy = prepared->clone();
   auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
   Block &body = f.getBody().front();
@@ -190,6 +191,13 @@ OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth) {
       return i - shift;
     return s.start + (depth - 2) * s.period + (i - s.start) % s.period;
   };
+  // The last middle layer kept before the cut: repeat `depth - 2` of every
+  // stretch (kept: the cut starts at repeat `depth - 1`).
+  middle = StepPart();
+  for (const Stretch &s : stretches)
+    for (size_t i = s.start + (depth - 2) * s.period;
+         i < s.start + (depth - 1) * s.period && i < n; ++i)
+      middle.ops.insert(ops[i]);
   bool ok = true;
   for (size_t u = 0; u < n && ok; ++u) {
     if (cutOf[u] >= 0)
@@ -223,5 +231,16 @@ OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth) {
     }
   if (!ok || failed(verify(*copy)))
     return nullptr;
+  // The arguments of that layer: used, and only by its ops.
+  for (BlockArgument arg : f.getArguments()) {
+    bool any = false, inside = true;
+    for (Operation *user : arg.getUsers()) {
+      Operation *top = body.findAncestorOpInBlock(*user);
+      any = true;
+      inside &= top && middle.ops.contains(top);
+    }
+    if (any && inside)
+      middle.args.insert(arg.getArgNumber());
+  }
   return copy;
 }

@@ -152,6 +152,14 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     j.attribute("solve_seconds", solveSeconds);
     j.attribute("search_seconds", searchSeconds);
     j.attribute("pipeline_seconds", pipelineSeconds);
+    // The plans priced and the seconds per phase of the solve.
+    j.attributeObject("phases", [&] {
+      for (auto &[name, counts] : phases)
+        j.attributeObject(name, [&] {
+          j.attribute("plans", counts.first);
+          j.attribute("seconds", counts.second);
+        });
+    });
     if (cutRejected)
       j.attribute("layer_cut", "rejected: the cut step's time of the "
                                "replicated plan was off by over 1%");
@@ -162,6 +170,9 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
           j.value(cutDepth);
           j.value(cutDepth + 1);
         });
+        // The time is priced on the first copy (and its middle layer's
+        // share); the second is priced for peaks only, under a budget.
+        j.attribute("time_depth", cutDepth);
         j.attribute("stretches", int64_t(stretches.size()));
         j.attribute("confirmed", confirmed);
         j.attribute("confirm_seconds", confirmSeconds);

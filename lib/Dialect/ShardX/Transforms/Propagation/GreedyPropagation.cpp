@@ -35,6 +35,7 @@ public:
   LogicalResult run(func::FuncOp fn, ShardingState &state) override;
   void finish(func::FuncOp fn) override;
   double stepTime() const override { return step; }
+  double partTime() const override { return partStep; }
 
 private:
   MeshOp mesh;
@@ -45,7 +46,7 @@ private:
   /// What `print-cost` reports.
   double programOrderCost = 0, refinedCost = 0;
   int64_t changes = 0;
-  double step = 0;
+  double step = 0, partStep = 0;
 };
 
 LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
@@ -66,13 +67,13 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
   MovableOps movable;
   movable.reserve(numOps);
   if (failed(ProgramOrderSearch(fn, state, space, rules, costs, movable,
-                                options.userLayoutsOnly, warned)
+                                options.userLayoutsOnly, warned, options.caches)
                  .run()))
     return failure();
   FunctionCost cost(fn, state, costs, movable);
   cost.indexUses();
   programOrderCost = options.printCost ? cost.totalCost() : 0;
-  LocalSearch local(fn, state, space, cost, costs, movable);
+  LocalSearch local(fn, state, space, cost, costs, movable, options.caches);
   changes = options.refine && !options.userLayoutsOnly ? local.refine() : 0;
   if (options.recordAlternatives && !options.userLayoutsOnly)
     local.recordAlternativeCosts();
@@ -82,6 +83,24 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
     step = cost.totalCost();
     for (Operation *op : movable.ops)
       step += cost.computeUs(op, state.get(op));
+  }
+  if (options.stepTime && options.part) {
+    // The same sums over the part, in program order.
+    partStep = 0;
+    Block &body = fn.getBody().front();
+    for (BlockArgument arg : body.getArguments())
+      if (isa<RankedTensorType>(arg.getType()) &&
+          options.part->args.contains(arg.getArgNumber()))
+        partStep += cost.valueCost(arg, nullptr);
+    for (Operation &op : body) {
+      if (!options.part->ops.contains(&op))
+        continue;
+      for (Value r : op.getResults())
+        if (isa<RankedTensorType>(r.getType()))
+          partStep += cost.valueCost(r, nullptr);
+      if (movable.position.count(&op))
+        partStep += cost.computeUs(&op, state.get(&op));
+    }
   }
   return success();
 }

@@ -53,9 +53,11 @@ private:
 class LocalSearch {
 public:
   LocalSearch(func::FuncOp fn, ShardingState &state, OpShardingSpace &space,
-              FunctionCost &fnCost, CostModel &costs, const MovableOps &movable)
+              FunctionCost &fnCost, CostModel &costs, const MovableOps &movable,
+              SearchCaches *shared = nullptr)
       : fn(fn), state(state), space(space), fnCost(fnCost), costs(costs),
-        movable(movable) {}
+        movable(movable),
+        candidateCache(shared ? shared->candidates : ownCandidates) {}
 
   /// Local search over the whole function; returns the number of changes.
   int64_t refine();
@@ -125,7 +127,10 @@ private:
   CostModel &costs;
   const MovableOps &movable;
   std::unordered_map<SearchKey, SmallVector<OpLayouts, 4>, SearchKeyHash>
-      candidateCache;
+      ownCandidates;
+  /// `ownCandidates`, or the caller's kept across runs.
+  std::unordered_map<SearchKey, SmallVector<OpLayouts, 4>, SearchKeyHash>
+      &candidateCache;
   DirtyMarks marks;
 };
 

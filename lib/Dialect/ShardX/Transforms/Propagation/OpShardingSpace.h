@@ -29,6 +29,7 @@
 #include "llvm/ADT/SmallBitVector.h"
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace mlir::shardx {
@@ -42,6 +43,17 @@ struct SearchKeyHash {
 };
 /// Appends the opaque pointers of `attrs` and a separator to `key`.
 void appendAttrs(SmallVectorImpl<uintptr_t> &key, ArrayRef<LayoutAttr> attrs);
+
+/// The choices a search remembers per context (ProgramOrderSearch::choose,
+/// LocalSearch::candidates): they depend on the key alone, whose rule
+/// numbers are those of one RuleCache, so a caller that runs many searches
+/// with one RuleCache (shardx-auto-shard, a search per plan) may keep them
+/// across the runs (PropagationOptions::caches).
+struct SearchCaches {
+  std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> choices;
+  std::unordered_map<SearchKey, SmallVector<OpLayouts, 4>, SearchKeyHash>
+      candidates;
+};
 
 class OpShardingSpace {
 public:

@@ -36,9 +36,10 @@ public:
   ProgramOrderSearch(func::FuncOp fn, ShardingState &state,
                      OpShardingSpace &space, RuleCache &rules, CostModel &costs,
                      MovableOps &movable, bool userLayoutsOnly,
-                     llvm::StringSet<> &warned)
+                     llvm::StringSet<> &warned, SearchCaches *shared = nullptr)
       : fn(fn), state(state), space(space), rules(rules), costs(costs),
-        movable(movable), userLayoutsOnly(userLayoutsOnly), warned(warned) {}
+        movable(movable), userLayoutsOnly(userLayoutsOnly), warned(warned),
+        cache(shared ? shared->choices : ownCache) {}
 
   /// Chooses every op's layouts; fails after a diagnostic.
   LogicalResult run();
@@ -73,7 +74,9 @@ private:
   /// Layouts values will be resharded to anyway (needed by an earlier op's
   /// layouts): reusing them is free.
   DenseMap<Value, SmallVector<LayoutAttr, 2>> available;
-  std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> cache;
+  std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> ownCache;
+  /// `ownCache`, or the caller's kept across runs.
+  std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> &cache;
 };
 
 } // namespace mlir::shardx

@@ -25,11 +25,22 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <memory>
 
 namespace mlir::shardx {
+
+struct SearchCaches;
+
+/// A part of a function whose share of the modeled step time a search
+/// reports (PropagationOptions::part): the local compute of its ops and the
+/// reshards of their results and of its arguments.
+struct StepPart {
+  llvm::DenseSet<Operation *> ops;
+  llvm::DenseSet<unsigned> args;
+};
 
 /// The pass options every search honours.
 struct PropagationOptions {
@@ -44,6 +55,11 @@ struct PropagationOptions {
   bool recordAlternatives = false;
   /// Record the modeled step time (stepTime()).
   bool stepTime = false;
+  /// Choices remembered across runs on one function with one RuleCache
+  /// (OpShardingSpace.h); null: each run its own.
+  SearchCaches *caches = nullptr;
+  /// With `stepTime`: also the share of `part` (partTime()).
+  const StepPart *part = nullptr;
 };
 
 class PropagationSearch {
@@ -61,6 +77,8 @@ public:
   /// With `PropagationOptions::stepTime`, the modeled step time (us) of
   /// the last run: its reshards plus every op's local compute.
   virtual double stepTime() const { return 0; }
+  /// With `PropagationOptions::part`, that part's share of stepTime().
+  virtual double partTime() const { return 0; }
 };
 
 /// The names createPropagationSearch knows, for diagnostics.
