@@ -11,13 +11,17 @@
 // objects in parallel, one LLVM context per thread, and all of them are
 // linked into the artifact. A kernel's unit is the kernel alone with the
 // declarations it uses, in a canonical order, so the same kernel in another
-// program is the same bitcode and the same cache entry.
+// program is the same bitcode and the same cache entry. Before any of this,
+// takeCachedKernels looks the kernels up by their MLIR (right after
+// shardx-outline-kernels) and leaves the ones it finds as declarations, so
+// that only the missing kernels and the host code are lowered.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Builders.h"
@@ -365,6 +369,64 @@ void scalarizeEntryAggregates(llvm::Module &module) {
   }
 }
 
+/// Whether LLVM's fast instruction selector takes `inst`: it does not take
+/// aggregates (the memref descriptors the host code builds with
+/// insertvalue, passes between its functions and returns).
+bool fastSelectable(const llvm::Instruction &inst) {
+  if (isa<llvm::InsertValueInst, llvm::ExtractValueInst>(inst))
+    return false;
+  if (inst.getType()->isAggregateType())
+    return false;
+  for (const llvm::Value *op : inst.operands())
+    if (op->getType()->isAggregateType())
+      return false;
+  return true;
+}
+
+/// Puts each run of instructions the fast instruction selector does not
+/// take in a block of its own. It selects a block bottom up and, at the
+/// first instruction it cannot take, hands that instruction and everything
+/// above it in the block to the DAG selector, whose time grows faster than
+/// the block: one insertvalue near the end of a layer function's single
+/// block (building the descriptors it returns) sent the whole function
+/// there (10-20 s of a 32-layer GPT's host code). Small blocks keep the
+/// DAGs small; fall-through branches cost no instruction.
+void isolateAggregateCode(llvm::Module &module) {
+  for (llvm::Function &f : module) {
+    if (f.isDeclaration())
+      continue;
+    // The entry block's fixed-size allocas stay there (frame slots, not
+    // dynamic stack allocations): first in it, before any split.
+    llvm::BasicBlock &entry = f.getEntryBlock();
+    llvm::Instruction *first = &*entry.getFirstNonPHIOrDbgOrAlloca();
+    for (llvm::Instruction &inst : llvm::make_early_inc_range(entry))
+      if (auto *alloca = dyn_cast<llvm::AllocaInst>(&inst);
+          alloca && isa<llvm::ConstantInt>(alloca->getArraySize()) &&
+          alloca->comesBefore(entry.getTerminator()) &&
+          !alloca->comesBefore(first))
+        alloca->moveBefore(first->getIterator());
+    SmallVector<llvm::BasicBlock *> blocks;
+    for (llvm::BasicBlock &bb : f)
+      blocks.push_back(&bb);
+    for (llvm::BasicBlock *bb : blocks) {
+      // Where runs start and end, top down; split bottom up, so that each
+      // split moves only what lies below it up to the previous split.
+      SmallVector<llvm::Instruction *> cuts;
+      bool inRun = false;
+      for (llvm::Instruction &inst : *bb) {
+        if (isa<llvm::PHINode>(inst) || inst.isEHPad())
+          continue;
+        bool slow = !fastSelectable(inst);
+        if (slow != inRun && &inst != &*bb->getFirstNonPHIOrDbgOrAlloca())
+          cuts.push_back(&inst);
+        inRun = slow;
+      }
+      for (llvm::Instruction *cut : llvm::reverse(cuts))
+        bb->splitBasicBlock(cut);
+    }
+  }
+}
+
 /// Runs the LLVM pass pipeline `pipeline` (opt's syntax) on `module`.
 std::string runLLVMPipeline(llvm::Module &module, llvm::TargetMachine &tm,
                             StringRef pipeline) {
@@ -401,6 +463,7 @@ std::string optimize(llvm::Module &module, llvm::TargetMachine &tm,
         runLLVMPipeline(module, tm, "function(sroa,instsimplify,dce)");
     if (!error.empty())
       return error;
+    isolateAggregateCode(module);
   } else {
     auto transform = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, &tm);
     if (llvm::Error err = transform(&module))
@@ -430,6 +493,12 @@ struct Unit {
   std::string name;
   bool host = false;     // the host code (entry points, calls), not a kernel
   SmallVector<char, 0> bitcode;
+  /// The kernel uses nothing the program defines (only external functions:
+  /// libm, the allocator), so its object depends on its MLIR alone and may
+  /// be kept under its MLIR key.
+  bool selfContained = false;
+  /// The object found by takeCachedKernels (no bitcode then).
+  std::optional<std::string> found;
   std::string key;       // the cache key
   std::string object;    // the object file, once compiled or found
   std::string error;
@@ -475,39 +544,61 @@ void writeBitcode(const llvm::Module &m, SmallVectorImpl<char> &out) {
 
 /// Splits `module` into a unit per kernel and one for the rest (first).
 /// Kernels become external hidden symbols of their units; the host unit
-/// declares them. A local symbol a kernel uses becomes hidden and external.
-SmallVector<Unit> splitIntoUnits(llvm::Module &module) {
+/// declares them, each declaration alike whether the kernel was lowered or
+/// found in the cache (`found`, declarations already), so that the host
+/// unit does not depend on which kernels the cache held. A local symbol a
+/// kernel uses becomes hidden and external.
+SmallVector<Unit> splitIntoUnits(llvm::Module &module,
+                                 const mlir::shardx::CachedKernels *found) {
   SmallVector<llvm::Function *> kernels;
   for (llvm::Function &f : module)
-    if (!f.isDeclaration() && isKernel(f))
+    if (isKernel(f))
       kernels.push_back(&f);
   SmallVector<Unit> units(1);
   units[0].name = "host";
   units[0].host = true;
   for (llvm::Function *kernel : kernels) {
+    if (kernel->isDeclaration()) {
+      Unit &u = units.emplace_back();
+      u.name = kernel->getName().str();
+      auto it = found ? found->objects.find(u.name)
+                      : llvm::StringMap<std::string>::const_iterator();
+      if (found && it != found->objects.end())
+        u.found = it->second;
+      else
+        u.error = "the kernel has no body and no object in the kernel cache";
+      continue;
+    }
     llvm::ValueToValueMapTy map;
     std::unique_ptr<llvm::Module> unit = llvm::CloneModule(
         module, map,
         [&](const llvm::GlobalValue *gv) { return gv == kernel; });
     canonicalizeUnit(*unit);
+    Unit &u = units.emplace_back();
+    u.name = kernel->getName().str();
+    u.selfContained = unit->global_empty();
     for (llvm::GlobalValue &gv : unit->global_values()) {
       if (!gv.isDeclaration())
         continue;
       llvm::GlobalValue *original = module.getNamedValue(gv.getName());
+      if (!original || !original->isDeclaration() ||
+          !isa<llvm::Function>(original))
+        u.selfContained = false;
       if (original && original->hasLocalLinkage()) {
         original->setLinkage(llvm::GlobalValue::ExternalLinkage);
         original->setVisibility(llvm::GlobalValue::HiddenVisibility);
       }
     }
-    Unit &u = units.emplace_back();
-    u.name = kernel->getName().str();
     writeBitcode(*unit, u.bitcode);
   }
   for (llvm::Function *kernel : kernels) {
     kernel->deleteBody();
+    kernel->setAttributes(llvm::AttributeList());
+    kernel->addFnAttr(llvm::Attribute::NoInline);
+    kernel->setLinkage(llvm::GlobalValue::ExternalLinkage);
     kernel->setVisibility(llvm::GlobalValue::HiddenVisibility);
   }
-  module.setModuleIdentifier("shardx");
+  canonicalizeUnit(module);
   writeBitcode(module, units[0].bitcode);
   return units;
 }
@@ -543,16 +634,36 @@ unsigned compileJobs() {
 /// by the cache go to `scratch`. Reports progress as units complete.
 LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
                            const mlir::shardx::ObjectCache &cache,
+                           const mlir::shardx::CachedKernels *found,
                            StringRef scratch,
                            const mlir::shardx::CompileOptions &options) {
   std::string specKey = spec.key();
   SmallVector<Unit *> todo;
   for (Unit &u : units) {
-    u.key = mlir::shardx::sha256Hex(
-        specKey + "|" + StringRef(u.bitcode.data(), u.bitcode.size()).str());
     // Every object the link reads is a private file: another process may
     // evict the cache's copy meanwhile.
     u.object = (scratch + "/" + u.name + ".o").str();
+    if (!u.error.empty())
+      continue;
+    if (u.found) {
+      // Found by its MLIR before lowering (takeCachedKernels).
+      if (!writeObject(u.object, *u.found, u.error))
+        continue;
+      if (options.stats)
+        ++options.stats->cachedUnits;
+      continue;
+    }
+    // A kernel that needs nothing from the program is kept under its MLIR
+    // key, which the next compile looks up before lowering it; other units
+    // under a hash of their bitcode.
+    auto mlirKey = found && u.selfContained
+                       ? found->keys.find(u.name)
+                       : llvm::StringMap<std::string>::const_iterator();
+    if (found && u.selfContained && mlirKey != found->keys.end())
+      u.key = mlirKey->second;
+    else
+      u.key = mlir::shardx::sha256Hex(
+          specKey + "|" + StringRef(u.bitcode.data(), u.bitcode.size()).str());
     std::optional<std::string> hit = cache.lookup(u.key);
     if (hit && writeObject(u.object, *hit, u.error)) {
       if (options.stats)
@@ -625,11 +736,56 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
   return success(ok);
 }
 
+/// The module's attributes that may change how a function lowers (data
+/// layout, target), printed: part of a kernel's MLIR key.
+std::string loweringAttributes(ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (NamedAttribute attr : module->getAttrs()) {
+    StringRef name = attr.getName().getValue();
+    if (name.starts_with("dlti.") || name.starts_with("llvm."))
+      os << name << "=" << attr.getValue() << ";";
+  }
+  return text;
+}
+
 } // namespace
+
+LogicalResult mlir::shardx::takeCachedKernels(ModuleOp module,
+                                              const CompileOptions &options,
+                                              CachedKernels &found) {
+  if (!options.kernelCache || options.emit != "so" || options.optLevel > 3)
+    return success();
+  FailureOr<TargetSpec> spec = targetSpec(options.cpu, options.optLevel);
+  if (failed(spec))
+    return failure();
+  // An unusable directory is emitArtifact's warning (it opens it again).
+  std::string error;
+  ObjectCache cache = ObjectCache::fromEnvironment(error);
+  if (!cache.isEnabled())
+    return success();
+  std::string prefix =
+      spec->key() + "|mlir kernel|" + loweringAttributes(module) + "|";
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isExternal() || !fn.getName().starts_with(kKernelPrefix))
+      continue;
+    // The name too: it is the symbol the object defines.
+    std::string key =
+        sha256Hex(prefix + fn.getName().str() + "|" + canonicalKernelText(fn));
+    if (std::optional<std::string> object = cache.lookup(key)) {
+      found.objects[fn.getName()] = std::move(*object);
+      fn.eraseBody();
+    } else {
+      found.keys[fn.getName()] = std::move(key);
+    }
+  }
+  return success();
+}
 
 LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
                                          const CompileOptions &options,
-                                         ArrayRef<std::string> libraries) {
+                                         ArrayRef<std::string> libraries,
+                                         const CachedKernels *cached) {
   auto info = module->getAttrOfType<StringAttr>(kProgramInfoAttr);
   if (!info)
     return module.emitError("no program description ('")
@@ -728,7 +884,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
   }
 
   TimingScope splitTiming = nestTiming(options.timing, "split into units");
-  SmallVector<Unit> units = splitIntoUnits(*llvmModule);
+  SmallVector<Unit> units = splitIntoUnits(*llvmModule, cached);
   llvmModule.reset();
   splitTiming.stop();
 
@@ -747,7 +903,7 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
   llvm::scope_exit removeScratch(
       [&] { llvm::sys::fs::remove_directories(scratch); });
   TimingScope compileTiming = nestTiming(options.timing, "compile units");
-  if (failed(compileUnits(units, *spec, cache, scratch, options)))
+  if (failed(compileUnits(units, *spec, cache, cached, scratch, options)))
     return failure();
   compileTiming.stop();
 

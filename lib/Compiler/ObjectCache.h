@@ -23,6 +23,10 @@
 #ifndef SHARDX_LIB_COMPILER_OBJECTCACHE_H
 #define SHARDX_LIB_COMPILER_OBJECTCACHE_H
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -56,6 +60,29 @@ private:
   std::string dir;
   uint64_t maxBytes = 0;
 };
+
+/// The kernels of a module on buffers (after `shardx-outline-kernels`)
+/// looked up in the kernel cache by their MLIR before they are lowered
+/// (takeCachedKernels, lib/Compiler/Artifact.cpp).
+struct CachedKernels {
+  /// The objects found, by kernel name: those kernels are declarations now.
+  llvm::StringMap<std::string> objects;
+  /// The MLIR key of each kernel not found: once compiled, its object is
+  /// kept under it (where the kernel's unit needs nothing from the program).
+  llvm::StringMap<std::string> keys;
+};
+
+struct CompileOptions;
+
+/// Before the kernels of `module` (on buffers, outlined) are lowered: each
+/// kernel whose object the kernel cache holds under its MLIR key (a hash of
+/// its canonical text, canonicalKernelText, and of the target, the
+/// optimization level, LLVM's version and ShardX's build) loses its body,
+/// its object going into `found`; the keys of the others go there too.
+/// Nothing is looked up when `options` turns the cache off or emits no
+/// artifact. Fails only when the target is unknown.
+LogicalResult takeCachedKernels(ModuleOp module, const CompileOptions &options,
+                                CachedKernels &found);
 
 /// Hex SHA-256 of `data`.
 std::string sha256Hex(llvm::StringRef data);

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
@@ -89,6 +90,12 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
 
 void mlir::shardx::buildCpuCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
+  buildCpuKernelsPipeline(pm, options);
+  buildCpuKernelLoweringPipeline(pm);
+}
+
+void mlir::shardx::buildCpuKernelsPipeline(
+    OpPassManager &pm, const CodegenPipelineOptions &options) {
   // Each layer's ops (inlined for the SPMD pipeline) back into one call of
   // one function per distinct body: the rest lowers a layer once.
   pm.addPass(createOutlineCallsPass());
@@ -101,6 +108,9 @@ void mlir::shardx::buildCpuCodegenPipeline(
   // optimizes each unique kernel once, in parallel and through the kernel
   // cache, instead of the whole step as one function (emitArtifact).
   pm.addPass(createOutlineKernelsPass(options.outlineStats));
+}
+
+void mlir::shardx::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   // Loops LLVM vectorizes, in the kernels (the host unit is compiled at
   // -O0): scatters visit each index once, row reductions carry their
   // accumulators in registers, f32 exp/erf/tanh are polynomials, bf16/f16
@@ -197,24 +207,47 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     }
     buildCudaCodegenPipeline(pm, pipeline);
   } else {
-    buildCpuCodegenPipeline(pm, pipeline);
+    buildCpuKernelsPipeline(pm, pipeline);
   }
   {
-    TimingScope lowerTiming = nestTiming(options.timing, "lower to LLVM dialect");
+    TimingScope lowerTiming = nestTiming(
+        options.timing, cuda ? "lower to LLVM dialect" : "outline kernels");
     if (options.timing)
       pm.enableTiming(lowerTiming);
     if (failed(pm.run(module)))
       return failure();
   }
-  if (options.stats && !cuda) {
+  if (cuda) {
+    if (options.emit == "ptx") {
+      FailureOr<std::string> ptx = kernelPtx(module);
+      return failed(ptx) ? failure() : writeFile(options.outputPath, *ptx);
+    }
+    return emitArtifact(module, options, runtimeLibraries(cuda));
+  }
+  if (options.stats) {
     options.stats->kernels = outlined.outlined;
     options.stats->uniqueKernels = outlined.unique;
   }
-  if (cuda && options.emit == "ptx") {
-    FailureOr<std::string> ptx = kernelPtx(module);
-    return failed(ptx) ? failure() : writeFile(options.outputPath, *ptx);
+  // Kernels whose objects the kernel cache holds become declarations here:
+  // only the others and the host code are lowered, translated and compiled.
+  CachedKernels cached;
+  {
+    TimingScope lookupTiming =
+        nestTiming(options.timing, "kernel cache lookup");
+    if (failed(takeCachedKernels(module, options, cached)))
+      return failure();
   }
-  return emitArtifact(module, options, runtimeLibraries(cuda));
+  {
+    PassManager lowering(module.getContext());
+    buildCpuKernelLoweringPipeline(lowering);
+    TimingScope lowerTiming =
+        nestTiming(options.timing, "lower to LLVM dialect");
+    if (options.timing)
+      lowering.enableTiming(lowerTiming);
+    if (failed(lowering.run(module)))
+      return failure();
+  }
+  return emitArtifact(module, options, runtimeLibraries(cuda), &cached);
 }
 
 namespace {

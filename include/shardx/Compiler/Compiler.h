@@ -34,6 +34,8 @@ class TimingScope;
 
 namespace mlir::shardx {
 
+struct CachedKernels;
+
 /// What code generation did (CompileOptions::stats).
 struct CodegenStats {
   /// Linalg ops outlined into kernels, and the unique kernels among them.
@@ -227,11 +229,16 @@ inline constexpr llvm::StringLiteral kProgramInfoAttr = "shardx.program_info";
 
 /// From a module in the LLVM dialect: embeds the program description (the
 /// kProgramInfoAttr attribute, removed) and adds the entry wrappers,
-/// translates to LLVM IR and writes what `options.emit` asks for. An artifact is split into one unit per kernel
-/// plus the host code, the units found in the kernel cache or compiled in
-/// parallel, and linked with `libraries` (lib/Compiler/Artifact.cpp).
+/// translates to LLVM IR and writes what `options.emit` asks for. An artifact
+/// is split into one unit per kernel plus the host code, the units found in the
+/// kernel cache or compiled in parallel, and linked with `libraries`
+/// (lib/Compiler/Artifact.cpp). Kernels in `cached` (kernels already found in
+/// the kernel cache by their MLIR and left as declarations,
+/// lib/Compiler/ObjectCache.h) are linked from there; those of its `keys` are
+/// kept under their MLIR keys.
 LogicalResult emitArtifact(ModuleOp module, const CompileOptions &options,
-                           ArrayRef<std::string> libraries);
+                           ArrayRef<std::string> libraries,
+                           const CachedKernels *cached = nullptr);
 
 /// After bufferization: replaces every (batched) GEMM contraction on
 /// buffers whose element type is one of `dtypes` (the runtime's names,

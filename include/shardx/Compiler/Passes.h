@@ -46,6 +46,13 @@ struct CodegenPipelineOptions {
 /// and the lowering to LLVM (`shardx-codegen-cpu`).
 void buildCpuCodegenPipeline(OpPassManager &pm,
                              const CodegenPipelineOptions &options);
+/// Its two halves: up to the kernels outlined (`shardx-outline-kernels`,
+/// on buffers), then the loops and the lowering to the LLVM dialect.
+/// compileModule looks kernels up in the kernel cache between them, so that
+/// only the kernels it lacks are lowered.
+void buildCpuKernelsPipeline(OpPassManager &pm,
+                             const CodegenPipelineOptions &options);
+void buildCpuKernelLoweringPipeline(OpPassManager &pm);
 
 /// The cuda target to the LLVM dialect with the kernels' PTX embedded
 /// (`shardx-codegen-cuda`). The context needs the NVVM target and the LLVM
