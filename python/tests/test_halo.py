@@ -336,3 +336,37 @@ def test_conv3d_halo_bytes_are_the_lower_bound(build_dir, tmp_path):
     assert sum(int(h[3]) for h in halos) == lower == 26880, halos
     assert all("[P(sum), P(sum)] -> [R, R]" in line
                for line in plan.splitlines() if "remark: plan" in line), plan
+
+
+class _Unaligned(torch.nn.Module):
+    """A 3x3 convolution, then a stride-2 one, of 13 rows on 2 ranks: the
+    rows split 7/6 put the shard edge at an odd row (the stride-2 windows
+    do not align), so the padded activation is resharded to the window's
+    sizes (9/6) and the second shard's windows still read one row of the
+    first: a halo on the resharded operand."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(2, 2, 3, padding=1)
+        self.b = torch.nn.Conv2d(2, 2, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_unaligned_strided_split_reads_its_halo(build_dir, tmp_path):
+    """Regression: shardx-localize took a windowed operand's layout from its
+    value, and a reshard's result (a cast of the lowered collective)
+    records none, so the stride-2 convolution ran on the 9/6 shards with
+    no halo (the loss was inf)."""
+    torch.manual_seed(0)
+    step = TrainStep(_Unaligned(), F.mse_loss, "sgd", lr=0.1)
+    mesh = Mesh((2,), ("h",))
+    ins, outs = step.placements(mesh, {}, [[S(2)]], [S(2)])
+    args = step.example_args([torch.randn(1, 2, 13, 13)], torch.randn(1, 2, 7, 7))
+    path = tmp_path / "unaligned.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="unaligned"))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    assert re.search(r"shardx\.halo .* dim = 2 low = 1 high = 0 sizes = \[9, 6\]", local), local
+    f = shardx.compile(step, mesh, ins, outs)
+    assert_steps_match_eager(f, step, args, "unaligned")

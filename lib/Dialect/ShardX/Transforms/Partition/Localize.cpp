@@ -349,7 +349,11 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
   for (const ShardingRule::WindowedDim &w : rule->windows) {
     Value global =
         w.result ? op.getResult(w.tensor) : tensorOperands[w.tensor]->get();
-    Layout layout = pieces.layoutOf(global);
+    // An operand's layout is the one the op reads it in: a reshard's
+    // result (a cast of the lowered collective) records none.
+    LayoutAttr required =
+        w.result ? nullptr : requiredLayout(*tensorOperands[w.tensor]);
+    Layout layout = required ? required.getLayout() : pieces.layoutOf(global);
     const DimSharding *ds = layout.getDim(w.dim);
     // An operand window of no halo (2x2 pooling) in torch.chunk's pieces
     // reads only its own rows.
@@ -362,6 +366,9 @@ FailureOr<Operation *> Localizer::localizeWindows(Operation &op,
              << "support (one mesh axis with the window's sizes)";
     int64_t axis = ds->splits[0].axis, n = pieces.getMeshShape()[axis];
     if (!w.result && !w.halo) // a strided insert's destination: local
+      continue;
+    // A window of no halo in the window's sizes reads only its own rows.
+    if (!w.result && !w.haloLow() && !w.haloHigh())
       continue;
     if (!w.result) {
       // The operand's rows plus the neighbours' edge rows.
