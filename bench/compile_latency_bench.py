@@ -277,10 +277,11 @@ print(time.perf_counter() - start)
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def trace_text(layers):
-    """The traced program of the step `layers` deep (shardx.trace)."""
+def trace_text(layers, widths=None):
+    """The traced program of the step `layers` deep (shardx.trace), with
+    the MLP widths `widths` (default 4d each)."""
     import shardx
-    names, args = example(layers)
+    names, args = example(layers, widths)
     mesh = shardx.Mesh((2, 2), ("dp", "tp"))
     pl = placements(names, shardx)
     R, S = shardx.Replicate, shardx.Shard
@@ -289,9 +290,16 @@ def trace_text(layers):
                         [[R(), R()]] + pl + pl + pl, name="gpt_step")
 
 
-def dump(layers, folder):
-    text = trace_text(layers)
-    path = os.path.join(folder, f"gpt_{layers}.mlir")
+def warm_widths(layers):
+    """The warm case's MLP widths: layer `layers // 2` 3d, the others 4d."""
+    widths = [4 * DIM] * layers
+    widths[layers // 2] = 3 * DIM
+    return widths
+
+
+def dump(layers, folder, widths=None, suffix=""):
+    text = trace_text(layers, widths)
+    path = os.path.join(folder, f"gpt_{layers}{suffix}.mlir")
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -346,7 +354,8 @@ def main(argv=None):
     ap.add_argument("--gpt2-zoo", type=int, metavar="LAYERS",
                     help="only time shardx-compile of the zoo's HF GPT-2 TP step this deep")
     ap.add_argument("--dump", metavar="DIR",
-                    help="write the traced programs (gpt_<layers>.mlir) and exit")
+                    help="write the traced programs (gpt_<layers>.mlir, and "
+                         "gpt_<layers>_warm.mlir with the warm case's widths) and exit")
     ap.add_argument("--trace-only", action="store_true",
                     help="only time shardx.trace of the step at each depth")
     ap.add_argument("--dim", type=int, default=DIM, help="model width (default %(default)s)")
@@ -383,6 +392,9 @@ def main(argv=None):
         os.makedirs(args.dump, exist_ok=True)
         for n in args.layers:
             print(dump(n, args.dump))
+            # The warm case's program (one layer's MLP width changed), for
+            # `shardx-compile --timing` on the kernel cache gpt_<n>.mlir left.
+            print(dump(n, args.dump, warm_widths(n), "_warm"))
         return 0
     torch.manual_seed(0)
     rows = []
@@ -392,8 +404,7 @@ def main(argv=None):
     for n in args.layers:
         widths = None
         if n == max(args.layers) and not args.no_warm:
-            widths = [4 * DIM] * n
-            widths[n // 2] = 3 * DIM
+            widths = warm_widths(n)
         sx, timing, (warm, warm_timing) = cold_first_call(n, args.repeat, True, widths)
         inline = inline_timing = None
         if not args.no_inline:
