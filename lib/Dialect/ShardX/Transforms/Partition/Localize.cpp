@@ -267,7 +267,11 @@ LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
       if (!type)
         continue;
       AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
-      Layout layout = pieces.layoutOf(operand.get());
+      // The layout the op reads the operand in: a reshard's result records
+      // none (as in localizeWindows).
+      LayoutAttr required = requiredLayout(operand);
+      Layout layout =
+          required ? required.getLayout() : pieces.layoutOf(operand.get());
       for (auto [k, expr] : llvm::enumerate(map.getResults())) {
         auto d = dyn_cast<AffineDimExpr>(expr);
         if (!d || d.getPosition() != loop)
