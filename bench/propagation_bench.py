@@ -90,12 +90,14 @@ def to_upstream(text: str) -> str:
     out, annotations = [], []
     in_sig = False
     for line in lines:
-        m = re.match(r'\s+%arg(\d+): (tensor<[^>]*>) \{shardx\.layout = #shardx\.layout<@mesh, \[([^\]]*)\]>\}(.*)$', line)
+        m = re.match(r'\s+%arg(\d+): (tensor<[^>]*>) \{shardx\.layout = #shardx\.layout<@mesh, \[([^\]]*)\]>'
+                     r'(?:, ([^}]*))?\}(.*)$', line)
         if line.startswith("func.func"):
             in_sig = True
         if in_sig and m:
-            idx, ty, pl, comma = m.groups()
-            out.append(f"    %arg{idx}: {ty}{comma}")
+            idx, ty, pl, attrs, comma = m.groups()
+            # Other argument attributes (a train step's torch.state) stay.
+            out.append(f"    %arg{idx}: {ty}{' {' + attrs + '}' if attrs else ''}{comma}")
             sm = re.match(r'S\((\d+)\)', pl)
             if sm:
                 d = int(sm.group(1))
