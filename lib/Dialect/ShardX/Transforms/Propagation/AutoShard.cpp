@@ -85,15 +85,15 @@ LogicalResult AutoSharder::prepare() {
   if (!target.getBody().hasOneBlock())
     return target.emitError(
         "functions with more than one block are not supported");
-  prepared = module.clone();
+  pricer.prepared = module.clone();
   PassManager pm(module.getContext());
   pm.enableVerifier(false);
   pm.addPass(createInlineCallsPass());
-  if (failed(pm.run(*prepared)))
+  if (failed(pm.run(*pricer.prepared)))
     return target.emitError("shardx-auto-shard: cannot inline the calls of @")
            << target.getSymName();
-  fn = prepared->lookupSymbol<func::FuncOp>(target.getSymName());
-  WalkResult call = fn.walk([&](CallOpInterface op) {
+  pricer.fn = pricer.prepared->lookupSymbol<func::FuncOp>(target.getSymName());
+  WalkResult call = pricer.fn.walk([&](CallOpInterface op) {
     if (auto callee = dyn_cast<SymbolRefAttr>(op.getCallableForCallee()))
       target.emitError("shardx-auto-shard cannot price a call to ")
           << callee << ", which shardx-inline-calls does not inline";
@@ -104,7 +104,7 @@ LogicalResult AutoSharder::prepare() {
   return failure(call.wasInterrupted());
 }
 
-void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
+void PlanPricer::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
   StringRef name = ShardXDialect::getLayoutAttrName();
   LayoutAttr replicated =
       LayoutAttr::get(meshRef, Layout(static_cast<int64_t>(meshShape.size())));
@@ -129,8 +129,8 @@ void AutoSharder::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
   }
 }
 
-FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
-                                     ShardingState &state) {
+FailureOr<double> PlanPricer::price(func::FuncOp f, RuleCache &ruleCache,
+                                    ShardingState &state) {
   PropagationOptions options;
   options.stepTime = true;
   options.caches = &cachesFor(f);
@@ -143,24 +143,24 @@ FailureOr<double> AutoSharder::price(func::FuncOp f, RuleCache &ruleCache,
   return search->stepTime();
 }
 
-SearchCaches &AutoSharder::cachesFor(func::FuncOp f) {
+SearchCaches &PlanPricer::cachesFor(func::FuncOp f) {
   for (int i = 0; i < 2; ++i)
     if (f == cutFns[i])
       return cutCaches[i];
   return caches;
 }
 
-const StepPart *AutoSharder::partOf(func::FuncOp f) const {
+const StepPart *PlanPricer::partOf(func::FuncOp f) const {
   return f && f == cutFns[0] ? &cutParts[0] : nullptr;
 }
 
-double AutoSharder::cutTime(ArrayRef<unsigned> pick) {
+double PlanPricer::cutTime(ArrayRef<unsigned> pick) {
   double t = timeOn(cutFns[0], cutRules[0], pick);
   return std::isfinite(t) ? t + double(tiedLayers - cutDepth) * partTime : kInf;
 }
 
-double AutoSharder::timeOn(func::FuncOp f, RuleCache &cache,
-                           ArrayRef<unsigned> pick) {
+double PlanPricer::timeOn(func::FuncOp f, RuleCache &cache,
+                          ArrayRef<unsigned> pick) {
   apply(f, pick);
   ShardingState state(meshRef, meshShape.size());
   ScopedDiagnosticHandler quiet(fn.getContext(),
@@ -171,7 +171,7 @@ double AutoSharder::timeOn(func::FuncOp f, RuleCache &cache,
   return succeeded(time) ? *time : kInf;
 }
 
-double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
+double PlanPricer::priceTime(ArrayRef<unsigned> pick) {
   // A plan priced before (both rounds' pair terms share plans): its time.
   Picks key(pick.begin(), pick.end());
   if (const Priced *known = pool.lookup(key))
@@ -186,7 +186,7 @@ double AutoSharder::priceTime(ArrayRef<unsigned> pick) {
   return it->second = cutTime(pick);
 }
 
-Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
+Priced PlanPricer::priceFull(ArrayRef<unsigned> pick) {
   Picks key(pick.begin(), pick.end());
   if (const Priced *known = pool.lookup(key))
     return *known;
@@ -208,7 +208,7 @@ Priced AutoSharder::priceFull(ArrayRef<unsigned> pick) {
   return out;
 }
 
-int64_t AutoSharder::argumentBytes(ArrayRef<unsigned> pick) {
+int64_t PlanPricer::argumentBytes(ArrayRef<unsigned> pick) {
   SmallVector<int64_t> shards(fn.getNumArguments(), 1);
   for (auto [g, group] : llvm::enumerate(groups))
     for (unsigned a : group.args)
@@ -227,7 +227,7 @@ int64_t AutoSharder::argumentBytes(ArrayRef<unsigned> pick) {
   return bytes;
 }
 
-Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
+Priced PlanPricer::priceFullUncached(ArrayRef<unsigned> pick) {
   ++pricedFull;
   ++phases[phase].first;
   if (!cutDepth)
@@ -245,8 +245,8 @@ Priced AutoSharder::priceFullUncached(ArrayRef<unsigned> pick) {
   return Priced{time, int64_t(std::llround(extrapolate(a.peak, b.peak)))};
 }
 
-Priced AutoSharder::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
-                           ArrayRef<unsigned> pick, bool needTime) {
+Priced PlanPricer::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
+                          ArrayRef<unsigned> pick, bool needTime) {
   ScopedDiagnosticHandler quiet(fn.getContext(), [&](Diagnostic &diag) {
     if (firstFailure.empty() && diag.getSeverity() == DiagnosticSeverity::Error)
       firstFailure = diag.str();
@@ -285,7 +285,7 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
   s.center = base;
   size_t n = groups.size();
   unsigned dataChoice = dataGroup >= 0 ? base[dataGroup] : 0;
-  Priced b = priceFull(base);
+  Priced b = pricer.priceFull(base);
   s.baseTime = b.time;
   s.basePeak = b.peak;
   s.time.resize(n);
@@ -307,7 +307,7 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
         continue;
       std::vector<unsigned> pick = base;
       pick[g] = c;
-      Priced p = priceFull(pick);
+      Priced p = pricer.priceFull(pick);
       s.time[g][c] = p.time - b.time;
       s.bytes[g][c] = std::isfinite(p.time) ? double(p.peak - b.peak) : 0;
     }
@@ -325,7 +325,8 @@ void AutoSharder::addPairs(Surrogate &s) {
   SmallVector<size_t> weights;
   for (size_t g = 0; g < n; ++g)
     if (int(g) != dataGroup &&
-        cast<RankedTensorType>(fn.getArgument(groups[g].args.front()).getType())
+        cast<RankedTensorType>(
+            pricer.fn.getArgument(groups[g].args.front()).getType())
                 .getRank() >= 2)
       weights.push_back(g);
   // The pair terms of the promising choices only (the others' stay 0):
@@ -346,7 +347,7 @@ void AutoSharder::addPairs(Surrogate &s) {
     auto fewest = llvm::min_element(order, [&](unsigned a, unsigned b) {
       return s.bytes[g][a] < s.bytes[g][b];
     });
-    if (budget > 0 && fewest != order.end() &&
+    if (pricer.budget > 0 && fewest != order.end() &&
         !llvm::is_contained(keep, *fewest))
       keep.push_back(*fewest);
   }
@@ -363,7 +364,7 @@ void AutoSharder::addPairs(Surrogate &s) {
           std::vector<unsigned> pick = base;
           pick[g] = c;
           pick[h] = d;
-          double t = priceTime(pick);
+          double t = pricer.priceTime(pick);
           double delta =
               std::isfinite(t) ? t - b.time - s.time[g][c] - s.time[h][d] : 0;
           if (!std::isfinite(t))
@@ -386,7 +387,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     return failure();
   enterPhase("cuts");
   {
-    ScopedDiagnosticHandler quiet(fn.getContext(),
+    ScopedDiagnosticHandler quiet(pricer.fn.getContext(),
                                   [](Diagnostic &) { return success(); });
     buildCuts();
   }
@@ -396,7 +397,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   // the layouts given make, priced for the remark and the budget.
   if (groups.empty()) {
     pick = Picks();
-    real = priceFull(*pick);
+    real = pricer.priceFull(*pick);
   }
   unsigned numData = dataGroup >= 0 ? groups[dataGroup].choices.size() : 1;
   // Two rounds: surrogates measured from the replicated plan of each input
@@ -428,7 +429,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     // for real) is within kPairMargin of the fastest of all: the others
     // keep their unary terms.
     std::vector<double> fastest(numData, kInf);
-    for (auto &[p, r] : pool)
+    for (auto &[p, r] : pricer.pool)
       fastest[dataGroup >= 0 ? p[dataGroup] : 0] =
           std::min(fastest[dataGroup >= 0 ? p[dataGroup] : 0], r.time);
     double fastestAll = *llvm::min_element(fastest);
@@ -441,7 +442,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     // of each plan it gives (limit += budget - real peak), keeping the
     // fastest plan that really fits.
     enterPhase("solve " + std::to_string(recentre + 1));
-    double limit = budget > 0 ? double(budget) : kInf;
+    double limit = pricer.budget > 0 ? double(pricer.budget) : kInf;
     double smallestModeled = kInf;
     for (const Surrogate &s : surrogates)
       if (std::isfinite(s.baseTime)) {
@@ -473,14 +474,14 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       if (!bestPick || bestPick == last)
         break;
       last = bestPick;
-      Priced r = priceFull(*bestPick);
-      if (!solverPick || better(r, priceFull(*solverPick))) {
+      Priced r = pricer.priceFull(*bestPick);
+      if (!solverPick || pricer.better(r, pricer.priceFull(*solverPick))) {
         solverPick = bestPick;
         solverLimit = limit;
       }
-      if (budget <= 0)
+      if (pricer.budget <= 0)
         break;
-      limit += double(budget - r.peak);
+      limit += double(pricer.budget - r.peak);
     }
     // The plans of the fewest bytes the surrogates know of and the fastest
     // ones, priced too: the summed changes of a peak misjudge both.
@@ -492,33 +493,33 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
             if (std::isfinite(surrogates[d].time[g][c]) &&
                 surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
               small[g] = c;
-      priceFull(small);
+      pricer.priceFull(small);
       if (std::optional<Picks> fast = solve(surrogates[d], kInf))
-        priceFull(*fast);
+        pricer.priceFull(*fast);
     }
     // The next centers: the best plan priced for each input layout.
     std::vector<Priced> bestOf(numData);
     for (unsigned d = 0; d < numData; ++d) {
       bool found = false;
-      for (auto &[p, r] : pool)
+      for (auto &[p, r] : pricer.pool)
         if ((dataGroup < 0 || p[dataGroup] == d) &&
-            (!found || better(r, bestOf[d]))) {
+            (!found || pricer.better(r, bestOf[d]))) {
           centers[d] = p;
           bestOf[d] = r;
           found = true;
         }
     }
     Priced overall = *llvm::min_element(
-        bestOf, [&](Priced a, Priced b) { return better(a, b); });
+        bestOf, [&](Priced a, Priced b) { return pricer.better(a, b); });
     for (unsigned d = 0; d < numData; ++d)
-      rebuild[d] = fits(bestOf[d]) == fits(overall) &&
+      rebuild[d] = pricer.fits(bestOf[d]) == pricer.fits(overall) &&
                    bestOf[d].time <= 1.02 * overall.time;
   }
   enterPhase("refine");
   // From the best plan priced, a coordinate descent on the real prices:
   // one group changed at a time, kept when the plan gets better.
-  for (auto &[p, r] : pool)
-    if (!pick || better(r, real)) {
+  for (auto &[p, r] : pricer.pool)
+    if (!pick || pricer.better(r, real)) {
       pick = p;
       real = r;
     }
@@ -530,8 +531,8 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
           continue;
         Picks p = *pick;
         p[g] = c;
-        Priced r = priceFull(p);
-        if (better(r, real)) {
+        Priced r = pricer.priceFull(p);
+        if (pricer.better(r, real)) {
           pick = p;
           real = r;
           improved = true;
@@ -541,37 +542,40 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       break;
   }
   enterPhase("confirm");
-  if (pick && cutDepth)
+  if (pick && pricer.cutDepth)
     confirm(pick, real);
-  else if (cutDepth)
-    smallestConfirmed = pool.smallestPeak();
-  else if (pick && budget <= 0)
+  else if (pricer.cutDepth)
+    smallestConfirmed = pricer.pool.smallestPeak();
+  else if (pick && pricer.budget <= 0)
     // Priced by time alone (no budget): its peak for the remark (and the
     // first failure, where none could be priced).
-    real = fullOn(*prepared, fn, rules, *pick);
+    real = pricer.fullOn(*pricer.prepared, pricer.fn, pricer.rules, *pick);
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   enterPhase("end");
-  if (pick && !fits(real))
+  if (pick && !pricer.fits(real))
     pick.reset();
   if (!jsonPath.empty())
     writeJson(jsonPath, pick, solverLimit, real, seconds);
   // With cuts, the smallest peak is a real one: the plans confirmed.
-  int64_t smallest = cutDepth ? smallestConfirmed : pool.smallestPeak();
+  int64_t smallest =
+      pricer.cutDepth ? smallestConfirmed : pricer.pool.smallestPeak();
   // The layouts go on `target` only with a plan (pricing wrote them on the
   // copy).
   if (!pick && smallest == std::numeric_limits<int64_t>::max())
     return mlir::emitError(target.getLoc())
            << "no plan could be priced: propagating or partitioning @"
            << target.getSymName() << " failed for every plan tried"
-           << (firstFailure.empty() ? "" : " (first: " + firstFailure + ")");
+           << (pricer.firstFailure.empty()
+                   ? ""
+                   : " (first: " + pricer.firstFailure + ")");
   if (!pick)
     return mlir::emitError(target.getLoc())
-           << "no plan fits the memory budget of " << budget
-           << " bytes per rank: the smallest modeled peak found is "
-           << smallest << " bytes (" << formatBytes(smallest) << ")";
-  apply(target, *pick);
+           << "no plan fits the memory budget of " << pricer.budget
+           << " bytes per rank: the smallest modeled peak found is " << smallest
+           << " bytes (" << formatBytes(smallest) << ")";
+  pricer.apply(target, *pick);
   remark(*pick, real, seconds);
   return success();
 }
@@ -583,15 +587,16 @@ void AutoSharder::confirm(std::optional<Picks> &pick, Priced &real) {
   // The plans by their extrapolated prices, best first; the first that
   // really fits is the plan. A plan is tried only when its extrapolated
   // peak times the largest underestimate seen (real / extrapolated) fits.
-  std::vector<std::pair<Picks, Priced>> order(pool.begin(), pool.end());
+  std::vector<std::pair<Picks, Priced>> order(pricer.pool.begin(),
+                                              pricer.pool.end());
   llvm::stable_sort(order, [&](const auto &a, const auto &b) {
-    return better(a.second, b.second);
+    return pricer.better(a.second, b.second);
   });
   double scale = 1;
   std::optional<std::pair<Picks, Priced>> first;
   auto tryPlan = [&](const Picks &p, Priced r) {
     ++confirmed;
-    Priced whole = fullOn(*prepared, fn, rules, p);
+    Priced whole = pricer.fullOn(*pricer.prepared, pricer.fn, pricer.rules, p);
     if (std::isfinite(whole.time)) {
       smallestConfirmed = std::min(smallestConfirmed, whole.peak);
       if (r.peak > 0)
@@ -599,7 +604,7 @@ void AutoSharder::confirm(std::optional<Picks> &pick, Priced &real) {
     }
     if (!first)
       first = {p, whole};
-    if (!fits(whole))
+    if (!pricer.fits(whole))
       return false;
     extrapolated = r;
     pick = p;
@@ -609,7 +614,7 @@ void AutoSharder::confirm(std::optional<Picks> &pick, Priced &real) {
   for (auto &[p, r] : order) {
     if (confirmed >= 6 || !std::isfinite(r.time))
       break;
-    if (budget > 0 && double(r.peak) * scale > double(budget))
+    if (pricer.budget > 0 && double(r.peak) * scale > double(pricer.budget))
       continue;
     if (tryPlan(p, r))
       return;
@@ -624,7 +629,7 @@ void AutoSharder::confirm(std::optional<Picks> &pick, Priced &real) {
       tryPlan(smallest->first, smallest->second))
     return;
   if (first) {
-    const Priced *known = pool.lookup(first->first);
+    const Priced *known = pricer.pool.lookup(first->first);
     extrapolated = known ? *known : Priced();
     pick = first->first;
     real = first->second;
@@ -636,22 +641,22 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
   // At the function's location, without the function printed after it.
   InFlightDiagnostic remark = mlir::emitRemark(target.getLoc());
   remark << "auto-shard @" << target.getSymName() << " on "
-         << llvm::product_of(meshShape) << " ranks";
-  if (budget > 0)
-    remark << " under " << budget << " bytes per rank";
+         << llvm::product_of(pricer.meshShape) << " ranks";
+  if (pricer.budget > 0)
+    remark << " under " << pricer.budget << " bytes per rank";
   remark << llvm::formatv(": modeled step time {0:F3} us, modeled peak {1} "
                           "bytes ({2}); {3} plans priced in {4:F2} s",
                           real.time, real.peak, formatBytes(real.peak),
-                          priced + pricedFull, seconds);
-  if (cutDepth)
+                          pricer.priced + pricer.pricedFull, seconds);
+  if (pricer.cutDepth)
     remark << llvm::formatv(
         " (priced on the step cut to {0} of its {1} layers{2}, confirmed "
         "whole)",
-        cutDepth, tiedLayers,
-        budget > 0
-            ? llvm::formatv(", peaks on {0} and {1}", cutDepth, cutDepth + 1)
-                  .str()
-            : std::string());
+        pricer.cutDepth, pricer.tiedLayers,
+        pricer.budget > 0 ? llvm::formatv(", peaks on {0} and {1}",
+                                          pricer.cutDepth, pricer.cutDepth + 1)
+                                .str()
+                          : std::string());
   for (auto [g, group] : llvm::enumerate(groups)) {
     remark << "\n  " << group.name;
     if (group.isData)
@@ -659,7 +664,7 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
     else {
       std::string type;
       llvm::raw_string_ostream(type)
-          << fn.getArgument(group.args.front()).getType();
+          << pricer.fn.getArgument(group.args.front()).getType();
       remark << " " << type << " (";
     }
     unsigned shown = group.isData ? group.args.size() : group.argsPerLayer;

@@ -51,34 +51,21 @@ struct Group {
   unsigned argsPerLayer = 0;
 };
 
-/// One public function's auto-sharding.
-class AutoSharder {
+/// Plans priced (AutoShard.cpp): by the greedy propagation search for time
+/// and through shardx-spmd for peaks, on the step or on its layer cuts
+/// (AutoShardCut.cpp builds them), with the caches and counters of the
+/// pricing. The groups, pinned arguments and phases are the sharder's.
+class PlanPricer {
 public:
-  AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
-              CostModel &costs, int64_t budget, unsigned window,
-              unsigned refineSweeps, unsigned minCutLayers)
-      : module(module), target(target), mesh(mesh), costs(costs),
-        budget(budget), window(window), refineSweeps(refineSweeps),
-        minCutLayers(minCutLayers),
+  PlanPricer(MeshOp mesh, CostModel &costs, int64_t budget,
+             const std::vector<Group> &groups,
+             const SmallVector<bool> &pinnedArg, const std::string &phase,
+             std::map<std::string, std::pair<int64_t, double>> &phases)
+      : mesh(mesh), costs(costs), budget(budget),
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        meshShape(mesh.getShape()) {}
+        meshShape(mesh.getShape()), groups(groups), pinnedArg(pinnedArg),
+        phase(phase), phases(phases) {}
 
-  LogicalResult run(StringRef jsonPath);
-
-private:
-  /// The copy of the module the plans are priced on, calls inlined; `fn`
-  /// is `target` in it.
-  LogicalResult prepare();
-  LogicalResult findGroups();
-  /// Ties the groups of repeated layers: where the groups (in argument
-  /// order) repeat with a period of P groups, each of the same type, first
-  /// used by the same op, P first uses apart by the same distance D, and
-  /// the ops over the run repeat every D, the groups at the same position
-  /// of each repeat become one (identical layers take identical layouts).
-  void tieLayers(ArrayRef<llvm::hash_code> opNames,
-                 ArrayRef<llvm::hash_code> firstUser);
-  /// The plan's remark at `target`.
-  void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
   /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
   /// tied results.
   void apply(func::FuncOp f, ArrayRef<unsigned> pick);
@@ -113,6 +100,85 @@ private:
   double extrapolate(double atDepth, double atNext) const {
     return atDepth + double(tiedLayers - cutDepth) * (atNext - atDepth);
   }
+  /// Whether `a` is a better plan than `b`: fits where `b` does not, is
+  /// faster where both fit, holds fewer bytes where neither does.
+  bool better(Priced a, Priced b) const {
+    bool fa = fits(a), fb = fits(b);
+    if (fa != fb)
+      return fa;
+    return fa ? a.time < b.time : a.peak < b.peak;
+  }
+  bool fits(Priced p) const {
+    return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
+  }
+
+  /// The copy of the module the plans are priced on, calls inlined; `fn`
+  /// is the sharder's `target` in it (AutoSharder::prepare).
+  OwningOpRef<ModuleOp> prepared;
+  func::FuncOp fn;
+  MeshOp mesh;
+  CostModel &costs;
+  int64_t budget;
+  FlatSymbolRefAttr meshRef;
+  ArrayRef<int64_t> meshShape;
+  llvm::StringSet<> warned;
+  RuleCache rules;
+  /// The repeats of the tied layers (1: none tied).
+  unsigned tiedLayers = 1;
+  /// With `cutDepth` > 0 the plans are priced on `cuts` (`fn` with
+  /// `cutDepth` and `cutDepth + 1` of its repeats kept) and extrapolated
+  /// to `tiedLayers`; the plan chosen is confirmed on `fn`.
+  unsigned cutDepth = 0;
+  OwningOpRef<ModuleOp> cuts[2];
+  func::FuncOp cutFns[2];
+  RuleCache cutRules[2];
+  StepPart cutParts[2];
+  SearchCaches caches, cutCaches[2];
+  /// The share of the last search's part (PropagationOptions::part).
+  double partTime = 0;
+  /// Where the solve's time goes: the greedy search's pricing, and the
+  /// shardx-spmd runs for the peaks (the JSON's).
+  double searchSeconds = 0, pipelineSeconds = 0;
+  PricedPlans pool;
+  /// The times of the plans priced by time only.
+  std::map<Picks, double> timeOnly;
+  /// Why the first plan that could not be priced failed.
+  std::string firstFailure;
+  int64_t priced = 0, pricedFull = 0;
+
+private:
+  const std::vector<Group> &groups;
+  const SmallVector<bool> &pinnedArg;
+  const std::string &phase;
+  std::map<std::string, std::pair<int64_t, double>> &phases;
+};
+
+/// One public function's auto-sharding.
+class AutoSharder {
+public:
+  AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
+              CostModel &costs, int64_t budget, unsigned window,
+              unsigned refineSweeps, unsigned minCutLayers)
+      : module(module), target(target), window(window),
+        refineSweeps(refineSweeps), minCutLayers(minCutLayers),
+        pricer(mesh, costs, budget, groups, pinnedArg, phase, phases) {}
+
+  LogicalResult run(StringRef jsonPath);
+
+private:
+  /// The copy of the module the plans are priced on, calls inlined; `fn`
+  /// is `target` in it.
+  LogicalResult prepare();
+  LogicalResult findGroups();
+  /// Ties the groups of repeated layers: where the groups (in argument
+  /// order) repeat with a period of P groups, each of the same type, first
+  /// used by the same op, P first uses apart by the same distance D, and
+  /// the ops over the run repeat every D, the groups at the same position
+  /// of each repeat become one (identical layers take identical layouts).
+  void tieLayers(ArrayRef<llvm::hash_code> opNames,
+                 ArrayRef<llvm::hash_code> firstUser);
+  /// The plan's remark at `target`.
+  void remark(ArrayRef<unsigned> pick, Priced real, double seconds);
   /// Builds `cuts` when the step has enough repeats of one layer
   /// (AutoShardCut.cpp); leaves `cutDepth` 0 (the step priced whole)
   /// otherwise or when the repeats cannot be cut out.
@@ -125,17 +191,6 @@ private:
   /// `depth - 2`): the ops of that period of every stretch and the
   /// arguments only they use.
   OwningOpRef<ModuleOp> cutTo(unsigned depth, StepPart &middle);
-  /// Whether `a` is a better plan than `b`: fits where `b` does not, is
-  /// faster where both fit, holds fewer bytes where neither does.
-  bool better(Priced a, Priced b) const {
-    bool fa = fits(a), fb = fits(b);
-    if (fa != fb)
-      return fa;
-    return fa ? a.time < b.time : a.peak < b.peak;
-  }
-  bool fits(Priced p) const {
-    return std::isfinite(p.time) && (budget <= 0 || p.peak <= budget);
-  }
   /// The surrogate's center and unary terms around `base`.
   Surrogate buildSurrogate(std::vector<unsigned> base);
   /// The surrogate's pair terms (time only).
@@ -157,42 +212,20 @@ private:
 
   ModuleOp module;
   func::FuncOp target;
-  OwningOpRef<ModuleOp> prepared;
-  func::FuncOp fn;
-  MeshOp mesh;
-  CostModel &costs;
-  int64_t budget;
   unsigned window;
   unsigned refineSweeps;
   /// Cut from this many repeats (0: never).
   unsigned minCutLayers;
-  FlatSymbolRefAttr meshRef;
-  ArrayRef<int64_t> meshShape;
-  llvm::StringSet<> warned;
-  RuleCache rules;
   /// The ops' keys (name, result types, body op names) in `fn`'s order.
   SmallVector<llvm::hash_code> opKeys;
-  /// The repeats of the tied layers (1: none tied).
-  unsigned tiedLayers = 1;
   /// The stretches of `fn`'s ops that repeat once per tied layer: ops
   /// [start, end) are periodic with `period` ops (AutoShardCut.cpp).
   struct Stretch {
     size_t start, end, period;
   };
   SmallVector<Stretch> stretches;
-  /// With `cutDepth` > 0 the plans are priced on `cuts` (`fn` with
-  /// `cutDepth` and `cutDepth + 1` of its repeats kept) and extrapolated
-  /// to `tiedLayers`; the plan chosen is confirmed on `fn`.
-  unsigned cutDepth = 0;
   /// Cuts were built but their replicated plan's time was off (the JSON's).
   bool cutRejected = false;
-  OwningOpRef<ModuleOp> cuts[2];
-  func::FuncOp cutFns[2];
-  RuleCache cutRules[2];
-  StepPart cutParts[2];
-  SearchCaches caches, cutCaches[2];
-  /// The share of the last search's part (PropagationOptions::part).
-  double partTime = 0;
   /// The extrapolated numbers of the plan chosen, for the JSON.
   std::optional<Priced> extrapolated;
   int64_t confirmed = 0;
@@ -203,7 +236,6 @@ private:
   /// Arguments and results whose layouts the user gave (kept).
   SmallVector<bool> pinnedArg, pinnedResult;
   std::vector<Surrogate> surrogates; // per data choice
-  int64_t priced = 0, pricedFull = 0;
   /// What the solve is doing now, and the plans priced and the seconds
   /// spent per phase (the JSON's `phases`).
   std::string phase = "setup";
@@ -211,14 +243,8 @@ private:
   void enterPhase(std::string next);
   std::chrono::steady_clock::time_point phaseStart =
       std::chrono::steady_clock::now();
-  /// Where the solve's time goes: the greedy search's pricing, and the
-  /// shardx-spmd runs for the peaks (the JSON's).
-  double searchSeconds = 0, pipelineSeconds = 0;
-  PricedPlans pool;
-  /// The times of the plans priced by time only.
-  std::map<Picks, double> timeOnly;
-  /// Why the first plan that could not be priced failed.
-  std::string firstFailure;
+  /// The plans priced (declared after the groups and phases it reads).
+  PlanPricer pricer;
   /// The surrogate solve the plan came from, for the JSON: its plan and
   /// the limit it was solved under.
   std::optional<Picks> solverPick;

@@ -56,9 +56,10 @@ static SmallVector<size_t> userPositions(Value v, Block &body,
 }
 
 void AutoSharder::buildCuts() {
-  if (minCutLayers == 0 || tiedLayers < std::max(minCutLayers, kDepth + 2))
+  if (minCutLayers == 0 ||
+      pricer.tiedLayers < std::max(minCutLayers, kDepth + 2))
     return;
-  Block &body = fn.getBody().front();
+  Block &body = pricer.fn.getBody().front();
   DenseMap<Operation *, size_t> at;
   for (Operation &op : body)
     at[&op] = at.size();
@@ -68,13 +69,13 @@ void AutoSharder::buildCuts() {
   // The distances between the uses of layers 1 and 2's arguments.
   std::set<size_t> periods;
   for (const Group &g : groups) {
-    if (g.layers != tiedLayers)
+    if (g.layers != pricer.tiedLayers)
       continue;
     for (unsigned j = 0; j < g.argsPerLayer; ++j) {
       SmallVector<size_t> a = userPositions(
-          fn.getArgument(g.args[g.argsPerLayer + j]), body, at);
+          pricer.fn.getArgument(g.args[g.argsPerLayer + j]), body, at);
       SmallVector<size_t> b = userPositions(
-          fn.getArgument(g.args[2 * g.argsPerLayer + j]), body, at);
+          pricer.fn.getArgument(g.args[2 * g.argsPerLayer + j]), body, at);
       if (a.size() != b.size())
         continue;
       for (auto [x, y] : llvm::zip(a, b))
@@ -103,7 +104,7 @@ void AutoSharder::buildCuts() {
         size_t j = i;
         while (j + p < n && opKeys[j] == opKeys[j + p])
           ++j;
-        if (j - i >= (tiedLayers - 2) * p)
+        if (j - i >= (pricer.tiedLayers - 2) * p)
           found.push_back({i, j + p, p});
         i = j + 1;
       }
@@ -140,33 +141,34 @@ void AutoSharder::buildCuts() {
   }
   if (stretches.empty())
     return;
-  cuts[0] = cutTo(kDepth, cutParts[0]);
-  cuts[1] = cutTo(kDepth + 1, cutParts[1]);
-  if (!cuts[0] || !cuts[1]) {
-    cuts[0] = nullptr;
-    cuts[1] = nullptr;
+  pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
+  pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+  if (!pricer.cuts[0] || !pricer.cuts[1]) {
+    pricer.cuts[0] = nullptr;
+    pricer.cuts[1] = nullptr;
     stretches.clear();
     return;
   }
   for (int i = 0; i < 2; ++i)
-    cutFns[i] = cuts[i]->lookupSymbol<func::FuncOp>(fn.getSymName());
-  cutDepth = kDepth;
+    pricer.cutFns[i] =
+        pricer.cuts[i]->lookupSymbol<func::FuncOp>(pricer.fn.getSymName());
+  pricer.cutDepth = kDepth;
   // A check of the cut: the replicated plan's time, extrapolated and on
   // the whole step (one search of the whole step), must agree to 1%;
   // else the step is priced whole.
   Picks replicated(groups.size(), 0);
-  double whole = timeOn(fn, rules, replicated);
-  double cut = cutTime(replicated);
+  double whole = pricer.timeOn(pricer.fn, pricer.rules, replicated);
+  double cut = pricer.cutTime(replicated);
   if (!std::isfinite(whole) || !std::isfinite(cut) ||
       std::abs(cut - whole) > 0.01 * whole) {
-    cutDepth = 0;
+    pricer.cutDepth = 0;
     cutRejected = true;
   }
 }
 
 OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth, StepPart &middle) {
-  OwningOpRef<ModuleOp> copy = prepared->clone();
-  auto f = copy->lookupSymbol<func::FuncOp>(fn.getSymName());
+  OwningOpRef<ModuleOp> copy = pricer.prepared->clone();
+  auto f = copy->lookupSymbol<func::FuncOp>(pricer.fn.getSymName());
   Block &body = f.getBody().front();
   SmallVector<Operation *> ops;
   DenseMap<Operation *, size_t> at;
@@ -179,14 +181,14 @@ OwningOpRef<ModuleOp> AutoSharder::cutTo(unsigned depth, StepPart &middle) {
   std::vector<int> cutOf(n, -1);
   for (auto [k, s] : llvm::enumerate(stretches))
     for (size_t i = s.start + (depth - 1) * s.period;
-         i < s.start + (tiedLayers - 1) * s.period && i < n; ++i)
+         i < s.start + (pricer.tiedLayers - 1) * s.period && i < n; ++i)
       cutOf[i] = k;
   // The op that stands for the removed op `i`: the same op as many
   // periods earlier as were cut out (in the last period kept before the
   // cut when that lies before the stretch).
   auto standIn = [&](size_t i) {
     const Stretch &s = stretches[cutOf[i]];
-    size_t shift = (tiedLayers - depth) * s.period;
+    size_t shift = (pricer.tiedLayers - depth) * s.period;
     if (i >= s.start + shift)
       return i - shift;
     return s.start + (depth - 2) * s.period + (i - s.start) % s.period;

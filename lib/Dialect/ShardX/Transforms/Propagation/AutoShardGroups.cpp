@@ -18,19 +18,20 @@ using namespace mlir::shardx;
 using namespace mlir::shardx::autoshard;
 
 LogicalResult AutoSharder::findGroups() {
-  unsigned numArgs = fn.getNumArguments();
+  unsigned numArgs = pricer.fn.getNumArguments();
   pinnedArg.assign(numArgs, false);
-  pinnedResult.assign(fn.getNumResults(), false);
+  pinnedResult.assign(pricer.fn.getNumResults(), false);
   for (unsigned i = 0; i < numArgs; ++i)
-    pinnedArg[i] = bool(fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()));
-  for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+    pinnedArg[i] =
+        bool(pricer.fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()));
+  for (unsigned i = 0, e = pricer.fn.getNumResults(); i < e; ++i)
     pinnedResult[i] =
-        bool(fn.getResultAttr(i, ShardXDialect::getLayoutAttrName()));
+        bool(pricer.fn.getResultAttr(i, ShardXDialect::getLayoutAttrName()));
   // Roles as the memory model tells them: parameters before the first
   // optimizer state, inputs after the last.
   int firstState = -1, lastState = -1;
   for (unsigned i = 0; i < numArgs; ++i)
-    if (fn.getArgAttr(i, "torch.state")) {
+    if (pricer.fn.getArgAttr(i, "torch.state")) {
       if (firstState < 0)
         firstState = i;
       lastState = i;
@@ -39,19 +40,19 @@ LogicalResult AutoSharder::findGroups() {
   unsigned firstInput = firstState < 0 ? numArgs : lastState + 1;
   // A train step returns (loss, parameters, state): result k + 1 is the
   // update of argument k.
-  bool tied = firstState >= 0 && fn.getNumResults() == firstInput + 1;
+  bool tied = firstState >= 0 && pricer.fn.getNumResults() == firstInput + 1;
   for (unsigned k = 0; tied && k < firstInput; ++k)
-    tied = fn.getResultTypes()[k + 1] == fn.getArgumentTypes()[k];
+    tied = pricer.fn.getResultTypes()[k + 1] == pricer.fn.getArgumentTypes()[k];
 
   DenseMap<Value, int64_t> firstUse;
   int64_t pos = 0;
-  for (Operation &op : fn.getBody().front()) {
+  for (Operation &op : pricer.fn.getBody().front()) {
     for (Value v : op.getOperands())
       firstUse.try_emplace(v, pos);
     ++pos;
   }
   auto argType = [&](unsigned i) {
-    return dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
+    return dyn_cast<RankedTensorType>(pricer.fn.getArgument(i).getType());
   };
   SmallVector<bool> grouped(numArgs, false);
   for (unsigned p = 0; p < numParams; ++p) {
@@ -71,8 +72,8 @@ LogicalResult AutoSharder::findGroups() {
       if (tied && !pinnedResult[a + 1])
         g.results.push_back(a + 1);
     }
-    g.choices = layoutChoices(type, meshShape, /*batchOnly=*/false);
-    g.firstUse = firstUse.lookup(fn.getArgument(p));
+    g.choices = layoutChoices(type, pricer.meshShape, /*batchOnly=*/false);
+    g.firstUse = firstUse.lookup(pricer.fn.getArgument(p));
     g.argsPerLayer = g.args.size();
     if (g.choices.size() > 1)
       groups.push_back(std::move(g));
@@ -82,7 +83,7 @@ LogicalResult AutoSharder::findGroups() {
   // both linalg.generic).
   SmallVector<llvm::hash_code> &opNames = opKeys;
   SmallVector<llvm::hash_code> firstUser;
-  for (Operation &op : fn.getBody().front()) {
+  for (Operation &op : pricer.fn.getBody().front()) {
     llvm::hash_code key =
         llvm::hash_combine(op.getName().getAsOpaquePointer(),
                            llvm::hash_combine_range(op.getResultTypes().begin(),
@@ -113,7 +114,7 @@ LogicalResult AutoSharder::findGroups() {
     data.args.push_back(i);
   }
   if (!data.args.empty() && !dataPinned) {
-    data.choices = layoutChoices(argType(data.args.front()), meshShape,
+    data.choices = layoutChoices(argType(data.args.front()), pricer.meshShape,
                                  /*batchOnly=*/true);
     // Every input must divide as the first does.
     llvm::erase_if(data.choices, [&](const Choice &c) {
@@ -122,7 +123,7 @@ LogicalResult AutoSharder::findGroups() {
         int64_t split = 1;
         for (auto [a, p] : llvm::enumerate(c.placements))
           if (p.isShard())
-            split *= meshShape[a];
+            split *= pricer.meshShape[a];
         return t.isDynamicDim(0) || t.getDimSize(0) % split != 0;
       });
     });
@@ -139,12 +140,11 @@ void AutoSharder::tieLayers(ArrayRef<llvm::hash_code> opNames,
   size_t n = groups.size();
   auto same = [&](size_t a, size_t b) {
     const Group &x = groups[a], &y = groups[b];
-    return fn.getArgument(x.args.front()).getType() ==
-               fn.getArgument(y.args.front()).getType() &&
+    return pricer.fn.getArgument(x.args.front()).getType() ==
+               pricer.fn.getArgument(y.args.front()).getType() &&
            x.args.size() == y.args.size() &&
            x.results.size() == y.results.size() &&
-           x.choices.size() == y.choices.size() &&
-           firstUser[a] == firstUser[b];
+           x.choices.size() == y.choices.size() && firstUser[a] == firstUser[b];
   };
   // Candidate runs (start, period, repeats), the most groups covered first.
   struct Run {
@@ -212,7 +212,7 @@ void AutoSharder::tieLayers(ArrayRef<llvm::hash_code> opNames,
         merged.results.append(other.results.begin(), other.results.end());
       }
       merged.layers = run.repeats;
-      tiedLayers = run.repeats;
+      pricer.tiedLayers = run.repeats;
       tied.push_back(std::move(merged));
     }
     groups = std::move(tied);

@@ -27,7 +27,7 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
   if (ec) {
-    fn.emitError() << "cannot write " << path << ": " << ec.message();
+    pricer.fn.emitError() << "cannot write " << path << ": " << ec.message();
     return;
   }
   llvm::json::OStream j(os, 1);
@@ -38,12 +38,12 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
       j.value(nullptr);
   };
   j.object([&] {
-    j.attribute("function", fn.getSymName());
+    j.attribute("function", pricer.fn.getSymName());
     j.attribute("mesh", llvm::json::Array(llvm::to_vector(
-                            llvm::map_range(meshShape, [](int64_t s) {
+                            llvm::map_range(pricer.meshShape, [](int64_t s) {
                               return llvm::json::Value(s);
                             }))));
-    j.attribute("budget", budget);
+    j.attribute("budget", pricer.budget);
     j.attributeBegin("surrogate_budget");
     number(limit);
     j.attributeEnd();
@@ -112,7 +112,7 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
         j.attribute("surrogate_time", t);
         j.attribute("surrogate_peak", m);
       });
-      Priced r = *pool.lookup(*solverPick);
+      Priced r = *pricer.pool.lookup(*solverPick);
       j.attributeObject("solver_real", [&] {
         j.attributeBegin("time");
         number(r.time);
@@ -143,15 +143,15 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
         j.attribute("peak", real.peak);
       });
     }
-    j.attribute("priced_plans", priced + pricedFull);
-    j.attribute("priced_in_full", pricedFull);
+    j.attribute("priced_plans", pricer.priced + pricer.pricedFull);
+    j.attribute("priced_in_full", pricer.pricedFull);
     // Without a budget the plans are priced by time alone (their peaks and
     // the surrogates' bytes those of the arguments), the plan chosen in
     // full.
-    j.attribute("peaks_priced", budget > 0);
+    j.attribute("peaks_priced", pricer.budget > 0);
     j.attribute("solve_seconds", solveSeconds);
-    j.attribute("search_seconds", searchSeconds);
-    j.attribute("pipeline_seconds", pipelineSeconds);
+    j.attribute("search_seconds", pricer.searchSeconds);
+    j.attribute("pipeline_seconds", pricer.pipelineSeconds);
     // The plans priced and the seconds per phase of the solve.
     j.attributeObject("phases", [&] {
       for (auto &[name, counts] : phases)
@@ -163,16 +163,16 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     if (cutRejected)
       j.attribute("layer_cut", "rejected: the cut step's time of the "
                                "replicated plan was off by over 1%");
-    if (cutDepth)
+    if (pricer.cutDepth)
       j.attributeObject("layer_cut", [&] {
-        j.attribute("layers", tiedLayers);
+        j.attribute("layers", pricer.tiedLayers);
         j.attributeArray("depths", [&] {
-          j.value(cutDepth);
-          j.value(cutDepth + 1);
+          j.value(pricer.cutDepth);
+          j.value(pricer.cutDepth + 1);
         });
         // The time is priced on the first copy (and its middle layer's
         // share); the second is priced for peaks only, under a budget.
-        j.attribute("time_depth", cutDepth);
+        j.attribute("time_depth", pricer.cutDepth);
         j.attribute("stretches", int64_t(stretches.size()));
         j.attribute("confirmed", confirmed);
         j.attribute("confirm_seconds", confirmSeconds);
@@ -182,7 +182,7 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
           j.attributeEnd();
           j.attributeBegin("extrapolated_peak");
           // Not priced without a budget (plans priced by time alone).
-          if (budget > 0)
+          if (pricer.budget > 0)
             j.value(extrapolated->peak);
           else
             j.value(nullptr);
