@@ -561,10 +561,8 @@ SmallVector<Unit> splitIntoUnits(llvm::Module &module,
     if (kernel->isDeclaration()) {
       Unit &u = units.emplace_back();
       u.name = kernel->getName().str();
-      auto it = found ? found->objects.find(u.name)
-                      : llvm::StringMap<std::string>::const_iterator();
-      if (found && it != found->objects.end())
-        u.found = it->second;
+      if (found && found->objects.contains(u.name))
+        u.found = found->objects.lookup(u.name);
       else
         u.error = "the kernel has no body and no object in the kernel cache";
       continue;
@@ -656,11 +654,8 @@ LogicalResult compileUnits(MutableArrayRef<Unit> units, const TargetSpec &spec,
     // A kernel that needs nothing from the program is kept under its MLIR
     // key, which the next compile looks up before lowering it; other units
     // under a hash of their bitcode.
-    auto mlirKey = found && u.selfContained
-                       ? found->keys.find(u.name)
-                       : llvm::StringMap<std::string>::const_iterator();
-    if (found && u.selfContained && mlirKey != found->keys.end())
-      u.key = mlirKey->second;
+    if (found && u.selfContained && found->keys.contains(u.name))
+      u.key = found->keys.lookup(u.name);
     else
       u.key = mlir::shardx::sha256Hex(
           specKey + "|" + StringRef(u.bitcode.data(), u.bitcode.size()).str());

@@ -299,6 +299,7 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
             raise MemoryBudgetError(e.stderr.strip()) from None
         raise
 
+
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none"):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
