@@ -29,31 +29,38 @@ from shardx_dev import models
 from shardx_dev.testing.steps import assert_steps_match_eager, check_on_mpi, run_tool
 
 CASES = {
-    # name: (image side, model, output side)
-    "unet16": (16, lambda: models.HaloUNet(levels=2), 16),
-    "uneven13": (13, lambda: models.HaloUNet(levels=1), 13),
+    # name: (image side, model)
+    "unet16": (16, lambda: models.HaloUNet(levels=2)),
+    "uneven13": (13, lambda: models.HaloUNet(levels=1)),
     # A stride-2 3x3 convolution downsamples (its input gradient is the
     # output gradient inserted at stride 2 and a stride-1 convolution).
-    "strided16": (16, lambda: models.StridedUNet(up=True), 16),
+    "strided16": (16, lambda: models.StridedUNet(up=True)),
     # 11 rows split 6/5: the stride-2 windows align with the shard edge.
-    "strided11": (11, lambda: models.StridedUNet(up=False), 6),
+    "strided11": (11, lambda: models.StridedUNet(up=False)),
     # PyTorch's max_pool2d (2x2) and avg_pool2d (3x3, stride 1, padding 1)
     # and their backward ops (importer/ops/pooling.py).
-    "pool16": (16, lambda: models.PoolUNet(up=True), 16),
+    "pool16": (16, lambda: models.PoolUNet(up=True)),
     # 11 rows split 6/5: 5 pooled rows split 3/2, row 10 read by no window.
-    "pool11": (11, lambda: models.PoolUNet(up=False), 5),
+    "pool11": (11, lambda: models.PoolUNet(up=False)),
 }
 
 
-def _step(name):
-    side, make, out = CASES[name]
+def _conv_step(model, shape, mesh, split):
+    """An SGD step of ``model`` (built after seeding) on an input of
+    ``shape``, the input and the target laid out as ``split``: (step, mesh,
+    input placements, output placements, example arguments)."""
     torch.manual_seed(0)
-    module = make()
+    module = model()
+    with torch.no_grad():
+        out = module(torch.zeros(*shape)).shape
     step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
-    x, y = torch.randn(2, 2, side, side), torch.randn(2, 2, out, out)
-    mesh = Mesh((2, 2), ("h", "w"))
-    ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
-    return step, mesh, ins, outs, step.example_args([x], y)
+    ins, outs = step.placements(mesh, {}, [split], split)
+    return step, mesh, ins, outs, step.example_args([torch.randn(*shape)], torch.randn(*out))
+
+
+def _step(name):
+    side, make = CASES[name]
+    return _conv_step(make, (2, 2, side, side), Mesh((2, 2), ("h", "w")), [S(2), S(3)])
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -227,14 +234,8 @@ CASES_1D = {
 
 def _step_1d(name):
     length, pool = CASES_1D[name]
-    torch.manual_seed(0)
-    module = models.HaloNet1d(pool=pool)
-    with torch.no_grad():
-        out = module(torch.zeros(2, 2, length)).shape[-1]
-    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
-    mesh = Mesh((2,), ("l",))
-    ins, outs = step.placements(mesh, {}, [[S(2)]], [S(2)])
-    return step, mesh, ins, outs, step.example_args([torch.randn(2, 2, length)], torch.randn(2, 2, out))
+    return _conv_step(lambda: models.HaloNet1d(pool=pool), (2, 2, length), Mesh((2,), ("l",)),
+                      [S(2)])
 
 
 @pytest.mark.parametrize("name", sorted(CASES_1D))
@@ -274,15 +275,8 @@ CASES_3D = {
 
 def _step_3d(name):
     side, pool = CASES_3D[name]
-    torch.manual_seed(0)
-    module = models.HaloNet3d(pool=pool)
-    with torch.no_grad():
-        out = module(torch.zeros(1, 2, side, side, side)).shape[-1]
-    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
-    mesh = Mesh((2, 2), ("d", "h"))
-    ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
-    x, y = torch.randn(2, 2, side, side, side), torch.randn(2, 2, out, out, out)
-    return step, mesh, ins, outs, step.example_args([x], y)
+    return _conv_step(lambda: models.HaloNet3d(pool=pool), (2, 2, side, side, side),
+                      Mesh((2, 2), ("d", "h")), [S(2), S(3)])
 
 
 @pytest.mark.parametrize("name", sorted(CASES_3D))
