@@ -389,6 +389,84 @@ void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
     memory().copy(out, hostOut.data(), sizeof(T) * (hostOut.size() - 1));
 }
 
+/// shardx.ragged_all_to_all on rows of `row` elements: the counts are
+/// exchanged first (one int64 per member), then one variable-count
+/// all-to-all moves only the counted rows; `out`'s rows after the received
+/// ones are zeroed. Counts live where the program's buffers do, so they are
+/// read and written through the run's memory; device buffers are staged
+/// through host memory.
+template <typename T>
+void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
+                    const int64_t *sendCounts, int64_t *recvCounts, int64_t n,
+                    int64_t row, std::vector<int64_t> axes) {
+  auto zeroCounts = [&] {
+    memory().zero(recvCounts, sizeof(int64_t) * static_cast<size_t>(n));
+  };
+  Communicator *c = collectives();
+  if (!c)
+    return zeroCounts();
+  memory().settle();
+  std::vector<int64_t> send(static_cast<size_t>(n)), recv(send.size());
+  memory().copy(send.data(), sendCounts, sizeof(int64_t) * send.size());
+  int64_t inRows = row > 0 ? inSize / row : 0;
+  int64_t outRows = row > 0 ? outSize / row : 0;
+  int64_t sent = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (send[j] < 0) {
+      fail("ragged_all_to_all: send count " + std::to_string(send[j]) +
+           " for member " + std::to_string(j) + " is negative");
+      return zeroCounts();
+    }
+    sent += send[j];
+  }
+  if (row > 0 && sent > inRows) {
+    fail("ragged_all_to_all: the send counts sum to " + std::to_string(sent) +
+         " rows but the operand has " + std::to_string(inRows));
+    return zeroCounts();
+  }
+  std::unique_ptr<Communicator> staged = memory().stageHost(*c);
+  Communicator &comm = staged ? *staged : *c;
+  std::vector<size_t> ones(send.size(), 1);
+  check(comm.allToAll(send.data(), ones, recv.data(), ones, DType::I64, axes),
+        "ragged_all_to_all (counts)");
+  if (failed())
+    return zeroCounts();
+  int64_t received = 0;
+  for (int64_t v : recv)
+    received += v;
+  if (row > 0 && received > outRows) {
+    fail("ragged_all_to_all: receives " + std::to_string(received) +
+         " rows but the result holds " + std::to_string(outRows));
+    return zeroCounts();
+  }
+  std::vector<size_t> sendElems, recvElems;
+  for (int64_t j = 0; j < n; ++j) {
+    sendElems.push_back(static_cast<size_t>(send[j] * row));
+    recvElems.push_back(static_cast<size_t>(recv[j] * row));
+  }
+  bool onHost = memory().getMemorySpace() == MemorySpace::Host;
+  std::vector<T> hostIn, hostOut;
+  const T *from = in;
+  T *to = out;
+  if (!onHost) {
+    hostIn.resize(static_cast<size_t>(sent * row) + 1);
+    memory().copy(hostIn.data(), in, sizeof(T) * (hostIn.size() - 1));
+    hostOut.assign(static_cast<size_t>(outSize) + 1, T());
+    from = hostIn.data();
+    to = hostOut.data();
+  }
+  check(comm.allToAll(from, sendElems, to, recvElems, dtypeOf<T>(), axes),
+        "ragged_all_to_all");
+  if (failed())
+    return zeroCounts();
+  if (onHost)
+    std::fill(out + received * row, out + outSize, T());
+  else
+    memory().copy(out, hostOut.data(),
+                  sizeof(T) * static_cast<size_t>(outSize));
+  memory().copy(recvCounts, recv.data(), sizeof(int64_t) * recv.size());
+}
+
 template <typename T>
 void broadcast(const T *in, int64_t count, T *out, int64_t root,
                std::vector<int64_t> axes) {
@@ -625,6 +703,13 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
                                       MEMREF1(int64_t, desc), AXES) {          \
     SYNC_CALL(exchangeStep(in + in_off, out + out_off, desc + desc_off,        \
                            desc_size, AXES_VEC));                              \
+  }                                                                            \
+  void shardx_rt_cg_ragged_all_to_all_##SUFFIX(                                \
+      MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, send),                 \
+      MEMREF1(int64_t, recv), int64_t row, AXES) {                             \
+    SYNC_CALL(raggedAllToAll(in + in_off, in_size, out + out_off, out_size,    \
+                             send + send_off, recv + recv_off, send_size, row, \
+                             AXES_VEC));                                       \
   }                                                                            \
   void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
                                              int32_t reduce, AXES) {           \

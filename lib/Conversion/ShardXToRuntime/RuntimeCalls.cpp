@@ -145,6 +145,12 @@ Value RuntimeCalls::flat(Value m) {
   return memref::CastOp::create(b, loc, dyn1D(type.getElementType()), one);
 }
 
+Value RuntimeCalls::flatBuffer(Value v) {
+  if (isa<RankedTensorType>(v.getType()))
+    return contiguous(v);
+  return flat(v);
+}
+
 Value RuntimeCalls::int64Array(ArrayRef<int64_t> values) {
   auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
                                     b.getI64Type());

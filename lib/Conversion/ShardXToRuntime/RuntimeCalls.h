@@ -63,6 +63,9 @@ public:
   Value reshape(Value t, ArrayRef<int64_t> shape);
   /// `t` transposed by `perm` (no op for the identity).
   Value transpose(Value t, ArrayRef<int64_t> perm);
+  /// `v` as a flat 1-D memref argument: a contiguous copy of a tensor, or
+  /// a memref of the identity layout itself.
+  Value flatBuffer(Value v);
   /// A constant i64 array as memref<?xi64, strided<[?], offset: ?>>.
   Value int64Array(ArrayRef<int64_t> values);
   /// A private runtime function `name`, declared once per module.

@@ -20,6 +20,8 @@
 #include "shardx/Layout/Layout.h"
 #include "shardx/Runtime/Exchange.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -542,6 +544,39 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
   }
 };
 
+// Rows with run-time counts (a dropless MoE's dispatch and combine):
+// ragged_all_to_all_<T>(in, out, send_counts, recv_counts, row, axes),
+// `row` the elements of one row. The runtime exchanges the counts, then
+// moves only the counted rows.
+struct RaggedAllToAllLowering : OpConversionPattern<RaggedAllToAllOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RaggedAllToAllOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    RuntimeCalls rt(rewriter, cast<CollectiveOpInterface>(op.getOperation()));
+    Value in = adaptor.getInput();
+    // The elements of a row (the verifier keeps dims after 0 static).
+    int64_t row = 1;
+    for (int64_t d : op.getResult().getType().getShape().drop_front())
+      row *= d;
+    RankedTensorType countsType = op.getRecvCounts().getType();
+    Value recv = memref::AllocOp::create(
+        rewriter, rt.loc,
+        MemRefType::get(countsType.getShape(), countsType.getElementType()));
+    FailureOr<Value> out = rt.flatCall("ragged_all_to_all", in,
+                                       op.getResult().getType().getShape(),
+                                       {rt.flatBuffer(adaptor.getSendCounts()),
+                                        rt.flatBuffer(recv), rt.i64(row)});
+    if (failed(out))
+      return failure();
+    Value recvCounts = bufferization::ToTensorOp::create(
+        rewriter, rt.loc, countsType, recv, /*restrict=*/true,
+        /*writable=*/true);
+    rewriter.replaceOp(op, {*out, recvCounts});
+    return success();
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -607,7 +642,7 @@ void mlir::shardx::populateShardXToRuntimePatterns(
            AllReduceLowering, AllReduceStartLowering, AllToAllLowering,
            AxisIndexLowering, BroadcastLowering, ChunkLowering,
            ExchangeLowering, PartitionValueLowering, PermuteLowering,
-           ReduceScatterLowering<ReduceScatterOp>,
+           RaggedAllToAllLowering, ReduceScatterLowering<ReduceScatterOp>,
            ReduceScatterLowering<ReduceScatterStartOp>, WaitLowering>(
           patterns.getContext());
 }

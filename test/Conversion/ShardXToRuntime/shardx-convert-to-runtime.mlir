@@ -284,6 +284,33 @@ func.func @exchange(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
 
 // -----
 
+// Tests that a ragged all-to-all becomes one call with its send counts (a
+// copy of the tensor), a fresh buffer for the received counts, the row's
+// elements (3) and its group, and that both results read the call's
+// buffers.
+
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-DAG: func.func private @shardx_rt_cg_ragged_all_to_all_f32(memref<?xf32, strided<[?], offset: ?>>, memref<?xf32, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, i64, memref<?xi64, strided<[?], offset: ?>>)
+// CHECK-LABEL: func.func @ragged_all_to_all
+// CHECK-SAME: (%[[X:.*]]: tensor<8x3xf32>, %[[C:.*]]: tensor<2xi64>)
+func.func @ragged_all_to_all(%x: tensor<8x3xf32>, %c: tensor<2xi64>) -> (tensor<16x3xf32>, tensor<2xi64>) {
+  // CHECK: %[[RECV:.*]] = memref.alloc() : memref<2xi64>
+  // CHECK: bufferization.to_buffer %[[C]] read_only
+  // CHECK: %[[ROW:.*]] = arith.constant 3 : i64
+  // CHECK: bufferization.to_buffer %[[X]] read_only
+  // CHECK: %[[OUT:.*]] = memref.alloc() : memref<16x3xf32>
+  // CHECK: %[[AXES:.*]] = arith.constant dense<1> : tensor<1xi64>
+  // CHECK: call @shardx_rt_cg_ragged_all_to_all_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ROW]], %{{.*}})
+  // CHECK: %[[Y:.*]] = bufferization.to_tensor %[[OUT]] restrict writable : memref<16x3xf32>
+  // CHECK: %[[R:.*]] = bufferization.to_tensor %[[RECV]] restrict writable : memref<2xi64>
+  // CHECK-NOT: shardx.ragged_all_to_all
+  // CHECK: return %[[Y]], %[[R]]
+  %y, %r = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x3xf32>, tensor<2xi64> -> tensor<16x3xf32>, tensor<2xi64>
+  return %y, %r : tensor<16x3xf32>, tensor<2xi64>
+}
+
+// -----
+
 // Tests that a collective using another's result reads the converted value.
 
 shardx.mesh @mesh(shape = 2)

@@ -639,6 +639,86 @@ func.func @f(%x: tensor<?x3xf32>) {
 
 // -----
 
+// Tests that a ragged all-to-all keeps the element type.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{element type of the result ('f64') differs from the operand's ('f32')}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf64>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all moves whole rows: dims after 0 unchanged.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{result dim 1 is 3 but the operand's is 4}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x3xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all's rows are static.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x?xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{dims after dim 0 must be static (whole rows move), dim 1 is dynamic}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x?xf32>, tensor<2xi64> -> tensor<16x?xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all's result is a static worst-case buffer.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{the result's dim 0 must be static: the most rows a rank may receive}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64> -> tensor<?x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all has one send count per group member.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{'send_counts' must be tensor<4xi64> (one count per group member), got 'tensor<2xi64>'}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0, 1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<4xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all has one received count per group member.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{'recv_counts' must be tensor<2xi64> (one count per group member), got 'tensor<4xi64>'}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<4xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all's counts are i64.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{operand #1 must be ranked tensor of 64-bit signless integer values}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi32> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all's axes are the mesh's.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{mesh axis 1 is out of range for mesh @mesh of rank 1}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
 // Tests that an exchange does not change a Partial outside its group.
 shardx.mesh @mesh(shape = 2x2)
 func.func @f(%x: tensor<8xf32>) {

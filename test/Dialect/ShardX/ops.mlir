@@ -154,6 +154,20 @@ func.func @local_steps(%x: tensor<8x4xf32>, %y: tensor<7x4xf32>) -> (index, inde
 
 // -----
 
+// Tests that a ragged all-to-all round-trips with its run-time counts, on
+// one axis and on a group of two axes.
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @ragged_all_to_all
+func.func @ragged_all_to_all(%x: tensor<8x4xf32>, %c: tensor<2xi64>, %d: tensor<4xi64>) -> (tensor<16x4xf32>, tensor<4xi64>) {
+  // CHECK: %{{.*}}, %{{.*}} = shardx.ragged_all_to_all %{{.*}}, %{{.*}} on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  // CHECK: shardx.ragged_all_to_all %{{.*}}, %{{.*}} on @mesh axes = [0, 1] : tensor<16x4xf32>, tensor<4xi64> -> tensor<32x4xf32>, tensor<4xi64>
+  %2, %3 = shardx.ragged_all_to_all %0, %d on @mesh axes = [0, 1] : tensor<16x4xf32>, tensor<4xi64> -> tensor<32x4xf32>, tensor<4xi64>
+  return %0, %3 : tensor<16x4xf32>, tensor<4xi64>
+}
+
+// -----
+
 // Tests that an exchange round-trips with its layouts and global shape.
 shardx.mesh @mesh(shape = 2x2)
 // CHECK-LABEL: func.func @exchange

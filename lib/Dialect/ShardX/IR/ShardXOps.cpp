@@ -603,6 +603,30 @@ verifyOneDimCollective(OpT op, FlatSymbolRefAttr mesh, ArrayRef<int64_t> axes,
   return n;
 }
 
+LogicalResult RaggedAllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> n =
+      verifyOneDimCollective(*this, getMeshAttr(), getAxes(), /*dim=*/0, st);
+  if (failed(n))
+    return failure();
+  auto in = getInput().getType(), out = getResult().getType();
+  for (int64_t d = 1; d < in.getRank(); ++d)
+    if (in.isDynamicDim(d) || out.isDynamicDim(d))
+      return emitOpError("dims after dim 0 must be static (whole rows move), "
+                         "dim ")
+             << d << " is dynamic";
+  if (out.isDynamicDim(0))
+    return emitOpError("the result's dim 0 must be static: the most rows a "
+                       "rank may receive");
+  for (auto [name, type] : {std::pair<StringRef, RankedTensorType>{
+                                "send_counts", getSendCounts().getType()},
+                            {"recv_counts", getRecvCounts().getType()}})
+    if (type.getRank() != 1 || type.getDimSize(0) != *n)
+      return emitOpError("'")
+             << name << "' must be tensor<" << *n
+             << "xi64> (one count per group member), got " << type;
+  return success();
+}
+
 LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
   FailureOr<int64_t> n = verifyOneDimCollective(*this, getMeshAttr(),
                                                  getAxes(), getDim(), st);

@@ -478,6 +478,46 @@ def ShardX_HaloOp : ShardX_CollectiveOp<"halo"> {
   }];
 }
 
+def ShardX_RaggedAllToAllOp : ShardX_CollectiveOp<"ragged_all_to_all"> {
+  let summary = "all-to-all of rows with per-member counts known at run time";
+  let description = [{
+    The token exchange of a capacity-free (dropless) mixture of experts
+    (torchtitan's dispatch: the counts exchanged first, then one
+    variable-count all-to-all). The operand's rows (dim 0) are grouped by
+    destination: the first `send_counts[0]` rows go to group member 0, the
+    next `send_counts[1]` to member 1, and so on; rows after the last group
+    are not sent. Each rank receives the rows sent to it in group order,
+    packed from row 0 of `result`; the rows after them are zero.
+    `recv_counts[j]` is the number of rows received from member `j`, so
+    the same op with `recv_counts` as its counts sends every row back (the
+    combine). The counts are tensors computed by the program (the
+    routing); the shapes are static: `result` is sized for the most rows a
+    rank may receive (a worst-case buffer), while the collective moves only
+    the counted rows. A count that is negative, counts that sum past the
+    operand's rows, or more received rows than the result holds fail the
+    run with the cause.
+
+    ```mlir
+    %y, %r = shardx.ragged_all_to_all %x, %counts on @mesh axes = [0]
+        : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+    ```
+  }] # commonDescription # [{
+    Also: operand and result have the same rank (at least 1) and the same
+    static dims after dim 0; the result's dim 0 is static; `send_counts`
+    and `recv_counts` are `tensor<n x i64>`, `n` the group size.
+  }];
+  let arguments = (ins AnyRankedTensor:$input,
+                       RankedTensorOf<[I64]>:$send_counts,
+                       FlatSymbolRefAttr:$mesh, DenseI64ArrayAttr:$axes);
+  let results = (outs AnyRankedTensor:$result,
+                      RankedTensorOf<[I64]>:$recv_counts);
+  let assemblyFormat = [{
+    $input `,` $send_counts `on` $mesh `axes` `=` $axes attr-dict
+    `:` type($input) `,` type($send_counts) `->` type($result) `,`
+    type($recv_counts)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Local steps
 //===----------------------------------------------------------------------===//
