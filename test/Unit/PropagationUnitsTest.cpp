@@ -201,3 +201,55 @@ TEST_F(PropagationUnitsTest, FunctionCostTrialIsPricedAndUndone) {
   EXPECT_TRUE(state.get(matmul).sameLayouts(before));
   EXPECT_DOUBLE_EQ(cost.totalCost(), total);
 }
+
+namespace {
+
+// A "same" 3x3 convolution with its padded input's rows and columns split
+// on a 2x2 mesh: each dim reads a one-row halo from its neighbour.
+constexpr const char *kConvProgram = R"mlir(
+shardx.mesh @mesh(shape = 2x2, axes = ["h", "w"])
+func.func @conv(%p: tensor<1x4x18x18xf32>, %w: tensor<8x4x3x3xf32>,
+                %f: tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32> {
+  %y = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%p, %w : tensor<1x4x18x18xf32>, tensor<8x4x3x3xf32>) outs(%f : tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32>
+  return %y : tensor<1x8x16x16xf32>
+}
+)mlir";
+
+} // namespace
+
+// The halos are priced as shardx-lower-halos emits them: in a group of two,
+// one permute of the wider side's rows per dim, and the second dim's rows
+// widened by the one row a member received in the first (the largest
+// member's extent: 9 + 1 padded rows, not 9 + 2).
+TEST(PropagationHalosTest, GroupOfTwoWidensByOneSide) {
+  MLIRContext context;
+  DialectRegistry registry;
+  registry.insert<ShardXDialect, arith::ArithDialect, func::FuncDialect,
+                  linalg::LinalgDialect, tensor::TensorDialect>();
+  registerShardingRuleExternalModels(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(kConvProgram, &context);
+  ASSERT_TRUE(module);
+  func::FuncOp fn = *module->getOps<func::FuncOp>().begin();
+  Operation *conv = &fn.getBody().front().front();
+  ShardingState state(FlatSymbolRefAttr::get(&context, "mesh"), 2);
+  OpShardingSpace space({2, 2}, state);
+  RuleCache rules;
+  FailureOr<ShardingRule> rule = rules.get(conv);
+  ASSERT_TRUE(succeeded(rule));
+  auto split = cast<LayoutAttr>(
+      parseAttribute("#shardx.layout<@mesh, [S(2), S(3)]>", &context));
+  Assignment a = viewThroughRule(*rule, rule->operands[0], split.getLayout(),
+                                 space.getMeshShape());
+  OpLayouts s =
+      space.evaluate(conv, *rule, SmallVector<Value>(conv->getResults()), a);
+  ASSERT_TRUE(s.valid);
+  // Rows: 4 channels x 9 columns of f32; columns: 4 channels x 10 rows.
+  ASSERT_EQ(s.halos.size(), 2u);
+  EXPECT_EQ(s.halos[0].first, 0);
+  EXPECT_EQ(s.halos[0].second, 4 * 9 * 4);
+  EXPECT_EQ(s.halos[1].first, 1);
+  EXPECT_EQ(s.halos[1].second, 4 * 10 * 4);
+}

@@ -86,7 +86,8 @@ static bool fits(const Layout &l, Value v, ArrayRef<int64_t> meshShape) {
 /// exists (`low > 0`, `high > 0`) with that side's rows, or in a group of
 /// two a single permute of the wider side's rows; a row is the largest
 /// local extent of the other dims, widened by the rows the halos of earlier
-/// dims added (the halos chain, so corners move once).
+/// dims added to the largest member (the halos chain, so corners move once;
+/// in a group of two a member receives one side).
 static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
                      RankedTensorType type, ArrayRef<int64_t> meshShape,
                      OpLayouts &s) {
@@ -118,7 +119,9 @@ static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
         if (rows > 0)
           s.halos.emplace_back(axis, rows * row);
     }
-    widened[w.dim] += low + high;
+    // In a group of two each member receives one side: its extent grows by
+    // that side's rows, the largest by max(low, high).
+    widened[w.dim] += n == 2 ? std::max(low, high) : low + high;
   }
 }
 
