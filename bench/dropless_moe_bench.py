@@ -1,0 +1,100 @@
+"""Capacity-free (dropless) expert parallelism: the forward of the zoo's
+Mixtral-style block (models.MoEBlock(capacity=None)) as the local program
+of shardx_dev.dropless_moe (dispatch and combine by
+shardx.ragged_all_to_all with the counts the routing gives at run time),
+compiled once per mesh and run on thread ranks: experts over 2 and 4
+ranks ("ep") and over "ep" of a 2x2 (dp, ep) mesh, each against the same
+program on one rank (mesh (1,): the exchanges move nothing) and against
+the block's eager forward, medians of --repeat runs in one process. Each
+run is checked against eager first. For each mesh: the rows the exchanges
+move between ranks (the routed items whose expert is on another rank, the
+only rows sent), their bytes (dispatch: the row and its local expert id;
+combine: the row), and the receive buffer each rank holds (the worst
+case, every item of its ep group).
+
+    ~/.cache/shardx/venv/bin/python bench/dropless_moe_bench.py [--tokens 256] [--repeat 5]
+
+Forward only (the program has no backward). The local experts run on the
+whole worst-case buffer, masked: ep times the compute of the routed rows
+per local expert, the price of static shapes, so the sharded step is not
+expected to beat one rank at these sizes; the figures say what the
+exchange costs and moves. Eager runs on one torch thread.
+"""
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from shardx.artifact import Artifact, compile_mlir  # noqa: E402
+from shardx_dev import models  # noqa: E402
+from shardx_dev.dropless_moe import local_program, moved_rows, placement  # noqa: E402
+
+MESHES = {"one": (1,), "ep2": (2,), "ep4": (4,), "dp2xep2": (2, 2)}
+
+
+def median_seconds(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--meshes", default="ep2,ep4,dp2xep2")
+    args = ap.parse_args()
+    # Eager on one thread, as the one-rank program runs: torch's thread pool
+    # otherwise competes with the rank threads on a small machine.
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    block = models.MoEBlock(args.dim, args.hidden, args.experts, top_k=2, capacity=None)
+    x = torch.randn(args.tokens, args.dim)
+    with torch.no_grad():
+        ref = block(x[None])[0].numpy()
+        eager = median_seconds(lambda: block(x[None]), args.repeat)
+    inputs = [x.numpy(), block.router.weight.detach().numpy(), block.w1.detach().numpy(),
+              block.w3.detach().numpy(), block.w2.detach().numpy()]
+    print(f"tokens {args.tokens}, dim {args.dim}, hidden {args.hidden}, experts {args.experts}, "
+          f"top-2: {2 * args.tokens} routed items; eager forward {eager * 1e3:.2f} ms")
+    times = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ["one"] + args.meshes.split(","):
+            shape = MESHES[name]
+            path = compile_mlir(local_program(args.tokens, args.dim, args.hidden, args.experts,
+                                              shape), os.path.join(tmp, f"{name}.so"))
+            fn = Artifact(path)["moe"]
+            y, rows = fn(*inputs)
+            np.testing.assert_allclose(y[:args.tokens], ref, rtol=1e-4, atol=1e-5)
+            times[name] = median_seconds(lambda: fn(*inputs), args.repeat)
+            n_all, ep, _ = placement(shape, args.experts)
+            with torch.no_grad():
+                moved = moved_rows(block, x, shape)
+            assert float(rows) == moved, (name, float(rows), moved)
+            buffer = ep * math.ceil(args.tokens / n_all) * 2
+            print(f"{name:8s} mesh {str(shape):7s} {times[name] * 1e3:8.2f} ms  "
+                  f"one rank / this {times['one'] / times[name]:.2f}  "
+                  f"eager / this {eager / times[name]:.2f}  moved rows {moved} "
+                  f"(dispatch {moved * (args.dim + 1) * 4} B, combine {moved * args.dim * 4} B, "
+                  f"all ranks)  receive buffer {buffer} rows/rank")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""A capacity-free (dropless) expert-parallel MoE forward as a local
+(per-rank) ShardX program, for checking ``shardx.ragged_all_to_all``
+against eager PyTorch.
+
+The block is ``models.MoEBlock`` with ``capacity=None`` (the zoo's
+Mixtral-style block: router, top-2 softmax gating renormalized over the
+two, SiLU-gated experts): its eager forward drops no token, so it is the
+reference. The program is what torchtitan's dropless MoE does on each
+rank, written out: the tokens are split over every mesh axis (chunks of
+``ceil(T / ranks)`` rows, the last ones shorter: uneven), the experts over
+the ``ep`` axis (``experts / ep`` per rank, the weights' slices picked by
+the rank's ``ep`` index; on a (dp, ep) mesh the dp groups each run their
+own exchange). Each rank routes its tokens, counts the (token, choice)
+items per destination rank and places them grouped by destination in a
+send buffer (the item's row plus its local expert id), exchanges the rows
+with ``shardx.ragged_all_to_all`` (the counts computed by the program; the
+receive buffer holds the worst case, every item of the group on this rank),
+runs each local expert on the rows (rows of other experts and the unused
+rows masked: exact, the worst-case buffer's compute), sends the rows back
+with the received counts, and sums each token's two results with its
+gates. The rows moved between ranks are the routed items' whose expert
+lives on another rank, nothing else: the program returns their number.
+
+This is a hand-built local program, not one propagation plans: the global
+program of a dropless MoE has routing-dependent shapes, and the importer
+and the planner do not produce this exchange (docs/Rules.md, "Expert
+parallelism")."""
+
+import math
+
+import numpy as np
+import torch
+
+
+def placement(mesh_shape, experts):
+    """(ranks, ep group size, experts per rank) of a mesh whose last axis
+    is ``ep``."""
+    ranks = int(np.prod(mesh_shape))
+    ep = mesh_shape[-1]
+    if experts % ep:
+        raise ValueError(f"{experts} experts do not divide over {ep} ranks")
+    return ranks, ep, experts // ep
+
+
+def moved_rows(module, x, mesh_shape):
+    """The (token, choice) items whose expert lives on another rank of the
+    token's ep group: the rows each exchange moves, summed over ranks."""
+    t = x.shape[0]
+    ranks, ep, local = placement(mesh_shape, module.experts)
+    rows = math.ceil(t / ranks)
+    probs = torch.softmax(module.router(x), dim=-1)
+    _, chosen = probs.topk(module.top_k, dim=-1)
+    src = (torch.arange(t) // rows) % ep
+    return int(((chosen // local) != src[:, None]).sum())
+
+
+def local_program(tokens, dim, hidden, experts, mesh_shape):
+    """The MLIR of the dropless EP forward of ``models.MoEBlock`` on
+    ``x [tokens, dim]`` for a mesh ``mesh_shape`` ((ep,) or (dp, ep)).
+    Entry ``moe(x, router [E, D], w1, w3, w2)`` returns every rank's output
+    rows gathered (``ranks * ceil(tokens / ranks)`` rows, the first
+    ``tokens`` the block's output) and the rows moved between ranks."""
+    k = 2
+    n_all, n, el = placement(mesh_shape, experts)
+    tl = math.ceil(tokens / n_all)
+    q = tl * k          # items of this rank
+    cap = q             # send buffer: every item
+    rcap = n * q        # receive buffer: every item of the group
+    w = dim + 1         # a row and its local expert id
+    t, d, h, e = tokens, dim, hidden, experts
+    if len(mesh_shape) == 1:
+        mesh = f'shardx.mesh @mesh(shape = {mesh_shape[0]}, axes = ["ep"])'
+        all_axes, ep_axes = "[0]", "[0]"
+    else:
+        mesh = (f'shardx.mesh @mesh(shape = {mesh_shape[0]}x{mesh_shape[1]}, '
+                'axes = ["dp", "ep"])')
+        all_axes, ep_axes = "[0, 1]", "[1]"
+    f32 = "f32"
+    L = []
+    a = L.append
+    counter = [0]
+
+    def fresh(p="v"):
+        counter[0] += 1
+        return f"%{p}{counter[0]}"
+
+    def zeros(shape, elt=f32):
+        e0, z = fresh("e"), fresh("z")
+        ty = f"tensor<{'x'.join(map(str, shape))}x{elt}>" if shape else f"tensor<{elt}>"
+        zero = "%zf" if elt == f32 else "%zi"
+        a(f"  {e0} = tensor.empty() : {ty}")
+        a(f"  {z} = linalg.fill ins({zero} : {elt}) outs({e0} : {ty}) -> {ty}")
+        return z
+
+    def ty(shape, elt=f32):
+        return f"tensor<{'x'.join(map(str, shape))}x{elt}>" if shape else f"tensor<{elt}>"
+
+    def matmul(lhs, rhs, m, kk, nn):
+        out = fresh("mm")
+        init = zeros([m, nn])
+        a(f"  {out} = linalg.generic {{indexing_maps = [affine_map<(i, j, l) -> (i, l)>, "
+          f"affine_map<(i, j, l) -> (l, j)>, affine_map<(i, j, l) -> (i, j)>], "
+          f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+          f"ins({lhs}, {rhs} : {ty([m, kk])}, {ty([kk, nn])}) outs({init} : {ty([m, nn])}) {{")
+        a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
+        a("    %pr = arith.mulf %p, %r : f32")
+        a("    %s = arith.addf %acc, %pr : f32")
+        a("    linalg.yield %s : f32")
+        a(f"  }} -> {ty([m, nn])}")
+        return out
+
+    a(mesh)
+    a(f"func.func @moe(%x: {ty([t, d])}, %wr: {ty([e, d])}, %w1: {ty([e, d, h])}, "
+      f"%w3: {ty([e, d, h])}, %w2: {ty([e, h, d])}) -> ({ty([n_all * tl, d])}, {ty([])}) {{")
+    a("  %zf = arith.constant 0.0 : f32")
+    a("  %zi = arith.constant 0 : i64")
+    a("  %one = arith.constant 1.0 : f32")
+    a("  %ninf = arith.constant 0xFF800000 : f32")
+    a("  %c0 = arith.constant 0 : index")
+    a(f"  %T = arith.constant {t} : index")
+    a(f"  %TL = arith.constant {tl} : index")
+    a(f"  %EL = arith.constant {el} : i64")
+    a(f"  %g = shardx.axis_index on @mesh axes = {all_axes} : index")
+    a(f"  %me = shardx.axis_index on @mesh axes = {ep_axes} : index")
+    a("  %mei = arith.index_cast %me : index to i64")
+    a("  %off = arith.muli %g, %TL : index")
+    # This rank's tokens, zero rows past the end.
+    a(f"  %xe = tensor.empty() : {ty([tl, d])}")
+    a(f"  %xl = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>], "
+      f'iterator_types = ["parallel", "parallel"]}} outs(%xe : {ty([tl, d])}) {{')
+    a("  ^bb0(%o: f32):")
+    a("    %i = linalg.index 0 : index")
+    a("    %j = linalg.index 1 : index")
+    a("    %row = arith.addi %off, %i : index")
+    a("    %in = arith.cmpi ult, %row, %T : index")
+    a("    %rc = arith.select %in, %row, %c0 : index")
+    a(f"    %v = tensor.extract %x[%rc, %j] : {ty([t, d])}")
+    a("    %y = arith.select %in, %v, %zf : f32")
+    a("    linalg.yield %y : f32")
+    a(f"  }} -> {ty([tl, d])}")
+    # Router logits [tl, e] = xl @ wr^T.
+    a(f"  %lz = tensor.empty() : {ty([tl, e])}")
+    a(f"  %lfill = linalg.fill ins(%zf : f32) outs(%lz : {ty([tl, e])}) -> {ty([tl, e])}")
+    a(f"  %logits = linalg.generic {{indexing_maps = [affine_map<(i, j, l) -> (i, l)>, "
+      f"affine_map<(i, j, l) -> (j, l)>, affine_map<(i, j, l) -> (i, j)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%xl, %wr : {ty([tl, d])}, {ty([e, d])}) outs(%lfill : {ty([tl, e])}) {{")
+    a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
+    a("    %pr = arith.mulf %p, %r : f32")
+    a("    %s = arith.addf %acc, %pr : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([tl, e])}")
+    # Top-2: the largest logit and its expert, then the largest of the others.
+    for pick, excl in (("1", None), ("2", "%i1")):
+        a(f"  %me{pick}0 = tensor.empty() : {ty([tl])}")
+        a(f"  %mf{pick} = linalg.fill ins(%ninf : f32) outs(%me{pick}0 : {ty([tl])}) -> {ty([tl])}")
+        a(f"  %ie{pick}0 = tensor.empty() : {ty([tl], 'i64')}")
+        a(f"  %if{pick} = linalg.fill ins(%zi : i64) outs(%ie{pick}0 : {ty([tl], 'i64')}) -> {ty([tl], 'i64')}")
+        ins = f"ins(%logits, {excl} : {ty([tl, e])}, {ty([tl], 'i64')}) " if excl else f"ins(%logits : {ty([tl, e])}) "
+        maps = "affine_map<(i, j) -> (i, j)>, " + ("affine_map<(i, j) -> (i)>, " if excl else "")
+        a(f"  %m{pick}, %i{pick} = linalg.generic {{indexing_maps = [{maps}affine_map<(i, j) -> (i)>, "
+          f'affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}} '
+          f"{ins}outs(%mf{pick}, %if{pick} : {ty([tl])}, {ty([tl], 'i64')}) {{")
+        a(f"  ^bb0(%l: f32, {'%ex: i64, ' if excl else ''}%am: f32, %ai: i64):")
+        a("    %j = linalg.index 1 : index")
+        a("    %ji = arith.index_cast %j : index to i64")
+        a("    %gt = arith.cmpf ogt, %l, %am : f32")
+        if excl:
+            a("    %ok = arith.cmpi ne, %ji, %ex : i64")
+            a("    %take = arith.andi %gt, %ok : i1")
+        else:
+            a("    %take = arith.andi %gt, %gt : i1")
+        a("    %nm = arith.select %take, %l, %am : f32")
+        a("    %ni = arith.select %take, %ji, %ai : i64")
+        a("    linalg.yield %nm, %ni : f32, i64")
+        a(f"  }} -> ({ty([tl])}, {ty([tl], 'i64')})")
+    # Items (token, choice): expert, gate, whether the token exists.
+    a(f"  %ie = tensor.empty() : {ty([tl, k], 'i64')}")
+    a(f"  %ge = tensor.empty() : {ty([tl, k])}")
+    a(f"  %ve = tensor.empty() : {ty([tl, k], 'i64')}")
+    a(f"  %ex2, %gate, %val2 = linalg.generic {{indexing_maps = [affine_map<(i, s) -> (i)>, "
+      f"affine_map<(i, s) -> (i)>, affine_map<(i, s) -> (i)>, affine_map<(i, s) -> (i)>, "
+      f"affine_map<(i, s) -> (i, s)>, affine_map<(i, s) -> (i, s)>, affine_map<(i, s) -> (i, s)>], "
+      f'iterator_types = ["parallel", "parallel"]}} '
+      f"ins(%m1, %i1, %m2, %i2 : {ty([tl])}, {ty([tl], 'i64')}, {ty([tl])}, {ty([tl], 'i64')}) "
+      f"outs(%ie, %ge, %ve : {ty([tl, k], 'i64')}, {ty([tl, k])}, {ty([tl, k], 'i64')}) {{")
+    a("  ^bb0(%a1: f32, %b1: i64, %a2: f32, %b2: i64, %o1: i64, %o2: f32, %o3: i64):")
+    a("    %i = linalg.index 0 : index")
+    a("    %s = linalg.index 1 : index")
+    a("    %first = arith.cmpi eq, %s, %c0 : index")
+    a("    %ex = arith.select %first, %b1, %b2 : i64")
+    # Mixtral's gates: softmax, top-2, renormalized = 1 / (1 + e^(l2 - l1)).
+    a("    %dl = arith.subf %a2, %a1 : f32")
+    a("    %q = math.exp %dl : f32")
+    a("    %den = arith.addf %one, %q : f32")
+    a("    %num = arith.select %first, %one, %q : f32")
+    a("    %gv = arith.divf %num, %den : f32")
+    a("    %row = arith.addi %off, %i : index")
+    a("    %in = arith.cmpi ult, %row, %T : index")
+    a("    %vi = arith.extui %in : i1 to i64")
+    a("    linalg.yield %ex, %gv, %vi : i64, f32, i64")
+    a(f"  }} -> ({ty([tl, k], 'i64')}, {ty([tl, k])}, {ty([tl, k], 'i64')})")
+    a(f"  %exq = tensor.collapse_shape %ex2 [[0, 1]] : {ty([tl, k], 'i64')} into {ty([q], 'i64')}")
+    a(f"  %val = tensor.collapse_shape %val2 [[0, 1]] : {ty([tl, k], 'i64')} into {ty([q], 'i64')}")
+    # Destination rank and local expert of each item.
+    a(f"  %de = tensor.empty() : {ty([q], 'i64')}")
+    a(f"  %le = tensor.empty() : {ty([q])}")
+    a(f"  %dest, %lidf = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, "
+      f"affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = [\"parallel\"]}} "
+      f"ins(%exq : {ty([q], 'i64')}) outs(%de, %le : {ty([q], 'i64')}, {ty([q])}) {{")
+    a("  ^bb0(%v: i64, %o1: i64, %o2: f32):")
+    a("    %r = arith.divui %v, %EL : i64")
+    a("    %rl = arith.muli %r, %EL : i64")
+    a("    %l = arith.subi %v, %rl : i64")
+    a("    %lf = arith.sitofp %l : i64 to f32")
+    a("    linalg.yield %r, %lf : i64, f32")
+    a(f"  }} -> ({ty([q], 'i64')}, {ty([q])})")
+    # counts[j]: the items for rank j (the routing's, computed here).
+    cz = zeros([n], "i64")
+    a(f"  %counts = linalg.generic {{indexing_maps = [affine_map<(j, i) -> (i)>, "
+      f"affine_map<(j, i) -> (i)>, affine_map<(j, i) -> (j)>], "
+      f'iterator_types = ["parallel", "reduction"]}} '
+      f"ins(%dest, %val : {ty([q], 'i64')}, {ty([q], 'i64')}) outs({cz} : {ty([n], 'i64')}) {{")
+    a("  ^bb0(%dv: i64, %vv: i64, %acc: i64):")
+    a("    %j = linalg.index 0 : index")
+    a("    %ji = arith.index_cast %j : index to i64")
+    a("    %hit = arith.cmpi eq, %dv, %ji : i64")
+    a("    %hi = arith.extui %hit : i1 to i64")
+    a("    %c = arith.muli %hi, %vv : i64")
+    a("    %s = arith.addi %acc, %c : i64")
+    a("    linalg.yield %s : i64")
+    a(f"  }} -> {ty([n], 'i64')}")
+    # pos[i]: the start of its destination's group plus the items before it
+    # with the same destination.
+    pz = zeros([q], "i64")
+    a(f"  %before = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i)>, "
+      f"affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i)>], "
+      f'iterator_types = ["parallel", "reduction"]}} '
+      f"ins(%dest, %dest, %val : {ty([q], 'i64')}, {ty([q], 'i64')}, {ty([q], 'i64')}) "
+      f"outs({pz} : {ty([q], 'i64')}) {{")
+    a("  ^bb0(%di: i64, %dj: i64, %vj: i64, %acc: i64):")
+    a("    %i = linalg.index 0 : index")
+    a("    %j = linalg.index 1 : index")
+    a("    %lt = arith.cmpi ult, %j, %i : index")
+    a("    %same = arith.cmpi eq, %di, %dj : i64")
+    a("    %both = arith.andi %lt, %same : i1")
+    a("    %bi = arith.extui %both : i1 to i64")
+    a("    %c = arith.muli %bi, %vj : i64")
+    a("    %s = arith.addi %acc, %c : i64")
+    a("    linalg.yield %s : i64")
+    a(f"  }} -> {ty([q], 'i64')}")
+    a(f"  %pos = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i)>, "
+      f"affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i)>], "
+      f'iterator_types = ["parallel", "reduction"]}} '
+      f"ins(%dest, %counts : {ty([q], 'i64')}, {ty([n], 'i64')}) outs(%before : {ty([q], 'i64')}) {{")
+    a("  ^bb0(%di: i64, %cj: i64, %acc: i64):")
+    a("    %j = linalg.index 1 : index")
+    a("    %ji = arith.index_cast %j : index to i64")
+    a("    %lt = arith.cmpi ult, %ji, %di : i64")
+    a("    %c = arith.select %lt, %cj, %zi : i64")
+    a("    %s = arith.addi %acc, %c : i64")
+    a("    linalg.yield %s : i64")
+    a(f"  }} -> {ty([q], 'i64')}")
+    # place[i, p] = 1 where item i goes to send row p.
+    a(f"  %pe = tensor.empty() : {ty([q, cap])}")
+    a(f"  %place = linalg.generic {{indexing_maps = [affine_map<(i, p) -> (i)>, "
+      f"affine_map<(i, p) -> (i)>, affine_map<(i, p) -> (i, p)>], "
+      f'iterator_types = ["parallel", "parallel"]}} '
+      f"ins(%pos, %val : {ty([q], 'i64')}, {ty([q], 'i64')}) outs(%pe : {ty([q, cap])}) {{")
+    a("  ^bb0(%pv: i64, %vv: i64, %o: f32):")
+    a("    %p = linalg.index 1 : index")
+    a("    %pi = arith.index_cast %p : index to i64")
+    a("    %at = arith.cmpi eq, %pv, %pi : i64")
+    a("    %v1 = arith.cmpi ne, %vv, %zi : i64")
+    a("    %b = arith.andi %at, %v1 : i1")
+    a("    %f = arith.uitofp %b : i1 to f32")
+    a("    linalg.yield %f : f32")
+    a(f"  }} -> {ty([q, cap])}")
+    # Item rows: the token's row and the local expert id.
+    a(f"  %xbe = tensor.empty() : {ty([tl, k, d])}")
+    a(f"  %xb = linalg.generic {{indexing_maps = [affine_map<(i, s, c) -> (i, c)>, "
+      f"affine_map<(i, s, c) -> (i, s, c)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]}} "
+      f"ins(%xl : {ty([tl, d])}) outs(%xbe : {ty([tl, k, d])}) {{")
+    a("  ^bb0(%v: f32, %o: f32):")
+    a("    linalg.yield %v : f32")
+    a(f"  }} -> {ty([tl, k, d])}")
+    a(f"  %xq = tensor.collapse_shape %xb [[0, 1], [2]] : {ty([tl, k, d])} into {ty([q, d])}")
+    a(f"  %lid2 = tensor.expand_shape %lidf [[0, 1]] output_shape [{q}, 1] : {ty([q])} into {ty([q, 1])}")
+    a(f"  %ie0 = tensor.empty() : {ty([q, w])}")
+    a(f"  %ie1 = tensor.insert_slice %xq into %ie0[0, 0] [{q}, {d}] [1, 1] : {ty([q, d])} into {ty([q, w])}")
+    a(f"  %items = tensor.insert_slice %lid2 into %ie1[0, {d}] [{q}, 1] [1, 1] : {ty([q, 1])} into {ty([q, w])}")
+    # send[p, :] = sum_i place[i, p] items[i, :] (one term each: exact).
+    sz = zeros([cap, w])
+    a(f"  %send = linalg.generic {{indexing_maps = [affine_map<(p, c, i) -> (i, p)>, "
+      f"affine_map<(p, c, i) -> (i, c)>, affine_map<(p, c, i) -> (p, c)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%place, %items : {ty([q, cap])}, {ty([q, w])}) outs({sz} : {ty([cap, w])}) {{")
+    a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
+    a("    %pr = arith.mulf %p, %r : f32")
+    a("    %s = arith.addf %acc, %pr : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([cap, w])}")
+    # Dispatch.
+    a(f"  %recv, %rcounts = shardx.ragged_all_to_all %send, %counts on @mesh axes = {ep_axes} "
+      f": {ty([cap, w])}, {ty([n], 'i64')} -> {ty([rcap, w])}, {ty([n], 'i64')}")
+    a(f"  %rows = tensor.extract_slice %recv[0, 0] [{rcap}, {d}] [1, 1] : {ty([rcap, w])} to {ty([rcap, d])}")
+    a(f"  %eid2 = tensor.extract_slice %recv[0, {d}] [{rcap}, 1] [1, 1] : {ty([rcap, w])} to {ty([rcap, 1])}")
+    a(f"  %eid = tensor.collapse_shape %eid2 [[0, 1]] : {ty([rcap, 1])} into {ty([rcap])}")
+    acc = zeros([rcap, d])
+    for x_e in range(el):
+        a(f"  %cel{x_e} = arith.constant {el} : index")
+        a(f"  %ce{x_e} = arith.constant {x_e} : index")
+        a(f"  %gb{x_e} = arith.muli %me, %cel{x_e} : index")
+        a(f"  %ge{x_e} = arith.addi %gb{x_e}, %ce{x_e} : index")
+        ws = {}
+        for name, shp in (("w1", [d, h]), ("w3", [d, h]), ("w2", [h, d])):
+            s3 = fresh("s")
+            s2 = fresh("s")
+            a(f"  {s3} = tensor.extract_slice %{name}[%ge{x_e}, 0, 0] [1, {shp[0]}, {shp[1]}] [1, 1, 1] "
+              f": {ty([e] + shp)} to {ty([1] + shp)}")
+            a(f"  {s2} = tensor.collapse_shape {s3} [[0, 1], [2]] : {ty([1] + shp)} into {ty(shp)}")
+            ws[name] = s2
+        h1 = matmul("%rows", ws["w1"], rcap, d, h)
+        h3 = matmul("%rows", ws["w3"], rcap, d, h)
+        hh = fresh("h")
+        a(f"  {hh}e = tensor.empty() : {ty([rcap, h])}")
+        a(f"  {hh} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, "
+          f"affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], "
+          f'iterator_types = ["parallel", "parallel"]}} '
+          f"ins({h1}, {h3} : {ty([rcap, h])}, {ty([rcap, h])}) outs({hh}e : {ty([rcap, h])}) {{")
+        a("  ^bb0(%u: f32, %v: f32, %o: f32):")
+        a("    %nu = arith.negf %u : f32")
+        a("    %ex = math.exp %nu : f32")
+        a("    %den = arith.addf %one, %ex : f32")
+        a("    %sg = arith.divf %u, %den : f32")
+        a("    %y = arith.mulf %sg, %v : f32")
+        a("    linalg.yield %y : f32")
+        a(f"  }} -> {ty([rcap, h])}")
+        o = matmul(hh, ws["w2"], rcap, h, d)
+        nacc = fresh("acc")
+        a(f"  %cf{x_e} = arith.constant {float(x_e)} : f32")
+        a(f"  {nacc} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, "
+          f"affine_map<(i, j) -> (i)>, affine_map<(i, j) -> (i, j)>], "
+          f'iterator_types = ["parallel", "parallel"]}} '
+          f"ins({o}, %eid : {ty([rcap, d])}, {ty([rcap])}) outs({acc} : {ty([rcap, d])}) {{")
+        a("  ^bb0(%v: f32, %id: f32, %o: f32):")
+        a(f"    %mine = arith.cmpf oeq, %id, %cf{x_e} : f32")
+        a("    %add = arith.select %mine, %v, %zf : f32")
+        a("    %s = arith.addf %o, %add : f32")
+        a("    linalg.yield %s : f32")
+        a(f"  }} -> {ty([rcap, d])}")
+        acc = nacc
+    # Combine: every row back to its sender, in the order it was sent.
+    a(f"  %back, %bcounts = shardx.ragged_all_to_all {acc}, %rcounts on @mesh axes = {ep_axes} "
+      f": {ty([rcap, d])}, {ty([n], 'i64')} -> {ty([cap, d])}, {ty([n], 'i64')}")
+    # Per item: its row back (place again), then the gates' sum per token.
+    yz = zeros([q, d])
+    a(f"  %yq = linalg.generic {{indexing_maps = [affine_map<(i, c, p) -> (i, p)>, "
+      f"affine_map<(i, c, p) -> (p, c)>, affine_map<(i, c, p) -> (i, c)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%place, %back : {ty([q, cap])}, {ty([cap, d])}) outs({yz} : {ty([q, d])}) {{")
+    a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
+    a("    %pr = arith.mulf %p, %r : f32")
+    a("    %s = arith.addf %acc, %pr : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([q, d])}")
+    a(f"  %yq3 = tensor.expand_shape %yq [[0, 1], [2]] output_shape [{tl}, {k}, {d}] : {ty([q, d])} into {ty([tl, k, d])}")
+    tz = zeros([tl, d])
+    a(f"  %ytok = linalg.generic {{indexing_maps = [affine_map<(i, c, s) -> (i, s, c)>, "
+      f"affine_map<(i, c, s) -> (i, s)>, affine_map<(i, c, s) -> (i, c)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%yq3, %gate : {ty([tl, k, d])}, {ty([tl, k])}) outs({tz} : {ty([tl, d])}) {{")
+    a("  ^bb0(%v: f32, %gv: f32, %acc: f32):")
+    a("    %pr = arith.mulf %v, %gv : f32")
+    a("    %s = arith.addf %acc, %pr : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([tl, d])}")
+    a(f"  %yall = shardx.all_gather %ytok on @mesh axes = {all_axes} dim = 0 : {ty([tl, d])} -> {ty([n_all * tl, d])}")
+    # Rows this rank sends to other ranks (the dispatch's; the combine's
+    # are the same rows back).
+    mz = zeros([])
+    a(f"  %moved = linalg.generic {{indexing_maps = [affine_map<(j) -> (j)>, affine_map<(j) -> ()>], "
+      f'iterator_types = ["reduction"]}} ins(%counts : {ty([n], "i64")}) outs({mz} : {ty([])}) {{')
+    a("  ^bb0(%cv: i64, %acc: f32):")
+    a("    %j = linalg.index 0 : index")
+    a("    %other = arith.cmpi ne, %j, %me : index")
+    a("    %c = arith.select %other, %cv, %zi : i64")
+    a("    %cf = arith.sitofp %c : i64 to f32")
+    a("    %s = arith.addf %acc, %cf : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([])}")
+    a(f"  %movedall = shardx.all_reduce %moved on @mesh axes = {all_axes} reduction = sum : {ty([])}")
+    a(f"  return %yall, %movedall : {ty([n_all * tl, d])}, {ty([])}")
+    a("}")
+    return "\n".join(L) + "\n"
