@@ -8,9 +8,10 @@ two, SiLU-gated experts): its eager forward drops no token, so it is the
 reference. The program is what torchtitan's dropless MoE does on each
 rank, written out: the tokens are split over every mesh axis (chunks of
 ``ceil(T / ranks)`` rows, the last ones shorter: uneven), the experts over
-the ``ep`` axis (``experts / ep`` per rank, the weights' slices picked by
-the rank's ``ep`` index; on a (dp, ep) mesh the dp groups each run their
-own exchange). Each rank routes its tokens, counts the (token, choice)
+the ``ep`` axis (``ceil(experts / ep)`` per rank, fewer on the last ones
+when ep does not divide them; the weights' slices picked by the rank's
+``ep`` index; on a (dp, ep) mesh the dp groups each run their own
+exchange). Each rank routes its tokens, counts the (token, choice)
 items per destination rank and places them grouped by destination in a
 send buffer (the item's row plus its local expert id), exchanges the rows
 with ``shardx.ragged_all_to_all`` (the counts computed by the program; the
@@ -34,12 +35,12 @@ import torch
 
 def placement(mesh_shape, experts):
     """(ranks, ep group size, experts per rank) of a mesh whose last axis
-    is ``ep``."""
+    is ``ep``: expert ``e`` lives on ep rank ``e // per_rank``,
+    ``per_rank = ceil(experts / ep)``, so when ep does not divide the
+    experts the last ranks hold fewer (7 on 4: 2, 2, 2, 1)."""
     ranks = int(np.prod(mesh_shape))
     ep = mesh_shape[-1]
-    if experts % ep:
-        raise ValueError(f"{experts} experts do not divide over {ep} ranks")
-    return ranks, ep, experts // ep
+    return ranks, ep, math.ceil(experts / ep)
 
 
 def moved_rows(module, x, mesh_shape):
@@ -311,7 +312,11 @@ def local_program(tokens, dim, hidden, experts, mesh_shape):
         a(f"  %cel{x_e} = arith.constant {el} : index")
         a(f"  %ce{x_e} = arith.constant {x_e} : index")
         a(f"  %gb{x_e} = arith.muli %me, %cel{x_e} : index")
-        a(f"  %ge{x_e} = arith.addi %gb{x_e}, %ce{x_e} : index")
+        # A slot past the last expert (uneven placement) reads the last
+        # expert's weights; no row names it, so its output is masked away.
+        a(f"  %cl{x_e} = arith.constant {e - 1} : index")
+        a(f"  %gu{x_e} = arith.addi %gb{x_e}, %ce{x_e} : index")
+        a(f"  %ge{x_e} = arith.minui %gu{x_e}, %cl{x_e} : index")
         ws = {}
         for name, shp in (("w1", [d, h]), ("w3", [d, h]), ("w2", [h, d])):
             s3 = fresh("s")

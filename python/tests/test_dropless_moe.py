@@ -4,8 +4,8 @@ as a local program whose dispatch and combine are
 ``shardx.ragged_all_to_all`` with the per-rank counts the routing gives at
 run time (``shardx_dev.dropless_moe``), checked against the block's eager
 forward: experts over 2 and 4 ranks, over ep with the tokens also split
-over dp on a 2x2 mesh, token counts that do not divide over the ranks, on
-threads and under MPI. The rows the exchanges move between ranks are the
+over dp on a 2x2 mesh, token counts and expert counts that do not divide
+over the ranks, on threads and under MPI. The rows the exchanges move between ranks are the
 routed items whose expert lives on another rank, counted from the eager
 routing."""
 
@@ -30,6 +30,10 @@ CASES = {
     "uneven_ep2": ((2,), 7, 4),
     "uneven_ep4": ((4,), 10, 8),
     "uneven_dp2xep2": ((2, 2), 11, 6),
+    # Experts that do not divide over ep: 2 + 1, 2 + 2 + 2 + 1.
+    "uneven_experts_ep2": ((2,), 9, 3),
+    "uneven_experts_ep4": ((4,), 10, 7),
+    "uneven_experts_dp2xep2": ((2, 2), 11, 3),
 }
 
 
@@ -60,7 +64,7 @@ def test_dropless_matches_eager_on_threads(name, tmp_path):
     assert moved > 0
 
 
-@pytest.mark.parametrize("name", ["uneven_ep4", "uneven_dp2xep2"])
+@pytest.mark.parametrize("name", ["uneven_ep4", "uneven_experts_dp2xep2"])
 def test_dropless_matches_eager_on_mpi(name, tmp_path, build_dir):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
