@@ -10,7 +10,12 @@ run is checked against eager first. For each mesh: the rows the exchanges
 move between ranks (the routed items whose expert is on another rank, the
 only rows sent), their bytes (dispatch: the row and its local expert id;
 combine: the row), and the receive buffer each rank holds (the worst
-case, every item of its ep group).
+case, every item of its ep group). On the 1-D meshes also torchtitan's
+dropless scheme written out in eager PyTorch on gloo (``--torch``, default
+on; torchtitan is not installed here): counts by a small
+``all_to_all_single``, rows by ``all_to_all_single`` with those split
+sizes, experts on the sorted runs; checked against eager, timed in the
+same run.
 
     ~/.cache/shardx/venv/bin/python bench/dropless_moe_bench.py [--tokens 256] [--repeat 5]
 
@@ -51,6 +56,85 @@ def median_seconds(fn, repeat):
     return statistics.median(times)
 
 
+def _torch_worker(rank, n, args, port, queue):
+    """One gloo rank of torchtitan's dropless dispatch written out in eager
+    PyTorch (forward): route this rank's tokens, sort the (token, choice)
+    items by expert, exchange the per-rank counts with a small
+    all_to_all_single, then the rows with all_to_all_single and those split
+    sizes, run the local experts on their runs, send the rows back, un-sort
+    and sum with the gates. Rank 0 gathers the output to check it."""
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    block, x = _block_and_tokens(args)
+    _, ep, el = placement((n,), args.experts)
+    rows = math.ceil(args.tokens / n)
+    xl = x[rank * rows:(rank + 1) * rows]
+    lo = rank * el
+    w1, w3, w2 = (w[lo:lo + el].detach() for w in (block.w1, block.w3, block.w2))
+
+    def forward():
+        probs = torch.softmax(block.router(xl), dim=-1)
+        gates, chosen = probs.topk(2, dim=-1)
+        gates = gates / gates.sum(-1, keepdim=True)
+        flat = chosen.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        items = xl.repeat_interleave(2, dim=0)[order]
+        send = torch.bincount(flat // el, minlength=n)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send)
+        got = torch.empty(int(recv.sum()), args.dim)
+        dist.all_to_all_single(got, items, recv.tolist(), send.tolist())
+        # The received rows' experts: each sender's run is sorted by expert.
+        ids = torch.empty(int(recv.sum()), dtype=torch.long)
+        dist.all_to_all_single(ids, flat[order].contiguous(), recv.tolist(), send.tolist())
+        out = torch.zeros_like(got)
+        for e in range(el):
+            m = ids == lo + e
+            if m.any():
+                h = torch.nn.functional.silu(got[m] @ w1[e]) * (got[m] @ w3[e])
+                out[m] = h @ w2[e]
+        back = torch.empty_like(items)
+        dist.all_to_all_single(back, out, send.tolist(), recv.tolist())
+        y = torch.empty_like(back)
+        y[order] = back
+        return (y.reshape(-1, 2, args.dim) * gates[..., None]).sum(1)
+
+    with torch.no_grad():
+        y = forward()
+        parts = [torch.empty(rows, args.dim) for _ in range(n)]
+        dist.all_gather(parts, torch.cat([y, torch.zeros(rows - y.shape[0], args.dim)]))
+        times = []
+        for _ in range(args.repeat):
+            dist.barrier()
+            t0 = time.perf_counter()
+            forward()
+            times.append(time.perf_counter() - t0)
+    if rank == 0:
+        queue.put((torch.cat(parts)[:args.tokens].numpy(), statistics.median(times)))
+    dist.destroy_process_group()
+
+
+def torch_dropless(args, n):
+    """(output, median forward seconds) of the eager scheme on n gloo ranks."""
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_torch_worker, args=(n, args, port, queue), nprocs=n, join=True,
+                       start_method="spawn")
+    return queue.get()
+
+
+def _block_and_tokens(args):
+    torch.manual_seed(0)
+    block = models.MoEBlock(args.dim, args.hidden, args.experts, top_k=2, capacity=None)
+    return block, torch.randn(args.tokens, args.dim)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
@@ -59,13 +143,14 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--meshes", default="ep2,ep4,dp2xep2")
+    ap.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time torchtitan's dropless scheme in eager PyTorch on gloo "
+                         "(1-D meshes)")
     args = ap.parse_args()
     # Eager on one thread, as the one-rank program runs: torch's thread pool
     # otherwise competes with the rank threads on a small machine.
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    block = models.MoEBlock(args.dim, args.hidden, args.experts, top_k=2, capacity=None)
-    x = torch.randn(args.tokens, args.dim)
+    block, x = _block_and_tokens(args)
     with torch.no_grad():
         ref = block(x[None])[0].numpy()
         eager = median_seconds(lambda: block(x[None]), args.repeat)
@@ -93,6 +178,11 @@ def main() -> int:
                   f"eager / this {eager / times[name]:.2f}  moved rows {moved} "
                   f"(dispatch {moved * (args.dim + 1) * 4} B, combine {moved * args.dim * 4} B, "
                   f"all ranks)  receive buffer {buffer} rows/rank")
+            if args.torch and len(shape) == 1:
+                ty, tt = torch_dropless(args, shape[0])
+                np.testing.assert_allclose(ty, ref, rtol=1e-4, atol=1e-5)
+                print(f"{'':8s} torchtitan's scheme on gloo {tt * 1e3:8.2f} ms  "
+                      f"torch / ShardX {tt / times[name]:.2f}")
     return 0
 
 
