@@ -8,7 +8,10 @@ the K/V all-gathers and dK/dV reduce-scatters (the attention's), the
 other reshards (weight gradients and loss), and ring attention's bytes on
 the same shapes for comparison.
 
-    ~/.cache/shardx/venv/bin/python bench/cp_bench.py [--seq 256] [--dim 64] [--repeat 5]
+    ~/.cache/shardx/venv/bin/python bench/cp_bench.py [--seq 256] [--dim 64] [--repeat 5] [--sdpa]
+
+``--sdpa`` runs the block's attention as F.scaled_dot_product_attention
+(is_causal=True), as torchtitan's Llama does (LlamaBlock(sdpa=True)).
 
 The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
 with fewer cores than ranks the ranks share cores and the ratio says more
@@ -43,7 +46,7 @@ PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[
 
 def measure(args, ranks):
     torch.manual_seed(0)
-    block = models.LlamaBlock(args.dim, args.heads, args.kv_heads, args.hidden)
+    block = models.LlamaBlock(args.dim, args.heads, args.kv_heads, args.hidden, sdpa=args.sdpa)
     step = TrainStep(block, F.mse_loss, "sgd", lr=0.1)
     x = torch.randn(args.batch, args.seq, args.dim)
     y = torch.randn(args.batch, args.seq, args.dim)
@@ -111,12 +114,15 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--sdpa", action="store_true",
+                    help="attention as F.scaled_dot_product_attention(is_causal=True)")
     ap.add_argument("--dtensor", action="store_true",
                     help="also try torch's context_parallel on gloo (CPU)")
     args = ap.parse_args()
     hd = args.dim // args.heads
     print(f"LlamaBlock train step: batch {args.batch}, seq {args.seq}, dim {args.dim}, "
-          f"heads {args.heads} (kv {args.kv_heads}), hidden {args.hidden}, SGD; sequence split; "
+          f"heads {args.heads} (kv {args.kv_heads}), hidden {args.hidden}, SGD, "
+          f"{'causal SDPA' if args.sdpa else 'attention in ops'}; sequence split; "
           f"{os.cpu_count()} cores; median of {args.repeat} runs")
     print("ranks | K/V all-gathers | dK/dV reduce-scatters | other reshards | ring attention "
           "K/V (repeated heads, kv heads) | unsharded ms | sharded ms | unsharded/sharded")

@@ -208,12 +208,18 @@ class LlamaBlock(nn.Module):
     position embeddings (RoPE), grouped-query attention with a causal mask,
     and a SwiGLU MLP, each with a residual. The rotary angles and the causal
     mask are built from ``torch.arange`` over the positions, so a rank that
-    holds a block of the sequence builds its own rows of both."""
+    holds a block of the sequence builds its own rows of both.
+
+    ``sdpa=True`` runs the attention as torchtitan's Llama does:
+    ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` on the
+    repeated K and V (traced under the math backend, which builds the causal
+    mask from positions and scales q and k by the root of the scale each)."""
 
     def __init__(self, dim: int = 32, heads: int = 4, kv_heads: int = 2, hidden: int = 64,
-                 theta: float = 10000.0, eps: float = 1e-6):
+                 theta: float = 10000.0, eps: float = 1e-6, sdpa: bool = False):
         super().__init__()
         assert dim % heads == 0 and heads % kv_heads == 0
+        self.sdpa = sdpa
         self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
         self.theta, self.eps = theta, eps
         self.attn_norm = nn.Parameter(torch.ones(dim))
@@ -249,11 +255,14 @@ class LlamaBlock(nn.Module):
         k = k.repeat_interleave(rep, dim=2)
         v = v.repeat_interleave(rep, dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / self.hd ** 0.5
-        idx = torch.arange(s)
-        causal = idx[:, None] >= idx[None, :]
-        scores = scores.masked_fill(~causal, float("-inf"))
-        a = torch.softmax(scores, dim=-1) @ v
+        if self.sdpa:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = q @ k.transpose(-2, -1) / self.hd ** 0.5
+            idx = torch.arange(s)
+            causal = idx[:, None] >= idx[None, :]
+            scores = scores.masked_fill(~causal, float("-inf"))
+            a = torch.softmax(scores, dim=-1) @ v
         x = x + self.wo(a.transpose(1, 2).reshape(bsz, s, -1))
         h = self._norm(x, self.mlp_norm)
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))

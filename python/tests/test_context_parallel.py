@@ -8,7 +8,11 @@ and the MLP split on the sequence and gathers only the keys and values
 eager PyTorch on the threads backend (shardx.compile, two steps) and against
 its unsharded compile under mpirun on the mpi backend (shardx-run --check);
 the uneven cases split 30 positions over 4 ranks (8, 8, 8, 6) and 10
-(3, 3, 3, 1)."""
+(3, 3, 3, 1). The sdpa_ cases run the same block's attention as
+torchtitan's Llama does, F.scaled_dot_product_attention(is_causal=True),
+which the importer traces under the math backend: the causal mask is
+built from positions there too, and the same plan follows from the same
+sequence split."""
 
 import re
 
@@ -34,14 +38,19 @@ CASES = {
     # repeated K and V gathered, each collective's latency outweighing its
     # bytes); checked for its numbers only.
     "uneven10_cp4": (4, 1, 10),
+    # F.scaled_dot_product_attention(is_causal=True) (LlamaBlock(sdpa=True)).
+    "sdpa_seq64_cp2": (2, 1, 64),
+    "sdpa_seq32_cp4": (4, 1, 32),
+    "sdpa_uneven30_cp4": (4, 1, 30),
 }
-CP_PLANS = sorted(set(CASES) - {"uneven10_cp4"})
+SDPA = sorted(c for c in CASES if c.startswith("sdpa_"))
+CP_PLANS = sorted(set(CASES) - {"uneven10_cp4"} - set(SDPA))
 
 
 def _step(name):
     ranks, batch, seq = CASES[name]
     torch.manual_seed(0)
-    module = models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN)
+    module = models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN, sdpa=name in SDPA)
     step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
     x, y = torch.randn(batch, seq, DIM), torch.randn(batch, seq, DIM)
     mesh = Mesh((ranks,), ("cp",))
@@ -106,7 +115,61 @@ def test_plan_gathers_only_keys_and_values(program, build_dir):
     assert len(reshards) == len(gathers) + len(scatters) + len(others)
 
 
-@pytest.mark.parametrize("program", CP_PLANS, indirect=True)
+@pytest.mark.parametrize("program", SDPA, indirect=True)
+def test_sdpa_plan_moves_only_keys_and_values(program, build_dir):
+    """Causal SDPA on the sequence split: the same plan as the block with
+    the attention written out, but for where K is gathered. The math
+    backend scales q and k by the root of the scale each, so K's chain from
+    the key/value heads to the scores' operand (repeat, transposes, scale,
+    collapse to [batch * heads, head dim, positions]) holds one more op on
+    the repeated heads; on these short sequences the cost model keeps K's
+    gather at the scores' operand (heads / kv_heads times the bytes, split
+    on its last dim) rather than replicate the chain. V is gathered at the
+    key/value heads, dK and dV reduce-scattered there; nothing else moves
+    an activation."""
+    name, path = program
+    ranks, batch, seq = CASES[name]
+    reshards, out = plan_reshards(path, build_dir)
+    kv = (batch, seq, KV_HEADS, HD)
+    kt = (batch * HEADS, HD, seq)
+    gathers = sorted(r for r in reshards if r[0].startswith("[S(") and r[1] == "[R]")
+    assert gathers == sorted([("[S(1)]", "[R]", kv, _chunk_bytes(ranks, seq, batch * KV_HEADS * HD)),
+                              ("[S(2)]", "[R]", kt, _chunk_bytes(ranks, seq, batch * HEADS * HD))]), \
+        gathers
+    scatters = [r for r in reshards if r[0] == "[P(sum)]" and r[1].startswith("[S(")]
+    assert [(s[1], s[2], s[3]) for s in scatters] == \
+        [("[S(1)]", kv, (ranks - 1) * seq * batch * KV_HEADS * HD * 4 // ranks)] * 2, scatters
+    params = {tuple(p.shape) for p in models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN).parameters()}
+    params |= {tuple(reversed(s)) for s in params}
+    others = [r for r in reshards if r not in gathers and r not in scatters]
+    assert all(r[:2] == ("[P(sum)]", "[R]") and (r[2] in params or r[2] == ())
+               for r in others), others
+
+
+def test_sdpa_long_sequence_gathers_at_key_value_heads(tmp_path, build_dir):
+    """From 256 positions on 2 ranks the gathers' bytes outweigh the
+    replicated chain: K and V are both gathered at the key/value heads,
+    (n-1)/n of each, ring attention's forward bytes, and dK, dV
+    reduce-scattered there (checked for its plan only)."""
+    ranks, batch, seq = 2, 1, 256
+    torch.manual_seed(0)
+    step = TrainStep(models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN, sdpa=True),
+                     F.mse_loss, "sgd", lr=0.1)
+    x, y = torch.randn(batch, seq, DIM), torch.randn(batch, seq, DIM)
+    mesh = Mesh((ranks,), ("cp",))
+    ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
+    path = tmp_path / "sdpa_seq256_cp2.mlir"
+    path.write_text(trace(step, step.example_args([x], y), mesh, ins, outs, name="sdpa256"))
+    reshards, _ = plan_reshards(path, build_dir)
+    kv = (batch, seq, KV_HEADS, HD)
+    moved = [r for r in reshards if r[2] == kv]
+    half = (ranks - 1) * seq * batch * KV_HEADS * HD * 4 // ranks
+    assert sorted(moved) == sorted([("[S(1)]", "[R]", kv, half)] * 2
+                                   + [("[P(sum)]", "[S(1)]", kv, half)] * 2), moved
+    assert all(r[:2] == ("[P(sum)]", "[R]") for r in reshards if r not in moved), reshards
+
+
+@pytest.mark.parametrize("program", CP_PLANS + SDPA, indirect=True)
 def test_causal_mask_and_rotary_angles_stay_split(program, build_dir):
     """The causal mask and the rotary angles are built from positions
     (iota): each rank builds its own rows from its offset
@@ -114,13 +177,20 @@ def test_causal_mask_and_rotary_angles_stay_split(program, build_dir):
     bytes (only K, V and gradients do, as above)."""
     name, path = program
     _, out = plan_reshards(path, build_dir)
-    # The positions are split where they are made (R -> S, no bytes); the
-    # float reshards (angles, mask values) are only those of
-    # test_plan_gathers_only_keys_and_values, which admits no others.
+    # The positions are split where they are made (R -> S, no bytes; under
+    # SDPA's math backend the mask's positions are made split, with no
+    # reshard at all); the float reshards (angles, mask values) are only
+    # those of the plan tests above, which admit no others.
     ints = re.findall(r"remark: plan .* for tensor<[0-9x]+x(?:i1|i64)>: .*?, (\d+) bytes/rank", out)
-    assert ints and all(b == "0" for b in ints), ints
+    assert (ints or name in SDPA) and all(b == "0" for b in ints), ints
     local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
     assert "shardx.axis_index" in local
+    # Each rank's mask holds its own rows: [s/n, s] (dynamic rows where the
+    # split is uneven).
+    ranks, _, seq = CASES[name]
+    rows = seq // ranks if seq % ranks == 0 else "?"
+    if name in SDPA:
+        assert f"tensor<{rows}x{seq}xi1>" in local and f"tensor<{seq}x{seq}xi1>" not in local
 
 
 def test_sharded_matches_unsharded_on_mpi(program, build_dir):

@@ -46,12 +46,16 @@
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <tuple>
 
 namespace mlir::shardx {
@@ -104,6 +108,34 @@ LogicalResult AutoSharder::prepare() {
   return failure(call.wasInterrupted());
 }
 
+/// A thread's copy of the function plans are priced on (the first cut, or
+/// the step where it is priced whole), with the search's own rule cache,
+/// caches and cost model: the function's layouts are written per plan, and
+/// the caches are not shared between threads.
+struct PlanPricer::Worker {
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp fn;
+  RuleCache rules;
+  SearchCaches caches;
+  /// The first cut's middle layer in this copy (cutParts[0]'s ops mapped).
+  std::optional<StepPart> part;
+  std::unique_ptr<CostModel> costs;
+  llvm::StringSet<> warned;
+  double seconds = 0;
+};
+
+PlanPricer::PlanPricer(
+    MeshOp mesh, CostModel &costs, const MeshSpec &spec, double computeRate,
+    int64_t budget, const std::vector<Group> &groups,
+    const SmallVector<bool> &pinnedArg, const std::string &phase,
+    std::map<std::string, std::pair<int64_t, double>> &phases)
+    : mesh(mesh), costs(costs), budget(budget),
+      meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+      meshShape(mesh.getShape()), spec(spec), computeRate(computeRate),
+      groups(groups), pinnedArg(pinnedArg), phase(phase), phases(phases) {}
+
+PlanPricer::~PlanPricer() = default;
+
 void PlanPricer::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
   StringRef name = ShardXDialect::getLayoutAttrName();
   LayoutAttr replicated =
@@ -129,18 +161,30 @@ void PlanPricer::apply(func::FuncOp f, ArrayRef<unsigned> pick) {
   }
 }
 
-FailureOr<double> PlanPricer::price(func::FuncOp f, RuleCache &ruleCache,
-                                    ShardingState &state) {
+/// The modeled step time of `f` as its layouts stand, by the greedy search
+/// with these caches (PlanPricer::price; a worker's in prefetchTimes), and
+/// the share of `part` in `partTime`.
+static FailureOr<double> searchTime(MeshOp mesh, CostModel &costs,
+                                    RuleCache &rules, SearchCaches &caches,
+                                    const StepPart *part,
+                                    llvm::StringSet<> &warned, func::FuncOp f,
+                                    ShardingState &state, double &partTime) {
   PropagationOptions options;
   options.stepTime = true;
-  options.caches = &cachesFor(f);
-  options.part = partOf(f);
+  options.caches = &caches;
+  options.part = part;
   std::unique_ptr<PropagationSearch> search =
-      createGreedySearch(mesh, costs, ruleCache, options, warned);
+      createGreedySearch(mesh, costs, rules, options, warned);
   if (failed(search->run(f, state)))
     return failure();
   partTime = search->partTime();
   return search->stepTime();
+}
+
+FailureOr<double> PlanPricer::price(func::FuncOp f, RuleCache &ruleCache,
+                                    ShardingState &state) {
+  return searchTime(mesh, costs, ruleCache, cachesFor(f), partOf(f), warned, f,
+                    state, partTime);
 }
 
 SearchCaches &PlanPricer::cachesFor(func::FuncOp f) {
@@ -181,9 +225,85 @@ double PlanPricer::priceTime(ArrayRef<unsigned> pick) {
     return it->second;
   ++priced;
   ++phases[phase].first;
+  if (auto known = prefetched.find(it->first); known != prefetched.end()) {
+    it->second = known->second;
+    prefetched.erase(known);
+    return it->second;
+  }
   if (!cutDepth)
     return it->second = timeOn(fn, rules, pick);
   return it->second = cutTime(pick);
+}
+
+double PlanPricer::workerTime(Worker &w, ArrayRef<unsigned> pick) {
+  apply(w.fn, pick);
+  ShardingState state(meshRef, meshShape.size());
+  double part = 0;
+  auto start = std::chrono::steady_clock::now();
+  FailureOr<double> time =
+      searchTime(mesh, *w.costs, w.rules, w.caches, w.part ? &*w.part : nullptr,
+                 w.warned, w.fn, state, part);
+  w.seconds += secondsSince(start);
+  if (failed(time))
+    return kInf;
+  // As cutTime and timeOn.
+  return cutDepth ? *time + double(tiedLayers - cutDepth) * part : *time;
+}
+
+void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
+  MLIRContext *context = fn.getContext();
+  if (!context->isMultithreadingEnabled())
+    return;
+  std::vector<const Picks *> todo;
+  std::set<Picks> seen;
+  for (const Picks &p : plans)
+    if (!pool.lookup(p) && !timeOnly.count(p) && !prefetched.count(p) &&
+        seen.insert(p).second)
+      todo.push_back(&p);
+  llvm::ThreadPoolInterface &threads = context->getThreadPool();
+  size_t n = std::min<size_t>(threads.getMaxConcurrency(), todo.size());
+  if (n < 2)
+    return;
+  while (workers.size() < n) {
+    auto w = std::make_unique<Worker>();
+    ModuleOp from = cutDepth ? *cuts[0] : *prepared;
+    func::FuncOp of = cutDepth ? cutFns[0] : fn;
+    w->module = from.clone();
+    w->fn = w->module->lookupSymbol<func::FuncOp>(of.getSymName());
+    if (cutDepth) {
+      // The middle layer's ops are top-level ops of the body: the copy's
+      // at the same positions.
+      w->part.emplace();
+      w->part->args = cutParts[0].args;
+      for (auto [a, b] :
+           llvm::zip_equal(of.getBody().front(), w->fn.getBody().front()))
+        if (cutParts[0].ops.contains(&a))
+          w->part->ops.insert(&b);
+    }
+    w->costs = std::make_unique<CostModel>(spec, computeRate);
+    workers.push_back(std::move(w));
+  }
+  std::vector<double> times(todo.size(), kInf);
+  std::atomic<size_t> next(0);
+  // Diagnostics of every thread: the pricing's are not the pass's.
+  ScopedDiagnosticHandler quiet(context,
+                                [](Diagnostic &) { return success(); });
+  {
+    llvm::ThreadPoolTaskGroup tasks(threads);
+    for (size_t i = 0; i < n; ++i)
+      tasks.async([&, w = workers[i].get()] {
+        for (size_t k; (k = next++) < todo.size();)
+          times[k] = workerTime(*w, *todo[k]);
+      });
+    tasks.wait();
+  }
+  for (auto [p, t] : llvm::zip_equal(todo, times))
+    prefetched.emplace(*p, t);
+  // The search's seconds summed over the threads.
+  for (auto &w : workers) {
+    searchSeconds += w->seconds;
+    w->seconds = 0;
+  }
 }
 
 Priced PlanPricer::priceFull(ArrayRef<unsigned> pick) {
@@ -245,37 +365,80 @@ Priced PlanPricer::priceFullUncached(ArrayRef<unsigned> pick) {
   return Priced{time, int64_t(std::llround(extrapolate(a.peak, b.peak)))};
 }
 
+/// Whether this thread runs fullOn's search (its errors are the search's).
+static thread_local bool inSearch = false;
+
 Priced PlanPricer::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
                           ArrayRef<unsigned> pick, bool needTime) {
-  ScopedDiagnosticHandler quiet(fn.getContext(), [&](Diagnostic &diag) {
-    if (firstFailure.empty() && diag.getSeverity() == DiagnosticSeverity::Error)
-      firstFailure = diag.str();
+  MLIRContext *context = fn.getContext();
+  // The first error of the search, else of the pipeline, as when they ran
+  // one after the other (the pipeline only after a search that succeeded).
+  std::mutex errors;
+  std::string searchError, pipelineError;
+  ScopedDiagnosticHandler quiet(context, [&](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error) {
+      std::lock_guard<std::mutex> lock(errors);
+      std::string &into = inSearch ? searchError : pipelineError;
+      if (into.empty())
+        into = diag.str();
+    }
     return success();
   });
   apply(f, pick);
-  ShardingState state(meshRef, meshShape.size());
-  auto start = std::chrono::steady_clock::now();
-  // Only the peak (`needTime` false): no search here (shardx-spmd runs
-  // its own), a time of 0.
-  FailureOr<double> time = needTime ? price(f, cache, state) : 0.0;
-  searchSeconds += secondsSince(start);
-  if (failed(time))
-    return {};
-  start = std::chrono::steady_clock::now();
-  auto timed = llvm::make_scope_exit(
-      [&] { pipelineSeconds += secondsSince(start); });
   // The peak of the program every rank runs: the plan's layouts through
   // the pipeline shardx-run and shardx-compile run (shardx-spmd with the
   // collectives scheduled), whose own propagation, canonicalization and
-  // schedule move the peak.
+  // schedule move the peak. It runs on a copy and the search only reads
+  // `f`: with threads, the search (the time) runs beside it.
   OwningOpRef<ModuleOp> copy = m.clone();
   auto local = copy->lookupSymbol<func::FuncOp>(f.getSymName());
-  PassManager pm(fn.getContext());
+  PassManager pm(context);
   pm.enableVerifier(false);
   SpmdPipelineOptions options;
   options.scheduleCollectives = true;
   buildSpmdPipeline(pm, options);
-  if (failed(pm.run(*copy)))
+  // Only the peak (`needTime` false): no search here (shardx-spmd runs
+  // its own), a time of 0.
+  FailureOr<double> time = 0.0;
+  auto search = [&] {
+    inSearch = true;
+    ShardingState state(meshRef, meshShape.size());
+    auto start = std::chrono::steady_clock::now();
+    time = price(f, cache, state);
+    searchSeconds += secondsSince(start);
+    inSearch = false;
+  };
+  auto pipeline = [&] {
+    auto start = std::chrono::steady_clock::now();
+    LogicalResult result = pm.run(*copy);
+    pipelineSeconds += secondsSince(start);
+    return result;
+  };
+  LogicalResult ran = success();
+  if (needTime && context->isMultithreadingEnabled() &&
+      context->getThreadPool().getMaxConcurrency() > 1) {
+    // The pipeline's dialects loaded before a second thread runs (as
+    // PassManager::run loads them).
+    DialectRegistry dialects;
+    pm.getDependentDialects(dialects);
+    context->appendDialectRegistry(dialects);
+    for (StringRef name : dialects.getDialectNames())
+      context->getOrLoadDialect(name);
+    llvm::ThreadPoolTaskGroup tasks(context->getThreadPool());
+    tasks.async(search);
+    ran = pipeline();
+    tasks.wait();
+  } else {
+    if (needTime)
+      search();
+    if (succeeded(time))
+      ran = pipeline();
+  }
+  if (firstFailure.empty())
+    firstFailure = !searchError.empty() ? searchError
+                   : succeeded(time)    ? pipelineError
+                                        : std::string();
+  if (failed(time) || failed(ran))
     return {};
   return Priced{*time, computeMemoryProfile(local).peakBytes};
 }
@@ -351,6 +514,17 @@ void AutoSharder::addPairs(Surrogate &s) {
         !llvm::is_contained(keep, *fewest))
       keep.push_back(*fewest);
   }
+  // Their plans, priced on the threads first (prefetchTimes).
+  std::vector<Picks> plans;
+  for (size_t i = 0; i < weights.size(); ++i)
+    for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j)
+      for (unsigned c : promising[weights[i]])
+        for (unsigned d : promising[weights[j]]) {
+          plans.push_back(base);
+          plans.back()[weights[i]] = c;
+          plans.back()[weights[j]] = d;
+        }
+  pricer.prefetchTimes(plans);
   for (size_t i = 0; i < weights.size(); ++i) {
     size_t g = weights[i];
     for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j) {
@@ -421,6 +595,24 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     solverPick.reset();
     last.reset();
     enterPhase("unary " + std::to_string(recentre + 1));
+    // Without a budget the unary terms' plans are priced by time alone
+    // (priceFull): all of them first, on the threads (prefetchTimes).
+    if (pricer.budget <= 0) {
+      std::vector<Picks> plans;
+      for (unsigned d = 0; d < numData; ++d) {
+        if (!rebuild[d])
+          continue;
+        plans.push_back(centers[d]);
+        for (size_t g = 0; g < groups.size(); ++g)
+          for (unsigned c = 0;
+               int(g) != dataGroup && c < groups[g].choices.size(); ++c)
+            if (c != centers[d][g]) {
+              plans.push_back(centers[d]);
+              plans.back()[g] = c;
+            }
+      }
+      pricer.prefetchTimes(plans);
+    }
     for (unsigned d = 0; d < numData; ++d)
       surrogates.push_back(rebuild[d] ? buildSurrogate(centers[d])
                                       : leftOut(centers[d]));
@@ -705,14 +897,14 @@ struct AutoShardPass
       module.emitError() << "memory-budget must not be negative";
       return signalPassFailure();
     }
-    CostModel costs(std::move(spec), computeRate);
+    CostModel costs(spec, computeRate);
     // The entry points only: private functions (the regions a traced
     // program calls) are inlined into them, as shardx-spmd inlines them.
     for (auto fn : llvm::to_vector(module.getOps<func::FuncOp>())) {
       if (fn.isExternal() || !fn.isPublic())
         continue;
-      AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
-                          refineSweeps, cutLayers);
+      AutoSharder sharder(module, fn, mesh, costs, spec, computeRate,
+                          memoryBudget, pairWindow, refineSweeps, cutLayers);
       if (failed(sharder.run(jsonPath)))
         return signalPassFailure();
     }

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,14 +58,12 @@ struct Group {
 /// pricing. The groups, pinned arguments and phases are the sharder's.
 class PlanPricer {
 public:
-  PlanPricer(MeshOp mesh, CostModel &costs, int64_t budget,
+  PlanPricer(MeshOp mesh, CostModel &costs, const MeshSpec &spec,
+             double computeRate, int64_t budget,
              const std::vector<Group> &groups,
              const SmallVector<bool> &pinnedArg, const std::string &phase,
-             std::map<std::string, std::pair<int64_t, double>> &phases)
-      : mesh(mesh), costs(costs), budget(budget),
-        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        meshShape(mesh.getShape()), groups(groups), pinnedArg(pinnedArg),
-        phase(phase), phases(phases) {}
+             std::map<std::string, std::pair<int64_t, double>> &phases);
+  ~PlanPricer();
 
   /// Writes the plan `pick` (a choice per group) on `f`'s arguments and
   /// tied results.
@@ -83,6 +82,13 @@ public:
   double cutTime(ArrayRef<unsigned> pick);
   /// Time only, on the function itself.
   double priceTime(ArrayRef<unsigned> pick);
+  /// Prices by time the plans of `plans` that priceTime has not priced,
+  /// as it would (the same search on the same function, so the same
+  /// times), on the context's threads, each thread on its own copy of the
+  /// function with its own caches (`workers`); priceTime then takes those
+  /// times, counting each plan when it asks for it, as before. Nothing
+  /// without multithreading or with fewer than two plans to price.
+  void prefetchTimes(ArrayRef<Picks> plans);
   /// Time (on the function), and the peak of a copy through shardx-spmd.
   Priced priceFull(ArrayRef<unsigned> pick);
   Priced priceFullUncached(ArrayRef<unsigned> pick);
@@ -142,11 +148,23 @@ public:
   PricedPlans pool;
   /// The times of the plans priced by time only.
   std::map<Picks, double> timeOnly;
+  /// The times prefetchTimes priced, not yet asked for by priceTime.
+  std::map<Picks, double> prefetched;
+  /// A thread's copy of the function priced on (prefetchTimes).
+  struct Worker;
+  std::vector<std::unique_ptr<Worker>> workers;
+  /// The costs' mesh and rate, for the workers' own CostModels (its plan
+  /// cache is not shared between threads).
+  MeshSpec spec;
+  double computeRate;
   /// Why the first plan that could not be priced failed.
   std::string firstFailure;
   int64_t priced = 0, pricedFull = 0;
 
 private:
+  /// The time of `pick` on `w`'s copy (cutTime or timeOn's number).
+  double workerTime(Worker &w, ArrayRef<unsigned> pick);
+
   const std::vector<Group> &groups;
   const SmallVector<bool> &pinnedArg;
   const std::string &phase;
@@ -157,11 +175,13 @@ private:
 class AutoSharder {
 public:
   AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
-              CostModel &costs, int64_t budget, unsigned window,
-              unsigned refineSweeps, unsigned minCutLayers)
+              CostModel &costs, const MeshSpec &spec, double computeRate,
+              int64_t budget, unsigned window, unsigned refineSweeps,
+              unsigned minCutLayers)
       : module(module), target(target), window(window),
         refineSweeps(refineSweeps), minCutLayers(minCutLayers),
-        pricer(mesh, costs, budget, groups, pinnedArg, phase, phases) {}
+        pricer(mesh, costs, spec, computeRate, budget, groups, pinnedArg, phase,
+               phases) {}
 
   LogicalResult run(StringRef jsonPath);
 
