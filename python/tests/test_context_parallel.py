@@ -146,19 +146,19 @@ def test_sdpa_plan_moves_only_keys_and_values(program, build_dir):
                for r in others), others
 
 
-def test_sdpa_long_sequence_gathers_at_key_value_heads(tmp_path, build_dir):
-    """From 256 positions on 2 ranks the gathers' bytes outweigh the
-    replicated chain: K and V are both gathered at the key/value heads,
-    (n-1)/n of each, ring attention's forward bytes, and dK, dV
-    reduce-scattered there (checked for its plan only)."""
-    ranks, batch, seq = 2, 1, 256
+@pytest.mark.parametrize("ranks,batch,seq", [(2, 1, 256), (4, 2, 64)])
+def test_sdpa_long_sequence_gathers_at_key_value_heads(tmp_path, build_dir, ranks, batch, seq):
+    """With more positions (256 on 2 ranks, or 2 sequences of 64 on 4) the
+    gathers' bytes outweigh the replicated chain: K and V are both gathered
+    at the key/value heads, (n-1)/n of each, ring attention's forward bytes,
+    and dK, dV reduce-scattered there (checked for its plan only)."""
     torch.manual_seed(0)
     step = TrainStep(models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN, sdpa=True),
                      F.mse_loss, "sgd", lr=0.1)
     x, y = torch.randn(batch, seq, DIM), torch.randn(batch, seq, DIM)
     mesh = Mesh((ranks,), ("cp",))
     ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
-    path = tmp_path / "sdpa_seq256_cp2.mlir"
+    path = tmp_path / f"sdpa_b{batch}_seq{seq}_cp{ranks}.mlir"
     path.write_text(trace(step, step.example_args([x], y), mesh, ins, outs, name="sdpa256"))
     reshards, _ = plan_reshards(path, build_dir)
     kv = (batch, seq, KV_HEADS, HD)
