@@ -21,6 +21,8 @@ rows masked: exact, the worst-case buffer's compute), sends the rows back
 with the received counts, and sums each token's two results with its
 gates. The rows moved between ranks are the routed items' whose expert
 lives on another rank, nothing else: the program returns their number.
+With ``backward`` it is also the block's backward (the gradients of the
+tokens, the router and the experts for a given output gradient).
 
 This is a hand-built local program, not one propagation plans: the global
 program of a dropless MoE has routing-dependent shapes, and the importer
@@ -55,12 +57,20 @@ def moved_rows(module, x, mesh_shape):
     return int(((chosen // local) != src[:, None]).sum())
 
 
-def local_program(tokens, dim, hidden, experts, mesh_shape):
+def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     """The MLIR of the dropless EP forward of ``models.MoEBlock`` on
     ``x [tokens, dim]`` for a mesh ``mesh_shape`` ((ep,) or (dp, ep)).
     Entry ``moe(x, router [E, D], w1, w3, w2)`` returns every rank's output
     rows gathered (``ranks * ceil(tokens / ranks)`` rows, the first
-    ``tokens`` the block's output) and the rows moved between ranks."""
+    ``tokens`` the block's output) and the rows moved between ranks.
+
+    ``backward``: the entry also takes ``dy [tokens, dim]`` (the output's
+    gradient) and returns the gradients of ``x``, the router and ``w1``,
+    ``w3``, ``w2`` after those two (the experts' as ``[ep * per_rank,
+    ...]``, the first ``experts`` real): the dispatch's transpose is the
+    combine's exchange and the combine's the dispatch's (the same counts),
+    each expert's gradient is all-reduced over dp, the router's over every
+    rank."""
     k = 2
     n_all, n, el = placement(mesh_shape, experts)
     tl = math.ceil(tokens / n_all)
@@ -110,9 +120,56 @@ def local_program(tokens, dim, hidden, experts, mesh_shape):
         a(f"  }} -> {ty([m, nn])}")
         return out
 
+    def mm(lhs, rhs, m, kk, nn, ta=False, tb=False):
+        """lhs [m, kk] (or [kk, m] with ta) @ rhs [kk, nn] (or [nn, kk])."""
+        out = fresh("mm")
+        init = zeros([m, nn])
+        lm = "(l, i)" if ta else "(i, l)"
+        rm = "(j, l)" if tb else "(l, j)"
+        ls = [kk, m] if ta else [m, kk]
+        rs = [nn, kk] if tb else [kk, nn]
+        a(f"  {out} = linalg.generic {{indexing_maps = [affine_map<(i, j, l) -> {lm}>, "
+          f"affine_map<(i, j, l) -> {rm}>, affine_map<(i, j, l) -> (i, j)>], "
+          f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+          f"ins({lhs}, {rhs} : {ty(ls)}, {ty(rs)}) outs({init} : {ty([m, nn])}) {{")
+        a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
+        a("    %pr = arith.mulf %p, %r : f32")
+        a("    %s = arith.addf %acc, %pr : f32")
+        a("    linalg.yield %s : f32")
+        a(f"  }} -> {ty([m, nn])}")
+        return out
+
+    def ew(shape, ins, body, elt=f32):
+        """An elementwise generic over ``shape``: ``ins`` are (value, its
+        shape, its map's results, its element type); the body reads them
+        as %a0, %a1, ... and yields %res."""
+        out = fresh("ew")
+        dims = ", ".join(f"d{i}" for i in range(len(shape)))
+        ident = f"affine_map<({dims}) -> ({dims})>"
+        maps = [f"affine_map<({dims}) -> ({m})>" for _, _, m, _ in ins] + [ident]
+        a(f"  {out}e = tensor.empty() : {ty(shape, elt)}")
+        par = ", ".join(['"parallel"'] * len(shape))
+        a(f"  {out} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
+          f"iterator_types = [{par}]}} "
+          f"ins({', '.join(v for v, _, _, _ in ins)} : "
+          f"{', '.join(ty(sh, el_) for _, sh, _, el_ in ins)}) outs({out}e : {ty(shape, elt)}) {{")
+        args = ", ".join(f"%a{i}: {el_}" for i, (_, _, _, el_) in enumerate(ins))
+        a(f"  ^bb0({args}, %o: {elt}):")
+        for line in body:
+            a("    " + line)
+        a(f"    linalg.yield %res : {elt}")
+        a(f"  }} -> {ty(shape, elt)}")
+        return out
+
     a(mesh)
+    grads = ""
+    if backward:
+        grads = (f", {ty([n_all * tl, d])}, {ty([e, d])}, {ty([n * el, d, h])}, "
+                 f"{ty([n * el, d, h])}, {ty([n * el, h, d])}")
+    dyarg = f", %dy: {ty([t, d])}" if backward else ""
     a(f"func.func @moe(%x: {ty([t, d])}, %wr: {ty([e, d])}, %w1: {ty([e, d, h])}, "
-      f"%w3: {ty([e, d, h])}, %w2: {ty([e, h, d])}) -> ({ty([n_all * tl, d])}, {ty([])}) {{")
+      f"%w3: {ty([e, d, h])}, %w2: {ty([e, h, d])}{dyarg}) "
+      f"-> ({ty([n_all * tl, d])}, {ty([])}{grads}) {{")
     a("  %zf = arith.constant 0.0 : f32")
     a("  %zi = arith.constant 0 : i64")
     a("  %one = arith.constant 1.0 : f32")
@@ -308,6 +365,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape):
     a(f"  %eid2 = tensor.extract_slice %recv[0, {d}] [{rcap}, 1] [1, 1] : {ty([rcap, w])} to {ty([rcap, 1])}")
     a(f"  %eid = tensor.collapse_shape %eid2 [[0, 1]] : {ty([rcap, 1])} into {ty([rcap])}")
     acc = zeros([rcap, d])
+    saved = []
     for x_e in range(el):
         a(f"  %cel{x_e} = arith.constant {el} : index")
         a(f"  %ce{x_e} = arith.constant {x_e} : index")
@@ -342,6 +400,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape):
         a("    linalg.yield %y : f32")
         a(f"  }} -> {ty([rcap, h])}")
         o = matmul(hh, ws["w2"], rcap, h, d)
+        saved.append((ws, h1, h3, hh))
         nacc = fresh("acc")
         a(f"  %cf{x_e} = arith.constant {float(x_e)} : f32")
         a(f"  {nacc} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, "
@@ -395,6 +454,125 @@ def local_program(tokens, dim, hidden, experts, mesh_shape):
     a("    linalg.yield %s : f32")
     a(f"  }} -> {ty([])}")
     a(f"  %movedall = shardx.all_reduce %moved on @mesh axes = {all_axes} reduction = sum : {ty([])}")
-    a(f"  return %yall, %movedall : {ty([n_all * tl, d])}, {ty([])}")
+    if not backward:
+        a(f"  return %yall, %movedall : {ty([n_all * tl, d])}, {ty([])}")
+        a("}")
+        return "\n".join(L) + "\n"
+    # --- Backward. This rank's rows of dy.
+    a(f"  %dye = tensor.empty() : {ty([tl, d])}")
+    a(f"  %dyl = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>], "
+      f'iterator_types = ["parallel", "parallel"]}} outs(%dye : {ty([tl, d])}) {{')
+    a("  ^bb0(%o: f32):")
+    a("    %i = linalg.index 0 : index")
+    a("    %j = linalg.index 1 : index")
+    a("    %row = arith.addi %off, %i : index")
+    a("    %in = arith.cmpi ult, %row, %T : index")
+    a("    %rc = arith.select %in, %row, %c0 : index")
+    a(f"    %v = tensor.extract %dy[%rc, %j] : {ty([t, d])}")
+    a("    %y = arith.select %in, %v, %zf : f32")
+    a("    linalg.yield %y : f32")
+    a(f"  }} -> {ty([tl, d])}")
+    # Each item's output gradient (gate x dy) and each gate's (yq . dy).
+    dyq3 = ew([tl, k, d], [("%gate", [tl, k], "d0, d1", f32), ("%dyl", [tl, d], "d0, d2", f32)],
+              ["%res = arith.mulf %a0, %a1 : f32"])
+    a(f"  %dyq = tensor.collapse_shape {dyq3} [[0, 1], [2]] : {ty([tl, k, d])} into {ty([q, d])}")
+    gz = zeros([tl, k])
+    a(f"  %dgate = linalg.generic {{indexing_maps = [affine_map<(i, s, c) -> (i, s, c)>, "
+      f"affine_map<(i, s, c) -> (i, c)>, affine_map<(i, s, c) -> (i, s)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%yq3, %dyl : {ty([tl, k, d])}, {ty([tl, d])}) outs({gz} : {ty([tl, k])}) {{")
+    a("  ^bb0(%v: f32, %gd: f32, %acc: f32):")
+    a("    %pr = arith.mulf %v, %gd : f32")
+    a("    %s = arith.addf %acc, %pr : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([tl, k])}")
+    # The combine's transpose: the rows' gradients to the experts' ranks,
+    # with the dispatch's counts (the rows land where they did forward).
+    dback = mm("%place", "%dyq", cap, q, d, ta=True)
+    a(f"  %dout, %dcounts = shardx.ragged_all_to_all {dback}, %counts on @mesh axes = {ep_axes} "
+      f": {ty([cap, d])}, {ty([n], 'i64')} -> {ty([rcap, d])}, {ty([n], 'i64')}")
+    drows = zeros([rcap, d])
+    dws = {"w1": [], "w3": [], "w2": []}
+    for x_e, (ws, h1, h3, hh) in enumerate(saved):
+        do = ew([rcap, d], [("%dout", [rcap, d], "d0, d1", f32), ("%eid", [rcap], "d0", f32)],
+                [f"%m = arith.cmpf oeq, %a1, %cf{x_e} : f32",
+                 "%res = arith.select %m, %a0, %zf : f32"])
+        dws["w2"].append(mm(hh, do, h, rcap, d, ta=True))
+        dh = mm(do, ws["w2"], rcap, d, h, tb=True)
+        db = ew([rcap, h], [(dh, [rcap, h], "d0, d1", f32), (h1, [rcap, h], "d0, d1", f32)],
+                ["%n = arith.negf %a1 : f32", "%ex1 = math.exp %n : f32",
+                 "%den = arith.addf %one, %ex1 : f32", "%sg = arith.divf %a1, %den : f32",
+                 "%res = arith.mulf %a0, %sg : f32"])
+        # silu'(a) = s(a) (1 + a (1 - s(a)))
+        da = ew([rcap, h], [(dh, [rcap, h], "d0, d1", f32), (h1, [rcap, h], "d0, d1", f32),
+                            (h3, [rcap, h], "d0, d1", f32)],
+                ["%n = arith.negf %a1 : f32", "%ex1 = math.exp %n : f32",
+                 "%den = arith.addf %one, %ex1 : f32", "%sig = arith.divf %one, %den : f32",
+                 "%oms = arith.subf %one, %sig : f32", "%aoms = arith.mulf %a1, %oms : f32",
+                 "%t1 = arith.addf %one, %aoms : f32", "%ds = arith.mulf %sig, %t1 : f32",
+                 "%gp = arith.mulf %a0, %a2 : f32", "%res = arith.mulf %gp, %ds : f32"])
+        dws["w1"].append(mm("%rows", da, d, rcap, h, ta=True))
+        dws["w3"].append(mm("%rows", db, d, rcap, h, ta=True))
+        dr1 = mm(da, ws["w1"], rcap, h, d, tb=True)
+        dr3 = mm(db, ws["w3"], rcap, h, d, tb=True)
+        drows = ew([rcap, d], [(drows, [rcap, d], "d0, d1", f32), (dr1, [rcap, d], "d0, d1", f32),
+                               (dr3, [rcap, d], "d0, d1", f32)],
+                   ["%s1 = arith.addf %a0, %a1 : f32", "%res = arith.addf %s1, %a2 : f32"])
+    # The dispatch's transpose: the rows' gradients back to their senders.
+    a(f"  %dsend, %dcounts2 = shardx.ragged_all_to_all {drows}, %rcounts on @mesh axes = {ep_axes} "
+      f": {ty([rcap, d])}, {ty([n], 'i64')} -> {ty([cap, d])}, {ty([n], 'i64')}")
+    dxq = mm("%place", "%dsend", q, cap, d)
+    a(f"  %dxq3 = tensor.expand_shape {dxq} [[0, 1], [2]] output_shape [{tl}, {k}, {d}] : {ty([q, d])} into {ty([tl, k, d])}")
+    xz = zeros([tl, d])
+    a(f"  %dxe = linalg.generic {{indexing_maps = [affine_map<(i, c, s) -> (i, s, c)>, "
+      f"affine_map<(i, c, s) -> (i, c)>], "
+      f'iterator_types = ["parallel", "parallel", "reduction"]}} '
+      f"ins(%dxq3 : {ty([tl, k, d])}) outs({xz} : {ty([tl, d])}) {{")
+    a("  ^bb0(%v: f32, %acc: f32):")
+    a("    %s = arith.addf %acc, %v : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([tl, d])}")
+    # The router: the gates depend on the two chosen logits only,
+    # g1 = 1 / (1 + e^(l2 - l1)), g2 = 1 - g1: dL/d(l2 - l1) =
+    # (dg2 - dg1) g1 g2; the other logits get nothing.
+    for name, src in (("dg1", "%dgate"), ("dg2", "%dgate"), ("g1", "%gate"), ("g2", "%gate")):
+        col = 0 if name.endswith("1") else 1
+        a(f"  %{name}s = tensor.extract_slice {src}[0, {col}] [{tl}, 1] [1, 1] : {ty([tl, k])} to {ty([tl, 1])}")
+        a(f"  %{name} = tensor.collapse_shape %{name}s [[0, 1]] : {ty([tl, 1])} into {ty([tl])}")
+    dl = ew([tl, e], [("%dg1", [tl], "d0", f32), ("%dg2", [tl], "d0", f32),
+                      ("%g1", [tl], "d0", f32), ("%g2", [tl], "d0", f32),
+                      ("%i1", [tl], "d0", "i64"), ("%i2", [tl], "d0", "i64")],
+            ["%gg = arith.mulf %a2, %a3 : f32", "%dd = arith.subf %a1, %a0 : f32",
+             "%dlt = arith.mulf %dd, %gg : f32", "%j = linalg.index 1 : index",
+             "%ji = arith.index_cast %j : index to i64",
+             "%is1 = arith.cmpi eq, %ji, %a4 : i64", "%is2 = arith.cmpi eq, %ji, %a5 : i64",
+             "%ng = arith.negf %dlt : f32", "%v2 = arith.select %is2, %dlt, %zf : f32",
+             "%res = arith.select %is1, %ng, %v2 : f32"])
+    dwr = mm(dl, "%xl", e, tl, d, ta=True)
+    dxr = mm(dl, "%wr", tl, e, d)
+    dxl = ew([tl, d], [("%dxe", [tl, d], "d0, d1", f32), (dxr, [tl, d], "d0, d1", f32)],
+             ["%res = arith.addf %a0, %a1 : f32"])
+    a(f"  %dx = shardx.all_gather {dxl} on @mesh axes = {all_axes} dim = 0 : {ty([tl, d])} -> {ty([n_all * tl, d])}")
+    a(f"  %dwr = shardx.all_reduce {dwr} on @mesh axes = {all_axes} reduction = sum : {ty([e, d])}")
+    outs = []
+    for name, shp in (("w1", [d, h]), ("w3", [d, h]), ("w2", [h, d])):
+        st = fresh("st")
+        a(f"  {st}e = tensor.empty() : {ty([el] + shp)}")
+        cur = f"{st}e"
+        for x_e, g in enumerate(dws[name]):
+            nxt = fresh("st")
+            a(f"  {nxt} = tensor.insert_slice {g} into {cur}[{x_e}, 0, 0] [1, {shp[0]}, {shp[1]}] "
+              f"[1, 1, 1] : {ty(shp)} into {ty([el] + shp)}")
+            cur = nxt
+        if len(mesh_shape) == 2:
+            red = fresh("st")
+            a(f"  {red} = shardx.all_reduce {cur} on @mesh axes = [0] reduction = sum : {ty([el] + shp)}")
+            cur = red
+        full = fresh("dw")
+        a(f"  {full} = shardx.all_gather {cur} on @mesh axes = {ep_axes} dim = 0 : "
+          f"{ty([el] + shp)} -> {ty([n * el] + shp)}")
+        outs.append(full)
+    a(f"  return %yall, %movedall, %dx, %dwr, {', '.join(outs)} : {ty([n_all * tl, d])}, {ty([])}{grads}")
+
     a("}")
     return "\n".join(L) + "\n"
