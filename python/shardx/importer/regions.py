@@ -123,7 +123,12 @@ def default_enabled() -> bool:
 
 # -- the custom op ---------------------------------------------------------
 
-@torch.library.custom_op("shardx::region_call", mutates_args=())
+# flexible_layout: without a layout tag a custom op counts as one that
+# needs exact strides, and make_fx then snapshots every operand of every
+# call into ``node.meta["eager_input_vals"]`` (for inductor; ShardX reads
+# no such metadata).
+@torch.library.custom_op("shardx::region_call", mutates_args=(),
+                         tags=(torch.Tag.flexible_layout,))
 def region_call(graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
     """Runs the traced graph ``graph`` ("<region>.fwd" or "<region>.bwd")."""
     gm = _graph(graph)
@@ -133,21 +138,45 @@ def region_call(graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
 
 @region_call.register_fake
 def _(graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
-    specs = _out_specs(_graph(graph))
-    device = operands[0].device if operands else None
-    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensor
     mode = getattr(operands[0], "fake_mode", None) if operands else None
     if isinstance(operands[0] if operands else None, FakeTensor) and mode is not None:
-        # The outputs made as fake tensors directly: a meta tensor each,
-        # wrapped, without a dispatch of empty_strided through the fake mode
-        # (about 100 us an output against 20; a trace makes thousands).
-        with unset_fake_temporarily():
-            metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-                     for shape, stride, dtype, _ in specs]
-        return [FakeTensor(mode, m, device) for m in metas]
+        return _fake_outputs(mode, graph, operands)
+    specs = _out_specs(_graph(graph))
+    device = operands[0].device if operands else None
     return [torch.empty_strided(shape, stride, dtype=dtype,
                                 device=device if device is not None else dev)
             for shape, stride, dtype, dev in specs]
+
+
+def _fake_outputs(mode, graph: str, operands: List[torch.Tensor]) -> List[torch.Tensor]:
+    """The outputs of a call as fake tensors of ``mode`` made directly: a
+    meta tensor each, wrapped, without a dispatch of empty_strided through
+    the fake mode (about 100 us an output against 20; a trace makes
+    thousands)."""
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    specs = _out_specs(_graph(graph))
+    with unset_fake_temporarily():
+        metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+                 for shape, stride, dtype, _ in specs]
+    device = operands[0].device if operands else None
+    return [FakeTensor(mode, m, device if device is not None else dev)
+            for m, (_, _, _, dev) in zip(metas, specs)]
+
+
+def _fake_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
+    """``region_call`` under a FakeTensorMode (the step's trace), ahead of
+    the mode's own dispatch: that hashes every operand for its cache (which
+    a custom op then bypasses), checks and converts them, and calls the fake
+    kernel above; at 32 layers of bench/compile_latency_bench.py's GPT, 904
+    calls of up to 40 operands, about 10% of the trace."""
+    bound = dict(zip(("graph", "operands"), args), **kwargs)
+    return _fake_outputs(mode, bound["graph"], bound["operands"])
+
+
+if hasattr(region_call, "register_torch_dispatch"):
+    from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
+    region_call.register_torch_dispatch(_FakeTensorMode, _fake_mode_rule)
 
 
 def _out_specs(gm: torch.fx.GraphModule) -> List[Tuple[tuple, tuple, torch.dtype, Any]]:

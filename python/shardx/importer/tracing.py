@@ -154,27 +154,65 @@ class _LazyTraceback:
     frames deep under make_fx's dispatch) and then keeps the few from the
     step's own code: at 32 layers of bench/compile_latency_bench.py's GPT,
     240,000 ``linecache`` reads, 1.5 s of a 17 s (profiled) trace. The
-    stack traces recorded are the same text."""
+    stack traces recorded are the same text.
 
-    __slots__ = ("frame",)
+    Where the tracer keeps frames one by one (make_fx's, which keeps those
+    of ``forward`` methods and registered anchors, outside PyTorch's own
+    files: ``_record_forward_stack_traces_only``), the summary holds only
+    the frames its filter keeps, asked once per code object: the filter
+    then keeps them all, and the text is the same. Building a frame summary
+    for each of the 35-60 frames of each node and filtering them was 8% of
+    the trace."""
 
-    def __init__(self, frame):
+    __slots__ = ("frame", "keep")
+
+    def __init__(self, frame, keep=None):
         self.frame = frame
+        self.keep = keep
 
     @staticmethod
     def extract(*, script=False, cpp=False, skip=0):
-        return _LazyTraceback(sys._getframe(1 + skip))
+        frame = sys._getframe(1 + skip)
+        return _LazyTraceback(frame, _frame_filter(frame.f_locals.get("self")))
 
     def summary(self) -> traceback.StackSummary:
         frames = []
         f, self.frame = self.frame, None
+        keep = self.keep
         while f is not None:
             code = f.f_code
-            frames.append(traceback.FrameSummary(code.co_filename, f.f_lineno, code.co_name,
-                                                 lookup_line=False))
+            if keep is None or keep(code):
+                frames.append(traceback.FrameSummary(code.co_filename, f.f_lineno, code.co_name,
+                                                     lookup_line=False))
             f = f.f_back
         frames.reverse()
         return traceback.StackSummary.from_list(frames)
+
+
+def _frame_filter(tracer) -> Optional[Callable[[Any], bool]]:
+    """``keep(code)``: does ``tracer``'s stack-trace filter keep a frame of
+    ``code``; None where its filter does not take frames one by one."""
+    if not getattr(tracer, "_record_forward_stack_traces_only", False):
+        return None
+    anchors = getattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", None)
+    filt = getattr(tracer, "_filter_traceback_frames", None)
+    if anchors is None or filt is None:
+        return None
+    memo = tracer.__dict__.get("_shardx_frame_memo")
+    if memo is None or memo[0] != len(anchors):
+        # Anchors registered since (a region's trace) may keep more frames.
+        memo = (len(anchors), {})
+        tracer.__dict__["_shardx_frame_memo"] = memo
+    kept = memo[1]
+
+    def keep(code) -> bool:
+        k = kept.get(code)
+        if k is None:
+            one = traceback.StackSummary.from_list(
+                [traceback.FrameSummary(code.co_filename, 1, code.co_name, lookup_line=False)])
+            k = kept[code] = len(filt(one)) == 1
+        return k
+    return keep
 
 
 def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
@@ -219,6 +257,15 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
                          for a in flat_args]
             stack.enter_context(mode)
         _mark_checkpoint_recomputation(stack)
+        _lean_node_meta(stack)
+        # The graph modules without their Python code: made (and compiled)
+        # only where something calls one (a region's eager run does not:
+        # it interprets the graph). Two modules of 5,000 nodes at 32
+        # layers of bench/compile_latency_bench.py's GPT, 0.3 s.
+        lazy = getattr(getattr(torch.fx, "_lazy_graph_module", None), "_use_lazy_graph_module",
+                       None)
+        if lazy is not None:
+            stack.enter_context(lazy(True))
         with fx_traceback.preserve_node_meta():
             # An explicit (empty) table: make_fx's default one turns each
             # detach into an alias through a second dispatch (2 ms an op at
@@ -228,7 +275,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
         _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
-        detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in flat_args]
+        detached = _pass2_inputs(flat_args)
 
         def run(*xs):
             return torch.fx.Interpreter(g0).run(*xs)
@@ -237,6 +284,58 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
                         decomposition_table=_decomposition_table(),
                         record_stack_traces=True)(*detached)
     return g
+
+
+def _pass2_inputs(flat_args: List[Any]) -> List[Any]:
+    """Pass 2's inputs: pass 1's, detached where one requires grad (pass 2
+    traces no autograd) or is a repeat of an earlier one (each placeholder
+    of pass 2 its own tensor, as each input of pass 1's graph is its own
+    placeholder). A detach of a fake tensor is one more dispatch through the
+    fake mode: 1,166 of them at 32 layers of bench/compile_latency_bench.py's
+    GPT, none needed."""
+    seen = set()
+    res = []
+    for a in flat_args:
+        if isinstance(a, torch.Tensor) and (a.requires_grad or id(a) in seen):
+            a = a.detach()
+        seen.add(id(a))
+        res.append(a)
+    return res
+
+
+def _lean_node_meta(stack: contextlib.ExitStack) -> None:
+    """While tracing, make_fx's ``set_meta`` (each node's ``meta["val"]``)
+    without what ShardX never reads: ``meta["tensor_meta"]`` (strides,
+    memory format and contiguity worked out again for every node), and the
+    copy of each fake value. make_fx copies a node's value (a new
+    FakeTensor) in case a later in-place op changes its shape or strides.
+    Pass 2 traces a functionalized program, whose values no op changes in
+    place; pass 1's values are read by nobody (pass 2 runs its ops again).
+    So the nodes keep the values themselves, except placeholders (an input
+    mutation is written back to its input). Together 15-25% of a 32-layer
+    GPT's trace (bench/compile_latency_bench.py). Another PyTorch (no
+    ``set_meta`` or ``extract_val``) traces as it does."""
+    from torch.fx.experimental import proxy_tensor as pt
+    from torch._subclasses.fake_tensor import FakeTensor
+    extract = getattr(pt, "extract_val", None)
+    if extract is None or not callable(getattr(pt, "set_meta", None)):
+        return
+
+    def value(v):
+        if type(v) is FakeTensor:
+            return v
+        if isinstance(v, (list, tuple)) and all(type(x) is FakeTensor for x in v):
+            return v.__class__(v)
+        return extract(v)
+
+    def set_meta(proxy, val):
+        node = proxy.node
+        if node.op == "placeholder":
+            node.meta["val"] = extract(val, include_real=True)
+        else:
+            node.meta["val"] = value(val)
+        return proxy
+    stack.enter_context(unittest.mock.patch.object(pt, "set_meta", set_meta))
 
 
 def on_roomy_stack(fn: Callable, *args, **kwargs):
