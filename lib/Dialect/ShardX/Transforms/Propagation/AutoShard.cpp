@@ -28,7 +28,10 @@
 // shardx-compile run: the plan through the whole shardx-spmd pipeline,
 // collectives scheduled. Only public functions are decided, each on a copy
 // of the module with its calls inlined (as shardx-spmd does first). `auto-json` writes the surrogate, so that a test can
-// solve it exactly (an ILP) and compare.
+// solve it exactly (an ILP) and compare. With the context's threads, batches
+// of plans priced by time are priced on them (PlanPricer::prefetchTimes),
+// and a plan priced in full runs its search beside its shardx-spmd run: the
+// same numbers as on one thread.
 //
 //===----------------------------------------------------------------------===//
 
