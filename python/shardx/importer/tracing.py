@@ -482,8 +482,27 @@ def _source_position(node) -> Optional[Tuple[str, int]]:
     """(file, line) of the node's user frame, the file as it is imported:
     relative to the longest ``sys.path`` entry it lies in (``torch/nn/...``,
     ``shardx_dev/models.py``, a script's own name), so that the same program
-    traces to the same text from any working directory."""
-    m = re.match(r'\s*File "([^"]+)", line (\d+)', _user_line(node))
+    traces to the same text from any working directory.
+
+    Kept per stack trace text, working directory and ``sys.path``: a
+    trace's nodes share a few hundred stack traces (every ``getitem`` of a
+    region call has its call's), and working each out again (a regex and
+    an ``abspath`` of every ``sys.path`` entry) was half of the import's
+    time at 32 layers of bench/compile_latency_bench.py's GPT."""
+    key = (node.meta.get("stack_trace") or "", os.getcwd(), tuple(sys.path))
+    pos = _POSITIONS.get(key, _POSITIONS)
+    if pos is _POSITIONS:
+        if len(_POSITIONS) >= 8192:
+            _POSITIONS.clear()
+        pos = _POSITIONS[key] = _position_of(_user_line(node))
+    return pos
+
+
+_POSITIONS: Dict[Tuple[str, str, Tuple[str, ...]], Optional[Tuple[str, int]]] = {}
+
+
+def _position_of(user_line: str) -> Optional[Tuple[str, int]]:
+    m = re.match(r'\s*File "([^"]+)", line (\d+)', user_line)
     if not m:
         return None
     path = os.path.abspath(m.group(1))
