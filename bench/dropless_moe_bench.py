@@ -8,8 +8,9 @@ program on one rank (mesh (1,): the exchanges move nothing) and against
 the block's eager forward, medians of --repeat runs in one process. Each
 run is checked against eager first. For each mesh: the rows the exchanges
 move between ranks (the routed items whose expert is on another rank, the
-only rows sent), their bytes (dispatch: the row and its local expert id;
-combine: the row), and the receive buffer each rank holds (the worst
+only rows sent), their bytes (the same rows each way; besides them each
+exchange sends one int64 count per member, and the dispatch each member
+its per-expert counts), and the receive buffer each rank holds (the worst
 case, every item of its ep group). On the 1-D meshes also torchtitan's
 dropless scheme written out in eager PyTorch on gloo (``--torch``, default
 on; torchtitan is not installed here): counts by a small
@@ -176,8 +177,8 @@ def main() -> int:
             print(f"{name:8s} mesh {str(shape):7s} {times[name] * 1e3:8.2f} ms  "
                   f"one rank / this {times['one'] / times[name]:.2f}  "
                   f"eager / this {eager / times[name]:.2f}  moved rows {moved} "
-                  f"(dispatch {moved * (args.dim + 1) * 4} B, combine {moved * args.dim * 4} B, "
-                  f"all ranks)  receive buffer {buffer} rows/rank")
+                  f"({moved * args.dim * 4} B each way, all ranks)  "
+                  f"receive buffer {buffer} rows/rank")
             if args.torch and len(shape) == 1:
                 ty, tt = torch_dropless(args, shape[0])
                 np.testing.assert_allclose(ty, ref, rtol=1e-4, atol=1e-5)

@@ -12,10 +12,13 @@ the ``ep`` axis (``ceil(experts / ep)`` per rank, fewer on the last ones
 when ep does not divide them; the weights' slices picked by the rank's
 ``ep`` index; on a (dp, ep) mesh the dp groups each run their own
 exchange). Each rank routes its tokens, counts the (token, choice)
-items per destination rank and places them grouped by destination in a
-send buffer (the item's row plus its local expert id), exchanges the rows
-with ``shardx.ragged_all_to_all`` (the counts computed by the program; the
-receive buffer holds the worst case, every item of the group on this rank),
+items per destination rank and per expert, and places the items' rows in
+a send buffer sorted by expert (so grouped by destination, and by local
+expert within a destination's run, as torchtitan sorts them); it sends
+each member its per-expert counts (``el`` int64s), then the rows with
+``shardx.ragged_all_to_all`` (the counts computed by the program; the
+receive buffer holds the worst case, every item of the group on this
+rank); a received row's local expert follows from the runs' counts. It
 runs each local expert on the rows (rows of other experts and the unused
 rows masked: exact, the worst-case buffer's compute), sends the rows back
 with the received counts, and sums each token's two results with its
@@ -77,7 +80,6 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     q = tl * k          # items of this rank
     cap = q             # send buffer: every item
     rcap = n * q        # receive buffer: every item of the group
-    w = dim + 1         # a row and its local expert id
     t, d, h, e = tokens, dim, hidden, experts
     if len(mesh_shape) == 1:
         mesh = f'shardx.mesh @mesh(shape = {mesh_shape[0]}, axes = ["ep"])'
@@ -288,37 +290,44 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a("    %s = arith.addi %acc, %c : i64")
     a("    linalg.yield %s : i64")
     a(f"  }} -> {ty([n], 'i64')}")
-    # pos[i]: the start of its destination's group plus the items before it
-    # with the same destination.
+    # pos[i]: the items before it in expert order (expert, then item
+    # index): grouped by destination rank, and by local expert within
+    # each destination's run, as torchtitan sorts them.
     pz = zeros([q], "i64")
-    a(f"  %before = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i)>, "
+    a(f"  %pos = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i)>, "
       f"affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i)>], "
       f'iterator_types = ["parallel", "reduction"]}} '
-      f"ins(%dest, %dest, %val : {ty([q], 'i64')}, {ty([q], 'i64')}, {ty([q], 'i64')}) "
+      f"ins(%exq, %exq, %val : {ty([q], 'i64')}, {ty([q], 'i64')}, {ty([q], 'i64')}) "
       f"outs({pz} : {ty([q], 'i64')}) {{")
-    a("  ^bb0(%di: i64, %dj: i64, %vj: i64, %acc: i64):")
+    a("  ^bb0(%ei: i64, %ej: i64, %vj: i64, %acc: i64):")
     a("    %i = linalg.index 0 : index")
     a("    %j = linalg.index 1 : index")
     a("    %lt = arith.cmpi ult, %j, %i : index")
-    a("    %same = arith.cmpi eq, %di, %dj : i64")
-    a("    %both = arith.andi %lt, %same : i1")
+    a("    %same = arith.cmpi eq, %ei, %ej : i64")
+    a("    %tie = arith.andi %lt, %same : i1")
+    a("    %less = arith.cmpi ult, %ej, %ei : i64")
+    a("    %both = arith.ori %less, %tie : i1")
     a("    %bi = arith.extui %both : i1 to i64")
     a("    %c = arith.muli %bi, %vj : i64")
     a("    %s = arith.addi %acc, %c : i64")
     a("    linalg.yield %s : i64")
     a(f"  }} -> {ty([q], 'i64')}")
-    a(f"  %pos = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i)>, "
-      f"affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i)>], "
+    # Items per expert slot (ep rank, local expert), for the receivers to
+    # tell the experts' runs apart: sent as counts, not per row.
+    ez = zeros([n * el], "i64")
+    a(f"  %ecounts = linalg.generic {{indexing_maps = [affine_map<(f, i) -> (i)>, "
+      f"affine_map<(f, i) -> (i)>, affine_map<(f, i) -> (f)>], "
       f'iterator_types = ["parallel", "reduction"]}} '
-      f"ins(%dest, %counts : {ty([q], 'i64')}, {ty([n], 'i64')}) outs(%before : {ty([q], 'i64')}) {{")
-    a("  ^bb0(%di: i64, %cj: i64, %acc: i64):")
-    a("    %j = linalg.index 1 : index")
-    a("    %ji = arith.index_cast %j : index to i64")
-    a("    %lt = arith.cmpi ult, %ji, %di : i64")
-    a("    %c = arith.select %lt, %cj, %zi : i64")
+      f"ins(%exq, %val : {ty([q], 'i64')}, {ty([q], 'i64')}) outs({ez} : {ty([n * el], 'i64')}) {{")
+    a("  ^bb0(%ev: i64, %vv: i64, %acc: i64):")
+    a("    %f = linalg.index 0 : index")
+    a("    %fi = arith.index_cast %f : index to i64")
+    a("    %hit = arith.cmpi eq, %ev, %fi : i64")
+    a("    %hi = arith.extui %hit : i1 to i64")
+    a("    %c = arith.muli %hi, %vv : i64")
     a("    %s = arith.addi %acc, %c : i64")
     a("    linalg.yield %s : i64")
-    a(f"  }} -> {ty([q], 'i64')}")
+    a(f"  }} -> {ty([n * el], 'i64')}")
     # place[i, p] = 1 where item i goes to send row p.
     a(f"  %pe = tensor.empty() : {ty([q, cap])}")
     a(f"  %place = linalg.generic {{indexing_maps = [affine_map<(i, p) -> (i)>, "
@@ -334,7 +343,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a("    %f = arith.uitofp %b : i1 to f32")
     a("    linalg.yield %f : f32")
     a(f"  }} -> {ty([q, cap])}")
-    # Item rows: the token's row and the local expert id.
+    # Item rows: the token's row.
     a(f"  %xbe = tensor.empty() : {ty([tl, k, d])}")
     a(f"  %xb = linalg.generic {{indexing_maps = [affine_map<(i, s, c) -> (i, c)>, "
       f"affine_map<(i, s, c) -> (i, s, c)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]}} "
@@ -343,27 +352,60 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a("    linalg.yield %v : f32")
     a(f"  }} -> {ty([tl, k, d])}")
     a(f"  %xq = tensor.collapse_shape %xb [[0, 1], [2]] : {ty([tl, k, d])} into {ty([q, d])}")
-    a(f"  %lid2 = tensor.expand_shape %lidf [[0, 1]] output_shape [{q}, 1] : {ty([q])} into {ty([q, 1])}")
-    a(f"  %ie0 = tensor.empty() : {ty([q, w])}")
-    a(f"  %ie1 = tensor.insert_slice %xq into %ie0[0, 0] [{q}, {d}] [1, 1] : {ty([q, d])} into {ty([q, w])}")
-    a(f"  %items = tensor.insert_slice %lid2 into %ie1[0, {d}] [{q}, 1] [1, 1] : {ty([q, 1])} into {ty([q, w])}")
-    # send[p, :] = sum_i place[i, p] items[i, :] (one term each: exact).
-    sz = zeros([cap, w])
+    # send[p, :] = sum_i place[i, p] xq[i, :] (one term each: exact).
+    sz = zeros([cap, d])
     a(f"  %send = linalg.generic {{indexing_maps = [affine_map<(p, c, i) -> (i, p)>, "
       f"affine_map<(p, c, i) -> (i, c)>, affine_map<(p, c, i) -> (p, c)>], "
       f'iterator_types = ["parallel", "parallel", "reduction"]}} '
-      f"ins(%place, %items : {ty([q, cap])}, {ty([q, w])}) outs({sz} : {ty([cap, w])}) {{")
+      f"ins(%place, %xq : {ty([q, cap])}, {ty([q, d])}) outs({sz} : {ty([cap, d])}) {{")
     a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
     a("    %pr = arith.mulf %p, %r : f32")
     a("    %s = arith.addf %acc, %pr : f32")
     a("    linalg.yield %s : f32")
-    a(f"  }} -> {ty([cap, w])}")
-    # Dispatch.
-    a(f"  %recv, %rcounts = shardx.ragged_all_to_all %send, %counts on @mesh axes = {ep_axes} "
-      f": {ty([cap, w])}, {ty([n], 'i64')} -> {ty([rcap, w])}, {ty([n], 'i64')}")
-    a(f"  %rows = tensor.extract_slice %recv[0, 0] [{rcap}, {d}] [1, 1] : {ty([rcap, w])} to {ty([rcap, d])}")
-    a(f"  %eid2 = tensor.extract_slice %recv[0, {d}] [{rcap}, 1] [1, 1] : {ty([rcap, w])} to {ty([rcap, 1])}")
-    a(f"  %eid = tensor.collapse_shape %eid2 [[0, 1]] : {ty([rcap, 1])} into {ty([rcap])}")
+    a(f"  }} -> {ty([cap, d])}")
+    # Dispatch: each member's per-expert counts for this rank (one row of
+    # el counts from each member), then the rows.
+    a(f"  %ec2 = tensor.expand_shape %ecounts [[0, 1]] output_shape [{n}, {el}] : {ty([n * el], 'i64')} into {ty([n, el], 'i64')}")
+    a(f"  %ones = arith.constant dense<1> : {ty([n], 'i64')}")
+    a(f"  %erecv2, %eones = shardx.ragged_all_to_all %ec2, %ones on @mesh axes = {ep_axes} "
+      f": {ty([n, el], 'i64')}, {ty([n], 'i64')} -> {ty([n, el], 'i64')}, {ty([n], 'i64')}")
+    a(f"  %erecv = tensor.collapse_shape %erecv2 [[0, 1]] : {ty([n, el], 'i64')} into {ty([n * el], 'i64')}")
+    a(f"  %rows, %rcounts = shardx.ragged_all_to_all %send, %counts on @mesh axes = {ep_axes} "
+      f": {ty([cap, d])}, {ty([n], 'i64')} -> {ty([rcap, d])}, {ty([n], 'i64')}")
+    # The received rows come in runs (member, local expert): run f starts
+    # at the sum of the runs before it; a row's local expert is its run's.
+    bz = zeros([n * el], "i64")
+    a(f"  %rstart = linalg.generic {{indexing_maps = [affine_map<(f, g) -> (g)>, "
+      f"affine_map<(f, g) -> (f)>], iterator_types = [\"parallel\", \"reduction\"]}} "
+      f"ins(%erecv : {ty([n * el], 'i64')}) outs({bz} : {ty([n * el], 'i64')}) {{")
+    a("  ^bb0(%cg: i64, %acc: i64):")
+    a("    %f = linalg.index 0 : index")
+    a("    %gi = linalg.index 1 : index")
+    a("    %lt = arith.cmpi ult, %gi, %f : index")
+    a("    %c = arith.select %lt, %cg, %zi : i64")
+    a("    %s = arith.addi %acc, %c : i64")
+    a("    linalg.yield %s : i64")
+    a(f"  }} -> {ty([n * el], 'i64')}")
+    iz = zeros([rcap])
+    a(f"  %eid = linalg.generic {{indexing_maps = [affine_map<(r, f) -> (f)>, "
+      f"affine_map<(r, f) -> (f)>, affine_map<(r, f) -> (r)>], "
+      f'iterator_types = ["parallel", "reduction"]}} '
+      f"ins(%rstart, %erecv : {ty([n * el], 'i64')}, {ty([n * el], 'i64')}) outs({iz} : {ty([rcap])}) {{")
+    a("  ^bb0(%b: i64, %cnt: i64, %acc: f32):")
+    a("    %r = linalg.index 0 : index")
+    a("    %f = linalg.index 1 : index")
+    a("    %ri = arith.index_cast %r : index to i64")
+    a("    %fi = arith.index_cast %f : index to i64")
+    a("    %end = arith.addi %b, %cnt : i64")
+    a("    %geq = arith.cmpi uge, %ri, %b : i64")
+    a("    %lt = arith.cmpi ult, %ri, %end : i64")
+    a("    %in = arith.andi %geq, %lt : i1")
+    a("    %lx = arith.remui %fi, %EL : i64")
+    a("    %xf = arith.sitofp %lx : i64 to f32")
+    a("    %v = arith.select %in, %xf, %zf : f32")
+    a("    %s = arith.addf %acc, %v : f32")
+    a("    linalg.yield %s : f32")
+    a(f"  }} -> {ty([rcap])}")
     acc = zeros([rcap, d])
     saved = []
     for x_e in range(el):
