@@ -410,6 +410,7 @@ void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
   memory().copy(send.data(), sendCounts, sizeof(int64_t) * send.size());
   int64_t inRows = row > 0 ? inSize / row : 0;
   int64_t outRows = row > 0 ? outSize / row : 0;
+  // Checked count by count, so that no sum can overflow.
   int64_t sent = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (send[j] < 0) {
@@ -417,12 +418,13 @@ void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
            " for member " + std::to_string(j) + " is negative");
       return zeroCounts();
     }
+    if (row > 0 && send[j] > inRows - sent) {
+      fail("ragged_all_to_all: the send counts up to member " +
+           std::to_string(j) + " sum to more than the operand's " +
+           std::to_string(inRows) + " rows");
+      return zeroCounts();
+    }
     sent += send[j];
-  }
-  if (row > 0 && sent > inRows) {
-    fail("ragged_all_to_all: the send counts sum to " + std::to_string(sent) +
-         " rows but the operand has " + std::to_string(inRows));
-    return zeroCounts();
   }
   std::unique_ptr<Communicator> staged = memory().stageHost(*c);
   Communicator &comm = staged ? *staged : *c;
@@ -432,12 +434,15 @@ void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
   if (failed())
     return zeroCounts();
   int64_t received = 0;
-  for (int64_t v : recv)
+  for (int64_t v : recv) {
+    // Each sender checked its own counts: none is negative or past its
+    // operand's rows, so the sum is bounded by n times those rows.
+    if (row > 0 && v > outRows - received) {
+      fail("ragged_all_to_all: receives more rows than the result's " +
+           std::to_string(outRows));
+      return zeroCounts();
+    }
     received += v;
-  if (row > 0 && received > outRows) {
-    fail("ragged_all_to_all: receives " + std::to_string(received) +
-         " rows but the result holds " + std::to_string(outRows));
-    return zeroCounts();
   }
   std::vector<size_t> sendElems, recvElems;
   for (int64_t j = 0; j < n; ++j) {
