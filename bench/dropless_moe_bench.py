@@ -13,14 +13,15 @@ exchange sends one int64 count per member, and the dispatch each member
 its per-expert counts), and the receive buffer each rank holds (the worst
 case, every item of its ep group). On the 1-D meshes also torchtitan's
 dropless scheme written out in eager PyTorch on gloo (``--torch``, default
-on; torchtitan is not installed here): counts by a small
+on; torchtitan is not installed here): per-expert counts by a small
 ``all_to_all_single``, rows by ``all_to_all_single`` with those split
 sizes, experts on the sorted runs; checked against eager, timed in the
 same run.
 
     ~/.cache/shardx/venv/bin/python bench/dropless_moe_bench.py [--tokens 256] [--repeat 5]
 
-Forward only (the program has no backward). The local experts run on the
+The bench times the forward only (the program's backward,
+``local_program(backward=True)``, is checked in test_dropless_moe.py). The local experts run on the
 whole worst-case buffer, masked: ep times the compute of the routed rows
 per local expert, the price of static shapes, so the sharded step is not
 expected to beat one rank at these sizes; the figures say what the
@@ -82,14 +83,16 @@ def _torch_worker(rank, n, args, port, queue):
         flat = chosen.reshape(-1)
         order = torch.argsort(flat, stable=True)
         items = xl.repeat_interleave(2, dim=0)[order]
-        send = torch.bincount(flat // el, minlength=n)
-        recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send)
+        # Per-expert counts first (el per member), then the rows.
+        ecount = torch.bincount(flat, minlength=n * el)
+        recv_e = torch.empty_like(ecount)
+        dist.all_to_all_single(recv_e, ecount)
+        send = ecount.view(n, el).sum(1)
+        recv = recv_e.view(n, el).sum(1)
         got = torch.empty(int(recv.sum()), args.dim)
         dist.all_to_all_single(got, items, recv.tolist(), send.tolist())
         # The received rows' experts: each sender's run is sorted by expert.
-        ids = torch.empty(int(recv.sum()), dtype=torch.long)
-        dist.all_to_all_single(ids, flat[order].contiguous(), recv.tolist(), send.tolist())
+        ids = torch.repeat_interleave(torch.arange(el).repeat(n) + lo, recv_e)
         out = torch.zeros_like(got)
         for e in range(el):
             m = ids == lo + e

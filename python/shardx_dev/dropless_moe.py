@@ -19,8 +19,10 @@ each member its per-expert counts (``el`` int64s), then the rows with
 ``shardx.ragged_all_to_all`` (the counts computed by the program; the
 receive buffer holds the worst case, every item of the group on this
 rank); a received row's local expert follows from the runs' counts. It
-runs each local expert on the rows (rows of other experts and the unused
-rows masked: exact, the worst-case buffer's compute), sends the rows back
+runs each local expert on the rows (rows of other experts masked; the
+unused zero rows after the received ones count as local expert 0's and
+give zeros, the experts having no bias: exact, the worst-case buffer's
+compute), sends the rows back
 with the received counts, and sums each token's two results with its
 gates. The rows moved between ranks are the routed items' whose expert
 lives on another rank, nothing else: the program returns their number.
