@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from shardx.artifact import Artifact, compile_mlir
+from shardx.sharded_tensor import runtime
 from shardx_dev import models
 from shardx_dev.dropless_moe import local_program, moved_rows
 from shardx_dev.testing.steps import run_tool
@@ -68,8 +69,8 @@ def test_dropless_matches_eager_on_threads(name, tmp_path):
 @pytest.mark.parametrize("name", ["uneven_ep4", "uneven_experts_dp2xep2"])
 def test_dropless_matches_eager_on_mpi(name, tmp_path, build_dir):
     mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("needs OpenMPI")
+    if mpirun is None or not runtime().has_mpi:
+        pytest.skip("needs OpenMPI and a runtime built with the mpi backend")
     path, args, ref, moved = _case(name, tmp_path)
     shape = CASES[name][0]
     ranks = int(np.prod(shape))
