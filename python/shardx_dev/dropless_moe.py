@@ -110,20 +110,6 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     def ty(shape, elt=f32):
         return f"tensor<{'x'.join(map(str, shape))}x{elt}>" if shape else f"tensor<{elt}>"
 
-    def matmul(lhs, rhs, m, kk, nn):
-        out = fresh("mm")
-        init = zeros([m, nn])
-        a(f"  {out} = linalg.generic {{indexing_maps = [affine_map<(i, j, l) -> (i, l)>, "
-          f"affine_map<(i, j, l) -> (l, j)>, affine_map<(i, j, l) -> (i, j)>], "
-          f'iterator_types = ["parallel", "parallel", "reduction"]}} '
-          f"ins({lhs}, {rhs} : {ty([m, kk])}, {ty([kk, nn])}) outs({init} : {ty([m, nn])}) {{")
-        a("  ^bb0(%p: f32, %r: f32, %acc: f32):")
-        a("    %pr = arith.mulf %p, %r : f32")
-        a("    %s = arith.addf %acc, %pr : f32")
-        a("    linalg.yield %s : f32")
-        a(f"  }} -> {ty([m, nn])}")
-        return out
-
     def mm(lhs, rhs, m, kk, nn, ta=False, tb=False):
         """lhs [m, kk] (or [kk, m] with ta) @ rhs [kk, nn] (or [nn, kk])."""
         out = fresh("mm")
@@ -427,8 +413,8 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
               f": {ty([e] + shp)} to {ty([1] + shp)}")
             a(f"  {s2} = tensor.collapse_shape {s3} [[0, 1], [2]] : {ty([1] + shp)} into {ty(shp)}")
             ws[name] = s2
-        h1 = matmul("%rows", ws["w1"], rcap, d, h)
-        h3 = matmul("%rows", ws["w3"], rcap, d, h)
+        h1 = mm("%rows", ws["w1"], rcap, d, h)
+        h3 = mm("%rows", ws["w3"], rcap, d, h)
         hh = fresh("h")
         a(f"  {hh}e = tensor.empty() : {ty([rcap, h])}")
         a(f"  {hh} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, "
@@ -443,7 +429,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
         a("    %y = arith.mulf %sg, %v : f32")
         a("    linalg.yield %y : f32")
         a(f"  }} -> {ty([rcap, h])}")
-        o = matmul(hh, ws["w2"], rcap, h, d)
+        o = mm(hh, ws["w2"], rcap, h, d)
         saved.append((ws, h1, h3, hh))
         nacc = fresh("acc")
         a(f"  %cf{x_e} = arith.constant {float(x_e)} : f32")

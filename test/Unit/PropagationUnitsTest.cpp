@@ -45,15 +45,20 @@ func.func @f(%a: tensor<8x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>
 }
 )mlir";
 
+/// Loads the dialects of the programs below, with their sharding rules.
+void loadDialects(MLIRContext &context) {
+  DialectRegistry registry;
+  registry.insert<ShardXDialect, arith::ArithDialect, func::FuncDialect,
+                  linalg::LinalgDialect, tensor::TensorDialect>();
+  registerShardingRuleExternalModels(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
 class PropagationUnitsTest : public ::testing::Test {
 protected:
   PropagationUnitsTest() {
-    DialectRegistry registry;
-    registry.insert<ShardXDialect, arith::ArithDialect, func::FuncDialect,
-                    linalg::LinalgDialect, tensor::TensorDialect>();
-    registerShardingRuleExternalModels(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
+    loadDialects(context);
     module = parseSourceString<ModuleOp>(kProgram, &context);
     EXPECT_TRUE(module);
     fn = *module->getOps<func::FuncOp>().begin();
@@ -223,12 +228,7 @@ func.func @conv(%p: tensor<1x4x18x18xf32>, %w: tensor<8x4x3x3xf32>,
 // member's extent: 9 + 1 padded rows, not 9 + 2).
 TEST(PropagationHalosTest, GroupOfTwoWidensByOneSide) {
   MLIRContext context;
-  DialectRegistry registry;
-  registry.insert<ShardXDialect, arith::ArithDialect, func::FuncDialect,
-                  linalg::LinalgDialect, tensor::TensorDialect>();
-  registerShardingRuleExternalModels(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
+  loadDialects(context);
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(kConvProgram, &context);
   ASSERT_TRUE(module);
