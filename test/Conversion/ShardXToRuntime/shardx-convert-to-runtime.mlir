@@ -295,12 +295,24 @@ shardx.mesh @mesh(shape = 2x2)
 // CHECK-SAME: (%[[X:.*]]: tensor<8x3xf32>, %[[C:.*]]: tensor<2xi64>)
 func.func @ragged_all_to_all(%x: tensor<8x3xf32>, %c: tensor<2xi64>) -> (tensor<16x3xf32>, tensor<2xi64>) {
   // CHECK: %[[RECV:.*]] = memref.alloc() : memref<2xi64>
-  // CHECK: bufferization.to_buffer %[[C]] read_only
+  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only
+  // CHECK: %[[CC:.*]] = memref.alloc() : memref<2xi64>
+  // CHECK: memref.copy %[[CB]], %[[CC]]
+  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CC]]
+  // CHECK: %[[SEND:.*]] = memref.cast %[[CCF]]
+  // CHECK: %[[RECVF:.*]] = memref.collapse_shape %[[RECV]]
+  // CHECK: %[[RECVC:.*]] = memref.cast %[[RECVF]]
   // CHECK: %[[ROW:.*]] = arith.constant 3 : i64
-  // CHECK: bufferization.to_buffer %[[X]] read_only
+  // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
+  // CHECK: %[[XC:.*]] = memref.alloc() : memref<8x3xf32>
+  // CHECK: memref.copy %[[XB]], %[[XC]]
+  // CHECK: %[[XF:.*]] = memref.collapse_shape %[[XC]]
+  // CHECK: %[[IN:.*]] = memref.cast %[[XF]]
   // CHECK: %[[OUT:.*]] = memref.alloc() : memref<16x3xf32>
+  // CHECK: %[[OUTF:.*]] = memref.collapse_shape %[[OUT]]
+  // CHECK: %[[OUTC:.*]] = memref.cast %[[OUTF]]
   // CHECK: %[[AXES:.*]] = arith.constant dense<1> : tensor<1xi64>
-  // CHECK: call @shardx_rt_cg_ragged_all_to_all_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ROW]], %{{.*}})
+  // CHECK: call @shardx_rt_cg_ragged_all_to_all_f32(%[[IN]], %[[OUTC]], %[[SEND]], %[[RECVC]], %[[ROW]], %{{.*}})
   // CHECK: %[[Y:.*]] = bufferization.to_tensor %[[OUT]] restrict writable : memref<16x3xf32>
   // CHECK: %[[R:.*]] = bufferization.to_tensor %[[RECV]] restrict writable : memref<2xi64>
   // CHECK-NOT: shardx.ragged_all_to_all
