@@ -129,6 +129,23 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
         a(f"  }} -> {ty([m, nn])}")
         return out
 
+    def rank_rows(name, src, empty):
+        """``name`` [tl, d]: this rank's rows of ``src`` [t, d], zero rows
+        past its end."""
+        a(f"  {empty} = tensor.empty() : {ty([tl, d])}")
+        a(f"  {name} = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>], "
+          f'iterator_types = ["parallel", "parallel"]}} outs({empty} : {ty([tl, d])}) {{')
+        a("  ^bb0(%o: f32):")
+        a("    %i = linalg.index 0 : index")
+        a("    %j = linalg.index 1 : index")
+        a("    %row = arith.addi %off, %i : index")
+        a("    %in = arith.cmpi ult, %row, %T : index")
+        a("    %rc = arith.select %in, %row, %c0 : index")
+        a(f"    %v = tensor.extract {src}[%rc, %j] : {ty([t, d])}")
+        a("    %y = arith.select %in, %v, %zf : f32")
+        a("    linalg.yield %y : f32")
+        a(f"  }} -> {ty([tl, d])}")
+
     def ew(shape, ins, body, elt=f32):
         """An elementwise generic over ``shape``: ``ins`` are (value, its
         shape, its map's results, its element type); the body reads them
@@ -173,19 +190,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a("  %mei = arith.index_cast %me : index to i64")
     a("  %off = arith.muli %g, %TL : index")
     # This rank's tokens, zero rows past the end.
-    a(f"  %xe = tensor.empty() : {ty([tl, d])}")
-    a(f"  %xl = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>], "
-      f'iterator_types = ["parallel", "parallel"]}} outs(%xe : {ty([tl, d])}) {{')
-    a("  ^bb0(%o: f32):")
-    a("    %i = linalg.index 0 : index")
-    a("    %j = linalg.index 1 : index")
-    a("    %row = arith.addi %off, %i : index")
-    a("    %in = arith.cmpi ult, %row, %T : index")
-    a("    %rc = arith.select %in, %row, %c0 : index")
-    a(f"    %v = tensor.extract %x[%rc, %j] : {ty([t, d])}")
-    a("    %y = arith.select %in, %v, %zf : f32")
-    a("    linalg.yield %y : f32")
-    a(f"  }} -> {ty([tl, d])}")
+    rank_rows("%xl", "%x", "%xe")
     # Router logits [tl, e] = xl @ wr^T.
     a(f"  %lz = tensor.empty() : {ty([tl, e])}")
     a(f"  %lfill = linalg.fill ins(%zf : f32) outs(%lz : {ty([tl, e])}) -> {ty([tl, e])}")
@@ -489,19 +494,7 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
         a("}")
         return "\n".join(L) + "\n"
     # --- Backward. This rank's rows of dy.
-    a(f"  %dye = tensor.empty() : {ty([tl, d])}")
-    a(f"  %dyl = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>], "
-      f'iterator_types = ["parallel", "parallel"]}} outs(%dye : {ty([tl, d])}) {{')
-    a("  ^bb0(%o: f32):")
-    a("    %i = linalg.index 0 : index")
-    a("    %j = linalg.index 1 : index")
-    a("    %row = arith.addi %off, %i : index")
-    a("    %in = arith.cmpi ult, %row, %T : index")
-    a("    %rc = arith.select %in, %row, %c0 : index")
-    a(f"    %v = tensor.extract %dy[%rc, %j] : {ty([t, d])}")
-    a("    %y = arith.select %in, %v, %zf : f32")
-    a("    linalg.yield %y : f32")
-    a(f"  }} -> {ty([tl, d])}")
+    rank_rows("%dyl", "%dy", "%dye")
     # Each item's output gradient (gate x dy) and each gate's (yq . dy).
     dyq3 = ew([tl, k, d], [("%gate", [tl, k], "d0, d1", f32), ("%dyl", [tl, d], "d0, d2", f32)],
               ["%res = arith.mulf %a0, %a1 : f32"])
