@@ -187,7 +187,6 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a(f"  %EL = arith.constant {el} : i64")
     a(f"  %g = shardx.axis_index on @mesh axes = {all_axes} : index")
     a(f"  %me = shardx.axis_index on @mesh axes = {ep_axes} : index")
-    a("  %mei = arith.index_cast %me : index to i64")
     a("  %off = arith.muli %g, %TL : index")
     # This rank's tokens, zero rows past the end.
     rank_rows("%xl", "%x", "%xe")
@@ -218,13 +217,13 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
         a("    %j = linalg.index 1 : index")
         a("    %ji = arith.index_cast %j : index to i64")
         a("    %gt = arith.cmpf ogt, %l, %am : f32")
+        take = "%gt"
         if excl:
             a("    %ok = arith.cmpi ne, %ji, %ex : i64")
             a("    %take = arith.andi %gt, %ok : i1")
-        else:
-            a("    %take = arith.andi %gt, %gt : i1")
-        a("    %nm = arith.select %take, %l, %am : f32")
-        a("    %ni = arith.select %take, %ji, %ai : i64")
+            take = "%take"
+        a(f"    %nm = arith.select {take}, %l, %am : f32")
+        a(f"    %ni = arith.select {take}, %ji, %ai : i64")
         a("    linalg.yield %nm, %ni : f32, i64")
         a(f"  }} -> ({ty([tl])}, {ty([tl], 'i64')})")
     # Items (token, choice): expert, gate, whether the token exists.
@@ -401,15 +400,16 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a(f"  }} -> {ty([rcap])}")
     acc = zeros([rcap, d])
     saved = []
+    # This rank's first expert; a slot past the last expert (uneven
+    # placement) reads the last expert's weights: no row names it, so its
+    # output is masked away.
+    a(f"  %cel = arith.constant {el} : index")
+    a(f"  %cl = arith.constant {e - 1} : index")
+    a("  %gb = arith.muli %me, %cel : index")
     for x_e in range(el):
-        a(f"  %cel{x_e} = arith.constant {el} : index")
         a(f"  %ce{x_e} = arith.constant {x_e} : index")
-        a(f"  %gb{x_e} = arith.muli %me, %cel{x_e} : index")
-        # A slot past the last expert (uneven placement) reads the last
-        # expert's weights; no row names it, so its output is masked away.
-        a(f"  %cl{x_e} = arith.constant {e - 1} : index")
-        a(f"  %gu{x_e} = arith.addi %gb{x_e}, %ce{x_e} : index")
-        a(f"  %ge{x_e} = arith.minui %gu{x_e}, %cl{x_e} : index")
+        a(f"  %gu{x_e} = arith.addi %gb, %ce{x_e} : index")
+        a(f"  %ge{x_e} = arith.minui %gu{x_e}, %cl : index")
         ws = {}
         for name, shp in (("w1", [d, h]), ("w3", [d, h]), ("w2", [h, d])):
             s3 = fresh("s")
