@@ -128,14 +128,14 @@ struct PlanPricer::Worker {
 };
 
 PlanPricer::PlanPricer(
-    MeshOp mesh, CostModel &costs, const MeshSpec &spec, double computeRate,
-    int64_t budget, const std::vector<Group> &groups,
-    const SmallVector<bool> &pinnedArg, const std::string &phase,
+    MeshOp mesh, CostModel &costs, int64_t budget,
+    const std::vector<Group> &groups, const SmallVector<bool> &pinnedArg,
+    const std::string &phase,
     std::map<std::string, std::pair<int64_t, double>> &phases)
     : mesh(mesh), costs(costs), budget(budget),
       meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-      meshShape(mesh.getShape()), spec(spec), computeRate(computeRate),
-      groups(groups), pinnedArg(pinnedArg), phase(phase), phases(phases) {}
+      meshShape(mesh.getShape()), groups(groups), pinnedArg(pinnedArg),
+      phase(phase), phases(phases) {}
 
 PlanPricer::~PlanPricer() = default;
 
@@ -283,7 +283,7 @@ void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
         if (cutParts[0].ops.contains(&a))
           w->part->ops.insert(&b);
     }
-    w->costs = std::make_unique<CostModel>(spec, computeRate);
+    w->costs = std::make_unique<CostModel>(costs.withEmptyCache());
     workers.push_back(std::move(w));
   }
   std::vector<double> times(todo.size(), kInf);
@@ -900,14 +900,14 @@ struct AutoShardPass
       module.emitError() << "memory-budget must not be negative";
       return signalPassFailure();
     }
-    CostModel costs(spec, computeRate);
+    CostModel costs(std::move(spec), computeRate);
     // The entry points only: private functions (the regions a traced
     // program calls) are inlined into them, as shardx-spmd inlines them.
     for (auto fn : llvm::to_vector(module.getOps<func::FuncOp>())) {
       if (fn.isExternal() || !fn.isPublic())
         continue;
-      AutoSharder sharder(module, fn, mesh, costs, spec, computeRate,
-                          memoryBudget, pairWindow, refineSweeps, cutLayers);
+      AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
+                          refineSweeps, cutLayers);
       if (failed(sharder.run(jsonPath)))
         return signalPassFailure();
     }

@@ -58,8 +58,7 @@ struct Group {
 /// pricing. The groups, pinned arguments and phases are the sharder's.
 class PlanPricer {
 public:
-  PlanPricer(MeshOp mesh, CostModel &costs, const MeshSpec &spec,
-             double computeRate, int64_t budget,
+  PlanPricer(MeshOp mesh, CostModel &costs, int64_t budget,
              const std::vector<Group> &groups,
              const SmallVector<bool> &pinnedArg, const std::string &phase,
              std::map<std::string, std::pair<int64_t, double>> &phases);
@@ -153,10 +152,6 @@ public:
   /// A thread's copy of the function priced on (prefetchTimes).
   struct Worker;
   std::vector<std::unique_ptr<Worker>> workers;
-  /// The costs' mesh and rate, for the workers' own CostModels (its plan
-  /// cache is not shared between threads).
-  MeshSpec spec;
-  double computeRate;
   /// Why the first plan that could not be priced failed.
   std::string firstFailure;
   int64_t priced = 0, pricedFull = 0;
@@ -175,13 +170,11 @@ private:
 class AutoSharder {
 public:
   AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
-              CostModel &costs, const MeshSpec &spec, double computeRate,
-              int64_t budget, unsigned window, unsigned refineSweeps,
-              unsigned minCutLayers)
+              CostModel &costs, int64_t budget, unsigned window,
+              unsigned refineSweeps, unsigned minCutLayers)
       : module(module), target(target), window(window),
         refineSweeps(refineSweeps), minCutLayers(minCutLayers),
-        pricer(mesh, costs, spec, computeRate, budget, groups, pinnedArg, phase,
-               phases) {}
+        pricer(mesh, costs, budget, groups, pinnedArg, phase, phases) {}
 
   LogicalResult run(StringRef jsonPath);
 

@@ -16,7 +16,7 @@ using namespace mlir;
 using namespace mlir::shardx;
 
 CostModel::CostModel(MeshSpec spec, double computeRate)
-    : planner(std::move(spec)),
+    : planner(std::move(spec)), computeRate(computeRate),
       usPerIteration(computeRate > 0 ? 1e6 / computeRate : 0) {}
 
 double CostModel::planCost(Type type, const Layout &from, const Layout &to) {

@@ -34,6 +34,12 @@ public:
   /// `computeRate` iterations per second per rank (0: loops are free).
   CostModel(MeshSpec spec, double computeRate);
 
+  /// A cost model of the same mesh and compute rate with an empty plan
+  /// cache: one per thread (the cache is not shared between threads).
+  CostModel withEmptyCache() const {
+    return CostModel(planner.getMesh(), computeRate);
+  }
+
   /// Microseconds of the cheapest plan taking a value of `type` from `from`
   /// to `to`; infinity when the planner has none or the shape is dynamic.
   double planCost(Type type, const Layout &from, const Layout &to);
@@ -66,6 +72,7 @@ public:
 
 private:
   Planner planner;
+  double computeRate;
   double usPerIteration;
   DenseMap<std::tuple<Type, Attribute, Attribute>, double> planCosts;
 };
