@@ -17,7 +17,7 @@ shardx-opt process (parsing and printing included), on this machine;
 ``--old BIN`` runs that shardx-opt on the same programs in the same run;
 ``--depth-budget BYTES`` runs it under a memory budget (default none). The
 "plan" column is the plan's choice per group (the JSON's), to compare the
-two builds' plans. From 12 layers the pass prices plans on the step cut to
+two builds' plans. From 5 layers the pass prices plans on the step cut to
 3 layers and extrapolates by its middle layer's share (under a budget the
 peak from the cuts to 3 and 4 layers: the "cut" column; docs/Memory.md). The
 "phases" column is the plans priced per phase of the solve (the JSON's

@@ -364,10 +364,10 @@ def test_the_linears_of_one_mlp_are_not_tied(tmp_path):
         [g["args"] for g in params]
 
 
-def _deep_step(layers: int = 12):
+def _deep_step(layers: int):
     """A train step (Adam) of `layers` identical Linear(16, 16) + Tanh on a
-    2-rank mesh: enough repeats (`cut-layers`, 12) for the pass to price
-    plans cut."""
+    2-rank mesh: from 5 (`cut-layers`' default, the fewest repeats the cuts
+    to 3 and 4 layers need) the pass prices plans cut."""
     torch.manual_seed(0)
     stack = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(16, 16), nn.Tanh())])
     step = TrainStep(stack, F.mse_loss, "adam", lr=1e-3)
@@ -376,17 +376,20 @@ def _deep_step(layers: int = 12):
 
 
 def test_deep_stack_is_priced_cut_and_confirmed_whole(tmp_path):
-    """Tests that a stack of 12 identical layers is priced on the step cut to
-    3 and 4 layers (the JSON's layer_cut) and that this changes nothing the
+    """Tests that a stack of 5 identical layers (the default `cut-layers`)
+    is priced on the step cut to 3 and 4 layers (the JSON's layer_cut), a
+    stack of 4 on the whole step, and that the cut changes nothing the
     pass reports: the plan is the one the whole step gives with
     cut-layers=0, the real time and peak are the whole step's, the
     extrapolated time is within 1% of it (no extrapolated peak: without a
     budget plans are priced by time alone), and the surrogate's plan is
     within 3% of the ILP's optimum."""
-    text = _deep_step()
+    _, four, _ = auto_shard(_deep_step(4), tmp_path)
+    assert "layer_cut" not in four, four["layer_cut"]
+    text = _deep_step(5)
     _, cut, _ = auto_shard(text, tmp_path)
     _, whole, _ = auto_shard(text, tmp_path, "cut-layers=0")
-    assert cut["layer_cut"]["layers"] == 12 and cut["layer_cut"]["depths"] == [3, 4], cut.get("layer_cut")
+    assert cut["layer_cut"]["layers"] == 5 and cut["layer_cut"]["depths"] == [3, 4], cut.get("layer_cut")
     assert "layer_cut" not in whole
     assert cut["plan"]["choices"] == whole["plan"]["choices"], (plan_of(cut), plan_of(whole))
     assert cut["plan"]["time"] == pytest.approx(whole["plan"]["time"], rel=1e-9)
@@ -410,7 +413,7 @@ def test_deep_stack_under_a_budget_fits_and_matches_unsharded(tmp_path):
     from the cuts is priced, but can be a third under it: the confirmation
     on the whole step is what holds the budget), and runs on threads with
     the unsharded program's outputs."""
-    text = _deep_step()
+    text = _deep_step(12)
     _, free, _ = auto_shard(text, tmp_path)
     low = smallest_peak(text, tmp_path)
     budget = int(low + 0.3 * (free["plan"]["peak"] - low))

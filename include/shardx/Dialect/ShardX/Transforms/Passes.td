@@ -214,9 +214,10 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
            "more) with this many weights used after it">,
     Option<"refineSweeps", "refine-sweeps", "unsigned", "1",
            "Sweeps of the final coordinate descent on real prices">,
-    Option<"cutLayers", "cut-layers", "unsigned", "12",
-           "From this many repeats of a tied layer, price plans on the step "
-           "cut to 3 and 4 of them and extrapolate (0: always whole)">,
+    Option<"cutLayers", "cut-layers", "unsigned", "5",
+           "From this many repeats of a tied layer (5 at least: the cuts "
+           "keep 3 and 4), price plans on the step cut to 3 and 4 of them "
+           "and extrapolate (0: always whole)">,
     Option<"bandwidthOverride", "bandwidth", "double", "0",
            "Bytes per second of every mesh axis (0: the mesh's own hints)">,
     Option<"latencyOverride", "latency", "double", "-1",
