@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import operator
 import os
 import threading
 from dataclasses import dataclass, field
@@ -174,9 +175,85 @@ def _fake_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
     return _fake_outputs(mode, bound["graph"], bound["operands"])
 
 
+#: What ``_proxy_mode_rule`` uses of make_fx's module (another PyTorch
+#: without one of them traces through make_fx's own dispatch).
+_PROXY_TENSOR_NAMES = ("HANDLED_TYPES", "set_original_aten_op", "set_meta", "set_proxy_slot",
+                       "track_tensor", "_ProxyTensor")
+
+
+def _proxy_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
+    """``region_call`` under make_fx's ProxyTorchDispatchMode (both passes
+    of the step's trace): the node and a ``getitem`` node per output made
+    directly, as ``proxy_call`` makes them (the same names, arguments,
+    metadata and stack traces, in the same order), without its generic
+    work per argument and output: flattening and checking up to 40
+    operands, ``create_arg`` on each, and each output's ``getitem`` made
+    through a Proxy's ``__getitem__`` and ``create_proxy``. At 32 layers of
+    bench/compile_latency_bench.py's GPT, 904 calls with 5,000 outputs,
+    about a quarter of the trace. A call this does not cover (an operand
+    without a proxy or with a constant value, symbolic shapes, another
+    PyTorch) goes through the mode's own dispatch."""
+    from torch.fx.experimental import proxy_tensor as pt
+    tracer = getattr(mode, "tracer", None)
+    bound = dict(zip(("graph", "operands"), args), **(kwargs or {}))
+    graph, operands = bound.get("graph"), bound.get("operands")
+    tracker = getattr(tracer, "tensor_tracker", None)
+    fake = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    proxies = []
+    if tracker is not None and isinstance(graph, str) and isinstance(operands, (list, tuple)) \
+            and all(hasattr(pt, n) for n in _PROXY_TENSOR_NAMES) \
+            and not getattr(mode, "pre_dispatch", True) \
+            and not getattr(mode, "emulate_precision_casts", False) \
+            and not (fake is not None and getattr(fake, "shape_env", None) is not None) \
+            and func not in getattr(mode, "decomposition_table", {func: None}):
+        for t in operands:
+            slot = tracker.get(t) if type(t) in pt.HANDLED_TYPES else None
+            if slot is None or slot.constant is not None:
+                proxies = None
+                break
+            proxies.append(slot.proxy.node)
+    else:
+        proxies = None
+    if proxies is None:
+        return mode.__torch_dispatch__(func, types, args, kwargs)
+    with pt.set_original_aten_op(func):
+        node = tracer.create_node("call_function", func, (graph, proxies), {},
+                                  name=tracer.graph._target_to_str(func.overloadpacket.__name__))
+        out = func(*args, **(kwargs or {}))
+        pt.set_meta(tracer.proxy(node), out)
+        # Each getitem's stack trace is the call's: the frames FX keeps
+        # (the user's, outside this rule) are the same frames at the same
+        # lines; so it is copied instead of walking the stack again.
+        record = tracer.record_stack_traces
+        try:
+            tracer.record_stack_traces = False
+            items = [tracer.create_node("call_function", operator.getitem, (node, i), {})
+                     for i in range(len(out))]
+        finally:
+            tracer.record_stack_traces = record
+        for item in items:
+            if record and node.stack_trace and not item.stack_trace:
+                item.stack_trace = node.stack_trace
+        for item, t in zip(items, out):
+            item = tracer.proxy(item)
+            if all(type(s) is int for s in t.shape):
+                # What track_tensor does for a tensor of static shape.
+                pt.set_proxy_slot(t, tracer, pt._ProxyTensor(item, None))
+            else:
+                pt.track_tensor(t, item, constant=None, tracer=tracer)
+            pt.set_meta(item, t)
+    return out
+
+
 if hasattr(region_call, "register_torch_dispatch"):
     from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
     region_call.register_torch_dispatch(_FakeTensorMode, _fake_mode_rule)
+    try:
+        from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode as _ProxyMode
+    except ImportError:  # another PyTorch: proxy_call makes the nodes
+        _ProxyMode = None
+    if _ProxyMode is not None and hasattr(_ProxyMode, "__torch_dispatch__"):
+        region_call.register_torch_dispatch(_ProxyMode, _proxy_mode_rule)
 
 
 def _out_specs(gm: torch.fx.GraphModule) -> List[Tuple[tuple, tuple, torch.dtype, Any]]:

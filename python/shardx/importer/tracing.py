@@ -178,41 +178,61 @@ class _LazyTraceback:
     def summary(self) -> traceback.StackSummary:
         frames = []
         f, self.frame = self.frame, None
-        keep = self.keep
-        while f is not None:
-            code = f.f_code
-            if keep is None or keep(code):
+        if self.keep is None:
+            while f is not None:
+                code = f.f_code
                 frames.append(traceback.FrameSummary(code.co_filename, f.f_lineno, code.co_name,
                                                      lookup_line=False))
-            f = f.f_back
+                f = f.f_back
+        else:
+            # The memo read inline and keyed by the code object's id (a code
+            # object hashes its bytecode, constants and names on each
+            # lookup): for some 50 frames a node, that was most of this
+            # loop's time.
+            kept, keep = self.keep
+            while f is not None:
+                code = f.f_code
+                k = kept.get(id(code))
+                if k is None:
+                    k = keep(code)
+                if k:
+                    frames.append(traceback.FrameSummary(code.co_filename, f.f_lineno,
+                                                         code.co_name, lookup_line=False))
+                f = f.f_back
         frames.reverse()
         return traceback.StackSummary.from_list(frames)
 
 
-def _frame_filter(tracer) -> Optional[Callable[[Any], bool]]:
-    """``keep(code)``: does ``tracer``'s stack-trace filter keep a frame of
-    ``code``; None where its filter does not take frames one by one."""
+def _frame_filter(tracer) -> Optional[Tuple[Dict[int, bool], Callable[[Any], bool]]]:
+    """``(kept, keep)``: ``keep(code)`` says whether ``tracer``'s stack-trace
+    filter keeps a frame of ``code``, and ``kept`` holds its answers so far
+    by ``id(code)``; None where the filter does not take frames one by one.
+    Kept on the tracer."""
+    memo = getattr(tracer, "__dict__", {}).get("_shardx_frame_memo")
+    anchors = getattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", None)
+    if memo is not None and anchors is not None and memo[0] == len(anchors):
+        return memo[1]
     if not getattr(tracer, "_record_forward_stack_traces_only", False):
         return None
-    anchors = getattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", None)
     filt = getattr(tracer, "_filter_traceback_frames", None)
     if anchors is None or filt is None:
         return None
-    memo = tracer.__dict__.get("_shardx_frame_memo")
-    if memo is None or memo[0] != len(anchors):
-        # Anchors registered since (a region's trace) may keep more frames.
-        memo = (len(anchors), {})
-        tracer.__dict__["_shardx_frame_memo"] = memo
-    kept = memo[1]
+    # Made again where anchors were registered since (a region's trace):
+    # they may keep more frames. Keyed by id; ``codes`` keeps each code
+    # object alive, so that no other takes its id.
+    kept: Dict[int, bool] = {}
+    codes: List[Any] = []
 
     def keep(code) -> bool:
-        k = kept.get(code)
+        k = kept.get(id(code))
         if k is None:
             one = traceback.StackSummary.from_list(
                 [traceback.FrameSummary(code.co_filename, 1, code.co_name, lookup_line=False)])
-            k = kept[code] = len(filt(one)) == 1
+            codes.append(code)
+            k = kept[id(code)] = len(filt(one)) == 1
         return k
-    return keep
+    tracer.__dict__["_shardx_frame_memo"] = (len(anchors), (kept, keep))
+    return kept, keep
 
 
 def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
@@ -258,6 +278,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             stack.enter_context(mode)
         _mark_checkpoint_recomputation(stack)
         _lean_node_meta(stack)
+        _lean_create_arg(stack)
         # The graph modules without their Python code: made (and compiled)
         # only where something calls one (a region's eager run does not:
         # it interprets the graph). Two modules of 5,000 nodes at 32
@@ -336,6 +357,40 @@ def _lean_node_meta(stack: contextlib.ExitStack) -> None:
             node.meta["val"] = value(val)
         return proxy
     stack.enter_context(unittest.mock.patch.object(pt, "set_meta", set_meta))
+
+
+def _lean_create_arg(stack: contextlib.ExitStack) -> None:
+    """While tracing, make_fx's ``create_arg`` (each argument of each node,
+    recursively) answers the arguments that most nodes have (a Proxy, a
+    number, a dtype, a list or tuple of them) at once, as its own chain of
+    checks ends up answering them (a Proxy is its node, a plain value
+    itself, a list or tuple its elements'): the chain asks each argument
+    whether it is a Parameter, a symbolic number, a script object, a
+    tensor, a module, a named tuple, a constant or an opaque type first,
+    through metaclass ``__instancecheck__``s written in Python; 5-8% of a
+    32-layer GPT's trace (bench/compile_latency_bench.py). Anything else
+    (tensors, subclasses of these types) goes the usual way."""
+    from torch.fx.experimental import proxy_tensor as pt
+    tracer_cls = getattr(pt, "PythonKeyTracer", None)
+    original = getattr(tracer_cls, "create_arg", None) if tracer_cls is not None else None
+    if original is None:
+        return
+    proxy_cls = torch.fx.Proxy
+    plain = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device,
+                       torch.memory_format, torch.layout})
+
+    def create_arg(self, a):
+        t = type(a)
+        if t is proxy_cls:
+            return a.node
+        if t in plain:
+            return a
+        if t is list:
+            return [self.create_arg(x) for x in a]
+        if t is tuple:
+            return tuple(self.create_arg(x) for x in a)
+        return original(self, a)
+    stack.enter_context(unittest.mock.patch.object(tracer_cls, "create_arg", create_arg))
 
 
 def on_roomy_stack(fn: Callable, *args, **kwargs):
