@@ -389,18 +389,50 @@ void exchangeStep(const T *in, T *out, const int64_t *desc, int64_t size,
     memory().copy(out, hostOut.data(), sizeof(T) * (hostOut.size() - 1));
 }
 
-/// shardx.ragged_all_to_all on rows of `row` elements: the counts are
-/// exchanged first (one int64 per member), then one variable-count
-/// all-to-all moves only the counted rows; `out`'s rows after the received
-/// ones are zeroed. Counts live where the program's buffers do, so they are
-/// read and written through the run's memory; device buffers are staged
-/// through host memory.
+/// The counts of shardx.ragged_all_to_all, read from the program's buffer:
+/// each non-negative and their sum at most `rows` (checked count by count,
+/// so that no sum can overflow); an error naming the first one that is not,
+/// `what` saying whose counts they are ("send", "receive") and `of` whose
+/// rows ("the operand's", "the result's"). `rows` < 0: no bound (rows of
+/// no elements).
+bool checkCounts(const std::vector<int64_t> &counts, int64_t rows,
+                 const char *what, const char *of) {
+  int64_t sum = 0;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    if (counts[j] < 0) {
+      fail(std::string("ragged_all_to_all: ") + what + " count " +
+           std::to_string(counts[j]) + " for member " + std::to_string(j) +
+           " is negative");
+      return false;
+    }
+    if (rows >= 0 && counts[j] > rows - sum) {
+      fail(std::string("ragged_all_to_all: the ") + what +
+           " counts up to member " + std::to_string(j) + " sum to more than " +
+           of + " " + std::to_string(rows) + " rows");
+      return false;
+    }
+    sum += counts[j];
+  }
+  return true;
+}
+
+/// shardx.ragged_all_to_all on rows of `row` elements: unless `known`, the
+/// counts are exchanged first (one int64 per member) and written to
+/// `recvCounts`; with `known`, `recvCounts` is the program's operand (the
+/// counts each member sends this rank, as the program knows them) and
+/// nothing is exchanged but the rows. Then one variable-count all-to-all
+/// moves only the counted rows; `out`'s rows after the received ones are
+/// zeroed. Counts live where the program's buffers do, so they are read and
+/// written through the run's memory; device buffers are staged through
+/// host memory. A failed call writes nothing but zeros: `out` (the caller's
+/// SYNC_CALL) and, unless `known`, the received counts.
 template <typename T>
 void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
                     const int64_t *sendCounts, int64_t *recvCounts, int64_t n,
-                    int64_t row, std::vector<int64_t> axes) {
+                    int64_t row, bool known, std::vector<int64_t> axes) {
   auto zeroCounts = [&] {
-    memory().zero(recvCounts, sizeof(int64_t) * static_cast<size_t>(n));
+    if (!known)
+      memory().zero(recvCounts, sizeof(int64_t) * static_cast<size_t>(n));
   };
   Communicator *c = collectives();
   if (!c)
@@ -408,42 +440,36 @@ void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
   memory().settle();
   std::vector<int64_t> send(static_cast<size_t>(n)), recv(send.size());
   memory().copy(send.data(), sendCounts, sizeof(int64_t) * send.size());
-  int64_t inRows = row > 0 ? inSize / row : 0;
-  int64_t outRows = row > 0 ? outSize / row : 0;
-  // Checked count by count, so that no sum can overflow.
-  int64_t sent = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    if (send[j] < 0) {
-      fail("ragged_all_to_all: send count " + std::to_string(send[j]) +
-           " for member " + std::to_string(j) + " is negative");
-      return zeroCounts();
-    }
-    if (row > 0 && send[j] > inRows - sent) {
-      fail("ragged_all_to_all: the send counts up to member " +
-           std::to_string(j) + " sum to more than the operand's " +
-           std::to_string(inRows) + " rows");
-      return zeroCounts();
-    }
-    sent += send[j];
-  }
+  int64_t inRows = row > 0 ? inSize / row : -1;
+  int64_t outRows = row > 0 ? outSize / row : -1;
+  if (!checkCounts(send, inRows, "send", "the operand's"))
+    return zeroCounts();
   std::unique_ptr<Communicator> staged = memory().stageHost(*c);
   Communicator &comm = staged ? *staged : *c;
-  std::vector<size_t> ones(send.size(), 1);
-  check(comm.allToAll(send.data(), ones, recv.data(), ones, DType::I64, axes),
-        "ragged_all_to_all (counts)");
-  if (failed())
-    return zeroCounts();
-  int64_t received = 0;
-  for (int64_t v : recv) {
-    // Each sender checked its own counts: none is negative or past its
-    // operand's rows, so the sum is bounded by n times those rows.
-    if (row > 0 && v > outRows - received) {
-      fail("ragged_all_to_all: receives more rows than the result's " +
-           std::to_string(outRows));
+  if (known) {
+    // The senders' counts are not seen here: a count that is not what its
+    // member sends fails the rows' all-to-all (threads: which member sends
+    // how many; MPI: a truncation error where it sends more).
+    memory().copy(recv.data(), recvCounts, sizeof(int64_t) * recv.size());
+    if (!checkCounts(recv, outRows, "receive", "the result's"))
+      return;
+  } else {
+    std::vector<size_t> ones(send.size(), 1);
+    check(comm.allToAll(send.data(), ones, recv.data(), ones, DType::I64, axes),
+          "ragged_all_to_all (counts)");
+    if (failed())
       return zeroCounts();
-    }
-    received += v;
+    // Each sender checked its own counts: none is negative or past its
+    // operand's rows, so no sum of them overflows before the check fails.
+    if (!checkCounts(recv, outRows, "received", "the result's"))
+      return zeroCounts();
   }
+  int64_t received = 0;
+  for (int64_t v : recv)
+    received += v;
+  int64_t sent = 0;
+  for (int64_t v : send)
+    sent += v;
   std::vector<size_t> sendElems, recvElems;
   for (int64_t j = 0; j < n; ++j) {
     sendElems.push_back(static_cast<size_t>(send[j] * row));
@@ -469,7 +495,8 @@ void raggedAllToAll(const T *in, int64_t inSize, T *out, int64_t outSize,
   else
     memory().copy(out, hostOut.data(),
                   sizeof(T) * static_cast<size_t>(outSize));
-  memory().copy(recvCounts, recv.data(), sizeof(int64_t) * recv.size());
+  if (!known)
+    memory().copy(recvCounts, recv.data(), sizeof(int64_t) * recv.size());
 }
 
 template <typename T>
@@ -608,8 +635,8 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
                                   MEMREF1(T, out)) {                           \
     SYNC_CALL(waitFor(request));                                               \
   }                                                                            \
-  int64_t shardx_rt_cg_all_gather_start_##SUFFIX(                              \
-      MEMREF1(T, in), MEMREF1(T, out), AXES) {                                 \
+  int64_t shardx_rt_cg_all_gather_start_##SUFFIX(MEMREF1(T, in),               \
+                                                 MEMREF1(T, out), AXES) {      \
     BlockedTimer blocked;                                                      \
     return startCollective("all_gather", [&](Communicator &c, int64_t &r) {    \
       return c.allGatherStart(in + in_off, out + out_off,                      \
@@ -622,10 +649,9 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
     BlockedTimer blocked;                                                      \
     return startCollective(                                                    \
         "reduce_scatter", [&](Communicator &c, int64_t &r) {                   \
-          return c.reduceScatterStart(in + in_off, out + out_off,              \
-                                      evenCounts(out_size, AXES_VEC),          \
-                                      dtypeOf<T>(), toReduce(reduce),          \
-                                      AXES_VEC, r);                            \
+          return c.reduceScatterStart(                                         \
+              in + in_off, out + out_off, evenCounts(out_size, AXES_VEC),      \
+              dtypeOf<T>(), toReduce(reduce), AXES_VEC, r);                    \
         });                                                                    \
   }                                                                            \
   int64_t shardx_rt_cg_all_gather_v_start_##SUFFIX(                            \
@@ -714,12 +740,19 @@ int64_t shardx_rt_cg_exchange_dim(MEMREF1(int64_t, desc), int64_t dim) {
       MEMREF1(int64_t, recv), int64_t row, AXES) {                             \
     SYNC_CALL(raggedAllToAll(in + in_off, in_size, out + out_off, out_size,    \
                              send + send_off, recv + recv_off, send_size, row, \
-                             AXES_VEC));                                       \
+                             /*known=*/false, AXES_VEC));                      \
+  }                                                                            \
+  void shardx_rt_cg_ragged_all_to_all_known_##SUFFIX(                          \
+      MEMREF1(T, in), MEMREF1(T, out), MEMREF1(int64_t, send),                 \
+      MEMREF1(int64_t, recv), int64_t row, AXES) {                             \
+    SYNC_CALL(raggedAllToAll(in + in_off, in_size, out + out_off, out_size,    \
+                             send + send_off, recv + recv_off, send_size, row, \
+                             /*known=*/true, AXES_VEC));                       \
   }                                                                            \
   void shardx_rt_cg_partition_value_##SUFFIX(MEMREF1(T, in), MEMREF1(T, out),  \
                                              int32_t reduce, AXES) {           \
-    SYNC_CALL(                                                                 \
-        partitionValue(in + in_off, in_size, out + out_off, reduce, AXES_VEC)); \
+    SYNC_CALL(partitionValue(in + in_off, in_size, out + out_off, reduce,      \
+                             AXES_VEC));                                       \
   }
 
 DEFINE_CG(f32, float)

@@ -35,6 +35,13 @@ FailureOr<std::string> RuntimeCalls::suffix(Type elt) {
   return failure();
 }
 
+LogicalResult RuntimeCalls::checkElementType(Type elt) {
+  // Booleans move as i32 (flatCall), unless the op reduces them.
+  if (elt.isInteger(1) && !op.getCollectiveReduction())
+    return success();
+  return suffix(elt);
+}
+
 MemRefType RuntimeCalls::dyn1D(Type elt) {
   return MemRefType::get({ShapedType::kDynamic}, elt,
                          StridedLayoutAttr::get(b.getContext(),

@@ -39,6 +39,11 @@ public:
   FailureOr<Value> flatCall(StringRef kind, Value in,
                             ArrayRef<int64_t> outShape, ArrayRef<Value> extra,
                             ValueRange outDynSizes = {});
+  /// The error flatCall would give for elements of `elt` (at the op),
+  /// before anything is built: a pattern that builds the call's `extra`
+  /// operands first checks here, so that a failed pattern changes nothing;
+  /// flatCall on `elt` does not fail after success here.
+  LogicalResult checkElementType(Type elt);
 
   /// The asynchronous form of flatCall: here, a call of
   /// `shardx_rt_cg_<kind>_start_<suffix>(in, out, extra..., axes)` that

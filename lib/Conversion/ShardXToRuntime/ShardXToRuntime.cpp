@@ -546,27 +546,45 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
 
 // Rows with run-time counts (a dropless MoE's dispatch and combine):
 // ragged_all_to_all_<T>(in, out, send_counts, recv_counts, row, axes),
-// `row` the elements of one row. The runtime exchanges the counts, then
-// moves only the counted rows.
+// `row` the elements of one row. The runtime exchanges the counts, writes
+// them to `recv_counts`, then moves only the counted rows. With counts the
+// program gives (`recv_counts` operand), ragged_all_to_all_known_<T> with
+// the same arguments reads them instead and moves only the rows.
 struct RaggedAllToAllLowering : OpConversionPattern<RaggedAllToAllOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
   matchAndRewrite(RaggedAllToAllOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     RuntimeCalls rt(rewriter, cast<CollectiveOpInterface>(op.getOperation()));
-    Value in = adaptor.getInput();
+    // The one check that can fail comes before anything is built (the
+    // received counts' buffer, the counts' copies): a failed pattern
+    // leaves the IR as it found it.
+    RankedTensorType outType = op.getResult().getType();
+    if (failed(rt.checkElementType(outType.getElementType())))
+      return failure();
     // The elements of a row (the verifier keeps dims after 0 static).
     int64_t row = 1;
-    for (int64_t d : op.getResult().getType().getShape().drop_front())
+    for (int64_t d : outType.getShape().drop_front())
       row *= d;
-    RankedTensorType countsType = op.getRecvCounts().getType();
+    Value in = adaptor.getInput();
+    if (Value given = adaptor.getRecvCounts()) {
+      FailureOr<Value> out =
+          rt.flatCall("ragged_all_to_all_known", in, outType.getShape(),
+                      {rt.flatBuffer(adaptor.getSendCounts()),
+                       rt.flatBuffer(given), rt.i64(row)});
+      if (failed(out))
+        return failure();
+      rewriter.replaceOp(op, *out);
+      return success();
+    }
+    RankedTensorType countsType = op.getReceivedCounts().getType();
     Value recv = memref::AllocOp::create(
         rewriter, rt.loc,
         MemRefType::get(countsType.getShape(), countsType.getElementType()));
-    FailureOr<Value> out = rt.flatCall("ragged_all_to_all", in,
-                                       op.getResult().getType().getShape(),
-                                       {rt.flatBuffer(adaptor.getSendCounts()),
-                                        rt.flatBuffer(recv), rt.i64(row)});
+    FailureOr<Value> out =
+        rt.flatCall("ragged_all_to_all", in, outType.getShape(),
+                    {rt.flatBuffer(adaptor.getSendCounts()),
+                     rt.flatBuffer(recv), rt.i64(row)});
     if (failed(out))
       return failure();
     Value recvCounts = bufferization::ToTensorOp::create(

@@ -23,6 +23,28 @@ func.func @i8(%x: tensor<4xi8>) -> tensor<4xi8> {
 
 // -----
 
+// Tests that a ragged all-to-all of an element type the runtime cannot move
+// is an error, checked before the pattern builds anything (the counts'
+// buffers), in both forms.
+
+shardx.mesh @mesh(shape = 2)
+func.func @ragged_i8(%x: tensor<8x3xi8>, %c: tensor<2xi64>) -> tensor<16x3xi8> {
+  // expected-error @below {{collectives on 'i8' are not supported by the runtime}}
+  %y, %r = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x3xi8>, tensor<2xi64> -> tensor<16x3xi8>, tensor<2xi64>
+  return %y : tensor<16x3xi8>
+}
+
+// -----
+
+shardx.mesh @mesh(shape = 2)
+func.func @ragged_known_i8(%x: tensor<8x3xi8>, %c: tensor<2xi64>) -> tensor<16x3xi8> {
+  // expected-error @below {{collectives on 'i8' are not supported by the runtime}}
+  %y = shardx.ragged_all_to_all %x, %c recv_counts = %c on @mesh axes = [0] : tensor<8x3xi8>, tensor<2xi64>, tensor<2xi64> -> tensor<16x3xi8>
+  return %y : tensor<16x3xi8>
+}
+
+// -----
+
 // Tests that a ShardX op without a lowering is named in an error.
 
 shardx.mesh @mesh(shape = 4)

@@ -323,6 +323,39 @@ func.func @ragged_all_to_all(%x: tensor<8x3xf32>, %c: tensor<2xi64>) -> (tensor<
 
 // -----
 
+// Tests that a ragged all-to-all given the counts it receives calls the
+// known-counts entry with copies of both counts tensors (read, not
+// written: no fresh counts buffer) and has one result.
+
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-DAG: func.func private @shardx_rt_cg_ragged_all_to_all_known_f32(memref<?xf32, strided<[?], offset: ?>>, memref<?xf32, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, i64, memref<?xi64, strided<[?], offset: ?>>)
+// CHECK-LABEL: func.func @ragged_all_to_all_known
+// CHECK-SAME: (%[[X:.*]]: tensor<16x3xf32>, %[[C:.*]]: tensor<2xi64>, %[[R:.*]]: tensor<2xi64>)
+func.func @ragged_all_to_all_known(%x: tensor<16x3xf32>, %c: tensor<2xi64>, %r: tensor<2xi64>) -> tensor<8x3xf32> {
+  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only
+  // CHECK: %[[CC:.*]] = memref.alloc() : memref<2xi64>
+  // CHECK: memref.copy %[[CB]], %[[CC]]
+  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CC]]
+  // CHECK: %[[SEND:.*]] = memref.cast %[[CCF]]
+  // CHECK: %[[RB:.*]] = bufferization.to_buffer %[[R]] read_only
+  // CHECK: %[[RC:.*]] = memref.alloc() : memref<2xi64>
+  // CHECK: memref.copy %[[RB]], %[[RC]]
+  // CHECK: %[[RCF:.*]] = memref.collapse_shape %[[RC]]
+  // CHECK: %[[RECV:.*]] = memref.cast %[[RCF]]
+  // CHECK: %[[ROW:.*]] = arith.constant 3 : i64
+  // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
+  // CHECK: %[[OUT:.*]] = memref.alloc() : memref<8x3xf32>
+  // CHECK: call @shardx_rt_cg_ragged_all_to_all_known_f32(%{{.*}}, %{{.*}}, %[[SEND]], %[[RECV]], %[[ROW]], %{{.*}})
+  // CHECK: %[[Y:.*]] = bufferization.to_tensor %[[OUT]] restrict writable : memref<8x3xf32>
+  // CHECK-NOT: shardx.ragged_all_to_all
+  // CHECK-NOT: bufferization.to_tensor
+  // CHECK: return %[[Y]]
+  %y = shardx.ragged_all_to_all %x, %c recv_counts = %r on @mesh axes = [1] : tensor<16x3xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x3xf32>
+  return %y : tensor<8x3xf32>
+}
+
+// -----
+
 // Tests that a collective using another's result reads the converted value.
 
 shardx.mesh @mesh(shape = 2)

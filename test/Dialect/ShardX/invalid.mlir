@@ -692,8 +692,51 @@ func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
 // Tests that a ragged all-to-all has one received count per group member.
 shardx.mesh @mesh(shape = 2x2)
 func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
-  // expected-error @+1 {{'recv_counts' must be tensor<2xi64> (one count per group member), got 'tensor<4xi64>'}}
+  // expected-error @+1 {{'received_counts' must be tensor<2xi64> (one count per group member), got 'tensor<4xi64>'}}
   %0, %1 = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<4xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all is given one count per group member to
+// receive.
+shardx.mesh @mesh(shape = 2x2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>, %r: tensor<4xi64>) {
+  // expected-error @+1 {{'recv_counts' must be tensor<2xi64> (one count per group member), got 'tensor<4xi64>'}}
+  %0 = shardx.ragged_all_to_all %x, %c recv_counts = %r on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64>, tensor<4xi64> -> tensor<16x4xf32>
+  return
+}
+
+// -----
+
+// Tests that the counts a ragged all-to-all is given to receive are i64.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>, %r: tensor<2xi32>) {
+  // expected-error @+1 {{operand #2 must be ranked tensor of 64-bit signless integer values, but got 'tensor<2xi32>'}}
+  %0 = shardx.ragged_all_to_all %x, %c recv_counts = %r on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64>, tensor<2xi32> -> tensor<16x4xf32>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all given the counts it receives does not
+// also return them.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{has both a 'recv_counts' operand and a second result: given counts are not returned}}
+  %0, %1 = shardx.ragged_all_to_all %x, %c recv_counts = %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
+// Tests that a ragged all-to-all either exchanges the counts (and returns
+// them) or is given them.
+shardx.mesh @mesh(shape = 2)
+func.func @f(%x: tensor<8x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{needs a 'recv_counts' operand or a second result (the received counts)}}
+  %0 = shardx.ragged_all_to_all %x, %c on @mesh axes = [0] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>
   return
 }
 

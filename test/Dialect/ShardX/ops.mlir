@@ -168,6 +168,22 @@ func.func @ragged_all_to_all(%x: tensor<8x4xf32>, %c: tensor<2xi64>, %d: tensor<
 
 // -----
 
+// Tests that a ragged all-to-all given the counts it receives round-trips
+// with them and one result (the way back of a dispatch).
+shardx.mesh @mesh(shape = 2x2)
+// CHECK-LABEL: func.func @ragged_all_to_all_known
+// CHECK-SAME: (%[[X:.*]]: tensor<8x4xf32>, %[[C:.*]]: tensor<2xi64>)
+func.func @ragged_all_to_all_known(%x: tensor<8x4xf32>, %c: tensor<2xi64>) -> tensor<8x4xf32> {
+  // CHECK: %[[Y:.*]], %[[R:.*]] = shardx.ragged_all_to_all %[[X]], %[[C]] on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  %y, %r = shardx.ragged_all_to_all %x, %c on @mesh axes = [1] : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+  // CHECK: %[[B:.*]] = shardx.ragged_all_to_all %[[Y]], %[[R]] recv_counts = %[[C]] on @mesh axes = [1] : tensor<16x4xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x4xf32>
+  %b = shardx.ragged_all_to_all %y, %r recv_counts = %c on @mesh axes = [1] : tensor<16x4xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x4xf32>
+  // CHECK: return %[[B]]
+  return %b : tensor<8x4xf32>
+}
+
+// -----
+
 // Tests that an exchange round-trips with its layouts and global shape.
 shardx.mesh @mesh(shape = 2x2)
 // CHECK-LABEL: func.func @exchange

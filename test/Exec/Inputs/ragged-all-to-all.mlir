@@ -9,8 +9,8 @@
 // t < s of c(t, j) = s j + s (s - 1) / 2, the sender's offsets with the
 // roles swapped. The program checks the received rows (and the zero rows
 // after them) against that reference, the received counts against c(s, j),
-// and the way back (the same op with the received counts) against the
-// sent rows. Outputs: the largest difference over every rank (0), and the
+// and the way back (the same op with the received counts, and the op
+// given the counts it receives) against the sent rows. Outputs: the largest difference over every rank (0), and the
 // rows received by all ranks together.
 shardx.mesh @mesh(shape = @MESH@)
 #id = affine_map<(d0, d1) -> (d0, d1)>
@@ -106,17 +106,23 @@ func.func @ragged(%unused: tensor<1xf32>) -> (tensor<f32>, tensor<f32>) {
   %y, %rc = shardx.ragged_all_to_all %x, %counts on @mesh axes = @AXES@ : tensor<20x3xf32>, tensor<@N@xi64> -> tensor<20x3xf32>, tensor<@N@xi64>
   // The way back: every row returns to its sender.
   %back, %rc2 = shardx.ragged_all_to_all %y, %rc on @mesh axes = @AXES@ : tensor<20x3xf32>, tensor<@N@xi64> -> tensor<20x3xf32>, tensor<@N@xi64>
+  // And with the counts it receives given (the send counts): only the rows
+  // move.
+  %back2 = shardx.ragged_all_to_all %y, %rc recv_counts = %counts on @mesh axes = @AXES@ : tensor<20x3xf32>, tensor<@N@xi64>, tensor<@N@xi64> -> tensor<20x3xf32>
   %m0 = tensor.empty() : tensor<f32>
   %m = linalg.fill ins(%zero : f32) outs(%m0 : tensor<f32>) -> tensor<f32>
-  // |y - ref| and |back - max(x, 0)|
-  %d1 = linalg.generic {indexing_maps = [#id, #id, #id, #id, #sc], iterator_types = ["reduction", "reduction"]} ins(%y, %ref, %back, %x : tensor<20x3xf32>, tensor<20x3xf32>, tensor<20x3xf32>, tensor<20x3xf32>) outs(%m : tensor<f32>) {
-  ^bb0(%a: f32, %b: f32, %c: f32, %d: f32, %acc: f32):
+  // |y - ref|, |back - max(x, 0)| and |back2 - max(x, 0)|
+  %d1 = linalg.generic {indexing_maps = [#id, #id, #id, #id, #id, #sc], iterator_types = ["reduction", "reduction"]} ins(%y, %ref, %back, %x, %back2 : tensor<20x3xf32>, tensor<20x3xf32>, tensor<20x3xf32>, tensor<20x3xf32>, tensor<20x3xf32>) outs(%m : tensor<f32>) {
+  ^bb0(%a: f32, %b: f32, %c: f32, %d: f32, %e: f32, %acc: f32):
     %t = arith.subf %a, %b : f32
     %u = math.absf %t : f32
     %dz = arith.maximumf %d, %zero : f32
     %t2 = arith.subf %c, %dz : f32
     %u2 = math.absf %t2 : f32
-    %w = arith.maximumf %u, %u2 : f32
+    %t3 = arith.subf %e, %dz : f32
+    %u3 = math.absf %t3 : f32
+    %w1 = arith.maximumf %u, %u2 : f32
+    %w = arith.maximumf %w1, %u3 : f32
     %w2 = arith.maximumf %w, %acc : f32
     linalg.yield %w2 : f32
   } -> tensor<f32>

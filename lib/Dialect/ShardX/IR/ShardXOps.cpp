@@ -603,6 +603,18 @@ verifyOneDimCollective(OpT op, FlatSymbolRefAttr mesh, ArrayRef<int64_t> axes,
   return n;
 }
 
+LogicalResult RaggedAllToAllOp::verify() {
+  // Who knows the received counts: the program (an operand) or the op (a
+  // result); one of the two.
+  if (getRecvCounts() && getReceivedCounts())
+    return emitOpError("has both a 'recv_counts' operand and a second result: "
+                       "given counts are not returned");
+  if (!getRecvCounts() && !getReceivedCounts())
+    return emitOpError("needs a 'recv_counts' operand or a second result "
+                       "(the received counts)");
+  return success();
+}
+
 LogicalResult RaggedAllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
   FailureOr<int64_t> n =
       verifyOneDimCollective(*this, getMeshAttr(), getAxes(), /*dim=*/0, st);
@@ -617,13 +629,19 @@ LogicalResult RaggedAllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
   if (out.isDynamicDim(0))
     return emitOpError("the result's dim 0 must be static: the most rows a "
                        "rank may receive");
-  for (auto [name, type] : {std::pair<StringRef, RankedTensorType>{
-                                "send_counts", getSendCounts().getType()},
-                            {"recv_counts", getRecvCounts().getType()}})
+  SmallVector<std::pair<StringRef, Value>, 2> counts = {
+      {"send_counts", getSendCounts()}};
+  if (Value given = getRecvCounts())
+    counts.push_back({"recv_counts", given});
+  if (Value received = getReceivedCounts())
+    counts.push_back({"received_counts", received});
+  for (auto [name, value] : counts) {
+    auto type = cast<RankedTensorType>(value.getType());
     if (type.getRank() != 1 || type.getDimSize(0) != *n)
       return emitOpError("'")
              << name << "' must be tensor<" << *n
              << "xi64> (one count per group member), got " << type;
+  }
   return success();
 }
 

@@ -487,35 +487,58 @@ def ShardX_RaggedAllToAllOp : ShardX_CollectiveOp<"ragged_all_to_all"> {
     destination: the first `send_counts[0]` rows go to group member 0, the
     next `send_counts[1]` to member 1, and so on; rows after the last group
     are not sent. Each rank receives the rows sent to it in group order,
-    packed from row 0 of `result`; the rows after them are zero.
-    `recv_counts[j]` is the number of rows received from member `j`, so
-    the same op with `recv_counts` as its counts sends every row back (the
-    combine). The counts are tensors computed by the program (the
-    routing); the shapes are static: `result` is sized for the most rows a
-    rank may receive (a worst-case buffer), while the collective moves only
-    the counted rows. A count that is negative, counts that sum past the
-    operand's rows, or more received rows than the result holds fail the
-    run with the cause.
+    packed from row 0 of `result`; the rows after them are zero. The counts
+    are tensors computed by the program (the routing); the shapes are
+    static: `result` is sized for the most rows a rank may receive (a
+    worst-case buffer), while the collective moves only the counted rows.
+
+    Two forms, by who knows how many rows each member sends:
+    - Without `recv_counts`, the members' send counts are exchanged first
+      (one int64 per member) and returned as the second result,
+      `received_counts` (`received_counts[j]` rows came from member `j`);
+      the same op given them as `send_counts` sends every row back.
+    - With `recv_counts` (`recv_counts[j]`: the rows member `j` sends this
+      rank, known to the program, e.g. the combine of an MoE, which
+      receives exactly the counts its dispatch sent), nothing but the rows
+      is exchanged (one collective instead of two) and the op has no second
+      result.
+
+    A count that is negative, send counts that sum past the operand's rows,
+    or received counts (exchanged or given) that sum past the result's
+    rows fail the run with the cause. A given `recv_counts[j]` that is not
+    what member `j` sends fails the rows' exchange on the threads backend
+    (it compares the two); on MPI one smaller than what is sent fails with
+    MPI's truncation error (which ends the job), while one larger is not
+    certain to be detected (the rows after those that arrived are then
+    unspecified). Either way no buffer is written past its end.
 
     ```mlir
     %y, %r = shardx.ragged_all_to_all %x, %counts on @mesh axes = [0]
         : tensor<8x4xf32>, tensor<2xi64> -> tensor<16x4xf32>, tensor<2xi64>
+    %back = shardx.ragged_all_to_all %y, %r recv_counts = %counts
+        on @mesh axes = [0]
+        : tensor<16x4xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x4xf32>
     ```
   }] # commonDescription # [{
     Also: operand and result have the same rank (at least 1) and the same
-    static dims after dim 0; the result's dim 0 is static; `send_counts`
-    and `recv_counts` are `tensor<n x i64>`, `n` the group size.
+    static dims after dim 0; the result's dim 0 is static; the op has
+    either a `recv_counts` operand or a `received_counts` result, not both;
+    `send_counts`, `recv_counts` and `received_counts` are
+    `tensor<n x i64>`, `n` the group size.
   }];
   let arguments = (ins AnyRankedTensor:$input,
                        RankedTensorOf<[I64]>:$send_counts,
+                       Optional<RankedTensorOf<[I64]>>:$recv_counts,
                        FlatSymbolRefAttr:$mesh, DenseI64ArrayAttr:$axes);
   let results = (outs AnyRankedTensor:$result,
-                      RankedTensorOf<[I64]>:$recv_counts);
+                      Optional<RankedTensorOf<[I64]>>:$received_counts);
   let assemblyFormat = [{
-    $input `,` $send_counts `on` $mesh `axes` `=` $axes attr-dict
-    `:` type($input) `,` type($send_counts) `->` type($result) `,`
-    type($recv_counts)
+    $input `,` $send_counts (`recv_counts` `=` $recv_counts^)? `on` $mesh
+    `axes` `=` $axes attr-dict `:` type($input) `,` type($send_counts)
+    (`,` type($recv_counts)^)? `->` type($result)
+    (`,` type($received_counts)^)?
   }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
