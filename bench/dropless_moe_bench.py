@@ -8,10 +8,10 @@ program on one rank (mesh (1,): the exchanges move nothing) and against
 the block's eager forward, medians of --repeat runs in one process. Each
 run is checked against eager first. For each mesh: the rows the exchanges
 move between ranks (the routed items whose expert is on another rank, the
-only rows sent), their bytes (the same rows each way; besides them each
-exchange sends one int64 count per member, and the dispatch each member
-its per-expert counts), and the receive buffer each rank holds (the worst
-case, every item of its ep group). On the 1-D meshes also torchtitan's
+only rows sent), their bytes (the same rows each way; besides them the
+dispatch sends each member its per-expert counts, and the rows' exchanges
+are given the counts they receive), and the receive buffer each rank
+holds (the worst case, every item of its ep group). On the 1-D meshes also torchtitan's
 dropless scheme written out in eager PyTorch on gloo (``--torch``, default
 on; torchtitan is not installed here): per-expert counts by a small
 ``all_to_all_single``, rows by ``all_to_all_single`` with those split
@@ -19,6 +19,15 @@ sizes, experts on the sorted runs; checked against eager, timed in the
 same run.
 
     ~/.cache/shardx/venv/bin/python bench/dropless_moe_bench.py [--tokens 256] [--repeat 5]
+        [--baseline OLD/dropless_moe.py]
+
+Each mesh also says the runtime collectives of one MoE layer's forward
+(from the program text: the per-expert counts' all-to-all, and each
+ragged all-to-all, which is two collectives, counts then rows, unless it
+is given the counts it receives; the gathered output and the moved-row
+total, which only the check reads, are not counted). ``--baseline``: a
+file holding another ``local_program`` (e.g. an older dropless_moe.py),
+compiled and timed in the same run, with its collectives.
 
 The bench times the forward only (the program's backward,
 ``local_program(backward=True)``, is checked in test_dropless_moe.py). The local experts run on the
@@ -49,13 +58,37 @@ from shardx_dev.dropless_moe import local_program, moved_rows, placement  # noqa
 MESHES = {"one": (1,), "ep2": (2,), "ep4": (4,), "dp2xep2": (2, 2)}
 
 
+def layer_collectives(program):
+    """The runtime collectives of the MoE layer in ``program`` (a
+    local_program's text): one per shardx.all_to_all, two per
+    shardx.ragged_all_to_all that exchanges the counts, one per one given
+    them."""
+    n = 0
+    for line in program.splitlines():
+        if "shardx.all_to_all" in line:
+            n += 1
+        elif "shardx.ragged_all_to_all" in line:
+            n += 1 if " recv_counts = " in line else 2
+    return n
+
+
+def load_program(path):
+    """``local_program`` of the Python file at ``path``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("baseline_dropless_moe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.local_program
+
+
+def seconds(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def median_seconds(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(seconds(fn) for _ in range(repeat))
 
 
 def _torch_worker(rank, n, args, port, queue):
@@ -150,7 +183,10 @@ def main() -> int:
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
                     help="also time torchtitan's dropless scheme in eager PyTorch on gloo "
                          "(1-D meshes)")
+    ap.add_argument("--baseline", help="a Python file with another local_program (e.g. the "
+                    "dropless_moe.py of an earlier commit), timed in the same run")
     args = ap.parse_args()
+    baseline = load_program(args.baseline) if args.baseline else None
     # Eager on one thread, as the one-rank program runs: torch's thread pool
     # otherwise competes with the rank threads on a small machine.
     torch.set_num_threads(1)
@@ -166,12 +202,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["one"] + args.meshes.split(","):
             shape = MESHES[name]
-            path = compile_mlir(local_program(args.tokens, args.dim, args.hidden, args.experts,
-                                              shape), os.path.join(tmp, f"{name}.so"))
+            program = local_program(args.tokens, args.dim, args.hidden, args.experts, shape)
+            path = compile_mlir(program, os.path.join(tmp, f"{name}.so"))
             fn = Artifact(path)["moe"]
             y, rows = fn(*inputs)
             np.testing.assert_allclose(y[:args.tokens], ref, rtol=1e-4, atol=1e-5)
-            times[name] = median_seconds(lambda: fn(*inputs), args.repeat)
+            old = None
+            if baseline and name != "one":
+                old_program = baseline(args.tokens, args.dim, args.hidden, args.experts, shape)
+                old_fn = Artifact(compile_mlir(old_program,
+                                               os.path.join(tmp, f"{name}.old.so")))["moe"]
+                np.testing.assert_allclose(old_fn(*inputs)[0][:args.tokens], ref, rtol=1e-4,
+                                           atol=1e-5)
+                old = (old_program, old_fn)
+            # Interleaved, in turns first, so that both see the same load.
+            times[name], old_times = [], []
+            for i in range(args.repeat):
+                if old and i % 2:
+                    old_times.append(seconds(lambda: old[1](*inputs)))
+                times[name].append(seconds(lambda: fn(*inputs)))
+                if old and not i % 2:
+                    old_times.append(seconds(lambda: old[1](*inputs)))
+            times[name] = statistics.median(times[name])
             n_all, ep, _ = placement(shape, args.experts)
             with torch.no_grad():
                 moved = moved_rows(block, x, shape)
@@ -181,7 +233,13 @@ def main() -> int:
                   f"one rank / this {times['one'] / times[name]:.2f}  "
                   f"eager / this {eager / times[name]:.2f}  moved rows {moved} "
                   f"({moved * args.dim * 4} B each way, all ranks)  "
-                  f"receive buffer {buffer} rows/rank")
+                  f"receive buffer {buffer} rows/rank  "
+                  f"collectives per layer {layer_collectives(program)}")
+            if old:
+                t_old = statistics.median(old_times)
+                print(f"{'':8s} baseline {t_old * 1e3:8.2f} ms  baseline / this "
+                      f"{t_old / times[name]:.2f}  collectives per layer "
+                      f"{layer_collectives(old[0])}")
             if args.torch and len(shape) == 1:
                 ty, tt = torch_dropless(args, shape[0])
                 np.testing.assert_allclose(ty, ref, rtol=1e-4, atol=1e-5)

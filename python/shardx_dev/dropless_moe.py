@@ -15,16 +15,19 @@ exchange). Each rank routes its tokens, counts the (token, choice)
 items per destination rank and per expert, and places the items' rows in
 a send buffer sorted by expert (so grouped by destination, and by local
 expert within a destination's run, as torchtitan sorts them); it sends
-each member its per-expert counts (``el`` int64s), then the rows with
-``shardx.ragged_all_to_all`` (the counts computed by the program; the
+each member its per-expert counts (``el`` int64s, an even
+``shardx.all_to_all``), then the rows with ``shardx.ragged_all_to_all``
+(the counts computed by the program and, summed from the per-expert
+counts, the counts to receive given: no counts go with the rows; the
 receive buffer holds the worst case, every item of the group on this
 rank); a received row's local expert follows from the runs' counts. It
 runs each local expert on the rows (rows of other experts masked; the
 unused zero rows after the received ones count as local expert 0's and
 give zeros, the experts having no bias: exact, the worst-case buffer's
 compute), sends the rows back
-with the received counts, and sums each token's two results with its
-gates. The rows moved between ranks are the routed items' whose expert
+with the received counts (receiving the counts it sent: given again), and
+sums each token's two results with its gates. Three collectives per
+forward (torchtitan's three), two per backward. The rows moved between ranks are the routed items' whose expert
 lives on another rank, nothing else: the program returns their number.
 With ``backward`` it is also the block's backward (the gradients of the
 tokens, the router and the experts for a given output gradient).
@@ -356,14 +359,23 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     a("    linalg.yield %s : f32")
     a(f"  }} -> {ty([cap, d])}")
     # Dispatch: each member's per-expert counts for this rank (one row of
-    # el counts from each member), then the rows.
+    # el counts from each member, an even all-to-all), then the rows: the
+    # rows from member j are its counts' sum, so the rows' exchange is
+    # given them (no counts exchanged with the rows).
     a(f"  %ec2 = tensor.expand_shape %ecounts [[0, 1]] output_shape [{n}, {el}] : {ty([n * el], 'i64')} into {ty([n, el], 'i64')}")
-    a(f"  %ones = arith.constant dense<1> : {ty([n], 'i64')}")
-    a(f"  %erecv2, %eones = shardx.ragged_all_to_all %ec2, %ones on @mesh axes = {ep_axes} "
-      f": {ty([n, el], 'i64')}, {ty([n], 'i64')} -> {ty([n, el], 'i64')}, {ty([n], 'i64')}")
+    a(f"  %erecv2 = shardx.all_to_all %ec2 on @mesh axes = {ep_axes} split_dim = 0 concat_dim = 0 "
+      f": {ty([n, el], 'i64')} -> {ty([n, el], 'i64')}")
     a(f"  %erecv = tensor.collapse_shape %erecv2 [[0, 1]] : {ty([n, el], 'i64')} into {ty([n * el], 'i64')}")
-    a(f"  %rows, %rcounts = shardx.ragged_all_to_all %send, %counts on @mesh axes = {ep_axes} "
-      f": {ty([cap, d])}, {ty([n], 'i64')} -> {ty([rcap, d])}, {ty([n], 'i64')}")
+    rz = zeros([n], "i64")
+    a(f"  %rcounts = linalg.generic {{indexing_maps = [affine_map<(j, f) -> (j, f)>, "
+      f"affine_map<(j, f) -> (j)>], iterator_types = [\"parallel\", \"reduction\"]}} "
+      f"ins(%erecv2 : {ty([n, el], 'i64')}) outs({rz} : {ty([n], 'i64')}) {{")
+    a("  ^bb0(%cv: i64, %acc: i64):")
+    a("    %s = arith.addi %acc, %cv : i64")
+    a("    linalg.yield %s : i64")
+    a(f"  }} -> {ty([n], 'i64')}")
+    a(f"  %rows = shardx.ragged_all_to_all %send, %counts recv_counts = %rcounts on @mesh axes = {ep_axes} "
+      f": {ty([cap, d])}, {ty([n], 'i64')}, {ty([n], 'i64')} -> {ty([rcap, d])}")
     # The received rows come in runs (member, local expert): run f starts
     # at the sum of the runs before it; a row's local expert is its run's.
     bz = zeros([n * el], "i64")
@@ -449,9 +461,10 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
         a("    linalg.yield %s : f32")
         a(f"  }} -> {ty([rcap, d])}")
         acc = nacc
-    # Combine: every row back to its sender, in the order it was sent.
-    a(f"  %back, %bcounts = shardx.ragged_all_to_all {acc}, %rcounts on @mesh axes = {ep_axes} "
-      f": {ty([rcap, d])}, {ty([n], 'i64')} -> {ty([cap, d])}, {ty([n], 'i64')}")
+    # Combine: every row back to its sender, in the order it was sent; this
+    # rank receives the counts it sent.
+    a(f"  %back = shardx.ragged_all_to_all {acc}, %rcounts recv_counts = %counts on @mesh axes = {ep_axes} "
+      f": {ty([rcap, d])}, {ty([n], 'i64')}, {ty([n], 'i64')} -> {ty([cap, d])}")
     # Per item: its row back (place again), then the gates' sum per token.
     yz = zeros([q, d])
     a(f"  %yq = linalg.generic {{indexing_maps = [affine_map<(i, c, p) -> (i, p)>, "
@@ -512,8 +525,8 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
     # The combine's transpose: the rows' gradients to the experts' ranks,
     # with the dispatch's counts (the rows land where they did forward).
     dback = mm("%place", "%dyq", cap, q, d, ta=True)
-    a(f"  %dout, %dcounts = shardx.ragged_all_to_all {dback}, %counts on @mesh axes = {ep_axes} "
-      f": {ty([cap, d])}, {ty([n], 'i64')} -> {ty([rcap, d])}, {ty([n], 'i64')}")
+    a(f"  %dout = shardx.ragged_all_to_all {dback}, %counts recv_counts = %rcounts on @mesh axes = {ep_axes} "
+      f": {ty([cap, d])}, {ty([n], 'i64')}, {ty([n], 'i64')} -> {ty([rcap, d])}")
     drows = zeros([rcap, d])
     dws = {"w1": [], "w3": [], "w2": []}
     for x_e, (ws, h1, h3, hh) in enumerate(saved):
@@ -542,8 +555,8 @@ def local_program(tokens, dim, hidden, experts, mesh_shape, backward=False):
                                (dr3, [rcap, d], "d0, d1", f32)],
                    ["%s1 = arith.addf %a0, %a1 : f32", "%res = arith.addf %s1, %a2 : f32"])
     # The dispatch's transpose: the rows' gradients back to their senders.
-    a(f"  %dsend, %dcounts2 = shardx.ragged_all_to_all {drows}, %rcounts on @mesh axes = {ep_axes} "
-      f": {ty([rcap, d])}, {ty([n], 'i64')} -> {ty([cap, d])}, {ty([n], 'i64')}")
+    a(f"  %dsend = shardx.ragged_all_to_all {drows}, %rcounts recv_counts = %counts on @mesh axes = {ep_axes} "
+      f": {ty([rcap, d])}, {ty([n], 'i64')}, {ty([n], 'i64')} -> {ty([cap, d])}")
     dxq = mm("%place", "%dsend", q, cap, d)
     a(f"  %dxq3 = tensor.expand_shape {dxq} [[0, 1], [2]] output_shape [{tl}, {k}, {d}] : {ty([q, d])} into {ty([tl, k, d])}")
     xz = zeros([tl, d])
