@@ -759,8 +759,11 @@ LogicalResult mlir::shardx::takeCachedKernels(ModuleOp module,
   ObjectCache cache = ObjectCache::fromEnvironment(error);
   if (!cache.isEnabled())
     return success();
-  std::string prefix =
-      spec->key() + "|mlir kernel|" + loweringAttributes(module) + "|";
+  // The kernel ABI is part of the key: "ptr-args" since a kernel takes its
+  // statically shaped buffers as pointers (shardx-kernel-pointer-args), so
+  // an object compiled for descriptor arguments is never linked.
+  std::string prefix = spec->key() + "|mlir kernel|abi ptr-args|" +
+                       loweringAttributes(module) + "|";
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal() || !fn.getName().starts_with(kKernelPrefix))
       continue;

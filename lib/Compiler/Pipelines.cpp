@@ -125,7 +125,11 @@ void mlir::shardx::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   // next run instead of mapping and faulting them in again.
   addUpstream(pm, "math-expand-ops{ops=rsqrt},convert-math-to-libm,"
                   "lower-affine,convert-scf-to-cf,expand-strided-metadata,"
-                  "lower-affine,finalize-memref-to-llvm{use-generic-functions},"
+                  "lower-affine");
+  // A kernel's buffers as pointers, not descriptors: the host code's calls
+  // pass one value per buffer instead of 3 + 2 * rank.
+  pm.addPass(createKernelPointerArgsPass());
+  addUpstream(pm, "finalize-memref-to-llvm{use-generic-functions},"
                   "convert-math-to-llvm,convert-arith-to-llvm,"
                   "convert-index-to-llvm,convert-func-to-llvm,"
                   "convert-cf-to-llvm,reconcile-unrealized-casts");

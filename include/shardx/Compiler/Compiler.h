@@ -196,6 +196,14 @@ struct OutlineStats {
 /// kernel once, in parallel, through the kernel cache (emitArtifact).
 FailureOr<OutlineStats> outlineKernels(ModuleOp module);
 
+/// Right before the conversions to the LLVM dialect: every memref argument
+/// of an outlined kernel with a static shape and static strides becomes one
+/// `!llvm.ptr`, to its buffer's element at the buffer's offset, instead of a
+/// descriptor of 3 + 2 * rank scalars; the kernel rebuilds the descriptor
+/// from its type and its callers pass the pointer
+/// (`shardx-kernel-pointer-args`).
+LogicalResult passKernelBuffersAsPointers(ModuleOp module);
+
 /// The printed form of a kernel (a function-like symbol op) with its name
 /// left out, every printing flag fixed: equal for structurally identical
 /// kernels (SSA names are numbered by position, locations not printed).

@@ -148,6 +148,43 @@ def OutlineKernelsPass : Pass<"shardx-outline-kernels", "ModuleOp"> {
   let dependentDialects = ["func::FuncDialect"];
 }
 
+def KernelPointerArgsPass
+    : Pass<"shardx-kernel-pointer-args", "ModuleOp"> {
+  let summary = "Passes each statically shaped buffer of an outlined kernel "
+                "as one pointer instead of a memref descriptor";
+  let description = [{
+    Run on the cpu target right before the memref and func conversions to
+    the LLVM dialect. A memref argument lowers to 3 + 2 * rank scalars
+    (allocated and aligned pointer, offset, sizes, strides), which every
+    call extracts from the caller's descriptor and the callee packs again.
+    The sizes and strides of an outlined kernel's buffers are in its type
+    (kernels are keyed by their shapes), so each argument of a
+    `shardx_kernel_*` function whose memref type has a static shape and
+    static strides becomes one `!llvm.ptr`: the element at the buffer's
+    offset (the caller adds a dynamic offset to the aligned pointer). The
+    kernel rebuilds its descriptor from the type (offset 0 for a dynamic
+    one), so its loops address the same elements. Other arguments, other
+    functions (entry points, layer functions, runtime calls) and kernels
+    used other than by `func.call` keep the descriptor ABI.
+
+    ```mlir
+    call @shardx_kernel_1(%v) : (memref<4x8xf32, strided<[8, 1], offset: ?>>) -> ()
+    func.func private @shardx_kernel_1(%a: memref<4x8xf32, strided<[8, 1], offset: ?>>)
+    ```
+    becomes
+    ```mlir
+    %d = builtin.unrealized_conversion_cast %v : memref<...> to !llvm.struct<...>
+    %p = llvm.extractvalue %d[1]   %o = llvm.extractvalue %d[2]
+    %q = llvm.getelementptr %p[%o] : (!llvm.ptr, i64) -> !llvm.ptr, f32
+    call @shardx_kernel_1(%q) : (!llvm.ptr) -> ()
+    func.func private @shardx_kernel_1(%q: !llvm.ptr) {
+      %d = <descriptor of %q: sizes [4, 8], strides [8, 1], offset 0>
+      %a = builtin.unrealized_conversion_cast %d : !llvm.struct<...> to memref<...>
+    ```
+  }];
+  let dependentDialects = ["func::FuncDialect", "LLVM::LLVMDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // The cpu target (lib/Compiler/CpuLoops.cpp, NarrowFloats.cpp, ScatterLoops.cpp)
 //===----------------------------------------------------------------------===//
