@@ -135,7 +135,13 @@ PlanPricer::PlanPricer(
     : mesh(mesh), costs(costs), budget(budget),
       meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
       meshShape(mesh.getShape()), groups(groups), pinnedArg(pinnedArg),
-      phase(phase), phases(phases) {}
+      phase(phase), phases(phases) {
+  // The functions priced on keep their ops (a plan only changes argument
+  // and result attributes): each op's rule is asked once for all plans.
+  rules.keepRules();
+  for (RuleCache &r : cutRules)
+    r.keepRules();
+}
 
 PlanPricer::~PlanPricer() = default;
 
@@ -283,6 +289,7 @@ void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
         if (cutParts[0].ops.contains(&a))
           w->part->ops.insert(&b);
     }
+    w->rules.keepRules();
     w->costs = std::make_unique<CostModel>(costs.withEmptyCache());
     workers.push_back(std::move(w));
   }

@@ -180,7 +180,7 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
     // Captured tensors must be replicated too: they are operands in effect.
     return success();
   }
-  space.setRuleId(op, rules.idOf(*rule));
+  space.setRuleId(op, rules.idOf(op, *rule));
   OpLayouts best = choose(op, *rule, operands, results);
   movable.add(op, std::move(*rule));
   if (!best.valid)

@@ -34,6 +34,13 @@ FailureOr<ShardingRule> RuleCache::get(Operation *op) {
 }
 
 const std::optional<ShardingRule> &RuleCache::prefetch(Operation *op) {
+  if (keep) {
+    auto [it, inserted] = prefetched.try_emplace(op);
+    if (inserted)
+      if (FailureOr<ShardingRule> r = get(op); succeeded(r))
+        it->second = std::move(*r);
+    return it->second;
+  }
   std::optional<ShardingRule> &rule = prefetched[op];
   if (FailureOr<ShardingRule> r = get(op); succeeded(r))
     rule = std::move(*r);
@@ -41,6 +48,12 @@ const std::optional<ShardingRule> &RuleCache::prefetch(Operation *op) {
 }
 
 FailureOr<ShardingRule> RuleCache::take(Operation *op) {
+  if (keep) {
+    const std::optional<ShardingRule> &rule = prefetch(op);
+    if (!rule)
+      return failure();
+    return *rule;
+  }
   if (auto it = prefetched.find(op); it != prefetched.end()) {
     std::optional<ShardingRule> rule = std::move(it->second);
     prefetched.erase(it);
@@ -53,6 +66,15 @@ FailureOr<ShardingRule> RuleCache::take(Operation *op) {
 
 size_t RuleCache::CodeHash::operator()(const std::vector<int64_t> &code) const {
   return llvm::hash_combine_range(code.begin(), code.end());
+}
+
+unsigned RuleCache::idOf(Operation *op, const ShardingRule &rule) {
+  if (!keep)
+    return idOf(rule);
+  auto [it, inserted] = keptIds.try_emplace(op, 0);
+  if (inserted)
+    it->second = idOf(rule);
+  return it->second;
 }
 
 unsigned RuleCache::idOf(const ShardingRule &rule) {

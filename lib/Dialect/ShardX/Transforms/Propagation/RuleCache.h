@@ -11,7 +11,10 @@
 //     attributes, operand and result types: all LinalgRules.cpp reads);
 //   - a rule asked ahead of the op's turn (`prefetch`, by the hints pass of
 //     the greedy search) is handed over once (`take`) instead of asked again;
-//   - equal rules get one number (`idOf`), for the keys of a search's caches.
+//   - equal rules get one number (`idOf`), for the keys of a search's caches;
+//   - a caller that runs many searches of one function without changing its
+//     ops (shardx-auto-shard, a search per plan) may keep every op's rule
+//     and number across them (`keepRules`): asked once in all.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,9 +51,19 @@ public:
 
   /// A number per distinct rule (rules compare by content).
   unsigned idOf(const ShardingRule &rule);
+  /// The number of `rule`, `op`'s: with `keepRules`, asked once per op.
+  unsigned idOf(Operation *op, const ShardingRule &rule);
+
+  /// From now on an op's rule and number are kept once asked: `take`
+  /// hands over a copy, and `prefetch`, `take` and `idOf` answer from
+  /// what they kept. Only for ops that neither change nor are erased while
+  /// this cache lives (the rule of an op is asked of the op once).
+  void keepRules() { keep = true; }
 
 private:
+  bool keep = false;
   DenseMap<Operation *, std::optional<ShardingRule>> prefetched;
+  DenseMap<Operation *, unsigned> keptIds;
   DenseMap<std::tuple<OperationName, Attribute, Type>,
            std::optional<ShardingRule>>
       linalgRules;
