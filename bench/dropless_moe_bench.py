@@ -161,9 +161,15 @@ def torch_dropless(args, n):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_torch_worker, args=(n, args, port, queue), nprocs=n, join=True,
-                       start_method="spawn")
-    return queue.get()
+    procs = mp.start_processes(_torch_worker, args=(n, args, port, queue), nprocs=n, join=False,
+                               start_method="spawn")
+    # Read before joining: rank 0's put blocks on the pipe until it is read
+    # once the output is larger than the pipe's buffer (64 KiB: the default
+    # 256 tokens x 64 f32).
+    result = queue.get()
+    while not procs.join():
+        pass
+    return result
 
 
 def _block_and_tokens(args):
