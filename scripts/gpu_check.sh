@@ -13,11 +13,19 @@
 # also checks the CPU sharded run against them) and its CUDA artifacts
 # P/unsharded.so (1 rank), P/sharded.so (the program's mesh: 2 or 4
 # ranks) and P/scheduled.so (the same with --schedule-collectives: started
-# collectives and waits).
+# collectives and waits). Also shardx.ragged_all_to_all, as local programs
+# (test/Compiler/Gpu/Inputs/ragged-{counted,known}.mlir, made by
+# ragged_gpu_check.py there): R = ragged_{counted,known}_{2,4}, the counts
+# exchanged or given (recv_counts), on 2 and 4 ranks, uneven counts with
+# zeros, there and back; R/in<i>.npy (rows and counts), R/ref<i>.npy (the
+# outputs on the CPU's threads backend, checked there against the answer
+# computed from the inputs) and R/local.so (its CUDA artifact).
 #
 # The run half needs only DIR and a CUDA driver (cuBLAS is found in
 # PyTorch's wheels, docs/Runtime.md): it runs every artifact with
-# `shardx-gpu-exec --backend cuda-local` on the inputs, compares each output
+# `shardx-gpu-exec --backend cuda-local` on the inputs (the ragged ones'
+# local.so too: the runtime's ragged entry points staging device buffers
+# through host memory, never run elsewhere), compares each output
 # with the reference (f32: rtol 1e-4, atol 1e-5 unless SHARDX_GPU_RTOL /
 # SHARDX_GPU_ATOL say otherwise; f64 1e-10 and 1e-12; integers exact),
 # prints one line per run and `N passed, N failed`, and exits 1 when any
@@ -94,6 +102,8 @@ if [ "$run" = 0 ]; then
     "$bin/shardx-compile" --target=cuda --schedule-collectives "$src" \
       -o "$DIR/$p/scheduled.so"
   done
+  log "ragged all-to-all (counted, known recv_counts; 2, 4 ranks): CPU references and CUDA artifacts"
+  "$SHARDX_PYTHON" "$ROOT/test/Compiler/Gpu/Inputs/ragged_gpu_check.py" "$bin" "$DIR" >&2
   log "the JIT's train steps for backend=cuda (scripts/gpu_jit_check.py --build)"
   "$SHARDX_PYTHON" "$ROOT/scripts/gpu_jit_check.py" --build "$DIR/jit" >&2
   mkdir -p "$DIR/python"
@@ -133,7 +143,7 @@ if [ "$run" = 0 ]; then
   "$SHARDX_PYTHON" "$ROOT/bench/gpu_step_bench.py" --build-only \
     --dir "$DIR/step-bench" >&2
   bytes=$(du -sb "$DIR" | cut -f1)
-  log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs)"
+  log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs, 4 ragged)"
   if [ "$bytes" -gt "$MAX_BYTES" ]; then
     log "error: $DIR is $bytes bytes, over the $MAX_BYTES a GPU machine is carried"
     exit 1
@@ -161,7 +171,7 @@ for dir in "$DIR"/*/; do
   ls "$dir"/ref*.npy >/dev/null 2>&1 || continue
   inputs=$(ls "$dir"/in*.npy 2>/dev/null | sort -V | paste -sd, -)
   refs=$(ls "$dir"/ref*.npy | sort -V | paste -sd, -)
-  for kind in unsharded sharded scheduled; do
+  for kind in unsharded sharded scheduled local; do
     [ -f "$dir/$kind.so" ] || continue
     if [ -n "$nodriver" ]; then
       failed=$((failed + 1))
