@@ -15,9 +15,9 @@
 # ranks) and P/scheduled.so (the same with --schedule-collectives: started
 # collectives and waits). Also shardx.ragged_all_to_all, as local programs
 # (test/Compiler/Gpu/Inputs/ragged-{counted,known}.mlir, made by
-# ragged_gpu_check.py there): R = ragged_{counted,known}_{2,4}, the counts
-# exchanged or given (recv_counts), on 2 and 4 ranks, uneven counts with
-# zeros, there and back; R/in<i>.npy (rows and counts), R/ref<i>.npy (the
+# ragged_gpu_check.py there): R = ragged_{counted,known}_{2,4,2x2}, the
+# counts exchanged or given (recv_counts), on 2 and 4 ranks and over ep of
+# a (dp, ep) 2x2 mesh, uneven counts with zeros, there and back; R/in<i>.npy (rows and counts), R/ref<i>.npy (the
 # outputs on the CPU's threads backend, checked there against the answer
 # computed from the inputs) and R/local.so (its CUDA artifact).
 #
@@ -102,7 +102,7 @@ if [ "$run" = 0 ]; then
     "$bin/shardx-compile" --target=cuda --schedule-collectives "$src" \
       -o "$DIR/$p/scheduled.so"
   done
-  log "ragged all-to-all (counted, known recv_counts; 2, 4 ranks): CPU references and CUDA artifacts"
+  log "ragged all-to-all (counted, known recv_counts; 2, 4, 2x2 ranks): CPU references and CUDA artifacts"
   "$SHARDX_PYTHON" "$ROOT/test/Compiler/Gpu/Inputs/ragged_gpu_check.py" "$bin" "$DIR" >&2
   log "the JIT's train steps for backend=cuda (scripts/gpu_jit_check.py --build)"
   "$SHARDX_PYTHON" "$ROOT/scripts/gpu_jit_check.py" --build "$DIR/jit" >&2
@@ -143,7 +143,7 @@ if [ "$run" = 0 ]; then
   "$SHARDX_PYTHON" "$ROOT/bench/gpu_step_bench.py" --build-only \
     --dir "$DIR/step-bench" >&2
   bytes=$(du -sb "$DIR" | cut -f1)
-  log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs, 4 ragged)"
+  log "$DIR: $(du -sh "$DIR" | cut -f1) (${#PROGRAMS[@]} programs, 6 ragged)"
   if [ "$bytes" -gt "$MAX_BYTES" ]; then
     log "error: $DIR is $bytes bytes, over the $MAX_BYTES a GPU machine is carried"
     exit 1
