@@ -16,6 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Contractions.h"
+
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
@@ -63,10 +65,10 @@ bool isTranspose(linalg::GenericOp op) {
   return isDataMovement(op) && op.getIndexingMapsArray()[0].isPermutation();
 }
 
-/// A (batched) GEMM up to permutations of its operands and result: a
-/// contraction with one batch, m, n and k dim at most, each operand map a
-/// permutation of the dims it uses, one element type. Returns its dims.
-std::optional<linalg::ContractionDimensions> matchGemm(linalg::LinalgOp op) {
+} // namespace
+
+std::optional<linalg::ContractionDimensions>
+mlir::shardx::matchGemm(linalg::LinalgOp op, bool allowWidening) {
   if (op->getNumResults() > 1 || op.getNumDpsInputs() != 2 ||
       op.getNumDpsInits() != 1 || !linalg::isaContractionOpInterface(op))
     return std::nullopt;
@@ -76,9 +78,12 @@ std::optional<linalg::ContractionDimensions> matchGemm(linalg::LinalgOp op) {
       dims->n.size() != 1 || dims->k.size() != 1)
     return std::nullopt;
   Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
-  for (Value v : op->getOperands())
-    if (getElementTypeOrSelf(v.getType()) != elt)
-      return std::nullopt;
+  Type out = getElementTypeOrSelf(op.getDpsInits()[0].getType());
+  if (getElementTypeOrSelf(op->getOperand(1).getType()) != elt)
+    return std::nullopt;
+  if (out != elt &&
+      !(allowWidening && (elt.isBF16() || elt.isF16()) && out.isF32()))
+    return std::nullopt;
   // Every loop is one of the four kinds and each operand reads exactly its
   // own dims (no diagonals, no broadcasts).
   unsigned expected = dims->batch.size() + 3;
@@ -90,6 +95,8 @@ std::optional<linalg::ContractionDimensions> matchGemm(linalg::LinalgOp op) {
       return std::nullopt;
   return *dims;
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Tensor-level rewrites
@@ -112,7 +119,8 @@ struct FoldTransposeOfResult : OpRewritePattern<linalg::GenericOp> {
     auto producer =
         transpose.getDpsInputs()[0].getDefiningOp<linalg::GenericOp>();
     if (!producer || producer->getNumResults() != 1 ||
-        !producer->getResult(0).hasOneUse() || !matchGemm(producer))
+        !producer->getResult(0).hasOneUse() ||
+        !mlir::shardx::matchGemm(producer))
       return failure();
     // Only a fresh zero-filled accumulator can be permuted for free.
     auto fill = producer.getDpsInits()[0].getDefiningOp<linalg::FillOp>();
@@ -173,7 +181,7 @@ bool shouldFuse(OpOperand *operand) {
     return false;
   if (isTranspose(producer))
     return true;
-  if (matchGemm(consumer))
+  if (mlir::shardx::matchGemm(consumer))
     return false;
   if (isDataMovement(producer))
     return true;
@@ -329,10 +337,11 @@ LogicalResult mlir::shardx::contractionsToBlasCalls(ModuleOp module) {
                                  "shardx_rt_batch_matmul_", {"f32", "f64"});
 }
 
-LogicalResult
-mlir::shardx::contractionsToGemmCalls(ModuleOp module, StringRef gemm,
-                                      StringRef batchedGemm,
-                                      ArrayRef<StringRef> dtypes) {
+LogicalResult mlir::shardx::contractionsToGemmCalls(ModuleOp module,
+                                                    StringRef gemm,
+                                                    StringRef batchedGemm,
+                                                    ArrayRef<StringRef> dtypes,
+                                                    bool allowWidening) {
   auto suffix = [&](Type elt) -> std::optional<std::string> {
     std::optional<rt::DType> type = getRuntimeDType(elt);
     if (!type || !llvm::is_contained(dtypes, rt::stringifyDType(*type)))
@@ -347,20 +356,26 @@ mlir::shardx::contractionsToGemmCalls(ModuleOp module, StringRef gemm,
       return;
     if (!suffix(getElementTypeOrSelf(op->getOperand(0).getType())))
       return;
-    if (std::optional<linalg::ContractionDimensions> dims = matchGemm(op))
+    if (std::optional<linalg::ContractionDimensions> dims =
+            matchGemm(op, allowWidening))
       ops.emplace_back(op, *dims);
   });
   for (auto &[op, dims] : ops) {
     Type elt = getElementTypeOrSelf(op->getOperand(0).getType());
+    Type out = getElementTypeOrSelf(op.getDpsInits()[0].getType());
     bool batched = !dims.batch.empty();
     int64_t rank = batched ? 3 : 2;
+    // A widening GEMM (bf16/f16 operands, f32 result) is `<t>_f32`.
     std::string name = (batched ? batchedGemm : gemm).str() + *suffix(elt);
+    if (out != elt)
+      name += "_" + std::string(rt::stringifyDType(*getRuntimeDType(out)));
     SmallVector<int64_t> dyn(rank, ShapedType::kDynamic);
     auto layout = StridedLayoutAttr::get(ctx, ShapedType::kDynamic, dyn);
     auto argType = MemRefType::get(dyn, elt, layout);
+    auto outType = MemRefType::get(dyn, out, layout);
     auto flagType = builder.getI32Type();
     auto fnType =
-        builder.getFunctionType({argType, argType, argType, flagType}, {});
+        builder.getFunctionType({argType, argType, outType, flagType}, {});
     auto callee = module.lookupSymbol<func::FuncOp>(name);
     if (!callee) {
       builder.setInsertionPointToStart(module.getBody());
@@ -386,8 +401,9 @@ mlir::shardx::contractionsToGemmCalls(ModuleOp module, StringRef gemm,
         permutedView(builder, loc, op.getDpsInputs()[1], maps[1],
                      order(dims.k[0], dims.n[0])),
         permutedView(builder, loc, c, maps[2], order(dims.m[0], dims.n[0]))};
-    for (Value &v : args)
-      v = memref::CastOp::create(builder, loc, argType, v);
+    args[0] = memref::CastOp::create(builder, loc, argType, args[0]);
+    args[1] = memref::CastOp::create(builder, loc, argType, args[1]);
+    args[2] = memref::CastOp::create(builder, loc, outType, args[2]);
     linalg::FillOp fill = zeroFillBefore(op, c);
     args.push_back(
         arith::ConstantIntOp::create(builder, loc, flagType, fill ? 0 : 1));

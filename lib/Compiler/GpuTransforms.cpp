@@ -387,7 +387,8 @@ struct ContractionsToCublasPass
   void runOnOperation() override {
     if (failed(mlir::shardx::contractionsToGemmCalls(
             getOperation(), "shardx_rt_cuda_gemm_",
-            "shardx_rt_cuda_gemm_batched_", {"f32", "f16", "bf16"})))
+            "shardx_rt_cuda_gemm_batched_", {"f32", "f16", "bf16"},
+            /*allowWidening=*/true)))
       signalPassFailure();
   }
 };

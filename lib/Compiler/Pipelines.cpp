@@ -70,13 +70,16 @@ LogicalResult writeFile(StringRef path, StringRef text) {
 } // namespace
 
 void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
-                                              const std::string &recompute) {
+                                              const std::string &recompute,
+                                              bool narrowGemmOperands) {
   // Halo exchanges become permutes, which the conversion lowers.
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   pm.addPass(createFuseTensorOpsPass());
+  if (narrowGemmOperands)
+    pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");
   // After the last CSE on tensors, which would merge the copies back. Under
   // `none` too: it honors the model's torch.utils.checkpoint regions.
@@ -139,7 +142,8 @@ void mlir::shardx::buildCudaCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
   addProgramStart(pm, /*widenContractions=*/false);
   pm.addPass(createRecordStagingSignaturesPass());
-  buildBufferizationPipeline(pm, options.recompute);
+  buildBufferizationPipeline(pm, options.recompute,
+                             /*narrowGemmOperands=*/true);
   pm.addPass(createContractionsToCublasPass());
   pm.addPass(createDeallocateBuffersPass());
   pm.addPass(createPlaceBuffersOnDevicePass());

@@ -731,9 +731,14 @@ class CompiledFunction(runtime().CompiledCall):
         # libm call its own math lowers to ("func.call op operand type
         # mismatch" from shardx-compile).
         from .importer import module as importer_module
+        from .importer.attention import flash_precision
         start = time.perf_counter()
-        text = trace(traced, examples, self._trace_mesh, in_pl if self._trace_mesh else None,
-                     out_pl, name=f"jit_{self.name}", arg_attrs=arg_attrs)
+        # On a GPU, attention of bf16/f16 values at a fused kernel's
+        # precision: its GEMMs on tensor cores (importer/attention.py).
+        with flash_precision(self.backend in GPU_BACKENDS):
+            text = trace(traced, examples, self._trace_mesh,
+                         in_pl if self._trace_mesh else None, out_pl,
+                         name=f"jit_{self.name}", arg_attrs=arg_attrs)
         timing = dict(importer_module.last_timing)
         if self.memory_budget is not None:
             # The plan's layouts are the inputs' (the entry scatters them).

@@ -254,9 +254,12 @@ LogicalResult emitArtifact(ModuleOp module, const CompileOptions &options,
 /// `<gemm><dtype>` or `<batchedGemm><dtype>` taking (A, B, C, accumulate)
 /// as strided views; a zero fill of C right before it becomes
 /// accumulate = 0. contractionsToBlasCalls is this with the OpenBLAS names.
+/// With `allowWidening`, a GEMM of bf16/f16 operands with an f32 result (what
+/// shardx-narrow-gemm-operands makes) calls `<name><dtype>_f32`.
 LogicalResult contractionsToGemmCalls(ModuleOp module, StringRef gemm,
                                       StringRef batchedGemm,
-                                      ArrayRef<StringRef> dtypes);
+                                      ArrayRef<StringRef> dtypes,
+                                      bool allowWidening = false);
 
 /// The PTX of the cuda target's kernel module after
 /// gpu-module-to-binary{format=isa} (empty when the program has no kernel).

@@ -62,9 +62,12 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
 
 /// The targets' common start (in both pipelines): the collectives become
 /// runtime calls, the meshes go, tensor ops are fused, forward values are
-/// recomputed where `recompute` says, and the program is bufferized.
+/// recomputed where `recompute` says, and the program is bufferized. With
+/// `narrowGemmOperands` (the cuda target), GEMMs of widened bf16/f16 values
+/// read the narrow values (shardx-narrow-gemm-operands).
 void buildBufferizationPipeline(OpPassManager &pm,
-                                const std::string &recompute = "none");
+                                const std::string &recompute = "none",
+                                bool narrowGemmOperands = false);
 
 #define GEN_PASS_REGISTRATION
 #include "shardx/Compiler/Passes.h.inc"

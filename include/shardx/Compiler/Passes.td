@@ -229,6 +229,26 @@ def ExpandNarrowFloatsPass : Pass<"shardx-expand-narrow-floats", "ModuleOp"> {
 // The cuda target (lib/Compiler/GpuTransforms.cpp)
 //===----------------------------------------------------------------------===//
 
+def NarrowGemmOperandsPass
+    : Pass<"shardx-narrow-gemm-operands", "ModuleOp"> {
+  let summary = "GEMMs of widened bf16/f16 operands read the narrow values "
+                "(a bf16/f16 GEMM with an f32 result)";
+  let description = [{
+    The cuda target's tensor-level step after fusion. A (batched) f32 GEMM
+    both of whose operands are `arith.extf` of bf16 (or both of f16) values,
+    each computed by an elementwise generic, becomes a GEMM of the narrow
+    values with the f32 result, its body widening them: cuBLAS multiplies
+    bf16/f16 on tensor cores and accumulates in f32. The result is the
+    same up to the order of the sums, as every product of two widened
+    bf16/f16 values is exact in f32. A producer that widens one of its
+    inputs is read through (its maps composed into the GEMM's); one that
+    computes the narrow value first (a rounding, `extf(truncf(x))`) is
+    copied with the narrow result. Producers no longer read go.
+  }];
+  let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
+                           "tensor::TensorDialect"];
+}
+
 def ContractionsToCublasPass
     : Pass<"shardx-contractions-to-cublas", "ModuleOp"> {
   let summary = "Replaces f32/f16/bf16 (batched) GEMM contractions on "

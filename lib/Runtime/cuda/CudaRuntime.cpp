@@ -356,10 +356,12 @@ void gemmView(const MemRef<N> *m, const char *name, bool &rowMajor,
 }
 
 /// C = A * B (+ C when `accumulate`) on cuBLAS, batched over dim 0 when
-/// N = 3. Element size `bytes`, cuBLAS data type `type`.
+/// N = 3, accumulated in f32. A and B have cuBLAS data type `type` and
+/// element size `bytes`, C `cType` and `cBytes` (f32 for a bf16/f16 GEMM
+/// whose result is not rounded to its inputs' type).
 template <int N>
 void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
-          int type, int bytes) {
+          int type, int bytes, int cType, int cBytes) {
   int64_t batch = N == 3 ? c->sizes[0] : 1;
   int64_t m = c->sizes[N - 2], n = c->sizes[N - 1], k = a->sizes[N - 1];
   if (m == 0 || n == 0 || batch == 0)
@@ -373,7 +375,7 @@ void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
           sc = N == 3 ? c->strides[0] : 0;
   const char *pa = a->aligned + a->offset * bytes;
   const char *pb = b->aligned + b->offset * bytes;
-  char *pc = c->aligned + c->offset * bytes;
+  char *pc = c->aligned + c->offset * cBytes;
   for (int64_t v : {m, n, k, lda, ldb, ldc, batch})
     if (v > INT32_MAX)
       fatal("GEMM dimension %lld exceeds cuBLAS's int range", (long long)v);
@@ -386,13 +388,13 @@ void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
     r = cublas().gemmStridedBatchedEx(
         h, rb ? kCublasOpN : kCublasOpT, ra ? kCublasOpN : kCublasOpT, int(n),
         int(m), int(k), &alpha, pb, type, int(ldb), sb, pa, type, int(lda), sa,
-        &beta, pc, type, int(ldc), sc, int(batch), kCublasCompute32F,
+        &beta, pc, cType, int(ldc), sc, int(batch), kCublasCompute32F,
         kCublasGemmDefault);
   } else {
     r = cublas().gemmStridedBatchedEx(
         h, ra ? kCublasOpT : kCublasOpN, rb ? kCublasOpT : kCublasOpN, int(m),
         int(n), int(k), &alpha, pa, type, int(lda), sa, pb, type, int(ldb), sb,
-        &beta, pc, type, int(ldc), sc, int(batch), kCublasCompute32F,
+        &beta, pc, cType, int(ldc), sc, int(batch), kCublasCompute32F,
         kCublasGemmDefault);
   }
   if (r)
@@ -777,19 +779,23 @@ void shardx_rt_cuda_memcpy(intptr_t dst, intptr_t src, intptr_t bytes) {
 // Contractions
 //===----------------------------------------------------------------------===//
 
-#define SHARDX_CUDA_GEMM(SUFFIX, TYPE, BYTES)                                  \
+// `<t>`: A, B and C of type t; `<t>_f32`: A and B of type t, C f32 (a GEMM
+// of widened bf16/f16 operands, shardx-narrow-gemm-operands).
+#define SHARDX_CUDA_GEMM(SUFFIX, TYPE, BYTES, CTYPE, CBYTES)                   \
   void _mlir_ciface_shardx_rt_cuda_gemm_##SUFFIX(                              \
       MemRef<2> *a, MemRef<2> *b, MemRef<2> *c, int32_t accumulate) {          \
-    gemm<2>(a, b, c, accumulate, TYPE, BYTES);                                 \
+    gemm<2>(a, b, c, accumulate, TYPE, BYTES, CTYPE, CBYTES);                  \
   }                                                                            \
   void _mlir_ciface_shardx_rt_cuda_gemm_batched_##SUFFIX(                      \
       MemRef<3> *a, MemRef<3> *b, MemRef<3> *c, int32_t accumulate) {          \
-    gemm<3>(a, b, c, accumulate, TYPE, BYTES);                                 \
+    gemm<3>(a, b, c, accumulate, TYPE, BYTES, CTYPE, CBYTES);                  \
   }
 
-SHARDX_CUDA_GEMM(f32, kCudaR32F, 4)
-SHARDX_CUDA_GEMM(f16, kCudaR16F, 2)
-SHARDX_CUDA_GEMM(bf16, kCudaR16BF, 2)
+SHARDX_CUDA_GEMM(f32, kCudaR32F, 4, kCudaR32F, 4)
+SHARDX_CUDA_GEMM(f16, kCudaR16F, 2, kCudaR16F, 2)
+SHARDX_CUDA_GEMM(bf16, kCudaR16BF, 2, kCudaR16BF, 2)
+SHARDX_CUDA_GEMM(f16_f32, kCudaR16F, 2, kCudaR32F, 4)
+SHARDX_CUDA_GEMM(bf16_f32, kCudaR16BF, 2, kCudaR32F, 4)
 
 #undef SHARDX_CUDA_GEMM
 

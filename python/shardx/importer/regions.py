@@ -65,6 +65,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from . import attention
 from .values import ImportError_
 
 __all__ = ["region", "regions_enabled", "Region"]
@@ -345,7 +346,8 @@ def call_region(fn: Callable, ident: str, args, kwargs, params: Dict[str, torch.
     if len({id(t) for t in operands}) != len(operands):
         return fn(*args, **kwargs)  # one tensor twice: aliasing the trace would not see
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in operands)
-    key_text = f"{ident}|{spec}|{';'.join(sig)}|grad={grad}|{_autocast_state()}"
+    key_text = (f"{ident}|{spec}|{';'.join(sig)}|grad={grad}|{_autocast_state()}|"
+                f"{attention.mode_key()}")
     key = "r" + hashlib.sha256(key_text.encode()).hexdigest()[:16]
     n_args = len(operands) - len(names)
 
@@ -494,6 +496,11 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
         diff = [o for o, m in zip(outs, tangent_mask) if m]
         wrt = [p for p, n in zip(prim, needs) if n]
         with contextlib.ExitStack() as stack:
+            # The backward outside the caller's autocast, as eager's
+            # loss.backward() runs it: its ops take the forward's dtypes.
+            for device in ("cpu", "cuda"):
+                if torch.is_autocast_enabled(device):
+                    stack.enter_context(torch.autocast(device, enabled=False))
             if outer_phase is not None and diff:
                 from ..train import link_backward_to_forward, phase
                 stack.enter_context(phase("backward"))
@@ -550,6 +557,60 @@ def _mutates_placeholder(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+_WIDENINGS = {torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default}
+_VIEWS = {torch.ops.aten.transpose.int, torch.ops.aten.permute.default, torch.ops.aten.t.default,
+          torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+          torch.ops.aten.expand.default, torch.ops.aten.clone.default,
+          torch.ops.aten.alias.default}
+
+
+def _widening_chain(n: torch.fx.Node):
+    """``n`` as views of a widening of a narrower float value: the nodes from
+    the widening up to ``n``, or None."""
+    def val(m):
+        return m.meta.get("val") if isinstance(m, torch.fx.Node) else None
+
+    chain = []
+    while n.op == "call_function" and n.target in _VIEWS and n.args and \
+            isinstance(n.args[0], torch.fx.Node):
+        chain.append(n)
+        n = n.args[0]
+    if n.op != "call_function" or n.target not in _WIDENINGS or not n.args or \
+            set(n.kwargs) - {"dtype"}:
+        return None
+    src, out = val(n.args[0]), val(n)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or \
+            not (src.dtype.is_floating_point and out.dtype.is_floating_point) or \
+            out.element_size() <= src.element_size():
+        return None
+    chain.append(n)
+    return chain[::-1]
+
+
+def _recompute_widenings(gm: torch.fx.GraphModule, nodes, backward) -> None:
+    """A forward value the backward reads that only widens another forward
+    value (``x.float()`` of a bf16 ``x``, or a view of that) is computed again
+    in the backward from the narrow value, which the backward then reads
+    instead: half the bytes kept for it, and the backward's products read
+    the narrow values as the forward's do (a GPU GEMM of bf16 operands,
+    docs/Compiler.md). As AOTAutograd's partitioner recomputes such casts."""
+    order = {n: i for i, n in enumerate(nodes)}
+    for n in nodes:
+        if n in backward or n.op != "call_function":
+            continue
+        users = [u for u in n.users if u in backward]
+        chain = _widening_chain(n) if users else None
+        if chain is None:
+            continue
+        env = {}
+        with gm.graph.inserting_before(min(users, key=order.__getitem__)):
+            for c in chain:
+                env[c] = gm.graph.node_copy(c, lambda a: env.get(a, a))
+                backward.add(env[c])
+        for u in users:
+            u.replace_input_with(n, env[n])
+
+
 def _split_joint(gm: torch.fx.GraphModule, n_primals: int, n_out: int):
     """The forward and backward graphs of a joint graph
     ``(primals, tangents) -> (outputs, grads)``: the backward holds every node
@@ -570,6 +631,8 @@ def _split_joint(gm: torch.fx.GraphModule, n_primals: int, n_out: int):
     for o in outs:
         if isinstance(o, torch.fx.Node) and o in backward:
             raise _NotARegion()  # an output that depends on a tangent: not a joint graph
+    _recompute_widenings(gm, nodes, backward)
+    nodes = list(gm.graph.nodes)
     # Forward values the backward reads (placeholders are passed as they are;
     # constants are copied).
     saved: List[torch.fx.Node] = []

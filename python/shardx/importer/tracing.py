@@ -300,6 +300,12 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
 
         def run(*xs):
             return torch.fx.Interpreter(g0).run(*xs)
+        # Pass 1 recorded the ops autocast chose; autocast must not choose
+        # again in pass 2 (a region is traced inside the caller's autocast,
+        # and would cast an f32 matmul it computes with autocast off).
+        for device in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device):
+                stack.enter_context(torch.autocast(device, enabled=False))
         with fx_traceback.preserve_node_meta():
             g = make_fx(functionalize(run, remove="mutations_and_views"),
                         decomposition_table=_decomposition_table(),
