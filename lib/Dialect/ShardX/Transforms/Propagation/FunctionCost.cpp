@@ -98,15 +98,36 @@ void FunctionCost::neededLayouts(
 double FunctionCost::valueCost(Value v, const Move *move) {
   // Asked once per value (indexUses): the rule interface is not free to
   // query, and this is the refinement's innermost cost.
-  if (uses.of(v).shapeOnly)
+  UseIndex::ValueUses &entry = uses.of(v);
+  if (entry.shapeOnly)
     return 0;
+  // The cost as the layouts stand is kept until a change touches the
+  // value (`forgetCosts`): the same number, asked again and again by the
+  // local search for the values around each op it looks at.
+  if (!move && entry.costKnown)
+    return entry.cost;
   LayoutAttr from = attrWith(v, move);
   SmallVector<std::pair<unsigned, LayoutAttr>, 8> needed;
   neededLayouts(v, from, move, /*skip=*/nullptr, /*withNested=*/true, needed);
   SmallVector<LayoutAttr, 8> layouts;
   for (auto [rank, to] : needed)
     layouts.push_back(to);
-  return costs.reshardsCost(v.getType(), from, layouts);
+  double cost = costs.reshardsCost(v.getType(), from, layouts);
+  if (!move) {
+    entry.cost = cost;
+    entry.costKnown = true;
+  }
+  return cost;
+}
+
+void FunctionCost::forgetCosts(Operation *op) {
+  // A change of `op` moves its results' layouts and its operands' needs.
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()))
+      uses.of(v).costKnown = false;
+  for (Value r : op->getResults())
+    if (isa<RankedTensorType>(r.getType()))
+      uses.of(r).costKnown = false;
 }
 
 double FunctionCost::totalCost() {
@@ -141,6 +162,7 @@ void FunctionCost::change(Operation *op, OpLayouts s, Trial &trial) {
     }
   OpLayouts &current = state.get(op);
   trial.workDelta += work(op, s) - work(op, current);
+  forgetCosts(op);
   moveNeeds(op, current, s);
   trial.undo.emplace_back(op, std::move(current));
   current = std::move(s);
@@ -156,6 +178,7 @@ double FunctionCost::costDelta(Trial &trial) {
 void FunctionCost::revert(Trial &trial) {
   for (auto &[op, s] : llvm::reverse(trial.undo)) {
     OpLayouts &current = state.get(op);
+    forgetCosts(op);
     moveNeeds(op, current, s);
     current = std::move(s);
   }

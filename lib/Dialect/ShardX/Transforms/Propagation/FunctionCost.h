@@ -26,28 +26,36 @@
 
 #include "llvm/ADT/DenseMap.h"
 
+#include <deque>
 #include <vector>
 
 namespace mlir::shardx {
 
 /// The ops whose layouts a search may change, in program order, with their
-/// rules.
+/// rules (a rule cache's kept ones where it keeps them, else owned here).
 struct MovableOps {
   SmallVector<Operation *> ops;
   DenseMap<Operation *, unsigned> position;
-  DenseMap<Operation *, ShardingRule> rules;
+  DenseMap<Operation *, const ShardingRule *> rules;
+  /// The rules handed over (addresses stable while it grows).
+  std::deque<ShardingRule> owned;
 
   void reserve(size_t numOps) {
     rules.reserve(numOps);
     position.reserve(numOps);
   }
   void add(Operation *op, ShardingRule rule) {
+    owned.push_back(std::move(rule));
+    add(op, &owned.back());
+  }
+  /// `rule` outlives this.
+  void add(Operation *op, const ShardingRule *rule) {
     ops.push_back(op);
-    rules.try_emplace(op, std::move(rule));
+    rules.try_emplace(op, rule);
     position[op] = ops.size() - 1;
   }
   const ShardingRule &ruleOf(Operation *op) const {
-    return rules.find(op)->second;
+    return *rules.find(op)->second;
   }
 };
 
@@ -117,6 +125,8 @@ private:
   /// layouts, an annotation, the enclosing op of a nested read); null for a
   /// use that needs none. Not for uses by the return.
   LayoutAttr fixedRequirement(OpOperand &use);
+  /// Forgets the kept costs of the values a change of `op` touches.
+  void forgetCosts(Operation *op);
   /// Updates the needs of `op`'s operands from layouts `from` to `to`.
   void moveNeeds(Operation *op, const OpLayouts &from, const OpLayouts &to);
 

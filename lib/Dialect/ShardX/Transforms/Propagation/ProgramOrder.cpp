@@ -133,7 +133,15 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
       return op->emitError("unranked tensors cannot be sharded");
   if (failed(verifyReassociation(op)))
     return failure();
-  FailureOr<ShardingRule> rule = rules.take(op);
+  // A kept rule is read where the cache keeps it (no copy per search).
+  std::optional<ShardingRule> taken;
+  const ShardingRule *rule = nullptr;
+  if (rules.keepsRules()) {
+    rule = rules.kept(op);
+  } else if (FailureOr<ShardingRule> r = rules.take(op); succeeded(r)) {
+    taken = std::move(*r);
+    rule = &*taken;
+  }
   // Ops whose regions read tensors from above run replicated: the captured
   // tensors are whole on every rank.
   bool capturesTensors = false;
@@ -146,7 +154,7 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
           v.getParentBlock()->getParentOp() != op)
         capturesTensors = true;
   });
-  if (failed(rule) || rule->operands.size() != operands.size() ||
+  if (!rule || rule->operands.size() != operands.size() ||
       rule->results.size() != results.size()) {
     if (!isa<tensor::EmptyOp, arith::ConstantOp>(op) &&
         warned.insert(op->getName().getStringRef()).second)
@@ -182,7 +190,10 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
   }
   space.setRuleId(op, rules.idOf(op, *rule));
   OpLayouts best = choose(op, *rule, operands, results);
-  movable.add(op, std::move(*rule));
+  if (taken)
+    movable.add(op, std::move(*taken));
+  else
+    movable.add(op, rule);
   if (!best.valid)
     best = space.replicated(op);
   if (!best.hasAttrs())

@@ -35,11 +35,13 @@ FailureOr<ShardingRule> RuleCache::get(Operation *op) {
 
 const std::optional<ShardingRule> &RuleCache::prefetch(Operation *op) {
   if (keep) {
-    auto [it, inserted] = prefetched.try_emplace(op);
-    if (inserted)
+    auto [it, inserted] = keptRules.try_emplace(op);
+    if (inserted) {
+      it->second = std::make_unique<std::optional<ShardingRule>>();
       if (FailureOr<ShardingRule> r = get(op); succeeded(r))
-        it->second = std::move(*r);
-    return it->second;
+        *it->second = std::move(*r);
+    }
+    return *it->second;
   }
   std::optional<ShardingRule> &rule = prefetched[op];
   if (FailureOr<ShardingRule> r = get(op); succeeded(r))

@@ -27,6 +27,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -44,6 +45,16 @@ public:
 
   /// `op`'s rule: the prefetched one (handed over once), else `get`.
   FailureOr<ShardingRule> take(Operation *op);
+
+  /// With `keepRules`: `op`'s rule as kept (null when it has none), valid
+  /// while this cache lives; a search reads it there instead of taking a
+  /// copy per run.
+  const ShardingRule *kept(Operation *op) {
+    assert(keep && "rules are kept only after keepRules");
+    const std::optional<ShardingRule> &rule = prefetch(op);
+    return rule ? &*rule : nullptr;
+  }
+  bool keepsRules() const { return keep; }
 
   /// Room for the prefetched rules of `numOps` ops (the entries are large:
   /// sized once, they are not rehashed and copied while they fill).
@@ -63,6 +74,9 @@ public:
 private:
   bool keep = false;
   DenseMap<Operation *, std::optional<ShardingRule>> prefetched;
+  /// With `keep`: the rules kept, each allocated once (their addresses
+  /// stay put while the map grows: `kept`).
+  DenseMap<Operation *, std::unique_ptr<std::optional<ShardingRule>>> keptRules;
   DenseMap<Operation *, unsigned> keptIds;
   DenseMap<std::tuple<OperationName, Attribute, Type>,
            std::optional<ShardingRule>>

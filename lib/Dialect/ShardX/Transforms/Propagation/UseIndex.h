@@ -44,6 +44,10 @@ public:
     SmallVector<unsigned, 1> returns;   // ranks of the uses by the return
     SmallVector<unsigned> movableUsers; // positions of movable users, sorted
     bool shapeOnly = false;             // rematerialized: its reshards are free
+    /// FunctionCost's price of these needs from the value's layout as they
+    /// stand (`costKnown`); FunctionCost forgets it when either changes.
+    bool costKnown = false;
+    double cost = 0;
   };
 
   /// Indexes the uses of `body`'s arguments and op results. `position`
