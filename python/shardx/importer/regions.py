@@ -228,8 +228,7 @@ def _proxy_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
         record = tracer.record_stack_traces
         try:
             tracer.record_stack_traces = False
-            items = [tracer.create_node("call_function", operator.getitem, (node, i), {})
-                     for i in range(len(out))]
+            items = _getitem_nodes(tracer, node, len(out))
         finally:
             tracer.record_stack_traces = record
         for item in items:
@@ -245,6 +244,52 @@ def _proxy_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
             pt.set_meta(item, t)
     return out
 
+
+
+def _getitem_nodes(tracer, node: torch.fx.Node, n: int) -> List[torch.fx.Node]:
+    """``tracer.create_node("call_function", operator.getitem, (node, i),
+    {})`` for each ``i < n``: the first made by the tracer, the others by
+    the graph with the first's metadata (each field shallow-copied, as the
+    tracer copies it from the current node metadata) and the tracer's
+    scope entry. Nothing the tracer reads changes between the ``n`` calls
+    (the current metadata, autograd's sequence number), so each node gets
+    what the tracer would give it, name included (``getitem``, numbered
+    by the graph); the tracer's own work per node (the metadata fields
+    looked up and copied one by one, the sequence number, the checks for
+    stride-sensitive and mutating targets) was 3% of the 32-layer GPT's
+    trace (bench/compile_latency_bench.py), for 5,000 getitems. Where the
+    tracer is not make_fx's own, mutating operations are checked, or a
+    view is being replayed (its node's metadata would be shared, not
+    copied), every node is made by the tracer."""
+    import copy
+    from torch.fx import proxy as fx_proxy
+    from torch.fx import traceback as fx_traceback
+    from torch.fx.experimental import proxy_tensor as pt
+    make = tracer.create_node
+    items = [make("call_function", operator.getitem, (node, i), {}) for i in range(min(n, 1))]
+    replay = getattr(fx_traceback, "get_current_replay_node", None)
+    fields = getattr(fx_proxy, "_COPY_META_FIELDS", None)
+    scope = getattr(tracer, "scope", None)
+    names = getattr(tracer, "node_name_to_scope", None)
+    if n <= 1 or type(tracer).create_node is not pt.PythonKeyTracer.create_node \
+            or getattr(tracer, "check_mutable_operations", True) or replay is None \
+            or replay() is not None or fields is None or scope is None \
+            or not isinstance(names, dict) or not hasattr(tracer.graph, "_target_to_str"):
+        return items + [make("call_function", operator.getitem, (node, i), {})
+                        for i in range(1, n)]
+    first = items[0]
+    meta = [(k, v, k in fields) for k, v in first.meta.items()]
+    where = (scope.module_path, scope.module_type)
+    graph = tracer.graph
+    create, name = graph.create_node, graph._target_to_str(operator.getitem)
+    for i in range(1, n):
+        item = create("call_function", operator.getitem, (node, i), {}, name)
+        names[item.name] = where
+        m = item.meta
+        for k, v, copied in meta:
+            m[k] = copy.copy(v) if copied else v
+        items.append(item)
+    return items
 
 if hasattr(region_call, "register_torch_dispatch"):
     from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode

@@ -279,6 +279,9 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
         _mark_checkpoint_recomputation(stack)
         _lean_node_meta(stack)
         _lean_create_arg(stack)
+        _lean_dead_code(stack)
+        _lean_eager_input_check(stack)
+        _lean_snake_case(stack)
         # The graph modules without their Python code: made (and compiled)
         # only where something calls one (a region's eager run does not:
         # it interprets the graph). Two modules of 5,000 nodes at 32
@@ -397,6 +400,99 @@ def _lean_create_arg(stack: contextlib.ExitStack) -> None:
             return tuple(self.create_arg(x) for x in a)
         return original(self, a)
     stack.enter_context(unittest.mock.patch.object(tracer_cls, "create_arg", create_arg))
+
+
+def _lean_dead_code(stack: contextlib.ExitStack) -> None:
+    """While tracing, make_fx's dead-code pass at the end of each pass
+    (``Graph.eliminate_dead_code`` with make_fx's ``impure_pred``) asks
+    its predicate only about nodes without users: the pass erases a node
+    where the predicate says pure *and* nothing uses it, but asks the
+    predicate first, for every node (6,000 at 32 layers of
+    bench/compile_latency_bench.py's GPT, each through ``Node.is_impure``
+    and a symbolic-shape check: 2-3% of the trace). A node with users is
+    answered "impure" at once, which keeps it as its users did; the same
+    nodes are erased. A call without a predicate (FX's own notion of
+    impure) is left as it is."""
+    original = getattr(torch.fx.Graph, "eliminate_dead_code", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def eliminate_dead_code(self, is_impure_node=None, *args, **kwargs):
+        if is_impure_node is not None:
+            pred = is_impure_node
+
+            def is_impure_node(node):
+                return True if node.users else pred(node)
+        return original(self, is_impure_node, *args, **kwargs)
+    stack.enter_context(unittest.mock.patch.object(torch.fx.Graph, "eliminate_dead_code",
+                                                   eliminate_dead_code))
+
+
+def _lean_eager_input_check(stack: contextlib.ExitStack) -> None:
+    """While tracing, make_fx's ``_should_save_eager_input_vals`` (asked
+    for each node it makes: does the target need its inputs' exact
+    strides kept, for inductor) answers a builtin function (``getitem``)
+    and an operator whose layout constraint is fixed (a layout tag, or an
+    aten/prim operator) from a memo per target: its answer for these
+    depends on the target alone, and asking again (an import statement
+    and a chain of ``isinstance`` checks through Python metaclasses, then
+    the operator's tags) was 3-4% of a 32-layer GPT's trace
+    (bench/compile_latency_bench.py). Anything else (higher-order
+    operators, whose answer depends on their arguments, and custom
+    operators without a layout tag, whose default is a setting) is asked
+    as before."""
+    from torch.fx.experimental import proxy_tensor as pt
+    original = getattr(pt, "_should_save_eager_input_vals", None)
+    tag_of = getattr(getattr(torch, "_library", None), "utils", None)
+    tag_of = getattr(tag_of, "get_layout_constraint_tag", None)
+    if original is None or tag_of is None:
+        return
+    op_overload, builtin = torch._ops.OpOverload, type(len)
+    memo: Dict[int, Tuple[Any, bool]] = {}  # id -> (target, answer); keeps target alive
+
+    def fixed(op) -> bool:
+        try:
+            return tag_of(op, with_default=False) is not None or \
+                op.namespace in ("aten", "prim", "prims")
+        except Exception:  # noqa: BLE001 -- another PyTorch: ask each time
+            return False
+
+    def should_save(target, args_kwargs=None):
+        t = type(target)
+        if t is builtin or t is op_overload:
+            hit = memo.get(id(target))
+            if hit is not None and hit[0] is target:
+                return hit[1]
+            answer = original(target, args_kwargs)
+            if t is builtin or fixed(target):
+                memo[id(target)] = (target, answer)
+            return answer
+        return original(target, args_kwargs)
+    stack.enter_context(unittest.mock.patch.object(pt, "_should_save_eager_input_vals",
+                                                   should_save))
+
+
+def _lean_snake_case(stack: contextlib.ExitStack) -> None:
+    """While tracing, FX's ``_snake_case`` (a node's name from its
+    target's: a regular expression substitution for every node made)
+    answers from a memo: it is a function of the string alone, and a
+    trace names its thousands of nodes after a few dozen targets (1% of
+    a 32-layer GPT's trace, bench/compile_latency_bench.py)."""
+    from torch.fx import graph as fx_graph
+    original = getattr(fx_graph, "_snake_case", None)
+    if original is None:
+        return
+    memo: Dict[str, str] = {}
+
+    def snake_case(s):
+        r = memo.get(s) if type(s) is str else None
+        if r is None:
+            r = original(s)
+            if type(s) is str and len(memo) < 65536:
+                memo[s] = r
+        return r
+    stack.enter_context(unittest.mock.patch.object(fx_graph, "_snake_case", snake_case))
 
 
 def on_roomy_stack(fn: Callable, *args, **kwargs):
