@@ -77,7 +77,8 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
-  pm.addPass(createFuseTensorOpsPass());
+  pm.addPass(
+      createFuseTensorOpsPass({/*recomputeElementwise=*/narrowGemmOperands}));
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");

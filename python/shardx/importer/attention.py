@@ -64,8 +64,11 @@ class _FlashPrecisionAttention(torch.autograd.Function):
             if mask is not None:
                 s = (s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
                      else s + mask.float())
-            # Rows masked everywhere give zeros, as PyTorch's attention.
-            p = torch.ops.aten._safe_softmax(s, -1)
+            # Rows masked everywhere give zeros, as PyTorch's attention; a
+            # causal mask leaves every row its first column, so a plain
+            # softmax there (one pass over the scores fewer).
+            p = (torch.softmax(s, -1) if causal and mask is None
+                 else torch.ops.aten._safe_softmax(s, -1))
             out = torch.bmm(p.to(dtype).float(), v.float()).to(dtype)
         ctx.save_for_backward(q, k, v, p)
         ctx.scale = scale
