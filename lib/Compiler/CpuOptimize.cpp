@@ -191,6 +191,8 @@ bool shouldFuse(OpOperand *operand) {
 /// At most this many ops in the body of an elementwise producer computed
 /// again in each of its readers (`recomputeElementwise`).
 constexpr unsigned kRecomputedOps = 8;
+/// ... and read by at most this many ops.
+constexpr unsigned kRecomputedReaders = 3;
 
 /// shouldFuse, and also an elementwise producer with several readers whose
 /// body is a few ops: each reader computes it again instead of reading it
@@ -203,7 +205,8 @@ bool shouldFuseRecomputing(OpOperand *operand) {
   auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
   if (!producer || !consumer || mlir::shardx::matchGemm(consumer) ||
       producer.getNumReductionLoops() != 0 || producer->getNumResults() != 1 ||
-      producer.getNumDpsInputs() > 4)
+      producer.getNumDpsInputs() > 4 ||
+      producer->getResult(0).hasNUsesOrMore(kRecomputedReaders + 1))
     return false;
   unsigned ops = 0;
   for (Operation &op : producer.getBody()->without_terminator()) {
