@@ -193,6 +193,11 @@ bool shouldFuse(OpOperand *operand) {
 constexpr unsigned kRecomputedOps = 8;
 /// ... and read by at most this many ops.
 constexpr unsigned kRecomputedReaders = 3;
+/// At most this many inputs of a reader with the producer fused in. Fusing
+/// one producer after another grows a reader's inputs: GPT-2 small's 2-rank
+/// step had kernels of over 70 buffers, whose parameters passed the 4 KiB a
+/// kernel may take (ptxas: "uses too much parameter space").
+constexpr unsigned kRecomputedInputs = 8;
 
 /// shouldFuse, and also an elementwise producer with several readers whose
 /// body is a few ops: each reader computes it again instead of reading it
@@ -206,7 +211,9 @@ bool shouldFuseRecomputing(OpOperand *operand) {
   if (!producer || !consumer || mlir::shardx::matchGemm(consumer) ||
       producer.getNumReductionLoops() != 0 || producer->getNumResults() != 1 ||
       producer.getNumDpsInputs() > 4 ||
-      producer->getResult(0).hasNUsesOrMore(kRecomputedReaders + 1))
+      producer->getResult(0).hasNUsesOrMore(kRecomputedReaders + 1) ||
+      consumer.getNumDpsInputs() + producer.getNumDpsInputs() >
+          kRecomputedInputs)
     return false;
   unsigned ops = 0;
   for (Operation &op : producer.getBody()->without_terminator()) {
