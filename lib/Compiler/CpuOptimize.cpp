@@ -188,41 +188,6 @@ bool shouldFuse(OpOperand *operand) {
   return producer->hasOneUse();
 }
 
-/// At most this many ops in the body of an elementwise producer computed
-/// again in each of its readers (`recomputeElementwise`).
-constexpr unsigned kRecomputedOps = 8;
-/// ... and read by at most this many ops.
-constexpr unsigned kRecomputedReaders = 3;
-/// At most this many inputs of a reader with the producer fused in. Fusing
-/// one producer after another grows a reader's inputs: GPT-2 small's 2-rank
-/// step had kernels of over 70 buffers, whose parameters passed the 4 KiB a
-/// kernel may take (ptxas: "uses too much parameter space").
-constexpr unsigned kRecomputedInputs = 8;
-
-/// shouldFuse, and also an elementwise producer with several readers whose
-/// body is a few ops: each reader computes it again instead of reading it
-/// from memory (a GPU is bound by memory on such passes: a softmax's
-/// masked, scaled scores read by its max, its sum and its exp).
-bool shouldFuseRecomputing(OpOperand *operand) {
-  if (shouldFuse(operand))
-    return true;
-  auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
-  auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
-  if (!producer || !consumer || mlir::shardx::matchGemm(consumer) ||
-      producer.getNumReductionLoops() != 0 || producer->getNumResults() != 1 ||
-      producer.getNumDpsInputs() > 4 ||
-      producer->getResult(0).hasNUsesOrMore(kRecomputedReaders + 1) ||
-      consumer.getNumDpsInputs() + producer.getNumDpsInputs() >
-          kRecomputedInputs)
-    return false;
-  unsigned ops = 0;
-  for (Operation &op : producer.getBody()->without_terminator()) {
-    if (op.getNumRegions() != 0 || ++ops > kRecomputedOps)
-      return false;
-  }
-  return true;
-}
-
 //===----------------------------------------------------------------------===//
 // Buffer-level rewrite
 //===----------------------------------------------------------------------===//
@@ -266,8 +231,7 @@ Value permutedView(OpBuilder &b, Location loc, Value buffer, AffineMap map,
 
 } // namespace
 
-LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
-                                          bool recomputeElementwise) {
+LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
   if (failed(generalizeForFusion(module)))
     return failure();
   MLIRContext *ctx = module.getContext();
@@ -278,8 +242,7 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
   if (failed(applyPatternsGreedily(module, std::move(transposes))))
     return module.emitError("folding transposes did not converge");
   RewritePatternSet patterns(ctx);
-  linalg::populateElementwiseOpsFusionPatterns(
-      patterns, recomputeElementwise ? shouldFuseRecomputing : shouldFuse);
+  linalg::populateElementwiseOpsFusionPatterns(patterns, shouldFuse);
   linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
   linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
   linalg::FillOp::getCanonicalizationPatterns(patterns, ctx);
@@ -466,10 +429,8 @@ namespace {
 
 struct FuseTensorOpsPass
     : mlir::shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
-  using FuseTensorOpsPassBase::FuseTensorOpsPassBase;
   void runOnOperation() override {
-    if (failed(
-            mlir::shardx::fuseTensorOps(getOperation(), recomputeElementwise)))
+    if (failed(mlir::shardx::fuseTensorOps(getOperation())))
       signalPassFailure();
   }
 };

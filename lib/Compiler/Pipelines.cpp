@@ -77,8 +77,7 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
-  pm.addPass(
-      createFuseTensorOpsPass({/*recomputeElementwise=*/narrowGemmOperands}));
+  pm.addPass(createFuseTensorOpsPass());
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");

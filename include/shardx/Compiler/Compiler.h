@@ -105,9 +105,7 @@ LogicalResult stripToGlobalProgram(ModuleOp module);
 /// Before bufferization: folds transposes into the ops that read them (GEMM
 /// operands become transposed views) and into contractions' results, and
 /// fuses elementwise chains into one loop nest (`shardx-fuse-tensor-ops`).
-/// With `recomputeElementwise` (the cuda target), an elementwise producer
-/// of a few ops is also fused into each of several readers.
-LogicalResult fuseTensorOps(ModuleOp module, bool recomputeElementwise = false);
+LogicalResult fuseTensorOps(ModuleOp module);
 
 /// Gives every use of a `tensor.empty`, and of a `linalg.fill` of one, its
 /// own op (CSE merges them): one buffer shared by several destinations makes

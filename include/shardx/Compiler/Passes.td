@@ -49,13 +49,6 @@ def DropMeshesPass : Pass<"shardx-drop-meshes", "ModuleOp"> {
 def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";
-  let options = [
-    Option<"recomputeElementwise", "recompute-elementwise", "bool",
-           /*default=*/"false",
-           "also fuse an elementwise producer of at most 8 ops into each of "
-           "several readers, computing it again instead of storing it (the "
-           "cuda target: its passes are bound by memory)">
-  ];
   let dependentDialects = ["linalg::LinalgDialect", "tensor::TensorDialect"];
 }
 
