@@ -23,7 +23,8 @@
 // - no host function may then still load or store a buffer (a compile
 //   error, not a silent host fallback);
 // - kernels go through NVVM to PTX (math through libdevice; an unresolved
-//   `.extern` is a compile error), embedded in the artifact; the host code
+//   `.extern` or a kernel taking more parameter bytes than its PTX may is
+//   a compile error), embedded in the artifact; the host code
 //   calls `mgpu*` entry points that the ShardX CUDA runtime implements
 //   (lib/Runtime/cuda), which loads the CUDA driver at run time.
 //
@@ -333,24 +334,108 @@ StringRef externName(StringRef line) {
   return name.empty() ? line : name;
 }
 
+/// The bytes a `.param` declaration of an entry takes and its alignment:
+/// `.param .u64 .ptr .align 1 p` (a pointer: 8), `.param .f32 p`,
+/// `.param .align 8 .b8 p[24]` (an aggregate: 24). 0 if it is not one.
+std::pair<uint64_t, uint64_t> paramBytes(StringRef line) {
+  if (!line.consume_front(".param"))
+    return {0, 1};
+  SmallVector<StringRef> words;
+  line.split(words, ' ', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  uint64_t scalar = 0, align = 0, count = 1;
+  bool ptr = false;
+  for (size_t i = 0; i < words.size(); ++i) {
+    StringRef w = words[i].trim().rtrim(',');
+    if (w == ".ptr") {
+      ptr = true;
+    } else if (w == ".align" && i + 1 < words.size()) {
+      words[++i].trim().getAsInteger(10, align);
+    } else if (w.size() >= 3 && w.front() == '.' &&
+               StringRef("busf").contains(w[1])) {
+      // The type: .b8 .u16 .s32 .f64 ... (a state space such as .global
+      // is no number of bits and is skipped).
+      unsigned bits = 0;
+      if (!w.drop_front(2).getAsInteger(10, bits))
+        scalar = bits / 8;
+    } else if (size_t open = w.find('['); open != StringRef::npos) {
+      w.slice(open + 1, w.find(']')).getAsInteger(10, count);
+    }
+  }
+  // A pointer's `.align N` is its pointee's; it is aligned as its type.
+  uint64_t natural = std::max<uint64_t>(scalar, 1);
+  return {scalar * count, ptr || !align ? natural : align};
+}
+
+/// The most bytes of parameters a kernel may take: 4352 before PTX ISA 8.1,
+/// 32764 from 8.1 on sm_70 and later (the PTX ISA's limit; ptxas and the
+/// driver's PTX JIT refuse more).
+uint64_t maxParamBytes(StringRef ptx) {
+  unsigned major = 0, minor = 0, sm = 0;
+  for (StringRef line : llvm::split(ptx, '\n')) {
+    line = line.trim();
+    if (line.consume_front(".version")) {
+      auto [ma, mi] = line.trim().split('.');
+      ma.getAsInteger(10, major);
+      mi.take_while(llvm::isDigit).getAsInteger(10, minor);
+    } else if (line.consume_front(".target")) {
+      StringRef arch = line.trim();
+      if (arch.consume_front("sm_"))
+        arch.take_while(llvm::isDigit).getAsInteger(10, sm);
+    }
+  }
+  bool large = (major > 8 || (major == 8 && minor >= 1)) && sm >= 70;
+  return large ? 32764 : 4352;
+}
+
 /// A PTX that calls a function it does not define (a math function missing
-/// from libdevice) loads on no driver: a compile error.
+/// from libdevice), or has a kernel whose parameters exceed the PTX ISA's
+/// limit (a fusion that reads hundreds of buffers), loads on no driver: a
+/// compile error, not a failure when the driver loads it.
 LogicalResult checkPtx(ModuleOp module, StringRef ptx) {
   SmallVector<StringRef> lines, unresolved;
   ptx.split(lines, '\n');
-  for (StringRef line : lines) {
-    line = line.trim();
-    if (!line.starts_with(".extern"))
+  uint64_t limit = maxParamBytes(ptx);
+  bool tooLarge = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    StringRef line = lines[i].trim();
+    if (line.starts_with(".extern")) {
+      unresolved.push_back(externName(line));
       continue;
-    unresolved.push_back(externName(line));
+    }
+    size_t entry = line.find(".entry ");
+    if (entry == StringRef::npos)
+      continue;
+    StringRef name =
+        line.drop_front(entry + strlen(".entry ")).take_until([](char c) {
+          return c == '(' || c == ' ';
+        });
+    uint64_t bytes = 0, params = 0;
+    for (++i; i < lines.size(); ++i) {
+      StringRef param = lines[i].trim();
+      if (param.starts_with(")"))
+        break;
+      auto [size, align] = paramBytes(param);
+      if (!size)
+        continue;
+      bytes = llvm::alignTo(bytes, align) + size;
+      ++params;
+    }
+    if (bytes <= limit)
+      continue;
+    module.emitError() << "kernel " << name << " takes " << params
+                       << " parameters of " << bytes << " bytes, more than the "
+                       << limit
+                       << " bytes its PTX may pass (the driver would not "
+                          "load it)";
+    tooLarge = true;
   }
-  if (unresolved.empty())
-    return success();
-  auto diag = module.emitError("the device code calls functions it does not "
-                               "define (not in libdevice?):");
-  for (StringRef name : unresolved)
-    diag << " " << name;
-  return failure();
+  if (!unresolved.empty()) {
+    auto diag = module.emitError("the device code calls functions it does not "
+                                 "define (not in libdevice?):");
+    for (StringRef name : unresolved)
+      diag << " " << name;
+  }
+  return failure(tooLarge || !unresolved.empty());
 }
 
 } // namespace

@@ -47,8 +47,10 @@ struct NarrowOperand {
   Value value;
   AffineMap map;
   /// The producer to copy with a narrow result first (it computes the
-  /// narrow value rather than reading it), or null.
+  /// narrow value rather than reading it), or null; `yielded` is that value
+  /// in its body (what its `arith.extf` widens).
   linalg::GenericOp copy;
+  Value yielded;
 };
 
 /// `operand` as a widened bf16/f16 value: the result of an elementwise
@@ -81,18 +83,18 @@ std::optional<NarrowOperand> narrowOperand(Value operand) {
     AffineMap inMap = producer.getMatchingIndexingMap(in);
     if (inMap.isPermutation())
       return NarrowOperand{narrow, in->get(), inMap.compose(fromResult),
-                           nullptr};
+                           nullptr, Value()};
   }
   // A narrow value the body computes (a rounding): a copy of the producer
   // yields it; its result is read as the producer's was.
-  return NarrowOperand{narrow, Value(), outMap.compose(fromResult), producer};
+  return NarrowOperand{narrow, Value(), outMap.compose(fromResult), producer,
+                       extf.getIn()};
 }
 
-/// The producer's copy that yields the narrow value its `arith.extf` widens.
-Value narrowCopy(PatternRewriter &rewriter, linalg::GenericOp producer) {
-  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-  auto extf = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
-  Type narrow = extf.getIn().getType();
+/// The copy of `operand`'s producer that yields the narrow value.
+Value narrowCopy(PatternRewriter &rewriter, const NarrowOperand &operand) {
+  linalg::GenericOp producer = operand.copy;
+  Type narrow = operand.type;
   auto resultType = cast<RankedTensorType>(producer.getResult(0).getType());
   Location loc = producer.getLoc();
   // Right after the producer: the GEMM's zero fill stays right before it
@@ -112,7 +114,7 @@ Value narrowCopy(PatternRewriter &rewriter, linalg::GenericOp producer) {
           mapping.map(body->getArgument(i), args[i]);
         for (Operation &op : body->without_terminator())
           b.clone(op, mapping);
-        linalg::YieldOp::create(b, nested, mapping.lookup(extf.getIn()));
+        linalg::YieldOp::create(b, nested, mapping.lookup(operand.yielded));
       });
   return copy.getResult(0);
 }
@@ -136,7 +138,7 @@ struct NarrowGemmOperands : OpRewritePattern<linalg::GenericOp> {
     SmallVector<AffineMap> maps = gemm.getIndexingMapsArray();
     SmallVector<Value> inputs;
     for (auto [i, o] : llvm::enumerate(std::array<NarrowOperand, 2>{*a, *b})) {
-      inputs.push_back(o.copy ? narrowCopy(rewriter, o.copy) : o.value);
+      inputs.push_back(o.copy ? narrowCopy(rewriter, o) : o.value);
       maps[i] = o.map.compose(maps[i]);
     }
     Type f32 = rewriter.getF32Type();

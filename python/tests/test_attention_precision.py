@@ -4,6 +4,7 @@ against float64 and against PyTorch's math attention, the calls it leaves to
 PyTorch, the compiled step on the CPU against eager under the same
 precision, and the cuda target's GEMMs of the traced step."""
 
+import contextlib
 import glob
 import os
 import subprocess
@@ -49,7 +50,7 @@ def test_matches_float64_as_closely_as_math_attention(dtype, case):
         kw["attn_mask"] = torch.rand(16, 16) > 0.3
     elif mask == "float":
         kw["attn_mask"] = torch.randn(16, 16)
-    ref = _grads(contextlib_null(), *(t.double() for t in (q, k, v)),
+    ref = _grads(contextlib.nullcontext(), *(t.double() for t in (q, k, v)),
                  **{n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
                         else x) for n, x in kw.items()})
     flash = _grads(flash_precision(), q, k, v, **kw)
@@ -65,11 +66,6 @@ def test_matches_float64_as_closely_as_math_attention(dtype, case):
         assert err_flash <= 4 * err_math + 2 * eps * scale, (name, err_flash, err_math)
     # It is another computation than PyTorch's CPU attention, not the same.
     assert any(not torch.equal(f, m) for f, m in zip(flash, math_))
-
-
-def contextlib_null():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def test_calls_it_does_not_cover_are_pytorchs():

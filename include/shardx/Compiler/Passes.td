@@ -320,7 +320,8 @@ def MergeKernelModulesPass
 
 def CheckPtxPass : Pass<"shardx-check-ptx", "ModuleOp"> {
   let summary = "Fails when the kernels' PTX calls a function it does not "
-                "define (after gpu-module-to-binary{format=isa})";
+                "define, or a kernel takes more parameter bytes than its PTX "
+                "ISA allows (after gpu-module-to-binary{format=isa})";
 }
 
 def RecordStagingSignaturesPass

@@ -348,11 +348,9 @@ def _simple(v) -> bool:
 def _autocast_state() -> str:
     """The autocast modes a call runs under: part of a region's signature,
     since the same code traced under autocast computes in other dtypes."""
-    parts = []
-    for device in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(device):
-            parts.append(f"{device}:{torch.get_autocast_dtype(device)}")
-    return "autocast=" + ",".join(parts)
+    from .tracing import autocast_devices
+    return "autocast=" + ",".join(f"{d}:{torch.get_autocast_dtype(d)}"
+                                  for d in autocast_devices())
 
 
 def _tensor_sig(t: torch.Tensor) -> str:
@@ -485,7 +483,7 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
                   grad: bool) -> Region:
     import time
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-    from .tracing import _trace_passes
+    from .tracing import _trace_passes, autocast_off
     st = _state()
     start = time.perf_counter()
     with disable_proxy_modes_tracing():
@@ -543,9 +541,7 @@ def _trace_region(key: str, ident: str, body: Callable, operands: Sequence[torch
         with contextlib.ExitStack() as stack:
             # The backward outside the caller's autocast, as eager's
             # loss.backward() runs it: its ops take the forward's dtypes.
-            for device in ("cpu", "cuda"):
-                if torch.is_autocast_enabled(device):
-                    stack.enter_context(torch.autocast(device, enabled=False))
+            autocast_off(stack)
             if outer_phase is not None and diff:
                 from ..train import link_backward_to_forward, phase
                 stack.enter_context(phase("backward"))

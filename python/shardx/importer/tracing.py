@@ -235,6 +235,17 @@ def _frame_filter(tracer) -> Optional[Tuple[Dict[int, bool], Callable[[Any], boo
     return kept, keep
 
 
+def autocast_devices() -> List[str]:
+    """The devices ("cpu", "cuda") whose autocast is enabled here."""
+    return [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+
+
+def autocast_off(stack: contextlib.ExitStack) -> None:
+    """Turns every enabled autocast off until `stack` closes."""
+    for device in autocast_devices():
+        stack.enter_context(torch.autocast(device, enabled=False))
+
+
 def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
     """The two ``make_fx`` passes, on fake copies of the inputs (``fake``)
     or on the inputs themselves."""
@@ -306,9 +317,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
         # Pass 1 recorded the ops autocast chose; autocast must not choose
         # again in pass 2 (a region is traced inside the caller's autocast,
         # and would cast an f32 matmul it computes with autocast off).
-        for device in ("cpu", "cuda"):
-            if torch.is_autocast_enabled(device):
-                stack.enter_context(torch.autocast(device, enabled=False))
+        autocast_off(stack)
         with fx_traceback.preserve_node_meta():
             g = make_fx(functionalize(run, remove="mutations_and_views"),
                         decomposition_table=_decomposition_table(),
