@@ -635,13 +635,38 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     last.reset();
     enterPhase("unary " + std::to_string(recentre + 1));
     // Without a budget the unary terms' plans are priced by time alone
-    // (priceFull): all of them first, on the threads (prefetchTimes).
+    // (priceFull): the centers first, then the unary terms of the input
+    // layouts that keep theirs, on the threads (prefetchTimes).
     if (pricer.budget <= 0) {
       std::vector<Picks> plans;
+      for (unsigned d = 0; d < numData; ++d)
+        if (rebuild[d])
+          plans.push_back(centers[d]);
+      pricer.prefetchTimes(plans);
+      // First round: an input layout whose center (every group replicated)
+      // is slower than kPairMargin times the fastest center gets no unary
+      // terms (a surrogate of no plan; its center stays priced). A
+      // heuristic, as kPairMargin's: it assumes that no one group's layout
+      // brings such a layout within the margin (which would give it pair
+      // terms), and that its surrogate's plans lose. Under a budget a slow
+      // layout may be the one that fits: every layout keeps its terms.
+      if (recentre == 0 && numData > 1) {
+        std::vector<double> centerTime(numData, kInf);
+        for (unsigned d = 0; d < numData; ++d)
+          if (rebuild[d])
+            centerTime[d] = pricer.priceFull(centers[d]).time;
+        double fastestCenter = *llvm::min_element(centerTime);
+        for (unsigned d = 0; d < numData; ++d)
+          if (rebuild[d] && std::isfinite(centerTime[d]) &&
+              centerTime[d] > kPairMargin * fastestCenter) {
+            rebuild[d] = false;
+            ++unaryLeftOut;
+          }
+      }
+      plans.clear();
       for (unsigned d = 0; d < numData; ++d) {
         if (!rebuild[d])
           continue;
-        plans.push_back(centers[d]);
         for (size_t g = 0; g < groups.size(); ++g)
           for (unsigned c = 0;
                int(g) != dataGroup && c < groups[g].choices.size(); ++c)

@@ -242,6 +242,9 @@ private:
   /// The extrapolated numbers of the plan chosen, for the JSON.
   std::optional<Priced> extrapolated;
   int64_t confirmed = 0;
+  /// The input layouts left without unary terms in the first round (their
+  /// centers too slow; AutoSharder::run), for the JSON.
+  int64_t unaryLeftOut = 0;
   int64_t smallestConfirmed = std::numeric_limits<int64_t>::max();
   double confirmSeconds = 0;
   std::vector<Group> groups; // the data group (if any) last

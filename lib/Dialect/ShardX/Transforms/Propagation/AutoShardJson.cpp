@@ -149,6 +149,9 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     // the surrogates' bytes those of the arguments), the plan chosen in
     // full.
     j.attribute("peaks_priced", pricer.budget > 0);
+    // The input layouts whose first-round unary terms were not priced
+    // (their centers too slow; no budget only).
+    j.attribute("unary_left_out", unaryLeftOut);
     j.attribute("solve_seconds", solveSeconds);
     j.attribute("search_seconds", pricer.searchSeconds);
     j.attribute("pipeline_seconds", pricer.pipelineSeconds);
