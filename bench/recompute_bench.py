@@ -4,7 +4,9 @@ recomputation, in one run.
 
 For a pre-norm transformer block train step (``models.Block``, Adam) traced
 at a size where activations dominate, unsharded and with Megatron
-placements on 2 tp ranks, and each policy (none, selective, aggressive):
+placements on 2 tp ranks, and each policy (none, selective, aggressive,
+and the memory-budget policy with budgets of 0.75 and 0.5 of none's modeled
+activation peak, ``--recompute=budget --recompute-budget=BYTES``):
 
 - the memory model (docs/Memory.md) on the bufferized program, in the
   order shardx-compile runs it: the most bytes of forward values
@@ -61,7 +63,7 @@ POLICIES = ("none", "selective", "aggressive")
 CODEGEN_TO_BUFFERS = (
     "shardx-widen-accumulation{{contractions=true}},shardx-convert-to-runtime,"
     "shardx-drop-meshes,func.func(convert-elementwise-to-linalg),canonicalize,cse,"
-    "shardx-fuse-tensor-ops,canonicalize,cse,shardx-recompute-activations{{policy={policy}}},"
+    "shardx-fuse-tensor-ops,canonicalize,cse,shardx-recompute-activations{{{policy}}},"
     "shardx-split-shared-empty-tensors,shardx-pack-slices-as-concat,"
     "one-shot-bufferize{{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}},canonicalize,cse,"
@@ -139,11 +141,21 @@ def activation_peak(profile: dict) -> int:
     return peak
 
 
+def policy_options(policy: str):
+    """shardx-compile's options and the pass's options of a policy: a name,
+    or ``budget=BYTES``."""
+    if policy.startswith("budget="):
+        budget = policy[len("budget="):]
+        return ["--recompute=budget", f"--recompute-budget={budget}"], \
+            f"policy=budget budget={budget}"
+    return [f"--recompute={policy}"], f"policy={policy}"
+
+
 def memory(path: str, policy: str, work: str, sharded: bool) -> dict:
     """The memory model of the step function (the program's first)."""
     tag = os.path.splitext(os.path.basename(path))[0]
-    out = os.path.join(work, f"memory-{tag}-{policy}.json")
-    pipeline = CODEGEN_TO_BUFFERS.format(policy=policy, json=out)
+    out = os.path.join(work, f"memory-{tag}-{policy.replace('=', '')}.json")
+    pipeline = CODEGEN_TO_BUFFERS.format(policy=policy_options(policy)[1], json=out)
     spmd = ["--shardx-spmd=schedule-collectives=true"] if sharded else []
     local = os.path.join(work, f"local-{tag}.mlir")
     if sharded:
@@ -202,9 +214,9 @@ def measure(rows, sharded: bool, work: str, runs: int) -> bool:
     ranks = 2 if sharded else 1
     done = []
     for label, path, policy in rows:
-        tag = f"{os.path.splitext(os.path.basename(path))[0]}-{policy}"
+        tag = f"{os.path.splitext(os.path.basename(path))[0]}-{policy.replace('=', '')}"
         so = os.path.join(work, f"{tag}.so")
-        remarks = subprocess.run([tool("shardx-compile"), path, f"--recompute={policy}",
+        remarks = subprocess.run([tool("shardx-compile"), path, *policy_options(policy)[0],
                                   "-o", so], check=True, capture_output=True, text=True).stderr
         copied = sum(int(n) for n in re.findall(r"recomputes (\d+) forward ops", remarks))
         prof = memory(path, policy, work, sharded)
@@ -264,8 +276,14 @@ def main() -> int:
             path = os.path.join(work, f"block-{int(sharded)}.mlir")
             with open(path, "w") as f:
                 f.write(program(args, sharded))
-            ok &= measure([(policy, path, policy) for policy in POLICIES], sharded, work,
-                          args.runs)
+            # The budgets: fractions of none's modeled activation peak (as
+            # torchtitan's memory_budget is a fraction of the activations).
+            none_act = activation_peak(memory(path, "none", work, sharded))
+            budgets = [(f"budget {f:.2f} x none ({int(f * none_act)} B)",
+                        f"budget={int(f * none_act)}") for f in (0.75, 0.5)]
+            ok &= measure([(policy, path, policy) for policy in POLICIES]
+                          + [(label, path, policy) for label, policy in budgets],
+                          sharded, work, args.runs)
         if args.blocks:
             print(f"\n{args.blocks} blocks, each through torch.utils.checkpoint or not")
             print(header)

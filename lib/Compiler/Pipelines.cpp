@@ -69,9 +69,20 @@ LogicalResult writeFile(StringRef path, StringRef text) {
 
 } // namespace
 
+/// After recomputation: fresh tensors per writer, slices packed, then
+/// one-shot bufferization.
+static void addBufferize(OpPassManager &pm) {
+  pm.addPass(createSplitSharedEmptyTensorsPass());
+  pm.addPass(createPackSlicesAsConcatPass());
+  addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "
+                  "function-boundary-type-conversion=identity-layout-map},"
+                  "canonicalize,cse");
+}
+
 void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
                                               const std::string &recompute,
-                                              bool narrowGemmOperands) {
+                                              bool narrowGemmOperands,
+                                              int64_t recomputeBudget) {
   // Halo exchanges become permutes, which the conversion lowers.
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
@@ -83,12 +94,14 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
   addUpstream(pm, "canonicalize,cse");
   // After the last CSE on tensors, which would merge the copies back. Under
   // `none` too: it honors the model's torch.utils.checkpoint regions.
-  pm.addPass(createRecomputeActivationsPass({recompute}));
-  pm.addPass(createSplitSharedEmptyTensorsPass());
-  pm.addPass(createPackSlicesAsConcatPass());
-  addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "
-                  "function-boundary-type-conversion=identity-layout-map},"
-                  "canonicalize,cse");
+  pm.addPass(createRecomputeActivationsPass({recompute, recomputeBudget}));
+  addBufferize(pm);
+}
+
+void mlir::shardx::buildRecomputeBudgetModelPipeline(OpPassManager &pm) {
+  addBufferize(pm);
+  pm.addPass(createContractionsToBlasPass());
+  pm.addPass(createDeallocateBuffersPass());
 }
 
 void mlir::shardx::buildCpuCodegenPipeline(
@@ -103,7 +116,9 @@ void mlir::shardx::buildCpuKernelsPipeline(
   // one function per distinct body: the rest lowers a layer once.
   pm.addPass(createOutlineCallsPass());
   addProgramStart(pm, /*widenContractions=*/true);
-  buildBufferizationPipeline(pm, options.recompute);
+  buildBufferizationPipeline(pm, options.recompute,
+                             /*narrowGemmOperands=*/false,
+                             options.recomputeBudget);
   if (options.blas)
     pm.addPass(createContractionsToBlasPass());
   pm.addPass(createDeallocateBuffersPass());
@@ -143,7 +158,8 @@ void mlir::shardx::buildCudaCodegenPipeline(
   addProgramStart(pm, /*widenContractions=*/false);
   pm.addPass(createRecordStagingSignaturesPass());
   buildBufferizationPipeline(pm, options.recompute,
-                             /*narrowGemmOperands=*/true);
+                             /*narrowGemmOperands=*/true,
+                             options.recomputeBudget);
   pm.addPass(createContractionsToCublasPass());
   pm.addPass(createDeallocateBuffersPass());
   pm.addPass(createPlaceBuffersOnDevicePass());
@@ -195,6 +211,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   OutlineStats outlined;
   pipeline.outlineStats = &outlined;
   PassManager pm(module.getContext());
+  pipeline.recomputeBudget = options.recomputeBudget;
   if (cuda) {
     // Kernels are serialized through LLVM IR (NVVM) and the host code
     // embeds them (the GPU dialect's offloading translation).
@@ -267,11 +284,15 @@ struct CpuCodegenCLOptions : PassPipelineOptions<CpuCodegenCLOptions> {
                     llvm::cl::init(true)};
   Option<std::string> recompute{
       *this, "recompute",
-      llvm::cl::desc("activation recomputation: none, selective or aggressive"),
+      llvm::cl::desc(
+          "activation recomputation: none, selective, aggressive or budget"),
       llvm::cl::init("none")};
 };
 
 struct CudaCodegenCLOptions : PassPipelineOptions<CudaCodegenCLOptions> {
+  Option<int64_t> recomputeBudget{
+      *this, "recompute-budget",
+      llvm::cl::desc("the budget policy's bytes per rank"), llvm::cl::init(-1)};
   Option<std::string> chip{*this, "chip",
                            llvm::cl::desc("the GPU architecture"),
                            llvm::cl::init("sm_90")};
@@ -296,6 +317,7 @@ void mlir::shardx::registerCompilerPasses() {
         buildCpuCodegenPipeline(pm, options);
       });
   PassPipelineRegistration<CudaCodegenCLOptions>(
+        options.recomputeBudget = cl.recomputeBudget;
       "shardx-codegen-cuda",
       "The cuda target's code generation, from a local program on tensors to "
       "the LLVM dialect with the kernels' PTX embedded",

@@ -29,30 +29,31 @@
 //              Each copied chain reads only values alive into the backward
 //              pass without it, so no copy reaches back through another
 //              contraction (latest contractions are chosen first).
+//   budget     a greedy choice of aggressive's candidates that brings the
+//              function's modeled activation peak to at most `budget`
+//              bytes per rank (below).
 //
-// A copy reads the same values as its original and computes the same
-// arithmetic in the same order, so the step's results are bit for bit the
-// ones without recomputation. A forward op is copied only when every value
-// it reads is kept alive until the backward pass anyway (a step input, a
-// value the backward or optimizer reads, or another recomputed value), so
-// recomputation never lengthens a value's life. Collectives (runtime calls)
-// are never repeated.
-//
-// Under every policy, `none` included, the model's own activation
-// checkpointing (torch.utils.checkpoint, non-reentrant) is honored: the
-// importer maps the ops the checkpoint's backward recomputation traced onto
-// the forward ops they repeat and marks those forward ops with the
-// checkpoint's number (`fused<"shardx.checkpoint.K">` inside their forward
-// location; python/shardx/importer/graph.py). Here, as eager PyTorch does,
-// each marked value the backward pass reads is computed again before its
-// first backward reader, from the checkpoint's inputs (values made outside
-// checkpoint K, read as they are: they stay alive, as the checkpoint saves
-// them) through copies of checkpoint K's ops. Ops a copy cannot repeat (a
-// collective) keep their results alive instead. The copies run after the
-// last CSE, so they are not merged back into the forward ops.
+// `budget` (torchtitan's memory-budget checkpointing, with the budget in
+// bytes): a candidate is a forward value the backward pass reads that
+// `aggressive` would compute again, with the chain of copies that computes
+// it. It saves the value's bytes and costs its chain's loop iterations (the
+// unit the propagation cost model prices compute in; a reshape or an empty
+// tensor costs nothing). Greedy: candidates in decreasing bytes per
+// iteration, each applied to a scratch copy of the module with those
+// already chosen, bufferized as the cpu target does up to the freeing of
+// buffers (buildRecomputeBudgetModelPipeline), and the memory model
+// (shardx/Analysis/MemoryModel.h) run on it again; a candidate is kept
+// when it lowers the modeled activation peak (the most bytes of
+// forward-phase buffers alive at once), or keeps it and lowers the number
+// of ops at that peak; the search stops once the peak fits. Then each
+// chosen candidate, latest first, is dropped again when the peak fits
+// without it. When nothing fits, the set with the lower peak of the greedy
+// one and all of aggressive's is applied, with a warning that says the
+// peak reached (the program is still correct).
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
@@ -62,10 +63,13 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <functional>
+#include <set>
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_RECOMPUTEACTIVATIONSPASS
@@ -73,7 +77,11 @@ namespace mlir::shardx {
 } // namespace mlir::shardx
 
 using namespace mlir;
+using mlir::shardx::computeMemoryProfile;
 using mlir::shardx::getTrainStepPhase;
+using mlir::shardx::MemoryBuffer;
+using mlir::shardx::MemoryProfile;
+using mlir::shardx::MemoryRole;
 
 namespace {
 
@@ -121,14 +129,30 @@ bool isRepeatable(Operation *op) {
          op->getNumResults() > 0;
 }
 
+/// A forward value by its defining op's position in the function's block
+/// and its result number: the same value in a clone of the function.
+using ValueKey = std::pair<unsigned, unsigned>;
+
 class Recomputer {
 public:
-  Recomputer(func::FuncOp func, bool aggressive)
-      : func(func), aggressive(aggressive) {}
+  /// With `only`, run() replaces only the backward reads of those values
+  /// (candidates of the same function, or of a clone of it).
+  Recomputer(func::FuncOp func, bool aggressive,
+             const std::set<ValueKey> *only = nullptr)
+      : func(func), aggressive(aggressive), only(only) {}
 
   /// Copies the recomputable forward values before their first backward
   /// reader. Returns the number of ops copied.
   unsigned run();
+
+  /// The forward values run() would compute again, in program order, with
+  /// their bytes and the loop iterations of the chain that recomputes each.
+  struct Candidate {
+    ValueKey key;
+    int64_t bytes = 0;
+    int64_t cost = 0;
+  };
+  SmallVector<Candidate> candidates();
 
 private:
   bool isForward(Operation *op) {
@@ -159,9 +183,22 @@ private:
   void pinLeaves(Operation *op);
   void chooseExpensive();
   Value copyOf(Value value, OpBuilder &builder);
+  /// Finds the late readers and chooses what to recompute; false when the
+  /// function has no backward phase.
+  bool analyze();
+  bool recomputable(Operation *def) {
+    return isForward(def) &&
+           (cheapRecomputable(def) || expensive.contains(def));
+  }
+  ValueKey keyOf(Value value);
+  /// The loop iterations of the ops copyOf(value) copies.
+  int64_t chainCost(Value value, llvm::DenseSet<Operation *> &seen);
 
   func::FuncOp func;
   bool aggressive;
+  const std::set<ValueKey> *only;
+  SmallVector<Operation *> backward;
+  llvm::DenseMap<Operation *, unsigned> position;
   /// Values a backward or optimizer op, or the return, reads.
   llvm::DenseSet<Value> readLate;
   llvm::DenseMap<Operation *, bool> cheap;
@@ -264,16 +301,17 @@ Value Recomputer::copyOf(Value value, OpBuilder &builder) {
   return copies.lookup(value);
 }
 
-unsigned Recomputer::run() {
+bool Recomputer::analyze() {
   if (!func.getBody().hasOneBlock())
-    return 0; // the straight-line steps only
+    return false; // the straight-line steps only
   Block &body = func.getBody().front();
   // The late readers: every op from the first backward one on that is not
   // itself forward (fused or merged ops may have lost their phase), and the
   // return.
-  SmallVector<Operation *> backward;
   bool late = false;
+  unsigned index = 0;
   for (Operation &op : body) {
+    position[&op] = index++;
     StringRef phase = getTrainStepPhase(op.getLoc());
     late |= phase == "backward";
     if (!late || (phase == "forward" && !op.hasAttr(kRecomputed)))
@@ -282,18 +320,220 @@ unsigned Recomputer::run() {
     for (Value operand : op.getOperands())
       readLate.insert(operand);
   }
+  if (backward.empty())
+    return false;
   if (aggressive)
     chooseExpensive();
+  return true;
+}
+
+ValueKey Recomputer::keyOf(Value value) {
+  return {position.lookup(value.getDefiningOp()),
+          cast<OpResult>(value).getResultNumber()};
+}
+
+unsigned Recomputer::run() {
+  if (!analyze())
+    return 0;
   for (Operation *op : backward) {
     OpBuilder builder(op);
     for (OpOperand &use : op->getOpOperands()) {
       Operation *def = use.get().getDefiningOp();
-      if (isForward(def) &&
-          (cheapRecomputable(def) || expensive.contains(def)))
+      if (recomputable(def) && (!only || only->count(keyOf(use.get()))))
         use.set(copyOf(use.get(), builder));
     }
   }
   return copied;
+}
+
+/// The loop iterations of a linalg op (its static loop ranges' product; a
+/// dynamic range counts as 1), 0 for any other op.
+static int64_t iterations(Operation *op) {
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  if (!linalgOp)
+    return 0;
+  int64_t n = 1;
+  for (int64_t range : linalgOp.getStaticLoopRanges())
+    n *= ShapedType::isDynamic(range) ? 1 : range;
+  return n;
+}
+
+int64_t Recomputer::chainCost(Value value, llvm::DenseSet<Operation *> &seen) {
+  Operation *def = value.getDefiningOp();
+  if (!def || !recomputable(def) || !seen.insert(def).second)
+    return 0;
+  int64_t cost = iterations(def);
+  for (Value operand : def->getOperands())
+    cost += chainCost(operand, seen);
+  return cost;
+}
+
+SmallVector<Recomputer::Candidate> Recomputer::candidates() {
+  SmallVector<Candidate> result;
+  if (!analyze())
+    return result;
+  std::set<ValueKey> found;
+  for (Operation *op : backward)
+    for (Value operand : op->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (!recomputable(def) || !found.insert(keyOf(operand)).second)
+        continue;
+      Candidate c;
+      c.key = keyOf(operand);
+      if (auto shaped = dyn_cast<ShapedType>(operand.getType());
+          shaped && shaped.hasStaticShape() &&
+          shaped.getElementType().isIntOrFloat())
+        c.bytes = shaped.getNumElements() *
+                  ((shaped.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+      llvm::DenseSet<Operation *> seen;
+      c.cost = chainCost(operand, seen);
+      result.push_back(c);
+    }
+  llvm::sort(result, [](const Candidate &a, const Candidate &b) {
+    return a.key < b.key;
+  });
+  return result;
+}
+
+/// The most bytes of activation (forward-phase) buffers alive at once in
+/// `profile`, and the number of ops where that many are alive.
+std::pair<int64_t, int64_t> activationPeak(const MemoryProfile &profile) {
+  std::vector<int64_t> delta(profile.ops.size() + 1, 0);
+  for (const MemoryBuffer &b : profile.buffers) {
+    if (b.argument || b.role != MemoryRole::Activation || b.first < 0 ||
+        b.first >= (int64_t)delta.size())
+      continue;
+    delta[b.first] += b.bytes;
+    delta[std::min<int64_t>(b.last + 1, delta.size() - 1)] -= b.bytes;
+  }
+  int64_t alive = 0, peak = 0, at = 0;
+  for (size_t i = 0; i + 1 < delta.size(); ++i) {
+    alive += delta[i];
+    if (alive > peak)
+      peak = alive, at = 0;
+    if (alive == peak)
+      ++at;
+  }
+  return {peak, at};
+}
+
+/// The `budget` policy on one function (see the file comment).
+class BudgetSearch {
+public:
+  BudgetSearch(func::FuncOp func, int64_t budget)
+      : func(func), budget(budget) {}
+  LogicalResult run();
+
+private:
+  struct Outcome {
+    int64_t peak = 0;
+    int64_t atPeak = 0;
+    unsigned copied = 0;
+  };
+  /// The function's modeled activation peak with `chosen` (or all
+  /// candidates) recomputed, on a bufferized scratch copy of the module.
+  FailureOr<Outcome> evaluate(const std::set<ValueKey> &chosen,
+                              bool all = false);
+
+  func::FuncOp func;
+  int64_t budget;
+  unsigned evaluations = 0;
+};
+
+FailureOr<BudgetSearch::Outcome>
+BudgetSearch::evaluate(const std::set<ValueKey> &chosen, bool all) {
+  ++evaluations;
+  // A detached copy of the module, bufferized by a pass manager of its own
+  // (one-shot bufferization of function boundaries does not run on a
+  // module nested in another).
+  OwningOpRef<ModuleOp> scratch(
+      cast<ModuleOp>(func->getParentOfType<ModuleOp>()->clone()));
+  auto copy = scratch->lookupSymbol<func::FuncOp>(func.getSymName());
+  Outcome outcome;
+  outcome.copied =
+      Recomputer(copy, /*aggressive=*/true, all ? nullptr : &chosen).run();
+  PassManager pm(func.getContext());
+  mlir::shardx::buildRecomputeBudgetModelPipeline(pm);
+  if (failed(pm.run(*scratch)))
+    return failure();
+  copy = scratch->lookupSymbol<func::FuncOp>(func.getSymName());
+  std::tie(outcome.peak, outcome.atPeak) =
+      activationPeak(computeMemoryProfile(copy));
+  return outcome;
+}
+
+LogicalResult BudgetSearch::run() {
+  SmallVector<Recomputer::Candidate> candidates =
+      Recomputer(func, /*aggressive=*/true).candidates();
+  if (candidates.empty())
+    return success();
+  std::set<ValueKey> chosen;
+  FailureOr<Outcome> none = evaluate(chosen);
+  if (failed(none))
+    return failure();
+  Outcome best = *none;
+  auto fits = [&](const Outcome &o) { return o.peak <= budget; };
+  // The most bytes saved per iteration recomputed first (an iteration more
+  // so that free chains rank by their bytes); program order among equals.
+  llvm::stable_sort(candidates, [](const auto &a, const auto &b) {
+    return (double)a.bytes / (a.cost + 1) > (double)b.bytes / (b.cost + 1);
+  });
+  SmallVector<ValueKey> order;
+  for (const auto &c : candidates) {
+    if (fits(best))
+      break;
+    chosen.insert(c.key);
+    FailureOr<Outcome> with = evaluate(chosen);
+    if (failed(with))
+      return failure();
+    if (with->peak < best.peak ||
+        (with->peak == best.peak && with->atPeak < best.atPeak)) {
+      best = *with;
+      order.push_back(c.key);
+    } else {
+      chosen.erase(c.key);
+    }
+  }
+  // Drop what the peak does not need (latest choice first).
+  for (ValueKey key : llvm::reverse(order)) {
+    chosen.erase(key);
+    FailureOr<Outcome> without = evaluate(chosen);
+    if (failed(without))
+      return failure();
+    if (fits(best) ? fits(*without) : without->peak <= best.peak)
+      best = *without;
+    else
+      chosen.insert(key);
+  }
+  bool all = false;
+  if (!fits(best)) {
+    FailureOr<Outcome> everything = evaluate(chosen, /*all=*/true);
+    if (failed(everything))
+      return failure();
+    if (everything->peak < best.peak) {
+      best = *everything;
+      all = true;
+    }
+  }
+  unsigned copied = 0;
+  if (all || !chosen.empty())
+    copied =
+        Recomputer(func, /*aggressive=*/true, all ? nullptr : &chosen).run();
+  std::string summary = llvm::formatv(
+      "modeled activation peak {0} -> {1} bytes per rank, budget {2}; {3} of "
+      "{4} candidate values recomputed ({5} evaluations of the memory model)",
+      none->peak, best.peak, budget, all ? candidates.size() : chosen.size(),
+      candidates.size(), evaluations);
+  if (!fits(best)) {
+    mlir::emitWarning(func.getLoc())
+        << "recompute budget not met: " << summary << "; recomputes " << copied
+        << " forward ops";
+    return success();
+  }
+  mlir::emitRemark(func.getLoc())
+      << "recomputes " << copied
+      << " forward ops before their backward readers (budget): " << summary;
+  return success();
 }
 
 /// Maps `value`, when it is a fresh tensor a copy writes into (an empty
@@ -383,10 +623,26 @@ struct RecomputeActivationsPass
           RecomputeActivationsPass> {
   using RecomputeActivationsPassBase::RecomputeActivationsPassBase;
 
+  void getDependentDialects(DialectRegistry &registry) const override {
+    RecomputeActivationsPassBase::getDependentDialects(registry);
+    // What the budget policy's memory model bufferizes with.
+    OpPassManager pm("builtin.module");
+    mlir::shardx::buildRecomputeBudgetModelPipeline(pm);
+    pm.getDependentDialects(registry);
+  }
+
   void runOnOperation() override {
-    if (policy != "none" && policy != "selective" && policy != "aggressive") {
+    if (policy != "none" && policy != "selective" && policy != "aggressive" &&
+        policy != "budget") {
       getOperation().emitError("shardx-recompute-activations: unknown policy '")
-          << policy << "' (none, selective or aggressive)";
+          << policy << "' (none, selective, aggressive or budget)";
+      return signalPassFailure();
+    }
+    if ((policy == "budget") != (budget >= 0)) {
+      getOperation().emitError("shardx-recompute-activations: ")
+          << (policy == "budget"
+                  ? "policy 'budget' needs a budget (bytes per rank, >= 0)"
+                  : "a budget is for policy 'budget' only");
       return signalPassFailure();
     }
     getOperation().walk([&](func::FuncOp func) {
@@ -398,6 +654,16 @@ struct RecomputeActivationsPass
     });
     if (policy == "none")
       return;
+    if (policy == "budget") {
+      SmallVector<func::FuncOp> funcs(getOperation().getOps<func::FuncOp>());
+      for (func::FuncOp func : funcs)
+        if (failed(BudgetSearch(func, budget).run())) {
+          func.emitError("shardx-recompute-activations: the memory model's "
+                         "bufferization failed");
+          return signalPassFailure();
+        }
+      return;
+    }
     getOperation().walk([&](func::FuncOp func) {
       if (unsigned copied = Recomputer(func, policy == "aggressive").run())
         mlir::emitRemark(func.getLoc()) << "recomputes " << copied

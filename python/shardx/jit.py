@@ -88,7 +88,7 @@ def compile_target(backend: str) -> str:
 
 
 #: shardx-compile's --recompute policies.
-RECOMPUTE_POLICIES = ("none", "selective", "aggressive")
+RECOMPUTE_POLICIES = ("none", "selective", "aggressive", "budget")
 
 
 def _compiler_args(target: str) -> List[str]:
@@ -301,11 +301,13 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
 
 
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
-                    timing: Optional[Dict[str, float]] = None, recompute: str = "none"):
+                    timing: Optional[Dict[str, float]] = None, recompute: str = "none",
+                    recompute_budget: Optional[int] = None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path); ``timing`` (if given) gets the
     seconds of the SPMD pipeline, code generation and loading. ``recompute``
-    is shardx-compile's ``--recompute`` policy (part of the key)."""
+    is shardx-compile's ``--recompute`` policy and ``recompute_budget`` its
+    ``--recompute-budget`` (bytes per rank; both part of the key)."""
     timing = {} if timing is None else timing
     rt = runtime()
     cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
@@ -314,6 +316,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
               "version": version}
     if recompute != "none":
         fields["recompute"] = recompute
+    if recompute_budget is not None:
+        fields["recompute_budget"] = int(recompute_budget)
     material = json.dumps(fields, sort_keys=True)
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = _usable_cache_dir()
@@ -364,6 +368,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
     try:
         args = _compiler_args(target) + ([f"--recompute={recompute}"]
                                          if recompute != "none" else [])
+        if recompute_budget is not None:
+            args.append(f"--recompute-budget={int(recompute_budget)}")
         run_compiler(src, tmp_so, args, timing, tool)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
@@ -561,10 +567,12 @@ class CompiledFunction(runtime().CompiledCall):
 
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str], recompute: str = "none",
-                 memory_budget: Optional[int] = None):
+                 memory_budget: Optional[int] = None,
+                 recompute_budget: Optional[int] = None):
         super().__init__()
         self.fn = fn
         self.recompute = recompute
+        self.recompute_budget = recompute_budget
         self.memory_budget = memory_budget
         self._trace_mesh = mesh
         self.mesh = mesh if mesh is not None else Mesh((1,), ("r",))
@@ -757,7 +765,7 @@ class CompiledFunction(runtime().CompiledCall):
                 return self._compile(args, flat, spec, partners, writes)
         artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
                                               compile_target(self.backend), timing,
-                                              self.recompute)
+                                              self.recompute, self.recompute_budget)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:
@@ -991,7 +999,8 @@ def _write_back(targets, values) -> None:
 def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             backend: str = "threads", donate=(), name: Optional[str] = None,
-            recompute: str = "none", memory_budget: Optional[int] = None) -> CompiledFunction:
+            recompute: str = "none", memory_budget: Optional[int] = None,
+            recompute_budget: Optional[int] = None) -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -1004,8 +1013,12 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     ``recompute``: activation recomputation, ``"none"``, ``"selective"``
     (elementwise forward values computed again before their first backward
     reader; matmul and reduction results kept) or ``"aggressive"`` (also
-    matmuls whose inputs the backward keeps anyway); the results are bit for
-    bit those of ``"none"`` (docs/Compiler.md, "Activation recomputation").
+    matmuls whose inputs the backward keeps anyway) or ``"budget"`` with
+    ``recompute_budget`` (bytes per rank: the fewest of ``"aggressive"``'s
+    copies that bring the modeled activation peak within it, as torchtitan's
+    memory-budget checkpointing, with bytes instead of a fraction); the
+    results are bit for bit those of ``"none"`` (docs/Compiler.md,
+    "Activation recomputation").
     ``memory_budget``: bytes per rank; the inputs without placements get
     the layouts ``shardx-auto-shard`` chooses so that the modeled step time
     is smallest and the modeled peak fits (docs/Memory.md, "Automatic
@@ -1014,6 +1027,14 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     if recompute not in RECOMPUTE_POLICIES:
         raise ValueError(f"recompute={recompute!r} is not a policy; one of "
                          f"{', '.join(RECOMPUTE_POLICIES)}")
+    if (recompute == "budget") != (recompute_budget is not None):
+        raise ValueError('recompute="budget" and recompute_budget= (bytes per rank) go '
+                         "together")
+    if recompute_budget is not None and (isinstance(recompute_budget, bool) or
+                                         not isinstance(recompute_budget, int) or
+                                         recompute_budget < 0):
+        raise ValueError(f"recompute_budget={recompute_budget!r}: expected a non-negative "
+                         "int (bytes per rank)")
     if backend == "cuda-local":
         backend = "cuda"
     if backend not in BACKENDS:
@@ -1036,4 +1057,4 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     if memory_budget is not None and (mesh is None or int(memory_budget) <= 0):
         raise ValueError("memory_budget needs a mesh and a positive number of bytes per rank")
     return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
-                            recompute, memory_budget)
+                            recompute, memory_budget, recompute_budget)

@@ -77,6 +77,53 @@ def test_policy_is_checked_and_keyed():
     assert len(paths) == 2
 
 
+def _compiled_budget(step, budget):
+    mesh = Mesh((2,), ("tp",))
+    ins, outs = block_tp_placements(step, mesh)
+    return shardx.compile(step, mesh=mesh, in_placements=ins, out_placements=outs,
+                          recompute="budget", recompute_budget=budget)
+
+
+def test_budget_recomputation_is_bitwise_equal_and_lowers_the_measured_peak():
+    # Tests that the memory-budget policy (an impossible budget: every copy
+    # that lowers the modeled activation peak) returns exactly the outputs
+    # of no recomputation with a lower measured peak, that a budget the step
+    # fits already measures the same peak as none, and that the budget is in
+    # the cache key (three artifacts).
+    step, args = _block_step()
+    results, peaks, paths = {}, {}, set()
+    for budget in (None, 0, 1 << 40):
+        compiled = (_compiled(step, "none") if budget is None
+                    else _compiled_budget(step, budget))
+        first = compiled(*args)
+        second = compiled(*args)
+        results[budget] = [_torch(t) for t in pytree.tree_leaves((first, second))]
+        peaks[budget] = _peak(compiled, args)
+        paths.add(list(compiled._executables.values())[-1].path)
+    assert len(paths) == 3
+    for budget in (0, 1 << 40):
+        assert len(results[budget]) == len(results[None]) > 10
+        for a, b in zip(results[None], results[budget]):
+            assert torch.equal(a, b)
+    assert peaks[0] < 0.9 * peaks[None], peaks
+    assert peaks[1 << 40] == peaks[None], peaks
+
+
+def test_budget_is_checked():
+    # Tests that the budget policy needs a budget, a budget needs the
+    # policy, and a budget is a non-negative int, each a ValueError before
+    # any trace.
+    step, _ = _block_step()
+    mesh = Mesh((2,), ("tp",))
+    with pytest.raises(ValueError, match="go together"):
+        shardx.compile(step, mesh=mesh, recompute="budget")
+    with pytest.raises(ValueError, match="go together"):
+        shardx.compile(step, mesh=mesh, recompute="selective", recompute_budget=100)
+    for bad in (-1, 1.5, "1MiB", True):
+        with pytest.raises(ValueError, match="expected a non-negative int"):
+            shardx.compile(step, mesh=mesh, recompute="budget", recompute_budget=bad)
+
+
 class _Stack(torch.nn.Module):
     """Transformer blocks in a row, each through torch.utils.checkpoint
     (non-reentrant, as torchtitan and Hugging Face call it) or not."""

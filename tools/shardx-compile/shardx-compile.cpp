@@ -63,10 +63,17 @@ static llvm::cl::opt<std::string> recompute(
     llvm::cl::desc("activation recomputation: none (default), selective "
                    "(elementwise forward values computed again before their "
                    "first backward reader; contraction and reduction results "
-                   "kept) or aggressive (also contractions and reductions "
-                   "whose inputs the backward pass keeps anyway); results bit for "
-                   "bit unchanged, docs/Compiler.md"),
+                   "kept), aggressive (also contractions and reductions "
+                   "whose inputs the backward pass keeps anyway) or budget (a "
+                   "greedy choice of aggressive's copies that brings the "
+                   "modeled activation peak within --recompute-budget); "
+                   "results bit for bit unchanged, docs/Compiler.md"),
     llvm::cl::init("none"));
+static llvm::cl::opt<std::string> recomputeBudget(
+    llvm::cl::cat(toolOptions), "recompute-budget",
+    llvm::cl::desc("--recompute=budget's modeled activation peak per rank: "
+                   "bytes, or a number with KiB, MiB or GiB"),
+    llvm::cl::value_desc("bytes"));
 static llvm::cl::opt<unsigned>
     optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
              llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
@@ -171,6 +178,30 @@ static bool hasLayouts(ModuleOp module) {
   return found;
 }
 
+/// --recompute-budget's bytes: a non-negative integer, optionally with
+/// KiB, MiB or GiB. Failure with a message on anything else.
+static FailureOr<int64_t> parseBudget(llvm::StringRef text) {
+  llvm::StringRef number = text.trim();
+  int64_t scale = 1;
+  for (auto [suffix, factor] :
+       {std::pair<llvm::StringRef, int64_t>{"KiB", 1ll << 10},
+        {"MiB", 1ll << 20},
+        {"GiB", 1ll << 30}})
+    if (number.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  uint64_t value = 0;
+  if (number.trim().getAsInteger(10, value) ||
+      value > uint64_t(INT64_MAX) / scale) {
+    llvm::errs() << "shardx-compile: error: --recompute-budget='" << text
+                 << "' is not a number of bytes (a non-negative integer, "
+                    "optionally with KiB, MiB or GiB)\n";
+    return failure();
+  }
+  return int64_t(value) * scale;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
@@ -184,6 +215,25 @@ int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "ShardX compiler: a tensor program to a CPU shared object\n");
+  int64_t budgetBytes = -1;
+  if (recompute == "budget" && recomputeBudget.getNumOccurrences() == 0) {
+    llvm::errs() << "shardx-compile: error: --recompute=budget needs "
+                    "--recompute-budget=BYTES (the modeled activation peak "
+                    "per rank to fit)\n";
+    return 1;
+  }
+  if (recomputeBudget.getNumOccurrences()) {
+    if (recompute != "budget") {
+      llvm::errs() << "shardx-compile: error: --recompute-budget is for "
+                      "--recompute=budget (got --recompute="
+                   << recompute << ")\n";
+      return 1;
+    }
+    FailureOr<int64_t> bytes = parseBudget(recomputeBudget);
+    if (failed(bytes))
+      return 1;
+    budgetBytes = *bytes;
+  }
   // Declared before the timing manager, which writes into it when it goes.
   std::unique_ptr<llvm::ToolOutputFile> timingFile;
   if (!timingJson.empty()) {
@@ -251,6 +301,7 @@ int main(int argc, char **argv) {
   options.target = target;
   options.gpuChip = gpuChip;
   options.recompute = recompute;
+  options.recomputeBudget = budgetBytes;
   options.kernelCache = !noKernelCache;
   mlir::shardx::CodegenStats stats;
   options.stats = &stats;

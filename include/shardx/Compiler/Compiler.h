@@ -70,8 +70,11 @@ struct CompileOptions {
   /// Activation recomputation: "none", "selective" (elementwise forward
   /// values computed again in the backward pass, contraction and
   /// reduction results kept) or "aggressive" (also contractions and
-  /// reductions whose inputs the backward pass keeps anyway).
+  /// reductions whose inputs the backward pass keeps anyway) or "budget"
+  /// (a greedy choice of aggressive's copies that brings the modeled activation
+  /// peak to `recomputeBudget` bytes per rank).
   std::string recompute = "none";
+  int64_t recomputeBudget = -1;
   /// libdevice for the "cuda" target's math functions; empty: the toolkit
   /// found at configure time (or $SHARDX_LIBDEVICE).
   std::string libdevice;

@@ -35,9 +35,11 @@ struct CodegenPipelineOptions {
   std::string libdevice;
   /// Where `shardx-outline-kernels` reports (the cpu target), if anywhere.
   OutlineStats *outlineStats = nullptr;
-  /// Activation recomputation: "none", "selective" or "aggressive"
+  /// Activation recomputation: "none", "selective", "aggressive" or
+  /// "budget" with `recomputeBudget` bytes per rank
   /// (`shardx-recompute-activations`).
   std::string recompute = "none";
+  int64_t recomputeBudget = -1;
 };
 
 /// The cpu target from a local program on tensors to the LLVM dialect:
@@ -64,10 +66,16 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
 /// runtime calls, the meshes go, tensor ops are fused, forward values are
 /// recomputed where `recompute` says, and the program is bufferized. With
 /// `narrowGemmOperands` (the cuda target), GEMMs of widened bf16/f16 values
-/// read the narrow values (shardx-narrow-gemm-operands).
+/// read the narrow values (shardx-narrow-gemm-operands). `recomputeBudget`:
+/// bytes per rank for the "budget" policy (-1 otherwise).
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const std::string &recompute = "none",
-                                bool narrowGemmOperands = false);
+                                bool narrowGemmOperands = false,
+                                int64_t recomputeBudget = -1);
+/// What follows `shardx-recompute-activations` on the cpu target up to the
+/// freeing of buffers (bufferization, BLAS calls, deallocation): the buffer
+/// program whose memory model the "budget" policy evaluates.
+void buildRecomputeBudgetModelPipeline(OpPassManager &pm);
 
 #define GEN_PASS_REGISTRATION
 #include "shardx/Compiler/Passes.h.inc"

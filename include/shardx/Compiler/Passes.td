@@ -67,12 +67,20 @@ def RecomputeActivationsPass
     importer marks as recomputed by a `torch.utils.checkpoint` region
     (`fused<"shardx.checkpoint.K">` in their location) are copied before
     their first backward reader from the region's inputs, which stay alive.
+    `budget` copies a greedy choice of `aggressive`'s candidates (most
+    modeled bytes saved per iteration recomputed first) that brings the
+    function's modeled activation peak (the memory model,
+    shardx/Analysis/MemoryModel.h, of the buffer program the cpu target
+    makes of it) to at most `budget` bytes per rank; it warns when even all
+    of them do not.
     Copies carry `shardx.recomputed`. The results are bit for bit those
     without recomputation. Runs on tensors after fusion.
   }];
   let options = [
     Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
-           "none, selective or aggressive">,
+           "none, selective, aggressive or budget">,
+    Option<"budget", "budget", "int64_t", /*default=*/"-1",
+           "budget: the modeled per-rank activation peak to fit, in bytes">,
   ];
 }
 
