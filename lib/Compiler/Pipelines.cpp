@@ -208,10 +208,10 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   pipeline.blas = options.blas;
   pipeline.gpuChip = options.gpuChip;
   pipeline.recompute = options.recompute;
+  pipeline.recomputeBudget = options.recomputeBudget;
   OutlineStats outlined;
   pipeline.outlineStats = &outlined;
   PassManager pm(module.getContext());
-  pipeline.recomputeBudget = options.recomputeBudget;
   if (cuda) {
     // Kernels are serialized through LLVM IR (NVVM) and the host code
     // embeds them (the GPU dialect's offloading translation).
@@ -287,12 +287,12 @@ struct CpuCodegenCLOptions : PassPipelineOptions<CpuCodegenCLOptions> {
       llvm::cl::desc(
           "activation recomputation: none, selective, aggressive or budget"),
       llvm::cl::init("none")};
-};
-
-struct CudaCodegenCLOptions : PassPipelineOptions<CudaCodegenCLOptions> {
   Option<int64_t> recomputeBudget{
       *this, "recompute-budget",
       llvm::cl::desc("the budget policy's bytes per rank"), llvm::cl::init(-1)};
+};
+
+struct CudaCodegenCLOptions : PassPipelineOptions<CudaCodegenCLOptions> {
   Option<std::string> chip{*this, "chip",
                            llvm::cl::desc("the GPU architecture"),
                            llvm::cl::init("sm_90")};
@@ -314,10 +314,10 @@ void mlir::shardx::registerCompilerPasses() {
         CodegenPipelineOptions options;
         options.blas = cl.blas;
         options.recompute = cl.recompute;
+        options.recomputeBudget = cl.recomputeBudget;
         buildCpuCodegenPipeline(pm, options);
       });
   PassPipelineRegistration<CudaCodegenCLOptions>(
-        options.recomputeBudget = cl.recomputeBudget;
       "shardx-codegen-cuda",
       "The cuda target's code generation, from a local program on tensors to "
       "the LLVM dialect with the kernels' PTX embedded",

@@ -228,6 +228,12 @@ def test_rediscovers_data_parallel(tmp_path):
     plan = plan_of(data)
     assert plan.pop("inputs") == "[S(0)]", plan
     assert set(plan.values()) == {"[R]"}, plan
+    # The replicated input's center (nothing parallel) is over 1.25x the
+    # data-parallel one: its unary terms are left out, the first round
+    # prices the two centers and the other layout's unary terms only.
+    assert data["unary_left_out"] == 1, data["phases"]
+    unary = sum(len(g["choices"]) - 1 for g in data["groups"] if not g["data"])
+    assert data["phases"]["unary 1"]["plans"] == 2 + unary, data["phases"]
 
 
 def test_rediscovers_megatron(tmp_path):
@@ -239,6 +245,9 @@ def test_rediscovers_megatron(tmp_path):
     # Arguments: 0 fc1.weight (hidden x dim), 1 fc1.bias, 2 fc2.weight (dim x hidden), 3 fc2.bias.
     assert plan["%arg0"] == "[S(0)]" and plan["%arg2"] == "[S(1)]", plan
     assert plan.get("inputs", "[R]") == "[R]", plan
+    # The layout that wins keeps its unary terms (its center is within
+    # 1.25x of the data-parallel one).
+    assert data["unary_left_out"] == 0, data["phases"]
 
 
 def fsdp_budget(tmp_path) -> int:
