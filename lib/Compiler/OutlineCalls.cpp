@@ -396,7 +396,7 @@ struct OutlineCallsPass
       // every program.
       llvm::SmallString<32> name;
       llvm::raw_svector_ostream(name)
-          << "shardx_call_"
+          << shardx::kCallPrefix
           << llvm::format_hex_no_prefix(
                  llvm::xxh3_64bits(shardx::canonicalKernelText(callee)), 16);
       callee.setName(name);

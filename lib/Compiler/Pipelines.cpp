@@ -151,6 +151,9 @@ void mlir::shardx::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
                   "convert-math-to-llvm,convert-arith-to-llvm,"
                   "convert-index-to-llvm,convert-func-to-llvm,"
                   "convert-cf-to-llvm,reconcile-unrealized-casts");
+  // The host code (compiled at -O0) without the descriptors it builds only
+  // to take apart.
+  pm.addPass(createFoldDescriptorsPass());
 }
 
 void mlir::shardx::buildCudaCodegenPipeline(

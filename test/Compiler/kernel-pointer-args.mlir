@@ -1,4 +1,5 @@
-// RUN: shardx-opt %s --shardx-kernel-pointer-args --split-input-file | FileCheck %s
+// RUN: shardx-opt %s --shardx-kernel-pointer-args="layer-functions=true" --split-input-file | FileCheck %s
+// RUN: shardx-opt %s --shardx-kernel-pointer-args --split-input-file | FileCheck %s --check-prefix=OFF
 
 // Tests that a kernel's statically shaped buffers become pointers: the
 // caller passes the aligned pointer plus the view's dynamic offset (an
@@ -78,3 +79,77 @@ func.func private @shardx_kernel_b(%d: memref<?xf32>, %e: memref<8xf32>) {
 }
 func.func private @shardx_kernel_c(memref<8xf32>)
 func.func private @layer(memref<8xf32>)
+
+// -----
+
+// Tests that, with layer-functions=true, a layer function's static buffer
+// becomes a pointer where every use, through views, only addresses elements
+// (a load, a copy, a kernel, the runtime), and keeps its descriptor where
+// the body may read the allocated pointer: a buffer it frees, one it
+// returns, one it hands to a function other than a kernel or the runtime.
+// A static result travels as its allocated and aligned pointers, the
+// caller rebuilding its descriptor. Without the option, layer functions
+// keep their ABI.
+// CHECK-LABEL: func.func @layers
+// CHECK-SAME: (%[[A:.*]]: memref<8xf32>, %[[B:.*]]: memref<8xf32>, %[[C:.*]]: memref<8xf32>, %[[D:.*]]: memref<8xf32>)
+// CHECK: %[[DA:.*]] = builtin.unrealized_conversion_cast %[[A]] : memref<8xf32> to !llvm.struct
+// CHECK: %[[PA:.*]] = llvm.extractvalue %[[DA]][1]
+// CHECK: %[[R:.*]]:2 = call @shardx_call_1(%[[PA]], %[[B]], %[[C]], %[[D]]) : (!llvm.ptr, memref<8xf32>, memref<8xf32>, memref<8xf32>) -> (!llvm.ptr, !llvm.ptr)
+// CHECK: llvm.insertvalue %[[R]]#0, %{{.*}}[0]
+// CHECK: llvm.insertvalue %[[R]]#1, %{{.*}}[1]
+// CHECK: %[[MR:.*]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<8xf32>
+// CHECK: memref.dealloc %[[MR]]
+// CHECK: func.func private @shardx_call_1(%[[X:.*]]: !llvm.ptr, %[[FREED:.*]]: memref<8xf32>, %[[RETURNED:.*]]: memref<8xf32>, %[[PASSED:.*]]: memref<8xf32>) -> (!llvm.ptr, !llvm.ptr)
+// CHECK: llvm.insertvalue %[[X]], %{{.*}}[0]
+// CHECK: llvm.insertvalue %[[X]], %{{.*}}[1]
+// CHECK: %[[MX:.*]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<8xf32>
+// CHECK: memref.load %[[MX]]
+// CHECK: memref.cast %[[MX]]
+// CHECK: memref.dealloc %[[FREED]]
+// CHECK: call @other(%[[PASSED]])
+// CHECK: %[[DR:.*]] = builtin.unrealized_conversion_cast %[[RETURNED]] : memref<8xf32> to !llvm.struct
+// CHECK: %[[RA:.*]] = llvm.extractvalue %[[DR]][0]
+// CHECK: %[[RB:.*]] = llvm.extractvalue %[[DR]][1]
+// CHECK: return %[[RA]], %[[RB]] : !llvm.ptr, !llvm.ptr
+// OFF-LABEL: func.func @layers
+// OFF: call @shardx_call_1(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>) -> memref<8xf32>
+func.func @layers(%a: memref<8xf32>, %b: memref<8xf32>, %c: memref<8xf32>, %d: memref<8xf32>) {
+  %r = call @shardx_call_1(%a, %b, %c, %d) : (memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>) -> memref<8xf32>
+  memref.dealloc %r : memref<8xf32>
+  return
+}
+func.func private @shardx_call_1(%x: memref<8xf32>, %freed: memref<8xf32>, %returned: memref<8xf32>, %passed: memref<8xf32>) -> memref<8xf32> {
+  %i = arith.constant 0 : index
+  %v = memref.load %x[%i] : memref<8xf32>
+  memref.store %v, %freed[%i] : memref<8xf32>
+  %dyn = memref.cast %x : memref<8xf32> to memref<?xf32, strided<[?], offset: ?>>
+  call @shardx_rt_use(%dyn) : (memref<?xf32, strided<[?], offset: ?>>) -> ()
+  %y = memref.alloc() : memref<8xf32>
+  memref.copy %x, %y : memref<8xf32> to memref<8xf32>
+  call @shardx_kernel_d(%x, %y) : (memref<8xf32>, memref<8xf32>) -> ()
+  memref.dealloc %y : memref<8xf32>
+  memref.dealloc %freed : memref<8xf32>
+  call @other(%passed) : (memref<8xf32>) -> ()
+  return %returned : memref<8xf32>
+}
+func.func private @shardx_kernel_d(memref<8xf32>, memref<8xf32>)
+func.func private @shardx_rt_use(memref<?xf32, strided<[?], offset: ?>>)
+func.func private @other(memref<8xf32>)
+
+// -----
+
+// Tests that a buffer freed through a view of it (the base buffer of its
+// strided metadata, reinterpreted) keeps its descriptor.
+// CHECK-LABEL: func.func @view_freed
+// CHECK: call @shardx_call_2(%{{.*}}) : (memref<4xf32>) -> ()
+// CHECK: func.func private @shardx_call_2(%{{.*}}: memref<4xf32>)
+func.func @view_freed(%a: memref<4xf32>) {
+  call @shardx_call_2(%a) : (memref<4xf32>) -> ()
+  return
+}
+func.func private @shardx_call_2(%a: memref<4xf32>) {
+  %base, %offset, %size, %stride = memref.extract_strided_metadata %a : memref<4xf32> -> memref<f32>, index, index, index
+  %v = memref.reinterpret_cast %base to offset: [0], sizes: [2, 2], strides: [2, 1] : memref<f32> to memref<2x2xf32>
+  memref.dealloc %v : memref<2x2xf32>
+  return
+}

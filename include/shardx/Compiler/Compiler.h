@@ -185,6 +185,9 @@ LogicalResult expandNarrowFloatConversions(ModuleOp module);
 /// The name prefix of outlined kernel functions (outlineKernels).
 inline constexpr llvm::StringLiteral kKernelPrefix = "shardx_kernel_";
 
+/// The name prefix of layer functions (`shardx-outline-calls`).
+inline constexpr llvm::StringLiteral kCallPrefix = "shardx_call_";
+
 /// What outlineKernels did: linalg ops outlined, unique kernels left.
 struct OutlineStats {
   unsigned outlined = 0;
@@ -203,9 +206,13 @@ FailureOr<OutlineStats> outlineKernels(ModuleOp module);
 /// of an outlined kernel with a static shape and static strides becomes one
 /// `!llvm.ptr`, to its buffer's element at the buffer's offset, instead of a
 /// descriptor of 3 + 2 * rank scalars; the kernel rebuilds the descriptor
-/// from its type and its callers pass the pointer
+/// from its type and its callers pass the pointer. With `layerFunctions`, a
+/// layer function's (`shardx_call_*`) such arguments do too where its body
+/// never reads the buffer's allocated pointer, and its static results
+/// become their allocated and aligned pointers
 /// (`shardx-kernel-pointer-args`).
-LogicalResult passKernelBuffersAsPointers(ModuleOp module);
+LogicalResult passKernelBuffersAsPointers(ModuleOp module,
+                                          bool layerFunctions);
 
 /// The printed form of a kernel (a function-like symbol op) with its name
 /// left out, every printing flag fixed: equal for structurally identical

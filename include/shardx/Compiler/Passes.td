@@ -171,9 +171,19 @@ def KernelPointerArgsPass
     static strides becomes one `!llvm.ptr`: the element at the buffer's
     offset (the caller adds a dynamic offset to the aligned pointer). The
     kernel rebuilds its descriptor from the type (offset 0 for a dynamic
-    one), so its loops address the same elements. Other arguments, other
-    functions (entry points, layer functions, runtime calls) and kernels
-    used other than by `func.call` keep the descriptor ABI.
+    one), so its loops address the same elements. With `layer-functions`
+    (off in the cpu pipeline), a layer function's (`shardx_call_*`,
+    shardx-outline-calls) static arguments become pointers alike where its
+    body never reads the allocated pointer: every use, through views
+    (casts, reinterpret casts, strided metadata, transposes, subviews,
+    reshapes), is a load, a store, a copy, or a call of a kernel or of the
+    runtime (`shardx_rt_*`, which reads the aligned pointer only); a
+    dealloc, a return, another call or another op keeps that argument's
+    descriptor. Its static results with a static offset become their
+    allocated and aligned pointers, the caller rebuilding the descriptor.
+    Other arguments and results, other functions (entry points, runtime
+    calls) and functions used other than by `func.call` keep the
+    descriptor ABI.
 
     ```mlir
     call @shardx_kernel_1(%v) : (memref<4x8xf32, strided<[8, 1], offset: ?>>) -> ()
@@ -191,6 +201,35 @@ def KernelPointerArgsPass
     ```
   }];
   let dependentDialects = ["func::FuncDialect", "LLVM::LLVMDialect"];
+  let options = [Option<"layerFunctions", "layer-functions", "bool",
+                        /*default=*/"false",
+                        "also the layer functions' (shardx_call_*) safe "
+                        "arguments and static results">];
+}
+
+def FoldDescriptorsPass : Pass<"shardx-fold-descriptors", "ModuleOp"> {
+  let summary = "Folds the host code's extractions from memref descriptors "
+                "built in the same function";
+  let description = [{
+    Run on the cpu target after the conversions to the LLVM dialect. The
+    memref lowering builds a descriptor (`llvm.insertvalue` of each field)
+    for every allocation, view and argument, and each use takes the fields
+    it needs apart again (`llvm.extractvalue`): in the 32-layer GPT step's
+    host function most of its instructions. The host code is compiled at
+    -O0, which keeps every one. In each function other than an outlined
+    kernel (kernels are optimized, and keyed, on their own), an
+    `llvm.extractvalue` of a field an `llvm.insertvalue` chain set becomes
+    that value, and inserts, extracts and constants nothing uses any more
+    go.
+
+    ```mlir
+    %0 = llvm.insertvalue %p, %poison[1] : !llvm.struct<(ptr, ptr, i64)>
+    %1 = llvm.insertvalue %c0, %0[2] : !llvm.struct<(ptr, ptr, i64)>
+    %2 = llvm.extractvalue %1[1] : !llvm.struct<(ptr, ptr, i64)>
+    llvm.call @f(%2) : (!llvm.ptr) -> ()
+    ```
+    becomes `llvm.call @f(%p)`.
+  }];
 }
 
 //===----------------------------------------------------------------------===//
