@@ -106,7 +106,11 @@ def test_budget_recomputation_is_bitwise_equal_and_lowers_the_measured_peak():
         for a, b in zip(results[None], results[budget]):
             assert torch.equal(a, b)
     assert peaks[0] < 0.9 * peaks[None], peaks
-    assert peaks[1 << 40] == peaks[None], peaks
+    # A budget the step fits makes no copy: the same program as none's. The
+    # runtime's meter is not exact to the byte between runs of one program
+    # on threads (the clean-clone CI measured 450104 against 450088); a copy
+    # of this block moves the peak by kilobytes.
+    assert abs(peaks[1 << 40] - peaks[None]) <= 1024, peaks
 
 
 def test_budget_is_checked():
