@@ -4,6 +4,7 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``elementwise``: arithmetic, unary math, comparisons, casts, division modes
 - ``reductions``: sums, means, max/min (with index), variance, cumsum, sorts
 - ``linalg``: matmuls and 2-d convolutions (forward and backward)
+- ``grouped``: ``_grouped_mm`` (dropless experts), ``bincount``, ``histc``
 - ``pooling``: 2-d max and average pooling (forward and backward)
 - ``shape``: views, permutes, broadcasts, slices, concat, padding, factories
 - ``indexing``: embedding, gather, index, scatter, index_put
@@ -11,4 +12,4 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``sharding``: ``shardx.constrain``
 """
 
-from . import elementwise, indexing, linalg, optimizer, pooling, reductions, shape, sharding  # noqa: F401
+from . import elementwise, grouped, indexing, linalg, optimizer, pooling, reductions, shape, sharding  # noqa: F401
