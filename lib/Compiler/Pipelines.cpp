@@ -79,10 +79,23 @@ static void addBufferize(OpPassManager &pm) {
                   "canonicalize,cse");
 }
 
+/// Contractions become library calls as `contractions` says (`blas`,
+/// `cublas`, or `loops`: left to the kernels), then buffers are freed after
+/// their last reader.
+static void addContractionsAndDeallocation(OpPassManager &pm,
+                                           StringRef contractions) {
+  if (contractions == "blas")
+    pm.addPass(createContractionsToBlasPass());
+  else if (contractions == "cublas")
+    pm.addPass(createContractionsToCublasPass());
+  pm.addPass(createDeallocateBuffersPass());
+}
+
 void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
                                               const std::string &recompute,
                                               bool narrowGemmOperands,
-                                              int64_t recomputeBudget) {
+                                              int64_t recomputeBudget,
+                                              StringRef contractions) {
   // Halo exchanges become permutes, which the conversion lowers.
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
@@ -94,14 +107,15 @@ void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
   addUpstream(pm, "canonicalize,cse");
   // After the last CSE on tensors, which would merge the copies back. Under
   // `none` too: it honors the model's torch.utils.checkpoint regions.
-  pm.addPass(createRecomputeActivationsPass({recompute, recomputeBudget}));
+  pm.addPass(createRecomputeActivationsPass(
+      {recompute, recomputeBudget, contractions.str()}));
   addBufferize(pm);
 }
 
-void mlir::shardx::buildRecomputeBudgetModelPipeline(OpPassManager &pm) {
+void mlir::shardx::buildRecomputeBudgetModelPipeline(OpPassManager &pm,
+                                                     StringRef contractions) {
   addBufferize(pm);
-  pm.addPass(createContractionsToBlasPass());
-  pm.addPass(createDeallocateBuffersPass());
+  addContractionsAndDeallocation(pm, contractions);
 }
 
 void mlir::shardx::buildCpuCodegenPipeline(
@@ -116,12 +130,11 @@ void mlir::shardx::buildCpuKernelsPipeline(
   // one function per distinct body: the rest lowers a layer once.
   pm.addPass(createOutlineCallsPass());
   addProgramStart(pm, /*widenContractions=*/true);
+  StringRef contractions = options.blas ? "blas" : "loops";
   buildBufferizationPipeline(pm, options.recompute,
                              /*narrowGemmOperands=*/false,
-                             options.recomputeBudget);
-  if (options.blas)
-    pm.addPass(createContractionsToBlasPass());
-  pm.addPass(createDeallocateBuffersPass());
+                             options.recomputeBudget, contractions);
+  addContractionsAndDeallocation(pm, contractions);
   // One function per fused loop nest, identical ones merged: LLVM then
   // optimizes each unique kernel once, in parallel and through the kernel
   // cache, instead of the whole step as one function (emitArtifact).
@@ -162,9 +175,8 @@ void mlir::shardx::buildCudaCodegenPipeline(
   pm.addPass(createRecordStagingSignaturesPass());
   buildBufferizationPipeline(pm, options.recompute,
                              /*narrowGemmOperands=*/true,
-                             options.recomputeBudget);
-  pm.addPass(createContractionsToCublasPass());
-  pm.addPass(createDeallocateBuffersPass());
+                             options.recomputeBudget, "cublas");
+  addContractionsAndDeallocation(pm, "cublas");
   pm.addPass(createPlaceBuffersOnDevicePass());
   pm.addPass(createLowerMaskedScattersPass({/*order=*/"gpu"}));
   pm.addPass(createParallelLoopsFirstPass());

@@ -420,8 +420,8 @@ std::pair<int64_t, int64_t> activationPeak(const MemoryProfile &profile) {
 /// The `budget` policy on one function (see the file comment).
 class BudgetSearch {
 public:
-  BudgetSearch(func::FuncOp func, int64_t budget)
-      : func(func), budget(budget) {}
+  BudgetSearch(func::FuncOp func, int64_t budget, StringRef contractions)
+      : func(func), budget(budget), contractions(contractions) {}
   LogicalResult run();
 
 private:
@@ -437,6 +437,8 @@ private:
 
   func::FuncOp func;
   int64_t budget;
+  /// The target's contractions after bufferization (blas, cublas, loops).
+  StringRef contractions;
   unsigned evaluations = 0;
 };
 
@@ -453,7 +455,7 @@ BudgetSearch::evaluate(const std::set<ValueKey> &chosen, bool all) {
   outcome.copied =
       Recomputer(copy, /*aggressive=*/true, all ? nullptr : &chosen).run();
   PassManager pm(func.getContext());
-  mlir::shardx::buildRecomputeBudgetModelPipeline(pm);
+  mlir::shardx::buildRecomputeBudgetModelPipeline(pm, contractions);
   if (failed(pm.run(*scratch)))
     return failure();
   copy = scratch->lookupSymbol<func::FuncOp>(func.getSymName());
@@ -627,7 +629,7 @@ struct RecomputeActivationsPass
     RecomputeActivationsPassBase::getDependentDialects(registry);
     // What the budget policy's memory model bufferizes with.
     OpPassManager pm("builtin.module");
-    mlir::shardx::buildRecomputeBudgetModelPipeline(pm);
+    mlir::shardx::buildRecomputeBudgetModelPipeline(pm, contractions);
     pm.getDependentDialects(registry);
   }
 
@@ -636,6 +638,13 @@ struct RecomputeActivationsPass
         policy != "budget") {
       getOperation().emitError("shardx-recompute-activations: unknown policy '")
           << policy << "' (none, selective, aggressive or budget)";
+      return signalPassFailure();
+    }
+    if (contractions != "blas" && contractions != "cublas" &&
+        contractions != "loops") {
+      getOperation().emitError(
+          "shardx-recompute-activations: unknown contractions '")
+          << contractions << "' (blas, cublas or loops)";
       return signalPassFailure();
     }
     if ((policy == "budget") != (budget >= 0)) {
@@ -657,7 +666,7 @@ struct RecomputeActivationsPass
     if (policy == "budget") {
       SmallVector<func::FuncOp> funcs(getOperation().getOps<func::FuncOp>());
       for (func::FuncOp func : funcs)
-        if (failed(BudgetSearch(func, budget).run())) {
+        if (failed(BudgetSearch(func, budget, contractions).run())) {
           func.emitError("shardx-recompute-activations: the memory model's "
                          "bufferization failed");
           return signalPassFailure();

@@ -67,15 +67,19 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
 /// recomputed where `recompute` says, and the program is bufferized. With
 /// `narrowGemmOperands` (the cuda target), GEMMs of widened bf16/f16 values
 /// read the narrow values (shardx-narrow-gemm-operands). `recomputeBudget`:
-/// bytes per rank for the "budget" policy (-1 otherwise).
+/// bytes per rank for the "budget" policy (-1 otherwise). `contractions`:
+/// what the target makes of contractions after bufferization (`blas`,
+/// `cublas` or `loops`), which the "budget" policy's model follows.
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const std::string &recompute = "none",
                                 bool narrowGemmOperands = false,
-                                int64_t recomputeBudget = -1);
-/// What follows `shardx-recompute-activations` on the cpu target up to the
-/// freeing of buffers (bufferization, BLAS calls, deallocation): the buffer
-/// program whose memory model the "budget" policy evaluates.
-void buildRecomputeBudgetModelPipeline(OpPassManager &pm);
+                                int64_t recomputeBudget = -1,
+                                StringRef contractions = "blas");
+/// What follows `shardx-recompute-activations` up to the freeing of buffers
+/// (bufferization, the library calls `contractions` names, deallocation):
+/// the buffer program whose memory model the "budget" policy evaluates.
+void buildRecomputeBudgetModelPipeline(OpPassManager &pm,
+                                       StringRef contractions);
 
 #define GEN_PASS_REGISTRATION
 #include "shardx/Compiler/Passes.h.inc"

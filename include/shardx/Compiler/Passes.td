@@ -70,9 +70,9 @@ def RecomputeActivationsPass
     `budget` copies a greedy choice of `aggressive`'s candidates (most
     modeled bytes saved per iteration recomputed first) that brings the
     function's modeled activation peak (the memory model,
-    shardx/Analysis/MemoryModel.h, of the buffer program the cpu target
-    makes of it) to at most `budget` bytes per rank; it warns when even all
-    of them do not.
+    shardx/Analysis/MemoryModel.h, of the buffer program the target makes
+    of it, with contractions as `contractions` says) to at most `budget`
+    bytes per rank; it warns when even all of them do not.
     Copies carry `shardx.recomputed`. The results are bit for bit those
     without recomputation. Runs on tensors after fusion.
   }];
@@ -81,6 +81,10 @@ def RecomputeActivationsPass
            "none, selective, aggressive or budget">,
     Option<"budget", "budget", "int64_t", /*default=*/"-1",
            "budget: the modeled per-rank activation peak to fit, in bytes">,
+    Option<"contractions", "contractions", "std::string",
+           /*default=*/"\"blas\"",
+           "budget: what the target makes of contractions, blas, cublas or "
+           "loops">,
   ];
 }
 
