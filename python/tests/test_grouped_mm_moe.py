@@ -74,3 +74,151 @@ def test_compiled_steps_match_eager(name):
     step, mesh, ins, outs, args = _step(name)
     f = shardx.compile(step, mesh, ins, outs)
     assert_steps_match_eager(f, step, args, name)
+
+
+_PLAN = re.compile(r"remark: plan (\[[^\]]*\]) -> (\[[^\]]*\]) for tensor<([0-9x]+)x(?:f32|i64)>: "
+                   r"\d+ steps?, (\d+) collectives?, (\d+) bytes/rank")
+
+
+def _plan(name, tmp_path, build_dir):
+    step, mesh, ins, outs, args = _step(name)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=name))
+    text = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    return [(src, dst, int(np.prod([int(d) for d in dims.split("x")])), int(n), int(b))
+            for src, dst, dims, n, b in _PLAN.findall(text)], text
+
+
+@pytest.mark.parametrize("name", ["ep2", "ep4", "dp2xep2"])
+def test_plan_reduces_experts_outputs(name, tmp_path, build_dir):
+    """print-plan: each rank runs its own experts on every routed row, and
+    each grouped matmul's output over the rows, Partial(sum) over ep (the
+    other ranks' experts' rows are zeros), is all-reduced over ep: three in
+    the forward (the two ``[T k, hidden]`` before the SiLU gate, the
+    ``[T k, dim]`` before the gates' weighting) and one in the backward
+    (the hidden gradient; the tokens' input gradient is not needed), each
+    a ring all-reduce's ``2 (n - 1) / n`` of the tensor's bytes. No expert
+    weight is gathered."""
+    plans, text = _plan(name, tmp_path, build_dir)
+    shape, tokens, experts, _ = CASES[name]
+    ep, rows = shape[-1], tokens * 2
+    ep_partial = "[P(sum)]" if len(shape) == 1 else "[R, P(sum)]"
+    reduced = sorted(numel for src, dst, numel, _, _ in plans if src == ep_partial)
+    assert reduced == sorted([rows * HIDDEN] * 3 + [rows * DIM]), text
+    for src, dst, numel, n, nbytes in plans:
+        if src == ep_partial:
+            assert (n, nbytes) == (1, 2 * (ep - 1) * numel * 4 // ep), text
+    weights = [experts * DIM * HIDDEN]
+    assert not [p for p in plans if p[2] in weights and "P" not in p[0]], text
+
+
+def test_local_program_runs_own_experts(tmp_path, build_dir):
+    """The local program on 2 ranks: the experts' weights stay split
+    (``tensor<2x16x32xf32>`` per rank, half of 4 experts), four all-reduces
+    over ep and no other collective (the local ops never see the whole
+    weights)."""
+    step, mesh, ins, outs, args = _step("ep2")
+    path = tmp_path / "ep2.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="ep2"))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    collectives = re.findall(r"shardx\.(all_reduce|all_gather|all_to_all|exchange|reduce_scatter"
+                             r"|ragged_all_to_all|permute)\b", local)
+    assert collectives == ["all_reduce"] * 4, collectives
+    # The global types are only in the function's signature attribute.
+    body = "\n".join(l for l in local.splitlines() if "result_types" not in l)
+    assert "tensor<2x16x32xf32>" in body and "tensor<4x16x32xf32>" not in body
+
+
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep4", "dp2xep2", "uneven_dp2xep2"])
+def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
+    step, mesh, ins, outs, args = _step(name)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=name))
+    check_on_mpi(build_dir, path, int(np.prod(CASES[name][0])))
+
+
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep4"])
+def test_forward_matches_eager_and_unsharded(name):
+    """The block's forward alone (no backward): sharded, unsharded and eager
+    agree (the sharded and unsharded to the bit: the other ranks' experts
+    add exact zeros)."""
+    shape = CASES[name][0]
+    mesh, weights, tok = _layouts(shape)
+    module, x = _module(name)
+    want = module(x).detach()
+    fn = lambda p, x: torch.func.functional_call(module, p, (x,))
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    place = {k: (weights if k.startswith("w") else [R()] * len(shape)) for k in params}
+    sharded = shardx.compile(fn, mesh, [place[k] for k in sorted(params)] + [tok])(params, x)
+    whole = shardx.compile(fn, None)(params, x)
+    np.testing.assert_allclose(sharded.to_torch().numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert torch.equal(sharded.to_torch(), whole.to_torch())
+
+
+# -- the importer's ops, one at a time ----------------------------------------
+
+_EP4 = Mesh((4,), ("ep",))
+
+
+def _gmm(x, w, offs):
+    return torch._grouped_mm(x, w, offs=offs)
+
+
+@pytest.mark.parametrize("ends", [[3, 3, 10, 17, 20], [0, 20, 20, 20, 20], [4, 8, 12, 16, 20]])
+def test_grouped_mm_matches_eager_bit_for_bit(ends):
+    """``[R, K] x [E, K, N]`` with an empty group, all rows in one group, and
+    even groups, the experts split over 4 ranks (5 experts: uneven): equal
+    to eager's CPU ``_grouped_mm`` to the bit (each row's sum runs over K
+    in order; the other experts add exact zeros)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(20, 64), torch.randn(5, 64, 8)
+    offs = torch.tensor(ends, dtype=torch.int32)
+    got = shardx.compile(_gmm, _EP4, [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
+    assert torch.equal(got, torch._grouped_mm(x, w, offs=offs))
+
+
+def test_grouped_mm_weight_gradient_form():
+    """``[K, R] x [R, N]`` -> ``[E, K, N]`` (the weight gradient's form),
+    the output split on E over 4 ranks: bit-equal to eager."""
+    torch.manual_seed(1)
+    a, b = torch.randn(16, 20), torch.randn(20, 8)
+    offs = torch.tensor([3, 3, 10, 17, 20], dtype=torch.int32)
+    got = shardx.compile(_gmm, _EP4, [[R()], [R()], [R()]], [[S(0)]])(a, b, offs).to_torch()
+    assert torch.equal(got, torch._grouped_mm(a, b, offs=offs))
+
+
+def test_grouped_mm_other_experts_nan_does_not_leak():
+    """An expert with NaN and inf weights that no row uses (an empty group)
+    leaves every row finite: the mask is a select, not a product."""
+    torch.manual_seed(2)
+    x, w = torch.randn(8, 16), torch.randn(3, 16, 8)
+    w[0] = float("nan")
+    w[2, 0] = float("inf")
+    offs = torch.tensor([0, 8, 8], dtype=torch.int32)
+    want = torch._grouped_mm(x, w, offs=offs)
+    got = shardx.compile(_gmm, Mesh((2,), ("ep",)), [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
+    assert torch.isfinite(want).all() and torch.equal(got, want)
+
+
+def test_counts_match_eager():
+    """``histc`` as PyTorch's CPU kernel bins (the range's end in the last
+    bin; values outside it and NaN in none) and ``bincount``."""
+    v = torch.tensor([0., 0.5, 1.999, 2., 2.5, 3., -0.1, 3.1, float("nan"), 1.])
+    ids = torch.tensor([4, 0, 2, 2, 4, 1, 0, 4])
+    fn = lambda v, ids: (torch.histc(v, bins=3, min=0, max=3),
+                         torch.bincount(ids, minlength=6), torch.bincount(ids))
+    got = shardx.compile(fn, None)(v, ids)
+    for g, w in zip(got, fn(v, ids)):
+        assert g.to_torch().dtype == w.dtype and torch.equal(g.to_torch(), w)
+
+
+def test_unsupported_forms_are_named():
+    """A ``[G, M, K] x [K, N]`` grouped matmul with offs (groups over N) and a
+    ``histc`` whose range comes from the data are refused by name."""
+    x, w = torch.randn(2, 4, 8), torch.randn(8, 4)
+    offs = torch.tensor([2, 4], dtype=torch.int32)
+    with pytest.raises(UnsupportedOpError, match="_grouped_mm of 3-d x 2-d"):
+        shardx.compile(_gmm, None)(x, w, offs)
+    with pytest.raises(UnsupportedOpError, match="histc with min"):
+        shardx.compile(lambda v: torch.histc(v, bins=4), None)(torch.randn(8))
