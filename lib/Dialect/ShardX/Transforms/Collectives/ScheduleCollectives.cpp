@@ -76,17 +76,29 @@ Operation *lastProducerIn(Block &block, Operation *op) {
   return last;
 }
 
+/// Moves `op` before `pos` in its own block. Unlike Operation::moveBefore,
+/// which splices and so invalidates the order of the whole block (the next
+/// isBeforeInBlock then renumbers every op: quadratic over a pass of
+/// moves), the op is taken out and inserted again, and only it is
+/// numbered again, in the gap its new neighbours leave.
+void moveWithinBlock(Operation *op, Block::iterator pos) {
+  Block *block = op->getBlock();
+  if (pos != block->end() && &*pos == op)
+    return;
+  op->remove();
+  block->getOperations().insert(pos, op);
+}
+
 /// Moves `op` to just after `after`, or to the start of the block when
 /// `after` is null, unless that is not earlier than where it is.
 void hoistAfter(Operation *op, Operation *after) {
   Block *block = op->getBlock();
   if (!after) {
-    if (&block->front() != op)
-      op->moveBefore(&block->front());
+    moveWithinBlock(op, block->begin());
     return;
   }
   if (after->isBeforeInBlock(op))
-    op->moveAfter(after);
+    moveWithinBlock(op, std::next(after->getIterator()));
 }
 
 /// Whether `op` may move freely within its block (no memory effects, no
@@ -159,10 +171,7 @@ void sinkToFirstUse(Block &block, WaitOp wait) {
   }
   if (!first && block.mightHaveTerminator())
     first = block.getTerminator();
-  if (first)
-    wait->moveBefore(first);
-  else
-    wait->moveBefore(&block, block.end());
+  moveWithinBlock(wait, first ? first->getIterator() : block.end());
 }
 
 /// Walks the block in order; a start that would put more than
@@ -191,7 +200,7 @@ void boundBytesInFlight(Block &block, int64_t maxBytesInFlight) {
       auto [oldest, oldestBytes] = inFlight.front();
       inFlight.pop_front();
       bytes -= oldestBytes;
-      (*oldest->getUsers().begin())->moveBefore(op);
+      moveWithinBlock(*oldest->getUsers().begin(), op->getIterator());
     }
     inFlight.emplace_back(op, size);
     bytes += size;
