@@ -69,6 +69,10 @@ void FunctionCost::neededLayouts(
       continue;
     // The first use that needs it, other than the uses by the moved op
     // (which need what the move says) and by `skip`.
+    if (!moved && !skip) {
+      out.emplace_back(need.ranks.front(), need.layout);
+      continue;
+    }
     for (unsigned rank : need.ranks) {
       Operation *owner = entry.uses[rank]->getOwner();
       if (owner == moved || owner == skip)

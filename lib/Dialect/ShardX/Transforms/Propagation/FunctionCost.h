@@ -42,6 +42,7 @@ struct MovableOps {
 
   void reserve(size_t numOps) {
     rules.reserve(numOps);
+    iterations.reserve(numOps);
     position.reserve(numOps);
   }
   void add(Operation *op, ShardingRule rule) {
@@ -52,11 +53,21 @@ struct MovableOps {
   void add(Operation *op, const ShardingRule *rule) {
     ops.push_back(op);
     rules.try_emplace(op, rule);
+    iterations.try_emplace(op, CostModel::work(*rule, 1));
     position[op] = ops.size() - 1;
   }
   const ShardingRule &ruleOf(Operation *op) const {
     return *rules.find(op)->second;
   }
+  /// CostModel::work(ruleOf(op), shardedWork), its product over the rule's
+  /// factors taken once per op (the search's innermost costs ask it).
+  double work(Operation *op, int64_t shardedWork) const {
+    return iterations.find(op)->second / shardedWork;
+  }
+
+private:
+  /// CostModel::work(rule, 1) per op.
+  DenseMap<Operation *, double> iterations;
 };
 
 /// A tentative change of one op's layouts.
@@ -95,11 +106,11 @@ public:
 
   /// Iterations of `op`'s local loop under `s`.
   double work(Operation *op, const OpLayouts &s) const {
-    return CostModel::work(movable.ruleOf(op), s.shardedWork);
+    return movable.work(op, s.shardedWork);
   }
   /// The time `op`'s local loop takes under `s` at the compute rate.
   double computeUs(Operation *op, const OpLayouts &s) const {
-    return costs.computeUs(movable.ruleOf(op), s.shardedWork) +
+    return costs.getUsPerIteration() * movable.work(op, s.shardedWork) +
            costs.haloUs(s.halos);
   }
 

@@ -32,7 +32,7 @@ bool LocalSearch::candidateKey(Operation *op, ArrayRef<LayoutAttr> operandAttrs,
   return true;
 }
 
-SmallVector<OpLayouts, 4> LocalSearch::candidates(Operation *op) {
+const SmallVector<OpLayouts, 4> &LocalSearch::candidates(Operation *op) {
   SmallVector<Value> operands = tensorValues(op->getOperands());
   SmallVector<Value> results = tensorValues(op->getResults());
   SmallVector<LayoutAttr, 4> operandAttrs;
@@ -57,14 +57,16 @@ SmallVector<OpLayouts, 4> LocalSearch::candidates(Operation *op) {
     addNeeds(r);
   SmallVector<uintptr_t, 32> key;
   if (!candidateKey(op, operandAttrs, needs, key))
-    return computeCandidates(op, operands, results, operandAttrs, needs);
-  SearchKey lookup(key.begin(), key.end());
+    return unkeyed.emplace_back(
+        computeCandidates(op, operands, results, operandAttrs, needs));
+  lookup.assign(key.begin(), key.end());
   auto it = candidateCache.find(lookup);
   if (it == candidateCache.end()) {
     SmallVector<OpLayouts, 4> computed =
         computeCandidates(op, operands, results, operandAttrs, needs);
-    it = candidateCache.emplace(std::move(lookup), std::move(computed)).first;
+    it = candidateCache.emplace(lookup, std::move(computed)).first;
   }
+  // The map's values stay where they are when it grows.
   return it->second;
 }
 
@@ -228,7 +230,7 @@ bool LocalSearch::tryCascade(Operation *op, const OpLayouts &s,
     const OpLayouts &current = state.get(user);
     auto bestKey = key(current, nullptr);
     std::optional<OpLayouts> best;
-    for (OpLayouts &c : candidates(user)) {
+    for (const OpLayouts &c : candidates(user)) {
       Move move{user, &c};
       auto k = key(c, &move);
       constexpr double eps = kTieUs;
@@ -240,7 +242,7 @@ bool LocalSearch::tryCascade(Operation *op, const OpLayouts &s,
                                std::get<3>(bestKey)));
       if (better) {
         bestKey = k;
-        best = std::move(c);
+        best = c;
       }
     }
     if (!best)
@@ -302,9 +304,9 @@ bool LocalSearch::tryHoist(Operation *op, FunctionCost::Trial &trial) {
       if (!data || tensorValues(cur->getResults()).size() != 1)
         break;
       std::optional<OpLayouts> pick;
-      for (OpLayouts &c : candidates(cur))
+      for (const OpLayouts &c : candidates(cur))
         if (c.resultAttrs.front() == want) {
-          pick = std::move(c);
+          pick = c;
           break;
         }
       if (!pick)
@@ -368,12 +370,13 @@ bool DirtyMarks::clear(Operation *op) {
 bool LocalSearch::visit(Operation *op) {
   if (!marks.clear(op))
     return false;
+  unkeyed.clear();
   SmallVector<Value> affected = FunctionCost::affectedBy(op);
   OpLayouts &current = state.get(op);
   double before = fnCost.computeUs(op, current);
   for (Value v : affected)
     before += fnCost.valueCost(v, nullptr);
-  SmallVector<OpLayouts, 4> options = candidates(op);
+  const SmallVector<OpLayouts, 4> &options = candidates(op);
   std::optional<unsigned> best;
   double bestCost = before, bestWork = fnCost.work(op, current);
   for (auto [i, s] : llvm::enumerate(options)) {
@@ -396,7 +399,7 @@ bool LocalSearch::visit(Operation *op) {
                << "  change " << op->getName() << " at " << op->getLoc()
                << " to " << describe(options[*best]) << ": " << before << " -> "
                << bestCost << " us\n");
-    fnCost.change(op, std::move(options[*best]), trial);
+    fnCost.change(op, options[*best], trial);
   } else {
     // No single change helps: try the ones that move a layout together
     // with the neighbours they disturb.
@@ -459,7 +462,8 @@ void LocalSearch::recordAlternativeCosts() {
     for (Value v : affected)
       now += fnCost.valueCost(v, nullptr);
     SmallVector<std::pair<double, Attribute>> priced;
-    for (OpLayouts &s : candidates(op)) {
+    unkeyed.clear();
+    for (const OpLayouts &s : candidates(op)) {
       Move move{op, &s};
       double after = fnCost.computeUs(op, s);
       for (Value v : affected)

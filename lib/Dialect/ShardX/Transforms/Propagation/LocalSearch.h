@@ -26,6 +26,7 @@
 
 #include "llvm/ADT/DenseSet.h"
 
+#include <deque>
 #include <unordered_map>
 
 namespace mlir::shardx {
@@ -84,8 +85,10 @@ private:
   /// each operand's layout, each layout another consumer needs an operand
   /// in, each layout the results' consumers need; alone and merged with the
   /// operands' layouts, with pending Partial operands kept or reduced first;
-  /// distinct, and other than its current ones.
-  SmallVector<OpLayouts, 4> candidates(Operation *op);
+  /// distinct, and other than its current ones. The list is the cache's
+  /// (valid while the search runs) or, for an op whose context is not
+  /// keyed, one kept in `unkeyed` until the next top-level look at an op.
+  const SmallVector<OpLayouts, 4> &candidates(Operation *op);
   SmallVector<OpLayouts, 4>
   computeCandidates(Operation *op, ArrayRef<Value> operands,
                     ArrayRef<Value> results, ArrayRef<LayoutAttr> operandAttrs,
@@ -131,6 +134,11 @@ private:
   /// `ownCandidates`, or the caller's kept across runs.
   std::unordered_map<SearchKey, SmallVector<OpLayouts, 4>, SearchKeyHash>
       &candidateCache;
+  /// The candidates of ops whose context is not keyed (`candidates`),
+  /// dropped at the start of each `visit` (no list of them is held then).
+  std::deque<SmallVector<OpLayouts, 4>> unkeyed;
+  /// The key looked up last (its storage reused: no allocation per look).
+  SearchKey lookup;
   DirtyMarks marks;
 };
 

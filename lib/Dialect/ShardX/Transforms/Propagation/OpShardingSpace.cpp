@@ -245,24 +245,35 @@ bool OpShardingSpace::isLinearIn(Operation *op,
 bool OpShardingSpace::contextKey(Operation *op, const ShardingRule &rule,
                                  ArrayRef<LayoutAttr> operandAttrs,
                                  SmallVectorImpl<uintptr_t> &key) {
-  key.push_back(
-      reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
-  key.push_back(facts[op].ruleId);
-  for (Type t : op->getOperandTypes())
-    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
-  key.push_back(~uintptr_t(0));
-  for (Type t : op->getResultTypes())
-    key.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
-  key.push_back(~uintptr_t(0));
-  appendAttrs(key, operandAttrs);
-  // What evaluate asks of the op's body.
-  if (llvm::is_contained(rule.factorKinds,
-                         ShardingRule::FactorKind::Reduction)) {
-    bool identityInit;
-    std::optional<ReduceOp> kind = reductionKind(op, identityInit);
-    key.push_back(kind ? static_cast<uintptr_t>(*kind) + 1 : 0);
-    key.push_back(identityInit);
+  // The op's own part, built once per op (the search keys an op each time
+  // it looks at it).
+  OpFacts &f = facts[op];
+  if (!f.keyed) {
+    SmallVector<uintptr_t, 12> &own = f.staticKey;
+    own.clear();
+    own.push_back(
+        reinterpret_cast<uintptr_t>(op->getName().getAsOpaquePointer()));
+    own.push_back(f.ruleId);
+    for (Type t : op->getOperandTypes())
+      own.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+    own.push_back(~uintptr_t(0));
+    for (Type t : op->getResultTypes())
+      own.push_back(reinterpret_cast<uintptr_t>(t.getAsOpaquePointer()));
+    own.push_back(~uintptr_t(0));
+    // What evaluate asks of the op's body.
+    f.reductionKey.clear();
+    if (llvm::is_contained(rule.factorKinds,
+                           ShardingRule::FactorKind::Reduction)) {
+      bool identityInit;
+      std::optional<ReduceOp> kind = reductionKind(op, identityInit);
+      f.reductionKey.push_back(kind ? static_cast<uintptr_t>(*kind) + 1 : 0);
+      f.reductionKey.push_back(identityInit);
+    }
+    f.keyed = true;
   }
+  key.append(f.staticKey.begin(), f.staticKey.end());
+  appendAttrs(key, operandAttrs);
+  key.append(f.reductionKey.begin(), f.reductionKey.end());
   // keptPartials asks isLinearIn of a subset of the operands that are
   // Partial of sum or avg only: all the answers it could get.
   SmallVector<unsigned, 4> partial;

@@ -97,7 +97,11 @@ public:
   /// Whether `op` is linear in the operands `partial` marks, asked once.
   bool isLinearIn(Operation *op, const llvm::SmallBitVector &partial);
   /// The number (RuleCache::idOf) of `op`'s rule, for `contextKey`.
-  void setRuleId(Operation *op, unsigned id) { facts[op].ruleId = id; }
+  void setRuleId(Operation *op, unsigned id) {
+    OpFacts &f = facts[op];
+    f.ruleId = id;
+    f.keyed = false;
+  }
   /// Room for the facts of `numOps` ops.
   void reserve(size_t numOps) { facts.reserve(numOps); }
 
@@ -119,6 +123,12 @@ private:
     std::optional<ReduceOp> reduction;
     bool identityInit = false;
     SmallVector<std::pair<llvm::SmallBitVector, bool>, 2> linear;
+    /// The parts of `contextKey` that do not depend on the layouts (its
+    /// name, rule number and types; what its body says of reductions),
+    /// built at its first key (`keyed`).
+    bool keyed = false;
+    SmallVector<uintptr_t, 12> staticKey;
+    SmallVector<uintptr_t, 2> reductionKey;
   };
 
   std::vector<int64_t> meshShape;

@@ -229,7 +229,7 @@ OpLayouts ProgramOrderSearch::choose(Operation *op, const ShardingRule &rule,
   for (Value r : results)
     key.push_back(
         reinterpret_cast<uintptr_t>(hints.lookup(r).getAsOpaquePointer()));
-  SearchKey lookup(key.begin(), key.end());
+  lookup.assign(key.begin(), key.end());
   auto it = cache.find(lookup);
   if (it == cache.end()) {
     OpLayouts best = chooseUncached(op, rule, operands, results);
@@ -237,7 +237,7 @@ OpLayouts ProgramOrderSearch::choose(Operation *op, const ShardingRule &rule,
       state.attach(best);
       best.dropLayouts();
     }
-    it = cache.emplace(std::move(lookup), std::move(best)).first;
+    it = cache.emplace(lookup, std::move(best)).first;
   }
   return it->second;
 }

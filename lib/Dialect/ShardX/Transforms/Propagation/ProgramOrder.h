@@ -77,6 +77,8 @@ private:
   std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> ownCache;
   /// `ownCache`, or the caller's kept across runs.
   std::unordered_map<SearchKey, OpLayouts, SearchKeyHash> &cache;
+  /// The key looked up last (its storage reused: no allocation per look).
+  SearchKey lookup;
 };
 
 } // namespace mlir::shardx

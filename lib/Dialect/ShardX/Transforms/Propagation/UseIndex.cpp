@@ -18,7 +18,7 @@ void UseIndex::build(Block &body,
                      function_ref<LayoutAttr(OpOperand &)> requirement) {
   this->body = &body;
   // Sized once: an entry moved by a reallocation would be copied (its
-  // move constructor is not noexcept), sets of use ranks included.
+  // move constructor is not noexcept), vectors of use ranks included.
   size_t numValues = body.getNumArguments();
   for (Operation &op : body)
     numValues += op.getNumResults();
@@ -64,7 +64,9 @@ void UseIndex::addNeed(OpOperand &use, LayoutAttr layout) {
   unsigned rank = rankOf(use);
   for (Need &need : entry.needs)
     if (need.layout == layout && need.nested == nested) {
-      need.ranks.insert(rank);
+      auto at = llvm::lower_bound(need.ranks, rank);
+      if (at == need.ranks.end() || *at != rank)
+        need.ranks.insert(at, rank);
       return;
     }
   entry.needs.push_back(Need{layout, nested, {rank}});
@@ -76,7 +78,9 @@ void UseIndex::removeNeed(OpOperand &use, LayoutAttr layout) {
   unsigned rank = rankOf(use);
   for (auto it = entry.needs.begin(); it != entry.needs.end(); ++it)
     if (it->layout == layout && it->nested == nested) {
-      it->ranks.erase(rank);
+      auto at = llvm::lower_bound(it->ranks, rank);
+      if (at != it->ranks.end() && *at == rank)
+        it->ranks.erase(at);
       if (it->ranks.empty())
         entry.needs.erase(it);
       return;

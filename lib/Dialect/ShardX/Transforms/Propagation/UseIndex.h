@@ -22,9 +22,10 @@
 #include "mlir/IR/Block.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/SmallVector.h"
 
-#include <set>
 #include <vector>
 
 namespace mlir::shardx {
@@ -35,7 +36,9 @@ public:
   struct Need {
     LayoutAttr layout;
     bool nested; // read inside a region of a top-level op
-    std::set<unsigned> ranks;
+    /// Sorted, distinct (a vector: a set's node per use was a malloc per
+    /// change of a search).
+    SmallVector<unsigned, 2> ranks;
   };
   /// The uses of one value.
   struct ValueUses {
