@@ -17,6 +17,7 @@
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/Timing.h"
@@ -254,7 +255,9 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
         options.timing, cuda ? "lower to LLVM dialect" : "outline kernels");
     if (options.timing)
       pm.enableTiming(lowerTiming);
-    if (failed(pm.run(module)))
+    pm.enableVerifier(options.verifyEach);
+    if (failed(pm.run(module)) ||
+        (!options.verifyEach && failed(verify(module))))
       return failure();
   }
   if (cuda) {
@@ -284,7 +287,9 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
         nestTiming(options.timing, "lower to LLVM dialect");
     if (options.timing)
       lowering.enableTiming(lowerTiming);
-    if (failed(lowering.run(module)))
+    lowering.enableVerifier(options.verifyEach);
+    if (failed(lowering.run(module)) ||
+        (!options.verifyEach && failed(verify(module))))
       return failure();
   }
   return emitArtifact(module, options, runtimeLibraries(cuda), &cached);

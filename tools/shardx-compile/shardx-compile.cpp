@@ -106,8 +106,10 @@ static llvm::cl::opt<bool> printSchedule(
 static llvm::cl::opt<bool> verifyEach(
     llvm::cl::cat(toolOptions), "verify-each",
     llvm::cl::desc("run the IR verifier after every pass of the SPMD "
-                   "pipeline, as mlir-opt's --verify-each does (default: "
-                   "once, after the pipeline)"),
+                   "pipeline and of code generation, as mlir-opt's "
+                   "--verify-each does (default: once after the SPMD "
+                   "pipeline, once after the kernel outlining and once "
+                   "after the lowering to the LLVM dialect)"),
     llvm::cl::init(false));
 
 static llvm::cl::opt<bool> timing(
@@ -303,6 +305,7 @@ int main(int argc, char **argv) {
   options.recompute = recompute;
   options.recomputeBudget = budgetBytes;
   options.kernelCache = !noKernelCache;
+  options.verifyEach = verifyEach;
   mlir::shardx::CodegenStats stats;
   options.stats = &stats;
   options.progress = [&](unsigned done, unsigned total) {

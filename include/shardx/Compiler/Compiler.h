@@ -81,6 +81,11 @@ struct CompileOptions {
   /// Find and keep compiled kernels in the kernel cache
   /// (lib/Compiler/ObjectCache.h: $SHARDX_KERNEL_CACHE, $SHARDX_CACHE_DIR).
   bool kernelCache = true;
+  /// Run the IR verifier after every pass of code generation (mlir-opt's
+  /// --verify-each). Otherwise the module is verified once after each of
+  /// the two pass managers (the kernels pipeline and the lowering): on a
+  /// large program each verifier run costs about what a pass does.
+  bool verifyEach = false;
   /// Where the code generation steps' times go (--timing), if anywhere.
   TimingScope *timing = nullptr;
   /// Filled with what code generation did, if set.
