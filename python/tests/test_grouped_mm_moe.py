@@ -178,6 +178,18 @@ def test_grouped_mm_matches_eager_bit_for_bit(ends):
     assert torch.equal(got, torch._grouped_mm(x, w, offs=offs))
 
 
+def test_grouped_mm_rows_past_the_last_end_are_zero():
+    """Rows past ``offs[E-1]`` belong to no group: zero (eager leaves them
+    unwritten), the others bit-equal to eager, the experts split over 2
+    ranks."""
+    torch.manual_seed(3)
+    x, w = torch.randn(12, 16), torch.randn(4, 16, 8)
+    offs = torch.tensor([2, 2, 5, 9], dtype=torch.int32)
+    got = shardx.compile(_gmm, Mesh((2,), ("ep",)), [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
+    assert torch.equal(got[:9], torch._grouped_mm(x, w, offs=offs)[:9])
+    assert torch.equal(got[9:], torch.zeros(3, 8))
+
+
 def test_grouped_mm_weight_gradient_form():
     """``[K, R] x [R, N]`` -> ``[E, K, N]`` (the weight gradient's form),
     the output split on E over 4 ranks: bit-equal to eager."""
@@ -203,22 +215,32 @@ def test_grouped_mm_other_experts_nan_does_not_leak():
 
 def test_counts_match_eager():
     """``histc`` as PyTorch's CPU kernel bins (the range's end in the last
-    bin; values outside it and NaN in none) and ``bincount``."""
+    bin; values outside it and NaN in none; the width ``max - min`` of the
+    range's ends rounded to f32, not rounded once: 0.29999998 is in bin 1
+    of [0.1, 0.7] by 3) and ``bincount``."""
     v = torch.tensor([0., 0.5, 1.999, 2., 2.5, 3., -0.1, 3.1, float("nan"), 1.])
     ids = torch.tensor([4, 0, 2, 2, 4, 1, 0, 4])
-    fn = lambda v, ids: (torch.histc(v, bins=3, min=0, max=3),
-                         torch.bincount(ids, minlength=6), torch.bincount(ids))
-    got = shardx.compile(fn, None)(v, ids)
-    for g, w in zip(got, fn(v, ids)):
+    near = torch.tensor([0.29999998, 0.1, 0.7, 0.5, 0.69999999])
+    fn = lambda v, ids, near: (torch.histc(v, bins=3, min=0, max=3),
+                               torch.bincount(ids, minlength=6), torch.bincount(ids, minlength=5),
+                               torch.histc(near, bins=3, min=0.1, max=0.7))
+    got = shardx.compile(fn, None)(v, ids, near)
+    for g, w in zip(got, fn(v, ids, near)):
         assert g.to_torch().dtype == w.dtype and torch.equal(g.to_torch(), w)
 
 
 def test_unsupported_forms_are_named():
-    """A ``[G, M, K] x [K, N]`` grouped matmul with offs (groups over N) and a
-    ``histc`` whose range comes from the data are refused by name."""
+    """A ``[G, M, K] x [K, N]`` grouped matmul with offs (groups over N), a
+    ``histc`` whose range comes from the data and a ``bincount`` whose length
+    does (the compiled program would keep it for other values) are refused
+    by name."""
     x, w = torch.randn(2, 4, 8), torch.randn(8, 4)
     offs = torch.tensor([2, 4], dtype=torch.int32)
     with pytest.raises(UnsupportedOpError, match="_grouped_mm of 3-d x 2-d"):
         shardx.compile(_gmm, None)(x, w, offs)
     with pytest.raises(UnsupportedOpError, match="histc with min"):
         shardx.compile(lambda v: torch.histc(v, bins=4), None)(torch.randn(8))
+    ids = torch.tensor([4, 0, 2])
+    for fn in (torch.bincount, lambda ids: torch.bincount(ids, minlength=3)):
+        with pytest.raises(UnsupportedOpError, match="bincount whose length 5 comes from"):
+            shardx.compile(fn, None)(ids)

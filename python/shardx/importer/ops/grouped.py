@@ -104,15 +104,25 @@ def _count(imp, shape, dtype, bins: Value) -> Value:
 
 @handles(aten.bincount.default)
 def _bincount(imp, node, args, kwargs):
-    """Counts of each value of a 1-d integer tensor (the output's length is
-    the traced one: ``max(minlength, max + 1)``)."""
+    """Counts of each value of a 1-d integer tensor, ``minlength`` of them.
+    The output's length must be ``minlength``: a longer traced one came
+    from the traced values (``max + 1``), which the compiled program, reused
+    for other values of the same shape, would keep. At run time a value
+    outside ``[0, minlength)`` is counted nowhere (eager raises for a
+    negative one and lengthens the output for a larger one)."""
     x = args[0]
     weights = args[1] if len(args) > 1 else kwargs.get("weights")
+    minlength = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
     shape, dtype = _out(node)
     if weights is not None:
         raise UnsupportedOpError("bincount with weights")
     if x.rank != 1 or is_float(x.dtype):
         raise UnsupportedOpError("bincount of other than a 1-d integer tensor")
+    if shape[0] != max(minlength, 0):
+        raise UnsupportedOpError(
+            f"bincount whose length {shape[0]} comes from the traced values (minlength "
+            f"{minlength}): the compiled program keeps it for other values; pass minlength "
+            "(one more than the largest value)")
     return _count(imp, shape, dtype, imp.em.cast(x, torch.int64))
 
 
@@ -120,8 +130,10 @@ def _bincount(imp, node, args, kwargs):
 def _histc(imp, node, args, kwargs):
     """``histc(x, bins, min, max)`` as PyTorch's CPU kernel bins it: element
     ``v`` in ``[min, max]`` goes to ``int((v - min) * bins / (max - min))``
-    (computed in ``x``'s dtype; ``max`` itself to the last bin), others to
-    none. A range taken from the data (``min == max``) is not imported."""
+    (computed in ``x``'s dtype, ``min`` and ``max`` rounded to it first, as
+    the kernel's bin edges are; ``max`` itself to the last bin), others
+    (NaN too) to none. A range taken from the data (``min == max``) is not
+    imported."""
     x = args[0]
     bins = args[1] if len(args) > 1 else kwargs.get("bins", 100)
     lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
@@ -137,7 +149,7 @@ def _histc(imp, node, args, kwargs):
     def pos(b: Body, v):
         a = v[0]
         s = b.binary("div", b.binary("mul", b.binary("sub", a, b.const(lo, t), t), b.const(bins, t), t),
-                     b.const(hi - lo, t), t)
+                     b.binary("sub", b.const(hi, t), b.const(lo, t), t), t)
         p = b.v(f"arith.fptosi {s} : {elem_type(t)} to i64")
         last = b.const(bins - 1, torch.int64)
         p = b.select(b.compare("gt", p, last, torch.int64), last, p, torch.int64)
