@@ -40,8 +40,9 @@
 // unit the propagation cost model prices compute in; a reshape or an empty
 // tensor costs nothing). Greedy: candidates in decreasing bytes per
 // iteration, each applied to a scratch copy of the module with those
-// already chosen, bufferized as the cpu target does up to the freeing of
-// buffers (buildRecomputeBudgetModelPipeline), and the memory model
+// already chosen, bufferized as the target does up to the freeing of
+// buffers, with its contractions (buildRecomputeBudgetModelPipeline and
+// the pass's `contractions` option), and the memory model
 // (shardx/Analysis/MemoryModel.h) run on it again; a candidate is kept
 // when it lowers the modeled activation peak (the most bytes of
 // forward-phase buffers alive at once), or keeps it and lowers the number
