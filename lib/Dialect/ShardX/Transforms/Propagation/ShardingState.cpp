@@ -74,8 +74,19 @@ LayoutAttr ShardingState::layoutOf(Value v) const {
   if (auto r = dyn_cast<OpResult>(v))
     if (auto it = opLayouts.find(r.getOwner()); it != opLayouts.end())
       return it->second.resultAttrs[tensorResultIndex(r)];
-  LayoutAttr a = getRecordedLayout(v);
+  LayoutAttr a = recordedLayout(v);
   return a ? a : replicated;
+}
+
+LayoutAttr ShardingState::recordedLayout(Value v) const {
+  if (!isa<BlockArgument>(v))
+    return getRecordedLayout(v);
+  if (LayoutAttr known = argLayouts.lookup(v))
+    return known;
+  LayoutAttr a = getRecordedLayout(v);
+  if (a)
+    argLayouts.try_emplace(v, a);
+  return a;
 }
 
 void ShardingState::writeToIR() const {
