@@ -21,9 +21,9 @@
 using namespace mlir;
 using namespace mlir::shardx;
 
-static bool isUserLayout(const ShardingState &state, Value v) {
-  if (isa<BlockArgument>(v))
-    return state.recordedLayout(v) != nullptr;
+static bool isUserLayout(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return getRecordedLayout(v) != nullptr;
   return v.getDefiningOp<AnnotateOp>() != nullptr;
 }
 
@@ -144,7 +144,16 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
   }
   // Ops whose regions read tensors from above run replicated: the captured
   // tensors are whole on every rank.
-  bool capturesTensors = rules.capturesTensors(op);
+  bool capturesTensors = false;
+  op->walk([&](Operation *inner) {
+    if (inner == op)
+      return;
+    for (Value v : inner->getOperands())
+      if (isa<RankedTensorType>(v.getType()) &&
+          !op->isProperAncestor(v.getParentBlock()->getParentOp()) &&
+          v.getParentBlock()->getParentOp() != op)
+        capturesTensors = true;
+  });
   if (!rule || rule->operands.size() != operands.size() ||
       rule->results.size() != results.size()) {
     if (!isa<tensor::EmptyOp, arith::ConstantOp>(op) &&
@@ -258,7 +267,7 @@ void ProgramOrderSearch::computeHints() {
                                      space.getMeshShape()));
     }
     for (auto [i, v] : llvm::enumerate(operands)) {
-      if (isUserLayout(state, v))
+      if (isUserLayout(v))
         mergeInto(a, viewThroughRule(*rule, rule->operands[i],
                                      space.layoutOf(v), space.getMeshShape()));
       else if (auto it = hints.find(v); it != hints.end())
@@ -270,7 +279,7 @@ void ProgramOrderSearch::computeHints() {
       if (kind != ShardingRule::FactorKind::Parallel)
         a[f].reset();
     for (auto [i, v] : llvm::enumerate(operands)) {
-      if (isUserLayout(state, v) || hints.count(v))
+      if (isUserLayout(v) || hints.count(v))
         continue;
       if (std::optional<Layout> l =
               project(*rule, rule->operands[i], a, space.getMeshShape(),

@@ -96,26 +96,3 @@ unsigned RuleCache::idOf(const ShardingRule &rule) {
   }
   return ids.try_emplace(std::move(code), ids.size()).first->second;
 }
-
-static bool walkForCaptures(Operation *op) {
-  bool captures = false;
-  op->walk([&](Operation *inner) {
-    if (inner == op)
-      return;
-    for (Value v : inner->getOperands())
-      if (isa<RankedTensorType>(v.getType()) &&
-          !op->isProperAncestor(v.getParentBlock()->getParentOp()) &&
-          v.getParentBlock()->getParentOp() != op)
-        captures = true;
-  });
-  return captures;
-}
-
-bool RuleCache::capturesTensors(Operation *op) {
-  if (!keep)
-    return walkForCaptures(op);
-  auto [it, inserted] = keptCaptures.try_emplace(op, false);
-  if (inserted)
-    it->second = walkForCaptures(op);
-  return it->second;
-}

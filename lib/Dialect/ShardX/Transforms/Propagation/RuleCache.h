@@ -65,11 +65,6 @@ public:
   /// The number of `rule`, `op`'s: with `keepRules`, asked once per op.
   unsigned idOf(Operation *op, const ShardingRule &rule);
 
-  /// Whether an op in `op`'s regions reads a ranked tensor defined above
-  /// `op` (such an op runs replicated). With `keepRules`, walked once per
-  /// op.
-  bool capturesTensors(Operation *op);
-
   /// From now on an op's rule and number are kept once asked: `take`
   /// hands over a copy, and `prefetch`, `take` and `idOf` answer from
   /// what they kept. Only for ops that neither change nor are erased while
@@ -83,7 +78,6 @@ private:
   /// stay put while the map grows: `kept`).
   DenseMap<Operation *, std::unique_ptr<std::optional<ShardingRule>>> keptRules;
   DenseMap<Operation *, unsigned> keptIds;
-  DenseMap<Operation *, bool> keptCaptures;
   DenseMap<std::tuple<OperationName, Attribute, Type>,
            std::optional<ShardingRule>>
       linalgRules;

@@ -74,19 +74,8 @@ LayoutAttr ShardingState::layoutOf(Value v) const {
   if (auto r = dyn_cast<OpResult>(v))
     if (auto it = opLayouts.find(r.getOwner()); it != opLayouts.end())
       return it->second.resultAttrs[tensorResultIndex(r)];
-  LayoutAttr a = recordedLayout(v);
-  return a ? a : replicated;
-}
-
-LayoutAttr ShardingState::recordedLayout(Value v) const {
-  if (!isa<BlockArgument>(v))
-    return getRecordedLayout(v);
-  if (LayoutAttr known = argLayouts.lookup(v))
-    return known;
   LayoutAttr a = getRecordedLayout(v);
-  if (a)
-    argLayouts.try_emplace(v, a);
-  return a;
+  return a ? a : replicated;
 }
 
 void ShardingState::writeToIR() const {

@@ -84,10 +84,6 @@ public:
   /// The layout `v` has now: its producer's strategy, else its recorded
   /// layout (a function argument's, an annotation's), else replicated.
   LayoutAttr layoutOf(Value v) const;
-  /// `getRecordedLayout(v)` (null when none); a block argument's is read
-  /// from its function once found, so an argument's recorded layout must
-  /// not change while this state lives (one is added: that is seen).
-  LayoutAttr recordedLayout(Value v) const;
 
   /// The layout `op` reads the tensor its region captures in (an
   /// embedding lookup's table); null when it reads captured tensors whole.
@@ -108,9 +104,6 @@ private:
   LayoutAttr replicated;
   llvm::MapVector<Operation *, OpLayouts> opLayouts;
   DenseMap<Operation *, LayoutAttr> capturedLayouts;
-  /// The recorded layouts of block arguments found so far (the attribute
-  /// lookup by name is not free and an argument is read at every use).
-  mutable DenseMap<Value, LayoutAttr> argLayouts;
 };
 
 } // namespace mlir::shardx
