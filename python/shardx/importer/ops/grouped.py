@@ -108,8 +108,10 @@ def _bincount(imp, node, args, kwargs):
     The output's length must be ``minlength``: a longer traced one came
     from the traced values (``max + 1``), which the compiled program, reused
     for other values of the same shape, would keep. At run time a value
-    outside ``[0, minlength)`` is counted nowhere (eager raises for a
-    negative one and lengthens the output for a larger one)."""
+    outside ``[0, minlength)`` is counted nowhere and fails a check of the
+    program (``indexing.record_check``): eager raises for a negative one
+    and lengthens the output for a larger one, which the compiled program
+    cannot."""
     x = args[0]
     weights = args[1] if len(args) > 1 else kwargs.get("weights")
     minlength = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
@@ -123,6 +125,15 @@ def _bincount(imp, node, args, kwargs):
             f"bincount whose length {shape[0]} comes from the traced values (minlength "
             f"{minlength}): the compiled program keeps it for other values; pass minlength "
             "(one more than the largest value)")
+    from .indexing import record_check
+    t = x.dtype
+    record_check(imp, imp.em.elementwise(x.shape, torch.bool, [x],
+                                         lambda b, v: b.compare("ge", v[0], b.const(0, t), t)),
+                 "RuntimeError", "bincount only supports 1-d non-negative integral inputs.")
+    record_check(imp, imp.em.elementwise(x.shape, torch.bool, [x],
+                                         lambda b, v: b.compare("lt", v[0], b.const(shape[0], t), t)),
+                 "RuntimeError", f"bincount: a value >= minlength {shape[0]} (eager returns a longer "
+                 "result; the compiled program's length is fixed: pass a larger minlength)")
     return _count(imp, shape, dtype, imp.em.cast(x, torch.int64))
 
 

@@ -1,7 +1,14 @@
 """Indexing ops as ``linalg.generic``s that read a table with
 ``tensor.extract`` or write through a mask: ``embedding``, ``gather``,
 ``index``/``index_select``, ``scatter``/``scatter_add`` and accumulating
-``index_put`` (embedding backward)."""
+``index_put`` (embedding backward).
+
+Index values come from the data, so they are checked where they are used
+(``checked_index``): an out-of-range index is replaced by 0 before any
+``tensor.extract`` reads with it (no read outside the table, whatever the
+values), and the number of out-of-range indices is recorded as a check of
+the program (``Importer.checks``; ``shardx.compile`` raises eager's error
+after a step in which one fails, docs/Importer.md, "Index checks")."""
 
 from __future__ import annotations
 
@@ -12,6 +19,53 @@ import torch
 from ..body import Body
 from ..registry import _out, aten, handles
 from ..values import UnsupportedOpError, Value, _prod, elem_type
+
+
+def checked_index(imp, idx: Value, size: int, wrap: bool, exc: str, message: str) -> Value:
+    """``idx`` (negative values wrapped by ``size`` first where ``wrap``,
+    as eager's ``x[idx]`` and ``index_put`` wrap them) with each value
+    outside ``[0, size)`` replaced by 0, so that it is safe to read or
+    write with. The count of those values is recorded as a check whose
+    failure raises ``exc(message)`` (``record_check``)."""
+    t = idx.dtype
+
+    def wrapped(b: Body, v):
+        x = v[0]
+        if wrap:
+            neg = b.compare("lt", x, b.const(0, t), t)
+            x = b.select(neg, b.binary("add", x, b.const(size, t), t), x, t)
+        return x
+
+    def in_range(b: Body, v):
+        x = wrapped(b, v)
+        return b.binary("and", b.compare("ge", x, b.const(0, t), t),
+                        b.compare("lt", x, b.const(size, t), t), torch.bool)
+    ok = imp.em.elementwise(idx.shape, torch.bool, [idx], in_range)
+    safe = imp.em.elementwise(idx.shape, t, [idx, ok],
+                              lambda b, v: b.select(v[1], wrapped(b, v), b.const(0, t), t))
+    record_check(imp, ok, exc, message)
+    return safe
+
+
+def record_check(imp, ok: Value, exc: str, message: str) -> None:
+    """Records a run-time check of the program: ``ok`` (bool) must be true
+    everywhere, else the step raises ``exc(message)``. The importer keeps
+    the count of false elements (an i64 scalar); ``trace(...,
+    index_checks=True)`` returns it as an extra output (module.py)."""
+    bad = imp.em.elementwise(ok.shape, torch.int64, [ok],
+                             lambda b, v: b.cast(b.unary("not", v[0], torch.bool), torch.bool,
+                                                 torch.int64))
+    count = imp.em.reduce(bad, list(range(bad.rank)), False, "add", 0) if bad.rank else bad
+    checks = getattr(imp, "checks", None)
+    if checks is not None:
+        checks.append((count, exc, message))
+
+
+def _bounds(dim: int, size: int) -> str:
+    return f"index out of bounds for dimension {dim} with size {size}"
+
+
+_SELF = "index out of range in self"
 
 
 def _extract(b: Body, src: Value, coords: List[str]) -> str:
@@ -27,6 +81,7 @@ def _embedding(imp, node, args, kwargs):
     w, idx = args[0], args[1]
     shape, dtype = _out(node)
     r = len(shape)
+    idx = checked_index(imp, idx, w.shape[0], False, "IndexError", _SELF)
 
     def body(b: Body, a, out):
         row = _as_index(b, a[0], idx.dtype)
@@ -41,6 +96,7 @@ def _gather(imp, node, args, kwargs):
     x, dim, idx = args[0], args[1] % args[0].rank, args[2]
     shape, dtype = _out(node)
     r = len(shape)
+    idx = checked_index(imp, idx, x.shape[dim], False, "RuntimeError", _bounds(dim, x.shape[dim]))
 
     def body(b: Body, a, out):
         coords = [b.v(f"linalg.index {i} : index") if i != dim else _as_index(b, a[0], idx.dtype)
@@ -60,6 +116,7 @@ def _scatter_one(imp, node, args, kwargs):
     if idx.shape[dim] != 1 or any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
         raise UnsupportedOpError("scatter whose index is not one element per row along dim "
                                  f"(index {list(idx.shape)}, self {list(x.shape)}, dim {dim})")
+    idx = checked_index(imp, idx, x.shape[dim], False, "RuntimeError", _bounds(dim, x.shape[dim]))
     idx_c = imp.em.reshape(idx, [s for i, s in enumerate(idx.shape) if i != dim])
     other = [f"d{i}" for i in range(r) if i != dim]
     inputs = [(x, [f"d{i}" for i in range(r)]), (idx_c, other)]
@@ -85,7 +142,8 @@ def _index_put(imp, node, args, kwargs):
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     if not accumulate or len(indices) != 1 or indices[0] is None:
         raise UnsupportedOpError("index_put other than accumulating into dim 0 with one index tensor")
-    idx = indices[0]
+    # Negative indices count from the end, as in eager.
+    idx = checked_index(imp, indices[0], x.shape[0], True, "IndexError", _bounds(0, x.shape[0]))
     k = idx.rank
     rest = x.rank - 1
     values = imp.em.broadcast_to(values, tuple(idx.shape) + tuple(x.shape[1:]))
@@ -119,6 +177,7 @@ def _scatter(imp, node, args, kwargs):
     r = x.rank
     if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
         raise UnsupportedOpError("scatter whose index differs from self outside dim")
+    idx = checked_index(imp, idx, x.shape[dim], False, "RuntimeError", _bounds(dim, x.shape[dim]))
     exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
     inputs = [(idx, exprs)]
     if isinstance(val, Value):
@@ -143,6 +202,7 @@ def _scatter_add(imp, node, args, kwargs):
     r = x.rank
     if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
         raise UnsupportedOpError("scatter_add whose index differs from self outside dim")
+    idx = checked_index(imp, idx, x.shape[dim], False, "RuntimeError", _bounds(dim, x.shape[dim]))
     if tuple(src.shape) != tuple(idx.shape):
         src = imp.em.extract_slice(src, [0] * r, list(idx.shape), [1] * r)
     # Loops: the r dims of x, then the index's dim (reduction).
@@ -159,10 +219,11 @@ def _scatter_add(imp, node, args, kwargs):
 
 
 @handles(aten.index.Tensor)
-def _index(imp, node, args, kwargs):
+def _index(imp, node, args, kwargs, select: bool = False):
     """Advanced indexing with index tensors on leading or any dims (None for
     a full dim); the index tensors broadcast together and their dims come
-    first when they are not adjacent, as in PyTorch."""
+    first when they are not adjacent, as in PyTorch. Negative indices count
+    from the end (``select``: ``index_select``'s, which eager rejects)."""
     x, indices = args[0], list(args[1])
     shape, dtype = _out(node)
     indices += [None] * (x.rank - len(indices))
@@ -184,6 +245,9 @@ def _index(imp, node, args, kwargs):
     for o, k in enumerate(after):
         out_of[k] = len(before) + nb + o
     r = len(shape)
+    for k in pos:
+        indices[k] = checked_index(imp, indices[k], x.shape[k], not select,
+                                   "IndexError", _SELF if select else _bounds(k, x.shape[k]))
     inputs = []
     for k in pos:
         t = indices[k]
@@ -199,12 +263,7 @@ def _index(imp, node, args, kwargs):
             if indices[k] is None:
                 coords.append(b.v(f"linalg.index {out_of[k]} : index"))
             else:
-                t = indices[k]
-                v = _as_index(b, a[j], t.dtype)
-                # Negative indices count from the end.
-                neg = b.v(f"arith.cmpi slt, {v}, {b.v('arith.constant 0 : index')} : index")
-                wrapped = b.v(f"arith.addi {v}, {b.v(f'arith.constant {x.shape[k]} : index')} : index")
-                coords.append(b.v(f"arith.select {neg}, {wrapped}, {v} : index"))
+                coords.append(_as_index(b, a[j], indices[k].dtype))  # wrapped, in range
                 j += 1
         return _extract(b, x, coords)
     return imp.em.generic(shape, dtype, inputs, ["parallel"] * r, [f"d{i}" for i in range(r)], body)
@@ -213,4 +272,5 @@ def _index(imp, node, args, kwargs):
 @handles(aten.index_select.default)
 def _index_select(imp, node, args, kwargs):
     x, dim, idx = args[0], args[1] % args[0].rank, args[2]
-    return _index(imp, node, (x, [None] * dim + [imp.em.reshape(idx, [_prod(idx.shape)])]), {})
+    return _index(imp, node, (x, [None] * dim + [imp.em.reshape(idx, [_prod(idx.shape)])]), {},
+                  select=True)
