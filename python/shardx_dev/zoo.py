@@ -108,16 +108,23 @@ def _bert():
     return CausalLM(T.BertForMaskedLM(cfg).eval()), lm_loss, *_tokens()
 
 
-def _mixtral():
-    """A Mixture-of-Experts LM: top-2 routing over 4 SiLU-gated experts, run
-    by transformers' static-shape ``batched_mm`` experts (the default
-    ``grouped_mm`` and the eager loop have data-dependent shapes)."""
+def mixtral_config(experts: int = 4):
+    """The zoo's Mixtral: top-2 routing over ``experts`` SiLU-gated
+    experts, run by transformers' default ``grouped_mm`` experts (tokens
+    sorted by expert, counts by ``histc``, one grouped matmul per
+    projection; traced as under ``torch.compile``, f32 weights take its
+    ``grouped_mm_fallback`` custom op: importer/ops/moe_ops.py)."""
     import transformers as T
-    cfg = T.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                          num_experts_per_tok=2, max_position_embeddings=16, bos_token_id=0,
-                          eos_token_id=0, attn_implementation="eager", experts_implementation="batched_mm")
-    return CausalLM(T.MixtralForCausalLM(cfg).eval()), lm_loss, *_tokens()
+    return T.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=experts,
+                           num_experts_per_tok=2, max_position_embeddings=16, bos_token_id=0,
+                           eos_token_id=0, attn_implementation="eager")
+
+
+def _mixtral():
+    """A Mixture-of-Experts LM (``mixtral_config``)."""
+    import transformers as T
+    return CausalLM(T.MixtralForCausalLM(mixtral_config()).eval()), lm_loss, *_tokens()
 
 
 def _resnet18():

@@ -19,13 +19,29 @@ if TYPE_CHECKING:
 aten = torch.ops.aten
 
 Handler = Callable[["Importer", torch.fx.Node, tuple, dict], Any]
-HANDLERS: Dict[Any, Handler] = {}
+
+
+class _Handlers(dict):
+    """Op overload -> handler. An op that a library defines when it is
+    imported (transformers' ``torch.library`` custom ops), possibly after
+    the importer, is registered by its name ``"namespace.op.overload"``
+    (``str`` of the overload) and found by it."""
+
+    def get(self, op, default=None):
+        handler = dict.get(self, op)
+        if handler is None and isinstance(op, torch._ops.OpOverload):
+            handler = dict.get(self, str(op))
+        return default if handler is None else handler
+
+
+HANDLERS: Dict[Any, Handler] = _Handlers()
 
 
 def handles(*ops):
     """Registers the decorated function as the handler of each aten op
-    overload in ``ops``: ``handler(importer, node, args, kwargs)`` returns
-    the node's ``Value`` (or a list of them)."""
+    overload in ``ops`` (or op name, for ops defined on import elsewhere:
+    ``_Handlers``): ``handler(importer, node, args, kwargs)`` returns the
+    node's ``Value`` (or a list of them)."""
     def deco(fn):
         for op in ops:
             HANDLERS[op] = fn

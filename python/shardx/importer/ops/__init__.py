@@ -5,6 +5,8 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``reductions``: sums, means, max/min (with index), variance, cumsum, sorts
 - ``linalg``: matmuls and 2-d convolutions (forward and backward)
 - ``grouped``: ``_grouped_mm`` (dropless experts), ``bincount``, ``histc``
+- ``moe_ops``: transformers' ``grouped_mm`` experts: its fallback grouped
+  matmul custom ops, index_put without accumulation (the inverse permutation)
 - ``pooling``: 2-d max and average pooling (forward and backward)
 - ``shape``: views, permutes, broadcasts, slices, concat, padding, factories
 - ``indexing``: embedding, gather, index, scatter, index_put
@@ -12,4 +14,5 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``sharding``: ``shardx.constrain``
 """
 
-from . import elementwise, grouped, indexing, linalg, optimizer, pooling, reductions, shape, sharding  # noqa: F401
+from . import (elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
+               reductions, shape, sharding)
