@@ -130,7 +130,8 @@ def test_local_program_runs_own_experts(tmp_path, build_dir):
     assert "tensor<2x16x32xf32>" in body and "tensor<4x16x32xf32>" not in body
 
 
-@pytest.mark.parametrize("name", ["ep2", "uneven_ep4", "dp2xep2", "uneven_dp2xep2"])
+# The 2x2 mesh once: uneven_dp2xep2 has dp2xep2's mesh and placements.
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep4", "uneven_dp2xep2"])
 def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
     step, mesh, ins, outs, args = _step(name)
     path = tmp_path / f"{name}.mlir"
@@ -161,48 +162,56 @@ def test_forward_matches_eager_and_unsharded(name):
 _EP4 = Mesh((4,), ("ep",))
 
 
+def _close_to_eager(got, want):
+    """Against eager's CPU ``_grouped_mm`` to rtol 1e-6, atol 1e-5: each
+    output a sum of K (at most 64) products of about unit size, which a
+    kernel summing K in another order may round differently by a few
+    ulps of the sum's terms (not to the bit: exactness is not the point)."""
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+
+
 def _gmm(x, w, offs):
     return torch._grouped_mm(x, w, offs=offs)
 
 
 @pytest.mark.parametrize("ends", [[3, 3, 10, 17, 20], [0, 20, 20, 20, 20], [4, 8, 12, 16, 20]])
-def test_grouped_mm_matches_eager_bit_for_bit(ends):
+def test_grouped_mm_matches_eager(ends):
     """``[R, K] x [E, K, N]`` with an empty group, all rows in one group, and
-    even groups, the experts split over 4 ranks (5 experts: uneven): equal
-    to eager's CPU ``_grouped_mm`` to the bit (each row's sum runs over K
-    in order; the other experts add exact zeros)."""
+    even groups, the experts split over 4 ranks (5 experts: uneven):
+    eager's CPU ``_grouped_mm`` (``_close_to_eager``)."""
     torch.manual_seed(0)
     x, w = torch.randn(20, 64), torch.randn(5, 64, 8)
     offs = torch.tensor(ends, dtype=torch.int32)
     got = shardx.compile(_gmm, _EP4, [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
-    assert torch.equal(got, torch._grouped_mm(x, w, offs=offs))
+    _close_to_eager(got, torch._grouped_mm(x, w, offs=offs))
 
 
 def test_grouped_mm_rows_past_the_last_end_are_zero():
     """Rows past ``offs[E-1]`` belong to no group: zero (eager leaves them
-    unwritten), the others bit-equal to eager, the experts split over 2
-    ranks."""
+    unwritten), the others eager's (``_close_to_eager``), the experts
+    split over 2 ranks."""
     torch.manual_seed(3)
     x, w = torch.randn(12, 16), torch.randn(4, 16, 8)
     offs = torch.tensor([2, 2, 5, 9], dtype=torch.int32)
     got = shardx.compile(_gmm, Mesh((2,), ("ep",)), [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
-    assert torch.equal(got[:9], torch._grouped_mm(x, w, offs=offs)[:9])
+    _close_to_eager(got[:9], torch._grouped_mm(x, w, offs=offs)[:9])
     assert torch.equal(got[9:], torch.zeros(3, 8))
 
 
 def test_grouped_mm_weight_gradient_form():
     """``[K, R] x [R, N]`` -> ``[E, K, N]`` (the weight gradient's form),
-    the output split on E over 4 ranks: bit-equal to eager."""
+    the output split on E over 4 ranks: eager's (``_close_to_eager``)."""
     torch.manual_seed(1)
     a, b = torch.randn(16, 20), torch.randn(20, 8)
     offs = torch.tensor([3, 3, 10, 17, 20], dtype=torch.int32)
     got = shardx.compile(_gmm, _EP4, [[R()], [R()], [R()]], [[S(0)]])(a, b, offs).to_torch()
-    assert torch.equal(got, torch._grouped_mm(a, b, offs=offs))
+    _close_to_eager(got, torch._grouped_mm(a, b, offs=offs))
 
 
 def test_grouped_mm_other_experts_nan_does_not_leak():
     """An expert with NaN and inf weights that no row uses (an empty group)
-    leaves every row finite: the mask is a select, not a product."""
+    leaves every row finite (and eager's): the mask is a select, not a
+    product."""
     torch.manual_seed(2)
     x, w = torch.randn(8, 16), torch.randn(3, 16, 8)
     w[0] = float("nan")
@@ -210,7 +219,8 @@ def test_grouped_mm_other_experts_nan_does_not_leak():
     offs = torch.tensor([0, 8, 8], dtype=torch.int32)
     want = torch._grouped_mm(x, w, offs=offs)
     got = shardx.compile(_gmm, Mesh((2,), ("ep",)), [[R()], [S(0)], [R()]])(x, w, offs).to_torch()
-    assert torch.isfinite(want).all() and torch.equal(got, want)
+    assert torch.isfinite(want).all() and torch.isfinite(got).all()
+    _close_to_eager(got, want)
 
 
 def test_counts_match_eager():
