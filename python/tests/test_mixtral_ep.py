@@ -138,7 +138,8 @@ def test_index_put_overwrite_matches_eager():
     """``x[idx] = v`` (no accumulation) into dim 0: the inverse
     permutation of the grouped_mm experts, a negative index (counted from
     the end) and a repeated one (the last write wins, as eager's CPU
-    kernel writes in order); the accumulating form unchanged."""
+    kernel writes in order); the accumulating form unchanged. An index
+    out of range raises eager's IndexError."""
     perm = torch.tensor([3, 0, 4, 1, 2])
     idx, v = torch.tensor([1, -1, 1, 0]), torch.tensor([[1., 2.], [3., 4.], [5., 6.], [7., 8.]])
 
@@ -150,9 +151,12 @@ def test_index_put_overwrite_matches_eager():
         z.index_put_((idx,), v, accumulate=True)
         return inv, y, z
     x = torch.zeros(3, 2)
-    got = shardx.compile(fn, None)(perm, x, idx, v)
+    f = shardx.compile(fn, None)
+    got = f(perm, x, idx, v)
     for g, want in zip(got, fn(perm, x, idx, v)):
         assert torch.equal(g.to_torch(), want)
+    with pytest.raises(IndexError, match="index out of bounds for dimension 0 with size 3"):
+        f(perm, x, torch.tensor([1, 3, 0, 0]), v)
 
 
 def test_fallback_forms_are_named():

@@ -33,7 +33,7 @@ import torch
 from ..body import Body
 from ..registry import HANDLERS, _out, aten, handles
 from ..values import UnsupportedOpError, Value, is_float
-from . import indexing  # noqa: F401  (its index_put handler is wrapped below)
+from .indexing import _bounds, checked_index  # (and its index_put handler, wrapped below)
 from .grouped import _masked_term, _row_groups
 
 
@@ -111,12 +111,14 @@ def _index_put_overwrite(imp, node, args, kwargs):
     values[i]`` for the last ``i`` (in index order) with ``idx[i] == v``
     (wrapped from the end where negative, as eager), ``x[v]`` where none
     is: a masked pass over the index's elements, no address taken from a
-    value. An index outside ``[-n, n)`` writes nowhere (eager raises)."""
+    value. An index outside ``[-n, n)`` fails the step's index check with
+    eager's IndexError (``indexing.checked_index``)."""
     x, indices, values = args[0], args[1], args[2]
     if len(indices) != 1 or indices[0] is None or is_float(indices[0].dtype):
         raise UnsupportedOpError("index_put without accumulate other than into dim 0 with one "
                                  "integer index tensor")
-    idx, n = indices[0], x.shape[0]
+    n = x.shape[0]
+    idx = checked_index(imp, indices[0], n, True, "IndexError", _bounds(0, n))
     k, rest = idx.rank, x.rank - 1
     values = imp.em.broadcast_to(values, tuple(idx.shape) + tuple(x.shape[1:]))
     # Loops (v, rest..., i...): the index dims are a reduction whose
@@ -127,10 +129,7 @@ def _index_put_overwrite(imp, node, args, kwargs):
 
     def body(b: Body, a, out):
         v = b.v("arith.index_cast " + b.v("linalg.index 0 : index") + " : index to i64")
-        i = b.cast(a[0], idx.dtype, torch.int64)
-        neg = b.compare("lt", i, b.const(0, torch.int64), torch.int64)
-        i = b.select(neg, b.binary("add", i, b.const(n, torch.int64), torch.int64), i, torch.int64)
-        hit = b.compare("eq", i, v, torch.int64)
+        hit = b.compare("eq", b.cast(a[0], idx.dtype, torch.int64), v, torch.int64)
         return b.select(hit, b.cast(a[1], values.dtype, x.dtype), out, x.dtype)
     return imp.em.generic(x.shape, x.dtype, [(idx, idx_exprs), (values, val_exprs)],
                           ["parallel"] * (1 + rest) + ["reduction"] * k, out_exprs, body, init=x)
