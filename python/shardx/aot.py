@@ -166,6 +166,7 @@ def _encode_executable(exe, name: str, artifacts: Dict[str, str]):
             "out_keys": [{"shape": list(s), "dtype": d, "layout": l} for s, d, l in exe.out_keys],
             "donated": [[i, o] for i, o in exe.donated],
             "mutated": list(exe.mutated), "writes": list(exe.writes),
+            "checks": [list(c) for c in exe.checks],
             "partners": _partners_json(exe.partners),
             "variants": [{"partners": _partners_json(p),
                           "executable": _encode_executable(v, name, artifacts)}
@@ -394,7 +395,8 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
                                                          loaded)
     return _Executable(artifact, entry, in_layouts, out_spec, out_keys, donated, d["cache_key"],
                        artifact.path, plan, [int(i) for i in d["mutated"]],
-                       [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants)
+                       [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants,
+                       [(str(e), str(m)) for e, m in d.get("checks", [])])
 
 
 def entries_of(fn, manifest, z, path: str) -> Dict[Any, Any]:

@@ -44,7 +44,7 @@ import re
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -555,6 +555,10 @@ class _Executable:
     partners: Tuple
     #: Variants of this entry for other aliasings of the written inputs.
     variants: Dict[Any, "_Executable"]
+    #: The program's index checks (exception name, message): its last
+    #: output is the code of the first that failed (importer ``trace(...,
+    #: index_checks=True)``); such entries never take the C++ path.
+    checks: List[Tuple[str, str]] = field(default_factory=list)
 
 
 class CompiledFunction(runtime().CompiledCall):
@@ -600,6 +604,7 @@ class CompiledFunction(runtime().CompiledCall):
         # others' here (a missing mpirun fails before any compile).
         self._session_obj = None if backend in GPU_BACKENDS else session(self.mesh, backend)
         self._plan = None
+        self._checked = None
 
     @property
     def _session(self):
@@ -746,8 +751,9 @@ class CompiledFunction(runtime().CompiledCall):
         with flash_precision(self.backend in GPU_BACKENDS):
             text = trace(traced, examples, self._trace_mesh,
                          in_pl if self._trace_mesh else None, out_pl,
-                         name=f"jit_{self.name}", arg_attrs=arg_attrs)
+                         name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True)
         timing = dict(importer_module.last_timing)
+        checks = list(importer_module.last_checks)
         if self.memory_budget is not None:
             # The plan's layouts are the inputs' (the entry scatters them).
             t0 = time.perf_counter()
@@ -781,11 +787,13 @@ class CompiledFunction(runtime().CompiledCall):
         out_spec = traced.out_spec
         if mutated:
             out_spec = (tuple, (out_spec, (tuple, (None,) * len(mutated))))
+        if checks:
+            out_spec = (tuple, (out_spec, None))
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
                     for o in outputs]
         plan = self._make_plan(artifact, entry, spec, out_spec, out_keys, donated)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
-                           mutated, writes, partners or (), {})
+                           mutated, writes, partners or (), {}, checks)
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
         """The C++ call plan of an entry (compiled here, or loaded from a
@@ -895,6 +903,15 @@ class CompiledFunction(runtime().CompiledCall):
         """Finds (or compiles, logging why) the entry whose guards the
         arguments pass, makes every leaf a ShardedTensor in the entry's
         layout, runs it and writes back the inputs it modifies."""
+        checked = self._checked
+        if checked is not None:
+            # The C++ plan (it returns NotImplemented when a guard fails),
+            # then the check.
+            out = checked.plan(args)
+            if out is not NotImplemented:
+                out, code = out
+                _raise_failed_check(checked.checks, code)
+                return out
         flat = []
         spec = _flatten(args, flat)
         if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
@@ -931,7 +948,9 @@ class CompiledFunction(runtime().CompiledCall):
         # An entry that writes inputs back runs from here (Python), every call.
         if isinstance(exe.plan, _LazyPlan):
             exe.plan = exe.plan.build()
-        self._plan = None if exe.writes else exe.plan
+        self._plan = None if exe.writes or exe.checks else exe.plan
+        #: An entry with checks: its plan, tried first by the next call.
+        self._checked = exe if exe.checks and not exe.writes else None
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []
@@ -949,6 +968,9 @@ class CompiledFunction(runtime().CompiledCall):
         if out is NotImplemented:
             raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
                                "its guards accepted (a ShardX bug)")
+        if exe.checks:
+            out, code = out
+            _raise_failed_check(exe.checks, code)
         if exe.mutated:
             out, written = out
             groups = [{i, *same} for i, same in exe.partners]
@@ -964,6 +986,20 @@ class CompiledFunction(runtime().CompiledCall):
                         values.append(new)
             _write_back(targets, values)
         return out
+
+
+def _raise_failed_check(checks, code) -> None:
+    """Raises the error of the first check that failed in the step (its
+    code, the program's last output: 0 when none did), as eager raises it.
+    Nothing of the step is returned or written back; donated inputs stay
+    donated (their buffers went to the step's outputs)."""
+    k = int(np.asarray(code.full()).reshape(()))  # numpy: a runtime-only host has no torch
+    if k == 0:
+        return
+    if not 1 <= k <= len(checks):
+        raise RuntimeError(f"shardx.compile: check code {k} of {len(checks)} checks (a ShardX bug)")
+    exc, message = checks[k - 1]
+    raise {"IndexError": IndexError}.get(exc, RuntimeError)(message)
 
 
 class _LazyPlan:

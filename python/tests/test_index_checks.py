@@ -1,22 +1,221 @@
 """Out-of-range indices in compiled programs (docs/Importer.md, "Index
 checks"): nothing is read or written outside a tensor, whatever the index
-values."""
+values, and a step with an out-of-range index raises eager's error instead
+of returning a number; in range, the results are eager's."""
+
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import shardx
-from shardx import Mesh
+from shardx import Mesh, Shard, ShardedTensor
+from shardx.sharded_tensor import runtime
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _eager_error(f, *args):
+    with pytest.raises(Exception) as info:
+        f(*args)
+    return info.type, str(info.value).splitlines()[0]
+
+
+def _emb(w, idx):
+    return F.embedding(idx, w).sum(0)
+
+
+def _gather(x, idx):
+    return torch.gather(x, 1, idx) * 2
+
+
+def _index_select(x, idx):
+    return torch.index_select(x, 0, idx) + 1
+
+
+def _getitem(x, idx):
+    return x[idx] + 1
+
+
+def _index_put(x, idx, v):
+    return x.index_put((idx,), v, accumulate=True)
+
+
+def _scatter_add(x, idx, src):
+    return x.scatter_add(1, idx, src)
+
+
+def _bincount(x):
+    return torch.bincount(x, minlength=6)
+
+
+W = torch.randn(8, 4, dtype=torch.float64)
+X2 = torch.randn(4, 5, dtype=torch.float64)
+
+# name: (fn, good args, bad args, eager's exception type, eager's message
+# or None where eager's names the value and the compiled one cannot).
+CASES = {
+    "embedding": (_emb, (W, torch.tensor([1, 7, 0])), (W, torch.tensor([1, 8, 0])),
+                  IndexError, "index out of range in self"),
+    "embedding_negative": (_emb, (W, torch.tensor([1, 7, 0])), (W, torch.tensor([1, -1, 0])),
+                           IndexError, "index out of range in self"),
+    "embedding_huge": (_emb, (W, torch.tensor([1, 7, 0])), (W, torch.tensor([1, 10**9, 0])),
+                       IndexError, "index out of range in self"),
+    "gather": (_gather, (X2, torch.tensor([[0, 4]] * 4)), (X2, torch.tensor([[0, 5]] * 4)),
+               RuntimeError, None),
+    "index_select": (_index_select, (W, torch.tensor([3, 0])), (W, torch.tensor([3, -1])),
+                     IndexError, "index out of range in self"),
+    "getitem_negative_wraps": (_getitem, (W, torch.tensor([-1, -8, 2])), (W, torch.tensor([-9, 0])),
+                               IndexError, None),
+    "index_put": (_index_put, (torch.zeros(8, 4, dtype=torch.float64), torch.tensor([1, -1, 1]),
+                               torch.ones(3, 4, dtype=torch.float64)),
+                  (torch.zeros(8, 4, dtype=torch.float64), torch.tensor([1, 8, 1]),
+                   torch.ones(3, 4, dtype=torch.float64)), IndexError, None),
+    "scatter_add": (_scatter_add, (torch.zeros(4, 5, dtype=torch.float64), torch.tensor([[0, 4]] * 4),
+                                   torch.ones(4, 2, dtype=torch.float64)),
+                    (torch.zeros(4, 5, dtype=torch.float64), torch.tensor([[0, -1]] * 4),
+                     torch.ones(4, 2, dtype=torch.float64)), RuntimeError, None),
+    "bincount_negative": (_bincount, (torch.tensor([0, 5, 5, 2]),), (torch.tensor([0, -1, 5, 2]),),
+                          RuntimeError, "bincount only supports 1-d non-negative integral inputs."),
+}
+
+
+def _check(c, f, good, bad, exc, message):
+    torch.testing.assert_close(c(*good).to_torch(), f(*good))
+    assert _eager_error(f, *bad)[0] is exc
+    with pytest.raises(exc) as info:
+        c(*bad)
+    if message is not None:
+        assert str(info.value) == message
+    else:
+        assert "out of bounds" in str(info.value)
+    # The next good step is right again.
+    torch.testing.assert_close(c(*good).to_torch(), f(*good))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_out_of_range_index_raises_eagers_error(name, ranks):
+    f, good, bad, exc, message = CASES[name]
+    _check(shardx.compile(f, Mesh((ranks,), ("x",))), f, good, bad, exc, message)
+
+
+def test_bincount_value_past_minlength_raises():
+    # Eager returns a longer result, which a compiled program cannot.
+    x = torch.tensor([0, 6, 2])
+    assert _bincount(x).shape == (7,)
+    c = shardx.compile(_bincount, Mesh((2,), ("x",)))
+    torch.testing.assert_close(c(torch.tensor([0, 5, 2])).to_torch(), _bincount(torch.tensor([0, 5, 2])))
+    with pytest.raises(RuntimeError, match="minlength 6"):
+        c(x)
 
 
 def test_huge_embedding_index_reads_nothing_outside_the_table():
     # Before the indices were made safe, 10**9 read far outside the table
-    # (a segmentation fault).
-    def f(w, idx):
-        return F.embedding(idx, w).sum(0)
-    w = torch.randn(8, 4, dtype=torch.float64)
-    c = shardx.compile(f, Mesh((1,), ("tp",)))
-    torch.testing.assert_close(c(w, torch.tensor([1, 2, 3])).to_torch(),
-                               f(w, torch.tensor([1, 2, 3])))
-    c(w, torch.tensor([1, 10**9, 3]))
+    # (a segmentation fault), and 9 a number.
+    c = shardx.compile(_emb, Mesh((1,), ("tp",)))
+    for bad in (9, 10**9, -(10**9)):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            c(W, torch.tensor([1, bad, 3]))
+
+
+def test_vocab_parallel_embedding():
+    # The table split by rows: each rank looks up the rows it holds.
+    c = shardx.compile(_emb, Mesh((2,), ("tp",)), in_placements=[[Shard(0)], None])
+    _check(c, _emb, (W, torch.tensor([1, 7, 4, 3])), (W, torch.tensor([1, 9, 3, 0])),
+           IndexError, "index out of range in self")
+
+
+def test_data_parallel_indices_fail_on_one_rank():
+    # The index split over the ranks: the bad one is on rank 1 only, and
+    # every rank raises.
+    c = shardx.compile(_emb, Mesh((2,), ("dp",)), in_placements=[None, [Shard(0)]])
+    _check(c, _emb, (W, torch.tensor([1, 7, 4, 3])), (W, torch.tensor([1, 7, 4, 8])),
+           IndexError, "index out of range in self")
+
+
+def test_failed_step_keeps_written_inputs_and_donated_stays_donated():
+    def step(x, idx, v):
+        x.index_put_((idx,), v, accumulate=True)
+        return x.sum()
+    x = torch.zeros(8, 4, dtype=torch.float64)
+    v = torch.ones(2, 4, dtype=torch.float64)
+    c = shardx.compile(step, Mesh((2,), ("x",)))
+    c(x, torch.tensor([1, 2]), v)
+    before = x.clone()
+    with pytest.raises(IndexError):
+        c(x, torch.tensor([1, 8]), v)
+    # Eager raises before writing: so does the compiled step.
+    torch.testing.assert_close(x, before)
+
+    # A donated input's buffers went to the failed step's outputs, which
+    # are dropped: it stays donated (a later use raises DonatedError).
+    def upd(w, idx):
+        return w + F.embedding(idx, w).sum()
+    mesh = Mesh((2,), ("x",))
+    d = shardx.compile(upd, mesh, in_placements=[[Shard(0)], None], out_placements=[[Shard(0)]], donate=(0,))
+    w = ShardedTensor.from_torch(W.clone(), mesh, [Shard(0)])
+    with pytest.raises(IndexError):
+        d(w, torch.tensor([9]))
+    with pytest.raises(shardx.DonatedError):
+        w.to_torch()
+    w = ShardedTensor.from_torch(W.clone(), mesh, [Shard(0)])
+    torch.testing.assert_close(d(w, torch.tensor([7])).to_torch(), upd(W, torch.tensor([7])))
+
+
+def test_checks_survive_export_and_load(tmp_path):
+    c = shardx.compile(_emb, Mesh((2,), ("tp",)), in_placements=[[Shard(0)], None], name="emb")
+    good, bad = torch.tensor([1, 7, 4]), torch.tensor([1, 8, 4])
+    want = c(W, good).to_torch()
+    package = c.export(tmp_path / "emb.shardx")
+    h = shardx.load(str(package))
+    torch.testing.assert_close(torch.from_numpy(h(W.numpy(), good.numpy()).full()), want)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        h(W.numpy(), bad.numpy())
+    assert h.compiles == 0
+
+
+_MPI_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import torch.nn.functional as F
+import shardx
+from shardx import Mesh, Shard
+
+def emb(w, idx):
+    return F.embedding(idx, w).sum(0)
+
+mesh = Mesh((2,), ("tp",))
+f = shardx.compile(emb, mesh, in_placements=[[Shard(0)], None], backend="mpi")
+rank = f._session.process_rank
+w = torch.arange(32, dtype=torch.float64).reshape(8, 4)
+torch.testing.assert_close(f(w, torch.tensor([1, 7, 4])).to_torch(), emb(w, torch.tensor([1, 7, 4])))
+try:
+    f(w, torch.tensor([1, 9, 4]))
+    print(f"rank {rank}: no error")
+except IndexError as e:
+    print(f"rank {rank}: IndexError {e}")
+torch.testing.assert_close(f(w, torch.tensor([0, 6])).to_torch(), emb(w, torch.tensor([0, 6])))
+print(f"rank {rank}: done")
+"""
+
+
+def test_mpi_embedding_out_of_range(tmp_path):
+    # Both processes raise (the check's code is replicated), none hangs,
+    # and the next step runs.
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not runtime().has_mpi:
+        pytest.skip("needs OpenMPI and a build with the mpi backend")
+    (tmp_path / "script.py").write_text(_MPI_SCRIPT)
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+           str(tmp_path / "script.py"), PYTHON_DIR]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        assert f"rank {rank}: IndexError index out of range in self" in r.stdout
+        assert f"rank {rank}: done" in r.stdout

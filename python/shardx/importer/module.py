@@ -9,12 +9,12 @@ import gc
 import time
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 
-from ..placements import Mesh, Placement, PlacementError, check_placements, layout_text
+from ..placements import Mesh, Placement, PlacementError, Replicate, check_placements, layout_text
 from . import region_import
 from .dce import remove_dead_ops
 from .graph import Importer
@@ -38,7 +38,7 @@ class TraceSpec:
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
           in_placements=None, out_placements=None, name: Optional[str] = None,
-          arg_attrs=None, regions: Optional[bool] = None) -> str:
+          arg_attrs=None, regions: Optional[bool] = None, index_checks: bool = False) -> str:
     """Traces ``fn(*example_args)`` and returns the MLIR module text.
 
     ``in_placements`` / ``out_placements`` give one entry per flattened tensor
@@ -53,10 +53,16 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     traced region (``regions``: repeated blocks traced once and called;
     ``regions=False`` traces them inline; default: on unless
     ``SHARDX_REGIONS=0`` or ``regions_enabled(False)``).
+
+    ``index_checks``: where the program checks its index values (indexing
+    ops, bincount: docs/Importer.md, "Index checks"), one more output, last,
+    an i64 scalar (replicated): 0 when every check passed, else ``k + 1``
+    for the first check ``k`` that failed; ``last_checks`` lists the checks
+    (exception name, message). Without checks, no output is added.
     """
     with _gc_paused():
         return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements,
-                              name, arg_attrs, regions)
+                              name, arg_attrs, regions, index_checks)
 
 
 @contextlib.contextmanager
@@ -78,7 +84,7 @@ def _gc_paused():
 
 
 def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs,
-           regions=None) -> str:
+           regions=None, index_checks=False) -> str:
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
         if not isinstance(a, torch.Tensor):
@@ -94,6 +100,8 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     gm = _trace_graph(fn, flat_args, treedef, regions)
     traced = time.perf_counter()
     imp = Importer(gm, mesh)
+    imp.checks = []  # (count of failures, exception name, message), by ops/indexing.py
+    last_checks.clear()
     inputs = []
     for i, a in enumerate(flat_args):
         inputs.append(Value(f"%arg{i}", tuple(int(s) for s in a.shape), a.dtype))
@@ -101,6 +109,12 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"output {i} is not a tensor ({o!r})")
+    if index_checks and imp.checks:
+        outputs = list(outputs) + [_check_code(imp)]
+        last_checks.extend((exc, message) for _, exc, message in imp.checks)
+        if mesh is not None:  # the same code on every rank
+            out_placements = list(out_placements or [None] * (len(outputs) - 1)) + [
+                [Replicate()] * len(mesh.shape)]
     out_layouts = _layouts(mesh, out_placements, [o.shape for o in outputs], "output")
     fname = name or getattr(fn, "__name__", "main")
     if not fname.isidentifier() or fname == "<lambda>":
@@ -130,6 +144,31 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     last_timing.update({"trace": traced - start, "import": imported - traced,
                         "dead code": done - imported})
     return text
+
+
+def _check_code(imp) -> Value:
+    """The i64 scalar ``k + 1`` of the first check ``k`` with a failure,
+    else 0."""
+    code = None
+    for k, (count, _, _) in enumerate(imp.checks):
+        if code is None:
+            code = imp.em.elementwise((), torch.int64, [count], lambda b, v, k=k: b.select(
+                b.compare("gt", v[0], b.const(0, torch.int64), torch.int64),
+                b.const(k + 1, torch.int64), b.const(0, torch.int64), torch.int64))
+            continue
+
+        def first(b, v, k=k):
+            t = torch.int64
+            fails = b.binary("and", b.compare("eq", v[0], b.const(0, t), t),
+                             b.compare("gt", v[1], b.const(0, t), t), torch.bool)
+            return b.select(fails, b.const(k + 1, t), v[0], t)
+        code = imp.em.elementwise((), torch.int64, [code, count], first)
+    return code
+
+
+#: The checks of the last ``trace(..., index_checks=True)`` (exception
+#: name, message), in the order of the codes of its last output.
+last_checks: List[Tuple[str, str]] = []
 
 
 #: Seconds of the last ``trace``'s steps: ``trace`` (make_fx), ``import``
