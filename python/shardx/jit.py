@@ -910,7 +910,7 @@ class CompiledFunction(runtime().CompiledCall):
             out = checked.plan(args)
             if out is not NotImplemented:
                 out, code = out
-                _raise_failed_check(checked.checks, code)
+                _raise_failed_check(checked.checks, code, self._session)
                 return out
         flat = []
         spec = _flatten(args, flat)
@@ -970,7 +970,7 @@ class CompiledFunction(runtime().CompiledCall):
                                "its guards accepted (a ShardX bug)")
         if exe.checks:
             out, code = out
-            _raise_failed_check(exe.checks, code)
+            _raise_failed_check(exe.checks, code, self._session)
         if exe.mutated:
             out, written = out
             groups = [{i, *same} for i, same in exe.partners]
@@ -988,12 +988,16 @@ class CompiledFunction(runtime().CompiledCall):
         return out
 
 
-def _raise_failed_check(checks, code) -> None:
+def _raise_failed_check(checks, code, session) -> None:
     """Raises the error of the first check that failed in the step (its
-    code, the program's last output: 0 when none did), as eager raises it.
-    Nothing of the step is returned or written back; donated inputs stay
-    donated (their buffers went to the step's outputs)."""
-    k = int(np.asarray(code.full()).reshape(()))  # numpy: a runtime-only host has no torch
+    code, the program's last output, replicated: 0 when none did), as
+    eager raises it. Nothing of the step is returned or written back;
+    donated inputs stay donated (their buffers went to the step's
+    outputs)."""
+    if code.on_device:
+        k = int(np.asarray(code.full()).reshape(()))
+    else:  # this process's copy, read in place (no gather, no collective)
+        k = int(code.local(max(session.process_rank, 0)).reshape(()))
     if k == 0:
         return
     if not 1 <= k <= len(checks):
