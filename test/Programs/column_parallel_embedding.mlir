@@ -13,395 +13,473 @@ func.func @column_parallel_embedding(
     %arg3: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg4: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>})
     -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
-  %e1 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
-  %v7 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e1 : tensor<2x3x8xf32>) {
-  ^bb0(%a2: i64, %o3: f32):
-    %s4 = arith.index_cast %a2 : i64 to index
-    %s5 = linalg.index 2 : index
-    %s6 = tensor.extract %arg0[%s4, %s5] : tensor<11x8xf32>
-    linalg.yield %s6 : f32
+  %e1 = tensor.empty() : tensor<2x3xi1> loc(#loc0)
+  %v9 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e1 : tensor<2x3xi1>) {
+  ^bb0(%a2: i64, %o3: i1):
+    %s4 = arith.constant 0 : i64
+    %s5 = arith.cmpi sge, %a2, %s4 : i64
+    %s6 = arith.constant 11 : i64
+    %s7 = arith.cmpi slt, %a2, %s6 : i64
+    %s8 = arith.andi %s5, %s7 : i1
+    linalg.yield %s8 : i1
+  } -> tensor<2x3xi1> loc(#loc0)
+  %e10 = tensor.empty() : tensor<2x3xi64> loc(#loc0)
+  %v16 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3, %v9 : tensor<2x3xi64>, tensor<2x3xi1>) outs(%e10 : tensor<2x3xi64>) {
+  ^bb0(%a11: i64, %a12: i1, %o13: i64):
+    %s14 = arith.constant 0 : i64
+    %s15 = arith.select %a12, %a11, %s14 : i64
+    linalg.yield %s15 : i64
+  } -> tensor<2x3xi64> loc(#loc0)
+  %e31 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
+  %v37 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v16 : tensor<2x3xi64>) outs(%e31 : tensor<2x3x8xf32>) {
+  ^bb0(%a32: i64, %o33: f32):
+    %s34 = arith.index_cast %a32 : i64 to index
+    %s35 = linalg.index 2 : index
+    %s36 = tensor.extract %arg0[%s34, %s35] : tensor<11x8xf32>
+    linalg.yield %s36 : f32
   } -> tensor<2x3x8xf32> loc(#loc0)
-  %e8 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
-  %v12 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v7 : tensor<2x3x8xf32>) outs(%e8 : tensor<2x3x8xf32>) {
-  ^bb0(%a9: f32, %o10: f32):
-    %s11 = math.tanh %a9 : f32
-    linalg.yield %s11 : f32
+  %e38 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
+  %v42 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v37 : tensor<2x3x8xf32>) outs(%e38 : tensor<2x3x8xf32>) {
+  ^bb0(%a39: f32, %o40: f32):
+    %s41 = math.tanh %a39 : f32
+    linalg.yield %s41 : f32
   } -> tensor<2x3x8xf32> loc(#loc0)
-  %v13 = tensor.collapse_shape %v12 [[0, 1], [2]] : tensor<2x3x8xf32> into tensor<6x8xf32> loc(#loc0)
-  %e14 = tensor.empty() : tensor<8x11xf32> loc(#loc0)
-  %v15 = linalg.transpose ins(%arg1 : tensor<11x8xf32>) outs(%e14 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc0)
-  %e16 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
-  %c17 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v18 = linalg.fill ins(%c17 : f32) outs(%e16 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
-  %v19 = linalg.matmul ins(%v13, %v15 : tensor<6x8xf32>, tensor<8x11xf32>) outs(%v18 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
-  %e20 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
-  %v25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v19, %arg2 : tensor<6x11xf32>, tensor<11xf32>) outs(%e20 : tensor<6x11xf32>) {
-  ^bb0(%a21: f32, %a22: f32, %o23: f32):
-    %s24 = arith.addf %a21, %a22 : f32
-    linalg.yield %s24 : f32
-  } -> tensor<6x11xf32> loc(#loc0)
-  %v26 = tensor.expand_shape %v25 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc0)
-  %e27 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
-  %c28 = arith.constant 0xFF800000 : f32 loc(#loc0)
-  %v29 = linalg.fill ins(%c28 : f32) outs(%e27 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
-  %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v26 : tensor<2x3x11xf32>) outs(%v29 : tensor<2x3xf32>) {
-  ^bb0(%a30: f32, %o31: f32):
-    %s32 = arith.maximumf %a30, %o31 : f32
-    linalg.yield %s32 : f32
-  } -> tensor<2x3xf32> loc(#loc0)
-  %e35 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
-  %v40 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v26, %v33 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e35 : tensor<2x3x11xf32>) {
-  ^bb0(%a36: f32, %a37: f32, %o38: f32):
-    %s39 = arith.subf %a36, %a37 : f32
-    linalg.yield %s39 : f32
-  } -> tensor<2x3x11xf32> loc(#loc0)
-  %e41 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
-  %v45 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v40 : tensor<2x3x11xf32>) outs(%e41 : tensor<2x3x11xf32>) {
-  ^bb0(%a42: f32, %o43: f32):
-    %s44 = math.exp %a42 : f32
-    linalg.yield %s44 : f32
-  } -> tensor<2x3x11xf32> loc(#loc0)
-  %e46 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
+  %v43 = tensor.collapse_shape %v42 [[0, 1], [2]] : tensor<2x3x8xf32> into tensor<6x8xf32> loc(#loc0)
+  %e44 = tensor.empty() : tensor<8x11xf32> loc(#loc0)
+  %v45 = linalg.transpose ins(%arg1 : tensor<11x8xf32>) outs(%e44 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc0)
+  %e46 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
   %c47 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v48 = linalg.fill ins(%c47 : f32) outs(%e46 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
-  %v52 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v45 : tensor<2x3x11xf32>) outs(%v48 : tensor<2x3xf32>) {
-  ^bb0(%a49: f32, %o50: f32):
-    %s51 = arith.addf %a49, %o50 : f32
-    linalg.yield %s51 : f32
+  %v48 = linalg.fill ins(%c47 : f32) outs(%e46 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
+  %v49 = linalg.matmul ins(%v43, %v45 : tensor<6x8xf32>, tensor<8x11xf32>) outs(%v48 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc0)
+  %e50 = tensor.empty() : tensor<6x11xf32> loc(#loc0)
+  %v55 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v49, %arg2 : tensor<6x11xf32>, tensor<11xf32>) outs(%e50 : tensor<6x11xf32>) {
+  ^bb0(%a51: f32, %a52: f32, %o53: f32):
+    %s54 = arith.addf %a51, %a52 : f32
+    linalg.yield %s54 : f32
+  } -> tensor<6x11xf32> loc(#loc0)
+  %v56 = tensor.expand_shape %v55 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc0)
+  %e57 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
+  %c58 = arith.constant 0xFF800000 : f32 loc(#loc0)
+  %v59 = linalg.fill ins(%c58 : f32) outs(%e57 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
+  %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v56 : tensor<2x3x11xf32>) outs(%v59 : tensor<2x3xf32>) {
+  ^bb0(%a60: f32, %o61: f32):
+    %s62 = arith.maximumf %a60, %o61 : f32
+    linalg.yield %s62 : f32
   } -> tensor<2x3xf32> loc(#loc0)
-  %v53 = tensor.expand_shape %v52 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xf32> into tensor<2x3x1xf32> loc(#loc0)
-  %e54 = tensor.empty() : tensor<2x3x1xf32> loc(#loc0)
-  %v58 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v53 : tensor<2x3x1xf32>) outs(%e54 : tensor<2x3x1xf32>) {
-  ^bb0(%a55: f32, %o56: f32):
-    %s57 = math.log %a55 : f32
-    linalg.yield %s57 : f32
-  } -> tensor<2x3x1xf32> loc(#loc0)
-  %v59 = tensor.collapse_shape %v58 [[0], [1, 2]] : tensor<2x3x1xf32> into tensor<2x3xf32> loc(#loc0)
-  %e60 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
-  %v65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v40, %v59 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e60 : tensor<2x3x11xf32>) {
-  ^bb0(%a61: f32, %a62: f32, %o63: f32):
-    %s64 = arith.subf %a61, %a62 : f32
-    linalg.yield %s64 : f32
+  %e65 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
+  %v70 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v56, %v63 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e65 : tensor<2x3x11xf32>) {
+  ^bb0(%a66: f32, %a67: f32, %o68: f32):
+    %s69 = arith.subf %a66, %a67 : f32
+    linalg.yield %s69 : f32
   } -> tensor<2x3x11xf32> loc(#loc0)
-  %v66 = tensor.collapse_shape %v65 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc1)
-  %v67 = tensor.collapse_shape %arg4 [[0, 1]] : tensor<2x3xi64> into tensor<6xi64> loc(#loc1)
-  %e68 = tensor.empty() : tensor<6xi1> loc(#loc1)
-  %v73 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e68 : tensor<6xi1>) {
-  ^bb0(%a69: i64, %o70: i1):
-    %s71 = arith.constant -100 : i64
-    %s72 = arith.cmpi ne, %a69, %s71 : i64
-    linalg.yield %s72 : i1
-  } -> tensor<6xi1> loc(#loc1)
-  %e74 = tensor.empty() : tensor<i64> loc(#loc1)
-  %c75 = arith.constant 0 : i64 loc(#loc1)
-  %v76 = linalg.fill ins(%c75 : i64) outs(%e74 : tensor<i64>) -> tensor<i64> loc(#loc1)
-  %e77 = tensor.empty() : tensor<6xi64> loc(#loc1)
-  %v83 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v73, %v67, %v76 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e77 : tensor<6xi64>) {
-  ^bb0(%a78: i1, %a79: i64, %a80: i64, %o81: i64):
-    %s82 = arith.select %a78, %a79, %a80 : i64
-    linalg.yield %s82 : i64
-  } -> tensor<6xi64> loc(#loc1)
-  %v84 = tensor.expand_shape %v83 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc1)
-  %e85 = tensor.empty() : tensor<6x1xf32> loc(#loc1)
-  %v91 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v84 : tensor<6x1xi64>) outs(%e85 : tensor<6x1xf32>) {
-  ^bb0(%a86: i64, %o87: f32):
-    %s88 = linalg.index 0 : index
-    %s89 = arith.index_cast %a86 : i64 to index
-    %s90 = tensor.extract %v66[%s88, %s89] : tensor<6x11xf32>
-    linalg.yield %s90 : f32
-  } -> tensor<6x1xf32> loc(#loc1)
-  %v92 = tensor.collapse_shape %v91 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc1)
-  %e93 = tensor.empty() : tensor<6xf32> loc(#loc1)
-  %v97 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v92 : tensor<6xf32>) outs(%e93 : tensor<6xf32>) {
-  ^bb0(%a94: f32, %o95: f32):
-    %s96 = arith.negf %a94 : f32
-    linalg.yield %s96 : f32
-  } -> tensor<6xf32> loc(#loc1)
+  %e71 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
+  %v75 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v70 : tensor<2x3x11xf32>) outs(%e71 : tensor<2x3x11xf32>) {
+  ^bb0(%a72: f32, %o73: f32):
+    %s74 = math.exp %a72 : f32
+    linalg.yield %s74 : f32
+  } -> tensor<2x3x11xf32> loc(#loc0)
+  %e76 = tensor.empty() : tensor<2x3xf32> loc(#loc0)
+  %c77 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v78 = linalg.fill ins(%c77 : f32) outs(%e76 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc0)
+  %v82 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v75 : tensor<2x3x11xf32>) outs(%v78 : tensor<2x3xf32>) {
+  ^bb0(%a79: f32, %o80: f32):
+    %s81 = arith.addf %a79, %o80 : f32
+    linalg.yield %s81 : f32
+  } -> tensor<2x3xf32> loc(#loc0)
+  %v83 = tensor.expand_shape %v82 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xf32> into tensor<2x3x1xf32> loc(#loc0)
+  %e84 = tensor.empty() : tensor<2x3x1xf32> loc(#loc0)
+  %v88 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v83 : tensor<2x3x1xf32>) outs(%e84 : tensor<2x3x1xf32>) {
+  ^bb0(%a85: f32, %o86: f32):
+    %s87 = math.log %a85 : f32
+    linalg.yield %s87 : f32
+  } -> tensor<2x3x1xf32> loc(#loc0)
+  %v89 = tensor.collapse_shape %v88 [[0], [1, 2]] : tensor<2x3x1xf32> into tensor<2x3xf32> loc(#loc0)
+  %e90 = tensor.empty() : tensor<2x3x11xf32> loc(#loc0)
+  %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v70, %v89 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e90 : tensor<2x3x11xf32>) {
+  ^bb0(%a91: f32, %a92: f32, %o93: f32):
+    %s94 = arith.subf %a91, %a92 : f32
+    linalg.yield %s94 : f32
+  } -> tensor<2x3x11xf32> loc(#loc0)
+  %v96 = tensor.collapse_shape %v95 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc1)
+  %v97 = tensor.collapse_shape %arg4 [[0, 1]] : tensor<2x3xi64> into tensor<6xi64> loc(#loc1)
   %e98 = tensor.empty() : tensor<6xi1> loc(#loc1)
-  %v103 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e98 : tensor<6xi1>) {
+  %v103 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v97 : tensor<6xi64>) outs(%e98 : tensor<6xi1>) {
   ^bb0(%a99: i64, %o100: i1):
     %s101 = arith.constant -100 : i64
     %s102 = arith.cmpi ne, %a99, %s101 : i64
     linalg.yield %s102 : i1
   } -> tensor<6xi1> loc(#loc1)
-  %e104 = tensor.empty() : tensor<f32> loc(#loc1)
-  %c105 = arith.constant 0x00000000 : f32 loc(#loc1)
-  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<f32>) -> tensor<f32> loc(#loc1)
-  %e107 = tensor.empty() : tensor<6xf32> loc(#loc1)
-  %v113 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v103, %v97, %v106 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e107 : tensor<6xf32>) {
-  ^bb0(%a108: i1, %a109: f32, %a110: f32, %o111: f32):
-    %s112 = arith.select %a108, %a109, %a110 : f32
-    linalg.yield %s112 : f32
+  %e104 = tensor.empty() : tensor<i64> loc(#loc1)
+  %c105 = arith.constant 0 : i64 loc(#loc1)
+  %v106 = linalg.fill ins(%c105 : i64) outs(%e104 : tensor<i64>) -> tensor<i64> loc(#loc1)
+  %e107 = tensor.empty() : tensor<6xi64> loc(#loc1)
+  %v113 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v103, %v97, %v106 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e107 : tensor<6xi64>) {
+  ^bb0(%a108: i1, %a109: i64, %a110: i64, %o111: i64):
+    %s112 = arith.select %a108, %a109, %a110 : i64
+    linalg.yield %s112 : i64
+  } -> tensor<6xi64> loc(#loc1)
+  %v114 = tensor.expand_shape %v113 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc1)
+  %e115 = tensor.empty() : tensor<6x1xi1> loc(#loc1)
+  %v123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v114 : tensor<6x1xi64>) outs(%e115 : tensor<6x1xi1>) {
+  ^bb0(%a116: i64, %o117: i1):
+    %s118 = arith.constant 0 : i64
+    %s119 = arith.cmpi sge, %a116, %s118 : i64
+    %s120 = arith.constant 11 : i64
+    %s121 = arith.cmpi slt, %a116, %s120 : i64
+    %s122 = arith.andi %s119, %s121 : i1
+    linalg.yield %s122 : i1
+  } -> tensor<6x1xi1> loc(#loc1)
+  %e124 = tensor.empty() : tensor<6x1xi64> loc(#loc1)
+  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v114, %v123 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e124 : tensor<6x1xi64>) {
+  ^bb0(%a125: i64, %a126: i1, %o127: i64):
+    %s128 = arith.constant 0 : i64
+    %s129 = arith.select %a126, %a125, %s128 : i64
+    linalg.yield %s129 : i64
+  } -> tensor<6x1xi64> loc(#loc1)
+  %e145 = tensor.empty() : tensor<6x1xf32> loc(#loc1)
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v130 : tensor<6x1xi64>) outs(%e145 : tensor<6x1xf32>) {
+  ^bb0(%a146: i64, %o147: f32):
+    %s148 = linalg.index 0 : index
+    %s149 = arith.index_cast %a146 : i64 to index
+    %s150 = tensor.extract %v96[%s148, %s149] : tensor<6x11xf32>
+    linalg.yield %s150 : f32
+  } -> tensor<6x1xf32> loc(#loc1)
+  %v152 = tensor.collapse_shape %v151 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc1)
+  %e153 = tensor.empty() : tensor<6xf32> loc(#loc1)
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v152 : tensor<6xf32>) outs(%e153 : tensor<6xf32>) {
+  ^bb0(%a154: f32, %o155: f32):
+    %s156 = arith.negf %a154 : f32
+    linalg.yield %s156 : f32
   } -> tensor<6xf32> loc(#loc1)
-  %e114 = tensor.empty() : tensor<6xi1> loc(#loc1)
-  %v119 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<6xi64>) outs(%e114 : tensor<6xi1>) {
-  ^bb0(%a115: i64, %o116: i1):
-    %s117 = arith.constant -100 : i64
-    %s118 = arith.cmpi ne, %a115, %s117 : i64
-    linalg.yield %s118 : i1
+  %e158 = tensor.empty() : tensor<6xi1> loc(#loc1)
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v97 : tensor<6xi64>) outs(%e158 : tensor<6xi1>) {
+  ^bb0(%a159: i64, %o160: i1):
+    %s161 = arith.constant -100 : i64
+    %s162 = arith.cmpi ne, %a159, %s161 : i64
+    linalg.yield %s162 : i1
   } -> tensor<6xi1> loc(#loc1)
-  %e120 = tensor.empty() : tensor<i64> loc(#loc1)
-  %c121 = arith.constant 0 : i64 loc(#loc1)
-  %v122 = linalg.fill ins(%c121 : i64) outs(%e120 : tensor<i64>) -> tensor<i64> loc(#loc1)
-  %v127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v119 : tensor<6xi1>) outs(%v122 : tensor<i64>) {
-  ^bb0(%a123: i1, %o124: i64):
-    %s125 = arith.extui %a123 : i1 to i64
-    %s126 = arith.addi %s125, %o124 : i64
-    linalg.yield %s126 : i64
+  %e164 = tensor.empty() : tensor<f32> loc(#loc1)
+  %c165 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v166 = linalg.fill ins(%c165 : f32) outs(%e164 : tensor<f32>) -> tensor<f32> loc(#loc1)
+  %e167 = tensor.empty() : tensor<6xf32> loc(#loc1)
+  %v173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v163, %v157, %v166 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e167 : tensor<6xf32>) {
+  ^bb0(%a168: i1, %a169: f32, %a170: f32, %o171: f32):
+    %s172 = arith.select %a168, %a169, %a170 : f32
+    linalg.yield %s172 : f32
+  } -> tensor<6xf32> loc(#loc1)
+  %e174 = tensor.empty() : tensor<6xi1> loc(#loc1)
+  %v179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v97 : tensor<6xi64>) outs(%e174 : tensor<6xi1>) {
+  ^bb0(%a175: i64, %o176: i1):
+    %s177 = arith.constant -100 : i64
+    %s178 = arith.cmpi ne, %a175, %s177 : i64
+    linalg.yield %s178 : i1
+  } -> tensor<6xi1> loc(#loc1)
+  %e180 = tensor.empty() : tensor<i64> loc(#loc1)
+  %c181 = arith.constant 0 : i64 loc(#loc1)
+  %v182 = linalg.fill ins(%c181 : i64) outs(%e180 : tensor<i64>) -> tensor<i64> loc(#loc1)
+  %v187 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v179 : tensor<6xi1>) outs(%v182 : tensor<i64>) {
+  ^bb0(%a183: i1, %o184: i64):
+    %s185 = arith.extui %a183 : i1 to i64
+    %s186 = arith.addi %s185, %o184 : i64
+    linalg.yield %s186 : i64
   } -> tensor<i64> loc(#loc1)
-  %e128 = tensor.empty() : tensor<f32> loc(#loc1)
-  %v132 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v127 : tensor<i64>) outs(%e128 : tensor<f32>) {
-  ^bb0(%a129: i64, %o130: f32):
-    %s131 = arith.sitofp %a129 : i64 to f32
-    linalg.yield %s131 : f32
+  %e188 = tensor.empty() : tensor<f32> loc(#loc1)
+  %v192 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v187 : tensor<i64>) outs(%e188 : tensor<f32>) {
+  ^bb0(%a189: i64, %o190: f32):
+    %s191 = arith.sitofp %a189 : i64 to f32
+    linalg.yield %s191 : f32
   } -> tensor<f32> loc(#loc1)
-  %e133 = tensor.empty() : tensor<f32> loc(#loc1)
-  %c134 = arith.constant 0x00000000 : f32 loc(#loc1)
-  %v135 = linalg.fill ins(%c134 : f32) outs(%e133 : tensor<f32>) -> tensor<f32> loc(#loc1)
-  %v139 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v113 : tensor<6xf32>) outs(%v135 : tensor<f32>) {
-  ^bb0(%a136: f32, %o137: f32):
-    %s138 = arith.addf %a136, %o137 : f32
-    linalg.yield %s138 : f32
+  %e193 = tensor.empty() : tensor<f32> loc(#loc1)
+  %c194 = arith.constant 0x00000000 : f32 loc(#loc1)
+  %v195 = linalg.fill ins(%c194 : f32) outs(%e193 : tensor<f32>) -> tensor<f32> loc(#loc1)
+  %v199 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v173 : tensor<6xf32>) outs(%v195 : tensor<f32>) {
+  ^bb0(%a196: f32, %o197: f32):
+    %s198 = arith.addf %a196, %o197 : f32
+    linalg.yield %s198 : f32
   } -> tensor<f32> loc(#loc1)
-  %e140 = tensor.empty() : tensor<f32> loc(#loc1)
-  %v145 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139, %v132 : tensor<f32>, tensor<f32>) outs(%e140 : tensor<f32>) {
-  ^bb0(%a141: f32, %a142: f32, %o143: f32):
-    %s144 = arith.divf %a141, %a142 : f32
-    linalg.yield %s144 : f32
+  %e200 = tensor.empty() : tensor<f32> loc(#loc1)
+  %v205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v199, %v192 : tensor<f32>, tensor<f32>) outs(%e200 : tensor<f32>) {
+  ^bb0(%a201: f32, %a202: f32, %o203: f32):
+    %s204 = arith.divf %a201, %a202 : f32
+    linalg.yield %s204 : f32
   } -> tensor<f32> loc(#loc1)
-  %e146 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c147 = arith.constant 0x3F800000 : f32 loc(#loc2)
-  %v148 = linalg.fill ins(%c147 : f32) outs(%e146 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %e149 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v154 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v148, %v132 : tensor<f32>, tensor<f32>) outs(%e149 : tensor<f32>) {
-  ^bb0(%a150: f32, %a151: f32, %o152: f32):
-    %s153 = arith.divf %a150, %a151 : f32
-    linalg.yield %s153 : f32
-  } -> tensor<f32> loc(#loc2)
-  %v155 = tensor.expand_shape %v67 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
-  %e156 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
-  %v161 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v155 : tensor<6x1xi64>) outs(%e156 : tensor<6x1xi1>) {
-  ^bb0(%a157: i64, %o158: i1):
-    %s159 = arith.constant -100 : i64
-    %s160 = arith.cmpi ne, %a157, %s159 : i64
-    linalg.yield %s160 : i1
-  } -> tensor<6x1xi1> loc(#loc2)
-  %e162 = tensor.empty() : tensor<i64> loc(#loc2)
-  %c163 = arith.constant 0 : i64 loc(#loc2)
-  %v164 = linalg.fill ins(%c163 : i64) outs(%e162 : tensor<i64>) -> tensor<i64> loc(#loc2)
-  %e165 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
-  %v171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v161, %v155, %v164 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e165 : tensor<6x1xi64>) {
-  ^bb0(%a166: i1, %a167: i64, %a168: i64, %o169: i64):
-    %s170 = arith.select %a166, %a167, %a168 : i64
-    linalg.yield %s170 : i64
-  } -> tensor<6x1xi64> loc(#loc2)
-  %e172 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
-  %c173 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v174 = linalg.fill ins(%c173 : f32) outs(%e172 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc2)
-  %v175 = tensor.collapse_shape %v171 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc2)
-  %e176 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
-  %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v174, %v175 : tensor<6x11xf32>, tensor<6xi64>) outs(%e176 : tensor<6x11xf32>) {
-  ^bb0(%a177: f32, %a178: i64, %o179: f32):
-    %s180 = linalg.index 1 : index
-    %s181 = arith.index_cast %a178 : i64 to index
-    %s182 = arith.cmpi eq, %s180, %s181 : index
-    %s183 = arith.constant 0xBF800000 : f32
-    %s184 = arith.select %s182, %s183, %a177 : f32
-    linalg.yield %s184 : f32
-  } -> tensor<6x11xf32> loc(#loc2)
-  %e186 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
-  %v191 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v155 : tensor<6x1xi64>) outs(%e186 : tensor<6x1xi1>) {
-  ^bb0(%a187: i64, %o188: i1):
-    %s189 = arith.constant -100 : i64
-    %s190 = arith.cmpi ne, %a187, %s189 : i64
-    linalg.yield %s190 : i1
-  } -> tensor<6x1xi1> loc(#loc2)
-  %e192 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c193 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v194 = linalg.fill ins(%c193 : f32) outs(%e192 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %e195 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
-  %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v191, %v154, %v194 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e195 : tensor<6x1xf32>) {
-  ^bb0(%a196: i1, %a197: f32, %a198: f32, %o199: f32):
-    %s200 = arith.select %a196, %a197, %a198 : f32
-    linalg.yield %s200 : f32
-  } -> tensor<6x1xf32> loc(#loc2)
-  %v202 = tensor.collapse_shape %v201 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
-  %e203 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
-  %v208 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v185, %v202 : tensor<6x11xf32>, tensor<6xf32>) outs(%e203 : tensor<6x11xf32>) {
-  ^bb0(%a204: f32, %a205: f32, %o206: f32):
-    %s207 = arith.mulf %a204, %a205 : f32
-    linalg.yield %s207 : f32
-  } -> tensor<6x11xf32> loc(#loc2)
-  %v209 = tensor.expand_shape %v208 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc2)
-  %e210 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
-  %v214 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v65 : tensor<2x3x11xf32>) outs(%e210 : tensor<2x3x11xf32>) {
-  ^bb0(%a211: f32, %o212: f32):
-    %s213 = math.exp %a211 : f32
+  %e206 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c207 = arith.constant 0x3F800000 : f32 loc(#loc2)
+  %v208 = linalg.fill ins(%c207 : f32) outs(%e206 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e209 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v214 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v208, %v192 : tensor<f32>, tensor<f32>) outs(%e209 : tensor<f32>) {
+  ^bb0(%a210: f32, %a211: f32, %o212: f32):
+    %s213 = arith.divf %a210, %a211 : f32
     linalg.yield %s213 : f32
+  } -> tensor<f32> loc(#loc2)
+  %v215 = tensor.expand_shape %v97 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
+  %e216 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
+  %v221 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<6x1xi64>) outs(%e216 : tensor<6x1xi1>) {
+  ^bb0(%a217: i64, %o218: i1):
+    %s219 = arith.constant -100 : i64
+    %s220 = arith.cmpi ne, %a217, %s219 : i64
+    linalg.yield %s220 : i1
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e222 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c223 = arith.constant 0 : i64 loc(#loc2)
+  %v224 = linalg.fill ins(%c223 : i64) outs(%e222 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %e225 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v231 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v221, %v215, %v224 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e225 : tensor<6x1xi64>) {
+  ^bb0(%a226: i1, %a227: i64, %a228: i64, %o229: i64):
+    %s230 = arith.select %a226, %a227, %a228 : i64
+    linalg.yield %s230 : i64
+  } -> tensor<6x1xi64> loc(#loc2)
+  %e232 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
+  %c233 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v234 = linalg.fill ins(%c233 : f32) outs(%e232 : tensor<6x11xf32>) -> tensor<6x11xf32> loc(#loc2)
+  %e235 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
+  %v243 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v231 : tensor<6x1xi64>) outs(%e235 : tensor<6x1xi1>) {
+  ^bb0(%a236: i64, %o237: i1):
+    %s238 = arith.constant 0 : i64
+    %s239 = arith.cmpi sge, %a236, %s238 : i64
+    %s240 = arith.constant 11 : i64
+    %s241 = arith.cmpi slt, %a236, %s240 : i64
+    %s242 = arith.andi %s239, %s241 : i1
+    linalg.yield %s242 : i1
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e244 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v250 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v231, %v243 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e244 : tensor<6x1xi64>) {
+  ^bb0(%a245: i64, %a246: i1, %o247: i64):
+    %s248 = arith.constant 0 : i64
+    %s249 = arith.select %a246, %a245, %s248 : i64
+    linalg.yield %s249 : i64
+  } -> tensor<6x1xi64> loc(#loc2)
+  %v265 = tensor.collapse_shape %v250 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc2)
+  %e266 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
+  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v265 : tensor<6x11xf32>, tensor<6xi64>) outs(%e266 : tensor<6x11xf32>) {
+  ^bb0(%a267: f32, %a268: i64, %o269: f32):
+    %s270 = linalg.index 1 : index
+    %s271 = arith.index_cast %a268 : i64 to index
+    %s272 = arith.cmpi eq, %s270, %s271 : index
+    %s273 = arith.constant 0xBF800000 : f32
+    %s274 = arith.select %s272, %s273, %a267 : f32
+    linalg.yield %s274 : f32
+  } -> tensor<6x11xf32> loc(#loc2)
+  %e276 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
+  %v281 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<6x1xi64>) outs(%e276 : tensor<6x1xi1>) {
+  ^bb0(%a277: i64, %o278: i1):
+    %s279 = arith.constant -100 : i64
+    %s280 = arith.cmpi ne, %a277, %s279 : i64
+    linalg.yield %s280 : i1
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e282 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c283 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v284 = linalg.fill ins(%c283 : f32) outs(%e282 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e285 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
+  %v291 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v281, %v214, %v284 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e285 : tensor<6x1xf32>) {
+  ^bb0(%a286: i1, %a287: f32, %a288: f32, %o289: f32):
+    %s290 = arith.select %a286, %a287, %a288 : f32
+    linalg.yield %s290 : f32
+  } -> tensor<6x1xf32> loc(#loc2)
+  %v292 = tensor.collapse_shape %v291 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e293 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
+  %v298 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v275, %v292 : tensor<6x11xf32>, tensor<6xf32>) outs(%e293 : tensor<6x11xf32>) {
+  ^bb0(%a294: f32, %a295: f32, %o296: f32):
+    %s297 = arith.mulf %a294, %a295 : f32
+    linalg.yield %s297 : f32
+  } -> tensor<6x11xf32> loc(#loc2)
+  %v299 = tensor.expand_shape %v298 [[0, 1], [2]] output_shape [2, 3, 11] : tensor<6x11xf32> into tensor<2x3x11xf32> loc(#loc2)
+  %e300 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
+  %v304 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v95 : tensor<2x3x11xf32>) outs(%e300 : tensor<2x3x11xf32>) {
+  ^bb0(%a301: f32, %o302: f32):
+    %s303 = math.exp %a301 : f32
+    linalg.yield %s303 : f32
   } -> tensor<2x3x11xf32> loc(#loc3)
-  %e215 = tensor.empty() : tensor<2x3xf32> loc(#loc3)
-  %c216 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v217 = linalg.fill ins(%c216 : f32) outs(%e215 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc3)
-  %v221 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v209 : tensor<2x3x11xf32>) outs(%v217 : tensor<2x3xf32>) {
-  ^bb0(%a218: f32, %o219: f32):
-    %s220 = arith.addf %a218, %o219 : f32
-    linalg.yield %s220 : f32
+  %e305 = tensor.empty() : tensor<2x3xf32> loc(#loc3)
+  %c306 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v307 = linalg.fill ins(%c306 : f32) outs(%e305 : tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc3)
+  %v311 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v299 : tensor<2x3x11xf32>) outs(%v307 : tensor<2x3xf32>) {
+  ^bb0(%a308: f32, %o309: f32):
+    %s310 = arith.addf %a308, %o309 : f32
+    linalg.yield %s310 : f32
   } -> tensor<2x3xf32> loc(#loc3)
-  %e223 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
-  %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v214, %v221 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e223 : tensor<2x3x11xf32>) {
-  ^bb0(%a224: f32, %a225: f32, %o226: f32):
-    %s227 = arith.mulf %a224, %a225 : f32
-    linalg.yield %s227 : f32
+  %e313 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
+  %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v304, %v311 : tensor<2x3x11xf32>, tensor<2x3xf32>) outs(%e313 : tensor<2x3x11xf32>) {
+  ^bb0(%a314: f32, %a315: f32, %o316: f32):
+    %s317 = arith.mulf %a314, %a315 : f32
+    linalg.yield %s317 : f32
   } -> tensor<2x3x11xf32> loc(#loc3)
-  %e229 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
-  %v234 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v209, %v228 : tensor<2x3x11xf32>, tensor<2x3x11xf32>) outs(%e229 : tensor<2x3x11xf32>) {
-  ^bb0(%a230: f32, %a231: f32, %o232: f32):
-    %s233 = arith.subf %a230, %a231 : f32
-    linalg.yield %s233 : f32
+  %e319 = tensor.empty() : tensor<2x3x11xf32> loc(#loc3)
+  %v324 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v299, %v318 : tensor<2x3x11xf32>, tensor<2x3x11xf32>) outs(%e319 : tensor<2x3x11xf32>) {
+  ^bb0(%a320: f32, %a321: f32, %o322: f32):
+    %s323 = arith.subf %a320, %a321 : f32
+    linalg.yield %s323 : f32
   } -> tensor<2x3x11xf32> loc(#loc3)
-  %v235 = tensor.collapse_shape %v234 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc3)
-  %e236 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
-  %v237 = linalg.transpose ins(%v15 : tensor<8x11xf32>) outs(%e236 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
-  %e238 = tensor.empty() : tensor<6x8xf32> loc(#loc3)
-  %c239 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
-  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x11xf32>, tensor<11x8xf32>) outs(%v240 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
-  %e242 = tensor.empty() : tensor<11x6xf32> loc(#loc3)
-  %v243 = linalg.transpose ins(%v235 : tensor<6x11xf32>) outs(%e242 : tensor<11x6xf32>) permutation = [1, 0] loc(#loc3)
-  %e244 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
-  %c245 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
-  %v247 = linalg.matmul ins(%v243, %v13 : tensor<11x6xf32>, tensor<6x8xf32>) outs(%v246 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
-  %e248 = tensor.empty() : tensor<8x11xf32> loc(#loc3)
-  %v249 = linalg.transpose ins(%v247 : tensor<11x8xf32>) outs(%e248 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc3)
-  %e250 = tensor.empty() : tensor<11xf32> loc(#loc3)
-  %c251 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<11xf32>) -> tensor<11xf32> loc(#loc3)
-  %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v235 : tensor<6x11xf32>) outs(%v252 : tensor<11xf32>) {
-  ^bb0(%a253: f32, %o254: f32):
-    %s255 = arith.addf %a253, %o254 : f32
-    linalg.yield %s255 : f32
+  %v325 = tensor.collapse_shape %v324 [[0, 1], [2]] : tensor<2x3x11xf32> into tensor<6x11xf32> loc(#loc3)
+  %e326 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %v327 = linalg.transpose ins(%v45 : tensor<8x11xf32>) outs(%e326 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
+  %e328 = tensor.empty() : tensor<6x8xf32> loc(#loc3)
+  %c329 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v330 = linalg.fill ins(%c329 : f32) outs(%e328 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
+  %v331 = linalg.matmul ins(%v325, %v327 : tensor<6x11xf32>, tensor<11x8xf32>) outs(%v330 : tensor<6x8xf32>) -> tensor<6x8xf32> loc(#loc3)
+  %e332 = tensor.empty() : tensor<11x6xf32> loc(#loc3)
+  %v333 = linalg.transpose ins(%v325 : tensor<6x11xf32>) outs(%e332 : tensor<11x6xf32>) permutation = [1, 0] loc(#loc3)
+  %e334 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %c335 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v336 = linalg.fill ins(%c335 : f32) outs(%e334 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %v337 = linalg.matmul ins(%v333, %v43 : tensor<11x6xf32>, tensor<6x8xf32>) outs(%v336 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %e338 = tensor.empty() : tensor<8x11xf32> loc(#loc3)
+  %v339 = linalg.transpose ins(%v337 : tensor<11x8xf32>) outs(%e338 : tensor<8x11xf32>) permutation = [1, 0] loc(#loc3)
+  %e340 = tensor.empty() : tensor<11xf32> loc(#loc3)
+  %c341 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v342 = linalg.fill ins(%c341 : f32) outs(%e340 : tensor<11xf32>) -> tensor<11xf32> loc(#loc3)
+  %v346 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v325 : tensor<6x11xf32>) outs(%v342 : tensor<11xf32>) {
+  ^bb0(%a343: f32, %o344: f32):
+    %s345 = arith.addf %a343, %o344 : f32
+    linalg.yield %s345 : f32
   } -> tensor<11xf32> loc(#loc3)
-  %e258 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
-  %v259 = linalg.transpose ins(%v249 : tensor<8x11xf32>) outs(%e258 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
-  %v260 = tensor.expand_shape %v241 [[0, 1], [2]] output_shape [2, 3, 8] : tensor<6x8xf32> into tensor<2x3x8xf32> loc(#loc3)
-  %e261 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
-  %v266 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v12, %v12 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e261 : tensor<2x3x8xf32>) {
-  ^bb0(%a262: f32, %a263: f32, %o264: f32):
-    %s265 = arith.mulf %a262, %a263 : f32
-    linalg.yield %s265 : f32
+  %e348 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %v349 = linalg.transpose ins(%v339 : tensor<8x11xf32>) outs(%e348 : tensor<11x8xf32>) permutation = [1, 0] loc(#loc3)
+  %v350 = tensor.expand_shape %v331 [[0, 1], [2]] output_shape [2, 3, 8] : tensor<6x8xf32> into tensor<2x3x8xf32> loc(#loc3)
+  %e351 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
+  %v356 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v42, %v42 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e351 : tensor<2x3x8xf32>) {
+  ^bb0(%a352: f32, %a353: f32, %o354: f32):
+    %s355 = arith.mulf %a352, %a353 : f32
+    linalg.yield %s355 : f32
   } -> tensor<2x3x8xf32> loc(#loc3)
-  %e267 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
-  %v272 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v266 : tensor<2x3x8xf32>) outs(%e267 : tensor<2x3x8xf32>) {
-  ^bb0(%a268: f32, %o269: f32):
-    %s270 = arith.constant 0x3F800000 : f32
-    %s271 = arith.subf %s270, %a268 : f32
-    linalg.yield %s271 : f32
+  %e357 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
+  %v362 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v356 : tensor<2x3x8xf32>) outs(%e357 : tensor<2x3x8xf32>) {
+  ^bb0(%a358: f32, %o359: f32):
+    %s360 = arith.constant 0x3F800000 : f32
+    %s361 = arith.subf %s360, %a358 : f32
+    linalg.yield %s361 : f32
   } -> tensor<2x3x8xf32> loc(#loc3)
-  %e273 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
-  %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v260, %v272 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e273 : tensor<2x3x8xf32>) {
-  ^bb0(%a274: f32, %a275: f32, %o276: f32):
-    %s277 = arith.mulf %a274, %a275 : f32
-    linalg.yield %s277 : f32
+  %e363 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
+  %v368 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v350, %v362 : tensor<2x3x8xf32>, tensor<2x3x8xf32>) outs(%e363 : tensor<2x3x8xf32>) {
+  ^bb0(%a364: f32, %a365: f32, %o366: f32):
+    %s367 = arith.mulf %a364, %a365 : f32
+    linalg.yield %s367 : f32
   } -> tensor<2x3x8xf32> loc(#loc3)
-  %e279 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
-  %v284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e279 : tensor<2x3xi1>) {
-  ^bb0(%a280: i64, %o281: i1):
-    %s282 = arith.constant 0 : i64
-    %s283 = arith.cmpi sge, %a280, %s282 : i64
-    linalg.yield %s283 : i1
+  %e369 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v374 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e369 : tensor<2x3xi1>) {
+  ^bb0(%a370: i64, %o371: i1):
+    %s372 = arith.constant 0 : i64
+    %s373 = arith.cmpi sge, %a370, %s372 : i64
+    linalg.yield %s373 : i1
   } -> tensor<2x3xi1> loc(#loc3)
-  %e285 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
-  %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e285 : tensor<2x3xi1>) {
-  ^bb0(%a286: i64, %o287: i1):
-    %s288 = arith.constant 11 : i64
-    %s289 = arith.cmpi slt, %a286, %s288 : i64
-    linalg.yield %s289 : i1
+  %e375 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v380 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e375 : tensor<2x3xi1>) {
+  ^bb0(%a376: i64, %o377: i1):
+    %s378 = arith.constant 11 : i64
+    %s379 = arith.cmpi slt, %a376, %s378 : i64
+    linalg.yield %s379 : i1
   } -> tensor<2x3xi1> loc(#loc3)
-  %e291 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
-  %v296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v284, %v290 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e291 : tensor<2x3xi1>) {
-  ^bb0(%a292: i1, %a293: i1, %o294: i1):
-    %s295 = arith.andi %a292, %a293 : i1
-    linalg.yield %s295 : i1
+  %e381 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v386 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v374, %v380 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e381 : tensor<2x3xi1>) {
+  ^bb0(%a382: i1, %a383: i1, %o384: i1):
+    %s385 = arith.andi %a382, %a383 : i1
+    linalg.yield %s385 : i1
   } -> tensor<2x3xi1> loc(#loc3)
-  %e297 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
-  %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e297 : tensor<2x3xi1>) {
-  ^bb0(%a298: i64, %o299: i1):
-    %s300 = arith.constant -1 : i64
-    %s301 = arith.cmpi ne, %a298, %s300 : i64
-    linalg.yield %s301 : i1
+  %e387 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v392 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e387 : tensor<2x3xi1>) {
+  ^bb0(%a388: i64, %o389: i1):
+    %s390 = arith.constant -1 : i64
+    %s391 = arith.cmpi ne, %a388, %s390 : i64
+    linalg.yield %s391 : i1
   } -> tensor<2x3xi1> loc(#loc3)
-  %e303 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
-  %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v296, %v302 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e303 : tensor<2x3xi1>) {
-  ^bb0(%a304: i1, %a305: i1, %o306: i1):
-    %s307 = arith.andi %a304, %a305 : i1
-    linalg.yield %s307 : i1
+  %e393 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v398 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v386, %v392 : tensor<2x3xi1>, tensor<2x3xi1>) outs(%e393 : tensor<2x3xi1>) {
+  ^bb0(%a394: i1, %a395: i1, %o396: i1):
+    %s397 = arith.andi %a394, %a395 : i1
+    linalg.yield %s397 : i1
   } -> tensor<2x3xi1> loc(#loc3)
-  %v309 = tensor.expand_shape %v308 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xi1> into tensor<2x3x1xi1> loc(#loc3)
-  %e310 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
-  %c311 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v312 = linalg.fill ins(%c311 : f32) outs(%e310 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
-  %e313 = tensor.empty() : tensor<2x3xi64> loc(#loc3)
-  %v320 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e313 : tensor<2x3xi64>) {
-  ^bb0(%a314: i64, %o315: i64):
-    %s316 = arith.constant -11 : i64
-    %s317 = arith.maxsi %a314, %s316 : i64
-    %s318 = arith.constant 10 : i64
-    %s319 = arith.minsi %s317, %s318 : i64
-    linalg.yield %s319 : i64
+  %v399 = tensor.expand_shape %v398 [[0], [1, 2]] output_shape [2, 3, 1] : tensor<2x3xi1> into tensor<2x3x1xi1> loc(#loc3)
+  %e400 = tensor.empty() : tensor<11x8xf32> loc(#loc3)
+  %c401 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v402 = linalg.fill ins(%c401 : f32) outs(%e400 : tensor<11x8xf32>) -> tensor<11x8xf32> loc(#loc3)
+  %e403 = tensor.empty() : tensor<2x3xi64> loc(#loc3)
+  %v410 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e403 : tensor<2x3xi64>) {
+  ^bb0(%a404: i64, %o405: i64):
+    %s406 = arith.constant -11 : i64
+    %s407 = arith.maxsi %a404, %s406 : i64
+    %s408 = arith.constant 10 : i64
+    %s409 = arith.minsi %s407, %s408 : i64
+    linalg.yield %s409 : i64
   } -> tensor<2x3xi64> loc(#loc3)
-  %e321 = tensor.empty() : tensor<2x3x1xi1> loc(#loc3)
-  %v326 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v309 : tensor<2x3x1xi1>) outs(%e321 : tensor<2x3x1xi1>) {
-  ^bb0(%a322: i1, %o323: i1):
-    %s324 = arith.constant true
-    %s325 = arith.xori %a322, %s324 : i1
-    linalg.yield %s325 : i1
+  %e411 = tensor.empty() : tensor<2x3x1xi1> loc(#loc3)
+  %v416 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v399 : tensor<2x3x1xi1>) outs(%e411 : tensor<2x3x1xi1>) {
+  ^bb0(%a412: i1, %o413: i1):
+    %s414 = arith.constant true
+    %s415 = arith.xori %a412, %s414 : i1
+    linalg.yield %s415 : i1
   } -> tensor<2x3x1xi1> loc(#loc3)
-  %e327 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c328 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v329 = linalg.fill ins(%c328 : f32) outs(%e327 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %v330 = tensor.collapse_shape %v326 [[0], [1, 2]] : tensor<2x3x1xi1> into tensor<2x3xi1> loc(#loc3)
-  %e331 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
-  %v337 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v330, %v329, %v278 : tensor<2x3xi1>, tensor<f32>, tensor<2x3x8xf32>) outs(%e331 : tensor<2x3x8xf32>) {
-  ^bb0(%a332: i1, %a333: f32, %a334: f32, %o335: f32):
-    %s336 = arith.select %a332, %a333, %a334 : f32
-    linalg.yield %s336 : f32
+  %e417 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c418 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v419 = linalg.fill ins(%c418 : f32) outs(%e417 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %v420 = tensor.collapse_shape %v416 [[0], [1, 2]] : tensor<2x3x1xi1> into tensor<2x3xi1> loc(#loc3)
+  %e421 = tensor.empty() : tensor<2x3x8xf32> loc(#loc3)
+  %v427 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v420, %v419, %v368 : tensor<2x3xi1>, tensor<f32>, tensor<2x3x8xf32>) outs(%e421 : tensor<2x3x8xf32>) {
+  ^bb0(%a422: i1, %a423: f32, %a424: f32, %o425: f32):
+    %s426 = arith.select %a422, %a423, %a424 : f32
+    linalg.yield %s426 : f32
   } -> tensor<2x3x8xf32> loc(#loc3)
-  %v347 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%v320, %v337 : tensor<2x3xi64>, tensor<2x3x8xf32>) outs(%v312 : tensor<11x8xf32>) {
-  ^bb0(%a338: i64, %a339: f32, %o340: f32):
-    %s341 = linalg.index 0 : index
-    %s342 = arith.index_cast %a338 : i64 to index
-    %s343 = arith.cmpi eq, %s341, %s342 : index
-    %s344 = arith.constant 0x00000000 : f32
-    %s345 = arith.select %s343, %a339, %s344 : f32
-    %s346 = arith.addf %o340, %s345 : f32
-    linalg.yield %s346 : f32
+  %e428 = tensor.empty() : tensor<2x3xi1> loc(#loc3)
+  %v441 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v410 : tensor<2x3xi64>) outs(%e428 : tensor<2x3xi1>) {
+  ^bb0(%a429: i64, %o430: i1):
+    %s431 = arith.constant 0 : i64
+    %s432 = arith.cmpi slt, %a429, %s431 : i64
+    %s433 = arith.constant 11 : i64
+    %s434 = arith.addi %a429, %s433 : i64
+    %s435 = arith.select %s432, %s434, %a429 : i64
+    %s436 = arith.constant 0 : i64
+    %s437 = arith.cmpi sge, %s435, %s436 : i64
+    %s438 = arith.constant 11 : i64
+    %s439 = arith.cmpi slt, %s435, %s438 : i64
+    %s440 = arith.andi %s437, %s439 : i1
+    linalg.yield %s440 : i1
+  } -> tensor<2x3xi1> loc(#loc3)
+  %e442 = tensor.empty() : tensor<2x3xi64> loc(#loc3)
+  %v453 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v410, %v441 : tensor<2x3xi64>, tensor<2x3xi1>) outs(%e442 : tensor<2x3xi64>) {
+  ^bb0(%a443: i64, %a444: i1, %o445: i64):
+    %s446 = arith.constant 0 : i64
+    %s447 = arith.cmpi slt, %a443, %s446 : i64
+    %s448 = arith.constant 11 : i64
+    %s449 = arith.addi %a443, %s448 : i64
+    %s450 = arith.select %s447, %s449, %a443 : i64
+    %s451 = arith.constant 0 : i64
+    %s452 = arith.select %a444, %s450, %s451 : i64
+    linalg.yield %s452 : i64
+  } -> tensor<2x3xi64> loc(#loc3)
+  %v477 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%v453, %v427 : tensor<2x3xi64>, tensor<2x3x8xf32>) outs(%v402 : tensor<11x8xf32>) {
+  ^bb0(%a468: i64, %a469: f32, %o470: f32):
+    %s471 = linalg.index 0 : index
+    %s472 = arith.index_cast %a468 : i64 to index
+    %s473 = arith.cmpi eq, %s471, %s472 : index
+    %s474 = arith.constant 0x00000000 : f32
+    %s475 = arith.select %s473, %a469, %s474 : f32
+    %s476 = arith.addf %o470, %s475 : f32
+    linalg.yield %s476 : f32
   } -> tensor<11x8xf32> loc(#loc3)
-  %e348 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
-  %v355 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v347 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e348 : tensor<11x8xf32>) {
-  ^bb0(%a349: f32, %a350: f32, %o351: f32):
-    %s352 = arith.constant 0xBDCCCCCD : f32
-    %s353 = arith.mulf %a350, %s352 : f32
-    %s354 = arith.addf %a349, %s353 : f32
-    linalg.yield %s354 : f32
+  %e478 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
+  %v485 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v477 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e478 : tensor<11x8xf32>) {
+  ^bb0(%a479: f32, %a480: f32, %o481: f32):
+    %s482 = arith.constant 0xBDCCCCCD : f32
+    %s483 = arith.mulf %a480, %s482 : f32
+    %s484 = arith.addf %a479, %s483 : f32
+    linalg.yield %s484 : f32
   } -> tensor<11x8xf32> loc(#loc4)
-  %e356 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
-  %v363 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg1, %v259 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e356 : tensor<11x8xf32>) {
-  ^bb0(%a357: f32, %a358: f32, %o359: f32):
-    %s360 = arith.constant 0xBDCCCCCD : f32
-    %s361 = arith.mulf %a358, %s360 : f32
-    %s362 = arith.addf %a357, %s361 : f32
-    linalg.yield %s362 : f32
+  %e486 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
+  %v493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg1, %v349 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e486 : tensor<11x8xf32>) {
+  ^bb0(%a487: f32, %a488: f32, %o489: f32):
+    %s490 = arith.constant 0xBDCCCCCD : f32
+    %s491 = arith.mulf %a488, %s490 : f32
+    %s492 = arith.addf %a487, %s491 : f32
+    linalg.yield %s492 : f32
   } -> tensor<11x8xf32> loc(#loc4)
-  %e364 = tensor.empty() : tensor<11xf32> loc(#loc4)
-  %v371 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2, %v256 : tensor<11xf32>, tensor<11xf32>) outs(%e364 : tensor<11xf32>) {
-  ^bb0(%a365: f32, %a366: f32, %o367: f32):
-    %s368 = arith.constant 0xBDCCCCCD : f32
-    %s369 = arith.mulf %a366, %s368 : f32
-    %s370 = arith.addf %a365, %s369 : f32
-    linalg.yield %s370 : f32
+  %e494 = tensor.empty() : tensor<11xf32> loc(#loc4)
+  %v501 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2, %v346 : tensor<11xf32>, tensor<11xf32>) outs(%e494 : tensor<11xf32>) {
+  ^bb0(%a495: f32, %a496: f32, %o497: f32):
+    %s498 = arith.constant 0xBDCCCCCD : f32
+    %s499 = arith.mulf %a496, %s498 : f32
+    %s500 = arith.addf %a495, %s499 : f32
+    linalg.yield %s500 : f32
   } -> tensor<11xf32> loc(#loc4)
-  return %v145, %v355, %v363, %v371 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>
+  return %v205, %v485, %v493, %v501 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":65:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":73:0])

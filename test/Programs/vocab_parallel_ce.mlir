@@ -104,253 +104,287 @@ func.func @vocab_parallel_ce(
     linalg.yield %s84 : i64
   } -> tensor<6xi64> loc(#loc2)
   %v86 = tensor.expand_shape %v85 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
-  %e87 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
-  %v93 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<6x1xi64>) outs(%e87 : tensor<6x1xf32>) {
-  ^bb0(%a88: i64, %o89: f32):
-    %s90 = linalg.index 0 : index
-    %s91 = arith.index_cast %a88 : i64 to index
-    %s92 = tensor.extract %v69[%s90, %s91] : tensor<6x10xf32>
-    linalg.yield %s92 : f32
+  %e87 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
+  %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<6x1xi64>) outs(%e87 : tensor<6x1xi1>) {
+  ^bb0(%a88: i64, %o89: i1):
+    %s90 = arith.constant 0 : i64
+    %s91 = arith.cmpi sge, %a88, %s90 : i64
+    %s92 = arith.constant 10 : i64
+    %s93 = arith.cmpi slt, %a88, %s92 : i64
+    %s94 = arith.andi %s91, %s93 : i1
+    linalg.yield %s94 : i1
+  } -> tensor<6x1xi1> loc(#loc2)
+  %e96 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v102 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86, %v95 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e96 : tensor<6x1xi64>) {
+  ^bb0(%a97: i64, %a98: i1, %o99: i64):
+    %s100 = arith.constant 0 : i64
+    %s101 = arith.select %a98, %a97, %s100 : i64
+    linalg.yield %s101 : i64
+  } -> tensor<6x1xi64> loc(#loc2)
+  %e117 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
+  %v123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v102 : tensor<6x1xi64>) outs(%e117 : tensor<6x1xf32>) {
+  ^bb0(%a118: i64, %o119: f32):
+    %s120 = linalg.index 0 : index
+    %s121 = arith.index_cast %a118 : i64 to index
+    %s122 = tensor.extract %v69[%s120, %s121] : tensor<6x10xf32>
+    linalg.yield %s122 : f32
   } -> tensor<6x1xf32> loc(#loc2)
-  %v94 = tensor.collapse_shape %v93 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
-  %e95 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %v99 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v94 : tensor<6xf32>) outs(%e95 : tensor<6xf32>) {
-  ^bb0(%a96: f32, %o97: f32):
-    %s98 = arith.negf %a96 : f32
-    linalg.yield %s98 : f32
+  %v124 = tensor.collapse_shape %v123 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e125 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %v129 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v124 : tensor<6xf32>) outs(%e125 : tensor<6xf32>) {
+  ^bb0(%a126: f32, %o127: f32):
+    %s128 = arith.negf %a126 : f32
+    linalg.yield %s128 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %e100 = tensor.empty() : tensor<6xi1> loc(#loc2)
-  %v105 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e100 : tensor<6xi1>) {
-  ^bb0(%a101: i64, %o102: i1):
-    %s103 = arith.constant -100 : i64
-    %s104 = arith.cmpi ne, %a101, %s103 : i64
-    linalg.yield %s104 : i1
+  %e130 = tensor.empty() : tensor<6xi1> loc(#loc2)
+  %v135 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e130 : tensor<6xi1>) {
+  ^bb0(%a131: i64, %o132: i1):
+    %s133 = arith.constant -100 : i64
+    %s134 = arith.cmpi ne, %a131, %s133 : i64
+    linalg.yield %s134 : i1
   } -> tensor<6xi1> loc(#loc2)
-  %e106 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c107 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %e109 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %v115 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v105, %v99, %v108 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e109 : tensor<6xf32>) {
-  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
-    %s114 = arith.select %a110, %a111, %a112 : f32
-    linalg.yield %s114 : f32
+  %e136 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c137 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v138 = linalg.fill ins(%c137 : f32) outs(%e136 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e139 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %v145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v135, %v129, %v138 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e139 : tensor<6xf32>) {
+  ^bb0(%a140: i1, %a141: f32, %a142: f32, %o143: f32):
+    %s144 = arith.select %a140, %a141, %a142 : f32
+    linalg.yield %s144 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %e116 = tensor.empty() : tensor<6xi1> loc(#loc2)
-  %v121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e116 : tensor<6xi1>) {
-  ^bb0(%a117: i64, %o118: i1):
-    %s119 = arith.constant -100 : i64
-    %s120 = arith.cmpi ne, %a117, %s119 : i64
-    linalg.yield %s120 : i1
+  %e146 = tensor.empty() : tensor<6xi1> loc(#loc2)
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e146 : tensor<6xi1>) {
+  ^bb0(%a147: i64, %o148: i1):
+    %s149 = arith.constant -100 : i64
+    %s150 = arith.cmpi ne, %a147, %s149 : i64
+    linalg.yield %s150 : i1
   } -> tensor<6xi1> loc(#loc2)
-  %e122 = tensor.empty() : tensor<i64> loc(#loc2)
-  %c123 = arith.constant 0 : i64 loc(#loc2)
-  %v124 = linalg.fill ins(%c123 : i64) outs(%e122 : tensor<i64>) -> tensor<i64> loc(#loc2)
-  %v129 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v121 : tensor<6xi1>) outs(%v124 : tensor<i64>) {
-  ^bb0(%a125: i1, %o126: i64):
-    %s127 = arith.extui %a125 : i1 to i64
-    %s128 = arith.addi %s127, %o126 : i64
-    linalg.yield %s128 : i64
+  %e152 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c153 = arith.constant 0 : i64 loc(#loc2)
+  %v154 = linalg.fill ins(%c153 : i64) outs(%e152 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v151 : tensor<6xi1>) outs(%v154 : tensor<i64>) {
+  ^bb0(%a155: i1, %o156: i64):
+    %s157 = arith.extui %a155 : i1 to i64
+    %s158 = arith.addi %s157, %o156 : i64
+    linalg.yield %s158 : i64
   } -> tensor<i64> loc(#loc2)
-  %e130 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v134 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v129 : tensor<i64>) outs(%e130 : tensor<f32>) {
-  ^bb0(%a131: i64, %o132: f32):
-    %s133 = arith.sitofp %a131 : i64 to f32
-    linalg.yield %s133 : f32
+  %e160 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v164 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v159 : tensor<i64>) outs(%e160 : tensor<f32>) {
+  ^bb0(%a161: i64, %o162: f32):
+    %s163 = arith.sitofp %a161 : i64 to f32
+    linalg.yield %s163 : f32
   } -> tensor<f32> loc(#loc2)
-  %e135 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c136 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v137 = linalg.fill ins(%c136 : f32) outs(%e135 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v141 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v115 : tensor<6xf32>) outs(%v137 : tensor<f32>) {
-  ^bb0(%a138: f32, %o139: f32):
-    %s140 = arith.addf %a138, %o139 : f32
-    linalg.yield %s140 : f32
+  %e165 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c166 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v167 = linalg.fill ins(%c166 : f32) outs(%e165 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v171 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v145 : tensor<6xf32>) outs(%v167 : tensor<f32>) {
+  ^bb0(%a168: f32, %o169: f32):
+    %s170 = arith.addf %a168, %o169 : f32
+    linalg.yield %s170 : f32
   } -> tensor<f32> loc(#loc2)
-  %e142 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v141, %v134 : tensor<f32>, tensor<f32>) outs(%e142 : tensor<f32>) {
-  ^bb0(%a143: f32, %a144: f32, %o145: f32):
-    %s146 = arith.divf %a143, %a144 : f32
-    linalg.yield %s146 : f32
+  %e172 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v177 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v171, %v164 : tensor<f32>, tensor<f32>) outs(%e172 : tensor<f32>) {
+  ^bb0(%a173: f32, %a174: f32, %o175: f32):
+    %s176 = arith.divf %a173, %a174 : f32
+    linalg.yield %s176 : f32
   } -> tensor<f32> loc(#loc2)
-  %e148 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c149 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v150 = linalg.fill ins(%c149 : f32) outs(%e148 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e151 = tensor.empty() : tensor<f32> loc(#loc3)
-  %v156 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v150, %v134 : tensor<f32>, tensor<f32>) outs(%e151 : tensor<f32>) {
-  ^bb0(%a152: f32, %a153: f32, %o154: f32):
-    %s155 = arith.divf %a152, %a153 : f32
-    linalg.yield %s155 : f32
+  %e178 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c179 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v180 = linalg.fill ins(%c179 : f32) outs(%e178 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e181 = tensor.empty() : tensor<f32> loc(#loc3)
+  %v186 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v180, %v164 : tensor<f32>, tensor<f32>) outs(%e181 : tensor<f32>) {
+  ^bb0(%a182: f32, %a183: f32, %o184: f32):
+    %s185 = arith.divf %a182, %a183 : f32
+    linalg.yield %s185 : f32
   } -> tensor<f32> loc(#loc3)
-  %v157 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc3)
-  %e158 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
-  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e158 : tensor<6x1xi1>) {
-  ^bb0(%a159: i64, %o160: i1):
-    %s161 = arith.constant -100 : i64
-    %s162 = arith.cmpi ne, %a159, %s161 : i64
-    linalg.yield %s162 : i1
-  } -> tensor<6x1xi1> loc(#loc3)
-  %e164 = tensor.empty() : tensor<i64> loc(#loc3)
-  %c165 = arith.constant 0 : i64 loc(#loc3)
-  %v166 = linalg.fill ins(%c165 : i64) outs(%e164 : tensor<i64>) -> tensor<i64> loc(#loc3)
-  %e167 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
-  %v173 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163, %v157, %v166 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e167 : tensor<6x1xi64>) {
-  ^bb0(%a168: i1, %a169: i64, %a170: i64, %o171: i64):
-    %s172 = arith.select %a168, %a169, %a170 : i64
-    linalg.yield %s172 : i64
-  } -> tensor<6x1xi64> loc(#loc3)
-  %e174 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %c175 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v176 = linalg.fill ins(%c175 : f32) outs(%e174 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc3)
-  %v177 = tensor.collapse_shape %v173 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
-  %e178 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v176, %v177 : tensor<6x10xf32>, tensor<6xi64>) outs(%e178 : tensor<6x10xf32>) {
-  ^bb0(%a179: f32, %a180: i64, %o181: f32):
-    %s182 = linalg.index 1 : index
-    %s183 = arith.index_cast %a180 : i64 to index
-    %s184 = arith.cmpi eq, %s182, %s183 : index
-    %s185 = arith.constant 0xBF800000 : f32
-    %s186 = arith.select %s184, %s185, %a179 : f32
-    linalg.yield %s186 : f32
-  } -> tensor<6x10xf32> loc(#loc3)
+  %v187 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc3)
   %e188 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
-  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<6x1xi64>) outs(%e188 : tensor<6x1xi1>) {
+  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187 : tensor<6x1xi64>) outs(%e188 : tensor<6x1xi1>) {
   ^bb0(%a189: i64, %o190: i1):
     %s191 = arith.constant -100 : i64
     %s192 = arith.cmpi ne, %a189, %s191 : i64
     linalg.yield %s192 : i1
   } -> tensor<6x1xi1> loc(#loc3)
-  %e194 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c195 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v196 = linalg.fill ins(%c195 : f32) outs(%e194 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e197 = tensor.empty() : tensor<6x1xf32> loc(#loc3)
-  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193, %v156, %v196 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e197 : tensor<6x1xf32>) {
-  ^bb0(%a198: i1, %a199: f32, %a200: f32, %o201: f32):
-    %s202 = arith.select %a198, %a199, %a200 : f32
-    linalg.yield %s202 : f32
+  %e194 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c195 = arith.constant 0 : i64 loc(#loc3)
+  %v196 = linalg.fill ins(%c195 : i64) outs(%e194 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %e197 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193, %v187, %v196 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e197 : tensor<6x1xi64>) {
+  ^bb0(%a198: i1, %a199: i64, %a200: i64, %o201: i64):
+    %s202 = arith.select %a198, %a199, %a200 : i64
+    linalg.yield %s202 : i64
+  } -> tensor<6x1xi64> loc(#loc3)
+  %e204 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %c205 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v206 = linalg.fill ins(%c205 : f32) outs(%e204 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc3)
+  %e207 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
+  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203 : tensor<6x1xi64>) outs(%e207 : tensor<6x1xi1>) {
+  ^bb0(%a208: i64, %o209: i1):
+    %s210 = arith.constant 0 : i64
+    %s211 = arith.cmpi sge, %a208, %s210 : i64
+    %s212 = arith.constant 10 : i64
+    %s213 = arith.cmpi slt, %a208, %s212 : i64
+    %s214 = arith.andi %s211, %s213 : i1
+    linalg.yield %s214 : i1
+  } -> tensor<6x1xi1> loc(#loc3)
+  %e216 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203, %v215 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e216 : tensor<6x1xi64>) {
+  ^bb0(%a217: i64, %a218: i1, %o219: i64):
+    %s220 = arith.constant 0 : i64
+    %s221 = arith.select %a218, %a217, %s220 : i64
+    linalg.yield %s221 : i64
+  } -> tensor<6x1xi64> loc(#loc3)
+  %v237 = tensor.collapse_shape %v222 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
+  %e238 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v247 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v206, %v237 : tensor<6x10xf32>, tensor<6xi64>) outs(%e238 : tensor<6x10xf32>) {
+  ^bb0(%a239: f32, %a240: i64, %o241: f32):
+    %s242 = linalg.index 1 : index
+    %s243 = arith.index_cast %a240 : i64 to index
+    %s244 = arith.cmpi eq, %s242, %s243 : index
+    %s245 = arith.constant 0xBF800000 : f32
+    %s246 = arith.select %s244, %s245, %a239 : f32
+    linalg.yield %s246 : f32
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e248 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
+  %v253 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187 : tensor<6x1xi64>) outs(%e248 : tensor<6x1xi1>) {
+  ^bb0(%a249: i64, %o250: i1):
+    %s251 = arith.constant -100 : i64
+    %s252 = arith.cmpi ne, %a249, %s251 : i64
+    linalg.yield %s252 : i1
+  } -> tensor<6x1xi1> loc(#loc3)
+  %e254 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c255 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v256 = linalg.fill ins(%c255 : f32) outs(%e254 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e257 = tensor.empty() : tensor<6x1xf32> loc(#loc3)
+  %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v253, %v186, %v256 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e257 : tensor<6x1xf32>) {
+  ^bb0(%a258: i1, %a259: f32, %a260: f32, %o261: f32):
+    %s262 = arith.select %a258, %a259, %a260 : f32
+    linalg.yield %s262 : f32
   } -> tensor<6x1xf32> loc(#loc3)
-  %v204 = tensor.collapse_shape %v203 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc3)
-  %e205 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v210 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187, %v204 : tensor<6x10xf32>, tensor<6xf32>) outs(%e205 : tensor<6x10xf32>) {
-  ^bb0(%a206: f32, %a207: f32, %o208: f32):
-    %s209 = arith.mulf %a206, %a207 : f32
-    linalg.yield %s209 : f32
+  %v264 = tensor.collapse_shape %v263 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc3)
+  %e265 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v270 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v247, %v264 : tensor<6x10xf32>, tensor<6xf32>) outs(%e265 : tensor<6x10xf32>) {
+  ^bb0(%a266: f32, %a267: f32, %o268: f32):
+    %s269 = arith.mulf %a266, %a267 : f32
+    linalg.yield %s269 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e211 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69 : tensor<6x10xf32>) outs(%e211 : tensor<6x10xf32>) {
-  ^bb0(%a212: f32, %o213: f32):
-    %s214 = math.exp %a212 : f32
-    linalg.yield %s214 : f32
-  } -> tensor<6x10xf32> loc(#loc3)
-  %e216 = tensor.empty() : tensor<6xf32> loc(#loc3)
-  %c217 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v218 = linalg.fill ins(%c217 : f32) outs(%e216 : tensor<6xf32>) -> tensor<6xf32> loc(#loc3)
-  %v222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v210 : tensor<6x10xf32>) outs(%v218 : tensor<6xf32>) {
-  ^bb0(%a219: f32, %o220: f32):
-    %s221 = arith.addf %a219, %o220 : f32
-    linalg.yield %s221 : f32
-  } -> tensor<6xf32> loc(#loc3)
-  %e224 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215, %v222 : tensor<6x10xf32>, tensor<6xf32>) outs(%e224 : tensor<6x10xf32>) {
-  ^bb0(%a225: f32, %a226: f32, %o227: f32):
-    %s228 = arith.mulf %a225, %a226 : f32
-    linalg.yield %s228 : f32
-  } -> tensor<6x10xf32> loc(#loc3)
-  %e230 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v210, %v229 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e230 : tensor<6x10xf32>) {
-  ^bb0(%a231: f32, %a232: f32, %o233: f32):
-    %s234 = arith.subf %a231, %a232 : f32
-    linalg.yield %s234 : f32
-  } -> tensor<6x10xf32> loc(#loc3)
-  %e236 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %v237 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e236 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e238 = tensor.empty() : tensor<6x24xf32> loc(#loc4)
-  %c239 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v240 = linalg.fill ins(%c239 : f32) outs(%e238 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
-  %v241 = linalg.matmul ins(%v235, %v237 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v240 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
-  %e242 = tensor.empty() : tensor<10x6xf32> loc(#loc4)
-  %v243 = linalg.transpose ins(%v235 : tensor<6x10xf32>) outs(%e242 : tensor<10x6xf32>) permutation = [1, 0] loc(#loc4)
-  %e244 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %c245 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v246 = linalg.fill ins(%c245 : f32) outs(%e244 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
-  %v247 = linalg.matmul ins(%v243, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v246 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
-  %e248 = tensor.empty() : tensor<24x10xf32> loc(#loc4)
-  %v249 = linalg.transpose ins(%v247 : tensor<10x24xf32>) outs(%e248 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc4)
-  %e250 = tensor.empty() : tensor<10xf32> loc(#loc4)
-  %c251 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v252 = linalg.fill ins(%c251 : f32) outs(%e250 : tensor<10xf32>) -> tensor<10xf32> loc(#loc4)
-  %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v235 : tensor<6x10xf32>) outs(%v252 : tensor<10xf32>) {
-  ^bb0(%a253: f32, %o254: f32):
-    %s255 = arith.addf %a253, %o254 : f32
-    linalg.yield %s255 : f32
-  } -> tensor<10xf32> loc(#loc4)
-  %e258 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %v259 = linalg.transpose ins(%v249 : tensor<24x10xf32>) outs(%e258 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e260 = tensor.empty() : tensor<6x24xi1> loc(#loc5)
-  %v265 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e260 : tensor<6x24xi1>) {
-  ^bb0(%a261: f32, %o262: i1):
-    %s263 = arith.constant 0x00000000 : f32
-    %s264 = arith.cmpf ole, %a261, %s263 : f32
-    linalg.yield %s264 : i1
-  } -> tensor<6x24xi1> loc(#loc5)
-  %e266 = tensor.empty() : tensor<f32> loc(#loc5)
-  %c267 = arith.constant 0x00000000 : f32 loc(#loc5)
-  %v268 = linalg.fill ins(%c267 : f32) outs(%e266 : tensor<f32>) -> tensor<f32> loc(#loc5)
-  %e269 = tensor.empty() : tensor<6x24xf32> loc(#loc5)
-  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v265, %v268, %v241 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e269 : tensor<6x24xf32>) {
-  ^bb0(%a270: i1, %a271: f32, %a272: f32, %o273: f32):
-    %s274 = arith.select %a270, %a271, %a272 : f32
+  %e271 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69 : tensor<6x10xf32>) outs(%e271 : tensor<6x10xf32>) {
+  ^bb0(%a272: f32, %o273: f32):
+    %s274 = math.exp %a272 : f32
     linalg.yield %s274 : f32
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e276 = tensor.empty() : tensor<6xf32> loc(#loc3)
+  %c277 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v278 = linalg.fill ins(%c277 : f32) outs(%e276 : tensor<6xf32>) -> tensor<6xf32> loc(#loc3)
+  %v282 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v270 : tensor<6x10xf32>) outs(%v278 : tensor<6xf32>) {
+  ^bb0(%a279: f32, %o280: f32):
+    %s281 = arith.addf %a279, %o280 : f32
+    linalg.yield %s281 : f32
+  } -> tensor<6xf32> loc(#loc3)
+  %e284 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v289 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v275, %v282 : tensor<6x10xf32>, tensor<6xf32>) outs(%e284 : tensor<6x10xf32>) {
+  ^bb0(%a285: f32, %a286: f32, %o287: f32):
+    %s288 = arith.mulf %a285, %a286 : f32
+    linalg.yield %s288 : f32
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e290 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v295 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v270, %v289 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e290 : tensor<6x10xf32>) {
+  ^bb0(%a291: f32, %a292: f32, %o293: f32):
+    %s294 = arith.subf %a291, %a292 : f32
+    linalg.yield %s294 : f32
+  } -> tensor<6x10xf32> loc(#loc3)
+  %e296 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v297 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e296 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e298 = tensor.empty() : tensor<6x24xf32> loc(#loc4)
+  %c299 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v300 = linalg.fill ins(%c299 : f32) outs(%e298 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %v301 = linalg.matmul ins(%v295, %v297 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v300 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %e302 = tensor.empty() : tensor<10x6xf32> loc(#loc4)
+  %v303 = linalg.transpose ins(%v295 : tensor<6x10xf32>) outs(%e302 : tensor<10x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e304 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %c305 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v306 = linalg.fill ins(%c305 : f32) outs(%e304 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %v307 = linalg.matmul ins(%v303, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v306 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %e308 = tensor.empty() : tensor<24x10xf32> loc(#loc4)
+  %v309 = linalg.transpose ins(%v307 : tensor<10x24xf32>) outs(%e308 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc4)
+  %e310 = tensor.empty() : tensor<10xf32> loc(#loc4)
+  %c311 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v312 = linalg.fill ins(%c311 : f32) outs(%e310 : tensor<10xf32>) -> tensor<10xf32> loc(#loc4)
+  %v316 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v295 : tensor<6x10xf32>) outs(%v312 : tensor<10xf32>) {
+  ^bb0(%a313: f32, %o314: f32):
+    %s315 = arith.addf %a313, %o314 : f32
+    linalg.yield %s315 : f32
+  } -> tensor<10xf32> loc(#loc4)
+  %e318 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v319 = linalg.transpose ins(%v309 : tensor<24x10xf32>) outs(%e318 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e320 = tensor.empty() : tensor<6x24xi1> loc(#loc5)
+  %v325 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e320 : tensor<6x24xi1>) {
+  ^bb0(%a321: f32, %o322: i1):
+    %s323 = arith.constant 0x00000000 : f32
+    %s324 = arith.cmpf ole, %a321, %s323 : f32
+    linalg.yield %s324 : i1
+  } -> tensor<6x24xi1> loc(#loc5)
+  %e326 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c327 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v328 = linalg.fill ins(%c327 : f32) outs(%e326 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e329 = tensor.empty() : tensor<6x24xf32> loc(#loc5)
+  %v335 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v325, %v328, %v301 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e329 : tensor<6x24xf32>) {
+  ^bb0(%a330: i1, %a331: f32, %a332: f32, %o333: f32):
+    %s334 = arith.select %a330, %a331, %a332 : f32
+    linalg.yield %s334 : f32
   } -> tensor<6x24xf32> loc(#loc5)
-  %e276 = tensor.empty() : tensor<24x6xf32> loc(#loc4)
-  %v277 = linalg.transpose ins(%v275 : tensor<6x24xf32>) outs(%e276 : tensor<24x6xf32>) permutation = [1, 0] loc(#loc4)
-  %e278 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
-  %c279 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v280 = linalg.fill ins(%c279 : f32) outs(%e278 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
-  %v281 = linalg.matmul ins(%v277, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v280 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
-  %e282 = tensor.empty() : tensor<16x24xf32> loc(#loc4)
-  %v283 = linalg.transpose ins(%v281 : tensor<24x16xf32>) outs(%e282 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e284 = tensor.empty() : tensor<24xf32> loc(#loc4)
-  %c285 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v286 = linalg.fill ins(%c285 : f32) outs(%e284 : tensor<24xf32>) -> tensor<24xf32> loc(#loc4)
-  %v290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v275 : tensor<6x24xf32>) outs(%v286 : tensor<24xf32>) {
-  ^bb0(%a287: f32, %o288: f32):
-    %s289 = arith.addf %a287, %o288 : f32
-    linalg.yield %s289 : f32
+  %e336 = tensor.empty() : tensor<24x6xf32> loc(#loc4)
+  %v337 = linalg.transpose ins(%v335 : tensor<6x24xf32>) outs(%e336 : tensor<24x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e338 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %c339 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v340 = linalg.fill ins(%c339 : f32) outs(%e338 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %v341 = linalg.matmul ins(%v337, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v340 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %e342 = tensor.empty() : tensor<16x24xf32> loc(#loc4)
+  %v343 = linalg.transpose ins(%v341 : tensor<24x16xf32>) outs(%e342 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e344 = tensor.empty() : tensor<24xf32> loc(#loc4)
+  %c345 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v346 = linalg.fill ins(%c345 : f32) outs(%e344 : tensor<24xf32>) -> tensor<24xf32> loc(#loc4)
+  %v350 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v335 : tensor<6x24xf32>) outs(%v346 : tensor<24xf32>) {
+  ^bb0(%a347: f32, %o348: f32):
+    %s349 = arith.addf %a347, %o348 : f32
+    linalg.yield %s349 : f32
   } -> tensor<24xf32> loc(#loc4)
-  %e292 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
-  %v293 = linalg.transpose ins(%v283 : tensor<16x24xf32>) outs(%e292 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e294 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
-  %v301 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v293 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e294 : tensor<24x16xf32>) {
-  ^bb0(%a295: f32, %a296: f32, %o297: f32):
-    %s298 = arith.constant 0xBDCCCCCD : f32
-    %s299 = arith.mulf %a296, %s298 : f32
-    %s300 = arith.addf %a295, %s299 : f32
-    linalg.yield %s300 : f32
+  %e352 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %v353 = linalg.transpose ins(%v343 : tensor<16x24xf32>) outs(%e352 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e354 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
+  %v361 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v353 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e354 : tensor<24x16xf32>) {
+  ^bb0(%a355: f32, %a356: f32, %o357: f32):
+    %s358 = arith.constant 0xBDCCCCCD : f32
+    %s359 = arith.mulf %a356, %s358 : f32
+    %s360 = arith.addf %a355, %s359 : f32
+    linalg.yield %s360 : f32
   } -> tensor<24x16xf32> loc(#loc6)
-  %e302 = tensor.empty() : tensor<24xf32> loc(#loc6)
-  %v309 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v290 : tensor<24xf32>, tensor<24xf32>) outs(%e302 : tensor<24xf32>) {
-  ^bb0(%a303: f32, %a304: f32, %o305: f32):
-    %s306 = arith.constant 0xBDCCCCCD : f32
-    %s307 = arith.mulf %a304, %s306 : f32
-    %s308 = arith.addf %a303, %s307 : f32
-    linalg.yield %s308 : f32
+  %e362 = tensor.empty() : tensor<24xf32> loc(#loc6)
+  %v369 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v350 : tensor<24xf32>, tensor<24xf32>) outs(%e362 : tensor<24xf32>) {
+  ^bb0(%a363: f32, %a364: f32, %o365: f32):
+    %s366 = arith.constant 0xBDCCCCCD : f32
+    %s367 = arith.mulf %a364, %s366 : f32
+    %s368 = arith.addf %a363, %s367 : f32
+    linalg.yield %s368 : f32
   } -> tensor<24xf32> loc(#loc6)
-  %e310 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
-  %v317 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v259 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e310 : tensor<10x24xf32>) {
-  ^bb0(%a311: f32, %a312: f32, %o313: f32):
-    %s314 = arith.constant 0xBDCCCCCD : f32
-    %s315 = arith.mulf %a312, %s314 : f32
-    %s316 = arith.addf %a311, %s315 : f32
-    linalg.yield %s316 : f32
+  %e370 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
+  %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v319 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e370 : tensor<10x24xf32>) {
+  ^bb0(%a371: f32, %a372: f32, %o373: f32):
+    %s374 = arith.constant 0xBDCCCCCD : f32
+    %s375 = arith.mulf %a372, %s374 : f32
+    %s376 = arith.addf %a371, %s375 : f32
+    linalg.yield %s376 : f32
   } -> tensor<10x24xf32> loc(#loc6)
-  %e318 = tensor.empty() : tensor<10xf32> loc(#loc6)
-  %v325 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v256 : tensor<10xf32>, tensor<10xf32>) outs(%e318 : tensor<10xf32>) {
-  ^bb0(%a319: f32, %a320: f32, %o321: f32):
-    %s322 = arith.constant 0xBDCCCCCD : f32
-    %s323 = arith.mulf %a320, %s322 : f32
-    %s324 = arith.addf %a319, %s323 : f32
-    linalg.yield %s324 : f32
+  %e378 = tensor.empty() : tensor<10xf32> loc(#loc6)
+  %v385 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v316 : tensor<10xf32>, tensor<10xf32>) outs(%e378 : tensor<10xf32>) {
+  ^bb0(%a379: f32, %a380: f32, %o381: f32):
+    %s382 = arith.constant 0xBDCCCCCD : f32
+    %s383 = arith.mulf %a380, %s382 : f32
+    %s384 = arith.addf %a379, %s383 : f32
+    linalg.yield %s384 : f32
   } -> tensor<10xf32> loc(#loc6)
-  return %v147, %v301, %v309, %v317, %v325 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
+  return %v177, %v361, %v369, %v377, %v385 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])
