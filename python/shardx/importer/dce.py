@@ -26,7 +26,11 @@ erases dead ops) before propagation.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from typing import Callable, List, Optional
 
 from .emitter import Op
@@ -53,8 +57,20 @@ def remove_dead_ops(ops: List[Op], module_text: Callable[[List[str]], str]) -> L
     """The ops of ``ops`` that MLIR's ``remove-dead-values`` keeps, in
     order. ``module_text(op_texts)`` is the module around the given
     rendered ops."""
+    return start_removing_dead_ops(ops, module_text)()
+
+
+def start_removing_dead_ops(ops: List[Op],
+                            module_text: Callable[[List[str]], str]) -> Callable[[], List[Op]]:
+    """``remove_dead_ops`` started: ``shardx-opt`` runs (the probe and its
+    result in files, so that it needs nothing from this process until it
+    ends) while the caller goes on; the returned function waits for it and
+    returns the live ops (an ``ImportError_`` where the tool rejects the
+    probe). The trace removes the region functions' dead ops and the
+    step's in two such runs at once, and collects its garbage meanwhile
+    (``module._trace``)."""
     if not ops:
-        return ops
+        return lambda: ops
     global _warned
     opt = shardx_opt()
     if opt is None:
@@ -62,17 +78,37 @@ def remove_dead_ops(ops: List[Op], module_text: Callable[[List[str]], str]) -> L
             log.warning("shardx-opt not found (build ShardX or set SHARDX_BUILD): the imported "
                         "program keeps its dead ops")
             _warned = True
-        return ops
+        return lambda: ops
     probe = module_text([op.render(f'"{_PROBE}{i}"') for i, op in enumerate(ops)])
-    from ..artifact import ToolError, run_tool
+    folder = tempfile.mkdtemp(prefix="shardx-dce-")
+    src, dst = os.path.join(folder, "probe.mlir"), os.path.join(folder, "live.mlir")
     try:
-        out = run_tool(
+        with open(src, "w") as f:
+            f.write(probe)
+        proc = subprocess.Popen(
             # Unregistered ops: the region calls' probes (region_import.CallOp).
-            opt, ["-", PIPELINE, "--allow-unregistered-dialect", "--mlir-print-debuginfo",
-                  "--mlir-print-local-scope", "--mlir-elide-elementsattrs-if-larger=16", "-o", "-"],
-            input=probe)
-    except ToolError as e:
-        raise ImportError_("shardx-opt rejected the imported program (an importer bug; please "
-                           f"report it with the program):\n{e.stderr.strip() or e}") from None
-    live = {int(i) for i in _PROBE_LOC.findall(out)}
-    return [op for i, op in enumerate(ops) if i in live]
+            [opt, src, PIPELINE, "--allow-unregistered-dialect", "--mlir-print-debuginfo",
+             "--mlir-print-local-scope", "--mlir-elide-elementsattrs-if-larger=16", "-o", dst],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise _rejected(str(e)) from None
+
+    def live_ops() -> List[Op]:
+        try:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise _rejected(err.strip() or f"shardx-opt exited with {proc.returncode}")
+            with open(dst) as f:
+                out = f.read()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        live = {int(i) for i in _PROBE_LOC.findall(out)}
+        return [op for i, op in enumerate(ops) if i in live]
+    return live_ops
+
+
+def _rejected(detail: str) -> ImportError_:
+    return ImportError_("shardx-opt rejected the imported program (an importer bug; please "
+                        f"report it with the program):\n{detail}")

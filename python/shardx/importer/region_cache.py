@@ -35,6 +35,7 @@ used entries.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import hashlib
@@ -373,23 +374,46 @@ def _dump_val(v):
 _FAKE_MODE = None
 
 
+def _fake_mode():
+    global _FAKE_MODE
+    if _FAKE_MODE is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
+    return _FAKE_MODE
+
+
+@contextlib.contextmanager
+def _making_vals():
+    """The context ``_load_val`` runs in: no proxy mode (a lookup happens
+    inside the step's trace) and no fake mode (the meta tensors are made
+    directly)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    with disable_proxy_modes_tracing(), unset_fake_temporarily():
+        yield
+
+
 def _load_val(v):
     """A traced value again: a tensor as a fake CPU tensor of its shape,
-    strides and dtype (as the trace left it; no memory)."""
-    global _FAKE_MODE
+    strides and dtype (as the trace left it; no memory), made as the fake
+    mode makes ``empty_strided``'s result (a meta tensor, wrapped) without
+    a dispatch through the mode (0.1 s of a warm 32-layer trace of
+    bench/compile_latency_bench.py's GPT, 476 values). Runs within
+    ``_making_vals``."""
     tag, rest = v[0], v[1:]
     if tag == "T":
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-        if _FAKE_MODE is None:
-            _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
+        from torch._subclasses.fake_tensor import FakeTensor
         shape, stride, dtype = rest
-        with disable_proxy_modes_tracing(), _FAKE_MODE:
-            return torch.empty_strided(shape, stride, dtype=dtype, device="cpu")
+        return FakeTensor(_fake_mode(),
+                          torch.empty_strided(shape, stride, dtype=dtype, device="meta"),
+                          _CPU)
     if tag in ("L", "U"):
         items = [_load_val(x) for x in rest[0]]
         return items if tag == "L" else tuple(items)
     return rest[0]
+
+
+_CPU = torch.device("cpu")
 
 
 def _target_name(t) -> tuple:
@@ -445,13 +469,14 @@ def _load_graph(data) -> Optional[torch.fx.GraphModule]:
         return None
     g = torch.fx.Graph()
     made: List[torch.fx.Node] = []
-    for op, name, target, args, kwargs, meta in data["nodes"]:
-        args, kwargs = _load_arg(args, made), _load_arg(kwargs, made)
-        if op == "call_function":
-            target = _target(target)
-        n = g.create_node(op, target, args, kwargs, name)
-        n.meta = {k: (_load_val(v) if k == "val" else v) for k, v in meta.items()}
-        made.append(n)
+    with _making_vals():
+        for op, name, target, args, kwargs, meta in data["nodes"]:
+            args, kwargs = _load_arg(args, made), _load_arg(kwargs, made)
+            if op == "call_function":
+                target = _target(target)
+            n = g.create_node(op, target, args, kwargs, name)
+            n.meta = {k: (_load_val(v) if k == "val" else v) for k, v in meta.items()}
+            made.append(n)
     root = torch.nn.Module()
     for k, t in data["consts"].items():
         root.register_buffer(k, t)

@@ -5,7 +5,7 @@ private ``func.func`` of the module, emitted the first time a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import Callable, List, Optional
 
 import torch
 
@@ -78,10 +78,19 @@ def finish(imp) -> List[str]:
     """The text of each region function ``imp`` called, its dead ops
     removed: one ``remove-dead-values`` run over all of them (public there,
     so that their signatures stay)."""
-    from .dce import remove_dead_ops
+    done = finish_started(imp)
+    return done() if done is not None else []
+
+
+def finish_started(imp) -> Optional[Callable[[], List[str]]]:
+    """``finish(imp)`` with its ``shardx-opt`` run started, or None where
+    ``imp`` called no region: the returned function waits for the tool and
+    returns the texts. The caller removes the step's own dead ops
+    meanwhile, in another process (``module._trace``)."""
+    from .dce import start_removing_dead_ops
     funcs = list(imp.region_funcs.values())
     if not funcs:
-        return []
+        return None
     header = [imp.mesh.op_text(), ""] if imp.mesh is not None else []
     ops = [op for f in funcs for op in f.ops]
     owner = {id(op): i for i, f in enumerate(funcs) for op in f.ops}
@@ -93,14 +102,17 @@ def finish(imp) -> List[str]:
                                         op_texts[at:at + len(f.ops)], False))
             at += len(f.ops)
         return "\n".join(header + texts) + "\n"
-    live = remove_dead_ops(ops, probe_module)
-    kept: List[List[Op]] = [[] for _ in funcs]
-    for op in live:
-        kept[owner[id(op)]].append(op)
-    for f, f_ops in zip(funcs, kept):
-        f.text = _function_text(f.symbol, f.inputs, f.results, [op.render() for op in f_ops],
-                                True)
-    return [f.text for f in funcs]
+    live_ops = start_removing_dead_ops(ops, probe_module)
+
+    def done() -> List[str]:
+        kept: List[List[Op]] = [[] for _ in funcs]
+        for op in live_ops():
+            kept[owner[id(op)]].append(op)
+        for f, f_ops in zip(funcs, kept):
+            f.text = _function_text(f.symbol, f.inputs, f.results,
+                                    [op.render() for op in f_ops], True)
+        return [f.text for f in funcs]
+    return done
 
 
 @handles(torch.ops.shardx.region_call.default)
