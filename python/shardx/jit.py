@@ -814,10 +814,10 @@ class CompiledFunction(runtime().CompiledCall):
         and the first top-level output of the same structure whose leaves
         have the same shapes, dtypes and layouts."""
         donate = self.donate
+        if isinstance(donate, int) and not isinstance(donate, bool):
+            donate = (donate,)  # before the emptiness test: donate=0 is argument 0
         if not donate:
             return []
-        if isinstance(donate, int):
-            donate = (donate,)
         explicit = dict(donate) if isinstance(donate, dict) else {a: None for a in donate}
         arg_specs, offsets, at = [], [], 0
         for a in args:

@@ -185,6 +185,19 @@ def test_rank_failure_raises_once_and_keeps_state(monkeypatch):
         assert_close(a, b, "parameter after a failed step")
 
 
+def test_donate_zero_is_argument_zero():
+    """``donate=0`` (an int, not a tuple) donates argument 0, as
+    ``donate=(0,)`` does: 0 is falsy, and it once donated nothing."""
+    step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
+    f = shardx.compile(step, mesh, ins, outs, donate=0, name="mlp0")
+    _, p, s = f(params, state, inputs, target)
+    old = pytree.tree_leaves(p)
+    f(p, s, inputs, target)
+    for t in old:
+        with pytest.raises(shardx.DonatedError, match="donated to a call"):
+            t.full()
+
+
 def test_donation_reuses_buffers_and_invalidates_inputs():
     step, mesh, ins, outs, (params, state, inputs, target) = _mlp_step()
     f = shardx.compile(step, mesh, ins, outs, donate=(0, 1), name="mlp")
