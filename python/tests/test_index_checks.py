@@ -138,6 +138,29 @@ def test_data_parallel_indices_fail_on_one_rank():
            IndexError, "index out of range in self")
 
 
+@torch.compiler.nested_compile_region
+def _region_lookup(w, idx):
+    return F.embedding(idx, w) * 2
+
+
+def _two_region_calls(w, idx):
+    # One region function, called twice: each call has its own check.
+    return _region_lookup(w, idx).sum(0) + _region_lookup(w, idx + 1).sum(0)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_index_check_inside_a_traced_region(ranks):
+    # An indexing op in a nested_compile_region is imported once into a
+    # region function (importer/region_import.py); its check count is a
+    # result of the function, so each call's check reaches the step's code.
+    # Before, the region's lookup read row 0 for a bad index and the step
+    # returned a number. Index 7 is bad only in the second call (idx + 1).
+    c = shardx.compile(_two_region_calls, Mesh((ranks,), ("dp",)),
+                       in_placements=[None, [Shard(0)]] if ranks > 1 else None)
+    _check(c, _two_region_calls, (W, torch.tensor([1, 6, 4, 3])), (W, torch.tensor([1, 7, 4, 3])),
+           IndexError, "index out of range in self")
+
+
 def test_failed_step_keeps_written_inputs_and_donated_stays_donated():
     def step(x, idx, v):
         x.index_put_((idx,), v, accumulate=True)

@@ -119,7 +119,9 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     gm = _trace_graph(fn, flat_args, treedef, regions)
     traced = time.perf_counter()
     imp = Importer(gm, mesh)
-    imp.checks = []  # (count of failures, exception name, message), by ops/indexing.py
+    # (count of failures, exception name, message), by ops/indexing.py and
+    # the region calls (region_import.py); none kept without index_checks.
+    imp.checks = [] if index_checks else None
     last_checks.clear()
     inputs = []
     for i, a in enumerate(flat_args):

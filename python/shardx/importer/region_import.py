@@ -4,8 +4,8 @@ private ``func.func`` of the module, emitted the first time a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -26,6 +26,10 @@ class RegionFunc:
     results: List[Value]
     ops: List[Op]
     text: str = ""
+    #: The region's index checks (exception name, message): its last
+    #: ``len(checks)`` results are their counts of failures, which each
+    #: call adds to its importer's checks.
+    checks: List[Tuple[str, str]] = field(default_factory=list)
 
 
 class CallOp(Op):
@@ -65,12 +69,18 @@ def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
     sub.in_region = True  # pooling.py: a region may return max pooling indices to its backward
     sub.em.locations = imp.em.locations  # one set of location aliases per module
     sub.region_funcs = funcs
+    # The region's index checks (ops/indexing.py), kept where the module
+    # keeps them: their counts become results of the function.
+    sub.checks = [] if getattr(imp, "checks", None) is not None else None
     inputs = [Value(f"%arg{i}", v.shape, v.dtype) for i, v in enumerate(operands)]
     outputs = sub.run(inputs)
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"region {symbol}: output {i} is not a tensor ({o!r})")
-    funcs[graph_name] = RegionFunc(symbol, inputs, outputs, sub.em.ops)
+    checks = sub.checks or []
+    outputs = list(outputs) + [count for count, _, _ in checks]
+    funcs[graph_name] = RegionFunc(symbol, inputs, outputs, sub.em.ops,
+                                   checks=[(exc, message) for _, exc, message in checks])
     return funcs[graph_name]
 
 
@@ -138,5 +148,12 @@ def _region_call(imp, node, args, kwargs):
                          f"func.call @{fn.symbol}({', '.join(v.name for v in operands)}) : "
                          f"({in_types}) -> ({out_types})", imp.em.loc))
     if n == 1:
-        return [Value(name, fn.results[0].shape, fn.results[0].dtype)]
-    return [Value(f"{name}#{i}", o.shape, o.dtype) for i, o in enumerate(fn.results)]
+        results = [Value(name, fn.results[0].shape, fn.results[0].dtype)]
+    else:
+        results = [Value(f"{name}#{i}", o.shape, o.dtype) for i, o in enumerate(fn.results)]
+    if fn.checks:
+        # This call's counts of the region's index check failures.
+        counts = results[n - len(fn.checks):]
+        results = results[:n - len(fn.checks)]
+        imp.checks.extend((c, exc, message) for c, (exc, message) in zip(counts, fn.checks))
+    return results
