@@ -161,6 +161,44 @@ def test_index_check_inside_a_traced_region(ranks):
            IndexError, "index out of range in self")
 
 
+def _two_checks(w, idx, x, gidx):
+    return F.embedding(idx, w).sum() + torch.gather(x, 1, gidx).sum()
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_first_failed_check_is_raised(ranks):
+    # The step's checks' counts share one vector (one all-reduce where the
+    # indices are split); the error is the first failed check's in program
+    # order, as eager raises the first.
+    c = shardx.compile(_two_checks, Mesh((ranks,), ("dp",)),
+                       in_placements=[None, [Shard(0)], None, None] if ranks > 1 else None)
+    good = (W, torch.tensor([1, 7]), X2, torch.tensor([[0, 4]] * 4))
+    torch.testing.assert_close(c(*good).to_torch(), _two_checks(*good))
+    both = (W, torch.tensor([1, 8]), X2, torch.tensor([[0, 5]] * 4))
+    second = (W, torch.tensor([1, 7]), X2, torch.tensor([[0, 5]] * 4))
+    for bad in (both, second):
+        exc = _eager_error(_two_checks, *bad)[0]
+        with pytest.raises(exc) as info:
+            c(*bad)
+        assert ("out of range in self" in str(info.value)) == (bad is both)
+
+
+def test_split_indices_reduce_their_counts_once(tmp_path, build_dir):
+    # Two checks on indices split over dp: their counts are Partial(sum),
+    # reduced by one all-reduce of the [2] vector, not one per check.
+    from shardx.importer.module import trace
+    path = tmp_path / "two.mlir"
+    path.write_text(trace(_two_checks, (W, torch.tensor([1, 7]), X2, torch.tensor([[0, 4]] * 4)),
+                          Mesh((2,), ("dp",)), [None, [Shard(0)], None, [Shard(0)]], None,
+                          index_checks=True))
+    r = subprocess.run([f"{build_dir}/bin/shardx-opt", str(path), "--shardx-propagate",
+                        "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"],
+                       capture_output=True, text=True, check=True)
+    counts = [line for line in r.stderr.splitlines()
+              if "remark: plan [P(sum)]" in line and ("xi64>" in line or "tensor<i64>" in line)]
+    assert len(counts) == 1 and "tensor<2xi64>" in counts[0], r.stderr
+
+
 def test_failed_step_keeps_written_inputs_and_donated_stays_donated():
     def step(x, idx, v):
         x.index_put_((idx,), v, accumulate=True)

@@ -180,22 +180,35 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
 
 def _check_code(imp) -> Value:
     """The i64 scalar ``k + 1`` of the first check ``k`` with a failure,
-    else 0."""
-    code = None
-    for k, (count, _, _) in enumerate(imp.checks):
-        if code is None:
-            code = imp.em.elementwise((), torch.int64, [count], lambda b, v, k=k: b.select(
-                b.compare("gt", v[0], b.const(0, torch.int64), torch.int64),
-                b.const(k + 1, torch.int64), b.const(0, torch.int64), torch.int64))
-            continue
+    else 0.
 
-        def first(b, v, k=k):
-            t = torch.int64
-            fails = b.binary("and", b.compare("eq", v[0], b.const(0, t), t),
-                             b.compare("gt", v[1], b.const(0, t), t), torch.bool)
-            return b.select(fails, b.const(k + 1, t), v[0], t)
-        code = imp.em.elementwise((), torch.int64, [code, count], first)
-    return code
+    The counts are first placed in one ``[K]`` vector by ops linear in
+    them (each count at its slot, the rest zeros, summed), so that counts
+    left Partial by an index split over ranks are reduced by one
+    all-reduce of the vector, not one per check; the code is then read
+    off the vector."""
+    t = torch.int64
+    n = len(imp.checks)
+    vec = None
+    for k, (count, _, _) in enumerate(imp.checks):
+        def slot(b, args, _out, k=k):
+            j = b.v(f"arith.index_cast {b.v('linalg.index 0 : index')} : index to i64")
+            here = b.compare("eq", j, b.const(k, t), t)
+            return b.select(here, args[0], b.const(0, t), t)
+        placed = imp.em.generic((n,), t, [(count, [])], ["parallel"], ["d0"], slot)
+        vec = placed if vec is None else imp.em.elementwise(
+            (n,), t, [vec, placed], lambda b, v: b.binary("add", v[0], v[1], t))
+    # The code: the smallest k + 1 whose count is positive (n + 1: none),
+    # then 0 for none.
+    def first(b, args, out):
+        j = b.v(f"arith.index_cast {b.v('linalg.index 0 : index')} : index to i64")
+        k1 = b.binary("add", j, b.const(1, t), t)
+        mine = b.select(b.compare("gt", args[0], b.const(0, t), t), k1, b.const(n + 1, t), t)
+        return b.binary("min", mine, out, t)
+    init = imp.em.full((), n + 1, t)
+    least = imp.em.generic((), t, [(vec, ["d0"])], ["reduction"], [], first, init=init)
+    return imp.em.elementwise((), t, [least], lambda b, v: b.select(
+        b.compare("gt", v[0], b.const(n, t), t), b.const(0, t), v[0], t))
 
 
 #: The checks of the last ``trace(..., index_checks=True)`` (exception
