@@ -53,19 +53,14 @@ def shardx_opt() -> Optional[str]:
         return None
 
 
-def remove_dead_ops(ops: List[Op], module_text: Callable[[List[str]], str]) -> List[Op]:
-    """The ops of ``ops`` that MLIR's ``remove-dead-values`` keeps, in
-    order. ``module_text(op_texts)`` is the module around the given
-    rendered ops."""
-    return start_removing_dead_ops(ops, module_text)()
-
-
 def start_removing_dead_ops(ops: List[Op],
                             module_text: Callable[[List[str]], str]) -> Callable[[], List[Op]]:
-    """``remove_dead_ops`` started: ``shardx-opt`` runs (the probe and its
-    result in files, so that it needs nothing from this process until it
-    ends) while the caller goes on; the returned function waits for it and
-    returns the live ops (an ``ImportError_`` where the tool rejects the
+    """Finds the ops of ``ops`` that MLIR's ``remove-dead-values`` keeps, in
+    order (``module_text(op_texts)`` is the module around the given
+    rendered ops): ``shardx-opt`` runs (the probe and its result in files,
+    so that it needs nothing from this process until it ends) while the
+    caller goes on; the returned function waits for it and returns the
+    live ops (an ``ImportError_`` where the tool rejects the
     probe). The trace removes the region functions' dead ops and the
     step's in two such runs at once, and collects its garbage meanwhile
     (``module._trace``)."""

@@ -84,18 +84,12 @@ def import_region(imp, graph_name: str, operands: List[Value]) -> RegionFunc:
     return funcs[graph_name]
 
 
-def finish(imp) -> List[str]:
-    """The text of each region function ``imp`` called, its dead ops
-    removed: one ``remove-dead-values`` run over all of them (public there,
-    so that their signatures stay)."""
-    done = finish_started(imp)
-    return done() if done is not None else []
-
-
 def finish_started(imp) -> Optional[Callable[[], List[str]]]:
-    """``finish(imp)`` with its ``shardx-opt`` run started, or None where
-    ``imp`` called no region: the returned function waits for the tool and
-    returns the texts. The caller removes the step's own dead ops
+    """Removes the dead ops of the region functions ``imp`` called: one
+    ``remove-dead-values`` run over all of them (public there, so that their
+    signatures stay), started; None where ``imp`` called no region. The
+    returned function waits for the tool and returns the text of each
+    function. The caller removes the step's own dead ops
     meanwhile, in another process (``module._trace``)."""
     from .dce import start_removing_dead_ops
     funcs = list(imp.region_funcs.values())
