@@ -216,65 +216,111 @@ func.func @index_checks(
     %s186 = arith.addi %o179, %s185 : i64
     linalg.yield %s186 : i64
   } -> tensor<4xi64> loc(#loc3)
-  %e188 = tensor.empty() : tensor<i64>
-  %v196 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v30 : tensor<i64>) outs(%e188 : tensor<i64>) {
+  %e188 = tensor.empty() : tensor<5xi64>
+  %v197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v30 : tensor<i64>) outs(%e188 : tensor<5xi64>) {
   ^bb0(%a189: i64, %o190: i64):
-    %s191 = arith.constant 0 : i64
-    %s192 = arith.cmpi sgt, %a189, %s191 : i64
-    %s193 = arith.constant 1 : i64
-    %s194 = arith.constant 0 : i64
-    %s195 = arith.select %s192, %s193, %s194 : i64
-    linalg.yield %s195 : i64
-  } -> tensor<i64>
-  %e197 = tensor.empty() : tensor<i64>
-  %v208 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v196, %v67 : tensor<i64>, tensor<i64>) outs(%e197 : tensor<i64>) {
-  ^bb0(%a198: i64, %a199: i64, %o200: i64):
-    %s201 = arith.constant 0 : i64
-    %s202 = arith.cmpi eq, %a198, %s201 : i64
-    %s203 = arith.constant 0 : i64
-    %s204 = arith.cmpi sgt, %a199, %s203 : i64
-    %s205 = arith.andi %s202, %s204 : i1
-    %s206 = arith.constant 2 : i64
-    %s207 = arith.select %s205, %s206, %a198 : i64
-    linalg.yield %s207 : i64
-  } -> tensor<i64>
-  %e209 = tensor.empty() : tensor<i64>
-  %v220 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v208, %v117 : tensor<i64>, tensor<i64>) outs(%e209 : tensor<i64>) {
-  ^bb0(%a210: i64, %a211: i64, %o212: i64):
-    %s213 = arith.constant 0 : i64
-    %s214 = arith.cmpi eq, %a210, %s213 : i64
-    %s215 = arith.constant 0 : i64
-    %s216 = arith.cmpi sgt, %a211, %s215 : i64
-    %s217 = arith.andi %s214, %s216 : i1
-    %s218 = arith.constant 3 : i64
-    %s219 = arith.select %s217, %s218, %a210 : i64
-    linalg.yield %s219 : i64
-  } -> tensor<i64>
-  %e221 = tensor.empty() : tensor<i64>
-  %v232 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v220, %v154 : tensor<i64>, tensor<i64>) outs(%e221 : tensor<i64>) {
-  ^bb0(%a222: i64, %a223: i64, %o224: i64):
-    %s225 = arith.constant 0 : i64
-    %s226 = arith.cmpi eq, %a222, %s225 : i64
-    %s227 = arith.constant 0 : i64
-    %s228 = arith.cmpi sgt, %a223, %s227 : i64
-    %s229 = arith.andi %s226, %s228 : i1
-    %s230 = arith.constant 4 : i64
-    %s231 = arith.select %s229, %s230, %a222 : i64
-    linalg.yield %s231 : i64
-  } -> tensor<i64>
-  %e233 = tensor.empty() : tensor<i64>
-  %v244 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v232, %v174 : tensor<i64>, tensor<i64>) outs(%e233 : tensor<i64>) {
-  ^bb0(%a234: i64, %a235: i64, %o236: i64):
+    %s191 = linalg.index 0 : index
+    %s192 = arith.index_cast %s191 : index to i64
+    %s193 = arith.constant 0 : i64
+    %s194 = arith.cmpi eq, %s192, %s193 : i64
+    %s195 = arith.constant 0 : i64
+    %s196 = arith.select %s194, %a189, %s195 : i64
+    linalg.yield %s196 : i64
+  } -> tensor<5xi64>
+  %e198 = tensor.empty() : tensor<5xi64>
+  %v207 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v67 : tensor<i64>) outs(%e198 : tensor<5xi64>) {
+  ^bb0(%a199: i64, %o200: i64):
+    %s201 = linalg.index 0 : index
+    %s202 = arith.index_cast %s201 : index to i64
+    %s203 = arith.constant 1 : i64
+    %s204 = arith.cmpi eq, %s202, %s203 : i64
+    %s205 = arith.constant 0 : i64
+    %s206 = arith.select %s204, %a199, %s205 : i64
+    linalg.yield %s206 : i64
+  } -> tensor<5xi64>
+  %e208 = tensor.empty() : tensor<5xi64>
+  %v213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v197, %v207 : tensor<5xi64>, tensor<5xi64>) outs(%e208 : tensor<5xi64>) {
+  ^bb0(%a209: i64, %a210: i64, %o211: i64):
+    %s212 = arith.addi %a209, %a210 : i64
+    linalg.yield %s212 : i64
+  } -> tensor<5xi64>
+  %e214 = tensor.empty() : tensor<5xi64>
+  %v223 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v117 : tensor<i64>) outs(%e214 : tensor<5xi64>) {
+  ^bb0(%a215: i64, %o216: i64):
+    %s217 = linalg.index 0 : index
+    %s218 = arith.index_cast %s217 : index to i64
+    %s219 = arith.constant 2 : i64
+    %s220 = arith.cmpi eq, %s218, %s219 : i64
+    %s221 = arith.constant 0 : i64
+    %s222 = arith.select %s220, %a215, %s221 : i64
+    linalg.yield %s222 : i64
+  } -> tensor<5xi64>
+  %e224 = tensor.empty() : tensor<5xi64>
+  %v229 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v213, %v223 : tensor<5xi64>, tensor<5xi64>) outs(%e224 : tensor<5xi64>) {
+  ^bb0(%a225: i64, %a226: i64, %o227: i64):
+    %s228 = arith.addi %a225, %a226 : i64
+    linalg.yield %s228 : i64
+  } -> tensor<5xi64>
+  %e230 = tensor.empty() : tensor<5xi64>
+  %v239 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v154 : tensor<i64>) outs(%e230 : tensor<5xi64>) {
+  ^bb0(%a231: i64, %o232: i64):
+    %s233 = linalg.index 0 : index
+    %s234 = arith.index_cast %s233 : index to i64
+    %s235 = arith.constant 3 : i64
+    %s236 = arith.cmpi eq, %s234, %s235 : i64
     %s237 = arith.constant 0 : i64
-    %s238 = arith.cmpi eq, %a234, %s237 : i64
-    %s239 = arith.constant 0 : i64
-    %s240 = arith.cmpi sgt, %a235, %s239 : i64
-    %s241 = arith.andi %s238, %s240 : i1
-    %s242 = arith.constant 5 : i64
-    %s243 = arith.select %s241, %s242, %a234 : i64
-    linalg.yield %s243 : i64
+    %s238 = arith.select %s236, %a231, %s237 : i64
+    linalg.yield %s238 : i64
+  } -> tensor<5xi64>
+  %e240 = tensor.empty() : tensor<5xi64>
+  %v245 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v229, %v239 : tensor<5xi64>, tensor<5xi64>) outs(%e240 : tensor<5xi64>) {
+  ^bb0(%a241: i64, %a242: i64, %o243: i64):
+    %s244 = arith.addi %a241, %a242 : i64
+    linalg.yield %s244 : i64
+  } -> tensor<5xi64>
+  %e246 = tensor.empty() : tensor<5xi64>
+  %v255 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v174 : tensor<i64>) outs(%e246 : tensor<5xi64>) {
+  ^bb0(%a247: i64, %o248: i64):
+    %s249 = linalg.index 0 : index
+    %s250 = arith.index_cast %s249 : index to i64
+    %s251 = arith.constant 4 : i64
+    %s252 = arith.cmpi eq, %s250, %s251 : i64
+    %s253 = arith.constant 0 : i64
+    %s254 = arith.select %s252, %a247, %s253 : i64
+    linalg.yield %s254 : i64
+  } -> tensor<5xi64>
+  %e256 = tensor.empty() : tensor<5xi64>
+  %v261 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v245, %v255 : tensor<5xi64>, tensor<5xi64>) outs(%e256 : tensor<5xi64>) {
+  ^bb0(%a257: i64, %a258: i64, %o259: i64):
+    %s260 = arith.addi %a257, %a258 : i64
+    linalg.yield %s260 : i64
+  } -> tensor<5xi64>
+  %e262 = tensor.empty() : tensor<i64>
+  %c263 = arith.constant 6 : i64
+  %v264 = linalg.fill ins(%c263 : i64) outs(%e262 : tensor<i64>) -> tensor<i64>
+  %v276 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v261 : tensor<5xi64>) outs(%v264 : tensor<i64>) {
+  ^bb0(%a265: i64, %o266: i64):
+    %s267 = linalg.index 0 : index
+    %s268 = arith.index_cast %s267 : index to i64
+    %s269 = arith.constant 1 : i64
+    %s270 = arith.addi %s268, %s269 : i64
+    %s271 = arith.constant 0 : i64
+    %s272 = arith.cmpi sgt, %a265, %s271 : i64
+    %s273 = arith.constant 6 : i64
+    %s274 = arith.select %s272, %s270, %s273 : i64
+    %s275 = arith.minsi %s274, %o266 : i64
+    linalg.yield %s275 : i64
   } -> tensor<i64>
-  return %v134, %v74, %v127, %v187, %v244 : tensor<4xf32>, tensor<4x2xf32>, tensor<8x4xf32>, tensor<4xi64>, tensor<i64>
+  %e277 = tensor.empty() : tensor<i64>
+  %v284 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v276 : tensor<i64>) outs(%e277 : tensor<i64>) {
+  ^bb0(%a278: i64, %o279: i64):
+    %s280 = arith.constant 5 : i64
+    %s281 = arith.cmpi sgt, %a278, %s280 : i64
+    %s282 = arith.constant 0 : i64
+    %s283 = arith.select %s281, %s282, %a278 : i64
+    linalg.yield %s283 : i64
+  } -> tensor<i64>
+  return %v134, %v74, %v127, %v187, %v284 : tensor<4xf32>, tensor<4x2xf32>, tensor<8x4xf32>, tensor<4xi64>, tensor<i64>
 }
 #loc0 = loc("index_checks_gen.py":12:0)
 #loc1 = loc("index_checks_gen.py":13:0)
