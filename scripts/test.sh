@@ -6,15 +6,23 @@
 # a line "N passed, N failed". Exits non-zero when anything failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# Seconds per phase, printed before the result line (CI's time budget).
+phases=()
+phase_start=$SECONDS
+phase_done() { phases+=("$1 $(( SECONDS - phase_start )) s"); phase_start=$SECONDS; }
+
 # The venv first: CMake builds the Python binding with its nanobind.
 ensure_python_env
+phase_done "setup"
 build_shardx all mlir-doc
+phase_done "build"
 LOG="$SHARDX_BUILD/test-results.log"
 log "running the lit suite"
 set +e
 "$LLVM_PREFIX/bin/lit" -v --no-gtest-sharding -j "$JOBS" "$SHARDX_BUILD/test" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e
+phase_done "lit"
 
 count() { # sums lit's "<label>: N" summary lines (padded "Passed     : N"
   # when several categories are listed)
@@ -32,6 +40,7 @@ SHARDX_BUILD="$SHARDX_BUILD" "$SHARDX_PYTHON" -m pytest -q -p no:cacheprovider \
   "$SHARDX_ROOT/python/tests" 2>&1 | tee "$PYLOG"
 pystatus=${PIPESTATUS[0]}
 set -e
+phase_done "pytest"
 pycount() { # the N of "N <label>" in pytest's summary line
   tail -n 1 "$PYLOG" | { grep -oE "[0-9]+ $1" || true; } | awk '{ n += $1 } END { print n + 0 }'
 }
@@ -62,6 +71,7 @@ if [ "${SHARDX_INSTALL_CHECK:-1}" != 0 ]; then
     SHARDX_BUILD="$SHARDX_BUILD" bash "$SHARDX_ROOT/scripts/install_check.sh" "$part"
     count_step $?
     set -e
+    phase_done "install check ($part)"
   done
 fi
 # A bounded coverage-guided fuzzing run (libFuzzer, ASan; docs/Testing.md):
@@ -75,10 +85,12 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   FUZZ_SEED="${FUZZ_SEED:-1}" bash "$SHARDX_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
   count_step $?
   set -e
+  phase_done "fuzz (build and run)"
 fi
 if [ "$passed" -eq 0 ] && [ "$status" -eq 0 ]; then
   log "lit ran no test"
   status=1
 fi
+log "seconds per phase: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g'), total $SECONDS s"
 echo "$passed passed, $failed failed"
 exit "$status"
