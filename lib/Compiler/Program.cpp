@@ -11,6 +11,7 @@
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
+#include "shardx/Dialect/ShardX/IR/IndexChecks.h"
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/RuntimeDType.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
@@ -121,6 +122,23 @@ std::string mlir::shardx::describeProgram(ModuleOp module) {
     if (sig)
       if (auto mesh = sig.getAs<FlatSymbolRefAttr>("mesh"))
         entry.mesh = mesh.getValue().str();
+    // The output the importer marked as its index checks' code (verified
+    // by the dialect: a list of checks on a 0-d i64 result).
+    for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i) {
+      Attribute marked = fn.getResultAttr(i, kIndexChecksAttrName);
+      if (!marked)
+        continue;
+      FailureOr<SmallVector<IndexCheckText>> checks = getIndexChecks(marked);
+      if (failed(checks) || entry.checkOutput >= 0) {
+        fn.emitError("entry point ")
+            << fn.getSymName() << " has more than one '" << kIndexChecksAttrName
+            << "' result, or a malformed one";
+        return "";
+      }
+      entry.checkOutput = i;
+      for (auto [exception, message] : *checks)
+        entry.checks.push_back({exception.str(), message.str()});
+    }
   }
   return exec::writeProgramInfo(info);
 }
@@ -225,6 +243,14 @@ struct RecordProgramInfoPass
       return signalPassFailure();
     module->setAttr(mlir::shardx::kProgramInfoAttr,
                     StringAttr::get(module.getContext(), info));
+    // The description holds the index checks from here on; code
+    // generation does not carry result attributes.
+    StringAttr checks = StringAttr::get(module.getContext(),
+                                        mlir::shardx::kIndexChecksAttrName);
+    module.walk([&](func::FuncOp fn) {
+      for (unsigned i = 0, e = fn.getNumResults(); i < e; ++i)
+        fn.removeResultAttr(i, checks);
+    });
   }
 };
 

@@ -19,6 +19,20 @@ std::vector<int64_t> ProgramInfo::getMeshShape() const {
   return meshes.front().shape;
 }
 
+std::string shardx::exec::describeFailedCheck(const EntryPoint &entry,
+                                              int64_t code) {
+  if (code == 0)
+    return "";
+  std::string of = " of " + std::to_string(entry.checks.size());
+  if (code < 1 || code > static_cast<int64_t>(entry.checks.size()))
+    return "index check code " + std::to_string(code) + " of " + entry.name +
+           ", which has " + std::to_string(entry.checks.size()) +
+           " checks (a ShardX bug)";
+  const IndexCheck &check = entry.checks[static_cast<size_t>(code - 1)];
+  return "index check " + std::to_string(code) + of +
+         " failed: " + check.exception + ": " + check.message;
+}
+
 //===----------------------------------------------------------------------===//
 // Writing
 //===----------------------------------------------------------------------===//
@@ -56,6 +70,14 @@ std::string shardx::exec::writeProgramInfo(const ProgramInfo &info) {
       outputs.push_back(specToJson(spec));
     f["inputs"] = std::move(inputs);
     f["outputs"] = std::move(outputs);
+    if (entry.checkOutput >= 0) {
+      Json checks = Json::array();
+      for (const IndexCheck &check : entry.checks)
+        checks.push_back(
+            Json{{"exception", check.exception}, {"message", check.message}});
+      f["index_checks"] =
+          Json{{"output", entry.checkOutput}, {"checks", std::move(checks)}};
+    }
     functions.push_back(std::move(f));
   }
   root["functions"] = std::move(functions);
@@ -114,6 +136,31 @@ bool readSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
   return true;
 }
 
+/// The entry's `index_checks` (none when absent). Throws Json::exception
+/// where a key is missing or mistyped.
+bool readChecks(const Json &f, EntryPoint &entry, std::string &error) {
+  auto it = f.find("index_checks");
+  if (it == f.end())
+    return true;
+  int64_t output = it->at("output").get<int64_t>();
+  for (const Json &c : it->at("checks"))
+    entry.checks.push_back({c.at("exception").get<std::string>(),
+                            c.at("message").get<std::string>()});
+  if (output < 0 || output >= static_cast<int64_t>(entry.outputs.size()) ||
+      entry.outputs[output].dtype != rt::DType::I64 ||
+      !entry.outputs[output].globalShape.empty()) {
+    error = "index_checks: output " + std::to_string(output) +
+            " is not an i64 scalar output";
+    return false;
+  }
+  if (entry.checks.empty()) {
+    error = "index_checks: no checks listed";
+    return false;
+  }
+  entry.checkOutput = output;
+  return true;
+}
+
 } // namespace
 
 bool shardx::exec::readProgramInfo(std::string_view text, ProgramInfo &info,
@@ -149,6 +196,10 @@ bool shardx::exec::readProgramInfo(std::string_view text, ProgramInfo &info,
           }
           (std::string(key) == "inputs" ? e.inputs : e.outputs).push_back(spec);
         }
+      if (!readChecks(f, e, error)) {
+        error = e.name + ": " + error;
+        return false;
+      }
       info.functions.push_back(std::move(e));
     }
   } catch (const Json::exception &e) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -28,6 +29,27 @@ int shardx::exec::computeThreadsPerRank(int64_t ranks) {
   // step (shardx.compile) would pay each time.
   static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks)));
+}
+
+Status shardx::exec::checkIndexCode(const EntryPoint &entry,
+                                    const std::vector<HostTensor> &outputs) {
+  if (entry.checkOutput < 0)
+    return Status::ok();
+  if (static_cast<size_t>(entry.checkOutput) >= outputs.size())
+    return Status::error(entry.name + " returned " +
+                         std::to_string(outputs.size()) +
+                         " outputs, and its check code is output " +
+                         std::to_string(entry.checkOutput));
+  std::shared_ptr<const HostTensor> code = onHost(std::make_shared<HostTensor>(
+      outputs[static_cast<size_t>(entry.checkOutput)]));
+  if (code->dtype != DType::I64 || code->numElements() != 1)
+    return Status::error(entry.name + "'s check code (output " +
+                         std::to_string(entry.checkOutput) +
+                         ") is not an i64 scalar");
+  int64_t value = 0;
+  std::memcpy(&value, code->data.data(), sizeof(value));
+  std::string failed = describeFailedCheck(entry, value);
+  return failed.empty() ? Status::ok() : Status::error(failed);
 }
 
 Status shardx::exec::runThreaded(const Artifact &artifact,

@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -238,6 +240,43 @@ def test_checks_survive_export_and_load(tmp_path):
     with pytest.raises(IndexError, match="index out of range in self"):
         h(W.numpy(), bad.numpy())
     assert h.compiles == 0
+
+
+def test_exported_artifact_fails_its_index_check(tmp_path, build_dir):
+    # The package's artifact run by shardx-exec, as a job from the command
+    # line: the program description names the check output and its checks
+    # (from the importer's shardx.index_checks result attribute), so an
+    # out-of-range index is an error with eager's message, exit 1 and no
+    # output written; in range the outputs are the JIT's. Before, it exited
+    # 0 and wrote the embedding sum with row 0 read for the bad index.
+    c = shardx.compile(_emb, Mesh((2,), ("tp",)), in_placements=[[Shard(0)], None], name="emb")
+    good, bad = torch.tensor([1, 7, 4]), torch.tensor([1, 8, 4])
+    want = c(W, good).to_torch().numpy()
+    package = c.export(tmp_path / "emb.shardx")
+    with zipfile.ZipFile(package) as z:
+        (member,) = [n for n in z.namelist() if n.startswith("artifacts/")]
+        (tmp_path / "emb.so").write_bytes(z.read(member))
+    np.save(tmp_path / "w.npy", W.numpy())
+    np.save(tmp_path / "good.npy", good.numpy())
+    np.save(tmp_path / "bad.npy", bad.numpy())
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def run(idx):
+        return subprocess.run([os.path.join(build_dir, "bin", "shardx-exec"), str(tmp_path / "emb.so"),
+                               f"--inputs={tmp_path / 'w.npy'},{tmp_path / idx}", f"--outputs={out}"],
+                              capture_output=True, text=True, timeout=120)
+
+    r = run("bad.npy")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("shardx-exec: error: index check 1 of 1 failed: IndexError: index out of range in self"
+            in r.stderr), r.stderr
+    assert os.listdir(out) == []
+    r = run("good.npy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (result, code) = sorted(out.iterdir())
+    np.testing.assert_array_equal(np.load(result), want)
+    assert np.load(code) == 0
 
 
 _MPI_SCRIPT = """

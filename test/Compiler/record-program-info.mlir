@@ -37,3 +37,24 @@ func.func @plain(%arg0: tensor<3xi64>) -> tensor<3xi64> {
 func.func @odd(%arg0: tensor<3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
   return %arg0 : tensor<3xcomplex<f32>>
 }
+
+// -----
+
+// Tests that the result the importer marked as its index checks' code
+// (shardx.index_checks) is described as the entry's check output with its
+// checks in code order, and that the attribute is then dropped.
+// CHECK-LABEL: module attributes {shardx.program_info =
+// CHECK-SAME: \22index_checks\22:{\22checks\22:[{\22exception\22:\22IndexError\22,\22message\22:\22index out of range in self\22},{\22exception\22:\22RuntimeError\22,\22message\22:\22bincount only supports 1-d non-negative integral inputs.\22}],\22output\22:1}
+// CHECK: func.func @checked(%{{.*}}: tensor<3xi64>) -> (tensor<3xi64>, tensor<i64>) {
+func.func @checked(%arg0: tensor<3xi64>) -> (tensor<3xi64>, tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "index out of range in self"}, {exception = "RuntimeError", message = "bincount only supports 1-d non-negative integral inputs."}]}) {
+  %c = arith.constant dense<0> : tensor<i64>
+  return %arg0, %c : tensor<3xi64>, tensor<i64>
+}
+
+// -----
+
+// Tests that two check outputs on one entry are an error.
+// expected-error @+1 {{entry point twice has more than one 'shardx.index_checks' result}}
+func.func @twice(%arg0: tensor<i64>) -> (tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "a"}]}, tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "b"}]}) {
+  return %arg0, %arg0 : tensor<i64>, tensor<i64>
+}

@@ -269,6 +269,15 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
                            seconds, isRoot);
     if (!s)
       return fail(s.message());
+    // A failed index check: the outputs were computed from safe indices,
+    // not the given ones, so none is written or compared. Every rank reads
+    // the same code and ends here, MPI's processes included.
+    if (Status checked = checkIndexCode(*entry, outputs); !checked) {
+      if (isRoot)
+        fail(checked.message());
+      finalizeMpiIfInitialized(finalizeMpi);
+      return 1;
+    }
     if (run > 0 || args.repeat == 1 || args.resident)
       times.push_back(seconds);
   }

@@ -13,7 +13,9 @@
 // with --check, prints per output the max abs/rel error and exits 1 when an
 // output differs beyond rtol/atol (numpy's allclose rule), is NaN or Inf in
 // one run only, or is NaN (or the same Inf) in both runs (unless
-// --allow-nan).
+// --allow-nan). A run whose index checks failed (a program the importer
+// traced with them: docs/Importer.md, "Index checks") is an error that
+// names the check, its outputs not compared.
 //
 // Random inputs are uniform in [-1, 1) except where the entry function's
 // argument says otherwise: an optimizer state the importer marked
@@ -242,6 +244,16 @@ int main(int argc, char **argv) {
         return 1;
       }
   }
+  // The artifacts removed (unless --keep), MPI ended, `code` returned.
+  auto finish = [&](int code) {
+    if (keep.empty()) {
+      llvm::sys::fs::remove(shardedPath);
+      llvm::sys::fs::remove(globalPath);
+      llvm::sys::fs::remove(dir);
+    }
+    tools::finalizeMpiIfInitialized(wantMpi);
+    return code;
+  };
   double shardedSeconds = 0, globalSeconds = 0;
   bool isRoot = true;
   auto median = [](std::vector<double> v) {
@@ -262,6 +274,15 @@ int main(int argc, char **argv) {
     if (!s) {
       std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
       return 1;
+    }
+    // A failed index check (every rank reads the same code): no output
+    // is compared, whatever --check says.
+    if (auto checked = exec::checkIndexCode(*entry, outputs); !checked) {
+      progress.clear();
+      if (isRoot)
+        std::fprintf(stderr, "shardx-run: error: %s\n",
+                     checked.message().c_str());
+      return finish(1);
     }
     times.push_back(shardedSeconds);
     blockedTimes.push_back(blocked);
@@ -303,6 +324,12 @@ int main(int argc, char **argv) {
           std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
                        gs.message().c_str());
           return 1;
+        }
+        if (auto checked = exec::checkIndexCode(*gentry, expected); !checked) {
+          progress.clear();
+          std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
+                       checked.message().c_str());
+          return finish(1);
         }
         gtimes.push_back(globalSeconds);
       }
@@ -391,11 +418,5 @@ int main(int argc, char **argv) {
     file->keep();
     progress.clear();
   }
-  if (keep.empty()) {
-    llvm::sys::fs::remove(shardedPath);
-    llvm::sys::fs::remove(globalPath);
-    llvm::sys::fs::remove(dir);
-  }
-  tools::finalizeMpiIfInitialized(wantMpi);
-  return status;
+  return finish(status);
 }

@@ -23,9 +23,11 @@ def RecordProgramInfoPass : Pass<"shardx-record-program-info", "ModuleOp"> {
   let summary = "Records the program description an artifact embeds";
   let description = [{
     Describes the program before lowering (entry points, argument and
-    result types, layouts, the mesh: `describeProgram`) as the module's
+    result types, layouts, the mesh, the output that holds the index
+    checks' code: `describeProgram`) as the module's
     `shardx.program_info` string attribute, which emitArtifact moves into
-    the artifact (`shardx_program_info`) and removes.
+    the artifact (`shardx_program_info`) and removes. The
+    `shardx.index_checks` result attributes it has described are removed.
   }];
 }
 

@@ -272,6 +272,14 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
                              double *seconds = nullptr,
                              double *blockedSeconds = nullptr);
 
+/// Whether a run of `entry` passed its index checks (docs/Importer.md,
+/// "Index checks"), read from its global outputs `outputs`: ok where the
+/// entry has no check output or its code is 0, else an error saying which
+/// check failed (describeFailedCheck). The code is replicated, so every
+/// rank of a world of processes reads the same and agrees.
+rt::Status checkIndexCode(const EntryPoint &entry,
+                          const std::vector<HostTensor> &outputs);
+
 /// The global tensor of `spec` from this rank's local tensor and every
 /// other rank's of `comm` (a collective: every rank calls it).
 rt::Status gatherOnCommunicator(const HostTensor &local, const TensorSpec &spec,

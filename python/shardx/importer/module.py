@@ -59,7 +59,10 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     ops, bincount: docs/Importer.md, "Index checks"), one more output, last,
     an i64 scalar (replicated): 0 when every check passed, else ``k + 1``
     for the first check ``k`` that failed; ``last_checks`` lists the checks
-    (exception name, message). Without checks, no output is added.
+    (exception name, message), and so does the output's result attribute
+    ``shardx.index_checks`` (``[{exception = "IndexError", message =
+    "..."}, ...]``, in code order), which marks it for the compiler and the
+    command line executors. Without checks, no output is added.
     """
     with _gc_paused():
         return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements,
@@ -140,7 +143,11 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     fname = name or getattr(fn, "__name__", "main")
     if not fname.isidentifier() or fname == "<lambda>":
         fname = "main"
-    header = _header(mesh, fname, inputs, in_layouts, extra_attrs, outputs, out_layouts)
+    out_attrs = [[] for _ in outputs]
+    if index_checks and imp.checks:
+        out_attrs[-1].append(_checks_attr(last_checks))
+    header = _header(mesh, fname, inputs, in_layouts, extra_attrs, outputs, out_layouts,
+                     out_attrs)
     ret = (f"  return {', '.join(o.name for o in outputs)} : {', '.join(o.type for o in outputs)}"
            if outputs else "  return")
 
@@ -221,8 +228,20 @@ last_checks: List[Tuple[str, str]] = []
 last_timing: Dict[str, float] = {}
 
 
+def _checks_attr(checks: Sequence[Tuple[str, str]]) -> str:
+    """The ``shardx.index_checks`` result attribute that marks the check
+    code output: per check, in code order, its exception name and message
+    (the compiler copies it into the program description, and the command
+    line executors fail with it: docs/Importer.md, "Index checks")."""
+    def string(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    entries = ", ".join(f"{{exception = {string(exc)}, message = {string(message)}}}"
+                        for exc, message in checks)
+    return f"shardx.index_checks = [{entries}]"
+
+
 def _header(mesh, fname: str, inputs: List[Value], in_layouts, extra_attrs, outputs: List[Value],
-            out_layouts) -> List[str]:
+            out_layouts, out_attrs) -> List[str]:
     """The mesh and the function's signature, up to its body."""
     lines = []
     if mesh is not None:
@@ -235,7 +254,8 @@ def _header(mesh, fname: str, inputs: List[Value], in_layouts, extra_attrs, outp
         args_text.append(f"    {v.name}: {v.type}{attr}")
     res_text = []
     for i, o in enumerate(outputs):
-        attr = f" {{shardx.layout = {out_layouts[i]}}}" if out_layouts[i] else ""
+        attrs = out_attrs[i] + ([f"shardx.layout = {out_layouts[i]}"] if out_layouts[i] else [])
+        attr = f" {{{', '.join(attrs)}}}" if attrs else ""
         res_text.append(f"{o.type}{attr}")
     lines.append(f"func.func @{fname}(\n" + ",\n".join(args_text) + f")\n    -> ({', '.join(res_text)}) {{")
     return lines

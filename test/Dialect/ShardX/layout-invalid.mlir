@@ -310,3 +310,28 @@ shardx.mesh @mesh(shape = 2)
 // expected-error @+1 {{entry block must have 1 arguments to match function signature}}
 func.func @un (tensor<7xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
 }
+
+// -----
+
+// Tests that shardx.index_checks lists checks as {exception, message}
+// dictionaries.
+// expected-error @+1 {{'shardx.index_checks' on result #0 must be an array of one or more {exception = "...", message = "..."} dictionaries, got ["IndexError"]}}
+func.func @f(%a: tensor<i64>) -> (tensor<i64> {shardx.index_checks = ["IndexError"]}) {
+  return %a : tensor<i64>
+}
+
+// -----
+
+// Tests that shardx.index_checks marks a 0-d i64 result (the check code).
+// expected-error @+1 {{'shardx.index_checks' on result #0 must mark a 0-d i64 result, not 'tensor<2xi64>'}}
+func.func @f(%a: tensor<2xi64>) -> (tensor<2xi64> {shardx.index_checks = [{exception = "IndexError", message = "index out of range in self"}]}) {
+  return %a : tensor<2xi64>
+}
+
+// -----
+
+// Tests that shardx.index_checks is a result attribute only.
+// expected-error @+1 {{unknown ShardX attribute 'shardx.index_checks' on argument #0}}
+func.func @f(%a: tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "index out of range in self"}]}) {
+  return
+}

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Dialect/ShardX/IR/IndexChecks.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -81,10 +82,54 @@ LogicalResult ShardXDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   return verifyFunctionLayout(op, argIndex, attr, /*isResult=*/false);
 }
 
+FailureOr<SmallVector<IndexCheckText>>
+mlir::shardx::getIndexChecks(Attribute value) {
+  auto array = dyn_cast<ArrayAttr>(value);
+  if (!array || array.empty())
+    return failure();
+  SmallVector<IndexCheckText> checks;
+  for (Attribute a : array) {
+    auto entry = dyn_cast<DictionaryAttr>(a);
+    auto exception = entry ? entry.getAs<StringAttr>("exception") : nullptr;
+    auto message = entry ? entry.getAs<StringAttr>("message") : nullptr;
+    if (!exception || !message || entry.size() != 2)
+      return failure();
+    checks.emplace_back(exception.getValue(), message.getValue());
+  }
+  return checks;
+}
+
+/// Verifies a `shardx.index_checks` attribute on result `index` of `op`
+/// (IndexChecks.h): the checks' list, on a function's 0-d i64 result (a
+/// tensor; a memref once bufferized).
+static LogicalResult verifyIndexChecks(Operation *op, unsigned index,
+                                       NamedAttribute attr) {
+  std::string what =
+      "'" + attr.getName().str() + "' on result #" + std::to_string(index);
+  if (failed(getIndexChecks(attr.getValue())))
+    return op->emitError() << what
+                           << " must be an array of one or more {exception = "
+                              "\"...\", message = \"...\"} dictionaries, got "
+                           << attr.getValue();
+  auto fn = dyn_cast<FunctionOpInterface>(op);
+  if (!fn)
+    return op->emitError() << what << " of an op that is not a function";
+  if (index >= fn.getResultTypes().size())
+    return success(); // the function's own verifier reports it
+  auto shaped = dyn_cast<ShapedType>(fn.getResultTypes()[index]);
+  if (shaped && (!shaped.hasRank() || shaped.getRank() != 0 ||
+                 !shaped.getElementType().isInteger(64)))
+    return op->emitError() << what << " must mark a 0-d i64 result, not "
+                           << shaped;
+  return success();
+}
+
 LogicalResult ShardXDialect::verifyRegionResultAttribute(Operation *op,
                                                          unsigned,
                                                          unsigned resultIndex,
                                                          NamedAttribute attr) {
+  if (attr.getName() == kIndexChecksAttrName)
+    return verifyIndexChecks(op, resultIndex, attr);
   return verifyFunctionLayout(op, resultIndex, attr, /*isResult=*/true);
 }
 
