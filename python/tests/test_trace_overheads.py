@@ -3,7 +3,8 @@ whole step's trace"): what they change must not change what a step
 computes. The detach/alias nodes dropped before pass 2 are only those that
 nothing writes; the garbage collector is paused for a trace and restored
 after it, an error included; the stack traces FX records still name the
-user's lines."""
+user's lines; the nodes pass 2 records without their dispatch are the ones
+the dispatch makes."""
 
 import gc
 import inspect
@@ -98,3 +99,107 @@ def test_locations_name_the_user_lines():
     first = inspect.getsourcelines(f)[1]
     lines = {int(m) for m in re.findall(r'loc\("test_trace_overheads\.py":(\d+):', text)}
     assert {first + 1, first + 2} <= lines, lines
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) + x
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(3))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def _step(net):
+    params = dict(net.named_parameters())
+
+    def step(ps, x):
+        loss = torch.func.functional_call(net, ps, (x,)).square().mean()
+        grads = torch.autograd.grad(loss, list(ps.values()))
+        # Pointwise ops on region outputs (the global norm's kind), a view.
+        norm = sum((g * g).sum() for g in grads).sqrt()
+        scale = 1.0 / (norm + 1e-6)
+        return loss, [p - 0.1 * g * scale for p, g in zip(ps.values(), grads)], x.t() * 2
+    return step, [params, torch.randn(4, 8)]
+
+
+def _graphs(direct: bool):
+    """Every make_fx graph of a trace of ``_step`` (nodes, names, arguments,
+    users, metadata with each value's shape, strides and dtype) and its
+    program text, with pass 2's direct records on or off; and how many
+    nodes were recorded directly."""
+    from shardx.importer import tracing
+    graphs, recorded = [], []
+    make_fx, record = tracing.make_fx, tracing._Pass2._record
+
+    def traced(*a, **k):
+        f = make_fx(*a, **k)
+        return lambda *xs: graphs.append(f(*xs)) or graphs[-1]
+
+    def counted(self, n, target):
+        out = record(self, n, target) if direct else None
+        recorded.extend([n] if out is not None else [])
+        return out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tracing, "make_fx", traced)
+        mp.setattr(tracing._Pass2, "_record", counted)
+        mp.setenv("SHARDX_REGION_CACHE", "0")  # each region traced, in both runs
+        torch.manual_seed(0)
+        step, args = _step(_Net())
+        text = trace(step, args)
+
+    def val(v):
+        if isinstance(v, torch.Tensor):
+            return (type(v).__name__, tuple(v.shape), v.stride(), v.storage_offset(), v.dtype,
+                    v.requires_grad)
+        return [val(x) for x in v] if isinstance(v, (list, tuple)) else repr(v)
+    def meta(n, first):
+        # autograd's sequence numbers go on from trace to trace: relative.
+        return {k: val(v) if k == "val" else v - first if k == "seq_nr"
+                else re.sub(r"graph_id=\d+", "", repr(v)) for k, v in n.meta.items()}
+    nodes = []
+    for gm in graphs:
+        first = min((n.meta["seq_nr"] for n in gm.graph.nodes if "seq_nr" in n.meta), default=0)
+        nodes.append([(n.name, n.op, str(n.target), repr(n.args), repr(n.kwargs),
+                       [u.name for u in n.users], meta(n, first)) for n in gm.graph.nodes])
+    return nodes, text, len(recorded)
+
+
+def test_pass2_records_nodes_as_their_dispatch_makes_them():
+    """Pass 2's region calls and pointwise ops recorded directly
+    (``tracing._Pass2``) are the nodes, metadata and values that their
+    dispatch through functionalization, make_fx and the fake mode makes."""
+    want, want_text, none = _graphs(direct=False)
+    got, got_text, recorded = _graphs(direct=True)
+    assert none == 0 and recorded >= 6  # 3 forward and 3 backward region calls at least
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g == w
+    assert got_text == want_text
+
+
+def test_pass2_records_nothing_directly_where_the_graph_mutates(monkeypatch):
+    from shardx.importer import tracing
+    seen = []
+    init = tracing._Pass2.__init__
+
+    def spy(self, gm, direct=True):
+        init(self, gm, direct)
+        seen.append(self._direct)
+    monkeypatch.setattr(tracing._Pass2, "__init__", spy)
+    trace(written_through_detach, [torch.randn(4, 4)])
+    assert seen == [False]
+    trace(read_through_detach, [torch.randn(4, 4), torch.randn(4, 4)])
+    assert seen == [False, True]
+

@@ -194,33 +194,74 @@ def _proxy_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
     about a quarter of the trace. A call this does not cover (an operand
     without a proxy or with a constant value, symbolic shapes, another
     PyTorch) goes through the mode's own dispatch."""
-    from torch.fx.experimental import proxy_tensor as pt
-    tracer = getattr(mode, "tracer", None)
     bound = dict(zip(("graph", "operands"), args), **(kwargs or {}))
     graph, operands = bound.get("graph"), bound.get("operands")
-    tracker = getattr(tracer, "tensor_tracker", None)
-    fake = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
-    proxies = []
-    if tracker is not None and isinstance(graph, str) and isinstance(operands, (list, tuple)) \
-            and all(hasattr(pt, n) for n in _PROXY_TENSOR_NAMES) \
-            and not getattr(mode, "pre_dispatch", True) \
-            and not getattr(mode, "emulate_precision_casts", False) \
-            and not (fake is not None and getattr(fake, "shape_env", None) is not None) \
-            and func not in getattr(mode, "decomposition_table", {func: None}):
-        for t in operands:
-            slot = tracker.get(t) if type(t) in pt.HANDLED_TYPES else None
-            if slot is None or slot.constant is not None:
-                proxies = None
-                break
-            proxies.append(slot.proxy.node)
-    else:
-        proxies = None
+    proxies = _operand_nodes(mode, func, graph, operands)
     if proxies is None:
         return mode.__torch_dispatch__(func, types, args, kwargs)
+    return _record_call(mode.tracer, func, graph, proxies,
+                        lambda: func(*args, **(kwargs or {})))
+
+
+def record_call(mode, graph: Any, operands: Any) -> Optional[List[torch.Tensor]]:
+    """A ``region_call(graph, operands)`` recorded by make_fx's ``mode``
+    (its ProxyTorchDispatchMode) as ``_proxy_mode_rule`` records it, the
+    outputs made as the fake mode's rule makes them (``_fake_outputs``),
+    for a caller that holds the operands' own fake tensors (pass 2 of the
+    step's trace, ``tracing._Pass2``): the nodes and values that the
+    call's dispatch through functionalization, autograd, the proxy mode
+    and the fake mode gives, without that dispatch. None where the rule
+    would not cover the call (it then takes the dispatch)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    func = torch.ops.shardx.region_call.default
+    proxies = _operand_nodes(mode, func, graph, operands)
+    if proxies is None or not operands or type(operands[0]) is not FakeTensor:
+        return None
+    fake = operands[0].fake_mode
+    if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not fake:
+        return None
+    def outputs():
+        # Made below the functionalization the caller runs under, as the
+        # fake mode's rule makes them (not wrapped as functional tensors).
+        from .tracing import _below_the_modes
+        with _below_the_modes():
+            return _fake_outputs(fake, graph, operands)
+    return _record_call(mode.tracer, func, graph, proxies, outputs)
+
+
+def _operand_nodes(mode, func, graph, operands) -> Optional[List[torch.fx.Node]]:
+    """The node of each operand of a region call under make_fx's proxy
+    ``mode``, or None where ``_proxy_mode_rule`` leaves the call to the
+    mode's dispatch."""
+    from torch.fx.experimental import proxy_tensor as pt
+    tracer = getattr(mode, "tracer", None)
+    tracker = getattr(tracer, "tensor_tracker", None)
+    fake = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if tracker is None or not isinstance(graph, str) or not isinstance(operands, (list, tuple)) \
+            or not all(hasattr(pt, n) for n in _PROXY_TENSOR_NAMES) \
+            or getattr(mode, "pre_dispatch", True) \
+            or getattr(mode, "emulate_precision_casts", False) \
+            or (fake is not None and getattr(fake, "shape_env", None) is not None) \
+            or func in getattr(mode, "decomposition_table", {func: None}):
+        return None
+    proxies = []
+    for t in operands:
+        slot = tracker.get(t) if type(t) in pt.HANDLED_TYPES else None
+        if slot is None or slot.constant is not None:
+            return None
+        proxies.append(slot.proxy.node)
+    return proxies
+
+
+def _record_call(tracer, func, graph: str, proxies: List[torch.fx.Node],
+                 outputs: Callable[[], List[torch.Tensor]]) -> List[torch.Tensor]:
+    """The ``region_call`` node over ``proxies``, its outputs (``outputs()``)
+    and a ``getitem`` node per output, as ``proxy_call`` makes them."""
+    from torch.fx.experimental import proxy_tensor as pt
     with pt.set_original_aten_op(func):
         node = tracer.create_node("call_function", func, (graph, proxies), {},
                                   name=tracer.graph._target_to_str(func.overloadpacket.__name__))
-        out = func(*args, **(kwargs or {}))
+        out = outputs()
         pt.set_meta(tracer.proxy(node), out)
         # Each getitem's stack trace is the call's: the frames FX keeps
         # (the user's, outside this rule) are the same frames at the same
@@ -243,7 +284,6 @@ def _proxy_mode_rule(mode, func, types, args, kwargs) -> List[torch.Tensor]:
                 pt.track_tensor(t, item, constant=None, tracer=tracer)
             pt.set_meta(item, t)
     return out
-
 
 
 def _getitem_nodes(tracer, node: torch.fx.Node, n: int) -> List[torch.fx.Node]:

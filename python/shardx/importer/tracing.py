@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import os
 import re
 import sys
@@ -314,7 +315,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
         detached = _pass2_inputs(flat_args)
 
         def run(*xs):
-            return torch.fx.Interpreter(g0).run(*xs)
+            return _Pass2(g0, direct=fake).run(*xs)
         # Pass 1 recorded the ops autocast chose; autocast must not choose
         # again in pass 2 (a region is traced inside the caller's autocast,
         # and would cast an f32 matmul it computes with autocast off).
@@ -324,6 +325,217 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
                         decomposition_table=_decomposition_table(),
                         record_stack_traces=True)(*detached)
     return g
+
+
+class _Pass2(torch.fx.Interpreter):
+    """Pass 2's walk over pass 1's graph (under ``functionalize`` and
+    make_fx), where the nodes that pass 2 would copy unchanged are recorded
+    directly, without their dispatch.
+
+    Pass 2 runs every node of pass 1 through functionalization (a wrapper
+    per value, unwrapped and wrapped again around each op), make_fx's
+    proxy mode (the decomposition table, ``proxy_call``) and the fake
+    mode. Most of pass 1's nodes come out of that as they went in: at 32
+    layers of bench/compile_latency_bench.py's GPT, of 5,200 nodes 452
+    region calls and their getitems, and 780 pointwise ``mul``/``add`` of
+    the global gradient norm; their dispatch (0.45-0.5 ms a node) was
+    two thirds of the pass. Where pass 1's graph mutates nothing (no op
+    with a mutable schema: then functionalization only unwraps and wraps
+    again, and syncs no pending update), this makes such a node's FX node
+    and output value as that dispatch would, with the same
+    ``tracer.create_node`` under the same current node metadata, and
+    leaves the output unwrapped (a plain fake tensor, tracked by the
+    tracer) until a node that takes the usual way reads it (then it is
+    wrapped, once, at the transform's level):
+
+    - a region call whose operands all have proxies (``regions.record_call``:
+      the nodes ``regions._proxy_mode_rule`` makes, the outputs the fake
+      mode's rule makes);
+    - a pointwise aten op (``torch.Tag.pointwise``; not mutating, not a
+      view, one tensor result, no decomposition in pass 2's table nor a
+      CompositeImplicit kernel, no Python kernel for the modes) whose
+      tensor operands are fake, tracked without a constant value, and
+      shaped as in pass 1 (shape, strides, offset, dtype, device): its
+      output is made with pass 1's output's shape, strides and dtype, as
+      the meta kernel gives it for such operands.
+
+    Anything else (and every node of a trace on real tensors, or of a
+    graph that mutates) takes the usual way. The nodes and their metadata
+    are the ones the usual way makes (python/tests/test_trace_overheads.py
+    compares both passes' graphs)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, direct: bool = True):
+        super().__init__(gm)
+        self._direct = direct and all(_functional(n) for n in gm.graph.nodes)
+        #: id -> (plain fake value, its functional wrapper or None).
+        self._plain: Dict[int, List[Any]] = {}
+        self._level: Optional[int] = None
+        from . import regions  # noqa: F401 -- defines shardx::region_call
+        self._region_call = torch.ops.shardx.region_call.default
+
+    @contextlib.contextmanager
+    def _set_current_node(self, node: torch.fx.Node):
+        # The pass name FX records in each new node's provenance
+        # (``from_node``): the plain Interpreter's, as before.
+        from torch.fx import traceback as fx_traceback
+        with fx_traceback.set_current_meta(node, "Interpreter_Interpreter"):
+            yield
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if self._direct and n.op == "call_function":
+            target = n.target
+            if target is self._region_call or type(target) is torch._ops.OpOverload \
+                    and _pointwise(target):
+                # Without make_fx's torch-function mode, which each
+                # tensor attribute read here would go through (it records
+                # the last torch function called, for pre-dispatch traces).
+                with self._set_current_node(n), torch._C.DisableTorchFunction():
+                    out = self._record(n, target)
+                if out is not None:
+                    if isinstance(out, list):
+                        for t in out:
+                            self._plain[id(t)] = [t, None]
+                    else:
+                        self._plain[id(out)] = [out, None]
+                    return out
+        return super().run_node(n)
+
+    def fetch_args_kwargs_from_env(self, n: torch.fx.Node):
+        args, kwargs = super().fetch_args_kwargs_from_env(n)
+        # A getitem (of a region call's outputs) passes its value on as it
+        # is; the output node's values are unwrapped again anyway.
+        if self._plain and n.op != "output" and n.target is not operator.getitem:
+            args, kwargs = pytree.tree_map_only(torch.Tensor, self._wrapped, (args, kwargs))
+        return args, kwargs
+
+    def _wrapped(self, t: torch.Tensor) -> torch.Tensor:
+        """``t``, or the functional wrapper of a value recorded directly."""
+        entry = self._plain.get(id(t))
+        if entry is None or entry[0] is not t:
+            return t
+        if entry[1] is None:
+            entry[1] = torch._C._functorch._wrap_functional_tensor(t, self._level)
+        return entry[1]
+
+    def _inner(self, t: Any) -> Any:
+        """The fake tensor behind an operand: a recorded value itself, or
+        the value a functional wrapper holds (None where there is none)."""
+        entry = self._plain.get(id(t))
+        if entry is not None and entry[0] is t:
+            return t
+        if not torch._is_functional_tensor(t):
+            return None
+        if self._level is None:
+            self._level = torch._C._functorch.maybe_get_level(t)
+        torch._sync(t)
+        return torch._from_functional_tensor(t)
+
+    def _record(self, n: torch.fx.Node, target) -> Any:
+        from torch.fx.experimental import proxy_tensor as pt
+        from torch._subclasses.fake_tensor import FakeTensor
+        mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+        if mode is None:
+            return None
+        args, kwargs = super().fetch_args_kwargs_from_env(n)
+        if target is self._region_call:
+            bound = dict(zip(("graph", "operands"), args), **kwargs)
+            operands = bound.get("operands")
+            if not isinstance(operands, (list, tuple)):
+                return None
+            inner = [self._inner(t) for t in operands]
+            if any(t is None for t in inner):
+                return None
+            from . import regions
+            return regions.record_call(mode, bound.get("graph"), inner)
+        fake = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+        val = n.meta.get("val")
+        if kwargs or fake is None or type(val) is not FakeTensor or val.storage_offset() != 0 \
+                or getattr(mode, "decomp_layers", 1) \
+                or getattr(mode, "emulate_precision_casts", False) \
+                or getattr(mode, "pre_dispatch", True) or fake.shape_env is not None \
+                or target in mode.decomposition_table:
+            return None
+        tracker = mode.tracer.tensor_tracker
+        proxy_args = []
+        if not any(isinstance(a, torch.Tensor) for a in args):
+            return None
+        for node_arg, a in zip(n.args, args):
+            if not isinstance(a, torch.Tensor):
+                if isinstance(node_arg, torch.fx.Node) or isinstance(a, (list, tuple, dict)):
+                    return None
+                proxy_args.append(a)
+                continue
+            t = self._inner(a) if isinstance(node_arg, torch.fx.Node) else None
+            if type(t) is not FakeTensor or t.fake_mode is not fake or t.constant is not None:
+                return None
+            slot = tracker.get(t)
+            was = node_arg.meta.get("val")
+            if slot is None or slot.constant is not None or not isinstance(was, torch.Tensor) \
+                    or t.shape != was.shape or t.stride() != was.stride() \
+                    or t.storage_offset() != was.storage_offset() or t.dtype != was.dtype \
+                    or t.device != was.device:
+                return None
+            proxy_args.append(slot.proxy)
+        tracer = mode.tracer
+        with pt.set_original_aten_op(target):
+            proxy = tracer.create_proxy(
+                "call_function", target, tuple(proxy_args), {},
+                name=tracer.graph._target_to_str(target.overloadpacket.__name__))
+            with _below_the_modes():
+                out = FakeTensor(fake, torch.empty_strided(tuple(val.shape), tuple(val.stride()),
+                                                           dtype=val.dtype, device="meta"),
+                                 val.device)
+            pt.set_proxy_slot(out, tracer, pt._ProxyTensor(proxy, None))
+            pt.set_meta(proxy, out)
+        return out
+
+
+@contextlib.contextmanager
+def _below_the_modes():
+    """Where an op's fake kernel runs under pass 2's dispatch: no fake or
+    proxy mode (nothing traced) and no functionalization (nothing wrapped)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch._C._DisableFuncTorch():
+        yield
+
+
+def _functional(node: torch.fx.Node) -> bool:
+    """Whether pass 2's functionalization leaves ``node`` of pass 1 as it
+    is, but for the wrappers: not an op with a mutable schema, nor a call
+    of anything other than an op overload or ``getitem`` (a higher-order
+    operator may write its operands)."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return True
+    return type(node.target) is torch._ops.OpOverload and not node.target._schema.is_mutable
+
+
+_POINTWISE: Dict[Any, bool] = {}
+
+
+def _pointwise(op) -> bool:
+    """Whether pass 2 copies the aten op ``op`` as it is and ``_Pass2``
+    may record it directly (see there); kept per op."""
+    answer = _POINTWISE.get(op)
+    if answer is None:
+        from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        schema = op._schema
+        answer = (op.namespace == "aten" and torch.Tag.pointwise in op.tags
+                  and not schema.is_mutable and len(schema.returns) == 1
+                  and schema.returns[0].alias_info is None
+                  and str(schema.returns[0].type) == "Tensor"
+                  and not any(a.alias_info is not None for a in schema.arguments)
+                  and op not in _decomposition_table()
+                  and not torch._C._dispatch_has_kernel_for_dispatch_key(
+                      op.name(), "CompositeImplicitAutograd")
+                  and not any(t in op.tags for t in (torch.Tag.nondeterministic_seeded,
+                                                     torch.Tag.data_dependent_output,
+                                                     torch.Tag.dynamic_output_shape))
+                  and ProxyTorchDispatchMode not in op.python_key_table
+                  and FakeTensorMode not in op.python_key_table)
+        _POINTWISE[op] = answer
+    return answer
 
 
 def _pass2_inputs(flat_args: List[Any]) -> List[Any]:
