@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -99,12 +99,14 @@ def _timing_seconds(report, names) -> Dict[str, float]:
 
 
 def run_compiler(src: str, out: str, args: Sequence[str] = (),
-                 timing: Optional[Dict[str, float]] = None, tool: Optional[str] = None) -> None:
+                 timing: Optional[Dict[str, float]] = None, tool: Optional[str] = None,
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
     """Runs ``shardx-compile src -o out args...``; a long compile shows a
     progress bar of the object units (kernels) compiled (tqdm, on a
     terminal). The SPMD pipeline's and code generation's seconds go into
     ``timing``. A failed compile raises ArtifactError with the tool's
-    diagnostics (ToolError)."""
+    diagnostics (ToolError). ``meanwhile()`` runs once the tool has
+    started."""
     try:
         from tqdm import tqdm
     except ImportError:  # no bar without tqdm
@@ -119,6 +121,8 @@ def run_compiler(src: str, out: str, args: Sequence[str] = (),
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
         chunks, tail = [], ""
         try:
+            if meanwhile is not None:
+                meanwhile()
             while True:
                 data = proc.stderr.read1(4096)
                 if not data:

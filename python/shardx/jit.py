@@ -302,12 +302,14 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
 
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none",
-                    recompute_budget: Optional[int] = None):
+                    recompute_budget: Optional[int] = None,
+                    meanwhile: Optional[Callable[[], None]] = None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path); ``timing`` (if given) gets the
     seconds of the SPMD pipeline, code generation and loading. ``recompute``
     is shardx-compile's ``--recompute`` policy and ``recompute_budget`` its
-    ``--recompute-budget`` (bytes per rank; both part of the key)."""
+    ``--recompute-budget`` (bytes per rank; both part of the key).
+    ``meanwhile`` is called while the compiler runs (not on a cache hit)."""
     timing = {} if timing is None else timing
     rt = runtime()
     cache_max_bytes()  # a bad SHARDX_CACHE_MAX_MB fails before the compile
@@ -370,7 +372,7 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                                          if recompute != "none" else [])
         if recompute_budget is not None:
             args.append(f"--recompute-budget={int(recompute_budget)}")
-        run_compiler(src, tmp_so, args, timing, tool)
+        run_compiler(src, tmp_so, args, timing, tool, meanwhile)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
         os.replace(src, os.path.join(folder, key + ".mlir"))
@@ -748,30 +750,34 @@ class CompiledFunction(runtime().CompiledCall):
         start = time.perf_counter()
         # On a GPU, attention of bf16/f16 values at a fused kernel's
         # precision: its GEMMs on tensor cores (importer/attention.py).
-        with flash_precision(self.backend in GPU_BACKENDS):
-            text = trace(traced, examples, self._trace_mesh,
-                         in_pl if self._trace_mesh else None, out_pl,
-                         name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True)
-        timing = dict(importer_module.last_timing)
-        checks = list(importer_module.last_checks)
-        if self.memory_budget is not None:
-            # The plan's layouts are the inputs' (the entry scatters them).
-            t0 = time.perf_counter()
-            text = auto_shard(text, self.memory_budget)
-            timing["auto_shard"] = time.perf_counter() - t0
-        mutated = traced.mutated
-        if writes is None:
-            # Traced with every input a tensor of its own: the inputs the
-            # function writes, whatever the aliasing.
-            writes = traced.written
-            partners = _partners(flat, writes)
-            if any(same for _, same in partners):
-                # Written inputs that are the same tensor as others: traced
-                # again as one tensor, as eager writes them.
-                return self._compile(args, flat, spec, partners, writes)
-        artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
-                                              compile_target(self.backend), timing,
-                                              self.recompute, self.recompute_budget)
+        # The trace's garbage is collected while shardx-compile runs (or at
+        # the block's end, where the artifact is cached).
+        with importer_module.garbage_left_for_later() as later:
+            with flash_precision(self.backend in GPU_BACKENDS):
+                text = trace(traced, examples, self._trace_mesh,
+                             in_pl if self._trace_mesh else None, out_pl,
+                             name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True)
+            timing = dict(importer_module.last_timing)
+            checks = list(importer_module.last_checks)
+            if self.memory_budget is not None:
+                # The plan's layouts are the inputs' (the entry scatters them).
+                t0 = time.perf_counter()
+                text = auto_shard(text, self.memory_budget)
+                timing["auto_shard"] = time.perf_counter() - t0
+            mutated = traced.mutated
+            if writes is None:
+                # Traced with every input a tensor of its own: the inputs the
+                # function writes, whatever the aliasing.
+                writes = traced.written
+                partners = _partners(flat, writes)
+                if any(same for _, same in partners):
+                    # Written inputs that are the same tensor as others: traced
+                    # again as one tensor, as eager writes them.
+                    return self._compile(args, flat, spec, partners, writes)
+            artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
+                                                  compile_target(self.backend), timing,
+                                                  self.recompute, self.recompute_budget,
+                                                  meanwhile=later.collect)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:

@@ -203,3 +203,31 @@ def test_pass2_records_nothing_directly_where_the_graph_mutates(monkeypatch):
     trace(read_through_detach, [torch.randn(4, 4), torch.randn(4, 4)])
     assert seen == [False, True]
 
+
+def test_jit_collects_the_trace_garbage_while_compiling(monkeypatch):
+    """``shardx.compile``'s first call leaves the trace's garbage (and the
+    collector paused) for the time shardx-compile runs; after the call the
+    collector is on again, with or without a compile."""
+    from shardx import jit
+    seen = []
+    run = jit.run_compiler
+
+    def spy(src, out, args=(), timing=None, tool=None, meanwhile=None):
+        seen.append(gc.isenabled())
+
+        def then():
+            meanwhile()
+            seen.append(gc.isenabled())
+        return run(src, out, args, timing, tool, then)
+    monkeypatch.setattr(jit, "run_compiler", spy)
+
+    def f(x):
+        return x * 3 + 1
+
+    x = torch.randn(4, 4)
+    assert gc.isenabled()
+    torch.testing.assert_close(full(shardx.compile(f, MESH, R, R)(x)), f(x))
+    assert seen == [False, True] and gc.isenabled()
+    # The same program again: from the artifact cache, no compile.
+    torch.testing.assert_close(full(shardx.compile(f, MESH, R, R)(x)), f(x))
+    assert seen == [False, True] and gc.isenabled()

@@ -81,16 +81,59 @@ def _gc_paused():
     was = gc.isenabled()
     gc.disable()
     collect, _GC.collect = getattr(_GC, "collect", False), was
+    later = getattr(_GC, "later", None)
     try:
         yield
-    finally:
-        _GC.collect = collect
+    except BaseException:
         if was:
             gc.enable()
+        raise
+    else:
+        if was and later is not None:
+            later.pending = True  # paused, with the garbage, until later.collect()
+        elif was:
+            gc.enable()
+    finally:
+        _GC.collect = collect
 
 
-#: ``collect``: the trace on this thread paused an enabled collector.
+#: ``collect``: the trace on this thread paused an enabled collector;
+#: ``later``: the innermost ``garbage_left_for_later`` on this thread.
 _GC = threading.local()
+
+
+class _Later:
+    """What ``garbage_left_for_later`` yields: ``collect()`` collects the
+    garbage a trace left (once) and turns the collector on again."""
+
+    def __init__(self):
+        self.pending = False
+
+    def collect(self) -> None:
+        if self.pending:
+            self.pending = False
+            try:
+                gc.collect(0)
+            finally:
+                gc.enable()
+
+
+@contextlib.contextmanager
+def garbage_left_for_later():
+    """Within the block, a trace that paused an enabled collector leaves it
+    paused, and its garbage uncollected, for ``collect()`` of the object
+    yielded or else the block's end: the JIT (``shardx.compile``) calls
+    it once ``shardx-compile`` runs, so that the collection (0.3-0.45 s
+    at 32 layers of bench/compile_latency_bench.py's GPT, most of the
+    trace's "dead code" step) overlaps the compile instead of preceding
+    it. The same objects are freed; only the moment differs."""
+    later = _Later()
+    outer, _GC.later = getattr(_GC, "later", None), later
+    try:
+        yield later
+    finally:
+        _GC.later = outer
+        later.collect()
 
 
 def _collect_garbage() -> None:
@@ -171,7 +214,7 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     try:
         step_dce = start_removing_dead_ops(imp.em.ops,
                                            probe_text if region_dce else module_text)
-        if getattr(_GC, "collect", False):
+        if getattr(_GC, "collect", False) and getattr(_GC, "later", None) is None:
             _collect_garbage()
         ops = step_dce()
     finally:
