@@ -315,7 +315,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
         detached = _pass2_inputs(flat_args)
 
         def run(*xs):
-            return _Pass2(g0, direct=fake).run(*xs)
+            return _Pass2(g0).run(*xs)
         # Pass 1 recorded the ops autocast chose; autocast must not choose
         # again in pass 2 (a region is traced inside the caller's autocast,
         # and would cast an f32 matmul it computes with autocast off).
@@ -360,7 +360,8 @@ class _Pass2(torch.fx.Interpreter):
       the meta kernel gives it for such operands.
 
     Anything else (and every node of a trace on real tensors, or of a
-    graph that mutates) takes the usual way. The nodes and their metadata
+    graph that mutates) takes the usual way. A region's own trace (inside
+    the step's pass 1, on its fake tensors) records the same way. The nodes and their metadata
     are the ones the usual way makes (python/tests/test_trace_overheads.py
     compares both passes' graphs)."""
 
