@@ -220,6 +220,7 @@ def record_call(mode, graph: Any, operands: Any) -> Optional[List[torch.Tensor]]
     fake = operands[0].fake_mode
     if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not fake:
         return None
+
     def outputs():
         # Made below the functionalization the caller runs under, as the
         # fake mode's rule makes them (not wrapped as functional tensors).
