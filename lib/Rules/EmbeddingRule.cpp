@@ -48,20 +48,36 @@ mlir::shardx::matchEmbeddingLookup(Operation *op) {
 
 std::optional<EmbeddingShardings>
 mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
-                                   int64_t resultRank, int64_t meshRank) {
+                                   int64_t resultRank, int64_t meshRank,
+                                   bool partialTables) {
   const DimSharding *rows = table.getDim(0); // factor v
   const DimSharding *cols = table.getDim(1); // factor d
   auto unitStrides = [](const DimSharding *d) {
     return !d || llvm::all_of(d->splits,
                               [](const Split &s) { return s.stride == 1; });
   };
-  if (!(rows || cols) || table.hasPartial() || !unitStrides(rows) ||
+  // A table pending a sum (or an average) is looked up as it is: the rows
+  // a lookup picks are linear in the table, so the result pends the same
+  // reduction, the index whole on its axes. Max, min and prod are refused
+  // (the table is reduced first), as the other rules take only linear
+  // reductions through (Linearity.h).
+  uint64_t partialAxes = 0;
+  const auto &partials = table.getPartials();
+  for (size_t axis = 0; axis < partials.size(); ++axis) {
+    if (!partials[axis])
+      continue;
+    if (!partialTables ||
+        (*partials[axis] != ReduceOp::Sum && *partials[axis] != ReduceOp::Avg))
+      return std::nullopt;
+    partialAxes |= uint64_t(1) << axis;
+  }
+  if (!(rows || cols || partialAxes) || !unitStrides(rows) ||
       !unitStrides(cols))
     return std::nullopt;
   // Factors b...: the index's splits, unless they share an axis with the
   // table's (the table leads).
   uint64_t tableAxes =
-      (rows ? axisMask(*rows) : 0) | (cols ? axisMask(*cols) : 0);
+      (rows ? axisMask(*rows) : 0) | (cols ? axisMask(*cols) : 0) | partialAxes;
   Layout idx = index;
   bool disjoint = !idx.hasPartial();
   for (const auto &d : idx.getDims())
@@ -88,13 +104,17 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
   if (rows)
     for (const Split &s : rows->splits)
       result.setPartial(s.axis, ReduceOp::Sum);
+  // The table's pending reductions.
+  for (size_t axis = 0; axis < partials.size(); ++axis)
+    if (partials[axis])
+      result.setPartial(axis, *partials[axis]);
   return EmbeddingShardings{std::move(idx), std::move(init), std::move(result)};
 }
 
 std::optional<CapturingOpShardings>
 mlir::shardx::shardCapturingOp(Operation *op,
                                function_ref<const Layout &(Value)> layoutOf,
-                               int64_t meshRank) {
+                               int64_t meshRank, bool partialTables) {
   std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
   if (!lookup)
     return std::nullopt;
@@ -102,8 +122,9 @@ mlir::shardx::shardCapturingOp(Operation *op,
   auto generic = cast<linalg::GenericOp>(op);
   int64_t rank =
       cast<RankedTensorType>(generic->getResult(0).getType()).getRank();
-  std::optional<EmbeddingShardings> s = shardEmbeddingLookup(
-      table, layoutOf(generic.getDpsInputs()[0]), rank, meshRank);
+  std::optional<EmbeddingShardings> s =
+      shardEmbeddingLookup(table, layoutOf(generic.getDpsInputs()[0]), rank,
+                           meshRank, partialTables);
   if (!s)
     return std::nullopt;
   CapturingOpShardings out;

@@ -5,7 +5,7 @@
 // shardx/Rules/EmbeddingRule.h: which linalg.generic is an embedding lookup,
 // and the lookup's layouts given its table's and index's (the table leads;
 // a row-split table gives a pending sum, a column-split one a split last
-// dim).
+// dim, a table pending a sum or an average a result pending the same).
 //
 //===----------------------------------------------------------------------===//
 
@@ -122,14 +122,48 @@ TEST(EmbeddingRuleTest, TheTableLeadsOnASharedAxis) {
   EXPECT_TRUE(s->result.hasPartial());
 }
 
-TEST(EmbeddingRuleTest, NoRuleForAWholeOrPendingTable) {
+TEST(EmbeddingRuleTest, NoRuleForAWholeOrStridedTable) {
   EXPECT_FALSE(shardEmbeddingLookup(Layout(2), Layout(2), 3, 2));
-  Layout pending = layout({{0, 0}});
-  pending.setPartial(1, ReduceOp::Sum);
-  EXPECT_FALSE(shardEmbeddingLookup(pending, Layout(2), 3, 2));
   Layout strided(2);
   strided.addSplit(0, Split{0, 2});
   EXPECT_FALSE(shardEmbeddingLookup(strided, Layout(2), 3, 2));
+}
+
+TEST(EmbeddingRuleTest, APendingSumTablePendsTheResult) {
+  // Rows on axis 0, a pending sum on axis 1, the index split on both: the
+  // index is read whole, the result pends both sums.
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    Layout pending = layout({{0, 0}});
+    pending.setPartial(1, op);
+    auto s = shardEmbeddingLookup(pending, layout({{0, 0}, {1, 1}}), 3, 2);
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(s->index.isReplicated());
+    EXPECT_FALSE(s->init.hasPartial());
+    Layout result(2);
+    result.setPartial(0, ReduceOp::Sum);
+    result.setPartial(1, op);
+    EXPECT_EQ(s->result.str(), result.str());
+  }
+  // Whole otherwise: the index keeps its split on the other axis.
+  Layout pending(2);
+  pending.setPartial(0, ReduceOp::Sum);
+  auto s = shardEmbeddingLookup(pending, layout({{1, 1}}), 3, 2);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->index.str(), layout({{1, 1}}).str());
+  Layout result = layout({{1, 1}});
+  result.setPartial(0, ReduceOp::Sum);
+  EXPECT_EQ(s->result.str(), result.str());
+}
+
+TEST(EmbeddingRuleTest, NoRuleForAPendingMaxMinOrProdTable) {
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+    Layout pending = layout({{0, 0}});
+    pending.setPartial(1, op);
+    EXPECT_FALSE(shardEmbeddingLookup(pending, Layout(2), 3, 2));
+    Layout whole(2);
+    whole.setPartial(0, op);
+    EXPECT_FALSE(shardEmbeddingLookup(whole, Layout(2), 3, 2));
+  }
 }
 
 } // namespace

@@ -16,9 +16,12 @@
 // the result's last dim is split like the table's columns) and v the
 // vocabulary (the table's rows): a table split by rows is looked up
 // masked — each rank reads the rows it holds and yields zeros for the
-// others — so the result is a pending sum over the row axes. The table
-// leads: its layout decides the lookup's, the index keeps its own only on
-// axes the table does not use.
+// others — so the result is a pending sum over the row axes. A table
+// pending a sum or an average (Partial) gives a result pending the same
+// (the lookup is linear in its table), the index read whole on those axes;
+// one pending a max, min or prod has no rule. The table leads: its layout
+// decides the lookup's, the index keeps its own only on axes the table
+// does not use.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,13 +54,14 @@ struct EmbeddingShardings {
 
 /// The lookup's layouts when its table is in `table` and its index in
 /// `index` (the result of rank `resultRank`, on a mesh of `meshRank` axes),
-/// or none when the table is not split by stride-1 rows and/or columns
-/// (then the lookup runs replicated, as every op reading a captured
-/// tensor does).
+/// or none when the table is neither split by stride-1 rows and/or columns
+/// nor pending a sum or an average, or pends a max, min or prod (then the
+/// lookup runs replicated, as every op reading a captured tensor does).
+/// Without `partialTables` a pending table has no rule either.
 std::optional<EmbeddingShardings>
 shardEmbeddingLookup(const ::shardx::Layout &table,
                      const ::shardx::Layout &index, int64_t resultRank,
-                     int64_t meshRank);
+                     int64_t meshRank, bool partialTables = true);
 
 /// The layouts of an op whose region reads a tensor captured from above
 /// through a rule of its own (today the embedding lookup's): its tensor
@@ -71,7 +75,7 @@ struct CapturingOpShardings {
 std::optional<CapturingOpShardings>
 shardCapturingOp(Operation *op,
                  function_ref<const ::shardx::Layout &(Value)> layoutOf,
-                 int64_t meshRank);
+                 int64_t meshRank, bool partialTables = true);
 
 } // namespace mlir::shardx
 
