@@ -84,6 +84,18 @@ _PLAN = re.compile(r"remark: plan (\[[^\]]*\]) -> (\[[^\]]*\]) for tensor<([0-9x
                    r"\d+ steps?, (\d+) collectives?, (\d+) bytes/rank")
 
 
+def _plans(name, tmp_path, build_dir, propagate="--shardx-propagate"):
+    """print-plan's text for case `name` and its plans as (source, target,
+    elements, collectives, bytes/rank)."""
+    step, mesh, ins, outs, args = _step(name)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=name))
+    text = run_tool([f"{build_dir}/bin/shardx-opt", path, propagate,
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+    return text, [(src, dst, int(np.prod([int(d) for d in dims.split("x")])), int(n), int(b))
+                  for src, dst, dims, n, b in _PLAN.findall(text)]
+
+
 @pytest.mark.parametrize("name", ["ep2", "ep4", "dp2xep2"])
 def test_plan_runs_gate_up_experts_in_place(name, tmp_path, build_dir):
     """print-plan over ep: the gate-up projection runs each rank's experts
@@ -91,22 +103,37 @@ def test_plan_runs_gate_up_experts_in_place(name, tmp_path, build_dir):
     inter]`` output Partial(sum), all-reduced (a ring's ``2 (n - 1) / n``
     of its bytes), ``gate_up_proj`` never gathered. The down projection's
     output is read by the inverse permutation's gather (``index`` of a
-    captured tensor), which takes no Partial table: propagation gathers
-    ``down_proj`` instead (its ``(n - 1) / n``) and runs it whole, the
-    only other collective over ep (docs/Rules.md, "Expert parallelism")."""
-    step, mesh, ins, outs, args = _step(name)
-    path = tmp_path / f"{name}.mlir"
-    path.write_text(trace(step, args, mesh, ins, outs, name=name))
-    text = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-propagate",
-                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
-    plans = [(src, dst, int(np.prod([int(d) for d in dims.split("x")])), int(n), int(b))
-             for src, dst, dims, n, b in _PLAN.findall(text)]
+    captured tensor), which could read it pending the sum, but at the
+    mesh's 5 us per collective the cost model gathers ``down_proj``
+    instead (its ``(n - 1) / n``) and runs it whole, the only other
+    collective over ep: two collectives against the four the split plan
+    needs (docs/Rules.md, "Expert parallelism")."""
+    text, plans = _plans(name, tmp_path, build_dir)
     shape, experts = CASES[name]
     ep, rows = shape[-1], BATCH * SEQ * TOP_K
     over_ep = [p for p in plans if p[0] in ("[P(sum)]", "[S(0)]", "[R, P(sum)]", "[R, S(0)]")]
     assert sorted((src.replace("R, ", ""), numel, n, nbytes) for src, _, numel, n, nbytes in over_ep) == [
         ("[P(sum)]", rows * 2 * INTER, 1, 2 * (ep - 1) * rows * 2 * INTER * 4 // ep),
         ("[S(0)]", experts * HIDDEN * INTER, 1, (ep - 1) * experts * HIDDEN * INTER * 4 // ep)], text
+
+
+@pytest.mark.parametrize("name", ["ep2", "ep4"])
+def test_bytes_only_plan_keeps_down_proj_split(name, tmp_path, build_dir):
+    """print-plan bytes only (``latency=0``): ``down_proj`` stays split, the
+    inverse permutation's gather reads the down projection's output
+    pending the sum (a lookup is linear in its table) and the all-reduce
+    moves after the top-k combine, to the ``[batch, seq, hidden]`` output,
+    not the ``[rows, hidden]`` table. Four all-reduces in all, no
+    all-gather: the gate-up output, that output, a ``[rows, inter]``
+    gradient of the backward and a ``[experts, tokens]`` one of the
+    routing (docs/Rules.md, "Expert parallelism")."""
+    text, plans = _plans(name, tmp_path, build_dir, "--shardx-propagate=latency=0")
+    shape, experts = CASES[name]
+    ep, rows = shape[-1], BATCH * SEQ * TOP_K
+    assert all(src == "[P(sum)]" and dst == "[R]" and n == 1 for src, dst, _, n, _ in plans), text
+    ring = lambda numel: 2 * (ep - 1) * numel * 4 // ep
+    want = [rows * 2 * INTER, BATCH * SEQ * HIDDEN, rows * INTER, experts * BATCH * SEQ]
+    assert sorted((numel, b) for _, _, numel, _, b in plans) == sorted((m, ring(m)) for m in want), text
 
 
 # -- the importer's ops, one at a time ----------------------------------------

@@ -16,6 +16,7 @@
 #include "ProgramOrder.h"
 #include "PropagationSearch.h"
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
+#include "shardx/Rules/EmbeddingRule.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -23,6 +24,57 @@ using namespace mlir;
 using namespace mlir::shardx;
 
 namespace {
+
+/// The modeled step: reshards plus the movable ops' local work.
+double stepUs(FunctionCost &cost, ShardingState &state,
+              const MovableOps &movable) {
+  double us = cost.totalCost();
+  for (Operation *op : movable.ops)
+    us += cost.computeUs(op, state.get(op));
+  return us;
+}
+
+/// Lays out again each op that reads a captured tensor through a rule of
+/// its own (shardCapturingOp: an embedding lookup), from the layouts its
+/// table and index have now. Program order fixed them from the layouts
+/// those had then, and the refinement moves neither such an op nor its
+/// captured read, so a table the refinement made whole would still be read
+/// as it was (a Partial table's lookup then reads its whole table as a free
+/// `R -> P(sum)` and its users all-reduce the result). Whether any changed.
+bool relayCapturingOps(func::FuncOp fn, ShardingState &state,
+                       OpShardingSpace &space, bool partialTables) {
+  bool changed = false;
+  auto layoutOf = [&](Value v) -> const ::shardx::Layout & {
+    return space.layoutOf(v);
+  };
+  for (Operation &op : fn.getBody().front()) {
+    LayoutAttr captured = state.getCapturedLayout(&op);
+    if (!captured)
+      continue;
+    std::optional<CapturingOpShardings> now =
+        shardCapturingOp(&op, layoutOf, space.getMeshRank(), partialTables);
+    if (!now) {
+      // The rule no longer applies (a whole table): replicated, as program
+      // order runs such an op.
+      state.set(&op, space.replicated(&op));
+      state.clearCapturedLayout(&op);
+      changed = true;
+      continue;
+    }
+    OpLayouts s;
+    s.operandLayouts.assign(now->operands.begin(), now->operands.end());
+    s.resultLayouts.assign(now->results.begin(), now->results.end());
+    s.valid = true;
+    state.attach(s);
+    LayoutAttr nowCaptured = state.attr(now->captured);
+    if (nowCaptured == captured && s.sameLayouts(state.get(&op)))
+      continue;
+    state.set(&op, std::move(s));
+    state.setCapturedLayout(&op, nowCaptured);
+    changed = true;
+  }
+  return changed;
+}
 
 class GreedyPropagation : public PropagationSearch {
 public:
@@ -38,6 +90,21 @@ public:
   double partTime() const override { return partStep; }
 
 private:
+  /// One search's plan figures.
+  struct Outcome {
+    double programOrderCost = 0, refinedCost = 0, stepUs = 0;
+    int64_t changes = 0;
+    double step = 0, partStep = 0;
+    /// Whether a lookup read a table pending a sum (in program order or
+    /// at the end).
+    bool readPartialTable = false;
+  };
+  /// Program order, then the refinement, into `state`; with
+  /// `partialTables`, lookups may read tables pending a sum.
+  LogicalResult search(func::FuncOp fn, ShardingState &state,
+                       bool partialTables, Outcome &out);
+  LogicalResult keep(const Outcome &o);
+
   MeshOp mesh;
   CostModel &costs;
   RuleCache &rules;
@@ -58,6 +125,47 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
         !fn.getArgAttr(i, ShardXDialect::getLayoutAttrName()))
       fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
                     state.attr(Layout(meshShape.size())));
+  ShardingState initial = state;
+  Outcome withPartial;
+  if (failed(search(fn, state, /*partialTables=*/true, withPartial)))
+    return failure();
+  if (!withPartial.readPartialTable)
+    return keep(withPartial);
+  // A lookup read a table pending a sum. The refinement moves the lookup
+  // only through its table's producer, so reading the table as it is can
+  // lead it to a worse plan than reducing the table first: both are
+  // searched, the shorter modeled step is kept (the first on a tie).
+  ShardingState searched = state;
+  state = initial;
+  Outcome reduced;
+  if (failed(search(fn, state, /*partialTables=*/false, reduced)))
+    return failure();
+  if (reduced.stepUs < withPartial.stepUs - LocalSearch::kTieUs)
+    return keep(reduced);
+  if (!options.recordAlternatives) {
+    state = std::move(searched);
+    return keep(withPartial);
+  }
+  // The alternatives written on the ops are the last search's: the kept
+  // one runs again (the same plan).
+  state = std::move(initial);
+  if (failed(search(fn, state, /*partialTables=*/true, withPartial)))
+    return failure();
+  return keep(withPartial);
+}
+
+LogicalResult GreedyPropagation::keep(const Outcome &o) {
+  programOrderCost = o.programOrderCost;
+  refinedCost = o.refinedCost;
+  changes = o.changes;
+  step = o.step;
+  partStep = o.partStep;
+  return success();
+}
+
+LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
+                                        bool partialTables, Outcome &out) {
+  ArrayRef<int64_t> meshShape = mesh.getShape();
   // The per-op maps hold large values (rules): sized once, so that they
   // are not rehashed and copied while they fill.
   size_t numOps = fn.getBody().front().getOperations().size();
@@ -66,40 +174,54 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
   space.reserve(numOps);
   MovableOps movable;
   movable.reserve(numOps);
-  if (failed(ProgramOrderSearch(fn, state, space, rules, costs, movable,
-                                options.userLayoutsOnly, warned, options.caches)
-                 .run()))
+  ProgramOrderSearch order(fn, state, space, rules, costs, movable,
+                           options.userLayoutsOnly, warned, options.caches);
+  order.setPartialTables(partialTables);
+  if (failed(order.run()))
     return failure();
+  auto readsPartialTable = [&] {
+    for (Operation &op : fn.getBody().front())
+      if (LayoutAttr t = state.getCapturedLayout(&op);
+          t && t.getLayout().hasPartial())
+        return true;
+    return false;
+  };
+  out.readPartialTable = readsPartialTable();
   FunctionCost cost(fn, state, costs, movable);
   cost.indexUses();
-  programOrderCost = options.printCost ? cost.totalCost() : 0;
+  out.programOrderCost = options.printCost ? cost.totalCost() : 0;
   LocalSearch local(fn, state, space, cost, costs, movable, options.caches);
-  changes = options.refine && !options.userLayoutsOnly ? local.refine() : 0;
+  // The ops that read a captured tensor by a rule of their own are laid
+  // out again after each sweep, from their tables' layouts then.
+  auto relay = [&] {
+    return relayCapturingOps(fn, state, space, partialTables);
+  };
+  if (options.refine && !options.userLayoutsOnly)
+    out.changes = local.refine(relay);
+  out.readPartialTable |= readsPartialTable();
+  out.stepUs = stepUs(cost, state, movable);
   if (options.recordAlternatives && !options.userLayoutsOnly)
     local.recordAlternativeCosts();
   if (options.printCost)
-    refinedCost = cost.totalCost();
-  if (options.stepTime) {
-    step = cost.totalCost();
-    for (Operation *op : movable.ops)
-      step += cost.computeUs(op, state.get(op));
-  }
+    out.refinedCost = cost.totalCost();
+  if (options.stepTime)
+    out.step = out.stepUs;
   if (options.stepTime && options.part) {
     // The same sums over the part, in program order.
-    partStep = 0;
+    out.partStep = 0;
     Block &body = fn.getBody().front();
     for (BlockArgument arg : body.getArguments())
       if (isa<RankedTensorType>(arg.getType()) &&
           options.part->args.contains(arg.getArgNumber()))
-        partStep += cost.valueCost(arg, nullptr);
+        out.partStep += cost.valueCost(arg, nullptr);
     for (Operation &op : body) {
       if (!options.part->ops.contains(&op))
         continue;
       for (Value r : op.getResults())
         if (isa<RankedTensorType>(r.getType()))
-          partStep += cost.valueCost(r, nullptr);
+          out.partStep += cost.valueCost(r, nullptr);
       if (movable.position.count(&op))
-        partStep += cost.computeUs(&op, state.get(&op));
+        out.partStep += cost.computeUs(&op, state.get(&op));
     }
   }
   return success();

@@ -424,7 +424,7 @@ bool LocalSearch::visit(Operation *op) {
   return true;
 }
 
-int64_t LocalSearch::refine() {
+int64_t LocalSearch::refine(function_ref<bool()> between) {
   int64_t changes = 0;
   for (Operation *op : movable.ops)
     marks.mark(op);
@@ -445,6 +445,11 @@ int64_t LocalSearch::refine() {
                             << (sweep % 2 == 0 ? " (backward)" : " (forward)")
                             << ": " << changed << " change(s)\n");
     changes += changed;
+    if (between && between()) {
+      fnCost.indexUses();
+      for (Operation *op : movable.ops)
+        marks.mark(op);
+    }
   }
   return changes;
 }

@@ -61,7 +61,10 @@ public:
         candidateCache(shared ? shared->candidates : ownCandidates) {}
 
   /// Local search over the whole function; returns the number of changes.
-  int64_t refine();
+  /// `between`, when given, runs after each sweep; when it returns true it
+  /// changed layouts the search does not own (the function's uses are
+  /// indexed again and every op is visited again).
+  int64_t refine(function_ref<bool()> between = nullptr);
   /// Attaches `shardx.alternatives` to every movable op: its other
   /// candidates, each priced as the change of the function's cost (reshards
   /// and local work) if only that op took it.

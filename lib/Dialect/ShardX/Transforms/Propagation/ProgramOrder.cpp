@@ -169,8 +169,8 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
     auto layoutOf = [&](Value v) -> const Layout & {
       return space.layoutOf(v);
     };
-    if (std::optional<CapturingOpShardings> chosen =
-            shardCapturingOp(op, layoutOf, space.getMeshRank())) {
+    if (std::optional<CapturingOpShardings> chosen = shardCapturingOp(
+            op, layoutOf, space.getMeshRank(), partialTables)) {
       OpLayouts s;
       s.operandLayouts.assign(chosen->operands.begin(), chosen->operands.end());
       s.resultLayouts.assign(chosen->results.begin(), chosen->results.end());

@@ -43,6 +43,9 @@ public:
 
   /// Chooses every op's layouts; fails after a diagnostic.
   LogicalResult run();
+  /// Whether a lookup may read a table pending a sum (shardCapturingOp);
+  /// when not, such a table is reduced first.
+  void setPartialTables(bool allowed) { partialTables = allowed; }
 
 private:
   /// Layouts the consumers of a value would like it in (from declared
@@ -69,6 +72,7 @@ private:
   CostModel &costs;
   MovableOps &movable;
   bool userLayoutsOnly;
+  bool partialTables = true;
   llvm::StringSet<> &warned;
   DenseMap<Value, LayoutAttr> hints;
   /// Layouts values will be resharded to anyway (needed by an earlier op's

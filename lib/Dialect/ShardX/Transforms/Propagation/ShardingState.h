@@ -90,6 +90,7 @@ public:
   void setCapturedLayout(Operation *op, LayoutAttr layout) {
     capturedLayouts[op] = layout;
   }
+  void clearCapturedLayout(Operation *op) { capturedLayouts.erase(op); }
   LayoutAttr getCapturedLayout(Operation *op) const {
     return capturedLayouts.lookup(op);
   }

@@ -17,6 +17,8 @@ void UseIndex::build(Block &body,
                      const DenseMap<Operation *, unsigned> &position,
                      function_ref<LayoutAttr(OpOperand &)> requirement) {
   this->body = &body;
+  valueUses.clear();
+  valueIndex.clear();
   // Sized once: an entry moved by a reallocation would be copied (its
   // move constructor is not noexcept), vectors of use ranks included.
   size_t numValues = body.getNumArguments();
