@@ -66,7 +66,7 @@ install_packages() {
 ensure_python_env() {
   install_packages python3 python3-venv
   if [ -x "$SHARDX_PYTHON" ] && "$SHARDX_PYTHON" - "$SHARDX_TORCH_VERSION" <<'PY' 2>/dev/null
-import sys, torch, numpy, pytest, hypothesis, transformers, torchvision, nanobind, tqdm, matplotlib, pulp
+import sys, torch, numpy, pytest, xdist, hypothesis, transformers, torchvision, nanobind, tqdm, matplotlib, pulp
 sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
 PY
   then
@@ -76,7 +76,7 @@ PY
   mkdir -p "$(dirname "$SHARDX_VENV")"
   [ -x "$SHARDX_PYTHON" ] || /usr/bin/python3 -m venv "$SHARDX_VENV"
   "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check \
-    "torch==$SHARDX_TORCH_VERSION" numpy pytest hypothesis transformers==5.23.0 pillow \
+    "torch==$SHARDX_TORCH_VERSION" numpy pytest pytest-xdist hypothesis transformers==5.23.0 pillow \
     nanobind tqdm matplotlib pulp
   # The model zoo's torchvision models (pure Python; no wheel is built for this torch yet).
   "$SHARDX_PYTHON" -m pip install -q --disable-pip-version-check --no-deps torchvision==0.29.2

@@ -32,12 +32,14 @@ count() { # sums lit's "<label>: N" summary lines (padded "Passed     : N"
 passed=$(( $(count Passed) + $(count "Expectedly Failed") ))
 failed=$(( $(count Failed) + $(count "Unexpectedly Passed") + $(count Unresolved) + $(count "Timed Out") ))
 
-# The Python frontend's tests (importer, placements, examples) with pytest.
+# The Python frontend's tests (importer, placements, examples) with pytest,
+# one file per worker process on $JOBS workers (pytest-xdist): most tests
+# keep one core busy, compiling or tracing, so two workers use the second.
 PYLOG="$SHARDX_BUILD/pytest-results.log"
-log "running the Python tests"
+log "running the Python tests ($JOBS workers)"
 set +e
 SHARDX_BUILD="$SHARDX_BUILD" "$SHARDX_PYTHON" -m pytest -q -p no:cacheprovider \
-  "$SHARDX_ROOT/python/tests" 2>&1 | tee "$PYLOG"
+  -n "$JOBS" --dist loadfile "$SHARDX_ROOT/python/tests" 2>&1 | tee "$PYLOG"
 pystatus=${PIPESTATUS[0]}
 set -e
 phase_done "pytest"
