@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .body import Body
-from .values import UnsupportedOpError, Value, _amap, _prod, const_literal, elem_type, tensor_type
+from .values import (UnsupportedOpError, Value, _amap, _prod, const_literal, elem_type,
+                     string_literal, tensor_type)
 
 
 @dataclass
@@ -62,8 +63,7 @@ class Emitter:
         """The definitions of the location aliases, for the end of the module."""
         out = []
         for (phase, file, line, *checkpoint), alias in self.locations.items():
-            escaped = (file or "").replace("\\", "\\\\").replace('"', '\\"')
-            pos = f'"{escaped}":{line}:0' if file is not None else "unknown"
+            pos = f"{string_literal(file)}:{line}:0" if file is not None else "unknown"
             if checkpoint:
                 pos = f'fused<"shardx.checkpoint.{checkpoint[0]}">[{pos}]'
             out.append(f"{alias} = loc(fused<\"{phase}\">[{pos}])" if phase else f"{alias} = loc({pos})")

@@ -20,7 +20,7 @@ from . import region_import
 from .dce import start_removing_dead_ops
 from .graph import Importer
 from .tracing import _trace_graph, on_roomy_stack
-from .values import ImportError_, Value
+from .values import ImportError_, Value, string_literal
 
 
 @dataclass
@@ -276,9 +276,8 @@ def _checks_attr(checks: Sequence[Tuple[str, str]]) -> str:
     code output: per check, in code order, its exception name and message
     (the compiler copies it into the program description, and the command
     line executors fail with it: docs/Importer.md, "Index checks")."""
-    def string(text: str) -> str:
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    entries = ", ".join(f"{{exception = {string(exc)}, message = {string(message)}}}"
+    entries = ", ".join(f"{{exception = {string_literal(exc)}, "
+                        f"message = {string_literal(message)}}}"
                         for exc, message in checks)
     return f"shardx.index_checks = [{entries}]"
 
@@ -322,8 +321,7 @@ def _arg_attrs(arg_attrs, count: int) -> List[List[str]]:
             if not isinstance(value, str):
                 raise ImportError_(f"input {i}: attribute {key} must be a string, "
                                    f"not a {type(value).__name__}")
-            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-            texts.append(f'{key} = "{escaped}"')
+            texts.append(f"{key} = {string_literal(value)}")
         res.append(texts)
     return res
 

@@ -41,6 +41,12 @@ def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
+def string_literal(text: str) -> str:
+    """``text`` as an MLIR string literal: quoted, with backslashes and
+    double quotes escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def const_literal(value, dtype: torch.dtype) -> str:
     """Exact MLIR literal of python ``value`` converted as torch converts a
     scalar to ``dtype``."""
