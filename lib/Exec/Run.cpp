@@ -52,6 +52,13 @@ Status shardx::exec::checkIndexCode(const EntryPoint &entry,
   return failed.empty() ? Status::ok() : Status::error(failed);
 }
 
+void shardx::exec::dropIndexCode(const EntryPoint &entry,
+                                 std::vector<HostTensor> &outputs) {
+  if (entry.checkOutput >= 0 &&
+      static_cast<size_t>(entry.checkOutput) < outputs.size())
+    outputs.erase(outputs.begin() + entry.checkOutput);
+}
+
 Status shardx::exec::runThreaded(const Artifact &artifact,
                                  const EntryPoint &entry,
                                  const std::vector<HostTensor> &globalInputs,

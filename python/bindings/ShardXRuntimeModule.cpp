@@ -340,6 +340,21 @@ NB_MODULE(_shardx_rt, m) {
           },
           nb::arg("entry"))
       .def(
+          "index_checks",
+          [](const PyArtifact &a, const std::string &name) -> nb::object {
+            const EntryPoint &e = a.entry(name);
+            if (e.checkOutput < 0)
+              return nb::none();
+            nb::list checks;
+            for (const IndexCheck &c : e.checks)
+              checks.append(nb::make_tuple(c.exception, c.message));
+            return nb::make_tuple(e.checkOutput, checks);
+          },
+          nb::arg("entry"),
+          "The entry's index checks (docs/Importer.md, \"Index checks\"): "
+          "None, or (the output that holds their code, [(exception, "
+          "message), ...] in code order).")
+      .def(
           "host_mem_reset",
           [](const PyArtifact &a) {
             artifactFunction<void (*)()>(a, "shardx_rt_host_mem_reset")();

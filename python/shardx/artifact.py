@@ -173,24 +173,51 @@ def compile_mlir(mlir_text: str, out_path: str, extra: Sequence[str] = ()) -> st
     return out_path
 
 
+def raise_failed_check(checks: Sequence[tuple], code: int, who: str) -> None:
+    """Raises eager's error for index check ``code - 1`` (``checks``:
+    (exception name, message) in code order; code 0: every check passed,
+    nothing raised): ``IndexError`` or ``RuntimeError`` with eager's
+    message (docs/Importer.md, "Index checks")."""
+    if code == 0:
+        return
+    if not 1 <= code <= len(checks):
+        raise ArtifactError(f"{who}: check code {code} of {len(checks)} checks (a ShardX bug)")
+    exc, message = checks[code - 1]
+    raise {"IndexError": IndexError}.get(exc, RuntimeError)(message)
+
+
 class Function:
     """One entry point of an Artifact: ``fn(*arrays)`` returns its outputs
-    as numpy arrays (a bf16 output as its bits, uint16)."""
+    as numpy arrays (a bf16 output as its bits, uint16).
+
+    An entry with index checks (``trace()``'s default) returns its outputs
+    without the checks' code, and raises eager's error instead where a
+    check failed (``index_checks``: the checks, (exception, message) in
+    code order)."""
 
     def __init__(self, compiled, name: str):
         self._compiled = compiled
         self.name = name
         self.inputs = compiled.inputs(name)
         self.outputs = compiled.outputs(name)
+        found = compiled.index_checks(name)
+        self._check_output = None if found is None else found[0]
+        self.index_checks: List[tuple] = [] if found is None else list(found[1])
+        if self._check_output is not None:
+            del self.outputs[self._check_output]
 
     def __call__(self, *args) -> List[np.ndarray]:
         if len(args) != len(self.inputs):
             raise ArtifactError(f"{self.name} takes {len(self.inputs)} inputs, got {len(args)}")
         arrays = [np.require(np.asarray(a), requirements="C") for a in args]
         try:
-            return [np.array(o) for o in self._compiled.run(self.name, arrays)]
+            outs = [np.array(o) for o in self._compiled.run(self.name, arrays)]
         except ValueError as e:  # a wrong dtype or shape
             raise ArtifactError(f"{self.name}: {e}") from None
+        if self._check_output is not None:
+            code = outs.pop(self._check_output)
+            raise_failed_check(self.index_checks, int(code.reshape(())), self.name)
+        return outs
 
 
 class Artifact:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .artifact import ToolError, find_tool, run_compiler, run_tool
+from .artifact import ToolError, find_tool, raise_failed_check, run_compiler, run_tool
 from .placements import Mesh, Placement, PlacementError
 # The one pytree walk (pytree.py); its specs are the guard keys' structure
 # and what CallPlan checks arguments against.
@@ -1004,12 +1004,7 @@ def _raise_failed_check(checks, code, session) -> None:
         k = int(np.asarray(code.full()).reshape(()))
     else:  # this process's copy, read in place (no gather, no collective)
         k = int(code.local(max(session.process_rank, 0)).reshape(()))
-    if k == 0:
-        return
-    if not 1 <= k <= len(checks):
-        raise RuntimeError(f"shardx.compile: check code {k} of {len(checks)} checks (a ShardX bug)")
-    exc, message = checks[k - 1]
-    raise {"IndexError": IndexError}.get(exc, RuntimeError)(message)
+    raise_failed_check(checks, k, "shardx.compile")
 
 
 class _LazyPlan:

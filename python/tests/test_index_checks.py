@@ -274,9 +274,38 @@ def test_exported_artifact_fails_its_index_check(tmp_path, build_dir):
     assert os.listdir(out) == []
     r = run("good.npy")
     assert r.returncode == 0, r.stdout + r.stderr
-    (result, code) = sorted(out.iterdir())
+    # The step's one output; the check code is not written.
+    (result,) = sorted(out.iterdir())
     np.testing.assert_array_equal(np.load(result), want)
-    assert np.load(code) == 0
+
+
+def test_artifact_raises_eager_error_and_hides_the_code(tmp_path):
+    # A program traced with trace()'s defaults and run as an Artifact from
+    # Python: the checks are on by default, the entry's outputs are eager's
+    # (the code is left out), and an out-of-range index raises eager's
+    # error. Before, trace() left the checks out and the call returned the
+    # sum with row 0 read for the bad index.
+    from shardx.artifact import Artifact, compile_mlir
+    from shardx.importer.module import trace
+    good, bad = torch.tensor([1, 7, 4]), torch.tensor([1, 8, 4])
+    for mesh, pl in ((None, None), (Mesh((2,), ("tp",)), [[Shard(0)], None])):
+        text = trace(_emb, (W, good), mesh, pl)
+        assert "shardx.index_checks" in text
+        fn = Artifact(compile_mlir(text, str(tmp_path / "emb.so")))["_emb"]
+        assert len(fn.outputs) == 1 and fn.index_checks == [
+            ("IndexError", "index out of range in self")]
+        (out,) = fn(W.numpy(), good.numpy())
+        np.testing.assert_allclose(out, _emb(W, good).numpy(), rtol=1e-12)
+        exc, message = _eager_error(_emb, W, bad)
+        with pytest.raises(exc, match=message):
+            fn(W.numpy(), bad.numpy())
+    # Without checks, as before: no code, and the bad index reads row 0.
+    text = trace(_emb, (W, good), index_checks=False)
+    assert "shardx.index_checks" not in text
+    fn = Artifact(compile_mlir(text, str(tmp_path / "off.so")))["_emb"]
+    assert fn.index_checks == [] and len(fn.outputs) == 1
+    (out,) = fn(W.numpy(), bad.numpy())
+    np.testing.assert_allclose(out, _emb(W, torch.tensor([1, 0, 4])).numpy(), rtol=1e-12)
 
 
 _MPI_SCRIPT = """

@@ -12,7 +12,7 @@ func.func @column_parallel_embedding(
     %arg2: tensor<11xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg3: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg4: tensor<2x3xi64> {shardx.layout = #shardx.layout<@mesh, [R]>})
-    -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
+    -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>}, tensor<11xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "index out of range in self"}, {exception = "RuntimeError", message = "index out of bounds for dimension 1 with size 11"}, {exception = "RuntimeError", message = "index out of bounds for dimension 1 with size 11"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 11"}], shardx.layout = #shardx.layout<@mesh, [R]>}) {
   %e1 = tensor.empty() : tensor<2x3xi1> loc(#loc0)
   %v9 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e1 : tensor<2x3xi1>) {
   ^bb0(%a2: i64, %o3: i1):
@@ -30,6 +30,22 @@ func.func @column_parallel_embedding(
     %s15 = arith.select %a12, %a11, %s14 : i64
     linalg.yield %s15 : i64
   } -> tensor<2x3xi64> loc(#loc0)
+  %e17 = tensor.empty() : tensor<2x3xi64> loc(#loc0)
+  %v23 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v9 : tensor<2x3xi1>) outs(%e17 : tensor<2x3xi64>) {
+  ^bb0(%a18: i1, %o19: i64):
+    %s20 = arith.constant true
+    %s21 = arith.xori %a18, %s20 : i1
+    %s22 = arith.extui %s21 : i1 to i64
+    linalg.yield %s22 : i64
+  } -> tensor<2x3xi64> loc(#loc0)
+  %e24 = tensor.empty() : tensor<i64> loc(#loc0)
+  %c25 = arith.constant 0 : i64 loc(#loc0)
+  %v26 = linalg.fill ins(%c25 : i64) outs(%e24 : tensor<i64>) -> tensor<i64> loc(#loc0)
+  %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v23 : tensor<2x3xi64>) outs(%v26 : tensor<i64>) {
+  ^bb0(%a27: i64, %o28: i64):
+    %s29 = arith.addi %a27, %o28 : i64
+    linalg.yield %s29 : i64
+  } -> tensor<i64> loc(#loc0)
   %e31 = tensor.empty() : tensor<2x3x8xf32> loc(#loc0)
   %v37 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v16 : tensor<2x3xi64>) outs(%e31 : tensor<2x3x8xf32>) {
   ^bb0(%a32: i64, %o33: f32):
@@ -136,6 +152,22 @@ func.func @column_parallel_embedding(
     %s129 = arith.select %a126, %a125, %s128 : i64
     linalg.yield %s129 : i64
   } -> tensor<6x1xi64> loc(#loc1)
+  %e131 = tensor.empty() : tensor<6x1xi64> loc(#loc1)
+  %v137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v123 : tensor<6x1xi1>) outs(%e131 : tensor<6x1xi64>) {
+  ^bb0(%a132: i1, %o133: i64):
+    %s134 = arith.constant true
+    %s135 = arith.xori %a132, %s134 : i1
+    %s136 = arith.extui %s135 : i1 to i64
+    linalg.yield %s136 : i64
+  } -> tensor<6x1xi64> loc(#loc1)
+  %e138 = tensor.empty() : tensor<i64> loc(#loc1)
+  %c139 = arith.constant 0 : i64 loc(#loc1)
+  %v140 = linalg.fill ins(%c139 : i64) outs(%e138 : tensor<i64>) -> tensor<i64> loc(#loc1)
+  %v144 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v137 : tensor<6x1xi64>) outs(%v140 : tensor<i64>) {
+  ^bb0(%a141: i64, %o142: i64):
+    %s143 = arith.addi %a141, %o142 : i64
+    linalg.yield %s143 : i64
+  } -> tensor<i64> loc(#loc1)
   %e145 = tensor.empty() : tensor<6x1xf32> loc(#loc1)
   %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v130 : tensor<6x1xi64>) outs(%e145 : tensor<6x1xf32>) {
   ^bb0(%a146: i64, %o147: f32):
@@ -249,6 +281,22 @@ func.func @column_parallel_embedding(
     %s249 = arith.select %a246, %a245, %s248 : i64
     linalg.yield %s249 : i64
   } -> tensor<6x1xi64> loc(#loc2)
+  %e251 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v257 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v243 : tensor<6x1xi1>) outs(%e251 : tensor<6x1xi64>) {
+  ^bb0(%a252: i1, %o253: i64):
+    %s254 = arith.constant true
+    %s255 = arith.xori %a252, %s254 : i1
+    %s256 = arith.extui %s255 : i1 to i64
+    linalg.yield %s256 : i64
+  } -> tensor<6x1xi64> loc(#loc2)
+  %e258 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c259 = arith.constant 0 : i64 loc(#loc2)
+  %v260 = linalg.fill ins(%c259 : i64) outs(%e258 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %v264 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v257 : tensor<6x1xi64>) outs(%v260 : tensor<i64>) {
+  ^bb0(%a261: i64, %o262: i64):
+    %s263 = arith.addi %a261, %o262 : i64
+    linalg.yield %s263 : i64
+  } -> tensor<i64> loc(#loc2)
   %v265 = tensor.collapse_shape %v250 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc2)
   %e266 = tensor.empty() : tensor<6x11xf32> loc(#loc2)
   %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v265 : tensor<6x11xf32>, tensor<6xi64>) outs(%e266 : tensor<6x11xf32>) {
@@ -445,6 +493,22 @@ func.func @column_parallel_embedding(
     %s452 = arith.select %a444, %s450, %s451 : i64
     linalg.yield %s452 : i64
   } -> tensor<2x3xi64> loc(#loc3)
+  %e454 = tensor.empty() : tensor<2x3xi64> loc(#loc3)
+  %v460 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v441 : tensor<2x3xi1>) outs(%e454 : tensor<2x3xi64>) {
+  ^bb0(%a455: i1, %o456: i64):
+    %s457 = arith.constant true
+    %s458 = arith.xori %a455, %s457 : i1
+    %s459 = arith.extui %s458 : i1 to i64
+    linalg.yield %s459 : i64
+  } -> tensor<2x3xi64> loc(#loc3)
+  %e461 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c462 = arith.constant 0 : i64 loc(#loc3)
+  %v463 = linalg.fill ins(%c462 : i64) outs(%e461 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %v467 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v460 : tensor<2x3xi64>) outs(%v463 : tensor<i64>) {
+  ^bb0(%a464: i64, %o465: i64):
+    %s466 = arith.addi %a464, %o465 : i64
+    linalg.yield %s466 : i64
+  } -> tensor<i64> loc(#loc3)
   %v477 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%v453, %v427 : tensor<2x3xi64>, tensor<2x3x8xf32>) outs(%v402 : tensor<11x8xf32>) {
   ^bb0(%a468: i64, %a469: f32, %o470: f32):
     %s471 = linalg.index 0 : index
@@ -479,7 +543,94 @@ func.func @column_parallel_embedding(
     %s500 = arith.addf %a495, %s499 : f32
     linalg.yield %s500 : f32
   } -> tensor<11xf32> loc(#loc4)
-  return %v205, %v485, %v493, %v501 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>
+  %e502 = tensor.empty() : tensor<4xi64>
+  %v511 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v30 : tensor<i64>) outs(%e502 : tensor<4xi64>) {
+  ^bb0(%a503: i64, %o504: i64):
+    %s505 = linalg.index 0 : index
+    %s506 = arith.index_cast %s505 : index to i64
+    %s507 = arith.constant 0 : i64
+    %s508 = arith.cmpi eq, %s506, %s507 : i64
+    %s509 = arith.constant 0 : i64
+    %s510 = arith.select %s508, %a503, %s509 : i64
+    linalg.yield %s510 : i64
+  } -> tensor<4xi64>
+  %e512 = tensor.empty() : tensor<4xi64>
+  %v521 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v144 : tensor<i64>) outs(%e512 : tensor<4xi64>) {
+  ^bb0(%a513: i64, %o514: i64):
+    %s515 = linalg.index 0 : index
+    %s516 = arith.index_cast %s515 : index to i64
+    %s517 = arith.constant 1 : i64
+    %s518 = arith.cmpi eq, %s516, %s517 : i64
+    %s519 = arith.constant 0 : i64
+    %s520 = arith.select %s518, %a513, %s519 : i64
+    linalg.yield %s520 : i64
+  } -> tensor<4xi64>
+  %e522 = tensor.empty() : tensor<4xi64>
+  %v527 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v511, %v521 : tensor<4xi64>, tensor<4xi64>) outs(%e522 : tensor<4xi64>) {
+  ^bb0(%a523: i64, %a524: i64, %o525: i64):
+    %s526 = arith.addi %a523, %a524 : i64
+    linalg.yield %s526 : i64
+  } -> tensor<4xi64>
+  %e528 = tensor.empty() : tensor<4xi64>
+  %v537 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v264 : tensor<i64>) outs(%e528 : tensor<4xi64>) {
+  ^bb0(%a529: i64, %o530: i64):
+    %s531 = linalg.index 0 : index
+    %s532 = arith.index_cast %s531 : index to i64
+    %s533 = arith.constant 2 : i64
+    %s534 = arith.cmpi eq, %s532, %s533 : i64
+    %s535 = arith.constant 0 : i64
+    %s536 = arith.select %s534, %a529, %s535 : i64
+    linalg.yield %s536 : i64
+  } -> tensor<4xi64>
+  %e538 = tensor.empty() : tensor<4xi64>
+  %v543 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v527, %v537 : tensor<4xi64>, tensor<4xi64>) outs(%e538 : tensor<4xi64>) {
+  ^bb0(%a539: i64, %a540: i64, %o541: i64):
+    %s542 = arith.addi %a539, %a540 : i64
+    linalg.yield %s542 : i64
+  } -> tensor<4xi64>
+  %e544 = tensor.empty() : tensor<4xi64>
+  %v553 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v467 : tensor<i64>) outs(%e544 : tensor<4xi64>) {
+  ^bb0(%a545: i64, %o546: i64):
+    %s547 = linalg.index 0 : index
+    %s548 = arith.index_cast %s547 : index to i64
+    %s549 = arith.constant 3 : i64
+    %s550 = arith.cmpi eq, %s548, %s549 : i64
+    %s551 = arith.constant 0 : i64
+    %s552 = arith.select %s550, %a545, %s551 : i64
+    linalg.yield %s552 : i64
+  } -> tensor<4xi64>
+  %e554 = tensor.empty() : tensor<4xi64>
+  %v559 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v543, %v553 : tensor<4xi64>, tensor<4xi64>) outs(%e554 : tensor<4xi64>) {
+  ^bb0(%a555: i64, %a556: i64, %o557: i64):
+    %s558 = arith.addi %a555, %a556 : i64
+    linalg.yield %s558 : i64
+  } -> tensor<4xi64>
+  %e560 = tensor.empty() : tensor<i64>
+  %c561 = arith.constant 5 : i64
+  %v562 = linalg.fill ins(%c561 : i64) outs(%e560 : tensor<i64>) -> tensor<i64>
+  %v574 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v559 : tensor<4xi64>) outs(%v562 : tensor<i64>) {
+  ^bb0(%a563: i64, %o564: i64):
+    %s565 = linalg.index 0 : index
+    %s566 = arith.index_cast %s565 : index to i64
+    %s567 = arith.constant 1 : i64
+    %s568 = arith.addi %s566, %s567 : i64
+    %s569 = arith.constant 0 : i64
+    %s570 = arith.cmpi sgt, %a563, %s569 : i64
+    %s571 = arith.constant 5 : i64
+    %s572 = arith.select %s570, %s568, %s571 : i64
+    %s573 = arith.minsi %s572, %o564 : i64
+    linalg.yield %s573 : i64
+  } -> tensor<i64>
+  %e575 = tensor.empty() : tensor<i64>
+  %v582 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v574 : tensor<i64>) outs(%e575 : tensor<i64>) {
+  ^bb0(%a576: i64, %o577: i64):
+    %s578 = arith.constant 4 : i64
+    %s579 = arith.cmpi sgt, %a576, %s578 : i64
+    %s580 = arith.constant 0 : i64
+    %s581 = arith.select %s579, %s580, %a576 : i64
+    linalg.yield %s581 : i64
+  } -> tensor<i64>
+  return %v205, %v485, %v493, %v501, %v582 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>, tensor<i64>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":65:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":73:0])

@@ -13,7 +13,7 @@ func.func @vocab_parallel_ce(
     %arg3: tensor<10xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>},
     %arg4: tensor<6x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>},
     %arg5: tensor<6xi64> {shardx.layout = #shardx.layout<@mesh, [R]>})
-    -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<10x24xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<10xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) {
+    -> (tensor<f32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<24xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, tensor<10x24xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<10xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, tensor<i64> {shardx.index_checks = [{exception = "RuntimeError", message = "index out of bounds for dimension 1 with size 10"}, {exception = "RuntimeError", message = "index out of bounds for dimension 1 with size 10"}], shardx.layout = #shardx.layout<@mesh, [R]>}) {
   %e1 = tensor.empty() : tensor<16x24xf32> loc(#loc0)
   %v2 = linalg.transpose ins(%arg0 : tensor<24x16xf32>) outs(%e1 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc0)
   %e3 = tensor.empty() : tensor<6x24xf32> loc(#loc0)
@@ -121,6 +121,22 @@ func.func @vocab_parallel_ce(
     %s101 = arith.select %a98, %a97, %s100 : i64
     linalg.yield %s101 : i64
   } -> tensor<6x1xi64> loc(#loc2)
+  %e103 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v109 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v95 : tensor<6x1xi1>) outs(%e103 : tensor<6x1xi64>) {
+  ^bb0(%a104: i1, %o105: i64):
+    %s106 = arith.constant true
+    %s107 = arith.xori %a104, %s106 : i1
+    %s108 = arith.extui %s107 : i1 to i64
+    linalg.yield %s108 : i64
+  } -> tensor<6x1xi64> loc(#loc2)
+  %e110 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c111 = arith.constant 0 : i64 loc(#loc2)
+  %v112 = linalg.fill ins(%c111 : i64) outs(%e110 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v109 : tensor<6x1xi64>) outs(%v112 : tensor<i64>) {
+  ^bb0(%a113: i64, %o114: i64):
+    %s115 = arith.addi %a113, %o114 : i64
+    linalg.yield %s115 : i64
+  } -> tensor<i64> loc(#loc2)
   %e117 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
   %v123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v102 : tensor<6x1xi64>) outs(%e117 : tensor<6x1xf32>) {
   ^bb0(%a118: i64, %o119: f32):
@@ -234,6 +250,22 @@ func.func @vocab_parallel_ce(
     %s221 = arith.select %a218, %a217, %s220 : i64
     linalg.yield %s221 : i64
   } -> tensor<6x1xi64> loc(#loc3)
+  %e223 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<6x1xi1>) outs(%e223 : tensor<6x1xi64>) {
+  ^bb0(%a224: i1, %o225: i64):
+    %s226 = arith.constant true
+    %s227 = arith.xori %a224, %s226 : i1
+    %s228 = arith.extui %s227 : i1 to i64
+    linalg.yield %s228 : i64
+  } -> tensor<6x1xi64> loc(#loc3)
+  %e230 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c231 = arith.constant 0 : i64 loc(#loc3)
+  %v232 = linalg.fill ins(%c231 : i64) outs(%e230 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %v236 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v229 : tensor<6x1xi64>) outs(%v232 : tensor<i64>) {
+  ^bb0(%a233: i64, %o234: i64):
+    %s235 = arith.addi %a233, %o234 : i64
+    linalg.yield %s235 : i64
+  } -> tensor<i64> loc(#loc3)
   %v237 = tensor.collapse_shape %v222 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
   %e238 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
   %v247 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v206, %v237 : tensor<6x10xf32>, tensor<6xi64>) outs(%e238 : tensor<6x10xf32>) {
@@ -384,7 +416,60 @@ func.func @vocab_parallel_ce(
     %s384 = arith.addf %a379, %s383 : f32
     linalg.yield %s384 : f32
   } -> tensor<10xf32> loc(#loc6)
-  return %v177, %v361, %v369, %v377, %v385 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>
+  %e386 = tensor.empty() : tensor<2xi64>
+  %v395 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v116 : tensor<i64>) outs(%e386 : tensor<2xi64>) {
+  ^bb0(%a387: i64, %o388: i64):
+    %s389 = linalg.index 0 : index
+    %s390 = arith.index_cast %s389 : index to i64
+    %s391 = arith.constant 0 : i64
+    %s392 = arith.cmpi eq, %s390, %s391 : i64
+    %s393 = arith.constant 0 : i64
+    %s394 = arith.select %s392, %a387, %s393 : i64
+    linalg.yield %s394 : i64
+  } -> tensor<2xi64>
+  %e396 = tensor.empty() : tensor<2xi64>
+  %v405 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v236 : tensor<i64>) outs(%e396 : tensor<2xi64>) {
+  ^bb0(%a397: i64, %o398: i64):
+    %s399 = linalg.index 0 : index
+    %s400 = arith.index_cast %s399 : index to i64
+    %s401 = arith.constant 1 : i64
+    %s402 = arith.cmpi eq, %s400, %s401 : i64
+    %s403 = arith.constant 0 : i64
+    %s404 = arith.select %s402, %a397, %s403 : i64
+    linalg.yield %s404 : i64
+  } -> tensor<2xi64>
+  %e406 = tensor.empty() : tensor<2xi64>
+  %v411 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v395, %v405 : tensor<2xi64>, tensor<2xi64>) outs(%e406 : tensor<2xi64>) {
+  ^bb0(%a407: i64, %a408: i64, %o409: i64):
+    %s410 = arith.addi %a407, %a408 : i64
+    linalg.yield %s410 : i64
+  } -> tensor<2xi64>
+  %e412 = tensor.empty() : tensor<i64>
+  %c413 = arith.constant 3 : i64
+  %v414 = linalg.fill ins(%c413 : i64) outs(%e412 : tensor<i64>) -> tensor<i64>
+  %v426 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v411 : tensor<2xi64>) outs(%v414 : tensor<i64>) {
+  ^bb0(%a415: i64, %o416: i64):
+    %s417 = linalg.index 0 : index
+    %s418 = arith.index_cast %s417 : index to i64
+    %s419 = arith.constant 1 : i64
+    %s420 = arith.addi %s418, %s419 : i64
+    %s421 = arith.constant 0 : i64
+    %s422 = arith.cmpi sgt, %a415, %s421 : i64
+    %s423 = arith.constant 3 : i64
+    %s424 = arith.select %s422, %s420, %s423 : i64
+    %s425 = arith.minsi %s424, %o416 : i64
+    linalg.yield %s425 : i64
+  } -> tensor<i64>
+  %e427 = tensor.empty() : tensor<i64>
+  %v434 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<i64>) outs(%e427 : tensor<i64>) {
+  ^bb0(%a428: i64, %o429: i64):
+    %s430 = arith.constant 2 : i64
+    %s431 = arith.cmpi sgt, %a428, %s430 : i64
+    %s432 = arith.constant 0 : i64
+    %s433 = arith.select %s431, %s432, %a428 : i64
+    linalg.yield %s433 : i64
+  } -> tensor<i64>
+  return %v177, %v361, %v369, %v377, %v385, %v434 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>, tensor<i64>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

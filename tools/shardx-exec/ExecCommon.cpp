@@ -278,6 +278,7 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
       finalizeMpiIfInitialized(finalizeMpi);
       return 1;
     }
+    dropIndexCode(*entry, outputs);
     if (run > 0 || args.repeat == 1 || args.resident)
       times.push_back(seconds);
   }

@@ -158,7 +158,8 @@ void defaultTolerance(rt::DType dtype, double &rtol, double &atol);
 /// Loads the artifact, makes or reads the inputs, runs on the chosen
 /// backend, fails where a run's index check failed (exec::checkIndexCode:
 /// the error names the check, and no output is written), writes the
-/// outputs as DIR/<entry>.out<i>.npy and compares them
+/// outputs, less the check code (exec::dropIndexCode), as
+/// DIR/<entry>.out<i>.npy and compares them
 /// with the expected ones (one line per output, then "check passed" or
 /// "check FAILED", which exits 1); prints errors as "<tool>: error: ..."
 /// and returns the exit code. Ends MPI when `finalizeMpi`.

@@ -280,6 +280,12 @@ rt::Status runOnCommunicator(const Artifact &artifact, const EntryPoint &entry,
 rt::Status checkIndexCode(const EntryPoint &entry,
                           const std::vector<HostTensor> &outputs);
 
+/// Removes the check code from `outputs`, a run of `entry` whose checks
+/// passed (nothing where the entry has none), so the outputs a tool writes
+/// or compares are the program's own: those of the traced function, as
+/// eager returns them (a later output moves down one place).
+void dropIndexCode(const EntryPoint &entry, std::vector<HostTensor> &outputs);
+
 /// The global tensor of `spec` from this rank's local tensor and every
 /// other rank's of `comm` (a collective: every rank calls it).
 rt::Status gatherOnCommunicator(const HostTensor &local, const TensorSpec &spec,

@@ -39,7 +39,7 @@ class TraceSpec:
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
           in_placements=None, out_placements=None, name: Optional[str] = None,
-          arg_attrs=None, regions: Optional[bool] = None, index_checks: bool = False) -> str:
+          arg_attrs=None, regions: Optional[bool] = None, index_checks: bool = True) -> str:
     """Traces ``fn(*example_args)`` and returns the MLIR module text.
 
     ``in_placements`` / ``out_placements`` give one entry per flattened tensor
@@ -55,14 +55,18 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     ``regions=False`` traces them inline; default: on unless
     ``SHARDX_REGIONS=0`` or ``regions_enabled(False)``).
 
-    ``index_checks``: where the program checks its index values (indexing
-    ops, bincount: docs/Importer.md, "Index checks"), one more output, last,
-    an i64 scalar (replicated): 0 when every check passed, else ``k + 1``
-    for the first check ``k`` that failed; ``last_checks`` lists the checks
-    (exception name, message), and so does the output's result attribute
-    ``shardx.index_checks`` (``[{exception = "IndexError", message =
-    "..."}, ...]``, in code order), which marks it for the compiler and the
-    command line executors. Without checks, no output is added.
+    ``index_checks`` (default on): where the program checks its index
+    values (indexing ops, bincount: docs/Importer.md, "Index checks"), one
+    more output, last, an i64 scalar (replicated): 0 when every check
+    passed, else ``k + 1`` for the first check ``k`` that failed;
+    ``last_checks`` lists the checks (exception name, message), and so does
+    the output's result attribute ``shardx.index_checks`` (``[{exception =
+    "IndexError", message = "..."}, ...]``, in code order), which marks it
+    for the compiler, the command line executors (which fail on a non-zero
+    code) and ``Artifact`` (which raises eager's error, and returns the
+    other outputs). A program without indexing ops gets no such output.
+    ``index_checks=False`` leaves it out: an out-of-range index then reads
+    index 0's value, silently (nothing out of bounds is ever read).
     """
     with _gc_paused():
         return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements,
@@ -149,7 +153,7 @@ def _collect_garbage() -> None:
 
 
 def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs,
-           regions=None, index_checks=False) -> str:
+           regions=None, index_checks=True) -> str:
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
         if not isinstance(a, torch.Tensor):
