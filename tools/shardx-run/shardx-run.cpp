@@ -196,23 +196,44 @@ int main(int argc, char **argv) {
   std::string tag = std::to_string(getpid());
   std::string shardedPath = (dir + "/sharded." + tag + ".so").str();
   std::string globalPath = (dir + "/unsharded." + tag + ".so").str();
+  // From here on every way out removes the artifacts (unless --keep),
+  // a failed compile's partial one included.
+  auto removeArtifacts = [&] {
+    if (keep.empty()) {
+      llvm::sys::fs::remove(shardedPath);
+      llvm::sys::fs::remove(globalPath);
+      llvm::sys::fs::remove(dir);
+    }
+  };
+  // An error: exit status 1. MPI is not ended: the ranks may not agree
+  // that the run is over (as before the artifacts were removed here).
+  auto fail = [&] {
+    removeArtifacts();
+    return 1;
+  };
+  // The run's end, which every rank reaches: MPI ended, `code` returned.
+  auto finish = [&](int code) {
+    removeArtifacts();
+    tools::finalizeMpiIfInitialized(wantMpi);
+    return code;
+  };
   {
     progress.step("compiling the sharded program");
     TimingScope t = rootTiming.nest("compile sharded (spmd + codegen)");
     if (!compileTo(*module, /*sharded=*/true, shardedPath))
-      return 1;
+      return fail();
   }
   if (check) {
     progress.step("compiling the unsharded program");
     TimingScope t = rootTiming.nest("compile unsharded");
     if (!compileTo(*module, /*sharded=*/false, globalPath))
-      return 1;
+      return fail();
   }
 
   std::unique_ptr<Artifact> sharded = Artifact::load(shardedPath, error);
   if (!sharded) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-    return 1;
+    return fail();
   }
   const exec::EntryPoint *entry = entryName.empty()
                                       ? &sharded->getEntryPoints().front()
@@ -220,7 +241,7 @@ int main(int argc, char **argv) {
   if (!entry) {
     std::fprintf(stderr, "shardx-run: error: no entry point '%s'\n",
                  entryName.c_str());
-    return 1;
+    return fail();
   }
   tools::RunOptions options;
   options.backend = backend;
@@ -233,7 +254,7 @@ int main(int argc, char **argv) {
   std::vector<HostTensor> inputs, outputs, expected;
   if (!tools::makeInputs(*entry, options, inputs, error)) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-    return 1;
+    return fail();
   }
   if (!saveIo.empty()) {
     llvm::sys::fs::create_directories(saveIo);
@@ -241,19 +262,9 @@ int main(int argc, char **argv) {
       if (!exec::writeNpy(saveIo + "/in" + std::to_string(i) + ".npy",
                           inputs[i], error)) {
         std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-        return 1;
+        return fail();
       }
   }
-  // The artifacts removed (unless --keep), MPI ended, `code` returned.
-  auto finish = [&](int code) {
-    if (keep.empty()) {
-      llvm::sys::fs::remove(shardedPath);
-      llvm::sys::fs::remove(globalPath);
-      llvm::sys::fs::remove(dir);
-    }
-    tools::finalizeMpiIfInitialized(wantMpi);
-    return code;
-  };
   double shardedSeconds = 0, globalSeconds = 0;
   bool isRoot = true;
   auto median = [](std::vector<double> v) {
@@ -273,7 +284,7 @@ int main(int argc, char **argv) {
                                 shardedSeconds, isRoot, &blocked);
     if (!s) {
       std::fprintf(stderr, "shardx-run: error: %s\n", s.message().c_str());
-      return 1;
+      return fail();
     }
     // A failed index check (every rank reads the same code): no output
     // is compared, whatever --check says.
@@ -307,7 +318,7 @@ int main(int argc, char **argv) {
       std::unique_ptr<Artifact> global = Artifact::load(globalPath, error);
       if (!global) {
         std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-        return 1;
+        return fail();
       }
       const exec::EntryPoint *gentry = global->lookup(entry->name);
       tools::RunOptions one = options;
@@ -323,7 +334,7 @@ int main(int argc, char **argv) {
         if (!gs) {
           std::fprintf(stderr, "shardx-run: error: unsharded run: %s\n",
                        gs.message().c_str());
-          return 1;
+          return fail();
         }
         if (auto checked = exec::checkIndexCode(*gentry, expected); !checked) {
           progress.clear();
@@ -343,7 +354,7 @@ int main(int argc, char **argv) {
         if (!exec::writeNpy(saveIo + "/ref" + std::to_string(ref++) + ".npy",
                             expected[i], error)) {
           std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
-          return 1;
+          return fail();
         }
       }
       progress.clear();
@@ -407,7 +418,7 @@ int main(int argc, char **argv) {
         progress.clear();
         std::fprintf(stderr, "shardx-run: error: timed run: %s\n",
                      s.message().c_str());
-        return 1;
+        return fail();
       }
     }
     std::string fileError;
@@ -418,7 +429,7 @@ int main(int argc, char **argv) {
       progress.clear();
       std::fprintf(stderr, "shardx-run: error: cannot write the report %s%s\n",
                    reportFile.c_str(), fileError.empty() ? "" : (": " + fileError).c_str());
-      return 1;
+      return fail();
     }
     file->keep();
     progress.clear();
