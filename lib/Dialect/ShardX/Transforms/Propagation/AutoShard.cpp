@@ -253,6 +253,18 @@ double PlanPricer::timeOn(func::FuncOp f, RuleCache &cache,
   return succeeded(time) ? *time : kInf;
 }
 
+double PlanPricer::searchOn(func::FuncOp f, RuleCache &cache,
+                            CostModel &costModel, llvm::StringSet<> &warnedHere,
+                            double &seconds) {
+  ShardingState state(meshRef, meshShape.size());
+  double part = 0;
+  auto start = std::chrono::steady_clock::now();
+  FailureOr<double> time = searchTime(mesh, costModel, cache, cachesFor(f),
+                                      partOf(f), warnedHere, f, state, part);
+  seconds = secondsSince(start);
+  return succeeded(time) ? *time : kInf;
+}
+
 double PlanPricer::priceTime(ArrayRef<unsigned> pick) {
   // A plan priced before (both rounds' pair terms share plans): its time.
   Picks key(pick.begin(), pick.end());

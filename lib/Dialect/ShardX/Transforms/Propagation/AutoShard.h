@@ -97,6 +97,12 @@ public:
   /// The modeled step time of `f` under `pick` (infinite when it cannot
   /// be priced).
   double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick);
+  /// timeOn's search of `f` as its layouts stand (`apply` first), for a
+  /// second thread: with its own cost model and warnings, nothing of the
+  /// pricer's touched but `cache` and `f`'s search caches; its seconds in
+  /// `seconds` (not summed into `searchSeconds`).
+  double searchOn(func::FuncOp f, RuleCache &cache, CostModel &costModel,
+                  llvm::StringSet<> &warnedHere, double &seconds);
   /// Time and the peak of `m` (holding `f`) through shardx-spmd.
   Priced fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
                 ArrayRef<unsigned> pick, bool needTime = true);

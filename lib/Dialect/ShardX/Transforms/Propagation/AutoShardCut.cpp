@@ -28,6 +28,7 @@
 #include "AutoShard.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/Support/ThreadPool.h"
 
 #include <cmath>
 #include <set>
@@ -141,8 +142,38 @@ void AutoSharder::buildCuts() {
   }
   if (stretches.empty())
     return;
-  pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
-  pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+  // The check below prices the replicated plan on the whole step. With
+  // threads that search runs on a second one while this one builds the
+  // cuts (both only read the step; the plan is written on it first), with
+  // a cost model and warnings of its own (the same numbers: its cost
+  // model only remembers prices).
+  Picks replicated(groups.size(), 0);
+  MLIRContext *context = pricer.fn.getContext();
+  bool threaded = context->isMultithreadingEnabled() &&
+                  context->getThreadPool().getMaxConcurrency() > 1;
+  double whole = kInf;
+  if (threaded) {
+    pricer.apply(pricer.fn, replicated);
+    CostModel wholeCosts = pricer.costs.withEmptyCache();
+    llvm::StringSet<> wholeWarned;
+    double wholeSeconds = 0;
+    {
+      llvm::ThreadPoolTaskGroup tasks(context->getThreadPool());
+      tasks.async([&] {
+        whole = pricer.searchOn(pricer.fn, pricer.rules, wholeCosts,
+                                wholeWarned, wholeSeconds);
+      });
+      pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
+      pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+      tasks.wait();
+    }
+    pricer.searchSeconds += wholeSeconds;
+    for (const auto &w : wholeWarned)
+      pricer.warned.insert(w.getKey());
+  } else {
+    pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
+    pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+  }
   if (!pricer.cuts[0] || !pricer.cuts[1]) {
     pricer.cuts[0] = nullptr;
     pricer.cuts[1] = nullptr;
@@ -156,8 +187,8 @@ void AutoSharder::buildCuts() {
   // A check of the cut: the replicated plan's time, extrapolated and on
   // the whole step (one search of the whole step), must agree to 1%;
   // else the step is priced whole.
-  Picks replicated(groups.size(), 0);
-  double whole = pricer.timeOn(pricer.fn, pricer.rules, replicated);
+  if (!threaded)
+    whole = pricer.timeOn(pricer.fn, pricer.rules, replicated);
   double cut = pricer.cutTime(replicated);
   if (!std::isfinite(whole) || !std::isfinite(cut) ||
       std::abs(cut - whole) > 0.01 * whole) {
