@@ -170,6 +170,7 @@ LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
   // are not rehashed and copied while they fill.
   size_t numOps = fn.getBody().front().getOperations().size();
   rules.reserve(numOps);
+  state.reserve(numOps);
   OpShardingSpace space(meshShape, state);
   space.reserve(numOps);
   MovableOps movable;

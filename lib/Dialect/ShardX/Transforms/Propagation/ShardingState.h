@@ -74,6 +74,8 @@ public:
   /// Fills the attribute forms of `s`'s layouts.
   void attach(OpLayouts &s) const;
 
+  /// Room for the strategies of `numOps` ops.
+  void reserve(size_t numOps) { opLayouts.reserve(numOps); }
   /// Sets `op`'s strategy (its attribute forms filled when missing).
   void set(Operation *op, OpLayouts s);
   /// `op`'s strategy, or null when it has none.

@@ -26,6 +26,12 @@ void UseIndex::build(Block &body,
     numValues += op.getNumResults();
   valueUses.reserve(numValues);
   valueIndex.reserve(numValues);
+  // The top-level uses, most of them: the map of ranks is not rehashed
+  // (copied) again and again while it fills.
+  size_t numUses = 0;
+  for (Operation &op : body)
+    numUses += op.getNumOperands();
+  useRank.reserve(numUses);
   auto index = [&](Value v) {
     if (!isa<RankedTensorType>(v.getType()))
       return;
