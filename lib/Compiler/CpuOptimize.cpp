@@ -253,22 +253,26 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
 }
 
 void mlir::shardx::splitSharedEmptyTensors(ModuleOp module) {
-  // Each single-result op in `ops` keeps its first use; every other use
-  // gets a clone right before its user.
+  // Each use of a single-result op in `ops` gets a clone right before its
+  // user, and the op goes: a zero fill then comes right before the GEMM it
+  // initializes, which shardx-contractions-to-blas folds into beta = 0,
+  // whichever use came first.
   OpBuilder builder(module.getContext());
   auto cloneForEachUse = [&](ArrayRef<Operation *> ops) {
-    for (Operation *op : ops)
-      for (OpOperand &use : llvm::make_early_inc_range(
-               llvm::drop_begin(op->getResult(0).getUses()))) {
+    for (Operation *op : ops) {
+      for (OpOperand &use :
+           llvm::make_early_inc_range(op->getResult(0).getUses())) {
         builder.setInsertionPoint(use.getOwner());
         use.set(builder.clone(*op)->getResult(0));
       }
+      op->erase();
+    }
   };
   // Fills of fresh tensors first (each clone's empty is split below).
   SmallVector<Operation *> fills, empties;
   module.walk([&](linalg::FillOp op) {
-    if (op.hasPureTensorSemantics() && !op->getResult(0).hasOneUse() &&
-        !op->use_empty() && op.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
+    if (op.hasPureTensorSemantics() && !op->use_empty() &&
+        op.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
       fills.push_back(op);
   });
   cloneForEachUse(fills);
