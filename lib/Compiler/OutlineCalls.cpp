@@ -18,8 +18,10 @@
 
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/IR/Builders.h"
@@ -83,10 +85,38 @@ bool isConstant(Operation *op) {
          op->hasTrait<OpTrait::ConstantLike>();
 }
 
+/// Whether `op` is made again wherever it is used rather than passed: a
+/// constant, or an empty tensor or a fill (on tensors) of such ops. CSE
+/// shares one zero-filled accumulator or empty destination between all the
+/// layers; passed to a layer's function, a fill would no longer be seen
+/// there (a GEMM accumulates into a copy of it, beta = 1, and a reduction
+/// writes into the caller's buffer).
+bool isRematerializable(Operation *op) {
+  if (isConstant(op))
+    return true;
+  if (!isa<tensor::EmptyOp, linalg::FillOp>(op) || op->getNumResults() != 1 ||
+      !isa<RankedTensorType>(op->getResult(0).getType()))
+    return false;
+  return llvm::all_of(op->getOperands(), [&](Value operand) {
+    Operation *def = operand.getDefiningOp();
+    return def && def->getBlock() == op->getBlock() && isRematerializable(def);
+  });
+}
+
+/// Adds `op` to `ops` after the ops its operands need (rematerializable).
+void addRematerialized(Operation *op, llvm::SetVector<Operation *> &ops) {
+  if (ops.contains(op))
+    return;
+  for (Value operand : op->getOperands())
+    addRematerialized(operand.getDefiningOp(), ops);
+  ops.insert(op);
+}
+
 /// One run of consecutive ops of one call, and what it reads and returns.
 struct Run {
   SmallVector<Operation *> ops;
   llvm::SetVector<Value> inputs;
+  /// Rematerializable ops outside the run that it reads, operands first.
   llvm::SetVector<Operation *> constants;
   SmallVector<Value> outputs;
   /// Ops left out of the run that go after its call.
@@ -95,8 +125,25 @@ struct Run {
   llvm::hash_code hash;
 };
 
-/// The values `run` reads from outside it (constants apart) and the results
-/// it defines that are used after it.
+/// Whether `use` is by an op outside `inRun` (ops of one block).
+bool isOutside(OpOperand &use,
+               const llvm::SmallPtrSetImpl<Operation *> &inRun) {
+  Operation *top = use.getOwner();
+  Block *block = use.get().getParentBlock();
+  while (top && top->getBlock() != block)
+    top = top->getParentOp();
+  return !top || !inRun.contains(top);
+}
+
+bool isUsedOutside(Value value,
+                   const llvm::SmallPtrSetImpl<Operation *> &inRun) {
+  return llvm::any_of(value.getUses(),
+                      [&](OpOperand &use) { return isOutside(use, inRun); });
+}
+
+/// The values `run` reads from outside it (rematerializable ones apart) and
+/// the results it defines that are used after it (rematerializable ones
+/// apart: replaceRun makes those again after the call).
 void collectInterface(Run &run) {
   llvm::SmallPtrSet<Operation *, 32> inRun(run.ops.begin(), run.ops.end());
   for (Operation *op : run.ops) {
@@ -120,22 +167,20 @@ void collectInterface(Run &run) {
         // an op of a body), or by an op of the run.
         if (top && inRun.contains(top))
           continue;
-        if (def && def->getBlock() == op->getBlock() && isConstant(def))
-          run.constants.insert(def);
+        if (def && def->getBlock() == op->getBlock() && isRematerializable(def))
+          addRematerialized(def, run.constants);
         else
           run.inputs.insert(operand);
       }
     });
   }
-  for (Operation *op : run.ops)
+  for (Operation *op : run.ops) {
+    if (isRematerializable(op))
+      continue;
     for (Value result : op->getResults())
-      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
-            Operation *top = user;
-            while (top && top->getBlock() != op->getBlock())
-              top = top->getParentOp();
-            return !top || !inRun.contains(top);
-          }))
+      if (isUsedOutside(result, inRun))
         run.outputs.push_back(result);
+  }
 }
 
 bool isStart(Operation *op) {
@@ -211,11 +256,13 @@ llvm::hash_code bodyHash(const Run &run) {
   for (auto [i, v] : llvm::enumerate(run.inputs))
     ids[v] = llvm::hash_combine(1, i);
   auto ignore = OperationEquivalence::ignoreHashValue;
-  for (Operation *c : run.constants)
+  auto id = [&](Value v) { return ids.lookup(v); };
+  for (Operation *c : run.constants) {
+    llvm::hash_code content = OperationEquivalence::computeHash(
+        c, id, ignore, OperationEquivalence::IgnoreLocations);
     for (Value v : c->getResults())
-      ids[v] = llvm::hash_combine(
-          2, OperationEquivalence::computeHash(
-                 c, ignore, ignore, OperationEquivalence::IgnoreLocations));
+      ids[v] = llvm::hash_combine(2, content);
+  }
   unsigned next = 0;
   llvm::hash_code hash =
       llvm::hash_combine(run.inputs.size(), run.outputs.size());
@@ -223,8 +270,7 @@ llvm::hash_code bodyHash(const Run &run) {
     op->walk<WalkOrder::PreOrder>([&](Operation *nested) {
       hash = llvm::hash_combine(
           hash, OperationEquivalence::computeHash(
-                    nested, [&](Value v) { return ids.lookup(v); }, ignore,
-                    OperationEquivalence::IgnoreLocations));
+                    nested, id, ignore, OperationEquivalence::IgnoreLocations));
       for (Value result : nested->getResults())
         ids[result] = llvm::hash_combine(3, next++);
       for (Region &region : nested->getRegions())
@@ -267,14 +313,82 @@ func::FuncOp buildBody(Run &run, OpBuilder &builder, Operation *before) {
     map.map(value, arg);
   OpBuilder inner = OpBuilder::atBlockEnd(block);
   for (Operation *c : run.constants)
-    inner.clone(*c, map);
-  for (Operation *op : run.ops)
+    if (isConstant(c))
+      inner.clone(*c, map);
+  // The other rematerialized ops (empty tensors, fills) are made again
+  // right before each reader, as shardx-split-shared-empty-tensors does in
+  // the inlined program: a zero fill right before a GEMM is its beta = 0.
+  SmallVector<Operation *> made;
+  std::function<void(Value)> remake = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (map.contains(v) || !def || !run.constants.contains(def))
+      return;
+    for (Value operand : def->getOperands())
+      remake(operand);
+    // A mapping of its own: cloning the region of a fill again with `map`
+    // would reuse the block arguments of the first clone.
+    IRMapping operands;
+    for (Value operand : def->getOperands())
+      operands.map(operand, map.lookup(operand));
+    map.map(def->getResults(), inner.clone(*def, operands)->getResults());
+    made.push_back(def);
+  };
+  for (Operation *op : run.ops) {
+    op->walk([&](Operation *nested) {
+      for (Value operand : nested->getOperands())
+        remake(operand);
+    });
     inner.clone(*op, map);
+    for (Operation *def : made)
+      for (Value v : def->getResults())
+        map.erase(v);
+    made.clear();
+  }
   SmallVector<Value> results;
   for (Value v : run.outputs)
     results.push_back(map.lookup(v));
   func::ReturnOp::create(inner, loc, results);
   return func;
+}
+
+/// Gives each reader of a transpose or a chunk in another call (or outside
+/// any) a copy of its own, right before it and marked as it is: in the
+/// inlined program both are free (a transpose folds into the GEMM that
+/// reads it, as a transposed operand; a chunk is a view), but a call that
+/// returned one would materialize it (a transposed copy, a copy of a
+/// strided view), and its reader's function would read that copy. The
+/// reader's call now takes the transpose's or chunk's operand instead.
+void sinkViews(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  SmallVector<Operation *> views;
+  for (Operation &op : block.without_terminator())
+    if (isa<linalg::TransposeOp, mlir::shardx::ChunkOp>(op) &&
+        op.getNumResults() == 1 &&
+        isa<RankedTensorType>(op.getResult(0).getType()))
+      views.push_back(&op);
+  OpBuilder builder(func.getContext());
+  // Last first: a chunk's readers include the transposes copied before it.
+  for (Operation *view : llvm::reverse(views)) {
+    int64_t call = callOf(view->getLoc());
+    DenseMap<Operation *, Value> copies;
+    for (OpOperand &use :
+         llvm::make_early_inc_range(view->getResult(0).getUses())) {
+      Operation *reader = block.findAncestorOpInBlock(*use.getOwner());
+      if (!reader || reader->hasTrait<OpTrait::IsTerminator>() ||
+          callOf(reader->getLoc()) == call)
+        continue;
+      Value &copy = copies[reader];
+      if (!copy) {
+        builder.setInsertionPoint(reader);
+        Operation *clone = builder.clone(*view);
+        clone->setLoc(reader->getLoc());
+        copy = clone->getResult(0);
+      }
+      use.set(copy);
+    }
+    if (view->use_empty())
+      view->erase();
+  }
 }
 
 /// Drops the marks of shardx-inline-calls from every location in `module`.
@@ -327,6 +441,7 @@ struct OutlineCallsPass
   SmallVector<Run *> done;
 
   void outlineRuns(func::FuncOp func, SymbolTable &symbols) {
+    sinkViews(func);
     // Maximal runs of ops of one call; constants neither join nor cut one.
     std::vector<Run> runs;
     int64_t current = -1;
@@ -380,8 +495,8 @@ struct OutlineCallsPass
           bool equal = OperationEquivalence::isRegionEquivalentTo(
                            &callee.getBody(), &body.getBody(),
                            OperationEquivalence::IgnoreLocations) ||
-                       shardx::canonicalKernelText(callee) ==
-                           shardx::canonicalKernelText(body);
+                       mlir::shardx::canonicalKernelText(callee) ==
+                           mlir::shardx::canonicalKernelText(body);
           body.erase();
           if (!equal)
             continue; // a hash collision: that run stays inline
@@ -396,9 +511,10 @@ struct OutlineCallsPass
       // every program.
       llvm::SmallString<32> name;
       llvm::raw_svector_ostream(name)
-          << shardx::kCallPrefix
+          << mlir::shardx::kCallPrefix
           << llvm::format_hex_no_prefix(
-                 llvm::xxh3_64bits(shardx::canonicalKernelText(callee)), 16);
+                 llvm::xxh3_64bits(mlir::shardx::canonicalKernelText(callee)),
+                 16);
       callee.setName(name);
       symbols.insert(callee);
       for (Run *run : same)
@@ -430,6 +546,25 @@ struct OutlineCallsPass
       replaced[old] = now;
     }
     Operation *after = call;
+    // Rematerializable results read after the run (an empty tensor or a
+    // fill that CSE shares with later ops) are made again after the call.
+    llvm::SmallPtrSet<Operation *, 32> inRun(run.ops.begin(), run.ops.end());
+    IRMapping remade;
+    for (Operation *op : run.ops) {
+      if (!isRematerializable(op) || !isUsedOutside(op->getResult(0), inRun))
+        continue;
+      llvm::SetVector<Operation *> needed;
+      addRematerialized(op, needed);
+      for (Operation *def : needed) {
+        if (isConstant(def) || remade.contains(def->getResult(0)))
+          continue;
+        builder.setInsertionPointAfter(after);
+        after = builder.clone(*def, remade);
+      }
+      Value now = remade.lookup(op->getResult(0));
+      op->getResult(0).replaceUsesWithIf(
+          now, [&](OpOperand &use) { return isOutside(use, inRun); });
+    }
     for (Operation *op : run.sunk) {
       op->moveAfter(after);
       after = op;
