@@ -95,7 +95,9 @@ def SplitSharedEmptyTensorsPass
   let summary = "Gives every user of a shared tensor.empty its own";
   let description = [{
     One-shot bufferization would otherwise copy the buffer of an empty
-    tensor that several ops write into.
+    tensor that several ops write into. Every reader of a zero fill of an
+    empty tensor gets its own, right before it, so that
+    `shardx-contractions-to-blas` finds each GEMM's zero fill (beta = 0).
   }];
   let dependentDialects = ["tensor::TensorDialect"];
 }
@@ -139,10 +141,14 @@ def OutlineCallsPass : Pass<"shardx-outline-calls", "ModuleOp"> {
     The first pass of the cpu code generation. `shardx-inline-calls` marks
     the location of every call it inlines (`shardx.call.<k>`), so the ops
     of each inlined region call keep that mark through the SPMD pipeline.
-    Here every maximal run of consecutive ops of one call (constants
-    skipped: they are cloned where used) with at least `min-ops` ops
-    becomes a candidate function, taking the values the run reads and
-    returning those used after it. Runs with the same printed body (local
+    First each transpose or chunk that another call's ops read gets a copy
+    right before each such reader, marked as it is (the reader's function
+    then folds it into its GEMM or takes a view, rather than reading a
+    copy that the writer's function materialized). Then every maximal run
+    of consecutive ops of one call (constants skipped) with at least
+    `min-ops` ops becomes a candidate function, taking the values the run
+    reads and returning those used after it; constants, empty tensors and
+    fills of them are not passed but made again right before each reader. Runs with the same printed body (local
     types, constants and collectives included) are one private function
     `shardx_call_<hash>`, and each run becomes a `func.call` of it, so code
     generation lowers a layer once however deep the model is. A run whose
