@@ -656,8 +656,11 @@ LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
   if (low < 0 || high < 0)
     return emitOpError("halo widths must be non-negative, got low = ")
            << low << " and high = " << high;
-  // The members' operand sizes on `dim`, where known.
+  // The members' operand sizes on `dim`, where known: given, or (a static
+  // operand) `uniform` for each of the `*n` members, never materialized (a
+  // group may be huge).
   SmallVector<int64_t> sizes;
+  std::optional<int64_t> uniform;
   if (std::optional<ArrayRef<int64_t>> given = getSizes()) {
     if (static_cast<int64_t>(given->size()) != *n)
       return emitOpError("'sizes' has ")
@@ -674,7 +677,7 @@ LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
              << "; make it dynamic";
     sizes.assign(given->begin(), given->end());
   } else if (!in.isDynamicDim(dim)) {
-    sizes.assign(*n, in.getDimSize(dim));
+    uniform = in.getDimSize(dim);
   }
   if (*n == 1) {
     if (!in.isDynamicDim(dim) && !out.isDynamicDim(dim) &&
@@ -684,16 +687,21 @@ LogicalResult HaloOp::verifySymbolUses(SymbolTableCollection &st) {
              << dim << " must equal the operand's";
     return success();
   }
-  if (sizes.empty())
+  if (sizes.empty() && !uniform)
     return success();
-  int64_t smallest = *llvm::min_element(sizes);
+  int64_t smallest = uniform ? *uniform : *llvm::min_element(sizes);
   if (std::max(low, high) > smallest)
     return emitOpError("halo (low = ")
            << low << ", high = " << high << ") is wider than the smallest "
            << "shard (" << smallest << " rows of dim " << dim
            << "): a window may reach only the neighbouring shard";
-  int64_t first = sizes.front() + high, last = sizes.back() + low;
+  // The first member's result has only a high halo, the last's only a low
+  // one, the others both.
+  int64_t first = (uniform ? *uniform : sizes.front()) + high;
+  int64_t last = (uniform ? *uniform : sizes.back()) + low;
   bool same = first == last;
+  if (uniform)
+    same &= *n == 2 || *uniform + low + high == first;
   for (size_t j = 1; j + 1 < sizes.size(); ++j)
     same &= sizes[j] + low + high == first;
   int64_t res = out.getDimSize(dim);
