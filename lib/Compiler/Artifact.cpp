@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "HostCode.h"
 #include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
 
@@ -235,198 +236,6 @@ makeTargetMachine(const TargetSpec &spec, unsigned codegenLevel,
   return tm;
 }
 
-/// The host code's entry functions take and return every buffer of the
-/// step as one aggregate (thousands of descriptors), which LLVM's fast
-/// instruction selector cannot take: it falls back to DAGs whose size is
-/// the aggregate's, in time that grows faster than it. The program's
-/// function is inlined into its C wrapper (its one caller), and aggregate
-/// loads and stores become loads and stores of their scalars.
-void scalarizeEntryAggregates(llvm::Module &module) {
-  for (llvm::Function &wrapper : module) {
-    if (wrapper.isDeclaration() ||
-        !wrapper.getName().starts_with("_mlir_ciface_"))
-      continue;
-    SmallVector<llvm::CallInst *> calls;
-    for (llvm::Instruction &inst : llvm::instructions(wrapper))
-      if (auto *call = dyn_cast<llvm::CallInst>(&inst))
-        if (llvm::Function *callee = call->getCalledFunction();
-            callee && !callee->isDeclaration() && callee->hasLocalLinkage() &&
-            callee->hasOneUse())
-          calls.push_back(call);
-    for (llvm::CallInst *call : calls) {
-      llvm::Function *callee = call->getCalledFunction();
-      llvm::InlineFunctionInfo info;
-      if (llvm::InlineFunction(*call, info).isSuccess() && callee->use_empty())
-        callee->eraseFromParent();
-    }
-    SmallVector<llvm::Instruction *> aggregates;
-    for (llvm::Instruction &inst : llvm::instructions(wrapper))
-      if ((isa<llvm::LoadInst>(inst) && inst.getType()->isAggregateType()) ||
-          (isa<llvm::StoreInst>(inst) &&
-           inst.getOperand(0)->getType()->isAggregateType()))
-        aggregates.push_back(&inst);
-    for (llvm::Instruction *inst : aggregates) {
-      llvm::IRBuilder<> b(inst);
-      if (auto *load = dyn_cast<llvm::LoadInst>(inst)) {
-        // Each extractvalue of the load becomes a load of its field.
-        bool onlyExtracts = llvm::all_of(load->users(), [](llvm::User *u) {
-          return isa<llvm::ExtractValueInst>(u);
-        });
-        if (!onlyExtracts)
-          continue;
-        for (llvm::User *u : llvm::make_early_inc_range(load->users())) {
-          auto *extract = cast<llvm::ExtractValueInst>(u);
-          SmallVector<llvm::Value *> indices = {b.getInt32(0)};
-          for (unsigned i : extract->indices())
-            indices.push_back(b.getInt32(i));
-          llvm::Value *field = b.CreateInBoundsGEP(
-              load->getType(), load->getPointerOperand(), indices);
-          uint64_t offset = module.getDataLayout().getIndexedOffsetInType(
-              load->getType(), indices);
-          extract->replaceAllUsesWith(b.CreateAlignedLoad(
-              extract->getType(), field,
-              llvm::commonAlignment(load->getAlign(), offset)));
-          extract->eraseFromParent();
-        }
-        load->eraseFromParent();
-        continue;
-      }
-      auto *store = cast<llvm::StoreInst>(inst);
-      llvm::Value *value = store->getValueOperand();
-      llvm::Type *type = value->getType();
-      const llvm::DataLayout &layout = module.getDataLayout();
-      // What the insertvalue chains put at each index path, oldest first so
-      // that a later insert replaces what an earlier one put at or under
-      // its path (extractvalue of a long chain walks it per query: this
-      // walks each chain once).
-      std::map<SmallVector<unsigned>, llvm::Value *> at;
-      std::function<void(llvm::Value *, const SmallVector<unsigned> &)> put =
-          [&](llvm::Value *v, const SmallVector<unsigned> &prefix) {
-            // Whatever was at or under `prefix` is replaced (those paths
-            // sort together, from `prefix` on).
-            auto under = [&](const SmallVector<unsigned> &p) {
-              return p.size() >= prefix.size() &&
-                     std::equal(prefix.begin(), prefix.end(), p.begin());
-            };
-            for (auto it = at.lower_bound(prefix);
-                 it != at.end() && under(it->first);)
-              it = at.erase(it);
-            SmallVector<llvm::InsertValueInst *> chain;
-            llvm::Value *base = v;
-            while (auto *ins = dyn_cast<llvm::InsertValueInst>(base)) {
-              chain.push_back(ins);
-              base = ins->getAggregateOperand();
-            }
-            if (chain.empty() || !isa<llvm::PoisonValue, llvm::UndefValue>(base))
-              at[prefix] = base; // a whole value (or a chain's real base)
-            for (llvm::InsertValueInst *ins : llvm::reverse(chain)) {
-              SmallVector<unsigned> path = prefix;
-              path.append(ins->idx_begin(), ins->idx_end());
-              put(ins->getInsertedValueOperand(), path);
-            }
-          };
-      put(value, {});
-      // The scalar at `path`: the deepest entry at or above it, extracted.
-      auto scalarAt = [&](ArrayRef<unsigned> path) -> llvm::Value * {
-        for (size_t k = path.size() + 1; k-- > 0;) {
-          auto it = at.find(SmallVector<unsigned>(path.take_front(k)));
-          if (it == at.end())
-            continue;
-          return k == path.size() ? it->second
-                                  : b.CreateExtractValue(it->second,
-                                                         path.drop_front(k));
-        }
-        return llvm::PoisonValue::get(
-            llvm::ExtractValueInst::getIndexedType(type, path));
-      };
-      // One store per scalar, at its GEP, as aligned as the original.
-      std::function<void(llvm::Type *, SmallVector<unsigned> &)> walk =
-          [&](llvm::Type *t, SmallVector<unsigned> &path) {
-            if (!t->isAggregateType()) {
-              SmallVector<llvm::Value *> indices = {b.getInt32(0)};
-              for (unsigned i : path)
-                indices.push_back(b.getInt32(i));
-              uint64_t offset = layout.getIndexedOffsetInType(type, indices);
-              b.CreateAlignedStore(
-                  scalarAt(path),
-                  b.CreateInBoundsGEP(type, store->getPointerOperand(),
-                                      indices),
-                  llvm::commonAlignment(store->getAlign(), offset));
-              return;
-            }
-            unsigned n = t->isStructTy() ? t->getStructNumElements()
-                                         : t->getArrayNumElements();
-            for (unsigned i = 0; i < n; ++i) {
-              path.push_back(i);
-              walk(llvm::ExtractValueInst::getIndexedType(t, {i}), path);
-              path.pop_back();
-            }
-          };
-      SmallVector<unsigned> path;
-      walk(type, path);
-      store->eraseFromParent();
-    }
-  }
-}
-
-/// Whether LLVM's fast instruction selector takes `inst`: it does not take
-/// aggregates (the memref descriptors the host code builds with
-/// insertvalue, passes between its functions and returns).
-bool fastSelectable(const llvm::Instruction &inst) {
-  if (isa<llvm::InsertValueInst, llvm::ExtractValueInst>(inst))
-    return false;
-  if (inst.getType()->isAggregateType())
-    return false;
-  for (const llvm::Value *op : inst.operands())
-    if (op->getType()->isAggregateType())
-      return false;
-  return true;
-}
-
-/// Puts each run of instructions the fast instruction selector does not
-/// take in a block of its own. It selects a block bottom up and, at the
-/// first instruction it cannot take, hands that instruction and everything
-/// above it in the block to the DAG selector, whose time grows faster than
-/// the block: one insertvalue near the end of a layer function's single
-/// block (building the descriptors it returns) sent the whole function
-/// there (10-20 s of a 32-layer GPT's host code). Small blocks keep the
-/// DAGs small; fall-through branches cost no instruction.
-void isolateAggregateCode(llvm::Module &module) {
-  for (llvm::Function &f : module) {
-    if (f.isDeclaration())
-      continue;
-    // The entry block's fixed-size allocas stay there (frame slots, not
-    // dynamic stack allocations): first in it, before any split.
-    llvm::BasicBlock &entry = f.getEntryBlock();
-    llvm::Instruction *first = &*entry.getFirstNonPHIOrDbgOrAlloca();
-    for (llvm::Instruction &inst : llvm::make_early_inc_range(entry))
-      if (auto *alloca = dyn_cast<llvm::AllocaInst>(&inst);
-          alloca && isa<llvm::ConstantInt>(alloca->getArraySize()) &&
-          alloca->comesBefore(entry.getTerminator()) &&
-          !alloca->comesBefore(first))
-        alloca->moveBefore(first->getIterator());
-    SmallVector<llvm::BasicBlock *> blocks;
-    for (llvm::BasicBlock &bb : f)
-      blocks.push_back(&bb);
-    for (llvm::BasicBlock *bb : blocks) {
-      // Where runs start and end, top down; split bottom up, so that each
-      // split moves only what lies below it up to the previous split.
-      SmallVector<llvm::Instruction *> cuts;
-      bool inRun = false;
-      for (llvm::Instruction &inst : *bb) {
-        if (isa<llvm::PHINode>(inst) || inst.isEHPad())
-          continue;
-        bool slow = !fastSelectable(inst);
-        if (slow != inRun && &inst != &*bb->getFirstNonPHIOrDbgOrAlloca())
-          cuts.push_back(&inst);
-        inRun = slow;
-      }
-      for (llvm::Instruction *cut : llvm::reverse(cuts))
-        bb->splitBasicBlock(cut);
-    }
-  }
-}
-
 /// Runs the LLVM pass pipeline `pipeline` (opt's syntax) on `module`.
 std::string runLLVMPipeline(llvm::Module &module, llvm::TargetMachine &tm,
                             StringRef pipeline) {
@@ -458,12 +267,18 @@ std::string optimize(llvm::Module &module, llvm::TargetMachine &tm,
   module.setTargetTriple(tm.getTargetTriple());
   module.setDataLayout(tm.createDataLayout());
   if (host) {
-    scalarizeEntryAggregates(module);
+    mlir::shardx::host::scalarizeEntryAggregates(module);
     std::string error =
         runLLVMPipeline(module, tm, "function(sroa,instsimplify,dce)");
     if (!error.empty())
       return error;
-    isolateAggregateCode(module);
+    mlir::shardx::host::flattenExtractChains(module);
+    mlir::shardx::host::demoteAggregateReturns(module);
+    // The insertvalue chains that built the returned structs.
+    error = runLLVMPipeline(module, tm, "function(dce)");
+    if (!error.empty())
+      return error;
+    mlir::shardx::host::isolateAggregateCode(module);
   } else {
     auto transform = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, &tm);
     if (llvm::Error err = transform(&module))
