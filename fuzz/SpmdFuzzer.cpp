@@ -39,9 +39,9 @@ std::string pipeline;
 ///    `permutation = [...]` / `dimensions = [...]` with
 ///    `parseDenseI64ArrayAttr` (mlir/lib/Dialect/Linalg/IR/LinalgOps.cpp),
 ///    which stores the attribute without checking that it parsed: a
-///    malformed list is a null attribute and a segfault in
-///    NamedAttrList::set. Between the tokens, skipMlirSpace skips what
-///    MLIR's lexer skips, no more and no less (CI fuzz runs crashed on
+///    malformed list (an element past int64 too) is a null attribute and a
+///    segfault in NamedAttrList::set. Between the tokens, skipMlirSpace skips
+///    what MLIR's lexer skips, no more and no less (CI fuzz runs crashed on
 ///    `[1, 0\v]`, where StringRef::ltrim took \v for a space, and on
 ///    `dimensions\0= ...`, where a NUL, which the lexer skips, hid the `=`).
 ///  - linalg.generic's custom parser (GenericOp::parse, same file) reads
@@ -138,11 +138,16 @@ bool crashesUpstreamParser(StringRef input) {
     rest = rest.drop_front(end + 1);
     return true;
   };
-  // An integer, optionally negative.
+  // An integer, optionally negative, whose magnitude fits int64: a larger
+  // one fails to parse as an i64 element (fuzzing found `permutation = [1,
+  // 7777...70]`, a null attribute and the same segfault).
   auto integer = [](StringRef &rest) {
     rest.consume_front("-");
     size_t digits = rest.find_first_not_of("0123456789");
     if (digits == 0 || rest.empty())
+      return false;
+    int64_t magnitude;
+    if (rest.take_front(digits).getAsInteger(10, magnitude))
       return false;
     rest = rest.drop_front(std::min(digits, rest.size()));
     return true;
