@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <limits>
+
 using namespace shardx;
 using namespace shardx::exec;
 using Json = nlohmann::json;
@@ -104,12 +107,37 @@ std::string stringOr(const Json &obj, const char *key, std::string fallback) {
   return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
-bool readSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
-              std::string &error) {
+/// "[8, 8]".
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text;
+  for (int64_t d : shape)
+    text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + text + "]";
+}
+
+bool readSpec(const Json &obj, const std::vector<int64_t> &meshShape,
+              TensorSpec &spec, std::string &error) {
   spec.shape = ints(obj, "shape");
   spec.globalShape = ints(obj, "global_shape");
   if (spec.globalShape.empty() && !spec.shape.empty())
     spec.globalShape = spec.shape;
+  // What the executor allocates and distributes by: dims are sizes or -1
+  // (dynamic), and the bytes of the static ones fit int64.
+  bool dynamic = false;
+  for (const std::vector<int64_t> *shape : {&spec.globalShape, &spec.shape}) {
+    int64_t bytes = 8;
+    for (int64_t d : *shape) {
+      dynamic |= d == -1 && shape == &spec.globalShape;
+      if (d < -1 ||
+          (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)) {
+        error = "shape " + shapeText(*shape) +
+                " has a negative dim or too "
+                "many elements";
+        return false;
+      }
+      bytes *= std::max<int64_t>(d, 1);
+    }
+  }
   std::string dtype = stringOr(obj, "dtype", "");
   std::optional<rt::DType> parsed = rt::parseDType(dtype);
   if (!parsed) {
@@ -126,10 +154,20 @@ bool readSpec(const Json &obj, size_t meshRank, TensorSpec &spec,
     error = "layout " + spec.layoutText + ": " + error;
     return false;
   }
-  if (static_cast<size_t>(layout->getMeshRank()) != meshRank) {
+  if (static_cast<size_t>(layout->getMeshRank()) != meshShape.size()) {
     error = "layout " + spec.layoutText + " has " +
             std::to_string(layout->getMeshRank()) +
-            " mesh axes, the program's mesh " + std::to_string(meshRank);
+            " mesh axes, the program's mesh " +
+            std::to_string(meshShape.size());
+    return false;
+  }
+  // The executor computes every rank's shard of it.
+  if (std::string why =
+          dynamic ? layout->verifyForMesh(meshShape)
+                  : layout->verifyForShape(meshShape, spec.globalShape);
+      !why.empty()) {
+    error = "layout " + spec.layoutText + " is invalid for global shape " +
+            shapeText(spec.globalShape) + ": " + why;
     return false;
   }
   spec.layout = std::move(layout);
@@ -180,9 +218,17 @@ bool shardx::exec::readProgramInfo(std::string_view text, ProgramInfo &info,
         mesh.name = stringOr(m, "name", "");
         for (const Json &s : m.at("shape"))
           mesh.shape.push_back(s.get<int64_t>());
+        // The executor makes a rank per device: the bound shardx.mesh's
+        // verifier enforces.
+        if (!countMeshDevices(mesh.shape)) {
+          error = "mesh '" + mesh.name + "' of shape " + shapeText(mesh.shape) +
+                  " is not a mesh (positive axis sizes, at most " +
+                  std::to_string(kMaxMeshDevices) + " devices)";
+          return false;
+        }
         info.meshes.push_back(std::move(mesh));
       }
-    size_t meshRank = info.getMeshShape().size();
+    std::vector<int64_t> meshShape = info.getMeshShape();
     for (const Json &f : root.at("functions")) {
       EntryPoint e;
       e.name = stringOr(f, "name", "");
@@ -190,7 +236,7 @@ bool shardx::exec::readProgramInfo(std::string_view text, ProgramInfo &info,
       for (const char *key : {"inputs", "outputs"})
         for (const Json &v : f.at(key)) {
           TensorSpec spec;
-          if (!readSpec(v, meshRank, spec, error)) {
+          if (!readSpec(v, meshShape, spec, error)) {
             error = e.name + ": " + error;
             return false;
           }

@@ -59,6 +59,20 @@ std::string Placement::str() const {
   return "?";
 }
 
+std::optional<int64_t> countMeshDevices(const int64_t *sizes, size_t rank) {
+  int64_t devices = 1;
+  for (size_t a = 0; a < rank; ++a) {
+    // devices <= kMaxMeshDevices and sizes[a] <= kMaxMeshDevices here, so
+    // the product fits int64.
+    if (sizes[a] < 1 || sizes[a] > kMaxMeshDevices)
+      return std::nullopt;
+    devices *= sizes[a];
+    if (devices > kMaxMeshDevices)
+      return std::nullopt;
+  }
+  return devices;
+}
+
 int64_t linearizeCoords(const std::vector<int64_t> &meshShape,
                         const std::vector<int64_t> &axes,
                         const std::vector<int64_t> &coords) {

@@ -93,10 +93,12 @@ std::string describeFailedCheck(const EntryPoint &entry, int64_t code);
 std::string writeProgramInfo(const ProgramInfo &info);
 
 /// Reads a program description. Returns false and sets `error` when it is
-/// not valid JSON, a key is missing or mistyped, an element type is not one
-/// of rt::DType's, a layout is malformed or does not fit the mesh, or the
-/// check output is not one of the entry's i64 scalar outputs. Never
-/// throws.
+/// not valid JSON, a key is missing or mistyped, a mesh has an axis size
+/// below 1 or more than kMaxMeshDevices devices, a shape has a dim below -1
+/// or more bytes than int64 counts, an element type is not one of
+/// rt::DType's, a layout is malformed or does not fit the mesh and the
+/// global shape, or the check output is not one of the entry's i64 scalar
+/// outputs. Never throws.
 bool readProgramInfo(std::string_view text, ProgramInfo &info,
                      std::string &error);
 

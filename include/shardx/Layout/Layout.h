@@ -266,6 +266,21 @@ private:
   std::vector<std::optional<ReduceOp>> partials;
 };
 
+/// The most devices a mesh may have: rank ids fit a 32-bit int (MPI's and
+/// the runtime's), and every product of axis sizes fits int64 with room to
+/// spare. The `shardx.mesh` verifier and the artifact loader enforce it, so
+/// code past them may multiply axis sizes without overflow checks.
+constexpr int64_t kMaxMeshDevices = int64_t(1) << 31;
+
+/// The number of devices of a mesh of shape `meshShape`, or nullopt when an
+/// axis size is below 1 or the product exceeds kMaxMeshDevices (computed
+/// without overflow).
+std::optional<int64_t> countMeshDevices(const int64_t *sizes, size_t rank);
+inline std::optional<int64_t>
+countMeshDevices(const std::vector<int64_t> &meshShape) {
+  return countMeshDevices(meshShape.data(), meshShape.size());
+}
+
 /// Linear index of `coords` within the group of mesh axes `axes` (major to
 /// minor in the given order).
 int64_t linearizeCoords(const std::vector<int64_t> &meshShape,

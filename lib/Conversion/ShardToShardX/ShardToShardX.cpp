@@ -103,6 +103,17 @@ static bool checkSupported(ModuleOp module) {
             << grid.getSymName()
             << " with a dynamic axis size: ShardX meshes have static shapes";
         ok = false;
+      } else if (ArrayRef<int64_t> shape = grid.getShape();
+                 !countMeshDevices(shape.data(), shape.size())) {
+        // Before the layouts, which multiply axis sizes.
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        llvm::interleave(shape, os, "x");
+        grid.emitError("cannot import grid @")
+            << grid.getSymName() << " of shape " << text
+            << ": ShardX meshes have positive axis sizes and at most "
+            << kMaxMeshDevices << " (2^31) devices";
+        ok = false;
       }
       return;
     }

@@ -116,6 +116,32 @@ func.func @dynamic_grid(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
+// Tests that a grid past ShardX's mesh bound is an error at the grid, before
+// the layouts multiply its sizes (2 x 2^62 overflows int64).
+
+// expected-error @below {{cannot import grid @grid of shape 2x4611686018427387904: ShardX meshes have positive axis sizes and at most 2147483648 (2^31) devices}}
+shard.grid @grid(shape = 2x4611686018427387904)
+func.func @huge_grid(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %s = shard.sharding @grid split_axes = [[0]] : !shard.sharding
+  %0 = shard.shard %arg0 to %s : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// Tests that a grid with an axis of size 0 is an error at the grid (it was
+// reported as offsets that do not reach the dim's size).
+
+// expected-error @below {{cannot import grid @grid of shape 0: ShardX meshes have positive axis sizes}}
+shard.grid @grid(shape = 0)
+func.func @empty_grid(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %s = shard.sharding @grid split_axes = [[0]] sharded_dims_offsets = [0, 4, 8] : !shard.sharding
+  %0 = shard.shard %arg0 to %s : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
 // Tests that dynamic offsets are an error.
 
 shard.grid @grid(shape = 2)

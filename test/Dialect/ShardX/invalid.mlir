@@ -56,6 +56,38 @@ shardx.mesh @mesh(shape = 2x2, speed = [1.0, 1.0])
 // expected-error @+1 {{mesh axis 0 has size -2; sizes must be positive}}
 shardx.mesh @mesh(shape = -2)
 
+// -----
+
+// Tests that a mesh has at most 2^31 devices: the product of its axis sizes
+// is computed without overflow (2 x 2^62 is 2^63, past int64).
+// expected-error @+1 {{'shardx.mesh' op has more than 2147483648 (2^31) devices, the most a mesh may have (the product of its axis sizes)}}
+shardx.mesh @mesh(shape = 2x4611686018427387904)
+
+// -----
+
+// Tests that the bound holds for one axis: 2^31 + 1 devices.
+// expected-error @+1 {{'shardx.mesh' op has more than 2147483648 (2^31) devices}}
+shardx.mesh @mesh(shape = 2147483649)
+
+// -----
+
+// Tests that a product that wraps to a small number is refused: 2^32 x 2^32
+// is 0 modulo 2^64.
+// expected-error @+1 {{'shardx.mesh' op has more than 2147483648 (2^31) devices}}
+shardx.mesh @mesh(shape = 1x4294967296x4294967296)
+
+// -----
+
+// Tests that the largest axes are refused even when the product is checked
+// in another order: 2^31 x 2 after many axes of 1.
+// expected-error @+1 {{'shardx.mesh' op has more than 2147483648 (2^31) devices}}
+shardx.mesh @mesh(shape = 1x1x1x2147483648x2)
+
+// -----
+
+// Tests that a mesh of exactly 2^31 devices verifies.
+shardx.mesh @mesh(shape = 65536x32768)
+
 //===----------------------------------------------------------------------===//
 // shardx.annotate, shardx.redistribute, shardx.local_size
 //===----------------------------------------------------------------------===//
@@ -484,10 +516,12 @@ func.func @f(%x: tensor<8xf32>) {
 
 // Tests that a group size times a stride past int64 is an error, not a
 // division by zero (fuzz: test/Fuzz/Inputs/spmd/crash-8f8c658a4e.txt).
-shardx.mesh @mesh(shape = 4611686018427387904)
+// The fuzzed mesh had 2^62 devices; meshes now have at most 2^31, so the
+// stride is 2^33.
+shardx.mesh @mesh(shape = 2147483648)
 func.func @f(%x: tensor<6xf32>) {
-  // expected-error @+1 {{the group size 4611686018427387904 times the stride 4 overflows a 64-bit integer}}
-  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 4 : tensor<6xf32> -> tensor<4294967296xf32>
+  // expected-error @+1 {{the group size 2147483648 times the stride 8589934592 overflows a 64-bit integer}}
+  %0 = shardx.chunk %x on @mesh axes = [0] dim = 0 stride = 8589934592 : tensor<6xf32> -> tensor<4294967296xf32>
   return
 }
 
@@ -570,10 +604,10 @@ func.func @f(%x: tensor<6x4xf32>) {
 
 // Tests that all_to_all's group size times its split stride past int64 is an
 // error, not a division by zero.
-shardx.mesh @mesh(shape = 4611686018427387904)
+shardx.mesh @mesh(shape = 2147483648)
 func.func @f(%x: tensor<6x4xf32>) {
-  // expected-error @+1 {{the group size 4611686018427387904 times the stride 4 overflows a 64-bit integer}}
-  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 split_stride = 4 : tensor<6x4xf32> -> tensor<3x8xf32>
+  // expected-error @+1 {{the group size 2147483648 times the stride 8589934592 overflows a 64-bit integer}}
+  %0 = shardx.all_to_all %x on @mesh axes = [0] split_dim = 0 concat_dim = 1 split_stride = 8589934592 : tensor<6x4xf32> -> tensor<3x8xf32>
   return
 }
 

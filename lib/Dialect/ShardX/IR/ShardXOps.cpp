@@ -281,6 +281,13 @@ LogicalResult MeshOp::verify() {
     if (size <= 0)
       return emitOpError("axis ")
              << i << " has size " << size << "; sizes must be positive";
+  // Every user of the device count (and of products of axis sizes) relies
+  // on this bound: it multiplies without overflow checks.
+  if (!countMeshDevices(shape.data(), shape.size()))
+    return emitOpError("has more than ")
+           << kMaxMeshDevices
+           << " (2^31) devices, the most a mesh may have (the product of "
+              "its axis sizes)";
   if (std::optional<ArrayAttr> axes = getAxes()) {
     if (axes->size() != shape.size())
       return emitOpError("has ")
@@ -309,10 +316,10 @@ LogicalResult MeshOp::verify() {
 }
 
 int64_t MeshOp::getNumDevices() {
-  int64_t n = 1;
-  for (int64_t size : getShape())
-    n *= size;
-  return n;
+  ArrayRef<int64_t> shape = getShape();
+  std::optional<int64_t> devices = countMeshDevices(shape.data(), shape.size());
+  assert(devices && "getNumDevices on a mesh that does not verify");
+  return devices.value_or(0);
 }
 
 std::string MeshOp::getAxisName(int64_t axis) {

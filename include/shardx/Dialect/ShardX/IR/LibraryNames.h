@@ -25,10 +25,12 @@ namespace mlir::shardx {
 // The layout algebra (shardx/Layout/Layout.h).
 using ::shardx::allMeshCoords;
 using ::shardx::axisMask;
+using ::shardx::chunkInterval;
+using ::shardx::countMeshDevices;
 using ::shardx::DimSharding;
 using ::shardx::Interval;
+using ::shardx::kMaxMeshDevices;
 using ::shardx::Layout;
-using ::shardx::chunkInterval;
 using ::shardx::LayoutSpelling;
 using ::shardx::linearizeCoords;
 using ::shardx::LocalShard;

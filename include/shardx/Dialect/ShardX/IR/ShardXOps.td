@@ -30,7 +30,10 @@ def ShardX_MeshOp : ShardX_Op<"mesh", [Symbol]> {
     shardx.mesh @node(shape = 8, bandwidth = [400.0], latency = [5.0])
     ```
 
-    Constraints: every axis size is positive; `axes`, `bandwidth` and
+    Constraints: every axis size is positive and the mesh has at most 2^31
+    devices (the product of its axis sizes; rank ids fit a 32-bit int, and
+    code past the verifier multiplies axis sizes without overflow checks);
+    `axes`, `bandwidth` and
     `latency`, when present, have one entry per axis; axis names are unique
     and non-empty; cost hints are positive.
   }];
@@ -45,7 +48,7 @@ def ShardX_MeshOp : ShardX_Op<"mesh", [Symbol]> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     int64_t getRank() { return getShape().size(); }
-    /// The number of devices.
+    /// The number of devices (at most kMaxMeshDevices on a verified mesh).
     int64_t getNumDevices();
     /// The name of `axis` ("dp"), or its index as a string when unnamed.
     std::string getAxisName(int64_t axis);
