@@ -241,7 +241,9 @@ HostTensor randomTensor(const std::vector<int64_t> &shape, rt::DType dtype,
                         uint64_t seed, int64_t intRange,
                         InputDomain domain = InputDomain::Any);
 
-/// .npy files (format 1.0, little-endian, C order).
+/// .npy files: written in format 1.0, read in 1.0, 2.0 and 3.0; little-endian,
+/// C order. A header numpy would not write, or a file whose size is not what
+/// its header says, is an error (never a partial tensor).
 bool readNpy(const std::string &path, HostTensor &out, std::string &error);
 bool writeNpy(const std::string &path, const HostTensor &t,
               std::string &error);
