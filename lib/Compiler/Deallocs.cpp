@@ -200,6 +200,10 @@ void placeInFunction(func::FuncOp func) {
       if (Operation *at = entry->findAncestorOpInBlock(*user);
           at && position.lookup(at) > position.lookup(last))
         last = at;
+      // A call of a module function reads the buffer and returns fresh
+      // ones (ownReturnedBuffers): its results never hold this buffer.
+      if (ownedCallResults(user))
+        continue;
       for (Value result : user->getResults())
         if (resultsMayHoldBuffer(user, result))
           for (Operation *next : result.getUsers())
