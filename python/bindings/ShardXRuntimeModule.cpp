@@ -377,6 +377,22 @@ NB_MODULE(_shardx_rt, m) {
           "program allocated since the last host_mem_reset, in the order "
           "the threads first allocated (docs/Memory.md, "
           "shardx_rt_host_mem_peaks).")
+      .def(
+          "host_mem_live",
+          [](const PyArtifact &a) {
+            auto read =
+                artifactFunction<int64_t (*)(int64_t *, int64_t *, int64_t)>(
+                    a, "shardx_rt_host_mem_peaks");
+            std::vector<int64_t> live(read(nullptr, nullptr, 0));
+            int64_t n =
+                read(nullptr, live.data(), static_cast<int64_t>(live.size()));
+            live.resize(std::min<size_t>(live.size(), n));
+            return live;
+          },
+          "Each thread's bytes allocated less bytes freed since the last "
+          "host_mem_reset, in the order the threads first allocated or "
+          "freed (a buffer freed on another thread than its own counts "
+          "on both: the sum is what is still allocated).")
       .def_prop_ro(
           "program_info",
           [](const PyArtifact &a) { return a.artifact->getProgramInfoText(); },

@@ -1,7 +1,7 @@
 """The runtime's memory meter (docs/Memory.md) read from Python: the
 allocation functions of CPU artifacts count each thread's live bytes and
 high-water mark, which the binding's ``Artifact.host_mem_reset`` /
-``host_mem_peaks`` reset and read (the artifact's own
+``host_mem_peaks`` / ``host_mem_live`` reset and read (the artifact's own
 ``shardx_rt_host_mem_reset`` / ``shardx_rt_host_mem_peaks``)."""
 
 from __future__ import annotations
@@ -20,3 +20,15 @@ def measured_peaks(compiled, args) -> List[int]:
     out = compiled(*args)
     del out
     return artifact.host_mem_peaks()
+
+
+def bytes_left_after_call(compiled, args) -> int:
+    """The program-allocated bytes still allocated after one warm call of
+    ``compiled`` on ``args`` and the release of its outputs (summed over the
+    threads): 0 unless the compiled program leaks buffers."""
+    compiled(*args)
+    artifact = list(compiled._executables.values())[-1].artifact
+    artifact.host_mem_reset()
+    out = compiled(*args)
+    del out
+    return sum(artifact.host_mem_live())
