@@ -454,3 +454,28 @@ def test_exec_input_error_names_expected_and_actual(cache, tmp_path, build_dir):
     assert proc.returncode != 0
     assert "must be a f32 tensor of shape [4, 3]" in proc.stderr, proc.stderr
     assert "the file holds a f64 tensor of shape [4]" in proc.stderr, proc.stderr
+
+
+# -- probes of torch.compile's contract (helper-91) --------------------------
+
+@pytest.mark.parametrize("op", ["floor", "trunc", "remainder"])
+def test_integer_division_by_zero_raises_eagers_error(op):
+    """Integer division and remainder by a zero element raise eager's
+    ``RuntimeError: ZeroDivisionError`` after the step; before, the
+    program's division trapped and SIGFPE killed the process (the
+    floor-division case: ``a // b``)."""
+    fn = {"floor": lambda a, b: a // b,
+          "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+          "remainder": lambda a, b: a % b}[op]
+    f = shardx.compile(fn, MESH, [[Shard(0)], [Shard(0)]])
+    for dtype in (torch.int32, torch.int64):
+        a = torch.tensor([7, -7, 3, 4], dtype=dtype)
+        b = torch.tensor([2, -2, 5, -3], dtype=dtype)
+        assert_same(f(a, b), fn(a, b), str(dtype))
+        b[1] = 0
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+            fn(a, b)
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+            f(a, b)
+    with pytest.raises(ValueError, match="integer division by zero"):
+        shardx.compile(lambda a: a // 0, MESH)(torch.arange(4))

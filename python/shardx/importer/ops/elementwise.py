@@ -214,11 +214,44 @@ def _floor_div(b: Body, x: str, y: str, t: torch.dtype) -> str:
     return b.v(f"arith.floordivsi {x}, {y} : {elem_type(t)}")
 
 
+def _checked_divisor(imp, node, divisor) -> None:
+    """Integer division and remainder by zero: eager raises
+    ``RuntimeError: ZeroDivisionError``; the program's division
+    instruction would trap (SIGFPE: the whole process died). A divisor
+    tensor gets a check (``record_check``: the step raises eager's error
+    after running) and the division reads 1 where it is 0
+    (``_safe_divisor``); a Python 0 is refused at trace time."""
+    from .indexing import record_check
+    from ..values import ImportError_
+    if is_float(_out(node)[1]):
+        return
+    if not isinstance(divisor, Value):
+        if divisor == 0:
+            raise ImportError_("integer division by zero (eager raises RuntimeError: "
+                               "ZeroDivisionError)")
+        return
+    d = divisor.dtype
+    ok = imp.em.elementwise(divisor.shape, torch.bool, [divisor],
+                            lambda b, v: b.compare("ne", v[0], b.const(0, d), d))
+    record_check(imp, ok, "RuntimeError", "ZeroDivisionError")
+
+
+def _safe_divisor(b: Body, y: str, t: torch.dtype) -> str:
+    """An integer divisor with 0 replaced by 1 (``_checked_divisor``)."""
+    if is_float(t):
+        return y
+    return b.select(b.compare("eq", y, b.const(0, t), t), b.const(1, t), y, t)
+
+
 @handles(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(imp, node, args, kwargs):
     mode = kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+    if mode is not None:
+        _checked_divisor(imp, node, args[1])
 
     def fn(b, v, t):
+        if mode is not None:
+            v = [v[0], _safe_divisor(b, v[1], t)]
         if mode == "floor":
             return _floor_div(b, v[0], v[1], t), None
         if mode == "trunc":
@@ -232,7 +265,10 @@ def _div_mode(imp, node, args, kwargs):
 
 @handles(aten.remainder.Scalar, aten.remainder.Tensor)
 def _remainder(imp, node, args, kwargs):
+    _checked_divisor(imp, node, args[1])
+
     def fn(b, v, t):
+        v = [v[0], _safe_divisor(b, v[1], t)]
         # Python semantics: the result has the sign of the divisor.
         if is_float(t):
             # As ATen computes it: fmod (exact), then the divisor added where
