@@ -479,3 +479,41 @@ def test_integer_division_by_zero_raises_eagers_error(op):
             f(a, b)
     with pytest.raises(ValueError, match="integer division by zero"):
         shardx.compile(lambda a: a // 0, MESH)(torch.arange(4))
+
+
+def test_in_place_update_of_a_closed_over_tensor_is_refused():
+    """A function that writes a tensor it does not take as an argument (a
+    BatchNorm in training mode called directly updates its running
+    statistics; a closed-over accumulator, through a view or ``out=``)
+    is refused with the way out; before, the compiled program dropped the
+    update (the running statistics stayed at their initial values) and
+    returned eager's output, so the next eval-mode call differed."""
+    bn = nn.BatchNorm1d(3)
+    acc = torch.zeros(4)
+
+    def through_view(x):
+        acc[1:].add_(x[1:])
+        return x * 2
+
+    def through_out(x):
+        torch.add(x, 1, out=acc)
+        return x * 2
+
+    for fn in (lambda x: bn(x), through_view, through_out):
+        x = torch.ones(4, 3) if fn not in (through_view, through_out) else torch.ones(4)
+        with pytest.raises(ValueError, match="updates in place a tensor it does not take as an "
+                                             "argument"):
+            shardx.compile(fn, MESH)(x)
+    assert_same((bn.running_mean, acc), (torch.zeros(3), torch.zeros(4)))
+
+    def fresh(x):  # tensors the function makes may be written
+        c = torch.tensor([1., 2., 3., 4.])
+        c.add_(x)
+        return c * 2
+
+    assert_same(shardx.compile(fresh, MESH)(torch.ones(4)), fresh(torch.ones(4)))
+    bn.eval()
+    x = torch.randn(4, 3)
+    (got,) = shardx.compile(lambda x: (bn(x),), MESH)(x)
+    torch.testing.assert_close(full(got), bn(x), rtol=1e-6, atol=1e-6)
+

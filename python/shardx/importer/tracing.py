@@ -309,6 +309,7 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             # 32 layers); _drop_aliases removes them either way.
             g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
+        _refuse_writes_of_constants(g0, getattr(fn, "__name__", "the function"))
         _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
@@ -834,6 +835,43 @@ def _mark_checkpoint_recomputation(stack: contextlib.ExitStack) -> None:
 def _recompute_mark(node) -> Optional[int]:
     """The checkpoint whose recomputation traced the node, or None."""
     return (node.meta.get("custom") or {}).get("shardx.recompute")
+
+
+def _refuse_writes_of_constants(g: torch.fx.GraphModule, name: str) -> None:
+    """An ``ImportError_`` where pass 1 writes in place a tensor that is not
+    an input and not made by the function: a constant of the graph (a
+    module's parameter or buffer, a tensor the function closes over or
+    reads from a global), or a view of one. Functionalization keeps such
+    a write only as a dead value, so the program dropped it (BatchNorm in
+    training mode called directly: eager updates ``running_mean``, the
+    compiled step did not) and a later read got the old value. Tensors
+    the function makes (``torch.tensor``) are copies (``lift_fresh_copy``)
+    and may be written."""
+    from .values import ImportError_
+    for node in g.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
+                not op._schema.is_mutable:
+            continue
+        for i, arg in enumerate(op._schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            root = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            while isinstance(root, torch.fx.Node) and root.op == "call_function" and \
+                    isinstance(root.target, torch._ops.OpOverload) and root.args:
+                returns = root.target._schema.returns
+                if not returns or returns[0].alias_info is None or \
+                        returns[0].alias_info.is_write:
+                    break
+                root = root.args[0]  # a view: its base
+            if isinstance(root, torch.fx.Node) and root.op == "get_attr":
+                raise ImportError_(
+                    f"{name} updates in place a tensor it does not take as an argument "
+                    f"({op.name()}, {_user_line(node)}): a module's parameter or buffer, or a "
+                    "tensor it closes over (BatchNorm in training mode updates its running "
+                    "statistics so); the traced program cannot write it back. Pass the tensor "
+                    "as an argument (its update is then written back; shardx.train.TrainStep "
+                    "passes normalization statistics as state) or put the module in eval mode")
 
 
 def _drop_aliases(g: torch.fx.GraphModule) -> None:
