@@ -517,3 +517,28 @@ def test_in_place_update_of_a_closed_over_tensor_is_refused():
     (got,) = shardx.compile(lambda x: (bn(x),), MESH)(x)
     torch.testing.assert_close(full(got), bn(x), rtol=1e-6, atol=1e-6)
 
+
+
+def test_in_place_update_of_an_input_through_data_is_refused():
+    """``x.data.add_(1)`` writes the input through an alias with a version
+    counter of its own, so the write-back (found through the counters)
+    missed it: the caller's tensor stayed as it was where eager's changed.
+    Refused now, naming the way out; ``x.add_`` under no_grad works."""
+    def through_data(x):
+        x.data.add_(1)
+        return x * 2
+
+    def direct(x):
+        with torch.no_grad():
+            x.add_(1)
+        return x * 2
+
+    x = torch.arange(4.0)
+    with pytest.raises(ValueError, match="writes input 0 in place through an alias"):
+        shardx.compile(through_data, MESH)(x)
+    assert_same(x, torch.arange(4.0))
+    e = torch.arange(4.0, requires_grad=True)
+    x = torch.arange(4.0, requires_grad=True)
+    assert_same(shardx.compile(direct, MESH)(x), direct(e).detach())
+    assert_same(x.detach(), e.detach())
+

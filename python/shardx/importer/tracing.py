@@ -307,9 +307,12 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             # An explicit (empty) table: make_fx's default one turns each
             # detach into an alias through a second dispatch (2 ms an op at
             # 32 layers); _drop_aliases removes them either way.
+            versions = [a._version if isinstance(a, torch.Tensor) else None for a in flat_args]
             g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
-        _refuse_writes_of_constants(g0, getattr(fn, "__name__", "the function"))
+        _refuse_untracked_writes(g0, getattr(fn, "__name__", "the function"),
+                                 [isinstance(a, torch.Tensor) and a._version != v
+                                  for a, v in zip(flat_args, versions)])
         _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
@@ -837,7 +840,7 @@ def _recompute_mark(node) -> Optional[int]:
     return (node.meta.get("custom") or {}).get("shardx.recompute")
 
 
-def _refuse_writes_of_constants(g: torch.fx.GraphModule, name: str) -> None:
+def _refuse_untracked_writes(g: torch.fx.GraphModule, name: str, moved: List[bool]) -> None:
     """An ``ImportError_`` where pass 1 writes in place a tensor that is not
     an input and not made by the function: a constant of the graph (a
     module's parameter or buffer, a tensor the function closes over or
@@ -846,8 +849,12 @@ def _refuse_writes_of_constants(g: torch.fx.GraphModule, name: str) -> None:
     training mode called directly: eager updates ``running_mean``, the
     compiled step did not) and a later read got the old value. Tensors
     the function makes (``torch.tensor``) are copies (``lift_fresh_copy``)
-    and may be written."""
+    and may be written. Likewise a write into input ``i`` whose version
+    counter did not move (``moved[i]`` false: through ``x.data``, which
+    has a counter of its own), which shardx.compile's write-back, found
+    through the counters, would miss."""
     from .values import ImportError_
+    inputs = [n for n in g.graph.nodes if n.op == "placeholder"]
     for node in g.graph.nodes:
         op = node.target
         if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
@@ -864,6 +871,13 @@ def _refuse_writes_of_constants(g: torch.fx.GraphModule, name: str) -> None:
                         returns[0].alias_info.is_write:
                     break
                 root = root.args[0]  # a view: its base
+            if isinstance(root, torch.fx.Node) and root.op == "placeholder" and \
+                    len(inputs) == len(moved) and not moved[inputs.index(root)]:
+                raise ImportError_(
+                    f"{name} writes input {inputs.index(root)} in place through an alias whose "
+                    f"writes autograd does not count ({op.name()}, {_user_line(node)}: "
+                    "x.data); the write would not reach the caller's tensor. Write the input "
+                    "itself (x.add_(...), under torch.no_grad() if it requires grad)")
             if isinstance(root, torch.fx.Node) and root.op == "get_attr":
                 raise ImportError_(
                     f"{name} updates in place a tensor it does not take as an argument "
