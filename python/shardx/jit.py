@@ -5,7 +5,9 @@ callable. Its first call traces ``fn`` (``shardx.trace``), compiles the
 program with ``shardx-compile`` (propagation, reshards, per-rank code) and
 loads the artifact; later calls whose inputs have the same shapes, dtypes
 and layouts reuse it, and any change recompiles, logging the reason on the
-``shardx.jit`` logger (like ``torch.compile``'s guards). Inputs are torch
+``shardx.jit`` logger (like ``torch.compile``'s guards); so does a change
+of what ``fn`` reads besides its arguments (globals, closure, module
+attributes and parameters: ``env_guard``). Inputs are torch
 tensors (scattered by ``in_placements``) or ``ShardedTensor``s (used where
 they are, by their own layout); outputs are ``ShardedTensor``s, so a
 training loop passes parameters and optimizer state from step to step
@@ -561,6 +563,13 @@ class _Executable:
     #: output is the code of the first that failed (importer ``trace(...,
     #: index_checks=True)``); such entries never take the C++ path.
     checks: List[Tuple[str, str]] = field(default_factory=list)
+    #: What the trace read besides the arguments (``env_guard``): closure,
+    #: globals, module attributes and tensors, checked before each call
+    #: (such entries never take the C++ path); None for a package's entry.
+    env: Any = None
+    #: Earlier entries of the same guard key, traced in another
+    #: environment (``model.train()`` / ``model.eval()``), newest first.
+    others: List["_Executable"] = field(default_factory=list)
 
 
 class CompiledFunction(runtime().CompiledCall):
@@ -607,6 +616,7 @@ class CompiledFunction(runtime().CompiledCall):
         self._session_obj = None if backend in GPU_BACKENDS else session(self.mesh, backend)
         self._plan = None
         self._checked = None
+        self._guarded = None
 
     @property
     def _session(self):
@@ -759,6 +769,10 @@ class CompiledFunction(runtime().CompiledCall):
                              name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True)
             timing = dict(importer_module.last_timing)
             checks = list(importer_module.last_checks)
+            # What the trace read besides the arguments, as it is after the
+            # trace (a cache the function fills on its first call counts).
+            from . import env_guard  # torch's: not on a runtime-only host
+            env = env_guard.snapshot(self.fn) or None
             if self.memory_budget is not None:
                 # The plan's layouts are the inputs' (the entry scatters them).
                 t0 = time.perf_counter()
@@ -799,7 +813,7 @@ class CompiledFunction(runtime().CompiledCall):
                     for o in outputs]
         plan = self._make_plan(artifact, entry, spec, out_spec, out_keys, donated)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
-                           mutated, writes, partners or (), {}, checks)
+                           mutated, writes, partners or (), {}, checks, env)
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
         """The C++ call plan of an entry (compiled here, or loaded from a
@@ -909,6 +923,16 @@ class CompiledFunction(runtime().CompiledCall):
         """Finds (or compiles, logging why) the entry whose guards the
         arguments pass, makes every leaf a ShardedTensor in the entry's
         layout, runs it and writes back the inputs it modifies."""
+        guarded = self._guarded
+        if guarded is not None and guarded.env.changed() is None:
+            # An entry whose environment is guarded: its C++ plan once the
+            # environment is as traced (NotImplemented: a guard failed).
+            out = guarded.plan(args)
+            if out is not NotImplemented:
+                if guarded.checks:
+                    out, code = out
+                    _raise_failed_check(guarded.checks, code, self._session)
+                return out
         checked = self._checked
         if checked is not None:
             # The C++ plan (it returns NotImplemented when a guard fails),
@@ -927,20 +951,39 @@ class CompiledFunction(runtime().CompiledCall):
                             f"dicts, not {type(bad).__name__}")
         key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
-        if exe is None:
-            reason = self._reason(self._nearest_key(key), key) if self._executables else None
+        changed = None
+        if exe is not None and exe.env is not None:
+            changed = exe.env.changed()
+            if changed is not None:
+                # An earlier entry of this key whose environment is back
+                # (model.eval(), then model.train() again), else a new one.
+                back = next((o for o in exe.others if o.env.changed() is None), None)
+                if back is not None:
+                    back.others = [exe] + [o for o in exe.others if o is not back]
+                    exe.others = []
+                    self._executables[key] = exe = back
+                    changed = None
+        if exe is None or changed is not None:
+            reason = changed if changed is not None else (
+                self._reason(self._nearest_key(key), key) if self._executables else None)
             self._check_compilable(key, reason)
             if reason is not None:
                 self.recompile_reasons.append(reason)
                 log.info("shardx.compile: recompiling %s because %s", self.name, reason)
-            exe = self._compile(args, flat, spec)
-            self._executables[key] = exe
+            new = self._compile(args, flat, spec)
+            if exe is not None:
+                new.others = [exe] + exe.others
+                exe.others = []
+            self._executables[key] = exe = new
         if exe.writes:
             # The aliasing of the written inputs is a guard (a ValueError
             # where they overlap another input partly).
             partners = _partners(flat, exe.writes)
             if partners != exe.partners:
                 variant = exe.variants.get(partners)
+                if variant is not None and variant.env is not None and \
+                        variant.env.changed() is not None:
+                    variant = None  # traced in another environment: again
                 if variant is None:
                     reason = (f"the inputs written in place alias others differently: "
                               f"{_alias_text(exe.partners)} -> {_alias_text(partners)}")
@@ -954,9 +997,13 @@ class CompiledFunction(runtime().CompiledCall):
         # An entry that writes inputs back runs from here (Python), every call.
         if isinstance(exe.plan, _LazyPlan):
             exe.plan = exe.plan.build()
-        self._plan = None if exe.writes or exe.checks else exe.plan
+        # Entries whose environment is guarded run their plan from Python,
+        # after the environment's check.
+        self._plan = None if exe.writes or exe.checks or exe.env is not None else exe.plan
         #: An entry with checks: its plan, tried first by the next call.
-        self._checked = exe if exe.checks and not exe.writes else None
+        self._checked = exe if exe.checks and not exe.writes and exe.env is None else None
+        #: An entry with a guarded environment (and no writes): likewise.
+        self._guarded = exe if exe.env is not None and not exe.writes else None
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []

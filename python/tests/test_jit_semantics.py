@@ -542,3 +542,86 @@ def test_in_place_update_of_an_input_through_data_is_refused():
     assert_same(shardx.compile(direct, MESH)(x), direct(e).detach())
     assert_same(x.detach(), e.detach())
 
+
+SCALE = 2.0
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+class _Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+        self.gain = 2.0
+
+    def forward(self, x):
+        y = torch.relu(self.l(x)) * self.gain
+        return y * 2 if self.training else y
+
+
+def test_what_the_function_reads_besides_its_arguments_is_guarded(caplog):
+    """As torch.compile guards them: a global, a closure variable, a
+    module's training flag and plain attributes, and its parameters
+    (replaced, or modified in place: a load_state_dict or an optimizer
+    step outside) compile again, with the reason logged; an environment
+    seen before reuses its entry. Before, every call ran the first trace
+    (its values baked in: stale numbers)."""
+    global SCALE
+    x = torch.randn(4, 3)
+    f = shardx.compile(_scaled, MESH)
+    assert_same(f(x), _scaled(x))
+    SCALE = 3.0
+    try:
+        assert_same(f(x), _scaled(x), "global changed")
+    finally:
+        SCALE = 2.0
+    assert f.recompile_reasons == ["global SCALE changed: 2.0 -> 3.0"]
+
+    k = 2
+
+    def closure(a):
+        return a * k
+
+    f = shardx.compile(closure, MESH, [[Shard(0)]])
+    assert_same(f(x), closure(x))
+    k = 5
+    assert_same(f(x), closure(x), "closure changed")
+
+    torch.manual_seed(0)
+    m = _Gated()
+    f = shardx.compile(m, MESH, [[Shard(0)]])
+    with caplog.at_level(logging.INFO, logger="shardx.jit"):
+        for step in ("train", "eval", "train", "eval", "gain", "in place", "replaced"):
+            if step in ("train", "eval"):
+                getattr(m, step)()
+            elif step == "gain":
+                m.gain = 0.5
+            elif step == "in place":
+                with torch.no_grad():
+                    m.l.weight.mul_(-1)
+            else:
+                m.l.bias = nn.Parameter(torch.randn(3))
+            with torch.no_grad():
+                want = m(x)
+            (got,) = pytree.tree_leaves(f(x))
+            torch.testing.assert_close(full(got), want, rtol=1e-6, atol=1e-6,
+                                       msg=lambda s: f"{step}: {s}")
+    # train and eval once each (then reused), then one per change.
+    assert f.compiles == 5, f.recompile_reasons
+    assert f.recompile_reasons[0] == "_Gated.training changed: True -> False"
+    assert f.recompile_reasons[1:] == [
+        "_Gated.gain changed: 2.0 -> 0.5",
+        "_Gated.l.weight (a tensor [3, 3] float32) was modified in place",
+        "_Gated.l.bias was replaced by another tensor (a tensor [3] float32)"]
+    assert any("recompiling main because _Gated.training changed" in r.message
+               for r in caplog.records)
+
+
+def test_functions_reading_nothing_outside_keep_the_cpp_call_path():
+    f = shardx.compile(lambda a: torch.relu(a) * 2, MESH)
+    x = torch.randn(4)
+    for _ in range(2):
+        assert_same(f(x), torch.relu(x) * 2)
+    assert f._plan is not None
