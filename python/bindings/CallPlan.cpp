@@ -299,6 +299,11 @@ struct CallPlan {
 struct CompiledCall {
   nb::object planObject = nb::none();
   CallPlan *plan = nullptr;
+  /// A callable returning the caller's torch modes (grad mode, autocast)
+  /// and the value it returned when the plan's entry was traced: a call
+  /// under other modes goes to `_call_guarded` (None: not checked).
+  nb::object modeFn = nb::none();
+  nb::object planMode = nb::none();
 };
 
 
@@ -357,8 +362,19 @@ void binding::bindCalls(nb::module_ &m) {
             c.planObject = std::move(plan);
           },
           nb::arg("plan").none())
+      .def_prop_rw(
+          "_mode_fn", [](const CompiledCall &c) { return c.modeFn; },
+          [](CompiledCall &c, nb::object fn) { c.modeFn = std::move(fn); },
+          nb::arg("fn").none())
+      .def_prop_rw(
+          "_plan_mode", [](const CompiledCall &c) { return c.planMode; },
+          [](CompiledCall &c, nb::object mode) { c.planMode = std::move(mode); },
+          nb::arg("mode").none())
       .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
         CompiledCall &c = nb::cast<CompiledCall &>(self);
+        if (c.plan && !c.modeFn.is_none() && !c.planMode.is_none() &&
+            !c.modeFn().equal(c.planMode))
+          return self.attr("_call_guarded")(args);
         if (c.plan) {
           // Kept alive through the call (a recompile may replace it).
           nb::object keep = c.planObject;

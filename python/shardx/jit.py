@@ -570,6 +570,9 @@ class _Executable:
     #: Earlier entries of the same guard key, traced in another
     #: environment (``model.train()`` / ``model.eval()``), newest first.
     others: List["_Executable"] = field(default_factory=list)
+    #: The caller's torch modes at the trace (``_call_mode``): a guard;
+    #: None for a package's entry.
+    mode: Any = None
 
 
 class CompiledFunction(runtime().CompiledCall):
@@ -617,6 +620,9 @@ class CompiledFunction(runtime().CompiledCall):
         self._plan = None
         self._checked = None
         self._guarded = None
+        # The C++ call path compares the caller's modes with the plan's.
+        self._mode_fn = _call_mode
+        self._plan_mode = None
 
     @property
     def _session(self):
@@ -773,6 +779,7 @@ class CompiledFunction(runtime().CompiledCall):
             # trace (a cache the function fills on its first call counts).
             from . import env_guard  # torch's: not on a runtime-only host
             env = env_guard.snapshot(self.fn) or None
+            mode = _call_mode()
             if self.memory_budget is not None:
                 # The plan's layouts are the inputs' (the entry scatters them).
                 t0 = time.perf_counter()
@@ -813,7 +820,7 @@ class CompiledFunction(runtime().CompiledCall):
                     for o in outputs]
         plan = self._make_plan(artifact, entry, spec, out_spec, out_keys, donated)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
-                           mutated, writes, partners or (), {}, checks, env)
+                           mutated, writes, partners or (), {}, checks, env, mode=mode)
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
         """The C++ call plan of an entry (compiled here, or loaded from a
@@ -924,7 +931,7 @@ class CompiledFunction(runtime().CompiledCall):
         arguments pass, makes every leaf a ShardedTensor in the entry's
         layout, runs it and writes back the inputs it modifies."""
         guarded = self._guarded
-        if guarded is not None and guarded.env.changed() is None:
+        if guarded is not None and _misfit(guarded) is None:
             # An entry whose environment is guarded: its C++ plan once the
             # environment is as traced (NotImplemented: a guard failed).
             out = guarded.plan(args)
@@ -934,7 +941,7 @@ class CompiledFunction(runtime().CompiledCall):
                     _raise_failed_check(guarded.checks, code, self._session)
                 return out
         checked = self._checked
-        if checked is not None:
+        if checked is not None and _misfit(checked) is None:
             # The C++ plan (it returns NotImplemented when a guard fails),
             # then the check.
             out = checked.plan(args)
@@ -952,12 +959,13 @@ class CompiledFunction(runtime().CompiledCall):
         key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
         changed = None
-        if exe is not None and exe.env is not None:
-            changed = exe.env.changed()
+        if exe is not None:
+            changed = _misfit(exe)
             if changed is not None:
-                # An earlier entry of this key whose environment is back
-                # (model.eval(), then model.train() again), else a new one.
-                back = next((o for o in exe.others if o.env.changed() is None), None)
+                # An earlier entry of this key whose environment and modes
+                # are back (model.eval(), then model.train() again; no_grad
+                # and then grad mode), else a new one.
+                back = next((o for o in exe.others if _misfit(o) is None), None)
                 if back is not None:
                     back.others = [exe] + [o for o in exe.others if o is not back]
                     exe.others = []
@@ -981,8 +989,7 @@ class CompiledFunction(runtime().CompiledCall):
             partners = _partners(flat, exe.writes)
             if partners != exe.partners:
                 variant = exe.variants.get(partners)
-                if variant is not None and variant.env is not None and \
-                        variant.env.changed() is not None:
+                if variant is not None and _misfit(variant) is not None:
                     variant = None  # traced in another environment: again
                 if variant is None:
                     reason = (f"the inputs written in place alias others differently: "
@@ -1000,6 +1007,7 @@ class CompiledFunction(runtime().CompiledCall):
         # Entries whose environment is guarded run their plan from Python,
         # after the environment's check.
         self._plan = None if exe.writes or exe.checks or exe.env is not None else exe.plan
+        self._plan_mode = exe.mode
         #: An entry with checks: its plan, tried first by the next call.
         self._checked = exe if exe.checks and not exe.writes and exe.env is None else None
         #: An entry with a guarded environment (and no writes): likewise.
@@ -1039,6 +1047,34 @@ class CompiledFunction(runtime().CompiledCall):
                         values.append(new)
             _write_back(targets, values)
         return out
+
+
+def _call_mode():
+    """The caller's torch modes that change what a trace records: grad
+    mode, and the autocast modes where any is on (``torch.compile`` guards
+    both). A bool while no autocast is on, so that the C++ call path's
+    comparison stays cheap."""
+    import torch
+    if not torch._C._is_any_autocast_enabled():
+        return torch.is_grad_enabled()
+    from .importer.regions import _autocast_state
+    return (torch.is_grad_enabled(), _autocast_state())
+
+
+def _mode_text(mode) -> str:
+    grad, autocast = mode if isinstance(mode, tuple) else (mode, "no autocast")
+    return f"grad {'enabled' if grad else 'disabled'}, {autocast}"
+
+
+def _misfit(exe) -> Optional[str]:
+    """Why an entry does not fit this call besides its guard key: the
+    caller's torch modes, or what the function reads (``env_guard``),
+    changed since its trace; None where it fits."""
+    if exe.mode is not None:
+        mode = _call_mode()
+        if mode != exe.mode:
+            return f"the torch modes changed: {_mode_text(exe.mode)} -> {_mode_text(mode)}"
+    return exe.env.changed() if exe.env is not None else None
 
 
 def _raise_failed_check(checks, code, session) -> None:

@@ -625,3 +625,31 @@ def test_functions_reading_nothing_outside_keep_the_cpp_call_path():
     for _ in range(2):
         assert_same(f(x), torch.relu(x) * 2)
     assert f._plan is not None
+
+
+def test_grad_mode_and_autocast_of_the_caller_are_guarded():
+    """As torch.compile guards them: a call under other torch modes than
+    the trace's (``torch.no_grad()``, ``torch.autocast``) compiles again,
+    on the C++ call path too; before, a matmul traced outside autocast
+    returned f32 under autocast (eager: bf16), and one traced inside
+    returned bf16 outside it."""
+    def fn(a, b):
+        return (a @ b) * (2 if torch.is_grad_enabled() else 3)
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4, 4, generator=g) for _ in range(2))
+    f = shardx.compile(fn, MESH, [[Shard(0)], None])
+    for mode in ("grad", "no_grad", "autocast", "grad", "autocast", "no_grad"):
+        with torch.no_grad() if mode == "no_grad" else \
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "autocast"):
+            want = fn(a, b)
+            got = f(a, b).to_torch()
+        assert got.dtype == want.dtype, mode
+        # bf16 under autocast: within an ulp (the cast and the matmul are
+        # eager's, rounded once each).
+        torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2,
+                                   msg=lambda m: f"{mode}: {m}")
+    assert f.compiles == 3, f.recompile_reasons
+    assert f.recompile_reasons[0] == ("the torch modes changed: grad enabled, no autocast -> "
+                                      "grad disabled, no autocast")
+    assert f._plan is not None
