@@ -352,7 +352,6 @@ void binding::bindCalls(nb::module_ &m) {
            "Runs the entry point on `args` (a tuple) when they pass the "
            "guards, else returns NotImplemented.");
 
-
   nb::class_<CompiledCall>(m, "CompiledCall")
       .def(nb::init<>())
       .def_prop_rw(
@@ -368,7 +367,9 @@ void binding::bindCalls(nb::module_ &m) {
           nb::arg("fn").none())
       .def_prop_rw(
           "_plan_mode", [](const CompiledCall &c) { return c.planMode; },
-          [](CompiledCall &c, nb::object mode) { c.planMode = std::move(mode); },
+          [](CompiledCall &c, nb::object mode) {
+            c.planMode = std::move(mode);
+          },
           nb::arg("mode").none())
       .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
         CompiledCall &c = nb::cast<CompiledCall &>(self);
