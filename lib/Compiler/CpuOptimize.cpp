@@ -93,6 +93,21 @@ mlir::shardx::matchGemm(linalg::LinalgOp op, bool allowWidening) {
     if (!map.isProjectedPermutation() ||
         map.getNumResults() != dims->batch.size() + 2)
       return std::nullopt;
+  // A GEMM multiplies its operands' elements as they are (widened exactly,
+  // where allowed). The contraction interface also takes casts between an
+  // operand and the product: an operand rounded to bf16 and widened back
+  // (`x.bfloat16() @ y.bfloat16()` of f32 tensors, autocast, after fusion)
+  // would be multiplied unrounded by the BLAS call.
+  if (auto generic = dyn_cast<linalg::GenericOp>(op.getOperation())) {
+    for (Operation &inner : generic.getBody()->without_terminator()) {
+      auto ext = dyn_cast<arith::ExtFOp>(inner);
+      if (ext && isa<BlockArgument>(ext.getIn()))
+        continue;
+      if (isa<arith::ExtFOp, arith::TruncFOp, arith::SIToFPOp, arith::UIToFPOp,
+              arith::FPToSIOp, arith::FPToUIOp, arith::BitcastOp>(inner))
+        return std::nullopt;
+    }
+  }
   return *dims;
 }
 

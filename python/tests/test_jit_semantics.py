@@ -653,3 +653,18 @@ def test_grad_mode_and_autocast_of_the_caller_are_guarded():
     assert f.recompile_reasons[0] == ("the torch modes changed: grad enabled, no autocast -> "
                                       "grad disabled, no autocast")
     assert f._plan is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_matmul_of_rounded_operands_rounds_them_first(dtype):
+    """``a.bfloat16() @ b.bfloat16()`` of f32 tensors (and autocast's
+    matmul) multiplies the rounded values, as eager: once the casts were
+    fused into the contraction, the BLAS call read the unrounded f32
+    operands (1 + 3 * 2**-9 - 1 gave 3 * 2**-9, eager 2**-7). Cancellation
+    makes the difference visible after the result's own rounding."""
+    fn = lambda a, b: a.to(dtype) @ b.to(dtype)  # noqa: E731
+    x = 1 + 3 * 2 ** -9 if dtype == torch.bfloat16 else 1 + 3 * 2 ** -12
+    a = torch.tensor([[x, -1.0], [-1.0, x]])
+    b = torch.ones(2, 2)
+    got = shardx.compile(fn, MESH, [[Shard(0)], None])(a, b).to_torch()
+    assert torch.equal(got, fn(a, b)), (got, fn(a, b))

@@ -90,3 +90,28 @@ func.func @not_blas(%a: memref<4x8xf32>, %v: memref<8xf32>, %c: memref<4x16xf32>
   linalg.matmul ins(%i, %ib : memref<4x8xi32>, memref<8x16xi32>) outs(%ic : memref<4x16xi32>)
   return
 }
+
+// -----
+
+// Tests that a contraction whose operands are rounded to bf16 and widened
+// back in its body (f32 tensors cast to bf16 before a matmul, fused) stays
+// loops: a BLAS call would multiply the unrounded f32 values.
+// CHECK-LABEL: func.func @rounded_operands
+// CHECK-NOT: call @shardx_rt_matmul
+// CHECK: linalg.generic
+// CHECK: arith.truncf
+func.func @rounded_operands(%a: memref<4x8xf32>, %b: memref<8x16xf32>, %c: memref<4x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x16xf32>)
+  linalg.generic {indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%a, %b : memref<4x8xf32>, memref<8x16xf32>) outs(%c : memref<4x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %xr = arith.truncf %x : f32 to bf16
+    %yr = arith.truncf %y : f32 to bf16
+    %xw = arith.extf %xr : bf16 to f32
+    %yw = arith.extf %yr : bf16 to f32
+    %p = arith.mulf %xw, %yw : f32
+    %s = arith.addf %o, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
