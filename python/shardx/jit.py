@@ -37,6 +37,7 @@ after each compile the least recently used entries are removed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -1004,14 +1005,18 @@ class CompiledFunction(runtime().CompiledCall):
         # An entry that writes inputs back runs from here (Python), every call.
         if isinstance(exe.plan, _LazyPlan):
             exe.plan = exe.plan.build()
-        # Entries whose environment is guarded run their plan from Python,
-        # after the environment's check.
-        self._plan = None if exe.writes or exe.checks or exe.env is not None else exe.plan
-        self._plan_mode = exe.mode
+        self._plan = None if exe.writes or exe.checks else exe.plan
+        # The C++ call path asks _mode_fn before the plan: the caller's
+        # modes, and whether the environment is as traced.
+        if exe.env is None:
+            self._mode_fn, self._plan_mode = _call_mode, exe.mode
+        else:
+            self._mode_fn, self._plan_mode = functools.partial(_mode_and_env, exe.env), \
+                (exe.mode, True)
         #: An entry with checks: its plan, tried first by the next call.
         self._checked = exe if exe.checks and not exe.writes and exe.env is None else None
-        #: An entry with a guarded environment (and no writes): likewise.
-        self._guarded = exe if exe.env is not None and not exe.writes else None
+        #: An entry with checks and a guarded environment: likewise.
+        self._guarded = exe if exe.env is not None and exe.checks and not exe.writes else None
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []
@@ -1059,6 +1064,12 @@ def _call_mode():
         return torch.is_grad_enabled()
     from .importer.regions import _autocast_state
     return (torch.is_grad_enabled(), _autocast_state())
+
+
+def _mode_and_env(env):
+    """``_call_mode()`` and whether ``env`` is as traced: what the C++ call
+    path compares with an entry whose environment is guarded."""
+    return _call_mode(), env.changed() is None
 
 
 def _mode_text(mode) -> str:
