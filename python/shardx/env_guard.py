@@ -26,6 +26,7 @@ the first ``MAX_CHECKS`` values found)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from typing import Any, List, Optional, Tuple
@@ -100,7 +101,7 @@ class Environment:
         #: (object, attribute, value, tensor mark or None, where): a Python
         #: module's attributes the code names
         self.attrs: List[Tuple[Any, str, Any, Any, str]] = []
-        #: (list or dict, length, where)
+        #: (list, dict or an object's __dict__, length, what it is in words)
         self.lengths: List[Tuple[Any, int, str]] = []
         self._seen = set()
 
@@ -134,7 +135,7 @@ class Environment:
                     return _why(where, now, then, mark)
         for c, n, where in self.lengths:
             if len(c) != n:
-                return f"the length of {where} changed: {n} -> {len(c)}"
+                return f"{where} changed: {n} -> {len(c)}"
         return None
 
     # -- the walk -------------------------------------------------------------
@@ -165,6 +166,10 @@ class Environment:
             self.walk(v.__self__, where, depth + 1)
         elif isinstance(v, types.FunctionType):
             self._function(v, where, depth)
+        elif isinstance(v, functools.partial):
+            # Its function and arguments are fixed; what they reach is not.
+            for i, x in enumerate((v.func, *v.args, *v.keywords.values())):
+                self.walk(x, f"{where}'s argument {i}" if i else where, depth + 1)
         elif isinstance(v, types.ModuleType):
             for n in sorted(names or ()):
                 if hasattr(v, n):
@@ -174,7 +179,7 @@ class Environment:
                         self.attrs.append((v, n, value, mark, f"{where}.{n}"))
         elif isinstance(v, (list, tuple)):
             if isinstance(v, list):
-                self.lengths.append((v, len(v), where))
+                self.lengths.append((v, len(v), f"the length of {where}"))
             items = _Items(v)
             for i, x in enumerate(v[:256]):
                 if isinstance(v, list) or isinstance(x, torch.Tensor):
@@ -186,7 +191,7 @@ class Environment:
                 else:
                     self.walk(x, f"{where}[{i}]", depth + 1)
         elif isinstance(v, dict):
-            self.lengths.append((v, len(v), where))
+            self.lengths.append((v, len(v), f"the length of {where}"))
             for i, k in enumerate(list(v)):
                 if i >= 256:
                     break
@@ -199,6 +204,8 @@ class Environment:
 
     def _object(self, obj, where: str, depth: int, skip) -> None:
         d = obj.__dict__
+        # An attribute set later may hide a class attribute the trace read.
+        self.lengths.append((d, len(d), f"the number of attributes of {where}"))
         for name in list(d):
             if name in skip or name.startswith("__"):
                 continue
@@ -257,6 +264,8 @@ def _why(where: str, now, then, mark) -> str:
 
 
 def _name(fn) -> str:
+    if isinstance(fn, functools.partial):
+        return f"partial({_name(fn.func)})"
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "the function")
 
 
@@ -291,7 +300,7 @@ def snapshot(fn) -> Environment:
     elif isinstance(fn, types.MethodType) and isinstance(fn.__self__, torch.nn.Module):
         env.walk(fn.__func__, _name(fn))
         env.walk(fn.__self__, _module_name(fn.__self__))
-    elif isinstance(fn, (types.FunctionType, types.MethodType)):
+    elif isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)):
         env.walk(fn, _name(fn))
     elif hasattr(fn, "__dict__"):  # a callable object (shardx.train.TrainStep)
         env.walk(fn, type(fn).__name__)

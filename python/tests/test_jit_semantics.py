@@ -6,6 +6,7 @@ robustness of the disk cache and the command-line tools. Each test named
 after an issue defect failed before the fix (issue 29). The differential
 harness (test_jit_differential.py) keeps the cases it finds here too."""
 
+import functools
 import json
 import logging
 import os
@@ -617,6 +618,37 @@ def test_what_the_function_reads_besides_its_arguments_is_guarded(caplog):
         "_Gated.l.bias was replaced by another tensor (a tensor [3] float32)"]
     assert any("recompiling main because _Gated.training changed" in r.message
                for r in caplog.records)
+
+
+def test_partial_is_guarded_through_its_arguments():
+    """A ``functools.partial`` over a module and a config object: what its
+    arguments reach is guarded (a library object's attributes are not
+    walked, and partial is one: it was not guarded at all), an attribute
+    set on an object included (it hides the class attribute the trace
+    read)."""
+    class Cfg:
+        scale = 2.0
+
+    def body(model, cfg, x):
+        return model(x) * cfg.scale
+
+    cfg = Cfg()
+    m = nn.Linear(3, 3)
+    fn = functools.partial(body, m, cfg)
+    f = shardx.compile(fn, MESH)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        for change in (None, "scale", "weight"):
+            if change == "scale":
+                cfg.scale = 5.0
+            elif change == "weight":
+                m.weight.mul_(2)
+            torch.testing.assert_close(f(x).to_torch(), fn(x), msg=lambda s: f"{change}: {s}")
+    assert f.recompile_reasons == [
+        "the number of attributes of partial(test_partial_is_guarded_through_its_arguments."
+        "<locals>.body)'s argument 2 changed: 0 -> 1",
+        "partial(test_partial_is_guarded_through_its_arguments.<locals>.body)'s argument "
+        "1.weight (a tensor [3, 3] float32) was modified in place"]
 
 
 def test_functions_reading_nothing_outside_keep_the_cpp_call_path():
