@@ -91,3 +91,24 @@ func.func @dead_join(%x: tensor<4xf32> {shardx.layout = #shardx.layout<@mesh, [S
 ^bb3(%y: tensor<4xf32>):
   return %x : tensor<4xf32>
 }
+
+// -----
+
+// Tests that a replicated tensor of dynamic global shape in a sharded
+// function is its own local tensor: tensor.empty and tensor.expand_shape
+// keep their sizes (they asked the layout for a split of the dynamic dim
+// and dereferenced none: a segfault, found by fuzzing shardx-auto-shard on
+// test/Exec/Inputs/async-uneven.mlir).
+shardx.mesh @mesh(shape = 2)
+// CHECK-LABEL: func.func @replicated_dynamic
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>, %[[N:.*]]: index, %[[Y:.*]]: tensor<?xf32>)
+// CHECK: %[[E:.*]] = tensor.empty(%[[N]]) : tensor<?x4xf32>
+// CHECK: linalg.fill {{.*}} outs(%[[E]] : tensor<?x4xf32>)
+// CHECK: tensor.expand_shape %[[Y]] {{\[\[}}0, 1]] output_shape [%[[N]], 4] : tensor<?xf32> into tensor<?x4xf32>
+func.func @replicated_dynamic(%x: tensor<8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %n: index, %y: tensor<?xf32>) -> (tensor<8xf32>, tensor<?x4xf32>, tensor<?x4xf32>) {
+  %c = arith.constant 1.0 : f32
+  %e = tensor.empty(%n) : tensor<?x4xf32>
+  %f = linalg.fill ins(%c : f32) outs(%e : tensor<?x4xf32>) -> tensor<?x4xf32>
+  %g = tensor.expand_shape %y [[0, 1]] output_shape [%n, 4] : tensor<?xf32> into tensor<?x4xf32>
+  return %x, %f, %g : tensor<8xf32>, tensor<?x4xf32>, tensor<?x4xf32>
+}

@@ -46,7 +46,8 @@ public:
                                     const DimSharding &ds, int64_t size) const;
 
   /// The dynamic sizes of `local` (the local type of `global` under
-  /// `layout`), in dim order.
+  /// `layout`), in dim order. `global` is static: a dynamic global tensor
+  /// is local only where replicated (localType), its own local tensor.
   SmallVector<Value> dynamicSizes(OpBuilder &b, Location loc,
                                   RankedTensorType global,
                                   RankedTensorType local,

@@ -70,10 +70,12 @@ private:
 
   // tensor.empty() : tensor<7x4xf32> on [S(0)] -> tensor.empty(%n) :
   // tensor<?x4xf32>, %n this rank's shard size.
+  // A replicated tensor of dynamic global shape is its own local tensor:
+  // the clone keeps the (local copies of the) global sizes.
   FailureOr<Operation *> localizeEmpty(tensor::EmptyOp op,
                                        tensor::EmptyOp clone) {
     RankedTensorType local = clone.getType();
-    if (local.hasStaticShape())
+    if (local.hasStaticShape() || local == op.getType())
       return clone.getOperation();
     SmallVector<Value> sizes =
         pieces.dynamicSizes(rewriter, op.getLoc(), op.getType(), local,
@@ -92,6 +94,8 @@ private:
       clone.setStaticOutputShape(local.getShape());
       return clone.getOperation();
     }
+    if (local == op.getResultType())
+      return clone.getOperation();
     SmallVector<Value> sizes =
         pieces.dynamicSizes(rewriter, op.getLoc(), op.getResultType(), local,
                             pieces.layoutOf(op.getResult()));
