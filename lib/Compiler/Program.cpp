@@ -57,6 +57,17 @@ std::vector<int64_t> shapeOf(Type type) {
 /// shape, element type and layout (the attribute and its spelling).
 FailureOr<exec::TensorSpec> describeValue(func::FuncOp fn, Type type,
                                           Type global, Attribute layout) {
+  // The executor and the binding allocate and scatter by the global shape,
+  // and the entry wrappers pass every argument as a tensor's descriptor: a
+  // scalar argument failed the translation to LLVM IR, a dynamic shape
+  // aborted the executor.
+  auto globalTensor = dyn_cast<RankedTensorType>(global);
+  if (!globalTensor || !globalTensor.hasStaticShape() ||
+      !isa<RankedTensorType>(type))
+    return fn.emitError("entry point ")
+           << fn.getSymName() << " takes or returns " << global
+           << "; entry points take and return ranked tensors of static "
+              "global shape (a scalar as a 0-d tensor, tensor<i64>)";
   exec::TensorSpec spec;
   spec.shape = shapeOf(type);
   spec.globalShape = shapeOf(global);

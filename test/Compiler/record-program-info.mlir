@@ -58,3 +58,32 @@ func.func @checked(%arg0: tensor<3xi64>) -> (tensor<3xi64>, tensor<i64> {shardx.
 func.func @twice(%arg0: tensor<i64>) -> (tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "a"}]}, tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "b"}]}) {
   return %arg0, %arg0 : tensor<i64>, tensor<i64>
 }
+
+// -----
+
+// Tests that a scalar argument is an error at the entry point (it failed
+// the translation to LLVM IR: the entry wrapper passes a descriptor).
+// expected-error @+1 {{entry point scalar takes or returns 'index'; entry points take and return ranked tensors of static global shape (a scalar as a 0-d tensor, tensor<i64>)}}
+func.func @scalar(%arg0: tensor<3xi64>, %n: index) -> tensor<3xi64> {
+  return %arg0 : tensor<3xi64>
+}
+
+// -----
+
+// Tests that a dynamic global shape is an error at the entry point (the
+// executor allocated a tensor of -1 elements: std::length_error, abort).
+// expected-error @+1 {{entry point dynamic takes or returns 'tensor<?xf32>'; entry points take and return ranked tensors of static global shape}}
+func.func @dynamic(%arg0: tensor<?xf32>) -> tensor<?xf32> {
+  return %arg0 : tensor<?xf32>
+}
+
+// -----
+
+// Tests that an uneven shard's dynamic local shape is fine: the global
+// shape in the signature is static.
+// CHECK-LABEL: module attributes {shardx.program_info =
+// CHECK-SAME: \22global_shape\22:[7],{{.*}}\22shape\22:[-1]
+shardx.mesh @mesh(shape = 2)
+func.func @uneven(%arg0: tensor<?xf32>) -> tensor<?xf32> attributes {shardx.signature = {arg_layouts = [#shardx.layout<@mesh, [S(0)]>], arg_types = [tensor<7xf32>], mesh = @mesh, result_layouts = [#shardx.layout<@mesh, [S(0)]>], result_types = [tensor<7xf32>]}} {
+  return %arg0 : tensor<?xf32>
+}
