@@ -8,13 +8,17 @@
 #include "shardx/Runtime/CApi.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fstream>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 #include <set>
+#include <sys/stat.h>
 
 using namespace shardx;
 using namespace shardx::exec;
@@ -47,11 +51,98 @@ void keepFreedMemory() {
 #endif
 }
 
+/// Checks what the dynamic loader trusts of a shared object before it maps
+/// it: an ELF64 little-endian shared object for this machine whose program
+/// headers, segments and section headers lie inside the file. dlopen maps
+/// a truncated file and faults on the missing pages (SIGBUS), and follows
+/// corrupt program headers into a crash (SIGSEGV); a file cut short by a
+/// full disk or an interrupted copy is the usual case.
+bool checkSharedObject(const std::string &path, std::string &error) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    error = "cannot load " + path + ": it is a directory";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot load " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  in.seekg(0, std::ios::end);
+  const std::streamoff end = in.tellg();
+  in.seekg(0, std::ios::beg);
+  auto fail = [&](const std::string &why) {
+    error = "cannot load " + path + ": not a valid shared object (" + why +
+            "; a truncated or corrupt file?)";
+    return false;
+  };
+  if (end < 0)
+    return fail("cannot read its size");
+  const uint64_t size = static_cast<uint64_t>(end);
+  // [offset, offset + count * entry) within the file, without overflow.
+  auto inside = [&](uint64_t offset, uint64_t count, uint64_t entry) {
+    return offset <= size && (entry == 0 || count <= (size - offset) / entry);
+  };
+  Elf64_Ehdr header;
+  if (size < sizeof(header) ||
+      !in.read(reinterpret_cast<char *>(&header), sizeof(header)))
+    return fail("shorter than an ELF header");
+  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0)
+    return fail("no ELF magic");
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 ||
+      header.e_ident[EI_DATA] != ELFDATA2LSB || header.e_type != ET_DYN)
+    return fail("not a 64-bit little-endian ELF shared object");
+#if defined(__x86_64__)
+  if (header.e_machine != EM_X86_64)
+    return fail("built for another machine (e_machine " +
+                std::to_string(header.e_machine) + ")");
+#elif defined(__aarch64__)
+  if (header.e_machine != EM_AARCH64)
+    return fail("built for another machine (e_machine " +
+                std::to_string(header.e_machine) + ")");
+#endif
+  if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum == 0 ||
+      !inside(header.e_phoff, header.e_phnum, sizeof(Elf64_Phdr)))
+    return fail("its program headers are not inside the file");
+  if (header.e_shnum != 0 &&
+      (header.e_shentsize != sizeof(Elf64_Shdr) ||
+       !inside(header.e_shoff, header.e_shnum, sizeof(Elf64_Shdr))))
+    return fail("its section headers are not inside the file (" +
+                std::to_string(size) + " bytes)");
+  std::vector<Elf64_Phdr> segments(header.e_phnum);
+  in.seekg(static_cast<std::streamoff>(header.e_phoff));
+  if (!in.read(
+          reinterpret_cast<char *>(segments.data()),
+          static_cast<std::streamsize>(segments.size() * sizeof(Elf64_Phdr))))
+    return fail("cannot read its program headers");
+  for (const Elf64_Phdr &p : segments) {
+    bool known =
+        p.p_type <= PT_TLS || (p.p_type >= PT_LOOS && p.p_type <= PT_HIPROC);
+    if (!known)
+      return fail("a program header of unknown type " +
+                  std::to_string(p.p_type));
+    if (p.p_type == PT_NULL)
+      continue;
+    if (!inside(p.p_offset, p.p_filesz, 1) || p.p_filesz > p.p_memsz)
+      return fail("a segment of " + std::to_string(p.p_filesz) +
+                  " bytes at offset " + std::to_string(p.p_offset) +
+                  " is not inside the file (" + std::to_string(size) +
+                  " bytes)");
+    if (p.p_type == PT_LOAD && p.p_align > 1 &&
+        ((p.p_align & (p.p_align - 1)) != 0 ||
+         p.p_offset % p.p_align != p.p_vaddr % p.p_align))
+      return fail("a loadable segment is misaligned");
+  }
+  return true;
+}
+
 } // namespace
 
 std::unique_ptr<Artifact> Artifact::load(const std::string &path,
                                          std::string &error) {
   keepFreedMemory();
+  if (!checkSharedObject(path, error))
+    return nullptr;
   // A path, never a library name: dlopen searches the library path for a
   // name without a slash ("m.so"), not the current directory.
   std::string file = path.find('/') == std::string::npos ? "./" + path : path;
