@@ -32,6 +32,7 @@
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/Config/llvm-config.h"
@@ -40,11 +41,12 @@
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
-#include "llvm/Passes/PassBuilder.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/ADT/StringSet.h"
+#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/ThreadPool.h"
@@ -192,6 +194,22 @@ struct TargetSpec {
   }
 };
 
+/// Whether `cpu` is a processor LLVM knows for `triple` (true when LLVM has
+/// no such target to ask: the compile then says so itself). An unknown
+/// name made LLVM warn once per object unit ("'x' is not a recognized
+/// processor") and then abort code generation ("LLVM ERROR: 64-bit code
+/// requested on a subtarget that doesn't support it!").
+bool isKnownProcessor(const llvm::Triple &triple, StringRef cpu) {
+  std::string error;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return true;
+  std::unique_ptr<llvm::MCSubtargetInfo> info(
+      target->createMCSubtargetInfo(triple, "", ""));
+  return !info || info->isCPUStringValid(cpu);
+}
+
 FailureOr<TargetSpec> targetSpec(StringRef cpuOption, unsigned optLevel) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
@@ -212,8 +230,63 @@ FailureOr<TargetSpec> targetSpec(StringRef cpuOption, unsigned optLevel) {
                  << error << "\n";
     return failure();
   }
+  if (!isKnownProcessor(llvm::Triple(spec.triple), spec.cpu)) {
+    llvm::errs() << "error: unknown --cpu '" << spec.cpu << "' for "
+                 << spec.triple << " (host, or a processor `llc -mcpu=help` "
+                 << "lists)\n";
+    return failure();
+  }
   return spec;
 }
+
+} // namespace
+
+LogicalResult mlir::shardx::checkCompileOptions(const CompileOptions &options) {
+  auto fail = [](const Twine &message) {
+    llvm::errs() << "error: " << message << "\n";
+    return failure();
+  };
+  // The output's directory, before the work: a missing one was found by
+  // the linker at the end (three lines of ld's).
+  StringRef out = options.outputPath;
+  StringRef dir = llvm::sys::path::parent_path(out);
+  if (dir.empty())
+    dir = ".";
+  if (!llvm::sys::fs::is_directory(dir))
+    return fail("cannot write " + out + ": " + dir +
+                (llvm::sys::fs::exists(dir) ? " is not a directory"
+                                            : " does not exist"));
+  if (llvm::sys::fs::is_directory(out))
+    return fail("cannot write " + out + ": it is a directory");
+  // A file made and removed: access() says yes to root on any directory.
+  SmallString<128> probe;
+  int fd = -1;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(
+          dir + "/.shardx-write-check-%%%%%%", fd, probe))
+    return fail("cannot write " + out + ": cannot create files in " + dir +
+                ": " + ec.message());
+  llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+  llvm::sys::fs::remove(probe);
+  if (options.target != "cpu" && options.target != "cuda")
+    return fail("unknown --target '" + options.target + "' (cpu, cuda)");
+  if (options.optLevel > 3)
+    return fail("optimization level " + Twine(options.optLevel) +
+                " is not one of 0, 1, 2, 3");
+  if (failed(targetSpec(options.cpu, options.optLevel)))
+    return failure();
+  if (options.target == "cuda") {
+    // A chip LLVM's NVPTX backend does not know was ignored with a warning
+    // per kernel module and a PTX `.target` nothing can load.
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargetMCs();
+    if (!isKnownProcessor(llvm::Triple("nvptx64-nvidia-cuda"), options.gpuChip))
+      return fail("unknown --gpu-chip '" + options.gpuChip +
+                  "' (an NVPTX processor such as sm_80 or sm_90)");
+  }
+  return success();
+}
+
+namespace {
 
 std::unique_ptr<llvm::TargetMachine>
 makeTargetMachine(const TargetSpec &spec, unsigned codegenLevel,

@@ -236,6 +236,18 @@ int main(int argc, char **argv) {
       return 1;
     budgetBytes = *bytes;
   }
+  {
+    // What can be refused before the work (a missing output directory was
+    // found by the linker at the end).
+    mlir::shardx::CompileOptions early;
+    early.outputPath = outputFile;
+    early.cpu = cpu;
+    early.optLevel = optLevel;
+    early.target = target;
+    early.gpuChip = gpuChip;
+    if (failed(mlir::shardx::checkCompileOptions(early)))
+      return 1;
+  }
   // Declared before the timing manager, which writes into it when it goes.
   std::unique_ptr<llvm::ToolOutputFile> timingFile;
   if (!timingJson.empty()) {

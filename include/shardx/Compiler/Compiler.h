@@ -94,6 +94,12 @@ struct CompileOptions {
   std::function<void(unsigned, unsigned)> progress;
 };
 
+/// Checks the options a compile can be refused on before it starts: the
+/// output's directory exists and is writable, the target, the optimization
+/// level, the CPU and (for cuda) the GPU chip are ones LLVM knows. Prints
+/// "error: ..." and fails otherwise.
+LogicalResult checkCompileOptions(const CompileOptions &options);
+
 /// A context with every dialect, extension and ShardX model the tools need
 /// (the passes are registered too).
 std::unique_ptr<MLIRContext> createToolContext();
