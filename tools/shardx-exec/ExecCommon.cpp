@@ -7,6 +7,7 @@
 #include "ExecCommon.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -222,6 +223,37 @@ void tools::defaultTolerance(rt::DType dtype, double &rtol, double &atol) {
   }
 }
 
+const EntryPoint *tools::findEntry(const Artifact &artifact,
+                                   const std::string &path,
+                                   const std::string &name,
+                                   std::string &error) {
+  const std::vector<EntryPoint> &entries = artifact.getEntryPoints();
+  if (entries.empty()) {
+    error = path + " has no entry points (its program has no public "
+                   "function)";
+    return nullptr;
+  }
+  if (name.empty())
+    return &entries.front();
+  if (const EntryPoint *entry = artifact.lookup(name))
+    return entry;
+  std::string names;
+  for (const EntryPoint &e : entries)
+    names += (names.empty() ? "" : ", ") + e.name;
+  error =
+      "no entry point '" + name + "' in " + path + " (it has " + names + ")";
+  return nullptr;
+}
+
+bool tools::checkRunOptions(const RunOptions &options, std::string &error) {
+  if (!(options.timeout > 0) || !std::isfinite(options.timeout)) {
+    error = "--timeout must be a positive number of seconds, got " +
+            std::to_string(options.timeout);
+    return false;
+  }
+  return true;
+}
+
 int tools::runExecutor(const ExecArgs &args, const char *tool,
                        bool finalizeMpi) {
   auto fail = [&](const std::string &message) {
@@ -229,14 +261,15 @@ int tools::runExecutor(const ExecArgs &args, const char *tool,
     return 1;
   };
   std::string error;
+  if (!checkRunOptions(args.options, error))
+    return fail(error);
   std::unique_ptr<Artifact> artifact = Artifact::load(args.artifactPath, error);
   if (!artifact)
     return fail(error);
-  const EntryPoint *entry = args.options.entry.empty()
-                                ? &artifact->getEntryPoints().front()
-                                : artifact->lookup(args.options.entry);
+  const EntryPoint *entry =
+      findEntry(*artifact, args.artifactPath, args.options.entry, error);
   if (!entry)
-    return fail("no entry point '" + args.options.entry + "'");
+    return fail(error);
   std::vector<HostTensor> inputs, outputs;
   if (!makeInputs(*entry, args.options, inputs, error))
     return fail(error);

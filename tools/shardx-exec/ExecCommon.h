@@ -109,6 +109,17 @@ struct RunOptions {
   double timeout = 60;
 };
 
+/// The entry point `name` of `artifact` (`path`), or its first when `name`
+/// is empty; null with `error` set when there is none (an artifact of a
+/// program without public functions has no first).
+const exec::EntryPoint *findEntry(const exec::Artifact &artifact,
+                                  const std::string &path,
+                                  const std::string &name, std::string &error);
+
+/// Checks what makeInputs and the runs cannot check: a timeout that is a
+/// positive, finite number of seconds.
+bool checkRunOptions(const RunOptions &options, std::string &error);
+
 /// Global inputs of `entry`: from .npy files or random.
 bool makeInputs(const exec::EntryPoint &entry, const RunOptions &options,
                 std::vector<exec::HostTensor> &inputs, std::string &error);

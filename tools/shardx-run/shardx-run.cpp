@@ -164,6 +164,16 @@ int main(int argc, char **argv) {
   std::unique_ptr<MLIRContext> context = mlir::shardx::createToolContext();
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv, "ShardX: compile, run, check\n");
+  {
+    // Before the compiles.
+    tools::RunOptions early;
+    early.timeout = timeout;
+    std::string error;
+    if (!tools::checkRunOptions(early, error)) {
+      std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
+      return 1;
+    }
+  }
   if (backend == "nccl" || backend == "cuda-local") {
     // shardx-run compiles for the CPU; the GPU backends run CUDA artifacts.
     std::fprintf(stderr,
@@ -235,12 +245,10 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
     return fail();
   }
-  const exec::EntryPoint *entry = entryName.empty()
-                                      ? &sharded->getEntryPoints().front()
-                                      : sharded->lookup(entryName);
+  const exec::EntryPoint *entry =
+      tools::findEntry(*sharded, inputFile, entryName, error);
   if (!entry) {
-    std::fprintf(stderr, "shardx-run: error: no entry point '%s'\n",
-                 entryName.c_str());
+    std::fprintf(stderr, "shardx-run: error: %s\n", error.c_str());
     return fail();
   }
   tools::RunOptions options;
