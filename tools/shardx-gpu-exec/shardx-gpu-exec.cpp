@@ -85,7 +85,14 @@ int main(int argc, char **argv) {
     }
     // --name=value or --name value.
     std::string name = arg.substr(2), value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
+    size_t eq = name.find('=');
+    static const char *const kOptions[] = {
+        "entry", "backend",   "inputs", "expect",  "outputs", "ranks",
+        "seed",  "int-range", "repeat", "timeout", "rtol",    "atol"};
+    if (std::find(std::begin(kOptions), std::end(kOptions),
+                  name.substr(0, eq)) == std::end(kOptions))
+      return usageError("unknown option --" + name.substr(0, eq));
+    if (eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     } else if (i + 1 < argc) {
