@@ -48,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace shardx::rt {
@@ -727,14 +728,37 @@ std::vector<Status> runThreadsWith(
   world.slots.resize(size);
   std::vector<Status> statuses(size);
   std::vector<std::thread> threads;
-  for (int64_t r = 0; r < size; ++r)
-    threads.emplace_back([&, r] {
-      ThreadsCommunicator comm(world, r, backend, makeOps(r));
-      Status s = body(comm);
-      if (!s)
-        comm.abort("rank " + std::to_string(r) + " failed: " + s.message());
-      statuses[r] = std::move(s);
-    });
+  for (int64_t r = 0; r < size; ++r) {
+    try {
+      threads.emplace_back([&, r] {
+        ThreadsCommunicator comm(world, r, backend, makeOps(r));
+        Status s = body(comm);
+        if (!s)
+          comm.abort("rank " + std::to_string(r) + " failed: " + s.message());
+        statuses[r] = std::move(s);
+      });
+    } catch (const std::system_error &e) {
+      // Out of threads (a mesh of 65536 devices): an error for this rank
+      // and the ones not started, and the world aborted so that the
+      // started ones leave their collectives (an uncaught exception
+      // aborted the process).
+      std::string cause = "cannot start the thread of rank " +
+                          std::to_string(r) + " of " + std::to_string(size) +
+                          ": " + e.what() + " (the " + backend +
+                          " backend runs a thread per rank)";
+      {
+        std::lock_guard<std::mutex> lock(world.mutex);
+        if (!world.aborted) {
+          world.aborted = true;
+          world.abortMessage = cause;
+        }
+        world.wake.notify_all();
+      }
+      for (int64_t q = r; q < size; ++q)
+        statuses[q] = Status::error(cause);
+      break;
+    }
+  }
   for (std::thread &t : threads)
     t.join();
   return statuses;
