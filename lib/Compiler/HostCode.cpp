@@ -32,6 +32,20 @@ using llvm::dyn_cast;
 using llvm::isa;
 using llvm::SmallVector;
 
+/// The address of the field at `path` of a `type` at `ptr` (aligned to
+/// `align`), and the alignment that field has there.
+static std::pair<llvm::Value *, llvm::Align>
+fieldAt(llvm::IRBuilder<> &b, llvm::Type *type, llvm::Value *ptr,
+        llvm::Align align, ArrayRef<unsigned> path,
+        const llvm::DataLayout &layout) {
+  SmallVector<llvm::Value *> indices = {b.getInt32(0)};
+  for (unsigned i : path)
+    indices.push_back(b.getInt32(i));
+  uint64_t offset = layout.getIndexedOffsetInType(type, indices);
+  return {b.CreateInBoundsGEP(type, ptr, indices),
+          llvm::commonAlignment(align, offset)};
+}
+
 /// Stores the aggregate `value` at `ptr` (aligned to `align`) one scalar
 /// at a time, each at its GEP, taking the scalars from the insertvalue
 /// chains that built `value` where they can (the fast instruction
@@ -88,13 +102,9 @@ static void storeScalars(llvm::IRBuilder<> &b, llvm::Value *value,
   std::function<void(llvm::Type *, SmallVector<unsigned> &)> walk =
       [&](llvm::Type *t, SmallVector<unsigned> &path) {
         if (!t->isAggregateType()) {
-          SmallVector<llvm::Value *> indices = {b.getInt32(0)};
-          for (unsigned i : path)
-            indices.push_back(b.getInt32(i));
-          uint64_t offset = layout.getIndexedOffsetInType(type, indices);
-          b.CreateAlignedStore(scalarAt(path),
-                               b.CreateInBoundsGEP(type, ptr, indices),
-                               llvm::commonAlignment(align, offset));
+          llvm::Value *scalar = scalarAt(path);
+          auto [field, fieldAlign] = fieldAt(b, type, ptr, align, path, layout);
+          b.CreateAlignedStore(scalar, field, fieldAlign);
           return;
         }
         unsigned n = t->isStructTy() ? t->getStructNumElements()
@@ -150,16 +160,11 @@ void mlir::shardx::host::scalarizeEntryAggregates(llvm::Module &module) {
           continue;
         for (llvm::User *u : llvm::make_early_inc_range(load->users())) {
           auto *extract = cast<llvm::ExtractValueInst>(u);
-          SmallVector<llvm::Value *> indices = {b.getInt32(0)};
-          for (unsigned i : extract->indices())
-            indices.push_back(b.getInt32(i));
-          llvm::Value *field = b.CreateInBoundsGEP(
-              load->getType(), load->getPointerOperand(), indices);
-          uint64_t offset = module.getDataLayout().getIndexedOffsetInType(
-              load->getType(), indices);
-          extract->replaceAllUsesWith(b.CreateAlignedLoad(
-              extract->getType(), field,
-              llvm::commonAlignment(load->getAlign(), offset)));
+          auto [field, fieldAlign] = fieldAt(
+              b, load->getType(), load->getPointerOperand(), load->getAlign(),
+              extract->getIndices(), module.getDataLayout());
+          extract->replaceAllUsesWith(
+              b.CreateAlignedLoad(extract->getType(), field, fieldAlign));
           extract->eraseFromParent();
         }
         load->eraseFromParent();
@@ -304,7 +309,11 @@ void mlir::shardx::host::demoteAggregateReturns(llvm::Module &module) {
     if (ok)
       functions.push_back(&f);
   }
-  llvm::DenseMap<std::pair<llvm::Function *, llvm::Type *>, llvm::AllocaInst *>
+  // Keyed by the caller's entry block, which a caller demoted itself keeps
+  // (its blocks move to the new function; the old one is freed, and its
+  // address may be a later function's).
+  llvm::DenseMap<std::pair<llvm::BasicBlock *, llvm::Type *>,
+                 llvm::AllocaInst *>
       slots;
   for (llvm::Function *f : functions) {
     llvm::LLVMContext &context = module.getContext();
@@ -340,10 +349,9 @@ void mlir::shardx::host::demoteAggregateReturns(llvm::Module &module) {
     }
     for (llvm::User *user : llvm::make_early_inc_range(f->users())) {
       auto *call = cast<llvm::CallInst>(user);
-      llvm::Function *caller = call->getFunction();
-      llvm::AllocaInst *&slot = slots[{caller, resultType}];
+      llvm::BasicBlock &entry = call->getFunction()->getEntryBlock();
+      llvm::AllocaInst *&slot = slots[{&entry, resultType}];
       if (!slot) {
-        llvm::BasicBlock &entry = caller->getEntryBlock();
         slot = new llvm::AllocaInst(resultType, layout.getAllocaAddrSpace(),
                                     nullptr, resultAlign, "",
                                     entry.getFirstInsertionPt());
@@ -363,14 +371,9 @@ void mlir::shardx::host::demoteAggregateReturns(llvm::Module &module) {
         SmallVector<unsigned> path(extract->indices());
         llvm::Value *&field = loaded[path];
         if (!field) {
-          SmallVector<llvm::Value *> indices = {b.getInt32(0)};
-          for (unsigned i : path)
-            indices.push_back(b.getInt32(i));
-          uint64_t offset = layout.getIndexedOffsetInType(resultType, indices);
-          field = b.CreateAlignedLoad(
-              extract->getType(),
-              b.CreateInBoundsGEP(resultType, slot, indices),
-              llvm::commonAlignment(resultAlign, offset));
+          auto [address, fieldAlign] =
+              fieldAt(b, resultType, slot, resultAlign, path, layout);
+          field = b.CreateAlignedLoad(extract->getType(), address, fieldAlign);
         }
         extract->replaceAllUsesWith(field);
         extract->eraseFromParent();
