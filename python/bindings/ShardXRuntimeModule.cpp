@@ -133,6 +133,20 @@ Fn artifactFunction(const PyArtifact &a, const char *name) {
   return fn;
 }
 
+/// Each thread's high-water mark (`live` false) or its bytes allocated less
+/// bytes freed (`live` true) of the artifact's memory meter, in the order
+/// the threads first allocated (shardx_rt_host_mem_peaks gives both).
+std::vector<int64_t> hostMemCounts(const PyArtifact &a, bool live) {
+  auto read = artifactFunction<int64_t (*)(int64_t *, int64_t *, int64_t)>(
+      a, "shardx_rt_host_mem_peaks");
+  std::vector<int64_t> counts(read(nullptr, nullptr, 0));
+  int64_t n =
+      read(live ? nullptr : counts.data(), live ? counts.data() : nullptr,
+           static_cast<int64_t>(counts.size()));
+  counts.resize(std::min<size_t>(counts.size(), n));
+  return counts;
+}
+
 /// Rank `rank`'s buffer of `s`, which this process must hold.
 const HostTensor &localOf(const ShardSet &s, int64_t rank) {
   if (rank < 0 || rank >= static_cast<int64_t>(live(s).locals.size()))
@@ -363,32 +377,14 @@ NB_MODULE(_shardx_rt, m) {
           "shardx_rt_host_mem_reset).")
       .def(
           "host_mem_peaks",
-          [](const PyArtifact &a) {
-            auto read =
-                artifactFunction<int64_t (*)(int64_t *, int64_t *, int64_t)>(
-                    a, "shardx_rt_host_mem_peaks");
-            std::vector<int64_t> peaks(read(nullptr, nullptr, 0));
-            int64_t n =
-                read(peaks.data(), nullptr, static_cast<int64_t>(peaks.size()));
-            peaks.resize(std::min<size_t>(peaks.size(), n));
-            return peaks;
-          },
+          [](const PyArtifact &a) { return hostMemCounts(a, false); },
           "Each thread's high-water mark of the bytes the artifact's "
           "program allocated since the last host_mem_reset, in the order "
           "the threads first allocated (docs/Memory.md, "
           "shardx_rt_host_mem_peaks).")
       .def(
           "host_mem_live",
-          [](const PyArtifact &a) {
-            auto read =
-                artifactFunction<int64_t (*)(int64_t *, int64_t *, int64_t)>(
-                    a, "shardx_rt_host_mem_peaks");
-            std::vector<int64_t> live(read(nullptr, nullptr, 0));
-            int64_t n =
-                read(nullptr, live.data(), static_cast<int64_t>(live.size()));
-            live.resize(std::min<size_t>(live.size(), n));
-            return live;
-          },
+          [](const PyArtifact &a) { return hostMemCounts(a, true); },
           "Each thread's bytes allocated less bytes freed since the last "
           "host_mem_reset, in the order the threads first allocated or "
           "freed (a buffer freed on another thread than its own counts "
