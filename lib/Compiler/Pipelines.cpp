@@ -92,15 +92,14 @@ static void addContractionsAndDeallocation(OpPassManager &pm,
   pm.addPass(createDeallocateBuffersPass());
 }
 
-void mlir::shardx::buildBufferizationPipeline(OpPassManager &pm,
-                                              const std::string &recompute,
-                                              bool narrowGemmOperands,
-                                              int64_t recomputeBudget,
-                                              StringRef contractions) {
+void mlir::shardx::buildBufferizationPipeline(
+    OpPassManager &pm, const std::string &recompute, bool narrowGemmOperands,
+    int64_t recomputeBudget, StringRef contractions, bool scatterLoops) {
   // Halo exchanges become permutes, which the conversion lowers.
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
+  pm.addPass(createDecomposeForCodegenPass({scatterLoops}));
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   pm.addPass(createFuseTensorOpsPass());
   if (narrowGemmOperands)
@@ -176,7 +175,8 @@ void mlir::shardx::buildCudaCodegenPipeline(
   pm.addPass(createRecordStagingSignaturesPass());
   buildBufferizationPipeline(pm, options.recompute,
                              /*narrowGemmOperands=*/true,
-                             options.recomputeBudget, "cublas");
+                             options.recomputeBudget, "cublas",
+                             /*scatterLoops=*/false);
   addContractionsAndDeallocation(pm, "cublas");
   pm.addPass(createPlaceBuffersOnDevicePass());
   pm.addPass(createLowerMaskedScattersPass({/*order=*/"gpu"}));

@@ -70,11 +70,15 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
 /// bytes per rank for the "budget" policy (-1 otherwise). `contractions`:
 /// what the target makes of contractions after bufferization (`blas`,
 /// `cublas` or `loops`), which the "budget" policy's model follows.
+/// `scatterLoops`: `tensor.scatter` becomes a loop over its indices (false
+/// for the cuda target, whose host code runs no loops over device buffers:
+/// a masked linalg.generic, shardx-decompose-for-codegen).
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const std::string &recompute = "none",
                                 bool narrowGemmOperands = false,
                                 int64_t recomputeBudget = -1,
-                                StringRef contractions = "blas");
+                                StringRef contractions = "blas",
+                                bool scatterLoops = true);
 /// What follows `shardx-recompute-activations` up to the freeing of buffers
 /// (bufferization, the library calls `contractions` names, deallocation):
 /// the buffer program whose memory model the "budget" policy evaluates.

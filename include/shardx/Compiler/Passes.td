@@ -48,6 +48,42 @@ def DropMeshesPass : Pass<"shardx-drop-meshes", "ModuleOp"> {
   }];
 }
 
+def DecomposeForCodegenPass
+    : Pass<"shardx-decompose-for-codegen", "ModuleOp"> {
+  let summary = "Rewrites the tensor and linalg ops that bufferization and "
+                "lowering have no path for into ops that have one";
+  let description = [{
+    The dialects a program may use include ops that one-shot bufferization
+    or the lowering to LLVM does not handle: `tensor.gather`,
+    `tensor.scatter`, `tensor.bitcast`, `linalg.pack`, `linalg.unpack` and
+    the linalg ops with a decomposition (`linalg.softmax`, the Winograd
+    transforms). Each becomes ops that compile:
+
+    - `tensor.gather`: a `linalg.generic` over the result that reads each
+      element with `tensor.extract` (an index out of the source's range,
+      undefined behaviour for the op, reads 0: never outside the buffer);
+    - `tensor.scatter`: a loop nest over the indices' batch dims that
+      inserts each slice (`tensor.insert_slice`), or with
+      `scatter-loops=false` (the cuda target, whose host code runs no
+      loops over device buffers) a `linalg.generic` over the destination
+      that takes, for each element, the source element whose coordinates
+      match (the op's `unique` makes it at most one; this costs
+      destination x indices). Out-of-range coordinates, undefined for the
+      op, write nothing;
+    - `tensor.bitcast`: an elementwise `linalg.generic` of `arith.bitcast`;
+    - `linalg.pack` / `linalg.unpack`: pad, reshape and transpose
+      (upstream's `lowerPack` / `lowerUnPack`);
+    - ops with `AggregatedOpInterface`: their `decomposeOperation`.
+  }];
+  let options = [
+    Option<"scatterLoops", "scatter-loops", "bool", /*default=*/"true",
+           "tensor.scatter as a loop over its indices (false: a masked "
+           "linalg.generic over the destination)">
+  ];
+  let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
+                           "scf::SCFDialect", "tensor::TensorDialect"];
+}
+
 def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";
