@@ -101,6 +101,8 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createDropMeshesPass());
   pm.addPass(createDecomposeForCodegenPass({scatterLoops}));
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
+  // Every integer division is a scalar or vector op from here on.
+  pm.addPass(createGuardIntegerDivisionPass());
   pm.addPass(createFuseTensorOpsPass());
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());

@@ -84,6 +84,24 @@ def DecomposeForCodegenPass
                            "scf::SCFDialect", "tensor::TensorDialect"];
 }
 
+def GuardIntegerDivisionPass
+    : Pass<"shardx-guard-integer-division", "ModuleOp"> {
+  let summary = "Makes integer division and remainder total: a zero divisor, "
+                "and -1 dividing the most negative value, divide by 1";
+  let description = [{
+    `arith.divsi`, `divui`, `remsi`, `remui`, `ceildivsi`, `ceildivui` and
+    `floordivsi` by 0, and the signed ones of the most negative value by
+    -1, are undefined behaviour, and on x86 they kill the process (SIGFPE).
+    A program's integers are data, so the divisor becomes 1 in those cases:
+    `x / 0` is `x`, `x % 0` is 0, `MIN / -1` is `MIN` (the two's
+    complement wrap; eager PyTorch's CPU kernels trap there too). The importer's programs check for a zero
+    divisor first and report eager's error (docs/Importer.md); this pass is
+    what keeps any program from crashing. Divisions by a constant other
+    than 0 and -1 are left alone.
+  }];
+  let dependentDialects = ["arith::ArithDialect"];
+}
+
 def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";

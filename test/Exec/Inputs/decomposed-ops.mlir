@@ -49,3 +49,15 @@ func.func @softmax(%a: tensor<3x5xf32>) -> tensor<3x5xf32> {
   %0 = linalg.softmax dimension(1) ins(%a : tensor<3x5xf32>) outs(%e : tensor<3x5xf32>) -> tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
+
+// Integer division and remainder with zero divisors and MIN / -1 (undefined
+// for arith, SIGFPE on x86 without shardx-guard-integer-division).
+func.func @int_division(%a: tensor<6xi32>, %b: tensor<6xi32>) -> (tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>) {
+  %q = arith.divsi %a, %b : tensor<6xi32>
+  %r = arith.remsi %a, %b : tensor<6xi32>
+  %u = arith.divui %a, %b : tensor<6xi32>
+  %v = arith.remui %a, %b : tensor<6xi32>
+  %f = arith.floordivsi %a, %b : tensor<6xi32>
+  %c = arith.ceildivsi %a, %b : tensor<6xi32>
+  return %q, %r, %u, %v, %f, %c : tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>
+}

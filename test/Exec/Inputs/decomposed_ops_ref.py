@@ -84,3 +84,36 @@ for r in range(3):
     e = [math.exp(v - max(row)) for v in row]
     ref += [v / sum(e) for v in e]
 save("softmax", [((3, 5), "f32", a)], [((3, 5), "f32", ref)])
+
+# Integer division: C's truncating division, and where the divisor is 0 or
+# (signed) -1 divides the most negative value, a division by 1.
+MIN = -2**31
+a = [7, -7, 7, MIN, 9, MIN]
+b = [2, 2, 0, -1, -4, 0]
+
+
+def trunc(x, d):
+    q = abs(x) // abs(d)
+    return q if (x < 0) == (d < 0) else -q
+
+
+def wrap(x):
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def safe(x, d, signed=True):
+    return 1 if d == 0 or (signed and x == MIN and d == -1) else d
+
+
+def unsigned(x):
+    return x % 2**32
+
+
+q = [wrap(trunc(x, safe(x, d))) for x, d in zip(a, b)]
+r = [x - trunc(x, safe(x, d)) * safe(x, d) for x, d in zip(a, b)]
+u = [wrap(unsigned(x) // unsigned(safe(x, d, False))) for x, d in zip(a, b)]
+v = [wrap(unsigned(x) % unsigned(safe(x, d, False))) for x, d in zip(a, b)]
+fl = [wrap(x // safe(x, d)) for x, d in zip(a, b)]
+ce = [wrap(-(-x // safe(x, d))) for x, d in zip(a, b)]
+save("int_division", [((6,), "i32", a), ((6,), "i32", b)],
+     [((6,), "i32", t) for t in (q, r, u, v, fl, ce)])
