@@ -76,6 +76,7 @@ static void addBufferize(OpPassManager &pm) {
   pm.addPass(createSplitSharedEmptyTensorsPass());
   pm.addPass(createPackSlicesAsConcatPass());
   addUpstream(pm, "one-shot-bufferize{bufferize-function-boundaries "
+                  "allow-return-allocs-from-loops "
                   "function-boundary-type-conversion=identity-layout-map},"
                   "canonicalize,cse");
 }

@@ -117,3 +117,6 @@ fl = [wrap(x // safe(x, d)) for x, d in zip(a, b)]
 ce = [wrap(-(-x // safe(x, d))) for x, d in zip(a, b)]
 save("int_division", [((6,), "i32", a), ((6,), "i32", b)],
      [((6,), "i32", t) for t in (q, r, u, v, fl, ce)])
+
+a = table(1, 4, 9)
+save("loop", [((4,), "f32", a)], [((4,), "f32", [8 * v for v in a])])
