@@ -14,7 +14,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$SHARDX_ROOT}"
 # Debian packages the build and the CPU test suite need.
 SHARDX_PACKAGES=(
   cmake ninja-build ccache g++ git
-  libgtest-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   python3 python3-venv python3-dev

@@ -21,6 +21,7 @@
 #include "HostCode.h"
 #include "ObjectCache.h"
 #include "shardx/Compiler/Compiler.h"
+#include "shardx/Exec/Checksum.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -802,7 +803,11 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
     objects.push_back(u.object);
   SmallString<128> partial(options.outputPath);
   partial += ".partial";
-  if (failed(linkSharedObject(objects, partial, libraries))) {
+  std::string sumError;
+  if (failed(linkSharedObject(objects, partial, libraries)) ||
+      !::shardx::exec::appendChecksum(partial.str().str(), sumError)) {
+    if (!sumError.empty())
+      llvm::errs() << "error: " << sumError << "\n";
     llvm::sys::fs::remove(partial);
     return failure();
   }

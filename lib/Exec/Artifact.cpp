@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Exec/Checksum.h"
 #include "shardx/Exec/Executor.h"
 #include "shardx/Runtime/CApi.h"
 
@@ -143,6 +144,12 @@ std::unique_ptr<Artifact> Artifact::load(const std::string &path,
   keepFreedMemory();
   if (!checkSharedObject(path, error))
     return nullptr;
+  // After the ELF checks, which name a truncated file as one (its footer
+  // is gone with its end).
+  ChecksumStatus sum = verifyChecksum(path, error);
+  if (sum == ChecksumStatus::Differs || sum == ChecksumStatus::Unreadable)
+    return nullptr;
+  error.clear();
   // A path, never a library name: dlopen searches the library path for a
   // name without a slash ("m.so"), not the current directory.
   std::string file = path.find('/') == std::string::npos ? "./" + path : path;
