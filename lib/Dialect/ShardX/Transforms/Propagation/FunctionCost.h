@@ -51,9 +51,13 @@ struct MovableOps {
   }
   /// `rule` outlives this.
   void add(Operation *op, const ShardingRule *rule) {
+    add(op, rule, CostModel::work(*rule, 1));
+  }
+  /// With `CostModel::work(*rule, 1)` known (a warm start's).
+  void add(Operation *op, const ShardingRule *rule, double iterationsOfOp) {
     ops.push_back(op);
     rules.try_emplace(op, rule);
-    iterations.try_emplace(op, CostModel::work(*rule, 1));
+    iterations.try_emplace(op, iterationsOfOp);
     position[op] = ops.size() - 1;
   }
   const ShardingRule &ruleOf(Operation *op) const {

@@ -102,7 +102,8 @@ private:
   /// Program order, then the refinement, into `state`; with
   /// `partialTables`, lookups may read tables pending a sum.
   LogicalResult search(func::FuncOp fn, ShardingState &state,
-                       bool partialTables, Outcome &out);
+                       bool partialTables, Outcome &out,
+                       const WarmStart *warm = nullptr);
   LogicalResult keep(const Outcome &o);
 
   MeshOp mesh;
@@ -126,11 +127,27 @@ LogicalResult GreedyPropagation::run(func::FuncOp fn, ShardingState &state) {
       fn.setArgAttr(i, ShardXDialect::getLayoutAttrName(),
                     state.attr(Layout(meshShape.size())));
   ShardingState initial = state;
+  if (options.warm && rules.keepsRules() && !options.userLayoutsOnly &&
+      options.refine &&
+      options.warm->layouts.size() ==
+          fn.getBody().front().getOperations().size() &&
+      options.warm->argLayouts.size() == fn.getNumArguments()) {
+    Outcome warmed;
+    if (succeeded(
+            search(fn, state, /*partialTables=*/true, warmed, options.warm)) &&
+        !warmed.readPartialTable)
+      return keep(warmed);
+    // A lookup reads a table pending a sum: searched from scratch.
+    state = initial;
+  }
   Outcome withPartial;
   if (failed(search(fn, state, /*partialTables=*/true, withPartial)))
     return failure();
   if (!withPartial.readPartialTable)
     return keep(withPartial);
+  // Two searches: no warm start from them.
+  if (options.record)
+    *options.record = WarmStart();
   // A lookup read a table pending a sum. The refinement moves the lookup
   // only through its table's producer, so reading the table as it is can
   // lead it to a worse plan than reducing the table first: both are
@@ -164,7 +181,8 @@ LogicalResult GreedyPropagation::keep(const Outcome &o) {
 }
 
 LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
-                                        bool partialTables, Outcome &out) {
+                                        bool partialTables, Outcome &out,
+                                        const WarmStart *warm) {
   ArrayRef<int64_t> meshShape = mesh.getShape();
   // The per-op maps hold large values (rules): sized once, so that they
   // are not rehashed and copied while they fill.
@@ -175,11 +193,40 @@ LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
   space.reserve(numOps);
   MovableOps movable;
   movable.reserve(numOps);
-  ProgramOrderSearch order(fn, state, space, rules, costs, movable,
-                           options.userLayoutsOnly, warned, options.caches);
-  order.setPartialTables(partialTables);
-  if (failed(order.run()))
-    return failure();
+  // A warm start: the finished search's layouts, and the arguments whose
+  // layouts changed since.
+  SmallVector<Value> changedArgs;
+  if (warm) {
+    size_t i = 0;
+    for (Operation &op : fn.getBody().front()) {
+      if (warm->layouts[i].valid)
+        state.set(&op, warm->layouts[i]);
+      if (warm->captured[i])
+        state.setCapturedLayout(&op, warm->captured[i]);
+      ++i;
+    }
+    SmallVector<Operation *> ops = llvm::to_vector(
+        llvm::make_pointer_range(fn.getBody().front().getOperations()));
+    for (auto [position, iterations] :
+         llvm::zip_equal(warm->movable, warm->iterations)) {
+      Operation *op = ops[position];
+      const ShardingRule *rule = rules.kept(op);
+      space.setRuleId(op, rules.idOf(op, *rule));
+      movable.add(op, rule, iterations);
+    }
+    for (BlockArgument arg : fn.getArguments())
+      if (isa<RankedTensorType>(arg.getType()) &&
+          fn.getArgAttrOfType<LayoutAttr>(arg.getArgNumber(),
+                                          ShardXDialect::getLayoutAttrName()) !=
+              warm->argLayouts[arg.getArgNumber()])
+        changedArgs.push_back(arg);
+  } else {
+    ProgramOrderSearch order(fn, state, space, rules, costs, movable,
+                             options.userLayoutsOnly, warned, options.caches);
+    order.setPartialTables(partialTables);
+    if (failed(order.run()))
+      return failure();
+  }
   auto readsPartialTable = [&] {
     for (Operation &op : fn.getBody().front())
       if (LayoutAttr t = state.getCapturedLayout(&op);
@@ -198,7 +245,8 @@ LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
     return relayCapturingOps(fn, state, space, partialTables);
   };
   if (options.refine && !options.userLayoutsOnly)
-    out.changes = local.refine(relay);
+    out.changes = warm ? local.refine(relay, ArrayRef<Value>(changedArgs))
+                       : local.refine(relay);
   out.readPartialTable |= readsPartialTable();
   out.stepUs = stepUs(cost, state, movable);
   if (options.recordAlternatives && !options.userLayoutsOnly)
@@ -224,6 +272,35 @@ LogicalResult GreedyPropagation::search(func::FuncOp fn, ShardingState &state,
       if (movable.position.count(&op))
         out.partStep += cost.computeUs(&op, state.get(&op));
     }
+  }
+  if (options.record) {
+    WarmStart &r = *options.record;
+    Block &body = fn.getBody().front();
+    r.layouts.clear();
+    r.captured.clear();
+    r.layouts.reserve(numOps);
+    r.captured.reserve(numOps);
+    DenseMap<Operation *, unsigned> position;
+    position.reserve(numOps);
+    for (Operation &op : body) {
+      position[&op] = r.layouts.size();
+      r.layouts.emplace_back();
+      if (OpLayouts *l = state.find(&op)) {
+        r.layouts.back() = *l;
+        r.layouts.back().dropLayouts();
+      }
+      r.captured.push_back(state.getCapturedLayout(&op));
+    }
+    r.movable.clear();
+    r.iterations.clear();
+    for (Operation *op : movable.ops) {
+      r.movable.push_back(position.lookup(op));
+      r.iterations.push_back(movable.work(op, 1));
+    }
+    r.argLayouts.clear();
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i)
+      r.argLayouts.push_back(fn.getArgAttrOfType<LayoutAttr>(
+          i, ShardXDialect::getLayoutAttrName()));
   }
   return success();
 }

@@ -424,10 +424,16 @@ bool LocalSearch::visit(Operation *op) {
   return true;
 }
 
-int64_t LocalSearch::refine(function_ref<bool()> between) {
+int64_t LocalSearch::refine(function_ref<bool()> between,
+                            std::optional<ArrayRef<Value>> startAt) {
   int64_t changes = 0;
-  for (Operation *op : movable.ops)
-    marks.mark(op);
+  if (startAt) {
+    for (Value v : *startAt)
+      marks.stamp(v);
+  } else {
+    for (Operation *op : movable.ops)
+      marks.mark(op);
+  }
   auto anyDirty = [&] {
     return llvm::any_of(movable.ops,
                         [&](Operation *op) { return marks.isDirty(op); });

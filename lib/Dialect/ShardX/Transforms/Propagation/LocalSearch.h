@@ -64,7 +64,10 @@ public:
   /// `between`, when given, runs after each sweep; when it returns true it
   /// changed layouts the search does not own (the function's uses are
   /// indexed again and every op is visited again).
-  int64_t refine(function_ref<bool()> between = nullptr);
+  /// With `startAt`, the first sweep looks only at the users of those
+  /// values (a warm start: the rest is as a finished search left it).
+  int64_t refine(function_ref<bool()> between = nullptr,
+                 std::optional<ArrayRef<Value>> startAt = std::nullopt);
   /// Attaches `shardx.alternatives` to every movable op: its other
   /// candidates, each priced as the change of the function's cost (reshards
   /// and local work) if only that op took it.

@@ -29,6 +29,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <memory>
+#include <vector>
 
 namespace mlir::shardx {
 
@@ -40,6 +41,21 @@ struct SearchCaches;
 struct StepPart {
   llvm::DenseSet<Operation *> ops;
   llvm::DenseSet<unsigned> args;
+};
+
+/// A finished search of a function, by the positions of its body's ops:
+/// each op's layouts (`valid` false: none), the tensor each captured read
+/// reads in, the ops its refinement may change, and the function's
+/// argument layouts then. A search of the same function (or an identical
+/// copy) under other argument layouts can start from it
+/// (PropagationOptions::warm).
+struct WarmStart {
+  std::vector<OpLayouts> layouts;
+  std::vector<LayoutAttr> captured;
+  std::vector<unsigned> movable;
+  /// Per movable op, its local loop's iterations (MovableOps::work).
+  std::vector<double> iterations;
+  std::vector<LayoutAttr> argLayouts;
 };
 
 /// The pass options every search honours.
@@ -60,6 +76,16 @@ struct PropagationOptions {
   SearchCaches *caches = nullptr;
   /// With `stepTime`: also the share of `part` (partTime()).
   const StepPart *part = nullptr;
+  /// Start from this finished search instead of program order: the
+  /// refinement's first sweep looks only at the users of the arguments
+  /// whose layouts changed since, the rest staying as that search left it
+  /// (the greedy search, with kept rules; a warm start that reads a table
+  /// pending a sum searches from scratch instead). Not the search's answer
+  /// from scratch: another local optimum, usually a better one.
+  const WarmStart *warm = nullptr;
+  /// Where the search leaves its final layouts for a later warm start (left
+  /// empty where it searched twice, for a lookup of a partial table).
+  WarmStart *record = nullptr;
 };
 
 class PropagationSearch {
