@@ -73,6 +73,11 @@ using namespace mlir::shardx::autoshard;
 /// The input layouts whose unary terms' fastest plan is within this
 /// factor of the fastest get pair terms (AutoSharder::run).
 static constexpr double kPairMargin = 1.25;
+/// Without a budget the final descent prices a neighbour from scratch only
+/// where its warm time (PlanPricer::warmTime) is under this factor of the
+/// plan's time: a search warm from the plan seldom finds a slower step than
+/// one from scratch (0.5% at most in the bench's), usually a faster one.
+static constexpr double kWarmScreen = 1.01;
 
 static double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -206,11 +211,15 @@ static FailureOr<double> searchTime(MeshOp mesh, CostModel &costs,
                                     RuleCache &rules, SearchCaches &caches,
                                     const StepPart *part,
                                     llvm::StringSet<> &warned, func::FuncOp f,
-                                    ShardingState &state, double &partTime) {
+                                    ShardingState &state, double &partTime,
+                                    const WarmStart *warm = nullptr,
+                                    WarmStart *record = nullptr) {
   PropagationOptions options;
   options.stepTime = true;
   options.caches = &caches;
   options.part = part;
+  options.warm = warm;
+  options.record = record;
   std::unique_ptr<PropagationSearch> search =
       createGreedySearch(mesh, costs, rules, options, warned);
   if (failed(search->run(f, state)))
@@ -236,19 +245,23 @@ const StepPart *PlanPricer::partOf(func::FuncOp f) const {
   return f && f == cutFns[0] ? &cutParts[0] : nullptr;
 }
 
-double PlanPricer::cutTime(ArrayRef<unsigned> pick) {
-  double t = timeOn(cutFns[0], cutRules[0], pick);
+double PlanPricer::cutTime(ArrayRef<unsigned> pick, const WarmStart *warm,
+                           WarmStart *record) {
+  double t = timeOn(cutFns[0], cutRules[0], pick, warm, record);
   return std::isfinite(t) ? t + double(tiedLayers - cutDepth) * partTime : kInf;
 }
 
 double PlanPricer::timeOn(func::FuncOp f, RuleCache &cache,
-                          ArrayRef<unsigned> pick) {
+                          ArrayRef<unsigned> pick, const WarmStart *warm,
+                          WarmStart *record) {
   apply(f, pick);
   ShardingState state(meshRef, meshShape.size());
   ScopedDiagnosticHandler quiet(fn.getContext(),
                                 [](Diagnostic &) { return success(); });
   auto start = std::chrono::steady_clock::now();
-  FailureOr<double> time = price(f, cache, state);
+  FailureOr<double> time =
+      searchTime(mesh, costs, cache, cachesFor(f), partOf(f), warned, f, state,
+                 partTime, warm, record);
   searchSeconds += secondsSince(start);
   return succeeded(time) ? *time : kInf;
 }
@@ -280,19 +293,52 @@ double PlanPricer::priceTime(ArrayRef<unsigned> pick) {
     prefetched.erase(known);
     return it->second;
   }
-  if (!cutDepth)
-    return it->second = timeOn(fn, rules, pick);
-  return it->second = cutTime(pick);
+  // A warm start's base keeps its finished search (WarmTerms::wanted).
+  auto want = warm.wanted.find(it->first);
+  WarmStart *record =
+      want != warm.wanted.end() ? &warm.settled[*want] : nullptr;
+  return it->second = timedSearch(pick, nullptr, record);
 }
 
-double PlanPricer::workerTime(Worker &w, ArrayRef<unsigned> pick) {
+const WarmStart *PlanPricer::settledOf(ArrayRef<unsigned> base) {
+  Picks key(base.begin(), base.end());
+  auto [it, added] = warm.settled.try_emplace(key);
+  // Not kept when it was priced: searched again from scratch (the same
+  // search, so the same layouts), not counted as a plan priced.
+  if (added)
+    timedSearch(base, nullptr, &it->second);
+  return it->second.layouts.empty() ? nullptr : &it->second;
+}
+
+double PlanPricer::warmTime(ArrayRef<unsigned> pick, ArrayRef<unsigned> base) {
+  std::pair<Picks, Picks> key(Picks(pick.begin(), pick.end()),
+                              Picks(base.begin(), base.end()));
+  if (auto known = warm.times.find(key); known != warm.times.end())
+    return known->second;
+  const WarmStart *from = key.first == key.second ? nullptr : settledOf(base);
+  // No base to start from: searched from scratch (counted there).
+  if (!from)
+    return warm.times[key] = priceTime(pick);
+  ++priced;
+  ++warm.priced;
+  ++phases[phase].first;
+  if (auto known = warm.prefetched.find(key); known != warm.prefetched.end()) {
+    double t = known->second;
+    warm.prefetched.erase(known);
+    return warm.times[key] = t;
+  }
+  return warm.times[key] = timedSearch(pick, from, nullptr);
+}
+
+double PlanPricer::workerTime(Worker &w, ArrayRef<unsigned> pick,
+                              const WarmStart *warm, WarmStart *record) {
   apply(w.fn, pick);
   ShardingState state(meshRef, meshShape.size());
   double part = 0;
   auto start = std::chrono::steady_clock::now();
   FailureOr<double> time =
       searchTime(mesh, *w.costs, w.rules, w.caches, w.part ? &*w.part : nullptr,
-                 w.warned, w.fn, state, part);
+                 w.warned, w.fn, state, part, warm, record);
   w.seconds += secondsSince(start);
   if (failed(time))
     return kInf;
@@ -300,20 +346,14 @@ double PlanPricer::workerTime(Worker &w, ArrayRef<unsigned> pick) {
   return cutDepth ? *time + double(tiedLayers - cutDepth) * part : *time;
 }
 
-void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
+size_t PlanPricer::startWorkers(size_t todo) {
   MLIRContext *context = fn.getContext();
   if (!context->isMultithreadingEnabled())
-    return;
-  std::vector<const Picks *> todo;
-  std::set<Picks> seen;
-  for (const Picks &p : plans)
-    if (!pool.lookup(p) && !timeOnly.count(p) && !prefetched.count(p) &&
-        seen.insert(p).second)
-      todo.push_back(&p);
+    return 0;
   llvm::ThreadPoolInterface &threads = context->getThreadPool();
-  size_t n = std::min<size_t>(threads.getMaxConcurrency(), todo.size());
+  size_t n = std::min<size_t>(threads.getMaxConcurrency(), todo);
   if (n < 2)
-    return;
+    return 0;
   while (workers.size() < n) {
     auto w = std::make_unique<Worker>();
     ModuleOp from = cutDepth ? *cuts[0] : *prepared;
@@ -334,23 +374,80 @@ void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
     w->costs = std::make_unique<CostModel>(costs.withEmptyCache());
     workers.push_back(std::move(w));
   }
-  std::vector<double> times(todo.size(), kInf);
+  return n;
+}
+
+/// Runs `price(worker, k)` for k in [0, count) on `n` workers.
+template <typename Price>
+static void onWorkers(MLIRContext *context, size_t n, size_t count,
+                      ArrayRef<std::unique_ptr<PlanPricer::Worker>> workers,
+                      Price price) {
   std::atomic<size_t> next(0);
   // Diagnostics of every thread: the pricing's are not the pass's.
   ScopedDiagnosticHandler quiet(context,
                                 [](Diagnostic &) { return success(); });
-  {
-    llvm::ThreadPoolTaskGroup tasks(threads);
-    for (size_t i = 0; i < n; ++i)
-      tasks.async([&, w = workers[i].get()] {
-        for (size_t k; (k = next++) < todo.size();)
-          times[k] = workerTime(*w, *todo[k]);
-      });
-    tasks.wait();
-  }
-  for (auto [p, t] : llvm::zip_equal(todo, times))
+  llvm::ThreadPoolTaskGroup tasks(context->getThreadPool());
+  for (size_t i = 0; i < n; ++i)
+    tasks.async([&, w = workers[i].get()] {
+      for (size_t k; (k = next++) < count;)
+        price(*w, k);
+    });
+  tasks.wait();
+}
+
+void PlanPricer::prefetchTimes(ArrayRef<Picks> plans) {
+  std::vector<const Picks *> todo;
+  std::set<Picks> seen;
+  for (const Picks &p : plans)
+    if (!pool.lookup(p) && !timeOnly.count(p) && !prefetched.count(p) &&
+        seen.insert(p).second)
+      todo.push_back(&p);
+  size_t n = startWorkers(todo.size());
+  if (!n)
+    return;
+  std::vector<double> times(todo.size(), kInf);
+  // The warm starts' bases keep their finished searches (WarmTerms::wanted).
+  std::vector<WarmStart> records(todo.size());
+  onWorkers(fn.getContext(), n, todo.size(), workers, [&](Worker &w, size_t k) {
+    times[k] = workerTime(w, *todo[k], nullptr,
+                          warm.wanted.count(*todo[k]) ? &records[k] : nullptr);
+  });
+  for (auto [p, t, r] : llvm::zip_equal(todo, times, records)) {
     prefetched.emplace(*p, t);
+    if (warm.wanted.count(*p))
+      warm.settled[*p] = std::move(r);
+  }
   // The search's seconds summed over the threads.
+  for (auto &w : workers) {
+    searchSeconds += w->seconds;
+    w->seconds = 0;
+  }
+}
+
+void PlanPricer::prefetchWarm(ArrayRef<std::pair<Picks, Picks>> plans) {
+  if (!fn.getContext()->isMultithreadingEnabled())
+    return;
+  std::vector<std::pair<const std::pair<Picks, Picks> *, const WarmStart *>>
+      todo;
+  std::set<std::pair<Picks, Picks>> seen;
+  for (const auto &p : plans) {
+    if (p.first == p.second || warm.times.count(p) ||
+        warm.prefetched.count(p) || !seen.insert(p).second)
+      continue;
+    // The bases first, here (warmTime prices the plans of a base that
+    // cannot be one from scratch).
+    if (const WarmStart *from = settledOf(p.second))
+      todo.emplace_back(&p, from);
+  }
+  size_t n = startWorkers(todo.size());
+  if (!n)
+    return;
+  std::vector<double> times(todo.size(), kInf);
+  onWorkers(fn.getContext(), n, todo.size(), workers, [&](Worker &w, size_t k) {
+    times[k] = workerTime(w, todo[k].first->first, todo[k].second);
+  });
+  for (auto [p, t] : llvm::zip_equal(todo, times))
+    warm.prefetched.emplace(*p.first, t);
   for (auto &w : workers) {
     searchSeconds += w->seconds;
     w->seconds = 0;
@@ -521,7 +618,11 @@ Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
         continue;
       std::vector<unsigned> pick = base;
       pick[g] = c;
-      Priced p = pricer.priceFull(pick);
+      // Without a budget, time alone, the search warm from the center's
+      // (warmTime); the bytes are the arguments' (as priceFull's).
+      Priced p = pricer.budget > 0 ? pricer.priceFull(pick)
+                                   : Priced{pricer.warmTime(pick, base),
+                                            pricer.argumentBytes(pick)};
       s.time[g][c] = p.time - b.time;
       s.bytes[g][c] = std::isfinite(p.time) ? double(p.peak - b.peak) : 0;
     }
@@ -565,7 +666,8 @@ void AutoSharder::addPairs(Surrogate &s) {
         !llvm::is_contained(keep, *fewest))
       keep.push_back(*fewest);
   }
-  // Their plans, priced on the threads first (prefetchTimes).
+  // Their plans, priced on the threads first (prefetchTimes; without a
+  // budget warm from the center's search, as the unary terms).
   std::vector<Picks> plans;
   for (size_t i = 0; i < weights.size(); ++i)
     for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j)
@@ -575,7 +677,15 @@ void AutoSharder::addPairs(Surrogate &s) {
           plans.back()[weights[i]] = c;
           plans.back()[weights[j]] = d;
         }
-  pricer.prefetchTimes(plans);
+  bool warm = pricer.budget <= 0;
+  if (warm) {
+    std::vector<std::pair<Picks, Picks>> fromBase;
+    for (Picks &p : plans)
+      fromBase.emplace_back(std::move(p), Picks(base.begin(), base.end()));
+    pricer.prefetchWarm(fromBase);
+  } else {
+    pricer.prefetchTimes(plans);
+  }
   for (size_t i = 0; i < weights.size(); ++i) {
     size_t g = weights[i];
     for (size_t j = i + 1; j < weights.size() && j <= i + window; ++j) {
@@ -589,7 +699,8 @@ void AutoSharder::addPairs(Surrogate &s) {
           std::vector<unsigned> pick = base;
           pick[g] = c;
           pick[h] = d;
-          double t = pricer.priceTime(pick);
+          double t =
+              warm ? pricer.warmTime(pick, base) : pricer.priceTime(pick);
           double delta =
               std::isfinite(t) ? t - b.time - s.time[g][c] - s.time[h][d] : 0;
           if (!std::isfinite(t))
@@ -652,8 +763,11 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     if (pricer.budget <= 0) {
       std::vector<Picks> plans;
       for (unsigned d = 0; d < numData; ++d)
-        if (rebuild[d])
+        if (rebuild[d]) {
           plans.push_back(centers[d]);
+          // The unary and pair terms start warm from its search.
+          pricer.warm.wanted.insert(centers[d]);
+        }
       pricer.prefetchTimes(plans);
       // First round: an input layout whose center (every group replicated)
       // is slower than kPairMargin times the fastest center gets no unary
@@ -675,7 +789,7 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
             ++unaryLeftOut;
           }
       }
-      plans.clear();
+      std::vector<std::pair<Picks, Picks>> fromCenters;
       for (unsigned d = 0; d < numData; ++d) {
         if (!rebuild[d])
           continue;
@@ -683,11 +797,11 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
           for (unsigned c = 0;
                int(g) != dataGroup && c < groups[g].choices.size(); ++c)
             if (c != centers[d][g]) {
-              plans.push_back(centers[d]);
-              plans.back()[g] = c;
+              fromCenters.emplace_back(centers[d], centers[d]);
+              fromCenters.back().first[g] = c;
             }
       }
-      pricer.prefetchTimes(plans);
+      pricer.prefetchWarm(fromCenters);
     }
     for (unsigned d = 0; d < numData; ++d)
       surrogates.push_back(rebuild[d] ? buildSurrogate(centers[d])
@@ -700,6 +814,14 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     for (auto &[p, r] : pricer.pool)
       fastest[dataGroup >= 0 ? p[dataGroup] : 0] =
           std::min(fastest[dataGroup >= 0 ? p[dataGroup] : 0], r.time);
+    // Without a budget the unary terms' plans too: their warm times, which
+    // the pool does not hold.
+    for (auto [d, sur] : llvm::enumerate(surrogates))
+      if (pricer.budget <= 0)
+        for (auto [g, times] : llvm::enumerate(sur.time))
+          for (double t : times)
+            if (int(g) != dataGroup && std::isfinite(t))
+              fastest[d] = std::min(fastest[d], sur.baseTime + t);
     double fastestAll = *llvm::min_element(fastest);
     enterPhase("pairs " + std::to_string(recentre + 1));
     for (unsigned d = 0; d < numData; ++d)
@@ -724,13 +846,39 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
         }
         smallestModeled = std::min(smallestModeled, bytes);
       }
+    // Per surrogate, its plan of the fewest bytes and its fastest (solved
+    // at no limit), both priced below; without a budget priced on the
+    // threads first (the solve at no limit is a fastest one).
+    std::vector<Picks> smallOf;
+    std::vector<std::optional<Picks>> fastOf;
+    for (unsigned d = 0; d < numData; ++d) {
+      std::vector<unsigned> small = surrogates[d].center;
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (int(g) != dataGroup)
+          for (unsigned c = 0; c < groups[g].choices.size(); ++c)
+            if (std::isfinite(surrogates[d].time[g][c]) &&
+                surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
+              small[g] = c;
+      smallOf.emplace_back(small.begin(), small.end());
+      fastOf.push_back(solve(surrogates[d], kInf));
+    }
+    if (pricer.budget <= 0) {
+      std::vector<Picks> plans;
+      for (unsigned d = 0; d < numData; ++d) {
+        if (fastOf[d])
+          plans.push_back(*fastOf[d]);
+        plans.push_back(smallOf[d]);
+      }
+      pricer.prefetchTimes(plans);
+    }
     for (int round = 0; round < 8 && std::isfinite(smallestModeled); ++round) {
       // Below the smallest surrogate peak nothing is feasible: solve at it.
       limit = std::max(limit, smallestModeled);
       double bestTime = kInf;
       std::optional<Picks> bestPick;
       for (unsigned d = 0; d < numData; ++d) {
-        std::optional<Picks> p = solve(surrogates[d], limit);
+        std::optional<Picks> p =
+            std::isinf(limit) ? fastOf[d] : solve(surrogates[d], limit);
         if (!p)
           continue;
         double t = evaluate(surrogates[d], *p).first;
@@ -754,16 +902,9 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
     // The plans of the fewest bytes the surrogates know of and the fastest
     // ones, priced too: the summed changes of a peak misjudge both.
     for (unsigned d = 0; d < numData; ++d) {
-      std::vector<unsigned> small = surrogates[d].center;
-      for (size_t g = 0; g < groups.size(); ++g)
-        if (int(g) != dataGroup)
-          for (unsigned c = 0; c < groups[g].choices.size(); ++c)
-            if (std::isfinite(surrogates[d].time[g][c]) &&
-                surrogates[d].bytes[g][c] < surrogates[d].bytes[g][small[g]])
-              small[g] = c;
-      pricer.priceFull(small);
-      if (std::optional<Picks> fast = solve(surrogates[d], kInf))
-        pricer.priceFull(*fast);
+      pricer.priceFull(smallOf[d]);
+      if (fastOf[d])
+        pricer.priceFull(*fastOf[d]);
     }
     // The next centers: the best plan priced for each input layout.
     std::vector<Priced> bestOf(numData);
@@ -791,14 +932,43 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
       pick = p;
       real = r;
     }
+  // Without a budget a neighbour is priced from scratch only where its
+  // warm time from the plan (warmTime; the neighbours of a center are its
+  // unary terms, known) is under kWarmScreen times the plan's time.
+  bool screen = pricer.budget <= 0;
+  auto neighbours = [&] {
+    std::vector<std::pair<Picks, Picks>> out;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (unsigned c = 0; c < groups[g].choices.size(); ++c)
+        if (c != (*pick)[g]) {
+          out.emplace_back(*pick, *pick);
+          out.back().first[g] = c;
+        }
+    return out;
+  };
+  auto screened = [&](const Picks &p) {
+    return screen && !pricer.pool.lookup(p) &&
+           !(pricer.warmTime(p, *pick) < kWarmScreen * real.time);
+  };
   for (unsigned sweep = 0; sweep < refineSweeps && pick; ++sweep) {
     bool improved = false;
+    if (screen) {
+      std::vector<std::pair<Picks, Picks>> around = neighbours();
+      pricer.prefetchWarm(around);
+      std::vector<Picks> cold;
+      for (auto &[p, from] : around)
+        if (!screened(p))
+          cold.push_back(p);
+      pricer.prefetchTimes(cold);
+    }
     for (size_t g = 0; g < groups.size(); ++g)
       for (unsigned c = 0; c < groups[g].choices.size(); ++c) {
         if (c == (*pick)[g])
           continue;
         Picks p = *pick;
         p[g] = c;
+        if (screened(p))
+          continue;
         Priced r = pricer.priceFull(p);
         if (pricer.better(r, real)) {
           pick = p;

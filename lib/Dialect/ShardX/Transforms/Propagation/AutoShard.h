@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,21 @@ struct Group {
   /// first layer's `argsPerLayer` first.
   unsigned layers = 1;
   unsigned argsPerLayer = 0;
+};
+
+/// The warm starts of the surrogate's terms (PlanPricer::warmTime).
+struct WarmTerms {
+  /// The finished searches they start from, by plan (empty where the
+  /// search cannot be one: it searched twice, for a lookup).
+  std::map<Picks, WarmStart> settled;
+  /// The plans whose search from scratch keeps its finished search when it
+  /// runs (the centers; settledOf searches the others again).
+  std::set<Picks> wanted;
+  /// The times by (plan, base), and those prefetchWarm priced not yet
+  /// asked for.
+  std::map<std::pair<Picks, Picks>, double> times, prefetched;
+  /// The plans priced warm.
+  int64_t priced = 0;
 };
 
 /// Plans priced (AutoShard.cpp): by the greedy propagation search for time
@@ -78,7 +94,8 @@ public:
   const StepPart *partOf(func::FuncOp f) const;
   /// The whole step's time from the first cut's: its time plus its middle
   /// layer's share for every layer cut out (infinite when not priced).
-  double cutTime(ArrayRef<unsigned> pick);
+  double cutTime(ArrayRef<unsigned> pick, const WarmStart *warm = nullptr,
+                 WarmStart *record = nullptr);
   /// Time only, on the function itself.
   double priceTime(ArrayRef<unsigned> pick);
   /// Prices by time the plans of `plans` that priceTime has not priced,
@@ -88,6 +105,18 @@ public:
   /// times, counting each plan when it asks for it, as before. Nothing
   /// without multithreading or with fewer than two plans to price.
   void prefetchTimes(ArrayRef<Picks> plans);
+  /// Without a budget, the surrogate's terms around `base` (a plan priced
+  /// before: their center): the time of `pick` by a search that starts
+  /// warm from `base`'s finished search instead of from scratch (the same
+  /// function, cutTime's or timeOn's number; PropagationOptions::warm),
+  /// several times cheaper. Not a price of the plan (shardx-propagate
+  /// searches from scratch, and the two often differ): the pool holds
+  /// only plans searched from scratch. Cached per plan and base; counted
+  /// as a plan priced (and in `warm.priced`).
+  double warmTime(ArrayRef<unsigned> pick, ArrayRef<unsigned> base);
+  /// warmTime of each (plan, base) of `plans` not known yet, on the
+  /// context's threads (as prefetchTimes).
+  void prefetchWarm(ArrayRef<std::pair<Picks, Picks>> plans);
   /// Time (on the function), and the peak of a copy through shardx-spmd.
   Priced priceFull(ArrayRef<unsigned> pick);
   Priced priceFullUncached(ArrayRef<unsigned> pick);
@@ -96,7 +125,9 @@ public:
   int64_t argumentBytes(ArrayRef<unsigned> pick);
   /// The modeled step time of `f` under `pick` (infinite when it cannot
   /// be priced).
-  double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick);
+  /// From `warm` and into `record` when given (PropagationOptions).
+  double timeOn(func::FuncOp f, RuleCache &cache, ArrayRef<unsigned> pick,
+                const WarmStart *warm = nullptr, WarmStart *record = nullptr);
   /// timeOn's search of `f` as its layouts stand (`apply` first), for a
   /// second thread: with its own cost model and warnings, nothing of the
   /// pricer's touched but `cache` and `f`'s search caches; its seconds in
@@ -161,10 +192,28 @@ public:
   /// Why the first plan that could not be priced failed.
   std::string firstFailure;
   int64_t priced = 0, pricedFull = 0;
+  WarmTerms warm;
 
 private:
-  /// The time of `pick` on `w`'s copy (cutTime or timeOn's number).
-  double workerTime(Worker &w, ArrayRef<unsigned> pick);
+  /// The time of `pick` on `w`'s copy (cutTime or timeOn's number); from
+  /// `warm` when given; its finished search into `record` when given.
+  double workerTime(Worker &w, ArrayRef<unsigned> pick,
+                    const WarmStart *warm = nullptr,
+                    WarmStart *record = nullptr);
+  /// The workers for a batch of `n` plans (prefetchTimes, prefetchWarm);
+  /// fewer than two: none.
+  size_t startWorkers(size_t n);
+  /// The finished search of `base` (searched from scratch again, on the
+  /// function times are priced on, when not kept); null when it cannot be
+  /// a base.
+  const WarmStart *settledOf(ArrayRef<unsigned> base);
+  /// The time of `pick` on the function times are priced on (cutTime or
+  /// timeOn), from `warm` and into `record` when given.
+  double timedSearch(ArrayRef<unsigned> pick, const WarmStart *warm,
+                     WarmStart *record) {
+    return cutDepth ? cutTime(pick, warm, record)
+                    : timeOn(fn, rules, pick, warm, record);
+  }
 
   const std::vector<Group> &groups;
   const SmallVector<bool> &pinnedArg;

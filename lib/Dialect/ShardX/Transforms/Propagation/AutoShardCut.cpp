@@ -148,6 +148,8 @@ void AutoSharder::buildCuts() {
   // a cost model and warnings of its own (the same numbers: its cost
   // model only remembers prices).
   Picks replicated(groups.size(), 0);
+  // The second cut gives peaks only: without a budget it is not built.
+  bool peaks = pricer.budget > 0;
   MLIRContext *context = pricer.fn.getContext();
   bool threaded = context->isMultithreadingEnabled() &&
                   context->getThreadPool().getMaxConcurrency() > 1;
@@ -164,7 +166,8 @@ void AutoSharder::buildCuts() {
                                 wholeWarned, wholeSeconds);
       });
       pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
-      pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+      if (peaks)
+        pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
       tasks.wait();
     }
     pricer.searchSeconds += wholeSeconds;
@@ -172,15 +175,16 @@ void AutoSharder::buildCuts() {
       pricer.warned.insert(w.getKey());
   } else {
     pricer.cuts[0] = cutTo(kDepth, pricer.cutParts[0]);
-    pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
+    if (peaks)
+      pricer.cuts[1] = cutTo(kDepth + 1, pricer.cutParts[1]);
   }
-  if (!pricer.cuts[0] || !pricer.cuts[1]) {
+  if (!pricer.cuts[0] || (peaks && !pricer.cuts[1])) {
     pricer.cuts[0] = nullptr;
     pricer.cuts[1] = nullptr;
     stretches.clear();
     return;
   }
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < (peaks ? 2 : 1); ++i)
     pricer.cutFns[i] =
         pricer.cuts[i]->lookupSymbol<func::FuncOp>(pricer.fn.getSymName());
   pricer.cutDepth = kDepth;

@@ -145,6 +145,9 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     }
     j.attribute("priced_plans", pricer.priced + pricer.pricedFull);
     j.attribute("priced_in_full", pricer.pricedFull);
+    // Of the plans priced, those searched warm from their center's search
+    // (without a budget, the surrogates' terms; PlanPricer::warmTime).
+    j.attribute("priced_warm", pricer.warm.priced);
     // Without a budget the plans are priced by time alone (their peaks and
     // the surrogates' bytes those of the arguments), the plan chosen in
     // full.
@@ -169,9 +172,11 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     if (pricer.cutDepth)
       j.attributeObject("layer_cut", [&] {
         j.attribute("layers", pricer.tiedLayers);
+        // The copies built: the second, for peaks, only under a budget.
         j.attributeArray("depths", [&] {
           j.value(pricer.cutDepth);
-          j.value(pricer.cutDepth + 1);
+          if (pricer.cuts[1])
+            j.value(pricer.cutDepth + 1);
         });
         // The time is priced on the first copy (and its middle layer's
         // share); the second is priced for peaks only, under a budget.
