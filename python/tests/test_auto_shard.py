@@ -442,3 +442,28 @@ def test_deep_stack_under_a_budget_fits_and_matches_unsharded(tmp_path):
     proc = subprocess.run([RUN, "--check", "--ranks=2", "--rtol=1e-4", "--atol=1e-5", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_plan_is_searched_once_across_rounds(tmp_path):
+    """Tests that without a budget a plan whose time is known (searched from
+    scratch, or warm from the center of the first surrogate that asked) is
+    not searched again when the second round's surrogate, around another
+    center, asks for it: a function of one op and one argument on a
+    2x2x2x2x2 mesh has one group of 243 layouts, every plan a unary term of
+    both rounds' centers. At most twice the layouts are priced (each warm
+    once, and from scratch where the solves or the final descent ask); the
+    second round searched all 242 again (521 plans)."""
+    text = """
+shardx.mesh @mesh(shape = 2x2x2x2x2, axes = ["a", "b", "c", "d", "e"])
+func.func @f(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %y = arith.addf %x, %x : tensor<64x64xf32>
+  return %y : tensor<64x64xf32>
+}
+"""
+    _, data, _ = auto_shard(text, tmp_path)
+    (group,) = data["groups"]
+    layouts = len(group["choices"])
+    assert layouts == 3**5
+    assert data["priced_plans"] <= 2 * layouts, data["phases"]
+    assert data["phases"]["unary 2"]["plans"] == 0, data["phases"]
+    assert data["priced_warm"] > 0

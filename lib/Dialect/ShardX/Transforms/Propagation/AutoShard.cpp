@@ -311,23 +311,29 @@ const WarmStart *PlanPricer::settledOf(ArrayRef<unsigned> base) {
 }
 
 double PlanPricer::warmTime(ArrayRef<unsigned> pick, ArrayRef<unsigned> base) {
-  std::pair<Picks, Picks> key(Picks(pick.begin(), pick.end()),
-                              Picks(base.begin(), base.end()));
+  Picks key(pick.begin(), pick.end());
+  // Searched before: from scratch, else warm (from the first base asked).
+  if (const Priced *known = pool.lookup(key))
+    return known->time;
+  if (auto known = timeOnly.find(key); known != timeOnly.end())
+    return known->second;
   if (auto known = warm.times.find(key); known != warm.times.end())
     return known->second;
-  const WarmStart *from = key.first == key.second ? nullptr : settledOf(base);
+  Picks from(base.begin(), base.end());
+  const WarmStart *start = key == from ? nullptr : settledOf(base);
   // No base to start from: searched from scratch (counted there).
-  if (!from)
-    return warm.times[key] = priceTime(pick);
+  if (!start)
+    return priceTime(pick);
   ++priced;
   ++warm.priced;
   ++phases[phase].first;
-  if (auto known = warm.prefetched.find(key); known != warm.prefetched.end()) {
+  if (auto known = warm.prefetched.find({key, from});
+      known != warm.prefetched.end()) {
     double t = known->second;
     warm.prefetched.erase(known);
     return warm.times[key] = t;
   }
-  return warm.times[key] = timedSearch(pick, from, nullptr);
+  return warm.times[key] = timedSearch(pick, start, nullptr);
 }
 
 double PlanPricer::workerTime(Worker &w, ArrayRef<unsigned> pick,
@@ -429,10 +435,12 @@ void PlanPricer::prefetchWarm(ArrayRef<std::pair<Picks, Picks>> plans) {
     return;
   std::vector<std::pair<const std::pair<Picks, Picks> *, const WarmStart *>>
       todo;
-  std::set<std::pair<Picks, Picks>> seen;
+  // A plan once, from the first base in the list (the first to ask).
+  std::set<Picks> seen;
   for (const auto &p : plans) {
-    if (p.first == p.second || warm.times.count(p) ||
-        warm.prefetched.count(p) || !seen.insert(p).second)
+    if (p.first == p.second || pool.lookup(p.first) ||
+        timeOnly.count(p.first) || warm.times.count(p.first) ||
+        warm.prefetched.count(p) || !seen.insert(p.first).second)
       continue;
     // The bases first, here (warmTime prices the plans of a base that
     // cannot be one from scratch).

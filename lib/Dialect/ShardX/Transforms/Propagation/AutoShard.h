@@ -61,9 +61,10 @@ struct WarmTerms {
   /// The plans whose search from scratch keeps its finished search when it
   /// runs (the centers; settledOf searches the others again).
   std::set<Picks> wanted;
-  /// The times by (plan, base), and those prefetchWarm priced not yet
-  /// asked for.
-  std::map<std::pair<Picks, Picks>, double> times, prefetched;
+  /// The times by plan (from the base of the first to ask), and those
+  /// prefetchWarm priced not yet asked for, by plan and base.
+  std::map<Picks, double> times;
+  std::map<std::pair<Picks, Picks>, double> prefetched;
   /// The plans priced warm.
   int64_t priced = 0;
 };
@@ -111,8 +112,10 @@ public:
   /// function, cutTime's or timeOn's number; PropagationOptions::warm),
   /// several times cheaper. Not a price of the plan (shardx-propagate
   /// searches from scratch, and the two often differ): the pool holds
-  /// only plans searched from scratch. Cached per plan and base; counted
-  /// as a plan priced (and in `warm.priced`).
+  /// only plans searched from scratch. A plan searched once is not searched
+  /// again: its time from scratch where it has one, else its warm time
+  /// from the base of the first to ask. Counted as a plan priced (and in
+  /// `warm.priced`).
   double warmTime(ArrayRef<unsigned> pick, ArrayRef<unsigned> base);
   /// warmTime of each (plan, base) of `plans` not known yet, on the
   /// context's threads (as prefetchTimes).
