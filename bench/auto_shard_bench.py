@@ -188,7 +188,7 @@ def depth_table(depths, shape, old, budget=0):
             phases = ", ".join(f"{k} {v['plans']}" for k, v in data.get("phases", {}).items()
                                if v["plans"])
             print(f"| {name} | {depth} | {len(data['groups'])} | {data['priced_plans']} "
-                  f"| {'%d, %d' % tuple(cut['depths']) if cut else 'none'} "
+                  f"| {', '.join(map(str, cut['depths'])) if cut else 'none'} "
                   f"| {data['solve_seconds']:.2f} | {data['cpu_seconds']:.2f} "
                   f"| {data.get('search_seconds', float('nan')):.2f} "
                   f"| {data.get('pipeline_seconds', float('nan')):.2f} "

@@ -10,9 +10,10 @@
 // plan: its reshards plus its local compute, the modeled step time
 // (PropagationSearch::stepTime). Groups of repeated layers (or repeated
 // projections within one) that are the same ops take one layout together
-// (tieLayers), so the decisions do not grow with the depth. Memory is the tensor-level memory model (MemoryModel.h) of the
-// plan partitioned to the local program; without a budget no peak decides
-// anything, and only the plan chosen is priced in full (the others by time).
+// (tieLayers), so the decisions do not grow with the depth. Memory is the
+// tensor-level memory model (MemoryModel.h) of the plan partitioned to the
+// local program; without a budget no peak decides anything, and only the plan
+// chosen is priced in full (the others by time).
 //
 // Pricing every plan is too slow, so the pass builds a surrogate per input
 // layout d: the step time and peak of the plan where every group is
@@ -26,12 +27,16 @@
 // peak exceeds the budget the surrogate budget is lowered by the excess and
 // the solve repeated. A real peak is the one of the program shardx-run and
 // shardx-compile run: the plan through the whole shardx-spmd pipeline,
-// collectives scheduled. Only public functions are decided, each on a copy
-// of the module with its calls inlined (as shardx-spmd does first). `auto-json` writes the surrogate, so that a test can
-// solve it exactly (an ILP) and compare. With the context's threads, batches
-// of plans priced by time are priced on them (PlanPricer::prefetchTimes),
-// and a plan priced in full runs its search beside its shardx-spmd run: the
-// same numbers as on one thread.
+// collectives scheduled. Without a budget the terms' plans are searched warm
+// from their center's finished search (PlanPricer::warmTime), several times
+// cheaper but not the search shardx-propagate runs: a warm time is a term,
+// never a plan's price, and the plan is chosen among plans searched from
+// scratch. Only public functions are decided, each on a copy
+// of the module with its calls inlined (as shardx-spmd does first). `auto-json`
+// writes the surrogate, so that a test can solve it exactly (an ILP) and
+// compare. With the context's threads, batches of plans priced by time are
+// priced on them (PlanPricer::prefetchTimes), and a plan priced in full runs
+// its search beside its shardx-spmd run: the same numbers as on one thread.
 //
 //===----------------------------------------------------------------------===//
 
