@@ -161,6 +161,12 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
                            "of strings on a module");
     return success();
   }
+  if (attr.getName() == "shardx.ragged_rows") {
+    // shardx-ragged-experts: the op's rows stay on their experts' ranks.
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError("'shardx.ragged_rows' must be a unit attribute");
+    return success();
+  }
   if (attr.getName() == "shardx.table_layout") {
     if (!isa<LayoutAttr>(attr.getValue()))
       return op->emitError("'shardx.table_layout' must be a #shardx.layout");

@@ -160,7 +160,7 @@ void mlir::shardx::registerShardXPipelines() {
   PassPipelineRegistration<>(
       "shardx-partition",
       "from a propagated global program to the local one: "
-      "shardx-insert-reshards, shardx-verify-layouts, shardx-lower-reshards, "
-      "shardx-localize",
+      "shardx-ragged-experts, shardx-insert-reshards, shardx-verify-layouts, "
+      "shardx-lower-reshards, shardx-localize",
       buildPartitionPipeline);
 }

@@ -227,6 +227,37 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
   ];
 }
 
+def RaggedExpertsPass : Pass<"shardx-ragged-experts", "ModuleOp"> {
+  let summary = "keeps the rows of grouped matmuls on the ranks of their "
+                "experts instead of all-reducing them";
+  let description = [{
+    After `shardx-propagate`, before `shardx-insert-reshards`. A grouped
+    matmul (the importer's `_grouped_mm`: `out[r, n] = sum_{e, k}
+    select(g[r] == e, x[r, k] * w[e, k, n], 0)`, `g` the rows' groups
+    counted from `offs`) whose experts' weights are split on E over mesh
+    axes A computes, on each rank, row `r` exactly where `g[r]` is one of
+    the rank's experts and zero elsewhere: a Partial(sum) over A whose
+    terms do not overlap. Row-wise elementwise ops of such rows (the SiLU
+    gate) are exact on those rows too, and a grouped matmul with the same
+    groups and the same expert split reads only those rows. So the
+    reshards between them (an all-reduce per value) are not needed: this
+    pass finds each such region (every use of a value in it is a row-wise
+    op in it or such a grouped matmul) and records its values as
+    Partial(sum) over A (exact only on the rank's own rows, which is all
+    that its consumers read), marking its ops `shardx.ragged_rows`. A
+    region with a value read elsewhere is shrunk until none is; the
+    grouped matmuls' own outputs, true partial sums, are reduced as before
+    where something else reads them. docs/Rules.md, "Expert parallelism".
+
+    ```mlir
+    // before: %a = gmm(%x, %w1 [S(0)]) [P(sum)]; %s = silu(%a) reads [R]
+    //         (an all-reduce of %a); %y = gmm(%s, %w2 [S(0)]) reads [R]
+    // after:  %s = silu(%a) {shardx.ragged_rows} reads and is [P(sum)];
+    //         %y reads %s as [P(sum)]: no all-reduce
+    ```
+  }];
+}
+
 def InsertReshardsPass : Pass<"shardx-insert-reshards", "ModuleOp"> {
   let summary = "inserts shardx.redistribute where an operand's layout is "
                 "not the one its consumer needs";

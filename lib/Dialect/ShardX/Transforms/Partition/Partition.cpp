@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// From a propagated global program to the program each rank runs: four
+// From a propagated global program to the program each rank runs: five
 // passes, each usable and tested alone. `shardx-partition` names them
 // together (the steps of upstream's one `shard-partition` pass), and
 // `shardx-spmd` runs them between propagation and collective optimization.
@@ -16,6 +16,7 @@
 #include "mlir/Pass/PassManager.h"
 
 void mlir::shardx::buildPartitionPipeline(OpPassManager &pm) {
+  pm.addPass(createRaggedExpertsPass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());
   pm.addPass(createLowerReshardsPass());
