@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GroupedMatmul.h"
 #include "LayoutUtils.h"
 #include "LocalPieces.h"
 
@@ -172,8 +173,30 @@ private:
         return failure();
     if (failed(offsetIndices(op, clone)))
       return failure();
+    if (std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op))
+      return localizeGroupedMatmul(op, clone, *form);
     return clone.getOperation();
   }
+
+  /// A grouped matmul (GroupedMatmul.h) runs over the rows of this rank's
+  /// experts only: the rows' groups are nondecreasing, so the rows of
+  /// experts `e0 .. e0 + n - 1` are `[lo, hi)`, `lo` the number of groups
+  /// below `e0`, `hi` below `e0 + n` (a run-time count in the static
+  /// buffer); the others add nothing to the init. The rows form writes its
+  /// product into the init's rows `[lo, hi)`, the weights form sums over
+  /// those rows. Left as it is where its rows are split.
+  //   linalg.generic ins(%x, %w, %g : tensor<16x16xf32>, ...) outs(%z)
+  //   -> %xs = tensor.extract_slice %x[%lo, 0] [%n, 16] [1, 1]
+  //      %p = linalg.generic ins(%xs, %w, %gs) outs(%zs : tensor<?x32xf32>)
+  //      tensor.insert_slice %p into %z[%lo, 0] [%n, 32] [1, 1]
+  FailureOr<Operation *> localizeGroupedMatmul(linalg::GenericOp op,
+                                               linalg::GenericOp clone,
+                                               GroupedMatmulForm form);
+
+  /// The split of loop `loop` of `op` (from the layouts it reads its
+  /// operands in) and the loop's global extent; nullopt when it is whole.
+  std::optional<std::pair<DimSharding, int64_t>>
+  loopSharding(linalg::GenericOp op, int64_t loop);
 
   /// An embedding lookup on a split table. Rows outside this rank's piece
   /// read row 0 of the local table and yield zero; the column index (the
@@ -254,53 +277,158 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
   return success();
 }
 
+std::optional<std::pair<DimSharding, int64_t>>
+Localizer::loopSharding(linalg::GenericOp op, int64_t loop) {
+  // Loop -> (layout dim sharding, global extent) from any operand / result.
+  auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
+  std::optional<std::pair<DimSharding, int64_t>> sharding;
+  for (OpOperand &operand : op->getOpOperands()) {
+    auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+    if (!type)
+      continue;
+    AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
+    // The layout the op reads the operand in: a reshard's result records
+    // none (as in localizeWindows).
+    LayoutAttr required = requiredLayout(operand);
+    Layout layout =
+        required ? required.getLayout() : pieces.layoutOf(operand.get());
+    for (auto [k, expr] : llvm::enumerate(map.getResults())) {
+      auto d = dyn_cast<AffineDimExpr>(expr);
+      if (!d || d.getPosition() != loop)
+        continue;
+      if (const auto *ds = layout.getDim(k))
+        sharding = {*ds, type.getDimSize(k)};
+    }
+  }
+  return sharding;
+}
+
 LogicalResult Localizer::offsetIndices(linalg::GenericOp op,
                                        linalg::GenericOp clone) {
   SmallVector<linalg::IndexOp> indices;
   clone.getRegion().walk([&](linalg::IndexOp i) { indices.push_back(i); });
   if (indices.empty())
     return success();
-  // Loop -> (layout dim sharding, global extent) from any operand / result.
-  auto linalgOp = cast<linalg::LinalgOp>(op.getOperation());
   for (linalg::IndexOp index : indices) {
-    int64_t loop = index.getDim();
-    std::optional<DimSharding> sharding;
-    int64_t extent = 0;
-    for (OpOperand &operand : op->getOpOperands()) {
-      auto type = dyn_cast<RankedTensorType>(operand.get().getType());
-      if (!type)
-        continue;
-      AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
-      // The layout the op reads the operand in: a reshard's result records
-      // none (as in localizeWindows).
-      LayoutAttr required = requiredLayout(operand);
-      Layout layout =
-          required ? required.getLayout() : pieces.layoutOf(operand.get());
-      for (auto [k, expr] : llvm::enumerate(map.getResults())) {
-        auto d = dyn_cast<AffineDimExpr>(expr);
-        if (!d || d.getPosition() != loop)
-          continue;
-        if (const auto *ds = layout.getDim(k)) {
-          sharding = *ds;
-          extent = type.getDimSize(k);
-        }
-      }
-    }
-    if (!sharding)
+    std::optional<std::pair<DimSharding, int64_t>> split =
+        loopSharding(op, index.getDim());
+    if (!split)
       continue;
-    if (sharding->sizes.empty() &&
-        llvm::any_of(sharding->splits,
+    auto &[sharding, extent] = *split;
+    if (sharding.sizes.empty() &&
+        llvm::any_of(sharding.splits,
                      [](const Split &s) { return s.stride != 1; }))
       return op.emitError("linalg.index of a loop with a strided split "
                           "cannot be expanded");
     OpBuilder::InsertionGuard guard(rewriter);
     Location loc = index.getLoc();
-    Value offset = pieces.emitPiece(rewriter, loc, *sharding, extent).first;
+    Value offset = pieces.emitPiece(rewriter, loc, sharding, extent).first;
     rewriter.setInsertionPointAfter(index);
     auto add = arith::AddIOp::create(rewriter, loc, index.getResult(), offset);
     rewriter.replaceAllUsesExcept(index.getResult(), add.getResult(), add);
   }
   return success();
+}
+
+FailureOr<Operation *>
+Localizer::localizeGroupedMatmul(linalg::GenericOp op, linalg::GenericOp clone,
+                                 GroupedMatmulForm form) {
+  if (loopSharding(op, rowLoop(form)))
+    return clone.getOperation();
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(clone);
+  Location loc = clone.getLoc();
+  // This rank's experts: [first, first + count).
+  Value first, count;
+  int64_t experts = cast<RankedTensorType>(form == GroupedMatmulForm::Rows
+                                               ? op.getDpsInputs()[1].getType()
+                                               : op.getResult(0).getType())
+                        .getDimSize(0);
+  if (auto split = loopSharding(op, expertLoop(form))) {
+    std::tie(first, count) =
+        pieces.emitPiece(rewriter, loc, split->first, split->second);
+  } else {
+    first = arith::ConstantIndexOp::create(rewriter, loc, 0);
+    count = arith::ConstantIndexOp::create(rewriter, loc, experts);
+  }
+  Type i64 = rewriter.getI64Type();
+  Value below = arith::IndexCastOp::create(rewriter, loc, i64, first);
+  Value end = arith::IndexCastOp::create(
+      rewriter, loc, i64, arith::AddIOp::create(rewriter, loc, first, count));
+  // lo, hi: the rows whose group is below the first expert, below the end.
+  Value groups = clone.getDpsInputs()[2];
+  auto scalar = RankedTensorType::get({}, i64);
+  Value zero = linalg::FillOp::create(
+                   rewriter, loc,
+                   ValueRange{arith::ConstantOp::create(
+                       rewriter, loc, i64, rewriter.getI64IntegerAttr(0))},
+                   ValueRange{tensor::EmptyOp::create(rewriter, loc,
+                                                      scalar.getShape(), i64)})
+                   .getResult(0);
+  MLIRContext *ctx = rewriter.getContext();
+  AffineMap row = AffineMap::getMultiDimIdentityMap(1, ctx);
+  AffineMap all = AffineMap::get(1, 0, ctx);
+  auto bounds = linalg::GenericOp::create(
+      rewriter, loc, TypeRange{scalar, scalar}, ValueRange{groups},
+      ValueRange{zero, zero}, ArrayRef<AffineMap>{row, all, all},
+      ArrayRef<utils::IteratorType>{utils::IteratorType::reduction},
+      [&](OpBuilder &b, Location l, ValueRange args) {
+        auto countBelow = [&](Value limit, Value acc) {
+          Value lt = arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt,
+                                           args[0], limit);
+          return arith::AddIOp::create(b, l, acc,
+                                       arith::ExtUIOp::create(b, l, i64, lt));
+        };
+        linalg::YieldOp::create(
+            b, l,
+            ValueRange{countBelow(below, args[1]), countBelow(end, args[2])});
+      });
+  auto toIndex = [&](Value t) -> Value {
+    Value v = tensor::ExtractOp::create(rewriter, loc, t, ValueRange{});
+    return arith::IndexCastOp::create(rewriter, loc, rewriter.getIndexType(),
+                                      v);
+  };
+  Value lo = toIndex(bounds.getResult(0));
+  Value rows =
+      arith::SubIOp::create(rewriter, loc, toIndex(bounds.getResult(1)), lo);
+  // The slice of `v` whose dim `rowDim` is [lo, lo + rows).
+  auto rowsOf = [&](Value v, int64_t rowDim) -> Value {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<OpFoldResult> offsets(type.getRank(), rewriter.getIndexAttr(0));
+    SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(rewriter, loc, v);
+    SmallVector<OpFoldResult> strides(type.getRank(), rewriter.getIndexAttr(1));
+    offsets[rowDim] = lo;
+    sizes[rowDim] = rows;
+    return tensor::ExtractSliceOp::create(rewriter, loc, v, offsets, sizes,
+                                          strides);
+  };
+  Value x = clone.getDpsInputs()[0], w = clone.getDpsInputs()[1];
+  Value init = clone.getDpsInits()[0];
+  bool byRows = form == GroupedMatmulForm::Rows;
+  SmallVector<Value> inputs = {byRows ? rowsOf(x, 0) : rowsOf(x, 1),
+                               byRows ? w : rowsOf(w, 0), rowsOf(groups, 0)};
+  Value out = byRows ? rowsOf(init, 0) : init;
+  auto fresh = linalg::GenericOp::create(
+      rewriter, loc, TypeRange{out.getType()}, inputs, ValueRange{out},
+      clone.getIndexingMapsArray(), clone.getIteratorTypesArray());
+  rewriter.inlineRegionBefore(clone.getRegion(), fresh.getRegion(),
+                              fresh.getRegion().end());
+  fresh->setDiscardableAttrs(clone->getDiscardableAttrDictionary());
+  Operation *result = fresh;
+  if (byRows) {
+    auto outType = cast<RankedTensorType>(init.getType());
+    SmallVector<OpFoldResult> offsets(outType.getRank(),
+                                      rewriter.getIndexAttr(0));
+    SmallVector<OpFoldResult> sizes =
+        tensor::getMixedSizes(rewriter, loc, fresh.getResult(0));
+    SmallVector<OpFoldResult> strides(outType.getRank(),
+                                      rewriter.getIndexAttr(1));
+    offsets[0] = lo;
+    sizes[0] = rows;
+    result = tensor::InsertSliceOp::create(rewriter, loc, fresh.getResult(0),
+                                           init, offsets, sizes, strides);
+  }
+  return replaceClone(clone, result);
 }
 
 /// The arguments of the local body: each tensor argument's local type. Also

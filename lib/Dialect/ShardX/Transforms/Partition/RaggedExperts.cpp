@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GroupedMatmul.h"
 #include "LayoutUtils.h"
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
@@ -81,47 +82,6 @@ struct GroupedMatmul {
   }
 };
 
-bool isDim(AffineExpr e, unsigned d) {
-  auto dim = dyn_cast<AffineDimExpr>(e);
-  return dim && dim.getPosition() == d;
-}
-
-bool mapIs(AffineMap map, ArrayRef<unsigned> dims) {
-  if (map.getNumResults() != dims.size())
-    return false;
-  for (auto [e, d] : llvm::zip(map.getResults(), dims))
-    if (!isDim(e, d))
-      return false;
-  return true;
-}
-
-/// `yield(add(out, select(index(eLoop) == index_cast(g), x * w, 0)))`, the
-/// importer's masked term (`_masked_term`, importer/ops/grouped.py), with
-/// `g` block argument `gArg` and `out` the last one.
-bool isMaskedTerm(linalg::GenericOp op, unsigned eLoop, unsigned gArg) {
-  Block &body = op.getRegion().front();
-  auto yield = cast<linalg::YieldOp>(body.getTerminator());
-  if (yield.getNumOperands() != 1)
-    return false;
-  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
-  if (!add || add.getLhs() != body.getArguments().back())
-    return false;
-  auto select = add.getRhs().getDefiningOp<arith::SelectOp>();
-  if (!select || !matchPattern(select.getFalseValue(), m_AnyZeroFloat()))
-    return false;
-  auto mul = select.getTrueValue().getDefiningOp<arith::MulFOp>();
-  if (!mul || mul.getLhs() != body.getArgument(0) ||
-      mul.getRhs() != body.getArgument(1))
-    return false;
-  auto cmp = select.getCondition().getDefiningOp<arith::CmpIOp>();
-  if (!cmp || cmp.getPredicate() != arith::CmpIPredicate::eq)
-    return false;
-  auto index = cmp.getLhs().getDefiningOp<linalg::IndexOp>();
-  auto cast = cmp.getRhs().getDefiningOp<arith::IndexCastOp>();
-  return index && index.getDim() == eLoop && cast &&
-         cast.getIn() == body.getArgument(gArg);
-}
-
 /// The recorded layout `op` needs for its tensor operand `i`.
 std::optional<Layout> operandLayout(Operation *op, unsigned i) {
   if (LayoutAttr a = requiredLayout(op->getOpOperand(i)))
@@ -129,28 +89,17 @@ std::optional<Layout> operandLayout(Operation *op, unsigned i) {
   return std::nullopt;
 }
 
-/// `op` as a grouped matmul with its experts split: the rows form, loops
-/// (r, n, e, k), `x (d0, d3)`, `w (d2, d3, d1)`, `g (d0)`, out `(d0, d1)`,
-/// its result pending a sum over the experts' axes; or the weights form,
-/// loops (e, k, n, r), `x (d1, d3)`, `w (d3, d2)`, `g (d3)`, out
-/// `(d0, d1, d2)`, its result split on E.
+/// `op` as a grouped matmul with its experts split: the rows form's
+/// result pending a sum over the experts' axes, the weights form's split on
+/// E.
 std::optional<GroupedMatmul> matchGroupedMatmul(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 3 || op.getNumDpsInits() != 1 ||
-      op.getNumResults() != 1)
-    return std::nullopt;
-  using utils::IteratorType;
-  constexpr IteratorType par = IteratorType::parallel,
-                         red = IteratorType::reduction;
-  SmallVector<IteratorType> it = op.getIteratorTypesArray();
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op);
   LayoutAttr out = getRecordedLayout(op->getResult(0));
-  if (!out)
+  if (!form || !out)
     return std::nullopt;
   GroupedMatmul m{op, GroupedMatmul::Form::Rows, op.getDpsInputs()[2], {}, 0,
                   0};
-  if (it == SmallVector<IteratorType>{par, par, red, red} &&
-      mapIs(maps[0], {0, 3}) && mapIs(maps[1], {2, 3, 1}) &&
-      mapIs(maps[2], {0}) && mapIs(maps[3], {0, 1}) && isMaskedTerm(op, 2, 2)) {
+  if (*form == GroupedMatmulForm::Rows) {
     std::optional<Layout> w = operandLayout(op, 1);
     if (!w || !w->getDim(0))
       return std::nullopt;
@@ -164,20 +113,15 @@ std::optional<GroupedMatmul> matchGroupedMatmul(linalg::GenericOp op) {
         return std::nullopt;
     return m;
   }
-  if (it == SmallVector<IteratorType>{par, par, par, red} &&
-      mapIs(maps[0], {1, 3}) && mapIs(maps[1], {3, 2}) && mapIs(maps[2], {3}) &&
-      mapIs(maps[3], {0, 1, 2}) && isMaskedTerm(op, 0, 2)) {
-    const DimSharding *e = out.getLayout().getDim(0);
-    if (!e)
-      return std::nullopt;
-    m.form = GroupedMatmul::Form::Weights;
-    m.experts = *e;
-    m.numExperts =
-        cast<RankedTensorType>(op.getResult(0).getType()).getDimSize(0);
-    m.axes = axisMask(m.experts);
-    return m;
-  }
-  return std::nullopt;
+  const DimSharding *e = out.getLayout().getDim(0);
+  if (!e)
+    return std::nullopt;
+  m.form = GroupedMatmul::Form::Weights;
+  m.experts = *e;
+  m.numExperts =
+      cast<RankedTensorType>(op.getResult(0).getType()).getDimSize(0);
+  m.axes = axisMask(m.experts);
+  return m;
 }
 
 /// Whether two row-group tensors hold the same values: one value, or the
