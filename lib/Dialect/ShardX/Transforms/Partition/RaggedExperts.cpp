@@ -15,15 +15,18 @@
 // A, rank j sums over its experts only: its `out` is exact on the rows whose
 // group is one of its experts (its *own* rows) and zero elsewhere, a
 // Partial(sum) over A whose terms do not overlap. A row-wise elementwise op
-// of such values (and of values replicated over A) is then exact on each
-// rank's own rows, though not zero elsewhere (sigmoid(0) = 1/2), and a
-// grouped matmul with the same groups and the same split of its experts
-// reads row r of its input only for its own experts: its own rows. Such
-// values need no reshard on the way. The pass finds the largest region in
-// which every use of a derived (not zero elsewhere) value is a row-wise op
-// of the region or the input of such a grouped matmul, and records the
-// region's values as Partial(sum) over A, marking its ops
-// `shardx.ragged_rows`.
+// of such values (and of values whole over A), or a 2-d transpose of one,
+// is then exact on each rank's own rows, though not zero elsewhere
+// (sigmoid(0) = 1/2), and a grouped matmul with the same groups and the
+// same split of its experts reads row r only for its own experts: its own
+// rows (the rows form's input; both operands of the weight-gradient form,
+// `[K, R] x [R, N] -> [E, K, N]`). Such values need no reshard on the way.
+// The pass grows the region from the rows-form matmuls' outputs, shrinks
+// it until every use of a derived (not zero elsewhere) value is an op of
+// the region or such a grouped matmul reading it by its rows, and records
+// the region's values as Partial(sum) over A, marking its ops
+// `shardx.ragged_rows`. A matmul's own output (a true partial sum) is
+// still all-reduced for any other reader.
 //
 //===----------------------------------------------------------------------===//
 
