@@ -160,6 +160,15 @@ def test_plan_keeps_rows_on_experts(name, forward, tmp_path, build_dir):
     assert not [p for p in plans if p[2] == rows * HIDDEN and "P(sum)]" in p[0]], text
     over_ep = lambda ps: sum(b for src, _, _, _, b in ps if src.endswith("P(sum)]"))
     assert over_ep(plans) < over_ep(before), (plans, before)
+    # print-plan names the operands read on their experts' ranks: the last
+    # grouped matmul's input; in the step also the weight gradients' rows
+    # (w2's through the transposed hidden rows, w1's and w3's).
+    kept = sorted(re.findall(r"remark: ragged rows: grouped matmul reads operand #(\d) "
+                             r"tensor<(\d+)x(\d+)xf32> as (\[[^\]]*\])", text))
+    hidden = (str(rows), str(HIDDEN))
+    want = [("0", *hidden)] if forward else sorted(
+        [("0", *hidden), ("0", *hidden[::-1]), ("1", *hidden), ("1", *hidden)])
+    assert [k[:3] for k in kept] == want and {k[3] for k in kept} == {ep_partial}, text
 
 
 def test_local_program_runs_own_experts(tmp_path, build_dir):

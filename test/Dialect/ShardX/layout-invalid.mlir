@@ -335,3 +335,13 @@ func.func @f(%a: tensor<2xi64>) -> (tensor<2xi64> {shardx.index_checks = [{excep
 func.func @f(%a: tensor<i64> {shardx.index_checks = [{exception = "IndexError", message = "index out of range in self"}]}) {
   return
 }
+
+// -----
+
+// Tests that 'shardx.ragged_rows' (shardx-ragged-experts' mark) is a unit
+// attribute.
+func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'shardx.ragged_rows' must be a unit attribute}}
+  %0 = math.exp %a {shardx.ragged_rows = 1 : i64} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

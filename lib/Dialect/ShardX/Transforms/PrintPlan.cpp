@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Collectives/Schedule.h"
+#include "Partition/GroupedMatmul.h"
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
@@ -72,9 +73,29 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
     if (result.wasInterrupted())
       return signalPassFailure();
     printHalos(symbolTable);
+    printRaggedRows();
     OwningOpRef<ModuleOp> scheduled;
     printSchedules(scheduled);
     printMemory(scheduled);
+  }
+
+  /// A remark per operand a grouped matmul reads on its experts' ranks
+  /// (shardx-ragged-experts): rows that no reshard moves.
+  void printRaggedRows() {
+    getOperation()->walk([&](linalg::GenericOp op) {
+      if (!op->hasAttr("shardx.ragged_rows") || !matchGroupedMatmulForm(op))
+        return;
+      for (unsigned i : {0u, 1u}) {
+        LayoutAttr need = requiredLayout(op->getOpOperand(i));
+        if (!need || !need.getLayout().hasPartial())
+          continue;
+        std::string type;
+        llvm::raw_string_ostream(type) << op->getOperand(i).getType();
+        op->emitRemark() << "ragged rows: grouped matmul reads operand #" << i
+                         << " " << type << " as " << need.getLayout().str()
+                         << ", its experts' rows on their ranks: no reshard";
+      }
+    });
   }
 
   /// A remark per windowed operand of a global program that is read across

@@ -485,6 +485,14 @@ def PrintPlanPass : Pass<"shardx-print-plan", "ModuleOp"> {
     Write a small module with a mesh and one redistribute to plan any
     src/dst/shape/mesh. Fails like `shardx-lower-reshards` on bad input.
 
+    After `shardx-ragged-experts`, a remark per operand that a grouped
+    matmul reads with its rows kept on their experts' ranks (pending a sum
+    over the experts' axes, no reshard):
+
+    ```
+    remark: ragged rows: grouped matmul reads operand #0 tensor<16x32xf32> as [P(sum)], its experts' rows on their ranks: no reshard
+    ```
+
     On a local program (e.g. after `shardx-spmd`), a remark per function
     with collectives gives the schedule summary of
     `shardx-schedule-collectives` (the same as its `print-schedule`): the

@@ -1,4 +1,22 @@
 // RUN: shardx-opt %s --split-input-file --shardx-propagate --shardx-ragged-experts --shardx-insert-reshards --shardx-verify-layouts | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-propagate --shardx-ragged-experts --shardx-insert-reshards --shardx-print-plan -o /dev/null 2>&1 | FileCheck %s --check-prefix=PLAN
+
+// Tests that print-plan names each operand a grouped matmul reads with its
+// rows on their experts' ranks, after the reshards: @experts' second matmul
+// (the only reshard its output's all-reduce), @derived_read_elsewhere's
+// (after the first output's all-reduce and its own), none in @other_groups
+// (two all-reduces) and @whole_experts (none).
+// PLAN: remark: plan [P(sum)] -> [R] for tensor<8x4xf32>
+// PLAN-NEXT: all_reduce
+// PLAN-NOT: remark: plan
+// PLAN: remark: ragged rows: grouped matmul reads operand #0 tensor<8x6xf32> as [P(sum)], its experts' rows on their ranks: no reshard
+// PLAN: remark: plan [P(sum)] -> [R] for tensor<8x6xf32>
+// PLAN: remark: plan [P(sum)] -> [R] for tensor<8x4xf32>
+// PLAN-NOT: remark: plan
+// PLAN: remark: ragged rows: grouped matmul reads operand #0 tensor<8x6xf32>
+// PLAN: remark: plan [P(sum)] -> [R] for tensor<8x6xf32>
+// PLAN: remark: plan [P(sum)] -> [R] for tensor<8x4xf32>
+// PLAN-NOT: remark
 
 // Tests that the SiLU-gated rows between two grouped matmuls of one
 // offs, experts split over ep, stay on their experts: the gate ops read and
