@@ -297,6 +297,9 @@ int main(int argc, char **argv) {
         scheduleCollectives &&
         (target != "cuda" || scheduleCollectives.getNumOccurrences() > 0);
     spmdOptions.printSchedule = printSchedule;
+    // A grouped matmul's run of rows is a count the host reads: the cuda
+    // target's host reads no device buffer.
+    spmdOptions.groupedRowRuns = target != "cuda";
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     // The verifier runs once after the pipeline rather than after each of
     // its passes: on large programs a run costs about what a pass does.

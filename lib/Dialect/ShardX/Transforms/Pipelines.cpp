@@ -131,7 +131,7 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   // only where there is a region of several blocks (shardx-canonicalize).
   pm.addPass(createCanonicalizePass());
   pm.addPass(createPropagatePass());
-  buildPartitionPipeline(pm);
+  buildPartitionPipeline(pm, options.groupedRowRuns);
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
   // After the partition passes every sharded function is one block
@@ -162,5 +162,5 @@ void mlir::shardx::registerShardXPipelines() {
       "from a propagated global program to the local one: "
       "shardx-ragged-experts, shardx-insert-reshards, shardx-verify-layouts, "
       "shardx-lower-reshards, shardx-localize",
-      buildPartitionPipeline);
+      [](OpPassManager &pm) { buildPartitionPipeline(pm); });
 }

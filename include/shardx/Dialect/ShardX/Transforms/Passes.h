@@ -25,7 +25,7 @@ namespace mlir::shardx {
 /// The partition passes, from a propagated global program to the local one:
 /// insert reshards -> verify layouts -> lower reshards -> localize
 /// (`shardx-partition`).
-void buildPartitionPipeline(OpPassManager &pm);
+void buildPartitionPipeline(OpPassManager &pm, bool groupedRowRuns = true);
 
 /// The SPMD pipeline: inline (when there are calls) -> canonicalize ->
 /// propagate -> the partition passes -> bucket collectives -> canonicalize,
@@ -48,6 +48,12 @@ struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
       llvm::cl::desc("shardx-schedule-collectives' bound on the bytes of "
                      "collectives in flight"),
       llvm::cl::init(256 * 1024 * 1024)};
+  PassOptions::Option<bool> groupedRowRuns{
+      *this, "grouped-row-runs",
+      llvm::cl::desc("shardx-localize runs grouped matmuls over their rank's "
+                     "experts' rows only, a count read on the host (off for "
+                     "--target=cuda)"),
+      llvm::cl::init(true)};
   PassOptions::Option<bool> printSchedule{
       *this, "print-schedule",
       llvm::cl::desc("remark per function: modeled communication and exposed "

@@ -347,7 +347,18 @@ def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
     `shardx.axis_index`). A sharded function with more than one block is
     an error; a program that cannot be expanded fails with an error naming
     the op.
+
+    A grouped matmul (the importer's `_grouped_mm`) runs over the rows of
+    the rank's experts only, a run-time count read on the host
+    (docs/Rules.md, "Expert parallelism"); `grouped-row-runs=false` keeps
+    it over every row (masked), for targets whose host cannot read device
+    buffers (`shardx-compile --target=cuda`).
   }];
+  let options = [
+    Option<"groupedRowRuns", "grouped-row-runs", "bool", "true",
+           "run grouped matmuls over their rank's experts' rows only (a "
+           "count read on the host)">,
+  ];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 

@@ -51,8 +51,9 @@ namespace {
 /// Builds the local body of one sharded function.
 class Localizer {
 public:
-  Localizer(func::FuncOp fn, MeshOp mesh)
-      : fn(fn), pieces(mesh), rewriter(fn.getContext()) {}
+  Localizer(func::FuncOp fn, MeshOp mesh, bool groupedRowRuns)
+      : fn(fn), pieces(mesh), rewriter(fn.getContext()),
+        groupedRowRuns(groupedRowRuns) {}
 
   LogicalResult run();
 
@@ -173,7 +174,8 @@ private:
         return failure();
     if (failed(offsetIndices(op, clone)))
       return failure();
-    if (std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op))
+    if (std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op);
+        form && groupedRowRuns)
       return localizeGroupedMatmul(op, clone, *form);
     return clone.getOperation();
   }
@@ -226,6 +228,8 @@ private:
   /// Local types and this rank's pieces.
   LocalPieces pieces;
   IRRewriter rewriter;
+  /// Whether grouped matmuls run over their own experts' rows only.
+  bool groupedRowRuns;
   /// Global values -> their local counterparts.
   IRMapping mapping;
   SmallVector<Attribute> argTypes, argLayouts, resultTypes, resultLayouts;
@@ -681,10 +685,11 @@ LogicalResult Localizer::run() {
 
 struct LocalizePass
     : public mlir::shardx::impl::LocalizePassBase<LocalizePass> {
+  using LocalizePassBase::LocalizePassBase;
   void runOnOperation() override {
     // Functions without layouts run as they are on every rank.
-    auto localize = [](func::FuncOp fn, MeshOp mesh) {
-      return Localizer(fn, mesh).run();
+    auto localize = [&](func::FuncOp fn, MeshOp mesh) {
+      return Localizer(fn, mesh, groupedRowRuns).run();
     };
     if (failed(forEachShardedFunction(getOperation(), localize)))
       signalPassFailure();

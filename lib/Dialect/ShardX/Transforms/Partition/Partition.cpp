@@ -15,10 +15,11 @@
 
 #include "mlir/Pass/PassManager.h"
 
-void mlir::shardx::buildPartitionPipeline(OpPassManager &pm) {
+void mlir::shardx::buildPartitionPipeline(OpPassManager &pm,
+                                          bool groupedRowRuns) {
   pm.addPass(createRaggedExpertsPass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());
   pm.addPass(createLowerReshardsPass());
-  pm.addPass(createLocalizePass());
+  pm.addPass(createLocalizePass({groupedRowRuns}));
 }

@@ -1,4 +1,11 @@
 // RUN: shardx-opt %s --split-input-file --shardx-propagate --shardx-partition | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-propagate --shardx-ragged-experts --shardx-insert-reshards --shardx-lower-reshards --shardx-localize=grouped-row-runs=false | FileCheck %s --check-prefix=OFF
+
+// Tests that grouped-row-runs=false (the cuda target's: its host reads no
+// device buffer) keeps every grouped matmul over all its rows, masked.
+// OFF-NOT: tensor.extract_slice
+// OFF: linalg.generic {{.*}} ins({{.*}} : tensor<8x4xf32>, tensor<2x4x6xf32>, tensor<8xi64>) outs({{.*}} : tensor<8x6xf32>)
+// OFF-NOT: tensor.extract_slice
 
 // Tests that shardx-localize runs a grouped matmul over its rank's
 // experts' rows only: the rows whose group is below the rank's first
