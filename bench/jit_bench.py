@@ -14,7 +14,13 @@
    <= 1.2). Also the calling thread's own CPU time per step on each side
    (the rank threads excluded), which the load disturbs less: the
    difference is what the Python layer costs.
-2. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
+2. The calling thread's CPU per call of a tiny function of two torch CPU
+   tensors (`a * b + 1`, 8x8, replicated on 2 ranks): the C++ call path
+   with its checks of each torch argument (contiguous strides, storage
+   offset 0, no grad required or set, not an inference tensor), the
+   arguments copied in and the output returned; `--only torch-args` runs
+   it alone (for an A/B of two builds).
+3. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
    with momentum, batch over dp and Megatron over tp on a 2x2 mesh): state
    kept on the ranks (only the batch goes in, the loss comes out) against
    the same loop gathering every output to torch and scattering it again
@@ -73,6 +79,22 @@ def tiny(steps: int, repeat: int):
     return min(py), min(cpp), min(py_cpu), min(cpp_cpu)
 
 
+def torch_args(steps: int, repeat: int):
+    mesh = Mesh((2,), ("dp",))
+    f = shardx.compile(lambda a, b: a * b + 1, mesh)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    for _ in range(50):
+        f(a, b)
+    assert f.compiles == 1 and f._plan is not None, "not on the C++ call path"
+    cpu = []
+    for _ in range(repeat):
+        start = time.thread_time()
+        for _ in range(steps):
+            f(a, b)
+        cpu.append((time.thread_time() - start) / steps * 1e6)
+    return min(cpu)
+
+
 def loop(steps: int, hidden: int, batch: int, repeat: int):
     torch.manual_seed(0)
     mesh = Mesh((2, 2), ("dp", "tp"))
@@ -121,12 +143,19 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=("tiny", "torch-args", "loop"))
     args = ap.parse_args()
     os.environ.setdefault("SHARDX_CACHE_DIR", tempfile.mkdtemp(prefix="shardx-jit-bench."))
-    py, cpp, py_cpu, cpp_cpu = tiny(args.steps, args.tiny_repeat)
-    print(f"tiny step (Linear 8x8, SGD, 2 ranks): python {py:.1f} us/step, "
-          f"C++ {cpp:.1f} us/step, python/C++ {py / cpp:.2f}x (goal <= 1.2x); "
-          f"calling thread's CPU: python {py_cpu:.1f} us/step, C++ {cpp_cpu:.1f} us/step")
+    if args.only in (None, "tiny"):
+        py, cpp, py_cpu, cpp_cpu = tiny(args.steps, args.tiny_repeat)
+        print(f"tiny step (Linear 8x8, SGD, 2 ranks): python {py:.1f} us/step, "
+              f"C++ {cpp:.1f} us/step, python/C++ {py / cpp:.2f}x (goal <= 1.2x); "
+              f"calling thread's CPU: python {py_cpu:.1f} us/step, C++ {cpp_cpu:.1f} us/step")
+    if args.only in (None, "torch-args"):
+        print(f"torch arguments (a * b + 1, 8x8, 2 ranks): calling thread's CPU "
+              f"{torch_args(args.steps, args.tiny_repeat):.1f} us/call")
+    if args.only == "tiny" or args.only == "torch-args":
+        return 0
     per, rt = loop(args.loop_steps, args.hidden, args.batch, args.repeat)
     print(f"{args.loop_steps}-step loop (MLP 64-{args.hidden}-64, batch {args.batch}, 2x2 mesh): "
           f"state on the ranks {per:.1f} steps/s, gather+scatter every step {rt:.1f} steps/s, "

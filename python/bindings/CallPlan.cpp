@@ -25,6 +25,10 @@ static PyObject *donatedErrorType = nullptr;
 /// The exception a failed run raises in a compiled call (shardx sets it to
 /// `shardx.RankError`; RunError until then). Never released either.
 static PyObject *rankErrorType = nullptr;
+/// `numpy.ndarray` and `torch.Tensor`, found at the first array argument that
+/// is not the other (torch is imported by then where the argument is its
+/// tensor); never released either.
+static PyObject *numpyType = nullptr, *torchType = nullptr;
 
 void binding::raiseDonated(const std::string &message) {
   PyErr_SetString(donatedErrorType ? donatedErrorType : PyExc_RuntimeError,
@@ -207,6 +211,78 @@ struct CallPlan {
   /// and in docs/Importer.md).
   nb::object shardsName = nb::str("shards"), meshName = nb::str("mesh"),
              keyName = nb::str("guard_key");
+  /// What `isPlain` reads of a torch tensor.
+  nb::object storageOffsetName = nb::str("storage_offset"),
+             gradName = nb::str("grad"),
+             requiresGradName = nb::str("requires_grad"),
+             isInferenceName = nb::str("is_inference");
+  /// Whether an array argument is plain (`shardx.jit._traits` is None, the
+  /// entries the Python side installs as plans are traced with plain
+  /// tensors only): exactly the contiguous strides of its shape, size-1
+  /// dimensions included (DLPack's contiguity ignores them), and for a
+  /// torch tensor exactly `torch.Tensor` (no Parameter or other subclass),
+  /// storage offset 0, not requiring grad, no `.grad`, not an inference
+  /// tensor (other devices never get here: not CPU arrays). Anything else
+  /// returns NotImplemented, so that `_call_guarded` finds the entry traced
+  /// with those traits.
+  bool isPlain(PyObject *leaf, const AnyArray &array) {
+    int64_t expect = 1;
+    for (size_t d = array.ndim(); d-- > 0;) {
+      if (array.stride(d) != expect)
+        return false;
+      expect *= std::max<int64_t>(static_cast<int64_t>(array.shape(d)), 1);
+    }
+    PyTypeObject *type = Py_TYPE(leaf);
+    if (reinterpret_cast<PyObject *>(type) == numpyType)
+      return true;
+    if (reinterpret_cast<PyObject *>(type) != torchType) {
+      if (!numpyType)
+        numpyType = typeIn("numpy", "ndarray");
+      if (!torchType)
+        torchType = typeIn("torch", "Tensor");
+      if (reinterpret_cast<PyObject *>(type) == numpyType)
+        return true;
+      if (reinterpret_cast<PyObject *>(type) != torchType)
+        return false;
+    }
+    nb::object requiresGrad =
+        nb::steal(PyObject_GetAttr(leaf, requiresGradName.ptr()));
+    if (!requiresGrad.is_valid()) {
+      PyErr_Clear();
+      return false;
+    }
+    if (requiresGrad.ptr() != Py_False)
+      return false;
+    nb::object offset =
+        nb::steal(PyObject_CallMethodNoArgs(leaf, storageOffsetName.ptr()));
+    nb::object grad = nb::steal(PyObject_GetAttr(leaf, gradName.ptr()));
+    nb::object inference =
+        nb::steal(PyObject_CallMethodNoArgs(leaf, isInferenceName.ptr()));
+    if (!offset.is_valid() || !grad.is_valid() || !inference.is_valid()) {
+      PyErr_Clear();
+      return false;
+    }
+    long off = PyLong_AsLong(offset.ptr());
+    if (off == -1 && PyErr_Occurred())
+      PyErr_Clear();
+    return off == 0 && grad.is_none() && inference.ptr() == Py_False;
+  }
+
+  /// `module.name` where the module is imported already (a strong
+  /// reference, never released), else null.
+  static PyObject *typeIn(const char *module, const char *name) {
+    nb::object m = nb::steal(PyImport_GetModule(nb::str(module).ptr()));
+    if (!m.is_valid()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    nb::object t = nb::steal(PyObject_GetAttrString(m.ptr(), name));
+    if (!t.is_valid()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    return t.release().ptr();
+  }
 
   nb::object call(nb::handle args) {
     nb::object notImplemented = nb::borrow(Py_NotImplemented);
@@ -256,6 +332,8 @@ struct CallPlan {
       for (size_t d = 0; d < array.ndim(); ++d)
         if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
           return notImplemented;
+      if (!isPlain(leaf, array))
+        return notImplemented;
       HostTensor global = hostTensorOf(array, spec.dtype);
       scattered.push_back(
           std::make_unique<ShardSet>(session->scatter(global, spec.layout)));

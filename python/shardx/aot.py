@@ -80,10 +80,16 @@ def decode_spec(d):
 
 
 def _encode_key(key):
-    spec, inputs = key
-    return {"spec": encode_spec(spec, "the arguments"),
-            "inputs": [{"shape": list(shape), "dtype": dtype, "layout": layout}
-                       for shape, dtype, layout in inputs]}
+    spec, inputs = key[0], key[1]
+    d = {"spec": encode_spec(spec, "the arguments"),
+         "inputs": [{"shape": list(shape), "dtype": dtype, "layout": layout}
+                    for shape, dtype, layout in inputs]}
+    if len(key) > 2:
+        # The inputs' traits (jit._traits: strides, requires_grad, ...),
+        # null for a plain tensor.
+        d["traits"] = [None if t is None else [list(v) if isinstance(v, tuple) else v
+                                               for v in t] for t in key[2]]
+    return d
 
 
 def _tensor_key(d) -> Tuple:
@@ -95,7 +101,16 @@ def _tensor_key(d) -> Tuple:
 
 
 def _decode_key(d):
-    return decode_spec(d["spec"]), tuple(_tensor_key(t) for t in d["inputs"])
+    key = decode_spec(d["spec"]), tuple(_tensor_key(t) for t in d["inputs"])
+    traits = d.get("traits")
+    if traits is None:
+        return key
+    from .jit import TRAIT_FIELDS
+    if not isinstance(traits, list) or len(traits) != len(key[1]) or not all(
+            t is None or (isinstance(t, list) and len(t) == len(TRAIT_FIELDS)) for t in traits):
+        raise ValueError(f"bad input traits {traits!r}")
+    return key + (tuple(None if t is None else tuple(tuple(v) if isinstance(v, list) else v
+                                                     for v in t) for t in traits),)
 
 
 def _encode_placements(pls):

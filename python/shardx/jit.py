@@ -482,7 +482,8 @@ class _Traced:
     def __call__(self, *tensors):
         import torch
         from .importer.values import ImportError_
-        versions = [t._version for t in tensors]
+        # (An inference tensor has no version counter; it cannot be written.)
+        versions = [None if t.is_inference() else t._version for t in tensors]
         shapes = [(tuple(t.shape), t.stride()) for t in tensors]
         out = self.fn(*_unflatten(self.in_spec, iter(tensors)))
         leaves: List[Any] = []
@@ -495,7 +496,7 @@ class _Traced:
         self.n_user = len(leaves)
         seen, self.written, self.mutated = set(), [], []
         for i, t in enumerate(tensors):
-            if t._version == versions[i]:
+            if versions[i] is None or t._version == versions[i]:
                 continue
             if (tuple(t.shape), t.stride()) != shapes[i]:
                 raise ImportError_(f"{self.__name__} changes the shape or strides of input {i} "
@@ -533,8 +534,98 @@ def _compiler_missing() -> Optional[str]:
 
 def _describe_key(key) -> str:
     """A guard key in words: "input 0: [8, 16] f32 R, input 1: ..."."""
+    traits = key[2] if len(key) > 2 else None
     return ", ".join(f"input {i}: {list(shape)} {dtype} {layout}"
+                     + (f" ({_traits_text(traits[i])})" if traits and traits[i] else "")
                      for i, (shape, dtype, layout) in enumerate(key[1])) or "no tensors"
+
+
+def _contiguous_strides(shape) -> Tuple[int, ...]:
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+#: The fields of a tensor's traits (``_traits``), in order.
+TRAIT_FIELDS = ("type", "device", "strides", "storage_offset", "requires_grad", "is_leaf",
+                "has_grad", "is_inference")
+_TRAIT_PLAIN = ("torch.Tensor", "cpu", None, 0, False, True, False, False)
+
+
+def _traits(a):
+    """What a trace can observe of a torch tensor or numpy argument besides
+    its shape and dtype (the guard key's), as ``torch.compile``'s
+    TENSOR_MATCH guards it (Python type, device, strides, requires_grad,
+    dispatch keys) plus the storage offset, leafness, whether ``.grad`` is
+    set and inference mode: None for a plain tensor (``torch.Tensor`` on
+    the CPU with the contiguous strides of its shape, offset 0, no grad
+    required or set, not an inference tensor: what the C++ call path takes,
+    ``CallPlan``), else a tuple of ``TRAIT_FIELDS`` (strides None where
+    contiguous)."""
+    if type(a) is np.ndarray:
+        size = a.itemsize
+        strides = tuple(st // size for st in a.strides)
+        if strides == _contiguous_strides(a.shape):
+            return None
+        return ("numpy.ndarray", "cpu", strides, 0, False, True, False, False)
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return (f"{type(a).__module__}.{type(a).__qualname__}",) + _TRAIT_PLAIN[1:]
+    strides = a.stride()
+    leaf = a.is_leaf
+    traits = ("torch.Tensor" if type(a) is torch.Tensor
+              else f"{type(a).__module__}.{type(a).__qualname__}",
+              str(a.device) if a.device.type != "cpu" else "cpu",
+              None if strides == _contiguous_strides(a.shape) else tuple(strides),
+              a.storage_offset(), a.requires_grad, leaf,
+              leaf and a.grad is not None, a.is_inference())
+    return None if traits == _TRAIT_PLAIN else traits
+
+
+def _traits_text(t) -> str:
+    if t is None:
+        return "a plain contiguous tensor"
+    return ", ".join(f"{name} {value}" for name, value, plain in
+                     zip(TRAIT_FIELDS, t, _TRAIT_PLAIN) if value != plain) or "plain"
+
+
+def _example(a):
+    """The tensor the trace runs ``fn`` on for a torch argument ``a``: a
+    copy (an in-place op must not change the caller's tensor) with what
+    ``_traits`` guards as ``a`` has it: its strides and storage offset
+    (over a copy of the storage ``a`` spans; ``clone`` made a slice
+    contiguous and every offset 0), type (``nn.Parameter``),
+    ``requires_grad``, leafness (a non-leaf is a view of the copy), a
+    ``.grad`` where ``a`` has one (the trace may test it; reading its
+    values is refused, ``tracing._refuse_grad_reads``) and inference mode."""
+    import torch
+    t = a.detach()
+    shape, strides, offset = tuple(t.shape), t.stride(), t.storage_offset()
+    ctx = torch.inference_mode() if a.is_inference() else torch.no_grad()
+    with ctx:
+        if t.numel() == 0 or (offset == 0 and strides == _contiguous_strides(shape)):
+            example = t.clone()
+        else:
+            extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+            storage = torch.empty(offset + extent, dtype=t.dtype, device=t.device)
+            storage[offset:].copy_(t.as_strided((extent,), (1,), offset))
+            example = torch.empty(0, dtype=t.dtype, device=t.device).set_(
+                storage.untyped_storage(), offset, shape, strides)
+    if isinstance(a, torch.nn.Parameter):
+        example = torch.nn.Parameter(example, requires_grad=a.requires_grad)
+    else:
+        if type(a) is not torch.Tensor:
+            example = example.as_subclass(type(a))
+        if a.requires_grad:
+            example.requires_grad_()
+            if not a.is_leaf:
+                with torch.enable_grad():
+                    example = example.view(shape)
+    if a.is_leaf and a.grad is not None:
+        example.grad = torch.zeros_like(a.grad)
+    return example
 
 
 @dataclass
@@ -652,6 +743,20 @@ class CompiledFunction(runtime().CompiledCall):
                     layout = layout_key(make_layout(self.mesh, p, shape, f"input {i}"))
                     self._layouts[(i, shape)] = layout
                 keys.append((shape, dtype_name(a), layout))
+        # What a trace can observe of a torch tensor or numpy argument
+        # besides shape and dtype (strides, requires_grad, ...): a third
+        # part of the key only where some input is not plain, so that the
+        # common key (and a package's) stays (structure, tensors).
+        traits = None
+        for i, a in enumerate(flat):
+            if type(a) is not ShardedTensor and not isinstance(a, ShardedTensor):
+                t = _traits(a)
+                if t is not None:
+                    if traits is None:
+                        traits = [None] * len(flat)
+                    traits[i] = t
+        if traits is not None:
+            return treedef, tuple(keys), tuple(traits)
         return treedef, tuple(keys)
 
     def _reason(self, old, new) -> str:
@@ -664,6 +769,11 @@ class CompiledFunction(runtime().CompiledCall):
                 return f"input {i}: dtype {a[1]} -> {b[1]}"
             if a[2] != b[2]:
                 return f"input {i}: layout {a[2]} -> {b[2]}"
+        old_traits = old[2] if len(old) > 2 else (None,) * len(old[1])
+        new_traits = new[2] if len(new) > 2 else (None,) * len(new[1])
+        for i, (a, b) in enumerate(zip(old_traits, new_traits)):
+            if a != b:
+                return f"input {i}: {_traits_text(a)} -> {_traits_text(b)}"
         return "a new input signature"
 
     # -- packages (shardx.export / shardx.load, python/shardx/aot.py) -----
@@ -744,8 +854,9 @@ class CompiledFunction(runtime().CompiledCall):
                 p = self.in_placements[i] if self.in_placements else None
                 t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
                 # Tracing runs the function: on a copy, never on the caller's
-                # tensor (an in-place op would change it).
-                example = t.detach().clone().requires_grad_(t.requires_grad)
+                # tensor (an in-place op would change it), with the traits
+                # the guard key holds.
+                example = _example(t)
             if i in share:
                 example = examples[share[i]]
             examples.append(example)
@@ -1005,7 +1116,11 @@ class CompiledFunction(runtime().CompiledCall):
         # An entry that writes inputs back runs from here (Python), every call.
         if isinstance(exe.plan, _LazyPlan):
             exe.plan = exe.plan.build()
-        self._plan = None if exe.writes or exe.checks else exe.plan
+        # The C++ plan takes plain tensors only (``_traits``): an entry
+        # traced with another input's strides, requires_grad, ... runs from
+        # here, so that a plain input goes to its own entry.
+        plain = len(key) == 2
+        self._plan = None if exe.writes or exe.checks or not plain else exe.plan
         # The C++ call path asks _mode_fn before the plan: the caller's
         # modes, and whether the environment is as traced.
         if exe.env is None:
@@ -1014,9 +1129,11 @@ class CompiledFunction(runtime().CompiledCall):
             self._mode_fn, self._plan_mode = functools.partial(_mode_and_env, exe.env), \
                 (exe.mode, True)
         #: An entry with checks: its plan, tried first by the next call.
-        self._checked = exe if exe.checks and not exe.writes and exe.env is None else None
+        self._checked = exe if exe.checks and not exe.writes and exe.env is None and plain \
+            else None
         #: An entry with checks and a guarded environment: likewise.
-        self._guarded = exe if exe.env is not None and exe.checks and not exe.writes else None
+        self._guarded = exe if exe.env is not None and exe.checks and not exe.writes and plain \
+            else None
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []

@@ -700,3 +700,81 @@ def test_matmul_of_rounded_operands_rounds_them_first(dtype):
     b = torch.ones(2, 2)
     got = shardx.compile(fn, MESH, [[Shard(0)], None])(a, b).to_torch()
     assert torch.equal(got, fn(a, b)), (got, fn(a, b))
+
+
+# -- what a trace can observe of a tensor besides shape and dtype -------------
+
+def _grad_set(t):
+    t = t.clone()
+    t.grad = torch.ones_like(t)
+    return t
+
+
+def _non_leaf(t):
+    w = t.clone().requires_grad_()
+    return w * 1
+
+
+_SQUARE = torch.arange(16.).reshape(4, 4) - 5
+_WIDE = torch.arange(32.).reshape(4, 8) - 5
+#: (name, function branching on a trait, the other-trait argument): each
+#: function's two branches differ, and the argument has the shape and
+#: dtype of the plain argument (``_SQUARE``, or its contiguous copy of the
+#: same shape), so only the trait differs.
+_TRAIT_CASES = [
+    ("is_contiguous", lambda a: a * 2 if a.is_contiguous() else a * 3, _SQUARE.t()),
+    ("stride of a slice", lambda a: a * a.stride(1), _WIDE[:, ::2]),
+    ("storage_offset", lambda a: a + a.storage_offset(), _WIDE.reshape(32)[16:].reshape(4, 4)),
+    ("expanded", lambda a: a * 2 if a.stride(0) else a * 3, _SQUARE[0].expand(4, 4)),
+    ("channels_last", lambda a: a * 2 if a.is_contiguous(memory_format=torch.channels_last)
+     else a * 3, _SQUARE.reshape(1, 4, 2, 2).contiguous(memory_format=torch.channels_last)),
+    ("dim_order", lambda a: a * a.dim_order()[0], _SQUARE.t()),
+    ("requires_grad", lambda a: a * 2 if a.requires_grad else a * 3,
+     _SQUARE.clone().requires_grad_()),
+    ("is_leaf", lambda a: a * 2 if a.is_leaf else a * 3, _non_leaf(_SQUARE)),
+    ("grad is None", lambda a: a * 2 if a.grad is None else a * 3, _grad_set(_SQUARE)),
+    ("nn.Parameter", lambda a: a * 2 if isinstance(a, nn.Parameter) else a * 3,
+     nn.Parameter(_SQUARE.clone(), requires_grad=False)),
+    ("inference tensor", lambda a: a * 2 if a.is_inference() else a * 3, None),
+]
+
+
+@pytest.mark.parametrize("mesh", [None, MESH], ids=["1-rank", "2-ranks"])
+@pytest.mark.parametrize("case", _TRAIT_CASES, ids=[c[0] for c in _TRAIT_CASES])
+def test_strides_requires_grad_and_other_tensor_traits_are_guarded(case, mesh):
+    """A function that branches on what a tensor argument is besides its
+    shape and dtype (strides, storage offset, requires_grad, leafness,
+    ``.grad``, its Python type, inference mode) gets eager's branch on
+    every call, the first included, as torch.compile's TENSOR_MATCH guards
+    them. Before, the guard key held shape, dtype and layout only, so the
+    first trace's branch ran for every later call (the C++ call path
+    included), and the trace ran on a contiguous copy at offset 0 (a
+    slice's first call took the contiguous branch). Plain tensors (the
+    common case) share one entry, on the C++ call path."""
+    name, fn, other = case
+    if other is None:
+        with torch.inference_mode():
+            other = _SQUARE.clone()
+    plain = _SQUARE.clone() if other.shape == _SQUARE.shape else other.contiguous()
+    assert other.shape == plain.shape and other.dtype == plain.dtype
+    f = shardx.compile(fn, mesh)
+    for i, a in enumerate([plain, other, plain, other, plain.clone()]):
+        got = f(a)
+        with torch.no_grad():
+            want = fn(a)
+        assert_same(got, want, f"{name}, call {i}")
+    assert f.compiles == 2, f.recompile_reasons
+    # The plain entry is the C++ plan's; a plain call compiles nothing.
+    assert f._plan is not None
+    f(torch.zeros(plain.shape))
+    assert f.compiles == 2
+
+
+def test_reading_an_inputs_grad_is_refused():
+    """``x.grad``'s values are not an input of the program: a trace that
+    reads them is refused (it would keep the first call's), where a test of
+    ``x.grad is None`` is a guard (above)."""
+    x = _grad_set(_SQUARE)
+    f = shardx.compile(lambda a: a - 0.1 * a.grad, None)
+    with pytest.raises(Exception, match=r"reads the values of input 0's \.grad"):
+        f(x)

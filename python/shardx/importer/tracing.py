@@ -307,12 +307,15 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             # An explicit (empty) table: make_fx's default one turns each
             # detach into an alias through a second dispatch (2 ms an op at
             # 32 layers); _drop_aliases removes them either way.
-            versions = [a._version if isinstance(a, torch.Tensor) else None for a in flat_args]
+            # (An inference tensor has no counter, and cannot be written.)
+            versions = [a._version if isinstance(a, torch.Tensor) and not a.is_inference()
+                        else None for a in flat_args]
             g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
         _refuse_untracked_writes(g0, getattr(fn, "__name__", "the function"),
-                                 [isinstance(a, torch.Tensor) and a._version != v
+                                 [v is not None and a._version != v
                                   for a, v in zip(flat_args, versions)])
+        _refuse_grad_reads(g0, getattr(fn, "__name__", "the function"), flat_args)
         _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
         # source locations of pass 1.
@@ -838,6 +841,30 @@ def _mark_checkpoint_recomputation(stack: contextlib.ExitStack) -> None:
 def _recompute_mark(node) -> Optional[int]:
     """The checkpoint whose recomputation traced the node, or None."""
     return (node.meta.get("custom") or {}).get("shardx.recompute")
+
+
+def _refuse_grad_reads(g: torch.fx.GraphModule, name: str, inputs: List[Any]) -> None:
+    """An ``ImportError_`` where pass 1 reads the values of an input's
+    ``.grad``: make_fx keeps it as a constant of the graph (its values of
+    the first call, for every call). An input's ``.grad`` is there for the
+    function to test (``x.grad is None``, a guard of ``shardx.compile``),
+    not to read."""
+    from .values import ImportError_
+    grads = {}
+    for i, a in enumerate(inputs):
+        if isinstance(a, torch.Tensor) and a.is_leaf and a.grad is not None:
+            grads[id(a.grad)] = i
+    if not grads:
+        return
+    for node in g.graph.find_nodes(op="get_attr"):
+        i = grads.get(id(getattr(g, node.target, None)))
+        if i is not None and node.users:
+            line = _user_line(next(iter(node.users)))
+            where = "" if line == "unknown location" else f" ({line})"
+            raise ImportError_(
+                f"{name} reads the values of input {i}'s .grad{where}; the compiled program "
+                "would keep those of the first call. Pass the gradient as an argument "
+                "(f(x, x.grad))")
 
 
 def _refuse_untracked_writes(g: torch.fx.GraphModule, name: str, moved: List[bool]) -> None:
