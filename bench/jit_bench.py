@@ -20,7 +20,13 @@
    offset 0, no grad required or set, not an inference tensor), the
    arguments copied in and the output returned; `--only torch-args` runs
    it alone (for an A/B of two builds).
-3. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
+3. `--only lifted`: a function closing over `nn.Linear(8, 8)` (its
+   parameters lifted to inputs of the program, read at each call): the
+   calling thread's CPU per call with the parameters unchanged, and the
+   wall time per step of a loop that runs an SGD step on them outside
+   the function after each call (`--lifted-steps` steps; code that
+   guards parameters by value compiles each step there).
+4. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
    with momentum, batch over dp and Megatron over tp on a 2x2 mesh): state
    kept on the ranks (only the batch goes in, the loss comes out) against
    the same loop gathering every output to torch and scattering it again
@@ -95,6 +101,32 @@ def torch_args(steps: int, repeat: int):
     return min(cpu)
 
 
+def lifted(steps: int, repeat: int, loop_steps: int):
+    torch.manual_seed(0)
+    mesh = Mesh((2,), ("dp",))
+    m = nn.Linear(8, 8)
+    f = shardx.compile(lambda x: m(x), mesh)
+    x = torch.randn(4, 8)
+    for _ in range(50):
+        f(x)
+    cpu = []
+    for _ in range(repeat):
+        start = time.thread_time()
+        for _ in range(steps):
+            f(x)
+        cpu.append((time.thread_time() - start) / steps * 1e6)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    compiles = f.compiles
+    start = time.perf_counter()
+    for _ in range(loop_steps):
+        f(x)
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+    per_step = (time.perf_counter() - start) / loop_steps
+    return min(cpu), per_step, f.compiles - compiles
+
+
 def loop(steps: int, hidden: int, batch: int, repeat: int):
     torch.manual_seed(0)
     mesh = Mesh((2, 2), ("dp", "tp"))
@@ -143,7 +175,8 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=("tiny", "torch-args", "loop"))
+    ap.add_argument("--lifted-steps", type=int, default=20)
+    ap.add_argument("--only", choices=("tiny", "torch-args", "lifted", "loop"))
     args = ap.parse_args()
     os.environ.setdefault("SHARDX_CACHE_DIR", tempfile.mkdtemp(prefix="shardx-jit-bench."))
     if args.only in (None, "tiny"):
@@ -154,7 +187,12 @@ def main() -> int:
     if args.only in (None, "torch-args"):
         print(f"torch arguments (a * b + 1, 8x8, 2 ranks): calling thread's CPU "
               f"{torch_args(args.steps, args.tiny_repeat):.1f} us/call")
-    if args.only == "tiny" or args.only == "torch-args":
+    if args.only in (None, "lifted"):
+        cpu, per_step, compiles = lifted(args.steps, args.tiny_repeat, args.lifted_steps)
+        print(f"lifted parameters (nn.Linear(8, 8) closed over, 2 ranks): calling thread's CPU "
+              f"{cpu:.1f} us/call; with an SGD step outside after each call "
+              f"{per_step * 1e3:.2f} ms/step, {compiles} compiles in {args.lifted_steps} steps")
+    if args.only in ("tiny", "torch-args", "lifted"):
         return 0
     per, rt = loop(args.loop_steps, args.hidden, args.batch, args.repeat)
     print(f"{args.loop_steps}-step loop (MLP 64-{args.hidden}-64, batch {args.batch}, 2x2 mesh): "

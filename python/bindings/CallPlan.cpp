@@ -382,6 +382,10 @@ struct CompiledCall {
   /// under other modes goes to `_call_guarded` (None: not checked).
   nb::object modeFn = nb::none();
   nb::object planMode = nb::none();
+  /// The tensors the plan takes after the arguments, as `(args, extra)`
+  /// (the parameters and buffers `shardx.compile` lifted to inputs); None:
+  /// the plan takes `args` alone.
+  nb::object planExtra = nb::none();
 };
 
 
@@ -449,6 +453,12 @@ void binding::bindCalls(nb::module_ &m) {
             c.planMode = std::move(mode);
           },
           nb::arg("mode").none())
+      .def_prop_rw(
+          "_plan_extra", [](const CompiledCall &c) { return c.planExtra; },
+          [](CompiledCall &c, nb::object extra) {
+            c.planExtra = std::move(extra);
+          },
+          nb::arg("extra").none())
       .def("__call__", [](nb::handle self, nb::args args) -> nb::object {
         CompiledCall &c = nb::cast<CompiledCall &>(self);
         if (c.plan && !c.modeFn.is_none() && !c.planMode.is_none() &&
@@ -457,7 +467,10 @@ void binding::bindCalls(nb::module_ &m) {
         if (c.plan) {
           // Kept alive through the call (a recompile may replace it).
           nb::object keep = c.planObject;
-          nb::object out = c.plan->call(args);
+          nb::object out =
+              c.planExtra.is_none()
+                  ? c.plan->call(args)
+                  : c.plan->call(nb::make_tuple(args, c.planExtra));
           if (out.ptr() != Py_NotImplemented)
             return out;
         }

@@ -44,10 +44,13 @@ import hashlib
 import json
 import os
 import platform
+import re
 import tempfile
 import zipfile
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from . import pytree
 
@@ -185,7 +188,29 @@ def _encode_executable(exe, name: str, artifacts: Dict[str, str]):
             "partners": _partners_json(exe.partners),
             "variants": [{"partners": _partners_json(p),
                           "executable": _encode_executable(v, name, artifacts)}
-                         for p, v in exe.variants.items()]}
+                         for p, v in exe.variants.items()],
+            **_encode_lifted(exe, artifacts)}
+
+
+def _encode_lifted(exe, artifacts: Dict[str, Any]) -> dict:
+    """The tensors an entry lifted to inputs (module parameters, buffers,
+    tensors it closes over: ``jit._Executable.lifted``), as their values at
+    export (as ``torch.export`` keeps a module's state): one ``.npy`` member
+    each, ``lifted/<sha256>.npy`` (``artifacts`` maps it to its bytes)."""
+    if not exe.lifted:
+        return {}
+    import io
+    members = []
+    for t in exe.lifted:
+        array = t.detach().cpu().contiguous().numpy() if hasattr(t, "detach") \
+            else np.ascontiguousarray(t)
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        data = buf.getvalue()
+        member = f"lifted/{hashlib.sha256(data).hexdigest()}.npy"
+        artifacts[member] = data
+        members.append(member)
+    return {"lifted": members}
 
 
 def manifest_of(fn) -> Tuple[dict, Dict[str, str]]:
@@ -233,6 +258,9 @@ def export(fn, path) -> str:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
                 for member, file in sorted(artifacts.items()):
+                    if isinstance(file, bytes):  # a lifted tensor's values
+                        z.writestr(member, file)
+                        continue
                     with open(file, "rb") as src:
                         data = src.read()
                     if hashlib.sha256(data).hexdigest() != member[len("artifacts/"):-len(".so")]:
@@ -368,7 +396,7 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
     artifact loaded from the compile cache and its call plan made as
     ``_compile`` makes it."""
     from .jit import _Executable
-    from .sharded_tensor import layout_key, runtime
+    from .sharded_tensor import dtype_name, layout_key, runtime
     rt = runtime()
     digest, target = d["sha256"], d["target"]
     if not (isinstance(digest, str) and len(digest) == 64) or d["artifact"] != \
@@ -397,13 +425,16 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
     ins, outs = artifact.inputs(entry), artifact.outputs(entry)
     want_ins = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"])) for o in ins]
     want_outs = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"])) for o in outs]
+    lifted = [_lifted_array(z, m, path) for m in d.get("lifted", [])]
     if out_keys != want_outs or len(in_layouts) != len(ins) or \
             [layout_key(l) for l in in_layouts] != [k[2] for k in want_ins] or \
-            list(key[1]) != want_ins:
+            list(key[1]) + [(tuple(a.shape), dtype_name(a)) for a in lifted] != \
+            list(want_ins[:len(key[1])]) + [k[:2] for k in want_ins[len(key[1]):]]:
         raise PackageError(f"shardx.load: {path!r}: the manifest does not describe "
                            f"{d['artifact']} (its inputs and outputs differ)")
     donated = [(int(i), int(o)) for i, o in d["donated"]]
-    plan = fn._make_plan(artifact, entry, key[0], out_spec, out_keys, donated)
+    plan_spec = key[0] if not lifted else (tuple, (key[0], (tuple, (None,) * len(lifted))))
+    plan = fn._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated)
     variants = {}
     for v in d["variants"]:
         variants[_partners_of(v["partners"])] = _rebuild(fn, v["executable"], key, z, path,
@@ -411,7 +442,25 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
     return _Executable(artifact, entry, in_layouts, out_spec, out_keys, donated, d["cache_key"],
                        artifact.path, plan, [int(i) for i in d["mutated"]],
                        [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants,
-                       [(str(e), str(m)) for e, m in d.get("checks", [])])
+                       [(str(e), str(m)) for e, m in d.get("checks", [])],
+                       lifted=lifted, extra=tuple(lifted))
+
+
+def _lifted_array(z, member, path: str):
+    """A lifted tensor's values (``_encode_lifted``), checked against the
+    digest in its name; read-only."""
+    import io
+    if not (isinstance(member, str) and re.fullmatch(r"lifted/[0-9a-f]{64}\.npy", member)):
+        raise ValueError(f"bad lifted tensor member {member!r}")
+    try:
+        data = z.read(member)
+    except KeyError:
+        raise PackageError(f"shardx.load: {path!r}: {member} is missing") from None
+    if hashlib.sha256(data).hexdigest() != member[len("lifted/"):-len(".npy")]:
+        raise PackageError(f"shardx.load: {path!r}: {member} fails its checksum")
+    array = np.load(io.BytesIO(data), allow_pickle=False)
+    array.flags.writeable = False
+    return array
 
 
 def entries_of(fn, manifest, z, path: str) -> Dict[Any, Any]:

@@ -13,7 +13,11 @@ the function: numbers other than eager's). ``snapshot(fn)`` walks what
 submodules and plain attributes, containers) and records each value's
 identity (tensors: also the version counter, data pointer, shape and
 strides; plain values: type and value). ``Environment.changed()`` says
-what changed since, or None. It over-approximates what the trace read
+what changed since, or None. The tensors ``shardx.compile`` lifts to
+inputs of the program (``Environment.lift``: the ones the graph reads)
+are guarded by identity and metadata instead of their values. The
+methods of the user's classes are walked as functions (their globals and
+closures). It over-approximates what the trace read
 (anything reachable counts), so a change of a value the function never
 reads compiles again too (with the reason logged), never a stale result.
 
@@ -73,6 +77,27 @@ def _tensor_mark(v) -> Tuple:
         return v._version, None
 
 
+#: The first element of a lifted tensor's mark (``Environment.lift``).
+_LIFTED = "lifted"
+
+
+def _lifted_mark(v) -> Tuple:
+    """What a lifted tensor (an input of the program, read at each call) is
+    guarded on: not its values, but what the trace and the call read of it
+    besides them (its memory, dtype, shape, strides, requires_grad)."""
+    try:
+        ptr = v.data_ptr()
+    except Exception:  # noqa: BLE001 -- a fake tensor
+        ptr = None
+    return _LIFTED, ptr, v.dtype, v.shape, v.stride(), v.requires_grad
+
+
+def _mark_now(v, mark) -> Tuple:
+    if mark[0] is _LIFTED:
+        return _lifted_mark(v) if isinstance(v, torch.Tensor) else ()
+    return _tensor_mark(v)
+
+
 def _describe(v) -> str:
     if isinstance(v, torch.Tensor):
         return f"a tensor {list(v.shape)} {str(v.dtype).replace('torch.', '')}"
@@ -105,6 +130,24 @@ class Environment:
         self.lengths: List[Tuple[Any, int, str]] = []
         self._seen = set()
 
+    def tensor_ids(self) -> set:
+        """The ids of the tensors the slots hold (what ``lift`` may take)."""
+        return {id(v) for _, _, v, mark, _ in self.entries if mark is not None} | \
+            {id(v) for _, v, mark, _ in self.cells if mark is not None} | \
+            {id(v) for _, _, v, mark, _ in self.attrs if mark is not None}
+
+    def lift(self, ids) -> None:
+        """The tensors of ``ids`` are the program's inputs, read at each
+        call (``shardx.compile`` lifts the parameters, buffers and tensors
+        the trace read): guarded by identity, memory, dtype, shape, strides
+        and requires_grad (``_lifted_mark``), not by their values."""
+        self.entries = [(d, k, v, _lifted_mark(v) if mark is not None and id(v) in ids
+                         else mark, where) for d, k, v, mark, where in self.entries]
+        self.cells = [(c, v, _lifted_mark(v) if mark is not None and id(v) in ids else mark,
+                       where) for c, v, mark, where in self.cells]
+        self.attrs = [(o, n, v, _lifted_mark(v) if mark is not None and id(v) in ids else mark,
+                       where) for o, n, v, mark, where in self.attrs]
+
     def __len__(self) -> int:
         return len(self.entries) + len(self.cells) + len(self.attrs) + len(self.lengths)
 
@@ -117,7 +160,7 @@ class Environment:
         changed (about 0.1 us)."""
         for d, k, then, mark, where in self.entries:
             now = d.get(k, _MISSING)
-            if now is not then or (mark is not None and _tensor_mark(now) != mark):
+            if now is not then or (mark is not None and _mark_now(now, mark) != mark):
                 if not _unchanged(now, then) or mark is not None:
                     return _why(where, now, then, mark)
         for cell, then, mark, where in self.cells:
@@ -125,12 +168,12 @@ class Environment:
                 now = cell.cell_contents
             except ValueError:
                 now = _MISSING
-            if now is not then or (mark is not None and _tensor_mark(now) != mark):
+            if now is not then or (mark is not None and _mark_now(now, mark) != mark):
                 if not _unchanged(now, then) or mark is not None:
                     return _why(where, now, then, mark)
         for obj, name, then, mark, where in self.attrs:
             now = getattr(obj, name, _MISSING)
-            if now is not then or (mark is not None and _tensor_mark(now) != mark):
+            if now is not then or (mark is not None and _mark_now(now, mark) != mark):
                 if not _unchanged(now, then) or mark is not None:
                     return _why(where, now, then, mark)
         for c, n, where in self.lengths:
@@ -216,6 +259,25 @@ class Environment:
                     self._entry(value, k, f"{where}.{k}", depth)
                 continue
             self._entry(d, name, f"{where}.{name}", depth)
+        self._methods(type(obj), depth)
+
+    def _methods(self, cls: type, depth: int) -> None:
+        """The globals and closures of the methods of a user's class and its
+        user bases (``forward`` reading a global tensor or number); the class
+        attributes themselves are taken as fixed."""
+        for c in cls.__mro__:
+            if c is object or not _user_class(c) or _versioned(getattr(c, "__module__", None)) \
+                    or id(c) in self._seen:
+                continue
+            self._seen.add(id(c))
+            for name, attr in list(vars(c).items()):
+                if isinstance(attr, (staticmethod, classmethod)):
+                    attr = attr.__func__
+                elif isinstance(attr, property):
+                    attr = attr.fget
+                if isinstance(attr, types.FunctionType) and id(attr) not in self._seen:
+                    self._seen.add(id(attr))
+                    self._function(attr, f"{c.__name__}.{name}", depth + 1)
 
     def _function(self, fn: types.FunctionType, where: str, depth: int) -> None:
         if _versioned(getattr(fn, "__module__", None)):
@@ -256,6 +318,9 @@ class _Items:
 def _why(where: str, now, then, mark) -> str:
     if now is _MISSING:
         return f"{where} was deleted"
+    if now is then and mark is not None and mark[0] is _LIFTED:
+        return (f"{where} ({_describe(now)}) has other memory, dtype, shape, strides or "
+                "requires_grad")
     if now is then:
         return f"{where} ({_describe(now)}) was modified in place"
     if isinstance(now, torch.Tensor) and isinstance(then, torch.Tensor):

@@ -7,7 +7,12 @@ loads the artifact; later calls whose inputs have the same shapes, dtypes
 and layouts reuse it, and any change recompiles, logging the reason on the
 ``shardx.jit`` logger (like ``torch.compile``'s guards); so does a change
 of what ``fn`` reads besides its arguments (globals, closure, module
-attributes and parameters: ``env_guard``). Inputs are torch
+attributes: ``env_guard``) and of what the trace can observe of a tensor
+argument besides shape and dtype (strides, requires_grad, ...:
+``_traits``). The parameters, buffers and tensors the trace reads besides
+its arguments are inputs of the program (lifted, as ``torch.compile``
+does), read at each call and guarded by identity and metadata, so an
+optimizer step outside ``fn`` compiles nothing. Inputs are torch
 tensors (scattered by ``in_placements``) or ``ShardedTensor``s (used where
 they are, by their own layout); outputs are ``ShardedTensor``s, so a
 training loop passes parameters and optimizer state from step to step
@@ -532,6 +537,22 @@ def _compiler_missing() -> Optional[str]:
     return None
 
 
+def _alias(t):
+    """What the C++ call path passes for a lifted tensor: a numpy array of
+    its memory where it has one (a CPU tensor of a numpy dtype: the binding
+    takes numpy arrays without torch's Python ``__dlpack__``, about 5 us a
+    tensor), else the tensor detached; either way the same memory, so an
+    update in place is read by the next call (other memory is a guard
+    failure, ``env_guard._lifted_mark``)."""
+    t = t.detach()
+    if t.device.type == "cpu" and not t.is_conj() and not t.is_neg():
+        try:
+            return t.numpy()
+        except (TypeError, RuntimeError):
+            pass  # bfloat16 and other dtypes numpy lacks
+    return t
+
+
 def _describe_key(key) -> str:
     """A guard key in words: "input 0: [8, 16] f32 R, input 1: ..."."""
     traits = key[2] if len(key) > 2 else None
@@ -665,6 +686,18 @@ class _Executable:
     #: The caller's torch modes at the trace (``_call_mode``): a guard;
     #: None for a package's entry.
     mode: Any = None
+    #: The tensors the trace read besides the arguments (parameters,
+    #: buffers, tensors closed over) that are the program's last inputs
+    #: (``trace(..., lift=...)``), read at each call; their identity and
+    #: metadata are guarded (``env``), not their values.
+    lifted: List[Any] = field(default_factory=list)
+    #: Their aliases (the same memory: ``_alias``), which the C++ call path
+    #: passes after the arguments (``CompiledCall._plan_extra``).
+    extra: Any = None
+
+    def plan_args(self, args):
+        """The argument tree of the plan: ``args``, and the lifted tensors."""
+        return (args, self.extra) if self.lifted else args
 
 
 class CompiledFunction(runtime().CompiledCall):
@@ -710,6 +743,7 @@ class CompiledFunction(runtime().CompiledCall):
         # others' here (a missing mpirun fails before any compile).
         self._session_obj = None if backend in GPU_BACKENDS else session(self.mesh, backend)
         self._plan = None
+        self._plan_extra = None
         self._checked = None
         self._guarded = None
         # The C++ call path compares the caller's modes with the plan's.
@@ -880,17 +914,32 @@ class CompiledFunction(runtime().CompiledCall):
         # precision: its GEMMs on tensor cores (importer/attention.py).
         # The trace's garbage is collected while shardx-compile runs (or at
         # the block's end, where the artifact is cached).
+        from . import env_guard  # torch's: not on a runtime-only host
+        # What the trace read besides the arguments, as it is after the
+        # trace (a cache the function fills on its first call counts);
+        # the tensors among it that the graph reads are lifted to inputs
+        # (``lift``: parameters, buffers, tensors it closes over), read at
+        # each call and guarded by identity and metadata, not by value.
+        snap = {}
+
+        def lift():
+            snap["env"] = env_guard.snapshot(self.fn)
+            return snap["env"].tensor_ids()
         with importer_module.garbage_left_for_later() as later:
             with flash_precision(self.backend in GPU_BACKENDS):
                 text = trace(traced, examples, self._trace_mesh,
                              in_pl if self._trace_mesh else None, out_pl,
-                             name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True)
+                             name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True,
+                             lift=lift)
             timing = dict(importer_module.last_timing)
             checks = list(importer_module.last_checks)
-            # What the trace read besides the arguments, as it is after the
-            # trace (a cache the function fills on its first call counts).
-            from . import env_guard  # torch's: not on a runtime-only host
-            env = env_guard.snapshot(self.fn) or None
+            lifted = list(importer_module.last_lifted)
+            env = snap.get("env") or env_guard.snapshot(self.fn)
+            if lifted:
+                env.lift({id(t) for t in lifted})
+                layouts += [make_layout(self.mesh, None, tuple(t.shape), "a lifted tensor")
+                            for t in lifted]
+            env = env or None
             mode = _call_mode()
             if self.memory_budget is not None:
                 # The plan's layouts are the inputs' (the entry scatters them).
@@ -930,9 +979,12 @@ class CompiledFunction(runtime().CompiledCall):
             out_spec = (tuple, (out_spec, None))
         out_keys = [(tuple(o["global_shape"]), o["dtype"], layout_key(o["layout"]))
                     for o in outputs]
-        plan = self._make_plan(artifact, entry, spec, out_spec, out_keys, donated)
+        # The plan takes (arguments, lifted tensors).
+        plan_spec = spec if not lifted else (tuple, (spec, (tuple, (None,) * len(lifted))))
+        plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
-                           mutated, writes, partners or (), {}, checks, env, mode=mode)
+                           mutated, writes, partners or (), {}, checks, env, mode=mode,
+                           lifted=lifted, extra=tuple(_alias(t) for t in lifted))
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
         """The C++ call plan of an entry (compiled here, or loaded from a
@@ -1046,7 +1098,7 @@ class CompiledFunction(runtime().CompiledCall):
         if guarded is not None and _misfit(guarded) is None:
             # An entry whose environment is guarded: its C++ plan once the
             # environment is as traced (NotImplemented: a guard failed).
-            out = guarded.plan(args)
+            out = guarded.plan(guarded.plan_args(args))
             if out is not NotImplemented:
                 if guarded.checks:
                     out, code = out
@@ -1056,7 +1108,7 @@ class CompiledFunction(runtime().CompiledCall):
         if checked is not None and _misfit(checked) is None:
             # The C++ plan (it returns NotImplemented when a guard fails),
             # then the check.
-            out = checked.plan(args)
+            out = checked.plan(checked.plan_args(args))
             if out is not NotImplemented:
                 out, code = out
                 _raise_failed_check(checked.checks, code, self._session)
@@ -1121,6 +1173,7 @@ class CompiledFunction(runtime().CompiledCall):
         # here, so that a plain input goes to its own entry.
         plain = len(key) == 2
         self._plan = None if exe.writes or exe.checks or not plain else exe.plan
+        self._plan_extra = exe.extra if exe.lifted else None
         # The C++ call path asks _mode_fn before the plan: the caller's
         # modes, and whether the environment is as traced.
         if exe.env is None:
@@ -1137,7 +1190,9 @@ class CompiledFunction(runtime().CompiledCall):
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
         leaves = []
-        for a, layout, k in zip(flat, exe.in_layouts, key[1]):
+        lifted_keys = [(tuple(t.shape), dtype_name(t), layout_key(l))
+                       for t, l in zip(exe.lifted, exe.in_layouts[len(flat):])]
+        for a, layout, k in zip(flat + exe.lifted, exe.in_layouts, list(key[1]) + lifted_keys):
             if not isinstance(a, ShardedTensor):
                 # A CUDA tensor on a GPU session is read in place (DLPack).
                 shards = device_shards(self._session, self.mesh, a, layout)
@@ -1147,7 +1202,8 @@ class CompiledFunction(runtime().CompiledCall):
                     shards = self._session.scatter(array, dtype_name(array), layout)
                 a = ShardedTensor(shards, self.mesh, k)
             leaves.append(a)
-        out = exe.plan(_unflatten(spec, iter(leaves)))
+        it = iter(leaves)
+        out = exe.plan((_unflatten(spec, it), tuple(it)) if exe.lifted else _unflatten(spec, it))
         if out is NotImplemented:
             raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
                                "its guards accepted (a ShardX bug)")

@@ -503,3 +503,30 @@ def test_function_without_a_mesh_round_trips(tmp_path):
     assert h._trace_mesh is None and h.mesh.shape == (1,)
     assert np.array_equal(h(x.numpy()).full(), want)
     np.testing.assert_allclose(want, sine(x).numpy(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("mesh", [None, Mesh((2,), ("x",))], ids=["1-rank", "2-ranks"])
+def test_lifted_parameters_and_traits_round_trip(tmp_path, mesh):
+    """An entry whose module parameters the JIT lifted to inputs keeps their
+    values at export (``lifted/<sha256>.npy`` members, as torch.export keeps
+    a module's state), and an entry traced with a non-plain argument (a
+    transposed tensor) keeps its traits in its guard: the loaded function
+    gives the JIT's numbers for both, and each argument goes to its own
+    entry."""
+    torch.manual_seed(0)
+    m = nn.Linear(4, 4)
+
+    def fn(x):
+        return m(x) * 2 if x.is_contiguous() else m(x) * 3
+
+    f = shardx.compile(fn, mesh)
+    x = torch.randn(4, 4)
+    plain, transposed = f(x).full(), f(x.t()).full()
+    assert f.compiles == 2 and all(e.lifted for e in f._executables.values())
+    h = shardx.load(f.export(tmp_path / "lin.shardx"))
+    with torch.no_grad():
+        m.weight.mul_(2)  # after export: the package keeps the values it had
+    assert np.array_equal(full(h(x)), plain)
+    assert np.array_equal(full(h(x.t())), transposed)
+    assert np.array_equal(full(h(x)), plain)  # the C++ call path's entry
+    assert not np.array_equal(plain, transposed)

@@ -39,7 +39,8 @@ class TraceSpec:
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
           in_placements=None, out_placements=None, name: Optional[str] = None,
-          arg_attrs=None, regions: Optional[bool] = None, index_checks: bool = True) -> str:
+          arg_attrs=None, regions: Optional[bool] = None, index_checks: bool = True,
+          lift: Optional[Callable[[], Any]] = None) -> str:
     """Traces ``fn(*example_args)`` and returns the MLIR module text.
 
     ``in_placements`` / ``out_placements`` give one entry per flattened tensor
@@ -67,10 +68,21 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     other outputs). A program without indexing ops gets no such output.
     ``index_checks=False`` leaves it out: an out-of-range index then reads
     index 0's value, silently (nothing out of bounds is ever read).
+
+    ``lift``: called once the graph is traced, returns the ids of the
+    tensors ``fn`` may read besides its arguments that are to be inputs of
+    the program rather than constants (``shardx.compile``: the parameters,
+    buffers and tensors it reaches, ``env_guard``). Each such tensor the
+    graph reads becomes one more input, after the arguments, without a
+    layout (``last_lifted`` lists them in order). Only a trace on fake
+    tensors lifts: there no value of a tensor reaches Python, so the graph
+    is the same for any values; the real-tensor fallback may have read one
+    into a shape or a branch, and keeps them as constants (``last_lifted``
+    empty).
     """
     with _gc_paused():
         return on_roomy_stack(_trace, fn, example_args, mesh, in_placements, out_placements,
-                              name, arg_attrs, regions, index_checks)
+                              name, arg_attrs, regions, index_checks, lift)
 
 
 @contextlib.contextmanager
@@ -152,8 +164,33 @@ def _collect_garbage() -> None:
     gc.collect(0)
 
 
+def _lift_constants(gm: torch.fx.GraphModule, ids) -> List[torch.Tensor]:
+    """Makes each tensor constant of ``gm`` whose id is in ``ids`` an input
+    (a placeholder after the others; one per tensor); returns them in
+    order."""
+    graph = gm.graph
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    lifted: List[torch.Tensor] = []
+    inputs: Dict[int, torch.fx.Node] = {}
+    for node in list(graph.find_nodes(op="get_attr")):
+        value = getattr(gm, node.target, None)
+        if not isinstance(value, torch.Tensor) or id(value) not in ids or not node.users:
+            continue
+        ph = inputs.get(id(value))
+        if ph is None:
+            with graph.inserting_after(placeholders[-1] if placeholders else None):
+                ph = graph.placeholder(f"lifted_{len(lifted)}")
+            ph.meta.update(node.meta)
+            placeholders.append(ph)
+            inputs[id(value)] = ph
+            lifted.append(value)
+        node.replace_all_uses_with(ph)
+        graph.erase_node(node)
+    return lifted
+
+
 def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attrs,
-           regions=None, index_checks=True) -> str:
+           regions=None, index_checks=True, lift=None) -> str:
     flat_args, treedef = pytree.tree_flatten(tuple(example_args))
     for i, a in enumerate(flat_args):
         if not isinstance(a, torch.Tensor):
@@ -167,6 +204,15 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     start = time.perf_counter()
     gm = _trace_graph(fn, flat_args, treedef, regions)
+    last_lifted.clear()
+    from . import tracing as _tracing
+    if lift is not None and _tracing.last_mode == "fake":
+        lifted = _lift_constants(gm, lift())
+        if lifted:
+            last_lifted.extend(lifted)
+            flat_args = list(flat_args) + lifted
+            in_layouts = list(in_layouts) + [None] * len(lifted)
+            extra_attrs = list(extra_attrs) + [[] for _ in lifted]
     traced = time.perf_counter()
     imp = Importer(gm, mesh)
     # (count of failures, exception name, message), by ops/indexing.py and
@@ -268,6 +314,8 @@ def _check_code(imp) -> Value:
 #: The checks of the last ``trace(..., index_checks=True)`` (exception
 #: name, message), in the order of the codes of its last output.
 last_checks: List[Tuple[str, str]] = []
+#: The tensors the last ``trace(..., lift=...)`` made inputs, in order.
+last_lifted: List[torch.Tensor] = []
 
 
 #: Seconds of the last ``trace``'s steps: ``trace`` (make_fx), ``import``

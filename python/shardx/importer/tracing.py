@@ -288,6 +288,12 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             flat_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
                          for a in flat_args]
             stack.enter_context(mode)
+            # Under the fake mode, numpy() of a real tensor the function
+            # closes over read memory that is not its values (garbage baked
+            # into the program): refused, so that the trace runs again on
+            # the real tensors, where it reads the values.
+            stack.enter_context(unittest.mock.patch.object(torch.Tensor, "numpy",
+                                                           _numpy_refused))
         _mark_checkpoint_recomputation(stack)
         _lean_node_meta(stack)
         _lean_create_arg(stack)
@@ -841,6 +847,10 @@ def _mark_checkpoint_recomputation(stack: contextlib.ExitStack) -> None:
 def _recompute_mark(node) -> Optional[int]:
     """The checkpoint whose recomputation traced the node, or None."""
     return (node.meta.get("custom") or {}).get("shardx.recompute")
+
+
+def _numpy_refused(self, *args, **kwargs):
+    raise RuntimeError("numpy() reads a tensor's memory, which a trace on fake tensors has not")
 
 
 def _refuse_grad_reads(g: torch.fx.GraphModule, name: str, inputs: List[Any]) -> None:
