@@ -617,11 +617,20 @@ def _example(a):
     copy (an in-place op must not change the caller's tensor) with what
     ``_traits`` guards as ``a`` has it: its strides and storage offset
     (over a copy of the storage ``a`` spans; ``clone`` made a slice
-    contiguous and every offset 0), type (``nn.Parameter``),
+    contiguous and every offset 0), type (``nn.Parameter``; another
+    subclass is a TypeError),
     ``requires_grad``, leafness (a non-leaf is a view of the copy), a
     ``.grad`` where ``a`` has one (the trace may test it; reading its
     values is refused, ``tracing._refuse_grad_reads``) and inference mode."""
     import torch
+    if type(a) is not torch.Tensor and not isinstance(a, torch.nn.Parameter):
+        # The trace's fake tensors are plain: a subclass's type and its
+        # __torch_function__ / __torch_dispatch__ overrides would be lost.
+        raise TypeError(f"shardx.compile: an argument is a {type(a).__module__}."
+                        f"{type(a).__qualname__}, a torch.Tensor subclass; shardx.compile "
+                        "traces torch.Tensor and nn.Parameter arguments only: pass "
+                        "t.as_subclass(torch.Tensor), or a ShardedTensor "
+                        "(ShardedTensor.from_dtensor for a DTensor)")
     t = a.detach()
     shape, strides, offset = tuple(t.shape), t.stride(), t.storage_offset()
     ctx = torch.inference_mode() if a.is_inference() else torch.no_grad()
@@ -637,8 +646,6 @@ def _example(a):
     if isinstance(a, torch.nn.Parameter):
         example = torch.nn.Parameter(example, requires_grad=a.requires_grad)
     else:
-        if type(a) is not torch.Tensor:
-            example = example.as_subclass(type(a))
         if a.requires_grad:
             example.requires_grad_()
             if not a.is_leaf:

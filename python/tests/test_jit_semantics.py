@@ -902,3 +902,19 @@ def test_a_global_read_by_a_modules_method_is_guarded():
     finally:
         _FORWARD_GAIN = 2.0
     assert f.recompile_reasons == ["global _FORWARD_GAIN changed: 2.0 -> 5.0"]
+
+
+class _TensorSubclass(torch.Tensor):
+    pass
+
+
+def test_a_tensor_subclass_argument_is_a_clear_error():
+    """The trace's fake tensors are plain, so a subclass argument's type
+    (and its __torch_function__ overrides) would be lost: a TypeError naming
+    it. Before, it was traced as a plain tensor (``isinstance`` took the
+    other branch)."""
+    x = torch.arange(4.)
+    f = shardx.compile(lambda a: a * 2 if isinstance(a, _TensorSubclass) else a * 3, None)
+    assert_same(f(x), x * 3)
+    with pytest.raises(TypeError, match=r"_TensorSubclass, a torch.Tensor subclass"):
+        f(x.as_subclass(_TensorSubclass))
