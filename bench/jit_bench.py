@@ -18,8 +18,9 @@
    tensors (`a * b + 1`, 8x8, replicated on 2 ranks): the C++ call path
    with its checks of each torch argument (contiguous strides, storage
    offset 0, no grad required or set, not an inference tensor), the
-   arguments copied in and the output returned; `--only torch-args` runs
-   it alone (for an A/B of two builds).
+   arguments copied in and the output returned, and the same with `a` an
+   `nn.Parameter` (requires grad); `--only torch-args` runs it alone (for
+   an A/B of two builds).
 3. `--only lifted`: a function closing over `nn.Linear(8, 8)` (its
    parameters lifted to inputs of the program, read at each call): the
    calling thread's CPU per call with the parameters unchanged, and the
@@ -86,19 +87,24 @@ def tiny(steps: int, repeat: int):
 
 
 def torch_args(steps: int, repeat: int):
+    """CPU per call with two plain tensors, and with the first an
+    ``nn.Parameter`` (requires grad)."""
     mesh = Mesh((2,), ("dp",))
     f = shardx.compile(lambda a, b: a * b + 1, mesh)
     a, b = torch.randn(8, 8), torch.randn(8, 8)
-    for _ in range(50):
-        f(a, b)
-    assert f.compiles == 1 and f._plan is not None, "not on the C++ call path"
-    cpu = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        for _ in range(steps):
-            f(a, b)
-        cpu.append((time.thread_time() - start) / steps * 1e6)
-    return min(cpu)
+    res = []
+    for first in (a, nn.Parameter(a.clone())):
+        for _ in range(50):
+            f(first, b)
+        assert f._plan is not None, "not on the C++ call path"
+        cpu = []
+        for _ in range(repeat):
+            start = time.thread_time()
+            for _ in range(steps):
+                f(first, b)
+            cpu.append((time.thread_time() - start) / steps * 1e6)
+        res.append(min(cpu))
+    return res
 
 
 def lifted(steps: int, repeat: int, loop_steps: int):
@@ -185,8 +191,9 @@ def main() -> int:
               f"C++ {cpp:.1f} us/step, python/C++ {py / cpp:.2f}x (goal <= 1.2x); "
               f"calling thread's CPU: python {py_cpu:.1f} us/step, C++ {cpp_cpu:.1f} us/step")
     if args.only in (None, "torch-args"):
+        plain, param = torch_args(args.steps, args.tiny_repeat)
         print(f"torch arguments (a * b + 1, 8x8, 2 ranks): calling thread's CPU "
-              f"{torch_args(args.steps, args.tiny_repeat):.1f} us/call")
+              f"{plain:.1f} us/call; a an nn.Parameter: {param:.1f} us/call")
     if args.only in (None, "lifted"):
         cpu, per_step, compiles = lifted(args.steps, args.tiny_repeat, args.lifted_steps)
         print(f"lifted parameters (nn.Linear(8, 8) closed over, 2 ranks): calling thread's CPU "

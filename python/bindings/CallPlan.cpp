@@ -215,44 +215,71 @@ struct CallPlan {
   nb::object storageOffsetName = nb::str("storage_offset"),
              gradName = nb::str("grad"),
              requiresGradName = nb::str("requires_grad"),
+             isLeafName = nb::str("is_leaf"),
              isInferenceName = nb::str("is_inference");
-  /// Whether an array argument is plain (`shardx.jit._traits` is None, the
-  /// entries the Python side installs as plans are traced with plain
-  /// tensors only): exactly the contiguous strides of its shape, size-1
-  /// dimensions included (DLPack's contiguity ignores them), and for a
-  /// torch tensor exactly `torch.Tensor` (no Parameter or other subclass),
-  /// storage offset 0, not requiring grad, no `.grad`, not an inference
-  /// tensor (other devices never get here: not CPU arrays). Anything else
-  /// returns NotImplemented, so that `_call_guarded` finds the entry traced
-  /// with those traits.
-  bool isPlain(PyObject *leaf, const AnyArray &array) {
+  /// The traits the entry was traced with where an input is not plain but
+  /// the plan still takes it (`shardx.jit._plan_traits`): its exact type
+  /// (`torch.Tensor` or `nn.Parameter`), requires_grad and whether `.grad`
+  /// is set; a leaf, contiguous, offset 0, not an inference tensor. A null
+  /// type: plain.
+  struct LeafTraits {
+    nb::object type;
+    bool requiresGrad = false, hasGrad = false;
+  };
+  std::vector<LeafTraits> leafTraits;
+  /// Whether array argument `i` has the traits its entry was traced with
+  /// (`shardx.jit._traits`): exactly the contiguous strides of its shape,
+  /// size-1 dimensions included (DLPack's contiguity ignores them), and for
+  /// a torch tensor exactly `torch.Tensor` (no subclass), storage offset 0,
+  /// not requiring grad, no `.grad`, not an inference tensor, or where
+  /// `leafTraits[i]` says so, its type (`nn.Parameter`), requires_grad (a
+  /// leaf) and `.grad` set (other devices never get here: not CPU arrays).
+  /// Anything else returns NotImplemented, so that `_call_guarded` finds
+  /// the entry traced with those traits.
+  bool isPlain(PyObject *leaf, const AnyArray &array, size_t i) {
     int64_t expect = 1;
     for (size_t d = array.ndim(); d-- > 0;) {
       if (array.stride(d) != expect)
         return false;
       expect *= std::max<int64_t>(static_cast<int64_t>(array.shape(d)), 1);
     }
-    PyTypeObject *type = Py_TYPE(leaf);
-    if (reinterpret_cast<PyObject *>(type) == numpyType)
-      return true;
-    if (reinterpret_cast<PyObject *>(type) != torchType) {
+    PyObject *type = reinterpret_cast<PyObject *>(Py_TYPE(leaf));
+    const LeafTraits *want =
+        i < leafTraits.size() && leafTraits[i].type.is_valid() ? &leafTraits[i]
+                                                               : nullptr;
+    if (want) {
+      if (type != want->type.ptr())
+        return false;
+    } else if (type != torchType) {
+      if (type == numpyType)
+        return true;
       if (!numpyType)
         numpyType = typeIn("numpy", "ndarray");
       if (!torchType)
         torchType = typeIn("torch", "Tensor");
-      if (reinterpret_cast<PyObject *>(type) == numpyType)
+      if (type == numpyType)
         return true;
-      if (reinterpret_cast<PyObject *>(type) != torchType)
+      if (type != torchType)
         return false;
     }
+    bool wantGrad = want && want->requiresGrad;
     nb::object requiresGrad =
         nb::steal(PyObject_GetAttr(leaf, requiresGradName.ptr()));
     if (!requiresGrad.is_valid()) {
       PyErr_Clear();
       return false;
     }
-    if (requiresGrad.ptr() != Py_False)
+    if (requiresGrad.ptr() != (wantGrad ? Py_True : Py_False))
       return false;
+    if (wantGrad) {
+      nb::object isLeaf = nb::steal(PyObject_GetAttr(leaf, isLeafName.ptr()));
+      if (!isLeaf.is_valid()) {
+        PyErr_Clear();
+        return false;
+      }
+      if (isLeaf.ptr() != Py_True)
+        return false;
+    }
     nb::object offset =
         nb::steal(PyObject_CallMethodNoArgs(leaf, storageOffsetName.ptr()));
     nb::object grad = nb::steal(PyObject_GetAttr(leaf, gradName.ptr()));
@@ -265,7 +292,8 @@ struct CallPlan {
     long off = PyLong_AsLong(offset.ptr());
     if (off == -1 && PyErr_Occurred())
       PyErr_Clear();
-    return off == 0 && grad.is_none() && inference.ptr() == Py_False;
+    return off == 0 && grad.is_none() == !(want && want->hasGrad) &&
+           inference.ptr() == Py_False;
   }
 
   /// `module.name` where the module is imported already (a strong
@@ -332,7 +360,7 @@ struct CallPlan {
       for (size_t d = 0; d < array.ndim(); ++d)
         if (static_cast<int64_t>(array.shape(d)) != spec.globalShape[d])
           return notImplemented;
-      if (!isPlain(leaf, array))
+      if (!isPlain(leaf, array, i))
         return notImplemented;
       HostTensor global = hostTensorOf(array, spec.dtype);
       scattered.push_back(
@@ -399,7 +427,8 @@ void binding::bindCalls(nb::module_ &m) {
              const std::string &entry, nb::handle inSpec, nb::handle outSpec,
              std::vector<nb::object> outKeys,
              std::vector<int64_t> donatedInputOf, nb::object tensorType,
-             nb::object mesh, const std::string &name) {
+             nb::object mesh, const std::string &name,
+             std::vector<nb::object> leafTraits) {
             const EntryPoint &e = a.entry(entry);
             TreeSpec in = TreeSpec::parse(inSpec),
                      out = TreeSpec::parse(outSpec);
@@ -424,12 +453,24 @@ void binding::bindCalls(nb::module_ &m) {
                                 std::move(donatedInputOf),
                                 std::move(tensorType),
                                 std::move(mesh)};
+            for (nb::handle t : leafTraits) {
+              self->leafTraits.emplace_back();
+              if (t.is_none())
+                continue;
+              nb::tuple tt = nb::cast<nb::tuple>(t);
+              if (tt.size() != 3 || !PyType_Check(tt[0].ptr()))
+                throw std::invalid_argument(
+                    "leaf_traits: (type, requires_grad, has_grad) or None");
+              self->leafTraits.back() = {nb::borrow(tt[0]),
+                                         nb::cast<bool>(tt[1]),
+                                         nb::cast<bool>(tt[2])};
+            }
           },
           nb::arg("session"), nb::arg("artifact"), nb::arg("entry"),
           nb::arg("in_spec").none(), nb::arg("out_spec").none(),
-          nb::arg("out_keys"),
-          nb::arg("donated_input_of"), nb::arg("tensor_type"), nb::arg("mesh"),
-          nb::arg("name"))
+          nb::arg("out_keys"), nb::arg("donated_input_of"),
+          nb::arg("tensor_type"), nb::arg("mesh"), nb::arg("name"),
+          nb::arg("leaf_traits") = std::vector<nb::object>())
       .def("__call__", &CallPlan::call, nb::arg("args"),
            "Runs the entry point on `args` (a tuple) when they pass the "
            "guards, else returns NotImplemented.");

@@ -395,7 +395,7 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
     """The ``_Executable`` of an entry's JSON (``key``: its guard key), its
     artifact loaded from the compile cache and its call plan made as
     ``_compile`` makes it."""
-    from .jit import _Executable
+    from .jit import _Executable, _plan_traits
     from .sharded_tensor import dtype_name, layout_key, runtime
     rt = runtime()
     digest, target = d["sha256"], d["target"]
@@ -434,7 +434,8 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
                            f"{d['artifact']} (its inputs and outputs differ)")
     donated = [(int(i), int(o)) for i, o in d["donated"]]
     plan_spec = key[0] if not lifted else (tuple, (key[0], (tuple, (None,) * len(lifted))))
-    plan = fn._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated)
+    traits = key[2] if len(key) > 2 else None
+    plan = fn._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)
     variants = {}
     for v in d["variants"]:
         variants[_partners_of(v["partners"])] = _rebuild(fn, v["executable"], key, z, path,
@@ -443,7 +444,8 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
                        artifact.path, plan, [int(i) for i in d["mutated"]],
                        [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants,
                        [(str(e), str(m)) for e, m in d.get("checks", [])],
-                       lifted=lifted, extra=tuple(lifted))
+                       lifted=lifted, extra=tuple(lifted),
+                       fast=traits is None or _plan_traits(traits) is not None)
 
 
 def _lifted_array(z, member, path: str):

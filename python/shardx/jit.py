@@ -553,6 +553,30 @@ def _alias(t):
     return t
 
 
+def _plan_traits(traits) -> Optional[List[Any]]:
+    """What the C++ plan checks of each argument where the guard key's
+    ``traits`` are not plain but it still takes the argument (``CallPlan``'s
+    ``leaf_traits``): ``(type, requires_grad, has_grad)`` of a contiguous
+    leaf ``torch.Tensor`` or ``nn.Parameter`` on the CPU at offset 0 (a
+    parameter passed as an argument), None for a plain one. None where some
+    argument has other traits: that entry runs from Python."""
+    if traits is None:
+        return None
+    import torch
+    types = {"torch.Tensor": torch.Tensor, "torch.nn.parameter.Parameter": torch.nn.Parameter}
+    out = []
+    for t in traits:
+        if t is None:
+            out.append(None)
+            continue
+        kind, device, strides, offset, requires_grad, leaf, has_grad, inference = t
+        if kind not in types or device != "cpu" or strides is not None or offset or not leaf \
+                or inference:
+            return None
+        out.append((types[kind], requires_grad, has_grad))
+    return out
+
+
 def _describe_key(key) -> str:
     """A guard key in words: "input 0: [8, 16] f32 R, input 1: ..."."""
     traits = key[2] if len(key) > 2 else None
@@ -701,6 +725,9 @@ class _Executable:
     #: Their aliases (the same memory: ``_alias``), which the C++ call path
     #: passes after the arguments (``CompiledCall._plan_extra``).
     extra: Any = None
+    #: Whether the C++ call path may run it (its arguments' traits are
+    #: plain, or ones ``CallPlan`` checks: ``_plan_traits``).
+    fast: bool = True
 
     def plan_args(self, args):
         """The argument tree of the plan: ``args``, and the lifted tensors."""
@@ -988,19 +1015,23 @@ class CompiledFunction(runtime().CompiledCall):
                     for o in outputs]
         # The plan takes (arguments, lifted tensors).
         plan_spec = spec if not lifted else (tuple, (spec, (tuple, (None,) * len(lifted))))
-        plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated)
+        traits = [None if isinstance(a, ShardedTensor) else _traits(a) for a in flat]
+        traits = None if all(t is None for t in traits) else tuple(traits)
+        plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
                            mutated, writes, partners or (), {}, checks, env, mode=mode,
-                           lifted=lifted, extra=tuple(_alias(t) for t in lifted))
+                           lifted=lifted, extra=tuple(_alias(t) for t in lifted),
+                           fast=traits is None or _plan_traits(traits) is not None)
 
-    def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated):
+    def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated, traits=None):
         """The C++ call plan of an entry (compiled here, or loaded from a
-        package by ``shardx.load``)."""
+        package by ``shardx.load``); ``traits``: its guard key's (None:
+        plain arguments only)."""
         donated_input_of = [-1] * len(out_keys)
         for i, o in donated:
             donated_input_of[o] = i
         args = (artifact, entry, spec, out_spec, out_keys, donated_input_of, ShardedTensor,
-                self.mesh, self.name)
+                self.mesh, self.name, _plan_traits(traits) or [])
         if self._session_obj is None:
             # A GPU backend's session is made at the first run (an nccl
             # session needs its launcher and a GPU): so is the plan.
@@ -1178,7 +1209,7 @@ class CompiledFunction(runtime().CompiledCall):
         # The C++ plan takes plain tensors only (``_traits``): an entry
         # traced with another input's strides, requires_grad, ... runs from
         # here, so that a plain input goes to its own entry.
-        plain = len(key) == 2
+        plain = exe.fast
         self._plan = None if exe.writes or exe.checks or not plain else exe.plan
         self._plan_extra = exe.extra if exe.lifted else None
         # The C++ call path asks _mode_fn before the plan: the caller's

@@ -759,15 +759,20 @@ def test_strides_requires_grad_and_other_tensor_traits_are_guarded(case, mesh):
     plain = _SQUARE.clone() if other.shape == _SQUARE.shape else other.contiguous()
     assert other.shape == plain.shape and other.dtype == plain.dtype
     f = shardx.compile(fn, mesh)
-    for i, a in enumerate([plain, other, plain, other, plain.clone()]):
+    for i, a in enumerate([plain, other, plain, other, plain.clone(), other]):
         got = f(a)
         with torch.no_grad():
             want = fn(a)
         assert_same(got, want, f"{name}, call {i}")
+        if a is other and name in ("requires_grad", "grad is None", "nn.Parameter"):
+            # A parameter-like argument's entry is a C++ plan too; its
+            # CallPlan checks the type, requires_grad and .grad it was
+            # traced with (the plain calls between are refused by it).
+            assert f._plan is not None, name
     assert f.compiles == 2, f.recompile_reasons
     # The plain entry is the C++ plan's; a plain call compiles nothing.
+    assert_same(f(torch.zeros(plain.shape)), fn(torch.zeros(plain.shape)))
     assert f._plan is not None
-    f(torch.zeros(plain.shape))
     assert f.compiles == 2
 
 
