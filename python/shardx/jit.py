@@ -274,7 +274,11 @@ def memory_profile(mlir_text: str, target: str = "cpu",
     # checkpointed ops that code generation outlines and recomputes.
     if level == "tensors" or re.search(r"shardx\.layout|^\s*(%[^=]*=\s*)?\"?shardx\.(?!mesh\b)\w",
                  mlir_text, re.M):
-        text = run([f"--shardx-spmd=schedule-collectives={'false' if cuda else 'true'}",
+        # As shardx-compile --target=cuda: no grouped-matmul row runs (their
+        # row counts are read on the host).
+        spmd = ("schedule-collectives=false grouped-row-runs=false" if cuda
+                else "schedule-collectives=true")
+        text = run([f"--shardx-spmd={spmd}",
                     "-mlir-print-debuginfo"], mlir_text, "--shardx-spmd")
     else:
         text = mlir_text
