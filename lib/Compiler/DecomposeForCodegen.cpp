@@ -81,10 +81,6 @@ LogicalResult lowerGather(RewriterBase &rewriter, tensor::GatherOp op) {
   RankedTensorType source = op.getSourceType();
   RankedTensorType result = op.getResultType();
   auto indicesType = cast<RankedTensorType>(op.getIndices().getType());
-  if (!source.hasStaticShape() || !result.hasStaticShape() ||
-      !indicesType.hasStaticShape())
-    return op.emitOpError("with a dynamic shape is not supported by code "
-                          "generation");
   int64_t batchRank = indicesType.getRank() - 1;
   bool rankReduced = result.getRank() != batchRank + source.getRank();
   ArrayRef<int64_t> gatherDims = op.getGatherDims();
@@ -134,10 +130,6 @@ LogicalResult lowerScatter(RewriterBase &rewriter, tensor::ScatterOp op) {
   RankedTensorType source = op.getSourceType();
   RankedTensorType dest = op.getDestType();
   auto indicesType = cast<RankedTensorType>(op.getIndices().getType());
-  if (!source.hasStaticShape() || !dest.hasStaticShape() ||
-      !indicesType.hasStaticShape())
-    return op.emitOpError("with a dynamic shape is not supported by code "
-                          "generation");
   int64_t batchRank = indicesType.getRank() - 1;
   ArrayRef<int64_t> scatterDims = op.getScatterDims();
   Location loc = op.getLoc();
@@ -218,10 +210,6 @@ LogicalResult lowerScatterMasked(RewriterBase &rewriter, tensor::ScatterOp op) {
   RankedTensorType source = op.getSourceType();
   RankedTensorType dest = op.getDestType();
   auto indicesType = cast<RankedTensorType>(op.getIndices().getType());
-  if (!source.hasStaticShape() || !dest.hasStaticShape() ||
-      !indicesType.hasStaticShape())
-    return op.emitOpError("with a dynamic shape is not supported by code "
-                          "generation");
   int64_t batchRank = indicesType.getRank() - 1;
   int64_t destRank = dest.getRank();
   bool rankReduced = source.getRank() != batchRank + destRank;
@@ -275,9 +263,6 @@ LogicalResult lowerScatterMasked(RewriterBase &rewriter, tensor::ScatterOp op) {
 LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
   auto from = cast<RankedTensorType>(op.getSource().getType());
   auto to = cast<RankedTensorType>(op.getType());
-  if (!to.hasStaticShape())
-    return op.emitOpError("with a dynamic shape is not supported by code "
-                          "generation");
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   Value init = tensor::EmptyOp::create(rewriter, loc, to.getShape(),
@@ -299,6 +284,16 @@ LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
 
 LogicalResult decompose(RewriterBase &rewriter, Operation *op,
                         bool scatterLoops) {
+  // The rewrites build static shapes (entry points have them, and so, after
+  // the SPMD pipeline, does every value of a program).
+  auto dynamic = [](Type t) {
+    auto tensor = dyn_cast<TensorType>(t);
+    return tensor && !tensor.hasStaticShape();
+  };
+  if (llvm::any_of(op->getOperandTypes(), dynamic) ||
+      llvm::any_of(op->getResultTypes(), dynamic))
+    return op->emitOpError("with a dynamic shape is not supported by code "
+                           "generation");
   rewriter.setInsertionPoint(op);
   if (auto gather = dyn_cast<tensor::GatherOp>(op))
     return lowerGather(rewriter, gather);

@@ -95,10 +95,9 @@ def _forward(name):
     return fn, [params, x], mesh, [place[k] for k in sorted(params)] + [tok], module, x
 
 
-def _plan(name, tmp_path, build_dir, ragged=False, forward=False):
-    """print-plan's reshards (source, target, elements, collectives, bytes
-    per rank) of the train step, or of the forward alone, after
-    propagation and, with ``ragged``, shardx-ragged-experts."""
+def _traced(name, tmp_path, forward):
+    """The traced train step of case ``name``, or its forward alone, as
+    MLIR in ``tmp_path``: the file's path."""
     if forward:
         fn, args, mesh, ins, _, _ = _forward(name)
         text = trace(fn, args, mesh, ins, None, name=name)
@@ -107,6 +106,14 @@ def _plan(name, tmp_path, build_dir, ragged=False, forward=False):
         text = trace(step, args, mesh, ins, outs, name=name)
     path = tmp_path / f"{name}.mlir"
     path.write_text(text)
+    return path
+
+
+def _plan(name, tmp_path, build_dir, ragged=False, forward=False):
+    """print-plan's reshards (source, target, elements, collectives, bytes
+    per rank) of the train step, or of the forward alone, after
+    propagation and, with ``ragged``, shardx-ragged-experts."""
+    path = _traced(name, tmp_path, forward)
     passes = ["--shardx-propagate"] + (["--shardx-ragged-experts"] if ragged else [])
     text = run_tool([f"{build_dir}/bin/shardx-opt", path, *passes,
                      "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
@@ -194,14 +201,7 @@ def test_local_program_runs_own_experts(tmp_path, build_dir):
 @pytest.mark.parametrize("name", ["ep2", "uneven_ep4", "uneven_dp2xep2"])
 @pytest.mark.parametrize("forward", [False, True], ids=["step", "forward"])
 def test_sharded_matches_unsharded_on_mpi(name, forward, tmp_path, build_dir):
-    if forward:
-        fn, args, mesh, ins, _, _ = _forward(name)
-        text = trace(fn, args, mesh, ins, None, name=name)
-    else:
-        step, mesh, ins, outs, args = _step(name)
-        text = trace(step, args, mesh, ins, outs, name=name)
-    path = tmp_path / f"{name}.mlir"
-    path.write_text(text)
+    path = _traced(name, tmp_path, forward)
     check_on_mpi(build_dir, path, int(np.prod(CASES[name][0])))
 
 

@@ -9,19 +9,10 @@ import os
 import struct
 import sys
 
+from npy_writer import save as write
+
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-CODES = {"f32": ("<f4", "<f"), "i32": ("<i4", "<i"), "i64": ("<i8", "<q")}
-
-
-def write(path, shape, dtype, values):
-    code, fmt = CODES[dtype]
-    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
-    header = f"{{'descr': '{code}', 'fortran_order': False, 'shape': ({dims}), }}"
-    header += " " * (-(len(header) + 11) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(b"".join(struct.pack(fmt, v) for v in values))
 
 
 def save(entry, inputs, refs):

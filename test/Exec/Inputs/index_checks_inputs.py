@@ -10,19 +10,9 @@ indices:
   b_bad.npy    a bincount value of -1        (check 4, RuntimeError)
 """
 import os
-import struct
 import sys
 
-
-def save(path, shape, dtype, values):
-    code, fmt = {"f32": ("<f4", "<f"), "i64": ("<i8", "<q")}[dtype]
-    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
-    header = f"{{'descr': '{code}', 'fortran_order': False, 'shape': ({dims}), }}"
-    header += " " * (-(len(header) + 11) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(b"".join(struct.pack(fmt, v) for v in values))
-
+from npy_writer import save
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
