@@ -45,6 +45,9 @@ MAX_CHECKS = 20000
 _PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device,
           torch.Size, torch.layout, torch.memory_format)
 
+#: Bound methods and method wrappers: each attribute read makes a new one.
+_BOUND = (types.MethodType, types.MethodWrapperType, types.BuiltinMethodType)
+
 #: Attributes of an ``nn.Module`` that are not state its forward reads.
 _MODULE_SKIP = frozenset((
     "_backward_hooks", "_backward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs",
@@ -60,6 +63,10 @@ def _unchanged(now, then) -> bool:
     the same type (floats bit for bit, NaN equal to NaN)."""
     if now is then:
         return True
+    if type(now) is type(then) and isinstance(then, _BOUND):
+        # A fresh object at each attribute read (``module.__init__``,
+        # ``obj.method``): the same method of the same object is unchanged.
+        return now.__self__ is then.__self__ and now == then
     if type(now) is not type(then) or not isinstance(then, _PLAIN):
         return False
     if type(then) is float:

@@ -909,6 +909,36 @@ def test_a_global_read_by_a_modules_method_is_guarded():
     assert f.recompile_reasons == ["global _FORWARD_GAIN changed: 2.0 -> 5.0"]
 
 
+_GUARDED_MODULE = __import__("types").ModuleType("guarded_module")
+_GUARDED_MODULE.scale = 3.0
+
+
+def _reads_a_module_method(x):
+    # The code names ``__init__``, so the module's method wrapper of that
+    # name is walked: a new object at each read.
+    assert _GUARDED_MODULE.__init__ is not None
+    return x * _GUARDED_MODULE.scale
+
+
+def test_a_method_read_from_a_module_is_not_a_change():
+    """A bound method or method wrapper read from a guarded object is a new
+    object at each read; the same method of the same object is unchanged.
+    Before, ``module.__init__`` counted as changed at every call, so each
+    call compiled again (CI: test_recompute's and test_memory_model's
+    steps, through the models module the zoo's classes read)."""
+    f = shardx.compile(_reads_a_module_method, MESH)
+    x = torch.randn(4)
+    for _ in range(3):
+        assert_same(f(x), x * 3.0)
+    assert f.recompile_reasons == []
+    _GUARDED_MODULE.scale = 4.0
+    try:
+        assert_same(f(x), x * 4.0, "attribute changed")
+    finally:
+        _GUARDED_MODULE.scale = 3.0
+    assert f.recompile_reasons == ["global _GUARDED_MODULE.scale changed: 3.0 -> 4.0"]
+
+
 class _TensorSubclass(torch.Tensor):
     pass
 
