@@ -85,7 +85,6 @@ LogicalResult lowerGather(RewriterBase &rewriter, tensor::GatherOp op) {
   bool rankReduced = result.getRank() != batchRank + source.getRank();
   ArrayRef<int64_t> gatherDims = op.getGatherDims();
   Location loc = op.getLoc();
-  rewriter.setInsertionPoint(op);
   Value init = tensor::EmptyOp::create(rewriter, loc, result.getShape(),
                                        result.getElementType());
   SmallVector<AffineMap> maps{
@@ -133,7 +132,6 @@ LogicalResult lowerScatter(RewriterBase &rewriter, tensor::ScatterOp op) {
   int64_t batchRank = indicesType.getRank() - 1;
   ArrayRef<int64_t> scatterDims = op.getScatterDims();
   Location loc = op.getLoc();
-  rewriter.setInsertionPoint(op);
   // One slice of the source per index tuple: its trailing dims.
   auto sliceType = RankedTensorType::get(
       source.getShape().drop_front(batchRank), source.getElementType());
@@ -264,7 +262,6 @@ LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
   auto from = cast<RankedTensorType>(op.getSource().getType());
   auto to = cast<RankedTensorType>(op.getType());
   Location loc = op.getLoc();
-  rewriter.setInsertionPoint(op);
   Value init = tensor::EmptyOp::create(rewriter, loc, to.getShape(),
                                        to.getElementType());
   AffineMap identity = rewriter.getMultiDimIdentityMap(from.getRank());
