@@ -1095,6 +1095,12 @@ class CompiledFunction(runtime().CompiledCall):
             pairs += [(first + j, out_offsets[match] + j) for j in range(n)]
         return pairs
 
+    def _last_executable(self) -> "_Executable":
+        """The entry the last call ran: its guard key's (a recompile for a
+        changed environment replaces a key's entry in place, so the newest
+        key is not always the one that ran), else the newest."""
+        return self._executables.get(self._last_key) or list(self._executables.values())[-1]
+
     def memory_profile(self, level: str = "buffers") -> List[Dict[str, Any]]:
         """The compiler's model of each rank's memory in the program the
         last call ran (docs/Memory.md): one dict per function with the peak
@@ -1105,7 +1111,7 @@ class CompiledFunction(runtime().CompiledCall):
         if not self._executables:
             raise RuntimeError(f"shardx.compile: {self.name} has no compiled program yet: "
                                "call it (or precompile) first")
-        ex = self._executables.get(self._last_key) or list(self._executables.values())[-1]
+        ex = self._last_executable()
         src = ex.path[:-len(".so")] + ".mlir"
         if not os.path.exists(src):
             raise RuntimeError(f"shardx.compile: {self.name}'s program text is not in the cache "

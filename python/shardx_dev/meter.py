@@ -9,24 +9,13 @@ from __future__ import annotations
 from typing import List
 
 
-def _artifact(compiled):
-    """The artifact of the entry ``compiled`` ran last: the entry of its
-    last guard key (a recompile for a changed environment replaces the
-    entry of a key in place, so the newest key is not always the one
-    that ran)."""
-    exe = compiled._executables.get(compiled._last_key)
-    if exe is None:
-        exe = list(compiled._executables.values())[-1]
-    return exe.artifact
-
-
 def measured_peaks(compiled, args) -> List[int]:
     """Each rank's (thread's) peak of program-allocated bytes over one warm
     call of ``compiled`` (a ``shardx.compile`` result) on ``args``: a first
     call compiles and fills the buffer cache, the meter is reset, and the
     second call is measured."""
     compiled(*args)
-    artifact = _artifact(compiled)
+    artifact = compiled._last_executable().artifact
     artifact.host_mem_reset()
     out = compiled(*args)
     del out
@@ -43,7 +32,7 @@ def bytes_left_after_call(compiled, args) -> int:
     ``compiled`` on ``args`` and the release of its outputs (summed over the
     threads): 0 unless the compiled program leaks buffers."""
     compiled(*args)
-    artifact = _artifact(compiled)
+    artifact = compiled._last_executable().artifact
     artifact.host_mem_reset()
     out = compiled(*args)
     del out
