@@ -104,6 +104,8 @@ void mlir::shardx::buildBufferizationPipeline(
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   // Every integer division is a scalar or vector op from here on.
   pm.addPass(createGuardIntegerDivisionPass());
+  // And every tensor.extract/insert reads or writes within its tensor.
+  pm.addPass(createGuardTensorIndicesPass());
   pm.addPass(createFuseTensorOpsPass());
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());

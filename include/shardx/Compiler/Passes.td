@@ -102,6 +102,28 @@ def GuardIntegerDivisionPass
   let dependentDialects = ["arith::ArithDialect"];
 }
 
+def GuardTensorIndicesPass
+    : Pass<"shardx-guard-tensor-indices", "ModuleOp"> {
+  let summary = "Makes tensor.extract and tensor.insert total: out of range, "
+                "an extract reads 0 and an insert writes nothing";
+  let description = [{
+    An index outside the tensor is undefined behaviour for `tensor.extract`
+    and `tensor.insert`; lowered to loads and stores it reads or writes
+    outside a buffer (SIGSEGV, or numbers from other memory). A program's
+    indices are data, so each access whose indices are not known to be in
+    range checks them (unsigned, so a negative index is out of range): an
+    extract reads at index 0 and yields 0 there (a tensor with a dynamic dim
+    reads under `scf.if`, since it may be empty), an insert is skipped
+    (`scf.if`). Constant indices in range and `linalg.index` of a loop whose
+    static range fits the dim are left alone. The importer's programs make
+    their indices safe first and report eager's error (docs/Importer.md);
+    this pass is what keeps any program from crashing, as the decomposed
+    `tensor.gather` and `tensor.scatter` do (shardx-decompose-for-codegen).
+  }];
+  let dependentDialects = ["arith::ArithDialect", "scf::SCFDialect",
+                           "tensor::TensorDialect"];
+}
+
 def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";

@@ -61,3 +61,18 @@ func.func @int_division(%a: tensor<6xi32>, %b: tensor<6xi32>) -> (tensor<6xi32>,
   %c = arith.ceildivsi %a, %b : tensor<6xi32>
   return %q, %r, %u, %v, %f, %c : tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>, tensor<6xi32>
 }
+
+// Rows of a table by i64 indices read in a kernel (tensor.extract):
+// out-of-range ones (10**9, -5) read 0 (shardx-guard-tensor-indices;
+// before, the process died of SIGSEGV).
+func.func @extract_oob(%t: tensor<8x4xf32>, %i: tensor<3xi64>) -> tensor<3x4xf32> {
+  %e = tensor.empty() : tensor<3x4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b) -> (a)>, affine_map<(a, b) -> (a, b)>], iterator_types = ["parallel", "parallel"]} ins(%i : tensor<3xi64>) outs(%e : tensor<3x4xf32>) {
+  ^bb0(%x: i64, %o: f32):
+    %ix = arith.index_cast %x : i64 to index
+    %b = linalg.index 1 : index
+    %v = tensor.extract %t[%ix, %b] : tensor<8x4xf32>
+    linalg.yield %v : f32
+  } -> tensor<3x4xf32>
+  return %r : tensor<3x4xf32>
+}

@@ -111,3 +111,21 @@ save("int_division", [((6,), "i32", a), ((6,), "i32", b)],
 
 a = table(1, 4, 9)
 save("loop", [((4,), "f32", a)], [((4,), "f32", [8 * v for v in a])])
+
+# Rows read by tensor.extract in a kernel; 10**9 and -5 are out of range
+# and read 0 (shardx-guard-tensor-indices).
+t = table(8, 4, 11)
+idx = [1, 10**9, -5]
+save("extract_oob", [((8, 4), "f32", t), ((3,), "i64", idx)],
+     [((3, 4), "f32", [t[r * 4 + c] if 0 <= r < 8 else 0.0 for r in idx for c in range(4)])])
+
+# Values written by tensor.insert; position 2**40 is out of range and writes
+# nothing.
+d, v = table(8, 1, 12), [0.5, -0.25]
+pos = [6, 2**40]
+ref = list(d)
+for p, x in zip(pos, v):
+    if 0 <= p < 8:
+        ref[p] = x
+save("insert_oob", [((8,), "f32", d), ((2,), "i64", pos), ((2,), "f32", v)],
+     [((8,), "f32", ref)])

@@ -1,0 +1,88 @@
+// RUN: shardx-opt --shardx-guard-tensor-indices %s | FileCheck %s
+
+// An index from data is checked (unsigned, so negatives are out of range):
+// the read is clamped to 0 and yields 0 out of range; the loop's own index
+// (linalg.index 1 over 4 columns of a 4-column table) is left alone.
+// CHECK-LABEL: func.func @rows
+// CHECK: %[[IX:.*]] = arith.index_cast
+// CHECK: %[[COL:.*]] = linalg.index 1
+// CHECK: %[[OK:.*]] = arith.cmpi ult, %[[IX]], %c8
+// CHECK: %[[ROW:.*]] = arith.select %[[OK]], %[[IX]], %c0
+// CHECK: %[[X:.*]] = tensor.extract %{{.*}}[%[[ROW]], %[[COL]]]
+// CHECK: arith.select %[[OK]], %[[X]], %cst
+func.func @rows(%t: tensor<8x4xf32>, %i: tensor<3xi64>) -> tensor<3x4xf32> {
+  %e = tensor.empty() : tensor<3x4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b) -> (a)>, affine_map<(a, b) -> (a, b)>], iterator_types = ["parallel", "parallel"]} ins(%i : tensor<3xi64>) outs(%e : tensor<3x4xf32>) {
+  ^bb0(%x: i64, %o: f32):
+    %ix = arith.index_cast %x : i64 to index
+    %b = linalg.index 1 : index
+    %v = tensor.extract %t[%ix, %b] : tensor<8x4xf32>
+    linalg.yield %v : f32
+  } -> tensor<3x4xf32>
+  return %r : tensor<3x4xf32>
+}
+
+// A loop index whose range exceeds the dim is checked.
+// CHECK-LABEL: func.func @wider_loop
+// CHECK: arith.cmpi ult
+// CHECK: tensor.extract
+func.func @wider_loop(%t: tensor<4xf32>) -> tensor<6xf32> {
+  %e = tensor.empty() : tensor<6xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(a) -> (a)>], iterator_types = ["parallel"]} outs(%e : tensor<6xf32>) {
+  ^bb0(%o: f32):
+    %a = linalg.index 0 : index
+    %v = tensor.extract %t[%a] : tensor<4xf32>
+    linalg.yield %v : f32
+  } -> tensor<6xf32>
+  return %r : tensor<6xf32>
+}
+
+// Constants in range are left alone; a constant out of range is checked.
+// CHECK-LABEL: func.func @constants
+// CHECK-NOT: arith.cmpi
+// CHECK: tensor.extract %{{.*}}[%c3]
+// CHECK: arith.cmpi ult, %c9
+func.func @constants(%t: tensor<4xf32>) -> (f32, f32) {
+  %c3 = arith.constant 3 : index
+  %c9 = arith.constant 9 : index
+  %a = tensor.extract %t[%c3] : tensor<4xf32>
+  %b = tensor.extract %t[%c9] : tensor<4xf32>
+  return %a, %b : f32, f32
+}
+
+// A dynamic dim may be empty: the read itself is under scf.if.
+// CHECK-LABEL: func.func @dynamic
+// CHECK: %[[N:.*]] = tensor.dim
+// CHECK: %[[OK:.*]] = arith.cmpi ult, %{{.*}}, %[[N]]
+// CHECK: scf.if %[[OK]] -> (f32)
+// CHECK-NEXT: tensor.extract
+// CHECK: } else {
+// CHECK-NEXT: scf.yield %cst
+func.func @dynamic(%t: tensor<?xf32>, %i: index) -> f32 {
+  %a = tensor.extract %t[%i] : tensor<?xf32>
+  return %a : f32
+}
+
+// A static dim of 0: never read.
+// CHECK-LABEL: func.func @empty
+// CHECK-NOT: tensor.extract
+// CHECK: return %cst
+func.func @empty(%t: tensor<0x3xf32>, %i: index) -> f32 {
+  %c0 = arith.constant 0 : index
+  %a = tensor.extract %t[%i, %c0] : tensor<0x3xf32>
+  return %a : f32
+}
+
+// An insert out of range writes nothing.
+// CHECK-LABEL: func.func @insert
+// CHECK: %[[OK:.*]] = arith.cmpi ult, %{{.*}}, %c8
+// CHECK: %[[R:.*]] = scf.if %[[OK]] -> (tensor<8xf32>)
+// CHECK-NEXT: %[[W:.*]] = tensor.insert
+// CHECK-NEXT: scf.yield %[[W]]
+// CHECK: } else {
+// CHECK-NEXT: scf.yield %arg0
+// CHECK: return %[[R]]
+func.func @insert(%d: tensor<8xf32>, %i: index, %v: f32) -> tensor<8xf32> {
+  %r = tensor.insert %v into %d[%i] : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
