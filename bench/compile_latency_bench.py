@@ -31,7 +31,10 @@ cache (python/shardx/importer/region_cache.py) left by the cold run (a new
 artifact, most kernels cached, the unchanged regions loaded, not traced).
 Before each ShardX call the regions kept in memory are dropped, as in a new
 process; each timing line ends with the regions loaded from disk and
-traced. Ratios (goals in issue 35):
+traced. torch.compile's warm case is the same change run in a new process
+on the inductor cache its cold call left (its FX graph cache is off in
+both: the changed graph would miss it; the unchanged kernels hit the
+code cache). Ratios (goals in issue 35):
 
 - torch.compile / ShardX at each depth >= 2 (goal >= 1);
 - ShardX deepest / ShardX 2 layers (goal <= 3 at 32 layers);
@@ -253,29 +256,38 @@ def cold_first_call(layers, repeat, regional, warm_widths=None):
     return best[0], best[1], (warm, warm_timing)
 
 
-def torch_first_call(layers):
-    """Seconds of torch.compile's first call (fresh inductor cache)."""
-    code = f"""
+def torch_first_call(layers, warm_widths=None):
+    """Seconds of torch.compile's first call (fresh inductor cache), and,
+    with `warm_widths`, of the first call of the model with those MLP
+    widths in a new process on the inductor cache the cold call left (its
+    unchanged kernels compiled already), else None."""
+    code = """
 import os, sys, time, torch
-sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
+sys.path.insert(0, {bench!r})
 import compile_latency_bench as bench
 from compile_latency_bench import example, make_step
 bench.BLOCK, bench.UPDATE = bench.block, bench.adamw
-names, args = example({layers})
+names, args = example({layers}, {widths!r})
 fn = torch.compile(make_step(names))
 start = time.perf_counter()
 fn(*args)
 print(time.perf_counter() - start)
 """
     env = dict(os.environ)
+    times = []
     with tempfile.TemporaryDirectory() as d:
         env["TORCHINDUCTOR_CACHE_DIR"] = d
         env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                              text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"torch.compile failed at {layers} layers:\n{proc.stderr[-3000:]}")
-    return float(proc.stdout.strip().splitlines()[-1])
+        for widths in [None] + ([warm_widths] if warm_widths else []):
+            src = code.format(bench=os.path.join(ROOT, "bench"), layers=layers,
+                              widths=widths)
+            proc = subprocess.run([sys.executable, "-c", src], env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"torch.compile failed at {layers} layers:\n"
+                                 f"{proc.stderr[-3000:]}")
+            times.append(float(proc.stdout.strip().splitlines()[-1]))
+    return times[0], (times[1] if warm_widths else None)
 
 
 def trace_text(layers, widths=None):
@@ -425,7 +437,9 @@ def main(argv=None):
         inline = inline_timing = None
         if not args.no_inline:
             inline, inline_timing, _ = cold_first_call(n, args.repeat, False)
-        tc = None if args.no_torch else torch_first_call(n)
+        tc = tc_warm = None
+        if not args.no_torch:
+            tc, tc_warm = torch_first_call(n, widths)
         if n == 2:
             base, base_inline = sx, inline
         rows.append((n, sx, tc, warm, inline))
@@ -440,6 +454,10 @@ def main(argv=None):
             print(f"       warm kernel cache, layer {n // 2} MLP width 4d -> 3d: {warm:.1f} s "
                   f"= {warm / sx:.2f} of cold (goal <= 0.2)", flush=True)
             print("       warm: " + _timing_text(warm_timing), flush=True)
+        if tc_warm is not None:
+            print(f"       torch.compile, the same change on the inductor cache its cold "
+                  f"call left, new process: {tc_warm:.1f} s = {tc_warm / tc:.2f} of its "
+                  f"cold", flush=True)
     if base:
         deepest = rows[-1]
         print(f"ShardX {deepest[0]} layers / 2 layers: {deepest[1] / base:.2f} "
