@@ -304,7 +304,10 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
     ``memory_budget`` bytes (docs/Memory.md, "Automatic sharding under a
     budget"); MemoryBudgetError when no plan found fits."""
     try:
-        return run_tool("shardx-opt", [f"--shardx-auto-shard=memory-budget={int(memory_budget)}"],
+        # With its locations: the phases, call and checkpoint marks that code
+        # generation reads (recomputation, outlined layers).
+        return run_tool("shardx-opt", [f"--shardx-auto-shard=memory-budget={int(memory_budget)}",
+                                       "-mlir-print-debuginfo"],
                         input=mlir_text, what="shardx-opt --shardx-auto-shard")
     except ToolError as e:
         if "no plan fits the memory budget" in e.stderr:
