@@ -309,9 +309,10 @@ struct CpuCodegenCLOptions : PassPipelineOptions<CpuCodegenCLOptions> {
                     llvm::cl::init(true)};
   Option<std::string> recompute{
       *this, "recompute",
-      llvm::cl::desc(
-          "activation recomputation: none, selective, aggressive or budget"),
-      llvm::cl::init("none")};
+      llvm::cl::desc("activation recomputation: none, selective, aggressive, "
+                     "budget or plan (each function's shardx.recompute, "
+                     "shardx-auto-shard's choice)"),
+      llvm::cl::init("plan")};
   Option<int64_t> recomputeBudget{
       *this, "recompute-budget",
       llvm::cl::desc("the budget policy's bytes per rank"), llvm::cl::init(-1)};

@@ -54,6 +54,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "shardx/Analysis/Recompute.h"
 #include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
@@ -78,16 +79,22 @@ namespace mlir::shardx {
 } // namespace mlir::shardx
 
 using namespace mlir;
+using mlir::shardx::activationPeak;
 using mlir::shardx::computeMemoryProfile;
 using mlir::shardx::getTrainStepPhase;
+using mlir::shardx::isRepeatable;
 using mlir::shardx::MemoryBuffer;
 using mlir::shardx::MemoryProfile;
 using mlir::shardx::MemoryRole;
+using mlir::shardx::recomputeActivations;
+using mlir::shardx::RecomputeCandidate;
+using mlir::shardx::recomputeCandidates;
 
 namespace {
 
 /// The attribute on every copy.
-constexpr llvm::StringLiteral kRecomputed = "shardx.recomputed";
+constexpr llvm::StringLiteral kRecomputed = mlir::shardx::kRecomputedAttrName;
+using ValueKey = mlir::shardx::RecomputeKey;
 
 /// The number of the torch.utils.checkpoint call that recomputes `loc`'s op
 /// (`fused<"shardx.checkpoint.K">` in it), or -1.
@@ -104,318 +111,6 @@ int64_t checkpointOf(Location loc) {
     return WalkResult::interrupt();
   });
   return number;
-}
-
-/// Whether `op` is cheap enough to compute twice under `selective`: a
-/// linalg op whose loops are all parallel, a fill, a reshape or an empty
-/// tensor.
-bool isCheap(Operation *op) {
-  if (isa<tensor::EmptyOp, tensor::ExpandShapeOp, tensor::CollapseShapeOp,
-          linalg::FillOp>(op))
-    return true;
-  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
-  return linalgOp && linalgOp.hasPureTensorSemantics() &&
-         linalgOp.getNumLoops() == linalgOp.getNumParallelLoops();
-}
-
-/// Whether `op` may be computed twice at all: it has no side effects and
-/// one region-free or linalg body, and it is not a call (collectives are
-/// runtime calls and must run once).
-bool isRepeatable(Operation *op) {
-  if (isa<func::CallOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
-    return false;
-  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op))
-    return linalgOp.hasPureTensorSemantics();
-  return op->getNumRegions() == 0 && isMemoryEffectFree(op) &&
-         op->getNumResults() > 0;
-}
-
-/// A forward value by its defining op's position in the function's block
-/// and its result number: the same value in a clone of the function.
-using ValueKey = std::pair<unsigned, unsigned>;
-
-class Recomputer {
-public:
-  /// With `only`, run() replaces only the backward reads of those values
-  /// (candidates of the same function, or of a clone of it).
-  Recomputer(func::FuncOp func, bool aggressive,
-             const std::set<ValueKey> *only = nullptr)
-      : func(func), aggressive(aggressive), only(only) {}
-
-  /// Copies the recomputable forward values before their first backward
-  /// reader. Returns the number of ops copied.
-  unsigned run();
-
-  /// The forward values run() would compute again, in program order, with
-  /// their bytes and the loop iterations of the chain that recomputes each.
-  struct Candidate {
-    ValueKey key;
-    int64_t bytes = 0;
-    int64_t cost = 0;
-  };
-  SmallVector<Candidate> candidates();
-
-private:
-  bool isForward(Operation *op) {
-    return op && op->getBlock() == &func.getBody().front() &&
-           !op->hasAttr(kRecomputed) &&
-           getTrainStepPhase(op->getLoc()) == "forward";
-  }
-  /// Whether `value` costs nothing to keep: a step input, a constant or an
-  /// empty tensor (only the shape of an output; a copy gets its own buffer
-  /// at bufferization).
-  static bool isFree(Value value) {
-    Operation *def = value.getDefiningOp();
-    return !def || def->hasTrait<OpTrait::ConstantLike>() ||
-           isa<tensor::EmptyOp>(def);
-  }
-  bool returned(Operation *op) {
-    for (Value result : op->getResults())
-      for (Operation *user : result.getUsers())
-        if (isa<func::ReturnOp>(user))
-          return true;
-    return false;
-  }
-  /// The cheap set: forward elementwise ops and reshapes whose inputs are
-  /// free, kept (read late) or cheap themselves.
-  bool cheapRecomputable(Operation *op);
-  /// Pins the kept values a copy of expensive `op` reads, so that no
-  /// expensive op that computes them is recomputed too.
-  void pinLeaves(Operation *op);
-  void chooseExpensive();
-  Value copyOf(Value value, OpBuilder &builder);
-  /// Finds the late readers and chooses what to recompute; false when the
-  /// function has no backward phase.
-  bool analyze();
-  bool recomputable(Operation *def) {
-    return isForward(def) &&
-           (cheapRecomputable(def) || expensive.contains(def));
-  }
-  ValueKey keyOf(Value value);
-  /// The loop iterations of the ops copyOf(value) copies.
-  int64_t chainCost(Value value, llvm::DenseSet<Operation *> &seen);
-
-  func::FuncOp func;
-  bool aggressive;
-  const std::set<ValueKey> *only;
-  SmallVector<Operation *> backward;
-  llvm::DenseMap<Operation *, unsigned> position;
-  /// Values a backward or optimizer op, or the return, reads.
-  llvm::DenseSet<Value> readLate;
-  llvm::DenseMap<Operation *, bool> cheap;
-  /// Contractions and reductions recomputed (`aggressive`).
-  llvm::DenseSet<Operation *> expensive;
-  /// Values that must stay kept: copies of expensive ops read them.
-  llvm::DenseSet<Value> pinned;
-  IRMapping copies;
-  unsigned copied = 0;
-};
-
-bool Recomputer::cheapRecomputable(Operation *op) {
-  auto it = cheap.find(op);
-  if (it != cheap.end())
-    return it->second;
-  cheap[op] = false; // straight-line code has no cycles; this guards anyway
-  bool ok = isForward(op) && isRepeatable(op) && isCheap(op) && !returned(op);
-  for (Value operand : op->getOperands()) {
-    if (!ok)
-      break;
-    if (isFree(operand))
-      continue;
-    Operation *def = operand.getDefiningOp();
-    // A kept value, or a contraction `aggressive` recomputes from kept ones.
-    if (readLate.contains(operand) || expensive.contains(def))
-      continue;
-    ok = def->getBlock() == op->getBlock() && cheapRecomputable(def);
-  }
-  cheap[op] = ok;
-  return ok;
-}
-
-void Recomputer::pinLeaves(Operation *op) {
-  for (Value operand : op->getOperands()) {
-    Operation *def = operand.getDefiningOp();
-    if (isFree(operand))
-      continue;
-    if (cheapRecomputable(def))
-      pinLeaves(def);
-    else
-      pinned.insert(operand);
-  }
-}
-
-/// `aggressive`: contractions and reductions whose inputs are kept anyway
-/// (or cheap to recompute from kept values), latest first; a cheap value
-/// the backward reads may then be recomputed through them. The kept values a chosen op's copy reads stay
-/// kept (pinned), so a copied chain reaches back through at most one
-/// expensive op: cheap copies, the expensive op, cheap copies of its
-/// inputs, then values alive into the backward pass without it.
-void Recomputer::chooseExpensive() {
-  // Largest results first (the most memory a copy can free), later ops
-  // first among equals.
-  SmallVector<std::pair<int64_t, Operation *>> candidates;
-  for (Operation &op : llvm::reverse(func.getBody().front())) {
-    if (!isForward(&op) || !isRepeatable(&op) || isCheap(&op) || returned(&op))
-      continue;
-    int64_t bytes = 0;
-    for (Value result : op.getResults())
-      if (auto shaped = dyn_cast<ShapedType>(result.getType());
-          shaped && shaped.hasStaticShape() &&
-          shaped.getElementType().isIntOrFloat())
-        bytes += shaped.getNumElements() *
-                 ((shaped.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-    candidates.push_back({bytes, &op});
-  }
-  llvm::stable_sort(candidates, [](const auto &a, const auto &b) {
-    return a.first > b.first;
-  });
-  for (auto [bytes, op] : candidates) {
-    if (llvm::any_of(op->getResults(),
-                     [&](Value r) { return pinned.contains(r); }))
-      continue;
-    bool ok = llvm::all_of(op->getOperands(), [&](Value operand) {
-      if (isFree(operand) || cheapRecomputable(operand.getDefiningOp()))
-        return true;
-      Operation *def = operand.getDefiningOp();
-      return readLate.contains(operand) && !expensive.contains(def);
-    });
-    if (!ok)
-      continue;
-    expensive.insert(op);
-    pinLeaves(op);
-  }
-  // Cheap values that read a chosen op's result are recomputable now.
-  cheap.clear();
-}
-
-Value Recomputer::copyOf(Value value, OpBuilder &builder) {
-  if (Value done = copies.lookupOrNull(value))
-    return done;
-  Operation *def = value.getDefiningOp();
-  if (!def || (!cheapRecomputable(def) && !expensive.contains(def)))
-    return value;
-  for (Value operand : def->getOperands())
-    copies.map(operand, copyOf(operand, builder));
-  Operation *copy = builder.clone(*def, copies);
-  copy->setAttr(kRecomputed, builder.getUnitAttr());
-  ++copied;
-  return copies.lookup(value);
-}
-
-bool Recomputer::analyze() {
-  if (!func.getBody().hasOneBlock())
-    return false; // the straight-line steps only
-  Block &body = func.getBody().front();
-  // The late readers: every op from the first backward one on that is not
-  // itself forward (fused or merged ops may have lost their phase), and the
-  // return.
-  bool late = false;
-  unsigned index = 0;
-  for (Operation &op : body) {
-    position[&op] = index++;
-    StringRef phase = getTrainStepPhase(op.getLoc());
-    late |= phase == "backward";
-    if (!late || (phase == "forward" && !op.hasAttr(kRecomputed)))
-      continue;
-    backward.push_back(&op);
-    for (Value operand : op.getOperands())
-      readLate.insert(operand);
-  }
-  if (backward.empty())
-    return false;
-  if (aggressive)
-    chooseExpensive();
-  return true;
-}
-
-ValueKey Recomputer::keyOf(Value value) {
-  return {position.lookup(value.getDefiningOp()),
-          cast<OpResult>(value).getResultNumber()};
-}
-
-unsigned Recomputer::run() {
-  if (!analyze())
-    return 0;
-  for (Operation *op : backward) {
-    OpBuilder builder(op);
-    for (OpOperand &use : op->getOpOperands()) {
-      Operation *def = use.get().getDefiningOp();
-      if (recomputable(def) && (!only || only->count(keyOf(use.get()))))
-        use.set(copyOf(use.get(), builder));
-    }
-  }
-  return copied;
-}
-
-/// The loop iterations of a linalg op (its static loop ranges' product; a
-/// dynamic range counts as 1), 0 for any other op.
-static int64_t iterations(Operation *op) {
-  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
-  if (!linalgOp)
-    return 0;
-  int64_t n = 1;
-  for (int64_t range : linalgOp.getStaticLoopRanges())
-    n *= ShapedType::isDynamic(range) ? 1 : range;
-  return n;
-}
-
-int64_t Recomputer::chainCost(Value value, llvm::DenseSet<Operation *> &seen) {
-  Operation *def = value.getDefiningOp();
-  if (!def || !recomputable(def) || !seen.insert(def).second)
-    return 0;
-  int64_t cost = iterations(def);
-  for (Value operand : def->getOperands())
-    cost += chainCost(operand, seen);
-  return cost;
-}
-
-SmallVector<Recomputer::Candidate> Recomputer::candidates() {
-  SmallVector<Candidate> result;
-  if (!analyze())
-    return result;
-  std::set<ValueKey> found;
-  for (Operation *op : backward)
-    for (Value operand : op->getOperands()) {
-      Operation *def = operand.getDefiningOp();
-      if (!recomputable(def) || !found.insert(keyOf(operand)).second)
-        continue;
-      Candidate c;
-      c.key = keyOf(operand);
-      if (auto shaped = dyn_cast<ShapedType>(operand.getType());
-          shaped && shaped.hasStaticShape() &&
-          shaped.getElementType().isIntOrFloat())
-        c.bytes = shaped.getNumElements() *
-                  ((shaped.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-      llvm::DenseSet<Operation *> seen;
-      c.cost = chainCost(operand, seen);
-      result.push_back(c);
-    }
-  llvm::sort(result, [](const Candidate &a, const Candidate &b) {
-    return a.key < b.key;
-  });
-  return result;
-}
-
-/// The most bytes of activation (forward-phase) buffers alive at once in
-/// `profile`, and the number of ops where that many are alive.
-std::pair<int64_t, int64_t> activationPeak(const MemoryProfile &profile) {
-  std::vector<int64_t> delta(profile.ops.size() + 1, 0);
-  for (const MemoryBuffer &b : profile.buffers) {
-    if (b.argument || b.role != MemoryRole::Activation || b.first < 0 ||
-        b.first >= (int64_t)delta.size())
-      continue;
-    delta[b.first] += b.bytes;
-    delta[std::min<int64_t>(b.last + 1, delta.size() - 1)] -= b.bytes;
-  }
-  int64_t alive = 0, peak = 0, at = 0;
-  for (size_t i = 0; i + 1 < delta.size(); ++i) {
-    alive += delta[i];
-    if (alive > peak)
-      peak = alive, at = 0;
-    if (alive == peak)
-      ++at;
-  }
-  return {peak, at};
 }
 
 /// The `budget` policy on one function (see the file comment).
@@ -454,7 +149,8 @@ BudgetSearch::evaluate(const std::set<ValueKey> &chosen, bool all) {
   auto copy = scratch->lookupSymbol<func::FuncOp>(func.getSymName());
   Outcome outcome;
   outcome.copied =
-      Recomputer(copy, /*aggressive=*/true, all ? nullptr : &chosen).run();
+      recomputeActivations(copy, /*aggressive=*/true, all ? nullptr : &chosen)
+          .copied;
   PassManager pm(func.getContext());
   mlir::shardx::buildRecomputeBudgetModelPipeline(pm, contractions);
   if (failed(pm.run(*scratch)))
@@ -466,8 +162,7 @@ BudgetSearch::evaluate(const std::set<ValueKey> &chosen, bool all) {
 }
 
 LogicalResult BudgetSearch::run() {
-  SmallVector<Recomputer::Candidate> candidates =
-      Recomputer(func, /*aggressive=*/true).candidates();
+  SmallVector<RecomputeCandidate> candidates = recomputeCandidates(func);
   if (candidates.empty())
     return success();
   std::set<ValueKey> chosen;
@@ -521,7 +216,8 @@ LogicalResult BudgetSearch::run() {
   unsigned copied = 0;
   if (all || !chosen.empty())
     copied =
-        Recomputer(func, /*aggressive=*/true, all ? nullptr : &chosen).run();
+        recomputeActivations(func, /*aggressive=*/true, all ? nullptr : &chosen)
+            .copied;
   std::string summary = llvm::formatv(
       "modeled activation peak {0} -> {1} bytes per rank, budget {2}; {3} of "
       "{4} candidate values recomputed ({5} evaluations of the memory model)",
@@ -636,9 +332,9 @@ struct RecomputeActivationsPass
 
   void runOnOperation() override {
     if (policy != "none" && policy != "selective" && policy != "aggressive" &&
-        policy != "budget") {
+        policy != "budget" && policy != "plan") {
       getOperation().emitError("shardx-recompute-activations: unknown policy '")
-          << policy << "' (none, selective, aggressive or budget)";
+          << policy << "' (none, selective, aggressive, budget or plan)";
       return signalPassFailure();
     }
     if (contractions != "blas" && contractions != "cublas" &&
@@ -674,12 +370,36 @@ struct RecomputeActivationsPass
         }
       return;
     }
-    getOperation().walk([&](func::FuncOp func) {
-      if (unsigned copied = Recomputer(func, policy == "aggressive").run())
-        mlir::emitRemark(func.getLoc()) << "recomputes " << copied
-                          << " forward ops before their backward readers ("
-                          << policy << ")";
+    // `plan`: each function's own policy, shardx-auto-shard's choice.
+    WalkResult walked = getOperation().walk([&](func::FuncOp func) {
+      StringRef own = policy;
+      if (policy == "plan") {
+        Attribute attr = func->getAttr(mlir::shardx::kRecomputePolicyAttrName);
+        if (!attr)
+          return WalkResult::advance();
+        auto name = dyn_cast<StringAttr>(attr);
+        if (!name ||
+            (name.getValue() != "selective" &&
+             name.getValue() != "aggressive" && name.getValue() != "none")) {
+          func.emitError("shardx-recompute-activations: ")
+              << mlir::shardx::kRecomputePolicyAttrName << " is " << attr
+              << ", not \"none\", \"selective\" or \"aggressive\"";
+          return WalkResult::interrupt();
+        }
+        own = name.getValue();
+        if (own == "none")
+          return WalkResult::advance();
+      }
+      if (unsigned copied =
+              recomputeActivations(func, own == "aggressive").copied)
+        mlir::emitRemark(func.getLoc())
+            << "recomputes " << copied
+            << " forward ops before their backward readers (" << own
+            << (policy == "plan" ? ", the plan's" : "") << ")";
+      return WalkResult::advance();
     });
+    if (walked.wasInterrupted())
+      return signalPassFailure();
   }
 };
 

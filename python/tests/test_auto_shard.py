@@ -75,8 +75,10 @@ def auto_shard(text: str, tmp_path, options: str = "", check: bool = True):
     src.write_text(text)
     if js.exists():
         js.unlink()
+    # With the locations: the phases a plan's recomputation reads.
     proc = subprocess.run([OPT, f"--shardx-auto-shard={RATE} auto-json={js} {options}", str(src),
-                           "-o", str(out)], capture_output=True, text=True, timeout=600)
+                           "-mlir-print-debuginfo", "-o", str(out)],
+                          capture_output=True, text=True, timeout=600)
     if check:
         assert proc.returncode == 0, proc.stderr
     data = json.loads(js.read_text()) if js.exists() else None
@@ -281,6 +283,60 @@ def test_plan_runs_and_matches_unsharded(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def smallest_peak_of(text: str, tmp_path, options: str = "") -> int:
+    """smallest_peak with more options (recompute=false)."""
+    proc, _, _ = auto_shard(text, tmp_path, f"memory-budget=1 {options}", check=False)
+    m = re.search(r"the smallest modeled peak found is (\d+) bytes", proc.stderr)
+    assert proc.returncode != 0 and m, proc.stderr
+    return int(m.group(1))
+
+
+def recompute_budget(text: str, tmp_path):
+    """(budget, smallest peak without recomputation): a budget halfway from
+    the smallest peak with recomputation to the smallest without it."""
+    plain = smallest_peak_of(text, tmp_path, "recompute=false")
+    low = smallest_peak_of(text, tmp_path)
+    assert low < plain, (low, plain)
+    return (low + plain) // 2, plain
+
+
+def test_a_budget_only_recomputation_meets_is_met(tmp_path):
+    """Tests that under a budget below every plan's peak without
+    recomputation (the pass without it fails) a plan fits with it: the
+    remark, the JSON and the function's shardx.recompute say which policy,
+    its copies' compute is in the step time, print-plan's peak of the
+    compiled program (with the plan's recomputation) is the pass's and fits,
+    and the program compiled (which recomputes) matches the unsharded one."""
+    text = program("mlp", 2, **SMALL)
+    budget, plain = recompute_budget(text, tmp_path)
+    proc, _, _ = auto_shard(text, tmp_path, f"memory-budget={budget} recompute=false", check=False)
+    assert proc.returncode != 0 and "no plan fits the memory budget" in proc.stderr, proc.stderr
+    proc, data, out = auto_shard(text, tmp_path, f"memory-budget={budget}")
+    plan = data["plan"]
+    assert plan["recompute"] in ("selective", "aggressive"), plan
+    assert plan["recomputed_ops"] > 0 and plan["recompute_us"] > 0, plan
+    assert data["recompute_considered"]
+    m = re.search(r"modeled step time ([0-9.]+) us, modeled peak (\d+) bytes \([^)]*\) with "
+                  r"recompute=(\w+): (\d+) ops recomputed, \+([0-9.]+) us", proc.stderr)
+    assert m, proc.stderr
+    assert m.group(3) == plan["recompute"] and int(m.group(4)) == plan["recomputed_ops"]
+    planned = out.read_text()
+    assert f'shardx.recompute = "{plan["recompute"]}"' in planned
+    peak = spmd_peak(out)
+    assert peak <= budget < plain, (peak, budget, plain)
+    assert peak == plan["peak"]
+    # The compiled program applies the plan's policy (shardx-compile and
+    # shardx-run without --recompute) and gives the unsharded outputs.
+    proc = subprocess.run([RUN, "--check", "--ranks=2", "--rtol=1e-4", "--atol=1e-5", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Without a budget nothing is recomputed (nor priced).
+    _, data, out = auto_shard(text, tmp_path)
+    assert not data["recompute_considered"]
+    assert data["plan"]["recompute"] == "none" and data["plan"]["recompute_us"] == 0
+    assert "shardx.recompute" not in out.read_text()
+
+
 def _jit_step():
     torch.manual_seed(0)
     step = TrainStep(models.mlp(16, 32, 16), F.mse_loss, "sgd", lr=1e-3, momentum=0.9)
@@ -312,6 +368,30 @@ def test_compile_with_a_memory_budget_fits_and_matches_eager():
     (exe,) = f._executables.values()
     # Replicated, the step does not fit: the inputs take the plan's layouts.
     assert any(layout_key(l) != "R" for l in exe.in_layouts), "nothing sharded"
+    eloss, eparams, estate = step.run_eager(*args)
+    np.testing.assert_allclose(loss.full(), eloss.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for a, b in zip(params, eparams):
+        np.testing.assert_allclose(a.full(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_compile_under_a_budget_only_recomputation_meets_matches_eager(tmp_path):
+    """Tests that shardx.compile(..., memory_budget=) under a budget that
+    only a plan with recomputation meets compiles that plan with its
+    recomputation: the modeled peaks of the compiled program (tensors, and
+    the buffers the runtime allocates) fit, and the step matches eager on
+    threads."""
+    import shardx
+    step, args = _jit_step()
+    mesh = Mesh((2,), ("x",))
+    budget, _ = recompute_budget(trace(step, args, mesh, name="step"), tmp_path)
+    f = shardx.compile(step, mesh, memory_budget=budget)
+    loss, params, state = f(*args)
+    src = f._last_executable().path[:-len(".so")] + ".mlir"
+    with open(src) as fh:
+        assert "shardx.recompute = " in fh.read()
+    for level in ("tensors", "buffers"):
+        peak = f.memory_profile(level=level)[0]["peak_bytes"]
+        assert peak <= budget, (level, peak, budget)
     eloss, eparams, estate = step.run_eager(*args)
     np.testing.assert_allclose(loss.full(), eloss.detach().numpy(), rtol=1e-4, atol=1e-5)
     for a, b in zip(params, eparams):

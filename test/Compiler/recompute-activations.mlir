@@ -84,4 +84,4 @@ func.func @step(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %v: tensor<8x8xf32>,
 // AGG:      linalg.generic {{.*}} ins(%arg3, %[[H2]] :
 // AGG-NOT:  shardx.recomputed
 
-// BAD: unknown policy 'most' (none, selective, aggressive or budget)
+// BAD: unknown policy 'most' (none, selective, aggressive, budget or plan)

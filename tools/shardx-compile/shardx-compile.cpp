@@ -67,7 +67,10 @@ static llvm::cl::opt<std::string> recompute(
                    "whose inputs the backward pass keeps anyway) or budget (a "
                    "greedy choice of aggressive's copies that brings the "
                    "modeled activation peak within --recompute-budget); "
-                   "results bit for bit unchanged, docs/Compiler.md"),
+                   "results bit for bit unchanged, docs/Compiler.md; "
+                   "without this option each function's shardx.recompute, "
+                   "the policy shardx-auto-shard chose to fit its memory "
+                   "budget, else none"),
     llvm::cl::init("none"));
 static llvm::cl::opt<std::string> recomputeBudget(
     llvm::cl::cat(toolOptions), "recompute-budget",
@@ -317,7 +320,10 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
-  options.recompute = recompute;
+  // Without --recompute, what the plan says (CompileOptions' "plan":
+  // shardx.recompute on a function, shardx-auto-shard's choice).
+  if (recompute.getNumOccurrences())
+    options.recompute = recompute;
   options.recomputeBudget = budgetBytes;
   options.kernelCache = !noKernelCache;
   options.verifyEach = verifyEach;

@@ -72,8 +72,9 @@ struct CompileOptions {
   /// reduction results kept) or "aggressive" (also contractions and
   /// reductions whose inputs the backward pass keeps anyway) or "budget"
   /// (a greedy choice of aggressive's copies that brings the modeled activation
-  /// peak to `recomputeBudget` bytes per rank).
-  std::string recompute = "none";
+  /// peak to `recomputeBudget` bytes per rank) or "plan" (each function's
+  /// `shardx.recompute`, shardx-auto-shard's choice; none without one).
+  std::string recompute = "plan";
   int64_t recomputeBudget = -1;
   /// libdevice for the "cuda" target's math functions; empty: the toolkit
   /// found at configure time (or $SHARDX_LIBDEVICE).

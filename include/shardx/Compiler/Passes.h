@@ -35,10 +35,10 @@ struct CodegenPipelineOptions {
   std::string libdevice;
   /// Where `shardx-outline-kernels` reports (the cpu target), if anywhere.
   OutlineStats *outlineStats = nullptr;
-  /// Activation recomputation: "none", "selective", "aggressive" or
-  /// "budget" with `recomputeBudget` bytes per rank
-  /// (`shardx-recompute-activations`).
-  std::string recompute = "none";
+  /// Activation recomputation: "none", "selective", "aggressive",
+  /// "budget" with `recomputeBudget` bytes per rank, or "plan" (each
+  /// function's `shardx.recompute`) (`shardx-recompute-activations`).
+  std::string recompute = "plan";
   int64_t recomputeBudget = -1;
 };
 

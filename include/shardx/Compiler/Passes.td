@@ -150,13 +150,17 @@ def RecomputeActivationsPass
     function's modeled activation peak (the memory model,
     shardx/Analysis/MemoryModel.h, of the buffer program the target makes
     of it, with contractions as `contractions` says) to at most `budget`
-    bytes per rank; it warns when even all of them do not.
+    bytes per rank; it warns when even all of them do not. `plan` applies
+    each function's `shardx.recompute` attribute (`selective` or
+    `aggressive`, the policy `shardx-auto-shard` chose to fit its memory
+    budget; docs/Memory.md), and nothing to a function without one.
     Copies carry `shardx.recomputed`. The results are bit for bit those
     without recomputation. Runs on tensors after fusion.
   }];
   let options = [
     Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
-           "none, selective, aggressive or budget">,
+           "none, selective, aggressive, budget or plan (each function's "
+           "shardx.recompute attribute)">,
     Option<"budget", "budget", "int64_t", /*default=*/"-1",
            "budget: the modeled per-rank activation peak to fit, in bytes">,
     Option<"contractions", "contractions", "std::string",

@@ -151,6 +151,18 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'shardx.recomputed' must be a unit attribute");
     return success();
   }
+  // shardx-auto-shard's recomputation policy for a function under its
+  // memory budget (shardx/Analysis/Recompute.h), which code generation
+  // applies (shardx-recompute-activations{policy=plan}).
+  if (attr.getName() == "shardx.recompute") {
+    auto policy = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<FunctionOpInterface>(op) || !policy ||
+        !llvm::is_contained({"none", "selective", "aggressive"},
+                            policy.getValue()))
+      return op->emitError("'shardx.recompute' must be \"none\", "
+                           "\"selective\" or \"aggressive\" on a function");
+    return success();
+  }
   if (attr.getName() == "shardx.staging_signatures") {
     auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
     if (!isa<ModuleOp>(op) || !dict ||

@@ -10,6 +10,7 @@
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
 #include "shardx/Analysis/MemoryModel.h"
+#include "shardx/Analysis/Recompute.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Dialect/ShardX/Transforms/RecordedLayouts.h"
 #include "shardx/Rules/ShardingRule.h"
@@ -238,10 +239,26 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
         if (!modeled)
           continue;
       }
+      // The tensor level of a function whose plan recomputes activations
+      // (shardx-auto-shard's shardx.recompute, which code generation
+      // applies): modeled on a copy with the copies made, as the pass
+      // priced it. The buffers level gets them from the pipeline.
+      OwningOpRef<ModuleOp> recomputed;
+      auto policy = fn->getAttrOfType<StringAttr>(kRecomputePolicyAttrName);
+      bool recompute =
+          memoryLevel == "tensors" && policy && policy.getValue() != "none";
+      if (recompute) {
+        recomputed =
+            cast<ModuleOp>(modeled->getParentOfType<ModuleOp>()->clone());
+        modeled = recomputed->lookupSymbol<func::FuncOp>(fn.getSymName());
+        recomputeActivations(modeled, policy.getValue() == "aggressive");
+      }
       MemoryProfile profile = computeMemoryProfile(modeled);
       std::string text;
       llvm::raw_string_ostream os(text);
       profile.print(os);
+      if (recompute)
+        os << "\n  with the plan's recomputation (" << policy.getValue() << ")";
       // At the function's location, without printing the function.
       mlir::emitRemark(fn.getLoc()) << text;
       if (!memoryJson.empty()) {

@@ -201,8 +201,18 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
     func.func @step(%w: tensor<64x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, ...)
     ```
 
-    A remark per function lists the plan, its modeled step time and peak.
-    Where no plan fits, an error names the smallest peak found.
+    Under a budget a plan may fit by recomputing activations (`recompute`):
+    where its peak does not fit without recomputation, its local program is
+    priced again with `shardx-recompute-activations`' `selective`, then
+    `aggressive` policy (the peak after the copies; the copies' loop
+    iterations added to the time at `compute-rate`), and the fastest way
+    that fits is the plan's price. The policy chosen is written on the
+    function as `shardx.recompute = "selective"` (or `"aggressive"`), which
+    shardx-compile applies when no `--recompute` is given.
+
+    A remark per function lists the plan, its modeled step time and peak
+    (and its recomputation). Where no plan fits, an error names the
+    smallest peak found.
   }];
   let options = [
     Option<"memoryBudget", "memory-budget", "int64_t", "0",
@@ -224,6 +234,9 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
            "Seconds per collective on every axis (negative: the mesh's own)">,
     Option<"computeRate", "compute-rate", "double", "1e12",
            "Loop iterations per second per rank (as shardx-propagate)">,
+    Option<"recompute", "recompute", "bool", "true",
+           "Under a budget, let a plan fit by recomputing activations "
+           "(selective, then aggressive), the copies' compute priced">,
   ];
 }
 

@@ -45,6 +45,7 @@
 #include "PropagationSearch.h"
 
 #include "shardx/Analysis/MemoryModel.h"
+#include "shardx/Analysis/Recompute.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 #include "shardx/Dialect/ShardX/Transforms/ReshardPlanning.h"
 
@@ -514,23 +515,66 @@ Priced PlanPricer::priceFullUncached(ArrayRef<unsigned> pick) {
   if (!cutDepth)
     return fullOn(*prepared, fn, rules, pick);
   // The time from the first cut and its middle layer (cutTime); the peak,
-  // not a sum over the layers, extrapolated from both cuts' peaks.
-  Priced a = fullOn(*cuts[0], cutFns[0], cutRules[0], pick);
+  // not a sum over the layers, extrapolated from both cuts' peaks. So are
+  // a recomputation's peak, copies and their compute.
+  OwningOpRef<ModuleOp> locals[2];
+  Priced a = fullOn(*cuts[0], cutFns[0], cutRules[0], pick, /*needTime=*/true,
+                    recompute ? &locals[0] : nullptr);
   if (!std::isfinite(a.time))
     return {};
   double time = a.time + double(tiedLayers - cutDepth) * partTime;
   Priced b = fullOn(*cuts[1], cutFns[1], cutRules[1], pick,
-                    /*needTime=*/false);
+                    /*needTime=*/false, recompute ? &locals[1] : nullptr);
   if (!std::isfinite(b.time))
     return {};
-  return Priced{time, int64_t(std::llround(extrapolate(a.peak, b.peak)))};
+  Priced plain{time, int64_t(std::llround(extrapolate(a.peak, b.peak)))};
+  if (!recompute)
+    return plain;
+  return withRecompute(plain, [&](Recompute r) {
+    PolicyPrice x = priceRecompute(*locals[0], cutFns[0].getSymName(), r);
+    PolicyPrice y = priceRecompute(*locals[1], cutFns[1].getSymName(), r);
+    return PolicyPrice{int64_t(std::llround(extrapolate(x.peak, y.peak))),
+                       int64_t(std::llround(extrapolate(x.ops, y.ops))),
+                       extrapolate(x.us, y.us)};
+  });
+}
+
+PlanPricer::PolicyPrice
+PlanPricer::priceRecompute(ModuleOp local, StringRef name, Recompute r) {
+  auto start = std::chrono::steady_clock::now();
+  OwningOpRef<ModuleOp> copy = local.clone();
+  auto f = copy->lookupSymbol<func::FuncOp>(name);
+  RecomputeResult done =
+      recomputeActivations(f, /*aggressive=*/r == Recompute::Aggressive);
+  PolicyPrice out{computeMemoryProfile(f).peakBytes, done.copied,
+                  costs.getUsPerIteration() * double(done.iterations)};
+  recomputeSeconds += secondsSince(start);
+  return out;
+}
+
+Priced
+PlanPricer::withRecompute(Priced plain,
+                          llvm::function_ref<PolicyPrice(Recompute)> under) {
+  if (!recompute || !std::isfinite(plain.time) || fits(plain))
+    return plain;
+  Priced best = plain;
+  for (Recompute r : ArrayRef(kRecomputePolicies).drop_front()) {
+    PolicyPrice q = under(r);
+    Priced with{plain.time + q.us, q.peak, r, q.ops, q.us};
+    if (fits(with))
+      return with;
+    if (with.peak < best.peak)
+      best = with;
+  }
+  return best;
 }
 
 /// Whether this thread runs fullOn's search (its errors are the search's).
 static thread_local bool inSearch = false;
 
 Priced PlanPricer::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
-                          ArrayRef<unsigned> pick, bool needTime) {
+                          ArrayRef<unsigned> pick, bool needTime,
+                          OwningOpRef<ModuleOp> *localOut) {
   MLIRContext *context = fn.getContext();
   // The first error of the search, else of the pipeline, as when they ran
   // one after the other (the pipeline only after a search that succeeded).
@@ -601,7 +645,14 @@ Priced PlanPricer::fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
                                         : std::string();
   if (failed(time) || failed(ran))
     return {};
-  return Priced{*time, computeMemoryProfile(local).peakBytes};
+  Priced plain{*time, computeMemoryProfile(local).peakBytes};
+  if (localOut) {
+    *localOut = std::move(copy);
+    return plain;
+  }
+  return withRecompute(plain, [&](Recompute r) {
+    return priceRecompute(*copy, f.getSymName(), r);
+  });
 }
 
 Surrogate AutoSharder::buildSurrogate(std::vector<unsigned> base) {
@@ -734,6 +785,13 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
   auto start = std::chrono::steady_clock::now();
   if (failed(prepare()) || failed(findGroups()))
     return failure();
+  // Recomputation under a budget only, and not for a step that calls its
+  // layers (a regionally traced one): its compiled program calls them
+  // again (shardx-outline-calls), and recomputes nothing across calls.
+  pricer.recompute =
+      recompute && pricer.budget > 0 &&
+      !target.walk([](CallOpInterface) { return WalkResult::interrupt(); })
+           .wasInterrupted();
   enterPhase("cuts");
   {
     ScopedDiagnosticHandler quiet(pricer.fn.getContext(),
@@ -1027,6 +1085,14 @@ LogicalResult AutoSharder::run(StringRef jsonPath) {
            << " bytes per rank: the smallest modeled peak found is " << smallest
            << " bytes (" << formatBytes(smallest) << ")";
   pricer.apply(target, *pick);
+  // The recomputation the plan needs to fit, for code generation
+  // (shardx-recompute-activations{policy=plan}); none: nothing.
+  if (real.recompute != Recompute::None)
+    target->setAttr(
+        kRecomputePolicyAttrName,
+        StringAttr::get(target.getContext(), recomputeName(real.recompute)));
+  else
+    target->removeAttr(kRecomputePolicyAttrName);
   remark(*pick, real, seconds);
   return success();
 }
@@ -1096,8 +1162,14 @@ void AutoSharder::remark(ArrayRef<unsigned> pick, Priced real,
   if (pricer.budget > 0)
     remark << " under " << pricer.budget << " bytes per rank";
   remark << llvm::formatv(": modeled step time {0:F3} us, modeled peak {1} "
-                          "bytes ({2}); {3} plans priced in {4:F2} s",
-                          real.time, real.peak, formatBytes(real.peak),
+                          "bytes ({2})",
+                          real.time, real.peak, formatBytes(real.peak));
+  if (real.recompute != Recompute::None)
+    remark << llvm::formatv(" with recompute={0}: {1} ops recomputed, +{2:F3} "
+                            "us",
+                            recomputeName(real.recompute), real.recomputedOps,
+                            real.recomputeUs);
+  remark << llvm::formatv("; {0} plans priced in {1:F2} s",
                           pricer.priced + pricer.pricedFull, seconds);
   if (pricer.cutDepth)
     remark << llvm::formatv(
@@ -1163,7 +1235,7 @@ struct AutoShardPass
       if (fn.isExternal() || !fn.isPublic())
         continue;
       AutoSharder sharder(module, fn, mesh, costs, memoryBudget, pairWindow,
-                          refineSweeps, cutLayers);
+                          refineSweeps, cutLayers, recompute);
       if (failed(sharder.run(jsonPath)))
         return signalPassFailure();
     }

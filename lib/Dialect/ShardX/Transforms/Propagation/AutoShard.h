@@ -24,6 +24,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <chrono>
@@ -137,9 +138,30 @@ public:
   /// `seconds` (not summed into `searchSeconds`).
   double searchOn(func::FuncOp f, RuleCache &cache, CostModel &costModel,
                   llvm::StringSet<> &warnedHere, double &seconds);
-  /// Time and the peak of `m` (holding `f`) through shardx-spmd.
+  /// Time and the peak of `m` (holding `f`) through shardx-spmd. With
+  /// `local`, the local program (the pipeline's output) is moved there and
+  /// the price is without recomputation; without it and with `recompute`,
+  /// the price is withRecompute's on that program.
   Priced fullOn(ModuleOp m, func::FuncOp f, RuleCache &cache,
-                ArrayRef<unsigned> pick, bool needTime = true);
+                ArrayRef<unsigned> pick, bool needTime = true,
+                OwningOpRef<ModuleOp> *local = nullptr);
+  /// What recomputing under one policy does to a local program: its peak,
+  /// the ops copied and their compute (microseconds at the compute rate).
+  struct PolicyPrice {
+    int64_t peak = 0;
+    int64_t ops = 0;
+    double us = 0;
+  };
+  /// `r` applied to a copy of `local`'s function `name`
+  /// (shardx/Analysis/Recompute.h), its tensor-level peak after.
+  PolicyPrice priceRecompute(ModuleOp local, StringRef name, Recompute r);
+  /// `plain` (a plan's price without recomputation) where it fits or
+  /// recomputation is not considered; else with the first policy after
+  /// `none` (each copies what the one before does and more) whose peak
+  /// (`under`) fits, its copies' compute added to the time; none fitting,
+  /// the price of the smallest peak.
+  Priced withRecompute(Priced plain,
+                       llvm::function_ref<PolicyPrice(Recompute)> under);
   /// The whole step's number from those of the cuts of `cutDepth` and
   /// `cutDepth + 1` repeats: linear in the repeats.
   double extrapolate(double atDepth, double atNext) const {
@@ -168,6 +190,10 @@ public:
   ArrayRef<int64_t> meshShape;
   llvm::StringSet<> warned;
   RuleCache rules;
+  /// Under a budget, whether a plan may fit by recomputing activations
+  /// (the pass's `recompute`; not for a step that calls its layers, whose
+  /// compiled program recomputes nothing across the calls).
+  bool recompute = false;
   /// The repeats of the tied layers (1: none tied).
   unsigned tiedLayers = 1;
   /// With `cutDepth` > 0 the plans are priced on `cuts` (`fn` with
@@ -184,6 +210,8 @@ public:
   /// Where the solve's time goes: the greedy search's pricing, and the
   /// shardx-spmd runs for the peaks (the JSON's).
   double searchSeconds = 0, pipelineSeconds = 0;
+  /// Pricing recomputation (priceRecompute): copies and their peaks.
+  double recomputeSeconds = 0;
   PricedPlans pool;
   /// The times of the plans priced by time only.
   std::map<Picks, double> timeOnly;
@@ -229,9 +257,10 @@ class AutoSharder {
 public:
   AutoSharder(ModuleOp module, func::FuncOp target, MeshOp mesh,
               CostModel &costs, int64_t budget, unsigned window,
-              unsigned refineSweeps, unsigned minCutLayers)
+              unsigned refineSweeps, unsigned minCutLayers, bool recompute)
       : module(module), target(target), window(window),
         refineSweeps(refineSweeps), minCutLayers(minCutLayers),
+        recompute(recompute),
         pricer(mesh, costs, budget, groups, pinnedArg, phase, phases) {}
 
   LogicalResult run(StringRef jsonPath);
@@ -287,6 +316,8 @@ private:
   unsigned refineSweeps;
   /// Cut from this many repeats (0: never).
   unsigned minCutLayers;
+  /// The pass's `recompute` (PlanPricer::recompute).
+  bool recompute;
   /// The ops' keys (name, result types, body op names) in `fn`'s order.
   SmallVector<llvm::hash_code> opKeys;
   /// The stretches of `fn`'s ops that repeat once per tied layer: ops

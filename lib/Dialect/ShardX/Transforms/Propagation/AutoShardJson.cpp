@@ -141,6 +141,11 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
         j.attributeEnd();
         j.attribute("time", real.time);
         j.attribute("peak", real.peak);
+        // The recomputation the plan needs to fit its budget (in `time`
+        // and `peak`): the policy, its copies and their compute.
+        j.attribute("recompute", recomputeName(real.recompute));
+        j.attribute("recomputed_ops", real.recomputedOps);
+        j.attribute("recompute_us", real.recomputeUs);
       });
     }
     j.attribute("priced_plans", pricer.priced + pricer.pricedFull);
@@ -158,6 +163,10 @@ void AutoSharder::writeJson(StringRef path, const std::optional<Picks> &pick,
     j.attribute("solve_seconds", solveSeconds);
     j.attribute("search_seconds", pricer.searchSeconds);
     j.attribute("pipeline_seconds", pricer.pipelineSeconds);
+    // Whether a plan may fit by recomputing (under a budget, no calls),
+    // and the seconds spent pricing recomputation.
+    j.attribute("recompute_considered", pricer.recompute);
+    j.attribute("recompute_seconds", pricer.recomputeSeconds);
     // The plans priced and the seconds per phase of the solve.
     j.attributeObject("phases", [&] {
       for (auto &[name, counts] : phases)

@@ -21,6 +21,7 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -43,10 +44,27 @@ struct Choice {
 std::vector<Choice> layoutChoices(RankedTensorType type,
                                   ArrayRef<int64_t> meshShape, bool batchOnly);
 
-/// A priced plan: its modeled step time and the peak of its local program.
+/// How a plan's local program recomputes activations (docs/Compiler.md,
+/// "Activation recomputation"): the policies shardx-auto-shard tries, in
+/// this order, where a plan does not fit its budget without.
+enum class Recompute : uint8_t { None, Selective, Aggressive };
+inline constexpr Recompute kRecomputePolicies[] = {
+    Recompute::None, Recompute::Selective, Recompute::Aggressive};
+inline const char *recomputeName(Recompute r) {
+  return r == Recompute::None        ? "none"
+         : r == Recompute::Selective ? "selective"
+                                     : "aggressive";
+}
+
+/// A priced plan: its modeled step time and the peak of its local program,
+/// with the recomputation it needs to fit (its copies' compute is in
+/// `time`: `recomputeUs` of it).
 struct Priced {
   double time = std::numeric_limits<double>::infinity();
   int64_t peak = std::numeric_limits<int64_t>::max();
+  Recompute recompute = Recompute::None;
+  int64_t recomputedOps = 0;
+  double recomputeUs = 0;
 };
 
 /// A plan: a choice per group.
