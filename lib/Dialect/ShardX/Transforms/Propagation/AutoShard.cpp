@@ -557,13 +557,12 @@ PlanPricer::withRecompute(Priced plain,
                           llvm::function_ref<PolicyPrice(Recompute)> under) {
   if (!recompute || !std::isfinite(plain.time) || fits(plain))
     return plain;
+  // The fastest policy that fits (`better`), else the smallest peak.
   Priced best = plain;
   for (Recompute r : ArrayRef(kRecomputePolicies).drop_front()) {
     PolicyPrice q = under(r);
     Priced with{plain.time + q.us, q.peak, r, q.ops, q.us};
-    if (fits(with))
-      return with;
-    if (with.peak < best.peak)
+    if (better(with, best))
       best = with;
   }
   return best;

@@ -156,10 +156,9 @@ public:
   /// (shardx/Analysis/Recompute.h), its tensor-level peak after.
   PolicyPrice priceRecompute(ModuleOp local, StringRef name, Recompute r);
   /// `plain` (a plan's price without recomputation) where it fits or
-  /// recomputation is not considered; else with the first policy after
-  /// `none` (each copies what the one before does and more) whose peak
-  /// (`under`) fits, its copies' compute added to the time; none fitting,
-  /// the price of the smallest peak.
+  /// recomputation is not considered; else with the fastest policy whose
+  /// peak (`under`) fits, its copies' compute added to the time; none
+  /// fitting, the price of the smallest peak.
   Priced withRecompute(Priced plain,
                        llvm::function_ref<PolicyPrice(Recompute)> under);
   /// The whole step's number from those of the cuts of `cutDepth` and
