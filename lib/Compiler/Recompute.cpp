@@ -31,7 +31,12 @@
 //              contraction (latest contractions are chosen first).
 //   budget     a greedy choice of aggressive's candidates that brings the
 //              function's modeled activation peak to at most `budget`
-//              bytes per rank (below).
+//              bytes per rank (below);
+//   plan       each function's `shardx.recompute` (selective or
+//              aggressive, shardx-auto-shard's choice to fit its memory
+//              budget), nothing without one.
+// Selective and aggressive are shardx/Analysis/Recompute.h's
+// recomputeActivations, which shardx-auto-shard prices plans with.
 //
 // `budget` (torchtitan's memory-budget checkpointing, with the budget in
 // bytes): a candidate is a forward value the backward pass reads that
