@@ -179,6 +179,12 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'shardx.ragged_rows' must be a unit attribute");
     return success();
   }
+  if (attr.getName() == "shardx.ragged_dispatch") {
+    // shardx-ragged-dispatch: a local op of an MoE's dispatch and combine.
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError("'shardx.ragged_dispatch' must be a unit attribute");
+    return success();
+  }
   if (attr.getName() == "shardx.table_layout") {
     if (!isa<LayoutAttr>(attr.getValue()))
       return op->emitError("'shardx.table_layout' must be a #shardx.layout");

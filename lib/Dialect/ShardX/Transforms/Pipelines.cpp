@@ -160,7 +160,8 @@ void mlir::shardx::registerShardXPipelines() {
   PassPipelineRegistration<>(
       "shardx-partition",
       "from a propagated global program to the local one: "
-      "shardx-ragged-experts, shardx-insert-reshards, shardx-verify-layouts, "
+      "shardx-ragged-dispatch, shardx-ragged-experts, shardx-insert-reshards, "
+      "shardx-verify-layouts, "
       "shardx-lower-reshards, shardx-localize",
       [](OpPassManager &pm) { buildPartitionPipeline(pm); });
 }

@@ -75,6 +75,7 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       return signalPassFailure();
     printHalos(symbolTable);
     printRaggedRows();
+    printRaggedDispatch();
     OwningOpRef<ModuleOp> scheduled;
     printSchedules(scheduled);
     printMemory(scheduled);
@@ -96,6 +97,47 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
                          << " " << type << " as " << need.getLayout().str()
                          << ", its experts' rows on their ranks: no reshard";
       }
+    });
+  }
+
+  /// A remark per exchange of a global program's MoE dispatch
+  /// (shardx-ragged-dispatch), priced at an even split of the routed rows
+  /// (the real counts exist at run time): a rank keeps `1/n` of the rows it
+  /// sends and receives (`n` the group size) and moves the rest, each way.
+  void printRaggedDispatch() {
+    SymbolTableCollection symbolTable;
+    getOperation()->walk([&](Operation *op) {
+      if (!op->hasAttr("shardx.ragged_dispatch") ||
+          !isa<RaggedAllToAllOp, AllToAllOp>(op))
+        return;
+      auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(
+          op, op->getAttrOfType<FlatSymbolRefAttr>("mesh"));
+      if (!mesh)
+        return;
+      int64_t n = 1;
+      for (int64_t a :
+           op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
+        n *= mesh.getShape()[a];
+      // The rows a rank routes: the smaller of the two buffers (the
+      // dispatch's send buffer, the combine's result; the other is the
+      // worst case, n times that).
+      auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto out = cast<RankedTensorType>(op->getResult(0).getType());
+      auto ragged = dyn_cast<RaggedAllToAllOp>(op);
+      RankedTensorType rows =
+          out.getNumElements() < in.getNumElements() ? out : in;
+      double bytes = double(rows.getNumElements()) *
+                     (rows.getElementTypeBitWidth() / 8) * (n - 1) / n;
+      std::string type;
+      llvm::raw_string_ostream(type) << rows;
+      op->emitRemark() << "ragged dispatch: "
+                       << (ragged ? "shardx.ragged_all_to_all of the routed "
+                                    "rows "
+                                  : "shardx.all_to_all of the per-expert "
+                                    "counts ")
+                       << type << " over " << n << " ranks, 1 collective, "
+                       << llvm::formatv("{0:F0}", bytes)
+                       << " bytes/rank at an even split";
     });
   }
 

@@ -240,6 +240,48 @@ def AutoShardPass : Pass<"shardx-auto-shard", "ModuleOp"> {
   ];
 }
 
+def RaggedDispatchPass : Pass<"shardx-ragged-dispatch", "ModuleOp"> {
+  let summary = "dispatches and combines the routed rows of a dropless MoE "
+                "whose tokens are split over the experts' axes by ragged "
+                "all-to-alls";
+  let description = [{
+    After `shardx-propagate` (of canonicalized IR, as in `shardx-spmd`),
+    before `shardx-ragged-experts` and `shardx-insert-reshards`. Recognises the global dropless MoE
+    dispatch (torchtitan's form, `shardx_dev.grouped_moe.GroupedMoEBlock`
+    traced: the routed choices `flat [R]` sorted by a stable argsort, the
+    groups counted by `bincount(flat)` and its cumulative sum, the tokens'
+    rows gathered in that order, the SiLU-gated experts as grouped matmuls
+    whose weights are split on E over mesh axes A, the rows weighted by
+    their gates and added back to their tokens by `index_add`) where the
+    tokens, their choices and gates are split on dim 0 over A (and maybe
+    other axes). The sum over the routed items does not depend on their
+    order, so each rank sorts its own tokens' choices, sends each member
+    of its A group the rows of that member's experts by
+    `shardx.ragged_all_to_all` (the counts from its local counts; the
+    per-expert counts sent first by an even `shardx.all_to_all`, from which
+    the received rows' experts and counts follow), runs its experts over
+    the received rows (a worst-case buffer, every row of the group; the
+    rows past the received ones zero), sends the rows back with the counts
+    it received (the combine, counts given), and adds them, weighted, to
+    its own tokens. The global ops of the region are replaced by the
+    rank's local ops between `unrealized_conversion_cast`s (as lowered
+    reshards are), so shardx-localize clones them as they are; the range
+    checks of the replaced gathers' indices (a permutation's, in range by
+    construction) become zeros. Where any part does not match, the program
+    is left as it is (its propagated plan runs). docs/Rules.md, "Expert
+    parallelism".
+
+    ```mlir
+    // before: %flat [S(0)] -> [R] (all-gather), a global argsort on every
+    //         rank, the gathered rows through the experts, all-reduced
+    // after:  %send = local rows sorted by expert; %rows =
+    //         shardx.ragged_all_to_all %send, %counts recv_counts = %rc;
+    //         experts on %rows; %back = shardx.ragged_all_to_all %ys, %rc
+    //         recv_counts = %counts; the local index_add: [S(0)]
+    ```
+  }];
+}
+
 def RaggedExpertsPass : Pass<"shardx-ragged-experts", "ModuleOp"> {
   let summary = "keeps the rows of grouped matmuls on the ranks of their "
                 "experts instead of all-reducing them";

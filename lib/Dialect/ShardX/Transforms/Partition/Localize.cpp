@@ -174,8 +174,10 @@ private:
         return failure();
     if (failed(offsetIndices(op, clone)))
       return failure();
+    // shardx-ragged-dispatch's grouped matmuls run over received rows
+    // whose groups are not sorted: over every row.
     if (std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op);
-        form && groupedRowRuns)
+        form && groupedRowRuns && !op->hasAttr("shardx.ragged_dispatch"))
       return localizeGroupedMatmul(op, clone, *form);
     return clone.getOperation();
   }

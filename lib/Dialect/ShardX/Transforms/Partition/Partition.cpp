@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// From a propagated global program to the program each rank runs: five
+// From a propagated global program to the program each rank runs: six
 // passes, each usable and tested alone. `shardx-partition` names them
 // together (the steps of upstream's one `shard-partition` pass), and
 // `shardx-spmd` runs them between propagation and collective optimization.
@@ -17,6 +17,7 @@
 
 void mlir::shardx::buildPartitionPipeline(OpPassManager &pm,
                                           bool groupedRowRuns) {
+  pm.addPass(createRaggedDispatchPass());
   pm.addPass(createRaggedExpertsPass());
   pm.addPass(createInsertReshardsPass());
   pm.addPass(createVerifyLayoutsPass());

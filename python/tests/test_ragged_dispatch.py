@@ -1,0 +1,155 @@
+"""Dropless expert parallelism with the tokens split over the experts'
+axis: shardx-ragged-dispatch (in ``--shardx-spmd``) turns the global
+program of ``shardx_dev.grouped_moe.GroupedMoEBlock`` (torchtitan's form:
+a stable argsort of the routed choices, ``bincount``, grouped matmuls,
+``index_add``) whose tokens are ``Shard(0)`` over ``ep`` (and ``dp`` on
+a 2x2 mesh) into the local dispatch and combine by
+``shardx.ragged_all_to_all`` (docs/Rules.md, "Expert parallelism"): each
+rank sorts its own tokens' choices, sends each rank the rows of its
+experts, runs its experts on what it receives and sends the rows back.
+The forward is checked against eager PyTorch and the unsharded program
+(threads), and under mpirun; print-plan's exchanges against the routed
+rows' bytes and against the propagated plan's reshards without the pass.
+
+The 6-token, 3-expert case is uneven in the experts (2 and 1 per rank) and
+in the rows each rank sends and receives (the routing decides them at run
+time); the routed rows ``T * top_k`` are a multiple of 4 (CPU
+``_grouped_mm`` wants 16-byte aligned rows) and the tokens divide over the
+ranks (the pass matches static local shapes only)."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import shardx
+from shardx import Mesh, Replicate as R, Shard as S
+from shardx.importer import trace
+from shardx_dev.grouped_moe import GroupedMoEBlock
+from shardx_dev.testing.steps import check_on_mpi, run_tool
+
+DIM, HIDDEN, TOP_K = 16, 32, 2
+CASES = {
+    # name: (mesh shape, tokens, experts)
+    "ep2": ((2,), 8, 4),
+    "ep4": ((4,), 8, 4),
+    "uneven_ep2": ((2,), 6, 3),
+    "dp2xep2": ((2, 2), 8, 4),
+}
+
+
+def _forward(name, tokens_split=True):
+    """(function, [params, x], mesh, input placements, module, x): the
+    experts' weights Shard(0) over ep, the router replicated, the tokens
+    Shard(0) over every mesh axis (or, without ``tokens_split``, over dp
+    only)."""
+    shape, tokens, experts = CASES[name]
+    torch.manual_seed(0)
+    module = GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K, counts="bincount")
+    x = torch.randn(tokens, DIM)
+    if len(shape) == 1:
+        mesh, weights = Mesh(shape, ("ep",)), [S(0)]
+        tok = [S(0)] if tokens_split else [R()]
+    else:
+        mesh, weights = Mesh(shape, ("dp", "ep")), [R(), S(0)]
+        tok = [S(0), S(0)] if tokens_split else [S(0), R()]
+    fn = lambda p, x: torch.func.functional_call(module, p, (x,))
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    # In the order the parameters flatten (the dict's).
+    ins = [weights if k.startswith("w") else [R()] * len(shape) for k in params] + [tok]
+    return fn, [params, x], mesh, ins, module, x
+
+
+def _traced(name, tmp_path, tokens_split=True):
+    fn, args, mesh, ins, _, _ = _forward(name, tokens_split)
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(trace(fn, args, mesh, ins, None, name=name))
+    return path
+
+
+_COLLECTIVE = re.compile(r"shardx\.(all_reduce|all_gather|all_to_all|reduce_scatter"
+                         r"|ragged_all_to_all|permute)\b")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_matches_eager_and_unsharded(name):
+    """Sharded, unsharded and eager agree; to a few ulps, not to the bit
+    (each rank sums its tokens' rows in another order than the unsharded
+    program's sort)."""
+    fn, (params, _), mesh, ins, module, x = _forward(name)
+    want = module(x).detach()
+    sharded = shardx.compile(fn, mesh, ins)(params, x).to_torch()
+    whole = shardx.compile(fn, None)(params, x).to_torch()
+    np.testing.assert_allclose(sharded.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sharded, whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_local_program_exchanges_rows(name, tmp_path, build_dir):
+    """The local program's collectives over ep: the per-expert counts (an
+    even all-to-all), the dispatch and the combine (ragged, both given
+    their receive counts); the tokens are never gathered and the experts'
+    outputs never all-reduced."""
+    path = _traced(name, tmp_path)
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    found = _COLLECTIVE.findall(local)
+    assert sorted(found) == ["all_reduce", "all_to_all", "ragged_all_to_all",
+                             "ragged_all_to_all"], found
+    # The one all-reduce sums the index checks' failure counts (the
+    # bincount's range checks over each rank's choices), not rows.
+    reduced = re.findall(r"shardx\.all_reduce [^\n]*: (tensor<[^>]*>)", local)
+    assert reduced == ["tensor<5xi64>"], reduced
+    assert len(re.findall(r"shardx\.ragged_all_to_all [^\n]* recv_counts = ", local)) == 2, local
+
+
+def _plan(path, build_dir, dispatch):
+    passes = ["--shardx-canonicalize", "--shardx-propagate"]
+    passes += ["--shardx-ragged-dispatch"] if dispatch else []
+    return run_tool([f"{build_dir}/bin/shardx-opt", path, *passes, "--shardx-ragged-experts",
+                     "--shardx-insert-reshards", "--shardx-print-plan", "-o", "/dev/null"])
+
+
+_RESHARD = re.compile(r"remark: plan (\[[^\]]*\]) -> (\[[^\]]*\]) for tensor<[^>]*>: "
+                      r"\d+ steps?, \d+ collectives?, (\d+) bytes/rank")
+_EXCHANGE = re.compile(r"remark: ragged dispatch: shardx\.(ragged_all_to_all|all_to_all) of the "
+                       r"[a-z -]+ tensor<(\d+)x?(\d*)x(f32|i64)> over (\d+) ranks, 1 collective, "
+                       r"(\d+) bytes/rank")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plan_moves_the_routed_rows(name, tmp_path, build_dir):
+    """print-plan: the dispatch and the combine each move, at an even split
+    of the routed rows, ``(n - 1) / n`` of a rank's ``T k / ranks`` rows of
+    ``dim`` f32 (the real counts exist at run time), and the per-expert
+    counts ``(n - 1) / n`` of ``n * ceil(E / n)`` int64s; together fewer
+    bytes over ep than the propagated plan's reshards without the pass (the
+    routing gathered, the experts' outputs all-reduced)."""
+    shape, tokens, experts = CASES[name]
+    n, ranks = shape[-1], int(np.prod(shape))
+    items = tokens * TOP_K // ranks
+    path = _traced(name, tmp_path)
+    text = _plan(path, build_dir, dispatch=True)
+    exchanges = sorted((kind, int(a), int(b or 1), int(g), int(nbytes))
+                       for kind, a, b, _, g, nbytes in _EXCHANGE.findall(text))
+    slots = n * -(-experts // n)
+    rows = (items, DIM, n, (n - 1) * items * DIM * 4 // n)
+    assert exchanges == sorted([("all_to_all", slots, 1, n, (n - 1) * slots * 8 // n),
+                                ("ragged_all_to_all", *rows), ("ragged_all_to_all", *rows)]), text
+    after = sum(int(b) for _, _, b in _RESHARD.findall(text)) + sum(e[-1] for e in exchanges)
+    before = sum(int(b) for _, _, b in _RESHARD.findall(_plan(path, build_dir, dispatch=False)))
+    assert after < before, (after, before)
+
+
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep2", "dp2xep2"])
+def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
+    check_on_mpi(build_dir, _traced(name, tmp_path), int(np.prod(CASES[name][0])))
+
+
+def test_tokens_whole_over_ep_are_not_dispatched(tmp_path, build_dir):
+    """With the tokens replicated over ep (split over dp only) every rank
+    routes the same tokens: the pass leaves the program to propagation's
+    plan and shardx-ragged-experts (no ragged exchange)."""
+    local = run_tool([f"{build_dir}/bin/shardx-opt", _traced("dp2xep2", tmp_path, False),
+                      "--shardx-spmd"])
+    assert "ragged_all_to_all" not in local and "ragged_dispatch" not in local
