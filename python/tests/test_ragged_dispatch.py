@@ -153,3 +153,30 @@ def test_tokens_whole_over_ep_are_not_dispatched(tmp_path, build_dir):
     local = run_tool([f"{build_dir}/bin/shardx-opt", _traced("dp2xep2", tmp_path, False),
                       "--shardx-spmd"])
     assert "ragged_all_to_all" not in local and "ragged_dispatch" not in local
+
+
+def test_unmatched_forms_keep_the_propagated_plan():
+    """Where the pass does not match, the program runs propagation's plan,
+    and its numbers are still eager's: ``histc`` counts (a float binning the
+    pass does not read as ``bincount``) and a train step (the backward reads
+    the experts' rows), both with the tokens split over ep."""
+    from shardx.train import TrainStep
+    from shardx_dev.testing.steps import assert_steps_match_eager
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    module = GroupedMoEBlock(DIM, HIDDEN, 4, top_k=TOP_K, counts="histc")
+    x = torch.randn(8, DIM)
+    mesh = Mesh((2,), ("ep",))
+    fn = lambda p, x: torch.func.functional_call(module, p, (x,))
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    ins = [[S(0)] if k.startswith("w") else [R()] for k in params] + [[S(0)]]
+    got = shardx.compile(fn, mesh, ins)(params, x).to_torch()
+    np.testing.assert_allclose(got.numpy(), module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    module.counts = "bincount"
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    w = {"w1": [S(0)], "w2": [S(0)], "w3": [S(0)]}
+    ins, outs = step.placements(mesh, w, [[S(0)]], [S(0)])
+    f = shardx.compile(step, mesh, ins, outs)
+    assert_steps_match_eager(f, step, step.example_args([x], torch.randn_like(x)), "step")
