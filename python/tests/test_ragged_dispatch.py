@@ -11,11 +11,12 @@ The forward is checked against eager PyTorch and the unsharded program
 (threads), and under mpirun; print-plan's exchanges against the routed
 rows' bytes and against the propagated plan's reshards without the pass.
 
-The 6-token, 3-expert case is uneven in the experts (2 and 1 per rank) and
-in the rows each rank sends and receives (the routing decides them at run
-time); the routed rows ``T * top_k`` are a multiple of 4 (CPU
-``_grouped_mm`` wants 16-byte aligned rows) and the tokens divide over the
-ranks (the pass matches static local shapes only)."""
+The 3-expert cases are uneven in the experts (2 and 1 per ep rank), 5
+on 4 ranks too (2, 2, 1, 0), and all are uneven in the rows each rank
+sends and receives (the routing decides them at run time); the routed
+rows ``T * top_k`` are a multiple of 4 (CPU ``_grouped_mm`` wants 16-byte
+aligned rows) and the tokens divide over the ranks (the pass matches
+static local shapes only)."""
 
 import re
 
@@ -35,6 +36,8 @@ CASES = {
     "ep2": ((2,), 8, 4),
     "ep4": ((4,), 8, 4),
     "uneven_ep2": ((2,), 6, 3),
+    "uneven_ep4": ((4,), 8, 5),
+    "uneven_dp2xep2": ((2, 2), 8, 3),
     "dp2xep2": ((2, 2), 8, 4),
 }
 
@@ -141,7 +144,7 @@ def test_plan_moves_the_routed_rows(name, tmp_path, build_dir):
     assert after < before, (after, before)
 
 
-@pytest.mark.parametrize("name", ["ep2", "uneven_ep2", "dp2xep2"])
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep2", "uneven_ep4", "uneven_dp2xep2"])
 def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
     check_on_mpi(build_dir, _traced(name, tmp_path), int(np.prod(CASES[name][0])))
 
