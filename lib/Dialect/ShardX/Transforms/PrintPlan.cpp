@@ -103,7 +103,8 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
   /// A remark per exchange of a global program's MoE dispatch
   /// (shardx-ragged-dispatch), priced at an even split of the routed rows
   /// (the real counts exist at run time): a rank keeps `1/n` of the rows it
-  /// sends and receives (`n` the group size) and moves the rest, each way.
+  /// sends and receives (`n` the group size) and moves the rest, each way;
+  /// the time is the mesh model's group cost of those bytes.
   void printRaggedDispatch() {
     SymbolTableCollection symbolTable;
     getOperation()->walk([&](Operation *op) {
@@ -114,16 +115,15 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
           op, op->getAttrOfType<FlatSymbolRefAttr>("mesh"));
       if (!mesh)
         return;
-      int64_t n = 1;
-      for (int64_t a :
-           op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
-        n *= mesh.getShape()[a];
+      ::shardx::MeshSpec spec = getMeshSpec(mesh);
+      ArrayRef<int64_t> axes =
+          op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+      int64_t n = spec.groupSize(axes);
       // The rows a rank routes: the smaller of the two buffers (the
       // dispatch's send buffer, the combine's result; the other is the
       // worst case, n times that).
       auto in = cast<RankedTensorType>(op->getOperand(0).getType());
       auto out = cast<RankedTensorType>(op->getResult(0).getType());
-      auto ragged = dyn_cast<RaggedAllToAllOp>(op);
       RankedTensorType rows =
           out.getNumElements() < in.getNumElements() ? out : in;
       double bytes = double(rows.getNumElements()) *
@@ -131,13 +131,17 @@ struct PrintPlanPass : mlir::shardx::impl::PrintPlanPassBase<PrintPlanPass> {
       std::string type;
       llvm::raw_string_ostream(type) << rows;
       op->emitRemark() << "ragged dispatch: "
-                       << (ragged ? "shardx.ragged_all_to_all of the routed "
-                                    "rows "
-                                  : "shardx.all_to_all of the per-expert "
-                                    "counts ")
+                       << (isa<RaggedAllToAllOp>(op)
+                               ? "shardx.ragged_all_to_all of the routed "
+                                 "rows "
+                               : "shardx.all_to_all of the per-expert "
+                                 "counts ")
                        << type << " over " << n << " ranks, 1 collective, "
                        << llvm::formatv("{0:F0}", bytes)
-                       << " bytes/rank at an even split";
+                       << " bytes/rank at an even split, "
+                       << llvm::formatv("{0:F3}",
+                                        spec.groupCost(axes).timeUs(bytes))
+                       << " us";
     });
   }
 

@@ -174,10 +174,8 @@ private:
         return failure();
     if (failed(offsetIndices(op, clone)))
       return failure();
-    // shardx-ragged-dispatch's grouped matmuls run over received rows
-    // whose groups are not sorted: over every row.
     if (std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op);
-        form && groupedRowRuns && !op->hasAttr("shardx.ragged_dispatch"))
+        form && groupedRowRuns)
       return localizeGroupedMatmul(op, clone, *form);
     return clone.getOperation();
   }
@@ -355,7 +353,17 @@ Localizer::localizeGroupedMatmul(linalg::GenericOp op, linalg::GenericOp clone,
         pieces.emitPiece(rewriter, loc, split->first, split->second);
   } else {
     first = arith::ConstantIndexOp::create(rewriter, loc, 0);
-    count = arith::ConstantIndexOp::create(rewriter, loc, experts);
+    // Whole experts of a dynamic count (a local program's weights, e.g.
+    // shardx-ragged-dispatch's on uneven experts): all of them.
+    count = ShapedType::isDynamic(experts)
+                ? tensor::DimOp::create(rewriter, loc,
+                                        form == GroupedMatmulForm::Rows
+                                            ? clone.getDpsInputs()[1]
+                                            : clone.getDpsInits()[0],
+                                        0)
+                      .getResult()
+                : arith::ConstantIndexOp::create(rewriter, loc, experts)
+                      .getResult();
   }
   Type i64 = rewriter.getI64Type();
   Value below = arith::IndexCastOp::create(rewriter, loc, i64, first);

@@ -25,11 +25,13 @@
 // expert (so by the member of its A group that holds the expert), sends
 // each member the rows of its experts (`shardx.ragged_all_to_all`; the
 // per-expert counts first by an even `shardx.all_to_all`, from which the
-// rows each member sends and each received row's expert follow), runs its
-// experts over the received rows (a worst-case buffer of every row of the
-// group, zero after the received ones), sends the rows back with the
-// counts it received, and adds them, weighted by their gates, to its
-// tokens.
+// rows each member sends and each received row's expert follow), sorts the
+// received rows by expert (a worst-case buffer of every row of the group,
+// zero after the received ones, which sort last), runs its experts over
+// them (shardx-localize runs each grouped matmul over the received rows
+// only: the groups are sorted), puts them back in the received order,
+// sends them back with the counts it received, and adds them, weighted by
+// their gates, to its tokens.
 //
 // The pass replaces the global ops with the rank's local ops, bracketed by
 // `unrealized_conversion_cast`s as lowered reshards are: global -> local
@@ -70,9 +72,8 @@ using ::shardx::Layout;
 
 namespace {
 
-/// The attribute marking the local ops the pass built (shardx-localize
-/// leaves their grouped matmuls as they are: the received rows' experts
-/// are not sorted).
+/// The attribute marking the local ops the pass built (print-plan prices
+/// its collectives).
 constexpr llvm::StringLiteral kRaggedDispatchAttrName =
     "shardx.ragged_dispatch";
 
@@ -638,20 +639,27 @@ private:
     sum->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
     return sum.getResult(0);
   }
-  /// out[r] = in[r] mod el.
-  Value modulo(Value in, int64_t el) {
+  /// A received row's local expert from its run `in[r]` among the
+  /// (member, expert) runs: `in[r] mod el`, or `el` (no expert) for the rows
+  /// past the last run (`in[r] == slots`: the buffer's zero rows).
+  Value localExpert(Value in, int64_t el, int64_t slots) {
     auto type = cast<RankedTensorType>(in.getType());
     MLIRContext *ctx = b.getContext();
     AffineMap id = AffineMap::getMultiDimIdentityMap(1, ctx);
-    Value c = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(el));
+    Value perRank = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(el));
+    Value all = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(slots));
     auto op = linalg::GenericOp::create(
         b, loc, TypeRange{type}, ValueRange{in},
         ValueRange{tensor::EmptyOp::create(b, loc, type.getShape(),
                                            type.getElementType())},
         ArrayRef<AffineMap>{id, id}, ArrayRef<IteratorType>{par},
         [&](OpBuilder &nb, Location l, ValueRange a) {
-          linalg::YieldOp::create(
-              nb, l, ValueRange{arith::RemSIOp::create(nb, l, a[0], c)});
+          Value past = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge,
+                                             a[0], all);
+          Value expert = arith::RemSIOp::create(nb, l, a[0], perRank);
+          linalg::YieldOp::create(nb, l,
+                                  ValueRange{arith::SelectOp::create(
+                                      nb, l, past, perRank, expert)});
         });
     op->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
     return op.getResult(0);
@@ -714,23 +722,43 @@ Value Builder::build() {
   dispatch->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
   Value rows = dispatch.getResult();
   // A received row's local expert: its run (member i, expert l) among the
-  // runs' ends, l = run mod el (rows past the last end are zero: any).
+  // runs' ends, l = run mod el; `el` for the zero rows after the last run.
   auto cumType = cast<RankedTensorType>(m.cumsum.getResult(0).getType());
-  Value ends = clone(m.cumsum, {fromEach.getResult()},
-                     zeros(tensorOf({slots}, cumType.getElementType())));
+  Type cumElt = cumType.getElementType();
+  Value ends =
+      clone(m.cumsum, {fromEach.getResult()}, zeros(tensorOf({slots}, cumElt)));
   Value runs =
       clone(m.groups.front(), {ends}, zeros(tensorOf({received}, i64)));
-  Value local = modulo(runs, el);
-  // The experts over the received rows.
+  Value expert = localExpert(runs, el, slots);
+  // The rows sorted by local expert (the same stable argsort; torchtitan's
+  // permute), the zero rows last, and their groups counted as the global
+  // program counts them: nondecreasing, so shardx-localize runs each grouped
+  // matmul over the received rows only.
+  auto received64 = tensorOf({received}, i64);
+  Value rank = clone(m.rank, {expert, expert},
+                     initLike(m.rank.getDpsInits()[0], received64));
+  Value unrank = clone(m.inverse, {rank},
+                       initLike(m.inverse.getDpsInits()[0], received64));
+  auto rowsType = tensorOf({received, dim}, xType.getElementType());
+  IRMapping fromRows;
+  fromRows.map(m.x, rows);
+  Value sorted =
+      clone(m.tokenGather, {unrank},
+            initLike(m.tokenGather.getDpsInits()[0], rowsType), fromRows);
+  Value perExpert = clone(m.bincount, {expert}, zeros(tensorOf({el + 1}, i64)));
+  Value expertEnds =
+      clone(m.cumsum, {perExpert}, zeros(tensorOf({el + 1}, cumElt)));
+  Value groups = clone(m.groups.front(), {expertEnds}, zeros(received64));
+  // The experts over the sorted rows.
   IRMapping values;
-  values.map(m.tokenGather.getResult(0), rows);
+  values.map(m.tokenGather.getResult(0), sorted);
   for (linalg::GenericOp op : m.experts) {
     SmallVector<Value> inputs;
     for (Value in : op.getDpsInputs()) {
       if (weights.contains(in))
         inputs.push_back(weights.lookup(in));
       else if (llvm::is_contained(m.groups, def<linalg::GenericOp>(in)))
-        inputs.push_back(local);
+        inputs.push_back(groups);
       else
         inputs.push_back(values.lookup(in));
     }
@@ -740,11 +768,16 @@ Value Builder::build() {
                                                type.getElementType()));
     values.map(op.getResult(0), clone(op, inputs, init));
   }
+  // Back in the received order.
+  IRMapping fromSorted;
+  fromSorted.map(m.x, values.lookup(m.experts.back().getResult(0)));
+  Value unsorted =
+      clone(m.tokenGather, {rank},
+            initLike(m.tokenGather.getDpsInits()[0], rowsType), fromSorted);
   // Combine: the rows back to their items' slots.
   auto combine = RaggedAllToAllOp::create(
-      b, loc, tensorOf({items, dim}, xType.getElementType()), Type(),
-      values.lookup(m.experts.back().getResult(0)), recvCounts, sendCounts,
-      meshRef, axesAttr);
+      b, loc, tensorOf({items, dim}, xType.getElementType()), Type(), unsorted,
+      recvCounts, sendCounts, meshRef, axesAttr);
   combine->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
   Value back = combine.getResult();
   // Weighted by their gates and added to their tokens.

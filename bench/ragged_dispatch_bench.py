@@ -1,0 +1,101 @@
+"""Dropless expert parallelism chosen by the compiler: the forward of
+``shardx_dev.grouped_moe.GroupedMoEBlock`` (torchtitan's global form)
+compiled by ``shardx.compile`` with the experts' weights Shard(0) over
+``ep`` and, in the same run on the same thread ranks,
+
+- ``split``: the tokens Shard(0) over every mesh axis, so
+  shardx-ragged-dispatch dispatches and combines the routed rows by
+  ``shardx.ragged_all_to_all`` (each rank routes its own tokens);
+- ``whole``: the tokens replicated over ``ep`` (Shard(0) over ``dp`` on
+  the 2x2), propagation's plan with shardx-ragged-experts (every rank of
+  an ep group routes all its tokens, the combine all-reduced);
+- ``one``: the unsharded program (one rank);
+
+each checked against eager first, then timed: medians of --repeat runs in
+one process, the sharded ones as ratios to ``one``. The compute of
+``split`` is its worst-case receive buffer's (each rank's experts run over
+ep times its routed rows, masked by expert), so neither sharded plan is
+expected to beat one rank at these sizes on a shared CPU; the figures say
+what the two plans cost against each other.
+
+    ~/.cache/shardx/venv/bin/python bench/ragged_dispatch_bench.py [--tokens 64] [--repeat 5]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import shardx  # noqa: E402
+from shardx import Mesh, Replicate as R, Shard as S  # noqa: E402
+from shardx_dev.grouped_moe import GroupedMoEBlock  # noqa: E402
+
+MESHES = {"ep2": (2,), "ep4": (4,), "dp2xep2": (2, 2)}
+
+
+def median_seconds(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def placements(shape, params, split):
+    if len(shape) == 1:
+        mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)] if split else [R()]
+    else:
+        mesh, weights = Mesh(shape, ("dp", "ep")), [R(), S(0)]
+        tok = [S(0), S(0)] if split else [S(0), R()]
+    ins = [weights if k.startswith("w") else [R()] * len(shape) for k in params] + [tok]
+    return mesh, ins
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--meshes", default="ep2,ep4,dp2xep2")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = GroupedMoEBlock(args.dim, args.hidden, args.experts, top_k=2)
+    x = torch.randn(args.tokens, args.dim)
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    fn = lambda p, x: torch.func.functional_call(module, p, (x,))
+    want = module(x).detach().numpy()
+
+    def timed(f):
+        got = f(params, x).to_torch().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        return median_seconds(lambda: f(params, x), args.repeat)
+
+    one = timed(shardx.compile(fn, None))
+    print(f"tokens {args.tokens}, dim {args.dim}, hidden {args.hidden}, experts "
+          f"{args.experts}, top-2; one rank {one * 1e3:.2f} ms (median of {args.repeat})")
+    print(f"{'mesh':8} {'split ms':>9} {'/one':>6} {'whole ms':>9} {'/one':>6} {'split/whole':>12}")
+    for name in args.meshes.split(","):
+        shape = MESHES[name]
+        t = {}
+        for split in (True, False):
+            mesh, ins = placements(shape, params, split)
+            t[split] = timed(shardx.compile(fn, mesh, ins))
+        print(f"{name:8} {t[True] * 1e3:9.2f} {t[True] / one:6.2f} {t[False] * 1e3:9.2f} "
+              f"{t[False] / one:6.2f} {t[True] / t[False]:12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
