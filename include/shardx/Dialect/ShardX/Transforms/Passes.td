@@ -259,11 +259,13 @@ def RaggedDispatchPass : Pass<"shardx-ragged-dispatch", "ModuleOp"> {
     of its A group the rows of that member's experts by
     `shardx.ragged_all_to_all` (the counts from its local counts; the
     per-expert counts sent first by an even `shardx.all_to_all`, from which
-    the received rows' experts and counts follow), runs its experts over
-    the received rows (a worst-case buffer, every row of the group; the
-    rows past the received ones zero), sends the rows back with the counts
-    it received (the combine, counts given), and adds them, weighted, to
-    its own tokens. The global ops of the region are replaced by the
+    the received rows' experts and counts follow), sorts the received rows
+    by expert (a worst-case buffer, every row of the group; the rows past
+    the received ones zero, sorted last), runs its experts over them
+    (shardx-localize then runs each grouped matmul over the received rows
+    only), puts them back in the received order, sends them back with the
+    counts it received (the combine, counts given), and adds them,
+    weighted, to its own tokens. The global ops of the region are replaced by the
     rank's local ops between `unrealized_conversion_cast`s (as lowered
     reshards are), so shardx-localize clones them as they are; the range
     checks of the replaced gathers' indices (a permutation's, in range by

@@ -32,8 +32,12 @@
 // SPMD-SAME: tensor<4x16xf32>
 // SPMD-NOT: shardx.all_gather
 // SPMD: shardx.all_to_all
-// SPMD: shardx.ragged_all_to_all
-// SPMD: shardx.ragged_all_to_all
+// SPMD: %[[RECV:.+]] = shardx.ragged_all_to_all {{.*}} -> tensor<16x16xf32>
+// The received rows sorted by expert: each grouped matmul runs over the
+// received run only (a run-time row count in the 16-row buffer).
+// SPMD: tensor.extract_slice %{{.+}}[%[[LO:.+]], 0] [%[[N:.+]], 16] [1, 1] : tensor<16x16xf32> to tensor<?x16xf32>
+// SPMD: tensor.insert_slice %{{.+}}[%[[LO]], 0] [%[[N]], 32] [1, 1] : tensor<?x32xf32> into tensor<16x32xf32>
+// SPMD: shardx.ragged_all_to_all {{.*}} : tensor<16x16xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x16xf32>
 // SPMD-NOT: unrealized_conversion_cast
 // SPMD: return
 #map = affine_map<(d0, d1) -> (d0, d1)>
