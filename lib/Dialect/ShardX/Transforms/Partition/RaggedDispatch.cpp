@@ -158,8 +158,7 @@ Value addToOut(linalg::GenericOp op, Value sum) {
   return {};
 }
 
-/// Whether `v` is a `linalg.fill` of zero (or, with `emptyOk`, a
-/// `tensor.empty`).
+/// Whether `v` is a `linalg.fill` of zero.
 bool isZeros(Value v) {
   auto fill = def<linalg::FillOp>(v);
   return fill && (matchPattern(fill.getInputs()[0], m_Zero()) ||
@@ -411,7 +410,7 @@ public:
   std::optional<Dispatch> match();
 
 private:
-  bool matchExperts(Value rows, Value xs);
+  bool matchExperts(Value rows);
   bool matchGroups(Value g);
 
   Dispatch m;
@@ -461,7 +460,7 @@ std::optional<Dispatch> Matcher::match() {
   // The experts, from the rows the gates weight back to the gathered
   // tokens' rows.
   Value y = m.rowScale.getDpsInputs()[0];
-  if (!matchExperts(y, Value()))
+  if (!matchExperts(y))
     return std::nullopt;
   // The gathered rows: x[token], through the gather's bounds check.
   auto xsIdx = throughBoundsCheck(m.tokenGather.getDpsInputs()[0], tokens);
@@ -499,7 +498,7 @@ std::optional<Dispatch> Matcher::match() {
 /// Collects the experts' ops backward from `rows`: rows-form grouped
 /// matmuls (the weights split, the groups `matchGroups`) and row-wise
 /// elementwise ops, down to one gather of the tokens' rows.
-bool Matcher::matchExperts(Value rows, Value) {
+bool Matcher::matchExperts(Value rows) {
   SmallVector<Value> worklist = {rows};
   SetVector<Operation *> seen;
   while (!worklist.empty()) {
