@@ -174,6 +174,16 @@ def _cached_target(exe, name: str) -> Tuple[str, str, str]:
 
 
 def _encode_executable(exe, name: str, artifacts: Dict[str, str]):
+    if any(i >= len(exe.in_layouts) - len(exe.lifted) for i in exe.mutated):
+        # Its program writes tensors the function reads besides its
+        # arguments (jit._Executable.mutated past the arguments): the
+        # loaded function would have no module to write them into.
+        raise PackageError(
+            f"shardx.export: {name!r}: an entry updates in place tensors the function reads "
+            "besides its arguments (a module's buffers: BatchNorm's running statistics in "
+            "training mode), which a package has nowhere to write back; call the function "
+            "in eval mode (model.eval()) before exporting, or pass those tensors as "
+            "arguments")
     digest, target, compiler = _cached_target(exe, name)
     member = f"artifacts/{digest}.so"
     artifacts[member] = exe.path
@@ -433,6 +443,8 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
         raise PackageError(f"shardx.load: {path!r}: the manifest does not describe "
                            f"{d['artifact']} (its inputs and outputs differ)")
     donated = [(int(i), int(o)) for i, o in d["donated"]]
+    if any(not 0 <= int(i) < len(key[1]) for i in d["mutated"]):
+        raise ValueError(f"an input written back is not an argument: {d['mutated']}")
     plan_spec = key[0] if not lifted else (tuple, (key[0], (tuple, (None,) * len(lifted))))
     traits = key[2] if len(key) > 2 else None
     plan = fn._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)

@@ -464,6 +464,54 @@ def _partners(flat, leaves) -> Tuple[Tuple[int, Tuple[int, ...]], ...]:
     return tuple(out)
 
 
+def _describe_tensor(t) -> str:
+    return f"a tensor {list(t.shape)} {dtype_name(t)}"
+
+
+def _refuse_overlapping_lifted(name: str, lifted, written: int) -> None:
+    """A ValueError where one of the first ``written`` lifted tensors (the
+    ones the function writes in place) shares memory with another lifted
+    tensor (a buffer and a view of it, both read): the trace made them two
+    inputs, so a read of one after a write of the other would miss it."""
+    mem = [_memory(t) for t in lifted]
+    for k in range(written):
+        lo, hi, _ = mem[k]
+        for j, (lo2, hi2, _) in enumerate(mem):
+            if j != k and lo < hi2 and lo2 < hi:
+                raise ValueError(
+                    f"shardx.compile: {name} writes in place {_describe_tensor(lifted[k])} it "
+                    f"reads besides its arguments, and it shares memory with "
+                    f"{_describe_tensor(lifted[j])} it also reads (a view of it, or a tensor "
+                    "of the same storage); the compiled program cannot write one and read "
+                    "the other as eager does: read one tensor, or clone one")
+
+
+def _refuse_lifted_aliases(name: str, flat, exe) -> None:
+    """A ValueError where an argument shares memory with a tensor the entry
+    lifted (``_Executable.lifted``) and the function writes one of the two:
+    the trace made them two tensors, so the program would read the other's
+    old values (eager reads one memory)."""
+    n = len(flat)
+    lifted_written = {i - n for i in exe.mutated if i >= n}
+    args_written = set(exe.writes)
+    mem = None
+    for i, a in enumerate(flat):
+        if isinstance(a, ShardedTensor):
+            continue  # its own shards: never a torch tensor's memory
+        lo, hi, _ = _memory(a)
+        if mem is None:
+            mem = [_memory(t) for t in exe.lifted]
+        for k, (lo2, hi2, _) in enumerate(mem):
+            if lo < hi2 and lo2 < hi and (k in lifted_written or i in args_written):
+                raise ValueError(
+                    f"shardx.compile: input {i} of {name} shares memory with "
+                    f"{_describe_tensor(exe.lifted[k])} the function reads besides its "
+                    f"arguments (a module's parameter or buffer, a tensor it closes over), "
+                    f"and the function writes {'that tensor' if k in lifted_written else 'the input'} "
+                    "in place; the compiled program cannot write one and read the other as "
+                    "eager does: pass a clone")
+
+
 class _Traced:
     """``fn`` as the importer sees it: it takes the flattened tensors (the
     argument spec puts back the containers and Python values), returns its
@@ -975,6 +1023,14 @@ class CompiledFunction(runtime().CompiledCall):
             timing = dict(importer_module.last_timing)
             checks = list(importer_module.last_checks)
             lifted = list(importer_module.last_lifted)
+            # The lifted tensors the function writes in place (BatchNorm's
+            # running statistics): their new values are outputs after the
+            # function's, copied into them after each call.
+            lifted_written = [len(flat) + k for k in importer_module.last_lifted_written]
+            if lifted_written:
+                _refuse_overlapping_lifted(self.name, lifted, len(lifted_written))
+            if not lifted:
+                snap.clear()  # (taken before a fallback to real tensors, if any)
             env = snap.get("env") or env_guard.snapshot(self.fn)
             if lifted:
                 env.lift({id(t) for t in lifted})
@@ -987,7 +1043,7 @@ class CompiledFunction(runtime().CompiledCall):
                 t0 = time.perf_counter()
                 text = auto_shard(text, self.memory_budget)
                 timing["auto_shard"] = time.perf_counter() - t0
-            mutated = traced.mutated
+            mutated = traced.mutated + lifted_written
             if writes is None:
                 # Traced with every input a tensor of its own: the inputs the
                 # function writes, whatever the aliasing.
@@ -1215,6 +1271,10 @@ class CompiledFunction(runtime().CompiledCall):
                     variant = self._compile(args, flat, spec, partners, exe.writes)
                     exe.variants[partners] = variant
                 exe = variant
+        if exe.lifted and exe.mutated:
+            # An argument that shares memory with a lifted tensor, one of
+            # them written: traced as two tensors, so refused (ValueError).
+            _refuse_lifted_aliases(self.name, flat, exe)
         self._last_key = key
         # An entry that writes inputs back runs from here (Python), every call.
         if isinstance(exe.plan, _LazyPlan):
@@ -1223,7 +1283,7 @@ class CompiledFunction(runtime().CompiledCall):
         # traced with another input's strides, requires_grad, ... runs from
         # here, so that a plain input goes to its own entry.
         plain = exe.fast
-        self._plan = None if exe.writes or exe.checks or not plain else exe.plan
+        self._plan = None if exe.mutated or exe.checks or not plain else exe.plan
         self._plan_extra = exe.extra if exe.lifted else None
         # The C++ call path asks _mode_fn before the plan: the caller's
         # modes, and whether the environment is as traced.
@@ -1233,10 +1293,10 @@ class CompiledFunction(runtime().CompiledCall):
             self._mode_fn, self._plan_mode = functools.partial(_mode_and_env, exe.env), \
                 (exe.mode, True)
         #: An entry with checks: its plan, tried first by the next call.
-        self._checked = exe if exe.checks and not exe.writes and exe.env is None and plain \
+        self._checked = exe if exe.checks and not exe.mutated and exe.env is None and plain \
             else None
         #: An entry with checks and a guarded environment: likewise.
-        self._guarded = exe if exe.env is not None and exe.checks and not exe.writes and plain \
+        self._guarded = exe if exe.env is not None and exe.checks and not exe.mutated and plain \
             else None
         # Arrays the plan does not take as they are (not contiguous, on
         # another device, needing grad) are scattered here.
@@ -1266,6 +1326,10 @@ class CompiledFunction(runtime().CompiledCall):
             groups = [{i, *same} for i, same in exe.partners]
             targets, values = [], []
             for i, new in zip(exe.mutated, written):
+                if i >= len(flat):  # a lifted tensor (a module's buffer)
+                    targets.append(exe.lifted[i - len(flat)])
+                    values.append(new)
+                    continue
                 targets.append(flat[i])
                 values.append(new)
                 # Another handle of the same shards follows too (a tensor

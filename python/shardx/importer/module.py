@@ -74,7 +74,13 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     the program rather than constants (``shardx.compile``: the parameters,
     buffers and tensors it reaches, ``env_guard``). Each such tensor the
     graph reads becomes one more input, after the arguments, without a
-    layout (``last_lifted`` lists them in order). Only a trace on fake
+    layout (``last_lifted`` lists them in order). A tensor the function
+    writes in place (BatchNorm's running statistics in training mode) is
+    lifted with its new value one more output, after the function's,
+    replicated (``last_lifted_written``: the first of ``last_lifted``), for
+    the caller to copy into it; a tensor a traced region reads besides its
+    operands is not lifted (a constant, as in the region's graph). Only a
+    trace on fake
     tensors lifts: there no value of a tensor reaches Python, so the graph
     is the same for any values; the real-tensor fallback may have read one
     into a shape or a branch, and keeps them as constants (``last_lifted``
@@ -203,13 +209,20 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     start = time.perf_counter()
-    gm = _trace_graph(fn, flat_args, treedef, regions)
+    gm = _trace_graph(fn, flat_args, treedef, regions, lift)
     last_lifted.clear()
+    last_lifted_written.clear()
     from . import tracing as _tracing
+    written = 0
     if lift is not None and _tracing.last_mode == "fake":
-        lifted = _lift_constants(gm, lift())
+        # The tensors the function writes are inputs of the graph already
+        # (after the arguments), their new values outputs after the
+        # function's; the others the graph reads become inputs after them.
+        written = len(_tracing.last_written_lifted)
+        lifted = list(_tracing.last_written_lifted) + _lift_constants(gm, _tracing.last_lift_ids)
         if lifted:
             last_lifted.extend(lifted)
+            last_lifted_written.extend(range(written))
             flat_args = list(flat_args) + lifted
             in_layouts = list(in_layouts) + [None] * len(lifted)
             extra_attrs = list(extra_attrs) + [[] for _ in lifted]
@@ -226,6 +239,9 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
     for i, o in enumerate(outputs):
         if not isinstance(o, Value):
             raise ImportError_(f"output {i} is not a tensor ({o!r})")
+    if written and mesh is not None and out_placements is not None:
+        # A written lifted tensor's new value is replicated, as its input.
+        out_placements = list(out_placements) + [[Replicate()] * len(mesh.shape)] * written
     if index_checks and imp.checks:
         outputs = list(outputs) + [_check_code(imp)]
         last_checks.extend((exc, message) for _, exc, message in imp.checks)
@@ -316,6 +332,10 @@ def _check_code(imp) -> Value:
 last_checks: List[Tuple[str, str]] = []
 #: The tensors the last ``trace(..., lift=...)`` made inputs, in order.
 last_lifted: List[torch.Tensor] = []
+#: Those of ``last_lifted`` the function writes in place (their positions,
+#: the first ones): the program's outputs after the function's (and before
+#: the index checks' code) are their new values, in this order.
+last_lifted_written: List[int] = []
 
 
 #: Seconds of the last ``trace``'s steps: ``trace`` (make_fx), ``import``

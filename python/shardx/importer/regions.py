@@ -357,6 +357,26 @@ def _out_specs(gm: torch.fx.GraphModule) -> List[Tuple[tuple, tuple, torch.dtype
     return specs
 
 
+def constant_ids() -> set:
+    """The ids of the tensor constants of the region graphs traced so far
+    (``REGIONS``): tensors a region reads besides its operands (one it
+    closes over, a global). ``shardx.compile`` does not lift them to inputs
+    of the step (``tracing._trace_graph``'s ``lift``): each region graph
+    keeps them as constants, so the step reads them as constants too and
+    its guard is on their values (their version counters), not only their
+    identity and metadata; a change in place then compiles again."""
+    ids = set()
+    for r in REGIONS.values():
+        for gm in (r.forward, r.backward):
+            if gm is None:
+                continue
+            for node in gm.graph.find_nodes(op="get_attr"):
+                value = getattr(gm, node.target, None)
+                if isinstance(value, torch.Tensor):
+                    ids.add(id(value))
+    return ids
+
+
 def _graph(graph: str) -> torch.fx.GraphModule:
     key, part = graph.rsplit(".", 1)
     r = REGIONS.get(key)

@@ -78,7 +78,8 @@ def _decomposition_table() -> Dict[Any, Callable]:
 
 
 def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
-                 regions: Optional[bool] = None) -> torch.fx.GraphModule:
+                 regions: Optional[bool] = None,
+                 lift: Optional[Callable[[], Any]] = None) -> torch.fx.GraphModule:
     """Traces ``fn`` to a functional aten graph over the flattened inputs, on
     fake tensors (shapes, dtypes and strides only: no kernel runs, so the
     time does not depend on the tensors' sizes). A function that fake tensors
@@ -90,7 +91,15 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
     ``TraceError`` at once: make_fx refuses that on real tensors too.
 
     ``regions`` (default: ``regions.default_enabled()``) traces repeated
-    blocks once (``regions``); the real-tensor fallback traces inline."""
+    blocks once (``regions``); the real-tensor fallback traces inline.
+
+    ``lift`` (the trace on fake tensors only): called once pass 1 has
+    traced, returns the ids of the tensors that may be inputs of the
+    program (``module.trace``); ``last_lift_ids`` keeps them less the
+    constants of the region graphs (``regions.constant_ids``) and the
+    tensors whose values pass 1 read into Python (``_python_reads``), and the
+    ones pass 1 writes in place become inputs at once
+    (``last_written_lifted``, ``_lift_written``)."""
     global last_mode
     from torch._subclasses.fake_tensor import DataDependentOutputException
     from ..placements import PlacementError
@@ -99,9 +108,12 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
     from . import regions as _regions
     on = _regions.default_enabled() if regions is None else regions
     _regions.REGIONS.clear()
+    last_lift_ids.clear()
+    last_written_lifted.clear()
+    last_python_reads.clear()
     try:
         with _regions.tracing_regions(fn, on):
-            gm = _trace_passes(fn, flat_args, treedef, fake=True)
+            gm = _trace_passes(fn, flat_args, treedef, fake=True, lift=lift)
         if _regions.REGIONS:
             log.info("shardx.trace: %s: %d region graphs traced once (%.2f s), called %d times",
                      name, len(_regions.REGIONS),
@@ -121,6 +133,8 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
     log.warning("shardx.trace: fake tensors refused %s (%s); tracing on the real tensors, "
                 "which runs every op", name, reason)
     _regions.REGIONS.clear()
+    last_lift_ids.clear()
+    last_written_lifted.clear()
     gm = _trace_passes(fn, flat_args, treedef, fake=False)
     last_mode = "real"
     return gm
@@ -129,6 +143,16 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
 #: How the last ``_trace_graph`` ran: ``"fake"`` (shapes only) or ``"real"``
 #: (the fallback on the real tensors).
 last_mode: Optional[str] = None
+#: The ids ``lift`` gave in the last trace on fake tensors, less those of
+#: the region graphs' constants (empty after the real-tensor fallback).
+last_lift_ids: set = set()
+#: The tensors of ``last_lift_ids`` that the last trace writes in place:
+#: inputs of its graph after the arguments, and their new values outputs
+#: after the function's (``_lift_written``).
+last_written_lifted: List[torch.Tensor] = []
+#: The ids of the real tensors whose values the last trace on fake tensors
+#: read into Python (``_python_reads``): never lifted.
+last_python_reads: set = set()
 
 
 def _first_line(e: BaseException) -> str:
@@ -247,9 +271,10 @@ def autocast_off(stack: contextlib.ExitStack) -> None:
         stack.enter_context(torch.autocast(device, enabled=False))
 
 
-def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> torch.fx.GraphModule:
+def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool,
+                  lift: Optional[Callable[[], Any]] = None) -> torch.fx.GraphModule:
     """The two ``make_fx`` passes, on fake copies of the inputs (``fake``)
-    or on the inputs themselves."""
+    or on the inputs themselves; ``lift`` as for ``_trace_graph``."""
     from torch.func import functionalize
     from torch.fx import traceback as fx_traceback
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -288,6 +313,9 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
             flat_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
                          for a in flat_args]
             stack.enter_context(mode)
+            written_real: set = set()
+            _no_real_writes(mode, written_real)
+            _python_reads(stack, getattr(fn, "__name__", "the function"), written_real)
             # Under the fake mode, numpy() of a real tensor the function
             # closes over read memory that is not its values (garbage baked
             # into the program): refused, so that the trace runs again on
@@ -318,9 +346,15 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool) -> to
                         else None for a in flat_args]
             g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
-        _refuse_untracked_writes(g0, getattr(fn, "__name__", "the function"),
-                                 [v is not None and a._version != v
-                                  for a, v in zip(flat_args, versions)])
+        moved = [v is not None and a._version != v for a, v in zip(flat_args, versions)]
+        if lift is not None and fake:
+            from . import regions as _regions
+            last_lift_ids.update(set(lift()) - _regions.constant_ids() - last_python_reads)
+            written = _lift_written(g0, last_lift_ids)
+            last_written_lifted.extend(written)
+            flat_args = list(flat_args) + [mode.from_tensor(t) for t in written]
+            moved += [True] * len(written)
+        _refuse_untracked_writes(g0, getattr(fn, "__name__", "the function"), moved)
         _refuse_grad_reads(g0, getattr(fn, "__name__", "the function"), flat_args)
         _drop_aliases(g0)
         # Pass 2 removes mutations and views and decomposes, keeping the
@@ -849,6 +883,68 @@ def _recompute_mark(node) -> Optional[int]:
     return (node.meta.get("custom") or {}).get("shardx.recompute")
 
 
+def _python_reads(stack: contextlib.ExitStack, name: str, written: set) -> None:
+    """Records in ``last_python_reads`` the ids of the real tensors (and
+    their bases) whose values pass 1 on fake tensors reads into Python
+    (``.item()``, ``float(t)`` of a tensor the function closes over: make_fx
+    reads a real tensor's value, and the trace keeps it as a number), so
+    that they are not lifted to inputs (``_trace_graph``): a lifted tensor
+    is guarded by identity and metadata, and a later change of its values
+    would have run the first value. Reading so the value of a tensor the
+    trace wrote (``written``, by ``_no_real_writes``) is an ``ImportError_``:
+    the real tensor does not hold the write (BatchNorm with
+    ``momentum=None`` reads ``num_batches_tracked`` after counting)."""
+    from torch.fx.experimental import proxy_tensor
+    from torch._subclasses.fake_tensor import FakeTensor
+    from .values import ImportError_
+    proxy_call = proxy_tensor.proxy_call
+
+    def reading(proxy_mode, func, pre_dispatch, args, kwargs):
+        if isinstance(func, torch._ops.OpOverload) and \
+                torch.Tag.data_dependent_output in func.tags:
+            for t in pytree.tree_leaves((args, kwargs)):
+                while isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+                    if id(t) in written:
+                        raise ImportError_(
+                            f"{name} reads into Python ({func.name()}: .item(), float(t)) "
+                            "the value of a tensor it updates in place and does not take as "
+                            "an argument (BatchNorm with momentum=None reads its "
+                            "num_batches_tracked so); the traced program would keep one "
+                            "value. Pass the tensor as an argument, or compute with tensor "
+                            "ops")
+                    last_python_reads.add(id(t))
+                    t = t._base
+        return proxy_call(proxy_mode, func, pre_dispatch, args, kwargs)
+    stack.enter_context(unittest.mock.patch.object(proxy_tensor, "proxy_call", reading))
+
+
+def _no_real_writes(mode, written: set) -> None:
+    """Makes ``mode`` (pass 1's fake mode) write the fake copy of a real
+    tensor an in-place op writes (a tensor the function closes over: a
+    module's buffer), never the tensor itself. Where every tensor operand
+    of an op that takes numbers as tensors is real (BatchNorm's
+    ``num_batches_tracked.add_(1)``, ``self.count += 1``), the fake mode
+    runs it on the real tensors (its constant propagation): the trace
+    wrote the caller's tensor, so the first call counted twice once
+    ``shardx.compile`` wrote the program's value back. The fake copy is the
+    one the mode makes for any op on that tensor (memoized), so the trace's
+    later reads see the write. ``written`` gets the ids of those tensors."""
+    dispatch = mode.dispatch
+
+    def no_real_writes(func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _written_operands(func, args, kwargs):
+            args, kwargs = list(args), dict(kwargs)
+            for where, key in _written_operands(func, args, kwargs):
+                t = where[key]
+                if isinstance(t, torch.Tensor) and not mode.is_our_fake(t):
+                    written.add(id(t))
+                    where[key] = mode.from_tensor(t)
+            args = tuple(args)
+        return dispatch(func, types, args, kwargs)
+    mode.dispatch = no_real_writes
+
+
 def _numpy_refused(self, *args, **kwargs):
     raise RuntimeError("numpy() reads a tensor's memory, which a trace on fake tensors has not")
 
@@ -877,6 +973,89 @@ def _refuse_grad_reads(g: torch.fx.GraphModule, name: str, inputs: List[Any]) ->
                 "(f(x, x.grad))")
 
 
+def _written_operands(op, args, kwargs) -> List[Tuple[Any, Any]]:
+    """(container, key) of each operand the op ``op`` called with ``args``
+    and ``kwargs`` writes in place: the arguments its schema marks written
+    (``Tensor(a!)``), and ``native_batch_norm``'s running statistics in
+    training mode, which it updates although its schema does not say so
+    (pass 1 records ``batch_norm`` as it; functionalization, in pass 2,
+    writes them through its decomposition)."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return []
+    if op is torch.ops.aten.native_batch_norm.default:
+        training = args[5] if len(args) > 5 else kwargs.get("training")
+        return [(args, i) for i in (3, 4) if training and i < len(args)]
+    if not op._schema.is_mutable:
+        return []
+    out = []
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            if i < len(args):
+                out.append((args, i))
+            elif arg.name in kwargs:
+                out.append((kwargs, arg.name))
+    return out
+
+
+def _written_roots(g: torch.fx.GraphModule):
+    """(node, root) for each tensor an op of ``g`` writes in place: the
+    node of the op and the node the written operand is a view of (through
+    any chain of views: a placeholder, a ``get_attr`` constant or an op's
+    result)."""
+    for node in g.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for where, key in _written_operands(node.target, node.args, node.kwargs):
+            root = where[key]
+            while isinstance(root, torch.fx.Node) and root.op == "call_function" and \
+                    isinstance(root.target, torch._ops.OpOverload) and root.args:
+                returns = root.target._schema.returns
+                if not returns or returns[0].alias_info is None or \
+                        returns[0].alias_info.is_write:
+                    break
+                root = root.args[0]  # a view: its base
+            yield node, root
+
+
+def _lift_written(g: torch.fx.GraphModule, ids) -> List[torch.Tensor]:
+    """Makes each tensor constant of pass 1's graph ``g`` whose id is in
+    ``ids`` and that an op writes in place (a module's buffer: BatchNorm's
+    running statistics in training mode; ``self.count += 1``; a closed-over
+    accumulator, through a view or ``out=``) an input after the others, and
+    its value at the end one more output after the function's, as
+    AOTAutograd's input mutations: functionalization (pass 2) turns the
+    writes into that output's value, and ``shardx.compile`` copies it into
+    the tensor after each call. Returns the tensors, in order."""
+    written: List[torch.Tensor] = []
+    seen = set()
+    for _, root in _written_roots(g):
+        if isinstance(root, torch.fx.Node) and root.op == "get_attr":
+            value = getattr(g, root.target, None)
+            if isinstance(value, torch.Tensor) and id(value) in ids and id(value) not in seen:
+                seen.add(id(value))
+                written.append(value)
+    if not written:
+        return written
+    graph = g.graph
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    inputs: Dict[int, torch.fx.Node] = {}
+    for value in written:
+        with graph.inserting_after(placeholders[-1] if placeholders else None):
+            ph = graph.placeholder(f"lifted_written_{len(inputs)}")
+        placeholders.append(ph)
+        inputs[id(value)] = ph
+    for node in list(graph.find_nodes(op="get_attr")):
+        ph = inputs.get(id(getattr(g, node.target, None)))
+        if ph is not None:
+            ph.meta.update(node.meta)
+            node.replace_all_uses_with(ph)
+            graph.erase_node(node)
+    output = next(iter(graph.find_nodes(op="output")))
+    output.args = (list(output.args[0]) + [inputs[id(v)] for v in written],)
+    g.recompile()
+    return written
+
+
 def _refuse_untracked_writes(g: torch.fx.GraphModule, name: str, moved: List[bool]) -> None:
     """An ``ImportError_`` where pass 1 writes in place a tensor that is not
     an input and not made by the function: a constant of the graph (a
@@ -892,37 +1071,25 @@ def _refuse_untracked_writes(g: torch.fx.GraphModule, name: str, moved: List[boo
     through the counters, would miss."""
     from .values import ImportError_
     inputs = [n for n in g.graph.nodes if n.op == "placeholder"]
-    for node in g.graph.nodes:
+    for node, root in _written_roots(g):
         op = node.target
-        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
-                not op._schema.is_mutable:
-            continue
-        for i, arg in enumerate(op._schema.arguments):
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            root = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            while isinstance(root, torch.fx.Node) and root.op == "call_function" and \
-                    isinstance(root.target, torch._ops.OpOverload) and root.args:
-                returns = root.target._schema.returns
-                if not returns or returns[0].alias_info is None or \
-                        returns[0].alias_info.is_write:
-                    break
-                root = root.args[0]  # a view: its base
-            if isinstance(root, torch.fx.Node) and root.op == "placeholder" and \
-                    len(inputs) == len(moved) and not moved[inputs.index(root)]:
-                raise ImportError_(
-                    f"{name} writes input {inputs.index(root)} in place through an alias whose "
-                    f"writes autograd does not count ({op.name()}, {_user_line(node)}: "
-                    "x.data); the write would not reach the caller's tensor. Write the input "
-                    "itself (x.add_(...), under torch.no_grad() if it requires grad)")
-            if isinstance(root, torch.fx.Node) and root.op == "get_attr":
-                raise ImportError_(
-                    f"{name} updates in place a tensor it does not take as an argument "
-                    f"({op.name()}, {_user_line(node)}): a module's parameter or buffer, or a "
-                    "tensor it closes over (BatchNorm in training mode updates its running "
-                    "statistics so); the traced program cannot write it back. Pass the tensor "
-                    "as an argument (its update is then written back; shardx.train.TrainStep "
-                    "passes normalization statistics as state) or put the module in eval mode")
+        if isinstance(root, torch.fx.Node) and root.op == "placeholder" and \
+                len(inputs) == len(moved) and not moved[inputs.index(root)]:
+            raise ImportError_(
+                f"{name} writes input {inputs.index(root)} in place through an alias whose "
+                f"writes autograd does not count ({op.name()}, {_user_line(node)}: "
+                "x.data); the write would not reach the caller's tensor. Write the input "
+                "itself (x.add_(...), under torch.no_grad() if it requires grad)")
+        if isinstance(root, torch.fx.Node) and root.op == "get_attr":
+            raise ImportError_(
+                f"{name} updates in place a tensor it does not take as an argument "
+                f"({op.name()}, {_user_line(node)}): a module's parameter or buffer, or a "
+                "tensor it closes over (BatchNorm in training mode updates its running "
+                "statistics so), which this trace cannot write back (shardx.compile writes "
+                "back those it reads at each call, but not one a traced region reads too; "
+                "shardx.trace has no caller's tensor to write). Pass the tensor as an "
+                "argument (its update is then written back; shardx.train.TrainStep passes "
+                "normalization statistics as state) or put the module in eval mode")
 
 
 def _drop_aliases(g: torch.fx.GraphModule) -> None:
