@@ -27,7 +27,13 @@
    wall time per step of a loop that runs an SGD step on them outside
    the function after each call (`--lifted-steps` steps; code that
    guards parameters by value compiles each step there).
-4. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
+4. `--only batchnorm`: a function closing over `nn.Linear(8, 8)` and
+   `nn.BatchNorm1d(8)` in training mode (batch 4 split over 2 ranks),
+   whose running statistics and `num_batches_tracked` the call writes back
+   (from Python, `_call_guarded`): the calling thread's CPU per call,
+   against the same module in eval mode (no write: the C++ call path) and
+   eager's training-mode call of the module.
+5. Steps/s of a `--loop-steps` training loop (MLP 64 -> hidden -> 64, SGD
    with momentum, batch over dp and Megatron over tp on a 2x2 mesh): state
    kept on the ranks (only the batch goes in, the loss comes out) against
    the same loop gathering every output to torch and scattering it again
@@ -133,6 +139,36 @@ def lifted(steps: int, repeat: int, loop_steps: int):
     return min(cpu), per_step, f.compiles - compiles
 
 
+def batchnorm(steps: int, repeat: int):
+    """CPU per call of a training-mode BatchNorm step (statistics written
+    back), of the same module in eval mode, and of eager's training-mode
+    call."""
+    torch.manual_seed(0)
+    mesh = Mesh((2,), ("dp",))
+    m = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+    f = shardx.compile(lambda x: m(x), mesh, [[S(0)]])
+    x = torch.randn(4, 8)
+
+    def per_call(call):
+        for _ in range(50):
+            call(x)
+        cpu = []
+        for _ in range(repeat):
+            start = time.thread_time()
+            for _ in range(steps):
+                call(x)
+            cpu.append((time.thread_time() - start) / steps * 1e6)
+        return min(cpu)
+    train = per_call(f)
+    m.eval()
+    evaluation = per_call(f)
+    assert f._plan is not None, "eval mode: not on the C++ call path"
+    m.train()
+    with torch.no_grad():
+        eager = per_call(m)
+    return train, evaluation, eager, f.compiles
+
+
 def loop(steps: int, hidden: int, batch: int, repeat: int):
     torch.manual_seed(0)
     mesh = Mesh((2, 2), ("dp", "tp"))
@@ -182,7 +218,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--lifted-steps", type=int, default=20)
-    ap.add_argument("--only", choices=("tiny", "torch-args", "lifted", "loop"))
+    ap.add_argument("--only", choices=("tiny", "torch-args", "lifted", "batchnorm", "loop"))
     args = ap.parse_args()
     os.environ.setdefault("SHARDX_CACHE_DIR", tempfile.mkdtemp(prefix="shardx-jit-bench."))
     if args.only in (None, "tiny"):
@@ -199,7 +235,13 @@ def main() -> int:
         print(f"lifted parameters (nn.Linear(8, 8) closed over, 2 ranks): calling thread's CPU "
               f"{cpu:.1f} us/call; with an SGD step outside after each call "
               f"{per_step * 1e3:.2f} ms/step, {compiles} compiles in {args.lifted_steps} steps")
-    if args.only in ("tiny", "torch-args", "lifted"):
+    if args.only in (None, "batchnorm"):
+        train, evaluation, eager, compiles = batchnorm(args.steps, args.tiny_repeat)
+        print(f"BatchNorm1d written back (Linear 8x8 + BatchNorm1d, batch 4 over 2 ranks): "
+              f"calling thread's CPU {train:.1f} us/call in training mode, {evaluation:.1f} "
+              f"us/call in eval mode (C++ call path), eager training mode {eager:.1f} us/call; "
+              f"{compiles} compiles")
+    if args.only in ("tiny", "torch-args", "lifted", "batchnorm"):
         return 0
     per, rt = loop(args.loop_steps, args.hidden, args.batch, args.repeat)
     print(f"{args.loop_steps}-step loop (MLP 64-{args.hidden}-64, batch {args.batch}, 2x2 mesh): "

@@ -494,13 +494,15 @@ def _refuse_lifted_aliases(name: str, flat, exe) -> None:
     n = len(flat)
     lifted_written = {i - n for i in exe.mutated if i >= n}
     args_written = set(exe.writes)
-    mem = None
+    # The lifted tensors' memory is as traced (their guard holds the data
+    # pointer, shape and strides): worked out once.
+    mem = exe.__dict__.get("_lifted_memory")
+    if mem is None:
+        mem = exe.__dict__["_lifted_memory"] = [_memory(t) for t in exe.lifted]
     for i, a in enumerate(flat):
         if isinstance(a, ShardedTensor):
             continue  # its own shards: never a torch tensor's memory
         lo, hi, _ = _memory(a)
-        if mem is None:
-            mem = [_memory(t) for t in exe.lifted]
         for k, (lo2, hi2, _) in enumerate(mem):
             if lo < hi2 and lo2 < hi and (k in lifted_written or i in args_written):
                 raise ValueError(
@@ -1303,7 +1305,13 @@ class CompiledFunction(runtime().CompiledCall):
         leaves = []
         lifted_keys = [(tuple(t.shape), dtype_name(t), layout_key(l))
                        for t, l in zip(exe.lifted, exe.in_layouts[len(flat):])]
-        for a, layout, k in zip(flat + exe.lifted, exe.in_layouts, list(key[1]) + lifted_keys):
+        for j, (a, layout, k) in enumerate(zip(flat + exe.lifted, exe.in_layouts,
+                                               list(key[1]) + lifted_keys)):
+            if j >= len(flat) and isinstance(exe.extra[j - len(flat)], np.ndarray) and \
+                    exe.extra[j - len(flat)].flags.c_contiguous:
+                # A lifted tensor's alias, as the C++ call path passes it.
+                leaves.append(exe.extra[j - len(flat)])
+                continue
             if not isinstance(a, ShardedTensor):
                 # A CUDA tensor on a GPU session is read in place (DLPack).
                 shards = device_shards(self._session, self.mesh, a, layout)

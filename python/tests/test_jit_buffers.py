@@ -338,3 +338,34 @@ def test_an_argument_sharing_memory_with_a_written_buffer_is_refused():
     with pytest.raises(ValueError, match="shares memory with a tensor \\[4\\] f32"):
         f(m.buf.unsqueeze(0))
     assert torch.equal(m.buf, before)
+
+
+@MESHES
+def test_an_optimizer_step_inside_the_function_follows_eager(mesh):
+    """The whole step as torch.compile users write it: gradients of the
+    module's parameters and an in-place SGD update of them inside the
+    compiled function, BatchNorm in training mode: the parameters (which
+    keep requires_grad) and buffers are written back, eager's after each
+    step, with one compile. Before: refused."""
+    torch.manual_seed(5)
+    m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    e = copy.deepcopy(m)
+
+    def step_of(model):
+        params = list(model.parameters())
+
+        def step(x):
+            loss = model(x).pow(2).mean()
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.sub_(0.1 * g)
+            return loss
+        return step
+    f = shardx.compile(step_of(m), mesh, [[Shard(0)]] if mesh else None)
+    eager = step_of(e)
+    for k in range(3):
+        x = torch.randn(6, 3)
+        close(f(x), eager(x), f"step {k}: loss")
+        _check_state(m, e, f"step {k}")
+    assert f.compiles == 1 and all(p.requires_grad for p in m.parameters())
