@@ -382,9 +382,9 @@ def test_trace_is_shape_only(monkeypatch):
     import shardx.importer.tracing as tracing
     passes = tracing._trace_passes
 
-    def fake_only(fn, flat_args, treedef, fake):
+    def fake_only(fn, flat_args, treedef, fake, **kwargs):
         assert fake, "traced on real tensors"
-        return passes(fn, flat_args, treedef, fake)
+        return passes(fn, flat_args, treedef, fake, **kwargs)
     monkeypatch.setattr(tracing, "_trace_passes", fake_only)
     n = 1 << 20
     x = torch.full((), 0.5).expand(n, n)
