@@ -1031,8 +1031,9 @@ class CompiledFunction(runtime().CompiledCall):
             lifted_written = [len(flat) + k for k in importer_module.last_lifted_written]
             if lifted_written:
                 _refuse_overlapping_lifted(self.name, lifted, len(lifted_written))
-            if not lifted:
-                snap.clear()  # (taken before a fallback to real tensors, if any)
+            from .importer import tracing as importer_tracing
+            if importer_tracing.last_mode != "fake":
+                snap.clear()  # taken in a fake trace that then fell back to real tensors
             env = snap.get("env") or env_guard.snapshot(self.fn)
             if lifted:
                 env.lift({id(t) for t in lifted})
