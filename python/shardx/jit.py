@@ -1011,11 +1011,11 @@ class CompiledFunction(runtime().CompiledCall):
         # the tensors among it that the graph reads are lifted to inputs
         # (``lift``: parameters, buffers, tensors it closes over), read at
         # each call and guarded by identity and metadata, not by value.
-        snap = {}
-
+        # ``lift`` runs inside the trace (after its first pass, while the
+        # regions' patches of modules are on), so the guarded snapshot is
+        # taken again after it.
         def lift():
-            snap["env"] = env_guard.snapshot(self.fn)
-            return snap["env"].tensor_ids()
+            return env_guard.snapshot(self.fn).tensor_ids()
         with importer_module.garbage_left_for_later() as later:
             with flash_precision(self.backend in GPU_BACKENDS):
                 text = trace(traced, examples, self._trace_mesh,
@@ -1031,10 +1031,7 @@ class CompiledFunction(runtime().CompiledCall):
             lifted_written = [len(flat) + k for k in importer_module.last_lifted_written]
             if lifted_written:
                 _refuse_overlapping_lifted(self.name, lifted, len(lifted_written))
-            from .importer import tracing as importer_tracing
-            if importer_tracing.last_mode != "fake":
-                snap.clear()  # taken in a fake trace that then fell back to real tensors
-            env = snap.get("env") or env_guard.snapshot(self.fn)
+            env = env_guard.snapshot(self.fn)
             if lifted:
                 env.lift({id(t) for t in lifted})
                 layouts += [make_layout(self.mesh, None, tuple(t.shape), "a lifted tensor")

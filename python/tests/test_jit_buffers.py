@@ -369,3 +369,45 @@ def test_an_optimizer_step_inside_the_function_follows_eager(mesh):
         close(f(x), eager(x), f"step {k}: loss")
         _check_state(m, e, f"step {k}")
     assert f.compiles == 1 and all(p.requires_grad for p in m.parameters())
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.lin(x)))
+
+
+class _Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block() for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_batchnorm_in_repeated_blocks_compiles_once():
+    """Identical ``nn.ModuleList`` children with BatchNorm in training mode
+    (traced inline: a region is pure) on two ranks: eager's outputs and
+    statistics, and one compile for several calls. The environment is
+    snapshot after the whole trace: one taken while the regions' patches
+    of the children were on saw an attribute the trace adds and removes,
+    and the second call compiled again ("the number of attributes of
+    global m.blocks.0 changed")."""
+    torch.manual_seed(6)
+    m = _Stack()
+    e = copy.deepcopy(m)
+    f = shardx.compile(lambda x: m(x), MESH, [[Shard(0)]])
+    for k in range(3):
+        x = torch.randn(6, 4)
+        got = f(x)
+        with torch.no_grad():
+            close(got, e(x), f"call {k}")
+        _check_state(m, e, f"call {k}")
+    assert f.compiles == 1, f.recompile_reasons
