@@ -78,8 +78,10 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     writes in place (BatchNorm's running statistics in training mode) is
     lifted with its new value one more output, after the function's,
     replicated (``last_lifted_written``: the first of ``last_lifted``), for
-    the caller to copy into it; a tensor a traced region reads besides its
-    operands is not lifted (a constant, as in the region's graph). Only a
+    the caller to copy into it. Not lifted (constants): a tensor a traced
+    region reads besides its operands (as in the region's graph) and one
+    whose value the trace read into Python (``.item()``). ``lift`` is
+    called after the first make_fx pass (``tracing._trace_graph``). Only a
     trace on fake
     tensors lifts: there no value of a tensor reaches Python, so the graph
     is the same for any values; the real-tensor fallback may have read one
