@@ -46,7 +46,8 @@ namespace {
 
 /// Whether `index` lies in [0, size) for every run: a constant there, or a
 /// `linalg.index` of a loop of the enclosing linalg op whose static range
-/// is at most `size` (dynamic `size`: only constant 0 is not known).
+/// is at most `size`. Nothing is known in range of a dynamic `size` (the
+/// dim may be 0).
 bool knownInRange(Value index, int64_t size) {
   if (ShapedType::isDynamic(size))
     return false;
