@@ -21,8 +21,9 @@
 // nothing (`scf.if %ok`). A tensor with a dynamic dim reads under `scf.if`
 // too (it may be empty, where index 0 is out of range as well); a tensor
 // with a static dim of 0 is never read. Indices known to be in range are
-// left alone: constants, and `linalg.index` of a loop whose static range
-// fits the dim.
+// left alone: constants, `linalg.index` of a loop whose static range fits
+// the dim, and an index already clamped by its own range check (a
+// decomposed gather's, or this pass's: running it twice changes nothing).
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,16 +45,82 @@ using namespace mlir;
 
 namespace {
 
-/// Whether `index` lies in [0, size) for every run: a constant there, or a
-/// `linalg.index` of a loop of the enclosing linalg op whose static range
-/// is at most `size`. Nothing is known in range of a dynamic `size` (the
-/// dim may be 0).
-bool knownInRange(Value index, int64_t size) {
+/// Whether `bound` is at most dim `d` of `tensor`: a constant no larger than
+/// its static size, or `tensor.dim` of that dim.
+bool boundFits(Value bound, Value tensor, int64_t d) {
+  int64_t size = cast<RankedTensorType>(tensor.getType()).getDimSize(d);
+  APInt c;
+  if (matchPattern(bound, m_ConstantInt(&c)))
+    return !ShapedType::isDynamic(size) && c.sle(size);
+  auto dim = bound.getDefiningOp<tensor::DimOp>();
+  std::optional<int64_t> which = dim ? dim.getConstantIndex() : std::nullopt;
+  return dim && dim.getSource() == tensor && which == d;
+}
+
+/// Whether `condition` implies 0 <= `index` < dim `d` of `tensor`: one of its
+/// conjuncts (`arith.andi` operands, recursively) is `index ult B`, or two
+/// are `index sge 0` and `index slt B`, with B fitting the dim.
+bool impliesInRange(Value condition, Value index, Value tensor, int64_t d) {
+  SmallVector<Value> pending{condition};
+  bool nonNegative = false, below = false;
+  while (!pending.empty()) {
+    Value c = pending.pop_back_val();
+    if (auto both = c.getDefiningOp<arith::AndIOp>()) {
+      pending.append({both.getLhs(), both.getRhs()});
+      continue;
+    }
+    auto cmp = c.getDefiningOp<arith::CmpIOp>();
+    if (!cmp || cmp.getLhs() != index)
+      continue;
+    switch (cmp.getPredicate()) {
+    case arith::CmpIPredicate::ult:
+      if (boundFits(cmp.getRhs(), tensor, d))
+        return true;
+      break;
+    case arith::CmpIPredicate::slt:
+      below |= boundFits(cmp.getRhs(), tensor, d);
+      break;
+    case arith::CmpIPredicate::sge:
+      nonNegative |= matchPattern(cmp.getRhs(), m_Zero());
+      break;
+    default:
+      break;
+    }
+  }
+  return nonNegative && below;
+}
+
+/// Whether `index`, used at `user`, lies in [0, size) of dim `d` of `tensor`
+/// for every run:
+/// - a constant there, or a `linalg.index` of a loop of the enclosing linalg
+///   op whose static range is at most the size;
+/// - a value clamped by its own range check, `select(%ok, %i, %k)` with `%ok`
+///   implying `%i` in range and `%k` known in range (the decomposed gathers'
+///   form and this pass's own);
+/// - used in the then-region of an `scf.if` whose condition implies it (this
+///   pass's form for dynamic dims and inserts).
+/// So a second run of the pass changes nothing. Of a dynamic dim, only the
+/// last two are known (it may be 0).
+bool knownInRange(Value index, Value tensor, int64_t d, Operation *user) {
+  int64_t size = cast<RankedTensorType>(tensor.getType()).getDimSize(d);
+  APInt value;
+  if (!ShapedType::isDynamic(size) &&
+      matchPattern(index, m_ConstantInt(&value)))
+    return value.isNonNegative() && value.slt(size);
+  if (auto clamped = index.getDefiningOp<arith::SelectOp>()) {
+    if (impliesInRange(clamped.getCondition(), clamped.getTrueValue(), tensor,
+                       d) &&
+        knownInRange(clamped.getFalseValue(), tensor, d, clamped))
+      return true;
+  }
+  for (auto guard = user->getParentOfType<scf::IfOp>(); guard;
+       guard = guard->getParentOfType<scf::IfOp>()) {
+    if (guard.getThenRegion().isAncestor(user->getParentRegion()) &&
+        impliesInRange(guard.getCondition(), index, tensor, d))
+      return true;
+  }
   if (ShapedType::isDynamic(size))
     return false;
-  APInt value;
-  if (matchPattern(index, m_ConstantInt(&value)))
-    return value.isNonNegative() && value.slt(size);
   auto loop = index.getDefiningOp<linalg::IndexOp>();
   if (!loop)
     return false;
@@ -67,14 +134,15 @@ bool knownInRange(Value index, int64_t size) {
 }
 
 /// The access's condition: every unknown index of `indices` into `tensor`
-/// below its dim (unsigned), with those indices; null when all are known.
+/// below its dim (unsigned), with those indices; null when all are known at
+/// `user`.
 Value inBounds(OpBuilder &b, Location loc, Value tensor, ValueRange indices,
-               SmallVectorImpl<unsigned> &unknown) {
+               Operation *user, SmallVectorImpl<unsigned> &unknown) {
   auto type = cast<RankedTensorType>(tensor.getType());
   Value all;
   for (auto [d, index] : llvm::enumerate(indices)) {
     int64_t size = type.getDimSize(d);
-    if (knownInRange(index, size))
+    if (knownInRange(index, tensor, d, user))
       continue;
     unknown.push_back(d);
     Value bound =
@@ -107,7 +175,7 @@ void guardExtract(tensor::ExtractOp op) {
     return;
   }
   SmallVector<unsigned> unknown;
-  Value ok = inBounds(b, loc, op.getTensor(), op.getIndices(), unknown);
+  Value ok = inBounds(b, loc, op.getTensor(), op.getIndices(), op, unknown);
   if (!ok)
     return;
   Value zero = arith::ConstantOp::create(b, loc, zeroAttr);
@@ -149,7 +217,7 @@ void guardInsert(tensor::InsertOp op) {
     return;
   }
   SmallVector<unsigned> unknown;
-  Value ok = inBounds(b, loc, op.getDest(), op.getIndices(), unknown);
+  Value ok = inBounds(b, loc, op.getDest(), op.getIndices(), op, unknown);
   if (!ok)
     return;
   auto guarded = scf::IfOp::create(

@@ -1,9 +1,16 @@
 // RUN: shardx-opt --shardx-decompose-for-codegen %s | FileCheck %s
 // RUN: shardx-opt --shardx-decompose-for-codegen=scatter-loops=false %s | FileCheck %s --check-prefix=MASKED
+// As the bufferization pipeline runs them, the index guard finds the
+// gather's reads already clamped and adds no second check:
+// RUN: shardx-opt --shardx-decompose-for-codegen --canonicalize --cse --shardx-guard-tensor-indices %s | FileCheck %s --check-prefix=GUARDED
 
 // A gather reads each element with tensor.extract, the index clamped into
 // the source and the value 0 where it is out of range.
 // CHECK-LABEL: func.func @gather
+// GUARDED-LABEL: func.func @gather
+// GUARDED-COUNT-2: arith.cmpi
+// GUARDED-NOT: arith.cmpi
+// GUARDED: linalg.yield
 // CHECK-NOT: tensor.gather
 // CHECK: linalg.generic
 // CHECK: %[[I:.*]] = arith.index_cast

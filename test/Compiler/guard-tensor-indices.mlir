@@ -1,4 +1,8 @@
 // RUN: shardx-opt --shardx-guard-tensor-indices %s | FileCheck %s
+// A second run finds every access already checked:
+// RUN: shardx-opt --shardx-guard-tensor-indices %s > %t.once.mlir
+// RUN: shardx-opt --shardx-guard-tensor-indices %t.once.mlir > %t.twice.mlir
+// RUN: diff %t.once.mlir %t.twice.mlir
 
 // An index from data is checked (unsigned, so negatives are out of range):
 // the read is clamped to 0 and yields 0 out of range; the loop's own index
@@ -85,4 +89,41 @@ func.func @empty(%t: tensor<0x3xf32>, %i: index) -> f32 {
 func.func @insert(%d: tensor<8xf32>, %i: index, %v: f32) -> tensor<8xf32> {
   %r = tensor.insert %v into %d[%i] : tensor<8xf32>
   return %r : tensor<8xf32>
+}
+
+// An index clamped by its own range check is not checked again: the
+// decomposed gather's form (sge 0 and slt 8, select to 0) and this pass's
+// (ult), so a second run changes nothing. A check on another value, or a
+// bound past the dim, is not a proof.
+// CHECK-LABEL: func.func @clamped
+// CHECK: %[[A:.*]] = arith.select %{{.*}}, %[[I:.*]], %c0
+// CHECK-NEXT: tensor.extract %{{.*}}[%[[A]]]
+// CHECK: %[[B:.*]] = arith.select %[[U:.*]], %[[I]], %c0
+// CHECK-NEXT: tensor.extract %{{.*}}[%[[B]]]
+// CHECK: %[[WRONG:.*]] = arith.select %[[U]], %{{.*}}, %c0
+// CHECK: %[[OK:.*]] = arith.cmpi ult, %[[WRONG]],
+// CHECK: %[[C:.*]] = arith.select %[[OK]], %[[WRONG]],
+// CHECK: tensor.extract %{{.*}}[%[[C]]]
+// CHECK: %[[WIDE:.*]] = arith.select %{{.*}}, %[[I]], %c0
+// CHECK: %[[OK2:.*]] = arith.cmpi ult, %[[WIDE]],
+// CHECK: %[[D:.*]] = arith.select %[[OK2]], %[[WIDE]],
+// CHECK: tensor.extract %{{.*}}[%[[D]]]
+func.func @clamped(%t: tensor<8xf32>, %i: index, %j: index) -> (f32, f32, f32, f32) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c9 = arith.constant 9 : index
+  %low = arith.cmpi sge, %i, %c0 : index
+  %high = arith.cmpi slt, %i, %c8 : index
+  %ok = arith.andi %low, %high : i1
+  %a = arith.select %ok, %i, %c0 : index
+  %x = tensor.extract %t[%a] : tensor<8xf32>
+  %u = arith.cmpi ult, %i, %c8 : index
+  %b = arith.select %u, %i, %c0 : index
+  %y = tensor.extract %t[%b] : tensor<8xf32>
+  %wrong = arith.select %u, %j, %c0 : index
+  %z = tensor.extract %t[%wrong] : tensor<8xf32>
+  %u9 = arith.cmpi ult, %i, %c9 : index
+  %wide = arith.select %u9, %i, %c0 : index
+  %w = tensor.extract %t[%wide] : tensor<8xf32>
+  return %x, %y, %z, %w : f32, f32, f32, f32
 }

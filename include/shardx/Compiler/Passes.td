@@ -114,8 +114,10 @@ def GuardTensorIndicesPass
     range checks them (unsigned, so a negative index is out of range): an
     extract reads at index 0 and yields 0 there (a tensor with a dynamic dim
     reads under `scf.if`, since it may be empty), an insert is skipped
-    (`scf.if`). Constant indices in range and `linalg.index` of a loop whose
-    static range fits the dim are left alone. The importer's programs make
+    (`scf.if`). Constant indices in range, `linalg.index` of a loop whose
+    static range fits the dim, and an index clamped by its own range check
+    (`select(%ok, %i, %k)`, `%ok` implying `%i` in range and `%k` in range:
+    the decomposed gathers' form and this pass's own) are left alone. The importer's programs make
     their indices safe first and report eager's error (docs/Importer.md);
     this pass is what keeps any program from crashing, as the decomposed
     `tensor.gather` and `tensor.scatter` do (shardx-decompose-for-codegen).
