@@ -8,6 +8,7 @@
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/Twine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -15,6 +16,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -67,6 +69,62 @@ std::optional<std::string> readFile(llvm::StringRef path) {
   if (!buffer)
     return std::nullopt;
   return (*buffer)->getBuffer().str();
+}
+
+/// Holds the cache's flock on `<dir>/.lock` while it lives (no lock when
+/// the file cannot be opened: the caller goes on unlocked, as before).
+class CacheLock {
+public:
+  explicit CacheLock(const std::string &dir) {
+    std::string path = dir + "/.lock";
+    fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd >= 0)
+      ::flock(fd, LOCK_EX);
+  }
+  ~CacheLock() {
+    if (fd >= 0) {
+      ::flock(fd, LOCK_UN);
+      ::close(fd);
+    }
+  }
+  bool held() const { return fd >= 0; }
+
+private:
+  int fd = -1;
+};
+
+/// The tally `<dir>/.size`: "<bytes> <seconds since the epoch>", the bytes
+/// the entries held at the last scan (its time) plus those stored since.
+struct Tally {
+  uint64_t bytes = 0;
+  int64_t scanned = 0;
+};
+
+std::optional<Tally> readTally(const std::string &dir) {
+  std::optional<std::string> text = readFile(dir + "/.size");
+  if (!text)
+    return std::nullopt;
+  llvm::StringRef rest = llvm::StringRef(*text).trim();
+  auto [bytesText, scannedText] = rest.split(' ');
+  Tally tally;
+  if (bytesText.getAsInteger(10, tally.bytes) ||
+      scannedText.trim().getAsInteger(10, tally.scanned))
+    return std::nullopt;
+  return tally;
+}
+
+void writeTally(const std::string &dir, const Tally &tally) {
+  std::string error; // a tally not written only makes the next evict scan
+  (void)writeAtomically(
+      dir + "/.size",
+      (llvm::Twine(tally.bytes) + " " + llvm::Twine(tally.scanned)).str(),
+      error);
+}
+
+int64_t secondsNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 } // namespace
@@ -137,20 +195,36 @@ bool ObjectCache::store(llvm::StringRef key, llvm::StringRef object,
                         std::string &error) const {
   if (!isEnabled())
     return true;
-  return writeAtomically(dir + "/" + key.str() + ".o", object, error) &&
-         writeAtomically(dir + "/" + key.str() + ".sum", sha256Hex(object),
-                         error);
+  std::string sum = sha256Hex(object);
+  if (!writeAtomically(dir + "/" + key.str() + ".o", object, error) ||
+      !writeAtomically(dir + "/" + key.str() + ".sum", sum, error))
+    return false;
+  // Counted in the tally, so that evict() need not list the directory.
+  CacheLock lock(dir);
+  if (std::optional<Tally> tally = readTally(dir)) {
+    tally->bytes += object.size() + sum.size();
+    writeTally(dir, *tally);
+  }
+  return true;
 }
 
 unsigned ObjectCache::evict() const {
   if (!isEnabled())
     return 0;
   // Processes take turns, as the JIT's eviction does (flock on .lock).
-  std::string lockPath = dir + "/.lock";
-  int lock = ::open(lockPath.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0)
+  CacheLock lock(dir);
+  if (!lock.held())
     return 0;
-  ::flock(lock, LOCK_EX);
+  // Listing the directory costs two stats per entry (seconds for the
+  // hundreds of thousands of small objects a 1 GiB bound admits), so it is
+  // listed only when the tally is over the bound, missing, or an hour old
+  // (what the tally cannot see: entries a writer without it stored, or
+  // a crashed writer's leftovers, themselves removed after an hour).
+  int64_t now = secondsNow();
+  if (std::optional<Tally> tally = readTally(dir);
+      tally && tally->bytes <= maxBytes && now - tally->scanned >= 0 &&
+      now - tally->scanned < 3600)
+    return 0;
   struct Entry {
     std::chrono::system_clock::time_point used;
     std::string key;
@@ -159,7 +233,7 @@ unsigned ObjectCache::evict() const {
   std::vector<Entry> entries;
   uint64_t total = 0;
   std::error_code ec;
-  auto now = std::chrono::system_clock::now();
+  auto clock = std::chrono::system_clock::now();
   for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
        it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
@@ -169,7 +243,7 @@ unsigned ObjectCache::evict() const {
       // A crashed writer's leftover (an hour old: not one being written).
       fs::file_status leftover;
       if (!fs::status(it->path(), leftover) &&
-          now - leftover.getLastModificationTime() > std::chrono::hours(1))
+          clock - leftover.getLastModificationTime() > std::chrono::hours(1))
         fs::remove(it->path());
       continue;
     }
@@ -195,7 +269,6 @@ unsigned ObjectCache::evict() const {
     total -= e.size;
     ++removed;
   }
-  ::flock(lock, LOCK_UN);
-  ::close(lock);
+  writeTally(dir, {total, now});
   return removed;
 }

@@ -11,7 +11,10 @@
 // Where: $SHARDX_KERNEL_CACHE (a directory; "0" or "off" turns the cache
 // off), else $SHARDX_CACHE_DIR/kernels (beside the JIT's artifacts), else
 // ~/.cache/shardx/kernels. The bound is the JIT cache's,
-// $SHARDX_CACHE_MAX_MB (MiB, default 1024), least recently used first.
+// $SHARDX_CACHE_MAX_MB (MiB, default 1024), least recently used first;
+// the directory is listed for it only when the tally `.size` (the bytes at
+// the last listing, plus what was stored since) is over the bound, missing
+// or an hour old.
 //
 // An entry is `<key>.o` and `<key>.sum` (the object's SHA-256), each
 // written under a private name and renamed into place, the sum last: an
