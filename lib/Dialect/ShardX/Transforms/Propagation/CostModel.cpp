@@ -21,7 +21,9 @@ CostModel::CostModel(MeshSpec spec, double computeRate)
 
 double CostModel::planCost(Type type, const Layout &from, const Layout &to) {
   auto tensor = cast<RankedTensorType>(type);
-  if (!tensor.hasStaticShape())
+  // The planner moves integers and floats only (an `index` has no width):
+  // any other reshard cannot be planned, and shardx-reshard-planning says so.
+  if (!tensor.hasStaticShape() || !tensor.getElementType().isIntOrFloat())
     return std::numeric_limits<double>::infinity();
   std::string error;
   int64_t bytes = std::max<int64_t>(1, tensor.getElementTypeBitWidth() / 8);

@@ -102,6 +102,8 @@ static void addHalos(const ShardingRule &rule, unsigned index, const Layout &l,
     int64_t axis = ds->splits[0].axis, n = meshShape[axis];
     if (n == 1) // lowered to a cast
       continue;
+    if (!type.getElementType().isIntOrFloat()) // no width; never exchanged
+      continue;
     int64_t row = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
     for (int64_t d = 0; d < type.getRank(); ++d) {
       if (d == w.dim)
