@@ -208,6 +208,12 @@ const Plan *Planner::plan(const Layout &src, const Layout &dst,
                     std::to_string(kMaxSearchWork) + " blocks");
   if (elementBytes <= 0)
     return fail("element size must be positive");
+  // The search prices bytes as int64 (and sums them over steps): a tensor
+  // of 2^63 bytes or more would overflow them and leave it unbounded.
+  int64_t bytes = elementBytes;
+  for (int64_t size : shape)
+    if (__builtin_mul_overflow(bytes, size, &bytes))
+      return fail("the tensor has 2^63 bytes or more");
   planner::Search search(mesh, dst, shape, elementBytes);
   std::string reason;
   std::optional<Plan> plan = search.run(src, reason);
