@@ -8,7 +8,7 @@
 // tokens are split over the experts' axes, as ragged all-to-alls
 // (docs/Rules.md, "Expert parallelism").
 //
-// The global program (torchtitan's form, as the importer writes it after
+// The global forward (torchtitan's form, as the importer writes it after
 // shardx-canonicalize) computes, for routed items p = (token p / k, choice
 // p % k) with chosen experts `flat [R]` and gates `gates [R]`:
 //   rank  = stable argsort position of flat      (a counting generic)
@@ -33,15 +33,40 @@
 // sends them back with the counts it received, and adds them, weighted by
 // their gates, to its tokens.
 //
+// A train step's backward (make_fx of torch.autograd.grad) is the same
+// kind of program over the same rows: the output gradient's rows gathered
+// by token (the combine's gradient), row-wise products with the gates and
+// the experts' outputs, Rows grouped matmuls over transposed weights,
+// Weights grouped matmuls (the experts' gradients), an index_add by token
+// (the dispatch's gradient) and one by item (the gates'). The pass matches
+// every op that reads the routed rows (the "rows' program", from the
+// gathers by token or order to the adds back by token or item, the weights'
+// gradients) and builds each in the rank's program, on one side or both: a
+// value lives on the rank of its items ("sent": its own items sorted by
+// expert), on the rank of its expert ("received"), or both. Gathers make
+// sent values, grouped matmuls read and make received ones, a row-wise op
+// runs received where all its operands are there and sent otherwise, and
+// the adds run sent; a value crosses by the dispatch (sent -> received)
+// or the combine (received -> sent), each at most once. A forward and
+// backward so move four row sets: the tokens' rows out, the experts'
+// outputs back, the output gradient's rows out (dispatched as the
+// combine's gradient is) and the input rows' gradients back (combined as
+// the dispatch's gradient is). The gate gradient is the row-wise product
+// with the combined outputs, as the global program computes it; the
+// experts' gradients stay on their ranks, a partial sum over the items'
+// axes outside A (e.g. dp).
+//
 // The pass replaces the global ops with the rank's local ops, bracketed by
 // `unrealized_conversion_cast`s as lowered reshards are: global -> local
-// casts of x, flat, gates and the weights (which read them in their
-// recorded layouts: no reshard), and a local -> global cast of the output,
-// recorded with x's layout. shardx-localize maps the casts to the local
-// values and clones the local ops, which carry no layouts, as they are.
-// The range checks of the replaced gathers' indices (derived from a
-// permutation, in range) become zeros. Anything not matched is left as it
-// is, and runs the propagated plan.
+// casts of the gathered tables, flat and the weights, read in the items'
+// split on dim 0 (the tables, flat) or the weights' recorded layouts
+// (shardx-insert-reshards reshards a table produced in another layout),
+// and local -> global casts of the adds' and the weights' gradients'
+// results, recorded in those layouts. shardx-localize maps the casts to
+// the local values and clones the local ops, which carry no layouts, as
+// they are. The range checks of the replaced gathers' indices (derived
+// from a permutation, in range) become zeros. A rows' value read by any
+// other op (or returned) leaves the whole dispatch to the propagated plan.
 //
 //===----------------------------------------------------------------------===//
 
@@ -335,50 +360,87 @@ bool isIndexAdd(linalg::GenericOp op) {
           (isIndex(eq.getRhs(), 0) && throughCast(eq.getLhs()) == arg(op, 0)));
 }
 
-/// out[r, d] = ys[r, d] * w[r]: rows weighted by their gates.
-bool isRowScale(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 2 ||
-      !shapeIs(op, {par, par}, {{0, 1}, {0}, {0, 1}}))
+/// out[i, ...] = sum_r select(i == idx[r], vals[r, ...], 0): rows added
+/// into zeros at their index, of any rank (loops (i, ..., r)).
+bool isScatterAdd(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 2 || op.getNumResults() != 1 ||
+      !isZeros(op.getDpsInits()[0]))
     return false;
-  auto mul = def<arith::MulFOp>(yielded(op));
-  return mul && mul.getLhs() == arg(op, 0) && mul.getRhs() == arg(op, 1);
-}
-
-/// An elementwise generic over rows: all loops parallel, every map the
-/// identity, inits only written.
-bool isRowElementwise(linalg::GenericOp op) {
-  if (op.getNumResults() != 1 || op.getNumDpsInits() != 1 ||
-      op.getNumParallelLoops() != op.getNumLoops() || op.getNumLoops() != 2)
+  int64_t rank = cast<RankedTensorType>(op.getResult(0).getType()).getRank();
+  SmallVector<IteratorType> it(rank, par);
+  it.push_back(red);
+  SmallVector<unsigned> vals = {unsigned(rank)}, out;
+  for (unsigned d = 0; d < rank; ++d) {
+    if (d > 0)
+      vals.push_back(d);
+    out.push_back(d);
+  }
+  if (!shapeIs(op, it, {{unsigned(rank)}, vals, out}))
     return false;
-  for (AffineMap m : op.getIndexingMapsArray())
-    if (!m.isIdentity())
-      return false;
-  return op.getRegion().front().getArguments().back().use_empty();
+  auto select = def<arith::SelectOp>(addToOut(op, yielded(op)));
+  if (!select || select.getTrueValue() != arg(op, 1) ||
+      !matchPattern(select.getFalseValue(), m_AnyZeroFloat()))
+    return false;
+  auto eq = def<arith::CmpIOp>(select.getCondition());
+  return eq && eq.getPredicate() == arith::CmpIPredicate::eq &&
+         ((isIndex(eq.getLhs(), 0) && throughCast(eq.getRhs()) == arg(op, 0)) ||
+          (isIndex(eq.getRhs(), 0) && throughCast(eq.getLhs()) == arg(op, 0)));
 }
 
 //===----------------------------------------------------------------------===//
-// The dispatch
+// The routed rows' program
 //===----------------------------------------------------------------------===//
 
-/// One matched MoE dispatch and combine.
+/// What an op of the routed rows' program is. Its values are indexed by
+/// the sorted items' rows r in [R] ("rows"); the ops that make them from
+/// the tokens or the items, run the experts on them, and add them back.
+enum class RowOpKind {
+  /// out[r] = table[token[r]]: the tokens' rows (x, an output's gradient).
+  TokenGather,
+  /// out[r] = table[order[r]]: the items' values (the gates).
+  ItemGather,
+  /// Elementwise, or a reduction within each row; never reads r itself.
+  RowWise,
+  /// [R, K] -> [K, R], read by a Weights grouped matmul only.
+  Transpose,
+  /// A Rows grouped matmul: rows x weights (maybe transposed) -> rows.
+  GroupedRows,
+  /// A Weights grouped matmul: the weights' gradient, [E, K, N].
+  GroupedWeights,
+  /// index_add of rows into zeros [T, ...] by token (the combine, and the
+  /// dispatch's gradient).
+  TokenAdd,
+  /// The same by item into zeros [R, ...] (the gate gather's gradient).
+  ItemAdd,
+};
+
+struct RowOp {
+  linalg::LinalgOp op;
+  RowOpKind kind;
+  /// Gathers: the table. GroupedRows: the weight, before its transpose.
+  Value source;
+  bool transposed = false;
+};
+
+/// One matched MoE dispatch: the routing, and every op of its rows.
 struct Dispatch {
-  linalg::GenericOp indexAdd, rowScale, gateGather, tokenGather, token, inverse,
-      rank;
-  /// The experts' ops, rows [R, *] in, rows out, in program order; the
-  /// last one's result is the rows `rowScale` weights.
-  SmallVector<linalg::GenericOp> experts;
+  /// The routing: rank = stable argsort position of flat, order its
+  /// inverse, token = order floordiv k.
+  linalg::GenericOp rank, inverse, token;
+  Value flat;
+  int64_t k = 0, tokens = 0, items = 0;
   /// A grouped matmul's groups: bincount, cumsum, groups-of generics.
   linalg::GenericOp bincount, cumsum;
   SmallVector<linalg::GenericOp> groups;
-  /// The tokens [T, D], the items' experts and gates [R], the weights.
-  Value x, flat, gates;
+  /// The rows' ops, in program order.
+  SmallVector<RowOp> ops;
   SetVector<Value> weights;
   /// The bounds checks' masks of the replaced indices.
-  SmallVector<Value> masks;
-  int64_t k = 0;
-  /// The mesh axes the experts are split over, in split order.
+  SetVector<Value> masks;
+  /// The mesh axes the experts are split over, in split order; the items'
+  /// (and tokens') split on dim 0.
   SmallVector<int64_t> axes;
-  DimSharding expertSplit;
+  DimSharding itemSplit;
 };
 
 /// The layout `v` is produced in, if it is `[S(0) over ..., whole]` with
@@ -402,145 +464,230 @@ std::optional<DimSharding> rowsSplit(Value v) {
   return *d0;
 }
 
+int64_t dimSize(Value v, unsigned d) {
+  return cast<RankedTensorType>(v.getType()).getDimSize(d);
+}
+
 class Matcher {
 public:
-  explicit Matcher(linalg::GenericOp indexAdd) { m.indexAdd = indexAdd; }
+  Matcher(linalg::GenericOp rank, MeshOp mesh) : mesh(mesh) { m.rank = rank; }
 
-  /// The dispatch ending at `indexAdd`, or nullopt.
+  /// The dispatch whose routing starts at `rank`, or nullopt.
   std::optional<Dispatch> match();
 
 private:
-  bool matchExperts(Value rows);
+  bool matchRouting();
+  void matchIndices();
+  bool matchRows();
+  bool matchRowOp(Operation &op);
   bool matchGroups(Value g);
+  bool matchSplits();
+  /// Whether `op` is a row-wise generic over rows.
+  bool isRowWise(linalg::GenericOp op);
 
+  MeshOp mesh;
   Dispatch m;
+  /// The items' order and tokens, and their bounds-checked copies: true
+  /// for a token.
+  DenseMap<Value, bool> indices;
+  DenseMap<Value, Value> maskOf;
+  /// The rows' values, and their transposes.
+  DenseSet<Value> rows, transposed;
 };
 
 std::optional<Dispatch> Matcher::match() {
-  linalg::GenericOp ia = m.indexAdd;
-  if (!isIndexAdd(ia))
+  if (!matchRouting())
     return std::nullopt;
-  auto outType = cast<RankedTensorType>(ia.getResult(0).getType());
-  int64_t tokens = outType.getDimSize(0);
-  // The rows weighted by their gates: ys = Y * gates[order].
-  m.rowScale = def<linalg::GenericOp>(ia.getDpsInputs()[1]);
-  if (!m.rowScale || !isRowScale(m.rowScale))
-    return std::nullopt;
-  auto rowType = cast<RankedTensorType>(m.rowScale.getResult(0).getType());
-  int64_t rows = rowType.getDimSize(0);
-  if (ShapedType::isDynamic(rows) || ShapedType::isDynamic(tokens) ||
-      rows % tokens)
-    return std::nullopt;
-  m.gateGather = def<linalg::GenericOp>(m.rowScale.getDpsInputs()[1]);
-  if (!m.gateGather)
-    return std::nullopt;
-  m.gates = gatherTable(m.gateGather);
-  auto orderIdx = throughBoundsCheck(m.gateGather.getDpsInputs()[0], rows);
-  if (!m.gates || !orderIdx)
-    return std::nullopt;
-  m.masks.push_back(orderIdx->second);
-  m.inverse = def<linalg::GenericOp>(orderIdx->first);
-  if (!m.inverse || !isInverse(m.inverse))
-    return std::nullopt;
-  m.rank = def<linalg::GenericOp>(m.inverse.getDpsInputs()[0]);
-  if (!m.rank || !isStableRank(m.rank))
-    return std::nullopt;
-  m.flat = m.rank.getDpsInputs()[0];
-  // The token of each row: order floordiv k, through the index_add's
-  // bounds check.
-  auto tokenIdx = throughBoundsCheck(ia.getDpsInputs()[0], tokens);
-  if (!tokenIdx)
-    return std::nullopt;
-  m.masks.push_back(tokenIdx->second);
-  m.token = def<linalg::GenericOp>(tokenIdx->first);
-  std::optional<int64_t> k = m.token ? floorDivConstant(m.token) : std::nullopt;
-  if (!k || m.token.getDpsInputs()[0] != orderIdx->first || *k * tokens != rows)
-    return std::nullopt;
-  m.k = *k;
-  // The experts, from the rows the gates weight back to the gathered
-  // tokens' rows.
-  Value y = m.rowScale.getDpsInputs()[0];
-  if (!matchExperts(y))
-    return std::nullopt;
-  // The gathered rows: x[token], through the gather's bounds check.
-  auto xsIdx = throughBoundsCheck(m.tokenGather.getDpsInputs()[0], tokens);
-  if (!xsIdx || xsIdx->first != m.token.getResult(0))
-    return std::nullopt;
-  m.masks.push_back(xsIdx->second);
-  m.x = gatherTable(m.tokenGather);
-  if (!m.x || cast<RankedTensorType>(m.x.getType()).getRank() != 2 ||
-      cast<RankedTensorType>(m.x.getType()).getDimSize(0) != tokens ||
-      m.x.getType() != ia.getResult(0).getType())
-    return std::nullopt;
-  // The experts' split: one for every weight, on E over axes A.
-  std::optional<DimSharding> split;
-  for (Value w : m.weights) {
-    std::optional<DimSharding> s = rowsSplit(w);
-    if (!s || (split && *s != *split))
-      return std::nullopt;
-    split = s;
-  }
-  if (!split)
-    return std::nullopt;
-  m.expertSplit = *split;
-  for (const auto &s : split->splits)
-    m.axes.push_back(s.axis);
-  // The tokens, their experts and gates split alike on dim 0, over axes
-  // that include A.
-  std::optional<DimSharding> tokenSplit = rowsSplit(m.x);
-  if (!tokenSplit || rowsSplit(m.flat) != tokenSplit ||
-      rowsSplit(m.gates) != tokenSplit ||
-      (axisMask(*split) & ~axisMask(*tokenSplit)))
+  matchIndices();
+  if (!matchRows() || !matchSplits())
     return std::nullopt;
   return m;
 }
 
-/// Collects the experts' ops backward from `rows`: rows-form grouped
-/// matmuls (the weights split, the groups `matchGroups`) and row-wise
-/// elementwise ops, down to one gather of the tokens' rows.
-bool Matcher::matchExperts(Value rows) {
-  SmallVector<Value> worklist = {rows};
-  SetVector<Operation *> seen;
-  while (!worklist.empty()) {
-    Value v = worklist.pop_back_val();
-    auto op = def<linalg::GenericOp>(v);
-    if (!op)
-      return false;
-    if (seen.contains(op))
-      continue;
-    if (Value table = gatherTable(op)) {
-      if (m.tokenGather && m.tokenGather != op)
-        return false;
-      m.tokenGather = op;
-      continue;
-    }
-    seen.insert(op);
-    std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(op);
-    if (form == GroupedMatmulForm::Rows) {
-      if (!isZeros(op.getDpsInits()[0]) || !matchGroups(op.getDpsInputs()[2]))
-        return false;
-      m.weights.insert(op.getDpsInputs()[1]);
-      worklist.push_back(op.getDpsInputs()[0]);
-      continue;
-    }
-    if (form || !isRowElementwise(op))
-      return false;
-    for (Value in : op.getDpsInputs())
-      worklist.push_back(in);
-  }
-  if (!m.tokenGather)
+bool Matcher::matchRouting() {
+  if (!isStableRank(m.rank))
     return false;
-  // Program order; every value but the last read by the experts' ops only
-  // (a train step's backward reads them too: not matched).
-  for (Operation &op : *m.indexAdd->getBlock())
-    if (seen.contains(&op))
-      m.experts.push_back(cast<linalg::GenericOp>(op));
-  for (linalg::GenericOp op : m.experts)
-    for (Operation *user : op.getResult(0).getUsers())
-      if (!seen.contains(user) &&
-          !(op.getResult(0) == rows && user == m.rowScale))
+  m.flat = m.rank.getDpsInputs()[0];
+  m.items = dimSize(m.flat, 0);
+  if (ShapedType::isDynamic(m.items))
+    return false;
+  for (Operation *user : m.rank.getResult(0).getUsers())
+    if (auto inv = dyn_cast<linalg::GenericOp>(user);
+        inv && !m.inverse && isInverse(inv))
+      m.inverse = inv;
+  if (!m.inverse)
+    return false;
+  for (Operation *user : m.inverse.getResult(0).getUsers()) {
+    auto token = dyn_cast<linalg::GenericOp>(user);
+    std::optional<int64_t> k = token ? floorDivConstant(token) : std::nullopt;
+    if (k && !m.token) {
+      m.token = token;
+      m.k = *k;
+    }
+  }
+  if (!m.token || m.items % m.k)
+    return false;
+  m.tokens = m.items / m.k;
+  return true;
+}
+
+void Matcher::matchIndices() {
+  for (auto [v, bound, isToken] :
+       {std::make_tuple(m.inverse.getResult(0), m.items, false),
+        std::make_tuple(m.token.getResult(0), m.tokens, true)}) {
+    indices[v] = isToken;
+    for (Operation *user : v.getUsers()) {
+      if (user->getNumResults() != 1)
+        continue;
+      auto checked = throughBoundsCheck(user->getResult(0), bound);
+      if (checked && checked->first == v) {
+        indices[user->getResult(0)] = isToken;
+        maskOf[user->getResult(0)] = checked->second;
+      }
+    }
+  }
+}
+
+bool Matcher::isRowWise(linalg::GenericOp op) {
+  if (op.getNumResults() != 1 || op.getNumDpsInits() != 1 ||
+      op.getNumLoops() < 1 || op.getIteratorTypesArray()[0] != par ||
+      dimSize(op.getResult(0), 0) != m.items)
+    return false;
+  for (Value in : op.getDpsInputs())
+    if (!rows.contains(in))
+      return false;
+  // Row r of every operand at loop 0, which nothing else indexes.
+  for (AffineMap map : op.getIndexingMapsArray()) {
+    if (map.getNumResults() == 0 || !isDim(map.getResult(0), 0))
+      return false;
+    for (AffineExpr e : map.getResults().drop_front())
+      if (!isa<AffineDimExpr>(e) || isDim(e, 0))
         return false;
-  return llvm::hasSingleElement(rows.getUsers());
+  }
+  // The body never reads r (a rank's rows are others than the global's).
+  WalkResult r = op.getRegion().walk([](linalg::IndexOp i) {
+    return i.getDim() == 0 ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  if (r.wasInterrupted())
+    return false;
+  // An init read by the body is a fill (cloned as one).
+  return op.getRegion().front().getArguments().back().use_empty() ||
+         def<linalg::FillOp>(op.getDpsInits()[0]);
+}
+
+/// `op`, which reads the rows' values: one of RowOpKind's, else false.
+bool Matcher::matchRowOp(Operation &op) {
+  if (auto t = dyn_cast<linalg::TransposeOp>(op)) {
+    if (!rows.contains(t.getInput()) ||
+        t.getPermutation() != ArrayRef<int64_t>{1, 0})
+      return false;
+    transposed.insert(t.getResult()[0]);
+    m.ops.push_back({t, RowOpKind::Transpose, {}});
+    return true;
+  }
+  auto g = dyn_cast<linalg::GenericOp>(op);
+  if (!g || g.getNumResults() != 1)
+    return false;
+  SmallVector<Value> in(g.getDpsInputs());
+  auto index = [&](Value v) -> std::optional<bool> {
+    auto it = indices.find(v);
+    return it == indices.end() ? std::nullopt : std::optional<bool>(it->second);
+  };
+  if (isIndexAdd(g) && index(in[0]) == true && rows.contains(in[1]) &&
+      dimSize(g.getResult(0), 0) == m.tokens) {
+    if (Value mask = maskOf.lookup(in[0]))
+      m.masks.insert(mask);
+    m.ops.push_back({g, RowOpKind::TokenAdd, {}});
+    return true;
+  }
+  if (isScatterAdd(g) && index(in[0]) == false && rows.contains(in[1]) &&
+      dimSize(g.getResult(0), 0) == m.items) {
+    if (Value mask = maskOf.lookup(in[0]))
+      m.masks.insert(mask);
+    m.ops.push_back({g, RowOpKind::ItemAdd, {}});
+    return true;
+  }
+  std::optional<GroupedMatmulForm> form = matchGroupedMatmulForm(g);
+  if (form == GroupedMatmulForm::Rows) {
+    if (!rows.contains(in[0]) || rows.contains(in[1]) ||
+        transposed.contains(in[1]) || !isZeros(g.getDpsInits()[0]) ||
+        !matchGroups(in[2]))
+      return false;
+    RowOp row{g, RowOpKind::GroupedRows, in[1]};
+    // A weight read transposed (the backward's x dY^T): [E, N, K].
+    if (auto t = def<linalg::TransposeOp>(in[1]);
+        t && t.getPermutation() == ArrayRef<int64_t>{0, 2, 1}) {
+      row.source = t.getInput();
+      row.transposed = true;
+    }
+    m.weights.insert(row.source);
+    m.ops.push_back(row);
+    rows.insert(g.getResult(0));
+    return true;
+  }
+  if (form == GroupedMatmulForm::Weights) {
+    if (!transposed.contains(in[0]) || !rows.contains(in[1]) ||
+        !isZeros(g.getDpsInits()[0]) || !matchGroups(in[2]))
+      return false;
+    m.ops.push_back({g, RowOpKind::GroupedWeights, {}});
+    return true;
+  }
+  if (form || !isRowWise(g))
+    return false;
+  m.ops.push_back({g, RowOpKind::RowWise, {}});
+  rows.insert(g.getResult(0));
+  return true;
+}
+
+/// The rows' program, in program order: the gathers by a (checked) token
+/// or order, then every op that reads their values, which must be one of
+/// RowOpKind's; no rows' value leaves it.
+bool Matcher::matchRows() {
+  for (Operation &op : *m.rank->getBlock()) {
+    auto g = dyn_cast<linalg::GenericOp>(op);
+    if (g && g.getNumDpsInputs() == 1 && indices.count(g.getDpsInputs()[0])) {
+      Value idx = g.getDpsInputs()[0];
+      Value table = gatherTable(g);
+      bool isToken = indices.lookup(idx);
+      if (table && !rows.contains(table) && !transposed.contains(table) &&
+          dimSize(table, 0) == (isToken ? m.tokens : m.items)) {
+        if (Value mask = maskOf.lookup(idx))
+          m.masks.insert(mask);
+        m.ops.push_back(
+            {g, isToken ? RowOpKind::TokenGather : RowOpKind::ItemGather,
+             table});
+        rows.insert(g.getResult(0));
+        continue;
+      }
+    }
+    bool reads = llvm::any_of(op.getOperands(), [&](Value v) {
+      return rows.contains(v) || transposed.contains(v);
+    });
+    if (reads && !matchRowOp(op))
+      return false;
+  }
+  // Every use of a rows' value is an operand of a rows' op (not a capture,
+  // not a result); a transpose is read by Weights grouped matmuls only.
+  DenseSet<Operation *> ops;
+  for (RowOp &r : m.ops)
+    ops.insert(r.op);
+  for (RowOp &r : m.ops) {
+    for (Value v : r.op->getResults()) {
+      if (!rows.contains(v) && !transposed.contains(v))
+        continue;
+      for (OpOperand &use : v.getUses()) {
+        if (!ops.contains(use.getOwner()))
+          return false;
+        if (transposed.contains(v)) {
+          auto g = dyn_cast<linalg::GenericOp>(use.getOwner());
+          if (!g || use.getOperandNumber() != 0 ||
+              matchGroupedMatmulForm(g) != GroupedMatmulForm::Weights)
+            return false;
+        }
+      }
+    }
+  }
+  return !m.weights.empty();
 }
 
 /// `g` is the groups of the sorted items: groupsOf(cumsum(bincount(flat))).
@@ -557,247 +704,398 @@ bool Matcher::matchGroups(Value g) {
     return false;
   m.bincount = bincount;
   m.cumsum = cumsum;
-  m.groups.push_back(groups);
-  // The same items as the sort's (checked against the rank's input later:
-  // the bincount reads `flat`).
-  return !m.flat || bincount.getDpsInputs()[0] == m.flat;
+  if (!llvm::is_contained(m.groups, groups))
+    m.groups.push_back(groups);
+  // The same items as the sort's.
+  return bincount.getDpsInputs()[0] == m.flat;
+}
+
+/// The experts split alike on E over axes A; the items split on dim 0 over
+/// axes that include A, in equal blocks of whole tokens (static local
+/// shapes).
+bool Matcher::matchSplits() {
+  std::optional<DimSharding> split;
+  for (Value w : m.weights) {
+    std::optional<DimSharding> s = rowsSplit(w);
+    if (!s || (split && *s != *split))
+      return false;
+    split = s;
+  }
+  if (!split)
+    return false;
+  for (const auto &s : split->splits)
+    m.axes.push_back(s.axis);
+  std::optional<DimSharding> items = rowsSplit(m.flat);
+  if (!items || (axisMask(*split) & ~axisMask(*items)))
+    return false;
+  int64_t ranks = 1;
+  for (const auto &s : items->splits)
+    ranks *= mesh.getShape()[s.axis];
+  if (m.tokens % ranks)
+    return false;
+  m.itemSplit = *items;
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
 // The local program
 //===----------------------------------------------------------------------===//
 
+/// Builds each rank's program of a matched dispatch. A rows' value lives on
+/// the rank of its items ("sent": the rank's items sorted by expert, slot s
+/// holding item inv[s]), on the rank of its expert ("received": the rows
+/// of this rank's experts from every member of the group, sorted by local
+/// expert, zero rows after them), or both: gathers make sent values,
+/// grouped matmuls received ones, and the dispatch (sent -> received) and
+/// combine (received -> sent) move a value once each way at most.
 class Builder {
 public:
   Builder(Dispatch &m, MeshOp mesh)
-      : m(m), mesh(mesh), b(m.indexAdd), loc(m.indexAdd.getLoc()) {}
+      : m(m), mesh(mesh), b(m.ops.front().op), loc(m.ops.front().op.getLoc()),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())) {}
 
-  /// Builds the local program before the index_add; returns its global
-  /// result (a cast recorded with x's layout).
-  Value build();
+  /// Replaces the rows' program by the local one.
+  void build();
 
 private:
   RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elt) {
     return RankedTensorType::get(shape, elt);
   }
+  /// `type` with `rows` rows.
+  RankedTensorType withRows(Type type, int64_t rows) {
+    auto t = cast<RankedTensorType>(type);
+    SmallVector<int64_t> shape(t.getShape());
+    shape[0] = rows;
+    return tensorOf(shape, t.getElementType());
+  }
+  void mark(Operation *op) {
+    op->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
+  }
   /// A fresh init of `type` like `old`: a fill of the same scalar, or
   /// empty.
-  Value initLike(Value old, RankedTensorType type) {
-    Value empty =
-        tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  Value initLike(Value old, RankedTensorType type, ValueRange dynamic = {}) {
+    Value empty = tensor::EmptyOp::create(b, loc, type, dynamic);
     if (auto fill = def<linalg::FillOp>(old))
       return linalg::FillOp::create(b, loc, fill.getInputs()[0], empty)
           .getResult(0);
     return empty;
   }
-  Value zeros(RankedTensorType type) {
+  Value zeros(RankedTensorType type, ValueRange dynamic = {}) {
     Value zero = arith::ConstantOp::create(
         b, loc, type.getElementType(), b.getZeroAttr(type.getElementType()));
-    Value empty =
-        tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+    Value empty = tensor::EmptyOp::create(b, loc, type, dynamic);
     return linalg::FillOp::create(b, loc, zero, empty).getResult(0);
   }
-  /// `op` again on `inputs` into `init`, captured values mapped by
-  /// `captures`.
-  Value clone(linalg::GenericOp op, ValueRange inputs, Value init,
-              IRMapping captures = {}) {
+  /// `op` again on `inputs` into `init`.
+  Value clone(linalg::GenericOp op, ValueRange inputs, Value init) {
     auto fresh = linalg::GenericOp::create(
         b, loc, TypeRange{init.getType()}, inputs, ValueRange{init},
         op.getIndexingMapsArray(), op.getIteratorTypesArray());
+    IRMapping captures;
     op.getRegion().cloneInto(&fresh.getRegion(), captures);
-    fresh->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
+    mark(fresh);
     return fresh.getResult(0);
   }
-  /// The local value of global `v` (read in its recorded layout).
-  Value toLocal(Value v) {
-    LayoutAttr layout = getRecordedLayout(v);
+  /// `layout`'s split of dim 0 as the items', the rest whole.
+  LayoutAttr rowsLayout() {
+    Layout l(mesh.getShape().size());
+    for (const auto &s : m.itemSplit.splits)
+      l.addSplit(0, s);
+    return LayoutAttr::get(meshRef, l);
+  }
+  /// The local value of global `v` read in `layout` (a reshard first if
+  /// it is produced in another).
+  Value toLocal(Value v, LayoutAttr layout) {
+    auto key = std::make_pair(v, Attribute(layout));
+    if (Value done = locals.lookup(key))
+      return done;
     auto type = layout.getLocalType(cast<RankedTensorType>(v.getType()),
                                     mesh.getShape());
     auto cast = UnrealizedConversionCastOp::create(b, loc, type, v);
     cast->setAttr(ShardXDialect::getOperandLayoutsAttrName(),
                   b.getArrayAttr({layout}));
+    locals[key] = cast.getResult(0);
     return cast.getResult(0);
   }
-  /// sums[j] = sum_l counts[j * el + l] for counts [n * el].
-  Value sumRuns(Value counts, int64_t n, int64_t el) {
-    Type i64 = b.getI64Type();
-    Value runs = tensor::ExpandShapeOp::create(
-        b, loc, tensorOf({n, el}, i64), counts,
-        SmallVector<ReassociationIndices>{{0, 1}});
-    MLIRContext *ctx = b.getContext();
-    AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
-    AffineMap first = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
-    auto sum = linalg::GenericOp::create(
-        b, loc, TypeRange{tensorOf({n}, i64)}, ValueRange{runs},
-        ValueRange{zeros(tensorOf({n}, i64))}, ArrayRef<AffineMap>{id, first},
-        ArrayRef<IteratorType>{par, red},
-        [&](OpBuilder &nb, Location l, ValueRange a) {
-          linalg::YieldOp::create(
-              nb, l, ValueRange{arith::AddIOp::create(nb, l, a[0], a[1])});
-        });
-    sum->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
-    return sum.getResult(0);
+  /// The global value of `local` for `global`'s uses, recorded in `layout`.
+  void replace(Value global, Value local, LayoutAttr layout) {
+    auto result =
+        UnrealizedConversionCastOp::create(b, loc, global.getType(), local);
+    setResultLayout(result->getResult(0), layout);
+    global.replaceAllUsesWith(result.getResult(0));
   }
+  /// `v` transposed by `perm` (dynamic sizes kept).
+  Value transpose(Value v, ArrayRef<int64_t> perm) {
+    SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, v);
+    SmallVector<OpFoldResult> permuted;
+    for (int64_t p : perm)
+      permuted.push_back(sizes[p]);
+    Value empty = tensor::EmptyOp::create(
+        b, loc, permuted, cast<RankedTensorType>(v.getType()).getElementType());
+    auto t = linalg::TransposeOp::create(b, loc, v, empty, perm);
+    mark(t);
+    return t.getResult()[0];
+  }
+  /// out[r, ...] = table[idx[r], ...].
+  Value gatherRows(Value table, Value idx) {
+    auto tableType = cast<RankedTensorType>(table.getType());
+    RankedTensorType type = withRows(tableType, dimSize(idx, 0));
+    int64_t rank = type.getRank();
+    MLIRContext *ctx = b.getContext();
+    AffineMap first = AffineMap::get(rank, 0, {getAffineDimExpr(0, ctx)}, ctx);
+    auto op = linalg::GenericOp::create(
+        b, loc, TypeRange{type}, ValueRange{idx},
+        ValueRange{tensor::EmptyOp::create(b, loc, type.getShape(),
+                                           type.getElementType())},
+        ArrayRef<AffineMap>{first,
+                            AffineMap::getMultiDimIdentityMap(rank, ctx)},
+        SmallVector<IteratorType>(rank, par),
+        [&](OpBuilder &nb, Location l, ValueRange a) {
+          SmallVector<Value> at = {
+              arith::IndexCastOp::create(nb, l, nb.getIndexType(), a[0])};
+          for (int64_t d = 1; d < rank; ++d)
+            at.push_back(linalg::IndexOp::create(nb, l, d));
+          linalg::YieldOp::create(
+              nb, l, ValueRange{tensor::ExtractOp::create(nb, l, table, at)});
+        });
+    mark(op);
+    return op.getResult(0);
+  }
+  /// sums[j] = sum_l counts[j * el + l] for counts [n * el].
+  Value sumRuns(Value counts);
   /// A received row's local expert from its run `in[r]` among the
   /// (member, expert) runs: `in[r] mod el`, or `el` (no expert) for the rows
   /// past the last run (`in[r] == slots`: the buffer's zero rows).
-  Value localExpert(Value in, int64_t el, int64_t slots) {
-    auto type = cast<RankedTensorType>(in.getType());
-    MLIRContext *ctx = b.getContext();
-    AffineMap id = AffineMap::getMultiDimIdentityMap(1, ctx);
-    Value perRank = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(el));
-    Value all = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(slots));
-    auto op = linalg::GenericOp::create(
-        b, loc, TypeRange{type}, ValueRange{in},
-        ValueRange{tensor::EmptyOp::create(b, loc, type.getShape(),
-                                           type.getElementType())},
-        ArrayRef<AffineMap>{id, id}, ArrayRef<IteratorType>{par},
-        [&](OpBuilder &nb, Location l, ValueRange a) {
-          Value past = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge,
-                                             a[0], all);
-          Value expert = arith::RemSIOp::create(nb, l, a[0], perRank);
-          linalg::YieldOp::create(nb, l,
-                                  ValueRange{arith::SelectOp::create(
-                                      nb, l, past, perRank, expert)});
-        });
-    op->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
-    return op.getResult(0);
+  Value localExpert(Value in);
+  /// The rank's routing: its items sorted by expert, the counts exchanged,
+  /// the received rows' order and groups.
+  void buildRouting();
+  /// `v` on the experts' ranks: the dispatch (ragged all-to-all, then
+  /// sorted by local expert).
+  Value received(Value v);
+  /// `v` on the items' ranks: the combine (unsorted, then the ragged
+  /// all-to-all back).
+  Value sent(Value v);
+  /// The local weight `w`, maybe transposed to [E, N, K].
+  Value localWeight(Value w, bool transposed) {
+    Value local = toLocal(w, getRecordedLayout(w));
+    return transposed ? transpose(local, {0, 2, 1}) : local;
   }
+  void buildOp(RowOp &row);
 
   Dispatch &m;
   MeshOp mesh;
   OpBuilder b;
   Location loc;
+  FlatSymbolRefAttr meshRef;
+  DenseMap<std::pair<Value, Attribute>, Value> locals;
+  /// The rows' values' local values, sent and received.
+  DenseMap<Value, Value> sentRows, receivedRows;
+  int64_t n = 1, el = 0, slots = 0, items = 0, receivedCount = 0;
+  DenseI64ArrayAttr axesAttr;
+  Value inv, token, sendCounts, recvCounts, rank, unrank, groups;
 };
 
-Value Builder::build() {
+Value Builder::sumRuns(Value counts) {
   Type i64 = b.getI64Type();
-  int64_t n = 1;
+  Value runs =
+      tensor::ExpandShapeOp::create(b, loc, tensorOf({n, el}, i64), counts,
+                                    SmallVector<ReassociationIndices>{{0, 1}});
+  MLIRContext *ctx = b.getContext();
+  AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
+  AffineMap first = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
+  auto sum = linalg::GenericOp::create(
+      b, loc, TypeRange{tensorOf({n}, i64)}, ValueRange{runs},
+      ValueRange{zeros(tensorOf({n}, i64))}, ArrayRef<AffineMap>{id, first},
+      ArrayRef<IteratorType>{par, red},
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        linalg::YieldOp::create(
+            nb, l, ValueRange{arith::AddIOp::create(nb, l, a[0], a[1])});
+      });
+  mark(sum);
+  return sum.getResult(0);
+}
+
+Value Builder::localExpert(Value in) {
+  auto type = cast<RankedTensorType>(in.getType());
+  MLIRContext *ctx = b.getContext();
+  AffineMap id = AffineMap::getMultiDimIdentityMap(1, ctx);
+  Value perRank = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(el));
+  Value all = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(slots));
+  auto op = linalg::GenericOp::create(
+      b, loc, TypeRange{type}, ValueRange{in},
+      ValueRange{tensor::EmptyOp::create(b, loc, type.getShape(),
+                                         type.getElementType())},
+      ArrayRef<AffineMap>{id, id}, ArrayRef<IteratorType>{par},
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        Value past =
+            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, a[0], all);
+        Value expert = arith::RemSIOp::create(nb, l, a[0], perRank);
+        linalg::YieldOp::create(
+            nb, l,
+            ValueRange{arith::SelectOp::create(nb, l, past, perRank, expert)});
+      });
+  mark(op);
+  return op.getResult(0);
+}
+
+void Builder::buildRouting() {
+  Type i64 = b.getI64Type();
   for (int64_t a : m.axes)
     n *= mesh.getShape()[a];
-  auto weight0 = cast<RankedTensorType>(m.weights.front().getType());
-  int64_t experts = weight0.getDimSize(0);
-  int64_t el = llvm::divideCeil(experts, n), slots = n * el;
-  auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-  auto axesAttr = b.getDenseI64ArrayAttr(m.axes);
-
-  Value x = toLocal(m.x), flat = toLocal(m.flat), gates = toLocal(m.gates);
-  auto xType = cast<RankedTensorType>(x.getType());
-  int64_t tokens = xType.getDimSize(0), dim = xType.getDimSize(1);
-  int64_t items = tokens * m.k, received = n * items;
-  IRMapping weights;
-  for (Value w : m.weights)
-    weights.map(w, toLocal(w));
+  int64_t experts = dimSize(m.weights.front(), 0);
+  el = llvm::divideCeil(experts, n);
+  slots = n * el;
+  axesAttr = b.getDenseI64ArrayAttr(m.axes);
+  Value flat = toLocal(m.flat, rowsLayout());
+  items = dimSize(flat, 0);
+  receivedCount = n * items;
 
   // This rank's items sorted by expert (stable): slot s holds item inv[s]
   // of token inv[s] / k.
   auto items64 = tensorOf({items}, i64);
   Value pos =
       clone(m.rank, {flat, flat}, initLike(m.rank.getDpsInits()[0], items64));
-  Value inv =
-      clone(m.inverse, {pos}, initLike(m.inverse.getDpsInits()[0], items64));
-  Value token =
-      clone(m.token, {inv}, initLike(m.token.getDpsInits()[0], items64));
-  IRMapping fromX;
-  fromX.map(m.x, x);
-  Value send = clone(m.tokenGather, {token},
-                     initLike(m.tokenGather.getDpsInits()[0],
-                              tensorOf({items, dim}, xType.getElementType())),
-                     fromX);
+  inv = clone(m.inverse, {pos}, initLike(m.inverse.getDpsInits()[0], items64));
+  token = clone(m.token, {inv}, initLike(m.token.getDpsInits()[0], items64));
   // Per-expert counts, padded to n * el slots (member j's experts are
   // j * el ..): each member's, and what each member sends this rank.
   Value counts = clone(m.bincount, {flat}, zeros(tensorOf({slots}, i64)));
-  Value sendCounts = sumRuns(counts, n, el);
+  sendCounts = sumRuns(counts);
   auto fromEach = AllToAllOp::create(
       b, loc, tensorOf({slots}, i64), counts, meshRef, axesAttr,
       b.getI64IntegerAttr(0), b.getI64IntegerAttr(0), b.getI64IntegerAttr(1),
       b.getI64IntegerAttr(1), DenseI64ArrayAttr());
-  fromEach->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
-  Value recvCounts = sumRuns(fromEach.getResult(), n, el);
-  // Dispatch: the received rows, by member, by expert within a member's.
-  auto dispatch = RaggedAllToAllOp::create(
-      b, loc, tensorOf({received, dim}, xType.getElementType()), Type(), send,
-      sendCounts, recvCounts, meshRef, axesAttr);
-  dispatch->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
-  Value rows = dispatch.getResult();
+  mark(fromEach);
+  recvCounts = sumRuns(fromEach.getResult());
   // A received row's local expert: its run (member i, expert l) among the
   // runs' ends, l = run mod el; `el` for the zero rows after the last run.
-  auto cumType = cast<RankedTensorType>(m.cumsum.getResult(0).getType());
-  Type cumElt = cumType.getElementType();
+  Type cumElt =
+      cast<RankedTensorType>(m.cumsum.getResult(0).getType()).getElementType();
+  auto received64 = tensorOf({receivedCount}, i64);
   Value ends =
       clone(m.cumsum, {fromEach.getResult()}, zeros(tensorOf({slots}, cumElt)));
-  Value runs =
-      clone(m.groups.front(), {ends}, zeros(tensorOf({received}, i64)));
-  Value expert = localExpert(runs, el, slots);
-  // The rows sorted by local expert (the same stable argsort; torchtitan's
-  // permute), the zero rows last, and their groups counted as the global
-  // program counts them: nondecreasing, so shardx-localize runs each grouped
-  // matmul over the received rows only.
-  auto received64 = tensorOf({received}, i64);
-  Value rank = clone(m.rank, {expert, expert},
-                     initLike(m.rank.getDpsInits()[0], received64));
-  Value unrank = clone(m.inverse, {rank},
-                       initLike(m.inverse.getDpsInits()[0], received64));
-  auto rowsType = tensorOf({received, dim}, xType.getElementType());
-  IRMapping fromRows;
-  fromRows.map(m.x, rows);
-  Value sorted =
-      clone(m.tokenGather, {unrank},
-            initLike(m.tokenGather.getDpsInits()[0], rowsType), fromRows);
+  Value runs = clone(m.groups.front(), {ends}, zeros(received64));
+  Value expert = localExpert(runs);
+  // The received rows sorted by local expert (the same stable argsort;
+  // torchtitan's permute), the zero rows last, and their groups counted as
+  // the global program counts them: nondecreasing, so shardx-localize runs
+  // each grouped matmul over the received rows only.
+  rank = clone(m.rank, {expert, expert},
+               initLike(m.rank.getDpsInits()[0], received64));
+  unrank = clone(m.inverse, {rank},
+                 initLike(m.inverse.getDpsInits()[0], received64));
   Value perExpert = clone(m.bincount, {expert}, zeros(tensorOf({el + 1}, i64)));
   Value expertEnds =
       clone(m.cumsum, {perExpert}, zeros(tensorOf({el + 1}, cumElt)));
-  Value groups = clone(m.groups.front(), {expertEnds}, zeros(received64));
-  // The experts over the sorted rows.
-  IRMapping values;
-  values.map(m.tokenGather.getResult(0), sorted);
-  for (linalg::GenericOp op : m.experts) {
+  groups = clone(m.groups.front(), {expertEnds}, zeros(received64));
+}
+
+Value Builder::received(Value v) {
+  if (Value done = receivedRows.lookup(v))
+    return done;
+  Value s = sentRows.lookup(v);
+  assert(s && "a rows' value is sent or received");
+  auto dispatch = RaggedAllToAllOp::create(
+      b, loc, withRows(s.getType(), receivedCount), Type(), s, sendCounts,
+      recvCounts, meshRef, axesAttr);
+  mark(dispatch);
+  return receivedRows[v] = gatherRows(dispatch.getResult(), unrank);
+}
+
+Value Builder::sent(Value v) {
+  if (Value done = sentRows.lookup(v))
+    return done;
+  Value r = receivedRows.lookup(v);
+  assert(r && "a rows' value is sent or received");
+  Value unsorted = gatherRows(r, rank);
+  auto combine = RaggedAllToAllOp::create(b, loc, withRows(r.getType(), items),
+                                          Type(), unsorted, recvCounts,
+                                          sendCounts, meshRef, axesAttr);
+  mark(combine);
+  return sentRows[v] = combine.getResult();
+}
+
+void Builder::buildOp(RowOp &row) {
+  auto g = dyn_cast<linalg::GenericOp>(row.op.getOperation());
+  Value result = row.op->getResult(0);
+  switch (row.kind) {
+  case RowOpKind::TokenGather:
+    sentRows[result] = gatherRows(toLocal(row.source, rowsLayout()), token);
+    return;
+  case RowOpKind::ItemGather:
+    sentRows[result] = gatherRows(toLocal(row.source, rowsLayout()), inv);
+    return;
+  case RowOpKind::Transpose:
+    // Built where a Weights grouped matmul reads it, received.
+    return;
+  case RowOpKind::RowWise: {
+    // On the experts' ranks where every operand is there already, else on
+    // the items' ranks (which combines the others).
+    bool there = llvm::all_of(
+        g.getDpsInputs(), [&](Value in) { return receivedRows.contains(in); });
     SmallVector<Value> inputs;
-    for (Value in : op.getDpsInputs()) {
-      if (weights.contains(in))
-        inputs.push_back(weights.lookup(in));
-      else if (llvm::is_contained(m.groups, def<linalg::GenericOp>(in)))
-        inputs.push_back(groups);
-      else
-        inputs.push_back(values.lookup(in));
-    }
-    auto type = cast<RankedTensorType>(op.getResult(0).getType());
-    Value init =
-        initLike(op.getDpsInits()[0], tensorOf({received, type.getDimSize(1)},
-                                               type.getElementType()));
-    values.map(op.getResult(0), clone(op, inputs, init));
+    for (Value in : g.getDpsInputs())
+      inputs.push_back(there ? received(in) : sent(in));
+    Value local = clone(
+        g, inputs,
+        initLike(g.getDpsInits()[0],
+                 withRows(result.getType(), there ? receivedCount : items)));
+    (there ? receivedRows : sentRows)[result] = local;
+    return;
   }
-  // Back in the received order.
-  IRMapping fromSorted;
-  fromSorted.map(m.x, values.lookup(m.experts.back().getResult(0)));
-  Value unsorted =
-      clone(m.tokenGather, {rank},
-            initLike(m.tokenGather.getDpsInits()[0], rowsType), fromSorted);
-  // Combine: the rows back to their items' slots.
-  auto combine = RaggedAllToAllOp::create(
-      b, loc, tensorOf({items, dim}, xType.getElementType()), Type(), unsorted,
-      recvCounts, sendCounts, meshRef, axesAttr);
-  combine->setAttr(kRaggedDispatchAttrName, b.getUnitAttr());
-  Value back = combine.getResult();
-  // Weighted by their gates and added to their tokens.
-  IRMapping fromGates;
-  fromGates.map(m.gates, gates);
-  auto gatesType = cast<RankedTensorType>(gates.getType());
-  Value slotGates =
-      clone(m.gateGather, {inv},
-            initLike(m.gateGather.getDpsInits()[0],
-                     tensorOf({items}, gatesType.getElementType())),
-            fromGates);
-  Value weighted =
-      clone(m.rowScale, {back, slotGates},
-            initLike(m.rowScale.getDpsInits()[0],
-                     tensorOf({items, dim}, xType.getElementType())));
-  Value out = clone(m.indexAdd, {token, weighted},
-                    initLike(m.indexAdd.getDpsInits()[0], xType));
-  auto result = UnrealizedConversionCastOp::create(
-      b, loc, m.indexAdd.getResult(0).getType(), out);
-  setResultLayout(result->getResult(0), getRecordedLayout(m.x));
-  return result.getResult(0);
+  case RowOpKind::GroupedRows: {
+    Value x = received(g.getDpsInputs()[0]);
+    Value w = localWeight(row.source, row.transposed);
+    receivedRows[result] = clone(
+        g, {x, w, groups}, zeros(withRows(result.getType(), receivedCount)));
+    return;
+  }
+  case RowOpKind::GroupedWeights: {
+    auto t = def<linalg::TransposeOp>(g.getDpsInputs()[0]);
+    Value x = transpose(received(t.getInput()), {1, 0});
+    Value y = received(g.getDpsInputs()[1]);
+    // The gradient of this rank's experts, from the rows of the group's
+    // tokens: a partial sum over the items' other axes.
+    Layout layout = getRecordedLayout(m.weights.front()).getLayout();
+    uint64_t experts = 0;
+    for (int64_t a : m.axes)
+      experts |= uint64_t(1) << a;
+    for (const auto &s : m.itemSplit.splits)
+      if (!(experts & (uint64_t(1) << s.axis)))
+        layout.setPartial(s.axis, ::shardx::ReduceOp::Sum);
+    auto attr = LayoutAttr::get(meshRef, layout);
+    auto type = attr.getLocalType(cast<RankedTensorType>(result.getType()),
+                                  mesh.getShape());
+    SmallVector<Value> dynamic;
+    if (type.isDynamicDim(0))
+      dynamic.push_back(tensor::DimOp::create(
+          b, loc, localWeight(m.weights.front(), false), 0));
+    replace(result, clone(g, {x, y, groups}, zeros(type, dynamic)), attr);
+    return;
+  }
+  case RowOpKind::TokenAdd:
+  case RowOpKind::ItemAdd: {
+    LayoutAttr layout = rowsLayout();
+    auto type = layout.getLocalType(cast<RankedTensorType>(result.getType()),
+                                    mesh.getShape());
+    Value local = clone(g,
+                        {row.kind == RowOpKind::TokenAdd ? token : inv,
+                         sent(g.getDpsInputs()[1])},
+                        initLike(g.getDpsInits()[0], type));
+    replace(result, local, layout);
+    return;
+  }
+  }
+}
+
+void Builder::build() {
+  buildRouting();
+  for (RowOp &row : m.ops) {
+    b.setInsertionPoint(row.op);
+    loc = row.op.getLoc();
+    buildOp(row);
+  }
 }
 
 /// Replaces the range checks' counts of the masks' false entries with
@@ -855,13 +1153,11 @@ struct RaggedDispatchPass
       if (!fn.getBody().hasOneBlock())
         return success();
       SmallVector<Dispatch, 1> found;
-      fn.walk([&](linalg::GenericOp op) {
-        if (std::optional<Dispatch> d = Matcher(op).match())
+      for (auto op : fn.getBody().front().getOps<linalg::GenericOp>())
+        if (std::optional<Dispatch> d = Matcher(op, mesh).match())
           found.push_back(*d);
-      });
       for (Dispatch &d : found) {
-        Value out = Builder(d, mesh).build();
-        d.indexAdd.getResult(0).replaceAllUsesWith(out);
+        Builder(d, mesh).build();
         zeroChecks(d);
       }
       if (!found.empty())

@@ -20,11 +20,11 @@
 // CHECK-SAME: %[[W1:[a-z0-9]+]]: tensor<4x16x32xf32>
 // CHECK-SAME: %[[FLAT:[a-z0-9]+]]: tensor<16xi64>
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<8x16xf32>
-// CHECK: unrealized_conversion_cast %[[X]] : tensor<8x16xf32> to tensor<4x16xf32> {shardx.operand_layouts = [#shardx.layout<@mesh, [S(0)]>]}
-// CHECK: unrealized_conversion_cast %[[FLAT]] : tensor<16xi64> to tensor<8xi64>
-// CHECK: unrealized_conversion_cast %[[W1]] : tensor<4x16x32xf32> to tensor<2x16x32xf32>
+// CHECK: unrealized_conversion_cast %[[FLAT]] : tensor<16xi64> to tensor<8xi64> {shardx.operand_layouts = [#shardx.layout<@mesh, [S(0)]>]}
 // CHECK: %[[PER_EXPERT:.+]] = shardx.all_to_all %{{.+}} on @mesh axes = [0] split_dim = 0 concat_dim = 0 {shardx.ragged_dispatch} : tensor<4xi64> -> tensor<4xi64>
+// CHECK: unrealized_conversion_cast %[[X]] : tensor<8x16xf32> to tensor<4x16xf32> {shardx.operand_layouts = [#shardx.layout<@mesh, [S(0)]>]}
 // CHECK: %[[ROWS:.+]] = shardx.ragged_all_to_all %{{.+}}, %[[SEND:.+]] recv_counts = %[[RECV:.+]] on @mesh axes = [0] {shardx.ragged_dispatch} : tensor<8x16xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<16x16xf32>
+// CHECK: unrealized_conversion_cast %[[W1]] : tensor<4x16x32xf32> to tensor<2x16x32xf32>
 // CHECK: shardx.ragged_all_to_all %{{.+}}, %[[RECV]] recv_counts = %[[SEND]] on @mesh axes = [0] {shardx.ragged_dispatch} : tensor<16x16xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<8x16xf32>
 // CHECK: %[[OUT:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<4x16xf32> to tensor<8x16xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
 // CHECK: return %[[OUT]], %[[C:.+]], %[[C2:.+]], %[[C3:.+]] : tensor<8x16xf32>
@@ -1030,8 +1030,8 @@ func.func @experts_whole(%arg0: tensor<4x16x32xf32> {shardx.layout = #shardx.lay
 
 // -----
 
-// Tests that where the experts' rows are read by something else (returned
-// here; a train step's backward reads them) nothing is rewritten.
+// Tests that where the experts' rows are read by something else than the
+// rows' ops (returned here) nothing is rewritten.
 // CHECK-LABEL: func.func @rows_read_elsewhere
 // CHECK-NOT: ragged_all_to_all
 // CHECK: return
@@ -1359,4 +1359,1939 @@ func.func @rows_read_elsewhere(%arg0: tensor<4x16x32xf32> {shardx.layout = #shar
     linalg.yield %145 : f32
   } -> tensor<8x16xf32>
   return %117, %66, %101, %116, %92 : tensor<8x16xf32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<16x16xf32>
+}
+
+// -----
+
+// A train step of one expert layer (8 tokens, dim 8, 4 experts of one
+// grouped matmul, top-2: 16 routed rows), traced by the importer from
+// torch.autograd.grad of the forward above given the output's gradient
+// %gout, after shardx-canonicalize: the forward, then the output
+// gradient's rows gathered by token, times the gates (the experts' output
+// gradient dY) and times the experts' outputs summed per row (the gates'
+// gradient, added back by item), the weights' gradient a Weights grouped
+// matmul of the gathered rows and dY, the rows' gradient a Rows grouped
+// matmul of dY and the transposed weights, added back by token (x's
+// gradient). Results: out, dW, dx, dgates, the range checks.
+
+// Tests that the backward is rewritten with its forward: four ragged
+// all-to-alls each given its receive counts (the tokens' rows out, the
+// experts' outputs back, the output gradient's rows out as the forward's
+// tokens, the rows' gradients back as the forward's outputs), the gates'
+// and x's gradients recorded in the items' and tokens' split, the
+// weights' gradient in the weights' layout; no all-gather.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<4x8x8xf32>
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<8x8xf32>
+// CHECK-SAME: %[[FLAT:[a-z0-9]+]]: tensor<16xi64>
+// CHECK-SAME: %[[GATES:[a-z0-9]+]]: tensor<16xf32>
+// CHECK-SAME: %[[GOUT:[a-z0-9]+]]: tensor<8x8xf32>
+// CHECK: unrealized_conversion_cast %[[FLAT]] : tensor<16xi64> to tensor<8xi64>
+// CHECK: shardx.all_to_all
+// CHECK: unrealized_conversion_cast %[[X]] : tensor<8x8xf32> to tensor<4x8xf32>
+// CHECK: shardx.ragged_all_to_all %{{.+}}, %[[SEND:.+]] recv_counts = %[[RECV:.+]] on @mesh axes = [0] {shardx.ragged_dispatch} : tensor<8x8xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<16x8xf32>
+// CHECK: unrealized_conversion_cast %[[W]] : tensor<4x8x8xf32> to tensor<2x8x8xf32>
+// CHECK: unrealized_conversion_cast %[[GATES]] : tensor<16xf32> to tensor<8xf32>
+// CHECK: shardx.ragged_all_to_all %{{.+}}, %[[RECV]] recv_counts = %[[SEND]] {{.*}} -> tensor<8x8xf32>
+// CHECK: %[[OUT:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<4x8xf32> to tensor<8x8xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: unrealized_conversion_cast %[[GOUT]] : tensor<8x8xf32> to tensor<4x8xf32>
+// CHECK: %[[DGATES:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<8xf32> to tensor<16xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: shardx.ragged_all_to_all %{{.+}}, %[[SEND]] recv_counts = %[[RECV]] {{.*}} -> tensor<16x8xf32>
+// CHECK: %[[DW:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<2x8x8xf32> to tensor<4x8x8xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: shardx.ragged_all_to_all %{{.+}}, %[[RECV]] recv_counts = %[[SEND]] {{.*}} -> tensor<8x8xf32>
+// CHECK: %[[DX:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<4x8xf32> to tensor<8x8xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: return %[[OUT]], %[[DW]], %[[DX]], %[[DGATES]], %{{.+}} :
+// SPMD-LABEL: func.func @train_step
+// SPMD-NOT: shardx.all_gather
+// SPMD-COUNT-4: shardx.ragged_all_to_all
+// SPMD-NOT: shardx.all_gather
+// SPMD: return
+#map = affine_map<(d0) -> (d0)>
+#map1 = affine_map<(d0) -> ()>
+#map2 = affine_map<(d0, d1) -> (d1)>
+#map3 = affine_map<(d0, d1) -> (d0)>
+#map4 = affine_map<(d0, d1) -> (d0, d1)>
+#map5 = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
+#map6 = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#map7 = affine_map<(d0, d1, d2, d3) -> (d0)>
+#map8 = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+#map9 = affine_map<(d0, d1, d2) -> (d2)>
+#map10 = affine_map<(d0, d1, d2) -> (d2, d1)>
+#map11 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map12 = affine_map<(d0, d1, d2, d3) -> (d1, d3)>
+#map13 = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#map14 = affine_map<(d0, d1, d2, d3) -> (d3)>
+#map15 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#map16 = affine_map<() -> ()>
+shardx.mesh @mesh(shape = 2, axes = ["ep"])
+func.func @train_step(%w: tensor<4x8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %x: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %flat: tensor<16xi64> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %gates: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %gout: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> (tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<i64> {shardx.index_checks = [{exception = "RuntimeError", message = "bincount only supports 1-d non-negative integral inputs."}, {exception = "RuntimeError", message = "bincount: a value >= minlength 4 (eager returns a longer result; the compiled program's length is fixed: pass a larger minlength)"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of range in self"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}], shardx.layout = #shardx.layout<@mesh, [R]>}) {
+  %c9_i64 = arith.constant 9 : i64
+  %c7_i64 = arith.constant 7 : i64
+  %c6_i64 = arith.constant 6 : i64
+  %c5_i64 = arith.constant 5 : i64
+  %c3_i64 = arith.constant 3 : i64
+  %c16_i64 = arith.constant 16 : i64
+  %cst = arith.constant 0.000000e+00 : f32
+  %c8_i64 = arith.constant 8 : i64
+  %c2_i64 = arith.constant 2 : i64
+  %c0_i32 = arith.constant 0 : i32
+  %c1_i64 = arith.constant 1 : i64
+  %c4_i64 = arith.constant 4 : i64
+  %true = arith.constant true
+  %c0_i64 = arith.constant 0 : i64
+  %0 = tensor.empty() : tensor<16xi1>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%0 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %2 = tensor.empty() : tensor<16xi64>
+  %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%1 : tensor<16xi1>) outs(%2 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %4 = tensor.empty() : tensor<i64>
+  %5 = linalg.fill ins(%c0_i64 : i64) outs(%4 : tensor<i64>) -> tensor<i64>
+  %6 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%3 : tensor<16xi64>) outs(%5 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %7 = tensor.empty() : tensor<16xi1>
+  %8 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%7 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c4_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %9 = tensor.empty() : tensor<16xi64>
+  %10 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%8 : tensor<16xi1>) outs(%9 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %11 = tensor.empty() : tensor<i64>
+  %12 = linalg.fill ins(%c0_i64 : i64) outs(%11 : tensor<i64>) -> tensor<i64>
+  %13 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%10 : tensor<16xi64>) outs(%12 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %14 = tensor.empty() : tensor<4xi64>
+  %15 = linalg.fill ins(%c0_i64 : i64) outs(%14 : tensor<4xi64>) -> tensor<4xi64>
+  %16 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat : tensor<16xi64>) outs(%15 : tensor<4xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = arith.extui %163 : i1 to i64
+    %165 = arith.addi %out, %164 : i64
+    linalg.yield %165 : i64
+  } -> tensor<4xi64>
+  %17 = tensor.empty() : tensor<4xi32>
+  %18 = linalg.fill ins(%c0_i32 : i32) outs(%17 : tensor<4xi32>) -> tensor<4xi32>
+  %19 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%16 : tensor<4xi64>) outs(%18 : tensor<4xi32>) {
+  ^bb0(%in: i64, %out: i32):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi ule, %162, %161 : index
+    %164 = arith.trunci %in : i64 to i32
+    %165 = arith.select %163, %164, %c0_i32 : i32
+    %166 = arith.addi %out, %165 : i32
+    linalg.yield %166 : i32
+  } -> tensor<4xi32>
+  %20 = tensor.empty() : tensor<16xi64>
+  %21 = linalg.fill ins(%c0_i64 : i64) outs(%20 : tensor<16xi64>) -> tensor<16xi64>
+  %22 = linalg.generic {indexing_maps = [#map3, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat, %flat : tensor<16xi64>, tensor<16xi64>) outs(%21 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi slt, %in_1, %in : i64
+    %164 = arith.cmpi eq, %in_1, %in : i64
+    %165 = arith.cmpi ult, %162, %161 : index
+    %166 = arith.andi %164, %165 : i1
+    %167 = arith.ori %163, %166 : i1
+    %168 = arith.extui %167 : i1 to i64
+    %169 = arith.addi %out, %168 : i64
+    linalg.yield %169 : i64
+  } -> tensor<16xi64>
+  %23 = tensor.empty() : tensor<16xi64>
+  %24 = linalg.fill ins(%c0_i64 : i64) outs(%23 : tensor<16xi64>) -> tensor<16xi64>
+  %25 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%22 : tensor<16xi64>) outs(%24 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = linalg.index 1 : index
+    %165 = arith.index_cast %164 : index to i64
+    %166 = arith.select %163, %165, %c0_i64 : i64
+    %167 = arith.addi %out, %166 : i64
+    linalg.yield %167 : i64
+  } -> tensor<16xi64>
+  %26 = tensor.empty() : tensor<16xi64>
+  %27 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%26 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.floordivsi %in, %c2_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %28 = tensor.empty() : tensor<16xi1>
+  %29 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%28 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %30 = tensor.empty() : tensor<16xi64>
+  %31 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %29 : tensor<16xi64>, tensor<16xi1>) outs(%30 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %32 = tensor.empty() : tensor<16xi64>
+  %33 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%29 : tensor<16xi1>) outs(%32 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %34 = tensor.empty() : tensor<i64>
+  %35 = linalg.fill ins(%c0_i64 : i64) outs(%34 : tensor<i64>) -> tensor<i64>
+  %36 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%33 : tensor<16xi64>) outs(%35 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %37 = tensor.empty() : tensor<16x8xf32>
+  %38 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%31 : tensor<16xi64>) outs(%37 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %x[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %39 = tensor.empty() : tensor<16xi64>
+  %40 = linalg.fill ins(%c0_i64 : i64) outs(%39 : tensor<16xi64>) -> tensor<16xi64>
+  %41 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%40 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %42 = tensor.empty() : tensor<16x8xf32>
+  %43 = linalg.fill ins(%cst : f32) outs(%42 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %44 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%38, %w, %41 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%43 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %45 = tensor.empty() : tensor<16xi1>
+  %46 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%45 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %47 = tensor.empty() : tensor<16xi64>
+  %48 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %46 : tensor<16xi64>, tensor<16xi1>) outs(%47 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %49 = tensor.empty() : tensor<16xi64>
+  %50 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%46 : tensor<16xi1>) outs(%49 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %51 = tensor.empty() : tensor<i64>
+  %52 = linalg.fill ins(%c0_i64 : i64) outs(%51 : tensor<i64>) -> tensor<i64>
+  %53 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%50 : tensor<16xi64>) outs(%52 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %54 = tensor.empty() : tensor<16xf32>
+  %55 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%48 : tensor<16xi64>) outs(%54 : tensor<16xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %extracted = tensor.extract %gates[%161] : tensor<16xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16xf32>
+  %56 = tensor.empty() : tensor<16x8xf32>
+  %57 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%44, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%56 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %58 = tensor.empty() : tensor<8x8xf32>
+  %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %60 = tensor.empty() : tensor<16xi1>
+  %61 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%60 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %62 = tensor.empty() : tensor<16xi64>
+  %63 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %61 : tensor<16xi64>, tensor<16xi1>) outs(%62 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %64 = tensor.empty() : tensor<16xi64>
+  %65 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%61 : tensor<16xi1>) outs(%64 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %66 = tensor.empty() : tensor<i64>
+  %67 = linalg.fill ins(%c0_i64 : i64) outs(%66 : tensor<i64>) -> tensor<i64>
+  %68 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%65 : tensor<16xi64>) outs(%67 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %69 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%63, %57 : tensor<16xi64>, tensor<16x8xf32>) outs(%59 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %70 = tensor.empty() : tensor<16xi1>
+  %71 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%70 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    %162 = arith.cmpi slt, %in, %c8_i64 : i64
+    %163 = arith.andi %161, %162 : i1
+    linalg.yield %163 : i1
+  } -> tensor<16xi1>
+  %72 = tensor.empty() : tensor<16xi64>
+  %73 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %71 : tensor<16xi64>, tensor<16xi1>) outs(%72 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.select %in_1, %in, %c0_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %74 = tensor.empty() : tensor<16xi64>
+  %75 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%71 : tensor<16xi1>) outs(%74 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %76 = tensor.empty() : tensor<i64>
+  %77 = linalg.fill ins(%c0_i64 : i64) outs(%76 : tensor<i64>) -> tensor<i64>
+  %78 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%75 : tensor<16xi64>) outs(%77 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %79 = tensor.empty() : tensor<16x8xf32>
+  %80 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%73 : tensor<16xi64>) outs(%79 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %gout[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %81 = tensor.empty() : tensor<16x8xf32>
+  %82 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %44 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %83 = tensor.empty() : tensor<16x8xf32>
+  %84 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%83 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %85 = tensor.empty() : tensor<16xf32>
+  %86 = linalg.fill ins(%cst : f32) outs(%85 : tensor<16xf32>) -> tensor<16xf32>
+  %87 = linalg.generic {indexing_maps = [#map4, #map3], iterator_types = ["parallel", "reduction"]} ins(%82 : tensor<16x8xf32>) outs(%86 : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %161 = arith.addf %in, %out : f32
+    linalg.yield %161 : f32
+  } -> tensor<16xf32>
+  %88 = tensor.empty() : tensor<16xf32>
+  %89 = linalg.fill ins(%cst : f32) outs(%88 : tensor<16xf32>) -> tensor<16xf32>
+  %90 = tensor.empty() : tensor<16xi1>
+  %91 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%90 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %92 = tensor.empty() : tensor<16xi64>
+  %93 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %91 : tensor<16xi64>, tensor<16xi1>) outs(%92 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %94 = tensor.empty() : tensor<16xi64>
+  %95 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%91 : tensor<16xi1>) outs(%94 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %96 = tensor.empty() : tensor<i64>
+  %97 = linalg.fill ins(%c0_i64 : i64) outs(%96 : tensor<i64>) -> tensor<i64>
+  %98 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%95 : tensor<16xi64>) outs(%97 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %99 = linalg.generic {indexing_maps = [#map2, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%93, %87 : tensor<16xi64>, tensor<16xf32>) outs(%89 : tensor<16xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<16xf32>
+  %100 = tensor.empty() : tensor<8x16xf32>
+  %transposed = linalg.transpose ins(%38 : tensor<16x8xf32>) outs(%100 : tensor<8x16xf32>) permutation = [1, 0] 
+  %101 = tensor.empty() : tensor<16xi64>
+  %102 = linalg.fill ins(%c0_i64 : i64) outs(%101 : tensor<16xi64>) -> tensor<16xi64>
+  %103 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%102 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %104 = tensor.empty() : tensor<4x8x8xf32>
+  %105 = linalg.fill ins(%cst : f32) outs(%104 : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %106 = linalg.generic {indexing_maps = [#map12, #map13, #map14, #map15], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%transposed, %84, %103 : tensor<8x16xf32>, tensor<16x8xf32>, tensor<16xi64>) outs(%105 : tensor<4x8x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<4x8x8xf32>
+  %107 = tensor.empty() : tensor<4x8x8xf32>
+  %transposed_0 = linalg.transpose ins(%w : tensor<4x8x8xf32>) outs(%107 : tensor<4x8x8xf32>) permutation = [0, 2, 1] 
+  %108 = tensor.empty() : tensor<16xi64>
+  %109 = linalg.fill ins(%c0_i64 : i64) outs(%108 : tensor<16xi64>) -> tensor<16xi64>
+  %110 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%109 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %111 = tensor.empty() : tensor<16x8xf32>
+  %112 = linalg.fill ins(%cst : f32) outs(%111 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %113 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%84, %transposed_0, %110 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%112 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %114 = tensor.empty() : tensor<8x8xf32>
+  %115 = linalg.fill ins(%cst : f32) outs(%114 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %116 = tensor.empty() : tensor<16xi1>
+  %117 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%116 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %118 = tensor.empty() : tensor<16xi64>
+  %119 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %117 : tensor<16xi64>, tensor<16xi1>) outs(%118 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %120 = tensor.empty() : tensor<16xi64>
+  %121 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%117 : tensor<16xi1>) outs(%120 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %122 = tensor.empty() : tensor<i64>
+  %123 = linalg.fill ins(%c0_i64 : i64) outs(%122 : tensor<i64>) -> tensor<i64>
+  %124 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%121 : tensor<16xi64>) outs(%123 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %125 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%119, %113 : tensor<16xi64>, tensor<16x8xf32>) outs(%115 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %126 = tensor.empty() : tensor<8xi64>
+  %127 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%6 : tensor<i64>) outs(%126 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c0_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %128 = tensor.empty() : tensor<8xi64>
+  %129 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%13 : tensor<i64>) outs(%128 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c1_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %130 = tensor.empty() : tensor<8xi64>
+  %131 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%127, %129 : tensor<8xi64>, tensor<8xi64>) outs(%130 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %132 = tensor.empty() : tensor<8xi64>
+  %133 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%36 : tensor<i64>) outs(%132 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c2_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %134 = tensor.empty() : tensor<8xi64>
+  %135 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%131, %133 : tensor<8xi64>, tensor<8xi64>) outs(%134 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %136 = tensor.empty() : tensor<8xi64>
+  %137 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%53 : tensor<i64>) outs(%136 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c3_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %138 = tensor.empty() : tensor<8xi64>
+  %139 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%135, %137 : tensor<8xi64>, tensor<8xi64>) outs(%138 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %140 = tensor.empty() : tensor<8xi64>
+  %141 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%68 : tensor<i64>) outs(%140 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c4_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %142 = tensor.empty() : tensor<8xi64>
+  %143 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%139, %141 : tensor<8xi64>, tensor<8xi64>) outs(%142 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %144 = tensor.empty() : tensor<8xi64>
+  %145 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%78 : tensor<i64>) outs(%144 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c5_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %146 = tensor.empty() : tensor<8xi64>
+  %147 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%143, %145 : tensor<8xi64>, tensor<8xi64>) outs(%146 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %148 = tensor.empty() : tensor<8xi64>
+  %149 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%98 : tensor<i64>) outs(%148 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c6_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %150 = tensor.empty() : tensor<8xi64>
+  %151 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%147, %149 : tensor<8xi64>, tensor<8xi64>) outs(%150 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %152 = tensor.empty() : tensor<8xi64>
+  %153 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%124 : tensor<i64>) outs(%152 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c7_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %154 = tensor.empty() : tensor<8xi64>
+  %155 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%151, %153 : tensor<8xi64>, tensor<8xi64>) outs(%154 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %156 = tensor.empty() : tensor<i64>
+  %157 = linalg.fill ins(%c9_i64 : i64) outs(%156 : tensor<i64>) -> tensor<i64>
+  %158 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%155 : tensor<8xi64>) outs(%157 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.addi %162, %c1_i64 : i64
+    %164 = arith.cmpi sgt, %in, %c0_i64 : i64
+    %165 = arith.select %164, %163, %c9_i64 : i64
+    %166 = arith.minsi %165, %out : i64
+    linalg.yield %166 : i64
+  } -> tensor<i64>
+  %159 = tensor.empty() : tensor<i64>
+  %160 = linalg.generic {indexing_maps = [#map16, #map16], iterator_types = []} ins(%158 : tensor<i64>) outs(%159 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.cmpi sgt, %in, %c8_i64 : i64
+    %162 = arith.select %161, %c0_i64, %in : i64
+    linalg.yield %162 : i64
+  } -> tensor<i64>
+  return %69, %106, %125, %99, %160 : tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<i64>
+}
+
+// -----
+
+// Tests that on a 2x2 dp x ep mesh, the tokens split over both axes and
+// the experts over ep, the weights' gradient (this dp rank's tokens'
+// rows) is recorded as a partial sum over dp (the data-parallel
+// all-reduce follows), and the four exchanges run over ep.
+// CHECK-LABEL: func.func @train_step_dp
+// CHECK: %[[DW:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<2x8x8xf32> to tensor<4x8x8xf32> {shardx.layouts = [#shardx.layout<@mesh, [P(sum), S(0)]>]}
+// CHECK: return %{{.+}}, %[[DW]],
+// SPMD-LABEL: func.func @train_step_dp
+// SPMD-NOT: shardx.all_gather
+// SPMD-COUNT-3: shardx.ragged_all_to_all {{.*}} on @mesh axes = [1]
+// SPMD: shardx.all_reduce %{{.+}} on @mesh axes = [0] reduction = sum : tensor<2x8x8xf32>
+// SPMD: shardx.ragged_all_to_all {{.*}} on @mesh axes = [1]
+// SPMD-NOT: shardx.all_gather
+// SPMD: return
+#map = affine_map<(d0) -> (d0)>
+#map1 = affine_map<(d0) -> ()>
+#map2 = affine_map<(d0, d1) -> (d1)>
+#map3 = affine_map<(d0, d1) -> (d0)>
+#map4 = affine_map<(d0, d1) -> (d0, d1)>
+#map5 = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
+#map6 = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#map7 = affine_map<(d0, d1, d2, d3) -> (d0)>
+#map8 = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+#map9 = affine_map<(d0, d1, d2) -> (d2)>
+#map10 = affine_map<(d0, d1, d2) -> (d2, d1)>
+#map11 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map12 = affine_map<(d0, d1, d2, d3) -> (d1, d3)>
+#map13 = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#map14 = affine_map<(d0, d1, d2, d3) -> (d3)>
+#map15 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#map16 = affine_map<() -> ()>
+shardx.mesh @mesh(shape = 2x2, axes = ["dp", "ep"])
+func.func @train_step_dp(%w: tensor<4x8x8xf32> {shardx.layout = #shardx.layout<@mesh, [R, S(0)]>}, %x: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)]>}, %flat: tensor<16xi64> {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)]>}, %gates: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)]>}, %gout: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0), S(0)]>}) -> (tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<i64> {shardx.index_checks = [{exception = "RuntimeError", message = "bincount only supports 1-d non-negative integral inputs."}, {exception = "RuntimeError", message = "bincount: a value >= minlength 4 (eager returns a longer result; the compiled program's length is fixed: pass a larger minlength)"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of range in self"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}], shardx.layout = #shardx.layout<@mesh, [R, R]>}) {
+  %c9_i64 = arith.constant 9 : i64
+  %c7_i64 = arith.constant 7 : i64
+  %c6_i64 = arith.constant 6 : i64
+  %c5_i64 = arith.constant 5 : i64
+  %c3_i64 = arith.constant 3 : i64
+  %c16_i64 = arith.constant 16 : i64
+  %cst = arith.constant 0.000000e+00 : f32
+  %c8_i64 = arith.constant 8 : i64
+  %c2_i64 = arith.constant 2 : i64
+  %c0_i32 = arith.constant 0 : i32
+  %c1_i64 = arith.constant 1 : i64
+  %c4_i64 = arith.constant 4 : i64
+  %true = arith.constant true
+  %c0_i64 = arith.constant 0 : i64
+  %0 = tensor.empty() : tensor<16xi1>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%0 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %2 = tensor.empty() : tensor<16xi64>
+  %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%1 : tensor<16xi1>) outs(%2 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %4 = tensor.empty() : tensor<i64>
+  %5 = linalg.fill ins(%c0_i64 : i64) outs(%4 : tensor<i64>) -> tensor<i64>
+  %6 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%3 : tensor<16xi64>) outs(%5 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %7 = tensor.empty() : tensor<16xi1>
+  %8 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%7 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c4_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %9 = tensor.empty() : tensor<16xi64>
+  %10 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%8 : tensor<16xi1>) outs(%9 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %11 = tensor.empty() : tensor<i64>
+  %12 = linalg.fill ins(%c0_i64 : i64) outs(%11 : tensor<i64>) -> tensor<i64>
+  %13 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%10 : tensor<16xi64>) outs(%12 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %14 = tensor.empty() : tensor<4xi64>
+  %15 = linalg.fill ins(%c0_i64 : i64) outs(%14 : tensor<4xi64>) -> tensor<4xi64>
+  %16 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat : tensor<16xi64>) outs(%15 : tensor<4xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = arith.extui %163 : i1 to i64
+    %165 = arith.addi %out, %164 : i64
+    linalg.yield %165 : i64
+  } -> tensor<4xi64>
+  %17 = tensor.empty() : tensor<4xi32>
+  %18 = linalg.fill ins(%c0_i32 : i32) outs(%17 : tensor<4xi32>) -> tensor<4xi32>
+  %19 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%16 : tensor<4xi64>) outs(%18 : tensor<4xi32>) {
+  ^bb0(%in: i64, %out: i32):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi ule, %162, %161 : index
+    %164 = arith.trunci %in : i64 to i32
+    %165 = arith.select %163, %164, %c0_i32 : i32
+    %166 = arith.addi %out, %165 : i32
+    linalg.yield %166 : i32
+  } -> tensor<4xi32>
+  %20 = tensor.empty() : tensor<16xi64>
+  %21 = linalg.fill ins(%c0_i64 : i64) outs(%20 : tensor<16xi64>) -> tensor<16xi64>
+  %22 = linalg.generic {indexing_maps = [#map3, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat, %flat : tensor<16xi64>, tensor<16xi64>) outs(%21 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi slt, %in_1, %in : i64
+    %164 = arith.cmpi eq, %in_1, %in : i64
+    %165 = arith.cmpi ult, %162, %161 : index
+    %166 = arith.andi %164, %165 : i1
+    %167 = arith.ori %163, %166 : i1
+    %168 = arith.extui %167 : i1 to i64
+    %169 = arith.addi %out, %168 : i64
+    linalg.yield %169 : i64
+  } -> tensor<16xi64>
+  %23 = tensor.empty() : tensor<16xi64>
+  %24 = linalg.fill ins(%c0_i64 : i64) outs(%23 : tensor<16xi64>) -> tensor<16xi64>
+  %25 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%22 : tensor<16xi64>) outs(%24 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = linalg.index 1 : index
+    %165 = arith.index_cast %164 : index to i64
+    %166 = arith.select %163, %165, %c0_i64 : i64
+    %167 = arith.addi %out, %166 : i64
+    linalg.yield %167 : i64
+  } -> tensor<16xi64>
+  %26 = tensor.empty() : tensor<16xi64>
+  %27 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%26 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.floordivsi %in, %c2_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %28 = tensor.empty() : tensor<16xi1>
+  %29 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%28 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %30 = tensor.empty() : tensor<16xi64>
+  %31 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %29 : tensor<16xi64>, tensor<16xi1>) outs(%30 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %32 = tensor.empty() : tensor<16xi64>
+  %33 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%29 : tensor<16xi1>) outs(%32 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %34 = tensor.empty() : tensor<i64>
+  %35 = linalg.fill ins(%c0_i64 : i64) outs(%34 : tensor<i64>) -> tensor<i64>
+  %36 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%33 : tensor<16xi64>) outs(%35 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %37 = tensor.empty() : tensor<16x8xf32>
+  %38 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%31 : tensor<16xi64>) outs(%37 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %x[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %39 = tensor.empty() : tensor<16xi64>
+  %40 = linalg.fill ins(%c0_i64 : i64) outs(%39 : tensor<16xi64>) -> tensor<16xi64>
+  %41 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%40 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %42 = tensor.empty() : tensor<16x8xf32>
+  %43 = linalg.fill ins(%cst : f32) outs(%42 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %44 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%38, %w, %41 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%43 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %45 = tensor.empty() : tensor<16xi1>
+  %46 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%45 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %47 = tensor.empty() : tensor<16xi64>
+  %48 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %46 : tensor<16xi64>, tensor<16xi1>) outs(%47 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %49 = tensor.empty() : tensor<16xi64>
+  %50 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%46 : tensor<16xi1>) outs(%49 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %51 = tensor.empty() : tensor<i64>
+  %52 = linalg.fill ins(%c0_i64 : i64) outs(%51 : tensor<i64>) -> tensor<i64>
+  %53 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%50 : tensor<16xi64>) outs(%52 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %54 = tensor.empty() : tensor<16xf32>
+  %55 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%48 : tensor<16xi64>) outs(%54 : tensor<16xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %extracted = tensor.extract %gates[%161] : tensor<16xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16xf32>
+  %56 = tensor.empty() : tensor<16x8xf32>
+  %57 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%44, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%56 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %58 = tensor.empty() : tensor<8x8xf32>
+  %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %60 = tensor.empty() : tensor<16xi1>
+  %61 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%60 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %62 = tensor.empty() : tensor<16xi64>
+  %63 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %61 : tensor<16xi64>, tensor<16xi1>) outs(%62 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %64 = tensor.empty() : tensor<16xi64>
+  %65 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%61 : tensor<16xi1>) outs(%64 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %66 = tensor.empty() : tensor<i64>
+  %67 = linalg.fill ins(%c0_i64 : i64) outs(%66 : tensor<i64>) -> tensor<i64>
+  %68 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%65 : tensor<16xi64>) outs(%67 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %69 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%63, %57 : tensor<16xi64>, tensor<16x8xf32>) outs(%59 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %70 = tensor.empty() : tensor<16xi1>
+  %71 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%70 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    %162 = arith.cmpi slt, %in, %c8_i64 : i64
+    %163 = arith.andi %161, %162 : i1
+    linalg.yield %163 : i1
+  } -> tensor<16xi1>
+  %72 = tensor.empty() : tensor<16xi64>
+  %73 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %71 : tensor<16xi64>, tensor<16xi1>) outs(%72 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.select %in_1, %in, %c0_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %74 = tensor.empty() : tensor<16xi64>
+  %75 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%71 : tensor<16xi1>) outs(%74 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %76 = tensor.empty() : tensor<i64>
+  %77 = linalg.fill ins(%c0_i64 : i64) outs(%76 : tensor<i64>) -> tensor<i64>
+  %78 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%75 : tensor<16xi64>) outs(%77 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %79 = tensor.empty() : tensor<16x8xf32>
+  %80 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%73 : tensor<16xi64>) outs(%79 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %gout[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %81 = tensor.empty() : tensor<16x8xf32>
+  %82 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %44 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %83 = tensor.empty() : tensor<16x8xf32>
+  %84 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%83 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %85 = tensor.empty() : tensor<16xf32>
+  %86 = linalg.fill ins(%cst : f32) outs(%85 : tensor<16xf32>) -> tensor<16xf32>
+  %87 = linalg.generic {indexing_maps = [#map4, #map3], iterator_types = ["parallel", "reduction"]} ins(%82 : tensor<16x8xf32>) outs(%86 : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %161 = arith.addf %in, %out : f32
+    linalg.yield %161 : f32
+  } -> tensor<16xf32>
+  %88 = tensor.empty() : tensor<16xf32>
+  %89 = linalg.fill ins(%cst : f32) outs(%88 : tensor<16xf32>) -> tensor<16xf32>
+  %90 = tensor.empty() : tensor<16xi1>
+  %91 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%90 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %92 = tensor.empty() : tensor<16xi64>
+  %93 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %91 : tensor<16xi64>, tensor<16xi1>) outs(%92 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %94 = tensor.empty() : tensor<16xi64>
+  %95 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%91 : tensor<16xi1>) outs(%94 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %96 = tensor.empty() : tensor<i64>
+  %97 = linalg.fill ins(%c0_i64 : i64) outs(%96 : tensor<i64>) -> tensor<i64>
+  %98 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%95 : tensor<16xi64>) outs(%97 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %99 = linalg.generic {indexing_maps = [#map2, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%93, %87 : tensor<16xi64>, tensor<16xf32>) outs(%89 : tensor<16xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<16xf32>
+  %100 = tensor.empty() : tensor<8x16xf32>
+  %transposed = linalg.transpose ins(%38 : tensor<16x8xf32>) outs(%100 : tensor<8x16xf32>) permutation = [1, 0] 
+  %101 = tensor.empty() : tensor<16xi64>
+  %102 = linalg.fill ins(%c0_i64 : i64) outs(%101 : tensor<16xi64>) -> tensor<16xi64>
+  %103 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%102 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %104 = tensor.empty() : tensor<4x8x8xf32>
+  %105 = linalg.fill ins(%cst : f32) outs(%104 : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %106 = linalg.generic {indexing_maps = [#map12, #map13, #map14, #map15], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%transposed, %84, %103 : tensor<8x16xf32>, tensor<16x8xf32>, tensor<16xi64>) outs(%105 : tensor<4x8x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<4x8x8xf32>
+  %107 = tensor.empty() : tensor<4x8x8xf32>
+  %transposed_0 = linalg.transpose ins(%w : tensor<4x8x8xf32>) outs(%107 : tensor<4x8x8xf32>) permutation = [0, 2, 1] 
+  %108 = tensor.empty() : tensor<16xi64>
+  %109 = linalg.fill ins(%c0_i64 : i64) outs(%108 : tensor<16xi64>) -> tensor<16xi64>
+  %110 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%109 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %111 = tensor.empty() : tensor<16x8xf32>
+  %112 = linalg.fill ins(%cst : f32) outs(%111 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %113 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%84, %transposed_0, %110 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%112 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %114 = tensor.empty() : tensor<8x8xf32>
+  %115 = linalg.fill ins(%cst : f32) outs(%114 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %116 = tensor.empty() : tensor<16xi1>
+  %117 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%116 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %118 = tensor.empty() : tensor<16xi64>
+  %119 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %117 : tensor<16xi64>, tensor<16xi1>) outs(%118 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %120 = tensor.empty() : tensor<16xi64>
+  %121 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%117 : tensor<16xi1>) outs(%120 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %122 = tensor.empty() : tensor<i64>
+  %123 = linalg.fill ins(%c0_i64 : i64) outs(%122 : tensor<i64>) -> tensor<i64>
+  %124 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%121 : tensor<16xi64>) outs(%123 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %125 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%119, %113 : tensor<16xi64>, tensor<16x8xf32>) outs(%115 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %126 = tensor.empty() : tensor<8xi64>
+  %127 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%6 : tensor<i64>) outs(%126 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c0_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %128 = tensor.empty() : tensor<8xi64>
+  %129 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%13 : tensor<i64>) outs(%128 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c1_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %130 = tensor.empty() : tensor<8xi64>
+  %131 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%127, %129 : tensor<8xi64>, tensor<8xi64>) outs(%130 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %132 = tensor.empty() : tensor<8xi64>
+  %133 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%36 : tensor<i64>) outs(%132 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c2_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %134 = tensor.empty() : tensor<8xi64>
+  %135 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%131, %133 : tensor<8xi64>, tensor<8xi64>) outs(%134 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %136 = tensor.empty() : tensor<8xi64>
+  %137 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%53 : tensor<i64>) outs(%136 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c3_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %138 = tensor.empty() : tensor<8xi64>
+  %139 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%135, %137 : tensor<8xi64>, tensor<8xi64>) outs(%138 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %140 = tensor.empty() : tensor<8xi64>
+  %141 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%68 : tensor<i64>) outs(%140 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c4_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %142 = tensor.empty() : tensor<8xi64>
+  %143 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%139, %141 : tensor<8xi64>, tensor<8xi64>) outs(%142 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %144 = tensor.empty() : tensor<8xi64>
+  %145 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%78 : tensor<i64>) outs(%144 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c5_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %146 = tensor.empty() : tensor<8xi64>
+  %147 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%143, %145 : tensor<8xi64>, tensor<8xi64>) outs(%146 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %148 = tensor.empty() : tensor<8xi64>
+  %149 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%98 : tensor<i64>) outs(%148 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c6_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %150 = tensor.empty() : tensor<8xi64>
+  %151 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%147, %149 : tensor<8xi64>, tensor<8xi64>) outs(%150 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %152 = tensor.empty() : tensor<8xi64>
+  %153 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%124 : tensor<i64>) outs(%152 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c7_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %154 = tensor.empty() : tensor<8xi64>
+  %155 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%151, %153 : tensor<8xi64>, tensor<8xi64>) outs(%154 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %156 = tensor.empty() : tensor<i64>
+  %157 = linalg.fill ins(%c9_i64 : i64) outs(%156 : tensor<i64>) -> tensor<i64>
+  %158 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%155 : tensor<8xi64>) outs(%157 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.addi %162, %c1_i64 : i64
+    %164 = arith.cmpi sgt, %in, %c0_i64 : i64
+    %165 = arith.select %164, %163, %c9_i64 : i64
+    %166 = arith.minsi %165, %out : i64
+    linalg.yield %166 : i64
+  } -> tensor<i64>
+  %159 = tensor.empty() : tensor<i64>
+  %160 = linalg.generic {indexing_maps = [#map16, #map16], iterator_types = []} ins(%158 : tensor<i64>) outs(%159 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.cmpi sgt, %in, %c8_i64 : i64
+    %162 = arith.select %161, %c0_i64, %in : i64
+    linalg.yield %162 : i64
+  } -> tensor<i64>
+  return %69, %106, %125, %99, %160 : tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<i64>
+}
+
+// -----
+
+// Tests that where a backward value of the rows (dY, returned here) is
+// read by something else than the rows' ops, nothing is rewritten,
+// forward included.
+// CHECK-LABEL: func.func @backward_rows_returned
+// CHECK-NOT: ragged_all_to_all
+// CHECK: return
+// SPMD-LABEL: func.func @backward_rows_returned
+// SPMD-NOT: ragged_all_to_all
+// SPMD: return
+#map = affine_map<(d0) -> (d0)>
+#map1 = affine_map<(d0) -> ()>
+#map2 = affine_map<(d0, d1) -> (d1)>
+#map3 = affine_map<(d0, d1) -> (d0)>
+#map4 = affine_map<(d0, d1) -> (d0, d1)>
+#map5 = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
+#map6 = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#map7 = affine_map<(d0, d1, d2, d3) -> (d0)>
+#map8 = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+#map9 = affine_map<(d0, d1, d2) -> (d2)>
+#map10 = affine_map<(d0, d1, d2) -> (d2, d1)>
+#map11 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map12 = affine_map<(d0, d1, d2, d3) -> (d1, d3)>
+#map13 = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#map14 = affine_map<(d0, d1, d2, d3) -> (d3)>
+#map15 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#map16 = affine_map<() -> ()>
+shardx.mesh @mesh(shape = 2, axes = ["ep"])
+func.func @backward_rows_returned(%w: tensor<4x8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %x: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %flat: tensor<16xi64> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %gates: tensor<16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %gout: tensor<8x8xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> (tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<16x8xf32>, tensor<i64> {shardx.index_checks = [{exception = "RuntimeError", message = "bincount only supports 1-d non-negative integral inputs."}, {exception = "RuntimeError", message = "bincount: a value >= minlength 4 (eager returns a longer result; the compiled program's length is fixed: pass a larger minlength)"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}, {exception = "IndexError", message = "index out of range in self"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 16"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 8"}], shardx.layout = #shardx.layout<@mesh, [R]>}) {
+  %c9_i64 = arith.constant 9 : i64
+  %c7_i64 = arith.constant 7 : i64
+  %c6_i64 = arith.constant 6 : i64
+  %c5_i64 = arith.constant 5 : i64
+  %c3_i64 = arith.constant 3 : i64
+  %c16_i64 = arith.constant 16 : i64
+  %cst = arith.constant 0.000000e+00 : f32
+  %c8_i64 = arith.constant 8 : i64
+  %c2_i64 = arith.constant 2 : i64
+  %c0_i32 = arith.constant 0 : i32
+  %c1_i64 = arith.constant 1 : i64
+  %c4_i64 = arith.constant 4 : i64
+  %true = arith.constant true
+  %c0_i64 = arith.constant 0 : i64
+  %0 = tensor.empty() : tensor<16xi1>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%0 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %2 = tensor.empty() : tensor<16xi64>
+  %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%1 : tensor<16xi1>) outs(%2 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %4 = tensor.empty() : tensor<i64>
+  %5 = linalg.fill ins(%c0_i64 : i64) outs(%4 : tensor<i64>) -> tensor<i64>
+  %6 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%3 : tensor<16xi64>) outs(%5 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %7 = tensor.empty() : tensor<16xi1>
+  %8 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%flat : tensor<16xi64>) outs(%7 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c4_i64 : i64
+    linalg.yield %161 : i1
+  } -> tensor<16xi1>
+  %9 = tensor.empty() : tensor<16xi64>
+  %10 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%8 : tensor<16xi1>) outs(%9 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %11 = tensor.empty() : tensor<i64>
+  %12 = linalg.fill ins(%c0_i64 : i64) outs(%11 : tensor<i64>) -> tensor<i64>
+  %13 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%10 : tensor<16xi64>) outs(%12 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %14 = tensor.empty() : tensor<4xi64>
+  %15 = linalg.fill ins(%c0_i64 : i64) outs(%14 : tensor<4xi64>) -> tensor<4xi64>
+  %16 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat : tensor<16xi64>) outs(%15 : tensor<4xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = arith.extui %163 : i1 to i64
+    %165 = arith.addi %out, %164 : i64
+    linalg.yield %165 : i64
+  } -> tensor<4xi64>
+  %17 = tensor.empty() : tensor<4xi32>
+  %18 = linalg.fill ins(%c0_i32 : i32) outs(%17 : tensor<4xi32>) -> tensor<4xi32>
+  %19 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%16 : tensor<4xi64>) outs(%18 : tensor<4xi32>) {
+  ^bb0(%in: i64, %out: i32):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi ule, %162, %161 : index
+    %164 = arith.trunci %in : i64 to i32
+    %165 = arith.select %163, %164, %c0_i32 : i32
+    %166 = arith.addi %out, %165 : i32
+    linalg.yield %166 : i32
+  } -> tensor<4xi32>
+  %20 = tensor.empty() : tensor<16xi64>
+  %21 = linalg.fill ins(%c0_i64 : i64) outs(%20 : tensor<16xi64>) -> tensor<16xi64>
+  %22 = linalg.generic {indexing_maps = [#map3, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%flat, %flat : tensor<16xi64>, tensor<16xi64>) outs(%21 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = linalg.index 1 : index
+    %163 = arith.cmpi slt, %in_1, %in : i64
+    %164 = arith.cmpi eq, %in_1, %in : i64
+    %165 = arith.cmpi ult, %162, %161 : index
+    %166 = arith.andi %164, %165 : i1
+    %167 = arith.ori %163, %166 : i1
+    %168 = arith.extui %167 : i1 to i64
+    %169 = arith.addi %out, %168 : i64
+    linalg.yield %169 : i64
+  } -> tensor<16xi64>
+  %23 = tensor.empty() : tensor<16xi64>
+  %24 = linalg.fill ins(%c0_i64 : i64) outs(%23 : tensor<16xi64>) -> tensor<16xi64>
+  %25 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%22 : tensor<16xi64>) outs(%24 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %in, %162 : i64
+    %164 = linalg.index 1 : index
+    %165 = arith.index_cast %164 : index to i64
+    %166 = arith.select %163, %165, %c0_i64 : i64
+    %167 = arith.addi %out, %166 : i64
+    linalg.yield %167 : i64
+  } -> tensor<16xi64>
+  %26 = tensor.empty() : tensor<16xi64>
+  %27 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%26 : tensor<16xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.floordivsi %in, %c2_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %28 = tensor.empty() : tensor<16xi1>
+  %29 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%28 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %30 = tensor.empty() : tensor<16xi64>
+  %31 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %29 : tensor<16xi64>, tensor<16xi1>) outs(%30 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %32 = tensor.empty() : tensor<16xi64>
+  %33 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%29 : tensor<16xi1>) outs(%32 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %34 = tensor.empty() : tensor<i64>
+  %35 = linalg.fill ins(%c0_i64 : i64) outs(%34 : tensor<i64>) -> tensor<i64>
+  %36 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%33 : tensor<16xi64>) outs(%35 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %37 = tensor.empty() : tensor<16x8xf32>
+  %38 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%31 : tensor<16xi64>) outs(%37 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %x[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %39 = tensor.empty() : tensor<16xi64>
+  %40 = linalg.fill ins(%c0_i64 : i64) outs(%39 : tensor<16xi64>) -> tensor<16xi64>
+  %41 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%40 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %42 = tensor.empty() : tensor<16x8xf32>
+  %43 = linalg.fill ins(%cst : f32) outs(%42 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %44 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%38, %w, %41 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%43 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %45 = tensor.empty() : tensor<16xi1>
+  %46 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%45 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %47 = tensor.empty() : tensor<16xi64>
+  %48 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %46 : tensor<16xi64>, tensor<16xi1>) outs(%47 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %49 = tensor.empty() : tensor<16xi64>
+  %50 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%46 : tensor<16xi1>) outs(%49 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %51 = tensor.empty() : tensor<i64>
+  %52 = linalg.fill ins(%c0_i64 : i64) outs(%51 : tensor<i64>) -> tensor<i64>
+  %53 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%50 : tensor<16xi64>) outs(%52 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %54 = tensor.empty() : tensor<16xf32>
+  %55 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%48 : tensor<16xi64>) outs(%54 : tensor<16xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %extracted = tensor.extract %gates[%161] : tensor<16xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16xf32>
+  %56 = tensor.empty() : tensor<16x8xf32>
+  %57 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%44, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%56 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %58 = tensor.empty() : tensor<8x8xf32>
+  %59 = linalg.fill ins(%cst : f32) outs(%58 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %60 = tensor.empty() : tensor<16xi1>
+  %61 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%60 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %62 = tensor.empty() : tensor<16xi64>
+  %63 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %61 : tensor<16xi64>, tensor<16xi1>) outs(%62 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %64 = tensor.empty() : tensor<16xi64>
+  %65 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%61 : tensor<16xi1>) outs(%64 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %66 = tensor.empty() : tensor<i64>
+  %67 = linalg.fill ins(%c0_i64 : i64) outs(%66 : tensor<i64>) -> tensor<i64>
+  %68 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%65 : tensor<16xi64>) outs(%67 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %69 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%63, %57 : tensor<16xi64>, tensor<16x8xf32>) outs(%59 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %70 = tensor.empty() : tensor<16xi1>
+  %71 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%70 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi sge, %in, %c0_i64 : i64
+    %162 = arith.cmpi slt, %in, %c8_i64 : i64
+    %163 = arith.andi %161, %162 : i1
+    linalg.yield %163 : i1
+  } -> tensor<16xi1>
+  %72 = tensor.empty() : tensor<16xi64>
+  %73 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %71 : tensor<16xi64>, tensor<16xi1>) outs(%72 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.select %in_1, %in, %c0_i64 : i64
+    linalg.yield %161 : i64
+  } -> tensor<16xi64>
+  %74 = tensor.empty() : tensor<16xi64>
+  %75 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%71 : tensor<16xi1>) outs(%74 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %76 = tensor.empty() : tensor<i64>
+  %77 = linalg.fill ins(%c0_i64 : i64) outs(%76 : tensor<i64>) -> tensor<i64>
+  %78 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%75 : tensor<16xi64>) outs(%77 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %79 = tensor.empty() : tensor<16x8xf32>
+  %80 = linalg.generic {indexing_maps = [#map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%73 : tensor<16xi64>) outs(%79 : tensor<16x8xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %161 = arith.index_cast %in : i64 to index
+    %162 = linalg.index 1 : index
+    %extracted = tensor.extract %gout[%161, %162] : tensor<8x8xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<16x8xf32>
+  %81 = tensor.empty() : tensor<16x8xf32>
+  %82 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %44 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %83 = tensor.empty() : tensor<16x8xf32>
+  %84 = linalg.generic {indexing_maps = [#map4, #map3, #map4], iterator_types = ["parallel", "parallel"]} ins(%80, %55 : tensor<16x8xf32>, tensor<16xf32>) outs(%83 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %161 = arith.mulf %in, %in_1 : f32
+    linalg.yield %161 : f32
+  } -> tensor<16x8xf32>
+  %85 = tensor.empty() : tensor<16xf32>
+  %86 = linalg.fill ins(%cst : f32) outs(%85 : tensor<16xf32>) -> tensor<16xf32>
+  %87 = linalg.generic {indexing_maps = [#map4, #map3], iterator_types = ["parallel", "reduction"]} ins(%82 : tensor<16x8xf32>) outs(%86 : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %161 = arith.addf %in, %out : f32
+    linalg.yield %161 : f32
+  } -> tensor<16xf32>
+  %88 = tensor.empty() : tensor<16xf32>
+  %89 = linalg.fill ins(%cst : f32) outs(%88 : tensor<16xf32>) -> tensor<16xf32>
+  %90 = tensor.empty() : tensor<16xi1>
+  %91 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%25 : tensor<16xi64>) outs(%90 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c16_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %92 = tensor.empty() : tensor<16xi64>
+  %93 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%25, %91 : tensor<16xi64>, tensor<16xi1>) outs(%92 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c16_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %94 = tensor.empty() : tensor<16xi64>
+  %95 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%91 : tensor<16xi1>) outs(%94 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %96 = tensor.empty() : tensor<i64>
+  %97 = linalg.fill ins(%c0_i64 : i64) outs(%96 : tensor<i64>) -> tensor<i64>
+  %98 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%95 : tensor<16xi64>) outs(%97 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %99 = linalg.generic {indexing_maps = [#map2, #map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%93, %87 : tensor<16xi64>, tensor<16xf32>) outs(%89 : tensor<16xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<16xf32>
+  %100 = tensor.empty() : tensor<8x16xf32>
+  %transposed = linalg.transpose ins(%38 : tensor<16x8xf32>) outs(%100 : tensor<8x16xf32>) permutation = [1, 0] 
+  %101 = tensor.empty() : tensor<16xi64>
+  %102 = linalg.fill ins(%c0_i64 : i64) outs(%101 : tensor<16xi64>) -> tensor<16xi64>
+  %103 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%102 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %104 = tensor.empty() : tensor<4x8x8xf32>
+  %105 = linalg.fill ins(%cst : f32) outs(%104 : tensor<4x8x8xf32>) -> tensor<4x8x8xf32>
+  %106 = linalg.generic {indexing_maps = [#map12, #map13, #map14, #map15], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%transposed, %84, %103 : tensor<8x16xf32>, tensor<16x8xf32>, tensor<16xi64>) outs(%105 : tensor<4x8x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<4x8x8xf32>
+  %107 = tensor.empty() : tensor<4x8x8xf32>
+  %transposed_0 = linalg.transpose ins(%w : tensor<4x8x8xf32>) outs(%107 : tensor<4x8x8xf32>) permutation = [0, 2, 1] 
+  %108 = tensor.empty() : tensor<16xi64>
+  %109 = linalg.fill ins(%c0_i64 : i64) outs(%108 : tensor<16xi64>) -> tensor<16xi64>
+  %110 = linalg.generic {indexing_maps = [#map2, #map3], iterator_types = ["parallel", "reduction"]} ins(%19 : tensor<4xi32>) outs(%109 : tensor<16xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.extsi %in : i32 to i64
+    %164 = arith.cmpi sle, %163, %162 : i64
+    %165 = arith.extui %164 : i1 to i64
+    %166 = arith.addi %out, %165 : i64
+    linalg.yield %166 : i64
+  } -> tensor<16xi64>
+  %111 = tensor.empty() : tensor<16x8xf32>
+  %112 = linalg.fill ins(%cst : f32) outs(%111 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %113 = linalg.generic {indexing_maps = [#map5, #map6, #map7, #map8], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%84, %transposed_0, %110 : tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<16xi64>) outs(%112 : tensor<16x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: i64, %out: f32):
+    %161 = linalg.index 2 : index
+    %162 = arith.index_cast %in_2 : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.mulf %in, %in_1 : f32
+    %165 = arith.select %163, %164, %cst : f32
+    %166 = arith.addf %out, %165 : f32
+    linalg.yield %166 : f32
+  } -> tensor<16x8xf32>
+  %114 = tensor.empty() : tensor<8x8xf32>
+  %115 = linalg.fill ins(%cst : f32) outs(%114 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %116 = tensor.empty() : tensor<16xi1>
+  %117 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%27 : tensor<16xi64>) outs(%116 : tensor<16xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.cmpi sge, %163, %c0_i64 : i64
+    %165 = arith.cmpi slt, %163, %c8_i64 : i64
+    %166 = arith.andi %164, %165 : i1
+    linalg.yield %166 : i1
+  } -> tensor<16xi1>
+  %118 = tensor.empty() : tensor<16xi64>
+  %119 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%27, %117 : tensor<16xi64>, tensor<16xi1>) outs(%118 : tensor<16xi64>) {
+  ^bb0(%in: i64, %in_1: i1, %out: i64):
+    %161 = arith.cmpi slt, %in, %c0_i64 : i64
+    %162 = arith.addi %in, %c8_i64 : i64
+    %163 = arith.select %161, %162, %in : i64
+    %164 = arith.select %in_1, %163, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<16xi64>
+  %120 = tensor.empty() : tensor<16xi64>
+  %121 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%117 : tensor<16xi1>) outs(%120 : tensor<16xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %161 = arith.xori %in, %true : i1
+    %162 = arith.extui %161 : i1 to i64
+    linalg.yield %162 : i64
+  } -> tensor<16xi64>
+  %122 = tensor.empty() : tensor<i64>
+  %123 = linalg.fill ins(%c0_i64 : i64) outs(%122 : tensor<i64>) -> tensor<i64>
+  %124 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%121 : tensor<16xi64>) outs(%123 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.addi %in, %out : i64
+    linalg.yield %161 : i64
+  } -> tensor<i64>
+  %125 = linalg.generic {indexing_maps = [#map9, #map10, #map11], iterator_types = ["parallel", "parallel", "reduction"]} ins(%119, %113 : tensor<16xi64>, tensor<16x8xf32>) outs(%115 : tensor<8x8xf32>) {
+  ^bb0(%in: i64, %in_1: f32, %out: f32):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %in : i64 to index
+    %163 = arith.cmpi eq, %161, %162 : index
+    %164 = arith.select %163, %in_1, %cst : f32
+    %165 = arith.addf %out, %164 : f32
+    linalg.yield %165 : f32
+  } -> tensor<8x8xf32>
+  %126 = tensor.empty() : tensor<8xi64>
+  %127 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%6 : tensor<i64>) outs(%126 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c0_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %128 = tensor.empty() : tensor<8xi64>
+  %129 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%13 : tensor<i64>) outs(%128 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c1_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %130 = tensor.empty() : tensor<8xi64>
+  %131 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%127, %129 : tensor<8xi64>, tensor<8xi64>) outs(%130 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %132 = tensor.empty() : tensor<8xi64>
+  %133 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%36 : tensor<i64>) outs(%132 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c2_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %134 = tensor.empty() : tensor<8xi64>
+  %135 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%131, %133 : tensor<8xi64>, tensor<8xi64>) outs(%134 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %136 = tensor.empty() : tensor<8xi64>
+  %137 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%53 : tensor<i64>) outs(%136 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c3_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %138 = tensor.empty() : tensor<8xi64>
+  %139 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%135, %137 : tensor<8xi64>, tensor<8xi64>) outs(%138 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %140 = tensor.empty() : tensor<8xi64>
+  %141 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%68 : tensor<i64>) outs(%140 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c4_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %142 = tensor.empty() : tensor<8xi64>
+  %143 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%139, %141 : tensor<8xi64>, tensor<8xi64>) outs(%142 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %144 = tensor.empty() : tensor<8xi64>
+  %145 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%78 : tensor<i64>) outs(%144 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c5_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %146 = tensor.empty() : tensor<8xi64>
+  %147 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%143, %145 : tensor<8xi64>, tensor<8xi64>) outs(%146 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %148 = tensor.empty() : tensor<8xi64>
+  %149 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%98 : tensor<i64>) outs(%148 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c6_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %150 = tensor.empty() : tensor<8xi64>
+  %151 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%147, %149 : tensor<8xi64>, tensor<8xi64>) outs(%150 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %152 = tensor.empty() : tensor<8xi64>
+  %153 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel"]} ins(%124 : tensor<i64>) outs(%152 : tensor<8xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.cmpi eq, %162, %c7_i64 : i64
+    %164 = arith.select %163, %in, %c0_i64 : i64
+    linalg.yield %164 : i64
+  } -> tensor<8xi64>
+  %154 = tensor.empty() : tensor<8xi64>
+  %155 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%151, %153 : tensor<8xi64>, tensor<8xi64>) outs(%154 : tensor<8xi64>) {
+  ^bb0(%in: i64, %in_1: i64, %out: i64):
+    %161 = arith.addi %in, %in_1 : i64
+    linalg.yield %161 : i64
+  } -> tensor<8xi64>
+  %156 = tensor.empty() : tensor<i64>
+  %157 = linalg.fill ins(%c9_i64 : i64) outs(%156 : tensor<i64>) -> tensor<i64>
+  %158 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction"]} ins(%155 : tensor<8xi64>) outs(%157 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = linalg.index 0 : index
+    %162 = arith.index_cast %161 : index to i64
+    %163 = arith.addi %162, %c1_i64 : i64
+    %164 = arith.cmpi sgt, %in, %c0_i64 : i64
+    %165 = arith.select %164, %163, %c9_i64 : i64
+    %166 = arith.minsi %165, %out : i64
+    linalg.yield %166 : i64
+  } -> tensor<i64>
+  %159 = tensor.empty() : tensor<i64>
+  %160 = linalg.generic {indexing_maps = [#map16, #map16], iterator_types = []} ins(%158 : tensor<i64>) outs(%159 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %161 = arith.cmpi sgt, %in, %c8_i64 : i64
+    %162 = arith.select %161, %c0_i64, %in : i64
+    linalg.yield %162 : i64
+  } -> tensor<i64>
+  return %69, %106, %125, %99, %84, %160 : tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<16x8xf32>, tensor<i64>
 }
