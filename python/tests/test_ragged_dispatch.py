@@ -10,6 +10,10 @@ experts, runs its experts on what it receives and sends the rows back.
 The forward is checked against eager PyTorch and the unsharded program
 (threads), and under mpirun; print-plan's exchanges against the routed
 rows' bytes and against the propagated plan's reshards without the pass.
+So is a train step (a linear layer, the block, MSE, SGD), whose backward
+the pass builds with the forward: four ragged exchanges (the tokens' rows
+out, the outputs back, the output gradient's rows out, the rows'
+gradients back), the experts' gradients on their ranks.
 
 The 3-expert cases are uneven in the experts (2 and 1 per ep rank), 5
 on 4 ranks too (2, 2, 1, 0), and all are uneven in the rows each rank
@@ -161,8 +165,8 @@ def test_tokens_whole_over_ep_are_not_dispatched(tmp_path, build_dir):
 def test_unmatched_forms_keep_the_propagated_plan():
     """Where the pass does not match, the program runs propagation's plan,
     and its numbers are still eager's: ``histc`` counts (a float binning the
-    pass does not read as ``bincount``) and a train step (the backward reads
-    the experts' rows), both with the tokens split over ep."""
+    pass does not read as ``bincount``), forward and train step, with the
+    tokens split over ep."""
     from shardx.train import TrainStep
     from shardx_dev.testing.steps import assert_steps_match_eager
     import torch.nn.functional as F
@@ -177,9 +181,122 @@ def test_unmatched_forms_keep_the_propagated_plan():
     got = shardx.compile(fn, mesh, ins)(params, x).to_torch()
     np.testing.assert_allclose(got.numpy(), module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
 
-    module.counts = "bincount"
     step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
     w = {"w1": [S(0)], "w2": [S(0)], "w3": [S(0)]}
     ins, outs = step.placements(mesh, w, [[S(0)]], [S(0)])
     f = shardx.compile(step, mesh, ins, outs)
     assert_steps_match_eager(f, step, step.example_args([x], torch.randn_like(x)), "step")
+
+
+# The train step: a linear layer before the block (its input's gradient
+# flows back through the dispatch), the block, MSE loss, SGD.
+TRAIN_CASES = ["ep2", "ep4", "dp2xep2", "uneven_ep2", "uneven_dp2xep2"]
+
+
+def _train(name):
+    """(step, mesh, in placements, out placements, example args)."""
+    from shardx.train import TrainStep
+    import torch.nn.functional as F
+
+    shape, tokens, experts = CASES[name]
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Linear(DIM, DIM, bias=False),
+        GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K, counts="bincount"))
+    x = torch.randn(tokens, DIM)
+    if len(shape) == 1:
+        mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)]
+    else:
+        mesh, weights, tok = Mesh(shape, ("dp", "ep")), [R(), S(0)], [S(0), S(0)]
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    ins, outs = step.placements(mesh, {f"1.{w}": weights for w in ("w1", "w2", "w3")},
+                                [tok], tok)
+    return step, mesh, ins, outs, step.example_args([x], torch.randn_like(x))
+
+
+def _traced_train(name, tmp_path):
+    step, mesh, ins, outs, args = _train(name)
+    path = tmp_path / f"train_{name}.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name=f"train_{name}"))
+    return path
+
+
+@pytest.mark.parametrize("name", TRAIN_CASES)
+def test_train_step_matches_eager_and_unsharded(name):
+    """Two SGD steps of the sharded program against eager PyTorch (loss
+    and every parameter, the router's and the linear layer's included:
+    their gradients flow through the gates' and the rows' gradients), and
+    the first step's against the unsharded program's."""
+    from shardx_dev.testing.steps import assert_steps_match_eager
+
+    step, mesh, ins, outs, args = _train(name)
+    f = shardx.compile(step, mesh, ins, outs)
+    assert_steps_match_eager(f, step, args, name)
+    loss, params, _ = f(*args)
+    whole_loss, whole_params, _ = shardx.compile(step, None)(*args)
+    torch.testing.assert_close(loss.to_torch(), whole_loss.to_torch(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, whole_params):
+        torch.testing.assert_close(a.to_torch(), b.to_torch(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", TRAIN_CASES)
+def test_train_step_exchanges_rows(name, tmp_path, build_dir):
+    """The local train step moves the routed rows four times over ep, each
+    a ragged all-to-all given its receive counts: the tokens' rows out and
+    the experts' outputs back (forward), the output gradient's rows out and
+    the rows' gradients back (backward); the rows are never all-gathered
+    and the experts' gradients are all-reduced over dp only (the data
+    parallel sum), never over ep."""
+    local = run_tool([f"{build_dir}/bin/shardx-opt", _traced_train(name, tmp_path),
+                      "--shardx-spmd"])
+    ragged = re.findall(r"shardx\.ragged_all_to_all [^\n]* recv_counts = [^\n]*"
+                        r"axes = \[(\d)\]", local)
+    ep = str(len(CASES[name][0]) - 1)
+    assert ragged == [ep] * 4, ragged
+    gathered = re.findall(r"shardx\.all_gather [^\n]*: (tensor<[^>]*>)", local)
+    assert all(t.endswith("xi64>") for t in gathered), gathered
+    for axes, t in re.findall(r"shardx\.all_reduce [^\n]* axes = \[([\d, ]+)\][^\n]*: "
+                              r"(tensor<[^>]*>)", local):
+        if re.match(r"tensor<\d+x\d+x\d+xf32", t):
+            assert axes == "0" and ep == "1", (axes, t)
+
+
+@pytest.mark.parametrize("name", TRAIN_CASES)
+def test_train_step_plan_moves_the_routed_rows(name, tmp_path, build_dir):
+    """print-plan: four ragged exchanges of ``(n - 1) / n`` of a rank's ``T
+    k / ranks`` rows of ``dim`` f32 and one of the per-expert counts. On the
+    2x2 mesh the experts' gradients (each dp rank's tokens') are then
+    all-reduced over dp, ``2 (dp - 1) / dp`` of a rank's ``ceil(E / ep)``
+    experts' weights each, the data-parallel sum. Without them, fewer bytes
+    than the propagated plan without the pass, which all-gathers the
+    routing and the rows over ep and all-reduces the experts' outputs and
+    their gradients (on the 2x2 mesh it also gathers the rows over dp and
+    runs each expert's rows on every dp rank: at this size, fewer bytes
+    than the dp sum of the weights' gradients)."""
+    shape, tokens, experts = CASES[name]
+    n, ranks = shape[-1], int(np.prod(shape))
+    items = tokens * TOP_K // ranks
+    path = _traced_train(name, tmp_path)
+    text = _plan(path, build_dir, dispatch=True)
+    exchanges = sorted((kind, int(a), int(b or 1), int(g), int(nbytes))
+                       for kind, a, b, _, g, nbytes in _EXCHANGE.findall(text))
+    slots = n * -(-experts // n)
+    rows = ("ragged_all_to_all", items, DIM, n, (n - 1) * items * DIM * 4 // n)
+    assert exchanges == sorted([("all_to_all", slots, 1, n, (n - 1) * slots * 8 // n)]
+                               + [rows] * 4), text
+    reshards = _RESHARD.findall(text)
+    dp_sums = [int(b) for frm, to, b in reshards if (frm, to) == ("[P(sum), S(0)]", "[R, S(0)]")]
+    if len(shape) == 2:
+        dp = shape[0]
+        weights = -(-experts // n) * DIM * HIDDEN * 4
+        assert dp_sums == [2 * (dp - 1) * weights // dp] * 3, text
+    else:
+        assert dp_sums == [], text
+    after = sum(int(b) for _, _, b in reshards) - sum(dp_sums) + sum(e[-1] for e in exchanges)
+    before = sum(int(b) for _, _, b in _RESHARD.findall(_plan(path, build_dir, dispatch=False)))
+    assert after < before, (after, before)
+
+
+@pytest.mark.parametrize("name", ["ep2", "uneven_dp2xep2"])
+def test_train_step_matches_unsharded_on_mpi(name, tmp_path, build_dir):
+    check_on_mpi(build_dir, _traced_train(name, tmp_path), int(np.prod(CASES[name][0])))

@@ -265,13 +265,27 @@ def RaggedDispatchPass : Pass<"shardx-ragged-dispatch", "ModuleOp"> {
     (shardx-localize then runs each grouped matmul over the received rows
     only), puts them back in the received order, sends them back with the
     counts it received (the combine, counts given), and adds them,
-    weighted, to its own tokens. The global ops of the region are replaced by the
-    rank's local ops between `unrealized_conversion_cast`s (as lowered
-    reshards are), so shardx-localize clones them as they are; the range
-    checks of the replaced gathers' indices (a permutation's, in range by
-    construction) become zeros. Where any part does not match, the program
-    is left as it is (its propagated plan runs). docs/Rules.md, "Expert
-    parallelism".
+    weighted, to its own tokens.
+
+    A train step's backward (`torch.autograd.grad` traced) is matched with
+    its forward: the pass takes every op that reads the routed rows (the
+    gathers by token or by the sort's order, row-wise generics, grouped
+    matmuls of both forms, the `index_add`s back by token or by item) and
+    builds each on the items' ranks or the experts' ranks, a value crossing
+    by the dispatch or the combine at most once each way: the output
+    gradient's rows go out as the tokens' did, the rows' gradients come
+    back as the outputs did (four exchanges in a step), the gates'
+    gradient is computed on the items' ranks from the combined outputs,
+    and the experts' gradients stay on the experts' ranks, recorded as a
+    partial sum over the items' axes outside A (a dp all-reduce follows).
+
+    The global ops are replaced by the rank's local ops between
+    `unrealized_conversion_cast`s (as lowered reshards are), so
+    shardx-localize clones them as they are; the range checks of the
+    replaced gathers' indices (a permutation's, in range by construction)
+    become zeros. Where any part does not match, or a value of the rows is
+    read by another op, the program is left as it is (its propagated plan
+    runs). docs/Rules.md, "Expert parallelism".
 
     ```mlir
     // before: %flat [S(0)] -> [R] (all-gather), a global argsort on every
@@ -280,6 +294,11 @@ def RaggedDispatchPass : Pass<"shardx-ragged-dispatch", "ModuleOp"> {
     //         shardx.ragged_all_to_all %send, %counts recv_counts = %rc;
     //         experts on %rows; %back = shardx.ragged_all_to_all %ys, %rc
     //         recv_counts = %counts; the local index_add: [S(0)]
+    // backward: %gy = the output gradient's rows, sorted; %gr =
+    //         shardx.ragged_all_to_all %gy, %counts recv_counts = %rc;
+    //         the experts' gradients over %gr (local, [S(0)]); the rows'
+    //         gradients back by shardx.ragged_all_to_all %dx, %rc
+    //         recv_counts = %counts
     ```
   }];
 }
