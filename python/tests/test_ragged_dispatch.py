@@ -19,8 +19,8 @@ The 3-expert cases are uneven in the experts (2 and 1 per ep rank), 5
 on 4 ranks too (2, 2, 1, 0), and all are uneven in the rows each rank
 sends and receives (the routing decides them at run time); the routed
 rows ``T * top_k`` are a multiple of 4 (CPU ``_grouped_mm`` wants 16-byte
-aligned rows) and the tokens divide over the ranks (the pass matches
-static local shapes only)."""
+aligned rows). ``UNEVEN_TOKENS`` holds forwards whose tokens do not
+divide over the ranks (each rank's padded to the most any holds)."""
 
 import re
 
@@ -44,6 +44,15 @@ CASES = {
     "uneven_dp2xep2": ((2, 2), 8, 3),
     "dp2xep2": ((2, 2), 8, 4),
 }
+# Tokens that do not divide over the ranks (each rank's padded to the most
+# any rank holds): 2, 2, 1, 1 tokens; 2, 1 per ep rank on each dp half;
+# 3, 3, 2, 2; 1, 1, 0, 0.
+UNEVEN_TOKENS = {
+    "tokens6_ep4": ((4,), 6, 4),
+    "tokens6_dp2xep2": ((2, 2), 6, 3),
+    "tokens10_ep4": ((4,), 10, 5),
+    "tokens2_ep4": ((4,), 2, 4),
+}
 
 
 def _forward(name, tokens_split=True):
@@ -51,7 +60,7 @@ def _forward(name, tokens_split=True):
     experts' weights Shard(0) over ep, the router replicated, the tokens
     Shard(0) over every mesh axis (or, without ``tokens_split``, over dp
     only)."""
-    shape, tokens, experts = CASES[name]
+    shape, tokens, experts = {**CASES, **UNEVEN_TOKENS}[name]
     torch.manual_seed(0)
     module = GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K, counts="bincount")
     x = torch.randn(tokens, DIM)
@@ -79,7 +88,7 @@ _COLLECTIVE = re.compile(r"shardx\.(all_reduce|all_gather|all_to_all|reduce_scat
                          r"|ragged_all_to_all|permute)\b")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(UNEVEN_TOKENS))
 def test_forward_matches_eager_and_unsharded(name):
     """Sharded, unsharded and eager agree; to a few ulps, not to the bit
     (each rank sums its tokens' rows in another order than the unsharded
@@ -148,9 +157,42 @@ def test_plan_moves_the_routed_rows(name, tmp_path, build_dir):
     assert after < before, (after, before)
 
 
-@pytest.mark.parametrize("name", ["ep2", "uneven_ep2", "uneven_ep4", "uneven_dp2xep2"])
+@pytest.mark.parametrize("name", ["ep2", "uneven_ep2", "uneven_ep4", "uneven_dp2xep2",
+                                  "tokens6_ep4", "tokens6_dp2xep2"])
 def test_sharded_matches_unsharded_on_mpi(name, tmp_path, build_dir):
-    check_on_mpi(build_dir, _traced(name, tmp_path), int(np.prod(CASES[name][0])))
+    shape = {**CASES, **UNEVEN_TOKENS}[name][0]
+    check_on_mpi(build_dir, _traced(name, tmp_path), int(np.prod(shape)))
+
+
+@pytest.mark.parametrize("name", sorted(UNEVEN_TOKENS))
+def test_uneven_tokens_exchange_padded_rows(name, tmp_path, build_dir):
+    """Tokens that do not divide over the ranks (propagation keeps the
+    flattened choices whole): the forward is still rewritten, each rank's
+    tokens padded to the most any rank holds, ``ceil(T / ranks)``; its
+    program moves no f32 but the two ragged exchanges (propagation still
+    gathers the int64 choices for the ``bincount``'s range checks, priced
+    in the plan), and print-plan prices the two exchanges at
+    ``(n - 1) / n`` of ``ceil(T / ranks) k`` rows (the padding is never
+    sent, so the real bytes are at most that), fewer bytes than the
+    propagated plan without the pass."""
+    shape, tokens, experts = UNEVEN_TOKENS[name]
+    n, ranks = shape[-1], int(np.prod(shape))
+    path = _traced(name, tmp_path)
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    moved = re.findall(r"shardx\.(all_gather|all_reduce|exchange|all_to_all|ragged_all_to_all|"
+                       r"reduce_scatter|permute) [^\n]*x(f32|i64)>$", local, re.M)
+    assert sorted(k for k, t in moved if t == "f32") == ["ragged_all_to_all"] * 2, moved
+    items = -(-tokens // ranks) * TOP_K
+    text = _plan(path, build_dir, dispatch=True)
+    exchanges = sorted((kind, int(a), int(b or 1), int(g), int(nbytes))
+                       for kind, a, b, _, g, nbytes in _EXCHANGE.findall(text))
+    slots = n * -(-experts // n)
+    rows = ("ragged_all_to_all", items, DIM, n, (n - 1) * items * DIM * 4 // n)
+    assert exchanges == sorted([("all_to_all", slots, 1, n, (n - 1) * slots * 8 // n),
+                                rows, rows]), text
+    after = sum(int(b) for _, _, b in _RESHARD.findall(text)) + sum(e[-1] for e in exchanges)
+    before = sum(int(b) for _, _, b in _RESHARD.findall(_plan(path, build_dir, dispatch=False)))
+    assert after < before, (after, before)
 
 
 def test_tokens_whole_over_ep_are_not_dispatched(tmp_path, build_dir):
@@ -198,7 +240,7 @@ def _train(name):
     from shardx.train import TrainStep
     import torch.nn.functional as F
 
-    shape, tokens, experts = CASES[name]
+    shape, tokens, experts = {**CASES, **UNEVEN_TOKENS}[name]
     torch.manual_seed(0)
     module = torch.nn.Sequential(
         torch.nn.Linear(DIM, DIM, bias=False),
@@ -300,3 +342,17 @@ def test_train_step_plan_moves_the_routed_rows(name, tmp_path, build_dir):
 @pytest.mark.parametrize("name", ["ep2", "uneven_dp2xep2"])
 def test_train_step_matches_unsharded_on_mpi(name, tmp_path, build_dir):
     check_on_mpi(build_dir, _traced_train(name, tmp_path), int(np.prod(CASES[name][0])))
+
+
+def test_uneven_tokens_train_step_keeps_the_propagated_plan(tmp_path, build_dir):
+    """A train step with tokens that do not divide over the ranks is not
+    matched (the gates' gradient leaves by item, and an item split that
+    follows the tokens' has no layout on the flattened ``[T k]``): it runs
+    propagation's plan, no ragged exchange, and matches eager."""
+    from shardx_dev.testing.steps import assert_steps_match_eager
+
+    local = run_tool([f"{build_dir}/bin/shardx-opt", _traced_train("tokens6_ep4", tmp_path),
+                      "--shardx-spmd"])
+    assert "ragged_all_to_all" not in local
+    step, mesh, ins, outs, args = _train("tokens6_ep4")
+    assert_steps_match_eager(shardx.compile(step, mesh, ins, outs), step, args, "tokens6_ep4")

@@ -254,7 +254,11 @@ def RaggedDispatchPass : Pass<"shardx-ragged-dispatch", "ModuleOp"> {
     whose weights are split on E over mesh axes A, the rows weighted by
     their gates and added back to their tokens by `index_add`) where the
     tokens, their choices and gates are split on dim 0 over A (and maybe
-    other axes). The sum over the routed items does not depend on their
+    other axes); where the tokens do not divide over those axes, each
+    rank's tokens and their choices and gates (read from their `[T, k]`
+    forms) are padded to the most any rank holds, the padding's choices
+    past every expert (never sent), and the output sliced back (the
+    forward only). The sum over the routed items does not depend on their
     order, so each rank sorts its own tokens' choices, sends each member
     of its A group the rows of that member's experts by
     `shardx.ragged_all_to_all` (the counts from its local counts; the

@@ -33,6 +33,14 @@
 // sends them back with the counts it received, and adds them, weighted by
 // their gates, to its tokens.
 //
+// Where the tokens do not divide over their axes (propagation then keeps the
+// flattened choices whole), the items' split is the tokens' and each rank's
+// tokens are padded to the most any rank holds: the choices and gates read
+// from their [T, k] forms, padded (the padding's choices past every
+// expert: never counted, sorted last, never sent) and flattened, x padded
+// with zero rows, and the output sliced to the rank's own tokens. A train
+// step is not matched there (its gates' gradient leaves by item).
+//
 // A train step's backward (make_fx of torch.autograd.grad) is the same
 // kind of program over the same rows: the output gradient's rows gathered
 // by token (the combine's gradient), row-wise products with the gates and
@@ -441,6 +449,11 @@ struct Dispatch {
   /// (and tokens') split on dim 0.
   SmallVector<int64_t> axes;
   DimSharding itemSplit;
+  /// Whether the tokens do not divide over the items' axes: each rank's
+  /// tokens (and their items, read from `[T, k]` before the flattening)
+  /// are padded to the most any rank holds, `maxTokens`.
+  bool padded = false;
+  int64_t maxTokens = 0;
 };
 
 /// The layout `v` is produced in, if it is `[S(0) over ..., whole]` with
@@ -725,15 +738,65 @@ bool Matcher::matchSplits() {
     return false;
   for (const auto &s : split->splits)
     m.axes.push_back(s.axis);
+  auto ranksOf = [&](const DimSharding &d) {
+    int64_t ranks = 1;
+    for (const auto &s : d.splits)
+      ranks *= mesh.getShape()[s.axis];
+    return ranks;
+  };
   std::optional<DimSharding> items = rowsSplit(m.flat);
-  if (!items || (axisMask(*split) & ~axisMask(*items)))
+  if (items && !(axisMask(*split) & ~axisMask(*items)) &&
+      m.tokens % ranksOf(*items) == 0) {
+    m.itemSplit = *items;
+    return true;
+  }
+  // Tokens that do not divide over their axes (propagation then keeps the
+  // flattened choices whole): the items' split is the tokens', each
+  // rank's padded to the most any holds; `flat` and the gathered items'
+  // tables are read from their `[T, k]` forms, and no value leaves by item
+  // (an item split that follows the tokens' has no layout on `[R]`).
+  std::optional<DimSharding> tokens;
+  for (RowOp &row : m.ops)
+    if (row.kind == RowOpKind::TokenGather && !tokens)
+      tokens = rowsSplit(row.source);
+  if (!tokens || (axisMask(*split) & ~axisMask(*tokens)) ||
+      m.tokens % ranksOf(*tokens) == 0)
     return false;
-  int64_t ranks = 1;
-  for (const auto &s : items->splits)
-    ranks *= mesh.getShape()[s.axis];
-  if (m.tokens % ranks)
+  auto isFlattened = [&](Value v) {
+    auto c = def<tensor::CollapseShapeOp>(v);
+    auto src =
+        c ? cast<RankedTensorType>(c.getSrc().getType()) : RankedTensorType();
+    return src && src.getRank() == 2 && src.getDimSize(0) == m.tokens &&
+           src.getDimSize(1) == m.k;
+  };
+  if (!isFlattened(m.flat))
     return false;
-  m.itemSplit = *items;
+  for (RowOp &row : m.ops)
+    if ((row.kind == RowOpKind::ItemGather && !isFlattened(row.source)) ||
+        row.kind == RowOpKind::ItemAdd)
+      return false;
+  m.itemSplit = *tokens;
+  m.padded = true;
+  // The most tokens a rank holds.
+  Layout l(mesh.getShape().size());
+  for (const auto &s : tokens->splits)
+    l.addSplit(0, s);
+  std::vector<int64_t> meshShape(mesh.getShape().begin(),
+                                 mesh.getShape().end());
+  std::vector<int64_t> coords(meshShape.size(), 0);
+  while (true) {
+    std::vector<::shardx::Interval> runs;
+    l.appendLocalRuns(meshShape, 0, m.tokens, coords, runs);
+    int64_t count = 0;
+    for (const auto &run : runs)
+      count += run.size;
+    m.maxTokens = std::max(m.maxTokens, count);
+    size_t i = coords.size();
+    while (i > 0 && ++coords[i - 1] == meshShape[i - 1])
+      coords[--i] = 0;
+    if (i == 0)
+      break;
+  }
   return true;
 }
 
@@ -817,6 +880,35 @@ private:
     locals[key] = cast.getResult(0);
     return cast.getResult(0);
   }
+  /// The rank's rows of global `v` (tokens or, with `items`, the items),
+  /// read in the items' split; padded to `maxTokens` tokens with `pad`
+  /// (zero if null) where the tokens do not divide.
+  Value rowsLocal(Value v, bool items, TypedAttr pad = {}) {
+    if (!m.padded)
+      return toLocal(v, rowsLayout());
+    if (items)
+      v = def<tensor::CollapseShapeOp>(v).getSrc();
+    Value local = toLocal(v, rowsLayout());
+    Value count = tensor::DimOp::create(b, loc, local, 0);
+    if (!ownTokens)
+      ownTokens = count;
+    auto type = cast<RankedTensorType>(local.getType());
+    SmallVector<OpFoldResult> low(type.getRank(), b.getIndexAttr(0));
+    SmallVector<OpFoldResult> high(type.getRank(), b.getIndexAttr(0));
+    high[0] =
+        arith::SubIOp::create(
+            b, loc, arith::ConstantIndexOp::create(b, loc, m.maxTokens), count)
+            .getResult();
+    Type elt = type.getElementType();
+    Value padValue = arith::ConstantOp::create(
+        b, loc, elt, pad ? pad : cast<TypedAttr>(b.getZeroAttr(elt)));
+    Value padded = tensor::PadOp::create(b, loc, withRows(type, m.maxTokens),
+                                         local, low, high, padValue);
+    if (!items)
+      return padded;
+    return tensor::CollapseShapeOp::create(
+        b, loc, padded, SmallVector<ReassociationIndices>{{0, 1}});
+  }
   /// The global value of `local` for `global`'s uses, recorded in `layout`.
   void replace(Value global, Value local, LayoutAttr layout) {
     auto result =
@@ -894,6 +986,8 @@ private:
   int64_t n = 1, el = 0, slots = 0, items = 0, receivedCount = 0;
   DenseI64ArrayAttr axesAttr;
   Value inv, token, sendCounts, recvCounts, rank, unrank, groups;
+  /// The rank's own token count, where padded.
+  Value ownTokens;
 };
 
 Value Builder::sumRuns(Value counts) {
@@ -947,7 +1041,9 @@ void Builder::buildRouting() {
   el = llvm::divideCeil(experts, n);
   slots = n * el;
   axesAttr = b.getDenseI64ArrayAttr(m.axes);
-  Value flat = toLocal(m.flat, rowsLayout());
+  // Padding items choose expert `slots`: counted for no member, sorted
+  // last, never sent.
+  Value flat = rowsLocal(m.flat, /*items=*/true, b.getI64IntegerAttr(slots));
   items = dimSize(flat, 0);
   receivedCount = n * items;
 
@@ -1021,10 +1117,10 @@ void Builder::buildOp(RowOp &row) {
   Value result = row.op->getResult(0);
   switch (row.kind) {
   case RowOpKind::TokenGather:
-    sentRows[result] = gatherRows(toLocal(row.source, rowsLayout()), token);
+    sentRows[result] = gatherRows(rowsLocal(row.source, false), token);
     return;
   case RowOpKind::ItemGather:
-    sentRows[result] = gatherRows(toLocal(row.source, rowsLayout()), inv);
+    sentRows[result] = gatherRows(rowsLocal(row.source, true), inv);
     return;
   case RowOpKind::Transpose:
     // Built where a Weights grouped matmul reads it, received.
@@ -1079,10 +1175,21 @@ void Builder::buildOp(RowOp &row) {
     LayoutAttr layout = rowsLayout();
     auto type = layout.getLocalType(cast<RankedTensorType>(result.getType()),
                                     mesh.getShape());
-    Value local = clone(g,
-                        {row.kind == RowOpKind::TokenAdd ? token : inv,
-                         sent(g.getDpsInputs()[1])},
-                        initLike(g.getDpsInits()[0], type));
+    Value local =
+        clone(g,
+              {row.kind == RowOpKind::TokenAdd ? token : inv,
+               sent(g.getDpsInputs()[1])},
+              initLike(g.getDpsInits()[0],
+                       m.padded ? withRows(type, m.maxTokens) : type));
+    if (m.padded) {
+      // The rank's own tokens (the padding's rows are zero).
+      SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+      SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, local);
+      SmallVector<OpFoldResult> strides(type.getRank(), b.getIndexAttr(1));
+      sizes[0] = ownTokens;
+      local = tensor::ExtractSliceOp::create(b, loc, type, local, offsets,
+                                             sizes, strides);
+    }
     replace(result, local, layout);
     return;
   }

@@ -3295,3 +3295,572 @@ func.func @backward_rows_returned(%w: tensor<4x8x8xf32> {shardx.layout = #shardx
   } -> tensor<i64>
   return %69, %106, %125, %99, %84, %160 : tensor<8x8xf32>, tensor<4x8x8xf32>, tensor<8x8xf32>, tensor<16xf32>, tensor<16x8xf32>, tensor<i64>
 }
+
+// -----
+
+// The block's forward as the importer writes it (the router in the
+// program, the choices and gates flattened from [T, k]) with 6 tokens on
+// ep4: 2, 2, 1 and 1 tokens per rank (propagation then keeps the
+// flattened choices whole).
+
+// Tests that with tokens that do not divide over the ranks the forward is
+// rewritten with each rank's tokens padded to the most any rank holds (2):
+// the choices and gates read from their [T, k] forms in the tokens'
+// split, padded (the padding's choices the slot past every expert, never
+// sent) and flattened, x padded with zero rows, and the output sliced to
+// the rank's own tokens before its cast back.
+// CHECK-LABEL: func.func @tokens_uneven
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<6x16xf32>
+// CHECK: %[[C:.+]] = builtin.unrealized_conversion_cast %{{.+}} : tensor<6x2xi64> to tensor<?x2xi64> {shardx.operand_layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: %[[OWN:.+]] = tensor.dim %[[C]], %c0
+// CHECK: tensor.pad %[[C]] low[0, 0] high[%{{.+}}, 0]
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: tensor.yield %c4_i64
+// CHECK: tensor.collapse_shape %{{.+}} {{\[\[}}0, 1]] : tensor<2x2xi64> into tensor<4xi64>
+// CHECK: shardx.all_to_all
+// CHECK: unrealized_conversion_cast %[[X]] : tensor<6x16xf32> to tensor<?x16xf32>
+// CHECK: tensor.pad
+// CHECK: shardx.ragged_all_to_all {{.*}} : tensor<4x16xf32>, tensor<4xi64>, tensor<4xi64> -> tensor<16x16xf32>
+// CHECK: unrealized_conversion_cast %{{.+}} : tensor<6x2xf32> to tensor<?x2xf32>
+// CHECK: shardx.ragged_all_to_all {{.*}} : tensor<16x16xf32>, tensor<4xi64>, tensor<4xi64> -> tensor<4x16xf32>
+// CHECK: %[[OUT:.+]] = tensor.extract_slice %{{.+}}[0, 0] [%[[OWN]], 16] [1, 1] : tensor<2x16xf32> to tensor<?x16xf32>
+// CHECK: %[[G:.+]] = builtin.unrealized_conversion_cast %[[OUT]] : tensor<?x16xf32> to tensor<6x16xf32> {shardx.layouts = [#shardx.layout<@mesh, [S(0)]>]}
+// CHECK: return %[[G]],
+// SPMD-LABEL: func.func @tokens_uneven
+// SPMD-NOT: shardx.all_gather
+// SPMD-COUNT-2: shardx.ragged_all_to_all
+// SPMD: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+#map2 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map3 = affine_map<(d0, d1, d2) -> (d0, d2)>
+#map4 = affine_map<(d0) -> (d0)>
+#map5 = affine_map<(d0) -> ()>
+#map6 = affine_map<(d0, d1) -> (d1)>
+#map7 = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
+#map8 = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#map9 = affine_map<(d0, d1, d2, d3) -> (d0)>
+#map10 = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+#map11 = affine_map<(d0, d1, d2) -> (d2)>
+#map12 = affine_map<(d0, d1, d2) -> (d2, d1)>
+#map13 = affine_map<() -> ()>
+shardx.mesh @mesh(shape = 4, axes = ["ep"])
+func.func @tokens_uneven(%w1: tensor<4x16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %w3: tensor<4x16x32xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %w2: tensor<4x32x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}, %router: tensor<4x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}, %x: tensor<6x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>}) -> (tensor<6x16xf32>, tensor<i64> {shardx.index_checks = [{exception = "RuntimeError", message = "bincount only supports 1-d non-negative integral inputs."}, {exception = "RuntimeError", message = "bincount: a value >= minlength 4 (eager returns a longer result; the compiled program's length is fixed: pass a larger minlength)"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 6"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 12"}, {exception = "IndexError", message = "index out of bounds for dimension 0 with size 6"}], shardx.layout = #shardx.layout<@mesh, [R]>}) {
+  %c5_i64 = arith.constant 5 : i64
+  %c3_i64 = arith.constant 3 : i64
+  %c12_i64 = arith.constant 12 : i64
+  %cst = arith.constant 1.000000e+00 : f32
+  %c6_i64 = arith.constant 6 : i64
+  %c2_i64 = arith.constant 2 : i64
+  %c0_i32 = arith.constant 0 : i32
+  %c1_i64 = arith.constant 1 : i64
+  %c4_i64 = arith.constant 4 : i64
+  %true = arith.constant true
+  %c0_i64 = arith.constant 0 : i64
+  %cst_0 = arith.constant 0xFF800000 : f32
+  %cst_1 = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<16x4xf32>
+  %transposed = linalg.transpose ins(%router : tensor<4x16xf32>) outs(%0 : tensor<16x4xf32>) permutation = [1, 0] 
+  %1 = tensor.empty() : tensor<6x4xf32>
+  %2 = linalg.fill ins(%cst_1 : f32) outs(%1 : tensor<6x4xf32>) -> tensor<6x4xf32>
+  %3 = linalg.matmul ins(%x, %transposed : tensor<6x16xf32>, tensor<16x4xf32>) outs(%2 : tensor<6x4xf32>) -> tensor<6x4xf32>
+  %4 = tensor.empty() : tensor<6xf32>
+  %5 = linalg.fill ins(%cst_0 : f32) outs(%4 : tensor<6xf32>) -> tensor<6xf32>
+  %6 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%3 : tensor<6x4xf32>) outs(%5 : tensor<6xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %141 = arith.maximumf %in, %out : f32
+    linalg.yield %141 : f32
+  } -> tensor<6xf32>
+  %7 = tensor.empty() : tensor<6x4xf32>
+  %8 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%3, %6 : tensor<6x4xf32>, tensor<6xf32>) outs(%7 : tensor<6x4xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.subf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<6x4xf32>
+  %9 = tensor.empty() : tensor<6x4xf32>
+  %10 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%8 : tensor<6x4xf32>) outs(%9 : tensor<6x4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %141 = math.exp %in : f32
+    linalg.yield %141 : f32
+  } -> tensor<6x4xf32>
+  %11 = tensor.empty() : tensor<6xf32>
+  %12 = linalg.fill ins(%cst_1 : f32) outs(%11 : tensor<6xf32>) -> tensor<6xf32>
+  %13 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%10 : tensor<6x4xf32>) outs(%12 : tensor<6xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %141 = arith.addf %in, %out : f32
+    linalg.yield %141 : f32
+  } -> tensor<6xf32>
+  %14 = tensor.empty() : tensor<6x4xf32>
+  %15 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%10, %13 : tensor<6x4xf32>, tensor<6xf32>) outs(%14 : tensor<6x4xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.divf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<6x4xf32>
+  %16 = tensor.empty() : tensor<6x4xi64>
+  %17 = linalg.fill ins(%c0_i64 : i64) outs(%16 : tensor<6x4xi64>) -> tensor<6x4xi64>
+  %18 = linalg.generic {indexing_maps = [#map2, #map3, #map2], iterator_types = ["parallel", "parallel", "reduction"]} ins(%15, %15 : tensor<6x4xf32>, tensor<6x4xf32>) outs(%17 : tensor<6x4xi64>) {
+  ^bb0(%in: f32, %in_3: f32, %out: i64):
+    %141 = linalg.index 1 : index
+    %142 = linalg.index 2 : index
+    %143 = arith.cmpf ogt, %in_3, %in : f32
+    %144 = arith.cmpf oeq, %in_3, %in : f32
+    %145 = arith.cmpi ult, %142, %141 : index
+    %146 = arith.andi %144, %145 : i1
+    %147 = arith.ori %143, %146 : i1
+    %148 = arith.extui %147 : i1 to i64
+    %149 = arith.addi %out, %148 : i64
+    linalg.yield %149 : i64
+  } -> tensor<6x4xi64>
+  %19 = tensor.empty() : tensor<6x2xf32>
+  %20 = linalg.fill ins(%cst_1 : f32) outs(%19 : tensor<6x2xf32>) -> tensor<6x2xf32>
+  %21 = linalg.generic {indexing_maps = [#map3, #map3, #map2], iterator_types = ["parallel", "parallel", "reduction"]} ins(%18, %15 : tensor<6x4xi64>, tensor<6x4xf32>) outs(%20 : tensor<6x2xf32>) {
+  ^bb0(%in: i64, %in_3: f32, %out: f32):
+    %141 = linalg.index 1 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %in, %142 : i64
+    %144 = arith.select %143, %in_3, %cst_1 : f32
+    %145 = arith.addf %out, %144 : f32
+    linalg.yield %145 : f32
+  } -> tensor<6x2xf32>
+  %22 = tensor.empty() : tensor<6x2xi64>
+  %23 = linalg.fill ins(%c0_i64 : i64) outs(%22 : tensor<6x2xi64>) -> tensor<6x2xi64>
+  %24 = linalg.generic {indexing_maps = [#map3, #map2], iterator_types = ["parallel", "parallel", "reduction"]} ins(%18 : tensor<6x4xi64>) outs(%23 : tensor<6x2xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 1 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %in, %142 : i64
+    %144 = linalg.index 2 : index
+    %145 = arith.index_cast %144 : index to i64
+    %146 = arith.select %143, %145, %c0_i64 : i64
+    %147 = arith.addi %out, %146 : i64
+    linalg.yield %147 : i64
+  } -> tensor<6x2xi64>
+  %25 = tensor.empty() : tensor<6xf32>
+  %26 = linalg.fill ins(%cst_1 : f32) outs(%25 : tensor<6xf32>) -> tensor<6xf32>
+  %27 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%21 : tensor<6x2xf32>) outs(%26 : tensor<6xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %141 = arith.addf %in, %out : f32
+    linalg.yield %141 : f32
+  } -> tensor<6xf32>
+  %28 = tensor.empty() : tensor<6x2xf32>
+  %29 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%21, %27 : tensor<6x2xf32>, tensor<6xf32>) outs(%28 : tensor<6x2xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.divf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<6x2xf32>
+  %collapsed = tensor.collapse_shape %24 [[0, 1]] : tensor<6x2xi64> into tensor<12xi64>
+  %30 = tensor.empty() : tensor<12xi1>
+  %31 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%collapsed : tensor<12xi64>) outs(%30 : tensor<12xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %141 = arith.cmpi sge, %in, %c0_i64 : i64
+    linalg.yield %141 : i1
+  } -> tensor<12xi1>
+  %32 = tensor.empty() : tensor<12xi64>
+  %33 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%31 : tensor<12xi1>) outs(%32 : tensor<12xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %141 = arith.xori %in, %true : i1
+    %142 = arith.extui %141 : i1 to i64
+    linalg.yield %142 : i64
+  } -> tensor<12xi64>
+  %34 = tensor.empty() : tensor<i64>
+  %35 = linalg.fill ins(%c0_i64 : i64) outs(%34 : tensor<i64>) -> tensor<i64>
+  %36 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%33 : tensor<12xi64>) outs(%35 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.addi %in, %out : i64
+    linalg.yield %141 : i64
+  } -> tensor<i64>
+  %37 = tensor.empty() : tensor<12xi1>
+  %38 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%collapsed : tensor<12xi64>) outs(%37 : tensor<12xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %141 = arith.cmpi slt, %in, %c4_i64 : i64
+    linalg.yield %141 : i1
+  } -> tensor<12xi1>
+  %39 = tensor.empty() : tensor<12xi64>
+  %40 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%38 : tensor<12xi1>) outs(%39 : tensor<12xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %141 = arith.xori %in, %true : i1
+    %142 = arith.extui %141 : i1 to i64
+    linalg.yield %142 : i64
+  } -> tensor<12xi64>
+  %41 = tensor.empty() : tensor<i64>
+  %42 = linalg.fill ins(%c0_i64 : i64) outs(%41 : tensor<i64>) -> tensor<i64>
+  %43 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%40 : tensor<12xi64>) outs(%42 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.addi %in, %out : i64
+    linalg.yield %141 : i64
+  } -> tensor<i64>
+  %44 = tensor.empty() : tensor<4xi64>
+  %45 = linalg.fill ins(%c0_i64 : i64) outs(%44 : tensor<4xi64>) -> tensor<4xi64>
+  %46 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%collapsed : tensor<12xi64>) outs(%45 : tensor<4xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %in, %142 : i64
+    %144 = arith.extui %143 : i1 to i64
+    %145 = arith.addi %out, %144 : i64
+    linalg.yield %145 : i64
+  } -> tensor<4xi64>
+  %47 = tensor.empty() : tensor<4xi32>
+  %48 = linalg.fill ins(%c0_i32 : i32) outs(%47 : tensor<4xi32>) -> tensor<4xi32>
+  %49 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%46 : tensor<4xi64>) outs(%48 : tensor<4xi32>) {
+  ^bb0(%in: i64, %out: i32):
+    %141 = linalg.index 0 : index
+    %142 = linalg.index 1 : index
+    %143 = arith.cmpi ule, %142, %141 : index
+    %144 = arith.trunci %in : i64 to i32
+    %145 = arith.select %143, %144, %c0_i32 : i32
+    %146 = arith.addi %out, %145 : i32
+    linalg.yield %146 : i32
+  } -> tensor<4xi32>
+  %50 = tensor.empty() : tensor<12xi64>
+  %51 = linalg.fill ins(%c0_i64 : i64) outs(%50 : tensor<12xi64>) -> tensor<12xi64>
+  %52 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%collapsed, %collapsed : tensor<12xi64>, tensor<12xi64>) outs(%51 : tensor<12xi64>) {
+  ^bb0(%in: i64, %in_3: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = linalg.index 1 : index
+    %143 = arith.cmpi slt, %in_3, %in : i64
+    %144 = arith.cmpi eq, %in_3, %in : i64
+    %145 = arith.cmpi ult, %142, %141 : index
+    %146 = arith.andi %144, %145 : i1
+    %147 = arith.ori %143, %146 : i1
+    %148 = arith.extui %147 : i1 to i64
+    %149 = arith.addi %out, %148 : i64
+    linalg.yield %149 : i64
+  } -> tensor<12xi64>
+  %53 = tensor.empty() : tensor<12xi64>
+  %54 = linalg.fill ins(%c0_i64 : i64) outs(%53 : tensor<12xi64>) -> tensor<12xi64>
+  %55 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%52 : tensor<12xi64>) outs(%54 : tensor<12xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %in, %142 : i64
+    %144 = linalg.index 1 : index
+    %145 = arith.index_cast %144 : index to i64
+    %146 = arith.select %143, %145, %c0_i64 : i64
+    %147 = arith.addi %out, %146 : i64
+    linalg.yield %147 : i64
+  } -> tensor<12xi64>
+  %56 = tensor.empty() : tensor<12xi64>
+  %57 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%55 : tensor<12xi64>) outs(%56 : tensor<12xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.floordivsi %in, %c2_i64 : i64
+    linalg.yield %141 : i64
+  } -> tensor<12xi64>
+  %58 = tensor.empty() : tensor<12xi1>
+  %59 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%57 : tensor<12xi64>) outs(%58 : tensor<12xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c6_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.cmpi sge, %143, %c0_i64 : i64
+    %145 = arith.cmpi slt, %143, %c6_i64 : i64
+    %146 = arith.andi %144, %145 : i1
+    linalg.yield %146 : i1
+  } -> tensor<12xi1>
+  %60 = tensor.empty() : tensor<12xi64>
+  %61 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%57, %59 : tensor<12xi64>, tensor<12xi1>) outs(%60 : tensor<12xi64>) {
+  ^bb0(%in: i64, %in_3: i1, %out: i64):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c6_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.select %in_3, %143, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<12xi64>
+  %62 = tensor.empty() : tensor<12xi64>
+  %63 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%59 : tensor<12xi1>) outs(%62 : tensor<12xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %141 = arith.xori %in, %true : i1
+    %142 = arith.extui %141 : i1 to i64
+    linalg.yield %142 : i64
+  } -> tensor<12xi64>
+  %64 = tensor.empty() : tensor<i64>
+  %65 = linalg.fill ins(%c0_i64 : i64) outs(%64 : tensor<i64>) -> tensor<i64>
+  %66 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%63 : tensor<12xi64>) outs(%65 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.addi %in, %out : i64
+    linalg.yield %141 : i64
+  } -> tensor<i64>
+  %67 = tensor.empty() : tensor<12x16xf32>
+  %68 = linalg.generic {indexing_maps = [#map1, #map], iterator_types = ["parallel", "parallel"]} ins(%61 : tensor<12xi64>) outs(%67 : tensor<12x16xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %141 = arith.index_cast %in : i64 to index
+    %142 = linalg.index 1 : index
+    %extracted = tensor.extract %x[%141, %142] : tensor<6x16xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<12x16xf32>
+  %69 = tensor.empty() : tensor<12xi64>
+  %70 = linalg.fill ins(%c0_i64 : i64) outs(%69 : tensor<12xi64>) -> tensor<12xi64>
+  %71 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%49 : tensor<4xi32>) outs(%70 : tensor<12xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.extsi %in : i32 to i64
+    %144 = arith.cmpi sle, %143, %142 : i64
+    %145 = arith.extui %144 : i1 to i64
+    %146 = arith.addi %out, %145 : i64
+    linalg.yield %146 : i64
+  } -> tensor<12xi64>
+  %72 = tensor.empty() : tensor<12x32xf32>
+  %73 = linalg.fill ins(%cst_1 : f32) outs(%72 : tensor<12x32xf32>) -> tensor<12x32xf32>
+  %74 = linalg.generic {indexing_maps = [#map7, #map8, #map9, #map10], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%68, %w1, %71 : tensor<12x16xf32>, tensor<4x16x32xf32>, tensor<12xi64>) outs(%73 : tensor<12x32xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %in_4: i64, %out: f32):
+    %141 = linalg.index 2 : index
+    %142 = arith.index_cast %in_4 : i64 to index
+    %143 = arith.cmpi eq, %141, %142 : index
+    %144 = arith.mulf %in, %in_3 : f32
+    %145 = arith.select %143, %144, %cst_1 : f32
+    %146 = arith.addf %out, %145 : f32
+    linalg.yield %146 : f32
+  } -> tensor<12x32xf32>
+  %75 = tensor.empty() : tensor<12x32xf32>
+  %76 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%74 : tensor<12x32xf32>) outs(%75 : tensor<12x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %141 = arith.negf %in : f32
+    %142 = math.exp %141 : f32
+    %143 = arith.addf %142, %cst : f32
+    %144 = arith.divf %cst, %143 : f32
+    linalg.yield %144 : f32
+  } -> tensor<12x32xf32>
+  %77 = tensor.empty() : tensor<12x32xf32>
+  %78 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%74, %76 : tensor<12x32xf32>, tensor<12x32xf32>) outs(%77 : tensor<12x32xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.mulf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<12x32xf32>
+  %79 = tensor.empty() : tensor<12xi64>
+  %80 = linalg.fill ins(%c0_i64 : i64) outs(%79 : tensor<12xi64>) -> tensor<12xi64>
+  %81 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%49 : tensor<4xi32>) outs(%80 : tensor<12xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.extsi %in : i32 to i64
+    %144 = arith.cmpi sle, %143, %142 : i64
+    %145 = arith.extui %144 : i1 to i64
+    %146 = arith.addi %out, %145 : i64
+    linalg.yield %146 : i64
+  } -> tensor<12xi64>
+  %82 = tensor.empty() : tensor<12x32xf32>
+  %83 = linalg.fill ins(%cst_1 : f32) outs(%82 : tensor<12x32xf32>) -> tensor<12x32xf32>
+  %84 = linalg.generic {indexing_maps = [#map7, #map8, #map9, #map10], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%68, %w3, %81 : tensor<12x16xf32>, tensor<4x16x32xf32>, tensor<12xi64>) outs(%83 : tensor<12x32xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %in_4: i64, %out: f32):
+    %141 = linalg.index 2 : index
+    %142 = arith.index_cast %in_4 : i64 to index
+    %143 = arith.cmpi eq, %141, %142 : index
+    %144 = arith.mulf %in, %in_3 : f32
+    %145 = arith.select %143, %144, %cst_1 : f32
+    %146 = arith.addf %out, %145 : f32
+    linalg.yield %146 : f32
+  } -> tensor<12x32xf32>
+  %85 = tensor.empty() : tensor<12x32xf32>
+  %86 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%78, %84 : tensor<12x32xf32>, tensor<12x32xf32>) outs(%85 : tensor<12x32xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.mulf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<12x32xf32>
+  %87 = tensor.empty() : tensor<12xi64>
+  %88 = linalg.fill ins(%c0_i64 : i64) outs(%87 : tensor<12xi64>) -> tensor<12xi64>
+  %89 = linalg.generic {indexing_maps = [#map6, #map1], iterator_types = ["parallel", "reduction"]} ins(%49 : tensor<4xi32>) outs(%88 : tensor<12xi64>) {
+  ^bb0(%in: i32, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.extsi %in : i32 to i64
+    %144 = arith.cmpi sle, %143, %142 : i64
+    %145 = arith.extui %144 : i1 to i64
+    %146 = arith.addi %out, %145 : i64
+    linalg.yield %146 : i64
+  } -> tensor<12xi64>
+  %90 = tensor.empty() : tensor<12x16xf32>
+  %91 = linalg.fill ins(%cst_1 : f32) outs(%90 : tensor<12x16xf32>) -> tensor<12x16xf32>
+  %92 = linalg.generic {indexing_maps = [#map7, #map8, #map9, #map10], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%86, %w2, %89 : tensor<12x32xf32>, tensor<4x32x16xf32>, tensor<12xi64>) outs(%91 : tensor<12x16xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %in_4: i64, %out: f32):
+    %141 = linalg.index 2 : index
+    %142 = arith.index_cast %in_4 : i64 to index
+    %143 = arith.cmpi eq, %141, %142 : index
+    %144 = arith.mulf %in, %in_3 : f32
+    %145 = arith.select %143, %144, %cst_1 : f32
+    %146 = arith.addf %out, %145 : f32
+    linalg.yield %146 : f32
+  } -> tensor<12x16xf32>
+  %collapsed_2 = tensor.collapse_shape %29 [[0, 1]] : tensor<6x2xf32> into tensor<12xf32>
+  %93 = tensor.empty() : tensor<12xi1>
+  %94 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%55 : tensor<12xi64>) outs(%93 : tensor<12xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c12_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.cmpi sge, %143, %c0_i64 : i64
+    %145 = arith.cmpi slt, %143, %c12_i64 : i64
+    %146 = arith.andi %144, %145 : i1
+    linalg.yield %146 : i1
+  } -> tensor<12xi1>
+  %95 = tensor.empty() : tensor<12xi64>
+  %96 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%55, %94 : tensor<12xi64>, tensor<12xi1>) outs(%95 : tensor<12xi64>) {
+  ^bb0(%in: i64, %in_3: i1, %out: i64):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c12_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.select %in_3, %143, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<12xi64>
+  %97 = tensor.empty() : tensor<12xi64>
+  %98 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%94 : tensor<12xi1>) outs(%97 : tensor<12xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %141 = arith.xori %in, %true : i1
+    %142 = arith.extui %141 : i1 to i64
+    linalg.yield %142 : i64
+  } -> tensor<12xi64>
+  %99 = tensor.empty() : tensor<i64>
+  %100 = linalg.fill ins(%c0_i64 : i64) outs(%99 : tensor<i64>) -> tensor<i64>
+  %101 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%98 : tensor<12xi64>) outs(%100 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.addi %in, %out : i64
+    linalg.yield %141 : i64
+  } -> tensor<i64>
+  %102 = tensor.empty() : tensor<12xf32>
+  %103 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%96 : tensor<12xi64>) outs(%102 : tensor<12xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %141 = arith.index_cast %in : i64 to index
+    %extracted = tensor.extract %collapsed_2[%141] : tensor<12xf32>
+    linalg.yield %extracted : f32
+  } -> tensor<12xf32>
+  %104 = tensor.empty() : tensor<12x16xf32>
+  %105 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%92, %103 : tensor<12x16xf32>, tensor<12xf32>) outs(%104 : tensor<12x16xf32>) {
+  ^bb0(%in: f32, %in_3: f32, %out: f32):
+    %141 = arith.mulf %in, %in_3 : f32
+    linalg.yield %141 : f32
+  } -> tensor<12x16xf32>
+  %106 = tensor.empty() : tensor<6x16xf32>
+  %107 = linalg.fill ins(%cst_1 : f32) outs(%106 : tensor<6x16xf32>) -> tensor<6x16xf32>
+  %108 = tensor.empty() : tensor<12xi1>
+  %109 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%57 : tensor<12xi64>) outs(%108 : tensor<12xi1>) {
+  ^bb0(%in: i64, %out: i1):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c6_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.cmpi sge, %143, %c0_i64 : i64
+    %145 = arith.cmpi slt, %143, %c6_i64 : i64
+    %146 = arith.andi %144, %145 : i1
+    linalg.yield %146 : i1
+  } -> tensor<12xi1>
+  %110 = tensor.empty() : tensor<12xi64>
+  %111 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%57, %109 : tensor<12xi64>, tensor<12xi1>) outs(%110 : tensor<12xi64>) {
+  ^bb0(%in: i64, %in_3: i1, %out: i64):
+    %141 = arith.cmpi slt, %in, %c0_i64 : i64
+    %142 = arith.addi %in, %c6_i64 : i64
+    %143 = arith.select %141, %142, %in : i64
+    %144 = arith.select %in_3, %143, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<12xi64>
+  %112 = tensor.empty() : tensor<12xi64>
+  %113 = linalg.generic {indexing_maps = [#map4, #map4], iterator_types = ["parallel"]} ins(%109 : tensor<12xi1>) outs(%112 : tensor<12xi64>) {
+  ^bb0(%in: i1, %out: i64):
+    %141 = arith.xori %in, %true : i1
+    %142 = arith.extui %141 : i1 to i64
+    linalg.yield %142 : i64
+  } -> tensor<12xi64>
+  %114 = tensor.empty() : tensor<i64>
+  %115 = linalg.fill ins(%c0_i64 : i64) outs(%114 : tensor<i64>) -> tensor<i64>
+  %116 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%113 : tensor<12xi64>) outs(%115 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.addi %in, %out : i64
+    linalg.yield %141 : i64
+  } -> tensor<i64>
+  %117 = linalg.generic {indexing_maps = [#map11, #map12, #map2], iterator_types = ["parallel", "parallel", "reduction"]} ins(%111, %105 : tensor<12xi64>, tensor<12x16xf32>) outs(%107 : tensor<6x16xf32>) {
+  ^bb0(%in: i64, %in_3: f32, %out: f32):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %in : i64 to index
+    %143 = arith.cmpi eq, %141, %142 : index
+    %144 = arith.select %143, %in_3, %cst_1 : f32
+    %145 = arith.addf %out, %144 : f32
+    linalg.yield %145 : f32
+  } -> tensor<6x16xf32>
+  %118 = tensor.empty() : tensor<5xi64>
+  %119 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel"]} ins(%36 : tensor<i64>) outs(%118 : tensor<5xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %142, %c0_i64 : i64
+    %144 = arith.select %143, %in, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<5xi64>
+  %120 = tensor.empty() : tensor<5xi64>
+  %121 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel"]} ins(%43 : tensor<i64>) outs(%120 : tensor<5xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %142, %c1_i64 : i64
+    %144 = arith.select %143, %in, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<5xi64>
+  %122 = tensor.empty() : tensor<5xi64>
+  %123 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%119, %121 : tensor<5xi64>, tensor<5xi64>) outs(%122 : tensor<5xi64>) {
+  ^bb0(%in: i64, %in_3: i64, %out: i64):
+    %141 = arith.addi %in, %in_3 : i64
+    linalg.yield %141 : i64
+  } -> tensor<5xi64>
+  %124 = tensor.empty() : tensor<5xi64>
+  %125 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel"]} ins(%66 : tensor<i64>) outs(%124 : tensor<5xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %142, %c2_i64 : i64
+    %144 = arith.select %143, %in, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<5xi64>
+  %126 = tensor.empty() : tensor<5xi64>
+  %127 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%123, %125 : tensor<5xi64>, tensor<5xi64>) outs(%126 : tensor<5xi64>) {
+  ^bb0(%in: i64, %in_3: i64, %out: i64):
+    %141 = arith.addi %in, %in_3 : i64
+    linalg.yield %141 : i64
+  } -> tensor<5xi64>
+  %128 = tensor.empty() : tensor<5xi64>
+  %129 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel"]} ins(%101 : tensor<i64>) outs(%128 : tensor<5xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %142, %c3_i64 : i64
+    %144 = arith.select %143, %in, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<5xi64>
+  %130 = tensor.empty() : tensor<5xi64>
+  %131 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%127, %129 : tensor<5xi64>, tensor<5xi64>) outs(%130 : tensor<5xi64>) {
+  ^bb0(%in: i64, %in_3: i64, %out: i64):
+    %141 = arith.addi %in, %in_3 : i64
+    linalg.yield %141 : i64
+  } -> tensor<5xi64>
+  %132 = tensor.empty() : tensor<5xi64>
+  %133 = linalg.generic {indexing_maps = [#map5, #map4], iterator_types = ["parallel"]} ins(%116 : tensor<i64>) outs(%132 : tensor<5xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.cmpi eq, %142, %c4_i64 : i64
+    %144 = arith.select %143, %in, %c0_i64 : i64
+    linalg.yield %144 : i64
+  } -> tensor<5xi64>
+  %134 = tensor.empty() : tensor<5xi64>
+  %135 = linalg.generic {indexing_maps = [#map4, #map4, #map4], iterator_types = ["parallel"]} ins(%131, %133 : tensor<5xi64>, tensor<5xi64>) outs(%134 : tensor<5xi64>) {
+  ^bb0(%in: i64, %in_3: i64, %out: i64):
+    %141 = arith.addi %in, %in_3 : i64
+    linalg.yield %141 : i64
+  } -> tensor<5xi64>
+  %136 = tensor.empty() : tensor<i64>
+  %137 = linalg.fill ins(%c6_i64 : i64) outs(%136 : tensor<i64>) -> tensor<i64>
+  %138 = linalg.generic {indexing_maps = [#map4, #map5], iterator_types = ["reduction"]} ins(%135 : tensor<5xi64>) outs(%137 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = linalg.index 0 : index
+    %142 = arith.index_cast %141 : index to i64
+    %143 = arith.addi %142, %c1_i64 : i64
+    %144 = arith.cmpi sgt, %in, %c0_i64 : i64
+    %145 = arith.select %144, %143, %c6_i64 : i64
+    %146 = arith.minsi %145, %out : i64
+    linalg.yield %146 : i64
+  } -> tensor<i64>
+  %139 = tensor.empty() : tensor<i64>
+  %140 = linalg.generic {indexing_maps = [#map13, #map13], iterator_types = []} ins(%138 : tensor<i64>) outs(%139 : tensor<i64>) {
+  ^bb0(%in: i64, %out: i64):
+    %141 = arith.cmpi sgt, %in, %c5_i64 : i64
+    %142 = arith.select %141, %c0_i64, %in : i64
+    linalg.yield %142 : i64
+  } -> tensor<i64>
+  return %117, %140 : tensor<6x16xf32>, tensor<i64>
+}
