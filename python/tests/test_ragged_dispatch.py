@@ -356,3 +356,34 @@ def test_uneven_tokens_train_step_keeps_the_propagated_plan(tmp_path, build_dir)
     assert "ragged_all_to_all" not in local
     step, mesh, ins, outs, args = _train("tokens6_ep4")
     assert_steps_match_eager(shardx.compile(step, mesh, ins, outs), step, args, "tokens6_ep4")
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 2)])
+def test_two_blocks_train_step(shape, tmp_path, build_dir):
+    """Two blocks in a row (a linear layer, block, block; SGD): both
+    dispatches are rewritten, one routing after the other (the second
+    block's routing, which propagation kept whole, read in the tokens'
+    split: a slice), eight ragged exchanges, and the step matches eager."""
+    from shardx.train import TrainStep
+    from shardx_dev.testing.steps import assert_steps_match_eager
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(DIM, DIM, bias=False),
+                                 GroupedMoEBlock(DIM, HIDDEN, 4, top_k=TOP_K),
+                                 GroupedMoEBlock(DIM, HIDDEN, 4, top_k=TOP_K))
+    x = torch.randn(8, DIM)
+    if len(shape) == 1:
+        mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)]
+    else:
+        mesh, weights, tok = Mesh(shape, ("dp", "ep")), [R(), S(0)], [S(0), S(0)]
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    ins, outs = step.placements(
+        mesh, {f"{i}.{w}": weights for i in (1, 2) for w in ("w1", "w2", "w3")}, [tok], tok)
+    args = step.example_args([x], torch.randn_like(x))
+    path = tmp_path / "two.mlir"
+    path.write_text(trace(step, args, mesh, ins, outs, name="two"))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    assert len(re.findall(r"shardx\.ragged_all_to_all ", local)) == 8, local
+    assert_steps_match_eager(shardx.compile(step, mesh, ins, outs), step, args, "two blocks")
+

@@ -750,18 +750,23 @@ bool Matcher::matchSplits() {
     m.itemSplit = *items;
     return true;
   }
-  // Tokens that do not divide over their axes (propagation then keeps the
-  // flattened choices whole): the items' split is the tokens', each
-  // rank's padded to the most any holds; `flat` and the gathered items'
-  // tables are read from their `[T, k]` forms, and no value leaves by item
-  // (an item split that follows the tokens' has no layout on `[R]`).
+  // Otherwise the items' split is the tokens' (flat and the items' tables
+  // are read in it). Where the tokens divide, the items divide alike (a
+  // slice where propagation kept them whole, e.g. a second block's routing
+  // planned before the first's rewrite). Where they do not (propagation
+  // then keeps the flattened choices whole), each rank's tokens are padded
+  // to the most any rank holds; `flat` and the gathered items' tables are
+  // read from their `[T, k]` forms, and no value leaves by item (an item
+  // split that follows the tokens' has no layout on `[R]`).
   std::optional<DimSharding> tokens;
   for (RowOp &row : m.ops)
     if (row.kind == RowOpKind::TokenGather && !tokens)
       tokens = rowsSplit(row.source);
-  if (!tokens || (axisMask(*split) & ~axisMask(*tokens)) ||
-      m.tokens % ranksOf(*tokens) == 0)
+  if (!tokens || (axisMask(*split) & ~axisMask(*tokens)))
     return false;
+  m.itemSplit = *tokens;
+  if (m.tokens % ranksOf(*tokens) == 0)
+    return true;
   auto isFlattened = [&](Value v) {
     auto c = def<tensor::CollapseShapeOp>(v);
     auto src =
@@ -775,7 +780,6 @@ bool Matcher::matchSplits() {
     if ((row.kind == RowOpKind::ItemGather && !isFlattened(row.source)) ||
         row.kind == RowOpKind::ItemAdd)
       return false;
-  m.itemSplit = *tokens;
   m.padded = true;
   // The most tokens a rank holds.
   Layout l(mesh.getShape().size());
@@ -1259,15 +1263,24 @@ struct RaggedDispatchPass
     auto each = [&](func::FuncOp fn, MeshOp mesh) {
       if (!fn.getBody().hasOneBlock())
         return success();
-      SmallVector<Dispatch, 1> found;
+      // One routing at a time, in program order: a later block's gathers
+      // then read an earlier block's rewritten output (its cast), and an
+      // earlier block's backward reads a later one's through the uses
+      // its rewrite replaces.
+      SmallVector<linalg::GenericOp> sorts;
       for (auto op : fn.getBody().front().getOps<linalg::GenericOp>())
-        if (std::optional<Dispatch> d = Matcher(op, mesh).match())
-          found.push_back(*d);
-      for (Dispatch &d : found) {
-        Builder(d, mesh).build();
-        zeroChecks(d);
+        if (isStableRank(op))
+          sorts.push_back(op);
+      bool found = false;
+      for (linalg::GenericOp sort : sorts) {
+        std::optional<Dispatch> d = Matcher(sort, mesh).match();
+        if (!d)
+          continue;
+        Builder(*d, mesh).build();
+        zeroChecks(*d);
+        found = true;
       }
-      if (!found.empty())
+      if (found)
         eraseDead(fn);
       return success();
     };
