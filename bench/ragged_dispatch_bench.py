@@ -18,7 +18,12 @@ ep times its routed rows, masked by expert), so neither sharded plan is
 expected to beat one rank at these sizes on a shared CPU; the figures say
 what the two plans cost against each other.
 
-    ~/.cache/shardx/venv/bin/python bench/ragged_dispatch_bench.py [--tokens 64] [--repeat 5]
+With ``--train`` the program is a train step instead (a linear layer
+before the block, MSE loss, SGD; the backward's dispatch and combine by
+the same pass under ``split``), checked against eager's loss and
+parameters after one step.
+
+    ~/.cache/shardx/venv/bin/python bench/ragged_dispatch_bench.py [--tokens 64] [--repeat 5] [--train]
 """
 
 import argparse
@@ -50,7 +55,15 @@ def median_seconds(fn, repeat):
     return statistics.median(times)
 
 
-def placements(shape, params, split):
+def placements(shape, params, split, train=None):
+    if train is not None:
+        if len(shape) == 1:
+            mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)] if split else [R()]
+        else:
+            mesh, weights = Mesh(shape, ("dp", "ep")), [R(), S(0)]
+            tok = [S(0), S(0)] if split else [S(0), R()]
+        return (mesh,) + train.placements(
+            mesh, {f"1.{w}": weights for w in ("w1", "w2", "w3")}, [tok], tok)
     if len(shape) == 1:
         mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)] if split else [R()]
     else:
@@ -68,30 +81,50 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--meshes", default="ep2,ep4,dp2xep2")
+    ap.add_argument("--train", action="store_true", help="a train step (linear, block, MSE, SGD)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     module = GroupedMoEBlock(args.dim, args.hidden, args.experts, top_k=2)
     x = torch.randn(args.tokens, args.dim)
-    params = {k: v.detach() for k, v in module.named_parameters()}
-    fn = lambda p, x: torch.func.functional_call(module, p, (x,))
-    want = module(x).detach().numpy()
+    step = None
+    if args.train:
+        from shardx.train import TrainStep
+        import torch.nn.functional as F
+        step = TrainStep(torch.nn.Sequential(torch.nn.Linear(args.dim, args.dim, bias=False),
+                                             module), F.mse_loss, "sgd", lr=0.1)
+        call = step.example_args([x], torch.randn_like(x))
+        fn = step
+        loss, new_params, _ = step.run_eager(*call)
+        want = [loss.detach().numpy()] + [p.detach().numpy() for p in new_params]
+    else:
+        params = {k: v.detach() for k, v in module.named_parameters()}
+        call = (params, x)
+        fn = lambda p, x: torch.func.functional_call(module, p, (x,))
+        want = [module(x).detach().numpy()]
 
     def timed(f):
-        got = f(params, x).to_torch().numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-        return median_seconds(lambda: f(params, x), args.repeat)
+        out = f(*call)
+        got = [out[0]] + list(out[1]) if args.train else [out]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.to_torch().numpy(), w, rtol=1e-4, atol=1e-5)
+        return median_seconds(lambda: f(*call), args.repeat)
 
     one = timed(shardx.compile(fn, None))
-    print(f"tokens {args.tokens}, dim {args.dim}, hidden {args.hidden}, experts "
-          f"{args.experts}, top-2; one rank {one * 1e3:.2f} ms (median of {args.repeat})")
+    print(f"{'train step' if args.train else 'forward'}: tokens {args.tokens}, dim {args.dim}, "
+          f"hidden {args.hidden}, experts {args.experts}, top-2; one rank {one * 1e3:.2f} ms "
+          f"(median of {args.repeat})")
     print(f"{'mesh':8} {'split ms':>9} {'/one':>6} {'whole ms':>9} {'/one':>6} {'split/whole':>12}")
     for name in args.meshes.split(","):
         shape = MESHES[name]
         t = {}
         for split in (True, False):
-            mesh, ins = placements(shape, params, split)
-            t[split] = timed(shardx.compile(fn, mesh, ins))
+            if args.train:
+                mesh, ins, outs = placements(shape, None, split, step)
+                t[split] = timed(shardx.compile(fn, mesh, ins, outs))
+            else:
+                mesh, ins = placements(shape, call[0], split)
+                t[split] = timed(shardx.compile(fn, mesh, ins))
         print(f"{name:8} {t[True] * 1e3:9.2f} {t[True] / one:6.2f} {t[False] * 1e3:9.2f} "
               f"{t[False] / one:6.2f} {t[True] / t[False]:12.2f}")
     return 0
