@@ -913,12 +913,18 @@ private:
     return tensor::CollapseShapeOp::create(
         b, loc, padded, SmallVector<ReassociationIndices>{{0, 1}});
   }
+  /// `v`, or the cast that replaced it.
+  Value current(Value v) {
+    Value cast = replaced.lookup(v);
+    return cast ? cast : v;
+  }
   /// The global value of `local` for `global`'s uses, recorded in `layout`.
   void replace(Value global, Value local, LayoutAttr layout) {
     auto result =
         UnrealizedConversionCastOp::create(b, loc, global.getType(), local);
     setResultLayout(result->getResult(0), layout);
     global.replaceAllUsesWith(result.getResult(0));
+    replaced[global] = result.getResult(0);
   }
   /// `v` transposed by `perm` (dynamic sizes kept).
   Value transpose(Value v, ArrayRef<int64_t> perm) {
@@ -992,6 +998,9 @@ private:
   Value inv, token, sendCounts, recvCounts, rank, unrank, groups;
   /// The rank's own token count, where padded.
   Value ownTokens;
+  /// The global results replaced, by their casts (a later gather of one
+  /// reads the cast, not the replaced op).
+  DenseMap<Value, Value> replaced;
 };
 
 Value Builder::sumRuns(Value counts) {
@@ -1121,10 +1130,10 @@ void Builder::buildOp(RowOp &row) {
   Value result = row.op->getResult(0);
   switch (row.kind) {
   case RowOpKind::TokenGather:
-    sentRows[result] = gatherRows(rowsLocal(row.source, false), token);
+    sentRows[result] = gatherRows(rowsLocal(current(row.source), false), token);
     return;
   case RowOpKind::ItemGather:
-    sentRows[result] = gatherRows(rowsLocal(row.source, true), inv);
+    sentRows[result] = gatherRows(rowsLocal(current(row.source), true), inv);
     return;
   case RowOpKind::Transpose:
     // Built where a Weights grouped matmul reads it, received.
