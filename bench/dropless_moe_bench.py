@@ -173,8 +173,15 @@ def torch_dropless(args, n):
 
 
 def _block_and_tokens(args):
+    """The block and tokens of the run: models.MoEBlock, or with
+    ``args.grouped`` (bench/ragged_dispatch_bench.py) GroupedMoEBlock, whose
+    router and w1/w3/w2 the worker reads the same way."""
     torch.manual_seed(0)
-    block = models.MoEBlock(args.dim, args.hidden, args.experts, top_k=2, capacity=None)
+    if getattr(args, "grouped", False):
+        from shardx_dev.grouped_moe import GroupedMoEBlock
+        block = GroupedMoEBlock(args.dim, args.hidden, args.experts, top_k=2)
+    else:
+        block = models.MoEBlock(args.dim, args.hidden, args.experts, top_k=2, capacity=None)
     return block, torch.randn(args.tokens, args.dim)
 
 

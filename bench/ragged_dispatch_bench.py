@@ -18,6 +18,14 @@ ep times its routed rows, masked by expert), so neither sharded plan is
 expected to beat one rank at these sizes on a shared CPU; the figures say
 what the two plans cost against each other.
 
+Without ``--train``, on the 1-D meshes, also torchtitan's dropless
+dispatch written out in eager PyTorch on that many gloo processes (one
+thread each; ``--torch``, default on; bench/dropless_moe_bench.py's
+worker: per-expert counts by a small all_to_all_single, then the rows, the
+local experts, the rows back): the same block and tokens, its output
+checked against eager, and ``split`` as a ratio to it (below 1: ShardX is
+faster).
+
 With ``--train`` the program is a train step instead (a linear layer
 before the block, MSE loss, SGD; the backward's dispatch and combine by
 the same pass under ``split``), checked against eager's loss and
@@ -82,7 +90,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--meshes", default="ep2,ep4,dp2xep2")
     ap.add_argument("--train", action="store_true", help="a train step (linear, block, MSE, SGD)")
+    ap.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                    help="the forward's 1-D meshes against torchtitan's scheme on gloo")
     args = ap.parse_args()
+    args.grouped = True  # the block dropless_moe_bench's gloo worker builds
     torch.set_num_threads(1)
     torch.manual_seed(0)
     module = GroupedMoEBlock(args.dim, args.hidden, args.experts, top_k=2)
@@ -114,7 +125,9 @@ def main() -> int:
     print(f"{'train step' if args.train else 'forward'}: tokens {args.tokens}, dim {args.dim}, "
           f"hidden {args.hidden}, experts {args.experts}, top-2; one rank {one * 1e3:.2f} ms "
           f"(median of {args.repeat})")
-    print(f"{'mesh':8} {'split ms':>9} {'/one':>6} {'whole ms':>9} {'/one':>6} {'split/whole':>12}")
+    gloo = args.torch and not args.train
+    print(f"{'mesh':8} {'split ms':>9} {'/one':>6} {'whole ms':>9} {'/one':>6} {'split/whole':>12}"
+          + (f" {'torch gloo ms':>14} {'split/torch':>12}" if gloo else ""))
     for name in args.meshes.split(","):
         shape = MESHES[name]
         t = {}
@@ -125,8 +138,14 @@ def main() -> int:
             else:
                 mesh, ins = placements(shape, call[0], split)
                 t[split] = timed(shardx.compile(fn, mesh, ins))
-        print(f"{name:8} {t[True] * 1e3:9.2f} {t[True] / one:6.2f} {t[False] * 1e3:9.2f} "
-              f"{t[False] / one:6.2f} {t[True] / t[False]:12.2f}")
+        line = (f"{name:8} {t[True] * 1e3:9.2f} {t[True] / one:6.2f} {t[False] * 1e3:9.2f} "
+                f"{t[False] / one:6.2f} {t[True] / t[False]:12.2f}")
+        if gloo and len(shape) == 1:
+            from dropless_moe_bench import torch_dropless
+            y, ms = torch_dropless(args, shape[0])
+            np.testing.assert_allclose(y, want[0], rtol=1e-4, atol=1e-5)
+            line += f" {ms * 1e3:14.2f} {t[True] / ms:12.2f}"
+        print(line)
     return 0
 
 
