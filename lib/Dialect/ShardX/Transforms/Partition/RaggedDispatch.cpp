@@ -351,23 +351,6 @@ Value gatherTable(linalg::GenericOp op) {
   return extract.getTensor();
 }
 
-/// out[t, d] = sum_r select(t == idx[r], ys[r, d], 0): `index_add` of rows
-/// into zeros.
-bool isIndexAdd(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 2 ||
-      !shapeIs(op, {par, par, red}, {{2}, {2, 1}, {0, 1}}) ||
-      !isZeros(op.getDpsInits()[0]))
-    return false;
-  auto select = def<arith::SelectOp>(addToOut(op, yielded(op)));
-  if (!select || select.getTrueValue() != arg(op, 1) ||
-      !matchPattern(select.getFalseValue(), m_AnyZeroFloat()))
-    return false;
-  auto eq = def<arith::CmpIOp>(select.getCondition());
-  return eq && eq.getPredicate() == arith::CmpIPredicate::eq &&
-         ((isIndex(eq.getLhs(), 0) && throughCast(eq.getRhs()) == arg(op, 0)) ||
-          (isIndex(eq.getRhs(), 0) && throughCast(eq.getLhs()) == arg(op, 0)));
-}
-
 /// out[i, ...] = sum_r select(i == idx[r], vals[r, ...], 0): rows added
 /// into zeros at their index, of any rank (loops (i, ..., r)).
 bool isScatterAdd(linalg::GenericOp op) {
@@ -393,6 +376,13 @@ bool isScatterAdd(linalg::GenericOp op) {
   return eq && eq.getPredicate() == arith::CmpIPredicate::eq &&
          ((isIndex(eq.getLhs(), 0) && throughCast(eq.getRhs()) == arg(op, 0)) ||
           (isIndex(eq.getRhs(), 0) && throughCast(eq.getLhs()) == arg(op, 0)));
+}
+
+/// out[t, d] = sum_r select(t == idx[r], ys[r, d], 0): `index_add` of rows
+/// into zeros, the 2-d scatter add.
+bool isIndexAdd(linalg::GenericOp op) {
+  return isScatterAdd(op) &&
+         cast<RankedTensorType>(op.getResult(0).getType()).getRank() == 2;
 }
 
 //===----------------------------------------------------------------------===//
