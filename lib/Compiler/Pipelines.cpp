@@ -101,6 +101,10 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
   pm.addPass(createDecomposeForCodegenPass({scatterLoops}));
+  // A grouped matmul as one matmul per expert (its bounds read on the
+  // host: not the cuda target's).
+  if (contractions != "cublas")
+    pm.addPass(createGroupedMatmulLoopsPass());
   addUpstream(pm, "func.func(convert-elementwise-to-linalg),canonicalize,cse");
   // Every integer division is a scalar or vector op from here on.
   pm.addPass(createGuardIntegerDivisionPass());

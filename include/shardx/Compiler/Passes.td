@@ -48,6 +48,31 @@ def DropMeshesPass : Pass<"shardx-drop-meshes", "ModuleOp"> {
   }];
 }
 
+def GroupedMatmulLoopsPass
+    : Pass<"shardx-grouped-matmul-loops", "ModuleOp"> {
+  let summary = "Runs each grouped matmul as a loop over its experts of one "
+                "matmul on the expert's rows";
+  let description = [{
+    The importer's `_grouped_mm` (importer/ops/grouped.py) is a contraction
+    over every expert whose terms are masked by the row's group: E times the
+    product's work. Each one becomes an `scf.for` over the experts whose
+    body runs `linalg.matmul` on that expert's rows, their bounds counted
+    from the groups at run time: the rows form `x[R, K] x w[E, K, N]` adds
+    `x[lo:hi] w[e]` into rows `lo:hi` of the init; the weights form
+    `x[K, R] x w[R, N] -> [E, K, N]` adds `x[:, lo:hi] w[lo:hi]` into
+    `init[e]`. Rows past the last group keep their init. Only the order of
+    the sums changes. Also shardx-localize's form on an expert-parallel
+    rank: rows of a run-time count, the expert loop offset by the rank's
+    first expert. Left masked: a run-time count of experts, and groups not
+    known to be nondecreasing (the rewrite needs each expert's rows to be
+    one run: the importer's `_row_groups`, or a slice of them along the
+    rows, are). For the CPU target (the cuda target's host code reads no
+    device buffer for the bounds).
+  }];
+  let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
+                           "scf::SCFDialect", "tensor::TensorDialect"];
+}
+
 def DecomposeForCodegenPass
     : Pass<"shardx-decompose-for-codegen", "ModuleOp"> {
   let summary = "Rewrites the tensor and linalg ops that bufferization and "

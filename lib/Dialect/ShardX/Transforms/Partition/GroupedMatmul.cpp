@@ -30,8 +30,12 @@ bool mapIs(AffineMap map, ArrayRef<unsigned> dims) {
 
 /// `yield(add(out, select(index(eLoop) == index_cast(g), x * w, 0)))`, the
 /// importer's masked term (`_masked_term`, importer/ops/grouped.py), with
-/// `g` block argument `gArg` and `out` the last one.
-bool isMaskedTerm(linalg::GenericOp op, unsigned eLoop, unsigned gArg) {
+/// `g` block argument `gArg` and `out` the last one. With `offset`, the
+/// expert may also be `index(eLoop) + v`, `v` defined outside `op` (what
+/// shardx-localize makes of a split expert loop): `*offset` is `v`, or
+/// null without one.
+bool isMaskedTerm(linalg::GenericOp op, unsigned eLoop, unsigned gArg,
+                  Value *offset = nullptr) {
   Block &body = op.getRegion().front();
   auto yield = cast<linalg::YieldOp>(body.getTerminator());
   if (yield.getNumOperands() != 1)
@@ -49,7 +53,14 @@ bool isMaskedTerm(linalg::GenericOp op, unsigned eLoop, unsigned gArg) {
   auto cmp = select.getCondition().getDefiningOp<arith::CmpIOp>();
   if (!cmp || cmp.getPredicate() != arith::CmpIPredicate::eq)
     return false;
-  auto index = cmp.getLhs().getDefiningOp<linalg::IndexOp>();
+  Value expert = cmp.getLhs();
+  if (auto add = expert.getDefiningOp<arith::AddIOp>(); add && offset) {
+    if (op->isAncestor(add.getRhs().getParentBlock()->getParentOp()))
+      return false;
+    *offset = add.getRhs();
+    expert = add.getLhs();
+  }
+  auto index = expert.getDefiningOp<linalg::IndexOp>();
   auto cast = cmp.getRhs().getDefiningOp<arith::IndexCastOp>();
   return index && index.getDim() == eLoop && cast &&
          cast.getIn() == body.getArgument(gArg);
@@ -59,6 +70,13 @@ bool isMaskedTerm(linalg::GenericOp op, unsigned eLoop, unsigned gArg) {
 
 std::optional<GroupedMatmulForm>
 mlir::shardx::matchGroupedMatmulForm(linalg::GenericOp op) {
+  return matchGroupedMatmulForm(op, nullptr);
+}
+
+std::optional<GroupedMatmulForm>
+mlir::shardx::matchGroupedMatmulForm(linalg::GenericOp op, Value *offset) {
+  if (offset)
+    *offset = Value();
   if (op.getNumDpsInputs() != 3 || op.getNumDpsInits() != 1 ||
       op.getNumResults() != 1)
     return std::nullopt;
@@ -69,11 +87,12 @@ mlir::shardx::matchGroupedMatmulForm(linalg::GenericOp op) {
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   if (it == SmallVector<IteratorType>{par, par, red, red} &&
       mapIs(maps[0], {0, 3}) && mapIs(maps[1], {2, 3, 1}) &&
-      mapIs(maps[2], {0}) && mapIs(maps[3], {0, 1}) && isMaskedTerm(op, 2, 2))
+      mapIs(maps[2], {0}) && mapIs(maps[3], {0, 1}) &&
+      isMaskedTerm(op, 2, 2, offset))
     return GroupedMatmulForm::Rows;
   if (it == SmallVector<IteratorType>{par, par, par, red} &&
       mapIs(maps[0], {1, 3}) && mapIs(maps[1], {3, 2}) && mapIs(maps[2], {3}) &&
-      mapIs(maps[3], {0, 1, 2}) && isMaskedTerm(op, 0, 2))
+      mapIs(maps[3], {0, 1, 2}) && isMaskedTerm(op, 0, 2, offset))
     return GroupedMatmulForm::Weights;
   return std::nullopt;
 }

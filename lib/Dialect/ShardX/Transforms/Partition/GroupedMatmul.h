@@ -34,6 +34,12 @@ enum class GroupedMatmulForm {
 /// The form of `op`, or nullopt when it is not a grouped matmul.
 std::optional<GroupedMatmulForm> matchGroupedMatmulForm(linalg::GenericOp op);
 
+/// The same, also matching an expert loop offset by a value from outside
+/// `op` (`index(e) + v`, shardx-localize's form of a split expert loop):
+/// `*offset` is `v`, or null when the loop is not offset.
+std::optional<GroupedMatmulForm> matchGroupedMatmulForm(linalg::GenericOp op,
+                                                        Value *offset);
+
 /// The loop of `form` that runs over the experts, and the one over the rows.
 inline unsigned expertLoop(GroupedMatmulForm form) {
   return form == GroupedMatmulForm::Rows ? 2 : 0;
