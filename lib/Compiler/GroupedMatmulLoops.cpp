@@ -143,14 +143,22 @@ bool isNondecreasing(Value groups) {
     return false;
   auto ext = add.getRhs().getDefiningOp<arith::ExtUIOp>();
   auto cmp = ext ? ext.getIn().getDefiningOp<arith::CmpIOp>() : nullptr;
-  return cmp &&
-         (cmp.getPredicate() == arith::CmpIPredicate::sle ||
-          cmp.getPredicate() == arith::CmpIPredicate::ule) &&
-         isLoopIndex(cmp.getRhs(), op, 0) && !isLoopIndex(cmp.getLhs(), op, 0);
+  if (!cmp ||
+      (cmp.getPredicate() != arith::CmpIPredicate::sle &&
+       cmp.getPredicate() != arith::CmpIPredicate::ule) ||
+      !isLoopIndex(cmp.getRhs(), op, 0))
+    return false;
+  // The end is the read end, through casts only (so it does not depend on
+  // the row).
+  Value end = cmp.getLhs();
+  while (isa_and_nonnull<arith::ExtSIOp, arith::ExtUIOp, arith::IndexCastOp>(
+      end.getDefiningOp()))
+    end = end.getDefiningOp()->getOperand(0);
+  return end == body.getArgument(0);
 }
 
-/// `v[offsets][sizes]` with unit strides, dims of size `drop` (static 1)
-/// dropped from the result type.
+/// `v[offsets][sizes]` with unit strides, as `resultShape` (unit dims of
+/// the slice dropped).
 Value slice(OpBuilder &b, Location loc, Value v, ArrayRef<OpFoldResult> offsets,
             ArrayRef<OpFoldResult> sizes, ArrayRef<int64_t> resultShape) {
   auto type = cast<RankedTensorType>(v.getType());

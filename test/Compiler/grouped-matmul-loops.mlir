@@ -137,17 +137,18 @@ func.func @localized(%x: tensor<?x4xf32>, %w: tensor<2x4x6xf32>, %offs: tensor<2
 
 // A run-time count of experts keeps the masked form, as do a term that is
 // not masked by the expert loop and groups not known to be nondecreasing
-// (an argument: its experts' rows need not be runs).
+// (an argument, or ends that depend on the row: its experts' rows need not
+// be runs).
 #x = affine_map<(r, n, e, k) -> (r, k)>
 #w = affine_map<(r, n, e, k) -> (e, k, n)>
 #g = affine_map<(r, n, e, k) -> (r)>
 #o = affine_map<(r, n, e, k) -> (r, n)>
 // CHECK-LABEL: func.func @left_alone
 // CHECK-NOT: scf.for
-// CHECK-COUNT-4: linalg.generic
+// CHECK-COUNT-6: linalg.generic
 // CHECK-NOT: linalg.matmul
 func.func @left_alone(%x: tensor<8x4xf32>, %w: tensor<?x4x6xf32>, %offs: tensor<2xi64>, %z: tensor<8x6xf32>,
-                      %w2: tensor<2x4x6xf32>, %graw: tensor<8xi64>) -> (tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>) {
+                      %w2: tensor<2x4x6xf32>, %graw: tensor<8xi64>) -> (tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>) {
   %ge = tensor.empty() : tensor<8xi64>
   %c0i = arith.constant 0 : i64
   %gz = linalg.fill ins(%c0i : i64) outs(%ge : tensor<8xi64>) -> tensor<8xi64>
@@ -193,5 +194,26 @@ func.func @left_alone(%x: tensor<8x4xf32>, %w: tensor<?x4x6xf32>, %offs: tensor<
     %s = arith.addf %o, %t : f32
     linalg.yield %s : f32
   } -> tensor<8x6xf32>
-  return %0, %1, %2 : tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>
+  %gbad = linalg.generic {indexing_maps = [affine_map<(r, e) -> (e)>, affine_map<(r, e) -> (r)>], iterator_types = ["parallel", "reduction"]} ins(%offs : tensor<2xi64>) outs(%gz : tensor<8xi64>) {
+  ^bb0(%end: i64, %acc: i64):
+    %r = linalg.index 0 : index
+    %ri = arith.index_cast %r : index to i64
+    %twice = arith.muli %end, %ri : i64
+    %le = arith.cmpi sle, %twice, %ri : i64
+    %one = arith.extui %le : i1 to i64
+    %sum = arith.addi %acc, %one : i64
+    linalg.yield %sum : i64
+  } -> tensor<8xi64>
+  %3 = linalg.generic {indexing_maps = [#x, #w, #g, #o], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%x, %w2, %gbad : tensor<8x4xf32>, tensor<2x4x6xf32>, tensor<8xi64>) outs(%z : tensor<8x6xf32>) {
+  ^bb0(%a: f32, %b: f32, %grp: i64, %o: f32):
+    %e = linalg.index 2 : index
+    %gi = arith.index_cast %grp : i64 to index
+    %hit = arith.cmpi eq, %e, %gi : index
+    %p = arith.mulf %a, %b : f32
+    %zero = arith.constant 0.0 : f32
+    %t = arith.select %hit, %p, %zero : f32
+    %s = arith.addf %o, %t : f32
+    linalg.yield %s : f32
+  } -> tensor<8x6xf32>
+  return %0, %1, %2, %3 : tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>, tensor<8x6xf32>
 }
