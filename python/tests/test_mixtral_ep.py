@@ -15,7 +15,7 @@ row and the grouped matmuls' outputs are Partial(sum) over ep, all-reduced
 ``torch._grouped_mm`` experts) on threads for two steps, against the
 unsharded compile under mpirun on the 2x2 mesh, and the plan's
 collectives from print-plan. Uneven: 3 experts on 2 ranks and over ep of
-the 2x2 mesh."""
+the 2x2 mesh, and 3 sequences over dp of the 2x2 mesh."""
 
 import re
 
@@ -35,32 +35,34 @@ T = pytest.importorskip("transformers")
 
 HIDDEN, INTER, BATCH, SEQ, TOP_K = 32, 32, 2, 4, 2
 CASES = {
-    # name: (mesh shape, experts)
-    "ep2": ((2,), 4),
-    "ep4": ((4,), 4),
-    "dp2xep2": ((2, 2), 4),
-    "uneven_ep2": ((2,), 3),
-    "uneven_dp2xep2": ((2, 2), 3),
+    # name: (mesh shape, experts, batch)
+    "ep2": ((2,), 4, BATCH),
+    "ep4": ((4,), 4, BATCH),
+    "dp2xep2": ((2, 2), 4, BATCH),
+    "uneven_ep2": ((2,), 3, BATCH),
+    "uneven_dp2xep2": ((2, 2), 3, BATCH),
+    # 3 sequences over dp 2 (2, 1).
+    "batch3_dp2xep2": ((2, 2), 4, 3),
 }
 EXPERTS = ("experts.gate_up_proj", "experts.down_proj")
 
 
-def _block(experts):
+def _block(experts, batch=BATCH):
     """The first decoder layer's MoE block of the zoo's Mixtral with
     ``experts`` experts (initialized by the model), and its input."""
     torch.manual_seed(0)
     model = T.MixtralForCausalLM(zoo.mixtral_config(experts))
     assert model.config._experts_implementation == "grouped_mm"
-    return model.model.layers[0].mlp, torch.randn(BATCH, SEQ, HIDDEN)
+    return model.model.layers[0].mlp, torch.randn(batch, SEQ, HIDDEN)
 
 
 def _step(name):
-    shape, experts = CASES[name]
+    shape, experts, batch = CASES[name]
     if len(shape) == 1:
         mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [R()]
     else:
         mesh, weights, tok = Mesh(shape, ("dp", "ep")), [R(), S(0)], [S(0), R()]
-    block, x = _block(experts)
+    block, x = _block(experts, batch)
     step = TrainStep(block, F.mse_loss, "sgd", lr=0.1)
     ins, outs = step.placements(mesh, {n: weights for n in EXPERTS}, [tok], tok)
     return step, mesh, ins, outs, step.example_args([x], torch.randn_like(x))
@@ -109,7 +111,7 @@ def test_plan_runs_gate_up_experts_in_place(name, tmp_path, build_dir):
     collective over ep: two collectives against the four the split plan
     needs (docs/Rules.md, "Expert parallelism")."""
     text, plans = _plans(name, tmp_path, build_dir)
-    shape, experts = CASES[name]
+    shape, experts, _ = CASES[name]
     ep, rows = shape[-1], BATCH * SEQ * TOP_K
     over_ep = [p for p in plans if p[0] in ("[P(sum)]", "[S(0)]", "[R, P(sum)]", "[R, S(0)]")]
     assert sorted((src.replace("R, ", ""), numel, n, nbytes) for src, _, numel, n, nbytes in over_ep) == [
@@ -128,7 +130,7 @@ def test_bytes_only_plan_keeps_down_proj_split(name, tmp_path, build_dir):
     gradient of the backward and a ``[experts, tokens]`` one of the
     routing (docs/Rules.md, "Expert parallelism")."""
     text, plans = _plans(name, tmp_path, build_dir, "--shardx-propagate=latency=0")
-    shape, experts = CASES[name]
+    shape, experts, _ = CASES[name]
     ep, rows = shape[-1], BATCH * SEQ * TOP_K
     assert all(src == "[P(sum)]" and dst == "[R]" and n == 1 for src, dst, _, n, _ in plans), text
     ring = lambda numel: 2 * (ep - 1) * numel * 4 // ep
