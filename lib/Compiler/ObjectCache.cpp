@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <vector>
@@ -121,6 +122,21 @@ void writeTally(const std::string &dir, const Tally &tally) {
       error);
 }
 
+/// The status of `path`, or nullopt when it cannot be read.
+std::optional<struct stat> statOf(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return std::nullopt;
+  return st;
+}
+
+/// The disk space a file takes: its allocated blocks, at least its size (a
+/// small object takes a whole block, so a cache of them holds about twice
+/// its bytes).
+uint64_t diskBytes(const struct stat &st) {
+  return std::max<uint64_t>(uint64_t(st.st_blocks) * 512, st.st_size);
+}
+
 int64_t secondsNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -201,8 +217,11 @@ bool ObjectCache::store(llvm::StringRef key, llvm::StringRef object,
     return false;
   // Counted in the tally, so that evict() need not list the directory.
   CacheLock lock(dir);
-  if (std::optional<Tally> tally = readTally(dir)) {
-    tally->bytes += object.size() + sum.size();
+  std::optional<struct stat> objectStat = statOf(dir + "/" + key.str() + ".o");
+  std::optional<struct stat> sumStat = statOf(dir + "/" + key.str() + ".sum");
+  if (std::optional<Tally> tally = readTally(dir);
+      tally && objectStat && sumStat) {
+    tally->bytes += diskBytes(*objectStat) + diskBytes(*sumStat);
     writeTally(dir, *tally);
   }
   return true;
@@ -249,12 +268,17 @@ unsigned ObjectCache::evict() const {
     }
     if (!name.consume_back(".sum"))
       continue;
-    fs::file_status sumStatus, objectStatus;
-    if (fs::status(it->path(), sumStatus) ||
-        fs::status(dir + "/" + name.str() + ".o", objectStatus))
+    std::optional<struct stat> sumStat = statOf(it->path());
+    std::optional<struct stat> objectStat =
+        statOf(dir + "/" + name.str() + ".o");
+    if (!sumStat || !objectStat)
       continue;
-    uint64_t size = sumStatus.getSize() + objectStatus.getSize();
-    entries.push_back({sumStatus.getLastModificationTime(), name.str(), size});
+    uint64_t size = diskBytes(*sumStat) + diskBytes(*objectStat);
+    auto used =
+        std::chrono::system_clock::from_time_t(sumStat->st_mtim.tv_sec) +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(sumStat->st_mtim.tv_nsec));
+    entries.push_back({used, name.str(), size});
     total += size;
   }
   std::sort(entries.begin(), entries.end(),

@@ -11,7 +11,8 @@
 // Where: $SHARDX_KERNEL_CACHE (a directory; "0" or "off" turns the cache
 // off), else $SHARDX_CACHE_DIR/kernels (beside the JIT's artifacts), else
 // ~/.cache/shardx/kernels. The bound is the JIT cache's,
-// $SHARDX_CACHE_MAX_MB (MiB, default 1024), least recently used first;
+// $SHARDX_CACHE_MAX_MB (MiB, default 1024) of disk space (allocated
+// blocks: a small object takes a whole one), least recently used first;
 // the directory is listed for it only when the tally `.size` (the bytes at
 // the last listing, plus what was stored since) is over the bound, missing
 // or an hour old.
