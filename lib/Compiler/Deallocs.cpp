@@ -248,6 +248,15 @@ struct DeallocateBuffersPass
     owned.getDependentDialects(registry);
   }
   void runOnOperation() override {
+    // A copy of a buffer onto itself does nothing but move its bytes:
+    // one-shot bufferization writes one for an insert_slice of a slice
+    // computed in place (a grouped matmul's rows, each loop iteration),
+    // and the CSE after it merges the two views only after the
+    // canonicalization that folds such copies has run.
+    getOperation().walk([](memref::CopyOp copy) {
+      if (copy.getSource() == copy.getTarget())
+        copy.erase();
+    });
     if (shardx::placeDeallocs(getOperation()))
       return;
     if (failed(runPipeline(owned, getOperation())))

@@ -60,3 +60,30 @@ func.func @blocks(%a: memref<4xf32>, %c: i1) -> memref<4xf32> {
 ^bb2:
   return %t : memref<4xf32>
 }
+
+// -----
+
+// Tests that a copy of a buffer onto itself (one-shot bufferization's
+// insert_slice of a slice computed in place, in a loop) is erased, and a
+// copy between two views is kept.
+// CHECK-LABEL: func.func @self_copy
+// CHECK:      scf.for
+// CHECK-NEXT:   memref.subview
+// CHECK-NEXT:   linalg.fill
+// CHECK-NEXT: }
+// CHECK:      memref.copy %{{.*}}, %{{.*}} : memref<2x4xf32, strided<[4, 1]>> to memref<2x4xf32, strided<[4, 1], offset: 8>>
+// CHECK-NOT:  memref.copy
+func.func @self_copy(%a: memref<4x4xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %f = arith.constant 1.0 : f32
+  scf.for %i = %c0 to %n step %c1 {
+    %s = memref.subview %a[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+    linalg.fill ins(%f : f32) outs(%s : memref<1x4xf32, strided<[4, 1], offset: ?>>)
+    memref.copy %s, %s : memref<1x4xf32, strided<[4, 1], offset: ?>> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+  }
+  %lo = memref.subview %a[0, 0] [2, 4] [1, 1] : memref<4x4xf32> to memref<2x4xf32, strided<[4, 1]>>
+  %hi = memref.subview %a[2, 0] [2, 4] [1, 1] : memref<4x4xf32> to memref<2x4xf32, strided<[4, 1], offset: 8>>
+  memref.copy %lo, %hi : memref<2x4xf32, strided<[4, 1]>> to memref<2x4xf32, strided<[4, 1], offset: 8>>
+  return
+}

@@ -235,6 +235,8 @@ def DeallocateBuffersPass : Pass<"shardx-deallocate-buffers", "ModuleOp"> {
     `shardx-place-deallocs`; a program it cannot handle (control flow,
     buffers allocated in nested regions) goes through
     `ownership-based-buffer-deallocation` and its simplification instead.
+    Copies of a buffer onto itself (left by bufferization, their two views
+    merged by the CSE after it) are erased first.
   }];
   let dependentDialects = ["memref::MemRefDialect", "scf::SCFDialect",
                            "arith::ArithDialect",
