@@ -61,8 +61,21 @@ func::FuncOp RuntimeCalls::declare(StringRef name, TypeRange args,
   return fn;
 }
 
-/// A contiguous 1-D memref holding `t` (a copy: the call reads raw memory).
+/// `t`'s buffer as a contiguous 1-D memref, for a call that reads it before
+/// it returns: bufferization casts the tensor's buffer where it has the
+/// identity layout (a fresh result, an argument) and copies it only where
+/// it does not (a strided slice).
 Value RuntimeCalls::contiguous(Value t) {
+  auto type = cast<RankedTensorType>(t.getType());
+  Value buffer = bufferization::ToBufferOp::create(
+      b, loc, MemRefType::get(type.getShape(), type.getElementType()), t,
+      /*readOnly=*/true);
+  return flat(buffer);
+}
+
+/// A contiguous 1-D copy of `t`, for a started collective, which reads it
+/// until its wait: a later op may write the tensor's own buffer in place.
+Value RuntimeCalls::privateCopy(Value t) {
   auto type = cast<RankedTensorType>(t.getType());
   SmallVector<int64_t> dynStrides(type.getRank(), ShapedType::kDynamic);
   auto strided = MemRefType::get(
@@ -215,7 +228,7 @@ FailureOr<Value> RuntimeCalls::flatCallAsync(StringRef kind, Value in,
   FailureOr<std::string> sfx = suffix(elt);
   if (failed(sfx))
     return failure();
-  Value inFlat = contiguous(in);
+  Value inFlat = privateCopy(in);
   Value out = memref::AllocOp::create(b, loc, MemRefType::get(outShape, elt),
                                       outDynSizes);
   Value outFlat = flat(out);

@@ -32,8 +32,9 @@ class RuntimeCalls {
 public:
   RuntimeCalls(OpBuilder &builder, CollectiveOpInterface op);
 
-  /// Calls `shardx_rt_cg_<kind>_<suffix>(in, out, extra..., axes)` on a
-  /// contiguous copy of `in` and a fresh output of `outShape` (dynamic dims
+  /// Calls `shardx_rt_cg_<kind>_<suffix>(in, out, extra..., axes)` on
+  /// `in`'s buffer (copied only where it is not contiguous) and a fresh
+  /// output of `outShape` (dynamic dims
   /// sized by `outDynSizes`) and returns the output as a tensor. Booleans
   /// move as i32 unless the op reduces them (an error).
   FailureOr<Value> flatCall(StringRef kind, Value in,
@@ -68,8 +69,9 @@ public:
   Value reshape(Value t, ArrayRef<int64_t> shape);
   /// `t` transposed by `perm` (no op for the identity).
   Value transpose(Value t, ArrayRef<int64_t> perm);
-  /// `v` as a flat 1-D memref argument: a contiguous copy of a tensor, or
-  /// a memref of the identity layout itself.
+  /// `v` as a flat 1-D memref argument that a synchronous call reads: a
+  /// tensor's buffer (copied only where it is not contiguous), or a memref
+  /// of the identity layout itself.
   Value flatBuffer(Value v);
   /// A constant i64 array as memref<?xi64, strided<[?], offset: ?>>.
   Value int64Array(ArrayRef<int64_t> values);
@@ -84,6 +86,7 @@ public:
 
 private:
   Value contiguous(Value t);
+  Value privateCopy(Value t);
   Value flat(Value m);
   MemRefType dyn1D(Type elt);
   Value castElements(Value t, Type elt);

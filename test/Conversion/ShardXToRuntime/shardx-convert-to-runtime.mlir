@@ -284,10 +284,11 @@ func.func @exchange(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
 
 // -----
 
-// Tests that a ragged all-to-all becomes one call with its send counts (a
-// copy of the tensor), a fresh buffer for the received counts, the row's
-// elements (3) and its group, and that both results read the call's
-// buffers.
+// Tests that a ragged all-to-all becomes one call with its send counts and
+// rows (the tensors' buffers, read in place: bufferization copies only a
+// buffer that is not contiguous), a fresh buffer for the received counts,
+// the row's elements (3) and its group, and that both results read the
+// call's buffers.
 
 shardx.mesh @mesh(shape = 2x2)
 // CHECK-DAG: func.func private @shardx_rt_cg_ragged_all_to_all_f32(memref<?xf32, strided<[?], offset: ?>>, memref<?xf32, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, i64, memref<?xi64, strided<[?], offset: ?>>)
@@ -295,18 +296,16 @@ shardx.mesh @mesh(shape = 2x2)
 // CHECK-SAME: (%[[X:.*]]: tensor<8x3xf32>, %[[C:.*]]: tensor<2xi64>)
 func.func @ragged_all_to_all(%x: tensor<8x3xf32>, %c: tensor<2xi64>) -> (tensor<16x3xf32>, tensor<2xi64>) {
   // CHECK: %[[RECV:.*]] = memref.alloc() : memref<2xi64>
-  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only
-  // CHECK: %[[CC:.*]] = memref.alloc() : memref<2xi64>
-  // CHECK: memref.copy %[[CB]], %[[CC]]
-  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CC]]
+  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only : tensor<2xi64> to memref<2xi64>
+  // CHECK-NOT: memref.copy
+  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CB]]
   // CHECK: %[[SEND:.*]] = memref.cast %[[CCF]]
   // CHECK: %[[RECVF:.*]] = memref.collapse_shape %[[RECV]]
   // CHECK: %[[RECVC:.*]] = memref.cast %[[RECVF]]
   // CHECK: %[[ROW:.*]] = arith.constant 3 : i64
-  // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
-  // CHECK: %[[XC:.*]] = memref.alloc() : memref<8x3xf32>
-  // CHECK: memref.copy %[[XB]], %[[XC]]
-  // CHECK: %[[XF:.*]] = memref.collapse_shape %[[XC]]
+  // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only : tensor<8x3xf32> to memref<8x3xf32>
+  // CHECK-NOT: memref.copy
+  // CHECK: %[[XF:.*]] = memref.collapse_shape %[[XB]]
   // CHECK: %[[IN:.*]] = memref.cast %[[XF]]
   // CHECK: %[[OUT:.*]] = memref.alloc() : memref<16x3xf32>
   // CHECK: %[[OUTF:.*]] = memref.collapse_shape %[[OUT]]
@@ -324,23 +323,19 @@ func.func @ragged_all_to_all(%x: tensor<8x3xf32>, %c: tensor<2xi64>) -> (tensor<
 // -----
 
 // Tests that a ragged all-to-all given the counts it receives calls the
-// known-counts entry with copies of both counts tensors (read, not
-// written: no fresh counts buffer) and has one result.
+// known-counts entry with both counts tensors' buffers (read, not written:
+// no fresh counts buffer) and has one result.
 
 shardx.mesh @mesh(shape = 2x2)
 // CHECK-DAG: func.func private @shardx_rt_cg_ragged_all_to_all_known_f32(memref<?xf32, strided<[?], offset: ?>>, memref<?xf32, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, memref<?xi64, strided<[?], offset: ?>>, i64, memref<?xi64, strided<[?], offset: ?>>)
 // CHECK-LABEL: func.func @ragged_all_to_all_known
 // CHECK-SAME: (%[[X:.*]]: tensor<16x3xf32>, %[[C:.*]]: tensor<2xi64>, %[[R:.*]]: tensor<2xi64>)
 func.func @ragged_all_to_all_known(%x: tensor<16x3xf32>, %c: tensor<2xi64>, %r: tensor<2xi64>) -> tensor<8x3xf32> {
-  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only
-  // CHECK: %[[CC:.*]] = memref.alloc() : memref<2xi64>
-  // CHECK: memref.copy %[[CB]], %[[CC]]
-  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CC]]
+  // CHECK: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only : tensor<2xi64> to memref<2xi64>
+  // CHECK: %[[CCF:.*]] = memref.collapse_shape %[[CB]]
   // CHECK: %[[SEND:.*]] = memref.cast %[[CCF]]
-  // CHECK: %[[RB:.*]] = bufferization.to_buffer %[[R]] read_only
-  // CHECK: %[[RC:.*]] = memref.alloc() : memref<2xi64>
-  // CHECK: memref.copy %[[RB]], %[[RC]]
-  // CHECK: %[[RCF:.*]] = memref.collapse_shape %[[RC]]
+  // CHECK: %[[RB:.*]] = bufferization.to_buffer %[[R]] read_only : tensor<2xi64> to memref<2xi64>
+  // CHECK: %[[RCF:.*]] = memref.collapse_shape %[[RB]]
   // CHECK: %[[RECV:.*]] = memref.cast %[[RCF]]
   // CHECK: %[[ROW:.*]] = arith.constant 3 : i64
   // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
@@ -361,7 +356,6 @@ func.func @ragged_all_to_all_known(%x: tensor<16x3xf32>, %c: tensor<2xi64>, %r: 
 shardx.mesh @mesh(shape = 2)
 // CHECK-LABEL: func.func @chained
 func.func @chained(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // CHECK: memref.alloc() : memref<4xf32>
   // CHECK: %[[OUT1:.*]] = memref.alloc() : memref<4xf32>
   // CHECK: call @shardx_rt_cg_all_reduce_f32(
   // CHECK: %[[Y:.*]] = bufferization.to_tensor %[[OUT1]]
