@@ -3,7 +3,7 @@ element values, with torch's dtype conversions and operator spellings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional
 
 import torch
 
@@ -112,8 +112,39 @@ class Body:
         if is_float(t):
             fp = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}[pred]
             return self.v(f"arith.cmpf {fp}, {a}, {b} : {e}")
-        ip = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}[pred]
+        # A bool is an i1, whose signed order puts True (-1) below False.
+        sign = "u" if t == torch.bool else "s"
+        ip = {"eq": "eq", "ne": "ne", "lt": f"{sign}lt", "le": f"{sign}le", "gt": f"{sign}gt",
+              "ge": f"{sign}ge"}[pred]
         return self.v(f"arith.cmpi {ip}, {a}, {b} : {e}")
+
+    def is_nan(self, a: str, t: torch.dtype) -> Optional[str]:
+        """Whether ``a`` is NaN (an i1), or None for a type without NaN."""
+        if not is_float(t):
+            return None
+        return self.v(f"arith.cmpf uno, {a}, {a} : {elem_type(t)}")
+
+    def before_in_order(self, a: str, b: str, t: torch.dtype, descending: bool) -> str:
+        """Whether ``a`` comes strictly before ``b`` in PyTorch's sort
+        order: NaN above every number (last ascending, first descending),
+        NaNs tied with each other."""
+        before = self.compare("gt" if descending else "lt", a, b, t)
+        na, nb = self.is_nan(a, t), self.is_nan(b, t)
+        if na is None:
+            return before
+        # Descending, a NaN comes before a number; ascending, a number
+        # before a NaN.
+        nan, num = (na, nb) if descending else (nb, na)
+        not_nan = self.v(f"arith.xori {num}, {self.const(True, torch.bool)} : i1")
+        return self.v(f"arith.ori {before}, {self.v(f'arith.andi {nan}, {not_nan} : i1')} : i1")
+
+    def same_in_order(self, a: str, b: str, t: torch.dtype) -> str:
+        """Whether ``a`` and ``b`` tie in PyTorch's sort order (NaNs tie)."""
+        eq = self.compare("eq", a, b, t)
+        na, nb = self.is_nan(a, t), self.is_nan(b, t)
+        if na is None:
+            return eq
+        return self.v(f"arith.ori {eq}, {self.v(f'arith.andi {na}, {nb} : i1')} : i1")
 
     def select(self, c: str, a: str, b: str, t: torch.dtype) -> str:
         return self.v(f"arith.select {c}, {a}, {b} : {elem_type(t)}")

@@ -1,5 +1,6 @@
 """Reductions and sorts: ``sum``/``mean``/``amax``/``amin``/``any``,
-``var_mean``, ``max.dim``/``min.dim`` (values and first index), ``cumsum``,
+``var_mean``, ``max.dim``/``min.dim`` (values and first index),
+``argmax``/``argmin``, ``cumsum``,
 ``topk``/``sort``; each a ``linalg.generic`` with reduction iterators over a
 ``linalg.fill``ed init."""
 
@@ -83,11 +84,19 @@ def _max_dim(imp, node, args, kwargs):
     dim = args[1] % x.rank
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     is_max = node.target == aten.max.dim
+    return _extreme(imp, x, dim, keepdim, is_max)
+
+
+def _extreme(imp, x, dim, keepdim, is_max):
+    """The max (min) along ``dim`` and the index of its first occurrence;
+    a NaN is the extreme, its first occurrence's index (as PyTorch)."""
     kept = [i for i in range(x.rank) if i != dim]
     shape = tuple(x.shape[i] for i in kept)
     dt = x.dtype
     init = -math.inf if is_max else math.inf
-    if not is_float(dt):
+    if dt == torch.bool:
+        init = not is_max
+    elif not is_float(dt):
         init = torch.iinfo(dt).min if is_max else torch.iinfo(dt).max
     vals = imp.em.full(shape, init, dt)
     idx = imp.em.full(shape, 0, torch.int64)
@@ -97,8 +106,11 @@ def _max_dim(imp, node, args, kwargs):
     a, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
     i = b.v(f"arith.index_cast {b.v(f'linalg.index {dim} : index')} : index to i64")
     better = b.compare("gt" if is_max else "lt", a, ov, dt)
-    if is_float(dt):  # NaN wins, as in PyTorch
-        better = b.v(f"arith.ori {better}, {b.v(f'arith.cmpf uno, {a}, {a} : {elem_type(dt)}')} : i1")
+    if is_float(dt):
+        # A NaN wins over every number, max or min, as in PyTorch; a later
+        # NaN does not replace the first.
+        not_nan = b.v(f"arith.xori {b.is_nan(ov, dt)}, {b.const(True, torch.bool)} : i1")
+        better = b.v(f"arith.ori {better}, {b.v(f'arith.andi {b.is_nan(a, dt)}, {not_nan} : i1')} : i1")
     nv = b.select(better, a, ov, dt)
     ni = b.select(better, i, oi, torch.int64)
     out_map = _amap(nd, [f"d{k}" for k in kept])
@@ -117,6 +129,26 @@ def _max_dim(imp, node, args, kwargs):
         full = [1 if k == dim else x.shape[k] for k in range(nd)]
         rv, ri = em.reshape(rv, full), em.reshape(ri, full)
     return [rv, ri]
+
+
+@handles(aten.argmax.default, aten.argmin.default)
+def _argmax(imp, node, args, kwargs):
+    """The index of the first max (min) along ``dim``, or of the flattened
+    tensor without one (``max.dim``'s indices)."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    is_max = node.target == aten.argmax.default
+    if x.dtype == torch.bool:
+        raise UnsupportedOpError(f"{'argmax' if is_max else 'argmin'}(): does not support bool "
+                                 "input (as eager)")
+    shape, _ = _out(node)
+    if dim is None:
+        flat = imp.em.reshape(x, (_prod(x.shape),))
+        return imp.em.reshape(_extreme(imp, flat, 0, False, is_max)[1], shape)
+    if x.rank == 0:
+        return imp.em.full(shape, 0, torch.int64)
+    return _extreme(imp, x, dim % x.rank, keepdim, is_max)[1]
 
 
 @handles(aten.cumsum.default)
@@ -144,9 +176,12 @@ def _cumsum(imp, node, args, kwargs):
 @handles(aten.topk.default, aten.sort.default, aten.sort.stable)
 def _topk(imp, node, args, kwargs):
     """topk / sort along the last dim by ranks: rank(i) = the number of
-    elements before i in the order (ties by position, as a stable sort);
-    slot r gathers the element of rank r. Quadratic in the dim's size
-    (router logits over a few experts)."""
+    elements before i in the order (PyTorch's: NaN above every number;
+    ties by position, as a stable sort); slot r gathers the element of
+    rank r. Quadratic in the dim's size (router logits over a few
+    experts). Eager's topk on CPU orders tied values as its partial sort
+    leaves them, not by position: where values tie, the indices can differ
+    from eager's (docs/Importer.md)."""
     x = args[0]
     if node.target == aten.topk.default:
         k = args[1]
@@ -170,8 +205,8 @@ def _topk(imp, node, args, kwargs):
         xi, xj = a[0], a[1]
         i = b.v(f"linalg.index {r - 1} : index")
         j = b.v(f"linalg.index {r} : index")
-        before = b.compare("gt" if largest else "lt", xj, xi, dt)
-        tie = b.v(f"arith.andi {b.compare('eq', xj, xi, dt)}, {b.v(f'arith.cmpi ult, {j}, {i} : index')} : i1")
+        before = b.before_in_order(xj, xi, dt, descending=largest)
+        tie = b.v(f"arith.andi {b.same_in_order(xj, xi, dt)}, {b.v(f'arith.cmpi ult, {j}, {i} : index')} : i1")
         hit = b.v(f"arith.ori {before}, {tie} : i1")
         one = b.cast(hit, torch.bool, torch.int64)
         return b.binary("add", out, one, torch.int64)
