@@ -70,8 +70,11 @@ class Body:
             "sub": "arith.subf" if f else "arith.subi",
             "mul": "arith.mulf" if f else "arith.muli",
             "div": "arith.divf" if f else "arith.divsi",
-            "max": "arith.maximumf" if f else "arith.maxsi",
-            "min": "arith.minimumf" if f else "arith.minsi",
+            # A bool (i1) compares unsigned: max is or, min is and.
+            "max": "arith.maximumf" if f else "arith.maxui" if t == torch.bool else "arith.maxsi",
+            "min": "arith.minimumf" if f else "arith.minui" if t == torch.bool else "arith.minsi",
+            # NaN-ignoring (fmax/fmin).
+            "fmax": "arith.maxnumf", "fmin": "arith.minnumf",
             "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori",
             "pow": "math.powf" if f else "math.ipowi",
         }

@@ -1,6 +1,7 @@
 """Elementwise aten ops as ``linalg.generic``s: arithmetic with torch's type
 promotion, unary math, comparisons and logic, ``where``, ``pow``, ``clamp``,
-casts and copies, integer division and ``remainder``."""
+casts and copies, integer division, ``remainder`` and ``fmod``, ``fmax``/
+``fmin``, ``isnan``/``isinf``/``isfinite``, ``nan_to_num``."""
 
 from __future__ import annotations
 
@@ -80,6 +81,87 @@ def _logical(op):
 
 HANDLERS[aten.bitwise_and.Tensor] = _logical("and")
 HANDLERS[aten.bitwise_or.Tensor] = _logical("or")
+HANDLERS[aten.bitwise_xor.Tensor] = _logical("xor")
+HANDLERS[aten.bitwise_and.Scalar] = _logical("and")
+HANDLERS[aten.bitwise_or.Scalar] = _logical("or")
+HANDLERS[aten.bitwise_xor.Scalar] = _logical("xor")
+
+
+@handles(aten.fmax.default, aten.fmin.default)
+def _fmax(imp, node, args, kwargs):
+    """The max (min) ignoring a NaN: NaN only where both are."""
+    op = "fmax" if node.target == aten.fmax.default else "fmin"
+    _, dtype = _out(node)
+    if not is_float(dtype):
+        op = op[1:]
+    return _ew(imp, node, [args[0], args[1]], lambda b, v, t: (b.binary(op, v[0], v[1], t), None))
+
+
+def _float_test(kind):
+    """isnan / isinf / isposinf / isneginf / isfinite: a bool per element
+    (integers and booleans: never NaN nor infinite)."""
+    def h(imp, node, args, kwargs):
+        x = args[0]
+        if not is_float(x.dtype):
+            shape, _ = _out(node)
+            return imp.em.full(shape, kind == "finite", torch.bool)
+
+        def fn(b, v, t):
+            e = elem_type(t)
+            a = v[0]
+            if kind == "nan":
+                return b.v(f"arith.cmpf uno, {a}, {a} : {e}"), "bool"
+            inf = b.const(float("inf"), t)
+            if kind == "posinf":
+                return b.v(f"arith.cmpf oeq, {a}, {inf} : {e}"), "bool"
+            if kind == "neginf":
+                return b.v(f"arith.cmpf oeq, {a}, {b.const(float('-inf'), t)} : {e}"), "bool"
+            mag = b.unary("abs", a, t)
+            # one: ordered and unequal (a NaN is not finite).
+            return b.v(f"arith.cmpf {'oeq' if kind == 'inf' else 'one'}, {mag}, {inf} : {e}"), "bool"
+        return _ew(imp, node, [x], fn, compute=x.dtype)
+    return h
+
+
+for _op, _kind in [(aten.isnan.default, "nan"), (aten.isinf.default, "inf"),
+                   (aten.isposinf.default, "posinf"), (aten.isneginf.default, "neginf"),
+                   (aten.isfinite.default, "finite")]:
+    HANDLERS[_op] = _float_test(_kind)
+
+
+@handles(aten.nan_to_num.default)
+def _nan_to_num(imp, node, args, kwargs):
+    """NaN -> ``nan`` (0), +inf -> ``posinf`` (the dtype's max), -inf ->
+    ``neginf`` (its lowest)."""
+    x = args[0]
+    if not is_float(x.dtype):
+        return imp.em.cast(x, x.dtype)
+    nan = args[1] if len(args) > 1 and args[1] is not None else kwargs.get("nan") or 0.0
+    posinf = args[2] if len(args) > 2 else kwargs.get("posinf")
+    neginf = args[3] if len(args) > 3 else kwargs.get("neginf")
+    info = torch.finfo(x.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+
+    def fn(b, v, t):
+        e, a = elem_type(t), v[0]
+        r = b.select(b.v(f"arith.cmpf uno, {a}, {a} : {e}"), b.const(nan, t), a, t)
+        r = b.select(b.v(f"arith.cmpf oeq, {a}, {b.const(float('inf'), t)} : {e}"),
+                     b.const(posinf, t), r, t)
+        r = b.select(b.v(f"arith.cmpf oeq, {a}, {b.const(float('-inf'), t)} : {e}"),
+                     b.const(neginf, t), r, t)
+        return r, None
+    return _ew(imp, node, [x], fn, compute=x.dtype)
+
+
+@handles(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(imp, node, args, kwargs):
+    """C's fmod: the remainder with the dividend's sign (truncated
+    division)."""
+    def fn(b, v, t):
+        op = "arith.remf" if is_float(t) else "arith.remsi"
+        return b.v(f"{op} {v[0]}, {v[1]} : {elem_type(t)}"), None
+    return _ew(imp, node, [args[0], args[1]], fn)
 HANDLERS[aten.logical_and.default] = _logical("and")
 HANDLERS[aten.logical_or.default] = _logical("or")
 

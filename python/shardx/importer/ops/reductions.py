@@ -34,7 +34,9 @@ def _reduction(imp, node, args, kwargs):
     if target in (aten.amax.default, aten.amin.default):
         combine = "max" if target == aten.amax.default else "min"
         init = -math.inf if combine == "max" else math.inf
-        if not is_float(dtype):
+        if dtype == torch.bool:
+            init = combine == "min"
+        elif not is_float(dtype):
             info = torch.iinfo(dtype)
             init = info.min if combine == "max" else info.max
         return imp.em.reduce(x, dims, keepdim, combine, init, dtype)
