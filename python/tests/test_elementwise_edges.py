@@ -5,7 +5,8 @@ ignoring a NaN), ``fmod`` (the dividend's sign), bitwise ops on integers
 and booleans (``xor`` included, and with a scalar), and ``maximum``/
 ``minimum``/``amax``/``amin`` of booleans (an ``i1`` compares unsigned:
 signed, True was below False). Unsharded, and with the rows split over 2
-thread ranks.
+thread ranks. Also integer shifts (past the width too) and ``flip``
+(with the flipped rows split).
 
 Known differences, left out here (docs/Importer.md, "Sorts and top-k"
 and "Limits"): the sign of a zero from ``maximum``/``minimum``/``relu``
@@ -28,6 +29,10 @@ I = torch.tensor([[7, -7, 0, 5, -9, 2**31, -2**40, 3],
                   [1, 2, -3, 4, 6, -6, 9, -1]], dtype=torch.int64)
 J = torch.tensor([[2, 2, 3, -3, 4, 7, 3, -1],
                   [1, -2, 5, 4, -6, 6, -9, 1]], dtype=torch.int64)
+# Shift amounts past the width and negative: 0 to the left, the sign to
+# the right, as ATen defines them.
+N = torch.tensor([[0, 1, 63, 64, 65, -1, 3, 100],
+                  [2, 62, 63, 0, 1, -5, 64, 7]], dtype=torch.int64)
 B = torch.tensor([[True, False, True, True, False, False, True, False],
                   [False, False, True, False, True, True, True, False]])
 C = torch.tensor([[True, True, False, True, False, True, False, False],
@@ -53,6 +58,9 @@ CASES = {
     "bitwise_bool": (lambda a, b: ((a & b), (a | b), (a ^ b), a ^ True), (B, C)),
     "maximum_bool": (lambda a, b: (torch.maximum(a, b), torch.minimum(a, b)), (B, C)),
     "amax_bool": (lambda a: (torch.amax(a, -1), torch.amin(a, -1)), (B,)),
+    "shifts": (lambda x, n: (x << n, x >> n, x << 3, x >> 2), (I, N)),
+    "shifts_int32": (lambda x, n: (x << n, x >> n), (I.to(torch.int32), N.to(torch.int32))),
+    "flip": (lambda x: (torch.flip(x, [0]), torch.flip(x, [-1]), torch.flip(x, [0, 1]) * 2), (F,)),
 }
 
 

@@ -154,6 +154,31 @@ def _nan_to_num(imp, node, args, kwargs):
     return _ew(imp, node, [x], fn, compute=x.dtype)
 
 
+@handles(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
+         aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor)
+def _shift(imp, node, args, kwargs):
+    """Integer shifts as ATen defines them past the width: a shift by a
+    negative amount or by the width or more gives 0 to the left and the
+    sign to the right (arithmetic)."""
+    left = "lshift" in str(node.target) or "left" in str(node.target)
+    _, dtype = _out(node)
+    if is_float(dtype) or dtype == torch.bool:
+        raise UnsupportedOpError(f"{node.target} on {dtype}")
+    bits = torch.iinfo(dtype).bits
+
+    def fn(b, v, t):
+        e = elem_type(t)
+        x, n = v[0], v[1]
+        out = b.compare("ge", n, b.const(bits, t), t)
+        out = b.v(f"arith.ori {out}, {b.compare('lt', n, b.const(0, t), t)} : i1")
+        if left:
+            shifted = b.v(f"arith.shli {x}, {n} : {e}")
+            return b.select(out, b.const(0, t), shifted, t), None
+        shifted = b.v(f"arith.shrsi {x}, {n} : {e}")
+        return b.select(out, b.v(f"arith.shrsi {x}, {b.const(bits - 1, t)} : {e}"), shifted, t), None
+    return _ew(imp, node, [args[0], args[1]], fn)
+
+
 @handles(aten.fmod.Tensor, aten.fmod.Scalar)
 def _fmod(imp, node, args, kwargs):
     """C's fmod: the remainder with the dividend's sign (truncated

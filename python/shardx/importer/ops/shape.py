@@ -192,3 +192,15 @@ def _arange(imp, node, args, kwargs):
         x = b.cast(i64, torch.int64, dtype)
         return b.binary("add", b.const(start, dtype), b.binary("mul", x, b.const(step, dtype), dtype), dtype)
     return imp.em.generic(shape, dtype, [], ["parallel"], ["d0"], body)
+
+
+@handles(aten.flip.default)
+def _flip(imp, node, args, kwargs):
+    """``x`` reversed along ``dims``: a copy reading position ``n - 1 - i``
+    of each flipped dim."""
+    x, dims = args[0], args[1]
+    r = x.rank
+    flipped = {d % r for d in dims} if r else set()
+    exprs = [f"{x.shape[i] - 1} - d{i}" if i in flipped else f"d{i}" for i in range(r)]
+    return imp.em.generic(x.shape, x.dtype, [(x, exprs)], ["parallel"] * r,
+                          [f"d{i}" for i in range(r)], lambda b, a, out: a[0])
