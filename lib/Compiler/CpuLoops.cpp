@@ -197,6 +197,16 @@ LogicalResult mlir::shardx::approximateMath(ModuleOp module) {
             .getResult());
     fma.erase();
   });
+  // convert-math-to-libm marks math.absi illegal and has no libm call for
+  // it: the LLVM intrinsic (the least integer stays itself, as in eager).
+  module.walk([](math::AbsIOp abs) {
+    OpBuilder b(abs);
+    abs.replaceAllUsesWith(LLVM::AbsOp::create(b, abs.getLoc(), abs.getType(),
+                                               abs.getOperand(),
+                                               /*is_int_min_poison=*/false)
+                               .getResult());
+    abs.erase();
+  });
   return success();
 }
 

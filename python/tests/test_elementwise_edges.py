@@ -60,6 +60,10 @@ CASES = {
     "amax_bool": (lambda a: (torch.amax(a, -1), torch.amin(a, -1)), (B,)),
     "shifts": (lambda x, n: (x << n, x >> n, x << 3, x >> 2), (I, N)),
     "shifts_int32": (lambda x, n: (x << n, x >> n), (I.to(torch.int32), N.to(torch.int32))),
+    "abs_int": (lambda x: (torch.abs(x), torch.abs(x.to(torch.int32))), (I,)),
+    # Reflection reads |i| of an index (an integer abs, which the code
+    # generation refused: math.absi).
+    "pad_reflect": (lambda x: torch.nn.functional.pad(x[None], (2, 3), mode="reflect")[0], (F,)),
     "flip": (lambda x: (torch.flip(x, [0]), torch.flip(x, [-1]), torch.flip(x, [0, 1]) * 2), (F,)),
 }
 

@@ -382,6 +382,11 @@ def LowerInnerReductionsPass : Pass<"shardx-lower-reductions", "ModuleOp"> {
 def ApproximateMathPass : Pass<"shardx-approximate-math", "ModuleOp"> {
   let summary = "Replaces f32 exp, erf and tanh by polynomial approximations "
                 "that LLVM vectorizes (CPU target)";
+  let description = [{
+    Fused multiply-adds become the LLVM intrinsic, and `math.absi` becomes
+    `llvm.intr.abs` (`convert-math-to-libm`, which runs next, marks it
+    illegal and has no call for it).
+  }];
   let dependentDialects = ["arith::ArithDialect", "LLVM::LLVMDialect",
                            "math::MathDialect", "vector::VectorDialect"];
 }

@@ -95,7 +95,11 @@ class Body:
         if op == "relu":
             return self.binary("max", a, self.const(0, t), t)
         if op == "abs":
-            return self.v(f"math.{'absf' if is_float(t) else 'absi'} {a} : {e}")
+            if is_float(t):
+                return self.v(f"math.absf {a} : {e}")
+            # max(a, -a): the code generation lowers no math.absi (the
+            # least integer stays itself, as in eager).
+            return self.binary("max", a, self.unary("neg", a, t), t)
         if op == "not":
             return self.binary("xor", a, self.const(True, torch.bool), torch.bool)
         if op == "sign":
