@@ -57,8 +57,117 @@ for _op, _name in [(aten.neg.default, "neg"), (aten.exp.default, "exp"), (aten.l
                    (aten.expm1.default, "expm1"), (aten.log1p.default, "log1p"),
                    (aten.sign.default, "sign"), (aten.log2.default, "log2"),
                    (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
-                   (aten.trunc.default, "trunc"), (aten.round.default, "roundeven")]:
+                   (aten.trunc.default, "trunc"), (aten.round.default, "roundeven"),
+                   (aten.tan.default, "tan"), (aten.sinh.default, "sinh"),
+                   (aten.cosh.default, "cosh"), (aten.asin.default, "asin"),
+                   (aten.acos.default, "acos"), (aten.atan.default, "atan"),
+                   (aten.asinh.default, "asinh"), (aten.acosh.default, "acosh"),
+                   (aten.atanh.default, "atanh"), (aten.log10.default, "log10"),
+                   (aten.exp2.default, "exp2")]:
     HANDLERS[_op] = _unary(_name)
+
+
+@handles(aten.atan2.default)
+def _atan2(imp, node, args, kwargs):
+    return _ew(imp, node, [args[0], args[1]],
+               lambda b, v, t: (b.v(f"math.atan2 {v[0]}, {v[1]} : {elem_type(t)}"), None))
+
+
+@handles(aten.copysign.Tensor, aten.copysign.Scalar)
+def _copysign(imp, node, args, kwargs):
+    """``a``'s magnitude with ``b``'s sign bit, on the bits (the code
+    generation lowers no math.copysign; -0.0 and NaN signs count)."""
+    def fn(b, v, t):
+        e, bits = elem_type(t), torch.finfo(t).bits
+        i = f"i{bits}"
+        sign = 1 << (bits - 1)
+        ab = b.v(f"arith.bitcast {v[0]} : {e} to {i}")
+        bb = b.v(f"arith.bitcast {v[1]} : {e} to {i}")
+        mag = b.v(f"arith.andi {ab}, {b.v(f'arith.constant {sign - 1} : {i}')} : {i}")
+        sgn = b.v(f"arith.andi {bb}, {b.v(f'arith.constant {-sign} : {i}')} : {i}")
+        return b.v(f"arith.bitcast {b.v(f'arith.ori {mag}, {sgn} : {i}')} : {i} to {e}"), None
+    return _ew(imp, node, [args[0], args[1]], fn)
+
+
+@handles(aten.leaky_relu.default)
+def _leaky_relu(imp, node, args, kwargs):
+    slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+
+    def fn(b, v, t):
+        pos = b.compare("gt", v[0], b.const(0.0, t), t)
+        return b.select(pos, v[0], b.binary("mul", v[0], b.const(slope, t), t), t), None
+    return _ew(imp, node, [args[0]], fn)
+
+
+@handles(aten.leaky_relu_backward.default)
+def _leaky_relu_backward(imp, node, args, kwargs):
+    grad, x, slope = args[0], args[1], args[2]
+
+    def fn(b, v, t):
+        pos = b.compare("gt", v[1], b.const(0.0, t), t)
+        return b.select(pos, v[0], b.binary("mul", v[0], b.const(slope, t), t), t), None
+    return _ew(imp, node, [grad, x], fn)
+
+
+@handles(aten.elu.default)
+def _elu(imp, node, args, kwargs):
+    """``scale * x`` where x > 0, else ``scale * alpha * (exp(x *
+    input_scale) - 1)`` (elu, selu, celu)."""
+    alpha = args[1] if len(args) > 1 else kwargs.get("alpha", 1.0)
+    scale = args[2] if len(args) > 2 else kwargs.get("scale", 1.0)
+    input_scale = args[3] if len(args) > 3 else kwargs.get("input_scale", 1.0)
+
+    def fn(b, v, t):
+        x = v[0]
+        pos = b.compare("gt", x, b.const(0.0, t), t)
+        neg = b.unary("expm1", b.binary("mul", x, b.const(input_scale, t), t), t)
+        neg = b.binary("mul", neg, b.const(scale * alpha, t), t)
+        return b.select(pos, b.binary("mul", x, b.const(scale, t), t), neg, t), None
+    return _ew(imp, node, [args[0]], fn)
+
+
+@handles(aten.elu_backward.default)
+def _elu_backward(imp, node, args, kwargs):
+    """ATen's: where the input (or, ``is_result``, the output) is <= 0,
+    ``grad * input_scale * (out + alpha * scale)`` from the output or
+    ``grad * input_scale * alpha * scale * exp(x * input_scale)`` from the
+    input; elsewhere ``grad * scale``."""
+    grad, alpha, scale, input_scale, is_result, saved = args[:6]
+
+    def fn(b, v, t):
+        g, y = v[0], v[1]
+        c = lambda value: b.const(value, t)
+        nonpos = b.compare("le", y, c(0.0), t)
+        if is_result:
+            neg = b.binary("mul", b.binary("mul", g, c(input_scale), t),
+                           b.binary("add", y, c(alpha * scale), t), t)
+        else:
+            e = b.unary("exp", b.binary("mul", y, c(input_scale), t), t)
+            neg = b.binary("mul", b.binary("mul", g, c(input_scale * alpha * scale), t), e, t)
+        return b.select(nonpos, neg, b.binary("mul", g, c(scale), t), t), None
+    return _ew(imp, node, [grad, saved], fn)
+
+
+@handles(aten.hardtanh.default)
+def _hardtanh(imp, node, args, kwargs):
+    lo = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
+    hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
+
+    def fn(b, v, t):
+        r = b.binary("max", v[0], b.const(lo, t), t)
+        return b.binary("min", r, b.const(hi, t), t), None
+    return _ew(imp, node, [args[0]], fn)
+
+
+@handles(aten.hardtanh_backward.default)
+def _hardtanh_backward(imp, node, args, kwargs):
+    grad, x, lo, hi = args[:4]
+
+    def fn(b, v, t):
+        out = b.v(f"arith.ori {b.compare('le', v[1], b.const(lo, t), t)}, "
+                  f"{b.compare('ge', v[1], b.const(hi, t), t)} : i1")
+        return b.select(out, b.const(0.0, t), v[0], t), None
+    return _ew(imp, node, [grad, x], fn)
 
 
 @handles(aten.logical_not.default, aten.bitwise_not.default)
@@ -245,6 +354,30 @@ def _pow_ts(imp, node, args, kwargs):
 @handles(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(imp, node, args, kwargs):
     return _ew(imp, node, [args[0], args[1]], lambda b, v, t: (b.binary("pow", v[0], v[1], t), None))
+
+
+@handles(aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
+def _clamp_tensor(imp, node, args, kwargs):
+    """Clamped by tensors (broadcast): ``min(max(x, lo), hi)``, a NaN bound
+    or input giving NaN."""
+    x = args[0]
+    if node.target == aten.clamp_min.Tensor:
+        lo, hi = args[1], None
+    elif node.target == aten.clamp_max.Tensor:
+        lo, hi = None, args[1]
+    else:
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+    operands = [x] + [v for v in (lo, hi) if v is not None]
+
+    def fn(b, v, t):
+        r, k = v[0], 1
+        if lo is not None:
+            r, k = b.binary("max", r, v[k], t), k + 1
+        if hi is not None:
+            r = b.binary("min", r, v[k], t)
+        return r, None
+    return _ew(imp, node, operands, fn)
 
 
 @handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)

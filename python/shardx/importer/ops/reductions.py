@@ -51,6 +51,32 @@ def _reduction(imp, node, args, kwargs):
     return s
 
 
+@handles(aten.max.default, aten.min.default)
+def _max_all(imp, node, args, kwargs):
+    """The max (min) of every element (a NaN wins)."""
+    x = args[0]
+    combine = "max" if node.target == aten.max.default else "min"
+    init = -math.inf if combine == "max" else math.inf
+    if x.dtype == torch.bool:
+        init = combine == "min"
+    elif not is_float(x.dtype):
+        info = torch.iinfo(x.dtype)
+        init = info.min if combine == "max" else info.max
+    return imp.em.reduce(x, list(range(x.rank)), False, combine, init, x.dtype)
+
+
+@handles(aten.prod.dim_int, aten.prod.default)
+def _prod_reduction(imp, node, args, kwargs):
+    x = args[0]
+    shape, dtype = _out(node)
+    if node.target == aten.prod.default:
+        dims, keepdim = list(range(x.rank)), False
+    else:
+        dims = [args[1]]
+        keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    return imp.em.reduce(x, dims, keepdim, "mul", 1, dtype)
+
+
 @handles(aten.var_mean.correction, aten.var.correction)
 def _var_mean(imp, node, args, kwargs):
     x = args[0]
