@@ -297,10 +297,26 @@ std::optional<int64_t> floorDivConstant(linalg::GenericOp op) {
   return k.getSExtValue();
 }
 
+/// Whether `w` is `v` wrapped if negative: `select(v < 0, v + bound, v)`,
+/// or `v` itself.
+bool isWrapped(Value w, Value v, int64_t bound) {
+  if (w == v)
+    return true;
+  auto select = def<arith::SelectOp>(w);
+  auto neg = def<arith::CmpIOp>(select ? select.getCondition() : Value());
+  auto add = def<arith::AddIOp>(select ? select.getTrueValue() : Value());
+  return neg && add && select.getFalseValue() == v &&
+         neg.getPredicate() == arith::CmpIPredicate::slt && neg.getLhs() == v &&
+         isConstInt(neg.getRhs(), 0) &&
+         ((add.getLhs() == v && isConstInt(add.getRhs(), bound)) ||
+          (add.getRhs() == v && isConstInt(add.getLhs(), bound)));
+}
+
 /// The importer's index bounds check: `ok = generic(v)` (v, wrapped if
 /// negative, in [0, bound)) and `idx = generic(v, ok)` (v wrapped where
 /// ok, else 0). Returns (v, ok) for `idx` when the check's bound is
-/// `bound`.
+/// `bound`. (A v in range is then idx and ok true: the pass reads idx as
+/// v, so both bodies must be these.)
 std::optional<std::pair<Value, Value>> throughBoundsCheck(Value idx,
                                                           int64_t bound) {
   auto use = def<linalg::GenericOp>(idx);
@@ -315,12 +331,18 @@ std::optional<std::pair<Value, Value>> throughBoundsCheck(Value idx,
   // The yielded select(ok, wrapped, 0), and the check's upper bound.
   auto select = def<arith::SelectOp>(yielded(use));
   if (!select || select.getCondition() != arg(use, 1) ||
+      !isWrapped(select.getTrueValue(), arg(use, 0), bound) ||
       !isConstInt(select.getFalseValue(), 0))
     return std::nullopt;
+  // and(w >= 0, w < bound) of the wrapped w.
   auto both = def<arith::AndIOp>(yielded(check));
+  auto above = def<arith::CmpIOp>(both ? both.getLhs() : Value());
   auto below = def<arith::CmpIOp>(both ? both.getRhs() : Value());
-  if (!below || below.getPredicate() != arith::CmpIPredicate::slt ||
-      !isConstInt(below.getRhs(), bound))
+  if (!above || !below || above.getPredicate() != arith::CmpIPredicate::sge ||
+      !isConstInt(above.getRhs(), 0) ||
+      below.getPredicate() != arith::CmpIPredicate::slt ||
+      !isConstInt(below.getRhs(), bound) || above.getLhs() != below.getLhs() ||
+      !isWrapped(below.getLhs(), arg(check, 0), bound))
     return std::nullopt;
   return std::make_pair(v, ok);
 }
@@ -471,6 +493,12 @@ int64_t dimSize(Value v, unsigned d) {
   return cast<RankedTensorType>(v.getType()).getDimSize(d);
 }
 
+/// Whether `v` is a tensor of i64 (the routing's values: the local program
+/// builds their clones, and the received rows' experts, in i64).
+bool isI64(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isInteger(64);
+}
+
 class Matcher {
 public:
   Matcher(linalg::GenericOp rank, MeshOp mesh) : mesh(mesh) { m.rank = rank; }
@@ -529,6 +557,9 @@ bool Matcher::matchRouting() {
     }
   }
   if (!m.token || m.items % m.k)
+    return false;
+  if (!isI64(m.flat) || !isI64(m.rank.getResult(0)) ||
+      !isI64(m.inverse.getResult(0)) || !isI64(m.token.getResult(0)))
     return false;
   m.tokens = m.items / m.k;
   return true;
@@ -702,7 +733,8 @@ bool Matcher::matchGroups(Value g) {
   if (!cumsum || !isCumsum(cumsum))
     return false;
   auto bincount = def<linalg::GenericOp>(cumsum.getDpsInputs()[0]);
-  if (!bincount || !isBincount(bincount) ||
+  if (!bincount || !isBincount(bincount) || !isI64(bincount.getResult(0)) ||
+      !isI64(groups.getResult(0)) ||
       (m.bincount && (m.bincount != bincount || m.cumsum != cumsum)))
     return false;
   m.bincount = bincount;
@@ -1215,18 +1247,23 @@ void zeroChecks(Dispatch &m) {
     for (Operation *user : llvm::make_early_inc_range(mask.getUsers())) {
       auto negate = dyn_cast<linalg::GenericOp>(user);
       if (!negate || negate.getNumDpsInputs() != 1 ||
+          negate.getDpsInputs()[0] != mask ||
           !shapeIs(negate, {par}, {{0}, {0}}))
         continue;
+      // extui(xor(mask, true)).
       auto ext = def<arith::ExtUIOp>(yielded(negate));
       auto x = def<arith::XOrIOp>(ext ? ext.getIn() : Value());
-      if (!x || !(x.getLhs() == arg(negate, 0) || x.getRhs() == arg(negate, 0)))
+      if (!x || !((x.getLhs() == arg(negate, 0) &&
+                   matchPattern(x.getRhs(), m_One())) ||
+                  (x.getRhs() == arg(negate, 0) &&
+                   matchPattern(x.getLhs(), m_One()))))
         continue;
       for (Operation *sumUser :
            llvm::make_early_inc_range(negate.getResult(0).getUsers())) {
         auto sum = dyn_cast<linalg::GenericOp>(sumUser);
         if (!sum || sum.getNumDpsInputs() != 1 ||
             !shapeIs(sum, {red}, {{0}, {}}) || !isZeros(sum.getDpsInits()[0]) ||
-            !addToOut(sum, yielded(sum)))
+            addToOut(sum, yielded(sum)) != arg(sum, 0))
           continue;
         OpBuilder b(sum);
         auto type = cast<RankedTensorType>(sum.getResult(0).getType());
