@@ -63,6 +63,11 @@ def _forward(name, tokens_split=True):
     shape, tokens, experts = {**CASES, **UNEVEN_TOKENS}[name]
     torch.manual_seed(0)
     module = GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K, counts="bincount")
+    return _forward_of(module, shape, tokens, tokens_split)
+
+
+def _forward_of(module, shape, tokens, tokens_split=True):
+    """``_forward``'s tuple for ``module`` (a block) on ``tokens`` tokens."""
     x = torch.randn(tokens, DIM)
     if len(shape) == 1:
         mesh, weights = Mesh(shape, ("ep",)), [S(0)]
@@ -237,14 +242,18 @@ TRAIN_CASES = ["ep2", "ep4", "dp2xep2", "uneven_ep2", "uneven_dp2xep2"]
 
 def _train(name):
     """(step, mesh, in placements, out placements, example args)."""
+    shape, tokens, experts = {**CASES, **UNEVEN_TOKENS}[name]
+    return _train_of(lambda: GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K,
+                                             counts="bincount"), shape, tokens)
+
+
+def _train_of(block, shape, tokens):
+    """``_train``'s tuple for the block ``block()`` on ``tokens`` tokens."""
     from shardx.train import TrainStep
     import torch.nn.functional as F
 
-    shape, tokens, experts = {**CASES, **UNEVEN_TOKENS}[name]
     torch.manual_seed(0)
-    module = torch.nn.Sequential(
-        torch.nn.Linear(DIM, DIM, bias=False),
-        GroupedMoEBlock(DIM, HIDDEN, experts, top_k=TOP_K, counts="bincount"))
+    module = torch.nn.Sequential(torch.nn.Linear(DIM, DIM, bias=False), block())
     x = torch.randn(tokens, DIM)
     if len(shape) == 1:
         mesh, weights, tok = Mesh(shape, ("ep",)), [S(0)], [S(0)]
@@ -387,3 +396,88 @@ def test_two_blocks_train_step(shape, tmp_path, build_dir):
     assert len(re.findall(r"shardx\.ragged_all_to_all ", local)) == 8, local
     assert_steps_match_eager(shardx.compile(step, mesh, ins, outs), step, args, "two blocks")
 
+
+class _SkewedBlock(GroupedMoEBlock):
+    """A router bias sends every token to experts 0 and 1: on ep4 ranks 0
+    and 1 receive every row, ranks 2 and 3 none (zero-sized exchanges)."""
+
+    def route(self, x):
+        bias = torch.tensor([100.0, 50.0] + [0.0] * (self.experts - 2))
+        probs = torch.softmax(self.router(x) + bias, dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        return weights / weights.sum(-1, keepdim=True), chosen
+
+
+class _AuxLossBlock(GroupedMoEBlock):
+    """The router's probabilities also read by a load-balancing term added to
+    the output (their other user)."""
+
+    def forward(self, x):
+        probs = torch.softmax(self.router(x), dim=-1)
+        return super().forward(x) + 0.1 * (probs.mean(0) ** 2).sum()
+
+
+class _RowsReturnedBlock(GroupedMoEBlock):
+    """The routed rows' outputs returned with the block's output."""
+
+    def forward(self, x):
+        weights, chosen = self.route(x)
+        flat = chosen.reshape(-1)
+        offs = torch.cumsum(torch.bincount(flat, minlength=self.experts), dim=0,
+                            dtype=torch.int32)
+        order = torch.argsort(flat, stable=True)
+        token = order // self.top_k
+        ys = torch._grouped_mm(x[token], self.w1, offs=offs)
+        return torch.zeros(x.shape[0], ys.shape[1]).index_add(0, token, ys), ys
+
+
+# name: (block, mesh shape, tokens, train step, ragged exchanges expected).
+# Forwards whose tokens do not divide (3 on ep2: 2, 1; 7 on ep4: 2, 2, 2,
+# 1; 3 on 2x2: 1, 1, 1, 0, a rank with no token), top-3 (forward and
+# train step), skewed routing (padded on ep4; the train step on 2x2 with
+# each dp rank's own tokens), the router's probabilities read by a
+# load-balancing term, and forms the pass leaves to propagation: top-1
+# (``order // 1`` folds away: no token generic) and the routed rows returned.
+OTHER_FORMS = {
+    "tokens3_ep2": (GroupedMoEBlock, (2,), 3, False, 2),
+    "tokens7_ep4": (GroupedMoEBlock, (4,), 7, False, 2),
+    "tokens3_dp2xep2": (GroupedMoEBlock, (2, 2), 3, False, 2),
+    "top3_ep2": (lambda: GroupedMoEBlock(DIM, HIDDEN, 4, top_k=3), (2,), 8, False, 2),
+    "top3_train_ep2": (lambda: GroupedMoEBlock(DIM, HIDDEN, 4, top_k=3), (2,), 8, True, 4),
+    "skewed_tokens5_ep4": (_SkewedBlock, (4,), 5, False, 2),
+    "skewed_train_dp2xep2": (_SkewedBlock, (2, 2), 8, True, 4),
+    "aux_loss_train_dp2xep2": (_AuxLossBlock, (2, 2), 8, True, 4),
+    "top1_ep2": (lambda: GroupedMoEBlock(DIM, HIDDEN, 4, top_k=1), (2,), 8, False, 0),
+    "rows_returned_ep2": (_RowsReturnedBlock, (2,), 8, False, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_FORMS))
+def test_other_forms_match_eager(name, tmp_path, build_dir):
+    """Each form is rewritten (its ragged exchanges in the local program) or
+    left to propagation (none), and its numbers are eager's either way:
+    forward outputs, or two SGD steps' loss and parameters."""
+    from shardx_dev.testing.steps import assert_steps_match_eager
+
+    block, shape, tokens, train, ragged = OTHER_FORMS[name]
+    make = block if isinstance(block, type) else None
+    if make:
+        block = lambda: make(DIM, HIDDEN, 4, top_k=TOP_K)
+    path = tmp_path / f"{name}.mlir"
+    if train:
+        step, mesh, ins, outs, args = _train_of(block, shape, tokens)
+        path.write_text(trace(step, args, mesh, ins, outs, name=name))
+    else:
+        torch.manual_seed(0)
+        fn, args, mesh, ins, module, x = _forward_of(block(), shape, tokens)
+        path.write_text(trace(fn, args, mesh, ins, None, name=name))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
+    assert len(re.findall(r"shardx\.ragged_all_to_all ", local)) == ragged, local
+    if train:
+        assert_steps_match_eager(shardx.compile(step, mesh, ins, outs), step, args, name)
+        return
+    got = shardx.compile(fn, mesh, ins)(*args)
+    want = module(x)
+    for g, w in zip(*((got, want) if isinstance(want, tuple) else ((got,), (want,)))):
+        np.testing.assert_allclose(g.to_torch().numpy(), w.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
