@@ -551,7 +551,8 @@ bool Matcher::matchRouting() {
   for (Operation *user : m.inverse.getResult(0).getUsers()) {
     auto token = dyn_cast<linalg::GenericOp>(user);
     std::optional<int64_t> k = token ? floorDivConstant(token) : std::nullopt;
-    if (k && !m.token) {
+    // order // k, not another input's quotient written into order's buffer.
+    if (k && !m.token && token.getDpsInputs()[0] == m.inverse.getResult(0)) {
       m.token = token;
       m.k = *k;
     }
