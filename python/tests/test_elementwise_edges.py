@@ -64,8 +64,20 @@ CASES = {
     # Reflection reads |i| of an index (an integer abs, which the code
     # generation refused: math.absi).
     "pad_reflect": (lambda x: torch.nn.functional.pad(x[None], (2, 3), mode="reflect")[0], (F,)),
+    # Item assignment into a fresh tensor (a select of a 1-d tensor is
+    # 0-d: the importer's reshape to 0-d wrote an invalid expand_shape).
+    "setitem": (lambda x: x + _set_items(), (F,)),
     "flip": (lambda x: (torch.flip(x, [0]), torch.flip(x, [-1]), torch.flip(x, [0, 1]) * 2), (F,)),
 }
+
+
+def _set_items():
+    b = torch.zeros(2, 8)
+    b[1, 2] = 7.0
+    b[:, 0] = 2.0
+    v = torch.zeros(8)
+    v[0], v[3] = 100.0, -50.0
+    return b + v
 
 
 def _equal(a, b):

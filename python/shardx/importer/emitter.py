@@ -110,6 +110,18 @@ class Emitter:
         if x.reshape_of is not None and x.reshape_of.shape == shape:
             return x.reshape_of
         source = x.reshape_of or x
+        if not shape or not x.shape:
+            # To or from a 0-d tensor (every other dim a unit dim): one
+            # collapse or expand with no groups.
+            t = tensor_type(shape, x.dtype)
+            if not shape:
+                name = self.emit(f"tensor.collapse_shape {x.name} [] : {x.type} into {t}")
+            else:
+                sizes = ", ".join(map(str, shape))
+                name = self.emit(f"tensor.expand_shape {x.name} [] output_shape [{sizes}] : {x.type} into {t}")
+            cur = Value(name, shape, x.dtype)
+            cur.reshape_of = source
+            return cur
         groups = _reshape_groups(x.shape, shape)
         mid_shape = tuple(_prod(x.shape[i] for i in gi) for gi, _ in groups)
         cur = x
