@@ -356,14 +356,15 @@ def _pow(imp, node, args, kwargs):
     return _ew(imp, node, [args[0], args[1]], lambda b, v, t: (b.binary("pow", v[0], v[1], t), None))
 
 
-@handles(aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
-def _clamp_tensor(imp, node, args, kwargs):
-    """Clamped by tensors (broadcast): ``min(max(x, lo), hi)``, a NaN bound
-    or input giving NaN."""
+@handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default,
+         aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
+def _clamp(imp, node, args, kwargs):
+    """``min(max(x, lo), hi)``, the bounds numbers or tensors (broadcast);
+    a NaN input or bound gives NaN."""
     x = args[0]
-    if node.target == aten.clamp_min.Tensor:
+    if node.target in (aten.clamp_min.default, aten.clamp_min.Tensor):
         lo, hi = args[1], None
-    elif node.target == aten.clamp_max.Tensor:
+    elif node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
         lo, hi = None, args[1]
     else:
         lo = args[1] if len(args) > 1 else kwargs.get("min")
@@ -378,27 +379,6 @@ def _clamp_tensor(imp, node, args, kwargs):
             r = b.binary("min", r, v[k], t)
         return r, None
     return _ew(imp, node, operands, fn)
-
-
-@handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
-def _clamp(imp, node, args, kwargs):
-    x = args[0]
-    if node.target == aten.clamp_min.default:
-        lo, hi = args[1], None
-    elif node.target == aten.clamp_max.default:
-        lo, hi = None, args[1]
-    else:
-        lo = args[1] if len(args) > 1 else kwargs.get("min")
-        hi = args[2] if len(args) > 2 else kwargs.get("max")
-
-    def fn(b, v, t):
-        r = v[0]
-        if lo is not None:
-            r = b.binary("max", r, b.const(lo, t), t)
-        if hi is not None:
-            r = b.binary("min", r, b.const(hi, t), t)
-        return r, None
-    return _ew(imp, node, [x], fn)
 
 
 @handles(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.detach.default,
