@@ -444,9 +444,9 @@ func.func @column_parallel_embedding(
   %v410 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3 : tensor<2x3xi64>) outs(%e403 : tensor<2x3xi64>) {
   ^bb0(%a404: i64, %o405: i64):
     %s406 = arith.constant -11 : i64
-    %s407 = arith.maxsi %a404, %s406 : i64
-    %s408 = arith.constant 10 : i64
-    %s409 = arith.minsi %s407, %s408 : i64
+    %s407 = arith.constant 10 : i64
+    %s408 = arith.maxsi %a404, %s406 : i64
+    %s409 = arith.minsi %s408, %s407 : i64
     linalg.yield %s409 : i64
   } -> tensor<2x3xi64> loc(#loc3)
   %e411 = tensor.empty() : tensor<2x3x1xi1> loc(#loc3)
