@@ -19,6 +19,7 @@ import torch
 
 import shardx
 from shardx import Mesh, Shard as S
+from shardx_dev.testing.steps import same_bits
 
 NAN, INF = float("nan"), float("inf")
 F = torch.tensor([[NAN, 1.0, -2.0, INF, -INF, 0.5, 3.5, -7.25],
@@ -80,12 +81,6 @@ def _set_items():
     return b + v
 
 
-def _equal(a, b):
-    """Bit for bit, NaN where NaN."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(
-        ((a == b) | (a != a) & (b != b)).all())
-
-
 def _tuple(fn):
     return lambda *a: (lambda r: r if isinstance(r, tuple) else (r,))(fn(*a))
 
@@ -103,4 +98,4 @@ def test_matches_eager_bit_for_bit(name, split):
         f = shardx.compile(fn, None)
     got = [t.to_torch() for t in f(*args)]
     for w, g in zip(want, got):
-        assert _equal(w, g), f"{name}: eager {w.tolist()}, shardx {g.tolist()}"
+        assert same_bits(w, g), f"{name}: eager {w.tolist()}, shardx {g.tolist()}"

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import shardx
-from shardx import Mesh, Replicate as R, Shard as S
+from shardx import Mesh, Shard as S
+from shardx_dev.testing.steps import same_bits
 
 NAN = float("nan")
 X = torch.tensor([[NAN, 1.0, NAN, 3.0, -2.0, 0.5],
@@ -45,12 +46,6 @@ EXACT = {
 }
 
 
-def _equal(a, b):
-    """Bit for bit, NaN where NaN."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(
-        ((a == b) | (a != a) & (b != b)).all())
-
-
 def _compiled(fn, x, split):
     if not split:
         return [t.to_torch() for t in shardx.compile(fn, None)(x)]
@@ -78,7 +73,7 @@ def test_matches_eager_bit_for_bit(name, data, split):
         return
     got = _compiled(fn, x, split)
     for w, g in zip(want, got):
-        assert _equal(w, g), f"{name} of {data}: eager {w.tolist()}, shardx {g.tolist()}"
+        assert same_bits(w, g), f"{name} of {data}: eager {w.tolist()}, shardx {g.tolist()}"
 
 
 TOPK = {
@@ -98,7 +93,7 @@ def test_topk_matches_eager_without_ties(name):
     fn = TOPK[name]
     want, got = fn(x), _compiled(fn, x, False)
     for w, g in zip(want, got):
-        assert _equal(w, g), f"{name}: eager {w.tolist()}, shardx {g.tolist()}"
+        assert same_bits(w, g), f"{name}: eager {w.tolist()}, shardx {g.tolist()}"
 
 
 @pytest.mark.parametrize("name", sorted(TOPK))
@@ -108,6 +103,6 @@ def test_topk_with_ties_picks_the_same_values(name):
     partial sort's)."""
     fn = TOPK[name]
     (wv, _), (gv, gi) = fn(TIED), _compiled(fn, TIED, False)
-    assert _equal(wv, gv), f"{name}: eager {wv.tolist()}, shardx {gv.tolist()}"
-    assert _equal(TIED.gather(-1, gi), gv)
+    assert same_bits(wv, gv), f"{name}: eager {wv.tolist()}, shardx {gv.tolist()}"
+    assert same_bits(TIED.gather(-1, gi), gv)
     assert all(len(set(row)) == len(row) for row in gi.tolist()), gi.tolist()

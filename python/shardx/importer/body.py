@@ -142,7 +142,7 @@ class Body:
         # Descending, a NaN comes before a number; ascending, a number
         # before a NaN.
         nan, num = (na, nb) if descending else (nb, na)
-        not_nan = self.v(f"arith.xori {num}, {self.const(True, torch.bool)} : i1")
+        not_nan = self.unary("not", num, torch.bool)
         return self.v(f"arith.ori {before}, {self.v(f'arith.andi {nan}, {not_nan} : i1')} : i1")
 
     def same_in_order(self, a: str, b: str, t: torch.dtype) -> str:

@@ -1,7 +1,8 @@
 """What the parallel-style tests (test_halo, test_context_parallel,
 test_expert_parallel) check the same way: a tool run that must succeed, a
 traced program's sharded run against its unsharded compile under mpirun,
-and a compiled train step against eager PyTorch over several steps."""
+and a compiled train step against eager PyTorch over several steps; and
+two tensors equal bit for bit (test_sorts, test_elementwise_edges)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,10 @@ def assert_steps_match_eager(f, step, args, what: str, steps: int = 2, rtol: flo
             np.testing.assert_allclose(a.to_torch().numpy(), b.detach().numpy(), rtol=rtol,
                                        atol=atol, err_msg=f"{what} step {i}: parameter {j}")
         sharded, eager = (p, s), (ep, es)
+
+
+def same_bits(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` have one dtype and shape and equal
+    elements, NaN where NaN."""
+    return a.dtype == b.dtype and a.shape == b.shape and bool(
+        ((a == b) | (a != a) & (b != b)).all())

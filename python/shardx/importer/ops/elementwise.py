@@ -89,24 +89,20 @@ def _copysign(imp, node, args, kwargs):
     return _ew(imp, node, [args[0], args[1]], fn)
 
 
-@handles(aten.leaky_relu.default)
+@handles(aten.leaky_relu.default, aten.leaky_relu_backward.default)
 def _leaky_relu(imp, node, args, kwargs):
-    slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+    """``g`` where ``x > 0``, else ``g * slope``: the forward with ``g`` the
+    input itself, the backward with ``g`` the gradient."""
+    if node.target == aten.leaky_relu.default:
+        operands = [args[0]]
+        slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+    else:
+        operands, slope = [args[0], args[1]], args[2]
 
     def fn(b, v, t):
-        pos = b.compare("gt", v[0], b.const(0.0, t), t)
+        pos = b.compare("gt", v[-1], b.const(0.0, t), t)
         return b.select(pos, v[0], b.binary("mul", v[0], b.const(slope, t), t), t), None
-    return _ew(imp, node, [args[0]], fn)
-
-
-@handles(aten.leaky_relu_backward.default)
-def _leaky_relu_backward(imp, node, args, kwargs):
-    grad, x, slope = args[0], args[1], args[2]
-
-    def fn(b, v, t):
-        pos = b.compare("gt", v[1], b.const(0.0, t), t)
-        return b.select(pos, v[0], b.binary("mul", v[0], b.const(slope, t), t), t), None
-    return _ew(imp, node, [grad, x], fn)
+    return _ew(imp, node, operands, fn)
 
 
 @handles(aten.elu.default)
@@ -194,6 +190,8 @@ HANDLERS[aten.bitwise_xor.Tensor] = _logical("xor")
 HANDLERS[aten.bitwise_and.Scalar] = _logical("and")
 HANDLERS[aten.bitwise_or.Scalar] = _logical("or")
 HANDLERS[aten.bitwise_xor.Scalar] = _logical("xor")
+HANDLERS[aten.logical_and.default] = _logical("and")
+HANDLERS[aten.logical_or.default] = _logical("or")
 
 
 @handles(aten.fmax.default, aten.fmin.default)
@@ -219,7 +217,7 @@ def _float_test(kind):
             e = elem_type(t)
             a = v[0]
             if kind == "nan":
-                return b.v(f"arith.cmpf uno, {a}, {a} : {e}"), "bool"
+                return b.is_nan(a, t), "bool"
             inf = b.const(float("inf"), t)
             if kind == "posinf":
                 return b.v(f"arith.cmpf oeq, {a}, {inf} : {e}"), "bool"
@@ -254,7 +252,7 @@ def _nan_to_num(imp, node, args, kwargs):
 
     def fn(b, v, t):
         e, a = elem_type(t), v[0]
-        r = b.select(b.v(f"arith.cmpf uno, {a}, {a} : {e}"), b.const(nan, t), a, t)
+        r = b.select(b.is_nan(a, t), b.const(nan, t), a, t)
         r = b.select(b.v(f"arith.cmpf oeq, {a}, {b.const(float('inf'), t)} : {e}"),
                      b.const(posinf, t), r, t)
         r = b.select(b.v(f"arith.cmpf oeq, {a}, {b.const(float('-inf'), t)} : {e}"),
@@ -269,7 +267,8 @@ def _shift(imp, node, args, kwargs):
     """Integer shifts as ATen defines them past the width: a shift by a
     negative amount or by the width or more gives 0 to the left and the
     sign to the right (arithmetic)."""
-    left = "lshift" in str(node.target) or "left" in str(node.target)
+    left = node.target in (aten.__lshift__.Scalar, aten.__lshift__.Tensor,
+                           aten.bitwise_left_shift.Tensor)
     _, dtype = _out(node)
     if is_float(dtype) or dtype == torch.bool:
         raise UnsupportedOpError(f"{node.target} on {dtype}")
@@ -296,8 +295,6 @@ def _fmod(imp, node, args, kwargs):
         op = "arith.remf" if is_float(t) else "arith.remsi"
         return b.v(f"{op} {v[0]}, {v[1]} : {elem_type(t)}"), None
     return _ew(imp, node, [args[0], args[1]], fn)
-HANDLERS[aten.logical_and.default] = _logical("and")
-HANDLERS[aten.logical_or.default] = _logical("or")
 
 
 def _cmp(pred):

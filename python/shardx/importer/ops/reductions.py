@@ -1,4 +1,5 @@
-"""Reductions and sorts: ``sum``/``mean``/``amax``/``amin``/``any``,
+"""Reductions and sorts: ``sum``/``mean``/``amax``/``amin``/``any`` (and
+``max``/``min`` of every element), ``prod``,
 ``var_mean``, ``max.dim``/``min.dim`` (values and first index),
 ``argmax``/``argmin``, ``cumsum``,
 ``topk``/``sort``; each a ``linalg.generic`` with reduction iterators over a
@@ -16,13 +17,25 @@ from ..registry import _out, aten, handles
 from ..values import UnsupportedOpError, Value, _amap, _prod, elem_type, is_float
 
 
+def _extreme_init(dtype: torch.dtype, is_max: bool):
+    """The identity of max (min) over ``dtype``: -inf (inf), the least
+    (greatest) integer, False (True)."""
+    if dtype == torch.bool:
+        return not is_max
+    if not is_float(dtype):
+        return torch.iinfo(dtype).min if is_max else torch.iinfo(dtype).max
+    return -math.inf if is_max else math.inf
+
+
 @handles(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
-         aten.amax.default, aten.amin.default, aten.any.dim, aten.any.default, aten.any.dims)
+         aten.amax.default, aten.amin.default, aten.max.default, aten.min.default,
+         aten.any.dim, aten.any.default, aten.any.dims)
 def _reduction(imp, node, args, kwargs):
     x = args[0]
     shape, dtype = _out(node)
     target = node.target
-    if target in (aten.sum.default, aten.mean.default, aten.any.default):
+    if target in (aten.sum.default, aten.mean.default, aten.any.default, aten.max.default,
+                  aten.min.default):
         dims, keepdim = list(range(x.rank)), False
     else:
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
@@ -31,15 +44,11 @@ def _reduction(imp, node, args, kwargs):
         if isinstance(dims, int):
             dims = [dims]
         keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    if target in (aten.amax.default, aten.amin.default):
-        combine = "max" if target == aten.amax.default else "min"
-        init = -math.inf if combine == "max" else math.inf
-        if dtype == torch.bool:
-            init = combine == "min"
-        elif not is_float(dtype):
-            info = torch.iinfo(dtype)
-            init = info.min if combine == "max" else info.max
-        return imp.em.reduce(x, dims, keepdim, combine, init, dtype)
+    if target in (aten.amax.default, aten.amin.default, aten.max.default, aten.min.default):
+        # max/min without a dim: of every element (a NaN wins).
+        is_max = target in (aten.amax.default, aten.max.default)
+        return imp.em.reduce(x, dims, keepdim, "max" if is_max else "min",
+                             _extreme_init(dtype, is_max), dtype)
     if target in (aten.any.dim, aten.any.default, aten.any.dims):
         xb = imp.em.cast(x, torch.bool)
         return imp.em.reduce(xb, dims, keepdim, "or", False, torch.bool)
@@ -49,20 +58,6 @@ def _reduction(imp, node, args, kwargs):
         s = imp.em.elementwise(s.shape, dtype, [s],
                                lambda b, v: b.binary("div", v[0], b.const(count, dtype), dtype))
     return s
-
-
-@handles(aten.max.default, aten.min.default)
-def _max_all(imp, node, args, kwargs):
-    """The max (min) of every element (a NaN wins)."""
-    x = args[0]
-    combine = "max" if node.target == aten.max.default else "min"
-    init = -math.inf if combine == "max" else math.inf
-    if x.dtype == torch.bool:
-        init = combine == "min"
-    elif not is_float(x.dtype):
-        info = torch.iinfo(x.dtype)
-        init = info.min if combine == "max" else info.max
-    return imp.em.reduce(x, list(range(x.rank)), False, combine, init, x.dtype)
 
 
 @handles(aten.prod.dim_int, aten.prod.default)
@@ -121,12 +116,7 @@ def _extreme(imp, x, dim, keepdim, is_max):
     kept = [i for i in range(x.rank) if i != dim]
     shape = tuple(x.shape[i] for i in kept)
     dt = x.dtype
-    init = -math.inf if is_max else math.inf
-    if dt == torch.bool:
-        init = not is_max
-    elif not is_float(dt):
-        init = torch.iinfo(dt).min if is_max else torch.iinfo(dt).max
-    vals = imp.em.full(shape, init, dt)
+    vals = imp.em.full(shape, _extreme_init(dt, is_max), dt)
     idx = imp.em.full(shape, 0, torch.int64)
     nd = x.rank
     em = imp.em
@@ -137,7 +127,7 @@ def _extreme(imp, x, dim, keepdim, is_max):
     if is_float(dt):
         # A NaN wins over every number, max or min, as in PyTorch; a later
         # NaN does not replace the first.
-        not_nan = b.v(f"arith.xori {b.is_nan(ov, dt)}, {b.const(True, torch.bool)} : i1")
+        not_nan = b.unary("not", b.is_nan(ov, dt), torch.bool)
         better = b.v(f"arith.ori {better}, {b.v(f'arith.andi {b.is_nan(a, dt)}, {not_nan} : i1')} : i1")
     nv = b.select(better, a, ov, dt)
     ni = b.select(better, i, oi, torch.int64)
