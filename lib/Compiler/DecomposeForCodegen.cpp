@@ -26,11 +26,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DecomposeAttention.h"
+
 #include "shardx/Compiler/Passes.h"
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
@@ -281,6 +285,11 @@ LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
 
 LogicalResult decompose(RewriterBase &rewriter, Operation *op,
                         bool scatterLoops) {
+  // The attention ops take the sizes of their tensors' dims, dynamic ones
+  // included (a rank's piece of an uneven split).
+  if (isa<mlir::shardx::AttentionOp, mlir::shardx::AttentionDqOp,
+          mlir::shardx::AttentionDkvOp>(op))
+    return mlir::shardx::decomposeAttention(rewriter, op);
   // The rewrites build static shapes (entry points have them, and so, after
   // the SPMD pipeline, does every value of a program).
   auto dynamic = [](Type t) {
@@ -328,8 +337,9 @@ struct DecomposeForCodegenPass
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {
       if (isa<tensor::GatherOp, tensor::ScatterOp, tensor::BitcastOp,
-              linalg::PackOp, linalg::UnPackOp, linalg::AggregatedOpInterface>(
-              op))
+              linalg::PackOp, linalg::UnPackOp, linalg::AggregatedOpInterface,
+              mlir::shardx::AttentionOp, mlir::shardx::AttentionDqOp,
+              mlir::shardx::AttentionDkvOp>(op))
         ops.push_back(op);
     });
     IRRewriter rewriter(&getContext());

@@ -191,7 +191,8 @@ LogicalResult mlir::shardx::stripToGlobalProgram(ModuleOp module) {
       return WalkResult::skip();
     }
     if (op->getDialect() &&
-        op->getDialect()->getNamespace() == "shardx" && !isa<mlir::shardx::MeshOp>(op)) {
+        op->getDialect()->getNamespace() == "shardx" && !isa<mlir::shardx::MeshOp>(op) &&
+        !mlir::shardx::isShardXComputation(op)) {
       op->emitError("the unsharded program cannot contain '")
           << op->getName() << "' (a per-rank operation)";
       return WalkResult::interrupt();

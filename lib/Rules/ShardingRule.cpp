@@ -71,6 +71,7 @@ void mlir::shardx::registerShardingRuleExternalModels(
   registerElementwiseShardingRules(registry);
   registerLinalgShardingRules(registry);
   registerTensorShardingRules(registry);
+  registerAttentionShardingRules(registry);
 }
 
 bool mlir::shardx::isRematerializable(Value v) {

@@ -10,9 +10,9 @@ its unsharded compile under mpirun on the mpi backend (shardx-run --check);
 the uneven cases split 30 positions over 4 ranks (8, 8, 8, 6) and 10
 (3, 3, 3, 1). The sdpa_ cases run the same block's attention as
 torchtitan's Llama does, F.scaled_dot_product_attention(is_causal=True),
-which the importer traces under the math backend: the causal mask is
-built from positions there too, and the same plan follows from the same
-sequence split."""
+which the importer traces as shardx.attention (and its backward ops): the
+causal mask is the positions of the rows and keys, split with them, and the
+plan of the written-out block follows from the same sequence split."""
 
 import re
 
@@ -41,7 +41,8 @@ CASES = {
     # repeated K and V gathered, each collective's latency outweighing its
     # bytes); checked for its numbers only.
     "uneven10_cp4": (4, 1, 10),
-    # F.scaled_dot_product_attention(is_causal=True) (LlamaBlock(sdpa=True)).
+    # F.scaled_dot_product_attention(is_causal=True) (LlamaBlock(sdpa=True)),
+    # traced as shardx.attention.
     "sdpa_seq64_cp2": (2, 1, 64),
     "sdpa_seq32_cp4": (4, 1, 32),
     "sdpa_uneven30_cp4": (4, 1, 30),
@@ -49,7 +50,7 @@ CASES = {
 }
 SDPA = sorted(c for c in CASES if c.startswith("sdpa_"))
 # K gathered at the scores' operand, V at the key/value heads.
-K_AT_SCORES = sorted(SDPA + ["uneven31_cp2"])
+K_AT_SCORES = ["uneven31_cp2"]
 CP_PLANS = sorted(set(CASES) - {"uneven10_cp4"} - set(K_AT_SCORES))
 
 
@@ -192,12 +193,17 @@ def test_causal_mask_and_rotary_angles_stay_split(program, build_dir):
     assert (ints or name in SDPA) and all(b == "0" for b in ints), ints
     local = run_tool([f"{build_dir}/bin/shardx-opt", path, "--shardx-spmd"])
     assert "shardx.axis_index" in local
-    # Each rank's mask holds its own rows: [s/n, s] (dynamic rows where the
-    # split is uneven).
+    # SDPA is shardx.attention, its causal mask the positions of its rows
+    # and keys: each rank's attention reads its own query positions
+    # ([s/n], dynamic where the split is uneven) and every key's ([s]),
+    # and no rank builds a mask.
     ranks, _, seq = CASES[name]
     rows = seq // ranks if seq % ranks == 0 else "?"
     if name in SDPA:
-        assert f"tensor<{rows}x{seq}xi1>" in local and f"tensor<{seq}x{seq}xi1>" not in local
+        attention = [line for line in local.splitlines() if "shardx.attention " in line]
+        assert len(attention) == 1, attention
+        assert f"tensor<{rows}xi64>, tensor<{seq}xi64> -> " in attention[0], attention
+        assert "xi1>" not in local
 
 
 def test_sharded_matches_unsharded_on_mpi(program, build_dir):

@@ -98,7 +98,12 @@ def DecomposeForCodegenPass
     - `tensor.bitcast`: an elementwise `linalg.generic` of `arith.bitcast`;
     - `linalg.pack` / `linalg.unpack`: pad, reshape and transpose
       (upstream's `lowerPack` / `lowerUnPack`);
-    - ops with `AggregatedOpInterface`: their `decomposeOperation`.
+    - ops with `AggregatedOpInterface`: their `decomposeOperation`;
+    - `shardx.attention`, `attention_dq`, `attention_dkv`: batched GEMMs
+      and elementwise ops on 3-D views of their tensors (the query heads
+      of a key/value head stacked on the rows), the backward ops
+      recomputing the probabilities from the log-sum-exp
+      (lib/Compiler/DecomposeAttention.cpp).
   }];
   let options = [
     Option<"scatterLoops", "scatter-loops", "bool", /*default=*/"true",
@@ -106,7 +111,8 @@ def DecomposeForCodegenPass
            "linalg.generic over the destination)">
   ];
   let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
-                           "scf::SCFDialect", "tensor::TensorDialect"];
+                           "math::MathDialect", "scf::SCFDialect",
+                           "tensor::TensorDialect"];
 }
 
 def GuardIntegerDivisionPass

@@ -67,6 +67,10 @@ struct ShardingRule {
     int64_t haloLow() const { return halo ? low : 0; }
   };
   SmallVector<WindowedDim> windows;
+  /// The op's loop nests, each a list of factors, when it is several (a
+  /// composite op such as `shardx.attention`); empty: one nest over every
+  /// factor. The cost model's work is the sum of the nests' sizes.
+  SmallVector<SmallVector<int64_t>> nests;
   /// The window of dim `d` of the tensor whose factors are `dims` (one of
   /// `operands` or `results`, by identity), or null.
   const WindowedDim *windowOf(ArrayRef<SmallVector<int64_t>> dims,
@@ -91,6 +95,7 @@ void registerShardingRuleExternalModels(DialectRegistry &registry);
 void registerLinalgShardingRules(DialectRegistry &registry);
 void registerElementwiseShardingRules(DialectRegistry &registry);
 void registerTensorShardingRules(DialectRegistry &registry);
+void registerAttentionShardingRules(DialectRegistry &registry);
 
 } // namespace mlir::shardx
 

@@ -668,5 +668,8 @@ void mlir::shardx::populateShardXToRuntimePatterns(
 void mlir::shardx::configureShardXToRuntimeTarget(ConversionTarget &target) {
   target.addIllegalDialect<ShardXDialect>();
   target.addLegalOp<MeshOp>();
+  // Local computations, written as linalg ops by
+  // shardx-decompose-for-codegen.
+  target.addLegalOp<AttentionOp, AttentionDqOp, AttentionDkvOp>();
   target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
 }

@@ -1,7 +1,23 @@
-"""Attention at the precision of a GPU's fused attention, for the GPU
-backends.
+"""Attention in the traced program: ``shardx.attention``, and attention at
+the precision of a GPU's fused attention for the GPU backends.
 
-PyTorch's CPU attention (the math backend the tracer uses) upcasts bf16/f16
+**The composite op.** While the importer traces, PyTorch's
+``scaled_dot_product_attention`` of f32/f64 q, k and v without a mask
+tensor or dropout (``is_causal``, ``scale`` and ``enable_gqa`` any) is
+recorded as the custom op ``shardx::attention`` (``composite()``), which
+returns the output and the rows' log-sum-exp, and its gradient as
+``shardx::attention_dq`` and ``shardx::attention_dkv``, which recompute the
+probabilities from the log-sum-exp instead of keeping them (flash
+attention's backward): the step keeps ``[batch, heads, queries]`` numbers
+per attention between the forward and the backward, not the
+``[batch, heads, queries, keys]`` probabilities. The importer writes them
+as the dialect's ops of the same names (docs/Rules.md, "Attention"); a
+causal mask is carried as the positions of the queries and keys
+(``torch.arange``), which a split of the sequence splits with the rows.
+Other calls (a mask tensor, dropout, bf16/f16, batch dims that broadcast)
+are traced as PyTorch's math backend writes them.
+
+**Flash precision.** PyTorch's CPU attention (the math backend the tracer uses) upcasts bf16/f16
 q, k and v to f32 and computes every product in f32. A GPU user of eager
 PyTorch gets a fused (flash) kernel instead: q @ k^T of the bf16 values
 accumulated in f32, softmax in f32, the probabilities rounded to bf16 for
@@ -23,8 +39,9 @@ products are exact in f32, so only the order of the sums changes):
     dv = bf16(P)^T @ dO
 
 The GPU backends of ``shardx.compile`` trace under it. Calls it does not
-cover (f32 inputs, dropout, grouped-query attention, a mask that needs a
-gradient, batch dims that broadcast) keep PyTorch's own attention.
+cover (dropout, grouped-query attention, a mask that needs a gradient,
+batch dims that broadcast) keep PyTorch's own attention; f32 and f64 ones
+are the composite op's.
 """
 
 from __future__ import annotations
@@ -32,19 +49,194 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from typing import Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["flash_precision", "mode_key"]
+__all__ = ["composite", "flash_precision", "mode_key"]
 
 _state = threading.local()
 
 
 def mode_key() -> str:
-    """The attention precision in force: part of a traced region's signature
-    (the same layer traces to other ops under ``flash_precision``)."""
-    return "attention=flash" if getattr(_state, "depth", 0) else "attention=math"
+    """The attention forms in force: part of a traced region's signature
+    (the same layer traces to other ops under ``flash_precision`` or
+    without the composite op)."""
+    precision = "flash" if getattr(_state, "depth", 0) else "math"
+    return f"attention={precision},composite={int(_composite_enabled())}"
+
+
+# ----------------------------------------------------------------------------
+# The composite op: shardx::attention and its gradient
+# ----------------------------------------------------------------------------
+
+def _reference(q, k, v, qpos, kpos, scale):
+    """The op's numbers in PyTorch (eager runs of the custom ops): the
+    scores ``[B, H, Sq, Sk]``, the seen keys and the key/value heads
+    repeated to the query heads."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    seen = None
+    if qpos is not None:
+        seen = kpos[None, :] <= qpos[:, None]
+        s = s.masked_fill(~seen, float("-inf"))
+    return s, seen, k, v
+
+
+@torch.library.custom_op("shardx::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  qpos: Optional[torch.Tensor], kpos: Optional[torch.Tensor],
+                  scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    s, _, _, v = _reference(q, k, v, qpos, kpos, scale)
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    none = total == 0
+    p = torch.where(none, torch.zeros_like(e), e / total)
+    lse = torch.where(none, torch.full_like(m, float("-inf")), m + torch.log(total))
+    return torch.matmul(p, v), lse.squeeze(-1)
+
+
+@_attention_op.register_fake
+def _(q, k, v, qpos, kpos, scale):
+    return (q.new_empty(*q.shape[:-1], v.shape[-1]), q.new_empty(q.shape[:-1]))
+
+
+def _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale):
+    """P (0 where masked) and dS = scale * P * (dP - delta), with the
+    repeated k and v."""
+    s, seen, k, v = _reference(q, k, v, qpos, kpos, scale)
+    p = torch.exp(s - lse[..., None])
+    if seen is not None:
+        p = torch.where(seen, p, torch.zeros_like(p))
+    dp = torch.matmul(dout, v.transpose(-2, -1))
+    delta = (dout * out).sum(-1, keepdim=True)
+    return p, p * (dp - delta) * scale, k
+
+
+def _per_kv_head(x, kv_heads):
+    """Sums the query heads of each key/value head: [B, H, ...] -> [B, Hk, ...]."""
+    return x.reshape(x.shape[0], kv_heads, -1, *x.shape[2:]).sum(2)
+
+
+@torch.library.custom_op("shardx::attention_dq", mutates_args=())
+def _attention_dq_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, dout: torch.Tensor, qpos: Optional[torch.Tensor],
+                     kpos: Optional[torch.Tensor], scale: float) -> torch.Tensor:
+    _, ds, k = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale)
+    return torch.matmul(ds, k)
+
+
+@_attention_dq_op.register_fake
+def _(q, k, v, out, lse, dout, qpos, kpos, scale):
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("shardx::attention_dkv", mutates_args=())
+def _attention_dkv_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, dout: torch.Tensor, qpos: Optional[torch.Tensor],
+                      kpos: Optional[torch.Tensor], scale: float
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+    p, ds, _ = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale)
+    dk = torch.matmul(ds.transpose(-2, -1), q)
+    dv = torch.matmul(p.transpose(-2, -1), dout)
+    return _per_kv_head(dk, k.shape[1]), _per_kv_head(dv, k.shape[1])
+
+
+@_attention_dkv_op.register_fake
+def _(q, k, v, out, lse, dout, qpos, kpos, scale):
+    return torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, qpos, kpos, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, qpos, kpos)
+    ctx.scale = scale
+
+
+def _backward(ctx, dout, dlse):
+    # lse is the op's own output, read only by this backward: nothing
+    # differentiates it (the importer refuses a program that returns it).
+    q, k, v, out, lse, qpos, kpos = ctx.saved_tensors
+    args = (q, k, v, out, lse, dout.contiguous(), qpos, kpos, ctx.scale)
+    dq = torch.ops.shardx.attention_dq(*args) if ctx.needs_input_grad[0] else None
+    dk = dv = None
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        dk, dv = torch.ops.shardx.attention_dkv(*args)
+    return dq, dk, dv, None, None, None
+
+
+_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _composite_enabled() -> bool:
+    return getattr(_state, "composite", True)
+
+
+@contextlib.contextmanager
+def composite(enabled: bool = True):
+    """Records f32/f64 ``scaled_dot_product_attention`` as ``shardx::attention``
+    while tracing (the default; ``False``: as the math backend's ops)."""
+    before = _composite_enabled()
+    _state.composite = enabled
+    try:
+        yield
+    finally:
+        _state.composite = before
+
+
+def _composite_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+                         scale=None, enable_gqa=False):
+    """``scaled_dot_product_attention`` as ``shardx::attention``, or None
+    where the call is not one it covers."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return None
+    if q.dtype not in (torch.float32, torch.float64) or k.dtype != q.dtype or \
+            v.dtype != q.dtype or attn_mask is not None or dropout_p != 0.0:
+        return None
+    if q.dim() < 3 or k.dim() != q.dim() or v.dim() != q.dim():
+        return None
+    if k.shape[:-3] != q.shape[:-3] or v.shape[:-2] != k.shape[:-2] or \
+            k.shape[-1] != q.shape[-1]:
+        return None  # batch dims that broadcast
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if heads != kv_heads and not (enable_gqa and kv_heads > 0 and heads % kv_heads == 0):
+        return None  # PyTorch's own error, or a broadcast of the head dim
+    length, source, width = q.shape[-2], k.shape[-2], q.shape[-1]
+    if 0 in (length, source, width, heads) or 0 in q.shape[:-3]:
+        return None
+    batch = math.prod(q.shape[:-3])
+    if scale is None:
+        scale = 1.0 / math.sqrt(width)
+    qpos = kpos = None
+    if is_causal:
+        qpos = torch.arange(length, device=q.device)
+        kpos = torch.arange(source, device=q.device)
+    out, _ = torch.ops.shardx.attention(
+        q.reshape(batch, heads, length, width), k.reshape(batch, kv_heads, source, width),
+        v.reshape(batch, kv_heads, source, v.shape[-1]), qpos, kpos, float(scale))
+    return out.reshape(*q.shape[:-1], v.shape[-1])
+
+
+class _CompositeMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            out = _composite_attention(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+def composite_mode(stack: contextlib.ExitStack) -> None:
+    """Enters the tracing mode that records ``shardx::attention`` (when
+    ``composite()`` is on) on ``stack``."""
+    if _composite_enabled():
+        stack.enter_context(_CompositeMode())
 
 
 def _causal_mask(length: int, source: int) -> torch.Tensor:

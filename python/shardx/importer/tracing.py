@@ -21,6 +21,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
+from . import attention
 
 aten = torch.ops.aten
 log = logging.getLogger("shardx.importer")
@@ -298,6 +299,8 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool,
             stack.enter_context(unittest.mock.patch.object(torch.fx.proxy, "CapturedTraceback",
                                                            _LazyTraceback))
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
+        # f32/f64 attention as shardx::attention (importer/attention.py).
+        attention.composite_mode(stack)
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
         stack.enter_context(torch.backends.mkldnn.flags(enabled=False))

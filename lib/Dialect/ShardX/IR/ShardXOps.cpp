@@ -13,6 +13,8 @@
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::shardx;
 
@@ -812,6 +814,155 @@ static void printPairs(OpAsmPrinter &p, Operation *, DenseI64ArrayAttr pairs) {
   for (size_t i = 0; i + 1 < flat.size(); i += 2)
     p << (i ? ", " : "") << "[" << flat[i] << ", " << flat[i + 1] << "]";
   p << "]";
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+bool mlir::shardx::isShardXComputation(Operation *op) {
+  return isa<AttentionOp, AttentionDqOp, AttentionDkvOp>(op);
+}
+
+AttentionDims AttentionDims::get(Operation *op) {
+  auto dims = [&](unsigned i) {
+    return cast<RankedTensorType>(op->getOperand(i).getType()).getShape();
+  };
+  ArrayRef<int64_t> q = dims(0), k = dims(1), v = dims(2);
+  AttentionDims d{q[0], q[1], k[1], ShapedType::kDynamic, q[2],
+                  k[2], q[3], v[3]};
+  if (!ShapedType::isDynamic(d.heads) && !ShapedType::isDynamic(d.kvHeads) &&
+      d.kvHeads > 0)
+    d.groups = d.heads / d.kvHeads;
+  return d;
+}
+
+namespace {
+/// Checks a tensor of an attention op against its expected dims (kDynamic
+/// matches anything) and the element type.
+struct AttentionChecker {
+  Operation *op;
+  Type element;
+
+  LogicalResult check(Value v, StringRef name, ArrayRef<int64_t> expected) {
+    auto type = cast<RankedTensorType>(v.getType());
+    if (type.getElementType() != element)
+      return op->emitOpError("'")
+             << name << "' has element type " << type.getElementType()
+             << " but 'q' has " << element;
+    if (type.getRank() != static_cast<int64_t>(expected.size()))
+      return op->emitOpError("'")
+             << name << "' must have rank " << expected.size() << ", got "
+             << type;
+    for (auto [i, want] : llvm::enumerate(expected)) {
+      int64_t got = type.getDimSize(i);
+      if (!ShapedType::isDynamic(want) && !ShapedType::isDynamic(got) &&
+          want != got)
+        return op->emitOpError("'")
+               << name << "' dim " << i << " is " << got << " but must be "
+               << want << " (" << type << ")";
+    }
+    return success();
+  }
+};
+} // namespace
+
+/// The checks the three attention ops share: q, k, v, the positions and the
+/// scale. Returns the checker for the op's other tensors.
+static FailureOr<AttentionChecker>
+verifyAttentionInputs(Operation *op, Value q, Value k, Value v, Value qpos,
+                      Value kpos, double scale) {
+  for (auto [value, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}})
+    if (cast<RankedTensorType>(value.getType()).getRank() != 4)
+      return op->emitOpError("'")
+             << name << "' must be [batch, heads, sequence, width], got "
+             << value.getType();
+  Type element = cast<RankedTensorType>(q.getType()).getElementType();
+  if (!element.isF32() && !element.isF64())
+    return op->emitOpError("computes in f32 or f64, got ") << element;
+  AttentionChecker c{op, element};
+  AttentionDims d = AttentionDims::get(op);
+  if (failed(c.check(k, "k",
+                     {d.batch, ShapedType::kDynamic, ShapedType::kDynamic,
+                      d.width})) ||
+      failed(c.check(v, "v", {d.batch, d.kvHeads, d.keys, d.valueWidth})))
+    return failure();
+  if (!ShapedType::isDynamic(d.heads) && !ShapedType::isDynamic(d.kvHeads) &&
+      (d.kvHeads == 0 ? d.heads != 0 : d.heads % d.kvHeads != 0))
+    return op->emitOpError("'q' has ")
+           << d.heads << " heads, not a multiple of the " << d.kvHeads
+           << " heads of 'k' and 'v'";
+  if (static_cast<bool>(qpos) != static_cast<bool>(kpos))
+    return op->emitOpError("needs both positions or neither");
+  for (auto [pos, name, size] :
+       {std::tuple{qpos, "qpos", d.queries}, {kpos, "kpos", d.keys}}) {
+    if (!pos)
+      continue;
+    auto type = cast<RankedTensorType>(pos.getType());
+    if (!type.getElementType().isSignlessInteger() || type.getRank() != 1)
+      return op->emitOpError("'")
+             << name << "' must be a rank-1 tensor of integers, got " << type;
+    if (!type.isDynamicDim(0) && !ShapedType::isDynamic(size) &&
+        type.getDimSize(0) != size)
+      return op->emitOpError("'")
+             << name << "' has " << type.getDimSize(0) << " positions for "
+             << size;
+  }
+  if (qpos && cast<RankedTensorType>(qpos.getType()).getElementType() !=
+                  cast<RankedTensorType>(kpos.getType()).getElementType())
+    return op->emitOpError("'qpos' and 'kpos' must have one element type");
+  if (!std::isfinite(scale))
+    return op->emitOpError("'scale' must be finite, got ") << scale;
+  return c;
+}
+
+LogicalResult AttentionOp::verify() {
+  FailureOr<AttentionChecker> c =
+      verifyAttentionInputs(*this, getQ(), getK(), getV(), getQpos(),
+                            getKpos(), getScale().convertToDouble());
+  if (failed(c))
+    return failure();
+  AttentionDims d = AttentionDims::get(*this);
+  return success(
+      succeeded(c->check(getOut(), "out",
+                         {d.batch, d.heads, d.queries, d.valueWidth})) &&
+      succeeded(c->check(getLse(), "lse", {d.batch, d.heads, d.queries})));
+}
+
+/// The backward ops' forward tensors: out, lse and dout.
+template <typename OpT>
+static FailureOr<AttentionChecker> verifyAttentionGrad(OpT op) {
+  FailureOr<AttentionChecker> c = verifyAttentionInputs(
+      op, op.getQ(), op.getK(), op.getV(), op.getQpos(), op.getKpos(),
+      op.getScale().convertToDouble());
+  if (failed(c))
+    return failure();
+  AttentionDims d = AttentionDims::get(op);
+  SmallVector<int64_t> rows = {d.batch, d.heads, d.queries, d.valueWidth};
+  if (failed(c->check(op.getOut(), "out", rows)) ||
+      failed(c->check(op.getLse(), "lse", {d.batch, d.heads, d.queries})) ||
+      failed(c->check(op.getDout(), "dout", rows)))
+    return failure();
+  return c;
+}
+
+/// `result` has the type of `like` (dims that are static agree).
+static LogicalResult checkLike(AttentionChecker &c, Value result,
+                               StringRef name, Value like) {
+  return c.check(result, name,
+                 cast<RankedTensorType>(like.getType()).getShape());
+}
+
+LogicalResult AttentionDqOp::verify() {
+  FailureOr<AttentionChecker> c = verifyAttentionGrad(*this);
+  return success(succeeded(c) && succeeded(checkLike(*c, getDq(), "dq", getQ())));
+}
+
+LogicalResult AttentionDkvOp::verify() {
+  FailureOr<AttentionChecker> c = verifyAttentionGrad(*this);
+  return success(succeeded(c) &&
+                 succeeded(checkLike(*c, getDk(), "dk", getK())) &&
+                 succeeded(checkLike(*c, getDv(), "dv", getV())));
 }
 
 #define GET_OP_CLASSES

@@ -12,7 +12,8 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``indexing``: embedding, gather, index, scatter, index_put
 - ``optimizer``: ``_foreach_*`` lists, lerp, addcmul/addcdiv
 - ``sharding``: ``shardx.constrain``
+- ``attention``: ``shardx::attention`` and its gradient (the composite ops)
 """
 
-from . import (elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
+from . import (attention, elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
                reductions, shape, sharding)

@@ -87,6 +87,23 @@ RankedTensorType getLocalType(RankedTensorType global,
                               const ::shardx::Layout &layout,
                               ArrayRef<int64_t> meshShape);
 
+
+/// Whether `op` is one of ShardX's computations (the attention ops): an op
+/// of the global program that has a sharding rule and runs on every rank's
+/// piece, unlike the collectives and the layout ops.
+bool isShardXComputation(Operation *op);
+
+/// The dims of an attention op (`shardx.attention`, `attention_dq`,
+/// `attention_dkv`), from its `q`, `k` and `v` types: `q` is
+/// `[batch, heads, queries, width]`, `k` `[batch, kvHeads, keys, width]`,
+/// `v` `[batch, kvHeads, keys, valueWidth]`; `groups` query heads share a
+/// key/value head. ShapedType::kDynamic where a dim is not static (`groups`
+/// too, unless both head counts are).
+struct AttentionDims {
+  int64_t batch, heads, kvHeads, groups, queries, keys, width, valueWidth;
+  static AttentionDims get(Operation *op);
+};
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_DIALECT_SHARDX_IR_SHARDX_H

@@ -644,4 +644,126 @@ def ShardX_LocalSizeOp : ShardX_Op<"local_size", [
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+class ShardX_AttentionOp<string mnemonic>
+    : ShardX_Op<mnemonic, [Pure, AttrSizedOperandSegments]> {
+  code attentionDescription = [{
+    Shapes: `q` is `[B, H, Sq, D]`, `k` `[B, Hk, Sk, D]` and `v`
+    `[B, Hk, Sk, Dv]`, with `H` a multiple of `Hk` (grouped-query
+    attention: query head `h` reads key/value head `h / (H / Hk)`, as
+    `enable_gqa` repeats them). The scores are `scale * q @ k^T` over `D`;
+    with `causal(%qpos, %kpos)` (positions: `[Sq]` and `[Sk]` integers) key
+    `j` is seen by query `i` only when `kpos[j] <= qpos[i]`, so a shard of
+    the sequence carries its own positions (PyTorch's `is_causal`: positions
+    from 0 on both sides). A query that sees no key gets a zero output and
+    `lse = -inf`. The element type is f32 or f64 throughout. The op has no
+    memory effects; `shardx-decompose-for-codegen` writes it as linalg ops.
+  }];
+  code attentionConstraints = [{
+    Constraints: the shapes above (dims that are static agree), every tensor
+    of one float element type (f32 or f64), positions both present or both
+    absent, of an integer type, rank 1; `scale` finite.
+  }];
+}
+
+def ShardX_AttentionOp : ShardX_AttentionOp<"attention"> {
+  let summary = "scaled dot-product attention and its log-sum-exp";
+  let description = [{
+    `out = softmax(scale * q @ k^T) @ v` per query row, and `lse`, the
+    natural log of the softmax's normalizer (`[B, H, Sq]`), which the
+    backward ops recompute the probabilities from instead of keeping them
+    (as flash attention does). The importer writes PyTorch's
+    `scaled_dot_product_attention` of f32/f64 tensors as this op.
+
+    ```mlir
+    %o, %lse = shardx.attention %q, %k, %v causal(%qp, %kp) scale = 0.25
+        : tensor<1x4x16x16xf32>, tensor<1x2x16x16xf32>,
+          tensor<1x2x16x16xf32>, tensor<16xi64>, tensor<16xi64>
+        -> tensor<1x4x16x16xf32>, tensor<1x4x16xf32>
+    ```
+  }] # attentionDescription # attentionConstraints;
+  let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k,
+                       AnyRankedTensor:$v,
+                       Optional<AnyRankedTensor>:$qpos,
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+  let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale
+    attr-dict `:` type($q) `,` type($k) `,` type($v)
+    (`,` type($qpos)^ `,` type($kpos))? `->` type($out) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+}
+
+def ShardX_AttentionDqOp : ShardX_AttentionOp<"attention_dq"> {
+  let summary = "the query gradient of `shardx.attention`";
+  let description = [{
+    `dq = scale * dS @ k`, with `P = exp(scale * q @ k^T - lse)` (masked
+    entries 0), `dP = dout @ v^T`, `delta = rowsum(dout * out)` and
+    `dS = P * (dP - delta)`, from the forward's `out` and `lse`. Given the
+    rows' `lse` and `out`, `dq` is a sum over key blocks: a shard of the
+    keys gives a partial sum of it.
+
+    ```mlir
+    %dq = shardx.attention_dq %q, %k, %v, %o, %lse, %do scale = 0.25
+        : tensor<1x4x16x16xf32>, tensor<1x2x16x16xf32>,
+          tensor<1x2x16x16xf32>, tensor<1x4x16x16xf32>, tensor<1x4x16xf32>,
+          tensor<1x4x16x16xf32> -> tensor<1x4x16x16xf32>
+    ```
+  }] # attentionDescription # attentionConstraints # [{
+    Also: `out` and `dout` are `[B, H, Sq, Dv]`, `lse` `[B, H, Sq]`, `dq`
+    has `q`'s type.
+  }];
+  let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k,
+                       AnyRankedTensor:$v, AnyRankedTensor:$out,
+                       AnyRankedTensor:$lse, AnyRankedTensor:$dout,
+                       Optional<AnyRankedTensor>:$qpos,
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+  let results = (outs AnyRankedTensor:$dq);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $out `,` $lse `,` $dout
+    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($out) `,` type($lse) `,`
+    type($dout) (`,` type($qpos)^ `,` type($kpos))? `->` type($dq)
+  }];
+  let hasVerifier = 1;
+}
+
+def ShardX_AttentionDkvOp : ShardX_AttentionOp<"attention_dkv"> {
+  let summary = "the key and value gradients of `shardx.attention`";
+  let description = [{
+    `dk = scale * dS^T @ q` and `dv = P^T @ dout`, summed over the query
+    heads of each key/value head, with `P` and `dS` as `attention_dq`
+    computes them. Both are sums over query rows: a shard of the queries
+    gives partial sums.
+
+    ```mlir
+    %dk, %dv = shardx.attention_dkv %q, %k, %v, %o, %lse, %do scale = 0.25
+        : tensor<1x4x16x16xf32>, tensor<1x2x16x16xf32>,
+          tensor<1x2x16x16xf32>, tensor<1x4x16x16xf32>, tensor<1x4x16xf32>,
+          tensor<1x4x16x16xf32> -> tensor<1x2x16x16xf32>, tensor<1x2x16x16xf32>
+    ```
+  }] # attentionDescription # attentionConstraints # [{
+    Also: `out` and `dout` are `[B, H, Sq, Dv]`, `lse` `[B, H, Sq]`, `dk`
+    has `k`'s type and `dv` `v`'s.
+  }];
+  let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k,
+                       AnyRankedTensor:$v, AnyRankedTensor:$out,
+                       AnyRankedTensor:$lse, AnyRankedTensor:$dout,
+                       Optional<AnyRankedTensor>:$qpos,
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+  let results = (outs AnyRankedTensor:$dk, AnyRankedTensor:$dv);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $out `,` $lse `,` $dout
+    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($out) `,` type($lse) `,`
+    type($dout) (`,` type($qpos)^ `,` type($kpos))? `->` type($dk) `,`
+    type($dv)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // SHARDX_DIALECT_SHARDX_IR_SHARDXOPS_TD

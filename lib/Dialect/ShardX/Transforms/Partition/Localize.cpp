@@ -579,8 +579,11 @@ LogicalResult Localizer::localizeOp(Operation &op) {
     return op.emitError("run shardx-insert-reshards and "
                         "shardx-lower-reshards before shardx-localize");
   Operation *clone = rewriter.clone(op, mapping);
+  // ShardX's collectives are built with local types; its computations (the
+  // attention ops) take them here like any op.
   if (isa<func::ReturnOp>(op) ||
-      isa_and_nonnull<ShardXDialect>(op.getDialect()))
+      (isa_and_nonnull<ShardXDialect>(op.getDialect()) &&
+       !isShardXComputation(&op)))
     return success();
   for (auto [global, local] : llvm::zip(op.getResults(), clone->getResults())) {
     if (!isa<RankedTensorType>(global.getType()))

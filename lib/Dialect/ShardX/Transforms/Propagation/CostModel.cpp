@@ -8,6 +8,7 @@
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/Sequence.h"
 
 #include <algorithm>
 #include <limits>
@@ -60,8 +61,18 @@ double CostModel::reshardsCost(Type type, LayoutAttr from,
 }
 
 double CostModel::work(const ShardingRule &rule, int64_t shardedWork) {
-  double iterations = 1;
-  for (int64_t size : rule.factorSizes)
-    iterations *= size == ShapedType::kDynamic ? 1 : size;
+  auto nestSize = [&](auto &&factors) {
+    double iterations = 1;
+    for (int64_t f : factors) {
+      int64_t size = rule.factorSizes[f];
+      iterations *= size == ShapedType::kDynamic ? 1 : size;
+    }
+    return iterations;
+  };
+  double iterations = 0;
+  if (rule.nests.empty())
+    iterations = nestSize(llvm::seq<int64_t>(0, rule.factorSizes.size()));
+  for (ArrayRef<int64_t> nest : rule.nests)
+    iterations += nestSize(nest);
   return iterations / shardedWork;
 }

@@ -1,0 +1,429 @@
+//===- DecomposeAttention.cpp - shardx.attention as linalg ops ------------===//
+//
+// Part of ShardX.
+//
+// The attention ops as linalg ops on 3-D views: the query side
+// `[B, H, Sq, X]` as `[B * Hk, G * Sq, X]` (the G query heads of a key/value
+// head stacked on the rows) and the key side `[B, Hk, Sk, X]` as
+// `[B * Hk, Sk, X]`, so that every product is one batched GEMM the targets
+// hand to BLAS or cuBLAS. With `N = B * Hk`, `M = G * Sq`:
+//
+//   S   = q @ k^T                              [N, M, Sk]
+//   attention:   s = scale * S (-inf where masked), m = rowmax(s),
+//                l = rowsum(exp(s - m)), P = exp(s - m) / l,
+//                out = P @ v, lse = m + log(l)
+//   backward:    P = exp(scale * S - lse) (0 where masked),
+//                dP = dout @ v^T, delta = rowsum(dout * out),
+//                dS = scale * P * (dP - delta),
+//                dq = dS @ k, dk = dS^T @ q, dv = P^T @ dout
+//
+// A row that sees no key (m = -inf) gets l = 0: out = 0 and lse = -inf.
+// The backward ops build the same S, P and dS, which CSE shares between
+// `attention_dq` and `attention_dkv` of the same operands.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DecomposeAttention.h"
+
+#include "shardx/Dialect/ShardX/IR/ShardX.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::shardx;
+
+namespace {
+
+using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
+
+/// Builds the linalg ops of one attention op at its position. Sizes are
+/// static or `tensor.dim`s (an uneven split leaves a rank's sequence, or
+/// heads, dynamic).
+class AttentionBuilder {
+public:
+  AttentionBuilder(RewriterBase &rewriter, Operation *op)
+      : b(rewriter), loc(op->getLoc()),
+        element(cast<RankedTensorType>(op->getOperand(0).getType())
+                    .getElementType()) {
+    Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
+    batch = size(q, 0);
+    heads = size(q, 1);
+    kvHeads = size(k, 1);
+    queries = size(q, 2);
+    keys = size(k, 2);
+    width = size(q, 3);
+    valueWidth = size(v, 3);
+    groups = divide(heads, kvHeads);
+    n = multiply(batch, kvHeads);
+    m = multiply(groups, queries);
+  }
+
+  OpFoldResult size(Value v, int64_t d) {
+    return tensor::getMixedSize(b, loc, v, d);
+  }
+  Value index(OpFoldResult x) {
+    return getValueOrCreateConstantIndexOp(b, loc, x);
+  }
+  OpFoldResult multiply(OpFoldResult x, OpFoldResult y) {
+    std::optional<int64_t> cx = getConstantIntValue(x),
+                           cy = getConstantIntValue(y);
+    if (cx && cy)
+      return b.getIndexAttr(*cx * *cy);
+    return arith::MulIOp::create(b, loc, index(x), index(y)).getResult();
+  }
+  OpFoldResult divide(OpFoldResult x, OpFoldResult y) {
+    std::optional<int64_t> cx = getConstantIntValue(x),
+                           cy = getConstantIntValue(y);
+    if (cx && cy)
+      return b.getIndexAttr(*cx / *cy);
+    return arith::DivUIOp::create(b, loc, index(x), index(y)).getResult();
+  }
+  RankedTensorType typeOf(ArrayRef<OpFoldResult> sizes, Type elementType) {
+    SmallVector<int64_t> shape;
+    for (OpFoldResult x : sizes)
+      shape.push_back(getConstantIntValue(x).value_or(ShapedType::kDynamic));
+    return RankedTensorType::get(shape, elementType);
+  }
+  Value empty(ArrayRef<OpFoldResult> sizes, Type elementType) {
+    return tensor::EmptyOp::create(b, loc, sizes, elementType);
+  }
+  /// `v` as `like`'s type (a cast where one side's dims are static).
+  Value castTo(Value v, Type like) {
+    if (v.getType() == like)
+      return v;
+    return tensor::CastOp::create(b, loc, like, v);
+  }
+
+  /// `[B, H, Sq, X]` (or `[B, H, Sq]`) as `[N, M, X]` (`[N, M]`).
+  Value queryView(Value v) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<OpFoldResult> five = {batch, kvHeads, groups, queries};
+    SmallVector<ReassociationIndices> split = {{0}, {1, 2}, {3}};
+    SmallVector<ReassociationIndices> merge = {{0, 1}, {2, 3}};
+    if (type.getRank() == 4) {
+      five.push_back(size(v, 3));
+      split.push_back({4});
+      merge.push_back({4});
+    }
+    Value expanded = tensor::ExpandShapeOp::create(
+        b, loc, typeOf(five, element), v, split, five);
+    return tensor::CollapseShapeOp::create(b, loc, expanded, merge);
+  }
+  /// `[B, Hk, Sk, X]` as `[N, Sk, X]`.
+  Value keyView(Value v) {
+    return tensor::CollapseShapeOp::create(
+        b, loc, v, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+  }
+  /// The inverse of queryView of a `[N, M, X]` (`[N, M]`) tensor, as
+  /// `like`'s type.
+  Value fromQueryView(Value v, Type like) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<OpFoldResult> five = {batch, kvHeads, groups, queries};
+    SmallVector<ReassociationIndices> split = {{0, 1}, {2, 3}};
+    SmallVector<ReassociationIndices> merge = {{0}, {1, 2}, {3}};
+    if (type.getRank() == 3) {
+      five.push_back(size(v, 2));
+      split.push_back({4});
+      merge.push_back({4});
+    }
+    Value expanded = tensor::ExpandShapeOp::create(
+        b, loc, typeOf(five, element), v, split, five);
+    return castTo(tensor::CollapseShapeOp::create(b, loc, expanded, merge),
+                  like);
+  }
+  Value fromKeyView(Value v, Type like) {
+    SmallVector<OpFoldResult> four = {batch, kvHeads, size(v, 1),
+                                      size(v, 2)};
+    Value expanded = tensor::ExpandShapeOp::create(
+        b, loc, typeOf(four, element), v,
+        SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}}, four);
+    return castTo(expanded, like);
+  }
+
+  Value constant(double x) {
+    return arith::ConstantOp::create(b, loc, b.getFloatAttr(element, x));
+  }
+
+  /// A generic over `loops` dims (`reduced` of them reductions) writing a
+  /// tensor of `shape`, reading `inputs` through `maps` (the output's map
+  /// last). A reduction's output starts as `init`.
+  Value generic(ArrayRef<OpFoldResult> shape, double init, ValueRange inputs,
+                ArrayRef<AffineMap> maps, ArrayRef<bool> reduced, Body body) {
+    SmallVector<utils::IteratorType> iterators;
+    for (bool r : reduced)
+      iterators.push_back(r ? utils::IteratorType::reduction
+                            : utils::IteratorType::parallel);
+    Value out = empty(shape, element);
+    if (llvm::is_contained(reduced, true))
+      out = linalg::FillOp::create(b, loc, constant(init), out).getResult(0);
+    auto op = linalg::GenericOp::create(
+        b, loc, out.getType(), inputs, ValueRange{out}, maps, iterators,
+        [&](OpBuilder &nested, Location l, ValueRange args) {
+          linalg::YieldOp::create(nested, l, body(nested, l, args));
+        });
+    return op.getResult(0);
+  }
+
+  AffineMap map(unsigned count, ArrayRef<unsigned> dimsOf) {
+    SmallVector<AffineExpr> exprs;
+    for (unsigned d : dimsOf)
+      exprs.push_back(b.getAffineDimExpr(d));
+    return AffineMap::get(count, 0, exprs, b.getContext());
+  }
+
+  /// `out[n, x, y] = sum_r lhs * rhs`, the operands' dims given as lists of
+  /// the loop dims n = 0, x = 1, y = 2, r = 3.
+  Value gemm(Value lhs, ArrayRef<unsigned> lhsDims, Value rhs,
+             ArrayRef<unsigned> rhsDims, OpFoldResult x, OpFoldResult y) {
+    return generic({n, x, y}, 0.0, {lhs, rhs},
+                   {map(4, lhsDims), map(4, rhsDims), map(4, {0, 1, 2})},
+                   {false, false, false, true},
+                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                     Value p = arith::MulFOp::create(nb, l, a[0], a[1]);
+                     return arith::AddFOp::create(nb, l, a[2], p);
+                   });
+  }
+
+  /// The rows' positions `[M]`: `qpos` repeated for each of the G query
+  /// heads of a key/value head.
+  Value rowPositions(Value qpos) {
+    Type type = cast<RankedTensorType>(qpos.getType()).getElementType();
+    Value count = index(queries);
+    Value out = empty({m}, type);
+    auto op = linalg::GenericOp::create(
+        b, loc, out.getType(), ValueRange{}, ValueRange{out},
+        SmallVector<AffineMap>{map(1, {0})},
+        SmallVector<utils::IteratorType>{utils::IteratorType::parallel},
+        [&](OpBuilder &nb, Location l, ValueRange) {
+          Value row = linalg::IndexOp::create(nb, l, 0);
+          Value query = arith::RemUIOp::create(nb, l, row, count);
+          Value pos = tensor::ExtractOp::create(nb, l, qpos, query);
+          linalg::YieldOp::create(nb, l, pos);
+        });
+    return op.getResult(0);
+  }
+  /// Whether query `rowPos` sees key `keyPos`.
+  static Value sees(OpBuilder &nb, Location l, Value rowPos, Value keyPos) {
+    return arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sle, keyPos,
+                                 rowPos);
+  }
+
+  RewriterBase &b;
+  Location loc;
+  Type element;
+  OpFoldResult batch, heads, kvHeads, groups, queries, keys, width,
+      valueWidth, n, m;
+};
+
+/// The scores `S = q @ k^T` and, when causal, the row and key positions.
+struct Scores {
+  Value s, rowPos, keyPos;
+};
+
+Scores scores(AttentionBuilder &a, Value q, Value k, Value qpos, Value kpos) {
+  Scores sc;
+  sc.s = a.gemm(q, {0, 1, 3}, k, {0, 2, 3}, a.m, a.keys);
+  if (qpos) {
+    sc.rowPos = a.rowPositions(qpos);
+    sc.keyPos = kpos;
+  }
+  return sc;
+}
+
+using ScoreBody = function_ref<Value(OpBuilder &, Location, Value s,
+                                     ValueRange extra, Value seen, Value acc)>;
+
+/// A generic over the scores' loops (n, x, y), the keys y reduced when
+/// `reduceKeys`, reading `S`, the `extra` inputs (each with its map of
+/// (n, x, y)) and, when causal, the positions. `body` gets S's element, the
+/// extras' elements, whether the key is seen (null when not causal) and the
+/// output's element.
+Value overScores(AttentionBuilder &a, const Scores &sc,
+                 ArrayRef<std::pair<Value, AffineMap>> extra, bool reduceKeys,
+                 double init, ScoreBody body) {
+  SmallVector<Value> operands = {sc.s};
+  SmallVector<AffineMap> maps = {a.map(3, {0, 1, 2})};
+  for (auto [v, map] : extra) {
+    operands.push_back(v);
+    maps.push_back(map);
+  }
+  bool causal = static_cast<bool>(sc.rowPos);
+  if (causal) {
+    operands.append({sc.rowPos, sc.keyPos});
+    maps.append({a.map(3, {1}), a.map(3, {2})});
+  }
+  SmallVector<OpFoldResult> shape = {a.n, a.m};
+  if (!reduceKeys)
+    shape.push_back(a.keys);
+  maps.push_back(reduceKeys ? a.map(3, {0, 1}) : a.map(3, {0, 1, 2}));
+  size_t count = extra.size();
+  return a.generic(
+      shape, init, operands, maps, {false, false, reduceKeys},
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value seen;
+        if (causal)
+          seen = AttentionBuilder::sees(nb, l, args[1 + count],
+                                        args[2 + count]);
+        return body(nb, l, args[0], args.slice(1, count), seen, args.back());
+      });
+}
+
+/// Elementwise over `[N, M]` rows.
+Value overRows(AttentionBuilder &a, ValueRange inputs, Body body) {
+  SmallVector<AffineMap> maps(inputs.size() + 1, a.map(2, {0, 1}));
+  return a.generic({a.n, a.m}, 0.0, inputs, maps, {false, false}, body);
+}
+
+LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op) {
+  AttentionBuilder a(rewriter, op);
+  Value q = a.queryView(op.getQ()), k = a.keyView(op.getK()),
+        v = a.keyView(op.getV());
+  Scores sc = scores(a, q, k, op.getQpos(), op.getKpos());
+  double inf = std::numeric_limits<double>::infinity();
+  Value scale = a.constant(op.getScale().convertToDouble());
+  Value minusInf = a.constant(-inf), zero = a.constant(0.0);
+  // s = scale * S, -inf where masked.
+  auto scaled = [&](OpBuilder &nb, Location l, Value s, Value seen) -> Value {
+    Value x = arith::MulFOp::create(nb, l, s, scale);
+    return seen ? arith::SelectOp::create(nb, l, seen, x, minusInf) : x;
+  };
+  // The row max, 0 for a row that sees no key (its exponents are then
+  // exp(-inf) = 0 rather than NaN).
+  Value rowMax = overScores(
+      a, sc, {}, /*reduceKeys=*/true, -inf,
+      [&](OpBuilder &nb, Location l, Value s, ValueRange, Value seen,
+          Value acc) -> Value {
+        return arith::MaximumFOp::create(nb, l, acc, scaled(nb, l, s, seen));
+      });
+  Value safeMax = overRows(a, {rowMax}, [&](OpBuilder &nb, Location l,
+                                            ValueRange args) -> Value {
+    Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                       args[0], minusInf);
+    return arith::SelectOp::create(nb, l, none, zero, args[0]);
+  });
+  AffineMap rows = a.map(3, {0, 1});
+  auto exponent = [&](OpBuilder &nb, Location l, Value s, Value max,
+                      Value seen) -> Value {
+    Value x = arith::SubFOp::create(nb, l, scaled(nb, l, s, seen), max);
+    return math::ExpOp::create(nb, l, x);
+  };
+  Value sum = overScores(
+      a, sc, {{safeMax, rows}}, /*reduceKeys=*/true, 0.0,
+      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
+          Value acc) -> Value {
+        return arith::AddFOp::create(nb, l, acc,
+                                     exponent(nb, l, s, extra[0], seen));
+      });
+  // P = exp(s - max) / sum, 0 in a row that sees no key.
+  Value p = overScores(
+      a, sc, {{safeMax, rows}, {sum, rows}}, /*reduceKeys=*/false, 0.0,
+      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
+          Value) -> Value {
+        Value e = exponent(nb, l, s, extra[0], seen);
+        Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                           extra[1], zero);
+        Value x = arith::DivFOp::create(nb, l, e, extra[1]);
+        return arith::SelectOp::create(nb, l, none, zero, x);
+      });
+  Value out = a.gemm(p, {0, 1, 3}, v, {0, 3, 2}, a.m, a.valueWidth);
+  Value lse = overRows(a, {safeMax, sum}, [&](OpBuilder &nb, Location l,
+                                              ValueRange args) -> Value {
+    Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                       args[1], zero);
+    Value x = arith::AddFOp::create(nb, l, args[0],
+                                    math::LogOp::create(nb, l, args[1]));
+    return arith::SelectOp::create(nb, l, none, minusInf, x);
+  });
+  rewriter.replaceOp(op, {a.fromQueryView(out, op.getOut().getType()),
+                          a.fromQueryView(lse, op.getLse().getType())});
+  return success();
+}
+
+/// The backward's shared part: P (0 where masked) and dS = scale * P *
+/// (dP - delta), on the 3-D views.
+struct Backward {
+  Value q, k, v, out, dout, p, ds;
+};
+
+template <typename OpT>
+Backward backward(AttentionBuilder &a, OpT op) {
+  Backward g;
+  g.q = a.queryView(op.getQ());
+  g.k = a.keyView(op.getK());
+  g.v = a.keyView(op.getV());
+  g.out = a.queryView(op.getOut());
+  g.dout = a.queryView(op.getDout());
+  Value lse = a.queryView(op.getLse());
+  Scores sc = scores(a, g.q, g.k, op.getQpos(), op.getKpos());
+  Value scale = a.constant(op.getScale().convertToDouble());
+  Value zero = a.constant(0.0);
+  AffineMap rows = a.map(3, {0, 1}), full = a.map(3, {0, 1, 2});
+  g.p = overScores(
+      a, sc, {{lse, rows}}, /*reduceKeys=*/false, 0.0,
+      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
+          Value) -> Value {
+        Value x = arith::MulFOp::create(nb, l, s, scale);
+        Value e = math::ExpOp::create(
+            nb, l, arith::SubFOp::create(nb, l, x, extra[0]));
+        return seen ? arith::SelectOp::create(nb, l, seen, e, zero) : e;
+      });
+  // dP = dout @ v^T, delta = rowsum(dout * out).
+  Value dp =
+      a.gemm(g.dout, {0, 1, 3}, g.v, {0, 2, 3}, a.m, a.keys);
+  Value delta = a.generic(
+      {a.n, a.m}, 0.0, {g.dout, g.out},
+      {a.map(3, {0, 1, 2}), a.map(3, {0, 1, 2}), a.map(3, {0, 1})},
+      {false, false, true}, [](OpBuilder &nb, Location l, ValueRange args) {
+        Value x = arith::MulFOp::create(nb, l, args[0], args[1]);
+        return arith::AddFOp::create(nb, l, args[2], x).getResult();
+      });
+  SmallVector<AffineMap> maps = {full, full, rows, full};
+  g.ds = a.generic(
+      {a.n, a.m, a.keys}, 0.0, {g.p, dp, delta}, maps,
+      {false, false, false}, [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value d = arith::SubFOp::create(nb, l, args[1], args[2]);
+        Value x = arith::MulFOp::create(nb, l, args[0], d);
+        return arith::MulFOp::create(nb, l, x, scale).getResult();
+      });
+  return g;
+}
+
+LogicalResult lowerDq(RewriterBase &rewriter, AttentionDqOp op) {
+  AttentionBuilder a(rewriter, op);
+  Backward g = backward(a, op);
+  Value dq = a.gemm(g.ds, {0, 1, 3}, g.k, {0, 3, 2}, a.m, a.width);
+  rewriter.replaceOp(op, a.fromQueryView(dq, op.getDq().getType()));
+  return success();
+}
+
+LogicalResult lowerDkv(RewriterBase &rewriter, AttentionDkvOp op) {
+  AttentionBuilder a(rewriter, op);
+  Backward g = backward(a, op);
+  // Over the loops (n, key, x, row): dk = dS^T @ q, dv = P^T @ dout.
+  Value dk = a.gemm(g.ds, {0, 3, 1}, g.q, {0, 3, 2}, a.keys,
+                    a.width);
+  Value dv = a.gemm(g.p, {0, 3, 1}, g.dout, {0, 3, 2}, a.keys,
+                    a.valueWidth);
+  rewriter.replaceOp(op, {a.fromKeyView(dk, op.getDk().getType()),
+                          a.fromKeyView(dv, op.getDv().getType())});
+  return success();
+}
+
+} // namespace
+
+LogicalResult mlir::shardx::decomposeAttention(RewriterBase &rewriter,
+                                               Operation *op) {
+  rewriter.setInsertionPoint(op);
+  if (auto forward = dyn_cast<AttentionOp>(op))
+    return lowerForward(rewriter, forward);
+  if (auto dq = dyn_cast<AttentionDqOp>(op))
+    return lowerDq(rewriter, dq);
+  return lowerDkv(rewriter, cast<AttentionDkvOp>(op));
+}

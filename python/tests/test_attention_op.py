@@ -1,0 +1,96 @@
+"""``scaled_dot_product_attention`` traced as ``shardx.attention`` (and its
+backward as ``attention_dq`` / ``attention_dkv``, importer/attention.py):
+outputs and the gradients of q, k and v against eager PyTorch, causal or
+not, with grouped-query heads (``enable_gqa``), an explicit scale, 3-D
+inputs, and the sequence split over 2 thread ranks, evenly and not. The
+composite op keeps the rows' log-sum-exp for the backward, not the
+probabilities: the traced program holds no ``[.., Sq, Sk]`` tensor between
+the forward and the backward (checked on the program's text)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shardx
+from shardx import Mesh, Replicate as R, Shard as S
+from shardx.importer import trace
+from shardx.importer.attention import composite
+
+CASES = {
+    # name: (q shape, k shape, v width, sdpa keyword arguments)
+    "causal": ((2, 4, 8, 16), (2, 4, 8, 16), 16, dict(is_causal=True)),
+    "full": ((2, 4, 8, 16), (2, 4, 8, 16), 12, dict()),
+    "gqa_causal": ((1, 4, 8, 8), (1, 2, 8, 8), 8, dict(is_causal=True, enable_gqa=True)),
+    "scale": ((1, 2, 6, 8), (1, 2, 10, 8), 4, dict(scale=0.3)),
+    # PyTorch's top-left causal mask when queries and keys differ in count.
+    "causal_rect": ((1, 2, 6, 8), (1, 2, 10, 8), 4, dict(is_causal=True)),
+    "three_dims": ((3, 8, 16), (3, 8, 16), 16, dict(is_causal=True)),
+    "uneven": ((1, 2, 7, 8), (1, 2, 7, 8), 8, dict(is_causal=True)),
+}
+
+
+def _inputs(name, dtype):
+    qs, ks, vw, _ = CASES[name]
+    torch.manual_seed(0)
+    return [torch.randn(*s, dtype=dtype, requires_grad=True)
+            for s in (qs, ks, (*ks[:-1], vw))]
+
+
+def _step(name):
+    kwargs = CASES[name][3]
+
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        loss = (out * out.cos()).sum()
+        return (out,) + torch.autograd.grad(loss, (q, k, v))
+    return step
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_eager(name, dtype):
+    """Unsharded, and with the sequence (dim -2) of q, k and v split on 2
+    ranks: the output and the three gradients."""
+    step = _step(name)
+    q, k, v = _inputs(name, dtype)
+    want = step(q, k, v)
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    seq = S(q.dim() - 2)
+    for mesh, placements in ((Mesh((1,)), None), (Mesh((2,), ("cp",)), [[seq]] * 3)):
+        got = shardx.compile(step, mesh, placements)(q, k, v)
+        for g, w, what in zip(got, want, ("out", "dq", "dk", "dv")):
+            g = g.to_torch() if hasattr(g, "to_torch") else g
+            torch.testing.assert_close(g, w, **tol, msg=lambda m: f"{name} {what} {mesh}: {m}")
+
+
+def test_program_keeps_no_probabilities():
+    """The traced step: one shardx.attention, one attention_dq and one
+    attention_dkv; with composite(False) the math backend's ops, which keep
+    the [B, H, Sq, Sk] probabilities for the backward."""
+    step = _step("causal")
+    q, k, v = _inputs("causal", torch.float32)
+    mesh = Mesh((2,), ("cp",))
+    placements = [[S(2)]] * 3
+    text = trace(step, (q, k, v), mesh, placements, None, name="attention")
+    for op in ("shardx.attention ", "shardx.attention_dq ", "shardx.attention_dkv "):
+        assert text.count(op) == 1, op
+    assert "tensor<2x4x8x8xf32>" not in text  # no [B, H, Sq, Sk] tensor
+    with composite(False):
+        math = trace(step, (q, k, v), mesh, placements, None, name="attention")
+    assert "shardx.attention" not in math and "tensor<2x4x8x8xf32>" in math
+
+
+def test_other_calls_keep_math_ops():
+    """A mask tensor, dropout and bf16 inputs are traced as the math
+    backend's ops (and still match eager)."""
+    q, k, v = _inputs("full", torch.float32)
+    mask = torch.rand(8, 8) > 0.3
+    mask[:, 0] = True
+
+    def step(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    text = trace(step, (q, k, v), Mesh((1,)), None, None, name="masked")
+    assert "shardx.attention" not in text
+    got = shardx.compile(step, Mesh((1,)))(q, k, v)
+    torch.testing.assert_close(got.to_torch() if hasattr(got, "to_torch") else got,
+                               step(q, k, v), rtol=2e-5, atol=2e-5)
