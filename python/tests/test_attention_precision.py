@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import shardx
 from shardx import TrainStep
-from shardx.importer.attention import flash_precision, mode_key
+from shardx.importer.attention import composite, flash_precision, mode_key
 
 
 @pytest.fixture(autouse=True)
@@ -84,12 +84,14 @@ def test_calls_it_does_not_cover_are_pytorchs():
         with sdpa_kernel(SDPBackend.MATH), flash_precision():
             got = call()
         assert torch.equal(got, want)
-    assert mode_key() == "attention=math"
+    assert mode_key() == "attention=math,composite=1"
     with flash_precision():
-        assert mode_key() == "attention=flash"
+        assert mode_key() == "attention=flash,composite=1"
         with flash_precision(False):
-            assert mode_key() == "attention=flash"
-    assert mode_key() == "attention=math"
+            assert mode_key() == "attention=flash,composite=1"
+    assert mode_key() == "attention=math,composite=1"
+    with composite(False):
+        assert mode_key() == "attention=math,composite=0"
 
 
 class Block(nn.Module):

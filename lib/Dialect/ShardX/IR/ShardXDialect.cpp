@@ -9,9 +9,24 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Transforms/InliningUtils.h"
 
 using namespace mlir;
 using namespace mlir::shardx;
+
+namespace {
+/// Every ShardX op inside a function may be inlined into its caller: the
+/// attention ops and layout constraints of a traced region's function (a
+/// repeated layer) join the step's body before propagation. Without it the
+/// inliner keeps such a call, which then runs replicated.
+struct ShardXInlinerInterface : DialectInlinerInterface {
+  using DialectInlinerInterface::DialectInlinerInterface;
+  bool isLegalToInline(Operation *, Region *, bool,
+                       IRMapping &) const final {
+    return true;
+  }
+};
+} // namespace
 
 #include "shardx/Dialect/ShardX/IR/ShardXDialect.cpp.inc"
 #include "shardx/Dialect/ShardX/IR/ShardXInterfaces.cpp.inc"
@@ -22,6 +37,7 @@ void ShardXDialect::initialize() {
 #include "shardx/Dialect/ShardX/IR/ShardXOps.cpp.inc"
       >();
   registerAttributes();
+  addInterfaces<ShardXInlinerInterface>();
 }
 
 void ShardXDialect::recordMeshShape(StringRef name, ArrayRef<int64_t> shape) {
