@@ -28,6 +28,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -188,7 +189,10 @@ LogicalResult generalizeForFusion(ModuleOp module) {
 /// Whether fusing the producer of `operand` into its consumer is worth it:
 /// a transpose always (it becomes an indexing map, a GEMM operand a view);
 /// other elementwise producers with one use, except into a GEMM (which must
-/// stay a pure multiply-add to become a BLAS call).
+/// stay a pure multiply-add to become a BLAS call) and except a producer
+/// with a math function (a log, an exp) that the consumer reads broadcast:
+/// fused, the function would run once per consumer element (attention's
+/// log-sum-exp per row, read by every key's probability) instead of once.
 bool shouldFuse(OpOperand *operand) {
   auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
   auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
@@ -200,7 +204,14 @@ bool shouldFuse(OpOperand *operand) {
     return false;
   if (isDataMovement(producer))
     return true;
-  return producer->hasOneUse();
+  if (!producer->hasOneUse())
+    return false;
+  bool broadcast = producer.getNumLoops() < consumer.getNumLoops();
+  bool costly = llvm::any_of(producer.getBody()->getOperations(),
+                             [](Operation &op) {
+                               return isa<math::MathDialect>(op.getDialect());
+                             });
+  return !(broadcast && costly);
 }
 
 //===----------------------------------------------------------------------===//

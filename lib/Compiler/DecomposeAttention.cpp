@@ -8,18 +8,18 @@
 // `[B * Hk, Sk, X]`, so that every product is one batched GEMM the targets
 // hand to BLAS or cuBLAS. With `N = B * Hk`, `M = G * Sq`:
 //
-//   S   = q @ k^T                              [N, M, Sk]
-//   attention:   s = scale * S (-inf where masked), m = rowmax(s),
-//                l = rowsum(exp(s - m)), P = exp(s - m) / l,
-//                out = P @ v, lse = m + log(l)
-//   backward:    P = exp(scale * S - lse) (0 where masked),
-//                dP = dout @ v^T, delta = rowsum(dout * out),
-//                dS = scale * P * (dP - delta),
-//                dq = dS @ k, dk = dS^T @ q, dv = P^T @ dout
+//   S   = (c q) @ (c k)^T, c = sqrt(scale) (as PyTorch's math attention
+//         scales them), -inf where a key is not seen   [N, M, Sk]
+//   attention:   m = rowmax(S), l = rowsum(exp(S - m)), lse = m + log(l),
+//                P = exp(S - lse), out = P @ v
+//   backward:    P = exp(S - lse), dP = dout @ v^T,
+//                delta = rowsum(dout * out), dS = P * (dP - delta),
+//                dq = c dS @ (c k), dk = c dS^T @ (c q), dv = P^T @ dout
 //
 // A row that sees no key (m = -inf) gets l = 0: out = 0 and lse = -inf.
-// The backward ops build the same S, P and dS, which CSE shares between
-// `attention_dq` and `attention_dkv` of the same operands.
+// The three ops build S and P alike, so CSE shares them between the
+// forward and the backward ops of one attention where they are in one
+// function, and dS between `attention_dq` and `attention_dkv`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +34,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace mlir;
@@ -222,57 +223,61 @@ public:
       valueWidth, n, m;
 };
 
-/// The scores `S = q @ k^T` and, when causal, the row and key positions.
+/// The scaled query and key views (each times the root of the scale, as
+/// PyTorch's math attention scales them) and the logits `s = qs @ ks^T`,
+/// -inf where a key is not seen.
 struct Scores {
-  Value s, rowPos, keyPos;
+  Value qs, ks, s, root;
 };
 
-Scores scores(AttentionBuilder &a, Value q, Value k, Value qpos, Value kpos) {
+/// `x * root`, elementwise.
+Value scaled(AttentionBuilder &a, Value x, Value root) {
+  auto type = cast<RankedTensorType>(x.getType());
+  SmallVector<OpFoldResult> shape;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    shape.push_back(a.size(x, d));
+  SmallVector<unsigned> all = {0, 1, 2};
+  return a.generic(shape, 0.0, {x}, {a.map(3, all), a.map(3, all)},
+                   {false, false, false},
+                   [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                     return arith::MulFOp::create(nb, l, args[0], root);
+                   });
+}
+
+template <typename OpT>
+Scores scores(AttentionBuilder &a, OpT op, Value q, Value k) {
   Scores sc;
-  sc.s = a.gemm(q, {0, 1, 3}, k, {0, 2, 3}, a.m, a.keys);
-  if (qpos) {
-    sc.rowPos = a.rowPositions(qpos);
-    sc.keyPos = kpos;
-  }
+  sc.root = a.constant(std::sqrt(op.getScale().convertToDouble()));
+  sc.qs = scaled(a, q, sc.root);
+  sc.ks = scaled(a, k, sc.root);
+  sc.s = a.gemm(sc.qs, {0, 1, 3}, sc.ks, {0, 2, 3}, a.m, a.keys);
+  if (!op.getQpos())
+    return sc;
+  Value rowPos = a.rowPositions(op.getQpos());
+  Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
+  sc.s = a.generic(
+      {a.n, a.m, a.keys}, 0.0, {sc.s, rowPos, op.getKpos()},
+      {a.map(3, {0, 1, 2}), a.map(3, {1}), a.map(3, {2}),
+       a.map(3, {0, 1, 2})},
+      {false, false, false},
+      [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+        Value seen = AttentionBuilder::sees(nb, l, args[1], args[2]);
+        return arith::SelectOp::create(nb, l, seen, args[0], minusInf);
+      });
   return sc;
 }
 
-using ScoreBody = function_ref<Value(OpBuilder &, Location, Value s,
-                                     ValueRange extra, Value seen, Value acc)>;
-
-/// A generic over the scores' loops (n, x, y), the keys y reduced when
-/// `reduceKeys`, reading `S`, the `extra` inputs (each with its map of
-/// (n, x, y)) and, when causal, the positions. `body` gets S's element, the
-/// extras' elements, whether the key is seen (null when not causal) and the
-/// output's element.
-Value overScores(AttentionBuilder &a, const Scores &sc,
-                 ArrayRef<std::pair<Value, AffineMap>> extra, bool reduceKeys,
-                 double init, ScoreBody body) {
-  SmallVector<Value> operands = {sc.s};
+/// A reduction over the keys of the logits (loops n, x, y; y reduced) with
+/// the extra `rows` inputs `[N, M]`; `body` gets the logit, the extras and
+/// the accumulator.
+Value overKeys(AttentionBuilder &a, Value s, ValueRange rows, double init,
+               Body body) {
+  SmallVector<Value> operands = {s};
+  operands.append(rows.begin(), rows.end());
   SmallVector<AffineMap> maps = {a.map(3, {0, 1, 2})};
-  for (auto [v, map] : extra) {
-    operands.push_back(v);
-    maps.push_back(map);
-  }
-  bool causal = static_cast<bool>(sc.rowPos);
-  if (causal) {
-    operands.append({sc.rowPos, sc.keyPos});
-    maps.append({a.map(3, {1}), a.map(3, {2})});
-  }
-  SmallVector<OpFoldResult> shape = {a.n, a.m};
-  if (!reduceKeys)
-    shape.push_back(a.keys);
-  maps.push_back(reduceKeys ? a.map(3, {0, 1}) : a.map(3, {0, 1, 2}));
-  size_t count = extra.size();
-  return a.generic(
-      shape, init, operands, maps, {false, false, reduceKeys},
-      [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value seen;
-        if (causal)
-          seen = AttentionBuilder::sees(nb, l, args[1 + count],
-                                        args[2 + count]);
-        return body(nb, l, args[0], args.slice(1, count), seen, args.back());
-      });
+  maps.append(rows.size() + 1, a.map(3, {0, 1}));
+  return a.generic({a.n, a.m}, init, operands, maps, {false, false, true},
+                   body);
 }
 
 /// Elementwise over `[N, M]` rows.
@@ -281,58 +286,55 @@ Value overRows(AttentionBuilder &a, ValueRange inputs, Body body) {
   return a.generic({a.n, a.m}, 0.0, inputs, maps, {false, false}, body);
 }
 
+/// P = exp(s - lse) (0 where masked: s = -inf; a row that sees no key has
+/// lse = -inf, taken as 0). The forward and the backward build the same ops
+/// from the same logits and lse, so where both are in one function CSE
+/// keeps one P (recomputation, shardx-recompute-activations, decides
+/// whether the backward computes it again, not this decomposition).
+Value probabilities(AttentionBuilder &a, Value s, Value lse) {
+  Value zero = a.constant(0.0);
+  Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
+  return a.generic(
+      {a.n, a.m, a.keys}, 0.0, {s, lse},
+      {a.map(3, {0, 1, 2}), a.map(3, {0, 1}), a.map(3, {0, 1, 2})},
+      {false, false, false},
+      [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+        Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                           args[1], minusInf);
+        Value ref = arith::SelectOp::create(nb, l, none, zero, args[1]);
+        return math::ExpOp::create(
+            nb, l, arith::SubFOp::create(nb, l, args[0], ref));
+      });
+}
+
 LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op) {
   AttentionBuilder a(rewriter, op);
   Value q = a.queryView(op.getQ()), k = a.keyView(op.getK()),
         v = a.keyView(op.getV());
-  Scores sc = scores(a, q, k, op.getQpos(), op.getKpos());
+  Scores sc = scores(a, op, q, k);
   double inf = std::numeric_limits<double>::infinity();
-  Value scale = a.constant(op.getScale().convertToDouble());
   Value minusInf = a.constant(-inf), zero = a.constant(0.0);
-  // s = scale * S, -inf where masked.
-  auto scaled = [&](OpBuilder &nb, Location l, Value s, Value seen) -> Value {
-    Value x = arith::MulFOp::create(nb, l, s, scale);
-    return seen ? arith::SelectOp::create(nb, l, seen, x, minusInf) : x;
-  };
-  // The row max, 0 for a row that sees no key (its exponents are then
-  // exp(-inf) = 0 rather than NaN).
-  Value rowMax = overScores(
-      a, sc, {}, /*reduceKeys=*/true, -inf,
-      [&](OpBuilder &nb, Location l, Value s, ValueRange, Value seen,
-          Value acc) -> Value {
-        return arith::MaximumFOp::create(nb, l, acc, scaled(nb, l, s, seen));
-      });
+  Value rowMax = overKeys(a, sc.s, {}, -inf,
+                          [](OpBuilder &nb, Location l, ValueRange args) {
+                            return arith::MaximumFOp::create(nb, l, args[1],
+                                                             args[0])
+                                .getResult();
+                          });
+  // A row that sees no key has max -inf: 0 instead, so that its exponents
+  // are exp(-inf) = 0 rather than NaN.
   Value safeMax = overRows(a, {rowMax}, [&](OpBuilder &nb, Location l,
                                             ValueRange args) -> Value {
     Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
                                        args[0], minusInf);
     return arith::SelectOp::create(nb, l, none, zero, args[0]);
   });
-  AffineMap rows = a.map(3, {0, 1});
-  auto exponent = [&](OpBuilder &nb, Location l, Value s, Value max,
-                      Value seen) -> Value {
-    Value x = arith::SubFOp::create(nb, l, scaled(nb, l, s, seen), max);
-    return math::ExpOp::create(nb, l, x);
-  };
-  Value sum = overScores(
-      a, sc, {{safeMax, rows}}, /*reduceKeys=*/true, 0.0,
-      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
-          Value acc) -> Value {
-        return arith::AddFOp::create(nb, l, acc,
-                                     exponent(nb, l, s, extra[0], seen));
+  Value sum = overKeys(
+      a, sc.s, {safeMax}, 0.0,
+      [](OpBuilder &nb, Location l, ValueRange args) -> Value {
+        Value e = math::ExpOp::create(
+            nb, l, arith::SubFOp::create(nb, l, args[0], args[1]));
+        return arith::AddFOp::create(nb, l, args[2], e);
       });
-  // P = exp(s - max) / sum, 0 in a row that sees no key.
-  Value p = overScores(
-      a, sc, {{safeMax, rows}, {sum, rows}}, /*reduceKeys=*/false, 0.0,
-      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
-          Value) -> Value {
-        Value e = exponent(nb, l, s, extra[0], seen);
-        Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                           extra[1], zero);
-        Value x = arith::DivFOp::create(nb, l, e, extra[1]);
-        return arith::SelectOp::create(nb, l, none, zero, x);
-      });
-  Value out = a.gemm(p, {0, 1, 3}, v, {0, 3, 2}, a.m, a.valueWidth);
   Value lse = overRows(a, {safeMax, sum}, [&](OpBuilder &nb, Location l,
                                               ValueRange args) -> Value {
     Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
@@ -341,77 +343,67 @@ LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op) {
                                     math::LogOp::create(nb, l, args[1]));
     return arith::SelectOp::create(nb, l, none, minusInf, x);
   });
+  Value p = probabilities(a, sc.s, lse);
+  Value out = a.gemm(p, {0, 1, 3}, v, {0, 3, 2}, a.m, a.valueWidth);
   rewriter.replaceOp(op, {a.fromQueryView(out, op.getOut().getType()),
                           a.fromQueryView(lse, op.getLse().getType())});
   return success();
 }
 
-/// The backward's shared part: P (0 where masked) and dS = scale * P *
-/// (dP - delta), on the 3-D views.
+/// The backward's shared part on the 3-D views: P and dS = P * (dP -
+/// delta), dP = dout @ v^T, delta = rowsum(dout * out).
 struct Backward {
-  Value q, k, v, out, dout, p, ds;
+  Value dout, p, ds;
+  Scores sc;
 };
 
 template <typename OpT>
 Backward backward(AttentionBuilder &a, OpT op) {
   Backward g;
-  g.q = a.queryView(op.getQ());
-  g.k = a.keyView(op.getK());
-  g.v = a.keyView(op.getV());
-  g.out = a.queryView(op.getOut());
+  Value q = a.queryView(op.getQ()), k = a.keyView(op.getK());
+  Value v = a.keyView(op.getV()), out = a.queryView(op.getOut());
   g.dout = a.queryView(op.getDout());
-  Value lse = a.queryView(op.getLse());
-  Scores sc = scores(a, g.q, g.k, op.getQpos(), op.getKpos());
-  Value scale = a.constant(op.getScale().convertToDouble());
-  Value zero = a.constant(0.0);
-  AffineMap rows = a.map(3, {0, 1}), full = a.map(3, {0, 1, 2});
-  g.p = overScores(
-      a, sc, {{lse, rows}}, /*reduceKeys=*/false, 0.0,
-      [&](OpBuilder &nb, Location l, Value s, ValueRange extra, Value seen,
-          Value) -> Value {
-        Value x = arith::MulFOp::create(nb, l, s, scale);
-        Value e = math::ExpOp::create(
-            nb, l, arith::SubFOp::create(nb, l, x, extra[0]));
-        return seen ? arith::SelectOp::create(nb, l, seen, e, zero) : e;
-      });
-  // dP = dout @ v^T, delta = rowsum(dout * out).
-  Value dp =
-      a.gemm(g.dout, {0, 1, 3}, g.v, {0, 2, 3}, a.m, a.keys);
+  g.sc = scores(a, op, q, k);
+  g.p = probabilities(a, g.sc.s, a.queryView(op.getLse()));
+  Value dp = a.gemm(g.dout, {0, 1, 3}, v, {0, 2, 3}, a.m, a.keys);
   Value delta = a.generic(
-      {a.n, a.m}, 0.0, {g.dout, g.out},
+      {a.n, a.m}, 0.0, {g.dout, out},
       {a.map(3, {0, 1, 2}), a.map(3, {0, 1, 2}), a.map(3, {0, 1})},
       {false, false, true}, [](OpBuilder &nb, Location l, ValueRange args) {
         Value x = arith::MulFOp::create(nb, l, args[0], args[1]);
         return arith::AddFOp::create(nb, l, args[2], x).getResult();
       });
-  SmallVector<AffineMap> maps = {full, full, rows, full};
-  g.ds = a.generic(
-      {a.n, a.m, a.keys}, 0.0, {g.p, dp, delta}, maps,
-      {false, false, false}, [&](OpBuilder &nb, Location l, ValueRange args) {
-        Value d = arith::SubFOp::create(nb, l, args[1], args[2]);
-        Value x = arith::MulFOp::create(nb, l, args[0], d);
-        return arith::MulFOp::create(nb, l, x, scale).getResult();
-      });
+  AffineMap rows = a.map(3, {0, 1}), full = a.map(3, {0, 1, 2});
+  g.ds = a.generic({a.n, a.m, a.keys}, 0.0, {g.p, dp, delta},
+                   {full, full, rows, full}, {false, false, false},
+                   [](OpBuilder &nb, Location l, ValueRange args) {
+                     Value d = arith::SubFOp::create(nb, l, args[1], args[2]);
+                     return arith::MulFOp::create(nb, l, args[0], d)
+                         .getResult();
+                   });
   return g;
 }
 
 LogicalResult lowerDq(RewriterBase &rewriter, AttentionDqOp op) {
   AttentionBuilder a(rewriter, op);
   Backward g = backward(a, op);
-  Value dq = a.gemm(g.ds, {0, 1, 3}, g.k, {0, 3, 2}, a.m, a.width);
-  rewriter.replaceOp(op, a.fromQueryView(dq, op.getDq().getType()));
+  // d(q * root) = dS @ (k * root); dq = that * root.
+  Value dq = a.gemm(g.ds, {0, 1, 3}, g.sc.ks, {0, 3, 2}, a.m, a.width);
+  rewriter.replaceOp(op, a.fromQueryView(scaled(a, dq, g.sc.root),
+                                         op.getDq().getType()));
   return success();
 }
 
 LogicalResult lowerDkv(RewriterBase &rewriter, AttentionDkvOp op) {
   AttentionBuilder a(rewriter, op);
   Backward g = backward(a, op);
-  // Over the loops (n, key, x, row): dk = dS^T @ q, dv = P^T @ dout.
-  Value dk = a.gemm(g.ds, {0, 3, 1}, g.q, {0, 3, 2}, a.keys,
-                    a.width);
+  // Over the loops (n, key, x, row): dk = root * dS^T @ (q * root),
+  // dv = P^T @ dout.
+  Value dk = a.gemm(g.ds, {0, 3, 1}, g.sc.qs, {0, 3, 2}, a.keys, a.width);
   Value dv = a.gemm(g.p, {0, 3, 1}, g.dout, {0, 3, 2}, a.keys,
                     a.valueWidth);
-  rewriter.replaceOp(op, {a.fromKeyView(dk, op.getDk().getType()),
+  rewriter.replaceOp(op, {a.fromKeyView(scaled(a, dk, g.sc.root),
+                                        op.getDk().getType()),
                           a.fromKeyView(dv, op.getDv().getType())});
   return success();
 }

@@ -3,9 +3,9 @@ backward as ``attention_dq`` / ``attention_dkv``, importer/attention.py):
 outputs and the gradients of q, k and v against eager PyTorch, causal or
 not, with grouped-query heads (``enable_gqa``), an explicit scale, 3-D
 inputs, and the sequence split over 2 thread ranks, evenly and not. The
-composite op keeps the rows' log-sum-exp for the backward, not the
-probabilities: the traced program holds no ``[.., Sq, Sk]`` tensor between
-the forward and the backward (checked on the program's text)."""
+backward ops take the rows' log-sum-exp, not the probabilities: the traced
+program passes no ``[.., Sq, Sk]`` tensor from the forward to the backward
+(checked on the program's text)."""
 
 import pytest
 import torch
@@ -65,8 +65,8 @@ def test_matches_eager(name, dtype):
 
 def test_program_keeps_no_probabilities():
     """The traced step: one shardx.attention, one attention_dq and one
-    attention_dkv; with composite(False) the math backend's ops, which keep
-    the [B, H, Sq, Sk] probabilities for the backward."""
+    attention_dkv, and no [B, H, Sq, Sk] tensor; with composite(False) the
+    math backend's ops, which pass the probabilities to the backward."""
     step = _step("causal")
     q, k, v = _inputs("causal", torch.float32)
     mesh = Mesh((2,), ("cp",))

@@ -96,3 +96,61 @@ func.func @shared(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> (tensor<4x4xf32>,
   } -> tensor<4x4xf32>
   return %mm, %sum : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// A row's log (attention's log-sum-exp) read broadcast by every element of
+// the row stays its own loop: fused, the log would run once per element.
+// A row's plain arithmetic still fuses.
+
+#rows = affine_map<(d0, d1) -> (d0)>
+#all = affine_map<(d0, d1) -> (d0, d1)>
+#one = affine_map<(d0) -> (d0)>
+
+// CHECK-LABEL: func.func @broadcast_log
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel"]
+// CHECK: math.log
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]
+// CHECK-NOT: math.log
+// CHECK: math.exp
+func.func @broadcast_log(%l: tensor<8xf32>, %s: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %e = tensor.empty() : tensor<8xf32>
+  %lse = linalg.generic {indexing_maps = [#one, #one], iterator_types = ["parallel"]}
+      ins(%l : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = math.log %x : f32
+    linalg.yield %y : f32
+  } -> tensor<8xf32>
+  %e2 = tensor.empty() : tensor<8x16xf32>
+  %p = linalg.generic {indexing_maps = [#all, #rows, #all], iterator_types = ["parallel", "parallel"]}
+      ins(%s, %lse : tensor<8x16xf32>, tensor<8xf32>) outs(%e2 : tensor<8x16xf32>) {
+  ^bb0(%x: f32, %r: f32, %o: f32):
+    %d = arith.subf %x, %r : f32
+    %y = math.exp %d : f32
+    linalg.yield %y : f32
+  } -> tensor<8x16xf32>
+  return %p : tensor<8x16xf32>
+}
+
+// CHECK-LABEL: func.func @broadcast_add
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]
+// CHECK: arith.addf
+// CHECK: arith.subf
+// CHECK-NOT: linalg.generic
+func.func @broadcast_add(%l: tensor<8xf32>, %s: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %e = tensor.empty() : tensor<8xf32>
+  %b = linalg.generic {indexing_maps = [#one, #one], iterator_types = ["parallel"]}
+      ins(%l : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.addf %x, %x : f32
+    linalg.yield %y : f32
+  } -> tensor<8xf32>
+  %e2 = tensor.empty() : tensor<8x16xf32>
+  %p = linalg.generic {indexing_maps = [#all, #rows, #all], iterator_types = ["parallel", "parallel"]}
+      ins(%s, %b : tensor<8x16xf32>, tensor<8xf32>) outs(%e2 : tensor<8x16xf32>) {
+  ^bb0(%x: f32, %r: f32, %o: f32):
+    %d = arith.subf %x, %r : f32
+    linalg.yield %d : f32
+  } -> tensor<8x16xf32>
+  return %p : tensor<8x16xf32>
+}

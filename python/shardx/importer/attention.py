@@ -6,11 +6,13 @@ the precision of a GPU's fused attention for the GPU backends.
 tensor or dropout (``is_causal``, ``scale`` and ``enable_gqa`` any) is
 recorded as the custom op ``shardx::attention`` (``composite()``), which
 returns the output and the rows' log-sum-exp, and its gradient as
-``shardx::attention_dq`` and ``shardx::attention_dkv``, which recompute the
-probabilities from the log-sum-exp instead of keeping them (flash
-attention's backward): the step keeps ``[batch, heads, queries]`` numbers
-per attention between the forward and the backward, not the
-``[batch, heads, queries, keys]`` probabilities. The importer writes them
+``shardx::attention_dq`` and ``shardx::attention_dkv``, which take the
+log-sum-exp rather than the probabilities (flash attention's backward): the
+traced program passes ``[batch, heads, queries]`` numbers per attention
+from the forward to the backward, not the ``[batch, heads, queries, keys]``
+probabilities (the code generation shares them between the forward and the
+backward of one program, lib/Compiler/DecomposeAttention.cpp). The importer
+writes them
 as the dialect's ops of the same names (docs/Rules.md, "Attention"); a
 causal mask is carried as the positions of the queries and keys
 (``torch.arange``), which a split of the sequence splits with the rows.

@@ -673,9 +673,9 @@ def ShardX_AttentionOp : ShardX_AttentionOp<"attention"> {
   let summary = "scaled dot-product attention and its log-sum-exp";
   let description = [{
     `out = softmax(scale * q @ k^T) @ v` per query row, and `lse`, the
-    natural log of the softmax's normalizer (`[B, H, Sq]`), which the
-    backward ops recompute the probabilities from instead of keeping them
-    (as flash attention does). The importer writes PyTorch's
+    natural log of the softmax's normalizer (`[B, H, Sq]`), from which the
+    backward ops compute the probabilities again (as flash attention does):
+    no `[B, H, Sq, Sk]` tensor passes from the forward to the backward. The importer writes PyTorch's
     `scaled_dot_product_attention` of f32/f64 tensors as this op.
 
     ```mlir
