@@ -104,18 +104,7 @@ public:
 
   /// `[B, H, Sq, X]` (or `[B, H, Sq]`) as `[N, M, X]` (`[N, M]`).
   Value queryView(Value v) {
-    auto type = cast<RankedTensorType>(v.getType());
-    SmallVector<OpFoldResult> five = {batch, kvHeads, groups, queries};
-    SmallVector<ReassociationIndices> split = {{0}, {1, 2}, {3}};
-    SmallVector<ReassociationIndices> merge = {{0, 1}, {2, 3}};
-    if (type.getRank() == 4) {
-      five.push_back(size(v, 3));
-      split.push_back({4});
-      merge.push_back({4});
-    }
-    Value expanded = tensor::ExpandShapeOp::create(
-        b, loc, typeOf(five, element), v, split, five);
-    return tensor::CollapseShapeOp::create(b, loc, expanded, merge);
+    return regroupQueries(v, {{0}, {1, 2}, {3}}, {{0, 1}, {2, 3}});
   }
   /// `[B, Hk, Sk, X]` as `[N, Sk, X]`.
   Value keyView(Value v) {
@@ -125,19 +114,24 @@ public:
   /// The inverse of queryView of a `[N, M, X]` (`[N, M]`) tensor, as
   /// `like`'s type.
   Value fromQueryView(Value v, Type like) {
-    auto type = cast<RankedTensorType>(v.getType());
+    return castTo(regroupQueries(v, {{0, 1}, {2, 3}}, {{0}, {1, 2}, {3}}),
+                  like);
+  }
+  /// `v` expanded by `split` to `[B, Hk, G, Sq(, X)]`, then collapsed by
+  /// `merge` (the query side's two groupings; a trailing width dim, where
+  /// `v` has one, kept).
+  Value regroupQueries(Value v, SmallVector<ReassociationIndices> split,
+                       SmallVector<ReassociationIndices> merge) {
     SmallVector<OpFoldResult> five = {batch, kvHeads, groups, queries};
-    SmallVector<ReassociationIndices> split = {{0, 1}, {2, 3}};
-    SmallVector<ReassociationIndices> merge = {{0}, {1, 2}, {3}};
-    if (type.getRank() == 3) {
-      five.push_back(size(v, 2));
+    int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+    if (rank == static_cast<int64_t>(split.size()) + 1) {
+      five.push_back(size(v, rank - 1));
       split.push_back({4});
       merge.push_back({4});
     }
     Value expanded = tensor::ExpandShapeOp::create(
         b, loc, typeOf(five, element), v, split, five);
-    return castTo(tensor::CollapseShapeOp::create(b, loc, expanded, merge),
-                  like);
+    return tensor::CollapseShapeOp::create(b, loc, expanded, merge);
   }
   Value fromKeyView(Value v, Type like) {
     SmallVector<OpFoldResult> four = {batch, kvHeads, size(v, 1),

@@ -94,3 +94,38 @@ def test_other_calls_keep_math_ops():
     got = shardx.compile(step, Mesh((1,)))(q, k, v)
     torch.testing.assert_close(got.to_torch() if hasattr(got, "to_torch") else got,
                                step(q, k, v), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_transformers_sdpa_models(name):
+    """Hugging Face GPT-2 and Llama (4 heads over 2 key/value heads) with
+    their default attention implementation, "sdpa" (the zoo's use "eager"):
+    each layer's causal SDPA is one shardx.attention, and the SGD train step
+    on 2 data-parallel ranks matches eager."""
+    import transformers as T
+    from shardx.train import TrainStep
+    from shardx_dev.zoo import CausalLM, lm_loss, _tokens
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = T.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                           eos_token_id=0, attn_implementation="sdpa")
+        model = CausalLM(T.GPT2LMHeadModel(cfg).eval())
+    else:
+        cfg = T.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            max_position_embeddings=16, bos_token_id=0, eos_token_id=0,
+                            attn_implementation="sdpa")
+        model = CausalLM(T.LlamaForCausalLM(cfg).eval())
+    inputs, target = _tokens()
+    step = TrainStep(model, lm_loss, "sgd", lr=0.1)
+    mesh = Mesh((2,), ("dp",))
+    ins, outs = step.placements(mesh, {}, [[S(0)]], [S(0)])
+    args = step.example_args(inputs, target)
+    text = trace(step, args, mesh, ins, outs, name=name)
+    assert text.count("shardx.attention ") == cfg.num_hidden_layers
+    loss, params, _ = shardx.compile(step, mesh, ins, outs)(*args)
+    eager_loss, eager_params, _ = step.run_eager(*args)
+    torch.testing.assert_close(loss.to_torch(), eager_loss.detach(), rtol=1e-5, atol=1e-6)
+    for got, want in zip(params, eager_params):
+        torch.testing.assert_close(got.to_torch(), want.detach(), rtol=1e-4, atol=1e-6)

@@ -224,21 +224,13 @@ def _composite_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False
     return out.reshape(*q.shape[:-1], v.shape[-1])
 
 
-class _CompositeMode(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            out = _composite_attention(*args, **kwargs)
-            if out is not None:
-                return out
-        return func(*args, **kwargs)
 
 
 def composite_mode(stack: contextlib.ExitStack) -> None:
     """Enters the tracing mode that records ``shardx::attention`` (when
     ``composite()`` is on) on ``stack``."""
     if _composite_enabled():
-        stack.enter_context(_CompositeMode())
+        stack.enter_context(_SdpaMode(_composite_attention))
 
 
 def _causal_mask(length: int, source: int) -> torch.Tensor:
@@ -315,11 +307,19 @@ def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return out.reshape(*batch, length, v.shape[-1])
 
 
-class _Mode(TorchFunctionMode):
+class _SdpaMode(TorchFunctionMode):
+    """Runs ``scaled_dot_product_attention`` calls through ``handler``
+    (``_attention``, ``_composite_attention``), PyTorch's own where it
+    returns None."""
+
+    def __init__(self, handler):
+        super().__init__()
+        self.handler = handler
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
-            out = _attention(*args, **kwargs)
+            out = self.handler(*args, **kwargs)
             if out is not None:
                 return out
         return func(*args, **kwargs)
@@ -334,7 +334,7 @@ def flash_precision(enabled: bool = True):
         return
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
-        with _Mode():
+        with _SdpaMode(_attention):
             yield
     finally:
         _state.depth -= 1
