@@ -45,13 +45,20 @@ def measure(args, seq, ranks):
             f = shardx.compile(step, mesh, ins, outs, name=f"attention_bench_{form}")
             f(*example)  # compile
         runs[form] = f
-    runs["eager"] = lambda *a: step.run_eager(*a)
+    # The two compiled forms interleaved (they share the machine's noise);
+    # eager after them, not between: PyTorch's OpenMP threads spin for a
+    # while after each op and would slow the call that follows.
     times = {form: [] for form in runs}
     for _ in range(args.repeat):
         for form, f in runs.items():
             start = time.perf_counter()
             f(*example)
             times[form].append(time.perf_counter() - start)
+    times["eager"] = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        step.run_eager(*example)
+        times["eager"].append(time.perf_counter() - start)
     return {form: statistics.median(t) * 1e3 for form, t in times.items()}
 
 

@@ -62,8 +62,76 @@ public:
     width = size(q, 3);
     valueWidth = size(v, 3);
     groups = divide(heads, kvHeads);
+    // Head counts of a rank's uneven piece are dynamic, and so is their
+    // ratio: a view that splits the query heads in two dynamic dims is not
+    // one the reshape folds take. There the key/value heads are repeated
+    // to the query heads instead (keyHeads below), one group each.
+    if (!getConstantIntValue(groups)) {
+      groupCount = index(groups);
+      kvHeads = heads;
+      groups = b.getIndexAttr(1);
+    }
     n = multiply(batch, kvHeads);
     m = multiply(groups, queries);
+  }
+
+  /// `k` or `v` (`[B, Hk, S, X]`) with a head per query head: itself, or
+  /// (dynamic groups) `[B, H, S, X]` with head `h` key/value head
+  /// `h / groups`.
+  Value keyHeads(Value kv) {
+    if (!groupCount)
+      return kv;
+    SmallVector<OpFoldResult> shape = {batch, heads, size(kv, 2),
+                                       size(kv, 3)};
+    Value out = empty(shape, element);
+    SmallVector<utils::IteratorType> iterators(4,
+                                               utils::IteratorType::parallel);
+    return linalg::GenericOp::create(
+               b, loc, out.getType(), ValueRange{}, ValueRange{out},
+               SmallVector<AffineMap>{b.getMultiDimIdentityMap(4)}, iterators,
+               [&](OpBuilder &nb, Location l, ValueRange) {
+                 SmallVector<Value> at;
+                 for (int64_t d = 0; d < 4; ++d)
+                   at.push_back(linalg::IndexOp::create(nb, l, d));
+                 at[1] = arith::DivUIOp::create(nb, l, at[1], groupCount);
+                 linalg::YieldOp::create(
+                     nb, l, tensor::ExtractOp::create(nb, l, kv, at).getResult());
+               })
+        .getResult(0);
+  }
+  /// The inverse for a gradient: `[B, H, S, X]` summed over each key/value
+  /// head's query heads into `like`'s type (`[B, Hk, S, X]`); itself when
+  /// the heads were not repeated.
+  Value sumKeyHeads(Value grad, Value like) {
+    if (!groupCount)
+      return grad;
+    SmallVector<OpFoldResult> shape = {batch, size(like, 1), size(grad, 2),
+                                       size(grad, 3)};
+    Value out = linalg::FillOp::create(b, loc, constant(0.0),
+                                       empty(shape, element))
+                    .getResult(0);
+    // The group loop's extent, from a tensor of that size.
+    Value extent = empty({OpFoldResult(groupCount)}, element);
+    SmallVector<utils::IteratorType> iterators(4,
+                                               utils::IteratorType::parallel);
+    iterators.push_back(utils::IteratorType::reduction);
+    return linalg::GenericOp::create(
+               b, loc, out.getType(), ValueRange{extent}, ValueRange{out},
+               SmallVector<AffineMap>{map(5, {4}), map(5, {0, 1, 2, 3})},
+               iterators,
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 SmallVector<Value> at;
+                 for (int64_t d = 0; d < 4; ++d)
+                   at.push_back(linalg::IndexOp::create(nb, l, d));
+                 Value g = linalg::IndexOp::create(nb, l, 4);
+                 at[1] = arith::AddIOp::create(
+                     nb, l, arith::MulIOp::create(nb, l, at[1], groupCount),
+                     g);
+                 Value x = tensor::ExtractOp::create(nb, l, grad, at);
+                 linalg::YieldOp::create(
+                     nb, l, arith::AddFOp::create(nb, l, args[1], x).getResult());
+               })
+        .getResult(0);
   }
 
   OpFoldResult size(Value v, int64_t d) {
@@ -106,10 +174,12 @@ public:
   Value queryView(Value v) {
     return regroupQueries(v, {{0}, {1, 2}, {3}}, {{0, 1}, {2, 3}});
   }
-  /// `[B, Hk, Sk, X]` as `[N, Sk, X]`.
+  /// `[B, Hk, Sk, X]` as `[N, Sk, X]` (the heads repeated where the
+  /// groups are dynamic).
   Value keyView(Value v) {
     return tensor::CollapseShapeOp::create(
-        b, loc, v, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+        b, loc, keyHeads(v),
+        SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
   }
   /// The inverse of queryView of a `[N, M, X]` (`[N, M]`) tensor, as
   /// `like`'s type.
@@ -133,13 +203,14 @@ public:
         b, loc, typeOf(five, element), v, split, five);
     return tensor::CollapseShapeOp::create(b, loc, expanded, merge);
   }
-  Value fromKeyView(Value v, Type like) {
+  /// The inverse of keyView of a gradient, as `like`'s type.
+  Value fromKeyView(Value v, Value like) {
     SmallVector<OpFoldResult> four = {batch, kvHeads, size(v, 1),
                                       size(v, 2)};
     Value expanded = tensor::ExpandShapeOp::create(
         b, loc, typeOf(four, element), v,
         SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}}, four);
-    return castTo(expanded, like);
+    return castTo(sumKeyHeads(expanded, like), like.getType());
   }
 
   Value constant(double x) {
@@ -215,6 +286,9 @@ public:
   Type element;
   OpFoldResult batch, heads, kvHeads, groups, queries, keys, width,
       valueWidth, n, m;
+  /// The query heads per key/value head when they are dynamic (then the
+  /// key/value heads are repeated), else null.
+  Value groupCount;
 };
 
 /// The scaled query and key views (each times the root of the scale, as
@@ -396,9 +470,8 @@ LogicalResult lowerDkv(RewriterBase &rewriter, AttentionDkvOp op) {
   Value dk = a.gemm(g.ds, {0, 3, 1}, g.sc.qs, {0, 3, 2}, a.keys, a.width);
   Value dv = a.gemm(g.p, {0, 3, 1}, g.dout, {0, 3, 2}, a.keys,
                     a.valueWidth);
-  rewriter.replaceOp(op, {a.fromKeyView(scaled(a, dk, g.sc.root),
-                                        op.getDk().getType()),
-                          a.fromKeyView(dv, op.getDv().getType())});
+  rewriter.replaceOp(op, {a.fromKeyView(scaled(a, dk, g.sc.root), op.getK()),
+                          a.fromKeyView(dv, op.getV())});
   return success();
 }
 

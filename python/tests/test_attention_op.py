@@ -63,6 +63,37 @@ def test_matches_eager(name, dtype):
             torch.testing.assert_close(g, w, **tol, msg=lambda m: f"{name} {what} {mesh}: {m}")
 
 
+@pytest.mark.parametrize("split", ["batch3", "heads3", "gqa_kv_heads", "gqa_uneven"])
+def test_uneven_batch_and_heads(split):
+    """Batch or heads split unevenly (3 over 2 ranks: a rank's batch or
+    head count is dynamic in its program, and with grouped-query heads, 6
+    over 3 key/value heads, so is their ratio: the code generation repeats
+    the key/value heads there), and grouped-query heads split with their
+    key/value heads evenly (4 query heads over 2 kv heads, 2 ranks)."""
+    kwargs = dict(is_causal=True)
+    if split == "batch3":
+        shapes, placement = ((3, 2, 6, 8), (3, 2, 6, 8)), S(0)
+    elif split == "heads3":
+        shapes, placement = ((1, 3, 6, 8), (1, 3, 6, 8)), S(1)
+    elif split == "gqa_uneven":
+        shapes, placement = ((1, 6, 6, 8), (1, 3, 6, 8)), S(1)
+        kwargs["enable_gqa"] = True
+    else:
+        shapes, placement = ((2, 4, 6, 8), (2, 2, 6, 8)), S(1)
+        kwargs["enable_gqa"] = True
+    torch.manual_seed(0)
+    q, k = (torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes)
+    v = torch.randn(*shapes[1], dtype=torch.float64, requires_grad=True)
+
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        return (out,) + torch.autograd.grad((out * out).sum(), (q, k, v))
+    want = step(q, k, v)
+    got = shardx.compile(step, Mesh((2,)), [[placement]] * 3)(q, k, v)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.to_torch(), w, rtol=1e-10, atol=1e-12)
+
+
 def test_program_keeps_no_probabilities():
     """The traced step: one shardx.attention, one attention_dq and one
     attention_dkv, and no [B, H, Sq, Sk] tensor; with composite(False) the

@@ -52,3 +52,21 @@ func.func @dynamic_rows(%q: tensor<1x2x?x4xf32>, %k: tensor<1x2x6x4xf32>, %qp: t
       -> tensor<1x2x?x4xf32>, tensor<1x2x?xf32>
   return %o, %lse : tensor<1x2x?x4xf32>, tensor<1x2x?xf32>
 }
+
+// A rank's uneven piece of the heads: the head counts, and so their ratio,
+// are dynamic; the key/value heads are repeated to the query heads (head h
+// reads key/value head h / ratio) and the key gradient summed back.
+// CHECK-LABEL: func.func @dynamic_heads
+// CHECK: arith.divui
+// CHECK: linalg.index 1
+// CHECK: arith.divui
+// CHECK: tensor.extract
+// CHECK: linalg.index 4
+// CHECK-NOT: shardx.attention
+func.func @dynamic_heads(%q: tensor<1x?x8x4xf32>, %k: tensor<1x?x8x4xf32>, %o: tensor<1x?x8x4xf32>,
+                         %lse: tensor<1x?x8xf32>) -> (tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>) {
+  %dk, %dv = shardx.attention_dkv %q, %k, %k, %o, %lse, %o scale = 0.5
+      : tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>,
+        tensor<1x?x8xf32>, tensor<1x?x8x4xf32> -> tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>
+  return %dk, %dv : tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>
+}
