@@ -34,6 +34,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -291,11 +294,16 @@ public:
   Value groupCount;
 };
 
+/// The most key blocks one attention op is written as.
+constexpr int64_t kMaxKeyBlocks = 16;
+
 /// The scaled query and key views (each times the root of the scale, as
-/// PyTorch's math attention scales them) and the logits `s = qs @ ks^T`,
-/// -inf where a key is not seen.
+/// PyTorch's math attention scales them), the value view and the key
+/// blocks: `[start, start + size)` ranges of the keys, one block where the
+/// scores of every key fit the block budget.
 struct Scores {
-  Value qs, ks, s, root;
+  Value qs, ks, v, root, qpos, kpos;
+  SmallVector<std::pair<int64_t, int64_t>> blocks;
 };
 
 /// `x * root`, elementwise.
@@ -313,18 +321,66 @@ Value scaled(AttentionBuilder &a, Value x, Value root) {
 }
 
 template <typename OpT>
-Scores scores(AttentionBuilder &a, OpT op, Value q, Value k) {
+Scores scores(AttentionBuilder &a, OpT op, int64_t blockBytes) {
   Scores sc;
   sc.root = a.constant(std::sqrt(op.getScale().convertToDouble()));
-  sc.qs = scaled(a, q, sc.root);
-  sc.ks = scaled(a, k, sc.root);
-  sc.s = a.gemm(sc.qs, {0, 1, 3}, sc.ks, {0, 2, 3}, a.m, a.keys);
-  if (!op.getQpos())
+  sc.qs = scaled(a, a.queryView(op.getQ()), sc.root);
+  sc.ks = scaled(a, a.keyView(op.getK()), sc.root);
+  sc.v = a.keyView(op.getV());
+  if (op.getQpos()) {
+    sc.qpos = a.rowPositions(op.getQpos());
+    sc.kpos = op.getKpos();
+  }
+  // Blocks of keys whose [N, M, block] scores fit `blockBytes` (static
+  // sizes only; otherwise one block), at most kMaxKeyBlocks of them: each
+  // block is its own ops, and a program's size is time to its first step.
+  std::optional<int64_t> n = getConstantIntValue(a.n),
+                         m = getConstantIntValue(a.m),
+                         keys = getConstantIntValue(a.keys);
+  int64_t bytes = a.element.getIntOrFloatBitWidth() / 8;
+  int64_t block = keys.value_or(0);
+  if (n && m && keys && blockBytes > 0 && *n * *m * *keys * bytes > blockBytes)
+    block = std::max({int64_t(1), blockBytes / (*n * *m * bytes),
+                      static_cast<int64_t>(
+                          llvm::divideCeil(*keys, kMaxKeyBlocks))});
+  if (!keys || block >= *keys) {
+    sc.blocks.push_back({0, -1}); // every key, whatever their count
     return sc;
-  Value rowPos = a.rowPositions(op.getQpos());
+  }
+  for (int64_t start = 0; start < *keys; start += block)
+    sc.blocks.push_back({start, std::min(block, *keys - start)});
+  return sc;
+}
+
+/// The keys of `block` of a `[N, Sk, X]` view (or of the `[Sk]` positions):
+/// the view itself for the block of every key.
+Value keyBlock(AttentionBuilder &a, Value v, std::pair<int64_t, int64_t> block) {
+  if (block.second < 0)
+    return v;
+  auto type = cast<RankedTensorType>(v.getType());
+  int64_t dim = type.getRank() == 1 ? 0 : 1;
+  SmallVector<OpFoldResult> offsets(type.getRank(), a.b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes, strides(type.getRank(),
+                                           a.b.getIndexAttr(1));
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    sizes.push_back(a.size(v, d));
+  offsets[dim] = a.b.getIndexAttr(block.first);
+  sizes[dim] = a.b.getIndexAttr(block.second);
+  return tensor::ExtractSliceOp::create(a.b, a.loc, v, offsets, sizes,
+                                        strides);
+}
+
+/// The logits of one key block, `qs @ ks^T`, -inf where a key is not seen.
+Value logits(AttentionBuilder &a, const Scores &sc,
+             std::pair<int64_t, int64_t> block) {
+  Value ks = keyBlock(a, sc.ks, block);
+  OpFoldResult keys = a.size(ks, 1);
+  Value s = a.gemm(sc.qs, {0, 1, 3}, ks, {0, 2, 3}, a.m, keys);
+  if (!sc.qpos)
+    return s;
   Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
-  sc.s = a.generic(
-      {a.n, a.m, a.keys}, 0.0, {sc.s, rowPos, op.getKpos()},
+  return a.generic(
+      {a.n, a.m, keys}, 0.0, {s, sc.qpos, keyBlock(a, sc.kpos, block)},
       {a.map(3, {0, 1, 2}), a.map(3, {1}), a.map(3, {2}),
        a.map(3, {0, 1, 2})},
       {false, false, false},
@@ -332,7 +388,6 @@ Scores scores(AttentionBuilder &a, OpT op, Value q, Value k) {
         Value seen = AttentionBuilder::sees(nb, l, args[1], args[2]);
         return arith::SelectOp::create(nb, l, seen, args[0], minusInf);
       });
-  return sc;
 }
 
 /// A reduction over the keys of the logits (loops n, x, y; y reduced) with
@@ -354,135 +409,331 @@ Value overRows(AttentionBuilder &a, ValueRange inputs, Body body) {
   return a.generic({a.n, a.m}, 0.0, inputs, maps, {false, false}, body);
 }
 
-/// P = exp(s - lse) (0 where masked: s = -inf; a row that sees no key has
-/// lse = -inf, taken as 0). The forward and the backward build the same ops
-/// from the same logits and lse, so where both are in one function CSE
-/// keeps one P (recomputation, shardx-recompute-activations, decides
-/// whether the backward computes it again, not this decomposition).
+/// Elementwise over `[N, M, X]` (the shape of `like`), `rows` inputs read
+/// per row.
+Value overRowsOf(AttentionBuilder &a, Value like, ValueRange full,
+                 ValueRange rows, Body body) {
+  SmallVector<Value> operands(full);
+  operands.append(rows.begin(), rows.end());
+  SmallVector<AffineMap> maps(full.size(), a.map(3, {0, 1, 2}));
+  maps.append(rows.size(), a.map(3, {0, 1}));
+  maps.push_back(a.map(3, {0, 1, 2}));
+  return a.generic({a.n, a.m, a.size(like, 2)}, 0.0, operands, maps,
+                   {false, false, false}, body);
+}
+
+/// exp(x - ref), ref = 0 where `ref` is -inf (a row that has seen no key:
+/// its exponents are then exp(-inf) = 0 rather than NaN).
+Value expFrom(OpBuilder &nb, Location l, Value x, Value ref, Value minusInf,
+              Value zero) {
+  Value none =
+      arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, ref, minusInf);
+  Value safe = arith::SelectOp::create(nb, l, none, zero, ref);
+  return math::ExpOp::create(nb, l, arith::SubFOp::create(nb, l, x, safe));
+}
+
+/// P = exp(s - lse) of one block (0 where masked: s = -inf). The forward
+/// (in one block) and the backward build the same ops from the same logits
+/// and lse, so where both are in one function CSE keeps one P
+/// (recomputation, shardx-recompute-activations, decides whether the
+/// backward computes it again, not this decomposition).
 Value probabilities(AttentionBuilder &a, Value s, Value lse) {
   Value zero = a.constant(0.0);
   Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
-  return a.generic(
-      {a.n, a.m, a.keys}, 0.0, {s, lse},
-      {a.map(3, {0, 1, 2}), a.map(3, {0, 1}), a.map(3, {0, 1, 2})},
-      {false, false, false},
-      [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
-        Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                           args[1], minusInf);
-        Value ref = arith::SelectOp::create(nb, l, none, zero, args[1]);
-        return math::ExpOp::create(
-            nb, l, arith::SubFOp::create(nb, l, args[0], ref));
-      });
+  return overRowsOf(a, s, {s}, {lse},
+                    [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                      return expFrom(nb, l, args[0], args[1], minusInf, zero);
+                    });
 }
 
-LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op) {
+LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op,
+                           int64_t blockBytes) {
   AttentionBuilder a(rewriter, op);
-  Value q = a.queryView(op.getQ()), k = a.keyView(op.getK()),
-        v = a.keyView(op.getV());
-  Scores sc = scores(a, op, q, k);
+  Scores sc = scores(a, op, blockBytes);
   double inf = std::numeric_limits<double>::infinity();
   Value minusInf = a.constant(-inf), zero = a.constant(0.0);
-  Value rowMax = overKeys(a, sc.s, {}, -inf,
-                          [](OpBuilder &nb, Location l, ValueRange args) {
-                            return arith::MaximumFOp::create(nb, l, args[1],
-                                                             args[0])
-                                .getResult();
-                          });
-  // A row that sees no key has max -inf: 0 instead, so that its exponents
-  // are exp(-inf) = 0 rather than NaN.
-  Value safeMax = overRows(a, {rowMax}, [&](OpBuilder &nb, Location l,
-                                            ValueRange args) -> Value {
-    Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                       args[0], minusInf);
-    return arith::SelectOp::create(nb, l, none, zero, args[0]);
-  });
-  Value sum = overKeys(
-      a, sc.s, {safeMax}, 0.0,
-      [](OpBuilder &nb, Location l, ValueRange args) -> Value {
-        Value e = math::ExpOp::create(
-            nb, l, arith::SubFOp::create(nb, l, args[0], args[1]));
-        return arith::AddFOp::create(nb, l, args[2], e);
-      });
-  Value lse = overRows(a, {safeMax, sum}, [&](OpBuilder &nb, Location l,
-                                              ValueRange args) -> Value {
-    Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
-                                       args[1], zero);
-    Value x = arith::AddFOp::create(nb, l, args[0],
-                                    math::LogOp::create(nb, l, args[1]));
-    return arith::SelectOp::create(nb, l, none, minusInf, x);
-  });
-  Value p = probabilities(a, sc.s, lse);
-  Value out = a.gemm(p, {0, 1, 3}, v, {0, 3, 2}, a.m, a.valueWidth);
+  auto rowMax = [&](Value s) {
+    return overKeys(a, s, {}, -inf,
+                    [](OpBuilder &nb, Location l, ValueRange args) {
+                      return arith::MaximumFOp::create(nb, l, args[1], args[0])
+                          .getResult();
+                    });
+  };
+  auto rowSumExp = [&](Value s, Value ref) {
+    return overKeys(a, s, {ref}, 0.0,
+                    [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                      Value e = expFrom(nb, l, args[0], args[1], minusInf, zero);
+                      return arith::AddFOp::create(nb, l, args[2], e);
+                    });
+  };
+  // lse = max + log(sum), -inf where the sum is 0 (no key seen).
+  auto logSumExp = [&](Value max, Value sum) {
+    return overRows(a, {max, sum}, [&](OpBuilder &nb, Location l,
+                                       ValueRange args) -> Value {
+      Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
+                                         args[1], zero);
+      Value safe = arith::SelectOp::create(
+          nb, l,
+          arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, args[0],
+                                minusInf),
+          zero, args[0]);
+      Value x = arith::AddFOp::create(nb, l, safe,
+                                      math::LogOp::create(nb, l, args[1]));
+      return arith::SelectOp::create(nb, l, none, minusInf, x);
+    });
+  };
+  Value out, lse;
+  if (sc.blocks.size() == 1) {
+    Value s = logits(a, sc, sc.blocks[0]);
+    Value max = rowMax(s);
+    lse = logSumExp(max, rowSumExp(s, max));
+    out = a.gemm(probabilities(a, s, lse), {0, 1, 3}, sc.v, {0, 3, 2}, a.m,
+                 a.valueWidth);
+  } else {
+    // The online softmax over key blocks (flash attention's forward): the
+    // running max m, sum l and unnormalized output acc, rescaled by
+    // exp(m - m') when a block raises the max to m'.
+    Value max = linalg::FillOp::create(a.b, a.loc, minusInf,
+                                       a.empty({a.n, a.m}, a.element))
+                    .getResult(0);
+    Value sum, acc;
+    for (auto block : sc.blocks) {
+      Value s = logits(a, sc, block);
+      Value newMax = overRows(
+          a, {max, rowMax(s)},
+          [](OpBuilder &nb, Location l, ValueRange args) -> Value {
+            return arith::MaximumFOp::create(nb, l, args[0], args[1]);
+          });
+      Value rescale = overRows(
+          a, {max, newMax},
+          [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+            return expFrom(nb, l, args[0], args[1], minusInf, zero);
+          });
+      Value e = overRowsOf(
+          a, s, {s}, {newMax},
+          [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+            return expFrom(nb, l, args[0], args[1], minusInf, zero);
+          });
+      Value blockSum = overKeys(
+          a, e, {}, 0.0, [](OpBuilder &nb, Location l, ValueRange args) {
+            return arith::AddFOp::create(nb, l, args[1], args[0]).getResult();
+          });
+      Value pv = a.gemm(e, {0, 1, 3}, keyBlock(a, sc.v, block), {0, 3, 2},
+                        a.m, a.valueWidth);
+      if (!sum) {
+        sum = blockSum;
+        acc = pv;
+      } else {
+        auto rescaled = [](OpBuilder &nb, Location l, ValueRange args) {
+          Value x = arith::MulFOp::create(nb, l, args[0], args[2]);
+          return arith::AddFOp::create(nb, l, x, args[1]).getResult();
+        };
+        sum = overRows(a, {sum, blockSum, rescale}, rescaled);
+        acc = overRowsOf(a, acc, {acc, pv}, {rescale}, rescaled);
+      }
+      max = newMax;
+    }
+    lse = logSumExp(max, sum);
+    out = overRowsOf(a, acc, {acc}, {sum},
+                     [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                       Value none = arith::CmpFOp::create(
+                           nb, l, arith::CmpFPredicate::OEQ, args[1], zero);
+                       Value x = arith::DivFOp::create(nb, l, args[0], args[1]);
+                       return arith::SelectOp::create(nb, l, none, zero, x);
+                     });
+  }
   rewriter.replaceOp(op, {a.fromQueryView(out, op.getOut().getType()),
                           a.fromQueryView(lse, op.getLse().getType())});
   return success();
 }
 
-/// The backward's shared part on the 3-D views: P and dS = P * (dP -
-/// delta), dP = dout @ v^T, delta = rowsum(dout * out).
+/// One key block of the backward on the 3-D views: P and dS = P * (dP -
+/// delta), dP = dout @ v^T.
+struct BackwardBlock {
+  Value p, ds;
+  /// Whether p and ds are `[N, keys, M]` (the key-major layout of several
+  /// blocks) rather than `[N, M, keys]`.
+  bool keyMajor = false;
+};
+
+/// The backward's per-op part: the scores' inputs, dout, lse and delta =
+/// rowsum(dout * out).
 struct Backward {
-  Value dout, p, ds;
   Scores sc;
+  Value dout, lse, delta;
+
+  /// One block's P and dS. One block of every key builds them as the
+  /// forward does (CSE shares the logits and P with it: nothing computed
+  /// twice). Several blocks build them key-major, `ks_j @ qs^T`, an op the
+  /// forward does not have: so CSE does not keep every block's logits from
+  /// the forward to the backward, and one block's are alive at a time.
+  BackwardBlock block(AttentionBuilder &a,
+                      std::pair<int64_t, int64_t> keys) const {
+    BackwardBlock g;
+    Value v = keyBlock(a, sc.v, keys);
+    auto subtractDelta = [](OpBuilder &nb, Location l, ValueRange args) {
+      Value d = arith::SubFOp::create(nb, l, args[1], args[2]);
+      return arith::MulFOp::create(nb, l, args[0], d).getResult();
+    };
+    if (keys.second < 0) {
+      g.p = probabilities(a, logits(a, sc, keys), lse);
+      Value dp = a.gemm(dout, {0, 1, 3}, v, {0, 2, 3}, a.m, a.size(v, 1));
+      g.ds = overRowsOf(a, g.p, {g.p, dp}, {delta}, subtractDelta);
+      return g;
+    }
+    g.keyMajor = true;
+    Value ks = keyBlock(a, sc.ks, keys);
+    OpFoldResult count = a.b.getIndexAttr(keys.second);
+    SmallVector<OpFoldResult> shape = {a.n, count, a.m};
+    AffineMap all = a.map(3, {0, 1, 2}), rows = a.map(3, {0, 2});
+    // P^T = exp(ks @ qs^T - lse), 0 where the key is not seen.
+    Value st = a.gemm(ks, {0, 1, 3}, sc.qs, {0, 2, 3}, count, a.m);
+    Value zero = a.constant(0.0);
+    Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
+    SmallVector<Value> inputs = {st, lse};
+    SmallVector<AffineMap> maps = {all, rows};
+    if (sc.qpos) {
+      inputs.append({keyBlock(a, sc.kpos, keys), sc.qpos});
+      maps.append({a.map(3, {1}), a.map(3, {2})});
+    }
+    maps.push_back(all);
+    bool causal = static_cast<bool>(sc.qpos);
+    g.p = a.generic(shape, 0.0, inputs, maps, {false, false, false},
+                    [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                      Value e = expFrom(nb, l, args[0], args[1], minusInf,
+                                        zero);
+                      if (!causal)
+                        return e;
+                      Value seen =
+                          AttentionBuilder::sees(nb, l, args[3], args[2]);
+                      return arith::SelectOp::create(nb, l, seen, e, zero);
+                    });
+    Value dpt = a.gemm(v, {0, 1, 3}, dout, {0, 2, 3}, count, a.m);
+    g.ds = a.generic(shape, 0.0, {g.p, dpt, delta}, {all, all, rows, all},
+                     {false, false, false}, subtractDelta);
+    return g;
+  }
 };
 
 template <typename OpT>
-Backward backward(AttentionBuilder &a, OpT op) {
+Backward backward(AttentionBuilder &a, OpT op, int64_t blockBytes) {
   Backward g;
-  Value q = a.queryView(op.getQ()), k = a.keyView(op.getK());
-  Value v = a.keyView(op.getV()), out = a.queryView(op.getOut());
+  g.sc = scores(a, op, blockBytes);
   g.dout = a.queryView(op.getDout());
-  g.sc = scores(a, op, q, k);
-  g.p = probabilities(a, g.sc.s, a.queryView(op.getLse()));
-  Value dp = a.gemm(g.dout, {0, 1, 3}, v, {0, 2, 3}, a.m, a.keys);
-  Value delta = a.generic(
+  g.lse = a.queryView(op.getLse());
+  Value out = a.queryView(op.getOut());
+  g.delta = a.generic(
       {a.n, a.m}, 0.0, {g.dout, out},
       {a.map(3, {0, 1, 2}), a.map(3, {0, 1, 2}), a.map(3, {0, 1})},
       {false, false, true}, [](OpBuilder &nb, Location l, ValueRange args) {
         Value x = arith::MulFOp::create(nb, l, args[0], args[1]);
         return arith::AddFOp::create(nb, l, args[2], x).getResult();
       });
-  AffineMap rows = a.map(3, {0, 1}), full = a.map(3, {0, 1, 2});
-  g.ds = a.generic({a.n, a.m, a.keys}, 0.0, {g.p, dp, delta},
-                   {full, full, rows, full}, {false, false, false},
-                   [](OpBuilder &nb, Location l, ValueRange args) {
-                     Value d = arith::SubFOp::create(nb, l, args[1], args[2]);
-                     return arith::MulFOp::create(nb, l, args[0], d)
-                         .getResult();
-                   });
   return g;
 }
 
-LogicalResult lowerDq(RewriterBase &rewriter, AttentionDqOp op) {
-  AttentionBuilder a(rewriter, op);
-  Backward g = backward(a, op);
-  // d(q * root) = dS @ (k * root); dq = that * root.
-  Value dq = a.gemm(g.ds, {0, 1, 3}, g.sc.ks, {0, 3, 2}, a.m, a.width);
-  rewriter.replaceOp(op, a.fromQueryView(scaled(a, dq, g.sc.root),
-                                         op.getDq().getType()));
-  return success();
-}
-
-LogicalResult lowerDkv(RewriterBase &rewriter, AttentionDkvOp op) {
-  AttentionBuilder a(rewriter, op);
-  Backward g = backward(a, op);
-  // Over the loops (n, key, x, row): dk = root * dS^T @ (q * root),
-  // dv = P^T @ dout.
-  Value dk = a.gemm(g.ds, {0, 3, 1}, g.sc.qs, {0, 3, 2}, a.keys, a.width);
-  Value dv = a.gemm(g.p, {0, 3, 1}, g.dout, {0, 3, 2}, a.keys,
-                    a.valueWidth);
-  rewriter.replaceOp(op, {a.fromKeyView(scaled(a, dk, g.sc.root), op.getK()),
-                          a.fromKeyView(dv, op.getV())});
+/// The backward ops of one attention (either may be null), written
+/// together: per key block, P and dS once, then dq's part and dk's, dv's
+/// rows, so that a block's P and dS are freed before the next block's.
+LogicalResult lowerBackward(RewriterBase &rewriter, AttentionDqOp dqOp,
+                            AttentionDkvOp dkvOp, int64_t blockBytes) {
+  // At the earlier of the two (the scheduling of collectives may have put
+  // either first): both read the same operands.
+  Operation *first = dqOp ? dqOp.getOperation() : dkvOp.getOperation();
+  if (dqOp && dkvOp && dkvOp->isBeforeInBlock(dqOp))
+    first = dkvOp;
+  rewriter.setInsertionPoint(first);
+  AttentionBuilder a(rewriter, first);
+  Backward g = dqOp ? backward(a, dqOp, blockBytes)
+                    : backward(a, dkvOp, blockBytes);
+  Value dq, dk, dv;
+  if (dkvOp && g.sc.blocks.size() > 1) {
+    dk = a.empty({a.n, a.keys, a.width}, a.element);
+    dv = a.empty({a.n, a.keys, a.valueWidth}, a.element);
+  }
+  auto add = [](OpBuilder &nb, Location l, ValueRange args) {
+    return arith::AddFOp::create(nb, l, args[0], args[1]).getResult();
+  };
+  for (auto keys : g.sc.blocks) {
+    BackwardBlock blk = g.block(a, keys);
+    if (dqOp) {
+      // d(q * root) = sum over blocks of dS @ (k * root).
+      SmallVector<unsigned> byRow = blk.keyMajor
+                                        ? SmallVector<unsigned>{0, 3, 1}
+                                        : SmallVector<unsigned>{0, 1, 3};
+      Value part = a.gemm(blk.ds, byRow, keyBlock(a, g.sc.ks, keys),
+                          {0, 3, 2}, a.m, a.width);
+      dq = dq ? overRowsOf(a, dq, {dq, part}, {}, add) : part;
+    }
+    if (!dkvOp)
+      continue;
+    // Over the loops (n, key, x, row): d(k * root) = dS^T @ (q * root),
+    // dv = P^T @ dout; a block's rows inserted at its keys.
+    OpFoldResult count = a.size(blk.p, blk.keyMajor ? 1 : 2);
+    SmallVector<unsigned> byKey = blk.keyMajor
+                                      ? SmallVector<unsigned>{0, 1, 3}
+                                      : SmallVector<unsigned>{0, 3, 1};
+    Value dkBlock = a.gemm(blk.ds, byKey, g.sc.qs, {0, 3, 2}, count, a.width);
+    Value dvBlock =
+        a.gemm(blk.p, byKey, g.dout, {0, 3, 2}, count, a.valueWidth);
+    if (keys.second < 0) {
+      dk = dkBlock;
+      dv = dvBlock;
+      continue;
+    }
+    auto insert = [&](Value part, Value into) {
+      SmallVector<OpFoldResult> offsets = {a.b.getIndexAttr(0),
+                                           a.b.getIndexAttr(keys.first),
+                                           a.b.getIndexAttr(0)};
+      SmallVector<OpFoldResult> sizes = {a.n, count, a.size(part, 2)};
+      SmallVector<OpFoldResult> strides(3, a.b.getIndexAttr(1));
+      return tensor::InsertSliceOp::create(a.b, a.loc, part, into, offsets,
+                                           sizes, strides)
+          .getResult();
+    };
+    dk = insert(dkBlock, dk);
+    dv = insert(dvBlock, dv);
+  }
+  // dq, dk: times the root once more (the chain rule through q * root).
+  if (dqOp)
+    rewriter.replaceOp(dqOp, a.fromQueryView(scaled(a, dq, g.sc.root),
+                                             dqOp.getDq().getType()));
+  if (dkvOp)
+    rewriter.replaceOp(dkvOp,
+                       {a.fromKeyView(scaled(a, dk, g.sc.root), dkvOp.getK()),
+                        a.fromKeyView(dv, dkvOp.getV())});
   return success();
 }
 
 } // namespace
 
 LogicalResult mlir::shardx::decomposeAttention(RewriterBase &rewriter,
-                                               Operation *op) {
+                                               Operation *op,
+                                               int64_t blockBytes,
+                                               Operation *partner) {
   rewriter.setInsertionPoint(op);
   if (auto forward = dyn_cast<AttentionOp>(op))
-    return lowerForward(rewriter, forward);
-  if (auto dq = dyn_cast<AttentionDqOp>(op))
-    return lowerDq(rewriter, dq);
-  return lowerDkv(rewriter, cast<AttentionDkvOp>(op));
+    return lowerForward(rewriter, forward, blockBytes);
+  auto dq = dyn_cast<AttentionDqOp>(op);
+  auto dkv = dyn_cast<AttentionDkvOp>(op);
+  if (partner) {
+    dq = dq ? dq : cast<AttentionDqOp>(partner);
+    dkv = dkv ? dkv : cast<AttentionDkvOp>(partner);
+  }
+  return lowerBackward(rewriter, dq, dkv, blockBytes);
+}
+
+Operation *mlir::shardx::findAttentionPartner(Operation *op) {
+  if (!isa<AttentionDqOp, AttentionDkvOp>(op))
+    return nullptr;
+  for (Operation *user : op->getOperand(0).getUsers()) {
+    if (user == op || user->getBlock() != op->getBlock() ||
+        isa<AttentionDqOp>(user) == isa<AttentionDqOp>(op) ||
+        !isa<AttentionDqOp, AttentionDkvOp>(user) ||
+        user->getOperands() != op->getOperands() ||
+        user->getAttrDictionary() != op->getAttrDictionary())
+      continue;
+    return user;
+  }
+  return nullptr;
 }

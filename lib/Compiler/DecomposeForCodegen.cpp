@@ -284,12 +284,13 @@ LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
 }
 
 LogicalResult decompose(RewriterBase &rewriter, Operation *op,
-                        bool scatterLoops) {
+                        bool scatterLoops, int64_t attentionBlockBytes) {
   // The attention ops take the sizes of their tensors' dims, dynamic ones
   // included (a rank's piece of an uneven split).
   if (isa<mlir::shardx::AttentionOp, mlir::shardx::AttentionDqOp,
           mlir::shardx::AttentionDkvOp>(op))
-    return mlir::shardx::decomposeAttention(rewriter, op);
+    return mlir::shardx::decomposeAttention(rewriter, op,
+                                            attentionBlockBytes);
   // The rewrites build static shapes (entry points have them, and so, after
   // the SPMD pipeline, does every value of a program).
   auto dynamic = [](Type t) {
@@ -344,10 +345,26 @@ struct DecomposeForCodegenPass
     });
     IRRewriter rewriter(&getContext());
     // A decomposition's ops are ones code generation handles, so one pass
-    // over the program's ops is enough.
-    for (Operation *op : ops)
-      if (failed(decompose(rewriter, op, scatterLoops)))
+    // over the program's ops is enough. The two backward ops of one
+    // attention are written together, at the first (DecomposeAttention.h).
+    llvm::DenseSet<Operation *> done;
+    for (Operation *op : ops) {
+      if (done.contains(op))
+        continue;
+      Operation *partner = mlir::shardx::findAttentionPartner(op);
+      if (partner) {
+        if (partner->isBeforeInBlock(op))
+          std::swap(op, partner);
+        done.insert(partner);
+        if (failed(mlir::shardx::decomposeAttention(rewriter, op,
+                                                    attentionBlockBytes,
+                                                    partner)))
+          return signalPassFailure();
+        continue;
+      }
+      if (failed(decompose(rewriter, op, scatterLoops, attentionBlockBytes)))
         return signalPassFailure();
+    }
   }
 };
 

@@ -1,4 +1,5 @@
 // RUN: shardx-opt %s --shardx-decompose-for-codegen --canonicalize --cse | FileCheck %s
+// RUN: shardx-opt %s --shardx-decompose-for-codegen=attention-block-bytes=512 --canonicalize --cse | FileCheck %s --check-prefix=BLOCK
 
 // Tests the attention ops as linalg ops (lib/Compiler/DecomposeAttention.cpp):
 // the 4 query heads over 2 key/value heads stacked on the rows ([2 * 2, 2 *
@@ -7,12 +8,26 @@
 // backward's probabilities and dS built once for dq and dk/dv (CSE); a
 // rank's dynamic rows (an uneven split) take tensor.dim sizes.
 
+// With 512-byte blocks, the forward's [4, 16, 8] f32 scores (2,048 bytes)
+// take four blocks of 2 keys: an online softmax, each block's max
+// rescaling the sum and output so far by exp(m - m'); the backward's
+// [2, 8, 8] f64 scores two blocks of 4, each recomputed, its dk and dv rows
+// inserted.
+// BLOCK-LABEL: func.func @forward
+// BLOCK-COUNT-4: tensor.extract_slice %{{.*}}[0, {{[0246]}}, 0] [4, 2, 16]
+// BLOCK: arith.maximumf
+// BLOCK: arith.divf
+// BLOCK-LABEL: func.func @backward
+// BLOCK-COUNT-2: tensor.insert_slice %{{.*}} into %{{.*}}[0, {{0|4}}, 0] [2, 4, 16]
+// BLOCK-LABEL: func.func @dynamic_rows
+// BLOCK-NOT: tensor.extract_slice
+
 // CHECK-LABEL: func.func @forward
 // CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 8, 16]
 // CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2, 3], [4]] : tensor<2x2x2x8x16xf32> into tensor<4x16x16xf32>
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<4x16x16xf32>, tensor<4x8x16xf32>) outs(%{{.*}} : tensor<4x16x8xf32>)
 // CHECK: arith.remui
 // CHECK: tensor.extract
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<4x16x16xf32>, tensor<4x8x16xf32>) outs(%{{.*}} : tensor<4x16x8xf32>)
 // CHECK: arith.cmpi sle
 // CHECK: arith.maximumf
 // CHECK: math.exp
@@ -69,4 +84,23 @@ func.func @dynamic_heads(%q: tensor<1x?x8x4xf32>, %k: tensor<1x?x8x4xf32>, %o: t
       : tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>,
         tensor<1x?x8xf32>, tensor<1x?x8x4xf32> -> tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>
   return %dk, %dv : tensor<1x?x8x4xf32>, tensor<1x?x8x4xf32>
+}
+
+// The two backward ops are written together at the first of them; here
+// (as the scheduling of collectives may leave them) attention_dkv comes
+// first and its result is read before attention_dq.
+// CHECK-LABEL: func.func @dkv_first
+// CHECK: tensor.collapse_shape
+// CHECK-NOT: shardx.attention
+// BLOCK-LABEL: func.func @dkv_first
+func.func @dkv_first(%q: tensor<1x2x8x16xf64>, %k: tensor<1x2x8x16xf64>, %o: tensor<1x2x8x16xf64>,
+                     %lse: tensor<1x2x8xf64>) -> (tensor<2x8x16xf64>, tensor<1x2x8x16xf64>) {
+  %dk, %dv = shardx.attention_dkv %q, %k, %k, %o, %lse, %o scale = 0.25
+      : tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>,
+        tensor<1x2x8xf64>, tensor<1x2x8x16xf64> -> tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>
+  %c = tensor.collapse_shape %dv [[0, 1], [2], [3]] : tensor<1x2x8x16xf64> into tensor<2x8x16xf64>
+  %dq = shardx.attention_dq %q, %k, %k, %o, %lse, %o scale = 0.25
+      : tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>, tensor<1x2x8x16xf64>,
+        tensor<1x2x8xf64>, tensor<1x2x8x16xf64> -> tensor<1x2x8x16xf64>
+  return %c, %dq : tensor<2x8x16xf64>, tensor<1x2x8x16xf64>
 }

@@ -102,13 +102,21 @@ def DecomposeForCodegenPass
     - `shardx.attention`, `attention_dq`, `attention_dkv`: batched GEMMs
       and elementwise ops on 3-D views of their tensors (the query heads
       of a key/value head stacked on the rows), the backward ops
-      recomputing the probabilities from the log-sum-exp
+      recomputing the probabilities from the log-sum-exp; where the scores
+      of every key would take more than `attention-block-bytes`, over blocks
+      of keys (the forward an online softmax across them, as flash
+      attention's), so that one block's scores are alive at a time
       (lib/Compiler/DecomposeAttention.cpp).
   }];
   let options = [
     Option<"scatterLoops", "scatter-loops", "bool", /*default=*/"true",
            "tensor.scatter as a loop over its indices (false: a masked "
-           "linalg.generic over the destination)">
+           "linalg.generic over the destination)">,
+    Option<"attentionBlockBytes", "attention-block-bytes", "int64_t",
+           /*default=*/"33554432",
+           "the attention ops over blocks of keys whose [N, M, keys] "
+           "scores take at most this many bytes each (an online softmax "
+           "across the blocks; 0: every key in one block)">
   ];
   let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
                            "math::MathDialect", "scf::SCFDialect",
