@@ -46,6 +46,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
@@ -669,6 +670,43 @@ LogicalResult mlir::shardx::takeCachedKernels(ModuleOp module,
   return success();
 }
 
+/// Puts the finished artifact `partial` at `output`: a rename, so that a
+/// reader never sees a half-written file, except where `output` exists and
+/// is not a regular file (`-o /dev/null`, a FIFO): there its bytes are
+/// written into it and `partial` removed. A rename over /dev/null, as root,
+/// replaced the device with the artifact, and every later writer of
+/// /dev/null wrote into a file.
+static LogicalResult moveIntoPlace(StringRef partial, StringRef output) {
+  llvm::sys::fs::file_status status;
+  bool special = !llvm::sys::fs::status(output, status) &&
+                 llvm::sys::fs::exists(status) &&
+                 status.type() != llvm::sys::fs::file_type::regular_file;
+  if (!special) {
+    if (auto err = llvm::sys::fs::rename(partial, output)) {
+      llvm::errs() << "error: " << output << ": " << err.message() << "\n";
+      return failure();
+    }
+    return success();
+  }
+  auto bytes = llvm::MemoryBuffer::getFile(partial, /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+  std::error_code ec = bytes.getError();
+  if (!ec) {
+    llvm::raw_fd_ostream out(output, ec);
+    if (!ec) {
+      out << (*bytes)->getBuffer();
+      out.close();
+      ec = out.error();
+    }
+  }
+  llvm::sys::fs::remove(partial);
+  if (ec) {
+    llvm::errs() << "error: " << output << ": " << ec.message() << "\n";
+    return failure();
+  }
+  return success();
+}
+
 LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
                                          const CompileOptions &options,
                                          ArrayRef<std::string> libraries,
@@ -811,11 +849,8 @@ LogicalResult mlir::shardx::emitArtifact(ModuleOp module,
     llvm::sys::fs::remove(partial);
     return failure();
   }
-  if (auto err = llvm::sys::fs::rename(partial, options.outputPath)) {
-    llvm::errs() << "error: " << options.outputPath << ": " << err.message()
-                 << "\n";
+  if (failed(moveIntoPlace(partial, options.outputPath)))
     return failure();
-  }
   linkTiming.stop();
   unsigned evicted = cache.evict();
   if (options.stats)

@@ -17,9 +17,14 @@
 //                dq = c dS @ (c k), dk = c dS^T @ (c q), dv = P^T @ dout
 //
 // A row that sees no key (m = -inf) gets l = 0: out = 0 and lse = -inf.
-// The three ops build S and P alike, so CSE shares them between the
-// forward and the backward ops of one attention where they are in one
-// function, and dS between `attention_dq` and `attention_dkv`.
+// Where S fits the block budget the three ops build S and P alike, so CSE
+// shares them between the forward and the backward ops of one attention
+// where they are in one function. Larger S are written over blocks of keys:
+// the forward an online softmax (a running m, l and unnormalized output,
+// rescaled by exp(m - m') as a block raises the max), the backward each
+// block key-major (`ks_j @ qs^T`: not the forward's op, so CSE does not keep
+// every block alive from the forward), `attention_dq` and `attention_dkv`
+// of one attention written together, block by block.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,9 +33,9 @@
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 
