@@ -246,10 +246,8 @@ public:
   }
 
   AffineMap map(unsigned count, ArrayRef<unsigned> dimsOf) {
-    SmallVector<AffineExpr> exprs;
-    for (unsigned d : dimsOf)
-      exprs.push_back(b.getAffineDimExpr(d));
-    return AffineMap::get(count, 0, exprs, b.getContext());
+    return AffineMap::getMultiDimMapWithTargets(count, dimsOf,
+                                                b.getContext());
   }
 
   /// `out[n, x, y] = sum_r lhs * rhs`, the operands' dims given as lists of
@@ -313,12 +311,8 @@ struct Scores {
 
 /// `x * root`, elementwise.
 Value scaled(AttentionBuilder &a, Value x, Value root) {
-  auto type = cast<RankedTensorType>(x.getType());
-  SmallVector<OpFoldResult> shape;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    shape.push_back(a.size(x, d));
   SmallVector<unsigned> all = {0, 1, 2};
-  return a.generic(shape, 0.0, {x}, {a.map(3, all), a.map(3, all)},
+  return a.generic(tensor::getMixedSizes(a.b, a.loc, x), 0.0, {x}, {a.map(3, all), a.map(3, all)},
                    {false, false, false},
                    [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
                      return arith::MulFOp::create(nb, l, args[0], root);
@@ -365,10 +359,8 @@ Value keyBlock(AttentionBuilder &a, Value v, std::pair<int64_t, int64_t> block) 
   auto type = cast<RankedTensorType>(v.getType());
   int64_t dim = type.getRank() == 1 ? 0 : 1;
   SmallVector<OpFoldResult> offsets(type.getRank(), a.b.getIndexAttr(0));
-  SmallVector<OpFoldResult> sizes, strides(type.getRank(),
-                                           a.b.getIndexAttr(1));
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    sizes.push_back(a.size(v, d));
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(a.b, a.loc, v);
+  SmallVector<OpFoldResult> strides(type.getRank(), a.b.getIndexAttr(1));
   offsets[dim] = a.b.getIndexAttr(block.first);
   sizes[dim] = a.b.getIndexAttr(block.second);
   return tensor::ExtractSliceOp::create(a.b, a.loc, v, offsets, sizes,
@@ -427,13 +419,19 @@ Value overRowsOf(AttentionBuilder &a, Value like, ValueRange full,
                    {false, false, false}, body);
 }
 
-/// exp(x - ref), ref = 0 where `ref` is -inf (a row that has seen no key:
-/// its exponents are then exp(-inf) = 0 rather than NaN).
-Value expFrom(OpBuilder &nb, Location l, Value x, Value ref, Value minusInf,
-              Value zero) {
+/// `ref`, or 0 where it is -inf (the max or lse of a row that has seen no
+/// key: its exponents are then exp(-inf) = 0 rather than NaN).
+Value finiteRef(OpBuilder &nb, Location l, Value ref, Value minusInf,
+                Value zero) {
   Value none =
       arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, ref, minusInf);
-  Value safe = arith::SelectOp::create(nb, l, none, zero, ref);
+  return arith::SelectOp::create(nb, l, none, zero, ref);
+}
+
+/// exp(x - finiteRef(ref)).
+Value expFrom(OpBuilder &nb, Location l, Value x, Value ref, Value minusInf,
+              Value zero) {
+  Value safe = finiteRef(nb, l, ref, minusInf, zero);
   return math::ExpOp::create(nb, l, arith::SubFOp::create(nb, l, x, safe));
 }
 
@@ -477,11 +475,7 @@ LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op,
                                        ValueRange args) -> Value {
       Value none = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ,
                                          args[1], zero);
-      Value safe = arith::SelectOp::create(
-          nb, l,
-          arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, args[0],
-                                minusInf),
-          zero, args[0]);
+      Value safe = finiteRef(nb, l, args[0], minusInf, zero);
       Value x = arith::AddFOp::create(nb, l, safe,
                                       math::LogOp::create(nb, l, args[1]));
       return arith::SelectOp::create(nb, l, none, minusInf, x);

@@ -287,8 +287,7 @@ LogicalResult decompose(RewriterBase &rewriter, Operation *op,
                         bool scatterLoops, int64_t attentionBlockBytes) {
   // The attention ops take the sizes of their tensors' dims, dynamic ones
   // included (a rank's piece of an uneven split).
-  if (isa<mlir::shardx::AttentionOp, mlir::shardx::AttentionDqOp,
-          mlir::shardx::AttentionDkvOp>(op))
+  if (mlir::shardx::isShardXComputation(op))
     return mlir::shardx::decomposeAttention(rewriter, op,
                                             attentionBlockBytes);
   // The rewrites build static shapes (entry points have them, and so, after
@@ -338,9 +337,9 @@ struct DecomposeForCodegenPass
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {
       if (isa<tensor::GatherOp, tensor::ScatterOp, tensor::BitcastOp,
-              linalg::PackOp, linalg::UnPackOp, linalg::AggregatedOpInterface,
-              mlir::shardx::AttentionOp, mlir::shardx::AttentionDqOp,
-              mlir::shardx::AttentionDkvOp>(op))
+              linalg::PackOp, linalg::UnPackOp, linalg::AggregatedOpInterface>(
+              op) ||
+          mlir::shardx::isShardXComputation(op))
         ops.push_back(op);
     });
     IRRewriter rewriter(&getContext());

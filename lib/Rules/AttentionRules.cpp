@@ -40,16 +40,16 @@ enum class AttentionPart { Forward, Dq, Dkv };
 struct AttentionFactors {
   int64_t b, hk, g = -1, sq, sk, d, dv;
 
-  DimFactors heads() const {
-    return g < 0 ? DimFactors{{hk}} : DimFactors{{hk, g}};
+  SmallVector<int64_t> heads() const {
+    return g < 0 ? SmallVector<int64_t>{hk} : SmallVector<int64_t>{hk, g};
   }
-  DimFactors q() const { return {{b}, heads()[0], {sq}, {d}}; }
+  DimFactors q() const { return {{b}, heads(), {sq}, {d}}; }
   DimFactors k() const { return {{b}, {hk}, {sk}, {d}}; }
   DimFactors v() const { return {{b}, {hk}, {sk}, {dv}}; }
   DimFactors rows(int64_t width) const {
-    return {{b}, heads()[0], {sq}, {width}};
+    return {{b}, heads(), {sq}, {width}};
   }
-  DimFactors lse() const { return {{b}, heads()[0], {sq}}; }
+  DimFactors lse() const { return {{b}, heads(), {sq}}; }
 };
 
 FailureOr<ShardingRule> attentionRule(Operation *op, AttentionPart part) {
