@@ -13,6 +13,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+
 using namespace shardx;
 using namespace shardx::binding;
 using namespace shardx::exec;
@@ -319,11 +321,21 @@ struct CallPlan {
     if (!in.flatten(args.ptr(), leaves) ||
         leaves.size() != entry->inputs.size())
       return notImplemented;
+    auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
+    // An array passed twice is traced as one tensor (`same_as` of
+    // `shardx.jit._key_traits`): never this plan's, whose entry has none.
+    std::vector<PyObject *> arrays;
+    arrays.reserve(leaves.size());
+    for (PyObject *leaf : leaves)
+      if (Py_TYPE(leaf) != type && !PyObject_TypeCheck(leaf, type))
+        arrays.push_back(leaf);
+    std::sort(arrays.begin(), arrays.end());
+    if (std::adjacent_find(arrays.begin(), arrays.end()) != arrays.end())
+      return notImplemented;
     std::vector<ShardSet *> inputs(leaves.size());
     std::vector<nb::object> keep;
     keep.reserve(16);
     std::vector<std::unique_ptr<ShardSet>> scattered;
-    auto *type = reinterpret_cast<PyTypeObject *>(tensorType.ptr());
     for (size_t i = 0; i < leaves.size(); ++i) {
       PyObject *leaf = leaves[i];
       const TensorSpec &spec = entry->inputs[i];

@@ -110,8 +110,12 @@ def _decode_key(d):
         return key
     from .jit import TRAIT_FIELDS
     if not isinstance(traits, list) or len(traits) != len(key[1]) or not all(
-            t is None or (isinstance(t, list) and len(t) == len(TRAIT_FIELDS)) for t in traits):
+            t is None or (isinstance(t, list) and len(t) in (len(TRAIT_FIELDS) - 1,
+                                                             len(TRAIT_FIELDS)))
+            for t in traits):
         raise ValueError(f"bad input traits {traits!r}")
+    # A package of 0.1.0 before ``same_as``: no argument was another's.
+    traits = [t if t is None or len(t) == len(TRAIT_FIELDS) else t + [None] for t in traits]
     return key + (tuple(None if t is None else tuple(tuple(v) if isinstance(v, list) else v
                                                      for v in t) for t in traits),)
 

@@ -626,9 +626,9 @@ def _plan_traits(traits) -> Optional[List[Any]]:
         if t is None:
             out.append(None)
             continue
-        kind, device, strides, offset, requires_grad, leaf, has_grad, inference = t
+        kind, device, strides, offset, requires_grad, leaf, has_grad, inference, same = t
         if kind not in types or device != "cpu" or strides is not None or offset or not leaf \
-                or inference:
+                or inference or same is not None:
             return None
         out.append((types[kind], requires_grad, has_grad))
     return out
@@ -650,10 +650,35 @@ def _contiguous_strides(shape) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-#: The fields of a tensor's traits (``_traits``), in order.
+#: The fields of a tensor's traits (``_traits``, ``_key_traits``), in
+#: order. ``same_as``: the first argument that is this very tensor object
+#: (None: none is), as torch.compile's duplicate-input guards see it.
 TRAIT_FIELDS = ("type", "device", "strides", "storage_offset", "requires_grad", "is_leaf",
-                "has_grad", "is_inference")
-_TRAIT_PLAIN = ("torch.Tensor", "cpu", None, 0, False, True, False, False)
+                "has_grad", "is_inference", "same_as")
+_TRAIT_PLAIN = ("torch.Tensor", "cpu", None, 0, False, True, False, False, None)
+
+
+def _key_traits(flat) -> Optional[Tuple[Any, ...]]:
+    """The traits part of a guard key: each torch tensor or numpy
+    argument's ``_traits``, and ``same_as`` where it is the same object as
+    an earlier argument. The trace gives such arguments one tensor, as
+    eager has them: a gradient taken inside the function with respect to
+    one is through every use of it (traced as two tensors, through one),
+    and an ``is`` test sees them equal. None where every argument is plain
+    and distinct (what the C++ call path takes, ``CallPlan``)."""
+    traits, first = None, {}
+    for i, a in enumerate(flat):
+        if type(a) is ShardedTensor or isinstance(a, ShardedTensor):
+            continue  # its shards: written aliasing is _partners' guard
+        t = _traits(a)
+        j = first.setdefault(id(a), i)
+        if j != i:
+            t = (t or _TRAIT_PLAIN)[:-1] + (j,)
+        if t is not None:
+            if traits is None:
+                traits = [None] * len(flat)
+            traits[i] = t
+    return None if traits is None else tuple(traits)
 
 
 def _traits(a):
@@ -671,7 +696,7 @@ def _traits(a):
         strides = tuple(st // size for st in a.strides)
         if strides == _contiguous_strides(a.shape):
             return None
-        return ("numpy.ndarray", "cpu", strides, 0, False, True, False, False)
+        return ("numpy.ndarray", "cpu", strides, 0, False, True, False, False, None)
     import torch
     if not isinstance(a, torch.Tensor):
         return (f"{type(a).__module__}.{type(a).__qualname__}",) + _TRAIT_PLAIN[1:]
@@ -682,14 +707,15 @@ def _traits(a):
               str(a.device) if a.device.type != "cpu" else "cpu",
               None if strides == _contiguous_strides(a.shape) else tuple(strides),
               a.storage_offset(), a.requires_grad, leaf,
-              leaf and a.grad is not None, a.is_inference())
+              leaf and a.grad is not None, a.is_inference(), None)
     return None if traits == _TRAIT_PLAIN else traits
 
 
 def _traits_text(t) -> str:
     if t is None:
         return "a plain contiguous tensor"
-    return ", ".join(f"{name} {value}" for name, value, plain in
+    return ", ".join(f"the same tensor as input {value}" if name == "same_as"
+                     else f"{name} {value}" for name, value, plain in
                      zip(TRAIT_FIELDS, t, _TRAIT_PLAIN) if value != plain) or "plain"
 
 
@@ -872,16 +898,9 @@ class CompiledFunction(runtime().CompiledCall):
         # besides shape and dtype (strides, requires_grad, ...): a third
         # part of the key only where some input is not plain, so that the
         # common key (and a package's) stays (structure, tensors).
-        traits = None
-        for i, a in enumerate(flat):
-            if type(a) is not ShardedTensor and not isinstance(a, ShardedTensor):
-                t = _traits(a)
-                if t is not None:
-                    if traits is None:
-                        traits = [None] * len(flat)
-                    traits[i] = t
+        traits = _key_traits(flat)
         if traits is not None:
-            return treedef, tuple(keys), tuple(traits)
+            return treedef, tuple(keys), traits
         return treedef, tuple(keys)
 
     def _reason(self, old, new) -> str:
@@ -950,18 +969,26 @@ class CompiledFunction(runtime().CompiledCall):
     # -- compile ----------------------------------------------------------
 
     def _compile(self, args, flat, spec, partners=None, writes=None) -> _Executable:
-        """Traces and compiles for these arguments. ``partners`` (the
-        entry's written inputs and the inputs that are the same tensor)
-        makes those inputs one tensor in the trace, as they are in the call;
-        otherwise every input is traced as a tensor of its own, so that a
-        program that writes no input is right for any aliasing."""
+        """Traces and compiles for these arguments. An argument that is the
+        same object as an earlier one is traced as that one's tensor (the
+        guard key's ``same_as``). ``partners`` (the entry's written inputs
+        and the inputs that are the same memory) makes those one tensor too,
+        as they are in the call; otherwise distinct arguments are traced as
+        tensors of their own, so that a program that writes no input is
+        right for any overlap of their memory."""
         import torch
         from .importer import trace
         from .placements import Replicate
 
         # Placements were checked (PlacementError) by the guard, before this.
         in_pl, examples, layouts = [], [], []
-        share = {}  # input -> the first input that is the same tensor
+        # input -> the first input that is the same tensor: the same object
+        # (``same_as``, guarded), or the same memory as a written input
+        # (``partners``).
+        share = {}
+        for i, t in enumerate(_key_traits(flat) or ()):
+            if t is not None and t[-1] is not None:
+                share[i] = t[-1]
         for i, same in partners or ():
             group = (i,) + same
             for j in group:
@@ -1078,8 +1105,7 @@ class CompiledFunction(runtime().CompiledCall):
                     for o in outputs]
         # The plan takes (arguments, lifted tensors).
         plan_spec = spec if not lifted else (tuple, (spec, (tuple, (None,) * len(lifted))))
-        traits = [None if isinstance(a, ShardedTensor) else _traits(a) for a in flat]
-        traits = None if all(t is None for t in traits) else tuple(traits)
+        traits = _key_traits(flat)
         plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
                            mutated, writes, partners or (), {}, checks, env, mode=mode,

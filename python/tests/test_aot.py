@@ -235,9 +235,11 @@ def test_in_place_update_and_its_alias_variant_round_trip(tmp_path):
     eager_apart = _update(ex, y.clone()) + (ex,)
     jit_apart = f(a, y.clone()) + (a,)
     apart_only = f.export(tmp_path / "apart.shardx")
+    # Two objects of one memory (the same object is another guard key,
+    # ``same_as``, not a variant).
     ez, c = x.clone(), x.clone()
-    eager_alias = _update(ez, ez) + (ez,)
-    jit_alias = f(c, c) + (c,)
+    eager_alias = _update(ez, ez.view(8, 4)) + (ez,)
+    jit_alias = f(c, c.view(8, 4)) + (c,)
     assert f.compiles == 2
     assert f.recompile_reasons == ["the inputs written in place alias others differently: "
                                    "none -> inputs 0=1"]
@@ -256,7 +258,7 @@ def test_in_place_update_and_its_alias_variant_round_trip(tmp_path):
         s, b3 = h(a, y.copy())
         result["apart"] = [s.full(), b3.full(), a]
         c = x.copy()
-        s, b3 = h(c, c)
+        s, b3 = h(c, c.view())
         result["alias"] = [s.full(), b3.full(), c]
         # A ShardedTensor written in place points at the new shards.
         t = ShardedTensor.from_numpy(x.copy(), h.mesh, h.in_placements[0])
@@ -277,8 +279,32 @@ def test_in_place_update_and_its_alias_variant_round_trip(tmp_path):
     with pytest.raises(MissingEntryError, match=r"'update' has no compiled entry for these "
                        r"arguments \(the inputs written in place alias others differently: "
                        r"none -> inputs 0=1\)"):
+        h(c, c.view(8, 4))
+    with pytest.raises(MissingEntryError, match=r"'update' has no compiled entry for these "
+                       r"arguments \(input 1: a plain contiguous tensor -> the same tensor as "
+                       r"input 0\)"):
         h(c, c)
     assert torch.equal(c, x) and h.compiles == 0
+
+
+def _grad_of_first(a, b):
+    return torch.autograd.grad((a * b).sum(), (a,))
+
+
+def test_an_argument_passed_twice_round_trips(tmp_path):
+    """The entry traced for one tensor passed twice (guard ``same_as``)
+    is its own in the package, and a loaded package takes that call."""
+    f = shardx.compile(_grad_of_first, Mesh((1,)), name="twice")
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    want_twice, want_apart = _grad_of_first(x, x)[0], _grad_of_first(x, y)[0]
+    assert torch.equal(want_twice, 2 * x.detach())
+    f(x, x), f(x, y)
+    h = shardx.load(f.export(tmp_path / "twice.shardx"))
+    for _ in range(2):
+        np.testing.assert_array_equal(h(x, x)[0].full(), want_twice.numpy())
+        np.testing.assert_array_equal(h(x, y)[0].full(), want_apart.numpy())
+    assert h.compiles == 0
 
 
 # -- pytrees and Python constants -----------------------------------------

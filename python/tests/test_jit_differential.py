@@ -7,7 +7,9 @@ aten ops (exact IEEE ones and transcendental ones), in-place updates of
 inputs (directly and through views) and of intermediates, terminal
 shape-changing ops (transpose, slices, reshape, reductions) and an output
 structure (a bare tensor, tuples, lists, dicts with None and Python
-values). Each program is compiled once for a mesh (1-D or 2-D) and input
+values); a quarter of the programs also return the gradient of their
+outputs' sum with respect to their inputs, taken inside the function.
+Each program is compiled once for a mesh (1-D or 2-D) and input
 placements (sharded, uneven, replicated) and called several times with
 argument patterns: fresh tensors, one tensor passed twice, views
 (transposed, sliced, partly overlapping), ShardedTensors, numpy arrays, special values
@@ -127,6 +129,11 @@ class Program:
     temp_inplace: bool  # the last op's value is scaled in place
     outputs: Tuple[Tuple[str, int], ...]  # (terminal, value)
     out_kind: str
+    # The gradient of the outputs' sum with respect to the inputs that
+    # require grad, taken inside the function (no in-place updates then:
+    # eager refuses them on such leaves); the call makes its torch tensors
+    # require grad.
+    grad: bool = False
 
     @property
     def writes(self):
@@ -160,6 +167,12 @@ class Program:
             for name, t, o in prog.post:
                 INPLACE[name](tensors[t], env[o] if o < len(env) else tensors[0], s)
             outs = [TERMINAL[name][1](env[v]) for name, v in prog.outputs]
+            if prog.grad:
+                terms = [o.sum() for o in outs if o.requires_grad]
+                wrt = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
+                if terms and wrt:
+                    outs += [g if g is not None else torch.zeros(())
+                             for g in torch.autograd.grad(sum(terms), wrt, allow_unused=True)]
             if prog.out_kind == "bare":
                 return outs[0]
             if prog.out_kind == "tuple":
@@ -195,9 +208,13 @@ def programs(draw):
     out_kind = draw(st.sampled_from(OUT_KINDS))
     if out_kind == "bare":
         outputs = outputs[:1]
+    grad = draw(st.integers(0, 3)) == 0
+    if grad:
+        pre = post = ()
     return Program(draw(st.sampled_from(["f64", "f32"])), n, draw(st.booleans()),
                    draw(st.sampled_from(["positional", "positional", "dict"])), pre,
-                   tuple(ops), post, draw(st.booleans()) and bool(ops), outputs, out_kind)
+                   tuple(ops), post, draw(st.booleans()) and bool(ops), outputs, out_kind,
+                   grad)
 
 
 MESHES = {"1d": Mesh((2,), ("x",)), "2d": Mesh((2, 2), ("x", "y"))}
@@ -281,15 +298,20 @@ def args_of(prog: Program, tensors, scalar):
 
 
 def clone_keeping_aliases(tensors):
-    """Copies for eager: the same tensor twice stays one tensor, views of
-    one base stay views of one copy of the base."""
-    bases, out = {}, []
+    """Copies for eager: the same tensor twice stays one tensor (one
+    object), views of one base stay views of one copy of the base;
+    requires_grad as each has it."""
+    bases, copies, out = {}, {}, []
     for t in tensors:
-        key = t.untyped_storage().data_ptr()
-        if key not in bases:
-            bases[key] = t.untyped_storage().clone()
-        out.append(torch.empty(0, dtype=t.dtype).set_(
-            bases[key], t.storage_offset(), t.shape, t.stride()))
+        if id(t) not in copies:
+            key = t.untyped_storage().data_ptr()
+            if key not in bases:
+                bases[key] = t.untyped_storage().clone()
+            with torch.no_grad():
+                c = torch.empty(0, dtype=t.dtype).set_(
+                    bases[key], t.storage_offset(), t.shape, t.stride())
+            copies[id(t)] = c.requires_grad_(t.requires_grad)
+        out.append(copies[id(t)])
     return out
 
 
@@ -326,7 +348,6 @@ def run_case(data, prog: Program):
     for k, pat in enumerate(calls):
         what = f"call {k} ({pat})"
         tensors, partial = make_args(prog, pat, dtype)
-        eager_tensors = clone_keeping_aliases(tensors)
         before = [t.clone() for t in tensors]
         passed = list(tensors)
         for i in pat.sharded:
@@ -335,6 +356,13 @@ def run_case(data, prog: Program):
         for i in pat.numpy:
             if not isinstance(passed[i], ShardedTensor):
                 passed[i] = tensors[i].numpy()  # shares the tensor's memory
+        if prog.grad:
+            # Torch tensors only (eager's copies are torch tensors, and
+            # those of one object one object).
+            passed = list(tensors)
+            for t in tensors:
+                t.requires_grad_()
+        eager_tensors = clone_keeping_aliases(tensors)
         written = set(prog.writes)
         if partial & written:
             # A written input that partly overlaps another: refused before
