@@ -12,6 +12,10 @@ the same shapes for comparison.
 
 ``--sdpa`` runs the block's attention as F.scaled_dot_product_attention
 (is_causal=True), as torchtitan's Llama does (LlamaBlock(sdpa=True)).
+``--ring`` (with ``--sdpa``) also times the same step with its attention
+as ring attention (shardx-run --ring-attention-bytes=0; docs/Rules.md,
+"Ring attention") in the same run, and prints both forms' modeled
+buffer-level peak per rank (docs/Memory.md).
 
 The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
 with fewer cores than ranks the ranks share cores and the ratio says more
@@ -37,7 +41,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx_dev.planrun import PlanRunError, plan_and_time  # noqa: E402
+from shardx_dev.planrun import PlanRunError, buffer_peak, check_and_time, plan_and_time  # noqa: E402,E501
 from shardx_dev import models  # noqa: E402
 
 PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[0-9x]+x\w+>: "
@@ -53,8 +57,20 @@ def measure(args, ranks):
     mesh = Mesh((ranks,), ("cp",))
     ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
     text = trace(step, step.example_args([x], y), mesh, ins, outs, name="llama_cp")
+    ring = None
     try:
-        plan, sharded, unsharded = plan_and_time(text, args.repeat)
+        plan, sharded, unsharded = plan_and_time(text, args.repeat,
+                                                 ["--ring-attention-bytes=-1"])
+        if args.ring:
+            import tempfile
+            with tempfile.NamedTemporaryFile("w", suffix=".mlir") as f:
+                f.write(text)
+                f.flush()
+                ring_ms, ring_unsharded = check_and_time(f.name, args.repeat,
+                                                         ["--ring-attention-bytes=0"])
+            ring = (ring_ms, ring_unsharded,
+                    buffer_peak(text, "ring-attention-bytes=-1"),
+                    buffer_peak(text, "ring-attention-bytes=0"))
     except PlanRunError as e:
         print(e, file=sys.stderr)
         return None
@@ -66,7 +82,7 @@ def measure(args, ranks):
             sc += int(n)
         else:
             other += int(n)
-    return kv, sc, other, sharded, unsharded
+    return kv, sc, other, sharded, unsharded, ring
 
 
 def try_dtensor_cp():
@@ -116,6 +132,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sdpa", action="store_true",
                     help="attention as F.scaled_dot_product_attention(is_causal=True)")
+    ap.add_argument("--ring", action="store_true",
+                    help="also time the step with ring attention, and both forms' peaks")
     ap.add_argument("--dtensor", action="store_true",
                     help="also try torch's context_parallel on gloo (CPU)")
     args = ap.parse_args()
@@ -130,12 +148,18 @@ def main() -> int:
         m = measure(args, n)
         if m is None:
             return 1
-        kv, sc, other, sharded, unsharded = m
+        kv, sc, other, sharded, unsharded, timed_ring = m
         chunk = -(-args.seq // n)
         ring = 2 * (n - 1) * chunk * args.batch * args.heads * hd * 4
         ring_kv = ring * args.kv_heads // args.heads
         print(f"{n} | {kv} B | {sc} B | {other} B | {ring} B, {ring_kv} B | {unsharded:.2f} | "
               f"{sharded:.2f} | {unsharded / sharded:.2f}")
+        if timed_ring:
+            ring_ms, ring_unsharded, gather_peak, ring_peak = timed_ring
+            print(f"  ring attention: {ring_ms:.2f} ms (unsharded {ring_unsharded:.2f} ms in "
+                  f"its run), gather/ring {sharded / ring_ms:.2f}, unsharded/ring "
+                  f"{ring_unsharded / ring_ms:.2f}; modeled peak per rank: gather "
+                  f"{gather_peak / 2**20:.1f} MiB, ring {ring_peak / 2**20:.1f} MiB")
     if args.dtensor:
         print("torch context_parallel on gloo (CPU):", "; ".join(try_dtensor_cp()))
     return 0

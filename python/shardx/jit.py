@@ -318,12 +318,15 @@ def auto_shard(mlir_text: str, memory_budget: int) -> str:
 def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none",
                     recompute_budget: Optional[int] = None,
-                    meanwhile: Optional[Callable[[], None]] = None):
+                    meanwhile: Optional[Callable[[], None]] = None,
+                    ring_attention_bytes=None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path); ``timing`` (if given) gets the
     seconds of the SPMD pipeline, code generation and loading. ``recompute``
     is shardx-compile's ``--recompute`` policy and ``recompute_budget`` its
-    ``--recompute-budget`` (bytes per rank; both part of the key).
+    ``--recompute-budget`` (bytes per rank; both part of the key), and
+    ``ring_attention_bytes`` its ``--ring-attention-bytes`` (None: the
+    compiler's default; part of the key otherwise).
     ``meanwhile`` is called while the compiler runs (not on a cache hit)."""
     timing = {} if timing is None else timing
     rt = runtime()
@@ -335,6 +338,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
         fields["recompute"] = recompute
     if recompute_budget is not None:
         fields["recompute_budget"] = int(recompute_budget)
+    if ring_attention_bytes is not None:
+        fields["ring_attention_bytes"] = str(ring_attention_bytes)
     material = json.dumps(fields, sort_keys=True)
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = _usable_cache_dir()
@@ -387,6 +392,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                                          if recompute != "none" else [])
         if recompute_budget is not None:
             args.append(f"--recompute-budget={int(recompute_budget)}")
+        if ring_attention_bytes is not None:
+            args.append(f"--ring-attention-bytes={ring_attention_bytes}")
         run_compiler(src, tmp_so, args, timing, tool, meanwhile)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
@@ -828,8 +835,9 @@ class CompiledFunction(runtime().CompiledCall):
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str], recompute: str = "none",
                  memory_budget: Optional[int] = None,
-                 recompute_budget: Optional[int] = None):
+                 recompute_budget: Optional[int] = None, ring_attention_bytes=None):
         super().__init__()
+        self.ring_attention_bytes = ring_attention_bytes
         self.fn = fn
         self.recompute = recompute
         self.recompute_budget = recompute_budget
@@ -1083,7 +1091,8 @@ class CompiledFunction(runtime().CompiledCall):
             artifact, key, path = load_or_compile(text, [layout_key(l) for l in layouts],
                                                   compile_target(self.backend), timing,
                                                   self.recompute, self.recompute_budget,
-                                                  meanwhile=later.collect)
+                                                  meanwhile=later.collect,
+                                                  ring_attention_bytes=self.ring_attention_bytes)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:
@@ -1455,7 +1464,8 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
             out_placements: Optional[Sequence[Optional[Sequence[Placement]]]] = None,
             backend: str = "threads", donate=(), name: Optional[str] = None,
             recompute: str = "none", memory_budget: Optional[int] = None,
-            recompute_budget: Optional[int] = None) -> CompiledFunction:
+            recompute_budget: Optional[int] = None,
+            ring_attention_bytes=None) -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -1478,6 +1488,11 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     the layouts ``shardx-auto-shard`` chooses so that the modeled step time
     is smallest and the modeled peak fits (docs/Memory.md, "Automatic
     sharding under a budget"); ``MemoryBudgetError`` when no plan fits.
+    ``ring_attention_bytes``: an attention whose keys and values are
+    all-gathered along a split sequence runs as ring attention where the
+    gathered keys and values would take at least this many bytes per rank
+    (an int; ``"never"``; None: shardx-compile's default, 32 MiB;
+    docs/Rules.md, "Ring attention").
     """
     if recompute not in RECOMPUTE_POLICIES:
         raise ValueError(f"recompute={recompute!r} is not a policy; one of "
@@ -1490,6 +1505,11 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
                                          recompute_budget < 0):
         raise ValueError(f"recompute_budget={recompute_budget!r}: expected a non-negative "
                          "int (bytes per rank)")
+    if ring_attention_bytes is not None and ring_attention_bytes != "never" and (
+            isinstance(ring_attention_bytes, bool) or not isinstance(ring_attention_bytes, int)
+            or ring_attention_bytes < 0):
+        raise ValueError(f"ring_attention_bytes={ring_attention_bytes!r}: expected a "
+                         'non-negative int (bytes per rank), "never" or None')
     if backend == "cuda-local":
         backend = "cuda"
     if backend not in BACKENDS:
@@ -1512,4 +1532,4 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     if memory_budget is not None and (mesh is None or int(memory_budget) <= 0):
         raise ValueError("memory_budget needs a mesh and a positive number of bytes per rank")
     return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
-                            recompute, memory_budget, recompute_budget)
+                            recompute, memory_budget, recompute_budget, ring_attention_bytes)

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Tuple
+from typing import Sequence, Tuple
 
 from shardx.artifact import find_tool
 
@@ -28,13 +28,15 @@ def print_plan(src: str) -> str:
     return r.stderr
 
 
-def check_and_time(src: str, repeat: int) -> Tuple[float, float]:
+def check_and_time(src: str, repeat: int, extra: Sequence[str] = ()) -> Tuple[float, float]:
     """(sharded, unsharded) step time in ms, each the median of ``repeat``
     runs, from one ``shardx-run --check`` of the program at ``src`` on the
-    threads backend. The check's tolerances are 10x the tool's default:
-    these steps are larger than the tests' and sum in other orders."""
+    threads backend (``extra``: more shardx-run options). The check's
+    tolerances are 10x the tool's default: these steps are larger than the
+    tests' and sum in other orders."""
     r = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat", str(repeat),
-                        "--rtol", "1e-3", "--atol", "1e-4"], capture_output=True, text=True)
+                        "--rtol", "1e-3", "--atol", "1e-4", *extra], capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise PlanRunError(r.stdout[-2000:] + r.stderr[-2000:])
     sharded = float(re.search(r"outputs, ([0-9.]+) ms", r.stdout).group(1))
@@ -42,11 +44,34 @@ def check_and_time(src: str, repeat: int) -> Tuple[float, float]:
     return sharded, unsharded
 
 
-def plan_and_time(text: str, repeat: int) -> Tuple[str, float, float]:
-    """print_plan and check_and_time of the program ``text`` (written to a
-    temporary file): (remarks, sharded ms, unsharded ms)."""
+def plan_and_time(text: str, repeat: int, extra: Sequence[str] = ()) -> Tuple[str, float, float]:
+    """print_plan and check_and_time (with ``extra``) of the program
+    ``text`` (written to a temporary file): (remarks, sharded ms,
+    unsharded ms)."""
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "step.mlir")
         with open(src, "w") as f:
             f.write(text)
-        return (print_plan(src), *check_and_time(src, repeat))
+        return (print_plan(src), *check_and_time(src, repeat, extra))
+
+
+def buffer_peak(text: str, spmd_options: str = "") -> int:
+    """The modeled peak bytes per rank of the program ``text`` at the
+    buffer level (docs/Memory.md), after ``--shardx-spmd`` with
+    ``spmd_options`` (as shardx-compile runs it: collectives scheduled)."""
+    opt = find_tool("shardx-opt")
+    spmd = " ".join(["schedule-collectives=true", spmd_options]).strip()
+    r = subprocess.run([opt, "-", f"--shardx-spmd={spmd}", "-mlir-print-debuginfo"],
+                       input=text, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PlanRunError(r.stderr[-2000:])
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "memory.json")
+        m = subprocess.run([opt, "-", f"--shardx-print-plan=memory-level=buffers "
+                            f"memory-json={path}", "-o", os.devnull], input=r.stdout,
+                           capture_output=True, text=True)
+        if m.returncode != 0:
+            raise PlanRunError(m.stderr[-2000:])
+        import json
+        with open(path) as f:
+            return max(fn["peak_bytes"] for fn in json.load(f))

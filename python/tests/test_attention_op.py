@@ -15,6 +15,7 @@ import shardx
 from shardx import Mesh, Replicate as R, Shard as S
 from shardx.importer import trace
 from shardx.importer.attention import composite
+from shardx_dev.testing.steps import run_tool
 
 CASES = {
     # name: (q shape, k shape, v width, sdpa keyword arguments)
@@ -92,6 +93,62 @@ def test_uneven_batch_and_heads(split):
     got = shardx.compile(step, Mesh((2,)), [[placement]] * 3)(q, k, v)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.to_torch(), w, rtol=1e-10, atol=1e-12)
+
+
+RING = ["causal", "full", "gqa_causal", "scale", "causal_rect"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("name", RING)
+def test_ring_attention_matches_eager(name, ranks, build_dir):
+    """The sequence of q, k and v split over 2 and 4 ranks, with
+    ``ring_attention_bytes=0``. On these small shapes propagation gathers
+    K and V for the forward and for attention_dq (and q for
+    attention_dkv, whose keys stay split): where the keys divide evenly,
+    those two run as rings (shardx-ring-attention: n attention ops each, K
+    and V permuted n - 1 times per ring), else the gathers stay (10 keys
+    over 4 ranks). f64 against eager: the output and the three
+    gradients. (test_context_parallel checks the rings of a Llama block,
+    the backward's dK and dV included.)"""
+    step = _step(name)
+    q, k, v = _inputs(name, torch.float64)
+    want = step(q, k, v)
+    mesh = Mesh((ranks,), ("cp",))
+    placements = [[S(2)]] * 3
+    got = shardx.compile(step, mesh, placements, ring_attention_bytes=0)(q, k, v)
+    for g, w, what in zip(got, want, ("out", "dq", "dk", "dv")):
+        torch.testing.assert_close(g.to_torch(), w, rtol=1e-10, atol=1e-12,
+                                   msg=lambda m: f"{name} {what} on {ranks}: {m}")
+    text = trace(step, (q, k, v), mesh, placements, None, name="ring")
+    local = run_tool([f"{build_dir}/bin/shardx-opt", "-", "--shardx-spmd=ring-attention-bytes=0"],
+                     input=text)
+    even = k.shape[2] % ranks == 0
+    ops = {op: local.count(f"shardx.{op} ")
+           for op in ("attention", "attention_dq", "attention_dkv", "permute", "all_gather",
+                      "reduce_scatter")}
+    if even:
+        assert ops["attention"] == ops["attention_dq"] == ranks, ops
+        assert ops["permute"] == 2 * 2 * (ranks - 1), ops
+    else:
+        assert ops["attention"] == 1 and ops["permute"] == 0, ops
+
+
+def test_ring_attention_threshold(build_dir):
+    """The ring is used only where the gathered K and V take at least
+    ring-attention-bytes per rank (32 MiB by default): 2 x [2, 4, 8, 16]
+    f32 is 8 KiB."""
+    step = _step("causal")
+    q, k, v = _inputs("causal", torch.float32)
+    text = trace(step, (q, k, v), Mesh((2,), ("cp",)), [[S(2)]] * 3, None, name="ring")
+    for option, ring in (("", False), ("=ring-attention-bytes=8192", True),
+                         ("=ring-attention-bytes=8193", False),
+                         ("=ring-attention-bytes=-1", False)):
+        local = run_tool([f"{build_dir}/bin/shardx-opt", "-", f"--shardx-spmd{option}"],
+                         input=text)
+        assert local.count("shardx.attention ") == (2 if ring else 1), option
+        assert ("shardx.permute" in local) == ring, option
+    with pytest.raises(ValueError, match="ring_attention_bytes"):
+        shardx.compile(step, Mesh((2,)), ring_attention_bytes=-1)
 
 
 def test_program_keeps_no_probabilities():

@@ -216,3 +216,54 @@ def test_compiled_steps_match_eager(name):
     step, mesh, ins, outs, args = _step(name)
     f = shardx.compile(step, mesh, ins, outs)
     assert_steps_match_eager(f, step, args, name)
+
+
+# -- ring attention ----------------------------------------------------------
+# The sdpa_ cases with ring_attention_bytes=0 (shardx-ring-attention; docs/
+# Rules.md, "Ring attention"): where the sequence divides evenly, the
+# forward attention and its backward pair run as rings over the blocks of
+# K and V that the plan above gathers; the uneven ones keep the gathers.
+RING = ["sdpa_seq64_cp2", "sdpa_seq32_cp4"]
+
+
+@pytest.mark.parametrize("program", RING + ["sdpa_uneven30_cp4"], indirect=True)
+def test_ring_attention_program(program, build_dir):
+    """Each rank's program: n attention ops (its queries over each block of
+    keys), n attention_dq and n attention_dkv (one ring of the backward
+    pair), K and V permuted n - 1 times per ring, the dK and dV
+    accumulators n times; no gather of K or V and no reduce-scatter of dK
+    or dV remains, so every activation collective is a permute of one
+    [1, s/n, kv heads, head dim] block. The uneven case is unchanged."""
+    name, path = program
+    ranks, batch, seq = CASES[name]
+    local = run_tool([f"{build_dir}/bin/shardx-opt", path,
+                      "--shardx-spmd=ring-attention-bytes=0"])
+    count = {op: len(re.findall(rf"shardx\.{op} ", local))
+             for op in ("attention", "attention_dq", "attention_dkv", "permute", "all_gather",
+                        "reduce_scatter")}
+    if name not in RING:
+        assert count["attention"] == 1 and count["permute"] == 0, count
+        return
+    assert count == dict(attention=ranks, attention_dq=ranks, attention_dkv=ranks,
+                         permute=4 * (ranks - 1) + 2 * ranks, all_gather=0,
+                         reduce_scatter=0), count
+    block = f"tensor<{batch}x{seq // ranks}x{KV_HEADS}x{HD}xf32>"
+    permutes = re.findall(r"shardx\.permute .* : (tensor<[^>]*>)", local)
+    assert permutes == [block] * len(permutes), permutes
+    # Each block's attention reads its own key positions: s/n of them.
+    rows = seq // ranks
+    attention = [line for line in local.splitlines() if "shardx.attention " in line]
+    assert all(f"tensor<{rows}xi64>, tensor<{rows}xi64> -> " in a for a in attention), attention
+
+
+@pytest.mark.parametrize("name", RING + ["sdpa_uneven30_cp4"])
+def test_ring_attention_steps_match_eager(name):
+    step, mesh, ins, outs, args = _step(name)
+    f = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=0)
+    assert_steps_match_eager(f, step, args, name)
+
+
+@pytest.mark.parametrize("program", RING, indirect=True)
+def test_ring_attention_matches_unsharded_on_mpi(program, build_dir):
+    name, path = program
+    check_on_mpi(build_dir, path, CASES[name][0], ["--ring-attention-bytes=0"])

@@ -77,6 +77,14 @@ static llvm::cl::opt<std::string> recomputeBudget(
     llvm::cl::desc("--recompute=budget's modeled activation peak per rank: "
                    "bytes, or a number with KiB, MiB or GiB"),
     llvm::cl::value_desc("bytes"));
+static llvm::cl::opt<std::string> ringAttentionBytes(
+    llvm::cl::cat(toolOptions), "ring-attention-bytes",
+    llvm::cl::desc("run an attention whose keys and values are gathered "
+                   "along the sequence as ring attention where the gathered "
+                   "keys and values take at least this many bytes per rank: "
+                   "bytes, or a number with KiB, MiB or GiB, or never "
+                   "(default: 32MiB; shardx-ring-attention, docs/Rules.md)"),
+    llvm::cl::value_desc("bytes"), llvm::cl::init("32MiB"));
 static llvm::cl::opt<unsigned>
     optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
              llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
@@ -183,9 +191,11 @@ static bool hasLayouts(ModuleOp module) {
   return found;
 }
 
-/// --recompute-budget's bytes: a non-negative integer, optionally with
-/// KiB, MiB or GiB. Failure with a message on anything else.
-static FailureOr<int64_t> parseBudget(llvm::StringRef text) {
+/// A byte count option's value (--recompute-budget's, ...): a non-negative
+/// integer, optionally with KiB, MiB or GiB. Failure with a message on
+/// anything else.
+static FailureOr<int64_t> parseBytes(llvm::StringRef text,
+                                     llvm::StringRef option) {
   llvm::StringRef number = text.trim();
   int64_t scale = 1;
   for (auto [suffix, factor] :
@@ -199,7 +209,7 @@ static FailureOr<int64_t> parseBudget(llvm::StringRef text) {
   uint64_t value = 0;
   if (number.trim().getAsInteger(10, value) ||
       value > uint64_t(INT64_MAX) / scale) {
-    llvm::errs() << "shardx-compile: error: --recompute-budget='" << text
+    llvm::errs() << "shardx-compile: error: --" << option << "='" << text
                  << "' is not a number of bytes (a non-negative integer, "
                     "optionally with KiB, MiB or GiB)\n";
     return failure();
@@ -234,10 +244,18 @@ int main(int argc, char **argv) {
                    << recompute << ")\n";
       return 1;
     }
-    FailureOr<int64_t> bytes = parseBudget(recomputeBudget);
+    FailureOr<int64_t> bytes = parseBytes(recomputeBudget, "recompute-budget");
     if (failed(bytes))
       return 1;
     budgetBytes = *bytes;
+  }
+  int64_t ringBytes = -1;
+  if (ringAttentionBytes != "never") {
+    FailureOr<int64_t> bytes =
+        parseBytes(ringAttentionBytes, "ring-attention-bytes");
+    if (failed(bytes))
+      return 1;
+    ringBytes = *bytes;
   }
   {
     // What can be refused before the work (a missing output directory was
@@ -303,6 +321,7 @@ int main(int argc, char **argv) {
     // A grouped matmul's run of rows is a count the host reads: the cuda
     // target's host reads no device buffer.
     spmdOptions.groupedRowRuns = target != "cuda";
+    spmdOptions.ringAttentionBytes = ringBytes;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     // The verifier runs once after the pipeline rather than after each of
     // its passes: on large programs a run costs about what a pass does.

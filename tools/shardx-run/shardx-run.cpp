@@ -105,6 +105,12 @@ static cl::opt<std::string>
                cl::desc("write the HTML sharding report (docs/Report.md) "
                         "with this run's times to this file"),
                cl::value_desc("out.html"));
+static cl::opt<int64_t> ringAttentionBytes(
+    cl::cat(toolOptions), "ring-attention-bytes",
+    cl::desc("shardx-spmd's ring-attention-bytes: ring attention where the "
+             "gathered keys and values take at least this many bytes per "
+             "rank (-1: never)"),
+    cl::init(32 * 1024 * 1024));
 static cl::opt<bool> bucketCollectives(
     cl::cat(toolOptions), "bucket-collectives",
     cl::desc("merge small all-reduces into buckets (shardx-spmd's "
@@ -145,6 +151,7 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
     mlir::shardx::SpmdPipelineOptions spmdOptions;
     spmdOptions.bucketCollectives = bucketCollectives;
     spmdOptions.scheduleCollectives = scheduleCollectives;
+    spmdOptions.ringAttentionBytes = ringAttentionBytes;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     if (failed(pm.run(*module)))
       return false;

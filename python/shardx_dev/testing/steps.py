@@ -8,29 +8,31 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 
-def run_tool(cmd: Sequence) -> str:
-    """Runs `cmd`; fails the test with its output unless it exits 0."""
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+def run_tool(cmd: Sequence, input: Optional[str] = None) -> str:
+    """Runs `cmd` (`input` on its stdin); fails the test with its output
+    unless it exits 0."""
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600,
+                       input=input)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout + r.stderr
 
 
-def check_on_mpi(build_dir: str, path, ranks: int) -> None:
+def check_on_mpi(build_dir: str, path, ranks: int, extra: Sequence = ()) -> None:
     """`shardx-run --check` of the program at `path` on `ranks` mpi
-    processes: the sharded run against the unsharded one. Skips the test
-    where OpenMPI is not installed."""
+    processes (`extra`: more shardx-run options): the sharded run against
+    the unsharded one. Skips the test where OpenMPI is not installed."""
     import pytest
 
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("needs OpenMPI")
     out = run_tool([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", ranks,
-                    f"{build_dir}/bin/shardx-run", path, "--backend", "mpi", "--check"])
+                    f"{build_dir}/bin/shardx-run", path, "--backend", "mpi", "--check", *extra])
     assert "check passed" in out and "MISMATCH" not in out, out
 
 

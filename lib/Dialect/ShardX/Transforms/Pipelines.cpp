@@ -132,6 +132,8 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizePass());
   pm.addPass(createPropagatePass());
   buildPartitionPipeline(pm, options.groupedRowRuns);
+  if (options.ringAttentionBytes >= 0)
+    pm.addPass(createRingAttentionPass({options.ringAttentionBytes}));
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
   // After the partition passes every sharded function is one block

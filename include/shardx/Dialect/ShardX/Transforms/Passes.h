@@ -54,6 +54,13 @@ struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
                      "experts' rows only, a count read on the host (off for "
                      "--target=cuda)"),
       llvm::cl::init(true)};
+  PassOptions::Option<int64_t> ringAttentionBytes{
+      *this, "ring-attention-bytes",
+      llvm::cl::desc("run an attention whose keys and values are gathered "
+                     "along the sequence as ring attention where they take "
+                     "at least this many bytes per rank (-1: never; "
+                     "shardx-ring-attention)"),
+      llvm::cl::init(32 * 1024 * 1024)};
   PassOptions::Option<bool> printSchedule{
       *this, "print-schedule",
       llvm::cl::desc("remark per function: modeled communication and exposed "

@@ -442,6 +442,43 @@ def LocalizePass : Pass<"shardx-localize", "ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
+  let summary = "runs attention over keys and values gathered along the "
+                "sequence as ring attention";
+  let description = [{
+    On the local program, after `shardx-localize`. A `shardx.attention`
+    whose keys and values are `shardx.all_gather`s along their sequence
+    (evenly, static shapes; through ops that act on each position alone: a
+    repeat of the key/value heads, transposes, reshapes that keep the
+    sequence a dim of its own, elementwise ops) becomes a ring: each rank
+    starts from its own block of keys and values, receives the previous
+    member's block n - 1 times (`shardx.permute`, member j to j + 1), runs
+    the attention of its queries over each block (the key positions of a
+    causal attention sliced to the block) and combines the blocks' outputs
+    by their log-sum-exp (flash attention's online softmax). The
+    `attention_dq` and `attention_dkv` of the same operands run as one ring
+    of their own: dq sums its blocks' terms; dK and dV, brought through the
+    ops between them and the reduce-scatters along the sequence that read
+    them, are summed into accumulators that travel with the blocks and are
+    sent once more to their owners. Each rank sends as many K and V bytes
+    as the gather moves, one block more of dK and dV than the
+    reduce-scatter, and holds two blocks of K and V at a time instead of
+    the whole sequence's. Anything else is left as it is.
+
+    `min-bytes`: only where the gathered keys and values of the op take at
+    least this many bytes per rank (-1: never).
+  }];
+  let options = [
+    Option<"minBytes", "min-bytes", "int64_t", "0",
+           "ring only where the gathered keys and values take at least this "
+           "many bytes per rank (-1: never)">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def BucketCollectivesPass : Pass<"shardx-bucket-collectives", "ModuleOp"> {
   let summary = "merges small all-reduces into one over a packed buffer";
   let description = [{

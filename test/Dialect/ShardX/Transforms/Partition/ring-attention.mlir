@@ -1,0 +1,124 @@
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention=min-bytes=1025 \
+// RUN:   | FileCheck %s --check-prefix=BIG
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=DQ
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=DKV
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=PERM
+
+// Tests that an attention reading keys and values all-gathered along the
+// sequence (through a transpose to [B, H, S, D]) on 2 ranks runs as a ring:
+// the rank's own block, then the other's by one permute, the key positions
+// sliced to each block, the outputs combined by their log-sum-exp; and
+// that the gathers are gone. Each gather is 2 x 512 B: min-bytes above that
+// keeps them.
+shardx.mesh @mesh(shape = 2, axes = ["cp"])
+// CHECK-LABEL: func.func @forward
+// BIG-LABEL: func.func @forward
+func.func @forward(%q: tensor<1x2x4x8xf32>, %k: tensor<1x4x2x8xf32>,
+                   %v: tensor<1x4x2x8xf32>, %qpos: tensor<4xi64>,
+                   %kpos: tensor<8xi64>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>) {
+  // CHECK-NOT: shardx.all_gather
+  // CHECK: %[[RANK:.*]] = shardx.axis_index on @mesh axes = [0]
+  // CHECK: %[[K0:.*]] = linalg.transpose ins(%{{.*}} : tensor<1x4x2x8xf32>) outs(%{{.*}} : tensor<1x2x4x8xf32>)
+  // CHECK: %[[V0:.*]] = linalg.transpose ins(%{{.*}} : tensor<1x4x2x8xf32>)
+  // CHECK: %[[P0:.*]] = tensor.extract_slice %{{.*}}[%{{.*}}] [4] [1] : tensor<8xi64> to tensor<4xi64>
+  // CHECK: %[[O0:.*]], %[[L0:.*]] = shardx.attention %{{.*}}, %[[K0]], %[[V0]] causal(%{{.*}}, %[[P0]])
+  // CHECK: %[[K1:.*]] = shardx.permute %{{.*}} on @mesh axes = [0] pairs = {{\[}}[0, 1], [1, 0]] : tensor<1x4x2x8xf32>
+  // CHECK: %[[V1:.*]] = shardx.permute
+  // CHECK: linalg.transpose ins(%[[K1]]
+  // CHECK: linalg.transpose ins(%[[V1]]
+  // CHECK: %[[O1:.*]], %[[L1:.*]] = shardx.attention
+  // CHECK: %[[LSE:.*]] = linalg.generic {{.*}} ins(%[[L0]], %[[L1]] :
+  // CHECK: math.log
+  // CHECK: %[[OUT:.*]] = linalg.generic {{.*}} ins(%[[O0]], %[[O1]], %[[L0]], %[[L1]], %[[LSE]] :
+  // CHECK-NOT: shardx.all_gather
+  // CHECK: return %[[OUT]], %[[LSE]]
+  // BIG: shardx.all_gather
+  // BIG-NOT: shardx.permute
+  // BIG: return
+  %kg = shardx.all_gather %k on @mesh axes = [0] dim = 1 : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
+  %vg = shardx.all_gather %v on @mesh axes = [0] dim = 1 : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
+  %e = tensor.empty() : tensor<1x2x8x8xf32>
+  %kt = linalg.transpose ins(%kg : tensor<1x8x2x8xf32>) outs(%e : tensor<1x2x8x8xf32>) permutation = [0, 2, 1, 3]
+  %vt = linalg.transpose ins(%vg : tensor<1x8x2x8xf32>) outs(%e : tensor<1x2x8x8xf32>) permutation = [0, 2, 1, 3]
+  %o, %l = shardx.attention %q, %kt, %vt causal(%qpos, %kpos) scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return %o, %l : tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+}
+
+// -----
+
+// Tests the backward pair as one ring on 4 ranks: dq sums its four blocks'
+// terms; dK (through its transpose back to [B, S, H, D]) and dV are summed
+// into accumulators that travel with the blocks and take one more permute
+// to their owners, replacing the reduce-scatters; K and V are permuted 3
+// times, the accumulators 4 times each.
+shardx.mesh @mesh(shape = 4, axes = ["cp"])
+// CHECK-LABEL: func.func @backward
+func.func @backward(%q: tensor<1x2x2x8xf64>, %k: tensor<1x2x2x8xf64>,
+                    %v: tensor<1x2x2x8xf64>, %o: tensor<1x2x2x8xf64>,
+                    %l: tensor<1x2x2xf64>, %do: tensor<1x2x2x8xf64>)
+    -> (tensor<1x2x2x8xf64>, tensor<1x2x2x8xf64>, tensor<1x2x2x8xf64>) {
+  // CHECK-NOT: shardx.all_gather
+  // CHECK-NOT: shardx.reduce_scatter
+  // CHECK: return
+  // DQ-LABEL: func.func @backward
+  // DQ-COUNT-4: shardx.attention_dq
+  // DQ-NOT: shardx.attention_dq
+  // DQ: return
+  // DKV-LABEL: func.func @backward
+  // DKV-COUNT-4: shardx.attention_dkv
+  // DKV-NOT: shardx.attention_dkv
+  // DKV: return
+  // PERM-LABEL: func.func @backward
+  // PERM-COUNT-14: shardx.permute {{.*}} pairs = {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]] : tensor<1x2x2x8xf64>
+  // PERM-NOT: shardx.permute
+  // PERM: return
+  %kg = shardx.all_gather %k on @mesh axes = [0] dim = 2 : tensor<1x2x2x8xf64> -> tensor<1x2x8x8xf64>
+  %vg = shardx.all_gather %v on @mesh axes = [0] dim = 2 : tensor<1x2x2x8xf64> -> tensor<1x2x8x8xf64>
+  %dq = shardx.attention_dq %q, %kg, %vg, %o, %l, %do scale = 0.35 : tensor<1x2x2x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x2x8xf64>, tensor<1x2x2xf64>, tensor<1x2x2x8xf64> -> tensor<1x2x2x8xf64>
+  %dk, %dv = shardx.attention_dkv %q, %kg, %vg, %o, %l, %do scale = 0.35 : tensor<1x2x2x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64>, tensor<1x2x2x8xf64>, tensor<1x2x2xf64>, tensor<1x2x2x8xf64> -> tensor<1x2x8x8xf64>, tensor<1x2x8x8xf64>
+  %e = tensor.empty() : tensor<1x8x2x8xf64>
+  %dkt = linalg.transpose ins(%dk : tensor<1x2x8x8xf64>) outs(%e : tensor<1x8x2x8xf64>) permutation = [0, 2, 1, 3]
+  %dks = shardx.reduce_scatter %dkt on @mesh axes = [0] dim = 1 reduction = sum : tensor<1x8x2x8xf64> -> tensor<1x2x2x8xf64>
+  %dvs = shardx.reduce_scatter %dv on @mesh axes = [0] dim = 2 reduction = sum : tensor<1x2x8x8xf64> -> tensor<1x2x2x8xf64>
+  %dkb = tensor.empty() : tensor<1x2x2x8xf64>
+  %dkr = linalg.transpose ins(%dks : tensor<1x2x2x8xf64>) outs(%dkb : tensor<1x2x2x8xf64>) permutation = [0, 2, 1, 3]
+  return %dq, %dkr, %dvs : tensor<1x2x2x8xf64>, tensor<1x2x2x8xf64>, tensor<1x2x2x8xf64>
+}
+
+// -----
+
+// Tests what stays as it is: a gather with sizes (uneven), a gather along
+// another dim than the keys' sequence, an op across positions between the
+// gather and the attention (a cumulative sum along the sequence is not
+// one), a gather of stride 2, and a gather that another op reads too (the
+// ring would add its bytes).
+shardx.mesh @mesh(shape = 2, axes = ["cp"])
+// CHECK-LABEL: func.func @kept
+func.func @kept(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x?x8xf32>,
+                %k2: tensor<1x1x8x8xf32>, %k3: tensor<1x2x4x8xf32>,
+                %v: tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32> {
+  // CHECK-NOT: shardx.permute
+  // CHECK-COUNT-5: shardx.attention %
+  // CHECK-NOT: shardx.permute
+  %ku = shardx.all_gather %k on @mesh axes = [0] dim = 2 sizes = [5, 3] : tensor<1x2x?x8xf32> -> tensor<1x2x8x8xf32>
+  %o1, %l1 = shardx.attention %q, %ku, %v scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  %kh = shardx.all_gather %k2 on @mesh axes = [0] dim = 1 : tensor<1x1x8x8xf32> -> tensor<1x2x8x8xf32>
+  %o2, %l2 = shardx.attention %q, %kh, %v scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  %kg = shardx.all_gather %k3 on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x2x8x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  %cs = linalg.generic {indexing_maps = [affine_map<(a, b, c, d, e) -> (a, b, e, d)>, affine_map<(a, b, c, d, e) -> (a, b, c, d)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%kg : tensor<1x2x8x8xf32>) outs(%f : tensor<1x2x8x8xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<1x2x8x8xf32>
+  %o3, %l3 = shardx.attention %q, %cs, %v scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  %ks = shardx.all_gather %k3 on @mesh axes = [0] dim = 2 stride = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %o4, %l4 = shardx.attention %q, %ks, %v scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  %kr = shardx.all_gather %k3 on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %vr = shardx.all_gather %k3 on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %o5, %l5 = shardx.attention %q, %kr, %vr scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return %kr : tensor<1x2x8x8xf32>
+}
