@@ -14,8 +14,11 @@ the same shapes for comparison.
 (is_causal=True), as torchtitan's Llama does (LlamaBlock(sdpa=True)).
 ``--ring`` (with ``--sdpa``) also times the same step with its attention
 as ring attention (shardx-run --ring-attention-bytes=0; docs/Rules.md,
-"Ring attention") in the same run, and prints both forms' modeled
-buffer-level peak per rank (docs/Memory.md).
+"Ring attention"): ``--rounds`` runs of each form alternated, each against
+its own unsharded run, the median speedups compared (gather/ring above 1:
+the ring is faster); and prints both forms' modeled buffer-level peak per
+rank (docs/Memory.md). The steps run on the example's values
+(planrun.input_files).
 
 The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
 with fewer cores than ranks the ranks share cores and the ratio says more
@@ -41,7 +44,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Shard as S, TrainStep, trace  # noqa: E402
-from shardx_dev.planrun import PlanRunError, buffer_peak, check_and_time, plan_and_time  # noqa: E402,E501
+from shardx_dev.planrun import (PlanRunError, buffer_peak, check_and_time,  # noqa: E402
+                                input_files, plan_and_time)
 from shardx_dev import models  # noqa: E402
 
 PLAN = re.compile(r"remark: plan (\[.*?\]) -> (\[.*?\])(?:, [^f]*)? for tensor<[0-9x]+x\w+>: "
@@ -56,19 +60,34 @@ def measure(args, ranks):
     y = torch.randn(args.batch, args.seq, args.dim)
     mesh = Mesh((ranks,), ("cp",))
     ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
-    text = trace(step, step.example_args([x], y), mesh, ins, outs, name="llama_cp")
+    example = step.example_args([x], y)
+    text = trace(step, example, mesh, ins, outs, name="llama_cp")
     ring = None
     try:
         plan, sharded, unsharded = plan_and_time(text, args.repeat,
-                                                 ["--ring-attention-bytes=-1"])
+                                                 ["--ring-attention-bytes=-1"], example)
         if args.ring:
+            # Gather and ring alternated, args.rounds runs each: each run's
+            # speedup over its own unsharded run, the medians compared.
+            import statistics
             import tempfile
-            with tempfile.NamedTemporaryFile("w", suffix=".mlir") as f:
-                f.write(text)
-                f.flush()
-                ring_ms, ring_unsharded = check_and_time(f.name, args.repeat,
-                                                         ["--ring-attention-bytes=0"])
-            ring = (ring_ms, ring_unsharded,
+            speedups = {"gather": [unsharded / sharded], "ring": []}
+            times = {"gather": [sharded], "ring": []}
+            with tempfile.TemporaryDirectory() as d:
+                src = os.path.join(d, "step.mlir")
+                with open(src, "w") as f:
+                    f.write(text)
+                inputs = input_files(example, d)
+                for r in range(args.rounds):
+                    for form, option in (("ring", "0"), ("gather", "-1")):
+                        if form == "gather" and r == 0:
+                            continue  # the run above
+                        ms, base = check_and_time(
+                            src, args.repeat, [f"--ring-attention-bytes={option}", inputs])
+                        speedups[form].append(base / ms)
+                        times[form].append(ms)
+            ring = (statistics.median(times["gather"]), statistics.median(times["ring"]),
+                    statistics.median(speedups["gather"]), statistics.median(speedups["ring"]),
                     buffer_peak(text, "ring-attention-bytes=-1"),
                     buffer_peak(text, "ring-attention-bytes=0"))
     except PlanRunError as e:
@@ -134,6 +153,8 @@ def main() -> int:
                     help="attention as F.scaled_dot_product_attention(is_causal=True)")
     ap.add_argument("--ring", action="store_true",
                     help="also time the step with ring attention, and both forms' peaks")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="--ring: runs of each form, alternated")
     ap.add_argument("--dtensor", action="store_true",
                     help="also try torch's context_parallel on gloo (CPU)")
     args = ap.parse_args()
@@ -155,10 +176,10 @@ def main() -> int:
         print(f"{n} | {kv} B | {sc} B | {other} B | {ring} B, {ring_kv} B | {unsharded:.2f} | "
               f"{sharded:.2f} | {unsharded / sharded:.2f}")
         if timed_ring:
-            ring_ms, ring_unsharded, gather_peak, ring_peak = timed_ring
-            print(f"  ring attention: {ring_ms:.2f} ms (unsharded {ring_unsharded:.2f} ms in "
-                  f"its run), gather/ring {sharded / ring_ms:.2f}, unsharded/ring "
-                  f"{ring_unsharded / ring_ms:.2f}; modeled peak per rank: gather "
+            gather_ms, ring_ms, gather_up, ring_up, gather_peak, ring_peak = timed_ring
+            print(f"  {args.rounds} rounds, medians: gather {gather_ms:.2f} ms (unsharded/gather "
+                  f"{gather_up:.2f}), ring {ring_ms:.2f} ms (unsharded/ring {ring_up:.2f}), "
+                  f"gather/ring {ring_up / gather_up:.2f}; modeled peak per rank: gather "
                   f"{gather_peak / 2**20:.1f} MiB, ring {ring_peak / 2**20:.1f} MiB")
     if args.dtensor:
         print("torch context_parallel on gloo (CPU):", "; ".join(try_dtensor_cp()))

@@ -53,9 +53,10 @@ def main() -> int:
     y = torch.randn(args.batch, 2, args.side, args.side)
     mesh = Mesh((2, 2), ("h", "w"))
     ins, outs = step.placements(mesh, {}, [[S(2), S(3)]], [S(2), S(3)])
-    text = trace(step, step.example_args([x], y), mesh, ins, outs, name="unet_step")
+    example = step.example_args([x], y)
+    text = trace(step, example, mesh, ins, outs, name="unet_step")
     try:
-        plan, sharded, unsharded = plan_and_time(text, args.repeat)
+        plan, sharded, unsharded = plan_and_time(text, args.repeat, example=example)
     except PlanRunError as e:
         print(e, file=sys.stderr)
         return 1

@@ -34,6 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from shardx import Mesh, Replicate as R, Shard as S, TrainStep, trace  # noqa: E402
 from shardx_dev import models  # noqa: E402
+from shardx_dev.planrun import input_files  # noqa: E402
 from shardx.artifact import find_tool  # noqa: E402
 
 
@@ -92,8 +93,10 @@ def main() -> int:
             # (SHARDX_NUM_THREADS and OPENBLAS_NUM_THREADS would override it).
             env = {k: v for k, v in os.environ.items()
                    if k not in ("OPENBLAS_NUM_THREADS", "SHARDX_NUM_THREADS")}
+            # On the values eager runs on (planrun.input_files: random
+            # weights in [-1, 1) make subnormal probabilities).
             proc = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat", str(args.repeat),
-                                   "--rtol", "1e-3", "--atol", "1e-4"],
+                                   "--rtol", "1e-3", "--atol", "1e-4", input_files(example, d)],
                                   capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             print(proc.stdout, proc.stderr, file=sys.stderr)

@@ -56,9 +56,12 @@ namespace {
 /// collects their leaves, as `pytree.flatten` would, without running Python
 /// code; `build` is `pytree.unflatten`.
 struct TreeSpec {
-  enum class Kind : uint8_t { Leaf, Tuple, List, Dict, Const };
+  enum class Kind : uint8_t { Leaf, Tuple, List, Dict, Const, Named };
   Kind kind = Kind::Leaf;
-  std::vector<nb::object> keys; // a constant's value: keys[0]
+  /// A constant's value: keys[0]; a named tuple's class and what makes
+  /// one from a tuple of its fields (`_make`, or the struct sequence's
+  /// class): keys[0], keys[1].
+  std::vector<nb::object> keys;
   std::vector<TreeSpec> children;
   size_t numLeaves = 1;
 
@@ -84,6 +87,14 @@ struct TreeSpec {
       for (nb::handle k : nb::cast<nb::tuple>(t[1]))
         spec.keys.push_back(nb::borrow(k));
       children = t[2];
+    } else if (PyType_Check(type.ptr()) &&
+               PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(type.ptr()),
+                                &PyTuple_Type)) {
+      // A named tuple (shardx.pytree.is_named_tuple).
+      spec.kind = Kind::Named;
+      spec.keys.push_back(nb::borrow(type));
+      spec.keys.push_back(nb::hasattr(type, "_make") ? type.attr("_make")
+                                                     : nb::borrow(type));
     } else {
       throw std::invalid_argument("bad tree spec");
     }
@@ -105,6 +116,14 @@ struct TreeSpec {
       return true;
     case Kind::Const:
       return sameConstant(o, keys[0].ptr());
+    case Kind::Named:
+      if (reinterpret_cast<PyObject *>(Py_TYPE(o)) != keys[0].ptr() ||
+          static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
+        return false;
+      for (size_t i = 0; i < n; ++i)
+        if (!children[i].flatten(PyTuple_GET_ITEM(o, i), leaves))
+          return false;
+      return true;
     case Kind::Tuple:
       if (!PyTuple_CheckExact(o) ||
           static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
@@ -167,11 +186,14 @@ struct TreeSpec {
       return std::move(leaves[at++]);
     case Kind::Const:
       return keys[0];
-    case Kind::Tuple: {
+    case Kind::Tuple:
+    case Kind::Named: {
       nb::object t = nb::steal(PyTuple_New(n));
       for (size_t i = 0; i < n; ++i)
         PyTuple_SET_ITEM(t.ptr(), i,
                          children[i].build(leaves, at).release().ptr());
+      if (kind == Kind::Named)
+        return keys[1](t);
       return t;
     }
     case Kind::List: {

@@ -561,7 +561,7 @@ class _Traced:
             if not isinstance(t, torch.Tensor):
                 raise ImportError_(f"output {i} of {self.__name__} is a {type(t).__name__}; "
                                    "shardx.compile returns tensors, None, bools, ints, floats "
-                                   "and strings in tuples, lists and dicts")
+                                   "and strings in tuples, named tuples, lists and dicts")
         self.n_user = len(leaves)
         seen, self.written, self.mutated = set(), [], []
         for i, t in enumerate(tensors):
@@ -1260,8 +1260,8 @@ class CompiledFunction(runtime().CompiledCall):
         if not all([type(a) is ShardedTensor or _is_leaf(a) for a in flat]):
             bad = next(a for a in flat if not (type(a) is ShardedTensor or _is_leaf(a)))
             raise TypeError("shardx.compile: arguments must be tensors, ShardedTensors, numpy "
-                            "arrays, None, bools, ints, floats or strings in tuples, lists and "
-                            f"dicts, not {type(bad).__name__}")
+                            "arrays, None, bools, ints, floats or strings in tuples, named "
+                            f"tuples, lists and dicts, not {type(bad).__name__}")
         key = self._guard_key(flat, spec)
         exe = self._executables.get(key)
         changed = None

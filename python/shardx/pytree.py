@@ -3,7 +3,10 @@
 and put them back together.
 
 Nodes are exact tuples, lists and dicts (torch's order: a dict's values in
-insertion order, as ``torch.utils._pytree``); ``None``, bools, ints, floats
+insertion order, as ``torch.utils._pytree``), and named tuples: a
+``collections.namedtuple`` class or a ``torch.return_types`` one
+(``torch.max(x, dim=0)``'s ``values, indices``), each a node of its own
+type, as ``torch.compile`` returns them; ``None``, bools, ints, floats
 and strings are *constants*, part of the structure (an argument's value is a
 guard, as under ``torch.compile``; an output's value is returned as traced);
 anything else is a leaf (a tensor). Unlike ``torch.utils._pytree``, where a
@@ -16,7 +19,8 @@ the binding's compiled calls (``_shardx_rt.CallPlan`` parses a spec once and
 then checks each call's arguments against it in C++):
 
 - ``None``: a leaf;
-- ``(tuple, children)`` / ``(list, children)``;
+- ``(tuple, children)`` / ``(list, children)``; ``(cls, children)`` for
+  a named tuple class ``cls`` (``is_named_tuple``);
 - ``(dict, keys, children)``;
 - ``(None, value, tag)``: a constant; ``tag`` is the value's type, or for a
   float its ``float.hex()``, so that ``True`` and ``1``, ``-0.0`` and
@@ -25,6 +29,8 @@ then checks each call's arguments against it in C++):
 
 ``to_json`` / ``from_json`` give a spec's JSON form (ShardX packages):
 ``null`` for a leaf, ``{"node": "tuple"|"list", "children": [...]}``,
+``{"node": "namedtuple", "type": "module:qualname", "children": [...]}``
+(the class imported again where the package is loaded),
 ``{"node": "dict", "keys": [...], "children": [...]}`` and constants
 ``{"const": "none"|"bool"|"int"|"str", "value": ...}`` / ``{"const":
 "float", "hex": "-0x0.0p+0"}``. Dict keys are constants too.
@@ -40,10 +46,31 @@ CONSTANTS = (type(None), bool, int, float, str)
 NAN = float("nan")
 
 
+def is_named_tuple(t) -> bool:
+    """Whether class ``t`` is a named tuple this pytree takes apart: a
+    ``collections.namedtuple`` class (``_fields`` and ``_make``) or a
+    struct sequence (``torch.return_types``: ``n_sequence_fields``), whose
+    fields are all in its tuple."""
+    if not isinstance(t, type) or not issubclass(t, tuple) or t is tuple:
+        return False
+    if isinstance(getattr(t, "_fields", None), tuple) and callable(getattr(t, "_make", None)):
+        return True
+    n = getattr(t, "n_sequence_fields", None)
+    return isinstance(n, int) and n == getattr(t, "n_fields", None)
+
+
+def _make(t, values: List[Any]):
+    """A ``t`` (tuple, list or named tuple class) of ``values``."""
+    if t is tuple or t is list:
+        return t(values)
+    make = getattr(t, "_make", None)
+    return make(values) if make is not None else t(values)
+
+
 def flatten_into(x, leaves: List[Any]):
     """The spec of ``x``; its leaves are appended to ``leaves``."""
     t = type(x)
-    if t is tuple or t is list:
+    if t is tuple or t is list or is_named_tuple(t):
         return (t, tuple([flatten_into(v, leaves) for v in x]))
     if t is dict:
         return (dict, tuple(x), tuple([flatten_into(v, leaves) for v in x.values()]))
@@ -75,7 +102,7 @@ def _build(spec, it):
         return spec[1]
     if spec[0] is dict:
         return {k: _build(c, it) for k, c in zip(spec[1], spec[2])}
-    return spec[0]([_build(c, it) for c in spec[1]])
+    return _make(spec[0], [_build(c, it) for c in spec[1]])
 
 
 def count_leaves(spec) -> int:
@@ -170,6 +197,20 @@ def _constant_from_json(d):
     return value
 
 
+def _named_tuple_class(name: str):
+    """The named tuple class ``module:qualname`` (importing the module),
+    or None."""
+    import importlib
+    module, _, qualname = name.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return obj if is_named_tuple(obj) else None
+
+
 def to_json(spec, where: str = "the structure"):
     """The JSON form of a spec; TypeError (naming ``where``) for a dict key
     that is not a constant."""
@@ -180,6 +221,14 @@ def to_json(spec, where: str = "the structure"):
         return _constant_to_json(spec[1], where)
     if kind is tuple or kind is list:
         return {"node": kind.__name__, "children": [to_json(c, where) for c in spec[1]]}
+    if is_named_tuple(kind):
+        name = f"{kind.__module__}:{kind.__qualname__}"
+        if _named_tuple_class(name) is not kind:
+            raise TypeError(f"{where}: the named tuple class {kind.__qualname__} (module "
+                            f"{kind.__module__}) cannot be found again by its name, so a "
+                            "ShardX package cannot hold it: define it at a module's top level")
+        return {"node": "namedtuple", "type": name,
+                "children": [to_json(c, where) for c in spec[1]]}
     if kind is dict:
         return {"node": "dict", "keys": [_constant_to_json(k, f"{where}: a dict key")
                                          for k in spec[1]],
@@ -207,6 +256,11 @@ def _from_json(d):
         return (tuple, kids)
     if node == "list":
         return (list, kids)
+    if node == "namedtuple":
+        cls = _named_tuple_class(d["type"])
+        if cls is None:
+            raise ValueError(f"the named tuple class {d['type']!r} cannot be imported here")
+        return (cls, kids)
     if node == "dict":
         keys = tuple(_constant_from_json(k) for k in d["keys"])
         if len(keys) != len(kids) or len(set(keys)) != len(keys):

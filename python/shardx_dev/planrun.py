@@ -28,12 +28,33 @@ def print_plan(src: str) -> str:
     return r.stderr
 
 
+def input_files(example, folder: str) -> str:
+    """shardx-run's ``--inputs`` for the traced step's example arguments
+    (its tensors, in the program's argument order: pytree leaves), written
+    as .npy files into ``folder``.
+
+    A benchmark runs the step on the values it was traced with, as eager
+    does: shardx-run's default random inputs (weights uniform in [-1, 1))
+    make attention logits of hundreds, whose softmax underflows into
+    subnormal floats, which Intel cores compute by microcode assists (the
+    transformer block's step took 82 instead of 38 ms on a Sapphire
+    Rapids core, 2026-11-29)."""
+    import numpy as np
+    import torch.utils._pytree as pytree
+    paths = []
+    for i, t in enumerate(pytree.tree_leaves(example)):
+        path = os.path.join(folder, f"in{i}.npy")
+        np.save(path, t.detach().numpy() if hasattr(t, "detach") else np.asarray(t))
+        paths.append(path)
+    return "--inputs=" + ",".join(paths)
+
+
 def check_and_time(src: str, repeat: int, extra: Sequence[str] = ()) -> Tuple[float, float]:
     """(sharded, unsharded) step time in ms, each the median of ``repeat``
     runs, from one ``shardx-run --check`` of the program at ``src`` on the
-    threads backend (``extra``: more shardx-run options). The check's
-    tolerances are 10x the tool's default: these steps are larger than the
-    tests' and sum in other orders."""
+    threads backend (``extra``: more shardx-run options, such as
+    ``input_files``'). The check's tolerances are 10x the tool's default:
+    these steps are larger than the tests' and sum in other orders."""
     r = subprocess.run([find_tool("shardx-run"), src, "--check", "--repeat", str(repeat),
                         "--rtol", "1e-3", "--atol", "1e-4", *extra], capture_output=True,
                        text=True)
@@ -44,14 +65,17 @@ def check_and_time(src: str, repeat: int, extra: Sequence[str] = ()) -> Tuple[fl
     return sharded, unsharded
 
 
-def plan_and_time(text: str, repeat: int, extra: Sequence[str] = ()) -> Tuple[str, float, float]:
+def plan_and_time(text: str, repeat: int, extra: Sequence[str] = (),
+                  example=None) -> Tuple[str, float, float]:
     """print_plan and check_and_time (with ``extra``) of the program
-    ``text`` (written to a temporary file): (remarks, sharded ms,
-    unsharded ms)."""
+    ``text`` (written to a temporary file), run on ``example``'s values
+    where given (``input_files``): (remarks, sharded ms, unsharded ms)."""
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "step.mlir")
         with open(src, "w") as f:
             f.write(text)
+        if example is not None:
+            extra = [*extra, input_files(example, d)]
         return (print_plan(src), *check_and_time(src, repeat, extra))
 
 

@@ -8,6 +8,7 @@ bit and eager's to f32 tolerance. Guard misses and a JIT without a
 compiler raise MissingEntryError; damaged packages raise PackageError.
 """
 
+import collections
 import json
 import math
 import os
@@ -307,6 +308,36 @@ def test_an_argument_passed_twice_round_trips(tmp_path):
     assert h.compiles == 0
 
 
+Moments = collections.namedtuple("Moments", "mean var")
+
+
+def _moments(x):
+    return Moments(x.mean(0), x.var(0)), torch.max(x, dim=1)
+
+
+def test_named_tuples_round_trip(tmp_path):
+    """A function returning a collections.namedtuple of a module's top
+    level and a torch.return_types one: a loaded package returns them as
+    their classes. A class the package cannot name again (defined in a
+    function) is a PackageError at export."""
+    f = shardx.compile(_moments, Mesh((2,), ("dp",)), [[Shard(0)]], name="moments")
+    x = torch.randn(8, 4, dtype=torch.float64)
+    want = _moments(x)
+    f(x)
+    h = shardx.load(f.export(tmp_path / "moments.shardx"))
+    got = h(x)
+    assert type(got[0]) is Moments and type(got[1]) is type(want[1])
+    for g, w in zip(pytree.tree_leaves(got), pytree.tree_leaves(want)):
+        torch.testing.assert_close(torch.from_numpy(g.full()), w)
+    Local = collections.namedtuple("Local", "y")
+    k = shardx.compile(lambda t: Local(t + 1), Mesh((1,)), name="local")
+    k(x)
+    with pytest.raises(PackageError, match="named tuple class Local .* define it at a "
+                                           "module's top level"):
+        k.export(tmp_path / "local.shardx")
+
+
+# -- pytrees and Python constants -----------------------------------------
 # -- pytrees and Python constants -----------------------------------------
 
 def _tree_fn(x, cfg):

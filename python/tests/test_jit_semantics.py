@@ -6,6 +6,7 @@ robustness of the disk cache and the command-line tools. Each test named
 after an issue defect failed before the fix (issue 29). The differential
 harness (test_jit_differential.py) keeps the cases it finds here too."""
 
+import collections
 import functools
 import json
 import logging
@@ -342,6 +343,38 @@ def test_outputs_of_any_pytree():
     a, b = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
     for _ in range(2):
         assert_same(f(a, b), fn(a, b))
+
+
+Pair = collections.namedtuple("Pair", "first second")
+
+
+def test_named_tuple_outputs_and_arguments():
+    """torch.return_types (torch.max(x, dim=0), sort, topk) and
+    collections.namedtuple classes, as outputs and as arguments: each
+    comes back as its class, field by field as eager's, from the first
+    call (Python) and the next (the C++ plan); another class or a plain
+    tuple of the same fields is another structure (a recompile, with its
+    reason). Before, "output 0 of f is a max" was refused."""
+    x = torch.randn(4, 3, dtype=torch.float64)
+    for fn in (lambda t: torch.max(t, dim=0), lambda t: t.sort(dim=1, descending=True),
+               lambda t: (torch.topk(t, 2, dim=1), Pair(t + 1, {"s": t * 3}))):
+        f = shardx.compile(fn, MESH, [[Shard(0)]])
+        for _ in range(2):
+            got, want = f(x), fn(x)
+            assert_same(got, want)
+            assert type(got) is type(want)
+        assert f.compiles == 1
+    g = lambda p: Pair(p.second * 2, p.first)  # noqa: E731
+    f = shardx.compile(g, MESH)
+    a, b = torch.randn(2, 3), torch.randn(3)
+    for _ in range(2):
+        got = f(Pair(a, b))
+        assert type(got) is Pair
+        assert_same(got, g(Pair(a, b)))
+    assert f.compiles == 1 and f._plan is not None
+    with pytest.raises(AttributeError):
+        f((a, b))  # g reads p.second: a tuple has none, as in eager
+    assert f.recompile_reasons == ["argument 0: Pair -> tuple"]
 
 
 def test_outputs_that_alias_or_view_inputs():
