@@ -117,15 +117,11 @@ struct TreeSpec {
     case Kind::Const:
       return sameConstant(o, keys[0].ptr());
     case Kind::Named:
-      if (reinterpret_cast<PyObject *>(Py_TYPE(o)) != keys[0].ptr() ||
-          static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
-        return false;
-      for (size_t i = 0; i < n; ++i)
-        if (!children[i].flatten(PyTuple_GET_ITEM(o, i), leaves))
-          return false;
-      return true;
     case Kind::Tuple:
-      if (!PyTuple_CheckExact(o) ||
+      // A named tuple: exactly its class (a tuple subclass).
+      if ((kind == Kind::Named
+               ? reinterpret_cast<PyObject *>(Py_TYPE(o)) != keys[0].ptr()
+               : !PyTuple_CheckExact(o)) ||
           static_cast<size_t>(PyTuple_GET_SIZE(o)) != n)
         return false;
       for (size_t i = 0; i < n; ++i)

@@ -536,9 +536,16 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   FailureOr<Ring> ring = makeRing(b, loc, k, v, kpos, minBytes);
   if (failed(ring))
     return failure();
-  if (dkv && (dkPath->first.getAxesAttr() != ring->keys.gather.getAxesAttr() ||
-              dvPath->first.getAxesAttr() != ring->keys.gather.getAxesAttr()))
+  // The reduce-scatters: over the ring's group, into its blocks.
+  auto scattersBlocks = [&](ReduceScatterOp scatter) {
+    return scatter.getAxesAttr() == ring->keys.gather.getAxesAttr() &&
+           scatter.getMeshAttr() == ring->keys.gather.getMeshAttr() &&
+           scatter.getType().getDimSize(scatter.getDim()) == ring->keys.block;
+  };
+  if (dkv && (!scattersBlocks(dkPath->first) || !scattersBlocks(dvPath->first))) {
+    ring->rank.getDefiningOp()->erase();
     return failure();
+  }
   // The reduce-scatters' operand, one block of it.
   auto toScatter = [&](const SmallVector<Link> &links, Value block,
                        Value offset) {
