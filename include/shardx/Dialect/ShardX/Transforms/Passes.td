@@ -447,10 +447,12 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
                 "sequence as ring attention";
   let description = [{
     On the local program, after `shardx-localize`. A `shardx.attention`
-    whose keys and values are `shardx.all_gather`s along their sequence
-    (evenly, static shapes; through ops that act on each position alone: a
-    repeat of the key/value heads, transposes, reshapes that keep the
-    sequence a dim of its own, elementwise ops) becomes a ring: each rank
+    whose keys and values are gathered along their sequence over one group
+    (an even `shardx.all_gather`, or a `shardx.exchange` from a split over
+    one mesh axis to the whole: an uneven split, causal only, its blocks
+    padded with keys no query sees; through ops that act on each position
+    alone: a repeat of the key/value heads, transposes, reshapes that keep
+    the sequence a dim of its own, elementwise ops) becomes a ring: each rank
     starts from its own block of keys and values, receives the previous
     member's block n - 1 times (`shardx.permute`, member j to j + 1), runs
     the attention of its queries over each block (the key positions of a
@@ -463,7 +465,8 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
     sent once more to their owners. Each rank sends as many K and V bytes
     as the gather moves, one block more of dK and dV than the
     reduce-scatter, and holds two blocks of K and V at a time instead of
-    the whole sequence's. Anything else is left as it is.
+    the whole sequence's. A gather that an op which cannot ring reads
+    stays, with every op reading it. Anything else is left as it is.
 
     `min-bytes`: only where the gathered keys and values of the op take at
     least this many bytes per rank (-1: never).

@@ -22,6 +22,12 @@
 // accumulators that travel with the blocks and reach their owners after
 // one more permute.
 //
+// An uneven split (an exchange from a split over one mesh axis to the
+// whole) rings a causal attention: the blocks are padded to the largest,
+// the padding's key positions the greatest of their type, so that no query
+// sees them, and each rank's gradients are its padded accumulators' first
+// rows.
+//
 // Bytes: each rank sends n - 1 blocks of K and V per ring, as the gather
 // does, and n blocks of dK and dV, one more than the reduce-scatter. The
 // ring holds two blocks of K and V at a time where the gather holds n.
@@ -35,6 +41,8 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Utils/Utils.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
 
@@ -105,23 +113,153 @@ int64_t resultDimOf(Operation *op, unsigned operand, int64_t dim) {
   return -1;
 }
 
-/// The ops from an all-gather along the sequence to `value` (whose
-/// sequence dim is `dim`), last op first; fails where an op of the path
-/// acts across positions or the gather is not an even one.
-FailureOr<std::pair<AllGatherOp, SmallVector<Link>>>
+/// A collective that moves one dim's pieces within one group, as the ring
+/// sees it: an even `all_gather` / `reduce_scatter`, or a
+/// `shardx.exchange` between a split of the dim over one mesh axis and the
+/// whole dim (uneven pieces), with the pieces' places in the whole.
+struct Pieces {
+  Operation *op = nullptr;
+  int64_t dim = 0;
+  FlatSymbolRefAttr mesh;
+  DenseI64ArrayAttr axes;
+  /// Per group member, the first index and size of its piece.
+  SmallVector<int64_t> offsets, sizes;
+  /// The largest piece: the ring's block.
+  int64_t block = 0;
+
+  int64_t members() const { return offsets.size(); }
+  bool even() const {
+    return llvm::all_of(sizes, [&](int64_t s) { return s == block; });
+  }
+  bool operator==(const Pieces &o) const {
+    return mesh == o.mesh && axes == o.axes && offsets == o.offsets &&
+           sizes == o.sizes;
+  }
+};
+
+/// `pieces` of `n` even blocks of `block`.
+Pieces evenPieces(Operation *op, int64_t dim, FlatSymbolRefAttr mesh,
+                  DenseI64ArrayAttr axes, int64_t n, int64_t block) {
+  Pieces pieces{op, dim, mesh, axes};
+  for (int64_t j = 0; j < n; ++j) {
+    pieces.offsets.push_back(j * block);
+    pieces.sizes.push_back(block);
+  }
+  pieces.block = block;
+  return pieces;
+}
+
+/// The pieces of an exchange on one mesh axis between `split` (dim `dim`
+/// split over that axis, stride 1) and `whole` (the same but for that
+/// split, and for a Partial of the axis on `whole`'s side where
+/// `partialWhole`), else nullopt.
+std::optional<Pieces> exchangePieces(ExchangeOp op, const ::shardx::Layout &split,
+                                     const ::shardx::Layout &whole,
+                                     bool partialWhole) {
+  if (op.getAxes().size() != 1)
+    return std::nullopt;
+  int64_t axis = op.getAxes()[0];
+  auto mesh =
+      SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, op.getMeshAttr());
+  if (!mesh)
+    return std::nullopt;
+  std::vector<int64_t> meshShape(mesh.getShape().begin(),
+                                 mesh.getShape().end());
+  int64_t dim = split.getShardedDim(axis);
+  const ::shardx::DimSharding *sharding = dim < 0 ? nullptr : split.getDim(dim);
+  if (!sharding || sharding->splits.size() != 1 ||
+      sharding->splits[0].stride != 1 || whole.getDim(dim))
+    return std::nullopt;
+  // Everything else alike.
+  for (const ::shardx::DimSharding &d : split.getDims())
+    if (d.dim != dim && (!whole.getDim(d.dim) || *whole.getDim(d.dim) != d))
+      return std::nullopt;
+  if (whole.getDims().size() + 1 != split.getDims().size())
+    return std::nullopt;
+  for (int64_t a = 0; a < split.getMeshRank(); ++a) {
+    std::optional<::shardx::ReduceOp> want = split.getPartials()[a];
+    if (a == axis && partialWhole)
+      want = ::shardx::ReduceOp::Sum;
+    if (whole.getPartials()[a] != want)
+      return std::nullopt;
+  }
+  ArrayRef<int64_t> shape = op.getShape();
+  Pieces pieces{op, dim, op.getMeshAttr(), op.getAxesAttr()};
+  for (int64_t j = 0; j < meshShape[axis]; ++j) {
+    std::vector<int64_t> coords(meshShape.size(), 0);
+    coords[axis] = j;
+    std::vector<::shardx::Interval> runs;
+    split.appendLocalRuns(meshShape, dim, shape[dim], coords, runs);
+    if (runs.size() > 1)
+      return std::nullopt;
+    pieces.offsets.push_back(runs.empty() ? 0 : runs[0].offset);
+    pieces.sizes.push_back(runs.empty() ? 0 : runs[0].size);
+  }
+  pieces.block = *llvm::max_element(pieces.sizes);
+  return pieces;
+}
+
+/// The pieces `op` gathers along `dim` (its result whole and static).
+std::optional<Pieces> gatherPieces(Operation *op, int64_t dim) {
+  if (auto gather = dyn_cast<AllGatherOp>(op)) {
+    if (static_cast<int64_t>(gather.getDim()) != dim ||
+        gather.getStride() != 1 || gather.getSizes() ||
+        !gather.getInput().getType().hasStaticShape() ||
+        !gather.getType().hasStaticShape())
+      return std::nullopt;
+    int64_t block = gather.getInput().getType().getDimSize(dim);
+    return evenPieces(op, dim, gather.getMeshAttr(), gather.getAxesAttr(),
+                      gather.getType().getDimSize(dim) / block, block);
+  }
+  if (auto exchange = dyn_cast<ExchangeOp>(op)) {
+    std::optional<Pieces> pieces =
+        exchangePieces(exchange, exchange.getSource().getLayout(),
+                       exchange.getTarget().getLayout(), false);
+    if (!pieces || pieces->dim != dim || !exchange.getType().hasStaticShape())
+      return std::nullopt;
+    return pieces;
+  }
+  return std::nullopt;
+}
+
+/// The pieces `op` sum-scatters along `dim` (its operand whole and
+/// static).
+std::optional<Pieces> scatterPieces(Operation *op, int64_t dim) {
+  if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
+    if (static_cast<int64_t>(scatter.getDim()) != dim ||
+        scatter.getStride() != 1 || scatter.getSizes() ||
+        scatter.getReduction() != ReductionKind::Sum ||
+        !scatter.getType().hasStaticShape())
+      return std::nullopt;
+    int64_t block = scatter.getType().getDimSize(dim);
+    return evenPieces(op, dim, scatter.getMeshAttr(), scatter.getAxesAttr(),
+                      scatter.getInput().getType().getDimSize(dim) / block,
+                      block);
+  }
+  if (auto exchange = dyn_cast<ExchangeOp>(op)) {
+    std::optional<Pieces> pieces =
+        exchangePieces(exchange, exchange.getTarget().getLayout(),
+                       exchange.getSource().getLayout(), true);
+    if (!pieces || pieces->dim != dim ||
+        !exchange.getInput().getType().hasStaticShape())
+      return std::nullopt;
+    return pieces;
+  }
+  return std::nullopt;
+}
+
+/// The ops from a gather along the sequence (`gatherPieces`) to `value`
+/// (whose sequence dim is `dim`), last op first; fails where an op of the
+/// path acts across positions.
+FailureOr<std::pair<Pieces, SmallVector<Link>>>
 findGatherChain(Value value, int64_t dim) {
   SmallVector<Link> chain;
   while (true) {
     Operation *op = value.getDefiningOp();
     if (!op)
       return failure();
-    if (auto gather = dyn_cast<AllGatherOp>(op)) {
-      if (static_cast<int64_t>(gather.getDim()) != dim || gather.getStride() != 1 ||
-          gather.getSizes() || !gather.getInput().getType().hasStaticShape() ||
-          !gather.getType().hasStaticShape())
-        return failure();
-      return std::make_pair(gather, chain);
-    }
+    if (std::optional<Pieces> pieces = gatherPieces(op, dim))
+      return std::make_pair(*pieces, chain);
     if (op->getNumResults() != 1)
       return failure();
     // The operand that carries the chain: the one whose producer chain
@@ -147,9 +285,10 @@ findGatherChain(Value value, int64_t dim) {
   }
 }
 
-/// The ops from `value` (sequence dim `dim`) to the reduce-scatter along
-/// the sequence that is its only reader's path, first op first.
-FailureOr<std::pair<ReduceScatterOp, SmallVector<Link>>>
+/// The ops from `value` (sequence dim `dim`) to the sum-scatter along the
+/// sequence (`scatterPieces`) that is its only reader's path, first op
+/// first.
+FailureOr<std::pair<Pieces, SmallVector<Link>>>
 findScatterChain(Value value, int64_t dim) {
   SmallVector<Link> chain;
   while (true) {
@@ -157,14 +296,8 @@ findScatterChain(Value value, int64_t dim) {
       return failure();
     OpOperand &use = *value.getUses().begin();
     Operation *op = use.getOwner();
-    if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
-      if (static_cast<int64_t>(scatter.getDim()) != dim ||
-          scatter.getStride() != 1 ||
-          scatter.getSizes() || scatter.getReduction() != ReductionKind::Sum ||
-          !scatter.getType().hasStaticShape())
-        return failure();
-      return std::make_pair(scatter, chain);
-    }
+    if (std::optional<Pieces> pieces = scatterPieces(op, dim))
+      return std::make_pair(*pieces, chain);
     auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
     if ((linalgOp && linalgOp.isDpsInit(&use)) || op->getNumResults() != 1)
       return failure();
@@ -185,17 +318,30 @@ RankedTensorType withDim(Value value, int64_t dim, int64_t size) {
   return type.clone(shape);
 }
 
-/// The slice [offset, offset + size) of `value` along `dim`.
+/// The slice [offset, offset + size) of `value` along `dim` (the other
+/// dims static and whole).
 Value sliceAlong(OpBuilder &b, Location loc, Value value, int64_t dim,
-                 Value offset, int64_t size) {
+                 OpFoldResult offset, OpFoldResult size) {
   auto type = cast<RankedTensorType>(value.getType());
   SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
   SmallVector<OpFoldResult> sizes, strides(type.getRank(), b.getIndexAttr(1));
   for (int64_t d = 0; d < type.getRank(); ++d)
-    sizes.push_back(b.getIndexAttr(d == dim ? size : type.getDimSize(d)));
+    sizes.push_back(d == dim ? size : b.getIndexAttr(type.getDimSize(d)));
   offsets[dim] = offset;
-  return tensor::ExtractSliceOp::create(b, loc, withDim(value, dim, size),
-                                        value, offsets, sizes, strides);
+  std::optional<int64_t> known = getConstantIntValue(size);
+  return tensor::ExtractSliceOp::create(
+      b, loc, withDim(value, dim, known ? *known : ShapedType::kDynamic),
+      value, offsets, sizes, strides);
+}
+
+/// `value` padded at the end of `dim` to `size` with `fill`.
+Value padAlong(OpBuilder &b, Location loc, Value value, int64_t dim,
+               int64_t size, Attribute fill) {
+  RankedTensorType type = withDim(value, dim, size);
+  if (type == value.getType())
+    return value;
+  Value pad = arith::ConstantOp::create(b, loc, cast<TypedAttr>(fill));
+  return tensor::createPadHighOp(type, value, pad, /*nofold=*/false, loc, b);
 }
 
 /// `link`'s op applied to `block` (its chain operand's block of `size`
@@ -242,7 +388,7 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
         continue;
       }
     }
-    map.map(whole, sliceAlong(b, loc, whole, *at, offset, size));
+    map.map(whole, sliceAlong(b, loc, whole, *at, offset, b.getIndexAttr(size)));
   }
   Operation *clone = b.clone(*op, map);
   clone->getResult(0).setType(
@@ -250,18 +396,38 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
   return clone->getResult(0);
 }
 
+/// Whether `link`'s op reads the sequence through an operand other than
+/// its chain operand and its init (a rotary table, say): sliced per
+/// block, it would be read past its end by a padded block.
+bool readsSequenceBesides(const Link &link) {
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(link.op);
+  if (!linalgOp)
+    return false;
+  AffineMap resultMap = linalgOp.getIndexingMapMatchingResult(
+      cast<OpResult>(link.op->getResult(0)));
+  AffineExpr loop = resultMap.getResult(link.resultDim);
+  for (OpOperand &use : link.op->getOpOperands())
+    if (use.getOperandNumber() != link.operand && !linalgOp.isDpsInit(&use) &&
+        linalgOp.getMatchingIndexingMap(&use).getResultPosition(loop))
+      return true;
+  return false;
+}
+
 /// A gather's chain, applied to blocks: the keys' or values' path from
 /// their gather to the attention operand.
 struct Chain {
-  AllGatherOp gather;
+  Pieces pieces;
   SmallVector<Link> links; // last op first
-  int64_t block;           // positions per rank
-  int64_t ranks;
+
+  Value input() const { return pieces.op->getOperand(0); }
+  Value gathered() const { return pieces.op->getResult(0); }
+  int64_t ranks() const { return pieces.members(); }
 
   Value apply(OpBuilder &b, Location loc, Value blockValue,
               Value offset) const {
     for (const Link &link : llvm::reverse(links))
-      blockValue = applyToBlock(b, loc, link, blockValue, offset, block);
+      blockValue =
+          applyToBlock(b, loc, link, blockValue, offset, pieces.block);
     return blockValue;
   }
 };
@@ -271,13 +437,10 @@ FailureOr<Chain> findChain(Value operand) {
   auto found = findGatherChain(operand, 2);
   if (failed(found))
     return failure();
-  Chain chain;
-  chain.gather = found->first;
-  chain.links = std::move(found->second);
-  int64_t dim = chain.gather.getDim();
-  chain.block = chain.gather.getInput().getType().getDimSize(dim);
-  chain.ranks = chain.gather.getType().getDimSize(dim) / chain.block;
-  if (chain.ranks < 2)
+  Chain chain{found->first, std::move(found->second)};
+  if (chain.ranks() < 2)
+    return failure();
+  if (!chain.pieces.even() && llvm::any_of(chain.links, readsSequenceBesides))
     return failure();
   return chain;
 }
@@ -288,13 +451,16 @@ int64_t bytesOf(Value value) {
          llvm::divideCeil(type.getElementTypeBitWidth(), 8);
 }
 
-/// An elementwise linalg.generic over `shape`-shaped `inputs` (each read
-/// through `maps`, the result through the identity), its body `body`.
+/// An elementwise linalg.generic of `type`, the shape of `inputs[0]`,
+/// over `inputs` (each read through `maps`, the result through the
+/// identity), its body `body`.
 Value elementwise(OpBuilder &b, Location loc, RankedTensorType type,
                   ValueRange inputs, ArrayRef<AffineMap> maps,
                   function_ref<Value(OpBuilder &, Location, ValueRange)> body) {
-  Value init =
-      tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  // The first input has the result's shape (dynamic rows of an uneven
+  // split included).
+  Value init = tensor::EmptyOp::create(
+      b, loc, tensor::getMixedSizes(b, loc, inputs[0]), type.getElementType());
   SmallVector<AffineMap> all(maps);
   all.push_back(b.getMultiDimIdentityMap(type.getRank()));
   SmallVector<utils::IteratorType> iterators(type.getRank(),
@@ -388,31 +554,54 @@ struct Ring {
   /// The members' pairs of a shift by one: j sends to j + 1.
   DenseI64ArrayAttr shiftPairs(OpBuilder &b) const {
     SmallVector<int64_t> pairs;
-    for (int64_t j = 0; j < keys.ranks; ++j)
-      pairs.append({j, (j + 1) % keys.ranks});
+    for (int64_t j = 0; j < keys.ranks(); ++j)
+      pairs.append({j, (j + 1) % keys.ranks()});
     return b.getDenseI64ArrayAttr(pairs);
   }
 
   Value shift(OpBuilder &b, Location loc, Value value) const {
-    AllGatherOp gather = keys.gather;
     return PermuteOp::create(b, loc, value.getType(), value,
-                             gather.getMeshAttr(), gather.getAxesAttr(),
+                             keys.pieces.mesh, keys.pieces.axes,
                              shiftPairs(b));
   }
 
-  /// The first position of the block held at step `step`: that of member
-  /// (rank - step) mod n.
-  Value offsetAt(OpBuilder &b, Location loc, int64_t step) const {
-    Value n = arith::ConstantIndexOp::create(b, loc, keys.ranks);
-    Value back = arith::ConstantIndexOp::create(b, loc, keys.ranks - step);
-    Value owner = arith::RemUIOp::create(
+  /// The member whose block is held at step `step`: (rank - step) mod n.
+  Value ownerAt(OpBuilder &b, Location loc, int64_t step) const {
+    Value n = arith::ConstantIndexOp::create(b, loc, keys.ranks());
+    Value back = arith::ConstantIndexOp::create(b, loc, keys.ranks() - step);
+    return arith::RemUIOp::create(
         b, loc, arith::AddIOp::create(b, loc, rank, back), n);
-    return arith::MulIOp::create(
-        b, loc, owner, arith::ConstantIndexOp::create(b, loc, keys.block));
+  }
+
+  /// `table[member]` for the index `member`.
+  static Value lookup(OpBuilder &b, Location loc, Value member,
+                      ArrayRef<int64_t> table) {
+    Value value = arith::ConstantIndexOp::create(b, loc, table[0]);
+    for (auto [j, entry] : llvm::enumerate(table))
+      if (j > 0 && entry != table[0]) {
+        Value is = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq, member,
+            arith::ConstantIndexOp::create(b, loc, j));
+        value = arith::SelectOp::create(
+            b, loc, is, arith::ConstantIndexOp::create(b, loc, entry), value);
+      }
+    return value;
+  }
+
+  /// The first position of the block held at step `step`.
+  Value offsetAt(OpBuilder &b, Location loc, int64_t step) const {
+    Value owner = ownerAt(b, loc, step);
+    if (keys.pieces.even())
+      return arith::MulIOp::create(
+          b, loc, owner,
+          arith::ConstantIndexOp::create(b, loc, keys.pieces.block));
+    return lookup(b, loc, owner, keys.pieces.offsets);
   }
 
   /// The keys, values and key positions of step `step`'s block (after
-  /// shifting the blocks held before, where `step` > 0).
+  /// shifting the blocks held before, where `step` > 0). Uneven blocks are
+  /// padded to the largest with keys at the greatest position, which no
+  /// query sees.
   std::tuple<Value, Value, Value> step(OpBuilder &b, Location loc,
                                        int64_t step) {
     if (step > 0) {
@@ -422,9 +611,29 @@ struct Ring {
     Value offset = offsetAt(b, loc, step);
     Value k = keys.apply(b, loc, kBlock, offset);
     Value v = values.apply(b, loc, vBlock, offset);
-    Value pos = keyPos ? sliceAlong(b, loc, keyPos, 0, offset, keys.block)
-                       : Value();
+    Value pos;
+    if (keyPos && keys.pieces.even()) {
+      pos = sliceAlong(b, loc, keyPos, 0, offset,
+                       b.getIndexAttr(keys.pieces.block));
+    } else if (keyPos) {
+      Value size = lookup(b, loc, ownerAt(b, loc, step), keys.pieces.sizes);
+      auto intType = cast<IntegerType>(
+          cast<RankedTensorType>(keyPos.getType()).getElementType());
+      pos = padAlong(
+          b, loc, sliceAlong(b, loc, keyPos, 0, offset, size), 0,
+          keys.pieces.block,
+          b.getIntegerAttr(intType,
+                           APInt::getSignedMaxValue(intType.getWidth())));
+    }
     return {k, v, pos};
+  }
+
+  /// This rank's piece of a gather's operand, padded to the block.
+  static Value paddedInput(OpBuilder &b, Location loc, const Chain &chain) {
+    Value input = chain.input();
+    auto type = cast<RankedTensorType>(input.getType());
+    return padAlong(b, loc, input, chain.pieces.dim, chain.pieces.block,
+                    b.getZeroAttr(type.getElementType()));
   }
 };
 
@@ -447,34 +656,81 @@ bool onlyFeedsAttention(Value value, int64_t dim) {
   return true;
 }
 
+/// The chains of keys `k` and values `v` a ring takes the blocks of:
+/// fails where they are not gathered along the sequence over one group
+/// alike (an uneven one only with key positions `kpos`, which mask the
+/// padding), where something else reads the gathers, or where the
+/// gathered bytes stay below `minBytes`.
+FailureOr<std::pair<Chain, Chain>> planRing(Value k, Value v, Value kpos,
+                                            int64_t minBytes) {
+  FailureOr<Chain> keys = findChain(k), values = findChain(v);
+  if (failed(keys) || failed(values) || !(keys->pieces == values->pieces))
+    return failure();
+  // Padded keys are masked by their positions: an uneven ring needs them.
+  if (!keys->pieces.even() && !kpos)
+    return failure();
+  if (bytesOf(keys->gathered()) + bytesOf(values->gathered()) < minBytes)
+    return failure();
+  if (!onlyFeedsAttention(keys->gathered(), keys->pieces.dim) ||
+      !onlyFeedsAttention(values->gathered(), values->pieces.dim))
+    return failure();
+  int64_t whole = keys->pieces.offsets.back() + keys->pieces.sizes.back();
+  if (kpos && cast<RankedTensorType>(kpos.getType()).getDimSize(0) != whole)
+    return failure();
+  return std::make_pair(std::move(*keys), std::move(*values));
+}
+
 /// The ring for an op reading keys `k`, values `v` and key positions
-/// `kpos`: fails where they are not gathered evenly along the sequence
-/// over one group, or where the gathered bytes stay below `minBytes`.
+/// `kpos` (`planRing`), its state made before the builder's point.
 FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value k, Value v,
                          Value kpos, int64_t minBytes) {
-  FailureOr<Chain> keys = findChain(k), values = findChain(v);
-  if (failed(keys) || failed(values) ||
-      keys->gather.getAxesAttr() != values->gather.getAxesAttr() ||
-      keys->gather.getMeshAttr() != values->gather.getMeshAttr() ||
-      keys->block != values->block || keys->ranks != values->ranks)
+  auto plan = planRing(k, v, kpos, minBytes);
+  if (failed(plan))
     return failure();
-  if (bytesOf(keys->gather) + bytesOf(values->gather) < minBytes)
-    return failure();
-  int64_t dim = keys->gather.getDim();
-  if (!onlyFeedsAttention(keys->gather, dim) ||
-      !onlyFeedsAttention(values->gather, values->gather.getDim()))
-    return failure();
-  if (kpos && cast<RankedTensorType>(kpos.getType()).getDimSize(0) !=
-                  keys->block * keys->ranks)
-    return failure();
-  Ring ring{*keys, *values};
-  ring.rank = AxisIndexOp::create(b, loc, b.getIndexType(),
-                                  keys->gather.getMeshAttr(),
-                                  keys->gather.getAxesAttr());
+  auto &[keys, values] = *plan;
+  Ring ring{keys, values};
+  ring.rank = AxisIndexOp::create(b, loc, b.getIndexType(), keys.pieces.mesh,
+                                  keys.pieces.axes);
   ring.keyPos = kpos;
-  ring.kBlock = keys->gather.getInput();
-  ring.vBlock = values->gather.getInput();
+  ring.kBlock = Ring::paddedInput(b, loc, keys);
+  ring.vBlock = Ring::paddedInput(b, loc, values);
   return ring;
+}
+
+/// Whether the key and value gradients of `dkv` reach scatters into the
+/// blocks of `pieces` (through ops a padded block may take, where uneven).
+bool gradientsScatterInto(AttentionDkvOp dkv, const Pieces &pieces) {
+  for (Value grad : {dkv.getDk(), dkv.getDv()}) {
+    auto path = findScatterChain(grad, 2);
+    if (failed(path) || !(path->first == pieces) ||
+        (!pieces.even() && llvm::any_of(path->second, readsSequenceBesides)))
+      return false;
+  }
+  return true;
+}
+
+/// The gathers a ring of attention op `op` would replace (those found),
+/// and whether it can run as one.
+std::pair<SmallVector<Operation *, 2>, bool> ringable(Operation *op,
+                                                      int64_t minBytes) {
+  Value k = op->getOperand(1), v = op->getOperand(2);
+  Value kpos;
+  if (auto fwd = dyn_cast<AttentionOp>(op))
+    kpos = fwd.getKpos();
+  else if (auto dq = dyn_cast<AttentionDqOp>(op))
+    kpos = dq.getKpos();
+  else
+    kpos = cast<AttentionDkvOp>(op).getKpos();
+  SmallVector<Operation *, 2> sources;
+  for (Value operand : {k, v})
+    if (auto chain = findChain(operand); succeeded(chain))
+      sources.push_back(chain->pieces.op);
+  auto plan = planRing(k, v, kpos, minBytes);
+  bool ok = succeeded(plan);
+  if (ok)
+    if (auto dkv = dyn_cast<AttentionDkvOp>(op))
+      ok = gradientsScatterInto(dkv, plan->first.pieces);
+  return {sources, ok};
 }
 
 /// The forward attention as a ring.
@@ -486,7 +742,7 @@ LogicalResult ringForward(AttentionOp op, int64_t minBytes) {
   if (failed(ring))
     return failure();
   Value out, lse;
-  for (int64_t s = 0; s < ring->keys.ranks; ++s) {
+  for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [k, v, pos] = ring->step(b, loc, s);
     auto block = AttentionOp::create(b, loc, op.getOut().getType(),
                                      op.getLse().getType(), op.getQ(), k, v,
@@ -522,7 +778,7 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   auto [q, k, v, out, lse, dout, qpos, kpos, scale] =
       dq ? pick(dq) : pick(dkv);
   // The dK and dV paths to their reduce-scatters.
-  std::optional<std::pair<ReduceScatterOp, SmallVector<Link>>> dkPath, dvPath;
+  std::optional<std::pair<Pieces, SmallVector<Link>>> dkPath, dvPath;
   if (dkv) {
     auto dkFound = findScatterChain(dkv.getDk(), 2);
     auto dvFound = findScatterChain(dkv.getDv(), 2);
@@ -536,25 +792,27 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   FailureOr<Ring> ring = makeRing(b, loc, k, v, kpos, minBytes);
   if (failed(ring))
     return failure();
-  // The reduce-scatters: over the ring's group, into its blocks.
-  auto scattersBlocks = [&](ReduceScatterOp scatter) {
-    return scatter.getAxesAttr() == ring->keys.gather.getAxesAttr() &&
-           scatter.getMeshAttr() == ring->keys.gather.getMeshAttr() &&
-           scatter.getType().getDimSize(scatter.getDim()) == ring->keys.block;
-  };
-  if (dkv && (!scattersBlocks(dkPath->first) || !scattersBlocks(dvPath->first))) {
-    ring->rank.getDefiningOp()->erase();
+  // The scatters: over the ring's group, into its blocks.
+  if (dkv && (!(dkPath->first == ring->keys.pieces) ||
+              !(dvPath->first == ring->keys.pieces) ||
+              (!ring->keys.pieces.even() &&
+               (llvm::any_of(dkPath->second, readsSequenceBesides) ||
+                llvm::any_of(dvPath->second, readsSequenceBesides))))) {
+    for (Value made : {ring->kBlock, ring->vBlock, ring->rank})
+      if (made.getDefiningOp() && made.use_empty())
+        made.getDefiningOp()->erase();
     return failure();
   }
-  // The reduce-scatters' operand, one block of it.
+  // The scatters' operand, one block of it.
   auto toScatter = [&](const SmallVector<Link> &links, Value block,
                        Value offset) {
     for (const Link &link : links)
-      block = applyToBlock(b, loc, link, block, offset, ring->keys.block);
+      block =
+          applyToBlock(b, loc, link, block, offset, ring->keys.pieces.block);
     return block;
   };
   Value dqSum, dkAcc, dvAcc;
-  for (int64_t s = 0; s < ring->keys.ranks; ++s) {
+  for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [kb, vb, pos] = ring->step(b, loc, s);
     if (dq) {
       Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
@@ -577,12 +835,22 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
     }
   }
   if (dkv) {
-    // The accumulators of the last step belong to the next member.
-    dkPath->first.getResult().replaceAllUsesWith(ring->shift(b, loc, dkAcc));
-    dvPath->first.getResult().replaceAllUsesWith(ring->shift(b, loc, dvAcc));
+    // The accumulators of the last step belong to the next member; an
+    // uneven piece is its padded block's first rows.
+    for (auto [path, acc] : {std::make_pair(&*dkPath, dkAcc),
+                             std::make_pair(&*dvPath, dvAcc)}) {
+      Value home = ring->shift(b, loc, acc);
+      Value result = path->first.op->getResult(0);
+      if (!ring->keys.pieces.even())
+        home = sliceAlong(
+            b, loc, home, path->first.dim, b.getIndexAttr(0),
+            tensor::getMixedSize(b, loc, ring->keys.input(),
+                                 ring->keys.pieces.dim));
+      result.replaceAllUsesWith(home);
+    }
     // The full gradients' paths, now unread.
     for (auto *path : {&*dkPath, &*dvPath}) {
-      path->first.erase();
+      path->first.op->erase();
       for (const Link &link : llvm::reverse(path->second))
         link.op->erase();
     }
@@ -607,8 +875,8 @@ bool sameAttention(AttentionDqOp dq, AttentionDkvOp dkv) {
 /// rank of the group runs; each rank's program drops it alike).
 void eraseUnread(Block &block) {
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
-    if (op.use_empty() &&
-        (isa<AllGatherOp>(op) || wouldOpBeTriviallyDead(&op)))
+    if (op.use_empty() && (isa<AllGatherOp, ExchangeOp>(op) ||
+                           wouldOpBeTriviallyDead(&op)))
       op.erase();
 }
 
@@ -630,10 +898,35 @@ struct RingAttentionPass
       else if (auto dkv = dyn_cast<AttentionDkvOp>(op))
         dkvs.push_back(dkv);
     });
+    // A gather that an op which cannot run as a ring reads stays, so the
+    // others that read it stay too: their rings would send its bytes again.
+    DenseMap<Operation *, std::pair<SmallVector<Operation *, 2>, bool>> plans;
+    SmallVector<Operation *> all;
+    for (AttentionOp op : forwards)
+      all.push_back(op);
+    all.append(dqs.begin(), dqs.end());
+    all.append(dkvs.begin(), dkvs.end());
+    for (Operation *op : all)
+      plans[op] = ringable(op, minBytes);
+    for (bool again = true; again;) {
+      again = false;
+      llvm::SmallPtrSet<Operation *, 8> kept;
+      for (Operation *op : all)
+        if (!plans[op].second)
+          kept.insert(plans[op].first.begin(), plans[op].first.end());
+      for (Operation *op : all)
+        if (plans[op].second && llvm::any_of(plans[op].first, [&](Operation *g) {
+              return kept.contains(g);
+            })) {
+          plans[op].second = false;
+          again = true;
+        }
+    }
+    auto ok = [&](Operation *op) { return op && plans.lookup(op).second; };
     llvm::SetVector<Block *> changed;
     for (AttentionOp op : forwards) {
       Block *block = op->getBlock();
-      if (succeeded(ringForward(op, minBytes)))
+      if (ok(op) && succeeded(ringForward(op, minBytes)))
         changed.insert(block);
     }
     llvm::SmallPtrSet<Operation *, 8> paired;
@@ -646,7 +939,9 @@ struct RingAttentionPass
       // Together where both can; else each alone (the keys' gradients may
       // not reach a reduce-scatter along the sequence).
       Block *block = dq->getBlock();
-      if (partner && succeeded(ringBackward(dq, partner, minBytes))) {
+      if (!ok(dq))
+        continue;
+      if (ok(partner) && succeeded(ringBackward(dq, partner, minBytes))) {
         paired.insert(partner);
         changed.insert(block);
       } else if (succeeded(ringBackward(dq, nullptr, minBytes))) {
@@ -654,7 +949,7 @@ struct RingAttentionPass
       }
     }
     for (AttentionDkvOp dkv : dkvs) {
-      if (paired.contains(dkv))
+      if (paired.contains(dkv) || !ok(dkv))
         continue;
       Block *block = dkv->getBlock();
       if (succeeded(ringBackward(nullptr, dkv, minBytes)))

@@ -122,3 +122,43 @@ func.func @kept(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x?x8xf32>,
   %o5, %l5 = shardx.attention %q, %kr, %vr scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
   return %kr : tensor<1x2x8x8xf32>
 }
+
+// -----
+
+// Tests an uneven split (10 keys over 4 ranks: 3, 3, 3, 1, as exchanges
+// from [S(2)] to [R]): each rank's block is padded to 3 keys with zeros
+// and each block's key positions with the greatest i64, which no query
+// position reaches, so the padding is masked; non-causal, the same
+// exchanges stay (nothing would mask the padding).
+shardx.mesh @mesh(shape = 4, axes = ["cp"])
+// CHECK-LABEL: func.func @uneven
+func.func @uneven(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
+                  %v: tensor<1x2x?x8xf32>, %qpos: tensor<?xi64>,
+                  %kpos: tensor<10xi64>) -> (tensor<1x2x?x8xf32>, tensor<1x2x?xf32>) {
+  // CHECK-NOT: shardx.exchange
+  // CHECK: tensor.pad %{{.*}} low[0, 0, 0, 0] high[0, 0, %{{.*}}, 0]
+  // CHECK: tensor.pad %{{.*}} low[0, 0, 0, 0] high[0, 0, %{{.*}}, 0]
+  // CHECK: %[[POS:.*]] = tensor.extract_slice %{{.*}}[%{{.*}}] [%{{.*}}] [1] : tensor<10xi64> to tensor<?xi64>
+  // CHECK: %[[MAX:.*]] = arith.constant 9223372036854775807 : i64
+  // CHECK: tensor.pad %[[POS]] low[0] high[%{{.*}}]
+  // CHECK: tensor.yield %[[MAX]] : i64
+  // CHECK: } : tensor<?xi64> to tensor<3xi64>
+  // CHECK-COUNT-3: shardx.permute {{.*}} : tensor<1x2x3x8xf32>
+  // CHECK-NOT: shardx.exchange
+  // CHECK: return
+  %kg = shardx.exchange %k on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
+  %vg = shardx.exchange %v on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
+  %o, %l = shardx.attention %q, %kg, %vg causal(%qpos, %kpos) scale = 0.35 : tensor<1x2x?x8xf32>, tensor<1x2x10x8xf32>, tensor<1x2x10x8xf32>, tensor<?xi64>, tensor<10xi64> -> tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
+  return %o, %l : tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
+}
+
+// CHECK-LABEL: func.func @uneven_full
+func.func @uneven_full(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
+                       %v: tensor<1x2x?x8xf32>) -> tensor<1x2x?x8xf32> {
+  // CHECK-COUNT-2: shardx.exchange
+  // CHECK-NOT: shardx.permute
+  %kg = shardx.exchange %k on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
+  %vg = shardx.exchange %v on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
+  %o, %l = shardx.attention %q, %kg, %vg scale = 0.35 : tensor<1x2x?x8xf32>, tensor<1x2x10x8xf32>, tensor<1x2x10x8xf32> -> tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
+  return %o : tensor<1x2x?x8xf32>
+}
