@@ -43,6 +43,13 @@ EXACT = {
     "argmax_dim0": lambda x: (torch.argmax(x, 0),),
     "argmax_flat": lambda x: (torch.argmax(x),),
     "argmin_flat": lambda x: (torch.argmin(x),),
+    # Along the first dim (moved last and back; refused before 2026-11-29)
+    # and of a 0-d tensor.
+    "sort_dim0": lambda x: tuple(torch.sort(x, 0)),
+    "sort_dim0_descending_stable": lambda x: tuple(torch.sort(x, dim=0, descending=True,
+                                                              stable=True)),
+    "argsort_dim0": lambda x: (torch.argsort(x, 0),),
+    "sort_0d": lambda x: tuple(torch.sort(x[1, 2])),
 }
 
 
@@ -80,6 +87,7 @@ TOPK = {
     "topk2": lambda x: tuple(torch.topk(x, 2, -1)),
     "topk3_smallest": lambda x: tuple(torch.topk(x, 3, -1, largest=False)),
     "topk_all": lambda x: tuple(torch.topk(x, 6, -1)),
+    "topk2_dim0": lambda x: tuple(torch.topk(x, 2, 0)),
 }
 
 
@@ -91,6 +99,8 @@ def test_topk_matches_eager_without_ties(name):
                       [1.0, 6.0, 2.0, -0.5, 0.25, 7.0],
                       [2.5, -1.0, 4.0, NAN, 3.0, -3.0]])
     fn = TOPK[name]
+    if name.endswith("dim0"):
+        x = x.t().contiguous()  # distinct along the columns too
     want, got = fn(x), _compiled(fn, x, False)
     for w, g in zip(want, got):
         assert same_bits(w, g), f"{name}: eager {w.tolist()}, shardx {g.tolist()}"
@@ -104,5 +114,7 @@ def test_topk_with_ties_picks_the_same_values(name):
     fn = TOPK[name]
     (wv, _), (gv, gi) = fn(TIED), _compiled(fn, TIED, False)
     assert same_bits(wv, gv), f"{name}: eager {wv.tolist()}, shardx {gv.tolist()}"
-    assert same_bits(TIED.gather(-1, gi), gv)
-    assert all(len(set(row)) == len(row) for row in gi.tolist()), gi.tolist()
+    dim = 0 if name.endswith("dim0") else -1
+    assert same_bits(TIED.gather(dim, gi), gv)
+    lines = gi.t().tolist() if dim == 0 else gi.tolist()
+    assert all(len(set(line)) == len(line) for line in lines), gi.tolist()

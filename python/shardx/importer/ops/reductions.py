@@ -193,8 +193,9 @@ def _cumsum(imp, node, args, kwargs):
 
 @handles(aten.topk.default, aten.sort.default, aten.sort.stable)
 def _topk(imp, node, args, kwargs):
-    """topk / sort along the last dim by ranks: rank(i) = the number of
-    elements before i in the order (PyTorch's: NaN above every number;
+    """topk / sort along a dim (the last; another moved last and back) by
+    ranks: rank(i) = the number of elements before i in the order
+    (PyTorch's: NaN above every number;
     ties by position, as a stable sort); slot r gathers the element of
     rank r. Quadratic in the dim's size (router logits over a few
     experts). Eager's topk on CPU orders tied values as its partial sort
@@ -212,8 +213,26 @@ def _topk(imp, node, args, kwargs):
         if node.target == aten.sort.stable:
             dim = kwargs.get("dim", -1)
             largest = kwargs.get("descending", False)
-    if x.rank == 0 or dim % x.rank != x.rank - 1:
-        raise UnsupportedOpError("topk/sort along a dim other than the last")
+    if x.rank == 0:
+        # As eager: the value itself, at index 0.
+        if k != 1:
+            raise UnsupportedOpError(f"topk of a 0-d tensor with k = {k}")
+        return [x, imp.em.full((), 0, torch.int64)]
+    dim %= x.rank
+    if node.target != aten.topk.default:
+        k = x.shape[dim]
+    if dim != x.rank - 1:
+        # Along another dim: that dim moved last, and the results back.
+        perm = [d for d in range(x.rank) if d != dim] + [dim]
+        back = [perm.index(d) for d in range(x.rank)]
+        values, indices = _sort_last(imp, imp.em.transpose(x, perm), k, largest)
+        return [imp.em.transpose(values, back), imp.em.transpose(indices, back)]
+    return _sort_last(imp, x, k, largest)
+
+
+def _sort_last(imp, x, k, largest):
+    """The ``k`` first values and indices of ``x`` along its last dim in
+    the order ``largest`` (descending) or not (``_topk``)."""
     r = x.rank
     lead = [f"d{i}" for i in range(r - 1)]
     n = x.shape[-1]
