@@ -106,10 +106,10 @@ def test_ring_attention_matches_eager(name, ranks, build_dir):
     K and V for the forward and for attention_dq (and q for
     attention_dkv, whose keys stay split): where the keys divide evenly,
     those two run as rings (shardx-ring-attention: n attention ops each, K
-    and V permuted n - 1 times per ring); unevenly (10 keys over 4 ranks:
-    3, 3, 3, 1) too where causal (the padding's key positions mask it),
-    else the gathers stay. f64 against eager: the output and the three
-    gradients. (test_context_parallel checks the rings of a Llama block,
+    and V permuted n - 1 times per ring); unevenly too (10 keys over 4
+    ranks: 3, 3, 3, 1), the padding masked by its key positions (made up
+    where the attention is not causal). f64 against eager: the output and
+    the three gradients. (test_context_parallel checks the rings of a Llama block,
     the backward's dK and dV included.)"""
     step = _step(name)
     q, k, v = _inputs(name, torch.float64)
@@ -123,17 +123,14 @@ def test_ring_attention_matches_eager(name, ranks, build_dir):
     text = trace(step, (q, k, v), mesh, placements, None, name="ring")
     local = run_tool([f"{build_dir}/bin/shardx-opt", "-", "--shardx-spmd=ring-attention-bytes=0"],
                      input=text)
-    # An uneven split's padded keys are masked by their positions: rings
-    # where causal.
-    ring = k.shape[2] % ranks == 0 or CASES[name][3].get("is_causal", False)
     ops = {op: local.count(f"shardx.{op} ")
            for op in ("attention", "attention_dq", "attention_dkv", "permute", "all_gather",
                       "reduce_scatter")}
-    if ring:
-        assert ops["attention"] == ops["attention_dq"] == ranks, ops
-        assert ops["permute"] == 2 * 2 * (ranks - 1), ops
-    else:
-        assert ops["attention"] == 1 and ops["permute"] == 0, ops
+    assert ops["attention"] == ops["attention_dq"] == ranks, ops
+    assert ops["permute"] == 2 * 2 * (ranks - 1), ops
+    if k.shape[2] % ranks and "is_causal" not in CASES[name][3]:
+        # Uneven and not causal: the padding masked by made-up positions.
+        assert "causal(" in local and "9223372036854775806" in local
 
 
 def test_ring_attention_threshold(build_dir):

@@ -449,8 +449,8 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
     On the local program, after `shardx-localize`. A `shardx.attention`
     whose keys and values are gathered along their sequence over one group
     (an even `shardx.all_gather`, or a `shardx.exchange` from a split over
-    one mesh axis to the whole: an uneven split, causal only, its blocks
-    padded with keys no query sees; through ops that act on each position
+    one mesh axis to the whole: an uneven split, its blocks padded with
+    keys no query sees, by positions made up where it is not causal; through ops that act on each position
     alone: a repeat of the key/value heads, transposes, reshapes that keep
     the sequence a dim of its own, elementwise ops) becomes a ring: each rank
     starts from its own block of keys and values, receives the previous

@@ -23,10 +23,10 @@
 // one more permute.
 //
 // An uneven split (an exchange from a split over one mesh axis to the
-// whole) rings a causal attention: the blocks are padded to the largest,
-// the padding's key positions the greatest of their type, so that no query
-// sees them, and each rank's gradients are its padded accumulators' first
-// rows.
+// whole) rings too: the blocks are padded to the largest, the padding's
+// key positions the greatest of their type, so that no query sees them
+// (positions are made up for a non-causal attention), and each rank's
+// gradients are its padded accumulators' first rows.
 //
 // Bytes: each rank sends n - 1 blocks of K and V per ring, as the gather
 // does, and n blocks of dK and dV, one more than the reduce-scatter. The
@@ -549,6 +549,10 @@ struct Ring {
   Chain keys, values;
   Value rank;      // this rank's index in the group
   Value keyPos;    // every key's position, or null
+  /// Where the attention has no positions but its blocks are padded: every
+  /// query's made-up position, the greatest but one (each block's real
+  /// keys at 0 see it, the padding at the greatest does not).
+  Value queryPos;
   Value kBlock, vBlock;
 
   /// The members' pairs of a shift by one: j sends to j + 1.
@@ -612,7 +616,19 @@ struct Ring {
     Value k = keys.apply(b, loc, kBlock, offset);
     Value v = values.apply(b, loc, vBlock, offset);
     Value pos;
-    if (keyPos && keys.pieces.even()) {
+    if (queryPos) {
+      // Not causal: the block's real keys at 0, the padding at the
+      // greatest position.
+      Value size = lookup(b, loc, ownerAt(b, loc, step), keys.pieces.sizes);
+      Type i64 = b.getI64Type();
+      Value zero = arith::ConstantOp::create(b, loc, b.getIntegerAttr(i64, 0));
+      Value real = tensor::EmptyOp::create(
+          b, loc, ArrayRef<OpFoldResult>{size}, i64);
+      pos = padAlong(b, loc,
+                     linalg::FillOp::create(b, loc, zero, real).getResult(0), 0,
+                     keys.pieces.block,
+                     b.getIntegerAttr(i64, APInt::getSignedMaxValue(64)));
+    } else if (keyPos && keys.pieces.even()) {
       pos = sliceAlong(b, loc, keyPos, 0, offset,
                        b.getIndexAttr(keys.pieces.block));
     } else if (keyPos) {
@@ -666,9 +682,6 @@ FailureOr<std::pair<Chain, Chain>> planRing(Value k, Value v, Value kpos,
   FailureOr<Chain> keys = findChain(k), values = findChain(v);
   if (failed(keys) || failed(values) || !(keys->pieces == values->pieces))
     return failure();
-  // Padded keys are masked by their positions: an uneven ring needs them.
-  if (!keys->pieces.even() && !kpos)
-    return failure();
   if (bytesOf(keys->gathered()) + bytesOf(values->gathered()) < minBytes)
     return failure();
   if (!onlyFeedsAttention(keys->gathered(), keys->pieces.dim) ||
@@ -682,8 +695,8 @@ FailureOr<std::pair<Chain, Chain>> planRing(Value k, Value v, Value kpos,
 
 /// The ring for an op reading keys `k`, values `v` and key positions
 /// `kpos` (`planRing`), its state made before the builder's point.
-FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value k, Value v,
-                         Value kpos, int64_t minBytes) {
+FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value q, Value k,
+                         Value v, Value kpos, int64_t minBytes) {
   auto plan = planRing(k, v, kpos, minBytes);
   if (failed(plan))
     return failure();
@@ -692,6 +705,17 @@ FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value k, Value v,
   ring.rank = AxisIndexOp::create(b, loc, b.getIndexType(), keys.pieces.mesh,
                                   keys.pieces.axes);
   ring.keyPos = kpos;
+  if (!kpos && !keys.pieces.even()) {
+    // Padded blocks of a non-causal attention: positions made up so that
+    // the padding is masked (Ring::queryPos).
+    Type i64 = b.getI64Type();
+    Value rows = tensor::EmptyOp::create(
+        b, loc, ArrayRef<OpFoldResult>{tensor::getMixedSize(b, loc, q, 2)},
+        i64);
+    Value late = arith::ConstantOp::create(
+        b, loc, b.getIntegerAttr(i64, APInt::getSignedMaxValue(64) - 1));
+    ring.queryPos = linalg::FillOp::create(b, loc, late, rows).getResult(0);
+  }
   ring.kBlock = Ring::paddedInput(b, loc, keys);
   ring.vBlock = Ring::paddedInput(b, loc, values);
   return ring;
@@ -738,15 +762,16 @@ LogicalResult ringForward(AttentionOp op, int64_t minBytes) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   FailureOr<Ring> ring =
-      makeRing(b, loc, op.getK(), op.getV(), op.getKpos(), minBytes);
+      makeRing(b, loc, op.getQ(), op.getK(), op.getV(), op.getKpos(), minBytes);
   if (failed(ring))
     return failure();
+  Value qpos = op.getQpos() ? op.getQpos() : ring->queryPos;
   Value out, lse;
   for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [k, v, pos] = ring->step(b, loc, s);
     auto block = AttentionOp::create(b, loc, op.getOut().getType(),
                                      op.getLse().getType(), op.getQ(), k, v,
-                                     op.getQpos(), pos, op.getScaleAttr());
+                                     qpos, pos, op.getScaleAttr());
     if (s == 0) {
       out = block.getOut();
       lse = block.getLse();
@@ -789,17 +814,18 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   }
   OpBuilder b(first);
   Location loc = first->getLoc();
-  FailureOr<Ring> ring = makeRing(b, loc, k, v, kpos, minBytes);
+  FailureOr<Ring> ring = makeRing(b, loc, q, k, v, kpos, minBytes);
   if (failed(ring))
     return failure();
+  Value rowPos = qpos ? Value(qpos) : ring->queryPos;
   // The scatters: over the ring's group, into its blocks.
   if (dkv && (!(dkPath->first == ring->keys.pieces) ||
               !(dvPath->first == ring->keys.pieces) ||
               (!ring->keys.pieces.even() &&
                (llvm::any_of(dkPath->second, readsSequenceBesides) ||
                 llvm::any_of(dvPath->second, readsSequenceBesides))))) {
-    for (Value made : {ring->kBlock, ring->vBlock, ring->rank})
-      if (made.getDefiningOp() && made.use_empty())
+    for (Value made : {ring->kBlock, ring->vBlock, ring->queryPos, ring->rank})
+      if (made && made.getDefiningOp() && made.use_empty())
         made.getDefiningOp()->erase();
     return failure();
   }
@@ -816,12 +842,12 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
     auto [kb, vb, pos] = ring->step(b, loc, s);
     if (dq) {
       Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
-                                         lse, dout, qpos, pos, scale);
+                                         lse, dout, rowPos, pos, scale);
       dqSum = s == 0 ? term : add(b, loc, dqSum, term);
     }
     if (dkv) {
       auto block = AttentionDkvOp::create(
-          b, loc, kb.getType(), vb.getType(), q, kb, vb, out, lse, dout, qpos,
+          b, loc, kb.getType(), vb.getType(), q, kb, vb, out, lse, dout, rowPos,
           pos, scale);
       Value offset = ring->offsetAt(b, loc, s);
       Value dkTerm = toScatter(dkPath->second, block.getDk(), offset);

@@ -128,8 +128,9 @@ func.func @kept(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x?x8xf32>,
 // Tests an uneven split (10 keys over 4 ranks: 3, 3, 3, 1, as exchanges
 // from [S(2)] to [R]): each rank's block is padded to 3 keys with zeros
 // and each block's key positions with the greatest i64, which no query
-// position reaches, so the padding is masked; non-causal, the same
-// exchanges stay (nothing would mask the padding).
+// position reaches, so the padding is masked; non-causal, positions are
+// made up: every query at the greatest i64 but one, each block's real
+// keys at 0 and its padding at the greatest.
 shardx.mesh @mesh(shape = 4, axes = ["cp"])
 // CHECK-LABEL: func.func @uneven
 func.func @uneven(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
@@ -155,8 +156,14 @@ func.func @uneven(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
 // CHECK-LABEL: func.func @uneven_full
 func.func @uneven_full(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
                        %v: tensor<1x2x?x8xf32>) -> tensor<1x2x?x8xf32> {
-  // CHECK-COUNT-2: shardx.exchange
-  // CHECK-NOT: shardx.permute
+  // CHECK-NOT: shardx.exchange
+  // CHECK: %[[LATE:.*]] = arith.constant 9223372036854775806 : i64
+  // CHECK: %[[QPOS:.*]] = linalg.fill ins(%[[LATE]] : i64) outs(%{{.*}} : tensor<?xi64>)
+  // CHECK: %[[REAL:.*]] = linalg.fill ins(%{{.*}} : i64) outs(%{{.*}} : tensor<?xi64>)
+  // CHECK: tensor.pad %[[REAL]] low[0] high[%{{.*}}]
+  // CHECK: shardx.attention %{{.*}} causal(%[[QPOS]], %{{.*}})
+  // CHECK-COUNT-3: shardx.permute {{.*}} : tensor<1x2x3x8xf32>
+  // CHECK-NOT: shardx.exchange
   %kg = shardx.exchange %k on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
   %vg = shardx.exchange %v on @mesh axes = [0] from #shardx.layout<@mesh, [S(2)]> to #shardx.layout<@mesh, [R]> shape = [1, 2, 10, 8] : tensor<1x2x?x8xf32> -> tensor<1x2x10x8xf32>
   %o, %l = shardx.attention %q, %kg, %vg scale = 0.35 : tensor<1x2x?x8xf32>, tensor<1x2x10x8xf32>, tensor<1x2x10x8xf32> -> tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
