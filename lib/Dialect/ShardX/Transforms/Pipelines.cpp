@@ -6,6 +6,7 @@
 
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Interfaces/CallInterfaces.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
@@ -27,9 +28,32 @@ namespace {
 /// costs nothing on a module without calls: the inliner would otherwise
 /// still build the call graph and run its simplification pipeline (the
 /// canonicalizer, which the pipeline runs next anyway) on every function.
+/// Upstream's tensor.pad verifier lets a static pad of INT64_MIN (the
+/// dynamic-size marker) through without its operand, and its folds then
+/// read a null value (a crash the SPMD fuzzer found): refused before any
+/// canonicalization (ours, and the inliner's).
+LogicalResult refuseDynamicMarkers(Operation *root) {
+  WalkResult bad = root->walk([](tensor::PadOp pad) {
+    auto dynamic = [](ArrayRef<int64_t> sizes) {
+      return static_cast<size_t>(llvm::count(sizes, ShapedType::kDynamic));
+    };
+    if (dynamic(pad.getStaticLow()) != pad.getLow().size() ||
+        dynamic(pad.getStaticHigh()) != pad.getHigh().size()) {
+      pad.emitOpError("has a static pad of ")
+          << ShapedType::kDynamic
+          << ", which is the dynamic-size marker, without its operand";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(bad.wasInterrupted());
+}
+
 struct InlineCallsPass
     : mlir::shardx::impl::InlineCallsPassBase<InlineCallsPass> {
   void runOnOperation() override {
+    if (failed(refuseDynamicMarkers(getOperation())))
+      return signalPassFailure();
     bool hasCalls = getOperation()
                         ->walk([](CallOpInterface) {
                           return WalkResult::interrupt();
@@ -97,6 +121,8 @@ struct CanonicalizePass
         oneBlock(other.oneBlock) {}
 
   void runOnOperation() override {
+    if (failed(refuseDynamicMarkers(getOperation())))
+      return signalPassFailure();
     bool multiBlock = getOperation()
                           ->walk([](Operation *op) {
                             for (Region &region : op->getRegions())
