@@ -994,7 +994,8 @@ class CompiledFunction(runtime().CompiledCall):
         # (``same_as``, guarded), or the same memory as a written input
         # (``partners``).
         share = {}
-        for i, t in enumerate(_key_traits(flat) or ()):
+        key_traits = _key_traits(flat)
+        for i, t in enumerate(key_traits or ()):
             if t is not None and t[-1] is not None:
                 share[i] = t[-1]
         for i, same in partners or ():
@@ -1114,12 +1115,11 @@ class CompiledFunction(runtime().CompiledCall):
                     for o in outputs]
         # The plan takes (arguments, lifted tensors).
         plan_spec = spec if not lifted else (tuple, (spec, (tuple, (None,) * len(lifted))))
-        traits = _key_traits(flat)
-        plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)
+        plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, key_traits)
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
                            mutated, writes, partners or (), {}, checks, env, mode=mode,
                            lifted=lifted, extra=tuple(_alias(t) for t in lifted),
-                           fast=traits is None or _plan_traits(traits) is not None)
+                           fast=key_traits is None or _plan_traits(key_traits) is not None)
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated, traits=None):
         """The C++ call plan of an entry (compiled here, or loaded from a

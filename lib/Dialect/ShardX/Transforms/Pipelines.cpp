@@ -52,8 +52,6 @@ LogicalResult refuseDynamicMarkers(Operation *root) {
 struct InlineCallsPass
     : mlir::shardx::impl::InlineCallsPassBase<InlineCallsPass> {
   void runOnOperation() override {
-    if (failed(refuseDynamicMarkers(getOperation())))
-      return signalPassFailure();
     bool hasCalls = getOperation()
                         ->walk([](CallOpInterface) {
                           return WalkResult::interrupt();
@@ -61,6 +59,9 @@ struct InlineCallsPass
                         .wasInterrupted();
     if (!hasCalls)
       return markAllAnalysesPreserved();
+    // The inliner canonicalizes.
+    if (failed(refuseDynamicMarkers(getOperation())))
+      return signalPassFailure();
     // Each call's location is marked with its index (shardx.call.<k>): the
     // inliner wraps the location of every op it clones in the call's, so the
     // ops of one call stay recognizable through the SPMD pipeline, and

@@ -70,6 +70,14 @@ struct Link {
   int64_t operandDim, resultDim;
 };
 
+/// The loop of `linalgOp` that its result's dim `dim` is (a dim expr of
+/// its result map: the chains' ops are checked to have one).
+AffineExpr sequenceLoop(linalg::LinalgOp linalgOp, int64_t dim) {
+  return linalgOp
+      .getIndexingMapMatchingResult(cast<OpResult>(linalgOp->getResult(0)))
+      .getResult(dim);
+}
+
 /// Where `dim` of `op`'s result comes from in operand `operand`, for the
 /// ops that act on each position of that dim alone: linalg ops on which
 /// the dim is a parallel loop read by the operand's map as that loop
@@ -89,9 +97,7 @@ int64_t operandDimOf(Operation *op, unsigned operand, int64_t dim) {
   if (!linalgOp || !linalgOp.hasPureTensorSemantics() ||
       linalgOp->getNumResults() != 1 || linalgOp.getNumDpsInits() != 1)
     return -1;
-  AffineMap resultMap = linalgOp.getIndexingMapMatchingResult(
-      cast<OpResult>(linalgOp->getResult(0)));
-  auto loop = dyn_cast<AffineDimExpr>(resultMap.getResult(dim));
+  auto loop = dyn_cast<AffineDimExpr>(sequenceLoop(linalgOp, dim));
   if (!loop || linalgOp.getIteratorTypesArray()[loop.getPosition()] !=
                    utils::IteratorType::parallel)
     return -1;
@@ -358,6 +364,7 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
         b, loc, withDim(expand.getResult(), link.resultDim, size), block,
         expand.getReassociationIndices());
   auto linalgOp = cast<linalg::LinalgOp>(op);
+  AffineExpr loop = sequenceLoop(linalgOp, link.resultDim);
   IRMapping map;
   for (OpOperand &use : op->getOpOperands()) {
     if (use.getOperandNumber() == link.operand) {
@@ -365,12 +372,8 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
       continue;
     }
     // The other operands: sliced where they read the sequence's loop.
-    AffineMap resultMap = linalgOp.getIndexingMapMatchingResult(
-        cast<OpResult>(op->getResult(0)));
-    unsigned loop =
-        cast<AffineDimExpr>(resultMap.getResult(link.resultDim)).getPosition();
-    AffineMap useMap = linalgOp.getMatchingIndexingMap(&use);
-    std::optional<unsigned> at = useMap.getResultPosition(b.getAffineDimExpr(loop));
+    std::optional<unsigned> at =
+        linalgOp.getMatchingIndexingMap(&use).getResultPosition(loop);
     if (!at)
       continue;
     Value whole = use.get();
@@ -403,9 +406,7 @@ bool readsSequenceBesides(const Link &link) {
   auto linalgOp = dyn_cast<linalg::LinalgOp>(link.op);
   if (!linalgOp)
     return false;
-  AffineMap resultMap = linalgOp.getIndexingMapMatchingResult(
-      cast<OpResult>(link.op->getResult(0)));
-  AffineExpr loop = resultMap.getResult(link.resultDim);
+  AffineExpr loop = sequenceLoop(linalgOp, link.resultDim);
   for (OpOperand &use : link.op->getOpOperands())
     if (use.getOperandNumber() != link.operand && !linalgOp.isDpsInit(&use) &&
         linalgOp.getMatchingIndexingMap(&use).getResultPosition(loop))
@@ -451,14 +452,13 @@ int64_t bytesOf(Value value) {
          llvm::divideCeil(type.getElementTypeBitWidth(), 8);
 }
 
-/// An elementwise linalg.generic of `type`, the shape of `inputs[0]`,
-/// over `inputs` (each read through `maps`, the result through the
-/// identity), its body `body`.
-Value elementwise(OpBuilder &b, Location loc, RankedTensorType type,
-                  ValueRange inputs, ArrayRef<AffineMap> maps,
+/// An elementwise linalg.generic of `inputs[0]`'s type and shape (dynamic
+/// rows of an uneven split included) over `inputs` (each read through
+/// `maps`, the result through the identity), its body `body`.
+Value elementwise(OpBuilder &b, Location loc, ValueRange inputs,
+                  ArrayRef<AffineMap> maps,
                   function_ref<Value(OpBuilder &, Location, ValueRange)> body) {
-  // The first input has the result's shape (dynamic rows of an uneven
-  // split included).
+  auto type = cast<RankedTensorType>(inputs[0].getType());
   Value init = tensor::EmptyOp::create(
       b, loc, tensor::getMixedSizes(b, loc, inputs[0]), type.getElementType());
   SmallVector<AffineMap> all(maps);
@@ -476,7 +476,7 @@ Value elementwise(OpBuilder &b, Location loc, RankedTensorType type,
 Value add(OpBuilder &b, Location loc, Value x, Value y) {
   auto type = cast<RankedTensorType>(x.getType());
   AffineMap id = b.getMultiDimIdentityMap(type.getRank());
-  return elementwise(b, loc, type, {x, y}, {id, id},
+  return elementwise(b, loc, {x, y}, {id, id},
                      [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
                        return arith::AddFOp::create(nb, nl, a[0], a[1]);
                      });
@@ -501,7 +501,7 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
   auto outType = cast<RankedTensorType>(out.getType());
   AffineMap rowId = b.getMultiDimIdentityMap(lseType.getRank());
   Value newLse = elementwise(
-      b, loc, lseType, {lse, l}, {rowId, rowId},
+      b, loc, {lse, l}, {rowId, rowId},
       [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
         Type t = a[0].getType();
         Value negInf = arith::ConstantOp::create(
@@ -525,7 +525,7 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
       b.getContext());
   AffineMap id = b.getMultiDimIdentityMap(outType.getRank());
   Value newOut = elementwise(
-      b, loc, outType, {out, o, lse, l, newLse}, {id, id, rows, rows, rows},
+      b, loc, {out, o, lse, l, newLse}, {id, id, rows, rows, rows},
       [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
         Type t = a[0].getType();
         Value negInf = arith::ConstantOp::create(
