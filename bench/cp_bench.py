@@ -19,6 +19,13 @@ its own unsharded run, the median speedups compared (gather/ring above 1:
 the ring is faster); and prints both forms' modeled buffer-level peak per
 rank (docs/Memory.md). The steps run on the example's values
 (planrun.input_files).
+``--zigzag`` (with ``--sdpa``) times the ring on the sequence in its rows'
+order against the ring on the same data in zig-zag order
+(shardx.context_parallel: rank r holds chunks r and 2n - 1 - r of 2n, the
+step compiled under its sequence_order, the rotary angles read the rows'
+positions), alternated in the same way: ring/zigzag above 1 means the
+zig-zag ring is faster; it computes 3 + 2 (n - 1) quarter blocks of
+attention per rank where the ring in order computes 4n.
 
 The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
 with fewer cores than ranks the ranks share cores and the ratio says more
@@ -104,6 +111,48 @@ def measure(args, ranks):
     return kv, sc, other, sharded, unsharded, ring
 
 
+def measure_zigzag(args, ranks):
+    """The medians of (ring ms, zig-zag ring ms, unsharded/ring,
+    unsharded/zigzag), `args.rounds` runs of each alternated."""
+    import statistics
+    import tempfile
+    from shardx import context_parallel as cp
+    torch.manual_seed(0)
+    block = models.LlamaBlock(args.dim, args.heads, args.kv_heads, args.hidden, sdpa=True)
+    step = TrainStep(block, F.mse_loss, "sgd", lr=0.1)
+    x = torch.randn(args.batch, args.seq, args.dim)
+    y = torch.randn(args.batch, args.seq, args.dim)
+    mesh = Mesh((ranks,), ("cp",))
+    order = cp.zigzag_order(args.seq, ranks)
+    forms = {}
+    ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
+    example = step.example_args([x], y)
+    forms["ring"] = (trace(step, example, mesh, ins, outs, name="llama_cp"), example)
+    ins, outs = step.placements(mesh, {}, [[S(1)], [S(0)]], [S(1)])
+    example = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
+    with cp.sequence_order(order):
+        forms["zigzag"] = (trace(step, example, mesh, ins, outs, name="llama_cp"), example)
+    times = {form: [] for form in forms}
+    speedups = {form: [] for form in forms}
+    with tempfile.TemporaryDirectory() as d:
+        files = {}
+        for form, (text, example) in forms.items():
+            src = os.path.join(d, f"{form}.mlir")
+            with open(src, "w") as f:
+                f.write(text)
+            folder = os.path.join(d, form)
+            os.makedirs(folder)
+            files[form] = (src, input_files(example, folder))
+        for _ in range(args.rounds):
+            for form, (src, inputs) in files.items():
+                ms, base = check_and_time(src, args.repeat, ["--ring-attention-bytes=0", inputs])
+                times[form].append(ms)
+                speedups[form].append(base / ms)
+    med = statistics.median
+    return (med(times["ring"]), med(times["zigzag"]), med(speedups["ring"]),
+            med(speedups["zigzag"]))
+
+
 def try_dtensor_cp():
     """One causal SDPA under torch's context_parallel on a gloo group of 2
     (this process and a spawned one); returns the error it raises."""
@@ -155,6 +204,8 @@ def main() -> int:
                     help="also time the step with ring attention, and both forms' peaks")
     ap.add_argument("--rounds", type=int, default=3,
                     help="--ring: runs of each form, alternated")
+    ap.add_argument("--zigzag", action="store_true",
+                    help="time the ring in the rows' order against the zig-zag ring")
     ap.add_argument("--dtensor", action="store_true",
                     help="also try torch's context_parallel on gloo (CPU)")
     args = ap.parse_args()
@@ -163,6 +214,18 @@ def main() -> int:
           f"heads {args.heads} (kv {args.kv_heads}), hidden {args.hidden}, SGD, "
           f"{'causal SDPA' if args.sdpa else 'attention in ops'}; sequence split; "
           f"{os.cpu_count()} cores; median of {args.repeat} runs")
+    if args.zigzag:
+        print("ranks | ring ms (unsharded/ring) | zig-zag ring ms (unsharded/zigzag) | "
+              f"ring/zigzag; {args.rounds} rounds alternated, medians")
+        for n in args.ranks:
+            try:
+                ring_ms, zz_ms, ring_up, zz_up = measure_zigzag(args, n)
+            except PlanRunError as e:
+                print(e, file=sys.stderr)
+                return 1
+            print(f"{n} | {ring_ms:.2f} ({ring_up:.2f}) | {zz_ms:.2f} ({zz_up:.2f}) | "
+                  f"{zz_up / ring_up:.2f}")
+        return 0
     print("ranks | K/V all-gathers | dK/dV reduce-scatters | other reshards | ring attention "
           "K/V (repeated heads, kv heads) | unsharded ms | sharded ms | unsharded/sharded")
     for n in args.ranks:

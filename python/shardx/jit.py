@@ -835,9 +835,11 @@ class CompiledFunction(runtime().CompiledCall):
     def __init__(self, fn: Callable, mesh: Mesh, in_placements, out_placements, backend: str,
                  donate, name: Optional[str], recompute: str = "none",
                  memory_budget: Optional[int] = None,
-                 recompute_budget: Optional[int] = None, ring_attention_bytes=None):
+                 recompute_budget: Optional[int] = None, ring_attention_bytes=None,
+                 sequence_order=None):
         super().__init__()
         self.ring_attention_bytes = ring_attention_bytes
+        self.sequence_order = sequence_order
         self.fn = fn
         self.recompute = recompute
         self.recompute_budget = recompute_budget
@@ -1035,7 +1037,7 @@ class CompiledFunction(runtime().CompiledCall):
         # libm call its own math lowers to ("func.call op operand type
         # mismatch" from shardx-compile).
         from .importer import module as importer_module
-        from .importer.attention import flash_precision
+        from .importer.attention import flash_precision, sequence_order
         start = time.perf_counter()
         # On a GPU, attention of bf16/f16 values at a fused kernel's
         # precision: its GEMMs on tensor cores (importer/attention.py).
@@ -1053,7 +1055,8 @@ class CompiledFunction(runtime().CompiledCall):
         def lift():
             return env_guard.snapshot(self.fn).tensor_ids()
         with importer_module.garbage_left_for_later() as later:
-            with flash_precision(self.backend in GPU_BACKENDS):
+            with flash_precision(self.backend in GPU_BACKENDS), \
+                    sequence_order(self.sequence_order):
                 text = trace(traced, examples, self._trace_mesh,
                              in_pl if self._trace_mesh else None, out_pl,
                              name=f"jit_{self.name}", arg_attrs=arg_attrs, index_checks=True,
@@ -1465,7 +1468,7 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
             backend: str = "threads", donate=(), name: Optional[str] = None,
             recompute: str = "none", memory_budget: Optional[int] = None,
             recompute_budget: Optional[int] = None,
-            ring_attention_bytes=None) -> CompiledFunction:
+            ring_attention_bytes=None, sequence_order=None) -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -1493,6 +1496,12 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     gathered keys and values would take at least this many bytes per rank
     (an int; ``"never"``; None: shardx-compile's default, 32 MiB;
     docs/Rules.md, "Ring attention").
+    ``sequence_order``: the position each row of a causal attention's
+    sequence holds, for data reordered to balance context parallelism
+    (``shardx.context_parallel.zigzag_order``; None: the rows' order):
+    every causal ``scaled_dot_product_attention`` masks by these positions,
+    and its ring computes only the quarters of each block the mask shows
+    (docs/Rules.md, "Zig-zag load balancing").
     """
     if recompute not in RECOMPUTE_POLICIES:
         raise ValueError(f"recompute={recompute!r} is not a policy; one of "
@@ -1531,5 +1540,9 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
                                      f"axis {', '.join(mesh.axis_names)}), got {p!r}")
     if memory_budget is not None and (mesh is None or int(memory_budget) <= 0):
         raise ValueError("memory_budget needs a mesh and a positive number of bytes per rank")
+    if sequence_order is not None:
+        from .importer.attention import normalized_order
+        sequence_order = normalized_order(sequence_order)
     return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
-                            recompute, memory_budget, recompute_budget, ring_attention_bytes)
+                            recompute, memory_budget, recompute_budget, ring_attention_bytes,
+                            sequence_order)

@@ -241,9 +241,12 @@ class LlamaBlock(nn.Module):
         a, b = t[..., : self.hd // 2], t[..., self.hd // 2:]
         return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
 
-    def forward(self, x):
+    def forward(self, x, positions=None):
+        # positions: each row's position (the rotary angles'), for rows in
+        # another order (context parallelism's zig-zag).
         bsz, s, _ = x.shape
-        pos = torch.arange(s, dtype=torch.float32)
+        pos = (torch.arange(s, dtype=torch.float32) if positions is None
+               else positions.to(torch.float32))
         inv = 1.0 / self.theta ** (torch.arange(0, self.hd // 2, dtype=torch.float32) * 2 / self.hd)
         ang = pos[:, None] * inv[None, :]
         cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
@@ -259,7 +262,7 @@ class LlamaBlock(nn.Module):
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             scores = q @ k.transpose(-2, -1) / self.hd ** 0.5
-            idx = torch.arange(s)
+            idx = torch.arange(s) if positions is None else positions
             causal = idx[:, None] >= idx[None, :]
             scores = scores.masked_fill(~causal, float("-inf"))
             a = torch.softmax(scores, dim=-1) @ v

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 import shardx
 from shardx import Mesh, Shard as S
+from shardx import context_parallel as cp
 from shardx.importer import trace
 from shardx.train import TrainStep
 from shardx_dev import models
@@ -269,3 +270,105 @@ def test_ring_attention_steps_match_eager(name):
 def test_ring_attention_matches_unsharded_on_mpi(program, build_dir):
     name, path = program
     check_on_mpi(build_dir, path, CASES[name][0], ["--ring-attention-bytes=0"])
+
+
+# -- zig-zag load balancing --------------------------------------------------
+# The sequence in zig-zag order (shardx.context_parallel): rank r holds
+# chunks r and 2n - 1 - r of 2n, the rotary angles read the rows' positions
+# and the step is compiled under sequence_order, so every causal attention
+# masks by them. The ring then computes only the quarters of each block
+# the mask shows: 3 of the own block's 4 and 2 of every other's.
+ZIGZAG = [(2, 64), (4, 32), (4, 64)]
+
+
+def _zigzag_step(ranks, seq):
+    torch.manual_seed(0)
+    module = models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN, sdpa=True)
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    x, y = torch.randn(1, seq, DIM), torch.randn(1, seq, DIM)
+    mesh = Mesh((ranks,), ("cp",))
+    ins, outs = step.placements(mesh, {}, [[S(1)], [S(0)]], [S(1)])
+    order = cp.zigzag_order(seq, ranks)
+    zz = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
+    return step, mesh, ins, outs, order, zz, step.example_args([x], y)
+
+
+@pytest.mark.parametrize("ranks,seq", ZIGZAG)
+def test_zigzag_ring_matches_eager_in_order(ranks, seq):
+    """The compiled step on the reordered data against eager PyTorch on the
+    data in its own order: the loss (a mean over positions) and every
+    parameter after two steps agree; without the order (a mask in the rows'
+    order) the loss differs."""
+    step, mesh, ins, outs, order, zz, plain = _zigzag_step(ranks, seq)
+    f = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=0, sequence_order=order)
+    params, state, inputs, target = zz
+    _, _, plain_inputs, plain_target = plain
+    ours, eager = (params, state), (params, state)
+    for i in range(2):
+        loss, p, s = f(ours[0], ours[1], inputs, target)
+        el, ep, es = step.run_eager(eager[0], eager[1], plain_inputs, plain_target)
+        torch.testing.assert_close(loss.to_torch(), el.detach(), rtol=1e-5, atol=1e-6)
+        for a, b in zip(p, ep):
+            torch.testing.assert_close(a.to_torch(), b.detach(), rtol=1e-4, atol=1e-5)
+        ours, eager = (p, s), (ep, es)
+    unordered = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=0)
+    loss = unordered(params, state, inputs, target)[0].to_torch()
+    first = step.run_eager(params, state, plain_inputs, plain_target)[0].detach()
+    # (at the tolerance the ordered step meets above)
+    assert not torch.allclose(loss, first, rtol=1e-5, atol=1e-6), (loss, first)
+
+
+@pytest.mark.parametrize("ranks,seq", [(2, 64), (4, 32)])
+def test_zigzag_ring_program_computes_the_shown_quarters(tmp_path, build_dir, ranks, seq):
+    """Each rank's program under the zig-zag order: 3 + 2 (n - 1) attention
+    calls (and as many of each backward op) of a quarter of a block each,
+    the queries' and keys' halves [s/2n] rows; the permutes are the plain
+    ring's."""
+    step, mesh, ins, outs, order, zz, _ = _zigzag_step(ranks, seq)
+    path = tmp_path / "zz.mlir"
+    with cp.sequence_order(order):
+        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    local = run_tool([f"{build_dir}/bin/shardx-opt", str(path),
+                      "--shardx-spmd=ring-attention-bytes=0"])
+    calls = 3 + 2 * (ranks - 1)
+    half = seq // (2 * ranks)
+    count = {op: len(re.findall(rf"shardx\.{op} ", local))
+             for op in ("attention", "attention_dq", "attention_dkv", "permute", "all_gather")}
+    assert count == dict(attention=calls, attention_dq=calls, attention_dkv=calls,
+                         permute=4 * (ranks - 1) + 2 * ranks, all_gather=0), count
+    attention = [line for line in local.splitlines() if "shardx.attention" in line]
+    assert all(f"tensor<{half}xi64>, tensor<{half}xi64> -> " in a for a in attention), attention
+
+
+def test_zigzag_ring_matches_unsharded_on_mpi(tmp_path, build_dir):
+    step, mesh, ins, outs, order, zz, _ = _zigzag_step(4, 32)
+    path = tmp_path / "zz.mlir"
+    with cp.sequence_order(order):
+        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    check_on_mpi(build_dir, path, 4, ["--ring-attention-bytes=0"])
+
+
+def test_sequence_order_refusals():
+    """A bad order, and causal attentions it cannot mask by, are refused."""
+    from shardx.importer.values import UnsupportedOpError
+    with pytest.raises(ValueError, match="permutation"):
+        shardx.compile(lambda x: x, Mesh((2,), ("cp",)), sequence_order=[0, 0, 1, 2])
+    with pytest.raises(ValueError, match="1-D integer"):
+        shardx.compile(lambda x: x, Mesh((2,), ("cp",)), sequence_order=torch.ones(4))
+    with pytest.raises(ValueError, match="equal chunks"):
+        cp.zigzag_order(30, 4)
+    q = torch.randn(1, 2, 8, 4)
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    order = cp.zigzag_order(8, 2)
+    for args, why in (((q, q[:, :, :4], q[:, :, :4]), "4 keys"),
+                      ((q.double(), q, q), "does not cover")):
+        f = shardx.compile(attend, None, sequence_order=order)
+        with pytest.raises(UnsupportedOpError, match=why):
+            f(*args)
+    # Not causal: the order does not matter, and is not needed.
+    f = shardx.compile(lambda q: F.scaled_dot_product_attention(q, q, q), None,
+                       sequence_order=order)
+    torch.testing.assert_close(f(q).to_torch(), F.scaled_dot_product_attention(q, q, q))
+    torch.testing.assert_close(cp.unzigzag(cp.zigzag(q, 2, 2), 2, 2), q)

@@ -49,14 +49,16 @@ are the composite op's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import operator
 import threading
 from typing import Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["composite", "flash_precision", "mode_key"]
+__all__ = ["composite", "flash_precision", "mode_key", "sequence_order"]
 
 _state = threading.local()
 
@@ -66,7 +68,60 @@ def mode_key() -> str:
     (the same layer traces to other ops under ``flash_precision`` or
     without the composite op)."""
     precision = "flash" if getattr(_state, "depth", 0) else "math"
-    return f"attention={precision},composite={int(_composite_enabled())}"
+    key = f"attention={precision},composite={int(_composite_enabled())}"
+    order = _sequence_order()
+    if order is not None:
+        digest = hashlib.sha256(",".join(map(str, order)).encode()).hexdigest()[:16]
+        key += f",order={digest}"
+    return key
+
+
+# ----------------------------------------------------------------------------
+# The order of a causal attention's sequence (context-parallel load balancing)
+# ----------------------------------------------------------------------------
+
+def _sequence_order() -> Optional[Tuple[int, ...]]:
+    return getattr(_state, "order", None)
+
+
+def normalized_order(order) -> Optional[Tuple[int, ...]]:
+    """``order`` (``sequence_order``'s) as a tuple of ints, checked: a
+    ValueError where it is not a permutation of ``range(n)``."""
+    if order is None:
+        return None
+    if isinstance(order, torch.Tensor):
+        if order.dim() != 1 or order.dtype.is_floating_point or order.is_complex() or \
+                order.dtype == torch.bool:
+            raise ValueError(f"sequence_order: expected a 1-D integer tensor, got "
+                             f"{order.dtype} of shape {tuple(order.shape)}")
+        order = order.tolist()
+    try:
+        order = tuple(operator.index(i) for i in order)
+    except TypeError:
+        raise ValueError(f"sequence_order: expected integers, got {order!r:.80}") from None
+    if not order or sorted(order) != list(range(len(order))):
+        raise ValueError("sequence_order: expected a permutation of range(n) (n >= 1), got "
+                         f"{list(order)[:16]}{'...' if len(order) > 16 else ''}")
+    return order
+
+
+@contextlib.contextmanager
+def sequence_order(order):
+    """While in force, a causal ``scaled_dot_product_attention`` over a
+    sequence of ``len(order)`` rows takes row ``i`` to be at position
+    ``order[i]``: the mask lets row ``i`` see the keys at positions up to
+    ``order[i]`` (``shardx.context_parallel``). ``order`` is a permutation
+    of ``range(len(order))`` (a 1-D integer tensor or sequence); ``None``
+    is the rows' own order. A causal attention over another length, or
+    one that the composite op does not cover, is refused rather than
+    masked in the rows' order."""
+    order = normalized_order(order)
+    before = _sequence_order()
+    _state.order = order
+    try:
+        yield
+    finally:
+        _state.order = before
 
 
 # ----------------------------------------------------------------------------
@@ -195,6 +250,21 @@ def _composite_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False
                          scale=None, enable_gqa=False):
     """``scaled_dot_product_attention`` as ``shardx::attention``, or None
     where the call is not one it covers."""
+    out = _composite_or_none(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if out is None and is_causal and _sequence_order() is not None:
+        _refuse_ordered("the composite attention op does not cover this call (f32/f64 q, "
+                        "k and v without a mask tensor or dropout)")
+    return out
+
+
+def _refuse_ordered(why: str):
+    from .values import UnsupportedOpError
+    raise UnsupportedOpError(
+        f"a causal scaled_dot_product_attention under shardx sequence_order "
+        f"(context-parallel load balancing): {why}; its mask would be the rows' order")
+
+
+def _composite_or_none(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return None
     if q.dtype not in (torch.float32, torch.float64) or k.dtype != q.dtype or \
@@ -215,7 +285,16 @@ def _composite_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False
     if scale is None:
         scale = 1.0 / math.sqrt(width)
     qpos = kpos = None
-    if is_causal:
+    order = _sequence_order()
+    if is_causal and order is not None:
+        if length != len(order) or source != len(order):
+            _refuse_ordered(f"{length} queries and {source} keys, the order is of "
+                            f"{len(order)} positions")
+        # A constant of the program: the ring reads it to skip the blocks
+        # the mask hides (shardx-ring-attention).
+        qpos = torch.tensor(order, dtype=torch.int64, device=q.device)
+        kpos = qpos
+    elif is_causal:
         qpos = torch.arange(length, device=q.device)
         kpos = torch.arange(source, device=q.device)
     out, _ = torch.ops.shardx.attention(
@@ -231,6 +310,12 @@ def composite_mode(stack: contextlib.ExitStack) -> None:
     ``composite()`` is on) on ``stack``."""
     if _composite_enabled():
         stack.enter_context(_SdpaMode(_composite_attention))
+    elif _sequence_order() is not None:
+        def refuse(*args, is_causal=False, **kwargs):
+            if is_causal or (len(args) > 5 and args[5]):
+                _refuse_ordered("the composite attention op is off (composite(False))")
+            return None
+        stack.enter_context(_SdpaMode(refuse))
 
 
 def _causal_mask(length: int, source: int) -> torch.Tensor:

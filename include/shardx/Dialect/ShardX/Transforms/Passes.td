@@ -465,7 +465,12 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
     sent once more to their owners. Each rank sends as many K and V bytes
     as the gather moves, one block more of dK and dV than the
     reduce-scatter, and holds two blocks of K and V at a time instead of
-    the whole sequence's. A gather that an op which cannot ring reads
+    the whole sequence's. Where a causal attention's positions are a
+    constant (its queries' a `shardx.chunk` of it over the group: the
+    zig-zag order of `shardx.context_parallel`), each step computes only
+    the quarters (query half, key half) of its block that some rank's mask
+    shows, as many calls as the rank that shows the most, each call's
+    halves looked up by rank. A gather that an op which cannot ring reads
     stays, with every op reading it. Anything else is left as it is.
 
     `min-bytes`: only where the gathered keys and values of the op take at

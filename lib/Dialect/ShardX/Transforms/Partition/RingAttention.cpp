@@ -28,6 +28,12 @@
 // (positions are made up for a non-causal attention), and each rank's
 // gradients are its padded accumulators' first rows.
 //
+// A causal attention whose positions are a constant (the zig-zag order of
+// shardx.context_parallel) computes only the quarters of each block that
+// its mask shows (`Quarters`): where no rank shows all four at a step, the
+// step is that many calls on every rank, each on one half of the queries
+// and one half of the block's keys.
+//
 // Bytes: each rank sends n - 1 blocks of K and V per ring, as the gather
 // does, and n blocks of dK and dV, one more than the reduce-scatter. The
 // ring holds two blocks of K and V at a time where the gather holds n.
@@ -45,6 +51,7 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -653,6 +660,140 @@ struct Ring {
   }
 };
 
+/// Which quarters of each step's block a causal attention's mask shows,
+/// where its positions are a constant of the program: each rank's queries
+/// and each block's keys in two halves, a quarter (query half a, key half
+/// b) is shown where some key of b is at or before some query of a. A
+/// step whose every rank sees fewer than four computes only those (the
+/// ring's straight-line code computes as many quarters on every rank as
+/// the rank that sees the most): with the zig-zag order
+/// (shardx.context_parallel), the own block's three and two of every
+/// other, where the rows' order computes every block whole.
+struct Quarters {
+  int64_t half = 0;
+  /// Per step, per call, per member: the query and key half of the call
+  /// (a quarter some member's mask hides fills a member's spare calls;
+  /// its rows see no key, and it adds nothing).
+  SmallVector<SmallVector<SmallVector<std::pair<int64_t, int64_t>>>> calls;
+  /// Per step: computed whole (a rank sees all four quarters).
+  SmallVector<bool> wholes;
+
+  bool whole(int64_t step) const { return wholes[step]; }
+};
+
+/// The integers of the constant `value`, or nullopt.
+std::optional<SmallVector<int64_t>> constantInts(Value value) {
+  DenseIntElementsAttr attr;
+  if (!value || !matchPattern(value, m_Constant(&attr)))
+    return std::nullopt;
+  SmallVector<int64_t> ints;
+  for (const APInt &i : attr.getValues<APInt>())
+    ints.push_back(i.getSExtValue());
+  return ints;
+}
+
+/// The quarters schedule of a causal ring (`pieces`) over the constant key
+/// positions `kpos`, whose queries are each rank's even chunk of the same
+/// positions (`qpos` a `shardx.chunk` of them over the ring's group), or
+/// nullopt (positions not known, uneven or odd blocks, or every step
+/// whole).
+std::optional<Quarters> quarterSchedule(const Pieces &pieces, Value qpos,
+                                        Value kpos) {
+  if (!qpos || !pieces.even() || pieces.block % 2)
+    return std::nullopt;
+  auto chunk = qpos.getDefiningOp<ChunkOp>();
+  if (!chunk || chunk.getMeshAttr() != pieces.mesh ||
+      chunk.getAxesAttr() != pieces.axes || chunk.getDim() != 0 ||
+      chunk.getStride() != 1 || chunk.getSizes())
+    return std::nullopt;
+  std::optional<SmallVector<int64_t>> keys = constantInts(kpos);
+  std::optional<SmallVector<int64_t>> queries = constantInts(chunk.getInput());
+  int64_t n = pieces.members(), block = pieces.block, half = block / 2;
+  if (!keys || !queries || *keys != *queries ||
+      static_cast<int64_t>(keys->size()) != n * block)
+    return std::nullopt;
+  auto extreme = [&](int64_t member, int64_t h, bool greatest) {
+    auto first = keys->begin() + member * block + h * half;
+    return greatest ? *std::max_element(first, first + half)
+                    : *std::min_element(first, first + half);
+  };
+  Quarters q{half};
+  bool any = false;
+  for (int64_t s = 0; s < n; ++s) {
+    SmallVector<SmallVector<std::pair<int64_t, int64_t>>> shown(n), hidden(n);
+    size_t most = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t owner = (r - s + n) % n;
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t b = 0; b < 2; ++b)
+          (extreme(owner, b, false) <= extreme(r, a, true) ? shown : hidden)[r]
+              .push_back({a, b});
+      most = std::max(most, shown[r].size());
+    }
+    q.calls.emplace_back();
+    q.wholes.push_back(most == 4);
+    if (most == 4)
+      continue;
+    any = true;
+    for (size_t i = 0; i < most; ++i) {
+      auto &call = q.calls.back().emplace_back();
+      for (int64_t r = 0; r < n; ++r)
+        call.push_back(i < shown[r].size() ? shown[r][i] : hidden[r].front());
+    }
+  }
+  if (!any)
+    return std::nullopt;
+  return q;
+}
+
+/// A tensor of `like`'s type filled with `value`.
+Value filled(OpBuilder &b, Location loc, Value like, Attribute value) {
+  auto type = cast<RankedTensorType>(like.getType());
+  Value empty = tensor::EmptyOp::create(b, loc, type.getShape(),
+                                        type.getElementType());
+  Value scalar = arith::ConstantOp::create(b, loc, cast<TypedAttr>(value));
+  return linalg::FillOp::create(b, loc, scalar, empty).getResult(0);
+}
+
+/// `dest` with `source` written at `offset` along `dim`.
+Value insertAlong(OpBuilder &b, Location loc, Value source, Value dest,
+                  int64_t dim, OpFoldResult offset) {
+  auto type = cast<RankedTensorType>(source.getType());
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes, strides(type.getRank(), b.getIndexAttr(1));
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    sizes.push_back(b.getIndexAttr(type.getDimSize(d)));
+  offsets[dim] = offset;
+  return tensor::InsertSliceOp::create(b, loc, source, dest, offsets, sizes,
+                                       strides);
+}
+
+/// `acc` with `term` added to its rows [offset, offset + rows of `term`)
+/// along `dim`.
+Value addAlong(OpBuilder &b, Location loc, Value acc, Value term, int64_t dim,
+               Value offset) {
+  int64_t rows = cast<RankedTensorType>(term.getType()).getDimSize(dim);
+  Value part = sliceAlong(b, loc, acc, dim, offset, b.getIndexAttr(rows));
+  return insertAlong(b, loc, add(b, loc, part, term), acc, dim, offset);
+}
+
+/// One call of a quartered step: this rank's query and key half, as the
+/// first row of each (looked up by the rank).
+struct QuarterCall {
+  Value queryRow, keyRow;
+};
+
+QuarterCall quarterCall(OpBuilder &b, Location loc, const Quarters &quarters,
+                        Value rank, int64_t step, int64_t call) {
+  SmallVector<int64_t> queryRows, keyRows;
+  for (auto [a, h] : quarters.calls[step][call]) {
+    queryRows.push_back(a * quarters.half);
+    keyRows.push_back(h * quarters.half);
+  }
+  return {Ring::lookup(b, loc, rank, queryRows),
+          Ring::lookup(b, loc, rank, keyRows)};
+}
+
 /// Whether every reader of `value` (sequence dim `dim`) is an attention
 /// op, or an op acting on each position alone whose readers are: a gather
 /// that something else reads too stays (a ring would add its bytes to the
@@ -766,19 +907,50 @@ LogicalResult ringForward(AttentionOp op, int64_t minBytes) {
   if (failed(ring))
     return failure();
   Value qpos = op.getQpos() ? op.getQpos() : ring->queryPos;
+  std::optional<Quarters> quarters =
+      quarterSchedule(ring->keys.pieces, op.getQpos(), op.getKpos());
   Value out, lse;
   for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [k, v, pos] = ring->step(b, loc, s);
-    auto block = AttentionOp::create(b, loc, op.getOut().getType(),
-                                     op.getLse().getType(), op.getQ(), k, v,
-                                     qpos, pos, op.getScaleAttr());
-    if (s == 0) {
-      out = block.getOut();
-      lse = block.getLse();
+    if (!quarters || quarters->whole(s)) {
+      auto block = AttentionOp::create(b, loc, op.getOut().getType(),
+                                       op.getLse().getType(), op.getQ(), k, v,
+                                       qpos, pos, op.getScaleAttr());
+      if (!out) {
+        out = block.getOut();
+        lse = block.getLse();
+        continue;
+      }
+      std::tie(out, lse) =
+          combine(b, loc, out, lse, block.getOut(), block.getLse());
       continue;
     }
-    std::tie(out, lse) =
-        combine(b, loc, out, lse, block.getOut(), block.getLse());
+    // The quarters the mask shows, each combined into its query rows.
+    int64_t half = quarters->half;
+    if (!out) {
+      out = filled(b, loc, op.getOut(), b.getZeroAttr(getElementTypeOrSelf(
+                                            op.getOut().getType())));
+      lse = filled(b, loc, op.getLse(),
+                   b.getFloatAttr(getElementTypeOrSelf(op.getLse().getType()),
+                                  -std::numeric_limits<double>::infinity()));
+    }
+    for (size_t i = 0; i < quarters->calls[s].size(); ++i) {
+      auto [queryRow, keyRow] = quarterCall(b, loc, *quarters, ring->rank, s, i);
+      auto size = b.getIndexAttr(half);
+      auto block = AttentionOp::create(
+          b, loc, withDim(op.getOut(), 2, half), withDim(op.getLse(), 2, half),
+          sliceAlong(b, loc, op.getQ(), 2, queryRow, size),
+          sliceAlong(b, loc, k, 2, keyRow, size),
+          sliceAlong(b, loc, v, 2, keyRow, size),
+          sliceAlong(b, loc, qpos, 0, queryRow, size),
+          sliceAlong(b, loc, pos, 0, keyRow, size), op.getScaleAttr());
+      auto [rowsOut, rowsLse] =
+          combine(b, loc, sliceAlong(b, loc, out, 2, queryRow, size),
+                  sliceAlong(b, loc, lse, 2, queryRow, size), block.getOut(),
+                  block.getLse());
+      out = insertAlong(b, loc, rowsOut, out, 2, queryRow);
+      lse = insertAlong(b, loc, rowsLse, lse, 2, queryRow);
+    }
   }
   op.getOut().replaceAllUsesWith(out);
   op.getLse().replaceAllUsesWith(lse);
@@ -837,21 +1009,65 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
           applyToBlock(b, loc, link, block, offset, ring->keys.pieces.block);
     return block;
   };
+  std::optional<Quarters> quarters =
+      quarterSchedule(ring->keys.pieces, qpos, kpos);
   Value dqSum, dkAcc, dvAcc;
   for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [kb, vb, pos] = ring->step(b, loc, s);
-    if (dq) {
-      Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
-                                         lse, dout, rowPos, pos, scale);
-      dqSum = s == 0 ? term : add(b, loc, dqSum, term);
+    Value dkBlock, dvBlock;
+    if (!quarters || quarters->whole(s)) {
+      if (dq) {
+        Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
+                                           lse, dout, rowPos, pos, scale);
+        dqSum = dqSum ? add(b, loc, dqSum, term) : term;
+      }
+      if (dkv) {
+        auto block = AttentionDkvOp::create(b, loc, kb.getType(), vb.getType(),
+                                            q, kb, vb, out, lse, dout, rowPos,
+                                            pos, scale);
+        dkBlock = block.getDk();
+        dvBlock = block.getDv();
+      }
+    } else {
+      // The quarters the mask shows, each added into its rows.
+      int64_t half = quarters->half;
+      auto size = b.getIndexAttr(half);
+      if (dq && !dqSum)
+        dqSum = filled(b, loc, q, b.getZeroAttr(getElementTypeOrSelf(q.getType())));
+      if (dkv) {
+        dkBlock = filled(b, loc, kb, b.getZeroAttr(getElementTypeOrSelf(kb.getType())));
+        dvBlock = filled(b, loc, vb, b.getZeroAttr(getElementTypeOrSelf(vb.getType())));
+      }
+      for (size_t i = 0; i < quarters->calls[s].size(); ++i) {
+        auto [queryRow, keyRow] =
+            quarterCall(b, loc, *quarters, ring->rank, s, i);
+        auto rows = [&](Value x, int64_t dim) {
+          return sliceAlong(b, loc, x, dim, queryRow, size);
+        };
+        auto keyRows = [&](Value x, int64_t dim) {
+          return sliceAlong(b, loc, x, dim, keyRow, size);
+        };
+        Value qs = rows(q, 2), os = rows(out, 2), ls = rows(lse, 2),
+              dos = rows(dout, 2), qp = rows(rowPos, 0);
+        Value ks = keyRows(kb, 2), vs = keyRows(vb, 2), kp = keyRows(pos, 0);
+        if (dq) {
+          Value term = AttentionDqOp::create(b, loc, withDim(q, 2, half), qs,
+                                             ks, vs, os, ls, dos, qp, kp, scale);
+          dqSum = addAlong(b, loc, dqSum, term, 2, queryRow);
+        }
+        if (dkv) {
+          auto block = AttentionDkvOp::create(
+              b, loc, withDim(kb, 2, half), withDim(vb, 2, half), qs, ks, vs,
+              os, ls, dos, qp, kp, scale);
+          dkBlock = addAlong(b, loc, dkBlock, block.getDk(), 2, keyRow);
+          dvBlock = addAlong(b, loc, dvBlock, block.getDv(), 2, keyRow);
+        }
+      }
     }
     if (dkv) {
-      auto block = AttentionDkvOp::create(
-          b, loc, kb.getType(), vb.getType(), q, kb, vb, out, lse, dout, rowPos,
-          pos, scale);
       Value offset = ring->offsetAt(b, loc, s);
-      Value dkTerm = toScatter(dkPath->second, block.getDk(), offset);
-      Value dvTerm = toScatter(dvPath->second, block.getDv(), offset);
+      Value dkTerm = toScatter(dkPath->second, dkBlock, offset);
+      Value dvTerm = toScatter(dvPath->second, dvBlock, offset);
       if (s > 0) {
         dkTerm = add(b, loc, ring->shift(b, loc, dkAcc), dkTerm);
         dvTerm = add(b, loc, ring->shift(b, loc, dvAcc), dvTerm);

@@ -169,3 +169,54 @@ func.func @uneven_full(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
   %o, %l = shardx.attention %q, %kg, %vg scale = 0.35 : tensor<1x2x?x8xf32>, tensor<1x2x10x8xf32>, tensor<1x2x10x8xf32> -> tensor<1x2x?x8xf32>, tensor<1x2x?xf32>
   return %o : tensor<1x2x?x8xf32>
 }
+
+// -----
+
+// Tests the quarters of a zig-zag order (8 positions on 2 ranks in chunks
+// of 2: rank 0 holds positions 0-1 and 6-7, rank 1 2-5): the queries are
+// the rank's chunk of the constant key positions, so the pass knows what
+// each rank's mask shows. The own block shows 3 quarters (query half 0 sees
+// key half 0, half 1 both); the other's 2 (rank 0: its later half sees
+// both of rank 1's; rank 1: both its halves see rank 0's first half). Each
+// call reads 2 rows of queries and keys, at offsets looked up by rank
+// (rank 1's step-1 calls read key rows 0 where rank 0's read 0 and 2), and
+// is combined into its query rows. Positions in the rows' order: the own
+// block in 3 quarters, the other's whole (rank 1 sees all of rank 0's).
+shardx.mesh @mesh(shape = 2, axes = ["cp"])
+// CHECK-LABEL: func.func @zigzag
+func.func @zigzag(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                  %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>) {
+  // CHECK: %[[NEGINF:.*]] = arith.constant 0xFF800000 : f32
+  // CHECK: linalg.fill ins(%[[NEGINF]] : f32) outs(%{{.*}} : tensor<1x2x4xf32>)
+  // CHECK-COUNT-3: shardx.attention {{.*}} : tensor<1x2x2x8xf32>, tensor<1x2x2x8xf32>, tensor<1x2x2x8xf32>, tensor<2xi64>, tensor<2xi64> -> tensor<1x2x2x8xf32>, tensor<1x2x2xf32>
+  // CHECK: shardx.permute
+  // CHECK: shardx.permute
+  // CHECK: %[[RANK1:.*]] = arith.cmpi eq, %{{.*}}, %c1{{.*}} : index
+  // CHECK: arith.select %[[RANK1]], %c0{{.*}}, %c2{{.*}} : index
+  // CHECK-COUNT-2: shardx.attention {{.*}} -> tensor<1x2x2x8xf32>, tensor<1x2x2xf32>
+  // CHECK-NOT: shardx.attention
+  // CHECK: tensor.insert_slice
+  // CHECK: return
+  %pos = arith.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
+  %qpos = shardx.chunk %pos on @mesh axes = [0] dim = 0 : tensor<8xi64> -> tensor<4xi64>
+  %kg = shardx.all_gather %k on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %vg = shardx.all_gather %v on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %o, %l = shardx.attention %q, %kg, %vg causal(%qpos, %pos) scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return %o, %l : tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+}
+
+// CHECK-LABEL: func.func @in_order
+func.func @in_order(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
+                    %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  // CHECK-COUNT-3: shardx.attention {{.*}} -> tensor<1x2x2x8xf32>, tensor<1x2x2xf32>
+  // CHECK: shardx.permute
+  // CHECK: shardx.attention {{.*}} -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  // CHECK-NOT: shardx.attention
+  // CHECK: return
+  %pos = arith.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi64>
+  %qpos = shardx.chunk %pos on @mesh axes = [0] dim = 0 : tensor<8xi64> -> tensor<4xi64>
+  %kg = shardx.all_gather %k on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %vg = shardx.all_gather %v on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
+  %o, %l = shardx.attention %q, %kg, %vg causal(%qpos, %pos) scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
