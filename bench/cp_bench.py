@@ -19,13 +19,16 @@ its own unsharded run, the median speedups compared (gather/ring above 1:
 the ring is faster); and prints both forms' modeled buffer-level peak per
 rank (docs/Memory.md). The steps run on the example's values
 (planrun.input_files).
-``--zigzag`` (with ``--sdpa``) times the ring on the sequence in its rows'
-order against the ring on the same data in zig-zag order
+``--zigzag`` (with ``--sdpa``) times the step on the sequence in its rows'
+order against the step on the same data in zig-zag order
 (shardx.context_parallel: rank r holds chunks r and 2n - 1 - r of 2n, the
 step compiled under its sequence_order, the rotary angles read the rows'
-positions), alternated in the same way: ring/zigzag above 1 means the
-zig-zag ring is faster; it computes 3 + 2 (n - 1) quarter blocks of
-attention per rank where the ring in order computes 4n.
+positions), each as a ring and with K and V gathered
+(--ring-attention-bytes=-1), the four alternated in the same way: in
+order/zig-zag above 1 means the zig-zag order is faster. The zig-zag ring
+computes 3 + 2 (n - 1) quarter blocks of attention per rank and the
+zig-zag gather 2n + 1 pieces of the same size, where either in order
+computes 4n.
 
 The ratio unsharded/sharded above 1 means the ranks beat one; on a machine
 with fewer cores than ranks the ranks share cores and the ratio says more
@@ -132,8 +135,9 @@ def measure_zigzag(args, ranks):
     example = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
     with cp.sequence_order(order):
         forms["zigzag"] = (trace(step, example, mesh, ins, outs, name="llama_cp"), example)
-    times = {form: [] for form in forms}
-    speedups = {form: [] for form in forms}
+    runs = [(order, ring) for ring in ("0", "-1") for order in forms]
+    times = {run: [] for run in runs}
+    speedups = {run: [] for run in runs}
     with tempfile.TemporaryDirectory() as d:
         files = {}
         for form, (text, example) in forms.items():
@@ -144,13 +148,14 @@ def measure_zigzag(args, ranks):
             os.makedirs(folder)
             files[form] = (src, input_files(example, folder))
         for _ in range(args.rounds):
-            for form, (src, inputs) in files.items():
-                ms, base = check_and_time(src, args.repeat, ["--ring-attention-bytes=0", inputs])
-                times[form].append(ms)
-                speedups[form].append(base / ms)
+            for form, ring in runs:
+                src, inputs = files[form]
+                ms, base = check_and_time(src, args.repeat,
+                                          [f"--ring-attention-bytes={ring}", inputs])
+                times[form, ring].append(ms)
+                speedups[form, ring].append(base / ms)
     med = statistics.median
-    return (med(times["ring"]), med(times["zigzag"]), med(speedups["ring"]),
-            med(speedups["zigzag"]))
+    return {run: (med(times[run]), med(speedups[run])) for run in runs}
 
 
 def try_dtensor_cp():
@@ -215,16 +220,18 @@ def main() -> int:
           f"{'causal SDPA' if args.sdpa else 'attention in ops'}; sequence split; "
           f"{os.cpu_count()} cores; median of {args.repeat} runs")
     if args.zigzag:
-        print("ranks | ring ms (unsharded/ring) | zig-zag ring ms (unsharded/zigzag) | "
-              f"ring/zigzag; {args.rounds} rounds alternated, medians")
+        print("ranks | form | in order ms (unsharded/sharded) | zig-zag ms (unsharded/sharded) | "
+              f"in order/zig-zag; {args.rounds} rounds alternated, medians")
         for n in args.ranks:
             try:
-                ring_ms, zz_ms, ring_up, zz_up = measure_zigzag(args, n)
+                m = measure_zigzag(args, n)
             except PlanRunError as e:
                 print(e, file=sys.stderr)
                 return 1
-            print(f"{n} | {ring_ms:.2f} ({ring_up:.2f}) | {zz_ms:.2f} ({zz_up:.2f}) | "
-                  f"{zz_up / ring_up:.2f}")
+            for form, ring in (("ring", "0"), ("gather", "-1")):
+                (ms, up), (zz_ms, zz_up) = m["ring", ring], m["zigzag", ring]
+                print(f"{n} | {form} | {ms:.2f} ({up:.2f}) | {zz_ms:.2f} ({zz_up:.2f}) | "
+                      f"{zz_up / up:.2f}")
         return 0
     print("ranks | K/V all-gathers | dK/dV reduce-scatters | other reshards | ring attention "
           "K/V (repeated heads, kv heads) | unsharded ms | sharded ms | unsharded/sharded")

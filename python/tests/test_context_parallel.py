@@ -294,13 +294,15 @@ def _zigzag_step(ranks, seq):
 
 
 @pytest.mark.parametrize("ranks,seq", ZIGZAG)
-def test_zigzag_ring_matches_eager_in_order(ranks, seq):
-    """The compiled step on the reordered data against eager PyTorch on the
-    data in its own order: the loss (a mean over positions) and every
-    parameter after two steps agree; without the order (a mask in the rows'
-    order) the loss differs."""
+@pytest.mark.parametrize("ring", [0, None], ids=["ring", "gather"])
+def test_zigzag_matches_eager_in_order(ranks, seq, ring):
+    """The compiled step on the reordered data (as a ring, and with the
+    default's K and V gathers, each attention op by the calls its mask
+    shows) against eager PyTorch on the data in its own order: the loss (a
+    mean over positions) and every parameter after two steps agree; without
+    the order (a mask in the rows' order) the loss differs."""
     step, mesh, ins, outs, order, zz, plain = _zigzag_step(ranks, seq)
-    f = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=0, sequence_order=order)
+    f = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=ring, sequence_order=order)
     params, state, inputs, target = zz
     _, _, plain_inputs, plain_target = plain
     ours, eager = (params, state), (params, state)
@@ -311,7 +313,7 @@ def test_zigzag_ring_matches_eager_in_order(ranks, seq):
         for a, b in zip(p, ep):
             torch.testing.assert_close(a.to_torch(), b.detach(), rtol=1e-4, atol=1e-5)
         ours, eager = (p, s), (ep, es)
-    unordered = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=0)
+    unordered = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=ring)
     loss = unordered(params, state, inputs, target)[0].to_torch()
     first = step.run_eager(params, state, plain_inputs, plain_target)[0].detach()
     # (at the tolerance the ordered step meets above)
@@ -340,12 +342,37 @@ def test_zigzag_ring_program_computes_the_shown_quarters(tmp_path, build_dir, ra
     assert all(f"tensor<{half}xi64>, tensor<{half}xi64> -> " in a for a in attention), attention
 
 
-def test_zigzag_ring_matches_unsharded_on_mpi(tmp_path, build_dir):
+@pytest.mark.parametrize("ranks,seq", [(2, 64), (4, 32)])
+def test_zigzag_gathered_attention_computes_the_shown_pieces(tmp_path, build_dir, ranks, seq):
+    """Without a ring (the default below 32 MiB, and -1), each rank's
+    attention over the gathered keys and both backward ops run by 2n + 1
+    calls of [s/2n] queries and keys (its queries' halves against the
+    2n chunks of keys its mask shows) where the rows' order computes 4n;
+    K and V are gathered once, as before."""
+    step, mesh, ins, outs, order, zz, _ = _zigzag_step(ranks, seq)
+    path = tmp_path / "zz.mlir"
+    with cp.sequence_order(order):
+        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    half = seq // (2 * ranks)
+    for option in ("33554432", "-1"):
+        local = run_tool([f"{build_dir}/bin/shardx-opt", str(path),
+                          f"--shardx-spmd=ring-attention-bytes={option}"])
+        count = {op: len(re.findall(rf"shardx\.{op} ", local))
+                 for op in ("attention", "attention_dq", "attention_dkv", "permute",
+                            "all_gather")}
+        assert count == dict(attention=2 * ranks + 1, attention_dq=2 * ranks + 1,
+                             attention_dkv=2 * ranks + 1, permute=0, all_gather=2), count
+        attention = [line for line in local.splitlines() if "shardx.attention" in line]
+        assert all(f"tensor<{half}xi64>, tensor<{half}xi64> -> " in a for a in attention)
+
+
+@pytest.mark.parametrize("ring", ["0", "-1"], ids=["ring", "gather"])
+def test_zigzag_matches_unsharded_on_mpi(tmp_path, build_dir, ring):
     step, mesh, ins, outs, order, zz, _ = _zigzag_step(4, 32)
     path = tmp_path / "zz.mlir"
     with cp.sequence_order(order):
         path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
-    check_on_mpi(build_dir, path, 4, ["--ring-attention-bytes=0"])
+    check_on_mpi(build_dir, path, 4, [f"--ring-attention-bytes={ring}"])
 
 
 def test_sequence_order_refusals():

@@ -159,8 +159,10 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizePass());
   pm.addPass(createPropagatePass());
   buildPartitionPipeline(pm, options.groupedRowRuns);
-  if (options.ringAttentionBytes >= 0)
-    pm.addPass(createRingAttentionPass({options.ringAttentionBytes}));
+  // Rings where the gathered keys and values reach ringAttentionBytes (-1:
+  // none); causal attention with constant positions by the calls its mask
+  // shows, ring or not.
+  pm.addPass(createRingAttentionPass({options.ringAttentionBytes}));
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
   // After the partition passes every sharded function is one block

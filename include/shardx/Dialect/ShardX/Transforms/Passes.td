@@ -471,15 +471,19 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
     the quarters (query half, key half) of its block that some rank's mask
     shows, as many calls as the rank that shows the most, each call's
     halves looked up by rank. A gather that an op which cannot ring reads
-    stays, with every op reading it. Anything else is left as it is.
+    stays, with every op reading it. An attention op (forward or backward)
+    left over the gathered keys, with such positions, runs by the calls its
+    mask shows too (the rank's queries in halves, the keys in pieces of the
+    same size) where they are at most three quarters of its work: `2n + 1`
+    of `4n` pieces in the zig-zag order. Anything else is left as it is.
 
-    `min-bytes`: only where the gathered keys and values of the op take at
-    least this many bytes per rank (-1: never).
+    `min-bytes`: rings only where the gathered keys and values of the op
+    take at least this many bytes per rank (-1: no ring).
   }];
   let options = [
     Option<"minBytes", "min-bytes", "int64_t", "0",
            "ring only where the gathered keys and values take at least this "
-           "many bytes per rank (-1: never)">,
+           "many bytes per rank (-1: no ring)">,
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",

@@ -660,25 +660,17 @@ struct Ring {
   }
 };
 
-/// Which quarters of each step's block a causal attention's mask shows,
-/// where its positions are a constant of the program: each rank's queries
-/// and each block's keys in two halves, a quarter (query half a, key half
-/// b) is shown where some key of b is at or before some query of a. A
-/// step whose every rank sees fewer than four computes only those (the
-/// ring's straight-line code computes as many quarters on every rank as
-/// the rank that sees the most): with the zig-zag order
-/// (shardx.context_parallel), the own block's three and two of every
-/// other, where the rows' order computes every block whole.
-struct Quarters {
-  int64_t half = 0;
-  /// Per step, per call, per member: the query and key half of the call
-  /// (a quarter some member's mask hides fills a member's spare calls;
-  /// its rows see no key, and it adds nothing).
-  SmallVector<SmallVector<SmallVector<std::pair<int64_t, int64_t>>>> calls;
-  /// Per step: computed whole (a rank sees all four quarters).
-  SmallVector<bool> wholes;
-
-  bool whole(int64_t step) const { return wholes[step]; }
+/// The calls that compute what a causal mask shows of an attention whose
+/// positions are a constant: each rank's queries and the keys in pieces,
+/// one call per (query piece, key piece) where some key of the key piece
+/// is at or before some query of the query piece. The program is straight
+/// line, so every rank makes as many calls as the rank that shows the
+/// most; a rank that shows fewer fills its spare calls with a hidden pair,
+/// whose rows see no key and add nothing.
+struct Calls {
+  int64_t piece = 0;
+  /// Per call, per member: the call's first query row and first key row.
+  SmallVector<SmallVector<std::pair<int64_t, int64_t>>> rows;
 };
 
 /// The integers of the constant `value`, or nullopt.
@@ -692,58 +684,68 @@ std::optional<SmallVector<int64_t>> constantInts(Value value) {
   return ints;
 }
 
-/// The quarters schedule of a causal ring (`pieces`) over the constant key
-/// positions `kpos`, whose queries are each rank's even chunk of the same
-/// positions (`qpos` a `shardx.chunk` of them over the ring's group), or
-/// nullopt (positions not known, uneven or odd blocks, or every step
-/// whole).
-std::optional<Quarters> quarterSchedule(const Pieces &pieces, Value qpos,
-                                        Value kpos) {
-  if (!qpos || !pieces.even() || pieces.block % 2)
+/// Causal positions that are a constant, `block` rows per member of a
+/// group in member order, whose queries are each member's rows of them.
+struct ChunkedPositions {
+  SmallVector<int64_t> values;
+  FlatSymbolRefAttr mesh;
+  DenseI64ArrayAttr axes;
+  int64_t members = 0, block = 0;
+};
+
+/// The positions of a causal attention whose key positions `kpos` are a
+/// constant and whose query positions `qpos` are an even `shardx.chunk`
+/// of the same constant over a group of at least 2, else nullopt.
+std::optional<ChunkedPositions> chunkedPositions(Value qpos, Value kpos) {
+  if (!qpos)
     return std::nullopt;
   auto chunk = qpos.getDefiningOp<ChunkOp>();
-  if (!chunk || chunk.getMeshAttr() != pieces.mesh ||
-      chunk.getAxesAttr() != pieces.axes || chunk.getDim() != 0 ||
-      chunk.getStride() != 1 || chunk.getSizes())
+  if (!chunk || chunk.getDim() != 0 || chunk.getStride() != 1 ||
+      chunk.getSizes() || !chunk.getType().hasStaticShape())
     return std::nullopt;
   std::optional<SmallVector<int64_t>> keys = constantInts(kpos);
   std::optional<SmallVector<int64_t>> queries = constantInts(chunk.getInput());
-  int64_t n = pieces.members(), block = pieces.block, half = block / 2;
-  if (!keys || !queries || *keys != *queries ||
-      static_cast<int64_t>(keys->size()) != n * block)
+  int64_t block = chunk.getType().getDimSize(0);
+  if (!keys || !queries || *keys != *queries || block == 0 ||
+      keys->size() % block || keys->size() / block < 2)
     return std::nullopt;
-  auto extreme = [&](int64_t member, int64_t h, bool greatest) {
-    auto first = keys->begin() + member * block + h * half;
-    return greatest ? *std::max_element(first, first + half)
-                    : *std::min_element(first, first + half);
+  return ChunkedPositions{*keys, chunk.getMeshAttr(), chunk.getAxesAttr(),
+                          static_cast<int64_t>(keys->size()) / block, block};
+}
+
+/// The calls of each member's queries (rows [r * block, (r + 1) * block)
+/// of `at`) against the keys at rows [keyStart(r), keyStart(r) + keys),
+/// both in pieces of `piece` rows; nullopt where some member shows every
+/// pair (the whole op is no more work).
+std::optional<Calls> shownCalls(const ChunkedPositions &at, int64_t piece,
+                                function_ref<int64_t(int64_t)> keyStart,
+                                int64_t keys) {
+  auto extreme = [&](int64_t first, bool greatest) {
+    auto begin = at.values.begin() + first;
+    return greatest ? *std::max_element(begin, begin + piece)
+                    : *std::min_element(begin, begin + piece);
   };
-  Quarters q{half};
-  bool any = false;
-  for (int64_t s = 0; s < n; ++s) {
-    SmallVector<SmallVector<std::pair<int64_t, int64_t>>> shown(n), hidden(n);
-    size_t most = 0;
-    for (int64_t r = 0; r < n; ++r) {
-      int64_t owner = (r - s + n) % n;
-      for (int64_t a = 0; a < 2; ++a)
-        for (int64_t b = 0; b < 2; ++b)
-          (extreme(owner, b, false) <= extreme(r, a, true) ? shown : hidden)[r]
-              .push_back({a, b});
-      most = std::max(most, shown[r].size());
-    }
-    q.calls.emplace_back();
-    q.wholes.push_back(most == 4);
-    if (most == 4)
-      continue;
-    any = true;
-    for (size_t i = 0; i < most; ++i) {
-      auto &call = q.calls.back().emplace_back();
-      for (int64_t r = 0; r < n; ++r)
-        call.push_back(i < shown[r].size() ? shown[r][i] : hidden[r].front());
-    }
+  int64_t n = at.members;
+  SmallVector<SmallVector<std::pair<int64_t, int64_t>>> shown(n), hidden(n);
+  size_t most = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t a = 0; a < at.block; a += piece)
+      for (int64_t k = 0; k < keys; k += piece)
+        (extreme(keyStart(r) + k, false) <= extreme(r * at.block + a, true)
+             ? shown
+             : hidden)[r]
+            .push_back({a, k});
+    most = std::max(most, shown[r].size());
   }
-  if (!any)
+  if (llvm::any_of(hidden, [](auto &h) { return h.empty(); }))
     return std::nullopt;
-  return q;
+  Calls calls{piece};
+  for (size_t i = 0; i < most; ++i) {
+    auto &call = calls.rows.emplace_back();
+    for (int64_t r = 0; r < n; ++r)
+      call.push_back(i < shown[r].size() ? shown[r][i] : hidden[r].front());
+  }
+  return calls;
 }
 
 /// A tensor of `like`'s type filled with `value`.
@@ -753,6 +755,11 @@ Value filled(OpBuilder &b, Location loc, Value like, Attribute value) {
                                         type.getElementType());
   Value scalar = arith::ConstantOp::create(b, loc, cast<TypedAttr>(value));
   return linalg::FillOp::create(b, loc, scalar, empty).getResult(0);
+}
+
+Value zerosLike(OpBuilder &b, Location loc, Value like) {
+  return filled(b, loc, like,
+                b.getZeroAttr(getElementTypeOrSelf(like.getType())));
 }
 
 /// `dest` with `source` written at `offset` along `dim`.
@@ -777,21 +784,121 @@ Value addAlong(OpBuilder &b, Location loc, Value acc, Value term, int64_t dim,
   return insertAlong(b, loc, add(b, loc, part, term), acc, dim, offset);
 }
 
-/// One call of a quartered step: this rank's query and key half, as the
-/// first row of each (looked up by the rank).
-struct QuarterCall {
+/// The operands of one call: this rank's query and key rows, looked up by
+/// `rank`, and the operands sliced to them (the queries' and the rows'
+/// tensors along dim 2, positions along dim 0).
+struct CallRows {
   Value queryRow, keyRow;
+  OpBuilder &b;
+  Location loc;
+  IntegerAttr size;
+
+  Value rows(Value x, int64_t dim) const {
+    return sliceAlong(b, loc, x, dim, queryRow, size);
+  }
+  Value keys(Value x, int64_t dim) const {
+    return sliceAlong(b, loc, x, dim, keyRow, size);
+  }
 };
 
-QuarterCall quarterCall(OpBuilder &b, Location loc, const Quarters &quarters,
-                        Value rank, int64_t step, int64_t call) {
+CallRows callRows(OpBuilder &b, Location loc, const Calls &calls,
+                  ArrayRef<std::pair<int64_t, int64_t>> call, Value rank) {
   SmallVector<int64_t> queryRows, keyRows;
-  for (auto [a, h] : quarters.calls[step][call]) {
-    queryRows.push_back(a * quarters.half);
-    keyRows.push_back(h * quarters.half);
+  for (auto [q, k] : call) {
+    queryRows.push_back(q);
+    keyRows.push_back(k);
   }
   return {Ring::lookup(b, loc, rank, queryRows),
-          Ring::lookup(b, loc, rank, keyRows)};
+          Ring::lookup(b, loc, rank, keyRows), b, loc,
+          b.getIndexAttr(calls.piece)};
+}
+
+/// `op`'s attention by `calls` over keys `k`, values `v` and key
+/// positions `kpos`, each call's (out, lse) combined into its query rows
+/// of `out` and `lse` (zeros and -inf where null).
+void attendByCalls(OpBuilder &b, Location loc, AttentionOp op,
+                   const Calls &calls, Value rank, Value k, Value v,
+                   Value qpos, Value kpos, Value &out, Value &lse) {
+  if (!out) {
+    out = zerosLike(b, loc, op.getOut());
+    lse = filled(b, loc, op.getLse(),
+                 b.getFloatAttr(getElementTypeOrSelf(op.getLse().getType()),
+                                -std::numeric_limits<double>::infinity()));
+  }
+  int64_t piece = calls.piece;
+  for (const auto &call : calls.rows) {
+    CallRows at = callRows(b, loc, calls, call, rank);
+    auto block = AttentionOp::create(
+        b, loc, withDim(op.getOut(), 2, piece), withDim(op.getLse(), 2, piece),
+        at.rows(op.getQ(), 2), at.keys(k, 2), at.keys(v, 2),
+        at.rows(qpos, 0), at.keys(kpos, 0), op.getScaleAttr());
+    auto [rowsOut, rowsLse] =
+        combine(b, loc, at.rows(out, 2), at.rows(lse, 2), block.getOut(),
+                block.getLse());
+    out = insertAlong(b, loc, rowsOut, out, 2, at.queryRow);
+    lse = insertAlong(b, loc, rowsLse, lse, 2, at.queryRow);
+  }
+}
+
+/// The backward's operands.
+struct BackwardOperands {
+  Value q, k, v, out, lse, dout, qpos, kpos;
+  FloatAttr scale;
+};
+
+/// The backward of an attention by `calls`: each call's dq added into its
+/// query rows of `dq`, its dK and dV into its key rows of `dk` and `dv`
+/// (each null where not wanted; zeros first).
+void backwardByCalls(OpBuilder &b, Location loc, const Calls &calls,
+                     Value rank, const BackwardOperands &x, Value *dq,
+                     Value *dk, Value *dv) {
+  if (dq && !*dq)
+    *dq = zerosLike(b, loc, x.q);
+  if (dk && !*dk) {
+    *dk = zerosLike(b, loc, x.k);
+    *dv = zerosLike(b, loc, x.v);
+  }
+  int64_t piece = calls.piece;
+  for (const auto &call : calls.rows) {
+    CallRows at = callRows(b, loc, calls, call, rank);
+    Value qs = at.rows(x.q, 2), os = at.rows(x.out, 2), ls = at.rows(x.lse, 2),
+          dos = at.rows(x.dout, 2), qp = at.rows(x.qpos, 0);
+    Value ks = at.keys(x.k, 2), vs = at.keys(x.v, 2), kp = at.keys(x.kpos, 0);
+    if (dq) {
+      Value term = AttentionDqOp::create(b, loc, withDim(x.q, 2, piece), qs, ks,
+                                         vs, os, ls, dos, qp, kp, x.scale);
+      *dq = addAlong(b, loc, *dq, term, 2, at.queryRow);
+    }
+    if (dk) {
+      auto block = AttentionDkvOp::create(b, loc, withDim(x.k, 2, piece),
+                                          withDim(x.v, 2, piece), qs, ks, vs,
+                                          os, ls, dos, qp, kp, x.scale);
+      *dk = addAlong(b, loc, *dk, block.getDk(), 2, at.keyRow);
+      *dv = addAlong(b, loc, *dv, block.getDv(), 2, at.keyRow);
+    }
+  }
+}
+
+/// A causal ring's calls per step (`shownCalls` of each rank's queries
+/// against the block it holds, in halves), where its positions are a
+/// constant split with the ring's blocks; nullopt for a step computed
+/// whole. With the zig-zag order of shardx.context_parallel: 3 quarters of
+/// the own block and 2 of every other.
+SmallVector<std::optional<Calls>> ringCalls(const Pieces &pieces, Value qpos,
+                                            Value kpos) {
+  int64_t n = pieces.members();
+  SmallVector<std::optional<Calls>> steps(n);
+  std::optional<ChunkedPositions> at = chunkedPositions(qpos, kpos);
+  if (!at || !pieces.even() || pieces.block % 2 || at->mesh != pieces.mesh ||
+      at->axes != pieces.axes || at->block != pieces.block ||
+      at->members != n)
+    return steps;
+  for (int64_t s = 0; s < n; ++s)
+    steps[s] = shownCalls(
+        *at, pieces.block / 2,
+        [&](int64_t r) { return (r - s + n) % n * pieces.block; },
+        pieces.block);
+  return steps;
 }
 
 /// Whether every reader of `value` (sequence dim `dim`) is an attention
@@ -907,50 +1014,27 @@ LogicalResult ringForward(AttentionOp op, int64_t minBytes) {
   if (failed(ring))
     return failure();
   Value qpos = op.getQpos() ? op.getQpos() : ring->queryPos;
-  std::optional<Quarters> quarters =
-      quarterSchedule(ring->keys.pieces, op.getQpos(), op.getKpos());
+  SmallVector<std::optional<Calls>> steps =
+      ringCalls(ring->keys.pieces, op.getQpos(), op.getKpos());
   Value out, lse;
   for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [k, v, pos] = ring->step(b, loc, s);
-    if (!quarters || quarters->whole(s)) {
-      auto block = AttentionOp::create(b, loc, op.getOut().getType(),
-                                       op.getLse().getType(), op.getQ(), k, v,
-                                       qpos, pos, op.getScaleAttr());
-      if (!out) {
-        out = block.getOut();
-        lse = block.getLse();
-        continue;
-      }
-      std::tie(out, lse) =
-          combine(b, loc, out, lse, block.getOut(), block.getLse());
+    if (steps[s]) {
+      // The quarters the mask shows, each combined into its query rows.
+      attendByCalls(b, loc, op, *steps[s], ring->rank, k, v, qpos, pos, out,
+                    lse);
       continue;
     }
-    // The quarters the mask shows, each combined into its query rows.
-    int64_t half = quarters->half;
+    auto block = AttentionOp::create(b, loc, op.getOut().getType(),
+                                     op.getLse().getType(), op.getQ(), k, v,
+                                     qpos, pos, op.getScaleAttr());
     if (!out) {
-      out = filled(b, loc, op.getOut(), b.getZeroAttr(getElementTypeOrSelf(
-                                            op.getOut().getType())));
-      lse = filled(b, loc, op.getLse(),
-                   b.getFloatAttr(getElementTypeOrSelf(op.getLse().getType()),
-                                  -std::numeric_limits<double>::infinity()));
+      out = block.getOut();
+      lse = block.getLse();
+      continue;
     }
-    for (size_t i = 0; i < quarters->calls[s].size(); ++i) {
-      auto [queryRow, keyRow] = quarterCall(b, loc, *quarters, ring->rank, s, i);
-      auto size = b.getIndexAttr(half);
-      auto block = AttentionOp::create(
-          b, loc, withDim(op.getOut(), 2, half), withDim(op.getLse(), 2, half),
-          sliceAlong(b, loc, op.getQ(), 2, queryRow, size),
-          sliceAlong(b, loc, k, 2, keyRow, size),
-          sliceAlong(b, loc, v, 2, keyRow, size),
-          sliceAlong(b, loc, qpos, 0, queryRow, size),
-          sliceAlong(b, loc, pos, 0, keyRow, size), op.getScaleAttr());
-      auto [rowsOut, rowsLse] =
-          combine(b, loc, sliceAlong(b, loc, out, 2, queryRow, size),
-                  sliceAlong(b, loc, lse, 2, queryRow, size), block.getOut(),
-                  block.getLse());
-      out = insertAlong(b, loc, rowsOut, out, 2, queryRow);
-      lse = insertAlong(b, loc, rowsLse, lse, 2, queryRow);
-    }
+    std::tie(out, lse) =
+        combine(b, loc, out, lse, block.getOut(), block.getLse());
   }
   op.getOut().replaceAllUsesWith(out);
   op.getLse().replaceAllUsesWith(lse);
@@ -1009,13 +1093,19 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
           applyToBlock(b, loc, link, block, offset, ring->keys.pieces.block);
     return block;
   };
-  std::optional<Quarters> quarters =
-      quarterSchedule(ring->keys.pieces, qpos, kpos);
+  SmallVector<std::optional<Calls>> steps =
+      ringCalls(ring->keys.pieces, qpos, kpos);
   Value dqSum, dkAcc, dvAcc;
   for (int64_t s = 0; s < ring->keys.ranks(); ++s) {
     auto [kb, vb, pos] = ring->step(b, loc, s);
     Value dkBlock, dvBlock;
-    if (!quarters || quarters->whole(s)) {
+    if (steps[s]) {
+      // The quarters the mask shows, each added into its rows.
+      backwardByCalls(b, loc, *steps[s], ring->rank,
+                      {q, kb, vb, out, lse, dout, rowPos, pos, scale},
+                      dq ? &dqSum : nullptr, dkv ? &dkBlock : nullptr,
+                      dkv ? &dvBlock : nullptr);
+    } else {
       if (dq) {
         Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
                                            lse, dout, rowPos, pos, scale);
@@ -1027,41 +1117,6 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
                                             pos, scale);
         dkBlock = block.getDk();
         dvBlock = block.getDv();
-      }
-    } else {
-      // The quarters the mask shows, each added into its rows.
-      int64_t half = quarters->half;
-      auto size = b.getIndexAttr(half);
-      if (dq && !dqSum)
-        dqSum = filled(b, loc, q, b.getZeroAttr(getElementTypeOrSelf(q.getType())));
-      if (dkv) {
-        dkBlock = filled(b, loc, kb, b.getZeroAttr(getElementTypeOrSelf(kb.getType())));
-        dvBlock = filled(b, loc, vb, b.getZeroAttr(getElementTypeOrSelf(vb.getType())));
-      }
-      for (size_t i = 0; i < quarters->calls[s].size(); ++i) {
-        auto [queryRow, keyRow] =
-            quarterCall(b, loc, *quarters, ring->rank, s, i);
-        auto rows = [&](Value x, int64_t dim) {
-          return sliceAlong(b, loc, x, dim, queryRow, size);
-        };
-        auto keyRows = [&](Value x, int64_t dim) {
-          return sliceAlong(b, loc, x, dim, keyRow, size);
-        };
-        Value qs = rows(q, 2), os = rows(out, 2), ls = rows(lse, 2),
-              dos = rows(dout, 2), qp = rows(rowPos, 0);
-        Value ks = keyRows(kb, 2), vs = keyRows(vb, 2), kp = keyRows(pos, 0);
-        if (dq) {
-          Value term = AttentionDqOp::create(b, loc, withDim(q, 2, half), qs,
-                                             ks, vs, os, ls, dos, qp, kp, scale);
-          dqSum = addAlong(b, loc, dqSum, term, 2, queryRow);
-        }
-        if (dkv) {
-          auto block = AttentionDkvOp::create(
-              b, loc, withDim(kb, 2, half), withDim(vb, 2, half), qs, ks, vs,
-              os, ls, dos, qp, kp, scale);
-          dkBlock = addAlong(b, loc, dkBlock, block.getDk(), 2, keyRow);
-          dvBlock = addAlong(b, loc, dvBlock, block.getDv(), 2, keyRow);
-        }
       }
     }
     if (dkv) {
@@ -1105,6 +1160,65 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   return success();
 }
 
+/// An attention op (forward or backward) over every key, not a ring, by
+/// the calls its mask shows (`shownCalls` of the rank's queries in halves
+/// against the keys in pieces alike), where its positions are a constant
+/// split with the queries and the calls are at most three quarters of the
+/// op's work: the zig-zag order's `2n + 1` of `4n` pieces. Fails
+/// otherwise.
+LogicalResult callsOverKeys(Operation *op) {
+  auto fwd = dyn_cast<AttentionOp>(op);
+  auto dq = dyn_cast<AttentionDqOp>(op);
+  auto dkv = dyn_cast<AttentionDkvOp>(op);
+  BackwardOperands x;
+  if (fwd)
+    x = {fwd.getQ(), fwd.getK(), fwd.getV(), {}, {}, {}, fwd.getQpos(),
+         fwd.getKpos(), fwd.getScaleAttr()};
+  else if (dq)
+    x = {dq.getQ(),    dq.getK(),   dq.getV(),    dq.getOut(),  dq.getLse(),
+         dq.getDout(), dq.getQpos(), dq.getKpos(), dq.getScaleAttr()};
+  else
+    x = {dkv.getQ(),    dkv.getK(),    dkv.getV(),    dkv.getOut(),
+         dkv.getLse(),  dkv.getDout(), dkv.getQpos(), dkv.getKpos(),
+         dkv.getScaleAttr()};
+  std::optional<ChunkedPositions> at = chunkedPositions(x.qpos, x.kpos);
+  if (!at || at->block % 2)
+    return failure();
+  auto qType = cast<RankedTensorType>(x.q.getType());
+  auto kType = cast<RankedTensorType>(x.k.getType());
+  int64_t keys = static_cast<int64_t>(at->values.size());
+  if (qType.getDimSize(2) != at->block || kType.getDimSize(2) != keys)
+    return failure();
+  int64_t piece = at->block / 2;
+  std::optional<Calls> calls =
+      shownCalls(*at, piece, [](int64_t) { return 0; }, keys);
+  int64_t pairs = 2 * (keys / piece);
+  if (!calls || 4 * static_cast<int64_t>(calls->rows.size()) > 3 * pairs)
+    return failure();
+  OpBuilder b(op);
+  Location loc = op->getLoc();
+  Value rank =
+      AxisIndexOp::create(b, loc, b.getIndexType(), at->mesh, at->axes);
+  if (fwd) {
+    Value out, lse;
+    attendByCalls(b, loc, fwd, *calls, rank, x.k, x.v, x.qpos, x.kpos, out,
+                  lse);
+    fwd.getOut().replaceAllUsesWith(out);
+    fwd.getLse().replaceAllUsesWith(lse);
+  } else if (dq) {
+    Value grad;
+    backwardByCalls(b, loc, *calls, rank, x, &grad, nullptr, nullptr);
+    dq.getDq().replaceAllUsesWith(grad);
+  } else {
+    Value dk, dv;
+    backwardByCalls(b, loc, *calls, rank, x, nullptr, &dk, &dv);
+    dkv.getDk().replaceAllUsesWith(dk);
+    dkv.getDv().replaceAllUsesWith(dv);
+  }
+  op->erase();
+  return success();
+}
+
 /// Whether `dq` and `dkv` are the backward of one attention: the same
 /// operands.
 bool sameAttention(AttentionDqOp dq, AttentionDkvOp dkv) {
@@ -1127,8 +1241,6 @@ struct RingAttentionPass
   using RingAttentionPassBase::RingAttentionPassBase;
 
   void runOnOperation() override {
-    if (minBytes < 0)
-      return;
     SmallVector<AttentionOp> forwards;
     SmallVector<AttentionDqOp> dqs;
     SmallVector<AttentionDkvOp> dkvs;
@@ -1164,18 +1276,25 @@ struct RingAttentionPass
           again = true;
         }
     }
+    // Never a ring (min-bytes -1): each op by the calls its mask shows.
+    if (minBytes < 0)
+      for (auto &[op, plan] : plans)
+        plan.second = false;
     auto ok = [&](Operation *op) { return op && plans.lookup(op).second; };
     llvm::SetVector<Block *> changed;
+    // The ops run as rings (erased).
+    llvm::SmallPtrSet<Operation *, 8> ringed;
     for (AttentionOp op : forwards) {
       Block *block = op->getBlock();
-      if (ok(op) && succeeded(ringForward(op, minBytes)))
+      if (ok(op) && succeeded(ringForward(op, minBytes))) {
         changed.insert(block);
+        ringed.insert(op);
+      }
     }
-    llvm::SmallPtrSet<Operation *, 8> paired;
     for (AttentionDqOp dq : dqs) {
       AttentionDkvOp partner;
       for (AttentionDkvOp dkv : dkvs)
-        if (!paired.contains(dkv) && dq->getBlock() == dkv->getBlock() &&
+        if (!ringed.contains(dkv) && dq->getBlock() == dkv->getBlock() &&
             sameAttention(dq, dkv))
           partner = dkv;
       // Together where both can; else each alone (the keys' gradients may
@@ -1184,19 +1303,27 @@ struct RingAttentionPass
       if (!ok(dq))
         continue;
       if (ok(partner) && succeeded(ringBackward(dq, partner, minBytes))) {
-        paired.insert(partner);
+        ringed.insert(partner);
+        ringed.insert(dq);
         changed.insert(block);
       } else if (succeeded(ringBackward(dq, nullptr, minBytes))) {
+        ringed.insert(dq);
         changed.insert(block);
       }
     }
     for (AttentionDkvOp dkv : dkvs) {
-      if (paired.contains(dkv) || !ok(dkv))
+      if (ringed.contains(dkv) || !ok(dkv))
         continue;
       Block *block = dkv->getBlock();
-      if (succeeded(ringBackward(nullptr, dkv, minBytes)))
+      if (succeeded(ringBackward(nullptr, dkv, minBytes))) {
+        ringed.insert(dkv);
         changed.insert(block);
+      }
     }
+    // The others, over every key: by the calls their masks show.
+    for (Operation *op : all)
+      if (!ringed.contains(op))
+        (void)callsOverKeys(op);
     for (Block *block : changed)
       eraseUnread(*block);
   }

@@ -4,6 +4,8 @@
 // RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=DQ
 // RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=DKV
 // RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=PERM
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention=min-bytes=-1 \
+// RUN:   | FileCheck %s --check-prefix=NORING
 
 // Tests that an attention reading keys and values all-gathered along the
 // sequence (through a transpose to [B, H, S, D]) on 2 ranks runs as a ring:
@@ -182,8 +184,19 @@ func.func @uneven_full(%q: tensor<1x2x?x8xf32>, %k: tensor<1x2x?x8xf32>,
 // (rank 1's step-1 calls read key rows 0 where rank 0's read 0 and 2), and
 // is combined into its query rows. Positions in the rows' order: the own
 // block in 3 quarters, the other's whole (rank 1 sees all of rank 0's).
+// Without a ring (NORING), the attention over the gathered keys runs by
+// the pieces its mask shows: each rank's query halves against the 4
+// chunks of 2 keys, 5 of 8 on either rank (rank 0: half 0 sees chunk 0,
+// half 1 all four); in the rows' order rank 1 shows 7 of 8, more than
+// three quarters: one whole op.
 shardx.mesh @mesh(shape = 2, axes = ["cp"])
 // CHECK-LABEL: func.func @zigzag
+// NORING-LABEL: func.func @zigzag
+// NORING-COUNT-2: shardx.all_gather
+// NORING-COUNT-5: shardx.attention {{.*}} : tensor<1x2x2x8xf32>, tensor<1x2x2x8xf32>, tensor<1x2x2x8xf32>, tensor<2xi64>, tensor<2xi64> ->
+// NORING-NOT: shardx.attention
+// NORING-NOT: shardx.permute
+// NORING: return
 func.func @zigzag(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
                   %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>) {
   // CHECK: %[[NEGINF:.*]] = arith.constant 0xFF800000 : f32
@@ -206,6 +219,10 @@ func.func @zigzag(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
 }
 
 // CHECK-LABEL: func.func @in_order
+// NORING-LABEL: func.func @in_order
+// NORING: shardx.attention {{.*}} -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
+// NORING-NOT: shardx.attention
+// NORING: return
 func.func @in_order(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
                     %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
   // CHECK-COUNT-3: shardx.attention {{.*}} -> tensor<1x2x2x8xf32>, tensor<1x2x2xf32>
