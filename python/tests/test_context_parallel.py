@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import shardx
-from shardx import Mesh, Shard as S
+from shardx import Mesh, Replicate as R, Shard as S
 from shardx import context_parallel as cp
 from shardx.importer import trace
 from shardx.train import TrainStep
@@ -318,6 +318,34 @@ def test_zigzag_matches_eager_in_order(ranks, seq, ring):
     first = step.run_eager(params, state, plain_inputs, plain_target)[0].detach()
     # (at the tolerance the ordered step meets above)
     assert not torch.allclose(loss, first, rtol=1e-5, atol=1e-6), (loss, first)
+
+
+@pytest.mark.parametrize("ring", [0, None], ids=["ring", "gather"])
+def test_zigzag_with_data_parallel_matches_eager_in_order(ring, build_dir):
+    """A (dp, cp) 2x2 mesh: 2 sequences over dp, each in zig-zag order over
+    cp; the pieces are the 2-rank case's (5 calls of each op per rank)."""
+    torch.manual_seed(0)
+    module = models.LlamaBlock(DIM, HEADS, KV_HEADS, HIDDEN, sdpa=True)
+    step = TrainStep(module, F.mse_loss, "sgd", lr=0.1)
+    x, y = torch.randn(2, 32, DIM), torch.randn(2, 32, DIM)
+    mesh = Mesh((2, 2), ("dp", "cp"))
+    ins, outs = step.placements(mesh, {}, [[S(0), S(1)], [R(), S(0)]], [S(0), S(1)])
+    order = cp.zigzag_order(32, 2)
+    params, state, inputs, target = step.example_args([cp.zigzag(x, 1, 2), order],
+                                                      cp.zigzag(y, 1, 2))
+    _, _, plain_inputs, plain_target = step.example_args([x], y)
+    f = shardx.compile(step, mesh, ins, outs, ring_attention_bytes=ring, sequence_order=order)
+    loss, p, _ = f(params, state, inputs, target)
+    el, ep, _ = step.run_eager(params, state, plain_inputs, plain_target)
+    torch.testing.assert_close(loss.to_torch(), el.detach(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(p, ep):
+        torch.testing.assert_close(a.to_torch(), b.detach(), rtol=1e-4, atol=1e-5)
+    with cp.sequence_order(order):
+        text = trace(step, (params, state, inputs, target), mesh, ins, outs, name="zz")
+    local = run_tool([f"{build_dir}/bin/shardx-opt", "-",
+                      f"--shardx-spmd=ring-attention-bytes={-1 if ring is None else ring}"],
+                     input=text)
+    assert len(re.findall(r"shardx\.attention_dkv ", local)) == 5
 
 
 @pytest.mark.parametrize("ranks,seq", [(2, 64), (4, 32)])
