@@ -11,6 +11,11 @@ eager on the same step.
     ~/.cache/shardx/venv/bin/python bench/attention_bench.py [--seq 256 1024] [--ranks 1 2]
 
 The ratio math/composite above 1 means the composite op's step is faster.
+``--pieces`` also times the composite step with its attention computed
+whole (``attention_piece_rows=0``) against the default, which runs an
+unsharded causal attention by the pieces of at least 128 rows its mask
+shows (docs/Rules.md, "Causal attention in pieces"): whole/composite above
+1 means the pieces are faster.
 """
 
 import argparse
@@ -40,9 +45,10 @@ def measure(args, seq, ranks):
     ins, outs = step.placements(mesh, {}, [[S(1)]], [S(1)])
     example = step.example_args([x], y)
     runs = {}
-    for form in ("composite", "math"):
-        with composite(form == "composite"):
-            f = shardx.compile(step, mesh, ins, outs, name=f"attention_bench_{form}")
+    for form in ("composite", "math") + (("whole",) if args.pieces else ()):
+        with composite(form != "math"):
+            f = shardx.compile(step, mesh, ins, outs, name=f"attention_bench_{form}",
+                               attention_piece_rows=0 if form == "whole" else None)
             f(*example)  # compile
         runs[form] = f
     # The two compiled forms interleaved (they share the machine's noise);
@@ -71,15 +77,20 @@ def main():
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--pieces", action="store_true",
+                   help="also time the composite step with its attention whole")
     args = p.parse_args()
     print(f"LlamaBlock({args.dim}, {args.heads} heads, {args.kv_heads} kv heads, {args.hidden}), "
           f"causal SDPA, batch 1; {os.cpu_count()} cores; medians of {args.repeat} steps")
-    print("positions  ranks  composite ms  math ms  eager ms  math/composite  eager/composite")
+    print("positions  ranks  composite ms  math ms  eager ms  math/composite  eager/composite"
+          + ("  whole ms  whole/composite" if args.pieces else ""))
     for seq in args.seq:
         for ranks in args.ranks:
             t = measure(args, seq, ranks)
             print(f"{seq:9d}  {ranks:5d}  {t['composite']:12.2f}  {t['math']:7.2f}  {t['eager']:8.2f}"
-                  f"  {t['math'] / t['composite']:14.2f}  {t['eager'] / t['composite']:15.2f}")
+                  f"  {t['math'] / t['composite']:14.2f}  {t['eager'] / t['composite']:15.2f}"
+                  + (f"  {t['whole']:8.2f}  {t['whole'] / t['composite']:15.2f}"
+                     if args.pieces else ""))
 
 
 if __name__ == "__main__":

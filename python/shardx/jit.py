@@ -319,13 +319,14 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
                     timing: Optional[Dict[str, float]] = None, recompute: str = "none",
                     recompute_budget: Optional[int] = None,
                     meanwhile: Optional[Callable[[], None]] = None,
-                    ring_attention_bytes=None):
+                    ring_attention_bytes=None, attention_piece_rows=None):
     """The loaded artifact of ``mlir_text``, from the disk cache or compiled
     into it. Returns (artifact, key, path); ``timing`` (if given) gets the
     seconds of the SPMD pipeline, code generation and loading. ``recompute``
     is shardx-compile's ``--recompute`` policy and ``recompute_budget`` its
     ``--recompute-budget`` (bytes per rank; both part of the key), and
-    ``ring_attention_bytes`` its ``--ring-attention-bytes`` (None: the
+    ``ring_attention_bytes`` its ``--ring-attention-bytes`` and
+    ``attention_piece_rows`` its ``--attention-piece-rows`` (None: the
     compiler's default; part of the key otherwise).
     ``meanwhile`` is called while the compiler runs (not on a cache hit)."""
     timing = {} if timing is None else timing
@@ -340,6 +341,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
         fields["recompute_budget"] = int(recompute_budget)
     if ring_attention_bytes is not None:
         fields["ring_attention_bytes"] = str(ring_attention_bytes)
+    if attention_piece_rows is not None:
+        fields["attention_piece_rows"] = int(attention_piece_rows)
     material = json.dumps(fields, sort_keys=True)
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = _usable_cache_dir()
@@ -394,6 +397,8 @@ def load_or_compile(mlir_text: str, layouts: Sequence[str], target: str,
             args.append(f"--recompute-budget={int(recompute_budget)}")
         if ring_attention_bytes is not None:
             args.append(f"--ring-attention-bytes={ring_attention_bytes}")
+        if attention_piece_rows is not None:
+            args.append(f"--attention-piece-rows={int(attention_piece_rows)}")
         run_compiler(src, tmp_so, args, timing, tool, meanwhile)
         digest = _sha256(tmp_so)
         os.replace(tmp_so, so)
@@ -836,10 +841,11 @@ class CompiledFunction(runtime().CompiledCall):
                  donate, name: Optional[str], recompute: str = "none",
                  memory_budget: Optional[int] = None,
                  recompute_budget: Optional[int] = None, ring_attention_bytes=None,
-                 sequence_order=None):
+                 sequence_order=None, attention_piece_rows: Optional[int] = None):
         super().__init__()
         self.ring_attention_bytes = ring_attention_bytes
         self.sequence_order = sequence_order
+        self.attention_piece_rows = attention_piece_rows
         self.fn = fn
         self.recompute = recompute
         self.recompute_budget = recompute_budget
@@ -1096,7 +1102,8 @@ class CompiledFunction(runtime().CompiledCall):
                                                   compile_target(self.backend), timing,
                                                   self.recompute, self.recompute_budget,
                                                   meanwhile=later.collect,
-                                                  ring_attention_bytes=self.ring_attention_bytes)
+                                                  ring_attention_bytes=self.ring_attention_bytes,
+                                                  attention_piece_rows=self.attention_piece_rows)
         timing["total"] = time.perf_counter() - start
         self.last_compile_timing = timing
         if self.first_call_timing is None:
@@ -1468,7 +1475,8 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
             backend: str = "threads", donate=(), name: Optional[str] = None,
             recompute: str = "none", memory_budget: Optional[int] = None,
             recompute_budget: Optional[int] = None,
-            ring_attention_bytes=None, sequence_order=None) -> CompiledFunction:
+            ring_attention_bytes=None, sequence_order=None,
+            attention_piece_rows: Optional[int] = None) -> CompiledFunction:
     """``fn`` compiled for ``mesh``: see the module documentation.
 
     ``in_placements`` / ``out_placements``: one entry per flattened input /
@@ -1502,6 +1510,11 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
     every causal ``scaled_dot_product_attention`` masks by these positions,
     and its ring computes only the quarters of each block the mask shows
     (docs/Rules.md, "Zig-zag load balancing").
+    ``attention_piece_rows``: an unsharded causal attention (its queries
+    and keys at torch.arange's positions) runs by the pieces its mask
+    shows, of at least this many rows, at most 8 a side (None: the
+    compiler's default, 128; 0: whole; docs/Rules.md, "Causal attention in
+    pieces").
     """
     if recompute not in RECOMPUTE_POLICIES:
         raise ValueError(f"recompute={recompute!r} is not a policy; one of "
@@ -1519,6 +1532,11 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
             or ring_attention_bytes < 0):
         raise ValueError(f"ring_attention_bytes={ring_attention_bytes!r}: expected a "
                          'non-negative int (bytes per rank), "never" or None')
+    if attention_piece_rows is not None and (isinstance(attention_piece_rows, bool) or
+                                             not isinstance(attention_piece_rows, int) or
+                                             attention_piece_rows < 0):
+        raise ValueError(f"attention_piece_rows={attention_piece_rows!r}: expected a "
+                         "non-negative int (rows; 0: whole) or None")
     if backend == "cuda-local":
         backend = "cuda"
     if backend not in BACKENDS:
@@ -1545,4 +1563,4 @@ def compile(fn: Callable, mesh: Mesh, in_placements: Optional[Sequence[Optional[
         sequence_order = normalized_order(sequence_order)
     return CompiledFunction(fn, mesh, in_placements, out_placements, backend, donate, name,
                             recompute, memory_budget, recompute_budget, ring_attention_bytes,
-                            sequence_order)
+                            sequence_order, attention_piece_rows)

@@ -27,6 +27,12 @@ CASES = {
     "causal_rect": ((1, 2, 6, 8), (1, 2, 10, 8), 4, dict(is_causal=True)),
     "three_dims": ((3, 8, 16), (3, 8, 16), 16, dict(is_causal=True)),
     "uneven": ((1, 2, 7, 8), (1, 2, 7, 8), 8, dict(is_causal=True)),
+    # Long enough to run in pieces unsharded (shardx-ring-attention's
+    # piece-rows, 128): 4 x 4 pieces of 128 rows, 10 of them computed; 3 of
+    # 2 x 2 of 192 with grouped-query heads.
+    "causal_long": ((1, 2, 512, 8), (1, 2, 512, 8), 8, dict(is_causal=True)),
+    "gqa_causal_long": ((1, 4, 384, 8), (1, 2, 384, 8), 8,
+                        dict(is_causal=True, enable_gqa=True)),
 }
 
 
@@ -105,8 +111,9 @@ def test_ring_attention_matches_eager(name, ranks, build_dir):
     ``ring_attention_bytes=0``. On these small shapes propagation gathers
     K and V for the forward and for attention_dq (and q for
     attention_dkv, whose keys stay split): where the keys divide evenly,
-    those two run as rings (shardx-ring-attention: n attention ops each, K
-    and V permuted n - 1 times per ring); unevenly too (10 keys over 4
+    those two run as rings (shardx-ring-attention: n attention ops each,
+    attention_dq's own block as 3 quarters where causal, K and V permuted
+    n - 1 times per ring); unevenly too (10 keys over 4
     ranks: 3, 3, 3, 1), the padding masked by its key positions (made up
     where the attention is not causal). f64 against eager: the output and
     the three gradients. (test_context_parallel checks the rings of a Llama block,
@@ -126,7 +133,12 @@ def test_ring_attention_matches_eager(name, ranks, build_dir):
     ops = {op: local.count(f"shardx.{op} ")
            for op in ("attention", "attention_dq", "attention_dkv", "permute", "all_gather",
                       "reduce_scatter")}
-    assert ops["attention"] == ops["attention_dq"] == ranks, ops
+    # attention_dq's query positions are torch.arange's split by a chunk,
+    # known at compile time and the keys' own: where causal, its own
+    # block runs as the 3 quarters the mask shows (docs/Rules.md, "Zig-zag
+    # load balancing"). The forward here reads every query (q gathered).
+    calls = ranks + 2 if name in ("causal", "gqa_causal") else ranks
+    assert ops["attention"] == ranks and ops["attention_dq"] == calls, ops
     assert ops["permute"] == 2 * 2 * (ranks - 1), ops
     if k.shape[2] % ranks and "is_causal" not in CASES[name][3]:
         # Uneven and not causal: the padding masked by made-up positions.
@@ -149,6 +161,35 @@ def test_ring_attention_threshold(build_dir):
         assert ("shardx.permute" in local) == ring, option
     with pytest.raises(ValueError, match="ring_attention_bytes"):
         shardx.compile(step, Mesh((2,)), ring_attention_bytes=-1)
+
+
+@pytest.mark.parametrize("name,calls", [("causal_long", 10), ("gqa_causal_long", 3),
+                                        ("causal", 1)])
+def test_long_causal_attention_runs_in_pieces(name, calls, build_dir):
+    """Unsharded, a causal attention whose positions are torch.arange's runs
+    by the pieces its mask shows (at least 128 rows each, at most 8 a side):
+    each of the three ops is that many calls; piece-rows=0 keeps one."""
+    q, k, v = _inputs(name, torch.float64)
+    text = trace(_step(name), (q, k, v), None, None, None, name="pieces")
+    for option, want in (("", calls), ("{piece-rows=0}", 1)):
+        local = run_tool([f"{build_dir}/bin/shardx-opt", "-", "--pass-pipeline",
+                          f"builtin.module(shardx-ring-attention{option})"], input=text)
+        for op in ("attention", "attention_dq", "attention_dkv"):
+            assert local.count(f"shardx.{op} ") == want, (op, option)
+
+
+def test_attention_piece_rows_option():
+    """shardx.compile's attention_piece_rows: 0 computes the op whole (the
+    numbers of both forms match eager), a negative count is refused."""
+    step = _step("causal_long")
+    q, k, v = _inputs("causal_long", torch.float64)
+    want = step(q, k, v)
+    for rows in (0, 256):
+        got = shardx.compile(step, None, attention_piece_rows=rows)(q, k, v)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.to_torch(), b.detach(), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="attention_piece_rows"):
+        shardx.compile(step, None, attention_piece_rows=-1)
 
 
 def test_program_keeps_no_probabilities():

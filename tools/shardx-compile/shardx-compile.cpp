@@ -85,6 +85,14 @@ static llvm::cl::opt<std::string> ringAttentionBytes(
                    "bytes, or a number with KiB, MiB or GiB, or never "
                    "(default: 32MiB; shardx-ring-attention, docs/Rules.md)"),
     llvm::cl::value_desc("bytes"), llvm::cl::init("32MiB"));
+static llvm::cl::opt<int64_t> attentionPieceRows(
+    llvm::cl::cat(toolOptions), "attention-piece-rows",
+    llvm::cl::desc("an attention on one rank whose queries and keys are at "
+                   "the same known positions (torch.arange's, unsharded) "
+                   "runs by the pieces its causal mask shows, of at least "
+                   "this many rows, at most 8 a side (0: whole; "
+                   "docs/Rules.md)"),
+    llvm::cl::init(128));
 static llvm::cl::opt<unsigned>
     optLevel(llvm::cl::cat(toolOptions), "O", llvm::cl::Prefix,
              llvm::cl::desc("LLVM optimization level of the CPU code, -O0 "
@@ -322,6 +330,7 @@ int main(int argc, char **argv) {
     // target's host reads no device buffer.
     spmdOptions.groupedRowRuns = target != "cuda";
     spmdOptions.ringAttentionBytes = ringBytes;
+    spmdOptions.attentionPieceRows = attentionPieceRows;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     // The verifier runs once after the pipeline rather than after each of
     // its passes: on large programs a run costs about what a pass does.

@@ -111,6 +111,12 @@ static cl::opt<int64_t> ringAttentionBytes(
              "gathered keys and values take at least this many bytes per "
              "rank (-1: never)"),
     cl::init(32 * 1024 * 1024));
+static cl::opt<int64_t> attentionPieceRows(
+    cl::cat(toolOptions), "attention-piece-rows",
+    cl::desc("shardx-spmd's attention-piece-rows: an attention on one rank "
+             "at known positions runs by the pieces its causal mask shows, "
+             "of at least this many rows (0: whole)"),
+    cl::init(128));
 static cl::opt<bool> bucketCollectives(
     cl::cat(toolOptions), "bucket-collectives",
     cl::desc("merge small all-reduces into buckets (shardx-spmd's "
@@ -152,6 +158,7 @@ static bool compileTo(ModuleOp source, bool sharded, const std::string &path) {
     spmdOptions.bucketCollectives = bucketCollectives;
     spmdOptions.scheduleCollectives = scheduleCollectives;
     spmdOptions.ringAttentionBytes = ringAttentionBytes;
+    spmdOptions.attentionPieceRows = attentionPieceRows;
     mlir::shardx::buildSpmdPipeline(pm, spmdOptions);
     if (failed(pm.run(*module)))
       return false;

@@ -162,7 +162,8 @@ void mlir::shardx::buildSpmdPipeline(OpPassManager &pm,
   // Rings where the gathered keys and values reach ringAttentionBytes (-1:
   // none); causal attention with constant positions by the calls its mask
   // shows, ring or not.
-  pm.addPass(createRingAttentionPass({options.ringAttentionBytes}));
+  pm.addPass(createRingAttentionPass(
+      {options.ringAttentionBytes, options.attentionPieceRows}));
   if (options.bucketCollectives)
     pm.addPass(createBucketCollectivesPass());
   // After the partition passes every sharded function is one block

@@ -61,6 +61,13 @@ struct SpmdPipelineOptions : public PassPipelineOptions<SpmdPipelineOptions> {
                      "at least this many bytes per rank (-1: never; "
                      "shardx-ring-attention)"),
       llvm::cl::init(32 * 1024 * 1024)};
+  PassOptions::Option<int64_t> attentionPieceRows{
+      *this, "attention-piece-rows",
+      llvm::cl::desc("an attention on one rank whose queries and keys are at "
+                     "the same known positions runs by the pieces its causal "
+                     "mask shows, of at least this many rows (0: whole; "
+                     "shardx-ring-attention's piece-rows)"),
+      llvm::cl::init(128)};
   PassOptions::Option<bool> printSchedule{
       *this, "print-schedule",
       llvm::cl::desc("remark per function: modeled communication and exposed "

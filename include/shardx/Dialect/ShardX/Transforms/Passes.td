@@ -479,11 +479,19 @@ def RingAttentionPass : Pass<"shardx-ring-attention", "ModuleOp"> {
 
     `min-bytes`: rings only where the gathered keys and values of the op
     take at least this many bytes per rank (-1: no ring).
+    `piece-rows`: an attention op on one rank whose queries and keys are at
+    the same known positions (a constant, or the iota `torch.arange` traces
+    to: an unsharded causal attention) runs by the calls its mask shows
+    over pieces of at least this many rows, at most 8 a side (the rows'
+    order: 36 of 64 pieces); 0: whole.
   }];
   let options = [
     Option<"minBytes", "min-bytes", "int64_t", "0",
            "ring only where the gathered keys and values take at least this "
            "many bytes per rank (-1: no ring)">,
+    Option<"pieceRows", "piece-rows", "int64_t", "128",
+           "an attention on one rank at known positions runs in pieces of at "
+           "least this many rows (0: whole)">,
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",

@@ -57,6 +57,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 namespace mlir::shardx {
 #define GEN_PASS_DEF_RINGATTENTIONPASS
@@ -166,7 +167,8 @@ Pieces evenPieces(Operation *op, int64_t dim, FlatSymbolRefAttr mesh,
 /// split over that axis, stride 1) and `whole` (the same but for that
 /// split, and for a Partial of the axis on `whole`'s side where
 /// `partialWhole`), else nullopt.
-std::optional<Pieces> exchangePieces(ExchangeOp op, const ::shardx::Layout &split,
+std::optional<Pieces> exchangePieces(ExchangeOp op,
+                                     const ::shardx::Layout &split,
                                      const ::shardx::Layout &whole,
                                      bool partialWhole) {
   if (op.getAxes().size() != 1)
@@ -264,8 +266,8 @@ std::optional<Pieces> scatterPieces(Operation *op, int64_t dim) {
 /// The ops from a gather along the sequence (`gatherPieces`) to `value`
 /// (whose sequence dim is `dim`), last op first; fails where an op of the
 /// path acts across positions.
-FailureOr<std::pair<Pieces, SmallVector<Link>>>
-findGatherChain(Value value, int64_t dim) {
+FailureOr<std::pair<Pieces, SmallVector<Link>>> findGatherChain(Value value,
+                                                                int64_t dim) {
   SmallVector<Link> chain;
   while (true) {
     Operation *op = value.getDefiningOp();
@@ -301,8 +303,8 @@ findGatherChain(Value value, int64_t dim) {
 /// The ops from `value` (sequence dim `dim`) to the sum-scatter along the
 /// sequence (`scatterPieces`) that is its only reader's path, first op
 /// first.
-FailureOr<std::pair<Pieces, SmallVector<Link>>>
-findScatterChain(Value value, int64_t dim) {
+FailureOr<std::pair<Pieces, SmallVector<Link>>> findScatterChain(Value value,
+                                                                 int64_t dim) {
   SmallVector<Link> chain;
   while (true) {
     if (!value.hasOneUse())
@@ -343,8 +345,8 @@ Value sliceAlong(OpBuilder &b, Location loc, Value value, int64_t dim,
   offsets[dim] = offset;
   std::optional<int64_t> known = getConstantIntValue(size);
   return tensor::ExtractSliceOp::create(
-      b, loc, withDim(value, dim, known ? *known : ShapedType::kDynamic),
-      value, offsets, sizes, strides);
+      b, loc, withDim(value, dim, known ? *known : ShapedType::kDynamic), value,
+      offsets, sizes, strides);
 }
 
 /// `value` padded at the end of `dim` to `size` with `fill`.
@@ -364,8 +366,8 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
                    Value offset, int64_t size) {
   Operation *op = link.op;
   if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op))
-    return tensor::CollapseShapeOp::create(
-        b, loc, block, collapse.getReassociationIndices());
+    return tensor::CollapseShapeOp::create(b, loc, block,
+                                           collapse.getReassociationIndices());
   if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
     return tensor::ExpandShapeOp::create(
         b, loc, withDim(expand.getResult(), link.resultDim, size), block,
@@ -389,8 +391,9 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
       Value empty = tensor::EmptyOp::create(b, loc, type.getShape(),
                                             type.getElementType());
       if (auto fill = whole.getDefiningOp<linalg::FillOp>()) {
-        map.map(whole, linalg::FillOp::create(b, loc, fill.value(), empty)
-                           .getResult(0));
+        map.map(
+            whole,
+            linalg::FillOp::create(b, loc, fill.value(), empty).getResult(0));
         continue;
       }
       if (whole.getDefiningOp<tensor::EmptyOp>()) {
@@ -398,7 +401,8 @@ Value applyToBlock(OpBuilder &b, Location loc, const Link &link, Value block,
         continue;
       }
     }
-    map.map(whole, sliceAlong(b, loc, whole, *at, offset, b.getIndexAttr(size)));
+    map.map(whole,
+            sliceAlong(b, loc, whole, *at, offset, b.getIndexAttr(size)));
   }
   Operation *clone = b.clone(*op, map);
   clone->getResult(0).setType(
@@ -434,8 +438,7 @@ struct Chain {
   Value apply(OpBuilder &b, Location loc, Value blockValue,
               Value offset) const {
     for (const Link &link : llvm::reverse(links))
-      blockValue =
-          applyToBlock(b, loc, link, blockValue, offset, pieces.block);
+      blockValue = applyToBlock(b, loc, link, blockValue, offset, pieces.block);
     return blockValue;
   }
 };
@@ -512,7 +515,8 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
       [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
         Type t = a[0].getType();
         Value negInf = arith::ConstantOp::create(
-            nb, nl, nb.getFloatAttr(t, -std::numeric_limits<double>::infinity()));
+            nb, nl,
+            nb.getFloatAttr(t, -std::numeric_limits<double>::infinity()));
         Value zero = arith::ConstantOp::create(nb, nl, nb.getZeroAttr(t));
         Value m = arith::MaximumFOp::create(nb, nl, a[0], a[1]);
         Value none =
@@ -520,8 +524,10 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
         Value ref = arith::SelectOp::create(nb, nl, none, zero, m);
         Value sum = arith::AddFOp::create(
             nb, nl,
-            math::ExpOp::create(nb, nl, arith::SubFOp::create(nb, nl, a[0], ref)),
-            math::ExpOp::create(nb, nl, arith::SubFOp::create(nb, nl, a[1], ref)));
+            math::ExpOp::create(nb, nl,
+                                arith::SubFOp::create(nb, nl, a[0], ref)),
+            math::ExpOp::create(nb, nl,
+                                arith::SubFOp::create(nb, nl, a[1], ref)));
         return arith::AddFOp::create(nb, nl, ref,
                                      math::LogOp::create(nb, nl, sum));
       });
@@ -536,7 +542,8 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
       [](OpBuilder &nb, Location nl, ValueRange a) -> Value {
         Type t = a[0].getType();
         Value negInf = arith::ConstantOp::create(
-            nb, nl, nb.getFloatAttr(t, -std::numeric_limits<double>::infinity()));
+            nb, nl,
+            nb.getFloatAttr(t, -std::numeric_limits<double>::infinity()));
         Value zero = arith::ConstantOp::create(nb, nl, nb.getZeroAttr(t));
         Value none = arith::CmpFOp::create(nb, nl, arith::CmpFPredicate::OEQ,
                                            a[4], negInf);
@@ -545,7 +552,8 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
                                         arith::SubFOp::create(nb, nl, l, a[4]));
           return arith::SelectOp::create(nb, nl, none, zero, w);
         };
-        return arith::AddFOp::create(nb, nl, weighted(nb, nl, weight(a[2]), a[0]),
+        return arith::AddFOp::create(nb, nl,
+                                     weighted(nb, nl, weight(a[2]), a[0]),
                                      weighted(nb, nl, weight(a[3]), a[1]));
       });
   return {newOut, newLse};
@@ -554,8 +562,8 @@ std::pair<Value, Value> combine(OpBuilder &b, Location loc, Value out,
 /// The ring's state on one rank: the blocks it holds and whose they are.
 struct Ring {
   Chain keys, values;
-  Value rank;      // this rank's index in the group
-  Value keyPos;    // every key's position, or null
+  Value rank;   // this rank's index in the group
+  Value keyPos; // every key's position, or null
   /// Where the attention has no positions but its blocks are padded: every
   /// query's made-up position, the greatest but one (each block's real
   /// keys at 0 see it, the padding at the greatest does not).
@@ -571,17 +579,16 @@ struct Ring {
   }
 
   Value shift(OpBuilder &b, Location loc, Value value) const {
-    return PermuteOp::create(b, loc, value.getType(), value,
-                             keys.pieces.mesh, keys.pieces.axes,
-                             shiftPairs(b));
+    return PermuteOp::create(b, loc, value.getType(), value, keys.pieces.mesh,
+                             keys.pieces.axes, shiftPairs(b));
   }
 
   /// The member whose block is held at step `step`: (rank - step) mod n.
   Value ownerAt(OpBuilder &b, Location loc, int64_t step) const {
     Value n = arith::ConstantIndexOp::create(b, loc, keys.ranks());
     Value back = arith::ConstantIndexOp::create(b, loc, keys.ranks() - step);
-    return arith::RemUIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, rank, back), n);
+    return arith::RemUIOp::create(b, loc,
+                                  arith::AddIOp::create(b, loc, rank, back), n);
   }
 
   /// `table[member]` for the index `member`.
@@ -590,9 +597,9 @@ struct Ring {
     Value value = arith::ConstantIndexOp::create(b, loc, table[0]);
     for (auto [j, entry] : llvm::enumerate(table))
       if (j > 0 && entry != table[0]) {
-        Value is = arith::CmpIOp::create(
-            b, loc, arith::CmpIPredicate::eq, member,
-            arith::ConstantIndexOp::create(b, loc, j));
+        Value is =
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, member,
+                                  arith::ConstantIndexOp::create(b, loc, j));
         value = arith::SelectOp::create(
             b, loc, is, arith::ConstantIndexOp::create(b, loc, entry), value);
       }
@@ -629,8 +636,8 @@ struct Ring {
       Value size = lookup(b, loc, ownerAt(b, loc, step), keys.pieces.sizes);
       Type i64 = b.getI64Type();
       Value zero = arith::ConstantOp::create(b, loc, b.getIntegerAttr(i64, 0));
-      Value real = tensor::EmptyOp::create(
-          b, loc, ArrayRef<OpFoldResult>{size}, i64);
+      Value real =
+          tensor::EmptyOp::create(b, loc, ArrayRef<OpFoldResult>{size}, i64);
       pos = padAlong(b, loc,
                      linalg::FillOp::create(b, loc, zero, real).getResult(0), 0,
                      keys.pieces.block,
@@ -642,11 +649,10 @@ struct Ring {
       Value size = lookup(b, loc, ownerAt(b, loc, step), keys.pieces.sizes);
       auto intType = cast<IntegerType>(
           cast<RankedTensorType>(keyPos.getType()).getElementType());
-      pos = padAlong(
-          b, loc, sliceAlong(b, loc, keyPos, 0, offset, size), 0,
-          keys.pieces.block,
-          b.getIntegerAttr(intType,
-                           APInt::getSignedMaxValue(intType.getWidth())));
+      pos = padAlong(b, loc, sliceAlong(b, loc, keyPos, 0, offset, size), 0,
+                     keys.pieces.block,
+                     b.getIntegerAttr(intType, APInt::getSignedMaxValue(
+                                                   intType.getWidth())));
     }
     return {k, v, pos};
   }
@@ -684,8 +690,73 @@ std::optional<SmallVector<int64_t>> constantInts(Value value) {
   return ints;
 }
 
-/// Causal positions that are a constant, `block` rows per member of a
-/// group in member order, whose queries are each member's rows of them.
+/// The value of `value`, an integer of the body of a linalg.generic with
+/// one loop, at index `i`: where it is made of the loop's index, constants,
+/// casts, sums, differences and products; else nullopt.
+std::optional<int64_t> evaluateAt(Value value, int64_t i) {
+  Operation *op = value.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+  APInt c;
+  if (matchPattern(value, m_ConstantInt(&c)))
+    return c.getSExtValue();
+  if (auto index = dyn_cast<linalg::IndexOp>(op))
+    return index.getDim() == 0 ? std::optional<int64_t>(i) : std::nullopt;
+  if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp>(op))
+    return evaluateAt(op->getOperand(0), i);
+  if (!isa<arith::AddIOp, arith::SubIOp, arith::MulIOp>(op))
+    return std::nullopt;
+  std::optional<int64_t> x = evaluateAt(op->getOperand(0), i);
+  std::optional<int64_t> y = evaluateAt(op->getOperand(1), i);
+  if (!x || !y)
+    return std::nullopt;
+  std::optional<int64_t> result = isa<arith::AddIOp>(op)
+                                      ? llvm::checkedAdd(*x, *y)
+                                  : isa<arith::SubIOp>(op)
+                                      ? llvm::checkedSub(*x, *y)
+                                      : llvm::checkedMul(*x, *y);
+  // Where the op's type would wrap, the value is not this one.
+  unsigned width = value.getType().isIndex()
+                       ? 64
+                       : value.getType().getIntOrFloatBitWidth();
+  if (result && width < 64 &&
+      (*result < -(int64_t(1) << (width - 1)) ||
+       *result >= (int64_t(1) << (width - 1))))
+    return std::nullopt;
+  return result;
+}
+
+/// The values of positions `value` where they are known at compile time:
+/// a constant, or computed from the index alone by a linalg.generic (what
+/// `torch.arange` traces to).
+std::optional<SmallVector<int64_t>> knownPositions(Value value) {
+  if (!value)
+    return std::nullopt;
+  if (std::optional<SmallVector<int64_t>> ints = constantInts(value))
+    return ints;
+  auto generic = value.getDefiningOp<linalg::GenericOp>();
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!generic || generic.getNumDpsInputs() != 0 ||
+      generic->getNumResults() != 1 || !type || type.getRank() != 1 ||
+      !type.hasStaticShape() ||
+      !generic.getIndexingMapsArray()[0].isIdentity())
+    return std::nullopt;
+  Value yielded =
+      cast<linalg::YieldOp>(generic.getRegion().front().getTerminator())
+          .getOperand(0);
+  SmallVector<int64_t> values;
+  for (int64_t i = 0; i < type.getDimSize(0); ++i) {
+    std::optional<int64_t> v = evaluateAt(yielded, i);
+    if (!v)
+      return std::nullopt;
+    values.push_back(*v);
+  }
+  return values;
+}
+
+/// Causal positions known at compile time (`knownPositions`), `block`
+/// rows per member of a group in member order, whose queries are each
+/// member's rows of them.
 struct ChunkedPositions {
   SmallVector<int64_t> values;
   FlatSymbolRefAttr mesh;
@@ -693,24 +764,34 @@ struct ChunkedPositions {
   int64_t members = 0, block = 0;
 };
 
-/// The positions of a causal attention whose key positions `kpos` are a
-/// constant and whose query positions `qpos` are an even `shardx.chunk`
-/// of the same constant over a group of at least 2, else nullopt.
+/// The positions of a causal attention whose key positions `kpos` are
+/// known and whose query positions `qpos` are the same, or an even
+/// `shardx.chunk` of the same over a group (of one member: the same
+/// again), else nullopt.
 std::optional<ChunkedPositions> chunkedPositions(Value qpos, Value kpos) {
   if (!qpos)
     return std::nullopt;
-  auto chunk = qpos.getDefiningOp<ChunkOp>();
-  if (!chunk || chunk.getDim() != 0 || chunk.getStride() != 1 ||
-      chunk.getSizes() || !chunk.getType().hasStaticShape())
+  std::optional<SmallVector<int64_t>> keys = knownPositions(kpos);
+  if (!keys || keys->empty())
     return std::nullopt;
-  std::optional<SmallVector<int64_t>> keys = constantInts(kpos);
-  std::optional<SmallVector<int64_t>> queries = constantInts(chunk.getInput());
+  int64_t whole = static_cast<int64_t>(keys->size());
+  auto chunk = qpos.getDefiningOp<ChunkOp>();
+  if (!chunk) {
+    std::optional<SmallVector<int64_t>> queries = knownPositions(qpos);
+    if (!queries || *queries != *keys)
+      return std::nullopt;
+    return ChunkedPositions{*keys, {}, {}, 1, whole};
+  }
+  if (chunk.getDim() != 0 || chunk.getStride() != 1 || chunk.getSizes() ||
+      !chunk.getType().hasStaticShape())
+    return std::nullopt;
+  std::optional<SmallVector<int64_t>> queries =
+      knownPositions(chunk.getInput());
   int64_t block = chunk.getType().getDimSize(0);
-  if (!keys || !queries || *keys != *queries || block == 0 ||
-      keys->size() % block || keys->size() / block < 2)
+  if (!queries || *queries != *keys || block == 0 || whole % block)
     return std::nullopt;
   return ChunkedPositions{*keys, chunk.getMeshAttr(), chunk.getAxesAttr(),
-                          static_cast<int64_t>(keys->size()) / block, block};
+                          whole / block, block};
 }
 
 /// The calls of each member's queries (rows [r * block, (r + 1) * block)
@@ -751,8 +832,8 @@ std::optional<Calls> shownCalls(const ChunkedPositions &at, int64_t piece,
 /// A tensor of `like`'s type filled with `value`.
 Value filled(OpBuilder &b, Location loc, Value like, Attribute value) {
   auto type = cast<RankedTensorType>(like.getType());
-  Value empty = tensor::EmptyOp::create(b, loc, type.getShape(),
-                                        type.getElementType());
+  Value empty =
+      tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
   Value scalar = arith::ConstantOp::create(b, loc, cast<TypedAttr>(value));
   return linalg::FillOp::create(b, loc, scalar, empty).getResult(0);
 }
@@ -817,8 +898,8 @@ CallRows callRows(OpBuilder &b, Location loc, const Calls &calls,
 /// positions `kpos`, each call's (out, lse) combined into its query rows
 /// of `out` and `lse` (zeros and -inf where null).
 void attendByCalls(OpBuilder &b, Location loc, AttentionOp op,
-                   const Calls &calls, Value rank, Value k, Value v,
-                   Value qpos, Value kpos, Value &out, Value &lse) {
+                   const Calls &calls, Value rank, Value k, Value v, Value qpos,
+                   Value kpos, Value &out, Value &lse) {
   if (!out) {
     out = zerosLike(b, loc, op.getOut());
     lse = filled(b, loc, op.getLse(),
@@ -830,11 +911,10 @@ void attendByCalls(OpBuilder &b, Location loc, AttentionOp op,
     CallRows at = callRows(b, loc, calls, call, rank);
     auto block = AttentionOp::create(
         b, loc, withDim(op.getOut(), 2, piece), withDim(op.getLse(), 2, piece),
-        at.rows(op.getQ(), 2), at.keys(k, 2), at.keys(v, 2),
-        at.rows(qpos, 0), at.keys(kpos, 0), op.getScaleAttr());
-    auto [rowsOut, rowsLse] =
-        combine(b, loc, at.rows(out, 2), at.rows(lse, 2), block.getOut(),
-                block.getLse());
+        at.rows(op.getQ(), 2), at.keys(k, 2), at.keys(v, 2), at.rows(qpos, 0),
+        at.keys(kpos, 0), op.getScaleAttr());
+    auto [rowsOut, rowsLse] = combine(b, loc, at.rows(out, 2), at.rows(lse, 2),
+                                      block.getOut(), block.getLse());
     out = insertAlong(b, loc, rowsOut, out, 2, at.queryRow);
     lse = insertAlong(b, loc, rowsLse, lse, 2, at.queryRow);
   }
@@ -849,9 +929,9 @@ struct BackwardOperands {
 /// The backward of an attention by `calls`: each call's dq added into its
 /// query rows of `dq`, its dK and dV into its key rows of `dk` and `dv`
 /// (each null where not wanted; zeros first).
-void backwardByCalls(OpBuilder &b, Location loc, const Calls &calls,
-                     Value rank, const BackwardOperands &x, Value *dq,
-                     Value *dk, Value *dv) {
+void backwardByCalls(OpBuilder &b, Location loc, const Calls &calls, Value rank,
+                     const BackwardOperands &x, Value *dq, Value *dk,
+                     Value *dv) {
   if (dq && !*dq)
     *dq = zerosLike(b, loc, x.q);
   if (dk && !*dk) {
@@ -890,8 +970,7 @@ SmallVector<std::optional<Calls>> ringCalls(const Pieces &pieces, Value qpos,
   SmallVector<std::optional<Calls>> steps(n);
   std::optional<ChunkedPositions> at = chunkedPositions(qpos, kpos);
   if (!at || !pieces.even() || pieces.block % 2 || at->mesh != pieces.mesh ||
-      at->axes != pieces.axes || at->block != pieces.block ||
-      at->members != n)
+      at->axes != pieces.axes || at->block != pieces.block || at->members != n)
     return steps;
   for (int64_t s = 0; s < n; ++s)
     steps[s] = shownCalls(
@@ -943,8 +1022,8 @@ FailureOr<std::pair<Chain, Chain>> planRing(Value k, Value v, Value kpos,
 
 /// The ring for an op reading keys `k`, values `v` and key positions
 /// `kpos` (`planRing`), its state made before the builder's point.
-FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value q, Value k,
-                         Value v, Value kpos, int64_t minBytes) {
+FailureOr<Ring> makeRing(OpBuilder &b, Location loc, Value q, Value k, Value v,
+                         Value kpos, int64_t minBytes) {
   auto plan = planRing(k, v, kpos, minBytes);
   if (failed(plan))
     return failure();
@@ -1056,8 +1135,7 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
                            op.getLse(), op.getDout(), op.getQpos(),
                            op.getKpos(), op.getScaleAttr());
   };
-  auto [q, k, v, out, lse, dout, qpos, kpos, scale] =
-      dq ? pick(dq) : pick(dkv);
+  auto [q, k, v, out, lse, dout, qpos, kpos, scale] = dq ? pick(dq) : pick(dkv);
   // The dK and dV paths to their reduce-scatters.
   std::optional<std::pair<Pieces, SmallVector<Link>>> dkPath, dvPath;
   if (dkv) {
@@ -1112,9 +1190,9 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
         dqSum = dqSum ? add(b, loc, dqSum, term) : term;
       }
       if (dkv) {
-        auto block = AttentionDkvOp::create(b, loc, kb.getType(), vb.getType(),
-                                            q, kb, vb, out, lse, dout, rowPos,
-                                            pos, scale);
+        auto block =
+            AttentionDkvOp::create(b, loc, kb.getType(), vb.getType(), q, kb,
+                                   vb, out, lse, dout, rowPos, pos, scale);
         dkBlock = block.getDk();
         dvBlock = block.getDv();
       }
@@ -1134,15 +1212,14 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   if (dkv) {
     // The accumulators of the last step belong to the next member; an
     // uneven piece is its padded block's first rows.
-    for (auto [path, acc] : {std::make_pair(&*dkPath, dkAcc),
-                             std::make_pair(&*dvPath, dvAcc)}) {
+    for (auto [path, acc] :
+         {std::make_pair(&*dkPath, dkAcc), std::make_pair(&*dvPath, dvAcc)}) {
       Value home = ring->shift(b, loc, acc);
       Value result = path->first.op->getResult(0);
       if (!ring->keys.pieces.even())
-        home = sliceAlong(
-            b, loc, home, path->first.dim, b.getIndexAttr(0),
-            tensor::getMixedSize(b, loc, ring->keys.input(),
-                                 ring->keys.pieces.dim));
+        home = sliceAlong(b, loc, home, path->first.dim, b.getIndexAttr(0),
+                          tensor::getMixedSize(b, loc, ring->keys.input(),
+                                               ring->keys.pieces.dim));
       result.replaceAllUsesWith(home);
     }
     // The full gradients' paths, now unread.
@@ -1166,39 +1243,55 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
 /// split with the queries and the calls are at most three quarters of the
 /// op's work: the zig-zag order's `2n + 1` of `4n` pieces. Fails
 /// otherwise.
-LogicalResult callsOverKeys(Operation *op) {
+LogicalResult callsOverKeys(Operation *op, int64_t pieceRows) {
   auto fwd = dyn_cast<AttentionOp>(op);
   auto dq = dyn_cast<AttentionDqOp>(op);
   auto dkv = dyn_cast<AttentionDkvOp>(op);
   BackwardOperands x;
   if (fwd)
-    x = {fwd.getQ(), fwd.getK(), fwd.getV(), {}, {}, {}, fwd.getQpos(),
-         fwd.getKpos(), fwd.getScaleAttr()};
+    x = {fwd.getQ(),    fwd.getK(),    fwd.getV(),        {}, {}, {},
+         fwd.getQpos(), fwd.getKpos(), fwd.getScaleAttr()};
   else if (dq)
-    x = {dq.getQ(),    dq.getK(),   dq.getV(),    dq.getOut(),  dq.getLse(),
-         dq.getDout(), dq.getQpos(), dq.getKpos(), dq.getScaleAttr()};
+    x = {dq.getQ(),    dq.getK(),    dq.getV(),
+         dq.getOut(),  dq.getLse(),  dq.getDout(),
+         dq.getQpos(), dq.getKpos(), dq.getScaleAttr()};
   else
-    x = {dkv.getQ(),    dkv.getK(),    dkv.getV(),    dkv.getOut(),
-         dkv.getLse(),  dkv.getDout(), dkv.getQpos(), dkv.getKpos(),
-         dkv.getScaleAttr()};
+    x = {dkv.getQ(),    dkv.getK(),    dkv.getV(),
+         dkv.getOut(),  dkv.getLse(),  dkv.getDout(),
+         dkv.getQpos(), dkv.getKpos(), dkv.getScaleAttr()};
   std::optional<ChunkedPositions> at = chunkedPositions(x.qpos, x.kpos);
-  if (!at || at->block % 2)
+  if (!at)
+    return failure();
+  int64_t piece = at->block;
+  if (at->members > 1) {
+    // A rank's queries in halves, the keys in pieces alike.
+    if (at->block % 2)
+      return failure();
+    piece = at->block / 2;
+  } else if (pieceRows > 0) {
+    // One rank's attention whose queries and keys are at the same known
+    // positions: in pieces of at least `pieceRows`, at most 8 a side.
+    while (piece % 2 == 0 && piece / 2 >= pieceRows && at->block / piece < 8)
+      piece /= 2;
+  }
+  if (piece == at->block)
     return failure();
   auto qType = cast<RankedTensorType>(x.q.getType());
   auto kType = cast<RankedTensorType>(x.k.getType());
   int64_t keys = static_cast<int64_t>(at->values.size());
   if (qType.getDimSize(2) != at->block || kType.getDimSize(2) != keys)
     return failure();
-  int64_t piece = at->block / 2;
-  std::optional<Calls> calls =
-      shownCalls(*at, piece, [](int64_t) { return 0; }, keys);
-  int64_t pairs = 2 * (keys / piece);
+  std::optional<Calls> calls = shownCalls(
+      *at, piece, [](int64_t) { return 0; }, keys);
+  int64_t pairs = (at->block / piece) * (keys / piece);
   if (!calls || 4 * static_cast<int64_t>(calls->rows.size()) > 3 * pairs)
     return failure();
   OpBuilder b(op);
   Location loc = op->getLoc();
-  Value rank =
-      AxisIndexOp::create(b, loc, b.getIndexType(), at->mesh, at->axes);
+  Value rank = at->members > 1
+                   ? Value(AxisIndexOp::create(b, loc, b.getIndexType(),
+                                               at->mesh, at->axes))
+                   : Value();
   if (fwd) {
     Value out, lse;
     attendByCalls(b, loc, fwd, *calls, rank, x.k, x.v, x.qpos, x.kpos, out,
@@ -1231,8 +1324,8 @@ bool sameAttention(AttentionDqOp dq, AttentionDkvOp dkv) {
 /// rank of the group runs; each rank's program drops it alike).
 void eraseUnread(Block &block) {
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
-    if (op.use_empty() && (isa<AllGatherOp, ExchangeOp>(op) ||
-                           wouldOpBeTriviallyDead(&op)))
+    if (op.use_empty() &&
+        (isa<AllGatherOp, ExchangeOp>(op) || wouldOpBeTriviallyDead(&op)))
       op.erase();
 }
 
@@ -1269,9 +1362,9 @@ struct RingAttentionPass
         if (!plans[op].second)
           kept.insert(plans[op].first.begin(), plans[op].first.end());
       for (Operation *op : all)
-        if (plans[op].second && llvm::any_of(plans[op].first, [&](Operation *g) {
-              return kept.contains(g);
-            })) {
+        if (plans[op].second &&
+            llvm::any_of(plans[op].first,
+                         [&](Operation *g) { return kept.contains(g); })) {
           plans[op].second = false;
           again = true;
         }
@@ -1323,7 +1416,7 @@ struct RingAttentionPass
     // The others, over every key: by the calls their masks show.
     for (Operation *op : all)
       if (!ringed.contains(op))
-        (void)callsOverKeys(op);
+        (void)callsOverKeys(op, pieceRows);
     for (Block *block : changed)
       eraseUnread(*block);
   }

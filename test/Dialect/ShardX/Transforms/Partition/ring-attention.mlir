@@ -6,6 +6,8 @@
 // RUN: shardx-opt %s --split-input-file --shardx-ring-attention | FileCheck %s --check-prefix=PERM
 // RUN: shardx-opt %s --split-input-file --shardx-ring-attention=min-bytes=-1 \
 // RUN:   | FileCheck %s --check-prefix=NORING
+// RUN: shardx-opt %s --split-input-file --shardx-ring-attention=piece-rows=2 \
+// RUN:   | FileCheck %s --check-prefix=PIECES
 
 // Tests that an attention reading keys and values all-gathered along the
 // sequence (through a transpose to [B, H, S, D]) on 2 ranks runs as a ring:
@@ -236,4 +238,49 @@ func.func @in_order(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>,
   %vg = shardx.all_gather %v on @mesh axes = [0] dim = 2 : tensor<1x2x4x8xf32> -> tensor<1x2x8x8xf32>
   %o, %l = shardx.attention %q, %kg, %vg causal(%qpos, %pos) scale = 0.35 : tensor<1x2x4x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<4xi64>, tensor<8xi64> -> tensor<1x2x4x8xf32>, tensor<1x2x4xf32>
   return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Tests an attention on one rank at torch.arange's positions (the iota
+// generic the importer writes, its multiply by 1 and add of 0 not folded)
+// in pieces of piece-rows=2: 8 queries and keys in 4 pieces each, the 10
+// pairs of the causal mask's lower triangle, each combined into its query
+// rows; dq and dK, dV alike. By default (128 rows) it stays whole, and so
+// do positions that are not an iota of the index.
+// CHECK-LABEL: func.func @pieces
+// CHECK-COUNT-1: shardx.attention %
+// CHECK-NOT: shardx.attention %
+// CHECK: return
+// PIECES-LABEL: func.func @pieces
+// PIECES-COUNT-10: shardx.attention {{.*}} : tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<2xi64>, tensor<2xi64> ->
+// PIECES-COUNT-10: shardx.attention_dq {{.*}} -> tensor<1x2x2x4xf32>
+// PIECES-COUNT-10: shardx.attention_dkv {{.*}} -> tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>
+// PIECES: return
+func.func @pieces(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>,
+                  %do: tensor<1x2x8x4xf32>)
+    -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) {
+  %e = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} outs(%e : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    %zero = arith.constant 0 : i64
+    %one = arith.constant 1 : i64
+    %m = arith.muli %c, %one : i64
+    %a = arith.addi %zero, %m : i64
+    linalg.yield %a : i64
+  } -> tensor<8xi64>
+  %o, %l = shardx.attention %q, %k, %v causal(%pos, %pos) scale = 0.5 : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<8xi64>, tensor<8xi64> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  %dq = shardx.attention_dq %q, %k, %v, %o, %l, %do causal(%pos, %pos) scale = 0.5 : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>, tensor<1x2x8x4xf32>, tensor<8xi64>, tensor<8xi64> -> tensor<1x2x8x4xf32>
+  %dk, %dv = shardx.attention_dkv %q, %k, %v, %o, %l, %do causal(%pos, %pos) scale = 0.5 : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>, tensor<1x2x8x4xf32>, tensor<8xi64>, tensor<8xi64> -> tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+  return %o, %dq, %dk, %dv : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+}
+
+// PIECES-LABEL: func.func @not_an_iota
+// PIECES-COUNT-1: shardx.attention %
+// PIECES-NOT: shardx.attention %
+func.func @not_an_iota(%q: tensor<1x2x8x4xf32>, %pos: tensor<8xi64>) -> tensor<1x2x8x4xf32> {
+  %o, %l = shardx.attention %q, %q, %q causal(%pos, %pos) scale = 0.5 : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<8xi64>, tensor<8xi64> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return %o : tensor<1x2x8x4xf32>
 }
