@@ -333,20 +333,34 @@ RankedTensorType withDim(Value value, int64_t dim, int64_t size) {
   return type.clone(shape);
 }
 
+/// The offsets, sizes and strides of the rows [offset, offset + size) of
+/// `type` along `dim`, the other dims (static) whole.
+struct SliceBounds {
+  SmallVector<OpFoldResult> offsets, sizes, strides;
+};
+
+SliceBounds boundsAlong(OpBuilder &b, RankedTensorType type, int64_t dim,
+                        OpFoldResult offset, OpFoldResult size) {
+  SliceBounds bounds;
+  bounds.offsets.assign(type.getRank(), b.getIndexAttr(0));
+  bounds.strides.assign(type.getRank(), b.getIndexAttr(1));
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    bounds.sizes.push_back(d == dim ? size
+                                    : b.getIndexAttr(type.getDimSize(d)));
+  bounds.offsets[dim] = offset;
+  return bounds;
+}
+
 /// The slice [offset, offset + size) of `value` along `dim` (the other
 /// dims static and whole).
 Value sliceAlong(OpBuilder &b, Location loc, Value value, int64_t dim,
                  OpFoldResult offset, OpFoldResult size) {
-  auto type = cast<RankedTensorType>(value.getType());
-  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
-  SmallVector<OpFoldResult> sizes, strides(type.getRank(), b.getIndexAttr(1));
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    sizes.push_back(d == dim ? size : b.getIndexAttr(type.getDimSize(d)));
-  offsets[dim] = offset;
+  SliceBounds at = boundsAlong(b, cast<RankedTensorType>(value.getType()), dim,
+                               offset, size);
   std::optional<int64_t> known = getConstantIntValue(size);
   return tensor::ExtractSliceOp::create(
       b, loc, withDim(value, dim, known ? *known : ShapedType::kDynamic), value,
-      offsets, sizes, strides);
+      at.offsets, at.sizes, at.strides);
 }
 
 /// `value` padded at the end of `dim` to `size` with `fill`.
@@ -710,15 +724,13 @@ std::optional<int64_t> evaluateAt(Value value, int64_t i) {
   std::optional<int64_t> y = evaluateAt(op->getOperand(1), i);
   if (!x || !y)
     return std::nullopt;
-  std::optional<int64_t> result = isa<arith::AddIOp>(op)
-                                      ? llvm::checkedAdd(*x, *y)
-                                  : isa<arith::SubIOp>(op)
-                                      ? llvm::checkedSub(*x, *y)
-                                      : llvm::checkedMul(*x, *y);
+  std::optional<int64_t> result =
+      isa<arith::AddIOp>(op)   ? llvm::checkedAdd(*x, *y)
+      : isa<arith::SubIOp>(op) ? llvm::checkedSub(*x, *y)
+                               : llvm::checkedMul(*x, *y);
   // Where the op's type would wrap, the value is not this one.
-  unsigned width = value.getType().isIndex()
-                       ? 64
-                       : value.getType().getIntOrFloatBitWidth();
+  unsigned width =
+      value.getType().isIndex() ? 64 : value.getType().getIntOrFloatBitWidth();
   if (result && width < 64 &&
       (*result < -(int64_t(1) << (width - 1)) ||
        *result >= (int64_t(1) << (width - 1))))
@@ -738,8 +750,7 @@ std::optional<SmallVector<int64_t>> knownPositions(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   if (!generic || generic.getNumDpsInputs() != 0 ||
       generic->getNumResults() != 1 || !type || type.getRank() != 1 ||
-      !type.hasStaticShape() ||
-      !generic.getIndexingMapsArray()[0].isIdentity())
+      !type.hasStaticShape() || !generic.getIndexingMapsArray()[0].isIdentity())
     return std::nullopt;
   Value yielded =
       cast<linalg::YieldOp>(generic.getRegion().front().getTerminator())
@@ -843,17 +854,14 @@ Value zerosLike(OpBuilder &b, Location loc, Value like) {
                 b.getZeroAttr(getElementTypeOrSelf(like.getType())));
 }
 
-/// `dest` with `source` written at `offset` along `dim`.
+/// `dest` with `source` (static) written at `offset` along `dim`.
 Value insertAlong(OpBuilder &b, Location loc, Value source, Value dest,
                   int64_t dim, OpFoldResult offset) {
   auto type = cast<RankedTensorType>(source.getType());
-  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
-  SmallVector<OpFoldResult> sizes, strides(type.getRank(), b.getIndexAttr(1));
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    sizes.push_back(b.getIndexAttr(type.getDimSize(d)));
-  offsets[dim] = offset;
-  return tensor::InsertSliceOp::create(b, loc, source, dest, offsets, sizes,
-                                       strides);
+  SliceBounds at =
+      boundsAlong(b, type, dim, offset, b.getIndexAttr(type.getDimSize(dim)));
+  return tensor::InsertSliceOp::create(b, loc, source, dest, at.offsets,
+                                       at.sizes, at.strides);
 }
 
 /// `acc` with `term` added to its rows [offset, offset + rows of `term`)
