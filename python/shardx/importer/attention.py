@@ -17,7 +17,10 @@ as the dialect's ops of the same names (docs/Rules.md, "Attention"); a
 causal mask is carried as the positions of the queries and keys
 (``torch.arange``), which a split of the sequence splits with the rows.
 Other calls (a mask tensor, dropout, bf16/f16, batch dims that broadcast)
-are traced as PyTorch's math backend writes them.
+are traced as PyTorch's math backend writes them. Under
+``sequence_order(order)`` a causal call's positions are the constant
+``order`` instead (rows reordered for context parallelism's load
+balancing, ``shardx.context_parallel``).
 
 **Flash precision.** PyTorch's CPU attention (the math backend the tracer uses) upcasts bf16/f16
 q, k and v to f32 and computes every product in f32. A GPU user of eager
