@@ -69,7 +69,7 @@ DIR="$(realpath -m "${1:-$ROOT/build-gpu-check}")"
 # uneven shards (the programs of test/Compiler/Gpu/programs.test).
 PROGRAMS=(megatron_mlp_train megatron_attention_train dp_train
   fsdp_tp_large_batch fsdp_uneven megatron_uneven dp_uneven_4
-  vocab_parallel_ce)
+  vocab_parallel_ce cp_zigzag)
 MAX_BYTES=$((50 * 1024 * 1024))
 
 log() { printf '[gpu_check] %s\n' "$*" >&2; }

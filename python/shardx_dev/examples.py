@@ -322,7 +322,35 @@ def unannotated_train() -> TraceSpec:
     return TraceSpec(step, step.example_args([torch.randn(4, 8)], torch.randn(4, 8)), name="unannotated_train")
 
 
+CP_ZIGZAG_ORDER = (32, 2)  # positions, ranks
+
+
+def cp_zigzag():
+    """Context-parallel train step (SGD) of a causal SDPA Llama block
+    (models.LlamaBlock(32, 4 heads, 2 kv heads, 64)) on cp=2 with its 32
+    positions in zig-zag order (shardx.context_parallel: rank r holds chunks
+    r and 3 - r of 4): input, target and the rows' positions split on the
+    sequence, traced under sequence_order, so every causal attention masks
+    by the rows' positions (a constant). Each rank's attention ops over the
+    gathered keys run by the 5 of 8 pieces its mask shows; as a ring
+    (--ring-attention-bytes=0), 3 + 2 quarter blocks."""
+    from shardx import context_parallel as cp
+    seq, ranks = CP_ZIGZAG_ORDER
+    torch.manual_seed(0)
+    step = TrainStep(models.LlamaBlock(32, 4, 2, 64, sdpa=True), F.mse_loss, "sgd", lr=0.1)
+    x, y = torch.randn(1, seq, 32), torch.randn(1, seq, 32)
+    mesh = Mesh((ranks,), ("cp",))
+    ins, outs = step.placements(mesh, {}, [[S(1)], [S(0)]], [S(1)])
+    order = cp.zigzag_order(seq, ranks)
+    args = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
+    return TraceSpec(step, args, mesh, ins, outs, name="cp_zigzag")
+
+
+# The programs traced under a sequence order (importer.attention.sequence_order).
+ORDERS = {"cp_zigzag.mlir": CP_ZIGZAG_ORDER}
+
 TEST_PROGRAMS = {
+    "cp_zigzag.mlir": cp_zigzag,
     "megatron_mlp_forward.mlir": megatron_mlp_forward,
     "megatron_mlp_train.mlir": megatron_mlp_train,
     "megatron_mlp_input_grad.mlir": megatron_mlp_input_grad,
@@ -384,7 +412,14 @@ def generate(name: str) -> str:
             line = "//"
         line += " " + w
     lines.append(line)
-    text = trace(s.fn, s.example_args, s.mesh, s.in_placements, s.out_placements, s.name, s.arg_attrs)
+    order = None
+    if name in ORDERS:
+        from shardx import context_parallel as cp
+        order = cp.zigzag_order(*ORDERS[name])
+    from shardx.importer.attention import sequence_order
+    with sequence_order(order):
+        text = trace(s.fn, s.example_args, s.mesh, s.in_placements, s.out_placements, s.name,
+                     s.arg_attrs)
     return "\n".join(lines) + "\n\n" + text
 
 
