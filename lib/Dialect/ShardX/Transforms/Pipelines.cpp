@@ -24,10 +24,6 @@ namespace mlir::shardx {
 
 namespace {
 
-/// Inlines calls (propagation then sees one body per entry point), and
-/// costs nothing on a module without calls: the inliner would otherwise
-/// still build the call graph and run its simplification pipeline (the
-/// canonicalizer, which the pipeline runs next anyway) on every function.
 /// Upstream's tensor.pad verifier lets a static pad of INT64_MIN (the
 /// dynamic-size marker) through without its operand, and its folds then
 /// read a null value (a crash the SPMD fuzzer found): refused before any
@@ -49,6 +45,10 @@ LogicalResult refuseDynamicMarkers(Operation *root) {
   return failure(bad.wasInterrupted());
 }
 
+/// Inlines calls (propagation then sees one body per entry point), and
+/// costs nothing on a module without calls: the inliner would otherwise
+/// still build the call graph and run its simplification pipeline (the
+/// canonicalizer, which the pipeline runs next anyway) on every function.
 struct InlineCallsPass
     : mlir::shardx::impl::InlineCallsPassBase<InlineCallsPass> {
   void runOnOperation() override {
