@@ -934,6 +934,13 @@ struct BackwardOperands {
   FloatAttr scale;
 };
 
+/// The operands of `op`, an `attention_dq` or an `attention_dkv`.
+template <typename OpTy> BackwardOperands backwardOperands(OpTy op) {
+  return {op.getQ(),    op.getK(),    op.getV(),
+          op.getOut(),  op.getLse(),  op.getDout(),
+          op.getQpos(), op.getKpos(), op.getScaleAttr()};
+}
+
 /// The backward of an attention by `calls`: each call's dq added into its
 /// query rows of `dq`, its dK and dV into its key rows of `dk` and `dv`
 /// (each null where not wanted; zeros first).
@@ -968,10 +975,10 @@ void backwardByCalls(OpBuilder &b, Location loc, const Calls &calls, Value rank,
 }
 
 /// A causal ring's calls per step (`shownCalls` of each rank's queries
-/// against the block it holds, in halves), where its positions are a
-/// constant split with the ring's blocks; nullopt for a step computed
-/// whole. With the zig-zag order of shardx.context_parallel: 3 quarters of
-/// the own block and 2 of every other.
+/// against the block it holds, in halves), where its positions are known
+/// at compile time and split with the ring's blocks; nullopt for a step
+/// computed whole. With the zig-zag order of shardx.context_parallel: 3
+/// quarters of the own block and 2 of every other.
 SmallVector<std::optional<Calls>> ringCalls(const Pieces &pieces, Value qpos,
                                             Value kpos) {
   int64_t n = pieces.members();
@@ -1138,12 +1145,8 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   if (dq && dkv && dkv->isBeforeInBlock(dq))
     first = dkv;
   // Both read the same operands (checked by the caller).
-  auto pick = [&](auto op) {
-    return std::make_tuple(op.getQ(), op.getK(), op.getV(), op.getOut(),
-                           op.getLse(), op.getDout(), op.getQpos(),
-                           op.getKpos(), op.getScaleAttr());
-  };
-  auto [q, k, v, out, lse, dout, qpos, kpos, scale] = dq ? pick(dq) : pick(dkv);
+  auto [q, k, v, out, lse, dout, qpos, kpos, scale] =
+      dq ? backwardOperands(dq) : backwardOperands(dkv);
   // The dK and dV paths to their reduce-scatters.
   std::optional<std::pair<Pieces, SmallVector<Link>>> dkPath, dvPath;
   if (dkv) {
@@ -1255,18 +1258,17 @@ LogicalResult callsOverKeys(Operation *op, int64_t pieceRows) {
   auto fwd = dyn_cast<AttentionOp>(op);
   auto dq = dyn_cast<AttentionDqOp>(op);
   auto dkv = dyn_cast<AttentionDkvOp>(op);
-  BackwardOperands x;
-  if (fwd)
-    x = {fwd.getQ(),    fwd.getK(),    fwd.getV(),        {}, {}, {},
-         fwd.getQpos(), fwd.getKpos(), fwd.getScaleAttr()};
-  else if (dq)
-    x = {dq.getQ(),    dq.getK(),    dq.getV(),
-         dq.getOut(),  dq.getLse(),  dq.getDout(),
-         dq.getQpos(), dq.getKpos(), dq.getScaleAttr()};
-  else
-    x = {dkv.getQ(),    dkv.getK(),    dkv.getV(),
-         dkv.getOut(),  dkv.getLse(),  dkv.getDout(),
-         dkv.getQpos(), dkv.getKpos(), dkv.getScaleAttr()};
+  BackwardOperands x = fwd  ? BackwardOperands{fwd.getQ(),
+                                              fwd.getK(),
+                                              fwd.getV(),
+                                              {},
+                                              {},
+                                              {},
+                                              fwd.getQpos(),
+                                              fwd.getKpos(),
+                                              fwd.getScaleAttr()}
+                       : dq ? backwardOperands(dq)
+                            : backwardOperands(dkv);
   std::optional<ChunkedPositions> at = chunkedPositions(x.qpos, x.kpos);
   if (!at)
     return failure();
