@@ -72,9 +72,8 @@ def mode_key() -> str:
     without the composite op)."""
     precision = "flash" if getattr(_state, "depth", 0) else "math"
     key = f"attention={precision},composite={int(_composite_enabled())}"
-    order = _sequence_order()
-    if order is not None:
-        digest = hashlib.sha256(",".join(map(str, order)).encode()).hexdigest()[:16]
+    digest = getattr(_state, "order_digest", None)
+    if digest is not None:
         key += f",order={digest}"
     return key
 
@@ -119,12 +118,15 @@ def sequence_order(order):
     one that the composite op does not cover, is refused rather than
     masked in the rows' order."""
     order = normalized_order(order)
-    before = _sequence_order()
+    before = _sequence_order(), getattr(_state, "order_digest", None)
     _state.order = order
+    # Once here, not per traced region (mode_key).
+    _state.order_digest = None if order is None else \
+        hashlib.sha256(",".join(map(str, order)).encode()).hexdigest()[:16]
     try:
         yield
     finally:
-        _state.order = before
+        _state.order, _state.order_digest = before
 
 
 # ----------------------------------------------------------------------------
