@@ -115,8 +115,9 @@ def measure(args, ranks):
 
 
 def measure_zigzag(args, ranks):
-    """The medians of (ring ms, zig-zag ring ms, unsharded/ring,
-    unsharded/zigzag), `args.rounds` runs of each alternated."""
+    """Per (data order, --ring-attention-bytes): the medians of the
+    sharded ms and of unsharded/sharded, `args.rounds` runs of each of the
+    four alternated."""
     import statistics
     import tempfile
     from shardx import context_parallel as cp
@@ -135,7 +136,7 @@ def measure_zigzag(args, ranks):
     example = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
     with cp.sequence_order(order):
         forms["zigzag"] = (trace(step, example, mesh, ins, outs, name="llama_cp"), example)
-    runs = [(order, ring) for ring in ("0", "-1") for order in forms]
+    runs = [(form, ring) for ring in ("0", "-1") for form in forms]
     times = {run: [] for run in runs}
     speedups = {run: [] for run in runs}
     with tempfile.TemporaryDirectory() as d:
@@ -210,7 +211,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="--ring: runs of each form, alternated")
     ap.add_argument("--zigzag", action="store_true",
-                    help="time the ring in the rows' order against the zig-zag ring")
+                    help="time the step on the rows' order against zig-zag order, as a ring "
+                         "and with gathers")
     ap.add_argument("--dtensor", action="store_true",
                     help="also try torch's context_parallel on gloo (CPU)")
     args = ap.parse_args()

@@ -16,7 +16,7 @@ the rows hold. Anything else that reads positions (rotary angles from
 ``torch.arange``) must read the reordered positions instead, as PyTorch's
 ``context_parallel`` needs ``freqs_cis`` among its buffers. The ring
 attention pass (docs/Rules.md, "Ring attention") reads the positions and
-computes only the half of each block that the mask shows.
+computes only the pieces of each block that the mask shows.
 
     order = zigzag_order(seq, ranks)
     step = shardx.compile(fn, mesh, in_placements, sequence_order=order)

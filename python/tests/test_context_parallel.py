@@ -293,6 +293,15 @@ def _zigzag_step(ranks, seq):
     return step, mesh, ins, outs, order, zz, step.example_args([x], y)
 
 
+def _zigzag_program(tmp_path, ranks, seq):
+    """The zig-zag step's program, traced under its order, written to a file."""
+    step, mesh, ins, outs, order, zz, _ = _zigzag_step(ranks, seq)
+    path = tmp_path / "zz.mlir"
+    with cp.sequence_order(order):
+        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    return path
+
+
 @pytest.mark.parametrize("ranks,seq", ZIGZAG)
 @pytest.mark.parametrize("ring", [0, None], ids=["ring", "gather"])
 def test_zigzag_matches_eager_in_order(ranks, seq, ring):
@@ -354,10 +363,7 @@ def test_zigzag_ring_program_computes_the_shown_quarters(tmp_path, build_dir, ra
     calls (and as many of each backward op) of a quarter of a block each,
     the queries' and keys' halves [s/2n] rows; the permutes are the plain
     ring's."""
-    step, mesh, ins, outs, order, zz, _ = _zigzag_step(ranks, seq)
-    path = tmp_path / "zz.mlir"
-    with cp.sequence_order(order):
-        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    path = _zigzag_program(tmp_path, ranks, seq)
     local = run_tool([f"{build_dir}/bin/shardx-opt", str(path),
                       "--shardx-spmd=ring-attention-bytes=0"])
     calls = 3 + 2 * (ranks - 1)
@@ -377,10 +383,7 @@ def test_zigzag_gathered_attention_computes_the_shown_pieces(tmp_path, build_dir
     calls of [s/2n] queries and keys (its queries' halves against the
     2n chunks of keys its mask shows) where the rows' order computes 4n;
     K and V are gathered once, as before."""
-    step, mesh, ins, outs, order, zz, _ = _zigzag_step(ranks, seq)
-    path = tmp_path / "zz.mlir"
-    with cp.sequence_order(order):
-        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    path = _zigzag_program(tmp_path, ranks, seq)
     half = seq // (2 * ranks)
     for option in ("33554432", "-1"):
         local = run_tool([f"{build_dir}/bin/shardx-opt", str(path),
@@ -396,10 +399,7 @@ def test_zigzag_gathered_attention_computes_the_shown_pieces(tmp_path, build_dir
 
 @pytest.mark.parametrize("ring", ["0", "-1"], ids=["ring", "gather"])
 def test_zigzag_matches_unsharded_on_mpi(tmp_path, build_dir, ring):
-    step, mesh, ins, outs, order, zz, _ = _zigzag_step(4, 32)
-    path = tmp_path / "zz.mlir"
-    with cp.sequence_order(order):
-        path.write_text(trace(step, zz, mesh, ins, outs, name="zz"))
+    path = _zigzag_program(tmp_path, 4, 32)
     check_on_mpi(build_dir, path, 4, [f"--ring-attention-bytes={ring}"])
 
 
