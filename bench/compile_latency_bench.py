@@ -4,8 +4,8 @@ torch.compile (inductor) on the same GPT-style train step, in one run.
     ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
         [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--no-inline]
         [--repeat N] [--dump DIR] [--no-regions]
-        [--gpt2-zoo LAYERS] [--trace-only] [--dim D --heads H --seq S
-        --batch B --vocab V]
+        [--gpt2-zoo LAYERS] [--trace-only] [--cuda [--compiler BIN]]
+        [--dim D --heads H --seq S --batch B --vocab V]
 
 The step: a GPT with tied embedding and LM head, pre-norm causal blocks
 (4 heads, width 64, MLP 4x), sequence 16, batch 4, cross-entropy loss,
@@ -41,6 +41,12 @@ code cache). Ratios (goals in issue 35):
 - warm one-layer change / cold (goal <= 0.2).
 
 The ShardX first step is checked against eager (the loss, f32 tolerance).
+
+`--cuda` times `shardx-compile --target=cuda` of the traced step at each
+depth instead (a fresh kernel cache each, the fastest of --repeat), and the
+kernels its PTX defines; `--compiler BIN` times another shardx-compile (a
+build of an older commit) on the same programs in the same run, for
+before/after figures.
 
 `--trace-only` times `shardx.trace` of the step alone at each depth (no
 compile, no run; then the warm case's trace, the other regions from the
@@ -348,6 +354,38 @@ def gpt2_zoo_compile(layers, opt, cache):
         return time.perf_counter() - start, traced
 
 
+def cuda_compile(layers, compilers, repeat):
+    """Per compiler: the fastest of `repeat` cold `shardx-compile
+    --target=cuda` runs of the step `layers` deep (a fresh kernel cache
+    each; None where it failed) and its PTX's kernels."""
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        src = dump(layers, d)
+        for tool in compilers:
+            best, kernels = None, None
+            for _ in range(repeat):
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, SHARDX_KERNEL_CACHE=cache)
+                    start = time.perf_counter()
+                    proc = subprocess.run([tool, src, "--target=cuda", "-o",
+                                           os.path.join(d, "step.so")],
+                                          env=env, capture_output=True, text=True)
+                    secs = time.perf_counter() - start
+                if proc.returncode != 0:
+                    print(f"       {tool}: {proc.stderr.strip().splitlines()[-1][:160]}",
+                          flush=True)
+                    break
+                best = secs if best is None else min(best, secs)
+            if best is not None:
+                ptx = os.path.join(d, "step.ptx")
+                subprocess.run([tool, src, "--target=cuda", "--emit=ptx", "-o", ptx],
+                               check=True, capture_output=True)
+                with open(ptx) as f:
+                    kernels = sum(1 for line in f if ".entry " in line)
+            out.append((best, kernels))
+    return out
+
+
 def _timing_text(timing):
     return ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.2f}s"
                      for k, v in timing.items())
@@ -371,6 +409,10 @@ def main(argv=None):
                          "gpt_<layers>_warm.mlir with the warm case's widths) and exit")
     ap.add_argument("--trace-only", action="store_true",
                     help="only time shardx.trace of the step at each depth")
+    ap.add_argument("--cuda", action="store_true",
+                    help="only time shardx-compile --target=cuda of the step at each depth")
+    ap.add_argument("--compiler", metavar="BIN",
+                    help="--cuda: also time this shardx-compile (e.g. an older build)")
     ap.add_argument("--dim", type=int, default=DIM, help="model width (default %(default)s)")
     ap.add_argument("--heads", type=int, default=HEADS,
                     help="attention heads (default %(default)s)")
@@ -409,6 +451,31 @@ def main(argv=None):
                 w = importer_module.last_timing
             print(f"{n:6d} {t['trace']:8.2f} {t['import']:9.2f} {call:12.2f} {w['trace']:13.2f}",
                   flush=True)
+        return 0
+    if args.cuda:
+        from shardx.artifact import find_tool
+        compilers = [find_tool("shardx-compile")] + ([args.compiler] if args.compiler else [])
+        names = ["shardx s", "kernels"] + (["other s", "kernels", "other/this"]
+                                           if args.compiler else [])
+        print(f"{'layers':>6} " + " ".join(f"{n:>10}" for n in names), flush=True)
+        first = {}
+        for n in args.layers:
+            row = cuda_compile(n, compilers, args.repeat)
+            cells = []
+            for i, (secs, kernels) in enumerate(row):
+                cells += [f"{secs:10.2f}" if secs else f"{'failed':>10}",
+                          f"{kernels:10d}" if kernels else f"{'-':>10}"]
+                if secs and n == 2:
+                    first[i] = secs
+            if args.compiler:
+                a, b = row[0][0], row[1][0]
+                cells.append(f"{b / a:10.2f}" if a and b else f"{'-':>10}")
+            print(f"{n:6d} " + " ".join(cells), flush=True)
+            last = row
+        for i, tool in enumerate(compilers):
+            if i in first and last[i][0]:
+                print(f"{tool}: {max(args.layers)} layers / 2 layers: "
+                      f"{last[i][0] / first[i]:.2f}")
         return 0
     if args.gpt2_zoo:
         with tempfile.TemporaryDirectory() as cache:

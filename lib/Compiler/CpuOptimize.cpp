@@ -28,8 +28,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Matchers.h"
@@ -37,6 +37,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "shardx-cpu-optimize"
@@ -186,6 +187,34 @@ LogicalResult generalizeForFusion(ModuleOp module) {
   return success();
 }
 
+/// The bytes a buffer of `type` takes as a kernel parameter where buffers
+/// pass as memref descriptors (the cuda target's kernels): an allocated and
+/// an aligned pointer, an offset, and a size and a stride per dim, 8 bytes
+/// each. Not a shaped type (a scalar operand): 8.
+int64_t descriptorBytes(Type type) {
+  auto shaped = dyn_cast<ShapedType>(type);
+  return shaped ? 8 * (3 + 2 * shaped.getRank()) : 8;
+}
+
+/// The descriptor bytes of the distinct operands of the op that fusing the
+/// producer of `operand` into its consumer makes: the consumer's other
+/// operands, the producer's inputs, and the producer's inits its body reads.
+int64_t fusedDescriptorBytes(OpOperand *operand, linalg::GenericOp producer) {
+  llvm::SetVector<Value> operands;
+  for (OpOperand &other : operand->getOwner()->getOpOperands())
+    if (&other != operand)
+      operands.insert(other.get());
+  for (OpOperand *input : producer.getDpsInputOperands())
+    operands.insert(input->get());
+  for (OpOperand &init : producer.getDpsInitsMutable())
+    if (producer.payloadUsesValueFromOperand(&init))
+      operands.insert(init.get());
+  int64_t bytes = 0;
+  for (Value value : operands)
+    bytes += descriptorBytes(value.getType());
+  return bytes;
+}
+
 /// Whether fusing the producer of `operand` into its consumer is worth it:
 /// a transpose always (it becomes an indexing map, a GEMM operand a view);
 /// other elementwise producers with one use, except into a GEMM (which must
@@ -193,10 +222,16 @@ LogicalResult generalizeForFusion(ModuleOp module) {
 /// with a math function (a log, an exp) that the consumer reads broadcast:
 /// fused, the function would run once per consumer element (attention's
 /// log-sum-exp per row, read by every key's probability) instead of once.
-bool shouldFuse(OpOperand *operand) {
+///
+/// With `maxOperandBytes` > 0, also not a fusion whose op would take more
+/// bytes of buffer descriptors than that (see `descriptorBytes`).
+bool shouldFuse(OpOperand *operand, int64_t maxOperandBytes) {
   auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
   auto consumer = dyn_cast<linalg::GenericOp>(operand->getOwner());
   if (!producer || !consumer)
+    return false;
+  if (maxOperandBytes > 0 &&
+      fusedDescriptorBytes(operand, producer) > maxOperandBytes)
     return false;
   if (isTranspose(producer))
     return true;
@@ -257,7 +292,8 @@ Value permutedView(OpBuilder &b, Location loc, Value buffer, AffineMap map,
 
 } // namespace
 
-LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
+LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
+                                          int64_t maxOperandBytes) {
   if (failed(generalizeForFusion(module)))
     return failure();
   MLIRContext *ctx = module.getContext();
@@ -268,7 +304,10 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module) {
   if (failed(applyPatternsGreedily(module, std::move(transposes))))
     return module.emitError("folding transposes did not converge");
   RewritePatternSet patterns(ctx);
-  linalg::populateElementwiseOpsFusionPatterns(patterns, shouldFuse);
+  linalg::populateElementwiseOpsFusionPatterns(
+      patterns, [maxOperandBytes](OpOperand *operand) {
+        return shouldFuse(operand, maxOperandBytes);
+      });
   linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
   linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
   linalg::FillOp::getCanonicalizationPatterns(patterns, ctx);
@@ -459,8 +498,9 @@ namespace {
 
 struct FuseTensorOpsPass
     : mlir::shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
+  using FuseTensorOpsPassBase::FuseTensorOpsPassBase;
   void runOnOperation() override {
-    if (failed(mlir::shardx::fuseTensorOps(getOperation())))
+    if (failed(mlir::shardx::fuseTensorOps(getOperation(), maxOperandBytes)))
       signalPassFailure();
   }
 };

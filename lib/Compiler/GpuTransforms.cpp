@@ -51,6 +51,8 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 
@@ -295,6 +297,43 @@ LogicalResult mergeKernelModules(ModuleOp module) {
   return success();
 }
 
+/// Casts each strided view with a static offset that a gpu.launch body only
+/// loads from and stores to (a bucket's slot, a slab's parameter) to the
+/// type with a dynamic offset, before the launch, and reads the cast in the
+/// body: the outlined kernel takes the offset from the descriptor, and the
+/// copies into every slot of a bucket are one kernel.
+void dynamicLaunchOffsets(ModuleOp module) {
+  OpBuilder b(module.getContext());
+  module.walk([&](gpu::LaunchOp launch) {
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(launch.getBody(), captured);
+    for (Value value : captured) {
+      auto type = dyn_cast<MemRefType>(value.getType());
+      auto layout =
+          type ? dyn_cast<StridedLayoutAttr>(type.getLayout()) : nullptr;
+      if (!layout || ShapedType::isDynamic(layout.getOffset()))
+        continue;
+      auto inside = [&](OpOperand &use) {
+        return launch->isProperAncestor(use.getOwner());
+      };
+      bool onlyAccessed = llvm::all_of(value.getUses(), [&](OpOperand &use) {
+        return !inside(use) ||
+               isa<memref::LoadOp, memref::StoreOp>(use.getOwner());
+      });
+      if (!onlyAccessed)
+        continue;
+      auto dynamic = MemRefType::get(
+          type.getShape(), type.getElementType(),
+          StridedLayoutAttr::get(type.getContext(), ShapedType::kDynamic,
+                                 layout.getStrides()),
+          type.getMemorySpace());
+      b.setInsertionPoint(launch);
+      Value cast = memref::CastOp::create(b, launch.getLoc(), dynamic, value);
+      value.replaceUsesWithIf(cast, inside);
+    }
+  });
+}
+
 /// Fails when a host function still reads or writes a buffer: every buffer
 /// is device memory.
 LogicalResult checkNoHostAccess(ModuleOp module) {
@@ -460,6 +499,7 @@ namespace mlir::shardx {
 #define GEN_PASS_DEF_WRAPSERIALOPSPASS
 #define GEN_PASS_DEF_TILEPARALLELLOOPSPASS
 #define GEN_PASS_DEF_CHECKNOHOSTACCESSPASS
+#define GEN_PASS_DEF_DYNAMICLAUNCHOFFSETSPASS
 #define GEN_PASS_DEF_MERGEKERNELMODULESPASS
 #define GEN_PASS_DEF_CHECKPTXPASS
 #include "shardx/Compiler/Passes.h.inc"
@@ -512,6 +552,12 @@ struct CheckNoHostAccessPass
     if (failed(checkNoHostAccess(getOperation())))
       signalPassFailure();
   }
+};
+
+struct DynamicLaunchOffsetsPass
+    : mlir::shardx::impl::DynamicLaunchOffsetsPassBase<
+          DynamicLaunchOffsetsPass> {
+  void runOnOperation() override { dynamicLaunchOffsets(getOperation()); }
 };
 
 struct MergeKernelModulesPass

@@ -110,7 +110,13 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createGuardIntegerDivisionPass());
   // And every tensor.extract/insert reads or writes within its tensor.
   pm.addPass(createGuardTensorIndicesPass());
-  pm.addPass(createFuseTensorOpsPass());
+  // The cuda target's kernels take their buffers as descriptors, in at most
+  // 4352 bytes of parameters (PTX ISA 8.0, this target's); 256 are left for
+  // the launch bounds and the scalars a kernel captures.
+  FuseTensorOpsPassOptions fusion;
+  if (contractions == "cublas")
+    fusion.maxOperandBytes = 4352 - 256;
+  pm.addPass(createFuseTensorOpsPass(fusion));
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");
@@ -180,6 +186,7 @@ void mlir::shardx::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
 
 void mlir::shardx::buildCudaCodegenPipeline(
     OpPassManager &pm, const CodegenPipelineOptions &options) {
+  pm.addPass(createOutlineCallsPass());
   addProgramStart(pm, /*widenContractions=*/false);
   pm.addPass(createRecordStagingSignaturesPass());
   buildBufferizationPipeline(pm, options.recompute,
@@ -201,6 +208,7 @@ void mlir::shardx::buildCudaCodegenPipeline(
   addUpstream(pm, "func.func(gpu-map-parallel-loops,"
                   "convert-parallel-loops-to-gpu)");
   pm.addPass(createCheckNoHostAccessPass());
+  pm.addPass(createDynamicLaunchOffsetsPass());
   addUpstream(pm, "gpu-kernel-outlining,canonicalize,cse");
   pm.addPass(createMergeKernelModulesPass());
   addUpstream(pm, "lower-affine,convert-scf-to-cf,expand-strided-metadata,"

@@ -120,7 +120,11 @@ LogicalResult stripToGlobalProgram(ModuleOp module);
 /// Before bufferization: folds transposes into the ops that read them (GEMM
 /// operands become transposed views) and into contractions' results, and
 /// fuses elementwise chains into one loop nest (`shardx-fuse-tensor-ops`).
-LogicalResult fuseTensorOps(ModuleOp module);
+/// With `maxOperandBytes` > 0, no fusion makes an op whose distinct operands
+/// take more bytes than that as memref descriptors (8 * (3 + 2 * rank)
+/// each): the cuda target's kernels pass them as parameters, whose bytes
+/// the PTX ISA bounds.
+LogicalResult fuseTensorOps(ModuleOp module, int64_t maxOperandBytes = 0);
 
 /// Gives every use of a `tensor.empty`, and of a `linalg.fill` of one, its
 /// own op (CSE merges them): one buffer shared by several destinations makes

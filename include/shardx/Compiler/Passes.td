@@ -168,6 +168,20 @@ def GuardTensorIndicesPass
 def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";
+  let description = [{
+    With `max-operand-bytes`, a fusion stops where its op's distinct
+    operands would take more bytes as memref descriptors (8 * (3 + 2 *
+    rank) each) than that. The cuda target sets it below the PTX ISA's
+    bound on a kernel's parameter bytes: without it, a deep model's
+    gradient norm (one 0-d sum per parameter, added in a chain) fused into
+    one kernel of hundreds of buffers, which no driver loads.
+  }];
+  let options = [
+    Option<"maxOperandBytes", "max-operand-bytes", "int64_t",
+           /*default=*/"0",
+           "the most bytes of memref descriptors a fused op may read and "
+           "write (0: no bound)">,
+  ];
   let dependentDialects = ["linalg::LinalgDialect", "tensor::TensorDialect"];
 }
 
@@ -496,6 +510,24 @@ def TileParallelLoopsPass : Pass<"shardx-tile-parallel-loops", "ModuleOp"> {
 def CheckNoHostAccessPass : Pass<"shardx-check-no-host-access", "ModuleOp"> {
   let summary = "Fails when a host function still loads or stores a buffer "
                 "(every buffer is device memory)";
+}
+
+def DynamicLaunchOffsetsPass
+    : Pass<"shardx-dynamic-launch-offsets", "ModuleOp"> {
+  let summary = "Passes the strided views a gpu.launch reads with dynamic "
+                "offsets, so that views at different places of one buffer "
+                "share a kernel";
+  let description = [{
+    A view of a gradient bucket or of a slab at a static offset has that
+    offset in its type, so each place's copy outlined a kernel of its own,
+    which `shardx-merge-kernel-modules` could not merge: about 30 of a GPT
+    layer's kernels, compiled again per layer. Each such view that the
+    launch body only loads from and stores to is cast, before the launch,
+    to the same type with a dynamic offset; the kernel then reads the
+    offset from the descriptor it is passed, as the cpu target's kernels
+    do (`shardx-outline-kernels`). Shapes and strides stay static.
+  }];
+  let dependentDialects = ["memref::MemRefDialect"];
 }
 
 def MergeKernelModulesPass
