@@ -25,6 +25,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Location.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
@@ -33,6 +34,8 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 #include <algorithm>
 
@@ -241,11 +244,275 @@ Value destinationOf(Operation *op, unsigned r) {
   return nullptr;
 }
 
+/// The largest size over ranks of each dynamic dim of a local program's
+/// tensors. An uneven shard's size differs from rank to rank: the local
+/// program computes it from the rank's coordinates (`shardx.axis_index`),
+/// and takes an argument's, or an exchange's result, as its layout lays it
+/// out. A dim's size is followed through the ops that keep it (a loop
+/// nest's result has its init's sizes, an empty tensor takes them as
+/// operands, a slice as its sizes) and computed at every coordinate of the
+/// mesh; the largest is the bound. Where it cannot be followed (another
+/// mesh, an op not listed), there is no bound.
+class SizeBounds {
+public:
+  explicit SizeBounds(func::FuncOp fn) : fn(fn) {
+    auto sig = fn->getAttrOfType<DictionaryAttr>(
+        ShardXDialect::getSignatureAttrName());
+    if (!sig)
+      return;
+    auto meshRef = sig.getAs<FlatSymbolRefAttr>("mesh");
+    argTypes = sig.getAs<ArrayAttr>("arg_types");
+    argLayouts = sig.getAs<ArrayAttr>("arg_layouts");
+    if (meshRef)
+      mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(fn, meshRef);
+    // At most 4096 ranks are visited per dim.
+    if (mesh && mesh.getShape().size() <= 8 &&
+        llvm::all_of(mesh.getShape(), [](int64_t n) { return n > 0; })) {
+      int64_t ranks = 1;
+      for (int64_t n : mesh.getShape())
+        ranks *= n;
+      if (ranks > 4096)
+        mesh = nullptr;
+    } else {
+      mesh = nullptr;
+    }
+  }
+
+  /// The bytes of `v` with each dynamic dim at its largest over ranks; -1
+  /// where some dim has no bound (or `v` is not a tensor or buffer).
+  int64_t bytes(Value v) {
+    int64_t known = byteSize(v.getType());
+    if (known >= 0 || !mesh)
+      return known;
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type)
+      return -1;
+    int64_t elements = 1;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      std::optional<int64_t> size = largest(v, d);
+      if (!size)
+        return -1;
+      elements *= *size;
+    }
+    return elements * elementBytes(type.getElementType());
+  }
+
+private:
+  /// The largest size of dim `d` of `v` over the mesh's ranks.
+  std::optional<int64_t> largest(Value v, int64_t d) {
+    auto type = cast<RankedTensorType>(v.getType());
+    if (!type.isDynamicDim(d))
+      return type.getDimSize(d);
+    auto [it, inserted] = bounds.try_emplace({v, d}, std::nullopt);
+    if (!inserted)
+      return it->second;
+    ArrayRef<int64_t> shape = mesh.getShape();
+    SmallVector<int64_t> coords(shape.size(), 0);
+    std::optional<int64_t> best = 0;
+    while (best) {
+      std::optional<int64_t> size = sizeAt(v, d, coords, 0);
+      best =
+          size ? std::optional<int64_t>(std::max(*best, *size)) : std::nullopt;
+      // The next coordinate, last axis fastest.
+      int64_t a = static_cast<int64_t>(shape.size()) - 1;
+      while (a >= 0 && ++coords[a] == shape[a])
+        coords[a--] = 0;
+      if (a < 0)
+        break;
+    }
+    bounds[{v, d}] = best;
+    return best;
+  }
+
+  /// The local size of `layout`'s dim `d` of global `shape` at `coords`.
+  std::optional<int64_t> localSize(Attribute layout, Attribute global,
+                                   int64_t d, ArrayRef<int64_t> coords) {
+    auto attr = dyn_cast_or_null<LayoutAttr>(layout);
+    auto type = dyn_cast_or_null<TypeAttr>(global);
+    auto ranked = type ? dyn_cast<RankedTensorType>(type.getValue()) : nullptr;
+    if (!attr || !ranked || !ranked.hasStaticShape())
+      return std::nullopt;
+    return localSize(attr, ranked.getShape(), d, coords);
+  }
+  std::optional<int64_t> localSize(LayoutAttr attr, ArrayRef<int64_t> shape,
+                                   int64_t d, ArrayRef<int64_t> coords) {
+    if (attr.getMesh().getValue() != mesh.getSymName() ||
+        !attr.verifyFor(
+                 mesh.getShape(),
+                 RankedTensorType::get(shape, IndexType::get(fn.getContext())))
+             .empty())
+      return std::nullopt;
+    std::vector<int64_t> meshShape(mesh.getShape().begin(),
+                                   mesh.getShape().end());
+    ::shardx::LocalShard shard = attr.getLayout().getLocalShard(
+        meshShape, std::vector<int64_t>(shape.begin(), shape.end()),
+        std::vector<int64_t>(coords.begin(), coords.end()));
+    return shard.shape[d];
+  }
+
+  /// The size of dim `d` of `v` on the rank at `coords`.
+  std::optional<int64_t> sizeAt(Value v, int64_t d, ArrayRef<int64_t> coords,
+                                unsigned depth) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || d >= type.getRank() || depth > 64)
+      return std::nullopt;
+    if (!type.isDynamicDim(d))
+      return type.getDimSize(d);
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      unsigned i = arg.getArgNumber();
+      if (arg.getOwner() != &fn.getBody().front() || !argTypes || !argLayouts ||
+          i >= argTypes.size() || i >= argLayouts.size())
+        return std::nullopt;
+      return localSize(argLayouts[i], argTypes[i], d, coords);
+    }
+    Operation *op = v.getDefiningOp();
+    unsigned r = cast<OpResult>(v).getResultNumber();
+    if (auto empty = dyn_cast<tensor::EmptyOp>(op))
+      return evaluate(empty.getDynamicSize(d), coords, depth + 1);
+    if (auto exchange = dyn_cast<ExchangeOp>(op))
+      return localSize(exchange.getTarget(), exchange.getShape(), d, coords);
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      if (slice.getSourceType().getRank() != type.getRank())
+        return std::nullopt; // rank-reducing
+      OpFoldResult size = slice.getMixedSizes()[d];
+      if (auto attr = dyn_cast<Attribute>(size))
+        return cast<IntegerAttr>(attr).getInt();
+      return evaluate(cast<Value>(size), coords, depth + 1);
+    }
+    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
+      OpFoldResult size = expand.getMixedOutputShape()[d];
+      if (auto attr = dyn_cast<Attribute>(size))
+        return cast<IntegerAttr>(attr).getInt();
+      return evaluate(cast<Value>(size), coords, depth + 1);
+    }
+    if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op)) {
+      int64_t product = 1;
+      for (int64_t s : collapse.getReassociationIndices()[d]) {
+        std::optional<int64_t> size =
+            sizeAt(collapse.getSrc(), s, coords, depth + 1);
+        if (!size)
+          return std::nullopt;
+        product *= *size;
+      }
+      return product;
+    }
+    // Ops whose result has their first operand's shape: casts, waits, and
+    // the collectives that keep the shape (all-reduce, permute, broadcast).
+    if (isa<tensor::CastOp, WaitOp, AnnotateOp, AllReduceOp, AllReduceStartOp,
+            PermuteOp, BroadcastOp>(op) ||
+        op->hasTrait<OpTrait::SameOperandsAndResultShape>())
+      return sizeAt(op->getOperand(0), d, coords, depth + 1);
+    if (Value dest = destinationOf(op, r))
+      return sizeAt(dest, d, coords, depth + 1);
+    return std::nullopt;
+  }
+
+  /// The value of the index or integer `v` on the rank at `coords`.
+  std::optional<int64_t> evaluate(Value v, ArrayRef<int64_t> coords,
+                                  unsigned depth) {
+    if (!v || depth > 64)
+      return std::nullopt;
+    APInt constant;
+    if (matchPattern(v, m_ConstantInt(&constant)))
+      return constant.getSExtValue();
+    Operation *op = v.getDefiningOp();
+    if (!op)
+      return std::nullopt;
+    if (auto index = dyn_cast<AxisIndexOp>(op)) {
+      if (index.getMesh() != mesh.getSymName())
+        return std::nullopt;
+      int64_t linear = 0;
+      for (int64_t axis : index.getAxes()) {
+        if (axis < 0 || axis >= static_cast<int64_t>(coords.size()))
+          return std::nullopt;
+        linear = linear * mesh.getShape()[axis] + coords[axis];
+      }
+      return linear;
+    }
+    if (auto dim = dyn_cast<tensor::DimOp>(op)) {
+      std::optional<int64_t> which = dim.getConstantIndex();
+      if (!which)
+        return std::nullopt;
+      return sizeAt(dim.getSource(), *which, coords, depth + 1);
+    }
+    if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp,
+            arith::ExtUIOp>(op))
+      return evaluate(op->getOperand(0), coords, depth + 1);
+    if (auto select = dyn_cast<arith::SelectOp>(op)) {
+      std::optional<int64_t> c =
+          evaluate(select.getCondition(), coords, depth + 1);
+      if (!c)
+        return std::nullopt;
+      return evaluate(*c ? select.getTrueValue() : select.getFalseValue(),
+                      coords, depth + 1);
+    }
+    if (op->getNumOperands() != 2)
+      return std::nullopt;
+    std::optional<int64_t> x = evaluate(op->getOperand(0), coords, depth + 1);
+    std::optional<int64_t> y = evaluate(op->getOperand(1), coords, depth + 1);
+    if (!x || !y)
+      return std::nullopt;
+    // Sizes and coordinates are small and non-negative: the unsigned ops
+    // agree with the signed ones on them.
+    uint64_t ux = *x, uy = *y;
+    return llvm::TypeSwitch<Operation *, std::optional<int64_t>>(op)
+        .Case([&](arith::AddIOp) -> std::optional<int64_t> {
+          return llvm::checkedAdd(*x, *y);
+        })
+        .Case([&](arith::SubIOp) -> std::optional<int64_t> {
+          return llvm::checkedSub(*x, *y);
+        })
+        .Case([&](arith::MulIOp) -> std::optional<int64_t> {
+          return llvm::checkedMul(*x, *y);
+        })
+        .Case<arith::MinSIOp>(
+            [&](auto) -> std::optional<int64_t> { return std::min(*x, *y); })
+        .Case<arith::MaxSIOp>(
+            [&](auto) -> std::optional<int64_t> { return std::max(*x, *y); })
+        .Case<arith::MinUIOp>([&](auto) -> std::optional<int64_t> {
+          return static_cast<int64_t>(std::min(ux, uy));
+        })
+        .Case<arith::MaxUIOp>([&](auto) -> std::optional<int64_t> {
+          return static_cast<int64_t>(std::max(ux, uy));
+        })
+        .Case<arith::DivSIOp, arith::DivUIOp, arith::FloorDivSIOp>(
+            [&](auto) -> std::optional<int64_t> {
+              if (*x < 0 || *y <= 0)
+                return std::nullopt;
+              return *x / *y;
+            })
+        .Case<arith::CeilDivSIOp, arith::CeilDivUIOp>(
+            [&](auto) -> std::optional<int64_t> {
+              if (*x < 0 || *y <= 0)
+                return std::nullopt;
+              return llvm::divideCeil(*x, *y);
+            })
+        .Case<arith::RemSIOp, arith::RemUIOp>(
+            [&](auto) -> std::optional<int64_t> {
+              if (*x < 0 || *y <= 0)
+                return std::nullopt;
+              return *x % *y;
+            })
+        .Case([&](arith::CmpIOp cmp) -> std::optional<int64_t> {
+          return arith::applyCmpPredicate(cmp.getPredicate(),
+                                          APInt(64, *x, /*isSigned=*/true),
+                                          APInt(64, *y, /*isSigned=*/true));
+        })
+        .Default(
+            [](Operation *) -> std::optional<int64_t> { return std::nullopt; });
+  }
+
+  func::FuncOp fn;
+  MeshOp mesh;
+  ArrayAttr argTypes, argLayouts;
+  DenseMap<std::pair<Value, int64_t>, std::optional<int64_t>> bounds;
+};
+
 /// The tensor-level model.
 class TensorModel {
 public:
   TensorModel(func::FuncOp fn, MemoryProfile &profile)
-      : fn(fn), profile(profile) {}
+      : fn(fn), profile(profile), sizes(fn) {}
 
   void run() {
     Block &entry = fn.getBody().front();
@@ -356,7 +623,7 @@ private:
   void addArguments() {
     SmallVector<MemoryRole> roles = argumentRoles(fn);
     for (BlockArgument arg : fn.getArguments()) {
-      int64_t bytes = byteSize(arg.getType());
+      int64_t bytes = sizes.bytes(arg);
       if (bytes < 0) {
         if (isa<ShapedType>(arg.getType()))
           ++profile.unsizedValues;
@@ -380,7 +647,7 @@ private:
 
   /// A fresh buffer for result `r` of `op` at `i`.
   void allocate(Operation *op, Value r, int64_t i, MemoryRole role) {
-    int64_t bytes = byteSize(r.getType());
+    int64_t bytes = sizes.bytes(r);
     if (bytes < 0) {
       ++profile.unsizedValues;
       bytes = 0;
@@ -405,7 +672,7 @@ private:
         // A returned argument, constant or buffer returned twice is copied
         // (shardx-deallocate-buffers): a new buffer at the return.
         if (b < 0 || readOnly.count(b) || returned.count(b)) {
-          int64_t bytes = std::max<int64_t>(0, byteSize(v.getType()));
+          int64_t bytes = std::max<int64_t>(0, sizes.bytes(v));
           b = newBuffer(bytes, MemoryRole::Result, i, "copy of a result");
         }
         returned.insert(b);
@@ -487,9 +754,8 @@ private:
         if (isa<WaitOp>(user))
           done = std::max(done, topIndex(user));
     Value input = op->getNumOperands() ? op->getOperand(0) : Value();
-    int64_t inBytes =
-        input ? std::max<int64_t>(0, byteSize(input.getType())) : 0;
-    int64_t outBytes = std::max<int64_t>(0, byteSize(result.getType()));
+    int64_t inBytes = input ? std::max<int64_t>(0, sizes.bytes(input)) : 0;
+    int64_t outBytes = std::max<int64_t>(0, sizes.bytes(result));
     transient(op, inBytes, i, done);
     if (auto g = dyn_cast<AllGatherOp>(op); g && g.getDim() != 0)
       transient(op, outBytes, i, done);
@@ -511,6 +777,7 @@ private:
   SmallVector<int64_t> readAt;
   DenseMap<Value, int64_t> bufferOf;
   DenseSet<int64_t> readOnly, returned;
+  SizeBounds sizes;
 };
 
 //===----------------------------------------------------------------------===//

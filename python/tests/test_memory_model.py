@@ -54,6 +54,25 @@ def test_modeled_peak_is_within_ten_percent_of_measured(sharded):
     assert len(profile["timeline"]) > 0 and max(profile["timeline"]) == profile["peak_bytes"]
 
 
+def test_uneven_shards_are_modeled_at_their_largest_rank():
+    # Tests that the tensor-level model (the one shardx-auto-shard prices
+    # plans with) counts an uneven shard's values at the largest rank's
+    # size: 63 rows over dp are 32 + 31, the local program's [?, 32] values
+    # have rank-dependent rows. It had counted each as 0 bytes, below the
+    # measured peak; it is now an upper bound of every rank's.
+    torch.manual_seed(0)
+    step = shardx.TrainStep(models.mlp(32, 128, 32), F.mse_loss, "sgd", lr=0.1, momentum=0.9)
+    args = step.example_args([torch.randn(63, 32)], torch.randn(63, 32))
+    mesh = Mesh((2, 2), ("dp", "tp"))
+    ins, outs = step.placements(mesh, {"0.weight": [R(), S(0)], "0.bias": [R(), S(0)],
+                                       "2.weight": [R(), S(1)]}, [[S(0), R()]], [S(0), R()])
+    compiled = shardx.compile(step, mesh=mesh, in_placements=ins, out_placements=outs)
+    measured = max(_measured(compiled, args))
+    tensors = compiled.memory_profile("tensors")[0]
+    assert tensors["unsized_values"] == 0, tensors
+    assert tensors["allocated_peak_bytes"] >= 0.9 * measured, (tensors, measured)
+
+
 def test_memory_profile_needs_a_compiled_program_and_a_known_level():
     # Tests the errors: no program yet, a level that does not exist.
     step, args = _step()

@@ -85,7 +85,8 @@ struct MemoryProfile {
   int64_t allocatedPeakBytes = 0;
   /// Whether it was modeled on buffers (a bufferized program).
   bool bufferized = false;
-  /// Values whose size is not static (counted as 0 bytes).
+  /// Values of dynamic size with no bound found (counted as 0 bytes; an
+  /// uneven shard's is bounded by its largest rank's at the tensor level).
   int64_t unsizedValues = 0;
 
   Operation *peakOp() const {

@@ -1,0 +1,36 @@
+// RUN: shardx-opt %s --split-input-file --shardx-spmd --shardx-print-plan -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s
+
+// Tests that the dynamic sizes of an uneven shard count at their largest
+// rank's: 7 rows over 3 ranks are 3 + 2 + 2, so each [?, 16] f32 value is
+// 3 x 16 x 4 = 192 bytes: the argument (its signature's layout), the
+// exponential (its rows computed from the rank's coordinate) and the
+// exchange's staging copy of it; with the gathered result (static, 7 x 16 x
+// 4 = 448 bytes), 1024 at the exchange. Before, each counted 0 bytes.
+// CHECK: memory of @uneven per rank: peak 1.00 KiB (1024 bytes) at shardx.exchange
+// CHECK-NEXT: arguments 192 B: inputs 192 B
+// CHECK-NEXT: allocated at the peak 832 B (832 bytes): activations 192 B, collective buffers 192 B, results 448 B
+// CHECK-NOT: dynamic size
+func.func @uneven(%x: tensor<7x16xf32> {shardx.layout = #shardx.layout<@mesh, [S(0)]>})
+    -> (tensor<7x16xf32> {shardx.layout = #shardx.layout<@mesh, [R]>}) {
+  %e = tensor.empty() : tensor<7x16xf32>
+  %y = linalg.exp ins(%x : tensor<7x16xf32>) outs(%e : tensor<7x16xf32>) -> tensor<7x16xf32>
+  return %y : tensor<7x16xf32>
+}
+shardx.mesh @mesh(shape = 3)
+
+// -----
+
+// Tests a 2-D mesh: 10 rows over both axes of a 2x2 mesh are 3 + 3 + 2 + 2,
+// so each [?, 8] f32 value is at most 3 x 8 x 4 = 96 bytes.
+// CHECK: memory of @two_axes per rank: peak 288 B (288 bytes)
+// CHECK-NEXT: arguments 192 B: inputs 192 B
+// CHECK-NEXT: allocated at the peak 96 B (96 bytes): results 96 B
+// CHECK-NOT: dynamic size
+func.func @two_axes(%x: tensor<10x8xf32> {shardx.layout = #shardx.layout<@mesh2, [S(0), S(0)]>},
+                    %y: tensor<10x8xf32> {shardx.layout = #shardx.layout<@mesh2, [S(0), S(0)]>})
+    -> (tensor<10x8xf32> {shardx.layout = #shardx.layout<@mesh2, [S(0), S(0)]>}) {
+  %e = tensor.empty() : tensor<10x8xf32>
+  %s = linalg.add ins(%x, %y : tensor<10x8xf32>, tensor<10x8xf32>) outs(%e : tensor<10x8xf32>) -> tensor<10x8xf32>
+  return %s : tensor<10x8xf32>
+}
+shardx.mesh @mesh2(shape = 2x2)
