@@ -15,6 +15,7 @@
 
 #include "shardx/Analysis/MemoryModel.h"
 
+#include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -245,14 +246,16 @@ Value destinationOf(Operation *op, unsigned r) {
 }
 
 /// The largest size over ranks of each dynamic dim of a local program's
-/// tensors. An uneven shard's size differs from rank to rank: the local
-/// program computes it from the rank's coordinates (`shardx.axis_index`),
-/// and takes an argument's, or an exchange's result, as its layout lays it
-/// out. A dim's size is followed through the ops that keep it (a loop
-/// nest's result has its init's sizes, an empty tensor takes them as
-/// operands, a slice as its sizes) and computed at every coordinate of the
-/// mesh; the largest is the bound. Where it cannot be followed (another
-/// mesh, an op not listed), there is no bound.
+/// values. An uneven shard's size differs from rank to rank: the local
+/// program computes it from the rank's coordinates (`shardx.axis_index`,
+/// or after the conversion to runtime calls `shardx_rt_cg_axis_index`,
+/// which carries its mesh shape and axes), and takes an argument, or an
+/// exchange's result, as its layout lays it out. A dim's size is followed
+/// through the ops that keep it (a loop nest's result has its init's sizes,
+/// an empty tensor or an allocation takes them as operands, a slice as its
+/// sizes) and computed at every coordinate of the mesh; the largest is the
+/// bound. Where it cannot be followed (another mesh, an op not listed),
+/// there is no bound.
 class SizeBounds {
 public:
   explicit SizeBounds(func::FuncOp fn) : fn(fn) {
@@ -263,29 +266,37 @@ public:
     auto meshRef = sig.getAs<FlatSymbolRefAttr>("mesh");
     argTypes = sig.getAs<ArrayAttr>("arg_types");
     argLayouts = sig.getAs<ArrayAttr>("arg_layouts");
-    if (meshRef)
-      mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(fn, meshRef);
-    // At most 4096 ranks are visited per dim.
-    if (mesh && mesh.getShape().size() <= 8 &&
-        llvm::all_of(mesh.getShape(), [](int64_t n) { return n > 0; })) {
-      int64_t ranks = 1;
-      for (int64_t n : mesh.getShape())
-        ranks *= n;
-      if (ranks > 4096)
-        mesh = nullptr;
+    if (!meshRef)
+      return;
+    meshName = meshRef.getValue();
+    if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(fn, meshRef)) {
+      meshShape.assign(mesh.getShape().begin(), mesh.getShape().end());
     } else {
-      mesh = nullptr;
+      // A program converted to runtime calls has no mesh declarations left;
+      // its calls of rank-dependent values say the mesh's shape.
+      fn.walk([&](func::CallOp call) {
+        auto value = call->getAttrOfType<DictionaryAttr>(kRankValueAttr);
+        if (!value)
+          return WalkResult::advance();
+        auto shape = value.getAs<DenseI64ArrayAttr>("mesh_shape");
+        meshShape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+        return WalkResult::interrupt();
+      });
     }
+    // At most 4096 ranks are visited per dim.
+    std::optional<int64_t> ranks = countMeshDevices(meshShape);
+    if (ranks && *ranks <= 4096)
+      coords = allMeshCoords(meshShape);
   }
 
   /// The bytes of `v` with each dynamic dim at its largest over ranks; -1
   /// where some dim has no bound (or `v` is not a tensor or buffer).
   int64_t bytes(Value v) {
     int64_t known = byteSize(v.getType());
-    if (known >= 0 || !mesh)
+    if (known >= 0 || coords.empty())
       return known;
-    auto type = dyn_cast<RankedTensorType>(v.getType());
-    if (!type)
+    auto type = dyn_cast<ShapedType>(v.getType());
+    if (!type || !type.hasRank())
       return -1;
     int64_t elements = 1;
     for (int64_t d = 0; d < type.getRank(); ++d) {
@@ -298,63 +309,47 @@ public:
   }
 
 private:
+  using Coords = std::vector<int64_t>;
+
   /// The largest size of dim `d` of `v` over the mesh's ranks.
   std::optional<int64_t> largest(Value v, int64_t d) {
-    auto type = cast<RankedTensorType>(v.getType());
+    auto type = cast<ShapedType>(v.getType());
     if (!type.isDynamicDim(d))
       return type.getDimSize(d);
     auto [it, inserted] = bounds.try_emplace({v, d}, std::nullopt);
     if (!inserted)
       return it->second;
-    ArrayRef<int64_t> shape = mesh.getShape();
-    SmallVector<int64_t> coords(shape.size(), 0);
     std::optional<int64_t> best = 0;
-    while (best) {
-      std::optional<int64_t> size = sizeAt(v, d, coords, 0);
-      best =
-          size ? std::optional<int64_t>(std::max(*best, *size)) : std::nullopt;
-      // The next coordinate, last axis fastest.
-      int64_t a = static_cast<int64_t>(shape.size()) - 1;
-      while (a >= 0 && ++coords[a] == shape[a])
-        coords[a--] = 0;
-      if (a < 0)
-        break;
+    for (const Coords &at : coords) {
+      std::optional<int64_t> size = sizeAt(v, d, at, 0);
+      if (!size)
+        return bounds[{v, d}] = std::nullopt;
+      best = std::max(*best, *size);
     }
-    bounds[{v, d}] = best;
-    return best;
+    return bounds[{v, d}] = best;
   }
 
-  /// The local size of `layout`'s dim `d` of global `shape` at `coords`.
-  std::optional<int64_t> localSize(Attribute layout, Attribute global,
-                                   int64_t d, ArrayRef<int64_t> coords) {
+  /// The local size of dim `d` of an argument or an exchange's result laid
+  /// out as `layout` (of the mesh), of global shape `shape`, at `at`.
+  std::optional<int64_t> localSize(Attribute layout, ArrayRef<int64_t> shape,
+                                   int64_t d, const Coords &at) {
     auto attr = dyn_cast_or_null<LayoutAttr>(layout);
-    auto type = dyn_cast_or_null<TypeAttr>(global);
-    auto ranked = type ? dyn_cast<RankedTensorType>(type.getValue()) : nullptr;
-    if (!attr || !ranked || !ranked.hasStaticShape())
-      return std::nullopt;
-    return localSize(attr, ranked.getShape(), d, coords);
-  }
-  std::optional<int64_t> localSize(LayoutAttr attr, ArrayRef<int64_t> shape,
-                                   int64_t d, ArrayRef<int64_t> coords) {
-    if (attr.getMesh().getValue() != mesh.getSymName() ||
-        !attr.verifyFor(
-                 mesh.getShape(),
-                 RankedTensorType::get(shape, IndexType::get(fn.getContext())))
+    if (!attr || attr.getMesh().getValue() != meshName ||
+        d >= static_cast<int64_t>(shape.size()) ||
+        !attr.verifyFor(meshShape, RankedTensorType::get(
+                                       shape, IndexType::get(fn.getContext())))
              .empty())
       return std::nullopt;
-    std::vector<int64_t> meshShape(mesh.getShape().begin(),
-                                   mesh.getShape().end());
-    ::shardx::LocalShard shard = attr.getLayout().getLocalShard(
-        meshShape, std::vector<int64_t>(shape.begin(), shape.end()),
-        std::vector<int64_t>(coords.begin(), coords.end()));
-    return shard.shape[d];
+    return attr.getLayout()
+        .getLocalShard(meshShape, Coords(shape.begin(), shape.end()), at)
+        .shape[d];
   }
 
-  /// The size of dim `d` of `v` on the rank at `coords`.
-  std::optional<int64_t> sizeAt(Value v, int64_t d, ArrayRef<int64_t> coords,
+  /// The size of dim `d` of `v` (a tensor or a buffer) on the rank at `at`.
+  std::optional<int64_t> sizeAt(Value v, int64_t d, const Coords &at,
                                 unsigned depth) {
-    auto type = dyn_cast<RankedTensorType>(v.getType());
-    if (!type || d >= type.getRank() || depth > 64)
+    auto type = dyn_cast<ShapedType>(v.getType());
+    if (!type || !type.hasRank() || d >= type.getRank() || depth > 64)
       return std::nullopt;
     if (!type.isDynamicDim(d))
       return type.getDimSize(d);
@@ -363,33 +358,39 @@ private:
       if (arg.getOwner() != &fn.getBody().front() || !argTypes || !argLayouts ||
           i >= argTypes.size() || i >= argLayouts.size())
         return std::nullopt;
-      return localSize(argLayouts[i], argTypes[i], d, coords);
+      auto global = dyn_cast<TypeAttr>(argTypes[i]);
+      auto ranked =
+          global ? dyn_cast<RankedTensorType>(global.getValue()) : nullptr;
+      if (!ranked || !ranked.hasStaticShape())
+        return std::nullopt;
+      return localSize(argLayouts[i], ranked.getShape(), d, at);
     }
     Operation *op = v.getDefiningOp();
     unsigned r = cast<OpResult>(v).getResultNumber();
+    auto sizeOf = [&](OpFoldResult size) -> std::optional<int64_t> {
+      if (auto attr = dyn_cast<Attribute>(size))
+        return cast<IntegerAttr>(attr).getInt();
+      return evaluate(cast<Value>(size), at, depth + 1);
+    };
     if (auto empty = dyn_cast<tensor::EmptyOp>(op))
-      return evaluate(empty.getDynamicSize(d), coords, depth + 1);
+      return evaluate(empty.getDynamicSize(d), at, depth + 1);
+    if (auto alloc = dyn_cast<memref::AllocOp>(op))
+      return evaluate(
+          alloc.getDynamicSizes()[alloc.getType().getDynamicDimIndex(d)], at,
+          depth + 1);
     if (auto exchange = dyn_cast<ExchangeOp>(op))
-      return localSize(exchange.getTarget(), exchange.getShape(), d, coords);
-    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-      if (slice.getSourceType().getRank() != type.getRank())
-        return std::nullopt; // rank-reducing
-      OpFoldResult size = slice.getMixedSizes()[d];
-      if (auto attr = dyn_cast<Attribute>(size))
-        return cast<IntegerAttr>(attr).getInt();
-      return evaluate(cast<Value>(size), coords, depth + 1);
-    }
-    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
-      OpFoldResult size = expand.getMixedOutputShape()[d];
-      if (auto attr = dyn_cast<Attribute>(size))
-        return cast<IntegerAttr>(attr).getInt();
-      return evaluate(cast<Value>(size), coords, depth + 1);
-    }
+      return localSize(exchange.getTarget(), exchange.getShape(), d, at);
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+      return slice.getSourceType().getRank() == type.getRank()
+                 ? sizeOf(slice.getMixedSizes()[d])
+                 : std::nullopt; // rank-reducing
+    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
+      return sizeOf(expand.getMixedOutputShape()[d]);
     if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op)) {
       int64_t product = 1;
       for (int64_t s : collapse.getReassociationIndices()[d]) {
         std::optional<int64_t> size =
-            sizeAt(collapse.getSrc(), s, coords, depth + 1);
+            sizeAt(collapse.getSrc(), s, at, depth + 1);
         if (!size)
           return std::nullopt;
         product *= *size;
@@ -398,18 +399,17 @@ private:
     }
     // Ops whose result has their first operand's shape: casts, waits, and
     // the collectives that keep the shape (all-reduce, permute, broadcast).
-    if (isa<tensor::CastOp, WaitOp, AnnotateOp, AllReduceOp, AllReduceStartOp,
-            PermuteOp, BroadcastOp>(op) ||
+    if (isa<tensor::CastOp, memref::CastOp, WaitOp, AnnotateOp, AllReduceOp,
+            AllReduceStartOp, PermuteOp, BroadcastOp>(op) ||
         op->hasTrait<OpTrait::SameOperandsAndResultShape>())
-      return sizeAt(op->getOperand(0), d, coords, depth + 1);
+      return sizeAt(op->getOperand(0), d, at, depth + 1);
     if (Value dest = destinationOf(op, r))
-      return sizeAt(dest, d, coords, depth + 1);
+      return sizeAt(dest, d, at, depth + 1);
     return std::nullopt;
   }
 
-  /// The value of the index or integer `v` on the rank at `coords`.
-  std::optional<int64_t> evaluate(Value v, ArrayRef<int64_t> coords,
-                                  unsigned depth) {
+  /// The value of the index or integer `v` on the rank at `at`.
+  std::optional<int64_t> evaluate(Value v, const Coords &at, unsigned depth) {
     if (!v || depth > 64)
       return std::nullopt;
     APInt constant;
@@ -418,38 +418,54 @@ private:
     Operation *op = v.getDefiningOp();
     if (!op)
       return std::nullopt;
-    if (auto index = dyn_cast<AxisIndexOp>(op)) {
-      if (index.getMesh() != mesh.getSymName())
-        return std::nullopt;
-      int64_t linear = 0;
-      for (int64_t axis : index.getAxes()) {
-        if (axis < 0 || axis >= static_cast<int64_t>(coords.size()))
+    auto inGroup = [&](ArrayRef<int64_t> axes) -> std::optional<int64_t> {
+      for (int64_t axis : axes)
+        if (axis < 0 || axis >= static_cast<int64_t>(meshShape.size()))
           return std::nullopt;
-        linear = linear * mesh.getShape()[axis] + coords[axis];
-      }
-      return linear;
+      return linearizeCoords(meshShape, Coords(axes.begin(), axes.end()), at);
+    };
+    if (auto index = dyn_cast<AxisIndexOp>(op))
+      return index.getMesh() == meshName ? inGroup(index.getAxes())
+                                         : std::nullopt;
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto value = call->getAttrOfType<DictionaryAttr>(kRankValueAttr);
+      if (!value || value.getAs<DenseI64ArrayAttr>("mesh_shape").asArrayRef() !=
+                        ArrayRef<int64_t>(meshShape))
+        return std::nullopt;
+      if (auto axes = value.getAs<DenseI64ArrayAttr>("axes"))
+        return inGroup(axes.asArrayRef());
+      auto values = value.getAs<DenseI64ArrayAttr>("values");
+      int64_t rank = 0;
+      for (auto [size, coord] : llvm::zip(meshShape, at))
+        rank = rank * size + coord;
+      if (!values || rank >= static_cast<int64_t>(values.size()))
+        return std::nullopt;
+      return values[rank];
     }
     if (auto dim = dyn_cast<tensor::DimOp>(op)) {
       std::optional<int64_t> which = dim.getConstantIndex();
-      if (!which)
-        return std::nullopt;
-      return sizeAt(dim.getSource(), *which, coords, depth + 1);
+      return which ? sizeAt(dim.getSource(), *which, at, depth + 1)
+                   : std::nullopt;
+    }
+    if (auto dim = dyn_cast<memref::DimOp>(op)) {
+      std::optional<int64_t> which = dim.getConstantIndex();
+      return which ? sizeAt(dim.getSource(), *which, at, depth + 1)
+                   : std::nullopt;
     }
     if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp,
             arith::ExtUIOp>(op))
-      return evaluate(op->getOperand(0), coords, depth + 1);
+      return evaluate(op->getOperand(0), at, depth + 1);
     if (auto select = dyn_cast<arith::SelectOp>(op)) {
-      std::optional<int64_t> c =
-          evaluate(select.getCondition(), coords, depth + 1);
+      std::optional<int64_t> c = evaluate(select.getCondition(), at, depth + 1);
       if (!c)
         return std::nullopt;
-      return evaluate(*c ? select.getTrueValue() : select.getFalseValue(),
-                      coords, depth + 1);
+      return evaluate(*c ? select.getTrueValue() : select.getFalseValue(), at,
+                      depth + 1);
     }
     if (op->getNumOperands() != 2)
       return std::nullopt;
-    std::optional<int64_t> x = evaluate(op->getOperand(0), coords, depth + 1);
-    std::optional<int64_t> y = evaluate(op->getOperand(1), coords, depth + 1);
+    std::optional<int64_t> x = evaluate(op->getOperand(0), at, depth + 1);
+    std::optional<int64_t> y = evaluate(op->getOperand(1), at, depth + 1);
     if (!x || !y)
       return std::nullopt;
     // Sizes and coordinates are small and non-negative: the unsigned ops
@@ -503,7 +519,9 @@ private:
   }
 
   func::FuncOp fn;
-  MeshOp mesh;
+  StringRef meshName;
+  Coords meshShape;
+  std::vector<Coords> coords;
   ArrayAttr argTypes, argLayouts;
   DenseMap<std::pair<Value, int64_t>, std::optional<int64_t>> bounds;
 };
@@ -810,9 +828,10 @@ Value allocationOf(Value v) {
 void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
   Block &entry = fn.getBody().front();
   DenseMap<Value, int64_t> bufferOf;
+  SizeBounds sizes(fn);
   SmallVector<MemoryRole> roles = argumentRoles(fn);
   for (BlockArgument arg : fn.getArguments()) {
-    int64_t bytes = byteSize(arg.getType());
+    int64_t bytes = sizes.bytes(arg);
     if (bytes < 0) {
       if (isa<ShapedType>(arg.getType()))
         ++profile.unsizedValues;
@@ -846,7 +865,7 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
             profile.buffers[it->second].role = temporaryRole(op);
     if (isa<memref::AllocOp>(op)) {
       Value v = op->getResult(0);
-      int64_t bytes = byteSize(v.getType());
+      int64_t bytes = sizes.bytes(v);
       if (bytes < 0) {
         ++profile.unsizedValues;
         bytes = 0;
@@ -889,8 +908,7 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
         if (isa<BaseMemRefType>(v.getType())) {
           bufferOf[v] = profile.buffers.size();
           placed.insert(profile.buffers.size());
-          newBuffer(std::max<int64_t>(0, byteSize(v.getType())), n - 1,
-                    "call result");
+          newBuffer(std::max<int64_t>(0, sizes.bytes(v)), n - 1, "call result");
         }
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
       // Buffers a collective's runtime call reads or writes.

@@ -58,8 +58,8 @@ def test_uneven_shards_are_modeled_at_their_largest_rank():
     # Tests that the tensor-level model (the one shardx-auto-shard prices
     # plans with) counts an uneven shard's values at the largest rank's
     # size: 63 rows over dp are 32 + 31, the local program's [?, 32] values
-    # have rank-dependent rows. It had counted each as 0 bytes, below the
-    # measured peak; it is now an upper bound of every rank's.
+    # have rank-dependent rows. Both levels had counted each as 0 bytes,
+    # below the measured peak.
     torch.manual_seed(0)
     step = shardx.TrainStep(models.mlp(32, 128, 32), F.mse_loss, "sgd", lr=0.1, momentum=0.9)
     args = step.example_args([torch.randn(63, 32)], torch.randn(63, 32))
@@ -71,6 +71,12 @@ def test_uneven_shards_are_modeled_at_their_largest_rank():
     tensors = compiled.memory_profile("tensors")[0]
     assert tensors["unsized_values"] == 0, tensors
     assert tensors["allocated_peak_bytes"] >= 0.9 * measured, (tensors, measured)
+    # The buffers level (the program converted to runtime calls: the rank's
+    # index a call that keeps its mesh's shape and axes) predicts the
+    # largest rank's measured peak within 10%, as for even shards.
+    profile = compiled.memory_profile()[0]
+    assert profile["bufferized"] and profile["unsized_values"] == 0, profile
+    assert 0.9 <= profile["allocated_peak_bytes"] / measured <= 1.1, (profile, measured)
 
 
 def test_memory_profile_needs_a_compiled_program_and_a_known_level():

@@ -1,4 +1,20 @@
 // RUN: shardx-opt %s --split-input-file --shardx-spmd --shardx-print-plan -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s
+// RUN: shardx-opt %s --split-input-file --shardx-spmd --shardx-print-plan=memory-level=buffers -o /dev/null --mlir-print-op-on-diagnostic=false 2>&1 | FileCheck %s --check-prefix=BUF
+
+// The buffers level replays the program converted to runtime calls, where
+// the rank's index is a call of shardx_rt_cg_axis_index: the call keeps its
+// mesh's shape and axes (shardx.axis_index_group), and the same bounds
+// hold. @uneven: the exponential is computed in place of the argument's
+// copy, the exchange's staging buffer and result remain.
+// BUF: memory of @uneven per rank: peak 832 B (832 bytes) at memref.alloc
+// BUF-SAME: modeled on buffers
+// BUF-NEXT: arguments 192 B: inputs 192 B
+// BUF-NEXT: allocated at the peak 640 B (640 bytes): collective buffers 192 B, results 448 B
+// BUF-NOT: dynamic size
+// BUF: memory of @two_axes per rank: peak 288 B (288 bytes) at memref.alloc
+// BUF-NEXT: arguments 192 B: inputs 192 B
+// BUF-NEXT: allocated at the peak 96 B (96 bytes): results 96 B
+// BUF-NOT: dynamic size
 
 // Tests that the dynamic sizes of an uneven shard count at their largest
 // rank's: 7 rows over 3 ranks are 3 + 2 + 2, so each [?, 16] f32 value is

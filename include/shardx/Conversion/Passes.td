@@ -28,6 +28,10 @@ def ConvertShardXToRuntimePass
     (`populateShardXToRuntimePatterns`), reading the group, reduction and
     uneven sizes through `CollectiveOpInterface`. `shardx.mesh` stays (code
     generation drops it after this pass); any other ShardX op is an error.
+    A call that returns a rank-dependent value (`shardx_rt_cg_axis_index`,
+    an exchange's `shardx_rt_cg_exchange_dim`) carries it as
+    `shardx.rank_value` (the mesh's shape, and the group's axes or the
+    value per rank), which the memory model computes uneven sizes from.
 
     ```mlir
     %y = shardx.all_reduce %x on @mesh axes = [0] reduction = sum

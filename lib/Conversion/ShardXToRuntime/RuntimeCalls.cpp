@@ -115,8 +115,15 @@ Value RuntimeCalls::groupIndex() {
   Value arr = int64Array(op.getAxes());
   func::FuncOp fn =
       declare("shardx_rt_cg_axis_index", {arr.getType()}, {b.getI64Type()});
-  Value j = func::CallOp::create(b, loc, fn, ValueRange{arr}).getResult(0);
-  return arith::IndexCastOp::create(b, loc, b.getIndexType(), j);
+  auto call = func::CallOp::create(b, loc, fn, ValueRange{arr});
+  if (auto mesh = module.lookupSymbol<MeshOp>(op.getMeshAttr()))
+    call->setAttr(
+        kRankValueAttr,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("mesh_shape", mesh.getShapeAttr()),
+             b.getNamedAttr("axes", b.getDenseI64ArrayAttr(op.getAxes()))}));
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                    call.getResult(0));
 }
 
 Value RuntimeCalls::lookup(Value j, ArrayRef<int64_t> table) {

@@ -533,9 +533,26 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
       func::FuncOp fn =
           rt.declare("shardx_rt_cg_exchange_dim",
                      {descArray.getType(), b.getI64Type()}, {b.getI64Type()});
-      Value size =
-          func::CallOp::create(b, rt.loc, fn, ValueRange{descArray, rt.i64(d)})
-              .getResult(0);
+      auto call =
+          func::CallOp::create(b, rt.loc, fn, ValueRange{descArray, rt.i64(d)});
+      // Each rank's size, kept for the memory model.
+      if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+              op, op.getMeshAttr())) {
+        std::vector<int64_t> meshShape(mesh.getShape().begin(),
+                                       mesh.getShape().end());
+        SmallVector<int64_t> sizes;
+        for (const std::vector<int64_t> &at : allMeshCoords(meshShape))
+          sizes.push_back(op.getTarget()
+                              .getLayout()
+                              .getLocalShard(meshShape, shape, at)
+                              .shape[d]);
+        call->setAttr(
+            kRankValueAttr,
+            b.getDictionaryAttr(
+                {b.getNamedAttr("mesh_shape", mesh.getShapeAttr()),
+                 b.getNamedAttr("values", b.getDenseI64ArrayAttr(sizes))}));
+      }
+      Value size = call.getResult(0);
       outDyn.push_back(
           arith::IndexCastOp::create(b, rt.loc, b.getIndexType(), size));
     }

@@ -345,3 +345,14 @@ func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> {
   %0 = math.exp %a {shardx.ragged_rows = 1 : i64} : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// Tests that a call's shardx.rank_value (shardx-convert-to-runtime) says
+// its mesh's shape and one of axes (a group index) or values (per rank).
+func.func private @shardx_rt_cg_axis_index(memref<?xi64, strided<[?], offset: ?>>) -> i64
+func.func @f(%axes: memref<?xi64, strided<[?], offset: ?>>) -> i64 {
+  // expected-error @+1 {{'shardx.rank_value' must be {mesh_shape = array<i64: ...>, and axes or values = array<i64: ...>}}}
+  %0 = func.call @shardx_rt_cg_axis_index(%axes) {shardx.rank_value = {axes = array<i64: 0>}} : (memref<?xi64, strided<[?], offset: ?>>) -> i64
+  return %0 : i64
+}

@@ -201,6 +201,18 @@ LogicalResult ShardXDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'shardx.ragged_dispatch' must be a unit attribute");
     return success();
   }
+  if (attr.getName() == kRankValueAttr) {
+    // shardx-convert-to-runtime: a call's result as a function of the rank.
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!dict || !dict.getAs<DenseI64ArrayAttr>("mesh_shape") ||
+        !dict.getAs<DenseI64ArrayAttr>("axes") ==
+            !dict.getAs<DenseI64ArrayAttr>("values"))
+      return op->emitError()
+             << "'" << kRankValueAttr
+             << "' must be {mesh_shape = array<i64: ...>, and axes or values "
+                "= array<i64: ...>}";
+    return success();
+  }
   if (attr.getName() == "shardx.table_layout") {
     if (!isa<LayoutAttr>(attr.getValue()))
       return op->emitError("'shardx.table_layout' must be a #shardx.layout");

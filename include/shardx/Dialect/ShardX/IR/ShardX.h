@@ -68,6 +68,15 @@ StringRef getTrainStepPhase(Location loc);
 ReductionKind toReductionKind(::shardx::ReduceOp op);
 ::shardx::ReduceOp toReduceOp(ReductionKind kind);
 
+/// What a runtime call returns as a function of the rank, kept on the calls
+/// shardx-convert-to-runtime makes of rank-dependent values (the rank's index
+/// in a group, an exchange's local size): `{mesh_shape = array<i64: ...>,
+/// axes = array<i64: ...>}`, the rank's index in the group of `axes`, or
+/// `{mesh_shape = ..., values = array<i64: ...>}`, `values[r]` on the rank of
+/// row-major index r. A converted program's rank-dependent sizes can then
+/// still be computed per rank (the memory model's bounds, shardx/Analysis).
+inline constexpr llvm::StringLiteral kRankValueAttr = "shardx.rank_value";
+
 /// Looks up the mesh `meshRef` from `from`, or emits an error at `from` and
 /// returns null.
 MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr meshRef,
