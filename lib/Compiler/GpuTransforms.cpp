@@ -298,7 +298,8 @@ LogicalResult mergeKernelModules(ModuleOp module) {
 }
 
 /// Casts each strided view with a static offset that a gpu.launch body only
-/// loads from and stores to (a bucket's slot, a slab's parameter) to the
+/// loads from, stores to or updates atomically (a bucket's slot, a slab's
+/// parameter) to the
 /// type with a dynamic offset, before the launch, and reads the cast in the
 /// body: the outlined kernel takes the offset from the descriptor, and the
 /// copies into every slot of a bucket are one kernel.
@@ -318,7 +319,8 @@ void dynamicLaunchOffsets(ModuleOp module) {
       };
       bool onlyAccessed = llvm::all_of(value.getUses(), [&](OpOperand &use) {
         return !inside(use) ||
-               isa<memref::LoadOp, memref::StoreOp>(use.getOwner());
+               isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp>(
+                   use.getOwner());
       });
       if (!onlyAccessed)
         continue;
@@ -423,7 +425,7 @@ uint64_t maxParamBytes(StringRef ptx) {
     }
   }
   bool large = (major > 8 || (major == 8 && minor >= 1)) && sm >= 70;
-  return large ? 32764 : 4352;
+  return large ? 32764 : mlir::shardx::kPtx80KernelParamBytes;
 }
 
 /// A PTX that calls a function it does not define (a math function missing

@@ -95,7 +95,8 @@ static void addContractionsAndDeallocation(OpPassManager &pm,
 
 void mlir::shardx::buildBufferizationPipeline(
     OpPassManager &pm, const std::string &recompute, bool narrowGemmOperands,
-    int64_t recomputeBudget, StringRef contractions, bool scatterLoops) {
+    int64_t recomputeBudget, StringRef contractions, bool scatterLoops,
+    int64_t maxFusedOperandBytes) {
   // Halo exchanges become permutes, which the conversion lowers.
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
@@ -110,13 +111,7 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createGuardIntegerDivisionPass());
   // And every tensor.extract/insert reads or writes within its tensor.
   pm.addPass(createGuardTensorIndicesPass());
-  // The cuda target's kernels take their buffers as descriptors, in at most
-  // 4352 bytes of parameters (PTX ISA 8.0, this target's); 256 are left for
-  // the launch bounds and the scalars a kernel captures.
-  FuseTensorOpsPassOptions fusion;
-  if (contractions == "cublas")
-    fusion.maxOperandBytes = 4352 - 256;
-  pm.addPass(createFuseTensorOpsPass(fusion));
+  pm.addPass(createFuseTensorOpsPass({maxFusedOperandBytes}));
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");
@@ -189,10 +184,13 @@ void mlir::shardx::buildCudaCodegenPipeline(
   pm.addPass(createOutlineCallsPass());
   addProgramStart(pm, /*widenContractions=*/false);
   pm.addPass(createRecordStagingSignaturesPass());
-  buildBufferizationPipeline(pm, options.recompute,
-                             /*narrowGemmOperands=*/true,
-                             options.recomputeBudget, "cublas",
-                             /*scatterLoops=*/false);
+  // Kernels take their buffers as descriptors, in at most 4352 bytes of
+  // parameters (PTX ISA 8.0): fusion leaves 256 for the launch bounds and
+  // the scalars a kernel captures.
+  buildBufferizationPipeline(
+      pm, options.recompute,
+      /*narrowGemmOperands=*/true, options.recomputeBudget, "cublas",
+      /*scatterLoops=*/false, kPtx80KernelParamBytes - 256);
   addContractionsAndDeallocation(pm, "cublas");
   pm.addPass(createPlaceBuffersOnDevicePass());
   pm.addPass(createLowerMaskedScattersPass({/*order=*/"gpu"}));

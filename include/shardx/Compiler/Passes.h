@@ -73,12 +73,19 @@ void buildCudaCodegenPipeline(OpPassManager &pm,
 /// `scatterLoops`: `tensor.scatter` becomes a loop over its indices (false
 /// for the cuda target, whose host code runs no loops over device buffers:
 /// a masked linalg.generic, shardx-decompose-for-codegen).
+/// `maxFusedOperandBytes`: fusion's bound on an op's memref descriptor bytes
+/// (shardx-fuse-tensor-ops{max-operand-bytes}; 0 none).
 void buildBufferizationPipeline(OpPassManager &pm,
                                 const std::string &recompute = "none",
                                 bool narrowGemmOperands = false,
                                 int64_t recomputeBudget = -1,
                                 StringRef contractions = "blas",
-                                bool scatterLoops = true);
+                                bool scatterLoops = true,
+                                int64_t maxFusedOperandBytes = 0);
+
+/// The most bytes of parameters a kernel of PTX ISA 8.0 (the cuda target's
+/// `+ptx80`) may take; from 8.1 on sm_70 and later, 32764.
+constexpr int64_t kPtx80KernelParamBytes = 4352;
 /// What follows `shardx-recompute-activations` up to the freeing of buffers
 /// (bufferization, the library calls `contractions` names, deallocation):
 /// the buffer program whose memory model the "budget" policy evaluates.

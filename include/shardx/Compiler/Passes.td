@@ -522,10 +522,11 @@ def DynamicLaunchOffsetsPass
     offset in its type, so each place's copy outlined a kernel of its own,
     which `shardx-merge-kernel-modules` could not merge: about 30 of a GPT
     layer's kernels, compiled again per layer. Each such view that the
-    launch body only loads from and stores to is cast, before the launch,
-    to the same type with a dynamic offset; the kernel then reads the
-    offset from the descriptor it is passed, as the cpu target's kernels
-    do (`shardx-outline-kernels`). Shapes and strides stay static.
+    launch body only loads from, stores to or updates atomically is cast,
+    before the launch, to the same type with a dynamic offset; the kernel
+    then reads the offset from the descriptor it is passed, as the cpu
+    target's kernels do (`shardx-outline-kernels`). Shapes and strides stay
+    static.
   }];
   let dependentDialects = ["memref::MemRefDialect"];
 }
