@@ -278,8 +278,9 @@ public:
         auto value = call->getAttrOfType<DictionaryAttr>(kRankValueAttr);
         if (!value)
           return WalkResult::advance();
-        auto shape = value.getAs<DenseI64ArrayAttr>("mesh_shape");
-        meshShape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+        if (auto shape = value.getAs<DenseI64ArrayAttr>("mesh_shape"))
+          meshShape.assign(shape.asArrayRef().begin(),
+                           shape.asArrayRef().end());
         return WalkResult::interrupt();
       });
     }
@@ -429,8 +430,9 @@ private:
                                          : std::nullopt;
     if (auto call = dyn_cast<func::CallOp>(op)) {
       auto value = call->getAttrOfType<DictionaryAttr>(kRankValueAttr);
-      if (!value || value.getAs<DenseI64ArrayAttr>("mesh_shape").asArrayRef() !=
-                        ArrayRef<int64_t>(meshShape))
+      auto shape =
+          value ? value.getAs<DenseI64ArrayAttr>("mesh_shape") : nullptr;
+      if (!shape || shape.asArrayRef() != ArrayRef<int64_t>(meshShape))
         return std::nullopt;
       if (auto axes = value.getAs<DenseI64ArrayAttr>("axes"))
         return inGroup(axes.asArrayRef());
