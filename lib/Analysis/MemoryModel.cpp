@@ -284,9 +284,8 @@ public:
         return WalkResult::interrupt();
       });
     }
-    // At most 4096 ranks are visited per dim.
     std::optional<int64_t> ranks = countMeshDevices(meshShape);
-    if (ranks && *ranks <= 4096)
+    if (ranks && *ranks <= kRankValueMaxRanks)
       coords = allMeshCoords(meshShape);
   }
 

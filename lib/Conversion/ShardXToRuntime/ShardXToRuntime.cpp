@@ -535,11 +535,14 @@ struct ExchangeLowering : CollectivePattern<ExchangeOp> {
                      {descArray.getType(), b.getI64Type()}, {b.getI64Type()});
       auto call =
           func::CallOp::create(b, rt.loc, fn, ValueRange{descArray, rt.i64(d)});
-      // Each rank's size, kept for the memory model.
-      if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
-              op, op.getMeshAttr())) {
-        std::vector<int64_t> meshShape(mesh.getShape().begin(),
-                                       mesh.getShape().end());
+      // Each rank's size, kept for the memory model (on meshes it visits).
+      auto mesh =
+          SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, op.getMeshAttr());
+      std::vector<int64_t> meshShape;
+      if (mesh)
+        meshShape.assign(mesh.getShape().begin(), mesh.getShape().end());
+      if (std::optional<int64_t> ranks = countMeshDevices(meshShape);
+          mesh && ranks && *ranks <= kRankValueMaxRanks) {
         SmallVector<int64_t> sizes;
         for (const std::vector<int64_t> &at : allMeshCoords(meshShape))
           sizes.push_back(op.getTarget()

@@ -76,6 +76,9 @@ ReductionKind toReductionKind(::shardx::ReduceOp op);
 /// row-major index r. A converted program's rank-dependent sizes can then
 /// still be computed per rank (the memory model's bounds, shardx/Analysis).
 inline constexpr llvm::StringLiteral kRankValueAttr = "shardx.rank_value";
+/// The most ranks a mesh may have for its rank-dependent values to be
+/// tabled per rank (`values`) and visited by the memory model's bounds.
+inline constexpr int64_t kRankValueMaxRanks = 4096;
 
 /// Looks up the mesh `meshRef` from `from`, or emits an error at `from` and
 /// returns null.
