@@ -24,12 +24,14 @@
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "mlir/Interfaces/ShapedOpInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -39,6 +41,7 @@
 #include "llvm/Support/CheckedArithmetic.h"
 
 #include <algorithm>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::shardx;
@@ -436,21 +439,18 @@ private:
       if (auto axes = value.getAs<DenseI64ArrayAttr>("axes"))
         return inGroup(axes.asArrayRef());
       auto values = value.getAs<DenseI64ArrayAttr>("values");
-      int64_t rank = 0;
-      for (auto [size, coord] : llvm::zip(meshShape, at))
-        rank = rank * size + coord;
+      // Row-major over every axis, as allMeshCoords orders the ranks.
+      Coords axes(meshShape.size());
+      std::iota(axes.begin(), axes.end(), 0);
+      int64_t rank = linearizeCoords(meshShape, axes, at);
       if (!values || rank >= static_cast<int64_t>(values.size()))
         return std::nullopt;
       return values[rank];
     }
-    if (auto dim = dyn_cast<tensor::DimOp>(op)) {
-      std::optional<int64_t> which = dim.getConstantIndex();
-      return which ? sizeAt(dim.getSource(), *which, at, depth + 1)
-                   : std::nullopt;
-    }
-    if (auto dim = dyn_cast<memref::DimOp>(op)) {
-      std::optional<int64_t> which = dim.getConstantIndex();
-      return which ? sizeAt(dim.getSource(), *which, at, depth + 1)
+    // tensor.dim, memref.dim.
+    if (auto dim = dyn_cast<ShapedDimOpInterface>(op)) {
+      std::optional<int64_t> which = getConstantIntValue(dim.getDimension());
+      return which ? sizeAt(dim.getShapedValue(), *which, at, depth + 1)
                    : std::nullopt;
     }
     if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp,
