@@ -941,6 +941,13 @@ template <typename OpTy> BackwardOperands backwardOperands(OpTy op) {
           op.getQpos(), op.getKpos(), op.getScaleAttr()};
 }
 
+/// The operands of a forward `attention` in the same form: no output,
+/// log-sum-exp or output gradient.
+BackwardOperands backwardOperands(AttentionOp op) {
+  return {op.getQ(),    op.getK(),    op.getV(),        {}, {}, {},
+          op.getQpos(), op.getKpos(), op.getScaleAttr()};
+}
+
 /// The backward of an attention by `calls`: each call's dq added into its
 /// query rows of `dq`, its dK and dV into its key rows of `dk` and `dv`
 /// (each null where not wanted; zeros first).
@@ -1258,15 +1265,7 @@ LogicalResult callsOverKeys(Operation *op, int64_t pieceRows) {
   auto fwd = dyn_cast<AttentionOp>(op);
   auto dq = dyn_cast<AttentionDqOp>(op);
   auto dkv = dyn_cast<AttentionDkvOp>(op);
-  BackwardOperands x = fwd  ? BackwardOperands{fwd.getQ(),
-                                              fwd.getK(),
-                                              fwd.getV(),
-                                              {},
-                                              {},
-                                              {},
-                                              fwd.getQpos(),
-                                              fwd.getKpos(),
-                                              fwd.getScaleAttr()}
+  BackwardOperands x = fwd  ? backwardOperands(fwd)
                        : dq ? backwardOperands(dq)
                             : backwardOperands(dkv);
   std::optional<ChunkedPositions> at = chunkedPositions(x.qpos, x.kpos);
