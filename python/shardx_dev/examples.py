@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
-from shardx.importer import TraceSpec, trace
+from shardx.importer.module import TraceSpec, trace_spec
 from shardx.placements import Mesh, Partial as P, Replicate as R, Shard as S, StridedShard as SS
 from shardx.train import TrainStep
 
@@ -322,9 +322,6 @@ def unannotated_train() -> TraceSpec:
     return TraceSpec(step, step.example_args([torch.randn(4, 8)], torch.randn(4, 8)), name="unannotated_train")
 
 
-CP_ZIGZAG_ORDER = (32, 2)  # positions, ranks
-
-
 def cp_zigzag():
     """Context-parallel train step (SGD) of a causal SDPA Llama block
     (models.LlamaBlock(32, 4 heads, 2 kv heads, 64)) on cp=2 with its 32
@@ -335,7 +332,7 @@ def cp_zigzag():
     gathered keys run by the 5 of 8 pieces its mask shows; as a ring
     (--ring-attention-bytes=0), 3 + 2 quarter blocks."""
     from shardx import context_parallel as cp
-    seq, ranks = CP_ZIGZAG_ORDER
+    seq, ranks = 32, 2
     torch.manual_seed(0)
     step = TrainStep(models.LlamaBlock(32, 4, 2, 64, sdpa=True), F.mse_loss, "sgd", lr=0.1)
     x, y = torch.randn(1, seq, 32), torch.randn(1, seq, 32)
@@ -343,11 +340,7 @@ def cp_zigzag():
     ins, outs = step.placements(mesh, {}, [[S(1)], [S(0)]], [S(1)])
     order = cp.zigzag_order(seq, ranks)
     args = step.example_args([cp.zigzag(x, 1, ranks), order], cp.zigzag(y, 1, ranks))
-    return TraceSpec(step, args, mesh, ins, outs, name="cp_zigzag")
-
-
-# The programs traced under a sequence order (importer.attention.sequence_order).
-ORDERS = {"cp_zigzag.mlir": CP_ZIGZAG_ORDER}
+    return TraceSpec(step, args, mesh, ins, outs, name="cp_zigzag", sequence_order=order)
 
 TEST_PROGRAMS = {
     "cp_zigzag.mlir": cp_zigzag,
@@ -412,15 +405,7 @@ def generate(name: str) -> str:
             line = "//"
         line += " " + w
     lines.append(line)
-    order = None
-    if name in ORDERS:
-        from shardx import context_parallel as cp
-        order = cp.zigzag_order(*ORDERS[name])
-    from shardx.importer.attention import sequence_order
-    with sequence_order(order):
-        text = trace(s.fn, s.example_args, s.mesh, s.in_placements, s.out_placements, s.name,
-                     s.arg_attrs)
-    return "\n".join(lines) + "\n\n" + text
+    return "\n".join(lines) + "\n\n" + trace_spec(s)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from shardx_dev import examples
@@ -56,6 +57,35 @@ def test_command_line(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 1
     assert "aten.cumprod" in proc.stderr and "user.py" in proc.stderr
+
+
+def test_command_line_traces_under_the_spec_sequence_order(tmp_path):
+    # Tests that a TraceSpec's sequence_order reaches the trace: the causal
+    # attention masks by the rows' positions, written as a constant, where
+    # without it they are the rows' order (an iota).
+    script = tmp_path / "user.py"
+    script.write_text(
+        "import torch, torch.nn.functional as F\n"
+        "import shardx\n"
+        "def f(q, k, v):\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "def spec(order=None):\n"
+        "    x = torch.randn(1, 2, 4, 8, dtype=torch.float64)\n"
+        "    return shardx.TraceSpec(f, (x, x, x), sequence_order=order)\n"
+        "def zigzag():\n"
+        "    return spec([0, 3, 1, 2])\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    texts = {}
+    for fn in ("spec", "zigzag"):
+        out = tmp_path / f"{fn}.mlir"
+        proc = subprocess.run([sys.executable, "-m", "shardx.importer", f"{script}:{fn}", "-o",
+                               str(out)], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        texts[fn] = out.read_text()
+    # The positions' constant, as MLIR prints an i64 tensor's bytes.
+    order = 'dense<"0x' + np.array([0, 3, 1, 2], "<i8").tobytes().hex().upper() + '">'
+    assert order in texts["zigzag"]
+    assert order not in texts["spec"] and "shardx.attention" in texts["spec"]
 
 
 def _adam_programs():

@@ -9,7 +9,7 @@ import importlib.util
 import sys
 
 from ..placements import PlacementError
-from .module import TraceSpec, trace
+from .module import TraceSpec, trace, trace_spec
 from .values import ImportError_, UnsupportedOpError
 
 
@@ -36,8 +36,7 @@ def main(argv=None) -> int:
     spec = _load(args.target)()
     try:
         if isinstance(spec, TraceSpec):
-            text = trace(spec.fn, spec.example_args, spec.mesh, spec.in_placements,
-                         spec.out_placements, spec.name, spec.arg_attrs, spec.regions)
+            text = trace_spec(spec)
         elif isinstance(spec, dict):
             text = trace(**spec)
         else:

@@ -35,6 +35,17 @@ class TraceSpec:
     name: Optional[str] = None
     arg_attrs: Optional[Sequence[Optional[Dict[str, str]]]] = None
     regions: Optional[bool] = None
+    #: The position of each row of a causal attention's sequence
+    #: (``shardx.context_parallel.sequence_order``), or None: the rows' order.
+    sequence_order: Optional[Sequence[int]] = None
+
+
+def trace_spec(spec: TraceSpec) -> str:
+    """``trace`` of ``spec``'s arguments, under its sequence order."""
+    from .attention import sequence_order
+    with sequence_order(spec.sequence_order):
+        return trace(spec.fn, spec.example_args, spec.mesh, spec.in_placements,
+                     spec.out_placements, spec.name, spec.arg_attrs, spec.regions)
 
 
 def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None,
