@@ -44,9 +44,9 @@ The ShardX first step is checked against eager (the loss, f32 tolerance).
 
 `--cuda` times `shardx-compile --target=cuda` of the traced step at each
 depth instead (a fresh kernel cache each, the fastest of --repeat), and the
-kernels its PTX defines; `--compiler BIN` times another shardx-compile (a
-build of an older commit) on the same programs in the same run, for
-before/after figures.
+kernels the PTX embedded in the artifact defines; `--compiler BIN` times
+another shardx-compile (a build of an older commit) on the same programs in
+the same run, for before/after figures.
 
 `--trace-only` times `shardx.trace` of the step alone at each depth (no
 compile, no run; then the warm case's trace, the other regions from the
@@ -357,18 +357,19 @@ def gpt2_zoo_compile(layers, opt, cache):
 def cuda_compile(layers, compilers, repeat):
     """Per compiler: the fastest of `repeat` cold `shardx-compile
     --target=cuda` runs of the step `layers` deep (a fresh kernel cache
-    each; None where it failed) and its PTX's kernels."""
+    each; None where it failed) and the kernels of the PTX the artifact
+    embeds."""
     out = []
     with tempfile.TemporaryDirectory() as d:
         src = dump(layers, d)
         for tool in compilers:
             best, kernels = None, None
+            so = os.path.join(d, "step.so")
             for _ in range(repeat):
                 with tempfile.TemporaryDirectory() as cache:
                     env = dict(os.environ, SHARDX_KERNEL_CACHE=cache)
                     start = time.perf_counter()
-                    proc = subprocess.run([tool, src, "--target=cuda", "-o",
-                                           os.path.join(d, "step.so")],
+                    proc = subprocess.run([tool, src, "--target=cuda", "-o", so],
                                           env=env, capture_output=True, text=True)
                     secs = time.perf_counter() - start
                 if proc.returncode != 0:
@@ -377,11 +378,8 @@ def cuda_compile(layers, compilers, repeat):
                     break
                 best = secs if best is None else min(best, secs)
             if best is not None:
-                ptx = os.path.join(d, "step.ptx")
-                subprocess.run([tool, src, "--target=cuda", "--emit=ptx", "-o", ptx],
-                               check=True, capture_output=True)
-                with open(ptx) as f:
-                    kernels = sum(1 for line in f if ".entry " in line)
+                with open(so, "rb") as f:
+                    kernels = f.read().count(b".entry ")
             out.append((best, kernels))
     return out
 
