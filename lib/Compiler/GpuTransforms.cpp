@@ -309,10 +309,8 @@ void dynamicLaunchOffsets(ModuleOp module) {
     llvm::SetVector<Value> captured;
     getUsedValuesDefinedAbove(launch.getBody(), captured);
     for (Value value : captured) {
-      auto type = dyn_cast<MemRefType>(value.getType());
-      auto layout =
-          type ? dyn_cast<StridedLayoutAttr>(type.getLayout()) : nullptr;
-      if (!layout || ShapedType::isDynamic(layout.getOffset()))
+      Type dynamic = mlir::shardx::kernelArgType(value.getType());
+      if (dynamic == value.getType())
         continue;
       auto inside = [&](OpOperand &use) {
         return launch->isProperAncestor(use.getOwner());
@@ -324,11 +322,6 @@ void dynamicLaunchOffsets(ModuleOp module) {
       });
       if (!onlyAccessed)
         continue;
-      auto dynamic = MemRefType::get(
-          type.getShape(), type.getElementType(),
-          StridedLayoutAttr::get(type.getContext(), ShapedType::kDynamic,
-                                 layout.getStrides()),
-          type.getMemorySpace());
       b.setInsertionPoint(launch);
       Value cast = memref::CastOp::create(b, launch.getLoc(), dynamic, value);
       value.replaceUsesWithIf(cast, inside);

@@ -62,13 +62,7 @@ std::string mlir::shardx::canonicalKernelText(Operation *kernel) {
   return text;
 }
 
-namespace {
-
-/// The type a kernel takes a value of `type` as: a strided buffer's offset
-/// becomes dynamic (a view of a bucket or a parameter slab has one static
-/// offset per place, the same loop nest everywhere); shapes and strides
-/// stay static, as the loops' bounds and addressing need them.
-Type kernelArgType(Type type) {
+Type mlir::shardx::kernelArgType(Type type) {
   auto memref = dyn_cast<MemRefType>(type);
   if (!memref)
     return type;
@@ -80,6 +74,8 @@ Type kernelArgType(Type type) {
   return MemRefType::get(memref.getShape(), memref.getElementType(), layout,
                          memref.getMemorySpace());
 }
+
+namespace {
 
 std::string hashName(StringRef text) {
   return (mlir::shardx::kKernelPrefix +
@@ -130,7 +126,7 @@ mlir::shardx::outlineKernels(ModuleOp module) {
     Location loc = op.getLoc();
     SmallVector<Type> argTypes;
     for (Value v : args)
-      argTypes.push_back(kernelArgType(v.getType()));
+      argTypes.push_back(mlir::shardx::kernelArgType(v.getType()));
     b.setInsertionPointToEnd(module.getBody());
     auto kernel = func::FuncOp::create(b, loc, kKernelPrefix,
                                        b.getFunctionType(argTypes, {}));

@@ -235,7 +235,12 @@ LogicalResult passKernelBuffersAsPointers(ModuleOp module,
 /// kernels (SSA names are numbered by position, locations not printed).
 std::string canonicalKernelText(Operation *kernel);
 
-
+/// The type a kernel takes a value of `type` as: a strided buffer's offset
+/// becomes dynamic (a view of a bucket or a parameter slab has one static
+/// offset per place, the same loop nest everywhere); shapes and strides
+/// stay static, as the loops' bounds and addressing need them. Both
+/// targets' kernels (shardx-outline-kernels, shardx-dynamic-launch-offsets).
+Type kernelArgType(Type type);
 
 /// Returns the JSON program description embedded in artifacts (entry points,
 /// argument and result types, layouts, mesh) for `module` before lowering:
