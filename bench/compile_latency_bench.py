@@ -2,7 +2,7 @@
 torch.compile (inductor) on the same GPT-style train step, in one run.
 
     ~/.cache/shardx/venv/bin/python bench/compile_latency_bench.py \
-        [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--no-inline]
+        [--layers 1 2 4 8 16 32] [--no-torch] [--no-warm] [--no-inline] [--no-make-fx]
         [--repeat N] [--dump DIR] [--no-regions]
         [--gpt2-zoo LAYERS] [--trace-only] [--cuda [--compiler BIN]]
         [--dim D --heads H --seq S --batch B --vocab V]
@@ -39,6 +39,13 @@ code cache). Ratios (goals in issue 35):
 - torch.compile / ShardX at each depth >= 2 (goal >= 1);
 - ShardX deepest / ShardX 2 layers (goal <= 3 at 32 layers);
 - warm one-layer change / cold (goal <= 0.2).
+
+Under the warm line, the floor under that ratio, in the same run: the
+warm call's own trace (it must trace the changed step again: make_fx keeps
+no guards that would let it reuse the unchanged part of the step's Python)
+as a fraction of the cold call, and the seconds of one plain `make_fx` pass
+(fake tensors, PyTorch's default decompositions) over the same changed step:
+the program a user of make_fx would hand over (`--no-make-fx` skips it).
 
 The ShardX first step is checked against eager (the loss, f32 tolerance).
 
@@ -296,6 +303,24 @@ print(time.perf_counter() - start)
     return times[0], (times[1] if warm_widths else None)
 
 
+def make_fx_seconds(layers, widths=None):
+    """Seconds of one plain make_fx pass (fake tensors, the default
+    decompositions, no ShardX hook) over the step `layers` deep with the MLP
+    widths `widths`: what producing the traced program a user would hand
+    over costs. (make_fx inlines the step's nested compile regions.)"""
+    import torch.utils._pytree as pytree
+    from torch.fx.experimental.proxy_tensor import make_fx
+    names, args = example(layers, widths)
+    step = make_step(names)
+    flat, spec = pytree.tree_flatten(args)
+
+    def flat_step(*xs):
+        return pytree.tree_leaves(step(*pytree.tree_unflatten(list(xs), spec)))
+    start = time.perf_counter()
+    make_fx(flat_step, tracing_mode="fake")(*flat)
+    return time.perf_counter() - start
+
+
 def trace_text(layers, widths=None):
     """The traced program of the step `layers` deep (shardx.trace), with
     the MLP widths `widths` (default 4d each)."""
@@ -394,6 +419,8 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--no-torch", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm one-layer change")
+    ap.add_argument("--no-make-fx", action="store_true",
+                    help="skip timing plain make_fx of the warm case's step")
     ap.add_argument("--no-inline", action="store_true",
                     help="skip the inline column (the step traced without regions)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
@@ -519,6 +546,14 @@ def main(argv=None):
             print(f"       warm kernel cache, layer {n // 2} MLP width 4d -> 3d: {warm:.1f} s "
                   f"= {warm / sx:.2f} of cold (goal <= 0.2)", flush=True)
             print("       warm: " + _timing_text(warm_timing), flush=True)
+            floor = warm_timing.get("trace", 0.0) / sx
+            line = (f"       floor: the warm call's trace alone is {floor:.2f} of cold")
+            if not args.no_make_fx:
+                make_fx_seconds(n, widths)  # the first pass pays make_fx's imports
+                mf = make_fx_seconds(n, widths)
+                line += (f"; one plain make_fx pass of the changed step takes {mf:.1f} s "
+                         f"= {mf / sx:.2f} of ShardX's cold call, {mf / warm:.2f} of its warm one")
+            print(line, flush=True)
         if tc_warm is not None:
             print(f"       torch.compile, the same change on the inductor cache its cold "
                   f"call left, new process: {tc_warm:.1f} s = {tc_warm / tc:.2f} of its "
