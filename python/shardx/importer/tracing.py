@@ -38,8 +38,9 @@ def decompositions():
         aten._softmax_backward_data, aten.silu, aten.silu_backward, aten.embedding_dense_backward,
         aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
         aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
-        # The model zoo (shardx_dev/zoo.py): batch norm, unbind.
+        # The model zoo (shardx_dev/zoo.py): batch norm, unbind; group norm.
         aten.native_batch_norm, aten.native_batch_norm_backward, aten.unbind_copy, aten.unbind,
+        aten.native_group_norm, aten.native_group_norm_backward,
     ]))
     # Max pooling stays whole (importer/ops/pooling.py: a windowed op that
     # keeps an H/W split) except where the importer refuses it: a partial

@@ -24,7 +24,17 @@ def _arith(op):
             if alpha != 1:
                 y = body.binary("mul", y, body.const(alpha, t), t)
             return body.binary(op, v[0], y, t), None
-        return _ew(imp, node, [a, b], fn)
+        # As eager's CPU kernels: a bf16/f16 tensor times (or over) a
+        # Python number takes the number in f32 as it is, not rounded to
+        # bf16 first (their opmath type; the product rounded once). Its add,
+        # sub and a 0-d tensor operand round the number to bf16 first, as
+        # here.
+        _, out_dtype = _out(node)
+        compute = None
+        if out_dtype in (torch.bfloat16, torch.float16) and op in ("mul", "div") \
+                and any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+            compute = torch.float32
+        return _ew(imp, node, [a, b], fn, compute)
     return h
 
 

@@ -1,7 +1,7 @@
 """Reductions and sorts: ``sum``/``mean``/``amax``/``amin``/``any`` (and
 ``max``/``min`` of every element), ``prod``,
 ``var_mean``, ``max.dim``/``min.dim`` (values and first index),
-``argmax``/``argmin``, ``cumsum``,
+``argmax``/``argmin``, ``cumsum``, ``cumprod``,
 ``topk``/``sort``; each a ``linalg.generic`` with reduction iterators over a
 ``linalg.fill``ed init."""
 
@@ -169,26 +169,45 @@ def _argmax(imp, node, args, kwargs):
     return _extreme(imp, x, dim % x.rank, keepdim, is_max)[1]
 
 
-@handles(aten.cumsum.default)
+#: The type eager's CPU scans (cumsum, cumprod) accumulate in
+#: (``at::acc_type<T, /*is_cuda=*/false>``): double for float and double,
+#: float for bfloat16 and half; integers in their own type.
+_SCAN_ACCUMULATOR = {torch.float32: torch.float64, torch.float64: torch.float64,
+                     torch.bfloat16: torch.float32, torch.float16: torch.float32}
+
+
+@handles(aten.cumsum.default, aten.cumprod.default)
 def _cumsum(imp, node, args, kwargs):
-    """out[.., i, ..] = the sum of x[.., j, ..] for j <= i: a masked
-    reduction over j (quadratic in the dim; position ids and masks)."""
+    """out[.., i, ..] = the sum (product) of x[.., j, ..] for j <= i: a
+    masked reduction over j in order (quadratic in the dim; position ids
+    and masks) from the identity (0, 1), the terms past i skipped. As
+    eager's CPU scan:
+    the running value in the accumulator type (``_SCAN_ACCUMULATOR``: f64
+    for f32), each output rounded from it once, bit for bit with eager."""
     x = args[0]
+    op, identity = ("mul", 1) if node.target == aten.cumprod.default else ("add", 0)
     shape, dtype = _out(node)
     if x.rank == 0:
         return imp.em.cast(x, dtype)
     dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.rank
     r = x.rank
     exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+    acc = _SCAN_ACCUMULATOR.get(dtype, dtype)
 
     def body(b: Body, a, out):
         i = b.v(f"linalg.index {dim} : index")
         j = b.v(f"linalg.index {r} : index")
         keep = b.v(f"arith.cmpi ule, {j}, {i} : index")
-        v = b.cast(a[0], x.dtype, dtype)
-        return b.binary("add", out, b.select(keep, v, b.const(0, dtype), dtype), dtype)
-    return imp.em.generic(shape, dtype, [(x, exprs)], ["parallel"] * r + ["reduction"],
-                          [f"d{i}" for i in range(r)], body, init=imp.em.full(shape, 0, dtype))
+        v = b.cast(b.cast(a[0], x.dtype, dtype), dtype, acc)
+        # Past i the running value is kept as it is (not combined with the
+        # identity): the combiner is then no sum or product that
+        # propagation would split into partial results, whose sum across
+        # ranks would round in another order than eager's running value.
+        return b.select(keep, b.binary(op, out, v, acc), out, acc)
+    scan = imp.em.generic(shape, acc, [(x, exprs)], ["parallel"] * r + ["reduction"],
+                          [f"d{i}" for i in range(r)], body,
+                          init=imp.em.full(shape, identity, acc))
+    return imp.em.cast(scan, dtype)
 
 
 @handles(aten.topk.default, aten.sort.default, aten.sort.stable)

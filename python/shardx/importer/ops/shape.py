@@ -1,7 +1,8 @@
 """Shape and view ops: reshapes (``view``, ``squeeze``, ``flatten``, ...) as
 ``tensor.collapse_shape``/``expand_shape``, permutes as ``linalg.transpose``,
 ``expand`` as ``linalg.broadcast``, slices, ``select``, ``split``, ``cat``,
-``slice_scatter``, ``constant_pad_nd``, and the factories (``full``,
+``slice_scatter``, ``diagonal`` and ``diagonal_scatter``, ``as_strided``
+where it is a reshape, ``constant_pad_nd``, and the factories (``full``,
 ``zeros``, ``arange``, ...)."""
 
 from __future__ import annotations
@@ -46,6 +47,133 @@ def pad(imp, x: Value, low: Sequence[int], high: Sequence[int], value) -> Value:
 def _view(imp, node, args, kwargs):
     shape, _ = _out(node)
     return imp.em.reshape(args[0], shape)
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def _same_strides(shape, strides) -> bool:
+    """Whether ``strides`` are the row-major strides of ``shape`` (a size-1
+    dim's stride is never read)."""
+    want = _contiguous_strides(shape)
+    return all(int(s) == 1 or int(a) == int(b) for s, a, b in zip(shape, strides, want))
+
+
+@handles(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(imp, node, args, kwargs):
+    """``as_strided`` where it is a reshape: the input laid out row-major
+    from its storage's start, and the output the row-major view of all of
+    it (PyTorch's decompositions write reshapes so, e.g. GroupNorm's
+    ``native_group_norm``). Any other window into the storage reads memory
+    that a value does not describe: refused."""
+    x = args[0]
+    size = args[1] if len(args) > 1 else kwargs["size"]
+    stride = args[2] if len(args) > 2 else kwargs["stride"]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    src = _meta(node.args[0])
+    shape, _ = _out(node)
+    numel = 1
+    for s in shape:
+        numel *= s
+    if (src.storage_offset() == 0 and (offset or 0) == 0 and src.is_contiguous()
+            and _same_strides(shape, stride) and numel == src.numel()):
+        return imp.em.reshape(x, shape)
+    raise UnsupportedOpError(
+        f"as_strided of a {tuple(src.shape)} tensor (strides {tuple(src.stride())}, offset "
+        f"{src.storage_offset()}) to size {tuple(size)}, strides {tuple(stride)}, offset "
+        f"{offset or 0}: only a row-major view of a whole row-major tensor (a reshape) is "
+        "imported")
+
+
+@handles(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(imp, node, args, kwargs):
+    """``diagonal(x, offset, dim1, dim2)``: the other dims in order, then the
+    diagonal. Written as a masked sum over dim2 of the rows of dim1 that
+    hold the diagonal (``x[.., i + r0, .., j, ..]`` where ``j = i + c0``),
+    the masked-out terms -0.0 (0 for integers): adding -0.0 changes no
+    value, not even a zero's sign, so each output is its element exactly,
+    and a split of dim2 is a partial sum like any other reduction."""
+    x = args[0]
+    a = list(args) + [None] * 4
+    offset = kwargs.get("offset", a[1] if a[1] is not None else 0)
+    dim1 = kwargs.get("dim1", a[2] if a[2] is not None else 0) % x.rank
+    dim2 = kwargs.get("dim2", a[3] if a[3] is not None else 1) % x.rank
+    shape, dtype = _out(node)
+    size = shape[-1]
+    if size == 0 or any(n == 0 for n in x.shape):
+        return imp.em.full(shape, 0, dtype)
+    # The rows of dim1 that hold the diagonal, and its column in row i.
+    r0, c0 = max(-offset, 0), max(offset, 0)
+    sizes = list(x.shape)
+    sizes[dim1] = size
+    offsets = [0] * x.rank
+    offsets[dim1] = r0
+    if tuple(sizes) != tuple(x.shape):
+        x = imp.em.extract_slice(x, offsets, sizes, [1] * x.rank)
+    others = [d for d in range(x.rank) if d not in (dim1, dim2)]
+    r = len(shape)  # loops d0..d{r-1} the output's, d{r} the column
+    exprs = []
+    for d in range(x.rank):
+        exprs.append(f"d{r - 1}" if d == dim1 else f"d{r}" if d == dim2
+                     else f"d{others.index(d)}")
+    floating = dtype.is_floating_point or dtype.is_complex
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {r - 1} : index")
+        j = b.v(f"linalg.index {r} : index")
+        col = b.v(f"arith.addi {i}, {b.v(f'arith.constant {c0} : index')} : index") if c0 else i
+        hit = b.v(f"arith.cmpi eq, {j}, {col} : index")
+        zero = b.const(-0.0 if floating else 0, dtype)
+        return b.binary("add", out, b.select(hit, a[0], zero, dtype), dtype)
+    init = imp.em.full(shape, -0.0 if floating else 0, dtype)
+    return imp.em.generic(shape, dtype, [(x, exprs)], ["parallel"] * r + ["reduction"],
+                          [f"d{k}" for k in range(r)], body, init=init)
+
+
+@handles(aten.diagonal_scatter.default)
+def _diagonal_scatter(imp, node, args, kwargs):
+    """``diagonal_scatter(base, src, offset, dim1, dim2)`` (the backward of
+    ``diagonal``): base with its diagonal replaced by src. src is padded
+    along its diagonal dim to base's dim1 (the diagonal's element of row i
+    at position i), then each element picks src where it is on the
+    diagonal and base elsewhere."""
+    base, src = args[0], args[1]
+    a = list(args) + [None] * 5
+    offset = kwargs.get("offset", a[2] if a[2] is not None else 0)
+    dim1 = kwargs.get("dim1", a[3] if a[3] is not None else 0) % base.rank
+    dim2 = kwargs.get("dim2", a[4] if a[4] is not None else 1) % base.rank
+    shape, dtype = _out(node)
+    size = src.shape[-1] if src.rank else 0
+    if size == 0:
+        return base
+    r0, c0 = max(-offset, 0), max(offset, 0)
+    n1 = base.shape[dim1]
+    low = [0] * src.rank
+    high = [0] * src.rank
+    low[-1], high[-1] = r0, n1 - r0 - size
+    src = pad(imp, src, low, high, 0)
+    others = [d for d in range(base.rank) if d not in (dim1, dim2)]
+    loops = [f"d{d}" for d in range(base.rank)]
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {dim1} : index")
+        j = b.v(f"linalg.index {dim2} : index")
+        const = lambda c: b.v(f"arith.constant {c} : index")
+        on = b.v(f"arith.cmpi eq, {b.v(f'arith.addi {j}, {const(r0)} : index')}, "
+                 f"{b.v(f'arith.addi {i}, {const(c0)} : index')} : index")
+        lo = b.v(f"arith.cmpi uge, {i}, {const(r0)} : index")
+        hi = b.v(f"arith.cmpi ult, {i}, {const(r0 + size)} : index")
+        hit = b.v(f"arith.andi {on}, {b.v(f'arith.andi {lo}, {hi} : i1')} : i1")
+        return b.select(hit, b.cast(a[1], src.dtype, dtype), b.cast(a[0], base.dtype, dtype),
+                        dtype)
+    return imp.em.generic(shape, dtype, [(base, loops),
+                                         (src, [f"d{d}" for d in others] + [f"d{dim1}"])],
+                          ["parallel"] * base.rank, loops, body)
 
 
 @handles(aten.permute.default, aten.permute_copy.default)
