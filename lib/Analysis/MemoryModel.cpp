@@ -119,13 +119,20 @@ SmallVector<MemoryRole> argumentRoles(func::FuncOp fn) {
   return roles;
 }
 
+class SizeBounds;
+MemoryProfile profileAt(func::FuncOp fn, SizeBounds *caller, func::CallOp call);
+
 /// For a call of a function with a body in the module (a region of a
 /// regionally traced step, outlined layers): the bytes the callee allocates
 /// beyond the buffers it returns, at its own peak (its model, recursively).
 /// The caller holds them while the call runs; the returned buffers are the
 /// caller's from the call on. -1 for any other op (an external callee, a
 /// runtime call: nothing of its own is modeled).
-int64_t calleeTransientBytes(Operation *op) {
+/// The callee's sizes are those of this call: its arguments' dynamic dims
+/// are the call operands' (`caller`, the caller's bounds), and the values
+/// it cannot size add to `unsized`, the caller's count.
+int64_t calleeTransientBytes(Operation *op, SizeBounds *caller,
+                             int64_t &unsized) {
   auto call = dyn_cast<func::CallOp>(op);
   if (!call)
     return -1;
@@ -136,8 +143,9 @@ int64_t calleeTransientBytes(Operation *op) {
   static thread_local DenseSet<Operation *> active; // recursion: 0 bytes
   if (!active.insert(callee).second)
     return 0;
-  MemoryProfile profile = computeMemoryProfile(callee);
+  MemoryProfile profile = profileAt(callee, caller, call);
   active.erase(callee);
+  unsized += profile.unsizedValues;
   int64_t returned = 0;
   for (const MemoryBuffer &b : profile.buffers)
     if (!b.argument && b.role == MemoryRole::Result)
@@ -261,9 +269,20 @@ Value destinationOf(Operation *op, unsigned r) {
 /// there is no bound.
 class SizeBounds {
 public:
-  explicit SizeBounds(func::FuncOp fn) : fn(fn) {
+  /// `caller` and `call`: `fn` modeled as called there (a private
+  /// function, an outlined layer): its arguments have the sizes of the
+  /// call's operands on each rank, and the mesh is the caller's.
+  explicit SizeBounds(func::FuncOp fn, SizeBounds *caller = nullptr,
+                      func::CallOp call = {})
+      : fn(fn), caller(caller), call(call) {
     auto sig = fn->getAttrOfType<DictionaryAttr>(
         ShardXDialect::getSignatureAttrName());
+    if (!sig && caller) {
+      meshName = caller->meshName;
+      meshShape = caller->meshShape;
+      coords = caller->coords;
+      return;
+    }
     if (!sig)
       return;
     auto meshRef = sig.getAs<FlatSymbolRefAttr>("mesh");
@@ -358,6 +377,8 @@ private:
       return type.getDimSize(d);
     if (auto arg = dyn_cast<BlockArgument>(v)) {
       unsigned i = arg.getArgNumber();
+      if (Value operand = callOperand(arg))
+        return caller->sizeAt(operand, d, at, depth + 1);
       if (arg.getOwner() != &fn.getBody().front() || !argTypes || !argLayouts ||
           i >= argTypes.size() || i >= argLayouts.size())
         return std::nullopt;
@@ -383,6 +404,12 @@ private:
           depth + 1);
     if (auto exchange = dyn_cast<ExchangeOp>(op))
       return localSize(exchange.getTarget(), exchange.getShape(), d, at);
+    if (auto callOp = dyn_cast<func::CallOp>(op))
+      if (SizeBounds *callee = calleeBounds(callOp))
+        if (auto ret = dyn_cast<func::ReturnOp>(
+                callee->fn.getBody().back().getTerminator());
+            ret && r < ret.getNumOperands())
+          return callee->sizeAt(ret.getOperand(r), d, at, depth + 1);
     if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
       return slice.getSourceType().getRank() == type.getRank()
                  ? sizeOf(slice.getMixedSizes()[d])
@@ -419,8 +446,11 @@ private:
     if (matchPattern(v, m_ConstantInt(&constant)))
       return constant.getSExtValue();
     Operation *op = v.getDefiningOp();
-    if (!op)
+    if (!op) {
+      if (Value operand = callOperand(cast<BlockArgument>(v)))
+        return caller->evaluate(operand, at, depth + 1);
       return std::nullopt;
+    }
     auto inGroup = [&](ArrayRef<int64_t> axes) -> std::optional<int64_t> {
       for (int64_t axis : axes)
         if (axis < 0 || axis >= static_cast<int64_t>(meshShape.size()))
@@ -522,16 +552,44 @@ private:
   func::FuncOp fn;
   StringRef meshName;
   Coords meshShape;
+  /// The call's operand that `arg` (an argument of `fn`) is, if `fn` is
+  /// modeled as called.
+  Value callOperand(BlockArgument arg) {
+    if (!caller || arg.getOwner() != &fn.getBody().front() ||
+        arg.getArgNumber() >= call.getNumOperands())
+      return nullptr;
+    return call.getOperand(arg.getArgNumber());
+  }
+
+  /// The bounds of the callee of `callOp` (a function of the module with a
+  /// body) as called there; null for another call.
+  SizeBounds *calleeBounds(func::CallOp callOp) {
+    auto &slot = callees[callOp];
+    if (!slot) {
+      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          callOp, callOp.getCalleeAttr());
+      if (!callee || callee.isExternal() || callee.getBody().empty() ||
+          callee == fn)
+        return nullptr;
+      slot = std::make_unique<SizeBounds>(callee, this, callOp);
+    }
+    return slot.get();
+  }
+
   std::vector<Coords> coords;
   ArrayAttr argTypes, argLayouts;
   DenseMap<std::pair<Value, int64_t>, std::optional<int64_t>> bounds;
+  SizeBounds *caller = nullptr;
+  func::CallOp call;
+  DenseMap<Operation *, std::unique_ptr<SizeBounds>> callees;
 };
 
 /// The tensor-level model.
 class TensorModel {
 public:
-  TensorModel(func::FuncOp fn, MemoryProfile &profile)
-      : fn(fn), profile(profile), sizes(fn) {}
+  TensorModel(func::FuncOp fn, MemoryProfile &profile,
+              SizeBounds *caller = nullptr, func::CallOp call = {})
+      : fn(fn), profile(profile), sizes(fn, caller, call) {}
 
   void run() {
     Block &entry = fn.getBody().front();
@@ -702,7 +760,8 @@ private:
     }
     if (fused.count(op))
       return; // no buffer: its consumer computes it in its loop nest
-    if (int64_t bytes = calleeTransientBytes(op); bytes > 0)
+    if (int64_t bytes = calleeTransientBytes(op, &sizes, profile.unsizedValues);
+        bytes > 0)
       newBuffer(bytes, temporaryRole(op), i, "inside the call");
     for (auto [r, result] : llvm::enumerate(op->getResults())) {
       if (!isa<TensorType>(result.getType()))
@@ -826,10 +885,11 @@ Value allocationOf(Value v) {
   return nullptr;
 }
 
-void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
+void replayBuffers(func::FuncOp fn, MemoryProfile &profile,
+                   SizeBounds *caller = nullptr, func::CallOp call = {}) {
   Block &entry = fn.getBody().front();
   DenseMap<Value, int64_t> bufferOf;
-  SizeBounds sizes(fn);
+  SizeBounds sizes(fn, caller, call);
   SmallVector<MemoryRole> roles = argumentRoles(fn);
   for (BlockArgument arg : fn.getArguments()) {
     int64_t bytes = sizes.bytes(arg);
@@ -889,7 +949,9 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
         if (Value a = allocationOf(v))
           if (auto it = bufferOf.find(a); it != bufferOf.end())
             profile.buffers[it->second].role = MemoryRole::Result;
-    } else if (int64_t inside = calleeTransientBytes(op); inside >= 0) {
+    } else if (int64_t inside =
+                   calleeTransientBytes(op, &sizes, profile.unsizedValues);
+               inside >= 0) {
       // A call of a function of the module: what it allocates while it
       // runs, then the buffers it returns, alive until the caller frees
       // them.
@@ -909,7 +971,12 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile) {
         if (isa<BaseMemRefType>(v.getType())) {
           bufferOf[v] = profile.buffers.size();
           placed.insert(profile.buffers.size());
-          newBuffer(std::max<int64_t>(0, sizes.bytes(v)), n - 1, "call result");
+          int64_t bytes = sizes.bytes(v);
+          if (bytes < 0) {
+            ++profile.unsizedValues;
+            bytes = 0;
+          }
+          newBuffer(bytes, n - 1, "call result");
         }
     } else if (auto call = dyn_cast<func::CallOp>(op)) {
       // Buffers a collective's runtime call reads or writes.
@@ -985,7 +1052,9 @@ FailureOr<std::string> mlir::shardx::getCpuBufferPipeline(std::string &error) {
   return text;
 }
 
-MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
+namespace {
+MemoryProfile profileAt(func::FuncOp fn, SizeBounds *caller,
+                        func::CallOp call) {
   MemoryProfile profile;
   profile.function = fn.getSymName().str();
   if (fn.isExternal() || fn.getBody().empty())
@@ -1000,9 +1069,14 @@ MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
             });
   profile.bufferized = buffers;
   if (buffers)
-    replayBuffers(fn, profile);
+    replayBuffers(fn, profile, caller, call);
   else
-    TensorModel(fn, profile).run();
+    TensorModel(fn, profile, caller, call).run();
   summarize(profile);
   return profile;
+}
+} // namespace
+
+MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
+  return profileAt(fn, /*caller=*/nullptr, /*call=*/{});
 }

@@ -50,3 +50,52 @@ func.func @two_axes(%x: tensor<10x8xf32> {shardx.layout = #shardx.layout<@mesh2,
   return %s : tensor<10x8xf32>
 }
 shardx.mesh @mesh2(shape = 2x2)
+
+// -----
+
+// Tests an uneven split through calls: the second and third layers become
+// calls of one outlined function at the buffers level (shardx-outline-calls;
+// the first reads the zero-filled tensors CSE made once). The callee's
+// buffers take their sizes from the call's operands on each rank (3 of 7
+// rows at most): both levels model 3,936 bytes. Before, the callee's
+// dynamic buffers counted 0 bytes at the buffers level, silently (3,744).
+// CHECK: memory of @model per rank: peak 3.84 KiB (3936 bytes)
+// CHECK-NEXT: arguments 3.09 KiB: inputs 3.09 KiB
+// CHECK-NEXT: allocated at the peak 768 B (768 bytes): activations 768 B
+// CHECK-NOT: dynamic size
+// BUF: memory of @model per rank: peak 3.84 KiB (3936 bytes) at func.call
+// BUF-SAME: modeled on buffers
+// BUF-NEXT: arguments 3.09 KiB: inputs 3.09 KiB
+// BUF-NEXT: allocated at the peak 768 B (768 bytes): activations 768 B
+// BUF-NOT: dynamic size
+shardx.mesh @mesh3(shape = 3)
+func.func private @layer(%x: tensor<7x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> tensor<7x8xf32> {
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<7x16xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<7x16xf32>) -> tensor<7x16xf32>
+  %h = linalg.matmul ins(%x, %w1 : tensor<7x8xf32>, tensor<8x16xf32>) outs(%f1 : tensor<7x16xf32>) -> tensor<7x16xf32>
+  %t = math.tanh %h : tensor<7x16xf32>
+  %s = arith.mulf %t, %h : tensor<7x16xf32>
+  %e2 = tensor.empty() : tensor<7x8xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<7x8xf32>) -> tensor<7x8xf32>
+  %o = linalg.matmul ins(%s, %w2 : tensor<7x16xf32>, tensor<16x8xf32>) outs(%f2 : tensor<7x8xf32>) -> tensor<7x8xf32>
+  %r = arith.addf %o, %x : tensor<7x8xf32>
+  %q = arith.mulf %r, %r : tensor<7x8xf32>
+  %y = arith.addf %q, %r : tensor<7x8xf32>
+  %u = arith.subf %y, %q : tensor<7x8xf32>
+  %v = arith.mulf %u, %y : tensor<7x8xf32>
+  return %v : tensor<7x8xf32>
+}
+func.func @model(%x: tensor<7x8xf32> {shardx.layout = #shardx.layout<@mesh3, [S(0)]>},
+                 %a1: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>},
+                 %b1: tensor<16x8xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>},
+                 %a2: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>},
+                 %b2: tensor<16x8xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>},
+                 %a3: tensor<8x16xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>},
+                 %b3: tensor<16x8xf32> {shardx.layout = #shardx.layout<@mesh3, [R]>})
+    -> (tensor<7x8xf32> {shardx.layout = #shardx.layout<@mesh3, [S(0)]>}) {
+  %1 = func.call @layer(%x, %a1, %b1) : (tensor<7x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<7x8xf32>
+  %2 = func.call @layer(%1, %a2, %b2) : (tensor<7x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<7x8xf32>
+  %3 = func.call @layer(%2, %a3, %b3) : (tensor<7x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<7x8xf32>
+  return %3 : tensor<7x8xf32>
+}
