@@ -37,6 +37,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/Debug.h"
 
@@ -198,17 +199,30 @@ int64_t descriptorBytes(Type type) {
 
 /// The descriptor bytes of the distinct operands of the op that fusing the
 /// producer of `operand` into its consumer makes: the consumer's other
-/// operands, the producer's inputs, and the producer's inits its body reads.
+/// operands, the producer's inputs, the producer's inits its body reads or
+/// whose result another op reads (the fusion keeps that result), and the
+/// values both bodies capture from above (a gather's table: a kernel
+/// parameter too once bufferized).
 int64_t fusedDescriptorBytes(OpOperand *operand, linalg::GenericOp producer) {
   llvm::SetVector<Value> operands;
-  for (OpOperand &other : operand->getOwner()->getOpOperands())
+  Operation *consumer = operand->getOwner();
+  for (OpOperand &other : consumer->getOpOperands())
     if (&other != operand)
       operands.insert(other.get());
   for (OpOperand *input : producer.getDpsInputOperands())
     operands.insert(input->get());
-  for (OpOperand &init : producer.getDpsInitsMutable())
-    if (producer.payloadUsesValueFromOperand(&init))
+  for (auto [init, result] :
+       llvm::zip_equal(producer.getDpsInitsMutable(), producer->getResults()))
+    if (producer.payloadUsesValueFromOperand(&init) ||
+        llvm::any_of(result.getUsers(),
+                     [&](Operation *user) { return user != consumer; }))
       operands.insert(init.get());
+  llvm::SetVector<Value> captured;
+  getUsedValuesDefinedAbove(producer->getRegions(), captured);
+  getUsedValuesDefinedAbove(consumer->getRegions(), captured);
+  for (Value value : captured)
+    if (isa<ShapedType>(value.getType()))
+      operands.insert(value);
   int64_t bytes = 0;
   for (Value value : operands)
     bytes += descriptorBytes(value.getType());

@@ -53,3 +53,49 @@ func.func @norm(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<f32>,
   } -> tensor<f32>
   return %all : tensor<f32>
 }
+
+// A body that reads a table captured from above (a gather's, as
+// shardx-decompose-for-codegen writes one) passes the table to the kernel
+// too: a 1-D buffer's descriptor takes 40 bytes. Fusing @gathers' first op
+// into the second would take %a, the second's init and both tables, 128
+// bytes: over 100, so the ops stay apart (counting operands alone, 48
+// bytes, they fused). Without a bound all three fuse.
+
+// ALL-LABEL: func.func @gathers
+// ALL-COUNT-1: linalg.generic
+// ALL-NOT: linalg.generic
+// ALL: return
+
+// CAP-LABEL: func.func @gathers
+// CAP-COUNT-3: linalg.generic
+// CAP-NOT: linalg.generic
+// CAP: return
+func.func @gathers(%a: tensor<f32>, %t1: tensor<8xf32>, %t2: tensor<8xf32>,
+                   %t3: tensor<8xf32>) -> tensor<f32> {
+  %c1 = arith.constant 1 : index
+  %0 = tensor.empty() : tensor<f32>
+  %g1 = linalg.generic {indexing_maps = [#s, #s], iterator_types = []}
+      ins(%a : tensor<f32>) outs(%0 : tensor<f32>) {
+  ^bb0(%x: f32, %o: f32):
+    %v = tensor.extract %t1[%c1] : tensor<8xf32>
+    %r = arith.addf %x, %v : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  %1 = tensor.empty() : tensor<f32>
+  %g2 = linalg.generic {indexing_maps = [#s, #s], iterator_types = []}
+      ins(%g1 : tensor<f32>) outs(%1 : tensor<f32>) {
+  ^bb0(%x: f32, %o: f32):
+    %v = tensor.extract %t2[%c1] : tensor<8xf32>
+    %r = arith.addf %x, %v : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  %2 = tensor.empty() : tensor<f32>
+  %g3 = linalg.generic {indexing_maps = [#s, #s], iterator_types = []}
+      ins(%g2 : tensor<f32>) outs(%2 : tensor<f32>) {
+  ^bb0(%x: f32, %o: f32):
+    %v = tensor.extract %t3[%c1] : tensor<8xf32>
+    %r = arith.addf %x, %v : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  return %g3 : tensor<f32>
+}
