@@ -444,7 +444,9 @@ private:
       return std::nullopt;
     APInt constant;
     if (matchPattern(v, m_ConstantInt(&constant)))
-      return constant.getSExtValue();
+      // An i1 `true` is 1, as a cmpi's result is here.
+      return constant.getBitWidth() == 1 ? constant.getZExtValue()
+                                         : constant.getSExtValue();
     Operation *op = v.getDefiningOp();
     if (!op) {
       if (Value operand = callOperand(cast<BlockArgument>(v)))
@@ -483,9 +485,18 @@ private:
       return which ? sizeAt(dim.getShapedValue(), *which, at, depth + 1)
                    : std::nullopt;
     }
-    if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp,
-            arith::ExtUIOp>(op))
+    if (isa<arith::IndexCastOp, arith::ExtSIOp>(op))
       return evaluate(op->getOperand(0), at, depth + 1);
+    if (isa<arith::IndexCastUIOp, arith::ExtUIOp>(op)) {
+      // Zero-extended: a negative value of a narrower type is its unsigned
+      // value (an i1 is 0 or 1 already).
+      std::optional<int64_t> x = evaluate(op->getOperand(0), at, depth + 1);
+      Type from = getElementTypeOrSelf(op->getOperand(0).getType());
+      unsigned width = from.isIntOrFloat() ? from.getIntOrFloatBitWidth() : 64;
+      if (x && *x < 0 && width > 1 && width < 64)
+        return *x + (int64_t(1) << width);
+      return x;
+    }
     if (auto select = dyn_cast<arith::SelectOp>(op)) {
       std::optional<int64_t> c = evaluate(select.getCondition(), at, depth + 1);
       if (!c)
