@@ -199,8 +199,13 @@ def _cumsum(imp, node, args, kwargs):
         j = b.v(f"linalg.index {r} : index")
         keep = b.v(f"arith.cmpi ule, {j}, {i} : index")
         v = b.cast(b.cast(a[0], x.dtype, dtype), dtype, acc)
-        # Past i the running value is kept as it is (not combined with the
-        # identity): the combiner is then no sum or product that
+        if not acc.is_floating_point:
+            # Integers: the identity past i (exact in any order, so a split
+            # of the dim may sum partial results; the MoE dispatch's
+            # cumulative counts take this form, shardx-ragged-dispatch).
+            return b.binary(op, out, b.select(keep, v, b.const(identity, acc), acc), acc)
+        # Floats: past i the running value is kept as it is (not combined
+        # with the identity): the combiner is then no sum or product that
         # propagation would split into partial results, whose sum across
         # ranks would round in another order than eager's running value.
         return b.select(keep, b.binary(op, out, v, acc), out, acc)
