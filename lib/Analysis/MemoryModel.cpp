@@ -442,6 +442,15 @@ private:
   std::optional<int64_t> evaluate(Value v, const Coords &at, unsigned depth) {
     if (!v || depth > 64)
       return std::nullopt;
+    // A chain of selects (an explicit uneven shard's size per member of its
+    // group, `LocalPieces::emitPiece`: as long as the group) is followed in
+    // a loop, not one level deeper per member.
+    while (auto select = v.getDefiningOp<arith::SelectOp>()) {
+      std::optional<int64_t> c = evaluate(select.getCondition(), at, depth + 1);
+      if (!c)
+        return std::nullopt;
+      v = *c ? select.getTrueValue() : select.getFalseValue();
+    }
     APInt constant;
     if (matchPattern(v, m_ConstantInt(&constant)))
       // An i1 `true` is 1, as a cmpi's result is here.
@@ -496,13 +505,6 @@ private:
       if (x && *x < 0 && width > 1 && width < 64)
         return *x + (int64_t(1) << width);
       return x;
-    }
-    if (auto select = dyn_cast<arith::SelectOp>(op)) {
-      std::optional<int64_t> c = evaluate(select.getCondition(), at, depth + 1);
-      if (!c)
-        return std::nullopt;
-      return evaluate(*c ? select.getTrueValue() : select.getFalseValue(), at,
-                      depth + 1);
     }
     if (op->getNumOperands() != 2)
       return std::nullopt;
