@@ -65,6 +65,12 @@ class Body:
     def binary(self, op: str, a: str, b: str, t: torch.dtype) -> str:
         e = elem_type(t)
         f = is_float(t)
+        if t == torch.bool and op in ("add", "mul"):
+            # As eager: a bool sum is an or, a product an and (an i1 add
+            # wraps: True + True was False).
+            op = "or" if op == "add" else "and"
+        if op == "pow" and not f:
+            return self.int_pow(a, b, t)
         table = {
             "add": "arith.addf" if f else "arith.addi",
             "sub": "arith.subf" if f else "arith.subi",
@@ -76,7 +82,7 @@ class Body:
             # NaN-ignoring (fmax/fmin).
             "fmax": "arith.maxnumf", "fmin": "arith.minnumf",
             "and": "arith.andi", "or": "arith.ori", "xor": "arith.xori",
-            "pow": "math.powf" if f else "math.ipowi",
+            "pow": "math.powf",
         }
         return self.v(f"{table[op]} {a}, {b} : {e}")
 
@@ -103,16 +109,42 @@ class Body:
         if op == "not":
             return self.binary("xor", a, self.const(True, torch.bool), torch.bool)
         if op == "sign":
-            zero = self.const(0.0, t)
-            one = self.const(1.0, t)
-            mone = self.const(-1.0, t)
-            pos = self.v(f"arith.cmpf ogt, {a}, {zero} : {e}")
-            neg = self.v(f"arith.cmpf olt, {a}, {zero} : {e}")
-            r = self.v(f"arith.select {neg}, {mone}, {zero} : {e}")
-            return self.v(f"arith.select {pos}, {one}, {r} : {e}")
+            if t == torch.bool:
+                return a
+            zero = self.const(0, t)
+            pos = self.compare("gt", a, zero, t)
+            neg = self.compare("lt", a, zero, t)
+            r = self.select(neg, self.const(-1, t), zero, t)
+            return self.select(pos, self.const(1, t), r, t)
+        if op in ("floor", "ceil", "trunc", "roundeven") and not is_float(t):
+            return a  # an integer is whole already (eager returns it)
         if not is_float(t):
             raise UnsupportedOpError(f"{op} on {t}")
         return self.v(f"math.{op} {a} : {e}")
+
+    def int_pow(self, a: str, n: str, t: torch.dtype) -> str:
+        """``a ** n`` of integers as ATen's ``powi``: square and multiply
+        over the exponent's bits (products wrap as eager's do); a negative
+        exponent gives 1 for a base of 1, +-1 for -1 by the exponent's
+        parity, else 0. (The code generation lowers no math.ipowi.)"""
+        bits = torch.iinfo(t).bits if t != torch.bool else 1
+        zero, one = self.const(0, t), self.const(1, t)
+        result, base = one, a
+        for i in range(bits - 1):
+            bit = self.binary("and", self.v(f"arith.shrsi {n}, {self.const(i, t)} : {elem_type(t)}"),
+                              one, t)
+            take = self.compare("ne", bit, zero, t)
+            result = self.select(take, self.binary("mul", result, base, t), result, t)
+            if i < bits - 2:
+                base = self.binary("mul", base, base, t)
+        negative = self.compare("lt", n, zero, t)
+        odd = self.compare("ne", self.binary("and", n, one, t), zero, t)
+        minus_one = self.const(-1, t)
+        for_minus_one = self.select(odd, minus_one, one, t)
+        small = self.select(self.compare("eq", a, one, t), one,
+                            self.select(self.compare("eq", a, minus_one, t), for_minus_one,
+                                        zero, t), t)
+        return self.select(negative, small, result, t)
 
     def compare(self, pred: str, a: str, b: str, t: torch.dtype) -> str:
         e = elem_type(t)

@@ -42,6 +42,14 @@ def decompositions():
         aten.native_batch_norm, aten.native_batch_norm_backward, aten.unbind_copy, aten.unbind,
         aten.native_group_norm, aten.native_group_norm_backward,
     ]))
+    # The optimizers' lerp, addcmul and addcdiv stay whole: the importer
+    # writes them as eager's kernels compute them (a fused multiply-add;
+    # importer/ops/optimizer.py), where the core decompositions round the
+    # product and the sum apart.
+    for op in (aten.lerp.Scalar, aten.lerp.Tensor, aten.lerp_.Scalar, aten.lerp_.Tensor,
+               aten.addcmul.default, aten.addcmul_.default, aten.addcdiv.default,
+               aten.addcdiv_.default):
+        table.pop(op, None)
     # Max pooling stays whole (importer/ops/pooling.py: a windowed op that
     # keeps an H/W split) except where the importer refuses it: a partial
     # last window (ceil_mode) or an input that is not NCHW.

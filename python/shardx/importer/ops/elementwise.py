@@ -19,20 +19,38 @@ def _arith(op):
         if op == "div" and kwargs.get("rounding_mode") is not None:
             raise UnsupportedOpError(f"div with rounding_mode={kwargs['rounding_mode']}")
 
+        _, out_dtype = _out(node)
+        narrow = out_dtype in (torch.bfloat16, torch.float16)
+        scale = alpha
+        if alpha != 1 and narrow:
+            # Eager's bf16/f16 add with alpha: alpha and a number operand
+            # rounded to the dtype, then a + b * alpha in f32 (the product
+            # exact), rounded once.
+            scale = float(torch.tensor(alpha, dtype=out_dtype))
+            if isinstance(b, (int, float)) and not isinstance(b, bool):
+                b = float(torch.tensor(b, dtype=out_dtype))
+
         def fn(body, v, t):
             y = v[1]
             if alpha != 1:
-                y = body.binary("mul", y, body.const(alpha, t), t)
+                if is_float(t) and not narrow:
+                    # f32/f64: one fused multiply-add, as eager's kernels
+                    # (a + alpha * b rounded twice was an ulp off in a
+                    # fifth of the elements: an SGD step's p - lr * g).
+                    c = body.const(scale if op == "add" else -scale, t)
+                    return body.v(f"math.fma {y}, {c}, {v[0]} : {elem_type(t)}"), None
+                y = body.binary("mul", y, body.const(scale, t), t)
             return body.binary(op, v[0], y, t), None
         # As eager's CPU kernels: a bf16/f16 tensor times (or over) a
-        # Python number takes the number in f32 as it is, not rounded to
-        # bf16 first (their opmath type; the product rounded once). Its add,
-        # sub and a 0-d tensor operand round the number to bf16 first, as
-        # here.
-        _, out_dtype = _out(node)
+        # Python number, or a 0-d tensor as the second operand (a CPU
+        # scalar), takes it in f32 as it is, not rounded to bf16 first
+        # (their opmath type; the result rounded once). Add and sub of a
+        # number, and a 0-d tensor as the first operand, round it to bf16
+        # first, as here.
         compute = None
-        if out_dtype in (torch.bfloat16, torch.float16) and op in ("mul", "div") \
-                and any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+        number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+        if narrow and (op in ("mul", "div") and (number(a) or number(b) or isinstance(b, Value)
+                                                 and b.rank == 0) or alpha != 1):
             compute = torch.float32
         return _ew(imp, node, [a, b], fn, compute)
     return h
@@ -54,7 +72,12 @@ def _rsub(imp, node, args, kwargs):
 
 def _unary(op):
     def h(imp, node, args, kwargs):
-        return _ew(imp, node, [args[0]], lambda b, v, t: (b.unary(op, v[0], t), None))
+        # bf16/f16 in f32, rounded once, as eager's kernels compute them
+        # (a sigmoid's exp, add and divide each rounded to bf16 were 2 ulps
+        # off, 38 in f16).
+        _, out_dtype = _out(node)
+        compute = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else None
+        return _ew(imp, node, [args[0]], lambda b, v, t: (b.unary(op, v[0], t), None), compute)
     return h
 
 
@@ -75,6 +98,28 @@ for _op, _name in [(aten.neg.default, "neg"), (aten.exp.default, "exp"), (aten.l
                    (aten.atanh.default, "atanh"), (aten.log10.default, "log10"),
                    (aten.exp2.default, "exp2")]:
     HANDLERS[_op] = _unary(_name)
+
+
+@handles(aten.round.decimals)
+def _round_decimals(imp, node, args, kwargs):
+    """``round(x, decimals)`` as ATen's kernel: to nearest even of x times
+    10^decimals, divided back (a negative count divides first and
+    multiplies back), in f32 for bf16/f16; an integer is itself."""
+    decimals = kwargs.get("decimals", args[1] if len(args) > 1 else 0)
+    _, out_dtype = _out(node)
+    compute = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else None
+
+    def fn(b, v, t):
+        if not is_float(t):
+            return v[0], None
+        scale = b.const(float(10 ** abs(decimals)), t)
+        e = elem_type(t)
+        if decimals < 0:
+            q = b.v(f"math.roundeven {b.binary('div', v[0], scale, t)} : {e}")
+            return b.binary("mul", q, scale, t), None
+        q = b.v(f"math.roundeven {b.binary('mul', v[0], scale, t)} : {e}")
+        return b.binary("div", q, scale, t), None
+    return _ew(imp, node, [args[0]], fn, compute)
 
 
 @handles(aten.atan2.default)
@@ -487,7 +532,18 @@ def _div_mode(imp, node, args, kwargs):
                 return b.v(f"math.trunc {q} : {elem_type(t)}"), None
             return b.binary("div", v[0], v[1], t), None
         return b.binary("div", v[0], v[1], t), None
-    return _ew(imp, node, [args[0], args[1]], fn)
+    # A bf16/f16 tensor over a Python number or a 0-d tensor (a CPU
+    # scalar): in f32 with the number as it is, rounded once, as eager's
+    # kernels (each step rounded to bf16 put a whole-number quotient one
+    # off); over a tensor, the quotient rounded to bf16 first, as here.
+    _, out_dtype = _out(node)
+    divisor = args[1]
+    compute = None
+    if out_dtype in (torch.bfloat16, torch.float16) and (
+            isinstance(divisor, (int, float)) and not isinstance(divisor, bool)
+            or isinstance(divisor, Value) and divisor.rank == 0):
+        compute = torch.float32
+    return _ew(imp, node, [args[0], divisor], fn, compute)
 
 
 @handles(aten.remainder.Scalar, aten.remainder.Tensor)

@@ -82,6 +82,11 @@ def _var_mean(imp, node, args, kwargs):
     if correction is None:
         correction = 1
     keepdim = kwargs.get("keepdim", False)
+    out_dtype = x.dtype
+    # bf16/f16: in f32 as eager's kernels (their accumulation type), each
+    # result rounded once (in f16 a square of 1e4 overflowed to inf).
+    if out_dtype in (torch.bfloat16, torch.float16):
+        x = imp.em.cast(x, torch.float32)
     dtype = x.dtype
     count = _prod(x.shape[d % x.rank] for d in dims)
     mean_k = imp.em.reduce(x, dims, True, "add", 0, dtype)
@@ -93,10 +98,11 @@ def _var_mean(imp, node, args, kwargs):
     denom = max(count - correction, 0)
     var = imp.em.elementwise(var.shape, dtype, [var],
                              lambda b, v: b.binary("div", v[0], b.const(denom, dtype), dtype))
+    var = imp.em.cast(var, out_dtype)
     if node.target == aten.var.correction:
         return var
     mean = mean_k if keepdim else imp.em.reshape(mean_k, var.shape)
-    return [var, mean]
+    return [var, imp.em.cast(mean, out_dtype)]
 
 
 @handles(aten.max.dim, aten.min.dim)

@@ -1,0 +1,116 @@
+"""Elementwise and optimizer arithmetic as eager's CPU kernels compute it,
+bit for bit, where a differential probe against eager found ShardX off
+(2026-11-29): bool sums, bf16/f16 math rounded once from f32, variance of
+narrow floats in f32, add/sub with alpha and addcmul as one fused
+multiply-add, lerp as ATen's vector lerp, bf16 floor division by a number,
+integer pow/sign/floor, round with decimals. Each case compares the
+compiled function's outputs with eager's: same NaNs, values and zero
+signs."""
+
+import pytest
+import torch
+
+import shardx
+from shardx.importer.values import UnsupportedOpError
+
+NARROW = [torch.bfloat16, torch.float16]
+FLOATS = [torch.float32, torch.float64] + NARROW
+
+
+def _same_bits(got, want):
+    return (got.dtype == want.dtype
+            and torch.equal(torch.isnan(got), torch.isnan(want))
+            and torch.equal(torch.nan_to_num(got), torch.nan_to_num(want))
+            and torch.equal(torch.signbit(got), torch.signbit(want)))
+
+
+def _check(fn, *args):
+    want = fn(*args)
+    got = shardx.compile(fn, None)(*args)
+    bad = [k for k, (g, w) in enumerate(zip(got, want)) if not _same_bits(g.to_torch(), w)]
+    assert not bad, f"outputs {bad} differ from eager"
+
+
+def test_bool_sum_is_or_and_product_is_and():
+    torch.manual_seed(0)
+    a, b = torch.rand(64) > 0.5, torch.rand(64) > 0.5
+    _check(lambda a, b: (a + b, a * b), a, b)  # True + True was False
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_variance_and_math_round_once_from_f32(dtype):
+    torch.manual_seed(1)
+    x = torch.randn(8, 64).to(dtype)
+    x[0, 3], x[0, 4] = 1e4, -1e4  # its square overflowed f16: var was inf
+    y = torch.randn(8, 64).to(dtype) * 6
+    # (var_mean's mean: eager's Welford mean is an ulp off sum / n in f16
+    # at times; the variance is what overflowed.)
+    _check(lambda x, y: (x.var(-1), x.std(-1), torch.var_mean(x, -1, correction=0)[0],
+                         torch.sigmoid(y), torch.exp(y), torch.tanh(y), torch.erf(y),
+                         torch.log1p(y.abs())), x, y)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_add_and_sub_with_alpha_are_one_multiply_add(dtype):
+    torch.manual_seed(2)
+    a, b = (torch.randn(512) * 3).to(dtype), (torch.randn(512) * 3).to(dtype)
+    _check(lambda a, b: (torch.add(a, b, alpha=0.3), torch.sub(a, b, alpha=0.3),
+                         torch.add(a, 0.7, alpha=0.3), torch.sub(a, 0.7, alpha=2.5)), a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_lerp_addcmul_addcdiv_as_eager(dtype):
+    """Adam's moments are lerps and its update an addcdiv; SGD's is an add
+    with alpha."""
+    torch.manual_seed(3)
+    s, e = torch.randn(1024).to(dtype), torch.randn(1024).to(dtype)
+    w = (torch.rand(1024) * 2 - 0.5).to(dtype)
+    t1, t2 = torch.randn(1024).to(dtype), (torch.randn(1024).abs() + 0.1).to(dtype)
+    _check(lambda s, e, w, t1, t2: (
+        torch.lerp(s, e, 0.1), torch.lerp(s, e, 0.9), torch.lerp(s, e, -0.7), torch.lerp(s, e, w),
+        torch.addcmul(s, t1, t2, value=0.37), torch.addcdiv(s, t1, t2, value=-0.01),
+        torch.addcmul(s, t1, t2), torch.addcdiv(s, t1, t2)), s, e, w, t1, t2)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_division_by_a_number_or_scalar_tensor(dtype):
+    torch.manual_seed(4)
+    x, y = (torch.randn(512) * 5).to(dtype), torch.randn(512).to(dtype)
+    s = torch.tensor(0.3)
+    _check(lambda x, y, s: (x // 0.3, torch.div(x, 0.3, rounding_mode="trunc"), x // y,
+                            torch.div(x, y, rounding_mode="trunc"), x % 0.3, x * s, x / s,
+                            s * x), x, y, s)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_pow_sign_and_rounding(dtype):
+    """Integer pow did not compile (math.ipowi), sign was not imported
+    (a float compare), floor/ceil/round/trunc were refused."""
+    torch.manual_seed(5)
+    x = torch.randint(-6, 7, (256,), dtype=dtype)
+    n = torch.randint(-3, 9, (256,), dtype=dtype)
+    x[:4] = torch.tensor([1, -1, 0, 2 ** 20], dtype=dtype)  # 2**20 cubed wraps
+    _check(lambda x, n: (x ** 3, x ** n, torch.sign(x), torch.floor(x), torch.ceil(x),
+                         torch.round(x), torch.trunc(x), 2 ** n.clamp(min=0)), x, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_round_with_decimals(dtype):
+    torch.manual_seed(6)
+    y = (torch.randn(256) * 100).to(dtype)
+    _check(lambda y: (torch.round(y, decimals=2), torch.round(y, decimals=-1)), y)
+
+
+def test_an_optimizer_step_inside_the_function_is_refused_by_name():
+    """Optimizer.step() under the trace would keep state made while
+    tracing (the second call's numbers were off by 0.017): refused."""
+    p = torch.nn.Parameter(torch.randn(8, 4))
+    opt = torch.optim.AdamW([p], lr=1e-2, foreach=False)
+
+    def step(g):
+        p.grad = g
+        opt.step()
+        return (p.detach().clone(),)
+
+    with pytest.raises(UnsupportedOpError, match="optimizer.step\\(\\) outside"):
+        shardx.compile(step, None)(torch.randn(8, 4))
