@@ -301,458 +301,478 @@ func.func @fsdp_tp_train(
     linalg.yield %s251 : f32
   } -> tensor<16xf32> loc(#loc6)
   %e253 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v261 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v204 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e253 : tensor<32x16xf32>) {
+  %v267 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v204 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e253 : tensor<32x16xf32>) {
   ^bb0(%a254: f32, %a255: f32, %o256: f32):
     %s257 = arith.constant 0x3DCCCCCD : f32
     %s258 = arith.subf %a255, %a254 : f32
-    %s259 = arith.mulf %s257, %s258 : f32
-    %s260 = arith.addf %a254, %s259 : f32
-    linalg.yield %s260 : f32
+    %s259 = math.absf %s257 : f32
+    %s260 = arith.constant 0x3F000000 : f32
+    %s261 = arith.cmpf olt, %s259, %s260 : f32
+    %s262 = arith.constant 0x3F800000 : f32
+    %s263 = arith.subf %s257, %s262 : f32
+    %s264 = arith.select %s261, %s257, %s263 : f32
+    %s265 = arith.select %s261, %a254, %a255 : f32
+    %s266 = math.fma %s264, %s258, %s265 : f32
+    linalg.yield %s266 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e262 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v270 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v201 : tensor<32xf32>, tensor<32xf32>) outs(%e262 : tensor<32xf32>) {
-  ^bb0(%a263: f32, %a264: f32, %o265: f32):
-    %s266 = arith.constant 0x3DCCCCCD : f32
-    %s267 = arith.subf %a264, %a263 : f32
-    %s268 = arith.mulf %s266, %s267 : f32
-    %s269 = arith.addf %a263, %s268 : f32
-    linalg.yield %s269 : f32
+  %e268 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v282 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v201 : tensor<32xf32>, tensor<32xf32>) outs(%e268 : tensor<32xf32>) {
+  ^bb0(%a269: f32, %a270: f32, %o271: f32):
+    %s272 = arith.constant 0x3DCCCCCD : f32
+    %s273 = arith.subf %a270, %a269 : f32
+    %s274 = math.absf %s272 : f32
+    %s275 = arith.constant 0x3F000000 : f32
+    %s276 = arith.cmpf olt, %s274, %s275 : f32
+    %s277 = arith.constant 0x3F800000 : f32
+    %s278 = arith.subf %s272, %s277 : f32
+    %s279 = arith.select %s276, %s272, %s278 : f32
+    %s280 = arith.select %s276, %a269, %a270 : f32
+    %s281 = math.fma %s279, %s273, %s280 : f32
+    linalg.yield %s281 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e271 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v279 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v122 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e271 : tensor<16x32xf32>) {
-  ^bb0(%a272: f32, %a273: f32, %o274: f32):
-    %s275 = arith.constant 0x3DCCCCCD : f32
-    %s276 = arith.subf %a273, %a272 : f32
-    %s277 = arith.mulf %s275, %s276 : f32
-    %s278 = arith.addf %a272, %s277 : f32
-    linalg.yield %s278 : f32
+  %e283 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v297 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v122 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e283 : tensor<16x32xf32>) {
+  ^bb0(%a284: f32, %a285: f32, %o286: f32):
+    %s287 = arith.constant 0x3DCCCCCD : f32
+    %s288 = arith.subf %a285, %a284 : f32
+    %s289 = math.absf %s287 : f32
+    %s290 = arith.constant 0x3F000000 : f32
+    %s291 = arith.cmpf olt, %s289, %s290 : f32
+    %s292 = arith.constant 0x3F800000 : f32
+    %s293 = arith.subf %s287, %s292 : f32
+    %s294 = arith.select %s291, %s287, %s293 : f32
+    %s295 = arith.select %s291, %a284, %a285 : f32
+    %s296 = math.fma %s294, %s288, %s295 : f32
+    linalg.yield %s296 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e280 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v288 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e280 : tensor<16xf32>) {
-  ^bb0(%a281: f32, %a282: f32, %o283: f32):
-    %s284 = arith.constant 0x3DCCCCCD : f32
-    %s285 = arith.subf %a282, %a281 : f32
-    %s286 = arith.mulf %s284, %s285 : f32
-    %s287 = arith.addf %a281, %s286 : f32
-    linalg.yield %s287 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e289 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v294 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e289 : tensor<32x16xf32>) {
-  ^bb0(%a290: f32, %o291: f32):
-    %s292 = arith.constant 0x3F7FBE77 : f32
-    %s293 = arith.mulf %a290, %s292 : f32
-    linalg.yield %s293 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e295 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v300 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e295 : tensor<32xf32>) {
-  ^bb0(%a296: f32, %o297: f32):
-    %s298 = arith.constant 0x3F7FBE77 : f32
-    %s299 = arith.mulf %a296, %s298 : f32
-    linalg.yield %s299 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e301 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e301 : tensor<16x32xf32>) {
-  ^bb0(%a302: f32, %o303: f32):
-    %s304 = arith.constant 0x3F7FBE77 : f32
-    %s305 = arith.mulf %a302, %s304 : f32
-    linalg.yield %s305 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e307 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e307 : tensor<16xf32>) {
-  ^bb0(%a308: f32, %o309: f32):
-    %s310 = arith.constant 0x3F7FBE77 : f32
-    %s311 = arith.mulf %a308, %s310 : f32
+  %e298 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e298 : tensor<16xf32>) {
+  ^bb0(%a299: f32, %a300: f32, %o301: f32):
+    %s302 = arith.constant 0x3DCCCCCD : f32
+    %s303 = arith.subf %a300, %a299 : f32
+    %s304 = math.absf %s302 : f32
+    %s305 = arith.constant 0x3F000000 : f32
+    %s306 = arith.cmpf olt, %s304, %s305 : f32
+    %s307 = arith.constant 0x3F800000 : f32
+    %s308 = arith.subf %s302, %s307 : f32
+    %s309 = arith.select %s306, %s302, %s308 : f32
+    %s310 = arith.select %s306, %a299, %a300 : f32
+    %s311 = math.fma %s309, %s303, %s310 : f32
     linalg.yield %s311 : f32
   } -> tensor<16xf32> loc(#loc6)
   %e313 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v322 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v294, %v204, %v204 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e313 : tensor<32x16xf32>) {
-  ^bb0(%a314: f32, %a315: f32, %a316: f32, %o317: f32):
-    %s318 = arith.constant 0x3A83126F : f32
-    %s319 = arith.mulf %a315, %a316 : f32
-    %s320 = arith.mulf %s318, %s319 : f32
-    %s321 = arith.addf %a314, %s320 : f32
-    linalg.yield %s321 : f32
+  %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e313 : tensor<32x16xf32>) {
+  ^bb0(%a314: f32, %o315: f32):
+    %s316 = arith.constant 0x3F7FBE77 : f32
+    %s317 = arith.mulf %a314, %s316 : f32
+    linalg.yield %s317 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e323 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v332 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v300, %v201, %v201 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e323 : tensor<32xf32>) {
-  ^bb0(%a324: f32, %a325: f32, %a326: f32, %o327: f32):
-    %s328 = arith.constant 0x3A83126F : f32
-    %s329 = arith.mulf %a325, %a326 : f32
-    %s330 = arith.mulf %s328, %s329 : f32
-    %s331 = arith.addf %a324, %s330 : f32
-    linalg.yield %s331 : f32
+  %e319 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e319 : tensor<32xf32>) {
+  ^bb0(%a320: f32, %o321: f32):
+    %s322 = arith.constant 0x3F7FBE77 : f32
+    %s323 = arith.mulf %a320, %s322 : f32
+    linalg.yield %s323 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e333 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v342 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v306, %v122, %v122 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e333 : tensor<16x32xf32>) {
-  ^bb0(%a334: f32, %a335: f32, %a336: f32, %o337: f32):
-    %s338 = arith.constant 0x3A83126F : f32
-    %s339 = arith.mulf %a335, %a336 : f32
-    %s340 = arith.mulf %s338, %s339 : f32
-    %s341 = arith.addf %a334, %s340 : f32
-    linalg.yield %s341 : f32
+  %e325 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v330 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e325 : tensor<16x32xf32>) {
+  ^bb0(%a326: f32, %o327: f32):
+    %s328 = arith.constant 0x3F7FBE77 : f32
+    %s329 = arith.mulf %a326, %s328 : f32
+    linalg.yield %s329 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e343 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v352 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v312, %v119, %v119 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
-  ^bb0(%a344: f32, %a345: f32, %a346: f32, %o347: f32):
-    %s348 = arith.constant 0x3A83126F : f32
-    %s349 = arith.mulf %a345, %a346 : f32
-    %s350 = arith.mulf %s348, %s349 : f32
-    %s351 = arith.addf %a344, %s350 : f32
-    linalg.yield %s351 : f32
+  %e331 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v336 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e331 : tensor<16xf32>) {
+  ^bb0(%a332: f32, %o333: f32):
+    %s334 = arith.constant 0x3F7FBE77 : f32
+    %s335 = arith.mulf %a332, %s334 : f32
+    linalg.yield %s335 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e353 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e353 : tensor<f32>) {
-  ^bb0(%a354: f32, %o355: f32):
-    %s356 = arith.constant 0x3F666666 : f32
-    %s357 = math.powf %s356, %a354 : f32
-    linalg.yield %s357 : f32
+  %e337 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v345 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v318, %v204, %v204 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e337 : tensor<32x16xf32>) {
+  ^bb0(%a338: f32, %a339: f32, %a340: f32, %o341: f32):
+    %s342 = arith.constant 0x3A83126F : f32
+    %s343 = arith.mulf %s342, %a339 : f32
+    %s344 = math.fma %s343, %a340, %a338 : f32
+    linalg.yield %s344 : f32
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e346 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v354 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v324, %v201, %v201 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e346 : tensor<32xf32>) {
+  ^bb0(%a347: f32, %a348: f32, %a349: f32, %o350: f32):
+    %s351 = arith.constant 0x3A83126F : f32
+    %s352 = arith.mulf %s351, %a348 : f32
+    %s353 = math.fma %s352, %a349, %a347 : f32
+    linalg.yield %s353 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e355 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v363 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v330, %v122, %v122 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e355 : tensor<16x32xf32>) {
+  ^bb0(%a356: f32, %a357: f32, %a358: f32, %o359: f32):
+    %s360 = arith.constant 0x3A83126F : f32
+    %s361 = arith.mulf %s360, %a357 : f32
+    %s362 = math.fma %s361, %a358, %a356 : f32
+    linalg.yield %s362 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e364 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v372 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v336, %v119, %v119 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e364 : tensor<16xf32>) {
+  ^bb0(%a365: f32, %a366: f32, %a367: f32, %o368: f32):
+    %s369 = arith.constant 0x3A83126F : f32
+    %s370 = arith.mulf %s369, %a366 : f32
+    %s371 = math.fma %s370, %a367, %a365 : f32
+    linalg.yield %s371 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e373 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v378 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e373 : tensor<f32>) {
+  ^bb0(%a374: f32, %o375: f32):
+    %s376 = arith.constant 0x3F666666 : f32
+    %s377 = math.powf %s376, %a374 : f32
+    linalg.yield %s377 : f32
   } -> tensor<f32> loc(#loc6)
-  %e359 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v364 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e359 : tensor<f32>) {
-  ^bb0(%a360: f32, %o361: f32):
-    %s362 = arith.constant 0x3F666666 : f32
-    %s363 = math.powf %s362, %a360 : f32
-    linalg.yield %s363 : f32
+  %e379 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v384 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e379 : tensor<f32>) {
+  ^bb0(%a380: f32, %o381: f32):
+    %s382 = arith.constant 0x3F666666 : f32
+    %s383 = math.powf %s382, %a380 : f32
+    linalg.yield %s383 : f32
   } -> tensor<f32> loc(#loc6)
-  %e365 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v370 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e365 : tensor<f32>) {
-  ^bb0(%a366: f32, %o367: f32):
-    %s368 = arith.constant 0x3F666666 : f32
-    %s369 = math.powf %s368, %a366 : f32
-    linalg.yield %s369 : f32
+  %e385 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v390 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e385 : tensor<f32>) {
+  ^bb0(%a386: f32, %o387: f32):
+    %s388 = arith.constant 0x3F666666 : f32
+    %s389 = math.powf %s388, %a386 : f32
+    linalg.yield %s389 : f32
   } -> tensor<f32> loc(#loc6)
-  %e371 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v376 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e371 : tensor<f32>) {
-  ^bb0(%a372: f32, %o373: f32):
-    %s374 = arith.constant 0x3F666666 : f32
-    %s375 = math.powf %s374, %a372 : f32
-    linalg.yield %s375 : f32
+  %e391 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e391 : tensor<f32>) {
+  ^bb0(%a392: f32, %o393: f32):
+    %s394 = arith.constant 0x3F666666 : f32
+    %s395 = math.powf %s394, %a392 : f32
+    linalg.yield %s395 : f32
   } -> tensor<f32> loc(#loc6)
-  %e377 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v382 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e377 : tensor<f32>) {
-  ^bb0(%a378: f32, %o379: f32):
-    %s380 = arith.constant 0x3F7FBE77 : f32
-    %s381 = math.powf %s380, %a378 : f32
-    linalg.yield %s381 : f32
+  %e397 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e397 : tensor<f32>) {
+  ^bb0(%a398: f32, %o399: f32):
+    %s400 = arith.constant 0x3F7FBE77 : f32
+    %s401 = math.powf %s400, %a398 : f32
+    linalg.yield %s401 : f32
   } -> tensor<f32> loc(#loc6)
-  %e383 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v388 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e383 : tensor<f32>) {
-  ^bb0(%a384: f32, %o385: f32):
-    %s386 = arith.constant 0x3F7FBE77 : f32
-    %s387 = math.powf %s386, %a384 : f32
-    linalg.yield %s387 : f32
+  %e403 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v408 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e403 : tensor<f32>) {
+  ^bb0(%a404: f32, %o405: f32):
+    %s406 = arith.constant 0x3F7FBE77 : f32
+    %s407 = math.powf %s406, %a404 : f32
+    linalg.yield %s407 : f32
   } -> tensor<f32> loc(#loc6)
-  %e389 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v394 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e389 : tensor<f32>) {
-  ^bb0(%a390: f32, %o391: f32):
-    %s392 = arith.constant 0x3F7FBE77 : f32
-    %s393 = math.powf %s392, %a390 : f32
-    linalg.yield %s393 : f32
+  %e409 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v414 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v222 : tensor<f32>) outs(%e409 : tensor<f32>) {
+  ^bb0(%a410: f32, %o411: f32):
+    %s412 = arith.constant 0x3F7FBE77 : f32
+    %s413 = math.powf %s412, %a410 : f32
+    linalg.yield %s413 : f32
   } -> tensor<f32> loc(#loc6)
-  %e395 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v400 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e395 : tensor<f32>) {
-  ^bb0(%a396: f32, %o397: f32):
-    %s398 = arith.constant 0x3F7FBE77 : f32
-    %s399 = math.powf %s398, %a396 : f32
-    linalg.yield %s399 : f32
+  %e415 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v420 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v228 : tensor<f32>) outs(%e415 : tensor<f32>) {
+  ^bb0(%a416: f32, %o417: f32):
+    %s418 = arith.constant 0x3F7FBE77 : f32
+    %s419 = math.powf %s418, %a416 : f32
+    linalg.yield %s419 : f32
   } -> tensor<f32> loc(#loc6)
-  %e401 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v406 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v358 : tensor<f32>) outs(%e401 : tensor<f32>) {
-  ^bb0(%a402: f32, %o403: f32):
-    %s404 = arith.constant 0x3F800000 : f32
-    %s405 = arith.subf %a402, %s404 : f32
-    linalg.yield %s405 : f32
+  %e421 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v378 : tensor<f32>) outs(%e421 : tensor<f32>) {
+  ^bb0(%a422: f32, %o423: f32):
+    %s424 = arith.constant 0x3F800000 : f32
+    %s425 = arith.subf %a422, %s424 : f32
+    linalg.yield %s425 : f32
   } -> tensor<f32> loc(#loc6)
-  %e407 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v412 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v364 : tensor<f32>) outs(%e407 : tensor<f32>) {
-  ^bb0(%a408: f32, %o409: f32):
-    %s410 = arith.constant 0x3F800000 : f32
-    %s411 = arith.subf %a408, %s410 : f32
-    linalg.yield %s411 : f32
+  %e427 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v384 : tensor<f32>) outs(%e427 : tensor<f32>) {
+  ^bb0(%a428: f32, %o429: f32):
+    %s430 = arith.constant 0x3F800000 : f32
+    %s431 = arith.subf %a428, %s430 : f32
+    linalg.yield %s431 : f32
   } -> tensor<f32> loc(#loc6)
-  %e413 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v370 : tensor<f32>) outs(%e413 : tensor<f32>) {
-  ^bb0(%a414: f32, %o415: f32):
-    %s416 = arith.constant 0x3F800000 : f32
-    %s417 = arith.subf %a414, %s416 : f32
-    linalg.yield %s417 : f32
+  %e433 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v390 : tensor<f32>) outs(%e433 : tensor<f32>) {
+  ^bb0(%a434: f32, %o435: f32):
+    %s436 = arith.constant 0x3F800000 : f32
+    %s437 = arith.subf %a434, %s436 : f32
+    linalg.yield %s437 : f32
   } -> tensor<f32> loc(#loc6)
-  %e419 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v376 : tensor<f32>) outs(%e419 : tensor<f32>) {
-  ^bb0(%a420: f32, %o421: f32):
-    %s422 = arith.constant 0x3F800000 : f32
-    %s423 = arith.subf %a420, %s422 : f32
-    linalg.yield %s423 : f32
+  %e439 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v396 : tensor<f32>) outs(%e439 : tensor<f32>) {
+  ^bb0(%a440: f32, %o441: f32):
+    %s442 = arith.constant 0x3F800000 : f32
+    %s443 = arith.subf %a440, %s442 : f32
+    linalg.yield %s443 : f32
   } -> tensor<f32> loc(#loc6)
-  %e425 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v382 : tensor<f32>) outs(%e425 : tensor<f32>) {
-  ^bb0(%a426: f32, %o427: f32):
-    %s428 = arith.constant 0x3F800000 : f32
-    %s429 = arith.subf %a426, %s428 : f32
-    linalg.yield %s429 : f32
+  %e445 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v402 : tensor<f32>) outs(%e445 : tensor<f32>) {
+  ^bb0(%a446: f32, %o447: f32):
+    %s448 = arith.constant 0x3F800000 : f32
+    %s449 = arith.subf %a446, %s448 : f32
+    linalg.yield %s449 : f32
   } -> tensor<f32> loc(#loc6)
-  %e431 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v388 : tensor<f32>) outs(%e431 : tensor<f32>) {
-  ^bb0(%a432: f32, %o433: f32):
-    %s434 = arith.constant 0x3F800000 : f32
-    %s435 = arith.subf %a432, %s434 : f32
-    linalg.yield %s435 : f32
+  %e451 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v456 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v408 : tensor<f32>) outs(%e451 : tensor<f32>) {
+  ^bb0(%a452: f32, %o453: f32):
+    %s454 = arith.constant 0x3F800000 : f32
+    %s455 = arith.subf %a452, %s454 : f32
+    linalg.yield %s455 : f32
   } -> tensor<f32> loc(#loc6)
-  %e437 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v394 : tensor<f32>) outs(%e437 : tensor<f32>) {
-  ^bb0(%a438: f32, %o439: f32):
-    %s440 = arith.constant 0x3F800000 : f32
-    %s441 = arith.subf %a438, %s440 : f32
-    linalg.yield %s441 : f32
+  %e457 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v414 : tensor<f32>) outs(%e457 : tensor<f32>) {
+  ^bb0(%a458: f32, %o459: f32):
+    %s460 = arith.constant 0x3F800000 : f32
+    %s461 = arith.subf %a458, %s460 : f32
+    linalg.yield %s461 : f32
   } -> tensor<f32> loc(#loc6)
-  %e443 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v400 : tensor<f32>) outs(%e443 : tensor<f32>) {
-  ^bb0(%a444: f32, %o445: f32):
-    %s446 = arith.constant 0x3F800000 : f32
-    %s447 = arith.subf %a444, %s446 : f32
-    linalg.yield %s447 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e449 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v430 : tensor<f32>) outs(%e449 : tensor<f32>) {
-  ^bb0(%a450: f32, %o451: f32):
-    %s452 = arith.negf %a450 : f32
-    linalg.yield %s452 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e454 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v436 : tensor<f32>) outs(%e454 : tensor<f32>) {
-  ^bb0(%a455: f32, %o456: f32):
-    %s457 = arith.negf %a455 : f32
-    linalg.yield %s457 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e459 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v463 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v442 : tensor<f32>) outs(%e459 : tensor<f32>) {
-  ^bb0(%a460: f32, %o461: f32):
-    %s462 = arith.negf %a460 : f32
-    linalg.yield %s462 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e464 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v468 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v448 : tensor<f32>) outs(%e464 : tensor<f32>) {
-  ^bb0(%a465: f32, %o466: f32):
-    %s467 = arith.negf %a465 : f32
+  %e463 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v468 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v420 : tensor<f32>) outs(%e463 : tensor<f32>) {
+  ^bb0(%a464: f32, %o465: f32):
+    %s466 = arith.constant 0x3F800000 : f32
+    %s467 = arith.subf %a464, %s466 : f32
     linalg.yield %s467 : f32
   } -> tensor<f32> loc(#loc6)
   %e469 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v474 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v406 : tensor<f32>) outs(%e469 : tensor<f32>) {
+  %v473 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v450 : tensor<f32>) outs(%e469 : tensor<f32>) {
   ^bb0(%a470: f32, %o471: f32):
-    %s472 = arith.constant 0x3A83126F : f32
-    %s473 = arith.divf %a470, %s472 : f32
-    linalg.yield %s473 : f32
+    %s472 = arith.negf %a470 : f32
+    linalg.yield %s472 : f32
   } -> tensor<f32> loc(#loc6)
-  %e475 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v480 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v412 : tensor<f32>) outs(%e475 : tensor<f32>) {
-  ^bb0(%a476: f32, %o477: f32):
-    %s478 = arith.constant 0x3A83126F : f32
-    %s479 = arith.divf %a476, %s478 : f32
-    linalg.yield %s479 : f32
+  %e474 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v456 : tensor<f32>) outs(%e474 : tensor<f32>) {
+  ^bb0(%a475: f32, %o476: f32):
+    %s477 = arith.negf %a475 : f32
+    linalg.yield %s477 : f32
   } -> tensor<f32> loc(#loc6)
-  %e481 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v486 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v418 : tensor<f32>) outs(%e481 : tensor<f32>) {
-  ^bb0(%a482: f32, %o483: f32):
-    %s484 = arith.constant 0x3A83126F : f32
-    %s485 = arith.divf %a482, %s484 : f32
-    linalg.yield %s485 : f32
+  %e479 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v462 : tensor<f32>) outs(%e479 : tensor<f32>) {
+  ^bb0(%a480: f32, %o481: f32):
+    %s482 = arith.negf %a480 : f32
+    linalg.yield %s482 : f32
   } -> tensor<f32> loc(#loc6)
-  %e487 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v492 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v424 : tensor<f32>) outs(%e487 : tensor<f32>) {
-  ^bb0(%a488: f32, %o489: f32):
-    %s490 = arith.constant 0x3A83126F : f32
-    %s491 = arith.divf %a488, %s490 : f32
-    linalg.yield %s491 : f32
+  %e484 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v488 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e484 : tensor<f32>) {
+  ^bb0(%a485: f32, %o486: f32):
+    %s487 = arith.negf %a485 : f32
+    linalg.yield %s487 : f32
   } -> tensor<f32> loc(#loc6)
-  %e493 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v498 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v474 : tensor<f32>) outs(%e493 : tensor<f32>) {
-  ^bb0(%a494: f32, %o495: f32):
-    %s496 = arith.constant 0x3F800000 : f32
-    %s497 = arith.divf %s496, %a494 : f32
-    linalg.yield %s497 : f32
+  %e489 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e489 : tensor<f32>) {
+  ^bb0(%a490: f32, %o491: f32):
+    %s492 = arith.constant 0x3A83126F : f32
+    %s493 = arith.divf %a490, %s492 : f32
+    linalg.yield %s493 : f32
   } -> tensor<f32> loc(#loc6)
-  %e499 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v480 : tensor<f32>) outs(%e499 : tensor<f32>) {
-  ^bb0(%a500: f32, %o501: f32):
-    %s502 = arith.constant 0x3F800000 : f32
-    %s503 = arith.divf %s502, %a500 : f32
-    linalg.yield %s503 : f32
+  %e495 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v500 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v432 : tensor<f32>) outs(%e495 : tensor<f32>) {
+  ^bb0(%a496: f32, %o497: f32):
+    %s498 = arith.constant 0x3A83126F : f32
+    %s499 = arith.divf %a496, %s498 : f32
+    linalg.yield %s499 : f32
   } -> tensor<f32> loc(#loc6)
-  %e505 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v486 : tensor<f32>) outs(%e505 : tensor<f32>) {
-  ^bb0(%a506: f32, %o507: f32):
-    %s508 = arith.constant 0x3F800000 : f32
-    %s509 = arith.divf %s508, %a506 : f32
-    linalg.yield %s509 : f32
+  %e501 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v506 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v438 : tensor<f32>) outs(%e501 : tensor<f32>) {
+  ^bb0(%a502: f32, %o503: f32):
+    %s504 = arith.constant 0x3A83126F : f32
+    %s505 = arith.divf %a502, %s504 : f32
+    linalg.yield %s505 : f32
   } -> tensor<f32> loc(#loc6)
-  %e511 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v492 : tensor<f32>) outs(%e511 : tensor<f32>) {
-  ^bb0(%a512: f32, %o513: f32):
-    %s514 = arith.constant 0x3F800000 : f32
-    %s515 = arith.divf %s514, %a512 : f32
-    linalg.yield %s515 : f32
+  %e507 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v512 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v444 : tensor<f32>) outs(%e507 : tensor<f32>) {
+  ^bb0(%a508: f32, %o509: f32):
+    %s510 = arith.constant 0x3A83126F : f32
+    %s511 = arith.divf %a508, %s510 : f32
+    linalg.yield %s511 : f32
   } -> tensor<f32> loc(#loc6)
-  %e517 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v521 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v453 : tensor<f32>) outs(%e517 : tensor<f32>) {
-  ^bb0(%a518: f32, %o519: f32):
-    %s520 = math.sqrt %a518 : f32
-    linalg.yield %s520 : f32
+  %e513 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v518 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v494 : tensor<f32>) outs(%e513 : tensor<f32>) {
+  ^bb0(%a514: f32, %o515: f32):
+    %s516 = arith.constant 0x3F800000 : f32
+    %s517 = arith.divf %s516, %a514 : f32
+    linalg.yield %s517 : f32
   } -> tensor<f32> loc(#loc6)
-  %e522 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v526 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v458 : tensor<f32>) outs(%e522 : tensor<f32>) {
-  ^bb0(%a523: f32, %o524: f32):
-    %s525 = math.sqrt %a523 : f32
-    linalg.yield %s525 : f32
+  %e519 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v524 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v500 : tensor<f32>) outs(%e519 : tensor<f32>) {
+  ^bb0(%a520: f32, %o521: f32):
+    %s522 = arith.constant 0x3F800000 : f32
+    %s523 = arith.divf %s522, %a520 : f32
+    linalg.yield %s523 : f32
   } -> tensor<f32> loc(#loc6)
-  %e527 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v463 : tensor<f32>) outs(%e527 : tensor<f32>) {
-  ^bb0(%a528: f32, %o529: f32):
-    %s530 = math.sqrt %a528 : f32
-    linalg.yield %s530 : f32
+  %e525 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v530 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v506 : tensor<f32>) outs(%e525 : tensor<f32>) {
+  ^bb0(%a526: f32, %o527: f32):
+    %s528 = arith.constant 0x3F800000 : f32
+    %s529 = arith.divf %s528, %a526 : f32
+    linalg.yield %s529 : f32
   } -> tensor<f32> loc(#loc6)
-  %e532 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v536 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e532 : tensor<f32>) {
-  ^bb0(%a533: f32, %o534: f32):
-    %s535 = math.sqrt %a533 : f32
+  %e531 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v536 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v512 : tensor<f32>) outs(%e531 : tensor<f32>) {
+  ^bb0(%a532: f32, %o533: f32):
+    %s534 = arith.constant 0x3F800000 : f32
+    %s535 = arith.divf %s534, %a532 : f32
     linalg.yield %s535 : f32
   } -> tensor<f32> loc(#loc6)
-  %e537 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v541 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v322 : tensor<32x16xf32>) outs(%e537 : tensor<32x16xf32>) {
+  %e537 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v541 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v473 : tensor<f32>) outs(%e537 : tensor<f32>) {
   ^bb0(%a538: f32, %o539: f32):
     %s540 = math.sqrt %a538 : f32
     linalg.yield %s540 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e542 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v546 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v332 : tensor<32xf32>) outs(%e542 : tensor<32xf32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e542 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v546 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v478 : tensor<f32>) outs(%e542 : tensor<f32>) {
   ^bb0(%a543: f32, %o544: f32):
     %s545 = math.sqrt %a543 : f32
     linalg.yield %s545 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e547 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v551 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v342 : tensor<16x32xf32>) outs(%e547 : tensor<16x32xf32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e547 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v551 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v483 : tensor<f32>) outs(%e547 : tensor<f32>) {
   ^bb0(%a548: f32, %o549: f32):
     %s550 = math.sqrt %a548 : f32
     linalg.yield %s550 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e552 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v556 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v352 : tensor<16xf32>) outs(%e552 : tensor<16xf32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e552 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v556 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v488 : tensor<f32>) outs(%e552 : tensor<f32>) {
   ^bb0(%a553: f32, %o554: f32):
     %s555 = math.sqrt %a553 : f32
     linalg.yield %s555 : f32
-  } -> tensor<16xf32> loc(#loc6)
+  } -> tensor<f32> loc(#loc6)
   %e557 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v562 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v541, %v521 : tensor<32x16xf32>, tensor<f32>) outs(%e557 : tensor<32x16xf32>) {
-  ^bb0(%a558: f32, %a559: f32, %o560: f32):
-    %s561 = arith.divf %a558, %a559 : f32
-    linalg.yield %s561 : f32
+  %v561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v345 : tensor<32x16xf32>) outs(%e557 : tensor<32x16xf32>) {
+  ^bb0(%a558: f32, %o559: f32):
+    %s560 = math.sqrt %a558 : f32
+    linalg.yield %s560 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e563 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v568 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v546, %v526 : tensor<32xf32>, tensor<f32>) outs(%e563 : tensor<32xf32>) {
-  ^bb0(%a564: f32, %a565: f32, %o566: f32):
-    %s567 = arith.divf %a564, %a565 : f32
-    linalg.yield %s567 : f32
+  %e562 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v566 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v354 : tensor<32xf32>) outs(%e562 : tensor<32xf32>) {
+  ^bb0(%a563: f32, %o564: f32):
+    %s565 = math.sqrt %a563 : f32
+    linalg.yield %s565 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e569 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v574 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v551, %v531 : tensor<16x32xf32>, tensor<f32>) outs(%e569 : tensor<16x32xf32>) {
-  ^bb0(%a570: f32, %a571: f32, %o572: f32):
-    %s573 = arith.divf %a570, %a571 : f32
-    linalg.yield %s573 : f32
+  %e567 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v363 : tensor<16x32xf32>) outs(%e567 : tensor<16x32xf32>) {
+  ^bb0(%a568: f32, %o569: f32):
+    %s570 = math.sqrt %a568 : f32
+    linalg.yield %s570 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e575 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v580 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v556, %v536 : tensor<16xf32>, tensor<f32>) outs(%e575 : tensor<16xf32>) {
-  ^bb0(%a576: f32, %a577: f32, %o578: f32):
-    %s579 = arith.divf %a576, %a577 : f32
-    linalg.yield %s579 : f32
+  %e572 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v576 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v372 : tensor<16xf32>) outs(%e572 : tensor<16xf32>) {
+  ^bb0(%a573: f32, %o574: f32):
+    %s575 = math.sqrt %a573 : f32
+    linalg.yield %s575 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e581 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v586 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v562 : tensor<32x16xf32>) outs(%e581 : tensor<32x16xf32>) {
-  ^bb0(%a582: f32, %o583: f32):
-    %s584 = arith.constant 0x322BCC77 : f32
-    %s585 = arith.addf %a582, %s584 : f32
-    linalg.yield %s585 : f32
+  %e577 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v582 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v561, %v541 : tensor<32x16xf32>, tensor<f32>) outs(%e577 : tensor<32x16xf32>) {
+  ^bb0(%a578: f32, %a579: f32, %o580: f32):
+    %s581 = arith.divf %a578, %a579 : f32
+    linalg.yield %s581 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e587 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v592 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v568 : tensor<32xf32>) outs(%e587 : tensor<32xf32>) {
-  ^bb0(%a588: f32, %o589: f32):
-    %s590 = arith.constant 0x322BCC77 : f32
-    %s591 = arith.addf %a588, %s590 : f32
-    linalg.yield %s591 : f32
+  %e583 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v566, %v546 : tensor<32xf32>, tensor<f32>) outs(%e583 : tensor<32xf32>) {
+  ^bb0(%a584: f32, %a585: f32, %o586: f32):
+    %s587 = arith.divf %a584, %a585 : f32
+    linalg.yield %s587 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e593 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v574 : tensor<16x32xf32>) outs(%e593 : tensor<16x32xf32>) {
-  ^bb0(%a594: f32, %o595: f32):
-    %s596 = arith.constant 0x322BCC77 : f32
-    %s597 = arith.addf %a594, %s596 : f32
-    linalg.yield %s597 : f32
+  %e589 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v594 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v571, %v551 : tensor<16x32xf32>, tensor<f32>) outs(%e589 : tensor<16x32xf32>) {
+  ^bb0(%a590: f32, %a591: f32, %o592: f32):
+    %s593 = arith.divf %a590, %a591 : f32
+    linalg.yield %s593 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e599 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v580 : tensor<16xf32>) outs(%e599 : tensor<16xf32>) {
-  ^bb0(%a600: f32, %o601: f32):
-    %s602 = arith.constant 0x322BCC77 : f32
-    %s603 = arith.addf %a600, %s602 : f32
-    linalg.yield %s603 : f32
+  %e595 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v576, %v556 : tensor<16xf32>, tensor<f32>) outs(%e595 : tensor<16xf32>) {
+  ^bb0(%a596: f32, %a597: f32, %o598: f32):
+    %s599 = arith.divf %a596, %a597 : f32
+    linalg.yield %s599 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e605 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v610 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v586, %v498 : tensor<32x16xf32>, tensor<f32>) outs(%e605 : tensor<32x16xf32>) {
-  ^bb0(%a606: f32, %a607: f32, %o608: f32):
-    %s609 = arith.divf %a606, %a607 : f32
-    linalg.yield %s609 : f32
+  %e601 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v606 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v582 : tensor<32x16xf32>) outs(%e601 : tensor<32x16xf32>) {
+  ^bb0(%a602: f32, %o603: f32):
+    %s604 = arith.constant 0x322BCC77 : f32
+    %s605 = arith.addf %a602, %s604 : f32
+    linalg.yield %s605 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e611 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v592, %v504 : tensor<32xf32>, tensor<f32>) outs(%e611 : tensor<32xf32>) {
-  ^bb0(%a612: f32, %a613: f32, %o614: f32):
-    %s615 = arith.divf %a612, %a613 : f32
-    linalg.yield %s615 : f32
+  %e607 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v612 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v588 : tensor<32xf32>) outs(%e607 : tensor<32xf32>) {
+  ^bb0(%a608: f32, %o609: f32):
+    %s610 = arith.constant 0x322BCC77 : f32
+    %s611 = arith.addf %a608, %s610 : f32
+    linalg.yield %s611 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e617 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v622 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v598, %v510 : tensor<16x32xf32>, tensor<f32>) outs(%e617 : tensor<16x32xf32>) {
-  ^bb0(%a618: f32, %a619: f32, %o620: f32):
-    %s621 = arith.divf %a618, %a619 : f32
-    linalg.yield %s621 : f32
+  %e613 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v618 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v594 : tensor<16x32xf32>) outs(%e613 : tensor<16x32xf32>) {
+  ^bb0(%a614: f32, %o615: f32):
+    %s616 = arith.constant 0x322BCC77 : f32
+    %s617 = arith.addf %a614, %s616 : f32
+    linalg.yield %s617 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e623 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v628 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604, %v516 : tensor<16xf32>, tensor<f32>) outs(%e623 : tensor<16xf32>) {
-  ^bb0(%a624: f32, %a625: f32, %o626: f32):
-    %s627 = arith.divf %a624, %a625 : f32
-    linalg.yield %s627 : f32
+  %e619 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v624 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v600 : tensor<16xf32>) outs(%e619 : tensor<16xf32>) {
+  ^bb0(%a620: f32, %o621: f32):
+    %s622 = arith.constant 0x322BCC77 : f32
+    %s623 = arith.addf %a620, %s622 : f32
+    linalg.yield %s623 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e629 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v638 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v261, %v610 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e629 : tensor<32x16xf32>) {
-  ^bb0(%a630: f32, %a631: f32, %a632: f32, %o633: f32):
-    %s634 = arith.constant 0x3F800000 : f32
-    %s635 = arith.divf %a631, %a632 : f32
-    %s636 = arith.mulf %s634, %s635 : f32
-    %s637 = arith.addf %a630, %s636 : f32
-    linalg.yield %s637 : f32
+  %e625 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v630 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v606, %v518 : tensor<32x16xf32>, tensor<f32>) outs(%e625 : tensor<32x16xf32>) {
+  ^bb0(%a626: f32, %a627: f32, %o628: f32):
+    %s629 = arith.divf %a626, %a627 : f32
+    linalg.yield %s629 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e639 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v648 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v240, %v270, %v616 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e639 : tensor<32xf32>) {
-  ^bb0(%a640: f32, %a641: f32, %a642: f32, %o643: f32):
-    %s644 = arith.constant 0x3F800000 : f32
-    %s645 = arith.divf %a641, %a642 : f32
-    %s646 = arith.mulf %s644, %s645 : f32
-    %s647 = arith.addf %a640, %s646 : f32
+  %e631 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v636 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v612, %v524 : tensor<32xf32>, tensor<f32>) outs(%e631 : tensor<32xf32>) {
+  ^bb0(%a632: f32, %a633: f32, %o634: f32):
+    %s635 = arith.divf %a632, %a633 : f32
+    linalg.yield %s635 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e637 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v642 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v618, %v530 : tensor<16x32xf32>, tensor<f32>) outs(%e637 : tensor<16x32xf32>) {
+  ^bb0(%a638: f32, %a639: f32, %o640: f32):
+    %s641 = arith.divf %a638, %a639 : f32
+    linalg.yield %s641 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e643 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v648 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v624, %v536 : tensor<16xf32>, tensor<f32>) outs(%e643 : tensor<16xf32>) {
+  ^bb0(%a644: f32, %a645: f32, %o646: f32):
+    %s647 = arith.divf %a644, %a645 : f32
     linalg.yield %s647 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e649 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v246, %v279, %v622 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e649 : tensor<16x32xf32>) {
+  } -> tensor<16xf32> loc(#loc6)
+  %e649 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v267, %v630 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e649 : tensor<32x16xf32>) {
   ^bb0(%a650: f32, %a651: f32, %a652: f32, %o653: f32):
     %s654 = arith.constant 0x3F800000 : f32
-    %s655 = arith.divf %a651, %a652 : f32
-    %s656 = arith.mulf %s654, %s655 : f32
+    %s655 = arith.mulf %s654, %a651 : f32
+    %s656 = arith.divf %s655, %a652 : f32
     %s657 = arith.addf %a650, %s656 : f32
     linalg.yield %s657 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e659 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v252, %v288, %v628 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e659 : tensor<16xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e659 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v240, %v282, %v636 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e659 : tensor<32xf32>) {
   ^bb0(%a660: f32, %a661: f32, %a662: f32, %o663: f32):
     %s664 = arith.constant 0x3F800000 : f32
-    %s665 = arith.divf %a661, %a662 : f32
-    %s666 = arith.mulf %s664, %s665 : f32
+    %s665 = arith.mulf %s664, %a661 : f32
+    %s666 = arith.divf %s665, %a662 : f32
     %s667 = arith.addf %a660, %s666 : f32
     linalg.yield %s667 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e669 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v678 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v246, %v297, %v642 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e669 : tensor<16x32xf32>) {
+  ^bb0(%a670: f32, %a671: f32, %a672: f32, %o673: f32):
+    %s674 = arith.constant 0x3F800000 : f32
+    %s675 = arith.mulf %s674, %a671 : f32
+    %s676 = arith.divf %s675, %a672 : f32
+    %s677 = arith.addf %a670, %s676 : f32
+    linalg.yield %s677 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e679 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v688 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v252, %v312, %v648 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e679 : tensor<16xf32>) {
+  ^bb0(%a680: f32, %a681: f32, %a682: f32, %o683: f32):
+    %s684 = arith.constant 0x3F800000 : f32
+    %s685 = arith.mulf %s684, %a681 : f32
+    %s686 = arith.divf %s685, %a682 : f32
+    %s687 = arith.addf %a680, %s686 : f32
+    linalg.yield %s687 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v77, %v638, %v648, %v658, %v668, %v261, %v270, %v279, %v288, %v322, %v332, %v342, %v352, %v210, %v216, %v222, %v228 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v77, %v658, %v668, %v678, %v688, %v267, %v282, %v297, %v312, %v345, %v354, %v363, %v372, %v210, %v216, %v222, %v228 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])

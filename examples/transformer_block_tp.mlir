@@ -946,3152 +946,2208 @@ func.func @transformer_block_tp(
     %s887 = arith.addf %a884, %s886 : f32
     linalg.yield %s887 : f32
   } -> tensor<f32> loc(#loc14)
-  %e889 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c890 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v891 = linalg.fill ins(%c890 : f32) outs(%e889 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e892 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v896 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e892 : tensor<f32>) {
-  ^bb0(%a893: f32, %o894: f32):
-    %s895 = math.absf %a893 : f32
-    linalg.yield %s895 : f32
+  %e889 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v903 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg16, %v875 : tensor<16xf32>, tensor<16xf32>) outs(%e889 : tensor<16xf32>) {
+  ^bb0(%a890: f32, %a891: f32, %o892: f32):
+    %s893 = arith.constant 0x3DCCCCCD : f32
+    %s894 = arith.subf %a891, %a890 : f32
+    %s895 = math.absf %s893 : f32
+    %s896 = arith.constant 0x3F000000 : f32
+    %s897 = arith.cmpf olt, %s895, %s896 : f32
+    %s898 = arith.constant 0x3F800000 : f32
+    %s899 = arith.subf %s893, %s898 : f32
+    %s900 = arith.select %s897, %s893, %s899 : f32
+    %s901 = arith.select %s897, %a890, %a891 : f32
+    %s902 = math.fma %s900, %s894, %s901 : f32
+    linalg.yield %s902 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e904 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v909 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e904 : tensor<16xf32>) {
+  ^bb0(%a905: f32, %o906: f32):
+    %s907 = arith.constant 0x3F7FBE77 : f32
+    %s908 = arith.mulf %a905, %s907 : f32
+    linalg.yield %s908 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e910 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v918 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v909, %v875, %v875 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e910 : tensor<16xf32>) {
+  ^bb0(%a911: f32, %a912: f32, %a913: f32, %o914: f32):
+    %s915 = arith.constant 0x3A83126F : f32
+    %s916 = arith.mulf %s915, %a912 : f32
+    %s917 = math.fma %s916, %a913, %a911 : f32
+    linalg.yield %s917 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e919 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v924 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e919 : tensor<f32>) {
+  ^bb0(%a920: f32, %o921: f32):
+    %s922 = arith.constant 0x3F666666 : f32
+    %s923 = math.powf %s922, %a920 : f32
+    linalg.yield %s923 : f32
   } -> tensor<f32> loc(#loc14)
-  %e897 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v902 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v896 : tensor<f32>) outs(%e897 : tensor<i1>) {
-  ^bb0(%a898: f32, %o899: i1):
-    %s900 = arith.constant 0x3F000000 : f32
-    %s901 = arith.cmpf oge, %a898, %s900 : f32
-    linalg.yield %s901 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e903 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v908 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v891 : tensor<f32>) outs(%e903 : tensor<f32>) {
-  ^bb0(%a904: f32, %o905: f32):
-    %s906 = arith.constant 0x3F800000 : f32
-    %s907 = arith.subf %a904, %s906 : f32
-    linalg.yield %s907 : f32
+  %e925 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v930 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v924 : tensor<f32>) outs(%e925 : tensor<f32>) {
+  ^bb0(%a926: f32, %o927: f32):
+    %s928 = arith.constant 0x3F800000 : f32
+    %s929 = arith.subf %s928, %a926 : f32
+    linalg.yield %s929 : f32
   } -> tensor<f32> loc(#loc14)
-  %e909 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v902, %v908, %v891 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e909 : tensor<f32>) {
-  ^bb0(%a910: i1, %a911: f32, %a912: f32, %o913: f32):
-    %s914 = arith.select %a910, %a911, %a912 : f32
-    linalg.yield %s914 : f32
+  %e931 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v936 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e931 : tensor<f32>) {
+  ^bb0(%a932: f32, %o933: f32):
+    %s934 = arith.constant 0x3F7FBE77 : f32
+    %s935 = math.powf %s934, %a932 : f32
+    linalg.yield %s935 : f32
   } -> tensor<f32> loc(#loc14)
-  %e916 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v922 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v902, %v875, %arg16 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e916 : tensor<16xf32>) {
-  ^bb0(%a917: i1, %a918: f32, %a919: f32, %o920: f32):
-    %s921 = arith.select %a917, %a918, %a919 : f32
-    linalg.yield %s921 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e923 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v928 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875, %arg16 : tensor<16xf32>, tensor<16xf32>) outs(%e923 : tensor<16xf32>) {
-  ^bb0(%a924: f32, %a925: f32, %o926: f32):
-    %s927 = arith.subf %a924, %a925 : f32
-    linalg.yield %s927 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e929 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v934 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v915, %v928 : tensor<f32>, tensor<16xf32>) outs(%e929 : tensor<16xf32>) {
-  ^bb0(%a930: f32, %a931: f32, %o932: f32):
-    %s933 = arith.mulf %a930, %a931 : f32
-    linalg.yield %s933 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e935 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v940 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v934, %v922 : tensor<16xf32>, tensor<16xf32>) outs(%e935 : tensor<16xf32>) {
-  ^bb0(%a936: f32, %a937: f32, %o938: f32):
-    %s939 = arith.addf %a936, %a937 : f32
-    linalg.yield %s939 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e941 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v946 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e941 : tensor<16xf32>) {
-  ^bb0(%a942: f32, %o943: f32):
-    %s944 = arith.constant 0x3F7FBE77 : f32
-    %s945 = arith.mulf %a942, %s944 : f32
-    linalg.yield %s945 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e947 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v952 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v875 : tensor<16xf32>) outs(%e947 : tensor<16xf32>) {
-  ^bb0(%a948: f32, %o949: f32):
-    %s950 = arith.constant 0x3A83126F : f32
-    %s951 = arith.mulf %a948, %s950 : f32
-    linalg.yield %s951 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e953 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v958 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v952, %v875 : tensor<16xf32>, tensor<16xf32>) outs(%e953 : tensor<16xf32>) {
-  ^bb0(%a954: f32, %a955: f32, %o956: f32):
-    %s957 = arith.mulf %a954, %a955 : f32
-    linalg.yield %s957 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e959 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v964 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v946, %v958 : tensor<16xf32>, tensor<16xf32>) outs(%e959 : tensor<16xf32>) {
-  ^bb0(%a960: f32, %a961: f32, %o962: f32):
-    %s963 = arith.addf %a960, %a961 : f32
+  %e937 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v942 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v936 : tensor<f32>) outs(%e937 : tensor<f32>) {
+  ^bb0(%a938: f32, %o939: f32):
+    %s940 = arith.constant 0x3F800000 : f32
+    %s941 = arith.subf %s940, %a938 : f32
+    linalg.yield %s941 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e943 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v948 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v930 : tensor<f32>) outs(%e943 : tensor<f32>) {
+  ^bb0(%a944: f32, %o945: f32):
+    %s946 = arith.constant 0x3F800000 : f32
+    %s947 = arith.divf %s946, %a944 : f32
+    linalg.yield %s947 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e949 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v954 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v948 : tensor<f32>) outs(%e949 : tensor<f32>) {
+  ^bb0(%a950: f32, %o951: f32):
+    %s952 = arith.constant 0x3A83126F : f32
+    %s953 = arith.mulf %a950, %s952 : f32
+    linalg.yield %s953 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e955 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v959 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v954 : tensor<f32>) outs(%e955 : tensor<f32>) {
+  ^bb0(%a956: f32, %o957: f32):
+    %s958 = arith.negf %a956 : f32
+    linalg.yield %s958 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e960 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v964 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v942 : tensor<f32>) outs(%e960 : tensor<f32>) {
+  ^bb0(%a961: f32, %o962: f32):
+    %s963 = math.sqrt %a961 : f32
     linalg.yield %s963 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e965 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e965 : tensor<f32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e965 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v969 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v918 : tensor<16xf32>) outs(%e965 : tensor<16xf32>) {
   ^bb0(%a966: f32, %o967: f32):
-    %s968 = arith.constant 0x3F666666 : f32
-    %s969 = math.powf %s968, %a966 : f32
-    linalg.yield %s969 : f32
+    %s968 = math.sqrt %a966 : f32
+    linalg.yield %s968 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e970 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v975 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v964, %v959 : tensor<f32>, tensor<f32>) outs(%e970 : tensor<f32>) {
+  ^bb0(%a971: f32, %a972: f32, %o973: f32):
+    %s974 = arith.mulf %a971, %a972 : f32
+    linalg.yield %s974 : f32
   } -> tensor<f32> loc(#loc14)
-  %e971 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v976 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v970 : tensor<f32>) outs(%e971 : tensor<f32>) {
-  ^bb0(%a972: f32, %o973: f32):
-    %s974 = arith.constant 0x3F800000 : f32
-    %s975 = arith.subf %s974, %a972 : f32
-    linalg.yield %s975 : f32
+  %e976 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v981 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v969, %v975 : tensor<16xf32>, tensor<f32>) outs(%e976 : tensor<16xf32>) {
+  ^bb0(%a977: f32, %a978: f32, %o979: f32):
+    %s980 = arith.divf %a977, %a978 : f32
+    linalg.yield %s980 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e982 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v987 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v959 : tensor<f32>) outs(%e982 : tensor<f32>) {
+  ^bb0(%a983: f32, %o984: f32):
+    %s985 = arith.constant 0x3F800000 : f32
+    %s986 = arith.divf %s985, %a983 : f32
+    linalg.yield %s986 : f32
   } -> tensor<f32> loc(#loc14)
-  %e977 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e977 : tensor<f32>) {
-  ^bb0(%a978: f32, %o979: f32):
-    %s980 = arith.constant 0x3F7FBE77 : f32
-    %s981 = math.powf %s980, %a978 : f32
-    linalg.yield %s981 : f32
+  %e988 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v993 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v987 : tensor<f32>) outs(%e988 : tensor<f32>) {
+  ^bb0(%a989: f32, %o990: f32):
+    %s991 = arith.constant 0x322BCC77 : f32
+    %s992 = arith.mulf %a989, %s991 : f32
+    linalg.yield %s992 : f32
   } -> tensor<f32> loc(#loc14)
-  %e983 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v982 : tensor<f32>) outs(%e983 : tensor<f32>) {
-  ^bb0(%a984: f32, %o985: f32):
-    %s986 = arith.constant 0x3F800000 : f32
-    %s987 = arith.subf %s986, %a984 : f32
-    linalg.yield %s987 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e989 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v976 : tensor<f32>) outs(%e989 : tensor<f32>) {
-  ^bb0(%a990: f32, %o991: f32):
-    %s992 = arith.constant 0x3F800000 : f32
-    %s993 = arith.divf %s992, %a990 : f32
-    linalg.yield %s993 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e995 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1000 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v994 : tensor<f32>) outs(%e995 : tensor<f32>) {
-  ^bb0(%a996: f32, %o997: f32):
-    %s998 = arith.constant 0x3A83126F : f32
-    %s999 = arith.mulf %a996, %s998 : f32
-    linalg.yield %s999 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1001 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1005 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1000 : tensor<f32>) outs(%e1001 : tensor<f32>) {
-  ^bb0(%a1002: f32, %o1003: f32):
-    %s1004 = arith.negf %a1002 : f32
-    linalg.yield %s1004 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1006 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1010 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v988 : tensor<f32>) outs(%e1006 : tensor<f32>) {
-  ^bb0(%a1007: f32, %o1008: f32):
-    %s1009 = math.sqrt %a1007 : f32
-    linalg.yield %s1009 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1011 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1015 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v964 : tensor<16xf32>) outs(%e1011 : tensor<16xf32>) {
-  ^bb0(%a1012: f32, %o1013: f32):
-    %s1014 = math.sqrt %a1012 : f32
+  %e994 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v999 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v981, %v993 : tensor<16xf32>, tensor<f32>) outs(%e994 : tensor<16xf32>) {
+  ^bb0(%a995: f32, %a996: f32, %o997: f32):
+    %s998 = arith.addf %a995, %a996 : f32
+    linalg.yield %s998 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1000 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1009 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v903, %v999 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1000 : tensor<16xf32>) {
+  ^bb0(%a1001: f32, %a1002: f32, %a1003: f32, %o1004: f32):
+    %s1005 = arith.constant 0x3F800000 : f32
+    %s1006 = arith.mulf %s1005, %a1002 : f32
+    %s1007 = arith.divf %s1006, %a1003 : f32
+    %s1008 = arith.addf %a1001, %s1007 : f32
+    linalg.yield %s1008 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1010 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1015 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1010 : tensor<f32>) {
+  ^bb0(%a1011: f32, %o1012: f32):
+    %s1013 = arith.constant 0x3F800000 : f32
+    %s1014 = arith.addf %a1011, %s1013 : f32
     linalg.yield %s1014 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1016 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1021 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1010, %v1005 : tensor<f32>, tensor<f32>) outs(%e1016 : tensor<f32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e1016 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1030 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg17, %v882 : tensor<16xf32>, tensor<16xf32>) outs(%e1016 : tensor<16xf32>) {
   ^bb0(%a1017: f32, %a1018: f32, %o1019: f32):
-    %s1020 = arith.mulf %a1017, %a1018 : f32
-    linalg.yield %s1020 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1022 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1027 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1015, %v1021 : tensor<16xf32>, tensor<f32>) outs(%e1022 : tensor<16xf32>) {
-  ^bb0(%a1023: f32, %a1024: f32, %o1025: f32):
-    %s1026 = arith.divf %a1023, %a1024 : f32
-    linalg.yield %s1026 : f32
+    %s1020 = arith.constant 0x3DCCCCCD : f32
+    %s1021 = arith.subf %a1018, %a1017 : f32
+    %s1022 = math.absf %s1020 : f32
+    %s1023 = arith.constant 0x3F000000 : f32
+    %s1024 = arith.cmpf olt, %s1022, %s1023 : f32
+    %s1025 = arith.constant 0x3F800000 : f32
+    %s1026 = arith.subf %s1020, %s1025 : f32
+    %s1027 = arith.select %s1024, %s1020, %s1026 : f32
+    %s1028 = arith.select %s1024, %a1017, %a1018 : f32
+    %s1029 = math.fma %s1027, %s1021, %s1028 : f32
+    linalg.yield %s1029 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1028 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1033 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1005 : tensor<f32>) outs(%e1028 : tensor<f32>) {
-  ^bb0(%a1029: f32, %o1030: f32):
-    %s1031 = arith.constant 0x3F800000 : f32
-    %s1032 = arith.divf %s1031, %a1029 : f32
-    linalg.yield %s1032 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1034 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1039 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1033 : tensor<f32>) outs(%e1034 : tensor<f32>) {
-  ^bb0(%a1035: f32, %o1036: f32):
-    %s1037 = arith.constant 0x322BCC77 : f32
-    %s1038 = arith.mulf %a1035, %s1037 : f32
-    linalg.yield %s1038 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1040 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1045 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1027, %v1039 : tensor<16xf32>, tensor<f32>) outs(%e1040 : tensor<16xf32>) {
-  ^bb0(%a1041: f32, %a1042: f32, %o1043: f32):
-    %s1044 = arith.addf %a1041, %a1042 : f32
+  %e1031 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1031 : tensor<16xf32>) {
+  ^bb0(%a1032: f32, %o1033: f32):
+    %s1034 = arith.constant 0x3F7FBE77 : f32
+    %s1035 = arith.mulf %a1032, %s1034 : f32
+    linalg.yield %s1035 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1037 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1045 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1036, %v882, %v882 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1037 : tensor<16xf32>) {
+  ^bb0(%a1038: f32, %a1039: f32, %a1040: f32, %o1041: f32):
+    %s1042 = arith.constant 0x3A83126F : f32
+    %s1043 = arith.mulf %s1042, %a1039 : f32
+    %s1044 = math.fma %s1043, %a1040, %a1038 : f32
     linalg.yield %s1044 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1046 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1051 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v940 : tensor<16xf32>) outs(%e1046 : tensor<16xf32>) {
+  %e1046 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1051 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1015 : tensor<f32>) outs(%e1046 : tensor<f32>) {
   ^bb0(%a1047: f32, %o1048: f32):
-    %s1049 = arith.constant 0x3F800000 : f32
-    %s1050 = arith.mulf %a1047, %s1049 : f32
+    %s1049 = arith.constant 0x3F666666 : f32
+    %s1050 = math.powf %s1049, %a1047 : f32
     linalg.yield %s1050 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1052 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1057 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1051, %v1045 : tensor<16xf32>, tensor<16xf32>) outs(%e1052 : tensor<16xf32>) {
-  ^bb0(%a1053: f32, %a1054: f32, %o1055: f32):
-    %s1056 = arith.divf %a1053, %a1054 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1052 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1057 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1051 : tensor<f32>) outs(%e1052 : tensor<f32>) {
+  ^bb0(%a1053: f32, %o1054: f32):
+    %s1055 = arith.constant 0x3F800000 : f32
+    %s1056 = arith.subf %s1055, %a1053 : f32
     linalg.yield %s1056 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1058 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1063 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v1057 : tensor<16xf32>, tensor<16xf32>) outs(%e1058 : tensor<16xf32>) {
-  ^bb0(%a1059: f32, %a1060: f32, %o1061: f32):
-    %s1062 = arith.addf %a1059, %a1060 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1058 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1063 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1015 : tensor<f32>) outs(%e1058 : tensor<f32>) {
+  ^bb0(%a1059: f32, %o1060: f32):
+    %s1061 = arith.constant 0x3F7FBE77 : f32
+    %s1062 = math.powf %s1061, %a1059 : f32
     linalg.yield %s1062 : f32
-  } -> tensor<16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e1064 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1064 : tensor<f32>) {
+  %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1063 : tensor<f32>) outs(%e1064 : tensor<f32>) {
   ^bb0(%a1065: f32, %o1066: f32):
     %s1067 = arith.constant 0x3F800000 : f32
-    %s1068 = arith.addf %a1065, %s1067 : f32
+    %s1068 = arith.subf %s1067, %a1065 : f32
     linalg.yield %s1068 : f32
   } -> tensor<f32> loc(#loc14)
   %e1070 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1071 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1072 = linalg.fill ins(%c1071 : f32) outs(%e1070 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1073 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1077 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1073 : tensor<f32>) {
-  ^bb0(%a1074: f32, %o1075: f32):
-    %s1076 = math.absf %a1074 : f32
-    linalg.yield %s1076 : f32
+  %v1075 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1057 : tensor<f32>) outs(%e1070 : tensor<f32>) {
+  ^bb0(%a1071: f32, %o1072: f32):
+    %s1073 = arith.constant 0x3F800000 : f32
+    %s1074 = arith.divf %s1073, %a1071 : f32
+    linalg.yield %s1074 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1078 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1083 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1077 : tensor<f32>) outs(%e1078 : tensor<i1>) {
-  ^bb0(%a1079: f32, %o1080: i1):
-    %s1081 = arith.constant 0x3F000000 : f32
-    %s1082 = arith.cmpf oge, %a1079, %s1081 : f32
-    linalg.yield %s1082 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e1084 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1089 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1072 : tensor<f32>) outs(%e1084 : tensor<f32>) {
-  ^bb0(%a1085: f32, %o1086: f32):
-    %s1087 = arith.constant 0x3F800000 : f32
-    %s1088 = arith.subf %a1085, %s1087 : f32
-    linalg.yield %s1088 : f32
+  %e1076 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1081 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1075 : tensor<f32>) outs(%e1076 : tensor<f32>) {
+  ^bb0(%a1077: f32, %o1078: f32):
+    %s1079 = arith.constant 0x3A83126F : f32
+    %s1080 = arith.mulf %a1077, %s1079 : f32
+    linalg.yield %s1080 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1090 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1083, %v1089, %v1072 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1090 : tensor<f32>) {
-  ^bb0(%a1091: i1, %a1092: f32, %a1093: f32, %o1094: f32):
-    %s1095 = arith.select %a1091, %a1092, %a1093 : f32
+  %e1082 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1086 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1081 : tensor<f32>) outs(%e1082 : tensor<f32>) {
+  ^bb0(%a1083: f32, %o1084: f32):
+    %s1085 = arith.negf %a1083 : f32
+    linalg.yield %s1085 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1087 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1087 : tensor<f32>) {
+  ^bb0(%a1088: f32, %o1089: f32):
+    %s1090 = math.sqrt %a1088 : f32
+    linalg.yield %s1090 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1092 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1096 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1045 : tensor<16xf32>) outs(%e1092 : tensor<16xf32>) {
+  ^bb0(%a1093: f32, %o1094: f32):
+    %s1095 = math.sqrt %a1093 : f32
     linalg.yield %s1095 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1097 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1102 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1091, %v1086 : tensor<f32>, tensor<f32>) outs(%e1097 : tensor<f32>) {
+  ^bb0(%a1098: f32, %a1099: f32, %o1100: f32):
+    %s1101 = arith.mulf %a1098, %a1099 : f32
+    linalg.yield %s1101 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1097 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1103 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1083, %v882, %arg17 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1097 : tensor<16xf32>) {
-  ^bb0(%a1098: i1, %a1099: f32, %a1100: f32, %o1101: f32):
-    %s1102 = arith.select %a1098, %a1099, %a1100 : f32
-    linalg.yield %s1102 : f32
+  %e1103 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1108 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v1102 : tensor<16xf32>, tensor<f32>) outs(%e1103 : tensor<16xf32>) {
+  ^bb0(%a1104: f32, %a1105: f32, %o1106: f32):
+    %s1107 = arith.divf %a1104, %a1105 : f32
+    linalg.yield %s1107 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1104 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1109 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882, %arg17 : tensor<16xf32>, tensor<16xf32>) outs(%e1104 : tensor<16xf32>) {
-  ^bb0(%a1105: f32, %a1106: f32, %o1107: f32):
-    %s1108 = arith.subf %a1105, %a1106 : f32
-    linalg.yield %s1108 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1110 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1115 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v1109 : tensor<f32>, tensor<16xf32>) outs(%e1110 : tensor<16xf32>) {
-  ^bb0(%a1111: f32, %a1112: f32, %o1113: f32):
-    %s1114 = arith.mulf %a1111, %a1112 : f32
-    linalg.yield %s1114 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1116 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1121 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1115, %v1103 : tensor<16xf32>, tensor<16xf32>) outs(%e1116 : tensor<16xf32>) {
-  ^bb0(%a1117: f32, %a1118: f32, %o1119: f32):
-    %s1120 = arith.addf %a1117, %a1118 : f32
-    linalg.yield %s1120 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1122 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1122 : tensor<16xf32>) {
-  ^bb0(%a1123: f32, %o1124: f32):
-    %s1125 = arith.constant 0x3F7FBE77 : f32
-    %s1126 = arith.mulf %a1123, %s1125 : f32
-    linalg.yield %s1126 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1128 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1133 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v882 : tensor<16xf32>) outs(%e1128 : tensor<16xf32>) {
-  ^bb0(%a1129: f32, %o1130: f32):
-    %s1131 = arith.constant 0x3A83126F : f32
-    %s1132 = arith.mulf %a1129, %s1131 : f32
-    linalg.yield %s1132 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1134 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1139 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1133, %v882 : tensor<16xf32>, tensor<16xf32>) outs(%e1134 : tensor<16xf32>) {
-  ^bb0(%a1135: f32, %a1136: f32, %o1137: f32):
-    %s1138 = arith.mulf %a1135, %a1136 : f32
-    linalg.yield %s1138 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1140 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1127, %v1139 : tensor<16xf32>, tensor<16xf32>) outs(%e1140 : tensor<16xf32>) {
-  ^bb0(%a1141: f32, %a1142: f32, %o1143: f32):
-    %s1144 = arith.addf %a1141, %a1142 : f32
-    linalg.yield %s1144 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1146 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1151 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1146 : tensor<f32>) {
-  ^bb0(%a1147: f32, %o1148: f32):
-    %s1149 = arith.constant 0x3F666666 : f32
-    %s1150 = math.powf %s1149, %a1147 : f32
-    linalg.yield %s1150 : f32
+  %e1109 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1114 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1086 : tensor<f32>) outs(%e1109 : tensor<f32>) {
+  ^bb0(%a1110: f32, %o1111: f32):
+    %s1112 = arith.constant 0x3F800000 : f32
+    %s1113 = arith.divf %s1112, %a1110 : f32
+    linalg.yield %s1113 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1152 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1157 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1151 : tensor<f32>) outs(%e1152 : tensor<f32>) {
-  ^bb0(%a1153: f32, %o1154: f32):
-    %s1155 = arith.constant 0x3F800000 : f32
-    %s1156 = arith.subf %s1155, %a1153 : f32
+  %e1115 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1120 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1114 : tensor<f32>) outs(%e1115 : tensor<f32>) {
+  ^bb0(%a1116: f32, %o1117: f32):
+    %s1118 = arith.constant 0x322BCC77 : f32
+    %s1119 = arith.mulf %a1116, %s1118 : f32
+    linalg.yield %s1119 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1121 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1126 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1108, %v1120 : tensor<16xf32>, tensor<f32>) outs(%e1121 : tensor<16xf32>) {
+  ^bb0(%a1122: f32, %a1123: f32, %o1124: f32):
+    %s1125 = arith.addf %a1122, %a1123 : f32
+    linalg.yield %s1125 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1127 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1136 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1030, %v1126 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1127 : tensor<16xf32>) {
+  ^bb0(%a1128: f32, %a1129: f32, %a1130: f32, %o1131: f32):
+    %s1132 = arith.constant 0x3F800000 : f32
+    %s1133 = arith.mulf %s1132, %a1129 : f32
+    %s1134 = arith.divf %s1133, %a1130 : f32
+    %s1135 = arith.addf %a1128, %s1134 : f32
+    linalg.yield %s1135 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1137 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1137 : tensor<f32>) {
+  ^bb0(%a1138: f32, %o1139: f32):
+    %s1140 = arith.constant 0x3F800000 : f32
+    %s1141 = arith.addf %a1138, %s1140 : f32
+    linalg.yield %s1141 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1143 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg18, %v789 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1143 : tensor<16x16xf32>) {
+  ^bb0(%a1144: f32, %a1145: f32, %o1146: f32):
+    %s1147 = arith.constant 0x3DCCCCCD : f32
+    %s1148 = arith.subf %a1145, %a1144 : f32
+    %s1149 = math.absf %s1147 : f32
+    %s1150 = arith.constant 0x3F000000 : f32
+    %s1151 = arith.cmpf olt, %s1149, %s1150 : f32
+    %s1152 = arith.constant 0x3F800000 : f32
+    %s1153 = arith.subf %s1147, %s1152 : f32
+    %s1154 = arith.select %s1151, %s1147, %s1153 : f32
+    %s1155 = arith.select %s1151, %a1144, %a1145 : f32
+    %s1156 = math.fma %s1154, %s1148, %s1155 : f32
     linalg.yield %s1156 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1158 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1158 : tensor<f32>) {
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1158 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1158 : tensor<16x16xf32>) {
   ^bb0(%a1159: f32, %o1160: f32):
     %s1161 = arith.constant 0x3F7FBE77 : f32
-    %s1162 = math.powf %s1161, %a1159 : f32
+    %s1162 = arith.mulf %a1159, %s1161 : f32
     linalg.yield %s1162 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1164 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1172 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1163, %v789, %v789 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1164 : tensor<16x16xf32>) {
+  ^bb0(%a1165: f32, %a1166: f32, %a1167: f32, %o1168: f32):
+    %s1169 = arith.constant 0x3A83126F : f32
+    %s1170 = arith.mulf %s1169, %a1166 : f32
+    %s1171 = math.fma %s1170, %a1167, %a1165 : f32
+    linalg.yield %s1171 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1173 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1178 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1142 : tensor<f32>) outs(%e1173 : tensor<f32>) {
+  ^bb0(%a1174: f32, %o1175: f32):
+    %s1176 = arith.constant 0x3F666666 : f32
+    %s1177 = math.powf %s1176, %a1174 : f32
+    linalg.yield %s1177 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1164 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1163 : tensor<f32>) outs(%e1164 : tensor<f32>) {
-  ^bb0(%a1165: f32, %o1166: f32):
-    %s1167 = arith.constant 0x3F800000 : f32
-    %s1168 = arith.subf %s1167, %a1165 : f32
-    linalg.yield %s1168 : f32
+  %e1179 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1184 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1178 : tensor<f32>) outs(%e1179 : tensor<f32>) {
+  ^bb0(%a1180: f32, %o1181: f32):
+    %s1182 = arith.constant 0x3F800000 : f32
+    %s1183 = arith.subf %s1182, %a1180 : f32
+    linalg.yield %s1183 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1170 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1157 : tensor<f32>) outs(%e1170 : tensor<f32>) {
-  ^bb0(%a1171: f32, %o1172: f32):
-    %s1173 = arith.constant 0x3F800000 : f32
-    %s1174 = arith.divf %s1173, %a1171 : f32
-    linalg.yield %s1174 : f32
+  %e1185 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1190 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1142 : tensor<f32>) outs(%e1185 : tensor<f32>) {
+  ^bb0(%a1186: f32, %o1187: f32):
+    %s1188 = arith.constant 0x3F7FBE77 : f32
+    %s1189 = math.powf %s1188, %a1186 : f32
+    linalg.yield %s1189 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1176 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1181 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1175 : tensor<f32>) outs(%e1176 : tensor<f32>) {
-  ^bb0(%a1177: f32, %o1178: f32):
-    %s1179 = arith.constant 0x3A83126F : f32
-    %s1180 = arith.mulf %a1177, %s1179 : f32
-    linalg.yield %s1180 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1182 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1186 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1181 : tensor<f32>) outs(%e1182 : tensor<f32>) {
-  ^bb0(%a1183: f32, %o1184: f32):
-    %s1185 = arith.negf %a1183 : f32
-    linalg.yield %s1185 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1187 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1191 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1169 : tensor<f32>) outs(%e1187 : tensor<f32>) {
-  ^bb0(%a1188: f32, %o1189: f32):
-    %s1190 = math.sqrt %a1188 : f32
-    linalg.yield %s1190 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1192 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1196 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1145 : tensor<16xf32>) outs(%e1192 : tensor<16xf32>) {
-  ^bb0(%a1193: f32, %o1194: f32):
-    %s1195 = math.sqrt %a1193 : f32
+  %e1191 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1196 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1190 : tensor<f32>) outs(%e1191 : tensor<f32>) {
+  ^bb0(%a1192: f32, %o1193: f32):
+    %s1194 = arith.constant 0x3F800000 : f32
+    %s1195 = arith.subf %s1194, %a1192 : f32
     linalg.yield %s1195 : f32
-  } -> tensor<16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e1197 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1191, %v1186 : tensor<f32>, tensor<f32>) outs(%e1197 : tensor<f32>) {
-  ^bb0(%a1198: f32, %a1199: f32, %o1200: f32):
-    %s1201 = arith.mulf %a1198, %a1199 : f32
+  %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1184 : tensor<f32>) outs(%e1197 : tensor<f32>) {
+  ^bb0(%a1198: f32, %o1199: f32):
+    %s1200 = arith.constant 0x3F800000 : f32
+    %s1201 = arith.divf %s1200, %a1198 : f32
     linalg.yield %s1201 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1203 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1208 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1196, %v1202 : tensor<16xf32>, tensor<f32>) outs(%e1203 : tensor<16xf32>) {
-  ^bb0(%a1204: f32, %a1205: f32, %o1206: f32):
-    %s1207 = arith.divf %a1204, %a1205 : f32
+  %e1203 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1208 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1202 : tensor<f32>) outs(%e1203 : tensor<f32>) {
+  ^bb0(%a1204: f32, %o1205: f32):
+    %s1206 = arith.constant 0x3A83126F : f32
+    %s1207 = arith.mulf %a1204, %s1206 : f32
     linalg.yield %s1207 : f32
-  } -> tensor<16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e1209 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1214 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1186 : tensor<f32>) outs(%e1209 : tensor<f32>) {
+  %v1213 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1208 : tensor<f32>) outs(%e1209 : tensor<f32>) {
   ^bb0(%a1210: f32, %o1211: f32):
-    %s1212 = arith.constant 0x3F800000 : f32
-    %s1213 = arith.divf %s1212, %a1210 : f32
-    linalg.yield %s1213 : f32
+    %s1212 = arith.negf %a1210 : f32
+    linalg.yield %s1212 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1215 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1220 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1214 : tensor<f32>) outs(%e1215 : tensor<f32>) {
-  ^bb0(%a1216: f32, %o1217: f32):
-    %s1218 = arith.constant 0x322BCC77 : f32
-    %s1219 = arith.mulf %a1216, %s1218 : f32
-    linalg.yield %s1219 : f32
+  %e1214 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1196 : tensor<f32>) outs(%e1214 : tensor<f32>) {
+  ^bb0(%a1215: f32, %o1216: f32):
+    %s1217 = math.sqrt %a1215 : f32
+    linalg.yield %s1217 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1221 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1226 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1208, %v1220 : tensor<16xf32>, tensor<f32>) outs(%e1221 : tensor<16xf32>) {
-  ^bb0(%a1222: f32, %a1223: f32, %o1224: f32):
-    %s1225 = arith.addf %a1222, %a1223 : f32
-    linalg.yield %s1225 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1227 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1121 : tensor<16xf32>) outs(%e1227 : tensor<16xf32>) {
-  ^bb0(%a1228: f32, %o1229: f32):
-    %s1230 = arith.constant 0x3F800000 : f32
-    %s1231 = arith.mulf %a1228, %s1230 : f32
-    linalg.yield %s1231 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1233 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1232, %v1226 : tensor<16xf32>, tensor<16xf32>) outs(%e1233 : tensor<16xf32>) {
-  ^bb0(%a1234: f32, %a1235: f32, %o1236: f32):
-    %s1237 = arith.divf %a1234, %a1235 : f32
-    linalg.yield %s1237 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1239 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1244 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1238 : tensor<16xf32>, tensor<16xf32>) outs(%e1239 : tensor<16xf32>) {
-  ^bb0(%a1240: f32, %a1241: f32, %o1242: f32):
-    %s1243 = arith.addf %a1240, %a1241 : f32
-    linalg.yield %s1243 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1245 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1250 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1245 : tensor<f32>) {
-  ^bb0(%a1246: f32, %o1247: f32):
-    %s1248 = arith.constant 0x3F800000 : f32
-    %s1249 = arith.addf %a1246, %s1248 : f32
-    linalg.yield %s1249 : f32
+  %e1219 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1172 : tensor<16x16xf32>) outs(%e1219 : tensor<16x16xf32>) {
+  ^bb0(%a1220: f32, %o1221: f32):
+    %s1222 = math.sqrt %a1220 : f32
+    linalg.yield %s1222 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1224 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1218, %v1213 : tensor<f32>, tensor<f32>) outs(%e1224 : tensor<f32>) {
+  ^bb0(%a1225: f32, %a1226: f32, %o1227: f32):
+    %s1228 = arith.mulf %a1225, %a1226 : f32
+    linalg.yield %s1228 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1251 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1252 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1253 = linalg.fill ins(%c1252 : f32) outs(%e1251 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1254 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1258 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1254 : tensor<f32>) {
-  ^bb0(%a1255: f32, %o1256: f32):
-    %s1257 = math.absf %a1255 : f32
-    linalg.yield %s1257 : f32
+  %e1230 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1223, %v1229 : tensor<16x16xf32>, tensor<f32>) outs(%e1230 : tensor<16x16xf32>) {
+  ^bb0(%a1231: f32, %a1232: f32, %o1233: f32):
+    %s1234 = arith.divf %a1231, %a1232 : f32
+    linalg.yield %s1234 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1236 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1213 : tensor<f32>) outs(%e1236 : tensor<f32>) {
+  ^bb0(%a1237: f32, %o1238: f32):
+    %s1239 = arith.constant 0x3F800000 : f32
+    %s1240 = arith.divf %s1239, %a1237 : f32
+    linalg.yield %s1240 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1259 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1264 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1258 : tensor<f32>) outs(%e1259 : tensor<i1>) {
-  ^bb0(%a1260: f32, %o1261: i1):
-    %s1262 = arith.constant 0x3F000000 : f32
-    %s1263 = arith.cmpf oge, %a1260, %s1262 : f32
-    linalg.yield %s1263 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e1265 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1270 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1253 : tensor<f32>) outs(%e1265 : tensor<f32>) {
-  ^bb0(%a1266: f32, %o1267: f32):
-    %s1268 = arith.constant 0x3F800000 : f32
-    %s1269 = arith.subf %a1266, %s1268 : f32
-    linalg.yield %s1269 : f32
+  %e1242 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1247 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1241 : tensor<f32>) outs(%e1242 : tensor<f32>) {
+  ^bb0(%a1243: f32, %o1244: f32):
+    %s1245 = arith.constant 0x322BCC77 : f32
+    %s1246 = arith.mulf %a1243, %s1245 : f32
+    linalg.yield %s1246 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1271 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1264, %v1270, %v1253 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1271 : tensor<f32>) {
-  ^bb0(%a1272: i1, %a1273: f32, %a1274: f32, %o1275: f32):
-    %s1276 = arith.select %a1272, %a1273, %a1274 : f32
-    linalg.yield %s1276 : f32
+  %e1248 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1253 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1235, %v1247 : tensor<16x16xf32>, tensor<f32>) outs(%e1248 : tensor<16x16xf32>) {
+  ^bb0(%a1249: f32, %a1250: f32, %o1251: f32):
+    %s1252 = arith.addf %a1249, %a1250 : f32
+    linalg.yield %s1252 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1254 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1157, %v1253 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1254 : tensor<16x16xf32>) {
+  ^bb0(%a1255: f32, %a1256: f32, %a1257: f32, %o1258: f32):
+    %s1259 = arith.constant 0x3F800000 : f32
+    %s1260 = arith.mulf %s1259, %a1256 : f32
+    %s1261 = arith.divf %s1260, %a1257 : f32
+    %s1262 = arith.addf %a1255, %s1261 : f32
+    linalg.yield %s1262 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1264 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1269 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1264 : tensor<f32>) {
+  ^bb0(%a1265: f32, %o1266: f32):
+    %s1267 = arith.constant 0x3F800000 : f32
+    %s1268 = arith.addf %a1265, %s1267 : f32
+    linalg.yield %s1268 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1278 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1264, %v789, %arg18 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1278 : tensor<16x16xf32>) {
-  ^bb0(%a1279: i1, %a1280: f32, %a1281: f32, %o1282: f32):
-    %s1283 = arith.select %a1279, %a1280, %a1281 : f32
+  %e1270 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1284 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg19, %v786 : tensor<16xf32>, tensor<16xf32>) outs(%e1270 : tensor<16xf32>) {
+  ^bb0(%a1271: f32, %a1272: f32, %o1273: f32):
+    %s1274 = arith.constant 0x3DCCCCCD : f32
+    %s1275 = arith.subf %a1272, %a1271 : f32
+    %s1276 = math.absf %s1274 : f32
+    %s1277 = arith.constant 0x3F000000 : f32
+    %s1278 = arith.cmpf olt, %s1276, %s1277 : f32
+    %s1279 = arith.constant 0x3F800000 : f32
+    %s1280 = arith.subf %s1274, %s1279 : f32
+    %s1281 = arith.select %s1278, %s1274, %s1280 : f32
+    %s1282 = arith.select %s1278, %a1271, %a1272 : f32
+    %s1283 = math.fma %s1281, %s1275, %s1282 : f32
     linalg.yield %s1283 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1285 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1290 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789, %arg18 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1285 : tensor<16x16xf32>) {
-  ^bb0(%a1286: f32, %a1287: f32, %o1288: f32):
-    %s1289 = arith.subf %a1286, %a1287 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1285 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1290 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1285 : tensor<16xf32>) {
+  ^bb0(%a1286: f32, %o1287: f32):
+    %s1288 = arith.constant 0x3F7FBE77 : f32
+    %s1289 = arith.mulf %a1286, %s1288 : f32
     linalg.yield %s1289 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1291 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1277, %v1290 : tensor<f32>, tensor<16x16xf32>) outs(%e1291 : tensor<16x16xf32>) {
-  ^bb0(%a1292: f32, %a1293: f32, %o1294: f32):
-    %s1295 = arith.mulf %a1292, %a1293 : f32
-    linalg.yield %s1295 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1297 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1296, %v1284 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1297 : tensor<16x16xf32>) {
-  ^bb0(%a1298: f32, %a1299: f32, %o1300: f32):
-    %s1301 = arith.addf %a1298, %a1299 : f32
-    linalg.yield %s1301 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1303 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1303 : tensor<16x16xf32>) {
-  ^bb0(%a1304: f32, %o1305: f32):
-    %s1306 = arith.constant 0x3F7FBE77 : f32
-    %s1307 = arith.mulf %a1304, %s1306 : f32
-    linalg.yield %s1307 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1309 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1314 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v789 : tensor<16x16xf32>) outs(%e1309 : tensor<16x16xf32>) {
-  ^bb0(%a1310: f32, %o1311: f32):
-    %s1312 = arith.constant 0x3A83126F : f32
-    %s1313 = arith.mulf %a1310, %s1312 : f32
-    linalg.yield %s1313 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1315 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1320 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1314, %v789 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1315 : tensor<16x16xf32>) {
-  ^bb0(%a1316: f32, %a1317: f32, %o1318: f32):
-    %s1319 = arith.mulf %a1316, %a1317 : f32
-    linalg.yield %s1319 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1321 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1326 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1308, %v1320 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1321 : tensor<16x16xf32>) {
-  ^bb0(%a1322: f32, %a1323: f32, %o1324: f32):
-    %s1325 = arith.addf %a1322, %a1323 : f32
-    linalg.yield %s1325 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1327 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1332 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1327 : tensor<f32>) {
-  ^bb0(%a1328: f32, %o1329: f32):
-    %s1330 = arith.constant 0x3F666666 : f32
-    %s1331 = math.powf %s1330, %a1328 : f32
-    linalg.yield %s1331 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1291 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1290, %v786, %v786 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1291 : tensor<16xf32>) {
+  ^bb0(%a1292: f32, %a1293: f32, %a1294: f32, %o1295: f32):
+    %s1296 = arith.constant 0x3A83126F : f32
+    %s1297 = arith.mulf %s1296, %a1293 : f32
+    %s1298 = math.fma %s1297, %a1294, %a1292 : f32
+    linalg.yield %s1298 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1300 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1305 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1269 : tensor<f32>) outs(%e1300 : tensor<f32>) {
+  ^bb0(%a1301: f32, %o1302: f32):
+    %s1303 = arith.constant 0x3F666666 : f32
+    %s1304 = math.powf %s1303, %a1301 : f32
+    linalg.yield %s1304 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1333 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1338 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1332 : tensor<f32>) outs(%e1333 : tensor<f32>) {
-  ^bb0(%a1334: f32, %o1335: f32):
-    %s1336 = arith.constant 0x3F800000 : f32
-    %s1337 = arith.subf %s1336, %a1334 : f32
-    linalg.yield %s1337 : f32
+  %e1306 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1311 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1305 : tensor<f32>) outs(%e1306 : tensor<f32>) {
+  ^bb0(%a1307: f32, %o1308: f32):
+    %s1309 = arith.constant 0x3F800000 : f32
+    %s1310 = arith.subf %s1309, %a1307 : f32
+    linalg.yield %s1310 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1339 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1250 : tensor<f32>) outs(%e1339 : tensor<f32>) {
-  ^bb0(%a1340: f32, %o1341: f32):
-    %s1342 = arith.constant 0x3F7FBE77 : f32
-    %s1343 = math.powf %s1342, %a1340 : f32
-    linalg.yield %s1343 : f32
+  %e1312 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1317 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1269 : tensor<f32>) outs(%e1312 : tensor<f32>) {
+  ^bb0(%a1313: f32, %o1314: f32):
+    %s1315 = arith.constant 0x3F7FBE77 : f32
+    %s1316 = math.powf %s1315, %a1313 : f32
+    linalg.yield %s1316 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1345 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1344 : tensor<f32>) outs(%e1345 : tensor<f32>) {
-  ^bb0(%a1346: f32, %o1347: f32):
-    %s1348 = arith.constant 0x3F800000 : f32
-    %s1349 = arith.subf %s1348, %a1346 : f32
+  %e1318 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1317 : tensor<f32>) outs(%e1318 : tensor<f32>) {
+  ^bb0(%a1319: f32, %o1320: f32):
+    %s1321 = arith.constant 0x3F800000 : f32
+    %s1322 = arith.subf %s1321, %a1319 : f32
+    linalg.yield %s1322 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1324 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1311 : tensor<f32>) outs(%e1324 : tensor<f32>) {
+  ^bb0(%a1325: f32, %o1326: f32):
+    %s1327 = arith.constant 0x3F800000 : f32
+    %s1328 = arith.divf %s1327, %a1325 : f32
+    linalg.yield %s1328 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1330 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1329 : tensor<f32>) outs(%e1330 : tensor<f32>) {
+  ^bb0(%a1331: f32, %o1332: f32):
+    %s1333 = arith.constant 0x3A83126F : f32
+    %s1334 = arith.mulf %a1331, %s1333 : f32
+    linalg.yield %s1334 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1336 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1340 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1335 : tensor<f32>) outs(%e1336 : tensor<f32>) {
+  ^bb0(%a1337: f32, %o1338: f32):
+    %s1339 = arith.negf %a1337 : f32
+    linalg.yield %s1339 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1341 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1323 : tensor<f32>) outs(%e1341 : tensor<f32>) {
+  ^bb0(%a1342: f32, %o1343: f32):
+    %s1344 = math.sqrt %a1342 : f32
+    linalg.yield %s1344 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1346 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1350 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1299 : tensor<16xf32>) outs(%e1346 : tensor<16xf32>) {
+  ^bb0(%a1347: f32, %o1348: f32):
+    %s1349 = math.sqrt %a1347 : f32
     linalg.yield %s1349 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1351 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1338 : tensor<f32>) outs(%e1351 : tensor<f32>) {
-  ^bb0(%a1352: f32, %o1353: f32):
-    %s1354 = arith.constant 0x3F800000 : f32
-    %s1355 = arith.divf %s1354, %a1352 : f32
+  %v1356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1345, %v1340 : tensor<f32>, tensor<f32>) outs(%e1351 : tensor<f32>) {
+  ^bb0(%a1352: f32, %a1353: f32, %o1354: f32):
+    %s1355 = arith.mulf %a1352, %a1353 : f32
     linalg.yield %s1355 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1357 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1356 : tensor<f32>) outs(%e1357 : tensor<f32>) {
-  ^bb0(%a1358: f32, %o1359: f32):
-    %s1360 = arith.constant 0x3A83126F : f32
-    %s1361 = arith.mulf %a1358, %s1360 : f32
+  %e1357 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1362 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1350, %v1356 : tensor<16xf32>, tensor<f32>) outs(%e1357 : tensor<16xf32>) {
+  ^bb0(%a1358: f32, %a1359: f32, %o1360: f32):
+    %s1361 = arith.divf %a1358, %a1359 : f32
     linalg.yield %s1361 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1363 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1367 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1362 : tensor<f32>) outs(%e1363 : tensor<f32>) {
+  %v1368 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1340 : tensor<f32>) outs(%e1363 : tensor<f32>) {
   ^bb0(%a1364: f32, %o1365: f32):
-    %s1366 = arith.negf %a1364 : f32
-    linalg.yield %s1366 : f32
+    %s1366 = arith.constant 0x3F800000 : f32
+    %s1367 = arith.divf %s1366, %a1364 : f32
+    linalg.yield %s1367 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1368 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1350 : tensor<f32>) outs(%e1368 : tensor<f32>) {
-  ^bb0(%a1369: f32, %o1370: f32):
-    %s1371 = math.sqrt %a1369 : f32
-    linalg.yield %s1371 : f32
+  %e1369 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1368 : tensor<f32>) outs(%e1369 : tensor<f32>) {
+  ^bb0(%a1370: f32, %o1371: f32):
+    %s1372 = arith.constant 0x322BCC77 : f32
+    %s1373 = arith.mulf %a1370, %s1372 : f32
+    linalg.yield %s1373 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1373 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1326 : tensor<16x16xf32>) outs(%e1373 : tensor<16x16xf32>) {
-  ^bb0(%a1374: f32, %o1375: f32):
-    %s1376 = math.sqrt %a1374 : f32
-    linalg.yield %s1376 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1378 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1383 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1372, %v1367 : tensor<f32>, tensor<f32>) outs(%e1378 : tensor<f32>) {
-  ^bb0(%a1379: f32, %a1380: f32, %o1381: f32):
-    %s1382 = arith.mulf %a1379, %a1380 : f32
-    linalg.yield %s1382 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1384 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1389 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1377, %v1383 : tensor<16x16xf32>, tensor<f32>) outs(%e1384 : tensor<16x16xf32>) {
-  ^bb0(%a1385: f32, %a1386: f32, %o1387: f32):
-    %s1388 = arith.divf %a1385, %a1386 : f32
-    linalg.yield %s1388 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1390 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1395 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1367 : tensor<f32>) outs(%e1390 : tensor<f32>) {
-  ^bb0(%a1391: f32, %o1392: f32):
-    %s1393 = arith.constant 0x3F800000 : f32
-    %s1394 = arith.divf %s1393, %a1391 : f32
-    linalg.yield %s1394 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1396 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1401 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1395 : tensor<f32>) outs(%e1396 : tensor<f32>) {
-  ^bb0(%a1397: f32, %o1398: f32):
-    %s1399 = arith.constant 0x322BCC77 : f32
-    %s1400 = arith.mulf %a1397, %s1399 : f32
-    linalg.yield %s1400 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1402 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1407 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1389, %v1401 : tensor<16x16xf32>, tensor<f32>) outs(%e1402 : tensor<16x16xf32>) {
-  ^bb0(%a1403: f32, %a1404: f32, %o1405: f32):
-    %s1406 = arith.addf %a1403, %a1404 : f32
-    linalg.yield %s1406 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1408 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1413 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1302 : tensor<16x16xf32>) outs(%e1408 : tensor<16x16xf32>) {
-  ^bb0(%a1409: f32, %o1410: f32):
-    %s1411 = arith.constant 0x3F800000 : f32
-    %s1412 = arith.mulf %a1409, %s1411 : f32
-    linalg.yield %s1412 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1414 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1419 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1413, %v1407 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1414 : tensor<16x16xf32>) {
-  ^bb0(%a1415: f32, %a1416: f32, %o1417: f32):
-    %s1418 = arith.divf %a1415, %a1416 : f32
-    linalg.yield %s1418 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1420 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1425 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1419 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1420 : tensor<16x16xf32>) {
-  ^bb0(%a1421: f32, %a1422: f32, %o1423: f32):
-    %s1424 = arith.addf %a1421, %a1422 : f32
-    linalg.yield %s1424 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1426 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1431 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1426 : tensor<f32>) {
-  ^bb0(%a1427: f32, %o1428: f32):
-    %s1429 = arith.constant 0x3F800000 : f32
-    %s1430 = arith.addf %a1427, %s1429 : f32
-    linalg.yield %s1430 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1432 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1433 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1434 = linalg.fill ins(%c1433 : f32) outs(%e1432 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1435 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1439 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1435 : tensor<f32>) {
-  ^bb0(%a1436: f32, %o1437: f32):
-    %s1438 = math.absf %a1436 : f32
-    linalg.yield %s1438 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1440 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1445 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1439 : tensor<f32>) outs(%e1440 : tensor<i1>) {
-  ^bb0(%a1441: f32, %o1442: i1):
-    %s1443 = arith.constant 0x3F000000 : f32
-    %s1444 = arith.cmpf oge, %a1441, %s1443 : f32
-    linalg.yield %s1444 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e1446 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1451 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1434 : tensor<f32>) outs(%e1446 : tensor<f32>) {
-  ^bb0(%a1447: f32, %o1448: f32):
-    %s1449 = arith.constant 0x3F800000 : f32
-    %s1450 = arith.subf %a1447, %s1449 : f32
-    linalg.yield %s1450 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1452 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1445, %v1451, %v1434 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1452 : tensor<f32>) {
-  ^bb0(%a1453: i1, %a1454: f32, %a1455: f32, %o1456: f32):
-    %s1457 = arith.select %a1453, %a1454, %a1455 : f32
-    linalg.yield %s1457 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1459 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1465 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1445, %v786, %arg19 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1459 : tensor<16xf32>) {
-  ^bb0(%a1460: i1, %a1461: f32, %a1462: f32, %o1463: f32):
-    %s1464 = arith.select %a1460, %a1461, %a1462 : f32
-    linalg.yield %s1464 : f32
+  %e1375 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1362, %v1374 : tensor<16xf32>, tensor<f32>) outs(%e1375 : tensor<16xf32>) {
+  ^bb0(%a1376: f32, %a1377: f32, %o1378: f32):
+    %s1379 = arith.addf %a1376, %a1377 : f32
+    linalg.yield %s1379 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1466 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1471 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786, %arg19 : tensor<16xf32>, tensor<16xf32>) outs(%e1466 : tensor<16xf32>) {
-  ^bb0(%a1467: f32, %a1468: f32, %o1469: f32):
-    %s1470 = arith.subf %a1467, %a1468 : f32
-    linalg.yield %s1470 : f32
+  %e1381 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1390 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1284, %v1380 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1381 : tensor<16xf32>) {
+  ^bb0(%a1382: f32, %a1383: f32, %a1384: f32, %o1385: f32):
+    %s1386 = arith.constant 0x3F800000 : f32
+    %s1387 = arith.mulf %s1386, %a1383 : f32
+    %s1388 = arith.divf %s1387, %a1384 : f32
+    %s1389 = arith.addf %a1382, %s1388 : f32
+    linalg.yield %s1389 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1472 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1477 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1458, %v1471 : tensor<f32>, tensor<16xf32>) outs(%e1472 : tensor<16xf32>) {
-  ^bb0(%a1473: f32, %a1474: f32, %o1475: f32):
-    %s1476 = arith.mulf %a1473, %a1474 : f32
+  %e1391 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1391 : tensor<f32>) {
+  ^bb0(%a1392: f32, %o1393: f32):
+    %s1394 = arith.constant 0x3F800000 : f32
+    %s1395 = arith.addf %a1392, %s1394 : f32
+    linalg.yield %s1395 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1397 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1411 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg20, %v754 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1397 : tensor<16x16xf32>) {
+  ^bb0(%a1398: f32, %a1399: f32, %o1400: f32):
+    %s1401 = arith.constant 0x3DCCCCCD : f32
+    %s1402 = arith.subf %a1399, %a1398 : f32
+    %s1403 = math.absf %s1401 : f32
+    %s1404 = arith.constant 0x3F000000 : f32
+    %s1405 = arith.cmpf olt, %s1403, %s1404 : f32
+    %s1406 = arith.constant 0x3F800000 : f32
+    %s1407 = arith.subf %s1401, %s1406 : f32
+    %s1408 = arith.select %s1405, %s1401, %s1407 : f32
+    %s1409 = arith.select %s1405, %a1398, %a1399 : f32
+    %s1410 = math.fma %s1408, %s1402, %s1409 : f32
+    linalg.yield %s1410 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1412 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1417 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1412 : tensor<16x16xf32>) {
+  ^bb0(%a1413: f32, %o1414: f32):
+    %s1415 = arith.constant 0x3F7FBE77 : f32
+    %s1416 = arith.mulf %a1413, %s1415 : f32
+    linalg.yield %s1416 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1418 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1426 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1417, %v754, %v754 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1418 : tensor<16x16xf32>) {
+  ^bb0(%a1419: f32, %a1420: f32, %a1421: f32, %o1422: f32):
+    %s1423 = arith.constant 0x3A83126F : f32
+    %s1424 = arith.mulf %s1423, %a1420 : f32
+    %s1425 = math.fma %s1424, %a1421, %a1419 : f32
+    linalg.yield %s1425 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1427 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1396 : tensor<f32>) outs(%e1427 : tensor<f32>) {
+  ^bb0(%a1428: f32, %o1429: f32):
+    %s1430 = arith.constant 0x3F666666 : f32
+    %s1431 = math.powf %s1430, %a1428 : f32
+    linalg.yield %s1431 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1433 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1432 : tensor<f32>) outs(%e1433 : tensor<f32>) {
+  ^bb0(%a1434: f32, %o1435: f32):
+    %s1436 = arith.constant 0x3F800000 : f32
+    %s1437 = arith.subf %s1436, %a1434 : f32
+    linalg.yield %s1437 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1439 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1396 : tensor<f32>) outs(%e1439 : tensor<f32>) {
+  ^bb0(%a1440: f32, %o1441: f32):
+    %s1442 = arith.constant 0x3F7FBE77 : f32
+    %s1443 = math.powf %s1442, %a1440 : f32
+    linalg.yield %s1443 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1445 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1444 : tensor<f32>) outs(%e1445 : tensor<f32>) {
+  ^bb0(%a1446: f32, %o1447: f32):
+    %s1448 = arith.constant 0x3F800000 : f32
+    %s1449 = arith.subf %s1448, %a1446 : f32
+    linalg.yield %s1449 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1451 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1456 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1438 : tensor<f32>) outs(%e1451 : tensor<f32>) {
+  ^bb0(%a1452: f32, %o1453: f32):
+    %s1454 = arith.constant 0x3F800000 : f32
+    %s1455 = arith.divf %s1454, %a1452 : f32
+    linalg.yield %s1455 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1457 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1456 : tensor<f32>) outs(%e1457 : tensor<f32>) {
+  ^bb0(%a1458: f32, %o1459: f32):
+    %s1460 = arith.constant 0x3A83126F : f32
+    %s1461 = arith.mulf %a1458, %s1460 : f32
+    linalg.yield %s1461 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1463 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1467 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1462 : tensor<f32>) outs(%e1463 : tensor<f32>) {
+  ^bb0(%a1464: f32, %o1465: f32):
+    %s1466 = arith.negf %a1464 : f32
+    linalg.yield %s1466 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1468 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1450 : tensor<f32>) outs(%e1468 : tensor<f32>) {
+  ^bb0(%a1469: f32, %o1470: f32):
+    %s1471 = math.sqrt %a1469 : f32
+    linalg.yield %s1471 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1473 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1477 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1426 : tensor<16x16xf32>) outs(%e1473 : tensor<16x16xf32>) {
+  ^bb0(%a1474: f32, %o1475: f32):
+    %s1476 = math.sqrt %a1474 : f32
     linalg.yield %s1476 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1478 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1483 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1477, %v1465 : tensor<16xf32>, tensor<16xf32>) outs(%e1478 : tensor<16xf32>) {
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1478 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1472, %v1467 : tensor<f32>, tensor<f32>) outs(%e1478 : tensor<f32>) {
   ^bb0(%a1479: f32, %a1480: f32, %o1481: f32):
-    %s1482 = arith.addf %a1479, %a1480 : f32
+    %s1482 = arith.mulf %a1479, %a1480 : f32
     linalg.yield %s1482 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1484 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1489 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1484 : tensor<16xf32>) {
-  ^bb0(%a1485: f32, %o1486: f32):
-    %s1487 = arith.constant 0x3F7FBE77 : f32
-    %s1488 = arith.mulf %a1485, %s1487 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1484 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1489 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1477, %v1483 : tensor<16x16xf32>, tensor<f32>) outs(%e1484 : tensor<16x16xf32>) {
+  ^bb0(%a1485: f32, %a1486: f32, %o1487: f32):
+    %s1488 = arith.divf %a1485, %a1486 : f32
     linalg.yield %s1488 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1490 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1495 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v786 : tensor<16xf32>) outs(%e1490 : tensor<16xf32>) {
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1490 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1495 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1467 : tensor<f32>) outs(%e1490 : tensor<f32>) {
   ^bb0(%a1491: f32, %o1492: f32):
-    %s1493 = arith.constant 0x3A83126F : f32
-    %s1494 = arith.mulf %a1491, %s1493 : f32
+    %s1493 = arith.constant 0x3F800000 : f32
+    %s1494 = arith.divf %s1493, %a1491 : f32
     linalg.yield %s1494 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1496 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1501 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1495, %v786 : tensor<16xf32>, tensor<16xf32>) outs(%e1496 : tensor<16xf32>) {
-  ^bb0(%a1497: f32, %a1498: f32, %o1499: f32):
-    %s1500 = arith.mulf %a1497, %a1498 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1496 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1495 : tensor<f32>) outs(%e1496 : tensor<f32>) {
+  ^bb0(%a1497: f32, %o1498: f32):
+    %s1499 = arith.constant 0x322BCC77 : f32
+    %s1500 = arith.mulf %a1497, %s1499 : f32
     linalg.yield %s1500 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1502 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1507 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1489, %v1501 : tensor<16xf32>, tensor<16xf32>) outs(%e1502 : tensor<16xf32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e1502 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1507 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1489, %v1501 : tensor<16x16xf32>, tensor<f32>) outs(%e1502 : tensor<16x16xf32>) {
   ^bb0(%a1503: f32, %a1504: f32, %o1505: f32):
     %s1506 = arith.addf %a1503, %a1504 : f32
     linalg.yield %s1506 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1508 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1517 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1411, %v1507 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1508 : tensor<16x16xf32>) {
+  ^bb0(%a1509: f32, %a1510: f32, %a1511: f32, %o1512: f32):
+    %s1513 = arith.constant 0x3F800000 : f32
+    %s1514 = arith.mulf %s1513, %a1510 : f32
+    %s1515 = arith.divf %s1514, %a1511 : f32
+    %s1516 = arith.addf %a1509, %s1515 : f32
+    linalg.yield %s1516 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1518 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1518 : tensor<f32>) {
+  ^bb0(%a1519: f32, %o1520: f32):
+    %s1521 = arith.constant 0x3F800000 : f32
+    %s1522 = arith.addf %a1519, %s1521 : f32
+    linalg.yield %s1522 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1524 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1538 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg21, %v751 : tensor<16xf32>, tensor<16xf32>) outs(%e1524 : tensor<16xf32>) {
+  ^bb0(%a1525: f32, %a1526: f32, %o1527: f32):
+    %s1528 = arith.constant 0x3DCCCCCD : f32
+    %s1529 = arith.subf %a1526, %a1525 : f32
+    %s1530 = math.absf %s1528 : f32
+    %s1531 = arith.constant 0x3F000000 : f32
+    %s1532 = arith.cmpf olt, %s1530, %s1531 : f32
+    %s1533 = arith.constant 0x3F800000 : f32
+    %s1534 = arith.subf %s1528, %s1533 : f32
+    %s1535 = arith.select %s1532, %s1528, %s1534 : f32
+    %s1536 = arith.select %s1532, %a1525, %a1526 : f32
+    %s1537 = math.fma %s1535, %s1529, %s1536 : f32
+    linalg.yield %s1537 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1508 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1513 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1508 : tensor<f32>) {
-  ^bb0(%a1509: f32, %o1510: f32):
-    %s1511 = arith.constant 0x3F666666 : f32
-    %s1512 = math.powf %s1511, %a1509 : f32
-    linalg.yield %s1512 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1514 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1519 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1513 : tensor<f32>) outs(%e1514 : tensor<f32>) {
-  ^bb0(%a1515: f32, %o1516: f32):
-    %s1517 = arith.constant 0x3F800000 : f32
-    %s1518 = arith.subf %s1517, %a1515 : f32
-    linalg.yield %s1518 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1520 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1431 : tensor<f32>) outs(%e1520 : tensor<f32>) {
-  ^bb0(%a1521: f32, %o1522: f32):
-    %s1523 = arith.constant 0x3F7FBE77 : f32
-    %s1524 = math.powf %s1523, %a1521 : f32
-    linalg.yield %s1524 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1526 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1525 : tensor<f32>) outs(%e1526 : tensor<f32>) {
-  ^bb0(%a1527: f32, %o1528: f32):
-    %s1529 = arith.constant 0x3F800000 : f32
-    %s1530 = arith.subf %s1529, %a1527 : f32
-    linalg.yield %s1530 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1532 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1519 : tensor<f32>) outs(%e1532 : tensor<f32>) {
-  ^bb0(%a1533: f32, %o1534: f32):
-    %s1535 = arith.constant 0x3F800000 : f32
-    %s1536 = arith.divf %s1535, %a1533 : f32
-    linalg.yield %s1536 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1538 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1543 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1537 : tensor<f32>) outs(%e1538 : tensor<f32>) {
-  ^bb0(%a1539: f32, %o1540: f32):
-    %s1541 = arith.constant 0x3A83126F : f32
-    %s1542 = arith.mulf %a1539, %s1541 : f32
-    linalg.yield %s1542 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1544 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1548 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1543 : tensor<f32>) outs(%e1544 : tensor<f32>) {
-  ^bb0(%a1545: f32, %o1546: f32):
-    %s1547 = arith.negf %a1545 : f32
-    linalg.yield %s1547 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1549 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1553 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1531 : tensor<f32>) outs(%e1549 : tensor<f32>) {
-  ^bb0(%a1550: f32, %o1551: f32):
-    %s1552 = math.sqrt %a1550 : f32
+  %e1539 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1544 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1539 : tensor<16xf32>) {
+  ^bb0(%a1540: f32, %o1541: f32):
+    %s1542 = arith.constant 0x3F7FBE77 : f32
+    %s1543 = arith.mulf %a1540, %s1542 : f32
+    linalg.yield %s1543 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1545 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1553 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1544, %v751, %v751 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1545 : tensor<16xf32>) {
+  ^bb0(%a1546: f32, %a1547: f32, %a1548: f32, %o1549: f32):
+    %s1550 = arith.constant 0x3A83126F : f32
+    %s1551 = arith.mulf %s1550, %a1547 : f32
+    %s1552 = math.fma %s1551, %a1548, %a1546 : f32
     linalg.yield %s1552 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1554 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1558 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1507 : tensor<16xf32>) outs(%e1554 : tensor<16xf32>) {
+  } -> tensor<16xf32> loc(#loc14)
+  %e1554 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1559 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1523 : tensor<f32>) outs(%e1554 : tensor<f32>) {
   ^bb0(%a1555: f32, %o1556: f32):
-    %s1557 = math.sqrt %a1555 : f32
-    linalg.yield %s1557 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1559 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1564 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1553, %v1548 : tensor<f32>, tensor<f32>) outs(%e1559 : tensor<f32>) {
-  ^bb0(%a1560: f32, %a1561: f32, %o1562: f32):
-    %s1563 = arith.mulf %a1560, %a1561 : f32
-    linalg.yield %s1563 : f32
+    %s1557 = arith.constant 0x3F666666 : f32
+    %s1558 = math.powf %s1557, %a1555 : f32
+    linalg.yield %s1558 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1565 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1570 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1558, %v1564 : tensor<16xf32>, tensor<f32>) outs(%e1565 : tensor<16xf32>) {
-  ^bb0(%a1566: f32, %a1567: f32, %o1568: f32):
-    %s1569 = arith.divf %a1566, %a1567 : f32
-    linalg.yield %s1569 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1571 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1576 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1548 : tensor<f32>) outs(%e1571 : tensor<f32>) {
-  ^bb0(%a1572: f32, %o1573: f32):
-    %s1574 = arith.constant 0x3F800000 : f32
-    %s1575 = arith.divf %s1574, %a1572 : f32
-    linalg.yield %s1575 : f32
+  %e1560 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1565 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1559 : tensor<f32>) outs(%e1560 : tensor<f32>) {
+  ^bb0(%a1561: f32, %o1562: f32):
+    %s1563 = arith.constant 0x3F800000 : f32
+    %s1564 = arith.subf %s1563, %a1561 : f32
+    linalg.yield %s1564 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1577 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1582 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1576 : tensor<f32>) outs(%e1577 : tensor<f32>) {
-  ^bb0(%a1578: f32, %o1579: f32):
-    %s1580 = arith.constant 0x322BCC77 : f32
-    %s1581 = arith.mulf %a1578, %s1580 : f32
-    linalg.yield %s1581 : f32
+  %e1566 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1571 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1523 : tensor<f32>) outs(%e1566 : tensor<f32>) {
+  ^bb0(%a1567: f32, %o1568: f32):
+    %s1569 = arith.constant 0x3F7FBE77 : f32
+    %s1570 = math.powf %s1569, %a1567 : f32
+    linalg.yield %s1570 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1583 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1570, %v1582 : tensor<16xf32>, tensor<f32>) outs(%e1583 : tensor<16xf32>) {
-  ^bb0(%a1584: f32, %a1585: f32, %o1586: f32):
-    %s1587 = arith.addf %a1584, %a1585 : f32
-    linalg.yield %s1587 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1589 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1483 : tensor<16xf32>) outs(%e1589 : tensor<16xf32>) {
-  ^bb0(%a1590: f32, %o1591: f32):
-    %s1592 = arith.constant 0x3F800000 : f32
-    %s1593 = arith.mulf %a1590, %s1592 : f32
+  %e1572 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1577 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1571 : tensor<f32>) outs(%e1572 : tensor<f32>) {
+  ^bb0(%a1573: f32, %o1574: f32):
+    %s1575 = arith.constant 0x3F800000 : f32
+    %s1576 = arith.subf %s1575, %a1573 : f32
+    linalg.yield %s1576 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1578 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1565 : tensor<f32>) outs(%e1578 : tensor<f32>) {
+  ^bb0(%a1579: f32, %o1580: f32):
+    %s1581 = arith.constant 0x3F800000 : f32
+    %s1582 = arith.divf %s1581, %a1579 : f32
+    linalg.yield %s1582 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1584 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1583 : tensor<f32>) outs(%e1584 : tensor<f32>) {
+  ^bb0(%a1585: f32, %o1586: f32):
+    %s1587 = arith.constant 0x3A83126F : f32
+    %s1588 = arith.mulf %a1585, %s1587 : f32
+    linalg.yield %s1588 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1590 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1594 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1589 : tensor<f32>) outs(%e1590 : tensor<f32>) {
+  ^bb0(%a1591: f32, %o1592: f32):
+    %s1593 = arith.negf %a1591 : f32
     linalg.yield %s1593 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1595 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1577 : tensor<f32>) outs(%e1595 : tensor<f32>) {
+  ^bb0(%a1596: f32, %o1597: f32):
+    %s1598 = math.sqrt %a1596 : f32
+    linalg.yield %s1598 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1600 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1553 : tensor<16xf32>) outs(%e1600 : tensor<16xf32>) {
+  ^bb0(%a1601: f32, %o1602: f32):
+    %s1603 = math.sqrt %a1601 : f32
+    linalg.yield %s1603 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1595 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1594, %v1588 : tensor<16xf32>, tensor<16xf32>) outs(%e1595 : tensor<16xf32>) {
-  ^bb0(%a1596: f32, %a1597: f32, %o1598: f32):
-    %s1599 = arith.divf %a1596, %a1597 : f32
-    linalg.yield %s1599 : f32
+  %e1605 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1610 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1599, %v1594 : tensor<f32>, tensor<f32>) outs(%e1605 : tensor<f32>) {
+  ^bb0(%a1606: f32, %a1607: f32, %o1608: f32):
+    %s1609 = arith.mulf %a1606, %a1607 : f32
+    linalg.yield %s1609 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1611 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1604, %v1610 : tensor<16xf32>, tensor<f32>) outs(%e1611 : tensor<16xf32>) {
+  ^bb0(%a1612: f32, %a1613: f32, %o1614: f32):
+    %s1615 = arith.divf %a1612, %a1613 : f32
+    linalg.yield %s1615 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1601 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1600 : tensor<16xf32>, tensor<16xf32>) outs(%e1601 : tensor<16xf32>) {
-  ^bb0(%a1602: f32, %a1603: f32, %o1604: f32):
-    %s1605 = arith.addf %a1602, %a1603 : f32
-    linalg.yield %s1605 : f32
+  %e1617 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1622 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1594 : tensor<f32>) outs(%e1617 : tensor<f32>) {
+  ^bb0(%a1618: f32, %o1619: f32):
+    %s1620 = arith.constant 0x3F800000 : f32
+    %s1621 = arith.divf %s1620, %a1618 : f32
+    linalg.yield %s1621 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1623 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1628 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1622 : tensor<f32>) outs(%e1623 : tensor<f32>) {
+  ^bb0(%a1624: f32, %o1625: f32):
+    %s1626 = arith.constant 0x322BCC77 : f32
+    %s1627 = arith.mulf %a1624, %s1626 : f32
+    linalg.yield %s1627 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1629 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1634 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1616, %v1628 : tensor<16xf32>, tensor<f32>) outs(%e1629 : tensor<16xf32>) {
+  ^bb0(%a1630: f32, %a1631: f32, %o1632: f32):
+    %s1633 = arith.addf %a1630, %a1631 : f32
+    linalg.yield %s1633 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1607 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1612 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1607 : tensor<f32>) {
-  ^bb0(%a1608: f32, %o1609: f32):
-    %s1610 = arith.constant 0x3F800000 : f32
-    %s1611 = arith.addf %a1608, %s1610 : f32
-    linalg.yield %s1611 : f32
+  %e1635 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1538, %v1634 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1635 : tensor<16xf32>) {
+  ^bb0(%a1636: f32, %a1637: f32, %a1638: f32, %o1639: f32):
+    %s1640 = arith.constant 0x3F800000 : f32
+    %s1641 = arith.mulf %s1640, %a1637 : f32
+    %s1642 = arith.divf %s1641, %a1638 : f32
+    %s1643 = arith.addf %a1636, %s1642 : f32
+    linalg.yield %s1643 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1645 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1645 : tensor<f32>) {
+  ^bb0(%a1646: f32, %o1647: f32):
+    %s1648 = arith.constant 0x3F800000 : f32
+    %s1649 = arith.addf %a1646, %s1648 : f32
+    linalg.yield %s1649 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1613 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1614 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1615 = linalg.fill ins(%c1614 : f32) outs(%e1613 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1616 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1620 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1616 : tensor<f32>) {
-  ^bb0(%a1617: f32, %o1618: f32):
-    %s1619 = math.absf %a1617 : f32
-    linalg.yield %s1619 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1621 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1626 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1620 : tensor<f32>) outs(%e1621 : tensor<i1>) {
-  ^bb0(%a1622: f32, %o1623: i1):
-    %s1624 = arith.constant 0x3F000000 : f32
-    %s1625 = arith.cmpf oge, %a1622, %s1624 : f32
-    linalg.yield %s1625 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e1627 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1632 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1615 : tensor<f32>) outs(%e1627 : tensor<f32>) {
-  ^bb0(%a1628: f32, %o1629: f32):
-    %s1630 = arith.constant 0x3F800000 : f32
-    %s1631 = arith.subf %a1628, %s1630 : f32
-    linalg.yield %s1631 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1633 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1626, %v1632, %v1615 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1633 : tensor<f32>) {
-  ^bb0(%a1634: i1, %a1635: f32, %a1636: f32, %o1637: f32):
-    %s1638 = arith.select %a1634, %a1635, %a1636 : f32
-    linalg.yield %s1638 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1640 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1646 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1626, %v754, %arg20 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1640 : tensor<16x16xf32>) {
-  ^bb0(%a1641: i1, %a1642: f32, %a1643: f32, %o1644: f32):
-    %s1645 = arith.select %a1641, %a1642, %a1643 : f32
-    linalg.yield %s1645 : f32
+  %e1651 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1665 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg22, %v725 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1651 : tensor<16x16xf32>) {
+  ^bb0(%a1652: f32, %a1653: f32, %o1654: f32):
+    %s1655 = arith.constant 0x3DCCCCCD : f32
+    %s1656 = arith.subf %a1653, %a1652 : f32
+    %s1657 = math.absf %s1655 : f32
+    %s1658 = arith.constant 0x3F000000 : f32
+    %s1659 = arith.cmpf olt, %s1657, %s1658 : f32
+    %s1660 = arith.constant 0x3F800000 : f32
+    %s1661 = arith.subf %s1655, %s1660 : f32
+    %s1662 = arith.select %s1659, %s1655, %s1661 : f32
+    %s1663 = arith.select %s1659, %a1652, %a1653 : f32
+    %s1664 = math.fma %s1662, %s1656, %s1663 : f32
+    linalg.yield %s1664 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1647 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1652 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754, %arg20 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1647 : tensor<16x16xf32>) {
-  ^bb0(%a1648: f32, %a1649: f32, %o1650: f32):
-    %s1651 = arith.subf %a1648, %a1649 : f32
-    linalg.yield %s1651 : f32
+  %e1666 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1671 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e1666 : tensor<16x16xf32>) {
+  ^bb0(%a1667: f32, %o1668: f32):
+    %s1669 = arith.constant 0x3F7FBE77 : f32
+    %s1670 = arith.mulf %a1667, %s1669 : f32
+    linalg.yield %s1670 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1653 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1639, %v1652 : tensor<f32>, tensor<16x16xf32>) outs(%e1653 : tensor<16x16xf32>) {
-  ^bb0(%a1654: f32, %a1655: f32, %o1656: f32):
-    %s1657 = arith.mulf %a1654, %a1655 : f32
-    linalg.yield %s1657 : f32
+  %e1672 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1680 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1671, %v725, %v725 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1672 : tensor<16x16xf32>) {
+  ^bb0(%a1673: f32, %a1674: f32, %a1675: f32, %o1676: f32):
+    %s1677 = arith.constant 0x3A83126F : f32
+    %s1678 = arith.mulf %s1677, %a1674 : f32
+    %s1679 = math.fma %s1678, %a1675, %a1673 : f32
+    linalg.yield %s1679 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1659 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1658, %v1646 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1659 : tensor<16x16xf32>) {
-  ^bb0(%a1660: f32, %a1661: f32, %o1662: f32):
-    %s1663 = arith.addf %a1660, %a1661 : f32
-    linalg.yield %s1663 : f32
+  %e1681 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1686 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1650 : tensor<f32>) outs(%e1681 : tensor<f32>) {
+  ^bb0(%a1682: f32, %o1683: f32):
+    %s1684 = arith.constant 0x3F666666 : f32
+    %s1685 = math.powf %s1684, %a1682 : f32
+    linalg.yield %s1685 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1687 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1692 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1686 : tensor<f32>) outs(%e1687 : tensor<f32>) {
+  ^bb0(%a1688: f32, %o1689: f32):
+    %s1690 = arith.constant 0x3F800000 : f32
+    %s1691 = arith.subf %s1690, %a1688 : f32
+    linalg.yield %s1691 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1693 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1650 : tensor<f32>) outs(%e1693 : tensor<f32>) {
+  ^bb0(%a1694: f32, %o1695: f32):
+    %s1696 = arith.constant 0x3F7FBE77 : f32
+    %s1697 = math.powf %s1696, %a1694 : f32
+    linalg.yield %s1697 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1699 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1704 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1698 : tensor<f32>) outs(%e1699 : tensor<f32>) {
+  ^bb0(%a1700: f32, %o1701: f32):
+    %s1702 = arith.constant 0x3F800000 : f32
+    %s1703 = arith.subf %s1702, %a1700 : f32
+    linalg.yield %s1703 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1705 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1710 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1692 : tensor<f32>) outs(%e1705 : tensor<f32>) {
+  ^bb0(%a1706: f32, %o1707: f32):
+    %s1708 = arith.constant 0x3F800000 : f32
+    %s1709 = arith.divf %s1708, %a1706 : f32
+    linalg.yield %s1709 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1711 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1716 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1710 : tensor<f32>) outs(%e1711 : tensor<f32>) {
+  ^bb0(%a1712: f32, %o1713: f32):
+    %s1714 = arith.constant 0x3A83126F : f32
+    %s1715 = arith.mulf %a1712, %s1714 : f32
+    linalg.yield %s1715 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1717 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1721 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1716 : tensor<f32>) outs(%e1717 : tensor<f32>) {
+  ^bb0(%a1718: f32, %o1719: f32):
+    %s1720 = arith.negf %a1718 : f32
+    linalg.yield %s1720 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1722 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1726 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1704 : tensor<f32>) outs(%e1722 : tensor<f32>) {
+  ^bb0(%a1723: f32, %o1724: f32):
+    %s1725 = math.sqrt %a1723 : f32
+    linalg.yield %s1725 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1727 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1731 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1680 : tensor<16x16xf32>) outs(%e1727 : tensor<16x16xf32>) {
+  ^bb0(%a1728: f32, %o1729: f32):
+    %s1730 = math.sqrt %a1728 : f32
+    linalg.yield %s1730 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1665 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1670 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1665 : tensor<16x16xf32>) {
-  ^bb0(%a1666: f32, %o1667: f32):
-    %s1668 = arith.constant 0x3F7FBE77 : f32
-    %s1669 = arith.mulf %a1666, %s1668 : f32
-    linalg.yield %s1669 : f32
+  %e1732 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1737 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1726, %v1721 : tensor<f32>, tensor<f32>) outs(%e1732 : tensor<f32>) {
+  ^bb0(%a1733: f32, %a1734: f32, %o1735: f32):
+    %s1736 = arith.mulf %a1733, %a1734 : f32
+    linalg.yield %s1736 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1738 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1743 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1731, %v1737 : tensor<16x16xf32>, tensor<f32>) outs(%e1738 : tensor<16x16xf32>) {
+  ^bb0(%a1739: f32, %a1740: f32, %o1741: f32):
+    %s1742 = arith.divf %a1739, %a1740 : f32
+    linalg.yield %s1742 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1671 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1676 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v754 : tensor<16x16xf32>) outs(%e1671 : tensor<16x16xf32>) {
-  ^bb0(%a1672: f32, %o1673: f32):
-    %s1674 = arith.constant 0x3A83126F : f32
-    %s1675 = arith.mulf %a1672, %s1674 : f32
-    linalg.yield %s1675 : f32
+  %e1744 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1749 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1721 : tensor<f32>) outs(%e1744 : tensor<f32>) {
+  ^bb0(%a1745: f32, %o1746: f32):
+    %s1747 = arith.constant 0x3F800000 : f32
+    %s1748 = arith.divf %s1747, %a1745 : f32
+    linalg.yield %s1748 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1750 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1755 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1749 : tensor<f32>) outs(%e1750 : tensor<f32>) {
+  ^bb0(%a1751: f32, %o1752: f32):
+    %s1753 = arith.constant 0x322BCC77 : f32
+    %s1754 = arith.mulf %a1751, %s1753 : f32
+    linalg.yield %s1754 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1756 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1761 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1743, %v1755 : tensor<16x16xf32>, tensor<f32>) outs(%e1756 : tensor<16x16xf32>) {
+  ^bb0(%a1757: f32, %a1758: f32, %o1759: f32):
+    %s1760 = arith.addf %a1757, %a1758 : f32
+    linalg.yield %s1760 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1677 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1682 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1676, %v754 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1677 : tensor<16x16xf32>) {
-  ^bb0(%a1678: f32, %a1679: f32, %o1680: f32):
-    %s1681 = arith.mulf %a1678, %a1679 : f32
-    linalg.yield %s1681 : f32
+  %e1762 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1771 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v1665, %v1761 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1762 : tensor<16x16xf32>) {
+  ^bb0(%a1763: f32, %a1764: f32, %a1765: f32, %o1766: f32):
+    %s1767 = arith.constant 0x3F800000 : f32
+    %s1768 = arith.mulf %s1767, %a1764 : f32
+    %s1769 = arith.divf %s1768, %a1765 : f32
+    %s1770 = arith.addf %a1763, %s1769 : f32
+    linalg.yield %s1770 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1683 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1688 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1670, %v1682 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1683 : tensor<16x16xf32>) {
-  ^bb0(%a1684: f32, %a1685: f32, %o1686: f32):
-    %s1687 = arith.addf %a1684, %a1685 : f32
-    linalg.yield %s1687 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1689 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1694 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1689 : tensor<f32>) {
-  ^bb0(%a1690: f32, %o1691: f32):
-    %s1692 = arith.constant 0x3F666666 : f32
-    %s1693 = math.powf %s1692, %a1690 : f32
-    linalg.yield %s1693 : f32
+  %e1772 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1777 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e1772 : tensor<f32>) {
+  ^bb0(%a1773: f32, %o1774: f32):
+    %s1775 = arith.constant 0x3F800000 : f32
+    %s1776 = arith.addf %a1773, %s1775 : f32
+    linalg.yield %s1776 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1695 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1700 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1694 : tensor<f32>) outs(%e1695 : tensor<f32>) {
-  ^bb0(%a1696: f32, %o1697: f32):
-    %s1698 = arith.constant 0x3F800000 : f32
-    %s1699 = arith.subf %s1698, %a1696 : f32
-    linalg.yield %s1699 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1701 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1612 : tensor<f32>) outs(%e1701 : tensor<f32>) {
-  ^bb0(%a1702: f32, %o1703: f32):
-    %s1704 = arith.constant 0x3F7FBE77 : f32
-    %s1705 = math.powf %s1704, %a1702 : f32
-    linalg.yield %s1705 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1707 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1706 : tensor<f32>) outs(%e1707 : tensor<f32>) {
-  ^bb0(%a1708: f32, %o1709: f32):
-    %s1710 = arith.constant 0x3F800000 : f32
-    %s1711 = arith.subf %s1710, %a1708 : f32
-    linalg.yield %s1711 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1713 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1700 : tensor<f32>) outs(%e1713 : tensor<f32>) {
-  ^bb0(%a1714: f32, %o1715: f32):
-    %s1716 = arith.constant 0x3F800000 : f32
-    %s1717 = arith.divf %s1716, %a1714 : f32
-    linalg.yield %s1717 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1719 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1724 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1718 : tensor<f32>) outs(%e1719 : tensor<f32>) {
-  ^bb0(%a1720: f32, %o1721: f32):
-    %s1722 = arith.constant 0x3A83126F : f32
-    %s1723 = arith.mulf %a1720, %s1722 : f32
-    linalg.yield %s1723 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1725 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1729 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1724 : tensor<f32>) outs(%e1725 : tensor<f32>) {
-  ^bb0(%a1726: f32, %o1727: f32):
-    %s1728 = arith.negf %a1726 : f32
-    linalg.yield %s1728 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1730 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1734 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1712 : tensor<f32>) outs(%e1730 : tensor<f32>) {
-  ^bb0(%a1731: f32, %o1732: f32):
-    %s1733 = math.sqrt %a1731 : f32
-    linalg.yield %s1733 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1735 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1739 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1688 : tensor<16x16xf32>) outs(%e1735 : tensor<16x16xf32>) {
-  ^bb0(%a1736: f32, %o1737: f32):
-    %s1738 = math.sqrt %a1736 : f32
-    linalg.yield %s1738 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1740 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1745 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1734, %v1729 : tensor<f32>, tensor<f32>) outs(%e1740 : tensor<f32>) {
-  ^bb0(%a1741: f32, %a1742: f32, %o1743: f32):
-    %s1744 = arith.mulf %a1741, %a1742 : f32
-    linalg.yield %s1744 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1746 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1739, %v1745 : tensor<16x16xf32>, tensor<f32>) outs(%e1746 : tensor<16x16xf32>) {
-  ^bb0(%a1747: f32, %a1748: f32, %o1749: f32):
-    %s1750 = arith.divf %a1747, %a1748 : f32
-    linalg.yield %s1750 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1752 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1757 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1729 : tensor<f32>) outs(%e1752 : tensor<f32>) {
-  ^bb0(%a1753: f32, %o1754: f32):
-    %s1755 = arith.constant 0x3F800000 : f32
-    %s1756 = arith.divf %s1755, %a1753 : f32
-    linalg.yield %s1756 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1758 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1763 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1757 : tensor<f32>) outs(%e1758 : tensor<f32>) {
-  ^bb0(%a1759: f32, %o1760: f32):
-    %s1761 = arith.constant 0x322BCC77 : f32
-    %s1762 = arith.mulf %a1759, %s1761 : f32
-    linalg.yield %s1762 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1764 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1769 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1751, %v1763 : tensor<16x16xf32>, tensor<f32>) outs(%e1764 : tensor<16x16xf32>) {
-  ^bb0(%a1765: f32, %a1766: f32, %o1767: f32):
-    %s1768 = arith.addf %a1765, %a1766 : f32
-    linalg.yield %s1768 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1770 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1775 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1664 : tensor<16x16xf32>) outs(%e1770 : tensor<16x16xf32>) {
-  ^bb0(%a1771: f32, %o1772: f32):
-    %s1773 = arith.constant 0x3F800000 : f32
-    %s1774 = arith.mulf %a1771, %s1773 : f32
-    linalg.yield %s1774 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1776 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1781 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1775, %v1769 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1776 : tensor<16x16xf32>) {
-  ^bb0(%a1777: f32, %a1778: f32, %o1779: f32):
-    %s1780 = arith.divf %a1777, %a1778 : f32
-    linalg.yield %s1780 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1782 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1787 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1781 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1782 : tensor<16x16xf32>) {
-  ^bb0(%a1783: f32, %a1784: f32, %o1785: f32):
-    %s1786 = arith.addf %a1783, %a1784 : f32
-    linalg.yield %s1786 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1788 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1788 : tensor<f32>) {
-  ^bb0(%a1789: f32, %o1790: f32):
-    %s1791 = arith.constant 0x3F800000 : f32
-    %s1792 = arith.addf %a1789, %s1791 : f32
-    linalg.yield %s1792 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1794 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1795 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1796 = linalg.fill ins(%c1795 : f32) outs(%e1794 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1797 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1801 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1797 : tensor<f32>) {
-  ^bb0(%a1798: f32, %o1799: f32):
-    %s1800 = math.absf %a1798 : f32
-    linalg.yield %s1800 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1802 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1807 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1801 : tensor<f32>) outs(%e1802 : tensor<i1>) {
-  ^bb0(%a1803: f32, %o1804: i1):
-    %s1805 = arith.constant 0x3F000000 : f32
-    %s1806 = arith.cmpf oge, %a1803, %s1805 : f32
-    linalg.yield %s1806 : i1
-  } -> tensor<i1> loc(#loc14)
+  %e1778 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1792 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg23, %v722 : tensor<16xf32>, tensor<16xf32>) outs(%e1778 : tensor<16xf32>) {
+  ^bb0(%a1779: f32, %a1780: f32, %o1781: f32):
+    %s1782 = arith.constant 0x3DCCCCCD : f32
+    %s1783 = arith.subf %a1780, %a1779 : f32
+    %s1784 = math.absf %s1782 : f32
+    %s1785 = arith.constant 0x3F000000 : f32
+    %s1786 = arith.cmpf olt, %s1784, %s1785 : f32
+    %s1787 = arith.constant 0x3F800000 : f32
+    %s1788 = arith.subf %s1782, %s1787 : f32
+    %s1789 = arith.select %s1786, %s1782, %s1788 : f32
+    %s1790 = arith.select %s1786, %a1779, %a1780 : f32
+    %s1791 = math.fma %s1789, %s1783, %s1790 : f32
+    linalg.yield %s1791 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1793 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1798 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e1793 : tensor<16xf32>) {
+  ^bb0(%a1794: f32, %o1795: f32):
+    %s1796 = arith.constant 0x3F7FBE77 : f32
+    %s1797 = arith.mulf %a1794, %s1796 : f32
+    linalg.yield %s1797 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1799 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1807 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1798, %v722, %v722 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1799 : tensor<16xf32>) {
+  ^bb0(%a1800: f32, %a1801: f32, %a1802: f32, %o1803: f32):
+    %s1804 = arith.constant 0x3A83126F : f32
+    %s1805 = arith.mulf %s1804, %a1801 : f32
+    %s1806 = math.fma %s1805, %a1802, %a1800 : f32
+    linalg.yield %s1806 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e1808 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1813 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1796 : tensor<f32>) outs(%e1808 : tensor<f32>) {
+  %v1813 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1777 : tensor<f32>) outs(%e1808 : tensor<f32>) {
   ^bb0(%a1809: f32, %o1810: f32):
-    %s1811 = arith.constant 0x3F800000 : f32
-    %s1812 = arith.subf %a1809, %s1811 : f32
+    %s1811 = arith.constant 0x3F666666 : f32
+    %s1812 = math.powf %s1811, %a1809 : f32
     linalg.yield %s1812 : f32
   } -> tensor<f32> loc(#loc14)
   %e1814 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1807, %v1813, %v1796 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1814 : tensor<f32>) {
-  ^bb0(%a1815: i1, %a1816: f32, %a1817: f32, %o1818: f32):
-    %s1819 = arith.select %a1815, %a1816, %a1817 : f32
-    linalg.yield %s1819 : f32
+  %v1819 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1813 : tensor<f32>) outs(%e1814 : tensor<f32>) {
+  ^bb0(%a1815: f32, %o1816: f32):
+    %s1817 = arith.constant 0x3F800000 : f32
+    %s1818 = arith.subf %s1817, %a1815 : f32
+    linalg.yield %s1818 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1821 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1827 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1807, %v751, %arg21 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e1821 : tensor<16xf32>) {
-  ^bb0(%a1822: i1, %a1823: f32, %a1824: f32, %o1825: f32):
-    %s1826 = arith.select %a1822, %a1823, %a1824 : f32
-    linalg.yield %s1826 : f32
+  %e1820 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1825 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1777 : tensor<f32>) outs(%e1820 : tensor<f32>) {
+  ^bb0(%a1821: f32, %o1822: f32):
+    %s1823 = arith.constant 0x3F7FBE77 : f32
+    %s1824 = math.powf %s1823, %a1821 : f32
+    linalg.yield %s1824 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1826 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1825 : tensor<f32>) outs(%e1826 : tensor<f32>) {
+  ^bb0(%a1827: f32, %o1828: f32):
+    %s1829 = arith.constant 0x3F800000 : f32
+    %s1830 = arith.subf %s1829, %a1827 : f32
+    linalg.yield %s1830 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1832 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1837 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1819 : tensor<f32>) outs(%e1832 : tensor<f32>) {
+  ^bb0(%a1833: f32, %o1834: f32):
+    %s1835 = arith.constant 0x3F800000 : f32
+    %s1836 = arith.divf %s1835, %a1833 : f32
+    linalg.yield %s1836 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1838 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1837 : tensor<f32>) outs(%e1838 : tensor<f32>) {
+  ^bb0(%a1839: f32, %o1840: f32):
+    %s1841 = arith.constant 0x3A83126F : f32
+    %s1842 = arith.mulf %a1839, %s1841 : f32
+    linalg.yield %s1842 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1844 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1848 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1843 : tensor<f32>) outs(%e1844 : tensor<f32>) {
+  ^bb0(%a1845: f32, %o1846: f32):
+    %s1847 = arith.negf %a1845 : f32
+    linalg.yield %s1847 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1849 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1853 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1831 : tensor<f32>) outs(%e1849 : tensor<f32>) {
+  ^bb0(%a1850: f32, %o1851: f32):
+    %s1852 = math.sqrt %a1850 : f32
+    linalg.yield %s1852 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1854 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1858 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1807 : tensor<16xf32>) outs(%e1854 : tensor<16xf32>) {
+  ^bb0(%a1855: f32, %o1856: f32):
+    %s1857 = math.sqrt %a1855 : f32
+    linalg.yield %s1857 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1828 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1833 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751, %arg21 : tensor<16xf32>, tensor<16xf32>) outs(%e1828 : tensor<16xf32>) {
-  ^bb0(%a1829: f32, %a1830: f32, %o1831: f32):
-    %s1832 = arith.subf %a1829, %a1830 : f32
-    linalg.yield %s1832 : f32
+  %e1859 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1864 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1853, %v1848 : tensor<f32>, tensor<f32>) outs(%e1859 : tensor<f32>) {
+  ^bb0(%a1860: f32, %a1861: f32, %o1862: f32):
+    %s1863 = arith.mulf %a1860, %a1861 : f32
+    linalg.yield %s1863 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1865 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1870 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1858, %v1864 : tensor<16xf32>, tensor<f32>) outs(%e1865 : tensor<16xf32>) {
+  ^bb0(%a1866: f32, %a1867: f32, %o1868: f32):
+    %s1869 = arith.divf %a1866, %a1867 : f32
+    linalg.yield %s1869 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1834 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1839 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1820, %v1833 : tensor<f32>, tensor<16xf32>) outs(%e1834 : tensor<16xf32>) {
-  ^bb0(%a1835: f32, %a1836: f32, %o1837: f32):
-    %s1838 = arith.mulf %a1835, %a1836 : f32
-    linalg.yield %s1838 : f32
+  %e1871 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1876 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1848 : tensor<f32>) outs(%e1871 : tensor<f32>) {
+  ^bb0(%a1872: f32, %o1873: f32):
+    %s1874 = arith.constant 0x3F800000 : f32
+    %s1875 = arith.divf %s1874, %a1872 : f32
+    linalg.yield %s1875 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1877 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1882 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1876 : tensor<f32>) outs(%e1877 : tensor<f32>) {
+  ^bb0(%a1878: f32, %o1879: f32):
+    %s1880 = arith.constant 0x322BCC77 : f32
+    %s1881 = arith.mulf %a1878, %s1880 : f32
+    linalg.yield %s1881 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1883 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1888 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1870, %v1882 : tensor<16xf32>, tensor<f32>) outs(%e1883 : tensor<16xf32>) {
+  ^bb0(%a1884: f32, %a1885: f32, %o1886: f32):
+    %s1887 = arith.addf %a1884, %a1885 : f32
+    linalg.yield %s1887 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1840 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1845 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1839, %v1827 : tensor<16xf32>, tensor<16xf32>) outs(%e1840 : tensor<16xf32>) {
-  ^bb0(%a1841: f32, %a1842: f32, %o1843: f32):
-    %s1844 = arith.addf %a1841, %a1842 : f32
-    linalg.yield %s1844 : f32
+  %e1889 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1898 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v1792, %v1888 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1889 : tensor<16xf32>) {
+  ^bb0(%a1890: f32, %a1891: f32, %a1892: f32, %o1893: f32):
+    %s1894 = arith.constant 0x3F800000 : f32
+    %s1895 = arith.mulf %s1894, %a1891 : f32
+    %s1896 = arith.divf %s1895, %a1892 : f32
+    %s1897 = arith.addf %a1890, %s1896 : f32
+    linalg.yield %s1897 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1846 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1851 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1846 : tensor<16xf32>) {
-  ^bb0(%a1847: f32, %o1848: f32):
-    %s1849 = arith.constant 0x3F7FBE77 : f32
-    %s1850 = arith.mulf %a1847, %s1849 : f32
-    linalg.yield %s1850 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1852 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1857 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v751 : tensor<16xf32>) outs(%e1852 : tensor<16xf32>) {
-  ^bb0(%a1853: f32, %o1854: f32):
-    %s1855 = arith.constant 0x3A83126F : f32
-    %s1856 = arith.mulf %a1853, %s1855 : f32
-    linalg.yield %s1856 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1858 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1863 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1857, %v751 : tensor<16xf32>, tensor<16xf32>) outs(%e1858 : tensor<16xf32>) {
-  ^bb0(%a1859: f32, %a1860: f32, %o1861: f32):
-    %s1862 = arith.mulf %a1859, %a1860 : f32
-    linalg.yield %s1862 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1864 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1869 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1851, %v1863 : tensor<16xf32>, tensor<16xf32>) outs(%e1864 : tensor<16xf32>) {
-  ^bb0(%a1865: f32, %a1866: f32, %o1867: f32):
-    %s1868 = arith.addf %a1865, %a1866 : f32
-    linalg.yield %s1868 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1870 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1875 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1870 : tensor<f32>) {
-  ^bb0(%a1871: f32, %o1872: f32):
-    %s1873 = arith.constant 0x3F666666 : f32
-    %s1874 = math.powf %s1873, %a1871 : f32
-    linalg.yield %s1874 : f32
+  %e1899 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1904 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e1899 : tensor<f32>) {
+  ^bb0(%a1900: f32, %o1901: f32):
+    %s1902 = arith.constant 0x3F800000 : f32
+    %s1903 = arith.addf %a1900, %s1902 : f32
+    linalg.yield %s1903 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1876 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1881 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1875 : tensor<f32>) outs(%e1876 : tensor<f32>) {
-  ^bb0(%a1877: f32, %o1878: f32):
-    %s1879 = arith.constant 0x3F800000 : f32
-    %s1880 = arith.subf %s1879, %a1877 : f32
-    linalg.yield %s1880 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1882 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1793 : tensor<f32>) outs(%e1882 : tensor<f32>) {
-  ^bb0(%a1883: f32, %o1884: f32):
-    %s1885 = arith.constant 0x3F7FBE77 : f32
-    %s1886 = math.powf %s1885, %a1883 : f32
-    linalg.yield %s1886 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1888 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1887 : tensor<f32>) outs(%e1888 : tensor<f32>) {
-  ^bb0(%a1889: f32, %o1890: f32):
-    %s1891 = arith.constant 0x3F800000 : f32
-    %s1892 = arith.subf %s1891, %a1889 : f32
-    linalg.yield %s1892 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1894 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1881 : tensor<f32>) outs(%e1894 : tensor<f32>) {
-  ^bb0(%a1895: f32, %o1896: f32):
-    %s1897 = arith.constant 0x3F800000 : f32
-    %s1898 = arith.divf %s1897, %a1895 : f32
-    linalg.yield %s1898 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1900 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1905 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1899 : tensor<f32>) outs(%e1900 : tensor<f32>) {
-  ^bb0(%a1901: f32, %o1902: f32):
-    %s1903 = arith.constant 0x3A83126F : f32
-    %s1904 = arith.mulf %a1901, %s1903 : f32
-    linalg.yield %s1904 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1906 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1910 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1905 : tensor<f32>) outs(%e1906 : tensor<f32>) {
-  ^bb0(%a1907: f32, %o1908: f32):
-    %s1909 = arith.negf %a1907 : f32
-    linalg.yield %s1909 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1911 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1915 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1893 : tensor<f32>) outs(%e1911 : tensor<f32>) {
-  ^bb0(%a1912: f32, %o1913: f32):
-    %s1914 = math.sqrt %a1912 : f32
-    linalg.yield %s1914 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1916 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1920 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1869 : tensor<16xf32>) outs(%e1916 : tensor<16xf32>) {
-  ^bb0(%a1917: f32, %o1918: f32):
-    %s1919 = math.sqrt %a1917 : f32
-    linalg.yield %s1919 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1921 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1926 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1915, %v1910 : tensor<f32>, tensor<f32>) outs(%e1921 : tensor<f32>) {
-  ^bb0(%a1922: f32, %a1923: f32, %o1924: f32):
-    %s1925 = arith.mulf %a1922, %a1923 : f32
-    linalg.yield %s1925 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1927 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1932 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1920, %v1926 : tensor<16xf32>, tensor<f32>) outs(%e1927 : tensor<16xf32>) {
-  ^bb0(%a1928: f32, %a1929: f32, %o1930: f32):
-    %s1931 = arith.divf %a1928, %a1929 : f32
-    linalg.yield %s1931 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1933 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1938 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1910 : tensor<f32>) outs(%e1933 : tensor<f32>) {
-  ^bb0(%a1934: f32, %o1935: f32):
-    %s1936 = arith.constant 0x3F800000 : f32
-    %s1937 = arith.divf %s1936, %a1934 : f32
-    linalg.yield %s1937 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1939 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1944 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1938 : tensor<f32>) outs(%e1939 : tensor<f32>) {
-  ^bb0(%a1940: f32, %o1941: f32):
-    %s1942 = arith.constant 0x322BCC77 : f32
-    %s1943 = arith.mulf %a1940, %s1942 : f32
-    linalg.yield %s1943 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1945 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1950 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1932, %v1944 : tensor<16xf32>, tensor<f32>) outs(%e1945 : tensor<16xf32>) {
-  ^bb0(%a1946: f32, %a1947: f32, %o1948: f32):
-    %s1949 = arith.addf %a1946, %a1947 : f32
-    linalg.yield %s1949 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1951 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1956 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1845 : tensor<16xf32>) outs(%e1951 : tensor<16xf32>) {
-  ^bb0(%a1952: f32, %o1953: f32):
-    %s1954 = arith.constant 0x3F800000 : f32
-    %s1955 = arith.mulf %a1952, %s1954 : f32
-    linalg.yield %s1955 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1957 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1962 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1956, %v1950 : tensor<16xf32>, tensor<16xf32>) outs(%e1957 : tensor<16xf32>) {
-  ^bb0(%a1958: f32, %a1959: f32, %o1960: f32):
-    %s1961 = arith.divf %a1958, %a1959 : f32
-    linalg.yield %s1961 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1963 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1968 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1962 : tensor<16xf32>, tensor<16xf32>) outs(%e1963 : tensor<16xf32>) {
-  ^bb0(%a1964: f32, %a1965: f32, %o1966: f32):
-    %s1967 = arith.addf %a1964, %a1965 : f32
-    linalg.yield %s1967 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1969 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1974 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1969 : tensor<f32>) {
-  ^bb0(%a1970: f32, %o1971: f32):
-    %s1972 = arith.constant 0x3F800000 : f32
-    %s1973 = arith.addf %a1970, %s1972 : f32
-    linalg.yield %s1973 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1975 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c1976 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v1977 = linalg.fill ins(%c1976 : f32) outs(%e1975 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e1978 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1982 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1978 : tensor<f32>) {
-  ^bb0(%a1979: f32, %o1980: f32):
-    %s1981 = math.absf %a1979 : f32
-    linalg.yield %s1981 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1983 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v1988 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1982 : tensor<f32>) outs(%e1983 : tensor<i1>) {
-  ^bb0(%a1984: f32, %o1985: i1):
-    %s1986 = arith.constant 0x3F000000 : f32
-    %s1987 = arith.cmpf oge, %a1984, %s1986 : f32
-    linalg.yield %s1987 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e1989 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1994 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1977 : tensor<f32>) outs(%e1989 : tensor<f32>) {
-  ^bb0(%a1990: f32, %o1991: f32):
-    %s1992 = arith.constant 0x3F800000 : f32
-    %s1993 = arith.subf %a1990, %s1992 : f32
-    linalg.yield %s1993 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1995 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1988, %v1994, %v1977 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e1995 : tensor<f32>) {
-  ^bb0(%a1996: i1, %a1997: f32, %a1998: f32, %o1999: f32):
-    %s2000 = arith.select %a1996, %a1997, %a1998 : f32
-    linalg.yield %s2000 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2002 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2008 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1988, %v725, %arg22 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2002 : tensor<16x16xf32>) {
-  ^bb0(%a2003: i1, %a2004: f32, %a2005: f32, %o2006: f32):
-    %s2007 = arith.select %a2003, %a2004, %a2005 : f32
-    linalg.yield %s2007 : f32
+  %e1905 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1919 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg24, %v629 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1905 : tensor<16x16xf32>) {
+  ^bb0(%a1906: f32, %a1907: f32, %o1908: f32):
+    %s1909 = arith.constant 0x3DCCCCCD : f32
+    %s1910 = arith.subf %a1907, %a1906 : f32
+    %s1911 = math.absf %s1909 : f32
+    %s1912 = arith.constant 0x3F000000 : f32
+    %s1913 = arith.cmpf olt, %s1911, %s1912 : f32
+    %s1914 = arith.constant 0x3F800000 : f32
+    %s1915 = arith.subf %s1909, %s1914 : f32
+    %s1916 = arith.select %s1913, %s1909, %s1915 : f32
+    %s1917 = arith.select %s1913, %a1906, %a1907 : f32
+    %s1918 = math.fma %s1916, %s1910, %s1917 : f32
+    linalg.yield %s1918 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e2009 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2014 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725, %arg22 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2009 : tensor<16x16xf32>) {
-  ^bb0(%a2010: f32, %a2011: f32, %o2012: f32):
-    %s2013 = arith.subf %a2010, %a2011 : f32
-    linalg.yield %s2013 : f32
+  %e1920 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1925 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e1920 : tensor<16x16xf32>) {
+  ^bb0(%a1921: f32, %o1922: f32):
+    %s1923 = arith.constant 0x3F7FBE77 : f32
+    %s1924 = arith.mulf %a1921, %s1923 : f32
+    linalg.yield %s1924 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e2015 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2020 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2001, %v2014 : tensor<f32>, tensor<16x16xf32>) outs(%e2015 : tensor<16x16xf32>) {
-  ^bb0(%a2016: f32, %a2017: f32, %o2018: f32):
-    %s2019 = arith.mulf %a2016, %a2017 : f32
-    linalg.yield %s2019 : f32
+  %e1926 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1934 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1925, %v629, %v629 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1926 : tensor<16x16xf32>) {
+  ^bb0(%a1927: f32, %a1928: f32, %a1929: f32, %o1930: f32):
+    %s1931 = arith.constant 0x3A83126F : f32
+    %s1932 = arith.mulf %s1931, %a1928 : f32
+    %s1933 = math.fma %s1932, %a1929, %a1927 : f32
+    linalg.yield %s1933 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e2021 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2026 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2020, %v2008 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2021 : tensor<16x16xf32>) {
-  ^bb0(%a2022: f32, %a2023: f32, %o2024: f32):
-    %s2025 = arith.addf %a2022, %a2023 : f32
-    linalg.yield %s2025 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2027 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2032 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e2027 : tensor<16x16xf32>) {
-  ^bb0(%a2028: f32, %o2029: f32):
-    %s2030 = arith.constant 0x3F7FBE77 : f32
-    %s2031 = arith.mulf %a2028, %s2030 : f32
-    linalg.yield %s2031 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2033 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2038 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v725 : tensor<16x16xf32>) outs(%e2033 : tensor<16x16xf32>) {
-  ^bb0(%a2034: f32, %o2035: f32):
-    %s2036 = arith.constant 0x3A83126F : f32
-    %s2037 = arith.mulf %a2034, %s2036 : f32
-    linalg.yield %s2037 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2039 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2044 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2038, %v725 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2039 : tensor<16x16xf32>) {
-  ^bb0(%a2040: f32, %a2041: f32, %o2042: f32):
-    %s2043 = arith.mulf %a2040, %a2041 : f32
-    linalg.yield %s2043 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2045 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2050 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2032, %v2044 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2045 : tensor<16x16xf32>) {
-  ^bb0(%a2046: f32, %a2047: f32, %o2048: f32):
-    %s2049 = arith.addf %a2046, %a2047 : f32
-    linalg.yield %s2049 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2051 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2056 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2051 : tensor<f32>) {
-  ^bb0(%a2052: f32, %o2053: f32):
-    %s2054 = arith.constant 0x3F666666 : f32
-    %s2055 = math.powf %s2054, %a2052 : f32
-    linalg.yield %s2055 : f32
+  %e1935 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1940 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1904 : tensor<f32>) outs(%e1935 : tensor<f32>) {
+  ^bb0(%a1936: f32, %o1937: f32):
+    %s1938 = arith.constant 0x3F666666 : f32
+    %s1939 = math.powf %s1938, %a1936 : f32
+    linalg.yield %s1939 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2057 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2062 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2056 : tensor<f32>) outs(%e2057 : tensor<f32>) {
-  ^bb0(%a2058: f32, %o2059: f32):
-    %s2060 = arith.constant 0x3F800000 : f32
-    %s2061 = arith.subf %s2060, %a2058 : f32
-    linalg.yield %s2061 : f32
+  %e1941 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1946 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1940 : tensor<f32>) outs(%e1941 : tensor<f32>) {
+  ^bb0(%a1942: f32, %o1943: f32):
+    %s1944 = arith.constant 0x3F800000 : f32
+    %s1945 = arith.subf %s1944, %a1942 : f32
+    linalg.yield %s1945 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2063 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1974 : tensor<f32>) outs(%e2063 : tensor<f32>) {
-  ^bb0(%a2064: f32, %o2065: f32):
-    %s2066 = arith.constant 0x3F7FBE77 : f32
-    %s2067 = math.powf %s2066, %a2064 : f32
-    linalg.yield %s2067 : f32
+  %e1947 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1952 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1904 : tensor<f32>) outs(%e1947 : tensor<f32>) {
+  ^bb0(%a1948: f32, %o1949: f32):
+    %s1950 = arith.constant 0x3F7FBE77 : f32
+    %s1951 = math.powf %s1950, %a1948 : f32
+    linalg.yield %s1951 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2069 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2068 : tensor<f32>) outs(%e2069 : tensor<f32>) {
-  ^bb0(%a2070: f32, %o2071: f32):
-    %s2072 = arith.constant 0x3F800000 : f32
-    %s2073 = arith.subf %s2072, %a2070 : f32
-    linalg.yield %s2073 : f32
+  %e1953 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1958 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1952 : tensor<f32>) outs(%e1953 : tensor<f32>) {
+  ^bb0(%a1954: f32, %o1955: f32):
+    %s1956 = arith.constant 0x3F800000 : f32
+    %s1957 = arith.subf %s1956, %a1954 : f32
+    linalg.yield %s1957 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2075 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2062 : tensor<f32>) outs(%e2075 : tensor<f32>) {
-  ^bb0(%a2076: f32, %o2077: f32):
-    %s2078 = arith.constant 0x3F800000 : f32
-    %s2079 = arith.divf %s2078, %a2076 : f32
-    linalg.yield %s2079 : f32
+  %e1959 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1964 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1946 : tensor<f32>) outs(%e1959 : tensor<f32>) {
+  ^bb0(%a1960: f32, %o1961: f32):
+    %s1962 = arith.constant 0x3F800000 : f32
+    %s1963 = arith.divf %s1962, %a1960 : f32
+    linalg.yield %s1963 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2081 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2086 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2080 : tensor<f32>) outs(%e2081 : tensor<f32>) {
-  ^bb0(%a2082: f32, %o2083: f32):
-    %s2084 = arith.constant 0x3A83126F : f32
-    %s2085 = arith.mulf %a2082, %s2084 : f32
-    linalg.yield %s2085 : f32
+  %e1965 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1964 : tensor<f32>) outs(%e1965 : tensor<f32>) {
+  ^bb0(%a1966: f32, %o1967: f32):
+    %s1968 = arith.constant 0x3A83126F : f32
+    %s1969 = arith.mulf %a1966, %s1968 : f32
+    linalg.yield %s1969 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2087 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2086 : tensor<f32>) outs(%e2087 : tensor<f32>) {
-  ^bb0(%a2088: f32, %o2089: f32):
-    %s2090 = arith.negf %a2088 : f32
+  %e1971 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1975 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1970 : tensor<f32>) outs(%e1971 : tensor<f32>) {
+  ^bb0(%a1972: f32, %o1973: f32):
+    %s1974 = arith.negf %a1972 : f32
+    linalg.yield %s1974 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1976 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1980 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1958 : tensor<f32>) outs(%e1976 : tensor<f32>) {
+  ^bb0(%a1977: f32, %o1978: f32):
+    %s1979 = math.sqrt %a1977 : f32
+    linalg.yield %s1979 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1981 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1985 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1934 : tensor<16x16xf32>) outs(%e1981 : tensor<16x16xf32>) {
+  ^bb0(%a1982: f32, %o1983: f32):
+    %s1984 = math.sqrt %a1982 : f32
+    linalg.yield %s1984 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1986 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1991 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1980, %v1975 : tensor<f32>, tensor<f32>) outs(%e1986 : tensor<f32>) {
+  ^bb0(%a1987: f32, %a1988: f32, %o1989: f32):
+    %s1990 = arith.mulf %a1987, %a1988 : f32
+    linalg.yield %s1990 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1992 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1997 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1985, %v1991 : tensor<16x16xf32>, tensor<f32>) outs(%e1992 : tensor<16x16xf32>) {
+  ^bb0(%a1993: f32, %a1994: f32, %o1995: f32):
+    %s1996 = arith.divf %a1993, %a1994 : f32
+    linalg.yield %s1996 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1998 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2003 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1975 : tensor<f32>) outs(%e1998 : tensor<f32>) {
+  ^bb0(%a1999: f32, %o2000: f32):
+    %s2001 = arith.constant 0x3F800000 : f32
+    %s2002 = arith.divf %s2001, %a1999 : f32
+    linalg.yield %s2002 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2004 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2009 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2003 : tensor<f32>) outs(%e2004 : tensor<f32>) {
+  ^bb0(%a2005: f32, %o2006: f32):
+    %s2007 = arith.constant 0x322BCC77 : f32
+    %s2008 = arith.mulf %a2005, %s2007 : f32
+    linalg.yield %s2008 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2010 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v2015 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1997, %v2009 : tensor<16x16xf32>, tensor<f32>) outs(%e2010 : tensor<16x16xf32>) {
+  ^bb0(%a2011: f32, %a2012: f32, %o2013: f32):
+    %s2014 = arith.addf %a2011, %a2012 : f32
+    linalg.yield %s2014 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2016 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v2025 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v1919, %v2015 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2016 : tensor<16x16xf32>) {
+  ^bb0(%a2017: f32, %a2018: f32, %a2019: f32, %o2020: f32):
+    %s2021 = arith.constant 0x3F800000 : f32
+    %s2022 = arith.mulf %s2021, %a2018 : f32
+    %s2023 = arith.divf %s2022, %a2019 : f32
+    %s2024 = arith.addf %a2017, %s2023 : f32
+    linalg.yield %s2024 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2026 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2031 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2026 : tensor<f32>) {
+  ^bb0(%a2027: f32, %o2028: f32):
+    %s2029 = arith.constant 0x3F800000 : f32
+    %s2030 = arith.addf %a2027, %s2029 : f32
+    linalg.yield %s2030 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2032 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2046 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg25, %v626 : tensor<16xf32>, tensor<16xf32>) outs(%e2032 : tensor<16xf32>) {
+  ^bb0(%a2033: f32, %a2034: f32, %o2035: f32):
+    %s2036 = arith.constant 0x3DCCCCCD : f32
+    %s2037 = arith.subf %a2034, %a2033 : f32
+    %s2038 = math.absf %s2036 : f32
+    %s2039 = arith.constant 0x3F000000 : f32
+    %s2040 = arith.cmpf olt, %s2038, %s2039 : f32
+    %s2041 = arith.constant 0x3F800000 : f32
+    %s2042 = arith.subf %s2036, %s2041 : f32
+    %s2043 = arith.select %s2040, %s2036, %s2042 : f32
+    %s2044 = arith.select %s2040, %a2033, %a2034 : f32
+    %s2045 = math.fma %s2043, %s2037, %s2044 : f32
+    linalg.yield %s2045 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2047 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2052 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2047 : tensor<16xf32>) {
+  ^bb0(%a2048: f32, %o2049: f32):
+    %s2050 = arith.constant 0x3F7FBE77 : f32
+    %s2051 = arith.mulf %a2048, %s2050 : f32
+    linalg.yield %s2051 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2053 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2061 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2052, %v626, %v626 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2053 : tensor<16xf32>) {
+  ^bb0(%a2054: f32, %a2055: f32, %a2056: f32, %o2057: f32):
+    %s2058 = arith.constant 0x3A83126F : f32
+    %s2059 = arith.mulf %s2058, %a2055 : f32
+    %s2060 = math.fma %s2059, %a2056, %a2054 : f32
+    linalg.yield %s2060 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2062 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2067 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2031 : tensor<f32>) outs(%e2062 : tensor<f32>) {
+  ^bb0(%a2063: f32, %o2064: f32):
+    %s2065 = arith.constant 0x3F666666 : f32
+    %s2066 = math.powf %s2065, %a2063 : f32
+    linalg.yield %s2066 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2068 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2073 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2067 : tensor<f32>) outs(%e2068 : tensor<f32>) {
+  ^bb0(%a2069: f32, %o2070: f32):
+    %s2071 = arith.constant 0x3F800000 : f32
+    %s2072 = arith.subf %s2071, %a2069 : f32
+    linalg.yield %s2072 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2074 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2079 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2031 : tensor<f32>) outs(%e2074 : tensor<f32>) {
+  ^bb0(%a2075: f32, %o2076: f32):
+    %s2077 = arith.constant 0x3F7FBE77 : f32
+    %s2078 = math.powf %s2077, %a2075 : f32
+    linalg.yield %s2078 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2080 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2085 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2079 : tensor<f32>) outs(%e2080 : tensor<f32>) {
+  ^bb0(%a2081: f32, %o2082: f32):
+    %s2083 = arith.constant 0x3F800000 : f32
+    %s2084 = arith.subf %s2083, %a2081 : f32
+    linalg.yield %s2084 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2086 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2073 : tensor<f32>) outs(%e2086 : tensor<f32>) {
+  ^bb0(%a2087: f32, %o2088: f32):
+    %s2089 = arith.constant 0x3F800000 : f32
+    %s2090 = arith.divf %s2089, %a2087 : f32
     linalg.yield %s2090 : f32
   } -> tensor<f32> loc(#loc14)
   %e2092 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2096 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2074 : tensor<f32>) outs(%e2092 : tensor<f32>) {
+  %v2097 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2092 : tensor<f32>) {
   ^bb0(%a2093: f32, %o2094: f32):
-    %s2095 = math.sqrt %a2093 : f32
-    linalg.yield %s2095 : f32
+    %s2095 = arith.constant 0x3A83126F : f32
+    %s2096 = arith.mulf %a2093, %s2095 : f32
+    linalg.yield %s2096 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2097 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2050 : tensor<16x16xf32>) outs(%e2097 : tensor<16x16xf32>) {
-  ^bb0(%a2098: f32, %o2099: f32):
-    %s2100 = math.sqrt %a2098 : f32
-    linalg.yield %s2100 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2102 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2107 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2096, %v2091 : tensor<f32>, tensor<f32>) outs(%e2102 : tensor<f32>) {
-  ^bb0(%a2103: f32, %a2104: f32, %o2105: f32):
-    %s2106 = arith.mulf %a2103, %a2104 : f32
+  %e2098 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2102 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2097 : tensor<f32>) outs(%e2098 : tensor<f32>) {
+  ^bb0(%a2099: f32, %o2100: f32):
+    %s2101 = arith.negf %a2099 : f32
+    linalg.yield %s2101 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2103 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2107 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2085 : tensor<f32>) outs(%e2103 : tensor<f32>) {
+  ^bb0(%a2104: f32, %o2105: f32):
+    %s2106 = math.sqrt %a2104 : f32
     linalg.yield %s2106 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2108 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2113 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2101, %v2107 : tensor<16x16xf32>, tensor<f32>) outs(%e2108 : tensor<16x16xf32>) {
-  ^bb0(%a2109: f32, %a2110: f32, %o2111: f32):
-    %s2112 = arith.divf %a2109, %a2110 : f32
-    linalg.yield %s2112 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2114 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2119 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2114 : tensor<f32>) {
-  ^bb0(%a2115: f32, %o2116: f32):
-    %s2117 = arith.constant 0x3F800000 : f32
-    %s2118 = arith.divf %s2117, %a2115 : f32
-    linalg.yield %s2118 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2120 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2125 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2119 : tensor<f32>) outs(%e2120 : tensor<f32>) {
-  ^bb0(%a2121: f32, %o2122: f32):
-    %s2123 = arith.constant 0x322BCC77 : f32
-    %s2124 = arith.mulf %a2121, %s2123 : f32
-    linalg.yield %s2124 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2126 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2113, %v2125 : tensor<16x16xf32>, tensor<f32>) outs(%e2126 : tensor<16x16xf32>) {
-  ^bb0(%a2127: f32, %a2128: f32, %o2129: f32):
-    %s2130 = arith.addf %a2127, %a2128 : f32
-    linalg.yield %s2130 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2132 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2026 : tensor<16x16xf32>) outs(%e2132 : tensor<16x16xf32>) {
-  ^bb0(%a2133: f32, %o2134: f32):
-    %s2135 = arith.constant 0x3F800000 : f32
-    %s2136 = arith.mulf %a2133, %s2135 : f32
-    linalg.yield %s2136 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2138 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2143 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2137, %v2131 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2138 : tensor<16x16xf32>) {
-  ^bb0(%a2139: f32, %a2140: f32, %o2141: f32):
-    %s2142 = arith.divf %a2139, %a2140 : f32
-    linalg.yield %s2142 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2144 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2149 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v2143 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2144 : tensor<16x16xf32>) {
-  ^bb0(%a2145: f32, %a2146: f32, %o2147: f32):
-    %s2148 = arith.addf %a2145, %a2146 : f32
-    linalg.yield %s2148 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2150 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2155 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e2150 : tensor<f32>) {
-  ^bb0(%a2151: f32, %o2152: f32):
-    %s2153 = arith.constant 0x3F800000 : f32
-    %s2154 = arith.addf %a2151, %s2153 : f32
-    linalg.yield %s2154 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2156 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c2157 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v2158 = linalg.fill ins(%c2157 : f32) outs(%e2156 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e2159 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2163 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2159 : tensor<f32>) {
-  ^bb0(%a2160: f32, %o2161: f32):
-    %s2162 = math.absf %a2160 : f32
-    linalg.yield %s2162 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2164 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v2169 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2163 : tensor<f32>) outs(%e2164 : tensor<i1>) {
-  ^bb0(%a2165: f32, %o2166: i1):
-    %s2167 = arith.constant 0x3F000000 : f32
-    %s2168 = arith.cmpf oge, %a2165, %s2167 : f32
-    linalg.yield %s2168 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e2170 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2170 : tensor<f32>) {
-  ^bb0(%a2171: f32, %o2172: f32):
-    %s2173 = arith.constant 0x3F800000 : f32
-    %s2174 = arith.subf %a2171, %s2173 : f32
-    linalg.yield %s2174 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2176 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2169, %v2175, %v2158 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2176 : tensor<f32>) {
-  ^bb0(%a2177: i1, %a2178: f32, %a2179: f32, %o2180: f32):
-    %s2181 = arith.select %a2177, %a2178, %a2179 : f32
-    linalg.yield %s2181 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2183 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2189 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2169, %v722, %arg23 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2183 : tensor<16xf32>) {
-  ^bb0(%a2184: i1, %a2185: f32, %a2186: f32, %o2187: f32):
-    %s2188 = arith.select %a2184, %a2185, %a2186 : f32
-    linalg.yield %s2188 : f32
+  %e2108 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2112 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2061 : tensor<16xf32>) outs(%e2108 : tensor<16xf32>) {
+  ^bb0(%a2109: f32, %o2110: f32):
+    %s2111 = math.sqrt %a2109 : f32
+    linalg.yield %s2111 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2190 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2195 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722, %arg23 : tensor<16xf32>, tensor<16xf32>) outs(%e2190 : tensor<16xf32>) {
-  ^bb0(%a2191: f32, %a2192: f32, %o2193: f32):
-    %s2194 = arith.subf %a2191, %a2192 : f32
-    linalg.yield %s2194 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2196 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2201 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2182, %v2195 : tensor<f32>, tensor<16xf32>) outs(%e2196 : tensor<16xf32>) {
-  ^bb0(%a2197: f32, %a2198: f32, %o2199: f32):
-    %s2200 = arith.mulf %a2197, %a2198 : f32
-    linalg.yield %s2200 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2202 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2207 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2201, %v2189 : tensor<16xf32>, tensor<16xf32>) outs(%e2202 : tensor<16xf32>) {
-  ^bb0(%a2203: f32, %a2204: f32, %o2205: f32):
-    %s2206 = arith.addf %a2203, %a2204 : f32
-    linalg.yield %s2206 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2208 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e2208 : tensor<16xf32>) {
-  ^bb0(%a2209: f32, %o2210: f32):
-    %s2211 = arith.constant 0x3F7FBE77 : f32
-    %s2212 = arith.mulf %a2209, %s2211 : f32
-    linalg.yield %s2212 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2214 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2219 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v722 : tensor<16xf32>) outs(%e2214 : tensor<16xf32>) {
-  ^bb0(%a2215: f32, %o2216: f32):
-    %s2217 = arith.constant 0x3A83126F : f32
-    %s2218 = arith.mulf %a2215, %s2217 : f32
-    linalg.yield %s2218 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2220 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2219, %v722 : tensor<16xf32>, tensor<16xf32>) outs(%e2220 : tensor<16xf32>) {
-  ^bb0(%a2221: f32, %a2222: f32, %o2223: f32):
-    %s2224 = arith.mulf %a2221, %a2222 : f32
-    linalg.yield %s2224 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2226 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2213, %v2225 : tensor<16xf32>, tensor<16xf32>) outs(%e2226 : tensor<16xf32>) {
-  ^bb0(%a2227: f32, %a2228: f32, %o2229: f32):
-    %s2230 = arith.addf %a2227, %a2228 : f32
-    linalg.yield %s2230 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2232 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2237 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2232 : tensor<f32>) {
-  ^bb0(%a2233: f32, %o2234: f32):
-    %s2235 = arith.constant 0x3F666666 : f32
-    %s2236 = math.powf %s2235, %a2233 : f32
-    linalg.yield %s2236 : f32
+  %e2113 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2118 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2107, %v2102 : tensor<f32>, tensor<f32>) outs(%e2113 : tensor<f32>) {
+  ^bb0(%a2114: f32, %a2115: f32, %o2116: f32):
+    %s2117 = arith.mulf %a2114, %a2115 : f32
+    linalg.yield %s2117 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2238 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2243 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2237 : tensor<f32>) outs(%e2238 : tensor<f32>) {
-  ^bb0(%a2239: f32, %o2240: f32):
-    %s2241 = arith.constant 0x3F800000 : f32
-    %s2242 = arith.subf %s2241, %a2239 : f32
-    linalg.yield %s2242 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2244 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2155 : tensor<f32>) outs(%e2244 : tensor<f32>) {
-  ^bb0(%a2245: f32, %o2246: f32):
-    %s2247 = arith.constant 0x3F7FBE77 : f32
-    %s2248 = math.powf %s2247, %a2245 : f32
-    linalg.yield %s2248 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2250 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2249 : tensor<f32>) outs(%e2250 : tensor<f32>) {
-  ^bb0(%a2251: f32, %o2252: f32):
-    %s2253 = arith.constant 0x3F800000 : f32
-    %s2254 = arith.subf %s2253, %a2251 : f32
-    linalg.yield %s2254 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2256 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2243 : tensor<f32>) outs(%e2256 : tensor<f32>) {
-  ^bb0(%a2257: f32, %o2258: f32):
-    %s2259 = arith.constant 0x3F800000 : f32
-    %s2260 = arith.divf %s2259, %a2257 : f32
-    linalg.yield %s2260 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2262 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2267 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2261 : tensor<f32>) outs(%e2262 : tensor<f32>) {
-  ^bb0(%a2263: f32, %o2264: f32):
-    %s2265 = arith.constant 0x3A83126F : f32
-    %s2266 = arith.mulf %a2263, %s2265 : f32
-    linalg.yield %s2266 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2268 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2272 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2267 : tensor<f32>) outs(%e2268 : tensor<f32>) {
-  ^bb0(%a2269: f32, %o2270: f32):
-    %s2271 = arith.negf %a2269 : f32
-    linalg.yield %s2271 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2273 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2277 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2255 : tensor<f32>) outs(%e2273 : tensor<f32>) {
-  ^bb0(%a2274: f32, %o2275: f32):
-    %s2276 = math.sqrt %a2274 : f32
-    linalg.yield %s2276 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2278 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2282 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2231 : tensor<16xf32>) outs(%e2278 : tensor<16xf32>) {
-  ^bb0(%a2279: f32, %o2280: f32):
-    %s2281 = math.sqrt %a2279 : f32
-    linalg.yield %s2281 : f32
+  %e2119 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2124 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2112, %v2118 : tensor<16xf32>, tensor<f32>) outs(%e2119 : tensor<16xf32>) {
+  ^bb0(%a2120: f32, %a2121: f32, %o2122: f32):
+    %s2123 = arith.divf %a2120, %a2121 : f32
+    linalg.yield %s2123 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2283 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2288 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2277, %v2272 : tensor<f32>, tensor<f32>) outs(%e2283 : tensor<f32>) {
-  ^bb0(%a2284: f32, %a2285: f32, %o2286: f32):
-    %s2287 = arith.mulf %a2284, %a2285 : f32
-    linalg.yield %s2287 : f32
+  %e2125 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2130 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2102 : tensor<f32>) outs(%e2125 : tensor<f32>) {
+  ^bb0(%a2126: f32, %o2127: f32):
+    %s2128 = arith.constant 0x3F800000 : f32
+    %s2129 = arith.divf %s2128, %a2126 : f32
+    linalg.yield %s2129 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2289 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2294 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2282, %v2288 : tensor<16xf32>, tensor<f32>) outs(%e2289 : tensor<16xf32>) {
-  ^bb0(%a2290: f32, %a2291: f32, %o2292: f32):
-    %s2293 = arith.divf %a2290, %a2291 : f32
-    linalg.yield %s2293 : f32
+  %e2131 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2136 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2130 : tensor<f32>) outs(%e2131 : tensor<f32>) {
+  ^bb0(%a2132: f32, %o2133: f32):
+    %s2134 = arith.constant 0x322BCC77 : f32
+    %s2135 = arith.mulf %a2132, %s2134 : f32
+    linalg.yield %s2135 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2137 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2142 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2124, %v2136 : tensor<16xf32>, tensor<f32>) outs(%e2137 : tensor<16xf32>) {
+  ^bb0(%a2138: f32, %a2139: f32, %o2140: f32):
+    %s2141 = arith.addf %a2138, %a2139 : f32
+    linalg.yield %s2141 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2295 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2300 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2272 : tensor<f32>) outs(%e2295 : tensor<f32>) {
-  ^bb0(%a2296: f32, %o2297: f32):
-    %s2298 = arith.constant 0x3F800000 : f32
-    %s2299 = arith.divf %s2298, %a2296 : f32
+  %e2143 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2152 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2046, %v2142 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2143 : tensor<16xf32>) {
+  ^bb0(%a2144: f32, %a2145: f32, %a2146: f32, %o2147: f32):
+    %s2148 = arith.constant 0x3F800000 : f32
+    %s2149 = arith.mulf %s2148, %a2145 : f32
+    %s2150 = arith.divf %s2149, %a2146 : f32
+    %s2151 = arith.addf %a2144, %s2150 : f32
+    linalg.yield %s2151 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2153 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2158 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2153 : tensor<f32>) {
+  ^bb0(%a2154: f32, %o2155: f32):
+    %s2156 = arith.constant 0x3F800000 : f32
+    %s2157 = arith.addf %a2154, %s2156 : f32
+    linalg.yield %s2157 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2159 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg26, %v591 : tensor<16xf32>, tensor<16xf32>) outs(%e2159 : tensor<16xf32>) {
+  ^bb0(%a2160: f32, %a2161: f32, %o2162: f32):
+    %s2163 = arith.constant 0x3DCCCCCD : f32
+    %s2164 = arith.subf %a2161, %a2160 : f32
+    %s2165 = math.absf %s2163 : f32
+    %s2166 = arith.constant 0x3F000000 : f32
+    %s2167 = arith.cmpf olt, %s2165, %s2166 : f32
+    %s2168 = arith.constant 0x3F800000 : f32
+    %s2169 = arith.subf %s2163, %s2168 : f32
+    %s2170 = arith.select %s2167, %s2163, %s2169 : f32
+    %s2171 = arith.select %s2167, %a2160, %a2161 : f32
+    %s2172 = math.fma %s2170, %s2164, %s2171 : f32
+    linalg.yield %s2172 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2174 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2174 : tensor<16xf32>) {
+  ^bb0(%a2175: f32, %o2176: f32):
+    %s2177 = arith.constant 0x3F7FBE77 : f32
+    %s2178 = arith.mulf %a2175, %s2177 : f32
+    linalg.yield %s2178 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2180 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2188 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2179, %v591, %v591 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2180 : tensor<16xf32>) {
+  ^bb0(%a2181: f32, %a2182: f32, %a2183: f32, %o2184: f32):
+    %s2185 = arith.constant 0x3A83126F : f32
+    %s2186 = arith.mulf %s2185, %a2182 : f32
+    %s2187 = math.fma %s2186, %a2183, %a2181 : f32
+    linalg.yield %s2187 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2189 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2194 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2189 : tensor<f32>) {
+  ^bb0(%a2190: f32, %o2191: f32):
+    %s2192 = arith.constant 0x3F666666 : f32
+    %s2193 = math.powf %s2192, %a2190 : f32
+    linalg.yield %s2193 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2195 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2200 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2194 : tensor<f32>) outs(%e2195 : tensor<f32>) {
+  ^bb0(%a2196: f32, %o2197: f32):
+    %s2198 = arith.constant 0x3F800000 : f32
+    %s2199 = arith.subf %s2198, %a2196 : f32
+    linalg.yield %s2199 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2201 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2206 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2201 : tensor<f32>) {
+  ^bb0(%a2202: f32, %o2203: f32):
+    %s2204 = arith.constant 0x3F7FBE77 : f32
+    %s2205 = math.powf %s2204, %a2202 : f32
+    linalg.yield %s2205 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2207 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2206 : tensor<f32>) outs(%e2207 : tensor<f32>) {
+  ^bb0(%a2208: f32, %o2209: f32):
+    %s2210 = arith.constant 0x3F800000 : f32
+    %s2211 = arith.subf %s2210, %a2208 : f32
+    linalg.yield %s2211 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2213 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2200 : tensor<f32>) outs(%e2213 : tensor<f32>) {
+  ^bb0(%a2214: f32, %o2215: f32):
+    %s2216 = arith.constant 0x3F800000 : f32
+    %s2217 = arith.divf %s2216, %a2214 : f32
+    linalg.yield %s2217 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2219 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2218 : tensor<f32>) outs(%e2219 : tensor<f32>) {
+  ^bb0(%a2220: f32, %o2221: f32):
+    %s2222 = arith.constant 0x3A83126F : f32
+    %s2223 = arith.mulf %a2220, %s2222 : f32
+    linalg.yield %s2223 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2225 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2224 : tensor<f32>) outs(%e2225 : tensor<f32>) {
+  ^bb0(%a2226: f32, %o2227: f32):
+    %s2228 = arith.negf %a2226 : f32
+    linalg.yield %s2228 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2230 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2234 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2212 : tensor<f32>) outs(%e2230 : tensor<f32>) {
+  ^bb0(%a2231: f32, %o2232: f32):
+    %s2233 = math.sqrt %a2231 : f32
+    linalg.yield %s2233 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2235 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2239 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2188 : tensor<16xf32>) outs(%e2235 : tensor<16xf32>) {
+  ^bb0(%a2236: f32, %o2237: f32):
+    %s2238 = math.sqrt %a2236 : f32
+    linalg.yield %s2238 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2240 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2245 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2234, %v2229 : tensor<f32>, tensor<f32>) outs(%e2240 : tensor<f32>) {
+  ^bb0(%a2241: f32, %a2242: f32, %o2243: f32):
+    %s2244 = arith.mulf %a2241, %a2242 : f32
+    linalg.yield %s2244 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2246 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2251 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2239, %v2245 : tensor<16xf32>, tensor<f32>) outs(%e2246 : tensor<16xf32>) {
+  ^bb0(%a2247: f32, %a2248: f32, %o2249: f32):
+    %s2250 = arith.divf %a2247, %a2248 : f32
+    linalg.yield %s2250 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2252 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2257 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2229 : tensor<f32>) outs(%e2252 : tensor<f32>) {
+  ^bb0(%a2253: f32, %o2254: f32):
+    %s2255 = arith.constant 0x3F800000 : f32
+    %s2256 = arith.divf %s2255, %a2253 : f32
+    linalg.yield %s2256 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2258 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2263 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2257 : tensor<f32>) outs(%e2258 : tensor<f32>) {
+  ^bb0(%a2259: f32, %o2260: f32):
+    %s2261 = arith.constant 0x322BCC77 : f32
+    %s2262 = arith.mulf %a2259, %s2261 : f32
+    linalg.yield %s2262 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2264 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2269 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2251, %v2263 : tensor<16xf32>, tensor<f32>) outs(%e2264 : tensor<16xf32>) {
+  ^bb0(%a2265: f32, %a2266: f32, %o2267: f32):
+    %s2268 = arith.addf %a2265, %a2266 : f32
+    linalg.yield %s2268 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2270 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2279 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2173, %v2269 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2270 : tensor<16xf32>) {
+  ^bb0(%a2271: f32, %a2272: f32, %a2273: f32, %o2274: f32):
+    %s2275 = arith.constant 0x3F800000 : f32
+    %s2276 = arith.mulf %s2275, %a2272 : f32
+    %s2277 = arith.divf %s2276, %a2273 : f32
+    %s2278 = arith.addf %a2271, %s2277 : f32
+    linalg.yield %s2278 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2280 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2285 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2280 : tensor<f32>) {
+  ^bb0(%a2281: f32, %o2282: f32):
+    %s2283 = arith.constant 0x3F800000 : f32
+    %s2284 = arith.addf %a2281, %s2283 : f32
+    linalg.yield %s2284 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2286 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2300 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg27, %v598 : tensor<16xf32>, tensor<16xf32>) outs(%e2286 : tensor<16xf32>) {
+  ^bb0(%a2287: f32, %a2288: f32, %o2289: f32):
+    %s2290 = arith.constant 0x3DCCCCCD : f32
+    %s2291 = arith.subf %a2288, %a2287 : f32
+    %s2292 = math.absf %s2290 : f32
+    %s2293 = arith.constant 0x3F000000 : f32
+    %s2294 = arith.cmpf olt, %s2292, %s2293 : f32
+    %s2295 = arith.constant 0x3F800000 : f32
+    %s2296 = arith.subf %s2290, %s2295 : f32
+    %s2297 = arith.select %s2294, %s2290, %s2296 : f32
+    %s2298 = arith.select %s2294, %a2287, %a2288 : f32
+    %s2299 = math.fma %s2297, %s2291, %s2298 : f32
     linalg.yield %s2299 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2301 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2306 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2300 : tensor<f32>) outs(%e2301 : tensor<f32>) {
+  } -> tensor<16xf32> loc(#loc14)
+  %e2301 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2306 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2301 : tensor<16xf32>) {
   ^bb0(%a2302: f32, %o2303: f32):
-    %s2304 = arith.constant 0x322BCC77 : f32
+    %s2304 = arith.constant 0x3F7FBE77 : f32
     %s2305 = arith.mulf %a2302, %s2304 : f32
     linalg.yield %s2305 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e2307 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2294, %v2306 : tensor<16xf32>, tensor<f32>) outs(%e2307 : tensor<16xf32>) {
-  ^bb0(%a2308: f32, %a2309: f32, %o2310: f32):
-    %s2311 = arith.addf %a2308, %a2309 : f32
-    linalg.yield %s2311 : f32
+  %v2315 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2306, %v598, %v598 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2307 : tensor<16xf32>) {
+  ^bb0(%a2308: f32, %a2309: f32, %a2310: f32, %o2311: f32):
+    %s2312 = arith.constant 0x3A83126F : f32
+    %s2313 = arith.mulf %s2312, %a2309 : f32
+    %s2314 = math.fma %s2313, %a2310, %a2308 : f32
+    linalg.yield %s2314 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2313 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2318 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2207 : tensor<16xf32>) outs(%e2313 : tensor<16xf32>) {
-  ^bb0(%a2314: f32, %o2315: f32):
-    %s2316 = arith.constant 0x3F800000 : f32
-    %s2317 = arith.mulf %a2314, %s2316 : f32
-    linalg.yield %s2317 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2319 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2318, %v2312 : tensor<16xf32>, tensor<16xf32>) outs(%e2319 : tensor<16xf32>) {
-  ^bb0(%a2320: f32, %a2321: f32, %o2322: f32):
-    %s2323 = arith.divf %a2320, %a2321 : f32
-    linalg.yield %s2323 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2325 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2330 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v2324 : tensor<16xf32>, tensor<16xf32>) outs(%e2325 : tensor<16xf32>) {
-  ^bb0(%a2326: f32, %a2327: f32, %o2328: f32):
-    %s2329 = arith.addf %a2326, %a2327 : f32
-    linalg.yield %s2329 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2331 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2336 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e2331 : tensor<f32>) {
-  ^bb0(%a2332: f32, %o2333: f32):
-    %s2334 = arith.constant 0x3F800000 : f32
-    %s2335 = arith.addf %a2332, %s2334 : f32
-    linalg.yield %s2335 : f32
+  %e2316 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2321 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2285 : tensor<f32>) outs(%e2316 : tensor<f32>) {
+  ^bb0(%a2317: f32, %o2318: f32):
+    %s2319 = arith.constant 0x3F666666 : f32
+    %s2320 = math.powf %s2319, %a2317 : f32
+    linalg.yield %s2320 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2337 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c2338 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v2339 = linalg.fill ins(%c2338 : f32) outs(%e2337 : tensor<f32>) -> tensor<f32> loc(#loc14)
+  %e2322 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2327 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2321 : tensor<f32>) outs(%e2322 : tensor<f32>) {
+  ^bb0(%a2323: f32, %o2324: f32):
+    %s2325 = arith.constant 0x3F800000 : f32
+    %s2326 = arith.subf %s2325, %a2323 : f32
+    linalg.yield %s2326 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2328 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2333 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2285 : tensor<f32>) outs(%e2328 : tensor<f32>) {
+  ^bb0(%a2329: f32, %o2330: f32):
+    %s2331 = arith.constant 0x3F7FBE77 : f32
+    %s2332 = math.powf %s2331, %a2329 : f32
+    linalg.yield %s2332 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2334 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2339 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2333 : tensor<f32>) outs(%e2334 : tensor<f32>) {
+  ^bb0(%a2335: f32, %o2336: f32):
+    %s2337 = arith.constant 0x3F800000 : f32
+    %s2338 = arith.subf %s2337, %a2335 : f32
+    linalg.yield %s2338 : f32
+  } -> tensor<f32> loc(#loc14)
   %e2340 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2344 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2340 : tensor<f32>) {
+  %v2345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2327 : tensor<f32>) outs(%e2340 : tensor<f32>) {
   ^bb0(%a2341: f32, %o2342: f32):
-    %s2343 = math.absf %a2341 : f32
-    linalg.yield %s2343 : f32
+    %s2343 = arith.constant 0x3F800000 : f32
+    %s2344 = arith.divf %s2343, %a2341 : f32
+    linalg.yield %s2344 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2345 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v2350 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2344 : tensor<f32>) outs(%e2345 : tensor<i1>) {
-  ^bb0(%a2346: f32, %o2347: i1):
-    %s2348 = arith.constant 0x3F000000 : f32
-    %s2349 = arith.cmpf oge, %a2346, %s2348 : f32
-    linalg.yield %s2349 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e2351 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2351 : tensor<f32>) {
-  ^bb0(%a2352: f32, %o2353: f32):
-    %s2354 = arith.constant 0x3F800000 : f32
-    %s2355 = arith.subf %a2352, %s2354 : f32
+  %e2346 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2351 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2345 : tensor<f32>) outs(%e2346 : tensor<f32>) {
+  ^bb0(%a2347: f32, %o2348: f32):
+    %s2349 = arith.constant 0x3A83126F : f32
+    %s2350 = arith.mulf %a2347, %s2349 : f32
+    linalg.yield %s2350 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2352 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2351 : tensor<f32>) outs(%e2352 : tensor<f32>) {
+  ^bb0(%a2353: f32, %o2354: f32):
+    %s2355 = arith.negf %a2353 : f32
     linalg.yield %s2355 : f32
   } -> tensor<f32> loc(#loc14)
   %e2357 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2350, %v2356, %v2339 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2357 : tensor<f32>) {
-  ^bb0(%a2358: i1, %a2359: f32, %a2360: f32, %o2361: f32):
-    %s2362 = arith.select %a2358, %a2359, %a2360 : f32
-    linalg.yield %s2362 : f32
+  %v2361 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2357 : tensor<f32>) {
+  ^bb0(%a2358: f32, %o2359: f32):
+    %s2360 = math.sqrt %a2358 : f32
+    linalg.yield %s2360 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2364 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2370 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2350, %v629, %arg24 : tensor<i1>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2364 : tensor<16x16xf32>) {
-  ^bb0(%a2365: i1, %a2366: f32, %a2367: f32, %o2368: f32):
-    %s2369 = arith.select %a2365, %a2366, %a2367 : f32
-    linalg.yield %s2369 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2371 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2376 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629, %arg24 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2371 : tensor<16x16xf32>) {
-  ^bb0(%a2372: f32, %a2373: f32, %o2374: f32):
-    %s2375 = arith.subf %a2372, %a2373 : f32
-    linalg.yield %s2375 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2377 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2382 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2363, %v2376 : tensor<f32>, tensor<16x16xf32>) outs(%e2377 : tensor<16x16xf32>) {
-  ^bb0(%a2378: f32, %a2379: f32, %o2380: f32):
-    %s2381 = arith.mulf %a2378, %a2379 : f32
-    linalg.yield %s2381 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2383 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2388 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2382, %v2370 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2383 : tensor<16x16xf32>) {
-  ^bb0(%a2384: f32, %a2385: f32, %o2386: f32):
-    %s2387 = arith.addf %a2384, %a2385 : f32
-    linalg.yield %s2387 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2389 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2394 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e2389 : tensor<16x16xf32>) {
-  ^bb0(%a2390: f32, %o2391: f32):
-    %s2392 = arith.constant 0x3F7FBE77 : f32
-    %s2393 = arith.mulf %a2390, %s2392 : f32
-    linalg.yield %s2393 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2395 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2400 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v629 : tensor<16x16xf32>) outs(%e2395 : tensor<16x16xf32>) {
-  ^bb0(%a2396: f32, %o2397: f32):
-    %s2398 = arith.constant 0x3A83126F : f32
-    %s2399 = arith.mulf %a2396, %s2398 : f32
-    linalg.yield %s2399 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2401 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2406 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2400, %v629 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2401 : tensor<16x16xf32>) {
-  ^bb0(%a2402: f32, %a2403: f32, %o2404: f32):
-    %s2405 = arith.mulf %a2402, %a2403 : f32
+  %e2362 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2366 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2315 : tensor<16xf32>) outs(%e2362 : tensor<16xf32>) {
+  ^bb0(%a2363: f32, %o2364: f32):
+    %s2365 = math.sqrt %a2363 : f32
+    linalg.yield %s2365 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2367 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2361, %v2356 : tensor<f32>, tensor<f32>) outs(%e2367 : tensor<f32>) {
+  ^bb0(%a2368: f32, %a2369: f32, %o2370: f32):
+    %s2371 = arith.mulf %a2368, %a2369 : f32
+    linalg.yield %s2371 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2373 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2378 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2366, %v2372 : tensor<16xf32>, tensor<f32>) outs(%e2373 : tensor<16xf32>) {
+  ^bb0(%a2374: f32, %a2375: f32, %o2376: f32):
+    %s2377 = arith.divf %a2374, %a2375 : f32
+    linalg.yield %s2377 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2379 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2384 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2356 : tensor<f32>) outs(%e2379 : tensor<f32>) {
+  ^bb0(%a2380: f32, %o2381: f32):
+    %s2382 = arith.constant 0x3F800000 : f32
+    %s2383 = arith.divf %s2382, %a2380 : f32
+    linalg.yield %s2383 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2385 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2390 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2384 : tensor<f32>) outs(%e2385 : tensor<f32>) {
+  ^bb0(%a2386: f32, %o2387: f32):
+    %s2388 = arith.constant 0x322BCC77 : f32
+    %s2389 = arith.mulf %a2386, %s2388 : f32
+    linalg.yield %s2389 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2391 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2396 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2378, %v2390 : tensor<16xf32>, tensor<f32>) outs(%e2391 : tensor<16xf32>) {
+  ^bb0(%a2392: f32, %a2393: f32, %o2394: f32):
+    %s2395 = arith.addf %a2392, %a2393 : f32
+    linalg.yield %s2395 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2397 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2406 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v2300, %v2396 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2397 : tensor<16xf32>) {
+  ^bb0(%a2398: f32, %a2399: f32, %a2400: f32, %o2401: f32):
+    %s2402 = arith.constant 0x3F800000 : f32
+    %s2403 = arith.mulf %s2402, %a2399 : f32
+    %s2404 = arith.divf %s2403, %a2400 : f32
+    %s2405 = arith.addf %a2398, %s2404 : f32
     linalg.yield %s2405 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2407 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2412 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2394, %v2406 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2407 : tensor<16x16xf32>) {
-  ^bb0(%a2408: f32, %a2409: f32, %o2410: f32):
-    %s2411 = arith.addf %a2408, %a2409 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2407 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2412 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e2407 : tensor<f32>) {
+  ^bb0(%a2408: f32, %o2409: f32):
+    %s2410 = arith.constant 0x3F800000 : f32
+    %s2411 = arith.addf %a2408, %s2410 : f32
     linalg.yield %s2411 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2413 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2413 : tensor<f32>) {
-  ^bb0(%a2414: f32, %o2415: f32):
-    %s2416 = arith.constant 0x3F666666 : f32
-    %s2417 = math.powf %s2416, %a2414 : f32
-    linalg.yield %s2417 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2419 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2424 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2418 : tensor<f32>) outs(%e2419 : tensor<f32>) {
-  ^bb0(%a2420: f32, %o2421: f32):
+  %e2413 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2427 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg28, %v498 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2413 : tensor<32x16xf32>) {
+  ^bb0(%a2414: f32, %a2415: f32, %o2416: f32):
+    %s2417 = arith.constant 0x3DCCCCCD : f32
+    %s2418 = arith.subf %a2415, %a2414 : f32
+    %s2419 = math.absf %s2417 : f32
+    %s2420 = arith.constant 0x3F000000 : f32
+    %s2421 = arith.cmpf olt, %s2419, %s2420 : f32
     %s2422 = arith.constant 0x3F800000 : f32
-    %s2423 = arith.subf %s2422, %a2420 : f32
-    linalg.yield %s2423 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2425 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2336 : tensor<f32>) outs(%e2425 : tensor<f32>) {
-  ^bb0(%a2426: f32, %o2427: f32):
-    %s2428 = arith.constant 0x3F7FBE77 : f32
-    %s2429 = math.powf %s2428, %a2426 : f32
-    linalg.yield %s2429 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2431 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2430 : tensor<f32>) outs(%e2431 : tensor<f32>) {
-  ^bb0(%a2432: f32, %o2433: f32):
-    %s2434 = arith.constant 0x3F800000 : f32
-    %s2435 = arith.subf %s2434, %a2432 : f32
-    linalg.yield %s2435 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2437 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2424 : tensor<f32>) outs(%e2437 : tensor<f32>) {
-  ^bb0(%a2438: f32, %o2439: f32):
-    %s2440 = arith.constant 0x3F800000 : f32
-    %s2441 = arith.divf %s2440, %a2438 : f32
+    %s2423 = arith.subf %s2417, %s2422 : f32
+    %s2424 = arith.select %s2421, %s2417, %s2423 : f32
+    %s2425 = arith.select %s2421, %a2414, %a2415 : f32
+    %s2426 = math.fma %s2424, %s2418, %s2425 : f32
+    linalg.yield %s2426 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2428 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2433 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e2428 : tensor<32x16xf32>) {
+  ^bb0(%a2429: f32, %o2430: f32):
+    %s2431 = arith.constant 0x3F7FBE77 : f32
+    %s2432 = arith.mulf %a2429, %s2431 : f32
+    linalg.yield %s2432 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2434 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2442 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2433, %v498, %v498 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2434 : tensor<32x16xf32>) {
+  ^bb0(%a2435: f32, %a2436: f32, %a2437: f32, %o2438: f32):
+    %s2439 = arith.constant 0x3A83126F : f32
+    %s2440 = arith.mulf %s2439, %a2436 : f32
+    %s2441 = math.fma %s2440, %a2437, %a2435 : f32
     linalg.yield %s2441 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<32x16xf32> loc(#loc14)
   %e2443 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2442 : tensor<f32>) outs(%e2443 : tensor<f32>) {
+  %v2448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2412 : tensor<f32>) outs(%e2443 : tensor<f32>) {
   ^bb0(%a2444: f32, %o2445: f32):
-    %s2446 = arith.constant 0x3A83126F : f32
-    %s2447 = arith.mulf %a2444, %s2446 : f32
+    %s2446 = arith.constant 0x3F666666 : f32
+    %s2447 = math.powf %s2446, %a2444 : f32
     linalg.yield %s2447 : f32
   } -> tensor<f32> loc(#loc14)
   %e2449 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2448 : tensor<f32>) outs(%e2449 : tensor<f32>) {
+  %v2454 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2448 : tensor<f32>) outs(%e2449 : tensor<f32>) {
   ^bb0(%a2450: f32, %o2451: f32):
-    %s2452 = arith.negf %a2450 : f32
-    linalg.yield %s2452 : f32
+    %s2452 = arith.constant 0x3F800000 : f32
+    %s2453 = arith.subf %s2452, %a2450 : f32
+    linalg.yield %s2453 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2454 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2458 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2436 : tensor<f32>) outs(%e2454 : tensor<f32>) {
-  ^bb0(%a2455: f32, %o2456: f32):
-    %s2457 = math.sqrt %a2455 : f32
-    linalg.yield %s2457 : f32
+  %e2455 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2460 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2412 : tensor<f32>) outs(%e2455 : tensor<f32>) {
+  ^bb0(%a2456: f32, %o2457: f32):
+    %s2458 = arith.constant 0x3F7FBE77 : f32
+    %s2459 = math.powf %s2458, %a2456 : f32
+    linalg.yield %s2459 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2459 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2463 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2412 : tensor<16x16xf32>) outs(%e2459 : tensor<16x16xf32>) {
-  ^bb0(%a2460: f32, %o2461: f32):
-    %s2462 = math.sqrt %a2460 : f32
-    linalg.yield %s2462 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2464 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2469 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2458, %v2453 : tensor<f32>, tensor<f32>) outs(%e2464 : tensor<f32>) {
-  ^bb0(%a2465: f32, %a2466: f32, %o2467: f32):
-    %s2468 = arith.mulf %a2465, %a2466 : f32
-    linalg.yield %s2468 : f32
+  %e2461 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2466 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2460 : tensor<f32>) outs(%e2461 : tensor<f32>) {
+  ^bb0(%a2462: f32, %o2463: f32):
+    %s2464 = arith.constant 0x3F800000 : f32
+    %s2465 = arith.subf %s2464, %a2462 : f32
+    linalg.yield %s2465 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2470 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2475 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2463, %v2469 : tensor<16x16xf32>, tensor<f32>) outs(%e2470 : tensor<16x16xf32>) {
-  ^bb0(%a2471: f32, %a2472: f32, %o2473: f32):
-    %s2474 = arith.divf %a2471, %a2472 : f32
-    linalg.yield %s2474 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2476 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2481 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2453 : tensor<f32>) outs(%e2476 : tensor<f32>) {
-  ^bb0(%a2477: f32, %o2478: f32):
-    %s2479 = arith.constant 0x3F800000 : f32
-    %s2480 = arith.divf %s2479, %a2477 : f32
-    linalg.yield %s2480 : f32
+  %e2467 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2454 : tensor<f32>) outs(%e2467 : tensor<f32>) {
+  ^bb0(%a2468: f32, %o2469: f32):
+    %s2470 = arith.constant 0x3F800000 : f32
+    %s2471 = arith.divf %s2470, %a2468 : f32
+    linalg.yield %s2471 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2482 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2487 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2481 : tensor<f32>) outs(%e2482 : tensor<f32>) {
-  ^bb0(%a2483: f32, %o2484: f32):
-    %s2485 = arith.constant 0x322BCC77 : f32
-    %s2486 = arith.mulf %a2483, %s2485 : f32
-    linalg.yield %s2486 : f32
+  %e2473 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2472 : tensor<f32>) outs(%e2473 : tensor<f32>) {
+  ^bb0(%a2474: f32, %o2475: f32):
+    %s2476 = arith.constant 0x3A83126F : f32
+    %s2477 = arith.mulf %a2474, %s2476 : f32
+    linalg.yield %s2477 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2488 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2475, %v2487 : tensor<16x16xf32>, tensor<f32>) outs(%e2488 : tensor<16x16xf32>) {
-  ^bb0(%a2489: f32, %a2490: f32, %o2491: f32):
-    %s2492 = arith.addf %a2489, %a2490 : f32
+  %e2479 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2478 : tensor<f32>) outs(%e2479 : tensor<f32>) {
+  ^bb0(%a2480: f32, %o2481: f32):
+    %s2482 = arith.negf %a2480 : f32
+    linalg.yield %s2482 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2484 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2488 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2466 : tensor<f32>) outs(%e2484 : tensor<f32>) {
+  ^bb0(%a2485: f32, %o2486: f32):
+    %s2487 = math.sqrt %a2485 : f32
+    linalg.yield %s2487 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2489 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2442 : tensor<32x16xf32>) outs(%e2489 : tensor<32x16xf32>) {
+  ^bb0(%a2490: f32, %o2491: f32):
+    %s2492 = math.sqrt %a2490 : f32
     linalg.yield %s2492 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2494 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2388 : tensor<16x16xf32>) outs(%e2494 : tensor<16x16xf32>) {
-  ^bb0(%a2495: f32, %o2496: f32):
-    %s2497 = arith.constant 0x3F800000 : f32
-    %s2498 = arith.mulf %a2495, %s2497 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2494 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2499 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2488, %v2483 : tensor<f32>, tensor<f32>) outs(%e2494 : tensor<f32>) {
+  ^bb0(%a2495: f32, %a2496: f32, %o2497: f32):
+    %s2498 = arith.mulf %a2495, %a2496 : f32
     linalg.yield %s2498 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2500 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2499, %v2493 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2500 : tensor<16x16xf32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e2500 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2493, %v2499 : tensor<32x16xf32>, tensor<f32>) outs(%e2500 : tensor<32x16xf32>) {
   ^bb0(%a2501: f32, %a2502: f32, %o2503: f32):
     %s2504 = arith.divf %a2501, %a2502 : f32
     linalg.yield %s2504 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2506 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2511 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v2505 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2506 : tensor<16x16xf32>) {
-  ^bb0(%a2507: f32, %a2508: f32, %o2509: f32):
-    %s2510 = arith.addf %a2507, %a2508 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2506 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2511 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2483 : tensor<f32>) outs(%e2506 : tensor<f32>) {
+  ^bb0(%a2507: f32, %o2508: f32):
+    %s2509 = arith.constant 0x3F800000 : f32
+    %s2510 = arith.divf %s2509, %a2507 : f32
     linalg.yield %s2510 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e2512 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2512 : tensor<f32>) {
+  %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2511 : tensor<f32>) outs(%e2512 : tensor<f32>) {
   ^bb0(%a2513: f32, %o2514: f32):
-    %s2515 = arith.constant 0x3F800000 : f32
-    %s2516 = arith.addf %a2513, %s2515 : f32
+    %s2515 = arith.constant 0x322BCC77 : f32
+    %s2516 = arith.mulf %a2513, %s2515 : f32
     linalg.yield %s2516 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2518 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c2519 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v2520 = linalg.fill ins(%c2519 : f32) outs(%e2518 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e2521 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2525 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2521 : tensor<f32>) {
-  ^bb0(%a2522: f32, %o2523: f32):
-    %s2524 = math.absf %a2522 : f32
-    linalg.yield %s2524 : f32
+  %e2518 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2523 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2505, %v2517 : tensor<32x16xf32>, tensor<f32>) outs(%e2518 : tensor<32x16xf32>) {
+  ^bb0(%a2519: f32, %a2520: f32, %o2521: f32):
+    %s2522 = arith.addf %a2519, %a2520 : f32
+    linalg.yield %s2522 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2524 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2533 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v2427, %v2523 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2524 : tensor<32x16xf32>) {
+  ^bb0(%a2525: f32, %a2526: f32, %a2527: f32, %o2528: f32):
+    %s2529 = arith.constant 0x3F800000 : f32
+    %s2530 = arith.mulf %s2529, %a2526 : f32
+    %s2531 = arith.divf %s2530, %a2527 : f32
+    %s2532 = arith.addf %a2525, %s2531 : f32
+    linalg.yield %s2532 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2534 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2539 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e2534 : tensor<f32>) {
+  ^bb0(%a2535: f32, %o2536: f32):
+    %s2537 = arith.constant 0x3F800000 : f32
+    %s2538 = arith.addf %a2535, %s2537 : f32
+    linalg.yield %s2538 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2526 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v2531 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2525 : tensor<f32>) outs(%e2526 : tensor<i1>) {
-  ^bb0(%a2527: f32, %o2528: i1):
-    %s2529 = arith.constant 0x3F000000 : f32
-    %s2530 = arith.cmpf oge, %a2527, %s2529 : f32
-    linalg.yield %s2530 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e2532 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2537 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2520 : tensor<f32>) outs(%e2532 : tensor<f32>) {
-  ^bb0(%a2533: f32, %o2534: f32):
-    %s2535 = arith.constant 0x3F800000 : f32
-    %s2536 = arith.subf %a2533, %s2535 : f32
-    linalg.yield %s2536 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2538 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2531, %v2537, %v2520 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2538 : tensor<f32>) {
-  ^bb0(%a2539: i1, %a2540: f32, %a2541: f32, %o2542: f32):
-    %s2543 = arith.select %a2539, %a2540, %a2541 : f32
-    linalg.yield %s2543 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2545 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2551 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2531, %v626, %arg25 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2545 : tensor<16xf32>) {
-  ^bb0(%a2546: i1, %a2547: f32, %a2548: f32, %o2549: f32):
-    %s2550 = arith.select %a2546, %a2547, %a2548 : f32
-    linalg.yield %s2550 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2552 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2557 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626, %arg25 : tensor<16xf32>, tensor<16xf32>) outs(%e2552 : tensor<16xf32>) {
-  ^bb0(%a2553: f32, %a2554: f32, %o2555: f32):
-    %s2556 = arith.subf %a2553, %a2554 : f32
-    linalg.yield %s2556 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2558 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2563 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2544, %v2557 : tensor<f32>, tensor<16xf32>) outs(%e2558 : tensor<16xf32>) {
-  ^bb0(%a2559: f32, %a2560: f32, %o2561: f32):
-    %s2562 = arith.mulf %a2559, %a2560 : f32
-    linalg.yield %s2562 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2564 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2569 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2563, %v2551 : tensor<16xf32>, tensor<16xf32>) outs(%e2564 : tensor<16xf32>) {
-  ^bb0(%a2565: f32, %a2566: f32, %o2567: f32):
-    %s2568 = arith.addf %a2565, %a2566 : f32
+  %e2540 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2554 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg29, %v495 : tensor<32xf32>, tensor<32xf32>) outs(%e2540 : tensor<32xf32>) {
+  ^bb0(%a2541: f32, %a2542: f32, %o2543: f32):
+    %s2544 = arith.constant 0x3DCCCCCD : f32
+    %s2545 = arith.subf %a2542, %a2541 : f32
+    %s2546 = math.absf %s2544 : f32
+    %s2547 = arith.constant 0x3F000000 : f32
+    %s2548 = arith.cmpf olt, %s2546, %s2547 : f32
+    %s2549 = arith.constant 0x3F800000 : f32
+    %s2550 = arith.subf %s2544, %s2549 : f32
+    %s2551 = arith.select %s2548, %s2544, %s2550 : f32
+    %s2552 = arith.select %s2548, %a2541, %a2542 : f32
+    %s2553 = math.fma %s2551, %s2545, %s2552 : f32
+    linalg.yield %s2553 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2555 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2560 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e2555 : tensor<32xf32>) {
+  ^bb0(%a2556: f32, %o2557: f32):
+    %s2558 = arith.constant 0x3F7FBE77 : f32
+    %s2559 = arith.mulf %a2556, %s2558 : f32
+    linalg.yield %s2559 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2561 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2569 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2560, %v495, %v495 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2561 : tensor<32xf32>) {
+  ^bb0(%a2562: f32, %a2563: f32, %a2564: f32, %o2565: f32):
+    %s2566 = arith.constant 0x3A83126F : f32
+    %s2567 = arith.mulf %s2566, %a2563 : f32
+    %s2568 = math.fma %s2567, %a2564, %a2562 : f32
     linalg.yield %s2568 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2570 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2575 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2570 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc14)
+  %e2570 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2575 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2539 : tensor<f32>) outs(%e2570 : tensor<f32>) {
   ^bb0(%a2571: f32, %o2572: f32):
-    %s2573 = arith.constant 0x3F7FBE77 : f32
-    %s2574 = arith.mulf %a2571, %s2573 : f32
+    %s2573 = arith.constant 0x3F666666 : f32
+    %s2574 = math.powf %s2573, %a2571 : f32
     linalg.yield %s2574 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2576 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2581 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v626 : tensor<16xf32>) outs(%e2576 : tensor<16xf32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e2576 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2581 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2575 : tensor<f32>) outs(%e2576 : tensor<f32>) {
   ^bb0(%a2577: f32, %o2578: f32):
-    %s2579 = arith.constant 0x3A83126F : f32
-    %s2580 = arith.mulf %a2577, %s2579 : f32
+    %s2579 = arith.constant 0x3F800000 : f32
+    %s2580 = arith.subf %s2579, %a2577 : f32
     linalg.yield %s2580 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2582 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2587 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2581, %v626 : tensor<16xf32>, tensor<16xf32>) outs(%e2582 : tensor<16xf32>) {
-  ^bb0(%a2583: f32, %a2584: f32, %o2585: f32):
-    %s2586 = arith.mulf %a2583, %a2584 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2582 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2587 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2539 : tensor<f32>) outs(%e2582 : tensor<f32>) {
+  ^bb0(%a2583: f32, %o2584: f32):
+    %s2585 = arith.constant 0x3F7FBE77 : f32
+    %s2586 = math.powf %s2585, %a2583 : f32
     linalg.yield %s2586 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2588 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2593 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2575, %v2587 : tensor<16xf32>, tensor<16xf32>) outs(%e2588 : tensor<16xf32>) {
-  ^bb0(%a2589: f32, %a2590: f32, %o2591: f32):
-    %s2592 = arith.addf %a2589, %a2590 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2588 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2593 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2587 : tensor<f32>) outs(%e2588 : tensor<f32>) {
+  ^bb0(%a2589: f32, %o2590: f32):
+    %s2591 = arith.constant 0x3F800000 : f32
+    %s2592 = arith.subf %s2591, %a2589 : f32
     linalg.yield %s2592 : f32
-  } -> tensor<16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e2594 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2594 : tensor<f32>) {
+  %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2581 : tensor<f32>) outs(%e2594 : tensor<f32>) {
   ^bb0(%a2595: f32, %o2596: f32):
-    %s2597 = arith.constant 0x3F666666 : f32
-    %s2598 = math.powf %s2597, %a2595 : f32
+    %s2597 = arith.constant 0x3F800000 : f32
+    %s2598 = arith.divf %s2597, %a2595 : f32
     linalg.yield %s2598 : f32
   } -> tensor<f32> loc(#loc14)
   %e2600 = tensor.empty() : tensor<f32> loc(#loc14)
   %v2605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2599 : tensor<f32>) outs(%e2600 : tensor<f32>) {
   ^bb0(%a2601: f32, %o2602: f32):
-    %s2603 = arith.constant 0x3F800000 : f32
-    %s2604 = arith.subf %s2603, %a2601 : f32
+    %s2603 = arith.constant 0x3A83126F : f32
+    %s2604 = arith.mulf %a2601, %s2603 : f32
     linalg.yield %s2604 : f32
   } -> tensor<f32> loc(#loc14)
   %e2606 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2606 : tensor<f32>) {
+  %v2610 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2606 : tensor<f32>) {
   ^bb0(%a2607: f32, %o2608: f32):
-    %s2609 = arith.constant 0x3F7FBE77 : f32
-    %s2610 = math.powf %s2609, %a2607 : f32
-    linalg.yield %s2610 : f32
+    %s2609 = arith.negf %a2607 : f32
+    linalg.yield %s2609 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2612 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2611 : tensor<f32>) outs(%e2612 : tensor<f32>) {
-  ^bb0(%a2613: f32, %o2614: f32):
-    %s2615 = arith.constant 0x3F800000 : f32
-    %s2616 = arith.subf %s2615, %a2613 : f32
-    linalg.yield %s2616 : f32
+  %e2611 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2615 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2593 : tensor<f32>) outs(%e2611 : tensor<f32>) {
+  ^bb0(%a2612: f32, %o2613: f32):
+    %s2614 = math.sqrt %a2612 : f32
+    linalg.yield %s2614 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2618 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2618 : tensor<f32>) {
-  ^bb0(%a2619: f32, %o2620: f32):
-    %s2621 = arith.constant 0x3F800000 : f32
-    %s2622 = arith.divf %s2621, %a2619 : f32
-    linalg.yield %s2622 : f32
+  %e2616 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2620 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2569 : tensor<32xf32>) outs(%e2616 : tensor<32xf32>) {
+  ^bb0(%a2617: f32, %o2618: f32):
+    %s2619 = math.sqrt %a2617 : f32
+    linalg.yield %s2619 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2621 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2626 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2615, %v2610 : tensor<f32>, tensor<f32>) outs(%e2621 : tensor<f32>) {
+  ^bb0(%a2622: f32, %a2623: f32, %o2624: f32):
+    %s2625 = arith.mulf %a2622, %a2623 : f32
+    linalg.yield %s2625 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2624 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2629 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2623 : tensor<f32>) outs(%e2624 : tensor<f32>) {
-  ^bb0(%a2625: f32, %o2626: f32):
-    %s2627 = arith.constant 0x3A83126F : f32
-    %s2628 = arith.mulf %a2625, %s2627 : f32
-    linalg.yield %s2628 : f32
+  %e2627 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2632 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2620, %v2626 : tensor<32xf32>, tensor<f32>) outs(%e2627 : tensor<32xf32>) {
+  ^bb0(%a2628: f32, %a2629: f32, %o2630: f32):
+    %s2631 = arith.divf %a2628, %a2629 : f32
+    linalg.yield %s2631 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2633 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2638 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2610 : tensor<f32>) outs(%e2633 : tensor<f32>) {
+  ^bb0(%a2634: f32, %o2635: f32):
+    %s2636 = arith.constant 0x3F800000 : f32
+    %s2637 = arith.divf %s2636, %a2634 : f32
+    linalg.yield %s2637 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2630 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2629 : tensor<f32>) outs(%e2630 : tensor<f32>) {
-  ^bb0(%a2631: f32, %o2632: f32):
-    %s2633 = arith.negf %a2631 : f32
-    linalg.yield %s2633 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2635 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2639 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2617 : tensor<f32>) outs(%e2635 : tensor<f32>) {
-  ^bb0(%a2636: f32, %o2637: f32):
-    %s2638 = math.sqrt %a2636 : f32
-    linalg.yield %s2638 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2640 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2593 : tensor<16xf32>) outs(%e2640 : tensor<16xf32>) {
-  ^bb0(%a2641: f32, %o2642: f32):
-    %s2643 = math.sqrt %a2641 : f32
+  %e2639 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2644 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2638 : tensor<f32>) outs(%e2639 : tensor<f32>) {
+  ^bb0(%a2640: f32, %o2641: f32):
+    %s2642 = arith.constant 0x322BCC77 : f32
+    %s2643 = arith.mulf %a2640, %s2642 : f32
     linalg.yield %s2643 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2645 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2639, %v2634 : tensor<f32>, tensor<f32>) outs(%e2645 : tensor<f32>) {
+  } -> tensor<f32> loc(#loc14)
+  %e2645 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2650 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2632, %v2644 : tensor<32xf32>, tensor<f32>) outs(%e2645 : tensor<32xf32>) {
   ^bb0(%a2646: f32, %a2647: f32, %o2648: f32):
-    %s2649 = arith.mulf %a2646, %a2647 : f32
+    %s2649 = arith.addf %a2646, %a2647 : f32
     linalg.yield %s2649 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2651 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2660 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v2554, %v2650 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2651 : tensor<32xf32>) {
+  ^bb0(%a2652: f32, %a2653: f32, %a2654: f32, %o2655: f32):
+    %s2656 = arith.constant 0x3F800000 : f32
+    %s2657 = arith.mulf %s2656, %a2653 : f32
+    %s2658 = arith.divf %s2657, %a2654 : f32
+    %s2659 = arith.addf %a2652, %s2658 : f32
+    linalg.yield %s2659 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2661 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2666 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e2661 : tensor<f32>) {
+  ^bb0(%a2662: f32, %o2663: f32):
+    %s2664 = arith.constant 0x3F800000 : f32
+    %s2665 = arith.addf %a2662, %s2664 : f32
+    linalg.yield %s2665 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2651 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2656 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2644, %v2650 : tensor<16xf32>, tensor<f32>) outs(%e2651 : tensor<16xf32>) {
-  ^bb0(%a2652: f32, %a2653: f32, %o2654: f32):
-    %s2655 = arith.divf %a2652, %a2653 : f32
-    linalg.yield %s2655 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2657 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2662 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2634 : tensor<f32>) outs(%e2657 : tensor<f32>) {
-  ^bb0(%a2658: f32, %o2659: f32):
-    %s2660 = arith.constant 0x3F800000 : f32
-    %s2661 = arith.divf %s2660, %a2658 : f32
-    linalg.yield %s2661 : f32
+  %e2667 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2681 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg30, %v408 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2667 : tensor<16x32xf32>) {
+  ^bb0(%a2668: f32, %a2669: f32, %o2670: f32):
+    %s2671 = arith.constant 0x3DCCCCCD : f32
+    %s2672 = arith.subf %a2669, %a2668 : f32
+    %s2673 = math.absf %s2671 : f32
+    %s2674 = arith.constant 0x3F000000 : f32
+    %s2675 = arith.cmpf olt, %s2673, %s2674 : f32
+    %s2676 = arith.constant 0x3F800000 : f32
+    %s2677 = arith.subf %s2671, %s2676 : f32
+    %s2678 = arith.select %s2675, %s2671, %s2677 : f32
+    %s2679 = arith.select %s2675, %a2668, %a2669 : f32
+    %s2680 = math.fma %s2678, %s2672, %s2679 : f32
+    linalg.yield %s2680 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e2682 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2687 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e2682 : tensor<16x32xf32>) {
+  ^bb0(%a2683: f32, %o2684: f32):
+    %s2685 = arith.constant 0x3F7FBE77 : f32
+    %s2686 = arith.mulf %a2683, %s2685 : f32
+    linalg.yield %s2686 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e2688 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2696 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2687, %v408, %v408 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2688 : tensor<16x32xf32>) {
+  ^bb0(%a2689: f32, %a2690: f32, %a2691: f32, %o2692: f32):
+    %s2693 = arith.constant 0x3A83126F : f32
+    %s2694 = arith.mulf %s2693, %a2690 : f32
+    %s2695 = math.fma %s2694, %a2691, %a2689 : f32
+    linalg.yield %s2695 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e2697 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2702 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2666 : tensor<f32>) outs(%e2697 : tensor<f32>) {
+  ^bb0(%a2698: f32, %o2699: f32):
+    %s2700 = arith.constant 0x3F666666 : f32
+    %s2701 = math.powf %s2700, %a2698 : f32
+    linalg.yield %s2701 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2663 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2668 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2662 : tensor<f32>) outs(%e2663 : tensor<f32>) {
-  ^bb0(%a2664: f32, %o2665: f32):
-    %s2666 = arith.constant 0x322BCC77 : f32
-    %s2667 = arith.mulf %a2664, %s2666 : f32
-    linalg.yield %s2667 : f32
+  %e2703 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2708 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2702 : tensor<f32>) outs(%e2703 : tensor<f32>) {
+  ^bb0(%a2704: f32, %o2705: f32):
+    %s2706 = arith.constant 0x3F800000 : f32
+    %s2707 = arith.subf %s2706, %a2704 : f32
+    linalg.yield %s2707 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2669 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2674 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2656, %v2668 : tensor<16xf32>, tensor<f32>) outs(%e2669 : tensor<16xf32>) {
-  ^bb0(%a2670: f32, %a2671: f32, %o2672: f32):
-    %s2673 = arith.addf %a2670, %a2671 : f32
-    linalg.yield %s2673 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2675 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2680 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2569 : tensor<16xf32>) outs(%e2675 : tensor<16xf32>) {
-  ^bb0(%a2676: f32, %o2677: f32):
-    %s2678 = arith.constant 0x3F800000 : f32
-    %s2679 = arith.mulf %a2676, %s2678 : f32
-    linalg.yield %s2679 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2681 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2686 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2680, %v2674 : tensor<16xf32>, tensor<16xf32>) outs(%e2681 : tensor<16xf32>) {
-  ^bb0(%a2682: f32, %a2683: f32, %o2684: f32):
-    %s2685 = arith.divf %a2682, %a2683 : f32
-    linalg.yield %s2685 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2687 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2692 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2686 : tensor<16xf32>, tensor<16xf32>) outs(%e2687 : tensor<16xf32>) {
-  ^bb0(%a2688: f32, %a2689: f32, %o2690: f32):
-    %s2691 = arith.addf %a2688, %a2689 : f32
-    linalg.yield %s2691 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2693 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2693 : tensor<f32>) {
-  ^bb0(%a2694: f32, %o2695: f32):
-    %s2696 = arith.constant 0x3F800000 : f32
-    %s2697 = arith.addf %a2694, %s2696 : f32
-    linalg.yield %s2697 : f32
+  %e2709 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2714 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2666 : tensor<f32>) outs(%e2709 : tensor<f32>) {
+  ^bb0(%a2710: f32, %o2711: f32):
+    %s2712 = arith.constant 0x3F7FBE77 : f32
+    %s2713 = math.powf %s2712, %a2710 : f32
+    linalg.yield %s2713 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2699 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c2700 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v2701 = linalg.fill ins(%c2700 : f32) outs(%e2699 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e2702 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2706 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2702 : tensor<f32>) {
-  ^bb0(%a2703: f32, %o2704: f32):
-    %s2705 = math.absf %a2703 : f32
-    linalg.yield %s2705 : f32
+  %e2715 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2714 : tensor<f32>) outs(%e2715 : tensor<f32>) {
+  ^bb0(%a2716: f32, %o2717: f32):
+    %s2718 = arith.constant 0x3F800000 : f32
+    %s2719 = arith.subf %s2718, %a2716 : f32
+    linalg.yield %s2719 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2707 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v2712 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2706 : tensor<f32>) outs(%e2707 : tensor<i1>) {
-  ^bb0(%a2708: f32, %o2709: i1):
-    %s2710 = arith.constant 0x3F000000 : f32
-    %s2711 = arith.cmpf oge, %a2708, %s2710 : f32
-    linalg.yield %s2711 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e2713 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2718 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2701 : tensor<f32>) outs(%e2713 : tensor<f32>) {
-  ^bb0(%a2714: f32, %o2715: f32):
-    %s2716 = arith.constant 0x3F800000 : f32
-    %s2717 = arith.subf %a2714, %s2716 : f32
-    linalg.yield %s2717 : f32
+  %e2721 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2726 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2708 : tensor<f32>) outs(%e2721 : tensor<f32>) {
+  ^bb0(%a2722: f32, %o2723: f32):
+    %s2724 = arith.constant 0x3F800000 : f32
+    %s2725 = arith.divf %s2724, %a2722 : f32
+    linalg.yield %s2725 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2719 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2712, %v2718, %v2701 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2719 : tensor<f32>) {
-  ^bb0(%a2720: i1, %a2721: f32, %a2722: f32, %o2723: f32):
-    %s2724 = arith.select %a2720, %a2721, %a2722 : f32
-    linalg.yield %s2724 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2726 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2732 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2712, %v591, %arg26 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2726 : tensor<16xf32>) {
-  ^bb0(%a2727: i1, %a2728: f32, %a2729: f32, %o2730: f32):
-    %s2731 = arith.select %a2727, %a2728, %a2729 : f32
+  %e2727 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2732 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2726 : tensor<f32>) outs(%e2727 : tensor<f32>) {
+  ^bb0(%a2728: f32, %o2729: f32):
+    %s2730 = arith.constant 0x3A83126F : f32
+    %s2731 = arith.mulf %a2728, %s2730 : f32
     linalg.yield %s2731 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2733 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2738 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591, %arg26 : tensor<16xf32>, tensor<16xf32>) outs(%e2733 : tensor<16xf32>) {
-  ^bb0(%a2734: f32, %a2735: f32, %o2736: f32):
-    %s2737 = arith.subf %a2734, %a2735 : f32
-    linalg.yield %s2737 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2739 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2744 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2725, %v2738 : tensor<f32>, tensor<16xf32>) outs(%e2739 : tensor<16xf32>) {
-  ^bb0(%a2740: f32, %a2741: f32, %o2742: f32):
-    %s2743 = arith.mulf %a2740, %a2741 : f32
-    linalg.yield %s2743 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2745 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2750 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2744, %v2732 : tensor<16xf32>, tensor<16xf32>) outs(%e2745 : tensor<16xf32>) {
-  ^bb0(%a2746: f32, %a2747: f32, %o2748: f32):
-    %s2749 = arith.addf %a2746, %a2747 : f32
-    linalg.yield %s2749 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2751 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2756 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2751 : tensor<16xf32>) {
-  ^bb0(%a2752: f32, %o2753: f32):
-    %s2754 = arith.constant 0x3F7FBE77 : f32
-    %s2755 = arith.mulf %a2752, %s2754 : f32
-    linalg.yield %s2755 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2757 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2762 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v591 : tensor<16xf32>) outs(%e2757 : tensor<16xf32>) {
-  ^bb0(%a2758: f32, %o2759: f32):
-    %s2760 = arith.constant 0x3A83126F : f32
-    %s2761 = arith.mulf %a2758, %s2760 : f32
-    linalg.yield %s2761 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2763 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2768 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2762, %v591 : tensor<16xf32>, tensor<16xf32>) outs(%e2763 : tensor<16xf32>) {
-  ^bb0(%a2764: f32, %a2765: f32, %o2766: f32):
-    %s2767 = arith.mulf %a2764, %a2765 : f32
-    linalg.yield %s2767 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2769 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2774 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2756, %v2768 : tensor<16xf32>, tensor<16xf32>) outs(%e2769 : tensor<16xf32>) {
-  ^bb0(%a2770: f32, %a2771: f32, %o2772: f32):
-    %s2773 = arith.addf %a2770, %a2771 : f32
-    linalg.yield %s2773 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2775 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2780 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2775 : tensor<f32>) {
-  ^bb0(%a2776: f32, %o2777: f32):
-    %s2778 = arith.constant 0x3F666666 : f32
-    %s2779 = math.powf %s2778, %a2776 : f32
-    linalg.yield %s2779 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2781 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2786 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2780 : tensor<f32>) outs(%e2781 : tensor<f32>) {
-  ^bb0(%a2782: f32, %o2783: f32):
-    %s2784 = arith.constant 0x3F800000 : f32
-    %s2785 = arith.subf %s2784, %a2782 : f32
-    linalg.yield %s2785 : f32
+  %e2733 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2737 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2732 : tensor<f32>) outs(%e2733 : tensor<f32>) {
+  ^bb0(%a2734: f32, %o2735: f32):
+    %s2736 = arith.negf %a2734 : f32
+    linalg.yield %s2736 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2787 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2792 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2698 : tensor<f32>) outs(%e2787 : tensor<f32>) {
-  ^bb0(%a2788: f32, %o2789: f32):
-    %s2790 = arith.constant 0x3F7FBE77 : f32
-    %s2791 = math.powf %s2790, %a2788 : f32
-    linalg.yield %s2791 : f32
+  %e2738 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2742 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2720 : tensor<f32>) outs(%e2738 : tensor<f32>) {
+  ^bb0(%a2739: f32, %o2740: f32):
+    %s2741 = math.sqrt %a2739 : f32
+    linalg.yield %s2741 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2793 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2798 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2792 : tensor<f32>) outs(%e2793 : tensor<f32>) {
-  ^bb0(%a2794: f32, %o2795: f32):
-    %s2796 = arith.constant 0x3F800000 : f32
-    %s2797 = arith.subf %s2796, %a2794 : f32
-    linalg.yield %s2797 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2799 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2804 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2786 : tensor<f32>) outs(%e2799 : tensor<f32>) {
-  ^bb0(%a2800: f32, %o2801: f32):
-    %s2802 = arith.constant 0x3F800000 : f32
-    %s2803 = arith.divf %s2802, %a2800 : f32
-    linalg.yield %s2803 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2805 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2810 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2804 : tensor<f32>) outs(%e2805 : tensor<f32>) {
-  ^bb0(%a2806: f32, %o2807: f32):
-    %s2808 = arith.constant 0x3A83126F : f32
-    %s2809 = arith.mulf %a2806, %s2808 : f32
-    linalg.yield %s2809 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2811 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2815 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2810 : tensor<f32>) outs(%e2811 : tensor<f32>) {
-  ^bb0(%a2812: f32, %o2813: f32):
-    %s2814 = arith.negf %a2812 : f32
-    linalg.yield %s2814 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2816 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2820 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2798 : tensor<f32>) outs(%e2816 : tensor<f32>) {
-  ^bb0(%a2817: f32, %o2818: f32):
-    %s2819 = math.sqrt %a2817 : f32
-    linalg.yield %s2819 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2821 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2825 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2774 : tensor<16xf32>) outs(%e2821 : tensor<16xf32>) {
-  ^bb0(%a2822: f32, %o2823: f32):
-    %s2824 = math.sqrt %a2822 : f32
-    linalg.yield %s2824 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2826 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2820, %v2815 : tensor<f32>, tensor<f32>) outs(%e2826 : tensor<f32>) {
-  ^bb0(%a2827: f32, %a2828: f32, %o2829: f32):
-    %s2830 = arith.mulf %a2827, %a2828 : f32
-    linalg.yield %s2830 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2832 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2837 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2825, %v2831 : tensor<16xf32>, tensor<f32>) outs(%e2832 : tensor<16xf32>) {
-  ^bb0(%a2833: f32, %a2834: f32, %o2835: f32):
-    %s2836 = arith.divf %a2833, %a2834 : f32
-    linalg.yield %s2836 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2838 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2815 : tensor<f32>) outs(%e2838 : tensor<f32>) {
-  ^bb0(%a2839: f32, %o2840: f32):
-    %s2841 = arith.constant 0x3F800000 : f32
-    %s2842 = arith.divf %s2841, %a2839 : f32
-    linalg.yield %s2842 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2844 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2849 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2843 : tensor<f32>) outs(%e2844 : tensor<f32>) {
-  ^bb0(%a2845: f32, %o2846: f32):
-    %s2847 = arith.constant 0x322BCC77 : f32
-    %s2848 = arith.mulf %a2845, %s2847 : f32
-    linalg.yield %s2848 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2850 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2855 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2837, %v2849 : tensor<16xf32>, tensor<f32>) outs(%e2850 : tensor<16xf32>) {
-  ^bb0(%a2851: f32, %a2852: f32, %o2853: f32):
-    %s2854 = arith.addf %a2851, %a2852 : f32
-    linalg.yield %s2854 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2856 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2861 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2750 : tensor<16xf32>) outs(%e2856 : tensor<16xf32>) {
-  ^bb0(%a2857: f32, %o2858: f32):
-    %s2859 = arith.constant 0x3F800000 : f32
-    %s2860 = arith.mulf %a2857, %s2859 : f32
-    linalg.yield %s2860 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2862 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2867 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2861, %v2855 : tensor<16xf32>, tensor<16xf32>) outs(%e2862 : tensor<16xf32>) {
-  ^bb0(%a2863: f32, %a2864: f32, %o2865: f32):
-    %s2866 = arith.divf %a2863, %a2864 : f32
-    linalg.yield %s2866 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2868 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2873 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2867 : tensor<16xf32>, tensor<16xf32>) outs(%e2868 : tensor<16xf32>) {
-  ^bb0(%a2869: f32, %a2870: f32, %o2871: f32):
-    %s2872 = arith.addf %a2869, %a2870 : f32
-    linalg.yield %s2872 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2874 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2879 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2874 : tensor<f32>) {
-  ^bb0(%a2875: f32, %o2876: f32):
-    %s2877 = arith.constant 0x3F800000 : f32
-    %s2878 = arith.addf %a2875, %s2877 : f32
-    linalg.yield %s2878 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2880 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c2881 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v2882 = linalg.fill ins(%c2881 : f32) outs(%e2880 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e2883 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2887 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2883 : tensor<f32>) {
-  ^bb0(%a2884: f32, %o2885: f32):
-    %s2886 = math.absf %a2884 : f32
-    linalg.yield %s2886 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2888 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v2893 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2887 : tensor<f32>) outs(%e2888 : tensor<i1>) {
-  ^bb0(%a2889: f32, %o2890: i1):
-    %s2891 = arith.constant 0x3F000000 : f32
-    %s2892 = arith.cmpf oge, %a2889, %s2891 : f32
-    linalg.yield %s2892 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e2894 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2899 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2882 : tensor<f32>) outs(%e2894 : tensor<f32>) {
-  ^bb0(%a2895: f32, %o2896: f32):
-    %s2897 = arith.constant 0x3F800000 : f32
-    %s2898 = arith.subf %a2895, %s2897 : f32
-    linalg.yield %s2898 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2900 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2906 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2893, %v2899, %v2882 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e2900 : tensor<f32>) {
-  ^bb0(%a2901: i1, %a2902: f32, %a2903: f32, %o2904: f32):
-    %s2905 = arith.select %a2901, %a2902, %a2903 : f32
-    linalg.yield %s2905 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2907 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2913 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2893, %v598, %arg27 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e2907 : tensor<16xf32>) {
-  ^bb0(%a2908: i1, %a2909: f32, %a2910: f32, %o2911: f32):
-    %s2912 = arith.select %a2908, %a2909, %a2910 : f32
-    linalg.yield %s2912 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2914 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2919 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598, %arg27 : tensor<16xf32>, tensor<16xf32>) outs(%e2914 : tensor<16xf32>) {
-  ^bb0(%a2915: f32, %a2916: f32, %o2917: f32):
-    %s2918 = arith.subf %a2915, %a2916 : f32
-    linalg.yield %s2918 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2920 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2925 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2906, %v2919 : tensor<f32>, tensor<16xf32>) outs(%e2920 : tensor<16xf32>) {
-  ^bb0(%a2921: f32, %a2922: f32, %o2923: f32):
-    %s2924 = arith.mulf %a2921, %a2922 : f32
-    linalg.yield %s2924 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2926 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2931 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2925, %v2913 : tensor<16xf32>, tensor<16xf32>) outs(%e2926 : tensor<16xf32>) {
-  ^bb0(%a2927: f32, %a2928: f32, %o2929: f32):
-    %s2930 = arith.addf %a2927, %a2928 : f32
-    linalg.yield %s2930 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2932 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2937 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2932 : tensor<16xf32>) {
-  ^bb0(%a2933: f32, %o2934: f32):
-    %s2935 = arith.constant 0x3F7FBE77 : f32
-    %s2936 = arith.mulf %a2933, %s2935 : f32
-    linalg.yield %s2936 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2938 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2943 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v598 : tensor<16xf32>) outs(%e2938 : tensor<16xf32>) {
-  ^bb0(%a2939: f32, %o2940: f32):
-    %s2941 = arith.constant 0x3A83126F : f32
-    %s2942 = arith.mulf %a2939, %s2941 : f32
-    linalg.yield %s2942 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2944 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2949 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2943, %v598 : tensor<16xf32>, tensor<16xf32>) outs(%e2944 : tensor<16xf32>) {
-  ^bb0(%a2945: f32, %a2946: f32, %o2947: f32):
-    %s2948 = arith.mulf %a2945, %a2946 : f32
-    linalg.yield %s2948 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2950 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2955 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2937, %v2949 : tensor<16xf32>, tensor<16xf32>) outs(%e2950 : tensor<16xf32>) {
-  ^bb0(%a2951: f32, %a2952: f32, %o2953: f32):
-    %s2954 = arith.addf %a2951, %a2952 : f32
-    linalg.yield %s2954 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2956 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2961 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2956 : tensor<f32>) {
-  ^bb0(%a2957: f32, %o2958: f32):
-    %s2959 = arith.constant 0x3F666666 : f32
-    %s2960 = math.powf %s2959, %a2957 : f32
-    linalg.yield %s2960 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2962 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2967 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2961 : tensor<f32>) outs(%e2962 : tensor<f32>) {
-  ^bb0(%a2963: f32, %o2964: f32):
-    %s2965 = arith.constant 0x3F800000 : f32
-    %s2966 = arith.subf %s2965, %a2963 : f32
-    linalg.yield %s2966 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2968 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2973 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2879 : tensor<f32>) outs(%e2968 : tensor<f32>) {
-  ^bb0(%a2969: f32, %o2970: f32):
-    %s2971 = arith.constant 0x3F7FBE77 : f32
-    %s2972 = math.powf %s2971, %a2969 : f32
-    linalg.yield %s2972 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2974 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2979 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2973 : tensor<f32>) outs(%e2974 : tensor<f32>) {
-  ^bb0(%a2975: f32, %o2976: f32):
-    %s2977 = arith.constant 0x3F800000 : f32
-    %s2978 = arith.subf %s2977, %a2975 : f32
-    linalg.yield %s2978 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2980 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2985 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2967 : tensor<f32>) outs(%e2980 : tensor<f32>) {
-  ^bb0(%a2981: f32, %o2982: f32):
-    %s2983 = arith.constant 0x3F800000 : f32
-    %s2984 = arith.divf %s2983, %a2981 : f32
-    linalg.yield %s2984 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2986 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2991 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2985 : tensor<f32>) outs(%e2986 : tensor<f32>) {
-  ^bb0(%a2987: f32, %o2988: f32):
-    %s2989 = arith.constant 0x3A83126F : f32
-    %s2990 = arith.mulf %a2987, %s2989 : f32
-    linalg.yield %s2990 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2992 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2996 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2991 : tensor<f32>) outs(%e2992 : tensor<f32>) {
-  ^bb0(%a2993: f32, %o2994: f32):
-    %s2995 = arith.negf %a2993 : f32
-    linalg.yield %s2995 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2997 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3001 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2979 : tensor<f32>) outs(%e2997 : tensor<f32>) {
-  ^bb0(%a2998: f32, %o2999: f32):
-    %s3000 = math.sqrt %a2998 : f32
-    linalg.yield %s3000 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3002 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3006 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2955 : tensor<16xf32>) outs(%e3002 : tensor<16xf32>) {
-  ^bb0(%a3003: f32, %o3004: f32):
-    %s3005 = math.sqrt %a3003 : f32
-    linalg.yield %s3005 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3007 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3012 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3001, %v2996 : tensor<f32>, tensor<f32>) outs(%e3007 : tensor<f32>) {
-  ^bb0(%a3008: f32, %a3009: f32, %o3010: f32):
-    %s3011 = arith.mulf %a3008, %a3009 : f32
-    linalg.yield %s3011 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3013 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3018 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3006, %v3012 : tensor<16xf32>, tensor<f32>) outs(%e3013 : tensor<16xf32>) {
-  ^bb0(%a3014: f32, %a3015: f32, %o3016: f32):
-    %s3017 = arith.divf %a3014, %a3015 : f32
-    linalg.yield %s3017 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3019 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3024 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2996 : tensor<f32>) outs(%e3019 : tensor<f32>) {
-  ^bb0(%a3020: f32, %o3021: f32):
-    %s3022 = arith.constant 0x3F800000 : f32
-    %s3023 = arith.divf %s3022, %a3020 : f32
-    linalg.yield %s3023 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3025 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3030 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3024 : tensor<f32>) outs(%e3025 : tensor<f32>) {
-  ^bb0(%a3026: f32, %o3027: f32):
-    %s3028 = arith.constant 0x322BCC77 : f32
-    %s3029 = arith.mulf %a3026, %s3028 : f32
-    linalg.yield %s3029 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3031 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3018, %v3030 : tensor<16xf32>, tensor<f32>) outs(%e3031 : tensor<16xf32>) {
-  ^bb0(%a3032: f32, %a3033: f32, %o3034: f32):
-    %s3035 = arith.addf %a3032, %a3033 : f32
-    linalg.yield %s3035 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3037 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3042 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2931 : tensor<16xf32>) outs(%e3037 : tensor<16xf32>) {
-  ^bb0(%a3038: f32, %o3039: f32):
-    %s3040 = arith.constant 0x3F800000 : f32
-    %s3041 = arith.mulf %a3038, %s3040 : f32
-    linalg.yield %s3041 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3043 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3048 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3042, %v3036 : tensor<16xf32>, tensor<16xf32>) outs(%e3043 : tensor<16xf32>) {
-  ^bb0(%a3044: f32, %a3045: f32, %o3046: f32):
-    %s3047 = arith.divf %a3044, %a3045 : f32
-    linalg.yield %s3047 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3049 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3054 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v3048 : tensor<16xf32>, tensor<16xf32>) outs(%e3049 : tensor<16xf32>) {
-  ^bb0(%a3050: f32, %a3051: f32, %o3052: f32):
-    %s3053 = arith.addf %a3050, %a3051 : f32
-    linalg.yield %s3053 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3055 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3060 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e3055 : tensor<f32>) {
-  ^bb0(%a3056: f32, %o3057: f32):
-    %s3058 = arith.constant 0x3F800000 : f32
-    %s3059 = arith.addf %a3056, %s3058 : f32
-    linalg.yield %s3059 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3061 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c3062 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v3063 = linalg.fill ins(%c3062 : f32) outs(%e3061 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e3064 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3068 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3064 : tensor<f32>) {
-  ^bb0(%a3065: f32, %o3066: f32):
-    %s3067 = math.absf %a3065 : f32
-    linalg.yield %s3067 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3069 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v3074 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3068 : tensor<f32>) outs(%e3069 : tensor<i1>) {
-  ^bb0(%a3070: f32, %o3071: i1):
-    %s3072 = arith.constant 0x3F000000 : f32
-    %s3073 = arith.cmpf oge, %a3070, %s3072 : f32
-    linalg.yield %s3073 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e3075 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3080 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3063 : tensor<f32>) outs(%e3075 : tensor<f32>) {
-  ^bb0(%a3076: f32, %o3077: f32):
-    %s3078 = arith.constant 0x3F800000 : f32
-    %s3079 = arith.subf %a3076, %s3078 : f32
-    linalg.yield %s3079 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3081 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3074, %v3080, %v3063 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3081 : tensor<f32>) {
-  ^bb0(%a3082: i1, %a3083: f32, %a3084: f32, %o3085: f32):
-    %s3086 = arith.select %a3082, %a3083, %a3084 : f32
-    linalg.yield %s3086 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3088 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3094 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3074, %v498, %arg28 : tensor<i1>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3088 : tensor<32x16xf32>) {
-  ^bb0(%a3089: i1, %a3090: f32, %a3091: f32, %o3092: f32):
-    %s3093 = arith.select %a3089, %a3090, %a3091 : f32
-    linalg.yield %s3093 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3095 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3100 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498, %arg28 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3095 : tensor<32x16xf32>) {
-  ^bb0(%a3096: f32, %a3097: f32, %o3098: f32):
-    %s3099 = arith.subf %a3096, %a3097 : f32
-    linalg.yield %s3099 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3101 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3087, %v3100 : tensor<f32>, tensor<32x16xf32>) outs(%e3101 : tensor<32x16xf32>) {
-  ^bb0(%a3102: f32, %a3103: f32, %o3104: f32):
-    %s3105 = arith.mulf %a3102, %a3103 : f32
-    linalg.yield %s3105 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3107 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3106, %v3094 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3107 : tensor<32x16xf32>) {
-  ^bb0(%a3108: f32, %a3109: f32, %o3110: f32):
-    %s3111 = arith.addf %a3108, %a3109 : f32
-    linalg.yield %s3111 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3113 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3118 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e3113 : tensor<32x16xf32>) {
-  ^bb0(%a3114: f32, %o3115: f32):
-    %s3116 = arith.constant 0x3F7FBE77 : f32
-    %s3117 = arith.mulf %a3114, %s3116 : f32
-    linalg.yield %s3117 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3119 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3124 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v498 : tensor<32x16xf32>) outs(%e3119 : tensor<32x16xf32>) {
-  ^bb0(%a3120: f32, %o3121: f32):
-    %s3122 = arith.constant 0x3A83126F : f32
-    %s3123 = arith.mulf %a3120, %s3122 : f32
-    linalg.yield %s3123 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3125 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3124, %v498 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3125 : tensor<32x16xf32>) {
-  ^bb0(%a3126: f32, %a3127: f32, %o3128: f32):
-    %s3129 = arith.mulf %a3126, %a3127 : f32
-    linalg.yield %s3129 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3131 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3136 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3118, %v3130 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3131 : tensor<32x16xf32>) {
-  ^bb0(%a3132: f32, %a3133: f32, %o3134: f32):
-    %s3135 = arith.addf %a3132, %a3133 : f32
-    linalg.yield %s3135 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3137 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3137 : tensor<f32>) {
-  ^bb0(%a3138: f32, %o3139: f32):
-    %s3140 = arith.constant 0x3F666666 : f32
-    %s3141 = math.powf %s3140, %a3138 : f32
-    linalg.yield %s3141 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3143 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3148 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3142 : tensor<f32>) outs(%e3143 : tensor<f32>) {
-  ^bb0(%a3144: f32, %o3145: f32):
-    %s3146 = arith.constant 0x3F800000 : f32
-    %s3147 = arith.subf %s3146, %a3144 : f32
-    linalg.yield %s3147 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3149 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3154 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3060 : tensor<f32>) outs(%e3149 : tensor<f32>) {
-  ^bb0(%a3150: f32, %o3151: f32):
-    %s3152 = arith.constant 0x3F7FBE77 : f32
-    %s3153 = math.powf %s3152, %a3150 : f32
-    linalg.yield %s3153 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3155 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3160 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3154 : tensor<f32>) outs(%e3155 : tensor<f32>) {
-  ^bb0(%a3156: f32, %o3157: f32):
-    %s3158 = arith.constant 0x3F800000 : f32
-    %s3159 = arith.subf %s3158, %a3156 : f32
-    linalg.yield %s3159 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3161 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3166 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3148 : tensor<f32>) outs(%e3161 : tensor<f32>) {
-  ^bb0(%a3162: f32, %o3163: f32):
-    %s3164 = arith.constant 0x3F800000 : f32
-    %s3165 = arith.divf %s3164, %a3162 : f32
-    linalg.yield %s3165 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3167 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3172 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3166 : tensor<f32>) outs(%e3167 : tensor<f32>) {
-  ^bb0(%a3168: f32, %o3169: f32):
-    %s3170 = arith.constant 0x3A83126F : f32
-    %s3171 = arith.mulf %a3168, %s3170 : f32
-    linalg.yield %s3171 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3173 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3177 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3172 : tensor<f32>) outs(%e3173 : tensor<f32>) {
-  ^bb0(%a3174: f32, %o3175: f32):
-    %s3176 = arith.negf %a3174 : f32
-    linalg.yield %s3176 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3178 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3182 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3160 : tensor<f32>) outs(%e3178 : tensor<f32>) {
-  ^bb0(%a3179: f32, %o3180: f32):
-    %s3181 = math.sqrt %a3179 : f32
-    linalg.yield %s3181 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3183 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3136 : tensor<32x16xf32>) outs(%e3183 : tensor<32x16xf32>) {
-  ^bb0(%a3184: f32, %o3185: f32):
-    %s3186 = math.sqrt %a3184 : f32
-    linalg.yield %s3186 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3188 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3193 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3182, %v3177 : tensor<f32>, tensor<f32>) outs(%e3188 : tensor<f32>) {
-  ^bb0(%a3189: f32, %a3190: f32, %o3191: f32):
-    %s3192 = arith.mulf %a3189, %a3190 : f32
-    linalg.yield %s3192 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3194 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3187, %v3193 : tensor<32x16xf32>, tensor<f32>) outs(%e3194 : tensor<32x16xf32>) {
-  ^bb0(%a3195: f32, %a3196: f32, %o3197: f32):
-    %s3198 = arith.divf %a3195, %a3196 : f32
-    linalg.yield %s3198 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3200 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3177 : tensor<f32>) outs(%e3200 : tensor<f32>) {
-  ^bb0(%a3201: f32, %o3202: f32):
-    %s3203 = arith.constant 0x3F800000 : f32
-    %s3204 = arith.divf %s3203, %a3201 : f32
-    linalg.yield %s3204 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3206 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3211 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3205 : tensor<f32>) outs(%e3206 : tensor<f32>) {
-  ^bb0(%a3207: f32, %o3208: f32):
-    %s3209 = arith.constant 0x322BCC77 : f32
-    %s3210 = arith.mulf %a3207, %s3209 : f32
-    linalg.yield %s3210 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3212 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3217 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3199, %v3211 : tensor<32x16xf32>, tensor<f32>) outs(%e3212 : tensor<32x16xf32>) {
-  ^bb0(%a3213: f32, %a3214: f32, %o3215: f32):
-    %s3216 = arith.addf %a3213, %a3214 : f32
-    linalg.yield %s3216 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3218 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3112 : tensor<32x16xf32>) outs(%e3218 : tensor<32x16xf32>) {
-  ^bb0(%a3219: f32, %o3220: f32):
-    %s3221 = arith.constant 0x3F800000 : f32
-    %s3222 = arith.mulf %a3219, %s3221 : f32
-    linalg.yield %s3222 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3224 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3223, %v3217 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3224 : tensor<32x16xf32>) {
-  ^bb0(%a3225: f32, %a3226: f32, %o3227: f32):
-    %s3228 = arith.divf %a3225, %a3226 : f32
-    linalg.yield %s3228 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3230 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v3235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v3229 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e3230 : tensor<32x16xf32>) {
-  ^bb0(%a3231: f32, %a3232: f32, %o3233: f32):
-    %s3234 = arith.addf %a3231, %a3232 : f32
-    linalg.yield %s3234 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e3236 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e3236 : tensor<f32>) {
-  ^bb0(%a3237: f32, %o3238: f32):
-    %s3239 = arith.constant 0x3F800000 : f32
-    %s3240 = arith.addf %a3237, %s3239 : f32
-    linalg.yield %s3240 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3242 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c3243 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v3244 = linalg.fill ins(%c3243 : f32) outs(%e3242 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e3245 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3249 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3245 : tensor<f32>) {
-  ^bb0(%a3246: f32, %o3247: f32):
-    %s3248 = math.absf %a3246 : f32
-    linalg.yield %s3248 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3250 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v3255 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3249 : tensor<f32>) outs(%e3250 : tensor<i1>) {
-  ^bb0(%a3251: f32, %o3252: i1):
-    %s3253 = arith.constant 0x3F000000 : f32
-    %s3254 = arith.cmpf oge, %a3251, %s3253 : f32
-    linalg.yield %s3254 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e3256 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3244 : tensor<f32>) outs(%e3256 : tensor<f32>) {
-  ^bb0(%a3257: f32, %o3258: f32):
-    %s3259 = arith.constant 0x3F800000 : f32
-    %s3260 = arith.subf %a3257, %s3259 : f32
-    linalg.yield %s3260 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3262 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3268 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3255, %v3261, %v3244 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3262 : tensor<f32>) {
-  ^bb0(%a3263: i1, %a3264: f32, %a3265: f32, %o3266: f32):
-    %s3267 = arith.select %a3263, %a3264, %a3265 : f32
-    linalg.yield %s3267 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3269 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3275 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3255, %v495, %arg29 : tensor<i1>, tensor<32xf32>, tensor<32xf32>) outs(%e3269 : tensor<32xf32>) {
-  ^bb0(%a3270: i1, %a3271: f32, %a3272: f32, %o3273: f32):
-    %s3274 = arith.select %a3270, %a3271, %a3272 : f32
-    linalg.yield %s3274 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3276 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3281 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495, %arg29 : tensor<32xf32>, tensor<32xf32>) outs(%e3276 : tensor<32xf32>) {
-  ^bb0(%a3277: f32, %a3278: f32, %o3279: f32):
-    %s3280 = arith.subf %a3277, %a3278 : f32
-    linalg.yield %s3280 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3282 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3287 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3268, %v3281 : tensor<f32>, tensor<32xf32>) outs(%e3282 : tensor<32xf32>) {
-  ^bb0(%a3283: f32, %a3284: f32, %o3285: f32):
-    %s3286 = arith.mulf %a3283, %a3284 : f32
-    linalg.yield %s3286 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3288 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3293 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3287, %v3275 : tensor<32xf32>, tensor<32xf32>) outs(%e3288 : tensor<32xf32>) {
-  ^bb0(%a3289: f32, %a3290: f32, %o3291: f32):
-    %s3292 = arith.addf %a3289, %a3290 : f32
-    linalg.yield %s3292 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3294 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e3294 : tensor<32xf32>) {
-  ^bb0(%a3295: f32, %o3296: f32):
-    %s3297 = arith.constant 0x3F7FBE77 : f32
-    %s3298 = arith.mulf %a3295, %s3297 : f32
-    linalg.yield %s3298 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3300 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3305 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v495 : tensor<32xf32>) outs(%e3300 : tensor<32xf32>) {
-  ^bb0(%a3301: f32, %o3302: f32):
-    %s3303 = arith.constant 0x3A83126F : f32
-    %s3304 = arith.mulf %a3301, %s3303 : f32
-    linalg.yield %s3304 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3306 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3311 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3305, %v495 : tensor<32xf32>, tensor<32xf32>) outs(%e3306 : tensor<32xf32>) {
-  ^bb0(%a3307: f32, %a3308: f32, %o3309: f32):
-    %s3310 = arith.mulf %a3307, %a3308 : f32
-    linalg.yield %s3310 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3312 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3317 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3299, %v3311 : tensor<32xf32>, tensor<32xf32>) outs(%e3312 : tensor<32xf32>) {
-  ^bb0(%a3313: f32, %a3314: f32, %o3315: f32):
-    %s3316 = arith.addf %a3313, %a3314 : f32
-    linalg.yield %s3316 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3318 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3318 : tensor<f32>) {
-  ^bb0(%a3319: f32, %o3320: f32):
-    %s3321 = arith.constant 0x3F666666 : f32
-    %s3322 = math.powf %s3321, %a3319 : f32
-    linalg.yield %s3322 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3324 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3323 : tensor<f32>) outs(%e3324 : tensor<f32>) {
-  ^bb0(%a3325: f32, %o3326: f32):
-    %s3327 = arith.constant 0x3F800000 : f32
-    %s3328 = arith.subf %s3327, %a3325 : f32
-    linalg.yield %s3328 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3330 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3241 : tensor<f32>) outs(%e3330 : tensor<f32>) {
-  ^bb0(%a3331: f32, %o3332: f32):
-    %s3333 = arith.constant 0x3F7FBE77 : f32
-    %s3334 = math.powf %s3333, %a3331 : f32
-    linalg.yield %s3334 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3336 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3341 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3335 : tensor<f32>) outs(%e3336 : tensor<f32>) {
-  ^bb0(%a3337: f32, %o3338: f32):
-    %s3339 = arith.constant 0x3F800000 : f32
-    %s3340 = arith.subf %s3339, %a3337 : f32
-    linalg.yield %s3340 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3342 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3347 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3329 : tensor<f32>) outs(%e3342 : tensor<f32>) {
-  ^bb0(%a3343: f32, %o3344: f32):
-    %s3345 = arith.constant 0x3F800000 : f32
-    %s3346 = arith.divf %s3345, %a3343 : f32
-    linalg.yield %s3346 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3348 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3353 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3347 : tensor<f32>) outs(%e3348 : tensor<f32>) {
-  ^bb0(%a3349: f32, %o3350: f32):
-    %s3351 = arith.constant 0x3A83126F : f32
-    %s3352 = arith.mulf %a3349, %s3351 : f32
-    linalg.yield %s3352 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3354 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3358 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3353 : tensor<f32>) outs(%e3354 : tensor<f32>) {
-  ^bb0(%a3355: f32, %o3356: f32):
-    %s3357 = arith.negf %a3355 : f32
-    linalg.yield %s3357 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3359 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3363 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3341 : tensor<f32>) outs(%e3359 : tensor<f32>) {
-  ^bb0(%a3360: f32, %o3361: f32):
-    %s3362 = math.sqrt %a3360 : f32
-    linalg.yield %s3362 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3364 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3368 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3317 : tensor<32xf32>) outs(%e3364 : tensor<32xf32>) {
-  ^bb0(%a3365: f32, %o3366: f32):
-    %s3367 = math.sqrt %a3365 : f32
-    linalg.yield %s3367 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3369 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3363, %v3358 : tensor<f32>, tensor<f32>) outs(%e3369 : tensor<f32>) {
-  ^bb0(%a3370: f32, %a3371: f32, %o3372: f32):
-    %s3373 = arith.mulf %a3370, %a3371 : f32
-    linalg.yield %s3373 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3375 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3368, %v3374 : tensor<32xf32>, tensor<f32>) outs(%e3375 : tensor<32xf32>) {
-  ^bb0(%a3376: f32, %a3377: f32, %o3378: f32):
-    %s3379 = arith.divf %a3376, %a3377 : f32
-    linalg.yield %s3379 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3381 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3386 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3358 : tensor<f32>) outs(%e3381 : tensor<f32>) {
-  ^bb0(%a3382: f32, %o3383: f32):
-    %s3384 = arith.constant 0x3F800000 : f32
-    %s3385 = arith.divf %s3384, %a3382 : f32
-    linalg.yield %s3385 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3387 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3392 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3386 : tensor<f32>) outs(%e3387 : tensor<f32>) {
-  ^bb0(%a3388: f32, %o3389: f32):
-    %s3390 = arith.constant 0x322BCC77 : f32
-    %s3391 = arith.mulf %a3388, %s3390 : f32
-    linalg.yield %s3391 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3393 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3398 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3380, %v3392 : tensor<32xf32>, tensor<f32>) outs(%e3393 : tensor<32xf32>) {
-  ^bb0(%a3394: f32, %a3395: f32, %o3396: f32):
-    %s3397 = arith.addf %a3394, %a3395 : f32
-    linalg.yield %s3397 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3399 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3404 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3293 : tensor<32xf32>) outs(%e3399 : tensor<32xf32>) {
-  ^bb0(%a3400: f32, %o3401: f32):
-    %s3402 = arith.constant 0x3F800000 : f32
-    %s3403 = arith.mulf %a3400, %s3402 : f32
-    linalg.yield %s3403 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3405 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3410 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3404, %v3398 : tensor<32xf32>, tensor<32xf32>) outs(%e3405 : tensor<32xf32>) {
-  ^bb0(%a3406: f32, %a3407: f32, %o3408: f32):
-    %s3409 = arith.divf %a3406, %a3407 : f32
-    linalg.yield %s3409 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3411 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v3416 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v3410 : tensor<32xf32>, tensor<32xf32>) outs(%e3411 : tensor<32xf32>) {
-  ^bb0(%a3412: f32, %a3413: f32, %o3414: f32):
-    %s3415 = arith.addf %a3412, %a3413 : f32
-    linalg.yield %s3415 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e3417 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3422 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e3417 : tensor<f32>) {
-  ^bb0(%a3418: f32, %o3419: f32):
-    %s3420 = arith.constant 0x3F800000 : f32
-    %s3421 = arith.addf %a3418, %s3420 : f32
-    linalg.yield %s3421 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3423 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c3424 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v3425 = linalg.fill ins(%c3424 : f32) outs(%e3423 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e3426 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3426 : tensor<f32>) {
-  ^bb0(%a3427: f32, %o3428: f32):
-    %s3429 = math.absf %a3427 : f32
-    linalg.yield %s3429 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3431 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v3436 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3430 : tensor<f32>) outs(%e3431 : tensor<i1>) {
-  ^bb0(%a3432: f32, %o3433: i1):
-    %s3434 = arith.constant 0x3F000000 : f32
-    %s3435 = arith.cmpf oge, %a3432, %s3434 : f32
-    linalg.yield %s3435 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e3437 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3425 : tensor<f32>) outs(%e3437 : tensor<f32>) {
-  ^bb0(%a3438: f32, %o3439: f32):
-    %s3440 = arith.constant 0x3F800000 : f32
-    %s3441 = arith.subf %a3438, %s3440 : f32
-    linalg.yield %s3441 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3443 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3449 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3436, %v3442, %v3425 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3443 : tensor<f32>) {
-  ^bb0(%a3444: i1, %a3445: f32, %a3446: f32, %o3447: f32):
-    %s3448 = arith.select %a3444, %a3445, %a3446 : f32
-    linalg.yield %s3448 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3450 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3456 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3436, %v408, %arg30 : tensor<i1>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3450 : tensor<16x32xf32>) {
-  ^bb0(%a3451: i1, %a3452: f32, %a3453: f32, %o3454: f32):
-    %s3455 = arith.select %a3451, %a3452, %a3453 : f32
-    linalg.yield %s3455 : f32
+  %e2743 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2747 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2696 : tensor<16x32xf32>) outs(%e2743 : tensor<16x32xf32>) {
+  ^bb0(%a2744: f32, %o2745: f32):
+    %s2746 = math.sqrt %a2744 : f32
+    linalg.yield %s2746 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e3457 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3462 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408, %arg30 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3457 : tensor<16x32xf32>) {
-  ^bb0(%a3458: f32, %a3459: f32, %o3460: f32):
-    %s3461 = arith.subf %a3458, %a3459 : f32
-    linalg.yield %s3461 : f32
+  %e2748 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2753 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2742, %v2737 : tensor<f32>, tensor<f32>) outs(%e2748 : tensor<f32>) {
+  ^bb0(%a2749: f32, %a2750: f32, %o2751: f32):
+    %s2752 = arith.mulf %a2749, %a2750 : f32
+    linalg.yield %s2752 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2754 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2759 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2747, %v2753 : tensor<16x32xf32>, tensor<f32>) outs(%e2754 : tensor<16x32xf32>) {
+  ^bb0(%a2755: f32, %a2756: f32, %o2757: f32):
+    %s2758 = arith.divf %a2755, %a2756 : f32
+    linalg.yield %s2758 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e3463 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3468 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3449, %v3462 : tensor<f32>, tensor<16x32xf32>) outs(%e3463 : tensor<16x32xf32>) {
-  ^bb0(%a3464: f32, %a3465: f32, %o3466: f32):
-    %s3467 = arith.mulf %a3464, %a3465 : f32
-    linalg.yield %s3467 : f32
+  %e2760 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2765 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2737 : tensor<f32>) outs(%e2760 : tensor<f32>) {
+  ^bb0(%a2761: f32, %o2762: f32):
+    %s2763 = arith.constant 0x3F800000 : f32
+    %s2764 = arith.divf %s2763, %a2761 : f32
+    linalg.yield %s2764 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2766 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2771 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2765 : tensor<f32>) outs(%e2766 : tensor<f32>) {
+  ^bb0(%a2767: f32, %o2768: f32):
+    %s2769 = arith.constant 0x322BCC77 : f32
+    %s2770 = arith.mulf %a2767, %s2769 : f32
+    linalg.yield %s2770 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2772 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2777 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2759, %v2771 : tensor<16x32xf32>, tensor<f32>) outs(%e2772 : tensor<16x32xf32>) {
+  ^bb0(%a2773: f32, %a2774: f32, %o2775: f32):
+    %s2776 = arith.addf %a2773, %a2774 : f32
+    linalg.yield %s2776 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e3469 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3474 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3468, %v3456 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3469 : tensor<16x32xf32>) {
-  ^bb0(%a3470: f32, %a3471: f32, %o3472: f32):
-    %s3473 = arith.addf %a3470, %a3471 : f32
-    linalg.yield %s3473 : f32
+  %e2778 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2787 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v2681, %v2777 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2778 : tensor<16x32xf32>) {
+  ^bb0(%a2779: f32, %a2780: f32, %a2781: f32, %o2782: f32):
+    %s2783 = arith.constant 0x3F800000 : f32
+    %s2784 = arith.mulf %s2783, %a2780 : f32
+    %s2785 = arith.divf %s2784, %a2781 : f32
+    %s2786 = arith.addf %a2779, %s2785 : f32
+    linalg.yield %s2786 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e3475 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3480 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e3475 : tensor<16x32xf32>) {
-  ^bb0(%a3476: f32, %o3477: f32):
-    %s3478 = arith.constant 0x3F7FBE77 : f32
-    %s3479 = arith.mulf %a3476, %s3478 : f32
-    linalg.yield %s3479 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3481 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3486 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v408 : tensor<16x32xf32>) outs(%e3481 : tensor<16x32xf32>) {
-  ^bb0(%a3482: f32, %o3483: f32):
-    %s3484 = arith.constant 0x3A83126F : f32
-    %s3485 = arith.mulf %a3482, %s3484 : f32
-    linalg.yield %s3485 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3487 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3492 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3486, %v408 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3487 : tensor<16x32xf32>) {
-  ^bb0(%a3488: f32, %a3489: f32, %o3490: f32):
-    %s3491 = arith.mulf %a3488, %a3489 : f32
-    linalg.yield %s3491 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3493 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3498 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3480, %v3492 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3493 : tensor<16x32xf32>) {
-  ^bb0(%a3494: f32, %a3495: f32, %o3496: f32):
-    %s3497 = arith.addf %a3494, %a3495 : f32
-    linalg.yield %s3497 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3499 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3504 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3499 : tensor<f32>) {
-  ^bb0(%a3500: f32, %o3501: f32):
-    %s3502 = arith.constant 0x3F666666 : f32
-    %s3503 = math.powf %s3502, %a3500 : f32
-    linalg.yield %s3503 : f32
+  %e2788 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e2788 : tensor<f32>) {
+  ^bb0(%a2789: f32, %o2790: f32):
+    %s2791 = arith.constant 0x3F800000 : f32
+    %s2792 = arith.addf %a2789, %s2791 : f32
+    linalg.yield %s2792 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3505 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3510 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3504 : tensor<f32>) outs(%e3505 : tensor<f32>) {
-  ^bb0(%a3506: f32, %o3507: f32):
-    %s3508 = arith.constant 0x3F800000 : f32
-    %s3509 = arith.subf %s3508, %a3506 : f32
-    linalg.yield %s3509 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3511 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3516 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3422 : tensor<f32>) outs(%e3511 : tensor<f32>) {
-  ^bb0(%a3512: f32, %o3513: f32):
-    %s3514 = arith.constant 0x3F7FBE77 : f32
-    %s3515 = math.powf %s3514, %a3512 : f32
-    linalg.yield %s3515 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3517 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3522 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3516 : tensor<f32>) outs(%e3517 : tensor<f32>) {
-  ^bb0(%a3518: f32, %o3519: f32):
-    %s3520 = arith.constant 0x3F800000 : f32
-    %s3521 = arith.subf %s3520, %a3518 : f32
-    linalg.yield %s3521 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3523 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3510 : tensor<f32>) outs(%e3523 : tensor<f32>) {
-  ^bb0(%a3524: f32, %o3525: f32):
-    %s3526 = arith.constant 0x3F800000 : f32
-    %s3527 = arith.divf %s3526, %a3524 : f32
-    linalg.yield %s3527 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3529 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3534 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3528 : tensor<f32>) outs(%e3529 : tensor<f32>) {
-  ^bb0(%a3530: f32, %o3531: f32):
-    %s3532 = arith.constant 0x3A83126F : f32
-    %s3533 = arith.mulf %a3530, %s3532 : f32
-    linalg.yield %s3533 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3535 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3539 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3534 : tensor<f32>) outs(%e3535 : tensor<f32>) {
-  ^bb0(%a3536: f32, %o3537: f32):
-    %s3538 = arith.negf %a3536 : f32
-    linalg.yield %s3538 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3540 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3544 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3522 : tensor<f32>) outs(%e3540 : tensor<f32>) {
-  ^bb0(%a3541: f32, %o3542: f32):
-    %s3543 = math.sqrt %a3541 : f32
-    linalg.yield %s3543 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3545 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3549 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3498 : tensor<16x32xf32>) outs(%e3545 : tensor<16x32xf32>) {
-  ^bb0(%a3546: f32, %o3547: f32):
-    %s3548 = math.sqrt %a3546 : f32
-    linalg.yield %s3548 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3550 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3555 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3544, %v3539 : tensor<f32>, tensor<f32>) outs(%e3550 : tensor<f32>) {
-  ^bb0(%a3551: f32, %a3552: f32, %o3553: f32):
-    %s3554 = arith.mulf %a3551, %a3552 : f32
-    linalg.yield %s3554 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3556 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3549, %v3555 : tensor<16x32xf32>, tensor<f32>) outs(%e3556 : tensor<16x32xf32>) {
-  ^bb0(%a3557: f32, %a3558: f32, %o3559: f32):
-    %s3560 = arith.divf %a3557, %a3558 : f32
-    linalg.yield %s3560 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3562 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3567 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3539 : tensor<f32>) outs(%e3562 : tensor<f32>) {
-  ^bb0(%a3563: f32, %o3564: f32):
-    %s3565 = arith.constant 0x3F800000 : f32
-    %s3566 = arith.divf %s3565, %a3563 : f32
-    linalg.yield %s3566 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3568 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3573 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3567 : tensor<f32>) outs(%e3568 : tensor<f32>) {
-  ^bb0(%a3569: f32, %o3570: f32):
-    %s3571 = arith.constant 0x322BCC77 : f32
-    %s3572 = arith.mulf %a3569, %s3571 : f32
-    linalg.yield %s3572 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3574 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3579 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3561, %v3573 : tensor<16x32xf32>, tensor<f32>) outs(%e3574 : tensor<16x32xf32>) {
-  ^bb0(%a3575: f32, %a3576: f32, %o3577: f32):
-    %s3578 = arith.addf %a3575, %a3576 : f32
-    linalg.yield %s3578 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3580 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3585 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3474 : tensor<16x32xf32>) outs(%e3580 : tensor<16x32xf32>) {
-  ^bb0(%a3581: f32, %o3582: f32):
-    %s3583 = arith.constant 0x3F800000 : f32
-    %s3584 = arith.mulf %a3581, %s3583 : f32
-    linalg.yield %s3584 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3586 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3591 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v3585, %v3579 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3586 : tensor<16x32xf32>) {
-  ^bb0(%a3587: f32, %a3588: f32, %o3589: f32):
-    %s3590 = arith.divf %a3587, %a3588 : f32
-    linalg.yield %s3590 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3592 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v3597 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v3591 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e3592 : tensor<16x32xf32>) {
-  ^bb0(%a3593: f32, %a3594: f32, %o3595: f32):
-    %s3596 = arith.addf %a3593, %a3594 : f32
-    linalg.yield %s3596 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e3598 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3603 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e3598 : tensor<f32>) {
-  ^bb0(%a3599: f32, %o3600: f32):
-    %s3601 = arith.constant 0x3F800000 : f32
-    %s3602 = arith.addf %a3599, %s3601 : f32
-    linalg.yield %s3602 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3604 = tensor.empty() : tensor<f32> loc(#loc14)
-  %c3605 = arith.constant 0x3DCCCCCD : f32 loc(#loc14)
-  %v3606 = linalg.fill ins(%c3605 : f32) outs(%e3604 : tensor<f32>) -> tensor<f32> loc(#loc14)
-  %e3607 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3607 : tensor<f32>) {
-  ^bb0(%a3608: f32, %o3609: f32):
-    %s3610 = math.absf %a3608 : f32
-    linalg.yield %s3610 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3612 = tensor.empty() : tensor<i1> loc(#loc14)
-  %v3617 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3611 : tensor<f32>) outs(%e3612 : tensor<i1>) {
-  ^bb0(%a3613: f32, %o3614: i1):
-    %s3615 = arith.constant 0x3F000000 : f32
-    %s3616 = arith.cmpf oge, %a3613, %s3615 : f32
-    linalg.yield %s3616 : i1
-  } -> tensor<i1> loc(#loc14)
-  %e3618 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3606 : tensor<f32>) outs(%e3618 : tensor<f32>) {
-  ^bb0(%a3619: f32, %o3620: f32):
-    %s3621 = arith.constant 0x3F800000 : f32
-    %s3622 = arith.subf %a3619, %s3621 : f32
-    linalg.yield %s3622 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3624 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3630 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3617, %v3623, %v3606 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e3624 : tensor<f32>) {
-  ^bb0(%a3625: i1, %a3626: f32, %a3627: f32, %o3628: f32):
-    %s3629 = arith.select %a3625, %a3626, %a3627 : f32
-    linalg.yield %s3629 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e3631 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3637 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3617, %v405, %arg31 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e3631 : tensor<16xf32>) {
-  ^bb0(%a3632: i1, %a3633: f32, %a3634: f32, %o3635: f32):
-    %s3636 = arith.select %a3632, %a3633, %a3634 : f32
-    linalg.yield %s3636 : f32
+  %e2794 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2808 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg31, %v405 : tensor<16xf32>, tensor<16xf32>) outs(%e2794 : tensor<16xf32>) {
+  ^bb0(%a2795: f32, %a2796: f32, %o2797: f32):
+    %s2798 = arith.constant 0x3DCCCCCD : f32
+    %s2799 = arith.subf %a2796, %a2795 : f32
+    %s2800 = math.absf %s2798 : f32
+    %s2801 = arith.constant 0x3F000000 : f32
+    %s2802 = arith.cmpf olt, %s2800, %s2801 : f32
+    %s2803 = arith.constant 0x3F800000 : f32
+    %s2804 = arith.subf %s2798, %s2803 : f32
+    %s2805 = arith.select %s2802, %s2798, %s2804 : f32
+    %s2806 = arith.select %s2802, %a2795, %a2796 : f32
+    %s2807 = math.fma %s2805, %s2799, %s2806 : f32
+    linalg.yield %s2807 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3638 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3643 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405, %arg31 : tensor<16xf32>, tensor<16xf32>) outs(%e3638 : tensor<16xf32>) {
-  ^bb0(%a3639: f32, %a3640: f32, %o3641: f32):
-    %s3642 = arith.subf %a3639, %a3640 : f32
-    linalg.yield %s3642 : f32
+  %e2809 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2814 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e2809 : tensor<16xf32>) {
+  ^bb0(%a2810: f32, %o2811: f32):
+    %s2812 = arith.constant 0x3F7FBE77 : f32
+    %s2813 = arith.mulf %a2810, %s2812 : f32
+    linalg.yield %s2813 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3644 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3649 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3630, %v3643 : tensor<f32>, tensor<16xf32>) outs(%e3644 : tensor<16xf32>) {
-  ^bb0(%a3645: f32, %a3646: f32, %o3647: f32):
-    %s3648 = arith.mulf %a3645, %a3646 : f32
-    linalg.yield %s3648 : f32
+  %e2815 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2823 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2814, %v405, %v405 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2815 : tensor<16xf32>) {
+  ^bb0(%a2816: f32, %a2817: f32, %a2818: f32, %o2819: f32):
+    %s2820 = arith.constant 0x3A83126F : f32
+    %s2821 = arith.mulf %s2820, %a2817 : f32
+    %s2822 = math.fma %s2821, %a2818, %a2816 : f32
+    linalg.yield %s2822 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3650 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3655 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3649, %v3637 : tensor<16xf32>, tensor<16xf32>) outs(%e3650 : tensor<16xf32>) {
-  ^bb0(%a3651: f32, %a3652: f32, %o3653: f32):
-    %s3654 = arith.addf %a3651, %a3652 : f32
-    linalg.yield %s3654 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3656 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3661 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e3656 : tensor<16xf32>) {
-  ^bb0(%a3657: f32, %o3658: f32):
-    %s3659 = arith.constant 0x3F7FBE77 : f32
-    %s3660 = arith.mulf %a3657, %s3659 : f32
-    linalg.yield %s3660 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3662 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3667 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v405 : tensor<16xf32>) outs(%e3662 : tensor<16xf32>) {
-  ^bb0(%a3663: f32, %o3664: f32):
-    %s3665 = arith.constant 0x3A83126F : f32
-    %s3666 = arith.mulf %a3663, %s3665 : f32
-    linalg.yield %s3666 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3668 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3673 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3667, %v405 : tensor<16xf32>, tensor<16xf32>) outs(%e3668 : tensor<16xf32>) {
-  ^bb0(%a3669: f32, %a3670: f32, %o3671: f32):
-    %s3672 = arith.mulf %a3669, %a3670 : f32
-    linalg.yield %s3672 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3674 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3679 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3661, %v3673 : tensor<16xf32>, tensor<16xf32>) outs(%e3674 : tensor<16xf32>) {
-  ^bb0(%a3675: f32, %a3676: f32, %o3677: f32):
-    %s3678 = arith.addf %a3675, %a3676 : f32
-    linalg.yield %s3678 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3680 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3685 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3680 : tensor<f32>) {
-  ^bb0(%a3681: f32, %o3682: f32):
-    %s3683 = arith.constant 0x3F666666 : f32
-    %s3684 = math.powf %s3683, %a3681 : f32
-    linalg.yield %s3684 : f32
+  %e2824 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2829 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2793 : tensor<f32>) outs(%e2824 : tensor<f32>) {
+  ^bb0(%a2825: f32, %o2826: f32):
+    %s2827 = arith.constant 0x3F666666 : f32
+    %s2828 = math.powf %s2827, %a2825 : f32
+    linalg.yield %s2828 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3686 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3691 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3685 : tensor<f32>) outs(%e3686 : tensor<f32>) {
-  ^bb0(%a3687: f32, %o3688: f32):
-    %s3689 = arith.constant 0x3F800000 : f32
-    %s3690 = arith.subf %s3689, %a3687 : f32
-    linalg.yield %s3690 : f32
+  %e2830 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2835 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2829 : tensor<f32>) outs(%e2830 : tensor<f32>) {
+  ^bb0(%a2831: f32, %o2832: f32):
+    %s2833 = arith.constant 0x3F800000 : f32
+    %s2834 = arith.subf %s2833, %a2831 : f32
+    linalg.yield %s2834 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3692 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3697 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3603 : tensor<f32>) outs(%e3692 : tensor<f32>) {
-  ^bb0(%a3693: f32, %o3694: f32):
-    %s3695 = arith.constant 0x3F7FBE77 : f32
-    %s3696 = math.powf %s3695, %a3693 : f32
-    linalg.yield %s3696 : f32
+  %e2836 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2841 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2793 : tensor<f32>) outs(%e2836 : tensor<f32>) {
+  ^bb0(%a2837: f32, %o2838: f32):
+    %s2839 = arith.constant 0x3F7FBE77 : f32
+    %s2840 = math.powf %s2839, %a2837 : f32
+    linalg.yield %s2840 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3698 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3703 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3697 : tensor<f32>) outs(%e3698 : tensor<f32>) {
-  ^bb0(%a3699: f32, %o3700: f32):
-    %s3701 = arith.constant 0x3F800000 : f32
-    %s3702 = arith.subf %s3701, %a3699 : f32
-    linalg.yield %s3702 : f32
+  %e2842 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2847 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2841 : tensor<f32>) outs(%e2842 : tensor<f32>) {
+  ^bb0(%a2843: f32, %o2844: f32):
+    %s2845 = arith.constant 0x3F800000 : f32
+    %s2846 = arith.subf %s2845, %a2843 : f32
+    linalg.yield %s2846 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3704 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3709 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3691 : tensor<f32>) outs(%e3704 : tensor<f32>) {
-  ^bb0(%a3705: f32, %o3706: f32):
-    %s3707 = arith.constant 0x3F800000 : f32
-    %s3708 = arith.divf %s3707, %a3705 : f32
-    linalg.yield %s3708 : f32
+  %e2848 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2853 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2835 : tensor<f32>) outs(%e2848 : tensor<f32>) {
+  ^bb0(%a2849: f32, %o2850: f32):
+    %s2851 = arith.constant 0x3F800000 : f32
+    %s2852 = arith.divf %s2851, %a2849 : f32
+    linalg.yield %s2852 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3710 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3715 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3709 : tensor<f32>) outs(%e3710 : tensor<f32>) {
-  ^bb0(%a3711: f32, %o3712: f32):
-    %s3713 = arith.constant 0x3A83126F : f32
-    %s3714 = arith.mulf %a3711, %s3713 : f32
-    linalg.yield %s3714 : f32
+  %e2854 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2859 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2853 : tensor<f32>) outs(%e2854 : tensor<f32>) {
+  ^bb0(%a2855: f32, %o2856: f32):
+    %s2857 = arith.constant 0x3A83126F : f32
+    %s2858 = arith.mulf %a2855, %s2857 : f32
+    linalg.yield %s2858 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3716 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3715 : tensor<f32>) outs(%e3716 : tensor<f32>) {
-  ^bb0(%a3717: f32, %o3718: f32):
-    %s3719 = arith.negf %a3717 : f32
-    linalg.yield %s3719 : f32
+  %e2860 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2864 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2859 : tensor<f32>) outs(%e2860 : tensor<f32>) {
+  ^bb0(%a2861: f32, %o2862: f32):
+    %s2863 = arith.negf %a2861 : f32
+    linalg.yield %s2863 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3721 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3725 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3703 : tensor<f32>) outs(%e3721 : tensor<f32>) {
-  ^bb0(%a3722: f32, %o3723: f32):
-    %s3724 = math.sqrt %a3722 : f32
-    linalg.yield %s3724 : f32
+  %e2865 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2869 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2847 : tensor<f32>) outs(%e2865 : tensor<f32>) {
+  ^bb0(%a2866: f32, %o2867: f32):
+    %s2868 = math.sqrt %a2866 : f32
+    linalg.yield %s2868 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3726 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3730 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3679 : tensor<16xf32>) outs(%e3726 : tensor<16xf32>) {
-  ^bb0(%a3727: f32, %o3728: f32):
-    %s3729 = math.sqrt %a3727 : f32
-    linalg.yield %s3729 : f32
+  %e2870 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2874 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2823 : tensor<16xf32>) outs(%e2870 : tensor<16xf32>) {
+  ^bb0(%a2871: f32, %o2872: f32):
+    %s2873 = math.sqrt %a2871 : f32
+    linalg.yield %s2873 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3731 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3736 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3725, %v3720 : tensor<f32>, tensor<f32>) outs(%e3731 : tensor<f32>) {
-  ^bb0(%a3732: f32, %a3733: f32, %o3734: f32):
-    %s3735 = arith.mulf %a3732, %a3733 : f32
-    linalg.yield %s3735 : f32
+  %e2875 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2880 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2869, %v2864 : tensor<f32>, tensor<f32>) outs(%e2875 : tensor<f32>) {
+  ^bb0(%a2876: f32, %a2877: f32, %o2878: f32):
+    %s2879 = arith.mulf %a2876, %a2877 : f32
+    linalg.yield %s2879 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3737 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3742 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3730, %v3736 : tensor<16xf32>, tensor<f32>) outs(%e3737 : tensor<16xf32>) {
-  ^bb0(%a3738: f32, %a3739: f32, %o3740: f32):
-    %s3741 = arith.divf %a3738, %a3739 : f32
-    linalg.yield %s3741 : f32
+  %e2881 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2886 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2874, %v2880 : tensor<16xf32>, tensor<f32>) outs(%e2881 : tensor<16xf32>) {
+  ^bb0(%a2882: f32, %a2883: f32, %o2884: f32):
+    %s2885 = arith.divf %a2882, %a2883 : f32
+    linalg.yield %s2885 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3743 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3748 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3720 : tensor<f32>) outs(%e3743 : tensor<f32>) {
-  ^bb0(%a3744: f32, %o3745: f32):
-    %s3746 = arith.constant 0x3F800000 : f32
-    %s3747 = arith.divf %s3746, %a3744 : f32
-    linalg.yield %s3747 : f32
+  %e2887 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2892 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2864 : tensor<f32>) outs(%e2887 : tensor<f32>) {
+  ^bb0(%a2888: f32, %o2889: f32):
+    %s2890 = arith.constant 0x3F800000 : f32
+    %s2891 = arith.divf %s2890, %a2888 : f32
+    linalg.yield %s2891 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3749 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v3754 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v3748 : tensor<f32>) outs(%e3749 : tensor<f32>) {
-  ^bb0(%a3750: f32, %o3751: f32):
-    %s3752 = arith.constant 0x322BCC77 : f32
-    %s3753 = arith.mulf %a3750, %s3752 : f32
-    linalg.yield %s3753 : f32
+  %e2893 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2898 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2892 : tensor<f32>) outs(%e2893 : tensor<f32>) {
+  ^bb0(%a2894: f32, %o2895: f32):
+    %s2896 = arith.constant 0x322BCC77 : f32
+    %s2897 = arith.mulf %a2894, %s2896 : f32
+    linalg.yield %s2897 : f32
   } -> tensor<f32> loc(#loc14)
-  %e3755 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3760 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3742, %v3754 : tensor<16xf32>, tensor<f32>) outs(%e3755 : tensor<16xf32>) {
-  ^bb0(%a3756: f32, %a3757: f32, %o3758: f32):
-    %s3759 = arith.addf %a3756, %a3757 : f32
-    linalg.yield %s3759 : f32
+  %e2899 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2904 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2886, %v2898 : tensor<16xf32>, tensor<f32>) outs(%e2899 : tensor<16xf32>) {
+  ^bb0(%a2900: f32, %a2901: f32, %o2902: f32):
+    %s2903 = arith.addf %a2900, %a2901 : f32
+    linalg.yield %s2903 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3761 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3766 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3655 : tensor<16xf32>) outs(%e3761 : tensor<16xf32>) {
-  ^bb0(%a3762: f32, %o3763: f32):
-    %s3764 = arith.constant 0x3F800000 : f32
-    %s3765 = arith.mulf %a3762, %s3764 : f32
-    linalg.yield %s3765 : f32
+  %e2905 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2914 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v2808, %v2904 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2905 : tensor<16xf32>) {
+  ^bb0(%a2906: f32, %a2907: f32, %a2908: f32, %o2909: f32):
+    %s2910 = arith.constant 0x3F800000 : f32
+    %s2911 = arith.mulf %s2910, %a2907 : f32
+    %s2912 = arith.divf %s2911, %a2908 : f32
+    %s2913 = arith.addf %a2906, %s2912 : f32
+    linalg.yield %s2913 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e3767 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3772 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v3766, %v3760 : tensor<16xf32>, tensor<16xf32>) outs(%e3767 : tensor<16xf32>) {
-  ^bb0(%a3768: f32, %a3769: f32, %o3770: f32):
-    %s3771 = arith.divf %a3768, %a3769 : f32
-    linalg.yield %s3771 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e3773 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v3778 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v3772 : tensor<16xf32>, tensor<16xf32>) outs(%e3773 : tensor<16xf32>) {
-  ^bb0(%a3774: f32, %a3775: f32, %o3776: f32):
-    %s3777 = arith.addf %a3774, %a3775 : f32
-    linalg.yield %s3777 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  return %v362, %v1063, %v1244, %v1425, %v1606, %v1787, %v1968, %v2149, %v2330, %v2511, %v2692, %v2873, %v3054, %v3235, %v3416, %v3597, %v3778, %v940, %v1121, %v1302, %v1483, %v1664, %v1845, %v2026, %v2207, %v2388, %v2569, %v2750, %v2931, %v3112, %v3293, %v3474, %v3655, %v964, %v1145, %v1326, %v1507, %v1688, %v1869, %v2050, %v2231, %v2412, %v2593, %v2774, %v2955, %v3136, %v3317, %v3498, %v3679, %v888, %v1069, %v1250, %v1431, %v1612, %v1793, %v1974, %v2155, %v2336, %v2517, %v2698, %v2879, %v3060, %v3241, %v3422, %v3603 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v362, %v1009, %v1136, %v1263, %v1390, %v1517, %v1644, %v1771, %v1898, %v2025, %v2152, %v2279, %v2406, %v2533, %v2660, %v2787, %v2914, %v903, %v1030, %v1157, %v1284, %v1411, %v1538, %v1665, %v1792, %v1919, %v2046, %v2173, %v2300, %v2427, %v2554, %v2681, %v2808, %v918, %v1045, %v1172, %v1299, %v1426, %v1553, %v1680, %v1807, %v1934, %v2061, %v2188, %v2315, %v2442, %v2569, %v2696, %v2823, %v888, %v1015, %v1142, %v1269, %v1396, %v1523, %v1650, %v1777, %v1904, %v2031, %v2158, %v2285, %v2412, %v2539, %v2666, %v2793 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":45:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":27:0])

@@ -913,78 +913,69 @@ func.func @cp_zigzag(
     linalg.yield %s856 : f32
   } -> tensor<32xf32> loc(#loc27)
   %e859 = tensor.empty() : tensor<32xf32> loc(#loc28)
-  %v866 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v857 : tensor<32xf32>, tensor<32xf32>) outs(%e859 : tensor<32xf32>) {
+  %v865 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v857 : tensor<32xf32>, tensor<32xf32>) outs(%e859 : tensor<32xf32>) {
   ^bb0(%a860: f32, %a861: f32, %o862: f32):
     %s863 = arith.constant 0xBDCCCCCD : f32
-    %s864 = arith.mulf %a861, %s863 : f32
-    %s865 = arith.addf %a860, %s864 : f32
-    linalg.yield %s865 : f32
+    %s864 = math.fma %a861, %s863, %a860 : f32
+    linalg.yield %s864 : f32
   } -> tensor<32xf32> loc(#loc28)
-  %e867 = tensor.empty() : tensor<32xf32> loc(#loc28)
-  %v874 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v526 : tensor<32xf32>, tensor<32xf32>) outs(%e867 : tensor<32xf32>) {
-  ^bb0(%a868: f32, %a869: f32, %o870: f32):
-    %s871 = arith.constant 0xBDCCCCCD : f32
-    %s872 = arith.mulf %a869, %s871 : f32
-    %s873 = arith.addf %a868, %s872 : f32
-    linalg.yield %s873 : f32
+  %e866 = tensor.empty() : tensor<32xf32> loc(#loc28)
+  %v872 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v526 : tensor<32xf32>, tensor<32xf32>) outs(%e866 : tensor<32xf32>) {
+  ^bb0(%a867: f32, %a868: f32, %o869: f32):
+    %s870 = arith.constant 0xBDCCCCCD : f32
+    %s871 = math.fma %a868, %s870, %a867 : f32
+    linalg.yield %s871 : f32
   } -> tensor<32xf32> loc(#loc28)
-  %e875 = tensor.empty() : tensor<32x32xf32> loc(#loc28)
-  %v882 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v844 : tensor<32x32xf32>, tensor<32x32xf32>) outs(%e875 : tensor<32x32xf32>) {
-  ^bb0(%a876: f32, %a877: f32, %o878: f32):
-    %s879 = arith.constant 0xBDCCCCCD : f32
-    %s880 = arith.mulf %a877, %s879 : f32
-    %s881 = arith.addf %a876, %s880 : f32
-    linalg.yield %s881 : f32
+  %e873 = tensor.empty() : tensor<32x32xf32> loc(#loc28)
+  %v879 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v844 : tensor<32x32xf32>, tensor<32x32xf32>) outs(%e873 : tensor<32x32xf32>) {
+  ^bb0(%a874: f32, %a875: f32, %o876: f32):
+    %s877 = arith.constant 0xBDCCCCCD : f32
+    %s878 = math.fma %a875, %s877, %a874 : f32
+    linalg.yield %s878 : f32
   } -> tensor<32x32xf32> loc(#loc28)
-  %e883 = tensor.empty() : tensor<16x32xf32> loc(#loc28)
-  %v890 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3, %v758 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e883 : tensor<16x32xf32>) {
-  ^bb0(%a884: f32, %a885: f32, %o886: f32):
-    %s887 = arith.constant 0xBDCCCCCD : f32
-    %s888 = arith.mulf %a885, %s887 : f32
-    %s889 = arith.addf %a884, %s888 : f32
-    linalg.yield %s889 : f32
+  %e880 = tensor.empty() : tensor<16x32xf32> loc(#loc28)
+  %v886 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg3, %v758 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e880 : tensor<16x32xf32>) {
+  ^bb0(%a881: f32, %a882: f32, %o883: f32):
+    %s884 = arith.constant 0xBDCCCCCD : f32
+    %s885 = math.fma %a882, %s884, %a881 : f32
+    linalg.yield %s885 : f32
   } -> tensor<16x32xf32> loc(#loc28)
-  %e891 = tensor.empty() : tensor<16x32xf32> loc(#loc28)
-  %v898 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v672 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e891 : tensor<16x32xf32>) {
-  ^bb0(%a892: f32, %a893: f32, %o894: f32):
-    %s895 = arith.constant 0xBDCCCCCD : f32
-    %s896 = arith.mulf %a893, %s895 : f32
-    %s897 = arith.addf %a892, %s896 : f32
-    linalg.yield %s897 : f32
+  %e887 = tensor.empty() : tensor<16x32xf32> loc(#loc28)
+  %v893 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v672 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e887 : tensor<16x32xf32>) {
+  ^bb0(%a888: f32, %a889: f32, %o890: f32):
+    %s891 = arith.constant 0xBDCCCCCD : f32
+    %s892 = math.fma %a889, %s891, %a888 : f32
+    linalg.yield %s892 : f32
   } -> tensor<16x32xf32> loc(#loc28)
-  %e899 = tensor.empty() : tensor<32x32xf32> loc(#loc28)
-  %v906 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg5, %v621 : tensor<32x32xf32>, tensor<32x32xf32>) outs(%e899 : tensor<32x32xf32>) {
-  ^bb0(%a900: f32, %a901: f32, %o902: f32):
-    %s903 = arith.constant 0xBDCCCCCD : f32
-    %s904 = arith.mulf %a901, %s903 : f32
-    %s905 = arith.addf %a900, %s904 : f32
-    linalg.yield %s905 : f32
+  %e894 = tensor.empty() : tensor<32x32xf32> loc(#loc28)
+  %v900 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg5, %v621 : tensor<32x32xf32>, tensor<32x32xf32>) outs(%e894 : tensor<32x32xf32>) {
+  ^bb0(%a895: f32, %a896: f32, %o897: f32):
+    %s898 = arith.constant 0xBDCCCCCD : f32
+    %s899 = math.fma %a896, %s898, %a895 : f32
+    linalg.yield %s899 : f32
   } -> tensor<32x32xf32> loc(#loc28)
-  %e907 = tensor.empty() : tensor<64x32xf32> loc(#loc28)
-  %v914 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v507 : tensor<64x32xf32>, tensor<64x32xf32>) outs(%e907 : tensor<64x32xf32>) {
-  ^bb0(%a908: f32, %a909: f32, %o910: f32):
-    %s911 = arith.constant 0xBDCCCCCD : f32
-    %s912 = arith.mulf %a909, %s911 : f32
-    %s913 = arith.addf %a908, %s912 : f32
+  %e901 = tensor.empty() : tensor<64x32xf32> loc(#loc28)
+  %v907 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v507 : tensor<64x32xf32>, tensor<64x32xf32>) outs(%e901 : tensor<64x32xf32>) {
+  ^bb0(%a902: f32, %a903: f32, %o904: f32):
+    %s905 = arith.constant 0xBDCCCCCD : f32
+    %s906 = math.fma %a903, %s905, %a902 : f32
+    linalg.yield %s906 : f32
+  } -> tensor<64x32xf32> loc(#loc28)
+  %e908 = tensor.empty() : tensor<64x32xf32> loc(#loc28)
+  %v914 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg7, %v444 : tensor<64x32xf32>, tensor<64x32xf32>) outs(%e908 : tensor<64x32xf32>) {
+  ^bb0(%a909: f32, %a910: f32, %o911: f32):
+    %s912 = arith.constant 0xBDCCCCCD : f32
+    %s913 = math.fma %a910, %s912, %a909 : f32
     linalg.yield %s913 : f32
   } -> tensor<64x32xf32> loc(#loc28)
-  %e915 = tensor.empty() : tensor<64x32xf32> loc(#loc28)
-  %v922 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg7, %v444 : tensor<64x32xf32>, tensor<64x32xf32>) outs(%e915 : tensor<64x32xf32>) {
+  %e915 = tensor.empty() : tensor<32x64xf32> loc(#loc28)
+  %v921 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v414 : tensor<32x64xf32>, tensor<32x64xf32>) outs(%e915 : tensor<32x64xf32>) {
   ^bb0(%a916: f32, %a917: f32, %o918: f32):
     %s919 = arith.constant 0xBDCCCCCD : f32
-    %s920 = arith.mulf %a917, %s919 : f32
-    %s921 = arith.addf %a916, %s920 : f32
-    linalg.yield %s921 : f32
-  } -> tensor<64x32xf32> loc(#loc28)
-  %e923 = tensor.empty() : tensor<32x64xf32> loc(#loc28)
-  %v930 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v414 : tensor<32x64xf32>, tensor<32x64xf32>) outs(%e923 : tensor<32x64xf32>) {
-  ^bb0(%a924: f32, %a925: f32, %o926: f32):
-    %s927 = arith.constant 0xBDCCCCCD : f32
-    %s928 = arith.mulf %a925, %s927 : f32
-    %s929 = arith.addf %a924, %s928 : f32
-    linalg.yield %s929 : f32
+    %s920 = math.fma %a917, %s919, %a916 : f32
+    linalg.yield %s920 : f32
   } -> tensor<32x64xf32> loc(#loc28)
-  return %v375, %v866, %v874, %v882, %v890, %v898, %v906, %v914, %v922, %v930 : tensor<f32>, tensor<32xf32>, tensor<32xf32>, tensor<32x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<32x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>
+  return %v375, %v865, %v872, %v879, %v886, %v893, %v900, %v907, %v914, %v921 : tensor<f32>, tensor<32xf32>, tensor<32xf32>, tensor<32x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<32x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<32x64xf32>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":249:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":250:0])

@@ -152,38 +152,34 @@ func.func @dp_uneven_2(
   %e133 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
   %v134 = linalg.transpose ins(%v124 : tensor<16x32xf32>) outs(%e133 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
   %e135 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v142 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v134 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e135 : tensor<32x16xf32>) {
+  %v141 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v134 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e135 : tensor<32x16xf32>) {
   ^bb0(%a136: f32, %a137: f32, %o138: f32):
     %s139 = arith.constant 0xBDCCCCCD : f32
-    %s140 = arith.mulf %a137, %s139 : f32
-    %s141 = arith.addf %a136, %s140 : f32
-    linalg.yield %s141 : f32
+    %s140 = math.fma %a137, %s139, %a136 : f32
+    linalg.yield %s140 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e143 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v131 : tensor<32xf32>, tensor<32xf32>) outs(%e143 : tensor<32xf32>) {
-  ^bb0(%a144: f32, %a145: f32, %o146: f32):
-    %s147 = arith.constant 0xBDCCCCCD : f32
-    %s148 = arith.mulf %a145, %s147 : f32
-    %s149 = arith.addf %a144, %s148 : f32
-    linalg.yield %s149 : f32
+  %e142 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v148 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v131 : tensor<32xf32>, tensor<32xf32>) outs(%e142 : tensor<32xf32>) {
+  ^bb0(%a143: f32, %a144: f32, %o145: f32):
+    %s146 = arith.constant 0xBDCCCCCD : f32
+    %s147 = math.fma %a144, %s146, %a143 : f32
+    linalg.yield %s147 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e151 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v158 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v98 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e151 : tensor<16x32xf32>) {
-  ^bb0(%a152: f32, %a153: f32, %o154: f32):
-    %s155 = arith.constant 0xBDCCCCCD : f32
-    %s156 = arith.mulf %a153, %s155 : f32
-    %s157 = arith.addf %a152, %s156 : f32
-    linalg.yield %s157 : f32
+  %e149 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v155 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v98 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e149 : tensor<16x32xf32>) {
+  ^bb0(%a150: f32, %a151: f32, %o152: f32):
+    %s153 = arith.constant 0xBDCCCCCD : f32
+    %s154 = math.fma %a151, %s153, %a150 : f32
+    linalg.yield %s154 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e159 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v166 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v95 : tensor<16xf32>, tensor<16xf32>) outs(%e159 : tensor<16xf32>) {
-  ^bb0(%a160: f32, %a161: f32, %o162: f32):
-    %s163 = arith.constant 0xBDCCCCCD : f32
-    %s164 = arith.mulf %a161, %s163 : f32
-    %s165 = arith.addf %a160, %s164 : f32
-    linalg.yield %s165 : f32
+  %e156 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v162 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v95 : tensor<16xf32>, tensor<16xf32>) outs(%e156 : tensor<16xf32>) {
+  ^bb0(%a157: f32, %a158: f32, %o159: f32):
+    %s160 = arith.constant 0xBDCCCCCD : f32
+    %s161 = math.fma %a158, %s160, %a157 : f32
+    linalg.yield %s161 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v53, %v142, %v150, %v158, %v166 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
+  return %v53, %v141, %v148, %v155, %v162 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":433:0])

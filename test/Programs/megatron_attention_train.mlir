@@ -351,70 +351,62 @@ func.func @megatron_attention_train(
   %e326 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
   %v327 = linalg.transpose ins(%v317 : tensor<16x16xf32>) outs(%e326 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
   %e328 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
-  %v335 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v327 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e328 : tensor<16x16xf32>) {
+  %v334 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v327 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e328 : tensor<16x16xf32>) {
   ^bb0(%a329: f32, %a330: f32, %o331: f32):
     %s332 = arith.constant 0xBDCCCCCD : f32
-    %s333 = arith.mulf %a330, %s332 : f32
-    %s334 = arith.addf %a329, %s333 : f32
-    linalg.yield %s334 : f32
+    %s333 = math.fma %a330, %s332, %a329 : f32
+    linalg.yield %s333 : f32
   } -> tensor<16x16xf32> loc(#loc10)
-  %e336 = tensor.empty() : tensor<16xf32> loc(#loc10)
-  %v343 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v324 : tensor<16xf32>, tensor<16xf32>) outs(%e336 : tensor<16xf32>) {
-  ^bb0(%a337: f32, %a338: f32, %o339: f32):
-    %s340 = arith.constant 0xBDCCCCCD : f32
-    %s341 = arith.mulf %a338, %s340 : f32
-    %s342 = arith.addf %a337, %s341 : f32
-    linalg.yield %s342 : f32
+  %e335 = tensor.empty() : tensor<16xf32> loc(#loc10)
+  %v341 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v324 : tensor<16xf32>, tensor<16xf32>) outs(%e335 : tensor<16xf32>) {
+  ^bb0(%a336: f32, %a337: f32, %o338: f32):
+    %s339 = arith.constant 0xBDCCCCCD : f32
+    %s340 = math.fma %a337, %s339, %a336 : f32
+    linalg.yield %s340 : f32
   } -> tensor<16xf32> loc(#loc10)
-  %e344 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
-  %v351 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v305 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e344 : tensor<16x16xf32>) {
-  ^bb0(%a345: f32, %a346: f32, %o347: f32):
-    %s348 = arith.constant 0xBDCCCCCD : f32
-    %s349 = arith.mulf %a346, %s348 : f32
-    %s350 = arith.addf %a345, %s349 : f32
-    linalg.yield %s350 : f32
+  %e342 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
+  %v348 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v305 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e342 : tensor<16x16xf32>) {
+  ^bb0(%a343: f32, %a344: f32, %o345: f32):
+    %s346 = arith.constant 0xBDCCCCCD : f32
+    %s347 = math.fma %a344, %s346, %a343 : f32
+    linalg.yield %s347 : f32
   } -> tensor<16x16xf32> loc(#loc10)
-  %e352 = tensor.empty() : tensor<16xf32> loc(#loc10)
-  %v359 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v302 : tensor<16xf32>, tensor<16xf32>) outs(%e352 : tensor<16xf32>) {
-  ^bb0(%a353: f32, %a354: f32, %o355: f32):
-    %s356 = arith.constant 0xBDCCCCCD : f32
-    %s357 = arith.mulf %a354, %s356 : f32
-    %s358 = arith.addf %a353, %s357 : f32
-    linalg.yield %s358 : f32
+  %e349 = tensor.empty() : tensor<16xf32> loc(#loc10)
+  %v355 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v302 : tensor<16xf32>, tensor<16xf32>) outs(%e349 : tensor<16xf32>) {
+  ^bb0(%a350: f32, %a351: f32, %o352: f32):
+    %s353 = arith.constant 0xBDCCCCCD : f32
+    %s354 = math.fma %a351, %s353, %a350 : f32
+    linalg.yield %s354 : f32
   } -> tensor<16xf32> loc(#loc10)
-  %e360 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
-  %v367 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v283 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e360 : tensor<16x16xf32>) {
-  ^bb0(%a361: f32, %a362: f32, %o363: f32):
-    %s364 = arith.constant 0xBDCCCCCD : f32
-    %s365 = arith.mulf %a362, %s364 : f32
-    %s366 = arith.addf %a361, %s365 : f32
-    linalg.yield %s366 : f32
+  %e356 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
+  %v362 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v283 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e356 : tensor<16x16xf32>) {
+  ^bb0(%a357: f32, %a358: f32, %o359: f32):
+    %s360 = arith.constant 0xBDCCCCCD : f32
+    %s361 = math.fma %a358, %s360, %a357 : f32
+    linalg.yield %s361 : f32
   } -> tensor<16x16xf32> loc(#loc10)
-  %e368 = tensor.empty() : tensor<16xf32> loc(#loc10)
-  %v375 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v280 : tensor<16xf32>, tensor<16xf32>) outs(%e368 : tensor<16xf32>) {
-  ^bb0(%a369: f32, %a370: f32, %o371: f32):
-    %s372 = arith.constant 0xBDCCCCCD : f32
-    %s373 = arith.mulf %a370, %s372 : f32
-    %s374 = arith.addf %a369, %s373 : f32
-    linalg.yield %s374 : f32
+  %e363 = tensor.empty() : tensor<16xf32> loc(#loc10)
+  %v369 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v280 : tensor<16xf32>, tensor<16xf32>) outs(%e363 : tensor<16xf32>) {
+  ^bb0(%a364: f32, %a365: f32, %o366: f32):
+    %s367 = arith.constant 0xBDCCCCCD : f32
+    %s368 = math.fma %a365, %s367, %a364 : f32
+    linalg.yield %s368 : f32
   } -> tensor<16xf32> loc(#loc10)
-  %e376 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
-  %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v193 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e376 : tensor<16x16xf32>) {
-  ^bb0(%a377: f32, %a378: f32, %o379: f32):
-    %s380 = arith.constant 0xBDCCCCCD : f32
-    %s381 = arith.mulf %a378, %s380 : f32
-    %s382 = arith.addf %a377, %s381 : f32
+  %e370 = tensor.empty() : tensor<16x16xf32> loc(#loc10)
+  %v376 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v193 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e370 : tensor<16x16xf32>) {
+  ^bb0(%a371: f32, %a372: f32, %o373: f32):
+    %s374 = arith.constant 0xBDCCCCCD : f32
+    %s375 = math.fma %a372, %s374, %a371 : f32
+    linalg.yield %s375 : f32
+  } -> tensor<16x16xf32> loc(#loc10)
+  %e377 = tensor.empty() : tensor<16xf32> loc(#loc10)
+  %v383 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v190 : tensor<16xf32>, tensor<16xf32>) outs(%e377 : tensor<16xf32>) {
+  ^bb0(%a378: f32, %a379: f32, %o380: f32):
+    %s381 = arith.constant 0xBDCCCCCD : f32
+    %s382 = math.fma %a379, %s381, %a378 : f32
     linalg.yield %s382 : f32
-  } -> tensor<16x16xf32> loc(#loc10)
-  %e384 = tensor.empty() : tensor<16xf32> loc(#loc10)
-  %v391 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v190 : tensor<16xf32>, tensor<16xf32>) outs(%e384 : tensor<16xf32>) {
-  ^bb0(%a385: f32, %a386: f32, %o387: f32):
-    %s388 = arith.constant 0xBDCCCCCD : f32
-    %s389 = arith.mulf %a386, %s388 : f32
-    %s390 = arith.addf %a385, %s389 : f32
-    linalg.yield %s390 : f32
   } -> tensor<16xf32> loc(#loc10)
-  return %v147, %v335, %v343, %v351, %v359, %v367, %v375, %v383, %v391 : tensor<f32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
+  return %v147, %v334, %v341, %v348, %v355, %v362, %v369, %v376, %v383 : tensor<f32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":27:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":28:0])

@@ -232,38 +232,34 @@ func.func @megatron_uneven(
   %e203 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
   %v204 = linalg.transpose ins(%v194 : tensor<16x30xf32>) outs(%e203 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
   %e205 = tensor.empty() : tensor<30x16xf32> loc(#loc6)
-  %v212 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v204 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e205 : tensor<30x16xf32>) {
+  %v211 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v204 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e205 : tensor<30x16xf32>) {
   ^bb0(%a206: f32, %a207: f32, %o208: f32):
     %s209 = arith.constant 0xBDCCCCCD : f32
-    %s210 = arith.mulf %a207, %s209 : f32
-    %s211 = arith.addf %a206, %s210 : f32
-    linalg.yield %s211 : f32
+    %s210 = math.fma %a207, %s209, %a206 : f32
+    linalg.yield %s210 : f32
   } -> tensor<30x16xf32> loc(#loc6)
-  %e213 = tensor.empty() : tensor<30xf32> loc(#loc6)
-  %v220 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v201 : tensor<30xf32>, tensor<30xf32>) outs(%e213 : tensor<30xf32>) {
-  ^bb0(%a214: f32, %a215: f32, %o216: f32):
-    %s217 = arith.constant 0xBDCCCCCD : f32
-    %s218 = arith.mulf %a215, %s217 : f32
-    %s219 = arith.addf %a214, %s218 : f32
-    linalg.yield %s219 : f32
+  %e212 = tensor.empty() : tensor<30xf32> loc(#loc6)
+  %v218 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v201 : tensor<30xf32>, tensor<30xf32>) outs(%e212 : tensor<30xf32>) {
+  ^bb0(%a213: f32, %a214: f32, %o215: f32):
+    %s216 = arith.constant 0xBDCCCCCD : f32
+    %s217 = math.fma %a214, %s216, %a213 : f32
+    linalg.yield %s217 : f32
   } -> tensor<30xf32> loc(#loc6)
-  %e221 = tensor.empty() : tensor<16x30xf32> loc(#loc6)
-  %v228 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v122 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e221 : tensor<16x30xf32>) {
-  ^bb0(%a222: f32, %a223: f32, %o224: f32):
-    %s225 = arith.constant 0xBDCCCCCD : f32
-    %s226 = arith.mulf %a223, %s225 : f32
-    %s227 = arith.addf %a222, %s226 : f32
-    linalg.yield %s227 : f32
+  %e219 = tensor.empty() : tensor<16x30xf32> loc(#loc6)
+  %v225 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v122 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e219 : tensor<16x30xf32>) {
+  ^bb0(%a220: f32, %a221: f32, %o222: f32):
+    %s223 = arith.constant 0xBDCCCCCD : f32
+    %s224 = math.fma %a221, %s223, %a220 : f32
+    linalg.yield %s224 : f32
   } -> tensor<16x30xf32> loc(#loc6)
-  %e229 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e229 : tensor<16xf32>) {
-  ^bb0(%a230: f32, %a231: f32, %o232: f32):
-    %s233 = arith.constant 0xBDCCCCCD : f32
-    %s234 = arith.mulf %a231, %s233 : f32
-    %s235 = arith.addf %a230, %s234 : f32
-    linalg.yield %s235 : f32
+  %e226 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e226 : tensor<16xf32>) {
+  ^bb0(%a227: f32, %a228: f32, %o229: f32):
+    %s230 = arith.constant 0xBDCCCCCD : f32
+    %s231 = math.fma %a228, %s230, %a227 : f32
+    linalg.yield %s231 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v77, %v212, %v220, %v228, %v236 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
+  return %v77, %v211, %v218, %v225, %v232 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])

@@ -169,77 +169,73 @@ func.func @mlp_dp_tp_odd_hidden(
     linalg.yield %s144 : f32
   } -> tensor<15x16xf32> loc(#loc6)
   %e146 = tensor.empty() : tensor<15x16xf32> loc(#loc6)
-  %v153 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<15x16xf32>, tensor<15x16xf32>) outs(%e146 : tensor<15x16xf32>) {
+  %v152 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<15x16xf32>, tensor<15x16xf32>) outs(%e146 : tensor<15x16xf32>) {
   ^bb0(%a147: f32, %a148: f32, %o149: f32):
     %s150 = arith.constant 0xBDCCCCCD : f32
-    %s151 = arith.mulf %a148, %s150 : f32
-    %s152 = arith.addf %a147, %s151 : f32
-    linalg.yield %s152 : f32
+    %s151 = math.fma %a148, %s150, %a147 : f32
+    linalg.yield %s151 : f32
   } -> tensor<15x16xf32> loc(#loc6)
-  %e154 = tensor.empty() : tensor<15xf32> loc(#loc6)
-  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<15xf32>) outs(%e154 : tensor<15xf32>) {
-  ^bb0(%a155: f32, %o156: f32):
-    %s157 = arith.constant 0x3F666666 : f32
-    %s158 = arith.mulf %a155, %s157 : f32
-    linalg.yield %s158 : f32
+  %e153 = tensor.empty() : tensor<15xf32> loc(#loc6)
+  %v158 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<15xf32>) outs(%e153 : tensor<15xf32>) {
+  ^bb0(%a154: f32, %o155: f32):
+    %s156 = arith.constant 0x3F666666 : f32
+    %s157 = arith.mulf %a154, %s156 : f32
+    linalg.yield %s157 : f32
   } -> tensor<15xf32> loc(#loc6)
-  %e160 = tensor.empty() : tensor<15xf32> loc(#loc6)
-  %v165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v159, %v130 : tensor<15xf32>, tensor<15xf32>) outs(%e160 : tensor<15xf32>) {
-  ^bb0(%a161: f32, %a162: f32, %o163: f32):
-    %s164 = arith.addf %a161, %a162 : f32
-    linalg.yield %s164 : f32
+  %e159 = tensor.empty() : tensor<15xf32> loc(#loc6)
+  %v164 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v158, %v130 : tensor<15xf32>, tensor<15xf32>) outs(%e159 : tensor<15xf32>) {
+  ^bb0(%a160: f32, %a161: f32, %o162: f32):
+    %s163 = arith.addf %a160, %a161 : f32
+    linalg.yield %s163 : f32
   } -> tensor<15xf32> loc(#loc6)
-  %e166 = tensor.empty() : tensor<15xf32> loc(#loc6)
-  %v173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v165 : tensor<15xf32>, tensor<15xf32>) outs(%e166 : tensor<15xf32>) {
-  ^bb0(%a167: f32, %a168: f32, %o169: f32):
-    %s170 = arith.constant 0xBDCCCCCD : f32
-    %s171 = arith.mulf %a168, %s170 : f32
-    %s172 = arith.addf %a167, %s171 : f32
-    linalg.yield %s172 : f32
+  %e165 = tensor.empty() : tensor<15xf32> loc(#loc6)
+  %v171 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v164 : tensor<15xf32>, tensor<15xf32>) outs(%e165 : tensor<15xf32>) {
+  ^bb0(%a166: f32, %a167: f32, %o168: f32):
+    %s169 = arith.constant 0xBDCCCCCD : f32
+    %s170 = math.fma %a167, %s169, %a166 : f32
+    linalg.yield %s170 : f32
   } -> tensor<15xf32> loc(#loc6)
-  %e174 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
-  %v179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x15xf32>) outs(%e174 : tensor<16x15xf32>) {
-  ^bb0(%a175: f32, %o176: f32):
-    %s177 = arith.constant 0x3F666666 : f32
-    %s178 = arith.mulf %a175, %s177 : f32
-    linalg.yield %s178 : f32
+  %e172 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
+  %v177 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x15xf32>) outs(%e172 : tensor<16x15xf32>) {
+  ^bb0(%a173: f32, %o174: f32):
+    %s175 = arith.constant 0x3F666666 : f32
+    %s176 = arith.mulf %a173, %s175 : f32
+    linalg.yield %s176 : f32
   } -> tensor<16x15xf32> loc(#loc6)
-  %e180 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
-  %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v179, %v99 : tensor<16x15xf32>, tensor<16x15xf32>) outs(%e180 : tensor<16x15xf32>) {
-  ^bb0(%a181: f32, %a182: f32, %o183: f32):
-    %s184 = arith.addf %a181, %a182 : f32
-    linalg.yield %s184 : f32
+  %e178 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
+  %v183 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v177, %v99 : tensor<16x15xf32>, tensor<16x15xf32>) outs(%e178 : tensor<16x15xf32>) {
+  ^bb0(%a179: f32, %a180: f32, %o181: f32):
+    %s182 = arith.addf %a179, %a180 : f32
+    linalg.yield %s182 : f32
   } -> tensor<16x15xf32> loc(#loc6)
-  %e186 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
-  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v185 : tensor<16x15xf32>, tensor<16x15xf32>) outs(%e186 : tensor<16x15xf32>) {
-  ^bb0(%a187: f32, %a188: f32, %o189: f32):
-    %s190 = arith.constant 0xBDCCCCCD : f32
-    %s191 = arith.mulf %a188, %s190 : f32
-    %s192 = arith.addf %a187, %s191 : f32
-    linalg.yield %s192 : f32
+  %e184 = tensor.empty() : tensor<16x15xf32> loc(#loc6)
+  %v190 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v183 : tensor<16x15xf32>, tensor<16x15xf32>) outs(%e184 : tensor<16x15xf32>) {
+  ^bb0(%a185: f32, %a186: f32, %o187: f32):
+    %s188 = arith.constant 0xBDCCCCCD : f32
+    %s189 = math.fma %a186, %s188, %a185 : f32
+    linalg.yield %s189 : f32
   } -> tensor<16x15xf32> loc(#loc6)
-  %e194 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v199 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e194 : tensor<16xf32>) {
-  ^bb0(%a195: f32, %o196: f32):
-    %s197 = arith.constant 0x3F666666 : f32
-    %s198 = arith.mulf %a195, %s197 : f32
-    linalg.yield %s198 : f32
+  %e191 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v196 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e191 : tensor<16xf32>) {
+  ^bb0(%a192: f32, %o193: f32):
+    %s194 = arith.constant 0x3F666666 : f32
+    %s195 = arith.mulf %a192, %s194 : f32
+    linalg.yield %s195 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e200 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v205 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v199, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e200 : tensor<16xf32>) {
-  ^bb0(%a201: f32, %a202: f32, %o203: f32):
-    %s204 = arith.addf %a201, %a202 : f32
-    linalg.yield %s204 : f32
+  %e197 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v202 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v196, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e197 : tensor<16xf32>) {
+  ^bb0(%a198: f32, %a199: f32, %o200: f32):
+    %s201 = arith.addf %a198, %a199 : f32
+    linalg.yield %s201 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e206 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v213 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v205 : tensor<16xf32>, tensor<16xf32>) outs(%e206 : tensor<16xf32>) {
-  ^bb0(%a207: f32, %a208: f32, %o209: f32):
-    %s210 = arith.constant 0xBDCCCCCD : f32
-    %s211 = arith.mulf %a208, %s210 : f32
-    %s212 = arith.addf %a207, %s211 : f32
-    linalg.yield %s212 : f32
+  %e203 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v209 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v202 : tensor<16xf32>, tensor<16xf32>) outs(%e203 : tensor<16xf32>) {
+  ^bb0(%a204: f32, %a205: f32, %o206: f32):
+    %s207 = arith.constant 0xBDCCCCCD : f32
+    %s208 = math.fma %a205, %s207, %a204 : f32
+    linalg.yield %s208 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v54, %v153, %v173, %v193, %v213, %v145, %v165, %v185, %v205 : tensor<f32>, tensor<15x16xf32>, tensor<15xf32>, tensor<16x15xf32>, tensor<16xf32>, tensor<15x16xf32>, tensor<15xf32>, tensor<16x15xf32>, tensor<16xf32>
+  return %v54, %v152, %v171, %v190, %v209, %v145, %v164, %v183, %v202 : tensor<f32>, tensor<15x16xf32>, tensor<15xf32>, tensor<16x15xf32>, tensor<16xf32>, tensor<15x16xf32>, tensor<15xf32>, tensor<16x15xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

@@ -166,788 +166,552 @@ func.func @unannotated_train(
     %s138 = arith.addf %a135, %s137 : f32
     linalg.yield %s138 : f32
   } -> tensor<f32> loc(#loc6)
-  %e140 = tensor.empty() : tensor<f32> loc(#loc6)
-  %c141 = arith.constant 0x3DCCCCCD : f32 loc(#loc6)
-  %v142 = linalg.fill ins(%c141 : f32) outs(%e140 : tensor<f32>) -> tensor<f32> loc(#loc6)
-  %e143 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v147 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e143 : tensor<f32>) {
-  ^bb0(%a144: f32, %o145: f32):
-    %s146 = math.absf %a144 : f32
-    linalg.yield %s146 : f32
+  %e140 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v154 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v133 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e140 : tensor<16x8xf32>) {
+  ^bb0(%a141: f32, %a142: f32, %o143: f32):
+    %s144 = arith.constant 0x3DCCCCCD : f32
+    %s145 = arith.subf %a142, %a141 : f32
+    %s146 = math.absf %s144 : f32
+    %s147 = arith.constant 0x3F000000 : f32
+    %s148 = arith.cmpf olt, %s146, %s147 : f32
+    %s149 = arith.constant 0x3F800000 : f32
+    %s150 = arith.subf %s144, %s149 : f32
+    %s151 = arith.select %s148, %s144, %s150 : f32
+    %s152 = arith.select %s148, %a141, %a142 : f32
+    %s153 = math.fma %s151, %s145, %s152 : f32
+    linalg.yield %s153 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e155 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v160 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<16x8xf32>) outs(%e155 : tensor<16x8xf32>) {
+  ^bb0(%a156: f32, %o157: f32):
+    %s158 = arith.constant 0x3F7FBE77 : f32
+    %s159 = arith.mulf %a156, %s158 : f32
+    linalg.yield %s159 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e161 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v160, %v133, %v133 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e161 : tensor<16x8xf32>) {
+  ^bb0(%a162: f32, %a163: f32, %a164: f32, %o165: f32):
+    %s166 = arith.constant 0x3A83126F : f32
+    %s167 = arith.mulf %s166, %a163 : f32
+    %s168 = math.fma %s167, %a164, %a162 : f32
+    linalg.yield %s168 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e170 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e170 : tensor<f32>) {
+  ^bb0(%a171: f32, %o172: f32):
+    %s173 = arith.constant 0x3F666666 : f32
+    %s174 = math.powf %s173, %a171 : f32
+    linalg.yield %s174 : f32
   } -> tensor<f32> loc(#loc6)
-  %e148 = tensor.empty() : tensor<i1> loc(#loc6)
-  %v153 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v147 : tensor<f32>) outs(%e148 : tensor<i1>) {
-  ^bb0(%a149: f32, %o150: i1):
-    %s151 = arith.constant 0x3F000000 : f32
-    %s152 = arith.cmpf oge, %a149, %s151 : f32
-    linalg.yield %s152 : i1
-  } -> tensor<i1> loc(#loc6)
-  %e154 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v159 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e154 : tensor<f32>) {
-  ^bb0(%a155: f32, %o156: f32):
-    %s157 = arith.constant 0x3F800000 : f32
-    %s158 = arith.subf %a155, %s157 : f32
-    linalg.yield %s158 : f32
+  %e176 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v181 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v175 : tensor<f32>) outs(%e176 : tensor<f32>) {
+  ^bb0(%a177: f32, %o178: f32):
+    %s179 = arith.constant 0x3F800000 : f32
+    %s180 = arith.subf %s179, %a177 : f32
+    linalg.yield %s180 : f32
   } -> tensor<f32> loc(#loc6)
-  %e160 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v166 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v153, %v159, %v142 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e160 : tensor<f32>) {
-  ^bb0(%a161: i1, %a162: f32, %a163: f32, %o164: f32):
-    %s165 = arith.select %a161, %a162, %a163 : f32
-    linalg.yield %s165 : f32
+  %e182 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v187 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e182 : tensor<f32>) {
+  ^bb0(%a183: f32, %o184: f32):
+    %s185 = arith.constant 0x3F7FBE77 : f32
+    %s186 = math.powf %s185, %a183 : f32
+    linalg.yield %s186 : f32
   } -> tensor<f32> loc(#loc6)
-  %e167 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v173 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v153, %v133, %arg4 : tensor<i1>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e167 : tensor<16x8xf32>) {
-  ^bb0(%a168: i1, %a169: f32, %a170: f32, %o171: f32):
-    %s172 = arith.select %a168, %a169, %a170 : f32
-    linalg.yield %s172 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e174 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133, %arg4 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e174 : tensor<16x8xf32>) {
-  ^bb0(%a175: f32, %a176: f32, %o177: f32):
-    %s178 = arith.subf %a175, %a176 : f32
-    linalg.yield %s178 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e180 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v166, %v179 : tensor<f32>, tensor<16x8xf32>) outs(%e180 : tensor<16x8xf32>) {
-  ^bb0(%a181: f32, %a182: f32, %o183: f32):
-    %s184 = arith.mulf %a181, %a182 : f32
-    linalg.yield %s184 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e186 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v191 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v185, %v173 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e186 : tensor<16x8xf32>) {
-  ^bb0(%a187: f32, %a188: f32, %o189: f32):
-    %s190 = arith.addf %a187, %a188 : f32
-    linalg.yield %s190 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e192 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v197 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<16x8xf32>) outs(%e192 : tensor<16x8xf32>) {
-  ^bb0(%a193: f32, %o194: f32):
-    %s195 = arith.constant 0x3F7FBE77 : f32
-    %s196 = arith.mulf %a193, %s195 : f32
-    linalg.yield %s196 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e198 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<16x8xf32>) outs(%e198 : tensor<16x8xf32>) {
-  ^bb0(%a199: f32, %o200: f32):
-    %s201 = arith.constant 0x3A83126F : f32
-    %s202 = arith.mulf %a199, %s201 : f32
-    linalg.yield %s202 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e204 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v209 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203, %v133 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e204 : tensor<16x8xf32>) {
-  ^bb0(%a205: f32, %a206: f32, %o207: f32):
-    %s208 = arith.mulf %a205, %a206 : f32
-    linalg.yield %s208 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e210 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v197, %v209 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e210 : tensor<16x8xf32>) {
-  ^bb0(%a211: f32, %a212: f32, %o213: f32):
-    %s214 = arith.addf %a211, %a212 : f32
+  %e188 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v193 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v187 : tensor<f32>) outs(%e188 : tensor<f32>) {
+  ^bb0(%a189: f32, %o190: f32):
+    %s191 = arith.constant 0x3F800000 : f32
+    %s192 = arith.subf %s191, %a189 : f32
+    linalg.yield %s192 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e194 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v199 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v181 : tensor<f32>) outs(%e194 : tensor<f32>) {
+  ^bb0(%a195: f32, %o196: f32):
+    %s197 = arith.constant 0x3F800000 : f32
+    %s198 = arith.divf %s197, %a195 : f32
+    linalg.yield %s198 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e200 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v199 : tensor<f32>) outs(%e200 : tensor<f32>) {
+  ^bb0(%a201: f32, %o202: f32):
+    %s203 = arith.constant 0x3A83126F : f32
+    %s204 = arith.mulf %a201, %s203 : f32
+    linalg.yield %s204 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e206 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v210 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v205 : tensor<f32>) outs(%e206 : tensor<f32>) {
+  ^bb0(%a207: f32, %o208: f32):
+    %s209 = arith.negf %a207 : f32
+    linalg.yield %s209 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e211 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v215 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v193 : tensor<f32>) outs(%e211 : tensor<f32>) {
+  ^bb0(%a212: f32, %o213: f32):
+    %s214 = math.sqrt %a212 : f32
     linalg.yield %s214 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e216 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v221 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e216 : tensor<f32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e216 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v220 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v169 : tensor<16x8xf32>) outs(%e216 : tensor<16x8xf32>) {
   ^bb0(%a217: f32, %o218: f32):
-    %s219 = arith.constant 0x3F666666 : f32
-    %s220 = math.powf %s219, %a217 : f32
-    linalg.yield %s220 : f32
+    %s219 = math.sqrt %a217 : f32
+    linalg.yield %s219 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e221 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v226 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v215, %v210 : tensor<f32>, tensor<f32>) outs(%e221 : tensor<f32>) {
+  ^bb0(%a222: f32, %a223: f32, %o224: f32):
+    %s225 = arith.mulf %a222, %a223 : f32
+    linalg.yield %s225 : f32
   } -> tensor<f32> loc(#loc6)
-  %e222 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v227 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v221 : tensor<f32>) outs(%e222 : tensor<f32>) {
-  ^bb0(%a223: f32, %o224: f32):
-    %s225 = arith.constant 0x3F800000 : f32
-    %s226 = arith.subf %s225, %a223 : f32
-    linalg.yield %s226 : f32
+  %e227 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v232 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v220, %v226 : tensor<16x8xf32>, tensor<f32>) outs(%e227 : tensor<16x8xf32>) {
+  ^bb0(%a228: f32, %a229: f32, %o230: f32):
+    %s231 = arith.divf %a228, %a229 : f32
+    linalg.yield %s231 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e233 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v238 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e233 : tensor<f32>) {
+  ^bb0(%a234: f32, %o235: f32):
+    %s236 = arith.constant 0x3F800000 : f32
+    %s237 = arith.divf %s236, %a234 : f32
+    linalg.yield %s237 : f32
   } -> tensor<f32> loc(#loc6)
-  %e228 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v233 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e228 : tensor<f32>) {
-  ^bb0(%a229: f32, %o230: f32):
-    %s231 = arith.constant 0x3F7FBE77 : f32
-    %s232 = math.powf %s231, %a229 : f32
-    linalg.yield %s232 : f32
+  %e239 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v244 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v238 : tensor<f32>) outs(%e239 : tensor<f32>) {
+  ^bb0(%a240: f32, %o241: f32):
+    %s242 = arith.constant 0x322BCC77 : f32
+    %s243 = arith.mulf %a240, %s242 : f32
+    linalg.yield %s243 : f32
   } -> tensor<f32> loc(#loc6)
-  %e234 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v239 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v233 : tensor<f32>) outs(%e234 : tensor<f32>) {
-  ^bb0(%a235: f32, %o236: f32):
-    %s237 = arith.constant 0x3F800000 : f32
-    %s238 = arith.subf %s237, %a235 : f32
-    linalg.yield %s238 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e240 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v245 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v227 : tensor<f32>) outs(%e240 : tensor<f32>) {
-  ^bb0(%a241: f32, %o242: f32):
-    %s243 = arith.constant 0x3F800000 : f32
-    %s244 = arith.divf %s243, %a241 : f32
-    linalg.yield %s244 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e246 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v251 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v245 : tensor<f32>) outs(%e246 : tensor<f32>) {
-  ^bb0(%a247: f32, %o248: f32):
-    %s249 = arith.constant 0x3A83126F : f32
-    %s250 = arith.mulf %a247, %s249 : f32
-    linalg.yield %s250 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e252 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v256 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v251 : tensor<f32>) outs(%e252 : tensor<f32>) {
-  ^bb0(%a253: f32, %o254: f32):
-    %s255 = arith.negf %a253 : f32
-    linalg.yield %s255 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e257 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v261 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v239 : tensor<f32>) outs(%e257 : tensor<f32>) {
-  ^bb0(%a258: f32, %o259: f32):
-    %s260 = math.sqrt %a258 : f32
-    linalg.yield %s260 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e262 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v266 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<16x8xf32>) outs(%e262 : tensor<16x8xf32>) {
-  ^bb0(%a263: f32, %o264: f32):
-    %s265 = math.sqrt %a263 : f32
+  %e245 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v250 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v232, %v244 : tensor<16x8xf32>, tensor<f32>) outs(%e245 : tensor<16x8xf32>) {
+  ^bb0(%a246: f32, %a247: f32, %o248: f32):
+    %s249 = arith.addf %a246, %a247 : f32
+    linalg.yield %s249 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e251 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v260 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v154, %v250 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e251 : tensor<16x8xf32>) {
+  ^bb0(%a252: f32, %a253: f32, %a254: f32, %o255: f32):
+    %s256 = arith.constant 0x3F800000 : f32
+    %s257 = arith.mulf %s256, %a253 : f32
+    %s258 = arith.divf %s257, %a254 : f32
+    %s259 = arith.addf %a252, %s258 : f32
+    linalg.yield %s259 : f32
+  } -> tensor<16x8xf32> loc(#loc6)
+  %e261 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v266 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e261 : tensor<f32>) {
+  ^bb0(%a262: f32, %o263: f32):
+    %s264 = arith.constant 0x3F800000 : f32
+    %s265 = arith.addf %a262, %s264 : f32
     linalg.yield %s265 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e267 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v272 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v261, %v256 : tensor<f32>, tensor<f32>) outs(%e267 : tensor<f32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e267 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v281 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v130 : tensor<16xf32>, tensor<16xf32>) outs(%e267 : tensor<16xf32>) {
   ^bb0(%a268: f32, %a269: f32, %o270: f32):
-    %s271 = arith.mulf %a268, %a269 : f32
-    linalg.yield %s271 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e273 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v266, %v272 : tensor<16x8xf32>, tensor<f32>) outs(%e273 : tensor<16x8xf32>) {
-  ^bb0(%a274: f32, %a275: f32, %o276: f32):
-    %s277 = arith.divf %a274, %a275 : f32
-    linalg.yield %s277 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e279 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v284 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v256 : tensor<f32>) outs(%e279 : tensor<f32>) {
-  ^bb0(%a280: f32, %o281: f32):
-    %s282 = arith.constant 0x3F800000 : f32
-    %s283 = arith.divf %s282, %a280 : f32
-    linalg.yield %s283 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e285 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v290 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v284 : tensor<f32>) outs(%e285 : tensor<f32>) {
-  ^bb0(%a286: f32, %o287: f32):
-    %s288 = arith.constant 0x322BCC77 : f32
-    %s289 = arith.mulf %a286, %s288 : f32
-    linalg.yield %s289 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e291 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v296 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v278, %v290 : tensor<16x8xf32>, tensor<f32>) outs(%e291 : tensor<16x8xf32>) {
-  ^bb0(%a292: f32, %a293: f32, %o294: f32):
-    %s295 = arith.addf %a292, %a293 : f32
+    %s271 = arith.constant 0x3DCCCCCD : f32
+    %s272 = arith.subf %a269, %a268 : f32
+    %s273 = math.absf %s271 : f32
+    %s274 = arith.constant 0x3F000000 : f32
+    %s275 = arith.cmpf olt, %s273, %s274 : f32
+    %s276 = arith.constant 0x3F800000 : f32
+    %s277 = arith.subf %s271, %s276 : f32
+    %s278 = arith.select %s275, %s271, %s277 : f32
+    %s279 = arith.select %s275, %a268, %a269 : f32
+    %s280 = math.fma %s278, %s272, %s279 : f32
+    linalg.yield %s280 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e282 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v287 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<16xf32>) outs(%e282 : tensor<16xf32>) {
+  ^bb0(%a283: f32, %o284: f32):
+    %s285 = arith.constant 0x3F7FBE77 : f32
+    %s286 = arith.mulf %a283, %s285 : f32
+    linalg.yield %s286 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e288 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v296 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v287, %v130, %v130 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e288 : tensor<16xf32>) {
+  ^bb0(%a289: f32, %a290: f32, %a291: f32, %o292: f32):
+    %s293 = arith.constant 0x3A83126F : f32
+    %s294 = arith.mulf %s293, %a290 : f32
+    %s295 = math.fma %s294, %a291, %a289 : f32
     linalg.yield %s295 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e297 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v302 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v191 : tensor<16x8xf32>) outs(%e297 : tensor<16x8xf32>) {
+  } -> tensor<16xf32> loc(#loc6)
+  %e297 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v302 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v266 : tensor<f32>) outs(%e297 : tensor<f32>) {
   ^bb0(%a298: f32, %o299: f32):
-    %s300 = arith.constant 0x3F800000 : f32
-    %s301 = arith.mulf %a298, %s300 : f32
+    %s300 = arith.constant 0x3F666666 : f32
+    %s301 = math.powf %s300, %a298 : f32
     linalg.yield %s301 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e303 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v308 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v302, %v296 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e303 : tensor<16x8xf32>) {
-  ^bb0(%a304: f32, %a305: f32, %o306: f32):
-    %s307 = arith.divf %a304, %a305 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e303 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v308 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v302 : tensor<f32>) outs(%e303 : tensor<f32>) {
+  ^bb0(%a304: f32, %o305: f32):
+    %s306 = arith.constant 0x3F800000 : f32
+    %s307 = arith.subf %s306, %a304 : f32
     linalg.yield %s307 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
-  %e309 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v314 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v308 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e309 : tensor<16x8xf32>) {
-  ^bb0(%a310: f32, %a311: f32, %o312: f32):
-    %s313 = arith.addf %a310, %a311 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e309 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v314 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v266 : tensor<f32>) outs(%e309 : tensor<f32>) {
+  ^bb0(%a310: f32, %o311: f32):
+    %s312 = arith.constant 0x3F7FBE77 : f32
+    %s313 = math.powf %s312, %a310 : f32
     linalg.yield %s313 : f32
-  } -> tensor<16x8xf32> loc(#loc6)
+  } -> tensor<f32> loc(#loc6)
   %e315 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v320 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e315 : tensor<f32>) {
+  %v320 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v314 : tensor<f32>) outs(%e315 : tensor<f32>) {
   ^bb0(%a316: f32, %o317: f32):
     %s318 = arith.constant 0x3F800000 : f32
-    %s319 = arith.addf %a316, %s318 : f32
+    %s319 = arith.subf %s318, %a316 : f32
     linalg.yield %s319 : f32
   } -> tensor<f32> loc(#loc6)
   %e321 = tensor.empty() : tensor<f32> loc(#loc6)
-  %c322 = arith.constant 0x3DCCCCCD : f32 loc(#loc6)
-  %v323 = linalg.fill ins(%c322 : f32) outs(%e321 : tensor<f32>) -> tensor<f32> loc(#loc6)
-  %e324 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v328 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v323 : tensor<f32>) outs(%e324 : tensor<f32>) {
-  ^bb0(%a325: f32, %o326: f32):
-    %s327 = math.absf %a325 : f32
-    linalg.yield %s327 : f32
+  %v326 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v308 : tensor<f32>) outs(%e321 : tensor<f32>) {
+  ^bb0(%a322: f32, %o323: f32):
+    %s324 = arith.constant 0x3F800000 : f32
+    %s325 = arith.divf %s324, %a322 : f32
+    linalg.yield %s325 : f32
   } -> tensor<f32> loc(#loc6)
-  %e329 = tensor.empty() : tensor<i1> loc(#loc6)
-  %v334 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v328 : tensor<f32>) outs(%e329 : tensor<i1>) {
-  ^bb0(%a330: f32, %o331: i1):
-    %s332 = arith.constant 0x3F000000 : f32
-    %s333 = arith.cmpf oge, %a330, %s332 : f32
-    linalg.yield %s333 : i1
-  } -> tensor<i1> loc(#loc6)
-  %e335 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v340 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v323 : tensor<f32>) outs(%e335 : tensor<f32>) {
-  ^bb0(%a336: f32, %o337: f32):
-    %s338 = arith.constant 0x3F800000 : f32
-    %s339 = arith.subf %a336, %s338 : f32
-    linalg.yield %s339 : f32
+  %e327 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v332 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v326 : tensor<f32>) outs(%e327 : tensor<f32>) {
+  ^bb0(%a328: f32, %o329: f32):
+    %s330 = arith.constant 0x3A83126F : f32
+    %s331 = arith.mulf %a328, %s330 : f32
+    linalg.yield %s331 : f32
   } -> tensor<f32> loc(#loc6)
-  %e341 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v347 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v334, %v340, %v323 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e341 : tensor<f32>) {
-  ^bb0(%a342: i1, %a343: f32, %a344: f32, %o345: f32):
-    %s346 = arith.select %a342, %a343, %a344 : f32
+  %e333 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v337 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v332 : tensor<f32>) outs(%e333 : tensor<f32>) {
+  ^bb0(%a334: f32, %o335: f32):
+    %s336 = arith.negf %a334 : f32
+    linalg.yield %s336 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e338 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v342 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e338 : tensor<f32>) {
+  ^bb0(%a339: f32, %o340: f32):
+    %s341 = math.sqrt %a339 : f32
+    linalg.yield %s341 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e343 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v347 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v296 : tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
+  ^bb0(%a344: f32, %o345: f32):
+    %s346 = math.sqrt %a344 : f32
     linalg.yield %s346 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e348 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v353 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v342, %v337 : tensor<f32>, tensor<f32>) outs(%e348 : tensor<f32>) {
+  ^bb0(%a349: f32, %a350: f32, %o351: f32):
+    %s352 = arith.mulf %a349, %a350 : f32
+    linalg.yield %s352 : f32
   } -> tensor<f32> loc(#loc6)
-  %e348 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v354 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v334, %v130, %arg5 : tensor<i1>, tensor<16xf32>, tensor<16xf32>) outs(%e348 : tensor<16xf32>) {
-  ^bb0(%a349: i1, %a350: f32, %a351: f32, %o352: f32):
-    %s353 = arith.select %a349, %a350, %a351 : f32
-    linalg.yield %s353 : f32
+  %e354 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v359 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v347, %v353 : tensor<16xf32>, tensor<f32>) outs(%e354 : tensor<16xf32>) {
+  ^bb0(%a355: f32, %a356: f32, %o357: f32):
+    %s358 = arith.divf %a355, %a356 : f32
+    linalg.yield %s358 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e355 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v360 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130, %arg5 : tensor<16xf32>, tensor<16xf32>) outs(%e355 : tensor<16xf32>) {
-  ^bb0(%a356: f32, %a357: f32, %o358: f32):
-    %s359 = arith.subf %a356, %a357 : f32
-    linalg.yield %s359 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e361 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v366 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v347, %v360 : tensor<f32>, tensor<16xf32>) outs(%e361 : tensor<16xf32>) {
-  ^bb0(%a362: f32, %a363: f32, %o364: f32):
-    %s365 = arith.mulf %a362, %a363 : f32
-    linalg.yield %s365 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e367 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v372 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v366, %v354 : tensor<16xf32>, tensor<16xf32>) outs(%e367 : tensor<16xf32>) {
-  ^bb0(%a368: f32, %a369: f32, %o370: f32):
-    %s371 = arith.addf %a368, %a369 : f32
-    linalg.yield %s371 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e373 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v378 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<16xf32>) outs(%e373 : tensor<16xf32>) {
-  ^bb0(%a374: f32, %o375: f32):
-    %s376 = arith.constant 0x3F7FBE77 : f32
-    %s377 = arith.mulf %a374, %s376 : f32
-    linalg.yield %s377 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e379 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v384 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v130 : tensor<16xf32>) outs(%e379 : tensor<16xf32>) {
-  ^bb0(%a380: f32, %o381: f32):
-    %s382 = arith.constant 0x3A83126F : f32
-    %s383 = arith.mulf %a380, %s382 : f32
-    linalg.yield %s383 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e385 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v390 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v384, %v130 : tensor<16xf32>, tensor<16xf32>) outs(%e385 : tensor<16xf32>) {
-  ^bb0(%a386: f32, %a387: f32, %o388: f32):
-    %s389 = arith.mulf %a386, %a387 : f32
-    linalg.yield %s389 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e391 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v396 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v378, %v390 : tensor<16xf32>, tensor<16xf32>) outs(%e391 : tensor<16xf32>) {
-  ^bb0(%a392: f32, %a393: f32, %o394: f32):
-    %s395 = arith.addf %a392, %a393 : f32
-    linalg.yield %s395 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e397 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e397 : tensor<f32>) {
-  ^bb0(%a398: f32, %o399: f32):
-    %s400 = arith.constant 0x3F666666 : f32
-    %s401 = math.powf %s400, %a398 : f32
-    linalg.yield %s401 : f32
+  %e360 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v365 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v337 : tensor<f32>) outs(%e360 : tensor<f32>) {
+  ^bb0(%a361: f32, %o362: f32):
+    %s363 = arith.constant 0x3F800000 : f32
+    %s364 = arith.divf %s363, %a361 : f32
+    linalg.yield %s364 : f32
   } -> tensor<f32> loc(#loc6)
-  %e403 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v408 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v402 : tensor<f32>) outs(%e403 : tensor<f32>) {
-  ^bb0(%a404: f32, %o405: f32):
-    %s406 = arith.constant 0x3F800000 : f32
-    %s407 = arith.subf %s406, %a404 : f32
+  %e366 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v371 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v365 : tensor<f32>) outs(%e366 : tensor<f32>) {
+  ^bb0(%a367: f32, %o368: f32):
+    %s369 = arith.constant 0x322BCC77 : f32
+    %s370 = arith.mulf %a367, %s369 : f32
+    linalg.yield %s370 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e372 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v377 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v359, %v371 : tensor<16xf32>, tensor<f32>) outs(%e372 : tensor<16xf32>) {
+  ^bb0(%a373: f32, %a374: f32, %o375: f32):
+    %s376 = arith.addf %a373, %a374 : f32
+    linalg.yield %s376 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e378 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v387 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v281, %v377 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e378 : tensor<16xf32>) {
+  ^bb0(%a379: f32, %a380: f32, %a381: f32, %o382: f32):
+    %s383 = arith.constant 0x3F800000 : f32
+    %s384 = arith.mulf %s383, %a380 : f32
+    %s385 = arith.divf %s384, %a381 : f32
+    %s386 = arith.addf %a379, %s385 : f32
+    linalg.yield %s386 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e388 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v393 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e388 : tensor<f32>) {
+  ^bb0(%a389: f32, %o390: f32):
+    %s391 = arith.constant 0x3F800000 : f32
+    %s392 = arith.addf %a389, %s391 : f32
+    linalg.yield %s392 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e394 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v408 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v99 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e394 : tensor<8x16xf32>) {
+  ^bb0(%a395: f32, %a396: f32, %o397: f32):
+    %s398 = arith.constant 0x3DCCCCCD : f32
+    %s399 = arith.subf %a396, %a395 : f32
+    %s400 = math.absf %s398 : f32
+    %s401 = arith.constant 0x3F000000 : f32
+    %s402 = arith.cmpf olt, %s400, %s401 : f32
+    %s403 = arith.constant 0x3F800000 : f32
+    %s404 = arith.subf %s398, %s403 : f32
+    %s405 = arith.select %s402, %s398, %s404 : f32
+    %s406 = arith.select %s402, %a395, %a396 : f32
+    %s407 = math.fma %s405, %s399, %s406 : f32
     linalg.yield %s407 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e409 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v414 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e409 : tensor<f32>) {
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e409 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v414 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<8x16xf32>) outs(%e409 : tensor<8x16xf32>) {
   ^bb0(%a410: f32, %o411: f32):
     %s412 = arith.constant 0x3F7FBE77 : f32
-    %s413 = math.powf %s412, %a410 : f32
+    %s413 = arith.mulf %a410, %s412 : f32
     linalg.yield %s413 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e415 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v423 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v414, %v99, %v99 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e415 : tensor<8x16xf32>) {
+  ^bb0(%a416: f32, %a417: f32, %a418: f32, %o419: f32):
+    %s420 = arith.constant 0x3A83126F : f32
+    %s421 = arith.mulf %s420, %a417 : f32
+    %s422 = math.fma %s421, %a418, %a416 : f32
+    linalg.yield %s422 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e424 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v429 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v393 : tensor<f32>) outs(%e424 : tensor<f32>) {
+  ^bb0(%a425: f32, %o426: f32):
+    %s427 = arith.constant 0x3F666666 : f32
+    %s428 = math.powf %s427, %a425 : f32
+    linalg.yield %s428 : f32
   } -> tensor<f32> loc(#loc6)
-  %e415 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v420 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v414 : tensor<f32>) outs(%e415 : tensor<f32>) {
-  ^bb0(%a416: f32, %o417: f32):
-    %s418 = arith.constant 0x3F800000 : f32
-    %s419 = arith.subf %s418, %a416 : f32
-    linalg.yield %s419 : f32
+  %e430 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v435 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v429 : tensor<f32>) outs(%e430 : tensor<f32>) {
+  ^bb0(%a431: f32, %o432: f32):
+    %s433 = arith.constant 0x3F800000 : f32
+    %s434 = arith.subf %s433, %a431 : f32
+    linalg.yield %s434 : f32
   } -> tensor<f32> loc(#loc6)
-  %e421 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v408 : tensor<f32>) outs(%e421 : tensor<f32>) {
-  ^bb0(%a422: f32, %o423: f32):
-    %s424 = arith.constant 0x3F800000 : f32
-    %s425 = arith.divf %s424, %a422 : f32
-    linalg.yield %s425 : f32
+  %e436 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v441 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v393 : tensor<f32>) outs(%e436 : tensor<f32>) {
+  ^bb0(%a437: f32, %o438: f32):
+    %s439 = arith.constant 0x3F7FBE77 : f32
+    %s440 = math.powf %s439, %a437 : f32
+    linalg.yield %s440 : f32
   } -> tensor<f32> loc(#loc6)
-  %e427 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e427 : tensor<f32>) {
-  ^bb0(%a428: f32, %o429: f32):
-    %s430 = arith.constant 0x3A83126F : f32
-    %s431 = arith.mulf %a428, %s430 : f32
-    linalg.yield %s431 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e433 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v437 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v432 : tensor<f32>) outs(%e433 : tensor<f32>) {
-  ^bb0(%a434: f32, %o435: f32):
-    %s436 = arith.negf %a434 : f32
-    linalg.yield %s436 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e438 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v442 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v420 : tensor<f32>) outs(%e438 : tensor<f32>) {
-  ^bb0(%a439: f32, %o440: f32):
-    %s441 = math.sqrt %a439 : f32
-    linalg.yield %s441 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e443 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v447 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v396 : tensor<16xf32>) outs(%e443 : tensor<16xf32>) {
-  ^bb0(%a444: f32, %o445: f32):
-    %s446 = math.sqrt %a444 : f32
+  %e442 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v447 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v441 : tensor<f32>) outs(%e442 : tensor<f32>) {
+  ^bb0(%a443: f32, %o444: f32):
+    %s445 = arith.constant 0x3F800000 : f32
+    %s446 = arith.subf %s445, %a443 : f32
     linalg.yield %s446 : f32
-  } -> tensor<16xf32> loc(#loc6)
+  } -> tensor<f32> loc(#loc6)
   %e448 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v442, %v437 : tensor<f32>, tensor<f32>) outs(%e448 : tensor<f32>) {
-  ^bb0(%a449: f32, %a450: f32, %o451: f32):
-    %s452 = arith.mulf %a449, %a450 : f32
+  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v435 : tensor<f32>) outs(%e448 : tensor<f32>) {
+  ^bb0(%a449: f32, %o450: f32):
+    %s451 = arith.constant 0x3F800000 : f32
+    %s452 = arith.divf %s451, %a449 : f32
     linalg.yield %s452 : f32
   } -> tensor<f32> loc(#loc6)
-  %e454 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v459 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v447, %v453 : tensor<16xf32>, tensor<f32>) outs(%e454 : tensor<16xf32>) {
-  ^bb0(%a455: f32, %a456: f32, %o457: f32):
-    %s458 = arith.divf %a455, %a456 : f32
+  %e454 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v459 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v453 : tensor<f32>) outs(%e454 : tensor<f32>) {
+  ^bb0(%a455: f32, %o456: f32):
+    %s457 = arith.constant 0x3A83126F : f32
+    %s458 = arith.mulf %a455, %s457 : f32
     linalg.yield %s458 : f32
-  } -> tensor<16xf32> loc(#loc6)
+  } -> tensor<f32> loc(#loc6)
   %e460 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v465 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v437 : tensor<f32>) outs(%e460 : tensor<f32>) {
+  %v464 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v459 : tensor<f32>) outs(%e460 : tensor<f32>) {
   ^bb0(%a461: f32, %o462: f32):
-    %s463 = arith.constant 0x3F800000 : f32
-    %s464 = arith.divf %s463, %a461 : f32
-    linalg.yield %s464 : f32
+    %s463 = arith.negf %a461 : f32
+    linalg.yield %s463 : f32
   } -> tensor<f32> loc(#loc6)
-  %e466 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v471 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v465 : tensor<f32>) outs(%e466 : tensor<f32>) {
-  ^bb0(%a467: f32, %o468: f32):
-    %s469 = arith.constant 0x322BCC77 : f32
-    %s470 = arith.mulf %a467, %s469 : f32
-    linalg.yield %s470 : f32
+  %e465 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v469 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v447 : tensor<f32>) outs(%e465 : tensor<f32>) {
+  ^bb0(%a466: f32, %o467: f32):
+    %s468 = math.sqrt %a466 : f32
+    linalg.yield %s468 : f32
   } -> tensor<f32> loc(#loc6)
-  %e472 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v477 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v459, %v471 : tensor<16xf32>, tensor<f32>) outs(%e472 : tensor<16xf32>) {
-  ^bb0(%a473: f32, %a474: f32, %o475: f32):
-    %s476 = arith.addf %a473, %a474 : f32
-    linalg.yield %s476 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e478 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v483 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v372 : tensor<16xf32>) outs(%e478 : tensor<16xf32>) {
-  ^bb0(%a479: f32, %o480: f32):
-    %s481 = arith.constant 0x3F800000 : f32
-    %s482 = arith.mulf %a479, %s481 : f32
-    linalg.yield %s482 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e484 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v489 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v483, %v477 : tensor<16xf32>, tensor<16xf32>) outs(%e484 : tensor<16xf32>) {
-  ^bb0(%a485: f32, %a486: f32, %o487: f32):
-    %s488 = arith.divf %a485, %a486 : f32
-    linalg.yield %s488 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e490 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v495 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v489 : tensor<16xf32>, tensor<16xf32>) outs(%e490 : tensor<16xf32>) {
-  ^bb0(%a491: f32, %a492: f32, %o493: f32):
-    %s494 = arith.addf %a491, %a492 : f32
-    linalg.yield %s494 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e496 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e496 : tensor<f32>) {
-  ^bb0(%a497: f32, %o498: f32):
-    %s499 = arith.constant 0x3F800000 : f32
-    %s500 = arith.addf %a497, %s499 : f32
-    linalg.yield %s500 : f32
+  %e470 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v474 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v423 : tensor<8x16xf32>) outs(%e470 : tensor<8x16xf32>) {
+  ^bb0(%a471: f32, %o472: f32):
+    %s473 = math.sqrt %a471 : f32
+    linalg.yield %s473 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e475 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v480 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v469, %v464 : tensor<f32>, tensor<f32>) outs(%e475 : tensor<f32>) {
+  ^bb0(%a476: f32, %a477: f32, %o478: f32):
+    %s479 = arith.mulf %a476, %a477 : f32
+    linalg.yield %s479 : f32
   } -> tensor<f32> loc(#loc6)
-  %e502 = tensor.empty() : tensor<f32> loc(#loc6)
-  %c503 = arith.constant 0x3DCCCCCD : f32 loc(#loc6)
-  %v504 = linalg.fill ins(%c503 : f32) outs(%e502 : tensor<f32>) -> tensor<f32> loc(#loc6)
-  %e505 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v509 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v504 : tensor<f32>) outs(%e505 : tensor<f32>) {
-  ^bb0(%a506: f32, %o507: f32):
-    %s508 = math.absf %a506 : f32
-    linalg.yield %s508 : f32
+  %e481 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v486 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v474, %v480 : tensor<8x16xf32>, tensor<f32>) outs(%e481 : tensor<8x16xf32>) {
+  ^bb0(%a482: f32, %a483: f32, %o484: f32):
+    %s485 = arith.divf %a482, %a483 : f32
+    linalg.yield %s485 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e487 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v492 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v464 : tensor<f32>) outs(%e487 : tensor<f32>) {
+  ^bb0(%a488: f32, %o489: f32):
+    %s490 = arith.constant 0x3F800000 : f32
+    %s491 = arith.divf %s490, %a488 : f32
+    linalg.yield %s491 : f32
   } -> tensor<f32> loc(#loc6)
-  %e510 = tensor.empty() : tensor<i1> loc(#loc6)
-  %v515 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v509 : tensor<f32>) outs(%e510 : tensor<i1>) {
-  ^bb0(%a511: f32, %o512: i1):
-    %s513 = arith.constant 0x3F000000 : f32
-    %s514 = arith.cmpf oge, %a511, %s513 : f32
-    linalg.yield %s514 : i1
-  } -> tensor<i1> loc(#loc6)
-  %e516 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v521 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v504 : tensor<f32>) outs(%e516 : tensor<f32>) {
-  ^bb0(%a517: f32, %o518: f32):
-    %s519 = arith.constant 0x3F800000 : f32
-    %s520 = arith.subf %a517, %s519 : f32
-    linalg.yield %s520 : f32
+  %e493 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v498 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v492 : tensor<f32>) outs(%e493 : tensor<f32>) {
+  ^bb0(%a494: f32, %o495: f32):
+    %s496 = arith.constant 0x322BCC77 : f32
+    %s497 = arith.mulf %a494, %s496 : f32
+    linalg.yield %s497 : f32
   } -> tensor<f32> loc(#loc6)
-  %e522 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v528 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v515, %v521, %v504 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e522 : tensor<f32>) {
-  ^bb0(%a523: i1, %a524: f32, %a525: f32, %o526: f32):
-    %s527 = arith.select %a523, %a524, %a525 : f32
-    linalg.yield %s527 : f32
+  %e499 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v504 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v486, %v498 : tensor<8x16xf32>, tensor<f32>) outs(%e499 : tensor<8x16xf32>) {
+  ^bb0(%a500: f32, %a501: f32, %o502: f32):
+    %s503 = arith.addf %a500, %a501 : f32
+    linalg.yield %s503 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e505 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v514 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v408, %v504 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e505 : tensor<8x16xf32>) {
+  ^bb0(%a506: f32, %a507: f32, %a508: f32, %o509: f32):
+    %s510 = arith.constant 0x3F800000 : f32
+    %s511 = arith.mulf %s510, %a507 : f32
+    %s512 = arith.divf %s511, %a508 : f32
+    %s513 = arith.addf %a506, %s512 : f32
+    linalg.yield %s513 : f32
+  } -> tensor<8x16xf32> loc(#loc6)
+  %e515 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v520 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e515 : tensor<f32>) {
+  ^bb0(%a516: f32, %o517: f32):
+    %s518 = arith.constant 0x3F800000 : f32
+    %s519 = arith.addf %a516, %s518 : f32
+    linalg.yield %s519 : f32
   } -> tensor<f32> loc(#loc6)
-  %e529 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v535 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v515, %v99, %arg6 : tensor<i1>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e529 : tensor<8x16xf32>) {
-  ^bb0(%a530: i1, %a531: f32, %a532: f32, %o533: f32):
-    %s534 = arith.select %a530, %a531, %a532 : f32
+  %e521 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v535 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v96 : tensor<8xf32>, tensor<8xf32>) outs(%e521 : tensor<8xf32>) {
+  ^bb0(%a522: f32, %a523: f32, %o524: f32):
+    %s525 = arith.constant 0x3DCCCCCD : f32
+    %s526 = arith.subf %a523, %a522 : f32
+    %s527 = math.absf %s525 : f32
+    %s528 = arith.constant 0x3F000000 : f32
+    %s529 = arith.cmpf olt, %s527, %s528 : f32
+    %s530 = arith.constant 0x3F800000 : f32
+    %s531 = arith.subf %s525, %s530 : f32
+    %s532 = arith.select %s529, %s525, %s531 : f32
+    %s533 = arith.select %s529, %a522, %a523 : f32
+    %s534 = math.fma %s532, %s526, %s533 : f32
     linalg.yield %s534 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e536 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v541 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99, %arg6 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e536 : tensor<8x16xf32>) {
-  ^bb0(%a537: f32, %a538: f32, %o539: f32):
-    %s540 = arith.subf %a537, %a538 : f32
+  } -> tensor<8xf32> loc(#loc6)
+  %e536 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v541 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<8xf32>) outs(%e536 : tensor<8xf32>) {
+  ^bb0(%a537: f32, %o538: f32):
+    %s539 = arith.constant 0x3F7FBE77 : f32
+    %s540 = arith.mulf %a537, %s539 : f32
     linalg.yield %s540 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e542 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v547 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v528, %v541 : tensor<f32>, tensor<8x16xf32>) outs(%e542 : tensor<8x16xf32>) {
-  ^bb0(%a543: f32, %a544: f32, %o545: f32):
-    %s546 = arith.mulf %a543, %a544 : f32
-    linalg.yield %s546 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e548 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v547, %v535 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e548 : tensor<8x16xf32>) {
-  ^bb0(%a549: f32, %a550: f32, %o551: f32):
-    %s552 = arith.addf %a549, %a550 : f32
-    linalg.yield %s552 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e554 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<8x16xf32>) outs(%e554 : tensor<8x16xf32>) {
-  ^bb0(%a555: f32, %o556: f32):
-    %s557 = arith.constant 0x3F7FBE77 : f32
-    %s558 = arith.mulf %a555, %s557 : f32
-    linalg.yield %s558 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e560 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v99 : tensor<8x16xf32>) outs(%e560 : tensor<8x16xf32>) {
-  ^bb0(%a561: f32, %o562: f32):
-    %s563 = arith.constant 0x3A83126F : f32
-    %s564 = arith.mulf %a561, %s563 : f32
-    linalg.yield %s564 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e566 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v565, %v99 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e566 : tensor<8x16xf32>) {
-  ^bb0(%a567: f32, %a568: f32, %o569: f32):
-    %s570 = arith.mulf %a567, %a568 : f32
-    linalg.yield %s570 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e572 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v577 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v559, %v571 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e572 : tensor<8x16xf32>) {
-  ^bb0(%a573: f32, %a574: f32, %o575: f32):
-    %s576 = arith.addf %a573, %a574 : f32
-    linalg.yield %s576 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e578 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v501 : tensor<f32>) outs(%e578 : tensor<f32>) {
-  ^bb0(%a579: f32, %o580: f32):
-    %s581 = arith.constant 0x3F666666 : f32
-    %s582 = math.powf %s581, %a579 : f32
-    linalg.yield %s582 : f32
+  } -> tensor<8xf32> loc(#loc6)
+  %e542 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v550 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v541, %v96, %v96 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e542 : tensor<8xf32>) {
+  ^bb0(%a543: f32, %a544: f32, %a545: f32, %o546: f32):
+    %s547 = arith.constant 0x3A83126F : f32
+    %s548 = arith.mulf %s547, %a544 : f32
+    %s549 = math.fma %s548, %a545, %a543 : f32
+    linalg.yield %s549 : f32
+  } -> tensor<8xf32> loc(#loc6)
+  %e551 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v556 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v520 : tensor<f32>) outs(%e551 : tensor<f32>) {
+  ^bb0(%a552: f32, %o553: f32):
+    %s554 = arith.constant 0x3F666666 : f32
+    %s555 = math.powf %s554, %a552 : f32
+    linalg.yield %s555 : f32
   } -> tensor<f32> loc(#loc6)
-  %e584 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v583 : tensor<f32>) outs(%e584 : tensor<f32>) {
-  ^bb0(%a585: f32, %o586: f32):
-    %s587 = arith.constant 0x3F800000 : f32
-    %s588 = arith.subf %s587, %a585 : f32
-    linalg.yield %s588 : f32
+  %e557 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v562 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v556 : tensor<f32>) outs(%e557 : tensor<f32>) {
+  ^bb0(%a558: f32, %o559: f32):
+    %s560 = arith.constant 0x3F800000 : f32
+    %s561 = arith.subf %s560, %a558 : f32
+    linalg.yield %s561 : f32
   } -> tensor<f32> loc(#loc6)
-  %e590 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v595 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v501 : tensor<f32>) outs(%e590 : tensor<f32>) {
-  ^bb0(%a591: f32, %o592: f32):
-    %s593 = arith.constant 0x3F7FBE77 : f32
-    %s594 = math.powf %s593, %a591 : f32
-    linalg.yield %s594 : f32
+  %e563 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v568 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v520 : tensor<f32>) outs(%e563 : tensor<f32>) {
+  ^bb0(%a564: f32, %o565: f32):
+    %s566 = arith.constant 0x3F7FBE77 : f32
+    %s567 = math.powf %s566, %a564 : f32
+    linalg.yield %s567 : f32
   } -> tensor<f32> loc(#loc6)
-  %e596 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v601 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v595 : tensor<f32>) outs(%e596 : tensor<f32>) {
-  ^bb0(%a597: f32, %o598: f32):
-    %s599 = arith.constant 0x3F800000 : f32
-    %s600 = arith.subf %s599, %a597 : f32
+  %e569 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v574 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v568 : tensor<f32>) outs(%e569 : tensor<f32>) {
+  ^bb0(%a570: f32, %o571: f32):
+    %s572 = arith.constant 0x3F800000 : f32
+    %s573 = arith.subf %s572, %a570 : f32
+    linalg.yield %s573 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e575 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v580 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v562 : tensor<f32>) outs(%e575 : tensor<f32>) {
+  ^bb0(%a576: f32, %o577: f32):
+    %s578 = arith.constant 0x3F800000 : f32
+    %s579 = arith.divf %s578, %a576 : f32
+    linalg.yield %s579 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e581 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v586 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v580 : tensor<f32>) outs(%e581 : tensor<f32>) {
+  ^bb0(%a582: f32, %o583: f32):
+    %s584 = arith.constant 0x3A83126F : f32
+    %s585 = arith.mulf %a582, %s584 : f32
+    linalg.yield %s585 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e587 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v591 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v586 : tensor<f32>) outs(%e587 : tensor<f32>) {
+  ^bb0(%a588: f32, %o589: f32):
+    %s590 = arith.negf %a588 : f32
+    linalg.yield %s590 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e592 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v596 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v574 : tensor<f32>) outs(%e592 : tensor<f32>) {
+  ^bb0(%a593: f32, %o594: f32):
+    %s595 = math.sqrt %a593 : f32
+    linalg.yield %s595 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e597 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v601 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v550 : tensor<8xf32>) outs(%e597 : tensor<8xf32>) {
+  ^bb0(%a598: f32, %o599: f32):
+    %s600 = math.sqrt %a598 : f32
     linalg.yield %s600 : f32
-  } -> tensor<f32> loc(#loc6)
+  } -> tensor<8xf32> loc(#loc6)
   %e602 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v607 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v589 : tensor<f32>) outs(%e602 : tensor<f32>) {
-  ^bb0(%a603: f32, %o604: f32):
-    %s605 = arith.constant 0x3F800000 : f32
-    %s606 = arith.divf %s605, %a603 : f32
+  %v607 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v596, %v591 : tensor<f32>, tensor<f32>) outs(%e602 : tensor<f32>) {
+  ^bb0(%a603: f32, %a604: f32, %o605: f32):
+    %s606 = arith.mulf %a603, %a604 : f32
     linalg.yield %s606 : f32
   } -> tensor<f32> loc(#loc6)
-  %e608 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v613 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v607 : tensor<f32>) outs(%e608 : tensor<f32>) {
-  ^bb0(%a609: f32, %o610: f32):
-    %s611 = arith.constant 0x3A83126F : f32
-    %s612 = arith.mulf %a609, %s611 : f32
+  %e608 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v613 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v601, %v607 : tensor<8xf32>, tensor<f32>) outs(%e608 : tensor<8xf32>) {
+  ^bb0(%a609: f32, %a610: f32, %o611: f32):
+    %s612 = arith.divf %a609, %a610 : f32
     linalg.yield %s612 : f32
-  } -> tensor<f32> loc(#loc6)
+  } -> tensor<8xf32> loc(#loc6)
   %e614 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v618 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v613 : tensor<f32>) outs(%e614 : tensor<f32>) {
+  %v619 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v591 : tensor<f32>) outs(%e614 : tensor<f32>) {
   ^bb0(%a615: f32, %o616: f32):
-    %s617 = arith.negf %a615 : f32
-    linalg.yield %s617 : f32
+    %s617 = arith.constant 0x3F800000 : f32
+    %s618 = arith.divf %s617, %a615 : f32
+    linalg.yield %s618 : f32
   } -> tensor<f32> loc(#loc6)
-  %e619 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v623 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v601 : tensor<f32>) outs(%e619 : tensor<f32>) {
-  ^bb0(%a620: f32, %o621: f32):
-    %s622 = math.sqrt %a620 : f32
-    linalg.yield %s622 : f32
+  %e620 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v625 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v619 : tensor<f32>) outs(%e620 : tensor<f32>) {
+  ^bb0(%a621: f32, %o622: f32):
+    %s623 = arith.constant 0x322BCC77 : f32
+    %s624 = arith.mulf %a621, %s623 : f32
+    linalg.yield %s624 : f32
   } -> tensor<f32> loc(#loc6)
-  %e624 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v628 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v577 : tensor<8x16xf32>) outs(%e624 : tensor<8x16xf32>) {
-  ^bb0(%a625: f32, %o626: f32):
-    %s627 = math.sqrt %a625 : f32
-    linalg.yield %s627 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e629 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v623, %v618 : tensor<f32>, tensor<f32>) outs(%e629 : tensor<f32>) {
-  ^bb0(%a630: f32, %a631: f32, %o632: f32):
-    %s633 = arith.mulf %a630, %a631 : f32
-    linalg.yield %s633 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e635 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v640 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v628, %v634 : tensor<8x16xf32>, tensor<f32>) outs(%e635 : tensor<8x16xf32>) {
-  ^bb0(%a636: f32, %a637: f32, %o638: f32):
-    %s639 = arith.divf %a636, %a637 : f32
-    linalg.yield %s639 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e641 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v646 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v618 : tensor<f32>) outs(%e641 : tensor<f32>) {
-  ^bb0(%a642: f32, %o643: f32):
-    %s644 = arith.constant 0x3F800000 : f32
-    %s645 = arith.divf %s644, %a642 : f32
-    linalg.yield %s645 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e647 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v652 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v646 : tensor<f32>) outs(%e647 : tensor<f32>) {
-  ^bb0(%a648: f32, %o649: f32):
-    %s650 = arith.constant 0x322BCC77 : f32
-    %s651 = arith.mulf %a648, %s650 : f32
-    linalg.yield %s651 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e653 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v640, %v652 : tensor<8x16xf32>, tensor<f32>) outs(%e653 : tensor<8x16xf32>) {
-  ^bb0(%a654: f32, %a655: f32, %o656: f32):
-    %s657 = arith.addf %a654, %a655 : f32
-    linalg.yield %s657 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e659 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v553 : tensor<8x16xf32>) outs(%e659 : tensor<8x16xf32>) {
-  ^bb0(%a660: f32, %o661: f32):
-    %s662 = arith.constant 0x3F800000 : f32
-    %s663 = arith.mulf %a660, %s662 : f32
-    linalg.yield %s663 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e665 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v670 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v664, %v658 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e665 : tensor<8x16xf32>) {
-  ^bb0(%a666: f32, %a667: f32, %o668: f32):
-    %s669 = arith.divf %a666, %a667 : f32
-    linalg.yield %s669 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e671 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v676 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v670 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e671 : tensor<8x16xf32>) {
-  ^bb0(%a672: f32, %a673: f32, %o674: f32):
-    %s675 = arith.addf %a672, %a673 : f32
-    linalg.yield %s675 : f32
-  } -> tensor<8x16xf32> loc(#loc6)
-  %e677 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v682 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e677 : tensor<f32>) {
-  ^bb0(%a678: f32, %o679: f32):
-    %s680 = arith.constant 0x3F800000 : f32
-    %s681 = arith.addf %a678, %s680 : f32
-    linalg.yield %s681 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e683 = tensor.empty() : tensor<f32> loc(#loc6)
-  %c684 = arith.constant 0x3DCCCCCD : f32 loc(#loc6)
-  %v685 = linalg.fill ins(%c684 : f32) outs(%e683 : tensor<f32>) -> tensor<f32> loc(#loc6)
-  %e686 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v690 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v685 : tensor<f32>) outs(%e686 : tensor<f32>) {
-  ^bb0(%a687: f32, %o688: f32):
-    %s689 = math.absf %a687 : f32
-    linalg.yield %s689 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e691 = tensor.empty() : tensor<i1> loc(#loc6)
-  %v696 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v690 : tensor<f32>) outs(%e691 : tensor<i1>) {
-  ^bb0(%a692: f32, %o693: i1):
-    %s694 = arith.constant 0x3F000000 : f32
-    %s695 = arith.cmpf oge, %a692, %s694 : f32
-    linalg.yield %s695 : i1
-  } -> tensor<i1> loc(#loc6)
-  %e697 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v702 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v685 : tensor<f32>) outs(%e697 : tensor<f32>) {
-  ^bb0(%a698: f32, %o699: f32):
-    %s700 = arith.constant 0x3F800000 : f32
-    %s701 = arith.subf %a698, %s700 : f32
-    linalg.yield %s701 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e703 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v709 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v696, %v702, %v685 : tensor<i1>, tensor<f32>, tensor<f32>) outs(%e703 : tensor<f32>) {
-  ^bb0(%a704: i1, %a705: f32, %a706: f32, %o707: f32):
-    %s708 = arith.select %a704, %a705, %a706 : f32
-    linalg.yield %s708 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e710 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v716 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v696, %v96, %arg7 : tensor<i1>, tensor<8xf32>, tensor<8xf32>) outs(%e710 : tensor<8xf32>) {
-  ^bb0(%a711: i1, %a712: f32, %a713: f32, %o714: f32):
-    %s715 = arith.select %a711, %a712, %a713 : f32
-    linalg.yield %s715 : f32
+  %e626 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v631 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v613, %v625 : tensor<8xf32>, tensor<f32>) outs(%e626 : tensor<8xf32>) {
+  ^bb0(%a627: f32, %a628: f32, %o629: f32):
+    %s630 = arith.addf %a627, %a628 : f32
+    linalg.yield %s630 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e717 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v722 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96, %arg7 : tensor<8xf32>, tensor<8xf32>) outs(%e717 : tensor<8xf32>) {
-  ^bb0(%a718: f32, %a719: f32, %o720: f32):
-    %s721 = arith.subf %a718, %a719 : f32
-    linalg.yield %s721 : f32
+  %e632 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v641 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v535, %v631 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e632 : tensor<8xf32>) {
+  ^bb0(%a633: f32, %a634: f32, %a635: f32, %o636: f32):
+    %s637 = arith.constant 0x3F800000 : f32
+    %s638 = arith.mulf %s637, %a634 : f32
+    %s639 = arith.divf %s638, %a635 : f32
+    %s640 = arith.addf %a633, %s639 : f32
+    linalg.yield %s640 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e723 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v728 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v709, %v722 : tensor<f32>, tensor<8xf32>) outs(%e723 : tensor<8xf32>) {
-  ^bb0(%a724: f32, %a725: f32, %o726: f32):
-    %s727 = arith.mulf %a724, %a725 : f32
-    linalg.yield %s727 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e729 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v734 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v728, %v716 : tensor<8xf32>, tensor<8xf32>) outs(%e729 : tensor<8xf32>) {
-  ^bb0(%a730: f32, %a731: f32, %o732: f32):
-    %s733 = arith.addf %a730, %a731 : f32
-    linalg.yield %s733 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e735 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v740 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<8xf32>) outs(%e735 : tensor<8xf32>) {
-  ^bb0(%a736: f32, %o737: f32):
-    %s738 = arith.constant 0x3F7FBE77 : f32
-    %s739 = arith.mulf %a736, %s738 : f32
-    linalg.yield %s739 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e741 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v746 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v96 : tensor<8xf32>) outs(%e741 : tensor<8xf32>) {
-  ^bb0(%a742: f32, %o743: f32):
-    %s744 = arith.constant 0x3A83126F : f32
-    %s745 = arith.mulf %a742, %s744 : f32
-    linalg.yield %s745 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e747 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v752 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v746, %v96 : tensor<8xf32>, tensor<8xf32>) outs(%e747 : tensor<8xf32>) {
-  ^bb0(%a748: f32, %a749: f32, %o750: f32):
-    %s751 = arith.mulf %a748, %a749 : f32
-    linalg.yield %s751 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e753 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v758 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v740, %v752 : tensor<8xf32>, tensor<8xf32>) outs(%e753 : tensor<8xf32>) {
-  ^bb0(%a754: f32, %a755: f32, %o756: f32):
-    %s757 = arith.addf %a754, %a755 : f32
-    linalg.yield %s757 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e759 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v764 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v682 : tensor<f32>) outs(%e759 : tensor<f32>) {
-  ^bb0(%a760: f32, %o761: f32):
-    %s762 = arith.constant 0x3F666666 : f32
-    %s763 = math.powf %s762, %a760 : f32
-    linalg.yield %s763 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e765 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v770 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v764 : tensor<f32>) outs(%e765 : tensor<f32>) {
-  ^bb0(%a766: f32, %o767: f32):
-    %s768 = arith.constant 0x3F800000 : f32
-    %s769 = arith.subf %s768, %a766 : f32
-    linalg.yield %s769 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e771 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v776 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v682 : tensor<f32>) outs(%e771 : tensor<f32>) {
-  ^bb0(%a772: f32, %o773: f32):
-    %s774 = arith.constant 0x3F7FBE77 : f32
-    %s775 = math.powf %s774, %a772 : f32
-    linalg.yield %s775 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e777 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v782 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v776 : tensor<f32>) outs(%e777 : tensor<f32>) {
-  ^bb0(%a778: f32, %o779: f32):
-    %s780 = arith.constant 0x3F800000 : f32
-    %s781 = arith.subf %s780, %a778 : f32
-    linalg.yield %s781 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e783 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v788 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v770 : tensor<f32>) outs(%e783 : tensor<f32>) {
-  ^bb0(%a784: f32, %o785: f32):
-    %s786 = arith.constant 0x3F800000 : f32
-    %s787 = arith.divf %s786, %a784 : f32
-    linalg.yield %s787 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e789 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v794 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v788 : tensor<f32>) outs(%e789 : tensor<f32>) {
-  ^bb0(%a790: f32, %o791: f32):
-    %s792 = arith.constant 0x3A83126F : f32
-    %s793 = arith.mulf %a790, %s792 : f32
-    linalg.yield %s793 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e795 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v799 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v794 : tensor<f32>) outs(%e795 : tensor<f32>) {
-  ^bb0(%a796: f32, %o797: f32):
-    %s798 = arith.negf %a796 : f32
-    linalg.yield %s798 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e800 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v804 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v782 : tensor<f32>) outs(%e800 : tensor<f32>) {
-  ^bb0(%a801: f32, %o802: f32):
-    %s803 = math.sqrt %a801 : f32
-    linalg.yield %s803 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e805 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v809 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v758 : tensor<8xf32>) outs(%e805 : tensor<8xf32>) {
-  ^bb0(%a806: f32, %o807: f32):
-    %s808 = math.sqrt %a806 : f32
-    linalg.yield %s808 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e810 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v815 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v804, %v799 : tensor<f32>, tensor<f32>) outs(%e810 : tensor<f32>) {
-  ^bb0(%a811: f32, %a812: f32, %o813: f32):
-    %s814 = arith.mulf %a811, %a812 : f32
-    linalg.yield %s814 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e816 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v821 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v809, %v815 : tensor<8xf32>, tensor<f32>) outs(%e816 : tensor<8xf32>) {
-  ^bb0(%a817: f32, %a818: f32, %o819: f32):
-    %s820 = arith.divf %a817, %a818 : f32
-    linalg.yield %s820 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e822 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v827 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v799 : tensor<f32>) outs(%e822 : tensor<f32>) {
-  ^bb0(%a823: f32, %o824: f32):
-    %s825 = arith.constant 0x3F800000 : f32
-    %s826 = arith.divf %s825, %a823 : f32
-    linalg.yield %s826 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e828 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v833 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v827 : tensor<f32>) outs(%e828 : tensor<f32>) {
-  ^bb0(%a829: f32, %o830: f32):
-    %s831 = arith.constant 0x322BCC77 : f32
-    %s832 = arith.mulf %a829, %s831 : f32
-    linalg.yield %s832 : f32
-  } -> tensor<f32> loc(#loc6)
-  %e834 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v839 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v821, %v833 : tensor<8xf32>, tensor<f32>) outs(%e834 : tensor<8xf32>) {
-  ^bb0(%a835: f32, %a836: f32, %o837: f32):
-    %s838 = arith.addf %a835, %a836 : f32
-    linalg.yield %s838 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e840 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v845 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v734 : tensor<8xf32>) outs(%e840 : tensor<8xf32>) {
-  ^bb0(%a841: f32, %o842: f32):
-    %s843 = arith.constant 0x3F800000 : f32
-    %s844 = arith.mulf %a841, %s843 : f32
-    linalg.yield %s844 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e846 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v851 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v845, %v839 : tensor<8xf32>, tensor<8xf32>) outs(%e846 : tensor<8xf32>) {
-  ^bb0(%a847: f32, %a848: f32, %o849: f32):
-    %s850 = arith.divf %a847, %a848 : f32
-    linalg.yield %s850 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  %e852 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v857 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v851 : tensor<8xf32>, tensor<8xf32>) outs(%e852 : tensor<8xf32>) {
-  ^bb0(%a853: f32, %a854: f32, %o855: f32):
-    %s856 = arith.addf %a853, %a854 : f32
-    linalg.yield %s856 : f32
-  } -> tensor<8xf32> loc(#loc6)
-  return %v54, %v314, %v495, %v676, %v857, %v191, %v372, %v553, %v734, %v215, %v396, %v577, %v758, %v139, %v320, %v501, %v682 : tensor<f32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v54, %v260, %v387, %v514, %v641, %v154, %v281, %v408, %v535, %v169, %v296, %v423, %v550, %v139, %v266, %v393, %v520 : tensor<f32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

@@ -385,91 +385,87 @@ func.func @vocab_parallel_ce(
   %e352 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
   %v353 = linalg.transpose ins(%v343 : tensor<16x24xf32>) outs(%e352 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
   %e354 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
-  %v361 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v353 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e354 : tensor<24x16xf32>) {
+  %v360 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v353 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e354 : tensor<24x16xf32>) {
   ^bb0(%a355: f32, %a356: f32, %o357: f32):
     %s358 = arith.constant 0xBDCCCCCD : f32
-    %s359 = arith.mulf %a356, %s358 : f32
-    %s360 = arith.addf %a355, %s359 : f32
-    linalg.yield %s360 : f32
+    %s359 = math.fma %a356, %s358, %a355 : f32
+    linalg.yield %s359 : f32
   } -> tensor<24x16xf32> loc(#loc6)
-  %e362 = tensor.empty() : tensor<24xf32> loc(#loc6)
-  %v369 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v350 : tensor<24xf32>, tensor<24xf32>) outs(%e362 : tensor<24xf32>) {
-  ^bb0(%a363: f32, %a364: f32, %o365: f32):
-    %s366 = arith.constant 0xBDCCCCCD : f32
-    %s367 = arith.mulf %a364, %s366 : f32
-    %s368 = arith.addf %a363, %s367 : f32
-    linalg.yield %s368 : f32
+  %e361 = tensor.empty() : tensor<24xf32> loc(#loc6)
+  %v367 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v350 : tensor<24xf32>, tensor<24xf32>) outs(%e361 : tensor<24xf32>) {
+  ^bb0(%a362: f32, %a363: f32, %o364: f32):
+    %s365 = arith.constant 0xBDCCCCCD : f32
+    %s366 = math.fma %a363, %s365, %a362 : f32
+    linalg.yield %s366 : f32
   } -> tensor<24xf32> loc(#loc6)
-  %e370 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
-  %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v319 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e370 : tensor<10x24xf32>) {
-  ^bb0(%a371: f32, %a372: f32, %o373: f32):
-    %s374 = arith.constant 0xBDCCCCCD : f32
-    %s375 = arith.mulf %a372, %s374 : f32
-    %s376 = arith.addf %a371, %s375 : f32
-    linalg.yield %s376 : f32
+  %e368 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
+  %v374 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v319 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e368 : tensor<10x24xf32>) {
+  ^bb0(%a369: f32, %a370: f32, %o371: f32):
+    %s372 = arith.constant 0xBDCCCCCD : f32
+    %s373 = math.fma %a370, %s372, %a369 : f32
+    linalg.yield %s373 : f32
   } -> tensor<10x24xf32> loc(#loc6)
-  %e378 = tensor.empty() : tensor<10xf32> loc(#loc6)
-  %v385 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v316 : tensor<10xf32>, tensor<10xf32>) outs(%e378 : tensor<10xf32>) {
-  ^bb0(%a379: f32, %a380: f32, %o381: f32):
-    %s382 = arith.constant 0xBDCCCCCD : f32
-    %s383 = arith.mulf %a380, %s382 : f32
-    %s384 = arith.addf %a379, %s383 : f32
-    linalg.yield %s384 : f32
+  %e375 = tensor.empty() : tensor<10xf32> loc(#loc6)
+  %v381 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v316 : tensor<10xf32>, tensor<10xf32>) outs(%e375 : tensor<10xf32>) {
+  ^bb0(%a376: f32, %a377: f32, %o378: f32):
+    %s379 = arith.constant 0xBDCCCCCD : f32
+    %s380 = math.fma %a377, %s379, %a376 : f32
+    linalg.yield %s380 : f32
   } -> tensor<10xf32> loc(#loc6)
-  %e386 = tensor.empty() : tensor<2xi64>
-  %v395 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v116 : tensor<i64>) outs(%e386 : tensor<2xi64>) {
-  ^bb0(%a387: i64, %o388: i64):
-    %s389 = linalg.index 0 : index
-    %s390 = arith.index_cast %s389 : index to i64
-    %s391 = arith.constant 0 : i64
-    %s392 = arith.cmpi eq, %s390, %s391 : i64
-    %s393 = arith.constant 0 : i64
-    %s394 = arith.select %s392, %a387, %s393 : i64
-    linalg.yield %s394 : i64
+  %e382 = tensor.empty() : tensor<2xi64>
+  %v391 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v116 : tensor<i64>) outs(%e382 : tensor<2xi64>) {
+  ^bb0(%a383: i64, %o384: i64):
+    %s385 = linalg.index 0 : index
+    %s386 = arith.index_cast %s385 : index to i64
+    %s387 = arith.constant 0 : i64
+    %s388 = arith.cmpi eq, %s386, %s387 : i64
+    %s389 = arith.constant 0 : i64
+    %s390 = arith.select %s388, %a383, %s389 : i64
+    linalg.yield %s390 : i64
   } -> tensor<2xi64>
-  %e396 = tensor.empty() : tensor<2xi64>
-  %v405 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v236 : tensor<i64>) outs(%e396 : tensor<2xi64>) {
-  ^bb0(%a397: i64, %o398: i64):
-    %s399 = linalg.index 0 : index
-    %s400 = arith.index_cast %s399 : index to i64
-    %s401 = arith.constant 1 : i64
-    %s402 = arith.cmpi eq, %s400, %s401 : i64
-    %s403 = arith.constant 0 : i64
-    %s404 = arith.select %s402, %a397, %s403 : i64
-    linalg.yield %s404 : i64
+  %e392 = tensor.empty() : tensor<2xi64>
+  %v401 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v236 : tensor<i64>) outs(%e392 : tensor<2xi64>) {
+  ^bb0(%a393: i64, %o394: i64):
+    %s395 = linalg.index 0 : index
+    %s396 = arith.index_cast %s395 : index to i64
+    %s397 = arith.constant 1 : i64
+    %s398 = arith.cmpi eq, %s396, %s397 : i64
+    %s399 = arith.constant 0 : i64
+    %s400 = arith.select %s398, %a393, %s399 : i64
+    linalg.yield %s400 : i64
   } -> tensor<2xi64>
-  %e406 = tensor.empty() : tensor<2xi64>
-  %v411 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v395, %v405 : tensor<2xi64>, tensor<2xi64>) outs(%e406 : tensor<2xi64>) {
-  ^bb0(%a407: i64, %a408: i64, %o409: i64):
-    %s410 = arith.addi %a407, %a408 : i64
-    linalg.yield %s410 : i64
+  %e402 = tensor.empty() : tensor<2xi64>
+  %v407 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v391, %v401 : tensor<2xi64>, tensor<2xi64>) outs(%e402 : tensor<2xi64>) {
+  ^bb0(%a403: i64, %a404: i64, %o405: i64):
+    %s406 = arith.addi %a403, %a404 : i64
+    linalg.yield %s406 : i64
   } -> tensor<2xi64>
-  %e412 = tensor.empty() : tensor<i64>
-  %c413 = arith.constant 3 : i64
-  %v414 = linalg.fill ins(%c413 : i64) outs(%e412 : tensor<i64>) -> tensor<i64>
-  %v426 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v411 : tensor<2xi64>) outs(%v414 : tensor<i64>) {
-  ^bb0(%a415: i64, %o416: i64):
-    %s417 = linalg.index 0 : index
-    %s418 = arith.index_cast %s417 : index to i64
-    %s419 = arith.constant 1 : i64
-    %s420 = arith.addi %s418, %s419 : i64
-    %s421 = arith.constant 0 : i64
-    %s422 = arith.cmpi sgt, %a415, %s421 : i64
-    %s423 = arith.constant 3 : i64
-    %s424 = arith.select %s422, %s420, %s423 : i64
-    %s425 = arith.minsi %s424, %o416 : i64
-    linalg.yield %s425 : i64
+  %e408 = tensor.empty() : tensor<i64>
+  %c409 = arith.constant 3 : i64
+  %v410 = linalg.fill ins(%c409 : i64) outs(%e408 : tensor<i64>) -> tensor<i64>
+  %v422 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v407 : tensor<2xi64>) outs(%v410 : tensor<i64>) {
+  ^bb0(%a411: i64, %o412: i64):
+    %s413 = linalg.index 0 : index
+    %s414 = arith.index_cast %s413 : index to i64
+    %s415 = arith.constant 1 : i64
+    %s416 = arith.addi %s414, %s415 : i64
+    %s417 = arith.constant 0 : i64
+    %s418 = arith.cmpi sgt, %a411, %s417 : i64
+    %s419 = arith.constant 3 : i64
+    %s420 = arith.select %s418, %s416, %s419 : i64
+    %s421 = arith.minsi %s420, %o412 : i64
+    linalg.yield %s421 : i64
   } -> tensor<i64>
-  %e427 = tensor.empty() : tensor<i64>
-  %v434 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<i64>) outs(%e427 : tensor<i64>) {
-  ^bb0(%a428: i64, %o429: i64):
-    %s430 = arith.constant 2 : i64
-    %s431 = arith.cmpi sgt, %a428, %s430 : i64
-    %s432 = arith.constant 0 : i64
-    %s433 = arith.select %s431, %s432, %a428 : i64
-    linalg.yield %s433 : i64
+  %e423 = tensor.empty() : tensor<i64>
+  %v430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v422 : tensor<i64>) outs(%e423 : tensor<i64>) {
+  ^bb0(%a424: i64, %o425: i64):
+    %s426 = arith.constant 2 : i64
+    %s427 = arith.cmpi sgt, %a424, %s426 : i64
+    %s428 = arith.constant 0 : i64
+    %s429 = arith.select %s427, %s428, %a424 : i64
+    linalg.yield %s429 : i64
   } -> tensor<i64>
-  return %v177, %v361, %v369, %v377, %v385, %v434 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>, tensor<i64>
+  return %v177, %v360, %v367, %v374, %v381, %v430 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>, tensor<i64>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

@@ -519,117 +519,114 @@ func.func @vocab_parallel_embedding(
     linalg.yield %s476 : f32
   } -> tensor<11x8xf32> loc(#loc3)
   %e478 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
-  %v485 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v477 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e478 : tensor<11x8xf32>) {
+  %v484 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v477 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e478 : tensor<11x8xf32>) {
   ^bb0(%a479: f32, %a480: f32, %o481: f32):
     %s482 = arith.constant 0xBDCCCCCD : f32
-    %s483 = arith.mulf %a480, %s482 : f32
-    %s484 = arith.addf %a479, %s483 : f32
-    linalg.yield %s484 : f32
+    %s483 = math.fma %a480, %s482, %a479 : f32
+    linalg.yield %s483 : f32
   } -> tensor<11x8xf32> loc(#loc4)
-  %e486 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
-  %v493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg1, %v349 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e486 : tensor<11x8xf32>) {
-  ^bb0(%a487: f32, %a488: f32, %o489: f32):
-    %s490 = arith.constant 0xBDCCCCCD : f32
-    %s491 = arith.mulf %a488, %s490 : f32
-    %s492 = arith.addf %a487, %s491 : f32
-    linalg.yield %s492 : f32
+  %e485 = tensor.empty() : tensor<11x8xf32> loc(#loc4)
+  %v491 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg1, %v349 : tensor<11x8xf32>, tensor<11x8xf32>) outs(%e485 : tensor<11x8xf32>) {
+  ^bb0(%a486: f32, %a487: f32, %o488: f32):
+    %s489 = arith.constant 0xBDCCCCCD : f32
+    %s490 = math.fma %a487, %s489, %a486 : f32
+    linalg.yield %s490 : f32
   } -> tensor<11x8xf32> loc(#loc4)
-  %e494 = tensor.empty() : tensor<11xf32> loc(#loc4)
-  %v501 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2, %v346 : tensor<11xf32>, tensor<11xf32>) outs(%e494 : tensor<11xf32>) {
-  ^bb0(%a495: f32, %a496: f32, %o497: f32):
-    %s498 = arith.constant 0xBDCCCCCD : f32
-    %s499 = arith.mulf %a496, %s498 : f32
-    %s500 = arith.addf %a495, %s499 : f32
-    linalg.yield %s500 : f32
+  %e492 = tensor.empty() : tensor<11xf32> loc(#loc4)
+  %v498 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2, %v346 : tensor<11xf32>, tensor<11xf32>) outs(%e492 : tensor<11xf32>) {
+  ^bb0(%a493: f32, %a494: f32, %o495: f32):
+    %s496 = arith.constant 0xBDCCCCCD : f32
+    %s497 = math.fma %a494, %s496, %a493 : f32
+    linalg.yield %s497 : f32
   } -> tensor<11xf32> loc(#loc4)
-  %e502 = tensor.empty() : tensor<4xi64>
-  %v511 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v30 : tensor<i64>) outs(%e502 : tensor<4xi64>) {
-  ^bb0(%a503: i64, %o504: i64):
-    %s505 = linalg.index 0 : index
-    %s506 = arith.index_cast %s505 : index to i64
-    %s507 = arith.constant 0 : i64
-    %s508 = arith.cmpi eq, %s506, %s507 : i64
-    %s509 = arith.constant 0 : i64
-    %s510 = arith.select %s508, %a503, %s509 : i64
-    linalg.yield %s510 : i64
+  %e499 = tensor.empty() : tensor<4xi64>
+  %v508 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v30 : tensor<i64>) outs(%e499 : tensor<4xi64>) {
+  ^bb0(%a500: i64, %o501: i64):
+    %s502 = linalg.index 0 : index
+    %s503 = arith.index_cast %s502 : index to i64
+    %s504 = arith.constant 0 : i64
+    %s505 = arith.cmpi eq, %s503, %s504 : i64
+    %s506 = arith.constant 0 : i64
+    %s507 = arith.select %s505, %a500, %s506 : i64
+    linalg.yield %s507 : i64
   } -> tensor<4xi64>
-  %e512 = tensor.empty() : tensor<4xi64>
-  %v521 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v144 : tensor<i64>) outs(%e512 : tensor<4xi64>) {
-  ^bb0(%a513: i64, %o514: i64):
-    %s515 = linalg.index 0 : index
-    %s516 = arith.index_cast %s515 : index to i64
-    %s517 = arith.constant 1 : i64
-    %s518 = arith.cmpi eq, %s516, %s517 : i64
-    %s519 = arith.constant 0 : i64
-    %s520 = arith.select %s518, %a513, %s519 : i64
-    linalg.yield %s520 : i64
+  %e509 = tensor.empty() : tensor<4xi64>
+  %v518 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v144 : tensor<i64>) outs(%e509 : tensor<4xi64>) {
+  ^bb0(%a510: i64, %o511: i64):
+    %s512 = linalg.index 0 : index
+    %s513 = arith.index_cast %s512 : index to i64
+    %s514 = arith.constant 1 : i64
+    %s515 = arith.cmpi eq, %s513, %s514 : i64
+    %s516 = arith.constant 0 : i64
+    %s517 = arith.select %s515, %a510, %s516 : i64
+    linalg.yield %s517 : i64
   } -> tensor<4xi64>
-  %e522 = tensor.empty() : tensor<4xi64>
-  %v527 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v511, %v521 : tensor<4xi64>, tensor<4xi64>) outs(%e522 : tensor<4xi64>) {
-  ^bb0(%a523: i64, %a524: i64, %o525: i64):
-    %s526 = arith.addi %a523, %a524 : i64
-    linalg.yield %s526 : i64
+  %e519 = tensor.empty() : tensor<4xi64>
+  %v524 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v508, %v518 : tensor<4xi64>, tensor<4xi64>) outs(%e519 : tensor<4xi64>) {
+  ^bb0(%a520: i64, %a521: i64, %o522: i64):
+    %s523 = arith.addi %a520, %a521 : i64
+    linalg.yield %s523 : i64
   } -> tensor<4xi64>
-  %e528 = tensor.empty() : tensor<4xi64>
-  %v537 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v264 : tensor<i64>) outs(%e528 : tensor<4xi64>) {
-  ^bb0(%a529: i64, %o530: i64):
-    %s531 = linalg.index 0 : index
-    %s532 = arith.index_cast %s531 : index to i64
-    %s533 = arith.constant 2 : i64
-    %s534 = arith.cmpi eq, %s532, %s533 : i64
-    %s535 = arith.constant 0 : i64
-    %s536 = arith.select %s534, %a529, %s535 : i64
-    linalg.yield %s536 : i64
+  %e525 = tensor.empty() : tensor<4xi64>
+  %v534 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v264 : tensor<i64>) outs(%e525 : tensor<4xi64>) {
+  ^bb0(%a526: i64, %o527: i64):
+    %s528 = linalg.index 0 : index
+    %s529 = arith.index_cast %s528 : index to i64
+    %s530 = arith.constant 2 : i64
+    %s531 = arith.cmpi eq, %s529, %s530 : i64
+    %s532 = arith.constant 0 : i64
+    %s533 = arith.select %s531, %a526, %s532 : i64
+    linalg.yield %s533 : i64
   } -> tensor<4xi64>
-  %e538 = tensor.empty() : tensor<4xi64>
-  %v543 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v527, %v537 : tensor<4xi64>, tensor<4xi64>) outs(%e538 : tensor<4xi64>) {
-  ^bb0(%a539: i64, %a540: i64, %o541: i64):
-    %s542 = arith.addi %a539, %a540 : i64
-    linalg.yield %s542 : i64
+  %e535 = tensor.empty() : tensor<4xi64>
+  %v540 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v524, %v534 : tensor<4xi64>, tensor<4xi64>) outs(%e535 : tensor<4xi64>) {
+  ^bb0(%a536: i64, %a537: i64, %o538: i64):
+    %s539 = arith.addi %a536, %a537 : i64
+    linalg.yield %s539 : i64
   } -> tensor<4xi64>
-  %e544 = tensor.empty() : tensor<4xi64>
-  %v553 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v467 : tensor<i64>) outs(%e544 : tensor<4xi64>) {
-  ^bb0(%a545: i64, %o546: i64):
-    %s547 = linalg.index 0 : index
-    %s548 = arith.index_cast %s547 : index to i64
-    %s549 = arith.constant 3 : i64
-    %s550 = arith.cmpi eq, %s548, %s549 : i64
-    %s551 = arith.constant 0 : i64
-    %s552 = arith.select %s550, %a545, %s551 : i64
-    linalg.yield %s552 : i64
+  %e541 = tensor.empty() : tensor<4xi64>
+  %v550 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v467 : tensor<i64>) outs(%e541 : tensor<4xi64>) {
+  ^bb0(%a542: i64, %o543: i64):
+    %s544 = linalg.index 0 : index
+    %s545 = arith.index_cast %s544 : index to i64
+    %s546 = arith.constant 3 : i64
+    %s547 = arith.cmpi eq, %s545, %s546 : i64
+    %s548 = arith.constant 0 : i64
+    %s549 = arith.select %s547, %a542, %s548 : i64
+    linalg.yield %s549 : i64
   } -> tensor<4xi64>
-  %e554 = tensor.empty() : tensor<4xi64>
-  %v559 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v543, %v553 : tensor<4xi64>, tensor<4xi64>) outs(%e554 : tensor<4xi64>) {
-  ^bb0(%a555: i64, %a556: i64, %o557: i64):
-    %s558 = arith.addi %a555, %a556 : i64
-    linalg.yield %s558 : i64
+  %e551 = tensor.empty() : tensor<4xi64>
+  %v556 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v540, %v550 : tensor<4xi64>, tensor<4xi64>) outs(%e551 : tensor<4xi64>) {
+  ^bb0(%a552: i64, %a553: i64, %o554: i64):
+    %s555 = arith.addi %a552, %a553 : i64
+    linalg.yield %s555 : i64
   } -> tensor<4xi64>
-  %e560 = tensor.empty() : tensor<i64>
-  %c561 = arith.constant 5 : i64
-  %v562 = linalg.fill ins(%c561 : i64) outs(%e560 : tensor<i64>) -> tensor<i64>
-  %v574 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v559 : tensor<4xi64>) outs(%v562 : tensor<i64>) {
-  ^bb0(%a563: i64, %o564: i64):
-    %s565 = linalg.index 0 : index
-    %s566 = arith.index_cast %s565 : index to i64
-    %s567 = arith.constant 1 : i64
-    %s568 = arith.addi %s566, %s567 : i64
-    %s569 = arith.constant 0 : i64
-    %s570 = arith.cmpi sgt, %a563, %s569 : i64
-    %s571 = arith.constant 5 : i64
-    %s572 = arith.select %s570, %s568, %s571 : i64
-    %s573 = arith.minsi %s572, %o564 : i64
-    linalg.yield %s573 : i64
+  %e557 = tensor.empty() : tensor<i64>
+  %c558 = arith.constant 5 : i64
+  %v559 = linalg.fill ins(%c558 : i64) outs(%e557 : tensor<i64>) -> tensor<i64>
+  %v571 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v556 : tensor<4xi64>) outs(%v559 : tensor<i64>) {
+  ^bb0(%a560: i64, %o561: i64):
+    %s562 = linalg.index 0 : index
+    %s563 = arith.index_cast %s562 : index to i64
+    %s564 = arith.constant 1 : i64
+    %s565 = arith.addi %s563, %s564 : i64
+    %s566 = arith.constant 0 : i64
+    %s567 = arith.cmpi sgt, %a560, %s566 : i64
+    %s568 = arith.constant 5 : i64
+    %s569 = arith.select %s567, %s565, %s568 : i64
+    %s570 = arith.minsi %s569, %o561 : i64
+    linalg.yield %s570 : i64
   } -> tensor<i64>
-  %e575 = tensor.empty() : tensor<i64>
-  %v582 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v574 : tensor<i64>) outs(%e575 : tensor<i64>) {
-  ^bb0(%a576: i64, %o577: i64):
-    %s578 = arith.constant 4 : i64
-    %s579 = arith.cmpi sgt, %a576, %s578 : i64
-    %s580 = arith.constant 0 : i64
-    %s581 = arith.select %s579, %s580, %a576 : i64
-    linalg.yield %s581 : i64
+  %e572 = tensor.empty() : tensor<i64>
+  %v579 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v571 : tensor<i64>) outs(%e572 : tensor<i64>) {
+  ^bb0(%a573: i64, %o574: i64):
+    %s575 = arith.constant 4 : i64
+    %s576 = arith.cmpi sgt, %a573, %s575 : i64
+    %s577 = arith.constant 0 : i64
+    %s578 = arith.select %s576, %s577, %a573 : i64
+    linalg.yield %s578 : i64
   } -> tensor<i64>
-  return %v205, %v485, %v493, %v501, %v582 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>, tensor<i64>
+  return %v205, %v484, %v491, %v498, %v579 : tensor<f32>, tensor<11x8xf32>, tensor<11x8xf32>, tensor<11xf32>, tensor<i64>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":65:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":73:0])
