@@ -82,6 +82,20 @@ def test_narrow_division_by_a_number_or_scalar_tensor(dtype):
                             s * x), x, y, s)
 
 
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_logit_and_squared_error_step_by_step(dtype):
+    """Eager rounds each step to the dtype here (PyTorch's decompositions
+    compute in f32 and round once): logit(1.0, eps=1e-3) is inf in bf16,
+    as 1 - eps rounds to 1."""
+    import torch.nn.functional as F
+    torch.manual_seed(7)
+    u = torch.rand(512).to(dtype)
+    u[:3] = torch.tensor([0.0, 1.0, 0.5]).to(dtype)
+    x, y = (torch.randn(512) * 3).to(dtype), torch.randn(512).to(dtype)
+    _check(lambda u, x, y: (torch.logit(u, 1e-3), torch.logit(u),
+                            F.mse_loss(x, y, reduction="none")), u, x, y)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_integer_pow_sign_and_rounding(dtype):
     """Integer pow did not compile (math.ipowi), sign was not imported

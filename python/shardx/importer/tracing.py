@@ -11,6 +11,7 @@ import logging
 import operator
 import os
 import re
+import struct
 import sys
 import traceback
 import unittest.mock
@@ -42,6 +43,11 @@ def decompositions():
         aten.native_batch_norm, aten.native_batch_norm_backward, aten.unbind_copy, aten.unbind,
         aten.native_group_norm, aten.native_group_norm_backward,
     ]))
+    # bf16/f16 logit and squared error step by step in the dtype, as
+    # eager's kernels compute them (PyTorch's decompositions compute them
+    # in f32 and round once: 169 of 512 bf16 logits differed).
+    for op in (aten.logit.default, aten.mse_loss.default):
+        table[op] = functools.partial(_narrow_by_steps, table[op], op)
     # The optimizers' lerp, addcmul and addcdiv stay whole: the importer
     # writes them as eager's kernels compute them (a fused multiply-add;
     # importer/ops/optimizer.py), where the core decompositions round the
@@ -59,6 +65,38 @@ def decompositions():
     table[aten.max_pool2d_with_indices_backward.default] = functools.partial(
         _pool_unless_whole, pool[aten.max_pool2d_with_indices_backward.default], 1, 2, 6)
     return table
+
+
+def _narrow_by_steps(decomp: Callable, op, x, *args, **kwargs):
+    """``op`` on a bf16/f16 ``x`` as eager's CPU kernel computes it, each
+    step rounded to the dtype: ``logit`` clamps to ``[eps, 1 - eps]``
+    (both in the dtype: 1 - 1e-3 is 1 in bf16), then ``log(x / (1 - x))``;
+    ``mse_loss`` squares the rounded difference, then reduces the loss.
+    Other dtypes: ``decomp``."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return decomp(x, *args, **kwargs)
+    if op == aten.mse_loss.default:
+        target = args[0]
+        reduction = args[1] if len(args) > 1 else kwargs.get("reduction", 1)
+        d = x - target
+        loss = d * d
+        return loss.mean() if reduction == 1 else loss.sum() if reduction == 2 else loss
+    eps = args[0] if args else kwargs.get("eps")
+    if eps is not None:
+        lo = _round_to(eps, x.dtype)
+        x = x.clamp(lo, _round_to(1.0 - lo, x.dtype))
+    return torch.log(x / (1 - x))
+
+
+def _round_to(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to bf16 or f16 (to nearest even, through f32 as a
+    Scalar's conversion goes), in Python: no tensor is made while
+    tracing."""
+    if dtype == torch.float16:
+        return struct.unpack("e", struct.pack("e", value))[0]
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
 def _pool_unless_whole(decomp: Callable, x: int, kernel: int, ceil: int, *args, **kwargs):
