@@ -29,212 +29,215 @@ func.func @mlp_dp_tp_train(
     linalg.yield %s11 : f32
   } -> tensor<8x32xf32> loc(#loc0)
   %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
-  %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
+  %v21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
-    %s17 = arith.maximumf %a14, %s16 : f32
-    linalg.yield %s17 : f32
+    %s17 = arith.cmpf olt, %a14, %s16 : f32
+    %s18 = arith.select %s17, %s16, %a14 : f32
+    %s19 = arith.cmpf uno, %s16, %s16 : f32
+    %s20 = arith.select %s19, %s16, %s18 : f32
+    linalg.yield %s20 : f32
   } -> tensor<8x32xf32> loc(#loc1)
-  %e19 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
-  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
-  ^bb0(%a26: f32, %a27: f32, %o28: f32):
-    %s29 = arith.addf %a26, %a27 : f32
-    linalg.yield %s29 : f32
+  %e22 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v23 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e22 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e24 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c25 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v26 = linalg.fill ins(%c25 : f32) outs(%e24 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v27 = linalg.matmul ins(%v21, %v23 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v26 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e28 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v27, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e28 : tensor<8x16xf32>) {
+  ^bb0(%a29: f32, %a30: f32, %o31: f32):
+    %s32 = arith.addf %a29, %a30 : f32
+    linalg.yield %s32 : f32
   } -> tensor<8x16xf32> loc(#loc0)
-  %e31 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v36 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e31 : tensor<8x16xf32>) {
-  ^bb0(%a32: f32, %a33: f32, %o34: f32):
-    %s35 = arith.subf %a32, %a33 : f32
-    linalg.yield %s35 : f32
+  %e34 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v39 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v33, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e34 : tensor<8x16xf32>) {
+  ^bb0(%a35: f32, %a36: f32, %o37: f32):
+    %s38 = arith.subf %a35, %a36 : f32
+    linalg.yield %s38 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e37 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v36 : tensor<8x16xf32>) outs(%e37 : tensor<8x16xf32>) {
-  ^bb0(%a38: f32, %o39: f32):
-    %s40 = arith.mulf %a38, %a38 : f32
-    linalg.yield %s40 : f32
+  %e40 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v39 : tensor<8x16xf32>) outs(%e40 : tensor<8x16xf32>) {
+  ^bb0(%a41: f32, %o42: f32):
+    %s43 = arith.mulf %a41, %a41 : f32
+    linalg.yield %s43 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e42 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c43 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v48 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v41 : tensor<8x16xf32>) outs(%v44 : tensor<f32>) {
-  ^bb0(%a45: f32, %o46: f32):
-    %s47 = arith.addf %a45, %o46 : f32
-    linalg.yield %s47 : f32
+  %e45 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c46 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v47 = linalg.fill ins(%c46 : f32) outs(%e45 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v51 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v44 : tensor<8x16xf32>) outs(%v47 : tensor<f32>) {
+  ^bb0(%a48: f32, %o49: f32):
+    %s50 = arith.addf %a48, %o49 : f32
+    linalg.yield %s50 : f32
   } -> tensor<f32> loc(#loc2)
-  %e49 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v54 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v48 : tensor<f32>) outs(%e49 : tensor<f32>) {
-  ^bb0(%a50: f32, %o51: f32):
-    %s52 = arith.constant 0x43000000 : f32
-    %s53 = arith.divf %a50, %s52 : f32
-    linalg.yield %s53 : f32
+  %e52 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v57 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v51 : tensor<f32>) outs(%e52 : tensor<f32>) {
+  ^bb0(%a53: f32, %o54: f32):
+    %s55 = arith.constant 0x43000000 : f32
+    %s56 = arith.divf %a53, %s55 : f32
+    linalg.yield %s56 : f32
   } -> tensor<f32> loc(#loc2)
-  %e55 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c56 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e58 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e58 : tensor<8x16xf32>) {
-  ^bb0(%a59: f32, %a60: f32, %o61: f32):
-    %s62 = arith.subf %a59, %a60 : f32
-    linalg.yield %s62 : f32
+  %e58 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c59 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v60 = linalg.fill ins(%c59 : f32) outs(%e58 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e61 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v66 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v33, %arg9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e61 : tensor<8x16xf32>) {
+  ^bb0(%a62: f32, %a63: f32, %o64: f32):
+    %s65 = arith.subf %a62, %a63 : f32
+    linalg.yield %s65 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e64 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v63 : tensor<8x16xf32>) outs(%e64 : tensor<8x16xf32>) {
-  ^bb0(%a65: f32, %o66: f32):
-    %s67 = arith.constant 0x3C800000 : f32
-    %s68 = arith.mulf %a65, %s67 : f32
-    linalg.yield %s68 : f32
+  %e67 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v72 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v66 : tensor<8x16xf32>) outs(%e67 : tensor<8x16xf32>) {
+  ^bb0(%a68: f32, %o69: f32):
+    %s70 = arith.constant 0x3C800000 : f32
+    %s71 = arith.mulf %a68, %s70 : f32
+    linalg.yield %s71 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e70 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69, %v57 : tensor<8x16xf32>, tensor<f32>) outs(%e70 : tensor<8x16xf32>) {
-  ^bb0(%a71: f32, %a72: f32, %o73: f32):
-    %s74 = arith.mulf %a71, %a72 : f32
-    linalg.yield %s74 : f32
+  %e73 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v78 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v72, %v60 : tensor<8x16xf32>, tensor<f32>) outs(%e73 : tensor<8x16xf32>) {
+  ^bb0(%a74: f32, %a75: f32, %o76: f32):
+    %s77 = arith.mulf %a74, %a75 : f32
+    linalg.yield %s77 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e76 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v77 = linalg.transpose ins(%v20 : tensor<32x16xf32>) outs(%e76 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e78 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
-  %c79 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
-  %v81 = linalg.matmul ins(%v75, %v77 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v80 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
-  %e82 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %v83 = linalg.transpose ins(%v75 : tensor<8x16xf32>) outs(%e82 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e84 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %c85 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
-  %v87 = linalg.matmul ins(%v83, %v18 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v86 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
-  %e88 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %v89 = linalg.transpose ins(%v87 : tensor<16x32xf32>) outs(%e88 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e90 = tensor.empty() : tensor<16xf32> loc(#loc4)
-  %c91 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
-  %v96 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v75 : tensor<8x16xf32>) outs(%v92 : tensor<16xf32>) {
-  ^bb0(%a93: f32, %o94: f32):
-    %s95 = arith.addf %a93, %o94 : f32
-    linalg.yield %s95 : f32
+  %e79 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v80 = linalg.transpose ins(%v23 : tensor<32x16xf32>) outs(%e79 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e81 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
+  %c82 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v83 = linalg.fill ins(%c82 : f32) outs(%e81 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %v84 = linalg.matmul ins(%v78, %v80 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v83 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %e85 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v86 = linalg.transpose ins(%v78 : tensor<8x16xf32>) outs(%e85 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e87 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %c88 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v89 = linalg.fill ins(%c88 : f32) outs(%e87 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %v90 = linalg.matmul ins(%v86, %v21 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v89 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %e91 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v92 = linalg.transpose ins(%v90 : tensor<16x32xf32>) outs(%e91 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e93 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c94 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v95 = linalg.fill ins(%c94 : f32) outs(%e93 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
+  %v99 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v78 : tensor<8x16xf32>) outs(%v95 : tensor<16xf32>) {
+  ^bb0(%a96: f32, %o97: f32):
+    %s98 = arith.addf %a96, %o97 : f32
+    linalg.yield %s98 : f32
   } -> tensor<16xf32> loc(#loc4)
-  %e98 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v99 = linalg.transpose ins(%v89 : tensor<32x16xf32>) outs(%e98 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e100 = tensor.empty() : tensor<8x32xi1> loc(#loc5)
-  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<8x32xf32>) outs(%e100 : tensor<8x32xi1>) {
-  ^bb0(%a101: f32, %o102: i1):
-    %s103 = arith.constant 0x00000000 : f32
-    %s104 = arith.cmpf ole, %a101, %s103 : f32
-    linalg.yield %s104 : i1
+  %e101 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v102 = linalg.transpose ins(%v92 : tensor<32x16xf32>) outs(%e101 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e103 = tensor.empty() : tensor<8x32xi1> loc(#loc5)
+  %v108 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v21 : tensor<8x32xf32>) outs(%e103 : tensor<8x32xi1>) {
+  ^bb0(%a104: f32, %o105: i1):
+    %s106 = arith.constant 0x00000000 : f32
+    %s107 = arith.cmpf ole, %a104, %s106 : f32
+    linalg.yield %s107 : i1
   } -> tensor<8x32xi1> loc(#loc5)
-  %e106 = tensor.empty() : tensor<f32> loc(#loc5)
-  %c107 = arith.constant 0x00000000 : f32 loc(#loc5)
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc5)
-  %e109 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e109 : tensor<8x32xf32>) {
-  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
-    %s114 = arith.select %a110, %a111, %a112 : f32
-    linalg.yield %s114 : f32
+  %e109 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c110 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v111 = linalg.fill ins(%c110 : f32) outs(%e109 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e112 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %v118 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v108, %v111, %v84 : tensor<8x32xi1>, tensor<f32>, tensor<8x32xf32>) outs(%e112 : tensor<8x32xf32>) {
+  ^bb0(%a113: i1, %a114: f32, %a115: f32, %o116: f32):
+    %s117 = arith.select %a113, %a114, %a115 : f32
+    linalg.yield %s117 : f32
   } -> tensor<8x32xf32> loc(#loc5)
-  %e116 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
-  %v117 = linalg.transpose ins(%v115 : tensor<8x32xf32>) outs(%e116 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e118 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %c119 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
-  %v121 = linalg.matmul ins(%v117, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v120 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
-  %e122 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v123 = linalg.transpose ins(%v121 : tensor<32x16xf32>) outs(%e122 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e124 = tensor.empty() : tensor<32xf32> loc(#loc4)
-  %c125 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
-  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<8x32xf32>) outs(%v126 : tensor<32xf32>) {
-  ^bb0(%a127: f32, %o128: f32):
-    %s129 = arith.addf %a127, %o128 : f32
-    linalg.yield %s129 : f32
+  %e119 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
+  %v120 = linalg.transpose ins(%v118 : tensor<8x32xf32>) outs(%e119 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e121 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %c122 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v123 = linalg.fill ins(%c122 : f32) outs(%e121 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %v124 = linalg.matmul ins(%v120, %arg8 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v123 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %e125 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v126 = linalg.transpose ins(%v124 : tensor<32x16xf32>) outs(%e125 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e127 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %c128 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v129 = linalg.fill ins(%c128 : f32) outs(%e127 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
+  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v118 : tensor<8x32xf32>) outs(%v129 : tensor<32xf32>) {
+  ^bb0(%a130: f32, %o131: f32):
+    %s132 = arith.addf %a130, %o131 : f32
+    linalg.yield %s132 : f32
   } -> tensor<32xf32> loc(#loc4)
-  %e132 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %v133 = linalg.transpose ins(%v123 : tensor<16x32xf32>) outs(%e132 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e134 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4 : tensor<32x16xf32>) outs(%e134 : tensor<32x16xf32>) {
-  ^bb0(%a135: f32, %o136: f32):
-    %s137 = arith.constant 0x3F666666 : f32
-    %s138 = arith.mulf %a135, %s137 : f32
-    linalg.yield %s138 : f32
+  %e135 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v136 = linalg.transpose ins(%v126 : tensor<16x32xf32>) outs(%e135 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e137 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v142 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4 : tensor<32x16xf32>) outs(%e137 : tensor<32x16xf32>) {
+  ^bb0(%a138: f32, %o139: f32):
+    %s140 = arith.constant 0x3F666666 : f32
+    %s141 = arith.mulf %a138, %s140 : f32
+    linalg.yield %s141 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e140 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139, %v133 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e140 : tensor<32x16xf32>) {
-  ^bb0(%a141: f32, %a142: f32, %o143: f32):
-    %s144 = arith.addf %a141, %a142 : f32
-    linalg.yield %s144 : f32
+  %e143 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v148 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v142, %v136 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e143 : tensor<32x16xf32>) {
+  ^bb0(%a144: f32, %a145: f32, %o146: f32):
+    %s147 = arith.addf %a144, %a145 : f32
+    linalg.yield %s147 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e146 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v152 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v145 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e146 : tensor<32x16xf32>) {
-  ^bb0(%a147: f32, %a148: f32, %o149: f32):
-    %s150 = arith.constant 0xBDCCCCCD : f32
-    %s151 = math.fma %a148, %s150, %a147 : f32
-    linalg.yield %s151 : f32
+  %e149 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v155 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v148 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e149 : tensor<32x16xf32>) {
+  ^bb0(%a150: f32, %a151: f32, %o152: f32):
+    %s153 = arith.constant 0xBDCCCCCD : f32
+    %s154 = math.fma %a151, %s153, %a150 : f32
+    linalg.yield %s154 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e153 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v158 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<32xf32>) outs(%e153 : tensor<32xf32>) {
-  ^bb0(%a154: f32, %o155: f32):
-    %s156 = arith.constant 0x3F666666 : f32
-    %s157 = arith.mulf %a154, %s156 : f32
-    linalg.yield %s157 : f32
+  %e156 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v161 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<32xf32>) outs(%e156 : tensor<32xf32>) {
+  ^bb0(%a157: f32, %o158: f32):
+    %s159 = arith.constant 0x3F666666 : f32
+    %s160 = arith.mulf %a157, %s159 : f32
+    linalg.yield %s160 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e159 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v164 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v158, %v130 : tensor<32xf32>, tensor<32xf32>) outs(%e159 : tensor<32xf32>) {
-  ^bb0(%a160: f32, %a161: f32, %o162: f32):
-    %s163 = arith.addf %a160, %a161 : f32
-    linalg.yield %s163 : f32
+  %e162 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v167 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v161, %v133 : tensor<32xf32>, tensor<32xf32>) outs(%e162 : tensor<32xf32>) {
+  ^bb0(%a163: f32, %a164: f32, %o165: f32):
+    %s166 = arith.addf %a163, %a164 : f32
+    linalg.yield %s166 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e165 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v171 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v164 : tensor<32xf32>, tensor<32xf32>) outs(%e165 : tensor<32xf32>) {
-  ^bb0(%a166: f32, %a167: f32, %o168: f32):
-    %s169 = arith.constant 0xBDCCCCCD : f32
-    %s170 = math.fma %a167, %s169, %a166 : f32
-    linalg.yield %s170 : f32
+  %e168 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v167 : tensor<32xf32>, tensor<32xf32>) outs(%e168 : tensor<32xf32>) {
+  ^bb0(%a169: f32, %a170: f32, %o171: f32):
+    %s172 = arith.constant 0xBDCCCCCD : f32
+    %s173 = math.fma %a170, %s172, %a169 : f32
+    linalg.yield %s173 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e172 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v177 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x32xf32>) outs(%e172 : tensor<16x32xf32>) {
-  ^bb0(%a173: f32, %o174: f32):
-    %s175 = arith.constant 0x3F666666 : f32
-    %s176 = arith.mulf %a173, %s175 : f32
-    linalg.yield %s176 : f32
+  %e175 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6 : tensor<16x32xf32>) outs(%e175 : tensor<16x32xf32>) {
+  ^bb0(%a176: f32, %o177: f32):
+    %s178 = arith.constant 0x3F666666 : f32
+    %s179 = arith.mulf %a176, %s178 : f32
+    linalg.yield %s179 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e178 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v183 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v177, %v99 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e178 : tensor<16x32xf32>) {
-  ^bb0(%a179: f32, %a180: f32, %o181: f32):
-    %s182 = arith.addf %a179, %a180 : f32
-    linalg.yield %s182 : f32
+  %e181 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v180, %v102 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e181 : tensor<16x32xf32>) {
+  ^bb0(%a182: f32, %a183: f32, %o184: f32):
+    %s185 = arith.addf %a182, %a183 : f32
+    linalg.yield %s185 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e184 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v190 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v183 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e184 : tensor<16x32xf32>) {
-  ^bb0(%a185: f32, %a186: f32, %o187: f32):
-    %s188 = arith.constant 0xBDCCCCCD : f32
-    %s189 = math.fma %a186, %s188, %a185 : f32
-    linalg.yield %s189 : f32
+  %e187 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v186 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e187 : tensor<16x32xf32>) {
+  ^bb0(%a188: f32, %a189: f32, %o190: f32):
+    %s191 = arith.constant 0xBDCCCCCD : f32
+    %s192 = math.fma %a189, %s191, %a188 : f32
+    linalg.yield %s192 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e191 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v196 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e191 : tensor<16xf32>) {
-  ^bb0(%a192: f32, %o193: f32):
-    %s194 = arith.constant 0x3F666666 : f32
-    %s195 = arith.mulf %a192, %s194 : f32
-    linalg.yield %s195 : f32
+  %e194 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v199 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7 : tensor<16xf32>) outs(%e194 : tensor<16xf32>) {
+  ^bb0(%a195: f32, %o196: f32):
+    %s197 = arith.constant 0x3F666666 : f32
+    %s198 = arith.mulf %a195, %s197 : f32
+    linalg.yield %s198 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e197 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v202 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v196, %v96 : tensor<16xf32>, tensor<16xf32>) outs(%e197 : tensor<16xf32>) {
-  ^bb0(%a198: f32, %a199: f32, %o200: f32):
-    %s201 = arith.addf %a198, %a199 : f32
-    linalg.yield %s201 : f32
+  %e200 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v205 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v199, %v99 : tensor<16xf32>, tensor<16xf32>) outs(%e200 : tensor<16xf32>) {
+  ^bb0(%a201: f32, %a202: f32, %o203: f32):
+    %s204 = arith.addf %a201, %a202 : f32
+    linalg.yield %s204 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e203 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v209 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v202 : tensor<16xf32>, tensor<16xf32>) outs(%e203 : tensor<16xf32>) {
-  ^bb0(%a204: f32, %a205: f32, %o206: f32):
-    %s207 = arith.constant 0xBDCCCCCD : f32
-    %s208 = math.fma %a205, %s207, %a204 : f32
-    linalg.yield %s208 : f32
+  %e206 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v212 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v205 : tensor<16xf32>, tensor<16xf32>) outs(%e206 : tensor<16xf32>) {
+  ^bb0(%a207: f32, %a208: f32, %o209: f32):
+    %s210 = arith.constant 0xBDCCCCCD : f32
+    %s211 = math.fma %a208, %s210, %a207 : f32
+    linalg.yield %s211 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v54, %v152, %v171, %v190, %v209, %v145, %v164, %v183, %v202 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
+  return %v57, %v155, %v174, %v193, %v212, %v148, %v167, %v186, %v205 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

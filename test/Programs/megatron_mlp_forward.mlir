@@ -23,24 +23,27 @@ func.func @megatron_mlp_forward(
     linalg.yield %s11 : f32
   } -> tensor<8x32xf32> loc(#loc0)
   %e13 = tensor.empty() : tensor<8x32xf32> loc(#loc0)
-  %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
+  %v21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e13 : tensor<8x32xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
-    %s17 = arith.maximumf %a14, %s16 : f32
-    linalg.yield %s17 : f32
+    %s17 = arith.cmpf olt, %a14, %s16 : f32
+    %s18 = arith.select %s17, %s16, %a14 : f32
+    %s19 = arith.cmpf uno, %s16, %s16 : f32
+    %s20 = arith.select %s19, %s16, %s18 : f32
+    linalg.yield %s20 : f32
   } -> tensor<8x32xf32> loc(#loc0)
-  %e19 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
-  %v20 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e19 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
-  %e21 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v23 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %e25 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e25 : tensor<8x16xf32>) {
-  ^bb0(%a26: f32, %a27: f32, %o28: f32):
-    %s29 = arith.addf %a26, %a27 : f32
-    linalg.yield %s29 : f32
+  %e22 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v23 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e22 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e24 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c25 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v26 = linalg.fill ins(%c25 : f32) outs(%e24 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v27 = linalg.matmul ins(%v21, %v23 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v26 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e28 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v27, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e28 : tensor<8x16xf32>) {
+  ^bb0(%a29: f32, %a30: f32, %o31: f32):
+    %s32 = arith.addf %a29, %a30 : f32
+    linalg.yield %s32 : f32
   } -> tensor<8x16xf32> loc(#loc0)
-  return %v30 : tensor<8x16xf32>
+  return %v33 : tensor<8x16xf32>
 }
 #loc0 = loc("shardx_dev/examples.py":191:0)

@@ -34,684 +34,687 @@ func.func @unannotated_train(
     linalg.yield %s11 : f32
   } -> tensor<4x16xf32> loc(#loc0)
   %e13 = tensor.empty() : tensor<4x16xf32> loc(#loc1)
-  %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<4x16xf32>) outs(%e13 : tensor<4x16xf32>) {
+  %v21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<4x16xf32>) outs(%e13 : tensor<4x16xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
-    %s17 = arith.maximumf %a14, %s16 : f32
-    linalg.yield %s17 : f32
+    %s17 = arith.cmpf olt, %a14, %s16 : f32
+    %s18 = arith.select %s17, %s16, %a14 : f32
+    %s19 = arith.cmpf uno, %s16, %s16 : f32
+    %s20 = arith.select %s19, %s16, %s18 : f32
+    linalg.yield %s20 : f32
   } -> tensor<4x16xf32> loc(#loc1)
-  %e19 = tensor.empty() : tensor<16x8xf32> loc(#loc0)
-  %v20 = linalg.transpose ins(%arg2 : tensor<8x16xf32>) outs(%e19 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc0)
-  %e21 = tensor.empty() : tensor<4x8xf32> loc(#loc0)
-  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<4x8xf32>) -> tensor<4x8xf32> loc(#loc0)
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<4x16xf32>, tensor<16x8xf32>) outs(%v23 : tensor<4x8xf32>) -> tensor<4x8xf32> loc(#loc0)
-  %e25 = tensor.empty() : tensor<4x8xf32> loc(#loc0)
-  %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<4x8xf32>, tensor<8xf32>) outs(%e25 : tensor<4x8xf32>) {
-  ^bb0(%a26: f32, %a27: f32, %o28: f32):
-    %s29 = arith.addf %a26, %a27 : f32
-    linalg.yield %s29 : f32
+  %e22 = tensor.empty() : tensor<16x8xf32> loc(#loc0)
+  %v23 = linalg.transpose ins(%arg2 : tensor<8x16xf32>) outs(%e22 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc0)
+  %e24 = tensor.empty() : tensor<4x8xf32> loc(#loc0)
+  %c25 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v26 = linalg.fill ins(%c25 : f32) outs(%e24 : tensor<4x8xf32>) -> tensor<4x8xf32> loc(#loc0)
+  %v27 = linalg.matmul ins(%v21, %v23 : tensor<4x16xf32>, tensor<16x8xf32>) outs(%v26 : tensor<4x8xf32>) -> tensor<4x8xf32> loc(#loc0)
+  %e28 = tensor.empty() : tensor<4x8xf32> loc(#loc0)
+  %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v27, %arg3 : tensor<4x8xf32>, tensor<8xf32>) outs(%e28 : tensor<4x8xf32>) {
+  ^bb0(%a29: f32, %a30: f32, %o31: f32):
+    %s32 = arith.addf %a29, %a30 : f32
+    linalg.yield %s32 : f32
   } -> tensor<4x8xf32> loc(#loc0)
-  %e31 = tensor.empty() : tensor<4x8xf32> loc(#loc2)
-  %v36 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg17 : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e31 : tensor<4x8xf32>) {
-  ^bb0(%a32: f32, %a33: f32, %o34: f32):
-    %s35 = arith.subf %a32, %a33 : f32
-    linalg.yield %s35 : f32
+  %e34 = tensor.empty() : tensor<4x8xf32> loc(#loc2)
+  %v39 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v33, %arg17 : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e34 : tensor<4x8xf32>) {
+  ^bb0(%a35: f32, %a36: f32, %o37: f32):
+    %s38 = arith.subf %a35, %a36 : f32
+    linalg.yield %s38 : f32
   } -> tensor<4x8xf32> loc(#loc2)
-  %e37 = tensor.empty() : tensor<4x8xf32> loc(#loc2)
-  %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v36 : tensor<4x8xf32>) outs(%e37 : tensor<4x8xf32>) {
-  ^bb0(%a38: f32, %o39: f32):
-    %s40 = arith.mulf %a38, %a38 : f32
-    linalg.yield %s40 : f32
+  %e40 = tensor.empty() : tensor<4x8xf32> loc(#loc2)
+  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v39 : tensor<4x8xf32>) outs(%e40 : tensor<4x8xf32>) {
+  ^bb0(%a41: f32, %o42: f32):
+    %s43 = arith.mulf %a41, %a41 : f32
+    linalg.yield %s43 : f32
   } -> tensor<4x8xf32> loc(#loc2)
-  %e42 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c43 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v44 = linalg.fill ins(%c43 : f32) outs(%e42 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v48 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v41 : tensor<4x8xf32>) outs(%v44 : tensor<f32>) {
-  ^bb0(%a45: f32, %o46: f32):
-    %s47 = arith.addf %a45, %o46 : f32
-    linalg.yield %s47 : f32
+  %e45 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c46 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v47 = linalg.fill ins(%c46 : f32) outs(%e45 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v51 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v44 : tensor<4x8xf32>) outs(%v47 : tensor<f32>) {
+  ^bb0(%a48: f32, %o49: f32):
+    %s50 = arith.addf %a48, %o49 : f32
+    linalg.yield %s50 : f32
   } -> tensor<f32> loc(#loc2)
-  %e49 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v54 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v48 : tensor<f32>) outs(%e49 : tensor<f32>) {
-  ^bb0(%a50: f32, %o51: f32):
-    %s52 = arith.constant 0x42000000 : f32
-    %s53 = arith.divf %a50, %s52 : f32
-    linalg.yield %s53 : f32
+  %e52 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v57 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v51 : tensor<f32>) outs(%e52 : tensor<f32>) {
+  ^bb0(%a53: f32, %o54: f32):
+    %s55 = arith.constant 0x42000000 : f32
+    %s56 = arith.divf %a53, %s55 : f32
+    linalg.yield %s56 : f32
   } -> tensor<f32> loc(#loc2)
-  %e55 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c56 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v57 = linalg.fill ins(%c56 : f32) outs(%e55 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e58 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
-  %v63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %arg17 : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e58 : tensor<4x8xf32>) {
-  ^bb0(%a59: f32, %a60: f32, %o61: f32):
-    %s62 = arith.subf %a59, %a60 : f32
-    linalg.yield %s62 : f32
+  %e58 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c59 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v60 = linalg.fill ins(%c59 : f32) outs(%e58 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e61 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
+  %v66 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v33, %arg17 : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e61 : tensor<4x8xf32>) {
+  ^bb0(%a62: f32, %a63: f32, %o64: f32):
+    %s65 = arith.subf %a62, %a63 : f32
+    linalg.yield %s65 : f32
   } -> tensor<4x8xf32> loc(#loc3)
-  %e64 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
-  %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v63 : tensor<4x8xf32>) outs(%e64 : tensor<4x8xf32>) {
-  ^bb0(%a65: f32, %o66: f32):
-    %s67 = arith.constant 0x3D800000 : f32
-    %s68 = arith.mulf %a65, %s67 : f32
-    linalg.yield %s68 : f32
+  %e67 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
+  %v72 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v66 : tensor<4x8xf32>) outs(%e67 : tensor<4x8xf32>) {
+  ^bb0(%a68: f32, %o69: f32):
+    %s70 = arith.constant 0x3D800000 : f32
+    %s71 = arith.mulf %a68, %s70 : f32
+    linalg.yield %s71 : f32
   } -> tensor<4x8xf32> loc(#loc3)
-  %e70 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
-  %v75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69, %v57 : tensor<4x8xf32>, tensor<f32>) outs(%e70 : tensor<4x8xf32>) {
-  ^bb0(%a71: f32, %a72: f32, %o73: f32):
-    %s74 = arith.mulf %a71, %a72 : f32
-    linalg.yield %s74 : f32
+  %e73 = tensor.empty() : tensor<4x8xf32> loc(#loc3)
+  %v78 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v72, %v60 : tensor<4x8xf32>, tensor<f32>) outs(%e73 : tensor<4x8xf32>) {
+  ^bb0(%a74: f32, %a75: f32, %o76: f32):
+    %s77 = arith.mulf %a74, %a75 : f32
+    linalg.yield %s77 : f32
   } -> tensor<4x8xf32> loc(#loc3)
-  %e76 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
-  %v77 = linalg.transpose ins(%v20 : tensor<16x8xf32>) outs(%e76 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e78 = tensor.empty() : tensor<4x16xf32> loc(#loc4)
-  %c79 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<4x16xf32>) -> tensor<4x16xf32> loc(#loc4)
-  %v81 = linalg.matmul ins(%v75, %v77 : tensor<4x8xf32>, tensor<8x16xf32>) outs(%v80 : tensor<4x16xf32>) -> tensor<4x16xf32> loc(#loc4)
-  %e82 = tensor.empty() : tensor<8x4xf32> loc(#loc4)
-  %v83 = linalg.transpose ins(%v75 : tensor<4x8xf32>) outs(%e82 : tensor<8x4xf32>) permutation = [1, 0] loc(#loc4)
-  %e84 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
-  %c85 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v86 = linalg.fill ins(%c85 : f32) outs(%e84 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
-  %v87 = linalg.matmul ins(%v83, %v18 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%v86 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
-  %e88 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %v89 = linalg.transpose ins(%v87 : tensor<8x16xf32>) outs(%e88 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e90 = tensor.empty() : tensor<8xf32> loc(#loc4)
-  %c91 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v92 = linalg.fill ins(%c91 : f32) outs(%e90 : tensor<8xf32>) -> tensor<8xf32> loc(#loc4)
-  %v96 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v75 : tensor<4x8xf32>) outs(%v92 : tensor<8xf32>) {
-  ^bb0(%a93: f32, %o94: f32):
-    %s95 = arith.addf %a93, %o94 : f32
-    linalg.yield %s95 : f32
+  %e79 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
+  %v80 = linalg.transpose ins(%v23 : tensor<16x8xf32>) outs(%e79 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e81 = tensor.empty() : tensor<4x16xf32> loc(#loc4)
+  %c82 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v83 = linalg.fill ins(%c82 : f32) outs(%e81 : tensor<4x16xf32>) -> tensor<4x16xf32> loc(#loc4)
+  %v84 = linalg.matmul ins(%v78, %v80 : tensor<4x8xf32>, tensor<8x16xf32>) outs(%v83 : tensor<4x16xf32>) -> tensor<4x16xf32> loc(#loc4)
+  %e85 = tensor.empty() : tensor<8x4xf32> loc(#loc4)
+  %v86 = linalg.transpose ins(%v78 : tensor<4x8xf32>) outs(%e85 : tensor<8x4xf32>) permutation = [1, 0] loc(#loc4)
+  %e87 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
+  %c88 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v89 = linalg.fill ins(%c88 : f32) outs(%e87 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
+  %v90 = linalg.matmul ins(%v86, %v21 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%v89 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc4)
+  %e91 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v92 = linalg.transpose ins(%v90 : tensor<8x16xf32>) outs(%e91 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e93 = tensor.empty() : tensor<8xf32> loc(#loc4)
+  %c94 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v95 = linalg.fill ins(%c94 : f32) outs(%e93 : tensor<8xf32>) -> tensor<8xf32> loc(#loc4)
+  %v99 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v78 : tensor<4x8xf32>) outs(%v95 : tensor<8xf32>) {
+  ^bb0(%a96: f32, %o97: f32):
+    %s98 = arith.addf %a96, %o97 : f32
+    linalg.yield %s98 : f32
   } -> tensor<8xf32> loc(#loc4)
-  %e98 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
-  %v99 = linalg.transpose ins(%v89 : tensor<16x8xf32>) outs(%e98 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e100 = tensor.empty() : tensor<4x16xi1> loc(#loc5)
-  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<4x16xf32>) outs(%e100 : tensor<4x16xi1>) {
-  ^bb0(%a101: f32, %o102: i1):
-    %s103 = arith.constant 0x00000000 : f32
-    %s104 = arith.cmpf ole, %a101, %s103 : f32
-    linalg.yield %s104 : i1
+  %e101 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
+  %v102 = linalg.transpose ins(%v92 : tensor<16x8xf32>) outs(%e101 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e103 = tensor.empty() : tensor<4x16xi1> loc(#loc5)
+  %v108 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v21 : tensor<4x16xf32>) outs(%e103 : tensor<4x16xi1>) {
+  ^bb0(%a104: f32, %o105: i1):
+    %s106 = arith.constant 0x00000000 : f32
+    %s107 = arith.cmpf ole, %a104, %s106 : f32
+    linalg.yield %s107 : i1
   } -> tensor<4x16xi1> loc(#loc5)
-  %e106 = tensor.empty() : tensor<f32> loc(#loc5)
-  %c107 = arith.constant 0x00000000 : f32 loc(#loc5)
-  %v108 = linalg.fill ins(%c107 : f32) outs(%e106 : tensor<f32>) -> tensor<f32> loc(#loc5)
-  %e109 = tensor.empty() : tensor<4x16xf32> loc(#loc5)
-  %v115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105, %v108, %v81 : tensor<4x16xi1>, tensor<f32>, tensor<4x16xf32>) outs(%e109 : tensor<4x16xf32>) {
-  ^bb0(%a110: i1, %a111: f32, %a112: f32, %o113: f32):
-    %s114 = arith.select %a110, %a111, %a112 : f32
-    linalg.yield %s114 : f32
+  %e109 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c110 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v111 = linalg.fill ins(%c110 : f32) outs(%e109 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e112 = tensor.empty() : tensor<4x16xf32> loc(#loc5)
+  %v118 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v108, %v111, %v84 : tensor<4x16xi1>, tensor<f32>, tensor<4x16xf32>) outs(%e112 : tensor<4x16xf32>) {
+  ^bb0(%a113: i1, %a114: f32, %a115: f32, %o116: f32):
+    %s117 = arith.select %a113, %a114, %a115 : f32
+    linalg.yield %s117 : f32
   } -> tensor<4x16xf32> loc(#loc5)
-  %e116 = tensor.empty() : tensor<16x4xf32> loc(#loc4)
-  %v117 = linalg.transpose ins(%v115 : tensor<4x16xf32>) outs(%e116 : tensor<16x4xf32>) permutation = [1, 0] loc(#loc4)
-  %e118 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %c119 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v120 = linalg.fill ins(%c119 : f32) outs(%e118 : tensor<16x8xf32>) -> tensor<16x8xf32> loc(#loc4)
-  %v121 = linalg.matmul ins(%v117, %arg16 : tensor<16x4xf32>, tensor<4x8xf32>) outs(%v120 : tensor<16x8xf32>) -> tensor<16x8xf32> loc(#loc4)
-  %e122 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
-  %v123 = linalg.transpose ins(%v121 : tensor<16x8xf32>) outs(%e122 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e124 = tensor.empty() : tensor<16xf32> loc(#loc4)
-  %c125 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v126 = linalg.fill ins(%c125 : f32) outs(%e124 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
-  %v130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v115 : tensor<4x16xf32>) outs(%v126 : tensor<16xf32>) {
-  ^bb0(%a127: f32, %o128: f32):
-    %s129 = arith.addf %a127, %o128 : f32
-    linalg.yield %s129 : f32
+  %e119 = tensor.empty() : tensor<16x4xf32> loc(#loc4)
+  %v120 = linalg.transpose ins(%v118 : tensor<4x16xf32>) outs(%e119 : tensor<16x4xf32>) permutation = [1, 0] loc(#loc4)
+  %e121 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %c122 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v123 = linalg.fill ins(%c122 : f32) outs(%e121 : tensor<16x8xf32>) -> tensor<16x8xf32> loc(#loc4)
+  %v124 = linalg.matmul ins(%v120, %arg16 : tensor<16x4xf32>, tensor<4x8xf32>) outs(%v123 : tensor<16x8xf32>) -> tensor<16x8xf32> loc(#loc4)
+  %e125 = tensor.empty() : tensor<8x16xf32> loc(#loc4)
+  %v126 = linalg.transpose ins(%v124 : tensor<16x8xf32>) outs(%e125 : tensor<8x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e127 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c128 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v129 = linalg.fill ins(%c128 : f32) outs(%e127 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
+  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v118 : tensor<4x16xf32>) outs(%v129 : tensor<16xf32>) {
+  ^bb0(%a130: f32, %o131: f32):
+    %s132 = arith.addf %a130, %o131 : f32
+    linalg.yield %s132 : f32
   } -> tensor<16xf32> loc(#loc4)
-  %e132 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %v133 = linalg.transpose ins(%v123 : tensor<8x16xf32>) outs(%e132 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e134 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v139 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e134 : tensor<f32>) {
-  ^bb0(%a135: f32, %o136: f32):
-    %s137 = arith.constant 0x3F800000 : f32
-    %s138 = arith.addf %a135, %s137 : f32
-    linalg.yield %s138 : f32
+  %e135 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v136 = linalg.transpose ins(%v126 : tensor<8x16xf32>) outs(%e135 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e137 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e137 : tensor<f32>) {
+  ^bb0(%a138: f32, %o139: f32):
+    %s140 = arith.constant 0x3F800000 : f32
+    %s141 = arith.addf %a138, %s140 : f32
+    linalg.yield %s141 : f32
   } -> tensor<f32> loc(#loc6)
-  %e140 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v154 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v133 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e140 : tensor<16x8xf32>) {
-  ^bb0(%a141: f32, %a142: f32, %o143: f32):
-    %s144 = arith.constant 0x3DCCCCCD : f32
-    %s145 = arith.subf %a142, %a141 : f32
-    %s146 = math.absf %s144 : f32
-    %s147 = arith.constant 0x3F000000 : f32
-    %s148 = arith.cmpf olt, %s146, %s147 : f32
-    %s149 = arith.constant 0x3F800000 : f32
-    %s150 = arith.subf %s144, %s149 : f32
-    %s151 = arith.select %s148, %s144, %s150 : f32
-    %s152 = arith.select %s148, %a141, %a142 : f32
-    %s153 = math.fma %s151, %s145, %s152 : f32
-    linalg.yield %s153 : f32
+  %e143 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v136 : tensor<16x8xf32>, tensor<16x8xf32>) outs(%e143 : tensor<16x8xf32>) {
+  ^bb0(%a144: f32, %a145: f32, %o146: f32):
+    %s147 = arith.constant 0x3DCCCCCD : f32
+    %s148 = arith.subf %a145, %a144 : f32
+    %s149 = math.absf %s147 : f32
+    %s150 = arith.constant 0x3F000000 : f32
+    %s151 = arith.cmpf olt, %s149, %s150 : f32
+    %s152 = arith.constant 0x3F800000 : f32
+    %s153 = arith.subf %s147, %s152 : f32
+    %s154 = arith.select %s151, %s147, %s153 : f32
+    %s155 = arith.select %s151, %a144, %a145 : f32
+    %s156 = math.fma %s154, %s148, %s155 : f32
+    linalg.yield %s156 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e155 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v160 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<16x8xf32>) outs(%e155 : tensor<16x8xf32>) {
-  ^bb0(%a156: f32, %o157: f32):
-    %s158 = arith.constant 0x3F7FBE77 : f32
-    %s159 = arith.mulf %a156, %s158 : f32
-    linalg.yield %s159 : f32
+  %e158 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<16x8xf32>) outs(%e158 : tensor<16x8xf32>) {
+  ^bb0(%a159: f32, %o160: f32):
+    %s161 = arith.constant 0x3F7FBE77 : f32
+    %s162 = arith.mulf %a159, %s161 : f32
+    linalg.yield %s162 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e161 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v160, %v133, %v133 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e161 : tensor<16x8xf32>) {
-  ^bb0(%a162: f32, %a163: f32, %a164: f32, %o165: f32):
-    %s166 = arith.constant 0x3A83126F : f32
-    %s167 = arith.mulf %s166, %a163 : f32
-    %s168 = math.fma %s167, %a164, %a162 : f32
-    linalg.yield %s168 : f32
+  %e164 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v172 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163, %v136, %v136 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e164 : tensor<16x8xf32>) {
+  ^bb0(%a165: f32, %a166: f32, %a167: f32, %o168: f32):
+    %s169 = arith.constant 0x3A83126F : f32
+    %s170 = arith.mulf %s169, %a166 : f32
+    %s171 = math.fma %s170, %a167, %a165 : f32
+    linalg.yield %s171 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e170 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v175 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e170 : tensor<f32>) {
-  ^bb0(%a171: f32, %o172: f32):
-    %s173 = arith.constant 0x3F666666 : f32
-    %s174 = math.powf %s173, %a171 : f32
-    linalg.yield %s174 : f32
+  %e173 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v178 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e173 : tensor<f32>) {
+  ^bb0(%a174: f32, %o175: f32):
+    %s176 = arith.constant 0x3F666666 : f32
+    %s177 = math.powf %s176, %a174 : f32
+    linalg.yield %s177 : f32
   } -> tensor<f32> loc(#loc6)
-  %e176 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v181 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v175 : tensor<f32>) outs(%e176 : tensor<f32>) {
-  ^bb0(%a177: f32, %o178: f32):
-    %s179 = arith.constant 0x3F800000 : f32
-    %s180 = arith.subf %s179, %a177 : f32
-    linalg.yield %s180 : f32
+  %e179 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v184 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v178 : tensor<f32>) outs(%e179 : tensor<f32>) {
+  ^bb0(%a180: f32, %o181: f32):
+    %s182 = arith.constant 0x3F800000 : f32
+    %s183 = arith.subf %s182, %a180 : f32
+    linalg.yield %s183 : f32
   } -> tensor<f32> loc(#loc6)
-  %e182 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v187 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v139 : tensor<f32>) outs(%e182 : tensor<f32>) {
-  ^bb0(%a183: f32, %o184: f32):
-    %s185 = arith.constant 0x3F7FBE77 : f32
-    %s186 = math.powf %s185, %a183 : f32
-    linalg.yield %s186 : f32
+  %e185 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v190 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v142 : tensor<f32>) outs(%e185 : tensor<f32>) {
+  ^bb0(%a186: f32, %o187: f32):
+    %s188 = arith.constant 0x3F7FBE77 : f32
+    %s189 = math.powf %s188, %a186 : f32
+    linalg.yield %s189 : f32
   } -> tensor<f32> loc(#loc6)
-  %e188 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v193 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v187 : tensor<f32>) outs(%e188 : tensor<f32>) {
-  ^bb0(%a189: f32, %o190: f32):
-    %s191 = arith.constant 0x3F800000 : f32
-    %s192 = arith.subf %s191, %a189 : f32
-    linalg.yield %s192 : f32
+  %e191 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v196 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v190 : tensor<f32>) outs(%e191 : tensor<f32>) {
+  ^bb0(%a192: f32, %o193: f32):
+    %s194 = arith.constant 0x3F800000 : f32
+    %s195 = arith.subf %s194, %a192 : f32
+    linalg.yield %s195 : f32
   } -> tensor<f32> loc(#loc6)
-  %e194 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v199 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v181 : tensor<f32>) outs(%e194 : tensor<f32>) {
-  ^bb0(%a195: f32, %o196: f32):
-    %s197 = arith.constant 0x3F800000 : f32
-    %s198 = arith.divf %s197, %a195 : f32
-    linalg.yield %s198 : f32
+  %e197 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v184 : tensor<f32>) outs(%e197 : tensor<f32>) {
+  ^bb0(%a198: f32, %o199: f32):
+    %s200 = arith.constant 0x3F800000 : f32
+    %s201 = arith.divf %s200, %a198 : f32
+    linalg.yield %s201 : f32
   } -> tensor<f32> loc(#loc6)
-  %e200 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v205 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v199 : tensor<f32>) outs(%e200 : tensor<f32>) {
-  ^bb0(%a201: f32, %o202: f32):
-    %s203 = arith.constant 0x3A83126F : f32
-    %s204 = arith.mulf %a201, %s203 : f32
-    linalg.yield %s204 : f32
+  %e203 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v208 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v202 : tensor<f32>) outs(%e203 : tensor<f32>) {
+  ^bb0(%a204: f32, %o205: f32):
+    %s206 = arith.constant 0x3A83126F : f32
+    %s207 = arith.mulf %a204, %s206 : f32
+    linalg.yield %s207 : f32
   } -> tensor<f32> loc(#loc6)
-  %e206 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v210 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v205 : tensor<f32>) outs(%e206 : tensor<f32>) {
-  ^bb0(%a207: f32, %o208: f32):
-    %s209 = arith.negf %a207 : f32
-    linalg.yield %s209 : f32
+  %e209 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v213 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v208 : tensor<f32>) outs(%e209 : tensor<f32>) {
+  ^bb0(%a210: f32, %o211: f32):
+    %s212 = arith.negf %a210 : f32
+    linalg.yield %s212 : f32
   } -> tensor<f32> loc(#loc6)
-  %e211 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v215 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v193 : tensor<f32>) outs(%e211 : tensor<f32>) {
-  ^bb0(%a212: f32, %o213: f32):
-    %s214 = math.sqrt %a212 : f32
-    linalg.yield %s214 : f32
+  %e214 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v196 : tensor<f32>) outs(%e214 : tensor<f32>) {
+  ^bb0(%a215: f32, %o216: f32):
+    %s217 = math.sqrt %a215 : f32
+    linalg.yield %s217 : f32
   } -> tensor<f32> loc(#loc6)
-  %e216 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v220 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v169 : tensor<16x8xf32>) outs(%e216 : tensor<16x8xf32>) {
-  ^bb0(%a217: f32, %o218: f32):
-    %s219 = math.sqrt %a217 : f32
-    linalg.yield %s219 : f32
+  %e219 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v172 : tensor<16x8xf32>) outs(%e219 : tensor<16x8xf32>) {
+  ^bb0(%a220: f32, %o221: f32):
+    %s222 = math.sqrt %a220 : f32
+    linalg.yield %s222 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e221 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v226 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v215, %v210 : tensor<f32>, tensor<f32>) outs(%e221 : tensor<f32>) {
-  ^bb0(%a222: f32, %a223: f32, %o224: f32):
-    %s225 = arith.mulf %a222, %a223 : f32
-    linalg.yield %s225 : f32
+  %e224 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v218, %v213 : tensor<f32>, tensor<f32>) outs(%e224 : tensor<f32>) {
+  ^bb0(%a225: f32, %a226: f32, %o227: f32):
+    %s228 = arith.mulf %a225, %a226 : f32
+    linalg.yield %s228 : f32
   } -> tensor<f32> loc(#loc6)
-  %e227 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v232 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v220, %v226 : tensor<16x8xf32>, tensor<f32>) outs(%e227 : tensor<16x8xf32>) {
-  ^bb0(%a228: f32, %a229: f32, %o230: f32):
-    %s231 = arith.divf %a228, %a229 : f32
-    linalg.yield %s231 : f32
+  %e230 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v223, %v229 : tensor<16x8xf32>, tensor<f32>) outs(%e230 : tensor<16x8xf32>) {
+  ^bb0(%a231: f32, %a232: f32, %o233: f32):
+    %s234 = arith.divf %a231, %a232 : f32
+    linalg.yield %s234 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e233 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v238 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e233 : tensor<f32>) {
-  ^bb0(%a234: f32, %o235: f32):
-    %s236 = arith.constant 0x3F800000 : f32
-    %s237 = arith.divf %s236, %a234 : f32
-    linalg.yield %s237 : f32
+  %e236 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v213 : tensor<f32>) outs(%e236 : tensor<f32>) {
+  ^bb0(%a237: f32, %o238: f32):
+    %s239 = arith.constant 0x3F800000 : f32
+    %s240 = arith.divf %s239, %a237 : f32
+    linalg.yield %s240 : f32
   } -> tensor<f32> loc(#loc6)
-  %e239 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v244 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v238 : tensor<f32>) outs(%e239 : tensor<f32>) {
-  ^bb0(%a240: f32, %o241: f32):
-    %s242 = arith.constant 0x322BCC77 : f32
-    %s243 = arith.mulf %a240, %s242 : f32
-    linalg.yield %s243 : f32
+  %e242 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v247 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v241 : tensor<f32>) outs(%e242 : tensor<f32>) {
+  ^bb0(%a243: f32, %o244: f32):
+    %s245 = arith.constant 0x322BCC77 : f32
+    %s246 = arith.mulf %a243, %s245 : f32
+    linalg.yield %s246 : f32
   } -> tensor<f32> loc(#loc6)
-  %e245 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v250 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v232, %v244 : tensor<16x8xf32>, tensor<f32>) outs(%e245 : tensor<16x8xf32>) {
-  ^bb0(%a246: f32, %a247: f32, %o248: f32):
-    %s249 = arith.addf %a246, %a247 : f32
-    linalg.yield %s249 : f32
+  %e248 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v253 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v235, %v247 : tensor<16x8xf32>, tensor<f32>) outs(%e248 : tensor<16x8xf32>) {
+  ^bb0(%a249: f32, %a250: f32, %o251: f32):
+    %s252 = arith.addf %a249, %a250 : f32
+    linalg.yield %s252 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e251 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
-  %v260 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v154, %v250 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e251 : tensor<16x8xf32>) {
-  ^bb0(%a252: f32, %a253: f32, %a254: f32, %o255: f32):
-    %s256 = arith.constant 0x3F800000 : f32
-    %s257 = arith.mulf %s256, %a253 : f32
-    %s258 = arith.divf %s257, %a254 : f32
-    %s259 = arith.addf %a252, %s258 : f32
-    linalg.yield %s259 : f32
+  %e254 = tensor.empty() : tensor<16x8xf32> loc(#loc6)
+  %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v157, %v253 : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) outs(%e254 : tensor<16x8xf32>) {
+  ^bb0(%a255: f32, %a256: f32, %a257: f32, %o258: f32):
+    %s259 = arith.constant 0x3F800000 : f32
+    %s260 = arith.mulf %s259, %a256 : f32
+    %s261 = arith.divf %s260, %a257 : f32
+    %s262 = arith.addf %a255, %s261 : f32
+    linalg.yield %s262 : f32
   } -> tensor<16x8xf32> loc(#loc6)
-  %e261 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v266 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e261 : tensor<f32>) {
-  ^bb0(%a262: f32, %o263: f32):
-    %s264 = arith.constant 0x3F800000 : f32
-    %s265 = arith.addf %a262, %s264 : f32
-    linalg.yield %s265 : f32
+  %e264 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v269 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e264 : tensor<f32>) {
+  ^bb0(%a265: f32, %o266: f32):
+    %s267 = arith.constant 0x3F800000 : f32
+    %s268 = arith.addf %a265, %s267 : f32
+    linalg.yield %s268 : f32
   } -> tensor<f32> loc(#loc6)
-  %e267 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v281 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v130 : tensor<16xf32>, tensor<16xf32>) outs(%e267 : tensor<16xf32>) {
-  ^bb0(%a268: f32, %a269: f32, %o270: f32):
-    %s271 = arith.constant 0x3DCCCCCD : f32
-    %s272 = arith.subf %a269, %a268 : f32
-    %s273 = math.absf %s271 : f32
-    %s274 = arith.constant 0x3F000000 : f32
-    %s275 = arith.cmpf olt, %s273, %s274 : f32
-    %s276 = arith.constant 0x3F800000 : f32
-    %s277 = arith.subf %s271, %s276 : f32
-    %s278 = arith.select %s275, %s271, %s277 : f32
-    %s279 = arith.select %s275, %a268, %a269 : f32
-    %s280 = math.fma %s278, %s272, %s279 : f32
-    linalg.yield %s280 : f32
+  %e270 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v284 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v133 : tensor<16xf32>, tensor<16xf32>) outs(%e270 : tensor<16xf32>) {
+  ^bb0(%a271: f32, %a272: f32, %o273: f32):
+    %s274 = arith.constant 0x3DCCCCCD : f32
+    %s275 = arith.subf %a272, %a271 : f32
+    %s276 = math.absf %s274 : f32
+    %s277 = arith.constant 0x3F000000 : f32
+    %s278 = arith.cmpf olt, %s276, %s277 : f32
+    %s279 = arith.constant 0x3F800000 : f32
+    %s280 = arith.subf %s274, %s279 : f32
+    %s281 = arith.select %s278, %s274, %s280 : f32
+    %s282 = arith.select %s278, %a271, %a272 : f32
+    %s283 = math.fma %s281, %s275, %s282 : f32
+    linalg.yield %s283 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e282 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v287 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<16xf32>) outs(%e282 : tensor<16xf32>) {
-  ^bb0(%a283: f32, %o284: f32):
-    %s285 = arith.constant 0x3F7FBE77 : f32
-    %s286 = arith.mulf %a283, %s285 : f32
-    linalg.yield %s286 : f32
+  %e285 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v290 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<16xf32>) outs(%e285 : tensor<16xf32>) {
+  ^bb0(%a286: f32, %o287: f32):
+    %s288 = arith.constant 0x3F7FBE77 : f32
+    %s289 = arith.mulf %a286, %s288 : f32
+    linalg.yield %s289 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e288 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v296 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v287, %v130, %v130 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e288 : tensor<16xf32>) {
-  ^bb0(%a289: f32, %a290: f32, %a291: f32, %o292: f32):
-    %s293 = arith.constant 0x3A83126F : f32
-    %s294 = arith.mulf %s293, %a290 : f32
-    %s295 = math.fma %s294, %a291, %a289 : f32
-    linalg.yield %s295 : f32
+  %e291 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v290, %v133, %v133 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e291 : tensor<16xf32>) {
+  ^bb0(%a292: f32, %a293: f32, %a294: f32, %o295: f32):
+    %s296 = arith.constant 0x3A83126F : f32
+    %s297 = arith.mulf %s296, %a293 : f32
+    %s298 = math.fma %s297, %a294, %a292 : f32
+    linalg.yield %s298 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e297 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v302 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v266 : tensor<f32>) outs(%e297 : tensor<f32>) {
-  ^bb0(%a298: f32, %o299: f32):
-    %s300 = arith.constant 0x3F666666 : f32
-    %s301 = math.powf %s300, %a298 : f32
-    linalg.yield %s301 : f32
+  %e300 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v305 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v269 : tensor<f32>) outs(%e300 : tensor<f32>) {
+  ^bb0(%a301: f32, %o302: f32):
+    %s303 = arith.constant 0x3F666666 : f32
+    %s304 = math.powf %s303, %a301 : f32
+    linalg.yield %s304 : f32
   } -> tensor<f32> loc(#loc6)
-  %e303 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v308 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v302 : tensor<f32>) outs(%e303 : tensor<f32>) {
-  ^bb0(%a304: f32, %o305: f32):
-    %s306 = arith.constant 0x3F800000 : f32
-    %s307 = arith.subf %s306, %a304 : f32
-    linalg.yield %s307 : f32
+  %e306 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v311 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v305 : tensor<f32>) outs(%e306 : tensor<f32>) {
+  ^bb0(%a307: f32, %o308: f32):
+    %s309 = arith.constant 0x3F800000 : f32
+    %s310 = arith.subf %s309, %a307 : f32
+    linalg.yield %s310 : f32
   } -> tensor<f32> loc(#loc6)
-  %e309 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v314 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v266 : tensor<f32>) outs(%e309 : tensor<f32>) {
-  ^bb0(%a310: f32, %o311: f32):
-    %s312 = arith.constant 0x3F7FBE77 : f32
-    %s313 = math.powf %s312, %a310 : f32
-    linalg.yield %s313 : f32
+  %e312 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v317 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v269 : tensor<f32>) outs(%e312 : tensor<f32>) {
+  ^bb0(%a313: f32, %o314: f32):
+    %s315 = arith.constant 0x3F7FBE77 : f32
+    %s316 = math.powf %s315, %a313 : f32
+    linalg.yield %s316 : f32
   } -> tensor<f32> loc(#loc6)
-  %e315 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v320 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v314 : tensor<f32>) outs(%e315 : tensor<f32>) {
-  ^bb0(%a316: f32, %o317: f32):
-    %s318 = arith.constant 0x3F800000 : f32
-    %s319 = arith.subf %s318, %a316 : f32
-    linalg.yield %s319 : f32
+  %e318 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v317 : tensor<f32>) outs(%e318 : tensor<f32>) {
+  ^bb0(%a319: f32, %o320: f32):
+    %s321 = arith.constant 0x3F800000 : f32
+    %s322 = arith.subf %s321, %a319 : f32
+    linalg.yield %s322 : f32
   } -> tensor<f32> loc(#loc6)
-  %e321 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v326 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v308 : tensor<f32>) outs(%e321 : tensor<f32>) {
-  ^bb0(%a322: f32, %o323: f32):
-    %s324 = arith.constant 0x3F800000 : f32
-    %s325 = arith.divf %s324, %a322 : f32
-    linalg.yield %s325 : f32
+  %e324 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v311 : tensor<f32>) outs(%e324 : tensor<f32>) {
+  ^bb0(%a325: f32, %o326: f32):
+    %s327 = arith.constant 0x3F800000 : f32
+    %s328 = arith.divf %s327, %a325 : f32
+    linalg.yield %s328 : f32
   } -> tensor<f32> loc(#loc6)
-  %e327 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v332 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v326 : tensor<f32>) outs(%e327 : tensor<f32>) {
-  ^bb0(%a328: f32, %o329: f32):
-    %s330 = arith.constant 0x3A83126F : f32
-    %s331 = arith.mulf %a328, %s330 : f32
-    linalg.yield %s331 : f32
+  %e330 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v329 : tensor<f32>) outs(%e330 : tensor<f32>) {
+  ^bb0(%a331: f32, %o332: f32):
+    %s333 = arith.constant 0x3A83126F : f32
+    %s334 = arith.mulf %a331, %s333 : f32
+    linalg.yield %s334 : f32
   } -> tensor<f32> loc(#loc6)
-  %e333 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v337 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v332 : tensor<f32>) outs(%e333 : tensor<f32>) {
-  ^bb0(%a334: f32, %o335: f32):
-    %s336 = arith.negf %a334 : f32
-    linalg.yield %s336 : f32
+  %e336 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v340 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v335 : tensor<f32>) outs(%e336 : tensor<f32>) {
+  ^bb0(%a337: f32, %o338: f32):
+    %s339 = arith.negf %a337 : f32
+    linalg.yield %s339 : f32
   } -> tensor<f32> loc(#loc6)
-  %e338 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v342 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v320 : tensor<f32>) outs(%e338 : tensor<f32>) {
-  ^bb0(%a339: f32, %o340: f32):
-    %s341 = math.sqrt %a339 : f32
-    linalg.yield %s341 : f32
+  %e341 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v323 : tensor<f32>) outs(%e341 : tensor<f32>) {
+  ^bb0(%a342: f32, %o343: f32):
+    %s344 = math.sqrt %a342 : f32
+    linalg.yield %s344 : f32
   } -> tensor<f32> loc(#loc6)
-  %e343 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v347 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v296 : tensor<16xf32>) outs(%e343 : tensor<16xf32>) {
-  ^bb0(%a344: f32, %o345: f32):
-    %s346 = math.sqrt %a344 : f32
-    linalg.yield %s346 : f32
+  %e346 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v350 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v299 : tensor<16xf32>) outs(%e346 : tensor<16xf32>) {
+  ^bb0(%a347: f32, %o348: f32):
+    %s349 = math.sqrt %a347 : f32
+    linalg.yield %s349 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e348 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v353 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v342, %v337 : tensor<f32>, tensor<f32>) outs(%e348 : tensor<f32>) {
-  ^bb0(%a349: f32, %a350: f32, %o351: f32):
-    %s352 = arith.mulf %a349, %a350 : f32
-    linalg.yield %s352 : f32
+  %e351 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v345, %v340 : tensor<f32>, tensor<f32>) outs(%e351 : tensor<f32>) {
+  ^bb0(%a352: f32, %a353: f32, %o354: f32):
+    %s355 = arith.mulf %a352, %a353 : f32
+    linalg.yield %s355 : f32
   } -> tensor<f32> loc(#loc6)
-  %e354 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v359 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v347, %v353 : tensor<16xf32>, tensor<f32>) outs(%e354 : tensor<16xf32>) {
-  ^bb0(%a355: f32, %a356: f32, %o357: f32):
-    %s358 = arith.divf %a355, %a356 : f32
-    linalg.yield %s358 : f32
+  %e357 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v362 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v350, %v356 : tensor<16xf32>, tensor<f32>) outs(%e357 : tensor<16xf32>) {
+  ^bb0(%a358: f32, %a359: f32, %o360: f32):
+    %s361 = arith.divf %a358, %a359 : f32
+    linalg.yield %s361 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e360 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v365 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v337 : tensor<f32>) outs(%e360 : tensor<f32>) {
-  ^bb0(%a361: f32, %o362: f32):
-    %s363 = arith.constant 0x3F800000 : f32
-    %s364 = arith.divf %s363, %a361 : f32
-    linalg.yield %s364 : f32
+  %e363 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v368 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v340 : tensor<f32>) outs(%e363 : tensor<f32>) {
+  ^bb0(%a364: f32, %o365: f32):
+    %s366 = arith.constant 0x3F800000 : f32
+    %s367 = arith.divf %s366, %a364 : f32
+    linalg.yield %s367 : f32
   } -> tensor<f32> loc(#loc6)
-  %e366 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v371 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v365 : tensor<f32>) outs(%e366 : tensor<f32>) {
-  ^bb0(%a367: f32, %o368: f32):
-    %s369 = arith.constant 0x322BCC77 : f32
-    %s370 = arith.mulf %a367, %s369 : f32
-    linalg.yield %s370 : f32
+  %e369 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v368 : tensor<f32>) outs(%e369 : tensor<f32>) {
+  ^bb0(%a370: f32, %o371: f32):
+    %s372 = arith.constant 0x322BCC77 : f32
+    %s373 = arith.mulf %a370, %s372 : f32
+    linalg.yield %s373 : f32
   } -> tensor<f32> loc(#loc6)
-  %e372 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v377 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v359, %v371 : tensor<16xf32>, tensor<f32>) outs(%e372 : tensor<16xf32>) {
-  ^bb0(%a373: f32, %a374: f32, %o375: f32):
-    %s376 = arith.addf %a373, %a374 : f32
-    linalg.yield %s376 : f32
+  %e375 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v362, %v374 : tensor<16xf32>, tensor<f32>) outs(%e375 : tensor<16xf32>) {
+  ^bb0(%a376: f32, %a377: f32, %o378: f32):
+    %s379 = arith.addf %a376, %a377 : f32
+    linalg.yield %s379 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e378 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v387 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v281, %v377 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e378 : tensor<16xf32>) {
-  ^bb0(%a379: f32, %a380: f32, %a381: f32, %o382: f32):
-    %s383 = arith.constant 0x3F800000 : f32
-    %s384 = arith.mulf %s383, %a380 : f32
-    %s385 = arith.divf %s384, %a381 : f32
-    %s386 = arith.addf %a379, %s385 : f32
-    linalg.yield %s386 : f32
+  %e381 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v390 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v284, %v380 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e381 : tensor<16xf32>) {
+  ^bb0(%a382: f32, %a383: f32, %a384: f32, %o385: f32):
+    %s386 = arith.constant 0x3F800000 : f32
+    %s387 = arith.mulf %s386, %a383 : f32
+    %s388 = arith.divf %s387, %a384 : f32
+    %s389 = arith.addf %a382, %s388 : f32
+    linalg.yield %s389 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e388 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v393 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e388 : tensor<f32>) {
-  ^bb0(%a389: f32, %o390: f32):
-    %s391 = arith.constant 0x3F800000 : f32
-    %s392 = arith.addf %a389, %s391 : f32
-    linalg.yield %s392 : f32
+  %e391 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e391 : tensor<f32>) {
+  ^bb0(%a392: f32, %o393: f32):
+    %s394 = arith.constant 0x3F800000 : f32
+    %s395 = arith.addf %a392, %s394 : f32
+    linalg.yield %s395 : f32
   } -> tensor<f32> loc(#loc6)
-  %e394 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v408 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v99 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e394 : tensor<8x16xf32>) {
-  ^bb0(%a395: f32, %a396: f32, %o397: f32):
-    %s398 = arith.constant 0x3DCCCCCD : f32
-    %s399 = arith.subf %a396, %a395 : f32
-    %s400 = math.absf %s398 : f32
-    %s401 = arith.constant 0x3F000000 : f32
-    %s402 = arith.cmpf olt, %s400, %s401 : f32
-    %s403 = arith.constant 0x3F800000 : f32
-    %s404 = arith.subf %s398, %s403 : f32
-    %s405 = arith.select %s402, %s398, %s404 : f32
-    %s406 = arith.select %s402, %a395, %a396 : f32
-    %s407 = math.fma %s405, %s399, %s406 : f32
-    linalg.yield %s407 : f32
+  %e397 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v411 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v102 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e397 : tensor<8x16xf32>) {
+  ^bb0(%a398: f32, %a399: f32, %o400: f32):
+    %s401 = arith.constant 0x3DCCCCCD : f32
+    %s402 = arith.subf %a399, %a398 : f32
+    %s403 = math.absf %s401 : f32
+    %s404 = arith.constant 0x3F000000 : f32
+    %s405 = arith.cmpf olt, %s403, %s404 : f32
+    %s406 = arith.constant 0x3F800000 : f32
+    %s407 = arith.subf %s401, %s406 : f32
+    %s408 = arith.select %s405, %s401, %s407 : f32
+    %s409 = arith.select %s405, %a398, %a399 : f32
+    %s410 = math.fma %s408, %s402, %s409 : f32
+    linalg.yield %s410 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e409 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v414 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<8x16xf32>) outs(%e409 : tensor<8x16xf32>) {
-  ^bb0(%a410: f32, %o411: f32):
-    %s412 = arith.constant 0x3F7FBE77 : f32
-    %s413 = arith.mulf %a410, %s412 : f32
-    linalg.yield %s413 : f32
+  %e412 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v417 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<8x16xf32>) outs(%e412 : tensor<8x16xf32>) {
+  ^bb0(%a413: f32, %o414: f32):
+    %s415 = arith.constant 0x3F7FBE77 : f32
+    %s416 = arith.mulf %a413, %s415 : f32
+    linalg.yield %s416 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e415 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v423 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v414, %v99, %v99 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e415 : tensor<8x16xf32>) {
-  ^bb0(%a416: f32, %a417: f32, %a418: f32, %o419: f32):
-    %s420 = arith.constant 0x3A83126F : f32
-    %s421 = arith.mulf %s420, %a417 : f32
-    %s422 = math.fma %s421, %a418, %a416 : f32
-    linalg.yield %s422 : f32
+  %e418 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v426 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v417, %v102, %v102 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e418 : tensor<8x16xf32>) {
+  ^bb0(%a419: f32, %a420: f32, %a421: f32, %o422: f32):
+    %s423 = arith.constant 0x3A83126F : f32
+    %s424 = arith.mulf %s423, %a420 : f32
+    %s425 = math.fma %s424, %a421, %a419 : f32
+    linalg.yield %s425 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e424 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v429 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v393 : tensor<f32>) outs(%e424 : tensor<f32>) {
-  ^bb0(%a425: f32, %o426: f32):
-    %s427 = arith.constant 0x3F666666 : f32
-    %s428 = math.powf %s427, %a425 : f32
-    linalg.yield %s428 : f32
+  %e427 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v396 : tensor<f32>) outs(%e427 : tensor<f32>) {
+  ^bb0(%a428: f32, %o429: f32):
+    %s430 = arith.constant 0x3F666666 : f32
+    %s431 = math.powf %s430, %a428 : f32
+    linalg.yield %s431 : f32
   } -> tensor<f32> loc(#loc6)
-  %e430 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v435 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v429 : tensor<f32>) outs(%e430 : tensor<f32>) {
-  ^bb0(%a431: f32, %o432: f32):
-    %s433 = arith.constant 0x3F800000 : f32
-    %s434 = arith.subf %s433, %a431 : f32
-    linalg.yield %s434 : f32
+  %e433 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v432 : tensor<f32>) outs(%e433 : tensor<f32>) {
+  ^bb0(%a434: f32, %o435: f32):
+    %s436 = arith.constant 0x3F800000 : f32
+    %s437 = arith.subf %s436, %a434 : f32
+    linalg.yield %s437 : f32
   } -> tensor<f32> loc(#loc6)
-  %e436 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v441 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v393 : tensor<f32>) outs(%e436 : tensor<f32>) {
-  ^bb0(%a437: f32, %o438: f32):
-    %s439 = arith.constant 0x3F7FBE77 : f32
-    %s440 = math.powf %s439, %a437 : f32
-    linalg.yield %s440 : f32
+  %e439 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v396 : tensor<f32>) outs(%e439 : tensor<f32>) {
+  ^bb0(%a440: f32, %o441: f32):
+    %s442 = arith.constant 0x3F7FBE77 : f32
+    %s443 = math.powf %s442, %a440 : f32
+    linalg.yield %s443 : f32
   } -> tensor<f32> loc(#loc6)
-  %e442 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v447 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v441 : tensor<f32>) outs(%e442 : tensor<f32>) {
-  ^bb0(%a443: f32, %o444: f32):
-    %s445 = arith.constant 0x3F800000 : f32
-    %s446 = arith.subf %s445, %a443 : f32
-    linalg.yield %s446 : f32
+  %e445 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v444 : tensor<f32>) outs(%e445 : tensor<f32>) {
+  ^bb0(%a446: f32, %o447: f32):
+    %s448 = arith.constant 0x3F800000 : f32
+    %s449 = arith.subf %s448, %a446 : f32
+    linalg.yield %s449 : f32
   } -> tensor<f32> loc(#loc6)
-  %e448 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v453 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v435 : tensor<f32>) outs(%e448 : tensor<f32>) {
-  ^bb0(%a449: f32, %o450: f32):
-    %s451 = arith.constant 0x3F800000 : f32
-    %s452 = arith.divf %s451, %a449 : f32
-    linalg.yield %s452 : f32
+  %e451 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v456 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v438 : tensor<f32>) outs(%e451 : tensor<f32>) {
+  ^bb0(%a452: f32, %o453: f32):
+    %s454 = arith.constant 0x3F800000 : f32
+    %s455 = arith.divf %s454, %a452 : f32
+    linalg.yield %s455 : f32
   } -> tensor<f32> loc(#loc6)
-  %e454 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v459 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v453 : tensor<f32>) outs(%e454 : tensor<f32>) {
-  ^bb0(%a455: f32, %o456: f32):
-    %s457 = arith.constant 0x3A83126F : f32
-    %s458 = arith.mulf %a455, %s457 : f32
-    linalg.yield %s458 : f32
+  %e457 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v456 : tensor<f32>) outs(%e457 : tensor<f32>) {
+  ^bb0(%a458: f32, %o459: f32):
+    %s460 = arith.constant 0x3A83126F : f32
+    %s461 = arith.mulf %a458, %s460 : f32
+    linalg.yield %s461 : f32
   } -> tensor<f32> loc(#loc6)
-  %e460 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v464 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v459 : tensor<f32>) outs(%e460 : tensor<f32>) {
-  ^bb0(%a461: f32, %o462: f32):
-    %s463 = arith.negf %a461 : f32
-    linalg.yield %s463 : f32
+  %e463 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v467 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v462 : tensor<f32>) outs(%e463 : tensor<f32>) {
+  ^bb0(%a464: f32, %o465: f32):
+    %s466 = arith.negf %a464 : f32
+    linalg.yield %s466 : f32
   } -> tensor<f32> loc(#loc6)
-  %e465 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v469 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v447 : tensor<f32>) outs(%e465 : tensor<f32>) {
-  ^bb0(%a466: f32, %o467: f32):
-    %s468 = math.sqrt %a466 : f32
-    linalg.yield %s468 : f32
+  %e468 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v450 : tensor<f32>) outs(%e468 : tensor<f32>) {
+  ^bb0(%a469: f32, %o470: f32):
+    %s471 = math.sqrt %a469 : f32
+    linalg.yield %s471 : f32
   } -> tensor<f32> loc(#loc6)
-  %e470 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v474 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v423 : tensor<8x16xf32>) outs(%e470 : tensor<8x16xf32>) {
-  ^bb0(%a471: f32, %o472: f32):
-    %s473 = math.sqrt %a471 : f32
-    linalg.yield %s473 : f32
+  %e473 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v477 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v426 : tensor<8x16xf32>) outs(%e473 : tensor<8x16xf32>) {
+  ^bb0(%a474: f32, %o475: f32):
+    %s476 = math.sqrt %a474 : f32
+    linalg.yield %s476 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e475 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v480 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v469, %v464 : tensor<f32>, tensor<f32>) outs(%e475 : tensor<f32>) {
-  ^bb0(%a476: f32, %a477: f32, %o478: f32):
-    %s479 = arith.mulf %a476, %a477 : f32
-    linalg.yield %s479 : f32
+  %e478 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v472, %v467 : tensor<f32>, tensor<f32>) outs(%e478 : tensor<f32>) {
+  ^bb0(%a479: f32, %a480: f32, %o481: f32):
+    %s482 = arith.mulf %a479, %a480 : f32
+    linalg.yield %s482 : f32
   } -> tensor<f32> loc(#loc6)
-  %e481 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v486 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v474, %v480 : tensor<8x16xf32>, tensor<f32>) outs(%e481 : tensor<8x16xf32>) {
-  ^bb0(%a482: f32, %a483: f32, %o484: f32):
-    %s485 = arith.divf %a482, %a483 : f32
-    linalg.yield %s485 : f32
+  %e484 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v489 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v477, %v483 : tensor<8x16xf32>, tensor<f32>) outs(%e484 : tensor<8x16xf32>) {
+  ^bb0(%a485: f32, %a486: f32, %o487: f32):
+    %s488 = arith.divf %a485, %a486 : f32
+    linalg.yield %s488 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e487 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v492 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v464 : tensor<f32>) outs(%e487 : tensor<f32>) {
-  ^bb0(%a488: f32, %o489: f32):
-    %s490 = arith.constant 0x3F800000 : f32
-    %s491 = arith.divf %s490, %a488 : f32
-    linalg.yield %s491 : f32
+  %e490 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v495 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v467 : tensor<f32>) outs(%e490 : tensor<f32>) {
+  ^bb0(%a491: f32, %o492: f32):
+    %s493 = arith.constant 0x3F800000 : f32
+    %s494 = arith.divf %s493, %a491 : f32
+    linalg.yield %s494 : f32
   } -> tensor<f32> loc(#loc6)
-  %e493 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v498 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v492 : tensor<f32>) outs(%e493 : tensor<f32>) {
-  ^bb0(%a494: f32, %o495: f32):
-    %s496 = arith.constant 0x322BCC77 : f32
-    %s497 = arith.mulf %a494, %s496 : f32
-    linalg.yield %s497 : f32
+  %e496 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v495 : tensor<f32>) outs(%e496 : tensor<f32>) {
+  ^bb0(%a497: f32, %o498: f32):
+    %s499 = arith.constant 0x322BCC77 : f32
+    %s500 = arith.mulf %a497, %s499 : f32
+    linalg.yield %s500 : f32
   } -> tensor<f32> loc(#loc6)
-  %e499 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v504 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v486, %v498 : tensor<8x16xf32>, tensor<f32>) outs(%e499 : tensor<8x16xf32>) {
-  ^bb0(%a500: f32, %a501: f32, %o502: f32):
-    %s503 = arith.addf %a500, %a501 : f32
-    linalg.yield %s503 : f32
+  %e502 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v507 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v489, %v501 : tensor<8x16xf32>, tensor<f32>) outs(%e502 : tensor<8x16xf32>) {
+  ^bb0(%a503: f32, %a504: f32, %o505: f32):
+    %s506 = arith.addf %a503, %a504 : f32
+    linalg.yield %s506 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e505 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
-  %v514 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v408, %v504 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e505 : tensor<8x16xf32>) {
-  ^bb0(%a506: f32, %a507: f32, %a508: f32, %o509: f32):
-    %s510 = arith.constant 0x3F800000 : f32
-    %s511 = arith.mulf %s510, %a507 : f32
-    %s512 = arith.divf %s511, %a508 : f32
-    %s513 = arith.addf %a506, %s512 : f32
-    linalg.yield %s513 : f32
+  %e508 = tensor.empty() : tensor<8x16xf32> loc(#loc6)
+  %v517 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v411, %v507 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%e508 : tensor<8x16xf32>) {
+  ^bb0(%a509: f32, %a510: f32, %a511: f32, %o512: f32):
+    %s513 = arith.constant 0x3F800000 : f32
+    %s514 = arith.mulf %s513, %a510 : f32
+    %s515 = arith.divf %s514, %a511 : f32
+    %s516 = arith.addf %a509, %s515 : f32
+    linalg.yield %s516 : f32
   } -> tensor<8x16xf32> loc(#loc6)
-  %e515 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v520 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e515 : tensor<f32>) {
-  ^bb0(%a516: f32, %o517: f32):
-    %s518 = arith.constant 0x3F800000 : f32
-    %s519 = arith.addf %a516, %s518 : f32
-    linalg.yield %s519 : f32
+  %e518 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e518 : tensor<f32>) {
+  ^bb0(%a519: f32, %o520: f32):
+    %s521 = arith.constant 0x3F800000 : f32
+    %s522 = arith.addf %a519, %s521 : f32
+    linalg.yield %s522 : f32
   } -> tensor<f32> loc(#loc6)
-  %e521 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v535 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v96 : tensor<8xf32>, tensor<8xf32>) outs(%e521 : tensor<8xf32>) {
-  ^bb0(%a522: f32, %a523: f32, %o524: f32):
-    %s525 = arith.constant 0x3DCCCCCD : f32
-    %s526 = arith.subf %a523, %a522 : f32
-    %s527 = math.absf %s525 : f32
-    %s528 = arith.constant 0x3F000000 : f32
-    %s529 = arith.cmpf olt, %s527, %s528 : f32
-    %s530 = arith.constant 0x3F800000 : f32
-    %s531 = arith.subf %s525, %s530 : f32
-    %s532 = arith.select %s529, %s525, %s531 : f32
-    %s533 = arith.select %s529, %a522, %a523 : f32
-    %s534 = math.fma %s532, %s526, %s533 : f32
-    linalg.yield %s534 : f32
+  %e524 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v538 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v99 : tensor<8xf32>, tensor<8xf32>) outs(%e524 : tensor<8xf32>) {
+  ^bb0(%a525: f32, %a526: f32, %o527: f32):
+    %s528 = arith.constant 0x3DCCCCCD : f32
+    %s529 = arith.subf %a526, %a525 : f32
+    %s530 = math.absf %s528 : f32
+    %s531 = arith.constant 0x3F000000 : f32
+    %s532 = arith.cmpf olt, %s530, %s531 : f32
+    %s533 = arith.constant 0x3F800000 : f32
+    %s534 = arith.subf %s528, %s533 : f32
+    %s535 = arith.select %s532, %s528, %s534 : f32
+    %s536 = arith.select %s532, %a525, %a526 : f32
+    %s537 = math.fma %s535, %s529, %s536 : f32
+    linalg.yield %s537 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e536 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v541 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<8xf32>) outs(%e536 : tensor<8xf32>) {
-  ^bb0(%a537: f32, %o538: f32):
-    %s539 = arith.constant 0x3F7FBE77 : f32
-    %s540 = arith.mulf %a537, %s539 : f32
-    linalg.yield %s540 : f32
+  %e539 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v544 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<8xf32>) outs(%e539 : tensor<8xf32>) {
+  ^bb0(%a540: f32, %o541: f32):
+    %s542 = arith.constant 0x3F7FBE77 : f32
+    %s543 = arith.mulf %a540, %s542 : f32
+    linalg.yield %s543 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e542 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v550 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v541, %v96, %v96 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e542 : tensor<8xf32>) {
-  ^bb0(%a543: f32, %a544: f32, %a545: f32, %o546: f32):
-    %s547 = arith.constant 0x3A83126F : f32
-    %s548 = arith.mulf %s547, %a544 : f32
-    %s549 = math.fma %s548, %a545, %a543 : f32
-    linalg.yield %s549 : f32
+  %e545 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v553 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v544, %v99, %v99 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e545 : tensor<8xf32>) {
+  ^bb0(%a546: f32, %a547: f32, %a548: f32, %o549: f32):
+    %s550 = arith.constant 0x3A83126F : f32
+    %s551 = arith.mulf %s550, %a547 : f32
+    %s552 = math.fma %s551, %a548, %a546 : f32
+    linalg.yield %s552 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e551 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v556 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v520 : tensor<f32>) outs(%e551 : tensor<f32>) {
-  ^bb0(%a552: f32, %o553: f32):
-    %s554 = arith.constant 0x3F666666 : f32
-    %s555 = math.powf %s554, %a552 : f32
-    linalg.yield %s555 : f32
+  %e554 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v559 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v523 : tensor<f32>) outs(%e554 : tensor<f32>) {
+  ^bb0(%a555: f32, %o556: f32):
+    %s557 = arith.constant 0x3F666666 : f32
+    %s558 = math.powf %s557, %a555 : f32
+    linalg.yield %s558 : f32
   } -> tensor<f32> loc(#loc6)
-  %e557 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v562 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v556 : tensor<f32>) outs(%e557 : tensor<f32>) {
-  ^bb0(%a558: f32, %o559: f32):
-    %s560 = arith.constant 0x3F800000 : f32
-    %s561 = arith.subf %s560, %a558 : f32
-    linalg.yield %s561 : f32
+  %e560 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v565 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v559 : tensor<f32>) outs(%e560 : tensor<f32>) {
+  ^bb0(%a561: f32, %o562: f32):
+    %s563 = arith.constant 0x3F800000 : f32
+    %s564 = arith.subf %s563, %a561 : f32
+    linalg.yield %s564 : f32
   } -> tensor<f32> loc(#loc6)
-  %e563 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v568 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v520 : tensor<f32>) outs(%e563 : tensor<f32>) {
-  ^bb0(%a564: f32, %o565: f32):
-    %s566 = arith.constant 0x3F7FBE77 : f32
-    %s567 = math.powf %s566, %a564 : f32
-    linalg.yield %s567 : f32
+  %e566 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v571 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v523 : tensor<f32>) outs(%e566 : tensor<f32>) {
+  ^bb0(%a567: f32, %o568: f32):
+    %s569 = arith.constant 0x3F7FBE77 : f32
+    %s570 = math.powf %s569, %a567 : f32
+    linalg.yield %s570 : f32
   } -> tensor<f32> loc(#loc6)
-  %e569 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v574 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v568 : tensor<f32>) outs(%e569 : tensor<f32>) {
-  ^bb0(%a570: f32, %o571: f32):
-    %s572 = arith.constant 0x3F800000 : f32
-    %s573 = arith.subf %s572, %a570 : f32
-    linalg.yield %s573 : f32
+  %e572 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v577 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v571 : tensor<f32>) outs(%e572 : tensor<f32>) {
+  ^bb0(%a573: f32, %o574: f32):
+    %s575 = arith.constant 0x3F800000 : f32
+    %s576 = arith.subf %s575, %a573 : f32
+    linalg.yield %s576 : f32
   } -> tensor<f32> loc(#loc6)
-  %e575 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v580 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v562 : tensor<f32>) outs(%e575 : tensor<f32>) {
-  ^bb0(%a576: f32, %o577: f32):
-    %s578 = arith.constant 0x3F800000 : f32
-    %s579 = arith.divf %s578, %a576 : f32
-    linalg.yield %s579 : f32
+  %e578 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v565 : tensor<f32>) outs(%e578 : tensor<f32>) {
+  ^bb0(%a579: f32, %o580: f32):
+    %s581 = arith.constant 0x3F800000 : f32
+    %s582 = arith.divf %s581, %a579 : f32
+    linalg.yield %s582 : f32
   } -> tensor<f32> loc(#loc6)
-  %e581 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v586 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v580 : tensor<f32>) outs(%e581 : tensor<f32>) {
-  ^bb0(%a582: f32, %o583: f32):
-    %s584 = arith.constant 0x3A83126F : f32
-    %s585 = arith.mulf %a582, %s584 : f32
-    linalg.yield %s585 : f32
+  %e584 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v583 : tensor<f32>) outs(%e584 : tensor<f32>) {
+  ^bb0(%a585: f32, %o586: f32):
+    %s587 = arith.constant 0x3A83126F : f32
+    %s588 = arith.mulf %a585, %s587 : f32
+    linalg.yield %s588 : f32
   } -> tensor<f32> loc(#loc6)
-  %e587 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v591 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v586 : tensor<f32>) outs(%e587 : tensor<f32>) {
-  ^bb0(%a588: f32, %o589: f32):
-    %s590 = arith.negf %a588 : f32
-    linalg.yield %s590 : f32
+  %e590 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v594 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v589 : tensor<f32>) outs(%e590 : tensor<f32>) {
+  ^bb0(%a591: f32, %o592: f32):
+    %s593 = arith.negf %a591 : f32
+    linalg.yield %s593 : f32
   } -> tensor<f32> loc(#loc6)
-  %e592 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v596 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v574 : tensor<f32>) outs(%e592 : tensor<f32>) {
-  ^bb0(%a593: f32, %o594: f32):
-    %s595 = math.sqrt %a593 : f32
-    linalg.yield %s595 : f32
+  %e595 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v577 : tensor<f32>) outs(%e595 : tensor<f32>) {
+  ^bb0(%a596: f32, %o597: f32):
+    %s598 = math.sqrt %a596 : f32
+    linalg.yield %s598 : f32
   } -> tensor<f32> loc(#loc6)
-  %e597 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v601 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v550 : tensor<8xf32>) outs(%e597 : tensor<8xf32>) {
-  ^bb0(%a598: f32, %o599: f32):
-    %s600 = math.sqrt %a598 : f32
-    linalg.yield %s600 : f32
+  %e600 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v553 : tensor<8xf32>) outs(%e600 : tensor<8xf32>) {
+  ^bb0(%a601: f32, %o602: f32):
+    %s603 = math.sqrt %a601 : f32
+    linalg.yield %s603 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e602 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v607 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v596, %v591 : tensor<f32>, tensor<f32>) outs(%e602 : tensor<f32>) {
-  ^bb0(%a603: f32, %a604: f32, %o605: f32):
-    %s606 = arith.mulf %a603, %a604 : f32
-    linalg.yield %s606 : f32
+  %e605 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v610 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v599, %v594 : tensor<f32>, tensor<f32>) outs(%e605 : tensor<f32>) {
+  ^bb0(%a606: f32, %a607: f32, %o608: f32):
+    %s609 = arith.mulf %a606, %a607 : f32
+    linalg.yield %s609 : f32
   } -> tensor<f32> loc(#loc6)
-  %e608 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v613 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v601, %v607 : tensor<8xf32>, tensor<f32>) outs(%e608 : tensor<8xf32>) {
-  ^bb0(%a609: f32, %a610: f32, %o611: f32):
-    %s612 = arith.divf %a609, %a610 : f32
-    linalg.yield %s612 : f32
+  %e611 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v604, %v610 : tensor<8xf32>, tensor<f32>) outs(%e611 : tensor<8xf32>) {
+  ^bb0(%a612: f32, %a613: f32, %o614: f32):
+    %s615 = arith.divf %a612, %a613 : f32
+    linalg.yield %s615 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e614 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v619 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v591 : tensor<f32>) outs(%e614 : tensor<f32>) {
-  ^bb0(%a615: f32, %o616: f32):
-    %s617 = arith.constant 0x3F800000 : f32
-    %s618 = arith.divf %s617, %a615 : f32
-    linalg.yield %s618 : f32
+  %e617 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v622 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v594 : tensor<f32>) outs(%e617 : tensor<f32>) {
+  ^bb0(%a618: f32, %o619: f32):
+    %s620 = arith.constant 0x3F800000 : f32
+    %s621 = arith.divf %s620, %a618 : f32
+    linalg.yield %s621 : f32
   } -> tensor<f32> loc(#loc6)
-  %e620 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v625 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v619 : tensor<f32>) outs(%e620 : tensor<f32>) {
-  ^bb0(%a621: f32, %o622: f32):
-    %s623 = arith.constant 0x322BCC77 : f32
-    %s624 = arith.mulf %a621, %s623 : f32
-    linalg.yield %s624 : f32
+  %e623 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v628 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v622 : tensor<f32>) outs(%e623 : tensor<f32>) {
+  ^bb0(%a624: f32, %o625: f32):
+    %s626 = arith.constant 0x322BCC77 : f32
+    %s627 = arith.mulf %a624, %s626 : f32
+    linalg.yield %s627 : f32
   } -> tensor<f32> loc(#loc6)
-  %e626 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v631 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v613, %v625 : tensor<8xf32>, tensor<f32>) outs(%e626 : tensor<8xf32>) {
-  ^bb0(%a627: f32, %a628: f32, %o629: f32):
-    %s630 = arith.addf %a627, %a628 : f32
-    linalg.yield %s630 : f32
+  %e629 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v634 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v616, %v628 : tensor<8xf32>, tensor<f32>) outs(%e629 : tensor<8xf32>) {
+  ^bb0(%a630: f32, %a631: f32, %o632: f32):
+    %s633 = arith.addf %a630, %a631 : f32
+    linalg.yield %s633 : f32
   } -> tensor<8xf32> loc(#loc6)
-  %e632 = tensor.empty() : tensor<8xf32> loc(#loc6)
-  %v641 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v535, %v631 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e632 : tensor<8xf32>) {
-  ^bb0(%a633: f32, %a634: f32, %a635: f32, %o636: f32):
-    %s637 = arith.constant 0x3F800000 : f32
-    %s638 = arith.mulf %s637, %a634 : f32
-    %s639 = arith.divf %s638, %a635 : f32
-    %s640 = arith.addf %a633, %s639 : f32
-    linalg.yield %s640 : f32
+  %e635 = tensor.empty() : tensor<8xf32> loc(#loc6)
+  %v644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v538, %v634 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) outs(%e635 : tensor<8xf32>) {
+  ^bb0(%a636: f32, %a637: f32, %a638: f32, %o639: f32):
+    %s640 = arith.constant 0x3F800000 : f32
+    %s641 = arith.mulf %s640, %a637 : f32
+    %s642 = arith.divf %s641, %a638 : f32
+    %s643 = arith.addf %a636, %s642 : f32
+    linalg.yield %s643 : f32
   } -> tensor<8xf32> loc(#loc6)
-  return %v54, %v260, %v387, %v514, %v641, %v154, %v281, %v408, %v535, %v169, %v296, %v423, %v550, %v139, %v266, %v393, %v520 : tensor<f32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  return %v57, %v263, %v390, %v517, %v644, %v157, %v284, %v411, %v538, %v172, %v299, %v426, %v553, %v142, %v269, %v396, %v523 : tensor<f32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<16x8xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

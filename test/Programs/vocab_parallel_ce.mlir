@@ -27,445 +27,448 @@ func.func @vocab_parallel_ce(
     linalg.yield %s11 : f32
   } -> tensor<6x24xf32> loc(#loc0)
   %e13 = tensor.empty() : tensor<6x24xf32> loc(#loc1)
-  %v18 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<6x24xf32>) outs(%e13 : tensor<6x24xf32>) {
+  %v21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<6x24xf32>) outs(%e13 : tensor<6x24xf32>) {
   ^bb0(%a14: f32, %o15: f32):
     %s16 = arith.constant 0x00000000 : f32
-    %s17 = arith.maximumf %a14, %s16 : f32
-    linalg.yield %s17 : f32
+    %s17 = arith.cmpf olt, %a14, %s16 : f32
+    %s18 = arith.select %s17, %s16, %a14 : f32
+    %s19 = arith.cmpf uno, %s16, %s16 : f32
+    %s20 = arith.select %s19, %s16, %s18 : f32
+    linalg.yield %s20 : f32
   } -> tensor<6x24xf32> loc(#loc1)
-  %e19 = tensor.empty() : tensor<24x10xf32> loc(#loc0)
-  %v20 = linalg.transpose ins(%arg2 : tensor<10x24xf32>) outs(%e19 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc0)
-  %e21 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
-  %c22 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v23 = linalg.fill ins(%c22 : f32) outs(%e21 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
-  %v24 = linalg.matmul ins(%v18, %v20 : tensor<6x24xf32>, tensor<24x10xf32>) outs(%v23 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
-  %e25 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
-  %v30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24, %arg3 : tensor<6x10xf32>, tensor<10xf32>) outs(%e25 : tensor<6x10xf32>) {
-  ^bb0(%a26: f32, %a27: f32, %o28: f32):
-    %s29 = arith.addf %a26, %a27 : f32
-    linalg.yield %s29 : f32
+  %e22 = tensor.empty() : tensor<24x10xf32> loc(#loc0)
+  %v23 = linalg.transpose ins(%arg2 : tensor<10x24xf32>) outs(%e22 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc0)
+  %e24 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
+  %c25 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v26 = linalg.fill ins(%c25 : f32) outs(%e24 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
+  %v27 = linalg.matmul ins(%v21, %v23 : tensor<6x24xf32>, tensor<24x10xf32>) outs(%v26 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc0)
+  %e28 = tensor.empty() : tensor<6x10xf32> loc(#loc0)
+  %v33 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v27, %arg3 : tensor<6x10xf32>, tensor<10xf32>) outs(%e28 : tensor<6x10xf32>) {
+  ^bb0(%a29: f32, %a30: f32, %o31: f32):
+    %s32 = arith.addf %a29, %a30 : f32
+    linalg.yield %s32 : f32
   } -> tensor<6x10xf32> loc(#loc0)
-  %e31 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %c32 = arith.constant 0xFF800000 : f32 loc(#loc2)
-  %v33 = linalg.fill ins(%c32 : f32) outs(%e31 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
-  %v37 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v30 : tensor<6x10xf32>) outs(%v33 : tensor<6xf32>) {
-  ^bb0(%a34: f32, %o35: f32):
-    %s36 = arith.maximumf %a34, %o35 : f32
-    linalg.yield %s36 : f32
+  %e34 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %c35 = arith.constant 0xFF800000 : f32 loc(#loc2)
+  %v36 = linalg.fill ins(%c35 : f32) outs(%e34 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
+  %v40 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v33 : tensor<6x10xf32>) outs(%v36 : tensor<6xf32>) {
+  ^bb0(%a37: f32, %o38: f32):
+    %s39 = arith.maximumf %a37, %o38 : f32
+    linalg.yield %s39 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %e39 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
-  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v30, %v37 : tensor<6x10xf32>, tensor<6xf32>) outs(%e39 : tensor<6x10xf32>) {
-  ^bb0(%a40: f32, %a41: f32, %o42: f32):
-    %s43 = arith.subf %a40, %a41 : f32
-    linalg.yield %s43 : f32
+  %e42 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
+  %v47 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v33, %v40 : tensor<6x10xf32>, tensor<6xf32>) outs(%e42 : tensor<6x10xf32>) {
+  ^bb0(%a43: f32, %a44: f32, %o45: f32):
+    %s46 = arith.subf %a43, %a44 : f32
+    linalg.yield %s46 : f32
   } -> tensor<6x10xf32> loc(#loc2)
-  %e45 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
-  %v49 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44 : tensor<6x10xf32>) outs(%e45 : tensor<6x10xf32>) {
-  ^bb0(%a46: f32, %o47: f32):
-    %s48 = math.exp %a46 : f32
-    linalg.yield %s48 : f32
+  %e48 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
+  %v52 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47 : tensor<6x10xf32>) outs(%e48 : tensor<6x10xf32>) {
+  ^bb0(%a49: f32, %o50: f32):
+    %s51 = math.exp %a49 : f32
+    linalg.yield %s51 : f32
   } -> tensor<6x10xf32> loc(#loc2)
-  %e50 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %c51 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v52 = linalg.fill ins(%c51 : f32) outs(%e50 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
-  %v56 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v49 : tensor<6x10xf32>) outs(%v52 : tensor<6xf32>) {
-  ^bb0(%a53: f32, %o54: f32):
-    %s55 = arith.addf %a53, %o54 : f32
-    linalg.yield %s55 : f32
+  %e53 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %c54 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v55 = linalg.fill ins(%c54 : f32) outs(%e53 : tensor<6xf32>) -> tensor<6xf32> loc(#loc2)
+  %v59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v52 : tensor<6x10xf32>) outs(%v55 : tensor<6xf32>) {
+  ^bb0(%a56: f32, %o57: f32):
+    %s58 = arith.addf %a56, %o57 : f32
+    linalg.yield %s58 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %v57 = tensor.expand_shape %v56 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc(#loc2)
-  %e58 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
-  %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v57 : tensor<6x1xf32>) outs(%e58 : tensor<6x1xf32>) {
-  ^bb0(%a59: f32, %o60: f32):
-    %s61 = math.log %a59 : f32
-    linalg.yield %s61 : f32
+  %v60 = tensor.expand_shape %v59 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc(#loc2)
+  %e61 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
+  %v65 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v60 : tensor<6x1xf32>) outs(%e61 : tensor<6x1xf32>) {
+  ^bb0(%a62: f32, %o63: f32):
+    %s64 = math.log %a62 : f32
+    linalg.yield %s64 : f32
   } -> tensor<6x1xf32> loc(#loc2)
-  %v63 = tensor.collapse_shape %v62 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
-  %e64 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
-  %v69 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v44, %v63 : tensor<6x10xf32>, tensor<6xf32>) outs(%e64 : tensor<6x10xf32>) {
-  ^bb0(%a65: f32, %a66: f32, %o67: f32):
-    %s68 = arith.subf %a65, %a66 : f32
-    linalg.yield %s68 : f32
+  %v66 = tensor.collapse_shape %v65 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e67 = tensor.empty() : tensor<6x10xf32> loc(#loc2)
+  %v72 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47, %v66 : tensor<6x10xf32>, tensor<6xf32>) outs(%e67 : tensor<6x10xf32>) {
+  ^bb0(%a68: f32, %a69: f32, %o70: f32):
+    %s71 = arith.subf %a68, %a69 : f32
+    linalg.yield %s71 : f32
   } -> tensor<6x10xf32> loc(#loc2)
-  %e70 = tensor.empty() : tensor<6xi1> loc(#loc2)
-  %v75 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e70 : tensor<6xi1>) {
-  ^bb0(%a71: i64, %o72: i1):
-    %s73 = arith.constant -100 : i64
-    %s74 = arith.cmpi ne, %a71, %s73 : i64
-    linalg.yield %s74 : i1
+  %e73 = tensor.empty() : tensor<6xi1> loc(#loc2)
+  %v78 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e73 : tensor<6xi1>) {
+  ^bb0(%a74: i64, %o75: i1):
+    %s76 = arith.constant -100 : i64
+    %s77 = arith.cmpi ne, %a74, %s76 : i64
+    linalg.yield %s77 : i1
   } -> tensor<6xi1> loc(#loc2)
-  %e76 = tensor.empty() : tensor<i64> loc(#loc2)
-  %c77 = arith.constant 0 : i64 loc(#loc2)
-  %v78 = linalg.fill ins(%c77 : i64) outs(%e76 : tensor<i64>) -> tensor<i64> loc(#loc2)
-  %e79 = tensor.empty() : tensor<6xi64> loc(#loc2)
-  %v85 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v75, %arg5, %v78 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e79 : tensor<6xi64>) {
-  ^bb0(%a80: i1, %a81: i64, %a82: i64, %o83: i64):
-    %s84 = arith.select %a80, %a81, %a82 : i64
-    linalg.yield %s84 : i64
+  %e79 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c80 = arith.constant 0 : i64 loc(#loc2)
+  %v81 = linalg.fill ins(%c80 : i64) outs(%e79 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %e82 = tensor.empty() : tensor<6xi64> loc(#loc2)
+  %v88 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v78, %arg5, %v81 : tensor<6xi1>, tensor<6xi64>, tensor<i64>) outs(%e82 : tensor<6xi64>) {
+  ^bb0(%a83: i1, %a84: i64, %a85: i64, %o86: i64):
+    %s87 = arith.select %a83, %a84, %a85 : i64
+    linalg.yield %s87 : i64
   } -> tensor<6xi64> loc(#loc2)
-  %v86 = tensor.expand_shape %v85 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
-  %e87 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
-  %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<6x1xi64>) outs(%e87 : tensor<6x1xi1>) {
-  ^bb0(%a88: i64, %o89: i1):
-    %s90 = arith.constant 0 : i64
-    %s91 = arith.cmpi sge, %a88, %s90 : i64
-    %s92 = arith.constant 10 : i64
-    %s93 = arith.cmpi slt, %a88, %s92 : i64
-    %s94 = arith.andi %s91, %s93 : i1
-    linalg.yield %s94 : i1
+  %v89 = tensor.expand_shape %v88 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc2)
+  %e90 = tensor.empty() : tensor<6x1xi1> loc(#loc2)
+  %v98 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v89 : tensor<6x1xi64>) outs(%e90 : tensor<6x1xi1>) {
+  ^bb0(%a91: i64, %o92: i1):
+    %s93 = arith.constant 0 : i64
+    %s94 = arith.cmpi sge, %a91, %s93 : i64
+    %s95 = arith.constant 10 : i64
+    %s96 = arith.cmpi slt, %a91, %s95 : i64
+    %s97 = arith.andi %s94, %s96 : i1
+    linalg.yield %s97 : i1
   } -> tensor<6x1xi1> loc(#loc2)
-  %e96 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
-  %v102 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86, %v95 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e96 : tensor<6x1xi64>) {
-  ^bb0(%a97: i64, %a98: i1, %o99: i64):
-    %s100 = arith.constant 0 : i64
-    %s101 = arith.select %a98, %a97, %s100 : i64
-    linalg.yield %s101 : i64
+  %e99 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v89, %v98 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e99 : tensor<6x1xi64>) {
+  ^bb0(%a100: i64, %a101: i1, %o102: i64):
+    %s103 = arith.constant 0 : i64
+    %s104 = arith.select %a101, %a100, %s103 : i64
+    linalg.yield %s104 : i64
   } -> tensor<6x1xi64> loc(#loc2)
-  %e103 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
-  %v109 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v95 : tensor<6x1xi1>) outs(%e103 : tensor<6x1xi64>) {
-  ^bb0(%a104: i1, %o105: i64):
-    %s106 = arith.constant true
-    %s107 = arith.xori %a104, %s106 : i1
-    %s108 = arith.extui %s107 : i1 to i64
-    linalg.yield %s108 : i64
+  %e106 = tensor.empty() : tensor<6x1xi64> loc(#loc2)
+  %v112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v98 : tensor<6x1xi1>) outs(%e106 : tensor<6x1xi64>) {
+  ^bb0(%a107: i1, %o108: i64):
+    %s109 = arith.constant true
+    %s110 = arith.xori %a107, %s109 : i1
+    %s111 = arith.extui %s110 : i1 to i64
+    linalg.yield %s111 : i64
   } -> tensor<6x1xi64> loc(#loc2)
-  %e110 = tensor.empty() : tensor<i64> loc(#loc2)
-  %c111 = arith.constant 0 : i64 loc(#loc2)
-  %v112 = linalg.fill ins(%c111 : i64) outs(%e110 : tensor<i64>) -> tensor<i64> loc(#loc2)
-  %v116 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v109 : tensor<6x1xi64>) outs(%v112 : tensor<i64>) {
-  ^bb0(%a113: i64, %o114: i64):
-    %s115 = arith.addi %a113, %o114 : i64
-    linalg.yield %s115 : i64
+  %e113 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c114 = arith.constant 0 : i64 loc(#loc2)
+  %v115 = linalg.fill ins(%c114 : i64) outs(%e113 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %v119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v112 : tensor<6x1xi64>) outs(%v115 : tensor<i64>) {
+  ^bb0(%a116: i64, %o117: i64):
+    %s118 = arith.addi %a116, %o117 : i64
+    linalg.yield %s118 : i64
   } -> tensor<i64> loc(#loc2)
-  %e117 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
-  %v123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v102 : tensor<6x1xi64>) outs(%e117 : tensor<6x1xf32>) {
-  ^bb0(%a118: i64, %o119: f32):
-    %s120 = linalg.index 0 : index
-    %s121 = arith.index_cast %a118 : i64 to index
-    %s122 = tensor.extract %v69[%s120, %s121] : tensor<6x10xf32>
-    linalg.yield %s122 : f32
+  %e120 = tensor.empty() : tensor<6x1xf32> loc(#loc2)
+  %v126 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v105 : tensor<6x1xi64>) outs(%e120 : tensor<6x1xf32>) {
+  ^bb0(%a121: i64, %o122: f32):
+    %s123 = linalg.index 0 : index
+    %s124 = arith.index_cast %a121 : i64 to index
+    %s125 = tensor.extract %v72[%s123, %s124] : tensor<6x10xf32>
+    linalg.yield %s125 : f32
   } -> tensor<6x1xf32> loc(#loc2)
-  %v124 = tensor.collapse_shape %v123 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
-  %e125 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %v129 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v124 : tensor<6xf32>) outs(%e125 : tensor<6xf32>) {
-  ^bb0(%a126: f32, %o127: f32):
-    %s128 = arith.negf %a126 : f32
-    linalg.yield %s128 : f32
+  %v127 = tensor.collapse_shape %v126 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc2)
+  %e128 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %v132 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v127 : tensor<6xf32>) outs(%e128 : tensor<6xf32>) {
+  ^bb0(%a129: f32, %o130: f32):
+    %s131 = arith.negf %a129 : f32
+    linalg.yield %s131 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %e130 = tensor.empty() : tensor<6xi1> loc(#loc2)
-  %v135 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e130 : tensor<6xi1>) {
-  ^bb0(%a131: i64, %o132: i1):
-    %s133 = arith.constant -100 : i64
-    %s134 = arith.cmpi ne, %a131, %s133 : i64
-    linalg.yield %s134 : i1
+  %e133 = tensor.empty() : tensor<6xi1> loc(#loc2)
+  %v138 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e133 : tensor<6xi1>) {
+  ^bb0(%a134: i64, %o135: i1):
+    %s136 = arith.constant -100 : i64
+    %s137 = arith.cmpi ne, %a134, %s136 : i64
+    linalg.yield %s137 : i1
   } -> tensor<6xi1> loc(#loc2)
-  %e136 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c137 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v138 = linalg.fill ins(%c137 : f32) outs(%e136 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %e139 = tensor.empty() : tensor<6xf32> loc(#loc2)
-  %v145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v135, %v129, %v138 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e139 : tensor<6xf32>) {
-  ^bb0(%a140: i1, %a141: f32, %a142: f32, %o143: f32):
-    %s144 = arith.select %a140, %a141, %a142 : f32
-    linalg.yield %s144 : f32
+  %e139 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c140 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v141 = linalg.fill ins(%c140 : f32) outs(%e139 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %e142 = tensor.empty() : tensor<6xf32> loc(#loc2)
+  %v148 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v138, %v132, %v141 : tensor<6xi1>, tensor<6xf32>, tensor<f32>) outs(%e142 : tensor<6xf32>) {
+  ^bb0(%a143: i1, %a144: f32, %a145: f32, %o146: f32):
+    %s147 = arith.select %a143, %a144, %a145 : f32
+    linalg.yield %s147 : f32
   } -> tensor<6xf32> loc(#loc2)
-  %e146 = tensor.empty() : tensor<6xi1> loc(#loc2)
-  %v151 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e146 : tensor<6xi1>) {
-  ^bb0(%a147: i64, %o148: i1):
-    %s149 = arith.constant -100 : i64
-    %s150 = arith.cmpi ne, %a147, %s149 : i64
-    linalg.yield %s150 : i1
+  %e149 = tensor.empty() : tensor<6xi1> loc(#loc2)
+  %v154 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5 : tensor<6xi64>) outs(%e149 : tensor<6xi1>) {
+  ^bb0(%a150: i64, %o151: i1):
+    %s152 = arith.constant -100 : i64
+    %s153 = arith.cmpi ne, %a150, %s152 : i64
+    linalg.yield %s153 : i1
   } -> tensor<6xi1> loc(#loc2)
-  %e152 = tensor.empty() : tensor<i64> loc(#loc2)
-  %c153 = arith.constant 0 : i64 loc(#loc2)
-  %v154 = linalg.fill ins(%c153 : i64) outs(%e152 : tensor<i64>) -> tensor<i64> loc(#loc2)
-  %v159 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v151 : tensor<6xi1>) outs(%v154 : tensor<i64>) {
-  ^bb0(%a155: i1, %o156: i64):
-    %s157 = arith.extui %a155 : i1 to i64
-    %s158 = arith.addi %s157, %o156 : i64
-    linalg.yield %s158 : i64
+  %e155 = tensor.empty() : tensor<i64> loc(#loc2)
+  %c156 = arith.constant 0 : i64 loc(#loc2)
+  %v157 = linalg.fill ins(%c156 : i64) outs(%e155 : tensor<i64>) -> tensor<i64> loc(#loc2)
+  %v162 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v154 : tensor<6xi1>) outs(%v157 : tensor<i64>) {
+  ^bb0(%a158: i1, %o159: i64):
+    %s160 = arith.extui %a158 : i1 to i64
+    %s161 = arith.addi %s160, %o159 : i64
+    linalg.yield %s161 : i64
   } -> tensor<i64> loc(#loc2)
-  %e160 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v164 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v159 : tensor<i64>) outs(%e160 : tensor<f32>) {
-  ^bb0(%a161: i64, %o162: f32):
-    %s163 = arith.sitofp %a161 : i64 to f32
-    linalg.yield %s163 : f32
+  %e163 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v167 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v162 : tensor<i64>) outs(%e163 : tensor<f32>) {
+  ^bb0(%a164: i64, %o165: f32):
+    %s166 = arith.sitofp %a164 : i64 to f32
+    linalg.yield %s166 : f32
   } -> tensor<f32> loc(#loc2)
-  %e165 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c166 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v167 = linalg.fill ins(%c166 : f32) outs(%e165 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v171 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v145 : tensor<6xf32>) outs(%v167 : tensor<f32>) {
-  ^bb0(%a168: f32, %o169: f32):
-    %s170 = arith.addf %a168, %o169 : f32
-    linalg.yield %s170 : f32
+  %e168 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c169 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v170 = linalg.fill ins(%c169 : f32) outs(%e168 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v148 : tensor<6xf32>) outs(%v170 : tensor<f32>) {
+  ^bb0(%a171: f32, %o172: f32):
+    %s173 = arith.addf %a171, %o172 : f32
+    linalg.yield %s173 : f32
   } -> tensor<f32> loc(#loc2)
-  %e172 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v177 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v171, %v164 : tensor<f32>, tensor<f32>) outs(%e172 : tensor<f32>) {
-  ^bb0(%a173: f32, %a174: f32, %o175: f32):
-    %s176 = arith.divf %a173, %a174 : f32
-    linalg.yield %s176 : f32
+  %e175 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v180 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v174, %v167 : tensor<f32>, tensor<f32>) outs(%e175 : tensor<f32>) {
+  ^bb0(%a176: f32, %a177: f32, %o178: f32):
+    %s179 = arith.divf %a176, %a177 : f32
+    linalg.yield %s179 : f32
   } -> tensor<f32> loc(#loc2)
-  %e178 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c179 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v180 = linalg.fill ins(%c179 : f32) outs(%e178 : tensor<f32>) -> tensor<f32> loc(#loc3)
   %e181 = tensor.empty() : tensor<f32> loc(#loc3)
-  %v186 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v180, %v164 : tensor<f32>, tensor<f32>) outs(%e181 : tensor<f32>) {
-  ^bb0(%a182: f32, %a183: f32, %o184: f32):
-    %s185 = arith.divf %a182, %a183 : f32
-    linalg.yield %s185 : f32
+  %c182 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v183 = linalg.fill ins(%c182 : f32) outs(%e181 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e184 = tensor.empty() : tensor<f32> loc(#loc3)
+  %v189 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v183, %v167 : tensor<f32>, tensor<f32>) outs(%e184 : tensor<f32>) {
+  ^bb0(%a185: f32, %a186: f32, %o187: f32):
+    %s188 = arith.divf %a185, %a186 : f32
+    linalg.yield %s188 : f32
   } -> tensor<f32> loc(#loc3)
-  %v187 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc3)
-  %e188 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
-  %v193 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187 : tensor<6x1xi64>) outs(%e188 : tensor<6x1xi1>) {
-  ^bb0(%a189: i64, %o190: i1):
-    %s191 = arith.constant -100 : i64
-    %s192 = arith.cmpi ne, %a189, %s191 : i64
-    linalg.yield %s192 : i1
+  %v190 = tensor.expand_shape %arg5 [[0, 1]] output_shape [6, 1] : tensor<6xi64> into tensor<6x1xi64> loc(#loc3)
+  %e191 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
+  %v196 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v190 : tensor<6x1xi64>) outs(%e191 : tensor<6x1xi1>) {
+  ^bb0(%a192: i64, %o193: i1):
+    %s194 = arith.constant -100 : i64
+    %s195 = arith.cmpi ne, %a192, %s194 : i64
+    linalg.yield %s195 : i1
   } -> tensor<6x1xi1> loc(#loc3)
-  %e194 = tensor.empty() : tensor<i64> loc(#loc3)
-  %c195 = arith.constant 0 : i64 loc(#loc3)
-  %v196 = linalg.fill ins(%c195 : i64) outs(%e194 : tensor<i64>) -> tensor<i64> loc(#loc3)
-  %e197 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
-  %v203 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v193, %v187, %v196 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e197 : tensor<6x1xi64>) {
-  ^bb0(%a198: i1, %a199: i64, %a200: i64, %o201: i64):
-    %s202 = arith.select %a198, %a199, %a200 : i64
-    linalg.yield %s202 : i64
+  %e197 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c198 = arith.constant 0 : i64 loc(#loc3)
+  %v199 = linalg.fill ins(%c198 : i64) outs(%e197 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %e200 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v206 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v196, %v190, %v199 : tensor<6x1xi1>, tensor<6x1xi64>, tensor<i64>) outs(%e200 : tensor<6x1xi64>) {
+  ^bb0(%a201: i1, %a202: i64, %a203: i64, %o204: i64):
+    %s205 = arith.select %a201, %a202, %a203 : i64
+    linalg.yield %s205 : i64
   } -> tensor<6x1xi64> loc(#loc3)
-  %e204 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %c205 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v206 = linalg.fill ins(%c205 : f32) outs(%e204 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc3)
-  %e207 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
-  %v215 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203 : tensor<6x1xi64>) outs(%e207 : tensor<6x1xi1>) {
-  ^bb0(%a208: i64, %o209: i1):
-    %s210 = arith.constant 0 : i64
-    %s211 = arith.cmpi sge, %a208, %s210 : i64
-    %s212 = arith.constant 10 : i64
-    %s213 = arith.cmpi slt, %a208, %s212 : i64
-    %s214 = arith.andi %s211, %s213 : i1
-    linalg.yield %s214 : i1
+  %e207 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %c208 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v209 = linalg.fill ins(%c208 : f32) outs(%e207 : tensor<6x10xf32>) -> tensor<6x10xf32> loc(#loc3)
+  %e210 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
+  %v218 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v206 : tensor<6x1xi64>) outs(%e210 : tensor<6x1xi1>) {
+  ^bb0(%a211: i64, %o212: i1):
+    %s213 = arith.constant 0 : i64
+    %s214 = arith.cmpi sge, %a211, %s213 : i64
+    %s215 = arith.constant 10 : i64
+    %s216 = arith.cmpi slt, %a211, %s215 : i64
+    %s217 = arith.andi %s214, %s216 : i1
+    linalg.yield %s217 : i1
   } -> tensor<6x1xi1> loc(#loc3)
-  %e216 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
-  %v222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v203, %v215 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e216 : tensor<6x1xi64>) {
-  ^bb0(%a217: i64, %a218: i1, %o219: i64):
-    %s220 = arith.constant 0 : i64
-    %s221 = arith.select %a218, %a217, %s220 : i64
-    linalg.yield %s221 : i64
+  %e219 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v225 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v206, %v218 : tensor<6x1xi64>, tensor<6x1xi1>) outs(%e219 : tensor<6x1xi64>) {
+  ^bb0(%a220: i64, %a221: i1, %o222: i64):
+    %s223 = arith.constant 0 : i64
+    %s224 = arith.select %a221, %a220, %s223 : i64
+    linalg.yield %s224 : i64
   } -> tensor<6x1xi64> loc(#loc3)
-  %e223 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
-  %v229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v215 : tensor<6x1xi1>) outs(%e223 : tensor<6x1xi64>) {
-  ^bb0(%a224: i1, %o225: i64):
-    %s226 = arith.constant true
-    %s227 = arith.xori %a224, %s226 : i1
-    %s228 = arith.extui %s227 : i1 to i64
-    linalg.yield %s228 : i64
+  %e226 = tensor.empty() : tensor<6x1xi64> loc(#loc3)
+  %v232 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v218 : tensor<6x1xi1>) outs(%e226 : tensor<6x1xi64>) {
+  ^bb0(%a227: i1, %o228: i64):
+    %s229 = arith.constant true
+    %s230 = arith.xori %a227, %s229 : i1
+    %s231 = arith.extui %s230 : i1 to i64
+    linalg.yield %s231 : i64
   } -> tensor<6x1xi64> loc(#loc3)
-  %e230 = tensor.empty() : tensor<i64> loc(#loc3)
-  %c231 = arith.constant 0 : i64 loc(#loc3)
-  %v232 = linalg.fill ins(%c231 : i64) outs(%e230 : tensor<i64>) -> tensor<i64> loc(#loc3)
-  %v236 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v229 : tensor<6x1xi64>) outs(%v232 : tensor<i64>) {
-  ^bb0(%a233: i64, %o234: i64):
-    %s235 = arith.addi %a233, %o234 : i64
-    linalg.yield %s235 : i64
+  %e233 = tensor.empty() : tensor<i64> loc(#loc3)
+  %c234 = arith.constant 0 : i64 loc(#loc3)
+  %v235 = linalg.fill ins(%c234 : i64) outs(%e233 : tensor<i64>) -> tensor<i64> loc(#loc3)
+  %v239 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v232 : tensor<6x1xi64>) outs(%v235 : tensor<i64>) {
+  ^bb0(%a236: i64, %o237: i64):
+    %s238 = arith.addi %a236, %o237 : i64
+    linalg.yield %s238 : i64
   } -> tensor<i64> loc(#loc3)
-  %v237 = tensor.collapse_shape %v222 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
-  %e238 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v247 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v206, %v237 : tensor<6x10xf32>, tensor<6xi64>) outs(%e238 : tensor<6x10xf32>) {
-  ^bb0(%a239: f32, %a240: i64, %o241: f32):
-    %s242 = linalg.index 1 : index
-    %s243 = arith.index_cast %a240 : i64 to index
-    %s244 = arith.cmpi eq, %s242, %s243 : index
-    %s245 = arith.constant 0xBF800000 : f32
-    %s246 = arith.select %s244, %s245, %a239 : f32
-    linalg.yield %s246 : f32
+  %v240 = tensor.collapse_shape %v225 [[0, 1]] : tensor<6x1xi64> into tensor<6xi64> loc(#loc3)
+  %e241 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v250 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v209, %v240 : tensor<6x10xf32>, tensor<6xi64>) outs(%e241 : tensor<6x10xf32>) {
+  ^bb0(%a242: f32, %a243: i64, %o244: f32):
+    %s245 = linalg.index 1 : index
+    %s246 = arith.index_cast %a243 : i64 to index
+    %s247 = arith.cmpi eq, %s245, %s246 : index
+    %s248 = arith.constant 0xBF800000 : f32
+    %s249 = arith.select %s247, %s248, %a242 : f32
+    linalg.yield %s249 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e248 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
-  %v253 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v187 : tensor<6x1xi64>) outs(%e248 : tensor<6x1xi1>) {
-  ^bb0(%a249: i64, %o250: i1):
-    %s251 = arith.constant -100 : i64
-    %s252 = arith.cmpi ne, %a249, %s251 : i64
-    linalg.yield %s252 : i1
+  %e251 = tensor.empty() : tensor<6x1xi1> loc(#loc3)
+  %v256 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v190 : tensor<6x1xi64>) outs(%e251 : tensor<6x1xi1>) {
+  ^bb0(%a252: i64, %o253: i1):
+    %s254 = arith.constant -100 : i64
+    %s255 = arith.cmpi ne, %a252, %s254 : i64
+    linalg.yield %s255 : i1
   } -> tensor<6x1xi1> loc(#loc3)
-  %e254 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c255 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v256 = linalg.fill ins(%c255 : f32) outs(%e254 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e257 = tensor.empty() : tensor<6x1xf32> loc(#loc3)
-  %v263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v253, %v186, %v256 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e257 : tensor<6x1xf32>) {
-  ^bb0(%a258: i1, %a259: f32, %a260: f32, %o261: f32):
-    %s262 = arith.select %a258, %a259, %a260 : f32
-    linalg.yield %s262 : f32
+  %e257 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c258 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v259 = linalg.fill ins(%c258 : f32) outs(%e257 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e260 = tensor.empty() : tensor<6x1xf32> loc(#loc3)
+  %v266 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v256, %v189, %v259 : tensor<6x1xi1>, tensor<f32>, tensor<f32>) outs(%e260 : tensor<6x1xf32>) {
+  ^bb0(%a261: i1, %a262: f32, %a263: f32, %o264: f32):
+    %s265 = arith.select %a261, %a262, %a263 : f32
+    linalg.yield %s265 : f32
   } -> tensor<6x1xf32> loc(#loc3)
-  %v264 = tensor.collapse_shape %v263 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc3)
-  %e265 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v270 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v247, %v264 : tensor<6x10xf32>, tensor<6xf32>) outs(%e265 : tensor<6x10xf32>) {
-  ^bb0(%a266: f32, %a267: f32, %o268: f32):
-    %s269 = arith.mulf %a266, %a267 : f32
-    linalg.yield %s269 : f32
+  %v267 = tensor.collapse_shape %v266 [[0, 1]] : tensor<6x1xf32> into tensor<6xf32> loc(#loc3)
+  %e268 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v273 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v250, %v267 : tensor<6x10xf32>, tensor<6xf32>) outs(%e268 : tensor<6x10xf32>) {
+  ^bb0(%a269: f32, %a270: f32, %o271: f32):
+    %s272 = arith.mulf %a269, %a270 : f32
+    linalg.yield %s272 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e271 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v69 : tensor<6x10xf32>) outs(%e271 : tensor<6x10xf32>) {
-  ^bb0(%a272: f32, %o273: f32):
-    %s274 = math.exp %a272 : f32
-    linalg.yield %s274 : f32
+  %e274 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v278 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v72 : tensor<6x10xf32>) outs(%e274 : tensor<6x10xf32>) {
+  ^bb0(%a275: f32, %o276: f32):
+    %s277 = math.exp %a275 : f32
+    linalg.yield %s277 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e276 = tensor.empty() : tensor<6xf32> loc(#loc3)
-  %c277 = arith.constant 0x00000000 : f32 loc(#loc3)
-  %v278 = linalg.fill ins(%c277 : f32) outs(%e276 : tensor<6xf32>) -> tensor<6xf32> loc(#loc3)
-  %v282 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v270 : tensor<6x10xf32>) outs(%v278 : tensor<6xf32>) {
-  ^bb0(%a279: f32, %o280: f32):
-    %s281 = arith.addf %a279, %o280 : f32
-    linalg.yield %s281 : f32
+  %e279 = tensor.empty() : tensor<6xf32> loc(#loc3)
+  %c280 = arith.constant 0x00000000 : f32 loc(#loc3)
+  %v281 = linalg.fill ins(%c280 : f32) outs(%e279 : tensor<6xf32>) -> tensor<6xf32> loc(#loc3)
+  %v285 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%v273 : tensor<6x10xf32>) outs(%v281 : tensor<6xf32>) {
+  ^bb0(%a282: f32, %o283: f32):
+    %s284 = arith.addf %a282, %o283 : f32
+    linalg.yield %s284 : f32
   } -> tensor<6xf32> loc(#loc3)
-  %e284 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v289 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v275, %v282 : tensor<6x10xf32>, tensor<6xf32>) outs(%e284 : tensor<6x10xf32>) {
-  ^bb0(%a285: f32, %a286: f32, %o287: f32):
-    %s288 = arith.mulf %a285, %a286 : f32
-    linalg.yield %s288 : f32
+  %e287 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v292 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v278, %v285 : tensor<6x10xf32>, tensor<6xf32>) outs(%e287 : tensor<6x10xf32>) {
+  ^bb0(%a288: f32, %a289: f32, %o290: f32):
+    %s291 = arith.mulf %a288, %a289 : f32
+    linalg.yield %s291 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e290 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
-  %v295 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v270, %v289 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e290 : tensor<6x10xf32>) {
-  ^bb0(%a291: f32, %a292: f32, %o293: f32):
-    %s294 = arith.subf %a291, %a292 : f32
-    linalg.yield %s294 : f32
+  %e293 = tensor.empty() : tensor<6x10xf32> loc(#loc3)
+  %v298 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v273, %v292 : tensor<6x10xf32>, tensor<6x10xf32>) outs(%e293 : tensor<6x10xf32>) {
+  ^bb0(%a294: f32, %a295: f32, %o296: f32):
+    %s297 = arith.subf %a294, %a295 : f32
+    linalg.yield %s297 : f32
   } -> tensor<6x10xf32> loc(#loc3)
-  %e296 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %v297 = linalg.transpose ins(%v20 : tensor<24x10xf32>) outs(%e296 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e298 = tensor.empty() : tensor<6x24xf32> loc(#loc4)
-  %c299 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v300 = linalg.fill ins(%c299 : f32) outs(%e298 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
-  %v301 = linalg.matmul ins(%v295, %v297 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v300 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
-  %e302 = tensor.empty() : tensor<10x6xf32> loc(#loc4)
-  %v303 = linalg.transpose ins(%v295 : tensor<6x10xf32>) outs(%e302 : tensor<10x6xf32>) permutation = [1, 0] loc(#loc4)
-  %e304 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %c305 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v306 = linalg.fill ins(%c305 : f32) outs(%e304 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
-  %v307 = linalg.matmul ins(%v303, %v18 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v306 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
-  %e308 = tensor.empty() : tensor<24x10xf32> loc(#loc4)
-  %v309 = linalg.transpose ins(%v307 : tensor<10x24xf32>) outs(%e308 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc4)
-  %e310 = tensor.empty() : tensor<10xf32> loc(#loc4)
-  %c311 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v312 = linalg.fill ins(%c311 : f32) outs(%e310 : tensor<10xf32>) -> tensor<10xf32> loc(#loc4)
-  %v316 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v295 : tensor<6x10xf32>) outs(%v312 : tensor<10xf32>) {
-  ^bb0(%a313: f32, %o314: f32):
-    %s315 = arith.addf %a313, %o314 : f32
-    linalg.yield %s315 : f32
+  %e299 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v300 = linalg.transpose ins(%v23 : tensor<24x10xf32>) outs(%e299 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e301 = tensor.empty() : tensor<6x24xf32> loc(#loc4)
+  %c302 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v303 = linalg.fill ins(%c302 : f32) outs(%e301 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %v304 = linalg.matmul ins(%v298, %v300 : tensor<6x10xf32>, tensor<10x24xf32>) outs(%v303 : tensor<6x24xf32>) -> tensor<6x24xf32> loc(#loc4)
+  %e305 = tensor.empty() : tensor<10x6xf32> loc(#loc4)
+  %v306 = linalg.transpose ins(%v298 : tensor<6x10xf32>) outs(%e305 : tensor<10x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e307 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %c308 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v309 = linalg.fill ins(%c308 : f32) outs(%e307 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %v310 = linalg.matmul ins(%v306, %v21 : tensor<10x6xf32>, tensor<6x24xf32>) outs(%v309 : tensor<10x24xf32>) -> tensor<10x24xf32> loc(#loc4)
+  %e311 = tensor.empty() : tensor<24x10xf32> loc(#loc4)
+  %v312 = linalg.transpose ins(%v310 : tensor<10x24xf32>) outs(%e311 : tensor<24x10xf32>) permutation = [1, 0] loc(#loc4)
+  %e313 = tensor.empty() : tensor<10xf32> loc(#loc4)
+  %c314 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v315 = linalg.fill ins(%c314 : f32) outs(%e313 : tensor<10xf32>) -> tensor<10xf32> loc(#loc4)
+  %v319 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v298 : tensor<6x10xf32>) outs(%v315 : tensor<10xf32>) {
+  ^bb0(%a316: f32, %o317: f32):
+    %s318 = arith.addf %a316, %o317 : f32
+    linalg.yield %s318 : f32
   } -> tensor<10xf32> loc(#loc4)
-  %e318 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
-  %v319 = linalg.transpose ins(%v309 : tensor<24x10xf32>) outs(%e318 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e320 = tensor.empty() : tensor<6x24xi1> loc(#loc5)
-  %v325 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18 : tensor<6x24xf32>) outs(%e320 : tensor<6x24xi1>) {
-  ^bb0(%a321: f32, %o322: i1):
-    %s323 = arith.constant 0x00000000 : f32
-    %s324 = arith.cmpf ole, %a321, %s323 : f32
-    linalg.yield %s324 : i1
+  %e321 = tensor.empty() : tensor<10x24xf32> loc(#loc4)
+  %v322 = linalg.transpose ins(%v312 : tensor<24x10xf32>) outs(%e321 : tensor<10x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e323 = tensor.empty() : tensor<6x24xi1> loc(#loc5)
+  %v328 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v21 : tensor<6x24xf32>) outs(%e323 : tensor<6x24xi1>) {
+  ^bb0(%a324: f32, %o325: i1):
+    %s326 = arith.constant 0x00000000 : f32
+    %s327 = arith.cmpf ole, %a324, %s326 : f32
+    linalg.yield %s327 : i1
   } -> tensor<6x24xi1> loc(#loc5)
-  %e326 = tensor.empty() : tensor<f32> loc(#loc5)
-  %c327 = arith.constant 0x00000000 : f32 loc(#loc5)
-  %v328 = linalg.fill ins(%c327 : f32) outs(%e326 : tensor<f32>) -> tensor<f32> loc(#loc5)
-  %e329 = tensor.empty() : tensor<6x24xf32> loc(#loc5)
-  %v335 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v325, %v328, %v301 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e329 : tensor<6x24xf32>) {
-  ^bb0(%a330: i1, %a331: f32, %a332: f32, %o333: f32):
-    %s334 = arith.select %a330, %a331, %a332 : f32
-    linalg.yield %s334 : f32
+  %e329 = tensor.empty() : tensor<f32> loc(#loc5)
+  %c330 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v331 = linalg.fill ins(%c330 : f32) outs(%e329 : tensor<f32>) -> tensor<f32> loc(#loc5)
+  %e332 = tensor.empty() : tensor<6x24xf32> loc(#loc5)
+  %v338 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v328, %v331, %v304 : tensor<6x24xi1>, tensor<f32>, tensor<6x24xf32>) outs(%e332 : tensor<6x24xf32>) {
+  ^bb0(%a333: i1, %a334: f32, %a335: f32, %o336: f32):
+    %s337 = arith.select %a333, %a334, %a335 : f32
+    linalg.yield %s337 : f32
   } -> tensor<6x24xf32> loc(#loc5)
-  %e336 = tensor.empty() : tensor<24x6xf32> loc(#loc4)
-  %v337 = linalg.transpose ins(%v335 : tensor<6x24xf32>) outs(%e336 : tensor<24x6xf32>) permutation = [1, 0] loc(#loc4)
-  %e338 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
-  %c339 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v340 = linalg.fill ins(%c339 : f32) outs(%e338 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
-  %v341 = linalg.matmul ins(%v337, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v340 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
-  %e342 = tensor.empty() : tensor<16x24xf32> loc(#loc4)
-  %v343 = linalg.transpose ins(%v341 : tensor<24x16xf32>) outs(%e342 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc4)
-  %e344 = tensor.empty() : tensor<24xf32> loc(#loc4)
-  %c345 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v346 = linalg.fill ins(%c345 : f32) outs(%e344 : tensor<24xf32>) -> tensor<24xf32> loc(#loc4)
-  %v350 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v335 : tensor<6x24xf32>) outs(%v346 : tensor<24xf32>) {
-  ^bb0(%a347: f32, %o348: f32):
-    %s349 = arith.addf %a347, %o348 : f32
-    linalg.yield %s349 : f32
+  %e339 = tensor.empty() : tensor<24x6xf32> loc(#loc4)
+  %v340 = linalg.transpose ins(%v338 : tensor<6x24xf32>) outs(%e339 : tensor<24x6xf32>) permutation = [1, 0] loc(#loc4)
+  %e341 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %c342 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v343 = linalg.fill ins(%c342 : f32) outs(%e341 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %v344 = linalg.matmul ins(%v340, %arg4 : tensor<24x6xf32>, tensor<6x16xf32>) outs(%v343 : tensor<24x16xf32>) -> tensor<24x16xf32> loc(#loc4)
+  %e345 = tensor.empty() : tensor<16x24xf32> loc(#loc4)
+  %v346 = linalg.transpose ins(%v344 : tensor<24x16xf32>) outs(%e345 : tensor<16x24xf32>) permutation = [1, 0] loc(#loc4)
+  %e347 = tensor.empty() : tensor<24xf32> loc(#loc4)
+  %c348 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v349 = linalg.fill ins(%c348 : f32) outs(%e347 : tensor<24xf32>) -> tensor<24xf32> loc(#loc4)
+  %v353 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v338 : tensor<6x24xf32>) outs(%v349 : tensor<24xf32>) {
+  ^bb0(%a350: f32, %o351: f32):
+    %s352 = arith.addf %a350, %o351 : f32
+    linalg.yield %s352 : f32
   } -> tensor<24xf32> loc(#loc4)
-  %e352 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
-  %v353 = linalg.transpose ins(%v343 : tensor<16x24xf32>) outs(%e352 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e354 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
-  %v360 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v353 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e354 : tensor<24x16xf32>) {
-  ^bb0(%a355: f32, %a356: f32, %o357: f32):
-    %s358 = arith.constant 0xBDCCCCCD : f32
-    %s359 = math.fma %a356, %s358, %a355 : f32
-    linalg.yield %s359 : f32
+  %e355 = tensor.empty() : tensor<24x16xf32> loc(#loc4)
+  %v356 = linalg.transpose ins(%v346 : tensor<16x24xf32>) outs(%e355 : tensor<24x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e357 = tensor.empty() : tensor<24x16xf32> loc(#loc6)
+  %v363 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v356 : tensor<24x16xf32>, tensor<24x16xf32>) outs(%e357 : tensor<24x16xf32>) {
+  ^bb0(%a358: f32, %a359: f32, %o360: f32):
+    %s361 = arith.constant 0xBDCCCCCD : f32
+    %s362 = math.fma %a359, %s361, %a358 : f32
+    linalg.yield %s362 : f32
   } -> tensor<24x16xf32> loc(#loc6)
-  %e361 = tensor.empty() : tensor<24xf32> loc(#loc6)
-  %v367 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v350 : tensor<24xf32>, tensor<24xf32>) outs(%e361 : tensor<24xf32>) {
-  ^bb0(%a362: f32, %a363: f32, %o364: f32):
-    %s365 = arith.constant 0xBDCCCCCD : f32
-    %s366 = math.fma %a363, %s365, %a362 : f32
-    linalg.yield %s366 : f32
+  %e364 = tensor.empty() : tensor<24xf32> loc(#loc6)
+  %v370 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v353 : tensor<24xf32>, tensor<24xf32>) outs(%e364 : tensor<24xf32>) {
+  ^bb0(%a365: f32, %a366: f32, %o367: f32):
+    %s368 = arith.constant 0xBDCCCCCD : f32
+    %s369 = math.fma %a366, %s368, %a365 : f32
+    linalg.yield %s369 : f32
   } -> tensor<24xf32> loc(#loc6)
-  %e368 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
-  %v374 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v319 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e368 : tensor<10x24xf32>) {
-  ^bb0(%a369: f32, %a370: f32, %o371: f32):
-    %s372 = arith.constant 0xBDCCCCCD : f32
-    %s373 = math.fma %a370, %s372, %a369 : f32
-    linalg.yield %s373 : f32
+  %e371 = tensor.empty() : tensor<10x24xf32> loc(#loc6)
+  %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v322 : tensor<10x24xf32>, tensor<10x24xf32>) outs(%e371 : tensor<10x24xf32>) {
+  ^bb0(%a372: f32, %a373: f32, %o374: f32):
+    %s375 = arith.constant 0xBDCCCCCD : f32
+    %s376 = math.fma %a373, %s375, %a372 : f32
+    linalg.yield %s376 : f32
   } -> tensor<10x24xf32> loc(#loc6)
-  %e375 = tensor.empty() : tensor<10xf32> loc(#loc6)
-  %v381 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v316 : tensor<10xf32>, tensor<10xf32>) outs(%e375 : tensor<10xf32>) {
-  ^bb0(%a376: f32, %a377: f32, %o378: f32):
-    %s379 = arith.constant 0xBDCCCCCD : f32
-    %s380 = math.fma %a377, %s379, %a376 : f32
-    linalg.yield %s380 : f32
+  %e378 = tensor.empty() : tensor<10xf32> loc(#loc6)
+  %v384 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v319 : tensor<10xf32>, tensor<10xf32>) outs(%e378 : tensor<10xf32>) {
+  ^bb0(%a379: f32, %a380: f32, %o381: f32):
+    %s382 = arith.constant 0xBDCCCCCD : f32
+    %s383 = math.fma %a380, %s382, %a379 : f32
+    linalg.yield %s383 : f32
   } -> tensor<10xf32> loc(#loc6)
-  %e382 = tensor.empty() : tensor<2xi64>
-  %v391 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v116 : tensor<i64>) outs(%e382 : tensor<2xi64>) {
-  ^bb0(%a383: i64, %o384: i64):
-    %s385 = linalg.index 0 : index
-    %s386 = arith.index_cast %s385 : index to i64
-    %s387 = arith.constant 0 : i64
-    %s388 = arith.cmpi eq, %s386, %s387 : i64
-    %s389 = arith.constant 0 : i64
-    %s390 = arith.select %s388, %a383, %s389 : i64
-    linalg.yield %s390 : i64
+  %e385 = tensor.empty() : tensor<2xi64>
+  %v394 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v119 : tensor<i64>) outs(%e385 : tensor<2xi64>) {
+  ^bb0(%a386: i64, %o387: i64):
+    %s388 = linalg.index 0 : index
+    %s389 = arith.index_cast %s388 : index to i64
+    %s390 = arith.constant 0 : i64
+    %s391 = arith.cmpi eq, %s389, %s390 : i64
+    %s392 = arith.constant 0 : i64
+    %s393 = arith.select %s391, %a386, %s392 : i64
+    linalg.yield %s393 : i64
   } -> tensor<2xi64>
-  %e392 = tensor.empty() : tensor<2xi64>
-  %v401 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v236 : tensor<i64>) outs(%e392 : tensor<2xi64>) {
-  ^bb0(%a393: i64, %o394: i64):
-    %s395 = linalg.index 0 : index
-    %s396 = arith.index_cast %s395 : index to i64
-    %s397 = arith.constant 1 : i64
-    %s398 = arith.cmpi eq, %s396, %s397 : i64
-    %s399 = arith.constant 0 : i64
-    %s400 = arith.select %s398, %a393, %s399 : i64
-    linalg.yield %s400 : i64
+  %e395 = tensor.empty() : tensor<2xi64>
+  %v404 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v239 : tensor<i64>) outs(%e395 : tensor<2xi64>) {
+  ^bb0(%a396: i64, %o397: i64):
+    %s398 = linalg.index 0 : index
+    %s399 = arith.index_cast %s398 : index to i64
+    %s400 = arith.constant 1 : i64
+    %s401 = arith.cmpi eq, %s399, %s400 : i64
+    %s402 = arith.constant 0 : i64
+    %s403 = arith.select %s401, %a396, %s402 : i64
+    linalg.yield %s403 : i64
   } -> tensor<2xi64>
-  %e402 = tensor.empty() : tensor<2xi64>
-  %v407 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v391, %v401 : tensor<2xi64>, tensor<2xi64>) outs(%e402 : tensor<2xi64>) {
-  ^bb0(%a403: i64, %a404: i64, %o405: i64):
-    %s406 = arith.addi %a403, %a404 : i64
-    linalg.yield %s406 : i64
+  %e405 = tensor.empty() : tensor<2xi64>
+  %v410 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v394, %v404 : tensor<2xi64>, tensor<2xi64>) outs(%e405 : tensor<2xi64>) {
+  ^bb0(%a406: i64, %a407: i64, %o408: i64):
+    %s409 = arith.addi %a406, %a407 : i64
+    linalg.yield %s409 : i64
   } -> tensor<2xi64>
-  %e408 = tensor.empty() : tensor<i64>
-  %c409 = arith.constant 3 : i64
-  %v410 = linalg.fill ins(%c409 : i64) outs(%e408 : tensor<i64>) -> tensor<i64>
-  %v422 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v407 : tensor<2xi64>) outs(%v410 : tensor<i64>) {
-  ^bb0(%a411: i64, %o412: i64):
-    %s413 = linalg.index 0 : index
-    %s414 = arith.index_cast %s413 : index to i64
-    %s415 = arith.constant 1 : i64
-    %s416 = arith.addi %s414, %s415 : i64
-    %s417 = arith.constant 0 : i64
-    %s418 = arith.cmpi sgt, %a411, %s417 : i64
-    %s419 = arith.constant 3 : i64
-    %s420 = arith.select %s418, %s416, %s419 : i64
-    %s421 = arith.minsi %s420, %o412 : i64
-    linalg.yield %s421 : i64
+  %e411 = tensor.empty() : tensor<i64>
+  %c412 = arith.constant 3 : i64
+  %v413 = linalg.fill ins(%c412 : i64) outs(%e411 : tensor<i64>) -> tensor<i64>
+  %v425 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%v410 : tensor<2xi64>) outs(%v413 : tensor<i64>) {
+  ^bb0(%a414: i64, %o415: i64):
+    %s416 = linalg.index 0 : index
+    %s417 = arith.index_cast %s416 : index to i64
+    %s418 = arith.constant 1 : i64
+    %s419 = arith.addi %s417, %s418 : i64
+    %s420 = arith.constant 0 : i64
+    %s421 = arith.cmpi sgt, %a414, %s420 : i64
+    %s422 = arith.constant 3 : i64
+    %s423 = arith.select %s421, %s419, %s422 : i64
+    %s424 = arith.minsi %s423, %o415 : i64
+    linalg.yield %s424 : i64
   } -> tensor<i64>
-  %e423 = tensor.empty() : tensor<i64>
-  %v430 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v422 : tensor<i64>) outs(%e423 : tensor<i64>) {
-  ^bb0(%a424: i64, %o425: i64):
-    %s426 = arith.constant 2 : i64
-    %s427 = arith.cmpi sgt, %a424, %s426 : i64
-    %s428 = arith.constant 0 : i64
-    %s429 = arith.select %s427, %s428, %a424 : i64
-    linalg.yield %s429 : i64
+  %e426 = tensor.empty() : tensor<i64>
+  %v433 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v425 : tensor<i64>) outs(%e426 : tensor<i64>) {
+  ^bb0(%a427: i64, %o428: i64):
+    %s429 = arith.constant 2 : i64
+    %s430 = arith.cmpi sgt, %a427, %s429 : i64
+    %s431 = arith.constant 0 : i64
+    %s432 = arith.select %s430, %s431, %a427 : i64
+    linalg.yield %s432 : i64
   } -> tensor<i64>
-  return %v177, %v360, %v367, %v374, %v381, %v430 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>, tensor<i64>
+  return %v180, %v363, %v370, %v377, %v384, %v433 : tensor<f32>, tensor<24x16xf32>, tensor<24xf32>, tensor<10x24xf32>, tensor<10xf32>, tensor<i64>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":143:0])

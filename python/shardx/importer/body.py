@@ -99,7 +99,7 @@ class Body:
             ex = self.v(f"math.exp {self.unary('neg', a, t)} : {e}")
             return self.binary("div", one, self.binary("add", one, ex, t), t)
         if op == "relu":
-            return self.binary("max", a, self.const(0, t), t)
+            return self.clamp_low(a, self.const(0, t), t)
         if op == "abs":
             if is_float(t):
                 return self.v(f"math.absf {a} : {e}")
@@ -145,6 +145,24 @@ class Body:
                             self.select(self.compare("eq", a, minus_one, t), for_minus_one,
                                         zero, t), t)
         return self.select(negative, small, result, t)
+
+    def clamp_low(self, a: str, lo: str, t: torch.dtype) -> str:
+        """``a`` raised to ``lo`` as eager's clamp kernels (a vector max
+        that keeps ``a`` where it equals the bound: relu(-0.0) is -0.0; a
+        NaN ``a`` or bound gives NaN). Integers: max."""
+        if not is_float(t):
+            return self.binary("max", a, lo, t)
+        e = elem_type(t)
+        r = self.select(self.v(f"arith.cmpf olt, {a}, {lo} : {e}"), lo, a, t)
+        return self.select(self.v(f"arith.cmpf uno, {lo}, {lo} : {e}"), lo, r, t)
+
+    def clamp_high(self, a: str, hi: str, t: torch.dtype) -> str:
+        """``a`` lowered to ``hi``, as ``clamp_low``."""
+        if not is_float(t):
+            return self.binary("min", a, hi, t)
+        e = elem_type(t)
+        r = self.select(self.v(f"arith.cmpf ogt, {a}, {hi} : {e}"), hi, a, t)
+        return self.select(self.v(f"arith.cmpf uno, {hi}, {hi} : {e}"), hi, r, t)
 
     def compare(self, pred: str, a: str, b: str, t: torch.dtype) -> str:
         e = elem_type(t)

@@ -205,8 +205,8 @@ def _hardtanh(imp, node, args, kwargs):
     hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
 
     def fn(b, v, t):
-        r = b.binary("max", v[0], b.const(lo, t), t)
-        return b.binary("min", r, b.const(hi, t), t), None
+        r = b.clamp_low(v[0], b.const(lo, t), t)
+        return b.clamp_high(r, b.const(hi, t), t), None
     return _ew(imp, node, [args[0]], fn)
 
 
@@ -411,8 +411,9 @@ def _pow(imp, node, args, kwargs):
 @handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default,
          aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
 def _clamp(imp, node, args, kwargs):
-    """``min(max(x, lo), hi)``, the bounds numbers or tensors (broadcast);
-    a NaN input or bound gives NaN."""
+    """``x`` raised to ``lo``, then lowered to ``hi`` (``Body.clamp_low``:
+    x kept where it equals a bound, as eager), the bounds numbers or
+    tensors (broadcast); a NaN input or bound gives NaN."""
     x = args[0]
     if node.target in (aten.clamp_min.default, aten.clamp_min.Tensor):
         lo, hi = args[1], None
@@ -426,9 +427,9 @@ def _clamp(imp, node, args, kwargs):
     def fn(b, v, t):
         r, k = v[0], 1
         if lo is not None:
-            r, k = b.binary("max", r, v[k], t), k + 1
+            r, k = b.clamp_low(r, v[k], t), k + 1
         if hi is not None:
-            r = b.binary("min", r, v[k], t)
+            r = b.clamp_high(r, v[k], t)
         return r, None
     return _ew(imp, node, operands, fn)
 
