@@ -150,3 +150,23 @@ def test_an_optimizer_step_inside_the_function_is_refused_by_name():
 
     with pytest.raises(UnsupportedOpError, match="optimizer.step\\(\\) outside"):
         shardx.compile(step, None)(torch.randn(8, 4))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "rows_dp2"])
+def test_kthvalue_and_sorted_zero_signs(split):
+    """kthvalue had no handler; a sort or top-k of -0.0 gave +0.0 (its
+    slot was a sum from +0.0). NaN sorts above every number, as eager."""
+    torch.manual_seed(9)
+    x = torch.randn(6, 9)
+    x[1, 2], x[2, 3], x[2, 4] = float("nan"), -0.0, 5.0
+
+    def fn(x):
+        return (*torch.kthvalue(x, 3, 1), *torch.kthvalue(x, 2, 0, keepdim=True),
+                *torch.kthvalue(x, 9), torch.sort(x, -1)[0], torch.topk(x, 3)[0])
+
+    mesh = shardx.Mesh((2,), ("dp",)) if split else None
+    want = fn(x)
+    got = (shardx.compile(fn, mesh, [[shardx.Shard(0)]]) if split else shardx.compile(fn, None))(x)
+    assert torch.signbit(want[6][2, 1])  # the sorted -0.0 keeps its sign
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert _same_bits(g.to_torch(), w), k

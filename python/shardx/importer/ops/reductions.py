@@ -260,6 +260,39 @@ def _topk(imp, node, args, kwargs):
     return _sort_last(imp, x, k, largest)
 
 
+@handles(aten.kthvalue.default)
+def _kthvalue(imp, node, args, kwargs):
+    """The k-th smallest value along ``dim`` (NaN above every number, as
+    eager) and its index: slot k - 1 of the ascending sort (``_sort_last``).
+    Where values tie, the index is the first position's; eager's
+    quickselect can name another position of the same value, as for
+    ``topk`` (docs/Importer.md)."""
+    x, k = args[0], args[1]
+    a = list(args) + [None] * 4
+    dim = kwargs.get("dim", a[2] if a[2] is not None else -1)
+    keepdim = kwargs.get("keepdim", a[3] if a[3] is not None else False)
+    if x.rank == 0:
+        if k != 1:
+            raise UnsupportedOpError(f"kthvalue of a 0-d tensor with k = {k}")
+        return [x, imp.em.full((), 0, torch.int64)]
+    dim %= x.rank
+    perm = [d for d in range(x.rank) if d != dim] + [dim]
+    back = [perm.index(d) for d in range(x.rank)]
+    moved = imp.em.transpose(x, perm) if dim != x.rank - 1 else x
+    values, indices = _sort_last(imp, moved, k, False)
+    lead = list(moved.shape[:-1])
+    out = []
+    for v in (values, indices):
+        v = imp.em.extract_slice(v, [0] * len(lead) + [k - 1], lead + [1], [1] * (len(lead) + 1))
+        if dim != x.rank - 1:
+            v = imp.em.transpose(v, back)
+        out.append(v)
+    target = [s for i, s in enumerate(x.shape) if i != dim]
+    if keepdim:
+        target.insert(dim, 1)
+    return [imp.em.reshape(v, target) for v in out]
+
+
 def _sort_last(imp, x, k, largest):
     """The ``k`` first values and indices of ``x`` along its last dim in
     the order ``largest`` (descending) or not (``_topk``)."""
@@ -292,10 +325,13 @@ def _sort_last(imp, x, k, largest):
                 v = a[1]
             else:
                 v = b.v(f"arith.index_cast {b.v(f'linalg.index {r} : index')} : index to i64")
-            return b.binary("add", out, b.select(hit, v, b.const(0, t), t), t)
+            # -0.0 for floats: adding it changes no value, not even a
+            # zero's sign (a sorted -0.0 was +0.0).
+            return b.binary("add", out, b.select(hit, v, b.const(zero, t), t), t)
+        zero = -0.0 if values and dt.is_floating_point else 0
         ins = [(ranks, lead + [f"d{r}"])] + ([(x, lead + [f"d{r}"])] if values else [])
         return imp.em.generic(out_shape, t, ins, ["parallel"] * r + ["reduction"], lead + [f"d{r - 1}"],
-                              body, init=imp.em.full(out_shape, 0, t))
+                              body, init=imp.em.full(out_shape, zero, t))
     if n == 0:
         raise UnsupportedOpError("topk of an empty dim")
     return [pick(True), pick(False)]
