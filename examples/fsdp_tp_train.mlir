@@ -52,381 +52,380 @@ func.func @fsdp_tp_train(
     linalg.yield %s23 : f32
   } -> tensor<8x32xf32> loc(#loc1)
   %e25 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
-  %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x32xf32>) outs(%e25 : tensor<8x32xf32>) {
+  %v32 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x32xf32>) outs(%e25 : tensor<8x32xf32>) {
   ^bb0(%a26: f32, %o27: f32):
     %s28 = math.erf %a26 : f32
-    linalg.yield %s28 : f32
+    %s29 = arith.constant 0x00000000 : f32
+    %s30 = arith.cmpf oeq, %a26, %s29 : f32
+    %s31 = arith.select %s30, %a26, %s28 : f32
+    linalg.yield %s31 : f32
   } -> tensor<8x32xf32> loc(#loc1)
-  %e30 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
-  %v35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29 : tensor<8x32xf32>) outs(%e30 : tensor<8x32xf32>) {
-  ^bb0(%a31: f32, %o32: f32):
-    %s33 = arith.constant 0x3F800000 : f32
-    %s34 = arith.addf %a31, %s33 : f32
-    linalg.yield %s34 : f32
+  %e33 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
+  %v38 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v32 : tensor<8x32xf32>) outs(%e33 : tensor<8x32xf32>) {
+  ^bb0(%a34: f32, %o35: f32):
+    %s36 = arith.constant 0x3F800000 : f32
+    %s37 = arith.addf %a34, %s36 : f32
+    linalg.yield %s37 : f32
   } -> tensor<8x32xf32> loc(#loc1)
-  %e36 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
-  %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v35 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e36 : tensor<8x32xf32>) {
-  ^bb0(%a37: f32, %a38: f32, %o39: f32):
-    %s40 = arith.mulf %a37, %a38 : f32
-    linalg.yield %s40 : f32
+  %e39 = tensor.empty() : tensor<8x32xf32> loc(#loc1)
+  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v38 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e39 : tensor<8x32xf32>) {
+  ^bb0(%a40: f32, %a41: f32, %o42: f32):
+    %s43 = arith.mulf %a40, %a41 : f32
+    linalg.yield %s43 : f32
   } -> tensor<8x32xf32> loc(#loc1)
-  %e42 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
-  %v43 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e42 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
-  %e44 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %c45 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %e48 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %v53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e48 : tensor<8x16xf32>) {
-  ^bb0(%a49: f32, %a50: f32, %o51: f32):
-    %s52 = arith.addf %a49, %a50 : f32
-    linalg.yield %s52 : f32
+  %e45 = tensor.empty() : tensor<32x16xf32> loc(#loc0)
+  %v46 = linalg.transpose ins(%arg2 : tensor<16x32xf32>) outs(%e45 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e47 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c48 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v49 = linalg.fill ins(%c48 : f32) outs(%e47 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v50 = linalg.matmul ins(%v44, %v46 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v49 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e51 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %v56 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v50, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e51 : tensor<8x16xf32>) {
+  ^bb0(%a52: f32, %a53: f32, %o54: f32):
+    %s55 = arith.addf %a52, %a53 : f32
+    linalg.yield %s55 : f32
   } -> tensor<8x16xf32> loc(#loc0)
-  %e54 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e54 : tensor<8x16xf32>) {
-  ^bb0(%a55: f32, %a56: f32, %o57: f32):
-    %s58 = arith.subf %a55, %a56 : f32
-    linalg.yield %s58 : f32
+  %e57 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v56, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e57 : tensor<8x16xf32>) {
+  ^bb0(%a58: f32, %a59: f32, %o60: f32):
+    %s61 = arith.subf %a58, %a59 : f32
+    linalg.yield %s61 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e60 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v64 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v59 : tensor<8x16xf32>) outs(%e60 : tensor<8x16xf32>) {
-  ^bb0(%a61: f32, %o62: f32):
-    %s63 = arith.mulf %a61, %a61 : f32
-    linalg.yield %s63 : f32
+  %e63 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v67 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v62 : tensor<8x16xf32>) outs(%e63 : tensor<8x16xf32>) {
+  ^bb0(%a64: f32, %o65: f32):
+    %s66 = arith.mulf %a64, %a64 : f32
+    linalg.yield %s66 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e65 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c66 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v71 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v64 : tensor<8x16xf32>) outs(%v67 : tensor<f32>) {
-  ^bb0(%a68: f32, %o69: f32):
-    %s70 = arith.addf %a68, %o69 : f32
-    linalg.yield %s70 : f32
+  %e68 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c69 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v70 = linalg.fill ins(%c69 : f32) outs(%e68 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v74 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v67 : tensor<8x16xf32>) outs(%v70 : tensor<f32>) {
+  ^bb0(%a71: f32, %o72: f32):
+    %s73 = arith.addf %a71, %o72 : f32
+    linalg.yield %s73 : f32
   } -> tensor<f32> loc(#loc2)
-  %e72 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v77 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v71 : tensor<f32>) outs(%e72 : tensor<f32>) {
-  ^bb0(%a73: f32, %o74: f32):
-    %s75 = arith.constant 0x43000000 : f32
-    %s76 = arith.divf %a73, %s75 : f32
-    linalg.yield %s76 : f32
+  %e75 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v80 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v74 : tensor<f32>) outs(%e75 : tensor<f32>) {
+  ^bb0(%a76: f32, %o77: f32):
+    %s78 = arith.constant 0x43000000 : f32
+    %s79 = arith.divf %a76, %s78 : f32
+    linalg.yield %s79 : f32
   } -> tensor<f32> loc(#loc2)
-  %e78 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c79 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e81 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e81 : tensor<8x16xf32>) {
-  ^bb0(%a82: f32, %a83: f32, %o84: f32):
-    %s85 = arith.subf %a82, %a83 : f32
-    linalg.yield %s85 : f32
+  %e81 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c82 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v83 = linalg.fill ins(%c82 : f32) outs(%e81 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e84 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v89 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v56, %arg17 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e84 : tensor<8x16xf32>) {
+  ^bb0(%a85: f32, %a86: f32, %o87: f32):
+    %s88 = arith.subf %a85, %a86 : f32
+    linalg.yield %s88 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e87 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<8x16xf32>) outs(%e87 : tensor<8x16xf32>) {
-  ^bb0(%a88: f32, %o89: f32):
-    %s90 = arith.constant 0x3C800000 : f32
-    %s91 = arith.mulf %a88, %s90 : f32
-    linalg.yield %s91 : f32
+  %e90 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v89 : tensor<8x16xf32>) outs(%e90 : tensor<8x16xf32>) {
+  ^bb0(%a91: f32, %o92: f32):
+    %s93 = arith.constant 0x3C800000 : f32
+    %s94 = arith.mulf %a91, %s93 : f32
+    linalg.yield %s94 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e93 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v98 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v92, %v80 : tensor<8x16xf32>, tensor<f32>) outs(%e93 : tensor<8x16xf32>) {
-  ^bb0(%a94: f32, %a95: f32, %o96: f32):
-    %s97 = arith.mulf %a94, %a95 : f32
-    linalg.yield %s97 : f32
+  %e96 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v95, %v83 : tensor<8x16xf32>, tensor<f32>) outs(%e96 : tensor<8x16xf32>) {
+  ^bb0(%a97: f32, %a98: f32, %o99: f32):
+    %s100 = arith.mulf %a97, %a98 : f32
+    linalg.yield %s100 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e99 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v100 = linalg.transpose ins(%v43 : tensor<32x16xf32>) outs(%e99 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e101 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
-  %c102 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
-  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v103 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
-  %e105 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e107 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %c108 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
-  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v109 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
-  %e111 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %v112 = linalg.transpose ins(%v110 : tensor<16x32xf32>) outs(%e111 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e113 = tensor.empty() : tensor<16xf32> loc(#loc4)
-  %c114 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
-  %v119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v98 : tensor<8x16xf32>) outs(%v115 : tensor<16xf32>) {
-  ^bb0(%a116: f32, %o117: f32):
-    %s118 = arith.addf %a116, %o117 : f32
-    linalg.yield %s118 : f32
+  %e102 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v103 = linalg.transpose ins(%v46 : tensor<32x16xf32>) outs(%e102 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e104 = tensor.empty() : tensor<8x32xf32> loc(#loc4)
+  %c105 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %v107 = linalg.matmul ins(%v101, %v103 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v106 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc4)
+  %e108 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v109 = linalg.transpose ins(%v101 : tensor<8x16xf32>) outs(%e108 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e110 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %c111 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v112 = linalg.fill ins(%c111 : f32) outs(%e110 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %v113 = linalg.matmul ins(%v109, %v44 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v112 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc4)
+  %e114 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v115 = linalg.transpose ins(%v113 : tensor<16x32xf32>) outs(%e114 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e116 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c117 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v118 = linalg.fill ins(%c117 : f32) outs(%e116 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
+  %v122 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v101 : tensor<8x16xf32>) outs(%v118 : tensor<16xf32>) {
+  ^bb0(%a119: f32, %o120: f32):
+    %s121 = arith.addf %a119, %o120 : f32
+    linalg.yield %s121 : f32
   } -> tensor<16xf32> loc(#loc4)
-  %e121 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v122 = linalg.transpose ins(%v112 : tensor<32x16xf32>) outs(%e121 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e123 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e123 : tensor<8x32xf32>) {
-  ^bb0(%a124: f32, %o125: f32):
-    %s126 = arith.constant 0x3F3504F3 : f32
-    %s127 = arith.mulf %a124, %s126 : f32
-    linalg.yield %s127 : f32
+  %e124 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v125 = linalg.transpose ins(%v115 : tensor<32x16xf32>) outs(%e124 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e126 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x32xf32>) outs(%e126 : tensor<8x32xf32>) {
+  ^bb0(%a127: f32, %o128: f32):
+    %s129 = arith.constant 0x3F3504F3 : f32
+    %s130 = arith.mulf %a127, %s129 : f32
+    linalg.yield %s130 : f32
   } -> tensor<8x32xf32> loc(#loc5)
-  %e129 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x32xf32>) outs(%e129 : tensor<8x32xf32>) {
-  ^bb0(%a130: f32, %o131: f32):
-    %s132 = math.erf %a130 : f32
-    linalg.yield %s132 : f32
-  } -> tensor<8x32xf32> loc(#loc5)
-  %e134 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x32xf32>) outs(%e134 : tensor<8x32xf32>) {
-  ^bb0(%a135: f32, %o136: f32):
-    %s137 = arith.constant 0x3F800000 : f32
-    %s138 = arith.addf %a135, %s137 : f32
+  %e132 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v131 : tensor<8x32xf32>) outs(%e132 : tensor<8x32xf32>) {
+  ^bb0(%a133: f32, %o134: f32):
+    %s135 = math.erf %a133 : f32
+    %s136 = arith.constant 0x00000000 : f32
+    %s137 = arith.cmpf oeq, %a133, %s136 : f32
+    %s138 = arith.select %s137, %a133, %s135 : f32
     linalg.yield %s138 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e140 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x32xf32>) outs(%e140 : tensor<8x32xf32>) {
   ^bb0(%a141: f32, %o142: f32):
-    %s143 = arith.constant 0x3F000000 : f32
-    %s144 = arith.mulf %a141, %s143 : f32
+    %s143 = arith.constant 0x3F800000 : f32
+    %s144 = arith.addf %a141, %s143 : f32
     linalg.yield %s144 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e146 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e146 : tensor<8x32xf32>) {
-  ^bb0(%a147: f32, %a148: f32, %o149: f32):
-    %s150 = arith.mulf %a147, %a148 : f32
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145 : tensor<8x32xf32>) outs(%e146 : tensor<8x32xf32>) {
+  ^bb0(%a147: f32, %o148: f32):
+    %s149 = arith.constant 0x3F000000 : f32
+    %s150 = arith.mulf %a147, %s149 : f32
     linalg.yield %s150 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e152 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x32xf32>) outs(%e152 : tensor<8x32xf32>) {
-  ^bb0(%a153: f32, %o154: f32):
-    %s155 = arith.constant 0xBF000000 : f32
-    %s156 = arith.mulf %a153, %s155 : f32
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e152 : tensor<8x32xf32>) {
+  ^bb0(%a153: f32, %a154: f32, %o155: f32):
+    %s156 = arith.mulf %a153, %a154 : f32
     linalg.yield %s156 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e158 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x32xf32>) outs(%e158 : tensor<8x32xf32>) {
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x32xf32>) outs(%e158 : tensor<8x32xf32>) {
   ^bb0(%a159: f32, %o160: f32):
-    %s161 = math.exp %a159 : f32
-    linalg.yield %s161 : f32
+    %s161 = arith.constant 0xBF000000 : f32
+    %s162 = arith.mulf %a159, %s161 : f32
+    linalg.yield %s162 : f32
   } -> tensor<8x32xf32> loc(#loc5)
-  %e163 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x32xf32>) outs(%e163 : tensor<8x32xf32>) {
-  ^bb0(%a164: f32, %o165: f32):
-    %s166 = arith.constant 0x3ECC422A : f32
-    %s167 = arith.mulf %a164, %s166 : f32
+  %e164 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163 : tensor<8x32xf32>) outs(%e164 : tensor<8x32xf32>) {
+  ^bb0(%a165: f32, %o166: f32):
+    %s167 = math.exp %a165 : f32
     linalg.yield %s167 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e169 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e169 : tensor<8x32xf32>) {
-  ^bb0(%a170: f32, %a171: f32, %o172: f32):
-    %s173 = arith.mulf %a170, %a171 : f32
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v168 : tensor<8x32xf32>) outs(%e169 : tensor<8x32xf32>) {
+  ^bb0(%a170: f32, %o171: f32):
+    %s172 = arith.constant 0x3ECC422A : f32
+    %s173 = arith.mulf %a170, %s172 : f32
     linalg.yield %s173 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e175 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e175 : tensor<8x32xf32>) {
+  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v174 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e175 : tensor<8x32xf32>) {
   ^bb0(%a176: f32, %a177: f32, %o178: f32):
-    %s179 = arith.addf %a176, %a177 : f32
+    %s179 = arith.mulf %a176, %a177 : f32
     linalg.yield %s179 : f32
   } -> tensor<8x32xf32> loc(#loc5)
   %e181 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
-  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e181 : tensor<8x32xf32>) {
+  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151, %v180 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e181 : tensor<8x32xf32>) {
   ^bb0(%a182: f32, %a183: f32, %o184: f32):
-    %s185 = arith.mulf %a182, %a183 : f32
+    %s185 = arith.addf %a182, %a183 : f32
     linalg.yield %s185 : f32
   } -> tensor<8x32xf32> loc(#loc5)
-  %e187 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
-  %v188 = linalg.transpose ins(%v186 : tensor<8x32xf32>) outs(%e187 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e189 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %c190 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
-  %v192 = linalg.matmul ins(%v188, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
-  %e193 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
-  %v194 = linalg.transpose ins(%v192 : tensor<32x16xf32>) outs(%e193 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
-  %e195 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %e187 = tensor.empty() : tensor<8x32xf32> loc(#loc5)
+  %v192 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v107, %v186 : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e187 : tensor<8x32xf32>) {
+  ^bb0(%a188: f32, %a189: f32, %o190: f32):
+    %s191 = arith.mulf %a188, %a189 : f32
+    linalg.yield %s191 : f32
+  } -> tensor<8x32xf32> loc(#loc5)
+  %e193 = tensor.empty() : tensor<32x8xf32> loc(#loc4)
+  %v194 = linalg.transpose ins(%v192 : tensor<8x32xf32>) outs(%e193 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e195 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
   %c196 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
-  %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x32xf32>) outs(%v197 : tensor<32xf32>) {
-  ^bb0(%a198: f32, %o199: f32):
-    %s200 = arith.addf %a198, %o199 : f32
-    linalg.yield %s200 : f32
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %v198 = linalg.matmul ins(%v194, %arg16 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v197 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc4)
+  %e199 = tensor.empty() : tensor<16x32xf32> loc(#loc4)
+  %v200 = linalg.transpose ins(%v198 : tensor<32x16xf32>) outs(%e199 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc4)
+  %e201 = tensor.empty() : tensor<32xf32> loc(#loc4)
+  %c202 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v203 = linalg.fill ins(%c202 : f32) outs(%e201 : tensor<32xf32>) -> tensor<32xf32> loc(#loc4)
+  %v207 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v192 : tensor<8x32xf32>) outs(%v203 : tensor<32xf32>) {
+  ^bb0(%a204: f32, %o205: f32):
+    %s206 = arith.addf %a204, %o205 : f32
+    linalg.yield %s206 : f32
   } -> tensor<32xf32> loc(#loc4)
-  %e203 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
-  %v204 = linalg.transpose ins(%v194 : tensor<16x32xf32>) outs(%e203 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e205 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v210 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e205 : tensor<f32>) {
-  ^bb0(%a206: f32, %o207: f32):
-    %s208 = arith.constant 0x3F800000 : f32
-    %s209 = arith.addf %a206, %s208 : f32
-    linalg.yield %s209 : f32
-  } -> tensor<f32> loc(#loc6)
+  %e209 = tensor.empty() : tensor<32x16xf32> loc(#loc4)
+  %v210 = linalg.transpose ins(%v200 : tensor<16x32xf32>) outs(%e209 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc4)
   %e211 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v216 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e211 : tensor<f32>) {
+  %v216 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg12 : tensor<f32>) outs(%e211 : tensor<f32>) {
   ^bb0(%a212: f32, %o213: f32):
     %s214 = arith.constant 0x3F800000 : f32
     %s215 = arith.addf %a212, %s214 : f32
     linalg.yield %s215 : f32
   } -> tensor<f32> loc(#loc6)
   %e217 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v222 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e217 : tensor<f32>) {
+  %v222 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg13 : tensor<f32>) outs(%e217 : tensor<f32>) {
   ^bb0(%a218: f32, %o219: f32):
     %s220 = arith.constant 0x3F800000 : f32
     %s221 = arith.addf %a218, %s220 : f32
     linalg.yield %s221 : f32
   } -> tensor<f32> loc(#loc6)
   %e223 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v228 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e223 : tensor<f32>) {
+  %v228 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg14 : tensor<f32>) outs(%e223 : tensor<f32>) {
   ^bb0(%a224: f32, %o225: f32):
     %s226 = arith.constant 0x3F800000 : f32
     %s227 = arith.addf %a224, %s226 : f32
     linalg.yield %s227 : f32
   } -> tensor<f32> loc(#loc6)
-  %e229 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v234 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<32x16xf32>) outs(%e229 : tensor<32x16xf32>) {
+  %e229 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v234 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg15 : tensor<f32>) outs(%e229 : tensor<f32>) {
   ^bb0(%a230: f32, %o231: f32):
-    %s232 = arith.constant 0x3F7FFF58 : f32
-    %s233 = arith.mulf %a230, %s232 : f32
+    %s232 = arith.constant 0x3F800000 : f32
+    %s233 = arith.addf %a230, %s232 : f32
     linalg.yield %s233 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e235 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v240 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xf32>) outs(%e235 : tensor<32xf32>) {
+  } -> tensor<f32> loc(#loc6)
+  %e235 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v240 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<32x16xf32>) outs(%e235 : tensor<32x16xf32>) {
   ^bb0(%a236: f32, %o237: f32):
     %s238 = arith.constant 0x3F7FFF58 : f32
     %s239 = arith.mulf %a236, %s238 : f32
     linalg.yield %s239 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e241 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v246 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x32xf32>) outs(%e241 : tensor<16x32xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e241 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v246 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xf32>) outs(%e241 : tensor<32xf32>) {
   ^bb0(%a242: f32, %o243: f32):
     %s244 = arith.constant 0x3F7FFF58 : f32
     %s245 = arith.mulf %a242, %s244 : f32
     linalg.yield %s245 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e247 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v252 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3 : tensor<16xf32>) outs(%e247 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc6)
+  %e247 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v252 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x32xf32>) outs(%e247 : tensor<16x32xf32>) {
   ^bb0(%a248: f32, %o249: f32):
     %s250 = arith.constant 0x3F7FFF58 : f32
     %s251 = arith.mulf %a248, %s250 : f32
     linalg.yield %s251 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e253 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v267 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v204 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e253 : tensor<32x16xf32>) {
-  ^bb0(%a254: f32, %a255: f32, %o256: f32):
-    %s257 = arith.constant 0x3DCCCCCD : f32
-    %s258 = arith.subf %a255, %a254 : f32
-    %s259 = math.absf %s257 : f32
-    %s260 = arith.constant 0x3F000000 : f32
-    %s261 = arith.cmpf olt, %s259, %s260 : f32
-    %s262 = arith.constant 0x3F800000 : f32
-    %s263 = arith.subf %s257, %s262 : f32
-    %s264 = arith.select %s261, %s257, %s263 : f32
-    %s265 = arith.select %s261, %a254, %a255 : f32
-    %s266 = math.fma %s264, %s258, %s265 : f32
-    linalg.yield %s266 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e268 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v282 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v201 : tensor<32xf32>, tensor<32xf32>) outs(%e268 : tensor<32xf32>) {
-  ^bb0(%a269: f32, %a270: f32, %o271: f32):
-    %s272 = arith.constant 0x3DCCCCCD : f32
-    %s273 = arith.subf %a270, %a269 : f32
-    %s274 = math.absf %s272 : f32
-    %s275 = arith.constant 0x3F000000 : f32
-    %s276 = arith.cmpf olt, %s274, %s275 : f32
-    %s277 = arith.constant 0x3F800000 : f32
-    %s278 = arith.subf %s272, %s277 : f32
-    %s279 = arith.select %s276, %s272, %s278 : f32
-    %s280 = arith.select %s276, %a269, %a270 : f32
-    %s281 = math.fma %s279, %s273, %s280 : f32
-    linalg.yield %s281 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e283 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v297 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v122 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e283 : tensor<16x32xf32>) {
-  ^bb0(%a284: f32, %a285: f32, %o286: f32):
-    %s287 = arith.constant 0x3DCCCCCD : f32
-    %s288 = arith.subf %a285, %a284 : f32
-    %s289 = math.absf %s287 : f32
-    %s290 = arith.constant 0x3F000000 : f32
-    %s291 = arith.cmpf olt, %s289, %s290 : f32
-    %s292 = arith.constant 0x3F800000 : f32
-    %s293 = arith.subf %s287, %s292 : f32
-    %s294 = arith.select %s291, %s287, %s293 : f32
-    %s295 = arith.select %s291, %a284, %a285 : f32
-    %s296 = math.fma %s294, %s288, %s295 : f32
-    linalg.yield %s296 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e298 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e298 : tensor<16xf32>) {
-  ^bb0(%a299: f32, %a300: f32, %o301: f32):
-    %s302 = arith.constant 0x3DCCCCCD : f32
-    %s303 = arith.subf %a300, %a299 : f32
-    %s304 = math.absf %s302 : f32
-    %s305 = arith.constant 0x3F000000 : f32
-    %s306 = arith.cmpf olt, %s304, %s305 : f32
-    %s307 = arith.constant 0x3F800000 : f32
-    %s308 = arith.subf %s302, %s307 : f32
-    %s309 = arith.select %s306, %s302, %s308 : f32
-    %s310 = arith.select %s306, %a299, %a300 : f32
-    %s311 = math.fma %s309, %s303, %s310 : f32
-    linalg.yield %s311 : f32
+  %e253 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v258 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3 : tensor<16xf32>) outs(%e253 : tensor<16xf32>) {
+  ^bb0(%a254: f32, %o255: f32):
+    %s256 = arith.constant 0x3F7FFF58 : f32
+    %s257 = arith.mulf %a254, %s256 : f32
+    linalg.yield %s257 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e313 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e313 : tensor<32x16xf32>) {
-  ^bb0(%a314: f32, %o315: f32):
-    %s316 = arith.constant 0x3F7FBE77 : f32
-    %s317 = arith.mulf %a314, %s316 : f32
-    linalg.yield %s317 : f32
+  %e259 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v273 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v210 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e259 : tensor<32x16xf32>) {
+  ^bb0(%a260: f32, %a261: f32, %o262: f32):
+    %s263 = arith.constant 0x3DCCCCCD : f32
+    %s264 = arith.subf %a261, %a260 : f32
+    %s265 = math.absf %s263 : f32
+    %s266 = arith.constant 0x3F000000 : f32
+    %s267 = arith.cmpf olt, %s265, %s266 : f32
+    %s268 = arith.constant 0x3F800000 : f32
+    %s269 = arith.subf %s263, %s268 : f32
+    %s270 = arith.select %s267, %s263, %s269 : f32
+    %s271 = arith.select %s267, %a260, %a261 : f32
+    %s272 = math.fma %s270, %s264, %s271 : f32
+    linalg.yield %s272 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e319 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v324 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e319 : tensor<32xf32>) {
+  %e274 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v288 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v207 : tensor<32xf32>, tensor<32xf32>) outs(%e274 : tensor<32xf32>) {
+  ^bb0(%a275: f32, %a276: f32, %o277: f32):
+    %s278 = arith.constant 0x3DCCCCCD : f32
+    %s279 = arith.subf %a276, %a275 : f32
+    %s280 = math.absf %s278 : f32
+    %s281 = arith.constant 0x3F000000 : f32
+    %s282 = arith.cmpf olt, %s280, %s281 : f32
+    %s283 = arith.constant 0x3F800000 : f32
+    %s284 = arith.subf %s278, %s283 : f32
+    %s285 = arith.select %s282, %s278, %s284 : f32
+    %s286 = arith.select %s282, %a275, %a276 : f32
+    %s287 = math.fma %s285, %s279, %s286 : f32
+    linalg.yield %s287 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e289 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v303 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v125 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e289 : tensor<16x32xf32>) {
+  ^bb0(%a290: f32, %a291: f32, %o292: f32):
+    %s293 = arith.constant 0x3DCCCCCD : f32
+    %s294 = arith.subf %a291, %a290 : f32
+    %s295 = math.absf %s293 : f32
+    %s296 = arith.constant 0x3F000000 : f32
+    %s297 = arith.cmpf olt, %s295, %s296 : f32
+    %s298 = arith.constant 0x3F800000 : f32
+    %s299 = arith.subf %s293, %s298 : f32
+    %s300 = arith.select %s297, %s293, %s299 : f32
+    %s301 = arith.select %s297, %a290, %a291 : f32
+    %s302 = math.fma %s300, %s294, %s301 : f32
+    linalg.yield %s302 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e304 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v318 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v122 : tensor<16xf32>, tensor<16xf32>) outs(%e304 : tensor<16xf32>) {
+  ^bb0(%a305: f32, %a306: f32, %o307: f32):
+    %s308 = arith.constant 0x3DCCCCCD : f32
+    %s309 = arith.subf %a306, %a305 : f32
+    %s310 = math.absf %s308 : f32
+    %s311 = arith.constant 0x3F000000 : f32
+    %s312 = arith.cmpf olt, %s310, %s311 : f32
+    %s313 = arith.constant 0x3F800000 : f32
+    %s314 = arith.subf %s308, %s313 : f32
+    %s315 = arith.select %s312, %s308, %s314 : f32
+    %s316 = arith.select %s312, %a305, %a306 : f32
+    %s317 = math.fma %s315, %s309, %s316 : f32
+    linalg.yield %s317 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  %e319 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v324 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8 : tensor<32x16xf32>) outs(%e319 : tensor<32x16xf32>) {
   ^bb0(%a320: f32, %o321: f32):
     %s322 = arith.constant 0x3F7FBE77 : f32
     %s323 = arith.mulf %a320, %s322 : f32
     linalg.yield %s323 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e325 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v330 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e325 : tensor<16x32xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e325 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v330 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9 : tensor<32xf32>) outs(%e325 : tensor<32xf32>) {
   ^bb0(%a326: f32, %o327: f32):
     %s328 = arith.constant 0x3F7FBE77 : f32
     %s329 = arith.mulf %a326, %s328 : f32
     linalg.yield %s329 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e331 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v336 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e331 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc6)
+  %e331 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v336 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg10 : tensor<16x32xf32>) outs(%e331 : tensor<16x32xf32>) {
   ^bb0(%a332: f32, %o333: f32):
     %s334 = arith.constant 0x3F7FBE77 : f32
     %s335 = arith.mulf %a332, %s334 : f32
     linalg.yield %s335 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e337 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v345 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v318, %v204, %v204 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e337 : tensor<32x16xf32>) {
-  ^bb0(%a338: f32, %a339: f32, %a340: f32, %o341: f32):
-    %s342 = arith.constant 0x3A83126F : f32
-    %s343 = arith.mulf %s342, %a339 : f32
-    %s344 = math.fma %s343, %a340, %a338 : f32
-    linalg.yield %s344 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e346 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v354 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v324, %v201, %v201 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e346 : tensor<32xf32>) {
-  ^bb0(%a347: f32, %a348: f32, %a349: f32, %o350: f32):
-    %s351 = arith.constant 0x3A83126F : f32
-    %s352 = arith.mulf %s351, %a348 : f32
-    %s353 = math.fma %s352, %a349, %a347 : f32
-    linalg.yield %s353 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e355 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v363 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v330, %v122, %v122 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e355 : tensor<16x32xf32>) {
-  ^bb0(%a356: f32, %a357: f32, %a358: f32, %o359: f32):
-    %s360 = arith.constant 0x3A83126F : f32
-    %s361 = arith.mulf %s360, %a357 : f32
-    %s362 = math.fma %s361, %a358, %a356 : f32
-    linalg.yield %s362 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e364 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v372 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v336, %v119, %v119 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e364 : tensor<16xf32>) {
-  ^bb0(%a365: f32, %a366: f32, %a367: f32, %o368: f32):
-    %s369 = arith.constant 0x3A83126F : f32
-    %s370 = arith.mulf %s369, %a366 : f32
-    %s371 = math.fma %s370, %a367, %a365 : f32
-    linalg.yield %s371 : f32
+  %e337 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v342 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11 : tensor<16xf32>) outs(%e337 : tensor<16xf32>) {
+  ^bb0(%a338: f32, %o339: f32):
+    %s340 = arith.constant 0x3F7FBE77 : f32
+    %s341 = arith.mulf %a338, %s340 : f32
+    linalg.yield %s341 : f32
   } -> tensor<16xf32> loc(#loc6)
-  %e373 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v378 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e373 : tensor<f32>) {
-  ^bb0(%a374: f32, %o375: f32):
-    %s376 = arith.constant 0x3F666666 : f32
-    %s377 = math.powf %s376, %a374 : f32
+  %e343 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v351 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v324, %v210, %v210 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e343 : tensor<32x16xf32>) {
+  ^bb0(%a344: f32, %a345: f32, %a346: f32, %o347: f32):
+    %s348 = arith.constant 0x3A83126F : f32
+    %s349 = arith.mulf %s348, %a345 : f32
+    %s350 = math.fma %s349, %a346, %a344 : f32
+    linalg.yield %s350 : f32
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e352 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v360 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v330, %v207, %v207 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e352 : tensor<32xf32>) {
+  ^bb0(%a353: f32, %a354: f32, %a355: f32, %o356: f32):
+    %s357 = arith.constant 0x3A83126F : f32
+    %s358 = arith.mulf %s357, %a354 : f32
+    %s359 = math.fma %s358, %a355, %a353 : f32
+    linalg.yield %s359 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e361 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v369 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v336, %v125, %v125 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e361 : tensor<16x32xf32>) {
+  ^bb0(%a362: f32, %a363: f32, %a364: f32, %o365: f32):
+    %s366 = arith.constant 0x3A83126F : f32
+    %s367 = arith.mulf %s366, %a363 : f32
+    %s368 = math.fma %s367, %a364, %a362 : f32
+    linalg.yield %s368 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e370 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v378 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v342, %v122, %v122 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e370 : tensor<16xf32>) {
+  ^bb0(%a371: f32, %a372: f32, %a373: f32, %o374: f32):
+    %s375 = arith.constant 0x3A83126F : f32
+    %s376 = arith.mulf %s375, %a372 : f32
+    %s377 = math.fma %s376, %a373, %a371 : f32
     linalg.yield %s377 : f32
-  } -> tensor<f32> loc(#loc6)
+  } -> tensor<16xf32> loc(#loc6)
   %e379 = tensor.empty() : tensor<f32> loc(#loc6)
   %v384 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v216 : tensor<f32>) outs(%e379 : tensor<f32>) {
   ^bb0(%a380: f32, %o381: f32):
@@ -449,9 +448,9 @@ func.func @fsdp_tp_train(
     linalg.yield %s395 : f32
   } -> tensor<f32> loc(#loc6)
   %e397 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v210 : tensor<f32>) outs(%e397 : tensor<f32>) {
+  %v402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v234 : tensor<f32>) outs(%e397 : tensor<f32>) {
   ^bb0(%a398: f32, %o399: f32):
-    %s400 = arith.constant 0x3F7FBE77 : f32
+    %s400 = arith.constant 0x3F666666 : f32
     %s401 = math.powf %s400, %a398 : f32
     linalg.yield %s401 : f32
   } -> tensor<f32> loc(#loc6)
@@ -477,10 +476,10 @@ func.func @fsdp_tp_train(
     linalg.yield %s419 : f32
   } -> tensor<f32> loc(#loc6)
   %e421 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v378 : tensor<f32>) outs(%e421 : tensor<f32>) {
+  %v426 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v234 : tensor<f32>) outs(%e421 : tensor<f32>) {
   ^bb0(%a422: f32, %o423: f32):
-    %s424 = arith.constant 0x3F800000 : f32
-    %s425 = arith.subf %a422, %s424 : f32
+    %s424 = arith.constant 0x3F7FBE77 : f32
+    %s425 = math.powf %s424, %a422 : f32
     linalg.yield %s425 : f32
   } -> tensor<f32> loc(#loc6)
   %e427 = tensor.empty() : tensor<f32> loc(#loc6)
@@ -533,34 +532,34 @@ func.func @fsdp_tp_train(
     linalg.yield %s467 : f32
   } -> tensor<f32> loc(#loc6)
   %e469 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v473 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v450 : tensor<f32>) outs(%e469 : tensor<f32>) {
+  %v474 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e469 : tensor<f32>) {
   ^bb0(%a470: f32, %o471: f32):
-    %s472 = arith.negf %a470 : f32
-    linalg.yield %s472 : f32
+    %s472 = arith.constant 0x3F800000 : f32
+    %s473 = arith.subf %a470, %s472 : f32
+    linalg.yield %s473 : f32
   } -> tensor<f32> loc(#loc6)
-  %e474 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v456 : tensor<f32>) outs(%e474 : tensor<f32>) {
-  ^bb0(%a475: f32, %o476: f32):
-    %s477 = arith.negf %a475 : f32
-    linalg.yield %s477 : f32
+  %e475 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v479 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v456 : tensor<f32>) outs(%e475 : tensor<f32>) {
+  ^bb0(%a476: f32, %o477: f32):
+    %s478 = arith.negf %a476 : f32
+    linalg.yield %s478 : f32
   } -> tensor<f32> loc(#loc6)
-  %e479 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v462 : tensor<f32>) outs(%e479 : tensor<f32>) {
-  ^bb0(%a480: f32, %o481: f32):
-    %s482 = arith.negf %a480 : f32
-    linalg.yield %s482 : f32
+  %e480 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v484 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v462 : tensor<f32>) outs(%e480 : tensor<f32>) {
+  ^bb0(%a481: f32, %o482: f32):
+    %s483 = arith.negf %a481 : f32
+    linalg.yield %s483 : f32
   } -> tensor<f32> loc(#loc6)
-  %e484 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v488 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e484 : tensor<f32>) {
-  ^bb0(%a485: f32, %o486: f32):
-    %s487 = arith.negf %a485 : f32
-    linalg.yield %s487 : f32
+  %e485 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v489 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v468 : tensor<f32>) outs(%e485 : tensor<f32>) {
+  ^bb0(%a486: f32, %o487: f32):
+    %s488 = arith.negf %a486 : f32
+    linalg.yield %s488 : f32
   } -> tensor<f32> loc(#loc6)
-  %e489 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v426 : tensor<f32>) outs(%e489 : tensor<f32>) {
-  ^bb0(%a490: f32, %o491: f32):
-    %s492 = arith.constant 0x3A83126F : f32
-    %s493 = arith.divf %a490, %s492 : f32
+  %e490 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v474 : tensor<f32>) outs(%e490 : tensor<f32>) {
+  ^bb0(%a491: f32, %o492: f32):
+    %s493 = arith.negf %a491 : f32
     linalg.yield %s493 : f32
   } -> tensor<f32> loc(#loc6)
   %e495 = tensor.empty() : tensor<f32> loc(#loc6)
@@ -585,10 +584,10 @@ func.func @fsdp_tp_train(
     linalg.yield %s511 : f32
   } -> tensor<f32> loc(#loc6)
   %e513 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v518 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v494 : tensor<f32>) outs(%e513 : tensor<f32>) {
+  %v518 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v450 : tensor<f32>) outs(%e513 : tensor<f32>) {
   ^bb0(%a514: f32, %o515: f32):
-    %s516 = arith.constant 0x3F800000 : f32
-    %s517 = arith.divf %s516, %a514 : f32
+    %s516 = arith.constant 0x3A83126F : f32
+    %s517 = arith.divf %a514, %s516 : f32
     linalg.yield %s517 : f32
   } -> tensor<f32> loc(#loc6)
   %e519 = tensor.empty() : tensor<f32> loc(#loc6)
@@ -613,166 +612,173 @@ func.func @fsdp_tp_train(
     linalg.yield %s535 : f32
   } -> tensor<f32> loc(#loc6)
   %e537 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v541 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v473 : tensor<f32>) outs(%e537 : tensor<f32>) {
+  %v542 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v518 : tensor<f32>) outs(%e537 : tensor<f32>) {
   ^bb0(%a538: f32, %o539: f32):
-    %s540 = math.sqrt %a538 : f32
-    linalg.yield %s540 : f32
+    %s540 = arith.constant 0x3F800000 : f32
+    %s541 = arith.divf %s540, %a538 : f32
+    linalg.yield %s541 : f32
   } -> tensor<f32> loc(#loc6)
-  %e542 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v546 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v478 : tensor<f32>) outs(%e542 : tensor<f32>) {
-  ^bb0(%a543: f32, %o544: f32):
-    %s545 = math.sqrt %a543 : f32
-    linalg.yield %s545 : f32
+  %e543 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v547 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v479 : tensor<f32>) outs(%e543 : tensor<f32>) {
+  ^bb0(%a544: f32, %o545: f32):
+    %s546 = math.sqrt %a544 : f32
+    linalg.yield %s546 : f32
   } -> tensor<f32> loc(#loc6)
-  %e547 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v551 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v483 : tensor<f32>) outs(%e547 : tensor<f32>) {
-  ^bb0(%a548: f32, %o549: f32):
-    %s550 = math.sqrt %a548 : f32
-    linalg.yield %s550 : f32
+  %e548 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v552 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v484 : tensor<f32>) outs(%e548 : tensor<f32>) {
+  ^bb0(%a549: f32, %o550: f32):
+    %s551 = math.sqrt %a549 : f32
+    linalg.yield %s551 : f32
   } -> tensor<f32> loc(#loc6)
-  %e552 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v556 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v488 : tensor<f32>) outs(%e552 : tensor<f32>) {
-  ^bb0(%a553: f32, %o554: f32):
-    %s555 = math.sqrt %a553 : f32
-    linalg.yield %s555 : f32
+  %e553 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v557 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v489 : tensor<f32>) outs(%e553 : tensor<f32>) {
+  ^bb0(%a554: f32, %o555: f32):
+    %s556 = math.sqrt %a554 : f32
+    linalg.yield %s556 : f32
   } -> tensor<f32> loc(#loc6)
-  %e557 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v561 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v345 : tensor<32x16xf32>) outs(%e557 : tensor<32x16xf32>) {
-  ^bb0(%a558: f32, %o559: f32):
-    %s560 = math.sqrt %a558 : f32
-    linalg.yield %s560 : f32
+  %e558 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v562 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v494 : tensor<f32>) outs(%e558 : tensor<f32>) {
+  ^bb0(%a559: f32, %o560: f32):
+    %s561 = math.sqrt %a559 : f32
+    linalg.yield %s561 : f32
+  } -> tensor<f32> loc(#loc6)
+  %e563 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v567 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v351 : tensor<32x16xf32>) outs(%e563 : tensor<32x16xf32>) {
+  ^bb0(%a564: f32, %o565: f32):
+    %s566 = math.sqrt %a564 : f32
+    linalg.yield %s566 : f32
   } -> tensor<32x16xf32> loc(#loc6)
-  %e562 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v566 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v354 : tensor<32xf32>) outs(%e562 : tensor<32xf32>) {
-  ^bb0(%a563: f32, %o564: f32):
-    %s565 = math.sqrt %a563 : f32
-    linalg.yield %s565 : f32
+  %e568 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v572 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v360 : tensor<32xf32>) outs(%e568 : tensor<32xf32>) {
+  ^bb0(%a569: f32, %o570: f32):
+    %s571 = math.sqrt %a569 : f32
+    linalg.yield %s571 : f32
   } -> tensor<32xf32> loc(#loc6)
-  %e567 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v363 : tensor<16x32xf32>) outs(%e567 : tensor<16x32xf32>) {
-  ^bb0(%a568: f32, %o569: f32):
-    %s570 = math.sqrt %a568 : f32
-    linalg.yield %s570 : f32
+  %e573 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v577 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v369 : tensor<16x32xf32>) outs(%e573 : tensor<16x32xf32>) {
+  ^bb0(%a574: f32, %o575: f32):
+    %s576 = math.sqrt %a574 : f32
+    linalg.yield %s576 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e572 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v576 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v372 : tensor<16xf32>) outs(%e572 : tensor<16xf32>) {
-  ^bb0(%a573: f32, %o574: f32):
-    %s575 = math.sqrt %a573 : f32
-    linalg.yield %s575 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e577 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v582 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v561, %v541 : tensor<32x16xf32>, tensor<f32>) outs(%e577 : tensor<32x16xf32>) {
-  ^bb0(%a578: f32, %a579: f32, %o580: f32):
-    %s581 = arith.divf %a578, %a579 : f32
+  %e578 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v582 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v378 : tensor<16xf32>) outs(%e578 : tensor<16xf32>) {
+  ^bb0(%a579: f32, %o580: f32):
+    %s581 = math.sqrt %a579 : f32
     linalg.yield %s581 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e583 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v588 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v566, %v546 : tensor<32xf32>, tensor<f32>) outs(%e583 : tensor<32xf32>) {
+  } -> tensor<16xf32> loc(#loc6)
+  %e583 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v588 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v567, %v547 : tensor<32x16xf32>, tensor<f32>) outs(%e583 : tensor<32x16xf32>) {
   ^bb0(%a584: f32, %a585: f32, %o586: f32):
     %s587 = arith.divf %a584, %a585 : f32
     linalg.yield %s587 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e589 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v594 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v571, %v551 : tensor<16x32xf32>, tensor<f32>) outs(%e589 : tensor<16x32xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e589 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v594 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v572, %v552 : tensor<32xf32>, tensor<f32>) outs(%e589 : tensor<32xf32>) {
   ^bb0(%a590: f32, %a591: f32, %o592: f32):
     %s593 = arith.divf %a590, %a591 : f32
     linalg.yield %s593 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e595 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v600 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v576, %v556 : tensor<16xf32>, tensor<f32>) outs(%e595 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc6)
+  %e595 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v600 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v577, %v557 : tensor<16x32xf32>, tensor<f32>) outs(%e595 : tensor<16x32xf32>) {
   ^bb0(%a596: f32, %a597: f32, %o598: f32):
     %s599 = arith.divf %a596, %a597 : f32
     linalg.yield %s599 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e601 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v606 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v582 : tensor<32x16xf32>) outs(%e601 : tensor<32x16xf32>) {
-  ^bb0(%a602: f32, %o603: f32):
-    %s604 = arith.constant 0x322BCC77 : f32
-    %s605 = arith.addf %a602, %s604 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e601 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v606 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v582, %v562 : tensor<16xf32>, tensor<f32>) outs(%e601 : tensor<16xf32>) {
+  ^bb0(%a602: f32, %a603: f32, %o604: f32):
+    %s605 = arith.divf %a602, %a603 : f32
     linalg.yield %s605 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e607 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v612 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v588 : tensor<32xf32>) outs(%e607 : tensor<32xf32>) {
+  } -> tensor<16xf32> loc(#loc6)
+  %e607 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v612 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v588 : tensor<32x16xf32>) outs(%e607 : tensor<32x16xf32>) {
   ^bb0(%a608: f32, %o609: f32):
     %s610 = arith.constant 0x322BCC77 : f32
     %s611 = arith.addf %a608, %s610 : f32
     linalg.yield %s611 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e613 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v618 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v594 : tensor<16x32xf32>) outs(%e613 : tensor<16x32xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e613 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v618 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v594 : tensor<32xf32>) outs(%e613 : tensor<32xf32>) {
   ^bb0(%a614: f32, %o615: f32):
     %s616 = arith.constant 0x322BCC77 : f32
     %s617 = arith.addf %a614, %s616 : f32
     linalg.yield %s617 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e619 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v624 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v600 : tensor<16xf32>) outs(%e619 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc6)
+  %e619 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v624 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v600 : tensor<16x32xf32>) outs(%e619 : tensor<16x32xf32>) {
   ^bb0(%a620: f32, %o621: f32):
     %s622 = arith.constant 0x322BCC77 : f32
     %s623 = arith.addf %a620, %s622 : f32
     linalg.yield %s623 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e625 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v630 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v606, %v518 : tensor<32x16xf32>, tensor<f32>) outs(%e625 : tensor<32x16xf32>) {
-  ^bb0(%a626: f32, %a627: f32, %o628: f32):
-    %s629 = arith.divf %a626, %a627 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e625 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v630 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v606 : tensor<16xf32>) outs(%e625 : tensor<16xf32>) {
+  ^bb0(%a626: f32, %o627: f32):
+    %s628 = arith.constant 0x322BCC77 : f32
+    %s629 = arith.addf %a626, %s628 : f32
     linalg.yield %s629 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e631 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v636 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v612, %v524 : tensor<32xf32>, tensor<f32>) outs(%e631 : tensor<32xf32>) {
+  } -> tensor<16xf32> loc(#loc6)
+  %e631 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v636 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v612, %v524 : tensor<32x16xf32>, tensor<f32>) outs(%e631 : tensor<32x16xf32>) {
   ^bb0(%a632: f32, %a633: f32, %o634: f32):
     %s635 = arith.divf %a632, %a633 : f32
     linalg.yield %s635 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e637 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v642 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v618, %v530 : tensor<16x32xf32>, tensor<f32>) outs(%e637 : tensor<16x32xf32>) {
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e637 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v642 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v618, %v530 : tensor<32xf32>, tensor<f32>) outs(%e637 : tensor<32xf32>) {
   ^bb0(%a638: f32, %a639: f32, %o640: f32):
     %s641 = arith.divf %a638, %a639 : f32
     linalg.yield %s641 : f32
-  } -> tensor<16x32xf32> loc(#loc6)
-  %e643 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v648 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v624, %v536 : tensor<16xf32>, tensor<f32>) outs(%e643 : tensor<16xf32>) {
+  } -> tensor<32xf32> loc(#loc6)
+  %e643 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v648 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v624, %v536 : tensor<16x32xf32>, tensor<f32>) outs(%e643 : tensor<16x32xf32>) {
   ^bb0(%a644: f32, %a645: f32, %o646: f32):
     %s647 = arith.divf %a644, %a645 : f32
     linalg.yield %s647 : f32
-  } -> tensor<16xf32> loc(#loc6)
-  %e649 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
-  %v658 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v234, %v267, %v630 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e649 : tensor<32x16xf32>) {
-  ^bb0(%a650: f32, %a651: f32, %a652: f32, %o653: f32):
-    %s654 = arith.constant 0x3F800000 : f32
-    %s655 = arith.mulf %s654, %a651 : f32
-    %s656 = arith.divf %s655, %a652 : f32
-    %s657 = arith.addf %a650, %s656 : f32
-    linalg.yield %s657 : f32
-  } -> tensor<32x16xf32> loc(#loc6)
-  %e659 = tensor.empty() : tensor<32xf32> loc(#loc6)
-  %v668 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v240, %v282, %v636 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e659 : tensor<32xf32>) {
-  ^bb0(%a660: f32, %a661: f32, %a662: f32, %o663: f32):
-    %s664 = arith.constant 0x3F800000 : f32
-    %s665 = arith.mulf %s664, %a661 : f32
-    %s666 = arith.divf %s665, %a662 : f32
-    %s667 = arith.addf %a660, %s666 : f32
-    linalg.yield %s667 : f32
-  } -> tensor<32xf32> loc(#loc6)
-  %e669 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
-  %v678 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v246, %v297, %v642 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e669 : tensor<16x32xf32>) {
-  ^bb0(%a670: f32, %a671: f32, %a672: f32, %o673: f32):
-    %s674 = arith.constant 0x3F800000 : f32
-    %s675 = arith.mulf %s674, %a671 : f32
-    %s676 = arith.divf %s675, %a672 : f32
-    %s677 = arith.addf %a670, %s676 : f32
-    linalg.yield %s677 : f32
   } -> tensor<16x32xf32> loc(#loc6)
-  %e679 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v688 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v252, %v312, %v648 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e679 : tensor<16xf32>) {
-  ^bb0(%a680: f32, %a681: f32, %a682: f32, %o683: f32):
-    %s684 = arith.constant 0x3F800000 : f32
-    %s685 = arith.mulf %s684, %a681 : f32
-    %s686 = arith.divf %s685, %a682 : f32
-    %s687 = arith.addf %a680, %s686 : f32
-    linalg.yield %s687 : f32
+  %e649 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v654 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v630, %v542 : tensor<16xf32>, tensor<f32>) outs(%e649 : tensor<16xf32>) {
+  ^bb0(%a650: f32, %a651: f32, %o652: f32):
+    %s653 = arith.divf %a650, %a651 : f32
+    linalg.yield %s653 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v77, %v658, %v668, %v678, %v688, %v267, %v282, %v297, %v312, %v345, %v354, %v363, %v372, %v210, %v216, %v222, %v228 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  %e655 = tensor.empty() : tensor<32x16xf32> loc(#loc6)
+  %v664 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v240, %v273, %v636 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e655 : tensor<32x16xf32>) {
+  ^bb0(%a656: f32, %a657: f32, %a658: f32, %o659: f32):
+    %s660 = arith.constant 0x3F800000 : f32
+    %s661 = arith.mulf %s660, %a657 : f32
+    %s662 = arith.divf %s661, %a658 : f32
+    %s663 = arith.addf %a656, %s662 : f32
+    linalg.yield %s663 : f32
+  } -> tensor<32x16xf32> loc(#loc6)
+  %e665 = tensor.empty() : tensor<32xf32> loc(#loc6)
+  %v674 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v246, %v288, %v642 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e665 : tensor<32xf32>) {
+  ^bb0(%a666: f32, %a667: f32, %a668: f32, %o669: f32):
+    %s670 = arith.constant 0x3F800000 : f32
+    %s671 = arith.mulf %s670, %a667 : f32
+    %s672 = arith.divf %s671, %a668 : f32
+    %s673 = arith.addf %a666, %s672 : f32
+    linalg.yield %s673 : f32
+  } -> tensor<32xf32> loc(#loc6)
+  %e675 = tensor.empty() : tensor<16x32xf32> loc(#loc6)
+  %v684 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v252, %v303, %v648 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e675 : tensor<16x32xf32>) {
+  ^bb0(%a676: f32, %a677: f32, %a678: f32, %o679: f32):
+    %s680 = arith.constant 0x3F800000 : f32
+    %s681 = arith.mulf %s680, %a677 : f32
+    %s682 = arith.divf %s681, %a678 : f32
+    %s683 = arith.addf %a676, %s682 : f32
+    linalg.yield %s683 : f32
+  } -> tensor<16x32xf32> loc(#loc6)
+  %e685 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v694 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v258, %v318, %v654 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e685 : tensor<16xf32>) {
+  ^bb0(%a686: f32, %a687: f32, %a688: f32, %o689: f32):
+    %s690 = arith.constant 0x3F800000 : f32
+    %s691 = arith.mulf %s690, %a687 : f32
+    %s692 = arith.divf %s691, %a688 : f32
+    %s693 = arith.addf %a686, %s692 : f32
+    linalg.yield %s693 : f32
+  } -> tensor<16xf32> loc(#loc6)
+  return %v80, %v664, %v674, %v684, %v694, %v273, %v288, %v303, %v318, %v351, %v360, %v369, %v378, %v216, %v222, %v228, %v234 : tensor<f32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])

@@ -391,2763 +391,2769 @@ func.func @transformer_block_tp(
     linalg.yield %s300 : f32
   } -> tensor<2x4x32xf32> loc(#loc5)
   %e302 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
-  %v306 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v301 : tensor<2x4x32xf32>) outs(%e302 : tensor<2x4x32xf32>) {
+  %v309 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v301 : tensor<2x4x32xf32>) outs(%e302 : tensor<2x4x32xf32>) {
   ^bb0(%a303: f32, %o304: f32):
     %s305 = math.erf %a303 : f32
-    linalg.yield %s305 : f32
+    %s306 = arith.constant 0x00000000 : f32
+    %s307 = arith.cmpf oeq, %a303, %s306 : f32
+    %s308 = arith.select %s307, %a303, %s305 : f32
+    linalg.yield %s308 : f32
   } -> tensor<2x4x32xf32> loc(#loc5)
-  %e307 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
-  %v312 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v306 : tensor<2x4x32xf32>) outs(%e307 : tensor<2x4x32xf32>) {
-  ^bb0(%a308: f32, %o309: f32):
-    %s310 = arith.constant 0x3F800000 : f32
-    %s311 = arith.addf %a308, %s310 : f32
-    linalg.yield %s311 : f32
+  %e310 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
+  %v315 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v309 : tensor<2x4x32xf32>) outs(%e310 : tensor<2x4x32xf32>) {
+  ^bb0(%a311: f32, %o312: f32):
+    %s313 = arith.constant 0x3F800000 : f32
+    %s314 = arith.addf %a311, %s313 : f32
+    linalg.yield %s314 : f32
   } -> tensor<2x4x32xf32> loc(#loc5)
-  %e313 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
-  %v318 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v295, %v312 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e313 : tensor<2x4x32xf32>) {
-  ^bb0(%a314: f32, %a315: f32, %o316: f32):
-    %s317 = arith.mulf %a314, %a315 : f32
-    linalg.yield %s317 : f32
+  %e316 = tensor.empty() : tensor<2x4x32xf32> loc(#loc5)
+  %v321 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v295, %v315 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e316 : tensor<2x4x32xf32>) {
+  ^bb0(%a317: f32, %a318: f32, %o319: f32):
+    %s320 = arith.mulf %a317, %a318 : f32
+    linalg.yield %s320 : f32
   } -> tensor<2x4x32xf32> loc(#loc5)
-  %v319 = tensor.collapse_shape %v318 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc5)
-  %e320 = tensor.empty() : tensor<32x16xf32> loc(#loc5)
-  %v321 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e320 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc5)
-  %e322 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
-  %c323 = arith.constant 0x00000000 : f32 loc(#loc5)
-  %v324 = linalg.fill ins(%c323 : f32) outs(%e322 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
-  %v325 = linalg.matmul ins(%v319, %v321 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v324 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
-  %e326 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
-  %v331 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v325, %arg15 : tensor<8x16xf32>, tensor<16xf32>) outs(%e326 : tensor<8x16xf32>) {
-  ^bb0(%a327: f32, %a328: f32, %o329: f32):
-    %s330 = arith.addf %a327, %a328 : f32
-    linalg.yield %s330 : f32
+  %v322 = tensor.collapse_shape %v321 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc5)
+  %e323 = tensor.empty() : tensor<32x16xf32> loc(#loc5)
+  %v324 = linalg.transpose ins(%arg14 : tensor<16x32xf32>) outs(%e323 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc5)
+  %e325 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
+  %c326 = arith.constant 0x00000000 : f32 loc(#loc5)
+  %v327 = linalg.fill ins(%c326 : f32) outs(%e325 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
+  %v328 = linalg.matmul ins(%v322, %v324 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v327 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc5)
+  %e329 = tensor.empty() : tensor<8x16xf32> loc(#loc5)
+  %v334 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v328, %arg15 : tensor<8x16xf32>, tensor<16xf32>) outs(%e329 : tensor<8x16xf32>) {
+  ^bb0(%a330: f32, %a331: f32, %o332: f32):
+    %s333 = arith.addf %a330, %a331 : f32
+    linalg.yield %s333 : f32
   } -> tensor<8x16xf32> loc(#loc5)
-  %v332 = tensor.expand_shape %v331 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc5)
-  %e333 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
-  %v338 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v332 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e333 : tensor<2x4x16xf32>) {
-  ^bb0(%a334: f32, %a335: f32, %o336: f32):
-    %s337 = arith.addf %a334, %a335 : f32
-    linalg.yield %s337 : f32
+  %v335 = tensor.expand_shape %v334 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc5)
+  %e336 = tensor.empty() : tensor<2x4x16xf32> loc(#loc5)
+  %v341 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v335 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e336 : tensor<2x4x16xf32>) {
+  ^bb0(%a337: f32, %a338: f32, %o339: f32):
+    %s340 = arith.addf %a337, %a338 : f32
+    linalg.yield %s340 : f32
   } -> tensor<2x4x16xf32> loc(#loc5)
-  %e339 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
-  %v344 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e339 : tensor<2x4x16xf32>) {
-  ^bb0(%a340: f32, %a341: f32, %o342: f32):
-    %s343 = arith.subf %a340, %a341 : f32
-    linalg.yield %s343 : f32
+  %e342 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
+  %v347 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v341, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e342 : tensor<2x4x16xf32>) {
+  ^bb0(%a343: f32, %a344: f32, %o345: f32):
+    %s346 = arith.subf %a343, %a344 : f32
+    linalg.yield %s346 : f32
   } -> tensor<2x4x16xf32> loc(#loc6)
-  %e345 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
-  %v349 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v344 : tensor<2x4x16xf32>) outs(%e345 : tensor<2x4x16xf32>) {
-  ^bb0(%a346: f32, %o347: f32):
-    %s348 = arith.mulf %a346, %a346 : f32
-    linalg.yield %s348 : f32
+  %e348 = tensor.empty() : tensor<2x4x16xf32> loc(#loc6)
+  %v352 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v347 : tensor<2x4x16xf32>) outs(%e348 : tensor<2x4x16xf32>) {
+  ^bb0(%a349: f32, %o350: f32):
+    %s351 = arith.mulf %a349, %a349 : f32
+    linalg.yield %s351 : f32
   } -> tensor<2x4x16xf32> loc(#loc6)
-  %e350 = tensor.empty() : tensor<f32> loc(#loc6)
-  %c351 = arith.constant 0x00000000 : f32 loc(#loc6)
-  %v352 = linalg.fill ins(%c351 : f32) outs(%e350 : tensor<f32>) -> tensor<f32> loc(#loc6)
-  %v356 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v349 : tensor<2x4x16xf32>) outs(%v352 : tensor<f32>) {
-  ^bb0(%a353: f32, %o354: f32):
-    %s355 = arith.addf %a353, %o354 : f32
-    linalg.yield %s355 : f32
+  %e353 = tensor.empty() : tensor<f32> loc(#loc6)
+  %c354 = arith.constant 0x00000000 : f32 loc(#loc6)
+  %v355 = linalg.fill ins(%c354 : f32) outs(%e353 : tensor<f32>) -> tensor<f32> loc(#loc6)
+  %v359 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%v352 : tensor<2x4x16xf32>) outs(%v355 : tensor<f32>) {
+  ^bb0(%a356: f32, %o357: f32):
+    %s358 = arith.addf %a356, %o357 : f32
+    linalg.yield %s358 : f32
   } -> tensor<f32> loc(#loc6)
-  %e357 = tensor.empty() : tensor<f32> loc(#loc6)
-  %v362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v356 : tensor<f32>) outs(%e357 : tensor<f32>) {
-  ^bb0(%a358: f32, %o359: f32):
-    %s360 = arith.constant 0x43000000 : f32
-    %s361 = arith.divf %a358, %s360 : f32
-    linalg.yield %s361 : f32
+  %e360 = tensor.empty() : tensor<f32> loc(#loc6)
+  %v365 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v359 : tensor<f32>) outs(%e360 : tensor<f32>) {
+  ^bb0(%a361: f32, %o362: f32):
+    %s363 = arith.constant 0x43000000 : f32
+    %s364 = arith.divf %a361, %s363 : f32
+    linalg.yield %s364 : f32
   } -> tensor<f32> loc(#loc6)
-  %e363 = tensor.empty() : tensor<f32> loc(#loc7)
-  %c364 = arith.constant 0x3F800000 : f32 loc(#loc7)
-  %v365 = linalg.fill ins(%c364 : f32) outs(%e363 : tensor<f32>) -> tensor<f32> loc(#loc7)
-  %e366 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v371 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v338, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e366 : tensor<2x4x16xf32>) {
-  ^bb0(%a367: f32, %a368: f32, %o369: f32):
-    %s370 = arith.subf %a367, %a368 : f32
-    linalg.yield %s370 : f32
+  %e366 = tensor.empty() : tensor<f32> loc(#loc7)
+  %c367 = arith.constant 0x3F800000 : f32 loc(#loc7)
+  %v368 = linalg.fill ins(%c367 : f32) outs(%e366 : tensor<f32>) -> tensor<f32> loc(#loc7)
+  %e369 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v374 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v341, %arg65 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e369 : tensor<2x4x16xf32>) {
+  ^bb0(%a370: f32, %a371: f32, %o372: f32):
+    %s373 = arith.subf %a370, %a371 : f32
+    linalg.yield %s373 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %e372 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v377 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v371 : tensor<2x4x16xf32>) outs(%e372 : tensor<2x4x16xf32>) {
-  ^bb0(%a373: f32, %o374: f32):
-    %s375 = arith.constant 0x3C800000 : f32
-    %s376 = arith.mulf %a373, %s375 : f32
-    linalg.yield %s376 : f32
+  %e375 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v380 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v374 : tensor<2x4x16xf32>) outs(%e375 : tensor<2x4x16xf32>) {
+  ^bb0(%a376: f32, %o377: f32):
+    %s378 = arith.constant 0x3C800000 : f32
+    %s379 = arith.mulf %a376, %s378 : f32
+    linalg.yield %s379 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %e378 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v383 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v377, %v365 : tensor<2x4x16xf32>, tensor<f32>) outs(%e378 : tensor<2x4x16xf32>) {
-  ^bb0(%a379: f32, %a380: f32, %o381: f32):
-    %s382 = arith.mulf %a379, %a380 : f32
-    linalg.yield %s382 : f32
+  %e381 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v386 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v380, %v368 : tensor<2x4x16xf32>, tensor<f32>) outs(%e381 : tensor<2x4x16xf32>) {
+  ^bb0(%a382: f32, %a383: f32, %o384: f32):
+    %s385 = arith.mulf %a382, %a383 : f32
+    linalg.yield %s385 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %v384 = tensor.collapse_shape %v383 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc8)
-  %e385 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
-  %v386 = linalg.transpose ins(%v321 : tensor<32x16xf32>) outs(%e385 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
-  %e387 = tensor.empty() : tensor<8x32xf32> loc(#loc8)
-  %c388 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v389 = linalg.fill ins(%c388 : f32) outs(%e387 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
-  %v390 = linalg.matmul ins(%v384, %v386 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v389 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
-  %e391 = tensor.empty() : tensor<16x8xf32> loc(#loc8)
-  %v392 = linalg.transpose ins(%v384 : tensor<8x16xf32>) outs(%e391 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc8)
-  %e393 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
-  %c394 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v395 = linalg.fill ins(%c394 : f32) outs(%e393 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
-  %v396 = linalg.matmul ins(%v392, %v319 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v395 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
-  %e397 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
-  %v398 = linalg.transpose ins(%v396 : tensor<16x32xf32>) outs(%e397 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
-  %e399 = tensor.empty() : tensor<16xf32> loc(#loc8)
-  %c400 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v401 = linalg.fill ins(%c400 : f32) outs(%e399 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
-  %v405 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v384 : tensor<8x16xf32>) outs(%v401 : tensor<16xf32>) {
-  ^bb0(%a402: f32, %o403: f32):
-    %s404 = arith.addf %a402, %o403 : f32
-    linalg.yield %s404 : f32
+  %v387 = tensor.collapse_shape %v386 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc8)
+  %e388 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v389 = linalg.transpose ins(%v324 : tensor<32x16xf32>) outs(%e388 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %e390 = tensor.empty() : tensor<8x32xf32> loc(#loc8)
+  %c391 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v392 = linalg.fill ins(%c391 : f32) outs(%e390 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
+  %v393 = linalg.matmul ins(%v387, %v389 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%v392 : tensor<8x32xf32>) -> tensor<8x32xf32> loc(#loc8)
+  %e394 = tensor.empty() : tensor<16x8xf32> loc(#loc8)
+  %v395 = linalg.transpose ins(%v387 : tensor<8x16xf32>) outs(%e394 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc8)
+  %e396 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %c397 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v398 = linalg.fill ins(%c397 : f32) outs(%e396 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
+  %v399 = linalg.matmul ins(%v395, %v322 : tensor<16x8xf32>, tensor<8x32xf32>) outs(%v398 : tensor<16x32xf32>) -> tensor<16x32xf32> loc(#loc8)
+  %e400 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v401 = linalg.transpose ins(%v399 : tensor<16x32xf32>) outs(%e400 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %e402 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c403 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v404 = linalg.fill ins(%c403 : f32) outs(%e402 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
+  %v408 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v387 : tensor<8x16xf32>) outs(%v404 : tensor<16xf32>) {
+  ^bb0(%a405: f32, %o406: f32):
+    %s407 = arith.addf %a405, %o406 : f32
+    linalg.yield %s407 : f32
   } -> tensor<16xf32> loc(#loc8)
-  %e407 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
-  %v408 = linalg.transpose ins(%v398 : tensor<32x16xf32>) outs(%e407 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
-  %v409 = tensor.expand_shape %v390 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32> loc(#loc8)
-  %e410 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v415 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e410 : tensor<2x4x32xf32>) {
-  ^bb0(%a411: f32, %o412: f32):
-    %s413 = arith.constant 0x3F3504F3 : f32
-    %s414 = arith.mulf %a411, %s413 : f32
-    linalg.yield %s414 : f32
+  %e410 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v411 = linalg.transpose ins(%v401 : tensor<32x16xf32>) outs(%e410 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %v412 = tensor.expand_shape %v393 [[0, 1], [2]] output_shape [2, 4, 32] : tensor<8x32xf32> into tensor<2x4x32xf32> loc(#loc8)
+  %e413 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
+  %v418 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289 : tensor<2x4x32xf32>) outs(%e413 : tensor<2x4x32xf32>) {
+  ^bb0(%a414: f32, %o415: f32):
+    %s416 = arith.constant 0x3F3504F3 : f32
+    %s417 = arith.mulf %a414, %s416 : f32
+    linalg.yield %s417 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
-  %e416 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v420 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v415 : tensor<2x4x32xf32>) outs(%e416 : tensor<2x4x32xf32>) {
-  ^bb0(%a417: f32, %o418: f32):
-    %s419 = math.erf %a417 : f32
-    linalg.yield %s419 : f32
-  } -> tensor<2x4x32xf32> loc(#loc8)
-  %e421 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v426 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v420 : tensor<2x4x32xf32>) outs(%e421 : tensor<2x4x32xf32>) {
-  ^bb0(%a422: f32, %o423: f32):
-    %s424 = arith.constant 0x3F800000 : f32
-    %s425 = arith.addf %a422, %s424 : f32
+  %e419 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
+  %v426 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v418 : tensor<2x4x32xf32>) outs(%e419 : tensor<2x4x32xf32>) {
+  ^bb0(%a420: f32, %o421: f32):
+    %s422 = math.erf %a420 : f32
+    %s423 = arith.constant 0x00000000 : f32
+    %s424 = arith.cmpf oeq, %a420, %s423 : f32
+    %s425 = arith.select %s424, %a420, %s422 : f32
     linalg.yield %s425 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e427 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
   %v432 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v426 : tensor<2x4x32xf32>) outs(%e427 : tensor<2x4x32xf32>) {
   ^bb0(%a428: f32, %o429: f32):
-    %s430 = arith.constant 0x3F000000 : f32
-    %s431 = arith.mulf %a428, %s430 : f32
+    %s430 = arith.constant 0x3F800000 : f32
+    %s431 = arith.addf %a428, %s430 : f32
     linalg.yield %s431 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e433 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v438 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v289 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e433 : tensor<2x4x32xf32>) {
-  ^bb0(%a434: f32, %a435: f32, %o436: f32):
-    %s437 = arith.mulf %a434, %a435 : f32
+  %v438 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v432 : tensor<2x4x32xf32>) outs(%e433 : tensor<2x4x32xf32>) {
+  ^bb0(%a434: f32, %o435: f32):
+    %s436 = arith.constant 0x3F000000 : f32
+    %s437 = arith.mulf %a434, %s436 : f32
     linalg.yield %s437 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e439 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v444 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v438 : tensor<2x4x32xf32>) outs(%e439 : tensor<2x4x32xf32>) {
-  ^bb0(%a440: f32, %o441: f32):
-    %s442 = arith.constant 0xBF000000 : f32
-    %s443 = arith.mulf %a440, %s442 : f32
+  %v444 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v289 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e439 : tensor<2x4x32xf32>) {
+  ^bb0(%a440: f32, %a441: f32, %o442: f32):
+    %s443 = arith.mulf %a440, %a441 : f32
     linalg.yield %s443 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e445 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v449 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v444 : tensor<2x4x32xf32>) outs(%e445 : tensor<2x4x32xf32>) {
+  %v450 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v444 : tensor<2x4x32xf32>) outs(%e445 : tensor<2x4x32xf32>) {
   ^bb0(%a446: f32, %o447: f32):
-    %s448 = math.exp %a446 : f32
-    linalg.yield %s448 : f32
+    %s448 = arith.constant 0xBF000000 : f32
+    %s449 = arith.mulf %a446, %s448 : f32
+    linalg.yield %s449 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
-  %e450 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v455 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v449 : tensor<2x4x32xf32>) outs(%e450 : tensor<2x4x32xf32>) {
-  ^bb0(%a451: f32, %o452: f32):
-    %s453 = arith.constant 0x3ECC422A : f32
-    %s454 = arith.mulf %a451, %s453 : f32
+  %e451 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
+  %v455 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v450 : tensor<2x4x32xf32>) outs(%e451 : tensor<2x4x32xf32>) {
+  ^bb0(%a452: f32, %o453: f32):
+    %s454 = math.exp %a452 : f32
     linalg.yield %s454 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e456 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v461 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v455 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e456 : tensor<2x4x32xf32>) {
-  ^bb0(%a457: f32, %a458: f32, %o459: f32):
-    %s460 = arith.mulf %a457, %a458 : f32
+  %v461 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v455 : tensor<2x4x32xf32>) outs(%e456 : tensor<2x4x32xf32>) {
+  ^bb0(%a457: f32, %o458: f32):
+    %s459 = arith.constant 0x3ECC422A : f32
+    %s460 = arith.mulf %a457, %s459 : f32
     linalg.yield %s460 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e462 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v467 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v432, %v461 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e462 : tensor<2x4x32xf32>) {
+  %v467 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v289, %v461 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e462 : tensor<2x4x32xf32>) {
   ^bb0(%a463: f32, %a464: f32, %o465: f32):
-    %s466 = arith.addf %a463, %a464 : f32
+    %s466 = arith.mulf %a463, %a464 : f32
     linalg.yield %s466 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
   %e468 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
-  %v473 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v409, %v467 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e468 : tensor<2x4x32xf32>) {
+  %v473 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v438, %v467 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e468 : tensor<2x4x32xf32>) {
   ^bb0(%a469: f32, %a470: f32, %o471: f32):
-    %s472 = arith.mulf %a469, %a470 : f32
+    %s472 = arith.addf %a469, %a470 : f32
     linalg.yield %s472 : f32
   } -> tensor<2x4x32xf32> loc(#loc8)
-  %v474 = tensor.collapse_shape %v473 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc8)
-  %e475 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
-  %v476 = linalg.transpose ins(%v278 : tensor<16x32xf32>) outs(%e475 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
-  %e477 = tensor.empty() : tensor<8x16xf32> loc(#loc8)
-  %c478 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v479 = linalg.fill ins(%c478 : f32) outs(%e477 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
-  %v480 = linalg.matmul ins(%v474, %v476 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v479 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
-  %e481 = tensor.empty() : tensor<32x8xf32> loc(#loc8)
-  %v482 = linalg.transpose ins(%v474 : tensor<8x32xf32>) outs(%e481 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc8)
-  %e483 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %e474 = tensor.empty() : tensor<2x4x32xf32> loc(#loc8)
+  %v479 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v412, %v473 : tensor<2x4x32xf32>, tensor<2x4x32xf32>) outs(%e474 : tensor<2x4x32xf32>) {
+  ^bb0(%a475: f32, %a476: f32, %o477: f32):
+    %s478 = arith.mulf %a475, %a476 : f32
+    linalg.yield %s478 : f32
+  } -> tensor<2x4x32xf32> loc(#loc8)
+  %v480 = tensor.collapse_shape %v479 [[0, 1], [2]] : tensor<2x4x32xf32> into tensor<8x32xf32> loc(#loc8)
+  %e481 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v482 = linalg.transpose ins(%v278 : tensor<16x32xf32>) outs(%e481 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %e483 = tensor.empty() : tensor<8x16xf32> loc(#loc8)
   %c484 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v485 = linalg.fill ins(%c484 : f32) outs(%e483 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
-  %v486 = linalg.matmul ins(%v482, %v276 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v485 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
-  %e487 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
-  %v488 = linalg.transpose ins(%v486 : tensor<32x16xf32>) outs(%e487 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
-  %e489 = tensor.empty() : tensor<32xf32> loc(#loc8)
+  %v485 = linalg.fill ins(%c484 : f32) outs(%e483 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
+  %v486 = linalg.matmul ins(%v480, %v482 : tensor<8x32xf32>, tensor<32x16xf32>) outs(%v485 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc8)
+  %e487 = tensor.empty() : tensor<32x8xf32> loc(#loc8)
+  %v488 = linalg.transpose ins(%v480 : tensor<8x32xf32>) outs(%e487 : tensor<32x8xf32>) permutation = [1, 0] loc(#loc8)
+  %e489 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
   %c490 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v491 = linalg.fill ins(%c490 : f32) outs(%e489 : tensor<32xf32>) -> tensor<32xf32> loc(#loc8)
-  %v495 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v474 : tensor<8x32xf32>) outs(%v491 : tensor<32xf32>) {
-  ^bb0(%a492: f32, %o493: f32):
-    %s494 = arith.addf %a492, %o493 : f32
-    linalg.yield %s494 : f32
+  %v491 = linalg.fill ins(%c490 : f32) outs(%e489 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
+  %v492 = linalg.matmul ins(%v488, %v276 : tensor<32x8xf32>, tensor<8x16xf32>) outs(%v491 : tensor<32x16xf32>) -> tensor<32x16xf32> loc(#loc8)
+  %e493 = tensor.empty() : tensor<16x32xf32> loc(#loc8)
+  %v494 = linalg.transpose ins(%v492 : tensor<32x16xf32>) outs(%e493 : tensor<16x32xf32>) permutation = [1, 0] loc(#loc8)
+  %e495 = tensor.empty() : tensor<32xf32> loc(#loc8)
+  %c496 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v497 = linalg.fill ins(%c496 : f32) outs(%e495 : tensor<32xf32>) -> tensor<32xf32> loc(#loc8)
+  %v501 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v480 : tensor<8x32xf32>) outs(%v497 : tensor<32xf32>) {
+  ^bb0(%a498: f32, %o499: f32):
+    %s500 = arith.addf %a498, %o499 : f32
+    linalg.yield %s500 : f32
   } -> tensor<32xf32> loc(#loc8)
-  %e497 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
-  %v498 = linalg.transpose ins(%v488 : tensor<16x32xf32>) outs(%e497 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
-  %v499 = tensor.expand_shape %v480 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc8)
-  %v500 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
-  %e501 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v506 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v500 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e501 : tensor<2x4x16xf32>) {
-  ^bb0(%a502: f32, %a503: f32, %o504: f32):
-    %s505 = arith.subf %a502, %a503 : f32
-    linalg.yield %s505 : f32
+  %e503 = tensor.empty() : tensor<32x16xf32> loc(#loc8)
+  %v504 = linalg.transpose ins(%v494 : tensor<16x32xf32>) outs(%e503 : tensor<32x16xf32>) permutation = [1, 0] loc(#loc8)
+  %v505 = tensor.expand_shape %v486 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc8)
+  %v506 = tensor.collapse_shape %v216 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
+  %e507 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
+  %v512 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v202, %v506 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e507 : tensor<2x4x16xf32>) {
+  ^bb0(%a508: f32, %a509: f32, %o510: f32):
+    %s511 = arith.subf %a508, %a509 : f32
+    linalg.yield %s511 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
-  %v507 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
-  %e508 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v513 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v506, %v507 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e508 : tensor<2x4x16xf32>) {
-  ^bb0(%a509: f32, %a510: f32, %o511: f32):
-    %s512 = arith.mulf %a509, %a510 : f32
-    linalg.yield %s512 : f32
-  } -> tensor<2x4x16xf32> loc(#loc8)
+  %v513 = tensor.collapse_shape %v249 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
   %e514 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v519 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e514 : tensor<2x4x16xf32>) {
+  %v519 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v512, %v513 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e514 : tensor<2x4x16xf32>) {
   ^bb0(%a515: f32, %a516: f32, %o517: f32):
     %s518 = arith.mulf %a515, %a516 : f32
     linalg.yield %s518 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
   %e520 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v525 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519 : tensor<2x4x16xf32>) outs(%e520 : tensor<2x4x16xf32>) {
-  ^bb0(%a521: f32, %o522: f32):
-    %s523 = arith.constant 0x41800000 : f32
-    %s524 = arith.mulf %a521, %s523 : f32
+  %v525 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v505, %arg10 : tensor<2x4x16xf32>, tensor<16xf32>) outs(%e520 : tensor<2x4x16xf32>) {
+  ^bb0(%a521: f32, %a522: f32, %o523: f32):
+    %s524 = arith.mulf %a521, %a522 : f32
     linalg.yield %s524 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
-  %e526 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
-  %c527 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v528 = linalg.fill ins(%c527 : f32) outs(%e526 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
-  %v532 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v519 : tensor<2x4x16xf32>) outs(%v528 : tensor<2x4xf32>) {
-  ^bb0(%a529: f32, %o530: f32):
-    %s531 = arith.addf %a529, %o530 : f32
-    linalg.yield %s531 : f32
-  } -> tensor<2x4xf32> loc(#loc8)
-  %e534 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v539 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e534 : tensor<2x4x16xf32>) {
-  ^bb0(%a535: f32, %a536: f32, %o537: f32):
-    %s538 = arith.mulf %a535, %a536 : f32
-    linalg.yield %s538 : f32
+  %e526 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
+  %v531 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v525 : tensor<2x4x16xf32>) outs(%e526 : tensor<2x4x16xf32>) {
+  ^bb0(%a527: f32, %o528: f32):
+    %s529 = arith.constant 0x41800000 : f32
+    %s530 = arith.mulf %a527, %s529 : f32
+    linalg.yield %s530 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
-  %e540 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
-  %c541 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v542 = linalg.fill ins(%c541 : f32) outs(%e540 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
-  %v546 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v539 : tensor<2x4x16xf32>) outs(%v542 : tensor<2x4xf32>) {
-  ^bb0(%a543: f32, %o544: f32):
-    %s545 = arith.addf %a543, %o544 : f32
-    linalg.yield %s545 : f32
+  %e532 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
+  %c533 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v534 = linalg.fill ins(%c533 : f32) outs(%e532 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
+  %v538 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v525 : tensor<2x4x16xf32>) outs(%v534 : tensor<2x4xf32>) {
+  ^bb0(%a535: f32, %o536: f32):
+    %s537 = arith.addf %a535, %o536 : f32
+    linalg.yield %s537 : f32
   } -> tensor<2x4xf32> loc(#loc8)
-  %e548 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v553 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v513, %v546 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e548 : tensor<2x4x16xf32>) {
-  ^bb0(%a549: f32, %a550: f32, %o551: f32):
-    %s552 = arith.mulf %a549, %a550 : f32
-    linalg.yield %s552 : f32
+  %e540 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
+  %v545 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v525, %v519 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e540 : tensor<2x4x16xf32>) {
+  ^bb0(%a541: f32, %a542: f32, %o543: f32):
+    %s544 = arith.mulf %a541, %a542 : f32
+    linalg.yield %s544 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
+  %e546 = tensor.empty() : tensor<2x4xf32> loc(#loc8)
+  %c547 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v548 = linalg.fill ins(%c547 : f32) outs(%e546 : tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc8)
+  %v552 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%v545 : tensor<2x4x16xf32>) outs(%v548 : tensor<2x4xf32>) {
+  ^bb0(%a549: f32, %o550: f32):
+    %s551 = arith.addf %a549, %o550 : f32
+    linalg.yield %s551 : f32
+  } -> tensor<2x4xf32> loc(#loc8)
   %e554 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v525, %v532 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e554 : tensor<2x4x16xf32>) {
+  %v559 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v519, %v552 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e554 : tensor<2x4x16xf32>) {
   ^bb0(%a555: f32, %a556: f32, %o557: f32):
-    %s558 = arith.subf %a555, %a556 : f32
+    %s558 = arith.mulf %a555, %a556 : f32
     linalg.yield %s558 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
   %e560 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v559, %v553 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e560 : tensor<2x4x16xf32>) {
+  %v565 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v531, %v538 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e560 : tensor<2x4x16xf32>) {
   ^bb0(%a561: f32, %a562: f32, %o563: f32):
     %s564 = arith.subf %a561, %a562 : f32
     linalg.yield %s564 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
-  %e566 = tensor.empty() : tensor<2x4x1xf32> loc(#loc8)
-  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v249 : tensor<2x4x1xf32>) outs(%e566 : tensor<2x4x1xf32>) {
-  ^bb0(%a567: f32, %o568: f32):
-    %s569 = arith.constant 0x41800000 : f32
-    %s570 = arith.divf %a567, %s569 : f32
+  %e566 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
+  %v571 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v565, %v559 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e566 : tensor<2x4x16xf32>) {
+  ^bb0(%a567: f32, %a568: f32, %o569: f32):
+    %s570 = arith.subf %a567, %a568 : f32
     linalg.yield %s570 : f32
-  } -> tensor<2x4x1xf32> loc(#loc8)
-  %v572 = tensor.collapse_shape %v571 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
-  %e573 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v578 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v572, %v565 : tensor<2x4xf32>, tensor<2x4x16xf32>) outs(%e573 : tensor<2x4x16xf32>) {
-  ^bb0(%a574: f32, %a575: f32, %o576: f32):
-    %s577 = arith.mulf %a574, %a575 : f32
-    linalg.yield %s577 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
+  %e572 = tensor.empty() : tensor<2x4x1xf32> loc(#loc8)
+  %v577 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v249 : tensor<2x4x1xf32>) outs(%e572 : tensor<2x4x1xf32>) {
+  ^bb0(%a573: f32, %o574: f32):
+    %s575 = arith.constant 0x41800000 : f32
+    %s576 = arith.divf %a573, %s575 : f32
+    linalg.yield %s576 : f32
+  } -> tensor<2x4x1xf32> loc(#loc8)
+  %v578 = tensor.collapse_shape %v577 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc8)
   %e579 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
-  %v584 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v499, %v513 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e579 : tensor<2x4x16xf32>) {
+  %v584 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v578, %v571 : tensor<2x4xf32>, tensor<2x4x16xf32>) outs(%e579 : tensor<2x4x16xf32>) {
   ^bb0(%a580: f32, %a581: f32, %o582: f32):
     %s583 = arith.mulf %a580, %a581 : f32
     linalg.yield %s583 : f32
   } -> tensor<2x4x16xf32> loc(#loc8)
-  %e585 = tensor.empty() : tensor<16xf32> loc(#loc8)
-  %c586 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v587 = linalg.fill ins(%c586 : f32) outs(%e585 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
-  %v591 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v584 : tensor<2x4x16xf32>) outs(%v587 : tensor<16xf32>) {
-  ^bb0(%a588: f32, %o589: f32):
-    %s590 = arith.addf %a588, %o589 : f32
-    linalg.yield %s590 : f32
+  %e585 = tensor.empty() : tensor<2x4x16xf32> loc(#loc8)
+  %v590 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v505, %v519 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e585 : tensor<2x4x16xf32>) {
+  ^bb0(%a586: f32, %a587: f32, %o588: f32):
+    %s589 = arith.mulf %a586, %a587 : f32
+    linalg.yield %s589 : f32
+  } -> tensor<2x4x16xf32> loc(#loc8)
+  %e591 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c592 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v593 = linalg.fill ins(%c592 : f32) outs(%e591 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
+  %v597 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v590 : tensor<2x4x16xf32>) outs(%v593 : tensor<16xf32>) {
+  ^bb0(%a594: f32, %o595: f32):
+    %s596 = arith.addf %a594, %o595 : f32
+    linalg.yield %s596 : f32
   } -> tensor<16xf32> loc(#loc8)
-  %e592 = tensor.empty() : tensor<16xf32> loc(#loc8)
-  %c593 = arith.constant 0x00000000 : f32 loc(#loc8)
-  %v594 = linalg.fill ins(%c593 : f32) outs(%e592 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
-  %v598 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v499 : tensor<2x4x16xf32>) outs(%v594 : tensor<16xf32>) {
-  ^bb0(%a595: f32, %o596: f32):
-    %s597 = arith.addf %a595, %o596 : f32
-    linalg.yield %s597 : f32
-  } -> tensor<16xf32> loc(#loc8)
-  %e599 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v604 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v383, %v578 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e599 : tensor<2x4x16xf32>) {
-  ^bb0(%a600: f32, %a601: f32, %o602: f32):
-    %s603 = arith.addf %a600, %a601 : f32
+  %e598 = tensor.empty() : tensor<16xf32> loc(#loc8)
+  %c599 = arith.constant 0x00000000 : f32 loc(#loc8)
+  %v600 = linalg.fill ins(%c599 : f32) outs(%e598 : tensor<16xf32>) -> tensor<16xf32> loc(#loc8)
+  %v604 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v505 : tensor<2x4x16xf32>) outs(%v600 : tensor<16xf32>) {
+  ^bb0(%a601: f32, %o602: f32):
+    %s603 = arith.addf %a601, %o602 : f32
     linalg.yield %s603 : f32
+  } -> tensor<16xf32> loc(#loc8)
+  %e605 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v610 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v386, %v584 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e605 : tensor<2x4x16xf32>) {
+  ^bb0(%a606: f32, %a607: f32, %o608: f32):
+    %s609 = arith.addf %a606, %a607 : f32
+    linalg.yield %s609 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %v605 = tensor.collapse_shape %v604 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
-  %e606 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
-  %v607 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e606 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
-  %e608 = tensor.empty() : tensor<8x16xf32> loc(#loc9)
-  %c609 = arith.constant 0x00000000 : f32 loc(#loc9)
-  %v610 = linalg.fill ins(%c609 : f32) outs(%e608 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
-  %v611 = linalg.matmul ins(%v605, %v607 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v610 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
-  %e612 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
-  %v613 = linalg.transpose ins(%v605 : tensor<8x16xf32>) outs(%e612 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
-  %e614 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v611 = tensor.collapse_shape %v610 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc9)
+  %e612 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v613 = linalg.transpose ins(%v185 : tensor<16x16xf32>) outs(%e612 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e614 = tensor.empty() : tensor<8x16xf32> loc(#loc9)
   %c615 = arith.constant 0x00000000 : f32 loc(#loc9)
-  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
-  %v617 = linalg.matmul ins(%v613, %v183 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v616 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
-  %e618 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
-  %v619 = linalg.transpose ins(%v617 : tensor<16x16xf32>) outs(%e618 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
-  %e620 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %v616 = linalg.fill ins(%c615 : f32) outs(%e614 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
+  %v617 = linalg.matmul ins(%v611, %v613 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v616 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc9)
+  %e618 = tensor.empty() : tensor<16x8xf32> loc(#loc9)
+  %v619 = linalg.transpose ins(%v611 : tensor<8x16xf32>) outs(%e618 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc9)
+  %e620 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
   %c621 = arith.constant 0x00000000 : f32 loc(#loc9)
-  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
-  %v626 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v605 : tensor<8x16xf32>) outs(%v622 : tensor<16xf32>) {
-  ^bb0(%a623: f32, %o624: f32):
-    %s625 = arith.addf %a623, %o624 : f32
-    linalg.yield %s625 : f32
+  %v622 = linalg.fill ins(%c621 : f32) outs(%e620 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %v623 = linalg.matmul ins(%v619, %v183 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v622 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc9)
+  %e624 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v625 = linalg.transpose ins(%v623 : tensor<16x16xf32>) outs(%e624 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %e626 = tensor.empty() : tensor<16xf32> loc(#loc9)
+  %c627 = arith.constant 0x00000000 : f32 loc(#loc9)
+  %v628 = linalg.fill ins(%c627 : f32) outs(%e626 : tensor<16xf32>) -> tensor<16xf32> loc(#loc9)
+  %v632 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v611 : tensor<8x16xf32>) outs(%v628 : tensor<16xf32>) {
+  ^bb0(%a629: f32, %o630: f32):
+    %s631 = arith.addf %a629, %o630 : f32
+    linalg.yield %s631 : f32
   } -> tensor<16xf32> loc(#loc9)
-  %e628 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
-  %v629 = linalg.transpose ins(%v619 : tensor<16x16xf32>) outs(%e628 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
-  %v630 = tensor.expand_shape %v611 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc9)
-  %v631 = tensor.expand_shape %v630 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc9)
-  %e632 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
-  %v633 = linalg.transpose ins(%v631 : tensor<2x4x4x4xf32>) outs(%e632 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
-  %v634 = tensor.collapse_shape %v633 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc10)
-  %e635 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
-  %v636 = linalg.transpose ins(%v173 : tensor<8x4x4xf32>) outs(%e635 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
-  %e637 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
-  %c638 = arith.constant 0x00000000 : f32 loc(#loc10)
-  %v639 = linalg.fill ins(%c638 : f32) outs(%e637 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
-  %v640 = linalg.batch_matmul ins(%v636, %v634 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v639 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %e634 = tensor.empty() : tensor<16x16xf32> loc(#loc9)
+  %v635 = linalg.transpose ins(%v625 : tensor<16x16xf32>) outs(%e634 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc9)
+  %v636 = tensor.expand_shape %v617 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc9)
+  %v637 = tensor.expand_shape %v636 [[0], [1], [2, 3]] output_shape [2, 4, 4, 4] : tensor<2x4x16xf32> into tensor<2x4x4x4xf32> loc(#loc9)
+  %e638 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc9)
+  %v639 = linalg.transpose ins(%v637 : tensor<2x4x4x4xf32>) outs(%e638 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc9)
+  %v640 = tensor.collapse_shape %v639 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc10)
   %e641 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
-  %v642 = linalg.transpose ins(%v174 : tensor<8x4x4xf32>) outs(%e641 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
+  %v642 = linalg.transpose ins(%v173 : tensor<8x4x4xf32>) outs(%e641 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
   %e643 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
   %c644 = arith.constant 0x00000000 : f32 loc(#loc10)
   %v645 = linalg.fill ins(%c644 : f32) outs(%e643 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
-  %v646 = linalg.batch_matmul ins(%v634, %v642 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v645 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
-  %v647 = tensor.expand_shape %v640 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
-  %v648 = tensor.expand_shape %v646 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
-  %e649 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
-  %v654 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v648, %v172 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e649 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a650: f32, %a651: f32, %o652: f32):
-    %s653 = arith.mulf %a650, %a651 : f32
-    linalg.yield %s653 : f32
+  %v646 = linalg.batch_matmul ins(%v642, %v640 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v645 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %e647 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %v648 = linalg.transpose ins(%v174 : tensor<8x4x4xf32>) outs(%e647 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc10)
+  %e649 = tensor.empty() : tensor<8x4x4xf32> loc(#loc10)
+  %c650 = arith.constant 0x00000000 : f32 loc(#loc10)
+  %v651 = linalg.fill ins(%c650 : f32) outs(%e649 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %v652 = linalg.batch_matmul ins(%v640, %v648 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v651 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc10)
+  %v653 = tensor.expand_shape %v646 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
+  %v654 = tensor.expand_shape %v652 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc10)
+  %e655 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
+  %v660 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v654, %v172 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e655 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a656: f32, %a657: f32, %o658: f32):
+    %s659 = arith.mulf %a656, %a657 : f32
+    linalg.yield %s659 : f32
   } -> tensor<2x4x4x4xf32> loc(#loc10)
-  %e655 = tensor.empty() : tensor<2x4x4xf32> loc(#loc10)
-  %c656 = arith.constant 0x00000000 : f32 loc(#loc10)
-  %v657 = linalg.fill ins(%c656 : f32) outs(%e655 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc10)
-  %v661 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v654 : tensor<2x4x4x4xf32>) outs(%v657 : tensor<2x4x4xf32>) {
-  ^bb0(%a658: f32, %o659: f32):
-    %s660 = arith.addf %a658, %o659 : f32
-    linalg.yield %s660 : f32
+  %e661 = tensor.empty() : tensor<2x4x4xf32> loc(#loc10)
+  %c662 = arith.constant 0x00000000 : f32 loc(#loc10)
+  %v663 = linalg.fill ins(%c662 : f32) outs(%e661 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc(#loc10)
+  %v667 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%v660 : tensor<2x4x4x4xf32>) outs(%v663 : tensor<2x4x4xf32>) {
+  ^bb0(%a664: f32, %o665: f32):
+    %s666 = arith.addf %a664, %o665 : f32
+    linalg.yield %s666 : f32
   } -> tensor<2x4x4xf32> loc(#loc10)
-  %e663 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
-  %v668 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v172, %v661 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e663 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a664: f32, %a665: f32, %o666: f32):
-    %s667 = arith.mulf %a664, %a665 : f32
-    linalg.yield %s667 : f32
-  } -> tensor<2x4x4x4xf32> loc(#loc10)
   %e669 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
-  %v674 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v654, %v668 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e669 : tensor<2x4x4x4xf32>) {
+  %v674 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v172, %v667 : tensor<2x4x4x4xf32>, tensor<2x4x4xf32>) outs(%e669 : tensor<2x4x4x4xf32>) {
   ^bb0(%a670: f32, %a671: f32, %o672: f32):
-    %s673 = arith.subf %a670, %a671 : f32
+    %s673 = arith.mulf %a670, %a671 : f32
     linalg.yield %s673 : f32
   } -> tensor<2x4x4x4xf32> loc(#loc10)
-  %e675 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
-  %v680 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v674 : tensor<2x4x4x4xf32>) outs(%e675 : tensor<2x4x4x4xf32>) {
-  ^bb0(%a676: f32, %o677: f32):
-    %s678 = arith.constant 0x40000000 : f32
-    %s679 = arith.divf %a676, %s678 : f32
+  %e675 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc10)
+  %v680 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v660, %v674 : tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) outs(%e675 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a676: f32, %a677: f32, %o678: f32):
+    %s679 = arith.subf %a676, %a677 : f32
     linalg.yield %s679 : f32
+  } -> tensor<2x4x4x4xf32> loc(#loc10)
+  %e681 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
+  %v686 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v680 : tensor<2x4x4x4xf32>) outs(%e681 : tensor<2x4x4x4xf32>) {
+  ^bb0(%a682: f32, %o683: f32):
+    %s684 = arith.constant 0x40000000 : f32
+    %s685 = arith.divf %a682, %s684 : f32
+    linalg.yield %s685 : f32
   } -> tensor<2x4x4x4xf32> loc(#loc11)
-  %v681 = tensor.collapse_shape %v680 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc11)
-  %e682 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
-  %v683 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e682 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
-  %e684 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
-  %c685 = arith.constant 0x00000000 : f32 loc(#loc11)
-  %v686 = linalg.fill ins(%c685 : f32) outs(%e684 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
-  %v687 = linalg.batch_matmul ins(%v683, %v681 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v686 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v687 = tensor.collapse_shape %v686 [[0, 1], [2], [3]] : tensor<2x4x4x4xf32> into tensor<8x4x4xf32> loc(#loc11)
   %e688 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
-  %v689 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e688 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
+  %v689 = linalg.transpose ins(%v127 : tensor<8x4x4xf32>) outs(%e688 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
   %e690 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
   %c691 = arith.constant 0x00000000 : f32 loc(#loc11)
   %v692 = linalg.fill ins(%c691 : f32) outs(%e690 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
-  %v693 = linalg.batch_matmul ins(%v681, %v689 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
-  %v694 = tensor.expand_shape %v687 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
-  %v695 = tensor.expand_shape %v693 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
-  %e696 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
-  %v697 = linalg.transpose ins(%v694 : tensor<2x4x4x4xf32>) outs(%e696 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc11)
-  %e698 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
-  %v699 = linalg.transpose ins(%v647 : tensor<2x4x4x4xf32>) outs(%e698 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
-  %v700 = tensor.collapse_shape %v699 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %v701 = tensor.collapse_shape %v700 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
-  %e702 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v703 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e702 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e704 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
-  %c705 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v706 = linalg.fill ins(%c705 : f32) outs(%e704 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %v707 = linalg.matmul ins(%v701, %v703 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v706 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %e708 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
-  %v709 = linalg.transpose ins(%v701 : tensor<8x16xf32>) outs(%e708 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
-  %e710 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v693 = linalg.batch_matmul ins(%v689, %v687 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v692 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %e694 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %v695 = linalg.transpose ins(%v128 : tensor<8x4x4xf32>) outs(%e694 : tensor<8x4x4xf32>) permutation = [0, 2, 1] loc(#loc11)
+  %e696 = tensor.empty() : tensor<8x4x4xf32> loc(#loc11)
+  %c697 = arith.constant 0x00000000 : f32 loc(#loc11)
+  %v698 = linalg.fill ins(%c697 : f32) outs(%e696 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v699 = linalg.batch_matmul ins(%v687, %v695 : tensor<8x4x4xf32>, tensor<8x4x4xf32>) outs(%v698 : tensor<8x4x4xf32>) -> tensor<8x4x4xf32> loc(#loc11)
+  %v700 = tensor.expand_shape %v693 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
+  %v701 = tensor.expand_shape %v699 [[0, 1], [2], [3]] output_shape [2, 4, 4, 4] : tensor<8x4x4xf32> into tensor<2x4x4x4xf32> loc(#loc11)
+  %e702 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc11)
+  %v703 = linalg.transpose ins(%v700 : tensor<2x4x4x4xf32>) outs(%e702 : tensor<2x4x4x4xf32>) permutation = [0, 1, 3, 2] loc(#loc11)
+  %e704 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v705 = linalg.transpose ins(%v653 : tensor<2x4x4x4xf32>) outs(%e704 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v706 = tensor.collapse_shape %v705 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v707 = tensor.collapse_shape %v706 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e708 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v709 = linalg.transpose ins(%v110 : tensor<16x16xf32>) outs(%e708 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e710 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
   %c711 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v712 = linalg.fill ins(%c711 : f32) outs(%e710 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %v713 = linalg.matmul ins(%v709, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v712 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %e714 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v715 = linalg.transpose ins(%v713 : tensor<16x16xf32>) outs(%e714 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e716 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %v712 = linalg.fill ins(%c711 : f32) outs(%e710 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v713 = linalg.matmul ins(%v707, %v709 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v712 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e714 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v715 = linalg.transpose ins(%v707 : tensor<8x16xf32>) outs(%e714 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e716 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
   %c717 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v718 = linalg.fill ins(%c717 : f32) outs(%e716 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
-  %v722 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v701 : tensor<8x16xf32>) outs(%v718 : tensor<16xf32>) {
-  ^bb0(%a719: f32, %o720: f32):
-    %s721 = arith.addf %a719, %o720 : f32
-    linalg.yield %s721 : f32
+  %v718 = linalg.fill ins(%c717 : f32) outs(%e716 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v719 = linalg.matmul ins(%v715, %v108 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v718 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e720 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v721 = linalg.transpose ins(%v719 : tensor<16x16xf32>) outs(%e720 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e722 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c723 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v724 = linalg.fill ins(%c723 : f32) outs(%e722 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
+  %v728 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v707 : tensor<8x16xf32>) outs(%v724 : tensor<16xf32>) {
+  ^bb0(%a725: f32, %o726: f32):
+    %s727 = arith.addf %a725, %o726 : f32
+    linalg.yield %s727 : f32
   } -> tensor<16xf32> loc(#loc12)
-  %e724 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v725 = linalg.transpose ins(%v715 : tensor<16x16xf32>) outs(%e724 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %v726 = tensor.expand_shape %v707 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %e727 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
-  %v728 = linalg.transpose ins(%v697 : tensor<2x4x4x4xf32>) outs(%e727 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
-  %v729 = tensor.collapse_shape %v728 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %v730 = tensor.collapse_shape %v729 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
-  %e731 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v732 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e731 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e733 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
-  %c734 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v735 = linalg.fill ins(%c734 : f32) outs(%e733 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %v736 = linalg.matmul ins(%v730, %v732 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v735 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %e737 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
-  %v738 = linalg.transpose ins(%v730 : tensor<8x16xf32>) outs(%e737 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
-  %e739 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %e730 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v731 = linalg.transpose ins(%v721 : tensor<16x16xf32>) outs(%e730 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v732 = tensor.expand_shape %v713 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e733 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v734 = linalg.transpose ins(%v703 : tensor<2x4x4x4xf32>) outs(%e733 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v735 = tensor.collapse_shape %v734 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v736 = tensor.collapse_shape %v735 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e737 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v738 = linalg.transpose ins(%v93 : tensor<16x16xf32>) outs(%e737 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e739 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
   %c740 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v741 = linalg.fill ins(%c740 : f32) outs(%e739 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %v742 = linalg.matmul ins(%v738, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v741 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %e743 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v744 = linalg.transpose ins(%v742 : tensor<16x16xf32>) outs(%e743 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e745 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %v741 = linalg.fill ins(%c740 : f32) outs(%e739 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v742 = linalg.matmul ins(%v736, %v738 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v741 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e743 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v744 = linalg.transpose ins(%v736 : tensor<8x16xf32>) outs(%e743 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e745 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
   %c746 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v747 = linalg.fill ins(%c746 : f32) outs(%e745 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
-  %v751 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v730 : tensor<8x16xf32>) outs(%v747 : tensor<16xf32>) {
-  ^bb0(%a748: f32, %o749: f32):
-    %s750 = arith.addf %a748, %o749 : f32
-    linalg.yield %s750 : f32
+  %v747 = linalg.fill ins(%c746 : f32) outs(%e745 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v748 = linalg.matmul ins(%v744, %v91 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v747 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e749 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v750 = linalg.transpose ins(%v748 : tensor<16x16xf32>) outs(%e749 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e751 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c752 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v753 = linalg.fill ins(%c752 : f32) outs(%e751 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
+  %v757 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v736 : tensor<8x16xf32>) outs(%v753 : tensor<16xf32>) {
+  ^bb0(%a754: f32, %o755: f32):
+    %s756 = arith.addf %a754, %o755 : f32
+    linalg.yield %s756 : f32
   } -> tensor<16xf32> loc(#loc12)
-  %e753 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v754 = linalg.transpose ins(%v744 : tensor<16x16xf32>) outs(%e753 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %v755 = tensor.expand_shape %v736 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %e756 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v761 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v726, %v755 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e756 : tensor<2x4x16xf32>) {
-  ^bb0(%a757: f32, %a758: f32, %o759: f32):
-    %s760 = arith.addf %a757, %a758 : f32
-    linalg.yield %s760 : f32
+  %e759 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v760 = linalg.transpose ins(%v750 : tensor<16x16xf32>) outs(%e759 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v761 = tensor.expand_shape %v742 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e762 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v767 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v732, %v761 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e762 : tensor<2x4x16xf32>) {
+  ^bb0(%a763: f32, %a764: f32, %o765: f32):
+    %s766 = arith.addf %a763, %a764 : f32
+    linalg.yield %s766 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %e762 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
-  %v763 = linalg.transpose ins(%v695 : tensor<2x4x4x4xf32>) outs(%e762 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
-  %v764 = tensor.collapse_shape %v763 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %v765 = tensor.collapse_shape %v764 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
-  %e766 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v767 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e766 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e768 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
-  %c769 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v770 = linalg.fill ins(%c769 : f32) outs(%e768 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %v771 = linalg.matmul ins(%v765, %v767 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v770 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
-  %e772 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
-  %v773 = linalg.transpose ins(%v765 : tensor<8x16xf32>) outs(%e772 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
-  %e774 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %e768 = tensor.empty() : tensor<2x4x4x4xf32> loc(#loc12)
+  %v769 = linalg.transpose ins(%v701 : tensor<2x4x4x4xf32>) outs(%e768 : tensor<2x4x4x4xf32>) permutation = [0, 2, 1, 3] loc(#loc12)
+  %v770 = tensor.collapse_shape %v769 [[0], [1], [2, 3]] : tensor<2x4x4x4xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %v771 = tensor.collapse_shape %v770 [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32> loc(#loc12)
+  %e772 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v773 = linalg.transpose ins(%v76 : tensor<16x16xf32>) outs(%e772 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e774 = tensor.empty() : tensor<8x16xf32> loc(#loc12)
   %c775 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v776 = linalg.fill ins(%c775 : f32) outs(%e774 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %v777 = linalg.matmul ins(%v773, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v776 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
-  %e778 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v779 = linalg.transpose ins(%v777 : tensor<16x16xf32>) outs(%e778 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %e780 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %v776 = linalg.fill ins(%c775 : f32) outs(%e774 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %v777 = linalg.matmul ins(%v771, %v773 : tensor<8x16xf32>, tensor<16x16xf32>) outs(%v776 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc12)
+  %e778 = tensor.empty() : tensor<16x8xf32> loc(#loc12)
+  %v779 = linalg.transpose ins(%v771 : tensor<8x16xf32>) outs(%e778 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc12)
+  %e780 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
   %c781 = arith.constant 0x00000000 : f32 loc(#loc12)
-  %v782 = linalg.fill ins(%c781 : f32) outs(%e780 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
-  %v786 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v765 : tensor<8x16xf32>) outs(%v782 : tensor<16xf32>) {
-  ^bb0(%a783: f32, %o784: f32):
-    %s785 = arith.addf %a783, %o784 : f32
-    linalg.yield %s785 : f32
+  %v782 = linalg.fill ins(%c781 : f32) outs(%e780 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %v783 = linalg.matmul ins(%v779, %v74 : tensor<16x8xf32>, tensor<8x16xf32>) outs(%v782 : tensor<16x16xf32>) -> tensor<16x16xf32> loc(#loc12)
+  %e784 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v785 = linalg.transpose ins(%v783 : tensor<16x16xf32>) outs(%e784 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %e786 = tensor.empty() : tensor<16xf32> loc(#loc12)
+  %c787 = arith.constant 0x00000000 : f32 loc(#loc12)
+  %v788 = linalg.fill ins(%c787 : f32) outs(%e786 : tensor<16xf32>) -> tensor<16xf32> loc(#loc12)
+  %v792 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v771 : tensor<8x16xf32>) outs(%v788 : tensor<16xf32>) {
+  ^bb0(%a789: f32, %o790: f32):
+    %s791 = arith.addf %a789, %o790 : f32
+    linalg.yield %s791 : f32
   } -> tensor<16xf32> loc(#loc12)
-  %e788 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
-  %v789 = linalg.transpose ins(%v779 : tensor<16x16xf32>) outs(%e788 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
-  %v790 = tensor.expand_shape %v771 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
-  %e791 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
-  %v796 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v761, %v790 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e791 : tensor<2x4x16xf32>) {
-  ^bb0(%a792: f32, %a793: f32, %o794: f32):
-    %s795 = arith.addf %a792, %a793 : f32
-    linalg.yield %s795 : f32
+  %e794 = tensor.empty() : tensor<16x16xf32> loc(#loc12)
+  %v795 = linalg.transpose ins(%v785 : tensor<16x16xf32>) outs(%e794 : tensor<16x16xf32>) permutation = [1, 0] loc(#loc12)
+  %v796 = tensor.expand_shape %v777 [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32> loc(#loc12)
+  %e797 = tensor.empty() : tensor<2x4x16xf32> loc(#loc7)
+  %v802 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v767, %v796 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e797 : tensor<2x4x16xf32>) {
+  ^bb0(%a798: f32, %a799: f32, %o800: f32):
+    %s801 = arith.addf %a798, %a799 : f32
+    linalg.yield %s801 : f32
   } -> tensor<2x4x16xf32> loc(#loc7)
-  %v797 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
-  %e798 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
-  %v803 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v797 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e798 : tensor<2x4x16xf32>) {
-  ^bb0(%a799: f32, %a800: f32, %o801: f32):
-    %s802 = arith.subf %a799, %a800 : f32
-    linalg.yield %s802 : f32
+  %v803 = tensor.collapse_shape %v14 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
+  %e804 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
+  %v809 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg64, %v803 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e804 : tensor<2x4x16xf32>) {
+  ^bb0(%a805: f32, %a806: f32, %o807: f32):
+    %s808 = arith.subf %a805, %a806 : f32
+    linalg.yield %s808 : f32
   } -> tensor<2x4x16xf32> loc(#loc13)
-  %v804 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
-  %e805 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
-  %v810 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v803, %v804 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e805 : tensor<2x4x16xf32>) {
-  ^bb0(%a806: f32, %a807: f32, %o808: f32):
-    %s809 = arith.mulf %a806, %a807 : f32
-    linalg.yield %s809 : f32
+  %v810 = tensor.collapse_shape %v47 [[0], [1, 2]] : tensor<2x4x1xf32> into tensor<2x4xf32> loc(#loc13)
+  %e811 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
+  %v816 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v809, %v810 : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e811 : tensor<2x4x16xf32>) {
+  ^bb0(%a812: f32, %a813: f32, %o814: f32):
+    %s815 = arith.mulf %a812, %a813 : f32
+    linalg.yield %s815 : f32
   } -> tensor<2x4x16xf32> loc(#loc13)
-  %e863 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
-  %v868 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v796, %v810 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e863 : tensor<2x4x16xf32>) {
-  ^bb0(%a864: f32, %a865: f32, %o866: f32):
-    %s867 = arith.mulf %a864, %a865 : f32
-    linalg.yield %s867 : f32
+  %e869 = tensor.empty() : tensor<2x4x16xf32> loc(#loc13)
+  %v874 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v802, %v816 : tensor<2x4x16xf32>, tensor<2x4x16xf32>) outs(%e869 : tensor<2x4x16xf32>) {
+  ^bb0(%a870: f32, %a871: f32, %o872: f32):
+    %s873 = arith.mulf %a870, %a871 : f32
+    linalg.yield %s873 : f32
   } -> tensor<2x4x16xf32> loc(#loc13)
-  %e869 = tensor.empty() : tensor<16xf32> loc(#loc13)
-  %c870 = arith.constant 0x00000000 : f32 loc(#loc13)
-  %v871 = linalg.fill ins(%c870 : f32) outs(%e869 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
-  %v875 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v868 : tensor<2x4x16xf32>) outs(%v871 : tensor<16xf32>) {
-  ^bb0(%a872: f32, %o873: f32):
-    %s874 = arith.addf %a872, %o873 : f32
-    linalg.yield %s874 : f32
+  %e875 = tensor.empty() : tensor<16xf32> loc(#loc13)
+  %c876 = arith.constant 0x00000000 : f32 loc(#loc13)
+  %v877 = linalg.fill ins(%c876 : f32) outs(%e875 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
+  %v881 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v874 : tensor<2x4x16xf32>) outs(%v877 : tensor<16xf32>) {
+  ^bb0(%a878: f32, %o879: f32):
+    %s880 = arith.addf %a878, %o879 : f32
+    linalg.yield %s880 : f32
   } -> tensor<16xf32> loc(#loc13)
-  %e876 = tensor.empty() : tensor<16xf32> loc(#loc13)
-  %c877 = arith.constant 0x00000000 : f32 loc(#loc13)
-  %v878 = linalg.fill ins(%c877 : f32) outs(%e876 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
-  %v882 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v796 : tensor<2x4x16xf32>) outs(%v878 : tensor<16xf32>) {
-  ^bb0(%a879: f32, %o880: f32):
-    %s881 = arith.addf %a879, %o880 : f32
-    linalg.yield %s881 : f32
-  } -> tensor<16xf32> loc(#loc13)
-  %e883 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v888 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg48 : tensor<f32>) outs(%e883 : tensor<f32>) {
-  ^bb0(%a884: f32, %o885: f32):
-    %s886 = arith.constant 0x3F800000 : f32
-    %s887 = arith.addf %a884, %s886 : f32
+  %e882 = tensor.empty() : tensor<16xf32> loc(#loc13)
+  %c883 = arith.constant 0x00000000 : f32 loc(#loc13)
+  %v884 = linalg.fill ins(%c883 : f32) outs(%e882 : tensor<16xf32>) -> tensor<16xf32> loc(#loc13)
+  %v888 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v802 : tensor<2x4x16xf32>) outs(%v884 : tensor<16xf32>) {
+  ^bb0(%a885: f32, %o886: f32):
+    %s887 = arith.addf %a885, %o886 : f32
     linalg.yield %s887 : f32
+  } -> tensor<16xf32> loc(#loc13)
+  %e889 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v894 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg48 : tensor<f32>) outs(%e889 : tensor<f32>) {
+  ^bb0(%a890: f32, %o891: f32):
+    %s892 = arith.constant 0x3F800000 : f32
+    %s893 = arith.addf %a890, %s892 : f32
+    linalg.yield %s893 : f32
   } -> tensor<f32> loc(#loc14)
-  %e889 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v903 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg16, %v875 : tensor<16xf32>, tensor<16xf32>) outs(%e889 : tensor<16xf32>) {
-  ^bb0(%a890: f32, %a891: f32, %o892: f32):
-    %s893 = arith.constant 0x3DCCCCCD : f32
-    %s894 = arith.subf %a891, %a890 : f32
-    %s895 = math.absf %s893 : f32
-    %s896 = arith.constant 0x3F000000 : f32
-    %s897 = arith.cmpf olt, %s895, %s896 : f32
-    %s898 = arith.constant 0x3F800000 : f32
-    %s899 = arith.subf %s893, %s898 : f32
-    %s900 = arith.select %s897, %s893, %s899 : f32
-    %s901 = arith.select %s897, %a890, %a891 : f32
-    %s902 = math.fma %s900, %s894, %s901 : f32
-    linalg.yield %s902 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e904 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v909 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e904 : tensor<16xf32>) {
-  ^bb0(%a905: f32, %o906: f32):
-    %s907 = arith.constant 0x3F7FBE77 : f32
-    %s908 = arith.mulf %a905, %s907 : f32
+  %e895 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v909 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg16, %v881 : tensor<16xf32>, tensor<16xf32>) outs(%e895 : tensor<16xf32>) {
+  ^bb0(%a896: f32, %a897: f32, %o898: f32):
+    %s899 = arith.constant 0x3DCCCCCD : f32
+    %s900 = arith.subf %a897, %a896 : f32
+    %s901 = math.absf %s899 : f32
+    %s902 = arith.constant 0x3F000000 : f32
+    %s903 = arith.cmpf olt, %s901, %s902 : f32
+    %s904 = arith.constant 0x3F800000 : f32
+    %s905 = arith.subf %s899, %s904 : f32
+    %s906 = arith.select %s903, %s899, %s905 : f32
+    %s907 = arith.select %s903, %a896, %a897 : f32
+    %s908 = math.fma %s906, %s900, %s907 : f32
     linalg.yield %s908 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e910 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v918 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v909, %v875, %v875 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e910 : tensor<16xf32>) {
-  ^bb0(%a911: f32, %a912: f32, %a913: f32, %o914: f32):
-    %s915 = arith.constant 0x3A83126F : f32
-    %s916 = arith.mulf %s915, %a912 : f32
-    %s917 = math.fma %s916, %a913, %a911 : f32
-    linalg.yield %s917 : f32
+  %v915 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg32 : tensor<16xf32>) outs(%e910 : tensor<16xf32>) {
+  ^bb0(%a911: f32, %o912: f32):
+    %s913 = arith.constant 0x3F7FBE77 : f32
+    %s914 = arith.mulf %a911, %s913 : f32
+    linalg.yield %s914 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e919 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v924 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e919 : tensor<f32>) {
-  ^bb0(%a920: f32, %o921: f32):
-    %s922 = arith.constant 0x3F666666 : f32
-    %s923 = math.powf %s922, %a920 : f32
+  %e916 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v924 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v915, %v881, %v881 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e916 : tensor<16xf32>) {
+  ^bb0(%a917: f32, %a918: f32, %a919: f32, %o920: f32):
+    %s921 = arith.constant 0x3A83126F : f32
+    %s922 = arith.mulf %s921, %a918 : f32
+    %s923 = math.fma %s922, %a919, %a917 : f32
     linalg.yield %s923 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e925 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v930 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v924 : tensor<f32>) outs(%e925 : tensor<f32>) {
+  %v930 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v894 : tensor<f32>) outs(%e925 : tensor<f32>) {
   ^bb0(%a926: f32, %o927: f32):
-    %s928 = arith.constant 0x3F800000 : f32
-    %s929 = arith.subf %s928, %a926 : f32
+    %s928 = arith.constant 0x3F666666 : f32
+    %s929 = math.powf %s928, %a926 : f32
     linalg.yield %s929 : f32
   } -> tensor<f32> loc(#loc14)
   %e931 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v936 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v888 : tensor<f32>) outs(%e931 : tensor<f32>) {
+  %v936 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v930 : tensor<f32>) outs(%e931 : tensor<f32>) {
   ^bb0(%a932: f32, %o933: f32):
-    %s934 = arith.constant 0x3F7FBE77 : f32
-    %s935 = math.powf %s934, %a932 : f32
+    %s934 = arith.constant 0x3F800000 : f32
+    %s935 = arith.subf %s934, %a932 : f32
     linalg.yield %s935 : f32
   } -> tensor<f32> loc(#loc14)
   %e937 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v942 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v936 : tensor<f32>) outs(%e937 : tensor<f32>) {
+  %v942 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v894 : tensor<f32>) outs(%e937 : tensor<f32>) {
   ^bb0(%a938: f32, %o939: f32):
-    %s940 = arith.constant 0x3F800000 : f32
-    %s941 = arith.subf %s940, %a938 : f32
+    %s940 = arith.constant 0x3F7FBE77 : f32
+    %s941 = math.powf %s940, %a938 : f32
     linalg.yield %s941 : f32
   } -> tensor<f32> loc(#loc14)
   %e943 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v948 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v930 : tensor<f32>) outs(%e943 : tensor<f32>) {
+  %v948 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v942 : tensor<f32>) outs(%e943 : tensor<f32>) {
   ^bb0(%a944: f32, %o945: f32):
     %s946 = arith.constant 0x3F800000 : f32
-    %s947 = arith.divf %s946, %a944 : f32
+    %s947 = arith.subf %s946, %a944 : f32
     linalg.yield %s947 : f32
   } -> tensor<f32> loc(#loc14)
   %e949 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v954 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v948 : tensor<f32>) outs(%e949 : tensor<f32>) {
+  %v954 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v936 : tensor<f32>) outs(%e949 : tensor<f32>) {
   ^bb0(%a950: f32, %o951: f32):
-    %s952 = arith.constant 0x3A83126F : f32
-    %s953 = arith.mulf %a950, %s952 : f32
+    %s952 = arith.constant 0x3F800000 : f32
+    %s953 = arith.divf %s952, %a950 : f32
     linalg.yield %s953 : f32
   } -> tensor<f32> loc(#loc14)
   %e955 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v959 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v954 : tensor<f32>) outs(%e955 : tensor<f32>) {
+  %v960 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v954 : tensor<f32>) outs(%e955 : tensor<f32>) {
   ^bb0(%a956: f32, %o957: f32):
-    %s958 = arith.negf %a956 : f32
-    linalg.yield %s958 : f32
+    %s958 = arith.constant 0x3A83126F : f32
+    %s959 = arith.mulf %a956, %s958 : f32
+    linalg.yield %s959 : f32
   } -> tensor<f32> loc(#loc14)
-  %e960 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v964 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v942 : tensor<f32>) outs(%e960 : tensor<f32>) {
-  ^bb0(%a961: f32, %o962: f32):
-    %s963 = math.sqrt %a961 : f32
-    linalg.yield %s963 : f32
+  %e961 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v965 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v960 : tensor<f32>) outs(%e961 : tensor<f32>) {
+  ^bb0(%a962: f32, %o963: f32):
+    %s964 = arith.negf %a962 : f32
+    linalg.yield %s964 : f32
   } -> tensor<f32> loc(#loc14)
-  %e965 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v969 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v918 : tensor<16xf32>) outs(%e965 : tensor<16xf32>) {
-  ^bb0(%a966: f32, %o967: f32):
-    %s968 = math.sqrt %a966 : f32
-    linalg.yield %s968 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e970 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v975 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v964, %v959 : tensor<f32>, tensor<f32>) outs(%e970 : tensor<f32>) {
-  ^bb0(%a971: f32, %a972: f32, %o973: f32):
-    %s974 = arith.mulf %a971, %a972 : f32
+  %e966 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v948 : tensor<f32>) outs(%e966 : tensor<f32>) {
+  ^bb0(%a967: f32, %o968: f32):
+    %s969 = math.sqrt %a967 : f32
+    linalg.yield %s969 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e971 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v975 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v924 : tensor<16xf32>) outs(%e971 : tensor<16xf32>) {
+  ^bb0(%a972: f32, %o973: f32):
+    %s974 = math.sqrt %a972 : f32
     linalg.yield %s974 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e976 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v981 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v969, %v975 : tensor<16xf32>, tensor<f32>) outs(%e976 : tensor<16xf32>) {
-  ^bb0(%a977: f32, %a978: f32, %o979: f32):
-    %s980 = arith.divf %a977, %a978 : f32
-    linalg.yield %s980 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e982 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v987 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v959 : tensor<f32>) outs(%e982 : tensor<f32>) {
-  ^bb0(%a983: f32, %o984: f32):
-    %s985 = arith.constant 0x3F800000 : f32
-    %s986 = arith.divf %s985, %a983 : f32
-    linalg.yield %s986 : f32
+  %e976 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v981 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v970, %v965 : tensor<f32>, tensor<f32>) outs(%e976 : tensor<f32>) {
+  ^bb0(%a977: f32, %a978: f32, %o979: f32):
+    %s980 = arith.mulf %a977, %a978 : f32
+    linalg.yield %s980 : f32
   } -> tensor<f32> loc(#loc14)
+  %e982 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v987 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v975, %v981 : tensor<16xf32>, tensor<f32>) outs(%e982 : tensor<16xf32>) {
+  ^bb0(%a983: f32, %a984: f32, %o985: f32):
+    %s986 = arith.divf %a983, %a984 : f32
+    linalg.yield %s986 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e988 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v993 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v987 : tensor<f32>) outs(%e988 : tensor<f32>) {
+  %v993 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v965 : tensor<f32>) outs(%e988 : tensor<f32>) {
   ^bb0(%a989: f32, %o990: f32):
-    %s991 = arith.constant 0x322BCC77 : f32
-    %s992 = arith.mulf %a989, %s991 : f32
+    %s991 = arith.constant 0x3F800000 : f32
+    %s992 = arith.divf %s991, %a989 : f32
     linalg.yield %s992 : f32
   } -> tensor<f32> loc(#loc14)
-  %e994 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v999 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v981, %v993 : tensor<16xf32>, tensor<f32>) outs(%e994 : tensor<16xf32>) {
-  ^bb0(%a995: f32, %a996: f32, %o997: f32):
-    %s998 = arith.addf %a995, %a996 : f32
+  %e994 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v999 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v993 : tensor<f32>) outs(%e994 : tensor<f32>) {
+  ^bb0(%a995: f32, %o996: f32):
+    %s997 = arith.constant 0x322BCC77 : f32
+    %s998 = arith.mulf %a995, %s997 : f32
     linalg.yield %s998 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1000 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1009 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v903, %v999 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1000 : tensor<16xf32>) {
-  ^bb0(%a1001: f32, %a1002: f32, %a1003: f32, %o1004: f32):
-    %s1005 = arith.constant 0x3F800000 : f32
-    %s1006 = arith.mulf %s1005, %a1002 : f32
-    %s1007 = arith.divf %s1006, %a1003 : f32
-    %s1008 = arith.addf %a1001, %s1007 : f32
-    linalg.yield %s1008 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1010 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1015 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1010 : tensor<f32>) {
-  ^bb0(%a1011: f32, %o1012: f32):
-    %s1013 = arith.constant 0x3F800000 : f32
-    %s1014 = arith.addf %a1011, %s1013 : f32
-    linalg.yield %s1014 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1016 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1030 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg17, %v882 : tensor<16xf32>, tensor<16xf32>) outs(%e1016 : tensor<16xf32>) {
-  ^bb0(%a1017: f32, %a1018: f32, %o1019: f32):
-    %s1020 = arith.constant 0x3DCCCCCD : f32
-    %s1021 = arith.subf %a1018, %a1017 : f32
-    %s1022 = math.absf %s1020 : f32
-    %s1023 = arith.constant 0x3F000000 : f32
-    %s1024 = arith.cmpf olt, %s1022, %s1023 : f32
-    %s1025 = arith.constant 0x3F800000 : f32
-    %s1026 = arith.subf %s1020, %s1025 : f32
-    %s1027 = arith.select %s1024, %s1020, %s1026 : f32
-    %s1028 = arith.select %s1024, %a1017, %a1018 : f32
-    %s1029 = math.fma %s1027, %s1021, %s1028 : f32
-    linalg.yield %s1029 : f32
+  %e1000 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1005 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v987, %v999 : tensor<16xf32>, tensor<f32>) outs(%e1000 : tensor<16xf32>) {
+  ^bb0(%a1001: f32, %a1002: f32, %o1003: f32):
+    %s1004 = arith.addf %a1001, %a1002 : f32
+    linalg.yield %s1004 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1031 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1031 : tensor<16xf32>) {
-  ^bb0(%a1032: f32, %o1033: f32):
-    %s1034 = arith.constant 0x3F7FBE77 : f32
-    %s1035 = arith.mulf %a1032, %s1034 : f32
+  %e1006 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1015 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg0, %v909, %v1005 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1006 : tensor<16xf32>) {
+  ^bb0(%a1007: f32, %a1008: f32, %a1009: f32, %o1010: f32):
+    %s1011 = arith.constant 0x3F800000 : f32
+    %s1012 = arith.mulf %s1011, %a1008 : f32
+    %s1013 = arith.divf %s1012, %a1009 : f32
+    %s1014 = arith.addf %a1007, %s1013 : f32
+    linalg.yield %s1014 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1016 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1021 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg49 : tensor<f32>) outs(%e1016 : tensor<f32>) {
+  ^bb0(%a1017: f32, %o1018: f32):
+    %s1019 = arith.constant 0x3F800000 : f32
+    %s1020 = arith.addf %a1017, %s1019 : f32
+    linalg.yield %s1020 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1022 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1036 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg17, %v888 : tensor<16xf32>, tensor<16xf32>) outs(%e1022 : tensor<16xf32>) {
+  ^bb0(%a1023: f32, %a1024: f32, %o1025: f32):
+    %s1026 = arith.constant 0x3DCCCCCD : f32
+    %s1027 = arith.subf %a1024, %a1023 : f32
+    %s1028 = math.absf %s1026 : f32
+    %s1029 = arith.constant 0x3F000000 : f32
+    %s1030 = arith.cmpf olt, %s1028, %s1029 : f32
+    %s1031 = arith.constant 0x3F800000 : f32
+    %s1032 = arith.subf %s1026, %s1031 : f32
+    %s1033 = arith.select %s1030, %s1026, %s1032 : f32
+    %s1034 = arith.select %s1030, %a1023, %a1024 : f32
+    %s1035 = math.fma %s1033, %s1027, %s1034 : f32
     linalg.yield %s1035 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e1037 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1045 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1036, %v882, %v882 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1037 : tensor<16xf32>) {
-  ^bb0(%a1038: f32, %a1039: f32, %a1040: f32, %o1041: f32):
-    %s1042 = arith.constant 0x3A83126F : f32
-    %s1043 = arith.mulf %s1042, %a1039 : f32
-    %s1044 = math.fma %s1043, %a1040, %a1038 : f32
-    linalg.yield %s1044 : f32
+  %v1042 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg33 : tensor<16xf32>) outs(%e1037 : tensor<16xf32>) {
+  ^bb0(%a1038: f32, %o1039: f32):
+    %s1040 = arith.constant 0x3F7FBE77 : f32
+    %s1041 = arith.mulf %a1038, %s1040 : f32
+    linalg.yield %s1041 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1046 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1051 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1015 : tensor<f32>) outs(%e1046 : tensor<f32>) {
-  ^bb0(%a1047: f32, %o1048: f32):
-    %s1049 = arith.constant 0x3F666666 : f32
-    %s1050 = math.powf %s1049, %a1047 : f32
+  %e1043 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1051 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1042, %v888, %v888 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1043 : tensor<16xf32>) {
+  ^bb0(%a1044: f32, %a1045: f32, %a1046: f32, %o1047: f32):
+    %s1048 = arith.constant 0x3A83126F : f32
+    %s1049 = arith.mulf %s1048, %a1045 : f32
+    %s1050 = math.fma %s1049, %a1046, %a1044 : f32
     linalg.yield %s1050 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1052 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1057 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1051 : tensor<f32>) outs(%e1052 : tensor<f32>) {
+  %v1057 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1021 : tensor<f32>) outs(%e1052 : tensor<f32>) {
   ^bb0(%a1053: f32, %o1054: f32):
-    %s1055 = arith.constant 0x3F800000 : f32
-    %s1056 = arith.subf %s1055, %a1053 : f32
+    %s1055 = arith.constant 0x3F666666 : f32
+    %s1056 = math.powf %s1055, %a1053 : f32
     linalg.yield %s1056 : f32
   } -> tensor<f32> loc(#loc14)
   %e1058 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1063 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1015 : tensor<f32>) outs(%e1058 : tensor<f32>) {
+  %v1063 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1057 : tensor<f32>) outs(%e1058 : tensor<f32>) {
   ^bb0(%a1059: f32, %o1060: f32):
-    %s1061 = arith.constant 0x3F7FBE77 : f32
-    %s1062 = math.powf %s1061, %a1059 : f32
+    %s1061 = arith.constant 0x3F800000 : f32
+    %s1062 = arith.subf %s1061, %a1059 : f32
     linalg.yield %s1062 : f32
   } -> tensor<f32> loc(#loc14)
   %e1064 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1063 : tensor<f32>) outs(%e1064 : tensor<f32>) {
+  %v1069 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1021 : tensor<f32>) outs(%e1064 : tensor<f32>) {
   ^bb0(%a1065: f32, %o1066: f32):
-    %s1067 = arith.constant 0x3F800000 : f32
-    %s1068 = arith.subf %s1067, %a1065 : f32
+    %s1067 = arith.constant 0x3F7FBE77 : f32
+    %s1068 = math.powf %s1067, %a1065 : f32
     linalg.yield %s1068 : f32
   } -> tensor<f32> loc(#loc14)
   %e1070 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1075 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1057 : tensor<f32>) outs(%e1070 : tensor<f32>) {
+  %v1075 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1070 : tensor<f32>) {
   ^bb0(%a1071: f32, %o1072: f32):
     %s1073 = arith.constant 0x3F800000 : f32
-    %s1074 = arith.divf %s1073, %a1071 : f32
+    %s1074 = arith.subf %s1073, %a1071 : f32
     linalg.yield %s1074 : f32
   } -> tensor<f32> loc(#loc14)
   %e1076 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1081 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1075 : tensor<f32>) outs(%e1076 : tensor<f32>) {
+  %v1081 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1063 : tensor<f32>) outs(%e1076 : tensor<f32>) {
   ^bb0(%a1077: f32, %o1078: f32):
-    %s1079 = arith.constant 0x3A83126F : f32
-    %s1080 = arith.mulf %a1077, %s1079 : f32
+    %s1079 = arith.constant 0x3F800000 : f32
+    %s1080 = arith.divf %s1079, %a1077 : f32
     linalg.yield %s1080 : f32
   } -> tensor<f32> loc(#loc14)
   %e1082 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1086 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1081 : tensor<f32>) outs(%e1082 : tensor<f32>) {
+  %v1087 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1081 : tensor<f32>) outs(%e1082 : tensor<f32>) {
   ^bb0(%a1083: f32, %o1084: f32):
-    %s1085 = arith.negf %a1083 : f32
-    linalg.yield %s1085 : f32
+    %s1085 = arith.constant 0x3A83126F : f32
+    %s1086 = arith.mulf %a1083, %s1085 : f32
+    linalg.yield %s1086 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1087 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1069 : tensor<f32>) outs(%e1087 : tensor<f32>) {
-  ^bb0(%a1088: f32, %o1089: f32):
-    %s1090 = math.sqrt %a1088 : f32
-    linalg.yield %s1090 : f32
+  %e1088 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1092 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1087 : tensor<f32>) outs(%e1088 : tensor<f32>) {
+  ^bb0(%a1089: f32, %o1090: f32):
+    %s1091 = arith.negf %a1089 : f32
+    linalg.yield %s1091 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1092 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1096 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1045 : tensor<16xf32>) outs(%e1092 : tensor<16xf32>) {
-  ^bb0(%a1093: f32, %o1094: f32):
-    %s1095 = math.sqrt %a1093 : f32
-    linalg.yield %s1095 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1097 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1102 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1091, %v1086 : tensor<f32>, tensor<f32>) outs(%e1097 : tensor<f32>) {
-  ^bb0(%a1098: f32, %a1099: f32, %o1100: f32):
-    %s1101 = arith.mulf %a1098, %a1099 : f32
+  %e1093 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1097 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1075 : tensor<f32>) outs(%e1093 : tensor<f32>) {
+  ^bb0(%a1094: f32, %o1095: f32):
+    %s1096 = math.sqrt %a1094 : f32
+    linalg.yield %s1096 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1098 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1102 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1051 : tensor<16xf32>) outs(%e1098 : tensor<16xf32>) {
+  ^bb0(%a1099: f32, %o1100: f32):
+    %s1101 = math.sqrt %a1099 : f32
     linalg.yield %s1101 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1103 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1108 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1096, %v1102 : tensor<16xf32>, tensor<f32>) outs(%e1103 : tensor<16xf32>) {
-  ^bb0(%a1104: f32, %a1105: f32, %o1106: f32):
-    %s1107 = arith.divf %a1104, %a1105 : f32
-    linalg.yield %s1107 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1109 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1114 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1086 : tensor<f32>) outs(%e1109 : tensor<f32>) {
-  ^bb0(%a1110: f32, %o1111: f32):
-    %s1112 = arith.constant 0x3F800000 : f32
-    %s1113 = arith.divf %s1112, %a1110 : f32
-    linalg.yield %s1113 : f32
+  %e1103 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1108 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1097, %v1092 : tensor<f32>, tensor<f32>) outs(%e1103 : tensor<f32>) {
+  ^bb0(%a1104: f32, %a1105: f32, %o1106: f32):
+    %s1107 = arith.mulf %a1104, %a1105 : f32
+    linalg.yield %s1107 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1109 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1114 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1102, %v1108 : tensor<16xf32>, tensor<f32>) outs(%e1109 : tensor<16xf32>) {
+  ^bb0(%a1110: f32, %a1111: f32, %o1112: f32):
+    %s1113 = arith.divf %a1110, %a1111 : f32
+    linalg.yield %s1113 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e1115 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1120 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1114 : tensor<f32>) outs(%e1115 : tensor<f32>) {
+  %v1120 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1092 : tensor<f32>) outs(%e1115 : tensor<f32>) {
   ^bb0(%a1116: f32, %o1117: f32):
-    %s1118 = arith.constant 0x322BCC77 : f32
-    %s1119 = arith.mulf %a1116, %s1118 : f32
+    %s1118 = arith.constant 0x3F800000 : f32
+    %s1119 = arith.divf %s1118, %a1116 : f32
     linalg.yield %s1119 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1121 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1126 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1108, %v1120 : tensor<16xf32>, tensor<f32>) outs(%e1121 : tensor<16xf32>) {
-  ^bb0(%a1122: f32, %a1123: f32, %o1124: f32):
-    %s1125 = arith.addf %a1122, %a1123 : f32
+  %e1121 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1126 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1120 : tensor<f32>) outs(%e1121 : tensor<f32>) {
+  ^bb0(%a1122: f32, %o1123: f32):
+    %s1124 = arith.constant 0x322BCC77 : f32
+    %s1125 = arith.mulf %a1122, %s1124 : f32
     linalg.yield %s1125 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1127 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1136 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1030, %v1126 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1127 : tensor<16xf32>) {
-  ^bb0(%a1128: f32, %a1129: f32, %a1130: f32, %o1131: f32):
-    %s1132 = arith.constant 0x3F800000 : f32
-    %s1133 = arith.mulf %s1132, %a1129 : f32
-    %s1134 = arith.divf %s1133, %a1130 : f32
-    %s1135 = arith.addf %a1128, %s1134 : f32
-    linalg.yield %s1135 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1137 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1137 : tensor<f32>) {
-  ^bb0(%a1138: f32, %o1139: f32):
-    %s1140 = arith.constant 0x3F800000 : f32
-    %s1141 = arith.addf %a1138, %s1140 : f32
-    linalg.yield %s1141 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1143 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg18, %v789 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1143 : tensor<16x16xf32>) {
-  ^bb0(%a1144: f32, %a1145: f32, %o1146: f32):
-    %s1147 = arith.constant 0x3DCCCCCD : f32
-    %s1148 = arith.subf %a1145, %a1144 : f32
-    %s1149 = math.absf %s1147 : f32
-    %s1150 = arith.constant 0x3F000000 : f32
-    %s1151 = arith.cmpf olt, %s1149, %s1150 : f32
-    %s1152 = arith.constant 0x3F800000 : f32
-    %s1153 = arith.subf %s1147, %s1152 : f32
-    %s1154 = arith.select %s1151, %s1147, %s1153 : f32
-    %s1155 = arith.select %s1151, %a1144, %a1145 : f32
-    %s1156 = math.fma %s1154, %s1148, %s1155 : f32
-    linalg.yield %s1156 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1158 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1158 : tensor<16x16xf32>) {
-  ^bb0(%a1159: f32, %o1160: f32):
-    %s1161 = arith.constant 0x3F7FBE77 : f32
-    %s1162 = arith.mulf %a1159, %s1161 : f32
+  %e1127 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1132 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1114, %v1126 : tensor<16xf32>, tensor<f32>) outs(%e1127 : tensor<16xf32>) {
+  ^bb0(%a1128: f32, %a1129: f32, %o1130: f32):
+    %s1131 = arith.addf %a1128, %a1129 : f32
+    linalg.yield %s1131 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1133 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1142 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v1036, %v1132 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1133 : tensor<16xf32>) {
+  ^bb0(%a1134: f32, %a1135: f32, %a1136: f32, %o1137: f32):
+    %s1138 = arith.constant 0x3F800000 : f32
+    %s1139 = arith.mulf %s1138, %a1135 : f32
+    %s1140 = arith.divf %s1139, %a1136 : f32
+    %s1141 = arith.addf %a1134, %s1140 : f32
+    linalg.yield %s1141 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1143 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1148 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg50 : tensor<f32>) outs(%e1143 : tensor<f32>) {
+  ^bb0(%a1144: f32, %o1145: f32):
+    %s1146 = arith.constant 0x3F800000 : f32
+    %s1147 = arith.addf %a1144, %s1146 : f32
+    linalg.yield %s1147 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1149 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg18, %v795 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1149 : tensor<16x16xf32>) {
+  ^bb0(%a1150: f32, %a1151: f32, %o1152: f32):
+    %s1153 = arith.constant 0x3DCCCCCD : f32
+    %s1154 = arith.subf %a1151, %a1150 : f32
+    %s1155 = math.absf %s1153 : f32
+    %s1156 = arith.constant 0x3F000000 : f32
+    %s1157 = arith.cmpf olt, %s1155, %s1156 : f32
+    %s1158 = arith.constant 0x3F800000 : f32
+    %s1159 = arith.subf %s1153, %s1158 : f32
+    %s1160 = arith.select %s1157, %s1153, %s1159 : f32
+    %s1161 = arith.select %s1157, %a1150, %a1151 : f32
+    %s1162 = math.fma %s1160, %s1154, %s1161 : f32
     linalg.yield %s1162 : f32
   } -> tensor<16x16xf32> loc(#loc14)
   %e1164 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1172 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1163, %v789, %v789 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1164 : tensor<16x16xf32>) {
-  ^bb0(%a1165: f32, %a1166: f32, %a1167: f32, %o1168: f32):
-    %s1169 = arith.constant 0x3A83126F : f32
-    %s1170 = arith.mulf %s1169, %a1166 : f32
-    %s1171 = math.fma %s1170, %a1167, %a1165 : f32
-    linalg.yield %s1171 : f32
+  %v1169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg34 : tensor<16x16xf32>) outs(%e1164 : tensor<16x16xf32>) {
+  ^bb0(%a1165: f32, %o1166: f32):
+    %s1167 = arith.constant 0x3F7FBE77 : f32
+    %s1168 = arith.mulf %a1165, %s1167 : f32
+    linalg.yield %s1168 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1173 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1178 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1142 : tensor<f32>) outs(%e1173 : tensor<f32>) {
-  ^bb0(%a1174: f32, %o1175: f32):
-    %s1176 = arith.constant 0x3F666666 : f32
-    %s1177 = math.powf %s1176, %a1174 : f32
+  %e1170 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1178 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1169, %v795, %v795 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1170 : tensor<16x16xf32>) {
+  ^bb0(%a1171: f32, %a1172: f32, %a1173: f32, %o1174: f32):
+    %s1175 = arith.constant 0x3A83126F : f32
+    %s1176 = arith.mulf %s1175, %a1172 : f32
+    %s1177 = math.fma %s1176, %a1173, %a1171 : f32
     linalg.yield %s1177 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1179 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1184 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1178 : tensor<f32>) outs(%e1179 : tensor<f32>) {
+  %v1184 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1148 : tensor<f32>) outs(%e1179 : tensor<f32>) {
   ^bb0(%a1180: f32, %o1181: f32):
-    %s1182 = arith.constant 0x3F800000 : f32
-    %s1183 = arith.subf %s1182, %a1180 : f32
+    %s1182 = arith.constant 0x3F666666 : f32
+    %s1183 = math.powf %s1182, %a1180 : f32
     linalg.yield %s1183 : f32
   } -> tensor<f32> loc(#loc14)
   %e1185 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1190 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1142 : tensor<f32>) outs(%e1185 : tensor<f32>) {
+  %v1190 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1184 : tensor<f32>) outs(%e1185 : tensor<f32>) {
   ^bb0(%a1186: f32, %o1187: f32):
-    %s1188 = arith.constant 0x3F7FBE77 : f32
-    %s1189 = math.powf %s1188, %a1186 : f32
+    %s1188 = arith.constant 0x3F800000 : f32
+    %s1189 = arith.subf %s1188, %a1186 : f32
     linalg.yield %s1189 : f32
   } -> tensor<f32> loc(#loc14)
   %e1191 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1196 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1190 : tensor<f32>) outs(%e1191 : tensor<f32>) {
+  %v1196 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1148 : tensor<f32>) outs(%e1191 : tensor<f32>) {
   ^bb0(%a1192: f32, %o1193: f32):
-    %s1194 = arith.constant 0x3F800000 : f32
-    %s1195 = arith.subf %s1194, %a1192 : f32
+    %s1194 = arith.constant 0x3F7FBE77 : f32
+    %s1195 = math.powf %s1194, %a1192 : f32
     linalg.yield %s1195 : f32
   } -> tensor<f32> loc(#loc14)
   %e1197 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1184 : tensor<f32>) outs(%e1197 : tensor<f32>) {
+  %v1202 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1196 : tensor<f32>) outs(%e1197 : tensor<f32>) {
   ^bb0(%a1198: f32, %o1199: f32):
     %s1200 = arith.constant 0x3F800000 : f32
-    %s1201 = arith.divf %s1200, %a1198 : f32
+    %s1201 = arith.subf %s1200, %a1198 : f32
     linalg.yield %s1201 : f32
   } -> tensor<f32> loc(#loc14)
   %e1203 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1208 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1202 : tensor<f32>) outs(%e1203 : tensor<f32>) {
+  %v1208 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1190 : tensor<f32>) outs(%e1203 : tensor<f32>) {
   ^bb0(%a1204: f32, %o1205: f32):
-    %s1206 = arith.constant 0x3A83126F : f32
-    %s1207 = arith.mulf %a1204, %s1206 : f32
+    %s1206 = arith.constant 0x3F800000 : f32
+    %s1207 = arith.divf %s1206, %a1204 : f32
     linalg.yield %s1207 : f32
   } -> tensor<f32> loc(#loc14)
   %e1209 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1213 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1208 : tensor<f32>) outs(%e1209 : tensor<f32>) {
+  %v1214 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1208 : tensor<f32>) outs(%e1209 : tensor<f32>) {
   ^bb0(%a1210: f32, %o1211: f32):
-    %s1212 = arith.negf %a1210 : f32
-    linalg.yield %s1212 : f32
+    %s1212 = arith.constant 0x3A83126F : f32
+    %s1213 = arith.mulf %a1210, %s1212 : f32
+    linalg.yield %s1213 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1214 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1196 : tensor<f32>) outs(%e1214 : tensor<f32>) {
-  ^bb0(%a1215: f32, %o1216: f32):
-    %s1217 = math.sqrt %a1215 : f32
-    linalg.yield %s1217 : f32
+  %e1215 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1219 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1214 : tensor<f32>) outs(%e1215 : tensor<f32>) {
+  ^bb0(%a1216: f32, %o1217: f32):
+    %s1218 = arith.negf %a1216 : f32
+    linalg.yield %s1218 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1219 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1223 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1172 : tensor<16x16xf32>) outs(%e1219 : tensor<16x16xf32>) {
-  ^bb0(%a1220: f32, %o1221: f32):
-    %s1222 = math.sqrt %a1220 : f32
-    linalg.yield %s1222 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1224 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1218, %v1213 : tensor<f32>, tensor<f32>) outs(%e1224 : tensor<f32>) {
-  ^bb0(%a1225: f32, %a1226: f32, %o1227: f32):
-    %s1228 = arith.mulf %a1225, %a1226 : f32
+  %e1220 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1202 : tensor<f32>) outs(%e1220 : tensor<f32>) {
+  ^bb0(%a1221: f32, %o1222: f32):
+    %s1223 = math.sqrt %a1221 : f32
+    linalg.yield %s1223 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1225 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1229 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1178 : tensor<16x16xf32>) outs(%e1225 : tensor<16x16xf32>) {
+  ^bb0(%a1226: f32, %o1227: f32):
+    %s1228 = math.sqrt %a1226 : f32
     linalg.yield %s1228 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1230 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1235 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1223, %v1229 : tensor<16x16xf32>, tensor<f32>) outs(%e1230 : tensor<16x16xf32>) {
-  ^bb0(%a1231: f32, %a1232: f32, %o1233: f32):
-    %s1234 = arith.divf %a1231, %a1232 : f32
-    linalg.yield %s1234 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1236 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1241 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1213 : tensor<f32>) outs(%e1236 : tensor<f32>) {
-  ^bb0(%a1237: f32, %o1238: f32):
-    %s1239 = arith.constant 0x3F800000 : f32
-    %s1240 = arith.divf %s1239, %a1237 : f32
-    linalg.yield %s1240 : f32
+  %e1230 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1235 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1224, %v1219 : tensor<f32>, tensor<f32>) outs(%e1230 : tensor<f32>) {
+  ^bb0(%a1231: f32, %a1232: f32, %o1233: f32):
+    %s1234 = arith.mulf %a1231, %a1232 : f32
+    linalg.yield %s1234 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1236 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1241 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1229, %v1235 : tensor<16x16xf32>, tensor<f32>) outs(%e1236 : tensor<16x16xf32>) {
+  ^bb0(%a1237: f32, %a1238: f32, %o1239: f32):
+    %s1240 = arith.divf %a1237, %a1238 : f32
+    linalg.yield %s1240 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1242 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1247 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1241 : tensor<f32>) outs(%e1242 : tensor<f32>) {
+  %v1247 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1219 : tensor<f32>) outs(%e1242 : tensor<f32>) {
   ^bb0(%a1243: f32, %o1244: f32):
-    %s1245 = arith.constant 0x322BCC77 : f32
-    %s1246 = arith.mulf %a1243, %s1245 : f32
+    %s1245 = arith.constant 0x3F800000 : f32
+    %s1246 = arith.divf %s1245, %a1243 : f32
     linalg.yield %s1246 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1248 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1253 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1235, %v1247 : tensor<16x16xf32>, tensor<f32>) outs(%e1248 : tensor<16x16xf32>) {
-  ^bb0(%a1249: f32, %a1250: f32, %o1251: f32):
-    %s1252 = arith.addf %a1249, %a1250 : f32
+  %e1248 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1253 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1247 : tensor<f32>) outs(%e1248 : tensor<f32>) {
+  ^bb0(%a1249: f32, %o1250: f32):
+    %s1251 = arith.constant 0x322BCC77 : f32
+    %s1252 = arith.mulf %a1249, %s1251 : f32
     linalg.yield %s1252 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1254 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1263 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1157, %v1253 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1254 : tensor<16x16xf32>) {
-  ^bb0(%a1255: f32, %a1256: f32, %a1257: f32, %o1258: f32):
-    %s1259 = arith.constant 0x3F800000 : f32
-    %s1260 = arith.mulf %s1259, %a1256 : f32
-    %s1261 = arith.divf %s1260, %a1257 : f32
-    %s1262 = arith.addf %a1255, %s1261 : f32
-    linalg.yield %s1262 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1264 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1269 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1264 : tensor<f32>) {
-  ^bb0(%a1265: f32, %o1266: f32):
-    %s1267 = arith.constant 0x3F800000 : f32
-    %s1268 = arith.addf %a1265, %s1267 : f32
-    linalg.yield %s1268 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1270 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1284 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg19, %v786 : tensor<16xf32>, tensor<16xf32>) outs(%e1270 : tensor<16xf32>) {
-  ^bb0(%a1271: f32, %a1272: f32, %o1273: f32):
-    %s1274 = arith.constant 0x3DCCCCCD : f32
-    %s1275 = arith.subf %a1272, %a1271 : f32
-    %s1276 = math.absf %s1274 : f32
-    %s1277 = arith.constant 0x3F000000 : f32
-    %s1278 = arith.cmpf olt, %s1276, %s1277 : f32
-    %s1279 = arith.constant 0x3F800000 : f32
-    %s1280 = arith.subf %s1274, %s1279 : f32
-    %s1281 = arith.select %s1278, %s1274, %s1280 : f32
-    %s1282 = arith.select %s1278, %a1271, %a1272 : f32
-    %s1283 = math.fma %s1281, %s1275, %s1282 : f32
-    linalg.yield %s1283 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1285 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1290 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1285 : tensor<16xf32>) {
-  ^bb0(%a1286: f32, %o1287: f32):
-    %s1288 = arith.constant 0x3F7FBE77 : f32
-    %s1289 = arith.mulf %a1286, %s1288 : f32
+  %e1254 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1259 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1241, %v1253 : tensor<16x16xf32>, tensor<f32>) outs(%e1254 : tensor<16x16xf32>) {
+  ^bb0(%a1255: f32, %a1256: f32, %o1257: f32):
+    %s1258 = arith.addf %a1255, %a1256 : f32
+    linalg.yield %s1258 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1260 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1269 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v1163, %v1259 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1260 : tensor<16x16xf32>) {
+  ^bb0(%a1261: f32, %a1262: f32, %a1263: f32, %o1264: f32):
+    %s1265 = arith.constant 0x3F800000 : f32
+    %s1266 = arith.mulf %s1265, %a1262 : f32
+    %s1267 = arith.divf %s1266, %a1263 : f32
+    %s1268 = arith.addf %a1261, %s1267 : f32
+    linalg.yield %s1268 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1270 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1275 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg51 : tensor<f32>) outs(%e1270 : tensor<f32>) {
+  ^bb0(%a1271: f32, %o1272: f32):
+    %s1273 = arith.constant 0x3F800000 : f32
+    %s1274 = arith.addf %a1271, %s1273 : f32
+    linalg.yield %s1274 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1276 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1290 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg19, %v792 : tensor<16xf32>, tensor<16xf32>) outs(%e1276 : tensor<16xf32>) {
+  ^bb0(%a1277: f32, %a1278: f32, %o1279: f32):
+    %s1280 = arith.constant 0x3DCCCCCD : f32
+    %s1281 = arith.subf %a1278, %a1277 : f32
+    %s1282 = math.absf %s1280 : f32
+    %s1283 = arith.constant 0x3F000000 : f32
+    %s1284 = arith.cmpf olt, %s1282, %s1283 : f32
+    %s1285 = arith.constant 0x3F800000 : f32
+    %s1286 = arith.subf %s1280, %s1285 : f32
+    %s1287 = arith.select %s1284, %s1280, %s1286 : f32
+    %s1288 = arith.select %s1284, %a1277, %a1278 : f32
+    %s1289 = math.fma %s1287, %s1281, %s1288 : f32
     linalg.yield %s1289 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e1291 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1299 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1290, %v786, %v786 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1291 : tensor<16xf32>) {
-  ^bb0(%a1292: f32, %a1293: f32, %a1294: f32, %o1295: f32):
-    %s1296 = arith.constant 0x3A83126F : f32
-    %s1297 = arith.mulf %s1296, %a1293 : f32
-    %s1298 = math.fma %s1297, %a1294, %a1292 : f32
-    linalg.yield %s1298 : f32
+  %v1296 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg35 : tensor<16xf32>) outs(%e1291 : tensor<16xf32>) {
+  ^bb0(%a1292: f32, %o1293: f32):
+    %s1294 = arith.constant 0x3F7FBE77 : f32
+    %s1295 = arith.mulf %a1292, %s1294 : f32
+    linalg.yield %s1295 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1300 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1305 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1269 : tensor<f32>) outs(%e1300 : tensor<f32>) {
-  ^bb0(%a1301: f32, %o1302: f32):
-    %s1303 = arith.constant 0x3F666666 : f32
-    %s1304 = math.powf %s1303, %a1301 : f32
+  %e1297 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1305 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1296, %v792, %v792 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1297 : tensor<16xf32>) {
+  ^bb0(%a1298: f32, %a1299: f32, %a1300: f32, %o1301: f32):
+    %s1302 = arith.constant 0x3A83126F : f32
+    %s1303 = arith.mulf %s1302, %a1299 : f32
+    %s1304 = math.fma %s1303, %a1300, %a1298 : f32
     linalg.yield %s1304 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1306 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1311 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1305 : tensor<f32>) outs(%e1306 : tensor<f32>) {
+  %v1311 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1275 : tensor<f32>) outs(%e1306 : tensor<f32>) {
   ^bb0(%a1307: f32, %o1308: f32):
-    %s1309 = arith.constant 0x3F800000 : f32
-    %s1310 = arith.subf %s1309, %a1307 : f32
+    %s1309 = arith.constant 0x3F666666 : f32
+    %s1310 = math.powf %s1309, %a1307 : f32
     linalg.yield %s1310 : f32
   } -> tensor<f32> loc(#loc14)
   %e1312 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1317 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1269 : tensor<f32>) outs(%e1312 : tensor<f32>) {
+  %v1317 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1311 : tensor<f32>) outs(%e1312 : tensor<f32>) {
   ^bb0(%a1313: f32, %o1314: f32):
-    %s1315 = arith.constant 0x3F7FBE77 : f32
-    %s1316 = math.powf %s1315, %a1313 : f32
+    %s1315 = arith.constant 0x3F800000 : f32
+    %s1316 = arith.subf %s1315, %a1313 : f32
     linalg.yield %s1316 : f32
   } -> tensor<f32> loc(#loc14)
   %e1318 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1317 : tensor<f32>) outs(%e1318 : tensor<f32>) {
+  %v1323 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1275 : tensor<f32>) outs(%e1318 : tensor<f32>) {
   ^bb0(%a1319: f32, %o1320: f32):
-    %s1321 = arith.constant 0x3F800000 : f32
-    %s1322 = arith.subf %s1321, %a1319 : f32
+    %s1321 = arith.constant 0x3F7FBE77 : f32
+    %s1322 = math.powf %s1321, %a1319 : f32
     linalg.yield %s1322 : f32
   } -> tensor<f32> loc(#loc14)
   %e1324 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1311 : tensor<f32>) outs(%e1324 : tensor<f32>) {
+  %v1329 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1323 : tensor<f32>) outs(%e1324 : tensor<f32>) {
   ^bb0(%a1325: f32, %o1326: f32):
     %s1327 = arith.constant 0x3F800000 : f32
-    %s1328 = arith.divf %s1327, %a1325 : f32
+    %s1328 = arith.subf %s1327, %a1325 : f32
     linalg.yield %s1328 : f32
   } -> tensor<f32> loc(#loc14)
   %e1330 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1329 : tensor<f32>) outs(%e1330 : tensor<f32>) {
+  %v1335 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1317 : tensor<f32>) outs(%e1330 : tensor<f32>) {
   ^bb0(%a1331: f32, %o1332: f32):
-    %s1333 = arith.constant 0x3A83126F : f32
-    %s1334 = arith.mulf %a1331, %s1333 : f32
+    %s1333 = arith.constant 0x3F800000 : f32
+    %s1334 = arith.divf %s1333, %a1331 : f32
     linalg.yield %s1334 : f32
   } -> tensor<f32> loc(#loc14)
   %e1336 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1340 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1335 : tensor<f32>) outs(%e1336 : tensor<f32>) {
+  %v1341 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1335 : tensor<f32>) outs(%e1336 : tensor<f32>) {
   ^bb0(%a1337: f32, %o1338: f32):
-    %s1339 = arith.negf %a1337 : f32
-    linalg.yield %s1339 : f32
+    %s1339 = arith.constant 0x3A83126F : f32
+    %s1340 = arith.mulf %a1337, %s1339 : f32
+    linalg.yield %s1340 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1341 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1323 : tensor<f32>) outs(%e1341 : tensor<f32>) {
-  ^bb0(%a1342: f32, %o1343: f32):
-    %s1344 = math.sqrt %a1342 : f32
-    linalg.yield %s1344 : f32
+  %e1342 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1346 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1341 : tensor<f32>) outs(%e1342 : tensor<f32>) {
+  ^bb0(%a1343: f32, %o1344: f32):
+    %s1345 = arith.negf %a1343 : f32
+    linalg.yield %s1345 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1346 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1350 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1299 : tensor<16xf32>) outs(%e1346 : tensor<16xf32>) {
-  ^bb0(%a1347: f32, %o1348: f32):
-    %s1349 = math.sqrt %a1347 : f32
-    linalg.yield %s1349 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1351 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1345, %v1340 : tensor<f32>, tensor<f32>) outs(%e1351 : tensor<f32>) {
-  ^bb0(%a1352: f32, %a1353: f32, %o1354: f32):
-    %s1355 = arith.mulf %a1352, %a1353 : f32
+  %e1347 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1351 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1329 : tensor<f32>) outs(%e1347 : tensor<f32>) {
+  ^bb0(%a1348: f32, %o1349: f32):
+    %s1350 = math.sqrt %a1348 : f32
+    linalg.yield %s1350 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1352 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1356 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1305 : tensor<16xf32>) outs(%e1352 : tensor<16xf32>) {
+  ^bb0(%a1353: f32, %o1354: f32):
+    %s1355 = math.sqrt %a1353 : f32
     linalg.yield %s1355 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1357 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1362 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1350, %v1356 : tensor<16xf32>, tensor<f32>) outs(%e1357 : tensor<16xf32>) {
-  ^bb0(%a1358: f32, %a1359: f32, %o1360: f32):
-    %s1361 = arith.divf %a1358, %a1359 : f32
-    linalg.yield %s1361 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1363 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1368 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1340 : tensor<f32>) outs(%e1363 : tensor<f32>) {
-  ^bb0(%a1364: f32, %o1365: f32):
-    %s1366 = arith.constant 0x3F800000 : f32
-    %s1367 = arith.divf %s1366, %a1364 : f32
-    linalg.yield %s1367 : f32
+  %e1357 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1351, %v1346 : tensor<f32>, tensor<f32>) outs(%e1357 : tensor<f32>) {
+  ^bb0(%a1358: f32, %a1359: f32, %o1360: f32):
+    %s1361 = arith.mulf %a1358, %a1359 : f32
+    linalg.yield %s1361 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1363 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1368 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1356, %v1362 : tensor<16xf32>, tensor<f32>) outs(%e1363 : tensor<16xf32>) {
+  ^bb0(%a1364: f32, %a1365: f32, %o1366: f32):
+    %s1367 = arith.divf %a1364, %a1365 : f32
+    linalg.yield %s1367 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e1369 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1368 : tensor<f32>) outs(%e1369 : tensor<f32>) {
+  %v1374 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1346 : tensor<f32>) outs(%e1369 : tensor<f32>) {
   ^bb0(%a1370: f32, %o1371: f32):
-    %s1372 = arith.constant 0x322BCC77 : f32
-    %s1373 = arith.mulf %a1370, %s1372 : f32
+    %s1372 = arith.constant 0x3F800000 : f32
+    %s1373 = arith.divf %s1372, %a1370 : f32
     linalg.yield %s1373 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1375 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1380 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1362, %v1374 : tensor<16xf32>, tensor<f32>) outs(%e1375 : tensor<16xf32>) {
-  ^bb0(%a1376: f32, %a1377: f32, %o1378: f32):
-    %s1379 = arith.addf %a1376, %a1377 : f32
+  %e1375 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1380 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1374 : tensor<f32>) outs(%e1375 : tensor<f32>) {
+  ^bb0(%a1376: f32, %o1377: f32):
+    %s1378 = arith.constant 0x322BCC77 : f32
+    %s1379 = arith.mulf %a1376, %s1378 : f32
     linalg.yield %s1379 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1381 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1390 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1284, %v1380 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1381 : tensor<16xf32>) {
-  ^bb0(%a1382: f32, %a1383: f32, %a1384: f32, %o1385: f32):
-    %s1386 = arith.constant 0x3F800000 : f32
-    %s1387 = arith.mulf %s1386, %a1383 : f32
-    %s1388 = arith.divf %s1387, %a1384 : f32
-    %s1389 = arith.addf %a1382, %s1388 : f32
-    linalg.yield %s1389 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1391 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1391 : tensor<f32>) {
-  ^bb0(%a1392: f32, %o1393: f32):
-    %s1394 = arith.constant 0x3F800000 : f32
-    %s1395 = arith.addf %a1392, %s1394 : f32
-    linalg.yield %s1395 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1397 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1411 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg20, %v754 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1397 : tensor<16x16xf32>) {
-  ^bb0(%a1398: f32, %a1399: f32, %o1400: f32):
-    %s1401 = arith.constant 0x3DCCCCCD : f32
-    %s1402 = arith.subf %a1399, %a1398 : f32
-    %s1403 = math.absf %s1401 : f32
-    %s1404 = arith.constant 0x3F000000 : f32
-    %s1405 = arith.cmpf olt, %s1403, %s1404 : f32
-    %s1406 = arith.constant 0x3F800000 : f32
-    %s1407 = arith.subf %s1401, %s1406 : f32
-    %s1408 = arith.select %s1405, %s1401, %s1407 : f32
-    %s1409 = arith.select %s1405, %a1398, %a1399 : f32
-    %s1410 = math.fma %s1408, %s1402, %s1409 : f32
-    linalg.yield %s1410 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1412 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1417 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1412 : tensor<16x16xf32>) {
-  ^bb0(%a1413: f32, %o1414: f32):
-    %s1415 = arith.constant 0x3F7FBE77 : f32
-    %s1416 = arith.mulf %a1413, %s1415 : f32
+  %e1381 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1386 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1368, %v1380 : tensor<16xf32>, tensor<f32>) outs(%e1381 : tensor<16xf32>) {
+  ^bb0(%a1382: f32, %a1383: f32, %o1384: f32):
+    %s1385 = arith.addf %a1382, %a1383 : f32
+    linalg.yield %s1385 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1387 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1396 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v1290, %v1386 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1387 : tensor<16xf32>) {
+  ^bb0(%a1388: f32, %a1389: f32, %a1390: f32, %o1391: f32):
+    %s1392 = arith.constant 0x3F800000 : f32
+    %s1393 = arith.mulf %s1392, %a1389 : f32
+    %s1394 = arith.divf %s1393, %a1390 : f32
+    %s1395 = arith.addf %a1388, %s1394 : f32
+    linalg.yield %s1395 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1397 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1402 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg52 : tensor<f32>) outs(%e1397 : tensor<f32>) {
+  ^bb0(%a1398: f32, %o1399: f32):
+    %s1400 = arith.constant 0x3F800000 : f32
+    %s1401 = arith.addf %a1398, %s1400 : f32
+    linalg.yield %s1401 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1403 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1417 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg20, %v760 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1403 : tensor<16x16xf32>) {
+  ^bb0(%a1404: f32, %a1405: f32, %o1406: f32):
+    %s1407 = arith.constant 0x3DCCCCCD : f32
+    %s1408 = arith.subf %a1405, %a1404 : f32
+    %s1409 = math.absf %s1407 : f32
+    %s1410 = arith.constant 0x3F000000 : f32
+    %s1411 = arith.cmpf olt, %s1409, %s1410 : f32
+    %s1412 = arith.constant 0x3F800000 : f32
+    %s1413 = arith.subf %s1407, %s1412 : f32
+    %s1414 = arith.select %s1411, %s1407, %s1413 : f32
+    %s1415 = arith.select %s1411, %a1404, %a1405 : f32
+    %s1416 = math.fma %s1414, %s1408, %s1415 : f32
     linalg.yield %s1416 : f32
   } -> tensor<16x16xf32> loc(#loc14)
   %e1418 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1426 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1417, %v754, %v754 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1418 : tensor<16x16xf32>) {
-  ^bb0(%a1419: f32, %a1420: f32, %a1421: f32, %o1422: f32):
-    %s1423 = arith.constant 0x3A83126F : f32
-    %s1424 = arith.mulf %s1423, %a1420 : f32
-    %s1425 = math.fma %s1424, %a1421, %a1419 : f32
-    linalg.yield %s1425 : f32
+  %v1423 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg36 : tensor<16x16xf32>) outs(%e1418 : tensor<16x16xf32>) {
+  ^bb0(%a1419: f32, %o1420: f32):
+    %s1421 = arith.constant 0x3F7FBE77 : f32
+    %s1422 = arith.mulf %a1419, %s1421 : f32
+    linalg.yield %s1422 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1427 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1432 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1396 : tensor<f32>) outs(%e1427 : tensor<f32>) {
-  ^bb0(%a1428: f32, %o1429: f32):
-    %s1430 = arith.constant 0x3F666666 : f32
-    %s1431 = math.powf %s1430, %a1428 : f32
+  %e1424 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1432 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1423, %v760, %v760 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1424 : tensor<16x16xf32>) {
+  ^bb0(%a1425: f32, %a1426: f32, %a1427: f32, %o1428: f32):
+    %s1429 = arith.constant 0x3A83126F : f32
+    %s1430 = arith.mulf %s1429, %a1426 : f32
+    %s1431 = math.fma %s1430, %a1427, %a1425 : f32
     linalg.yield %s1431 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1433 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1432 : tensor<f32>) outs(%e1433 : tensor<f32>) {
+  %v1438 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1402 : tensor<f32>) outs(%e1433 : tensor<f32>) {
   ^bb0(%a1434: f32, %o1435: f32):
-    %s1436 = arith.constant 0x3F800000 : f32
-    %s1437 = arith.subf %s1436, %a1434 : f32
+    %s1436 = arith.constant 0x3F666666 : f32
+    %s1437 = math.powf %s1436, %a1434 : f32
     linalg.yield %s1437 : f32
   } -> tensor<f32> loc(#loc14)
   %e1439 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1396 : tensor<f32>) outs(%e1439 : tensor<f32>) {
+  %v1444 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1438 : tensor<f32>) outs(%e1439 : tensor<f32>) {
   ^bb0(%a1440: f32, %o1441: f32):
-    %s1442 = arith.constant 0x3F7FBE77 : f32
-    %s1443 = math.powf %s1442, %a1440 : f32
+    %s1442 = arith.constant 0x3F800000 : f32
+    %s1443 = arith.subf %s1442, %a1440 : f32
     linalg.yield %s1443 : f32
   } -> tensor<f32> loc(#loc14)
   %e1445 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1444 : tensor<f32>) outs(%e1445 : tensor<f32>) {
+  %v1450 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1402 : tensor<f32>) outs(%e1445 : tensor<f32>) {
   ^bb0(%a1446: f32, %o1447: f32):
-    %s1448 = arith.constant 0x3F800000 : f32
-    %s1449 = arith.subf %s1448, %a1446 : f32
+    %s1448 = arith.constant 0x3F7FBE77 : f32
+    %s1449 = math.powf %s1448, %a1446 : f32
     linalg.yield %s1449 : f32
   } -> tensor<f32> loc(#loc14)
   %e1451 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1456 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1438 : tensor<f32>) outs(%e1451 : tensor<f32>) {
+  %v1456 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1450 : tensor<f32>) outs(%e1451 : tensor<f32>) {
   ^bb0(%a1452: f32, %o1453: f32):
     %s1454 = arith.constant 0x3F800000 : f32
-    %s1455 = arith.divf %s1454, %a1452 : f32
+    %s1455 = arith.subf %s1454, %a1452 : f32
     linalg.yield %s1455 : f32
   } -> tensor<f32> loc(#loc14)
   %e1457 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1456 : tensor<f32>) outs(%e1457 : tensor<f32>) {
+  %v1462 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1444 : tensor<f32>) outs(%e1457 : tensor<f32>) {
   ^bb0(%a1458: f32, %o1459: f32):
-    %s1460 = arith.constant 0x3A83126F : f32
-    %s1461 = arith.mulf %a1458, %s1460 : f32
+    %s1460 = arith.constant 0x3F800000 : f32
+    %s1461 = arith.divf %s1460, %a1458 : f32
     linalg.yield %s1461 : f32
   } -> tensor<f32> loc(#loc14)
   %e1463 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1467 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1462 : tensor<f32>) outs(%e1463 : tensor<f32>) {
+  %v1468 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1462 : tensor<f32>) outs(%e1463 : tensor<f32>) {
   ^bb0(%a1464: f32, %o1465: f32):
-    %s1466 = arith.negf %a1464 : f32
-    linalg.yield %s1466 : f32
+    %s1466 = arith.constant 0x3A83126F : f32
+    %s1467 = arith.mulf %a1464, %s1466 : f32
+    linalg.yield %s1467 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1468 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1450 : tensor<f32>) outs(%e1468 : tensor<f32>) {
-  ^bb0(%a1469: f32, %o1470: f32):
-    %s1471 = math.sqrt %a1469 : f32
-    linalg.yield %s1471 : f32
+  %e1469 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1473 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1468 : tensor<f32>) outs(%e1469 : tensor<f32>) {
+  ^bb0(%a1470: f32, %o1471: f32):
+    %s1472 = arith.negf %a1470 : f32
+    linalg.yield %s1472 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1473 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1477 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1426 : tensor<16x16xf32>) outs(%e1473 : tensor<16x16xf32>) {
-  ^bb0(%a1474: f32, %o1475: f32):
-    %s1476 = math.sqrt %a1474 : f32
-    linalg.yield %s1476 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1478 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1472, %v1467 : tensor<f32>, tensor<f32>) outs(%e1478 : tensor<f32>) {
-  ^bb0(%a1479: f32, %a1480: f32, %o1481: f32):
-    %s1482 = arith.mulf %a1479, %a1480 : f32
+  %e1474 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1456 : tensor<f32>) outs(%e1474 : tensor<f32>) {
+  ^bb0(%a1475: f32, %o1476: f32):
+    %s1477 = math.sqrt %a1475 : f32
+    linalg.yield %s1477 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1479 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1483 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1432 : tensor<16x16xf32>) outs(%e1479 : tensor<16x16xf32>) {
+  ^bb0(%a1480: f32, %o1481: f32):
+    %s1482 = math.sqrt %a1480 : f32
     linalg.yield %s1482 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1484 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1489 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1477, %v1483 : tensor<16x16xf32>, tensor<f32>) outs(%e1484 : tensor<16x16xf32>) {
-  ^bb0(%a1485: f32, %a1486: f32, %o1487: f32):
-    %s1488 = arith.divf %a1485, %a1486 : f32
-    linalg.yield %s1488 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1490 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1495 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1467 : tensor<f32>) outs(%e1490 : tensor<f32>) {
-  ^bb0(%a1491: f32, %o1492: f32):
-    %s1493 = arith.constant 0x3F800000 : f32
-    %s1494 = arith.divf %s1493, %a1491 : f32
-    linalg.yield %s1494 : f32
+  %e1484 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1489 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1478, %v1473 : tensor<f32>, tensor<f32>) outs(%e1484 : tensor<f32>) {
+  ^bb0(%a1485: f32, %a1486: f32, %o1487: f32):
+    %s1488 = arith.mulf %a1485, %a1486 : f32
+    linalg.yield %s1488 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1490 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1495 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1483, %v1489 : tensor<16x16xf32>, tensor<f32>) outs(%e1490 : tensor<16x16xf32>) {
+  ^bb0(%a1491: f32, %a1492: f32, %o1493: f32):
+    %s1494 = arith.divf %a1491, %a1492 : f32
+    linalg.yield %s1494 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1496 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1495 : tensor<f32>) outs(%e1496 : tensor<f32>) {
+  %v1501 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1473 : tensor<f32>) outs(%e1496 : tensor<f32>) {
   ^bb0(%a1497: f32, %o1498: f32):
-    %s1499 = arith.constant 0x322BCC77 : f32
-    %s1500 = arith.mulf %a1497, %s1499 : f32
+    %s1499 = arith.constant 0x3F800000 : f32
+    %s1500 = arith.divf %s1499, %a1497 : f32
     linalg.yield %s1500 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1502 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1507 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1489, %v1501 : tensor<16x16xf32>, tensor<f32>) outs(%e1502 : tensor<16x16xf32>) {
-  ^bb0(%a1503: f32, %a1504: f32, %o1505: f32):
-    %s1506 = arith.addf %a1503, %a1504 : f32
+  %e1502 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1507 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1501 : tensor<f32>) outs(%e1502 : tensor<f32>) {
+  ^bb0(%a1503: f32, %o1504: f32):
+    %s1505 = arith.constant 0x322BCC77 : f32
+    %s1506 = arith.mulf %a1503, %s1505 : f32
     linalg.yield %s1506 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1508 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1517 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1411, %v1507 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1508 : tensor<16x16xf32>) {
-  ^bb0(%a1509: f32, %a1510: f32, %a1511: f32, %o1512: f32):
-    %s1513 = arith.constant 0x3F800000 : f32
-    %s1514 = arith.mulf %s1513, %a1510 : f32
-    %s1515 = arith.divf %s1514, %a1511 : f32
-    %s1516 = arith.addf %a1509, %s1515 : f32
-    linalg.yield %s1516 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1518 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1518 : tensor<f32>) {
-  ^bb0(%a1519: f32, %o1520: f32):
-    %s1521 = arith.constant 0x3F800000 : f32
-    %s1522 = arith.addf %a1519, %s1521 : f32
-    linalg.yield %s1522 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1524 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1538 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg21, %v751 : tensor<16xf32>, tensor<16xf32>) outs(%e1524 : tensor<16xf32>) {
-  ^bb0(%a1525: f32, %a1526: f32, %o1527: f32):
-    %s1528 = arith.constant 0x3DCCCCCD : f32
-    %s1529 = arith.subf %a1526, %a1525 : f32
-    %s1530 = math.absf %s1528 : f32
-    %s1531 = arith.constant 0x3F000000 : f32
-    %s1532 = arith.cmpf olt, %s1530, %s1531 : f32
-    %s1533 = arith.constant 0x3F800000 : f32
-    %s1534 = arith.subf %s1528, %s1533 : f32
-    %s1535 = arith.select %s1532, %s1528, %s1534 : f32
-    %s1536 = arith.select %s1532, %a1525, %a1526 : f32
-    %s1537 = math.fma %s1535, %s1529, %s1536 : f32
-    linalg.yield %s1537 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1539 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1544 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1539 : tensor<16xf32>) {
-  ^bb0(%a1540: f32, %o1541: f32):
-    %s1542 = arith.constant 0x3F7FBE77 : f32
-    %s1543 = arith.mulf %a1540, %s1542 : f32
+  %e1508 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1513 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1495, %v1507 : tensor<16x16xf32>, tensor<f32>) outs(%e1508 : tensor<16x16xf32>) {
+  ^bb0(%a1509: f32, %a1510: f32, %o1511: f32):
+    %s1512 = arith.addf %a1509, %a1510 : f32
+    linalg.yield %s1512 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1514 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1523 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg4, %v1417, %v1513 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1514 : tensor<16x16xf32>) {
+  ^bb0(%a1515: f32, %a1516: f32, %a1517: f32, %o1518: f32):
+    %s1519 = arith.constant 0x3F800000 : f32
+    %s1520 = arith.mulf %s1519, %a1516 : f32
+    %s1521 = arith.divf %s1520, %a1517 : f32
+    %s1522 = arith.addf %a1515, %s1521 : f32
+    linalg.yield %s1522 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1524 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1529 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg53 : tensor<f32>) outs(%e1524 : tensor<f32>) {
+  ^bb0(%a1525: f32, %o1526: f32):
+    %s1527 = arith.constant 0x3F800000 : f32
+    %s1528 = arith.addf %a1525, %s1527 : f32
+    linalg.yield %s1528 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1530 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1544 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg21, %v757 : tensor<16xf32>, tensor<16xf32>) outs(%e1530 : tensor<16xf32>) {
+  ^bb0(%a1531: f32, %a1532: f32, %o1533: f32):
+    %s1534 = arith.constant 0x3DCCCCCD : f32
+    %s1535 = arith.subf %a1532, %a1531 : f32
+    %s1536 = math.absf %s1534 : f32
+    %s1537 = arith.constant 0x3F000000 : f32
+    %s1538 = arith.cmpf olt, %s1536, %s1537 : f32
+    %s1539 = arith.constant 0x3F800000 : f32
+    %s1540 = arith.subf %s1534, %s1539 : f32
+    %s1541 = arith.select %s1538, %s1534, %s1540 : f32
+    %s1542 = arith.select %s1538, %a1531, %a1532 : f32
+    %s1543 = math.fma %s1541, %s1535, %s1542 : f32
     linalg.yield %s1543 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e1545 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1553 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1544, %v751, %v751 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1545 : tensor<16xf32>) {
-  ^bb0(%a1546: f32, %a1547: f32, %a1548: f32, %o1549: f32):
-    %s1550 = arith.constant 0x3A83126F : f32
-    %s1551 = arith.mulf %s1550, %a1547 : f32
-    %s1552 = math.fma %s1551, %a1548, %a1546 : f32
-    linalg.yield %s1552 : f32
+  %v1550 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg37 : tensor<16xf32>) outs(%e1545 : tensor<16xf32>) {
+  ^bb0(%a1546: f32, %o1547: f32):
+    %s1548 = arith.constant 0x3F7FBE77 : f32
+    %s1549 = arith.mulf %a1546, %s1548 : f32
+    linalg.yield %s1549 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1554 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1559 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1523 : tensor<f32>) outs(%e1554 : tensor<f32>) {
-  ^bb0(%a1555: f32, %o1556: f32):
-    %s1557 = arith.constant 0x3F666666 : f32
-    %s1558 = math.powf %s1557, %a1555 : f32
+  %e1551 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1559 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1550, %v757, %v757 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1551 : tensor<16xf32>) {
+  ^bb0(%a1552: f32, %a1553: f32, %a1554: f32, %o1555: f32):
+    %s1556 = arith.constant 0x3A83126F : f32
+    %s1557 = arith.mulf %s1556, %a1553 : f32
+    %s1558 = math.fma %s1557, %a1554, %a1552 : f32
     linalg.yield %s1558 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1560 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1565 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1559 : tensor<f32>) outs(%e1560 : tensor<f32>) {
+  %v1565 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1529 : tensor<f32>) outs(%e1560 : tensor<f32>) {
   ^bb0(%a1561: f32, %o1562: f32):
-    %s1563 = arith.constant 0x3F800000 : f32
-    %s1564 = arith.subf %s1563, %a1561 : f32
+    %s1563 = arith.constant 0x3F666666 : f32
+    %s1564 = math.powf %s1563, %a1561 : f32
     linalg.yield %s1564 : f32
   } -> tensor<f32> loc(#loc14)
   %e1566 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1571 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1523 : tensor<f32>) outs(%e1566 : tensor<f32>) {
+  %v1571 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1565 : tensor<f32>) outs(%e1566 : tensor<f32>) {
   ^bb0(%a1567: f32, %o1568: f32):
-    %s1569 = arith.constant 0x3F7FBE77 : f32
-    %s1570 = math.powf %s1569, %a1567 : f32
+    %s1569 = arith.constant 0x3F800000 : f32
+    %s1570 = arith.subf %s1569, %a1567 : f32
     linalg.yield %s1570 : f32
   } -> tensor<f32> loc(#loc14)
   %e1572 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1577 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1571 : tensor<f32>) outs(%e1572 : tensor<f32>) {
+  %v1577 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1529 : tensor<f32>) outs(%e1572 : tensor<f32>) {
   ^bb0(%a1573: f32, %o1574: f32):
-    %s1575 = arith.constant 0x3F800000 : f32
-    %s1576 = arith.subf %s1575, %a1573 : f32
+    %s1575 = arith.constant 0x3F7FBE77 : f32
+    %s1576 = math.powf %s1575, %a1573 : f32
     linalg.yield %s1576 : f32
   } -> tensor<f32> loc(#loc14)
   %e1578 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1565 : tensor<f32>) outs(%e1578 : tensor<f32>) {
+  %v1583 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1577 : tensor<f32>) outs(%e1578 : tensor<f32>) {
   ^bb0(%a1579: f32, %o1580: f32):
     %s1581 = arith.constant 0x3F800000 : f32
-    %s1582 = arith.divf %s1581, %a1579 : f32
+    %s1582 = arith.subf %s1581, %a1579 : f32
     linalg.yield %s1582 : f32
   } -> tensor<f32> loc(#loc14)
   %e1584 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1583 : tensor<f32>) outs(%e1584 : tensor<f32>) {
+  %v1589 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1571 : tensor<f32>) outs(%e1584 : tensor<f32>) {
   ^bb0(%a1585: f32, %o1586: f32):
-    %s1587 = arith.constant 0x3A83126F : f32
-    %s1588 = arith.mulf %a1585, %s1587 : f32
+    %s1587 = arith.constant 0x3F800000 : f32
+    %s1588 = arith.divf %s1587, %a1585 : f32
     linalg.yield %s1588 : f32
   } -> tensor<f32> loc(#loc14)
   %e1590 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1594 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1589 : tensor<f32>) outs(%e1590 : tensor<f32>) {
+  %v1595 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1589 : tensor<f32>) outs(%e1590 : tensor<f32>) {
   ^bb0(%a1591: f32, %o1592: f32):
-    %s1593 = arith.negf %a1591 : f32
-    linalg.yield %s1593 : f32
+    %s1593 = arith.constant 0x3A83126F : f32
+    %s1594 = arith.mulf %a1591, %s1593 : f32
+    linalg.yield %s1594 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1595 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1577 : tensor<f32>) outs(%e1595 : tensor<f32>) {
-  ^bb0(%a1596: f32, %o1597: f32):
-    %s1598 = math.sqrt %a1596 : f32
-    linalg.yield %s1598 : f32
+  %e1596 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1600 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1595 : tensor<f32>) outs(%e1596 : tensor<f32>) {
+  ^bb0(%a1597: f32, %o1598: f32):
+    %s1599 = arith.negf %a1597 : f32
+    linalg.yield %s1599 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1600 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1604 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1553 : tensor<16xf32>) outs(%e1600 : tensor<16xf32>) {
-  ^bb0(%a1601: f32, %o1602: f32):
-    %s1603 = math.sqrt %a1601 : f32
-    linalg.yield %s1603 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1605 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1610 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1599, %v1594 : tensor<f32>, tensor<f32>) outs(%e1605 : tensor<f32>) {
-  ^bb0(%a1606: f32, %a1607: f32, %o1608: f32):
-    %s1609 = arith.mulf %a1606, %a1607 : f32
+  %e1601 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1583 : tensor<f32>) outs(%e1601 : tensor<f32>) {
+  ^bb0(%a1602: f32, %o1603: f32):
+    %s1604 = math.sqrt %a1602 : f32
+    linalg.yield %s1604 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1606 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1610 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1559 : tensor<16xf32>) outs(%e1606 : tensor<16xf32>) {
+  ^bb0(%a1607: f32, %o1608: f32):
+    %s1609 = math.sqrt %a1607 : f32
     linalg.yield %s1609 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1611 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1616 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1604, %v1610 : tensor<16xf32>, tensor<f32>) outs(%e1611 : tensor<16xf32>) {
-  ^bb0(%a1612: f32, %a1613: f32, %o1614: f32):
-    %s1615 = arith.divf %a1612, %a1613 : f32
-    linalg.yield %s1615 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1617 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1622 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1594 : tensor<f32>) outs(%e1617 : tensor<f32>) {
-  ^bb0(%a1618: f32, %o1619: f32):
-    %s1620 = arith.constant 0x3F800000 : f32
-    %s1621 = arith.divf %s1620, %a1618 : f32
-    linalg.yield %s1621 : f32
+  %e1611 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1616 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1605, %v1600 : tensor<f32>, tensor<f32>) outs(%e1611 : tensor<f32>) {
+  ^bb0(%a1612: f32, %a1613: f32, %o1614: f32):
+    %s1615 = arith.mulf %a1612, %a1613 : f32
+    linalg.yield %s1615 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1617 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1622 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1610, %v1616 : tensor<16xf32>, tensor<f32>) outs(%e1617 : tensor<16xf32>) {
+  ^bb0(%a1618: f32, %a1619: f32, %o1620: f32):
+    %s1621 = arith.divf %a1618, %a1619 : f32
+    linalg.yield %s1621 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e1623 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1628 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1622 : tensor<f32>) outs(%e1623 : tensor<f32>) {
+  %v1628 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1600 : tensor<f32>) outs(%e1623 : tensor<f32>) {
   ^bb0(%a1624: f32, %o1625: f32):
-    %s1626 = arith.constant 0x322BCC77 : f32
-    %s1627 = arith.mulf %a1624, %s1626 : f32
+    %s1626 = arith.constant 0x3F800000 : f32
+    %s1627 = arith.divf %s1626, %a1624 : f32
     linalg.yield %s1627 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1629 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1634 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1616, %v1628 : tensor<16xf32>, tensor<f32>) outs(%e1629 : tensor<16xf32>) {
-  ^bb0(%a1630: f32, %a1631: f32, %o1632: f32):
-    %s1633 = arith.addf %a1630, %a1631 : f32
+  %e1629 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1634 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1628 : tensor<f32>) outs(%e1629 : tensor<f32>) {
+  ^bb0(%a1630: f32, %o1631: f32):
+    %s1632 = arith.constant 0x322BCC77 : f32
+    %s1633 = arith.mulf %a1630, %s1632 : f32
     linalg.yield %s1633 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1635 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1644 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1538, %v1634 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1635 : tensor<16xf32>) {
-  ^bb0(%a1636: f32, %a1637: f32, %a1638: f32, %o1639: f32):
-    %s1640 = arith.constant 0x3F800000 : f32
-    %s1641 = arith.mulf %s1640, %a1637 : f32
-    %s1642 = arith.divf %s1641, %a1638 : f32
-    %s1643 = arith.addf %a1636, %s1642 : f32
-    linalg.yield %s1643 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1645 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1645 : tensor<f32>) {
-  ^bb0(%a1646: f32, %o1647: f32):
-    %s1648 = arith.constant 0x3F800000 : f32
-    %s1649 = arith.addf %a1646, %s1648 : f32
-    linalg.yield %s1649 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1651 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1665 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg22, %v725 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1651 : tensor<16x16xf32>) {
-  ^bb0(%a1652: f32, %a1653: f32, %o1654: f32):
-    %s1655 = arith.constant 0x3DCCCCCD : f32
-    %s1656 = arith.subf %a1653, %a1652 : f32
-    %s1657 = math.absf %s1655 : f32
-    %s1658 = arith.constant 0x3F000000 : f32
-    %s1659 = arith.cmpf olt, %s1657, %s1658 : f32
-    %s1660 = arith.constant 0x3F800000 : f32
-    %s1661 = arith.subf %s1655, %s1660 : f32
-    %s1662 = arith.select %s1659, %s1655, %s1661 : f32
-    %s1663 = arith.select %s1659, %a1652, %a1653 : f32
-    %s1664 = math.fma %s1662, %s1656, %s1663 : f32
-    linalg.yield %s1664 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1666 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1671 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e1666 : tensor<16x16xf32>) {
-  ^bb0(%a1667: f32, %o1668: f32):
-    %s1669 = arith.constant 0x3F7FBE77 : f32
-    %s1670 = arith.mulf %a1667, %s1669 : f32
+  %e1635 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1640 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1622, %v1634 : tensor<16xf32>, tensor<f32>) outs(%e1635 : tensor<16xf32>) {
+  ^bb0(%a1636: f32, %a1637: f32, %o1638: f32):
+    %s1639 = arith.addf %a1636, %a1637 : f32
+    linalg.yield %s1639 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1641 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1650 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg5, %v1544, %v1640 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1641 : tensor<16xf32>) {
+  ^bb0(%a1642: f32, %a1643: f32, %a1644: f32, %o1645: f32):
+    %s1646 = arith.constant 0x3F800000 : f32
+    %s1647 = arith.mulf %s1646, %a1643 : f32
+    %s1648 = arith.divf %s1647, %a1644 : f32
+    %s1649 = arith.addf %a1642, %s1648 : f32
+    linalg.yield %s1649 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1651 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1656 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg54 : tensor<f32>) outs(%e1651 : tensor<f32>) {
+  ^bb0(%a1652: f32, %o1653: f32):
+    %s1654 = arith.constant 0x3F800000 : f32
+    %s1655 = arith.addf %a1652, %s1654 : f32
+    linalg.yield %s1655 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1657 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1671 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg22, %v731 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1657 : tensor<16x16xf32>) {
+  ^bb0(%a1658: f32, %a1659: f32, %o1660: f32):
+    %s1661 = arith.constant 0x3DCCCCCD : f32
+    %s1662 = arith.subf %a1659, %a1658 : f32
+    %s1663 = math.absf %s1661 : f32
+    %s1664 = arith.constant 0x3F000000 : f32
+    %s1665 = arith.cmpf olt, %s1663, %s1664 : f32
+    %s1666 = arith.constant 0x3F800000 : f32
+    %s1667 = arith.subf %s1661, %s1666 : f32
+    %s1668 = arith.select %s1665, %s1661, %s1667 : f32
+    %s1669 = arith.select %s1665, %a1658, %a1659 : f32
+    %s1670 = math.fma %s1668, %s1662, %s1669 : f32
     linalg.yield %s1670 : f32
   } -> tensor<16x16xf32> loc(#loc14)
   %e1672 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1680 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1671, %v725, %v725 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1672 : tensor<16x16xf32>) {
-  ^bb0(%a1673: f32, %a1674: f32, %a1675: f32, %o1676: f32):
-    %s1677 = arith.constant 0x3A83126F : f32
-    %s1678 = arith.mulf %s1677, %a1674 : f32
-    %s1679 = math.fma %s1678, %a1675, %a1673 : f32
-    linalg.yield %s1679 : f32
+  %v1677 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg38 : tensor<16x16xf32>) outs(%e1672 : tensor<16x16xf32>) {
+  ^bb0(%a1673: f32, %o1674: f32):
+    %s1675 = arith.constant 0x3F7FBE77 : f32
+    %s1676 = arith.mulf %a1673, %s1675 : f32
+    linalg.yield %s1676 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1681 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1686 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1650 : tensor<f32>) outs(%e1681 : tensor<f32>) {
-  ^bb0(%a1682: f32, %o1683: f32):
-    %s1684 = arith.constant 0x3F666666 : f32
-    %s1685 = math.powf %s1684, %a1682 : f32
+  %e1678 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1686 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1677, %v731, %v731 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1678 : tensor<16x16xf32>) {
+  ^bb0(%a1679: f32, %a1680: f32, %a1681: f32, %o1682: f32):
+    %s1683 = arith.constant 0x3A83126F : f32
+    %s1684 = arith.mulf %s1683, %a1680 : f32
+    %s1685 = math.fma %s1684, %a1681, %a1679 : f32
     linalg.yield %s1685 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1687 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1692 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1686 : tensor<f32>) outs(%e1687 : tensor<f32>) {
+  %v1692 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1656 : tensor<f32>) outs(%e1687 : tensor<f32>) {
   ^bb0(%a1688: f32, %o1689: f32):
-    %s1690 = arith.constant 0x3F800000 : f32
-    %s1691 = arith.subf %s1690, %a1688 : f32
+    %s1690 = arith.constant 0x3F666666 : f32
+    %s1691 = math.powf %s1690, %a1688 : f32
     linalg.yield %s1691 : f32
   } -> tensor<f32> loc(#loc14)
   %e1693 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1650 : tensor<f32>) outs(%e1693 : tensor<f32>) {
+  %v1698 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1692 : tensor<f32>) outs(%e1693 : tensor<f32>) {
   ^bb0(%a1694: f32, %o1695: f32):
-    %s1696 = arith.constant 0x3F7FBE77 : f32
-    %s1697 = math.powf %s1696, %a1694 : f32
+    %s1696 = arith.constant 0x3F800000 : f32
+    %s1697 = arith.subf %s1696, %a1694 : f32
     linalg.yield %s1697 : f32
   } -> tensor<f32> loc(#loc14)
   %e1699 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1704 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1698 : tensor<f32>) outs(%e1699 : tensor<f32>) {
+  %v1704 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1656 : tensor<f32>) outs(%e1699 : tensor<f32>) {
   ^bb0(%a1700: f32, %o1701: f32):
-    %s1702 = arith.constant 0x3F800000 : f32
-    %s1703 = arith.subf %s1702, %a1700 : f32
+    %s1702 = arith.constant 0x3F7FBE77 : f32
+    %s1703 = math.powf %s1702, %a1700 : f32
     linalg.yield %s1703 : f32
   } -> tensor<f32> loc(#loc14)
   %e1705 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1710 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1692 : tensor<f32>) outs(%e1705 : tensor<f32>) {
+  %v1710 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1704 : tensor<f32>) outs(%e1705 : tensor<f32>) {
   ^bb0(%a1706: f32, %o1707: f32):
     %s1708 = arith.constant 0x3F800000 : f32
-    %s1709 = arith.divf %s1708, %a1706 : f32
+    %s1709 = arith.subf %s1708, %a1706 : f32
     linalg.yield %s1709 : f32
   } -> tensor<f32> loc(#loc14)
   %e1711 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1716 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1710 : tensor<f32>) outs(%e1711 : tensor<f32>) {
+  %v1716 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1698 : tensor<f32>) outs(%e1711 : tensor<f32>) {
   ^bb0(%a1712: f32, %o1713: f32):
-    %s1714 = arith.constant 0x3A83126F : f32
-    %s1715 = arith.mulf %a1712, %s1714 : f32
+    %s1714 = arith.constant 0x3F800000 : f32
+    %s1715 = arith.divf %s1714, %a1712 : f32
     linalg.yield %s1715 : f32
   } -> tensor<f32> loc(#loc14)
   %e1717 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1721 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1716 : tensor<f32>) outs(%e1717 : tensor<f32>) {
+  %v1722 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1716 : tensor<f32>) outs(%e1717 : tensor<f32>) {
   ^bb0(%a1718: f32, %o1719: f32):
-    %s1720 = arith.negf %a1718 : f32
-    linalg.yield %s1720 : f32
+    %s1720 = arith.constant 0x3A83126F : f32
+    %s1721 = arith.mulf %a1718, %s1720 : f32
+    linalg.yield %s1721 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1722 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1726 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1704 : tensor<f32>) outs(%e1722 : tensor<f32>) {
-  ^bb0(%a1723: f32, %o1724: f32):
-    %s1725 = math.sqrt %a1723 : f32
-    linalg.yield %s1725 : f32
+  %e1723 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1727 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1722 : tensor<f32>) outs(%e1723 : tensor<f32>) {
+  ^bb0(%a1724: f32, %o1725: f32):
+    %s1726 = arith.negf %a1724 : f32
+    linalg.yield %s1726 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1727 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1731 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1680 : tensor<16x16xf32>) outs(%e1727 : tensor<16x16xf32>) {
-  ^bb0(%a1728: f32, %o1729: f32):
-    %s1730 = math.sqrt %a1728 : f32
-    linalg.yield %s1730 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1732 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1737 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1726, %v1721 : tensor<f32>, tensor<f32>) outs(%e1732 : tensor<f32>) {
-  ^bb0(%a1733: f32, %a1734: f32, %o1735: f32):
-    %s1736 = arith.mulf %a1733, %a1734 : f32
+  %e1728 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1732 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1710 : tensor<f32>) outs(%e1728 : tensor<f32>) {
+  ^bb0(%a1729: f32, %o1730: f32):
+    %s1731 = math.sqrt %a1729 : f32
+    linalg.yield %s1731 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1733 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1737 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1686 : tensor<16x16xf32>) outs(%e1733 : tensor<16x16xf32>) {
+  ^bb0(%a1734: f32, %o1735: f32):
+    %s1736 = math.sqrt %a1734 : f32
     linalg.yield %s1736 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1738 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1743 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1731, %v1737 : tensor<16x16xf32>, tensor<f32>) outs(%e1738 : tensor<16x16xf32>) {
-  ^bb0(%a1739: f32, %a1740: f32, %o1741: f32):
-    %s1742 = arith.divf %a1739, %a1740 : f32
-    linalg.yield %s1742 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1744 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1749 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1721 : tensor<f32>) outs(%e1744 : tensor<f32>) {
-  ^bb0(%a1745: f32, %o1746: f32):
-    %s1747 = arith.constant 0x3F800000 : f32
-    %s1748 = arith.divf %s1747, %a1745 : f32
-    linalg.yield %s1748 : f32
+  %e1738 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1743 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1732, %v1727 : tensor<f32>, tensor<f32>) outs(%e1738 : tensor<f32>) {
+  ^bb0(%a1739: f32, %a1740: f32, %o1741: f32):
+    %s1742 = arith.mulf %a1739, %a1740 : f32
+    linalg.yield %s1742 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1744 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1749 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1737, %v1743 : tensor<16x16xf32>, tensor<f32>) outs(%e1744 : tensor<16x16xf32>) {
+  ^bb0(%a1745: f32, %a1746: f32, %o1747: f32):
+    %s1748 = arith.divf %a1745, %a1746 : f32
+    linalg.yield %s1748 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1750 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1755 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1749 : tensor<f32>) outs(%e1750 : tensor<f32>) {
+  %v1755 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1727 : tensor<f32>) outs(%e1750 : tensor<f32>) {
   ^bb0(%a1751: f32, %o1752: f32):
-    %s1753 = arith.constant 0x322BCC77 : f32
-    %s1754 = arith.mulf %a1751, %s1753 : f32
+    %s1753 = arith.constant 0x3F800000 : f32
+    %s1754 = arith.divf %s1753, %a1751 : f32
     linalg.yield %s1754 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1756 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1761 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1743, %v1755 : tensor<16x16xf32>, tensor<f32>) outs(%e1756 : tensor<16x16xf32>) {
-  ^bb0(%a1757: f32, %a1758: f32, %o1759: f32):
-    %s1760 = arith.addf %a1757, %a1758 : f32
+  %e1756 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1761 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1755 : tensor<f32>) outs(%e1756 : tensor<f32>) {
+  ^bb0(%a1757: f32, %o1758: f32):
+    %s1759 = arith.constant 0x322BCC77 : f32
+    %s1760 = arith.mulf %a1757, %s1759 : f32
     linalg.yield %s1760 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1762 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1771 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v1665, %v1761 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1762 : tensor<16x16xf32>) {
-  ^bb0(%a1763: f32, %a1764: f32, %a1765: f32, %o1766: f32):
-    %s1767 = arith.constant 0x3F800000 : f32
-    %s1768 = arith.mulf %s1767, %a1764 : f32
-    %s1769 = arith.divf %s1768, %a1765 : f32
-    %s1770 = arith.addf %a1763, %s1769 : f32
-    linalg.yield %s1770 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1772 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1777 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e1772 : tensor<f32>) {
-  ^bb0(%a1773: f32, %o1774: f32):
-    %s1775 = arith.constant 0x3F800000 : f32
-    %s1776 = arith.addf %a1773, %s1775 : f32
-    linalg.yield %s1776 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1778 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1792 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg23, %v722 : tensor<16xf32>, tensor<16xf32>) outs(%e1778 : tensor<16xf32>) {
-  ^bb0(%a1779: f32, %a1780: f32, %o1781: f32):
-    %s1782 = arith.constant 0x3DCCCCCD : f32
-    %s1783 = arith.subf %a1780, %a1779 : f32
-    %s1784 = math.absf %s1782 : f32
-    %s1785 = arith.constant 0x3F000000 : f32
-    %s1786 = arith.cmpf olt, %s1784, %s1785 : f32
-    %s1787 = arith.constant 0x3F800000 : f32
-    %s1788 = arith.subf %s1782, %s1787 : f32
-    %s1789 = arith.select %s1786, %s1782, %s1788 : f32
-    %s1790 = arith.select %s1786, %a1779, %a1780 : f32
-    %s1791 = math.fma %s1789, %s1783, %s1790 : f32
-    linalg.yield %s1791 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1793 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1798 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e1793 : tensor<16xf32>) {
-  ^bb0(%a1794: f32, %o1795: f32):
-    %s1796 = arith.constant 0x3F7FBE77 : f32
-    %s1797 = arith.mulf %a1794, %s1796 : f32
+  %e1762 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1767 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1749, %v1761 : tensor<16x16xf32>, tensor<f32>) outs(%e1762 : tensor<16x16xf32>) {
+  ^bb0(%a1763: f32, %a1764: f32, %o1765: f32):
+    %s1766 = arith.addf %a1763, %a1764 : f32
+    linalg.yield %s1766 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1768 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1777 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg6, %v1671, %v1767 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1768 : tensor<16x16xf32>) {
+  ^bb0(%a1769: f32, %a1770: f32, %a1771: f32, %o1772: f32):
+    %s1773 = arith.constant 0x3F800000 : f32
+    %s1774 = arith.mulf %s1773, %a1770 : f32
+    %s1775 = arith.divf %s1774, %a1771 : f32
+    %s1776 = arith.addf %a1769, %s1775 : f32
+    linalg.yield %s1776 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e1778 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1783 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg55 : tensor<f32>) outs(%e1778 : tensor<f32>) {
+  ^bb0(%a1779: f32, %o1780: f32):
+    %s1781 = arith.constant 0x3F800000 : f32
+    %s1782 = arith.addf %a1779, %s1781 : f32
+    linalg.yield %s1782 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1784 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1798 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg23, %v728 : tensor<16xf32>, tensor<16xf32>) outs(%e1784 : tensor<16xf32>) {
+  ^bb0(%a1785: f32, %a1786: f32, %o1787: f32):
+    %s1788 = arith.constant 0x3DCCCCCD : f32
+    %s1789 = arith.subf %a1786, %a1785 : f32
+    %s1790 = math.absf %s1788 : f32
+    %s1791 = arith.constant 0x3F000000 : f32
+    %s1792 = arith.cmpf olt, %s1790, %s1791 : f32
+    %s1793 = arith.constant 0x3F800000 : f32
+    %s1794 = arith.subf %s1788, %s1793 : f32
+    %s1795 = arith.select %s1792, %s1788, %s1794 : f32
+    %s1796 = arith.select %s1792, %a1785, %a1786 : f32
+    %s1797 = math.fma %s1795, %s1789, %s1796 : f32
     linalg.yield %s1797 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e1799 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1807 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1798, %v722, %v722 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1799 : tensor<16xf32>) {
-  ^bb0(%a1800: f32, %a1801: f32, %a1802: f32, %o1803: f32):
-    %s1804 = arith.constant 0x3A83126F : f32
-    %s1805 = arith.mulf %s1804, %a1801 : f32
-    %s1806 = math.fma %s1805, %a1802, %a1800 : f32
-    linalg.yield %s1806 : f32
+  %v1804 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg39 : tensor<16xf32>) outs(%e1799 : tensor<16xf32>) {
+  ^bb0(%a1800: f32, %o1801: f32):
+    %s1802 = arith.constant 0x3F7FBE77 : f32
+    %s1803 = arith.mulf %a1800, %s1802 : f32
+    linalg.yield %s1803 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1808 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1813 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1777 : tensor<f32>) outs(%e1808 : tensor<f32>) {
-  ^bb0(%a1809: f32, %o1810: f32):
-    %s1811 = arith.constant 0x3F666666 : f32
-    %s1812 = math.powf %s1811, %a1809 : f32
+  %e1805 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1813 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1804, %v728, %v728 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1805 : tensor<16xf32>) {
+  ^bb0(%a1806: f32, %a1807: f32, %a1808: f32, %o1809: f32):
+    %s1810 = arith.constant 0x3A83126F : f32
+    %s1811 = arith.mulf %s1810, %a1807 : f32
+    %s1812 = math.fma %s1811, %a1808, %a1806 : f32
     linalg.yield %s1812 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e1814 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1819 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1813 : tensor<f32>) outs(%e1814 : tensor<f32>) {
+  %v1819 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1783 : tensor<f32>) outs(%e1814 : tensor<f32>) {
   ^bb0(%a1815: f32, %o1816: f32):
-    %s1817 = arith.constant 0x3F800000 : f32
-    %s1818 = arith.subf %s1817, %a1815 : f32
+    %s1817 = arith.constant 0x3F666666 : f32
+    %s1818 = math.powf %s1817, %a1815 : f32
     linalg.yield %s1818 : f32
   } -> tensor<f32> loc(#loc14)
   %e1820 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1825 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1777 : tensor<f32>) outs(%e1820 : tensor<f32>) {
+  %v1825 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1819 : tensor<f32>) outs(%e1820 : tensor<f32>) {
   ^bb0(%a1821: f32, %o1822: f32):
-    %s1823 = arith.constant 0x3F7FBE77 : f32
-    %s1824 = math.powf %s1823, %a1821 : f32
+    %s1823 = arith.constant 0x3F800000 : f32
+    %s1824 = arith.subf %s1823, %a1821 : f32
     linalg.yield %s1824 : f32
   } -> tensor<f32> loc(#loc14)
   %e1826 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1825 : tensor<f32>) outs(%e1826 : tensor<f32>) {
+  %v1831 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1783 : tensor<f32>) outs(%e1826 : tensor<f32>) {
   ^bb0(%a1827: f32, %o1828: f32):
-    %s1829 = arith.constant 0x3F800000 : f32
-    %s1830 = arith.subf %s1829, %a1827 : f32
+    %s1829 = arith.constant 0x3F7FBE77 : f32
+    %s1830 = math.powf %s1829, %a1827 : f32
     linalg.yield %s1830 : f32
   } -> tensor<f32> loc(#loc14)
   %e1832 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1837 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1819 : tensor<f32>) outs(%e1832 : tensor<f32>) {
+  %v1837 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1831 : tensor<f32>) outs(%e1832 : tensor<f32>) {
   ^bb0(%a1833: f32, %o1834: f32):
     %s1835 = arith.constant 0x3F800000 : f32
-    %s1836 = arith.divf %s1835, %a1833 : f32
+    %s1836 = arith.subf %s1835, %a1833 : f32
     linalg.yield %s1836 : f32
   } -> tensor<f32> loc(#loc14)
   %e1838 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1837 : tensor<f32>) outs(%e1838 : tensor<f32>) {
+  %v1843 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1825 : tensor<f32>) outs(%e1838 : tensor<f32>) {
   ^bb0(%a1839: f32, %o1840: f32):
-    %s1841 = arith.constant 0x3A83126F : f32
-    %s1842 = arith.mulf %a1839, %s1841 : f32
+    %s1841 = arith.constant 0x3F800000 : f32
+    %s1842 = arith.divf %s1841, %a1839 : f32
     linalg.yield %s1842 : f32
   } -> tensor<f32> loc(#loc14)
   %e1844 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1848 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1843 : tensor<f32>) outs(%e1844 : tensor<f32>) {
+  %v1849 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1843 : tensor<f32>) outs(%e1844 : tensor<f32>) {
   ^bb0(%a1845: f32, %o1846: f32):
-    %s1847 = arith.negf %a1845 : f32
-    linalg.yield %s1847 : f32
+    %s1847 = arith.constant 0x3A83126F : f32
+    %s1848 = arith.mulf %a1845, %s1847 : f32
+    linalg.yield %s1848 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1849 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1853 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1831 : tensor<f32>) outs(%e1849 : tensor<f32>) {
-  ^bb0(%a1850: f32, %o1851: f32):
-    %s1852 = math.sqrt %a1850 : f32
-    linalg.yield %s1852 : f32
+  %e1850 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1854 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1849 : tensor<f32>) outs(%e1850 : tensor<f32>) {
+  ^bb0(%a1851: f32, %o1852: f32):
+    %s1853 = arith.negf %a1851 : f32
+    linalg.yield %s1853 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1854 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1858 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1807 : tensor<16xf32>) outs(%e1854 : tensor<16xf32>) {
-  ^bb0(%a1855: f32, %o1856: f32):
-    %s1857 = math.sqrt %a1855 : f32
-    linalg.yield %s1857 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1859 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1864 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1853, %v1848 : tensor<f32>, tensor<f32>) outs(%e1859 : tensor<f32>) {
-  ^bb0(%a1860: f32, %a1861: f32, %o1862: f32):
-    %s1863 = arith.mulf %a1860, %a1861 : f32
+  %e1855 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1859 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1837 : tensor<f32>) outs(%e1855 : tensor<f32>) {
+  ^bb0(%a1856: f32, %o1857: f32):
+    %s1858 = math.sqrt %a1856 : f32
+    linalg.yield %s1858 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1860 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1864 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1813 : tensor<16xf32>) outs(%e1860 : tensor<16xf32>) {
+  ^bb0(%a1861: f32, %o1862: f32):
+    %s1863 = math.sqrt %a1861 : f32
     linalg.yield %s1863 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1865 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1870 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1858, %v1864 : tensor<16xf32>, tensor<f32>) outs(%e1865 : tensor<16xf32>) {
-  ^bb0(%a1866: f32, %a1867: f32, %o1868: f32):
-    %s1869 = arith.divf %a1866, %a1867 : f32
-    linalg.yield %s1869 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e1871 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1876 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1848 : tensor<f32>) outs(%e1871 : tensor<f32>) {
-  ^bb0(%a1872: f32, %o1873: f32):
-    %s1874 = arith.constant 0x3F800000 : f32
-    %s1875 = arith.divf %s1874, %a1872 : f32
-    linalg.yield %s1875 : f32
+  %e1865 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1870 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1859, %v1854 : tensor<f32>, tensor<f32>) outs(%e1865 : tensor<f32>) {
+  ^bb0(%a1866: f32, %a1867: f32, %o1868: f32):
+    %s1869 = arith.mulf %a1866, %a1867 : f32
+    linalg.yield %s1869 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1871 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1876 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1864, %v1870 : tensor<16xf32>, tensor<f32>) outs(%e1871 : tensor<16xf32>) {
+  ^bb0(%a1872: f32, %a1873: f32, %o1874: f32):
+    %s1875 = arith.divf %a1872, %a1873 : f32
+    linalg.yield %s1875 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e1877 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1882 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1876 : tensor<f32>) outs(%e1877 : tensor<f32>) {
+  %v1882 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1854 : tensor<f32>) outs(%e1877 : tensor<f32>) {
   ^bb0(%a1878: f32, %o1879: f32):
-    %s1880 = arith.constant 0x322BCC77 : f32
-    %s1881 = arith.mulf %a1878, %s1880 : f32
+    %s1880 = arith.constant 0x3F800000 : f32
+    %s1881 = arith.divf %s1880, %a1878 : f32
     linalg.yield %s1881 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1883 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1888 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1870, %v1882 : tensor<16xf32>, tensor<f32>) outs(%e1883 : tensor<16xf32>) {
-  ^bb0(%a1884: f32, %a1885: f32, %o1886: f32):
-    %s1887 = arith.addf %a1884, %a1885 : f32
+  %e1883 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1888 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1882 : tensor<f32>) outs(%e1883 : tensor<f32>) {
+  ^bb0(%a1884: f32, %o1885: f32):
+    %s1886 = arith.constant 0x322BCC77 : f32
+    %s1887 = arith.mulf %a1884, %s1886 : f32
     linalg.yield %s1887 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1889 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v1898 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v1792, %v1888 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1889 : tensor<16xf32>) {
-  ^bb0(%a1890: f32, %a1891: f32, %a1892: f32, %o1893: f32):
-    %s1894 = arith.constant 0x3F800000 : f32
-    %s1895 = arith.mulf %s1894, %a1891 : f32
-    %s1896 = arith.divf %s1895, %a1892 : f32
-    %s1897 = arith.addf %a1890, %s1896 : f32
-    linalg.yield %s1897 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e1899 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1904 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e1899 : tensor<f32>) {
-  ^bb0(%a1900: f32, %o1901: f32):
-    %s1902 = arith.constant 0x3F800000 : f32
-    %s1903 = arith.addf %a1900, %s1902 : f32
-    linalg.yield %s1903 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1905 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1919 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg24, %v629 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1905 : tensor<16x16xf32>) {
-  ^bb0(%a1906: f32, %a1907: f32, %o1908: f32):
-    %s1909 = arith.constant 0x3DCCCCCD : f32
-    %s1910 = arith.subf %a1907, %a1906 : f32
-    %s1911 = math.absf %s1909 : f32
-    %s1912 = arith.constant 0x3F000000 : f32
-    %s1913 = arith.cmpf olt, %s1911, %s1912 : f32
-    %s1914 = arith.constant 0x3F800000 : f32
-    %s1915 = arith.subf %s1909, %s1914 : f32
-    %s1916 = arith.select %s1913, %s1909, %s1915 : f32
-    %s1917 = arith.select %s1913, %a1906, %a1907 : f32
-    %s1918 = math.fma %s1916, %s1910, %s1917 : f32
-    linalg.yield %s1918 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1920 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1925 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e1920 : tensor<16x16xf32>) {
-  ^bb0(%a1921: f32, %o1922: f32):
-    %s1923 = arith.constant 0x3F7FBE77 : f32
-    %s1924 = arith.mulf %a1921, %s1923 : f32
+  %e1889 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1894 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v1876, %v1888 : tensor<16xf32>, tensor<f32>) outs(%e1889 : tensor<16xf32>) {
+  ^bb0(%a1890: f32, %a1891: f32, %o1892: f32):
+    %s1893 = arith.addf %a1890, %a1891 : f32
+    linalg.yield %s1893 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1895 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v1904 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg7, %v1798, %v1894 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e1895 : tensor<16xf32>) {
+  ^bb0(%a1896: f32, %a1897: f32, %a1898: f32, %o1899: f32):
+    %s1900 = arith.constant 0x3F800000 : f32
+    %s1901 = arith.mulf %s1900, %a1897 : f32
+    %s1902 = arith.divf %s1901, %a1898 : f32
+    %s1903 = arith.addf %a1896, %s1902 : f32
+    linalg.yield %s1903 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e1905 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1910 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg56 : tensor<f32>) outs(%e1905 : tensor<f32>) {
+  ^bb0(%a1906: f32, %o1907: f32):
+    %s1908 = arith.constant 0x3F800000 : f32
+    %s1909 = arith.addf %a1906, %s1908 : f32
+    linalg.yield %s1909 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1911 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1925 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg24, %v635 : tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1911 : tensor<16x16xf32>) {
+  ^bb0(%a1912: f32, %a1913: f32, %o1914: f32):
+    %s1915 = arith.constant 0x3DCCCCCD : f32
+    %s1916 = arith.subf %a1913, %a1912 : f32
+    %s1917 = math.absf %s1915 : f32
+    %s1918 = arith.constant 0x3F000000 : f32
+    %s1919 = arith.cmpf olt, %s1917, %s1918 : f32
+    %s1920 = arith.constant 0x3F800000 : f32
+    %s1921 = arith.subf %s1915, %s1920 : f32
+    %s1922 = arith.select %s1919, %s1915, %s1921 : f32
+    %s1923 = arith.select %s1919, %a1912, %a1913 : f32
+    %s1924 = math.fma %s1922, %s1916, %s1923 : f32
     linalg.yield %s1924 : f32
   } -> tensor<16x16xf32> loc(#loc14)
   %e1926 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1934 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1925, %v629, %v629 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1926 : tensor<16x16xf32>) {
-  ^bb0(%a1927: f32, %a1928: f32, %a1929: f32, %o1930: f32):
-    %s1931 = arith.constant 0x3A83126F : f32
-    %s1932 = arith.mulf %s1931, %a1928 : f32
-    %s1933 = math.fma %s1932, %a1929, %a1927 : f32
-    linalg.yield %s1933 : f32
+  %v1931 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg40 : tensor<16x16xf32>) outs(%e1926 : tensor<16x16xf32>) {
+  ^bb0(%a1927: f32, %o1928: f32):
+    %s1929 = arith.constant 0x3F7FBE77 : f32
+    %s1930 = arith.mulf %a1927, %s1929 : f32
+    linalg.yield %s1930 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1935 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1940 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1904 : tensor<f32>) outs(%e1935 : tensor<f32>) {
-  ^bb0(%a1936: f32, %o1937: f32):
-    %s1938 = arith.constant 0x3F666666 : f32
-    %s1939 = math.powf %s1938, %a1936 : f32
+  %e1932 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1940 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1931, %v635, %v635 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e1932 : tensor<16x16xf32>) {
+  ^bb0(%a1933: f32, %a1934: f32, %a1935: f32, %o1936: f32):
+    %s1937 = arith.constant 0x3A83126F : f32
+    %s1938 = arith.mulf %s1937, %a1934 : f32
+    %s1939 = math.fma %s1938, %a1935, %a1933 : f32
     linalg.yield %s1939 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16x16xf32> loc(#loc14)
   %e1941 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1946 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1940 : tensor<f32>) outs(%e1941 : tensor<f32>) {
+  %v1946 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1910 : tensor<f32>) outs(%e1941 : tensor<f32>) {
   ^bb0(%a1942: f32, %o1943: f32):
-    %s1944 = arith.constant 0x3F800000 : f32
-    %s1945 = arith.subf %s1944, %a1942 : f32
+    %s1944 = arith.constant 0x3F666666 : f32
+    %s1945 = math.powf %s1944, %a1942 : f32
     linalg.yield %s1945 : f32
   } -> tensor<f32> loc(#loc14)
   %e1947 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1952 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1904 : tensor<f32>) outs(%e1947 : tensor<f32>) {
+  %v1952 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1946 : tensor<f32>) outs(%e1947 : tensor<f32>) {
   ^bb0(%a1948: f32, %o1949: f32):
-    %s1950 = arith.constant 0x3F7FBE77 : f32
-    %s1951 = math.powf %s1950, %a1948 : f32
+    %s1950 = arith.constant 0x3F800000 : f32
+    %s1951 = arith.subf %s1950, %a1948 : f32
     linalg.yield %s1951 : f32
   } -> tensor<f32> loc(#loc14)
   %e1953 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1958 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1952 : tensor<f32>) outs(%e1953 : tensor<f32>) {
+  %v1958 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1910 : tensor<f32>) outs(%e1953 : tensor<f32>) {
   ^bb0(%a1954: f32, %o1955: f32):
-    %s1956 = arith.constant 0x3F800000 : f32
-    %s1957 = arith.subf %s1956, %a1954 : f32
+    %s1956 = arith.constant 0x3F7FBE77 : f32
+    %s1957 = math.powf %s1956, %a1954 : f32
     linalg.yield %s1957 : f32
   } -> tensor<f32> loc(#loc14)
   %e1959 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1964 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1946 : tensor<f32>) outs(%e1959 : tensor<f32>) {
+  %v1964 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1958 : tensor<f32>) outs(%e1959 : tensor<f32>) {
   ^bb0(%a1960: f32, %o1961: f32):
     %s1962 = arith.constant 0x3F800000 : f32
-    %s1963 = arith.divf %s1962, %a1960 : f32
+    %s1963 = arith.subf %s1962, %a1960 : f32
     linalg.yield %s1963 : f32
   } -> tensor<f32> loc(#loc14)
   %e1965 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1964 : tensor<f32>) outs(%e1965 : tensor<f32>) {
+  %v1970 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1952 : tensor<f32>) outs(%e1965 : tensor<f32>) {
   ^bb0(%a1966: f32, %o1967: f32):
-    %s1968 = arith.constant 0x3A83126F : f32
-    %s1969 = arith.mulf %a1966, %s1968 : f32
+    %s1968 = arith.constant 0x3F800000 : f32
+    %s1969 = arith.divf %s1968, %a1966 : f32
     linalg.yield %s1969 : f32
   } -> tensor<f32> loc(#loc14)
   %e1971 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1975 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1970 : tensor<f32>) outs(%e1971 : tensor<f32>) {
+  %v1976 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1970 : tensor<f32>) outs(%e1971 : tensor<f32>) {
   ^bb0(%a1972: f32, %o1973: f32):
-    %s1974 = arith.negf %a1972 : f32
-    linalg.yield %s1974 : f32
+    %s1974 = arith.constant 0x3A83126F : f32
+    %s1975 = arith.mulf %a1972, %s1974 : f32
+    linalg.yield %s1975 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1976 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1980 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1958 : tensor<f32>) outs(%e1976 : tensor<f32>) {
-  ^bb0(%a1977: f32, %o1978: f32):
-    %s1979 = math.sqrt %a1977 : f32
-    linalg.yield %s1979 : f32
+  %e1977 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1981 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1976 : tensor<f32>) outs(%e1977 : tensor<f32>) {
+  ^bb0(%a1978: f32, %o1979: f32):
+    %s1980 = arith.negf %a1978 : f32
+    linalg.yield %s1980 : f32
   } -> tensor<f32> loc(#loc14)
-  %e1981 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1985 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1934 : tensor<16x16xf32>) outs(%e1981 : tensor<16x16xf32>) {
-  ^bb0(%a1982: f32, %o1983: f32):
-    %s1984 = math.sqrt %a1982 : f32
-    linalg.yield %s1984 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e1986 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v1991 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1980, %v1975 : tensor<f32>, tensor<f32>) outs(%e1986 : tensor<f32>) {
-  ^bb0(%a1987: f32, %a1988: f32, %o1989: f32):
-    %s1990 = arith.mulf %a1987, %a1988 : f32
+  %e1982 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1986 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1964 : tensor<f32>) outs(%e1982 : tensor<f32>) {
+  ^bb0(%a1983: f32, %o1984: f32):
+    %s1985 = math.sqrt %a1983 : f32
+    linalg.yield %s1985 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e1987 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v1991 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1940 : tensor<16x16xf32>) outs(%e1987 : tensor<16x16xf32>) {
+  ^bb0(%a1988: f32, %o1989: f32):
+    %s1990 = math.sqrt %a1988 : f32
     linalg.yield %s1990 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e1992 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v1997 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1985, %v1991 : tensor<16x16xf32>, tensor<f32>) outs(%e1992 : tensor<16x16xf32>) {
-  ^bb0(%a1993: f32, %a1994: f32, %o1995: f32):
-    %s1996 = arith.divf %a1993, %a1994 : f32
-    linalg.yield %s1996 : f32
   } -> tensor<16x16xf32> loc(#loc14)
-  %e1998 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2003 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1975 : tensor<f32>) outs(%e1998 : tensor<f32>) {
-  ^bb0(%a1999: f32, %o2000: f32):
-    %s2001 = arith.constant 0x3F800000 : f32
-    %s2002 = arith.divf %s2001, %a1999 : f32
-    linalg.yield %s2002 : f32
+  %e1992 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v1997 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1986, %v1981 : tensor<f32>, tensor<f32>) outs(%e1992 : tensor<f32>) {
+  ^bb0(%a1993: f32, %a1994: f32, %o1995: f32):
+    %s1996 = arith.mulf %a1993, %a1994 : f32
+    linalg.yield %s1996 : f32
   } -> tensor<f32> loc(#loc14)
+  %e1998 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v2003 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1991, %v1997 : tensor<16x16xf32>, tensor<f32>) outs(%e1998 : tensor<16x16xf32>) {
+  ^bb0(%a1999: f32, %a2000: f32, %o2001: f32):
+    %s2002 = arith.divf %a1999, %a2000 : f32
+    linalg.yield %s2002 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
   %e2004 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2009 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2003 : tensor<f32>) outs(%e2004 : tensor<f32>) {
+  %v2009 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v1981 : tensor<f32>) outs(%e2004 : tensor<f32>) {
   ^bb0(%a2005: f32, %o2006: f32):
-    %s2007 = arith.constant 0x322BCC77 : f32
-    %s2008 = arith.mulf %a2005, %s2007 : f32
+    %s2007 = arith.constant 0x3F800000 : f32
+    %s2008 = arith.divf %s2007, %a2005 : f32
     linalg.yield %s2008 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2010 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2015 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v1997, %v2009 : tensor<16x16xf32>, tensor<f32>) outs(%e2010 : tensor<16x16xf32>) {
-  ^bb0(%a2011: f32, %a2012: f32, %o2013: f32):
-    %s2014 = arith.addf %a2011, %a2012 : f32
+  %e2010 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2015 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2009 : tensor<f32>) outs(%e2010 : tensor<f32>) {
+  ^bb0(%a2011: f32, %o2012: f32):
+    %s2013 = arith.constant 0x322BCC77 : f32
+    %s2014 = arith.mulf %a2011, %s2013 : f32
     linalg.yield %s2014 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2016 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
-  %v2025 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v1919, %v2015 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2016 : tensor<16x16xf32>) {
-  ^bb0(%a2017: f32, %a2018: f32, %a2019: f32, %o2020: f32):
-    %s2021 = arith.constant 0x3F800000 : f32
-    %s2022 = arith.mulf %s2021, %a2018 : f32
-    %s2023 = arith.divf %s2022, %a2019 : f32
-    %s2024 = arith.addf %a2017, %s2023 : f32
-    linalg.yield %s2024 : f32
-  } -> tensor<16x16xf32> loc(#loc14)
-  %e2026 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2031 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2026 : tensor<f32>) {
-  ^bb0(%a2027: f32, %o2028: f32):
-    %s2029 = arith.constant 0x3F800000 : f32
-    %s2030 = arith.addf %a2027, %s2029 : f32
-    linalg.yield %s2030 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2032 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2046 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg25, %v626 : tensor<16xf32>, tensor<16xf32>) outs(%e2032 : tensor<16xf32>) {
-  ^bb0(%a2033: f32, %a2034: f32, %o2035: f32):
-    %s2036 = arith.constant 0x3DCCCCCD : f32
-    %s2037 = arith.subf %a2034, %a2033 : f32
-    %s2038 = math.absf %s2036 : f32
-    %s2039 = arith.constant 0x3F000000 : f32
-    %s2040 = arith.cmpf olt, %s2038, %s2039 : f32
-    %s2041 = arith.constant 0x3F800000 : f32
-    %s2042 = arith.subf %s2036, %s2041 : f32
-    %s2043 = arith.select %s2040, %s2036, %s2042 : f32
-    %s2044 = arith.select %s2040, %a2033, %a2034 : f32
-    %s2045 = math.fma %s2043, %s2037, %s2044 : f32
-    linalg.yield %s2045 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2047 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2052 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2047 : tensor<16xf32>) {
-  ^bb0(%a2048: f32, %o2049: f32):
-    %s2050 = arith.constant 0x3F7FBE77 : f32
-    %s2051 = arith.mulf %a2048, %s2050 : f32
+  %e2016 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v2021 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2003, %v2015 : tensor<16x16xf32>, tensor<f32>) outs(%e2016 : tensor<16x16xf32>) {
+  ^bb0(%a2017: f32, %a2018: f32, %o2019: f32):
+    %s2020 = arith.addf %a2017, %a2018 : f32
+    linalg.yield %s2020 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2022 = tensor.empty() : tensor<16x16xf32> loc(#loc14)
+  %v2031 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg8, %v1925, %v2021 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) outs(%e2022 : tensor<16x16xf32>) {
+  ^bb0(%a2023: f32, %a2024: f32, %a2025: f32, %o2026: f32):
+    %s2027 = arith.constant 0x3F800000 : f32
+    %s2028 = arith.mulf %s2027, %a2024 : f32
+    %s2029 = arith.divf %s2028, %a2025 : f32
+    %s2030 = arith.addf %a2023, %s2029 : f32
+    linalg.yield %s2030 : f32
+  } -> tensor<16x16xf32> loc(#loc14)
+  %e2032 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2037 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg57 : tensor<f32>) outs(%e2032 : tensor<f32>) {
+  ^bb0(%a2033: f32, %o2034: f32):
+    %s2035 = arith.constant 0x3F800000 : f32
+    %s2036 = arith.addf %a2033, %s2035 : f32
+    linalg.yield %s2036 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2038 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2052 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg25, %v632 : tensor<16xf32>, tensor<16xf32>) outs(%e2038 : tensor<16xf32>) {
+  ^bb0(%a2039: f32, %a2040: f32, %o2041: f32):
+    %s2042 = arith.constant 0x3DCCCCCD : f32
+    %s2043 = arith.subf %a2040, %a2039 : f32
+    %s2044 = math.absf %s2042 : f32
+    %s2045 = arith.constant 0x3F000000 : f32
+    %s2046 = arith.cmpf olt, %s2044, %s2045 : f32
+    %s2047 = arith.constant 0x3F800000 : f32
+    %s2048 = arith.subf %s2042, %s2047 : f32
+    %s2049 = arith.select %s2046, %s2042, %s2048 : f32
+    %s2050 = arith.select %s2046, %a2039, %a2040 : f32
+    %s2051 = math.fma %s2049, %s2043, %s2050 : f32
     linalg.yield %s2051 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e2053 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2061 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2052, %v626, %v626 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2053 : tensor<16xf32>) {
-  ^bb0(%a2054: f32, %a2055: f32, %a2056: f32, %o2057: f32):
-    %s2058 = arith.constant 0x3A83126F : f32
-    %s2059 = arith.mulf %s2058, %a2055 : f32
-    %s2060 = math.fma %s2059, %a2056, %a2054 : f32
-    linalg.yield %s2060 : f32
+  %v2058 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg41 : tensor<16xf32>) outs(%e2053 : tensor<16xf32>) {
+  ^bb0(%a2054: f32, %o2055: f32):
+    %s2056 = arith.constant 0x3F7FBE77 : f32
+    %s2057 = arith.mulf %a2054, %s2056 : f32
+    linalg.yield %s2057 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2062 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2067 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2031 : tensor<f32>) outs(%e2062 : tensor<f32>) {
-  ^bb0(%a2063: f32, %o2064: f32):
-    %s2065 = arith.constant 0x3F666666 : f32
-    %s2066 = math.powf %s2065, %a2063 : f32
+  %e2059 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2067 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2058, %v632, %v632 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2059 : tensor<16xf32>) {
+  ^bb0(%a2060: f32, %a2061: f32, %a2062: f32, %o2063: f32):
+    %s2064 = arith.constant 0x3A83126F : f32
+    %s2065 = arith.mulf %s2064, %a2061 : f32
+    %s2066 = math.fma %s2065, %a2062, %a2060 : f32
     linalg.yield %s2066 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e2068 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2073 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2067 : tensor<f32>) outs(%e2068 : tensor<f32>) {
+  %v2073 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2037 : tensor<f32>) outs(%e2068 : tensor<f32>) {
   ^bb0(%a2069: f32, %o2070: f32):
-    %s2071 = arith.constant 0x3F800000 : f32
-    %s2072 = arith.subf %s2071, %a2069 : f32
+    %s2071 = arith.constant 0x3F666666 : f32
+    %s2072 = math.powf %s2071, %a2069 : f32
     linalg.yield %s2072 : f32
   } -> tensor<f32> loc(#loc14)
   %e2074 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2079 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2031 : tensor<f32>) outs(%e2074 : tensor<f32>) {
+  %v2079 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2073 : tensor<f32>) outs(%e2074 : tensor<f32>) {
   ^bb0(%a2075: f32, %o2076: f32):
-    %s2077 = arith.constant 0x3F7FBE77 : f32
-    %s2078 = math.powf %s2077, %a2075 : f32
+    %s2077 = arith.constant 0x3F800000 : f32
+    %s2078 = arith.subf %s2077, %a2075 : f32
     linalg.yield %s2078 : f32
   } -> tensor<f32> loc(#loc14)
   %e2080 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2085 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2079 : tensor<f32>) outs(%e2080 : tensor<f32>) {
+  %v2085 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2037 : tensor<f32>) outs(%e2080 : tensor<f32>) {
   ^bb0(%a2081: f32, %o2082: f32):
-    %s2083 = arith.constant 0x3F800000 : f32
-    %s2084 = arith.subf %s2083, %a2081 : f32
+    %s2083 = arith.constant 0x3F7FBE77 : f32
+    %s2084 = math.powf %s2083, %a2081 : f32
     linalg.yield %s2084 : f32
   } -> tensor<f32> loc(#loc14)
   %e2086 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2073 : tensor<f32>) outs(%e2086 : tensor<f32>) {
+  %v2091 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2085 : tensor<f32>) outs(%e2086 : tensor<f32>) {
   ^bb0(%a2087: f32, %o2088: f32):
     %s2089 = arith.constant 0x3F800000 : f32
-    %s2090 = arith.divf %s2089, %a2087 : f32
+    %s2090 = arith.subf %s2089, %a2087 : f32
     linalg.yield %s2090 : f32
   } -> tensor<f32> loc(#loc14)
   %e2092 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2097 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2092 : tensor<f32>) {
+  %v2097 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2079 : tensor<f32>) outs(%e2092 : tensor<f32>) {
   ^bb0(%a2093: f32, %o2094: f32):
-    %s2095 = arith.constant 0x3A83126F : f32
-    %s2096 = arith.mulf %a2093, %s2095 : f32
+    %s2095 = arith.constant 0x3F800000 : f32
+    %s2096 = arith.divf %s2095, %a2093 : f32
     linalg.yield %s2096 : f32
   } -> tensor<f32> loc(#loc14)
   %e2098 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2102 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2097 : tensor<f32>) outs(%e2098 : tensor<f32>) {
+  %v2103 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2097 : tensor<f32>) outs(%e2098 : tensor<f32>) {
   ^bb0(%a2099: f32, %o2100: f32):
-    %s2101 = arith.negf %a2099 : f32
-    linalg.yield %s2101 : f32
+    %s2101 = arith.constant 0x3A83126F : f32
+    %s2102 = arith.mulf %a2099, %s2101 : f32
+    linalg.yield %s2102 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2103 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2107 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2085 : tensor<f32>) outs(%e2103 : tensor<f32>) {
-  ^bb0(%a2104: f32, %o2105: f32):
-    %s2106 = math.sqrt %a2104 : f32
-    linalg.yield %s2106 : f32
+  %e2104 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2108 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2103 : tensor<f32>) outs(%e2104 : tensor<f32>) {
+  ^bb0(%a2105: f32, %o2106: f32):
+    %s2107 = arith.negf %a2105 : f32
+    linalg.yield %s2107 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2108 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2112 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2061 : tensor<16xf32>) outs(%e2108 : tensor<16xf32>) {
-  ^bb0(%a2109: f32, %o2110: f32):
-    %s2111 = math.sqrt %a2109 : f32
-    linalg.yield %s2111 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2113 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2118 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2107, %v2102 : tensor<f32>, tensor<f32>) outs(%e2113 : tensor<f32>) {
-  ^bb0(%a2114: f32, %a2115: f32, %o2116: f32):
-    %s2117 = arith.mulf %a2114, %a2115 : f32
+  %e2109 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2113 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2091 : tensor<f32>) outs(%e2109 : tensor<f32>) {
+  ^bb0(%a2110: f32, %o2111: f32):
+    %s2112 = math.sqrt %a2110 : f32
+    linalg.yield %s2112 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2114 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2118 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2067 : tensor<16xf32>) outs(%e2114 : tensor<16xf32>) {
+  ^bb0(%a2115: f32, %o2116: f32):
+    %s2117 = math.sqrt %a2115 : f32
     linalg.yield %s2117 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2119 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2124 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2112, %v2118 : tensor<16xf32>, tensor<f32>) outs(%e2119 : tensor<16xf32>) {
-  ^bb0(%a2120: f32, %a2121: f32, %o2122: f32):
-    %s2123 = arith.divf %a2120, %a2121 : f32
-    linalg.yield %s2123 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2125 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2130 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2102 : tensor<f32>) outs(%e2125 : tensor<f32>) {
-  ^bb0(%a2126: f32, %o2127: f32):
-    %s2128 = arith.constant 0x3F800000 : f32
-    %s2129 = arith.divf %s2128, %a2126 : f32
-    linalg.yield %s2129 : f32
+  %e2119 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2124 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2113, %v2108 : tensor<f32>, tensor<f32>) outs(%e2119 : tensor<f32>) {
+  ^bb0(%a2120: f32, %a2121: f32, %o2122: f32):
+    %s2123 = arith.mulf %a2120, %a2121 : f32
+    linalg.yield %s2123 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2125 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2130 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2118, %v2124 : tensor<16xf32>, tensor<f32>) outs(%e2125 : tensor<16xf32>) {
+  ^bb0(%a2126: f32, %a2127: f32, %o2128: f32):
+    %s2129 = arith.divf %a2126, %a2127 : f32
+    linalg.yield %s2129 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e2131 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2136 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2130 : tensor<f32>) outs(%e2131 : tensor<f32>) {
+  %v2136 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2108 : tensor<f32>) outs(%e2131 : tensor<f32>) {
   ^bb0(%a2132: f32, %o2133: f32):
-    %s2134 = arith.constant 0x322BCC77 : f32
-    %s2135 = arith.mulf %a2132, %s2134 : f32
+    %s2134 = arith.constant 0x3F800000 : f32
+    %s2135 = arith.divf %s2134, %a2132 : f32
     linalg.yield %s2135 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2137 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2142 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2124, %v2136 : tensor<16xf32>, tensor<f32>) outs(%e2137 : tensor<16xf32>) {
-  ^bb0(%a2138: f32, %a2139: f32, %o2140: f32):
-    %s2141 = arith.addf %a2138, %a2139 : f32
+  %e2137 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2142 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2136 : tensor<f32>) outs(%e2137 : tensor<f32>) {
+  ^bb0(%a2138: f32, %o2139: f32):
+    %s2140 = arith.constant 0x322BCC77 : f32
+    %s2141 = arith.mulf %a2138, %s2140 : f32
     linalg.yield %s2141 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2143 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2152 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2046, %v2142 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2143 : tensor<16xf32>) {
-  ^bb0(%a2144: f32, %a2145: f32, %a2146: f32, %o2147: f32):
-    %s2148 = arith.constant 0x3F800000 : f32
-    %s2149 = arith.mulf %s2148, %a2145 : f32
-    %s2150 = arith.divf %s2149, %a2146 : f32
-    %s2151 = arith.addf %a2144, %s2150 : f32
-    linalg.yield %s2151 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2153 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2158 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2153 : tensor<f32>) {
-  ^bb0(%a2154: f32, %o2155: f32):
-    %s2156 = arith.constant 0x3F800000 : f32
-    %s2157 = arith.addf %a2154, %s2156 : f32
-    linalg.yield %s2157 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2159 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2173 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg26, %v591 : tensor<16xf32>, tensor<16xf32>) outs(%e2159 : tensor<16xf32>) {
-  ^bb0(%a2160: f32, %a2161: f32, %o2162: f32):
-    %s2163 = arith.constant 0x3DCCCCCD : f32
-    %s2164 = arith.subf %a2161, %a2160 : f32
-    %s2165 = math.absf %s2163 : f32
-    %s2166 = arith.constant 0x3F000000 : f32
-    %s2167 = arith.cmpf olt, %s2165, %s2166 : f32
-    %s2168 = arith.constant 0x3F800000 : f32
-    %s2169 = arith.subf %s2163, %s2168 : f32
-    %s2170 = arith.select %s2167, %s2163, %s2169 : f32
-    %s2171 = arith.select %s2167, %a2160, %a2161 : f32
-    %s2172 = math.fma %s2170, %s2164, %s2171 : f32
-    linalg.yield %s2172 : f32
+  %e2143 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2148 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2130, %v2142 : tensor<16xf32>, tensor<f32>) outs(%e2143 : tensor<16xf32>) {
+  ^bb0(%a2144: f32, %a2145: f32, %o2146: f32):
+    %s2147 = arith.addf %a2144, %a2145 : f32
+    linalg.yield %s2147 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2174 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2174 : tensor<16xf32>) {
-  ^bb0(%a2175: f32, %o2176: f32):
-    %s2177 = arith.constant 0x3F7FBE77 : f32
-    %s2178 = arith.mulf %a2175, %s2177 : f32
+  %e2149 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2158 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg9, %v2052, %v2148 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2149 : tensor<16xf32>) {
+  ^bb0(%a2150: f32, %a2151: f32, %a2152: f32, %o2153: f32):
+    %s2154 = arith.constant 0x3F800000 : f32
+    %s2155 = arith.mulf %s2154, %a2151 : f32
+    %s2156 = arith.divf %s2155, %a2152 : f32
+    %s2157 = arith.addf %a2150, %s2156 : f32
+    linalg.yield %s2157 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2159 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2164 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg58 : tensor<f32>) outs(%e2159 : tensor<f32>) {
+  ^bb0(%a2160: f32, %o2161: f32):
+    %s2162 = arith.constant 0x3F800000 : f32
+    %s2163 = arith.addf %a2160, %s2162 : f32
+    linalg.yield %s2163 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2165 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg26, %v597 : tensor<16xf32>, tensor<16xf32>) outs(%e2165 : tensor<16xf32>) {
+  ^bb0(%a2166: f32, %a2167: f32, %o2168: f32):
+    %s2169 = arith.constant 0x3DCCCCCD : f32
+    %s2170 = arith.subf %a2167, %a2166 : f32
+    %s2171 = math.absf %s2169 : f32
+    %s2172 = arith.constant 0x3F000000 : f32
+    %s2173 = arith.cmpf olt, %s2171, %s2172 : f32
+    %s2174 = arith.constant 0x3F800000 : f32
+    %s2175 = arith.subf %s2169, %s2174 : f32
+    %s2176 = arith.select %s2173, %s2169, %s2175 : f32
+    %s2177 = arith.select %s2173, %a2166, %a2167 : f32
+    %s2178 = math.fma %s2176, %s2170, %s2177 : f32
     linalg.yield %s2178 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e2180 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2188 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2179, %v591, %v591 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2180 : tensor<16xf32>) {
-  ^bb0(%a2181: f32, %a2182: f32, %a2183: f32, %o2184: f32):
-    %s2185 = arith.constant 0x3A83126F : f32
-    %s2186 = arith.mulf %s2185, %a2182 : f32
-    %s2187 = math.fma %s2186, %a2183, %a2181 : f32
-    linalg.yield %s2187 : f32
+  %v2185 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg42 : tensor<16xf32>) outs(%e2180 : tensor<16xf32>) {
+  ^bb0(%a2181: f32, %o2182: f32):
+    %s2183 = arith.constant 0x3F7FBE77 : f32
+    %s2184 = arith.mulf %a2181, %s2183 : f32
+    linalg.yield %s2184 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2189 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2194 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2189 : tensor<f32>) {
-  ^bb0(%a2190: f32, %o2191: f32):
-    %s2192 = arith.constant 0x3F666666 : f32
-    %s2193 = math.powf %s2192, %a2190 : f32
+  %e2186 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2194 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2185, %v597, %v597 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2186 : tensor<16xf32>) {
+  ^bb0(%a2187: f32, %a2188: f32, %a2189: f32, %o2190: f32):
+    %s2191 = arith.constant 0x3A83126F : f32
+    %s2192 = arith.mulf %s2191, %a2188 : f32
+    %s2193 = math.fma %s2192, %a2189, %a2187 : f32
     linalg.yield %s2193 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e2195 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2200 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2194 : tensor<f32>) outs(%e2195 : tensor<f32>) {
+  %v2200 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2164 : tensor<f32>) outs(%e2195 : tensor<f32>) {
   ^bb0(%a2196: f32, %o2197: f32):
-    %s2198 = arith.constant 0x3F800000 : f32
-    %s2199 = arith.subf %s2198, %a2196 : f32
+    %s2198 = arith.constant 0x3F666666 : f32
+    %s2199 = math.powf %s2198, %a2196 : f32
     linalg.yield %s2199 : f32
   } -> tensor<f32> loc(#loc14)
   %e2201 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2206 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2158 : tensor<f32>) outs(%e2201 : tensor<f32>) {
+  %v2206 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2200 : tensor<f32>) outs(%e2201 : tensor<f32>) {
   ^bb0(%a2202: f32, %o2203: f32):
-    %s2204 = arith.constant 0x3F7FBE77 : f32
-    %s2205 = math.powf %s2204, %a2202 : f32
+    %s2204 = arith.constant 0x3F800000 : f32
+    %s2205 = arith.subf %s2204, %a2202 : f32
     linalg.yield %s2205 : f32
   } -> tensor<f32> loc(#loc14)
   %e2207 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2206 : tensor<f32>) outs(%e2207 : tensor<f32>) {
+  %v2212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2164 : tensor<f32>) outs(%e2207 : tensor<f32>) {
   ^bb0(%a2208: f32, %o2209: f32):
-    %s2210 = arith.constant 0x3F800000 : f32
-    %s2211 = arith.subf %s2210, %a2208 : f32
+    %s2210 = arith.constant 0x3F7FBE77 : f32
+    %s2211 = math.powf %s2210, %a2208 : f32
     linalg.yield %s2211 : f32
   } -> tensor<f32> loc(#loc14)
   %e2213 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2200 : tensor<f32>) outs(%e2213 : tensor<f32>) {
+  %v2218 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2212 : tensor<f32>) outs(%e2213 : tensor<f32>) {
   ^bb0(%a2214: f32, %o2215: f32):
     %s2216 = arith.constant 0x3F800000 : f32
-    %s2217 = arith.divf %s2216, %a2214 : f32
+    %s2217 = arith.subf %s2216, %a2214 : f32
     linalg.yield %s2217 : f32
   } -> tensor<f32> loc(#loc14)
   %e2219 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2218 : tensor<f32>) outs(%e2219 : tensor<f32>) {
+  %v2224 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2206 : tensor<f32>) outs(%e2219 : tensor<f32>) {
   ^bb0(%a2220: f32, %o2221: f32):
-    %s2222 = arith.constant 0x3A83126F : f32
-    %s2223 = arith.mulf %a2220, %s2222 : f32
+    %s2222 = arith.constant 0x3F800000 : f32
+    %s2223 = arith.divf %s2222, %a2220 : f32
     linalg.yield %s2223 : f32
   } -> tensor<f32> loc(#loc14)
   %e2225 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2229 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2224 : tensor<f32>) outs(%e2225 : tensor<f32>) {
+  %v2230 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2224 : tensor<f32>) outs(%e2225 : tensor<f32>) {
   ^bb0(%a2226: f32, %o2227: f32):
-    %s2228 = arith.negf %a2226 : f32
-    linalg.yield %s2228 : f32
+    %s2228 = arith.constant 0x3A83126F : f32
+    %s2229 = arith.mulf %a2226, %s2228 : f32
+    linalg.yield %s2229 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2230 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2234 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2212 : tensor<f32>) outs(%e2230 : tensor<f32>) {
-  ^bb0(%a2231: f32, %o2232: f32):
-    %s2233 = math.sqrt %a2231 : f32
-    linalg.yield %s2233 : f32
+  %e2231 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2235 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2230 : tensor<f32>) outs(%e2231 : tensor<f32>) {
+  ^bb0(%a2232: f32, %o2233: f32):
+    %s2234 = arith.negf %a2232 : f32
+    linalg.yield %s2234 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2235 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2239 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2188 : tensor<16xf32>) outs(%e2235 : tensor<16xf32>) {
-  ^bb0(%a2236: f32, %o2237: f32):
-    %s2238 = math.sqrt %a2236 : f32
-    linalg.yield %s2238 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2240 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2245 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2234, %v2229 : tensor<f32>, tensor<f32>) outs(%e2240 : tensor<f32>) {
-  ^bb0(%a2241: f32, %a2242: f32, %o2243: f32):
-    %s2244 = arith.mulf %a2241, %a2242 : f32
+  %e2236 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2240 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2218 : tensor<f32>) outs(%e2236 : tensor<f32>) {
+  ^bb0(%a2237: f32, %o2238: f32):
+    %s2239 = math.sqrt %a2237 : f32
+    linalg.yield %s2239 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2241 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2245 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2194 : tensor<16xf32>) outs(%e2241 : tensor<16xf32>) {
+  ^bb0(%a2242: f32, %o2243: f32):
+    %s2244 = math.sqrt %a2242 : f32
     linalg.yield %s2244 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2246 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2251 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2239, %v2245 : tensor<16xf32>, tensor<f32>) outs(%e2246 : tensor<16xf32>) {
-  ^bb0(%a2247: f32, %a2248: f32, %o2249: f32):
-    %s2250 = arith.divf %a2247, %a2248 : f32
-    linalg.yield %s2250 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2252 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2257 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2229 : tensor<f32>) outs(%e2252 : tensor<f32>) {
-  ^bb0(%a2253: f32, %o2254: f32):
-    %s2255 = arith.constant 0x3F800000 : f32
-    %s2256 = arith.divf %s2255, %a2253 : f32
-    linalg.yield %s2256 : f32
+  %e2246 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2251 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2240, %v2235 : tensor<f32>, tensor<f32>) outs(%e2246 : tensor<f32>) {
+  ^bb0(%a2247: f32, %a2248: f32, %o2249: f32):
+    %s2250 = arith.mulf %a2247, %a2248 : f32
+    linalg.yield %s2250 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2252 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2257 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2245, %v2251 : tensor<16xf32>, tensor<f32>) outs(%e2252 : tensor<16xf32>) {
+  ^bb0(%a2253: f32, %a2254: f32, %o2255: f32):
+    %s2256 = arith.divf %a2253, %a2254 : f32
+    linalg.yield %s2256 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e2258 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2263 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2257 : tensor<f32>) outs(%e2258 : tensor<f32>) {
+  %v2263 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2235 : tensor<f32>) outs(%e2258 : tensor<f32>) {
   ^bb0(%a2259: f32, %o2260: f32):
-    %s2261 = arith.constant 0x322BCC77 : f32
-    %s2262 = arith.mulf %a2259, %s2261 : f32
+    %s2261 = arith.constant 0x3F800000 : f32
+    %s2262 = arith.divf %s2261, %a2259 : f32
     linalg.yield %s2262 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2264 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2269 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2251, %v2263 : tensor<16xf32>, tensor<f32>) outs(%e2264 : tensor<16xf32>) {
-  ^bb0(%a2265: f32, %a2266: f32, %o2267: f32):
-    %s2268 = arith.addf %a2265, %a2266 : f32
+  %e2264 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2269 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2263 : tensor<f32>) outs(%e2264 : tensor<f32>) {
+  ^bb0(%a2265: f32, %o2266: f32):
+    %s2267 = arith.constant 0x322BCC77 : f32
+    %s2268 = arith.mulf %a2265, %s2267 : f32
     linalg.yield %s2268 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2270 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2279 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2173, %v2269 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2270 : tensor<16xf32>) {
-  ^bb0(%a2271: f32, %a2272: f32, %a2273: f32, %o2274: f32):
-    %s2275 = arith.constant 0x3F800000 : f32
-    %s2276 = arith.mulf %s2275, %a2272 : f32
-    %s2277 = arith.divf %s2276, %a2273 : f32
-    %s2278 = arith.addf %a2271, %s2277 : f32
-    linalg.yield %s2278 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2280 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2285 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2280 : tensor<f32>) {
-  ^bb0(%a2281: f32, %o2282: f32):
-    %s2283 = arith.constant 0x3F800000 : f32
-    %s2284 = arith.addf %a2281, %s2283 : f32
-    linalg.yield %s2284 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2286 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2300 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg27, %v598 : tensor<16xf32>, tensor<16xf32>) outs(%e2286 : tensor<16xf32>) {
-  ^bb0(%a2287: f32, %a2288: f32, %o2289: f32):
-    %s2290 = arith.constant 0x3DCCCCCD : f32
-    %s2291 = arith.subf %a2288, %a2287 : f32
-    %s2292 = math.absf %s2290 : f32
-    %s2293 = arith.constant 0x3F000000 : f32
-    %s2294 = arith.cmpf olt, %s2292, %s2293 : f32
-    %s2295 = arith.constant 0x3F800000 : f32
-    %s2296 = arith.subf %s2290, %s2295 : f32
-    %s2297 = arith.select %s2294, %s2290, %s2296 : f32
-    %s2298 = arith.select %s2294, %a2287, %a2288 : f32
-    %s2299 = math.fma %s2297, %s2291, %s2298 : f32
-    linalg.yield %s2299 : f32
+  %e2270 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2275 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2257, %v2269 : tensor<16xf32>, tensor<f32>) outs(%e2270 : tensor<16xf32>) {
+  ^bb0(%a2271: f32, %a2272: f32, %o2273: f32):
+    %s2274 = arith.addf %a2271, %a2272 : f32
+    linalg.yield %s2274 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2301 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2306 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2301 : tensor<16xf32>) {
-  ^bb0(%a2302: f32, %o2303: f32):
-    %s2304 = arith.constant 0x3F7FBE77 : f32
-    %s2305 = arith.mulf %a2302, %s2304 : f32
+  %e2276 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2285 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg10, %v2179, %v2275 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2276 : tensor<16xf32>) {
+  ^bb0(%a2277: f32, %a2278: f32, %a2279: f32, %o2280: f32):
+    %s2281 = arith.constant 0x3F800000 : f32
+    %s2282 = arith.mulf %s2281, %a2278 : f32
+    %s2283 = arith.divf %s2282, %a2279 : f32
+    %s2284 = arith.addf %a2277, %s2283 : f32
+    linalg.yield %s2284 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2286 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2291 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg59 : tensor<f32>) outs(%e2286 : tensor<f32>) {
+  ^bb0(%a2287: f32, %o2288: f32):
+    %s2289 = arith.constant 0x3F800000 : f32
+    %s2290 = arith.addf %a2287, %s2289 : f32
+    linalg.yield %s2290 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2292 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2306 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg27, %v604 : tensor<16xf32>, tensor<16xf32>) outs(%e2292 : tensor<16xf32>) {
+  ^bb0(%a2293: f32, %a2294: f32, %o2295: f32):
+    %s2296 = arith.constant 0x3DCCCCCD : f32
+    %s2297 = arith.subf %a2294, %a2293 : f32
+    %s2298 = math.absf %s2296 : f32
+    %s2299 = arith.constant 0x3F000000 : f32
+    %s2300 = arith.cmpf olt, %s2298, %s2299 : f32
+    %s2301 = arith.constant 0x3F800000 : f32
+    %s2302 = arith.subf %s2296, %s2301 : f32
+    %s2303 = arith.select %s2300, %s2296, %s2302 : f32
+    %s2304 = arith.select %s2300, %a2293, %a2294 : f32
+    %s2305 = math.fma %s2303, %s2297, %s2304 : f32
     linalg.yield %s2305 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e2307 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2315 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2306, %v598, %v598 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2307 : tensor<16xf32>) {
-  ^bb0(%a2308: f32, %a2309: f32, %a2310: f32, %o2311: f32):
-    %s2312 = arith.constant 0x3A83126F : f32
-    %s2313 = arith.mulf %s2312, %a2309 : f32
-    %s2314 = math.fma %s2313, %a2310, %a2308 : f32
-    linalg.yield %s2314 : f32
+  %v2312 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg43 : tensor<16xf32>) outs(%e2307 : tensor<16xf32>) {
+  ^bb0(%a2308: f32, %o2309: f32):
+    %s2310 = arith.constant 0x3F7FBE77 : f32
+    %s2311 = arith.mulf %a2308, %s2310 : f32
+    linalg.yield %s2311 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2316 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2321 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2285 : tensor<f32>) outs(%e2316 : tensor<f32>) {
-  ^bb0(%a2317: f32, %o2318: f32):
-    %s2319 = arith.constant 0x3F666666 : f32
-    %s2320 = math.powf %s2319, %a2317 : f32
+  %e2313 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2321 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2312, %v604, %v604 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2313 : tensor<16xf32>) {
+  ^bb0(%a2314: f32, %a2315: f32, %a2316: f32, %o2317: f32):
+    %s2318 = arith.constant 0x3A83126F : f32
+    %s2319 = arith.mulf %s2318, %a2315 : f32
+    %s2320 = math.fma %s2319, %a2316, %a2314 : f32
     linalg.yield %s2320 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e2322 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2327 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2321 : tensor<f32>) outs(%e2322 : tensor<f32>) {
+  %v2327 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2291 : tensor<f32>) outs(%e2322 : tensor<f32>) {
   ^bb0(%a2323: f32, %o2324: f32):
-    %s2325 = arith.constant 0x3F800000 : f32
-    %s2326 = arith.subf %s2325, %a2323 : f32
+    %s2325 = arith.constant 0x3F666666 : f32
+    %s2326 = math.powf %s2325, %a2323 : f32
     linalg.yield %s2326 : f32
   } -> tensor<f32> loc(#loc14)
   %e2328 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2333 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2285 : tensor<f32>) outs(%e2328 : tensor<f32>) {
+  %v2333 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2327 : tensor<f32>) outs(%e2328 : tensor<f32>) {
   ^bb0(%a2329: f32, %o2330: f32):
-    %s2331 = arith.constant 0x3F7FBE77 : f32
-    %s2332 = math.powf %s2331, %a2329 : f32
+    %s2331 = arith.constant 0x3F800000 : f32
+    %s2332 = arith.subf %s2331, %a2329 : f32
     linalg.yield %s2332 : f32
   } -> tensor<f32> loc(#loc14)
   %e2334 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2339 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2333 : tensor<f32>) outs(%e2334 : tensor<f32>) {
+  %v2339 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2291 : tensor<f32>) outs(%e2334 : tensor<f32>) {
   ^bb0(%a2335: f32, %o2336: f32):
-    %s2337 = arith.constant 0x3F800000 : f32
-    %s2338 = arith.subf %s2337, %a2335 : f32
+    %s2337 = arith.constant 0x3F7FBE77 : f32
+    %s2338 = math.powf %s2337, %a2335 : f32
     linalg.yield %s2338 : f32
   } -> tensor<f32> loc(#loc14)
   %e2340 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2327 : tensor<f32>) outs(%e2340 : tensor<f32>) {
+  %v2345 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2340 : tensor<f32>) {
   ^bb0(%a2341: f32, %o2342: f32):
     %s2343 = arith.constant 0x3F800000 : f32
-    %s2344 = arith.divf %s2343, %a2341 : f32
+    %s2344 = arith.subf %s2343, %a2341 : f32
     linalg.yield %s2344 : f32
   } -> tensor<f32> loc(#loc14)
   %e2346 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2351 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2345 : tensor<f32>) outs(%e2346 : tensor<f32>) {
+  %v2351 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2333 : tensor<f32>) outs(%e2346 : tensor<f32>) {
   ^bb0(%a2347: f32, %o2348: f32):
-    %s2349 = arith.constant 0x3A83126F : f32
-    %s2350 = arith.mulf %a2347, %s2349 : f32
+    %s2349 = arith.constant 0x3F800000 : f32
+    %s2350 = arith.divf %s2349, %a2347 : f32
     linalg.yield %s2350 : f32
   } -> tensor<f32> loc(#loc14)
   %e2352 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2356 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2351 : tensor<f32>) outs(%e2352 : tensor<f32>) {
+  %v2357 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2351 : tensor<f32>) outs(%e2352 : tensor<f32>) {
   ^bb0(%a2353: f32, %o2354: f32):
-    %s2355 = arith.negf %a2353 : f32
-    linalg.yield %s2355 : f32
+    %s2355 = arith.constant 0x3A83126F : f32
+    %s2356 = arith.mulf %a2353, %s2355 : f32
+    linalg.yield %s2356 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2357 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2361 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2339 : tensor<f32>) outs(%e2357 : tensor<f32>) {
-  ^bb0(%a2358: f32, %o2359: f32):
-    %s2360 = math.sqrt %a2358 : f32
-    linalg.yield %s2360 : f32
+  %e2358 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2362 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2357 : tensor<f32>) outs(%e2358 : tensor<f32>) {
+  ^bb0(%a2359: f32, %o2360: f32):
+    %s2361 = arith.negf %a2359 : f32
+    linalg.yield %s2361 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2362 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2366 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2315 : tensor<16xf32>) outs(%e2362 : tensor<16xf32>) {
-  ^bb0(%a2363: f32, %o2364: f32):
-    %s2365 = math.sqrt %a2363 : f32
-    linalg.yield %s2365 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2367 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2372 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2361, %v2356 : tensor<f32>, tensor<f32>) outs(%e2367 : tensor<f32>) {
-  ^bb0(%a2368: f32, %a2369: f32, %o2370: f32):
-    %s2371 = arith.mulf %a2368, %a2369 : f32
+  %e2363 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2367 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2345 : tensor<f32>) outs(%e2363 : tensor<f32>) {
+  ^bb0(%a2364: f32, %o2365: f32):
+    %s2366 = math.sqrt %a2364 : f32
+    linalg.yield %s2366 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2368 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2372 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2321 : tensor<16xf32>) outs(%e2368 : tensor<16xf32>) {
+  ^bb0(%a2369: f32, %o2370: f32):
+    %s2371 = math.sqrt %a2369 : f32
     linalg.yield %s2371 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2373 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2378 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2366, %v2372 : tensor<16xf32>, tensor<f32>) outs(%e2373 : tensor<16xf32>) {
-  ^bb0(%a2374: f32, %a2375: f32, %o2376: f32):
-    %s2377 = arith.divf %a2374, %a2375 : f32
-    linalg.yield %s2377 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2379 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2384 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2356 : tensor<f32>) outs(%e2379 : tensor<f32>) {
-  ^bb0(%a2380: f32, %o2381: f32):
-    %s2382 = arith.constant 0x3F800000 : f32
-    %s2383 = arith.divf %s2382, %a2380 : f32
-    linalg.yield %s2383 : f32
+  %e2373 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2378 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2367, %v2362 : tensor<f32>, tensor<f32>) outs(%e2373 : tensor<f32>) {
+  ^bb0(%a2374: f32, %a2375: f32, %o2376: f32):
+    %s2377 = arith.mulf %a2374, %a2375 : f32
+    linalg.yield %s2377 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2379 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2384 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2372, %v2378 : tensor<16xf32>, tensor<f32>) outs(%e2379 : tensor<16xf32>) {
+  ^bb0(%a2380: f32, %a2381: f32, %o2382: f32):
+    %s2383 = arith.divf %a2380, %a2381 : f32
+    linalg.yield %s2383 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e2385 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2390 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2384 : tensor<f32>) outs(%e2385 : tensor<f32>) {
+  %v2390 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2362 : tensor<f32>) outs(%e2385 : tensor<f32>) {
   ^bb0(%a2386: f32, %o2387: f32):
-    %s2388 = arith.constant 0x322BCC77 : f32
-    %s2389 = arith.mulf %a2386, %s2388 : f32
+    %s2388 = arith.constant 0x3F800000 : f32
+    %s2389 = arith.divf %s2388, %a2386 : f32
     linalg.yield %s2389 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2391 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2396 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2378, %v2390 : tensor<16xf32>, tensor<f32>) outs(%e2391 : tensor<16xf32>) {
-  ^bb0(%a2392: f32, %a2393: f32, %o2394: f32):
-    %s2395 = arith.addf %a2392, %a2393 : f32
+  %e2391 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2396 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2390 : tensor<f32>) outs(%e2391 : tensor<f32>) {
+  ^bb0(%a2392: f32, %o2393: f32):
+    %s2394 = arith.constant 0x322BCC77 : f32
+    %s2395 = arith.mulf %a2392, %s2394 : f32
     linalg.yield %s2395 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2397 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2406 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v2300, %v2396 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2397 : tensor<16xf32>) {
-  ^bb0(%a2398: f32, %a2399: f32, %a2400: f32, %o2401: f32):
-    %s2402 = arith.constant 0x3F800000 : f32
-    %s2403 = arith.mulf %s2402, %a2399 : f32
-    %s2404 = arith.divf %s2403, %a2400 : f32
-    %s2405 = arith.addf %a2398, %s2404 : f32
-    linalg.yield %s2405 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2407 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2412 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e2407 : tensor<f32>) {
-  ^bb0(%a2408: f32, %o2409: f32):
-    %s2410 = arith.constant 0x3F800000 : f32
-    %s2411 = arith.addf %a2408, %s2410 : f32
-    linalg.yield %s2411 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2413 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2427 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg28, %v498 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2413 : tensor<32x16xf32>) {
-  ^bb0(%a2414: f32, %a2415: f32, %o2416: f32):
-    %s2417 = arith.constant 0x3DCCCCCD : f32
-    %s2418 = arith.subf %a2415, %a2414 : f32
-    %s2419 = math.absf %s2417 : f32
-    %s2420 = arith.constant 0x3F000000 : f32
-    %s2421 = arith.cmpf olt, %s2419, %s2420 : f32
-    %s2422 = arith.constant 0x3F800000 : f32
-    %s2423 = arith.subf %s2417, %s2422 : f32
-    %s2424 = arith.select %s2421, %s2417, %s2423 : f32
-    %s2425 = arith.select %s2421, %a2414, %a2415 : f32
-    %s2426 = math.fma %s2424, %s2418, %s2425 : f32
-    linalg.yield %s2426 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e2428 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2433 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e2428 : tensor<32x16xf32>) {
-  ^bb0(%a2429: f32, %o2430: f32):
-    %s2431 = arith.constant 0x3F7FBE77 : f32
-    %s2432 = arith.mulf %a2429, %s2431 : f32
+  %e2397 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2402 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2384, %v2396 : tensor<16xf32>, tensor<f32>) outs(%e2397 : tensor<16xf32>) {
+  ^bb0(%a2398: f32, %a2399: f32, %o2400: f32):
+    %s2401 = arith.addf %a2398, %a2399 : f32
+    linalg.yield %s2401 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2403 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2412 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg11, %v2306, %v2402 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2403 : tensor<16xf32>) {
+  ^bb0(%a2404: f32, %a2405: f32, %a2406: f32, %o2407: f32):
+    %s2408 = arith.constant 0x3F800000 : f32
+    %s2409 = arith.mulf %s2408, %a2405 : f32
+    %s2410 = arith.divf %s2409, %a2406 : f32
+    %s2411 = arith.addf %a2404, %s2410 : f32
+    linalg.yield %s2411 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  %e2413 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2418 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg60 : tensor<f32>) outs(%e2413 : tensor<f32>) {
+  ^bb0(%a2414: f32, %o2415: f32):
+    %s2416 = arith.constant 0x3F800000 : f32
+    %s2417 = arith.addf %a2414, %s2416 : f32
+    linalg.yield %s2417 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2419 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2433 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg28, %v504 : tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2419 : tensor<32x16xf32>) {
+  ^bb0(%a2420: f32, %a2421: f32, %o2422: f32):
+    %s2423 = arith.constant 0x3DCCCCCD : f32
+    %s2424 = arith.subf %a2421, %a2420 : f32
+    %s2425 = math.absf %s2423 : f32
+    %s2426 = arith.constant 0x3F000000 : f32
+    %s2427 = arith.cmpf olt, %s2425, %s2426 : f32
+    %s2428 = arith.constant 0x3F800000 : f32
+    %s2429 = arith.subf %s2423, %s2428 : f32
+    %s2430 = arith.select %s2427, %s2423, %s2429 : f32
+    %s2431 = arith.select %s2427, %a2420, %a2421 : f32
+    %s2432 = math.fma %s2430, %s2424, %s2431 : f32
     linalg.yield %s2432 : f32
   } -> tensor<32x16xf32> loc(#loc14)
   %e2434 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2442 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2433, %v498, %v498 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2434 : tensor<32x16xf32>) {
-  ^bb0(%a2435: f32, %a2436: f32, %a2437: f32, %o2438: f32):
-    %s2439 = arith.constant 0x3A83126F : f32
-    %s2440 = arith.mulf %s2439, %a2436 : f32
-    %s2441 = math.fma %s2440, %a2437, %a2435 : f32
-    linalg.yield %s2441 : f32
+  %v2439 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg44 : tensor<32x16xf32>) outs(%e2434 : tensor<32x16xf32>) {
+  ^bb0(%a2435: f32, %o2436: f32):
+    %s2437 = arith.constant 0x3F7FBE77 : f32
+    %s2438 = arith.mulf %a2435, %s2437 : f32
+    linalg.yield %s2438 : f32
   } -> tensor<32x16xf32> loc(#loc14)
-  %e2443 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2448 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2412 : tensor<f32>) outs(%e2443 : tensor<f32>) {
-  ^bb0(%a2444: f32, %o2445: f32):
-    %s2446 = arith.constant 0x3F666666 : f32
-    %s2447 = math.powf %s2446, %a2444 : f32
+  %e2440 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2448 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2439, %v504, %v504 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2440 : tensor<32x16xf32>) {
+  ^bb0(%a2441: f32, %a2442: f32, %a2443: f32, %o2444: f32):
+    %s2445 = arith.constant 0x3A83126F : f32
+    %s2446 = arith.mulf %s2445, %a2442 : f32
+    %s2447 = math.fma %s2446, %a2443, %a2441 : f32
     linalg.yield %s2447 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<32x16xf32> loc(#loc14)
   %e2449 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2454 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2448 : tensor<f32>) outs(%e2449 : tensor<f32>) {
+  %v2454 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2418 : tensor<f32>) outs(%e2449 : tensor<f32>) {
   ^bb0(%a2450: f32, %o2451: f32):
-    %s2452 = arith.constant 0x3F800000 : f32
-    %s2453 = arith.subf %s2452, %a2450 : f32
+    %s2452 = arith.constant 0x3F666666 : f32
+    %s2453 = math.powf %s2452, %a2450 : f32
     linalg.yield %s2453 : f32
   } -> tensor<f32> loc(#loc14)
   %e2455 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2460 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2412 : tensor<f32>) outs(%e2455 : tensor<f32>) {
+  %v2460 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2454 : tensor<f32>) outs(%e2455 : tensor<f32>) {
   ^bb0(%a2456: f32, %o2457: f32):
-    %s2458 = arith.constant 0x3F7FBE77 : f32
-    %s2459 = math.powf %s2458, %a2456 : f32
+    %s2458 = arith.constant 0x3F800000 : f32
+    %s2459 = arith.subf %s2458, %a2456 : f32
     linalg.yield %s2459 : f32
   } -> tensor<f32> loc(#loc14)
   %e2461 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2466 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2460 : tensor<f32>) outs(%e2461 : tensor<f32>) {
+  %v2466 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2418 : tensor<f32>) outs(%e2461 : tensor<f32>) {
   ^bb0(%a2462: f32, %o2463: f32):
-    %s2464 = arith.constant 0x3F800000 : f32
-    %s2465 = arith.subf %s2464, %a2462 : f32
+    %s2464 = arith.constant 0x3F7FBE77 : f32
+    %s2465 = math.powf %s2464, %a2462 : f32
     linalg.yield %s2465 : f32
   } -> tensor<f32> loc(#loc14)
   %e2467 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2454 : tensor<f32>) outs(%e2467 : tensor<f32>) {
+  %v2472 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2466 : tensor<f32>) outs(%e2467 : tensor<f32>) {
   ^bb0(%a2468: f32, %o2469: f32):
     %s2470 = arith.constant 0x3F800000 : f32
-    %s2471 = arith.divf %s2470, %a2468 : f32
+    %s2471 = arith.subf %s2470, %a2468 : f32
     linalg.yield %s2471 : f32
   } -> tensor<f32> loc(#loc14)
   %e2473 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2472 : tensor<f32>) outs(%e2473 : tensor<f32>) {
+  %v2478 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2460 : tensor<f32>) outs(%e2473 : tensor<f32>) {
   ^bb0(%a2474: f32, %o2475: f32):
-    %s2476 = arith.constant 0x3A83126F : f32
-    %s2477 = arith.mulf %a2474, %s2476 : f32
+    %s2476 = arith.constant 0x3F800000 : f32
+    %s2477 = arith.divf %s2476, %a2474 : f32
     linalg.yield %s2477 : f32
   } -> tensor<f32> loc(#loc14)
   %e2479 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2483 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2478 : tensor<f32>) outs(%e2479 : tensor<f32>) {
+  %v2484 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2478 : tensor<f32>) outs(%e2479 : tensor<f32>) {
   ^bb0(%a2480: f32, %o2481: f32):
-    %s2482 = arith.negf %a2480 : f32
-    linalg.yield %s2482 : f32
+    %s2482 = arith.constant 0x3A83126F : f32
+    %s2483 = arith.mulf %a2480, %s2482 : f32
+    linalg.yield %s2483 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2484 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2488 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2466 : tensor<f32>) outs(%e2484 : tensor<f32>) {
-  ^bb0(%a2485: f32, %o2486: f32):
-    %s2487 = math.sqrt %a2485 : f32
-    linalg.yield %s2487 : f32
+  %e2485 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2489 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2484 : tensor<f32>) outs(%e2485 : tensor<f32>) {
+  ^bb0(%a2486: f32, %o2487: f32):
+    %s2488 = arith.negf %a2486 : f32
+    linalg.yield %s2488 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2489 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2493 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2442 : tensor<32x16xf32>) outs(%e2489 : tensor<32x16xf32>) {
-  ^bb0(%a2490: f32, %o2491: f32):
-    %s2492 = math.sqrt %a2490 : f32
-    linalg.yield %s2492 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e2494 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2499 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2488, %v2483 : tensor<f32>, tensor<f32>) outs(%e2494 : tensor<f32>) {
-  ^bb0(%a2495: f32, %a2496: f32, %o2497: f32):
-    %s2498 = arith.mulf %a2495, %a2496 : f32
+  %e2490 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2494 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2472 : tensor<f32>) outs(%e2490 : tensor<f32>) {
+  ^bb0(%a2491: f32, %o2492: f32):
+    %s2493 = math.sqrt %a2491 : f32
+    linalg.yield %s2493 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2495 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2448 : tensor<32x16xf32>) outs(%e2495 : tensor<32x16xf32>) {
+  ^bb0(%a2496: f32, %o2497: f32):
+    %s2498 = math.sqrt %a2496 : f32
     linalg.yield %s2498 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2500 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2505 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2493, %v2499 : tensor<32x16xf32>, tensor<f32>) outs(%e2500 : tensor<32x16xf32>) {
-  ^bb0(%a2501: f32, %a2502: f32, %o2503: f32):
-    %s2504 = arith.divf %a2501, %a2502 : f32
-    linalg.yield %s2504 : f32
   } -> tensor<32x16xf32> loc(#loc14)
-  %e2506 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2511 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2483 : tensor<f32>) outs(%e2506 : tensor<f32>) {
-  ^bb0(%a2507: f32, %o2508: f32):
-    %s2509 = arith.constant 0x3F800000 : f32
-    %s2510 = arith.divf %s2509, %a2507 : f32
-    linalg.yield %s2510 : f32
+  %e2500 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2505 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2494, %v2489 : tensor<f32>, tensor<f32>) outs(%e2500 : tensor<f32>) {
+  ^bb0(%a2501: f32, %a2502: f32, %o2503: f32):
+    %s2504 = arith.mulf %a2501, %a2502 : f32
+    linalg.yield %s2504 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2506 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2511 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2499, %v2505 : tensor<32x16xf32>, tensor<f32>) outs(%e2506 : tensor<32x16xf32>) {
+  ^bb0(%a2507: f32, %a2508: f32, %o2509: f32):
+    %s2510 = arith.divf %a2507, %a2508 : f32
+    linalg.yield %s2510 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
   %e2512 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2511 : tensor<f32>) outs(%e2512 : tensor<f32>) {
+  %v2517 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2489 : tensor<f32>) outs(%e2512 : tensor<f32>) {
   ^bb0(%a2513: f32, %o2514: f32):
-    %s2515 = arith.constant 0x322BCC77 : f32
-    %s2516 = arith.mulf %a2513, %s2515 : f32
+    %s2515 = arith.constant 0x3F800000 : f32
+    %s2516 = arith.divf %s2515, %a2513 : f32
     linalg.yield %s2516 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2518 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2523 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2505, %v2517 : tensor<32x16xf32>, tensor<f32>) outs(%e2518 : tensor<32x16xf32>) {
-  ^bb0(%a2519: f32, %a2520: f32, %o2521: f32):
-    %s2522 = arith.addf %a2519, %a2520 : f32
+  %e2518 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2523 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2517 : tensor<f32>) outs(%e2518 : tensor<f32>) {
+  ^bb0(%a2519: f32, %o2520: f32):
+    %s2521 = arith.constant 0x322BCC77 : f32
+    %s2522 = arith.mulf %a2519, %s2521 : f32
     linalg.yield %s2522 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e2524 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
-  %v2533 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v2427, %v2523 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2524 : tensor<32x16xf32>) {
-  ^bb0(%a2525: f32, %a2526: f32, %a2527: f32, %o2528: f32):
-    %s2529 = arith.constant 0x3F800000 : f32
-    %s2530 = arith.mulf %s2529, %a2526 : f32
-    %s2531 = arith.divf %s2530, %a2527 : f32
-    %s2532 = arith.addf %a2525, %s2531 : f32
-    linalg.yield %s2532 : f32
-  } -> tensor<32x16xf32> loc(#loc14)
-  %e2534 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2539 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e2534 : tensor<f32>) {
-  ^bb0(%a2535: f32, %o2536: f32):
-    %s2537 = arith.constant 0x3F800000 : f32
-    %s2538 = arith.addf %a2535, %s2537 : f32
-    linalg.yield %s2538 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2540 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2554 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg29, %v495 : tensor<32xf32>, tensor<32xf32>) outs(%e2540 : tensor<32xf32>) {
-  ^bb0(%a2541: f32, %a2542: f32, %o2543: f32):
-    %s2544 = arith.constant 0x3DCCCCCD : f32
-    %s2545 = arith.subf %a2542, %a2541 : f32
-    %s2546 = math.absf %s2544 : f32
-    %s2547 = arith.constant 0x3F000000 : f32
-    %s2548 = arith.cmpf olt, %s2546, %s2547 : f32
-    %s2549 = arith.constant 0x3F800000 : f32
-    %s2550 = arith.subf %s2544, %s2549 : f32
-    %s2551 = arith.select %s2548, %s2544, %s2550 : f32
-    %s2552 = arith.select %s2548, %a2541, %a2542 : f32
-    %s2553 = math.fma %s2551, %s2545, %s2552 : f32
-    linalg.yield %s2553 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e2555 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2560 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e2555 : tensor<32xf32>) {
-  ^bb0(%a2556: f32, %o2557: f32):
-    %s2558 = arith.constant 0x3F7FBE77 : f32
-    %s2559 = arith.mulf %a2556, %s2558 : f32
+  %e2524 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2529 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2511, %v2523 : tensor<32x16xf32>, tensor<f32>) outs(%e2524 : tensor<32x16xf32>) {
+  ^bb0(%a2525: f32, %a2526: f32, %o2527: f32):
+    %s2528 = arith.addf %a2525, %a2526 : f32
+    linalg.yield %s2528 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2530 = tensor.empty() : tensor<32x16xf32> loc(#loc14)
+  %v2539 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg12, %v2433, %v2529 : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>) outs(%e2530 : tensor<32x16xf32>) {
+  ^bb0(%a2531: f32, %a2532: f32, %a2533: f32, %o2534: f32):
+    %s2535 = arith.constant 0x3F800000 : f32
+    %s2536 = arith.mulf %s2535, %a2532 : f32
+    %s2537 = arith.divf %s2536, %a2533 : f32
+    %s2538 = arith.addf %a2531, %s2537 : f32
+    linalg.yield %s2538 : f32
+  } -> tensor<32x16xf32> loc(#loc14)
+  %e2540 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2545 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg61 : tensor<f32>) outs(%e2540 : tensor<f32>) {
+  ^bb0(%a2541: f32, %o2542: f32):
+    %s2543 = arith.constant 0x3F800000 : f32
+    %s2544 = arith.addf %a2541, %s2543 : f32
+    linalg.yield %s2544 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2546 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2560 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg29, %v501 : tensor<32xf32>, tensor<32xf32>) outs(%e2546 : tensor<32xf32>) {
+  ^bb0(%a2547: f32, %a2548: f32, %o2549: f32):
+    %s2550 = arith.constant 0x3DCCCCCD : f32
+    %s2551 = arith.subf %a2548, %a2547 : f32
+    %s2552 = math.absf %s2550 : f32
+    %s2553 = arith.constant 0x3F000000 : f32
+    %s2554 = arith.cmpf olt, %s2552, %s2553 : f32
+    %s2555 = arith.constant 0x3F800000 : f32
+    %s2556 = arith.subf %s2550, %s2555 : f32
+    %s2557 = arith.select %s2554, %s2550, %s2556 : f32
+    %s2558 = arith.select %s2554, %a2547, %a2548 : f32
+    %s2559 = math.fma %s2557, %s2551, %s2558 : f32
     linalg.yield %s2559 : f32
   } -> tensor<32xf32> loc(#loc14)
   %e2561 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2569 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2560, %v495, %v495 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2561 : tensor<32xf32>) {
-  ^bb0(%a2562: f32, %a2563: f32, %a2564: f32, %o2565: f32):
-    %s2566 = arith.constant 0x3A83126F : f32
-    %s2567 = arith.mulf %s2566, %a2563 : f32
-    %s2568 = math.fma %s2567, %a2564, %a2562 : f32
-    linalg.yield %s2568 : f32
+  %v2566 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg45 : tensor<32xf32>) outs(%e2561 : tensor<32xf32>) {
+  ^bb0(%a2562: f32, %o2563: f32):
+    %s2564 = arith.constant 0x3F7FBE77 : f32
+    %s2565 = arith.mulf %a2562, %s2564 : f32
+    linalg.yield %s2565 : f32
   } -> tensor<32xf32> loc(#loc14)
-  %e2570 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2575 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2539 : tensor<f32>) outs(%e2570 : tensor<f32>) {
-  ^bb0(%a2571: f32, %o2572: f32):
-    %s2573 = arith.constant 0x3F666666 : f32
-    %s2574 = math.powf %s2573, %a2571 : f32
+  %e2567 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2575 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2566, %v501, %v501 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2567 : tensor<32xf32>) {
+  ^bb0(%a2568: f32, %a2569: f32, %a2570: f32, %o2571: f32):
+    %s2572 = arith.constant 0x3A83126F : f32
+    %s2573 = arith.mulf %s2572, %a2569 : f32
+    %s2574 = math.fma %s2573, %a2570, %a2568 : f32
     linalg.yield %s2574 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<32xf32> loc(#loc14)
   %e2576 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2581 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2575 : tensor<f32>) outs(%e2576 : tensor<f32>) {
+  %v2581 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2545 : tensor<f32>) outs(%e2576 : tensor<f32>) {
   ^bb0(%a2577: f32, %o2578: f32):
-    %s2579 = arith.constant 0x3F800000 : f32
-    %s2580 = arith.subf %s2579, %a2577 : f32
+    %s2579 = arith.constant 0x3F666666 : f32
+    %s2580 = math.powf %s2579, %a2577 : f32
     linalg.yield %s2580 : f32
   } -> tensor<f32> loc(#loc14)
   %e2582 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2587 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2539 : tensor<f32>) outs(%e2582 : tensor<f32>) {
+  %v2587 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2581 : tensor<f32>) outs(%e2582 : tensor<f32>) {
   ^bb0(%a2583: f32, %o2584: f32):
-    %s2585 = arith.constant 0x3F7FBE77 : f32
-    %s2586 = math.powf %s2585, %a2583 : f32
+    %s2585 = arith.constant 0x3F800000 : f32
+    %s2586 = arith.subf %s2585, %a2583 : f32
     linalg.yield %s2586 : f32
   } -> tensor<f32> loc(#loc14)
   %e2588 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2593 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2587 : tensor<f32>) outs(%e2588 : tensor<f32>) {
+  %v2593 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2545 : tensor<f32>) outs(%e2588 : tensor<f32>) {
   ^bb0(%a2589: f32, %o2590: f32):
-    %s2591 = arith.constant 0x3F800000 : f32
-    %s2592 = arith.subf %s2591, %a2589 : f32
+    %s2591 = arith.constant 0x3F7FBE77 : f32
+    %s2592 = math.powf %s2591, %a2589 : f32
     linalg.yield %s2592 : f32
   } -> tensor<f32> loc(#loc14)
   %e2594 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2581 : tensor<f32>) outs(%e2594 : tensor<f32>) {
+  %v2599 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2593 : tensor<f32>) outs(%e2594 : tensor<f32>) {
   ^bb0(%a2595: f32, %o2596: f32):
     %s2597 = arith.constant 0x3F800000 : f32
-    %s2598 = arith.divf %s2597, %a2595 : f32
+    %s2598 = arith.subf %s2597, %a2595 : f32
     linalg.yield %s2598 : f32
   } -> tensor<f32> loc(#loc14)
   %e2600 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2599 : tensor<f32>) outs(%e2600 : tensor<f32>) {
+  %v2605 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2587 : tensor<f32>) outs(%e2600 : tensor<f32>) {
   ^bb0(%a2601: f32, %o2602: f32):
-    %s2603 = arith.constant 0x3A83126F : f32
-    %s2604 = arith.mulf %a2601, %s2603 : f32
+    %s2603 = arith.constant 0x3F800000 : f32
+    %s2604 = arith.divf %s2603, %a2601 : f32
     linalg.yield %s2604 : f32
   } -> tensor<f32> loc(#loc14)
   %e2606 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2610 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2606 : tensor<f32>) {
+  %v2611 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2605 : tensor<f32>) outs(%e2606 : tensor<f32>) {
   ^bb0(%a2607: f32, %o2608: f32):
-    %s2609 = arith.negf %a2607 : f32
-    linalg.yield %s2609 : f32
+    %s2609 = arith.constant 0x3A83126F : f32
+    %s2610 = arith.mulf %a2607, %s2609 : f32
+    linalg.yield %s2610 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2611 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2615 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2593 : tensor<f32>) outs(%e2611 : tensor<f32>) {
-  ^bb0(%a2612: f32, %o2613: f32):
-    %s2614 = math.sqrt %a2612 : f32
-    linalg.yield %s2614 : f32
+  %e2612 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2616 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2611 : tensor<f32>) outs(%e2612 : tensor<f32>) {
+  ^bb0(%a2613: f32, %o2614: f32):
+    %s2615 = arith.negf %a2613 : f32
+    linalg.yield %s2615 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2616 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2620 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2569 : tensor<32xf32>) outs(%e2616 : tensor<32xf32>) {
-  ^bb0(%a2617: f32, %o2618: f32):
-    %s2619 = math.sqrt %a2617 : f32
-    linalg.yield %s2619 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e2621 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2626 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2615, %v2610 : tensor<f32>, tensor<f32>) outs(%e2621 : tensor<f32>) {
-  ^bb0(%a2622: f32, %a2623: f32, %o2624: f32):
-    %s2625 = arith.mulf %a2622, %a2623 : f32
+  %e2617 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2621 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2599 : tensor<f32>) outs(%e2617 : tensor<f32>) {
+  ^bb0(%a2618: f32, %o2619: f32):
+    %s2620 = math.sqrt %a2618 : f32
+    linalg.yield %s2620 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2622 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2626 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2575 : tensor<32xf32>) outs(%e2622 : tensor<32xf32>) {
+  ^bb0(%a2623: f32, %o2624: f32):
+    %s2625 = math.sqrt %a2623 : f32
     linalg.yield %s2625 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2627 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2632 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2620, %v2626 : tensor<32xf32>, tensor<f32>) outs(%e2627 : tensor<32xf32>) {
-  ^bb0(%a2628: f32, %a2629: f32, %o2630: f32):
-    %s2631 = arith.divf %a2628, %a2629 : f32
-    linalg.yield %s2631 : f32
   } -> tensor<32xf32> loc(#loc14)
-  %e2633 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2638 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2610 : tensor<f32>) outs(%e2633 : tensor<f32>) {
-  ^bb0(%a2634: f32, %o2635: f32):
-    %s2636 = arith.constant 0x3F800000 : f32
-    %s2637 = arith.divf %s2636, %a2634 : f32
-    linalg.yield %s2637 : f32
+  %e2627 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2632 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2621, %v2616 : tensor<f32>, tensor<f32>) outs(%e2627 : tensor<f32>) {
+  ^bb0(%a2628: f32, %a2629: f32, %o2630: f32):
+    %s2631 = arith.mulf %a2628, %a2629 : f32
+    linalg.yield %s2631 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2633 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2638 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2626, %v2632 : tensor<32xf32>, tensor<f32>) outs(%e2633 : tensor<32xf32>) {
+  ^bb0(%a2634: f32, %a2635: f32, %o2636: f32):
+    %s2637 = arith.divf %a2634, %a2635 : f32
+    linalg.yield %s2637 : f32
+  } -> tensor<32xf32> loc(#loc14)
   %e2639 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2644 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2638 : tensor<f32>) outs(%e2639 : tensor<f32>) {
+  %v2644 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2616 : tensor<f32>) outs(%e2639 : tensor<f32>) {
   ^bb0(%a2640: f32, %o2641: f32):
-    %s2642 = arith.constant 0x322BCC77 : f32
-    %s2643 = arith.mulf %a2640, %s2642 : f32
+    %s2642 = arith.constant 0x3F800000 : f32
+    %s2643 = arith.divf %s2642, %a2640 : f32
     linalg.yield %s2643 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2645 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2650 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2632, %v2644 : tensor<32xf32>, tensor<f32>) outs(%e2645 : tensor<32xf32>) {
-  ^bb0(%a2646: f32, %a2647: f32, %o2648: f32):
-    %s2649 = arith.addf %a2646, %a2647 : f32
+  %e2645 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2650 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2644 : tensor<f32>) outs(%e2645 : tensor<f32>) {
+  ^bb0(%a2646: f32, %o2647: f32):
+    %s2648 = arith.constant 0x322BCC77 : f32
+    %s2649 = arith.mulf %a2646, %s2648 : f32
     linalg.yield %s2649 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e2651 = tensor.empty() : tensor<32xf32> loc(#loc14)
-  %v2660 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v2554, %v2650 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2651 : tensor<32xf32>) {
-  ^bb0(%a2652: f32, %a2653: f32, %a2654: f32, %o2655: f32):
-    %s2656 = arith.constant 0x3F800000 : f32
-    %s2657 = arith.mulf %s2656, %a2653 : f32
-    %s2658 = arith.divf %s2657, %a2654 : f32
-    %s2659 = arith.addf %a2652, %s2658 : f32
-    linalg.yield %s2659 : f32
-  } -> tensor<32xf32> loc(#loc14)
-  %e2661 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2666 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e2661 : tensor<f32>) {
-  ^bb0(%a2662: f32, %o2663: f32):
-    %s2664 = arith.constant 0x3F800000 : f32
-    %s2665 = arith.addf %a2662, %s2664 : f32
-    linalg.yield %s2665 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2667 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2681 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg30, %v408 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2667 : tensor<16x32xf32>) {
-  ^bb0(%a2668: f32, %a2669: f32, %o2670: f32):
-    %s2671 = arith.constant 0x3DCCCCCD : f32
-    %s2672 = arith.subf %a2669, %a2668 : f32
-    %s2673 = math.absf %s2671 : f32
-    %s2674 = arith.constant 0x3F000000 : f32
-    %s2675 = arith.cmpf olt, %s2673, %s2674 : f32
-    %s2676 = arith.constant 0x3F800000 : f32
-    %s2677 = arith.subf %s2671, %s2676 : f32
-    %s2678 = arith.select %s2675, %s2671, %s2677 : f32
-    %s2679 = arith.select %s2675, %a2668, %a2669 : f32
-    %s2680 = math.fma %s2678, %s2672, %s2679 : f32
-    linalg.yield %s2680 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e2682 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2687 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e2682 : tensor<16x32xf32>) {
-  ^bb0(%a2683: f32, %o2684: f32):
-    %s2685 = arith.constant 0x3F7FBE77 : f32
-    %s2686 = arith.mulf %a2683, %s2685 : f32
+  %e2651 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2656 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2638, %v2650 : tensor<32xf32>, tensor<f32>) outs(%e2651 : tensor<32xf32>) {
+  ^bb0(%a2652: f32, %a2653: f32, %o2654: f32):
+    %s2655 = arith.addf %a2652, %a2653 : f32
+    linalg.yield %s2655 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2657 = tensor.empty() : tensor<32xf32> loc(#loc14)
+  %v2666 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg13, %v2560, %v2656 : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) outs(%e2657 : tensor<32xf32>) {
+  ^bb0(%a2658: f32, %a2659: f32, %a2660: f32, %o2661: f32):
+    %s2662 = arith.constant 0x3F800000 : f32
+    %s2663 = arith.mulf %s2662, %a2659 : f32
+    %s2664 = arith.divf %s2663, %a2660 : f32
+    %s2665 = arith.addf %a2658, %s2664 : f32
+    linalg.yield %s2665 : f32
+  } -> tensor<32xf32> loc(#loc14)
+  %e2667 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2672 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg62 : tensor<f32>) outs(%e2667 : tensor<f32>) {
+  ^bb0(%a2668: f32, %o2669: f32):
+    %s2670 = arith.constant 0x3F800000 : f32
+    %s2671 = arith.addf %a2668, %s2670 : f32
+    linalg.yield %s2671 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2673 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2687 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg30, %v411 : tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2673 : tensor<16x32xf32>) {
+  ^bb0(%a2674: f32, %a2675: f32, %o2676: f32):
+    %s2677 = arith.constant 0x3DCCCCCD : f32
+    %s2678 = arith.subf %a2675, %a2674 : f32
+    %s2679 = math.absf %s2677 : f32
+    %s2680 = arith.constant 0x3F000000 : f32
+    %s2681 = arith.cmpf olt, %s2679, %s2680 : f32
+    %s2682 = arith.constant 0x3F800000 : f32
+    %s2683 = arith.subf %s2677, %s2682 : f32
+    %s2684 = arith.select %s2681, %s2677, %s2683 : f32
+    %s2685 = arith.select %s2681, %a2674, %a2675 : f32
+    %s2686 = math.fma %s2684, %s2678, %s2685 : f32
     linalg.yield %s2686 : f32
   } -> tensor<16x32xf32> loc(#loc14)
   %e2688 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2696 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2687, %v408, %v408 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2688 : tensor<16x32xf32>) {
-  ^bb0(%a2689: f32, %a2690: f32, %a2691: f32, %o2692: f32):
-    %s2693 = arith.constant 0x3A83126F : f32
-    %s2694 = arith.mulf %s2693, %a2690 : f32
-    %s2695 = math.fma %s2694, %a2691, %a2689 : f32
-    linalg.yield %s2695 : f32
+  %v2693 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg46 : tensor<16x32xf32>) outs(%e2688 : tensor<16x32xf32>) {
+  ^bb0(%a2689: f32, %o2690: f32):
+    %s2691 = arith.constant 0x3F7FBE77 : f32
+    %s2692 = arith.mulf %a2689, %s2691 : f32
+    linalg.yield %s2692 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e2697 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2702 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2666 : tensor<f32>) outs(%e2697 : tensor<f32>) {
-  ^bb0(%a2698: f32, %o2699: f32):
-    %s2700 = arith.constant 0x3F666666 : f32
-    %s2701 = math.powf %s2700, %a2698 : f32
+  %e2694 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2702 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2693, %v411, %v411 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2694 : tensor<16x32xf32>) {
+  ^bb0(%a2695: f32, %a2696: f32, %a2697: f32, %o2698: f32):
+    %s2699 = arith.constant 0x3A83126F : f32
+    %s2700 = arith.mulf %s2699, %a2696 : f32
+    %s2701 = math.fma %s2700, %a2697, %a2695 : f32
     linalg.yield %s2701 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16x32xf32> loc(#loc14)
   %e2703 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2708 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2702 : tensor<f32>) outs(%e2703 : tensor<f32>) {
+  %v2708 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2672 : tensor<f32>) outs(%e2703 : tensor<f32>) {
   ^bb0(%a2704: f32, %o2705: f32):
-    %s2706 = arith.constant 0x3F800000 : f32
-    %s2707 = arith.subf %s2706, %a2704 : f32
+    %s2706 = arith.constant 0x3F666666 : f32
+    %s2707 = math.powf %s2706, %a2704 : f32
     linalg.yield %s2707 : f32
   } -> tensor<f32> loc(#loc14)
   %e2709 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2714 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2666 : tensor<f32>) outs(%e2709 : tensor<f32>) {
+  %v2714 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2708 : tensor<f32>) outs(%e2709 : tensor<f32>) {
   ^bb0(%a2710: f32, %o2711: f32):
-    %s2712 = arith.constant 0x3F7FBE77 : f32
-    %s2713 = math.powf %s2712, %a2710 : f32
+    %s2712 = arith.constant 0x3F800000 : f32
+    %s2713 = arith.subf %s2712, %a2710 : f32
     linalg.yield %s2713 : f32
   } -> tensor<f32> loc(#loc14)
   %e2715 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2714 : tensor<f32>) outs(%e2715 : tensor<f32>) {
+  %v2720 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2672 : tensor<f32>) outs(%e2715 : tensor<f32>) {
   ^bb0(%a2716: f32, %o2717: f32):
-    %s2718 = arith.constant 0x3F800000 : f32
-    %s2719 = arith.subf %s2718, %a2716 : f32
+    %s2718 = arith.constant 0x3F7FBE77 : f32
+    %s2719 = math.powf %s2718, %a2716 : f32
     linalg.yield %s2719 : f32
   } -> tensor<f32> loc(#loc14)
   %e2721 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2726 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2708 : tensor<f32>) outs(%e2721 : tensor<f32>) {
+  %v2726 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2720 : tensor<f32>) outs(%e2721 : tensor<f32>) {
   ^bb0(%a2722: f32, %o2723: f32):
     %s2724 = arith.constant 0x3F800000 : f32
-    %s2725 = arith.divf %s2724, %a2722 : f32
+    %s2725 = arith.subf %s2724, %a2722 : f32
     linalg.yield %s2725 : f32
   } -> tensor<f32> loc(#loc14)
   %e2727 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2732 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2726 : tensor<f32>) outs(%e2727 : tensor<f32>) {
+  %v2732 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2714 : tensor<f32>) outs(%e2727 : tensor<f32>) {
   ^bb0(%a2728: f32, %o2729: f32):
-    %s2730 = arith.constant 0x3A83126F : f32
-    %s2731 = arith.mulf %a2728, %s2730 : f32
+    %s2730 = arith.constant 0x3F800000 : f32
+    %s2731 = arith.divf %s2730, %a2728 : f32
     linalg.yield %s2731 : f32
   } -> tensor<f32> loc(#loc14)
   %e2733 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2737 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2732 : tensor<f32>) outs(%e2733 : tensor<f32>) {
+  %v2738 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2732 : tensor<f32>) outs(%e2733 : tensor<f32>) {
   ^bb0(%a2734: f32, %o2735: f32):
-    %s2736 = arith.negf %a2734 : f32
-    linalg.yield %s2736 : f32
+    %s2736 = arith.constant 0x3A83126F : f32
+    %s2737 = arith.mulf %a2734, %s2736 : f32
+    linalg.yield %s2737 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2738 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2742 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2720 : tensor<f32>) outs(%e2738 : tensor<f32>) {
-  ^bb0(%a2739: f32, %o2740: f32):
-    %s2741 = math.sqrt %a2739 : f32
-    linalg.yield %s2741 : f32
+  %e2739 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2743 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2738 : tensor<f32>) outs(%e2739 : tensor<f32>) {
+  ^bb0(%a2740: f32, %o2741: f32):
+    %s2742 = arith.negf %a2740 : f32
+    linalg.yield %s2742 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2743 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2747 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2696 : tensor<16x32xf32>) outs(%e2743 : tensor<16x32xf32>) {
-  ^bb0(%a2744: f32, %o2745: f32):
-    %s2746 = math.sqrt %a2744 : f32
-    linalg.yield %s2746 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e2748 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2753 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2742, %v2737 : tensor<f32>, tensor<f32>) outs(%e2748 : tensor<f32>) {
-  ^bb0(%a2749: f32, %a2750: f32, %o2751: f32):
-    %s2752 = arith.mulf %a2749, %a2750 : f32
+  %e2744 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2748 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2726 : tensor<f32>) outs(%e2744 : tensor<f32>) {
+  ^bb0(%a2745: f32, %o2746: f32):
+    %s2747 = math.sqrt %a2745 : f32
+    linalg.yield %s2747 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2749 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2753 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2702 : tensor<16x32xf32>) outs(%e2749 : tensor<16x32xf32>) {
+  ^bb0(%a2750: f32, %o2751: f32):
+    %s2752 = math.sqrt %a2750 : f32
     linalg.yield %s2752 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2754 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2759 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2747, %v2753 : tensor<16x32xf32>, tensor<f32>) outs(%e2754 : tensor<16x32xf32>) {
-  ^bb0(%a2755: f32, %a2756: f32, %o2757: f32):
-    %s2758 = arith.divf %a2755, %a2756 : f32
-    linalg.yield %s2758 : f32
   } -> tensor<16x32xf32> loc(#loc14)
-  %e2760 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2765 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2737 : tensor<f32>) outs(%e2760 : tensor<f32>) {
-  ^bb0(%a2761: f32, %o2762: f32):
-    %s2763 = arith.constant 0x3F800000 : f32
-    %s2764 = arith.divf %s2763, %a2761 : f32
-    linalg.yield %s2764 : f32
+  %e2754 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2759 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2748, %v2743 : tensor<f32>, tensor<f32>) outs(%e2754 : tensor<f32>) {
+  ^bb0(%a2755: f32, %a2756: f32, %o2757: f32):
+    %s2758 = arith.mulf %a2755, %a2756 : f32
+    linalg.yield %s2758 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2760 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2765 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2753, %v2759 : tensor<16x32xf32>, tensor<f32>) outs(%e2760 : tensor<16x32xf32>) {
+  ^bb0(%a2761: f32, %a2762: f32, %o2763: f32):
+    %s2764 = arith.divf %a2761, %a2762 : f32
+    linalg.yield %s2764 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
   %e2766 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2771 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2765 : tensor<f32>) outs(%e2766 : tensor<f32>) {
+  %v2771 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2743 : tensor<f32>) outs(%e2766 : tensor<f32>) {
   ^bb0(%a2767: f32, %o2768: f32):
-    %s2769 = arith.constant 0x322BCC77 : f32
-    %s2770 = arith.mulf %a2767, %s2769 : f32
+    %s2769 = arith.constant 0x3F800000 : f32
+    %s2770 = arith.divf %s2769, %a2767 : f32
     linalg.yield %s2770 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2772 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2777 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2759, %v2771 : tensor<16x32xf32>, tensor<f32>) outs(%e2772 : tensor<16x32xf32>) {
-  ^bb0(%a2773: f32, %a2774: f32, %o2775: f32):
-    %s2776 = arith.addf %a2773, %a2774 : f32
+  %e2772 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2777 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2771 : tensor<f32>) outs(%e2772 : tensor<f32>) {
+  ^bb0(%a2773: f32, %o2774: f32):
+    %s2775 = arith.constant 0x322BCC77 : f32
+    %s2776 = arith.mulf %a2773, %s2775 : f32
     linalg.yield %s2776 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e2778 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
-  %v2787 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v2681, %v2777 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2778 : tensor<16x32xf32>) {
-  ^bb0(%a2779: f32, %a2780: f32, %a2781: f32, %o2782: f32):
-    %s2783 = arith.constant 0x3F800000 : f32
-    %s2784 = arith.mulf %s2783, %a2780 : f32
-    %s2785 = arith.divf %s2784, %a2781 : f32
-    %s2786 = arith.addf %a2779, %s2785 : f32
-    linalg.yield %s2786 : f32
-  } -> tensor<16x32xf32> loc(#loc14)
-  %e2788 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2793 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e2788 : tensor<f32>) {
-  ^bb0(%a2789: f32, %o2790: f32):
-    %s2791 = arith.constant 0x3F800000 : f32
-    %s2792 = arith.addf %a2789, %s2791 : f32
-    linalg.yield %s2792 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2794 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2808 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg31, %v405 : tensor<16xf32>, tensor<16xf32>) outs(%e2794 : tensor<16xf32>) {
-  ^bb0(%a2795: f32, %a2796: f32, %o2797: f32):
-    %s2798 = arith.constant 0x3DCCCCCD : f32
-    %s2799 = arith.subf %a2796, %a2795 : f32
-    %s2800 = math.absf %s2798 : f32
-    %s2801 = arith.constant 0x3F000000 : f32
-    %s2802 = arith.cmpf olt, %s2800, %s2801 : f32
-    %s2803 = arith.constant 0x3F800000 : f32
-    %s2804 = arith.subf %s2798, %s2803 : f32
-    %s2805 = arith.select %s2802, %s2798, %s2804 : f32
-    %s2806 = arith.select %s2802, %a2795, %a2796 : f32
-    %s2807 = math.fma %s2805, %s2799, %s2806 : f32
-    linalg.yield %s2807 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2809 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2814 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e2809 : tensor<16xf32>) {
-  ^bb0(%a2810: f32, %o2811: f32):
-    %s2812 = arith.constant 0x3F7FBE77 : f32
-    %s2813 = arith.mulf %a2810, %s2812 : f32
+  %e2778 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2783 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v2765, %v2777 : tensor<16x32xf32>, tensor<f32>) outs(%e2778 : tensor<16x32xf32>) {
+  ^bb0(%a2779: f32, %a2780: f32, %o2781: f32):
+    %s2782 = arith.addf %a2779, %a2780 : f32
+    linalg.yield %s2782 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e2784 = tensor.empty() : tensor<16x32xf32> loc(#loc14)
+  %v2793 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg14, %v2687, %v2783 : tensor<16x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) outs(%e2784 : tensor<16x32xf32>) {
+  ^bb0(%a2785: f32, %a2786: f32, %a2787: f32, %o2788: f32):
+    %s2789 = arith.constant 0x3F800000 : f32
+    %s2790 = arith.mulf %s2789, %a2786 : f32
+    %s2791 = arith.divf %s2790, %a2787 : f32
+    %s2792 = arith.addf %a2785, %s2791 : f32
+    linalg.yield %s2792 : f32
+  } -> tensor<16x32xf32> loc(#loc14)
+  %e2794 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2799 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%arg63 : tensor<f32>) outs(%e2794 : tensor<f32>) {
+  ^bb0(%a2795: f32, %o2796: f32):
+    %s2797 = arith.constant 0x3F800000 : f32
+    %s2798 = arith.addf %a2795, %s2797 : f32
+    linalg.yield %s2798 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2800 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2814 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg31, %v408 : tensor<16xf32>, tensor<16xf32>) outs(%e2800 : tensor<16xf32>) {
+  ^bb0(%a2801: f32, %a2802: f32, %o2803: f32):
+    %s2804 = arith.constant 0x3DCCCCCD : f32
+    %s2805 = arith.subf %a2802, %a2801 : f32
+    %s2806 = math.absf %s2804 : f32
+    %s2807 = arith.constant 0x3F000000 : f32
+    %s2808 = arith.cmpf olt, %s2806, %s2807 : f32
+    %s2809 = arith.constant 0x3F800000 : f32
+    %s2810 = arith.subf %s2804, %s2809 : f32
+    %s2811 = arith.select %s2808, %s2804, %s2810 : f32
+    %s2812 = arith.select %s2808, %a2801, %a2802 : f32
+    %s2813 = math.fma %s2811, %s2805, %s2812 : f32
     linalg.yield %s2813 : f32
   } -> tensor<16xf32> loc(#loc14)
   %e2815 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2823 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2814, %v405, %v405 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2815 : tensor<16xf32>) {
-  ^bb0(%a2816: f32, %a2817: f32, %a2818: f32, %o2819: f32):
-    %s2820 = arith.constant 0x3A83126F : f32
-    %s2821 = arith.mulf %s2820, %a2817 : f32
-    %s2822 = math.fma %s2821, %a2818, %a2816 : f32
-    linalg.yield %s2822 : f32
+  %v2820 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg47 : tensor<16xf32>) outs(%e2815 : tensor<16xf32>) {
+  ^bb0(%a2816: f32, %o2817: f32):
+    %s2818 = arith.constant 0x3F7FBE77 : f32
+    %s2819 = arith.mulf %a2816, %s2818 : f32
+    linalg.yield %s2819 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2824 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2829 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2793 : tensor<f32>) outs(%e2824 : tensor<f32>) {
-  ^bb0(%a2825: f32, %o2826: f32):
-    %s2827 = arith.constant 0x3F666666 : f32
-    %s2828 = math.powf %s2827, %a2825 : f32
+  %e2821 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2829 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2820, %v408, %v408 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2821 : tensor<16xf32>) {
+  ^bb0(%a2822: f32, %a2823: f32, %a2824: f32, %o2825: f32):
+    %s2826 = arith.constant 0x3A83126F : f32
+    %s2827 = arith.mulf %s2826, %a2823 : f32
+    %s2828 = math.fma %s2827, %a2824, %a2822 : f32
     linalg.yield %s2828 : f32
-  } -> tensor<f32> loc(#loc14)
+  } -> tensor<16xf32> loc(#loc14)
   %e2830 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2835 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2829 : tensor<f32>) outs(%e2830 : tensor<f32>) {
+  %v2835 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2799 : tensor<f32>) outs(%e2830 : tensor<f32>) {
   ^bb0(%a2831: f32, %o2832: f32):
-    %s2833 = arith.constant 0x3F800000 : f32
-    %s2834 = arith.subf %s2833, %a2831 : f32
+    %s2833 = arith.constant 0x3F666666 : f32
+    %s2834 = math.powf %s2833, %a2831 : f32
     linalg.yield %s2834 : f32
   } -> tensor<f32> loc(#loc14)
   %e2836 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2841 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2793 : tensor<f32>) outs(%e2836 : tensor<f32>) {
+  %v2841 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2835 : tensor<f32>) outs(%e2836 : tensor<f32>) {
   ^bb0(%a2837: f32, %o2838: f32):
-    %s2839 = arith.constant 0x3F7FBE77 : f32
-    %s2840 = math.powf %s2839, %a2837 : f32
+    %s2839 = arith.constant 0x3F800000 : f32
+    %s2840 = arith.subf %s2839, %a2837 : f32
     linalg.yield %s2840 : f32
   } -> tensor<f32> loc(#loc14)
   %e2842 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2847 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2841 : tensor<f32>) outs(%e2842 : tensor<f32>) {
+  %v2847 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2799 : tensor<f32>) outs(%e2842 : tensor<f32>) {
   ^bb0(%a2843: f32, %o2844: f32):
-    %s2845 = arith.constant 0x3F800000 : f32
-    %s2846 = arith.subf %s2845, %a2843 : f32
+    %s2845 = arith.constant 0x3F7FBE77 : f32
+    %s2846 = math.powf %s2845, %a2843 : f32
     linalg.yield %s2846 : f32
   } -> tensor<f32> loc(#loc14)
   %e2848 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2853 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2835 : tensor<f32>) outs(%e2848 : tensor<f32>) {
+  %v2853 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2847 : tensor<f32>) outs(%e2848 : tensor<f32>) {
   ^bb0(%a2849: f32, %o2850: f32):
     %s2851 = arith.constant 0x3F800000 : f32
-    %s2852 = arith.divf %s2851, %a2849 : f32
+    %s2852 = arith.subf %s2851, %a2849 : f32
     linalg.yield %s2852 : f32
   } -> tensor<f32> loc(#loc14)
   %e2854 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2859 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2853 : tensor<f32>) outs(%e2854 : tensor<f32>) {
+  %v2859 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2841 : tensor<f32>) outs(%e2854 : tensor<f32>) {
   ^bb0(%a2855: f32, %o2856: f32):
-    %s2857 = arith.constant 0x3A83126F : f32
-    %s2858 = arith.mulf %a2855, %s2857 : f32
+    %s2857 = arith.constant 0x3F800000 : f32
+    %s2858 = arith.divf %s2857, %a2855 : f32
     linalg.yield %s2858 : f32
   } -> tensor<f32> loc(#loc14)
   %e2860 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2864 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2859 : tensor<f32>) outs(%e2860 : tensor<f32>) {
+  %v2865 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2859 : tensor<f32>) outs(%e2860 : tensor<f32>) {
   ^bb0(%a2861: f32, %o2862: f32):
-    %s2863 = arith.negf %a2861 : f32
-    linalg.yield %s2863 : f32
+    %s2863 = arith.constant 0x3A83126F : f32
+    %s2864 = arith.mulf %a2861, %s2863 : f32
+    linalg.yield %s2864 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2865 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2869 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2847 : tensor<f32>) outs(%e2865 : tensor<f32>) {
-  ^bb0(%a2866: f32, %o2867: f32):
-    %s2868 = math.sqrt %a2866 : f32
-    linalg.yield %s2868 : f32
+  %e2866 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2870 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2865 : tensor<f32>) outs(%e2866 : tensor<f32>) {
+  ^bb0(%a2867: f32, %o2868: f32):
+    %s2869 = arith.negf %a2867 : f32
+    linalg.yield %s2869 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2870 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2874 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2823 : tensor<16xf32>) outs(%e2870 : tensor<16xf32>) {
-  ^bb0(%a2871: f32, %o2872: f32):
-    %s2873 = math.sqrt %a2871 : f32
-    linalg.yield %s2873 : f32
-  } -> tensor<16xf32> loc(#loc14)
-  %e2875 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2880 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2869, %v2864 : tensor<f32>, tensor<f32>) outs(%e2875 : tensor<f32>) {
-  ^bb0(%a2876: f32, %a2877: f32, %o2878: f32):
-    %s2879 = arith.mulf %a2876, %a2877 : f32
+  %e2871 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2875 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2853 : tensor<f32>) outs(%e2871 : tensor<f32>) {
+  ^bb0(%a2872: f32, %o2873: f32):
+    %s2874 = math.sqrt %a2872 : f32
+    linalg.yield %s2874 : f32
+  } -> tensor<f32> loc(#loc14)
+  %e2876 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2880 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2829 : tensor<16xf32>) outs(%e2876 : tensor<16xf32>) {
+  ^bb0(%a2877: f32, %o2878: f32):
+    %s2879 = math.sqrt %a2877 : f32
     linalg.yield %s2879 : f32
-  } -> tensor<f32> loc(#loc14)
-  %e2881 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2886 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2874, %v2880 : tensor<16xf32>, tensor<f32>) outs(%e2881 : tensor<16xf32>) {
-  ^bb0(%a2882: f32, %a2883: f32, %o2884: f32):
-    %s2885 = arith.divf %a2882, %a2883 : f32
-    linalg.yield %s2885 : f32
   } -> tensor<16xf32> loc(#loc14)
-  %e2887 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2892 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2864 : tensor<f32>) outs(%e2887 : tensor<f32>) {
-  ^bb0(%a2888: f32, %o2889: f32):
-    %s2890 = arith.constant 0x3F800000 : f32
-    %s2891 = arith.divf %s2890, %a2888 : f32
-    linalg.yield %s2891 : f32
+  %e2881 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2886 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2875, %v2870 : tensor<f32>, tensor<f32>) outs(%e2881 : tensor<f32>) {
+  ^bb0(%a2882: f32, %a2883: f32, %o2884: f32):
+    %s2885 = arith.mulf %a2882, %a2883 : f32
+    linalg.yield %s2885 : f32
   } -> tensor<f32> loc(#loc14)
+  %e2887 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2892 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2880, %v2886 : tensor<16xf32>, tensor<f32>) outs(%e2887 : tensor<16xf32>) {
+  ^bb0(%a2888: f32, %a2889: f32, %o2890: f32):
+    %s2891 = arith.divf %a2888, %a2889 : f32
+    linalg.yield %s2891 : f32
+  } -> tensor<16xf32> loc(#loc14)
   %e2893 = tensor.empty() : tensor<f32> loc(#loc14)
-  %v2898 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2892 : tensor<f32>) outs(%e2893 : tensor<f32>) {
+  %v2898 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2870 : tensor<f32>) outs(%e2893 : tensor<f32>) {
   ^bb0(%a2894: f32, %o2895: f32):
-    %s2896 = arith.constant 0x322BCC77 : f32
-    %s2897 = arith.mulf %a2894, %s2896 : f32
+    %s2896 = arith.constant 0x3F800000 : f32
+    %s2897 = arith.divf %s2896, %a2894 : f32
     linalg.yield %s2897 : f32
   } -> tensor<f32> loc(#loc14)
-  %e2899 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2904 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2886, %v2898 : tensor<16xf32>, tensor<f32>) outs(%e2899 : tensor<16xf32>) {
-  ^bb0(%a2900: f32, %a2901: f32, %o2902: f32):
-    %s2903 = arith.addf %a2900, %a2901 : f32
+  %e2899 = tensor.empty() : tensor<f32> loc(#loc14)
+  %v2904 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v2898 : tensor<f32>) outs(%e2899 : tensor<f32>) {
+  ^bb0(%a2900: f32, %o2901: f32):
+    %s2902 = arith.constant 0x322BCC77 : f32
+    %s2903 = arith.mulf %a2900, %s2902 : f32
     linalg.yield %s2903 : f32
-  } -> tensor<16xf32> loc(#loc14)
+  } -> tensor<f32> loc(#loc14)
   %e2905 = tensor.empty() : tensor<16xf32> loc(#loc14)
-  %v2914 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v2808, %v2904 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2905 : tensor<16xf32>) {
-  ^bb0(%a2906: f32, %a2907: f32, %a2908: f32, %o2909: f32):
-    %s2910 = arith.constant 0x3F800000 : f32
-    %s2911 = arith.mulf %s2910, %a2907 : f32
-    %s2912 = arith.divf %s2911, %a2908 : f32
-    %s2913 = arith.addf %a2906, %s2912 : f32
-    linalg.yield %s2913 : f32
+  %v2910 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v2892, %v2904 : tensor<16xf32>, tensor<f32>) outs(%e2905 : tensor<16xf32>) {
+  ^bb0(%a2906: f32, %a2907: f32, %o2908: f32):
+    %s2909 = arith.addf %a2906, %a2907 : f32
+    linalg.yield %s2909 : f32
   } -> tensor<16xf32> loc(#loc14)
-  return %v362, %v1009, %v1136, %v1263, %v1390, %v1517, %v1644, %v1771, %v1898, %v2025, %v2152, %v2279, %v2406, %v2533, %v2660, %v2787, %v2914, %v903, %v1030, %v1157, %v1284, %v1411, %v1538, %v1665, %v1792, %v1919, %v2046, %v2173, %v2300, %v2427, %v2554, %v2681, %v2808, %v918, %v1045, %v1172, %v1299, %v1426, %v1553, %v1680, %v1807, %v1934, %v2061, %v2188, %v2315, %v2442, %v2569, %v2696, %v2823, %v888, %v1015, %v1142, %v1269, %v1396, %v1523, %v1650, %v1777, %v1904, %v2031, %v2158, %v2285, %v2412, %v2539, %v2666, %v2793 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
+  %e2911 = tensor.empty() : tensor<16xf32> loc(#loc14)
+  %v2920 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg15, %v2814, %v2910 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) outs(%e2911 : tensor<16xf32>) {
+  ^bb0(%a2912: f32, %a2913: f32, %a2914: f32, %o2915: f32):
+    %s2916 = arith.constant 0x3F800000 : f32
+    %s2917 = arith.mulf %s2916, %a2913 : f32
+    %s2918 = arith.divf %s2917, %a2914 : f32
+    %s2919 = arith.addf %a2912, %s2918 : f32
+    linalg.yield %s2919 : f32
+  } -> tensor<16xf32> loc(#loc14)
+  return %v365, %v1015, %v1142, %v1269, %v1396, %v1523, %v1650, %v1777, %v1904, %v2031, %v2158, %v2285, %v2412, %v2539, %v2666, %v2793, %v2920, %v909, %v1036, %v1163, %v1290, %v1417, %v1544, %v1671, %v1798, %v1925, %v2052, %v2179, %v2306, %v2433, %v2560, %v2687, %v2814, %v924, %v1051, %v1178, %v1305, %v1432, %v1559, %v1686, %v1813, %v1940, %v2067, %v2194, %v2321, %v2448, %v2575, %v2702, %v2829, %v894, %v1021, %v1148, %v1275, %v1402, %v1529, %v1656, %v1783, %v1910, %v2037, %v2164, %v2291, %v2418, %v2545, %v2672, %v2799 : tensor<f32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>
 }
 #loc0 = loc(fused<"forward">["shardx_dev/models.py":45:0])
 #loc1 = loc(fused<"forward">["shardx_dev/models.py":27:0])

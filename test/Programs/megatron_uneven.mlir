@@ -39,227 +39,233 @@ func.func @megatron_uneven(
     linalg.yield %s23 : f32
   } -> tensor<8x30xf32> loc(#loc1)
   %e25 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
-  %v29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x30xf32>) outs(%e25 : tensor<8x30xf32>) {
+  %v32 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v24 : tensor<8x30xf32>) outs(%e25 : tensor<8x30xf32>) {
   ^bb0(%a26: f32, %o27: f32):
     %s28 = math.erf %a26 : f32
-    linalg.yield %s28 : f32
+    %s29 = arith.constant 0x00000000 : f32
+    %s30 = arith.cmpf oeq, %a26, %s29 : f32
+    %s31 = arith.select %s30, %a26, %s28 : f32
+    linalg.yield %s31 : f32
   } -> tensor<8x30xf32> loc(#loc1)
-  %e30 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
-  %v35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v29 : tensor<8x30xf32>) outs(%e30 : tensor<8x30xf32>) {
-  ^bb0(%a31: f32, %o32: f32):
-    %s33 = arith.constant 0x3F800000 : f32
-    %s34 = arith.addf %a31, %s33 : f32
-    linalg.yield %s34 : f32
+  %e33 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
+  %v38 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v32 : tensor<8x30xf32>) outs(%e33 : tensor<8x30xf32>) {
+  ^bb0(%a34: f32, %o35: f32):
+    %s36 = arith.constant 0x3F800000 : f32
+    %s37 = arith.addf %a34, %s36 : f32
+    linalg.yield %s37 : f32
   } -> tensor<8x30xf32> loc(#loc1)
-  %e36 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
-  %v41 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v35 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e36 : tensor<8x30xf32>) {
-  ^bb0(%a37: f32, %a38: f32, %o39: f32):
-    %s40 = arith.mulf %a37, %a38 : f32
-    linalg.yield %s40 : f32
+  %e39 = tensor.empty() : tensor<8x30xf32> loc(#loc1)
+  %v44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v18, %v38 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e39 : tensor<8x30xf32>) {
+  ^bb0(%a40: f32, %a41: f32, %o42: f32):
+    %s43 = arith.mulf %a40, %a41 : f32
+    linalg.yield %s43 : f32
   } -> tensor<8x30xf32> loc(#loc1)
-  %e42 = tensor.empty() : tensor<30x16xf32> loc(#loc0)
-  %v43 = linalg.transpose ins(%arg2 : tensor<16x30xf32>) outs(%e42 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc0)
-  %e44 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %c45 = arith.constant 0x00000000 : f32 loc(#loc0)
-  %v46 = linalg.fill ins(%c45 : f32) outs(%e44 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %v47 = linalg.matmul ins(%v41, %v43 : tensor<8x30xf32>, tensor<30x16xf32>) outs(%v46 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
-  %e48 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
-  %v53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v47, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e48 : tensor<8x16xf32>) {
-  ^bb0(%a49: f32, %a50: f32, %o51: f32):
-    %s52 = arith.addf %a49, %a50 : f32
-    linalg.yield %s52 : f32
+  %e45 = tensor.empty() : tensor<30x16xf32> loc(#loc0)
+  %v46 = linalg.transpose ins(%arg2 : tensor<16x30xf32>) outs(%e45 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc0)
+  %e47 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %c48 = arith.constant 0x00000000 : f32 loc(#loc0)
+  %v49 = linalg.fill ins(%c48 : f32) outs(%e47 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %v50 = linalg.matmul ins(%v44, %v46 : tensor<8x30xf32>, tensor<30x16xf32>) outs(%v49 : tensor<8x16xf32>) -> tensor<8x16xf32> loc(#loc0)
+  %e51 = tensor.empty() : tensor<8x16xf32> loc(#loc0)
+  %v56 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v50, %arg3 : tensor<8x16xf32>, tensor<16xf32>) outs(%e51 : tensor<8x16xf32>) {
+  ^bb0(%a52: f32, %a53: f32, %o54: f32):
+    %s55 = arith.addf %a52, %a53 : f32
+    linalg.yield %s55 : f32
   } -> tensor<8x16xf32> loc(#loc0)
-  %e54 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e54 : tensor<8x16xf32>) {
-  ^bb0(%a55: f32, %a56: f32, %o57: f32):
-    %s58 = arith.subf %a55, %a56 : f32
-    linalg.yield %s58 : f32
+  %e57 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v56, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e57 : tensor<8x16xf32>) {
+  ^bb0(%a58: f32, %a59: f32, %o60: f32):
+    %s61 = arith.subf %a58, %a59 : f32
+    linalg.yield %s61 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e60 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
-  %v64 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v59 : tensor<8x16xf32>) outs(%e60 : tensor<8x16xf32>) {
-  ^bb0(%a61: f32, %o62: f32):
-    %s63 = arith.mulf %a61, %a61 : f32
-    linalg.yield %s63 : f32
+  %e63 = tensor.empty() : tensor<8x16xf32> loc(#loc2)
+  %v67 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v62 : tensor<8x16xf32>) outs(%e63 : tensor<8x16xf32>) {
+  ^bb0(%a64: f32, %o65: f32):
+    %s66 = arith.mulf %a64, %a64 : f32
+    linalg.yield %s66 : f32
   } -> tensor<8x16xf32> loc(#loc2)
-  %e65 = tensor.empty() : tensor<f32> loc(#loc2)
-  %c66 = arith.constant 0x00000000 : f32 loc(#loc2)
-  %v67 = linalg.fill ins(%c66 : f32) outs(%e65 : tensor<f32>) -> tensor<f32> loc(#loc2)
-  %v71 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v64 : tensor<8x16xf32>) outs(%v67 : tensor<f32>) {
-  ^bb0(%a68: f32, %o69: f32):
-    %s70 = arith.addf %a68, %o69 : f32
-    linalg.yield %s70 : f32
+  %e68 = tensor.empty() : tensor<f32> loc(#loc2)
+  %c69 = arith.constant 0x00000000 : f32 loc(#loc2)
+  %v70 = linalg.fill ins(%c69 : f32) outs(%e68 : tensor<f32>) -> tensor<f32> loc(#loc2)
+  %v74 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%v67 : tensor<8x16xf32>) outs(%v70 : tensor<f32>) {
+  ^bb0(%a71: f32, %o72: f32):
+    %s73 = arith.addf %a71, %o72 : f32
+    linalg.yield %s73 : f32
   } -> tensor<f32> loc(#loc2)
-  %e72 = tensor.empty() : tensor<f32> loc(#loc2)
-  %v77 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v71 : tensor<f32>) outs(%e72 : tensor<f32>) {
-  ^bb0(%a73: f32, %o74: f32):
-    %s75 = arith.constant 0x43000000 : f32
-    %s76 = arith.divf %a73, %s75 : f32
-    linalg.yield %s76 : f32
+  %e75 = tensor.empty() : tensor<f32> loc(#loc2)
+  %v80 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%v74 : tensor<f32>) outs(%e75 : tensor<f32>) {
+  ^bb0(%a76: f32, %o77: f32):
+    %s78 = arith.constant 0x43000000 : f32
+    %s79 = arith.divf %a76, %s78 : f32
+    linalg.yield %s79 : f32
   } -> tensor<f32> loc(#loc2)
-  %e78 = tensor.empty() : tensor<f32> loc(#loc3)
-  %c79 = arith.constant 0x3F800000 : f32 loc(#loc3)
-  %v80 = linalg.fill ins(%c79 : f32) outs(%e78 : tensor<f32>) -> tensor<f32> loc(#loc3)
-  %e81 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v53, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e81 : tensor<8x16xf32>) {
-  ^bb0(%a82: f32, %a83: f32, %o84: f32):
-    %s85 = arith.subf %a82, %a83 : f32
-    linalg.yield %s85 : f32
+  %e81 = tensor.empty() : tensor<f32> loc(#loc3)
+  %c82 = arith.constant 0x3F800000 : f32 loc(#loc3)
+  %v83 = linalg.fill ins(%c82 : f32) outs(%e81 : tensor<f32>) -> tensor<f32> loc(#loc3)
+  %e84 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v89 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v56, %arg5 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e84 : tensor<8x16xf32>) {
+  ^bb0(%a85: f32, %a86: f32, %o87: f32):
+    %s88 = arith.subf %a85, %a86 : f32
+    linalg.yield %s88 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e87 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v86 : tensor<8x16xf32>) outs(%e87 : tensor<8x16xf32>) {
-  ^bb0(%a88: f32, %o89: f32):
-    %s90 = arith.constant 0x3C800000 : f32
-    %s91 = arith.mulf %a88, %s90 : f32
-    linalg.yield %s91 : f32
+  %e90 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v89 : tensor<8x16xf32>) outs(%e90 : tensor<8x16xf32>) {
+  ^bb0(%a91: f32, %o92: f32):
+    %s93 = arith.constant 0x3C800000 : f32
+    %s94 = arith.mulf %a91, %s93 : f32
+    linalg.yield %s94 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e93 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
-  %v98 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v92, %v80 : tensor<8x16xf32>, tensor<f32>) outs(%e93 : tensor<8x16xf32>) {
-  ^bb0(%a94: f32, %a95: f32, %o96: f32):
-    %s97 = arith.mulf %a94, %a95 : f32
-    linalg.yield %s97 : f32
+  %e96 = tensor.empty() : tensor<8x16xf32> loc(#loc3)
+  %v101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v95, %v83 : tensor<8x16xf32>, tensor<f32>) outs(%e96 : tensor<8x16xf32>) {
+  ^bb0(%a97: f32, %a98: f32, %o99: f32):
+    %s100 = arith.mulf %a97, %a98 : f32
+    linalg.yield %s100 : f32
   } -> tensor<8x16xf32> loc(#loc3)
-  %e99 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
-  %v100 = linalg.transpose ins(%v43 : tensor<30x16xf32>) outs(%e99 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
-  %e101 = tensor.empty() : tensor<8x30xf32> loc(#loc4)
-  %c102 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v103 = linalg.fill ins(%c102 : f32) outs(%e101 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
-  %v104 = linalg.matmul ins(%v98, %v100 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v103 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
-  %e105 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
-  %v106 = linalg.transpose ins(%v98 : tensor<8x16xf32>) outs(%e105 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e107 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
-  %c108 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v109 = linalg.fill ins(%c108 : f32) outs(%e107 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
-  %v110 = linalg.matmul ins(%v106, %v41 : tensor<16x8xf32>, tensor<8x30xf32>) outs(%v109 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
-  %e111 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
-  %v112 = linalg.transpose ins(%v110 : tensor<16x30xf32>) outs(%e111 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e113 = tensor.empty() : tensor<16xf32> loc(#loc4)
-  %c114 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v115 = linalg.fill ins(%c114 : f32) outs(%e113 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
-  %v119 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v98 : tensor<8x16xf32>) outs(%v115 : tensor<16xf32>) {
-  ^bb0(%a116: f32, %o117: f32):
-    %s118 = arith.addf %a116, %o117 : f32
-    linalg.yield %s118 : f32
+  %e102 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v103 = linalg.transpose ins(%v46 : tensor<30x16xf32>) outs(%e102 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e104 = tensor.empty() : tensor<8x30xf32> loc(#loc4)
+  %c105 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v106 = linalg.fill ins(%c105 : f32) outs(%e104 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
+  %v107 = linalg.matmul ins(%v101, %v103 : tensor<8x16xf32>, tensor<16x30xf32>) outs(%v106 : tensor<8x30xf32>) -> tensor<8x30xf32> loc(#loc4)
+  %e108 = tensor.empty() : tensor<16x8xf32> loc(#loc4)
+  %v109 = linalg.transpose ins(%v101 : tensor<8x16xf32>) outs(%e108 : tensor<16x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e110 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %c111 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v112 = linalg.fill ins(%c111 : f32) outs(%e110 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
+  %v113 = linalg.matmul ins(%v109, %v44 : tensor<16x8xf32>, tensor<8x30xf32>) outs(%v112 : tensor<16x30xf32>) -> tensor<16x30xf32> loc(#loc4)
+  %e114 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
+  %v115 = linalg.transpose ins(%v113 : tensor<16x30xf32>) outs(%e114 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e116 = tensor.empty() : tensor<16xf32> loc(#loc4)
+  %c117 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v118 = linalg.fill ins(%c117 : f32) outs(%e116 : tensor<16xf32>) -> tensor<16xf32> loc(#loc4)
+  %v122 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v101 : tensor<8x16xf32>) outs(%v118 : tensor<16xf32>) {
+  ^bb0(%a119: f32, %o120: f32):
+    %s121 = arith.addf %a119, %o120 : f32
+    linalg.yield %s121 : f32
   } -> tensor<16xf32> loc(#loc4)
-  %e121 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
-  %v122 = linalg.transpose ins(%v112 : tensor<30x16xf32>) outs(%e121 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
-  %e123 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e123 : tensor<8x30xf32>) {
-  ^bb0(%a124: f32, %o125: f32):
-    %s126 = arith.constant 0x3F3504F3 : f32
-    %s127 = arith.mulf %a124, %s126 : f32
-    linalg.yield %s127 : f32
+  %e124 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v125 = linalg.transpose ins(%v115 : tensor<30x16xf32>) outs(%e124 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e126 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
+  %v131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12 : tensor<8x30xf32>) outs(%e126 : tensor<8x30xf32>) {
+  ^bb0(%a127: f32, %o128: f32):
+    %s129 = arith.constant 0x3F3504F3 : f32
+    %s130 = arith.mulf %a127, %s129 : f32
+    linalg.yield %s130 : f32
   } -> tensor<8x30xf32> loc(#loc5)
-  %e129 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v133 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v128 : tensor<8x30xf32>) outs(%e129 : tensor<8x30xf32>) {
-  ^bb0(%a130: f32, %o131: f32):
-    %s132 = math.erf %a130 : f32
-    linalg.yield %s132 : f32
-  } -> tensor<8x30xf32> loc(#loc5)
-  %e134 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v133 : tensor<8x30xf32>) outs(%e134 : tensor<8x30xf32>) {
-  ^bb0(%a135: f32, %o136: f32):
-    %s137 = arith.constant 0x3F800000 : f32
-    %s138 = arith.addf %a135, %s137 : f32
+  %e132 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
+  %v139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v131 : tensor<8x30xf32>) outs(%e132 : tensor<8x30xf32>) {
+  ^bb0(%a133: f32, %o134: f32):
+    %s135 = math.erf %a133 : f32
+    %s136 = arith.constant 0x00000000 : f32
+    %s137 = arith.cmpf oeq, %a133, %s136 : f32
+    %s138 = arith.select %s137, %a133, %s135 : f32
     linalg.yield %s138 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e140 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
   %v145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v139 : tensor<8x30xf32>) outs(%e140 : tensor<8x30xf32>) {
   ^bb0(%a141: f32, %o142: f32):
-    %s143 = arith.constant 0x3F000000 : f32
-    %s144 = arith.mulf %a141, %s143 : f32
+    %s143 = arith.constant 0x3F800000 : f32
+    %s144 = arith.addf %a141, %s143 : f32
     linalg.yield %s144 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e146 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e146 : tensor<8x30xf32>) {
-  ^bb0(%a147: f32, %a148: f32, %o149: f32):
-    %s150 = arith.mulf %a147, %a148 : f32
+  %v151 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145 : tensor<8x30xf32>) outs(%e146 : tensor<8x30xf32>) {
+  ^bb0(%a147: f32, %o148: f32):
+    %s149 = arith.constant 0x3F000000 : f32
+    %s150 = arith.mulf %a147, %s149 : f32
     linalg.yield %s150 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e152 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151 : tensor<8x30xf32>) outs(%e152 : tensor<8x30xf32>) {
-  ^bb0(%a153: f32, %o154: f32):
-    %s155 = arith.constant 0xBF000000 : f32
-    %s156 = arith.mulf %a153, %s155 : f32
+  %v157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v12 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e152 : tensor<8x30xf32>) {
+  ^bb0(%a153: f32, %a154: f32, %o155: f32):
+    %s156 = arith.mulf %a153, %a154 : f32
     linalg.yield %s156 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e158 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x30xf32>) outs(%e158 : tensor<8x30xf32>) {
+  %v163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v157 : tensor<8x30xf32>) outs(%e158 : tensor<8x30xf32>) {
   ^bb0(%a159: f32, %o160: f32):
-    %s161 = math.exp %a159 : f32
-    linalg.yield %s161 : f32
+    %s161 = arith.constant 0xBF000000 : f32
+    %s162 = arith.mulf %a159, %s161 : f32
+    linalg.yield %s162 : f32
   } -> tensor<8x30xf32> loc(#loc5)
-  %e163 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v162 : tensor<8x30xf32>) outs(%e163 : tensor<8x30xf32>) {
-  ^bb0(%a164: f32, %o165: f32):
-    %s166 = arith.constant 0x3ECC422A : f32
-    %s167 = arith.mulf %a164, %s166 : f32
+  %e164 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
+  %v168 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v163 : tensor<8x30xf32>) outs(%e164 : tensor<8x30xf32>) {
+  ^bb0(%a165: f32, %o166: f32):
+    %s167 = math.exp %a165 : f32
     linalg.yield %s167 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e169 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v168 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e169 : tensor<8x30xf32>) {
-  ^bb0(%a170: f32, %a171: f32, %o172: f32):
-    %s173 = arith.mulf %a170, %a171 : f32
+  %v174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v168 : tensor<8x30xf32>) outs(%e169 : tensor<8x30xf32>) {
+  ^bb0(%a170: f32, %o171: f32):
+    %s172 = arith.constant 0x3ECC422A : f32
+    %s173 = arith.mulf %a170, %s172 : f32
     linalg.yield %s173 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e175 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v145, %v174 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e175 : tensor<8x30xf32>) {
+  %v180 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v12, %v174 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e175 : tensor<8x30xf32>) {
   ^bb0(%a176: f32, %a177: f32, %o178: f32):
-    %s179 = arith.addf %a176, %a177 : f32
+    %s179 = arith.mulf %a176, %a177 : f32
     linalg.yield %s179 : f32
   } -> tensor<8x30xf32> loc(#loc5)
   %e181 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
-  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v104, %v180 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e181 : tensor<8x30xf32>) {
+  %v186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v151, %v180 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e181 : tensor<8x30xf32>) {
   ^bb0(%a182: f32, %a183: f32, %o184: f32):
-    %s185 = arith.mulf %a182, %a183 : f32
+    %s185 = arith.addf %a182, %a183 : f32
     linalg.yield %s185 : f32
   } -> tensor<8x30xf32> loc(#loc5)
-  %e187 = tensor.empty() : tensor<30x8xf32> loc(#loc4)
-  %v188 = linalg.transpose ins(%v186 : tensor<8x30xf32>) outs(%e187 : tensor<30x8xf32>) permutation = [1, 0] loc(#loc4)
-  %e189 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
-  %c190 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v191 = linalg.fill ins(%c190 : f32) outs(%e189 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
-  %v192 = linalg.matmul ins(%v188, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v191 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
-  %e193 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
-  %v194 = linalg.transpose ins(%v192 : tensor<30x16xf32>) outs(%e193 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
-  %e195 = tensor.empty() : tensor<30xf32> loc(#loc4)
+  %e187 = tensor.empty() : tensor<8x30xf32> loc(#loc5)
+  %v192 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%v107, %v186 : tensor<8x30xf32>, tensor<8x30xf32>) outs(%e187 : tensor<8x30xf32>) {
+  ^bb0(%a188: f32, %a189: f32, %o190: f32):
+    %s191 = arith.mulf %a188, %a189 : f32
+    linalg.yield %s191 : f32
+  } -> tensor<8x30xf32> loc(#loc5)
+  %e193 = tensor.empty() : tensor<30x8xf32> loc(#loc4)
+  %v194 = linalg.transpose ins(%v192 : tensor<8x30xf32>) outs(%e193 : tensor<30x8xf32>) permutation = [1, 0] loc(#loc4)
+  %e195 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
   %c196 = arith.constant 0x00000000 : f32 loc(#loc4)
-  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<30xf32>) -> tensor<30xf32> loc(#loc4)
-  %v201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v186 : tensor<8x30xf32>) outs(%v197 : tensor<30xf32>) {
-  ^bb0(%a198: f32, %o199: f32):
-    %s200 = arith.addf %a198, %o199 : f32
-    linalg.yield %s200 : f32
+  %v197 = linalg.fill ins(%c196 : f32) outs(%e195 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
+  %v198 = linalg.matmul ins(%v194, %arg4 : tensor<30x8xf32>, tensor<8x16xf32>) outs(%v197 : tensor<30x16xf32>) -> tensor<30x16xf32> loc(#loc4)
+  %e199 = tensor.empty() : tensor<16x30xf32> loc(#loc4)
+  %v200 = linalg.transpose ins(%v198 : tensor<30x16xf32>) outs(%e199 : tensor<16x30xf32>) permutation = [1, 0] loc(#loc4)
+  %e201 = tensor.empty() : tensor<30xf32> loc(#loc4)
+  %c202 = arith.constant 0x00000000 : f32 loc(#loc4)
+  %v203 = linalg.fill ins(%c202 : f32) outs(%e201 : tensor<30xf32>) -> tensor<30xf32> loc(#loc4)
+  %v207 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%v192 : tensor<8x30xf32>) outs(%v203 : tensor<30xf32>) {
+  ^bb0(%a204: f32, %o205: f32):
+    %s206 = arith.addf %a204, %o205 : f32
+    linalg.yield %s206 : f32
   } -> tensor<30xf32> loc(#loc4)
-  %e203 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
-  %v204 = linalg.transpose ins(%v194 : tensor<16x30xf32>) outs(%e203 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
-  %e205 = tensor.empty() : tensor<30x16xf32> loc(#loc6)
-  %v211 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v204 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e205 : tensor<30x16xf32>) {
-  ^bb0(%a206: f32, %a207: f32, %o208: f32):
-    %s209 = arith.constant 0xBDCCCCCD : f32
-    %s210 = math.fma %a207, %s209, %a206 : f32
-    linalg.yield %s210 : f32
+  %e209 = tensor.empty() : tensor<30x16xf32> loc(#loc4)
+  %v210 = linalg.transpose ins(%v200 : tensor<16x30xf32>) outs(%e209 : tensor<30x16xf32>) permutation = [1, 0] loc(#loc4)
+  %e211 = tensor.empty() : tensor<30x16xf32> loc(#loc6)
+  %v217 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0, %v210 : tensor<30x16xf32>, tensor<30x16xf32>) outs(%e211 : tensor<30x16xf32>) {
+  ^bb0(%a212: f32, %a213: f32, %o214: f32):
+    %s215 = arith.constant 0xBDCCCCCD : f32
+    %s216 = math.fma %a213, %s215, %a212 : f32
+    linalg.yield %s216 : f32
   } -> tensor<30x16xf32> loc(#loc6)
-  %e212 = tensor.empty() : tensor<30xf32> loc(#loc6)
-  %v218 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v201 : tensor<30xf32>, tensor<30xf32>) outs(%e212 : tensor<30xf32>) {
-  ^bb0(%a213: f32, %a214: f32, %o215: f32):
-    %s216 = arith.constant 0xBDCCCCCD : f32
-    %s217 = math.fma %a214, %s216, %a213 : f32
-    linalg.yield %s217 : f32
+  %e218 = tensor.empty() : tensor<30xf32> loc(#loc6)
+  %v224 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1, %v207 : tensor<30xf32>, tensor<30xf32>) outs(%e218 : tensor<30xf32>) {
+  ^bb0(%a219: f32, %a220: f32, %o221: f32):
+    %s222 = arith.constant 0xBDCCCCCD : f32
+    %s223 = math.fma %a220, %s222, %a219 : f32
+    linalg.yield %s223 : f32
   } -> tensor<30xf32> loc(#loc6)
-  %e219 = tensor.empty() : tensor<16x30xf32> loc(#loc6)
-  %v225 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v122 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e219 : tensor<16x30xf32>) {
-  ^bb0(%a220: f32, %a221: f32, %o222: f32):
-    %s223 = arith.constant 0xBDCCCCCD : f32
-    %s224 = math.fma %a221, %s223, %a220 : f32
-    linalg.yield %s224 : f32
+  %e225 = tensor.empty() : tensor<16x30xf32> loc(#loc6)
+  %v231 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg2, %v125 : tensor<16x30xf32>, tensor<16x30xf32>) outs(%e225 : tensor<16x30xf32>) {
+  ^bb0(%a226: f32, %a227: f32, %o228: f32):
+    %s229 = arith.constant 0xBDCCCCCD : f32
+    %s230 = math.fma %a227, %s229, %a226 : f32
+    linalg.yield %s230 : f32
   } -> tensor<16x30xf32> loc(#loc6)
-  %e226 = tensor.empty() : tensor<16xf32> loc(#loc6)
-  %v232 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v119 : tensor<16xf32>, tensor<16xf32>) outs(%e226 : tensor<16xf32>) {
-  ^bb0(%a227: f32, %a228: f32, %o229: f32):
-    %s230 = arith.constant 0xBDCCCCCD : f32
-    %s231 = math.fma %a228, %s230, %a227 : f32
-    linalg.yield %s231 : f32
+  %e232 = tensor.empty() : tensor<16xf32> loc(#loc6)
+  %v238 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg3, %v122 : tensor<16xf32>, tensor<16xf32>) outs(%e232 : tensor<16xf32>) {
+  ^bb0(%a233: f32, %a234: f32, %o235: f32):
+    %s236 = arith.constant 0xBDCCCCCD : f32
+    %s237 = math.fma %a234, %s236, %a233 : f32
+    linalg.yield %s237 : f32
   } -> tensor<16xf32> loc(#loc6)
-  return %v77, %v211, %v218, %v225, %v232 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
+  return %v80, %v217, %v224, %v231, %v238 : tensor<f32>, tensor<30x16xf32>, tensor<30xf32>, tensor<16x30xf32>, tensor<16xf32>
 }
 #loc0 = loc(fused<"forward">["torch/nn/modules/linear.py":134:0])
 #loc1 = loc(fused<"forward">["torch/nn/modules/activation.py":817:0])

@@ -120,6 +120,12 @@ class Body:
             return a  # an integer is whole already (eager returns it)
         if not is_float(t):
             raise UnsupportedOpError(f"{op} on {t}")
+        if op == "erf":
+            # erf(+-0) is that zero, as eager's (the polynomial the code
+            # generation writes gives +0.0 for -0.0).
+            r = self.v(f"math.erf {a} : {e}")
+            zero = self.v(f"arith.cmpf oeq, {a}, {self.const(0.0, t)} : {e}")
+            return self.select(zero, a, r, t)
         return self.v(f"math.{op} {a} : {e}")
 
     def int_pow(self, a: str, n: str, t: torch.dtype) -> str:
