@@ -119,40 +119,6 @@ SmallVector<MemoryRole> argumentRoles(func::FuncOp fn) {
   return roles;
 }
 
-class SizeBounds;
-MemoryProfile profileAt(func::FuncOp fn, SizeBounds *caller, func::CallOp call);
-
-/// For a call of a function with a body in the module (a region of a
-/// regionally traced step, outlined layers): the bytes the callee allocates
-/// beyond the buffers it returns, at its own peak (its model, recursively).
-/// The caller holds them while the call runs; the returned buffers are the
-/// caller's from the call on. -1 for any other op (an external callee, a
-/// runtime call: nothing of its own is modeled).
-/// The callee's sizes are those of this call: its arguments' dynamic dims
-/// are the call operands' (`caller`, the caller's bounds), and the values
-/// it cannot size add to `unsized`, the caller's count.
-int64_t calleeTransientBytes(Operation *op, SizeBounds *caller,
-                             int64_t &unsized) {
-  auto call = dyn_cast<func::CallOp>(op);
-  if (!call)
-    return -1;
-  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-      op, call.getCalleeAttr());
-  if (!callee || callee.isExternal() || callee.getBody().empty())
-    return -1;
-  static thread_local DenseSet<Operation *> active; // recursion: 0 bytes
-  if (!active.insert(callee).second)
-    return 0;
-  MemoryProfile profile = profileAt(callee, caller, call);
-  active.erase(callee);
-  unsized += profile.unsizedValues;
-  int64_t returned = 0;
-  for (const MemoryBuffer &b : profile.buffers)
-    if (!b.argument && b.role == MemoryRole::Result)
-      returned += b.bytes;
-  return std::max<int64_t>(0, profile.allocatedPeakBytes - returned);
-}
-
 //===----------------------------------------------------------------------===//
 // Tensor programs
 //===----------------------------------------------------------------------===//
@@ -328,6 +294,21 @@ public:
       elements *= *size;
     }
     return elements * elementBytes(type.getElementType());
+  }
+
+  /// The bounds of the callee of `callOp` (a function of the module with a
+  /// body) as called there; null for another call.
+  SizeBounds *calleeBounds(func::CallOp callOp) {
+    auto &slot = callees[callOp];
+    if (!slot) {
+      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          callOp, callOp.getCalleeAttr());
+      if (!callee || callee.isExternal() || callee.getBody().empty() ||
+          callee == fn)
+        return nullptr;
+      slot = std::make_unique<SizeBounds>(callee, this, callOp);
+    }
+    return slot.get();
   }
 
 private:
@@ -574,21 +555,6 @@ private:
     return call.getOperand(arg.getArgNumber());
   }
 
-  /// The bounds of the callee of `callOp` (a function of the module with a
-  /// body) as called there; null for another call.
-  SizeBounds *calleeBounds(func::CallOp callOp) {
-    auto &slot = callees[callOp];
-    if (!slot) {
-      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-          callOp, callOp.getCalleeAttr());
-      if (!callee || callee.isExternal() || callee.getBody().empty() ||
-          callee == fn)
-        return nullptr;
-      slot = std::make_unique<SizeBounds>(callee, this, callOp);
-    }
-    return slot.get();
-  }
-
   std::vector<Coords> coords;
   ArrayAttr argTypes, argLayouts;
   DenseMap<std::pair<Value, int64_t>, std::optional<int64_t>> bounds;
@@ -597,12 +563,45 @@ private:
   DenseMap<Operation *, std::unique_ptr<SizeBounds>> callees;
 };
 
+MemoryProfile profileAt(func::FuncOp fn, SizeBounds *sizes);
+
+/// For a call of a function with a body in the module (a region of a
+/// regionally traced step, outlined layers): the bytes the callee allocates
+/// beyond the buffers it returns, at its own peak (its model, recursively).
+/// The caller holds them while the call runs; the returned buffers are the
+/// caller's from the call on. -1 for any other op (an external callee, a
+/// runtime call: nothing of its own is modeled).
+/// The callee's sizes are those of this call (`caller`'s bounds of the
+/// callee as called there, which also size the call's results): its
+/// arguments' dynamic dims are the call operands', and the values it cannot
+/// size add to `unsized`, the caller's count.
+int64_t calleeTransientBytes(Operation *op, SizeBounds &caller,
+                             int64_t &unsized) {
+  auto call = dyn_cast<func::CallOp>(op);
+  if (!call)
+    return -1;
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      op, call.getCalleeAttr());
+  if (!callee || callee.isExternal() || callee.getBody().empty())
+    return -1;
+  static thread_local DenseSet<Operation *> active; // recursion: 0 bytes
+  if (!active.insert(callee).second)
+    return 0;
+  MemoryProfile profile = profileAt(callee, caller.calleeBounds(call));
+  active.erase(callee);
+  unsized += profile.unsizedValues;
+  int64_t returned = 0;
+  for (const MemoryBuffer &b : profile.buffers)
+    if (!b.argument && b.role == MemoryRole::Result)
+      returned += b.bytes;
+  return std::max<int64_t>(0, profile.allocatedPeakBytes - returned);
+}
+
 /// The tensor-level model.
 class TensorModel {
 public:
-  TensorModel(func::FuncOp fn, MemoryProfile &profile,
-              SizeBounds *caller = nullptr, func::CallOp call = {})
-      : fn(fn), profile(profile), sizes(fn, caller, call) {}
+  TensorModel(func::FuncOp fn, MemoryProfile &profile, SizeBounds &sizes)
+      : fn(fn), profile(profile), sizes(sizes) {}
 
   void run() {
     Block &entry = fn.getBody().front();
@@ -773,7 +772,7 @@ private:
     }
     if (fused.count(op))
       return; // no buffer: its consumer computes it in its loop nest
-    if (int64_t bytes = calleeTransientBytes(op, &sizes, profile.unsizedValues);
+    if (int64_t bytes = calleeTransientBytes(op, sizes, profile.unsizedValues);
         bytes > 0)
       newBuffer(bytes, temporaryRole(op), i, "inside the call");
     for (auto [r, result] : llvm::enumerate(op->getResults())) {
@@ -868,7 +867,7 @@ private:
   SmallVector<int64_t> readAt;
   DenseMap<Value, int64_t> bufferOf;
   DenseSet<int64_t> readOnly, returned;
-  SizeBounds sizes;
+  SizeBounds &sizes;
 };
 
 //===----------------------------------------------------------------------===//
@@ -898,11 +897,9 @@ Value allocationOf(Value v) {
   return nullptr;
 }
 
-void replayBuffers(func::FuncOp fn, MemoryProfile &profile,
-                   SizeBounds *caller = nullptr, func::CallOp call = {}) {
+void replayBuffers(func::FuncOp fn, MemoryProfile &profile, SizeBounds &sizes) {
   Block &entry = fn.getBody().front();
   DenseMap<Value, int64_t> bufferOf;
-  SizeBounds sizes(fn, caller, call);
   SmallVector<MemoryRole> roles = argumentRoles(fn);
   for (BlockArgument arg : fn.getArguments()) {
     int64_t bytes = sizes.bytes(arg);
@@ -963,7 +960,7 @@ void replayBuffers(func::FuncOp fn, MemoryProfile &profile,
           if (auto it = bufferOf.find(a); it != bufferOf.end())
             profile.buffers[it->second].role = MemoryRole::Result;
     } else if (int64_t inside =
-                   calleeTransientBytes(op, &sizes, profile.unsizedValues);
+                   calleeTransientBytes(op, sizes, profile.unsizedValues);
                inside >= 0) {
       // A call of a function of the module: what it allocates while it
       // runs, then the buffers it returns, alive until the caller frees
@@ -1066,8 +1063,9 @@ FailureOr<std::string> mlir::shardx::getCpuBufferPipeline(std::string &error) {
 }
 
 namespace {
-MemoryProfile profileAt(func::FuncOp fn, SizeBounds *caller,
-                        func::CallOp call) {
+/// The profile of `fn` with its values sized by `sizes` (the bounds of a
+/// callee as one call calls it), or by bounds of its own where null.
+MemoryProfile profileAt(func::FuncOp fn, SizeBounds *sizes) {
   MemoryProfile profile;
   profile.function = fn.getSymName().str();
   if (fn.isExternal() || fn.getBody().empty())
@@ -1081,15 +1079,18 @@ MemoryProfile profileAt(func::FuncOp fn, SizeBounds *caller,
               return isa<BaseMemRefType>(t);
             });
   profile.bufferized = buffers;
+  std::optional<SizeBounds> own;
+  if (!sizes)
+    sizes = &own.emplace(fn);
   if (buffers)
-    replayBuffers(fn, profile, caller, call);
+    replayBuffers(fn, profile, *sizes);
   else
-    TensorModel(fn, profile, caller, call).run();
+    TensorModel(fn, profile, *sizes).run();
   summarize(profile);
   return profile;
 }
 } // namespace
 
 MemoryProfile mlir::shardx::computeMemoryProfile(func::FuncOp fn) {
-  return profileAt(fn, /*caller=*/nullptr, /*call=*/{});
+  return profileAt(fn, /*sizes=*/nullptr);
 }
