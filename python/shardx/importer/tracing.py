@@ -11,7 +11,6 @@ import logging
 import operator
 import os
 import re
-import struct
 import sys
 import traceback
 import unittest.mock
@@ -83,20 +82,17 @@ def _narrow_by_steps(decomp: Callable, op, x, *args, **kwargs):
         return loss.mean() if reduction == 1 else loss.sum() if reduction == 2 else loss
     eps = args[0] if args else kwargs.get("eps")
     if eps is not None:
-        lo = _round_to(eps, x.dtype)
-        x = x.clamp(lo, _round_to(1.0 - lo, x.dtype))
+        lo = round_to(eps, x.dtype)
+        x = x.clamp(lo, round_to(1.0 - lo, x.dtype))
     return torch.log(x / (1 - x))
 
 
-def _round_to(value: float, dtype: torch.dtype) -> float:
-    """``value`` rounded to bf16 or f16 (to nearest even, through f32 as a
-    Scalar's conversion goes), in Python: no tensor is made while
-    tracing."""
-    if dtype == torch.float16:
-        return struct.unpack("e", struct.pack("e", value))[0]
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+def round_to(value: float, dtype: torch.dtype) -> float:
+    """``value`` as a ``dtype`` Scalar holds it (PyTorch's conversion, on a
+    real tensor made outside any tracing mode, so it works inside a
+    decomposition too)."""
+    with _below_the_modes():
+        return float(torch.tensor(value, dtype=dtype))
 
 
 def _pool_unless_whole(decomp: Callable, x: int, kernel: int, ceil: int, *args, **kwargs):

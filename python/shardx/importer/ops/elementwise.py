@@ -9,6 +9,7 @@ import torch
 
 from ..body import Body
 from ..registry import HANDLERS, _compute_dtype, _ew, _meta, _out, aten, handles
+from ..tracing import round_to
 from ..values import UnsupportedOpError, Value, elem_type, is_float
 
 
@@ -26,9 +27,9 @@ def _arith(op):
             # Eager's bf16/f16 add with alpha: alpha and a number operand
             # rounded to the dtype, then a + b * alpha in f32 (the product
             # exact), rounded once.
-            scale = float(torch.tensor(alpha, dtype=out_dtype))
+            scale = round_to(alpha, out_dtype)
             if isinstance(b, (int, float)) and not isinstance(b, bool):
-                b = float(torch.tensor(b, dtype=out_dtype))
+                b = round_to(b, out_dtype)
 
         def fn(body, v, t):
             y = v[1]

@@ -100,7 +100,6 @@ for _name, _ovs in _FOREACH.items():
             HANDLERS[getattr(_packet, _ov)] = _foreach(_scalar)
 
 
-
 @handles(torch.ops.profiler._record_function_enter_new.default)
 def _profiler_range(imp, node, args, kwargs):
     """A profiler range (``record_function``) in the traced function:

@@ -251,13 +251,19 @@ def _topk(imp, node, args, kwargs):
     dim %= x.rank
     if node.target != aten.topk.default:
         k = x.shape[dim]
-    if dim != x.rank - 1:
-        # Along another dim: that dim moved last, and the results back.
-        perm = [d for d in range(x.rank) if d != dim] + [dim]
-        back = [perm.index(d) for d in range(x.rank)]
-        values, indices = _sort_last(imp, imp.em.transpose(x, perm), k, largest)
-        return [imp.em.transpose(values, back), imp.em.transpose(indices, back)]
-    return _sort_last(imp, x, k, largest)
+    return _sort_along(imp, x, dim, k, largest)
+
+
+def _sort_along(imp, x, dim, k, largest):
+    """``_sort_last`` along ``dim`` (another dim is moved last, and the
+    results back): the values and indices of the ``k`` first in the order,
+    in ``dim``'s place."""
+    if dim == x.rank - 1:
+        return _sort_last(imp, x, k, largest)
+    perm = [d for d in range(x.rank) if d != dim] + [dim]
+    back = [perm.index(d) for d in range(x.rank)]
+    values, indices = _sort_last(imp, imp.em.transpose(x, perm), k, largest)
+    return [imp.em.transpose(values, back), imp.em.transpose(indices, back)]
 
 
 @handles(aten.kthvalue.default)
@@ -276,21 +282,15 @@ def _kthvalue(imp, node, args, kwargs):
             raise UnsupportedOpError(f"kthvalue of a 0-d tensor with k = {k}")
         return [x, imp.em.full((), 0, torch.int64)]
     dim %= x.rank
-    perm = [d for d in range(x.rank) if d != dim] + [dim]
-    back = [perm.index(d) for d in range(x.rank)]
-    moved = imp.em.transpose(x, perm) if dim != x.rank - 1 else x
-    values, indices = _sort_last(imp, moved, k, False)
-    lead = list(moved.shape[:-1])
-    out = []
-    for v in (values, indices):
-        v = imp.em.extract_slice(v, [0] * len(lead) + [k - 1], lead + [1], [1] * (len(lead) + 1))
-        if dim != x.rank - 1:
-            v = imp.em.transpose(v, back)
-        out.append(v)
+    offsets = [0] * x.rank
+    offsets[dim] = k - 1
+    sizes = list(x.shape)
+    sizes[dim] = 1
     target = [s for i, s in enumerate(x.shape) if i != dim]
     if keepdim:
         target.insert(dim, 1)
-    return [imp.em.reshape(v, target) for v in out]
+    return [imp.em.reshape(imp.em.extract_slice(v, offsets, sizes, [1] * x.rank), target)
+            for v in _sort_along(imp, x, dim, k, False)]
 
 
 def _sort_last(imp, x, k, largest):

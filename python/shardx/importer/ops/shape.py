@@ -7,6 +7,7 @@ where it is a reshape, ``constant_pad_nd``, and the factories (``full``,
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -77,11 +78,8 @@ def _as_strided(imp, node, args, kwargs):
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
     src = _meta(node.args[0])
     shape, _ = _out(node)
-    numel = 1
-    for s in shape:
-        numel *= s
     if (src.storage_offset() == 0 and (offset or 0) == 0 and src.is_contiguous()
-            and _same_strides(shape, stride) and numel == src.numel()):
+            and _same_strides(shape, stride) and math.prod(shape) == src.numel()):
         return imp.em.reshape(x, shape)
     raise UnsupportedOpError(
         f"as_strided of a {tuple(src.shape)} tensor (strides {tuple(src.stride())}, offset "
