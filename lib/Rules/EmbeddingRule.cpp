@@ -40,8 +40,15 @@ mlir::shardx::matchEmbeddingLookup(Operation *op) {
   if (!cast || cast.getIn() != body->getArgument(0) || !col ||
       col.getDim() != loops - 1)
     return std::nullopt;
+  // The index reads the loops before the table's column, as the result's
+  // leading dims: a gather along dim 0 (`torch.gather`, whose index also
+  // reads the column loop) is no lookup, since a split of the table's
+  // columns would split the index's last dim as well.
+  AffineMap indexMap = generic.getIndexingMapsArray()[0];
   AffineMap outMap = generic.getIndexingMapsArray()[1];
-  if (!outMap.isIdentity())
+  if (!outMap.isIdentity() ||
+      indexMap != AffineMap::getMultiDimIdentityMap(loops, op->getContext())
+                      .getMajorSubMap(loops - 1))
     return std::nullopt;
   return EmbeddingLookup{table, extract};
 }
