@@ -55,6 +55,12 @@ def decompositions():
                aten.addcmul.default, aten.addcmul_.default, aten.addcdiv.default,
                aten.addcdiv_.default):
         table.pop(op, None)
+    # unfold's backward stays whole (importer/ops/shape.py: one reduction
+    # over the window's positions; the core decomposition writes an
+    # index_put over a non-leading dim).
+    table.pop(aten.unfold_backward.default, None)
+    # bucketize is eager's binary search, as searchsorted (indexing.py).
+    table.pop(aten.bucketize.Tensor, None)
     # Max pooling stays whole (importer/ops/pooling.py: a windowed op that
     # keeps an H/W split) except where the importer refuses it: a partial
     # last window (ceil_mode) or an input that is not NCHW.

@@ -5,6 +5,8 @@ casts and copies, integer division, ``remainder`` and ``fmod``, ``fmax``/
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..body import Body
@@ -571,3 +573,100 @@ def _remainder(imp, node, args, kwargs):
         q = _floor_div(b, v[0], v[1], t)
         return b.binary("sub", v[0], b.binary("mul", q, v[1], t), t), None
     return _ew(imp, node, [args[0], args[1]], fn)
+
+
+@handles(aten.hypot.default)
+def _hypot(imp, node, args, kwargs):
+    """``sqrt(a**2 + b**2)`` without overflow, +inf where either is
+    infinite (a NaN too, as C's ``hypot``). f32 (and bf16/f16, through
+    f32 as eager's) in f64, where the squares are exact: rounded once to
+    f32, as eager's correctly rounded kernel gives it. f64 from
+    ``max(|a|, |b|)`` scaled by a power of two (exact) into a range where
+    ``sqrt(fma(a, a, b * b))`` cannot overflow or lose the smaller square:
+    within an ulp of eager's."""
+    _, out_dtype = _out(node)
+    if not is_float(out_dtype):
+        raise UnsupportedOpError(f"hypot of {out_dtype}")
+    compute = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else out_dtype
+
+    def fn(b: Body, v, t):
+        w = torch.float64
+        e = elem_type(w)
+        x = b.v(f"math.absf {b.cast(v[0], t, w)} : {e}")
+        y = b.v(f"math.absf {b.cast(v[1], t, w)} : {e}")
+        inf = b.const(float("inf"), w)
+        x_inf, y_inf = b.compare("eq", x, inf, w), b.compare("eq", y, inf, w)
+        either_inf = b.v(f"arith.ori {x_inf}, {y_inf} : i1")
+        if t == torch.float64:
+            hi = b.binary("max", x, y, w)  # NaN propagates
+            lo = b.binary("min", x, y, w)
+            big = b.compare("gt", hi, b.const(2.0 ** 500, w), w)
+            small = b.compare("lt", hi, b.const(2.0 ** -500, w), w)
+            scale = b.select(big, b.const(2.0 ** -600, w),
+                             b.select(small, b.const(2.0 ** 600, w), b.const(1.0, w), w), w)
+            hs, ls = b.binary("mul", hi, scale, w), b.binary("mul", lo, scale, w)
+            ls2 = b.binary("mul", ls, ls, w)
+            root = b.v(f"math.sqrt {b.v(f'math.fma {hs}, {hs}, {ls2} : {e}')} : {e}")
+            r = b.binary("div", root, scale, w)
+        else:
+            sq = b.binary("add", b.binary("mul", x, x, w), b.binary("mul", y, y, w), w)
+            r = b.v(f"math.sqrt {sq} : {e}")
+        return b.cast(b.select(either_inf, inf, r, w), w, t), None
+    return _ew(imp, node, [args[0], args[1]], fn, compute)
+
+
+#: calc_erfinv's coefficients (ATen's Math.h).
+_ERFINV_A = (0.886226899, -1.645349621, 0.914624893, -0.140543331)
+_ERFINV_B = (-2.118377725, 1.442710462, -0.329097515, 0.012229801)
+_ERFINV_C = (-1.970840454, -1.624906493, 3.429567803, 1.641345311)
+_ERFINV_D = (3.543889200, 1.637067800)
+
+
+@handles(aten.erfinv.default)
+def _erfinv(imp, node, args, kwargs):
+    """The inverse error function as eager's ``calc_erfinv``: a rational
+    approximation (one for ``|y| <= 0.7``, one in ``sqrt(-log((1 - |y|) /
+    2))`` beyond), then two Newton steps on ``erf``; NaN beyond
+    ``[-1, 1]``, +-inf at +-1. In the dtype (bf16/f16 in f32, as eager's).
+    Its ``erf`` and ``exp`` are the code generation's, so results can be
+    an ulp or two from eager's (docs/Importer.md, Limits)."""
+    _, out_dtype = _out(node)
+    if not is_float(out_dtype):
+        raise UnsupportedOpError(f"erfinv of {out_dtype}")
+    compute = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else out_dtype
+
+    def fn(b: Body, v, t):
+        e = elem_type(t)
+        c = lambda x: b.const(x, t)
+        mul = lambda p, q: b.binary("mul", p, q, t)
+        add = lambda p, q: b.binary("add", p, q, t)
+        y = v[0]
+        ay = b.v(f"math.absf {y} : {e}")
+
+        def poly(coeffs, z):
+            r = c(coeffs[-1])
+            for k in reversed(coeffs[:-1]):
+                r = add(mul(r, z), c(k))
+            return r
+        z = mul(y, y)
+        central = b.binary("div", mul(y, poly(_ERFINV_A, z)),
+                           add(mul(poly(_ERFINV_B, z), z), c(1.0)), t)
+        half = b.binary("div", b.binary("sub", c(1.0), ay, t), c(2.0), t)
+        minus_log = b.unary("neg", b.v(f"math.log {half} : {e}"), t)
+        zt = b.v(f"math.sqrt {minus_log} : {e}")
+        # copysign(num, y) (y is not a zero here).
+        num = b.v(f"math.absf {poly(_ERFINV_C, zt)} : {e}")
+        signed = b.select(b.v(f"arith.cmpf olt, {y}, {c(0.0)} : {e}"), b.unary("neg", num, t), num, t)
+        dem = add(mul(add(mul(c(_ERFINV_D[1]), zt), c(_ERFINV_D[0])), zt), c(1.0))
+        tail = b.binary("div", signed, dem, t)
+        x = b.select(b.compare("le", ay, c(0.7), t), central, tail, t)
+        two_over_sqrt_pi = c(float(torch.tensor(2.0, dtype=t) / torch.tensor(math.sqrt(math.pi), dtype=t)))
+        for _ in range(2):
+            err = b.binary("sub", b.unary("erf", x, t), y, t)
+            gauss = b.v(f"math.exp {b.unary('neg', mul(x, x), t)} : {e}")
+            slope = mul(two_over_sqrt_pi, gauss)
+            x = b.binary("sub", x, b.binary("div", err, slope, t), t)
+        inf = b.select(b.v(f"arith.cmpf olt, {y}, {c(0.0)} : {e}"), c(float("-inf")), c(float("inf")), t)
+        x = b.select(b.compare("eq", ay, c(1.0), t), inf, x, t)
+        return b.select(b.compare("gt", ay, c(1.0), t), c(float("nan")), x, t), None
+    return _ew(imp, node, [args[0]], fn, compute)

@@ -274,3 +274,173 @@ def _index_select(imp, node, args, kwargs):
     x, dim, idx = args[0], args[1] % args[0].rank, args[2]
     return _index(imp, node, (x, [None] * dim + [imp.em.reshape(idx, [_prod(idx.shape)])]), {},
                   select=True)
+
+
+#: scatter_reduce's identities where ``include_self`` is False (the value a
+#: scattered-to element starts from, as eager fills it first).
+def _reduce_identity(reduce: str, dtype: torch.dtype):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dtype.is_floating_point:
+        return float("-inf") if reduce == "amax" else float("inf")
+    if dtype == torch.bool:
+        return reduce != "amax"
+    info = torch.iinfo(dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+@handles(aten.scatter_reduce.two)
+def _scatter_reduce(imp, node, args, kwargs):
+    """``scatter_reduce`` along ``dim`` with ``sum``, ``prod``, ``mean``,
+    ``amax`` or ``amin``: a masked pass over the index's dim, in its order
+    (as eager's CPU kernel combines them), from ``self``, or (without
+    ``include_self``) from the reduction's identity wherever an index
+    points. ``amax``/``amin`` take a NaN source, and otherwise
+    ``std::max``/``std::min`` of the running value and the source, as
+    eager's; ``mean`` divides by the number of terms (``self`` counting
+    with ``include_self``), floor division for integers, and leaves an
+    element no index points at as it is. The index must have ``self``'s
+    sizes outside ``dim`` (as ``scatter_add`` here)."""
+    x, dim, idx, src, reduce = args[0], args[1] % max(args[0].rank, 1), args[2], args[3], args[4]
+    include_self = args[5] if len(args) > 5 else kwargs.get("include_self", True)
+    r = x.rank
+    if r == 0:
+        raise UnsupportedOpError("scatter_reduce of a 0-d tensor")
+    if any(idx.shape[i] != x.shape[i] for i in range(r) if i != dim):
+        raise UnsupportedOpError("scatter_reduce whose index differs from self outside dim "
+                                 f"(index {list(idx.shape)}, self {list(x.shape)}, dim {dim})")
+    idx = checked_index(imp, idx, x.shape[dim], False, "RuntimeError", _bounds(dim, x.shape[dim]))
+    if tuple(src.shape) != tuple(idx.shape):
+        src = imp.em.extract_slice(src, [0] * r, list(idx.shape), [1] * r)
+    t = x.dtype
+    in_exprs = [f"d{r}" if i == dim else f"d{i}" for i in range(r)]
+    out_exprs = [f"d{i}" for i in range(r)]
+    its = ["parallel"] * r + ["reduction"]
+
+    def hit_of(b: Body, a):
+        pos = b.v(f"linalg.index {dim} : index")
+        return b.v(f"arith.cmpi eq, {pos}, {_as_index(b, a[0], idx.dtype)} : index")
+
+    def count_hits():
+        def body(b: Body, a, out):
+            one = b.cast(hit_of(b, a), torch.bool, torch.int64)
+            return b.binary("add", out, one, torch.int64)
+        return imp.em.generic(x.shape, torch.int64, [(idx, in_exprs)], its, out_exprs, body,
+                              init=imp.em.full(x.shape, 0, torch.int64))
+
+    count = None
+    start = x
+    if not include_self or reduce == "mean":
+        count = count_hits()
+    if not include_self:
+        ident = _reduce_identity(reduce, t)
+        start = imp.em.elementwise(x.shape, t, [count, x],
+                                   lambda b, v: b.select(b.compare("gt", v[0], b.const(0, torch.int64),
+                                                                   torch.int64),
+                                                         b.const(ident, t), v[1], t))
+
+    def body(b: Body, a, out):
+        hit = hit_of(b, a)
+        s = b.cast(a[1], src.dtype, t)
+        if reduce in ("sum", "mean"):
+            new = b.binary("add", out, s, t)
+        elif reduce == "prod":
+            new = b.binary("mul", out, s, t)
+        elif reduce in ("amax", "amin"):
+            # std::max(out, s) = out < s ? s : out; std::min = s < out ? s : out.
+            less = b.compare("lt", out, s, t) if reduce == "amax" else b.compare("lt", s, out, t)
+            new = b.select(less, s, out, t)
+            nan = b.is_nan(s, t)
+            if nan is not None:
+                new = b.select(nan, s, new, t)
+        else:
+            raise UnsupportedOpError(f"scatter_reduce with reduce={reduce!r}")
+        # The running value kept where the index points elsewhere (not
+        # combined with an identity: -0.0 stays -0.0).
+        return b.select(hit, new, out, t)
+    out = imp.em.generic(x.shape, t, [(idx, in_exprs), (src, in_exprs)], its, out_exprs, body,
+                         init=start)
+    if reduce != "mean":
+        return out
+
+    def mean(b: Body, v):
+        n = v[1]
+        if include_self:
+            n = b.binary("add", n, b.const(1, torch.int64), torch.int64)
+        n = b.select(b.compare("eq", n, b.const(0, torch.int64), torch.int64),
+                     b.const(1, torch.int64), n, torch.int64)
+        if t.is_floating_point:
+            return b.binary("div", v[0], b.cast(n, torch.int64, t), t)
+        q = b.binary("div", v[0], b.cast(n, torch.int64, t), t)
+        # Floor division (the quotient truncates toward zero).
+        rem = b.v(f"arith.remsi {v[0]}, {b.cast(n, torch.int64, t)} : {elem_type(t)}")
+        neg = b.compare("lt", rem, b.const(0, t), t)
+        return b.select(neg, b.binary("sub", q, b.const(1, t), t), q, t)
+    return imp.em.elementwise(x.shape, t, [out, count], mean)
+
+
+@handles(aten.searchsorted.Tensor, aten.bucketize.Tensor)
+def _searchsorted(imp, node, args, kwargs):
+    """``searchsorted(sorted_sequence, values)`` and ``bucketize(values,
+    boundaries)``: each value's insertion point, by eager's own binary
+    search unrolled (``bit_length(len)`` halvings of ``[start, end)``, the
+    middle read with ``tensor.extract``): the lower bound moves right while
+    ``!(seq[mid] >= v)``, the upper bound (``right``/``side="right"``)
+    while ``!(seq[mid] > v)``, so NaNs and unsorted sequences give eager's
+    answers too. A 1-d sequence serves every value; otherwise its leading
+    dims are the values' (one sequence per row). ``sorter`` reads the
+    sequence through it."""
+    if node.target == aten.bucketize.Tensor:
+        values, seq = args[0], args[1]
+        sorter = None
+    else:
+        seq, values = args[0], args[1]
+        sorter = kwargs.get("sorter", args[5] if len(args) > 5 else None)
+    out_int32 = kwargs.get("out_int32", args[2] if len(args) > 2 else False)
+    right = kwargs.get("right", args[3] if len(args) > 3 else False)
+    side = kwargs.get("side", args[4] if len(args) > 4 and node.target != aten.bucketize.Tensor
+                      else None)
+    if side is not None:
+        right = side == "right"
+    shape, dtype = _out(node)
+    if seq.rank == 0:
+        raise UnsupportedOpError("searchsorted with a 0-d sequence")
+    m = seq.shape[-1]
+    r = len(shape)
+    if m == 0:
+        return imp.em.full(shape, 0, dtype)
+    if seq.rank > 1 and (values.rank != seq.rank or tuple(values.shape[:-1]) != tuple(seq.shape[:-1])):
+        raise UnsupportedOpError("searchsorted whose sequence's leading dims are not the values' "
+                                 f"(sequence {list(seq.shape)}, values {list(values.shape)})")
+    # Compare in the promoted type, as eager's kernel does.
+    cmp_t = torch.promote_types(seq.dtype, values.dtype)
+
+    def body(b: Body, a, out):
+        const = lambda c: b.v(f"arith.constant {c} : index")
+        v = b.cast(a[0], values.dtype, cmp_t)
+        start, end = const(0), const(m)
+        lead = [b.v(f"linalg.index {d} : index") for d in range(seq.rank - 1)]
+        for _ in range(max(m, 1).bit_length()):
+            going = b.v(f"arith.cmpi ult, {start}, {end} : index")
+            width = b.v(f"arith.subi {end}, {start} : index")
+            half = b.v(f"arith.shrui {width}, {const(1)} : index")
+            mid = b.v(f"arith.addi {start}, {half} : index")
+            # Past the search (start == end) mid is end, which may be m:
+            # read a position inside the sequence instead (unused).
+            pos = b.v(f"arith.minui {mid}, {const(m - 1)} : index")
+            if sorter is not None:
+                pos = _as_index(b, b.v(f"tensor.extract {sorter.name}[{', '.join(lead + [pos])}] : "
+                                       f"{sorter.type}"), sorter.dtype)
+            s = b.cast(b.v(f"tensor.extract {seq.name}[{', '.join(lead + [pos])}] : {seq.type}"),
+                       seq.dtype, cmp_t)
+            stop = b.compare("gt" if right else "ge", s, v, cmp_t)
+            move = b.v(f"arith.andi {going}, {b.unary('not', stop, torch.bool)} : i1")
+            keep = b.v(f"arith.andi {going}, {stop} : i1")
+            start = b.v(f"arith.select {move}, {b.v(f'arith.addi {mid}, {const(1)} : index')}, "
+                        f"{start} : index")
+            end = b.v(f"arith.select {keep}, {mid}, {end} : index")
+        return b.v(f"arith.index_cast {start} : index to {elem_type(dtype)}")
+    return imp.em.generic(shape, dtype, [(values, [f"d{d}" for d in range(r)])], ["parallel"] * r,
+                          [f"d{d}" for d in range(r)], body)

@@ -335,3 +335,96 @@ def _sort_last(imp, x, k, largest):
     if n == 0:
         raise UnsupportedOpError("topk of an empty dim")
     return [pick(True), pick(False)]
+
+
+@handles(aten.cummax.default, aten.cummin.default)
+def _cummax(imp, node, args, kwargs):
+    """The running max (min) along ``dim`` and the index it came from, as
+    eager's CPU scan: element ``j`` takes over where it is NaN, or where
+    the running value is not NaN and ``x[j] >= run`` (``<=`` for the min),
+    so ties and NaNs go to the latest index. A masked pass over ``j <= i``
+    in order (quadratic in the dim, as ``cumsum``), from a start every
+    first element takes over from."""
+    x = args[0]
+    is_max = node.target == aten.cummax.default
+    if x.rank == 0:
+        return [x, imp.em.full((), 0, torch.int64)]
+    dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.rank
+    r, dt, em = x.rank, x.dtype, imp.em
+    if dt == torch.bool:
+        start = not is_max
+    elif is_float(dt):
+        start = float("-inf") if is_max else float("inf")
+    else:
+        info = torch.iinfo(dt)
+        start = info.min if is_max else info.max
+    vals = em.full(x.shape, start, dt)
+    idx = em.full(x.shape, 0, torch.int64)
+    b = Body(em)
+    a, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
+    i = b.v(f"linalg.index {dim} : index")
+    j = b.v(f"linalg.index {r} : index")
+    seen = b.v(f"arith.cmpi ule, {j}, {i} : index")
+    takes = b.compare("ge" if is_max else "le", a, ov, dt)
+    if is_float(dt):
+        run_ok = b.unary("not", b.is_nan(ov, dt), torch.bool)
+        takes = b.v(f"arith.ori {b.is_nan(a, dt)}, {b.v(f'arith.andi {run_ok}, {takes} : i1')} : i1")
+    take = b.v(f"arith.andi {seen}, {takes} : i1")
+    nv = b.select(take, a, ov, dt)
+    ni = b.select(take, b.v(f"arith.index_cast {j} : index to i64"), oi, torch.int64)
+    in_map = _amap(r + 1, [f"d{r}" if k == dim else f"d{k}" for k in range(r)])
+    out_map = _amap(r + 1, [f"d{k}" for k in range(r)])
+    its = ", ".join(['"parallel"'] * r + ['"reduction"'])
+    text = [f"linalg.generic {{indexing_maps = [{in_map}, {out_map}, {out_map}], "
+            f"iterator_types = [{its}]}} "
+            f"ins({x.name} : {x.type}) outs({vals.name}, {idx.name} : {vals.type}, {idx.type}) {{",
+            f"^bb0({a}: {elem_type(dt)}, {ov}: {elem_type(dt)}, {oi}: i64):"]
+    text += ["  " + line for line in b.lines]
+    text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dt)}, i64")
+    text.append(f"}} -> ({vals.type}, {idx.type})")
+    name = em.fresh("v")
+    em.ops.append(Op(f"{name}:2", "\n".join(text)))
+    return [Value(f"{name}#0", x.shape, dt), Value(f"{name}#1", x.shape, torch.int64)]
+
+
+@handles(aten.logcumsumexp.default)
+def _logcumsumexp(imp, node, args, kwargs):
+    """``log(cumsum(exp(x)))`` along ``dim`` as eager's CPU scan computes
+    it: the running value in the accumulator type (f64 for f32 and f64,
+    f32 for bf16/f16), each step ``log1p(exp(min - max)) + max`` of the
+    element and the running value (``std::min``/``std::max``, a NaN
+    running value kept), or the element itself where both are the same
+    infinity; each output rounded once. A masked pass over ``j <= i`` in
+    order, as ``cumsum``."""
+    x = args[0]
+    shape, dtype = _out(node)
+    if not is_float(dtype):
+        raise UnsupportedOpError(f"logcumsumexp of {dtype}")
+    if x.rank == 0:
+        return imp.em.cast(x, dtype)
+    dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.rank
+    r = x.rank
+    acc = _SCAN_ACCUMULATOR.get(dtype, dtype)
+    e = elem_type(acc)
+    exprs = [f"d{r}" if k == dim else f"d{k}" for k in range(r)]
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {dim} : index")
+        j = b.v(f"linalg.index {r} : index")
+        keep = b.v(f"arith.cmpi ule, {j}, {i} : index")
+        v = b.cast(b.cast(a[0], x.dtype, dtype), dtype, acc)
+        y_nan = b.is_nan(out, acc)
+        # std::min(x, y) = y < x ? y : x; std::max(x, y) = x < y ? y : x.
+        lo = b.select(y_nan, out, b.select(b.compare("lt", out, v, acc), out, v, acc), acc)
+        hi = b.select(y_nan, out, b.select(b.compare("lt", v, out, acc), out, v, acc), acc)
+        finite = b.compare("lt", b.v(f"math.absf {lo} : {e}"), b.const(float("inf"), acc), acc)
+        differ = b.compare("ne", lo, hi, acc)
+        general = b.v(f"arith.ori {differ}, {finite} : i1")
+        gap = b.v(f"math.exp {b.binary('sub', lo, hi, acc)} : {e}")
+        step = b.binary("add", b.v(f"math.log1p {gap} : {e}"), hi, acc)
+        new = b.select(general, step, v, acc)
+        return b.select(keep, new, out, acc)
+    scan = imp.em.generic(shape, acc, [(x, exprs)], ["parallel"] * r + ["reduction"],
+                          [f"d{k}" for k in range(r)], body,
+                          init=imp.em.full(shape, float("-inf"), acc))
+    return imp.em.cast(scan, dtype)

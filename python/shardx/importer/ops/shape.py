@@ -330,3 +330,78 @@ def _flip(imp, node, args, kwargs):
     exprs = [f"{x.shape[i] - 1} - d{i}" if i in flipped else f"d{i}" for i in range(r)]
     return imp.em.generic(x.shape, x.dtype, [(x, exprs)], ["parallel"] * r,
                           [f"d{i}" for i in range(r)], lambda b, a, out: a[0])
+
+
+@handles(aten.unfold.default, aten.unfold_copy.default)
+def _unfold(imp, node, args, kwargs):
+    """``x.unfold(dim, size, step)``: the windows of ``size`` elements
+    every ``step`` along ``dim`` (``n = (len - size) // step + 1`` of them)
+    in ``dim``'s place, each window's elements a new last dim:
+    ``out[.., i, .., k] = x[.., i * step + k, ..]``, read with
+    ``tensor.extract`` (a window reads across the dim, as a gather)."""
+    x, dim, size, step = args[0], args[1], args[2], args[3]
+    shape, dtype = _out(node)
+    if x.rank == 0:
+        return imp.em.reshape(x, shape)
+    dim %= x.rank
+    r = len(shape)
+    if any(n == 0 for n in shape):
+        return imp.em.full(shape, 0, dtype)
+
+    def body(b: Body, a, out):
+        i = b.v(f"linalg.index {dim} : index")
+        k = b.v(f"linalg.index {r - 1} : index")
+        stride = b.v(f"arith.constant {step} : index")
+        at = b.v(f"arith.addi {b.v(f'arith.muli {i}, {stride} : index')}, {k} : index")
+        coords = [at if d == dim else b.v(f"linalg.index {d} : index") for d in range(x.rank)]
+        return b.v(f"tensor.extract {x.name}[{_j(coords)}] : {x.type}")
+    return imp.em.generic(shape, dtype, [], ["parallel"] * r, [f"d{d}" for d in range(r)], body)
+
+
+@handles(aten.unfold_backward.default)
+def _unfold_backward(imp, node, args, kwargs):
+    """The gradient of ``unfold``: ``out[.., j, ..]`` sums ``grad[.., i, ..,
+    k]`` over the windows ``i`` holding ``j`` (``j = i * step + k``), the
+    windows in ascending order as eager's kernel adds them (a reduction
+    over the window's positions, descending, the gradient read with
+    ``tensor.extract``), from +0.0 (eager's zeros). Bit for bit with
+    eager."""
+    grad, sizes, dim, size, step = args[0], list(args[1]), args[2], args[3], args[4]
+    shape, dtype = _out(node)
+    rank = len(sizes)
+    if rank == 0:
+        return imp.em.reshape(grad, shape)
+    dim %= rank
+    n = grad.shape[dim]
+    if any(s == 0 for s in shape) or n == 0:
+        return imp.em.full(shape, 0, dtype)
+    floating = dtype.is_floating_point
+
+    def body(b: Body, a, out):
+        const = lambda c: b.v(f"arith.constant {c} : index")
+        j = b.v(f"linalg.index {dim} : index")
+        # Windows in ascending order (the position in the window descends),
+        # as eager's kernel adds them.
+        k = b.v(f"arith.subi {const(size - 1)}, {b.v(f'linalg.index {rank} : index')} : index")
+        ge = b.v(f"arith.cmpi uge, {j}, {k} : index")
+        diff = b.v(f"arith.select {ge}, {b.v(f'arith.subi {j}, {k} : index')}, "
+                   f"{const(0)} : index")
+        i = b.v(f"arith.divui {diff}, {const(step)} : index")
+        whole = b.v(f"arith.cmpi eq, {b.v(f'arith.remui {diff}, {const(step)} : index')}, "
+                    f"{const(0)} : index")
+        inside = b.v(f"arith.cmpi ult, {i}, {const(n)} : index")
+        hit = b.v(f"arith.andi {ge}, {b.v(f'arith.andi {whole}, {inside} : i1')} : i1")
+        safe = b.v(f"arith.select {hit}, {i}, {const(0)} : index")
+        coords = [safe if d == dim else b.v(f"linalg.index {d} : index") for d in range(rank)]
+        v = b.v(f"tensor.extract {grad.name}[{_j(coords + [k])}] : {grad.type}")
+        if not floating:
+            return b.binary("add", out, b.select(hit, v, b.const(0, dtype), dtype), dtype)
+        # Past the windows the running value is kept as it is (a -0.0
+        # gradient stays -0.0 where one window holds the element).
+        return b.select(hit, b.binary("add", out, v, dtype), out, dtype)
+    init = imp.em.full(shape, 0, dtype)
+    # An operand over the window's positions gives the reduction its size.
+    positions = imp.em.full((size,), 0, torch.int64)
+    return imp.em.generic(shape, dtype, [(positions, [f"d{rank}"])],
+                          ["parallel"] * rank + ["reduction"],
+                          [f"d{d}" for d in range(rank)], body, init=init)
