@@ -1,7 +1,7 @@
 """Ops a probe found without a handler, each against eager PyTorch,
 unsharded and split over thread ranks: ``scatter_reduce`` (every reduction,
 with and without ``self``, and its gradients), ``Tensor.unfold`` and its
-backward, ``searchsorted``/``bucketize``, ``cummax``/``cummin``,
+backward, ``F.fold`` (``F.unfold``'s backward), ``searchsorted``/``bucketize``, ``cummax``/``cummin``,
 ``logcumsumexp``, ``hypot`` and ``erfinv``; and ``torch.gather`` from a
 table split along the dim it does not gather (the embedding rule took it
 for a lookup and planned an index that disagreed with its result). Values
@@ -10,6 +10,7 @@ docstring says otherwise."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import shardx
 from shardx import Mesh, Replicate as R, Shard as S
@@ -218,3 +219,22 @@ def test_erfinv_matches_eager_within_its_conditioning():
                 and bool((rel[edge & ~torch.isinf(w) & ~torch.isnan(w)] <= 1e-4).all()))
     for dtype in (torch.float32, torch.float64):
         _check(torch.erfinv, (y.to(dtype),), [None], close)
+
+
+@pytest.mark.parametrize("kernel,dilation,padding,stride",
+                         [(3, 1, 0, 1), (3, 2, 1, 2), ((2, 3), (1, 2), (1, 0), (2, 1))])
+def test_fold_and_unfold_gradients_match_eager(kernel, dilation, padding, stride):
+    """``F.unfold`` (im2col), ``F.fold`` (col2im, also ``F.unfold``'s
+    backward) and the gradient through both, bit for bit, split along the
+    batch and the channels."""
+    torch.manual_seed(9)
+    x = torch.randn(2, 3, 7, 6)
+    weight = torch.randn(F.unfold(x, kernel, dilation, padding, stride).shape)
+
+    def fold(x):
+        x = x.detach().requires_grad_(True)
+        cols = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
+        back = F.fold(cols * 1.5, (7, 6), kernel, dilation=dilation, padding=padding, stride=stride)
+        loss = (cols * weight).sum() + (back ** 2).sum()
+        return cols.detach(), back.detach(), torch.autograd.grad(loss, x)[0]
+    _check(fold, (x,), [None, (DP2, [[S(0)]]), (DP2, [[S(1)]])])

@@ -59,6 +59,10 @@ def decompositions():
     # over the window's positions; the core decomposition writes an
     # index_put over a non-leading dim).
     table.pop(aten.unfold_backward.default, None)
+    # F.fold (F.unfold's backward) too: one reduction over the kernel's
+    # taps (shape.py), where the core decomposition writes an index_put
+    # of several index tensors.
+    table.pop(aten.col2im.default, None)
     # bucketize is eager's binary search, as searchsorted (indexing.py).
     table.pop(aten.bucketize.Tensor, None)
     # Max pooling stays whole (importer/ops/pooling.py: a windowed op that

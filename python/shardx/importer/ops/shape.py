@@ -405,3 +405,61 @@ def _unfold_backward(imp, node, args, kwargs):
     return imp.em.generic(shape, dtype, [(positions, [f"d{rank}"])],
                           ["parallel"] * rank + ["reduction"],
                           [f"d{d}" for d in range(rank)], body, init=init)
+
+
+@handles(aten.col2im.default)
+def _col2im(imp, node, args, kwargs):
+    """``F.fold`` (and ``F.unfold``'s backward): ``out[n, c, y, x]`` sums
+    the columns ``input[n, (c * kh + i) * kw + j, oh * OW + ow]`` of the
+    windows that cover the pixel (``y = oh * sh - ph + i * dh``, and so for
+    ``x``), in eager's order (the kernel positions ascending) from +0.0: a
+    reduction over ``(i, j)``, the columns read with ``tensor.extract``.
+    Bit for bit with eager."""
+    x, out_size, kernel, dilation, padding, stride = args[:6]
+    shape, dtype = _out(node)
+    batched = x.rank == 3
+    if not batched:
+        x = imp.em.reshape(x, (1,) + tuple(x.shape))
+    n, cols, length = x.shape
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = out_size, kernel, dilation, padding, stride
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    c = cols // (kh * kw)
+    full = (n, c, h, w)
+    if any(s == 0 for s in full) or oh <= 0 or ow <= 0:
+        out = imp.em.full(full, 0, dtype)
+        return out if batched else imp.em.reshape(out, shape)
+
+    def body(b: Body, a, out):
+        const = lambda v: b.v(f"arith.constant {v} : index")
+        idx = lambda d: b.v(f"linalg.index {d} : index")
+
+        def window(pos, k, pad, dil, step, count):
+            # pos + pad - k * dil = o * step with 0 <= o < count.
+            at = b.v(f"arith.addi {pos}, {const(pad)} : index")
+            off = b.v(f"arith.muli {k}, {const(dil)} : index")
+            ge = b.v(f"arith.cmpi uge, {at}, {off} : index")
+            zero = const(0)
+            sub = b.v(f"arith.subi {at}, {off} : index")
+            diff = b.v(f"arith.select {ge}, {sub}, {zero} : index")
+            o = b.v(f"arith.divui {diff}, {const(step)} : index")
+            rem = b.v(f"arith.remui {diff}, {const(step)} : index")
+            whole = b.v(f"arith.cmpi eq, {rem}, {zero} : index")
+            inside = b.v(f"arith.cmpi ult, {o}, {const(count)} : index")
+            both = b.v(f"arith.andi {whole}, {inside} : i1")
+            ok = b.v(f"arith.andi {ge}, {both} : i1")
+            return ok, b.v(f"arith.select {ok}, {o}, {const(0)} : index")
+        i, j = idx(4), idx(5)
+        ok_y, row = window(idx(2), i, ph, dh, sh, oh)
+        ok_x, col = window(idx(3), j, pw, dw, sw, ow)
+        hit = b.v(f"arith.andi {ok_y}, {ok_x} : i1")
+        base = b.v(f"arith.muli {idx(1)}, {const(kh * kw)} : index")
+        tap = b.v(f"arith.addi {b.v(f'arith.muli {i}, {const(kw)} : index')}, {j} : index")
+        k = b.v(f"arith.addi {base}, {tap} : index")
+        pos = b.v(f"arith.addi {b.v(f'arith.muli {row}, {const(ow)} : index')}, {col} : index")
+        v = b.v(f"tensor.extract {x.name}[{idx(0)}, {k}, {pos}] : {x.type}")
+        return b.select(hit, b.binary("add", out, v, dtype), out, dtype)
+    taps = imp.em.full((kh, kw), 0, torch.int64)
+    out = imp.em.generic(full, dtype, [(taps, ["d4", "d5"])], ["parallel"] * 4 + ["reduction"] * 2,
+                         ["d0", "d1", "d2", "d3"], body, init=imp.em.full(full, 0, dtype))
+    return out if batched else imp.em.reshape(out, shape)
