@@ -19,6 +19,7 @@ _LAZY = {
     "report": ("html_report", "report"),
     "compile": ("jit", "compile"),
     "constrain": ("constraint", "constrain"),
+    "same_random": ("importer.rng", "same_random"),
     "cache_stats": ("jit", "cache_stats"),
     "MissingEntryError": ("jit", "MissingEntryError"),
     "export": ("aot", "export"),

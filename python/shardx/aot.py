@@ -224,7 +224,8 @@ def _encode_lifted(exe, artifacts: Dict[str, Any]) -> dict:
         member = f"lifted/{hashlib.sha256(data).hexdigest()}.npy"
         artifacts[member] = data
         members.append(member)
-    return {"lifted": members}
+    # The random ops' seed, the last of them, is drawn before each call.
+    return {"lifted": members, **({"seed": True} if exe.seed is not None else {})}
 
 
 def manifest_of(fn) -> Tuple[dict, Dict[str, str]]:
@@ -449,6 +450,8 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
     donated = [(int(i), int(o)) for i, o in d["donated"]]
     if any(not 0 <= int(i) < len(key[1]) for i in d["mutated"]):
         raise ValueError(f"an input written back is not an argument: {d['mutated']}")
+    if d.get("seed") and lifted:
+        lifted[-1] = lifted[-1].copy()  # the random ops' seed: drawn into before each call
     plan_spec = key[0] if not lifted else (tuple, (key[0], (tuple, (None,) * len(lifted))))
     traits = key[2] if len(key) > 2 else None
     plan = fn._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, traits)
@@ -461,6 +464,7 @@ def _rebuild(fn, d, key, z, path: str, loaded: Dict[str, Any]):
                        [int(i) for i in d["writes"]], _partners_of(d["partners"]), variants,
                        [(str(e), str(m)) for e, m in d.get("checks", [])],
                        lifted=lifted, extra=tuple(lifted),
+                       seed=lifted[-1] if d.get("seed") and lifted else None,
                        fast=traits is None or _plan_traits(traits) is not None)
 
 

@@ -820,6 +820,11 @@ class _Executable:
     #: Their aliases (the same memory: ``_alias``), which the C++ call path
     #: passes after the arguments (``CompiledCall._plan_extra``).
     extra: Any = None
+    #: The random ops' seed (importer/rng.py): the last of ``extra`` (a 0-d
+    #: int64 tensor or array), drawn anew from PyTorch's default generator
+    #: before each call (``_draw_seed``); None where the program draws no
+    #: random numbers. Such entries run from Python.
+    seed: Any = None
     #: Whether the C++ call path may run it (its arguments' traits are
     #: plain, or ones ``CallPlan`` checks: ``_plan_traits``).
     fast: bool = True
@@ -1126,9 +1131,11 @@ class CompiledFunction(runtime().CompiledCall):
         # The plan takes (arguments, lifted tensors).
         plan_spec = spec if not lifted else (tuple, (spec, (tuple, (None,) * len(lifted))))
         plan = self._make_plan(artifact, entry, plan_spec, out_spec, out_keys, donated, key_traits)
+        extra = tuple(_alias(t) for t in lifted)
+        seed = extra[-1] if importer_module.last_seed is not None else None
         return _Executable(artifact, entry, layouts, out_spec, out_keys, donated, key, path, plan,
                            mutated, writes, partners or (), {}, checks, env, mode=mode,
-                           lifted=lifted, extra=tuple(_alias(t) for t in lifted),
+                           lifted=lifted, extra=extra, seed=seed,
                            fast=key_traits is None or _plan_traits(key_traits) is not None)
 
     def _make_plan(self, artifact, entry, spec, out_spec, out_keys, donated, traits=None):
@@ -1327,7 +1334,9 @@ class CompiledFunction(runtime().CompiledCall):
         # The C++ plan takes plain tensors only (``_traits``): an entry
         # traced with another input's strides, requires_grad, ... runs from
         # here, so that a plain input goes to its own entry.
-        plain = exe.fast
+        # An entry that draws random numbers runs from here too: its seed is
+        # drawn before each call.
+        plain = exe.fast and exe.seed is None
         self._plan = None if exe.mutated or exe.checks or not plain else exe.plan
         self._plan_extra = exe.extra if exe.lifted else None
         # The C++ call path asks _mode_fn before the plan: the caller's
@@ -1365,6 +1374,8 @@ class CompiledFunction(runtime().CompiledCall):
                 a = ShardedTensor(shards, self.mesh, k)
             leaves.append(a)
         it = iter(leaves)
+        if exe.seed is not None:
+            _draw_seed(exe.seed)
         out = exe.plan((_unflatten(spec, it), tuple(it)) if exe.lifted else _unflatten(spec, it))
         if out is NotImplemented:
             raise RuntimeError(f"shardx.compile: the call plan of {self.name} refused arguments "
@@ -1391,6 +1402,30 @@ class CompiledFunction(runtime().CompiledCall):
                         values.append(new)
             _write_back(targets, values)
         return out
+
+
+def draw_seed() -> int:
+    """A seed for a call of a program with random ops (importer/rng.py),
+    from PyTorch's default generator, as eager's random ops draw from it:
+    ``torch.manual_seed`` makes a run repeatable. Where PyTorch cannot be
+    imported (a runtime-only host running a package), from numpy's global
+    generator (``np.random.seed``)."""
+    try:
+        import torch
+    except ImportError:
+        return int(np.random.randint(-2 ** 63, 2 ** 63 - 1, dtype=np.int64))
+    return int(torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64))
+
+
+def _draw_seed(seed) -> None:
+    """Draws the random ops' seed of the next call (``draw_seed``) into
+    ``seed``, a 0-d int64 tensor or numpy array: the memory the program
+    reads."""
+    value = draw_seed()
+    if isinstance(seed, np.ndarray):
+        seed[...] = value
+    else:
+        seed.fill_(value)
 
 
 def _call_mode():

@@ -587,3 +587,30 @@ def test_lifted_parameters_and_traits_round_trip(tmp_path, mesh):
     assert np.array_equal(full(h(x.t())), transposed)
     assert np.array_equal(full(h(x)), plain)  # the C++ call path's entry
     assert not np.array_equal(plain, transposed)
+
+
+def test_random_ops_draw_new_seeds_from_a_package_without_pytorch(tmp_path):
+    """A package of a function with dropout draws a new seed before each
+    call on a host without PyTorch (numpy's generator there: repeatable
+    under np.random.seed), as the compiled function does from PyTorch's."""
+    mesh = Mesh((2,), ("dp",))
+
+    def drop(x):
+        return F.dropout(x, 0.5, training=True)
+
+    f = shardx.compile(drop, mesh, [[Shard(0)]], [[Shard(0)]])
+    x = torch.ones(8, 6)
+    a, b = f(x).full(), f(x).full()
+    assert not np.array_equal(a, b) and set(np.unique(a)) == {0.0, 2.0}
+    data = {"package": f.export(tmp_path / "drop.shardx"), "x": x.numpy()}
+    result, _ = run_runtime_only(tmp_path, """
+        h = shardx.load(data["package"])
+        np.random.seed(3)
+        first, second = h(data["x"]).full(), h(data["x"]).full()
+        np.random.seed(3)
+        result["calls"] = [first, second, h(data["x"]).full()]
+    """, data)
+    first, second, again = result["calls"]
+    assert not np.array_equal(first, second) and np.array_equal(first, again)
+    for out in (first, second):
+        assert set(np.unique(out)) == {0.0, 2.0} and 0.3 < (out != 0).mean() < 0.7

@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..placements import Mesh, Placement, PlacementError, Replicate, check_placements, layout_text
-from . import region_import
+from . import region_import, rng
 from .dce import start_removing_dead_ops
 from .graph import Importer
 from .tracing import _trace_graph, on_roomy_stack
@@ -79,6 +79,11 @@ def trace(fn: Callable, example_args: Sequence[Any], mesh: Optional[Mesh] = None
     other outputs). A program without indexing ops gets no such output.
     ``index_checks=False`` leaves it out: an out-of-range index then reads
     index 0's value, silently (nothing out of bounds is ever read).
+
+    A program with random ops (dropout, ``rand``, ...: ``rng.py``) takes
+    their seed, a 0-d int64, as its last input (after the lifted tensors;
+    ``last_seed`` is the tensor, also last in ``last_lifted``): the caller
+    sets it before each run.
 
     ``lift``: called once the graph is traced, returns the ids of the
     tensors ``fn`` may read besides its arguments that are to be inputs of
@@ -222,9 +227,15 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     start = time.perf_counter()
-    gm = _trace_graph(fn, flat_args, treedef, regions, lift)
+    seed = rng.begin_trace()
+    try:
+        gm = _trace_graph(fn, flat_args, treedef, regions, lift)
+    finally:
+        seed = rng.end_trace()
     last_lifted.clear()
     last_lifted_written.clear()
+    global last_seed
+    last_seed = None
     from . import tracing as _tracing
     written = 0
     if lift is not None and _tracing.last_mode == "fake":
@@ -239,6 +250,16 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
             flat_args = list(flat_args) + lifted
             in_layouts = list(in_layouts) + [None] * len(lifted)
             extra_attrs = list(extra_attrs) + [[] for _ in lifted]
+    if seed is not None:
+        # The random ops' seed (rng.py): the last input, whatever traced;
+        # ``shardx.compile`` draws it anew for each call.
+        if not _lift_constants(gm, {id(seed)}):
+            raise ImportError_("the random ops' seed is not read by the traced graph (a ShardX bug)")
+        last_seed = seed
+        last_lifted.append(seed)
+        flat_args = list(flat_args) + [seed]
+        in_layouts = list(in_layouts) + [None]
+        extra_attrs = list(extra_attrs) + [[]]
     traced = time.perf_counter()
     imp = Importer(gm, mesh)
     # (count of failures, exception name, message), by ops/indexing.py and
@@ -349,6 +370,11 @@ last_lifted: List[torch.Tensor] = []
 #: the first ones): the program's outputs after the function's (and before
 #: the index checks' code) are their new values, in this order.
 last_lifted_written: List[int] = []
+#: The random ops' seed of the last ``trace`` (importer/rng.py), a 0-d
+#: int64 tensor, or None where the program draws no random numbers: the
+#: program's last input (also last in ``last_lifted``), which a caller sets
+#: anew before each run.
+last_seed: Optional[torch.Tensor] = None
 
 
 #: Seconds of the last ``trace``'s steps: ``trace`` (make_fx), ``import``

@@ -65,6 +65,9 @@ def decompositions():
     table.pop(aten.col2im.default, None)
     # bucketize is eager's binary search, as searchsorted (indexing.py).
     table.pop(aten.bucketize.Tensor, None)
+    # Random ops from ShardX's counter-based generator (rng.py).
+    from . import rng
+    table.update(rng.decompositions())
     # Max pooling stays whole (importer/ops/pooling.py: a windowed op that
     # keeps an H/W split) except where the importer refuses it: a partial
     # last window (ceil_mode) or an input that is not NCHW.

@@ -13,7 +13,8 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``optimizer``: ``_foreach_*`` lists, lerp, addcmul/addcdiv
 - ``sharding``: ``shardx.constrain``
 - ``attention``: ``shardx::attention`` and its gradient (the composite ops)
+- ``random``: ``shardx::random_bits``, the random ops' generator (importer/rng.py)
 """
 
 from . import (attention, elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
-               reductions, shape, sharding)
+               random, reductions, shape, sharding)

@@ -320,13 +320,14 @@ def _nan_to_num(imp, node, args, kwargs):
 
 
 @handles(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
-         aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor)
+         aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
+         aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)
 def _shift(imp, node, args, kwargs):
     """Integer shifts as ATen defines them past the width: a shift by a
     negative amount or by the width or more gives 0 to the left and the
     sign to the right (arithmetic)."""
     left = node.target in (aten.__lshift__.Scalar, aten.__lshift__.Tensor,
-                           aten.bitwise_left_shift.Tensor)
+                           aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)
     _, dtype = _out(node)
     if is_float(dtype) or dtype == torch.bool:
         raise UnsupportedOpError(f"{node.target} on {dtype}")
