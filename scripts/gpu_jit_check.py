@@ -9,7 +9,9 @@ compiled where a compiler is and run where only the runtime is.
 Workloads (each a `shardx.TrainStep`): the README's MLP (32-128-32, GELU, SGD
 with momentum, batch 64) on a 2x2 dp x tp mesh (4 cuda-local ranks on the
 one GPU) and on one rank; the zoo's GPT-2 and Llama (AdamW) with Megatron
-tensor parallelism on 2 ranks (the zoo's `tp2` plan) and on one rank.
+tensor parallelism on 2 ranks (the zoo's `tp2` plan) and on one rank; GPT-2
+with dropout 0.1 in training mode on 2 ranks (eager draws ShardX's random
+numbers under `shardx.same_random()`).
 
 The build half precompiles each step for `backend="cuda"` (the artifact has
 the GPU code; nothing runs), exports it as an AOT package
@@ -85,6 +87,39 @@ def _zoo(name, sharded):
     return step, plan.mesh, ins, outs, batches
 
 
+def _gpt2_dropout(sharded):
+    """The zoo's GPT-2 in training mode with dropout 0.1 (embeddings,
+    attention probabilities, residuals): its random numbers come from
+    ShardX's generator, seeded by ``torch.manual_seed(SEED + step)`` before
+    each step on both halves; eager draws them under ``shardx.same_random``."""
+    import transformers as T
+    from shardx import TrainStep
+    from shardx_dev import zoo
+    torch.manual_seed(0)
+    cfg = T.GPT2Config(vocab_size=zoo.VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                       resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0,
+                       eos_token_id=0, attn_implementation="eager")
+    model = zoo.CausalLM(T.GPT2LMHeadModel(cfg).train())
+    inputs, target = zoo._tokens()
+    step = TrainStep(model, zoo.lm_loss, "adamw", lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(tuple(inputs), target)]
+    for _ in range(2):
+        batches.append(((torch.randint(0, zoo.VOCAB, inputs[0].shape, generator=gen),),
+                        torch.randint(0, zoo.VOCAB, target.shape, generator=gen)))
+    if not sharded:
+        return step, None, None, None, batches
+    plan = next(p for p in zoo.plans("gpt2") if p.name == "tp2")
+    ins, outs = step.placements(plan.mesh, plan.params(step.param_names),
+                                [plan.batch] * len(inputs), plan.batch)
+    return step, plan.mesh, ins, outs, batches
+
+
+#: The seed of step k of a workload with random ops is SEED + k
+#: (``torch.manual_seed`` before the step, on both halves).
+SEED = 100
+RANDOM = {"gpt2_dropout_tp2"}
+
 WORKLOADS = {
     "readme_mlp_2x2": lambda: _readme_mlp(True),
     "readme_mlp_1": lambda: _readme_mlp(False),
@@ -92,6 +127,7 @@ WORKLOADS = {
     "gpt2_1": lambda: _zoo("gpt2", False),
     "llama_tp2": lambda: _zoo("llama", True),
     "llama_1": lambda: _zoo("llama", False),
+    "gpt2_dropout_tp2": lambda: _gpt2_dropout(True),
 }
 
 
@@ -111,8 +147,9 @@ def build(out_dir, only, backend="cuda"):
         folder = os.path.join(out_dir, name)
         os.makedirs(folder, exist_ok=True)
         fn.export(os.path.join(folder, "step.shardx"))
-        losses, final = _eager(step, params, state, batches)
-        losses64, final64 = _eager(step, params, state, batches, torch.float64)
+        random = name in RANDOM
+        losses, final = _eager(step, params, state, batches, random=random)
+        losses64, final64 = _eager(step, params, state, batches, torch.float64, random)
         torch.save({"params": params, "state": state, "batches": batches,
                     "losses": losses, "final_params": final,
                     "losses64": losses64, "final_params64": final64},
@@ -121,11 +158,13 @@ def build(out_dir, only, backend="cuda"):
               f"({len(batches)} steps of eager reference)", flush=True)
 
 
-def _eager(step, params, state, batches, dtype=None):
+def _eager(step, params, state, batches, dtype=None, random=False):
     """Eager's loss per step and final parameters; in ``dtype`` (the
-    module, parameters, state and float inputs cast) when given."""
+    module, parameters, state and float inputs cast) when given; with
+    ``random``, each step draws ShardX's random numbers (``SEED``)."""
+    import contextlib
     import copy
-    from shardx import eager_context
+    from shardx import eager_context, same_random
 
     def cast(t):
         return t.to(dtype) if dtype is not None and torch.is_floating_point(t) else t
@@ -134,8 +173,10 @@ def _eager(step, params, state, batches, dtype=None):
         step.module = copy.deepcopy(step.module).to(dtype)
     losses, p, s = [], tree_map(cast, params), tree_map(cast, state)
     with eager_context():
-        for inputs, target in batches:
-            loss, p, s = step(p, s, tree_map(cast, inputs), cast(target))
+        for k, (inputs, target) in enumerate(batches):
+            torch.manual_seed(SEED + k)
+            with same_random() if random else contextlib.nullcontext():
+                loss, p, s = step(p, s, tree_map(cast, inputs), cast(target))
             losses.append(loss.detach().clone())
     return losses, [t.detach().clone() for t in p]
 
@@ -175,6 +216,8 @@ def run(out_dir, only, backend="cuda"):
                     lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, (p, s, batches))
             times, worst, ok = [], 0.0, True
             for k, (inputs, target) in enumerate(batches):
+                if name in RANDOM:
+                    torch.manual_seed(SEED + k)
                 start = time.perf_counter()
                 loss, p, s = fn(p, s, inputs, target)
                 value = loss.to_torch()
