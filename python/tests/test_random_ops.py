@@ -151,3 +151,31 @@ def test_ops_without_a_generator_form_are_refused():
         shardx.compile(lambda x: x[torch.randperm(4)], None)(torch.ones(4, 2))
     with pytest.raises(shardx.UnsupportedOpError, match="multinomial"):
         shardx.compile(lambda x: torch.multinomial(torch.softmax(x, 1), 2), None)(torch.ones(4, 3))
+
+
+def test_checkpointed_dropout_draws_the_forward_mask_again():
+    """torch.utils.checkpoint restores PyTorch's generator state before
+    computing the block again for the backward, and with it ShardX's
+    stream count: the recomputation draws the forward's mask, so the
+    gradient is the one without the checkpoint (it was 17.6 off)."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 16), torch.randn(16, 16) * 0.3
+
+    def block(h, w):
+        return F.dropout(torch.tanh(h @ w), 0.5, training=True)
+
+    def step(x, w, ckpt=True):
+        w = w.detach().requires_grad_(True)
+        h = checkpoint(block, x, w, use_reentrant=False) if ckpt else block(x, w)
+        h = F.dropout(h, 0.2, training=True)
+        loss = (h * h).sum()
+        return loss.detach(), torch.autograd.grad(loss, w)[0]
+    torch.manual_seed(1)
+    got = [t.to_torch() for t in shardx.compile(step, None)(x, w)]
+    for ckpt in (True, False):
+        torch.manual_seed(1)
+        with shardx.same_random():
+            want = step(x, w, ckpt)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)

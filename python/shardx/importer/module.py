@@ -227,11 +227,9 @@ def _trace(fn, example_args, mesh, in_placements, out_placements, name, arg_attr
         arg_attrs = fn.arg_attrs(example_args)
     extra_attrs = _arg_attrs(arg_attrs, len(flat_args))
     start = time.perf_counter()
-    seed = rng.begin_trace()
-    try:
+    with rng.trace_streams() as used:
         gm = _trace_graph(fn, flat_args, treedef, regions, lift)
-    finally:
-        seed = rng.end_trace()
+    seed = used[0] if used else None
     last_lifted.clear()
     last_lifted_written.clear()
     global last_seed

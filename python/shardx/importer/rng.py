@@ -30,6 +30,7 @@ mask.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from typing import Optional, Sequence
@@ -49,22 +50,59 @@ STREAM_SHIFT = 40
 _state = threading.local()
 
 
-def begin_trace() -> torch.Tensor:
-    """Starts a trace's random streams: stream ids from 0, and a fresh seed
-    tensor (a 0-d int64, real: made outside the trace's fake mode) that the
-    random ops read; returns it."""
-    _state.seed = torch.zeros((), dtype=torch.int64)
+@contextlib.contextmanager
+def _streams(seed: torch.Tensor):
+    """Random streams numbered from 0 under ``seed`` for the block. PyTorch's
+    CPU generator state, as ``torch.utils.checkpoint`` saves it before a
+    checkpointed block and restores it before computing the block again
+    for the backward, carries the stream count too: the recomputation
+    draws the forward's streams (the same masks), as eager's generator
+    state gives eager the same numbers."""
+    saved = (getattr(_state, "seed", None), getattr(_state, "streams", 0),
+             getattr(_state, "used", False))
+    _state.seed, _state.streams, _state.used = seed, 0, False
+    states: list = []  # (state tensor, stream count when it was taken)
+    real_get, real_set = torch.get_rng_state, torch.set_rng_state
+
+    def get_rng_state():
+        state = real_get()
+        states.append((state, _state.streams))
+        return state
+
+    def set_rng_state(new_state):
+        for state, streams in reversed(states):
+            if state is new_state:
+                _state.streams = streams
+                break
+        return real_set(new_state)
+    torch.get_rng_state = torch.random.get_rng_state = get_rng_state
+    torch.set_rng_state = torch.random.set_rng_state = set_rng_state
+    try:
+        yield
+    finally:
+        torch.get_rng_state = torch.random.get_rng_state = real_get
+        torch.set_rng_state = torch.random.set_rng_state = real_set
+        _state.seed, _state.streams, _state.used = saved
+
+
+def restart_streams() -> None:
+    """Numbers the streams from 0 again (a trace that starts over)."""
     _state.streams = 0
-    _state.used = False
-    return _state.seed
 
 
-def end_trace() -> Optional[torch.Tensor]:
-    """The trace's seed tensor if a random op read it, else None."""
-    seed = getattr(_state, "seed", None) if getattr(_state, "used", False) else None
-    _state.seed = None
-    _state.used = False
-    return seed
+@contextlib.contextmanager
+def trace_streams():
+    """A trace's random streams: yields a list that holds, once the block
+    ends, the seed tensor (a real 0-d int64 made before the trace's fake
+    mode) if a random op read it, else nothing."""
+    seed = torch.zeros((), dtype=torch.int64)
+    used: list = []
+    with _streams(seed):
+        try:
+            yield used
+        finally:
+            if _state.used:
+                used.append(seed)
 
 
 def _next_stream() -> int:
@@ -218,6 +256,21 @@ def _native_dropout(x, p: float, train: Optional[bool]):
     return x * (keep / (1 - p)), keep.to(torch.bool)
 
 
+def in_place_decompositions() -> dict:
+    """``decompositions()`` and the in-place random ops eager runs
+    (dropout's ``bernoulli_``), for the trace's first pass: the streams are
+    numbered while autograd (and ``torch.utils.checkpoint``'s
+    recomputation) runs, in the order eager draws."""
+    table = decompositions()
+    for op, functional in _IN_PLACE.items():
+        table[op] = functools.partial(_in_place, table[functional])
+    return table
+
+
+def _in_place(functional, self, *args, **kwargs):
+    return self.copy_(functional(self, *args, **kwargs))
+
+
 def decompositions() -> dict:
     """The random ops written from ``random_bits`` (tracing.decompositions
     adds them)."""
@@ -280,14 +333,7 @@ def same_random(seed: Optional[int] = None):
     eagerly under ``same_random()`` after ``torch.manual_seed(s)`` again
     draw the same numbers, so their results compare as a program without
     random ops does (for debugging, and the tests)."""
-    prev_seed, prev_streams, prev_used = (getattr(_state, "seed", None),
-                                          getattr(_state, "streams", 0),
-                                          getattr(_state, "used", False))
     from ..jit import draw_seed
-    _state.seed = torch.tensor(draw_seed() if seed is None else seed, dtype=torch.int64)
-    _state.streams = 0
-    try:
-        with _Replay(decompositions()):
-            yield
-    finally:
-        _state.seed, _state.streams, _state.used = prev_seed, prev_streams, prev_used
+    value = torch.tensor(draw_seed() if seed is None else seed, dtype=torch.int64)
+    with _streams(value), _Replay(decompositions()):
+        yield

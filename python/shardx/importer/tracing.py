@@ -192,6 +192,8 @@ def _trace_graph(fn: Callable, flat_args: List[Any], treedef,
     _regions.REGIONS.clear()
     last_lift_ids.clear()
     last_written_lifted.clear()
+    from . import rng
+    rng.restart_streams()  # numbered from 0 again, as the fake trace's
     gm = _trace_passes(fn, flat_args, treedef, fake=False)
     last_mode = "real"
     return gm
@@ -397,13 +399,17 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool,
         if lazy is not None:
             stack.enter_context(lazy(True))
         with fx_traceback.preserve_node_meta():
-            # An explicit (empty) table: make_fx's default one turns each
+            # An explicit table: make_fx's default one turns each
             # detach into an alias through a second dispatch (2 ms an op at
             # 32 layers); _drop_aliases removes them either way.
             # (An inference tensor has no counter, and cannot be written.)
             versions = [a._version if isinstance(a, torch.Tensor) and not a.is_inference()
                         else None for a in flat_args]
-            g0 = make_fx(flat_fn, decomposition_table={}, record_stack_traces=True)(*flat_args)
+            # The random ops only (rng.py): their streams are numbered as
+            # autograd and checkpoints run them.
+            from . import rng
+            g0 = make_fx(flat_fn, decomposition_table=rng.in_place_decompositions(),
+                         record_stack_traces=True)(*flat_args)
         _backward_lines_from_forward(g0)
         moved = [v is not None and a._version != v for a, v in zip(flat_args, versions)]
         if lift is not None and fake:
