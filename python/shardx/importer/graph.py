@@ -82,6 +82,15 @@ class Importer:
             seq, i = node.args
             return self.env[seq][i]
         handler = HANDLERS.get(node.target)
+        if _writes_first_operand(node.target):
+            # An in-place op the functionalized graph still holds (one a
+            # decomposition of the second pass wrote: `1 - target` in
+            # binary_cross_entropy_with_logits): its value is the
+            # functional op's, valid while nothing reads the tensor it
+            # wrote as it was before.
+            _refuse_reads_of_overwritten(node)
+            if handler is None:
+                handler = HANDLERS.get(_functional_of(node.target))
         if handler is None:
             raise UnsupportedOpError(
                 f"unsupported aten op {node.target} (from {_user_line(node)})")
@@ -91,6 +100,86 @@ class Importer:
             return handler(self, node, args, kwargs)
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"unsupported form of {node.target}: {e} (from {_user_line(node)})") from None
+
+
+def _writes_first_operand(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return info is not None and info.is_write
+
+
+def _functional_of(target):
+    """The functional overload of an in-place aten op (``sub_.Tensor`` ->
+    ``sub.Tensor``), or None."""
+    packet = getattr(torch.ops.aten, target._schema.name.split("::")[-1].rstrip("_"), None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+#: Ops whose result shares its operand's memory (as functionalization
+#: leaves them: views and aliases).
+_VIEW_OPS = {torch.ops.aten.alias.default, torch.ops.aten.view.default,
+             torch.ops.aten._unsafe_view.default, torch.ops.aten.expand.default,
+             torch.ops.aten.slice.Tensor, torch.ops.aten.select.int,
+             torch.ops.aten.permute.default, torch.ops.aten.transpose.int,
+             torch.ops.aten.t.default, torch.ops.aten.unsqueeze.default,
+             torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims,
+             torch.ops.aten.as_strided.default, torch.ops.aten.diagonal.default,
+             torch.ops.aten.detach.default}
+
+
+def _shares_memory(user: torch.fx.Node, of: torch.fx.Node) -> bool:
+    return user.op == "call_function" and bool(user.args) and user.args[0] is of and \
+        (user.target in _VIEW_OPS or _writes_first_operand(user.target))
+
+
+def _memory_group(start: torch.fx.Node) -> set:
+    """The nodes that share ``start``'s memory: through views and in-place
+    results, back to the tensor that owns it and forward from it."""
+    root = start
+    while root.op == "call_function" and root.args and isinstance(root.args[0], torch.fx.Node) \
+            and _shares_memory(root, root.args[0]):
+        root = root.args[0]
+    return _descendants(root)
+
+
+def _descendants(node: torch.fx.Node) -> set:
+    group, todo = {node}, [node]
+    while todo:
+        n = todo.pop()
+        for user in n.users:
+            if user not in group and _shares_memory(user, n):
+                group.add(user)
+                todo.append(user)
+    return group
+
+
+def _refuse_reads_of_overwritten(node: torch.fx.Node) -> None:
+    """UnsupportedOpError where a node after the in-place ``node`` reads the
+    memory it wrote through an older node (the importer, taking the
+    in-place op's value as a new one, would give that reader the old
+    values)."""
+    target = node.args[0] if node.args else None
+    if not isinstance(target, torch.fx.Node):
+        return
+    older = _memory_group(target) - _descendants(node)
+    for n in older:
+        for user in n.users:
+            if user is not node and user not in older and _after(user, node):
+                raise UnsupportedOpError(
+                    f"{node.target} writes a tensor that {user.target} reads afterwards as it "
+                    f"was before ({_user_line(node)})")
+
+
+def _after(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    """Whether node ``a`` comes after node ``b`` in their graph."""
+    n = b.next
+    while n.op != "root":
+        if n is a:
+            return True
+        n = n.next
+    return False
 
 
 def _checkpoint_repeats(graph: torch.fx.Graph):

@@ -511,7 +511,32 @@ class _Pass2(torch.fx.Interpreter):
                     else:
                         self._plain[id(out)] = [out, None]
                     return out
+        if n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node):
+            self._wrap_written_constant(n)
         return super().run_node(n)
+
+    def _wrap_written_constant(self, n: torch.fx.Node) -> None:
+        """An in-place op on a value computed from the graph's constants
+        alone (``cosine_similarity`` of a closed-over tensor clamps its
+        norm in place), with a functional operand besides: functionalize
+        leaves such a value unwrapped, and PyTorch refuses to write it
+        with a functional tensor (an internal assert). The value is wrapped
+        (at the operands' level) before the op, for its readers too."""
+        schema = getattr(n.target, "_schema", None)
+        if schema is None or not schema.arguments or schema.arguments[0].alias_info is None \
+                or not schema.arguments[0].alias_info.is_write:
+            return
+        first = self.env.get(n.args[0])
+        if not isinstance(first, torch.Tensor) or torch._is_functional_tensor(first):
+            return
+        others = [a for a in pytree.tree_leaves((n.args[1:], n.kwargs))
+                  if isinstance(a, torch.fx.Node)]
+        level = next((torch._C._functorch.maybe_get_level(self.env[a]) for a in others
+                      if isinstance(self.env.get(a), torch.Tensor)
+                      and torch._is_functional_tensor(self.env[a])), None)
+        if level is None:
+            return
+        self.env[n.args[0]] = torch._C._functorch._wrap_functional_tensor(first, level)
 
     def fetch_args_kwargs_from_env(self, n: torch.fx.Node):
         args, kwargs = super().fetch_args_kwargs_from_env(n)
