@@ -348,3 +348,24 @@ def test_mpi_embedding_out_of_range(tmp_path):
     for rank in (0, 1):
         assert f"rank {rank}: IndexError index out of range in self" in r.stdout
         assert f"rank {rank}: done" in r.stdout
+
+
+def test_one_hot_labels_out_of_range_raise_eager_errors():
+    """F.one_hot's labels are checked as eager checks them (its traced
+    decomposition compared with an arange: a label out of range gave a row
+    of zeros); in range, eager's result, with the labels split too."""
+    w = torch.randn(6, 5)
+
+    def f(labels, w):
+        w = w.detach().requires_grad_(True)
+        hot = F.one_hot(labels, 5)
+        return hot, torch.autograd.grad((hot.float() * w).sum(), w)[0]
+    good = torch.tensor([0, 3, 1, 4, 4, 2])
+    for compiled in (shardx.compile(f, None), shardx.compile(f, Mesh((2,), ("dp",)),
+                                                             [[Shard(0)], [Shard(0)]])):
+        for got, want in zip(compiled(good, w), f(good, w)):
+            assert torch.equal(got.to_torch(), want)
+        for bad in (torch.tensor([0, 3, 1, 5, 4, 2]), torch.tensor([0, -1, 1, 4, 4, 2])):
+            kind, message = _eager_error(f, bad, w)
+            with pytest.raises(kind, match=message):
+                compiled(bad, w)

@@ -359,6 +359,9 @@ def _trace_passes(fn: Callable, flat_args: List[Any], treedef, fake: bool,
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
         # f32/f64 attention as shardx::attention (importer/attention.py).
         attention.composite_mode(stack)
+        # Ops whose eager kernels raise on bad values, with their checks.
+        from . import checked
+        checked.checked_mode(stack)
         stack.enter_context(unittest.mock.patch("torch.compiler.is_compiling", return_value=True))
         # Recurrent layers as their aten cells, not oneDNN kernels.
         stack.enter_context(torch.backends.mkldnn.flags(enabled=False))

@@ -444,3 +444,26 @@ def _searchsorted(imp, node, args, kwargs):
         return b.v(f"arith.index_cast {start} : index to {elem_type(dtype)}")
     return imp.em.generic(shape, dtype, [(values, [f"d{d}" for d in range(r)])], ["parallel"] * r,
                           [f"d{d}" for d in range(r)], body)
+
+
+@handles("shardx.one_hot.default")
+def _one_hot(imp, node, args, kwargs):
+    """``shardx::one_hot`` (importer/checked.py): each label against the
+    classes, with eager's two checks (a negative label, a label past the
+    classes) as the program's index checks."""
+    labels, n = args[0], args[1]
+    t = labels.dtype
+    nonneg = imp.em.elementwise(labels.shape, torch.bool, [labels],
+                                lambda b, v: b.compare("ge", v[0], b.const(0, t), t))
+    record_check(imp, nonneg, "RuntimeError", "Class values must be non-negative.")
+    below = imp.em.elementwise(labels.shape, torch.bool, [labels],
+                               lambda b, v: b.compare("lt", v[0], b.const(n, t), t))
+    record_check(imp, below, "RuntimeError", "Class values must be smaller than num_classes.")
+    r = labels.rank + 1
+
+    def body(b: Body, a, out):
+        k = b.v(f"arith.index_cast {b.v(f'linalg.index {r - 1} : index')} : index to {elem_type(t)}")
+        return b.cast(b.compare("eq", a[0], k, t), torch.bool, torch.int64)
+    return imp.em.generic(tuple(labels.shape) + (n,), torch.int64,
+                          [(labels, [f"d{d}" for d in range(r - 1)])], ["parallel"] * r,
+                          [f"d{d}" for d in range(r)], body)
