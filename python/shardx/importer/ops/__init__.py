@@ -13,8 +13,9 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``optimizer``: ``_foreach_*`` lists, lerp, addcmul/addcdiv
 - ``sharding``: ``shardx.constrain``
 - ``attention``: ``shardx::attention`` and its gradient (the composite ops)
+- ``upsample``: ``F.interpolate``'s nearest backward and bilinear (ATen's tables)
 - ``random``: ``shardx::random_bits``, the random ops' generator (importer/rng.py)
 """
 
 from . import (attention, elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
-               random, reductions, shape, sharding)
+               random, reductions, shape, sharding, upsample)
