@@ -13,9 +13,10 @@ registers every handler in ``HANDLERS`` (``..registry``).
 - ``optimizer``: ``_foreach_*`` lists, lerp, addcmul/addcdiv
 - ``sharding``: ``shardx.constrain``
 - ``attention``: ``shardx::attention`` and its gradient (the composite ops)
+- ``adaptive_pool``: adaptive average and max pooling of any output size
 - ``upsample``: ``F.interpolate``'s nearest backward and bilinear (ATen's tables)
 - ``random``: ``shardx::random_bits``, the random ops' generator (importer/rng.py)
 """
 
-from . import (attention, elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
+from . import (adaptive_pool, attention, elementwise, grouped, indexing, linalg, moe_ops, optimizer, pooling,  # noqa: F401
                random, reductions, shape, sharding, upsample)

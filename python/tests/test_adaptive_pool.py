@@ -1,0 +1,51 @@
+"""Adaptive average and max pooling of any output size (VGG's (7, 7),
+pyramid pooling, ...; only the global (1, 1) average imported before),
+forward and backward, bit for bit with eager: windows that overlap and
+differ in length, max's first index with NaN winning and an all -inf
+window keeping its first element, 1-d and unbatched inputs; unsharded and
+split over the channels and the rows."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shardx
+from shardx import Mesh, Shard as S
+
+CASES = {
+    "avg_3x4": lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+    "avg_5x5": lambda x: F.adaptive_avg_pool2d(x, (5, 5)),
+    "max_3x4_indices": lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+    "max_4x5": lambda x: F.adaptive_max_pool2d(x, (4, 5)),
+    "avg_1d": lambda x: F.adaptive_avg_pool1d(x[:, :, 0], 4),
+    "avg_unbatched": lambda x: F.adaptive_avg_pool2d(x[0], (3, 4)),
+}
+
+
+def _same(a, b):
+    return torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_adaptive_pooling_matches_eager(case, dtype):
+    fn = CASES[case]
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 7, 6, dtype=dtype)
+    if case.startswith("max"):
+        x[0, 0, 2, 2] = float("nan")
+        x[1, 1] = float("-inf")
+    out = fn(x)
+    weight = torch.randn((out[0] if isinstance(out, tuple) else out).shape, dtype=dtype)
+
+    def step(x):
+        x = x.detach().requires_grad_(True)
+        ys = fn(x)
+        ys = ys if isinstance(ys, tuple) else (ys,)
+        grad = torch.autograd.grad((ys[0] * weight).nan_to_num().sum(), x)[0]
+        return [y.detach() for y in ys] + [grad]
+    want = step(x)
+    for f in (shardx.compile(step, None), shardx.compile(step, Mesh((2,), ("c",)), [[S(1)]]),
+              shardx.compile(step, Mesh((2,), ("r",)), [[S(2)]])):
+        for got, w in zip(f(x), want):
+            assert _same(got.to_torch(), w)
