@@ -282,3 +282,20 @@ def test_an_in_place_op_whose_old_value_is_read_later_is_refused():
     graph.erase_node(stale)
     graph.output((new,))
     Importer(torch.fx.GraphModule({}, graph)).run([Value("%arg0", (3,), torch.float32)])
+
+
+def test_shrinks_addmv_and_negative_padding_match_eager():
+    """hardshrink/softshrink (their backward had no handler), addmv (its
+    decomposition was not used), a negative padding (a crop, which
+    local_response_norm's window sum writes) and local_response_norm."""
+    torch.manual_seed(11)
+    x = torch.randn(4, 6)
+    x[0, 0], x[0, 1] = 0.5, -0.5
+    img = torch.randn(2, 5, 4, 4)
+
+    def ops(x):
+        x = x.detach().requires_grad_(True)
+        out = (F.hardshrink(x), F.softshrink(x, 0.3), torch.addmv(x[:, 0], x, x[0]),
+               F.local_response_norm(img * x.sum(), 2), F.pad(x, (-1, 2, 1, -2)))
+        return [o.detach() for o in out] + [torch.autograd.grad(sum((o * o).sum() for o in out), x)[0]]
+    _check(ops, (x,), [None], check=lambda g, w: torch.allclose(g, w, rtol=1e-6, atol=1e-6))

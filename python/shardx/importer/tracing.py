@@ -65,6 +65,8 @@ def decompositions():
     table.pop(aten.col2im.default, None)
     # bucketize is eager's binary search, as searchsorted (indexing.py).
     table.pop(aten.bucketize.Tensor, None)
+    # Ops that have a decomposition but reached the importer whole.
+    table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink]))
     # Random ops from ShardX's counter-based generator (rng.py).
     from . import rng
     table.update(rng.decompositions())

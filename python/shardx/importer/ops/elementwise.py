@@ -671,3 +671,17 @@ def _erfinv(imp, node, args, kwargs):
         x = b.select(b.compare("eq", ay, c(1.0), t), inf, x, t)
         return b.select(b.compare("gt", ay, c(1.0), t), c(float("nan")), x, t), None
     return _ew(imp, node, [args[0]], fn, compute)
+
+
+@handles(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+def _shrink_backward(imp, node, args, kwargs):
+    """The gradient of ``hardshrink``/``softshrink``: 0 where ``-lambd <=
+    x <= lambd``, else the output gradient (ATen's kernels)."""
+    g, x, lambd = args[0], args[1], args[2]
+
+    def fn(b, v, t):
+        lo = b.compare("ge", v[1], b.const(-lambd, t), t)
+        hi = b.compare("le", v[1], b.const(lambd, t), t)
+        inside = b.v(f"arith.andi {lo}, {hi} : i1")
+        return b.select(inside, b.const(0, t), v[0], t), None
+    return _ew(imp, node, [g, x], fn)

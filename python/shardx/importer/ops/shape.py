@@ -276,6 +276,15 @@ def _constant_pad_nd(imp, node, args, kwargs):
     low, high = [0] * x.rank, [0] * x.rank
     for k in range(len(p) // 2):  # pairs from the last dim backwards
         low[x.rank - 1 - k], high[x.rank - 1 - k] = p[2 * k], p[2 * k + 1]
+    if any(v < 0 for v in low + high):
+        # A negative padding crops (local_response_norm's window sum pads
+        # one side and crops the other): a slice first, then the rest.
+        offsets = [max(-lo, 0) for lo in low]
+        sizes = [s - max(-lo, 0) - max(-hi, 0) for s, lo, hi in zip(x.shape, low, high)]
+        if any(n < 0 for n in sizes):
+            raise UnsupportedOpError(f"padding {p} crops more than {list(x.shape)}")
+        x = imp.em.extract_slice(x, offsets, sizes, [1] * x.rank)
+        low, high = [max(v, 0) for v in low], [max(v, 0) for v in high]
     return pad(imp, x, low, high, value)
 
 
