@@ -118,3 +118,30 @@ def test_topk_with_ties_picks_the_same_values(name):
     assert same_bits(TIED.gather(dim, gi), gv)
     lines = gi.t().tolist() if dim == 0 else gi.tolist()
     assert all(len(set(line)) == len(line) for line in lines), gi.tolist()
+
+
+def test_median_matches_eager():
+    """torch.median along a dim (values, indices, keepdim) and of all
+    elements, with its gradient: the lower median; a NaN along the dim is
+    the median, at the first NaN's index; split along and across the dim.
+    (No ties: eager's quickselect names one of several equal positions.)"""
+    from shardx import Mesh, Shard
+    nan = float("nan")
+    torch.manual_seed(0)
+    x = torch.randn(5, 7)
+    x[1, 3], x[2, 0], x[2, 5] = nan, nan, nan
+    w = torch.randn(5)
+
+    def f(x):
+        x = x.detach().requires_grad_(True)
+        v, i = torch.median(x, 1)
+        v0, i0 = torch.median(x, 0, keepdim=True)
+        m = torch.median(x[3:])
+        loss = (v.nan_to_num() * w).sum() + v0.nan_to_num().sum() + m
+        return v.detach(), i, v0.detach(), i0, m.detach(), torch.autograd.grad(loss, x)[0]
+    want = f(x)
+    for compiled in (shardx.compile(f, None), shardx.compile(f, Mesh((2,), ("dp",)), [[Shard(0)]]),
+                     shardx.compile(f, Mesh((2,), ("dp",)), [[Shard(1)]])):
+        for got, w_ in zip(compiled(x), want):
+            got = got.to_torch()
+            assert torch.equal(got.isnan(), w_.isnan()) and torch.equal(got.nan_to_num(), w_.nan_to_num())

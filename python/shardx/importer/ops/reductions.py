@@ -428,3 +428,51 @@ def _logcumsumexp(imp, node, args, kwargs):
                           [f"d{k}" for k in range(r)], body,
                           init=imp.em.full(shape, float("-inf"), acc))
     return imp.em.cast(scan, dtype)
+
+
+@handles(aten.median.dim, aten.median.default)
+def _median(imp, node, args, kwargs):
+    """The lower median along ``dim`` (slot ``(n - 1) // 2`` of the ascending
+    sort, ``_sort_last``) and its index; a NaN anywhere along the dim is the
+    median, at the first NaN's index, as eager's. Where values tie, the
+    index is the first position's in the order; eager's quickselect can
+    name another position of the same value (as for ``kthvalue``,
+    docs/Importer.md). ``median()`` without a dim is the flattened one's
+    value."""
+    x = args[0]
+    whole = node.target == aten.median.default
+    if whole:
+        x = imp.em.reshape(x, (_prod(x.shape),))
+        dim, keepdim = 0, False
+    else:
+        a = list(args) + [None] * 3
+        dim = kwargs.get("dim", a[1] if a[1] is not None else -1)
+        keepdim = kwargs.get("keepdim", a[2] if a[2] is not None else False)
+    if x.rank == 0:
+        return x if whole else [x, imp.em.full((), 0, torch.int64)]
+    dim %= x.rank
+    n = x.shape[dim]
+    if n == 0:
+        raise UnsupportedOpError("median of an empty dim")
+    k = (n - 1) // 2
+    values, indices = _sort_along(imp, x, dim, k + 1, False)
+    offsets = [0] * x.rank
+    offsets[dim] = k
+    sizes = list(x.shape)
+    sizes[dim] = 1
+    target = [s for i, s in enumerate(x.shape) if i != dim]
+    pick = lambda v: imp.em.reshape(imp.em.extract_slice(v, offsets, sizes, [1] * x.rank), target)
+    values, indices = pick(values), pick(indices)
+    if is_float(x.dtype):
+        nan = imp.em.elementwise(x.shape, torch.bool, [x], lambda b, v: b.is_nan(v[0], x.dtype))
+        any_nan, first = _extreme(imp, nan, dim, False, True)
+        values = imp.em.elementwise(values.shape, x.dtype, [any_nan, values], lambda b, v: b.select(
+            v[0], b.const(float("nan"), x.dtype), v[1], x.dtype))
+        indices = imp.em.elementwise(values.shape, torch.int64, [any_nan, first, indices],
+                                     lambda b, v: b.select(v[0], v[1], v[2], torch.int64))
+    if whole:
+        return values
+    if keepdim:
+        full = [1 if i == dim else s for i, s in enumerate(x.shape)]
+        values, indices = imp.em.reshape(values, full), imp.em.reshape(indices, full)
+    return [values, indices]
