@@ -65,6 +65,11 @@ def decompositions():
     table.pop(aten.col2im.default, None)
     # bucketize is eager's binary search, as searchsorted (indexing.py).
     table.pop(aten.bucketize.Tensor, None)
+    # Reflection padding's gradient in ATen's order (ops/upsample.py),
+    # not the core decomposition's.
+    for op in (aten.reflection_pad1d_backward, aten.reflection_pad2d_backward,
+               aten.reflection_pad3d_backward):
+        table.pop(op.default, None)
     # Ops that have a decomposition but reached the importer whole.
     table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink]))
     # Random ops from ShardX's counter-based generator (rng.py).

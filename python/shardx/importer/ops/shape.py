@@ -293,7 +293,8 @@ def _constant_pad_nd(imp, node, args, kwargs):
 @handles(aten.full.default, aten.full_like.default, aten.zeros.default, aten.ones.default,
          aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
          aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.empty_like.default,
-         aten.empty.memory_format)
+         aten.empty.memory_format, aten.new_empty_strided.default, aten.new_empty.default,
+         aten.empty_strided.default)
 def _full(imp, node, args, kwargs):
     shape, dtype = _out(node)
     t = node.target

@@ -1,6 +1,8 @@
-"""Upsampling (``F.interpolate``): the backward of ``nearest`` and
+"""Upsampling (``F.interpolate``) and padding by replication or reflection:
+the backward of ``nearest`` and
 ``nearest-exact`` (1-, 2- and 3-d; their forward is PyTorch's decomposition,
-an index), bit for bit with ATen's CPU kernels, and ``bilinear`` forward and
+an index) and of replication and reflection padding (``gather_backward``),
+bit for bit with ATen's CPU kernels, and ``bilinear`` forward and
 backward, with ATen's indices and weights (within a few ulps of eager: its
 kernel's rounding order is not reproduced).
 
@@ -104,27 +106,35 @@ def _readers(sources_per_out: List[Sequence[int]], in_size: int) -> Tuple[List[L
          aten._upsample_nearest_exact2d_backward.default,
          aten._upsample_nearest_exact3d_backward.default)
 def _nearest_backward(imp, node, args, kwargs):
-    """Each input element sums the output gradient of the outputs that read
-    it (a run of outputs per dim: the longest run is the reduction's
-    extent), in output order, as ATen's kernel adds them."""
     gy, out_size, in_size = args[0], list(args[1]), list(args[2])
     nd = len(out_size)
     scales = list(args[3:3 + nd]) + [None] * (nd - len(args[3:3 + nd]))
     exact = "exact" in str(node.target)
     shape, dtype = _out(node)
+    sources = [_nearest_sources(in_size[2 + d], out_size[d], scales[d], exact) for d in range(nd)]
+    return gather_backward(imp, gy, shape, dtype, sources)
+
+
+def gather_backward(imp, gy: Value, shape, dtype: torch.dtype,
+                    sources: List[List[int]]) -> Value:
+    """The gradient of an op whose output element reads the input element
+    at ``sources[d][o_d]`` along each of the last ``len(sources)`` dims
+    (nearest upsampling, replication and reflection padding): each input
+    element sums the output gradient of the outputs that read it, in
+    output order (row-major), as ATen's kernels add them into it. The
+    outputs reading an input index are a constant table per dim (padded
+    with -1); the reduction runs over their slots."""
+    nd = len(sources)
     tables, widths = [], []
     for d in range(nd):
-        src = _nearest_sources(in_size[2 + d], out_size[d], scales[d], exact)
-        readers, width = _readers([[s] for s in src], in_size[2 + d])
+        readers, width = _readers([[s] for s in sources[d]], shape[len(shape) - nd + d])
         tables.append(_const(imp, readers, torch.int64))
         widths.append(width)
     r = len(shape)
     lead = r - nd
-    # Loops: the input's dims, then one per spatial dim over its readers.
     taps = imp.em.full(tuple(widths), 0, torch.int64)
 
     def body(b: Body, a, out):
-        const = lambda v: b.v(f"arith.constant {v} : index")
         hit = None
         coords = [b.v(f"linalg.index {k} : index") for k in range(lead)]
         for d in range(nd):
@@ -140,6 +150,40 @@ def _nearest_backward(imp, node, args, kwargs):
     return imp.em.generic(shape, dtype, [(taps, [f"d{r + d}" for d in range(nd)])],
                           ["parallel"] * r + ["reduction"] * nd, [f"d{k}" for k in range(r)],
                           body, init=imp.em.full(shape, 0, dtype))
+
+
+def _pad_sources(in_size: int, low: int, out_size: int, reflect: bool) -> List[int]:
+    """The input index each output index of a replication (reflection)
+    padding reads."""
+    src = []
+    for o in range(out_size):
+        i = o - low
+        if reflect:
+            i = -i if i < 0 else (2 * (in_size - 1) - i if i >= in_size else i)
+        else:
+            i = min(max(i, 0), in_size - 1)
+        src.append(i)
+    return src
+
+
+@handles(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+         aten.replication_pad3d_backward.default, aten.reflection_pad1d_backward.default,
+         aten.reflection_pad2d_backward.default, aten.reflection_pad3d_backward.default)
+def _pad_backward(imp, node, args, kwargs):
+    """Replication and reflection padding's gradient (``gather_backward``),
+    bit for bit with ATen's kernels."""
+    gy, x, padding = args[0], args[1], list(args[2])
+    shape, dtype = _out(node)
+    nd = len(padding) // 2
+    reflect = "reflection" in str(node.target)
+    sources = []
+    for d in range(nd):
+        # padding pairs run from the last dim backwards
+        k = nd - 1 - d
+        low = padding[2 * k]
+        sources.append(_pad_sources(x.shape[x.rank - nd + d], low, gy.shape[gy.rank - nd + d],
+                                    reflect))
+    return gather_backward(imp, gy, shape, dtype, sources)
 
 
 def _bilinear_args(args, node):
