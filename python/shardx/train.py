@@ -69,6 +69,10 @@ class TrainStep:
         self.foreach = foreach
         self.hp = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, betas=betas, eps=eps)
         self.param_names = [n for n, _ in module.named_parameters()]
+        # The parameters the step trains: those requiring grad (a frozen
+        # backbone's do not), as torch.optim updates only parameters with
+        # a gradient.
+        self.trainable = [p.requires_grad for p in module.parameters()]
         # Normalization layers' running statistics (batch norm in training
         # mode updates them): state in and out of the step, as in eager.
         self.buffer_names = [f"{m}.{b}" if m else b for m, mod in module.named_modules()
@@ -97,7 +101,8 @@ class TrainStep:
         return (params, self.initial_state(), tuple(inputs), target)
 
     def __call__(self, params, state, inputs, target):
-        params = [p if p.requires_grad else p.detach().requires_grad_(True) for p in params]
+        params = [(p if p.requires_grad else p.detach().requires_grad_(True)) if train
+                  else p.detach() for p, train in zip(params, self.trainable)]
         # The forward updates the running statistics in place: on copies.
         buffers = [b.clone() for b in state.get("buffers", [])]
         # torch.func.functional_call's reparametrization, kept through the
@@ -114,7 +119,11 @@ class TrainStep:
                 loss = self.loss_fn(out, target)
             with phase("backward"):
                 link_backward_to_forward(loss)
-                grads = list(torch.autograd.grad(loss, params))
+                wrt = [p for p, train in zip(params, self.trainable) if train]
+                found = iter(torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else [])
+                # None for a frozen parameter and for one the loss does not
+                # read: torch.optim skips both (no step, decay or state).
+                grads = [next(found) if train else None for train in self.trainable]
         with phase("optimizer"):
             return self._update(params, grads, state, loss, buffers)
 
@@ -123,6 +132,24 @@ class TrainStep:
         state = {k: [t.clone() for t in v] for k, v in state.items()}
         if buffers:
             state["buffers"] = [b.detach() for b in buffers]
+        active = [i for i, g in enumerate(grads) if g is not None]
+        if len(active) < len(params):
+            # The optimizer steps the parameters with a gradient only; the
+            # others and their state are returned as they were.
+            sub = {k: [v[i] for i in active] for k, v in state.items() if k != "buffers"}
+            _, stepped, sub = self._step([new_params[i] for i in active],
+                                         [grads[i] for i in active], sub, loss)
+            for j, i in enumerate(active):
+                new_params[i] = stepped[j]
+                for k in sub:
+                    state[k][i] = sub[k][j]
+            return loss.detach(), new_params, state
+        return self._step(new_params, grads, state, loss)
+
+    def _step(self, new_params, grads, state, loss):
+        params = new_params
+        if not params:
+            return loss.detach(), new_params, state
         hp = self.hp
         common = dict(foreach=self.foreach, maximize=False, grad_scale=None, found_inf=None)
         if self.optimizer == "sgd":

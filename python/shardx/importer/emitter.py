@@ -256,6 +256,11 @@ class Emitter:
         return Value(name, shape, out_dtype)
 
     def extract_slice(self, x: Value, offsets, sizes, strides) -> Value:
+        if any(n == 0 for n in sizes):
+            # An empty slice (x[..., n:] of a dim of size n): no element is
+            # read, and its offset may be the dim's size, which
+            # tensor.extract_slice refuses.
+            return self.empty(sizes, x.dtype)
         t = tensor_type(sizes, x.dtype)
         j = lambda xs: ", ".join(map(str, xs))
         name = self.emit(f"tensor.extract_slice {x.name}[{j(offsets)}] [{j(sizes)}] [{j(strides)}] : {x.type} to {t}")

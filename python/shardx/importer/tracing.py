@@ -71,7 +71,7 @@ def decompositions():
                aten.reflection_pad3d_backward):
         table.pop(op.default, None)
     # Ops that have a decomposition but reached the importer whole.
-    table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink]))
+    table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink, aten.repeat]))
     # Random ops from ShardX's counter-based generator (rng.py).
     from . import rng
     table.update(rng.decompositions())
