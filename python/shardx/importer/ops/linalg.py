@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import List
 
+import torch
+
 from ..registry import _ew, _out, aten, handles
 from ..values import UnsupportedOpError, Value, tensor_type
 from .shape import _j, insert_slice, pad
@@ -26,13 +28,18 @@ def _addmm(imp, node, args, kwargs):
     beta = kwargs.get("beta", 1)
     alpha = kwargs.get("alpha", 1)
     shape, dtype = _out(node)
-    m = imp.em.matmul(a, b, dtype)
+    # bf16/f16: the product accumulated in f32 and the bias added in f32,
+    # rounded once, as eager's CPU GEMM does (the product rounded to bf16
+    # and then the sum was an ulp off in a fifth of nn.Linear's outputs
+    # under autocast).
+    narrow = dtype in (torch.bfloat16, torch.float16)
+    m = imp.em.matmul(a, b, torch.float32 if narrow else dtype)
 
     def fn(bd, v, t):
         x = v[0] if alpha == 1 else bd.binary("mul", v[0], bd.const(alpha, t), t)
         y = v[1] if beta == 1 else bd.binary("mul", v[1], bd.const(beta, t), t)
         return bd.binary("add", x, y, t), None
-    return _ew(imp, node, [m, bias], fn)
+    return _ew(imp, node, [m, bias], fn, torch.float32 if narrow else None)
 
 
 def _conv_params(x: Value, w: Value, stride, padding, dilation, transposed, groups):
