@@ -49,7 +49,8 @@ TOL64 = dict(rtol=1e-7, param_atol=1e-5 * LR, state_atol={1: 1e-7, 2: 1e-7}, los
 # Parameters whose gradient is zero in exact arithmetic (softmax is invariant
 # to a shift of all keys, so the key bias gets none): Adam turns the rounding
 # noise into steps of up to lr either way, so they are checked to 2 lr a step.
-ILL_CONDITIONED = {"gpt2": ["attn.c_attn.bias"], "bert": ["attention.self.key.bias"],
+ILL_CONDITIONED = {"gpt2": ["attn.c_attn.bias"], "gpt2_dropout": ["attn.c_attn.bias"],
+                   "bert": ["attention.self.key.bias"],
                    "vit": ["self_attention.in_proj_bias"]}
 
 
@@ -90,6 +91,17 @@ def _gpt2():
                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                        bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     return CausalLM(T.GPT2LMHeadModel(cfg).eval()), lm_loss, *_tokens()
+
+
+def _gpt2_dropout():
+    """GPT-2 in training mode with dropout 0.1 (embeddings, attention
+    probabilities, residuals): random numbers from ShardX's generator
+    (importer/rng.py), eager drawing the same ones (``ZooRun.SEED``)."""
+    import transformers as T
+    cfg = T.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                       resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+                       bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return CausalLM(T.GPT2LMHeadModel(cfg).train()), lm_loss, *_tokens()
 
 
 def _llama():
@@ -162,7 +174,7 @@ def _gru():
 
 # name -> () -> (module, loss_fn, inputs, target); built under manual_seed(0).
 MODELS: Dict[str, Callable] = {
-    "gpt2": _gpt2, "llama": _llama, "bert": _bert, "mixtral": _mixtral, "resnet18": _resnet18,
+    "gpt2": _gpt2, "gpt2_dropout": _gpt2_dropout, "llama": _llama, "bert": _bert, "mixtral": _mixtral, "resnet18": _resnet18,
     "resnet_tiny": _resnet_tiny, "vit": _vit,
     "lstm": _lstm, "gru": _gru,
 }
@@ -265,7 +277,7 @@ def plans(model: str) -> List[Plan]:
     m1 = Mesh((2,), ("tp",))
     m2 = Mesh((2, 2), ("dp", "tp"))
     r1, r2 = [Replicate()], [Replicate(), Replicate()]
-    if model == "gpt2":
+    if model in ("gpt2", "gpt2_dropout"):
         # GPT-2's Conv1D stores weights as (in, out): column-parallel is Shard(1).
         col, row = ["attn.c_attn", "mlp.c_fc"], ["attn.c_proj", "mlp.c_proj"]
         return [Plan("tp2", m1, lambda ns: _megatron(ns, col, row, 0, 1, 1, 0), r1, col, row),
@@ -380,22 +392,33 @@ class ZooRun:
         # A second batch for step 2 (same shapes), from another seed.
         _, _, self.inputs2, self.target2 = build(model, dtype, seed=1)
 
+    #: The random ops' seed of step k (dropout: importer/rng.py), the last
+    #: input of a program that draws random numbers; eager draws the same
+    #: numbers under ``shardx.same_random(SEED + k)``.
+    SEED = 1000
+
     def trace(self, plan: Optional[Plan] = None) -> str:
         import shardx
+        from shardx.importer import module as importer_module
         if plan is None:
-            return shardx.trace(self.step, self.args, name="train_step")
-        ins, outs = self.step.placements(plan.mesh, plan.params(self.step.param_names),
-                                         [plan.batch] * len(self.inputs), plan.batch)
-        with plan.constraints(self.step.module):
-            return shardx.trace(self.step, self.args, plan.mesh, ins, outs, name="train_step")
+            text = shardx.trace(self.step, self.args, name="train_step")
+        else:
+            ins, outs = self.step.placements(plan.mesh, plan.params(self.step.param_names),
+                                             [plan.batch] * len(self.inputs), plan.batch)
+            with plan.constraints(self.step.module):
+                text = shardx.trace(self.step, self.args, plan.mesh, ins, outs, name="train_step")
+        self.random = importer_module.last_seed is not None
+        return text
 
     def eager(self, steps: int) -> List[List[np.ndarray]]:
         res = []
         params, state = self.args[0], self.args[1]
+        import shardx
         for k in range(steps):
             ins, tgt = (self.inputs, self.target) if k == 0 else (self.inputs2, self.target2)
-            out = self.step.run_eager([p.clone() for p in params], {key: [t.clone() for t in v]
-                                      for key, v in state.items()}, tuple(ins), tgt)
+            with shardx.same_random(self.SEED + k):
+                out = self.step.run_eager([p.clone() for p in params], {key: [t.clone() for t in v]
+                                          for key, v in state.items()}, tuple(ins), tgt)
             res.append([t.detach().numpy().copy() for t in pytree.tree_leaves(out)])
             params, state = out[1], out[2]
         return res
@@ -407,7 +430,8 @@ class ZooRun:
             state = [t.detach().numpy() for t in pytree.tree_leaves((self.args[0], self.args[1]))]
         else:
             state = prev[1:]
-        return [np.array(a, order="C") for a in state + batch]
+        seed = [np.array(self.SEED + k, dtype=np.int64)] if getattr(self, "random", False) else []
+        return [np.array(a, order="C") for a in state + batch] + seed
 
     def compile(self, text: str, tag: str, extra: Sequence[str] = ()):
         from shardx.artifact import compile_mlir

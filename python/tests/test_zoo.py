@@ -21,6 +21,9 @@ from shardx_dev import zoo
 # after one AdamW step (batch norm over 4 values; docs/Importer.md).
 CASES = [
     ("gpt2", ("tp2",), torch.float32),
+    # Dropout 0.1: the seed is the program's last input (shardx-exec runs
+    # it), eager draws ShardX's numbers (shardx.same_random).
+    ("gpt2_dropout", ("tp2",), torch.float32),
     ("llama", ("dp2xtp2", "fsdp2xtp2", "tp2sp"), torch.float32),
     ("bert", ("tp2",), torch.float32),
     ("mixtral", (), torch.float32),
