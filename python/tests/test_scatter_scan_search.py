@@ -299,3 +299,28 @@ def test_shrinks_addmv_and_negative_padding_match_eager():
                F.local_response_norm(img * x.sum(), 2), F.pad(x, (-1, 2, 1, -2)))
         return [o.detach() for o in out] + [torch.autograd.grad(sum((o * o).sum() for o in out), x)[0]]
     _check(ops, (x,), [None], check=lambda g, w: torch.allclose(g, w, rtol=1e-6, atol=1e-6))
+
+
+def test_advanced_indexing_gradients_with_several_or_later_index_tensors():
+    """The backward of ``x[arange(B), idx]`` (a sequence classifier's
+    pooling), of a list index on dim 1 (with a repeat and a negative
+    index), of an index on the last dim, of non-adjacent index tensors and
+    of broadcast ones: an accumulating index_put, before refused unless it
+    was one tensor into dim 0. Bit for bit, split along dims 0 and 2."""
+    torch.manual_seed(12)
+    x = torch.randn(4, 5, 6)
+    cases = [
+        lambda x: x[torch.arange(4), torch.tensor([1, 3, 0, 4])],
+        lambda x: x[:, [2, 2, -1]],
+        lambda x: x[..., torch.tensor([[0, 5], [5, 1]])],
+        lambda x: x[torch.tensor([0, 3, 3]), :, torch.tensor([1, 2, 2])],
+        lambda x: x[torch.tensor([[0], [2]]), torch.tensor([1, 4, 1])],
+    ]
+    weights = [torch.randn(f(x).shape) for f in cases]
+
+    def grads(x):
+        x = x.detach().requires_grad_(True)
+        ys = [f(x) for f in cases]
+        return [y.detach() for y in ys] + [torch.autograd.grad(y, x, w)[0]
+                                           for y, w in zip(ys, weights)]
+    _check(grads, (x,), [None, (DP2, [[S(0)]]), (DP2, [[S(2)]])])

@@ -140,8 +140,11 @@ def _scatter_one(imp, node, args, kwargs):
 def _index_put(imp, node, args, kwargs):
     x, indices, values = args[0], args[1], args[2]
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-    if not accumulate or len(indices) != 1 or indices[0] is None:
-        raise UnsupportedOpError("index_put other than accumulating into dim 0 with one index tensor")
+    if not accumulate:
+        raise UnsupportedOpError("index_put without accumulate other than into dim 0 with one "
+                                 "integer index tensor")
+    if len(indices) != 1 or indices[0] is None:
+        return _index_put_indices(imp, node, x, list(indices), values)
     # Negative indices count from the end, as in eager.
     idx = checked_index(imp, indices[0], x.shape[0], True, "IndexError", _bounds(0, x.shape[0]))
     k = idx.rank
@@ -467,3 +470,48 @@ def _one_hot(imp, node, args, kwargs):
     return imp.em.generic(tuple(labels.shape) + (n,), torch.int64,
                           [(labels, [f"d{d}" for d in range(r - 1)])], ["parallel"] * r,
                           [f"d{d}" for d in range(r)], body)
+
+
+def _index_put_indices(imp, node, x: Value, indices, values: Value) -> Value:
+    """Accumulating ``index_put`` with several index tensors, or one on
+    another dim (``x[arange(B), idx]``'s backward: a sequence
+    classifier's pooling, CLIP's; ``x[..., [i], :]``): each element of
+    ``x`` adds the values whose indices name it, in the index order (a
+    reduction over the broadcast index dims, masked). The indexed result's
+    dims are laid out as ``_index`` lays them out (the broadcast dims at
+    the first index's place where the indices are adjacent, else first)."""
+    indices = indices + [None] * (x.rank - len(indices))
+    pos = [k for k, t in enumerate(indices) if t is not None]
+    if any(indices[k].dtype == torch.bool for k in pos):
+        raise UnsupportedOpError("index_put with a boolean mask (data-dependent shape)")
+    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[k].shape) for k in pos]))
+    nb = len(bshape)
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+    none_dims = [k for k in range(x.rank) if indices[k] is None]
+    before = [k for k in none_dims if k < first] if adjacent else []
+    after = [k for k in none_dims if k not in before]
+    r = x.rank
+    result_exprs = [f"d{k}" for k in before] + [f"d{r + i}" for i in range(nb)] + \
+        [f"d{k}" for k in after]
+    result_shape = [x.shape[k] for k in before] + list(bshape) + [x.shape[k] for k in after]
+    values = imp.em.broadcast_to(values, tuple(result_shape))
+    inputs = []
+    for k in pos:
+        t = checked_index(imp, indices[k], x.shape[k], True, "IndexError", _bounds(k, x.shape[k]))
+        off = nb - t.rank
+        keep = [i for i in range(t.rank) if not (t.shape[i] == 1 and bshape[off + i] != 1)]
+        src = imp.em.reshape(t, [t.shape[i] for i in keep])
+        inputs.append((src, [f"d{r + off + i}" for i in keep]))
+    inputs.append((values, result_exprs))
+
+    def body(b: Body, a, out):
+        hit = None
+        for j, k in enumerate(pos):
+            here = b.v(f"linalg.index {k} : index")
+            eq = b.v(f"arith.cmpi eq, {here}, {_as_index(b, a[j], indices[k].dtype)} : index")
+            hit = eq if hit is None else b.v(f"arith.andi {hit}, {eq} : i1")
+        v = b.cast(a[len(pos)], values.dtype, x.dtype)
+        return b.select(hit, b.binary("add", out, v, x.dtype), out, x.dtype)
+    return imp.em.generic(x.shape, x.dtype, inputs, ["parallel"] * r + ["reduction"] * nb,
+                          [f"d{k}" for k in range(r)], body, init=x)
