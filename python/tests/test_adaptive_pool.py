@@ -49,3 +49,25 @@ def test_adaptive_pooling_matches_eager(case, dtype):
               shardx.compile(step, Mesh((2,), ("r",)), [[S(2)]])):
         for got, w in zip(f(x), want):
             assert _same(got.to_torch(), w)
+
+
+def test_pooling_a_transposed_or_channels_last_activation():
+    """Pooling over a transposed activation (Swin's pooler) and a
+    channels-last network: their backward writes an as_strided_scatter (a
+    view of the whole storage in another dim order), before refused."""
+    import torch.nn as nn
+    torch.manual_seed(1)
+    lin, pool = nn.Linear(8, 8), nn.AdaptiveAvgPool1d(1)
+    x = torch.randn(2, 5, 8)
+    conv = nn.Conv2d(3, 4, 3, padding=1).to(memory_format=torch.channels_last)
+    img = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+
+    def step(x, img):
+        x, img = x.detach().requires_grad_(True), img.detach().requires_grad_(True)
+        a = pool(lin(x).transpose(1, 2)).flatten(1)
+        b = F.adaptive_avg_pool2d(conv(img), (2, 3))
+        loss = (a * a).sum() + (b * b).sum()
+        return [a.detach(), b.detach()] + list(torch.autograd.grad(loss, (x, img)))
+    want = step(x, img)
+    for got, w in zip(shardx.compile(step, None)(x, img), want):
+        torch.testing.assert_close(got.to_torch(), w, rtol=1e-5, atol=1e-6)

@@ -65,27 +65,68 @@ def _same_strides(shape, strides) -> bool:
     return all(int(s) == 1 or int(a) == int(b) for s, a, b in zip(shape, strides, want))
 
 
+def _permuted_layout(size, stride):
+    """The permutation ``p`` for which ``stride`` (of a view of sizes
+    ``size``) are the row-major strides of ``size[p]`` (a view of a whole
+    row-major storage in another dim order: a transpose's), or None."""
+    order = sorted(range(len(size)), key=lambda d: (-int(stride[d]) if int(size[d]) != 1 else 0, d))
+    permuted = [int(size[d]) for d in order]
+    if _same_strides(permuted, [int(stride[d]) for d in order]):
+        return order
+    return None
+
+
 @handles(aten.as_strided.default, aten.as_strided_copy.default)
 def _as_strided(imp, node, args, kwargs):
-    """``as_strided`` where it is a reshape: the input laid out row-major
-    from its storage's start, and the output the row-major view of all of
-    it (PyTorch's decompositions write reshapes so, e.g. GroupNorm's
-    ``native_group_norm``). Any other window into the storage reads memory
-    that a value does not describe: refused."""
+    """``as_strided`` where it views a whole row-major storage: a reshape
+    (PyTorch's decompositions write reshapes so, e.g. GroupNorm's
+    ``native_group_norm``), or a reshape then a transpose where the strides
+    are row-major in another dim order (a transposed activation's layout).
+    Any other window into the storage reads memory that a value does not
+    describe: refused."""
     x = args[0]
     size = args[1] if len(args) > 1 else kwargs["size"]
     stride = args[2] if len(args) > 2 else kwargs["stride"]
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
     src = _meta(node.args[0])
     shape, _ = _out(node)
-    if (src.storage_offset() == 0 and (offset or 0) == 0 and src.is_contiguous()
-            and _same_strides(shape, stride) and math.prod(shape) == src.numel()):
+    whole = src.storage_offset() == 0 and (offset or 0) == 0 and src.is_contiguous() and \
+        math.prod(shape) == src.numel()
+    if whole and _same_strides(shape, stride):
         return imp.em.reshape(x, shape)
+    order = _permuted_layout(shape, stride) if whole else None
+    if order is not None:
+        rows = imp.em.reshape(x, [shape[d] for d in order])
+        return imp.em.transpose(rows, [order.index(d) for d in range(len(shape))])
     raise UnsupportedOpError(
         f"as_strided of a {tuple(src.shape)} tensor (strides {tuple(src.stride())}, offset "
         f"{src.storage_offset()}) to size {tuple(size)}, strides {tuple(stride)}, offset "
         f"{offset or 0}: only a row-major view of a whole row-major tensor (a reshape) is "
         "imported")
+
+
+@handles(aten.as_strided_scatter.default)
+def _as_strided_scatter(imp, node, args, kwargs):
+    """``as_strided_scatter(self, src, size, stride, offset)`` where the
+    view covers ``self``'s whole row-major storage in some dim order (the
+    backward of a pooling over a transposed or channels-last activation):
+    ``src`` laid out in that order is the result."""
+    base, src = args[0], args[1]
+    size = list(args[2]) if len(args) > 2 else list(kwargs["size"])
+    stride = list(args[3]) if len(args) > 3 else list(kwargs["stride"])
+    offset = args[4] if len(args) > 4 else kwargs.get("storage_offset")
+    meta = _meta(node.args[0])
+    shape, dtype = _out(node)
+    whole = meta.storage_offset() == 0 and (offset or 0) == 0 and meta.is_contiguous() and \
+        math.prod(size) == meta.numel()
+    order = _permuted_layout(size, stride) if whole else None
+    if order is None:
+        raise UnsupportedOpError(
+            f"as_strided_scatter into a {tuple(meta.shape)} tensor of a view of size "
+            f"{tuple(size)}, strides {tuple(stride)}, offset {offset or 0}: only a view of the "
+            "whole row-major storage (in some dim order) is imported")
+    rows = imp.em.transpose(imp.em.cast(src, dtype), order)
+    return imp.em.reshape(rows, shape)
 
 
 @handles(aten.diagonal.default, aten.diagonal_copy.default)
