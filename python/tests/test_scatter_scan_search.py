@@ -324,3 +324,22 @@ def test_advanced_indexing_gradients_with_several_or_later_index_tensors():
         return [y.detach() for y in ys] + [torch.autograd.grad(y, x, w)[0]
                                            for y, w in zip(ys, weights)]
     _check(grads, (x,), [None, (DP2, [[S(0)]]), (DP2, [[S(2)]])])
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_train_step_matches_eager(dim):
+    """weight_norm (Wav2Vec2's positional convolution, vocoders): its
+    backward, _weight_norm_interface_backward, as ATen's kernel computes
+    it (it had no handler), per output row, input column or whole."""
+    from torch.nn.utils.parametrizations import weight_norm
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(weight_norm(torch.nn.Conv1d(4, 6, 3, padding=1), dim=dim),
+                                torch.nn.ReLU(), torch.nn.Conv1d(6, 2, 1))
+    x, y = torch.randn(2, 4, 7), torch.randn(2, 2, 7)
+    step = shardx.TrainStep(model, F.mse_loss, "adamw", lr=1e-2)
+    args = step.example_args([x], y)
+    got = shardx.compile(step, None)(*args)
+    want = step.run_eager(*args)
+    torch.testing.assert_close(got[0].to_torch(), want[0].detach(), rtol=1e-5, atol=1e-6)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g.to_torch(), w.detach(), rtol=1e-5, atol=1e-6)

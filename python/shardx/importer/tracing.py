@@ -70,6 +70,7 @@ def decompositions():
     for op in (aten.reflection_pad1d_backward, aten.reflection_pad2d_backward,
                aten.reflection_pad3d_backward):
         table.pop(op.default, None)
+    table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     # Ops that have a decomposition but reached the importer whole.
     table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink, aten.repeat]))
     # Random ops from ShardX's counter-based generator (rng.py).
@@ -84,6 +85,19 @@ def decompositions():
     table[aten.max_pool2d_with_indices_backward.default] = functools.partial(
         _pool_unless_whole, pool[aten.max_pool2d_with_indices_backward.default], 1, 2, 6)
     return table
+
+
+def _weight_norm_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """``_weight_norm_interface_backward`` (weight_norm's gradient) as
+    ATen's kernel computes it, per slice of ``dim`` (-1: the whole
+    tensor): ``s = sum(grad_w * v)``, ``grad_g = s / norm``, ``grad_v =
+    (g / norm) * (grad_w - v * (s / (norm * norm)))``."""
+    dims = [d for d in range(saved_v.dim()) if d != dim % saved_v.dim()] if dim != -1 \
+        else list(range(saved_v.dim()))
+    s = (grad_w * saved_v).sum(dims, keepdim=True)
+    grad_g = s / saved_norms
+    grad_v = (saved_g / saved_norms) * (grad_w - saved_v * (s / (saved_norms * saved_norms)))
+    return grad_v, grad_g.reshape(saved_g.shape)
 
 
 def _narrow_by_steps(decomp: Callable, op, x, *args, **kwargs):
