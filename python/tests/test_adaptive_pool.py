@@ -71,3 +71,32 @@ def test_pooling_a_transposed_or_channels_last_activation():
     want = step(x, img)
     for got, w in zip(shardx.compile(step, None)(x, img), want):
         torch.testing.assert_close(got.to_torch(), w, rtol=1e-5, atol=1e-6)
+
+
+AVG_CEIL = {
+    "stride2": ((2, 3, 7, 6), dict(kernel_size=3, stride=2, ceil_mode=True)),
+    "padded": ((2, 3, 7, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    "padded_not_counted": ((2, 3, 7, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                             count_include_pad=False)),
+    "divisor": ((2, 3, 7, 7), dict(kernel_size=3, stride=3, ceil_mode=True, divisor_override=4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AVG_CEIL))
+def test_avg_pool_with_a_partial_last_window_matches_eager(case):
+    """avg_pool2d with ceil_mode (a partial last window, clipped to the
+    padded input in the divisor as ATen clips it), and its gradient, bit
+    for bit; before refused."""
+    shape, kw = AVG_CEIL[case]
+    torch.manual_seed(2)
+    x = torch.randn(*shape)
+    weight = torch.randn(F.avg_pool2d(x, **kw).shape)
+
+    def step(x):
+        x = x.detach().requires_grad_(True)
+        y = F.avg_pool2d(x, **kw)
+        return y.detach(), torch.autograd.grad((y * weight).sum(), x)[0]
+    want = step(x)
+    for f in (shardx.compile(step, None), shardx.compile(step, Mesh((2,), ("r",)), [[S(2)]])):
+        for got, w in zip(f(x), want):
+            assert torch.equal(got.to_torch(), w)

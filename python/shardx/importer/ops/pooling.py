@@ -42,9 +42,11 @@ def _spatial(v, nd: int, default=None) -> List[int]:
     return v * nd if len(v) == 1 else v
 
 
-def _params(x, kernel, stride, padding, dilation, ceil_mode, what: str, nd: int = 2):
+def _params(x, kernel, stride, padding, dilation, ceil_mode, what: str, nd: int = 2,
+            partial: bool = False):
     """``(k, s, p, d, out)``, one entry per spatial dim; ``x`` a Value or a
-    shape (NCHW for 2-d pooling, NCDHW for ``nd = 3``)."""
+    shape (NCHW for 2-d pooling, NCDHW for ``nd = 3``). ``partial``: a
+    ``ceil_mode`` partial last window is taken (average pooling clips it)."""
     shape = tuple(x.shape) if isinstance(x, Value) else tuple(x)
     if len(shape) != nd + 2:
         raise UnsupportedOpError(f"{what} of a {len(shape)}-d input (only {_LAYOUT[nd]})")
@@ -58,8 +60,9 @@ def _params(x, kernel, stride, padding, dilation, ceil_mode, what: str, nd: int 
                 for i in range(nd)]
         # PyTorch drops a last window that would start in the padding.
         ceil = [c - 1 if (c - 1) * s[i] >= shape[2 + i] + p[i] else c for i, c in enumerate(ceil)]
-        if ceil != out:
+        if ceil != out and not partial:
             raise UnsupportedOpError(f"{what} with ceil_mode (a partial last window)")
+        out = ceil
     if min(out) < 1:
         raise UnsupportedOpError(f"{what}: the window is larger than the padded input")
     return k, s, p, d, out
@@ -290,14 +293,30 @@ def _max_pool2d_backward(imp, node, args, kwargs):
     return _back_window(imp, [gy, idx], [0, -1], x, k, s, p, d, body)
 
 
+def _overflow(x: Value, k, s, p, out) -> List[int]:
+    """How far a ``ceil_mode`` partial last window reaches past the padded
+    input, per spatial dim (0 without one)."""
+    return [max((out[i] - 1) * s[i] + k[i] - (x.shape[2 + i] + 2 * p[i]), 0)
+            for i in range(len(k))]
+
+
 def _avg_divisor(imp, x: Value, k, s, p, out, count_include_pad, divisor_override):
-    """The divisor: a number, or (without the padding counted) the window's
-    in-image pixel count per output pixel, a ``(1, 1, Ho, Wo)`` tensor."""
+    """The divisor: a number, or the window's pixel count per output pixel
+    (in the image, or in the padded image where the padding counts and a
+    ``ceil_mode`` window is clipped to it, as ATen's), a ``(1, 1, Ho,
+    Wo)`` tensor."""
     if divisor_override:
         return float(divisor_override)
-    if count_include_pad or not any(p):
+    over = _overflow(x, k, s, p, out)
+    if not any(over) and (count_include_pad or not any(p)):
         return float(math.prod(k))
-    ones = pad(imp, imp.em.full((1, 1) + tuple(x.shape[2:]), 1, x.dtype), [0, 0] + p, [0, 0] + p, 0)
+    if count_include_pad:
+        padded = tuple(x.shape[2 + i] + 2 * p[i] for i in range(len(k)))
+        ones = pad(imp, imp.em.full((1, 1) + padded, 1, x.dtype), [0, 0] + [0] * len(k),
+                   [0, 0] + over, 0)
+    else:
+        ones = pad(imp, imp.em.full((1, 1) + tuple(x.shape[2:]), 1, x.dtype), [0, 0] + p,
+                   [0, 0] + [p[i] + over[i] for i in range(len(k))], 0)
     shape = (1, 1) + tuple(out)
     return _window(imp, [ones], [], shape, x.dtype, k, s, [1] * len(k),
                    imp.em.full(shape, 0, x.dtype),
@@ -327,11 +346,13 @@ def _avg_pool2d(imp, node, args, kwargs):
     x, kernel = args[0], args[1]
     stride, padding, ceil_mode, include, override = _avg_args(args, kwargs)
     nd = _nd(node)
-    k, s, p, d, out = _params(x, kernel, stride, padding, 1, ceil_mode, f"avg_pool{nd}d", nd)
+    k, s, p, d, out = _params(x, kernel, stride, padding, 1, ceil_mode, f"avg_pool{nd}d", nd,
+                              partial=True)
     if not x.dtype.is_floating_point:
         raise UnsupportedOpError(f"avg_pool{nd}d on {x.dtype}")
     shape = (x.shape[0], x.shape[1]) + tuple(out)
-    xp = pad(imp, x, [0, 0] + p, [0, 0] + p, 0)
+    over = _overflow(x, k, s, p, out)
+    xp = pad(imp, x, [0, 0] + p, [0, 0] + [p[i] + over[i] for i in range(nd)], 0)
     dt = x.dtype
     total = _window(imp, [xp], [], shape, dt, k, s, d, imp.em.full(shape, 0, dt),
                     lambda b, v, o: b.binary("add", v[0], o, dt))
@@ -346,9 +367,17 @@ def _avg_pool2d_backward(imp, node, args, kwargs):
     stride, padding, ceil_mode, include, override = _avg_args(list(args[1:]), kwargs)
     nd = _nd(node)
     k, s, p, d, out = _params(x, kernel, stride, padding, 1, ceil_mode, f"avg_pool{nd}d_backward",
-                              nd)
+                              nd, partial=True)
     g = _divide(imp, gy, _avg_divisor(imp, x, k, s, p, out, include, override))
     dt = gy.dtype
-    return _back_window(imp, [g], [0], x, k, s, p, d,
-                        lambda b, v, o, hit, tap: b.binary(
-                            "add", b.select(hit, v[0], b.const(0.0, dt), dt), o, dt))
+    over = _overflow(x, k, s, p, out)
+    # A ceil_mode partial last window: the gradient of an input lengthened
+    # by the overflow (only its shape is read), then its rows of x.
+    xs = x if not any(over) else Value(x.name, tuple(x.shape[:2]) + tuple(
+        x.shape[2 + i] + over[i] for i in range(nd)), x.dtype)
+    gx = _back_window(imp, [g], [0], xs, k, s, p, d,
+                      lambda b, v, o, hit, tap: b.binary(
+                          "add", b.select(hit, v[0], b.const(0.0, dt), dt), o, dt))
+    if any(over):
+        gx = imp.em.extract_slice(gx, [0] * x.rank, list(x.shape), [1] * x.rank)
+    return gx
