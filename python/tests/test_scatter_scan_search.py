@@ -343,3 +343,21 @@ def test_weight_norm_train_step_matches_eager(dim):
     torch.testing.assert_close(got[0].to_torch(), want[0].detach(), rtol=1e-5, atol=1e-6)
     for g, w in zip(got[1], want[1]):
         torch.testing.assert_close(g.to_torch(), w.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
+@pytest.mark.parametrize("rows", [5, 30])
+def test_cdist_and_its_gradient_match_eager(p, rows):
+    """torch.cdist (metric learning, clustering losses) as ATen computes
+    it: the matmul form for p = 2 past 25 rows, the differences' p-norm
+    otherwise; and its gradient for both sides (both had no handler)."""
+    torch.manual_seed(14)
+    a, b = torch.randn(2, rows, 6), torch.randn(2, 7, 6)
+    weight = torch.randn(2, rows, 7)
+
+    def dist(a, b):
+        a, b = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        d = torch.cdist(a, b, p=p)
+        return [d.detach()] + list(torch.autograd.grad((d * weight).sum(), (a, b)))
+    _check(dist, (a, b), [None, (DP2, [[S(0)], [S(0)]])],
+           check=lambda g, w: torch.allclose(g, w, rtol=1e-5, atol=1e-5))

@@ -71,6 +71,8 @@ def decompositions():
                aten.reflection_pad3d_backward):
         table.pop(op.default, None)
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
+    table[aten._cdist_forward.default] = _cdist_forward
+    table[aten._cdist_backward.default] = _cdist_backward
     # Ops that have a decomposition but reached the importer whole.
     table.update(get_decompositions([aten.addmv, aten.hardshrink, aten.softshrink, aten.repeat]))
     # Random ops from ShardX's counter-based generator (rng.py).
@@ -98,6 +100,54 @@ def _weight_norm_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     grad_g = s / saved_norms
     grad_v = (saved_g / saved_norms) * (grad_w - saved_v * (s / (saved_norms * saved_norms)))
     return grad_v, grad_g.reshape(saved_g.shape)
+
+
+def _cdist_forward(x1, x2, p: float, compute_mode=None):
+    """``torch.cdist`` as ATen computes it: for p = 2 with more than 25
+    rows on either side (or ``compute_mode`` 1), ``_euclidean_dist``: one
+    matmul of ``[-2 x1, |x1|^2, 1]`` by ``[x2, 1, |x2|^2]``, clamped at 0,
+    square-rooted; otherwise the p-norm of each pair's difference (p = 0:
+    the nonzero count; inf: the largest)."""
+    rows1, rows2 = x1.shape[-2], x2.shape[-2]
+    if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and (rows1 > 25 or rows2 > 25))):
+        n1 = x1.pow(2).sum(-1, keepdim=True)
+        n2 = x2.pow(2).sum(-1, keepdim=True)
+        a = torch.cat([x1.mul(-2), n1, torch.ones_like(n1)], -1)
+        b = torch.cat([x2, torch.ones_like(n2), n2], -1)
+        return a.matmul(b.transpose(-2, -1)).clamp_min(0).sqrt()
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (diff != 0).to(x1.dtype).sum(-1)
+    if p == 1:
+        return diff.sum(-1)
+    if p == 2:
+        return diff.pow(2).sum(-1).sqrt()
+    if p == float("inf"):
+        return diff.amax(-1)
+    return diff.pow(p).sum(-1).pow(1.0 / p)
+
+
+def _cdist_backward(grad, x1, x2, p: float, dist):
+    """The gradient of ``cdist`` for ``x1`` (ATen's ``_cdist_backward``):
+    over the other side's rows, ``grad * sign(d) |d|^(p-1) / dist^(p-1)``
+    (p = 2: ``grad * d / dist``; 1: ``grad * sign(d)``; inf: where ``|d|``
+    is the distance), 0 where the distance is 0."""
+    d = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    g = grad.unsqueeze(-1)
+    dist_ = dist.unsqueeze(-1)
+    zero = torch.zeros((), dtype=x1.dtype)
+    if p == 0:
+        return torch.zeros_like(x1)
+    if p == 1:
+        term = g * torch.sign(d)
+    elif p == 2:
+        term = torch.where(dist_ == 0, zero, g * d / dist_)
+    elif p == float("inf"):
+        term = torch.where(d.abs() == dist_, g * torch.sign(d), zero)
+    else:
+        term = torch.where(dist_ == 0, zero,
+                           g * torch.sign(d) * d.abs().pow(p - 1) / dist_.pow(p - 1))
+    return term.sum(-2)
 
 
 def _narrow_by_steps(decomp: Callable, op, x, *args, **kwargs):
