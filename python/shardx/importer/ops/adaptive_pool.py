@@ -74,6 +74,23 @@ class _Ctx:
     def loop(self, d):
         return self.b.v(f"linalg.index {d} : index")
 
+    def holder(self, hh: Value, wh: Value, lead: int, r: int):
+        """In a backward's gather over the outputs holding each input
+        (loops: the input's ``r`` dims, then the two holder slots): the
+        leading coordinates, the input row and column (index), whether
+        the slots name outputs, and those outputs' row and column (index,
+        0 where they do not)."""
+        b = self.b
+        outer = [self.loop(d) for d in range(lead)]
+        ih, iw = self.loop(lead), self.loop(lead + 1)
+        oh, ow = self.at(hh, ih, self.loop(r)), self.at(wh, iw, self.loop(r + 1))
+        zero = b.const(0, torch.int64)
+        valid = b.v(f"arith.andi {b.compare('ge', oh, zero, torch.int64)}, "
+                    f"{b.compare('ge', ow, zero, torch.int64)} : i1")
+        ohx = self.index(b.select(valid, oh, zero, torch.int64))
+        owx = self.index(b.select(valid, ow, zero, torch.int64))
+        return outer, ih, iw, valid, ohx, owx
+
 
 @handles(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg(imp, node, args, kwargs):
@@ -135,14 +152,7 @@ def _adaptive_avg_backward(imp, node, args, kwargs):
 
     def body(b: Body, a, out):
         c = _Ctx(b)
-        outer = [c.loop(d) for d in range(lead)]
-        ih, iw, k, l = c.loop(lead), c.loop(lead + 1), c.loop(r), c.loop(r + 1)
-        oh, ow = c.at(hh, ih, k), c.at(wh, iw, l)
-        zero = b.const(0, torch.int64)
-        valid = b.v(f"arith.andi {b.compare('ge', oh, zero, torch.int64)}, "
-                    f"{b.compare('ge', ow, zero, torch.int64)} : i1")
-        ohx = c.index(b.select(valid, oh, zero, torch.int64))
-        owx = c.index(b.select(valid, ow, zero, torch.int64))
+        outer, ih, iw, valid, ohx, owx = c.holder(hh, wh, lead, r)
         g = b.cast(b.v(f"tensor.extract {gy.name}[{', '.join(outer + [ohx, owx])}] : {gy.type}"),
                    gy.dtype, m)
         nh = b.cast(c.at(counts_h, ohx), torch.int64, m)
@@ -225,14 +235,7 @@ def _adaptive_max_backward(imp, node, args, kwargs):
 
     def body(b: Body, a, out):
         c = _Ctx(b)
-        outer = [c.loop(d) for d in range(lead)]
-        ih, iw, k, l = c.loop(lead), c.loop(lead + 1), c.loop(r), c.loop(r + 1)
-        oh, ow = c.at(hh, ih, k), c.at(wh, iw, l)
-        zero = b.const(0, torch.int64)
-        valid = b.v(f"arith.andi {b.compare('ge', oh, zero, torch.int64)}, "
-                    f"{b.compare('ge', ow, zero, torch.int64)} : i1")
-        ohx = c.index(b.select(valid, oh, zero, torch.int64))
-        owx = c.index(b.select(valid, ow, zero, torch.int64))
+        outer, ih, iw, valid, ohx, owx = c.holder(hh, wh, lead, r)
         coords = ", ".join(outer + [ohx, owx])
         picked = b.v(f"tensor.extract {indices.name}[{coords}] : {indices.type}")
         here = b.binary("add", b.binary("mul", b.v(f"arith.index_cast {ih} : index to i64"),

@@ -221,27 +221,53 @@ def _scatter_add(imp, node, args, kwargs):
                           ["parallel"] * r + ["reduction"], [f"d{i}" for i in range(r)], body, init=x)
 
 
+class _IndexLayout:
+    """How advanced indexing lays out its result (as PyTorch): the index
+    tensors (at ``pos``) broadcast to ``bshape``, whose dims come where the
+    first index is when the indices are adjacent, else first; ``before``
+    and ``after`` the unindexed dims of ``x`` ahead of and behind them."""
+
+    def __init__(self, x: Value, indices, what: str):
+        self.indices = list(indices) + [None] * (x.rank - len(indices))
+        self.pos = [k for k, t in enumerate(self.indices) if t is not None]
+        if any(self.indices[k].dtype == torch.bool for k in self.pos):
+            raise UnsupportedOpError(f"{what} with a boolean mask (data-dependent shape)")
+        self.bshape = tuple(torch.broadcast_shapes(*[tuple(self.indices[k].shape)
+                                                     for k in self.pos]))
+        adjacent = self.pos == list(range(self.pos[0], self.pos[-1] + 1))
+        first = self.pos[0] if adjacent else 0
+        none_dims = [k for k in range(x.rank) if self.indices[k] is None]
+        self.before = [k for k in none_dims if k < first] if adjacent else []
+        self.after = [k for k in none_dims if k not in self.before]
+
+    def index_inputs(self, imp, first_loop: int):
+        """Each index tensor without its broadcast unit dims, and its map
+        onto the broadcast dims, numbered from loop ``first_loop``."""
+        nb = len(self.bshape)
+        inputs = []
+        for k in self.pos:
+            t = self.indices[k]
+            off = nb - t.rank
+            keep = [i for i in range(t.rank)
+                    if not (t.shape[i] == 1 and self.bshape[off + i] != 1)]
+            src = imp.em.reshape(t, [t.shape[i] for i in keep])
+            inputs.append((src, [f"d{first_loop + off + i}" for i in keep]))
+        return inputs
+
+
 @handles(aten.index.Tensor)
 def _index(imp, node, args, kwargs, select: bool = False):
     """Advanced indexing with index tensors on leading or any dims (None for
     a full dim); the index tensors broadcast together and their dims come
     first when they are not adjacent, as in PyTorch. Negative indices count
     from the end (``select``: ``index_select``'s, which eager rejects)."""
-    x, indices = args[0], list(args[1])
+    x = args[0]
     shape, dtype = _out(node)
-    indices += [None] * (x.rank - len(indices))
-    pos = [k for k, t in enumerate(indices) if t is not None]
-    if any(indices[k].dtype == torch.bool for k in pos):
-        raise UnsupportedOpError("indexing with a boolean mask (data-dependent shape)")
-    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[k].shape) for k in pos]))
-    nb = len(bshape)
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    first = pos[0] if adjacent else 0
-    # Output dims: x dims before `first` (the None ones), the broadcast dims,
-    # then the remaining None dims.
-    none_dims = [k for k in range(x.rank) if indices[k] is None]
-    before = [k for k in none_dims if k < first] if adjacent else []
-    after = [k for k in none_dims if k not in before]
+    layout = _IndexLayout(x, args[1], "indexing")
+    indices, pos, before, after = layout.indices, layout.pos, layout.before, layout.after
+    nb = len(layout.bshape)
+    # Output dims: x dims before the indices (the None ones), the broadcast
+    # dims, then the remaining None dims.
     out_of = {}
     for o, k in enumerate(before):
         out_of[k] = o
@@ -251,13 +277,7 @@ def _index(imp, node, args, kwargs, select: bool = False):
     for k in pos:
         indices[k] = checked_index(imp, indices[k], x.shape[k], not select,
                                    "IndexError", _SELF if select else _bounds(k, x.shape[k]))
-    inputs = []
-    for k in pos:
-        t = indices[k]
-        off = nb - t.rank
-        keep = [i for i in range(t.rank) if not (t.shape[i] == 1 and bshape[off + i] != 1)]
-        src = imp.em.reshape(t, [t.shape[i] for i in keep])
-        inputs.append((src, [f"d{len(before) + off + i}" for i in keep]))
+    inputs = layout.index_inputs(imp, len(before))
 
     def body(b: Body, a, out):
         coords = []
@@ -480,30 +500,18 @@ def _index_put_indices(imp, node, x: Value, indices, values: Value) -> Value:
     reduction over the broadcast index dims, masked). The indexed result's
     dims are laid out as ``_index`` lays them out (the broadcast dims at
     the first index's place where the indices are adjacent, else first)."""
-    indices = indices + [None] * (x.rank - len(indices))
-    pos = [k for k, t in enumerate(indices) if t is not None]
-    if any(indices[k].dtype == torch.bool for k in pos):
-        raise UnsupportedOpError("index_put with a boolean mask (data-dependent shape)")
-    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[k].shape) for k in pos]))
-    nb = len(bshape)
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    first = pos[0] if adjacent else 0
-    none_dims = [k for k in range(x.rank) if indices[k] is None]
-    before = [k for k in none_dims if k < first] if adjacent else []
-    after = [k for k in none_dims if k not in before]
+    layout = _IndexLayout(x, indices, "index_put")
+    indices, pos, before, after = layout.indices, layout.pos, layout.before, layout.after
+    bshape, nb = layout.bshape, len(layout.bshape)
     r = x.rank
     result_exprs = [f"d{k}" for k in before] + [f"d{r + i}" for i in range(nb)] + \
         [f"d{k}" for k in after]
     result_shape = [x.shape[k] for k in before] + list(bshape) + [x.shape[k] for k in after]
     values = imp.em.broadcast_to(values, tuple(result_shape))
-    inputs = []
     for k in pos:
-        t = checked_index(imp, indices[k], x.shape[k], True, "IndexError", _bounds(k, x.shape[k]))
-        off = nb - t.rank
-        keep = [i for i in range(t.rank) if not (t.shape[i] == 1 and bshape[off + i] != 1)]
-        src = imp.em.reshape(t, [t.shape[i] for i in keep])
-        inputs.append((src, [f"d{r + off + i}" for i in keep]))
-    inputs.append((values, result_exprs))
+        indices[k] = checked_index(imp, indices[k], x.shape[k], True, "IndexError",
+                                   _bounds(k, x.shape[k]))
+    inputs = layout.index_inputs(imp, r) + [(values, result_exprs)]
 
     def body(b: Body, a, out):
         hit = None
