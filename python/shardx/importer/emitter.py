@@ -198,6 +198,31 @@ class Emitter:
         name = self.emit("\n".join(text))
         return Value(name, tuple(out_shape), out_dtype)
 
+    def value_index_generic(self, x: Value, in_exprs: List[str], vals: Value, idx: Value,
+                            iterators: List[str], out_exprs: List[str], body_fn) -> List[Value]:
+        """A two-result ``linalg.generic`` reading ``x`` that keeps a value and
+        its (i64) index, from ``vals`` and ``idx`` (the running extreme of
+        ``max.dim``, ``cummax``, adaptive max pooling): ``body_fn(body, a,
+        value, index)`` returns the new ``(value, index)``."""
+        nd = len(iterators)
+        b = Body(self)
+        a, ov, oi = self.fresh("a"), self.fresh("o"), self.fresh("o")
+        nv, ni = body_fn(b, a, ov, oi)
+        out_map = _amap(nd, out_exprs)
+        maps = ", ".join([_amap(nd, in_exprs), out_map, out_map])
+        its = ", ".join(f'"{i}"' for i in iterators)
+        et = elem_type(vals.dtype)
+        text = [f"linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
+                f"ins({x.name} : {x.type}) outs({vals.name}, {idx.name} : {vals.type}, "
+                f"{idx.type}) {{",
+                f"^bb0({a}: {elem_type(x.dtype)}, {ov}: {et}, {oi}: i64):"]
+        text += ["  " + line for line in b.lines]
+        text.append(f"  linalg.yield {nv}, {ni} : {et}, i64")
+        text.append(f"}} -> ({vals.type}, {idx.type})")
+        name = self.fresh("v")
+        self.ops.append(Op(f"{name}:2", "\n".join(text)))
+        return [Value(f"{name}#0", vals.shape, vals.dtype), Value(f"{name}#1", idx.shape, torch.int64)]
+
     def elementwise(self, out_shape, out_dtype, operands: List[Any], fn) -> Value:
         """Elementwise op with numpy broadcasting; python scalars become
         constants in the body. ``fn(body, scalars)`` returns the result."""

@@ -21,9 +21,8 @@ from typing import List, Tuple
 import torch
 
 from ..body import Body
-from ..emitter import Op
 from ..registry import _out, aten, handles
-from ..values import UnsupportedOpError, Value, _amap, elem_type
+from ..values import Value
 
 
 def _windows(in_size: int, out_size: int) -> List[Tuple[int, int]]:
@@ -52,6 +51,17 @@ def _table(imp, rows) -> Value:
     return imp._constant(torch.tensor(rows, dtype=torch.int64))
 
 
+def _forward_windows(imp, x: Value, out_size):
+    """The windows of each output row and column (``_windows``), their
+    tables, and an operand over the longest window's slots (the
+    reduction's extent)."""
+    (h, w) = x.shape[-2:]
+    hw, ww = _windows(h, out_size[0]), _windows(w, out_size[1])
+    ht, wt = _table(imp, [list(t) for t in hw]), _table(imp, [list(t) for t in ww])
+    taps = imp.em.full((max(n for _, n in hw), max(n for _, n in ww)), 0, torch.int64)
+    return hw, ww, ht, wt, taps
+
+
 def _math(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -73,6 +83,25 @@ class _Ctx:
 
     def loop(self, d):
         return self.b.v(f"linalg.index {d} : index")
+
+    def window_element(self, x: Value, ht: Value, wt: Value, lead: int, r: int):
+        """In a forward's reduction over each output's window (loops: the
+        output's ``r`` dims, then the window's row and column slots):
+        whether the slot is inside the window, the input row and column
+        (i64), and the element there (the window's first where outside)."""
+        b = self.b
+        outer = [self.loop(d) for d in range(lead)]
+        oh, ow, i, j = self.loop(lead), self.loop(lead + 1), self.loop(r), self.loop(r + 1)
+        h0, nh = self.at(ht, oh, self.const(0)), self.at(ht, oh, self.const(1))
+        w0, nw = self.at(wt, ow, self.const(0)), self.at(wt, ow, self.const(1))
+        i64, j64 = (b.v(f"arith.index_cast {v} : index to i64") for v in (i, j))
+        inside = b.v(f"arith.andi {b.compare('lt', i64, nh, torch.int64)}, "
+                     f"{b.compare('lt', j64, nw, torch.int64)} : i1")
+        zero = b.const(0, torch.int64)
+        ih = b.binary("add", h0, b.select(inside, i64, zero, torch.int64), torch.int64)
+        iw = b.binary("add", w0, b.select(inside, j64, zero, torch.int64), torch.int64)
+        coords = ", ".join(outer + [self.index(ih), self.index(iw)])
+        return inside, ih, iw, b.v(f"tensor.extract {x.name}[{coords}] : {x.type}")
 
     def holder(self, hh: Value, wh: Value, lead: int, r: int):
         """In a backward's gather over the outputs holding each input
@@ -97,29 +126,13 @@ def _adaptive_avg(imp, node, args, kwargs):
     x, out_size = args[0], list(args[1])
     shape, dtype = _out(node)
     lead = x.rank - 2
-    (h, w) = x.shape[-2:]
-    hw, ww = _windows(h, out_size[0]), _windows(w, out_size[1])
-    ht, wt = _table(imp, [list(t) for t in hw]), _table(imp, [list(t) for t in ww])
-    kh, kw = max(n for _, n in hw), max(n for _, n in ww)
+    hw, ww, ht, wt, taps = _forward_windows(imp, x, out_size)
     m = _math(dtype)
-    taps = imp.em.full((kh, kw), 0, torch.int64)
     r = len(shape)
 
     def body(b: Body, a, out):
-        c = _Ctx(b)
-        outer = [c.loop(d) for d in range(lead)]
-        oh, ow, i, j = c.loop(lead), c.loop(lead + 1), c.loop(r), c.loop(r + 1)
-        h0, nh = c.at(ht, oh, c.const(0)), c.at(ht, oh, c.const(1))
-        w0, nw = c.at(wt, ow, c.const(0)), c.at(wt, ow, c.const(1))
-        i64, j64 = (b.v(f"arith.index_cast {v} : index to i64") for v in (i, j))
-        inside = b.v(f"arith.andi {b.compare('lt', i64, nh, torch.int64)}, "
-                     f"{b.compare('lt', j64, nw, torch.int64)} : i1")
-        ih = b.binary("add", h0, b.select(inside, i64, b.const(0, torch.int64), torch.int64),
-                      torch.int64)
-        iw = b.binary("add", w0, b.select(inside, j64, b.const(0, torch.int64), torch.int64),
-                      torch.int64)
-        v = b.cast(b.v(f"tensor.extract {x.name}[{', '.join(outer + [c.index(ih), c.index(iw)])}]"
-                       f" : {x.type}"), dtype, m)
+        inside, _, _, v = _Ctx(b).window_element(x, ht, wt, lead, r)
+        v = b.cast(v, dtype, m)
         return b.select(inside, b.binary("add", out, v, m), out, m)
     total = imp.em.generic(shape, m, [(taps, [f"d{r}", f"d{r + 1}"])],
                            ["parallel"] * r + ["reduction"] * 2, [f"d{d}" for d in range(r)],
@@ -170,56 +183,30 @@ def _adaptive_max(imp, node, args, kwargs):
     x, out_size = args[0], list(args[1])
     (shape, dtype) = tuple(int(s) for s in node.meta["val"][0].shape), x.dtype
     lead = x.rank - 2
-    (h, w) = x.shape[-2:]
-    hw, ww = _windows(h, out_size[0]), _windows(w, out_size[1])
-    ht, wt = _table(imp, [list(t) for t in hw]), _table(imp, [list(t) for t in ww])
-    kh, kw = max(n for _, n in hw), max(n for _, n in ww)
-    taps = imp.em.full((kh, kw), 0, torch.int64)
+    w = x.shape[-1]
+    hw, ww, ht, wt, taps = _forward_windows(imp, x, out_size)
     r = len(shape)
     em = imp.em
-    b = Body(em)
-    c = _Ctx(b)
-    a0, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
-    outer = [c.loop(d) for d in range(lead)]
-    oh, ow, i, j = c.loop(lead), c.loop(lead + 1), c.loop(r), c.loop(r + 1)
-    h0, nh = c.at(ht, oh, c.const(0)), c.at(ht, oh, c.const(1))
-    w0, nw = c.at(wt, ow, c.const(0)), c.at(wt, ow, c.const(1))
-    i64, j64 = (b.v(f"arith.index_cast {v} : index to i64") for v in (i, j))
-    inside = b.v(f"arith.andi {b.compare('lt', i64, nh, torch.int64)}, "
-                 f"{b.compare('lt', j64, nw, torch.int64)} : i1")
-    zero = b.const(0, torch.int64)
-    ih = b.binary("add", h0, b.select(inside, i64, zero, torch.int64), torch.int64)
-    iw = b.binary("add", w0, b.select(inside, j64, zero, torch.int64), torch.int64)
-    v = b.v(f"tensor.extract {x.name}[{', '.join(outer + [c.index(ih), c.index(iw)])}] : {x.type}")
-    better = b.compare("gt", v, ov, dtype)
-    nan = b.is_nan(v, dtype)
-    if nan is not None:
-        better = b.v(f"arith.ori {better}, {nan} : i1")
-    take = b.v(f"arith.andi {inside}, {better} : i1")
-    flat = b.binary("add", b.binary("mul", ih, b.const(w, torch.int64), torch.int64), iw,
-                    torch.int64)
-    nv = b.select(take, v, ov, dtype)
-    ni = b.select(take, flat, oi, torch.int64)
     init_v = em.full(shape, float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min,
                      dtype)
     # The window's first element until a value beats -inf (ATen's start).
     starts = imp._constant(torch.tensor([[s0 * w + s1 for s1, _ in ww] for s0, _ in hw],
                                         dtype=torch.int64))
     init_i = em.broadcast_to(starts, shape)
-    n = r + 2
-    in_map = _amap(n, [f"d{r}", f"d{r + 1}"])
-    out_map = _amap(n, [f"d{d}" for d in range(r)])
-    its = ", ".join(['"parallel"'] * r + ['"reduction"'] * 2)
-    text = [f"linalg.generic {{indexing_maps = [{in_map}, {out_map}, {out_map}], "
-            f"iterator_types = [{its}]}} ins({taps.name} : {taps.type}) "
-            f"outs({init_v.name}, {init_i.name} : {init_v.type}, {init_i.type}) {{",
-            f"^bb0({a0}: i64, {ov}: {elem_type(dtype)}, {oi}: i64):"]
-    text += ["  " + line for line in b.lines]
-    text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dtype)}, i64")
-    text.append(f"}} -> ({init_v.type}, {init_i.type})")
-    name = em.fresh("v")
-    em.ops.append(Op(f"{name}:2", "\n".join(text)))
-    return [Value(f"{name}#0", shape, dtype), Value(f"{name}#1", shape, torch.int64)]
+
+    def body(b: Body, a, ov, oi):
+        inside, ih, iw, v = _Ctx(b).window_element(x, ht, wt, lead, r)
+        better = b.compare("gt", v, ov, dtype)
+        nan = b.is_nan(v, dtype)
+        if nan is not None:
+            better = b.v(f"arith.ori {better}, {nan} : i1")
+        take = b.v(f"arith.andi {inside}, {better} : i1")
+        flat = b.binary("add", b.binary("mul", ih, b.const(w, torch.int64), torch.int64), iw,
+                        torch.int64)
+        return b.select(take, v, ov, dtype), b.select(take, flat, oi, torch.int64)
+    return em.value_index_generic(taps, [f"d{r}", f"d{r + 1}"], init_v, init_i,
+                                  ["parallel"] * r + ["reduction"] * 2,
+                                  [f"d{d}" for d in range(r)], body)
 
 
 @handles(aten.adaptive_max_pool2d_backward.default)

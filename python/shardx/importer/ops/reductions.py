@@ -12,9 +12,8 @@ import math
 import torch
 
 from ..body import Body
-from ..emitter import Op
 from ..registry import _out, aten, handles
-from ..values import UnsupportedOpError, Value, _amap, _prod, elem_type, is_float
+from ..values import UnsupportedOpError, Value, _prod, elem_type, is_float
 
 
 def _extreme_init(dtype: torch.dtype, is_max: bool):
@@ -126,29 +125,21 @@ def _extreme(imp, x, dim, keepdim, is_max):
     idx = imp.em.full(shape, 0, torch.int64)
     nd = x.rank
     em = imp.em
-    b = Body(em)
-    a, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
-    i = b.v(f"arith.index_cast {b.v(f'linalg.index {dim} : index')} : index to i64")
-    better = b.compare("gt" if is_max else "lt", a, ov, dt)
-    if is_float(dt):
-        # A NaN wins over every number, max or min, as in PyTorch; a later
-        # NaN does not replace the first.
-        not_nan = b.unary("not", b.is_nan(ov, dt), torch.bool)
-        better = b.v(f"arith.ori {better}, {b.v(f'arith.andi {b.is_nan(a, dt)}, {not_nan} : i1')} : i1")
-    nv = b.select(better, a, ov, dt)
-    ni = b.select(better, i, oi, torch.int64)
-    out_map = _amap(nd, [f"d{k}" for k in kept])
-    maps = [_amap(nd, [f"d{k}" for k in range(nd)]), out_map, out_map]
-    its = ", ".join('"reduction"' if k == dim else '"parallel"' for k in range(nd))
-    text = [f"linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{its}]}} "
-            f"ins({x.name} : {x.type}) outs({vals.name}, {idx.name} : {vals.type}, {idx.type}) {{",
-            f"^bb0({a}: {elem_type(dt)}, {ov}: {elem_type(dt)}, {oi}: i64):"]
-    text += ["  " + line for line in b.lines]
-    text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dt)}, i64")
-    text.append(f"}} -> ({vals.type}, {idx.type})")
-    name = em.fresh("v")
-    em.ops.append(Op(f"{name}:2", "\n".join(text)))
-    rv, ri = Value(f"{name}#0", shape, dt), Value(f"{name}#1", shape, torch.int64)
+
+    def body(b: Body, a, ov, oi):
+        i = b.v(f"arith.index_cast {b.v(f'linalg.index {dim} : index')} : index to i64")
+        better = b.compare("gt" if is_max else "lt", a, ov, dt)
+        if is_float(dt):
+            # A NaN wins over every number, max or min, as in PyTorch; a
+            # later NaN does not replace the first.
+            not_nan = b.unary("not", b.is_nan(ov, dt), torch.bool)
+            nan_first = b.v(f"arith.andi {b.is_nan(a, dt)}, {not_nan} : i1")
+            better = b.v(f"arith.ori {better}, {nan_first} : i1")
+        return b.select(better, a, ov, dt), b.select(better, i, oi, torch.int64)
+    rv, ri = em.value_index_generic(
+        x, [f"d{k}" for k in range(nd)], vals, idx,
+        ["reduction" if k == dim else "parallel" for k in range(nd)],
+        [f"d{k}" for k in kept], body)
     if keepdim:
         full = [1 if k == dim else x.shape[k] for k in range(nd)]
         rv, ri = em.reshape(rv, full), em.reshape(ri, full)
@@ -360,31 +351,22 @@ def _cummax(imp, node, args, kwargs):
         start = info.min if is_max else info.max
     vals = em.full(x.shape, start, dt)
     idx = em.full(x.shape, 0, torch.int64)
-    b = Body(em)
-    a, ov, oi = em.fresh("a"), em.fresh("o"), em.fresh("o")
-    i = b.v(f"linalg.index {dim} : index")
-    j = b.v(f"linalg.index {r} : index")
-    seen = b.v(f"arith.cmpi ule, {j}, {i} : index")
-    takes = b.compare("ge" if is_max else "le", a, ov, dt)
-    if is_float(dt):
-        run_ok = b.unary("not", b.is_nan(ov, dt), torch.bool)
-        takes = b.v(f"arith.ori {b.is_nan(a, dt)}, {b.v(f'arith.andi {run_ok}, {takes} : i1')} : i1")
-    take = b.v(f"arith.andi {seen}, {takes} : i1")
-    nv = b.select(take, a, ov, dt)
-    ni = b.select(take, b.v(f"arith.index_cast {j} : index to i64"), oi, torch.int64)
-    in_map = _amap(r + 1, [f"d{r}" if k == dim else f"d{k}" for k in range(r)])
-    out_map = _amap(r + 1, [f"d{k}" for k in range(r)])
-    its = ", ".join(['"parallel"'] * r + ['"reduction"'])
-    text = [f"linalg.generic {{indexing_maps = [{in_map}, {out_map}, {out_map}], "
-            f"iterator_types = [{its}]}} "
-            f"ins({x.name} : {x.type}) outs({vals.name}, {idx.name} : {vals.type}, {idx.type}) {{",
-            f"^bb0({a}: {elem_type(dt)}, {ov}: {elem_type(dt)}, {oi}: i64):"]
-    text += ["  " + line for line in b.lines]
-    text.append(f"  linalg.yield {nv}, {ni} : {elem_type(dt)}, i64")
-    text.append(f"}} -> ({vals.type}, {idx.type})")
-    name = em.fresh("v")
-    em.ops.append(Op(f"{name}:2", "\n".join(text)))
-    return [Value(f"{name}#0", x.shape, dt), Value(f"{name}#1", x.shape, torch.int64)]
+
+    def body(b: Body, a, ov, oi):
+        i = b.v(f"linalg.index {dim} : index")
+        j = b.v(f"linalg.index {r} : index")
+        seen = b.v(f"arith.cmpi ule, {j}, {i} : index")
+        takes = b.compare("ge" if is_max else "le", a, ov, dt)
+        if is_float(dt):
+            run_ok = b.unary("not", b.is_nan(ov, dt), torch.bool)
+            later = b.v(f"arith.andi {run_ok}, {takes} : i1")
+            takes = b.v(f"arith.ori {b.is_nan(a, dt)}, {later} : i1")
+        take = b.v(f"arith.andi {seen}, {takes} : i1")
+        return (b.select(take, a, ov, dt),
+                b.select(take, b.v(f"arith.index_cast {j} : index to i64"), oi, torch.int64))
+    return em.value_index_generic(x, [f"d{r}" if k == dim else f"d{k}" for k in range(r)],
+                                  vals, idx, ["parallel"] * r + ["reduction"],
+                                  [f"d{k}" for k in range(r)], body)
 
 
 @handles(aten.logcumsumexp.default)
