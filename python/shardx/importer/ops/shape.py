@@ -409,6 +409,26 @@ def _unfold(imp, node, args, kwargs):
     return imp.em.generic(shape, dtype, [], ["parallel"] * r, [f"d{d}" for d in range(r)], body)
 
 
+def _window_of(b: Body, pos: str, k: str, pad: int, dil: int, step: int, count: int):
+    """In a body, the window ``o`` whose tap ``k`` reads (padded) position
+    ``pos``: ``pos + pad - k * dil = o * step`` with ``0 <= o < count``.
+    Returns whether there is one (i1) and ``o`` (index; 0 where none)."""
+    const = lambda c: b.v(f"arith.constant {c} : index")
+    at = b.v(f"arith.addi {pos}, {const(pad)} : index") if pad else pos
+    off = b.v(f"arith.muli {k}, {const(dil)} : index") if dil != 1 else k
+    ge = b.v(f"arith.cmpi uge, {at}, {off} : index")
+    zero = const(0)
+    sub = b.v(f"arith.subi {at}, {off} : index")
+    diff = b.v(f"arith.select {ge}, {sub}, {zero} : index")
+    o = b.v(f"arith.divui {diff}, {const(step)} : index")
+    rem = b.v(f"arith.remui {diff}, {const(step)} : index")
+    whole = b.v(f"arith.cmpi eq, {rem}, {zero} : index")
+    inside = b.v(f"arith.cmpi ult, {o}, {const(count)} : index")
+    both = b.v(f"arith.andi {whole}, {inside} : i1")
+    ok = b.v(f"arith.andi {ge}, {both} : i1")
+    return ok, b.v(f"arith.select {ok}, {o}, {zero} : index")
+
+
 @handles(aten.unfold_backward.default)
 def _unfold_backward(imp, node, args, kwargs):
     """The gradient of ``unfold``: ``out[.., j, ..]`` sums ``grad[.., i, ..,
@@ -434,15 +454,7 @@ def _unfold_backward(imp, node, args, kwargs):
         # Windows in ascending order (the position in the window descends),
         # as eager's kernel adds them.
         k = b.v(f"arith.subi {const(size - 1)}, {b.v(f'linalg.index {rank} : index')} : index")
-        ge = b.v(f"arith.cmpi uge, {j}, {k} : index")
-        diff = b.v(f"arith.select {ge}, {b.v(f'arith.subi {j}, {k} : index')}, "
-                   f"{const(0)} : index")
-        i = b.v(f"arith.divui {diff}, {const(step)} : index")
-        whole = b.v(f"arith.cmpi eq, {b.v(f'arith.remui {diff}, {const(step)} : index')}, "
-                    f"{const(0)} : index")
-        inside = b.v(f"arith.cmpi ult, {i}, {const(n)} : index")
-        hit = b.v(f"arith.andi {ge}, {b.v(f'arith.andi {whole}, {inside} : i1')} : i1")
-        safe = b.v(f"arith.select {hit}, {i}, {const(0)} : index")
+        hit, safe = _window_of(b, j, k, 0, 1, step, n)
         coords = [safe if d == dim else b.v(f"linalg.index {d} : index") for d in range(rank)]
         v = b.v(f"tensor.extract {grad.name}[{_j(coords + [k])}] : {grad.type}")
         if not floating:
@@ -485,24 +497,9 @@ def _col2im(imp, node, args, kwargs):
         const = lambda v: b.v(f"arith.constant {v} : index")
         idx = lambda d: b.v(f"linalg.index {d} : index")
 
-        def window(pos, k, pad, dil, step, count):
-            # pos + pad - k * dil = o * step with 0 <= o < count.
-            at = b.v(f"arith.addi {pos}, {const(pad)} : index")
-            off = b.v(f"arith.muli {k}, {const(dil)} : index")
-            ge = b.v(f"arith.cmpi uge, {at}, {off} : index")
-            zero = const(0)
-            sub = b.v(f"arith.subi {at}, {off} : index")
-            diff = b.v(f"arith.select {ge}, {sub}, {zero} : index")
-            o = b.v(f"arith.divui {diff}, {const(step)} : index")
-            rem = b.v(f"arith.remui {diff}, {const(step)} : index")
-            whole = b.v(f"arith.cmpi eq, {rem}, {zero} : index")
-            inside = b.v(f"arith.cmpi ult, {o}, {const(count)} : index")
-            both = b.v(f"arith.andi {whole}, {inside} : i1")
-            ok = b.v(f"arith.andi {ge}, {both} : i1")
-            return ok, b.v(f"arith.select {ok}, {o}, {const(0)} : index")
         i, j = idx(4), idx(5)
-        ok_y, row = window(idx(2), i, ph, dh, sh, oh)
-        ok_x, col = window(idx(3), j, pw, dw, sw, ow)
+        ok_y, row = _window_of(b, idx(2), i, ph, dh, sh, oh)
+        ok_x, col = _window_of(b, idx(3), j, pw, dw, sw, ow)
         hit = b.v(f"arith.andi {ok_y}, {ok_x} : i1")
         base = b.v(f"arith.muli {idx(1)}, {const(kh * kw)} : index")
         tap = b.v(f"arith.addi {b.v(f'arith.muli {i}, {const(kw)} : index')}, {j} : index")
