@@ -87,34 +87,6 @@ def _zoo(name, sharded):
     return step, plan.mesh, ins, outs, batches
 
 
-def _gpt2_dropout(sharded):
-    """The zoo's GPT-2 in training mode with dropout 0.1 (embeddings,
-    attention probabilities, residuals): its random numbers come from
-    ShardX's generator, seeded by ``torch.manual_seed(SEED + step)`` before
-    each step on both halves; eager draws them under ``shardx.same_random``."""
-    import transformers as T
-    from shardx import TrainStep
-    from shardx_dev import zoo
-    torch.manual_seed(0)
-    cfg = T.GPT2Config(vocab_size=zoo.VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
-                       resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0,
-                       eos_token_id=0, attn_implementation="eager")
-    model = zoo.CausalLM(T.GPT2LMHeadModel(cfg).train())
-    inputs, target = zoo._tokens()
-    step = TrainStep(model, zoo.lm_loss, "adamw", lr=1e-3)
-    gen = torch.Generator().manual_seed(1)
-    batches = [(tuple(inputs), target)]
-    for _ in range(2):
-        batches.append(((torch.randint(0, zoo.VOCAB, inputs[0].shape, generator=gen),),
-                        torch.randint(0, zoo.VOCAB, target.shape, generator=gen)))
-    if not sharded:
-        return step, None, None, None, batches
-    plan = next(p for p in zoo.plans("gpt2") if p.name == "tp2")
-    ins, outs = step.placements(plan.mesh, plan.params(step.param_names),
-                                [plan.batch] * len(inputs), plan.batch)
-    return step, plan.mesh, ins, outs, batches
-
-
 #: The seed of step k of a workload with random ops is SEED + k
 #: (``torch.manual_seed`` before the step, on both halves).
 SEED = 100
@@ -127,7 +99,10 @@ WORKLOADS = {
     "gpt2_1": lambda: _zoo("gpt2", False),
     "llama_tp2": lambda: _zoo("llama", True),
     "llama_1": lambda: _zoo("llama", False),
-    "gpt2_dropout_tp2": lambda: _gpt2_dropout(True),
+    # Dropout 0.1 (zoo's gpt2_dropout): its random numbers come from
+    # ShardX's generator, seeded by torch.manual_seed(SEED + step) before
+    # each step on both halves; eager draws them under shardx.same_random.
+    "gpt2_dropout_tp2": lambda: _zoo("gpt2_dropout", True),
 }
 
 
