@@ -93,6 +93,10 @@ if nccl_found:
 if os.path.exists(os.path.join(config.shardx_obj_root, "lib", "Runtime", "cuda",
                                "CollectiveKernels.ptx")):
     config.available_features.add("cuda-local-kernels")
+# The fused attention kernels' PTX (likewise).
+if os.path.exists(os.path.join(config.shardx_obj_root, "lib", "Runtime", "cuda",
+                               "AttentionKernels.ptx")):
+    config.available_features.add("cuda-attention-kernels")
 
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
 tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-gpu-exec", "shardx-run", "split-file", "not",

@@ -71,6 +71,7 @@ struct Driver {
   CUresult (*cuModuleLoadData)(CUmodule *, const void *);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, CUstream, void **,
                              void **);
@@ -174,6 +175,7 @@ void initialize(State &s) {
       resolveSymbol(lib, cu.cuModuleLoadData, "cuModuleLoadData", err) &&
       resolveSymbol(lib, cu.cuModuleUnload, "cuModuleUnload", err) &&
       resolveSymbol(lib, cu.cuModuleGetFunction, "cuModuleGetFunction", err) &&
+      resolveSymbol(lib, cu.cuFuncSetAttribute, "cuFuncSetAttribute", err) &&
       resolveSymbol(lib, cu.cuLaunchKernel, "cuLaunchKernel", err) &&
       resolveSymbol(lib, cu.cuStreamCreate, "cuStreamCreate", err) &&
       resolveSymbol(lib, cu.cuStreamSynchronize, "cuStreamSynchronize", err) &&
@@ -646,6 +648,16 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
             &fn, loaded(static_cast<LazyModule *>(module)), name),
         "cuModuleGetFunction");
   return fn;
+}
+
+/// Lets launches of `function` (of mgpuModuleGetFunction) use up to `bytes`
+/// of dynamic shared memory, beyond the default 48 KiB (the runtime's own
+/// kernels, Attention.cpp).
+void shardx_rt_cuda_set_max_dynamic_smem(void *function, int32_t bytes) {
+  check(driver().cuFuncSetAttribute(
+            static_cast<CUfunction>(function),
+            /*CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=*/8, bytes),
+        "cuFuncSetAttribute");
 }
 
 void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,

@@ -1,0 +1,516 @@
+//===- AttentionKernels.cu - Fused attention on tensor cores --------------===//
+//
+// Part of ShardX.
+//
+// Compiled to PTX by nvcc at build time and embedded in the CUDA runtime
+// (Attention.cpp loads it with cuModuleLoadData and launches on the calling
+// thread's stream). Flash-style attention: the scores of a tile of queries
+// and a tile of keys are computed, used and dropped, never stored in global
+// memory. Every product runs on the tensor cores (nvcuda::wmma 16x16x16,
+// operands of the 16-bit type T, bf16 or f16, f32 accumulators); every
+// operand is rounded to T once (round to nearest even) and everything else
+// is f32. One kernel per pass, type and head width D (32, 64, 128):
+//
+//   shardx_attention_fwd_<t>_<D>   out, lse            grid (B*H, Sq/64)
+//   shardx_attention_dq_<t>_<D>    dq                  grid (B*H, Sq/64)
+//   shardx_attention_dkv_<t>_<D>   dk, dv              grid (B*Hk, Sk/64)
+//   shardx_attention_delta         delta = rowsum(dout * out), f32
+//
+// A block is 4 warps; each warp owns 16 rows of the block's 64 (queries, or
+// keys for dkv) and loops over tiles of the other side (kTile(D) rows).
+// Elementwise work on a 16 x tile block of scores goes through shared
+// memory: two lanes per row, each half the columns.
+//
+// The forward is two passes over the keys: the first finds each row's max
+// m and sum l of exp(s - m) (online, f32), the second computes
+// p = exp(s - lse), lse = m + log(l), rounds it to T and accumulates P V.
+// So P is normalized before it is rounded, exactly the reference's
+// r(p_ij) (a one-pass kernel rounds exp(s - m_running) and rescales, which
+// differs from it by up to an ulp of T per term), for a third more tensor
+// work than a one-pass kernel. The backward recomputes P the same way.
+//
+// Causal masking (key j hidden from query i when kpos[j] > qpos[i]) is per
+// element; a tile wholly hidden from the block's rows is skipped. A row
+// that sees no key gets out 0, lse -inf and no gradient.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <limits.h>
+#include <stdint.h>
+
+/// The kernels' one parameter (as in Attention.cpp). Every matrix is
+/// row-major and contiguous: q, out, dout, dq [B, H, Sq, D]; k, v, dk, dv
+/// [B, Hk, Sk, D]; lse, delta [B, H, Sq]; qpos [Sq], kpos [Sk] (read only
+/// when causal).
+struct AttentionArgs {
+  const float *q, *k, *v, *out, *lse, *dout;
+  const long long *qpos, *kpos;
+  float *outW, *lseW, *dq, *dk, *dv, *delta;
+  long long batch, heads, kvHeads, queries, keys, width;
+  int causal;
+  float scale;
+};
+static_assert(sizeof(AttentionArgs) == 168, "as in Attention.cpp");
+
+namespace shardx_attention {
+
+using namespace nvcuda;
+
+constexpr int kThreads = 128;
+constexpr int kRows = 64; // 4 warps x 16 rows
+constexpr float kNegInf = -__builtin_huge_valf();
+
+/// The other side's tile: keys per step of fwd and dq, queries per step of
+/// dkv (32 at D = 128 keeps dq and dkv near 80 KiB of shared memory, two
+/// blocks per SM).
+__host__ __device__ constexpr int kTile(int d) { return d == 128 ? 32 : 64; }
+
+// Shared memory of each kernel, in bytes (as in Attention.cpp). Every
+// region is a multiple of 128 bytes, so each starts 128-byte aligned (wmma
+// pointers need 32). Rows of T have D + 8 elements, rows of f32 scores
+// tile + 4, rows of T scores tile + 8 (bank-conflict padding; wmma's ldm
+// is a multiple of 8 for 16-bit, 4 for f32).
+__host__ __device__ constexpr int fwdSmem(int d) {
+  return (kRows + 2 * kTile(d)) * (d + 8) * 2 + kRows * (kTile(d) + 4) * 4 +
+         kRows * (kTile(d) + 8) * 2 + kTile(d) * 8;
+}
+__host__ __device__ constexpr int dqSmem(int d) {
+  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
+         2 * kRows * (kTile(d) + 4) * 4 + kRows * (kTile(d) + 8) * 2 +
+         kTile(d) * 8;
+}
+__host__ __device__ constexpr int dkvSmem(int d) {
+  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
+         2 * kRows * (kTile(d) + 4) * 4 + 2 * kRows * (kTile(d) + 8) * 2 +
+         kTile(d) * (4 + 4 + 8);
+}
+
+extern __shared__ __align__(128) unsigned char smem[];
+
+template <typename T> __device__ __forceinline__ T toT(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 toT(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half toT(float x) {
+  return __float2half_rn(x);
+}
+
+template <typename T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T>
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+template <typename T>
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// Traps when the launch gave less dynamic shared memory than `bytes`.
+__device__ __forceinline__ void requireSmem(unsigned bytes) {
+#if defined(__CUDA_ARCH__)
+  unsigned given;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(given));
+  if (given < bytes)
+    __trap();
+#endif
+}
+
+/// Rows [r0, r0 + R) of the [rows, D] f32 matrix `src` into `dst` (rows
+/// of D + 8) as T; rows past `rows` are zero.
+template <typename T, int D, int R>
+__device__ void loadRows(T *dst, const float *src, long long r0,
+                         long long rows) {
+#pragma unroll 4
+  for (int e = threadIdx.x; e < R * D; e += kThreads) {
+    int r = e / D, c = e % D;
+    float x = r0 + r < rows ? src[(r0 + r) * D + c] : 0.f;
+    dst[r * (D + 8) + c] = toT<T>(x);
+  }
+}
+
+/// The least (`least`) or greatest position of pos[from, to).
+__device__ long long extremePos(const long long *pos, long long from,
+                                long long to, bool least) {
+  long long e = least ? LLONG_MAX : LLONG_MIN;
+  for (long long j = from; j < to; ++j)
+    e = least ? min(e, pos[j]) : max(e, pos[j]);
+  return e;
+}
+
+/// s (16 x N f32, row stride lds) = a (16 x D) b^T, b N rows of D; a and b
+/// rows of D + 8.
+template <typename T, int D, int N>
+__device__ void scores(const T *a, const T *b, float *s, int lds) {
+  for (int n = 0; n < N / 16; ++n) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.f);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      FragA<T> fa;
+      FragBCol<T> fb;
+      wmma::load_matrix_sync(fa, a + kk * 16, D + 8);
+      wmma::load_matrix_sync(fb, b + n * 16 * (D + 8) + kk * 16, D + 8);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(s + n * 16, acc, lds, wmma::mem_row_major);
+  }
+}
+
+/// acc (16 x D, D/16 fragments) += a (16 x K, row stride lda) b, b K rows
+/// of D (rows of D + 8).
+template <typename T, int D, int K>
+__device__ void accumulate(FragC *acc, const T *a, int lda, const T *b) {
+#pragma unroll 1
+  for (int kk = 0; kk < K / 16; ++kk) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, a + kk * 16, lda);
+    for (int n = 0; n < D / 16; ++n) {
+      FragBRow<T> fb;
+      wmma::load_matrix_sync(fb, b + kk * 16 * (D + 8) + n * 16, D + 8);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+/// The warp's 16 x D result `acc` into rows [row0, row0 + 16) of the
+/// [rows, D] matrix `dst` (rows past `rows` dropped), through `stage`
+/// (16 rows of D + 4 f32).
+template <int D>
+__device__ void storeRows(const FragC *acc, float *stage, float *dst,
+                          long long row0, long long rows) {
+  const int lane = threadIdx.x % 32;
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(stage + n * 16, acc[n], D + 4,
+                            wmma::mem_row_major);
+  __syncwarp();
+#pragma unroll 4
+  for (int e = lane; e < 16 * D; e += 32) {
+    int r = e / D, c = e % D;
+    if (row0 + r < rows)
+      dst[(row0 + r) * D + c] = stage[r * (D + 4) + c];
+  }
+  __syncwarp();
+}
+
+/// pos[j0 + t] for t < R (0 past `count`), into `dst`.
+template <int R>
+__device__ void loadPos(long long *dst, const long long *pos, long long j0,
+                        long long count) {
+  for (int t = threadIdx.x; t < R; t += kThreads)
+    dst[t] = j0 + t < count ? pos[j0 + t] : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Forward: out, lse
+//===----------------------------------------------------------------------===//
+
+template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
+  constexpr int BK = kTile(D), LdT = D + 8, LdS = BK + 4, LdP = BK + 8;
+  static_assert(kRows * (D + 4) * 4 <= (kRows + 2 * BK) * LdT * 2,
+                "the output staging fits in the Q, K and V tiles");
+  T *qs = reinterpret_cast<T *>(smem);
+  T *ks = qs + kRows * LdT;
+  T *vs = ks + BK * LdT;
+  float *ss = reinterpret_cast<float *>(vs + BK * LdT);
+  T *ps = reinterpret_cast<T *>(ss + kRows * LdS);
+  long long *kp = reinterpret_cast<long long *>(ps + kRows * LdP);
+  requireSmem(fwdSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries,
+                  Sk = a.keys;
+  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
+  const long long kvh = b * a.kvHeads + h / G;
+  const long long q0 = (long long)blockIdx.y * kRows;
+  const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
+  loadRows<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+
+  // This lane's row, and the block's last query position.
+  const long long i = q0 + warp * 16 + r;
+  const long long qp = a.causal && i < Sq ? a.qpos[i] : 0;
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  const T *qw = qs + warp * 16 * LdT;
+  float *sw = ss + warp * 16 * LdS;
+  T *pw = ps + warp * 16 * LdP;
+
+  // The masked, scaled score of this lane's row and tile column c.
+  auto score = [&](long long k0, int c) {
+    bool keep = k0 + c < Sk && !(a.causal && kp[c] > qp);
+    return keep ? sw[r * LdS + c] * a.scale : kNegInf;
+  };
+
+  // Pass 1: m and l.
+  float m = kNegInf, l = 0.f;
+  for (long long k0 = 0; k0 < Sk; k0 += BK) {
+    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
+      continue;
+    __syncthreads();
+    loadRows<T, D, BK>(ks, k, k0, Sk);
+    loadPos<BK>(kp, a.kpos, k0, a.causal ? Sk : 0);
+    __syncthreads();
+    scores<T, D, BK>(qw, ks, sw, LdS);
+    __syncwarp();
+    float tileMax = kNegInf;
+#pragma unroll 4
+    for (int c = c0; c < c0 + BK / 2; ++c)
+      tileMax = fmaxf(tileMax, score(k0, c));
+    tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, 1));
+    float mNew = fmaxf(m, tileMax);
+    // While the row has seen no key, every term is exp(-inf) = 0.
+    float base = mNew == kNegInf ? 0.f : mNew;
+    float sum = 0.f;
+#pragma unroll 4
+    for (int c = c0; c < c0 + BK / 2; ++c)
+      sum += __expf(score(k0, c) - base);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * __expf(m - base) + sum;
+    m = mNew;
+    __syncwarp();
+  }
+  const float rowLse = m == kNegInf ? kNegInf : m + logf(l);
+
+  // Pass 2: out = r(exp(s - lse)) V.
+  FragC o[D / 16];
+  for (int n = 0; n < D / 16; ++n)
+    wmma::fill_fragment(o[n], 0.f);
+  for (long long k0 = 0; k0 < Sk; k0 += BK) {
+    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
+      continue;
+    __syncthreads();
+    loadRows<T, D, BK>(ks, k, k0, Sk);
+    loadRows<T, D, BK>(vs, v, k0, Sk);
+    loadPos<BK>(kp, a.kpos, k0, a.causal ? Sk : 0);
+    __syncthreads();
+    scores<T, D, BK>(qw, ks, sw, LdS);
+    __syncwarp();
+#pragma unroll 4
+    for (int c = c0; c < c0 + BK / 2; ++c) {
+      float s = score(k0, c);
+      pw[r * LdP + c] = toT<T>(s == kNegInf ? 0.f : __expf(s - rowLse));
+    }
+    __syncwarp();
+    accumulate<T, D, BK>(o, pw, LdP, vs);
+  }
+
+  // The tiles are no longer read: the output is staged over them.
+  __syncthreads();
+  float *stage = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  storeRows<D>(o, stage, a.outW + bh * Sq * D, q0 + warp * 16, Sq);
+  if (lane % 2 == 0 && i < Sq)
+    a.lseW[bh * Sq + i] = rowLse;
+}
+
+//===----------------------------------------------------------------------===//
+// Backward: delta, dq, dk and dv
+//===----------------------------------------------------------------------===//
+
+/// delta[row] = sum_d dout[row, d] out[row, d] for the B*H*Sq rows, a warp
+/// per row.
+__device__ void delta(const AttentionArgs &a) {
+  const long long rows = a.batch * a.heads * a.queries, D = a.width;
+  const long long row = (long long)blockIdx.x * (kThreads / 32) +
+                        threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows)
+    return;
+  float sum = 0.f;
+  for (long long d = lane; d < D; d += 32)
+    sum += a.dout[row * D + d] * a.out[row * D + d];
+  for (int o = 16; o > 0; o /= 2)
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0)
+    a.delta[row] = sum;
+}
+
+/// dq = scale * r(ds) K, ds = p (dp - delta), p = exp(s - lse),
+/// dp = r(dout) r(v)^T; delta of each row computed here.
+template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
+  constexpr int BK = kTile(D), LdT = D + 8, LdS = BK + 4, LdP = BK + 8;
+  T *qs = reinterpret_cast<T *>(smem);
+  T *dos = qs + kRows * LdT;
+  T *ks = dos + kRows * LdT;
+  T *vs = ks + BK * LdT;
+  float *ss = reinterpret_cast<float *>(vs + BK * LdT);
+  float *dps = ss + kRows * LdS;
+  T *dss = reinterpret_cast<T *>(dps + kRows * LdS);
+  long long *kp = reinterpret_cast<long long *>(dss + kRows * LdP);
+  requireSmem(dqSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries,
+                  Sk = a.keys;
+  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
+  const long long kvh = b * a.kvHeads + h / G;
+  const long long q0 = (long long)blockIdx.y * kRows;
+  const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
+  loadRows<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+  loadRows<T, D, kRows>(dos, a.dout + bh * Sq * D, q0, Sq);
+
+  // This lane's row: its lse, delta and position.
+  const long long i = q0 + warp * 16 + r;
+  const float rowLse = i < Sq ? a.lse[bh * Sq + i] : kNegInf;
+  float rowDelta = 0.f;
+  if (i < Sq)
+    for (int d = (lane % 2) * (D / 2); d < (lane % 2 + 1) * (D / 2); ++d)
+      rowDelta += a.dout[(bh * Sq + i) * D + d] * a.out[(bh * Sq + i) * D + d];
+  rowDelta += __shfl_xor_sync(0xffffffffu, rowDelta, 1);
+  const long long qp = a.causal && i < Sq ? a.qpos[i] : 0;
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  const T *qw = qs + warp * 16 * LdT, *dow = dos + warp * 16 * LdT;
+  float *sw = ss + warp * 16 * LdS, *dpw = dps + warp * 16 * LdS;
+  T *dsw = dss + warp * 16 * LdP;
+
+  FragC dq[D / 16];
+  for (int n = 0; n < D / 16; ++n)
+    wmma::fill_fragment(dq[n], 0.f);
+  for (long long k0 = 0; k0 < Sk; k0 += BK) {
+    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
+      continue;
+    __syncthreads();
+    loadRows<T, D, BK>(ks, k, k0, Sk);
+    loadRows<T, D, BK>(vs, v, k0, Sk);
+    loadPos<BK>(kp, a.kpos, k0, a.causal ? Sk : 0);
+    __syncthreads();
+    scores<T, D, BK>(qw, ks, sw, LdS);
+    scores<T, D, BK>(dow, vs, dpw, LdS);
+    __syncwarp();
+#pragma unroll 4
+    for (int c = c0; c < c0 + BK / 2; ++c) {
+      bool keep = k0 + c < Sk && !(a.causal && kp[c] > qp) &&
+                  rowLse != kNegInf;
+      float p = keep ? __expf(sw[r * LdS + c] * a.scale - rowLse) : 0.f;
+      dsw[r * LdP + c] = toT<T>(p * (dpw[r * LdS + c] - rowDelta));
+    }
+    __syncwarp();
+    accumulate<T, D, BK>(dq, dsw, LdP, ks);
+  }
+  for (int n = 0; n < D / 16; ++n)
+    for (int t = 0; t < dq[n].num_elements; ++t)
+      dq[n].x[t] *= a.scale;
+
+  __syncthreads();
+  float *stage = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  storeRows<D>(dq, stage, a.dq + bh * Sq * D, q0 + warp * 16, Sq);
+}
+
+/// dk = scale * sum r(ds)^T Q and dv = sum r(p)^T dO over the query heads of
+/// the block's key/value head and their queries: each warp owns 16 keys and
+/// works on transposed tiles (keys x queries).
+template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
+  constexpr int BQ = kTile(D), LdT = D + 8, LdS = BQ + 4, LdP = BQ + 8;
+  static_assert(kRows * (D + 4) * 4 <= 2 * kRows * LdT * 2,
+                "the output staging fits in the K and V tiles");
+  T *ks = reinterpret_cast<T *>(smem);
+  T *vs = ks + kRows * LdT;
+  T *qs = vs + kRows * LdT;
+  T *dos = qs + BQ * LdT;
+  float *sts = reinterpret_cast<float *>(dos + BQ * LdT);
+  float *dpts = sts + kRows * LdS;
+  T *pts = reinterpret_cast<T *>(dpts + kRows * LdS);
+  T *dsts = pts + kRows * LdP;
+  float *lses = reinterpret_cast<float *>(dsts + kRows * LdP);
+  float *deltas = lses + BQ;
+  long long *qps = reinterpret_cast<long long *>(deltas + BQ);
+  requireSmem(dkvSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, c0 = (lane % 2) * (BQ / 2);
+  const long long H = a.heads, Hk = a.kvHeads, G = H / Hk, Sq = a.queries,
+                  Sk = a.keys;
+  const long long kvh = blockIdx.x, b = kvh / Hk, hk = kvh % Hk;
+  const long long k0 = (long long)blockIdx.y * kRows;
+  loadRows<T, D, kRows>(ks, a.k + kvh * Sk * D, k0, Sk);
+  loadRows<T, D, kRows>(vs, a.v + kvh * Sk * D, k0, Sk);
+
+  // This lane's key, and the block's first key position.
+  const long long j = k0 + warp * 16 + r;
+  const long long kp = a.causal && j < Sk ? a.kpos[j] : 0;
+  const long long firstK =
+      a.causal ? extremePos(a.kpos, k0, min(k0 + kRows, Sk), true) : 0;
+  const T *kw = ks + warp * 16 * LdT, *vw = vs + warp * 16 * LdT;
+  float *stw = sts + warp * 16 * LdS, *dptw = dpts + warp * 16 * LdS;
+  T *ptw = pts + warp * 16 * LdP, *dstw = dsts + warp * 16 * LdP;
+
+  FragC dk[D / 16], dv[D / 16];
+  for (int n = 0; n < D / 16; ++n) {
+    wmma::fill_fragment(dk[n], 0.f);
+    wmma::fill_fragment(dv[n], 0.f);
+  }
+  for (long long g = 0; g < G; ++g) {
+    const long long bh = b * H + hk * G + g;
+    for (long long q0 = 0; q0 < Sq; q0 += BQ) {
+      if (a.causal &&
+          extremePos(a.qpos, q0, min(q0 + BQ, Sq), false) < firstK)
+        continue;
+      __syncthreads();
+      loadRows<T, D, BQ>(qs, a.q + bh * Sq * D, q0, Sq);
+      loadRows<T, D, BQ>(dos, a.dout + bh * Sq * D, q0, Sq);
+      for (int t = threadIdx.x; t < BQ; t += kThreads) {
+        bool in = q0 + t < Sq;
+        lses[t] = in ? a.lse[bh * Sq + q0 + t] : kNegInf;
+        deltas[t] = in ? a.delta[bh * Sq + q0 + t] : 0.f;
+        qps[t] = in && a.causal ? a.qpos[q0 + t] : 0;
+      }
+      __syncthreads();
+      scores<T, D, BQ>(kw, qs, stw, LdS);
+      scores<T, D, BQ>(vw, dos, dptw, LdS);
+      __syncwarp();
+#pragma unroll 4
+      for (int c = c0; c < c0 + BQ / 2; ++c) {
+        bool keep = j < Sk && lses[c] != kNegInf && !(a.causal && kp > qps[c]);
+        float p = keep ? __expf(stw[r * LdS + c] * a.scale - lses[c]) : 0.f;
+        ptw[r * LdP + c] = toT<T>(p);
+        dstw[r * LdP + c] = toT<T>(p * (dptw[r * LdS + c] - deltas[c]));
+      }
+      __syncwarp();
+      accumulate<T, D, BQ>(dv, ptw, LdP, dos);
+      accumulate<T, D, BQ>(dk, dstw, LdP, qs);
+    }
+  }
+  for (int n = 0; n < D / 16; ++n)
+    for (int t = 0; t < dk[n].num_elements; ++t)
+      dk[n].x[t] *= a.scale;
+
+  __syncthreads();
+  float *stage = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  storeRows<D>(dk, stage, a.dk + kvh * Sk * D, k0 + warp * 16, Sk);
+  storeRows<D>(dv, stage, a.dv + kvh * Sk * D, k0 + warp * 16, Sk);
+}
+
+} // namespace shardx_attention
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)
+    shardx_attention_delta(AttentionArgs a) {
+  shardx_attention::delta(a);
+}
+
+#define SHARDX_ATTENTION_KERNELS(NAME, T, D)                                   \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+      shardx_attention_fwd_##NAME##_##D(AttentionArgs a) {                     \
+    shardx_attention::forward<T, D>(a);                                        \
+  }                                                                            \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+      shardx_attention_dq_##NAME##_##D(AttentionArgs a) {                      \
+    shardx_attention::gradQ<T, D>(a);                                          \
+  }                                                                            \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+      shardx_attention_dkv_##NAME##_##D(AttentionArgs a) {                     \
+    shardx_attention::gradKV<T, D>(a);                                         \
+  }
+
+SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 32)
+SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 64)
+SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 128)
+SHARDX_ATTENTION_KERNELS(f16, __half, 32)
+SHARDX_ATTENTION_KERNELS(f16, __half, 64)
+SHARDX_ATTENTION_KERNELS(f16, __half, 128)
+
+#undef SHARDX_ATTENTION_KERNELS
