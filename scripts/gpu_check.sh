@@ -35,7 +35,11 @@
 # (bin/ShardXRuntimeNcclTests: mesh 1; its AsyncAllReduce runs the
 # stream-ordered start and wait, SynchronousCollectives the host-waiting
 # mode), the cuda-local one (bin/ShardXRuntimeCudaLocalTests: meshes 1, 4,
-# 2x3, 2x2x2 on the one GPU), and prints the figures of
+# 2x3, 2x2x2 on the one GPU), the fused attention kernels against their CPU
+# reference (bin/ShardXAttentionKernelTests: bf16 and f16, widths 32, 64,
+# 128, causal, grouped-query and off-tile cases, each tensor's error
+# printed; its timing of a causal bf16 attention, B 8 H 12 S 1024 D 64, is
+# printed, not counted), and prints the figures of
 # bin/shardx-gpu-bench (GEMM vs cuBLAS in f32, bf16 and f16, collectives vs
 # NCCL; not counted). Before those figures, with PyTorch, the train step
 # benchmark (bench/gpu_step_bench.py: compiled MLP and transformer-block
@@ -79,11 +83,12 @@ if [ "$run" = 0 ]; then
   source "$ROOT/scripts/lib.sh"
   ensure_python_env
   build_shardx shardx-compile shardx-run shardx-exec shardx-gpu-exec shardx-gpu-bench \
-    ShardXRuntimeNcclTests ShardXRuntimeCudaLocalTests
+    ShardXRuntimeNcclTests ShardXRuntimeCudaLocalTests ShardXAttentionKernelTests
   bin="$SHARDX_BUILD/bin"
   rm -rf "$DIR"
   mkdir -p "$DIR/bin"
   cp "$bin/shardx-gpu-exec" "$bin/shardx-gpu-bench" \
+    "$bin/ShardXAttentionKernelTests" \
     "$SHARDX_BUILD/unittests/ShardXRuntimeNcclTests" \
     "$SHARDX_BUILD/unittests/ShardXRuntimeCudaLocalTests" "$DIR/bin/"
   for p in "${PROGRAMS[@]}"; do
@@ -237,6 +242,20 @@ if [ -z "$nodriver" ]; then
       echo "FAIL cuda-local conformance"
       grep -E 'FAILED|Failure|error' "$out/cuda-local-tests.log" | sed 's/^/  /'
     fi
+  fi
+  if [ -x "$DIR/bin/ShardXAttentionKernelTests" ]; then
+    log="$out/attention-tests.log"
+    if "$DIR/bin/ShardXAttentionKernelTests" >"$log" 2>&1; then
+      passed=$((passed + 1))
+      printf 'PASS fused attention kernels: %s\n' \
+        "$(grep -E '^\[  PASSED  \]' "$log")"
+    else
+      failed=$((failed + 1))
+      echo "FAIL fused attention kernels"
+      grep -E 'FAILED|Failure|error|no usable GPU|shardx:' "$log" | sed 's/^/  /'
+    fi
+    # Each case's errors and the timing case's figures (not counted).
+    grep -E '^[a-z_0-9]+ \(|max abs error| ms ' "$log" | sed 's/^/  /' || true
   fi
   if [ -f "$DIR/step-bench/steps.json" ]; then
     python="${SHARDX_PYTHON:-python3}"
