@@ -17,6 +17,9 @@
 //                dq = c dS @ (c k), dk = c dS^T @ (c q), dv = P^T @ dout
 //
 // A row that sees no key (m = -inf) gets l = 0: out = 0 and lse = -inf.
+// Under `products = bf16|f16` every product's operands are rounded to that
+// type first (q, k, v, dout, P or the blocks' exponentials, dS): the numbers
+// of a fused GPU kernel, written out for the targets without one.
 // Where S fits the block budget the three ops build S and P alike, so CSE
 // shares them between the forward and the backward ops of one attention
 // where they are in one function. Larger S are written over blocks of keys:
@@ -61,6 +64,8 @@ public:
       : b(rewriter), loc(op->getLoc()),
         element(cast<RankedTensorType>(op->getOperand(0).getType())
                     .getElementType()) {
+    if (auto attr = op->getAttrOfType<TypeAttr>("products"))
+      products = attr.getValue();
     Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
     batch = size(q, 0);
     heads = size(q, 1);
@@ -245,6 +250,22 @@ public:
     return op.getResult(0);
   }
 
+  /// `x` with its elements rounded to the products' type and back: the
+  /// value a product reads under `products` (itself without).
+  Value rounded(Value x) {
+    if (!products)
+      return x;
+    int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+    AffineMap identity = b.getMultiDimIdentityMap(rank);
+    return generic(tensor::getMixedSizes(b, loc, x), 0.0, {x},
+                   {identity, identity}, SmallVector<bool>(rank, false),
+                   [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                     Value narrow =
+                         arith::TruncFOp::create(nb, l, products, args[0]);
+                     return arith::ExtFOp::create(nb, l, element, narrow);
+                   });
+  }
+
   AffineMap map(unsigned count, ArrayRef<unsigned> dimsOf) {
     return AffineMap::getMultiDimMapWithTargets(count, dimsOf,
                                                 b.getContext());
@@ -290,6 +311,8 @@ public:
   RewriterBase &b;
   Location loc;
   Type element;
+  /// The type of every product's operands (`products`), or null.
+  Type products;
   OpFoldResult batch, heads, kvHeads, groups, queries, keys, width,
       valueWidth, n, m;
   /// The query heads per key/value head when they are dynamic (then the
@@ -323,9 +346,9 @@ template <typename OpT>
 Scores scores(AttentionBuilder &a, OpT op, int64_t blockBytes) {
   Scores sc;
   sc.root = a.constant(std::sqrt(op.getScale().convertToDouble()));
-  sc.qs = scaled(a, a.queryView(op.getQ()), sc.root);
-  sc.ks = scaled(a, a.keyView(op.getK()), sc.root);
-  sc.v = a.keyView(op.getV());
+  sc.qs = scaled(a, a.rounded(a.queryView(op.getQ())), sc.root);
+  sc.ks = scaled(a, a.rounded(a.keyView(op.getK())), sc.root);
+  sc.v = a.rounded(a.keyView(op.getV()));
   if (op.getQpos()) {
     sc.qpos = a.rowPositions(op.getQpos());
     sc.kpos = op.getKpos();
@@ -486,8 +509,8 @@ LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op,
     Value s = logits(a, sc, sc.blocks[0]);
     Value max = rowMax(s);
     lse = logSumExp(max, rowSumExp(s, max));
-    out = a.gemm(probabilities(a, s, lse), {0, 1, 3}, sc.v, {0, 3, 2}, a.m,
-                 a.valueWidth);
+    out = a.gemm(a.rounded(probabilities(a, s, lse)), {0, 1, 3}, sc.v,
+                 {0, 3, 2}, a.m, a.valueWidth);
   } else {
     // The online softmax over key blocks (flash attention's forward): the
     // running max m, sum l and unnormalized output acc, rescaled by
@@ -517,8 +540,10 @@ LogicalResult lowerForward(RewriterBase &rewriter, AttentionOp op,
           a, e, {}, 0.0, [](OpBuilder &nb, Location l, ValueRange args) {
             return arith::AddFOp::create(nb, l, args[1], args[0]).getResult();
           });
-      Value pv = a.gemm(e, {0, 1, 3}, keyBlock(a, sc.v, block), {0, 3, 2},
-                        a.m, a.valueWidth);
+      // Under `products` the exponentials are rounded before the product
+      // (normalized after it, as a fused kernel's blocks are).
+      Value pv = a.gemm(a.rounded(e), {0, 1, 3}, keyBlock(a, sc.v, block),
+                        {0, 3, 2}, a.m, a.valueWidth);
       if (!sum) {
         sum = blockSum;
         acc = pv;
@@ -559,6 +584,7 @@ struct BackwardBlock {
 /// rowsum(dout * out).
 struct Backward {
   Scores sc;
+  /// dout as the products read it (rounded under `products`).
   Value dout, lse, delta;
 
   /// One block's P and dS. One block of every key builds them as the
@@ -618,11 +644,12 @@ template <typename OpT>
 Backward backward(AttentionBuilder &a, OpT op, int64_t blockBytes) {
   Backward g;
   g.sc = scores(a, op, blockBytes);
-  g.dout = a.queryView(op.getDout());
+  Value dout = a.queryView(op.getDout());
+  g.dout = a.rounded(dout);
   g.lse = a.queryView(op.getLse());
   Value out = a.queryView(op.getOut());
   g.delta = a.generic(
-      {a.n, a.m}, 0.0, {g.dout, out},
+      {a.n, a.m}, 0.0, {dout, out},
       {a.map(3, {0, 1, 2}), a.map(3, {0, 1, 2}), a.map(3, {0, 1})},
       {false, false, true}, [](OpBuilder &nb, Location l, ValueRange args) {
         Value x = arith::MulFOp::create(nb, l, args[0], args[1]);
@@ -660,7 +687,7 @@ LogicalResult lowerBackward(RewriterBase &rewriter, AttentionDqOp dqOp,
       SmallVector<unsigned> byRow = blk.keyMajor
                                         ? SmallVector<unsigned>{0, 3, 1}
                                         : SmallVector<unsigned>{0, 1, 3};
-      Value part = a.gemm(blk.ds, byRow, keyBlock(a, g.sc.ks, keys),
+      Value part = a.gemm(a.rounded(blk.ds), byRow, keyBlock(a, g.sc.ks, keys),
                           {0, 3, 2}, a.m, a.width);
       dq = dq ? overRowsOf(a, dq, {dq, part}, {}, add) : part;
     }
@@ -672,9 +699,10 @@ LogicalResult lowerBackward(RewriterBase &rewriter, AttentionDqOp dqOp,
     SmallVector<unsigned> byKey = blk.keyMajor
                                       ? SmallVector<unsigned>{0, 1, 3}
                                       : SmallVector<unsigned>{0, 3, 1};
-    Value dkBlock = a.gemm(blk.ds, byKey, g.sc.qs, {0, 3, 2}, count, a.width);
+    Value dkBlock =
+        a.gemm(a.rounded(blk.ds), byKey, g.sc.qs, {0, 3, 2}, count, a.width);
     Value dvBlock =
-        a.gemm(blk.p, byKey, g.dout, {0, 3, 2}, count, a.valueWidth);
+        a.gemm(a.rounded(blk.p), byKey, g.dout, {0, 3, 2}, count, a.valueWidth);
     if (keys.second < 0) {
       dk = dkBlock;
       dv = dvBlock;

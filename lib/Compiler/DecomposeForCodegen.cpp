@@ -32,9 +32,13 @@
 #include "shardx/Dialect/ShardX/IR/ShardX.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
@@ -283,6 +287,160 @@ LogicalResult lowerBitcast(RewriterBase &rewriter, tensor::BitcastOp op) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Attention as calls of the cuda runtime's fused kernels
+//===----------------------------------------------------------------------===//
+
+/// The suffix of the fused kernel that computes `op` (`bf16`, `f16`), or
+/// none where the op is not one the kernels take: `products` given, f32
+/// tensors, a static head width of 32, 64 or 128 for the queries, keys and
+/// values alike, i64 positions.
+std::optional<StringRef> attentionKernelSuffix(Operation *op) {
+  auto products = op->getAttrOfType<TypeAttr>("products");
+  if (!products)
+    return std::nullopt;
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto v = cast<RankedTensorType>(op->getOperand(2).getType());
+  int64_t width = q.getDimSize(3);
+  if (!q.getElementType().isF32() || v.getDimSize(3) != width ||
+      (width != 32 && width != 64 && width != 128))
+    return std::nullopt;
+  unsigned positions = isa<mlir::shardx::AttentionOp>(op) ? 3 : 6;
+  if (op->getNumOperands() > positions &&
+      !cast<RankedTensorType>(op->getOperand(positions).getType())
+           .getElementType()
+           .isInteger(64))
+    return std::nullopt;
+  return products.getValue().isBF16() ? StringRef("bf16") : StringRef("f16");
+}
+
+/// Builds one call of a fused attention kernel at the op's position.
+struct AttentionCall {
+  RewriterBase &b;
+  Location loc;
+  SmallVector<Value> args;
+
+  /// `m` (identity layout) as a 1-D memref of dynamic size and offset.
+  Value flat(Value m) {
+    auto type = cast<MemRefType>(m.getType());
+    ReassociationIndices all;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      all.push_back(i);
+    Value one = memref::CollapseShapeOp::create(
+        b, loc, m, ArrayRef<ReassociationIndices>{all});
+    auto dyn1D = MemRefType::get(
+        {ShapedType::kDynamic}, type.getElementType(),
+        StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic,
+                               {ShapedType::kDynamic}));
+    return memref::CastOp::create(b, loc, dyn1D, one);
+  }
+  /// `t`'s buffer, contiguous (bufferization copies a strided one), read by
+  /// the call.
+  void read(Value t) {
+    auto type = cast<RankedTensorType>(t.getType());
+    args.push_back(flat(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(type.getShape(), type.getElementType()), t,
+        /*readOnly=*/true)));
+  }
+  /// A fresh buffer of type `type` that the call writes, its dynamic dims
+  /// those of `source` (whose leading dims are the result's).
+  Value written(Type type, Value source) {
+    auto tensor = cast<RankedTensorType>(type);
+    SmallVector<Value> dynamic;
+    for (int64_t d = 0; d < tensor.getRank(); ++d)
+      if (tensor.isDynamicDim(d))
+        dynamic.push_back(tensor::DimOp::create(b, loc, source, d));
+    Value buffer = memref::AllocOp::create(
+        b, loc, MemRefType::get(tensor.getShape(), tensor.getElementType()),
+        dynamic);
+    args.push_back(flat(buffer));
+    return buffer;
+  }
+  void size(Value t, int64_t dim) {
+    Value size = tensor::DimOp::create(b, loc, t, dim);
+    args.push_back(
+        arith::IndexCastOp::create(b, loc, b.getI64Type(), size).getResult());
+  }
+};
+
+/// Replaces `op`, an attention op that attentionKernelSuffix takes, by a
+/// call of `shardx_rt_cuda_attention[_dq|_dkv]_<suffix>` (the ABI of
+/// lib/Runtime/cuda/Attention.cpp): the inputs' buffers, the positions (a
+/// one-element dummy when not causal), the outputs' fresh buffers, then
+/// batch, heads, key/value heads, queries, keys, width (i64), causal (i32)
+/// and scale (f64).
+LogicalResult callAttentionKernel(RewriterBase &rewriter, Operation *op,
+                                  StringRef suffix) {
+  rewriter.setInsertionPoint(op);
+  Location loc = op->getLoc();
+  AttentionCall call{rewriter, loc, {}};
+  bool forward = isa<mlir::shardx::AttentionOp>(op);
+  unsigned inputs = forward ? 3 : 6;
+  Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
+  bool causal = op->getNumOperands() > inputs;
+  Value qpos, kpos;
+  if (causal) {
+    qpos = op->getOperand(inputs);
+    kpos = op->getOperand(inputs + 1);
+  } else {
+    auto type = RankedTensorType::get({1}, rewriter.getI64Type());
+    qpos = kpos = arith::ConstantOp::create(
+        rewriter, loc, DenseIntElementsAttr::get(type, ArrayRef<int64_t>{0}));
+  }
+  // Sizes first: the buffers' views are taken right before the call.
+  SmallVector<Value> sizes;
+  for (auto [t, d] : {std::pair{q, 0}, {q, 1}, {k, 1}, {q, 2}, {k, 2}}) {
+    Value size = tensor::DimOp::create(rewriter, loc, t, d);
+    sizes.push_back(
+        arith::IndexCastOp::create(rewriter, loc, rewriter.getI64Type(), size)
+            .getResult());
+  }
+  sizes.push_back(arith::ConstantIntOp::create(
+      rewriter, loc, cast<RankedTensorType>(q.getType()).getDimSize(3), 64));
+  for (unsigned i = 0; i < inputs; ++i)
+    call.read(op->getOperand(i));
+  call.read(qpos);
+  call.read(kpos);
+  SmallVector<Value> buffers;
+  for (Value result : op->getResults()) {
+    // out, lse and dq have q's leading dims; dk k's, dv v's.
+    Value source = q;
+    if (isa<mlir::shardx::AttentionDkvOp>(op))
+      source = result == op->getResult(0) ? k : v;
+    buffers.push_back(call.written(result.getType(), source));
+  }
+  call.args.append(sizes);
+  call.args.push_back(arith::ConstantIntOp::create(rewriter, loc, causal, 32));
+  call.args.push_back(arith::ConstantOp::create(
+      rewriter, loc,
+      rewriter.getF64FloatAttr(
+          op->getAttrOfType<FloatAttr>("scale").getValueAsDouble())));
+  StringRef pass = forward                                ? ""
+                   : isa<mlir::shardx::AttentionDqOp>(op) ? "_dq"
+                                                          : "_dkv";
+  std::string name = ("shardx_rt_cuda_attention" + pass + "_" + suffix).str();
+  auto module = op->getParentOfType<ModuleOp>();
+  auto fn = module.lookupSymbol<func::FuncOp>(name);
+  if (!fn) {
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPointToStart(module.getBody());
+    fn = func::FuncOp::create(
+        rewriter, module.getLoc(), name,
+        rewriter.getFunctionType(ValueRange(call.args).getTypes(), {}));
+    fn.setPrivate();
+    fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                rewriter.getUnitAttr());
+  }
+  func::CallOp::create(rewriter, loc, fn, call.args);
+  SmallVector<Value> results;
+  for (auto [result, buffer] : llvm::zip(op->getResults(), buffers))
+    results.push_back(bufferization::ToTensorOp::create(
+        rewriter, loc, result.getType(), buffer, /*restrict=*/true,
+        /*writable=*/true));
+  rewriter.replaceOp(op, results);
+  return success();
+}
+
 LogicalResult decompose(RewriterBase &rewriter, Operation *op,
                         bool scatterLoops, int64_t attentionBlockBytes) {
   // The attention ops take the sizes of their tensors' dims, dynamic ones
@@ -350,6 +508,13 @@ struct DecomposeForCodegenPass
     for (Operation *op : ops) {
       if (done.contains(op))
         continue;
+      if (attentionKernels && mlir::shardx::isShardXComputation(op)) {
+        if (std::optional<StringRef> suffix = attentionKernelSuffix(op)) {
+          if (failed(callAttentionKernel(rewriter, op, *suffix)))
+            return signalPassFailure();
+          continue;
+        }
+      }
       Operation *partner = mlir::shardx::findAttentionPartner(op);
       if (partner) {
         if (partner->isBeforeInBlock(op))

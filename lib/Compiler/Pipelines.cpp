@@ -101,7 +101,11 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createLowerHalosPass());
   pm.addPass(createConvertShardXToRuntimePass());
   pm.addPass(createDropMeshesPass());
-  pm.addPass(createDecomposeForCodegenPass({scatterLoops}));
+  // The cuda target calls the runtime's fused attention kernels.
+  DecomposeForCodegenPassOptions decompose;
+  decompose.scatterLoops = scatterLoops;
+  decompose.attentionKernels = contractions == "cublas";
+  pm.addPass(createDecomposeForCodegenPass(decompose));
   // A grouped matmul as one matmul per expert (its bounds read on the
   // host: not the cuda target's).
   if (contractions != "cublas")

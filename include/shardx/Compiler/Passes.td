@@ -106,7 +106,12 @@ def DecomposeForCodegenPass
       of every key would take more than `attention-block-bytes`, over blocks
       of keys (the forward an online softmax across them, as flash
       attention's), so that one block's scores are alive at a time
-      (lib/Compiler/DecomposeAttention.cpp).
+      (lib/Compiler/DecomposeAttention.cpp). With `attention-kernels` (the
+      cuda target) an attention op with `products` (bf16 or f16) whose head
+      width is 32, 64 or 128 (and the same for the values) and whose
+      positions, if any, are i64 becomes instead a call of the runtime's
+      fused kernel, `shardx_rt_cuda_attention[_dq|_dkv]_<bf16|f16>`, on
+      contiguous buffers of its tensors (lib/Runtime/cuda/Attention.cpp).
   }];
   let options = [
     Option<"scatterLoops", "scatter-loops", "bool", /*default=*/"true",
@@ -116,11 +121,16 @@ def DecomposeForCodegenPass
            /*default=*/"33554432",
            "the attention ops over blocks of keys whose [N, M, keys] "
            "scores take at most this many bytes each (an online softmax "
-           "across the blocks; 0: every key in one block)">
+           "across the blocks; 0: every key in one block)">,
+    Option<"attentionKernels", "attention-kernels", "bool",
+           /*default=*/"false",
+           "attention ops with `products` as calls of the cuda runtime's "
+           "fused attention kernels where their shapes allow">
   ];
-  let dependentDialects = ["arith::ArithDialect", "linalg::LinalgDialect",
-                           "math::MathDialect", "scf::SCFDialect",
-                           "tensor::TensorDialect"];
+  let dependentDialects = ["arith::ArithDialect", "bufferization::BufferizationDialect",
+                           "func::FuncDialect", "linalg::LinalgDialect",
+                           "math::MathDialect", "memref::MemRefDialect",
+                           "scf::SCFDialect", "tensor::TensorDialect"];
 }
 
 def GuardIntegerDivisionPass

@@ -103,3 +103,20 @@ func.func @dout(%q: tensor<2x2x8x16xf32>, %l: tensor<2x2x8xf32>, %d: tensor<2x2x
   %dk, %dv = shardx.attention_dkv %q, %q, %q, %q, %l, %d scale = 0.25 : tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8xf32>, tensor<2x2x8x8xf32> -> tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>
   return
 }
+
+// -----
+
+// Tests that `products` is a 16-bit float type, with f32 tensors.
+func.func @products(%q: tensor<2x2x8x16xf32>) {
+  // expected-error @+1 {{'shardx.attention' op 'products' must be bf16 or f16, got 'f32'}}
+  %o, %l = shardx.attention %q, %q, %q scale = 0.25 products = f32 : tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32> -> tensor<2x2x8x16xf32>, tensor<2x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @products_f64(%q: tensor<2x2x8x16xf64>) {
+  // expected-error @+1 {{'shardx.attention' op with 'products' computes in f32, got 'f64'}}
+  %o, %l = shardx.attention %q, %q, %q scale = 0.25 products = bf16 : tensor<2x2x8x16xf64>, tensor<2x2x8x16xf64>, tensor<2x2x8x16xf64> -> tensor<2x2x8x16xf64>, tensor<2x2x8xf64>
+  return
+}

@@ -913,6 +913,14 @@ verifyAttentionInputs(Operation *op, Value q, Value k, Value v, Value qpos,
     return op->emitOpError("'qpos' and 'kpos' must have one element type");
   if (!std::isfinite(scale))
     return op->emitOpError("'scale' must be finite, got ") << scale;
+  if (auto products = op->getAttrOfType<TypeAttr>("products")) {
+    Type t = products.getValue();
+    if (!t.isBF16() && !t.isF16())
+      return op->emitOpError("'products' must be bf16 or f16, got ") << t;
+    if (!element.isF32())
+      return op->emitOpError("with 'products' computes in f32, got ")
+             << element;
+  }
   return c;
 }
 

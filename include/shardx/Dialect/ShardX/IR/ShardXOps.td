@@ -661,11 +661,21 @@ class ShardX_AttentionOp<string mnemonic>
     from 0 on both sides). A query that sees no key gets a zero output and
     `lse = -inf`. The element type is f32 or f64 throughout. The op has no
     memory effects; `shardx-decompose-for-codegen` writes it as linalg ops.
+
+    With `products = bf16` (or `f16`; f32 tensors only) the op computes at
+    the precision of a GPU's fused (flash) attention: the operands of every
+    product are values of that type. `q`, `k`, `v` and `dout` are rounded
+    to it where they enter a product, and so are the probabilities before
+    `P @ v` and `P^T @ dout` and `dS` before its two products; every sum
+    accumulates in f32. The cuda target calls fused attention kernels on
+    tensor cores for such ops (head width 32, 64 or 128); the cpu target
+    writes the roundings as linalg ops.
   }];
   code attentionConstraints = [{
     Constraints: the shapes above (dims that are static agree), every tensor
     of one float element type (f32 or f64), positions both present or both
-    absent, of an integer type, rank 1; `scale` finite.
+    absent, of an integer type, rank 1; `scale` finite; `products`, where
+    given, bf16 or f16 with f32 tensors.
   }];
 }
 
@@ -688,11 +698,12 @@ def ShardX_AttentionOp : ShardX_AttentionOp<"attention"> {
   let arguments = (ins AnyRankedTensor:$q, AnyRankedTensor:$k,
                        AnyRankedTensor:$v,
                        Optional<AnyRankedTensor>:$qpos,
-                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale,
+                       OptionalAttr<TypeAttr>:$products);
   let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale
-    attr-dict `:` type($q) `,` type($k) `,` type($v)
+    (`products` `=` $products^)? attr-dict `:` type($q) `,` type($k) `,` type($v)
     (`,` type($qpos)^ `,` type($kpos))? `->` type($out) `,` type($lse)
   }];
   let hasVerifier = 1;
@@ -721,11 +732,13 @@ def ShardX_AttentionDqOp : ShardX_AttentionOp<"attention_dq"> {
                        AnyRankedTensor:$v, AnyRankedTensor:$out,
                        AnyRankedTensor:$lse, AnyRankedTensor:$dout,
                        Optional<AnyRankedTensor>:$qpos,
-                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale,
+                       OptionalAttr<TypeAttr>:$products);
   let results = (outs AnyRankedTensor:$dq);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $out `,` $lse `,` $dout
-    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale attr-dict `:`
+    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale
+    (`products` `=` $products^)? attr-dict `:`
     type($q) `,` type($k) `,` type($v) `,` type($out) `,` type($lse) `,`
     type($dout) (`,` type($qpos)^ `,` type($kpos))? `->` type($dq)
   }];
@@ -754,11 +767,13 @@ def ShardX_AttentionDkvOp : ShardX_AttentionOp<"attention_dkv"> {
                        AnyRankedTensor:$v, AnyRankedTensor:$out,
                        AnyRankedTensor:$lse, AnyRankedTensor:$dout,
                        Optional<AnyRankedTensor>:$qpos,
-                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale);
+                       Optional<AnyRankedTensor>:$kpos, F64Attr:$scale,
+                       OptionalAttr<TypeAttr>:$products);
   let results = (outs AnyRankedTensor:$dk, AnyRankedTensor:$dv);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $out `,` $lse `,` $dout
-    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale attr-dict `:`
+    (`causal` `(` $qpos^ `,` $kpos `)`)? `scale` `=` $scale
+    (`products` `=` $products^)? attr-dict `:`
     type($q) `,` type($k) `,` type($v) `,` type($out) `,` type($lse) `,`
     type($dout) (`,` type($qpos)^ `,` type($kpos))? `->` type($dk) `,`
     type($dv)

@@ -920,7 +920,7 @@ void attendByCalls(OpBuilder &b, Location loc, AttentionOp op,
     auto block = AttentionOp::create(
         b, loc, withDim(op.getOut(), 2, piece), withDim(op.getLse(), 2, piece),
         at.rows(op.getQ(), 2), at.keys(k, 2), at.keys(v, 2), at.rows(qpos, 0),
-        at.keys(kpos, 0), op.getScaleAttr());
+        at.keys(kpos, 0), op.getScaleAttr(), op.getProductsAttr());
     auto [rowsOut, rowsLse] = combine(b, loc, at.rows(out, 2), at.rows(lse, 2),
                                       block.getOut(), block.getLse());
     out = insertAlong(b, loc, rowsOut, out, 2, at.queryRow);
@@ -932,20 +932,29 @@ void attendByCalls(OpBuilder &b, Location loc, AttentionOp op,
 struct BackwardOperands {
   Value q, k, v, out, lse, dout, qpos, kpos;
   FloatAttr scale;
+  TypeAttr products;
 };
 
 /// The operands of `op`, an `attention_dq` or an `attention_dkv`.
 template <typename OpTy> BackwardOperands backwardOperands(OpTy op) {
-  return {op.getQ(),    op.getK(),    op.getV(),
-          op.getOut(),  op.getLse(),  op.getDout(),
-          op.getQpos(), op.getKpos(), op.getScaleAttr()};
+  return {op.getQ(),         op.getK(),           op.getV(),    op.getOut(),
+          op.getLse(),       op.getDout(),        op.getQpos(), op.getKpos(),
+          op.getScaleAttr(), op.getProductsAttr()};
 }
 
 /// The operands of a forward `attention` in the same form: no output,
 /// log-sum-exp or output gradient.
 BackwardOperands backwardOperands(AttentionOp op) {
-  return {op.getQ(),    op.getK(),    op.getV(),        {}, {}, {},
-          op.getQpos(), op.getKpos(), op.getScaleAttr()};
+  return {op.getQ(),
+          op.getK(),
+          op.getV(),
+          {},
+          {},
+          {},
+          op.getQpos(),
+          op.getKpos(),
+          op.getScaleAttr(),
+          op.getProductsAttr()};
 }
 
 /// The backward of an attention by `calls`: each call's dq added into its
@@ -967,14 +976,15 @@ void backwardByCalls(OpBuilder &b, Location loc, const Calls &calls, Value rank,
           dos = at.rows(x.dout, 2), qp = at.rows(x.qpos, 0);
     Value ks = at.keys(x.k, 2), vs = at.keys(x.v, 2), kp = at.keys(x.kpos, 0);
     if (dq) {
-      Value term = AttentionDqOp::create(b, loc, withDim(x.q, 2, piece), qs, ks,
-                                         vs, os, ls, dos, qp, kp, x.scale);
+      Value term =
+          AttentionDqOp::create(b, loc, withDim(x.q, 2, piece), qs, ks, vs, os,
+                                ls, dos, qp, kp, x.scale, x.products);
       *dq = addAlong(b, loc, *dq, term, 2, at.queryRow);
     }
     if (dk) {
-      auto block = AttentionDkvOp::create(b, loc, withDim(x.k, 2, piece),
-                                          withDim(x.v, 2, piece), qs, ks, vs,
-                                          os, ls, dos, qp, kp, x.scale);
+      auto block = AttentionDkvOp::create(
+          b, loc, withDim(x.k, 2, piece), withDim(x.v, 2, piece), qs, ks, vs,
+          os, ls, dos, qp, kp, x.scale, x.products);
       *dk = addAlong(b, loc, *dk, block.getDk(), 2, at.keyRow);
       *dv = addAlong(b, loc, *dv, block.getDv(), 2, at.keyRow);
     }
@@ -1126,9 +1136,9 @@ LogicalResult ringForward(AttentionOp op, int64_t minBytes) {
                     lse);
       continue;
     }
-    auto block = AttentionOp::create(b, loc, op.getOut().getType(),
-                                     op.getLse().getType(), op.getQ(), k, v,
-                                     qpos, pos, op.getScaleAttr());
+    auto block = AttentionOp::create(
+        b, loc, op.getOut().getType(), op.getLse().getType(), op.getQ(), k, v,
+        qpos, pos, op.getScaleAttr(), op.getProductsAttr());
     if (!out) {
       out = block.getOut();
       lse = block.getLse();
@@ -1152,7 +1162,7 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
   if (dq && dkv && dkv->isBeforeInBlock(dq))
     first = dkv;
   // Both read the same operands (checked by the caller).
-  auto [q, k, v, out, lse, dout, qpos, kpos, scale] =
+  auto [q, k, v, out, lse, dout, qpos, kpos, scale, products] =
       dq ? backwardOperands(dq) : backwardOperands(dkv);
   // The dK and dV paths to their reduce-scatters.
   std::optional<std::pair<Pieces, SmallVector<Link>>> dkPath, dvPath;
@@ -1198,19 +1208,20 @@ LogicalResult ringBackward(AttentionDqOp dq, AttentionDkvOp dkv,
     if (steps[s]) {
       // The quarters the mask shows, each added into its rows.
       backwardByCalls(b, loc, *steps[s], ring->rank,
-                      {q, kb, vb, out, lse, dout, rowPos, pos, scale},
+                      {q, kb, vb, out, lse, dout, rowPos, pos, scale, products},
                       dq ? &dqSum : nullptr, dkv ? &dkBlock : nullptr,
                       dkv ? &dvBlock : nullptr);
     } else {
       if (dq) {
-        Value term = AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out,
-                                           lse, dout, rowPos, pos, scale);
+        Value term =
+            AttentionDqOp::create(b, loc, dq.getType(), q, kb, vb, out, lse,
+                                  dout, rowPos, pos, scale, products);
         dqSum = dqSum ? add(b, loc, dqSum, term) : term;
       }
       if (dkv) {
-        auto block =
-            AttentionDkvOp::create(b, loc, kb.getType(), vb.getType(), q, kb,
-                                   vb, out, lse, dout, rowPos, pos, scale);
+        auto block = AttentionDkvOp::create(b, loc, kb.getType(), vb.getType(),
+                                            q, kb, vb, out, lse, dout, rowPos,
+                                            pos, scale, products);
         dkBlock = block.getDk();
         dvBlock = block.getDv();
       }
@@ -1325,7 +1336,8 @@ LogicalResult callsOverKeys(Operation *op, int64_t pieceRows) {
 /// operands.
 bool sameAttention(AttentionDqOp dq, AttentionDkvOp dkv) {
   return dq->getOperands() == dkv->getOperands() &&
-         dq.getScaleAttr() == dkv.getScaleAttr();
+         dq.getScaleAttr() == dkv.getScaleAttr() &&
+         dq.getProductsAttr() == dkv.getProductsAttr();
 }
 
 /// Erases the ops of `block` that nothing reads and that have no effect,
