@@ -36,7 +36,7 @@ def _grads(ctx, q, k, v, **kw):
 
 
 CASES = [dict(is_causal=True), dict(), dict(mask="bool"), dict(mask="float"),
-         dict(is_causal=True, scale=0.3)]
+         dict(is_causal=True, scale=0.3), dict(is_causal=True, enable_gqa=True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -45,6 +45,8 @@ def test_matches_float64_as_closely_as_math_attention(dtype, case):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 16, 8).to(dtype) for _ in range(3))
     kw = dict(case)
+    if kw.get("enable_gqa"):
+        k, v = k[:, :1], v[:, :1]  # 3 query heads on one key/value head
     mask = kw.pop("mask", None)
     if mask == "bool":
         kw["attn_mask"] = torch.rand(16, 16) > 0.3
@@ -74,7 +76,8 @@ def test_calls_it_does_not_cover_are_pytorchs():
     learned = torch.randn(8, 8, requires_grad=True)
     calls = [
         lambda: F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True),
-        lambda: F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True),
+        lambda: F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True,
+                                               attn_mask=torch.ones(8, 8, dtype=torch.bool)),
         lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=learned),
         lambda: F.scaled_dot_product_attention(q, k[:1], v[:1]),  # broadcast batch
     ]
@@ -110,9 +113,9 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self):
+    def __init__(self, dim=16):
         super().__init__()
-        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(2)])
 
     def forward(self, x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -121,10 +124,10 @@ class Model(nn.Module):
         return x.float()
 
 
-def _step():
+def _step(dim=16):
     torch.manual_seed(0)
-    step = TrainStep(Model(), F.mse_loss, "sgd", lr=0.1, momentum=0.9)
-    args = step.example_args([torch.randn(2, 8, 16)], torch.randn(2, 8, 16))
+    step = TrainStep(Model(dim), F.mse_loss, "sgd", lr=0.1, momentum=0.9)
+    args = step.example_args([torch.randn(2, 8, dim)], torch.randn(2, 8, dim))
     return step, args
 
 
@@ -152,29 +155,47 @@ def test_compiled_step_matches_eager_at_the_same_precision():
             torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=2e-3)
 
 
-def test_cuda_backend_runs_the_attention_gemms_on_narrow_values():
-    """backend="cuda" traces under flash_precision (after a trace of the same
-    layers at the CPU's precision in this process, whose regions must not be
-    reused): the cuda target's program multiplies bf16 values with an f32
-    result, and no attention GEMM is left in f32."""
-    step, (params, state, inputs, target) = _step()
-    shardx.compile(step, None, donate=(0, 1), name="cpu_attn").precompile(
-        params, state, inputs, target)
-    step, (params, state, inputs, target) = _step()
-    f = shardx.compile(step, None, donate=(0, 1), backend="cuda", name="gpu_attn")
+def _cuda_program(dim, name):
+    """The cuda target's lowered program of the step of width ``dim``,
+    compiled by ``backend="cuda"`` (which traces under flash_precision)."""
+    step, (params, state, inputs, target) = _step(dim)
+    f = shardx.compile(step, None, donate=(0, 1), backend="cuda", name=name)
     f.precompile(params, state, inputs, target)
     cache = os.environ["SHARDX_CACHE_DIR"]
     sources = [p for p in glob.glob(os.path.join(cache, "**", "*.mlir"), recursive=True)
-               if "jit_gpu_attn" in open(p).read()]
+               if f"jit_{name}" in open(p).read()]
     assert len(sources) == 1
     build = os.environ.get("SHARDX_BUILD", os.path.join(os.path.dirname(__file__), "..", "..",
                                                          "build"))
-    out = subprocess.run([os.path.join(build, "bin", "shardx-compile"), sources[0],
-                          "--target=cuda", "--emit=mlir", "-o", "-"],
-                         capture_output=True, text=True, check=True).stdout
-    # Two layers, three GEMMs each way: q k^T, P v; dP, dq, dk, dv.
-    assert out.count("llvm.call @shardx_rt_cuda_gemm_batched_bf16_f32(") == 12
+    return subprocess.run([os.path.join(build, "bin", "shardx-compile"), sources[0],
+                           "--target=cuda", "--emit=mlir", "-o", "-"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_cuda_backend_runs_attention_as_fused_kernels():
+    """backend="cuda" traces under flash_precision (after a trace of the same
+    layers at the CPU's precision in this process, whose regions must not be
+    reused): a causal attention of head width 32 is the composite op with
+    bf16 products, which the cuda target runs as the runtime's fused
+    kernels, one call per op per layer, with no attention GEMM left."""
+    step, (params, state, inputs, target) = _step(64)
+    shardx.compile(step, None, donate=(0, 1), name="cpu_attn").precompile(
+        params, state, inputs, target)
+    out = _cuda_program(64, "gpu_attn")
+    for kernel in ("attention_bf16", "attention_dq_bf16", "attention_dkv_bf16"):
+        assert out.count(f"llvm.call @shardx_rt_cuda_{kernel}(") == 2, kernel
+    assert "llvm.call @shardx_rt_cuda_gemm_batched_bf16_f32(" not in out
     assert "llvm.call @shardx_rt_cuda_gemm_batched_f32(" not in out
+
+
+def test_cuda_backend_attention_of_other_widths_is_linalg():
+    """A head width the kernels lack (8) keeps the linalg ops, every
+    product's operands rounded to bf16: the products of rounded values
+    without a scale between (P @ v, dP, dv) are cuBLAS GEMMs of bf16
+    values."""
+    out = _cuda_program(16, "gpu_attn8")
+    assert "@shardx_rt_cuda_attention" not in out
+    assert out.count("llvm.call @shardx_rt_cuda_gemm_batched_bf16_f32(") == 6
 
 
 def test_regions_trace_the_ops_autocast_chose_once():

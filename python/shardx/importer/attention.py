@@ -43,10 +43,18 @@ products are exact in f32, so only the order of the sums changes):
     dq = bf16(dS) @ k * scale               dk = bf16(dS)^T @ q * scale
     dv = bf16(P)^T @ dO
 
+Where the composite op covers the call (no mask tensor, no dropout; causal
+or not, grouped-query heads too) it is that op on the widened q, k and v
+with ``products`` set to their dtype (``shardx.attention ... products =
+bf16``): the same numbers, and the cuda target runs each of the three ops
+as one fused kernel on tensor cores (lib/Runtime/cuda/Attention.cpp), with
+no ``[B, H, Sq, Sk]`` probabilities kept from the forward for the backward.
+Other calls (a mask tensor) are traced as the products above.
+
 The GPU backends of ``shardx.compile`` trace under it. Calls it does not
-cover (dropout, grouped-query attention, a mask that needs a gradient,
-batch dims that broadcast) keep PyTorch's own attention; f32 and f64 ones
-are the composite op's.
+cover (dropout, grouped-query attention with a mask, a mask that needs a
+gradient, batch dims that broadcast) keep PyTorch's own attention; f32 and
+f64 ones are the composite op's.
 """
 
 from __future__ import annotations
@@ -133,10 +141,26 @@ def sequence_order(order):
 # The composite op: shardx::attention and its gradient
 # ----------------------------------------------------------------------------
 
-def _reference(q, k, v, qpos, kpos, scale):
+#: ``products`` codes of the custom ops: the type every product's operands
+#: are rounded to (0: none, f32/f64 products).
+PRODUCTS = {torch.bfloat16: 1, torch.float16: 2}
+_PRODUCT_TYPES = {1: torch.bfloat16, 2: torch.float16}
+#: The dialect's name of each code.
+PRODUCT_NAMES = {1: "bf16", 2: "f16"}
+
+
+def _rounded(x, products: int):
+    """``x`` as a product reads it: rounded to the ``products`` type and back."""
+    if not products:
+        return x
+    return x.to(_PRODUCT_TYPES[products]).to(x.dtype)
+
+
+def _reference(q, k, v, qpos, kpos, scale, products=0):
     """The op's numbers in PyTorch (eager runs of the custom ops): the
     scores ``[B, H, Sq, Sk]``, the seen keys and the key/value heads
-    repeated to the query heads."""
+    repeated to the query heads (rounded as the products read them)."""
+    q, k, v = (_rounded(t, products) for t in (q, k, v))
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
@@ -150,8 +174,8 @@ def _reference(q, k, v, qpos, kpos, scale):
 @torch.library.custom_op("shardx::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   qpos: Optional[torch.Tensor], kpos: Optional[torch.Tensor],
-                  scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    s, _, _, v = _reference(q, k, v, qpos, kpos, scale)
+                  scale: float, products: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    s, _, _, v = _reference(q, k, v, qpos, kpos, scale, products)
     m = s.amax(-1, keepdim=True)
     m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     e = torch.exp(s - m)
@@ -159,24 +183,24 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     none = total == 0
     p = torch.where(none, torch.zeros_like(e), e / total)
     lse = torch.where(none, torch.full_like(m, float("-inf")), m + torch.log(total))
-    return torch.matmul(p, v), lse.squeeze(-1)
+    return torch.matmul(_rounded(p, products), v), lse.squeeze(-1)
 
 
 @_attention_op.register_fake
-def _(q, k, v, qpos, kpos, scale):
+def _(q, k, v, qpos, kpos, scale, products=0):
     return (q.new_empty(*q.shape[:-1], v.shape[-1]), q.new_empty(q.shape[:-1]))
 
 
-def _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale):
-    """P (0 where masked) and dS = scale * P * (dP - delta), with the
-    repeated k and v."""
-    s, seen, k, v = _reference(q, k, v, qpos, kpos, scale)
+def _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale, products):
+    """P (0 where masked) and dS = P * (dP - delta) as the products read
+    them, with the repeated k (rounded likewise)."""
+    s, seen, k, v = _reference(q, k, v, qpos, kpos, scale, products)
     p = torch.exp(s - lse[..., None])
     if seen is not None:
         p = torch.where(seen, p, torch.zeros_like(p))
-    dp = torch.matmul(dout, v.transpose(-2, -1))
+    dp = torch.matmul(_rounded(dout, products), v.transpose(-2, -1))
     delta = (dout * out).sum(-1, keepdim=True)
-    return p, p * (dp - delta) * scale, k
+    return _rounded(p, products), _rounded(p * (dp - delta), products), k
 
 
 def _per_kv_head(x, kv_heads):
@@ -187,49 +211,51 @@ def _per_kv_head(x, kv_heads):
 @torch.library.custom_op("shardx::attention_dq", mutates_args=())
 def _attention_dq_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      lse: torch.Tensor, dout: torch.Tensor, qpos: Optional[torch.Tensor],
-                     kpos: Optional[torch.Tensor], scale: float) -> torch.Tensor:
-    _, ds, k = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale)
-    return torch.matmul(ds, k)
+                     kpos: Optional[torch.Tensor], scale: float,
+                     products: int = 0) -> torch.Tensor:
+    _, ds, k = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale, products)
+    return torch.matmul(ds, k) * scale
 
 
 @_attention_dq_op.register_fake
-def _(q, k, v, out, lse, dout, qpos, kpos, scale):
+def _(q, k, v, out, lse, dout, qpos, kpos, scale, products=0):
     return torch.empty_like(q)
 
 
 @torch.library.custom_op("shardx::attention_dkv", mutates_args=())
 def _attention_dkv_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, dout: torch.Tensor, qpos: Optional[torch.Tensor],
-                      kpos: Optional[torch.Tensor], scale: float
+                      kpos: Optional[torch.Tensor], scale: float, products: int = 0
                       ) -> Tuple[torch.Tensor, torch.Tensor]:
-    p, ds, _ = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale)
-    dk = torch.matmul(ds.transpose(-2, -1), q)
-    dv = torch.matmul(p.transpose(-2, -1), dout)
+    p, ds, _ = _probabilities(q, k, v, lse, dout, out, qpos, kpos, scale, products)
+    dk = torch.matmul(ds.transpose(-2, -1), _rounded(q, products)) * scale
+    dv = torch.matmul(p.transpose(-2, -1), _rounded(dout, products))
     return _per_kv_head(dk, k.shape[1]), _per_kv_head(dv, k.shape[1])
 
 
 @_attention_dkv_op.register_fake
-def _(q, k, v, out, lse, dout, qpos, kpos, scale):
+def _(q, k, v, out, lse, dout, qpos, kpos, scale, products=0):
     return torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, qpos, kpos, scale = inputs
+    q, k, v, qpos, kpos, scale, products = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, qpos, kpos)
     ctx.scale = scale
+    ctx.products = products
 
 
 def _backward(ctx, dout, dlse):
     # lse is the op's own output, read only by this backward: nothing
     # differentiates it (the importer refuses a program that returns it).
     q, k, v, out, lse, qpos, kpos = ctx.saved_tensors
-    args = (q, k, v, out, lse, dout.contiguous(), qpos, kpos, ctx.scale)
+    args = (q, k, v, out, lse, dout.contiguous(), qpos, kpos, ctx.scale, ctx.products)
     dq = torch.ops.shardx.attention_dq(*args) if ctx.needs_input_grad[0] else None
     dk = dv = None
     if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
         dk, dv = torch.ops.shardx.attention_dkv(*args)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -269,7 +295,8 @@ def _refuse_ordered(why: str):
         f"(context-parallel load balancing): {why}; its mask would be the rows' order")
 
 
-def _composite_or_none(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+def _composite_or_none(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                       products=0):
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return None
     if q.dtype not in (torch.float32, torch.float64) or k.dtype != q.dtype or \
@@ -304,7 +331,7 @@ def _composite_or_none(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_g
         kpos = torch.arange(source, device=q.device)
     out, _ = torch.ops.shardx.attention(
         q.reshape(batch, heads, length, width), k.reshape(batch, kv_heads, source, width),
-        v.reshape(batch, kv_heads, source, v.shape[-1]), qpos, kpos, float(scale))
+        v.reshape(batch, kv_heads, source, v.shape[-1]), qpos, kpos, float(scale), products)
     return out.reshape(*q.shape[:-1], v.shape[-1])
 
 
@@ -371,6 +398,16 @@ def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     tensors = (q, k, v)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return None
+    if _composite_enabled() and q.dtype in PRODUCTS and k.dtype == q.dtype and \
+            v.dtype == q.dtype and attn_mask is None and dropout_p == 0.0:
+        # The composite op at this precision (products = bf16/f16): one
+        # fused kernel per op on the cuda target, no [B, H, Sq, Sk]
+        # probabilities kept from the forward for the backward.
+        with torch.autocast(q.device.type, enabled=False):
+            out = _composite_or_none(q.float(), k.float(), v.float(), None, 0.0, is_causal,
+                                     scale, enable_gqa, PRODUCTS[q.dtype])
+        if out is not None:
+            return out.to(q.dtype)
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or \
             v.dtype != q.dtype or dropout_p != 0.0 or q.dim() < 3:
         return None

@@ -26,12 +26,14 @@ def _types(values: List[Optional[Value]]) -> str:
     return ", ".join(v.type for v in values if v is not None)
 
 
-def _emit(imp, op: str, tensors: List[Value], positions, scale: float,
+def _emit(imp, op: str, tensors: List[Value], positions, scale: float, products: int,
           results: List[Value]) -> List[Value]:
     if any(v.dtype != tensors[0].dtype for v in tensors):
         raise UnsupportedOpError(f"shardx.{op} of mixed dtypes")
     operands = ", ".join(v.name for v in tensors)
-    text = (f"shardx.{op} {operands}{_positions(positions)} scale = {float(scale)!r} : "
+    precision = f" products = {attention.PRODUCT_NAMES[products]}" if products else ""
+    text = (f"shardx.{op} {operands}{_positions(positions)} scale = {float(scale)!r}"
+            f"{precision} : "
             f"{_types(tensors + list(positions))} -> {_types(results)}")
     em = imp.em
     name = em.fresh("v")
@@ -41,27 +43,34 @@ def _emit(imp, op: str, tensors: List[Value], positions, scale: float,
     return [Value(f"{name}#{i}", r.shape, r.dtype) for i, r in enumerate(results)]
 
 
+def _with_products(args, count: int):
+    """The op's arguments with ``products`` (0 where the call leaves out its
+    default)."""
+    args = tuple(args)
+    return args + (0,) * (count + 1 - len(args))
+
+
 def _like(shape, dtype) -> Value:
     return Value("", tuple(shape), dtype)
 
 
 @handles(torch.ops.shardx.attention.default)
 def _attention(imp, node, args, kwargs):
-    q, k, v, qpos, kpos, scale = args
+    q, k, v, qpos, kpos, scale, products = _with_products(args, 6)
     out = _like((*q.shape[:-1], v.shape[-1]), q.dtype)
     lse = _like(q.shape[:-1], q.dtype)
-    return _emit(imp, "attention", [q, k, v], (qpos, kpos), scale, [out, lse])
+    return _emit(imp, "attention", [q, k, v], (qpos, kpos), scale, products, [out, lse])
 
 
 @handles(torch.ops.shardx.attention_dq.default)
 def _attention_dq(imp, node, args, kwargs):
-    q, k, v, out, lse, dout, qpos, kpos, scale = args
+    q, k, v, out, lse, dout, qpos, kpos, scale, products = _with_products(args, 9)
     return _emit(imp, "attention_dq", [q, k, v, out, lse, dout], (qpos, kpos), scale,
-                 [_like(q.shape, q.dtype)])[0]
+                 products, [_like(q.shape, q.dtype)])[0]
 
 
 @handles(torch.ops.shardx.attention_dkv.default)
 def _attention_dkv(imp, node, args, kwargs):
-    q, k, v, out, lse, dout, qpos, kpos, scale = args
+    q, k, v, out, lse, dout, qpos, kpos, scale, products = _with_products(args, 9)
     return _emit(imp, "attention_dkv", [q, k, v, out, lse, dout], (qpos, kpos), scale,
-                 [_like(k.shape, k.dtype), _like(v.shape, v.dtype)])
+                 products, [_like(k.shape, k.dtype), _like(v.shape, v.dtype)])
