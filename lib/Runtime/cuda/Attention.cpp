@@ -92,6 +92,11 @@ struct Shape {
   bool causal;
 };
 
+Shape shapeOf(const char *entry, int64_t batch, int64_t heads, int64_t kvHeads,
+              int64_t queries, int64_t keys, int64_t width, int32_t causal) {
+  return {entry, batch, heads, kvHeads, queries, keys, width, causal != 0};
+}
+
 /// Fails unless the kernels cover `s`.
 void validate(const Shape &s) {
   if (s.width != 32 && s.width != 64 && s.width != 128)
@@ -101,8 +106,8 @@ void validate(const Shape &s) {
       s.kvHeads <= 0 || s.heads % s.kvHeads)
     fatal("%s: bad shape (batch %lld, heads %lld, kv heads %lld, queries "
           "%lld, keys %lld): heads must be a positive multiple of kv heads",
-          s.entry, (long long)s.batch, (long long)s.heads,
-          (long long)s.kvHeads, (long long)s.queries, (long long)s.keys);
+          s.entry, (long long)s.batch, (long long)s.heads, (long long)s.kvHeads,
+          (long long)s.queries, (long long)s.keys);
   // Grid y counts tiles of 64 rows (at most 65535), grid x heads.
   if ((s.queries + kRows - 1) / kRows > 65535 ||
       (s.keys + kRows - 1) / kRows > 65535 || s.batch * s.heads > INT32_MAX)
@@ -114,8 +119,7 @@ void validate(const Shape &s) {
 
 /// The element data of `m`, checked to hold at least `count` elements.
 template <typename T>
-T *data(const Shape &s, const MemRef1<T> *m, const char *name,
-        int64_t count) {
+T *data(const Shape &s, const MemRef1<T> *m, const char *name, int64_t count) {
   if (m->sizes[0] < count)
     fatal("%s: %s has %lld elements, %lld needed", s.entry, name,
           (long long)m->sizes[0], (long long)count);
@@ -178,9 +182,9 @@ AttentionArgs argsOf(const Shape &s, double scale) {
 int64_t tiles(int64_t n) { return (n + kRows - 1) / kRows; }
 
 void forward(const char *type, MemRef1<float> *q, MemRef1<float> *k,
-             MemRef1<float> *v, MemRef1<int64_t> *qpos,
-             MemRef1<int64_t> *kpos, MemRef1<float> *out, MemRef1<float> *lse,
-             const Shape &s, double scale) {
+             MemRef1<float> *v, MemRef1<int64_t> *qpos, MemRef1<int64_t> *kpos,
+             MemRef1<float> *out, MemRef1<float> *lse, const Shape &s,
+             double scale) {
   validate(s);
   int64_t bh = s.batch * s.heads, bhk = s.batch * s.kvHeads;
   AttentionArgs a = argsOf(s, scale);
@@ -216,11 +220,9 @@ AttentionArgs backwardArgs(const Shape &s, double scale, MemRef1<float> *q,
 
 void gradQ(const char *type, MemRef1<float> *q, MemRef1<float> *k,
            MemRef1<float> *v, MemRef1<float> *out, MemRef1<float> *lse,
-           MemRef1<float> *dout, MemRef1<int64_t> *qpos,
-           MemRef1<int64_t> *kpos, MemRef1<float> *dq, const Shape &s,
-           double scale) {
-  AttentionArgs a =
-      backwardArgs(s, scale, q, k, v, out, lse, dout, qpos, kpos);
+           MemRef1<float> *dout, MemRef1<int64_t> *qpos, MemRef1<int64_t> *kpos,
+           MemRef1<float> *dq, const Shape &s, double scale) {
+  AttentionArgs a = backwardArgs(s, scale, q, k, v, out, lse, dout, qpos, kpos);
   int64_t bh = s.batch * s.heads;
   a.dq = data(s, dq, "dq", bh * s.queries * s.width);
   launch("dq", type, s, dqSmem(s.width), bh, tiles(s.queries), a);
@@ -231,8 +233,7 @@ void gradKV(const char *type, MemRef1<float> *q, MemRef1<float> *k,
             MemRef1<float> *dout, MemRef1<int64_t> *qpos,
             MemRef1<int64_t> *kpos, MemRef1<float> *dk, MemRef1<float> *dv,
             const Shape &s, double scale) {
-  AttentionArgs a =
-      backwardArgs(s, scale, q, k, v, out, lse, dout, qpos, kpos);
+  AttentionArgs a = backwardArgs(s, scale, q, k, v, out, lse, dout, qpos, kpos);
   int64_t bhk = s.batch * s.kvHeads, rows = s.batch * s.heads * s.queries;
   a.dk = data(s, dk, "dk", bhk * s.keys * s.width);
   a.dv = data(s, dv, "dv", bhk * s.keys * s.width);
@@ -269,8 +270,8 @@ extern "C" {
       MemRef1<float> *lse, int64_t batch, int64_t heads, int64_t kvHeads,      \
       int64_t queries, int64_t keys, int64_t width, int32_t causal,            \
       double scale) {                                                          \
-    Shape s{"shardx_rt_cuda_attention_" #SUFFIX,                               \
-            batch, heads, kvHeads, queries, keys, width, causal != 0};         \
+    Shape s = shapeOf("shardx_rt_cuda_attention_" #SUFFIX, batch, heads,       \
+                      kvHeads, queries, keys, width, causal);                  \
     forward(#SUFFIX, q, k, v, qpos, kpos, out, lse, s, scale);                 \
   }                                                                            \
   void _mlir_ciface_shardx_rt_cuda_attention_dq_##SUFFIX(                      \
@@ -279,8 +280,8 @@ extern "C" {
       MemRef1<int64_t> *qpos, MemRef1<int64_t> *kpos, MemRef1<float> *dq,      \
       int64_t batch, int64_t heads, int64_t kvHeads, int64_t queries,          \
       int64_t keys, int64_t width, int32_t causal, double scale) {             \
-    Shape s{"shardx_rt_cuda_attention_dq_" #SUFFIX,                            \
-            batch, heads, kvHeads, queries, keys, width, causal != 0};         \
+    Shape s = shapeOf("shardx_rt_cuda_attention_dq_" #SUFFIX, batch, heads,    \
+                      kvHeads, queries, keys, width, causal);                  \
     gradQ(#SUFFIX, q, k, v, out, lse, dout, qpos, kpos, dq, s, scale);         \
   }                                                                            \
   void _mlir_ciface_shardx_rt_cuda_attention_dkv_##SUFFIX(                     \
@@ -290,8 +291,8 @@ extern "C" {
       MemRef1<float> *dv, int64_t batch, int64_t heads, int64_t kvHeads,       \
       int64_t queries, int64_t keys, int64_t width, int32_t causal,            \
       double scale) {                                                          \
-    Shape s{"shardx_rt_cuda_attention_dkv_" #SUFFIX,                           \
-            batch, heads, kvHeads, queries, keys, width, causal != 0};         \
+    Shape s = shapeOf("shardx_rt_cuda_attention_dkv_" #SUFFIX, batch, heads,   \
+                      kvHeads, queries, keys, width, causal);                  \
     gradKV(#SUFFIX, q, k, v, out, lse, dout, qpos, kpos, dk, dv, s, scale);    \
   }
 

@@ -37,8 +37,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #include <limits.h>
+#include <mma.h>
 #include <stdint.h>
 
 /// The kernels' one parameter (as in Attention.cpp). Every matrix is
@@ -116,12 +116,29 @@ __device__ __forceinline__ void requireSmem(unsigned bytes) {
 #endif
 }
 
+/// Four elements of T, stored at once.
+template <typename T> struct alignas(8) Quad { T e[4]; };
+
 /// Rows [r0, r0 + R) of the [rows, D] f32 matrix `src` into `dst` (rows
-/// of D + 8) as T; rows past `rows` are zero.
+/// of D + 8) as T; rows past `rows` are zero. Four elements a load where
+/// `src` is 16-byte aligned, else one (a descriptor's offset may be any:
+/// the slow path, not unrolled, to keep the PTX small).
 template <typename T, int D, int R>
 __device__ void loadRows(T *dst, const float *src, long long r0,
                          long long rows) {
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
 #pragma unroll 4
+    for (int e = threadIdx.x; e < R * D / 4; e += kThreads) {
+      int r = e / (D / 4), c = e % (D / 4) * 4;
+      float4 x = r0 + r < rows
+                     ? *reinterpret_cast<const float4 *>(src + (r0 + r) * D + c)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<Quad<T> *>(dst + r * (D + 8) + c) =
+          Quad<T>{{toT<T>(x.x), toT<T>(x.y), toT<T>(x.z), toT<T>(x.w)}};
+    }
+    return;
+  }
+#pragma unroll 1
   for (int e = threadIdx.x; e < R * D; e += kThreads) {
     int r = e / D, c = e % D;
     float x = r0 + r < rows ? src[(r0 + r) * D + c] : 0.f;
@@ -129,12 +146,17 @@ __device__ void loadRows(T *dst, const float *src, long long r0,
   }
 }
 
-/// The least (`least`) or greatest position of pos[from, to).
+/// The least (`least`) or greatest position of pos[from, to), the same in
+/// every lane (each lane scans every 32nd; the warp combines).
 __device__ long long extremePos(const long long *pos, long long from,
                                 long long to, bool least) {
   long long e = least ? LLONG_MAX : LLONG_MIN;
-  for (long long j = from; j < to; ++j)
+  for (long long j = from + threadIdx.x % 32; j < to; j += 32)
     e = least ? min(e, pos[j]) : max(e, pos[j]);
+  for (int o = 16; o > 0; o /= 2) {
+    long long other = __shfl_xor_sync(0xffffffffu, e, o);
+    e = least ? min(e, other) : max(e, other);
+  }
   return e;
 }
 
@@ -142,6 +164,7 @@ __device__ long long extremePos(const long long *pos, long long from,
 /// rows of D + 8.
 template <typename T, int D, int N>
 __device__ void scores(const T *a, const T *b, float *s, int lds) {
+#pragma unroll 1
   for (int n = 0; n < N / 16; ++n) {
     FragC acc;
     wmma::fill_fragment(acc, 0.f);
@@ -180,8 +203,7 @@ __device__ void storeRows(const FragC *acc, float *stage, float *dst,
                           long long row0, long long rows) {
   const int lane = threadIdx.x % 32;
   for (int n = 0; n < D / 16; ++n)
-    wmma::store_matrix_sync(stage + n * 16, acc[n], D + 4,
-                            wmma::mem_row_major);
+    wmma::store_matrix_sync(stage + n * 16, acc[n], D + 4, wmma::mem_row_major);
   __syncwarp();
 #pragma unroll 4
   for (int e = lane; e < 16 * D; e += 32) {
@@ -218,8 +240,7 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries,
-                  Sk = a.keys;
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
   const long long bh = blockIdx.x, b = bh / H, h = bh % H;
   const long long kvh = b * a.kvHeads + h / G;
   const long long q0 = (long long)blockIdx.y * kRows;
@@ -310,8 +331,8 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
 /// per row.
 __device__ void delta(const AttentionArgs &a) {
   const long long rows = a.batch * a.heads * a.queries, D = a.width;
-  const long long row = (long long)blockIdx.x * (kThreads / 32) +
-                        threadIdx.x / 32;
+  const long long row =
+      (long long)blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows)
     return;
@@ -340,8 +361,7 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries,
-                  Sk = a.keys;
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
   const long long bh = blockIdx.x, b = bh / H, h = bh % H;
   const long long kvh = b * a.kvHeads + h / G;
   const long long q0 = (long long)blockIdx.y * kRows;
@@ -380,8 +400,7 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
     __syncwarp();
 #pragma unroll 4
     for (int c = c0; c < c0 + BK / 2; ++c) {
-      bool keep = k0 + c < Sk && !(a.causal && kp[c] > qp) &&
-                  rowLse != kNegInf;
+      bool keep = k0 + c < Sk && !(a.causal && kp[c] > qp) && rowLse != kNegInf;
       float p = keep ? __expf(sw[r * LdS + c] * a.scale - rowLse) : 0.f;
       dsw[r * LdP + c] = toT<T>(p * (dpw[r * LdS + c] - rowDelta));
     }
@@ -443,8 +462,7 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
   for (long long g = 0; g < G; ++g) {
     const long long bh = b * H + hk * G + g;
     for (long long q0 = 0; q0 < Sq; q0 += BQ) {
-      if (a.causal &&
-          extremePos(a.qpos, q0, min(q0 + BQ, Sq), false) < firstK)
+      if (a.causal && extremePos(a.qpos, q0, min(q0 + BQ, Sq), false) < firstK)
         continue;
       __syncthreads();
       loadRows<T, D, BQ>(qs, a.q + bh * Sq * D, q0, Sq);
@@ -493,15 +511,15 @@ extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)
 }
 
 #define SHARDX_ATTENTION_KERNELS(NAME, T, D)                                   \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_fwd_##NAME##_##D(AttentionArgs a) {                     \
     shardx_attention::forward<T, D>(a);                                        \
   }                                                                            \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_dq_##NAME##_##D(AttentionArgs a) {                      \
     shardx_attention::gradQ<T, D>(a);                                          \
   }                                                                            \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_dkv_##NAME##_##D(AttentionArgs a) {                     \
     shardx_attention::gradKV<T, D>(a);                                         \
   }
