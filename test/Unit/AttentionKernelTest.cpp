@@ -361,6 +361,7 @@ double compare(const char *what, const std::vector<float> &got,
                const std::vector<double> &want, double tolerance) {
   EXPECT_EQ(got.size(), want.size()) << what;
   double largest = 0, worst = 0;
+  size_t worstAt = 0;
   for (double w : want)
     if (std::isfinite(w))
       largest = std::max(largest, std::fabs(w));
@@ -371,14 +372,18 @@ double compare(const char *what, const std::vector<float> &got,
         std::isnan(g) || (std::isinf(w) != std::isinf(g)) || (w == 0 && g != 0);
     if (bad && reported++ < 5)
       ADD_FAILURE() << what << "[" << i << "] = " << g << ", want " << w;
-    if (std::isfinite(w) && std::isfinite(g))
-      worst = std::max(worst, std::fabs(g - w));
+    if (std::isfinite(w) && std::isfinite(g) && std::fabs(g - w) > worst) {
+      worst = std::fabs(g - w);
+      worstAt = i;
+    }
   }
   double relative = largest > 0 ? worst / largest : worst;
-  EXPECT_LE(relative, tolerance) << what << ": max abs error " << worst
-                                 << " (max |ref| " << largest << ")";
+  EXPECT_LE(relative, tolerance)
+      << what << ": max abs error " << worst << " at [" << worstAt
+      << "] (max |ref| " << largest << ")";
   std::printf("  %-4s max abs error %.3e, relative %.3e (max |ref| %.3e)\n",
               what, worst, relative, largest);
+  std::fflush(stdout);
   return relative;
 }
 
@@ -515,6 +520,7 @@ TEST_P(AttentionTiming, CausalBf16) {
                 iterations;
     std::printf("%-8s %8.3f ms  %7.1f TFLOP/s (%s)\n", what, ms,
                 gemms * gemm / (ms * 1e-3) / 1e12, counted);
+    std::fflush(stdout);
   };
   std::printf("causal bf16 attention, B %lld H %lld S %lld D %lld, %lld "
               "iterations each\n",
