@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import shardx
 from shardx import Mesh, Replicate as R, Shard as S
 from shardx.importer import trace
-from shardx.importer.attention import composite
+from shardx.importer.attention import composite, flash_precision
 from shardx_dev.testing.steps import run_tool
 
 CASES = {
@@ -207,6 +207,68 @@ def test_program_keeps_no_probabilities():
     with composite(False):
         math = trace(step, (q, k, v), mesh, placements, None, name="attention")
     assert "shardx.attention" not in math and "tensor<2x4x8x8xf32>" in math
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["causal", "full", "gqa_causal", "uneven"])
+def test_products_sharded_matches_unsharded_and_eager(name, dtype):
+    """bf16/f16 attention traced under flash_precision (the GPU backends'
+    tracing) is the composite op with ``products = bf16|f16``, which the
+    cpu target writes with every product's operands rounded: unsharded,
+    heads split on 2 ranks and the sequence split on 2 (rings) against each
+    other, and against eager under flash_precision (the custom ops' own
+    numbers), the output and the three gradients."""
+    step = _step(name)
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in _inputs(name, torch.float32))
+    runs = {}
+    with flash_precision():
+        text = trace(step, (q, k, v), Mesh((1,)), None, None, name="products")
+        want = step(q, k, v)
+        for key, mesh, placements, kw in (
+                ("one", Mesh((1,)), None, {}),
+                ("heads", Mesh((2,)), [[S(1)]] * 3, {}),
+                ("ring", Mesh((2,), ("cp",)), [[S(2)]] * 3, dict(ring_attention_bytes=0))):
+            got = shardx.compile(step, mesh, placements, **kw)(q, k, v)
+            runs[key] = [g.to_torch() if hasattr(g, "to_torch") else g for g in got]
+    products = "bf16" if dtype == torch.bfloat16 else "f16"
+    assert text.count(f"products = {products}") == 3, text
+    eps = torch.finfo(dtype).eps
+    for key, got in runs.items():
+        for g, w, e, what in zip(got, want, runs["one"], ("out", "dq", "dk", "dv")):
+            assert g.dtype == dtype and not torch.isnan(g).any()
+            scale = w.abs().max().item()
+            # One ulp of the dtype per element between summation orders.
+            torch.testing.assert_close(g.float(), e.float(), rtol=2 * eps, atol=2 * eps * scale,
+                                       msg=lambda m: f"{name} {what} {key} vs unsharded: {m}")
+            torch.testing.assert_close(g.float(), w.float(), rtol=2 * eps, atol=2 * eps * scale,
+                                       msg=lambda m: f"{name} {what} {key} vs eager: {m}")
+
+
+@pytest.mark.parametrize("products", [1, 2], ids=["bf16", "f16"])
+def test_products_rounding_in_f32(products):
+    """The composite op with ``products`` called on f32 tensors that are not
+    bf16/f16 values (so every rounding shows): the compiled op (unsharded
+    and heads split on 2 ranks) against its eager numbers to f32
+    precision, and both away from the op without ``products``."""
+    from shardx.importer.attention import PRODUCT_NAMES
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    pos = torch.arange(8)
+
+    def step(q, k, v, products=products):
+        out, _ = torch.ops.shardx.attention(q, k, v, pos, pos, 0.25, products)
+        return (out,) + torch.autograd.grad((out * out.cos()).sum(), (q, k, v))
+    want = step(q, k, v)
+    plain = step(q, k, v, 0)
+    text = trace(step, (q, k, v), Mesh((1,)), None, None, name="products_f32")
+    assert text.count(f"products = {PRODUCT_NAMES[products]}") == 3
+    for mesh, placements in ((Mesh((1,)), None), (Mesh((2,)), [[S(1)]] * 3)):
+        got = shardx.compile(step, mesh, placements)(q, k, v)
+        for g, w, p, what in zip(got, want, plain, ("out", "dq", "dk", "dv")):
+            g = g.to_torch() if hasattr(g, "to_torch") else g
+            torch.testing.assert_close(g, w, rtol=2e-5, atol=2e-5,
+                                       msg=lambda m: f"{what} {mesh}: {m}")
+            assert (g - p).abs().max() > 2e-4, what  # the roundings are there (10x the tolerance)
 
 
 def test_other_calls_keep_math_ops():
