@@ -1288,9 +1288,12 @@ LogicalResult callsOverKeys(Operation *op, int64_t pieceRows) {
     if (at->block % 2)
       return failure();
     piece = at->block / 2;
-  } else if (pieceRows > 0) {
+  } else if (pieceRows > 0 && !op->hasAttr("products")) {
     // One rank's attention whose queries and keys are at the same known
-    // positions: in pieces of at least `pieceRows`, at most 8 a side.
+    // positions: in pieces of at least `pieceRows`, at most 8 a side. Not
+    // one with `products`, a fused kernel's (the cuda target's), which
+    // skips the tiles its mask hides itself: pieces would only add calls
+    // and the combination of their rows.
     while (piece % 2 == 0 && piece / 2 >= pieceRows && at->block / piece < 8)
       piece /= 2;
   }

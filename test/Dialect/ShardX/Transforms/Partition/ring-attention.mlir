@@ -277,6 +277,23 @@ func.func @pieces(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1
   return %o, %dq, %dk, %dv : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
 }
 
+// An op with `products` (a fused kernel's, which skips the hidden tiles
+// itself) stays whole.
+// PIECES-LABEL: func.func @products_whole
+// PIECES-COUNT-1: shardx.attention %
+// PIECES-NOT: shardx.attention %
+func.func @products_whole(%q: tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32> {
+  %e = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} outs(%e : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %c = arith.index_cast %i : index to i64
+    linalg.yield %c : i64
+  } -> tensor<8xi64>
+  %o, %l = shardx.attention %q, %q, %q causal(%pos, %pos) scale = 0.5 products = bf16 : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<8xi64>, tensor<8xi64> -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return %o : tensor<1x2x8x4xf32>
+}
+
 // PIECES-LABEL: func.func @not_an_iota
 // PIECES-COUNT-1: shardx.attention %
 // PIECES-NOT: shardx.attention %
