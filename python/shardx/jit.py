@@ -670,19 +670,21 @@ TRAIT_FIELDS = ("type", "device", "strides", "storage_offset", "requires_grad", 
 _TRAIT_PLAIN = ("torch.Tensor", "cpu", None, 0, False, True, False, False, None)
 
 
-def _key_traits(flat) -> Optional[Tuple[Any, ...]]:
+def _key_traits(flat, gpu: bool = False) -> Optional[Tuple[Any, ...]]:
     """The traits part of a guard key: each torch tensor or numpy
     argument's ``_traits``, and ``same_as`` where it is the same object as
     an earlier argument. The trace gives such arguments one tensor, as
     eager has them: a gradient taken inside the function with respect to
     one is through every use of it (traced as two tensors, through one),
     and an ``is`` test sees them equal. None where every argument is plain
-    and distinct (what the C++ call path takes, ``CallPlan``)."""
+    and distinct (what the C++ call path takes, ``CallPlan``). ``gpu``: the
+    function runs on a GPU backend, where a CUDA tensor is as plain as a
+    host one (``_traits``)."""
     traits, first = None, {}
     for i, a in enumerate(flat):
         if type(a) is ShardedTensor or isinstance(a, ShardedTensor):
             continue  # its shards: written aliasing is _partners' guard
-        t = _traits(a)
+        t = _traits(a, gpu)
         j = first.setdefault(id(a), i)
         if j != i:
             t = (t or _TRAIT_PLAIN)[:-1] + (j,)
@@ -693,7 +695,7 @@ def _key_traits(flat) -> Optional[Tuple[Any, ...]]:
     return None if traits is None else tuple(traits)
 
 
-def _traits(a):
+def _traits(a, gpu: bool = False):
     """What a trace can observe of a torch tensor or numpy argument besides
     its shape and dtype (the guard key's), as ``torch.compile``'s
     TENSOR_MATCH guards it (Python type, device, strides, requires_grad,
@@ -702,7 +704,11 @@ def _traits(a):
     the CPU with the contiguous strides of its shape, offset 0, no grad
     required or set, not an inference tensor: what the C++ call path takes,
     ``CallPlan``), else a tuple of ``TRAIT_FIELDS`` (strides None where
-    contiguous)."""
+    contiguous). With ``gpu`` (a GPU backend's function) a tensor on a GPU
+    counts as on the CPU: the backend reads it in place where a host tensor
+    is staged, and the trace runs on a host copy of either (``_example``),
+    so an entry compiled ahead on a host without a GPU serves CUDA tensors
+    too."""
     if type(a) is np.ndarray:
         size = a.itemsize
         strides = tuple(st // size for st in a.strides)
@@ -716,7 +722,8 @@ def _traits(a):
     leaf = a.is_leaf
     traits = ("torch.Tensor" if type(a) is torch.Tensor
               else f"{type(a).__module__}.{type(a).__qualname__}",
-              str(a.device) if a.device.type != "cpu" else "cpu",
+              str(a.device) if a.device.type != "cpu" and not (gpu and a.device.type == "cuda")
+              else "cpu",
               None if strides == _contiguous_strides(a.shape) else tuple(strides),
               a.storage_offset(), a.requires_grad, leaf,
               leaf and a.grad is not None, a.is_inference(), None)
@@ -731,7 +738,7 @@ def _traits_text(t) -> str:
                      zip(TRAIT_FIELDS, t, _TRAIT_PLAIN) if value != plain) or "plain"
 
 
-def _example(a):
+def _example(a, gpu: bool = False):
     """The tensor the trace runs ``fn`` on for a torch argument ``a``: a
     copy (an in-place op must not change the caller's tensor) with what
     ``_traits`` guards as ``a`` has it: its strides and storage offset
@@ -740,7 +747,9 @@ def _example(a):
     subclass is a TypeError),
     ``requires_grad``, leafness (a non-leaf is a view of the copy), a
     ``.grad`` where ``a`` has one (the trace may test it; reading its
-    values is refused, ``tracing._refuse_grad_reads``) and inference mode."""
+    values is refused, ``tracing._refuse_grad_reads``) and inference mode.
+    With ``gpu`` (a GPU backend's function) a CUDA tensor's copy is on the
+    host (``_traits``)."""
     import torch
     if type(a) is not torch.Tensor and not isinstance(a, torch.nn.Parameter):
         # The trace's fake tensors are plain: a subclass's type and its
@@ -751,16 +760,17 @@ def _example(a):
                         "t.as_subclass(torch.Tensor), or a ShardedTensor "
                         "(ShardedTensor.from_dtensor for a DTensor)")
     t = a.detach()
+    device = torch.device("cpu") if gpu and t.device.type == "cuda" else t.device
     shape, strides, offset = tuple(t.shape), t.stride(), t.storage_offset()
     ctx = torch.inference_mode() if a.is_inference() else torch.no_grad()
     with ctx:
         if t.numel() == 0 or (offset == 0 and strides == _contiguous_strides(shape)):
-            example = t.clone()
+            example = t.clone() if device == t.device else t.to(device, copy=True)
         else:
             extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
-            storage = torch.empty(offset + extent, dtype=t.dtype, device=t.device)
+            storage = torch.empty(offset + extent, dtype=t.dtype, device=device)
             storage[offset:].copy_(t.as_strided((extent,), (1,), offset))
-            example = torch.empty(0, dtype=t.dtype, device=t.device).set_(
+            example = torch.empty(0, dtype=t.dtype, device=device).set_(
                 storage.untyped_storage(), offset, shape, strides)
     if isinstance(a, torch.nn.Parameter):
         example = torch.nn.Parameter(example, requires_grad=a.requires_grad)
@@ -771,7 +781,7 @@ def _example(a):
                 with torch.enable_grad():
                     example = example.view(shape)
     if a.is_leaf and a.grad is not None:
-        example.grad = torch.zeros_like(a.grad)
+        example.grad = torch.zeros_like(a.grad, device=device)
     return example
 
 
@@ -919,7 +929,7 @@ class CompiledFunction(runtime().CompiledCall):
         # besides shape and dtype (strides, requires_grad, ...): a third
         # part of the key only where some input is not plain, so that the
         # common key (and a package's) stays (structure, tensors).
-        traits = _key_traits(flat)
+        traits = _key_traits(flat, self.backend in GPU_BACKENDS)
         if traits is not None:
             return treedef, tuple(keys), traits
         return treedef, tuple(keys)
@@ -1007,7 +1017,7 @@ class CompiledFunction(runtime().CompiledCall):
         # (``same_as``, guarded), or the same memory as a written input
         # (``partners``).
         share = {}
-        key_traits = _key_traits(flat)
+        key_traits = _key_traits(flat, self.backend in GPU_BACKENDS)
         for i, t in enumerate(key_traits or ()):
             if t is not None and t[-1] is not None:
                 share[i] = t[-1]
@@ -1030,7 +1040,7 @@ class CompiledFunction(runtime().CompiledCall):
                 # Tracing runs the function: on a copy, never on the caller's
                 # tensor (an in-place op would change it), with the traits
                 # the guard key holds.
-                example = _example(t)
+                example = _example(t, self.backend in GPU_BACKENDS)
             if i in share:
                 example = examples[share[i]]
             examples.append(example)
