@@ -11,8 +11,11 @@
 // positions 0..S-1, offset, shuffled and with rows that see no key,
 // non-causal, grouped-query heads, sizes off the tiles, one query, one key,
 // batch 2. The backward halves get the reference's out and lse, so each
-// pass is checked alone. A timing case (B 8, H 12, S 1024, D 64, causal,
-// bf16) prints milliseconds and TFLOP/s and checks nothing.
+// pass is checked alone. Every case runs both kernel versions (v2, the
+// default, then v1; shardx_rt_cuda_attention_kernels chooses), v2's out
+// against a reference of its one-pass forward. A timing case (B 8, H 12,
+// S 1024, D 64, causal, bf16) prints milliseconds and TFLOP/s of both and
+// checks nothing.
 //
 // Runs only with a GPU: without a usable driver every test fails with the
 // driver's reason (it is not a unit test of build/unittests; scripts/
@@ -68,6 +71,7 @@ extern "C" {
 SHARDX_ATTENTION_DECLS(bf16)
 SHARDX_ATTENTION_DECLS(f16)
 #undef SHARDX_ATTENTION_DECLS
+int32_t shardx_rt_cuda_attention_kernels(int32_t version);
 }
 
 namespace {
@@ -177,8 +181,14 @@ std::vector<double> rounded(Type t, const std::vector<float> &x) {
 }
 
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
+  /// out as v1 computes it (r(p) with p normalized) and as v2 does (one
+  /// pass over tiles of kV2KeyTile keys: r(exp(s - m)) for the running max
+  /// m, rescaled, the sum divided by l at the end).
+  std::vector<double> out, out2, lse, dq, dk, dv;
 };
+
+/// v2's forward tile of keys (AttentionKernels.cu).
+constexpr int64_t kV2KeyTile = 64;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -205,13 +215,16 @@ std::vector<double> scores(const Problem &p, const std::vector<double> &qr,
   return s;
 }
 
-/// out and lse: p = exp(s - m) / l, out = sum_j r(p) r(v_j).
+/// out and lse: p = exp(s - m) / l, out = sum_j r(p) r(v_j); out2 = sum_j
+/// r(exp(s_j - m_t)) exp(m_t - m) r(v_j) / l, m_t the max of the keys of
+/// j's tile and those before it.
 void referenceForward(const Problem &p, Reference &ref) {
   const Case &c = p.c;
   int64_t D = c.width, Sq = c.queries, Sk = c.keys;
   std::vector<double> qr = rounded(c.type, p.q), kr = rounded(c.type, p.k),
                       vr = rounded(c.type, p.v);
   ref.out.assign(c.batch * c.heads * Sq * D, 0);
+  ref.out2.assign(c.batch * c.heads * Sq * D, 0);
   ref.lse.assign(c.batch * c.heads * Sq, 0);
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t h = 0; h < c.heads; ++h) {
@@ -234,6 +247,20 @@ void referenceForward(const Problem &p, Reference &ref) {
           double pr = r(c.type, float(std::exp(s[i * Sk + j] - m) / l));
           for (int64_t d = 0; d < D; ++d)
             o[d] += pr * v[j * D + d];
+        }
+        double *o2 = &ref.out2[(bh * Sq + i) * D], mt = -kInf;
+        for (int64_t j0 = 0; j0 < Sk; j0 += kV2KeyTile) {
+          int64_t j1 = std::min(j0 + kV2KeyTile, Sk);
+          for (int64_t j = j0; j < j1; ++j)
+            mt = std::max(mt, s[i * Sk + j]);
+          if (mt == -kInf)
+            continue;
+          for (int64_t j = j0; j < j1; ++j) {
+            double pr = r(c.type, float(std::exp(s[i * Sk + j] - mt))) *
+                        std::exp(mt - m) / l;
+            for (int64_t d = 0; d < D; ++d)
+              o2[d] += pr * v[j * D + d];
+          }
         }
       }
     }
@@ -405,32 +432,39 @@ TEST_P(Attention, MatchesReference) {
   DeviceBuffer<float> q(p.q, o), k(p.k, 3 * o), v(p.v, 2 * o),
       dout(p.dout, 5 * o);
   DeviceBuffer<int64_t> qpos(p.qpos, o), kpos(p.kpos, 3 * o);
-  DeviceBuffer<float> out(rows * c.width, o), lse(rows, 3 * o);
   DeviceBuffer<float> refOutD(refOut, 2 * o), refLseD(refLse, o);
-  DeviceBuffer<float> dq(rows * c.width, 5 * o), dk(kvRows * c.width, o),
-      dv(kvRows * c.width, 3 * o);
   Entries e = entriesOf(c.type);
   int32_t causal = p.causal();
-  e.forward(&q.desc, &k.desc, &v.desc, &qpos.desc, &kpos.desc, &out.desc,
-            &lse.desc, c.batch, c.heads, c.kvHeads, c.queries, c.keys, c.width,
-            causal, p.scale);
-  e.dq(&q.desc, &k.desc, &v.desc, &refOutD.desc, &refLseD.desc, &dout.desc,
-       &qpos.desc, &kpos.desc, &dq.desc, c.batch, c.heads, c.kvHeads, c.queries,
-       c.keys, c.width, causal, p.scale);
-  e.dkv(&q.desc, &k.desc, &v.desc, &refOutD.desc, &refLseD.desc, &dout.desc,
-        &qpos.desc, &kpos.desc, &dk.desc, &dv.desc, c.batch, c.heads, c.kvHeads,
-        c.queries, c.keys, c.width, causal, p.scale);
-  shardx_rt_cuda_synchronize();
+  // Both kernel versions (v2 the default, then v1), each on fresh outputs.
+  int32_t before = shardx_rt_cuda_attention_kernels(0);
+  for (int32_t version : {2, 1}) {
+    shardx_rt_cuda_attention_kernels(version);
+    DeviceBuffer<float> out(rows * c.width, o), lse(rows, 3 * o);
+    DeviceBuffer<float> dq(rows * c.width, 5 * o), dk(kvRows * c.width, o),
+        dv(kvRows * c.width, 3 * o);
+    e.forward(&q.desc, &k.desc, &v.desc, &qpos.desc, &kpos.desc, &out.desc,
+              &lse.desc, c.batch, c.heads, c.kvHeads, c.queries, c.keys,
+              c.width, causal, p.scale);
+    e.dq(&q.desc, &k.desc, &v.desc, &refOutD.desc, &refLseD.desc, &dout.desc,
+         &qpos.desc, &kpos.desc, &dq.desc, c.batch, c.heads, c.kvHeads,
+         c.queries, c.keys, c.width, causal, p.scale);
+    e.dkv(&q.desc, &k.desc, &v.desc, &refOutD.desc, &refLseD.desc, &dout.desc,
+          &qpos.desc, &kpos.desc, &dk.desc, &dv.desc, c.batch, c.heads,
+          c.kvHeads, c.queries, c.keys, c.width, causal, p.scale);
+    shardx_rt_cuda_synchronize();
 
-  std::printf("%s (%s, B %lld H %lld Hk %lld Sq %lld Sk %lld D %lld)\n", c.name,
-              c.type == Type::BF16 ? "bf16" : "f16", (long long)c.batch,
-              (long long)c.heads, (long long)c.kvHeads, (long long)c.queries,
-              (long long)c.keys, (long long)c.width);
-  compare("out", out.read(), ref.out, kForwardTolerance);
-  compare("lse", lse.read(), ref.lse, kForwardTolerance);
-  compare("dq", dq.read(), ref.dq, kGradTolerance);
-  compare("dk", dk.read(), ref.dk, kGradTolerance);
-  compare("dv", dv.read(), ref.dv, kGradTolerance);
+    std::printf("%s v%d (%s, B %lld H %lld Hk %lld Sq %lld Sk %lld D %lld)\n",
+                c.name, version, c.type == Type::BF16 ? "bf16" : "f16",
+                (long long)c.batch, (long long)c.heads, (long long)c.kvHeads,
+                (long long)c.queries, (long long)c.keys, (long long)c.width);
+    compare("out", out.read(), version == 2 ? ref.out2 : ref.out,
+            kForwardTolerance);
+    compare("lse", lse.read(), ref.lse, kForwardTolerance);
+    compare("dq", dq.read(), ref.dq, kGradTolerance);
+    compare("dk", dk.read(), ref.dk, kGradTolerance);
+    compare("dv", dv.read(), ref.dv, kGradTolerance);
+  }
+  shardx_rt_cuda_attention_kernels(before);
 }
 
 constexpr Type kBF16 = Type::BF16, kF16 = Type::F16;
@@ -522,23 +556,30 @@ TEST_P(AttentionTiming, CausalBf16) {
                 gemms * gemm / (ms * 1e-3) / 1e12, counted);
     std::fflush(stdout);
   };
-  std::printf("causal bf16 attention, B %lld H %lld S %lld D %lld, %lld "
-              "iterations each\n",
-              (long long)B, (long long)H, (long long)S, (long long)D,
-              (long long)iterations);
-  time("forward", forward, 2, "QK^T and PV; the kernel runs QK^T twice");
-  time("dq", dqPass, 3, "QK^T, dO V^T, dS K");
-  time("dkv", dkvPass, 4, "KQ^T, V dO^T, P^T dO, dS^T Q");
-  time(
-      "backward",
-      [&] {
-        dqPass();
-        dkvPass();
-      },
-      7, "dq and dkv");
-  std::vector<float> o = out.read();
-  EXPECT_TRUE(
-      std::none_of(o.begin(), o.end(), [](float x) { return std::isnan(x); }));
+  int32_t before = shardx_rt_cuda_attention_kernels(0);
+  for (int32_t version : {1, 2}) {
+    shardx_rt_cuda_attention_kernels(version);
+    std::printf("causal bf16 attention, kernels v%d, B %lld H %lld S %lld D "
+                "%lld, %lld iterations each\n",
+                version, (long long)B, (long long)H, (long long)S, (long long)D,
+                (long long)iterations);
+    time("forward", forward, 2,
+         version == 1 ? "QK^T and PV; the kernel runs QK^T twice"
+                      : "QK^T and PV, one pass");
+    time("dq", dqPass, 3, "QK^T, dO V^T, dS K");
+    time("dkv", dkvPass, 4, "KQ^T, V dO^T, P^T dO, dS^T Q");
+    time(
+        "backward",
+        [&] {
+          dqPass();
+          dkvPass();
+        },
+        7, "dq and dkv");
+    std::vector<float> o = out.read();
+    EXPECT_TRUE(std::none_of(o.begin(), o.end(),
+                             [](float x) { return std::isnan(x); }));
+  }
+  shardx_rt_cuda_attention_kernels(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Last, AttentionTiming, ::testing::Values(0));

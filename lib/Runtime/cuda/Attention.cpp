@@ -15,6 +15,7 @@
 
 #include "shardx/Runtime/Cuda.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -47,9 +48,9 @@ struct AttentionArgs {
 };
 static_assert(sizeof(AttentionArgs) == 168, "as in AttentionKernels.cu");
 
-// As in AttentionKernels.cu: 128 threads (4 warps x 16 rows), tiles of 32
-// keys or queries at width 128 and 64 below, and each kernel's shared
-// memory in bytes.
+// As in AttentionKernels.cu: 128 threads (4 warps x 16 rows) and blocks
+// of 64 rows in both versions; v1's tiles of 32 keys or queries at width
+// 128 and 64 below, and each kernel's shared memory in bytes.
 constexpr int kThreads = 128, kRows = 64;
 constexpr int kTile(int d) { return d == 128 ? 32 : 64; }
 constexpr int fwdSmem(int d) {
@@ -65,6 +66,29 @@ constexpr int dkvSmem(int d) {
   return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
          2 * kRows * (kTile(d) + 4) * 4 + 2 * kRows * (kTile(d) + 8) * 2 +
          kTile(d) * (4 + 4 + 8);
+}
+
+// v2 (shardx_attention_v2_*): tiles of 64 keys (fwd, dq), 64 queries for
+// dkv (32 at width 128).
+namespace v2 {
+constexpr int kvTile(int d) { return d == 128 ? 32 : 64; }
+constexpr int fwdSmem(int d) { return (kRows + 2 * 64) * (d + 8) * 2 + 64 * 8; }
+constexpr int dqSmem(int d) {
+  return (2 * kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+}
+constexpr int dkvSmem(int d) {
+  return (2 * kRows + 2 * kvTile(d)) * (d + 8) * 2 + kvTile(d) * (4 + 4 + 8);
+}
+} // namespace v2
+
+/// The kernels the entry points launch: 2 (v2, register-resident; the
+/// default) or 1 (v1, when SHARDX_ATTENTION_KERNELS=v1 is set; read once).
+std::atomic<int> &kernelVersion() {
+  static std::atomic<int> version{[] {
+    const char *e = std::getenv("SHARDX_ATTENTION_KERNELS");
+    return e && std::string(e) == "v1" ? 1 : 2;
+  }()};
+  return version;
 }
 
 template <typename T> struct MemRef1 {
@@ -157,10 +181,15 @@ void *kernel(const std::string &name, int smem) {
   return fn;
 }
 
+/// Launches the pass's kernel of the chosen version (`smem` is v1's
+/// shared memory, `smem2` v2's).
 void launch(const char *pass, const char *type, const Shape &s, int smem,
-            int64_t gridX, int64_t gridY, AttentionArgs &args) {
-  std::string name = std::string("shardx_attention_") + pass + "_" + type +
-                     "_" + std::to_string(s.width);
+            int smem2, int64_t gridX, int64_t gridY, AttentionArgs &args) {
+  bool v2 = kernelVersion().load() == 2;
+  if (v2)
+    smem = smem2;
+  std::string name = std::string("shardx_attention_") + (v2 ? "v2_" : "") +
+                     pass + "_" + type + "_" + std::to_string(s.width);
   void *params[] = {&args};
   mgpuLaunchKernel(kernel(name, smem), gridX, gridY, 1, kThreads, 1, 1, smem,
                    mgpuStreamCreate(), params, nullptr, 1);
@@ -195,7 +224,8 @@ void forward(const char *type, MemRef1<float> *q, MemRef1<float> *k,
   a.kpos = positions(s, kpos, "kpos", s.keys);
   a.outW = data(s, out, "out", bh * s.queries * s.width);
   a.lseW = data(s, lse, "lse", bh * s.queries);
-  launch("fwd", type, s, fwdSmem(s.width), bh, tiles(s.queries), a);
+  launch("fwd", type, s, fwdSmem(s.width), v2::fwdSmem(s.width), bh,
+         tiles(s.queries), a);
 }
 
 /// The inputs of both backward halves.
@@ -225,7 +255,8 @@ void gradQ(const char *type, MemRef1<float> *q, MemRef1<float> *k,
   AttentionArgs a = backwardArgs(s, scale, q, k, v, out, lse, dout, qpos, kpos);
   int64_t bh = s.batch * s.heads;
   a.dq = data(s, dq, "dq", bh * s.queries * s.width);
-  launch("dq", type, s, dqSmem(s.width), bh, tiles(s.queries), a);
+  launch("dq", type, s, dqSmem(s.width), v2::dqSmem(s.width), bh,
+         tiles(s.queries), a);
 }
 
 void gradKV(const char *type, MemRef1<float> *q, MemRef1<float> *k,
@@ -250,7 +281,8 @@ void gradKV(const char *type, MemRef1<float> *q, MemRef1<float> *k,
                      (rows + kThreads / 32 - 1) / (kThreads / 32), 1, 1,
                      kThreads, 1, 1, 0, stream, params, nullptr, 1);
   }
-  launch("dkv", type, s, dkvSmem(s.width), bhk, tiles(s.keys), a);
+  launch("dkv", type, s, dkvSmem(s.width), v2::dkvSmem(s.width), bhk,
+         tiles(s.keys), a);
   if (a.delta)
     mgpuMemFree(a.delta, stream);
 }
@@ -262,6 +294,13 @@ void gradKV(const char *type, MemRef1<float> *q, MemRef1<float> *k,
 //===----------------------------------------------------------------------===//
 
 extern "C" {
+
+/// Chooses the kernels of later calls (1: v1, 2: v2; anything else leaves
+/// the choice) and returns the previous choice: the GPU test's A/B timing.
+int32_t shardx_rt_cuda_attention_kernels(int32_t version) {
+  return version == 1 || version == 2 ? kernelVersion().exchange(version)
+                                      : kernelVersion().load();
+}
 
 #define SHARDX_CUDA_ATTENTION(SUFFIX)                                          \
   void _mlir_ciface_shardx_rt_cuda_attention_##SUFFIX(                         \

@@ -502,6 +502,493 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
 } // namespace shardx_attention
 
 //===----------------------------------------------------------------------===//
+// v2: register-resident kernels (mma.sync m16n8k16, ldmatrix)
+//===----------------------------------------------------------------------===//
+//
+// The same passes, with the products' operands and results in registers:
+// fragments are loaded from the shared tiles with ldmatrix.x4 (.trans for
+// an operand stored k-major), the scores are mma.sync m16n8k16 accumulators
+// (f32), the softmax works on them in place (a row's four lanes combine
+// with two xor shuffles), and P or dS becomes the A operand of the next
+// product without leaving the registers (the accumulator layout of two
+// adjacent 8-column tiles is the A layout of one 16-deep chunk). Fragment
+// layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with g = lane/4
+// and t = lane%4, A's registers hold (row g, k 2t..2t+1), (g+8, 2t..),
+// (g, 2t+8..), (g+8, 2t+8..); B's (k 2t..2t+1, col g), (k 2t+8.., g); the
+// accumulators (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); the lower half
+// of a register holds the lower index.
+//
+// The forward is one pass (FA2): P V takes r(exp(s - m)) for the running
+// row max m, the accumulators are rescaled when m grows, and out = acc / l
+// at the end (so out's terms differ from r(p) v by up to an ulp of T each;
+// lse is the same). The backward rounds exactly as v1. A block is 4 warps
+// of 16 rows; tiles of 64 keys (fwd, dq) or 64 queries (dkv; 32 at D 128).
+
+namespace shardx_attention::v2 {
+
+constexpr int kRows = 64;
+__host__ __device__ constexpr int kvTile(int d) { return d == 128 ? 32 : 64; }
+__host__ __device__ constexpr int fwdSmem(int d) {
+  return (kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+}
+__host__ __device__ constexpr int dqSmem(int d) {
+  return (2 * kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+}
+__host__ __device__ constexpr int dkvSmem(int d) {
+  return (2 * kRows + 2 * kvTile(d)) * (d + 8) * 2 + kvTile(d) * (4 + 4 + 8);
+}
+
+__device__ __forceinline__ unsigned short bitsOf(__nv_bfloat16 x) {
+  return __bfloat16_as_ushort(x);
+}
+__device__ __forceinline__ unsigned short bitsOf(__half x) {
+  return __half_as_ushort(x);
+}
+/// lo and hi rounded to T, packed (lo in the lower half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return uint32_t(bitsOf(toT<T>(lo))) | uint32_t(bitsOf(toT<T>(hi))) << 16;
+}
+
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> {
+  static constexpr bool value = true;
+};
+
+/// c += a b (m16n8k16, f32 accumulators).
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                    uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (IsBf16<T>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+#elif defined(SHARDX_ATTENTION_EMU)
+  emuMma<T>(c, a, b0, b1);
+#endif
+}
+
+/// ldmatrix.x4 (.trans when `Trans`): lane l gives the address of row l%8
+/// of matrix l/8 (16-byte aligned), here as `off`, the byte offset of that
+/// row in smem; register i gets matrix i's (row l/4, cols 2(l%4)..+1), or
+/// with .trans its (rows 2(l%4)..+1, col l/4).
+template <bool Trans>
+__device__ __forceinline__ void ldsm(uint32_t (&r)[4], unsigned off) {
+#if defined(__CUDA_ARCH__)
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + off;
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+#elif defined(SHARDX_ATTENTION_EMU)
+  emuLdmatrix(r, smem + off, Trans);
+#endif
+}
+
+// Tiles of 16-bit elements are named by their element offset in smem
+// (32-bit arithmetic; byte offset twice that) and their row stride ld.
+
+/// A operand: rows [0, 16), cols [0, 16) of the row-major tile at p.
+__device__ __forceinline__ void loadA(uint32_t (&a)[4], unsigned p, int ld) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  ldsm<false>(a, 2 * (p + ((m % 2) * 8 + l % 8) * ld + (m / 2) * 8));
+}
+
+/// B operands of two 8-column tiles (b[0..1] columns 0-7, b[2..3] columns
+/// 8-15), k [0, 16), from p stored n-major: p[n * ld + k].
+__device__ __forceinline__ void loadBnk(uint32_t (&b)[4], unsigned p, int ld) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  ldsm<false>(b, 2 * (p + ((m / 2) * 8 + l % 8) * ld + (m % 2) * 8));
+}
+
+/// The same from p stored k-major: p[k * ld + n].
+__device__ __forceinline__ void loadBkn(uint32_t (&b)[4], unsigned p, int ld) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  ldsm<true>(b, 2 * (p + ((m % 2) * 8 + l % 8) * ld + (m / 2) * 8));
+}
+
+/// acc (16 x N) += a (16 x K, row-major in shared memory) b^T, b N rows of
+/// K (row-major); both row strides ld.
+template <typename T, int K, int N>
+__device__ __forceinline__ void productABt(float (&acc)[N / 8][4], unsigned a,
+                                           unsigned b, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[4];
+    loadA(af, a + kk * 16, ld);
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t bf[4];
+      loadBnk(bf, b + n * 16 * ld + kk * 16, ld);
+      mma<T>(acc[2 * n], af, bf[0], bf[1]);
+      mma<T>(acc[2 * n + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+/// The accumulators s (16 x K) rounded to T as A operands of K/16 chunks.
+template <typename T, int K>
+__device__ __forceinline__ void toA(uint32_t (&p)[K / 16][4],
+                                    const float (&s)[K / 8][4]) {
+#pragma unroll
+  for (int c = 0; c < K / 16; ++c) {
+    p[c][0] = pack<T>(s[2 * c][0], s[2 * c][1]);
+    p[c][1] = pack<T>(s[2 * c][2], s[2 * c][3]);
+    p[c][2] = pack<T>(s[2 * c + 1][0], s[2 * c + 1][1]);
+    p[c][3] = pack<T>(s[2 * c + 1][2], s[2 * c + 1][3]);
+  }
+}
+
+/// acc (16 x N) += p (16 x K, A operands) b, b K rows of N (row-major,
+/// stride ld).
+template <typename T, int K, int N>
+__device__ __forceinline__ void productPB(float (&acc)[N / 8][4],
+                                          const uint32_t (&p)[K / 16][4],
+                                          unsigned b, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t bf[4];
+      loadBkn(bf, b + kk * 16 * ld + n * 16, ld);
+      mma<T>(acc[2 * n], p[kk], bf[0], bf[1]);
+      mma<T>(acc[2 * n + 1], p[kk], bf[2], bf[3]);
+    }
+}
+
+/// loadRows, not inlined: one copy of each instantiation in the module,
+/// called by every kernel that loads such tiles (the PTX stays smaller).
+template <typename T, int D, int R>
+__device__ __noinline__ void loadTile(T *dst, const float *src, long long r0,
+                                      long long rows) {
+  loadRows<T, D, R>(dst, src, r0, rows);
+}
+
+/// The positions of keys [k0, k0 + R) for the mask "hidden when kp > qp":
+/// kpos when causal, LLONG_MIN (never hidden) when not, LLONG_MAX (always
+/// hidden) past `count` keys.
+template <int R>
+__device__ void loadKeyPos(long long *dst, const long long *pos, long long k0,
+                           long long count, bool causal) {
+  for (int t = threadIdx.x; t < R; t += kThreads)
+    dst[t] = k0 + t >= count ? LLONG_MAX : causal ? pos[k0 + t] : LLONG_MIN;
+}
+
+/// The element offset of p (a tile in smem) from smem.
+template <typename T> __device__ __forceinline__ unsigned at(const T *p) {
+  return static_cast<unsigned>(p - reinterpret_cast<const T *>(smem));
+}
+
+template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+}
+
+/// The warp's accumulators (16 x D, rows row0 + g and row0 + g + 8) times
+/// `scale[half]` into the [rows, D] matrix dst (rows past `rows` dropped).
+template <int D>
+__device__ void storeAcc(const float (&acc)[D / 8][4], const float (&scale)[2],
+                         float *dst, long long row0, long long rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const bool pairs = reinterpret_cast<uintptr_t>(dst) % 8 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    long long row = row0 + g + 8 * h;
+    if (row >= rows)
+      continue;
+    float *d = dst + row * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      float x = acc[n][2 * h] * scale[h], y = acc[n][2 * h + 1] * scale[h];
+      if (pairs) {
+        *reinterpret_cast<float2 *>(d + n * 8) = make_float2(x, y);
+      } else {
+        d[n * 8] = x;
+        d[n * 8 + 1] = y;
+      }
+    }
+  }
+}
+
+/// Forward, one pass: out = (sum_j r(exp(s_j - m)) v_j) / l, lse = m +
+/// log l.
+template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
+  constexpr int BK = 64, Ld = D + 8;
+  T *qs = reinterpret_cast<T *>(smem);
+  T *ks = qs + kRows * Ld;
+  T *vs = ks + BK * Ld;
+  long long *kp = reinterpret_cast<long long *>(vs + BK * Ld);
+  requireSmem(fwdSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
+  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
+  const long long kvh = b * a.kvHeads + h / G;
+  // The last query tiles (most keys when causal) first.
+  const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
+  const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
+  loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+
+  const long long row0 = q0 + warp * 16;
+  long long qp[2];
+  for (int hf = 0; hf < 2; ++hf) {
+    long long i = row0 + g + 8 * hf;
+    qp[hf] = a.causal && i < Sq ? a.qpos[i] : 0;
+  }
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  const unsigned qw = at(qs + warp * 16 * Ld), kt = at(ks), vt = at(vs);
+
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  for (long long k0 = 0; k0 < Sk; k0 += BK) {
+    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
+      continue;
+    __syncthreads();
+    loadTile<T, D, BK>(ks, k, k0, Sk);
+    loadTile<T, D, BK>(vs, v, k0, Sk);
+    loadKeyPos<BK>(kp, a.kpos, k0, Sk, a.causal);
+    __syncthreads();
+    float s[BK / 8][4];
+    zero(s);
+    productABt<T, D, BK>(s, qw, kt, Ld);
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = n * 8 + 2 * t + e % 2;
+        s[n][e] = kp[c] > qp[e / 2] ? kNegInf : s[n][e] * a.scale;
+        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+      }
+    float base[2], alpha[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+      // While the row has seen no key, every term is exp(-inf) = 0.
+      base[hf] = mx[hf] == kNegInf ? 0.f : mx[hf];
+      alpha[hf] = __expf(m[hf] - base[hf]);
+      m[hf] = mx[hf];
+      l[hf] *= alpha[hf];
+    }
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = __expf(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[n][e] *= alpha[e / 2];
+    uint32_t p[BK / 16][4];
+    toA<T, BK>(p, s);
+    productPB<T, BK, D>(o, p, vt, Ld);
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
+    inv[hf] = m[hf] == kNegInf ? 0.f : 1.f / l[hf];
+    long long i = row0 + g + 8 * hf;
+    if (t == 0 && i < Sq)
+      a.lseW[bh * Sq + i] = m[hf] == kNegInf ? kNegInf : m[hf] + logf(l[hf]);
+  }
+  storeAcc<D>(o, inv, a.outW + bh * Sq * D, row0, Sq);
+}
+
+/// dq = scale * sum_j r(ds_ij) k_j, ds = p (dp - delta), p = exp(s - lse),
+/// dp = r(dout) r(v)^T; delta of each row computed here.
+template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
+  constexpr int BK = 64, Ld = D + 8;
+  T *qs = reinterpret_cast<T *>(smem);
+  T *dos = qs + kRows * Ld;
+  T *ks = dos + kRows * Ld;
+  T *vs = ks + BK * Ld;
+  long long *kp = reinterpret_cast<long long *>(vs + BK * Ld);
+  requireSmem(dqSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
+  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
+  const long long kvh = b * a.kvHeads + h / G;
+  const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
+  const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
+  loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+  loadTile<T, D, kRows>(dos, a.dout + bh * Sq * D, q0, Sq);
+
+  // This lane's rows (g, g + 8): lse, delta (the row's four lanes each sum
+  // a quarter) and position.
+  const long long row0 = q0 + warp * 16;
+  float rowLse[2], rowDelta[2];
+  long long qp[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    long long i = row0 + g + 8 * hf;
+    // A row that sees no key (lse -inf) gets p = exp(s - inf) = 0.
+    rowLse[hf] = i < Sq ? a.lse[bh * Sq + i] : kNegInf;
+    if (rowLse[hf] == kNegInf)
+      rowLse[hf] = -kNegInf;
+    qp[hf] = a.causal && i < Sq ? a.qpos[i] : 0;
+    float sum = 0.f;
+    if (i < Sq) {
+      const float *x = a.dout + (bh * Sq + i) * D,
+                  *y = a.out + (bh * Sq + i) * D;
+#pragma unroll 4
+      for (int d = t * (D / 4); d < (t + 1) * (D / 4); ++d)
+        sum += x[d] * y[d];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    rowDelta[hf] = sum;
+  }
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  const unsigned qw = at(qs + warp * 16 * Ld), dow = at(dos + warp * 16 * Ld),
+                 kt = at(ks), vt = at(vs);
+
+  float dq[D / 8][4];
+  zero(dq);
+  for (long long k0 = 0; k0 < Sk; k0 += BK) {
+    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
+      continue;
+    __syncthreads();
+    loadTile<T, D, BK>(ks, k, k0, Sk);
+    loadTile<T, D, BK>(vs, v, k0, Sk);
+    loadKeyPos<BK>(kp, a.kpos, k0, Sk, a.causal);
+    __syncthreads();
+    float s[BK / 8][4], dp[BK / 8][4];
+    zero(s);
+    zero(dp);
+    productABt<T, D, BK>(s, qw, kt, Ld);
+    productABt<T, D, BK>(dp, dow, vt, Ld);
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = n * 8 + 2 * t + e % 2, hf = e / 2;
+        float p = kp[c] > qp[hf] ? 0.f : __expf(s[n][e] * a.scale - rowLse[hf]);
+        s[n][e] = p * (dp[n][e] - rowDelta[hf]);
+      }
+    uint32_t ds[BK / 16][4];
+    toA<T, BK>(ds, s);
+    productPB<T, BK, D>(dq, ds, kt, Ld);
+  }
+  const float scale[2] = {a.scale, a.scale};
+  storeAcc<D>(dq, scale, a.dq + bh * Sq * D, row0, Sq);
+}
+
+/// dk = scale * sum r(ds)^T q and dv = sum r(p)^T dout over the query heads
+/// of the block's key/value head: each warp owns 16 keys and works on
+/// transposed scores (keys x queries); delta from the delta kernel.
+template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
+  constexpr int BQ = kvTile(D), Ld = D + 8;
+  T *ks = reinterpret_cast<T *>(smem);
+  T *vs = ks + kRows * Ld;
+  T *qs = vs + kRows * Ld;
+  T *dos = qs + BQ * Ld;
+  float *lses = reinterpret_cast<float *>(dos + BQ * Ld);
+  float *deltas = lses + BQ;
+  long long *qps = reinterpret_cast<long long *>(deltas + BQ);
+  requireSmem(dkvSmem(D));
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long H = a.heads, Hk = a.kvHeads, G = H / Hk, Sq = a.queries,
+                  Sk = a.keys;
+  const long long kvh = blockIdx.x, b = kvh / Hk, hk = kvh % Hk;
+  const long long k0 = (long long)blockIdx.y * kRows;
+  loadTile<T, D, kRows>(ks, a.k + kvh * Sk * D, k0, Sk);
+  loadTile<T, D, kRows>(vs, a.v + kvh * Sk * D, k0, Sk);
+
+  const long long row0 = k0 + warp * 16;
+  // Keys past Sk are zero rows whose results are dropped.
+  long long kp[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    long long j = row0 + g + 8 * hf;
+    kp[hf] = a.causal && j < Sk ? a.kpos[j] : 0;
+  }
+  const long long firstK =
+      a.causal ? extremePos(a.kpos, k0, min(k0 + kRows, Sk), true) : 0;
+  const unsigned kw = at(ks + warp * 16 * Ld), vw = at(vs + warp * 16 * Ld),
+                 qt = at(qs), dot = at(dos);
+
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+  for (long long gq = 0; gq < G; ++gq) {
+    const long long bh = b * H + hk * G + gq;
+    for (long long q0 = 0; q0 < Sq; q0 += BQ) {
+      if (a.causal && extremePos(a.qpos, q0, min(q0 + BQ, Sq), false) < firstK)
+        continue;
+      __syncthreads();
+      loadTile<T, D, BQ>(qs, a.q + bh * Sq * D, q0, Sq);
+      loadTile<T, D, BQ>(dos, a.dout + bh * Sq * D, q0, Sq);
+      for (int x = threadIdx.x; x < BQ; x += kThreads) {
+        // Queries past Sq and those that see no key (lse -inf) get lse
+        // +inf: p = exp(s - inf) = 0. Not causal: never hidden.
+        bool inq = q0 + x < Sq;
+        float lse = inq ? a.lse[bh * Sq + q0 + x] : kNegInf;
+        lses[x] = lse == kNegInf ? -kNegInf : lse;
+        deltas[x] = inq ? a.delta[bh * Sq + q0 + x] : 0.f;
+        qps[x] = inq && a.causal ? a.qpos[q0 + x] : LLONG_MAX;
+      }
+      __syncthreads();
+      float st[BQ / 8][4], dpt[BQ / 8][4];
+      zero(st);
+      zero(dpt);
+      productABt<T, D, BQ>(st, kw, qt, Ld);
+      productABt<T, D, BQ>(dpt, vw, dot, Ld);
+#pragma unroll
+      for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int c = n * 8 + 2 * t + e % 2, hf = e / 2;
+          float p =
+              kp[hf] > qps[c] ? 0.f : __expf(st[n][e] * a.scale - lses[c]);
+          st[n][e] = p;
+          dpt[n][e] = p * (dpt[n][e] - deltas[c]);
+        }
+      uint32_t pf[BQ / 16][4];
+      toA<T, BQ>(pf, st);
+      productPB<T, BQ, D>(dv, pf, dot, Ld);
+      toA<T, BQ>(pf, dpt);
+      productPB<T, BQ, D>(dk, pf, qt, Ld);
+    }
+  }
+  const float one[2] = {1.f, 1.f}, scale[2] = {a.scale, a.scale};
+  storeAcc<D>(dk, scale, a.dk + kvh * Sk * D, row0, Sk);
+  storeAcc<D>(dv, one, a.dv + kvh * Sk * D, row0, Sk);
+}
+
+} // namespace shardx_attention::v2
+
+//===----------------------------------------------------------------------===//
 // Kernels
 //===----------------------------------------------------------------------===//
 
@@ -524,6 +1011,20 @@ extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)
     shardx_attention::gradKV<T, D>(a);                                         \
   }
 
+#define SHARDX_ATTENTION_KERNELS_V2(NAME, T, D)                                \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+      shardx_attention_v2_fwd_##NAME##_##D(AttentionArgs a) {                  \
+    shardx_attention::v2::forward<T, D>(a);                                    \
+  }                                                                            \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+      shardx_attention_v2_dq_##NAME##_##D(AttentionArgs a) {                   \
+    shardx_attention::v2::gradQ<T, D>(a);                                      \
+  }                                                                            \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+      shardx_attention_v2_dkv_##NAME##_##D(AttentionArgs a) {                  \
+    shardx_attention::v2::gradKV<T, D>(a);                                     \
+  }
+
 SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 32)
 SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 64)
 SHARDX_ATTENTION_KERNELS(bf16, __nv_bfloat16, 128)
@@ -531,4 +1032,12 @@ SHARDX_ATTENTION_KERNELS(f16, __half, 32)
 SHARDX_ATTENTION_KERNELS(f16, __half, 64)
 SHARDX_ATTENTION_KERNELS(f16, __half, 128)
 
+SHARDX_ATTENTION_KERNELS_V2(bf16, __nv_bfloat16, 32)
+SHARDX_ATTENTION_KERNELS_V2(bf16, __nv_bfloat16, 64)
+SHARDX_ATTENTION_KERNELS_V2(bf16, __nv_bfloat16, 128)
+SHARDX_ATTENTION_KERNELS_V2(f16, __half, 32)
+SHARDX_ATTENTION_KERNELS_V2(f16, __half, 64)
+SHARDX_ATTENTION_KERNELS_V2(f16, __half, 128)
+
 #undef SHARDX_ATTENTION_KERNELS
+#undef SHARDX_ATTENTION_KERNELS_V2
