@@ -666,8 +666,11 @@ class ShardX_AttentionOp<string mnemonic>
     the precision of a GPU's fused (flash) attention: the operands of every
     product are values of that type. `q`, `k`, `v` and `dout` are rounded
     to it where they enter a product, and so are the probabilities before
-    `P @ v` and `P^T @ dout` and `dS` before its two products; every sum
-    accumulates in f32. The cuda target calls fused attention kernels on
+    `P @ v` (or, where the keys are taken in blocks, each block's
+    exponentials before the row is normalized, as a one-pass fused kernel
+    rounds them: the two differ by an ulp of the type per term) and
+    `P^T @ dout`, and `dS` before its two products; every sum accumulates
+    in f32. The cuda target calls fused attention kernels on
     tensor cores for such ops (head width 32, 64 or 128); the cpu target
     writes the roundings as linalg ops.
   }];
