@@ -182,13 +182,13 @@ std::vector<double> rounded(Type t, const std::vector<float> &x) {
 
 struct Reference {
   /// out as v1 computes it (r(p) with p normalized) and as v2 does (one
-  /// pass over tiles of kV2KeyTile keys: r(exp(s - m)) for the running max
+  /// pass over tiles of v2KeyTile(D) keys: r(exp(s - m)) for the running max
   /// m, rescaled, the sum divided by l at the end).
   std::vector<double> out, out2, lse, dq, dk, dv;
 };
 
 /// v2's forward tile of keys (AttentionKernels.cu).
-constexpr int64_t kV2KeyTile = 64;
+int64_t v2KeyTile(int64_t width) { return width == 128 ? 32 : 64; }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -249,8 +249,8 @@ void referenceForward(const Problem &p, Reference &ref) {
             o[d] += pr * v[j * D + d];
         }
         double *o2 = &ref.out2[(bh * Sq + i) * D], mt = -kInf;
-        for (int64_t j0 = 0; j0 < Sk; j0 += kV2KeyTile) {
-          int64_t j1 = std::min(j0 + kV2KeyTile, Sk);
+        for (int64_t j0 = 0; j0 < Sk; j0 += v2KeyTile(D)) {
+          int64_t j1 = std::min(j0 + v2KeyTile(D), Sk);
           for (int64_t j = j0; j < j1; ++j)
             mt = std::max(mt, s[i * Sk + j]);
           if (mt == -kInf)

@@ -68,16 +68,21 @@ constexpr int dkvSmem(int d) {
          kTile(d) * (4 + 4 + 8);
 }
 
-// v2 (shardx_attention_v2_*): tiles of 64 keys (fwd, dq), 64 queries for
-// dkv (32 at width 128).
+// v2 (shardx_attention_v2_*): tiles of 64 keys (fwd, dq) or queries
+// (dkv), 32 at width 128, each with an f32 staging copy.
 namespace v2 {
-constexpr int kvTile(int d) { return d == 128 ? 32 : 64; }
-constexpr int fwdSmem(int d) { return (kRows + 2 * 64) * (d + 8) * 2 + 64 * 8; }
+constexpr int kTile2(int d) { return d == 128 ? 32 : 64; }
+constexpr int fwdSmem(int d) {
+  return (kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * 8;
+}
 constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * 8;
 }
 constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kvTile(d)) * (d + 8) * 2 + kvTile(d) * (4 + 4 + 8);
+  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * (8 + 4 + 4);
 }
 } // namespace v2
 

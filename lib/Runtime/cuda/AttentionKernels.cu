@@ -522,20 +522,31 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
 // row max m, the accumulators are rescaled when m grows, and out = acc / l
 // at the end (so out's terms differ from r(p) v by up to an ulp of T each;
 // lse is the same). The backward rounds exactly as v1. A block is 4 warps
-// of 16 rows; tiles of 64 keys (fwd, dq) or 64 queries (dkv; 32 at D 128).
+// of 16 rows; tiles of 64 keys (fwd, dq) or queries (dkv), 32 at D 128.
+// The next tile's f32 rows are copied into a staging area with cp.async
+// while the current tile is used, then rounded to T into the tiles.
 
 namespace shardx_attention::v2 {
 
 constexpr int kRows = 64;
-__host__ __device__ constexpr int kvTile(int d) { return d == 128 ? 32 : 64; }
+/// The other side's tile: keys per step of fwd and dq, queries per step of
+/// dkv.
+__host__ __device__ constexpr int kTile2(int d) { return d == 128 ? 32 : 64; }
+// Shared memory, in bytes (as in Attention.cpp): the tiles of T (rows of
+// D + 8), the f32 staging of the next tile (R rows of D each, filled by
+// cp.async while the current one is used), then positions (and for dkv
+// lse and delta) with their staging.
 __host__ __device__ constexpr int fwdSmem(int d) {
-  return (kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+  return (kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * 8;
 }
 __host__ __device__ constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * 64) * (d + 8) * 2 + 64 * 8;
+  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * 8;
 }
 __host__ __device__ constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kvTile(d)) * (d + 8) * 2 + kvTile(d) * (4 + 4 + 8);
+  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
+         2 * kTile2(d) * (8 + 4 + 4);
 }
 
 __device__ __forceinline__ unsigned short bitsOf(__nv_bfloat16 x) {
@@ -679,14 +690,106 @@ __device__ __noinline__ void loadTile(T *dst, const float *src, long long r0,
   loadRows<T, D, R>(dst, src, r0, rows);
 }
 
-/// The positions of keys [k0, k0 + R) for the mask "hidden when kp > qp":
-/// kpos when causal, LLONG_MIN (never hidden) when not, LLONG_MAX (always
-/// hidden) past `count` keys.
+/// cp.async of N bytes (4, 8 or 16; src and dst aligned to N) from global
+/// memory to shared memory; complete, for this thread, after cpAsyncWait.
+template <int N>
+__device__ __forceinline__ void cpAsync(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__)
+  unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src),
+                 "n"(N)
+                 : "memory");
+#elif defined(SHARDX_ATTENTION_EMU)
+  emuCpAsync(dst, src, N);
+#endif
+}
+
+__device__ __forceinline__ void cpAsyncWait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#elif defined(SHARDX_ATTENTION_EMU)
+  emuCpAsyncWait();
+#endif
+}
+
+/// Starts copying rows [r0, r0 + R) of the [rows, D] f32 matrix src into
+/// stage (R rows of D); rows past `rows` are not copied. 16 bytes a copy
+/// where src is 16-byte aligned, else 4.
+template <int D, int R>
+__device__ __noinline__ void stageRows(float *stage, const float *src,
+                                       long long r0, long long rows) {
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < R * D / 4; e += kThreads) {
+      int r = e / (D / 4), c = e % (D / 4) * 4;
+      if (r0 + r < rows)
+        cpAsync<16>(stage + r * D + c, src + (r0 + r) * D + c);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int e = threadIdx.x; e < R * D; e += kThreads) {
+    int r = e / D, c = e % D;
+    if (r0 + r < rows)
+      cpAsync<4>(stage + e, src + (r0 + r) * D + c);
+  }
+}
+
+/// The staged rows rounded to T into dst (rows of D + 8); rows past
+/// `rows` (not staged) are zero.
+template <typename T, int D, int R>
+__device__ __noinline__ void convertRows(T *dst, const float *stage,
+                                         long long r0, long long rows) {
+#pragma unroll 4
+  for (int e = threadIdx.x; e < R * D / 4; e += kThreads) {
+    int r = e / (D / 4), c = e % (D / 4) * 4;
+    float4 x = r0 + r < rows
+                   ? *reinterpret_cast<const float4 *>(stage + r * D + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<Quad<T> *>(dst + r * (D + 8) + c) =
+        Quad<T>{{toT<T>(x.x), toT<T>(x.y), toT<T>(x.z), toT<T>(x.w)}};
+  }
+}
+
+/// Starts copying pos[k0 + t], t < R, into stage where k0 + t < count.
 template <int R>
-__device__ void loadKeyPos(long long *dst, const long long *pos, long long k0,
-                           long long count, bool causal) {
+__device__ void stagePos(long long *stage, const long long *pos, long long k0,
+                         long long count) {
   for (int t = threadIdx.x; t < R; t += kThreads)
-    dst[t] = k0 + t >= count ? LLONG_MAX : causal ? pos[k0 + t] : LLONG_MIN;
+    if (k0 + t < count)
+      cpAsync<8>(stage + t, pos + k0 + t);
+}
+
+/// The positions of keys [k0, k0 + R) for the mask "hidden when kp > qp":
+/// kpos (staged) when causal, LLONG_MIN (never hidden) when not, LLONG_MAX
+/// (always hidden) past `count` keys.
+template <int R>
+__device__ void keyPos(long long *dst, const long long *stage, long long k0,
+                       long long count, bool causal) {
+  for (int t = threadIdx.x; t < R; t += kThreads)
+    dst[t] = k0 + t >= count ? LLONG_MAX : causal ? stage[t] : LLONG_MIN;
+}
+
+/// The first tile x in [x, n) that the causal mask does not wholly hide,
+/// n if none: tile x is rows [r0, r0 + R) of `count`, r0 = x % per * R;
+/// key tiles (`keys`) are visible when their least position is at most
+/// `bound` (the block's greatest query position), query tiles when their
+/// greatest is at least `bound` (the block's least key position).
+__device__ __noinline__ long long visibleTile(const long long *pos, long long x,
+                                              long long n, long long per, int R,
+                                              long long count, long long bound,
+                                              bool keys) {
+  for (; x < n; ++x) {
+    long long r0 = x % per * R;
+    long long e = extremePos(pos, r0, min(r0 + R, count), keys);
+    if (keys ? e <= bound : e >= bound)
+      return x;
+  }
+  return n;
 }
 
 /// The element offset of p (a tile in smem) from smem.
@@ -729,11 +832,14 @@ __device__ void storeAcc(const float (&acc)[D / 8][4], const float (&scale)[2],
 /// Forward, one pass: out = (sum_j r(exp(s_j - m)) v_j) / l, lse = m +
 /// log l.
 template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
-  constexpr int BK = 64, Ld = D + 8;
+  constexpr int BK = kTile2(D), Ld = D + 8;
   T *qs = reinterpret_cast<T *>(smem);
   T *ks = qs + kRows * Ld;
   T *vs = ks + BK * Ld;
-  long long *kp = reinterpret_cast<long long *>(vs + BK * Ld);
+  float *kst = reinterpret_cast<float *>(vs + BK * Ld);
+  float *vst = kst + BK * D;
+  long long *kp = reinterpret_cast<long long *>(vst + BK * D);
+  long long *kpst = kp + BK;
   requireSmem(fwdSmem(D));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -744,7 +850,13 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
   // The last query tiles (most keys when causal) first.
   const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
-  loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  // Key tiles x < nk: the first visible one from x on.
+  const long long nk = (Sk + BK - 1) / BK;
+  auto next = [&](long long x) {
+    return a.causal ? visibleTile(a.kpos, x, nk, nk, BK, Sk, lastQ, true) : x;
+  };
 
   const long long row0 = q0 + warp * 16;
   long long qp[2];
@@ -752,59 +864,71 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
     long long i = row0 + g + 8 * hf;
     qp[hf] = a.causal && i < Sq ? a.qpos[i] : 0;
   }
-  const long long lastQ =
-      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
   const unsigned qw = at(qs + warp * 16 * Ld), kt = at(ks), vt = at(vs);
 
   float o[D / 8][4];
   zero(o);
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
-  for (long long k0 = 0; k0 < Sk; k0 += BK) {
-    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
-      continue;
-    __syncthreads();
-    loadTile<T, D, BK>(ks, k, k0, Sk);
-    loadTile<T, D, BK>(vs, v, k0, Sk);
-    loadKeyPos<BK>(kp, a.kpos, k0, Sk, a.causal);
-    __syncthreads();
-    float s[BK / 8][4];
-    zero(s);
-    productABt<T, D, BK>(s, qw, kt, Ld);
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int n = 0; n < BK / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int c = n * 8 + 2 * t + e % 2;
-        s[n][e] = kp[c] > qp[e / 2] ? kNegInf : s[n][e] * a.scale;
-        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-      }
-    float base[2], alpha[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
-      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      // While the row has seen no key, every term is exp(-inf) = 0.
-      base[hf] = mx[hf] == kNegInf ? 0.f : mx[hf];
-      alpha[hf] = __expf(m[hf] - base[hf]);
-      m[hf] = mx[hf];
-      l[hf] *= alpha[hf];
+  // Tile x is in ks, vs and kp (nk: none yet), tile xs in the staging (nk:
+  // none left). Each step starts copying xs, uses x (the first step loads
+  // the block's queries instead), then, once xs has arrived and every warp
+  // is done with x, rounds xs into the tiles.
+  for (long long x = nk, xs = next(0);; x = xs, xs = next(xs + 1)) {
+    if (xs < nk) {
+      stageRows<D, BK>(kst, k, xs * BK, Sk);
+      stageRows<D, BK>(vst, v, xs * BK, Sk);
+      stagePos<BK>(kpst, a.kpos, xs * BK, a.causal ? Sk : 0);
     }
+    if (x == nk) {
+      loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+    } else {
+      float s[BK / 8][4];
+      zero(s);
+      productABt<T, D, BK>(s, qw, kt, Ld);
+      float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n)
+      for (int n = 0; n < BK / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = __expf(s[n][e] - base[e / 2]);
-        l[e / 2] += s[n][e];
+        for (int e = 0; e < 4; ++e) {
+          int c = n * 8 + 2 * t + e % 2;
+          s[n][e] = kp[c] > qp[e / 2] ? kNegInf : s[n][e] * a.scale;
+          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+        }
+      float base[2], alpha[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+        // While the row has seen no key, every term is exp(-inf) = 0.
+        base[hf] = mx[hf] == kNegInf ? 0.f : mx[hf];
+        alpha[hf] = __expf(m[hf] - base[hf]);
+        m[hf] = mx[hf];
+        l[hf] *= alpha[hf];
       }
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+      for (int n = 0; n < BK / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[n][e] *= alpha[e / 2];
-    uint32_t p[BK / 16][4];
-    toA<T, BK>(p, s);
-    productPB<T, BK, D>(o, p, vt, Ld);
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] = __expf(s[n][e] - base[e / 2]);
+          l[e / 2] += s[n][e];
+        }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[n][e] *= alpha[e / 2];
+      uint32_t p[BK / 16][4];
+      toA<T, BK>(p, s);
+      productPB<T, BK, D>(o, p, vt, Ld);
+    }
+    if (xs == nk)
+      break;
+    cpAsyncWait();
+    __syncthreads();
+    convertRows<T, D, BK>(ks, kst, xs * BK, Sk);
+    convertRows<T, D, BK>(vs, vst, xs * BK, Sk);
+    keyPos<BK>(kp, kpst, xs * BK, Sk, a.causal);
+    __syncthreads();
   }
 
   float inv[2];
@@ -823,12 +947,15 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
 /// dq = scale * sum_j r(ds_ij) k_j, ds = p (dp - delta), p = exp(s - lse),
 /// dp = r(dout) r(v)^T; delta of each row computed here.
 template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
-  constexpr int BK = 64, Ld = D + 8;
+  constexpr int BK = kTile2(D), Ld = D + 8;
   T *qs = reinterpret_cast<T *>(smem);
   T *dos = qs + kRows * Ld;
   T *ks = dos + kRows * Ld;
   T *vs = ks + BK * Ld;
-  long long *kp = reinterpret_cast<long long *>(vs + BK * Ld);
+  float *kst = reinterpret_cast<float *>(vs + BK * Ld);
+  float *vst = kst + BK * D;
+  long long *kp = reinterpret_cast<long long *>(vst + BK * D);
+  long long *kpst = kp + BK;
   requireSmem(dqSmem(D));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -838,8 +965,12 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
   const long long kvh = b * a.kvHeads + h / G;
   const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
-  loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
-  loadTile<T, D, kRows>(dos, a.dout + bh * Sq * D, q0, Sq);
+  const long long lastQ =
+      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
+  const long long nk = (Sk + BK - 1) / BK;
+  auto next = [&](long long x) {
+    return a.causal ? visibleTile(a.kpos, x, nk, nk, BK, Sk, lastQ, true) : x;
+  };
 
   // This lane's rows (g, g + 8): lse, delta (the row's four lanes each sum
   // a quarter) and position.
@@ -866,37 +997,48 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     rowDelta[hf] = sum;
   }
-  const long long lastQ =
-      a.causal ? extremePos(a.qpos, q0, min(q0 + kRows, Sq), false) : 0;
   const unsigned qw = at(qs + warp * 16 * Ld), dow = at(dos + warp * 16 * Ld),
                  kt = at(ks), vt = at(vs);
 
   float dq[D / 8][4];
   zero(dq);
-  for (long long k0 = 0; k0 < Sk; k0 += BK) {
-    if (a.causal && extremePos(a.kpos, k0, min(k0 + BK, Sk), true) > lastQ)
-      continue;
-    __syncthreads();
-    loadTile<T, D, BK>(ks, k, k0, Sk);
-    loadTile<T, D, BK>(vs, v, k0, Sk);
-    loadKeyPos<BK>(kp, a.kpos, k0, Sk, a.causal);
-    __syncthreads();
-    float s[BK / 8][4], dp[BK / 8][4];
-    zero(s);
-    zero(dp);
-    productABt<T, D, BK>(s, qw, kt, Ld);
-    productABt<T, D, BK>(dp, dow, vt, Ld);
+  // As in the forward.
+  for (long long x = nk, xs = next(0);; x = xs, xs = next(xs + 1)) {
+    if (xs < nk) {
+      stageRows<D, BK>(kst, k, xs * BK, Sk);
+      stageRows<D, BK>(vst, v, xs * BK, Sk);
+      stagePos<BK>(kpst, a.kpos, xs * BK, a.causal ? Sk : 0);
+    }
+    if (x == nk) {
+      loadTile<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
+      loadTile<T, D, kRows>(dos, a.dout + bh * Sq * D, q0, Sq);
+    } else {
+      float s[BK / 8][4], dp[BK / 8][4];
+      zero(s);
+      zero(dp);
+      productABt<T, D, BK>(s, qw, kt, Ld);
+      productABt<T, D, BK>(dp, dow, vt, Ld);
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n)
+      for (int n = 0; n < BK / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int c = n * 8 + 2 * t + e % 2, hf = e / 2;
-        float p = kp[c] > qp[hf] ? 0.f : __expf(s[n][e] * a.scale - rowLse[hf]);
-        s[n][e] = p * (dp[n][e] - rowDelta[hf]);
-      }
-    uint32_t ds[BK / 16][4];
-    toA<T, BK>(ds, s);
-    productPB<T, BK, D>(dq, ds, kt, Ld);
+        for (int e = 0; e < 4; ++e) {
+          int c = n * 8 + 2 * t + e % 2, hf = e / 2;
+          float p =
+              kp[c] > qp[hf] ? 0.f : __expf(s[n][e] * a.scale - rowLse[hf]);
+          s[n][e] = p * (dp[n][e] - rowDelta[hf]);
+        }
+      uint32_t ds[BK / 16][4];
+      toA<T, BK>(ds, s);
+      productPB<T, BK, D>(dq, ds, kt, Ld);
+    }
+    if (xs == nk)
+      break;
+    cpAsyncWait();
+    __syncthreads();
+    convertRows<T, D, BK>(ks, kst, xs * BK, Sk);
+    convertRows<T, D, BK>(vs, vst, xs * BK, Sk);
+    keyPos<BK>(kp, kpst, xs * BK, Sk, a.causal);
+    __syncthreads();
   }
   const float scale[2] = {a.scale, a.scale};
   storeAcc<D>(dq, scale, a.dq + bh * Sq * D, row0, Sq);
@@ -906,14 +1048,19 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
 /// of the block's key/value head: each warp owns 16 keys and works on
 /// transposed scores (keys x queries); delta from the delta kernel.
 template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
-  constexpr int BQ = kvTile(D), Ld = D + 8;
+  constexpr int BQ = kTile2(D), Ld = D + 8;
   T *ks = reinterpret_cast<T *>(smem);
   T *vs = ks + kRows * Ld;
   T *qs = vs + kRows * Ld;
   T *dos = qs + BQ * Ld;
-  float *lses = reinterpret_cast<float *>(dos + BQ * Ld);
+  float *qst = reinterpret_cast<float *>(dos + BQ * Ld);
+  float *dost = qst + BQ * D;
+  long long *qps = reinterpret_cast<long long *>(dost + BQ * D);
+  long long *qpst = qps + BQ;
+  float *lses = reinterpret_cast<float *>(qpst + BQ);
   float *deltas = lses + BQ;
-  long long *qps = reinterpret_cast<long long *>(deltas + BQ);
+  float *lsest = deltas + BQ;
+  float *deltast = lsest + BQ;
   requireSmem(dkvSmem(D));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -922,8 +1069,14 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
                   Sk = a.keys;
   const long long kvh = blockIdx.x, b = kvh / Hk, hk = kvh % Hk;
   const long long k0 = (long long)blockIdx.y * kRows;
-  loadTile<T, D, kRows>(ks, a.k + kvh * Sk * D, k0, Sk);
-  loadTile<T, D, kRows>(vs, a.v + kvh * Sk * D, k0, Sk);
+  const long long firstK =
+      a.causal ? extremePos(a.kpos, k0, min(k0 + kRows, Sk), true) : 0;
+  // Query tiles x < n are numbered over the key/value head's query heads:
+  // tile x is tile x % nq of head x / nq.
+  const long long nq = (Sq + BQ - 1) / BQ, n = G * nq;
+  auto next = [&](long long x) {
+    return a.causal ? visibleTile(a.qpos, x, n, nq, BQ, Sq, firstK, false) : x;
+  };
 
   const long long row0 = k0 + warp * 16;
   // Keys past Sk are zero rows whose results are dropped.
@@ -933,46 +1086,44 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
     long long j = row0 + g + 8 * hf;
     kp[hf] = a.causal && j < Sk ? a.kpos[j] : 0;
   }
-  const long long firstK =
-      a.causal ? extremePos(a.kpos, k0, min(k0 + kRows, Sk), true) : 0;
   const unsigned kw = at(ks + warp * 16 * Ld), vw = at(vs + warp * 16 * Ld),
                  qt = at(qs), dot = at(dos);
 
   float dk[D / 8][4], dv[D / 8][4];
   zero(dk);
   zero(dv);
-  for (long long gq = 0; gq < G; ++gq) {
-    const long long bh = b * H + hk * G + gq;
-    for (long long q0 = 0; q0 < Sq; q0 += BQ) {
-      if (a.causal && extremePos(a.qpos, q0, min(q0 + BQ, Sq), false) < firstK)
-        continue;
-      __syncthreads();
-      loadTile<T, D, BQ>(qs, a.q + bh * Sq * D, q0, Sq);
-      loadTile<T, D, BQ>(dos, a.dout + bh * Sq * D, q0, Sq);
-      for (int x = threadIdx.x; x < BQ; x += kThreads) {
-        // Queries past Sq and those that see no key (lse -inf) get lse
-        // +inf: p = exp(s - inf) = 0. Not causal: never hidden.
-        bool inq = q0 + x < Sq;
-        float lse = inq ? a.lse[bh * Sq + q0 + x] : kNegInf;
-        lses[x] = lse == kNegInf ? -kNegInf : lse;
-        deltas[x] = inq ? a.delta[bh * Sq + q0 + x] : 0.f;
-        qps[x] = inq && a.causal ? a.qpos[q0 + x] : LLONG_MAX;
-      }
-      __syncthreads();
+  // As in the forward, over query tiles.
+  for (long long x = n, xs = next(0);; x = xs, xs = next(xs + 1)) {
+    const long long bhs = b * H + hk * G + xs / nq, qs0 = xs % nq * BQ;
+    if (xs < n) {
+      stageRows<D, BQ>(qst, a.q + bhs * Sq * D, qs0, Sq);
+      stageRows<D, BQ>(dost, a.dout + bhs * Sq * D, qs0, Sq);
+      for (int r = threadIdx.x; r < BQ; r += kThreads)
+        if (qs0 + r < Sq) {
+          cpAsync<4>(lsest + r, a.lse + bhs * Sq + qs0 + r);
+          cpAsync<4>(deltast + r, a.delta + bhs * Sq + qs0 + r);
+          if (a.causal)
+            cpAsync<8>(qpst + r, a.qpos + qs0 + r);
+        }
+    }
+    if (x == n) {
+      loadTile<T, D, kRows>(ks, a.k + kvh * Sk * D, k0, Sk);
+      loadTile<T, D, kRows>(vs, a.v + kvh * Sk * D, k0, Sk);
+    } else {
       float st[BQ / 8][4], dpt[BQ / 8][4];
       zero(st);
       zero(dpt);
       productABt<T, D, BQ>(st, kw, qt, Ld);
       productABt<T, D, BQ>(dpt, vw, dot, Ld);
 #pragma unroll
-      for (int n = 0; n < BQ / 8; ++n)
+      for (int c8 = 0; c8 < BQ / 8; ++c8)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          int c = n * 8 + 2 * t + e % 2, hf = e / 2;
+          int c = c8 * 8 + 2 * t + e % 2, hf = e / 2;
           float p =
-              kp[hf] > qps[c] ? 0.f : __expf(st[n][e] * a.scale - lses[c]);
-          st[n][e] = p;
-          dpt[n][e] = p * (dpt[n][e] - deltas[c]);
+              kp[hf] > qps[c] ? 0.f : __expf(st[c8][e] * a.scale - lses[c]);
+          st[c8][e] = p;
+          dpt[c8][e] = p * (dpt[c8][e] - deltas[c]);
         }
       uint32_t pf[BQ / 16][4];
       toA<T, BQ>(pf, st);
@@ -980,6 +1131,22 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
       toA<T, BQ>(pf, dpt);
       productPB<T, BQ, D>(dk, pf, qt, Ld);
     }
+    if (xs == n)
+      break;
+    cpAsyncWait();
+    __syncthreads();
+    convertRows<T, D, BQ>(qs, qst, qs0, Sq);
+    convertRows<T, D, BQ>(dos, dost, qs0, Sq);
+    for (int r = threadIdx.x; r < BQ; r += kThreads) {
+      // Queries past Sq and those that see no key (lse -inf) get lse +inf:
+      // p = exp(s - inf) = 0. Not causal: never hidden.
+      bool in = qs0 + r < Sq;
+      float lse = in ? lsest[r] : kNegInf;
+      lses[r] = lse == kNegInf ? -kNegInf : lse;
+      deltas[r] = in ? deltast[r] : 0.f;
+      qps[r] = in && a.causal ? qpst[r] : LLONG_MAX;
+    }
+    __syncthreads();
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {a.scale, a.scale};
   storeAcc<D>(dk, scale, a.dk + kvh * Sk * D, row0, Sk);
