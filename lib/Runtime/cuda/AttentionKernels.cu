@@ -60,6 +60,8 @@ namespace shardx_attention {
 using namespace nvcuda;
 
 constexpr int kThreads = 128;
+// Per-row loops over a tile's rows (at most 64) are one `if (threadIdx.x <
+// rows)`: a thread per row.
 constexpr int kRows = 64; // 4 warps x 16 rows
 constexpr float kNegInf = -__builtin_huge_valf();
 
@@ -124,8 +126,8 @@ template <typename T> struct alignas(8) Quad { T e[4]; };
 /// `src` is 16-byte aligned, else one (a descriptor's offset may be any:
 /// the slow path, not unrolled, to keep the PTX small).
 template <typename T, int D, int R>
-__device__ void loadRows(T *dst, const float *src, long long r0,
-                         long long rows) {
+__device__ __noinline__ void loadRows(T *dst, const float *src, long long r0,
+                                      long long rows) {
   if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
 #pragma unroll 4
     for (int e = threadIdx.x; e < R * D / 4; e += kThreads) {
@@ -148,8 +150,8 @@ __device__ void loadRows(T *dst, const float *src, long long r0,
 
 /// The least (`least`) or greatest position of pos[from, to), the same in
 /// every lane (each lane scans every 32nd; the warp combines).
-__device__ long long extremePos(const long long *pos, long long from,
-                                long long to, bool least) {
+__device__ __noinline__ long long
+extremePos(const long long *pos, long long from, long long to, bool least) {
   long long e = least ? LLONG_MAX : LLONG_MIN;
   for (long long j = from + threadIdx.x % 32; j < to; j += 32)
     e = least ? min(e, pos[j]) : max(e, pos[j]);
@@ -163,7 +165,7 @@ __device__ long long extremePos(const long long *pos, long long from,
 /// s (16 x N f32, row stride lds) = a (16 x D) b^T, b N rows of D; a and b
 /// rows of D + 8.
 template <typename T, int D, int N>
-__device__ void scores(const T *a, const T *b, float *s, int lds) {
+__device__ __noinline__ void scores(const T *a, const T *b, float *s, int lds) {
 #pragma unroll 1
   for (int n = 0; n < N / 16; ++n) {
     FragC acc;
@@ -195,30 +197,40 @@ __device__ void accumulate(FragC *acc, const T *a, int lda, const T *b) {
   }
 }
 
+/// The warp's staged 16 x D result (`stage`, rows of D + 4 f32) times
+/// `scale` into rows [row0, row0 + 16) of the [rows, D] matrix `dst` (rows
+/// past `rows` dropped). Not inlined: one copy per width in the module.
+template <int D>
+__device__ __noinline__ void copyStaged(const float *stage, float *dst,
+                                        long long row0, long long rows,
+                                        float scale) {
+  const int lane = threadIdx.x % 32;
+  __syncwarp();
+#pragma unroll 4
+  for (int e = lane; e < 16 * D; e += 32) {
+    int r = e / D, c = e % D;
+    if (row0 + r < rows)
+      dst[(row0 + r) * D + c] = stage[r * (D + 4) + c] * scale;
+  }
+  __syncwarp();
+}
+
 /// The warp's 16 x D result `acc` into rows [row0, row0 + 16) of the
 /// [rows, D] matrix `dst` (rows past `rows` dropped), through `stage`
 /// (16 rows of D + 4 f32).
 template <int D>
 __device__ void storeRows(const FragC *acc, float *stage, float *dst,
                           long long row0, long long rows) {
-  const int lane = threadIdx.x % 32;
   for (int n = 0; n < D / 16; ++n)
     wmma::store_matrix_sync(stage + n * 16, acc[n], D + 4, wmma::mem_row_major);
-  __syncwarp();
-#pragma unroll 4
-  for (int e = lane; e < 16 * D; e += 32) {
-    int r = e / D, c = e % D;
-    if (row0 + r < rows)
-      dst[(row0 + r) * D + c] = stage[r * (D + 4) + c];
-  }
-  __syncwarp();
+  copyStaged<D>(stage, dst, row0, rows, 1.f);
 }
 
 /// pos[j0 + t] for t < R (0 past `count`), into `dst`.
 template <int R>
 __device__ void loadPos(long long *dst, const long long *pos, long long j0,
                         long long count) {
-  for (int t = threadIdx.x; t < R; t += kThreads)
+  if (int t = threadIdx.x; t < R)
     dst[t] = j0 + t < count ? pos[j0 + t] : 0;
 }
 
@@ -467,7 +479,7 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
       __syncthreads();
       loadRows<T, D, BQ>(qs, a.q + bh * Sq * D, q0, Sq);
       loadRows<T, D, BQ>(dos, a.dout + bh * Sq * D, q0, Sq);
-      for (int t = threadIdx.x; t < BQ; t += kThreads) {
+      if (int t = threadIdx.x; t < BQ) {
         bool in = q0 + t < Sq;
         lses[t] = in ? a.lse[bh * Sq + q0 + t] : kNegInf;
         deltas[t] = in ? a.delta[bh * Sq + q0 + t] : 0.f;
@@ -638,7 +650,9 @@ __device__ __forceinline__ void loadBkn(uint32_t (&b)[4], unsigned p, int ld) {
 template <typename T, int K, int N>
 __device__ __forceinline__ void productABt(float (&acc)[N / 8][4], unsigned a,
                                            unsigned b, int ld) {
-#pragma unroll
+  // Not unrolled over k from K 64 (the accumulators are indexed by n
+  // only): less PTX.
+#pragma unroll(K >= 64 ? 1 : K / 16)
   for (int kk = 0; kk < K / 16; ++kk) {
     uint32_t af[4];
     loadA(af, a + kk * 16, ld);
@@ -759,7 +773,7 @@ __device__ __noinline__ void convertRows(T *dst, const float *stage,
 template <int R>
 __device__ void stagePos(long long *stage, const long long *pos, long long k0,
                          long long count) {
-  for (int t = threadIdx.x; t < R; t += kThreads)
+  if (int t = threadIdx.x; t < R)
     if (k0 + t < count)
       cpAsync<8>(stage + t, pos + k0 + t);
 }
@@ -770,7 +784,7 @@ __device__ void stagePos(long long *stage, const long long *pos, long long k0,
 template <int R>
 __device__ void keyPos(long long *dst, const long long *stage, long long k0,
                        long long count, bool causal) {
-  for (int t = threadIdx.x; t < R; t += kThreads)
+  if (int t = threadIdx.x; t < R)
     dst[t] = k0 + t >= count ? LLONG_MAX : causal ? stage[t] : LLONG_MIN;
 }
 
@@ -803,30 +817,19 @@ template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
     acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 }
 
-/// The warp's accumulators (16 x D, rows row0 + g and row0 + g + 8) times
-/// `scale[half]` into the [rows, D] matrix dst (rows past `rows` dropped).
+/// The warp's accumulators (16 x D: rows g and g + 8 of each 8-column
+/// tile) times `scale[half]` into `stage` (16 rows of D + 4 f32).
 template <int D>
-__device__ void storeAcc(const float (&acc)[D / 8][4], const float (&scale)[2],
-                         float *dst, long long row0, long long rows) {
+__device__ __forceinline__ void
+stageAcc(const float (&acc)[D / 8][4], const float (&scale)[2], float *stage) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const bool pairs = reinterpret_cast<uintptr_t>(dst) % 8 == 0;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    long long row = row0 + g + 8 * h;
-    if (row >= rows)
-      continue;
-    float *d = dst + row * D + 2 * t;
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      float x = acc[n][2 * h] * scale[h], y = acc[n][2 * h + 1] * scale[h];
-      if (pairs) {
-        *reinterpret_cast<float2 *>(d + n * 8) = make_float2(x, y);
-      } else {
-        d[n * 8] = x;
-        d[n * 8 + 1] = y;
-      }
-    }
-  }
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2 *>(stage + (g + 8 * h) * (D + 4) + n * 8 +
+                                  2 * t) =
+          make_float2(acc[n][2 * h] * scale[h], acc[n][2 * h + 1] * scale[h]);
 }
 
 /// Forward, one pass: out = (sum_j r(exp(s_j - m)) v_j) / l, lse = m +
@@ -941,7 +944,13 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
     if (t == 0 && i < Sq)
       a.lseW[bh * Sq + i] = m[hf] == kNegInf ? kNegInf : m[hf] + logf(l[hf]);
   }
-  storeAcc<D>(o, inv, a.outW + bh * Sq * D, row0, Sq);
+  // Every warp is done with the tiles (no copy is in flight): the output
+  // is staged over them.
+  static_assert(kRows * (D + 4) * 4 <= fwdSmem(D), "out staged");
+  __syncthreads();
+  float *stageW = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  stageAcc<D>(o, inv, stageW);
+  copyStaged<D>(stageW, a.outW + bh * Sq * D, row0, Sq, 1.f);
 }
 
 /// dq = scale * sum_j r(ds_ij) k_j, ds = p (dp - delta), p = exp(s - lse),
@@ -1040,8 +1049,11 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
     keyPos<BK>(kp, kpst, xs * BK, Sk, a.causal);
     __syncthreads();
   }
-  const float scale[2] = {a.scale, a.scale};
-  storeAcc<D>(dq, scale, a.dq + bh * Sq * D, row0, Sq);
+  const float one[2] = {1.f, 1.f};
+  __syncthreads();
+  float *stageW = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  stageAcc<D>(dq, one, stageW);
+  copyStaged<D>(stageW, a.dq + bh * Sq * D, row0, Sq, a.scale);
 }
 
 /// dk = scale * sum r(ds)^T q and dv = sum r(p)^T dout over the query heads
@@ -1098,7 +1110,7 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
     if (xs < n) {
       stageRows<D, BQ>(qst, a.q + bhs * Sq * D, qs0, Sq);
       stageRows<D, BQ>(dost, a.dout + bhs * Sq * D, qs0, Sq);
-      for (int r = threadIdx.x; r < BQ; r += kThreads)
+      if (int r = threadIdx.x; r < BQ)
         if (qs0 + r < Sq) {
           cpAsync<4>(lsest + r, a.lse + bhs * Sq + qs0 + r);
           cpAsync<4>(deltast + r, a.delta + bhs * Sq + qs0 + r);
@@ -1137,7 +1149,7 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
     __syncthreads();
     convertRows<T, D, BQ>(qs, qst, qs0, Sq);
     convertRows<T, D, BQ>(dos, dost, qs0, Sq);
-    for (int r = threadIdx.x; r < BQ; r += kThreads) {
+    if (int r = threadIdx.x; r < BQ) {
       // Queries past Sq and those that see no key (lse -inf) get lse +inf:
       // p = exp(s - inf) = 0. Not causal: never hidden.
       bool in = qs0 + r < Sq;
@@ -1148,9 +1160,16 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
     }
     __syncthreads();
   }
-  const float one[2] = {1.f, 1.f}, scale[2] = {a.scale, a.scale};
-  storeAcc<D>(dk, scale, a.dk + kvh * Sk * D, row0, Sk);
-  storeAcc<D>(dv, one, a.dv + kvh * Sk * D, row0, Sk);
+  const float one[2] = {1.f, 1.f};
+  __syncthreads();
+  // Both staged before either is copied (nothing live across the calls).
+  static_assert(2 * kRows * (D + 4) * 4 <= dkvSmem(D), "dk and dv staged");
+  float *dkW = reinterpret_cast<float *>(smem) + warp * 16 * (D + 4);
+  float *dvW = dkW + kRows * (D + 4);
+  stageAcc<D>(dk, one, dkW);
+  stageAcc<D>(dv, one, dvW);
+  copyStaged<D>(dkW, a.dk + kvh * Sk * D, row0, Sk, a.scale);
+  copyStaged<D>(dvW, a.dv + kvh * Sk * D, row0, Sk, 1.f);
 }
 
 } // namespace shardx_attention::v2
@@ -1179,15 +1198,15 @@ extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)
   }
 
 #define SHARDX_ATTENTION_KERNELS_V2(NAME, T, D)                                \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_v2_fwd_##NAME##_##D(AttentionArgs a) {                  \
     shardx_attention::v2::forward<T, D>(a);                                    \
   }                                                                            \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_v2_dq_##NAME##_##D(AttentionArgs a) {                   \
     shardx_attention::v2::gradQ<T, D>(a);                                      \
   }                                                                            \
-  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads)     \
+  extern "C" __global__ void __launch_bounds__(shardx_attention::kThreads, 1)  \
       shardx_attention_v2_dkv_##NAME##_##D(AttentionArgs a) {                  \
     shardx_attention::v2::gradKV<T, D>(a);                                     \
   }
