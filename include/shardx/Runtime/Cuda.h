@@ -28,6 +28,17 @@ namespace shardx::rt {
 void *openCudaLibrary(const char *envVar, const std::vector<std::string> &names,
                       std::string &tried, bool envOnly);
 
+/// Prints "shardx: " and the printf-formatted message to stderr and ends
+/// the process with exit status 1: how the CUDA runtime's entry points
+/// (CudaRuntime.cpp, Attention.cpp) fail, since compiled code has no error
+/// path from them.
+[[noreturn]] void cudaFatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/// Lets `function` (a CUfunction) use `bytes` of dynamic shared memory
+/// (cuFuncSetAttribute), needed above 48 KiB.
+void setMaxDynamicSmem(void *function, int32_t bytes);
+
 /// Sets `fn` to the symbol `name` of the opened library `lib`; false, with
 /// "missing symbol <name>" in `error`, when it has none.
 template <typename F>

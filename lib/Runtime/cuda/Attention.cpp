@@ -16,17 +16,12 @@
 #include "shardx/Runtime/Cuda.h"
 
 #include <atomic>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-
-// CudaRuntime.cpp.
-extern "C" void shardx_rt_cuda_set_max_dynamic_smem(void *function,
-                                                    int32_t bytes);
 
 namespace {
 
@@ -104,16 +99,7 @@ template <typename T> struct MemRef1 {
   int64_t strides[1];
 };
 
-[[noreturn]] void fatal(const char *fmt, ...) {
-  std::fprintf(stderr, "shardx: ");
-  va_list args;
-  va_start(args, fmt);
-  std::vfprintf(stderr, fmt, args);
-  va_end(args);
-  std::fprintf(stderr, "\n");
-  std::fflush(stderr);
-  std::_Exit(1);
-}
+using shardx::rt::cudaFatal;
 
 struct Shape {
   const char *entry;
@@ -129,29 +115,29 @@ Shape shapeOf(const char *entry, int64_t batch, int64_t heads, int64_t kvHeads,
 /// Fails unless the kernels cover `s`.
 void validate(const Shape &s) {
   if (s.width != 32 && s.width != 64 && s.width != 128)
-    fatal("%s: head width %lld is not supported (32, 64 or 128)", s.entry,
-          (long long)s.width);
+    cudaFatal("%s: head width %lld is not supported (32, 64 or 128)", s.entry,
+              (long long)s.width);
   if (s.batch < 0 || s.queries < 0 || s.keys < 0 || s.heads <= 0 ||
       s.kvHeads <= 0 || s.heads % s.kvHeads)
-    fatal("%s: bad shape (batch %lld, heads %lld, kv heads %lld, queries "
-          "%lld, keys %lld): heads must be a positive multiple of kv heads",
-          s.entry, (long long)s.batch, (long long)s.heads, (long long)s.kvHeads,
-          (long long)s.queries, (long long)s.keys);
+    cudaFatal("%s: bad shape (batch %lld, heads %lld, kv heads %lld, queries "
+              "%lld, keys %lld): heads must be a positive multiple of kv heads",
+              s.entry, (long long)s.batch, (long long)s.heads,
+              (long long)s.kvHeads, (long long)s.queries, (long long)s.keys);
   // Grid y counts tiles of 64 rows (at most 65535), grid x heads.
   if ((s.queries + kRows - 1) / kRows > 65535 ||
       (s.keys + kRows - 1) / kRows > 65535 || s.batch * s.heads > INT32_MAX)
-    fatal("%s: %lld queries, %lld keys, %lld batch x heads exceed the "
-          "kernels' grid",
-          s.entry, (long long)s.queries, (long long)s.keys,
-          (long long)(s.batch * s.heads));
+    cudaFatal("%s: %lld queries, %lld keys, %lld batch x heads exceed the "
+              "kernels' grid",
+              s.entry, (long long)s.queries, (long long)s.keys,
+              (long long)(s.batch * s.heads));
 }
 
 /// The element data of `m`, checked to hold at least `count` elements.
 template <typename T>
 T *data(const Shape &s, const MemRef1<T> *m, const char *name, int64_t count) {
   if (m->sizes[0] < count)
-    fatal("%s: %s has %lld elements, %lld needed", s.entry, name,
-          (long long)m->sizes[0], (long long)count);
+    cudaFatal("%s: %s has %lld elements, %lld needed", s.entry, name,
+              (long long)m->sizes[0], (long long)count);
   return m->aligned + m->offset;
 }
 
@@ -170,8 +156,8 @@ void *kernel(const std::string &name, int smem) {
   static std::map<std::string, void *> kernels;
   std::lock_guard<std::mutex> lock(mutex);
   if (sizeof(kAttentionKernelsPtx) <= 1)
-    fatal("fused attention: this runtime was built without nvcc, so it has "
-          "no attention kernels");
+    cudaFatal("fused attention: this runtime was built without nvcc, so it has "
+              "no attention kernels");
   if (!module)
     module = mgpuModuleLoad(const_cast<char *>(kAttentionKernelsPtx),
                             sizeof(kAttentionKernelsPtx));
@@ -181,7 +167,7 @@ void *kernel(const std::string &name, int smem) {
     // Up to 89 KiB (dkv at width 64): above the default 48 KiB only with
     // the attribute; two blocks still fit an sm_90 SM (227 KiB).
     if (smem > 48 * 1024)
-      shardx_rt_cuda_set_max_dynamic_smem(fn, smem);
+      shardx::rt::setMaxDynamicSmem(fn, smem);
   }
   return fn;
 }

@@ -231,27 +231,18 @@ const std::string &ensureDriver() {
   return s.error;
 }
 
-[[noreturn]] void fatal(const char *fmt, ...) {
-  std::fprintf(stderr, "shardx: ");
-  va_list args;
-  va_start(args, fmt);
-  std::vfprintf(stderr, fmt, args);
-  va_end(args);
-  std::fprintf(stderr, "\n");
-  std::fflush(stderr);
-  std::_Exit(1);
-}
+using shardx::rt::cudaFatal;
 
 /// The driver, with this thread's context current (aborts the process with
 /// the reason when there is none).
 Driver &driver() {
   const std::string &error = ensureDriver();
   if (!error.empty())
-    fatal("%s", error.c_str());
+    cudaFatal("%s", error.c_str());
   static thread_local bool current = false;
   if (!current) {
     if (CUresult r = state().cu.cuCtxSetCurrent(state().context))
-      fatal("cuCtxSetCurrent: %s", describe(r).c_str());
+      cudaFatal("cuCtxSetCurrent: %s", describe(r).c_str());
     current = true;
   }
   return state().cu;
@@ -259,7 +250,7 @@ Driver &driver() {
 
 void check(CUresult r, const char *what) {
   if (r)
-    fatal("%s: %s", what, describe(r).c_str());
+    cudaFatal("%s: %s", what, describe(r).c_str());
 }
 
 /// This thread's stream (one per rank).
@@ -291,7 +282,7 @@ Cublas &cublas() {
       s.cublasError = "cuBLAS: " + err;
   });
   if (!s.cublasError.empty())
-    fatal("%s", s.cublasError.c_str());
+    cudaFatal("%s", s.cublasError.c_str());
   return s.blas;
 }
 
@@ -300,9 +291,9 @@ cublasHandle_t threadCublas() {
   if (!handle) {
     driver();
     if (int r = cublas().create(&handle))
-      fatal("cublasCreate failed (status %d)", r);
+      cudaFatal("cublasCreate failed (status %d)", r);
     if (int r = cublas().setStream(handle, threadStream()))
-      fatal("cublasSetStream failed (status %d)", r);
+      cudaFatal("cublasSetStream failed (status %d)", r);
   }
   return handle;
 }
@@ -353,8 +344,8 @@ void gemmView(const MemRef<N> *m, const char *name, bool &rowMajor,
     ld = std::max<int64_t>(1, sc);
     return;
   }
-  fatal("GEMM operand %s has strides [%lld, %lld]: no unit stride", name,
-        (long long)sr, (long long)sc);
+  cudaFatal("GEMM operand %s has strides [%lld, %lld]: no unit stride", name,
+            (long long)sr, (long long)sc);
 }
 
 /// C = A * B (+ C when `accumulate`) on cuBLAS, batched over dim 0 when
@@ -380,7 +371,7 @@ void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
   char *pc = c->aligned + c->offset * cBytes;
   for (int64_t v : {m, n, k, lda, ldb, ldc, batch})
     if (v > INT32_MAX)
-      fatal("GEMM dimension %lld exceeds cuBLAS's int range", (long long)v);
+      cudaFatal("GEMM dimension %lld exceeds cuBLAS's int range", (long long)v);
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   cublasHandle_t h = threadCublas();
   int r;
@@ -400,7 +391,7 @@ void gemm(MemRef<N> *a, MemRef<N> *b, MemRef<N> *c, int32_t accumulate,
         kCublasGemmDefault);
   }
   if (r)
-    fatal("cublasGemmStridedBatchedEx failed (status %d)", r);
+    cudaFatal("cublasGemmStridedBatchedEx failed (status %d)", r);
 }
 
 /// A stream or event query's result: 0 done, 1 not yet, -1 an error, whose
@@ -650,16 +641,6 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
   return fn;
 }
 
-/// Lets launches of `function` (of mgpuModuleGetFunction) use up to `bytes`
-/// of dynamic shared memory, beyond the default 48 KiB (the runtime's own
-/// kernels, Attention.cpp).
-void shardx_rt_cuda_set_max_dynamic_smem(void *function, int32_t bytes) {
-  check(driver().cuFuncSetAttribute(
-            static_cast<CUfunction>(function),
-            /*CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=*/8, bytes),
-        "cuFuncSetAttribute");
-}
-
 void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
                       intptr_t gridZ, intptr_t blockX, intptr_t blockY,
                       intptr_t blockZ, int32_t smem, void *stream,
@@ -733,7 +714,7 @@ void mgpuMemFree(void *ptr, void *) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.liveBlocks.find(reinterpret_cast<CUdeviceptr>(ptr));
   if (it == s.liveBlocks.end())
-    fatal("mgpuMemFree of %p, which the runtime did not allocate", ptr);
+    cudaFatal("mgpuMemFree of %p, which the runtime did not allocate", ptr);
   // Stream order makes the block free for later work on its own stream.
   s.freeBlocks[it->second].push_back(it->first);
   s.cachedBytes += it->second.second;
@@ -774,8 +755,8 @@ void *_mlir_memref_to_llvm_alloc(uint64_t bytes) {
 void *_mlir_memref_to_llvm_aligned_alloc(uint64_t alignment, uint64_t bytes) {
   // Blocks are 512-byte aligned (cuMemAlloc's 256 at least).
   if (alignment > 256)
-    fatal("device buffer alignment %llu is not supported",
-          (unsigned long long)alignment);
+    cudaFatal("device buffer alignment %llu is not supported",
+              (unsigned long long)alignment);
   return mgpuMemAlloc(bytes, nullptr, false);
 }
 
@@ -812,3 +793,21 @@ SHARDX_CUDA_GEMM(bf16_f32, kCudaR16BF, 2, kCudaR32F, 4)
 #undef SHARDX_CUDA_GEMM
 
 } // extern "C"
+
+void shardx::rt::cudaFatal(const char *fmt, ...) {
+  std::fprintf(stderr, "shardx: ");
+  va_list args;
+  va_start(args, fmt);
+  std::vfprintf(stderr, fmt, args);
+  va_end(args);
+  std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void shardx::rt::setMaxDynamicSmem(void *function, int32_t bytes) {
+  check(driver().cuFuncSetAttribute(
+            static_cast<CUfunction>(function),
+            /*CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=*/8, bytes),
+        "cuFuncSetAttribute");
+}
