@@ -13,6 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AttentionLayout.h"
+
 #include "shardx/Runtime/Cuda.h"
 
 #include <atomic>
@@ -32,54 +34,7 @@ namespace {
 #include "AttentionKernels.ptx.inc"
 #undef kCollectiveKernelsPtx
 
-/// The kernels' one parameter, as in AttentionKernels.cu.
-struct AttentionArgs {
-  const float *q, *k, *v, *out, *lse, *dout;
-  const long long *qpos, *kpos;
-  float *outW, *lseW, *dq, *dk, *dv, *delta;
-  long long batch, heads, kvHeads, queries, keys, width;
-  int causal;
-  float scale;
-};
-static_assert(sizeof(AttentionArgs) == 168, "as in AttentionKernels.cu");
-
-// As in AttentionKernels.cu: 128 threads (4 warps x 16 rows) and blocks
-// of 64 rows in both versions; v1's tiles of 32 keys or queries at width
-// 128 and 64 below, and each kernel's shared memory in bytes.
-constexpr int kThreads = 128, kRows = 64;
-constexpr int kTile(int d) { return d == 128 ? 32 : 64; }
-constexpr int fwdSmem(int d) {
-  return (kRows + 2 * kTile(d)) * (d + 8) * 2 + kRows * (kTile(d) + 4) * 4 +
-         kRows * (kTile(d) + 8) * 2 + kTile(d) * 8;
-}
-constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
-         2 * kRows * (kTile(d) + 4) * 4 + kRows * (kTile(d) + 8) * 2 +
-         kTile(d) * 8;
-}
-constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
-         2 * kRows * (kTile(d) + 4) * 4 + 2 * kRows * (kTile(d) + 8) * 2 +
-         kTile(d) * (4 + 4 + 8);
-}
-
-// v2 (shardx_attention_v2_*): tiles of 64 keys (fwd, dq) or queries
-// (dkv), 32 at width 128, each with an f32 staging copy.
-namespace v2 {
-constexpr int kTile2(int d) { return d == 128 ? 32 : 64; }
-constexpr int fwdSmem(int d) {
-  return (kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * 8;
-}
-constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * 8;
-}
-constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * (8 + 4 + 4);
-}
-} // namespace v2
+using namespace shardx_attention;
 
 /// The kernels the entry points launch: 2 (v2, register-resident; the
 /// default) or 1 (v1, when SHARDX_ATTENTION_KERNELS=v1 is set; read once).

@@ -41,54 +41,17 @@
 #include <mma.h>
 #include <stdint.h>
 
-/// The kernels' one parameter (as in Attention.cpp). Every matrix is
-/// row-major and contiguous: q, out, dout, dq [B, H, Sq, D]; k, v, dk, dv
-/// [B, Hk, Sk, D]; lse, delta [B, H, Sq]; qpos [Sq], kpos [Sk] (read only
-/// when causal).
-struct AttentionArgs {
-  const float *q, *k, *v, *out, *lse, *dout;
-  const long long *qpos, *kpos;
-  float *outW, *lseW, *dq, *dk, *dv, *delta;
-  long long batch, heads, kvHeads, queries, keys, width;
-  int causal;
-  float scale;
-};
-static_assert(sizeof(AttentionArgs) == 168, "as in Attention.cpp");
+#include "AttentionLayout.h"
+
 
 namespace shardx_attention {
 
 using namespace nvcuda;
 
-constexpr int kThreads = 128;
-// Per-row loops over a tile's rows (at most 64) are one `if (threadIdx.x <
-// rows)`: a thread per row.
-constexpr int kRows = 64; // 4 warps x 16 rows
+// Per-row loops over a tile's rows (at most kRows, AttentionLayout.h) are
+// one `if (threadIdx.x < rows)`: a thread per row.
 constexpr float kNegInf = -__builtin_huge_valf();
 
-/// The other side's tile: keys per step of fwd and dq, queries per step of
-/// dkv (32 at D = 128 keeps dq and dkv near 80 KiB of shared memory, two
-/// blocks per SM).
-__host__ __device__ constexpr int kTile(int d) { return d == 128 ? 32 : 64; }
-
-// Shared memory of each kernel, in bytes (as in Attention.cpp). Every
-// region is a multiple of 128 bytes, so each starts 128-byte aligned (wmma
-// pointers need 32). Rows of T have D + 8 elements, rows of f32 scores
-// tile + 4, rows of T scores tile + 8 (bank-conflict padding; wmma's ldm
-// is a multiple of 8 for 16-bit, 4 for f32).
-__host__ __device__ constexpr int fwdSmem(int d) {
-  return (kRows + 2 * kTile(d)) * (d + 8) * 2 + kRows * (kTile(d) + 4) * 4 +
-         kRows * (kTile(d) + 8) * 2 + kTile(d) * 8;
-}
-__host__ __device__ constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
-         2 * kRows * (kTile(d) + 4) * 4 + kRows * (kTile(d) + 8) * 2 +
-         kTile(d) * 8;
-}
-__host__ __device__ constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kTile(d)) * (d + 8) * 2 +
-         2 * kRows * (kTile(d) + 4) * 4 + 2 * kRows * (kTile(d) + 8) * 2 +
-         kTile(d) * (4 + 4 + 8);
-}
 
 extern __shared__ __align__(128) unsigned char smem[];
 
@@ -540,26 +503,6 @@ template <typename T, int D> __device__ void gradKV(const AttentionArgs &a) {
 
 namespace shardx_attention::v2 {
 
-constexpr int kRows = 64;
-/// The other side's tile: keys per step of fwd and dq, queries per step of
-/// dkv.
-__host__ __device__ constexpr int kTile2(int d) { return d == 128 ? 32 : 64; }
-// Shared memory, in bytes (as in Attention.cpp): the tiles of T (rows of
-// D + 8), the f32 staging of the next tile (R rows of D each, filled by
-// cp.async while the current one is used), then positions (and for dkv
-// lse and delta) with their staging.
-__host__ __device__ constexpr int fwdSmem(int d) {
-  return (kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * 8;
-}
-__host__ __device__ constexpr int dqSmem(int d) {
-  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * 8;
-}
-__host__ __device__ constexpr int dkvSmem(int d) {
-  return (2 * kRows + 2 * kTile2(d)) * (d + 8) * 2 + 2 * kTile2(d) * d * 4 +
-         2 * kTile2(d) * (8 + 4 + 4);
-}
 
 __device__ __forceinline__ unsigned short bitsOf(__nv_bfloat16 x) {
   return __bfloat16_as_ushort(x);
