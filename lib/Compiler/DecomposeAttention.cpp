@@ -19,7 +19,9 @@
 // A row that sees no key (m = -inf) gets l = 0: out = 0 and lse = -inf.
 // Under `products = bf16|f16` every product's operands are rounded to that
 // type first (q, k, v, dout, P or the blocks' exponentials, dS): the numbers
-// of a fused GPU kernel, written out for the targets without one.
+// of a fused GPU kernel, written out for the targets without one. There the
+// scale multiplies S (and dq, dk) rather than q and k, so every product reads
+// rounded values (bf16 GEMMs on the cuda target, shardx-narrow-gemm-operands).
 // Where S fits the block budget the three ops build S and P alike, so CSE
 // shares them between the forward and the backward ops of one attention
 // where they are in one function. Larger S are written over blocks of keys:
@@ -326,9 +328,16 @@ constexpr int64_t kMaxKeyBlocks = 16;
 /// The scaled query and key views (each times the root of the scale, as
 /// PyTorch's math attention scales them), the value view and the key
 /// blocks: `[start, start + size)` ranges of the keys, one block where the
-/// scores of every key fit the block budget.
+/// scores of every key fit the block budget. Under `products` the views are
+/// the rounded values themselves, so that every product reads values of
+/// the narrow type (the cuda target's bf16 GEMMs, shardx-narrow-gemm-
+/// operands), and the scale multiplies the logits (`logitScale`) instead.
 struct Scores {
-  Value qs, ks, v, root, qpos, kpos;
+  Value qs, ks, v, qpos, kpos;
+  /// What the logits are still multiplied by (null: nothing), and what dq
+  /// and dk are multiplied by at the end (the chain rule through the
+  /// scaled views, or the scale).
+  Value logitScale, gradScale;
   SmallVector<std::pair<int64_t, int64_t>> blocks;
 };
 
@@ -345,9 +354,16 @@ Value scaled(AttentionBuilder &a, Value x, Value root) {
 template <typename OpT>
 Scores scores(AttentionBuilder &a, OpT op, int64_t blockBytes) {
   Scores sc;
-  sc.root = a.constant(std::sqrt(op.getScale().convertToDouble()));
-  sc.qs = scaled(a, a.rounded(a.queryView(op.getQ())), sc.root);
-  sc.ks = scaled(a, a.rounded(a.keyView(op.getK())), sc.root);
+  double scale = op.getScale().convertToDouble();
+  if (a.products) {
+    sc.logitScale = sc.gradScale = a.constant(scale);
+    sc.qs = a.rounded(a.queryView(op.getQ()));
+    sc.ks = a.rounded(a.keyView(op.getK()));
+  } else {
+    sc.gradScale = a.constant(std::sqrt(scale));
+    sc.qs = scaled(a, a.queryView(op.getQ()), sc.gradScale);
+    sc.ks = scaled(a, a.keyView(op.getK()), sc.gradScale);
+  }
   sc.v = a.rounded(a.keyView(op.getV()));
   if (op.getQpos()) {
     sc.qpos = a.rowPositions(op.getQpos());
@@ -390,24 +406,34 @@ Value keyBlock(AttentionBuilder &a, Value v, std::pair<int64_t, int64_t> block) 
                                         strides);
 }
 
-/// The logits of one key block, `qs @ ks^T`, -inf where a key is not seen.
+/// The logits of one key block, `qs @ ks^T` (times `logitScale`), -inf
+/// where a key is not seen.
 Value logits(AttentionBuilder &a, const Scores &sc,
              std::pair<int64_t, int64_t> block) {
   Value ks = keyBlock(a, sc.ks, block);
   OpFoldResult keys = a.size(ks, 1);
   Value s = a.gemm(sc.qs, {0, 1, 3}, ks, {0, 2, 3}, a.m, keys);
-  if (!sc.qpos)
+  if (!sc.qpos && !sc.logitScale)
     return s;
   Value minusInf = a.constant(-std::numeric_limits<double>::infinity());
-  return a.generic(
-      {a.n, a.m, keys}, 0.0, {s, sc.qpos, keyBlock(a, sc.kpos, block)},
-      {a.map(3, {0, 1, 2}), a.map(3, {1}), a.map(3, {2}),
-       a.map(3, {0, 1, 2})},
-      {false, false, false},
-      [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
-        Value seen = AttentionBuilder::sees(nb, l, args[1], args[2]);
-        return arith::SelectOp::create(nb, l, seen, args[0], minusInf);
-      });
+  SmallVector<Value> inputs = {s};
+  SmallVector<AffineMap> maps = {a.map(3, {0, 1, 2})};
+  if (sc.qpos) {
+    inputs.append({sc.qpos, keyBlock(a, sc.kpos, block)});
+    maps.append({a.map(3, {1}), a.map(3, {2})});
+  }
+  maps.push_back(a.map(3, {0, 1, 2}));
+  return a.generic({a.n, a.m, keys}, 0.0, inputs, maps, {false, false, false},
+                   [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
+                     Value x = args[0];
+                     if (sc.logitScale)
+                       x = arith::MulFOp::create(nb, l, x, sc.logitScale);
+                     if (!sc.qpos)
+                       return x;
+                     Value seen =
+                         AttentionBuilder::sees(nb, l, args[1], args[2]);
+                     return arith::SelectOp::create(nb, l, seen, x, minusInf);
+                   });
 }
 
 /// A reduction over the keys of the logits (loops n, x, y; y reduced) with
@@ -623,10 +649,13 @@ struct Backward {
     }
     maps.push_back(all);
     bool causal = static_cast<bool>(sc.qpos);
+    Value logitScale = sc.logitScale;
     g.p = a.generic(shape, 0.0, inputs, maps, {false, false, false},
                     [&](OpBuilder &nb, Location l, ValueRange args) -> Value {
-                      Value e = expFrom(nb, l, args[0], args[1], minusInf,
-                                        zero);
+                      Value x = args[0];
+                      if (logitScale)
+                        x = arith::MulFOp::create(nb, l, x, logitScale);
+                      Value e = expFrom(nb, l, x, args[1], minusInf, zero);
                       if (!causal)
                         return e;
                       Value seen =
@@ -721,14 +750,15 @@ LogicalResult lowerBackward(RewriterBase &rewriter, AttentionDqOp dqOp,
     dk = insert(dkBlock, dk);
     dv = insert(dvBlock, dv);
   }
-  // dq, dk: times the root once more (the chain rule through q * root).
+  // dq, dk: times the root once more (the chain rule through q * root), or
+  // under `products` times the scale.
   if (dqOp)
-    rewriter.replaceOp(dqOp, a.fromQueryView(scaled(a, dq, g.sc.root),
+    rewriter.replaceOp(dqOp, a.fromQueryView(scaled(a, dq, g.sc.gradScale),
                                              dqOp.getDq().getType()));
   if (dkvOp)
-    rewriter.replaceOp(dkvOp,
-                       {a.fromKeyView(scaled(a, dk, g.sc.root), dkvOp.getK()),
-                        a.fromKeyView(dv, dkvOp.getV())});
+    rewriter.replaceOp(
+        dkvOp, {a.fromKeyView(scaled(a, dk, g.sc.gradScale), dkvOp.getK()),
+                a.fromKeyView(dv, dkvOp.getV())});
   return success();
 }
 

@@ -190,12 +190,13 @@ def test_cuda_backend_runs_attention_as_fused_kernels():
 
 def test_cuda_backend_attention_of_other_widths_is_linalg():
     """A head width the kernels lack (8) keeps the linalg ops, every
-    product's operands rounded to bf16: the products of rounded values
-    without a scale between (P @ v, dP, dv) are cuBLAS GEMMs of bf16
-    values."""
+    product's operands rounded to bf16 and the scale applied to the logits
+    (not to q and k): all six products per layer (q k^T, P v; dP, dq, dk,
+    dv) are cuBLAS GEMMs of bf16 values, none in f32."""
     out = _cuda_program(16, "gpu_attn8")
     assert "@shardx_rt_cuda_attention" not in out
-    assert out.count("llvm.call @shardx_rt_cuda_gemm_batched_bf16_f32(") == 6
+    assert out.count("llvm.call @shardx_rt_cuda_gemm_batched_bf16_f32(") == 12
+    assert "llvm.call @shardx_rt_cuda_gemm_batched_f32(" not in out
 
 
 def test_regions_trace_the_ops_autocast_chose_once():
