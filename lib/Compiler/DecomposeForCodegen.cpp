@@ -356,11 +356,6 @@ struct AttentionCall {
     args.push_back(flat(buffer));
     return buffer;
   }
-  void size(Value t, int64_t dim) {
-    Value size = tensor::DimOp::create(b, loc, t, dim);
-    args.push_back(
-        arith::IndexCastOp::create(b, loc, b.getI64Type(), size).getResult());
-  }
 };
 
 /// Replaces `op`, an attention op that attentionKernelSuffix takes, by a
