@@ -111,6 +111,14 @@ __device__ __noinline__ void loadRows(T *dst, const float *src, long long r0,
   }
 }
 
+/// The key/value head (`b * Hk + hk`) that query head `bh` (`b * H + h`)
+/// reads: grouped-query attention's `h / (H / Hk)`.
+__device__ __forceinline__ long long kvHeadOf(const AttentionArgs &a,
+                                              long long bh) {
+  const long long H = a.heads, G = H / a.kvHeads;
+  return bh / H * a.kvHeads + bh % H / G;
+}
+
 /// The least (`least`) or greatest position of pos[from, to), the same in
 /// every lane (each lane scans every 32nd; the warp combines).
 __device__ __noinline__ long long
@@ -215,9 +223,8 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
-  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
-  const long long kvh = b * a.kvHeads + h / G;
+  const long long Sq = a.queries, Sk = a.keys, bh = blockIdx.x;
+  const long long kvh = kvHeadOf(a, bh);
   const long long q0 = (long long)blockIdx.y * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
   loadRows<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
@@ -336,9 +343,8 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / 2, c0 = (lane % 2) * (BK / 2);
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
-  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
-  const long long kvh = b * a.kvHeads + h / G;
+  const long long Sq = a.queries, Sk = a.keys, bh = blockIdx.x;
+  const long long kvh = kvHeadOf(a, bh);
   const long long q0 = (long long)blockIdx.y * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
   loadRows<T, D, kRows>(qs, a.q + bh * Sq * D, q0, Sq);
@@ -790,9 +796,8 @@ template <typename T, int D> __device__ void forward(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
-  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
-  const long long kvh = b * a.kvHeads + h / G;
+  const long long Sq = a.queries, Sk = a.keys, bh = blockIdx.x;
+  const long long kvh = kvHeadOf(a, bh);
   // The last query tiles (most keys when causal) first.
   const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
@@ -912,9 +917,8 @@ template <typename T, int D> __device__ void gradQ(const AttentionArgs &a) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const long long H = a.heads, G = H / a.kvHeads, Sq = a.queries, Sk = a.keys;
-  const long long bh = blockIdx.x, b = bh / H, h = bh % H;
-  const long long kvh = b * a.kvHeads + h / G;
+  const long long Sq = a.queries, Sk = a.keys, bh = blockIdx.x;
+  const long long kvh = kvHeadOf(a, bh);
   const long long q0 = (long long)(gridDim.y - 1 - blockIdx.y) * kRows;
   const float *k = a.k + kvh * Sk * D, *v = a.v + kvh * Sk * D;
   const long long lastQ =
