@@ -1057,3 +1057,32 @@ def test_a_tensor_subclass_argument_is_a_clear_error():
     assert_same(f(x), x * 3)
     with pytest.raises(TypeError, match=r"_TensorSubclass, a torch.Tensor subclass"):
         f(x.as_subclass(_TensorSubclass))
+
+
+def test_a_gradient_that_cancels_is_within_rounding_of_its_terms():
+    """Seed 20261130 of the differential harness: d/dx sum(softmax(v)),
+    v = exp(x) ** 2, is 0 in real arithmetic (y - y * sum(y), times 2v).
+    Sharded on the softmax's row, ShardX sums the row's halves apart
+    (partial sums, then the all-reduce); its f32 sum of the exponentials is
+    1 ulp above eager's and its gradient 1.27e-6 where eager's is 0. That
+    is rounding of the terms that cancel (|2v y| up to 10.7), not a wrong
+    number: within 2 ulp of those terms of the exact gradient, and in f64
+    within 1e-12 of eager."""
+    def f(x):
+        y = torch.softmax(torch.exp(x) ** 2.0, 1)
+        return y, torch.autograd.grad(y.sum(), x)[0]
+
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+    compiled = shardx.compile(f, MESH, [[Shard(1)]])
+    for dtype in (torch.float32, torch.float64):
+        got = [full(t) for t in compiled(x.to(dtype).requires_grad_())]
+        want = f(x.to(dtype).requires_grad_())
+        if dtype == torch.float64:
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w.detach(), rtol=1e-12, atol=1e-12)
+            continue
+        exact = f(x.double().requires_grad_())[1].detach()
+        y, v = want[0].detach(), torch.exp(x) ** 2.0
+        ulp = torch.finfo(torch.float32).eps * (2 * v * y).abs().amax(1, keepdim=True)
+        assert ((got[1].double() - exact).abs() <= 2 * ulp).all(), (got[1], exact)
+        torch.testing.assert_close(got[0], y, rtol=1e-6, atol=1e-7)
