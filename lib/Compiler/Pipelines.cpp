@@ -211,7 +211,12 @@ void mlir::shardx::buildCudaCodegenPipeline(
                   "convert-parallel-loops-to-gpu)");
   pm.addPass(createCheckNoHostAccessPass());
   pm.addPass(createDynamicLaunchOffsetsPass());
-  addUpstream(pm, "gpu-kernel-outlining,canonicalize,cse");
+  // Fold the launch bounds and the collapsed loops' trip counts into
+  // constants and sink them into the launches, so that a kernel's index
+  // arithmetic divides by constants (multiplications and shifts) instead
+  // of by parameters (a 64-bit division in software per dim and element).
+  addUpstream(pm, "canonicalize,gpu-launch-sink-index-computations,"
+                  "gpu-kernel-outlining,canonicalize,cse");
   pm.addPass(createMergeKernelModulesPass());
   addUpstream(pm, "lower-affine,convert-scf-to-cf,expand-strided-metadata,"
                   "lower-affine,canonicalize,nvvm-attach-target{chip=" +
