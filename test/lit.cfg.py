@@ -98,7 +98,14 @@ if os.path.exists(os.path.join(config.shardx_obj_root, "lib", "Runtime", "cuda",
                                "AttentionKernels.ptx")):
     config.available_features.add("cuda-attention-kernels")
 
+# MLIR's runner executes a lowered function on the CPU (mlir-22-tools); its
+# support libraries are libmlir-22-dev's.
+runner_lib_dir = os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")
+config.substitutions.append(("%mlir_runner_libs", ",".join(
+    os.path.join(runner_lib_dir, name)
+    for name in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so"))))
+
 tool_dirs = [config.shardx_tools_dir, config.llvm_tools_dir]
 tools = ["shardx-opt", "shardx-compile", "shardx-exec", "shardx-gpu-exec", "shardx-run", "split-file", "not",
-         "shardx-mpi-conformance", "shardx-fuzz-layout", "shardx-fuzz-spmd"]
+         "shardx-mpi-conformance", "shardx-fuzz-layout", "shardx-fuzz-spmd", "mlir-opt", "mlir-runner"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
