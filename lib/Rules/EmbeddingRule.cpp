@@ -78,8 +78,9 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
       return std::nullopt;
     partialAxes |= uint64_t(1) << axis;
   }
-  if (!(rows || cols || partialAxes) || !unitStrides(rows) ||
-      !unitStrides(cols))
+  // A whole table is looked up in the index's layout (data parallelism:
+  // each rank looks up its own tokens).
+  if (!unitStrides(rows) || !unitStrides(cols))
     return std::nullopt;
   // Factors b...: the index's splits, unless they share an axis with the
   // table's (the table leads).
@@ -118,13 +119,113 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
   return EmbeddingShardings{std::move(idx), std::move(init), std::move(result)};
 }
 
+std::optional<AlignedGather> mlir::shardx::matchAlignedGather(Operation *op) {
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic || !generic.hasPureTensorSemantics() ||
+      generic.getNumDpsInits() != 1 || generic->getNumResults() != 1 ||
+      generic.getNumReductionLoops() != 0 || matchEmbeddingLookup(op))
+    return std::nullopt;
+  for (AffineMap map : generic.getIndexingMapsArray())
+    if (!map.isProjectedPermutation())
+      return std::nullopt;
+  Block *body = generic.getBlock();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  auto extract = yield.getOperand(0).getDefiningOp<tensor::ExtractOp>();
+  if (!extract || extract->getParentOp() != op)
+    return std::nullopt;
+  Value source = extract.getTensor();
+  if (op->isAncestor(source.getParentRegion()->getParentOp()))
+    return std::nullopt;
+  // The extract is the only read of a tensor captured from above (the
+  // source's layout is the captured read's).
+  bool onlyRead = true;
+  op->walk([&](Operation *inner) {
+    if (inner == op)
+      return;
+    for (Value v : inner->getOperands())
+      if (isa<RankedTensorType>(v.getType()) &&
+          !op->isAncestor(v.getParentRegion()->getParentOp()) &&
+          (v != source || inner != extract.getOperation()))
+        onlyRead = false;
+  });
+  if (!onlyRead)
+    return std::nullopt;
+  auto sourceType = cast<RankedTensorType>(source.getType());
+  SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
+  AlignedGather gather{source, extract, {}};
+  for (auto [k, index] : llvm::enumerate(extract.getIndices())) {
+    auto loop = index.getDefiningOp<linalg::IndexOp>();
+    int64_t size = sourceType.getDimSize(k);
+    if (loop && !ShapedType::isDynamic(size) && ranges[loop.getDim()] == size)
+      gather.aligned.push_back(loop.getDim());
+    else
+      gather.aligned.push_back(-1);
+  }
+  return gather;
+}
+
+/// The aligned gather's layouts when its source is in `source` and its
+/// operands in `layoutOf`'s layouts (the file comment of the header).
+static std::optional<CapturingOpShardings> shardAlignedGather(
+    linalg::GenericOp op, const AlignedGather &gather, const Layout &source,
+    function_ref<const Layout &(Value)> layoutOf, int64_t meshRank) {
+  if (source.hasPartial())
+    return std::nullopt;
+  // Loop -> its split: the source's first.
+  unsigned loops = op.getNumLoops();
+  SmallVector<std::optional<DimSharding>> loopSplit(loops);
+  uint64_t used = 0;
+  for (const DimSharding &d : source.getDims()) {
+    int64_t loop = gather.aligned[d.dim];
+    if (loop < 0 || loopSplit[loop] ||
+        llvm::any_of(d.splits, [](const Split &s) { return s.stride != 1; }))
+      return std::nullopt;
+    loopSplit[loop] = d;
+    used |= axisMask(d);
+  }
+  // Then the operands' splits of other loops, on axes still free.
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    AffineMap map = op.getMatchingIndexingMap(in);
+    for (const DimSharding &d : layoutOf(in->get()).getDims()) {
+      unsigned loop = cast<AffineDimExpr>(map.getResult(d.dim)).getPosition();
+      if (loopSplit[loop] || (axisMask(d) & used))
+        continue;
+      loopSplit[loop] = d;
+      used |= axisMask(d);
+    }
+  }
+  auto layoutFor = [&](AffineMap map) {
+    Layout l(meshRank);
+    for (auto [k, expr] : llvm::enumerate(map.getResults()))
+      if (const std::optional<DimSharding> &d =
+              loopSplit[cast<AffineDimExpr>(expr).getPosition()]) {
+        for (const Split &s : d->splits)
+          l.addSplit(k, s);
+        if (!d->sizes.empty())
+          l.setSizes(k, d->sizes);
+      }
+    return l;
+  };
+  CapturingOpShardings out;
+  for (OpOperand &operand : op->getOpOperands())
+    out.operands.push_back(layoutFor(op.getMatchingIndexingMap(&operand)));
+  out.results.push_back(out.operands.back());
+  out.captured = source;
+  return out;
+}
+
 std::optional<CapturingOpShardings>
 mlir::shardx::shardCapturingOp(Operation *op,
                                function_ref<const Layout &(Value)> layoutOf,
                                int64_t meshRank, bool partialTables) {
   std::optional<EmbeddingLookup> lookup = matchEmbeddingLookup(op);
-  if (!lookup)
-    return std::nullopt;
+  if (!lookup) {
+    std::optional<AlignedGather> gather = matchAlignedGather(op);
+    if (!gather)
+      return std::nullopt;
+    return shardAlignedGather(cast<linalg::GenericOp>(op), *gather,
+                              layoutOf(gather->source), layoutOf, meshRank);
+  }
   const Layout &table = layoutOf(lookup->table);
   auto generic = cast<linalg::GenericOp>(op);
   int64_t rank =

@@ -5,7 +5,8 @@
 // shardx/Rules/EmbeddingRule.h: which linalg.generic is an embedding lookup,
 // and the lookup's layouts given its table's and index's (the table leads;
 // a row-split table gives a pending sum, a column-split one a split last
-// dim, a table pending a sum or an average a result pending the same).
+// dim, a table pending a sum or an average a result pending the same, a
+// whole one the index's split); the aligned gather's match and layouts.
 //
 //===----------------------------------------------------------------------===//
 
@@ -83,6 +84,93 @@ TEST(EmbeddingRuleTest, MatchesTheLookupOnly) {
   EXPECT_FALSE(shardCapturingOp(generics[1], layoutOf, 2));
 }
 
+// The cross-entropy's pick of each row's target log-probability (an
+// aligned gather: row i of %logp at the target's column), then a gather
+// of a column at the row's target (no loop reads the source's rows).
+constexpr const char *kGathers = R"mlir(
+func.func @f(%logp: tensor<6x5xf32>, %target: tensor<6x1xi64>) -> (tensor<6x1xf32>, tensor<6x1xf32>) {
+  %e = tensor.empty() : tensor<6x1xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%target : tensor<6x1xi64>) outs(%e : tensor<6x1xf32>) {
+  ^bb0(%t: i64, %o: f32):
+    %r = linalg.index 0 : index
+    %c = arith.index_cast %t : i64 to index
+    %x = tensor.extract %logp[%r, %c] : tensor<6x5xf32>
+    linalg.yield %x : f32
+  } -> tensor<6x1xf32>
+  %q = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%target : tensor<6x1xi64>) outs(%e : tensor<6x1xf32>) {
+  ^bb0(%t: i64, %o: f32):
+    %c0 = arith.constant 0 : index
+    %c = arith.index_cast %t : i64 to index
+    %x = tensor.extract %logp[%c, %c0] : tensor<6x5xf32>
+    linalg.yield %x : f32
+  } -> tensor<6x1xf32>
+  return %p, %q : tensor<6x1xf32>, tensor<6x1xf32>
+}
+)mlir";
+
+TEST(EmbeddingRuleTest, AnAlignedGatherReadsTheRowsItsRankHolds) {
+  MLIRContext context;
+  context.loadDialect<arith::ArithDialect, func::FuncDialect,
+                      linalg::LinalgDialect, tensor::TensorDialect>();
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(kGathers, &context);
+  ASSERT_TRUE(module);
+  auto fn = *module->getOps<func::FuncOp>().begin();
+  SmallVector<linalg::GenericOp> generics(fn.getOps<linalg::GenericOp>());
+  ASSERT_EQ(generics.size(), 2u);
+  std::optional<AlignedGather> pick = matchAlignedGather(generics[0]);
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(pick->source, fn.getArgument(0));
+  EXPECT_EQ(pick->aligned, (SmallVector<int64_t, 4>{0, -1}));
+  EXPECT_FALSE(matchEmbeddingLookup(generics[0]));
+
+  // The rows split on axis 0: the pick runs on each rank's rows, its
+  // target and result split alike.
+  Layout rows(2), cols(2), whole(2);
+  rows.addSplit(0, Split{0, 1});
+  cols.addSplit(1, Split{0, 1});
+  const Layout *source = &rows;
+  const Layout *target = &whole;
+  auto layoutOf = [&](Value v) -> const Layout & {
+    return v == fn.getArgument(0) ? *source : *target;
+  };
+  auto s = shardCapturingOp(generics[0], layoutOf, /*meshRank=*/2);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->operands.size(), 2u);
+  EXPECT_EQ(s->operands[0].str(), rows.str());
+  EXPECT_EQ(s->operands[1].str(), rows.str());
+  EXPECT_EQ(s->results[0].str(), rows.str());
+  EXPECT_EQ(s->captured.str(), rows.str());
+  // A whole source: the target's split on axis 1 carries through.
+  Layout targetRows(2);
+  targetRows.addSplit(0, Split{1, 1});
+  source = &whole;
+  target = &targetRows;
+  s = shardCapturingOp(generics[0], layoutOf, 2);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->results[0].str(), targetRows.str());
+  EXPECT_TRUE(s->captured.isReplicated());
+  // Columns split (read at the targets) or a pending source: no rule.
+  source = &cols;
+  EXPECT_FALSE(shardCapturingOp(generics[0], layoutOf, 2));
+  Layout pending(2);
+  pending.setPartial(0, ReduceOp::Sum);
+  source = &pending;
+  EXPECT_FALSE(shardCapturingOp(generics[0], layoutOf, 2));
+
+  // No loop reads the second gather's source: its rows split have no
+  // rule, a whole source takes the target's split.
+  std::optional<AlignedGather> column = matchAlignedGather(generics[1]);
+  ASSERT_TRUE(column);
+  EXPECT_EQ(column->aligned, (SmallVector<int64_t, 4>{-1, -1}));
+  source = &rows;
+  EXPECT_FALSE(shardCapturingOp(generics[1], layoutOf, 2));
+  source = &whole;
+  s = shardCapturingOp(generics[1], layoutOf, 2);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->results[0].str(), targetRows.str());
+}
+
 // On a 2-axis mesh: `dims` as (dim, axis) splits.
 Layout layout(std::initializer_list<std::pair<int64_t, int64_t>> dims) {
   Layout l(2);
@@ -122,8 +210,21 @@ TEST(EmbeddingRuleTest, TheTableLeadsOnASharedAxis) {
   EXPECT_TRUE(s->result.hasPartial());
 }
 
-TEST(EmbeddingRuleTest, NoRuleForAWholeOrStridedTable) {
-  EXPECT_FALSE(shardEmbeddingLookup(Layout(2), Layout(2), 3, 2));
+TEST(EmbeddingRuleTest, AWholeTableIsLookedUpInTheIndexLayout) {
+  // Data parallelism: the tokens split on axis 0, the table whole; the
+  // result split like the tokens, nothing pending.
+  auto s = shardEmbeddingLookup(Layout(2), layout({{0, 0}}), 3, 2);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->index.str(), layout({{0, 0}}).str());
+  EXPECT_EQ(s->result.str(), layout({{0, 0}}).str());
+  EXPECT_FALSE(s->result.hasPartial());
+  // Both whole: the lookup runs whole.
+  auto whole = shardEmbeddingLookup(Layout(2), Layout(2), 3, 2);
+  ASSERT_TRUE(whole);
+  EXPECT_TRUE(whole->result.isReplicated());
+}
+
+TEST(EmbeddingRuleTest, NoRuleForAStridedTable) {
   Layout strided(2);
   strided.addSplit(0, Split{0, 2});
   EXPECT_FALSE(shardEmbeddingLookup(strided, Layout(2), 3, 2));

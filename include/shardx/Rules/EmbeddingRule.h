@@ -23,6 +23,20 @@
 // decides the lookup's, the index keeps its own only on axes the table
 // does not use.
 //
+// An aligned gather reads its captured source at indices that are, per
+// source dim, either a loop of the op (`linalg.index j`, the source dim as
+// long as loop j) or computed from the data (`torch.gather` along a dim,
+// the cross-entropy's pick of each row's target log-probability):
+//
+//   operands [loops...], source (captured) [s...] -> [loops...]
+//
+// A source dim read at loop j may be split (unit strides) and loop j is
+// then split alike on every operand and the result, so each rank reads the
+// rows it holds at its local loop values; a dim read at data-dependent
+// indices must be whole. Loops the source does not split keep the operands'
+// splits on axes the source does not use. A source pending a reduction has
+// no rule.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef SHARDX_RULES_EMBEDDINGRULE_H
@@ -63,8 +77,21 @@ shardEmbeddingLookup(const ::shardx::Layout &table,
                      const ::shardx::Layout &index, int64_t resultRank,
                      int64_t meshRank, bool partialTables = true);
 
+/// An aligned gather (the file comment): a linalg.generic without
+/// reductions whose body yields `tensor.extract %source[...]` of a tensor
+/// captured from above, `aligned[k]` the loop whose `linalg.index` reads
+/// source dim k (of the loop's static extent), or -1 for an index computed
+/// otherwise. Not an embedding lookup.
+struct AlignedGather {
+  Value source;
+  Operation *extract;
+  SmallVector<int64_t, 4> aligned;
+};
+std::optional<AlignedGather> matchAlignedGather(Operation *op);
+
 /// The layouts of an op whose region reads a tensor captured from above
-/// through a rule of its own (today the embedding lookup's): its tensor
+/// through a rule of its own (an embedding lookup's, an aligned gather's):
+/// its tensor
 /// operands', its tensor results' and the captured tensor's, given the
 /// layouts values have now (`layoutOf`). None when `op` has no such rule or
 /// its rule does not apply (then it runs replicated).

@@ -170,7 +170,9 @@ private:
   FailureOr<Operation *> localizeGeneric(linalg::GenericOp op,
                                          linalg::GenericOp clone) {
     if (auto table = op->getAttrOfType<LayoutAttr>(kTableLayoutAttrName))
-      if (failed(localizeLookup(op, clone, table.getLayout())))
+      if (failed(matchEmbeddingLookup(op)
+                     ? localizeLookup(op, clone, table.getLayout())
+                     : localizeGather(op, clone, table.getLayout())))
         return failure();
     if (failed(offsetIndices(op, clone)))
       return failure();
@@ -206,6 +208,12 @@ private:
   /// local again.
   LogicalResult localizeLookup(linalg::GenericOp op, linalg::GenericOp clone,
                                const Layout &table);
+
+  /// An aligned gather (EmbeddingRule.h) on a split source: the index of
+  /// each split dim (a loop's `linalg.index`, which offsetIndices then makes
+  /// global) is made local again.
+  LogicalResult localizeGather(linalg::GenericOp op, linalg::GenericOp clone,
+                               const Layout &source);
 
   /// Adds the rank's offset to `linalg.index` ops of sharded loops.
   LogicalResult offsetIndices(linalg::GenericOp op, linalg::GenericOp clone);
@@ -276,6 +284,34 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
     Value masked = arith::SelectOp::create(rewriter, loc, in, extract, zero);
     rewriter.replaceAllUsesExcept(extract.getResult(), masked,
                                   masked.getDefiningOp());
+  }
+  clone->removeAttr(kTableLayoutAttrName);
+  return success();
+}
+
+LogicalResult Localizer::localizeGather(linalg::GenericOp op,
+                                        linalg::GenericOp clone,
+                                        const Layout &source) {
+  std::optional<AlignedGather> global = matchAlignedGather(op);
+  std::optional<AlignedGather> gather = matchAlignedGather(clone);
+  if (!global || !gather)
+    return op.emitError("gather changed shape during expansion");
+  auto sourceType = cast<RankedTensorType>(global->source.getType());
+  OpBuilder::InsertionGuard guard(rewriter);
+  auto extract = cast<tensor::ExtractOp>(gather->extract);
+  for (const DimSharding &d : source.getDims()) {
+    if (global->aligned[d.dim] < 0)
+      return op.emitError("gather reads a split source dim at computed "
+                          "indices");
+    rewriter.setInsertionPoint(clone);
+    Value lo = pieces
+                   .emitPiece(rewriter, clone.getLoc(), d,
+                              sourceType.getDimSize(d.dim))
+                   .first;
+    rewriter.setInsertionPoint(extract);
+    Value index = extract.getIndices()[d.dim];
+    Value local = arith::SubIOp::create(rewriter, extract.getLoc(), index, lo);
+    extract.getIndicesMutable()[d.dim].assign(local);
   }
   clone->removeAttr(kTableLayoutAttrName);
   return success();

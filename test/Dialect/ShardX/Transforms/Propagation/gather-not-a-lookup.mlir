@@ -1,16 +1,22 @@
-// RUN: shardx-opt %s --shardx-spmd | FileCheck %s
+// RUN: shardx-opt %s --shardx-spmd --canonicalize | FileCheck %s
+// RUN: shardx-run %s --check --int-range 6 | FileCheck %s --check-prefix=RAN
+// RAN: check passed
 
 // Tests that a gather along dim 0 (`torch.gather`: the index reads the
 // column loop as well) from a column-split table is not taken for an
 // embedding lookup, whose rule splits the result's columns with the
 // table's but not the index's: that plan split the op and left its index
-// whole, and the partitioned generic did not verify. The table is gathered
-// (a split of the index with the columns would need no collective; no rule
-// does that yet).
+// whole, and the partitioned generic did not verify. It is an aligned
+// gather (EmbeddingRule.h): the table's columns are read at the column
+// loop, so the index and the result split their columns with the table's
+// and each rank reads its own columns, no collective (before that rule the
+// table was all-gathered).
 // CHECK-LABEL: func.func @gather
-// CHECK: %[[T:.*]] = shardx.all_gather %arg0 on @mesh axes = [0] dim = 1 : tensor<6x2xf32> -> tensor<6x4xf32>
-// CHECK: linalg.generic {{.*}} ins(%arg1 : tensor<30x4xi64>) outs(%{{.*}} : tensor<30x4xf32>)
-// CHECK: tensor.extract %[[T]][{{.*}}] : tensor<6x4xf32>
+// CHECK-NOT: shardx.all_gather
+// CHECK: %[[IDX:.*]] = shardx.chunk %arg1 on @mesh axes = [0] dim = 1 : tensor<30x4xi64> -> tensor<30x2xi64>
+// CHECK: linalg.generic {{.*}} ins(%[[IDX]] : tensor<30x2xi64>) outs(%{{.*}} : tensor<30x2xf32>)
+// CHECK: %[[COL:.*]] = linalg.index 1 : index
+// CHECK: tensor.extract %arg0[%{{.*}}, %[[COL]]] : tensor<6x2xf32>
 shardx.mesh @mesh(shape = 2)
 func.func @gather(%t: tensor<6x4xf32> {shardx.layout = #shardx.layout<@mesh, [S(1)]>},
                   %idx: tensor<30x4xi64>) -> tensor<30x4xf32> {
