@@ -210,13 +210,15 @@ void mlir::shardx::buildCudaCodegenPipeline(
   addUpstream(pm, "func.func(gpu-map-parallel-loops,"
                   "convert-parallel-loops-to-gpu)");
   pm.addPass(createCheckNoHostAccessPass());
-  pm.addPass(createDynamicLaunchOffsetsPass());
   // Fold the launch bounds and the collapsed loops' trip counts into
   // constants and sink them into the launches, so that a kernel's index
   // arithmetic divides by constants (multiplications and shifts) instead
   // of by parameters (a 64-bit division in software per dim and element).
-  addUpstream(pm, "canonicalize,gpu-launch-sink-index-computations,"
-                  "gpu-kernel-outlining,canonicalize,cse");
+  // Before the dynamic offsets: canonicalization would fold their casts
+  // back into static offsets, a kernel per bucket slot again.
+  addUpstream(pm, "canonicalize,gpu-launch-sink-index-computations");
+  pm.addPass(createDynamicLaunchOffsetsPass());
+  addUpstream(pm, "gpu-kernel-outlining,canonicalize,cse");
   pm.addPass(createMergeKernelModulesPass());
   addUpstream(pm, "lower-affine,convert-scf-to-cf,expand-strided-metadata,"
                   "lower-affine,canonicalize,nvvm-attach-target{chip=" +
