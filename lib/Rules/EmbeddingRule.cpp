@@ -183,12 +183,15 @@ static std::optional<CapturingOpShardings> shardAlignedGather(
     loopSplit[loop] = d;
     used |= axisMask(d);
   }
-  // Then the operands' splits of other loops, on axes still free.
+  // Then the operands' splits of other loops, on axes still free (unit
+  // strides: the body may read the loop's `linalg.index`, which a strided
+  // split cannot offset).
   for (OpOperand *in : op.getDpsInputOperands()) {
     AffineMap map = op.getMatchingIndexingMap(in);
     for (const DimSharding &d : layoutOf(in->get()).getDims()) {
       unsigned loop = cast<AffineDimExpr>(map.getResult(d.dim)).getPosition();
-      if (loopSplit[loop] || (axisMask(d) & used))
+      if (loopSplit[loop] || (axisMask(d) & used) ||
+          llvm::any_of(d.splits, [](const Split &s) { return s.stride != 1; }))
         continue;
       loopSplit[loop] = d;
       used |= axisMask(d);

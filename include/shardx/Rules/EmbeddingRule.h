@@ -91,10 +91,9 @@ std::optional<AlignedGather> matchAlignedGather(Operation *op);
 
 /// The layouts of an op whose region reads a tensor captured from above
 /// through a rule of its own (an embedding lookup's, an aligned gather's):
-/// its tensor
-/// operands', its tensor results' and the captured tensor's, given the
-/// layouts values have now (`layoutOf`). None when `op` has no such rule or
-/// its rule does not apply (then it runs replicated).
+/// its tensor operands', its tensor results' and the captured tensor's,
+/// given the layouts values have now (`layoutOf`). None when `op` has no
+/// such rule or its rule does not apply (then it runs replicated).
 struct CapturingOpShardings {
   SmallVector<::shardx::Layout, 2> operands, results;
   ::shardx::Layout captured;

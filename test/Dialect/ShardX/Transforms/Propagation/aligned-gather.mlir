@@ -4,6 +4,7 @@
 // RUN: shardx-run %s --entry dp_lookup --check --int-range 11 | FileCheck %s --check-prefix=RAN
 // RUN: shardx-run %s --entry whole_source --check --int-range 6 | FileCheck %s --check-prefix=RAN
 // RUN: shardx-run %s --entry rows_at_targets --check --int-range 6 | FileCheck %s --check-prefix=RAN
+// RUN: shardx-run %s --entry pick_strided_targets --check --int-range 5 | FileCheck %s --check-prefix=RAN
 
 // Tests the rules of gathers from tensors captured from above under data
 // parallelism (EmbeddingRule.h): before, the cross-entropy's pick of each
@@ -114,6 +115,25 @@ func.func @rows_at_targets(%m: tensor<6x3xf32> {shardx.layout = #shardx.layout<@
     %c = arith.index_cast %t : i64 to index
     %c2 = arith.constant 2 : index
     %x = tensor.extract %m[%c, %c2] : tensor<6x3xf32>
+    linalg.yield %x : f32
+  } -> tensor<8x1xf32>
+  return %p : tensor<8x1xf32>
+}
+
+// Targets split with a stride (StridedShard) and a whole source: the loop
+// the body reads by `linalg.index` takes no strided split (its offset
+// would not be one number), so the pick runs on the whole targets.
+// CHECK-LABEL: func.func @pick_strided_targets
+// CHECK: return
+func.func @pick_strided_targets(%logp: tensor<8x5xf32>,
+                                %target: tensor<8x1xi64> {shardx.layout = #shardx.layout<@mesh, [SS(0, 2)]>})
+    -> tensor<8x1xf32> {
+  %e = tensor.empty() : tensor<8x1xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%target : tensor<8x1xi64>) outs(%e : tensor<8x1xf32>) {
+  ^bb0(%t: i64, %o: f32):
+    %r = linalg.index 0 : index
+    %c = arith.index_cast %t : i64 to index
+    %x = tensor.extract %logp[%r, %c] : tensor<8x5xf32>
     linalg.yield %x : f32
   } -> tensor<8x1xf32>
   return %p : tensor<8x1xf32>
