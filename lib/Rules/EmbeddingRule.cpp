@@ -119,6 +119,21 @@ mlir::shardx::shardEmbeddingLookup(const Layout &table, const Layout &index,
   return EmbeddingShardings{std::move(idx), std::move(init), std::move(result)};
 }
 
+SmallVector<OpOperand *> mlir::shardx::capturedTensorUses(Operation *op) {
+  SmallVector<OpOperand *> uses;
+  op->walk([&](Operation *inner) {
+    if (inner == op)
+      return;
+    for (OpOperand &use : inner->getOpOperands()) {
+      Value v = use.get();
+      if (isa<RankedTensorType>(v.getType()) &&
+          !op->isAncestor(v.getParentRegion()->getParentOp()))
+        uses.push_back(&use);
+    }
+  });
+  return uses;
+}
+
 std::optional<AlignedGather> mlir::shardx::matchAlignedGather(Operation *op) {
   auto generic = dyn_cast<linalg::GenericOp>(op);
   if (!generic || !generic.hasPureTensorSemantics() ||
@@ -138,17 +153,8 @@ std::optional<AlignedGather> mlir::shardx::matchAlignedGather(Operation *op) {
     return std::nullopt;
   // The extract is the only read of a tensor captured from above (the
   // source's layout is the captured read's).
-  bool onlyRead = true;
-  op->walk([&](Operation *inner) {
-    if (inner == op)
-      return;
-    for (Value v : inner->getOperands())
-      if (isa<RankedTensorType>(v.getType()) &&
-          !op->isAncestor(v.getParentRegion()->getParentOp()) &&
-          (v != source || inner != extract.getOperation()))
-        onlyRead = false;
-  });
-  if (!onlyRead)
+  SmallVector<OpOperand *> captured = capturedTensorUses(op);
+  if (captured.size() != 1 || captured.front()->getOwner() != extract)
     return std::nullopt;
   auto sourceType = cast<RankedTensorType>(source.getType());
   SmallVector<int64_t> ranges = generic.getStaticLoopRanges();

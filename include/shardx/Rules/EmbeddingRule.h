@@ -77,6 +77,11 @@ shardEmbeddingLookup(const ::shardx::Layout &table,
                      const ::shardx::Layout &index, int64_t resultRank,
                      int64_t meshRank, bool partialTables = true);
 
+/// The uses, inside `op`'s regions, of ranked tensors defined outside `op`
+/// (its captured tensors: operands in effect, which the op's operand
+/// layouts do not cover).
+SmallVector<OpOperand *> capturedTensorUses(Operation *op);
+
 /// An aligned gather (the file comment): a linalg.generic without
 /// reductions whose body yields `tensor.extract %source[...]` of a tensor
 /// captured from above, `aligned[k]` the loop whose `linalg.index` reads

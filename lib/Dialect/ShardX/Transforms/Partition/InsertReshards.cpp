@@ -13,6 +13,7 @@
 
 #include "shardx/Dialect/ShardX/IR/LibraryNames.h"
 #include "shardx/Dialect/ShardX/Transforms/Passes.h"
+#include "shardx/Rules/EmbeddingRule.h"
 #include "shardx/Rules/ShardingRule.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -146,18 +147,7 @@ private:
   /// in the layout `op` reads them in (`shardx.table_layout`, set by a rule
   /// that reads a captured tensor: the embedding lookup's).
   void reshardCaptured(Operation &op) {
-    SmallVector<OpOperand *> captured;
-    op.walk([&](Operation *inner) {
-      if (inner == &op)
-        return;
-      for (OpOperand &use : inner->getOpOperands()) {
-        Value v = use.get();
-        if (isa<RankedTensorType>(v.getType()) &&
-            v.getParentRegion()->getParentOp() != &op &&
-            !op.isProperAncestor(v.getParentRegion()->getParentOp()))
-          captured.push_back(&use);
-      }
-    });
+    SmallVector<OpOperand *> captured = capturedTensorUses(&op);
     auto tableLayout = op.getAttrOfType<LayoutAttr>(kTableLayoutAttrName);
     for (OpOperand *use : captured)
       use->set(materialize(use->get(),

@@ -144,16 +144,7 @@ LogicalResult ProgramOrderSearch::visit(Operation *op) {
   }
   // Ops whose regions read tensors from above run replicated: the captured
   // tensors are whole on every rank.
-  bool capturesTensors = false;
-  op->walk([&](Operation *inner) {
-    if (inner == op)
-      return;
-    for (Value v : inner->getOperands())
-      if (isa<RankedTensorType>(v.getType()) &&
-          !op->isProperAncestor(v.getParentBlock()->getParentOp()) &&
-          v.getParentBlock()->getParentOp() != op)
-        capturesTensors = true;
-  });
+  bool capturesTensors = !capturedTensorUses(op).empty();
   if (!rule || rule->operands.size() != operands.size() ||
       rule->results.size() != results.size()) {
     if (!isa<tensor::EmptyOp, arith::ConstantOp>(op) &&
