@@ -34,7 +34,7 @@
 // is in its block: no atomics, the same sums as the CPU)
 //   scf.parallel (%rb, %d) = (0, 0) to (85, 768) {
 //     scf.for %i = 0 to 8 { ... if (592 %rb <= row < 592 %rb + 592) ... } }
-// (blocks for about 65,536 threads, rowsPerThread; here 85 of 592 rows).
+// (blocks for about 65,536 threads, rowBlocks; here 85 of 592 rows).
 //
 //===----------------------------------------------------------------------===//
 
@@ -344,19 +344,23 @@ void emitAccumulate(OpBuilder &b, Location loc, const MaskedScatter &m,
 /// visiting 8,192 tokens: 4.6 ms on an H200).
 constexpr int64_t kScatterThreads = 65536;
 
-/// The rows of a block when a GPU scatter splits the table's rows into
-/// blocks, a thread per block and column: enough blocks for about
-/// kScatterThreads threads. 0 (no blocks) for one block, or where the rows
-/// or the columns are not static.
-int64_t rowsPerThread(linalg::GenericOp op, unsigned rowDim,
-                      ArrayRef<unsigned> columns) {
+/// How a GPU scatter splits the table's rows, a thread per block and
+/// column: `rows` rows in each of `count` blocks (the last maybe fewer).
+struct RowBlocks {
+  int64_t rows, count;
+};
+
+/// Enough blocks for about kScatterThreads threads; none for one block, or
+/// where the rows or the columns are not static.
+std::optional<RowBlocks> rowBlocks(linalg::GenericOp op, unsigned rowDim,
+                                   ArrayRef<unsigned> columns) {
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (ShapedType::isDynamic(ranges[rowDim]) || ranges[rowDim] < 2)
-    return 0;
+    return std::nullopt;
   int64_t threads = 1;
   for (unsigned d : columns) {
     if (ShapedType::isDynamic(ranges[d]))
-      return 0;
+      return std::nullopt;
     threads *= ranges[d];
   }
   int64_t rows = ranges[rowDim];
@@ -364,8 +368,9 @@ int64_t rowsPerThread(linalg::GenericOp op, unsigned rowDim,
       std::min(rows, std::max<int64_t>(1, kScatterThreads /
                                               std::max<int64_t>(threads, 1)));
   if (blocks < 2)
-    return 0;
-  return llvm::divideCeil(rows, blocks);
+    return std::nullopt;
+  int64_t perBlock = llvm::divideCeil(rows, blocks);
+  return RowBlocks{perBlock, llvm::divideCeil(rows, perBlock)};
 }
 
 void rewrite(const MaskedScatter &m, shardx::ScatterOrder order) {
@@ -409,13 +414,11 @@ void rewrite(const MaskedScatter &m, shardx::ScatterOrder order) {
     // Blocks of rows and the columns in parallel (one iteration where
     // there are neither), the indices in order inside each: a thread adds
     // the visits whose row lies in its block.
-    int64_t blockRows = rowsPerThread(op, m.rowDim, columns);
+    std::optional<RowBlocks> blocks = rowBlocks(op, m.rowDim, columns);
     SmallVector<Value> lbs, ubs, steps;
-    if (blockRows) {
-      std::optional<int64_t> n = getConstantIntValue(rows);
+    if (blocks) {
       lbs.push_back(zero);
-      ubs.push_back(arith::ConstantIndexOp::create(
-          b, loc, llvm::divideCeil(*n, blockRows)));
+      ubs.push_back(arith::ConstantIndexOp::create(b, loc, blocks->count));
       steps.push_back(one);
     }
     for (unsigned d : columns) {
@@ -431,8 +434,8 @@ void rewrite(const MaskedScatter &m, shardx::ScatterOrder order) {
     auto loop = scf::ParallelOp::create(b, loc, lbs, ubs, steps);
     SmallVector<Value> loopIvs(loop.getInductionVars());
     b.setInsertionPoint(loop.getBody()->getTerminator());
-    if (blockRows) {
-      Value size = arith::ConstantIndexOp::create(b, loc, blockRows);
+    if (blocks) {
+      Value size = arith::ConstantIndexOp::create(b, loc, blocks->rows);
       first = arith::MulIOp::create(b, loc, loopIvs.front(), size);
       end = arith::MinSIOp::create(
           b, loc, arith::AddIOp::create(b, loc, first, size), rows);

@@ -209,6 +209,13 @@ private:
   LogicalResult localizeLookup(linalg::GenericOp op, linalg::GenericOp clone,
                                const Layout &table);
 
+  /// Makes index `dim` of `extract` (in `clone`), which reads a dim split by
+  /// `sharding` at a loop's `linalg.index` (which offsetIndices then makes
+  /// global), local: minus this rank's first index of that dim.
+  void localizeExtractIndex(linalg::GenericOp clone, tensor::ExtractOp extract,
+                            unsigned dim, const DimSharding &sharding,
+                            int64_t extent);
+
   /// An aligned gather (EmbeddingRule.h) on a split source: the index of
   /// each split dim (a loop's `linalg.index`, which offsetIndices then makes
   /// global) is made local again.
@@ -252,17 +259,11 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
     return op.emitError("embedding lookup changed shape during expansion");
   auto tableType = cast<RankedTensorType>(global->table.getType());
   OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(clone);
   Location loc = clone.getLoc();
   auto extract = cast<tensor::ExtractOp>(lookup->extract);
-  if (const DimSharding *cols = table.getDim(1)) {
-    auto [lo, size] =
-        pieces.emitPiece(rewriter, loc, *cols, tableType.getDimSize(1));
-    rewriter.setInsertionPoint(extract);
-    Value col = extract.getIndices()[1];
-    Value local = arith::SubIOp::create(rewriter, loc, col, lo);
-    extract.getIndicesMutable()[1].assign(local);
-    rewriter.setInsertionPoint(clone);
-  }
+  if (const DimSharding *cols = table.getDim(1))
+    localizeExtractIndex(clone, extract, 1, *cols, tableType.getDimSize(1));
   if (const DimSharding *rows = table.getDim(0)) {
     auto [lo, size] =
         pieces.emitPiece(rewriter, loc, *rows, tableType.getDimSize(0));
@@ -289,6 +290,19 @@ LogicalResult Localizer::localizeLookup(linalg::GenericOp op,
   return success();
 }
 
+void Localizer::localizeExtractIndex(linalg::GenericOp clone,
+                                     tensor::ExtractOp extract, unsigned dim,
+                                     const DimSharding &sharding,
+                                     int64_t extent) {
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(clone);
+  Value lo = pieces.emitPiece(rewriter, clone.getLoc(), sharding, extent).first;
+  rewriter.setInsertionPoint(extract);
+  Value index = extract.getIndices()[dim];
+  Value local = arith::SubIOp::create(rewriter, extract.getLoc(), index, lo);
+  extract.getIndicesMutable()[dim].assign(local);
+}
+
 LogicalResult Localizer::localizeGather(linalg::GenericOp op,
                                         linalg::GenericOp clone,
                                         const Layout &source) {
@@ -303,15 +317,8 @@ LogicalResult Localizer::localizeGather(linalg::GenericOp op,
     if (global->aligned[d.dim] < 0)
       return op.emitError("gather reads a split source dim at computed "
                           "indices");
-    rewriter.setInsertionPoint(clone);
-    Value lo = pieces
-                   .emitPiece(rewriter, clone.getLoc(), d,
-                              sourceType.getDimSize(d.dim))
-                   .first;
-    rewriter.setInsertionPoint(extract);
-    Value index = extract.getIndices()[d.dim];
-    Value local = arith::SubIOp::create(rewriter, extract.getLoc(), index, lo);
-    extract.getIndicesMutable()[d.dim].assign(local);
+    localizeExtractIndex(clone, extract, d.dim, d,
+                         sourceType.getDimSize(d.dim));
   }
   clone->removeAttr(kTableLayoutAttrName);
   return success();
