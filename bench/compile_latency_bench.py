@@ -50,8 +50,9 @@ the program a user of make_fx would hand over (`--no-make-fx` skips it).
 The ShardX first step is checked against eager (the loss, f32 tolerance).
 
 `--cuda` times `shardx-compile --target=cuda` of the traced step at each
-depth instead (a fresh kernel cache each, the fastest of --repeat), and the
-kernels the PTX embedded in the artifact defines; `--compiler BIN` times
+depth instead (a fresh kernel cache each, the fastest of --repeat; ptxas
+included where the artifact embeds a fat binary, docs/Compiler.md), and the
+kernels the artifact embeds; `--compiler BIN` times
 another shardx-compile (a build of an older commit) on the same programs in
 the same run, for before/after figures.
 
@@ -66,6 +67,7 @@ import argparse
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -379,11 +381,40 @@ def gpt2_zoo_compile(layers, opt, cache):
         return time.perf_counter() - start, traced
 
 
+def embedded_kernels(data):
+    """The kernels a CUDA artifact embeds: the `.entry`s of its PTX, or
+    the global functions of the first cubin in its fat binary (the PTX
+    there is compressed)."""
+    if b".entry " in data:
+        return data.count(b".entry ")
+    fat = data.find(struct.pack("<I", 0xBA55ED50))
+    if fat < 0:
+        return 0
+    _, _, header, size = struct.unpack_from("<IHHQ", data, fat)
+    offset = fat + header
+    while offset < fat + header + size:
+        kind, _, image_header, payload = struct.unpack_from("<HHIQ", data, offset)
+        if kind == 2:  # an ELF: count its STT_FUNC symbols of global binding
+            elf = data[offset + image_header:offset + image_header + payload]
+            shoff, = struct.unpack_from("<Q", elf, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+            for i in range(shnum):
+                sh = shoff + i * shentsize
+                sh_type, = struct.unpack_from("<I", elf, sh + 4)
+                if sh_type != 2:  # SHT_SYMTAB
+                    continue
+                off, sz, _, _, _, ent = struct.unpack_from("<QQIIQQ", elf, sh + 0x18)
+                return sum(1 for j in range(off, off + sz, ent)
+                           if elf[j + 4] == 0x12)  # GLOBAL << 4 | FUNC
+            return 0
+        offset += image_header + payload
+    return 0
+
+
 def cuda_compile(layers, compilers, repeat):
     """Per compiler: the fastest of `repeat` cold `shardx-compile
     --target=cuda` runs of the step `layers` deep (a fresh kernel cache
-    each; None where it failed) and the kernels of the PTX the artifact
-    embeds."""
+    each; None where it failed) and the kernels the artifact embeds."""
     out = []
     with tempfile.TemporaryDirectory() as d:
         src = dump(layers, d)
@@ -404,7 +435,7 @@ def cuda_compile(layers, compilers, repeat):
                 best = secs if best is None else min(best, secs)
             if best is not None:
                 with open(so, "rb") as f:
-                    kernels = f.read().count(b".entry ")
+                    kernels = embedded_kernels(f.read())
             out.append((best, kernels))
     return out
 

@@ -24,7 +24,8 @@
 //   error, not a silent host fallback);
 // - kernels go through NVVM to PTX (math through libdevice; an unresolved
 //   `.extern` or a kernel taking more parameter bytes than its PTX may is
-//   a compile error), embedded in the artifact; the host code
+//   a compile error), embedded in the artifact (with the chip's code
+//   that ptxas makes, as a fat binary: GpuBinary.cpp); the host code
 //   calls `mgpu*` entry points that the ShardX CUDA runtime implements
 //   (lib/Runtime/cuda), which loads the CUDA driver at run time.
 //
@@ -60,8 +61,7 @@ namespace {
 
 /// Threads per block of an elementwise kernel.
 constexpr int64_t kBlockThreads = 256;
-/// The one module that holds every kernel of the program.
-constexpr llvm::StringLiteral kKernelModule = "shardx_kernels";
+using mlir::shardx::kKernelModule;
 
 /// Whether every use of `value` (through casts) is an argument of a
 /// collective's runtime call, which reads it on the host (axes, exchange

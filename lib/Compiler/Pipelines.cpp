@@ -254,6 +254,7 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
   OutlineStats outlined;
   pipeline.outlineStats = &outlined;
   PassManager pm(module.getContext());
+  std::optional<CudaTools> cudaTools;
   if (cuda) {
     // Kernels are serialized through LLVM IR (NVVM) and the host code
     // embeds them (the GPU dialect's offloading translation).
@@ -271,6 +272,29 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
                    << "' (the CUDA toolkit's nvvm/libdevice/libdevice.10.bc; "
                       "set SHARDX_LIBDEVICE)\n";
       return failure();
+    }
+    if (options.gpuBinary != "auto" && options.gpuBinary != "fatbin" &&
+        options.gpuBinary != "ptx") {
+      llvm::errs() << "error: unknown --gpu-binary '" << options.gpuBinary
+                   << "' (auto, fatbin, ptx)\n";
+      return failure();
+    }
+    if (options.emit != "ptx" && options.gpuBinary != "ptx") {
+      std::string error;
+      FailureOr<std::optional<CudaTools>> found =
+          findCudaTools(pipeline.libdevice, error);
+      if (failed(found)) {
+        llvm::errs() << "error: " << error << "\n";
+        return failure();
+      }
+      if (!*found && options.gpuBinary == "fatbin") {
+        llvm::errs() << "error: --gpu-binary=fatbin: no ptxas and fatbinary "
+                        "in the CUDA toolkit of "
+                     << pipeline.libdevice
+                     << " or on the PATH (set SHARDX_PTXAS)\n";
+        return failure();
+      }
+      cudaTools = *found;
     }
     buildCudaCodegenPipeline(pm, pipeline);
   } else {
@@ -290,6 +314,11 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     if (options.emit == "ptx") {
       FailureOr<std::string> ptx = kernelPtx(module);
       return failed(ptx) ? failure() : writeFile(options.outputPath, *ptx);
+    }
+    if (cudaTools) {
+      TimingScope ptxasTiming = nestTiming(options.timing, "ptxas");
+      if (failed(embedKernelFatbin(module, options.gpuChip, *cudaTools)))
+        return failure();
     }
     return emitArtifact(module, options, runtimeLibraries(cuda));
   }

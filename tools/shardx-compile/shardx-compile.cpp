@@ -54,6 +54,13 @@ static llvm::cl::opt<std::string>
             llvm::cl::desc("GPU architecture of --target=cuda (default: "
                            "sm_90)"),
             llvm::cl::init("sm_90"));
+static llvm::cl::opt<std::string> gpuBinary(
+    llvm::cl::cat(toolOptions), "gpu-binary",
+    llvm::cl::desc("kernels of --target=cuda: fatbin (compiled for "
+                   "--gpu-chip by the CUDA toolkit's ptxas, with the PTX), "
+                   "ptx (compiled by the driver at the first call) or auto "
+                   "(default: fatbin where ptxas and fatbinary are found)"),
+    llvm::cl::init("auto"));
 static llvm::cl::opt<bool>
     noBlas(llvm::cl::cat(toolOptions), "no-blas",
            llvm::cl::desc("lower matmuls to loops instead of OpenBLAS calls"),
@@ -274,6 +281,7 @@ int main(int argc, char **argv) {
     early.optLevel = optLevel;
     early.target = target;
     early.gpuChip = gpuChip;
+    early.gpuBinary = gpuBinary;
     if (failed(mlir::shardx::checkCompileOptions(early)))
       return 1;
   }
@@ -348,6 +356,7 @@ int main(int argc, char **argv) {
   options.optLevel = optLevel;
   options.target = target;
   options.gpuChip = gpuChip;
+  options.gpuBinary = gpuBinary;
   // Without --recompute, what the plan says (CompileOptions' "plan":
   // shardx.recompute on a function, shardx-auto-shard's choice).
   if (recompute.getNumOccurrences())

@@ -79,6 +79,12 @@ struct CompileOptions {
   /// libdevice for the "cuda" target's math functions; empty: the toolkit
   /// found at configure time (or $SHARDX_LIBDEVICE).
   std::string libdevice;
+  /// The "cuda" target's kernels in the artifact: "fatbin" (the code of
+  /// `gpuChip` that the toolkit's ptxas makes, in a fat binary with the PTX:
+  /// the driver loads it without compiling; an error without ptxas and
+  /// fatbinary, findCudaTools), "ptx" (the driver compiles it at the first
+  /// call) or "auto" (fatbin where the tools are found, else ptx).
+  std::string gpuBinary = "auto";
   /// Find and keep compiled kernels in the kernel cache
   /// (lib/Compiler/ObjectCache.h: $SHARDX_KERNEL_CACHE, $SHARDX_CACHE_DIR).
   bool kernelCache = true;
@@ -292,9 +298,31 @@ LogicalResult contractionsToGemmCalls(ModuleOp module, StringRef gemm,
                                       ArrayRef<StringRef> dtypes,
                                       bool allowWidening = false);
 
+/// The one gpu.module (then gpu.binary) of the cuda target's kernels.
+inline constexpr llvm::StringLiteral kKernelModule = "shardx_kernels";
+
 /// The PTX of the cuda target's kernel module after
 /// gpu-module-to-binary{format=isa} (empty when the program has no kernel).
 FailureOr<std::string> kernelPtx(ModuleOp module);
+
+/// The CUDA toolkit's programs that make the cuda target's fat binary.
+struct CudaTools {
+  std::string ptxas;
+  std::string fatbinary;
+};
+
+/// ptxas and fatbinary: beside $SHARDX_PTXAS when set (a failure, with
+/// `error` saying why, when they are not there), else in the toolkit of
+/// `libdevice` (<root>/nvvm/libdevice/), else on the PATH; nullopt when
+/// there are none.
+FailureOr<std::optional<CudaTools>> findCudaTools(StringRef libdevice,
+                                                  std::string &error);
+
+/// Replaces the kernel module's PTX (kernelPtx) by a fat binary of that PTX
+/// compiled for `chip` by ptxas and the PTX itself; nothing without
+/// kernels.
+LogicalResult embedKernelFatbin(ModuleOp module, StringRef chip,
+                                const CudaTools &tools);
 
 } // namespace mlir::shardx
 

@@ -6,9 +6,9 @@
 // the two backward halves), with bf16 or f16 tensor-core products:
 // `_mlir_ciface_shardx_rt_cuda_attention{,_dq,_dkv}_{bf16,f16}`, taking
 // memref descriptors of f32 device buffers. They launch the kernels of
-// AttentionKernels.cu (PTX built by nvcc, embedded, loaded on first use)
-// on the calling thread's stream, asynchronously, like the runtime's other
-// device work. The contract (shapes, masking, rounding) is in
+// AttentionKernels.cu (built by nvcc and ptxas, embedded as a fat binary,
+// loaded on first use) on the calling thread's stream, asynchronously, like
+// the runtime's other device work. The contract (shapes, masking, rounding) is in
 // docs/Runtime.md, "Fused attention kernels".
 //
 //===----------------------------------------------------------------------===//
@@ -27,12 +27,9 @@
 
 namespace {
 
-// kAttentionKernelsPtx: the PTX of AttentionKernels.cu, empty when nvcc was
-// not found at configure time (EmbedPtx.cmake names every fragment's array
-// kCollectiveKernelsPtx).
-#define kCollectiveKernelsPtx kAttentionKernelsPtx
-#include "AttentionKernels.ptx.inc"
-#undef kCollectiveKernelsPtx
+// kAttentionKernelsImage: AttentionKernels.cu's fat binary (or PTX), only a
+// NUL when nvcc was not found at configure time (CMakeLists.txt).
+#include "AttentionKernels.image.inc"
 
 using namespace shardx_attention;
 
@@ -110,12 +107,12 @@ void *kernel(const std::string &name, int smem) {
   static void *module = nullptr;
   static std::map<std::string, void *> kernels;
   std::lock_guard<std::mutex> lock(mutex);
-  if (sizeof(kAttentionKernelsPtx) <= 1)
+  if (sizeof(kAttentionKernelsImage) <= 1)
     cudaFatal("fused attention: this runtime was built without nvcc, so it has "
               "no attention kernels");
   if (!module)
-    module = mgpuModuleLoad(const_cast<char *>(kAttentionKernelsPtx),
-                            sizeof(kAttentionKernelsPtx));
+    module = mgpuModuleLoad(const_cast<unsigned char *>(kAttentionKernelsImage),
+                            sizeof(kAttentionKernelsImage));
   void *&fn = kernels[name];
   if (!fn) {
     fn = mgpuModuleGetFunction(module, name.c_str());

@@ -5,8 +5,8 @@
 // The `cuda-local` backend: the threads backend's collectives (publish,
 // meet, move, meet; lib/Runtime/cpu/ThreadsCommunicator.cpp) with the data
 // moved on the device. Each rank copies with cuMemcpyAsync on its own
-// stream and reduces with the kernels of CollectiveKernels.cu (PTX built by
-// nvcc, embedded, loaded with cuModuleLoadData on first use), and waits for
+// stream and reduces with the kernels of CollectiveKernels.cu (built by nvcc
+// and ptxas, embedded as a fat binary, loaded on first use), and waits for
 // its stream before every meeting after which peers read what it wrote, and
 // before a collective returns. Every call goes through the entry points of
 // the CUDA runtime (shardx/Runtime/Cuda.h), which open the driver at run
@@ -25,9 +25,9 @@
 namespace shardx::rt {
 namespace {
 
-// kCollectiveKernelsPtx: the PTX of CollectiveKernels.cu, empty when nvcc
-// was not found at configure time.
-#include "CollectiveKernels.ptx.inc"
+// kCollectiveKernelsImage: CollectiveKernels.cu's fat binary (or PTX), only
+// a NUL when nvcc was not found at configure time (CMakeLists.txt).
+#include "CollectiveKernels.image.inc"
 
 /// As in CollectiveKernels.cu.
 constexpr size_t kMaxMembers = 16;
@@ -42,8 +42,9 @@ void *reductionKernel(DType type, ReduceOp op) {
   static std::map<std::pair<DType, ReduceOp>, void *> kernels;
   std::lock_guard<std::mutex> lock(mutex);
   if (!module)
-    module = mgpuModuleLoad(const_cast<char *>(kCollectiveKernelsPtx),
-                            sizeof(kCollectiveKernelsPtx));
+    module =
+        mgpuModuleLoad(const_cast<unsigned char *>(kCollectiveKernelsImage),
+                       sizeof(kCollectiveKernelsImage));
   void *&fn = kernels[{type, op}];
   if (!fn) {
     std::string name = std::string("shardx_reduce_") + stringifyDType(type) +
@@ -123,7 +124,7 @@ private:
 
 } // namespace
 
-bool cudaLocalHasKernels() { return sizeof(kCollectiveKernelsPtx) > 1; }
+bool cudaLocalHasKernels() { return sizeof(kCollectiveKernelsImage) > 1; }
 
 std::vector<Status>
 runCudaLocal(const std::vector<int64_t> &meshShape,

@@ -304,6 +304,9 @@ cublasHandle_t threadCublas() {
 
 struct LazyModule {
   const void *image;
+  /// A copy of a binary image that was not 8-byte aligned (the driver reads
+  /// a fat binary's and an ELF's header fields in place).
+  std::vector<uint64_t> aligned;
   std::once_flag once;
   CUmodule module = nullptr;
 };
@@ -619,9 +622,18 @@ int shardx_rt_set_compute_threads(int) { return 0; }
 // of gpu.binary / gpu.launch_func call them)
 //===----------------------------------------------------------------------===//
 
-void *mgpuModuleLoad(void *data, size_t) {
+/// `data` is PTX (NUL-terminated; `size` 0), a cubin or a fat binary of
+/// `size` bytes (the cuda target's kernels are a fat binary of the chip's
+/// code and the PTX, docs/Compiler.md), loaded by cuModuleLoadData at the
+/// first use.
+void *mgpuModuleLoad(void *data, size_t size) {
   auto *m = new LazyModule;
   m->image = data;
+  if (size && reinterpret_cast<uintptr_t>(data) % alignof(uint64_t)) {
+    m->aligned.resize((size + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+    std::memcpy(m->aligned.data(), data, size);
+    m->image = m->aligned.data();
+  }
   return m;
 }
 
