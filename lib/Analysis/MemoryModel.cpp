@@ -37,6 +37,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/CheckedArithmetic.h"
 
@@ -192,8 +193,9 @@ bool isFusableUse(OpOperand &use) {
 
 /// Elementwise producers fused into their consumers (shouldFuse in
 /// CpuOptimize.cpp): a transpose into any loop-nest consumer; else not into
-/// a contraction; a data movement into every consumer, another producer
-/// only into its one consumer.
+/// a contraction; a data movement, or a producer cheaper to compute again
+/// (isCheaperToRecompute), into every consumer, another producer only into
+/// its one consumer.
 bool isFused(Operation *op) {
   if (!isFusableProducer(op))
     return false;
@@ -206,7 +208,7 @@ bool isFused(Operation *op) {
     if (!isTranspose(op) && isContraction(use.getOwner()))
       return false;
   }
-  return isDataMovement(op) || result.hasOneUse();
+  return isDataMovement(op) || result.hasOneUse() || isCheaperToRecompute(op);
 }
 
 /// The destination `op` writes result `r` into (its init, or for an
@@ -1034,6 +1036,53 @@ void summarize(MemoryProfile &profile) {
 }
 
 } // namespace
+
+namespace {
+
+/// The bytes of a statically shaped tensor `type`, else nullopt.
+std::optional<int64_t> tensorBytes(Type type) {
+  auto shaped = dyn_cast<RankedTensorType>(type);
+  if (!shaped || !shaped.hasStaticShape() ||
+      !shaped.getElementType().isIntOrFloat())
+    return std::nullopt;
+  int64_t bits = shaped.getElementTypeBitWidth();
+  return shaped.getNumElements() * std::max<int64_t>(bits / 8, 1);
+}
+
+} // namespace
+
+bool mlir::shardx::isCheaperToRecompute(Operation *op) {
+  if (op->getNumResults() != 1)
+    return false;
+  SmallVector<Value> inputs;
+  if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
+    if (generic.getNumReductionLoops() != 0 ||
+        !generic.hasPureTensorSemantics() ||
+        generic.payloadUsesValueFromOperand(generic.getDpsInitOperand(0)))
+      return false;
+    for (Operation &inner : generic.getBody()->without_terminator())
+      if (!isa<arith::ArithDialect>(inner.getDialect()) &&
+          !isa<linalg::IndexOp>(inner))
+        return false;
+    inputs = generic.getDpsInputs();
+  } else if (isTensorElementwise(op) &&
+             isa<arith::ArithDialect>(op->getDialect())) {
+    inputs = op->getOperands();
+  } else {
+    return false;
+  }
+  std::optional<int64_t> out = tensorBytes(op->getResult(0).getType());
+  if (!out)
+    return false;
+  int64_t in = 0;
+  for (Value input : llvm::SetVector<Value>(llvm::from_range, inputs)) {
+    std::optional<int64_t> bytes = tensorBytes(input.getType());
+    if (!bytes && isa<ShapedType>(input.getType()))
+      return false;
+    in += bytes.value_or(8);
+  }
+  return in < *out;
+}
 
 FailureOr<std::string> mlir::shardx::getCpuBufferPipeline(std::string &error) {
   const PassPipelineInfo *info = PassPipelineInfo::lookup("shardx-codegen-cpu");

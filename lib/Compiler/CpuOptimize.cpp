@@ -18,6 +18,7 @@
 
 #include "Contractions.h"
 
+#include "shardx/Analysis/MemoryModel.h"
 #include "shardx/Compiler/Compiler.h"
 #include "shardx/Compiler/Passes.h"
 #include "shardx/Conversion/Passes.h"
@@ -263,6 +264,187 @@ bool shouldFuse(OpOperand *operand, int64_t maxOperandBytes) {
   return !(broadcast && costly);
 }
 
+/// A generic whose loops are all parallel and whose operands are all read
+/// and written through identity maps: the same op on any reshape of all
+/// its operands.
+bool isIdentityElementwise(linalg::GenericOp op) {
+  return op->getNumResults() == 1 && op.getNumReductionLoops() == 0 &&
+         op.hasPureTensorSemantics() &&
+         llvm::all_of(op.getIndexingMapsArray(),
+                      [](AffineMap map) { return map.isIdentity(); }) &&
+         op.getBody()->getOps<linalg::IndexOp>().empty() &&
+         !op.payloadUsesValueFromOperand(op.getDpsInitOperand(0));
+}
+
+/// Whether `outer` undoes `inner`'s reshape (a collapse of an expand by the
+/// same dims back to its shape, or the reverse; element types may differ).
+bool undoes(Operation *outer, Operation *inner) {
+  auto expand = [](Operation *op) {
+    return dyn_cast<tensor::ExpandShapeOp>(op);
+  };
+  auto collapse = [](Operation *op) {
+    return dyn_cast<tensor::CollapseShapeOp>(op);
+  };
+  if (auto c = collapse(outer); c && inner && expand(inner))
+    return c.getResultType().getShape() ==
+               expand(inner).getSrcType().getShape() &&
+           c.getReassociationIndices() ==
+               expand(inner).getReassociationIndices();
+  if (auto e = expand(outer); e && inner && collapse(inner))
+    return e.getResultType().getShape() ==
+               collapse(inner).getSrcType().getShape() &&
+           e.getReassociationIndices() ==
+               collapse(inner).getReassociationIndices();
+  return false;
+}
+
+/// A reshape of an elementwise op that reads a reshape it undoes: the op
+/// on the unreshaped operands, so that it fuses with their producer and
+/// with its readers (the importer's 3-d <-> 2-d reshapes around GEMMs
+/// otherwise cut a GEMM's bf16 result widened to f32 off from the
+/// cross-entropy that reads it, and a gradient from its narrowing).
+///
+///   %e = tensor.expand_shape %x : 8192x50304 into 8x1024x50304
+///   %w = linalg.generic {identity maps} ins(%e) -> 8x1024x50304xf32
+///   %c = tensor.collapse_shape %w : 8x1024x50304 into 8192x50304
+/// becomes
+///   %c = linalg.generic {identity maps} ins(%x) -> 8192x50304xf32
+///
+/// Other operands are reshaped alike. Each rewrite removes a pair of
+/// reshapes, so the patterns end.
+template <typename ReshapeOp>
+struct ElementwiseThroughReshapes : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern<ReshapeOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp reshape,
+                                PatternRewriter &rewriter) const override {
+    auto op = reshape.getSrc().template getDefiningOp<linalg::GenericOp>();
+    if (!op || !op->hasOneUse() || !isIdentityElementwise(op) ||
+        !reshape.getResultType().hasStaticShape())
+      return failure();
+    if (llvm::none_of(op.getDpsInputs(), [&](Value input) {
+          return undoes(reshape, input.getDefiningOp());
+        }))
+      return failure();
+    Location loc = op.getLoc();
+    RankedTensorType type = reshape.getResultType();
+    SmallVector<Value> inputs;
+    for (Value input : op.getDpsInputs()) {
+      if (undoes(reshape, input.getDefiningOp())) {
+        inputs.push_back(input.getDefiningOp()->getOperand(0));
+        continue;
+      }
+      auto inputType = RankedTensorType::get(
+          type.getShape(), getElementTypeOrSelf(input.getType()));
+      inputs.push_back(ReshapeOp::create(rewriter, loc, inputType, input,
+                                         reshape.getReassociationIndices()));
+    }
+    Value init = tensor::EmptyOp::create(rewriter, loc, type.getShape(),
+                                         type.getElementType());
+    SmallVector<AffineMap> maps(
+        inputs.size() + 1, rewriter.getMultiDimIdentityMap(type.getRank()));
+    SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                               utils::IteratorType::parallel);
+    auto moved =
+        linalg::GenericOp::create(rewriter, loc, TypeRange{type}, inputs,
+                                  ValueRange{init}, maps, iterators);
+    rewriter.cloneRegionBefore(op.getRegion(), moved.getRegion(),
+                               moved.getRegion().begin());
+    rewriter.replaceOp(reshape, moved.getResults());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// One element of an elementwise op's result, computed from its operands'
+/// elements instead of read from the op's whole result: the log-softmax
+/// value at each row's target that a cross-entropy gathers, which otherwise
+/// kept the whole [tokens, vocabulary] f32 log-softmax alive and written.
+///
+///   %v = tensor.extract %t[%i, %j]  // %t = generic {maps} ins(%a, %b)
+/// becomes
+///   %v = <the body>(%a[map_a(%i, %j)], %b[map_b(%i, %j)])
+struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tensor::ExtractOp extract,
+                                PatternRewriter &rewriter) const override {
+    auto op = extract.getTensor().getDefiningOp<linalg::GenericOp>();
+    if (!op || op->getNumResults() != 1 || op.getNumReductionLoops() != 0 ||
+        !op.hasPureTensorSemantics() ||
+        op.payloadUsesValueFromOperand(op.getDpsInitOperand(0)))
+      return failure();
+    AffineMap out = op.getIndexingMapsArray().back();
+    if (!out.isPermutation() || llvm::any_of(op.getDpsInputs(), [](Value v) {
+          return !isa<RankedTensorType>(v.getType());
+        }))
+      return failure();
+    for (Operation &inner : op.getBody()->without_terminator())
+      if (!isPure(&inner) || inner.getNumRegions())
+        return failure();
+    // The loop indices of the extracted element.
+    SmallVector<Value> loops(op.getNumLoops());
+    for (auto [k, index] : llvm::enumerate(extract.getIndices()))
+      loops[out.getDimPosition(k)] = index;
+    Location loc = extract.getLoc();
+    IRMapping mapping;
+    for (OpOperand *input : op.getDpsInputOperands()) {
+      AffineMap map = op.getMatchingIndexingMap(input);
+      if (!map.isProjectedPermutation())
+        return failure();
+      SmallVector<Value> indices;
+      for (unsigned r = 0; r < map.getNumResults(); ++r)
+        indices.push_back(loops[map.getDimPosition(r)]);
+      mapping.map(
+          op.getMatchingBlockArgument(input),
+          tensor::ExtractOp::create(rewriter, loc, input->get(), indices));
+    }
+    for (Operation &inner : op.getBody()->without_terminator()) {
+      if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+        mapping.map(index.getResult(), loops[index.getDim()]);
+        continue;
+      }
+      rewriter.clone(inner, mapping);
+    }
+    auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+    rewriter.replaceOp(extract, mapping.lookup(yield.getOperand(0)));
+    return success();
+  }
+};
+
+/// Gives each elementwise reader (a generic that is not a GEMM, reading it
+/// as an input) of a multi-use op that is cheaper to recompute
+/// (isCheaperToRecompute) its own copy of that op, right before it; fusion then
+/// folds each copy into its reader. Fused as it was (upstream fusion keeps a
+/// multi-use producer's result as a second result of the fused op), the
+/// producer was still written out in full: the f32 logits and the one-hot
+/// gradient of a GPT's cross-entropy, each read back several times. A copy that
+/// does not fuse is merged back by the CSE after fusion. Whether it gave any
+/// reader a copy.
+bool cloneCheapProducers(ModuleOp module) {
+  bool cloned = false;
+  SmallVector<linalg::GenericOp> producers;
+  module.walk([&](linalg::GenericOp op) {
+    if (!op->hasOneUse() && !op->use_empty() &&
+        mlir::shardx::isCheaperToRecompute(op))
+      producers.push_back(op);
+  });
+  OpBuilder builder(module.getContext());
+  for (linalg::GenericOp op : producers) {
+    for (OpOperand &use :
+         llvm::make_early_inc_range(op->getResult(0).getUses())) {
+      auto reader = dyn_cast<linalg::GenericOp>(use.getOwner());
+      if (!reader || !reader.isDpsInput(&use) ||
+          mlir::shardx::matchGemm(reader))
+        continue;
+      builder.setInsertionPoint(reader);
+      use.set(builder.clone(*op)->getResult(0));
+      cloned = true;
+    }
+    if (op->use_empty())
+      op->erase();
+  }
+  return cloned;
+}
+
 //===----------------------------------------------------------------------===//
 // Buffer-level rewrite
 //===----------------------------------------------------------------------===//
@@ -326,8 +508,22 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
   linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
   linalg::FillOp::getCanonicalizationPatterns(patterns, ctx);
   tensor::EmptyOp::getCanonicalizationPatterns(patterns, ctx);
-  if (failed(applyPatternsGreedily(module, std::move(patterns))))
-    return module.emitError("tensor fusion did not converge");
+  tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, ctx);
+  patterns.add<ElementwiseThroughReshapes<tensor::CollapseShapeOp>,
+               ElementwiseThroughReshapes<tensor::ExpandShapeOp>,
+               ExtractOfElementwise>(ctx);
+  FrozenRewritePatternSet frozen(std::move(patterns));
+  // Fusion makes new producers cheap to recompute (a widening fused into
+  // the subtraction that reads it reads bf16), so copies and fusion
+  // alternate until no copy is made (a few rounds: each round's copies
+  // come from the last round's fusions).
+  for (int round = 0;; ++round) {
+    if (failed(applyPatternsGreedily(module, frozen)))
+      return module.emitError("tensor fusion did not converge");
+    if (round == 7 || !cloneCheapProducers(module))
+      break;
+  }
   return success();
 }
 

@@ -114,6 +114,16 @@ FailureOr<std::string> getCpuBufferPipeline(std::string &error);
 /// `bytes` in B / KiB / MiB / GiB with two decimals.
 std::string formatBytes(int64_t bytes);
 
+/// Whether `op` (a loop nest on tensors, or an elementwise arith op on
+/// tensors) is cheaper to compute again in each elementwise reader than to
+/// write once and read back in each: one result, all loops parallel, a
+/// body of arithmetic alone (no math function, which would then run once
+/// per reader; no gather) that does not read its destination, and inputs
+/// of fewer bytes than its result (a bf16 tensor widened to f32, a one-hot
+/// row made from the indices). shardx-fuse-tensor-ops gives such an op's
+/// readers a copy each, and the memory model gives it no buffer.
+bool isCheaperToRecompute(Operation *op);
+
 } // namespace mlir::shardx
 
 #endif // SHARDX_ANALYSIS_MEMORYMODEL_H

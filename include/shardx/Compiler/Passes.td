@@ -179,6 +179,15 @@ def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
   let summary = "Folds transposes into the ops that read them and into "
                 "contractions' results, and fuses elementwise chains";
   let description = [{
+    An elementwise op read by several elementwise ops is computed again in
+    each where its inputs take fewer bytes than its result and its body is
+    arithmetic alone (a bf16 tensor widened to f32, a one-hot row made from
+    indices): each reader reads the inputs instead of the written result.
+    Copies and fusion alternate until no copy is made. An elementwise op
+    between a reshape and the reshape that undoes it runs on the
+    unreshaped tensors, and an element extracted from an elementwise op's
+    result is computed from its operands' elements.
+
     With `max-operand-bytes`, a fusion stops where its op's distinct
     operands would take more bytes as memref descriptors (8 * (3 + 2 *
     rank) each) than that. The cuda target sets it below the PTX ISA's
