@@ -22,6 +22,7 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -1051,7 +1052,7 @@ std::optional<int64_t> tensorBytes(Type type) {
 
 } // namespace
 
-bool mlir::shardx::isCheaperToRecompute(Operation *op) {
+bool mlir::shardx::isCheaperToRecompute(Operation *op, bool allowMath) {
   if (op->getNumResults() != 1)
     return false;
   SmallVector<Value> inputs;
@@ -1062,11 +1063,13 @@ bool mlir::shardx::isCheaperToRecompute(Operation *op) {
       return false;
     for (Operation &inner : generic.getBody()->without_terminator())
       if (!isa<arith::ArithDialect>(inner.getDialect()) &&
-          !isa<linalg::IndexOp>(inner))
+          !isa<linalg::IndexOp>(inner) &&
+          !(allowMath && isa<math::MathDialect>(inner.getDialect())))
         return false;
     inputs = generic.getDpsInputs();
   } else if (isTensorElementwise(op) &&
-             isa<arith::ArithDialect>(op->getDialect())) {
+             (isa<arith::ArithDialect>(op->getDialect()) ||
+              (allowMath && isa<math::MathDialect>(op->getDialect())))) {
     inputs = op->getOperands();
   } else {
     return false;

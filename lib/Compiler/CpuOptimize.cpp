@@ -310,23 +310,34 @@ bool undoes(Operation *outer, Operation *inner) {
 /// becomes
 ///   %c = linalg.generic {identity maps} ins(%x) -> 8192x50304xf32
 ///
-/// Other operands are reshaped alike. Each rewrite removes a pair of
-/// reshapes, so the patterns end.
+/// Other operands are reshaped alike; the op may be reshaped so several
+/// times (read by the forward and by the backward). Each rewrite removes at
+/// least a pair of reshapes, so the patterns end.
 template <typename ReshapeOp>
 struct ElementwiseThroughReshapes : OpRewritePattern<ReshapeOp> {
   using OpRewritePattern<ReshapeOp>::OpRewritePattern;
   LogicalResult matchAndRewrite(ReshapeOp reshape,
                                 PatternRewriter &rewriter) const override {
     auto op = reshape.getSrc().template getDefiningOp<linalg::GenericOp>();
-    if (!op || !op->hasOneUse() || !isIdentityElementwise(op) ||
+    if (!op || !isIdentityElementwise(op) ||
         !reshape.getResultType().hasStaticShape())
       return failure();
+    // Every reader is this same reshape (the forward's and the backward's).
+    SmallVector<ReshapeOp> reshapes;
+    for (Operation *user : op->getUsers()) {
+      auto other = dyn_cast<ReshapeOp>(user);
+      if (!other || other.getResultType() != reshape.getResultType() ||
+          other.getReassociationIndices() != reshape.getReassociationIndices())
+        return failure();
+      reshapes.push_back(other);
+    }
     if (llvm::none_of(op.getDpsInputs(), [&](Value input) {
           return undoes(reshape, input.getDefiningOp());
         }))
       return failure();
     Location loc = op.getLoc();
     RankedTensorType type = reshape.getResultType();
+    rewriter.setInsertionPoint(op);
     SmallVector<Value> inputs;
     for (Value input : op.getDpsInputs()) {
       if (undoes(reshape, input.getDefiningOp())) {
@@ -349,7 +360,8 @@ struct ElementwiseThroughReshapes : OpRewritePattern<ReshapeOp> {
                                   ValueRange{init}, maps, iterators);
     rewriter.cloneRegionBefore(op.getRegion(), moved.getRegion(),
                                moved.getRegion().begin());
-    rewriter.replaceOp(reshape, moved.getResults());
+    for (ReshapeOp each : reshapes)
+      rewriter.replaceOp(each, moved.getResults());
     rewriter.eraseOp(op);
     return success();
   }
@@ -417,14 +429,17 @@ struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
 /// multi-use producer's result as a second result of the fused op), the
 /// producer was still written out in full: the f32 logits and the one-hot
 /// gradient of a GPT's cross-entropy, each read back several times. A copy that
-/// does not fuse is merged back by the CSE after fusion. Whether it gave any
-/// reader a copy.
-bool cloneCheapProducers(ModuleOp module) {
+/// does not fuse is merged back by the CSE after fusion. With
+/// `recomputeMath`, also ops with a math function, into the readers that read
+/// them whole (a broadcast reader would run the function once per element it
+/// reads instead of once per element of the op). Whether it gave any reader a
+/// copy.
+bool cloneCheapProducers(ModuleOp module, bool recomputeMath) {
   bool cloned = false;
   SmallVector<linalg::GenericOp> producers;
   module.walk([&](linalg::GenericOp op) {
     if (!op->hasOneUse() && !op->use_empty() &&
-        mlir::shardx::isCheaperToRecompute(op))
+        mlir::shardx::isCheaperToRecompute(op, recomputeMath))
       producers.push_back(op);
   });
   OpBuilder builder(module.getContext());
@@ -433,7 +448,9 @@ bool cloneCheapProducers(ModuleOp module) {
          llvm::make_early_inc_range(op->getResult(0).getUses())) {
       auto reader = dyn_cast<linalg::GenericOp>(use.getOwner());
       if (!reader || !reader.isDpsInput(&use) ||
-          mlir::shardx::matchGemm(reader))
+          mlir::shardx::matchGemm(reader) ||
+          (!mlir::shardx::isCheaperToRecompute(op) &&
+           !reader.getMatchingIndexingMap(&use).isPermutation()))
         continue;
       builder.setInsertionPoint(reader);
       use.set(builder.clone(*op)->getResult(0));
@@ -489,7 +506,8 @@ Value permutedView(OpBuilder &b, Location loc, Value buffer, AffineMap map,
 } // namespace
 
 LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
-                                          int64_t maxOperandBytes) {
+                                          int64_t maxOperandBytes,
+                                          bool recomputeMath) {
   if (failed(generalizeForFusion(module)))
     return failure();
   MLIRContext *ctx = module.getContext();
@@ -521,7 +539,7 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
   for (int round = 0;; ++round) {
     if (failed(applyPatternsGreedily(module, frozen)))
       return module.emitError("tensor fusion did not converge");
-    if (round == 7 || !cloneCheapProducers(module))
+    if (round == 7 || !cloneCheapProducers(module, recomputeMath))
       break;
   }
   return success();
@@ -710,7 +728,8 @@ struct FuseTensorOpsPass
     : mlir::shardx::impl::FuseTensorOpsPassBase<FuseTensorOpsPass> {
   using FuseTensorOpsPassBase::FuseTensorOpsPassBase;
   void runOnOperation() override {
-    if (failed(mlir::shardx::fuseTensorOps(getOperation(), maxOperandBytes)))
+    if (failed(mlir::shardx::fuseTensorOps(getOperation(), maxOperandBytes,
+                                           recomputeMath)))
       signalPassFailure();
   }
 };

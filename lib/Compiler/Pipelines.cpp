@@ -115,7 +115,10 @@ void mlir::shardx::buildBufferizationPipeline(
   pm.addPass(createGuardIntegerDivisionPass());
   // And every tensor.extract/insert reads or writes within its tensor.
   pm.addPass(createGuardTensorIndicesPass());
-  pm.addPass(createFuseTensorOpsPass({maxFusedOperandBytes}));
+  // A GPU's elementwise kernels are bound by memory: math functions are
+  // computed again in their readers rather than written and read back.
+  pm.addPass(createFuseTensorOpsPass(
+      {maxFusedOperandBytes, /*recomputeMath=*/contractions == "cublas"}));
   if (narrowGemmOperands)
     pm.addPass(createNarrowGemmOperandsPass());
   addUpstream(pm, "canonicalize,cse");

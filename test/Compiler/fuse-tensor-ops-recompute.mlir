@@ -170,6 +170,50 @@ func.func @widening_between_reshapes(%x: tensor<8x16xbf16>) -> tensor<8xf32> {
 
 // -----
 
+// The same widening reshaped twice alike (read by the forward and by the
+// backward): one widening on the unreshaped tensor, fused into both.
+// CHECK-LABEL: func.func @widening_reshaped_twice
+// CHECK-NOT: tensor.collapse_shape
+// CHECK: linalg.generic {{.*}} ins(%arg0 : tensor<8x16xbf16>)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: arith.extf
+// CHECK-NEXT: arith.addf
+// CHECK: linalg.generic {{.*}} ins(%arg0, %arg1 : tensor<8x16xbf16>, tensor<8x16xf32>)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: arith.extf
+// CHECK-NEXT: arith.mulf
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @widening_reshaped_twice(%x: tensor<8x16xbf16>, %dy: tensor<8x16xf32>) -> (tensor<8xf32>, tensor<8x16xf32>) {
+  %x3 = tensor.expand_shape %x [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xbf16> into tensor<2x4x16xbf16>
+  %e = tensor.empty() : tensor<2x4x16xf32>
+  %w = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x3 : tensor<2x4x16xbf16>) outs(%e : tensor<2x4x16xf32>) {
+  ^bb0(%a: bf16, %o: f32):
+    %v = arith.extf %a : bf16 to f32
+    linalg.yield %v : f32
+  } -> tensor<2x4x16xf32>
+  %w2 = tensor.collapse_shape %w [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %zero = arith.constant 0.0 : f32
+  %er = tensor.empty() : tensor<8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%er : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%w2 : tensor<8x16xf32>) outs(%f : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %v = arith.addf %a, %o : f32
+    linalg.yield %v : f32
+  } -> tensor<8xf32>
+  %w3 = tensor.collapse_shape %w [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %e2 = tensor.empty() : tensor<8x16xf32>
+  %dx = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%w3, %dy : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e2 : tensor<8x16xf32>) {
+  ^bb0(%a: f32, %g: f32, %o: f32):
+    %v = arith.mulf %a, %g : f32
+    linalg.yield %v : f32
+  } -> tensor<8x16xf32>
+  return %s, %dx : tensor<8xf32>, tensor<8x16xf32>
+}
+
+// -----
+
 // The element a cross-entropy gathers from the log-softmax (x - lse) at each
 // row's target is computed from x and lse at that element: the whole
 // log-softmax is not computed for it.

@@ -120,9 +120,12 @@ std::string formatBytes(int64_t bytes);
 /// body of arithmetic alone (no math function, which would then run once
 /// per reader; no gather) that does not read its destination, and inputs
 /// of fewer bytes than its result (a bf16 tensor widened to f32, a one-hot
-/// row made from the indices). shardx-fuse-tensor-ops gives such an op's
-/// readers a copy each, and the memory model gives it no buffer.
-bool isCheaperToRecompute(Operation *op);
+/// row made from the indices). With `allowMath`, the body may also call
+/// math functions (the cuda target, whose elementwise kernels are bound by
+/// memory, not arithmetic). shardx-fuse-tensor-ops gives such an op's
+/// readers a copy each, and the memory model (which leaves math out) gives
+/// it no buffer.
+bool isCheaperToRecompute(Operation *op, bool allowMath = false);
 
 } // namespace mlir::shardx
 

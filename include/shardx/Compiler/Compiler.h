@@ -129,8 +129,11 @@ LogicalResult stripToGlobalProgram(ModuleOp module);
 /// With `maxOperandBytes` > 0, no fusion makes an op whose distinct operands
 /// take more bytes than that as memref descriptors (8 * (3 + 2 * rank)
 /// each): the cuda target's kernels pass them as parameters, whose bytes
-/// the PTX ISA bounds.
-LogicalResult fuseTensorOps(ModuleOp module, int64_t maxOperandBytes = 0);
+/// the PTX ISA bounds. With `recomputeMath`, multi-use producers with a math
+/// function are computed again in the readers that read them whole
+/// (isCheaperToRecompute).
+LogicalResult fuseTensorOps(ModuleOp module, int64_t maxOperandBytes = 0,
+                            bool recomputeMath = false);
 
 /// Gives every use of a `tensor.empty`, and of a `linalg.fill` of one, its
 /// own op (CSE merges them): one buffer shared by several destinations makes

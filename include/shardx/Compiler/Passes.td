@@ -183,7 +183,9 @@ def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
     each where its inputs take fewer bytes than its result and its body is
     arithmetic alone (a bf16 tensor widened to f32, a one-hot row made from
     indices): each reader reads the inputs instead of the written result.
-    Copies and fusion alternate until no copy is made. An elementwise op
+    Copies and fusion alternate until no copy is made. With
+    `recompute-math`, an op with a math function is copied too, into the
+    readers that read it whole. An elementwise op
     between a reshape and the reshape that undoes it runs on the
     unreshaped tensors, and an element extracted from an elementwise op's
     result is computed from its operands' elements.
@@ -200,6 +202,11 @@ def FuseTensorOpsPass : Pass<"shardx-fuse-tensor-ops", "ModuleOp"> {
            /*default=*/"0",
            "the most bytes of memref descriptors a fused op may read and "
            "write (0: no bound)">,
+    Option<"recomputeMath", "recompute-math", "bool", /*default=*/"false",
+           "also compute again in each reader an op with a math function "
+           "(an erf, an exp) that the reader reads whole, not broadcast "
+           "(the cuda target, whose elementwise kernels are bound by "
+           "memory)">,
   ];
   let dependentDialects = ["linalg::LinalgDialect", "tensor::TensorDialect"];
 }
