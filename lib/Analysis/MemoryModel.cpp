@@ -1040,14 +1040,19 @@ void summarize(MemoryProfile &profile) {
 
 namespace {
 
-/// The bytes of a statically shaped tensor `type`, else nullopt.
+/// The bytes of a statically shaped tensor `type` (an index 8 bytes), else
+/// nullopt.
 std::optional<int64_t> tensorBytes(Type type) {
   auto shaped = dyn_cast<RankedTensorType>(type);
-  if (!shaped || !shaped.hasStaticShape() ||
-      !shaped.getElementType().isIntOrFloat())
+  if (!shaped || !shaped.hasStaticShape())
     return std::nullopt;
-  int64_t bits = shaped.getElementTypeBitWidth();
-  return shaped.getNumElements() * std::max<int64_t>(bits / 8, 1);
+  Type element = shaped.getElementType();
+  int64_t bytes = element.isIndex() ? 8 : 0;
+  if (element.isIntOrFloat())
+    bytes = std::max<int64_t>(element.getIntOrFloatBitWidth() / 8, 1);
+  if (!bytes)
+    return std::nullopt;
+  return llvm::checkedMul(shaped.getNumElements(), bytes);
 }
 
 } // namespace

@@ -264,16 +264,19 @@ bool shouldFuse(OpOperand *operand, int64_t maxOperandBytes) {
   return !(broadcast && costly);
 }
 
-/// A generic whose loops are all parallel and whose operands are all read
-/// and written through identity maps: the same op on any reshape of all
-/// its operands.
+/// A generic whose loops are all parallel and whose operands (tensors, no
+/// scalar) are all read and written through identity maps: the same op on
+/// any reshape of all its operands.
 bool isIdentityElementwise(linalg::GenericOp op) {
   return op->getNumResults() == 1 && op.getNumReductionLoops() == 0 &&
          op.hasPureTensorSemantics() &&
          llvm::all_of(op.getIndexingMapsArray(),
                       [](AffineMap map) { return map.isIdentity(); }) &&
          op.getBody()->getOps<linalg::IndexOp>().empty() &&
-         !op.payloadUsesValueFromOperand(op.getDpsInitOperand(0));
+         !op.payloadUsesValueFromOperand(op.getDpsInitOperand(0)) &&
+         llvm::all_of(op.getDpsInputs(), [](Value input) {
+           return isa<RankedTensorType>(input.getType());
+         });
 }
 
 /// Whether `outer` undoes `inner`'s reshape (a collapse of an expand by the
@@ -389,9 +392,17 @@ struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
           return !isa<RankedTensorType>(v.getType());
         }))
       return failure();
+    // Arithmetic alone: the body runs once per extract, which may be inside
+    // a loop nest that reads the op broadcast (a math function would then run
+    // once per element of that nest instead of once per element of the op).
     for (Operation &inner : op.getBody()->without_terminator())
-      if (!isPure(&inner) || inner.getNumRegions())
+      if (!isa<arith::ArithDialect>(inner.getDialect()) &&
+          !isa<linalg::IndexOp>(inner))
         return failure();
+    if (llvm::any_of(op.getDpsInputOperands(), [&](OpOperand *input) {
+          return !op.getMatchingIndexingMap(input).isProjectedPermutation();
+        }))
+      return failure();
     // The loop indices of the extracted element.
     SmallVector<Value> loops(op.getNumLoops());
     for (auto [k, index] : llvm::enumerate(extract.getIndices()))
@@ -400,8 +411,6 @@ struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
     IRMapping mapping;
     for (OpOperand *input : op.getDpsInputOperands()) {
       AffineMap map = op.getMatchingIndexingMap(input);
-      if (!map.isProjectedPermutation())
-        return failure();
       SmallVector<Value> indices;
       for (unsigned r = 0; r < map.getNumResults(); ++r)
         indices.push_back(loops[map.getDimPosition(r)]);
@@ -417,7 +426,7 @@ struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
       rewriter.clone(inner, mapping);
     }
     auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
-    rewriter.replaceOp(extract, mapping.lookup(yield.getOperand(0)));
+    rewriter.replaceOp(extract, mapping.lookupOrDefault(yield.getOperand(0)));
     return success();
   }
 };
@@ -536,10 +545,11 @@ LogicalResult mlir::shardx::fuseTensorOps(ModuleOp module,
   // the subtraction that reads it reads bf16), so copies and fusion
   // alternate until no copy is made (a few rounds: each round's copies
   // come from the last round's fusions).
-  for (int round = 0;; ++round) {
+  constexpr int kMaxRounds = 8;
+  for (int round = 1;; ++round) {
     if (failed(applyPatternsGreedily(module, frozen)))
       return module.emitError("tensor fusion did not converge");
-    if (round == 7 || !cloneCheapProducers(module, recomputeMath))
+    if (round == kMaxRounds || !cloneCheapProducers(module, recomputeMath))
       break;
   }
   return success();

@@ -53,6 +53,7 @@ mlir::shardx::findCudaTools(StringRef libdevice, std::string &error) {
   // The toolkit of libdevice (<root>/nvvm/libdevice/libdevice.10.bc), then
   // the PATH's.
   SmallString<128> ptxas = libdevice;
+  llvm::sys::fs::make_absolute(ptxas);
   for (int i = 0; i < 3; ++i)
     llvm::sys::path::remove_filename(ptxas);
   llvm::sys::path::append(ptxas, "bin", "ptxas");
@@ -105,47 +106,56 @@ LogicalResult runTool(ArrayRef<std::string> args, StringRef log,
 } // namespace
 
 LogicalResult mlir::shardx::embedKernelFatbin(ModuleOp module, StringRef chip,
-                                              const CudaTools &tools) {
+                                              const CudaTools &tools,
+                                              std::string &error) {
   auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModule);
   if (!binary)
     return success();
+  auto fail = [&](const Twine &message) {
+    error = message.str();
+    return failure();
+  };
   if (binary.getObjects().size() != 1)
-    return binary.emitError("expected one object in the kernel binary");
+    return fail("expected one object in the kernel binary");
   auto object = cast<gpu::ObjectAttr>(binary.getObjects()[0]);
   if (object.getFormat() != gpu::CompilationTarget::Assembly)
-    return binary.emitError("expected the kernels as PTX");
+    return fail("expected the kernels as PTX");
   // fatbinary's sm= takes the chip without "sm_" (90, 90a).
   StringRef arch = chip;
   if (!arch.consume_front("sm_"))
-    return binary.emitError() << "'" << chip << "' is not an sm_ chip";
+    return fail("'" + chip + "' is not an sm_ chip");
 
-  TempFile ptx, cubin, fatbin, log;
+  TempFile ptx, cubin, fatbin, ptxasLog, fatbinaryLog;
   if (failed(ptx.create("ptx")) || failed(cubin.create("cubin")) ||
-      failed(fatbin.create("fatbin")) || failed(log.create("log")))
-    return binary.emitError("cannot create temporary files for ptxas");
+      failed(fatbin.create("fatbin")) || failed(ptxasLog.create("log")) ||
+      failed(fatbinaryLog.create("log")))
+    return fail("cannot create temporary files for ptxas");
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(ptx.path, ec);
-    os << object.getObject().getValue();
-    if (ec || (os.close(), os.has_error()))
-      return binary.emitError("cannot write ") << ptx.path;
+    if (!ec)
+      os << object.getObject().getValue();
+    os.close();
+    if (ec || os.has_error()) {
+      os.clear_error();
+      return fail("cannot write " + ptx.path);
+    }
   }
-  std::string error;
   if (failed(runTool({tools.ptxas, "-arch=" + chip.str(), ptx.path.str().str(),
                       "-o", cubin.path.str().str()},
-                     log.path, error)) ||
+                     ptxasLog.path, error)) ||
       failed(runTool({tools.fatbinary, "--create=" + fatbin.path.str().str(),
                       "-64",
                       "--image3=kind=elf,sm=" + arch.str() +
                           ",file=" + cubin.path.str().str(),
                       "--image3=kind=ptx,sm=" + arch.str() +
                           ",file=" + ptx.path.str().str()},
-                     log.path, error)))
-    return binary.emitError(error);
+                     fatbinaryLog.path, error)))
+    return failure();
   auto bytes = llvm::MemoryBuffer::getFile(fatbin.path, /*IsText=*/false,
                                            /*RequiresNullTerminator=*/false);
   if (!bytes)
-    return binary.emitError("cannot read ") << fatbin.path;
+    return fail("cannot read " + fatbin.path);
   MLIRContext *ctx = module.getContext();
   auto fat = gpu::ObjectAttr::get(ctx, object.getTarget(),
                                   gpu::CompilationTarget::Fatbin,

@@ -320,8 +320,19 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
     }
     if (cudaTools) {
       TimingScope ptxasTiming = nestTiming(options.timing, "ptxas");
-      if (failed(embedKernelFatbin(module, options.gpuChip, *cudaTools)))
-        return failure();
+      std::string error;
+      if (failed(
+              embedKernelFatbin(module, options.gpuChip, *cudaTools, error))) {
+        // auto: the PTX the driver compiles, as without the tools (a ptxas
+        // older than the PTX, a chip its toolkit does not know).
+        bool required = options.gpuBinary == "fatbin";
+        llvm::errs() << (required ? "error: " : "warning: ") << error
+                     << (required ? "\n"
+                                  : "\nwarning: the kernels are embedded as "
+                                    "PTX (--gpu-binary=auto)\n");
+        if (required)
+          return failure();
+      }
     }
     return emitArtifact(module, options, runtimeLibraries(cuda));
   }

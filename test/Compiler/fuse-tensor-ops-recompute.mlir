@@ -244,3 +244,92 @@ func.func @gathered_element(%x: tensor<8x16xf32>, %lse: tensor<8xf32>, %t: tenso
   } -> tensor<8xf32>
   return %g : tensor<8xf32>
 }
+
+// -----
+
+// Edge cases of the element extraction and of the reshapes: a body that
+// yields a value from outside it; an input read through a constant map
+// (a size-1 broadcast: left alone, and the pass converges); a rank-0 op
+// with a scalar input between reshapes (left alone).
+// CHECK-LABEL: func.func @yields_from_outside
+// CHECK-NOT: tensor.extract
+// CHECK: return %arg1
+#r1 = affine_map<(d0) -> (d0)>
+func.func @yields_from_outside(%x: tensor<8xf32>, %s: f32, %i: index) -> f32 {
+  %e = tensor.empty() : tensor<8xf32>
+  %g = linalg.generic {indexing_maps = [#r1, #r1], iterator_types = ["parallel"]} ins(%x : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  %r = tensor.extract %g[%i] : tensor<8xf32>
+  return %r : f32
+}
+// CHECK-LABEL: func.func @constant_map
+// CHECK: %[[G:.*]] = linalg.generic
+// CHECK: tensor.extract %[[G]]
+func.func @constant_map(%x: tensor<4x8xf32>, %b: tensor<1x8xf32>, %i: index, %j: index) -> f32 {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %g = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %b : tensor<4x8xf32>, tensor<1x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %v = arith.addf %a, %c : f32
+    linalg.yield %v : f32
+  } -> tensor<4x8xf32>
+  %r = tensor.extract %g[%i, %j] : tensor<4x8xf32>
+  return %r : f32
+}
+// CHECK-LABEL: func.func @scalar_input
+// CHECK: tensor.collapse_shape
+// CHECK: linalg.generic
+// CHECK: tensor.expand_shape
+func.func @scalar_input(%x: tensor<1x1xf32>, %s: f32) -> tensor<1x1xf32> {
+  %c = tensor.collapse_shape %x [] : tensor<1x1xf32> into tensor<f32>
+  %e = tensor.empty() : tensor<f32>
+  %g = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%c, %s : tensor<f32>, f32) outs(%e : tensor<f32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %v = arith.addf %a, %b : f32
+    linalg.yield %v : f32
+  } -> tensor<f32>
+  %r = tensor.expand_shape %g [] output_shape [1, 1] : tensor<f32> into tensor<1x1xf32>
+  return %r : tensor<1x1xf32>
+}
+
+// -----
+
+// A one-hot row made from index-typed targets is cheap too (an index counts
+// 8 bytes): each reader gets a copy. The subtraction fuses its copy; the row
+// sum's copy is still written whole (upstream fusion wants an input that
+// spans the reduced dim).
+// CHECK-LABEL: func.func @one_hot_from_index
+// CHECK: %[[OH:.*]] = linalg.generic {{.*}} ins(%arg0, %arg1 : tensor<8xindex>, tensor<8xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[OH]] : tensor<8x16xf32>)
+// CHECK: linalg.generic {{.*}} ins(%arg0, %arg1, %arg2 :
+// CHECK: linalg.index 1
+// CHECK: arith.subf
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @one_hot_from_index(%t: tensor<8xindex>, %g: tensor<8xf32>, %p: tensor<8x16xf32>) -> (tensor<8xf32>, tensor<8x16xf32>) {
+  %e = tensor.empty() : tensor<8x16xf32>
+  %one = arith.constant 1.0 : f32
+  %zero = arith.constant 0.0 : f32
+  %oh = linalg.generic {indexing_maps = [#row, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%t, %g : tensor<8xindex>, tensor<8xf32>) outs(%e : tensor<8x16xf32>) {
+  ^bb0(%ti: index, %gi: f32, %o: f32):
+    %j = linalg.index 1 : index
+    %eq = arith.cmpi eq, %j, %ti : index
+    %v = arith.select %eq, %one, %zero : f32
+    %w = arith.mulf %v, %gi : f32
+    linalg.yield %w : f32
+  } -> tensor<8x16xf32>
+  %er = tensor.empty() : tensor<8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%er : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%oh : tensor<8x16xf32>) outs(%f : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %v = arith.addf %a, %o : f32
+    linalg.yield %v : f32
+  } -> tensor<8xf32>
+  %d = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%oh, %p : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e : tensor<8x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %v = arith.subf %a, %b : f32
+    linalg.yield %v : f32
+  } -> tensor<8x16xf32>
+  return %s, %d : tensor<8xf32>, tensor<8x16xf32>
+}

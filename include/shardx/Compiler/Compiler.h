@@ -323,9 +323,9 @@ FailureOr<std::optional<CudaTools>> findCudaTools(StringRef libdevice,
 
 /// Replaces the kernel module's PTX (kernelPtx) by a fat binary of that PTX
 /// compiled for `chip` by ptxas and the PTX itself; nothing without
-/// kernels.
+/// kernels. On failure (a tool failed: `error` says how) the PTX stays.
 LogicalResult embedKernelFatbin(ModuleOp module, StringRef chip,
-                                const CudaTools &tools);
+                                const CudaTools &tools, std::string &error);
 
 } // namespace mlir::shardx
 
