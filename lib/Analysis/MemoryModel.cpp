@@ -1038,39 +1038,28 @@ void summarize(MemoryProfile &profile) {
 
 } // namespace
 
-namespace {
-
-/// The bytes of a statically shaped tensor `type` (an index 8 bytes), else
-/// nullopt.
-std::optional<int64_t> tensorBytes(Type type) {
-  auto shaped = dyn_cast<RankedTensorType>(type);
-  if (!shaped || !shaped.hasStaticShape())
-    return std::nullopt;
-  Type element = shaped.getElementType();
-  int64_t bytes = element.isIndex() ? 8 : 0;
-  if (element.isIntOrFloat())
-    bytes = std::max<int64_t>(element.getIntOrFloatBitWidth() / 8, 1);
-  if (!bytes)
-    return std::nullopt;
-  return llvm::checkedMul(shaped.getNumElements(), bytes);
+bool mlir::shardx::isArithmeticElementwise(Operation *op, bool allowMath) {
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic || generic->getNumResults() != 1 ||
+      generic.getNumReductionLoops() != 0 ||
+      !generic.hasPureTensorSemantics() ||
+      generic.payloadUsesValueFromOperand(generic.getDpsInitOperand(0)))
+    return false;
+  return llvm::all_of(
+      generic.getBody()->without_terminator(), [&](Operation &inner) {
+        return isa<arith::ArithDialect>(inner.getDialect()) ||
+               isa<linalg::IndexOp>(inner) ||
+               (allowMath && isa<math::MathDialect>(inner.getDialect()));
+      });
 }
-
-} // namespace
 
 bool mlir::shardx::isCheaperToRecompute(Operation *op, bool allowMath) {
   if (op->getNumResults() != 1)
     return false;
   SmallVector<Value> inputs;
   if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
-    if (generic.getNumReductionLoops() != 0 ||
-        !generic.hasPureTensorSemantics() ||
-        generic.payloadUsesValueFromOperand(generic.getDpsInitOperand(0)))
+    if (!isArithmeticElementwise(generic, allowMath))
       return false;
-    for (Operation &inner : generic.getBody()->without_terminator())
-      if (!isa<arith::ArithDialect>(inner.getDialect()) &&
-          !isa<linalg::IndexOp>(inner) &&
-          !(allowMath && isa<math::MathDialect>(inner.getDialect())))
-        return false;
     inputs = generic.getDpsInputs();
   } else if (isTensorElementwise(op) &&
              (isa<arith::ArithDialect>(op->getDialect()) ||
@@ -1079,17 +1068,21 @@ bool mlir::shardx::isCheaperToRecompute(Operation *op, bool allowMath) {
   } else {
     return false;
   }
-  std::optional<int64_t> out = tensorBytes(op->getResult(0).getType());
-  if (!out)
+  int64_t out = byteSize(op->getResult(0).getType());
+  if (out <= 0)
     return false;
   int64_t in = 0;
   for (Value input : llvm::SetVector<Value>(llvm::from_range, inputs)) {
-    std::optional<int64_t> bytes = tensorBytes(input.getType());
-    if (!bytes && isa<ShapedType>(input.getType()))
+    if (!isa<ShapedType>(input.getType())) {
+      in += 8; // a scalar
+      continue;
+    }
+    int64_t bytes = byteSize(input.getType());
+    if (bytes <= 0)
       return false;
-    in += bytes.value_or(8);
+    in += bytes;
   }
-  return in < *out;
+  return in < out;
 }
 
 FailureOr<std::string> mlir::shardx::getCpuBufferPipeline(std::string &error) {

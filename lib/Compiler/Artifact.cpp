@@ -271,10 +271,8 @@ LogicalResult mlir::shardx::checkCompileOptions(const CompileOptions &options) {
   llvm::sys::fs::remove(probe);
   if (options.target != "cpu" && options.target != "cuda")
     return fail("unknown --target '" + options.target + "' (cpu, cuda)");
-  if (options.gpuBinary != "auto" && options.gpuBinary != "fatbin" &&
-      options.gpuBinary != "ptx")
-    return fail("unknown --gpu-binary '" + options.gpuBinary +
-                "' (auto, fatbin, ptx)");
+  if (failed(checkGpuBinaryKind(options.gpuBinary)))
+    return failure();
   if (options.optLevel > 3)
     return fail("optimization level " + Twine(options.optLevel) +
                 " is not one of 0, 1, 2, 3");

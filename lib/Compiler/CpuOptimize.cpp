@@ -230,6 +230,13 @@ int64_t fusedDescriptorBytes(OpOperand *operand, linalg::GenericOp producer) {
   return bytes;
 }
 
+/// Whether `op`'s body calls a math function (an exp, a log, an erf).
+bool callsMathFunction(linalg::GenericOp op) {
+  return llvm::any_of(op.getBody()->getOperations(), [](Operation &inner) {
+    return isa<math::MathDialect>(inner.getDialect());
+  });
+}
+
 /// Whether fusing the producer of `operand` into its consumer is worth it:
 /// a transpose always (it becomes an indexing map, a GEMM operand a view);
 /// other elementwise producers with one use, except into a GEMM (which must
@@ -257,11 +264,7 @@ bool shouldFuse(OpOperand *operand, int64_t maxOperandBytes) {
   if (!producer->hasOneUse())
     return false;
   bool broadcast = producer.getNumLoops() < consumer.getNumLoops();
-  bool costly = llvm::any_of(producer.getBody()->getOperations(),
-                             [](Operation &op) {
-                               return isa<math::MathDialect>(op.getDialect());
-                             });
-  return !(broadcast && costly);
+  return !(broadcast && callsMathFunction(producer));
 }
 
 /// A generic whose loops are all parallel and whose operands (tensors, no
@@ -382,23 +385,17 @@ struct ExtractOfElementwise : OpRewritePattern<tensor::ExtractOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(tensor::ExtractOp extract,
                                 PatternRewriter &rewriter) const override {
+    // Arithmetic alone: the body runs once per extract, which may be inside
+    // a loop nest that reads the op broadcast (a math function would then run
+    // once per element of that nest instead of once per element of the op).
     auto op = extract.getTensor().getDefiningOp<linalg::GenericOp>();
-    if (!op || op->getNumResults() != 1 || op.getNumReductionLoops() != 0 ||
-        !op.hasPureTensorSemantics() ||
-        op.payloadUsesValueFromOperand(op.getDpsInitOperand(0)))
+    if (!op || !mlir::shardx::isArithmeticElementwise(op))
       return failure();
     AffineMap out = op.getIndexingMapsArray().back();
     if (!out.isPermutation() || llvm::any_of(op.getDpsInputs(), [](Value v) {
           return !isa<RankedTensorType>(v.getType());
         }))
       return failure();
-    // Arithmetic alone: the body runs once per extract, which may be inside
-    // a loop nest that reads the op broadcast (a math function would then run
-    // once per element of that nest instead of once per element of the op).
-    for (Operation &inner : op.getBody()->without_terminator())
-      if (!isa<arith::ArithDialect>(inner.getDialect()) &&
-          !isa<linalg::IndexOp>(inner))
-        return failure();
     if (llvm::any_of(op.getDpsInputOperands(), [&](OpOperand *input) {
           return !op.getMatchingIndexingMap(input).isProjectedPermutation();
         }))
@@ -453,13 +450,13 @@ bool cloneCheapProducers(ModuleOp module, bool recomputeMath) {
   });
   OpBuilder builder(module.getContext());
   for (linalg::GenericOp op : producers) {
+    bool math = callsMathFunction(op);
     for (OpOperand &use :
          llvm::make_early_inc_range(op->getResult(0).getUses())) {
       auto reader = dyn_cast<linalg::GenericOp>(use.getOwner());
       if (!reader || !reader.isDpsInput(&use) ||
           mlir::shardx::matchGemm(reader) ||
-          (!mlir::shardx::isCheaperToRecompute(op) &&
-           !reader.getMatchingIndexingMap(&use).isPermutation()))
+          (math && !reader.getMatchingIndexingMap(&use).isPermutation()))
         continue;
       builder.setInsertionPoint(reader);
       use.set(builder.clone(*op)->getResult(0));

@@ -30,6 +30,14 @@
 using namespace mlir;
 using namespace mlir::shardx;
 
+LogicalResult mlir::shardx::checkGpuBinaryKind(StringRef kind) {
+  if (kind == "auto" || kind == "fatbin" || kind == "ptx")
+    return success();
+  llvm::errs() << "error: unknown --gpu-binary '" << kind
+               << "' (auto, fatbin, ptx)\n";
+  return failure();
+}
+
 FailureOr<std::optional<CudaTools>>
 mlir::shardx::findCudaTools(StringRef libdevice, std::string &error) {
   auto beside = [](StringRef ptxas) {

@@ -276,12 +276,8 @@ LogicalResult mlir::shardx::compileModule(ModuleOp module,
                       "set SHARDX_LIBDEVICE)\n";
       return failure();
     }
-    if (options.gpuBinary != "auto" && options.gpuBinary != "fatbin" &&
-        options.gpuBinary != "ptx") {
-      llvm::errs() << "error: unknown --gpu-binary '" << options.gpuBinary
-                   << "' (auto, fatbin, ptx)\n";
+    if (failed(checkGpuBinaryKind(options.gpuBinary)))
       return failure();
-    }
     if (options.emit != "ptx" && options.gpuBinary != "ptx") {
       std::string error;
       FailureOr<std::optional<CudaTools>> found =

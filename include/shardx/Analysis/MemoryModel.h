@@ -114,6 +114,12 @@ FailureOr<std::string> getCpuBufferPipeline(std::string &error);
 /// `bytes` in B / KiB / MiB / GiB with two decimals.
 std::string formatBytes(int64_t bytes);
 
+/// Whether `op` is a linalg.generic on tensors with one result, all loops
+/// parallel, that does not read its destination and whose body is
+/// arithmetic alone (arith ops and linalg.index; with `allowMath`, math
+/// functions too).
+bool isArithmeticElementwise(Operation *op, bool allowMath = false);
+
 /// Whether `op` (a loop nest on tensors, or an elementwise arith op on
 /// tensors) is cheaper to compute again in each elementwise reader than to
 /// write once and read back in each: one result, all loops parallel, a

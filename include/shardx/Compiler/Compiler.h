@@ -308,6 +308,10 @@ inline constexpr llvm::StringLiteral kKernelModule = "shardx_kernels";
 /// gpu-module-to-binary{format=isa} (empty when the program has no kernel).
 FailureOr<std::string> kernelPtx(ModuleOp module);
 
+/// Success for a CompileOptions::gpuBinary value (auto, fatbin, ptx); else
+/// prints an error saying which are.
+LogicalResult checkGpuBinaryKind(StringRef kind);
+
 /// The CUDA toolkit's programs that make the cuda target's fat binary.
 struct CudaTools {
   std::string ptxas;
